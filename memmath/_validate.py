@@ -1,0 +1,122 @@
+"""Input checks shared by every public function: each failure names the field and the allowed range.
+
+Numbers may be Python scalars or numpy arrays (for sweeps). A scalar comes back as a Python int, so
+scalar arithmetic is exact and cannot overflow; an array comes back as int64 and broadcasts.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+# Ranges that keep every int64 product in this package far from overflow (2**63 ~ 9.2e18 bytes).
+MAX_PARAMS = 10**15
+MAX_BATCH = 2**20
+MAX_SEQ = 2**22
+MAX_DIM = 2**22
+MAX_LAYERS = 10_000
+MAX_VOCAB = 2**24
+MAX_GPUS = 2**20
+
+
+def _describe(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def count(name: str, value, *, low: int = 1, high: int = MAX_DIM):
+    """A whole number in [low, high]: a Python int for a scalar, an int64 array for an array.
+
+    Accepts ints, integral floats (7e9) and numpy numbers; rejects bools, NaN, fractions and
+    strings with a ValueError (TypeError for objects that are not numbers at all).
+    """
+    allowed = f"a whole number from {low:,} to {high:,}"
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be {allowed}, got the boolean {value!r}")
+    if isinstance(value, str):
+        raise TypeError(f"{name} must be {allowed}, got the string {_describe(value)}")
+    if isinstance(value, numbers.Number) and not isinstance(value, (list, tuple)):
+        return _scalar_count(name, value, low, high, allowed)
+    try:
+        array = np.asarray(value)
+    except Exception as error:  # ragged lists and the like
+        raise TypeError(f"{name} must be {allowed} or an array of them, got {_describe(value)}") from error
+    if array.dtype == object or array.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be {allowed} or an array of them, got {_describe(value)}")
+    if array.ndim == 0:
+        return _scalar_count(name, array.item(), low, high, allowed)
+    if array.size == 0:
+        raise ValueError(f"{name} must not be an empty array")
+    if array.dtype.kind == "f":
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"{name} must be {allowed}; the array holds NaN or infinity")
+        if not np.all(array == np.floor(array)):
+            raise ValueError(f"{name} must be {allowed}; the array holds fractions")
+        if np.any(array < low) or np.any(array > high):
+            raise ValueError(f"{name} must be {allowed}; the array holds values outside that range")
+        return array.astype(np.int64)
+    if np.any(array < low) or np.any(array > high):
+        raise ValueError(f"{name} must be {allowed}; the array holds values outside that range")
+    return array.astype(np.int64)
+
+
+def _scalar_count(name, value, low, high, allowed) -> int:
+    if isinstance(value, numbers.Integral):
+        result = int(value)
+    elif isinstance(value, numbers.Real):
+        as_float = float(value)
+        if math.isnan(as_float) or math.isinf(as_float):
+            raise ValueError(f"{name} must be {allowed}, got {as_float}")
+        if as_float != math.floor(as_float):
+            raise ValueError(f"{name} must be {allowed}, got the fraction {as_float}")
+        if not (low <= as_float <= high):
+            raise ValueError(f"{name} must be {allowed}, got {as_float:g}")
+        result = int(as_float)
+    else:
+        raise TypeError(f"{name} must be {allowed}, got {_describe(value)}")
+    if not (low <= result <= high):
+        raise ValueError(f"{name} must be {allowed}, got {result:,}")
+    return result
+
+
+def real(name: str, value, *, low: float, high: float) -> float:
+    """A finite real number in [low, high], as a Python float."""
+    allowed = f"a number from {low:g} to {high:g}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise (TypeError if not isinstance(value, (bool, np.bool_)) else ValueError)(
+            f"{name} must be {allowed}, got {_describe(value)}"
+        )
+    result = float(value)
+    if math.isnan(result) or not (low <= result <= high):
+        raise ValueError(f"{name} must be {allowed}, got {result:g}")
+    return result
+
+
+def flag(name: str, value) -> bool:
+    """A real boolean (True/False), not a truthy string or number."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {_describe(value)}")
+
+
+def choice(name: str, value, allowed) -> str:
+    """One of a fixed set of names (case-insensitive); the error lists them."""
+    allowed = tuple(allowed)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(allowed)}; got {_describe(value)}")
+    key = value.strip().lower()
+    if key not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return key
+
+
+def is_array(*values) -> bool:
+    """True when any value is a numpy array (the caller is sweeping)."""
+    return any(isinstance(value, np.ndarray) for value in values)
+
+
+def ceil_div(numerator, denominator):
+    """Integer ceiling division that works for Python ints and int64 arrays alike."""
+    return -((-numerator) // denominator)

@@ -1,0 +1,114 @@
+"""A catalog of GPUs and a fit check.
+
+memory_bytes is what the driver reports (nvidia-smi's "Total" in MiB times 2**20), which is less
+than the marketed size: an RTX 4090 sold as "24 GB" reports 24564 MiB. Bandwidth and bf16 dense
+tensor throughput come from NVIDIA's datasheets (no sparsity). Cards without bf16 (T4, V100)
+list their fp16 throughput and say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from . import _validate
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One card: memory in bytes as the driver reports it, bandwidth in bytes/s, bf16 dense TFLOP/s."""
+
+    name: str
+    memory_bytes: int
+    bandwidth_bytes_per_s: int
+    bf16_tflops: float
+    kind: str  # "consumer" or "datacenter"
+    marketed: str  # the size on the box
+    note: str = ""
+
+
+def _gpu(name, mib, bandwidth_gb_s, tflops, kind, marketed, note=""):
+    return GPU(name, mib * MIB, int(bandwidth_gb_s * 10**9), tflops, kind, marketed, note)
+
+
+GPUS: dict[str, GPU] = {
+    g.name: g
+    for g in (
+        _gpu("RTX 3060", 12288, 360, 51, "consumer", "12 GB"),
+        _gpu("RTX 4060 Ti 16GB", 16380, 288, 88, "consumer", "16 GB"),
+        _gpu("RTX 4080", 16376, 717, 195, "consumer", "16 GB"),
+        _gpu("RTX 3090", 24576, 936, 71, "consumer", "24 GB"),
+        _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB"),  # 24564 MiB in nvidia-smi (REFERENCE.md)
+        _gpu("RTX 5090", 32607, 1792, 209, "consumer", "32 GB"),
+        _gpu("T4", 15360, 320, 65, "datacenter", "16 GB", "no bf16: fp16 throughput listed"),
+        _gpu("V100 32GB", 32768, 900, 125, "datacenter", "32 GB", "no bf16: fp16 throughput listed"),
+        _gpu("L4", 23034, 300, 121, "datacenter", "24 GB"),
+        _gpu("A10G", 23028, 600, 70, "datacenter", "24 GB"),
+        _gpu("RTX A6000", 49140, 768, 155, "datacenter", "48 GB"),
+        _gpu("L40S", 46068, 864, 362, "datacenter", "48 GB"),
+        _gpu("A100 40GB", 40960, 1555, 312, "datacenter", "40 GB"),
+        _gpu("A100 80GB", 81920, 2039, 312, "datacenter", "80 GB"),  # 81920 MiB in nvidia-smi (REFERENCE.md)
+        _gpu("H100 80GB", 81559, 3350, 989, "datacenter", "80 GB"),
+        _gpu("H200", 143771, 4800, 989, "datacenter", "141 GB"),
+    )
+}
+
+
+def get_gpu(name) -> GPU:
+    """The catalog entry for a name (case-insensitive), or the GPU passed in."""
+    if isinstance(name, GPU):
+        return name
+    if isinstance(name, str):
+        for key, gpu in GPUS.items():
+            if key.lower() == name.strip().lower():
+                return gpu
+    raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {name!r}")
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Whether `required_bytes` fits on `n_gpus` of a card: headroom is positive when it fits."""
+
+    gpu: GPU
+    required_bytes: int
+    available_bytes: int
+    n_gpus: int
+
+    @property
+    def fits(self) -> bool:
+        """True when the requirement is at most the memory available."""
+        return self.required_bytes <= self.available_bytes
+
+    @property
+    def headroom_bytes(self) -> int:
+        """Bytes left over (positive) or missing (negative)."""
+        return self.available_bytes - self.required_bytes
+
+
+def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
+    """Does a per-GPU requirement fit one card? reserved_bytes: what else the card holds (CUDA context).
+
+    Pass a TrainingMemory/InferenceMemory or its .total in bytes.
+    """
+    gpu = get_gpu(gpu)
+    required = getattr(required_bytes, "total", required_bytes)
+    required = _validate.count("required_bytes", required, low=0, high=2**62)
+    reserved = _validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
+    return Fit(gpu, required, gpu.memory_bytes - reserved, 1)
+
+
+def fit_table(required_bytes, *, reserved_bytes=0, gpus=None, unit="GiB") -> pd.DataFrame:
+    """Every catalog GPU with its memory, the requirement, the headroom and a yes/no verdict, smallest first."""
+    from .units import UNITS, unit_name
+
+    unit = unit_name(unit)
+    rows = []
+    for gpu in (gpus or GPUS.values()):
+        fit = check_fit(required_bytes, gpu, reserved_bytes=reserved_bytes)
+        rows.append({"gpu": fit.gpu.name, "kind": fit.gpu.kind, "marketed": fit.gpu.marketed,
+                     f"memory ({unit})": fit.gpu.memory_bytes / UNITS[unit],
+                     f"headroom ({unit})": fit.headroom_bytes / UNITS[unit], "fits": fit.fits})
+    return pd.DataFrame(rows).sort_values(f"memory ({unit})", kind="stable").reset_index(drop=True)

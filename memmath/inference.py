@@ -1,0 +1,140 @@
+"""Inference memory: weights in the serving format + KV cache + a working set, per replica.
+
+A separate calculation from training (the article; kipply, "Transformer Inference Arithmetic",
+2022): no gradients, no optimizer states, no stored activations, but a KV cache that grows with
+every token of context in every sequence of the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import _validate
+from .activations import ATTENTION_KINDS
+from .formats import get_format
+from .gpus import get_gpu
+from .methods import quantized_weight_bytes
+from .models import ModelShape, resolve_model
+
+RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
+
+
+def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16"):
+    """KV cache bytes: 2 (K and V) x layers x kv_heads x head_dim x context x batch x bytes per value.
+
+    Grouped-query attention stores n_kv_heads, not n_heads (kipply 2022; Ainslie et al. 2023).
+    Llama-2-13B at 8,192 tokens in 16-bit: 2 x 40 x 40 x 128 x 8192 x 2 B = 6.7 GB.
+    """
+    shape = _needs_heads(resolve_model(model), "kv_cache_bytes")
+    context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
+    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    bits = get_format(kv_format).bits
+    values = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * context_len * batch_size
+    return _validate.ceil_div(values * bits, 8)
+
+
+@dataclass(frozen=True)
+class InferenceMemory:
+    """Bytes to serve one replica: weights (+ quantization constants) + KV cache + working set.
+
+    rule_of_thumb: the quick "weights x 1.2" estimate, set beside the detailed total.
+    """
+
+    weights: object
+    quantization_constants: object
+    kv_cache: object
+    working_set: object
+    weights_format: str
+    kv_format: str
+    notes: tuple = field(default=())
+
+    @property
+    def total(self):
+        """weights + quantization constants + KV cache + working set, in bytes."""
+        return self.weights + self.quantization_constants + self.kv_cache + self.working_set
+
+    @property
+    def rule_of_thumb(self):
+        """The widely quoted estimate: (weights + constants) x 1.2, in whole bytes."""
+        stored = self.weights + self.quantization_constants
+        return _validate.ceil_div(stored * 6, 5)
+
+    def parts(self) -> dict[str, object]:
+        """Part name -> bytes."""
+        return {"weights": self.weights, "quantization_constants": self.quantization_constants,
+                "kv_cache": self.kv_cache, "working_set": self.working_set}
+
+
+def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_format="bf16", quant_block=64):
+    """(weight bytes, constant bytes) to serve the model in weights_format.
+
+    Float formats store every tensor in that format. Integer and NF4 formats quantize the linear
+    weights with one fp32 absmax per block of quant_block values (QLoRA's layout; nf4 with double
+    quantization) and keep embeddings, norms and the head in other_format.
+    """
+    fmt = get_format(weights_format)
+    if fmt.kind == "float":
+        return _validate.ceil_div(shape.n_params * fmt.bits, 8), 0
+    if not shape.tensor_count_known:
+        weights = _validate.ceil_div(shape.n_params * fmt.bits, 8)
+        blocks = _validate.ceil_div(shape.n_params, quant_block)
+        return weights, blocks * 4
+    return quantized_weight_bytes(shape, fmt, get_format(other_format).bits, block=quant_block,
+                                  double_quant=fmt.name == "nf4")
+
+
+def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_bits=16, attention="sdpa"):
+    """Transient bytes of a prefill over the whole context, one block at a time (no stored activations).
+
+    The residual stream and its normed copy (2 x s*b*h), the largest block intermediate (q, k, v,
+    or the MLP's hidden activations), eager attention's s x s scores and probabilities, and fp32
+    logits for the last position (4 x b x V). An estimate: kernels and allocators add their own.
+    """
+    s, b, e = context_len, batch_size, element_bits // 8
+    h, inner = shape.hidden_size, shape.intermediate_size or 4 * shape.hidden_size
+    qkv = (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim
+    mlp = 3 * inner if shape.family == "llama" else 2 * inner  # SwiGLU: gate, up, product; GELU: pre, post
+    widest = max(qkv, mlp)
+    working = e * s * b * (2 * h + widest)
+    if attention == "eager":
+        working = working + 2 * e * shape.n_heads * s * s * b
+    return working + 4 * b * (shape.vocab_size or 0)
+
+
+def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, context_len=2048,
+                     attention="sdpa") -> InferenceMemory:
+    """Bytes to serve `model`: weights in weights_format, the KV cache in kv_format for batch_size
+    sequences of context_len tokens, and a prefill working set (see working_set_bytes)."""
+    shape = resolve_model(model)
+    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
+    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
+    weights, constants = inference_weight_bytes(shape, weights_format)
+    notes = []
+    if shape.has_shape:
+        kv = kv_cache_bytes(shape, context_len=context_len, batch_size=batch_size, kv_format=kv_format)
+        working = working_set_bytes(shape, context_len=context_len, batch_size=batch_size, attention=attention,
+                                    element_bits=max(16, min(32, get_format(weights_format).bits)))
+    else:
+        kv, working = 0, 0
+        notes.append("KV cache and working set not estimated: the model has no layer widths")
+    return InferenceMemory(weights, constants, kv, working, get_format(weights_format).name,
+                           get_format(kv_format).name, tuple(notes))
+
+
+def decode_tokens_per_second(memory: InferenceMemory, gpu):
+    """Upper bound on decode speed per sequence, in tokens/s: bandwidth / bytes read per step.
+
+    Each generated token reads every weight once and the whole KV cache (kipply 2022). The weights
+    are read once per step for the whole batch, so a batch of B sequences makes B times as many
+    tokens per second in total, each sequence at this rate.
+    """
+    gpu = get_gpu(gpu)
+    read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
+    return gpu.bandwidth_bytes_per_s / read_per_step
+
+
+def _needs_heads(shape: ModelShape, what: str) -> ModelShape:
+    if not shape.has_shape:
+        raise ValueError(f"{what} needs layers, kv heads and head size: use a preset, from_hf_config or a ModelShape")
+    return shape

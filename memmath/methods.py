@@ -1,0 +1,354 @@
+"""Finetuning methods: which parameters train, which are added, and how the base is stored.
+
+Each method turns a model shape and a precision recipe into a Plan: the bytes of the stored
+weights and the sets of trainable parameters (each with its own storage bits). training.py turns
+a Plan into gradients, optimizer states and activations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _validate
+from .formats import get_format
+from .models import GROUPS, ModelShape, ParamTensor, _lora_targets
+from .recipes import Recipe
+
+
+@dataclass(frozen=True)
+class TrainableSet:
+    """Trainable parameters stored in one format: count, tensor count, Adafactor size, bits."""
+
+    label: str
+    params: object
+    tensors: object
+    factored: object
+    bits: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a method keeps: weight bytes, trainable sets, and where backward must store activations.
+
+    layers_storing: how many blocks keep activations for backward (those from the first trainable
+    block on); embeddings_trainable: the embedding output needs its dropout mask too.
+    """
+
+    weight_bytes: object
+    quantization_constant_bytes: object
+    trainable: tuple
+    adapter_params: object
+    layers_storing: object
+    embeddings_trainable: bool
+    notes: tuple = field(default=())
+
+    @property
+    def trainable_params(self):
+        """All trainable parameters (base and adapters)."""
+        return sum((s.params for s in self.trainable), 0)
+
+
+def _stats(tensors: list[ParamTensor]):
+    params = sum((t.numel for t in tensors), 0)
+    factored = sum((t.factored_size for t in tensors), 0)
+    return params, len(tensors), factored
+
+
+def _group_weight_bytes(shape: ModelShape, bits: int):
+    """Bytes of every base tensor stored at `bits` per element: ceil(n_params * bits / 8)."""
+    return _validate.ceil_div(shape.n_params * bits, 8)
+
+
+class Method:
+    """Base class: a finetuning method. `describe()` says in one line what trains."""
+
+    def plan(self, shape: ModelShape, recipe: Recipe) -> Plan:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def describe(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Full(Method):
+    """Full finetuning: every parameter trains."""
+
+    def plan(self, shape, recipe):
+        sets, tensor_total = [], 0
+        for group in GROUPS:
+            repeat = shape.n_layers if group == "layer" else 1
+            params, tensors, factored = _stats(shape.tensors(group))
+            if tensors:
+                sets.append((params * repeat, tensors * repeat, factored * repeat))
+            tensor_total += tensors * repeat
+        params = sum((s[0] for s in sets), 0)
+        factored = sum((s[2] for s in sets), 0)
+        trainable = TrainableSet("all weights", params, tensor_total, factored, recipe.weight_bits)
+        return Plan(_group_weight_bytes(shape, recipe.weight_bits), 0, (trainable,), 0, shape.n_layers, True)
+
+    def describe(self):
+        return "full finetuning: every weight trains"
+
+
+@dataclass(frozen=True)
+class Freeze(Method):
+    """Partial finetuning: only the last `trainable_layers` blocks train (or give `frozen_layers`).
+
+    What else trains, precisely: the final norm (train_final_norm, default True) and an untied
+    output head (train_head, default True; BERT's pooler and classifier count as the head). The
+    embeddings stay frozen unless train_embeddings=True. When the head is tied to the token
+    embedding (GPT-2) it is the same matrix, so it trains only together with the embeddings.
+    Blocks before the first trainable one store no activations for backward.
+    """
+
+    trainable_layers: object = None
+    frozen_layers: object = None
+    train_embeddings: bool = False
+    train_final_norm: bool = True
+    train_head: bool = True
+
+    def __post_init__(self):
+        if (self.trainable_layers is None) == (self.frozen_layers is None):
+            raise ValueError("Freeze needs exactly one of trainable_layers or frozen_layers")
+        for name in ("trainable_layers", "frozen_layers"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _validate.count(name, value, low=0, high=_validate.MAX_LAYERS))
+        for name in ("train_embeddings", "train_final_norm", "train_head"):
+            _validate.flag(name, getattr(self, name))
+
+    def layers_trained(self, shape: ModelShape):
+        """How many blocks train in this shape (checked against its n_layers)."""
+        n = shape.n_layers
+        if self.trainable_layers is not None:
+            k = self.trainable_layers
+            if np.any(np.asarray(k) > n):
+                raise ValueError(f"trainable_layers must be from 0 to n_layers ({n}); got {_show(k)}")
+            return k
+        if np.any(np.asarray(self.frozen_layers) > n):
+            raise ValueError(f"frozen_layers must be from 0 to n_layers ({n}); got {_show(self.frozen_layers)}")
+        return n - self.frozen_layers
+
+    def plan(self, shape, recipe):
+        k = self.layers_trained(shape)
+        params, tensors, factored = (k * x for x in _stats(shape.tensors("layer")))
+        chosen = [g for g, on in (("embeddings", self.train_embeddings), ("final_norm", self.train_final_norm),
+                                  ("head", self.train_head)) if on]
+        for group in chosen:
+            p, t, f = _stats(shape.tensors(group))
+            params, tensors, factored = params + p, tensors + t, factored + f
+        trainable = TrainableSet("unfrozen weights", params, tensors, factored, recipe.weight_bits)
+        # Backward must reach the first trainable block; with trainable embeddings it reaches them all.
+        storing = shape.n_layers if self.train_embeddings else k
+        notes = ()
+        if shape.tied_embeddings and self.train_head and not self.train_embeddings:
+            notes = ("the output head is tied to the frozen token embedding, so it stays frozen too",)
+        return Plan(_group_weight_bytes(shape, recipe.weight_bits), 0, (trainable,), 0, storing,
+                    self.train_embeddings, notes)
+
+    def describe(self):
+        what = (f"the last {_show(self.trainable_layers)} blocks" if self.trainable_layers is not None
+                else f"all but the first {_show(self.frozen_layers)} blocks")
+        extras = [name for name, on in (("final norm", self.train_final_norm), ("head", self.train_head),
+                                        ("embeddings", self.train_embeddings)) if on]
+        return f"freezing: {what} train" + (f", plus the {' and '.join(extras)}" if extras else "")
+
+
+def _adapter_tensors(h, m) -> list[ParamTensor]:
+    # Houlsby et al. 2019: down-projection h -> m and up-projection m -> h, each with a bias:
+    # 2*m*h + m + h parameters per adapter.
+    return [ParamTensor("adapter.down.weight", "adapters", (m, h), linear=True),
+            ParamTensor("adapter.down.bias", "adapters", (m,)),
+            ParamTensor("adapter.up.weight", "adapters", (h, m), linear=True),
+            ParamTensor("adapter.up.bias", "adapters", (h,))]
+
+
+def _frozen_base_plus_adapters(shape, recipe, adapter_params, adapter_tensors, adapter_factored,
+                               adapter_bits, extra_sets=(), weight_bytes=None, constants=0, notes=()):
+    adapter_set = TrainableSet("adapters", adapter_params, adapter_tensors, adapter_factored, adapter_bits)
+    base_bytes = _group_weight_bytes(shape, recipe.weight_bits) if weight_bytes is None else weight_bytes
+    adapter_bytes = _validate.ceil_div(adapter_params * adapter_bits, 8)
+    return Plan(base_bytes + adapter_bytes, constants, (adapter_set, *extra_sets), adapter_params,
+                shape.n_layers, False, tuple(notes))
+
+
+def _adapter_bits(adapter_format, recipe):
+    return recipe.weight_bits if adapter_format is None else get_format(adapter_format).bits
+
+
+def _check_adapter_format(adapter_format):
+    if adapter_format is not None:
+        fmt = get_format(adapter_format)
+        if fmt.kind != "float":
+            raise ValueError(f"adapter_format must be a floating format (fp32, bf16, fp16); got {adapter_format!r}")
+
+
+@dataclass(frozen=True)
+class Adapters(Method):
+    """Houlsby adapters: two bottleneck modules (width `bottleneck`) in every block; the base is frozen.
+
+    Each adapter has 2*m*h + m + h parameters (Houlsby et al. 2019). train_norms and train_head
+    add the layer norms and the head, as the paper did; by default only the adapters train, as the
+    article counts them. adapter_format None stores adapters like the model's weights.
+    """
+
+    bottleneck: object = 64
+    train_norms: bool = False
+    train_head: bool = False
+    adapter_format: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "bottleneck", _validate.count("bottleneck", self.bottleneck))
+        _validate.flag("train_norms", self.train_norms)
+        _validate.flag("train_head", self.train_head)
+        _check_adapter_format(self.adapter_format)
+
+    def params_per_block(self, shape: ModelShape):
+        """Adapter parameters in one block: 2 x (2*m*h + m + h)."""
+        return 2 * _stats(_adapter_tensors(_need_width(shape, "Adapters"), self.bottleneck))[0]
+
+    def plan(self, shape, recipe):
+        h = _need_width(shape, "Adapters")
+        params, tensors, factored = _stats(_adapter_tensors(h, self.bottleneck))
+        L = shape.n_layers
+        extra = []
+        if self.train_norms:
+            norms = [t for g in ("layer",) for t in shape.tensors(g) if t.component == "norms"]
+            p, t, f = _stats(norms)
+            p2, t2, f2 = _stats([t for t in shape.tensors("final_norm")] +
+                                [t for t in shape.tensors("embeddings") if t.component == "norms"])
+            extra.append(TrainableSet("layer norms", L * p + p2, L * t + t2, L * f + f2, recipe.weight_bits))
+        if self.train_head and shape.tensors("head"):
+            extra.append(TrainableSet("head", *_stats(shape.tensors("head")), recipe.weight_bits))
+        return _frozen_base_plus_adapters(shape, recipe, 2 * L * params, 2 * L * tensors, 2 * L * factored,
+                                          _adapter_bits(self.adapter_format, recipe), extra)
+
+    def describe(self):
+        extras = [n for n, on in (("layer norms", self.train_norms), ("head", self.train_head)) if on]
+        return (f"Houlsby adapters: two bottleneck-{_show(self.bottleneck)} adapters per block train"
+                + (f", plus the {' and '.join(extras)}" if extras else "") + "; the base is frozen")
+
+
+@dataclass(frozen=True)
+class LoRA(Method):
+    """LoRA (Hu et al. 2021): W + B @ A on the target matrices of every block; the base is frozen.
+
+    Each adapted d_in x d_out matrix adds r x (d_in + d_out) trainable parameters. adapter_format
+    defaults to fp32 because peft's get_peft_model keeps adapters in fp32 on a 16-bit base
+    (autocast_adapter_dtype=True); None stores them like the base weights.
+    """
+
+    rank: object = 8
+    targets: tuple = ("q", "v")
+    adapter_format: str | None = "fp32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "rank", _validate.count("rank", self.rank, high=2**16))
+        object.__setattr__(self, "targets", _lora_targets(self.targets))
+        _check_adapter_format(self.adapter_format)
+
+    def _adapter_stats(self, shape):
+        if shape.family == "uniform":
+            raise ValueError(f"{type(self).__name__} needs a model with named matrices (a preset, from_hf_config, "
+                             "gpt2_model/llama_model/bert_model); a uniform model has none")
+        r, params, tensors, factored = self.rank, 0, 0, 0
+        for _module, d_in, d_out in shape.lora_matrices(self.targets):
+            params = params + r * (d_in + d_out)  # A: r x d_in, B: d_out x r
+            tensors += 2
+            factored = factored + (r + d_in) + (d_out + r)
+        return params, tensors, factored
+
+    def params_per_block(self, shape: ModelShape):
+        """LoRA parameters in one block: r x sum of (d_in + d_out) over the adapted matrices."""
+        return self._adapter_stats(shape)[0]
+
+    def plan(self, shape, recipe):
+        params, tensors, factored = self._adapter_stats(shape)
+        L = shape.n_layers
+        return _frozen_base_plus_adapters(shape, recipe, L * params, L * tensors, L * factored,
+                                          _adapter_bits(self.adapter_format, recipe))
+
+    def describe(self):
+        fmt = self.adapter_format or "the base format"
+        return f"LoRA rank {_show(self.rank)} on {', '.join(self.targets)} ({fmt} adapters); the base is frozen"
+
+
+@dataclass(frozen=True)
+class QLoRA(LoRA):
+    """QLoRA (Dettmers et al. 2023): LoRA on a base whose linear weights are 4-bit NF4.
+
+    Every block's linear weights are stored in NF4 with one absmax constant per block of 64
+    values: fp32 constants (32/64 = 0.5 extra bits per weight), or with double quantization 8-bit
+    constants plus one fp32 constant per 256 of them (8/64 + 32/(64*256) = 0.127 bits). Embeddings,
+    norms, biases and the output head keep the recipe's weight format.
+    """
+
+    double_quant: bool = True
+    quant_block: int = 64
+
+    def __post_init__(self):
+        super().__post_init__()
+        _validate.flag("double_quant", self.double_quant)
+        object.__setattr__(self, "quant_block", _validate.count("quant_block", self.quant_block, high=2**16))
+
+    def plan(self, shape, recipe):
+        params, tensors, factored = self._adapter_stats(shape)
+        weight_bytes, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits,
+                                                         block=self.quant_block, double_quant=self.double_quant)
+        L = shape.n_layers
+        return _frozen_base_plus_adapters(shape, recipe, L * params, L * tensors, L * factored,
+                                          _adapter_bits(self.adapter_format, recipe),
+                                          weight_bytes=weight_bytes, constants=constants)
+
+    def describe(self):
+        dq = "with" if self.double_quant else "without"
+        return f"QLoRA: NF4 base ({dq} double quantization) + " + super().describe()
+
+
+def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = True):
+    """Bytes of block-wise absmax constants for one tensor of n elements.
+
+    One fp32 constant per block of `block` values (4 B each); with double quantization the
+    constants are 8-bit with one fp32 constant per 256 of them (Dettmers et al. 2023, section 3).
+    """
+    blocks = _validate.ceil_div(n_elements, block)
+    if not double_quant:
+        return blocks * 4
+    return blocks + _validate.ceil_div(blocks, 256) * 4
+
+
+def quantized_weight_bytes(shape: ModelShape, fmt, other_bits: int, *, block: int = 64, double_quant: bool = True):
+    """(weight bytes, constant bytes) with linear weights in `fmt` and every other tensor at other_bits.
+
+    Counts tensor by tensor, as bitsandbytes quantizes each nn.Linear weight separately.
+    """
+    bits = get_format(fmt).bits
+    weights, constants = 0, 0
+    for group in GROUPS:
+        repeat = shape.n_layers if group == "layer" else 1
+        for tensor in shape.tensors(group):
+            n = tensor.numel
+            if tensor.linear:
+                weights = weights + repeat * _validate.ceil_div(n * bits, 8)
+                constants = constants + repeat * quant_constant_bytes(n, block=block, double_quant=double_quant)
+            else:
+                weights = weights + repeat * _validate.ceil_div(n * other_bits, 8)
+    return weights, constants
+
+
+def _need_width(shape: ModelShape, method: str):
+    if shape.hidden_size is None:
+        raise ValueError(f"{method} needs the model's hidden_size (use a preset, from_hf_config or "
+                         "uniform_model(..., hidden_size=..., n_heads=...))")
+    return shape.hidden_size
+
+
+def _show(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.min()}..{value.max()}" if value.size > 1 else str(value.item())
+    return str(value)
+
+
+METHODS = {"full": Full, "freeze": Freeze, "adapters": Adapters, "lora": LoRA, "qlora": QLoRA}

@@ -1,0 +1,135 @@
+"""Precision recipes and optimizers: what a training run keeps per parameter, in bits.
+
+Published estimates of full-finetuning memory range from 8 to 20 bytes per parameter with Adam
+because they count different recipes. Each recipe here says in one line what it keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _validate
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a training run stores each part, in bits per element.
+
+    weight_bits: the model's weights; grad_bits: one gradient per trainable weight;
+    master_bits: an extra fp32 copy of trainable weights (0 = none); state_bits: each optimizer
+    state; accum_bits: an extra gradient-accumulation buffer (0 = none); activation_bits: tensors
+    saved for the backward pass. states_follow_params: PyTorch optimizers keep states in each
+    parameter's own dtype, so an fp32 adapter in a 16-bit model gets fp32 states.
+    """
+
+    name: str
+    weight_bits: int
+    grad_bits: int
+    master_bits: int
+    state_bits: int
+    accum_bits: int
+    activation_bits: int
+    states_follow_params: bool
+    description: str
+    source: str
+
+
+RECIPES: dict[str, Recipe] = {
+    "fp32": Recipe("fp32", 32, 32, 0, 32, 0, 32, True,
+                   "Everything in fp32: 4 B weights, 4 B gradients, 4 B per optimizer state.",
+                   "PyTorch defaults"),
+    "bf16": Recipe("bf16", 16, 16, 0, 16, 0, 16, True,
+                   "Pure bf16: weights, gradients and optimizer states all 2 B (the article's 8 B/param with Adam).",
+                   "the article; LLaMA-Factory pure_bf16"),
+    "fp16": Recipe("fp16", 16, 16, 0, 16, 0, 16, True,
+                   "Pure fp16: like pure bf16 in bytes, but needs loss scaling against underflow.",
+                   "the article (16-bit)"),
+    "amp": Recipe("amp", 32, 32, 0, 32, 0, 16, True,
+                  "PyTorch AMP: fp32 weights, gradients and states; 16-bit activations under autocast.",
+                  "torch.autocast documentation"),
+    "mixed": Recipe("mixed", 16, 16, 32, 32, 0, 16, False,
+                    "Mixed precision: 16-bit weights and gradients, fp32 master copy and fp32 Adam states (2+2+4+8 = 16 B/param).",
+                    "Micikevicius et al. 2018; Rajbhandari et al. 2020 (ZeRO), section 3.1"),
+    "mixed_fp32_grads": Recipe("mixed_fp32_grads", 16, 16, 32, 32, 32, 16, False,
+                               "Mixed precision plus an fp32 gradient-accumulation buffer (2+2+4+4+8 = 20 B/param).",
+                               "nanotron; Hugging Face Ultra-Scale Playbook (2025)"),
+}
+PRECISIONS = tuple(RECIPES)
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """What an optimizer keeps per trainable parameter.
+
+    states: full-size state tensors per parameter (Adam: exp_avg and exp_avg_sq); state_bits:
+    None = the recipe's state_bits, else fixed (8-bit Adam); step_bytes_per_tensor: PyTorch's
+    Adam/AdamW keep a 4-byte fp32 `step` tensor per parameter tensor; factored: Adafactor keeps
+    row and column statistics instead of a full second moment; block_size/block_constant_bits:
+    quantization constants of 8-bit states.
+    """
+
+    name: str
+    states: int
+    state_bits: int | None
+    step_bytes_per_tensor: int
+    factored: bool
+    block_size: int
+    block_constant_bits: int
+    description: str
+    source: str
+
+
+OPTIMIZERS: dict[str, Optimizer] = {
+    "sgd": Optimizer("sgd", 0, None, 0, False, 0, 0, "Plain SGD: no state at all.", "torch.optim.SGD"),
+    "sgd_momentum": Optimizer("sgd_momentum", 1, None, 0, False, 0, 0,
+                              "SGD with momentum: one momentum buffer per parameter.", "torch.optim.SGD(momentum>0)"),
+    "adam": Optimizer("adam", 2, None, 4, False, 0, 0,
+                      "Adam: first and second moments (exp_avg, exp_avg_sq) plus a 4-byte step per tensor.",
+                      "Kingma & Ba 2015; torch.optim.Adam"),
+    "adamw": Optimizer("adamw", 2, None, 4, False, 0, 0,
+                       "AdamW: Adam's two moments with decoupled weight decay, plus a 4-byte step per tensor.",
+                       "Loshchilov & Hutter 2019; torch.optim.AdamW"),
+    # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": 2 x 1 B states, one fp32
+    # absmax per block of 2,048 values.
+    "adam8bit": Optimizer("adam8bit", 2, 8, 0, False, 2048, 32,
+                          "8-bit Adam: both moments in 1 B each, one fp32 constant per block of 2,048 values.",
+                          "Dettmers et al. 2022 (bitsandbytes)"),
+    # Shazeer & Stern 2018: the second moment of an r x c matrix kept as r + c statistics; no first moment.
+    "adafactor": Optimizer("adafactor", 0, None, 0, True, 0, 0,
+                           "Adafactor: factored second moments (rows + columns per matrix), no momentum.",
+                           "Shazeer & Stern 2018"),
+}
+OPTIMIZER_NAMES = tuple(OPTIMIZERS)
+
+
+def get_recipe(name) -> Recipe:
+    """The Recipe for a precision name: fp32, bf16, fp16, amp, mixed, mixed_fp32_grads."""
+    if isinstance(name, Recipe):
+        return name
+    return RECIPES[_validate.choice("precision", name, PRECISIONS)]
+
+
+def get_optimizer(name) -> Optimizer:
+    """The Optimizer for a name: sgd, sgd_momentum, adam, adamw, adam8bit, adafactor."""
+    if isinstance(name, Optimizer):
+        return name
+    return OPTIMIZERS[_validate.choice("optimizer", name, OPTIMIZER_NAMES)]
+
+
+def bytes_per_parameter(precision="bf16", optimizer="adamw") -> dict[str, float]:
+    """Bytes each trainable parameter costs in full finetuning, part by part, and their sum.
+
+    Leaves out what is per tensor (Adam's step counters) or per block (8-bit constants) and
+    activations. Pure bf16 + AdamW: 2 + 2 + 0 + 4 = 8 B; mixed + AdamW: 2 + 2 + 4 + 8 = 16 B.
+    """
+    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    state_bits = opt.state_bits if opt.state_bits is not None else recipe.state_bits
+    parts = {
+        "weights": recipe.weight_bits / 8,
+        "gradients": recipe.grad_bits / 8,
+        "gradient_accumulation": recipe.accum_bits / 8,
+        "master_weights": recipe.master_bits / 8,
+        "optimizer_states": opt.states * state_bits / 8,
+    }
+    parts["total"] = sum(parts.values())
+    return parts

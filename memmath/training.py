@@ -1,0 +1,223 @@
+"""Training memory: every part a training step keeps, in integer bytes, per GPU.
+
+weights + quantization constants + gradients + gradient accumulation + master weights +
+optimizer states + activations = total. The article's example: 7B parameters in pure 16-bit with
+Adam keep 2 + 2 + 4 = 8 bytes per parameter, 56 GB before activations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import _validate
+from .activations import ATTENTION_KINDS, ActivationEstimate, textbook_activations
+from .methods import Full, Method, Plan
+from .models import ModelShape, is_plain_count, resolve_model
+from .recipes import Optimizer, Recipe, get_optimizer, get_recipe
+from .units import UNITS, unit_name
+
+PARTS = ("weights", "quantization_constants", "gradients", "gradient_accumulation", "master_weights",
+         "optimizer_states", "activations")
+PART_LABELS = {
+    "weights": "Weights", "quantization_constants": "Quantization constants", "gradients": "Gradients",
+    "gradient_accumulation": "Gradient accumulation (fp32)", "master_weights": "Master weights (fp32)",
+    "optimizer_states": "Optimizer states", "activations": "Activations",
+}
+ACTIVATION_MODELS = ("textbook", "transformers")
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """Bytes one GPU holds during a training step, part by part (ints, or int64 arrays in a sweep).
+
+    total = the sum of PARTS. trainable_params/total_params count parameters (adapters included in
+    trainable_params, not in total_params). notes say what was left out or assumed.
+    """
+
+    weights: object
+    quantization_constants: object
+    gradients: object
+    gradient_accumulation: object
+    master_weights: object
+    optimizer_states: object
+    activations: object
+    trainable_params: object
+    total_params: object
+    adapter_params: object
+    recipe: Recipe
+    optimizer: Optimizer
+    method: Method
+    model_name: str
+    n_gpus: int
+    zero_stage: int
+    activations_estimated: bool
+    activation_detail: ActivationEstimate | None = None
+    notes: tuple = field(default=())
+
+    @property
+    def total(self):
+        """Sum of every part, in bytes."""
+        return sum((getattr(self, part) for part in PARTS), 0)
+
+    @property
+    def without_activations(self):
+        """Everything but activations: what the article's 56 GB counts."""
+        return self.total - self.activations
+
+    def parts(self) -> dict[str, object]:
+        """Part name -> bytes, in the fixed order of PARTS."""
+        return {part: getattr(self, part) for part in PARTS}
+
+    @property
+    def trainable_fraction(self):
+        """Trainable parameters over the base model's parameters (adapters can push it above 0)."""
+        return self.trainable_params / self.total_params
+
+    @property
+    def assumptions(self) -> str:
+        """One line naming the recipe, the optimizer, the method and the sharding behind the numbers."""
+        sharding = f"; {self.n_gpus} GPUs, ZeRO stage {self.zero_stage}" if self.n_gpus > 1 or self.zero_stage else ""
+        return f"{self.recipe.description} {self.optimizer.description} Method: {self.method.describe()}{sharding}."
+
+    def to_frame(self, unit: str = "GB") -> pd.DataFrame:
+        """A table: one row per part (part, label, bytes, size in `unit`, share of total).
+
+        In a sweep (array parts) one row per point instead, with a column of bytes per part and total.
+        """
+        unit = unit_name(unit)
+        parts = self.parts()
+        if any(isinstance(v, np.ndarray) for v in parts.values()):
+            shape = np.broadcast(*[np.asarray(v) for v in parts.values()]).shape
+            frame = pd.DataFrame({p: np.broadcast_to(np.asarray(v), shape).ravel() for p, v in parts.items()})
+            frame["total"] = frame[list(PARTS)].sum(axis=1)
+            return frame
+        total = self.total
+        rows = [{"part": p, "label": PART_LABELS[p], "bytes": int(v), unit: v / UNITS[unit],
+                 "share": (v / total) if total else 0.0} for p, v in parts.items()]
+        return pd.DataFrame(rows)
+
+
+def training_memory(model, *, precision="bf16", optimizer="adamw", method: Method | None = None, batch_size=1,
+                    seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention="eager", dropout=True,
+                    activations="textbook", device="cuda") -> TrainingMemory:
+    """Bytes per GPU for one training step of `model`, as a TrainingMemory breakdown.
+
+    model: a ModelShape, a preset name or a plain parameter count (activations then cannot be
+    estimated). precision: fp32, bf16, fp16, amp, mixed, mixed_fp32_grads (see RECIPES).
+    optimizer: sgd, sgd_momentum, adam, adamw, adam8bit, adafactor. method: Full(), Freeze(...),
+    Adapters(...), LoRA(...), QLoRA(...). seq_len None leaves activations out (with a note).
+    attention "eager" keeps the s x s scores, "sdpa" does not. dropout: keep dropout masks.
+    activations "textbook" (Korthikanti et al. 2022) or "transformers" (what the PyTorch models
+    keep, see hf_activations). n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
+    optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
+    2020, ZeRO, section 5). batch_size and seq_len may be numpy arrays; results broadcast.
+    """
+    shape = resolve_model(model)
+    method = Full() if method is None else method
+    if not isinstance(method, Method):
+        raise TypeError(f"method must be Full(), Freeze(...), Adapters(...), LoRA(...) or QLoRA(...); got {method!r}")
+    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    if seq_len is not None:
+        seq_len = _validate.count("seq_len", seq_len, high=_validate.MAX_SEQ)
+    checkpointing = _validate.flag("checkpointing", checkpointing)
+    dropout = _validate.flag("dropout", dropout)
+    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
+    activations = _validate.choice("activations", activations, ACTIVATION_MODELS)
+    device = _validate.choice("device", device, ("cuda", "cpu"))
+    n_gpus = _validate.count("n_gpus", n_gpus, high=_validate.MAX_GPUS)
+    zero_stage = _validate.count("zero_stage", zero_stage, low=0, high=3)
+    if is_plain_count(shape) and not isinstance(method, Full):
+        raise ValueError(f"{type(method).__name__} needs a model with layers: pass a preset, a ModelShape or "
+                         "uniform_model(n_params, n_layers) instead of a plain parameter count")
+
+    plan = method.plan(shape, recipe)
+    notes = list(plan.notes)
+    gradients, accumulation, master, states = _trainable_parts(plan, recipe, opt, shape, notes)
+    act_estimate, act_bytes, estimated = _activations(
+        shape, plan, recipe, method, notes, seq_len=seq_len, batch_size=batch_size, dropout=dropout,
+        attention=attention, checkpointing=checkpointing, activations=activations, device=device,
+    )
+
+    weights, constants = plan.weight_bytes, plan.quantization_constant_bytes
+    if n_gpus > 1 and zero_stage:
+        # ZeRO stage 1 shards optimizer states (and the fp32 master copy), 2 adds gradients, 3 adds weights.
+        states, master = _shard(states, n_gpus), _shard(master, n_gpus)
+        if zero_stage >= 2:
+            gradients, accumulation = _shard(gradients, n_gpus), _shard(accumulation, n_gpus)
+        if zero_stage >= 3:
+            weights, constants = _shard(weights, n_gpus), _shard(constants, n_gpus)
+    if n_gpus > 1 and not zero_stage:
+        notes.append("data parallel without ZeRO: every GPU holds a full copy of every part")
+
+    return TrainingMemory(
+        weights=weights, quantization_constants=constants, gradients=gradients, gradient_accumulation=accumulation,
+        master_weights=master, optimizer_states=states, activations=act_bytes,
+        trainable_params=plan.trainable_params, total_params=shape.n_params, adapter_params=plan.adapter_params,
+        recipe=recipe, optimizer=opt, method=method, model_name=shape.name, n_gpus=n_gpus, zero_stage=zero_stage,
+        activations_estimated=estimated, activation_detail=act_estimate, notes=tuple(notes),
+    )
+
+
+def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):
+    gradients = accumulation = master = states = 0
+    for s in plan.trainable:
+        # A set stored in its own format (fp32 LoRA adapters) gets gradients in that format.
+        grad_bits = recipe.grad_bits if s.bits == recipe.weight_bits else s.bits
+        gradients = gradients + _validate.ceil_div(s.params * grad_bits, 8)
+        accumulation = accumulation + _validate.ceil_div(s.params * recipe.accum_bits, 8)
+        if recipe.master_bits > s.bits:
+            master = master + _validate.ceil_div(s.params * recipe.master_bits, 8)
+        if opt.state_bits is not None:
+            state_bits = opt.state_bits
+        else:
+            state_bits = s.bits if recipe.states_follow_params else recipe.state_bits
+        if opt.factored:
+            # Adafactor: rows + columns per matrix, the full size for vectors (Shazeer & Stern 2018).
+            states = states + _validate.ceil_div(s.factored * state_bits, 8)
+        state_values = opt.states * s.params
+        states = states + _validate.ceil_div(state_values * state_bits, 8)
+        if opt.block_size:
+            states = states + _validate.ceil_div(state_values, opt.block_size) * opt.block_constant_bits // 8
+        if opt.step_bytes_per_tensor and shape.tensor_count_known:
+            states = states + opt.step_bytes_per_tensor * s.tensors
+    if opt.step_bytes_per_tensor and not shape.tensor_count_known:
+        notes.append("Adam's 4-byte step counters (one per tensor) are not counted: a uniform model has no tensor list")
+    if opt.factored and not shape.tensor_count_known:
+        notes.append("Adafactor cannot factor a uniform model's layers (no matrix shapes): counted as full second moments")
+    return gradients, accumulation, master, states
+
+
+def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, notes: list, *, seq_len,
+                 batch_size, dropout, attention, checkpointing, activations, device):
+    if seq_len is None:
+        notes.append("activations not estimated: pass seq_len (and batch_size) to include them")
+        return None, 0, False
+    if not shape.has_shape:
+        notes.append("activations not estimated: the model is a parameter count without widths "
+                     "(use a preset, from_hf_config or uniform_model(..., hidden_size=, n_heads=))")
+        return None, 0, False
+    if activations == "transformers":
+        from .hf_activations import transformers_activations
+
+        estimate = transformers_activations(
+            shape, plan=plan, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
+            dropout=dropout, attention=attention, checkpointing=checkpointing, device=device,
+        )
+    else:
+        # Dropout masks are 1-byte bools on CUDA; on the CPU PyTorch keeps them at the element size.
+        estimate = textbook_activations(
+            shape, seq_len=seq_len, batch_size=batch_size, activation_bits=recipe.activation_bits,
+            dropout=dropout, attention=attention, checkpointing=checkpointing,
+            layers_storing=plan.layers_storing, embeddings_trainable=plan.embeddings_trainable,
+            mask_bytes=1 if device == "cuda" else recipe.activation_bits // 8,
+        )
+    # Nothing trainable, nothing to store for backward.
+    return estimate, estimate.total * (plan.trainable_params > 0), True
+
+
+def _shard(value, n_gpus):
+    return _validate.ceil_div(value, n_gpus)

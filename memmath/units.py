@@ -1,0 +1,77 @@
+"""Units: bytes are integers inside memmath; they become GB or GiB only for display, always labelled.
+
+GB = 10**9 bytes (decimal, as in "14 GB of weights"); GiB = 2**30 bytes (binary, as the CUDA driver
+counts: nvidia-smi shows an RTX 4090 as 24564 MiB, about 24 GiB).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from . import _validate
+
+UNITS: dict[str, int] = {
+    "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50,
+}
+_UNIT_BY_LOWER = {unit.lower(): unit for unit in UNITS}
+
+
+def unit_name(unit) -> str:
+    """The canonical spelling of a unit ("gib" -> "GiB"); ValueError for anything else."""
+    if not isinstance(unit, str) or unit.strip().lower() not in _UNIT_BY_LOWER:
+        raise ValueError(f"unit must be one of {', '.join(UNITS)}; got {unit!r}")
+    return _UNIT_BY_LOWER[unit.strip().lower()]
+
+
+def to_unit(n_bytes, unit: str = "GB"):
+    """Bytes divided by the unit's size (a float, or a float array for an array of bytes)."""
+    size = UNITS[unit_name(unit)]
+    if isinstance(n_bytes, np.ndarray):
+        return n_bytes / size
+    return _validate.real("n_bytes", n_bytes, low=0, high=1e30) / size
+
+
+def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:
+    """A labelled string such as '14.00 GB' or '13.04 GiB'. unit: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB."""
+    unit = unit_name(unit)
+    digits = _validate.count("digits", digits, low=0, high=12)
+    value = to_unit(n_bytes, unit)
+    if unit == "B":
+        return f"{int(round(value)):,} B"
+    return f"{value:,.{digits}f} {unit}"
+
+
+_NUMBER = r"([0-9][0-9_,]*\.?[0-9]*(?:e[+-]?[0-9]+)?)"
+_COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
+def parse_count(text) -> int:
+    """A parameter count from '7B', '350M', '1.5e9', '124,439,808' or a number; ValueError otherwise."""
+    if isinstance(text, (int, float, np.integer, np.floating)) and not isinstance(text, bool):
+        return _validate.count("parameter count", text, low=1, high=_validate.MAX_PARAMS)
+    if not isinstance(text, str):
+        raise TypeError(f"parameter count must be a number or text such as '7B'; got {text!r}")
+    match = re.fullmatch(_NUMBER + r"\s*([kmbgt]?)", text.strip().lower())
+    if not match:
+        raise ValueError(f"parameter count must look like '7B', '350M', '1.5e9' or '124,439,808'; got {text!r}")
+    number = float(match.group(1).replace(",", "").replace("_", ""))
+    value = number * _COUNT_SUFFIX[match.group(2)]
+    if not math.isfinite(value) or abs(value - round(value)) > 1e-6 * max(1.0, value):
+        raise ValueError(f"parameter count must be a whole number; {text!r} is {value:g}")
+    return _validate.count("parameter count", round(value), low=1, high=_validate.MAX_PARAMS)
+
+
+def parse_bytes(text) -> int:
+    """Bytes from a labelled size such as '14.00 GB', '24 GiB' or '512 MiB' (nearest whole byte)."""
+    if not isinstance(text, str):
+        raise TypeError(f"size must be text such as '24 GiB'; got {text!r}")
+    match = re.fullmatch(_NUMBER + r"\s*([a-z]+)", text.strip().lower())
+    if not match or match.group(2) not in _UNIT_BY_LOWER:
+        raise ValueError(f"size must be a number and one of {', '.join(UNITS)} (such as '24 GiB'); got {text!r}")
+    number = float(match.group(1).replace(",", "").replace("_", ""))
+    return int(round(number * UNITS[_UNIT_BY_LOWER[match.group(2)]]))
