@@ -139,7 +139,12 @@ def bound_chart(grid: pd.DataFrame, controls: Sequence[Slider | Select], draw: C
     values_line = " + '    ' + ".join(control.caption for control in bound)
     title_expr = f"[{json.dumps(title)}, {values_line}]" if title else values_line
     chart = chart.add_params(*(control.param for control in bound))
-    return chart.properties(title=alt.Title(text=alt.expr(title_expr), anchor="start"))
+    chart = chart.properties(title=alt.Title(text=alt.expr(title_expr), anchor="start"))
+    # SVG, not canvas: the drawn numbers and the title stay text (readable by screen readers and tests).
+    usermeta = {} if chart.usermeta is alt.Undefined else dict(chart.usermeta)
+    usermeta["embedOptions"] = {**usermeta.get("embedOptions", {}), "renderer": "svg"}
+    chart["usermeta"] = usermeta
+    return chart
 
 
 def live_only_notice(text: str | None = None, href: str = LIVE_WORKBOOK_HREF):

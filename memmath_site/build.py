@@ -99,24 +99,51 @@ def export_lesson(lesson: Lesson, out_html: Path) -> float:
         raise BuildError(f"{lesson.source.name}: marimo export html ran past {EXPORT_TIMEOUT_S} s") from error
     seconds = time.perf_counter() - start
     if done.returncode != 0 or not out_html.is_file():
+        # marimo still writes the page when a cell fails; its saved tracebacks say more than marimo's exit message.
+        details = cell_failures(out_html.read_text(encoding="utf-8")) if out_html.is_file() else []
         tail = "\n".join((done.stderr + done.stdout).strip().splitlines()[-25:])
         raise BuildError(f"{lesson.source.name}: marimo export html failed (exit {done.returncode}); "
-                         f"a cell raised or the notebook does not load:\n{tail}")
-    failed = failed_cells(out_html.read_text(encoding="utf-8"))
+                         f"a cell raised or the notebook does not load:\n" + "\n".join(details or [tail]))
+    failed = cell_failures(out_html.read_text(encoding="utf-8"))
     if failed:
-        raise BuildError(f"{lesson.source.name}: the export holds error output in cells {', '.join(failed)}")
+        raise BuildError(f"{lesson.source.name}: the export holds error output:\n" + "\n".join(failed))
     return seconds
 
 
 def failed_cells(page_html: str) -> list[str]:
     """Ids of the cells whose saved output in an exported page is an error (empty when all ran)."""
+    return [cell.get("id", "?") for cell in _session(page_html).get("cells", [])
+            if any(output.get("type") == "error" for output in cell.get("outputs", []))]
+
+
+def cell_failures(page_html: str) -> list[str]:
+    """One message per failed cell of an exported page: its first code line and its traceback as text."""
+    session = _session(page_html)
+    code = {}
+    key = '"notebook": '
+    if key in page_html:
+        notebook, _ = json.JSONDecoder().raw_decode(page_html, page_html.index(key) + len(key))
+        code = {cell.get("id"): (cell.get("code") or "").strip().splitlines() for cell in (notebook or {}).get("cells", [])}
+    messages = []
+    for cell in session.get("cells", []):
+        errors = [o for o in cell.get("outputs", []) if o.get("type") == "error"]
+        if not errors:
+            continue
+        first_line = (code.get(cell.get("id")) or ["?"])[0]
+        traceback = "".join(html.unescape(re.sub(r"<[^>]+>", "", c.get("text", ""))) for c in cell.get("console", [])
+                            if c.get("name") == "stderr").strip()
+        reason = traceback or "; ".join(f"{e.get('ename')}: {e.get('evalue')}" for e in errors)
+        messages.append(f"cell {cell.get('id')} ({first_line[:70]}):\n{reason}")
+    return messages
+
+
+def _session(page_html: str) -> dict:
     key = '"session": '
     start = page_html.find(key)
     if start < 0:
         raise assets.AssetLayoutError("an exported page has no session snapshot: marimo's export format changed")
     session, _ = json.JSONDecoder().raw_decode(page_html, start + len(key))
-    return [cell.get("id", "?") for cell in (session or {}).get("cells", [])
-            if any(output.get("type") == "error" for output in cell.get("outputs", []))]
+    return session or {}
 
 
 def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=print) -> list[PageReport]:
@@ -188,6 +215,7 @@ def index_page(lessons: list[Lesson]) -> str:
   <meta charset="utf-8">
   <meta name="viewport" content="width=device-width, initial-scale=1">
   <title>memmath: the memory math of training neural networks</title>
+  <link rel="icon" href="./{assets.ASSET_DIR}/favicon.ico">
   <style>
     body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 46rem; margin: 2.5rem auto;
            padding: 0 1.25rem; line-height: 1.55; color: #1f2328; }}
