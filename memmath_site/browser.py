@@ -184,6 +184,9 @@ class LivePage:
         self.completed_runs = 0
         self.cell_errors: list[str] = []
         self.console_errors: list[str] = []
+        self.cell_order: list[str] = []  # cell ids in notebook order (from kernel-ready)
+        self.cell_seconds: dict[str, float] = {}  # each cell's last run time, from the kernel's timestamps
+        self._running_since: dict[str, float] = {}
         page.add_init_script(_INIT_SCRIPT)
         page.on("websocket", self._on_websocket)
         page.on("console", lambda m: m.type == "error" and self.console_errors.append(m.text))
@@ -194,18 +197,34 @@ class LivePage:
 
     def _on_frame(self, payload) -> None:
         text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
-        if '"completed-run"' not in text and '"marimo-error"' not in text:
-            return
+        if not any(op in text[:40] for op in ('"cell-op"', '"completed-run"', '"kernel-ready"')):
+            return  # the only messages that matter here (the others can be large)
         try:
             message = json.loads(text)
         except ValueError:
             return
-        data = message.get("data") or {}
-        if message.get("op") == "completed-run":
+        op, data = message.get("op"), message.get("data") or {}
+        if op == "completed-run":
             self.completed_runs += 1
-        output = data.get("output") or {}
-        if message.get("op") == "cell-op" and output.get("channel") == "marimo-error":
-            self.cell_errors.append(f"cell {data.get('cell_id')}: {json.dumps(output.get('data'))[:400]}")
+        elif op == "kernel-ready":
+            self.cell_order = list(data.get("cell_ids") or [])
+        elif op == "cell-op":
+            output, cell, status = data.get("output") or {}, data.get("cell_id"), data.get("status")
+            if output.get("channel") == "marimo-error":
+                self.cell_errors.append(f"cell {cell}: {json.dumps(output.get('data'))[:400]}")
+            if status == "running" and data.get("timestamp"):
+                self._running_since[cell] = data["timestamp"]
+            elif status == "idle" and cell in self._running_since and data.get("timestamp"):
+                self.cell_seconds[cell] = data["timestamp"] - self._running_since.pop(cell)
+
+    def slowest_cell(self) -> tuple[str, float] | None:
+        """("cell N of M", seconds) for the cell whose last run took longest, or None."""
+        if not self.cell_seconds:
+            return None
+        cell, seconds = max(self.cell_seconds.items(), key=lambda item: item[1])
+        where = (f"cell {self.cell_order.index(cell) + 1} of {len(self.cell_order)}" if cell in self.cell_order
+                 else f"cell {cell}")
+        return where, seconds
 
     def open(self, url: str, timeout_s: float = 90) -> None:
         """Load the app and wait until its first run has finished and the page has settled."""

@@ -146,6 +146,25 @@ def _session(page_html: str) -> dict:
     return session or {}
 
 
+# A link from one lesson to another as `marimo run notebooks` serves them: "?file=03_activations.py",
+# maybe with more query parameters ("&show-code=true").
+_LESSON_LINK = re.compile(r"\?file=(?:notebooks/)?(\d{2}_[A-Za-z0-9_]+\.py)(?:&(?:amp;)?[A-Za-z0-9_=-]+)*")
+
+
+def relink_lessons(page_html: str, page_name: str, lesson_files: set[str]) -> str:
+    """Links between lessons ("?file=NN_name.py", as `marimo run notebooks` serves them) pointed at NN_name.html.
+
+    A link to a lesson that does not exist fails the build (BuildError), instead of a dead link.
+    """
+    def replace(match: re.Match) -> str:
+        target = match.group(1)
+        if target not in lesson_files:
+            raise BuildError(f"{page_name} links to ?file={target}, which is not a lesson in the notebooks folder")
+        return target[:-3] + ".html"
+
+    return _LESSON_LINK.sub(replace, page_html)
+
+
 def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=print) -> list[PageReport]:
     """Export every lesson, write the index and the frontend to out_dir; returns one report per page."""
     out_dir, notebooks_dir = Path(out_dir).resolve(), Path(notebooks_dir).resolve()
@@ -168,6 +187,7 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
                 failures.append(str(error))
                 continue
             page = assets.localize_page(target.read_text(encoding="utf-8"), lesson.page)
+            page = relink_lessons(page, lesson.page, {other.source.name for other in lessons})
             assets.check_page_refs(page, lesson.page, staging)
             target.write_text(page, encoding="utf-8")
             reports.append(PageReport(lesson.page, lesson.title, len(page.encode("utf-8")), seconds))

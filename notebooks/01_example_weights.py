@@ -1,3 +1,8 @@
+# /// script
+# [tool.marimo.opengraph]
+# title = "Example: where the weights go"
+# description = "Stand-in lesson: parameters times bytes per parameter."
+# ///
 # STAND-IN lesson for the static-site work (issue 6): delete it when the real lessons land.
 import marimo
 

@@ -2,7 +2,7 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium")
+app = marimo.App(width="medium", app_title="Example: full finetuning, part by part")
 
 
 @app.cell(hide_code=True)

@@ -11,6 +11,8 @@ def _(mo):
     # Example: freezing layers
 
     A stand-in lesson with one evenly spaced control: how many of ten layers are frozen.
+    It links back to [the weights lesson](?file=01_example_weights.py), a link that works
+    under `marimo run notebooks` and, rewritten by the build, in the static site.
     """)
     return
 

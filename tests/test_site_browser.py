@@ -65,12 +65,21 @@ def _assert_offline(record, served_site, name):
     assert not record["console"], f"{name}: console errors: {record['console'][:5]}"
 
 
+def _assert_links_resolve(page, served_site, name):
+    """Every link on the page into the site (a lesson map, "next lesson") leads to a page that exists."""
+    hrefs = page.locator("a[href]").evaluate_all("links => links.map(a => a.href)")
+    local = sorted({h.split("#")[0] for h in hrefs if h.startswith(served_site.url)})
+    broken = [h for h in local if page.request.get(h).status != 200]
+    assert not broken, f"{name} links to pages the site does not have: {broken}"
+
+
 def test_index_links_every_lesson_and_loads_nothing_else(chromium, served_site):
     page, record = _open(chromium, served_site, "index.html")
     try:
         hrefs = page.locator("ol a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
         assert hrefs == PAGES[1:]
         assert page.locator("#run-live").count() == 1
+        _assert_links_resolve(page, served_site, "index.html")
         _assert_offline(record, served_site, "index.html")
     finally:
         page.close()
@@ -104,6 +113,7 @@ def test_lesson_page_renders_offline_and_its_bound_inputs_move_its_charts(chromi
                 assert state["marks"] > 0, f"{name}: input {label!r} at {end} draws an empty chart"
                 shown = " ".join([state["title"], *state["text"]])
                 assert not NAN.search(shown), f"{name}: input {label!r} at {end} shows NaN: {shown[:200]}"
+        _assert_links_resolve(page, served_site, name)
         if page.locator(KERNEL_CONTROLS).count():
             notice = page.locator("[data-memmath-live-only]")
             assert notice.count() >= 1 and notice.first.is_visible(), (

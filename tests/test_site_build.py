@@ -133,3 +133,14 @@ def test_lesson_title_is_the_first_markdown_h1(tmp_path):
     assert lesson_title(notebook) == "LoRA: low-rank adapters"
     notebook.write_text("import marimo\napp = marimo.App()\n")
     assert lesson_title(notebook) == "X"
+
+
+def test_links_between_lessons_become_links_between_pages():
+    from memmath_site.build import BuildError, relink_lessons
+
+    lessons = {"01_weights.py", "03_activations.py"}
+    page = r'<a href=\"?file=03_activations.py\">next</a> <a href=\"?file=01_weights.py&amp;show-code=true\">back</a>'
+    assert relink_lessons(page, "02_x.html", lessons) == \
+        r'<a href=\"03_activations.html\">next</a> <a href=\"01_weights.html\">back</a>'
+    with pytest.raises(BuildError, match="09_missing.py"):
+        relink_lessons('<a href="?file=09_missing.py">', "02_x.html", lessons)

@@ -1,0 +1,154 @@
+"""How fast each lesson is, side by side with a one-slider reference notebook, in one run.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/lesson_speed.py [--rounds 3] [--presses 4] [lessons...]
+
+Per notebook (the reference benchmarks/reference_one_slider.py, then every notebooks/NN_*.py),
+measured in rounds that take every notebook in turn, so a slow moment of a shared machine hits
+them all alike; each number is the median over rounds:
+
+- slider: ms from a key press on a marimo slider (under `marimo run`, in Chromium) to the last
+  change of the page once the run it starts has finished. Each slider is pressed `presses`
+  times per round (ArrowRight/ArrowLeft); a lesson's number is its slowest slider's median.
+  Target: <= 1.15x the reference.
+- cold start: s from launching `marimo run` to the first full render (every cell run, every chart
+  drawn, the page quiet). Target: <= 1.3x.
+- export: s for `marimo export html` (as `python -m memmath_site build` runs it). Target: <= 1.3x.
+- page: kB of the exported HTML (marimo's frontend is shared by all pages and not counted).
+
+It prints a table of ratios and, per lesson, its slowest cell at cold start, to say where to look
+when a lesson misses a target. No assertion: speed is reported here, never tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from memmath_site import assets  # noqa: E402
+from memmath_site.build import LESSON_PATTERN, Lesson, export_lesson  # noqa: E402
+
+REFERENCE = REPO / "benchmarks" / "reference_one_slider.py"
+TARGETS = {"slider": 1.15, "cold": 1.3, "export": 1.3}
+
+
+@dataclass
+class Measured:
+    name: str
+    slider_ms: list = field(default_factory=list)  # per round: the slowest slider's median
+    cold_s: list = field(default_factory=list)
+    export_s: list = field(default_factory=list)
+    page_bytes: int = 0
+    sliders: int = 0
+    slowest_cell: tuple | None = None
+
+
+def measure_live(browser, notebook: Path, presses: int) -> tuple[float, float | None, int, tuple | None]:
+    """(cold start s, slowest slider's median latency ms or None, number of sliders, slowest cell)."""
+    from memmath_site.browser import LivePage, MarimoRun
+
+    with MarimoRun(notebook) as server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1600})
+        try:
+            live = LivePage(page)
+            live.open(server.url)
+            last_change = live.page.evaluate("() => performance.timeOrigin + window.__memmath.lastMutation") / 1000
+            cold = last_change - server.started_at
+            slowest = live.slowest_cell()
+            if live.cell_errors:
+                raise RuntimeError(f"{notebook.name}: cells failed: {live.cell_errors}")
+            medians = []
+            for index in range(live.sliders().count()):
+                latencies = []
+                keys = ["ArrowRight", "ArrowLeft"]
+                while len(latencies) < presses:
+                    changed, ms = live.press_on_slider(index, keys[len(latencies) % 2])
+                    if changed:
+                        latencies.append(ms)
+                    else:  # at an end: go the other way
+                        keys.reverse()
+                        changed, ms = live.press_on_slider(index, keys[len(latencies) % 2])
+                        if not changed:
+                            break
+                        latencies.append(ms)
+                if latencies:
+                    medians.append(statistics.median(latencies))
+            return cold, (max(medians) if medians else None), len(medians), slowest
+        finally:
+            page.close()
+
+
+def measure_export(notebook: Path, out_dir: Path) -> tuple[float, int]:
+    target = out_dir / f"{notebook.stem}.html"
+    seconds = export_lesson(Lesson(notebook, notebook.stem), target)
+    page = assets.localize_page(target.read_text(encoding="utf-8"), target.name)
+    return seconds, len(page.encode("utf-8"))
+
+
+def ratio(value: float | None, reference: float | None, target: float) -> str:
+    if value is None or not reference:
+        return "      -      "
+    r = value / reference
+    return f"{r:5.2f}x {'ok  ' if r <= target else 'MISS'}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("lessons", nargs="*", type=Path, help="notebooks to measure (default: notebooks/NN_*.py)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--presses", type=int, default=4, help="key presses per slider per round")
+    args = parser.parse_args(argv)
+
+    from playwright.sync_api import sync_playwright
+
+    from memmath_site.browser import launch
+
+    lessons = args.lessons or sorted(p for p in (REPO / "notebooks").glob("*.py") if LESSON_PATTERN.match(p.name))
+    notebooks = [REFERENCE, *lessons]
+    results = {nb: Measured("reference (one slider)" if nb == REFERENCE else nb.stem) for nb in notebooks}
+    started = time.perf_counter()
+    with sync_playwright() as playwright, tempfile.TemporaryDirectory() as scratch:
+        browser = launch(playwright)
+        for round_number in range(1, args.rounds + 1):
+            for notebook in notebooks:
+                result = results[notebook]
+                export_s, result.page_bytes = measure_export(notebook, Path(scratch))
+                cold, slider, result.sliders, result.slowest_cell = measure_live(browser, notebook, args.presses)
+                result.export_s.append(export_s)
+                result.cold_s.append(cold)
+                if slider is not None:
+                    result.slider_ms.append(slider)
+                print(f"round {round_number}/{args.rounds} {result.name}: cold {cold:.2f} s, export {export_s:.2f} s, "
+                      f"slider {slider if slider is None else round(slider)} ms", file=sys.stderr, flush=True)
+        browser.close()
+
+    def med(values):
+        return statistics.median(values) if values else None
+
+    reference = results[REFERENCE]
+    ref_slider, ref_cold, ref_export = med(reference.slider_ms), med(reference.cold_s), med(reference.export_s)
+    header = (f"{'notebook':<28} {'slider ms':>9} {'vs ref (<=1.15)':>15}  {'cold s':>6} {'vs ref (<=1.3)':>14}  "
+              f"{'export s':>8} {'vs ref (<=1.3)':>14}  {'page kB':>7}  slowest cell at cold start")
+    print(f"\nmarimo {assets.marimo_version()}, {args.rounds} rounds, {args.presses} presses per slider per round, "
+          f"medians; {time.perf_counter() - started:.0f} s in all\n")
+    print(header)
+    print("-" * len(header))
+    for notebook in notebooks:
+        r = results[notebook]
+        slider, cold, export = med(r.slider_ms), med(r.cold_s), med(r.export_s)
+        cell = f"{r.slowest_cell[0]}: {r.slowest_cell[1] * 1000:.0f} ms" if r.slowest_cell else "-"
+        print(f"{r.name:<28} {slider if slider is None else f'{slider:9.0f}'!s:>9} "
+              f"{ratio(slider, ref_slider, TARGETS['slider']):>15}  {cold:6.2f} {ratio(cold, ref_cold, TARGETS['cold']):>14}  "
+              f"{export:8.2f} {ratio(export, ref_export, TARGETS['export']):>14}  {r.page_bytes / 1000:7.1f}  {cell}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
