@@ -1,6 +1,6 @@
 """How fast each lesson is, side by side with a one-slider reference notebook, in one run.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/lesson_speed.py [--rounds 3] [--presses 4] [lessons...]
+    .venv/bin/python benchmarks/lesson_speed.py [--rounds 3] [--presses 4] [lessons...]
 
 Per notebook (the reference benchmarks/reference_one_slider.py, then every notebooks/NN_*.py),
 measured in rounds that take every notebook in turn, so a slow moment of a shared machine hits

@@ -136,7 +136,7 @@ def bound_chart(grid: pd.DataFrame, controls: Sequence[Slider | Select], draw: C
     if not isinstance(chart, alt.TopLevelMixin):
         raise TypeError(f"draw must return an altair chart built from base; got {type(chart).__name__}")
     # The title is an expression: the given title on one line, the current control values on the next.
-    values_line = " + '    ' + ".join(control.caption for control in bound)
+    values_line = " + '  ·  ' + ".join(control.caption for control in bound)
     title_expr = f"[{json.dumps(title)}, {values_line}]" if title else values_line
     chart = chart.add_params(*(control.param for control in bound))
     chart = chart.properties(title=alt.Title(text=alt.expr(title_expr), anchor="start"))

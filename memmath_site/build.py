@@ -25,13 +25,15 @@ from pathlib import Path
 
 from . import assets
 
+REPO = Path(__file__).resolve().parent.parent
 LESSON_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+\.py$")
 SITE_MARKER = ".memmath-site"
 """A file in every built site: the build only ever replaces a folder that carries it (or an empty one)."""
 
-LIVE_COMMAND = ".venv/bin/marimo run notebooks"
+LIVE_COMMAND = ".venv/bin/marimo run notebooks --include-code"
 SETUP_COMMAND = "python3.11 -m venv .venv && .venv/bin/pip install -r requirements.txt"
 SERVE_COMMAND = "python -m http.server -d site 8000"
+BUILD_COMMAND = ".venv/bin/python -m memmath_site build site"
 
 EXPORT_TIMEOUT_S = 600
 
@@ -88,7 +90,9 @@ def lesson_title(path: Path) -> str:
 
 def export_lesson(lesson: Lesson, out_html: Path) -> float:
     """Run `marimo export html` on one lesson; BuildError (with marimo's message) if any cell fails."""
-    env = dict(os.environ, MEMMATH_STATIC_EXPORT="1")
+    # The lessons import the memmath beside this builder (this checkout), whatever else is installed.
+    env = dict(os.environ, MEMMATH_STATIC_EXPORT="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
     command = [sys.executable, "-m", "marimo", "export", "html", str(lesson.source), "-o", str(out_html),
                "--force", "--no-sandbox"]
     start = time.perf_counter()

@@ -43,10 +43,12 @@ def _drawn(page, chart: int) -> tuple[str, list[str]]:
 
 
 def _set(page, chart: int, value: str, *, radio: bool = False) -> None:
-    from memmath_site.browser import set_bound_input
+    from memmath_site.browser import bound_input_value, set_bound_input
 
     embed = page.locator(".vega-embed").nth(chart)
     control = embed.locator(".vega-bind-radio" if radio else "input[type=range]").first
+    if bound_input_value(control) == value:
+        return
     before = _drawn(page, chart)
     set_bound_input(control, value)
     page.wait_for_timeout(100)

@@ -144,3 +144,11 @@ def test_links_between_lessons_become_links_between_pages():
         r'<a href=\"03_activations.html\">next</a> <a href=\"01_weights.html\">back</a>'
     with pytest.raises(BuildError, match="09_missing.py"):
         relink_lessons('<a href="?file=09_missing.py">', "02_x.html", lessons)
+
+
+def test_readme_gives_the_commands_the_site_and_its_index_use():
+    from memmath_site.build import BUILD_COMMAND, LIVE_COMMAND, SERVE_COMMAND
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for command in (BUILD_COMMAND, SERVE_COMMAND, LIVE_COMMAND):
+        assert command in readme, f"README.md does not give the command {command!r}"
