@@ -4,15 +4,19 @@
 
 Per notebook (the reference benchmarks/reference_one_slider.py, then every notebooks/NN_*.py),
 measured in rounds that take every notebook in turn, so a slow moment of a shared machine hits
-them all alike; each number is the median over rounds:
+them all alike. Timings on a shared machine only ever gain noise, so cold start and export take
+the fastest round (as timeit does); slider latency takes the median of every press:
 
 - slider: ms from a key press on a marimo slider (under `marimo run`, in Chromium) to the last
-  change of the page once the run it starts has finished. Each slider is pressed `presses`
-  times per round (ArrowRight/ArrowLeft); a lesson's number is its slowest slider's median.
+  change of any cell's output once the run it starts has finished. Each slider is pressed
+  `presses` times per round (ArrowRight/ArrowLeft); a lesson's number is the median press of
+  its slowest slider.
   Target: <= 1.15x the reference.
 - cold start: s from launching `marimo run` to the first full render (every cell run, every chart
   drawn, the page quiet). Target: <= 1.3x.
-- export: s for `marimo export html` (as `python -m memmath_site build` runs it). Target: <= 1.3x.
+- export: s for `marimo export html` (as `python -m memmath_site build` runs it), wall clock and
+  CPU time (marimo and its kernel). Target: <= 1.3x, judged on CPU time, which other work on a
+  shared machine does not inflate (the wall clock is shown beside it).
 - page: kB of the exported HTML (marimo's frontend is shared by all pages and not counted).
 
 It prints a table of ratios and, per lesson, its slowest cell at cold start, to say where to look
@@ -22,6 +26,7 @@ when a lesson misses a target. No assertion: speed is reported here, never teste
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import tempfile
@@ -42,16 +47,17 @@ TARGETS = {"slider": 1.15, "cold": 1.3, "export": 1.3}
 @dataclass
 class Measured:
     name: str
-    slider_ms: list = field(default_factory=list)  # per round: the slowest slider's median
+    slider_ms: dict = field(default_factory=dict)  # slider index -> every press's latency (ms), all rounds
     cold_s: list = field(default_factory=list)
     export_s: list = field(default_factory=list)
+    export_cpu_s: list = field(default_factory=list)
     page_bytes: int = 0
     sliders: int = 0
     slowest_cell: tuple | None = None
 
 
-def measure_live(browser, notebook: Path, presses: int) -> tuple[float, float | None, int, tuple | None]:
-    """(cold start s, slowest slider's median latency ms or None, number of sliders, slowest cell)."""
+def measure_live(browser, notebook: Path, presses: int) -> tuple[float, dict, tuple | None]:
+    """(cold start s, {slider index: [latency ms per press]}, slowest cell at cold start)."""
     from memmath_site.browser import LivePage, MarimoRun
 
     with MarimoRun(notebook) as server:
@@ -64,32 +70,32 @@ def measure_live(browser, notebook: Path, presses: int) -> tuple[float, float | 
             slowest = live.slowest_cell()
             if live.cell_errors:
                 raise RuntimeError(f"{notebook.name}: cells failed: {live.cell_errors}")
-            medians = []
+            latencies = {}
             for index in range(live.sliders().count()):
-                latencies = []
-                keys = ["ArrowRight", "ArrowLeft"]
-                while len(latencies) < presses:
-                    changed, ms = live.press_on_slider(index, keys[len(latencies) % 2])
-                    if changed:
-                        latencies.append(ms)
-                    else:  # at an end: go the other way
+                keys, pressed = ["ArrowRight", "ArrowLeft"], []
+                while len(pressed) < presses:
+                    changed, ms = live.press_on_slider(index, keys[len(pressed) % 2])
+                    if not changed:  # at an end: go the other way
                         keys.reverse()
-                        changed, ms = live.press_on_slider(index, keys[len(latencies) % 2])
+                        changed, ms = live.press_on_slider(index, keys[len(pressed) % 2])
                         if not changed:
                             break
-                        latencies.append(ms)
-                if latencies:
-                    medians.append(statistics.median(latencies))
-            return cold, (max(medians) if medians else None), len(medians), slowest
+                    pressed.append(ms)
+                latencies[index] = pressed
+            return cold, latencies, slowest
         finally:
             page.close()
 
 
-def measure_export(notebook: Path, out_dir: Path) -> tuple[float, int]:
+def measure_export(notebook: Path, out_dir: Path) -> tuple[float, float, int]:
+    """(wall s, CPU s of marimo and its kernel, bytes of the page) for one `marimo export html`."""
     target = out_dir / f"{notebook.stem}.html"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     seconds = export_lesson(Lesson(notebook, notebook.stem), target)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     page = assets.localize_page(target.read_text(encoding="utf-8"), target.name)
-    return seconds, len(page.encode("utf-8"))
+    return seconds, cpu, len(page.encode("utf-8"))
 
 
 def ratio(value: float | None, reference: float | None, target: float) -> str:
@@ -119,34 +125,40 @@ def main(argv=None) -> int:
         for round_number in range(1, args.rounds + 1):
             for notebook in notebooks:
                 result = results[notebook]
-                export_s, result.page_bytes = measure_export(notebook, Path(scratch))
-                cold, slider, result.sliders, result.slowest_cell = measure_live(browser, notebook, args.presses)
+                export_s, export_cpu, result.page_bytes = measure_export(notebook, Path(scratch))
+                result.export_cpu_s.append(export_cpu)
+                cold, latencies, result.slowest_cell = measure_live(browser, notebook, args.presses)
                 result.export_s.append(export_s)
                 result.cold_s.append(cold)
-                if slider is not None:
-                    result.slider_ms.append(slider)
+                for index, pressed in latencies.items():
+                    result.slider_ms.setdefault(index, []).extend(pressed)
+                result.sliders = len(latencies)
                 print(f"round {round_number}/{args.rounds} {result.name}: cold {cold:.2f} s, export {export_s:.2f} s, "
-                      f"slider {slider if slider is None else round(slider)} ms", file=sys.stderr, flush=True)
+                      f"slider ms {[round(statistics.median(v)) for v in latencies.values() if v]}",
+                      file=sys.stderr, flush=True)
         browser.close()
 
-    def med(values):
-        return statistics.median(values) if values else None
+    def slowest_slider(result):
+        """The median latency of the lesson's slowest slider (None without sliders)."""
+        medians = [statistics.median(v) for v in result.slider_ms.values() if v]
+        return max(medians) if medians else None
 
     reference = results[REFERENCE]
-    ref_slider, ref_cold, ref_export = med(reference.slider_ms), med(reference.cold_s), med(reference.export_s)
+    ref_slider, ref_cold, ref_cpu = slowest_slider(reference), min(reference.cold_s), min(reference.export_cpu_s)
     header = (f"{'notebook':<28} {'slider ms':>9} {'vs ref (<=1.15)':>15}  {'cold s':>6} {'vs ref (<=1.3)':>14}  "
-              f"{'export s':>8} {'vs ref (<=1.3)':>14}  {'page kB':>7}  slowest cell at cold start")
-    print(f"\nmarimo {assets.marimo_version()}, {args.rounds} rounds, {args.presses} presses per slider per round, "
-          f"medians; {time.perf_counter() - started:.0f} s in all\n")
+              f"{'export wall s':>13} {'CPU s':>5} {'vs ref (<=1.3)':>14}  {'page kB':>7}  slowest cell at cold start")
+    print(f"\nmarimo {assets.marimo_version()}, {args.rounds} rounds, {args.presses} presses per slider per round "
+          f"(slider: median press of the slowest slider; cold start, export: fastest round); "
+          f"{time.perf_counter() - started:.0f} s in all\n")
     print(header)
     print("-" * len(header))
     for notebook in notebooks:
         r = results[notebook]
-        slider, cold, export = med(r.slider_ms), med(r.cold_s), med(r.export_s)
+        slider, cold, export, cpu = slowest_slider(r), min(r.cold_s), min(r.export_s), min(r.export_cpu_s)
         cell = f"{r.slowest_cell[0]}: {r.slowest_cell[1] * 1000:.0f} ms" if r.slowest_cell else "-"
         print(f"{r.name:<28} {slider if slider is None else f'{slider:9.0f}'!s:>9} "
               f"{ratio(slider, ref_slider, TARGETS['slider']):>15}  {cold:6.2f} {ratio(cold, ref_cold, TARGETS['cold']):>14}  "
-              f"{export:8.2f} {ratio(export, ref_export, TARGETS['export']):>14}  {r.page_bytes / 1000:7.1f}  {cell}")
+              f"{export:13.2f} {cpu:5.2f} {ratio(cpu, ref_cpu, TARGETS['export']):>14}  {r.page_bytes / 1000:7.1f}  {cell}")
     return 0
 
 

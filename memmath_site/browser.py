@@ -31,14 +31,31 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update"]
 SLIDER = "[role=slider]"  # marimo's sliders (inside shadow roots; Playwright's CSS engine pierces them)
 
-# Records when the page last changed (any DOM mutation) and when a key went down, in performance.now() ms.
+# Records when the notebook's output last changed and when a key went down (performance.now() ms).
+# Only changes inside a cell's output area count (not marimo's favicon, which blinks while cells
+# run, nor the tooltip of the control being moved); shadow roots are observed as they are made.
 _INIT_SCRIPT = """
 (() => {
-  window.__memmath = {lastMutation: 0, keyAt: 0};
-  const watch = () => new MutationObserver(() => { window.__memmath.lastMutation = performance.now(); })
-      .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch); else watch();
-  window.addEventListener("keydown", () => { window.__memmath.keyAt = performance.now(); }, true);
+  const state = window.__memmath = {lastMutation: 0, keyAt: 0, keyHost: null};
+  const up = (n) => n.parentNode || n.host || null;
+  const within = (n, test) => { for (let e = n; e; e = up(e)) if (test(e)) return e; return null; };
+  const counts = (n) => within(n, e => e.classList && e.classList.contains("output-area"))
+      && !(state.keyHost && within(n, e => e === state.keyHost));
+  const observer = new MutationObserver((records) => {
+    if (records.some(r => counts(r.target))) state.lastMutation = performance.now();
+  });
+  const options = {subtree: true, childList: true, attributes: true, characterData: true};
+  const attachShadow = Element.prototype.attachShadow;
+  Element.prototype.attachShadow = function (init) {
+    const root = attachShadow.call(this, init);
+    observer.observe(root, options);
+    return root;
+  };
+  observer.observe(document, options);
+  window.addEventListener("keydown", (event) => {
+    state.keyAt = performance.now();
+    state.keyHost = within(event.composedPath()[0], e => e.tagName === "MARIMO-UI-ELEMENT");
+  }, true);
 })();
 """
 
