@@ -17,7 +17,8 @@ Interface
 - `controls`: a list of `Slider(column, label)` and `Select(column, label)`:
   - `Slider` ranges over the sorted distinct values of `column`. Evenly spaced values (0, 1, 2 ...
     or 512, 1024, 1536 ...) bind the input to the values themselves. Unevenly spaced ones (a log
-    grid such as 1e8, 3e8, 1e9 ...) bind it to their position 0..n-1, and the title shows the value.
+    grid such as 1e8, 3e8, 1e9 ...) bind it to their position 0..n-1: the number beside the
+    input is then that position, and the chart's title line says the value ("Parameters: 7B").
   - `Select` offers the distinct values of `column` in order of first appearance, as a dropdown
     (or radio buttons with `radio=True`).
   Both take `value=` (the starting value; default: the first) and `labels=` (how the title
@@ -56,12 +57,25 @@ Example (the headline control of a lesson on full finetuning)::
         title="Full finetuning in pure bf16",
     )
 
-Tip: fix the value axis (`scale=alt.Scale(domain=[0, grid["GB"].max()])`, or a sum's maximum as
-above) so that bars visibly grow and shrink instead of the axis rescaling under them.
+Tips:
+- Fix the value axis (`scale=alt.Scale(domain=[0, grid["GB"].max()])`, or a sum's maximum as
+  above) so that bars visibly grow and shrink instead of the axis rescaling under them.
+- Build the grid in the cell that shows the chart; it runs once (at start and at export), not
+  on every slider move. memmath calls take well under a millisecond, and numeric arguments take
+  numpy arrays (`training_memory(..., batch_size=np.array([1, 2, 4]))`) for a whole grid at once.
+- Leave out rows that are always zero (parts a recipe does not have) and columns `draw` does not
+  use: the page carries every byte of the grid.
+- The chart draws as SVG (its numbers stay text); the tests move every bound input of every
+  lesson in Chromium and check that its chart changes and shows no NaN.
 
-`live_only_notice()` goes beside the marimo controls that only the live workbook can move: it
-shows a note only in the static site (the export command sets MEMMATH_STATIC_EXPORT=1 while it
-runs each lesson), and nothing under `marimo run`, `marimo edit` or as a script.
+`live_only_notice()` goes beside the marimo controls that only the live workbook can move (every
+lesson's controls cell): it shows a note, with a link to how to run the live workbook, only in
+the static site (the export command sets MEMMATH_STATIC_EXPORT=1 while it runs each lesson), and
+nothing under `marimo run`, `marimo edit`, pytest or `python lesson.py`::
+
+    mo.vstack([live_only_notice(), params_slider, optimizer_dropdown])
+
+The site tests fail a lesson page that shows marimo controls without this note.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 - `LivePage(page)`: follows marimo's websocket, so it knows when a run has finished and which
   cells failed (`marimo run` hides error output from the page, so the page alone cannot tell),
   plus console errors, and snapshots of what is shown (text, also inside shadow roots, and
-  a fingerprint of every chart canvas).
+  a fingerprint of every chart).
 - `StaticServer(folder)`: a static file server on loopback for the built site.
 """
 
@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -97,8 +98,9 @@ _STATE_SCRIPT = "() => {" + _ROOTS_JS + """
 
 
 def find_chromium() -> str | None:
-    """The Chromium to drive: $MEMMATH_CHROMIUM, /usr/bin/chromium, or `chromium` on PATH (None if none)."""
-    for candidate in (os.environ.get("MEMMATH_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
+    """The Chromium to drive: $MEMMATH_CHROMIUM if set, else /usr/bin/chromium or `chromium` on PATH (None if none)."""
+    chosen = os.environ.get("MEMMATH_CHROMIUM")
+    for candidate in (chosen,) if chosen else ("/usr/bin/chromium", shutil.which("chromium")):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -156,15 +158,22 @@ class MarimoRun:
         env.pop("MEMMATH_STATIC_EXPORT", None)
         command = [sys.executable, "-m", "marimo", "run", str(self.notebook), "--headless", "--no-token",
                    "--host", "127.0.0.1", "-p", str(self.port), "--no-sandbox", *self.extra_args]
+        # marimo's log goes to a file (a pipe nobody reads would fill up and stall the server).
+        self.log = tempfile.TemporaryFile()
         self.started_at = time.time()
-        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_for_port(self.port, self.startup_timeout_s, self.proc)
-        except Exception:
+        except Exception as error:
             self.stop()
-            raise
+            raise RuntimeError(f"marimo run {self.notebook} did not start: {error}\n{self.log_tail()}") from error
         return self
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines marimo printed."""
+        self.log.seek(0)
+        return "\n".join(self.log.read().decode("utf-8", "replace").splitlines()[-lines:])
 
     def __exit__(self, *exc) -> None:
         self.stop()
@@ -178,6 +187,11 @@ class MarimoRun:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+    def __del__(self):
+        log = getattr(self, "log", None)
+        if log is not None:
+            log.close()
 
 
 @dataclass

@@ -144,3 +144,17 @@ def test_spec_is_valid_vega_lite():
     # to_dict(validate=True) checks the spec against the Vega-Lite schema that altair ships.
     chart = bound_chart(_grid(), [Slider("billions", "P"), Select("format", "F", radio=True)], _draw, title="T")
     json.dumps(chart.to_dict(validate=True))
+
+
+def test_the_module_docstring_example_runs_and_shows_the_articles_56_gb():
+    import memmath.static_charts as module
+
+    doc = module.__doc__
+    block = doc[doc.index("Example (the headline control"):].split("::\n", 1)[1].split("\nTips:")[0]
+    code = "\n".join(line[4:] for line in block.splitlines())
+    namespace = {}
+    exec(compile(code.replace("\nbound_chart(", "\nchart = bound_chart(", 1), "docstring", "exec"), namespace)
+    spec = namespace["chart"].to_dict()
+    rows = _rows(spec)
+    at_7b = rows[(rows.billions == 7) & (rows.optimizer == "adamw")]
+    assert at_7b["GB"].sum() == 56  # the article: 7B in pure 16-bit with Adam, 2 + 2 + 4 bytes per parameter
