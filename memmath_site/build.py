@@ -231,8 +231,9 @@ def size_table(reports: list[PageReport], asset_bytes: int) -> str:
 
 def index_page(lessons: list[Lesson]) -> str:
     """The site's front page: the lessons in order, and how to run the live workbook."""
-    items = "\n".join(f'      <li><a href="{html.escape(lesson.page)}">{html.escape(lesson.title)}</a></li>'
-                      for lesson in lessons)
+    # Numbered as the files are (00_start_here.py is lesson 0).
+    items = "\n".join(f'      <li value="{int(lesson.source.name[:2])}"><a href="{html.escape(lesson.page)}">'
+                      f'{html.escape(lesson.title)}</a></li>' for lesson in lessons)
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

@@ -65,7 +65,7 @@ def test_export_command_writes_one_page_per_lesson_and_the_index(built_site):
 def test_index_links_every_lesson_by_the_h1_it_renders(built_site):
     site, _ = built_site
     index = (site / "index.html").read_text(encoding="utf-8")
-    links = re.findall(r'<li><a href="([^"]+)">([^<]+)</a></li>', index)
+    links = re.findall(r'<li value="\d+"><a href="([^"]+)">([^<]+)</a></li>', index)
     assert [href for href, _ in links] == [f"{lesson.stem}.html" for lesson in LESSONS]
     for href, title in links:
         # The H1 as marimo rendered it into the exported page, not as the builder parsed the source.
