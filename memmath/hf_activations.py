@@ -80,6 +80,10 @@ class _Storage:
     nbytes: object
     shared: bool = False  # a table every block reuses (rotary cos/sin, GPT-2's eager mask): counted outside
     existing: bool = False  # already alive before the forward pass (buffers) or kept elsewhere: not counted
+    batch: bool = False  # part of the input batch (token ids, labels): saved, but not allocated by the step
+    born: int = 0  # liveness, for the peak: the step that allocates it,
+    last: int = 0  # the last step that reads it,
+    kept: bool = False  # and whether backward keeps it (saved) past the forward pass
 
 
 @dataclass(eq=False)
@@ -91,26 +95,43 @@ class _Tensor:
 
 
 class _Trace:
-    """A symbolic forward pass: tensors are sizes and requires-grad flags; ops save like autograd."""
+    """A symbolic forward pass: tensors are sizes and requires-grad flags; ops save like autograd.
 
-    def __init__(self, *, e: int, device: str, b, s):
+    It also follows when each storage is allocated and last read (Python drops a temporary after
+    its last use), so peak_live() gives the most bytes alive at once: peak.py uses it.
+    """
+
+    def __init__(self, *, e: int, device: str, b, s, saving: bool = True):
         self.e, self.device, self.b, self.s, self.t = e, device, b, s, b * s
+        self.saving = saving  # False: a checkpointed block's forward, which saves nothing
         self.region = "outside"
         self.saved: dict[int, tuple] = {}
+        self.batch_bytes = 0
+        self.clock = 0
         self._alive: list[_Storage] = []
 
     # ---- bookkeeping ----
-    def new(self, numel, elem=None, grad=False, *, shared=False, existing=False) -> _Tensor:
+    def new(self, numel, elem=None, grad=False, *, shared=False, existing=False, batch=False) -> _Tensor:
         elem = self.e if elem is None else elem
-        storage = _Storage(numel * elem, shared, existing)
+        storage = _Storage(numel * elem, shared, existing, batch, born=self.clock, last=self.clock)
+        self.clock += 1
         self._alive.append(storage)
         return _Tensor(numel, elem, grad, storage)
 
+    def use(self, *tensors):
+        """The tensors are read by the op that allocated last: they live at least until then."""
+        for x in tensors:
+            if x is not None:
+                x.storage.last = max(x.storage.last, self.clock - 1)
+
     def save(self, x: _Tensor, what: str):
         storage = x.storage
-        if storage.existing or id(storage) in self.saved:
+        if not self.saving or storage.existing or id(storage) in self.saved:
             return
+        storage.kept = True
         self.saved[id(storage)] = ("outside" if storage.shared else self.region, what, storage.nbytes)
+        if storage.batch:
+            self.batch_bytes = self.batch_bytes + storage.nbytes
 
     def bytes_in(self, region):
         return sum((nbytes for where, _, nbytes in self.saved.values() if where == region), 0)
@@ -122,10 +143,25 @@ class _Trace:
                 rows[what] = rows.get(what, 0) + nbytes
         return tuple((label or region, what, nbytes) for what, nbytes in rows.items())
 
+    def peak_live(self):
+        """Most bytes alive at once in this trace: saved storages stay, temporaries go after their last use."""
+        storages = [st for st in self._alive if not (st.existing or st.batch)]
+        best = 0
+        for step in sorted({st.born for st in storages}):
+            live = sum((st.nbytes for st in storages if st.born <= step and (st.kept or st.last >= step)), 0)
+            best = np.maximum(best, live) if isinstance(live, np.ndarray) else max(best, live)
+        return best
+
     @property
     def mask_elem(self):
         # CPU dropout multiplies by a mask of the input's dtype; CUDA's fused dropout keeps 1-byte bools.
         return None if self.device == "cpu" else 1
+
+    def tmp(self, numel, elem=None, *reads):
+        """A temporary that the next op reads and drops (allocated now, read by `reads` too)."""
+        out = self.new(numel, elem)
+        self.use(*reads)
+        return out
 
     # ---- ops ----
     def linear(self, x, out_numel, trainable, lora, name):
@@ -133,76 +169,125 @@ class _Trace:
         if trainable:
             self.save(x, f"{name} input")
         grad = x.grad or trainable or lora is not None
+        out = self.new(out_numel, self.e, grad)
+        self.use(x)
         if lora is not None:
             rank, adapter_elem = lora
             # peft casts x to the adapter dtype: a new copy per adapted module when the dtypes differ.
             xa = x if adapter_elem == x.elem else self.new(x.numel, adapter_elem, x.grad)
+            self.use(x)
             self.save(xa, f"{name} LoRA A input" + ("" if xa is x else f" ({adapter_elem}-byte copy)"))
-            self.save(self.new(self.t * rank, adapter_elem, True), f"{name} LoRA B input (rank-wide)")
-        return self.new(out_numel, self.e, grad)
+            a_out = self.new(self.t * rank, adapter_elem, True)
+            self.use(xa)
+            self.save(a_out, f"{name} LoRA B input (rank-wide)")
+            b_out = self.tmp(out_numel, adapter_elem, a_out)
+            scaled = self.tmp(out_numel, adapter_elem, b_out)  # * scaling
+            if adapter_elem != self.e:  # result + lora in mixed dtypes: the CPU first copies result up
+                out = self.tmp(out_numel, adapter_elem, out)
+            total = self.new(out_numel, max(adapter_elem, self.e), True)  # result + lora
+            self.use(out, scaled)
+            if total.elem != self.e:  # result.to(torch_result_dtype)
+                out = self.new(out_numel, self.e, True)
+                self.use(total)
+            else:
+                out = total
+        return out
 
     def layer_norm(self, x, trainable, name):
         """torch.nn.LayerNorm saves input, mean and rstd whenever it is differentiated at all."""
         out = self.new(x.numel, self.e, x.grad or trainable)
+        stat = self.e if self.device == "cpu" else 4  # CPU keeps the stats in the input dtype
+        mean, rstd = self.new(self.t, stat), self.new(self.t, stat)
+        self.use(x, mean, rstd)
         if out.grad:
-            stat = self.e if self.device == "cpu" else 4  # CPU keeps the stats in the input dtype
             self.save(x, f"{name} input")
-            self.save(self.new(self.t, stat), f"{name} mean")
-            self.save(self.new(self.t, stat), f"{name} rstd")
+            self.save(mean, f"{name} mean")
+            self.save(rstd, f"{name} rstd")
         return out
 
     def rms_norm(self, x, trainable, name):
         """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight."""
+        x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
+        square = self.tmp(x.numel, 4, x32)
+        rsqrt = self.tmp(self.t, 4, square)
+        y = self.new(x.numel, 4, x.grad)
+        self.use(x32, rsqrt)
         if x.grad:
-            x32 = x if self.e == 4 else self.new(x.numel, 4, True)
             self.save(x32, f"{name} input in fp32")
-            self.save(self.new(self.t, 4, True), f"{name} rsqrt")
-        normed = self.new(x.numel, self.e, x.grad)
+            self.save(rsqrt, f"{name} rsqrt")
+        normed = y if self.e == 4 else self.tmp(x.numel, self.e, y)
+        normed.grad = x.grad
         if trainable:
             self.save(normed, f"{name} normalized input")
-        return self.new(x.numel, self.e, x.grad or trainable)
+        out = self.new(x.numel, self.e, x.grad or trainable)
+        self.use(normed)
+        return out
 
     def dropout(self, x, on, name):
         """p > 0: saves the mask when x needs a gradient; p = 0 returns x itself."""
         if not on:
             return x
+        mask = self.new(x.numel, self.mask_elem or x.elem)
         if x.grad:
-            self.save(self.new(x.numel, self.mask_elem or x.elem), f"{name} dropout mask")
-        return self.new(x.numel, x.elem, x.grad)
+            self.save(mask, f"{name} dropout mask")
+        out = self.new(x.numel, x.elem, x.grad)
+        self.use(x, mask)
+        return out
 
     def add(self, x, y):
-        return self.new(x.numel, self.e, x.grad or y.grad)
+        out = self.new(x.numel, self.e, x.grad or y.grad)
+        self.use(x, y)
+        return out
 
     def embedding(self, ids, out_numel, trainable, name):
         if trainable:
             self.save(ids, f"{name} indices (int64)")
-        return self.new(out_numel, self.e, trainable)
+        out = self.new(out_numel, self.e, trainable)
+        self.use(ids)
+        return out
 
     def gelu_new(self, x, name):
         """GPT-2's 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) in plain ops: x, tanh, 1 + tanh and 0.5*x saved."""
+        half = self.new(x.numel, self.e, x.grad)  # 0.5 * x, evaluated first
+        inner = self.tmp(x.numel, self.e, x)  # x ** 3
+        for _ in range(3):  # 0.044715 * ., x + ., c * .
+            inner = self.tmp(x.numel, self.e, inner, x)
+        tanh = self.new(x.numel, self.e, x.grad)
+        self.use(inner)
+        one_plus = self.new(x.numel, self.e, x.grad)
+        self.use(tanh)
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(half, one_plus)
         if x.grad:
             self.save(x, f"{name} input (pow)")
-            for what in ("tanh output", "1 + tanh", "0.5 * x"):
-                self.save(self.new(x.numel, self.e, True), f"{name} {what}")
-        return self.new(x.numel, self.e, x.grad)
+            self.save(tanh, f"{name} tanh output")
+            self.save(one_plus, f"{name} 1 + tanh")
+            self.save(half, f"{name} 0.5 * x")
+        return out
 
     def gelu(self, x, name):
         if x.grad:
             self.save(x, f"{name} input")
-        return self.new(x.numel, self.e, x.grad)
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(x)
+        return out
 
     def silu_times(self, gate, up, name):
         """LLaMA's silu(gate) * up: silu keeps gate; the product keeps each factor the other needs."""
         act = self.new(gate.numel, self.e, gate.grad)
+        self.use(gate)
         if gate.grad:
             self.save(gate, f"{name} gate output (SiLU input)")
             self.save(up, f"{name} up output")
         if up.grad:
             self.save(act, f"{name} SiLU output")
-        return self.new(gate.numel, self.e, act.grad or up.grad)
+        out = self.new(gate.numel, self.e, act.grad or up.grad)
+        self.use(act, up)
+        return out
 
     def tanh(self, x, name):
         out = self.new(x.numel, self.e, x.grad)
+        self.use(x)
         if x.grad:
             self.save(out, f"{name} tanh output")
         return out
@@ -212,7 +297,12 @@ class _Trace:
         if x.grad:
             self.save(tables[0], "rotary cos table")
             self.save(tables[1], "rotary sin table")
-        return self.new(x.numel, self.e, x.grad)
+        times_cos = self.tmp(x.numel, self.e, x, tables[0])
+        rotated = self.tmp(x.numel, self.e, x)  # rotate_half: cat of the two halves, one negated
+        times_sin = self.tmp(x.numel, self.e, rotated, tables[1])
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(times_cos, times_sin)
+        return out
 
     def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name):
         n = self.t * heads * head_dim
@@ -220,36 +310,59 @@ class _Trace:
         if kind == "flash":
             grad = q.grad or k.grad or v.grad
             out = self.new(n, self.e, grad)
+            lse = self.new(self.b * heads * self.s, 4)
+            self.use(q, k, v, lse)
             if grad:
                 self.save(q, f"{name} q (SDPA input)")
                 self.save(k, f"{name} k (SDPA input)")
                 self.save(v, f"{name} v (SDPA input)")
-                self.save(self.new(self.b * heads * self.s, 4), f"{name} log-sum-exp (fp32)")
+                self.save(lse, f"{name} log-sum-exp (fp32)")
                 self.save(out, f"{name} SDPA output")
             return out  # the output projection reads it through a view
         elem = 4 if kind == "math" else self.e  # the CPU math kernel upcasts 16-bit inputs to fp32
         what = "fp32 " if kind == "math" and self.e != 4 else ""
-        qc, kc, vc = (self.new(n, elem, x.grad) for x in (q, k, v))
+        held = ()
+        if kind == "math":  # q, k, v upcast (and scaled): locals of the math kernel until it returns
+            held = tuple(self.new(n, elem, x.grad) for x in (q, k, v))
+            self.use(q, k, v)
+            q, k, v = held
+        qc, kc = self.new(n, elem, q.grad), self.new(n, elem, k.grad)
+        self.use(q, k)
         if k.grad:
             self.save(qc, f"{name} q {what}copy (QK^T)")
         if q.grad:
             self.save(kc, f"{name} k^T {what}copy (QK^T)")
         grad = q.grad or k.grad
+        raw = self.tmp(scores, elem, qc, kc)  # q @ k^T
+        raw = self.tmp(scores, elem, raw)  # * scaling (and + mask)
         if kind == "eager" and softmax_fp32:
             probs32 = self.new(scores, 4, grad)
+            self.use(raw)
             if grad:
                 self.save(probs32, f"{name} softmax output (fp32)")
-            probs = probs32 if self.e == 4 else self.new(scores, self.e, grad)
+            if self.e == 4:
+                probs = probs32
+            else:
+                probs = self.new(scores, self.e, grad)
+                self.use(probs32)
         else:
             probs = self.new(scores, elem, grad)
+            self.use(raw)
             if grad:
                 self.save(probs, f"{name} softmax output")
         probs = self.dropout(probs, dropout, f"{name} attention")
+        vc = self.new(n, elem, v.grad)
+        self.use(v)
         if v.grad:
             self.save(probs, f"{name} attention probabilities (PV)")
         if probs.grad:
             self.save(vc, f"{name} v {what}copy (PV)")
-        return self.new(n, self.e, probs.grad or v.grad)  # heads merged: transpose + contiguous copies
+        out = self.tmp(n, elem, probs, vc)  # probs @ v
+        if elem != self.e:
+            out = self.tmp(n, self.e, out)  # back to the model dtype
+        ctx = self.new(n, self.e, probs.grad or v.grad)  # heads merged: transpose + contiguous copies
+        self.use(out, *held)
+        return ctx
 
 
 @dataclass(frozen=True)
@@ -325,7 +438,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
 def _embeddings(tr: _Trace, shape: ModelShape, setup: _Setup, *, dropout, input_grad_hook):
     """The embedding layer's forward pass; returns the first block's input."""
     t, s, h = tr.t, tr.s, _dims(shape)["h"]
-    ids = tr.new(t, INT64)  # the batch's token ids
+    ids = tr.new(t, INT64, batch=True)  # the batch's token ids
     trains = setup.embeddings
     if shape.family == "gpt2":
         x = tr.embedding(ids, t * h, trains, "wte")
@@ -353,8 +466,10 @@ def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, 
         logits = tr.linear(pooled, tr.b * dm["labels"], setup.head, None, "classifier")
         tr.region = "loss"
         if logits.grad:  # CrossEntropyLoss in the logits' dtype
-            tr.save(tr.new(tr.b * dm["labels"], tr.e), "log-softmax output")
-            tr.save(tr.new(tr.b, INT64), "labels (int64)")
+            log_softmax = tr.new(tr.b * dm["labels"], tr.e)
+            tr.use(logits)
+            tr.save(log_softmax, "log-softmax output")
+            tr.save(tr.new(tr.b, INT64, batch=True), "labels (int64)")
             tr.save(tr.new(1, tr.e), "loss total weight")
         return
     norm = tr.layer_norm if shape.family == "gpt2" else tr.rms_norm
@@ -362,7 +477,10 @@ def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, 
     logits = tr.linear(hidden, t * dm["V"], setup.head, None, "lm_head")
     tr.region = "loss"
     if logits.grad:  # ForCausalLMLoss: logits.float(), cross_entropy over the vocabulary
-        tr.save(tr.new(t * dm["V"], 4), "log-softmax output (fp32)")
+        logits32 = logits if tr.e == 4 else tr.tmp(t * dm["V"], 4, logits)
+        log_softmax = tr.new(t * dm["V"], 4)
+        tr.use(logits32, logits)  # the caller still holds the logits while the loss is computed
+        tr.save(log_softmax, "log-softmax output (fp32)")
         # pad(labels, (0, 1))[..., 1:].contiguous(): at b = 1 the slice is already contiguous and keeps
         # the padded storage, one label longer.
         tr.save(tr.new(t + (tr.b == 1), INT64), "shifted labels (int64)")
@@ -402,6 +520,20 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
     block saves again while backward recomputes it. QLoRA is counted as LoRA on a frozen base
     (the 4-bit matmul is assumed to keep no input for its frozen weight; not measured here).
     """
+    return activation_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
+                            dropout=dropout, attention=attention, checkpointing=checkpointing,
+                            device=device)["estimate"]
+
+
+def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,
+                     device) -> dict:
+    """The estimate and its pieces by place, for peak.py: embeddings, tables, head, loss, batch.
+
+    embeddings: saved before the first block; tables: rotary cos/sin or GPT-2's checkpointed mask;
+    head: final norm, head and pooler; loss: the cross-entropy's; batch: saved storages that belong
+    to the input batch (token ids, BERT's labels), alive before the step; first: the first storing
+    block; blocks: every storing block together.
+    """
     if shape.family not in FAMILIES:
         raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
@@ -434,7 +566,7 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
     # Outside the blocks, before them: the embeddings (with transformers' input-grad hook under checkpointing).
     emb = new_trace()
     x = _embeddings(emb, shape, setup, dropout=dropout, input_grad_hook=checkpointing)
-    outside, terms = emb.bytes_in("outside"), list(emb.terms("outside"))
+    embeddings, terms = emb.bytes_in("outside"), list(emb.terms("outside"))
 
     # The blocks.
     tr = new_trace()
@@ -471,8 +603,7 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
             first_layer = first
             terms += tr.terms("first block")
         terms += tr.terms("each block")
-    tables = tr.bytes_in("outside")  # rotary tables (saved by the first storing block) or the shared mask
-    outside = outside + tables * blocks_store
+    tables = tr.bytes_in("outside") * blocks_store  # rotary tables (first storing block) or the shared mask
     terms += tr.terms("outside")
 
     # Outside the blocks, after them: final norm, head, loss. The last block's output needs a
@@ -482,13 +613,30 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
         hl = new_trace()
         _head_and_loss(hl, shape, hl.new(b * s * h, e, grad), setup, dropout=dropout)
         heads[grad] = hl
-    outside = outside + _pick(blocks_store, heads[True].bytes_in("outside"), heads[False].bytes_in("outside"))
+    head = _pick(blocks_store, heads[True].bytes_in("outside"), heads[False].bytes_in("outside"))
     loss = _pick(blocks_store, heads[True].bytes_in("loss"), heads[False].bytes_in("loss"))
     chosen = heads[True] if _positive_any(blocks_store) else heads[False]
     terms += list(chosen.terms("outside")) + list(chosen.terms("loss"))
-    return ActivationEstimate(per_layer, layers_storing, recompute * _positive(layers_storing), outside, loss,
-                              model="transformers", first_layer=first_layer, frozen_per_layer=frozen_per,
-                              frozen_layers_storing=frozen_storing, terms=tuple(terms))
+    # Liveness for peak.py: the most bytes one block (the last) and the head and loss hold at once.
+    live = _Trace(e=e, device=device, b=b, s=s, saving=not checkpointing)
+    x_in = live.new(b * s * h, e, True)
+    x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
+    shared = (live.new(s * dm["d"], e, existing=True), live.new(s * dm["d"], e, existing=True))
+    block(live, "block", x_in, True, shared)
+    # Under checkpointing, backward runs each block's forward again, saving this time.
+    again = _Trace(e=e, device=device, b=b, s=s)
+    x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
+    block(again, "block", x_again, True, (again.new(s * dm["d"], e, existing=True),
+                                          again.new(s * dm["d"], e, existing=True)))
+    estimate = ActivationEstimate(per_layer, layers_storing, recompute * _positive(layers_storing),
+                                  embeddings + tables + head, loss, model="transformers", first_layer=first_layer,
+                                  frozen_per_layer=frozen_per, frozen_layers_storing=frozen_storing,
+                                  terms=tuple(terms))
+    return {"estimate": estimate, "embeddings": embeddings, "tables": tables, "head": head, "loss": loss,
+            "batch": emb.batch_bytes + chosen.batch_bytes, "first": per_layer if first_layer is None else first_layer,
+            "blocks": estimate.layers, "recompute": recompute, "element_bytes": e, "blocks_store": blocks_store,
+            "embeddings_batch": emb.batch_bytes, "block_live": live.peak_live(), "head_live": chosen.peak_live(),
+            "recompute_live": again.peak_live() if checkpointing else 0}
 
 
 def _positive(value):

@@ -55,7 +55,16 @@ SHAPES = {
     # BERT with a 2-label classifier on its pooler (BertForSequenceClassification).
     "bert": dict(family="bert", n_layers=3, hidden_size=64, n_heads=4, intermediate_size=256,
                  vocab_size=1000, max_positions=256, type_vocab_size=2, num_labels=2),
+    # Held-out shapes (grid block 6): added after memmath's model was written, to test it on sizes
+    # it was not derived from. llama-wide has a small vocabulary, so the blocks, not the loss, peak.
+    "gpt2-wide": dict(family="gpt2", n_layers=4, hidden_size=128, n_heads=8, intermediate_size=512,
+                      vocab_size=2000, max_positions=256, tied_embeddings=True),
+    "llama-wide": dict(family="llama", n_layers=4, hidden_size=128, n_heads=8, n_kv_heads=2,
+                       intermediate_size=352, vocab_size=256, tied_embeddings=False),
+    "bert-wide": dict(family="bert", n_layers=4, hidden_size=128, n_heads=8, intermediate_size=512,
+                      vocab_size=2000, max_positions=256, type_vocab_size=2, num_labels=2),
 }
+HELD_OUT = ("gpt2-wide", "llama-wide", "bert-wide")
 
 DROPOUT_P = 0.1  # "dropout on": every dropout probability the family has, at 0.1; "off": 0.0
 LORA_ALPHA = 16
@@ -109,7 +118,7 @@ class Case:
 def grid() -> list[Case]:
     """The recorded grid: every axis of issue 4, without the full cross product (see comments)."""
     cases: list[Case] = []
-    shapes = list(SHAPES)
+    shapes = [name for name in SHAPES if name not in HELD_OUT]
     # 1. Methods x precisions x shapes (AdamW, SDPA, no dropout, no checkpointing, b=2, s=64).
     for shape, precision in itertools.product(shapes, ("fp32", "bf16")):
         methods = [dict(method="full"), dict(method="freeze", frozen_layers=1), dict(method="freeze", frozen_layers=2)]
@@ -137,6 +146,19 @@ def grid() -> list[Case]:
         cases.append(Case(shape, precision="bf16", method="freeze", frozen_layers=1, checkpointing=True))
         cases.append(Case(shape, precision="bf16", method="lora", checkpointing=True))
         cases.append(Case(shape, precision="fp32", method="lora", lora_targets="all", attention="eager", dropout=True))
+    # 6. Held out: wider shapes, mixed settings, measured only after the model was written.
+    for shape in HELD_OUT:
+        cases += [
+            Case(shape, precision="bf16", batch_size=2, seq_len=96),
+            Case(shape, precision="fp32", optimizer="adam_amsgrad", attention="eager", dropout=True, batch_size=1,
+                 seq_len=80),
+            Case(shape, precision="bf16", method="freeze", frozen_layers=3, checkpointing=True, batch_size=3,
+                 seq_len=48),
+            Case(shape, precision="bf16", method="lora", lora_rank=16, lora_targets="all", attention="eager",
+                 batch_size=2, seq_len=64),
+            Case(shape, precision="fp32", method="lora", lora_rank=4, optimizer="sgd_momentum", dropout=True,
+                 checkpointing=True, batch_size=2, seq_len=112),
+        ]
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     if duplicates:
