@@ -13,10 +13,12 @@ from .inference import (
     RULE_OF_THUMB_FACTOR, InferenceMemory, decode_tokens_per_second, inference_memory, kv_cache_bytes,
     working_set_bytes,
 )
+from .measured import load_measured, measured_metadata, predict_case, predict_peak_case
 from .methods import Adapters, Freeze, Full, LoRA, Method, QLoRA, quant_constant_bytes
 from .models import (
     LORA_TARGETS, ModelShape, bert_model, from_hf_config, gpt2_model, llama_model, resolve_model, uniform_model,
 )
+from .peak import PeakEstimate, peak_memory
 from .presets import PRESETS
 from .recipes import OPTIMIZERS, RECIPES, bytes_per_parameter, get_optimizer, get_recipe
 from .training import PART_LABELS, PARTS, TrainingMemory, training_memory
@@ -30,4 +32,5 @@ __all__ = [
     "from_hf_config", "get_format", "get_gpu", "get_optimizer", "get_recipe", "gpt2_model", "inference_memory",
     "korthikanti_per_layer", "kv_cache_bytes", "llama_model", "parse_bytes", "parse_count", "quant_constant_bytes",
     "resolve_model", "round_to_format", "to_unit", "training_memory", "uniform_model", "working_set_bytes",
+    "PeakEstimate", "load_measured", "measured_metadata", "peak_memory", "predict_case", "predict_peak_case",
 ]

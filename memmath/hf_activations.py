@@ -59,6 +59,12 @@ Gradient checkpointing (transformers' default: non-reentrant torch.utils.checkpo
     eager attention, the 4-D mask e*b*s^2 (one storage for all blocks). transformers also makes
     the embedding output require grad, so every block stores, frozen ones too. During backward
     one block at a time is recomputed: recompute_peak is what that block saves again.
+Where the bytes go in the estimate: per_layer and first_layer are the blocks; outside_layers holds
+    the embeddings' tensors, the tables all blocks share (rotary cos/sin, GPT-2's checkpointed mask;
+    the measurement finds them in the first block that saves them), the final norm and the head;
+    loss the cross-entropy's. terms lists every kind of saved tensor with its bytes.
+The trace also follows when each storage is allocated and last read (a temporary dies after its
+    last use, a saved tensor lives until backward), which peak.py uses for the forward pass's peak.
 """
 
 from __future__ import annotations

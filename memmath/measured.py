@@ -124,4 +124,6 @@ def predict_peak_case(row):
     """memmath.peak_memory(...) for a recorded case (the measured counterpart is row.peak_bytes)."""
     from .peak import peak_memory
 
-    return peak_memory(case_model(row), **case_arguments(row, "transformers"))
+    arguments = case_arguments(row)
+    del arguments["activations"]
+    return peak_memory(case_model(row), **arguments)

@@ -92,20 +92,27 @@ class PeakEstimate:
         return max(values, key=values.get)
 
     def parts(self) -> dict:
+        """Phase -> estimated peak bytes, in the order forward, backward, optimizer_step."""
         return {p: getattr(self, p) for p in PHASES}
 
+    def moments_frame(self):
+        """A table of every moment considered: phase, moment, bytes (the largest per phase wins)."""
+        import pandas as pd
 
-def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batch_size=1, seq_len=128,
-                checkpointing=False, attention="sdpa", dropout=False, device="cpu", activations="transformers",
-                ) -> PeakEstimate:
+        return pd.DataFrame([{"phase": p, "moment": label, "bytes": value} for p, label, value in self.moments])
+
+
+def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batch_size=1, seq_len=None,
+                checkpointing=False, attention="eager", dropout=True, device="cuda") -> PeakEstimate:
     """Estimate the peak allocation of one training step (see the module docstring for each term).
 
-    Takes training_memory's arguments for a gpt2, llama or bert shape trained with Full(),
-    Freeze(...) or LoRA(...) in fp32 or 16-bit; the activations come from the "transformers"
-    model (the only one whose tensors are known one by one).
+    Takes training_memory's arguments (and defaults) for a gpt2, llama or bert shape trained with
+    Full(), Freeze(...) or LoRA(...) in fp32 or 16-bit; seq_len is required. The activations come
+    from the "transformers" model, the one whose tensors are known one by one. Measured against
+    PyTorch on the CPU (device="cpu"); device="cuda" rests on the assumptions in the module doc.
     """
-    if activations != "transformers":
-        raise ValueError("peak_memory needs activations='transformers' (the textbook model has no tensor list)")
+    if seq_len is None:
+        raise ValueError("peak_memory needs seq_len (a whole number of tokens per sequence)")
     shape = resolve_model(model)
     method = Full() if method is None else method
     memory = training_memory(shape, precision=precision, optimizer=optimizer, method=method, batch_size=batch_size,
