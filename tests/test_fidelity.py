@@ -27,8 +27,8 @@ ROWS = {row.case_id: row for row in CASES.itertuples(index=False)}
 IDS = list(ROWS)
 ROOT = Path(__file__).resolve().parent.parent
 
-# Cases where the peak estimate misses by more than 5%, each with the reason. strict: if one
-# starts to pass, the test says so and it must leave this list.
+# Cases where the peak estimate misses by more than 5%, each with the reason. They are expected
+# failures; test_known_peak_misses_still_miss fails when one starts to pass, so the list stays true.
 KNOWN_PEAK_MISSES = {
     "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112": (
         "held-out case, estimate 6.4% low: with checkpointing and CPU attention dropout (PyTorch's math "
