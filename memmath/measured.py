@@ -8,7 +8,7 @@ This module reads that file without torch:
     >>> cases = memmath.load_measured()             # one row per case
     >>> row = cases.iloc[0]
     >>> m = memmath.predict_case(row)               # the matching training_memory(...) call
-    >>> int(m.weights) == row.param_bytes
+    >>> int(m.weights) == int(row.param_bytes)
     True
 
 Columns, per case:
