@@ -43,9 +43,10 @@ zero_grad(set_to_none=True), the loss kept but not the logits, CPU kernels' scra
 (oneDNN's bf16 matmul workspaces) left out, and on CUDA no CUDA context (0.3 to 2 GiB more,
 measured by nvidia-smi, not by the allocator). It is an estimate: tests/test_fidelity.py holds
 it to 5% of the measured CPU peak. The moments were read off the profiler's timelines of the
-recorded cases, so those are not independent of it; 15 held-out cases on wider shapes, measured
-afterwards, are: 14 of them are within 5%, one (LoRA with checkpointing and CPU attention dropout)
-is 6.4% low.
+recorded cases, so those are not independent of it. 15 held-out cases on wider shapes were
+measured afterwards: at first 13 were within 5% and two (LoRA with checkpointing and CPU attention
+dropout) 7.0% and 7.8% low; they prompted the recompute moments and GPT-2's third MLP-wide
+gradient, after which 14 are within 5% and one is 6.4% low.
 """
 
 from __future__ import annotations
