@@ -482,11 +482,19 @@ def _load_config(config) -> dict:
         if isinstance(config, str) and text.lstrip().startswith("{"):
             return _parse_json(text, "config")
         path = Path(config)
-        if path.is_dir():
-            path = path / "config.json"
-        if not path.is_file():
-            raise ValueError(f"config path {str(path)!r} is not a file (give a dict, JSON text or a config.json path)")
-        return _parse_json(path.read_text(encoding="utf-8", errors="replace"), str(path))
+        try:
+            if path.is_dir():
+                path = path / "config.json"
+            text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+        except (OSError, ValueError) as error:  # a name too long, a NUL byte, no permission
+            text = None
+            reason = f"cannot be read ({error.__class__.__name__})"
+        else:
+            reason = "is not a file"
+        if text is None:
+            raise ValueError(f"config path {_validate._describe(str(path))} {reason} "
+                             "(give a dict, JSON text or a config.json path)")
+        return _parse_json(text, str(path))
     raise TypeError(f"config must be a dict, JSON text or a path to config.json; got {type(config).__name__}")
 
 
@@ -495,6 +503,8 @@ def _parse_json(text: str, where: str) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"{where} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests JSON too deeply to be a transformers config") from None
     if not isinstance(data, dict):
         raise ValueError(f"{where} must be a JSON object ({{...}}), got a {type(data).__name__}")
     return data
