@@ -129,6 +129,9 @@ def decode_tokens_per_second(memory: InferenceMemory, gpu):
     are read once per step for the whole batch, so a batch of B sequences makes B times as many
     tokens per second in total, each sequence at this rate.
     """
+    if not isinstance(memory, InferenceMemory):
+        raise TypeError(f"memory must be the InferenceMemory that inference_memory(...) returns; "
+                        f"got {type(memory).__name__}")
     gpu = get_gpu(gpu)
     read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
     return gpu.bandwidth_bytes_per_s / read_per_step
