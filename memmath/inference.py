@@ -13,7 +13,7 @@ from . import _validate
 from .activations import ATTENTION_KINDS
 from .formats import get_format
 from .gpus import get_gpu
-from .methods import quantized_weight_bytes
+from .methods import quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape, resolve_model
 
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
@@ -68,19 +68,22 @@ class InferenceMemory:
 def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_format="bf16", quant_block=64):
     """(weight bytes, constant bytes) to serve the model in weights_format.
 
-    Float formats store every tensor in that format. Integer and NF4 formats quantize the linear
-    weights with one fp32 absmax per block of quant_block values (QLoRA's layout; nf4 with double
-    quantization) and keep embeddings, norms and the head in other_format.
+    Float formats store every tensor in that format: ceil(n_params x bits / 8). Integer and NF4
+    formats quantize the linear weights with one fp32 absmax per block of quant_block values
+    (QLoRA's layout; nf4 with double quantization, 0.127 extra bits per weight, Dettmers et al.
+    2023) and keep embeddings, norms and the head in other_format. A uniform model has no tensor
+    list, so all of its parameters are quantized.
     """
     fmt = get_format(weights_format)
+    double_quant = fmt.name == "nf4"
     if fmt.kind == "float":
         return _validate.ceil_div(shape.n_params * fmt.bits, 8), 0
     if not shape.tensor_count_known:
+        # A uniform model has no tensor list: every parameter is quantized, as one tensor.
         weights = _validate.ceil_div(shape.n_params * fmt.bits, 8)
-        blocks = _validate.ceil_div(shape.n_params, quant_block)
-        return weights, blocks * 4
+        return weights, quant_constant_bytes(shape.n_params, block=quant_block, double_quant=double_quant)
     return quantized_weight_bytes(shape, fmt, get_format(other_format).bits, block=quant_block,
-                                  double_quant=fmt.name == "nf4")
+                                  double_quant=double_quant)
 
 
 def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_bits=16, attention="sdpa"):
