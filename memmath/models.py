@@ -153,7 +153,17 @@ class ModelShape:
         return [(module, d_in, d_out) for module, (d_in, d_out) in chosen.items()]
 
     def with_changes(self, **changes) -> "ModelShape":
-        """A copy with some fields changed, checked again."""
+        """A copy with some fields changed, checked again.
+
+        Values that were derived follow the change unless given: head_dim stays hidden_size / n_heads
+        and n_kv_heads stays n_heads (multi-head attention) when they were so before. An explicit
+        head size or a grouped-query kv count that differed from the default is kept.
+        """
+        if "head_dim" not in changes and ("hidden_size" in changes or "n_heads" in changes):
+            if self.head_dim is not None and self.head_dim * self.n_heads == self.hidden_size:
+                changes["head_dim"] = None
+        if "n_kv_heads" not in changes and "n_heads" in changes and self.n_kv_heads == self.n_heads:
+            changes["n_kv_heads"] = None
         return replace(self, **changes)
 
     # ---- checks -----------------------------------------------------------------------------
