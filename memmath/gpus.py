@@ -44,7 +44,8 @@ GPUS: dict[str, GPU] = {
         _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB"),  # 24564 MiB in nvidia-smi (REFERENCE.md)
         _gpu("RTX 5090", 32607, 1792, 209, "consumer", "32 GB"),
         _gpu("T4", 15360, 320, 65, "datacenter", "16 GB", "no bf16: fp16 throughput listed"),
-        _gpu("V100 32GB", 32768, 900, 125, "datacenter", "32 GB", "no bf16: fp16 throughput listed"),
+        # nvidia-smi shows Tesla V100 32GB (SXM2 and PCIe) as 32510 MiB, not the full 32768 MiB.
+        _gpu("V100 32GB", 32510, 900, 125, "datacenter", "32 GB", "no bf16: fp16 throughput listed"),
         _gpu("L4", 23034, 300, 121, "datacenter", "24 GB"),
         _gpu("A10G", 23028, 600, 70, "datacenter", "24 GB"),
         _gpu("RTX A6000", 49140, 768, 155, "datacenter", "48 GB"),
