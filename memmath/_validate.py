@@ -26,13 +26,16 @@ def _describe(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def count(name: str, value, *, low: int = 1, high: int = MAX_DIM):
+def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool = False):
     """A whole number in [low, high]: a Python int for a scalar, an int64 array for an array.
 
     Accepts ints, integral floats (7e9) and numpy numbers; rejects bools, NaN, fractions and
-    strings with a ValueError (TypeError for objects that are not numbers at all).
+    strings with a ValueError (TypeError for objects that are not numbers at all). scalar=True
+    refuses arrays (for settings a sweep cannot vary) with a ValueError.
     """
     allowed = f"a whole number from {low:,} to {high:,}"
+    if scalar and isinstance(value, (np.ndarray, list, tuple)) and np.ndim(value) > 0:
+        raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be {allowed}, got the boolean {value!r}")
     if isinstance(value, str):

@@ -128,8 +128,8 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     attention = _validate.choice("attention", attention, ATTENTION_KINDS)
     activations = _validate.choice("activations", activations, ACTIVATION_MODELS)
     device = _validate.choice("device", device, ("cuda", "cpu"))
-    n_gpus = _validate.count("n_gpus", n_gpus, high=_validate.MAX_GPUS)
-    zero_stage = _validate.count("zero_stage", zero_stage, low=0, high=3)
+    n_gpus = _validate.count("n_gpus", n_gpus, high=_validate.MAX_GPUS, scalar=True)
+    zero_stage = _validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
     if is_plain_count(shape) and not isinstance(method, Full):
         raise ValueError(f"{type(method).__name__} needs a model with layers: pass a preset, a ModelShape or "
                          "uniform_model(n_params, n_layers) instead of a plain parameter count")

@@ -50,7 +50,7 @@ def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:
     only: for an array of bytes use to_unit.
     """
     unit = unit_name(unit)
-    digits = _validate.count("digits", digits, low=0, high=12)
+    digits = _validate.count("digits", digits, low=0, high=12, scalar=True)
     if isinstance(n_bytes, np.ndarray) and n_bytes.ndim:
         raise TypeError("format_bytes formats one size; for an array of bytes use to_unit(n_bytes, unit)")
     value = to_unit(n_bytes, unit)
