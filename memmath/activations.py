@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import _validate
 from .models import ModelShape
 
 ATTENTION_KINDS = ("eager", "sdpa")
@@ -49,9 +50,23 @@ def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_
                           dropout=True, attention="eager"):
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, generalised in e and m).
 
-    At element_bytes=2, mask_bytes=1, dropout, eager attention: s*b*h*(34 + 5*a*s/h).
+    Returns s*b*h*(16e + 2m) + a*s^2*b*(e + e + m) bytes with eager attention (e: element bytes, m:
+    dropout-mask bytes, 0 without dropout, which also drops the e + m of the dropped scores), or
+    s*b*h*(16e + 2m) + 4*a*s*b with fused attention ("sdpa"). At element_bytes=2, mask_bytes=1,
+    dropout, eager attention: s*b*h*(34 + 5*a*s/h). seq_len and batch_size may be arrays.
     """
-    s, b, h, a, e = seq_len, batch_size, hidden_size, n_heads, element_bytes
+    s = _validate.count("seq_len", seq_len, high=_validate.MAX_SEQ)
+    b = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    h = _validate.count("hidden_size", hidden_size, scalar=True)
+    a = _validate.count("n_heads", n_heads, scalar=True)
+    e = _validate.count("element_bytes", element_bytes, high=8, scalar=True)
+    mask_bytes = _validate.count("mask_bytes", mask_bytes, low=0, high=8, scalar=True)
+    dropout = _validate.flag("dropout", dropout)
+    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
+    if _validate.is_array(s, b):
+        _validate.check_sweep("activations per layer", korthikanti_per_layer(
+            seq_len=_validate.largest(s), batch_size=_validate.largest(b), hidden_size=h, n_heads=a,
+            element_bytes=e, mask_bytes=mask_bytes, dropout=dropout, attention=attention))
     m = mask_bytes if dropout else 0
     per_layer = s * b * h * (16 * e + 2 * m)
     if attention == "eager":
@@ -65,7 +80,15 @@ def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_
 def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_bits: int, dropout: bool,
                          attention: str, checkpointing: bool, layers_storing, embeddings_trainable: bool,
                          mask_bytes: int = 1) -> ActivationEstimate:
-    """Korthikanti et al.'s activation model for this shape and what the method trains."""
+    """Korthikanti et al.'s activation model for this shape and what the method trains (see the module doc)."""
+    if _validate.is_array(seq_len, batch_size, layers_storing):
+        # Every term grows with s, b and the storing layers: the largest point bounds the sweep.
+        top = textbook_activations(
+            shape, seq_len=_validate.largest(seq_len), batch_size=_validate.largest(batch_size),
+            activation_bits=activation_bits, dropout=dropout, attention=attention, checkpointing=checkpointing,
+            layers_storing=_validate.largest(layers_storing), embeddings_trainable=embeddings_trainable,
+            mask_bytes=mask_bytes)
+        _validate.check_sweep("activations", top.total)
     e = activation_bits // 8
     m = mask_bytes if dropout else 0
     s, b, h = seq_len, batch_size, shape.hidden_size

@@ -29,6 +29,10 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16"):
     context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
     batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
     bits = get_format(kv_format).bits
+    if _validate.is_array(context_len, batch_size):
+        _validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
+            shape, context_len=_validate.largest(context_len), batch_size=_validate.largest(batch_size),
+            kv_format=kv_format))
     values = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * context_len * batch_size
     return _validate.ceil_div(values * bits, 8)
 
@@ -89,10 +93,22 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
 def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_bits=16, attention="sdpa"):
     """Transient bytes of a prefill over the whole context, one block at a time (no stored activations).
 
-    The residual stream and its normed copy (2 x s*b*h), the largest block intermediate (q, k, v,
-    or the MLP's hidden activations), eager attention's s x s scores and probabilities, and fp32
-    logits for the last position (4 x b x V). An estimate: kernels and allocators add their own.
+    e*s*b*(2h + w) + (eager only) 2*e*a*s^2*b + 4*b*V bytes: the residual stream and its normed
+    copy (2 x s*b*h), the widest block intermediate w (q, k, v together, or the MLP's hidden
+    activations: 3 x intermediate for SwiGLU, 2 x for GELU), eager attention's s x s scores and
+    probabilities, and fp32 logits for the last position (4 x b x V); e = element_bits / 8. An
+    estimate: kernels and allocators add their own. shape may also be a preset name.
     """
+    shape = _needs_heads(resolve_model(shape), "working_set_bytes")
+    context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
+    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    if element_bits not in (8, 16, 32) or isinstance(element_bits, bool):
+        raise ValueError(f"element_bits must be 8, 16 or 32; got {element_bits!r}")
+    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
+    if _validate.is_array(context_len, batch_size):
+        _validate.check_sweep("working set", working_set_bytes(
+            shape, context_len=_validate.largest(context_len), batch_size=_validate.largest(batch_size),
+            element_bits=element_bits, attention=attention))
     s, b, e = context_len, batch_size, element_bits // 8
     h, inner = shape.hidden_size, shape.intermediate_size or 4 * shape.hidden_size
     qkv = (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim

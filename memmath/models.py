@@ -219,6 +219,10 @@ class ModelShape:
             raise ValueError("type_vocab_size and num_labels apply to BERT models only")
         if self.family == "bert" and self.tied_embeddings:
             raise ValueError("tied_embeddings does not apply to BERT here: its pooler/classifier head has no vocabulary matrix")
+        if np.any(self.n_params > _validate.MAX_PARAMS):
+            raise ValueError(f"the shape has {_describe_count(self.n_params)} parameters; at most "
+                             f"{_validate.MAX_PARAMS:,} are supported (check hidden_size, intermediate_size, "
+                             "vocab_size and n_layers)")
 
     def _check_heads(self):
         h, a = self.hidden_size, self.n_heads
@@ -233,6 +237,10 @@ class ModelShape:
             raise ValueError(f"n_kv_heads ({kv}) must divide n_heads ({a})")
         if self.family in ("gpt2", "bert") and (kv != a or self.head_dim * a != h):
             raise ValueError(f"{self.family} models use n_kv_heads = n_heads and head_dim = hidden_size / n_heads")
+
+
+def _describe_count(value) -> str:
+    return f"{int(np.max(value)):,}" if isinstance(value, np.ndarray) else f"{value:,}"
 
 
 def _lora_targets(targets) -> tuple[str, ...]:
