@@ -310,9 +310,14 @@ class QLoRA(LoRA):
 def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = True):
     """Bytes of block-wise absmax constants for one tensor of n elements.
 
-    One fp32 constant per block of `block` values (4 B each); with double quantization the
-    constants are 8-bit with one fp32 constant per 256 of them (Dettmers et al. 2023, section 3).
+    Without double quantization 4 x ceil(n / block): one fp32 constant per block (32/64 = 0.5 bits
+    per value at block 64). With it, ceil(n / block) 8-bit constants plus 4 x ceil(blocks / 256)
+    for one fp32 constant per 256 of them (8/64 + 32/(64*256) = 0.127 bits per value; Dettmers et
+    al. 2023, QLoRA, section 3). n_elements may be an array.
     """
+    n_elements = _validate.count("n_elements", n_elements, low=0, high=_validate.MAX_PARAMS)
+    block = _validate.count("block", block, high=2**16, scalar=True)
+    double_quant = _validate.flag("double_quant", double_quant)
     blocks = _validate.ceil_div(n_elements, block)
     if not double_quant:
         return blocks * 4
