@@ -497,7 +497,7 @@ def _load_config(config) -> dict:
         return config
     if isinstance(config, (str, os.PathLike)):
         text = str(config)
-        if isinstance(config, str) and text.lstrip().startswith("{"):
+        if isinstance(config, str) and text.lstrip().startswith(("{", "[")):
             return _parse_json(text, "config")
         path = Path(config)
         try:
