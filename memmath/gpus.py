@@ -90,9 +90,11 @@ class Fit:
 
 
 def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
-    """Does a per-GPU requirement fit one card? reserved_bytes: what else the card holds (CUDA context).
+    """Does a per-GPU requirement fit one card? A Fit with available_bytes = memory_bytes -
+    reserved_bytes and headroom_bytes = available - required (negative: that many bytes missing).
 
-    Pass a TrainingMemory/InferenceMemory or its .total in bytes.
+    Pass a TrainingMemory/InferenceMemory or its .total in bytes; reserved_bytes is what else the
+    card holds (a CUDA context takes roughly 0.3-2 GiB).
     """
     gpu = get_gpu(gpu)
     required = getattr(required_bytes, "total", required_bytes)
@@ -102,7 +104,8 @@ def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
 
 
 def fit_table(required_bytes, *, reserved_bytes=0, gpus=None, unit="GiB") -> pd.DataFrame:
-    """Every catalog GPU with its memory, the requirement, the headroom and a yes/no verdict, smallest first."""
+    """A table of every catalog GPU (or `gpus`), smallest first: memory and headroom (memory -
+    reserved - required) in `unit` (labelled in the column names) and whether it fits."""
     from .units import UNITS, unit_name
 
     unit = unit_name(unit)

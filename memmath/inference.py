@@ -122,8 +122,11 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
 
 def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, context_len=2048,
                      attention="sdpa") -> InferenceMemory:
-    """Bytes to serve `model`: weights in weights_format, the KV cache in kv_format for batch_size
-    sequences of context_len tokens, and a prefill working set (see working_set_bytes)."""
+    """Bytes to serve `model`, as an InferenceMemory: weights in weights_format (and their
+    quantization constants, see inference_weight_bytes), the KV cache in kv_format for batch_size
+    sequences of context_len tokens (kv_cache_bytes: 2 x layers x kv_heads x head_dim x tokens x
+    bytes), and a prefill working set (working_set_bytes). .total is their sum; .rule_of_thumb the
+    "weights x 1.2" estimate. batch_size and context_len may be numpy arrays."""
     shape = resolve_model(model)
     batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
     context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)

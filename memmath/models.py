@@ -388,7 +388,11 @@ _LORA_TABLES = {
 # ---- constructors ----------------------------------------------------------------------------
 def gpt2_model(*, n_layers, hidden_size, n_heads, vocab_size=50257, max_positions=1024,
                intermediate_size=None, tied_embeddings=True, name="") -> ModelShape:
-    """A GPT-2 style shape (intermediate_size defaults to 4 x hidden_size, as GPT-2's n_inner=None)."""
+    """A GPT-2 style shape (intermediate_size defaults to 4 x hidden_size, as GPT-2's n_inner=None).
+
+    With a 4h MLP and the tied head: n_params = V*h + P*h + L*(12h^2 + 13h) + 2h (gpt2: 124,439,808);
+    an untied head adds V*h.
+    """
     inner = intermediate_size if intermediate_size is not None else 4 * _validate.count("hidden_size", hidden_size)
     return ModelShape("gpt2", n_layers, hidden_size, n_heads, None, None, inner, vocab_size, max_positions,
                       tied_embeddings, name=name)
@@ -396,14 +400,24 @@ def gpt2_model(*, n_layers, hidden_size, n_heads, vocab_size=50257, max_position
 
 def llama_model(*, n_layers, hidden_size, n_heads, intermediate_size, vocab_size, n_kv_heads=None,
                 head_dim=None, tied_embeddings=False, attention_bias=False, mlp_bias=False, name="") -> ModelShape:
-    """A LLaMA style shape (also Mistral): RMSNorm, SwiGLU, grouped-query attention, rotary positions."""
+    """A LLaMA style shape (also Mistral): RMSNorm, SwiGLU, grouped-query attention, rotary positions.
+
+    n_params = V*h*(1 if tied else 2) + h + L*(2*h*a*d + 2*h*kv*d + 3*h*I + 2*h), d = head_dim
+    (hidden_size / n_heads unless given), kv = n_kv_heads (n_heads unless given); biases add
+    (a + 2kv)*d + h per block for attention_bias and 2I + h for mlp_bias. Llama-2-7B: 6,738,415,616.
+    """
     return ModelShape("llama", n_layers, hidden_size, n_heads, n_kv_heads, head_dim, intermediate_size,
                       vocab_size, None, tied_embeddings, attention_bias=attention_bias, mlp_bias=mlp_bias, name=name)
 
 
 def bert_model(*, n_layers, hidden_size, n_heads, intermediate_size=None, vocab_size=30522,
                max_positions=512, type_vocab_size=2, num_labels=0, name="") -> ModelShape:
-    """A BERT style encoder with its pooler; num_labels > 0 adds a classification layer."""
+    """A BERT style encoder (transformers' BertModel) with its pooler; num_labels > 0 adds a classifier.
+
+    n_params = (V + P + T)*h + 2h + L*(4h^2 + 2h*I + 9h + I) + h^2 + h, plus num_labels*(h + 1) for
+    the classifier (T = type_vocab_size; I = 4h gives 12h^2 + 13h per block). bert-base-uncased:
+    109,482,240. A masked-LM head is not counted.
+    """
     inner = intermediate_size if intermediate_size is not None else 4 * _validate.count("hidden_size", hidden_size)
     return ModelShape("bert", n_layers, hidden_size, n_heads, None, None, inner, vocab_size, max_positions,
                       False, type_vocab_size=type_vocab_size, num_labels=num_labels, name=name)
@@ -413,7 +427,10 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
     """The article's generic model: n_params parameters in n_layers equal layers.
 
     n_params may be a numpy array (a sweep). Give hidden_size and n_heads (and vocab_size for the
-    loss term) when activations should be estimated too.
+    loss term) when activations should be estimated too. Each layer holds n_params // n_layers
+    parameters; a remainder sits outside the layers (as "embeddings"). The layers have no named
+    matrices, so component_params() reports them under "attention", Adam's per-tensor step
+    counters are not counted and LoRA/QLoRA need a real shape.
     """
     if isinstance(n_params, str):
         from .units import parse_count
@@ -430,8 +447,11 @@ SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "bert")
 def from_hf_config(config) -> ModelShape:
     """A ModelShape from a transformers config: a dict, JSON text, or a path to config.json.
 
-    Only JSON is read; nothing is executed. Supports model_type gpt2, llama, mistral and bert. A
-    missing field, a field of the wrong kind or an unsupported model_type raises ValueError naming it.
+    Only JSON is read; nothing is executed. Supports model_type gpt2 (GPT2LMHeadModel), llama and
+    mistral (LlamaForCausalLM/MistralForCausalLM) and bert (BertModel with its pooler, plus the
+    classifier when architectures names a ...ForSequenceClassification; a masked-LM head is not
+    counted). A missing field, a field of the wrong kind or an unsupported model_type raises
+    ValueError naming it.
     """
     config = _load_config(config)
     model_type = config.get("model_type")

@@ -120,7 +120,10 @@ def get_optimizer(name) -> Optimizer:
 
 
 def bytes_per_parameter(precision="bf16", optimizer="adamw") -> dict[str, float]:
-    """Bytes each trainable parameter costs in full finetuning, part by part, and their sum.
+    """Bytes each trainable parameter costs in full finetuning, part by part, and their sum (floats).
+
+    weights = weight_bits / 8, gradients = grad_bits / 8, gradient_accumulation = accum_bits / 8,
+    master_weights = master_bits / 8, optimizer_states = states x state_bits / 8.
 
     Leaves out what is per tensor (Adam's step counters) or per block (8-bit constants) and
     activations. Pure bf16 + AdamW: 2 + 2 + 0 + 4 = 8 B; mixed + AdamW: 2 + 2 + 4 + 8 = 16 B.

@@ -73,7 +73,8 @@ class TrainingMemory:
 
     @property
     def trainable_fraction(self):
-        """Trainable parameters over the base model's parameters (adapters can push it above 0)."""
+        """trainable_params / total_params. Adapters count as trainable but not in total_params, so a
+        frozen base with adapters gives a small positive fraction (Houlsby: about 0.03)."""
         return self.trainable_params / self.total_params
 
     @property
@@ -114,6 +115,13 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     keep, see hf_activations). n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
     optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
     2020, ZeRO, section 5). batch_size and seq_len may be numpy arrays; results broadcast.
+
+    Per trainable set of Nt parameters (bits from the recipe, or the adapters' own format):
+    gradients ceil(Nt x grad_bits / 8), master weights ceil(Nt x 32 / 8) when the recipe keeps an
+    fp32 copy of 16-bit weights, optimizer states ceil(states x Nt x state_bits / 8) (+ 4 B per
+    tensor for Adam/AdamW/Adafactor's step, + 4 B per 2,048 values for 8-bit Adam's constants;
+    Adafactor: rows + columns per matrix). Weights are the method's stored bytes. Every part is an
+    int (an int64 array in a sweep); TrainingMemory.total is their sum.
     """
     shape = resolve_model(model)
     method = Full() if method is None else method
@@ -185,7 +193,8 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
         if opt.step_bytes_per_tensor and shape.tensor_count_known:
             states = states + opt.step_bytes_per_tensor * s.tensors
     if opt.step_bytes_per_tensor and not shape.tensor_count_known:
-        notes.append("Adam's 4-byte step counters (one per tensor) are not counted: a uniform model has no tensor list")
+        notes.append("the optimizer's 4-byte step counters (one per tensor) are not counted: a uniform model "
+                     "has no tensor list")
     if opt.factored and not shape.tensor_count_known:
         notes.append("Adafactor cannot factor a uniform model's layers (no matrix shapes): counted as full second moments")
     return gradients, accumulation, master, states
