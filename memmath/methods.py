@@ -65,15 +65,21 @@ class Method:
     """Base class: a finetuning method. `describe()` says in one line what trains."""
 
     def plan(self, shape: ModelShape, recipe: Recipe) -> Plan:  # pragma: no cover - abstract
+        """The Plan for this shape and recipe: stored weight bytes, trainable sets, storing layers."""
         raise NotImplementedError
 
     def describe(self) -> str:  # pragma: no cover - abstract
+        """One line saying what trains, for the assumptions shown beside every number."""
         raise NotImplementedError
 
 
 @dataclass(frozen=True)
 class Full(Method):
-    """Full finetuning: every parameter trains."""
+    """Full finetuning: every parameter trains (Nt = N), every block stores activations.
+
+    Weights ceil(N x weight_bits / 8) bytes; training.py adds gradients, master copy and optimizer
+    states for all N parameters.
+    """
 
     def plan(self, shape, recipe):
         sets, tensor_total = [], 0
@@ -235,9 +241,10 @@ class Adapters(Method):
 class LoRA(Method):
     """LoRA (Hu et al. 2021): W + B @ A on the target matrices of every block; the base is frozen.
 
-    Each adapted d_in x d_out matrix adds r x (d_in + d_out) trainable parameters. adapter_format
-    defaults to fp32 because peft's get_peft_model keeps adapters in fp32 on a 16-bit base
-    (autocast_adapter_dtype=True); None stores them like the base weights.
+    Each adapted d_in x d_out matrix adds r x (d_in + d_out) trainable parameters (A: r x d_in,
+    B: d_out x r). adapter_format defaults to fp32 because peft's get_peft_model keeps adapters in
+    fp32 on a 16-bit base (autocast_adapter_dtype=True); None stores them like the base weights.
+    Weights: the frozen base at the recipe's bits plus ceil(adapters x adapter bits / 8).
     """
 
     rank: object = 8
@@ -291,7 +298,8 @@ class QLoRA(LoRA):
     def __post_init__(self):
         super().__post_init__()
         _validate.flag("double_quant", self.double_quant)
-        object.__setattr__(self, "quant_block", _validate.count("quant_block", self.quant_block, high=2**16))
+        object.__setattr__(self, "quant_block", _validate.count("quant_block", self.quant_block, high=2**16,
+                                                                scalar=True))
 
     def plan(self, shape, recipe):
         params, tensors, factored = self._adapter_stats(shape)
