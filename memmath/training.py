@@ -114,7 +114,8 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     activations "textbook" (Korthikanti et al. 2022) or "transformers" (what the PyTorch models
     keep, see hf_activations). n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
     optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
-    2020, ZeRO, section 5). batch_size and seq_len may be numpy arrays; results broadcast.
+    2020, ZeRO, section 5). batch_size is the micro-batch each GPU processes (data parallelism does
+    not shard activations). batch_size and seq_len may be numpy arrays; results broadcast.
 
     Per trainable set of Nt parameters (bits from the recipe, or the adapters' own format):
     gradients ceil(Nt x grad_bits / 8), master weights ceil(Nt x 32 / 8) when the recipe keeps an
