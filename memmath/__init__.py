@@ -20,6 +20,7 @@ from .models import (
 from .presets import PRESETS
 from .recipes import OPTIMIZERS, RECIPES, bytes_per_parameter, get_optimizer, get_recipe
 from .training import PART_LABELS, PARTS, TrainingMemory, training_memory
+from . import literature, viz
 from .units import UNITS, format_bytes, parse_bytes, parse_count, to_unit
 
 __all__ = [
