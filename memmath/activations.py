@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from ._validate import is_array
 from .models import ModelShape
 
 ATTENTION_KINDS = ("eager", "sdpa")
@@ -65,7 +68,20 @@ def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_
 def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_bits: int, dropout: bool,
                          attention: str, checkpointing: bool, layers_storing, embeddings_trainable: bool,
                          mask_bytes: int = 1) -> ActivationEstimate:
-    """Korthikanti et al.'s activation model for this shape and what the method trains."""
+    """Korthikanti et al.'s activation model for this shape and what the method trains.
+
+    A sweep (numpy arrays) whose largest point would pass 2**63 bytes raises ValueError instead of
+    wrapping around silently in int64.
+    """
+    if is_array(seq_len, batch_size, layers_storing):
+        largest = textbook_activations(
+            shape, seq_len=float(np.max(seq_len)), batch_size=float(np.max(batch_size)),
+            activation_bits=activation_bits, dropout=dropout, attention=attention, checkpointing=checkpointing,
+            layers_storing=float(np.max(layers_storing)), embeddings_trainable=embeddings_trainable,
+            mask_bytes=mask_bytes)
+        if largest.total >= 2**63:
+            raise ValueError(f"seq_len and batch_size are too large for this sweep: activations would reach "
+                             f"{largest.total:.3g} bytes, past int64; sweep smaller values")
     e = activation_bits // 8
     m = mask_bytes if dropout else 0
     s, b, h = seq_len, batch_size, shape.hidden_size

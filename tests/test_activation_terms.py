@@ -55,3 +55,13 @@ def test_terms_broadcast_over_arrays():
     total = sum(t.bytes for t in terms)
     expected = seqs * 64 * (34 + 5 * 2 * seqs / 64)
     np.testing.assert_array_equal(total, expected.astype(np.int64))
+
+
+def test_sweep_past_int64_raises_instead_of_wrapping():
+    # 128 layers x 5*a*s^2*b at a=128, s=2**22, b=2**10 is 5 * 2**68 B: an int64 sweep would wrap.
+    model = mm.gpt2_model(n_layers=128, hidden_size=8192, n_heads=128)
+    with pytest.raises(ValueError, match="seq_len and batch_size"):
+        mm.training_memory(model, seq_len=np.array([2**20, 2**22]), batch_size=2**10)
+    # The same point as a scalar stays an exact Python int.
+    scalar = mm.training_memory(model, seq_len=2**22, batch_size=2**10).activations
+    assert scalar > 5 * 2**68
