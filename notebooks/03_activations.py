@@ -60,17 +60,20 @@ def _(mo):
 
 
 @app.cell
-def _(mm, pd):
+def _(mm, mo, pd):
     _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)  # e = 2 B, m = 1 B
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
-    terms_table
+    mo.ui.table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}),
+                selection=None, pagination=False, show_column_summaries=False, show_data_types=False)
     return (terms_table,)
 
 
 @app.cell(hide_code=True)
 def _(mo, terms_table):
     def _sum_of(rows):
+        if len(rows) == 1:
+            return str(rows["bytes each"].sum())
         return " + ".join(str(c) for c in rows["bytes each"]) + f" = {rows['bytes each'].sum()}"
 
     _linear = terms_table[terms_table["counted per"] == "s*b*h"]
@@ -118,7 +121,8 @@ def _(mm, mo, preset_dropdown):
     heads_slider = mo.ui.slider(1, 128, value=preset.n_heads, show_value=True, label="Attention heads a")
     vocab_slider = mo.ui.slider(steps=[1000, 8000, 32000, 50257, 100000, 128256, 256000],
                                 value=preset.vocab_size, show_value=True, label="Vocabulary V (tokens)")
-    mo.vstack([layers_slider, width_slider, heads_slider, vocab_slider])
+    mo.hstack([mo.vstack([layers_slider, width_slider]), mo.vstack([heads_slider, vocab_slider])],
+              justify="start", gap=2)
     return heads_slider, layers_slider, preset, vocab_slider, width_slider
 
 
@@ -133,7 +137,8 @@ def _(mo):
                                   value="eager (keeps s × s scores)", label="Attention kernel")
     checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.vstack([batch_slider, seq_slider, attention_radio, checkpointing_switch, unit_radio])
+    mo.hstack([mo.vstack([batch_slider, seq_slider, checkpointing_switch, unit_radio]), attention_radio],
+              justify="start", gap=2)
     return attention_radio, batch_slider, checkpointing_switch, seq_slider, unit_radio
 
 
@@ -233,7 +238,7 @@ def _(mo):
 
 
 @app.cell
-def _(batch_size, mm, model, pd, seq_len, size, unit):
+def _(batch_size, mm, mo, model, pd, seq_len, size, unit):
     _rows = []
     for _attention in ("eager", "sdpa"):
         for _ckpt in (False, True):
@@ -242,8 +247,9 @@ def _(batch_size, mm, model, pd, seq_len, size, unit):
             _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
                           "checkpointing": "yes" if _ckpt else "no",
                           "activations": size(_r.activations, unit), "total": size(_r.total, unit),
-                          "activations / rest": f"{_r.activations / _r.without_activations:.2f}×"})
-    pd.DataFrame(_rows)
+                          "activations / rest": f"{_r.activations / _r.without_activations:,.2f}×"})
+    mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
+                show_data_types=False)
     return
 
 
@@ -294,13 +300,20 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, un
     _lines = alt.Chart(_frame).mark_line(point=True).encode(
         x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
         y=alt.Y("size:Q", title=viz.memory_axis_title(unit) + ", log scale", scale=alt.Scale(type="log")),
-        color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top")),
+        color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
         tooltip=["what:N", alt.Tooltip("x:Q", title=_x_title), alt.Tooltip("size:Q", title=unit, format=",.3f")])
     _now = seq_len if sweep_radio.value == "sequence length" else batch_size
     _rule = alt.Chart(pd.DataFrame({"x": [_now]})).mark_rule(strokeDash=[4, 4], color="black").encode(x="x:Q")
     _over = sweep_values[_acts > _rest]
     crossover = int(_over[0]) if _over.size else None
-    (_lines + _rule).properties(width=560, height=300, title="Activations against everything else")
+    _chart = _lines + _rule
+    if crossover:
+        _mark = pd.DataFrame({"x": [crossover], "size": [mm.to_unit(int(_acts[sweep_values == crossover][0]), unit)],
+                              "label": ["activations overtake"]})
+        _chart += alt.Chart(_mark).mark_point(size=220, shape="diamond", filled=True, color="black").encode(
+            x="x:Q", y="size:Q") + alt.Chart(_mark).mark_text(align="right", dx=-10, dy=-10, fontSize=12).encode(
+            x="x:Q", y="size:Q", text="label:N")
+    _chart.properties(width=560, height=300, title="Activations against everything else")
     return (crossover,)
 
 
@@ -436,6 +449,9 @@ def _(mm, mo):
 def _(mo):
     mo.md("""
     ## Appendix: helpers
+
+    Two small helpers: one picks a number of heads that divides the width, one prints sizes in the
+    chosen unit family (TB, GB, MB, KB or TiB, GiB, MiB, KiB).
     """)
     return
 
@@ -447,8 +463,8 @@ def _(mm):
         return max(d for d in range(1, min(width, heads) + 1) if width % d == 0)
 
     def size(n_bytes, unit):
-        """A labelled size in unit (GB or GiB), stepping down to MB/MiB or KB/KiB for small values."""
-        steps = ("GB", "MB", "KB") if unit == "GB" else ("GiB", "MiB", "KiB")
+        """A labelled size in unit's family (GB: TB/GB/MB/KB, GiB: TiB/GiB/MiB/KiB), the largest that is >= 1."""
+        steps = ("TB", "GB", "MB", "KB") if unit == "GB" else ("TiB", "GiB", "MiB", "KiB")
         for step in steps:
             if n_bytes >= mm.UNITS[step]:
                 return mm.format_bytes(n_bytes, step)
