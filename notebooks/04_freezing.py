@@ -85,7 +85,7 @@ def _(alt, n_frozen, n_layers, pd, viz):
     _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
                            "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
     alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("layer:O", title="Layer (input side on the left)"),
+        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0)),
         color=alt.Color("state:N", title=None, scale=alt.Scale(
             domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
         tooltip=["layer:O", "state:N"],
@@ -141,7 +141,7 @@ def _(mo):
 def _(mo):
     preset_dropdown = mo.ui.dropdown(options=["gpt2", "gpt2-large", "bert-base-uncased", "bert-large-uncased",
                                               "llama-2-7b", "llama-3-8b", "mistral-7b"],
-                                     value="llama-2-7b", label="Model")
+                                     value="gpt2", label="Model")
     head_switch = mo.ui.switch(value=True, label="Train the head")
     norm_switch = mo.ui.switch(value=True, label="Train the final norm")
     embeddings_switch = mo.ui.switch(value=False, label="Train the embeddings")
@@ -177,16 +177,20 @@ def _(batch_slider, embeddings_switch, head_switch, mm, norm_switch, preset_drop
 @app.cell(hide_code=True)
 def _(freeze, mo, model):
     _groups = freeze.groups(model)
-    mo.ui.table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})),
+    mo.ui.table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"}),
+                               params=_groups["params"].map("{:,}".format)),
                 selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                format_mapping={"params": "{:,}"})
+                wrapped_columns=["note"], text_justify_columns={"params": "right"})
     return
 
 
 @app.cell(hide_code=True)
-def _(freeze, frozen, mo, model):
+def _(freeze, frozen, mo, model, seq_slider):
     _k = freeze.layers_trained(model)
     _notes = [f"Note: {n}." for n in frozen.notes if "tied" in n]
+    if model.max_positions and seq_slider.value > model.max_positions:
+        _notes.append(f"{model.name} reads at most {model.max_positions:,} tokens; the activations below "
+                      f"for {seq_slider.value:,} are the arithmetic, not a run the real model could do.")
     mo.md(f"""
     {model.name}: **{frozen.trainable_params:,} of {model.n_params:,} parameters train,
     {frozen.trainable_fraction:.2%}**. The blocks alone would give k / L = {_k} / {model.n_layers}
@@ -213,7 +217,7 @@ def _(alt, frozen_grid, model, pd, real_frozen_slider, share_grid):
                       "what": "k / L (blocks only)"}),
     ])
     _lines = alt.Chart(_frame).mark_line(point=True).encode(
-        x=alt.X("frozen:Q", title="Frozen blocks"),
+        x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers])),
         y=alt.Y("share:Q", title="Trainable share of parameters", axis=alt.Axis(format="%")),
         color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300)),
         strokeDash=alt.StrokeDash("what:N", legend=None),
@@ -282,8 +286,10 @@ def _(mm, mo):
     Freezing saves memory, but the article warns that it does not solve the problem. Partial
     finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
     One reported study: {mm.literature.cite("bert_large_partial_share")}. That is one number,
-    about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve; the chart shows it as a
-    single mark against what each choice of top blocks costs, computed for BERT-large.
+    about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
+    not reproduced here. The chart shows that one share as a dashed line against what each choice
+    of top blocks costs in memory, computed for BERT-large (the blue points; full finetuning also
+    trains the embeddings).
     """)
     return
 
@@ -301,7 +307,7 @@ def _(batch_slider, mm, np, seq_slider):
 
 
 @app.cell(hide_code=True)
-def _(alt, bert_full, bert_sweep, mm, pd, top_blocks, unit, viz):
+def _(alt, bert_full, bert_sweep, mm, np, pd, top_blocks, unit, viz):
     _reported = mm.literature.REPORTED["bert_large_partial_share"].value / 100
     _frame = pd.DataFrame({"share": bert_sweep.trainable_fraction, "top": top_blocks,
                            "size": mm.to_unit(bert_sweep.total, unit)})
@@ -310,25 +316,35 @@ def _(alt, bert_full, bert_sweep, mm, pd, top_blocks, unit, viz):
         y=alt.Y("size:Q", title=viz.memory_axis_title(unit), scale=alt.Scale(zero=True)),
         tooltip=[alt.Tooltip("top:Q", title="top blocks trained"), alt.Tooltip("share:Q", format=".1%"),
                  alt.Tooltip("size:Q", title=unit, format=",.2f")])
-    _marks = pd.DataFrame({"share": [_reported, bert_full.trainable_fraction],
-                           "label": ["reported: ~25% needed to match full finetuning", "full finetuning"]})
-    _rules = alt.Chart(_marks).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(x="share:Q")
-    _text = alt.Chart(_marks).mark_text(align="right", dx=-4, dy=6, angle=0, fontSize=11).encode(
-        x="share:Q", y=alt.value(8), text="label:N")
-    (_points + _rules + _text).properties(width=560, height=280, title="BERT-large: memory for each number of top blocks trained")
+    _first = int(np.argmax(bert_sweep.trainable_fraction >= _reported))
+    _dots = pd.DataFrame({"share": [bert_sweep.trainable_fraction[_first], bert_full.trainable_fraction],
+                          "size": [mm.to_unit(bert_sweep.total[_first], unit), mm.to_unit(bert_full.total, unit)],
+                          "label": [f"top {_first} blocks", "full finetuning"]})
+    _dot_marks = alt.Chart(_dots).mark_point(size=160, filled=True, color="black", shape="diamond").encode(
+        x="share:Q", y="size:Q", tooltip=["label:N", alt.Tooltip("size:Q", title=unit, format=",.2f")])
+    _dot_text = alt.Chart(_dots).mark_text(align="right", dx=-10, dy=-8, fontSize=11).encode(
+        x="share:Q", y="size:Q", text="label:N")
+    _rule_frame = pd.DataFrame({"share": [_reported], "label": ["reported share (one number)"]})
+    _rule = alt.Chart(_rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(x="share:Q")
+    _rule_text = alt.Chart(_rule_frame).mark_text(align="left", dx=4, fontSize=11).encode(
+        x="share:Q", y=alt.value(12), text="label:N")
+    (_points + _rule + _rule_text + _dot_marks + _dot_text).properties(
+        width=560, height=280, title="BERT-large: memory for each number of top blocks trained")
     return
 
 
 @app.cell(hide_code=True)
-def _(bert, bert_full, bert_sweep, mm, mo, np, top_blocks, unit, viz):
+def _(bert, bert_full, bert_sweep, mm, mo, np, seq_slider, top_blocks, unit, viz):
     _reported = mm.literature.REPORTED["bert_large_partial_share"].value / 100
     _k = int(top_blocks[np.argmax(bert_sweep.trainable_fraction >= _reported)])
     _houlsby = mm.literature.REPORTED["houlsby_trainable_share"]
+    _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
+               if seq_slider.value > bert.max_positions else "")
     mo.md(f"""
     {_reported:.0%} of BERT-large is {int(_reported * bert.n_params):,} parameters. Training the top
     {_k} of {bert.n_layers} blocks (and the pooler) is the first choice that reaches it:
     {bert_sweep.trainable_fraction[_k]:.1%}, {mm.format_bytes(bert_sweep.total[_k], unit)} against
-    {mm.format_bytes(bert_full.total, unit)} for full finetuning at your batch and length.
+    {mm.format_bytes(bert_full.total, unit)} for full finetuning at your batch and length{_beyond}.
 
     Compare Houlsby's adapters: {_houlsby.value:g}% trainable parameters per task ({_houlsby.source}).
     That gap is why the field moved to parameter-efficient methods:

@@ -30,24 +30,25 @@ def test_article_ten_layers_nine_frozen(default_run):
     assert defs["equal_frozen"].total == 18_200_000_000
 
 
-def test_llama_default_share_by_hand(default_run):
-    # Llama-2-7B, first 30 of 32 blocks frozen: 2 x 202,383,360 (blocks) + 4,096 (norm) + 131,072,000
-    # (untied head) = 535,842,816 of 6,738,415,616 parameters.
+def test_gpt2_default_share_by_hand(default_run):
+    # GPT-2, first 10 of 12 blocks frozen: 2 x (12h^2 + 13h) = 2 x 7,087,872 (blocks) + 2h = 1,536 (ln_f);
+    # the head is tied to the frozen token embedding. 14,177,280 of 124,439,808 parameters.
     _, defs = default_run
     frozen = defs["frozen"]
-    assert frozen.trainable_params == 535_842_816
-    assert frozen.trainable_fraction == pytest.approx(535_842_816 / 6_738_415_616)
-    # Backward stops at block 31: only 2 blocks keep activations (16-bit input of the 34-byte SDPA block).
+    assert frozen.trainable_params == 2 * 7_087_872 + 1_536 == 14_177_280
+    assert frozen.trainable_fraction == pytest.approx(14_177_280 / 124_439_808)
+    # Backward stops at block 11: only 2 blocks keep activations.
     assert frozen.activation_detail.layers_storing == 2
-    assert frozen.weights == defs["full"].weights == 2 * 6_738_415_616  # frozen weights are still stored
+    assert frozen.weights == defs["full"].weights == 2 * 124_439_808  # frozen weights are still stored
 
 
 def test_share_curve_ends(default_run):
     _, defs = default_run
     share = defs["share_grid"]
-    # 0 frozen: all but the 131,072,000 frozen embedding parameters; 32 frozen: head + norm only.
-    assert share[0] == pytest.approx((6_738_415_616 - 131_072_000) / 6_738_415_616)
-    assert share[-1] == pytest.approx((131_072_000 + 4_096) / 6_738_415_616)
+    # 0 frozen: all but the frozen embeddings (wte 50,257 x 768 + wpe 1,024 x 768 = 39,383,808);
+    # 12 frozen: ln_f alone (1,536).
+    assert share[0] == pytest.approx((124_439_808 - 39_383_808) / 124_439_808)
+    assert share[-1] == pytest.approx(1_536 / 124_439_808)
 
 
 def test_bert_large_reported_point(default_run):
@@ -66,8 +67,9 @@ def test_training_the_embeddings_stores_every_block():
     overrides = {name: base[name] for name in owners}
     overrides["embeddings_switch"] = mo.ui.switch(value=True)
     _, defs = lessons.load_app(NAME).run(defs=overrides)
-    assert defs["frozen"].activation_detail.layers_storing == 32
-    assert defs["frozen"].trainable_params == 535_842_816 + 131_072_000  # plus the token embedding
+    assert defs["frozen"].activation_detail.layers_storing == 12
+    # Plus wte and wpe; the tied head is the same matrix as wte, so nothing more.
+    assert defs["frozen"].trainable_params == 14_177_280 + 39_383_808
 
 
 def test_every_control_at_its_extremes():
