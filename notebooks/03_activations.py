@@ -311,19 +311,20 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, un
         _mark = pd.DataFrame({"x": [crossover], "size": [mm.to_unit(int(_acts[sweep_values == crossover][0]), unit)],
                               "label": ["activations overtake"]})
         _chart += alt.Chart(_mark).mark_point(size=220, shape="diamond", filled=True, color="black").encode(
-            x="x:Q", y="size:Q") + alt.Chart(_mark).mark_text(align="right", dx=-10, dy=-10, fontSize=12).encode(
+            x="x:Q", y="size:Q") + alt.Chart(_mark).mark_text(align="left", dx=10, dy=14, fontSize=12).encode(
             x="x:Q", y="size:Q", text="label:N")
     _chart.properties(width=560, height=300, title="Activations against everything else")
     return (crossover,)
 
 
 @app.cell(hide_code=True)
-def _(batch_size, crossover, mo, seq_len, sweep_radio):
+def _(batch_size, crossover, mo, seq_len, sweep_radio, sweep_values):
     if sweep_radio.value == "sequence length":
         _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
     else:
         _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
-    _text = (f"With {_fixed}, activations overtake weights, gradients and optimizer states at "
+    _verb = "are already bigger than" if crossover == sweep_values[0] else "overtake"
+    _text = (f"With {_fixed}, activations {_verb} weights, gradients and optimizer states at "
              f"**{_what} {crossover:,}** (the dashed line is your setting)." if crossover else
              f"With {_fixed}, activations stay below weights, gradients and optimizer states over the "
              "whole sweep (the dashed line is your setting).")
