@@ -86,7 +86,9 @@ def extreme_runs(name: str):
             yield var, which, outputs, defs
 
 
-_BAD_TEXT = re.compile(r"\bnan\b|Traceback|-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b", re.IGNORECASE)
+# Units are matched case-sensitively: marimo's lowercase UUIDs ("-460b-") and names such as
+# "gpt3-175b" would otherwise read as negative byte counts.
+_BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
 
 
 def output_text(outputs) -> str:
