@@ -80,15 +80,20 @@ def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_
 def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_bits: int, dropout: bool,
                          attention: str, checkpointing: bool, layers_storing, embeddings_trainable: bool,
                          mask_bytes: int = 1) -> ActivationEstimate:
-    """Korthikanti et al.'s activation model for this shape and what the method trains (see the module doc)."""
+    """Korthikanti et al.'s activation model for this shape and what the method trains (see the module doc).
+
+    A sweep (numpy arrays) whose largest point would pass 2**59 bytes raises ValueError instead of
+    wrapping around silently in int64 (scalars are exact Python ints at any size).
+    """
     if _validate.is_array(seq_len, batch_size, layers_storing):
-        # Every term grows with s, b and the storing layers: the largest point bounds the sweep.
+        # Every term grows with s, b and the storing layers: the largest point bounds the sweep,
+        # evaluated exactly with Python ints.
         top = textbook_activations(
             shape, seq_len=_validate.largest(seq_len), batch_size=_validate.largest(batch_size),
             activation_bits=activation_bits, dropout=dropout, attention=attention, checkpointing=checkpointing,
             layers_storing=_validate.largest(layers_storing), embeddings_trainable=embeddings_trainable,
             mask_bytes=mask_bytes)
-        _validate.check_sweep("activations", top.total)
+        _validate.check_sweep("activations (from seq_len and batch_size)", top.total)
     e = activation_bits // 8
     m = mask_bytes if dropout else 0
     s, b, h = seq_len, batch_size, shape.hidden_size
@@ -108,3 +113,58 @@ def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_b
     if embeddings_trainable:
         outside = outside + m * s * b * h  # embedding dropout mask
     return ActivationEstimate(per_layer, layers_storing, recompute, outside, loss)
+
+
+@dataclass(frozen=True)
+class ActivationTerm:
+    """One tensor a transformer block keeps for backward: where it is, what it is, and its bytes.
+
+    unit: the size it is counted in ('s*b*h', 'a*s*s*b' or 'a*s*b'); coefficient: bytes per unit
+    (e.g. 2 for a 16-bit s x b x h tensor); bytes = coefficient x unit.
+    """
+
+    block: str  # "attention", "mlp" or "norms"
+    tensor: str  # what is stored, in words
+    unit: str
+    coefficient: int
+    bytes: object
+
+
+def korthikanti_terms(*, seq_len, batch_size, hidden_size, n_heads, element_bytes=2, mask_bytes=1,
+                      dropout=True, attention="eager") -> tuple[ActivationTerm, ...]:
+    """The tensors behind korthikanti_per_layer, one ActivationTerm each; their bytes sum to it.
+
+    Korthikanti et al. 2022, section 4.1 (at e=2, m=1): attention keeps 11*sbh + 5*a*s^2*b (QKV
+    input 2, Q and K 4, V 2, projection input 2, dropout mask 1; softmax output 2, its dropout
+    mask 1 and dropped output 2 per a*s^2*b), the MLP 19*sbh (input 2, GeLU input 8, GeLU output
+    8, dropout mask 1), the two LayerNorms 4*sbh: 34*sbh + 5*a*s^2*b. With fused attention the
+    s x s terms become one fp32 log-sum-exp per row and head (4*a*s*b); without dropout the masks
+    (and the dropped copy of the attention probabilities) are not kept.
+    """
+    s, b, h, a, e = seq_len, batch_size, hidden_size, n_heads, element_bytes
+    m = mask_bytes if dropout else 0
+    sbh, assb, asb = s * b * h, a * s * s * b, a * s * b
+    rows = [
+        ("attention", "input of the Q, K, V projection", "s*b*h", e),
+        ("attention", "Q and K (for the scores QK^T)", "s*b*h", 2 * e),
+        ("attention", "V (for the weighted sum)", "s*b*h", e),
+        ("attention", "input of the output projection", "s*b*h", e),
+        ("attention", "dropout mask after the projection", "s*b*h", m),
+    ]
+    if attention == "eager":
+        rows.append(("attention", "softmax output (s x s per head)", "a*s*s*b", e))
+        if dropout:
+            rows += [("attention", "dropout mask on the softmax (s x s)", "a*s*s*b", m),
+                     ("attention", "dropped softmax output (s x s)", "a*s*s*b", e)]
+    else:
+        rows.append(("attention", "fp32 log-sum-exp per row (fused kernel)", "a*s*b", 4))
+    rows += [
+        ("mlp", "input of the first linear layer", "s*b*h", e),
+        ("mlp", "GeLU input (4h wide)", "s*b*h", 4 * e),
+        ("mlp", "GeLU output, input of the second linear (4h wide)", "s*b*h", 4 * e),
+        ("mlp", "dropout mask after the MLP", "s*b*h", m),
+        ("norms", "inputs of the two LayerNorms", "s*b*h", 2 * e),
+    ]
+    units = {"s*b*h": sbh, "a*s*s*b": assb, "a*s*b": asb}
+    return tuple(ActivationTerm(block, tensor, unit, coef, coef * units[unit])
+                 for block, tensor, unit, coef in rows if coef)

@@ -1,9 +1,12 @@
 """A catalog of GPUs and a fit check.
 
 memory_bytes is what the driver reports (nvidia-smi's "Total" in MiB times 2**20), which is less
-than the marketed size: an RTX 4090 sold as "24 GB" reports 24564 MiB. Bandwidth and bf16 dense
-tensor throughput come from NVIDIA's datasheets (no sparsity). Cards without bf16 (T4, V100)
-list their fp16 throughput and say so.
+than the marketed size: an RTX 4090 sold as "24 GB" reports 24564 MiB. Sources for the MiB
+figures: H100 81559, A100 80GB 81920, A100 40GB 40960, A10(G) 23028, L40S 46068, L4 23034 and
+T4 15360 as listed in modal-labs/modal-client pull request 2797 (2025); the others as printed by
+nvidia-smi in public logs (H200 143771, RTX 5090 32607, RTX 4080 16376, RTX A6000 49140,
+RTX 3090 24576). Bandwidth and bf16 dense tensor throughput come from NVIDIA's datasheets (no
+sparsity). Cards without bf16 (T4, V100) list their fp16 throughput and say so.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from . import _validate
 from .formats import get_format
@@ -153,6 +154,45 @@ class Freeze(Method):
             notes = ("the output head is tied to the frozen token embedding, so it stays frozen too",)
         return Plan(_group_weight_bytes(shape, recipe.weight_bits), 0, (trainable,), 0, storing,
                     self.train_embeddings, notes)
+
+    def groups(self, shape: ModelShape) -> pd.DataFrame:
+        """One row per part of the model: its blocks, its parameters, and whether it trains here.
+
+        Rows: embeddings, frozen blocks, trainable blocks, final norm, output head (columns part,
+        blocks, params, trainable, note). A tied head has no parameters of its own (it is the token
+        embedding matrix) and trains only with the embeddings. The trainable rows sum to
+        plan(shape, ...).trainable_params. Takes one layer count, not an array.
+        """
+        k = self.layers_trained(shape)
+        if isinstance(k, np.ndarray):
+            raise ValueError("Freeze.groups needs a single number of layers, not an array")
+        n = shape.n_layers
+
+        def span(first, last):
+            return f"{first}-{last}" if last > first else (str(first) if last == first else "none")
+
+        head_params = shape.group_params("head")
+        if shape.tied_embeddings:
+            head_note = "tied to the token embedding: the same matrix, trains only with the embeddings"
+        elif shape.family == "bert":
+            head_note = "BERT's pooler (and classifier, if any) counts as the head"
+        elif head_params:
+            head_note = "an untied output matrix (vocabulary x width)"
+        else:
+            head_note = "this model has no separate head"
+        norm_note = "the last norm before the head" if shape.group_params("final_norm") else "this model has no final norm"
+        rows = [
+            ("embeddings", "", shape.group_params("embeddings"), self.train_embeddings,
+             "token (and position) embeddings; frozen unless train_embeddings=True"),
+            ("frozen blocks", span(1, n - k), (n - k) * shape.params_per_layer, False,
+             "the first blocks: weights kept, no gradients, no optimizer states"),
+            ("trainable blocks", span(n - k + 1, n), k * shape.params_per_layer, True,
+             "the last blocks: gradients and optimizer states"),
+            ("final norm", "", shape.group_params("final_norm"),
+             self.train_final_norm and bool(shape.group_params("final_norm")), norm_note),
+            ("output head", "", head_params, self.train_head and bool(head_params), head_note),
+        ]
+        return pd.DataFrame(rows, columns=["part", "blocks", "params", "trainable", "note"])
 
     def describe(self):
         what = (f"the last {_show(self.trainable_layers)} blocks" if self.trainable_layers is not None
