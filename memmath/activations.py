@@ -46,6 +46,18 @@ class ActivationEstimate:
         return self.per_layer * self.layers_storing + self.recompute_peak + self.outside_layers + self.loss
 
 
+def _layer_arguments(seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention):
+    """The arguments of korthikanti_per_layer / korthikanti_terms, checked (ValueError names the field)."""
+    return (_validate.count("seq_len", seq_len, high=_validate.MAX_SEQ),
+            _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH),
+            _validate.count("hidden_size", hidden_size, scalar=True),
+            _validate.count("n_heads", n_heads, scalar=True),
+            _validate.count("element_bytes", element_bytes, high=8, scalar=True),
+            _validate.count("mask_bytes", mask_bytes, low=0, high=8, scalar=True),
+            _validate.flag("dropout", dropout),
+            _validate.choice("attention", attention, ATTENTION_KINDS))
+
+
 def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_bytes=2, mask_bytes=1,
                           dropout=True, attention="eager"):
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, generalised in e and m).
@@ -55,14 +67,8 @@ def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_
     s*b*h*(16e + 2m) + 4*a*s*b with fused attention ("sdpa"). At element_bytes=2, mask_bytes=1,
     dropout, eager attention: s*b*h*(34 + 5*a*s/h). seq_len and batch_size may be arrays.
     """
-    s = _validate.count("seq_len", seq_len, high=_validate.MAX_SEQ)
-    b = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
-    h = _validate.count("hidden_size", hidden_size, scalar=True)
-    a = _validate.count("n_heads", n_heads, scalar=True)
-    e = _validate.count("element_bytes", element_bytes, high=8, scalar=True)
-    mask_bytes = _validate.count("mask_bytes", mask_bytes, low=0, high=8, scalar=True)
-    dropout = _validate.flag("dropout", dropout)
-    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
+    s, b, h, a, e, mask_bytes, dropout, attention = _layer_arguments(
+        seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention)
     if _validate.is_array(s, b):
         _validate.check_sweep("activations per layer", korthikanti_per_layer(
             seq_len=_validate.largest(s), batch_size=_validate.largest(b), hidden_size=h, n_heads=a,
@@ -141,7 +147,11 @@ def korthikanti_terms(*, seq_len, batch_size, hidden_size, n_heads, element_byte
     s x s terms become one fp32 log-sum-exp per row and head (4*a*s*b); without dropout the masks
     (and the dropped copy of the attention probabilities) are not kept.
     """
-    s, b, h, a, e = seq_len, batch_size, hidden_size, n_heads, element_bytes
+    s, b, h, a, e, mask_bytes, dropout, attention = _layer_arguments(
+        seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention)
+    if _validate.is_array(s, b):  # the terms sum to korthikanti_per_layer, which checks the sweep
+        korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, element_bytes=e,
+                              mask_bytes=mask_bytes, dropout=dropout, attention=attention)
     m = mask_bytes if dropout else 0
     sbh, assb, asb = s * b * h, a * s * s * b, a * s * b
     rows = [

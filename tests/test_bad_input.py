@@ -100,6 +100,10 @@ CASES = [
     ("kv without heads", lambda: mm.kv_cache_bytes(7e9, context_len=10), ["kv_cache_bytes", "preset"]),
     ("too many params", lambda: mm.llama_model(n_layers=10_000, hidden_size=2**22, n_heads=1024, intermediate_size=2**22,
                                                vocab_size=10), ["parameters", "at most"]),
+    ("negative terms seq", lambda: mm.korthikanti_terms(seq_len=-1, batch_size=1, hidden_size=64, n_heads=2),
+     ["seq_len", "from 1 to"]),
+    ("fraction terms heads", lambda: mm.korthikanti_terms(seq_len=8, batch_size=1, hidden_size=64, n_heads=1.5),
+     ["n_heads", "fraction"]),
     ("bad element bits", lambda: mm.working_set_bytes("gpt2", context_len=8, element_bits=12), ["element_bits", "16"]),
 ]
 

@@ -362,6 +362,9 @@ CALLS = {
     "korthikanti_per_layer": (mm.korthikanti_per_layer, dict(
         seq_len=maybe(8), batch_size=maybe(1), hidden_size=maybe(64), n_heads=maybe(4), element_bytes=maybe(2),
         mask_bytes=maybe(1), dropout=maybe(True), attention=maybe("eager"))),
+    "korthikanti_terms": (mm.korthikanti_terms, dict(
+        seq_len=maybe(8), batch_size=maybe(1), hidden_size=maybe(64), n_heads=maybe(4), element_bytes=maybe(2),
+        mask_bytes=maybe(1), dropout=maybe(True), attention=maybe("eager"))),
     "quant_constant_bytes": (mm.quant_constant_bytes, dict(n_elements=maybe(4096), block=maybe(64),
                                                            double_quant=maybe(True))),
     "decode_tokens_per_second": (mm.decode_tokens_per_second, dict(
