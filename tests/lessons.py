@@ -87,8 +87,9 @@ def extreme_runs(name: str):
 
 
 # Units are matched case-sensitively: marimo's lowercase UUIDs ("-460b-") and names such as
-# "gpt3-175b" would otherwise read as negative byte counts.
-_BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
+# "gpt3-175b" would otherwise read as negative byte counts. A minus sign, not a hyphen inside a
+# name: "Llama-2-13B" is a model name, not -13 B.
+_BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
 
 
 def output_text(outputs) -> str:
