@@ -119,6 +119,21 @@ def get_format(name) -> NumberFormat:
     return FORMATS[_ALIASES[key]]
 
 
+def absmax_scale(fmt, absmax) -> float:
+    """The scale block-wise absmax quantization gives a block: absmax / the format's largest level.
+
+    int8 maps the block's largest magnitude to 127, int4 to 7 and nf4 to its level 1.0, so
+    round_to_format(x, fmt, scale=absmax_scale(fmt, absmax)) stores x as an integer step of that
+    scale (Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization; Dettmers et al. 2023,
+    QLoRA). Float formats carry their own exponent and need no scale: 1.0.
+    """
+    fmt = get_format(fmt)
+    absmax = _validate.real("absmax", absmax, low=1e-300, high=1e300)
+    if fmt.kind == "float":
+        return 1.0
+    return absmax / fmt.max_value
+
+
 def round_to_format(value, fmt, *, scale: float = 1.0):
     """The value(s) as the format would store them, back in float64.
 
