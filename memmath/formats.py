@@ -119,6 +119,22 @@ def get_format(name) -> NumberFormat:
     return FORMATS[_ALIASES[key]]
 
 
+def float_step(fmt, value) -> float:
+    """The gap between neighbouring values a float format stores around `value` (its rounding step).
+
+    2 ** (e - mantissa_bits), where e = floor(log2 |value|), floored at the smallest normal
+    exponent 1 - bias (subnormals share one fixed step); IEEE-754 spacing, as round_to_format uses.
+    bf16 near 300: 2 ** (8 - 7) = 2. Integer and lookup formats step by their scale: ValueError.
+    """
+    fmt = get_format(fmt)
+    if fmt.kind != "float":
+        raise ValueError(f"format must be a float format for float_step; {fmt.name} steps by its scale")
+    value = _validate.real("value", value, low=-1e300, high=1e300)
+    bias = 2 ** (fmt.exponent_bits - 1) - 1
+    exponent = int(np.floor(np.log2(abs(value)))) if value else 1 - bias
+    return 2.0 ** (max(exponent, 1 - bias) - fmt.mantissa_bits)
+
+
 def absmax_scale(fmt, absmax) -> float:
     """The scale block-wise absmax quantization gives a block: absmax / the format's largest level.
 

@@ -24,3 +24,14 @@ def test_rounding_with_the_scale():
 def test_bad_absmax_is_a_value_error():
     with pytest.raises(ValueError, match="absmax"):
         mm.absmax_scale("int8", 0.0)
+
+
+def test_float_step_is_the_ieee_spacing():
+    assert mm.float_step("bf16", 300.7) == 2.0  # 256 <= 300.7 < 512: 2**(8 - 7)
+    assert mm.float_step("bf16", 70_000) == 512.0  # 2**16 <= 70,000: 2**(16 - 7)
+    assert mm.float_step("fp16", 1.0) == 2.0**-10  # fp16's epsilon
+    assert mm.float_step("fp16", 0.0) == 2.0**-24  # fp16's subnormal step: 2**(1 - 15 - 10)
+    # The step is what rounding actually does: 300.7 + half a step rounds up to the next value.
+    assert mm.round_to_format(301.0, "bf16") in (300.0, 302.0)
+    with pytest.raises(ValueError, match="float format"):
+        mm.float_step("int8", 1.0)
