@@ -113,3 +113,19 @@ def output_text(outputs) -> str:
 def bad_text(outputs) -> list[str]:
     """Fragments that must never be shown: NaN, tracebacks, negative byte counts."""
     return _BAD_TEXT.findall(output_text(outputs))
+
+
+def run_with(name: str, **controls):
+    """(outputs, defs) of a run with some controls replaced (name -> UI element), the rest at their defaults.
+
+    A control's defining cell is skipped when it is overridden, so its sibling definitions are passed
+    through from a default run, as extreme_runs does.
+    """
+    app = load_app(name)
+    _, base_defs = app.run()
+    owners = _cell_defs(app)
+    overrides = {}
+    for var, element in controls.items():
+        overrides.update({v: base_defs[v] for v in owners[var] if v in base_defs})
+    overrides.update(controls)
+    return load_app(name).run(defs=overrides)
