@@ -49,21 +49,21 @@ HF_ANATOMY = Recipe(
 PUBLISHED_ESTIMATES: dict[str, PublishedEstimate] = {
     e.key: e
     for e in (
-        PublishedEstimate("article", "Pure bf16 (the article; LLaMA-Factory pure_bf16)", RECIPES["bf16"], "adam",
+        PublishedEstimate("article", "pure bf16 (the article)", RECIPES["bf16"], "adam",
                           "the article; LLaMA-Factory pure_bf16",
                           "weights, gradients and both Adam moments in 16 bit"),
-        PublishedEstimate("scaling_book", "bf16 weights + fp32 Adam, no gradients (How to Scale Your Model)",
+        PublishedEstimate("scaling_book", "How to Scale Your Model",
                           SCALING_BOOK, "adam", SCALING_BOOK.source,
                           "gradients left out of the count"),
-        PublishedEstimate("fp32", "fp32 everything, or PyTorch AMP", RECIPES["fp32"], "adam",
+        PublishedEstimate("fp32", "fp32 or PyTorch AMP", RECIPES["fp32"], "adam",
                           "PyTorch defaults; torch.autocast keeps fp32 weights",
                           "everything in fp32 (AMP only makes activations 16-bit)"),
-        PublishedEstimate("zero", "Mixed precision (ZeRO paper)", RECIPES["mixed"], "adam",
+        PublishedEstimate("zero", "ZeRO mixed precision", RECIPES["mixed"], "adam",
                           "Rajbhandari et al. 2020, ZeRO, section 3.1",
                           "16-bit weights and gradients, fp32 master copy and Adam moments"),
-        PublishedEstimate("hf_anatomy", "fp32 + 16-bit copy, fp32 gradients (HF docs)", HF_ANATOMY, "adam",
+        PublishedEstimate("hf_anatomy", "Hugging Face docs", HF_ANATOMY, "adam",
                           HF_ANATOMY.source, "two weight copies and fp32 gradients"),
-        PublishedEstimate("nanotron", "Mixed precision + fp32 gradient accumulation (nanotron)",
+        PublishedEstimate("nanotron", "nanotron",
                           RECIPES["mixed_fp32_grads"], "adam",
                           "nanotron; Hugging Face Ultra-Scale Playbook (2025)",
                           "the ZeRO recipe plus an fp32 buffer that accumulates gradients"),
@@ -91,7 +91,7 @@ def get_published(key: str) -> PublishedEstimate:
 
 
 def published_table(n_params, unit: str = "GB") -> pd.DataFrame:
-    """One row per published estimate: bytes per parameter part by part, the total, and the memory for n_params.
+    """One row per published estimate: bytes per parameter, the memory for n_params, the parts, what it counts, source.
 
     Memory = ceil(n_params x bytes per parameter), in `unit` (column 'memory (GB)' or 'memory (GiB)').
     """
@@ -102,9 +102,10 @@ def published_table(n_params, unit: str = "GB") -> pd.DataFrame:
         per_param = published_bytes_per_parameter(key)
         # bytes per parameter are multiples of 1/8 (bits / 8): n x bits / 8, rounded up once.
         total_bytes = _validate.ceil_div(n * round(per_param["total"] * 8), 8)
-        row = {"estimate": estimate.label}
-        row.update({label: per_param[part] for part, label in _COLUMNS.items()})
-        row[f"memory ({unit})"] = total_bytes / UNITS[unit]
+        row = {"estimate": estimate.label, "B per parameter": per_param["total"],
+               f"memory ({unit})": total_bytes / UNITS[unit]}
+        row.update({label: per_param[part] for part, label in _COLUMNS.items() if part != "total"})
+        row["what it counts"] = estimate.counts
         row["source"] = estimate.source
         rows.append(row)
     return pd.DataFrame(rows)
