@@ -185,31 +185,23 @@ def _(mo):
 
 
 @app.cell
-def _(STORAGE_FORMATS, block_absmax_slider, mm, np, pd, value_number):
+def _(STORAGE_FORMATS, block_absmax_slider, pd, store, value_number):
     value = float(value_number.value if value_number.value is not None else 0.0)
     block_absmax = float(block_absmax_slider.value)
-    _rows = []
-    for _name in STORAGE_FORMATS:
-        _fmt = mm.get_format(_name)
-        _scale = mm.absmax_scale(_fmt, block_absmax)  # 1.0 for floats
-        _stored = mm.round_to_format(value, _fmt, scale=_scale)
-        if np.isnan(_stored):
-            _shown, _error, _what = "none", "-", "overflow: E4M3 has no infinity, the value is lost"
-        elif np.isinf(_stored):
-            _shown, _error, _what = "infinity", "-", f"overflow: above the largest value, {_fmt.max_value:,.0f}"
-        else:
-            _shown, _error = f"{_stored:.8g}", f"{abs(_stored - value):.3g}"
-            if _fmt.kind != "float" and abs(value) > block_absmax:
-                _what = f"clipped to the block's range (±{block_absmax:g})"
-            elif _stored == 0 and value != 0:
-                _what = "rounded to zero"
-            else:
-                _what = "exact" if _stored == value else f"rounded, {100 * abs(_stored - value) / abs(value):.2g}% off"
-        _rows.append({"format": _name, "scale": f"{_scale:.4g}", "stored value": _shown,
-                      "error": _error, "what happened": _what})
-    rounding_table = pd.DataFrame(_rows)
+    rounding_table = pd.DataFrame([store(value, _name, block_absmax) for _name in STORAGE_FORMATS])
     rounding_table
     return block_absmax, value
+
+
+@app.cell(hide_code=True)
+def _(block_absmax, mo, pd, store):
+    _examples = [0.1, 300.7, 70_000, 1e-8]
+    _table = pd.DataFrame([{"value": f"{_v:g}", **{_f: store(_v, _f, block_absmax)["stored value"]
+                                                  for _f in ["fp32", "bf16", "fp16", "fp8_e4m3", "int8"]}}
+                           for _v in _examples])
+    mo.vstack([mo.md(f"The suggested values, stored in five formats (int8 with your block absmax, {block_absmax:g}):"),
+               _table])
+    return
 
 
 @app.cell
@@ -229,17 +221,26 @@ def _(block_absmax, mm, np, pd, value):
 @app.cell(hide_code=True)
 def _(alt, mo, staircase, value):
     _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
-    _chart = alt.Chart(staircase).mark_line(interpolate="step-after", strokeWidth=2).encode(
+    _exact = staircase[staircase["format"] == "exact"]["stored value"]
+    _pad = 0.25 * (_exact.max() - _exact.min())
+    _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the window, so far-off values do not squash it
+    _chart = alt.Chart(staircase).mark_line(interpolate="step-after", strokeWidth=2, clip=True).encode(
         x=alt.X("true value:Q", title="True value (no unit)", scale=alt.Scale(zero=False),
                 axis=alt.Axis(tickCount=5, format=",.6~g")),
-        y=alt.Y("stored value:Q", title="Stored value (no unit)", scale=alt.Scale(zero=False),
+        y=alt.Y("stored value:Q", title="Stored value (no unit)", scale=alt.Scale(domain=[_low, _high]),
                 axis=alt.Axis(format=",.6~g")),
         color=alt.Color("format:N", sort=_formats, title="Format",
                         scale=alt.Scale(domain=_formats, range=["#BBBBBB", "#1B9E77", "#D95F02", "#7570B3", "#E7298A"])),
         strokeDash=alt.condition(alt.datum.format == "exact", alt.value([4, 3]), alt.value([1, 0])),
     ).properties(width=520, height=280, title=f"What each format stores near {value:g} (±4%)")
-    _missing = [f for f in ["fp16", "bf16", "fp8_e4m3", "int8"] if f not in set(staircase["format"])]
-    _note = (mo.md(f"Not drawn, because every value here overflows: {', '.join(_missing)}.") if _missing else mo.md(""))
+    _drawn = set(staircase["format"])
+    _overflow = [f for f in _formats if f not in _drawn]
+    _inside = staircase[(staircase["stored value"] >= _low) & (staircase["stored value"] <= _high)]
+    _outside = [f for f in _formats if f in _drawn and f not in set(_inside["format"])]
+    _lines = ([f"Not drawn, because every value here overflows: {', '.join(_overflow)}."] if _overflow else []) + \
+             ([f"Off the chart (stored far from the value: clipped or rounded away): {', '.join(_outside)}."]
+              if _outside else [])
+    _note = mo.md(" ".join(_lines))
     mo.vstack([_chart, _note])
     return
 
@@ -449,6 +450,30 @@ def _(answer_13b_bf16, answer_13b_nf4, answer_4090_max_params, answer_bf16_70k, 
             "number, a whole count of a fixed step.")}),
     ])
     return
+
+
+@app.cell
+def _(mm, np):
+    def store(value, name, absmax):
+        """What format `name` stores for `value` (integer formats scaled to a block absmax), and what happened."""
+        fmt = mm.get_format(name)
+        scale = mm.absmax_scale(fmt, absmax)  # 1.0 for floats
+        stored = mm.round_to_format(value, fmt, scale=scale)
+        if np.isnan(stored):
+            shown, error, what = "none", "-", "overflow: E4M3 has no infinity, the value is lost"
+        elif np.isinf(stored):
+            shown, error, what = "infinity", "-", f"overflow: above the largest value, {fmt.max_value:,.0f}"
+        else:
+            shown, error = f"{stored:.8g}", f"{abs(stored - value):.3g}"
+            if fmt.kind != "float" and abs(value) > absmax:
+                what = f"clipped to the block's range (±{absmax:g})"
+            elif stored == 0 and value != 0:
+                what = "rounded to zero"
+            else:
+                what = "exact" if stored == value else f"rounded, {100 * abs(stored - value) / abs(value):.2g}% off"
+        return {"format": name, "scale": f"{scale:.4g}", "stored value": shown, "error": error, "what happened": what}
+
+    return (store,)
 
 
 if __name__ == "__main__":
