@@ -1,4 +1,4 @@
-"""absmax_scale: the block scale of integer and NF4 quantization (hand-derived values)."""
+"""Format helpers: absmax_scale (the block scale of integer and NF4 quantization) and float_step (hand-derived values)."""
 
 import pytest
 
