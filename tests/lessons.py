@@ -86,7 +86,7 @@ def extreme_runs(name: str):
             yield var, which, outputs, defs
 
 
-_BAD_TEXT = re.compile(r"\bnan\b|Traceback|-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b", re.IGNORECASE)
+_BAD_TEXT = re.compile(r"\bnan\b|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b", re.IGNORECASE)
 
 
 def output_text(outputs) -> str:
