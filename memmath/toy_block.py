@@ -280,6 +280,12 @@ def median_ratio(times: pd.DataFrame) -> float:
     return float(medians["with adapters"] / medians["base"])
 
 
+def fastest_ratio(times: pd.DataFrame) -> float:
+    """Fastest time with adapters over fastest without: the runs least disturbed by other work."""
+    fastest = times.groupby("variant")["seconds"].min()
+    return float(fastest["with adapters"] / fastest["base"])
+
+
 # ---- LoRA in numpy -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ToyLoRA:

@@ -101,6 +101,8 @@ def test_timing_interleaves_and_respects_the_budget(small):
     assert list(summary["variant"]) == ["base", "with adapters"]
     assert (summary["25th pct (ms)"] <= summary["median (ms)"]).all()
     assert tb.median_ratio(times) > 0
+    by_variant = times.groupby("variant")["seconds"]
+    assert tb.fastest_ratio(times) == by_variant.min()["with adapters"] / by_variant.min()["base"]
 
 
 def test_blas_threads_are_restored():
