@@ -227,37 +227,49 @@ def blas_threads(n: int):
         setter(before)
 
 
-def time_forward(x: np.ndarray, block: ToyBlock, adapters: ToyAdapters, *, repeats: int = 15,
-                 budget_s: float = 0.8, warmup: int = 1, threads: int | None = 1) -> pd.DataFrame:
-    """Seconds per forward pass without and with adapters, measured in interleaved pairs.
+def time_variants(variants: dict, *, repeats: int = 15, budget_s: float = 0.8, warmup: int = 1,
+                  threads: int | None = 1) -> pd.DataFrame:
+    """Seconds per call of each zero-argument function in `variants`, measured in interleaved rounds.
 
-    Each run times both variants back to back, alternating which goes first, so a slow moment of
-    a shared machine hits both alike. Stops after `repeats` pairs or once `budget_s` seconds have
-    passed (at least 3 pairs), so a lesson stays responsive. threads: BLAS threads while timing
-    (None leaves numpy's default). Returns a long table: run, variant ('base' or 'with
-    adapters'), seconds; `.attrs["blas_threads"]` says how many BLAS threads ran (None: unknown).
+    Each round calls every variant once, in an order that reverses every other round, so a slow
+    moment of a shared machine hits all of them alike. Stops after `repeats` rounds or once
+    `budget_s` seconds have passed (at least 3 rounds), so a lesson stays responsive. threads: BLAS
+    threads while timing (None leaves numpy's default). Returns a long table: run, variant,
+    seconds; `.attrs["blas_threads"]` says how many BLAS threads ran (None: unknown).
     """
     repeats = _validate.count("repeats", repeats, high=1000)
     budget_s = _validate.real("budget_s", budget_s, low=0.0, high=600.0)
     warmup = _validate.count("warmup", warmup, low=0, high=100)
-    variants = {"base": None, "with adapters": adapters}
+    if not variants:
+        raise ValueError("variants must name at least one function to time")
+    names = list(variants)
     rows = []
     with (blas_threads(threads) if threads is not None else contextlib.nullcontext(None)) as in_effect:
         for _ in range(warmup):
-            for a in variants.values():
-                block_forward(x, block, a)
+            for call in variants.values():
+                call()
         start = time.perf_counter()
         for run in range(repeats):
-            order = list(variants) if run % 2 == 0 else list(reversed(variants))
-            for name in order:
+            for name in (names if run % 2 == 0 else names[::-1]):
                 t0 = time.perf_counter()
-                block_forward(x, block, variants[name])
+                variants[name]()
                 rows.append({"run": run + 1, "variant": name, "seconds": time.perf_counter() - t0})
             if run + 1 >= 3 and time.perf_counter() - start > budget_s:
                 break
     times = pd.DataFrame(rows, columns=["run", "variant", "seconds"])
     times.attrs["blas_threads"] = in_effect
     return times
+
+
+def time_forward(x: np.ndarray, block: ToyBlock, adapters: ToyAdapters, *, repeats: int = 15,
+                 budget_s: float = 0.8, warmup: int = 1, threads: int | None = 1) -> pd.DataFrame:
+    """Seconds per forward pass of the block without and with adapters ('base', 'with adapters').
+
+    Interleaved pairs under a time budget, as time_variants measures them.
+    """
+    return time_variants({"base": lambda: block_forward(x, block),
+                          "with adapters": lambda: block_forward(x, block, adapters)},
+                         repeats=repeats, budget_s=budget_s, warmup=warmup, threads=threads)
 
 
 def timing_summary(times: pd.DataFrame) -> pd.DataFrame:
@@ -274,16 +286,16 @@ def timing_summary(times: pd.DataFrame) -> pd.DataFrame:
     return summary.reset_index()
 
 
-def median_ratio(times: pd.DataFrame) -> float:
-    """Median time with adapters over median time without: 1.10 means 10% slower."""
+def median_ratio(times: pd.DataFrame, variant: str = "with adapters", baseline: str = "base") -> float:
+    """Median time of `variant` over median time of `baseline`: 1.10 means 10% slower."""
     medians = times.groupby("variant")["seconds"].median()
-    return float(medians["with adapters"] / medians["base"])
+    return float(medians[variant] / medians[baseline])
 
 
-def fastest_ratio(times: pd.DataFrame) -> float:
-    """Fastest time with adapters over fastest without: the runs least disturbed by other work."""
+def fastest_ratio(times: pd.DataFrame, variant: str = "with adapters", baseline: str = "base") -> float:
+    """Fastest time of `variant` over fastest of `baseline`: the runs least disturbed by other work."""
     fastest = times.groupby("variant")["seconds"].min()
-    return float(fastest["with adapters"] / fastest["base"])
+    return float(fastest[variant] / fastest[baseline])
 
 
 # ---- LoRA in numpy -----------------------------------------------------------------------------

@@ -351,7 +351,7 @@ def _(runs_slider, toy_block, toy_bottleneck_slider, toy_seq_slider, width_slide
 @app.cell
 def _(alt, timings):
     _ms = timings.assign(ms=timings["seconds"] * 1e3)
-    _x = alt.X("ms:Q", title="Time per forward pass (ms)", scale=alt.Scale(zero=False))
+    _x = alt.X("ms:Q", title="Time per forward pass (ms, log scale)", scale=alt.Scale(type="log"))
     _y = alt.Y("variant:N", title=None, sort=["base", "with adapters"])
     _box = alt.Chart(_ms).mark_boxplot(extent="min-max", opacity=0.3, size=30).encode(
         x=_x, y=_y, color=alt.Color("variant:N", legend=None))

@@ -125,3 +125,14 @@ def test_blas_threads_are_restored():
 def test_bad_input_is_a_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_time_variants_times_every_variant_in_turn():
+    calls = []
+    times = tb.time_variants({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"), "c": lambda: calls.append("c")},
+                             repeats=4, budget_s=5.0, warmup=0, threads=None)
+    assert calls == list("abc" "cba" "abc" "cba")
+    assert list(times["variant"]) == calls
+    assert times.attrs["blas_threads"] is None
+    with pytest.raises(ValueError):
+        tb.time_variants({})
