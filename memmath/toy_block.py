@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -228,48 +229,61 @@ def blas_threads(n: int):
 
 
 def time_variants(variants: dict, *, repeats: int = 15, budget_s: float = 0.8, warmup: int = 1,
-                  threads: int | None = 1) -> pd.DataFrame:
+                  threads: int | None = 1, min_timing_s: float = 0.002) -> pd.DataFrame:
     """Seconds per call of each zero-argument function in `variants`, measured in interleaved rounds.
 
-    Each round calls every variant once, in an order that reverses every other round, so a slow
-    moment of a shared machine hits all of them alike. Stops after `repeats` rounds or once
-    `budget_s` seconds have passed (at least 3 rounds), so a lesson stays responsive. threads: BLAS
-    threads while timing (None leaves numpy's default). Returns a long table: run, variant,
-    seconds; `.attrs["blas_threads"]` says how many BLAS threads ran (None: unknown).
+    Each round times every variant once, in an order that reverses every other round, so a slow
+    moment of a shared machine hits all of them alike. A timing covers enough back-to-back calls
+    to last about `min_timing_s` (as timeit does; seconds are reported per call), so the clock's
+    resolution and tiny hiccups matter less. Stops after `repeats` rounds or once `budget_s`
+    seconds have passed (at least 3 rounds), so a lesson stays responsive. threads: BLAS threads
+    while timing (None leaves numpy's default). Returns a long table: run, variant, seconds;
+    `.attrs["blas_threads"]` says how many BLAS threads ran (None: unknown), `.attrs["calls_per_timing"]`
+    how many calls each timing covered.
     """
     repeats = _validate.count("repeats", repeats, high=1000)
     budget_s = _validate.real("budget_s", budget_s, low=0.0, high=600.0)
     warmup = _validate.count("warmup", warmup, low=0, high=100)
+    min_timing_s = _validate.real("min_timing_s", min_timing_s, low=0.0, high=10.0)
     if not variants:
         raise ValueError("variants must name at least one function to time")
     names = list(variants)
     rows = []
     with (blas_threads(threads) if threads is not None else contextlib.nullcontext(None)) as in_effect:
-        for _ in range(warmup):
+        slowest = 0.0
+        for _ in range(max(warmup, 1) if min_timing_s else warmup):
             for call in variants.values():
+                t0 = time.perf_counter()
                 call()
+                slowest = max(slowest, time.perf_counter() - t0)
+        number = max(1, min(1000, math.ceil(min_timing_s / slowest))) if min_timing_s and slowest > 0 else 1
         start = time.perf_counter()
         for run in range(repeats):
             for name in (names if run % 2 == 0 else names[::-1]):
+                call = variants[name]
                 t0 = time.perf_counter()
-                variants[name]()
-                rows.append({"run": run + 1, "variant": name, "seconds": time.perf_counter() - t0})
+                for _ in range(number):
+                    call()
+                rows.append({"run": run + 1, "variant": name, "seconds": (time.perf_counter() - t0) / number})
             if run + 1 >= 3 and time.perf_counter() - start > budget_s:
                 break
     times = pd.DataFrame(rows, columns=["run", "variant", "seconds"])
     times.attrs["blas_threads"] = in_effect
+    times.attrs["calls_per_timing"] = number
     return times
 
 
 def time_forward(x: np.ndarray, block: ToyBlock, adapters: ToyAdapters, *, repeats: int = 15,
-                 budget_s: float = 0.8, warmup: int = 1, threads: int | None = 1) -> pd.DataFrame:
+                 budget_s: float = 0.8, warmup: int = 1, threads: int | None = 1,
+                 min_timing_s: float = 0.002) -> pd.DataFrame:
     """Seconds per forward pass of the block without and with adapters ('base', 'with adapters').
 
     Interleaved pairs under a time budget, as time_variants measures them.
     """
     return time_variants({"base": lambda: block_forward(x, block),
                           "with adapters": lambda: block_forward(x, block, adapters)},
-                         repeats=repeats, budget_s=budget_s, warmup=warmup, threads=threads)
+                         repeats=repeats, budget_s=budget_s, warmup=warmup, threads=threads,
+                         min_timing_s=min_timing_s)
 
 
 def timing_summary(times: pd.DataFrame) -> pd.DataFrame:

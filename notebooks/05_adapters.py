@@ -374,20 +374,22 @@ def _(fastest_ratio, measured_ratio, mo, os, predicted_overhead, timings, toy_m,
     _runs = len(timings) // 2
     mo.vstack([
         mo.md(f"""
-        With h = {toy_width}, s = {toy_seq} and m = {min(toy_m, toy_width)}, the median forward pass with
-        adapters took **{measured_ratio:.2f}×** as long as without ({(measured_ratio - 1):+.1%}), over
-        {_runs} runs; the fastest runs of each, the least disturbed by other work, give
-        {fastest_ratio:.2f}×. Counting FLOPs alone predicts **{1 + predicted_overhead:.3f}×**
-        ({predicted_overhead:+.1%}). Shrink the width or the sequence and the measured gap usually grows
-        beyond the FLOP count: small matrix products and the adapters' elementwise steps cost more time
-        per FLOP than the big ones.
+        With h = {toy_width}, s = {toy_seq} and m = {min(toy_m, toy_width)}, over {_runs} runs, the fastest
+        forward pass with adapters took **{fastest_ratio:.2f}×** as long as the fastest without
+        ({fastest_ratio - 1:+.1%}); the medians give **{measured_ratio:.2f}×**. Counting FLOPs alone predicts
+        **{1 + predicted_overhead:.3f}×** ({predicted_overhead:+.1%}). Shrink the width or the sequence and the
+        measured gap usually grows beyond the FLOP count: small matrix products and the adapters' elementwise
+        steps cost more time per FLOP than the big ones.
+        {"**The two estimates disagree on the direction here**: other work on this machine slowed some runs. "
+         "The fastest runs are the least disturbed; move a slider to measure again." if (fastest_ratio - 1) * (measured_ratio - 1) < 0 else ""}
         """),
         mo.callout(mo.md(f"""
         **Read these timings as ratios.** They come from the computer running this notebook
         ({os.cpu_count()} CPU cores visible; BLAS limited to {_threads if _threads else "its default number of"}
-        thread{"" if _threads == 1 else "s"} while timing). The workbook was written on 2 CPU cores shared with
-        other work, where single runs vary a lot; the median and the spread of many runs are what to trust,
-        and the ratio between the two variants travels better than milliseconds do. A GPU serving a real
+        thread{"" if _threads == 1 else "s"} while timing; each timing covers {timings.attrs.get("calls_per_timing", 1)}
+        back-to-back forward pass{"" if timings.attrs.get("calls_per_timing", 1) == 1 else "es"}). The workbook was written on 2 CPU cores shared with
+        other work, where single runs vary a lot: trust the fastest runs and the medians of many runs, not any
+        single one, and the ratio between the two variants, which travels better than milliseconds do. A GPU serving a real
         model shows the same kind of extra latency, in different numbers. Timing stops after about 0.8 s so
         the page stays responsive.
         """), kind="warn"),

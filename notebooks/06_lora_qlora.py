@@ -389,7 +389,7 @@ def _(gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, literature
          "this workbook": mm.format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
     ])
     mo.ui.table(_claims, selection=None, show_data_types=False, show_search=False, show_download=False,
-                wrapped_columns=["what is counted"], column_widths={"claim": 240, "paper": 110, "this workbook": 150, "what is counted": 360})
+                wrapped_columns=["what is counted"], column_widths={"claim": 230, "paper": 140, "this workbook": 160, "what is counted": 330})
     return
 
 
@@ -452,7 +452,8 @@ def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimi
 @app.cell
 def _(a6000, guanaco, mm, viz):
     viz.stacked_bars(viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run",
-                     capacity_bytes=a6000.memory_bytes, capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})")
+                     capacity_bytes=a6000.memory_bytes, capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})",
+                     height=70).configure_legend(orient="bottom", columns=3)
     return
 
 

@@ -130,9 +130,18 @@ def test_bad_input_is_a_value_error(call):
 def test_time_variants_times_every_variant_in_turn():
     calls = []
     times = tb.time_variants({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"), "c": lambda: calls.append("c")},
-                             repeats=4, budget_s=5.0, warmup=0, threads=None)
+                             repeats=4, budget_s=5.0, warmup=0, threads=None, min_timing_s=0.0)
     assert calls == list("abc" "cba" "abc" "cba")
     assert list(times["variant"]) == calls
+    assert times.attrs["calls_per_timing"] == 1
     assert times.attrs["blas_threads"] is None
     with pytest.raises(ValueError):
         tb.time_variants({})
+
+
+def test_a_fast_call_is_repeated_within_one_timing():
+    calls = []
+    times = tb.time_variants({"a": lambda: calls.append(1)}, repeats=3, budget_s=5.0, warmup=1, min_timing_s=0.001)
+    number = times.attrs["calls_per_timing"]
+    assert number > 1  # appending to a list takes far less than a millisecond
+    assert len(calls) == 1 + 3 * number  # one warm-up call, then three timings of `number` calls
