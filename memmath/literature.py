@@ -37,6 +37,21 @@ REPORTED: dict[str, Reported] = {
     "lora_param_reduction": Reported(
         10_000, "x fewer trainable parameters", "LoRA on GPT-3 175B versus full finetuning",
         "Hu et al. 2021, LoRA, abstract"),
+    "lora_vram_two_thirds": Reported(
+        2 / 3, "of training VRAM saved at most", "for a large Transformer trained with Adam, LoRA reduces VRAM usage by up to 2/3 "
+        "when r is much smaller than the model width, because the optimizer states of frozen weights are not stored",
+        "Hu et al. 2021, LoRA, arXiv:2106.09685, section 4.2"),
+    "lora_checkpoint_before": Reported(
+        350, "GB", "GPT-3 175B checkpoint size with full finetuning (one copy of the model per task)",
+        "Hu et al. 2021, LoRA, section 4.2"),
+    "lora_checkpoint_after": Reported(
+        35, "MB", "GPT-3 175B checkpoint size with LoRA r=4 on the query and value projections (about 10,000x smaller)",
+        "Hu et al. 2021, LoRA, section 4.2"),
+    "lora_gpu_memory_3x": Reported(
+        3, "x less GPU memory", "LoRA on GPT-3 175B versus full finetuning with Adam", "Hu et al. 2021, LoRA, abstract"),
+    "qlora_65b_full_16bit": Reported(
+        780, "GB (more than)", "regular 16-bit finetuning of a LLaMA 65B model needs more than 780 GB of GPU memory",
+        "Dettmers et al. 2023, QLoRA, arXiv:2305.14314, introduction"),
     "qlora_65b_gpu": Reported(
         48, "GB GPU", "QLoRA finetunes a 65B model on a single 48 GB GPU", "Dettmers et al. 2023, QLoRA, arXiv:2305.14314, abstract"),
     "peft_examples_full": Reported(

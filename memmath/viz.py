@@ -103,3 +103,13 @@ def lesson_href(stem: str) -> str:
 def lesson_link(stem: str, text: str | None = None) -> str:
     """A markdown link to a lesson, titled with the lesson's name unless `text` is given."""
     return f"[{text or LESSONS[stem]}]({lesson_href(stem)})"
+
+
+def short_count(n) -> str:
+    """A parameter count for labels: '124M', '6.74B', '1.20T' (10^6, 10^9, 10^12; three significant digits)."""
+    n = int(n)
+    for size, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if n >= size:
+            value = n / size
+            return f"{value:.3g}{suffix}" if value < 1000 else f"{value:,.0f}{suffix}"
+    return f"{n:,}"

@@ -87,8 +87,9 @@ def extreme_runs(name: str):
 
 
 # Units are matched case-sensitively: marimo's lowercase UUIDs ("-460b-") and names such as
-# "gpt3-175b" would otherwise read as negative byte counts.
-_BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
+# "gpt3-175b" would otherwise read as negative byte counts. A minus sign, not a hyphen inside a
+# name: "Llama-2-13B" is a model name, not -13 B.
+_BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
 
 
 def output_text(outputs) -> str:
@@ -112,3 +113,19 @@ def output_text(outputs) -> str:
 def bad_text(outputs) -> list[str]:
     """Fragments that must never be shown: NaN, tracebacks, negative byte counts."""
     return _BAD_TEXT.findall(output_text(outputs))
+
+
+def run_with(name: str, **controls):
+    """(outputs, defs) of a run with some controls replaced (name -> UI element), the rest at their defaults.
+
+    A control's defining cell is skipped when it is overridden, so its sibling definitions are passed
+    through from a default run, as extreme_runs does.
+    """
+    app = load_app(name)
+    _, base_defs = app.run()
+    owners = _cell_defs(app)
+    overrides = {}
+    for var, element in controls.items():
+        overrides.update({v: base_defs[v] for v in owners[var] if v in base_defs})
+    overrides.update(controls)
+    return load_app(name).run(defs=overrides)
