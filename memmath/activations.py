@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from ._validate import is_array
+from . import _validate
 from .models import ModelShape
 
 ATTENTION_KINDS = ("eager", "sdpa")
@@ -48,13 +46,33 @@ class ActivationEstimate:
         return self.per_layer * self.layers_storing + self.recompute_peak + self.outside_layers + self.loss
 
 
+def _layer_arguments(seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention):
+    """The arguments of korthikanti_per_layer / korthikanti_terms, checked (ValueError names the field)."""
+    return (_validate.count("seq_len", seq_len, high=_validate.MAX_SEQ),
+            _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH),
+            _validate.count("hidden_size", hidden_size, scalar=True),
+            _validate.count("n_heads", n_heads, scalar=True),
+            _validate.count("element_bytes", element_bytes, high=8, scalar=True),
+            _validate.count("mask_bytes", mask_bytes, low=0, high=8, scalar=True),
+            _validate.flag("dropout", dropout),
+            _validate.choice("attention", attention, ATTENTION_KINDS))
+
+
 def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_bytes=2, mask_bytes=1,
                           dropout=True, attention="eager"):
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, generalised in e and m).
 
-    At element_bytes=2, mask_bytes=1, dropout, eager attention: s*b*h*(34 + 5*a*s/h).
+    Returns s*b*h*(16e + 2m) + a*s^2*b*(e + e + m) bytes with eager attention (e: element bytes, m:
+    dropout-mask bytes, 0 without dropout, which also drops the e + m of the dropped scores), or
+    s*b*h*(16e + 2m) + 4*a*s*b with fused attention ("sdpa"). At element_bytes=2, mask_bytes=1,
+    dropout, eager attention: s*b*h*(34 + 5*a*s/h). seq_len and batch_size may be arrays.
     """
-    s, b, h, a, e = seq_len, batch_size, hidden_size, n_heads, element_bytes
+    s, b, h, a, e, mask_bytes, dropout, attention = _layer_arguments(
+        seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention)
+    if _validate.is_array(s, b):
+        _validate.check_sweep("activations per layer", korthikanti_per_layer(
+            seq_len=_validate.largest(s), batch_size=_validate.largest(b), hidden_size=h, n_heads=a,
+            element_bytes=e, mask_bytes=mask_bytes, dropout=dropout, attention=attention))
     m = mask_bytes if dropout else 0
     per_layer = s * b * h * (16 * e + 2 * m)
     if attention == "eager":
@@ -68,20 +86,20 @@ def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_
 def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_bits: int, dropout: bool,
                          attention: str, checkpointing: bool, layers_storing, embeddings_trainable: bool,
                          mask_bytes: int = 1) -> ActivationEstimate:
-    """Korthikanti et al.'s activation model for this shape and what the method trains.
+    """Korthikanti et al.'s activation model for this shape and what the method trains (see the module doc).
 
-    A sweep (numpy arrays) whose largest point would pass 2**63 bytes raises ValueError instead of
-    wrapping around silently in int64.
+    A sweep (numpy arrays) whose largest point would pass 2**59 bytes raises ValueError instead of
+    wrapping around silently in int64 (scalars are exact Python ints at any size).
     """
-    if is_array(seq_len, batch_size, layers_storing):
-        largest = textbook_activations(
-            shape, seq_len=float(np.max(seq_len)), batch_size=float(np.max(batch_size)),
+    if _validate.is_array(seq_len, batch_size, layers_storing):
+        # Every term grows with s, b and the storing layers: the largest point bounds the sweep,
+        # evaluated exactly with Python ints.
+        top = textbook_activations(
+            shape, seq_len=_validate.largest(seq_len), batch_size=_validate.largest(batch_size),
             activation_bits=activation_bits, dropout=dropout, attention=attention, checkpointing=checkpointing,
-            layers_storing=float(np.max(layers_storing)), embeddings_trainable=embeddings_trainable,
+            layers_storing=_validate.largest(layers_storing), embeddings_trainable=embeddings_trainable,
             mask_bytes=mask_bytes)
-        if largest.total >= 2**63:
-            raise ValueError(f"seq_len and batch_size are too large for this sweep: activations would reach "
-                             f"{largest.total:.3g} bytes, past int64; sweep smaller values")
+        _validate.check_sweep("activations (from seq_len and batch_size)", top.total)
     e = activation_bits // 8
     m = mask_bytes if dropout else 0
     s, b, h = seq_len, batch_size, shape.hidden_size
@@ -129,7 +147,11 @@ def korthikanti_terms(*, seq_len, batch_size, hidden_size, n_heads, element_byte
     s x s terms become one fp32 log-sum-exp per row and head (4*a*s*b); without dropout the masks
     (and the dropped copy of the attention probabilities) are not kept.
     """
-    s, b, h, a, e = seq_len, batch_size, hidden_size, n_heads, element_bytes
+    s, b, h, a, e, mask_bytes, dropout, attention = _layer_arguments(
+        seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention)
+    if _validate.is_array(s, b):  # the terms sum to korthikanti_per_layer, which checks the sweep
+        korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, element_bytes=e,
+                              mask_bytes=mask_bytes, dropout=dropout, attention=attention)
     m = mask_bytes if dropout else 0
     sbh, assb, asb = s * b * h, a * s * s * b, a * s * b
     rows = [

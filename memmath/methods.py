@@ -66,15 +66,21 @@ class Method:
     """Base class: a finetuning method. `describe()` says in one line what trains."""
 
     def plan(self, shape: ModelShape, recipe: Recipe) -> Plan:  # pragma: no cover - abstract
+        """The Plan for this shape and recipe: stored weight bytes, trainable sets, storing layers."""
         raise NotImplementedError
 
     def describe(self) -> str:  # pragma: no cover - abstract
+        """One line saying what trains, for the assumptions shown beside every number."""
         raise NotImplementedError
 
 
 @dataclass(frozen=True)
 class Full(Method):
-    """Full finetuning: every parameter trains."""
+    """Full finetuning: every parameter trains (Nt = N), every block stores activations.
+
+    Weights ceil(N x weight_bits / 8) bytes; training.py adds gradients, master copy and optimizer
+    states for all N parameters.
+    """
 
     def plan(self, shape, recipe):
         sets, tensor_total = [], 0
@@ -275,9 +281,10 @@ class Adapters(Method):
 class LoRA(Method):
     """LoRA (Hu et al. 2021): W + B @ A on the target matrices of every block; the base is frozen.
 
-    Each adapted d_in x d_out matrix adds r x (d_in + d_out) trainable parameters. adapter_format
-    defaults to fp32 because peft's get_peft_model keeps adapters in fp32 on a 16-bit base
-    (autocast_adapter_dtype=True); None stores them like the base weights.
+    Each adapted d_in x d_out matrix adds r x (d_in + d_out) trainable parameters (A: r x d_in,
+    B: d_out x r). adapter_format defaults to fp32 because peft's get_peft_model keeps adapters in
+    fp32 on a 16-bit base (autocast_adapter_dtype=True); None stores them like the base weights.
+    Weights: the frozen base at the recipe's bits plus ceil(adapters x adapter bits / 8).
     """
 
     rank: object = 8
@@ -331,7 +338,8 @@ class QLoRA(LoRA):
     def __post_init__(self):
         super().__post_init__()
         _validate.flag("double_quant", self.double_quant)
-        object.__setattr__(self, "quant_block", _validate.count("quant_block", self.quant_block, high=2**16))
+        object.__setattr__(self, "quant_block", _validate.count("quant_block", self.quant_block, high=2**16,
+                                                                scalar=True))
 
     def plan(self, shape, recipe):
         params, tensors, factored = self._adapter_stats(shape)
@@ -350,9 +358,14 @@ class QLoRA(LoRA):
 def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = True):
     """Bytes of block-wise absmax constants for one tensor of n elements.
 
-    One fp32 constant per block of `block` values (4 B each); with double quantization the
-    constants are 8-bit with one fp32 constant per 256 of them (Dettmers et al. 2023, section 3).
+    Without double quantization 4 x ceil(n / block): one fp32 constant per block (32/64 = 0.5 bits
+    per value at block 64). With it, ceil(n / block) 8-bit constants plus 4 x ceil(blocks / 256)
+    for one fp32 constant per 256 of them (8/64 + 32/(64*256) = 0.127 bits per value; Dettmers et
+    al. 2023, QLoRA, section 3). n_elements may be an array.
     """
+    n_elements = _validate.count("n_elements", n_elements, low=0, high=_validate.MAX_PARAMS)
+    block = _validate.count("block", block, high=2**16, scalar=True)
+    double_quant = _validate.flag("double_quant", double_quant)
     blocks = _validate.ceil_div(n_elements, block)
     if not double_quant:
         return blocks * 4
