@@ -13,7 +13,7 @@ from . import _validate
 from .activations import ATTENTION_KINDS
 from .formats import get_format
 from .gpus import get_gpu
-from .methods import quantized_weight_bytes
+from .methods import quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape, resolve_model
 
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
@@ -29,6 +29,10 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16"):
     context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
     batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
     bits = get_format(kv_format).bits
+    if _validate.is_array(context_len, batch_size):
+        _validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
+            shape, context_len=_validate.largest(context_len), batch_size=_validate.largest(batch_size),
+            kv_format=kv_format))
     values = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * context_len * batch_size
     return _validate.ceil_div(values * bits, 8)
 
@@ -68,28 +72,43 @@ class InferenceMemory:
 def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_format="bf16", quant_block=64):
     """(weight bytes, constant bytes) to serve the model in weights_format.
 
-    Float formats store every tensor in that format. Integer and NF4 formats quantize the linear
-    weights with one fp32 absmax per block of quant_block values (QLoRA's layout; nf4 with double
-    quantization) and keep embeddings, norms and the head in other_format.
+    Float formats store every tensor in that format: ceil(n_params x bits / 8). Integer and NF4
+    formats quantize the linear weights with one fp32 absmax per block of quant_block values
+    (QLoRA's layout; nf4 with double quantization, 0.127 extra bits per weight, Dettmers et al.
+    2023) and keep embeddings, norms and the head in other_format. A uniform model has no tensor
+    list, so all of its parameters are quantized.
     """
     fmt = get_format(weights_format)
+    double_quant = fmt.name == "nf4"
     if fmt.kind == "float":
         return _validate.ceil_div(shape.n_params * fmt.bits, 8), 0
     if not shape.tensor_count_known:
+        # A uniform model has no tensor list: every parameter is quantized, as one tensor.
         weights = _validate.ceil_div(shape.n_params * fmt.bits, 8)
-        blocks = _validate.ceil_div(shape.n_params, quant_block)
-        return weights, blocks * 4
+        return weights, quant_constant_bytes(shape.n_params, block=quant_block, double_quant=double_quant)
     return quantized_weight_bytes(shape, fmt, get_format(other_format).bits, block=quant_block,
-                                  double_quant=fmt.name == "nf4")
+                                  double_quant=double_quant)
 
 
 def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_bits=16, attention="sdpa"):
     """Transient bytes of a prefill over the whole context, one block at a time (no stored activations).
 
-    The residual stream and its normed copy (2 x s*b*h), the largest block intermediate (q, k, v,
-    or the MLP's hidden activations), eager attention's s x s scores and probabilities, and fp32
-    logits for the last position (4 x b x V). An estimate: kernels and allocators add their own.
+    e*s*b*(2h + w) + (eager only) 2*e*a*s^2*b + 4*b*V bytes: the residual stream and its normed
+    copy (2 x s*b*h), the widest block intermediate w (q, k, v together, or the MLP's hidden
+    activations: 3 x intermediate for SwiGLU, 2 x for GELU), eager attention's s x s scores and
+    probabilities, and fp32 logits for the last position (4 x b x V); e = element_bits / 8. An
+    estimate: kernels and allocators add their own. shape may also be a preset name.
     """
+    shape = _needs_heads(resolve_model(shape), "working_set_bytes")
+    context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
+    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    if element_bits not in (8, 16, 32) or isinstance(element_bits, bool):
+        raise ValueError(f"element_bits must be 8, 16 or 32; got {element_bits!r}")
+    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
+    if _validate.is_array(context_len, batch_size):
+        _validate.check_sweep("working set", working_set_bytes(
+            shape, context_len=_validate.largest(context_len), batch_size=_validate.largest(batch_size),
+            element_bits=element_bits, attention=attention))
     s, b, e = context_len, batch_size, element_bits // 8
     h, inner = shape.hidden_size, shape.intermediate_size or 4 * shape.hidden_size
     qkv = (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim
@@ -103,8 +122,11 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
 
 def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, context_len=2048,
                      attention="sdpa") -> InferenceMemory:
-    """Bytes to serve `model`: weights in weights_format, the KV cache in kv_format for batch_size
-    sequences of context_len tokens, and a prefill working set (see working_set_bytes)."""
+    """Bytes to serve `model`, as an InferenceMemory: weights in weights_format (and their
+    quantization constants, see inference_weight_bytes), the KV cache in kv_format for batch_size
+    sequences of context_len tokens (kv_cache_bytes: 2 x layers x kv_heads x head_dim x tokens x
+    bytes), and a prefill working set (working_set_bytes). .total is their sum; .rule_of_thumb the
+    "weights x 1.2" estimate. batch_size and context_len may be numpy arrays."""
     shape = resolve_model(model)
     batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
     context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
@@ -129,6 +151,9 @@ def decode_tokens_per_second(memory: InferenceMemory, gpu):
     are read once per step for the whole batch, so a batch of B sequences makes B times as many
     tokens per second in total, each sequence at this rate.
     """
+    if not isinstance(memory, InferenceMemory):
+        raise TypeError(f"memory must be the InferenceMemory that inference_memory(...) returns; "
+                        f"got {type(memory).__name__}")
     gpu = get_gpu(gpu)
     read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
     return gpu.bandwidth_bytes_per_s / read_per_step

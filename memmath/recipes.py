@@ -102,9 +102,12 @@ OPTIMIZERS: dict[str, Optimizer] = {
                           "8-bit Adam: both moments in 1 B each, one fp32 constant per block of 2,048 values.",
                           "Dettmers et al. 2022 (bitsandbytes)"),
     # Shazeer & Stern 2018: the second moment of an r x c matrix kept as r + c statistics; no first moment.
-    "adafactor": Optimizer("adafactor", 0, None, 0, True, 0, 0,
-                           "Adafactor: factored second moments (rows + columns per matrix), no momentum.",
-                           "Shazeer & Stern 2018"),
+    # torch.optim.Adafactor (measured, torch 2.13) keeps row_var and col_var in the parameter's dtype
+    # (the full size for vectors) plus a 4-byte fp32 `step` tensor per parameter tensor, as Adam does.
+    "adafactor": Optimizer("adafactor", 0, None, 4, True, 0, 0,
+                           "Adafactor: factored second moments (rows + columns per matrix), no momentum, "
+                           "plus a 4-byte step per tensor.",
+                           "Shazeer & Stern 2018; torch.optim.Adafactor"),
 }
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)
 
@@ -124,7 +127,10 @@ def get_optimizer(name) -> Optimizer:
 
 
 def bytes_per_parameter(precision="bf16", optimizer="adamw") -> dict[str, float]:
-    """Bytes each trainable parameter costs in full finetuning, part by part, and their sum.
+    """Bytes each trainable parameter costs in full finetuning, part by part, and their sum (floats).
+
+    weights = weight_bits / 8, gradients = grad_bits / 8, gradient_accumulation = accum_bits / 8,
+    master_weights = master_bits / 8, optimizer_states = states x state_bits / 8.
 
     Leaves out what is per tensor (Adam's step counters) or per block (8-bit constants) and
     activations. Pure bf16 + AdamW: 2 + 2 + 0 + 4 = 8 B; mixed + AdamW: 2 + 2 + 4 + 8 = 16 B.
