@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import _validate
 from .activations import ATTENTION_KINDS
 from .formats import get_format
@@ -84,21 +86,67 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
 
 
 def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_bits=16, attention="sdpa"):
-    """Transient bytes of a prefill over the whole context, one block at a time (no stored activations).
+    """Transient bytes of a prefill over the whole context: the peak of one forward pass, in bytes.
 
-    The residual stream and its normed copy (2 x s*b*h), the largest block intermediate (q, k, v,
-    or the MLP's hidden activations), eager attention's s x s scores and probabilities, and fp32
-    logits for the last position (4 x b x V). An estimate: kernels and allocators add their own.
+    Stored weights and the KV cache are not included (they are their own parts). With s tokens,
+    b sequences, width h, a heads of size d, MLP width I, vocabulary V and e = element_bits / 8:
+
+        peak = outside + max(attention phase, MLP phase, head phase)
+
+    GPT-2 and LLaMA follow what transformers' implementations allocate in a prefill (measured on
+    the CPU with torch 2.13 and transformers 5.24 within 1%: validation/inference_working_set.py):
+
+    - outside the blocks, held all pass: the token embeddings (e*s*b*h), GPT-2's position
+      embeddings (e*s*h, shared by the batch), LLaMA's rotary cos and sin (2*e*s*d) and, with
+      eager attention, the causal mask (e*b*s^2);
+    - attention: the block input and its normed copy (2*e*s*b*h) and, for GPT-2, the fused qkv
+      output (3h) or, for LLaMA, q (a*d) and the k, v repeated to every head when kv < a (2*a*d,
+      eager only); eager adds per score element (a*b*s^2 of them) e + e for GPT-2 (scores and
+      scaled scores) or e + 4 + 4 for LLaMA (scores, then softmax in fp32: a copy and its output);
+      fused attention (sdpa) keeps no s x s tensor, only its output (a*d);
+    - MLP: the block input, the attention output (GPT-2), the residual and the normed copy, plus
+      3*I for SwiGLU (gate activation, up, product) or 4*I for GPT-2's gelu_new (input, 0.5*x and
+      two temporaries of its tanh formula); GPT-2's eager attention returns its probabilities,
+      which stay alive through the MLP (e*a*b*s^2);
+    - head: the last hidden state and its normed copy (2*e*s*b*h) and fp32 logits for the last
+      position (4*b*V, as generate keeps them).
+
+    Other families (BERT, uniform) get the plain estimate e*s*b*(2h + widest intermediate) +
+    (eager) 2*e*a*s^2*b + 4*b*V. Serving engines that fuse kernels or prefill in chunks keep less.
     """
     s, b, e = context_len, batch_size, element_bits // 8
-    h, inner = shape.hidden_size, shape.intermediate_size or 4 * shape.hidden_size
-    qkv = (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim
-    mlp = 3 * inner if shape.family == "llama" else 2 * inner  # SwiGLU: gate, up, product; GELU: pre, post
-    widest = max(qkv, mlp)
-    working = e * s * b * (2 * h + widest)
-    if attention == "eager":
-        working = working + 2 * e * shape.n_heads * s * s * b
-    return working + 4 * b * (shape.vocab_size or 0)
+    h, a, d = shape.hidden_size, shape.n_heads, shape.head_dim
+    inner = shape.intermediate_size or 4 * h
+    eager = attention == "eager"
+    sbe = s * b * e
+    mask = e * b * s * s if eager else 0  # eager's causal mask, built once and held all pass
+    if shape.family == "gpt2":
+        outside = sbe * h + e * s * h + mask  # token embeddings per sequence, positions shared by the batch
+        attn = sbe * 5 * h + (2 * e * a * b * s * s if eager else sbe * a * d)  # block input, normed, qkv
+        # gelu_new: input, 0.5 * x and two tanh-formula temporaries; eager's returned probabilities stay alive.
+        mlp = sbe * (4 * h + 4 * inner) + (e * a * b * s * s if eager else 0)
+    elif shape.family == "llama":
+        outside = sbe * h + 2 * e * s * d + mask  # token embeddings; rotary cos and sin shared by the batch
+        if eager:
+            repeated = 2 * a * d if shape.n_kv_heads < a else 0  # repeat_kv copies k and v to every head
+            fp32_copy = 4 if e != 4 else 0  # softmax(dtype=float32) copies a 16-bit input first
+            attn = sbe * (2 * h + a * d + repeated) + (e + 4 + fp32_copy) * a * b * s * s
+        else:
+            attn = sbe * (2 * h + 2 * a * d)  # q and the attention output
+        mlp = sbe * (3 * h + 3 * inner)  # SwiGLU: act(gate), up, their product
+    else:
+        qkv = (a + 2 * shape.n_kv_heads) * d
+        widest = _larger(qkv, 2 * inner)
+        return sbe * (2 * h + widest) + (2 * e * a * s * s * b if eager else 0) + 4 * b * (shape.vocab_size or 0)
+    head = 2 * sbe * h + 4 * b * (shape.vocab_size or 0)
+    return outside + _larger(_larger(attn, mlp), head)
+
+
+def _larger(x, y):
+    """max for Python ints and element-wise for int64 arrays alike."""
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return np.maximum(x, y)
+    return max(x, y)
 
 
 def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, context_len=2048,
