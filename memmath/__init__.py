@@ -11,7 +11,7 @@ from .formats import FORMATS, NF4_LEVELS, NumberFormat, absmax_scale, float_step
 from .gpus import GPU, GPUS, Fit, check_fit, fit_table, get_gpu
 from .inference import (
     RULE_OF_THUMB_FACTOR, InferenceMemory, decode_tokens_per_second, inference_memory, kv_cache_bytes,
-    working_set_bytes,
+    rule_of_thumb_context_limit, working_set_bytes,
 )
 from .methods import Adapters, Freeze, Full, LoRA, Method, QLoRA, quant_constant_bytes
 from .models import (
@@ -30,5 +30,5 @@ __all__ = [
     "absmax_scale", "bert_model", "bytes_per_parameter", "check_fit", "decode_tokens_per_second", "fit_table", "float_step", "format_bytes",
     "from_hf_config", "get_format", "get_gpu", "get_optimizer", "get_recipe", "gpt2_model", "inference_memory",
     "korthikanti_per_layer", "korthikanti_terms", "kv_cache_bytes", "llama_model", "parse_bytes", "parse_count", "quant_constant_bytes",
-    "resolve_model", "round_to_format", "to_unit", "training_memory", "uniform_model", "working_set_bytes",
+    "resolve_model", "round_to_format", "rule_of_thumb_context_limit", "to_unit", "training_memory", "uniform_model", "working_set_bytes",
 ]

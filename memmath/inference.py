@@ -170,6 +170,34 @@ def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_si
                            get_format(kv_format).name, tuple(notes))
 
 
+def rule_of_thumb_context_limit(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, attention="sdpa",
+                                max_context=_validate.MAX_SEQ) -> int:
+    """The longest context (tokens per sequence) at which the detailed total is still within "weights x 1.2".
+
+    Beyond it the KV cache and working set outgrow the rule of thumb's 20% allowance. The total
+    grows with context, so a bisection over 1..max_context finds the exact integer; 0 when even one
+    token overflows the allowance, max_context when the rule still holds there.
+    """
+    shape = resolve_model(model)
+    _needs_heads(shape, "rule_of_thumb_context_limit")
+    max_context = _validate.count("max_context", max_context, high=_validate.MAX_SEQ)
+
+    def holds(context):
+        memory = inference_memory(shape, weights_format=weights_format, kv_format=kv_format,
+                                  batch_size=batch_size, context_len=context, attention=attention)
+        return memory.total <= memory.rule_of_thumb
+
+    if not holds(1):
+        return 0
+    low, high = 1, max_context  # holds(low) is true
+    if holds(high):
+        return high
+    while high - low > 1:  # holds(low) and not holds(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    return low
+
+
 def decode_tokens_per_second(memory: InferenceMemory, gpu):
     """Upper bound on decode speed per sequence, in tokens/s: bandwidth / bytes read per step.
 
