@@ -106,7 +106,12 @@ def _(batch_size, context_len, gpu, memory, mm, mo, model, unit):
     _verdict = (f"fits on one {gpu.name} ({_f(gpu.memory_bytes)}), with {_f(_fit.headroom_bytes)} to spare"
                 if _fit.fits else f"does **not** fit on one {gpu.name} ({_f(gpu.memory_bytes)}): "
                 f"{_f(-_fit.headroom_bytes)} short")
+    _beyond = model.max_positions is not None and context_len > model.max_positions
+    _positions = mo.callout(mo.md(
+        f"{model.name} learned only {model.max_positions:,} positions, so it cannot really read "
+        f"{context_len:,} tokens; the arithmetic still shows what the memory would be."), kind="warn") if _beyond else None
     mo.vstack([
+        _positions,
         mo.hstack([
             mo.stat(_f(memory.weights + memory.quantization_constants), label="Weights (+ constants)"),
             mo.stat(_f(memory.kv_cache), label="KV cache"),
