@@ -110,8 +110,7 @@ def _(batch_size, context_len, gpu, memory, mm, mo, model, unit):
     _positions = mo.callout(mo.md(
         f"{model.name} learned only {model.max_positions:,} positions, so it cannot really read "
         f"{context_len:,} tokens; the arithmetic still shows what the memory would be."), kind="warn") if _beyond else None
-    mo.vstack([
-        _positions,
+    mo.vstack([_item for _item in (_positions,) if _item is not None] + [
         mo.hstack([
             mo.stat(_f(memory.weights + memory.quantization_constants), label="Weights (+ constants)"),
             mo.stat(_f(memory.kv_cache), label="KV cache"),
