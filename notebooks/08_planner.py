@@ -195,7 +195,7 @@ def _(gpu, mm, model, reserved, settings):
 
 
 @app.cell(hide_code=True)
-def _(fit, gpu, mm, mo, result, settings, unit):
+def _(fit, gpu, mm, mo, model, result, settings, unit):
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
     _per = f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU"
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
@@ -203,7 +203,10 @@ def _(fit, gpu, mm, mo, result, settings, unit):
                 f"{_f(fit.headroom_bytes)} to spare." if fit.fits else
                 f"**It does not fit.** {_f(result.total)} {_per}; one {gpu.name} has {_usable}: "
                 f"{_f(-fit.headroom_bytes)} short.")
-    mo.vstack([mo.md("## The verdict"),
+    _long = model.max_positions is not None and settings["seq_len"] > model.max_positions
+    _warn = [mo.callout(mo.md(f"{model.name} learned only {model.max_positions:,} positions; a {settings['seq_len']:,}"
+                              "-token sequence is arithmetic only."), kind="warn")] if _long else []
+    mo.vstack([mo.md("## The verdict"), *_warn,
                mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
                mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
                .style({"font-size": "0.9em"})])
