@@ -207,8 +207,8 @@ def _(mo):
 
     The quick estimate adds 20% to the weights for everything else. It is quoted widely (EleutherAI's
     rule, repeated in Hugging Face accelerate's memory-estimation docs). The chart sweeps the context
-    for your model, batch and formats: the coloured areas are the detailed sum, the dashed line is
-    the rule of thumb, the dotted line your GPU.
+    for your model, batch and formats: the coloured areas are the detailed sum, the black dashed
+    line the rule of thumb, the red dotted line your GPU's memory.
     """)
     return
 
@@ -238,15 +238,13 @@ def _(alt, gpu, mm, pd, rule_limit, sweep, unit, viz):
     _marks = pd.DataFrame({"size": [mm.to_unit(gpu.memory_bytes, unit)], "what": [f"{gpu.name} memory"]})
     _gpu_line = alt.Chart(_marks).mark_rule(color="#D62728", strokeDash=[2, 2], size=2).encode(
         y="size:Q", tooltip=["what:N"])
-    _gpu_text = alt.Chart(_marks).mark_text(align="left", dx=4, dy=-6, color="#D62728").encode(
-        x=alt.value(0), y="size:Q", text="what:N")
-    _layers = [_areas, _rule_line, _gpu_line, _gpu_text]
+    _layers = [_areas, _rule_line, _gpu_line]
     if min(sweep) <= rule_limit <= max(sweep):
         _limit = pd.DataFrame({"context": [rule_limit], "what": [f"rule holds to {rule_limit:,} tokens"]})
         _layers += [alt.Chart(_limit).mark_rule(color="black").encode(x="context:Q", tooltip=["what:N"]),
                     alt.Chart(_limit).mark_text(align="left", dx=4, y=8).encode(x="context:Q", text="what:N")]
-    alt.layer(*_layers).properties(width=560, height=300,
-                                   title="Detailed sum (areas) versus weights x 1.2 (dashed)")
+    alt.layer(*_layers).properties(width=560, height=300, title=alt.Title(
+        "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu.name} memory: red, dotted"))
     return
 
 
@@ -326,23 +324,23 @@ def _(mo):
     mo.md("""
     ## Which GPUs fit
 
-    Every card in the catalog against the detailed total, with the memory the driver reports
-    (nvidia-smi's total, slightly less than the box says) and the decode bound on that card.
+    Every card in the catalog against the detailed total. "memory" is what the driver reports
+    (nvidia-smi's total), slightly less than the box says ("marketed"); the last column is the
+    decode bound on that card.
     Nothing is reserved here for the CUDA context, which takes a few hundred MB to over a GB more.
     """)
     return
 
 
 @app.cell
-def _(memory, mm, mo, pd, unit):
-    def _gpu_row(gpu):
-        _fit = mm.check_fit(memory.total, gpu)
-        _gap = mm.format_bytes(abs(_fit.headroom_bytes), unit)
-        return {"gpu": gpu.name, "on the box": gpu.marketed, f"reported ({unit})": round(mm.to_unit(gpu.memory_bytes, unit), 2),
-                "fits": "yes" if _fit.fits else "no", "headroom": f"{_gap} spare" if _fit.fits else f"{_gap} short",
-                "decode bound (tokens/s)": round(mm.decode_tokens_per_second(memory, gpu), 1)}
-
-    fit_frame = pd.DataFrame([_gpu_row(g) for g in sorted(mm.GPUS.values(), key=lambda g: g.memory_bytes)])
+def _(memory, mm, mo, unit):
+    fit_frame = mm.fit_table(memory.total, unit=unit)
+    _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in fit_frame[f"headroom ({unit})"]]
+    fit_frame = fit_frame.assign(**{
+        f"memory ({unit})": fit_frame[f"memory ({unit})"].round(2), "fits": fit_frame["fits"].map({True: "yes", False: "no"}),
+        f"headroom ({unit})": _gaps,
+        "decode bound (tokens/s)": [round(mm.decode_tokens_per_second(memory, g), 1) for g in fit_frame["gpu"]],
+    }).drop(columns=["kind"])
     mo.ui.table(fit_frame, selection=None, show_column_summaries=False, show_download=False, page_size=len(fit_frame))
     return
 

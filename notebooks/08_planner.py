@@ -256,21 +256,19 @@ def _(mo):
     mo.md("""
     ## Every GPU in the catalog
 
-    The same memory per GPU against every card, with the CUDA context reserved on each. Cards are
-    listed with the memory the driver reports, a little under the number on the box.
+    The same memory per GPU against every card, with the CUDA context reserved on each. "memory" is
+    what the driver reports, a little under the number on the box ("marketed").
     """)
     return
 
 
 @app.cell
-def _(mm, mo, pd, reserved, result, unit):
-    def _row(gpu):
-        _fit = mm.check_fit(result.total, gpu, reserved_bytes=min(reserved, gpu.memory_bytes))
-        _gap = mm.format_bytes(abs(_fit.headroom_bytes), unit)
-        return {"gpu": gpu.name, "on the box": gpu.marketed, f"reported ({unit})": round(mm.to_unit(gpu.memory_bytes, unit), 2),
-                "fits": "yes" if _fit.fits else "no", "headroom": f"{_gap} spare" if _fit.fits else f"{_gap} short"}
-
-    catalog_frame = pd.DataFrame([_row(g) for g in sorted(mm.GPUS.values(), key=lambda g: g.memory_bytes)])
+def _(mm, mo, reserved, result, unit):
+    catalog_frame = mm.fit_table(result.total, reserved_bytes=reserved, unit=unit)
+    _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
+    catalog_frame = catalog_frame.assign(**{
+        f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
+        "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
     mo.ui.table(catalog_frame, selection=None, show_column_summaries=False, show_download=False,
                 page_size=len(catalog_frame))
     return
