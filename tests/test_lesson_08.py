@@ -66,12 +66,8 @@ def plain(outputs):
 
 
 def _with_config(text):
-    _, base = lessons.run(NAME)
-    owners = lessons._cell_defs(lessons.load_app(NAME))
-    overrides = {v: base[v] for v in owners["config_text_area"] if v in base}
-    overrides["source_radio"] = mo.ui.radio(["preset", "paste config.json"], value="paste config.json")
-    overrides["config_text_area"] = mo.ui.text_area(value=text)
-    return lessons.run(NAME, defs=overrides)
+    return lessons.run_with(NAME, source_radio=mo.ui.radio(["preset", "paste config.json"], value="paste config.json"),
+                            config_text_area=mo.ui.text_area(value=text))
 
 
 def test_pasted_mistral_config_is_read(default_run):
