@@ -137,12 +137,16 @@ class ModelShape:
         """(module, d_in, d_out) of each matrix one block adapts for LoRA targets such as ('q', 'v').
 
         Names map onto each family's modules: GPT-2's q, k and v live in one fused c_attn matrix,
-        which is adapted once; BERT and GPT-2 have no gate matrix.
+        which is adapted once; BERT and GPT-2 have no gate matrix. "all" adapts every linear
+        matrix the family has (peft's "all-linear"), so it skips gate where there is none.
         """
         targets = _lora_targets(targets)
         table = _LORA_TABLES[self.family](self)
+        every = set(targets) == set(LORA_TARGETS)  # "all": what exists in this family
         chosen: dict[str, tuple[int, int]] = {}
         for target in targets:
+            if target not in table and every and table:
+                continue
             if target not in table:
                 available = ", ".join(t for t in LORA_TARGETS if t in table) or "none"
                 raise ValueError(
