@@ -45,8 +45,6 @@ from .methods import Freeze, Full, LoRA
 from .models import ModelShape, bert_model, gpt2_model, llama_model
 
 DATA_FILE = "measured_cpu.json"
-ALL_LINEAR = {"gpt2": ("q", "k", "v", "o", "up", "down"), "bert": ("q", "k", "v", "o", "up", "down"),
-              "llama": ("q", "k", "v", "o", "gate", "up", "down")}
 
 
 @lru_cache(maxsize=4)
@@ -99,8 +97,8 @@ def case_method(row):
         # untied head train (Freeze's defaults); BERT's pooler and classifier train.
         return Freeze(frozen_layers=int(row["frozen_layers"]))
     if method == "lora":
-        # "all": every linear layer in the blocks, named for the family (GPT-2 and BERT have no gate).
-        targets = ("q", "v") if row["lora_targets"] == "qv" else ALL_LINEAR[row["family"]]
+        # "all": every linear matrix in the blocks (GPT-2 and BERT have no gate; peft's lists in measure.py).
+        targets = ("q", "v") if row["lora_targets"] == "qv" else "all"
         return LoRA(rank=int(row["lora_rank"]), targets=targets, adapter_format=str(row["adapter_format"]))
     raise ValueError(f"method must be full, freeze or lora; got {method!r}")
 
