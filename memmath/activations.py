@@ -31,7 +31,15 @@ ATTENTION_KINDS = ("eager", "sdpa")
 
 @dataclass(frozen=True)
 class ActivationEstimate:
-    """Activation bytes: per stored block, how many blocks store, outside the blocks, and the loss."""
+    """Activation bytes: per stored block, how many blocks store, outside the blocks, and the loss.
+
+    The "transformers" model (hf_activations.py) fills three more fields, which the textbook model
+    leaves at their defaults: first_layer, the bytes of the first storing block when they differ
+    from per_layer (its input needs no gradient, or it holds the tables every block shares);
+    frozen_per_layer x frozen_layers_storing, blocks that train nothing but still store what the
+    input gradient needs (frozen blocks behind trainable embeddings); terms, one (where, what,
+    bytes) row per kind of saved tensor.
+    """
 
     per_layer: object
     layers_storing: object
@@ -39,11 +47,28 @@ class ActivationEstimate:
     outside_layers: object
     loss: object
     model: str = "textbook"
+    first_layer: object = None
+    frozen_per_layer: object = 0
+    frozen_layers_storing: object = 0
+    terms: tuple = ()
+
+    @property
+    def layers(self):
+        """Bytes every storing block keeps together (the first one counted at first_layer when given)."""
+        blocks = self.per_layer * self.layers_storing
+        if self.first_layer is not None:
+            blocks = blocks + (self.first_layer - self.per_layer) * (self.layers_storing > 0)
+        return blocks + self.frozen_per_layer * self.frozen_layers_storing
+
+    @property
+    def saved_by_forward(self):
+        """Bytes saved for backward by the end of the forward pass: total less the recompute peak."""
+        return self.layers + self.outside_layers + self.loss
 
     @property
     def total(self):
         """All activation bytes kept at the end of the forward pass (plus the recompute peak)."""
-        return self.per_layer * self.layers_storing + self.recompute_peak + self.outside_layers + self.loss
+        return self.layers + self.recompute_peak + self.outside_layers + self.loss
 
 
 def _layer_arguments(seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention):

@@ -89,6 +89,13 @@ OPTIMIZERS: dict[str, Optimizer] = {
     "adamw": Optimizer("adamw", 2, None, 4, False, 0, 0,
                        "AdamW: Adam's two moments with decoupled weight decay, plus a 4-byte step per tensor.",
                        "Loshchilov & Hutter 2019; torch.optim.AdamW"),
+    # Reddi et al. 2018 (AMSGrad): a third state, the running maximum of exp_avg_sq (max_exp_avg_sq).
+    "adam_amsgrad": Optimizer("adam_amsgrad", 3, None, 4, False, 0, 0,
+                              "Adam with amsgrad: exp_avg, exp_avg_sq and their running maximum, plus a 4-byte step per tensor.",
+                              "Reddi et al. 2018; torch.optim.Adam(amsgrad=True)"),
+    "adamw_amsgrad": Optimizer("adamw_amsgrad", 3, None, 4, False, 0, 0,
+                               "AdamW with amsgrad: three moments (the third the running maximum of the second), plus a 4-byte step per tensor.",
+                               "Reddi et al. 2018; torch.optim.AdamW(amsgrad=True)"),
     # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": 2 x 1 B states, one fp32
     # absmax per block of 2,048 values.
     "adam8bit": Optimizer("adam8bit", 2, 8, 0, False, 2048, 32,
@@ -113,7 +120,7 @@ def get_recipe(name) -> Recipe:
 
 
 def get_optimizer(name) -> Optimizer:
-    """The Optimizer for a name: sgd, sgd_momentum, adam, adamw, adam8bit, adafactor."""
+    """The Optimizer for a name: sgd, sgd_momentum, adam, adamw, adam_amsgrad, adamw_amsgrad, adam8bit, adafactor."""
     if isinstance(name, Optimizer):
         return name
     return OPTIMIZERS[_validate.choice("optimizer", name, OPTIMIZER_NAMES)]
