@@ -473,7 +473,10 @@ def from_hf_config(config) -> ModelShape:
         )
     if model_type == "bert":
         # A sequence-classification checkpoint adds a classifier with one output per label.
-        classifier = str((config.get("architectures") or [""])[0]).endswith("ForSequenceClassification")
+        architectures = config.get("architectures") or []
+        if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+            raise ValueError(f"config field 'architectures' must be a list of class names; got {architectures!r}")
+        classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
         labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else get("num_labels", 2)
         return bert_model(
             n_layers=get("num_hidden_layers"), hidden_size=get("hidden_size"), n_heads=get("num_attention_heads"),

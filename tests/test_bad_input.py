@@ -136,3 +136,12 @@ def test_wrong_kinds_of_object_get_a_type_error_that_says_what_to_pass(call, fra
         call()
     for fragment in fragments:
         assert fragment in str(error.value)
+
+
+@pytest.mark.parametrize("architectures", [{"a": 1}, 3, ["BertModel", 7]])
+def test_config_architectures_must_be_a_list_of_names(architectures):
+    # transformers writes "architectures" as a JSON list of class names; anything else is refused by name.
+    config = {"model_type": "bert", "architectures": architectures, "num_hidden_layers": 2, "hidden_size": 64,
+              "num_attention_heads": 2, "intermediate_size": 256, "vocab_size": 100, "max_position_embeddings": 32}
+    with pytest.raises(ValueError, match="architectures"):
+        mm.from_hf_config(config)
