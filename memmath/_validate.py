@@ -11,7 +11,8 @@ import numbers
 
 import numpy as np
 
-# Ranges that keep every int64 product in this package far from overflow (2**63 ~ 9.2e18 bytes).
+# Input ranges. Scalar arithmetic uses Python ints and is exact at any size; sweeps (int64 arrays)
+# are also checked against SWEEP_LIMIT where a product of inputs can grow past it.
 MAX_PARAMS = 10**15
 MAX_BATCH = 2**20
 MAX_SEQ = 2**22
@@ -26,13 +27,16 @@ def _describe(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def count(name: str, value, *, low: int = 1, high: int = MAX_DIM):
+def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool = False):
     """A whole number in [low, high]: a Python int for a scalar, an int64 array for an array.
 
     Accepts ints, integral floats (7e9) and numpy numbers; rejects bools, NaN, fractions and
-    strings with a ValueError (TypeError for objects that are not numbers at all).
+    strings with a ValueError (TypeError for objects that are not numbers at all). scalar=True
+    refuses arrays (for settings a sweep cannot vary) with a ValueError.
     """
     allowed = f"a whole number from {low:,} to {high:,}"
+    if scalar and isinstance(value, (np.ndarray, list, tuple)) and np.ndim(value) > 0:
+        raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be {allowed}, got the boolean {value!r}")
     if isinstance(value, str):
@@ -110,6 +114,29 @@ def choice(name: str, value, allowed) -> str:
     if key not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
     return key
+
+
+# Sweeps compute in int64. Every part of a result stays below 2**59 bytes (576 PB), so that the
+# numerators of ceil_div (bytes x 8 bits) and the sum of the parts stay below 2**63.
+SWEEP_LIMIT = 2**59
+
+
+def check_sweep(name: str, largest) -> None:
+    """Refuse a sweep whose largest value, computed exactly with Python ints, is too big for int64.
+
+    The caller evaluates its formula at the sweep's largest inputs (every formula here grows with
+    them), so if that value fits, every point of the sweep does.
+    """
+    if largest > SWEEP_LIMIT:
+        raise ValueError(
+            f"{name} reaches {largest:,} bytes at the largest inputs of this sweep, beyond exact int64 "
+            f"arithmetic (at most {SWEEP_LIMIT:,}); narrow the ranges or call with single numbers"
+        )
+
+
+def largest(value):
+    """The largest element of an array as a Python int (a scalar passes through)."""
+    return int(np.max(value)) if isinstance(value, np.ndarray) else value
 
 
 def is_array(*values) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import _validate
 from .models import ModelShape
 
 ATTENTION_KINDS = ("eager", "sdpa")
@@ -30,7 +31,15 @@ ATTENTION_KINDS = ("eager", "sdpa")
 
 @dataclass(frozen=True)
 class ActivationEstimate:
-    """Activation bytes: per stored block, how many blocks store, outside the blocks, and the loss."""
+    """Activation bytes: per stored block, how many blocks store, outside the blocks, and the loss.
+
+    The "transformers" model (hf_activations.py) fills three more fields, which the textbook model
+    leaves at their defaults: first_layer, the bytes of the first storing block when they differ
+    from per_layer (its input needs no gradient, or it holds the tables every block shares);
+    frozen_per_layer x frozen_layers_storing, blocks that train nothing but still store what the
+    input gradient needs (frozen blocks behind trainable embeddings); terms, one (where, what,
+    bytes) row per kind of saved tensor.
+    """
 
     per_layer: object
     layers_storing: object
@@ -38,20 +47,57 @@ class ActivationEstimate:
     outside_layers: object
     loss: object
     model: str = "textbook"
+    first_layer: object = None
+    frozen_per_layer: object = 0
+    frozen_layers_storing: object = 0
+    terms: tuple = ()
+
+    @property
+    def layers(self):
+        """Bytes every storing block keeps together (the first one counted at first_layer when given)."""
+        blocks = self.per_layer * self.layers_storing
+        if self.first_layer is not None:
+            blocks = blocks + (self.first_layer - self.per_layer) * (self.layers_storing > 0)
+        return blocks + self.frozen_per_layer * self.frozen_layers_storing
+
+    @property
+    def saved_by_forward(self):
+        """Bytes saved for backward by the end of the forward pass: total less the recompute peak."""
+        return self.layers + self.outside_layers + self.loss
 
     @property
     def total(self):
         """All activation bytes kept at the end of the forward pass (plus the recompute peak)."""
-        return self.per_layer * self.layers_storing + self.recompute_peak + self.outside_layers + self.loss
+        return self.layers + self.recompute_peak + self.outside_layers + self.loss
+
+
+def _layer_arguments(seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention):
+    """The arguments of korthikanti_per_layer / korthikanti_terms, checked (ValueError names the field)."""
+    return (_validate.count("seq_len", seq_len, high=_validate.MAX_SEQ),
+            _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH),
+            _validate.count("hidden_size", hidden_size, scalar=True),
+            _validate.count("n_heads", n_heads, scalar=True),
+            _validate.count("element_bytes", element_bytes, high=8, scalar=True),
+            _validate.count("mask_bytes", mask_bytes, low=0, high=8, scalar=True),
+            _validate.flag("dropout", dropout),
+            _validate.choice("attention", attention, ATTENTION_KINDS))
 
 
 def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_bytes=2, mask_bytes=1,
                           dropout=True, attention="eager"):
     """Bytes one transformer block keeps for backward (Korthikanti et al. 2022, generalised in e and m).
 
-    At element_bytes=2, mask_bytes=1, dropout, eager attention: s*b*h*(34 + 5*a*s/h).
+    Returns s*b*h*(16e + 2m) + a*s^2*b*(e + e + m) bytes with eager attention (e: element bytes, m:
+    dropout-mask bytes, 0 without dropout, which also drops the e + m of the dropped scores), or
+    s*b*h*(16e + 2m) + 4*a*s*b with fused attention ("sdpa"). At element_bytes=2, mask_bytes=1,
+    dropout, eager attention: s*b*h*(34 + 5*a*s/h). seq_len and batch_size may be arrays.
     """
-    s, b, h, a, e = seq_len, batch_size, hidden_size, n_heads, element_bytes
+    s, b, h, a, e, mask_bytes, dropout, attention = _layer_arguments(
+        seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention)
+    if _validate.is_array(s, b):
+        _validate.check_sweep("activations per layer", korthikanti_per_layer(
+            seq_len=_validate.largest(s), batch_size=_validate.largest(b), hidden_size=h, n_heads=a,
+            element_bytes=e, mask_bytes=mask_bytes, dropout=dropout, attention=attention))
     m = mask_bytes if dropout else 0
     per_layer = s * b * h * (16 * e + 2 * m)
     if attention == "eager":
@@ -65,7 +111,20 @@ def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_
 def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_bits: int, dropout: bool,
                          attention: str, checkpointing: bool, layers_storing, embeddings_trainable: bool,
                          mask_bytes: int = 1) -> ActivationEstimate:
-    """Korthikanti et al.'s activation model for this shape and what the method trains."""
+    """Korthikanti et al.'s activation model for this shape and what the method trains (see the module doc).
+
+    A sweep (numpy arrays) whose largest point would pass 2**59 bytes raises ValueError instead of
+    wrapping around silently in int64 (scalars are exact Python ints at any size).
+    """
+    if _validate.is_array(seq_len, batch_size, layers_storing):
+        # Every term grows with s, b and the storing layers: the largest point bounds the sweep,
+        # evaluated exactly with Python ints.
+        top = textbook_activations(
+            shape, seq_len=_validate.largest(seq_len), batch_size=_validate.largest(batch_size),
+            activation_bits=activation_bits, dropout=dropout, attention=attention, checkpointing=checkpointing,
+            layers_storing=_validate.largest(layers_storing), embeddings_trainable=embeddings_trainable,
+            mask_bytes=mask_bytes)
+        _validate.check_sweep("activations (from seq_len and batch_size)", top.total)
     e = activation_bits // 8
     m = mask_bytes if dropout else 0
     s, b, h = seq_len, batch_size, shape.hidden_size
@@ -85,3 +144,62 @@ def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_b
     if embeddings_trainable:
         outside = outside + m * s * b * h  # embedding dropout mask
     return ActivationEstimate(per_layer, layers_storing, recompute, outside, loss)
+
+
+@dataclass(frozen=True)
+class ActivationTerm:
+    """One tensor a transformer block keeps for backward: where it is, what it is, and its bytes.
+
+    unit: the size it is counted in ('s*b*h', 'a*s*s*b' or 'a*s*b'); coefficient: bytes per unit
+    (e.g. 2 for a 16-bit s x b x h tensor); bytes = coefficient x unit.
+    """
+
+    block: str  # "attention", "mlp" or "norms"
+    tensor: str  # what is stored, in words
+    unit: str
+    coefficient: int
+    bytes: object
+
+
+def korthikanti_terms(*, seq_len, batch_size, hidden_size, n_heads, element_bytes=2, mask_bytes=1,
+                      dropout=True, attention="eager") -> tuple[ActivationTerm, ...]:
+    """The tensors behind korthikanti_per_layer, one ActivationTerm each; their bytes sum to it.
+
+    Korthikanti et al. 2022, section 4.1 (at e=2, m=1): attention keeps 11*sbh + 5*a*s^2*b (QKV
+    input 2, Q and K 4, V 2, projection input 2, dropout mask 1; softmax output 2, its dropout
+    mask 1 and dropped output 2 per a*s^2*b), the MLP 19*sbh (input 2, GeLU input 8, GeLU output
+    8, dropout mask 1), the two LayerNorms 4*sbh: 34*sbh + 5*a*s^2*b. With fused attention the
+    s x s terms become one fp32 log-sum-exp per row and head (4*a*s*b); without dropout the masks
+    (and the dropped copy of the attention probabilities) are not kept.
+    """
+    s, b, h, a, e, mask_bytes, dropout, attention = _layer_arguments(
+        seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention)
+    if _validate.is_array(s, b):  # the terms sum to korthikanti_per_layer, which checks the sweep
+        korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, element_bytes=e,
+                              mask_bytes=mask_bytes, dropout=dropout, attention=attention)
+    m = mask_bytes if dropout else 0
+    sbh, assb, asb = s * b * h, a * s * s * b, a * s * b
+    rows = [
+        ("attention", "input of the Q, K, V projection", "s*b*h", e),
+        ("attention", "Q and K (for the scores QK^T)", "s*b*h", 2 * e),
+        ("attention", "V (for the weighted sum)", "s*b*h", e),
+        ("attention", "input of the output projection", "s*b*h", e),
+        ("attention", "dropout mask after the projection", "s*b*h", m),
+    ]
+    if attention == "eager":
+        rows.append(("attention", "softmax output (s x s per head)", "a*s*s*b", e))
+        if dropout:
+            rows += [("attention", "dropout mask on the softmax (s x s)", "a*s*s*b", m),
+                     ("attention", "dropped softmax output (s x s)", "a*s*s*b", e)]
+    else:
+        rows.append(("attention", "fp32 log-sum-exp per row (fused kernel)", "a*s*b", 4))
+    rows += [
+        ("mlp", "input of the first linear layer", "s*b*h", e),
+        ("mlp", "GeLU input (4h wide)", "s*b*h", 4 * e),
+        ("mlp", "GeLU output, input of the second linear (4h wide)", "s*b*h", 4 * e),
+        ("mlp", "dropout mask after the MLP", "s*b*h", m),
+        ("norms", "inputs of the two LayerNorms", "s*b*h", 2 * e),
+    ]
+    units = {"s*b*h": sbh, "a*s*s*b": assb, "a*s*b": asb}
+    return tuple(ActivationTerm(block, tensor, unit, coef, coef * units[unit])
+                 for block, tensor, unit, coef in rows if coef)

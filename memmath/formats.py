@@ -119,6 +119,37 @@ def get_format(name) -> NumberFormat:
     return FORMATS[_ALIASES[key]]
 
 
+def float_step(fmt, value) -> float:
+    """The gap between neighbouring values a float format stores around `value` (its rounding step).
+
+    2 ** (e - mantissa_bits), where e = floor(log2 |value|), floored at the smallest normal
+    exponent 1 - bias (subnormals share one fixed step); IEEE-754 spacing, as round_to_format uses.
+    bf16 near 300: 2 ** (8 - 7) = 2. Integer and lookup formats step by their scale: ValueError.
+    """
+    fmt = get_format(fmt)
+    if fmt.kind != "float":
+        raise ValueError(f"format must be a float format for float_step; {fmt.name} steps by its scale")
+    value = _validate.real("value", value, low=-1e300, high=1e300)
+    bias = 2 ** (fmt.exponent_bits - 1) - 1
+    exponent = int(np.floor(np.log2(abs(value)))) if value else 1 - bias
+    return 2.0 ** (max(exponent, 1 - bias) - fmt.mantissa_bits)
+
+
+def absmax_scale(fmt, absmax) -> float:
+    """The scale block-wise absmax quantization gives a block: absmax / the format's largest level.
+
+    int8 maps the block's largest magnitude to 127, int4 to 7 and nf4 to its level 1.0, so
+    round_to_format(x, fmt, scale=absmax_scale(fmt, absmax)) stores x as an integer step of that
+    scale (Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization; Dettmers et al. 2023,
+    QLoRA). Float formats carry their own exponent and need no scale: 1.0.
+    """
+    fmt = get_format(fmt)
+    absmax = _validate.real("absmax", absmax, low=1e-300, high=1e300)
+    if fmt.kind == "float":
+        return 1.0
+    return absmax / fmt.max_value
+
+
 def round_to_format(value, fmt, *, scale: float = 1.0):
     """The value(s) as the format would store them, back in float64.
 

@@ -1,9 +1,12 @@
 """A catalog of GPUs and a fit check.
 
 memory_bytes is what the driver reports (nvidia-smi's "Total" in MiB times 2**20), which is less
-than the marketed size: an RTX 4090 sold as "24 GB" reports 24564 MiB. Bandwidth and bf16 dense
-tensor throughput come from NVIDIA's datasheets (no sparsity). Cards without bf16 (T4, V100)
-list their fp16 throughput and say so.
+than the marketed size: an RTX 4090 sold as "24 GB" reports 24564 MiB. Sources for the MiB
+figures: H100 81559, A100 80GB 81920, A100 40GB 40960, A10(G) 23028, L40S 46068, L4 23034 and
+T4 15360 as listed in modal-labs/modal-client pull request 2797 (2025); the others as printed by
+nvidia-smi in public logs (H200 143771, RTX 5090 32607, RTX 4080 16376, RTX A6000 49140,
+RTX 3090 24576). Bandwidth and bf16 dense tensor throughput come from NVIDIA's datasheets (no
+sparsity). Cards without bf16 (T4, V100) list their fp16 throughput and say so.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ GPUS: dict[str, GPU] = {
         _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB"),  # 24564 MiB in nvidia-smi (REFERENCE.md)
         _gpu("RTX 5090", 32607, 1792, 209, "consumer", "32 GB"),
         _gpu("T4", 15360, 320, 65, "datacenter", "16 GB", "no bf16: fp16 throughput listed"),
-        _gpu("V100 32GB", 32768, 900, 125, "datacenter", "32 GB", "no bf16: fp16 throughput listed"),
+        # nvidia-smi shows Tesla V100 32GB (SXM2 and PCIe) as 32510 MiB, not the full 32768 MiB.
+        _gpu("V100 32GB", 32510, 900, 125, "datacenter", "32 GB", "no bf16: fp16 throughput listed"),
         _gpu("L4", 23034, 300, 121, "datacenter", "24 GB"),
         _gpu("A10G", 23028, 600, 70, "datacenter", "24 GB"),
         _gpu("RTX A6000", 49140, 768, 155, "datacenter", "48 GB"),
@@ -89,9 +93,11 @@ class Fit:
 
 
 def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
-    """Does a per-GPU requirement fit one card? reserved_bytes: what else the card holds (CUDA context).
+    """Does a per-GPU requirement fit one card? A Fit with available_bytes = memory_bytes -
+    reserved_bytes and headroom_bytes = available - required (negative: that many bytes missing).
 
-    Pass a TrainingMemory/InferenceMemory or its .total in bytes.
+    Pass a TrainingMemory/InferenceMemory or its .total in bytes; reserved_bytes is what else the
+    card holds (a CUDA context takes roughly 0.3-2 GiB).
     """
     gpu = get_gpu(gpu)
     required = getattr(required_bytes, "total", required_bytes)
@@ -101,7 +107,8 @@ def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
 
 
 def fit_table(required_bytes, *, reserved_bytes=0, gpus=None, unit="GiB") -> pd.DataFrame:
-    """Every catalog GPU with its memory, the requirement, the headroom and a yes/no verdict, smallest first."""
+    """A table of every catalog GPU (or `gpus`), smallest first: memory and headroom (memory -
+    reserved - required) in `unit` (labelled in the column names) and whether it fits."""
     from .units import UNITS, unit_name
 
     unit = unit_name(unit)

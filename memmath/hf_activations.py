@@ -1,8 +1,665 @@
-"""Activation memory as the transformers implementations keep it (filled in by the fidelity work, issue 4)."""
+"""Activation memory as transformers' PyTorch models keep it: activations="transformers".
+
+The textbook model (activations.py) counts one GPT block at 16 bits. This one replays the forward
+pass of transformers' GPT2LMHeadModel, LlamaForCausalLM and BertForSequenceClassification op by
+op, and counts what autograd saves for backward the way PyTorch does: each storage once (a view
+keeps its whole storage alive), parameters and buffers left out, and an op saves an input only
+when the gradient it computes needs it (x @ W saves x only when W trains). It was written
+against torch 2.13, transformers 5.24 and peft 0.21 and matches their CPU measurements to the
+byte (validation/measure.py, tests/test_fidelity.py).
+
+Notation: b batch, s sequence, h hidden, a heads, k key/value heads, d head size, I MLP width,
+V vocabulary, r LoRA rank, e bytes per element of the model (4 fp32, 2 bf16/fp16), m bytes per
+dropout-mask element (on the CPU the mask has the input's dtype, so m = e; on CUDA 1 byte), t
+token count b*s. Per family, what one block keeps when it trains and its input needs a gradient:
+
+GPT-2 (LayerNorm, fused qkv as Conv1D, gelu_new, tied head)
+    ln_1, ln_2: input e*t*h plus mean and rstd, e*t each on the CPU (fp32 on CUDA: assumed)
+    c_attn, c_proj, c_fc, mlp.c_proj: each its input (e*t*h, e*t*h, e*t*h, e*t*I)
+    gelu_new = 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))): x, tanh(.), 1 + tanh(.), 0.5*x: 4 x e*t*I
+    residual dropout after c_proj and after the MLP: 2 masks m*t*h
+    attention, see below; outside: token ids 8*t and position ids 8*s (when the embeddings
+    train), the embedding dropout mask, ln_f (input, mean, rstd), the head's input when it trains
+LLaMA (RMSNorm in fp32, rotary positions, SwiGLU, grouped-query attention, no dropout but attention's)
+    each RMSNorm: its input upcast to fp32 4*t*h (the residual itself at fp32), rsqrt 4*t, the
+    normalized input back in the model dtype e*t*h (only when the norm's weight trains)
+    q/k/v input (one storage), o_proj input, gate/up input (one), down_proj input e*t*I
+    rotary: cos and sin tables e*s*d each, shared by every block (counted outside the blocks)
+    SwiGLU: gate output, up output, silu(gate): 3 x e*t*I
+    eager softmax runs in fp32: 4*a*s^2*b, plus its copy back to e when there is no dropout
+BERT (post-norm LayerNorm, exact GELU, tanh pooler, 2-label classifier)
+    q, k, v inputs (one storage), attention.output.dense input, two dropout masks, two
+    LayerNorms (input, mean, rstd), intermediate input, GELU input e*t*I, output.dense input e*t*I
+    outside: token ids 8*t, token-type ids 8*s, embedding LayerNorm and dropout; the last
+    block's output e*t*h (the pooler reads token 0, a view that keeps the whole tensor), tanh
+    output, classifier dropout; the loss runs in the model dtype (log-softmax e*b*2)
+Attention, per block (n = b*a*s*d elements, that is t*h when a*d = h)
+    eager: matmul keeps contiguous copies of q, k^T and v (GQA: k and v repeated to a heads),
+    e*n each; softmax output e*a*s^2*b (fp32 for LLaMA); with dropout its mask m*a*s^2*b and the
+    dropped probabilities e*a*s^2*b; the merged heads (a copy) feed the output projection
+    sdpa, no dropout (FlashAttention's CPU kernel): q, k, v as they are (GPT-2: the c_attn output,
+    one storage; LLaMA: k and v with k heads), the output e*n, which the output projection reads,
+    and a fp32 log-sum-exp 4*b*a*s; no s x s tensor
+    sdpa with dropout on the CPU: PyTorch falls back to its math kernel, which computes in fp32
+    even for 16-bit inputs: q, k^T, v copies 4*n each, softmax, mask and dropped probabilities
+    4*a*s^2*b each, then the merged heads back in e. On CUDA the fused kernels keep dropout
+    (assumed here, not measured: no s x s tensor)
+The loss (causal LMs): the head's logits upcast to fp32, log-softmax output 4*t*V, the shifted
+    labels 8*t and a 4-byte total weight; at V >> h this dominates small models.
+Frozen weights: a frozen linear saves nothing for its weight's gradient, so a frozen block whose
+    input needs no gradient stores nothing (blocks before the first trainable one). The first
+    trainable block after frozen embeddings skips what only the input gradient would need
+    (LayerNorm still keeps its input, an RMSNorm only its normalized output).
+LoRA (peft): each adapted linear keeps A's input, cast to the adapter dtype (a fresh 4*t*d_in
+    copy per adapted module for fp32 adapters on a 16-bit base, the shared input itself when
+    the dtypes agree) and B's input (the r-wide A output, t*r elements); the frozen base linear
+    keeps nothing. fp32 adapters on every linear layer can keep more than full finetuning.
+Gradient checkpointing (transformers' default: non-reentrant torch.utils.checkpoint per block):
+    each block keeps only its positional inputs: the hidden states e*t*h and, for GPT-2 with
+    eager attention, the 4-D mask e*b*s^2 (one storage for all blocks). transformers also makes
+    the embedding output require grad, so every block stores, frozen ones too. During backward
+    one block at a time is recomputed: recompute_peak is what that block saves again.
+Where the bytes go in the estimate: per_layer and first_layer are the blocks; outside_layers holds
+    the embeddings' tensors, the tables all blocks share (rotary cos/sin, GPT-2's checkpointed mask;
+    the measurement finds them in the first block that saves them), the final norm and the head;
+    loss the cross-entropy's. terms lists every kind of saved tensor with its bytes.
+The trace also follows when each storage is allocated and last read (a temporary dies after its
+    last use, a saved tensor lives until backward), which peak.py uses for the forward pass's peak.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
-def transformers_activations(shape, **_):
-    """Not yet available: raises ValueError until the measured model lands."""
-    raise ValueError("activations='transformers' is not available yet; use activations='textbook'")
+import numpy as np
+
+from .activations import ActivationEstimate
+from .methods import Freeze, Full, LoRA
+from .models import ModelShape
+
+FAMILIES = ("gpt2", "llama", "bert")
+INT64 = 8  # token ids, position ids and labels are int64
+
+
+@dataclass(eq=False)
+class _Storage:
+    nbytes: object
+    shared: bool = False  # a table every block reuses (rotary cos/sin, GPT-2's eager mask): counted outside
+    existing: bool = False  # already alive before the forward pass (buffers) or kept elsewhere: not counted
+    batch: bool = False  # part of the input batch (token ids, labels): saved, but not allocated by the step
+    born: int = 0  # liveness, for the peak: the step that allocates it,
+    last: int = 0  # the last step that reads it,
+    kept: bool = False  # and whether backward keeps it (saved) past the forward pass
+
+
+@dataclass(eq=False)
+class _Tensor:
+    numel: object
+    elem: int
+    grad: bool
+    storage: _Storage = field(default=None)
+
+
+class _Trace:
+    """A symbolic forward pass: tensors are sizes and requires-grad flags; ops save like autograd.
+
+    It also follows when each storage is allocated and last read (Python drops a temporary after
+    its last use), so peak_live() gives the most bytes alive at once: peak.py uses it.
+    """
+
+    def __init__(self, *, e: int, device: str, b, s, saving: bool = True):
+        self.e, self.device, self.b, self.s, self.t = e, device, b, s, b * s
+        self.saving = saving  # False: a checkpointed block's forward, which saves nothing
+        self.region = "outside"
+        self.saved: dict[int, tuple] = {}
+        self.batch_bytes = 0
+        self.clock = 0
+        self._alive: list[_Storage] = []
+
+    # ---- bookkeeping ----
+    def new(self, numel, elem=None, grad=False, *, shared=False, existing=False, batch=False) -> _Tensor:
+        elem = self.e if elem is None else elem
+        storage = _Storage(numel * elem, shared, existing, batch, born=self.clock, last=self.clock)
+        self.clock += 1
+        self._alive.append(storage)
+        return _Tensor(numel, elem, grad, storage)
+
+    def use(self, *tensors):
+        """The tensors are read by the op that allocated last: they live at least until then."""
+        for x in tensors:
+            if x is not None:
+                x.storage.last = max(x.storage.last, self.clock - 1)
+
+    def save(self, x: _Tensor, what: str):
+        storage = x.storage
+        if not self.saving or storage.existing or id(storage) in self.saved:
+            return
+        storage.kept = True
+        self.saved[id(storage)] = ("outside" if storage.shared else self.region, what, storage.nbytes)
+        if storage.batch:
+            self.batch_bytes = self.batch_bytes + storage.nbytes
+
+    def bytes_in(self, region):
+        return sum((nbytes for where, _, nbytes in self.saved.values() if where == region), 0)
+
+    def terms(self, region, label=None):
+        rows: dict[str, object] = {}
+        for where, what, nbytes in self.saved.values():
+            if where == region:
+                rows[what] = rows.get(what, 0) + nbytes
+        return tuple((label or region, what, nbytes) for what, nbytes in rows.items())
+
+    def peak_live(self):
+        """Most bytes alive at once in this trace: saved storages stay, temporaries go after their last use."""
+        storages = [st for st in self._alive if not (st.existing or st.batch)]
+        best = 0
+        for step in sorted({st.born for st in storages}):
+            live = sum((st.nbytes for st in storages if st.born <= step and (st.kept or st.last >= step)), 0)
+            best = np.maximum(best, live) if isinstance(live, np.ndarray) else max(best, live)
+        return best
+
+    @property
+    def mask_elem(self):
+        # CPU dropout multiplies by a mask of the input's dtype; CUDA's fused dropout keeps 1-byte bools.
+        return None if self.device == "cpu" else 1
+
+    def tmp(self, numel, elem=None, *reads):
+        """A temporary that the next op reads and drops (allocated now, read by `reads` too)."""
+        out = self.new(numel, elem)
+        self.use(*reads)
+        return out
+
+    # ---- ops ----
+    def linear(self, x, out_numel, trainable, lora, name):
+        """x @ W (+ LoRA's B(A(x)) * scale): saves x only for a trainable W."""
+        if trainable:
+            self.save(x, f"{name} input")
+        grad = x.grad or trainable or lora is not None
+        out = self.new(out_numel, self.e, grad)
+        self.use(x)
+        if lora is not None:
+            rank, adapter_elem = lora
+            # peft casts x to the adapter dtype: a new copy per adapted module when the dtypes differ.
+            xa = x if adapter_elem == x.elem else self.new(x.numel, adapter_elem, x.grad)
+            self.use(x)
+            self.save(xa, f"{name} LoRA A input" + ("" if xa is x else f" ({adapter_elem}-byte copy)"))
+            a_out = self.new(self.t * rank, adapter_elem, True)
+            self.use(xa)
+            self.save(a_out, f"{name} LoRA B input (rank-wide)")
+            b_out = self.tmp(out_numel, adapter_elem, a_out)
+            scaled = self.tmp(out_numel, adapter_elem, b_out)  # * scaling
+            if adapter_elem != self.e:  # result + lora in mixed dtypes: the CPU first copies result up
+                out = self.tmp(out_numel, adapter_elem, out)
+            total = self.new(out_numel, max(adapter_elem, self.e), True)  # result + lora
+            self.use(out, scaled)
+            if total.elem != self.e:  # result.to(torch_result_dtype)
+                out = self.new(out_numel, self.e, True)
+                self.use(total)
+            else:
+                out = total
+        return out
+
+    def layer_norm(self, x, trainable, name):
+        """torch.nn.LayerNorm saves input, mean and rstd whenever it is differentiated at all."""
+        out = self.new(x.numel, self.e, x.grad or trainable)
+        stat = self.e if self.device == "cpu" else 4  # CPU keeps the stats in the input dtype
+        mean, rstd = self.new(self.t, stat), self.new(self.t, stat)
+        self.use(x, mean, rstd)
+        if out.grad:
+            self.save(x, f"{name} input")
+            self.save(mean, f"{name} mean")
+            self.save(rstd, f"{name} rstd")
+        return out
+
+    def rms_norm(self, x, trainable, name):
+        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight."""
+        x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
+        square = self.tmp(x.numel, 4, x32)
+        rsqrt = self.tmp(self.t, 4, square)
+        y = self.new(x.numel, 4, x.grad)
+        self.use(x32, rsqrt)
+        if x.grad:
+            self.save(x32, f"{name} input in fp32")
+            self.save(rsqrt, f"{name} rsqrt")
+        normed = y if self.e == 4 else self.tmp(x.numel, self.e, y)
+        normed.grad = x.grad
+        if trainable:
+            self.save(normed, f"{name} normalized input")
+        out = self.new(x.numel, self.e, x.grad or trainable)
+        self.use(normed)
+        return out
+
+    def dropout(self, x, on, name):
+        """p > 0: saves the mask when x needs a gradient; p = 0 returns x itself."""
+        if not on:
+            return x
+        mask = self.new(x.numel, self.mask_elem or x.elem)
+        if x.grad:
+            self.save(mask, f"{name} dropout mask")
+        out = self.new(x.numel, x.elem, x.grad)
+        self.use(x, mask)
+        return out
+
+    def add(self, x, y):
+        out = self.new(x.numel, self.e, x.grad or y.grad)
+        self.use(x, y)
+        return out
+
+    def embedding(self, ids, out_numel, trainable, name):
+        if trainable:
+            self.save(ids, f"{name} indices (int64)")
+        out = self.new(out_numel, self.e, trainable)
+        self.use(ids)
+        return out
+
+    def gelu_new(self, x, name):
+        """GPT-2's 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) in plain ops: x, tanh, 1 + tanh and 0.5*x saved."""
+        half = self.new(x.numel, self.e, x.grad)  # 0.5 * x, evaluated first
+        inner = self.tmp(x.numel, self.e, x)  # x ** 3
+        for _ in range(3):  # 0.044715 * ., x + ., c * .
+            inner = self.tmp(x.numel, self.e, inner, x)
+        tanh = self.new(x.numel, self.e, x.grad)
+        self.use(inner)
+        one_plus = self.new(x.numel, self.e, x.grad)
+        self.use(tanh)
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(half, one_plus)
+        if x.grad:
+            self.save(x, f"{name} input (pow)")
+            self.save(tanh, f"{name} tanh output")
+            self.save(one_plus, f"{name} 1 + tanh")
+            self.save(half, f"{name} 0.5 * x")
+        return out
+
+    def gelu(self, x, name):
+        if x.grad:
+            self.save(x, f"{name} input")
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(x)
+        return out
+
+    def silu_times(self, gate, up, name):
+        """LLaMA's silu(gate) * up: silu keeps gate; the product keeps each factor the other needs."""
+        act = self.new(gate.numel, self.e, gate.grad)
+        self.use(gate)
+        if gate.grad:
+            self.save(gate, f"{name} gate output (SiLU input)")
+            self.save(up, f"{name} up output")
+        if up.grad:
+            self.save(act, f"{name} SiLU output")
+        out = self.new(gate.numel, self.e, act.grad or up.grad)
+        self.use(act, up)
+        return out
+
+    def tanh(self, x, name):
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(x)
+        if x.grad:
+            self.save(out, f"{name} tanh output")
+        return out
+
+    def rotary(self, x, tables):
+        """q*cos + rotate_half(q)*sin keeps only the cos and sin tables (shared by every block)."""
+        if x.grad:
+            self.save(tables[0], "rotary cos table")
+            self.save(tables[1], "rotary sin table")
+        times_cos = self.tmp(x.numel, self.e, x, tables[0])
+        rotated = self.tmp(x.numel, self.e, x)  # rotate_half: cat of the two halves, one negated
+        times_sin = self.tmp(x.numel, self.e, rotated, tables[1])
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(times_cos, times_sin)
+        return out
+
+    def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name):
+        n = self.t * heads * head_dim
+        scores = self.b * heads * self.s * self.s
+        if kind == "flash":
+            grad = q.grad or k.grad or v.grad
+            out = self.new(n, self.e, grad)
+            lse = self.new(self.b * heads * self.s, 4)
+            self.use(q, k, v, lse)
+            if grad:
+                self.save(q, f"{name} q (SDPA input)")
+                self.save(k, f"{name} k (SDPA input)")
+                self.save(v, f"{name} v (SDPA input)")
+                self.save(lse, f"{name} log-sum-exp (fp32)")
+                self.save(out, f"{name} SDPA output")
+            return out  # the output projection reads it through a view
+        elem = 4 if kind == "math" else self.e  # the CPU math kernel upcasts 16-bit inputs to fp32
+        what = "fp32 " if kind == "math" and self.e != 4 else ""
+        held = ()
+        if kind == "math":  # q, k, v upcast (and scaled): locals of the math kernel until it returns
+            held = tuple(self.new(n, elem, x.grad) for x in (q, k, v))
+            self.use(q, k, v)
+            q, k, v = held
+        qc, kc = self.new(n, elem, q.grad), self.new(n, elem, k.grad)
+        self.use(q, k)
+        if k.grad:
+            self.save(qc, f"{name} q {what}copy (QK^T)")
+        if q.grad:
+            self.save(kc, f"{name} k^T {what}copy (QK^T)")
+        grad = q.grad or k.grad
+        raw = self.tmp(scores, elem, qc, kc)  # q @ k^T
+        raw = self.tmp(scores, elem, raw)  # * scaling (and + mask)
+        if kind == "eager" and softmax_fp32:
+            probs32 = self.new(scores, 4, grad)
+            self.use(raw)
+            if grad:
+                self.save(probs32, f"{name} softmax output (fp32)")
+            if self.e == 4:
+                probs = probs32
+            else:
+                probs = self.new(scores, self.e, grad)
+                self.use(probs32)
+        else:
+            probs = self.new(scores, elem, grad)
+            self.use(raw)
+            if grad:
+                self.save(probs, f"{name} softmax output")
+        probs = self.dropout(probs, dropout, f"{name} attention")
+        vc = self.new(n, elem, v.grad)
+        self.use(v)
+        if v.grad:
+            self.save(probs, f"{name} attention probabilities (PV)")
+        if probs.grad:
+            self.save(vc, f"{name} v {what}copy (PV)")
+        out = self.tmp(n, elem, probs, vc)  # probs @ v
+        if elem != self.e:
+            out = self.tmp(n, self.e, out)  # back to the model dtype
+        ctx = self.new(n, self.e, probs.grad or v.grad)  # heads merged: transpose + contiguous copies
+        self.use(out, *held)
+        return ctx
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What trains, in the words of the forward pass."""
+
+    embeddings: bool
+    final_norm: bool
+    head: bool
+    lora_modules: frozenset
+    lora: tuple | None  # (rank, adapter bytes per element)
+
+
+def _dims(shape: ModelShape):
+    a, d = shape.n_heads, shape.head_dim
+    return dict(h=shape.hidden_size, a=a, k=shape.n_kv_heads or a, d=d, I=shape.intermediate_size,
+                V=shape.vocab_size, labels=shape.num_labels)
+
+
+def _attention_kind(attention, device, dropout):
+    if attention == "eager":
+        return "eager"
+    # CPU FlashAttention has no dropout: PyTorch falls back to the math kernel (measured).
+    return "math" if (device == "cpu" and dropout) else "flash"
+
+
+def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _Setup, *, kind, dropout, tables):
+    """One transformer block's forward pass; returns its output."""
+    dm, t, e = _dims(shape), tr.t, tr.e
+    h, a, kv, d, inner = dm["h"], dm["a"], dm["k"], dm["d"], dm["I"]
+
+    def lora(module):
+        return setup.lora if module in setup.lora_modules else None
+
+    if shape.family == "gpt2":
+        h1 = tr.layer_norm(x, trainable, "ln_1")
+        qkv = tr.linear(h1, 3 * t * h, trainable, lora("attn.c_attn"), "c_attn")
+        ctx = tr.attention(qkv, qkv, qkv, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=False,
+                           name="attention")
+        out = tr.dropout(tr.linear(ctx, t * h, trainable, lora("attn.c_proj"), "attn.c_proj"), dropout, "residual")
+        r1 = tr.add(out, x)
+        h2 = tr.layer_norm(r1, trainable, "ln_2")
+        act = tr.gelu_new(tr.linear(h2, t * inner, trainable, lora("mlp.c_fc"), "mlp.c_fc"), "gelu_new")
+        out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
+        return tr.add(out, r1)
+    if shape.family == "llama":
+        h1 = tr.rms_norm(x, trainable, "input_layernorm")
+        q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
+        k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
+        v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
+        q, k = tr.rotary(q, tables), tr.rotary(k, tables)
+        ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
+                           name="attention")
+        r1 = tr.add(x, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"))
+        h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
+        gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
+        up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
+        prod = tr.silu_times(gate, up, "SwiGLU")
+        return tr.add(r1, tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"))
+    # BERT
+    q = tr.linear(x, t * h, trainable, lora("query"), "query")
+    k = tr.linear(x, t * h, trainable, lora("key"), "key")
+    v = tr.linear(x, t * h, trainable, lora("value"), "value")
+    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=False,
+                       name="attention")
+    out = tr.linear(ctx, t * h, trainable, lora("attention.output.dense"), "attention.output.dense")
+    h1 = tr.layer_norm(tr.add(tr.dropout(out, dropout, "attention output"), x), trainable, "attention LayerNorm")
+    act = tr.gelu(tr.linear(h1, t * inner, trainable, lora("intermediate.dense"), "intermediate.dense"), "GELU")
+    out = tr.dropout(tr.linear(act, t * h, trainable, lora("output.dense"), "output.dense"), dropout, "output")
+    return tr.layer_norm(tr.add(out, h1), trainable, "output LayerNorm")
+
+
+def _embeddings(tr: _Trace, shape: ModelShape, setup: _Setup, *, dropout, input_grad_hook):
+    """The embedding layer's forward pass; returns the first block's input."""
+    t, s, h = tr.t, tr.s, _dims(shape)["h"]
+    ids = tr.new(t, INT64, batch=True)  # the batch's token ids
+    trains = setup.embeddings
+    if shape.family == "gpt2":
+        x = tr.embedding(ids, t * h, trains, "wte")
+        x.grad = x.grad or input_grad_hook
+        x = tr.add(x, tr.embedding(tr.new(s, INT64), t * h, trains, "wpe position"))
+        return tr.dropout(x, dropout, "embedding")
+    if shape.family == "llama":
+        x = tr.embedding(ids, t * h, trains, "embed_tokens")
+        x.grad = x.grad or input_grad_hook
+        return x
+    x = tr.embedding(ids, t * h, trains, "word_embeddings")
+    x.grad = x.grad or input_grad_hook
+    x = tr.add(x, tr.embedding(tr.new(s, INT64), t * h, trains, "token_type"))  # gathered from a buffer: new
+    x = tr.add(x, tr.embedding(tr.new(s, INT64, existing=True), t * h, trains, "position"))  # a buffer slice
+    return tr.dropout(tr.layer_norm(x, trains, "embeddings LayerNorm"), dropout, "embedding")
+
+
+def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, dropout):
+    """Final norm, head and loss; the loss's own tensors go to the region "loss"."""
+    t, dm = tr.t, _dims(shape)
+    if shape.family == "bert":
+        first_token = _Tensor(tr.b * dm["h"], tr.e, x.grad, x.storage)  # hidden[:, 0] keeps the whole storage
+        pooled = tr.tanh(tr.linear(first_token, tr.b * dm["h"], setup.head, None, "pooler dense"), "pooler")
+        pooled = tr.dropout(pooled, dropout, "classifier")
+        logits = tr.linear(pooled, tr.b * dm["labels"], setup.head, None, "classifier")
+        tr.region = "loss"
+        if logits.grad:  # CrossEntropyLoss in the logits' dtype
+            log_softmax = tr.new(tr.b * dm["labels"], tr.e)
+            tr.use(logits)
+            tr.save(log_softmax, "log-softmax output")
+            tr.save(tr.new(tr.b, INT64, batch=True), "labels (int64)")
+            tr.save(tr.new(1, tr.e), "loss total weight")
+        return
+    norm = tr.layer_norm if shape.family == "gpt2" else tr.rms_norm
+    hidden = norm(x, setup.final_norm, "final norm")
+    logits = tr.linear(hidden, t * dm["V"], setup.head, None, "lm_head")
+    tr.region = "loss"
+    if logits.grad:  # ForCausalLMLoss: logits.float(), cross_entropy over the vocabulary
+        logits32 = logits if tr.e == 4 else tr.tmp(t * dm["V"], 4, logits)
+        log_softmax = tr.new(t * dm["V"], 4)
+        tr.use(logits32, logits)  # the caller still holds the logits while the loss is computed
+        tr.save(log_softmax, "log-softmax output (fp32)")
+        # pad(labels, (0, 1))[..., 1:].contiguous(): at b = 1 the slice is already contiguous and keeps
+        # the padded storage, one label longer.
+        tr.save(tr.new(t + (tr.b == 1), INT64), "shifted labels (int64)")
+        tr.save(tr.new(1, 4), "loss total weight")
+
+
+def _setup(shape: ModelShape, method, recipe):
+    """(setup, trainable blocks or None for LoRA, embeddings train?) for a supported method."""
+    tied = shape.tied_embeddings
+    if isinstance(method, Full):
+        return _Setup(True, True, True, frozenset(), None)
+    if isinstance(method, Freeze):
+        head = method.train_embeddings if tied else method.train_head
+        return _Setup(method.train_embeddings, method.train_final_norm, head, frozenset(), None)
+    if isinstance(method, LoRA):
+        modules = frozenset(module for module, _, _ in shape.lora_matrices(method.targets))
+        adapter_bits = recipe.weight_bits if method.adapter_format is None else _bits(method.adapter_format)
+        return _Setup(False, False, False, modules, (method.rank, adapter_bits // 8))
+    raise ValueError(f"activations='transformers' models Full(), Freeze(...), LoRA(...) and QLoRA(...); "
+                     f"got {type(method).__name__} (use activations='textbook')")
+
+
+def _bits(fmt):
+    from .formats import get_format
+
+    return get_format(fmt).bits
+
+
+def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len, batch_size, dropout, attention,
+                             checkpointing, device) -> ActivationEstimate:
+    """Bytes the transformers implementation of `shape` saves for backward (see the module docstring).
+
+    per_layer: a trainable block whose input needs a gradient; first_layer: the first storing
+    block when it differs (its input needs none); frozen_per_layer: frozen blocks behind trainable
+    embeddings, which only pass the gradient on; outside_layers: embeddings, the rotary tables,
+    final norm, head; loss: the cross-entropy's tensors; recompute_peak (checkpointing): what one
+    block saves again while backward recomputes it. QLoRA is counted as LoRA on a frozen base
+    (the 4-bit matmul is assumed to keep no input for its frozen weight; not measured here).
+    """
+    return activation_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
+                            dropout=dropout, attention=attention, checkpointing=checkpointing,
+                            device=device)["estimate"]
+
+
+def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,
+                     device) -> dict:
+    """The estimate and its pieces by place, for peak.py: embeddings, tables, head, loss, batch.
+
+    embeddings: saved before the first block; tables: rotary cos/sin or GPT-2's checkpointed mask;
+    head: final norm, head and pooler; loss: the cross-entropy's; batch: saved storages that belong
+    to the input batch (token ids, BERT's labels), alive before the step; first: the first storing
+    block; blocks: every storing block together.
+    """
+    if shape.family not in FAMILIES:
+        raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
+                         f"{shape.family} model (use activations='textbook')")
+    if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
+        raise ValueError(f"activations='transformers' models a forward pass in the weights' own format "
+                         f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
+                         "(use activations='textbook')")
+    setup = _setup(shape, method, recipe)
+    e, dm = recipe.weight_bits // 8, _dims(shape)
+    b, s, h = batch_size, seq_len, dm["h"]
+    kind = _attention_kind(attention, device, dropout)
+    is_lora = isinstance(method, LoRA)
+    n_layers = shape.n_layers
+    if isinstance(method, Freeze):
+        trained = method.layers_trained(shape)
+        frozen = n_layers - trained
+    else:
+        trained, frozen = n_layers, 0
+    blocks_store = _positive(trained) if not (checkpointing or setup.embeddings) else True
+
+    def new_trace():
+        return _Trace(e=e, device=device, b=b, s=s)
+
+    def block(tr, region, x, trains, tables):
+        tr.region = region
+        out = _block(tr, shape, x, trains and not is_lora, setup, kind=kind, dropout=dropout, tables=tables)
+        tr.region = "outside"
+        return out
+
+    # Outside the blocks, before them: the embeddings (with transformers' input-grad hook under checkpointing).
+    emb = new_trace()
+    x = _embeddings(emb, shape, setup, dropout=dropout, input_grad_hook=checkpointing)
+    embeddings, terms = emb.bytes_in("outside"), list(emb.terms("outside"))
+
+    # The blocks.
+    tr = new_trace()
+    rope = (tr.new(s * dm["d"], e, shared=True), tr.new(s * dm["d"], e, shared=True))
+    first_layer, frozen_per, frozen_storing, recompute = None, 0, 0, 0
+    if checkpointing:
+        tr.region = "block"
+        tr.save(x, "block input (checkpoint)")
+        if shape.family == "gpt2" and attention == "eager":
+            tr.save(tr.new(b * s * s, e, shared=True), "4-D attention mask (checkpoint input, one for all blocks)")
+        per_layer, layers_storing = tr.bytes_in("block"), n_layers  # every block, frozen ones too
+        terms += tr.terms("block", "each block")
+        # Backward recomputes one block at a time, its input needing a gradient, and saves its set again.
+        re = new_trace()
+        existing = (re.new(s * dm["d"], e, existing=True), re.new(s * dm["d"], e, existing=True))
+        block(re, "block", re.new(b * s * h, e, True, existing=True), True, existing)
+        recompute = re.bytes_in("block")
+        if isinstance(method, Freeze):
+            re_frozen = new_trace()
+            block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing)
+            recompute = _pick(_positive(trained), recompute, re_frozen.bytes_in("block"))
+        terms += [("recomputed block", what, n) for _, what, n in re.terms("block")]
+    else:
+        if isinstance(method, Freeze) and setup.embeddings and _positive_any(frozen):
+            x = block(tr, "frozen block", x, False, rope)
+            x = block(tr, "each frozen block", x, False, rope)
+            frozen_per, frozen_storing = tr.bytes_in("each frozen block"), frozen
+            terms += tr.terms("each frozen block")
+        x = block(tr, "first block", x, True, rope)
+        block(tr, "each block", x, True, rope)
+        per_layer, layers_storing = tr.bytes_in("each block"), trained
+        first = tr.bytes_in("first block")
+        if not _same(first, per_layer):
+            first_layer = first
+            terms += tr.terms("first block")
+        terms += tr.terms("each block")
+    tables = tr.bytes_in("outside") * blocks_store  # rotary tables (first storing block) or the shared mask
+    terms += tr.terms("outside")
+
+    # Outside the blocks, after them: final norm, head, loss. The last block's output needs a
+    # gradient when any block stores; with every block frozen it needs none.
+    heads = {}
+    for grad in (True, False):
+        hl = new_trace()
+        _head_and_loss(hl, shape, hl.new(b * s * h, e, grad), setup, dropout=dropout)
+        heads[grad] = hl
+    head = _pick(blocks_store, heads[True].bytes_in("outside"), heads[False].bytes_in("outside"))
+    loss = _pick(blocks_store, heads[True].bytes_in("loss"), heads[False].bytes_in("loss"))
+    chosen = heads[True] if _positive_any(blocks_store) else heads[False]
+    terms += list(chosen.terms("outside")) + list(chosen.terms("loss"))
+    # Liveness for peak.py: the most bytes one block (the last) and the head and loss hold at once.
+    live = _Trace(e=e, device=device, b=b, s=s, saving=not checkpointing)
+    x_in = live.new(b * s * h, e, True)
+    x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
+    shared = (live.new(s * dm["d"], e, existing=True), live.new(s * dm["d"], e, existing=True))
+    block(live, "block", x_in, True, shared)
+    # Under checkpointing, backward runs each block's forward again, saving this time.
+    again = _Trace(e=e, device=device, b=b, s=s)
+    x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
+    block(again, "block", x_again, True, (again.new(s * dm["d"], e, existing=True),
+                                          again.new(s * dm["d"], e, existing=True)))
+    estimate = ActivationEstimate(per_layer, layers_storing, recompute * _positive(layers_storing),
+                                  embeddings + tables + head, loss, model="transformers", first_layer=first_layer,
+                                  frozen_per_layer=frozen_per, frozen_layers_storing=frozen_storing,
+                                  terms=tuple(terms))
+    return {"estimate": estimate, "embeddings": embeddings, "tables": tables, "head": head, "loss": loss,
+            "batch": emb.batch_bytes + chosen.batch_bytes, "first": per_layer if first_layer is None else first_layer,
+            "blocks": estimate.layers, "recompute": recompute, "element_bytes": e, "blocks_store": blocks_store,
+            "embeddings_batch": emb.batch_bytes, "block_live": live.peak_live(), "head_live": chosen.peak_live(),
+            "recompute_live": again.peak_live() if checkpointing else 0}
+
+
+def _positive(value):
+    """value > 0, elementwise for arrays, as a Python bool for scalars."""
+    return value > 0 if isinstance(value, np.ndarray) else bool(value > 0)
+
+
+def _positive_any(value):
+    return bool(np.any(np.asarray(value) > 0))
+
+
+def _pick(condition, if_true, if_false):
+    """if_true where condition holds, else if_false (elementwise when condition is an array)."""
+    if isinstance(condition, np.ndarray):
+        return np.where(condition, if_true, if_false).astype(np.int64)
+    return if_true if condition else if_false
+
+
+def _same(x, y):
+    return bool(np.all(np.asarray(x) == np.asarray(y)))

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import _validate
 from .activations import ATTENTION_KINDS
 from .formats import get_format
 from .gpus import get_gpu
-from .methods import quantized_weight_bytes
+from .methods import quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape, resolve_model
 
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
@@ -29,6 +31,10 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16"):
     context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
     batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
     bits = get_format(kv_format).bits
+    if _validate.is_array(context_len, batch_size):
+        _validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
+            shape, context_len=_validate.largest(context_len), batch_size=_validate.largest(batch_size),
+            kv_format=kv_format))
     values = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * context_len * batch_size
     return _validate.ceil_div(values * bits, 8)
 
@@ -68,43 +74,106 @@ class InferenceMemory:
 def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_format="bf16", quant_block=64):
     """(weight bytes, constant bytes) to serve the model in weights_format.
 
-    Float formats store every tensor in that format. Integer and NF4 formats quantize the linear
-    weights with one fp32 absmax per block of quant_block values (QLoRA's layout; nf4 with double
-    quantization) and keep embeddings, norms and the head in other_format.
+    Float formats store every tensor in that format: ceil(n_params x bits / 8). Integer and NF4
+    formats quantize the linear weights with one fp32 absmax per block of quant_block values
+    (QLoRA's layout; nf4 with double quantization, 0.127 extra bits per weight, Dettmers et al.
+    2023) and keep embeddings, norms and the head in other_format. A uniform model has no tensor
+    list, so all of its parameters are quantized.
     """
     fmt = get_format(weights_format)
+    double_quant = fmt.name == "nf4"
     if fmt.kind == "float":
         return _validate.ceil_div(shape.n_params * fmt.bits, 8), 0
     if not shape.tensor_count_known:
+        # A uniform model has no tensor list: every parameter is quantized, as one tensor.
         weights = _validate.ceil_div(shape.n_params * fmt.bits, 8)
-        blocks = _validate.ceil_div(shape.n_params, quant_block)
-        return weights, blocks * 4
+        return weights, quant_constant_bytes(shape.n_params, block=quant_block, double_quant=double_quant)
     return quantized_weight_bytes(shape, fmt, get_format(other_format).bits, block=quant_block,
-                                  double_quant=fmt.name == "nf4")
+                                  double_quant=double_quant)
 
 
 def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_bits=16, attention="sdpa"):
-    """Transient bytes of a prefill over the whole context, one block at a time (no stored activations).
+    """Transient bytes of a prefill over the whole context: the peak of one forward pass, in bytes.
 
-    The residual stream and its normed copy (2 x s*b*h), the largest block intermediate (q, k, v,
-    or the MLP's hidden activations), eager attention's s x s scores and probabilities, and fp32
-    logits for the last position (4 x b x V). An estimate: kernels and allocators add their own.
+    Stored weights and the KV cache are not included (they are their own parts). With s tokens,
+    b sequences, width h, a heads of size d, MLP width I, vocabulary V and e = element_bits / 8:
+
+        peak = outside + max(attention phase, MLP phase, head phase)
+
+    GPT-2 and LLaMA follow what transformers' implementations allocate in a prefill (measured on
+    the CPU with torch 2.13 and transformers 5.24 within 1%: validation/inference_working_set.py):
+
+    - outside the blocks, held all pass: the token embeddings (e*s*b*h), GPT-2's position
+      embeddings (e*s*h, shared by the batch), LLaMA's rotary cos and sin (2*e*s*d) and, with
+      eager attention, the causal mask (e*b*s^2);
+    - attention: the block input and its normed copy (2*e*s*b*h) and, for GPT-2, the fused qkv
+      output (3h) or, for LLaMA, q (a*d) and the k, v repeated to every head when kv < a (2*a*d,
+      eager only); eager adds per score element (a*b*s^2 of them) e + e for GPT-2 (scores and
+      scaled scores) or e + 4 + 4 for LLaMA (scores, then softmax in fp32: a copy and its output);
+      fused attention (sdpa) keeps no s x s tensor, only its output (a*d);
+    - MLP: the block input, the attention output (GPT-2), the residual and the normed copy, plus
+      3*I for SwiGLU (gate activation, up, product) or 4*I for GPT-2's gelu_new (input, 0.5*x and
+      two temporaries of its tanh formula); GPT-2's eager attention returns its probabilities,
+      which stay alive through the MLP (e*a*b*s^2);
+    - head: the last hidden state and its normed copy (2*e*s*b*h) and fp32 logits for the last
+      position (4*b*V, as generate keeps them).
+
+    Other families (BERT, uniform) get the plain estimate e*s*b*(2h + widest intermediate) +
+    (eager) 2*e*a*s^2*b + 4*b*V. Serving engines that fuse kernels or prefill in chunks keep less.
+    shape may also be a preset name.
     """
+    shape = _needs_heads(resolve_model(shape), "working_set_bytes")
+    context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
+    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    if element_bits not in (8, 16, 32) or isinstance(element_bits, bool):
+        raise ValueError(f"element_bits must be 8, 16 or 32; got {element_bits!r}")
+    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
+    if _validate.is_array(context_len, batch_size):
+        _validate.check_sweep("working set", working_set_bytes(
+            shape, context_len=_validate.largest(context_len), batch_size=_validate.largest(batch_size),
+            element_bits=element_bits, attention=attention))
     s, b, e = context_len, batch_size, element_bits // 8
-    h, inner = shape.hidden_size, shape.intermediate_size or 4 * shape.hidden_size
-    qkv = (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim
-    mlp = 3 * inner if shape.family == "llama" else 2 * inner  # SwiGLU: gate, up, product; GELU: pre, post
-    widest = max(qkv, mlp)
-    working = e * s * b * (2 * h + widest)
-    if attention == "eager":
-        working = working + 2 * e * shape.n_heads * s * s * b
-    return working + 4 * b * (shape.vocab_size or 0)
+    h, a, d = shape.hidden_size, shape.n_heads, shape.head_dim
+    inner = shape.intermediate_size or 4 * h
+    eager = attention == "eager"
+    sbe = s * b * e
+    mask = e * b * s * s if eager else 0  # eager's causal mask, built once and held all pass
+    if shape.family == "gpt2":
+        outside = sbe * h + e * s * h + mask  # token embeddings per sequence, positions shared by the batch
+        attn = sbe * 5 * h + (2 * e * a * b * s * s if eager else sbe * a * d)  # block input, normed, qkv
+        # gelu_new: input, 0.5 * x and two tanh-formula temporaries; eager's returned probabilities stay alive.
+        mlp = sbe * (4 * h + 4 * inner) + (e * a * b * s * s if eager else 0)
+    elif shape.family == "llama":
+        outside = sbe * h + 2 * e * s * d + mask  # token embeddings; rotary cos and sin shared by the batch
+        if eager:
+            repeated = 2 * a * d if shape.n_kv_heads < a else 0  # repeat_kv copies k and v to every head
+            fp32_copy = 4 if e != 4 else 0  # softmax(dtype=float32) copies a 16-bit input first
+            attn = sbe * (2 * h + a * d + repeated) + (e + 4 + fp32_copy) * a * b * s * s
+        else:
+            attn = sbe * (2 * h + 2 * a * d)  # q and the attention output
+        mlp = sbe * (3 * h + 3 * inner)  # SwiGLU: act(gate), up, their product
+    else:
+        qkv = (a + 2 * shape.n_kv_heads) * d
+        widest = _larger(qkv, 2 * inner)
+        return sbe * (2 * h + widest) + (2 * e * a * s * s * b if eager else 0) + 4 * b * (shape.vocab_size or 0)
+    head = 2 * sbe * h + 4 * b * (shape.vocab_size or 0)
+    return outside + _larger(_larger(attn, mlp), head)
+
+
+def _larger(x, y):
+    """max for Python ints and element-wise for int64 arrays alike."""
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return np.maximum(x, y)
+    return max(x, y)
 
 
 def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, context_len=2048,
                      attention="sdpa") -> InferenceMemory:
-    """Bytes to serve `model`: weights in weights_format, the KV cache in kv_format for batch_size
-    sequences of context_len tokens, and a prefill working set (see working_set_bytes)."""
+    """Bytes to serve `model`, as an InferenceMemory: weights in weights_format (and their
+    quantization constants, see inference_weight_bytes), the KV cache in kv_format for batch_size
+    sequences of context_len tokens (kv_cache_bytes: 2 x layers x kv_heads x head_dim x tokens x
+    bytes), and a prefill working set (working_set_bytes). .total is their sum; .rule_of_thumb the
+    "weights x 1.2" estimate. batch_size and context_len may be numpy arrays."""
     shape = resolve_model(model)
     batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
     context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
@@ -122,6 +191,34 @@ def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_si
                            get_format(kv_format).name, tuple(notes))
 
 
+def rule_of_thumb_context_limit(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, attention="sdpa",
+                                max_context=_validate.MAX_SEQ) -> int:
+    """The longest context (tokens per sequence) at which the detailed total is still within "weights x 1.2".
+
+    Beyond it the KV cache and working set outgrow the rule of thumb's 20% allowance. The total
+    grows with context, so a bisection over 1..max_context finds the exact integer; 0 when even one
+    token overflows the allowance, max_context when the rule still holds there.
+    """
+    shape = resolve_model(model)
+    _needs_heads(shape, "rule_of_thumb_context_limit")
+    max_context = _validate.count("max_context", max_context, high=_validate.MAX_SEQ)
+
+    def holds(context):
+        memory = inference_memory(shape, weights_format=weights_format, kv_format=kv_format,
+                                  batch_size=batch_size, context_len=context, attention=attention)
+        return memory.total <= memory.rule_of_thumb
+
+    if not holds(1):
+        return 0
+    low, high = 1, max_context  # holds(low) is true
+    if holds(high):
+        return high
+    while high - low > 1:  # holds(low) and not holds(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    return low
+
+
 def decode_tokens_per_second(memory: InferenceMemory, gpu):
     """Upper bound on decode speed per sequence, in tokens/s: bandwidth / bytes read per step.
 
@@ -129,6 +226,9 @@ def decode_tokens_per_second(memory: InferenceMemory, gpu):
     are read once per step for the whole batch, so a batch of B sequences makes B times as many
     tokens per second in total, each sequence at this rate.
     """
+    if not isinstance(memory, InferenceMemory):
+        raise TypeError(f"memory must be the InferenceMemory that inference_memory(...) returns; "
+                        f"got {type(memory).__name__}")
     gpu = get_gpu(gpu)
     read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
     return gpu.bandwidth_bytes_per_s / read_per_step

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from . import _validate
 from .formats import get_format
@@ -65,15 +66,21 @@ class Method:
     """Base class: a finetuning method. `describe()` says in one line what trains."""
 
     def plan(self, shape: ModelShape, recipe: Recipe) -> Plan:  # pragma: no cover - abstract
+        """The Plan for this shape and recipe: stored weight bytes, trainable sets, storing layers."""
         raise NotImplementedError
 
     def describe(self) -> str:  # pragma: no cover - abstract
+        """One line saying what trains, for the assumptions shown beside every number."""
         raise NotImplementedError
 
 
 @dataclass(frozen=True)
 class Full(Method):
-    """Full finetuning: every parameter trains."""
+    """Full finetuning: every parameter trains (Nt = N), every block stores activations.
+
+    Weights ceil(N x weight_bits / 8) bytes; training.py adds gradients, master copy and optimizer
+    states for all N parameters.
+    """
 
     def plan(self, shape, recipe):
         sets, tensor_total = [], 0
@@ -147,6 +154,45 @@ class Freeze(Method):
             notes = ("the output head is tied to the frozen token embedding, so it stays frozen too",)
         return Plan(_group_weight_bytes(shape, recipe.weight_bits), 0, (trainable,), 0, storing,
                     self.train_embeddings, notes)
+
+    def groups(self, shape: ModelShape) -> pd.DataFrame:
+        """One row per part of the model: its blocks, its parameters, and whether it trains here.
+
+        Rows: embeddings, frozen blocks, trainable blocks, final norm, output head (columns part,
+        blocks, params, trainable, note). A tied head has no parameters of its own (it is the token
+        embedding matrix) and trains only with the embeddings. The trainable rows sum to
+        plan(shape, ...).trainable_params. Takes one layer count, not an array.
+        """
+        k = self.layers_trained(shape)
+        if isinstance(k, np.ndarray):
+            raise ValueError("Freeze.groups needs a single number of layers, not an array")
+        n = shape.n_layers
+
+        def span(first, last):
+            return f"{first}-{last}" if last > first else (str(first) if last == first else "none")
+
+        head_params = shape.group_params("head")
+        if shape.tied_embeddings:
+            head_note = "tied to the token embedding: the same matrix, trains only with the embeddings"
+        elif shape.family == "bert":
+            head_note = "BERT's pooler (and classifier, if any) counts as the head"
+        elif head_params:
+            head_note = "an untied output matrix (vocabulary x width)"
+        else:
+            head_note = "this model has no separate head"
+        norm_note = "the last norm before the head" if shape.group_params("final_norm") else "this model has no final norm"
+        rows = [
+            ("embeddings", "", shape.group_params("embeddings"), self.train_embeddings,
+             "token (and position) embeddings; frozen unless train_embeddings=True"),
+            ("frozen blocks", span(1, n - k), (n - k) * shape.params_per_layer, False,
+             "the first blocks: weights kept, no gradients, no optimizer states"),
+            ("trainable blocks", span(n - k + 1, n), k * shape.params_per_layer, True,
+             "the last blocks: gradients and optimizer states"),
+            ("final norm", "", shape.group_params("final_norm"),
+             self.train_final_norm and bool(shape.group_params("final_norm")), norm_note),
+            ("output head", "", head_params, self.train_head and bool(head_params), head_note),
+        ]
+        return pd.DataFrame(rows, columns=["part", "blocks", "params", "trainable", "note"])
 
     def describe(self):
         what = (f"the last {_show(self.trainable_layers)} blocks" if self.trainable_layers is not None
@@ -235,9 +281,10 @@ class Adapters(Method):
 class LoRA(Method):
     """LoRA (Hu et al. 2021): W + B @ A on the target matrices of every block; the base is frozen.
 
-    Each adapted d_in x d_out matrix adds r x (d_in + d_out) trainable parameters. adapter_format
-    defaults to fp32 because peft's get_peft_model keeps adapters in fp32 on a 16-bit base
-    (autocast_adapter_dtype=True); None stores them like the base weights.
+    Each adapted d_in x d_out matrix adds r x (d_in + d_out) trainable parameters (A: r x d_in,
+    B: d_out x r). adapter_format defaults to fp32 because peft's get_peft_model keeps adapters in
+    fp32 on a 16-bit base (autocast_adapter_dtype=True); None stores them like the base weights.
+    Weights: the frozen base at the recipe's bits plus ceil(adapters x adapter bits / 8).
     """
 
     rank: object = 8
@@ -291,7 +338,8 @@ class QLoRA(LoRA):
     def __post_init__(self):
         super().__post_init__()
         _validate.flag("double_quant", self.double_quant)
-        object.__setattr__(self, "quant_block", _validate.count("quant_block", self.quant_block, high=2**16))
+        object.__setattr__(self, "quant_block", _validate.count("quant_block", self.quant_block, high=2**16,
+                                                                scalar=True))
 
     def plan(self, shape, recipe):
         params, tensors, factored = self._adapter_stats(shape)
@@ -310,9 +358,14 @@ class QLoRA(LoRA):
 def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = True):
     """Bytes of block-wise absmax constants for one tensor of n elements.
 
-    One fp32 constant per block of `block` values (4 B each); with double quantization the
-    constants are 8-bit with one fp32 constant per 256 of them (Dettmers et al. 2023, section 3).
+    Without double quantization 4 x ceil(n / block): one fp32 constant per block (32/64 = 0.5 bits
+    per value at block 64). With it, ceil(n / block) 8-bit constants plus 4 x ceil(blocks / 256)
+    for one fp32 constant per 256 of them (8/64 + 32/(64*256) = 0.127 bits per value; Dettmers et
+    al. 2023, QLoRA, section 3). n_elements may be an array.
     """
+    n_elements = _validate.count("n_elements", n_elements, low=0, high=_validate.MAX_PARAMS)
+    block = _validate.count("block", block, high=2**16, scalar=True)
+    double_quant = _validate.flag("double_quant", double_quant)
     blocks = _validate.ceil_div(n_elements, block)
     if not double_quant:
         return blocks * 4

@@ -137,12 +137,16 @@ class ModelShape:
         """(module, d_in, d_out) of each matrix one block adapts for LoRA targets such as ('q', 'v').
 
         Names map onto each family's modules: GPT-2's q, k and v live in one fused c_attn matrix,
-        which is adapted once; BERT and GPT-2 have no gate matrix.
+        which is adapted once; BERT and GPT-2 have no gate matrix. "all" adapts every linear
+        matrix the family has (peft's "all-linear"), so it skips gate where there is none.
         """
         targets = _lora_targets(targets)
         table = _LORA_TABLES[self.family](self)
+        every = set(targets) == set(LORA_TARGETS)  # "all": what exists in this family
         chosen: dict[str, tuple[int, int]] = {}
         for target in targets:
+            if target not in table and every and table:
+                continue
             if target not in table:
                 available = ", ".join(t for t in LORA_TARGETS if t in table) or "none"
                 raise ValueError(
@@ -153,7 +157,17 @@ class ModelShape:
         return [(module, d_in, d_out) for module, (d_in, d_out) in chosen.items()]
 
     def with_changes(self, **changes) -> "ModelShape":
-        """A copy with some fields changed, checked again."""
+        """A copy with some fields changed, checked again.
+
+        Values that were derived follow the change unless given: head_dim stays hidden_size / n_heads
+        and n_kv_heads stays n_heads (multi-head attention) when they were so before. An explicit
+        head size or a grouped-query kv count that differed from the default is kept.
+        """
+        if "head_dim" not in changes and ("hidden_size" in changes or "n_heads" in changes):
+            if self.head_dim is not None and self.head_dim * self.n_heads == self.hidden_size:
+                changes["head_dim"] = None
+        if "n_kv_heads" not in changes and "n_heads" in changes and self.n_kv_heads == self.n_heads:
+            changes["n_kv_heads"] = None
         return replace(self, **changes)
 
     # ---- checks -----------------------------------------------------------------------------
@@ -209,6 +223,10 @@ class ModelShape:
             raise ValueError("type_vocab_size and num_labels apply to BERT models only")
         if self.family == "bert" and self.tied_embeddings:
             raise ValueError("tied_embeddings does not apply to BERT here: its pooler/classifier head has no vocabulary matrix")
+        if np.any(self.n_params > _validate.MAX_PARAMS):
+            raise ValueError(f"the shape has {_describe_count(self.n_params)} parameters; at most "
+                             f"{_validate.MAX_PARAMS:,} are supported (check hidden_size, intermediate_size, "
+                             "vocab_size and n_layers)")
 
     def _check_heads(self):
         h, a = self.hidden_size, self.n_heads
@@ -223,6 +241,10 @@ class ModelShape:
             raise ValueError(f"n_kv_heads ({kv}) must divide n_heads ({a})")
         if self.family in ("gpt2", "bert") and (kv != a or self.head_dim * a != h):
             raise ValueError(f"{self.family} models use n_kv_heads = n_heads and head_dim = hidden_size / n_heads")
+
+
+def _describe_count(value) -> str:
+    return f"{int(np.max(value)):,}" if isinstance(value, np.ndarray) else f"{value:,}"
 
 
 def _lora_targets(targets) -> tuple[str, ...]:
@@ -370,7 +392,11 @@ _LORA_TABLES = {
 # ---- constructors ----------------------------------------------------------------------------
 def gpt2_model(*, n_layers, hidden_size, n_heads, vocab_size=50257, max_positions=1024,
                intermediate_size=None, tied_embeddings=True, name="") -> ModelShape:
-    """A GPT-2 style shape (intermediate_size defaults to 4 x hidden_size, as GPT-2's n_inner=None)."""
+    """A GPT-2 style shape (intermediate_size defaults to 4 x hidden_size, as GPT-2's n_inner=None).
+
+    With a 4h MLP and the tied head: n_params = V*h + P*h + L*(12h^2 + 13h) + 2h (gpt2: 124,439,808);
+    an untied head adds V*h.
+    """
     inner = intermediate_size if intermediate_size is not None else 4 * _validate.count("hidden_size", hidden_size)
     return ModelShape("gpt2", n_layers, hidden_size, n_heads, None, None, inner, vocab_size, max_positions,
                       tied_embeddings, name=name)
@@ -378,14 +404,24 @@ def gpt2_model(*, n_layers, hidden_size, n_heads, vocab_size=50257, max_position
 
 def llama_model(*, n_layers, hidden_size, n_heads, intermediate_size, vocab_size, n_kv_heads=None,
                 head_dim=None, tied_embeddings=False, attention_bias=False, mlp_bias=False, name="") -> ModelShape:
-    """A LLaMA style shape (also Mistral): RMSNorm, SwiGLU, grouped-query attention, rotary positions."""
+    """A LLaMA style shape (also Mistral): RMSNorm, SwiGLU, grouped-query attention, rotary positions.
+
+    n_params = V*h*(1 if tied else 2) + h + L*(2*h*a*d + 2*h*kv*d + 3*h*I + 2*h), d = head_dim
+    (hidden_size / n_heads unless given), kv = n_kv_heads (n_heads unless given); biases add
+    (a + 2kv)*d + h per block for attention_bias and 2I + h for mlp_bias. Llama-2-7B: 6,738,415,616.
+    """
     return ModelShape("llama", n_layers, hidden_size, n_heads, n_kv_heads, head_dim, intermediate_size,
                       vocab_size, None, tied_embeddings, attention_bias=attention_bias, mlp_bias=mlp_bias, name=name)
 
 
 def bert_model(*, n_layers, hidden_size, n_heads, intermediate_size=None, vocab_size=30522,
                max_positions=512, type_vocab_size=2, num_labels=0, name="") -> ModelShape:
-    """A BERT style encoder with its pooler; num_labels > 0 adds a classification layer."""
+    """A BERT style encoder (transformers' BertModel) with its pooler; num_labels > 0 adds a classifier.
+
+    n_params = (V + P + T)*h + 2h + L*(4h^2 + 2h*I + 9h + I) + h^2 + h, plus num_labels*(h + 1) for
+    the classifier (T = type_vocab_size; I = 4h gives 12h^2 + 13h per block). bert-base-uncased:
+    109,482,240. A masked-LM head is not counted.
+    """
     inner = intermediate_size if intermediate_size is not None else 4 * _validate.count("hidden_size", hidden_size)
     return ModelShape("bert", n_layers, hidden_size, n_heads, None, None, inner, vocab_size, max_positions,
                       False, type_vocab_size=type_vocab_size, num_labels=num_labels, name=name)
@@ -395,7 +431,10 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
     """The article's generic model: n_params parameters in n_layers equal layers.
 
     n_params may be a numpy array (a sweep). Give hidden_size and n_heads (and vocab_size for the
-    loss term) when activations should be estimated too.
+    loss term) when activations should be estimated too. Each layer holds n_params // n_layers
+    parameters; a remainder sits outside the layers (as "embeddings"). The layers have no named
+    matrices, so component_params() reports them under "attention", Adam's per-tensor step
+    counters are not counted and LoRA/QLoRA need a real shape.
     """
     if isinstance(n_params, str):
         from .units import parse_count
@@ -412,8 +451,11 @@ SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "bert")
 def from_hf_config(config) -> ModelShape:
     """A ModelShape from a transformers config: a dict, JSON text, or a path to config.json.
 
-    Only JSON is read; nothing is executed. Supports model_type gpt2, llama, mistral and bert. A
-    missing field, a field of the wrong kind or an unsupported model_type raises ValueError naming it.
+    Only JSON is read; nothing is executed. Supports model_type gpt2 (GPT2LMHeadModel), llama and
+    mistral (LlamaForCausalLM/MistralForCausalLM) and bert (BertModel with its pooler, plus the
+    classifier when architectures names a ...ForSequenceClassification; a masked-LM head is not
+    counted). A missing field, a field of the wrong kind or an unsupported model_type raises
+    ValueError naming it.
     """
     config = _load_config(config)
     model_type = config.get("model_type")
@@ -431,7 +473,10 @@ def from_hf_config(config) -> ModelShape:
         )
     if model_type == "bert":
         # A sequence-classification checkpoint adds a classifier with one output per label.
-        classifier = str((config.get("architectures") or [""])[0]).endswith("ForSequenceClassification")
+        architectures = config.get("architectures") or []
+        if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+            raise ValueError(f"config field 'architectures' must be a list of class names; got {architectures!r}")
+        classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
         labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else get("num_labels", 2)
         return bert_model(
             n_layers=get("num_hidden_layers"), hidden_size=get("hidden_size"), n_heads=get("num_attention_heads"),
@@ -479,14 +524,22 @@ def _load_config(config) -> dict:
         return config
     if isinstance(config, (str, os.PathLike)):
         text = str(config)
-        if isinstance(config, str) and text.lstrip().startswith("{"):
+        if isinstance(config, str) and text.lstrip().startswith(("{", "[")):
             return _parse_json(text, "config")
         path = Path(config)
-        if path.is_dir():
-            path = path / "config.json"
-        if not path.is_file():
-            raise ValueError(f"config path {str(path)!r} is not a file (give a dict, JSON text or a config.json path)")
-        return _parse_json(path.read_text(encoding="utf-8", errors="replace"), str(path))
+        try:
+            if path.is_dir():
+                path = path / "config.json"
+            text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+        except (OSError, ValueError) as error:  # a name too long, a NUL byte, no permission
+            text = None
+            reason = f"cannot be read ({error.__class__.__name__})"
+        else:
+            reason = "is not a file"
+        if text is None:
+            raise ValueError(f"config path {_validate._describe(str(path))} {reason} "
+                             "(give a dict, JSON text or a config.json path)")
+        return _parse_json(text, str(path))
     raise TypeError(f"config must be a dict, JSON text or a path to config.json; got {type(config).__name__}")
 
 
@@ -495,6 +548,8 @@ def _parse_json(text: str, where: str) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"{where} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests JSON too deeply to be a transformers config") from None
     if not isinstance(data, dict):
         raise ValueError(f"{where} must be a JSON object ({{...}}), got a {type(data).__name__}")
     return data

@@ -89,15 +89,25 @@ OPTIMIZERS: dict[str, Optimizer] = {
     "adamw": Optimizer("adamw", 2, None, 4, False, 0, 0,
                        "AdamW: Adam's two moments with decoupled weight decay, plus a 4-byte step per tensor.",
                        "Loshchilov & Hutter 2019; torch.optim.AdamW"),
+    # Reddi et al. 2018 (AMSGrad): a third state, the running maximum of exp_avg_sq (max_exp_avg_sq).
+    "adam_amsgrad": Optimizer("adam_amsgrad", 3, None, 4, False, 0, 0,
+                              "Adam with amsgrad: exp_avg, exp_avg_sq and their running maximum, plus a 4-byte step per tensor.",
+                              "Reddi et al. 2018; torch.optim.Adam(amsgrad=True)"),
+    "adamw_amsgrad": Optimizer("adamw_amsgrad", 3, None, 4, False, 0, 0,
+                               "AdamW with amsgrad: three moments (the third the running maximum of the second), plus a 4-byte step per tensor.",
+                               "Reddi et al. 2018; torch.optim.AdamW(amsgrad=True)"),
     # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": 2 x 1 B states, one fp32
     # absmax per block of 2,048 values.
     "adam8bit": Optimizer("adam8bit", 2, 8, 0, False, 2048, 32,
                           "8-bit Adam: both moments in 1 B each, one fp32 constant per block of 2,048 values.",
                           "Dettmers et al. 2022 (bitsandbytes)"),
     # Shazeer & Stern 2018: the second moment of an r x c matrix kept as r + c statistics; no first moment.
-    "adafactor": Optimizer("adafactor", 0, None, 0, True, 0, 0,
-                           "Adafactor: factored second moments (rows + columns per matrix), no momentum.",
-                           "Shazeer & Stern 2018"),
+    # torch.optim.Adafactor (measured, torch 2.13) keeps row_var and col_var in the parameter's dtype
+    # (the full size for vectors) plus a 4-byte fp32 `step` tensor per parameter tensor, as Adam does.
+    "adafactor": Optimizer("adafactor", 0, None, 4, True, 0, 0,
+                           "Adafactor: factored second moments (rows + columns per matrix), no momentum, "
+                           "plus a 4-byte step per tensor.",
+                           "Shazeer & Stern 2018; torch.optim.Adafactor"),
 }
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)
 
@@ -110,14 +120,17 @@ def get_recipe(name) -> Recipe:
 
 
 def get_optimizer(name) -> Optimizer:
-    """The Optimizer for a name: sgd, sgd_momentum, adam, adamw, adam8bit, adafactor."""
+    """The Optimizer for a name: sgd, sgd_momentum, adam, adamw, adam_amsgrad, adamw_amsgrad, adam8bit, adafactor."""
     if isinstance(name, Optimizer):
         return name
     return OPTIMIZERS[_validate.choice("optimizer", name, OPTIMIZER_NAMES)]
 
 
 def bytes_per_parameter(precision="bf16", optimizer="adamw") -> dict[str, float]:
-    """Bytes each trainable parameter costs in full finetuning, part by part, and their sum.
+    """Bytes each trainable parameter costs in full finetuning, part by part, and their sum (floats).
+
+    weights = weight_bits / 8, gradients = grad_bits / 8, gradient_accumulation = accum_bits / 8,
+    master_weights = master_bits / 8, optimizer_states = states x state_bits / 8.
 
     Leaves out what is per tensor (Adam's step counters) or per block (8-bit constants) and
     activations. Pure bf16 + AdamW: 2 + 2 + 0 + 4 = 8 B; mixed + AdamW: 2 + 2 + 4 + 8 = 16 B.

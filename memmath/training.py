@@ -73,7 +73,8 @@ class TrainingMemory:
 
     @property
     def trainable_fraction(self):
-        """Trainable parameters over the base model's parameters (adapters can push it above 0)."""
+        """trainable_params / total_params. Adapters count as trainable but not in total_params, so a
+        frozen base with adapters gives a small positive fraction (Houlsby: about 0.03)."""
         return self.trainable_params / self.total_params
 
     @property
@@ -113,7 +114,15 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     activations "textbook" (Korthikanti et al. 2022) or "transformers" (what the PyTorch models
     keep, see hf_activations). n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
     optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
-    2020, ZeRO, section 5). batch_size and seq_len may be numpy arrays; results broadcast.
+    2020, ZeRO, section 5). batch_size is the micro-batch each GPU processes (data parallelism does
+    not shard activations). batch_size and seq_len may be numpy arrays; results broadcast.
+
+    Per trainable set of Nt parameters (bits from the recipe, or the adapters' own format):
+    gradients ceil(Nt x grad_bits / 8), master weights ceil(Nt x 32 / 8) when the recipe keeps an
+    fp32 copy of 16-bit weights, optimizer states ceil(states x Nt x state_bits / 8) (+ 4 B per
+    tensor for Adam/AdamW/Adafactor's step, + 4 B per 2,048 values for 8-bit Adam's constants;
+    Adafactor: rows + columns per matrix). Weights are the method's stored bytes. Every part is an
+    int (an int64 array in a sweep); TrainingMemory.total is their sum.
     """
     shape = resolve_model(model)
     method = Full() if method is None else method
@@ -128,8 +137,8 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     attention = _validate.choice("attention", attention, ATTENTION_KINDS)
     activations = _validate.choice("activations", activations, ACTIVATION_MODELS)
     device = _validate.choice("device", device, ("cuda", "cpu"))
-    n_gpus = _validate.count("n_gpus", n_gpus, high=_validate.MAX_GPUS)
-    zero_stage = _validate.count("zero_stage", zero_stage, low=0, high=3)
+    n_gpus = _validate.count("n_gpus", n_gpus, high=_validate.MAX_GPUS, scalar=True)
+    zero_stage = _validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
     if is_plain_count(shape) and not isinstance(method, Full):
         raise ValueError(f"{type(method).__name__} needs a model with layers: pass a preset, a ModelShape or "
                          "uniform_model(n_params, n_layers) instead of a plain parameter count")
@@ -185,7 +194,8 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
         if opt.step_bytes_per_tensor and shape.tensor_count_known:
             states = states + opt.step_bytes_per_tensor * s.tensors
     if opt.step_bytes_per_tensor and not shape.tensor_count_known:
-        notes.append("Adam's 4-byte step counters (one per tensor) are not counted: a uniform model has no tensor list")
+        notes.append("the optimizer's 4-byte step counters (one per tensor) are not counted: a uniform model "
+                     "has no tensor list")
     if opt.factored and not shape.tensor_count_known:
         notes.append("Adafactor cannot factor a uniform model's layers (no matrix shapes): counted as full second moments")
     return gradients, accumulation, master, states

@@ -29,17 +29,30 @@ def unit_name(unit) -> str:
 
 
 def to_unit(n_bytes, unit: str = "GB"):
-    """Bytes divided by the unit's size (a float, or a float array for an array of bytes)."""
+    """n_bytes / the unit's size in bytes (GB = 10**9, GiB = 2**30): a float, or a float array for an array.
+
+    n_bytes must be from 0 to 1e30 (each element, for an array); ValueError otherwise.
+    """
     size = UNITS[unit_name(unit)]
     if isinstance(n_bytes, np.ndarray):
+        if n_bytes.dtype.kind not in "iuf":
+            raise TypeError(f"n_bytes must be a number of bytes or an array of them; got an array of {n_bytes.dtype}")
+        if n_bytes.size and not (np.all(n_bytes >= 0) and np.all(n_bytes <= 1e30)):
+            raise ValueError("n_bytes must be from 0 to 1e30 bytes; the array holds NaN or values outside that range")
         return n_bytes / size
     return _validate.real("n_bytes", n_bytes, low=0, high=1e30) / size
 
 
 def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:
-    """A labelled string such as '14.00 GB' or '13.04 GiB'. unit: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB."""
+    """A labelled string such as '14.00 GB' or '13.04 GiB': n_bytes / unit size, rounded to `digits` decimals.
+
+    unit: B, KB, MB, GB, TB, PB (powers of 10) or KiB, MiB, GiB, TiB, PiB (powers of 2). One size
+    only: for an array of bytes use to_unit.
+    """
     unit = unit_name(unit)
-    digits = _validate.count("digits", digits, low=0, high=12)
+    digits = _validate.count("digits", digits, low=0, high=12, scalar=True)
+    if isinstance(n_bytes, np.ndarray) and n_bytes.ndim:
+        raise TypeError("format_bytes formats one size; for an array of bytes use to_unit(n_bytes, unit)")
     value = to_unit(n_bytes, unit)
     if unit == "B":
         return f"{int(round(value)):,} B"
@@ -51,7 +64,10 @@ _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10*
 
 
 def parse_count(text) -> int:
-    """A parameter count from '7B', '350M', '1.5e9', '124,439,808' or a number; ValueError otherwise."""
+    """A parameter count (an int) from '7B', '350M', '1.5e9', '124,439,808' or a number; ValueError otherwise.
+
+    Suffixes are decimal: k = 10**3, M = 10**6, B (or G) = 10**9, T = 10**12.
+    """
     if isinstance(text, (int, float, np.integer, np.floating)) and not isinstance(text, bool):
         return _validate.count("parameter count", text, low=1, high=_validate.MAX_PARAMS)
     if not isinstance(text, str):
@@ -67,11 +83,15 @@ def parse_count(text) -> int:
 
 
 def parse_bytes(text) -> int:
-    """Bytes from a labelled size such as '14.00 GB', '24 GiB' or '512 MiB' (nearest whole byte)."""
+    """Bytes (an int) from a labelled size such as '14.00 GB', '24 GiB' or '512 MiB': number x unit size,
+    rounded to the nearest whole byte (GB = 10**9, GiB = 2**30). ValueError for text it cannot read."""
     if not isinstance(text, str):
         raise TypeError(f"size must be text such as '24 GiB'; got {text!r}")
     match = re.fullmatch(_NUMBER + r"\s*([a-z]+)", text.strip().lower())
     if not match or match.group(2) not in _UNIT_BY_LOWER:
         raise ValueError(f"size must be a number and one of {', '.join(UNITS)} (such as '24 GiB'); got {text!r}")
     number = float(match.group(1).replace(",", "").replace("_", ""))
-    return int(round(number * UNITS[_UNIT_BY_LOWER[match.group(2)]]))
+    n_bytes = number * UNITS[_UNIT_BY_LOWER[match.group(2)]]
+    if not n_bytes <= 1e30:  # also catches the infinity of '1e400 GB'
+        raise ValueError(f"size must be at most 1e30 bytes; got {text!r}")
+    return int(round(n_bytes))

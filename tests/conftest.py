@@ -1,46 +1,92 @@
-"""Shared fixtures: the lessons, one Chromium per session, and the static site built once per session.
+"""Shared test helpers: the skip-or-fail rule for optional tools, and hypothesis settings.
 
-Browser tests (marker `browser`) skip where Playwright or Chromium is missing, but fail instead
-when MEMMATH_REQUIRE_BROWSER=1 (.ci/run sets it): CI must run them.
+Tests that need a tool the default install lacks (PyTorch, a browser) skip with a clear reason,
+except where CI sets MEMMATH_REQUIRE_<TOOL>=1: there a missing tool is a failure, never a skip.
+
+    def test_something(torch):                         # the fixtures below: torch, transformers, peft
+        ...
+    def test_other(require):
+        playwright = require("playwright.sync_api", env="MEMMATH_REQUIRE_BROWSER")
+
+Browser tests (marker `browser`) share one Chromium per session (the `chromium` fixture) and one
+static site built per session by the README's command (`built_site`).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from memmath_site.build import LESSON_PATTERN
 
+TORCH_ENV = "MEMMATH_REQUIRE_TORCH"
+BROWSER_ENV = "MEMMATH_REQUIRE_BROWSER"
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 LESSONS = sorted(p for p in NOTEBOOKS.glob("*.py") if LESSON_PATTERN.match(p.name))
 
 
-def browser_required() -> bool:
-    return os.environ.get("MEMMATH_REQUIRE_BROWSER") == "1"
-
-
-def skip_or_fail(reason: str):
-    if browser_required():
-        pytest.fail(f"{reason}, and MEMMATH_REQUIRE_BROWSER=1 says the browser tests must run", pytrace=False)
+def skip_or_fail(reason: str, env: str) -> None:
+    """Skip the running test with `reason`, or fail it when the environment variable `env` is '1'."""
+    if os.environ.get(env) == "1":
+        pytest.fail(f"{reason}, and {env}=1 requires it", pytrace=False)
     pytest.skip(reason)
+
+
+def require(module: str, env: str = TORCH_ENV):
+    """Import `module` for a test, or skip (fail under env=1) saying what is missing and how to get it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        skip_or_fail(f"{module} is not importable ({error}); pip install -r requirements-validate.txt", env)
+
+
+@pytest.fixture(name="require")
+def _require_fixture():
+    """The `require(module, env=...)` helper as a fixture, for test files that cannot import conftest."""
+    return require
+
+
+@pytest.fixture
+def torch():
+    return require("torch")
+
+
+@pytest.fixture
+def transformers(torch):
+    return require("transformers")
+
+
+@pytest.fixture
+def peft(torch):
+    return require("peft")
+
+
+# Hypothesis: no deadline (two shared cores make timings noisy); HYPOTHESIS_PROFILE=thorough for more.
+settings.register_profile("default", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", max_examples=1000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(scope="session")
 def chromium():
-    """One headless Chromium for the whole session."""
+    """One headless Chromium (Debian's) for the whole session."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        skip_or_fail("playwright is not installed (requirements-dev.txt)")
+        skip_or_fail("playwright is not installed (pip install -r requirements-dev.txt)", BROWSER_ENV)
     from memmath_site.browser import find_chromium, launch
 
     if find_chromium() is None:
-        skip_or_fail("no Chromium at /usr/bin/chromium (apt-get install chromium) or $MEMMATH_CHROMIUM")
+        skip_or_fail("no Chromium at /usr/bin/chromium (apt-get install chromium) or $MEMMATH_CHROMIUM", BROWSER_ENV)
     with sync_playwright() as playwright:
         browser = launch(playwright)
         yield browser

@@ -1,0 +1,127 @@
+"""What PyTorch really allocated: the recorded measurements, and the memmath call that predicts each.
+
+validation/measure.py ran one training step per case on the CPU (torch, transformers and peft;
+versions in `measured_metadata()["versions"]`) and recorded the bytes in memmath/data/measured_cpu.json.
+This module reads that file without torch:
+
+    >>> import memmath
+    >>> cases = memmath.load_measured()             # one row per case
+    >>> row = cases.iloc[0]
+    >>> m = memmath.predict_case(row)               # the matching training_memory(...) call
+    >>> int(m.weights) == int(row.param_bytes)
+    True
+
+Columns, per case:
+  case_id              a readable key: shape/precision/optimizer/method/attention/dropout/checkpointing/b,s
+  shape                gpt2, llama-mha, llama-gqa, llama-gqa-tied, bert (sizes in family, n_layers, hidden_size,
+                       n_heads, n_kv_heads, intermediate_size, vocab_size, max_positions, tied_embeddings, ...)
+  precision            fp32 or bf16 (the whole model in that dtype, no autocast)
+  optimizer            adamw, sgd_momentum, adam_amsgrad (memmath's names)
+  method               full, freeze (frozen_layers: the first k blocks and the embeddings), lora
+                       (lora_rank, lora_targets "qv" or "all", adapter_format fp32 or bf16)
+  attention            eager or sdpa; dropout True (p=0.1 everywhere the family has dropout) or False
+  checkpointing        transformers' gradient checkpointing (non-reentrant, every block)
+  batch_size, seq_len
+  param_bytes          parameters, each storage once (a tied head is the embedding)
+  grad_bytes           gradients after optimizer.step()
+  optimizer_state_bytes  every tensor in optimizer.state (moments, momentum buffers, step counters)
+  saved_bytes          saved for backward during the forward pass, each storage once, parameters
+                       and buffers left out (= saved_per_layer summed + saved_outside_layers)
+  saved_per_layer      a list, one entry per block (the block that saved a storage first)
+  peak_bytes           highest allocation during the step: what was alive before it (parameters,
+                       buffers, the batch: resident_before_bytes) + the profiler's highest net
+                       allocation; peak_forward_bytes, peak_backward_bytes, peak_optimizer_step_bytes per phase
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+import pandas as pd
+
+from .methods import Freeze, Full, LoRA
+from .models import ModelShape, bert_model, gpt2_model, llama_model
+
+DATA_FILE = "measured_cpu.json"
+
+
+@lru_cache(maxsize=4)
+def _document(name: str = DATA_FILE) -> dict:
+    text = resources.files("memmath").joinpath("data", name).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def measured_metadata(name: str = DATA_FILE) -> dict:
+    """Everything in the data file but the cases: device, thread count, versions, shapes, dropout p."""
+    return {key: value for key, value in _document(name).items() if key != "cases"}
+
+
+def load_measured(name: str = DATA_FILE) -> pd.DataFrame:
+    """The recorded cases as a DataFrame: configuration columns, then measured bytes (see the module doc)."""
+    rows = []
+    for record in _document(name)["cases"]:
+        config = dict(record["config"])
+        model = config.pop("model")
+        measured = dict(record["measured"])
+        detail = measured.pop("optimizer_state_detail", {})
+        rows.append({**config, **model, **measured, "optimizer_state_detail": detail})
+    return pd.DataFrame(rows)
+
+
+def case_model(row) -> ModelShape:
+    """The ModelShape of a recorded case (the same sizes the measurement built in transformers)."""
+    family = row["family"]
+    common = dict(n_layers=int(row["n_layers"]), hidden_size=int(row["hidden_size"]), n_heads=int(row["n_heads"]),
+                  intermediate_size=int(row["intermediate_size"]), vocab_size=int(row["vocab_size"]),
+                  name=str(row["shape"]))
+    if family == "gpt2":
+        return gpt2_model(max_positions=int(row["max_positions"]), tied_embeddings=bool(row["tied_embeddings"]),
+                          **common)
+    if family == "llama":
+        return llama_model(n_kv_heads=int(row["n_kv_heads"]), tied_embeddings=bool(row["tied_embeddings"]), **common)
+    if family == "bert":
+        return bert_model(max_positions=int(row["max_positions"]), type_vocab_size=int(row["type_vocab_size"]),
+                          num_labels=int(row["num_labels"]), **common)
+    raise ValueError(f"family must be gpt2, llama or bert; got {family!r}")
+
+
+def case_method(row):
+    """Full(), Freeze(frozen_layers=k) or LoRA(rank, targets, adapter_format) for a recorded case."""
+    method = row["method"]
+    if method == "full":
+        return Full()
+    if method == "freeze":
+        # validation/measure.py freezes the embeddings and the first k blocks; the final norm and an
+        # untied head train (Freeze's defaults); BERT's pooler and classifier train.
+        return Freeze(frozen_layers=int(row["frozen_layers"]))
+    if method == "lora":
+        # "all": every linear matrix in the blocks (GPT-2 and BERT have no gate; peft's lists in measure.py).
+        targets = ("q", "v") if row["lora_targets"] == "qv" else "all"
+        return LoRA(rank=int(row["lora_rank"]), targets=targets, adapter_format=str(row["adapter_format"]))
+    raise ValueError(f"method must be full, freeze or lora; got {method!r}")
+
+
+def case_arguments(row, activations: str = "transformers") -> dict:
+    """The keyword arguments of memmath.training_memory that describe a recorded case."""
+    return dict(precision=str(row["precision"]), optimizer=str(row["optimizer"]), method=case_method(row),
+                batch_size=int(row["batch_size"]), seq_len=int(row["seq_len"]),
+                checkpointing=bool(row["checkpointing"]), attention=str(row["attention"]),
+                dropout=bool(row["dropout"]), activations=activations, device="cpu")
+
+
+def predict_case(row, activations: str = "transformers"):
+    """memmath.training_memory(...) for a recorded case: the prediction to hold against its measurement."""
+    from .training import training_memory
+
+    return training_memory(case_model(row), **case_arguments(row, activations))
+
+
+def predict_peak_case(row):
+    """memmath.peak_memory(...) for a recorded case (the measured counterpart is row.peak_bytes)."""
+    from .peak import peak_memory
+
+    arguments = case_arguments(row)
+    del arguments["activations"]
+    return peak_memory(case_model(row), **arguments)

@@ -1,0 +1,200 @@
+"""The planner: will a finetune fit on a GPU, and which changes would make it fit.
+
+`suggest_changes` tries one change at a time to a training setup (the keyword arguments of
+`training_memory`) and ranks the changes by the bytes each saves per GPU; `path_to_fit` chains
+them until the run fits. `config_from_text` reads a pasted config.json strictly as JSON text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from . import _validate
+from .gpus import check_fit, get_gpu
+from .methods import LoRA, QLoRA
+from .models import ModelShape, _parse_json, from_hf_config
+from .training import training_memory
+from .units import UNITS, unit_name
+
+SUGGESTED_RANK = 8  # LoRA's rank in Hu et al. 2021's GPT-3 runs was 1-8; 8 is peft's default
+SUGGESTED_TARGETS = ("q", "v")  # Hu et al. 2021, section 7.1: adapting W_q and W_v works best for a budget
+MAX_GPUS = 1024
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One change to a training setup: what it is, the settings it changes, and the result per GPU.
+
+    total: bytes per GPU after the change; saved: bytes per GPU it saves (before - after);
+    fits: whether the new total fits the GPU; cost: what the change costs besides memory.
+    """
+
+    change: str
+    settings: dict = field(compare=False)
+    total: int
+    saved: int
+    fits: bool
+    cost: str = ""
+
+
+def _total(model, settings) -> int:
+    return int(training_memory(model, **settings).total)
+
+
+def _fits(total, gpu, reserved_bytes) -> bool:
+    return check_fit(total, gpu, reserved_bytes=reserved_bytes).fits
+
+
+def _smallest_fitting(values, make_settings, model, gpu, reserved_bytes):
+    """The first value whose settings fit (values ordered from least to most disruptive), else the last."""
+    for value in values:
+        settings = make_settings(value)
+        if _fits(_total(model, settings), gpu, reserved_bytes):
+            return value, settings
+    return values[-1], make_settings(values[-1])
+
+
+def _largest_fitting_batch(model, settings, gpu, reserved_bytes):
+    """The largest batch size below the current one that fits (bisection: memory grows with batch), else 1."""
+    low, high = 1, settings.get("batch_size", 1) - 1
+    if high < 1:
+        return None
+    if not _fits(_total(model, {**settings, "batch_size": low}), gpu, reserved_bytes):
+        return 1
+    while low < high:  # low fits; find the largest that does
+        middle = (low + high + 1) // 2
+        if _fits(_total(model, {**settings, "batch_size": middle}), gpu, reserved_bytes):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _candidates(model, settings, gpu, reserved_bytes, max_gpus):
+    """(change, new settings, cost) for every change that applies to this setup."""
+    method = settings.get("method")
+    seq_len = settings.get("seq_len")
+    optimizer = str(settings.get("optimizer", "adamw")).lower()
+    precision = str(settings.get("precision", "bf16")).lower()
+    n_gpus, stage = settings.get("n_gpus", 1), settings.get("zero_stage", 0)
+    batch = settings.get("batch_size", 1)
+
+    if seq_len is not None and not settings.get("checkpointing", False):
+        yield ("gradient checkpointing on", {**settings, "checkpointing": True},
+               "recomputes each block's forward pass during backward: about a third more compute")
+    if seq_len is not None and str(settings.get("attention", "eager")).lower() == "eager":
+        yield ("fused attention (sdpa)", {**settings, "attention": "sdpa"},
+               "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
+    if batch > 1 and seq_len is not None:
+        smaller = _largest_fitting_batch(model, settings, gpu, reserved_bytes)
+        steps = -(-batch // smaller)
+        yield (f"batch size {smaller}", {**settings, "batch_size": smaller},
+               f"accumulate gradients over {steps} steps for the same effective batch: slower steps")
+    if not isinstance(method, (LoRA, QLoRA)):
+        yield (f"LoRA rank {SUGGESTED_RANK} on {', '.join(SUGGESTED_TARGETS)}",
+               {**settings, "method": LoRA(rank=SUGGESTED_RANK, targets=SUGGESTED_TARGETS)},
+               "trains far fewer parameters; quality close to full finetuning on many tasks (Hu et al. 2021)")
+    if not isinstance(method, QLoRA):
+        rank = method.rank if isinstance(method, LoRA) else SUGGESTED_RANK
+        targets = method.targets if isinstance(method, LoRA) else SUGGESTED_TARGETS
+        yield (f"QLoRA rank {rank} on {', '.join(targets)}",
+               {**settings, "method": QLoRA(rank=rank, targets=targets)},
+               "4-bit NF4 base: weights are dequantized on the fly, so steps are slower (Dettmers et al. 2023)")
+    if optimizer in ("adam", "adamw"):
+        yield ("8-bit Adam", {**settings, "optimizer": "adam8bit"},
+               "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
+    if precision in ("fp32", "amp", "mixed", "mixed_fp32_grads"):
+        yield ("pure bf16 recipe", {**settings, "precision": "bf16"},
+               "no fp32 master copy: small updates can round away; watch the loss (or use Kahan summation)")
+    if n_gpus > 1 and stage < 3:
+        stages = list(range(stage + 1, 4))
+        chosen, new = _smallest_fitting(stages, lambda k: {**settings, "zero_stage": k}, model, gpu, reserved_bytes)
+        yield (f"ZeRO stage {chosen} on the {n_gpus} GPUs", new,
+               "shards states, gradients and weights across GPUs: more communication per step")
+    if n_gpus < max_gpus:
+        counts = [n for n in (2**k for k in range(21)) if n_gpus < n <= max_gpus] or [max_gpus]
+        new_stage = max(stage, 3)
+        chosen, new = _smallest_fitting(counts, lambda n: {**settings, "n_gpus": n, "zero_stage": new_stage},
+                                        model, gpu, reserved_bytes)
+        yield (f"{chosen} GPUs with ZeRO stage {new_stage}", new,
+               "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
+
+
+def suggest_changes(model, gpu, *, reserved_bytes=0, max_gpus=64, **settings) -> list[Suggestion]:
+    """Single changes that lower a training run's memory per GPU, the largest saving first.
+
+    settings are training_memory's keyword arguments (precision, optimizer, method, batch_size,
+    seq_len, checkpointing, n_gpus, zero_stage, attention, ...). Each candidate changes one thing:
+    checkpointing on, fused attention, the largest smaller batch that fits (else 1), LoRA or QLoRA
+    (rank 8 on q, v unless LoRA is already set), 8-bit Adam, a pure bf16 recipe, a higher ZeRO stage
+    on the same GPUs (the lowest that fits, else 3), or more GPUs with ZeRO stage 3 (the fewest,
+    in powers of two up to max_gpus, that fit). Only changes that save bytes are returned.
+    """
+    gpu = get_gpu(gpu)
+    reserved_bytes = _validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
+    max_gpus = _validate.count("max_gpus", max_gpus, high=MAX_GPUS)
+    before = _total(model, settings)
+    suggestions = []
+    for change, new_settings, cost in _candidates(model, settings, gpu, reserved_bytes, max_gpus):
+        try:
+            after = _total(model, new_settings)
+        except ValueError:  # e.g. LoRA on a model without named matrices
+            continue
+        if after < before:
+            suggestions.append(Suggestion(change, new_settings, after, before - after,
+                                          _fits(after, gpu, reserved_bytes), cost))
+    return sorted(suggestions, key=lambda s: (-s.saved, s.change))
+
+
+def path_to_fit(model, gpu, *, reserved_bytes=0, max_gpus=64, max_steps=8, **settings) -> list[Suggestion]:
+    """Changes applied one after another until the run fits: each step the largest saving, except
+    that a smaller batch is taken only when it is the change that makes the run fit.
+
+    Each Suggestion's total and saved are after that step (saved relative to the step before).
+    Empty when the run already fits; the last step's fits is False when no chain of changes fits.
+    """
+    gpu = get_gpu(gpu)
+    max_steps = _validate.count("max_steps", max_steps, high=32)
+    steps: list[Suggestion] = []
+    current = dict(settings)
+    if _fits(_total(model, current), gpu, reserved_bytes):
+        return steps
+    for _ in range(max_steps):
+        options = suggest_changes(model, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus, **current)
+        fitting = [s for s in options if s.fits]
+        others = [s for s in options if not s.change.startswith("batch size")]
+        pick = fitting[-1] if fitting else (others[0] if others else None)  # the smallest change that fits
+        if pick is None:
+            break
+        steps.append(pick)
+        current = pick.settings
+        if pick.fits:
+            break
+    return steps
+
+
+def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
+    """A table of suggestions: change, memory per GPU after it, memory saved, fits, cost (sizes in `unit`)."""
+    unit = unit_name(unit)
+    rows = [{"change": s.change, f"per GPU after ({unit})": s.total / UNITS[unit],
+             f"saved ({unit})": s.saved / UNITS[unit], "fits": "yes" if s.fits else "no", "cost": s.cost}
+            for s in suggestions]
+    columns = ["change", f"per GPU after ({unit})", f"saved ({unit})", "fits", "cost"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def config_from_text(text) -> ModelShape:
+    """A ModelShape from pasted config.json text, read only as JSON (never as a file path).
+
+    Every problem is a ValueError with a message for the reader: empty text, text that is not a
+    JSON object, a missing or malformed field, or an unsupported model_type.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("paste the contents of a transformers config.json (a JSON object that starts with '{')")
+    config = _parse_json(text, "the pasted config.json")
+    try:
+        return from_hf_config(config)
+    except (TypeError, KeyError, IndexError, AttributeError) as error:
+        raise ValueError(f"the pasted config.json could not be read: {error}") from None

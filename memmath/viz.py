@@ -1,0 +1,115 @@
+"""Shared chart pieces for the lessons: one colour per memory part in every lesson, and a stacked bar.
+
+Colours follow the part, never the lesson: weights are always blue, gradients orange, optimizer
+states red, activations green (Tableau 10, the altair default palette, so they read well together).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from .training import PART_LABELS, PARTS
+from .units import UNITS, unit_name
+
+PART_COLORS: dict[str, str] = {
+    "weights": "#4C78A8",
+    "quantization_constants": "#9ECAE9",
+    "gradients": "#F58518",
+    "gradient_accumulation": "#FFBF79",
+    "master_weights": "#B279A2",
+    "optimizer_states": "#E45756",
+    "activations": "#54A24B",
+    "kv_cache": "#72B7B2",
+    "working_set": "#BAB0AC",
+}
+ALL_LABELS: dict[str, str] = {**PART_LABELS, "kv_cache": "KV cache", "working_set": "Working set"}
+INFERENCE_PARTS = ("weights", "quantization_constants", "kv_cache", "working_set")
+
+
+def part_scale(parts=None) -> alt.Scale:
+    """An altair colour scale mapping each part's label to its fixed colour (all parts by default)."""
+    parts = list(parts) if parts is not None else list(PARTS) + ["kv_cache", "working_set"]
+    return alt.Scale(domain=[ALL_LABELS[p] for p in parts], range=[PART_COLORS[p] for p in parts])
+
+
+def memory_axis_title(unit: str = "GB") -> str:
+    """'Memory (GB)' or 'Memory (GiB)': every axis carries its unit."""
+    return f"Memory ({unit_name(unit)})"
+
+
+def breakdown_long(results: dict, unit: str = "GB", *, skip_zero: bool = True) -> pd.DataFrame:
+    """Long table of scenario -> part sizes from TrainingMemory/InferenceMemory results (scalars only).
+
+    Columns: scenario, part, label, bytes, size (in `unit`), order (stacking order).
+    """
+    unit = unit_name(unit)
+    rows = []
+    for scenario, result in results.items():
+        for order, (part, value) in enumerate(result.parts().items()):
+            if skip_zero and not value:
+                continue
+            rows.append({"scenario": scenario, "part": part, "label": ALL_LABELS[part], "bytes": int(value),
+                         "size": int(value) / UNITS[unit], "order": order})
+    return pd.DataFrame(rows, columns=["scenario", "part", "label", "bytes", "size", "order"])
+
+
+def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capacity_bytes=None,
+                 capacity_label: str = "", width: int = 560, height=None) -> alt.Chart:
+    """Horizontal stacked bars (one per scenario) from breakdown_long, with an optional GPU-capacity rule."""
+    unit = unit_name(unit)
+    parts = [p for p in list(PARTS) + ["kv_cache", "working_set"] if p in set(frame["part"])]
+    scenarios = list(dict.fromkeys(frame["scenario"]))
+    bar_height = height or max(60, 38 * len(scenarios))
+    bars = alt.Chart(frame).mark_bar().encode(
+        x=alt.X("sum(size):Q", title=memory_axis_title(unit), stack="zero"),
+        y=alt.Y("scenario:N", title=None, sort=scenarios),
+        color=alt.Color("label:N", title="Part", scale=part_scale(parts), sort=[ALL_LABELS[p] for p in parts]),
+        order=alt.Order("order:Q"),
+        tooltip=["scenario:N", "label:N", alt.Tooltip("size:Q", title=unit, format=",.2f"),
+                 alt.Tooltip("bytes:Q", title="bytes", format=",")],
+    )
+    chart = bars
+    if capacity_bytes is not None:
+        rule_frame = pd.DataFrame({"size": [capacity_bytes / UNITS[unit]], "what": [capacity_label or "GPU memory"]})
+        rule = alt.Chart(rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
+            x="size:Q", tooltip=["what:N", alt.Tooltip("size:Q", title=unit, format=",.2f")])
+        text = alt.Chart(rule_frame).mark_text(align="left", dx=4, dy=-6, fontSize=11).encode(
+            x="size:Q", y=alt.value(0), text="what:N")
+        chart = bars + rule + text
+    return chart.properties(width=width, height=bar_height, title=title)
+
+
+LESSONS: dict[str, str] = {
+    "00_start_here": "Start here: planning before CUDA runs out of memory",
+    "01_weights_and_formats": "Weights and number formats",
+    "02_full_finetuning": "Full finetuning: gradients and optimizer states",
+    "03_activations": "Activations",
+    "04_freezing": "Partial finetuning: freezing layers",
+    "05_adapters": "Adapters (PEFT)",
+    "06_lora_qlora": "LoRA and QLoRA",
+    "07_inference": "Inference memory",
+    "08_planner": "The planner: will my finetune fit?",
+}
+
+
+def lesson_href(stem: str) -> str:
+    """The link from one lesson to another (the same relative link works in the exported site)."""
+    if stem not in LESSONS:
+        raise ValueError(f"lesson must be one of {', '.join(LESSONS)}; got {stem!r}")
+    return f"{stem}.html"
+
+
+def lesson_link(stem: str, text: str | None = None) -> str:
+    """A markdown link to a lesson, titled with the lesson's name unless `text` is given."""
+    return f"[{text or LESSONS[stem]}]({lesson_href(stem)})"
+
+
+def short_count(n) -> str:
+    """A parameter count for labels: '124M', '6.74B', '1.20T' (10^6, 10^9, 10^12; three significant digits)."""
+    n = int(n)
+    for size, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if n >= size:
+            value = n / size
+            return f"{value:.3g}{suffix}" if value < 1000 else f"{value:,.0f}{suffix}"
+    return f"{n:,}"

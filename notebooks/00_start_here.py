@@ -1,0 +1,296 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Start here: planning before CUDA runs out of memory")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+
+    return mm, mo, pd, viz
+
+
+@app.cell(hide_code=True)
+def _(mo, viz):
+    mo.md(f"""
+    # {viz.LESSONS["00_start_here"]}
+
+    People who work with neural networks share a running joke: you are not really doing AI until
+    you have seen this message.
+
+    ```
+    RuntimeError: CUDA out of memory
+    ```
+
+    Behind the joke is a real experience. Training a model, or serving one, needs memory on the
+    GPU (its VRAM) for everything the program keeps there. When the program asks for one more
+    tensor and the card has no free memory left, PyTorch cannot slow down or page anything out: it
+    stops with this error. The size in the full message is only that last request, the straw that
+    broke the budget, not what the whole run needs. And the run often loads the model without
+    complaint and crashes a moment later, at the first training step, when gradients and
+    optimizer states appear for the first time.
+
+    This workbook does the accounting before the error appears.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## The question this workbook follows
+
+    > If a model is too large to adjust completely on the hardware you own, what can you change
+    > instead?
+
+    The article the workbook follows answers it one technique at a time: train only some layers
+    (partial finetuning), or add small adapter modules and train only those (PEFT). The workbook
+    adds two later PEFT methods: low-rank updates (LoRA) and a 4-bit frozen base under them
+    (QLoRA). Each technique either reduces the number of **trainable parameters**, or the memory
+    that comes with them.
+    To see why that works, you first need to know where the memory goes, part by part.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## How to use the controls
+
+    Every lesson has controls: sliders, drop-down lists, radio buttons. Change one and every
+    number and chart that depends on it updates at once; there is nothing to run. The grey code
+    cells show the `memmath` calls behind the numbers, so you can repeat any of them in Python.
+    Try it: drag the slider (or click it and use the arrow keys), and switch the unit.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    demo_params_slider = mo.ui.slider(start=1, stop=100, step=1, value=7, show_value=True,
+                                      label="Parameters (billions)")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
+    mo.hstack([demo_params_slider, unit_radio], justify="start", gap=2)
+    return demo_params_slider, unit_radio
+
+
+@app.cell
+def _(demo_params_slider, mm, unit_radio):
+    demo_params = demo_params_slider.value * 10**9
+    unit = unit_radio.value
+    demo_weights = mm.get_format("bf16").bytes_for(demo_params)  # N x 16 bits / 8
+    demo_training = mm.training_memory(demo_params, precision="bf16", optimizer="adam")  # 8 B per parameter
+    return demo_training, demo_weights, unit
+
+
+@app.cell(hide_code=True)
+def _(demo_params_slider, demo_training, demo_weights, mm, mo, unit):
+    mo.callout(mo.md(f"""
+    A model of **{demo_params_slider.value} billion** parameters: its weights take
+    **{mm.format_bytes(demo_weights, unit)}** in bf16, and one step of full finetuning with Adam in
+    pure bf16 keeps **{mm.format_bytes(demo_training.without_activations, unit)}** before activations.
+    """), kind="info")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _gpu, _big = mm.GPUS["RTX 4090"], mm.GPUS["A100 80GB"]
+    mo.md(f"""
+    ## GB versus GiB
+
+    Memory sizes come in two units that are easy to confuse:
+
+    - a **GB** (gigabyte) is 10⁹ = {mm.UNITS["GB"]:,} bytes;
+    - a **GiB** (gibibyte) is 2³⁰ = {mm.UNITS["GiB"]:,} bytes, {mm.UNITS["GiB"] / mm.UNITS["GB"] - 1:.1%} more.
+
+    GPU memory is built in binary sizes. An {_gpu.name} is sold as "{_gpu.marketed}", and its driver
+    (nvidia-smi) reports {_gpu.memory_bytes // mm.UNITS["MiB"]:,} MiB: that is
+    {mm.format_bytes(_gpu.memory_bytes, "GiB")}, or {mm.format_bytes(_gpu.memory_bytes, "GB")}. Many tools
+    divide bytes by 1024³ and then print "GB" (accelerate, DeepSpeed and llm-analysis among them), so the
+    same card can show up as {_gpu.memory_bytes / mm.UNITS["GiB"]:.2f} "GB" in one place and
+    {mm.format_bytes(_gpu.memory_bytes, "GB")} in another. The gap grows with the size: an {_big.name}
+    reports {mm.format_bytes(_big.memory_bytes, "GiB")}, which is {mm.format_bytes(_big.memory_bytes, "GB")}.
+
+    This workbook counts in whole bytes and converts only to show a number, always with its unit.
+    The article's sizes are in GB. Pick a card to compare the three ways of writing its memory:
+    """)
+    return
+
+
+@app.cell
+def _(mm, mo):
+    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
+    gpu_dropdown
+    return (gpu_dropdown,)
+
+
+@app.cell
+def _(gpu_dropdown, mm):
+    gpu = mm.get_gpu(gpu_dropdown.value)
+    gpu_mib = gpu.memory_bytes // mm.UNITS["MiB"]  # what nvidia-smi prints
+    return gpu, gpu_mib
+
+
+@app.cell(hide_code=True)
+def _(gpu, gpu_mib, mm, mo):
+    mo.callout(mo.md(f"""
+    **{gpu.name}**: sold as "{gpu.marketed}"; the driver reports **{gpu_mib:,} MiB**
+    = {gpu.memory_bytes:,} bytes = **{mm.format_bytes(gpu.memory_bytes, "GiB")}**
+    = **{mm.format_bytes(gpu.memory_bytes, "GB")}**. A tool that divides by 1024³ prints
+    "{gpu.memory_bytes / mm.UNITS["GiB"]:.2f} GB", which is really GiB.
+    """), kind="info")
+    return
+
+
+@app.cell
+def _(gpu, mm, mo, pd):
+    gpu_units = pd.DataFrame([{
+        "GPU": g.name, "on the box": g.marketed, "driver reports (MiB)": g.memory_bytes // mm.UNITS["MiB"],
+        "GiB": round(mm.to_unit(g.memory_bytes, "GiB"), 2), "GB": round(mm.to_unit(g.memory_bytes, "GB"), 2),
+        "chosen": "◀" if g.name == gpu.name else "",
+    } for g in mm.GPUS.values()])
+    mo.ui.table(gpu_units, page_size=len(gpu_units), selection=None)
+    return (gpu_units,)
+
+
+@app.cell(hide_code=True)
+def _(context, mo, viz):
+    mo.md(f"""
+    ## Training and inference are two separate calculations
+
+    The article insists on this split: memory for **inference** (running a trained model) and
+    memory for **training** it are different problems, each with its own reference. For training
+    it points to EleutherAI's *Transformer Math 101* (Anthony et al., April 2023); for inference,
+    to *Transformer Inference Arithmetic* (kipply's blog, 2022). Know which one you are planning
+    before you estimate anything.
+
+    Inference keeps the weights, a **KV cache** (the keys and values of every token so far) and a
+    small working set. Training keeps the weights plus a gradient and optimizer states for every
+    trainable weight, plus **activations**: intermediate results that the backward pass needs.
+    Finetuning is training, even when the model is small. Pick a model to compare (a context of
+    {context:,} tokens, one sequence; lessons {viz.lesson_link("03_activations", "3")} and
+    {viz.lesson_link("07_inference", "7")} open up each side):
+    """)
+    return
+
+
+@app.cell
+def _(mm, mo):
+    model_dropdown = mo.ui.dropdown(options=[k for k, s in mm.PRESETS.items() if s.family != "bert"],
+                                    value="llama-2-7b", label="Model")
+    model_dropdown
+    return (model_dropdown,)
+
+
+@app.cell
+def _(mm, model_dropdown):
+    context = 2048  # tokens in the sequence, for both sides
+    serving = mm.inference_memory(model_dropdown.value, weights_format="bf16", context_len=context)
+    training = mm.training_memory(model_dropdown.value, precision="bf16", optimizer="adam", seq_len=context,
+                                  attention="sdpa")
+    return context, serving, training
+
+
+@app.cell
+def _(model_dropdown, serving, training, unit, viz):
+    viz.stacked_bars(viz.breakdown_long({"Inference (serving)": serving, "Training (full finetuning)": training},
+                                        unit), unit, title=f"{model_dropdown.value}: two different budgets")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, serving, training, unit):
+    mo.md(f"""
+    Same model, same weights ({mm.format_bytes(serving.weights, unit)}), but training needs
+    {mm.format_bytes(training.total, unit)} against {mm.format_bytes(serving.total, unit)} for serving:
+    {training.total / serving.total:.1f} times as much. Training assumes: {training.assumptions}
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, viz):
+    _weights = mm.get_format("bf16").bytes_for(7 * 10**9)  # the article's 7B model in 16 bit
+    _finetune = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam").without_activations
+    _lines = {
+        "00_start_here": "this page: the out-of-memory error, GB versus GiB, training versus inference.",
+        "01_weights_and_formats": "parameters × bytes per parameter; fp32, bf16, fp16, fp8, int8, int4 side by side; which GPUs hold the weights.",
+        "02_full_finetuning": f"gradients and optimizer states; why {mm.format_bytes(_weights)} of weights need about {mm.format_bytes(_finetune)} to finetune; why published estimates disagree.",
+        "03_activations": "what the backward pass keeps: batch, sequence length, attention, checkpointing.",
+        "04_freezing": "train only the last layers: what freezing saves and what it does not.",
+        "05_adapters": "small trainable modules in every block (Houlsby et al. 2019), and their cost at inference.",
+        "06_lora_qlora": "low-rank updates, and a 4-bit base model underneath them.",
+        "07_inference": "serving memory: weights, the KV cache, and a speed bound from bandwidth.",
+        "08_planner": "put it all together for your model and your GPU.",
+    }
+    _rows = [f"| {i} | {viz.lesson_link(stem)} | {_lines[stem]} |" for i, stem in enumerate(viz.LESSONS)]
+    mo.md("\n".join(["## The map", "", f"{len(viz.LESSONS)} lessons, one concept each, in the article's order:", "",
+                      "| # | lesson | what it teaches |", "|:--|:--|:--|", *_rows]))
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.callout(mo.md(r"""
+    **Takeaways**
+
+    - "CUDA out of memory" means the GPU had no room for the next tensor; the message shows that
+      last request, not the total. Plan the total.
+    - GB = 10⁹ bytes, GiB = 2³⁰ bytes. GPUs report binary sizes; many tools print GiB and call it
+      GB. Always write the unit.
+    - Training and inference are separate calculations: training adds gradients, optimizer
+      states and activations.
+    - The workbook's question: when the model is too big to adjust fully, what can you change?
+      Fewer trainable parameters, or less memory per trainable parameter.
+    """), kind="success")
+    return
+
+
+@app.cell
+def _(mm):
+    # Problem answers, computed with memmath.
+    _4090 = mm.GPUS["RTX 4090"]
+    answer_4090_tool_prints = _4090.memory_bytes / mm.UNITS["GiB"]  # divided by 1024**3, printed as "GB"
+    answer_14gb_in_gib = mm.format_bytes(14 * 10**9, "GiB")
+    answer_load = mm.get_format("bf16").bytes_for(7 * 10**9)
+    answer_step = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam")
+    return answer_14gb_in_gib, answer_4090_tool_prints, answer_load, answer_step
+
+
+@app.cell(hide_code=True)
+def _(answer_14gb_in_gib, answer_4090_tool_prints, answer_load, answer_step, mm, mo):
+    _4090 = mm.GPUS["RTX 4090"]
+    mo.vstack([
+        mo.md("## Problems"),
+        mo.md(f"**1.** A memory tool shows your RTX 4090 as \"{answer_4090_tool_prints:.2f} GB\". nvidia-smi says "
+              f"{_4090.memory_bytes // mm.UNITS['MiB']:,} MiB. Which unit is the tool really using?"),
+        mo.accordion({"Answer": mo.md(
+            f"GiB: {_4090.memory_bytes // mm.UNITS['MiB']:,} MiB ÷ 1024 = {answer_4090_tool_prints:.2f} GiB. In GB the "
+            f"card has {mm.format_bytes(_4090.memory_bytes, 'GB')}.")}),
+        mo.md("**2.** The article's 7B model has 14 GB of bf16 weights. How many GiB is that?"),
+        mo.accordion({"Answer": mo.md(f"14 × 10⁹ ÷ 2³⁰ = {answer_14gb_in_gib}.")}),
+        mo.md("**3.** A 7B finetune in pure bf16 with Adam loads the model onto a 24 GB card without complaint, "
+              "then crashes with CUDA out of memory at the first training step. Why not at load time?"),
+        mo.accordion({"Answer": mo.md(
+            f"Loading puts only the weights on the card: {mm.format_bytes(answer_load)}. The first backward pass "
+            f"creates the gradients ({mm.format_bytes(answer_step.gradients)}) and the first optimizer step creates "
+            f"Adam's states ({mm.format_bytes(answer_step.optimizer_states)}): "
+            f"{mm.format_bytes(answer_step.without_activations)} in all, before activations.")}),
+        mo.md("**4.** Can you size a GPU for finetuning from the memory that serving the model needs?"),
+        mo.accordion({"Answer": mo.md(
+            "No: they are separate calculations. Serving keeps the weights, a KV cache and a working set; "
+            "training keeps weights, gradients, optimizer states and activations. Compare the two bars above "
+            "for any model.")}),
+    ])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

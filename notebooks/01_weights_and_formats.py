@@ -1,0 +1,480 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Weights and number formats")
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+
+    return alt, mm, mo, np, pd, viz
+
+
+@app.cell(hide_code=True)
+def _(article_params, article_weight_bytes, mm, mo, viz):
+    mo.md(f"""
+    # Weights and number formats
+
+    A model is a long list of numbers, its weights (also called parameters). Before it can answer
+    a question or learn anything, every one of those numbers has to sit in the GPU's memory. So the
+    first line of every memory budget is the weights: how many numbers, times how many bytes each
+    number takes.
+
+    How many bytes depends on the **number format**. The article states the rule this whole
+    workbook carries forward: the bytes needed per parameter set the weight memory, and the format
+    determines those bytes. Its worked example is a 7B model in a 16-bit format:
+    {article_params:,} parameters × 2 bytes = **{mm.format_bytes(article_weight_bytes, "GB")}**.
+
+    This lesson puts the common formats side by side (how many bits, how large a number, how fine a
+    step), lets you round a number of your own into each of them, and checks which GPUs can hold the
+    weights. Lesson 2, {viz.lesson_link("02_full_finetuning")}, adds what training keeps on top.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## The formula
+
+    `weight memory = N × bits per parameter ÷ 8` bytes, where N is the number of parameters.
+    Bits, not bytes, are the unit of a format: a 4-bit format costs half a byte per parameter.
+    """)
+    return
+
+
+@app.cell
+def _(mm):
+    article_params = 7_000_000_000  # the article's 7B model
+    # 7e9 parameters x 16 bits / 8 = 14e9 bytes (the article: "7B x 16-bit = 14 GB")
+    article_weight_bytes = mm.get_format("bf16").bytes_for(article_params)
+    STORAGE_FORMATS = ["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"]
+    return STORAGE_FORMATS, article_params, article_weight_bytes
+
+
+@app.cell(hide_code=True)
+def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd):
+    _rows = [{"format": name, "bits": mm.get_format(name).bits, "bytes per parameter": mm.get_format(name).bytes,
+              "7B weights (GB)": round(mm.get_format(name).bytes_for(article_params) / 1e9, 2)}
+             for name in STORAGE_FORMATS]
+    mo.vstack([
+        mo.md(f"""For the article's model: {article_params:,} × {mm.get_format("bf16").bits} ÷ 8
+        = {article_weight_bytes:,} bytes = **{mm.format_bytes(article_weight_bytes, "GB")}** (10⁹ bytes to a GB),
+        which is {mm.format_bytes(article_weight_bytes, "GiB")} (2³⁰ bytes to a GiB). The same model in other formats
+        (integer formats also need a few scales, counted further down):"""),
+        pd.DataFrame(_rows),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _bf16, _fp16 = mm.get_format("bf16"), mm.get_format("fp16")
+    mo.md(f"""
+    ## Inside a number format
+
+    A floating-point number has three fields: a **sign** bit, an **exponent** that sets how large
+    the number can be (its range), and a **mantissa** that sets how finely it is resolved (its
+    precision). Splitting 16 bits differently gives two very different formats:
+
+    - **fp16** (IEEE half precision) gives {_fp16.exponent_bits} bits to the exponent and
+      {_fp16.mantissa_bits} to the mantissa: fine steps, but nothing above {_fp16.max_value:,.0f}.
+    - **bf16** (bfloat16) keeps fp32's {_bf16.exponent_bits} exponent bits, so it reaches about
+      {_bf16.max_value:.1e}, and pays with a {_bf16.mantissa_bits}-bit mantissa: coarse steps.
+      Google introduced it for its TPUs and, in the words the article quotes, called it "the secret
+      to high performance on Cloud TPUs" (Google Cloud blog, 2019, *BFloat16: The secret to high
+      performance on Cloud TPUs*). The name comes from Google Brain.
+
+    An **integer** format has no exponent at all: it stores whole numbers (int8 from
+    {-(2 ** (mm.get_format("int8").bits - 1))} to {mm.get_format("int8").max_value:.0f}).
+    To hold 0.37 it stores a whole number of steps of a scale that you pick, so the decimal point
+    sits at a fixed place; that is why the article notes the integer format is also called a
+    **fixed point** format. QLoRA's **nf4** goes one step further: 16 levels placed where
+    normally distributed weights fall, times a scale per block.
+    """)
+    return
+
+
+@app.cell
+def _(STORAGE_FORMATS, mm, pd):
+    # Bit layout of each format, from memmath.FORMATS: sign + exponent + mantissa for floats.
+    _rows = []
+    for _name in STORAGE_FORMATS:
+        _fmt = mm.get_format(_name)
+        if _fmt.kind == "float":
+            _fields = [("sign", _fmt.bits - _fmt.exponent_bits - _fmt.mantissa_bits),
+                       ("exponent (range)", _fmt.exponent_bits), ("mantissa (precision)", _fmt.mantissa_bits)]
+        elif _fmt.kind == "int":
+            _fields = [("whole number of scale steps", _fmt.bits)]
+        else:
+            _fields = [("index of one of 16 levels", _fmt.bits)]
+        _rows += [{"format": _name, "field": f, "bits": b, "order": i} for i, (f, b) in enumerate(_fields)]
+    bit_layout = pd.DataFrame(_rows)
+    return (bit_layout,)
+
+
+@app.cell(hide_code=True)
+def _(STORAGE_FORMATS, alt, bit_layout):
+    _fields = ["sign", "exponent (range)", "mantissa (precision)", "whole number of scale steps",
+               "index of one of 16 levels"]
+    _colors = ["#555555", "#EECA3B", "#9D755D", "#D67195", "#79706E"]
+    _base = alt.Chart(bit_layout).encode(
+        y=alt.Y("format:N", sort=STORAGE_FORMATS, title=None),
+        x=alt.X("sum(bits):Q", stack="zero", title="Bits per value"),
+        order=alt.Order("order:Q"),
+    )
+    _bars = _base.mark_bar(stroke="white").encode(
+        color=alt.Color("field:N", sort=_fields, title="Field", scale=alt.Scale(domain=_fields, range=_colors)),
+        tooltip=["format:N", "field:N", "bits:Q"])
+    _text = _base.mark_text(align="right", dx=-4, color="white", fontSize=11).encode(
+        text="bits:Q", detail="field:N")
+    (_bars + _text).properties(width=520, height=230, title="How each format spends its bits")
+    return
+
+
+@app.cell
+def _(STORAGE_FORMATS, mm, pd):
+    # Range and precision of each format (memmath.FORMATS): largest value, step just above 1, digits.
+    format_table = pd.DataFrame([{
+        "format": _f.name, "bits": _f.bits,
+        "largest value": f"{_f.max_value:.4g}" + ("" if _f.kind == "float" else " × scale"),
+        "beyond it": ("infinity" if _f.has_inf else "not-a-number") if _f.kind == "float" else "clipped",
+        "step just above 1": f"{_f.epsilon:.3g}" if _f.kind == "float" else "one scale step",
+        "decimal digits": f"{_f.decimal_digits:.1f}" if _f.decimal_digits else "-",
+        "what it is": _f.description,
+    } for _f in (mm.get_format(n) for n in STORAGE_FORMATS)])
+    format_table
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _bf16_step_300 = mm.float_step("bf16", 300.7)
+    mo.md(f"""
+    ## Round a number yourself
+
+    Type any number and see what each format actually stores. Some values to try: `0.1` (no
+    format stores it exactly), `300.7` (bf16's steps are {_bf16_step_300:g} apart up there), `70000` (past fp16's
+    largest value, {mm.get_format("fp16").max_value:,.0f}), `1e-8` (below what fp16 can resolve).
+
+    The integer formats (and nf4) need a **scale**: all values in a block share one, set from the
+    largest magnitude in the block (its *absmax*), so that absmax lands on the largest level
+    (int8: scale = absmax ÷ {mm.get_format("int8").max_value:.0f}). Move the absmax slider to see the
+    trade-off: a small absmax gives fine steps but clips anything larger; a large one keeps large
+    values but rounds small ones to zero.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    value_number = mo.ui.number(start=-1_000_000, stop=1_000_000, value=0.1, label="A value to store")
+    block_absmax_slider = mo.ui.slider(
+        steps=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 127, 200, 500, 1_000, 10_000, 100_000,
+               1_000_000],
+        value=1, show_value=True, label="Block absmax (largest |value| sharing the integer scale)")
+    mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)
+    return block_absmax_slider, value_number
+
+
+@app.cell
+def _(STORAGE_FORMATS, block_absmax_slider, pd, store, value_number):
+    value = float(value_number.value if value_number.value is not None else 0.0)
+    block_absmax = float(block_absmax_slider.value)
+    rounding_table = pd.DataFrame([store(value, _name, block_absmax) for _name in STORAGE_FORMATS])
+    rounding_table
+    return block_absmax, value
+
+
+@app.cell(hide_code=True)
+def _(block_absmax, mo, pd, store):
+    _examples = [0.1, 300.7, 70_000, 1e-8]
+    _table = pd.DataFrame([{"value": f"{_v:g}", **{_f: store(_v, _f, block_absmax)["stored value"]
+                                                  for _f in ["fp32", "bf16", "fp16", "fp8_e4m3", "int8"]}}
+                           for _v in _examples])
+    mo.vstack([mo.md(f"The suggested values, stored in five formats (int8 with your block absmax, {block_absmax:g}):"),
+               _table])
+    return
+
+
+@app.cell
+def _(block_absmax, mm, np, pd, value):
+    # Zoom in around the value: what each format stores for every number nearby (a staircase).
+    _half_width = 0.04 * max(abs(value), 1e-3)
+    _x = np.linspace(value - _half_width, value + _half_width, 601)
+    _curves = [pd.DataFrame({"true value": _x, "stored value": _x, "format": "exact"})]
+    for _name in ["fp16", "bf16", "fp8_e4m3", "int8"]:
+        _stored = mm.round_to_format(_x, _name, scale=mm.absmax_scale(_name, block_absmax))
+        _curves.append(pd.DataFrame({"true value": _x, "stored value": _stored, "format": _name}))
+    staircase = pd.concat(_curves)
+    staircase = staircase[np.isfinite(staircase["stored value"])]
+    return (staircase,)
+
+
+@app.cell(hide_code=True)
+def _(alt, mo, staircase, value):
+    _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
+    _exact = staircase[staircase["format"] == "exact"]["stored value"]
+    _pad = 0.25 * (_exact.max() - _exact.min())
+    _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the window, so far-off values do not squash it
+    _chart = alt.Chart(staircase).mark_line(interpolate="step-after", strokeWidth=2, clip=True).encode(
+        x=alt.X("true value:Q", title="True value (no unit)", scale=alt.Scale(zero=False),
+                axis=alt.Axis(tickCount=5, format=",.6~g")),
+        y=alt.Y("stored value:Q", title="Stored value (no unit)", scale=alt.Scale(domain=[_low, _high]),
+                axis=alt.Axis(format=",.6~g")),
+        color=alt.Color("format:N", sort=_formats, title="Format",
+                        scale=alt.Scale(domain=_formats, range=["#BBBBBB", "#1B9E77", "#D95F02", "#7570B3", "#E7298A"])),
+        strokeDash=alt.condition(alt.datum.format == "exact", alt.value([4, 3]), alt.value([1, 0])),
+    ).properties(width=520, height=280, title=f"What each format stores near {value:g} (±4%)")
+    _drawn = set(staircase["format"])
+    _overflow = [f for f in _formats if f not in _drawn]
+    _inside = staircase[(staircase["stored value"] >= _low) & (staircase["stored value"] <= _high)]
+    _outside = [f for f in _formats if f in _drawn and f not in set(_inside["format"])]
+    _lines = ([f"Not drawn, because every value here overflows: {', '.join(_overflow)}."] if _overflow else []) + \
+             ([f"Off the chart (stored far from the value: clipped or rounded away): {', '.join(_outside)}."]
+              if _outside else [])
+    _note = mo.md(" ".join(_lines))
+    mo.vstack([_chart, _note])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _extra_bits = mm.get_format("fp16").mantissa_bits - mm.get_format("bf16").mantissa_bits
+    mo.md(f"""
+    Flat stretches are values the format cannot tell apart. fp16's staircase hugs the dashed
+    exact line; bf16's steps are {2 ** _extra_bits} times wider ({_extra_bits} fewer mantissa bits); fp8 and the
+    integer format are wider still, which is why they are used for storage with care (per-block
+    scales) rather than for every number in training.
+
+    ## How big is your model?
+
+    Pick a size with the slider, or a published model from the list (a preset overrides the
+    slider). Pick a format and a unit.
+    """)
+    return
+
+
+@app.cell
+def _(mm, mo, viz):
+    params_slider = mo.ui.slider(
+        steps=[0.1, 0.125, 0.35, 0.5, 0.7, 1, 1.3, 1.5, 2, 3, 7, 8, 13, 14, 30, 34, 65, 70, 175, 405, 671, 1000],
+        value=7, show_value=True, label="Parameters (billions)")
+    preset_dropdown = mo.ui.dropdown(
+        options={"(use the slider)": None} | {f"{k} ({viz.short_count(s.n_params)} parameters)": k
+                                               for k, s in mm.PRESETS.items()},
+        value="(use the slider)", label="or a published model")
+    format_dropdown = mo.ui.dropdown(
+        options=["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"], value="bf16",
+        label="Format of the weights")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
+    mo.vstack([mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
+               mo.hstack([format_dropdown, unit_radio], justify="start", gap=2)])
+    return format_dropdown, params_slider, preset_dropdown, unit_radio
+
+
+@app.cell
+def _(format_dropdown, mm, params_slider, preset_dropdown, unit_radio):
+    preset = preset_dropdown.value
+    n_params = mm.PRESETS[preset].n_params if preset else int(round(params_slider.value * 1e9))
+    weights_format = mm.get_format(format_dropdown.value)
+    unit = unit_radio.value
+    # Weights as a bare parameter count: N x bits / 8, plus one fp32 scale per 64 values for int/nf4.
+    stored = mm.inference_memory(n_params, weights_format=weights_format.name)
+    weight_bytes = stored.weights + stored.quantization_constants
+    return n_params, preset, stored, unit, weight_bytes, weights_format
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, n_params, preset, stored, unit, viz, weight_bytes, weights_format):
+    _which = f"**{preset}**:" if preset else "A model of"
+    _scales = (f" plus {mm.format_bytes(stored.quantization_constants, unit)} of scales (one fp32 scale per "
+               f"64 values)" if stored.quantization_constants else "")
+    mo.callout(mo.md(f"""
+    {_which} {n_params:,} parameters ({viz.short_count(n_params)}) × {weights_format.bits} bits ÷ 8
+    = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}:
+    **{mm.format_bytes(weight_bytes, unit)}** in all.
+    """), kind="info")
+    return
+
+
+@app.cell
+def _(STORAGE_FORMATS, mm, n_params, unit, viz, weights_format):
+    # The same model in every format: weights, plus the scales of the integer formats.
+    _by_format = {(f"{f}  ◀ chosen" if f == weights_format.name else f): mm.inference_memory(n_params, weights_format=f)
+                  for f in STORAGE_FORMATS}
+    viz.stacked_bars(viz.breakdown_long(_by_format, unit), unit,
+                     title=f"Weights of {viz.short_count(n_params)} parameters in each format")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, viz):
+    _context = mm.literature.REPORTED["cuda_context_v100"]
+    mo.md(f"""
+    ## Which GPUs can hold the weights?
+
+    GPU memory below is what the driver reports (nvidia-smi), which differs from the size on the
+    box (see GB versus GiB in {viz.lesson_link("00_start_here", "the start page")}). A card also
+    loses memory before any tensor arrives: the CUDA context and its kernels took
+    {_context.value:,.0f} {_context.unit} in one measurement ({_context.source}). Tick the box to
+    set that much aside.
+    """)
+    return
+
+
+@app.cell
+def _(mm, mo):
+    _context = mm.literature.REPORTED["cuda_context_v100"]
+    context_checkbox = mo.ui.checkbox(
+        value=False, label=f"Set aside {_context.value:,.0f} {_context.unit} for the CUDA context")
+    context_checkbox
+    return (context_checkbox,)
+
+
+@app.cell
+def _(context_checkbox, mm, unit, weight_bytes):
+    _context = mm.literature.REPORTED["cuda_context_v100"]
+    reserved_bytes = mm.parse_bytes(f"{_context.value} {_context.unit}") if context_checkbox.value else 0
+    gpu_fits = mm.fit_table(weight_bytes + reserved_bytes, unit=unit)
+    return gpu_fits, reserved_bytes
+
+
+@app.cell(hide_code=True)
+def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, weight_bytes, weights_format):
+    _mem = f"memory ({unit})"
+    _frame = gpu_fits.assign(verdict=gpu_fits["fits"].map({True: "holds the weights", False: "too small"}))
+    _bars = alt.Chart(_frame).mark_bar().encode(
+        x=alt.X(f"{_mem}:Q", title=f"GPU memory as the driver reports it ({unit})"),
+        y=alt.Y("gpu:N", sort=list(_frame["gpu"]), title=None),
+        color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
+                        scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
+        tooltip=["gpu:N", "marketed:N", alt.Tooltip(f"{_mem}:Q", format=",.2f")])
+    _need = pd.DataFrame({"size": [(weight_bytes + reserved_bytes) / mm.UNITS[unit]],
+                          "what": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")]})
+    _rule = alt.Chart(_need).mark_rule(color="#4C78A8", size=3).encode(x="size:Q", tooltip=["what:N"])
+    _label = alt.Chart(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
+        x="size:Q", y=alt.value(0), text="what:N")
+    (_bars + _rule + _label).properties(width=520, height=340, title="Which cards hold the weights")
+    return
+
+
+@app.cell
+def _(gpu_fits, mm, mo, unit):
+    # Compare the cards: share of each card the weights take, and what is spare or missing.
+    _mem, _head = f"memory ({unit})", f"headroom ({unit})"
+    fit_rows = gpu_fits.assign(**{
+        "weights take (%)": (100 * (gpu_fits[_mem] - gpu_fits[_head]) / gpu_fits[_mem]).round(1),
+        "verdict": [f"fits, {mm.format_bytes(h * mm.UNITS[unit], unit)} spare" if f
+                    else f"short by {mm.format_bytes(-h * mm.UNITS[unit], unit)}"
+                    for h, f in zip(gpu_fits[_head], gpu_fits["fits"])],
+    })[["gpu", "marketed", _mem, "weights take (%)", "verdict"]].round(2)
+    mo.ui.table(fit_rows, page_size=len(fit_rows), selection=None)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, viz):
+    mo.callout(mo.md(f"""
+    **Takeaways**
+
+    - Weight memory = parameters × bits ÷ 8. The format sets the bits: {mm.get_format("fp32").bits} for fp32,
+      {mm.get_format("bf16").bits} for bf16 and fp16, {mm.get_format("int8").bits} for fp8 and int8,
+      {mm.get_format("int4").bits} for int4 and nf4.
+    - Same bits, different trade-offs: bf16 keeps fp32's range with coarse steps; fp16 has finer
+      steps but overflows past {mm.get_format("fp16").max_value:,.0f}.
+    - Integer (fixed-point) formats store whole steps of a scale; the scales cost a little memory too.
+    - Holding the weights is only the start: training keeps gradients and optimizer states as well,
+      the subject of {viz.lesson_link("02_full_finetuning")}.
+    """), kind="success")
+    return
+
+
+@app.cell
+def _(mm):
+    # Problem answers, computed with memmath.
+    _n13 = mm.PRESETS["llama-2-13b"].n_params
+    answer_13b_bf16 = mm.get_format("bf16").bytes_for(_n13)
+    _nf4 = mm.inference_memory(_n13, weights_format="nf4")
+    answer_13b_nf4 = _nf4.weights + _nf4.quantization_constants
+    answer_4090_max_params = mm.GPUS["RTX 4090"].memory_bytes * 8 // mm.get_format("bf16").bits
+    answer_fp16_70k = mm.round_to_format(70_000, "fp16")
+    answer_bf16_70k = mm.round_to_format(70_000, "bf16")
+    answer_int8_unscaled = mm.round_to_format(0.1, "int8")
+    answer_int8_scaled = mm.round_to_format(0.1, "int8", scale=mm.absmax_scale("int8", 1.0))
+    answer_int8_steps = round(answer_int8_scaled / mm.absmax_scale("int8", 1.0))
+    answer_bf16_step_70k = mm.float_step("bf16", 70_000)
+    return (answer_bf16_step_70k, answer_int8_steps, answer_13b_bf16, answer_13b_nf4, answer_4090_max_params, answer_bf16_70k, answer_fp16_70k,
+            answer_int8_scaled, answer_int8_unscaled)
+
+
+@app.cell(hide_code=True)
+def _(answer_13b_bf16, answer_13b_nf4, answer_4090_max_params, answer_bf16_70k, answer_bf16_step_70k,
+      answer_fp16_70k, answer_int8_scaled, answer_int8_steps, answer_int8_unscaled, mm, mo, viz):
+    _n13 = mm.PRESETS["llama-2-13b"].n_params
+    _bf16, _nf4 = mm.get_format("bf16"), mm.get_format("nf4")
+    _scale_bytes = mm.quant_constant_bytes(64, double_quant=False)
+    mo.vstack([
+        mo.md("## Problems"),
+        mo.md(f"**1.** Llama-2-13B has {_n13:,} parameters. How much memory do its weights take in bf16, "
+              "and in nf4 with one fp32 scale per 64 weights?"),
+        mo.accordion({"Answer": mo.md(
+            f"bf16: {_n13:,} × {_bf16.bytes:g} B = {mm.format_bytes(answer_13b_bf16)}. nf4: {_nf4.bytes:g} B each "
+            f"plus {_scale_bytes} B per 64 weights = {mm.format_bytes(answer_13b_nf4)}, about "
+            f"{answer_13b_bf16 / answer_13b_nf4:.1f} times less.")}),
+        mo.md("**2.** An RTX 4090 is sold as 24 GB. What is the largest model whose bf16 weights fit in the "
+              "memory its driver reports (ignoring everything else)?"),
+        mo.accordion({"Answer": mo.md(
+            f"The driver reports {mm.format_bytes(mm.GPUS['RTX 4090'].memory_bytes, 'GiB')} = "
+            f"{mm.GPUS['RTX 4090'].memory_bytes:,} B; at 2 B per parameter that is {answer_4090_max_params:,} "
+            f"parameters, about {viz.short_count(answer_4090_max_params)}. Holding them is not training them: "
+            "see lesson 2.")}),
+        mo.md("**3.** Store 70,000 in fp16 and in bf16. What comes back, and why?"),
+        mo.accordion({"Answer": mo.md(
+            f"fp16 gives {answer_fp16_70k} (its largest value is {mm.get_format('fp16').max_value:,.0f}); "
+            f"bf16 gives {answer_bf16_70k:,.0f}: in range thanks to its {_bf16.exponent_bits} exponent bits, "
+            f"but rounded to a step of {answer_bf16_step_70k:,.0f} because only {_bf16.mantissa_bits} mantissa "
+            "bits remain.")}),
+        mo.md("**4.** Why does int8 need a scale? Store 0.1 in int8 with no scale, then with a block absmax of 1."),
+        mo.accordion({"Answer": mo.md(
+            f"With no scale int8 stores whole numbers, so 0.1 becomes {answer_int8_unscaled:g}. With absmax 1 "
+            f"the scale is 1/{mm.get_format('int8').max_value:.0f} and 0.1 is stored as {answer_int8_steps} "
+            f"steps = {answer_int8_scaled:.5f}: a fixed-point "
+            "number, a whole count of a fixed step.")}),
+    ])
+    return
+
+
+@app.cell
+def _(mm, np):
+    def store(value, name, absmax):
+        """What format `name` stores for `value` (integer formats scaled to a block absmax), and what happened."""
+        fmt = mm.get_format(name)
+        scale = mm.absmax_scale(fmt, absmax)  # 1.0 for floats
+        stored = mm.round_to_format(value, fmt, scale=scale)
+        if np.isnan(stored):
+            shown, error, what = "none", "-", "overflow: E4M3 has no infinity, the value is lost"
+        elif np.isinf(stored):
+            shown, error, what = "infinity", "-", f"overflow: above the largest value, {fmt.max_value:,.0f}"
+        else:
+            shown, error = f"{stored:.8g}", f"{abs(stored - value):.3g}"
+            if fmt.kind != "float" and abs(value) > absmax:
+                what = f"clipped to the block's range (±{absmax:g})"
+            elif stored == 0 and value != 0:
+                what = "rounded to zero"
+            else:
+                what = "exact" if stored == value else f"rounded, {100 * abs(stored - value) / abs(value):.2g}% off"
+        return {"format": name, "scale": f"{scale:.4g}", "stored value": shown, "error": error, "what happened": what}
+
+    return (store,)
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,477 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Activations")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import memmath as mm
+    from memmath import viz
+    import altair as alt
+    import numpy as np
+    import pandas as pd
+    return alt, mm, mo, np, pd, viz
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, viz):
+    _article = mm.training_memory(mm.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
+    mo.md(f"""
+    # Activations: what training keeps for the backward pass
+
+    The article's 7B model needs about {mm.format_bytes(_article.without_activations)} to finetune in
+    pure 16-bit, *before activations are counted*. {viz.lesson_link("01_weights_and_formats", "Lesson 1")}
+    and {viz.lesson_link("02_full_finetuning", "lesson 2")} counted what grows with the number of
+    parameters. This lesson counts what grows with the data you push through the model.
+
+    To compute gradients, the backward pass needs results of the forward pass: the input of every
+    matrix multiply, the output of every softmax, the masks of every dropout. Training keeps these
+    **activations** in memory from the moment the forward pass makes them until the backward pass
+    has used them.
+
+    Their size depends on the batch size, the sequence length, the width, the number of heads and
+    the number of layers, and not at all on the optimizer. For long sequences or big batches they
+    can outgrow everything else.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## The formula, one tensor at a time
+
+    Korthikanti et al. (2022, *Reducing Activation Recomputation in Large Transformer Models*,
+    section 4.1) counted every tensor one GPT transformer block keeps, with 16-bit activations and
+    1-byte dropout masks. Their total per layer is **s·b·h·(34 + 5·a·s/h) bytes**, in this notation:
+
+    | symbol | meaning | symbol | meaning |
+    |---|---|---|---|
+    | s | sequence length (tokens) | a | attention heads |
+    | b | batch size (sequences) | L | layers (blocks) |
+    | h | width (hidden size) | V | vocabulary size |
+
+    The table below lists each tensor with its bytes per element of the size it is counted in.
+    `memmath.korthikanti_terms` builds it; the sums under it are computed from its rows.
+    """)
+    return
+
+
+@app.cell
+def _(mm, mo, pd):
+    _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)  # e = 2 B, m = 1 B
+    terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
+                                 "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
+    mo.ui.table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}),
+                selection=None, pagination=False, show_column_summaries=False, show_data_types=False)
+    return (terms_table,)
+
+
+@app.cell(hide_code=True)
+def _(mo, terms_table):
+    def _sum_of(rows):
+        if len(rows) == 1:
+            return str(rows["bytes each"].sum())
+        return " + ".join(str(c) for c in rows["bytes each"]) + f" = {rows['bytes each'].sum()}"
+
+    _linear = terms_table[terms_table["counted per"] == "s*b*h"]
+    _square = terms_table[terms_table["counted per"] == "a*s*s*b"]
+    mo.md(f"""
+    - Per **s·b·h** (tensors as wide as the model, or 4h wide in the MLP):
+      attention {_sum_of(_linear[_linear.block == "attention"])}, MLP {_sum_of(_linear[_linear.block == "mlp"])},
+      norms {_sum_of(_linear[_linear.block == "norms"])}; in all **{_linear["bytes each"].sum()}** bytes.
+    - Per **a·s²·b** (one s × s matrix of attention scores per head and sequence):
+      {_sum_of(_square)} bytes.
+
+    So one block keeps {_linear["bytes each"].sum()}·s·b·h + {_square["bytes each"].sum()}·a·s²·b bytes,
+    which is the paper's s·b·h·(34 + 5·a·s/h). The first part grows in step with the sequence; the
+    second grows with its **square**. The score matrices are the only tensors that do.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Your model
+
+    Start from a preset of the GPT-2 family (the block Korthikanti et al. describe), then change
+    its shape. Width moves in steps of 64; if the heads do not divide the width, the lesson uses
+    the nearest number of heads below that does, and says so.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    preset_dropdown = mo.ui.dropdown(options=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b"],
+                                     value="gpt2", label="Start from preset")
+    preset_dropdown
+    return (preset_dropdown,)
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, preset_dropdown):
+    preset = mm.PRESETS[preset_dropdown.value]
+    layers_slider = mo.ui.slider(1, 128, value=preset.n_layers, show_value=True, label="Layers L (blocks)")
+    width_slider = mo.ui.slider(64, 12288, step=64, value=preset.hidden_size, show_value=True,
+                                label="Width h (hidden size)")
+    heads_slider = mo.ui.slider(1, 128, value=preset.n_heads, show_value=True, label="Attention heads a")
+    vocab_slider = mo.ui.slider(steps=[1000, 8000, 32000, 50257, 100000, 128256, 256000],
+                                value=preset.vocab_size, show_value=True, label="Vocabulary V (tokens)")
+    mo.hstack([mo.vstack([layers_slider, width_slider]), mo.vstack([heads_slider, vocab_slider])],
+              justify="start", gap=2)
+    return heads_slider, layers_slider, preset, vocab_slider, width_slider
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    batch_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128], value=4, show_value=True,
+                                label="Batch size b (sequences)")
+    seq_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+                              value=1024, show_value=True, label="Sequence length s (tokens)")
+    attention_radio = mo.ui.radio(options={"eager (keeps s × s scores)": "eager",
+                                           "fused SDPA / FlashAttention": "sdpa"},
+                                  value="eager (keeps s × s scores)", label="Attention kernel")
+    checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
+    mo.hstack([mo.vstack([batch_slider, seq_slider, checkpointing_switch, unit_radio]), attention_radio],
+              justify="start", gap=2)
+    return attention_radio, batch_slider, checkpointing_switch, seq_slider, unit_radio
+
+
+@app.cell
+def _(attention_radio, batch_slider, checkpointing_switch, heads_slider, largest_divisor_at_most,
+      layers_slider, seq_slider, unit_radio, vocab_slider, width_slider):
+    batch_size, seq_len = batch_slider.value, seq_slider.value
+    n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
+    n_heads = largest_divisor_at_most(width, heads_slider.value)  # heads must divide the width
+    attention, checkpointing, unit = attention_radio.value, checkpointing_switch.value, unit_radio.value
+    return attention, batch_size, checkpointing, n_heads, n_layers, seq_len, unit, vocab, width
+
+
+@app.cell
+def _(attention, batch_size, checkpointing, mm, n_heads, n_layers, preset, seq_len, vocab, width):
+    model = mm.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
+                          max_positions=preset.max_positions, name="your model")
+    training = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
+                                  seq_len=seq_len, attention=attention, checkpointing=checkpointing)
+    per_layer = mm.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
+                                         n_heads=n_heads, attention=attention)
+    detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
+    return detail, model, per_layer, training
+
+
+@app.cell(hide_code=True)
+def _(batch_size, detail, heads_slider, mm, mo, model, n_heads, n_layers, per_layer, preset, seq_len,
+      size, training, unit, vocab, width):
+    _s, _b, _h, _a = seq_len, batch_size, width, n_heads
+    _eager = mm.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
+    _kernel = ("" if per_layer == _eager else f"Fused attention drops the s × s terms and adds a 4·a·s·b "
+               f"log-sum-exp: 34·s·b·h + 4·a·s·b = **{size(per_layer, unit)}**.")
+    _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
+                  f"{size(detail.recompute_peak, unit)}, at a time during the backward pass." if detail.recompute_peak else "")
+    _notes = []
+    if n_heads != heads_slider.value:
+        _notes.append(f"{heads_slider.value} heads do not divide a width of {width}: using {n_heads}.")
+    if seq_len > preset.max_positions:
+        _notes.append(f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic "
+                      f"for {seq_len:,} tokens is the same, but the real model would need more position embeddings.")
+    mo.vstack([
+        mo.md(f"""
+    **{model.n_params:,} parameters.** With eager attention one block keeps
+    s·b·h·(34 + 5·a·s/h) = {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{size(_eager, unit)}**.
+    {_kernel}
+
+    - The blocks: {detail.layers_storing} layers × {size(detail.per_layer, unit)} kept per layer
+      = {size(detail.per_layer * detail.layers_storing, unit)}.{_recompute}
+    - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
+      {size(detail.outside_layers, unit)}.
+    - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {size(detail.loss, unit)}.
+    - **Activations in all: {size(training.activations, unit)}**, against
+      {size(training.without_activations, unit)} for weights, gradients and optimizer states.
+    """),
+        *[mo.callout(mo.md(n), kind="warn") for n in _notes],
+    ])
+    return
+
+
+@app.cell
+def _(attention, batch_size, mm, model, seq_len, training, unit, viz):
+    inference = mm.inference_memory(model, weights_format="bf16", kv_format="bf16", batch_size=batch_size,
+                                    context_len=seq_len, attention=attention)
+    _bars = viz.breakdown_long({"Training (your settings)": training,
+                                "Inference, same batch and length": inference}, unit)
+    viz.stacked_bars(_bars, unit, title="Where the memory goes")
+    return (inference,)
+
+
+@app.cell(hide_code=True)
+def _(mo, training):
+    mo.md(f"""
+    Assumed: {training.assumptions} Activations are 16-bit with 1-byte dropout masks, as in the paper.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Two ways to keep less
+
+    **Fused attention.** PyTorch's `scaled_dot_product_attention` (SDPA) and FlashAttention
+    (Dao et al. 2022) compute the softmax in tiles and never write the s × s scores to memory.
+    For the backward pass they keep one fp32 log-sum-exp per row and head, 4·a·s·b bytes, and
+    recompute the scores from Q and K. The 5·a·s²·b term disappears.
+
+    **Gradient checkpointing** (Chen et al. 2016, *Training Deep Nets with Sublinear Memory
+    Cost*) keeps only each block's input, 2·s·b·h bytes at 16 bits, and throws the rest away.
+    During the backward pass it runs each block's forward again to rebuild what it needs, one
+    block at a time. Memory falls to about one input per layer plus one full block; the price
+    is roughly one extra forward pass of compute.
+
+    The table compares the four combinations for your model, batch and length.
+    """)
+    return
+
+
+@app.cell
+def _(batch_size, mm, mo, model, pd, seq_len, size, unit):
+    _rows = []
+    for _attention in ("eager", "sdpa"):
+        for _ckpt in (False, True):
+            _r = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
+                                    seq_len=seq_len, attention=_attention, checkpointing=_ckpt)
+            _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
+                          "checkpointing": "yes" if _ckpt else "no",
+                          "activations": size(_r.activations, unit), "total": size(_r.total, unit),
+                          "activations / rest": f"{_r.activations / _r.without_activations:,.2f}×"})
+    mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
+                show_data_types=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Where activations overtake the weights
+
+    Weights, gradients and optimizer states do not change with the data. Activations grow with
+    every token and every sequence. The chart sweeps one of them (the other stays at your
+    setting) and marks the first point where activations are bigger than everything else.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    sweep_radio = mo.ui.radio(options=["sequence length", "batch size"], value="sequence length",
+                              inline=True, label="Sweep over")
+    sweep_radio
+    return (sweep_radio,)
+
+
+@app.cell
+def _(attention, batch_size, checkpointing, mm, model, np, seq_len, sweep_radio):
+    if sweep_radio.value == "sequence length":
+        sweep_values = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
+        _kw = dict(seq_len=sweep_values, batch_size=batch_size)
+    else:
+        sweep_values = np.array([1, 2, 4, 8, 16, 32, 64, 128])
+        _kw = dict(seq_len=seq_len, batch_size=sweep_values)
+    # One call: memmath broadcasts the numpy array through every part.
+    sweep = mm.training_memory(model, precision="bf16", optimizer="adamw", attention=attention,
+                               checkpointing=checkpointing, **_kw)
+    return sweep, sweep_values
+
+
+@app.cell(hide_code=True)
+def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, unit, viz):
+    _acts = np.broadcast_to(sweep.activations, sweep_values.shape)
+    _rest = np.broadcast_to(sweep.without_activations, sweep_values.shape)
+    _weights = np.broadcast_to(sweep.weights, sweep_values.shape)
+    _series = {"Weights": _weights, "Weights + gradients + optimizer states": _rest, "Activations": _acts}
+    _frame = pd.concat([pd.DataFrame({"x": sweep_values, "what": k, "size": mm.to_unit(v, unit)})
+                        for k, v in _series.items()])
+    _x_title = "Sequence length s (tokens)" if sweep_radio.value == "sequence length" else "Batch size b (sequences)"
+    _color = alt.Scale(domain=list(_series), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
+    _lines = alt.Chart(_frame).mark_line(point=True).encode(
+        x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("size:Q", title=viz.memory_axis_title(unit) + ", log scale", scale=alt.Scale(type="log")),
+        color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
+        tooltip=["what:N", alt.Tooltip("x:Q", title=_x_title), alt.Tooltip("size:Q", title=unit, format=",.3f")])
+    _now = seq_len if sweep_radio.value == "sequence length" else batch_size
+    _rule = alt.Chart(pd.DataFrame({"x": [_now]})).mark_rule(strokeDash=[4, 4], color="black").encode(x="x:Q")
+    _over = sweep_values[_acts > _rest]
+    crossover = int(_over[0]) if _over.size else None
+    _chart = _lines + _rule
+    if crossover:
+        _mark = pd.DataFrame({"x": [crossover], "size": [mm.to_unit(int(_acts[sweep_values == crossover][0]), unit)],
+                              "label": ["activations overtake"]})
+        _chart += alt.Chart(_mark).mark_point(size=220, shape="diamond", filled=True, color="black").encode(
+            x="x:Q", y="size:Q") + alt.Chart(_mark).mark_text(align="left", dx=10, dy=14, fontSize=12).encode(
+            x="x:Q", y="size:Q", text="label:N")
+    _chart.properties(width=560, height=300, title="Activations against everything else")
+    return (crossover,)
+
+
+@app.cell(hide_code=True)
+def _(batch_size, crossover, mo, seq_len, sweep_radio, sweep_values):
+    if sweep_radio.value == "sequence length":
+        _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
+    else:
+        _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
+    _verb = "are already bigger than" if crossover == sweep_values[0] else "overtake"
+    _text = (f"With {_fixed}, activations {_verb} weights, gradients and optimizer states at "
+             f"**{_what} {crossover:,}** (the dashed line is your setting)." if crossover else
+             f"With {_fixed}, activations stay below weights, gradients and optimizer states over the "
+             "whole sweep (the dashed line is your setting).")
+    mo.md(_text)
+    return
+
+
+@app.cell(hide_code=True)
+def _(inference, mm, mo, size, training, unit, viz):
+    mo.md(f"""
+    ## Training and inference are separate calculations
+
+    The article insists on this split. For training it points to EleutherAI's *Transformer Math 101*
+    (Anthony et al., April 2023); for inference to *Transformer Inference Arithmetic* (Carol Chen,
+    kipply's blog, March 2022). The reason is the backward pass.
+
+    Training must keep the activations above until the backward pass has used them:
+    {size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
+    has no backward pass. It computes one block, passes the result on and forgets it, so it needs
+    only a transient working set ({size(inference.working_set, unit)} for a prefill of the same
+    batch and length) and a **KV cache** of the keys and values of earlier tokens
+    ({size(inference.kv_cache, unit)}), which decoding reuses for each new token.
+
+    For the same model, batch and length: training {size(training.total, unit)}, inference
+    {size(inference.total, unit)} (weights in bf16). {viz.lesson_link("07_inference", "Lesson 7")}
+    does the inference side in full.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.callout(mo.md("""
+    **Takeaways**
+
+    - Activations are the forward-pass results kept for the backward pass. They grow with batch,
+      sequence length, width and layers, and never with the optimizer.
+    - One GPT block at 16 bits keeps s·b·h·(34 + 5·a·s/h) bytes (Korthikanti et al. 2022). The
+      5·a·s²·b part, the attention scores, grows with the square of the sequence.
+    - Fused attention (SDPA, FlashAttention) never stores the s × s scores. Gradient checkpointing
+      keeps only each block's input and recomputes the rest.
+    - The fp32 logits of the loss, 4·s·b·V bytes, are large when the vocabulary is large.
+    - Past some batch or length, activations outgrow weights, gradients and optimizer states together.
+    - Inference keeps no activations for a backward pass; it has a KV cache instead. Count the two
+      separately.
+    """), kind="success")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## Problems
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _s, _h, _a = 1024, 768, 12
+    _layer = mm.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
+    _square = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
+    mo.vstack([
+        mo.md("**1.** GPT-2 small has h = 768 and a = 12. For one sequence of 1,024 tokens, how many "
+              "bytes does one block keep with eager attention, and what share of that is the s × s term?"),
+        mo.accordion({"Answer": mo.md(
+            f"s·b·h = {_s:,} × {_h} = {_s * _h:,}, and 5·a·s/h = 5 × {_a} × {_s:,} / {_h} = {5 * _a * _s // _h}, "
+            f"so one block keeps {_s * _h:,} × (34 + {5 * _a * _s // _h}) = **{_layer:,} B** "
+            f"({mm.format_bytes(_layer, 'MB')}). The score term "
+            f"5·a·s²·b = {_square:,} B is {_square / _layer:.0%} of it.")}),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _model = mm.PRESETS["gpt2-xl"]
+    _eager, _fused = (mm.training_memory(_model, seq_len=2048, batch_size=8, attention=k).activations
+                      for k in ("eager", "sdpa"))
+    mo.vstack([
+        mo.md("**2.** GPT-2 XL (48 layers, h = 1,600, a = 25) trains on 8 sequences of 2,048 tokens in "
+              "bf16. How much activation memory does fused attention save?"),
+        mo.accordion({"Answer": mo.md(
+            f"Eager: {mm.format_bytes(_eager)}; fused: {mm.format_bytes(_fused)}. It saves "
+            f"{mm.format_bytes(_eager - _fused)}: per layer, 5·a·s²·b = 5 × 25 × 2,048² × 8 bytes of "
+            "scores become a 4·a·s·b log-sum-exp.")}),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _full = mm.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32, attention="sdpa")
+    _kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
+    mo.vstack([
+        mo.md("**3.** A block with h = 4,096 and a = 32 uses fused attention at s = 4,096, b = 1. "
+              "By what factor does gradient checkpointing shrink what each block keeps?"),
+        mo.accordion({"Answer": mo.md(
+            f"Without it, 34·s·b·h + 4·a·s·b = {_full:,} B; with it, the input alone, 2·s·b·h = {_kept:,} B: "
+            f"**{_full / _kept:.1f}× less** per block, nearly all of it from the s·b·h terms (34/2). The price "
+            "is a second forward pass through each block during backward.")}),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _r = mm.training_memory(mm.PRESETS["gpt2"], seq_len=1024, batch_size=8, attention="sdpa", checkpointing=True)
+    _d = _r.activation_detail
+    mo.vstack([
+        mo.md("**4.** GPT-2 small (V = 50,257), 8 sequences of 1,024 tokens, fused attention and "
+              "checkpointing. Which is bigger: all the checkpointed block inputs or the loss's logits?"),
+        mo.accordion({"Answer": mo.md(
+            f"Block inputs: 12 × 2·s·b·h = {mm.format_bytes(_d.per_layer * _d.layers_storing, 'MB')}. Logits: "
+            f"4·s·b·V = 4 × 1,024 × 8 × 50,257 = {mm.format_bytes(_d.loss)}, about "
+            f"{_d.loss / (_d.per_layer * _d.layers_storing):.0f}× more. In a small model with a big vocabulary, "
+            "the loss dominates once the blocks are checkpointed.")}),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## Appendix: helpers
+
+    Two small helpers: one picks a number of heads that divides the width, one prints sizes in the
+    chosen unit family (TB, GB, MB, KB or TiB, GiB, MiB, KiB).
+    """)
+    return
+
+
+@app.cell
+def _(mm):
+    def largest_divisor_at_most(width, heads):
+        """The largest head count <= heads that divides width (so every head has a whole size)."""
+        return max(d for d in range(1, min(width, heads) + 1) if width % d == 0)
+
+    def size(n_bytes, unit):
+        """A labelled size in unit's family (GB: TB/GB/MB/KB, GiB: TiB/GiB/MiB/KiB), the largest that is >= 1."""
+        steps = ("TB", "GB", "MB", "KB") if unit == "GB" else ("TiB", "GiB", "MiB", "KiB")
+        for step in steps:
+            if n_bytes >= mm.UNITS[step]:
+                return mm.format_bytes(n_bytes, step)
+        return mm.format_bytes(n_bytes, "B")
+    return largest_divisor_at_most, size
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,449 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Partial finetuning: freezing layers")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import memmath as mm
+    from memmath import viz
+    import altair as alt
+    import numpy as np
+    import pandas as pd
+    return alt, mm, mo, np, pd, viz
+
+
+@app.cell(hide_code=True)
+def _(mo, viz):
+    mo.md(f"""
+    # Partial finetuning: freezing layers
+
+    {viz.lesson_link("02_full_finetuning", "Full finetuning")} lets every weight move, and pays for
+    every weight three times over: the weight, its gradient and its optimizer states. The article's
+    first workaround is to let only some weights move and **freeze** the rest. A frozen parameter
+    keeps its value for the whole run.
+
+    A parameter that does not change needs no update, so it needs no gradient, and the optimizer
+    keeps no state for it. Freezing removes memory *and* work: the backward pass skips the weight
+    gradients of every frozen parameter, and stops early when the frozen layers come first.
+
+    How much does it save, what does it leave behind, and how many layers do you have to open
+    before the model learns as well as with full finetuning?
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _bpp = mm.bytes_per_parameter("bf16", "adam")
+    mo.md(f"""
+    ## Ten equal layers
+
+    Take a model of L equal layers and freeze the first f of them. The trainable share is
+    **(L − f) / L**. In pure 16-bit with Adam (the article's recipe) every weight costs
+    {_bpp["weights"]:g} B whether it trains or not; each *trainable* weight adds a
+    {_bpp["gradients"]:g} B gradient and {_bpp["optimizer_states"]:g} B of Adam states, so
+    {_bpp["weights"]:g} + {_bpp["gradients"]:g} + {_bpp["optimizer_states"]:g} = {_bpp["total"]:g} B
+    for a trainable parameter and {_bpp["weights"]:g} B for a frozen one.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    params_slider = mo.ui.slider(steps=[0.1, 0.35, 1, 3, 7, 13, 70], value=7, show_value=True,
+                                 label="Parameters N (billions)")
+    layers_slider = mo.ui.slider(1, 48, value=10, show_value=True, label="Layers L")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
+    mo.hstack([params_slider, layers_slider, unit_radio], justify="start", gap=2)
+    return layers_slider, params_slider, unit_radio
+
+
+@app.cell(hide_code=True)
+def _(layers_slider, mo):
+    frozen_slider = mo.ui.slider(0, layers_slider.value, value=min(9, layers_slider.value), show_value=True,
+                                 label="Frozen layers f (the first ones)")
+    frozen_slider
+    return (frozen_slider,)
+
+
+@app.cell
+def _(frozen_slider, layers_slider, mm, params_slider, unit_radio):
+    n_params, n_layers, n_frozen, unit = (round(params_slider.value * 10**9), layers_slider.value,
+                                          frozen_slider.value, unit_radio.value)
+    equal_model = mm.uniform_model(n_params, n_layers, name=f"{n_layers} equal layers")
+    equal_full = mm.training_memory(equal_model, precision="bf16", optimizer="adam")
+    equal_frozen = mm.training_memory(equal_model, precision="bf16", optimizer="adam",
+                                      method=mm.Freeze(frozen_layers=n_frozen))
+    return equal_frozen, equal_full, n_frozen, n_layers, n_params, unit
+
+
+@app.cell(hide_code=True)
+def _(alt, n_frozen, n_layers, pd, viz):
+    _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
+                           "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
+    alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
+        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0)),
+        color=alt.Color("state:N", title=None, scale=alt.Scale(
+            domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
+        tooltip=["layer:O", "state:N"],
+    ).properties(width=560, height=40, title="Which layers train")
+    return
+
+
+@app.cell(hide_code=True)
+def _(equal_frozen, equal_full, mm, mo, n_frozen, n_layers, n_params, unit):
+    _saved = equal_full.total - equal_frozen.total
+    mo.md(f"""
+    With {n_frozen} of {n_layers} layers frozen, **{equal_frozen.trainable_params:,} of {n_params:,}
+    parameters train: {equal_frozen.trainable_fraction:.1%}**. The article's ten layers with nine
+    frozen give about 10%.
+
+    Before activations, full finetuning needs {mm.format_bytes(equal_full.total, unit)}; the frozen run
+    needs {mm.format_bytes(equal_frozen.total, unit)}, which saves {mm.format_bytes(_saved, unit)}. The
+    {mm.format_bytes(equal_frozen.weights, unit)} of weights stay: a frozen weight is still used in
+    every forward pass.
+    """)
+    return
+
+
+@app.cell
+def _(equal_frozen, equal_full, n_frozen, unit, viz):
+    viz.stacked_bars(viz.breakdown_long({"Full finetuning": equal_full,
+                                         f"First {n_frozen} layers frozen": equal_frozen}, unit),
+                     unit, title="Equal layers, pure bf16 with Adam, before activations")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## A real model: what else trains?
+
+    Real models are not ten equal layers. Besides the blocks they have embeddings at the input,
+    a final norm, and an output head at the top. `memmath.Freeze` follows the common recipe:
+
+    - the **embeddings** stay frozen (switch them on below to train them too);
+    - the **final norm** trains with the top blocks;
+    - an untied **output head** trains. LLaMA's head is a separate vocabulary × width matrix; BERT's
+      pooler counts as its head;
+    - a head **tied** to the token embedding (GPT-2) is the same matrix as the embedding, so it
+      stays frozen unless the embeddings train.
+
+    So the trainable share is not k / L: the head can add a lot, and the frozen embeddings take a share away.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    preset_dropdown = mo.ui.dropdown(options=["gpt2", "gpt2-large", "bert-base-uncased", "bert-large-uncased",
+                                              "llama-2-7b", "llama-3-8b", "mistral-7b"],
+                                     value="gpt2", label="Model")
+    head_switch = mo.ui.switch(value=True, label="Train the head")
+    norm_switch = mo.ui.switch(value=True, label="Train the final norm")
+    embeddings_switch = mo.ui.switch(value=False, label="Train the embeddings")
+    mo.hstack([preset_dropdown, mo.vstack([head_switch, norm_switch, embeddings_switch])], justify="start", gap=2)
+    return embeddings_switch, head_switch, norm_switch, preset_dropdown
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, preset_dropdown):
+    _layers = mm.PRESETS[preset_dropdown.value].n_layers
+    real_frozen_slider = mo.ui.slider(0, _layers, value=_layers - 2, show_value=True,
+                                      label=f"Frozen blocks (of {_layers})")
+    batch_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64], value=4, show_value=True, label="Batch size (sequences)")
+    seq_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096, 8192], value=512, show_value=True,
+                              label="Sequence length (tokens)")
+    mo.hstack([real_frozen_slider, mo.vstack([batch_slider, seq_slider])], justify="start", gap=2)
+    return batch_slider, real_frozen_slider, seq_slider
+
+
+@app.cell
+def _(batch_slider, embeddings_switch, head_switch, mm, norm_switch, preset_dropdown, real_frozen_slider,
+      seq_slider):
+    model = mm.PRESETS[preset_dropdown.value]
+    freeze = mm.Freeze(frozen_layers=real_frozen_slider.value, train_head=head_switch.value,
+                       train_final_norm=norm_switch.value, train_embeddings=embeddings_switch.value)
+    _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
+               attention="sdpa")
+    full = mm.training_memory(model, **_kw)
+    frozen = mm.training_memory(model, method=freeze, **_kw)
+    return freeze, frozen, full, model
+
+
+@app.cell(hide_code=True)
+def _(freeze, mo, model):
+    _groups = freeze.groups(model)
+    mo.ui.table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"}),
+                               params=_groups["params"].map("{:,}".format)),
+                selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
+                wrapped_columns=["note"], text_justify_columns={"params": "right"})
+    return
+
+
+@app.cell(hide_code=True)
+def _(freeze, frozen, mo, model, seq_slider):
+    _k = freeze.layers_trained(model)
+    _notes = [f"Note: {n}." for n in frozen.notes if "tied" in n]
+    if model.max_positions and seq_slider.value > model.max_positions:
+        _notes.append(f"{model.name} reads at most {model.max_positions:,} tokens; the activations below "
+                      f"for {seq_slider.value:,} are the arithmetic, not a run the real model could do.")
+    mo.md(f"""
+    {model.name}: **{frozen.trainable_params:,} of {model.n_params:,} parameters train,
+    {frozen.trainable_fraction:.2%}**. The blocks alone would give k / L = {_k} / {model.n_layers}
+    = {_k / model.n_layers:.2%}. {" ".join(_notes)}
+    """)
+    return
+
+
+@app.cell
+def _(freeze, mm, model, np):
+    # Every number of frozen blocks at once: Freeze broadcasts over a numpy array.
+    frozen_grid = np.arange(model.n_layers + 1)
+    _sweep = mm.Freeze(frozen_layers=frozen_grid, train_head=freeze.train_head,
+                       train_final_norm=freeze.train_final_norm, train_embeddings=freeze.train_embeddings)
+    share_grid = mm.training_memory(model, method=_sweep).trainable_fraction
+    return frozen_grid, share_grid
+
+
+@app.cell(hide_code=True)
+def _(alt, frozen_grid, model, pd, real_frozen_slider, share_grid):
+    _frame = pd.concat([
+        pd.DataFrame({"frozen": frozen_grid, "share": share_grid, "what": f"{model.name} (computed)"}),
+        pd.DataFrame({"frozen": frozen_grid, "share": (model.n_layers - frozen_grid) / model.n_layers,
+                      "what": "k / L (blocks only)"}),
+    ])
+    _lines = alt.Chart(_frame).mark_line(point=True).encode(
+        x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers])),
+        y=alt.Y("share:Q", title="Trainable share of parameters", axis=alt.Axis(format="%")),
+        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300)),
+        strokeDash=alt.StrokeDash("what:N", legend=None),
+        tooltip=["what:N", "frozen:Q", alt.Tooltip("share:Q", format=".2%")])
+    _rule = alt.Chart(pd.DataFrame({"frozen": [real_frozen_slider.value]})).mark_rule(
+        color="black", strokeDash=[4, 4]).encode(x="frozen:Q")
+    (_lines + _rule).properties(width=560, height=260, title="Trainable share as you freeze more blocks")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## What freezing saves, and what it does not
+
+    Saved, for every frozen weight: its **gradient** and its **optimizer states**. Saved too: the
+    **activations of the blocks before the first trainable one**. The backward pass has nothing
+    to compute there, so it stops at the first trainable block and those blocks keep nothing.
+
+    Not saved: the **frozen weights themselves**, which every forward pass still reads; the
+    activations of every block from the first trainable one up; and the loss's logits. The bars
+    use fused attention, 16-bit activations and your batch and length.
+    """)
+    return
+
+
+@app.cell
+def _(frozen, full, real_frozen_slider, unit, viz):
+    viz.stacked_bars(viz.breakdown_long({"Full finetuning": full,
+                                         f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
+                     unit, title="Full finetuning against freezing, pure bf16 with Adam")
+    return
+
+
+@app.cell(hide_code=True)
+def _(frozen, full, mm, mo, pd, unit):
+    _rows = [{"part": mm.PART_LABELS[p], "full finetuning": mm.format_bytes(full.parts()[p], unit),
+              "frozen": mm.format_bytes(frozen.parts()[p], unit),
+              "saved": mm.format_bytes(full.parts()[p] - frozen.parts()[p], unit)}
+             for p in ("weights", "gradients", "optimizer_states", "activations")]
+    _rows.append({"part": "Total", "full finetuning": mm.format_bytes(full.total, unit),
+                  "frozen": mm.format_bytes(frozen.total, unit), "saved": mm.format_bytes(full.total - frozen.total, unit)})
+    mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
+                show_data_types=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(frozen, full, mo, model):
+    _d_full, _d = full.activation_detail, frozen.activation_detail
+    mo.md(f"""
+    **Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients
+    instead of {full.trainable_params:,}, and runs through {_d.layers_storing} of {model.n_layers}
+    blocks instead of {_d_full.layers_storing}. Training the embeddings sends it back through every
+    block again.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _reported = mm.literature.REPORTED["bert_large_partial_share"]
+    mo.md(f"""
+    ## How much must you open? The BERT-large report
+
+    Freezing saves memory, but the article warns that it does not solve the problem. Partial
+    finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
+    One reported study: {mm.literature.cite("bert_large_partial_share")}. That is one number,
+    about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
+    not reproduced here. The chart shows that one share as a dashed line against what each choice
+    of top blocks costs in memory, computed for BERT-large (the blue points; full finetuning also
+    trains the embeddings).
+    """)
+    return
+
+
+@app.cell
+def _(batch_slider, mm, np, seq_slider):
+    bert = mm.PRESETS["bert-large-uncased"]
+    top_blocks = np.arange(bert.n_layers + 1)
+    bert_sweep = mm.training_memory(bert, method=mm.Freeze(trainable_layers=top_blocks), precision="bf16",
+                                    optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
+                                    attention="sdpa")
+    bert_full = mm.training_memory(bert, precision="bf16", optimizer="adam", batch_size=batch_slider.value,
+                                   seq_len=seq_slider.value, attention="sdpa")
+    return bert, bert_full, bert_sweep, top_blocks
+
+
+@app.cell(hide_code=True)
+def _(alt, bert_full, bert_sweep, mm, np, pd, top_blocks, unit, viz):
+    _reported = mm.literature.REPORTED["bert_large_partial_share"].value / 100
+    _frame = pd.DataFrame({"share": bert_sweep.trainable_fraction, "top": top_blocks,
+                           "size": mm.to_unit(bert_sweep.total, unit)})
+    _points = alt.Chart(_frame).mark_line(point=True, color=viz.PART_COLORS["weights"]).encode(
+        x=alt.X("share:Q", title="Trainable share of BERT-large's parameters", axis=alt.Axis(format="%")),
+        y=alt.Y("size:Q", title=viz.memory_axis_title(unit), scale=alt.Scale(zero=True)),
+        tooltip=[alt.Tooltip("top:Q", title="top blocks trained"), alt.Tooltip("share:Q", format=".1%"),
+                 alt.Tooltip("size:Q", title=unit, format=",.2f")])
+    _first = int(np.argmax(bert_sweep.trainable_fraction >= _reported))
+    _dots = pd.DataFrame({"share": [bert_sweep.trainable_fraction[_first], bert_full.trainable_fraction],
+                          "size": [mm.to_unit(bert_sweep.total[_first], unit), mm.to_unit(bert_full.total, unit)],
+                          "label": [f"top {_first} blocks", "full finetuning"]})
+    _dot_marks = alt.Chart(_dots).mark_point(size=160, filled=True, color="black", shape="diamond").encode(
+        x="share:Q", y="size:Q", tooltip=["label:N", alt.Tooltip("size:Q", title=unit, format=",.2f")])
+    _dot_text = alt.Chart(_dots).mark_text(align="right", dx=-10, dy=-8, fontSize=11).encode(
+        x="share:Q", y="size:Q", text="label:N")
+    _rule_frame = pd.DataFrame({"share": [_reported], "label": ["reported share (one number)"]})
+    _rule = alt.Chart(_rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(x="share:Q")
+    _rule_text = alt.Chart(_rule_frame).mark_text(align="left", dx=4, fontSize=11).encode(
+        x="share:Q", y=alt.value(12), text="label:N")
+    (_points + _rule + _rule_text + _dot_marks + _dot_text).properties(
+        width=560, height=280, title="BERT-large: memory for each number of top blocks trained")
+    return
+
+
+@app.cell(hide_code=True)
+def _(bert, bert_full, bert_sweep, mm, mo, np, seq_slider, top_blocks, unit, viz):
+    _reported = mm.literature.REPORTED["bert_large_partial_share"].value / 100
+    _k = int(top_blocks[np.argmax(bert_sweep.trainable_fraction >= _reported)])
+    _houlsby = mm.literature.REPORTED["houlsby_trainable_share"]
+    _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
+               if seq_slider.value > bert.max_positions else "")
+    mo.md(f"""
+    {_reported:.0%} of BERT-large is {int(_reported * bert.n_params):,} parameters. Training the top
+    {_k} of {bert.n_layers} blocks (and the pooler) is the first choice that reaches it:
+    {bert_sweep.trainable_fraction[_k]:.1%}, {mm.format_bytes(bert_sweep.total[_k], unit)} against
+    {mm.format_bytes(bert_full.total, unit)} for full finetuning at your batch and length{_beyond}.
+
+    Compare Houlsby's adapters: {_houlsby.value:g}% trainable parameters per task ({_houlsby.source}).
+    That gap is why the field moved to parameter-efficient methods:
+    {viz.lesson_link("05_adapters")} and {viz.lesson_link("06_lora_qlora")}.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.callout(mo.md("""
+    **Takeaways**
+
+    - Freezing the first f of L equal layers leaves (L − f)/L of the parameters trainable: ten layers
+      with nine frozen is 10%.
+    - A frozen weight needs no gradient and no optimizer state, and the backward pass stops at the
+      first trainable block, so earlier blocks keep no activations and cost no backward work.
+    - Frozen weights are still stored, and the trainable blocks still keep their activations.
+    - In real models the share is not k/L: embeddings stay frozen, an untied head trains, a tied head
+      follows the embeddings.
+    - Freezing is parameter-inefficient: on BERT-large about a quarter of the parameters had to train
+      to match full finetuning. Parameter-efficient methods train far fewer.
+    """), kind="success")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## Problems
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _model = mm.uniform_model(7e9, 10)
+    _r = mm.training_memory(_model, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=9))
+    _full = mm.training_memory(_model, precision="bf16", optimizer="adam")
+    _bpp = mm.bytes_per_parameter("bf16", "adam")
+    mo.vstack([
+        mo.md("**1.** The article's 7B model in ten equal layers, nine frozen, pure 16-bit with Adam. "
+              "How much memory before activations?"),
+        mo.accordion({"Answer": mo.md(
+            f"Weights: {_model.n_params:,} × {_bpp['weights']:g} B = {mm.format_bytes(_r.weights)}. Trainable: "
+            f"{_r.trainable_params:,} parameters × ({_bpp['gradients']:g} + {_bpp['optimizer_states']:g}) B = "
+            f"{mm.format_bytes(_r.gradients + _r.optimizer_states)}. Total **{mm.format_bytes(_r.total)}**, "
+            f"against {mm.format_bytes(_full.total)} for full finetuning.")}),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _model = mm.PRESETS["llama-2-7b"]
+    _groups = mm.Freeze(frozen_layers=30).groups(_model).set_index("part")
+    _trainable = int(_groups.loc[_groups["trainable"], "params"].sum())
+    mo.vstack([
+        mo.md(f"**2.** `{_model.name}` has {_model.n_layers} blocks. You freeze the first 30. Why is the "
+              f"trainable share not 2/{_model.n_layers}?"),
+        mo.accordion({"Answer": mo.md(
+            f"The two blocks hold {_groups.loc['trainable blocks', 'params']:,} parameters, but the untied "
+            f"head ({_groups.loc['output head', 'params']:,}) and the final norm ({_groups.loc['final norm', 'params']:,}) "
+            f"train too: {_trainable:,} of {_model.n_params:,}, **{_trainable / _model.n_params:.2%}** instead "
+            f"of {2 / _model.n_layers:.2%}.")}),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _model = mm.PRESETS["gpt2"]
+    _r = mm.training_memory(_model, method=mm.Freeze(frozen_layers=_model.n_layers))
+    mo.vstack([
+        mo.md("**3.** You freeze all 12 blocks of GPT-2 and keep `train_head=True`. What trains?"),
+        mo.accordion({"Answer": mo.md(
+            f"Only the final LayerNorm: **{_r.trainable_params:,} parameters** (weight and bias, "
+            f"2 × {_model.hidden_size}). "
+            "GPT-2's head is tied to the token embedding, which stays frozen, so the head stays frozen too.")}),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _bert = mm.PRESETS["bert-large-uncased"]
+    _p_share = mm.literature.REPORTED["bert_large_partial_share"].value
+    _a_share = mm.literature.REPORTED["houlsby_trainable_share"].value
+    _partial, _adapters = _p_share / 100 * _bert.n_params, _a_share / 100 * _bert.n_params
+    mo.vstack([
+        mo.md("**4.** On BERT-large, how many more parameters does top-layer finetuning train than "
+              "Houlsby's adapters, at the shares each needed to match full finetuning?"),
+        mo.accordion({"Answer": mo.md(
+            f"{_p_share:g}% of {_bert.n_params:,} is about {_partial:,.0f}; {_a_share:g}% is about {_adapters:,.0f}: "
+            f"**{_partial / _adapters:.1f}× more**. Each trainable parameter costs a gradient and optimizer "
+            "states, so the gap is a memory gap too.")}),
+    ])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

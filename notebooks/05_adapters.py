@@ -1,0 +1,496 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Adapters (PEFT)")
+
+
+@app.cell
+def _():
+    import os
+
+    import altair as alt
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import literature, paper_setups, toy_block, viz
+
+    return alt, literature, mm, mo, np, os, paper_setups, pd, toy_block, viz
+
+
+@app.cell(hide_code=True)
+def _(literature, mo, viz):
+    mo.md(f"""
+    # Adapters: train small modules, leave the model alone
+
+    {viz.lesson_link("04_freezing", "Lesson 4")} froze layers and found the catch: to match full
+    finetuning you have to open up a lot of the model again. The article quotes a study on
+    BERT-large where about {literature.REPORTED["bert_large_partial_share"].value:.0f}% of the
+    parameters had to be updated (source: {literature.REPORTED["bert_large_partial_share"].source}).
+
+    Houlsby and colleagues asked a different question in 2019: what if we keep **every** original
+    weight unchanged and add a few new ones in carefully chosen places, then train only those? The
+    new pieces are called **adapters**, and the idea started the family of methods now called
+    parameter-efficient finetuning (PEFT). The number of trainable parameters is simply the number
+    of parameters inside the adapters.
+
+    This lesson shows where adapters sit, follows one input through them, counts them for real
+    models, adds up the memory they save (and the memory they do not), and then measures their
+    price: extra work on every forward pass.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Where the adapters sit
+
+    Houlsby et al. put **two adapters in every transformer block** of BERT: one right after the
+    attention's output projection, one right after the feed-forward layers, each before the residual
+    addition and layer norm. An adapter is a bottleneck: it projects the width-h vector down to a
+    small width m, applies a nonlinearity, projects back up to h, and adds its input back (a skip
+    connection). Grey boxes below are frozen; green ones train.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    _block = """
+    flowchart TB
+      x(["input: s x h"]) --> attn["multi-head attention + output projection"]
+      attn --> a1["adapter 1"]
+      a1 --> n1["add residual + layer norm"]
+      x -. residual .-> n1
+      n1 --> ff["feed-forward: h -> 4h -> h"]
+      ff --> a2["adapter 2"]
+      a2 --> n2["add residual + layer norm"]
+      n1 -. residual .-> n2
+      n2 --> out(["to the next block"])
+      classDef frozen fill:#e6e6e6,stroke:#888,color:#222
+      classDef train fill:#54A24B,stroke:#2f6b2a,color:#fff
+      classDef io fill:#fff,stroke:#888,color:#222
+      class attn,n1,ff,n2 frozen
+      class a1,a2 train
+      class x,out io
+    """
+    _inside = """
+    flowchart TB
+      z(["z: s x h"]) --> down["down-projection h -> m"]
+      down --> g["nonlinearity"]
+      g --> up["up-projection m -> h"]
+      up --> plus(("+"))
+      z -. skip .-> plus
+      plus --> o(["s x h, onward"])
+      classDef train fill:#54A24B,stroke:#2f6b2a,color:#fff
+      classDef io fill:#fff,stroke:#888,color:#222
+      class down,up train
+      class z,g,plus,o io
+    """
+    mo.hstack([mo.vstack([mo.md("**One block**"), mo.mermaid(_block)]),
+               mo.vstack([mo.md("**Inside one adapter**"), mo.mermaid(_inside)])],
+              justify="space-around", widths=[3, 2])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Follow one input through a block
+
+    Below, a small block built in numpy (`memmath.toy_block`: width 64, 8 tokens, bottleneck 8)
+    runs one input and lists every step. The input passes through the frozen base computation,
+    then through the adapter, then onward. Only the two adapter steps hold trainable weights; the
+    base weights are the same for every example and every training step.
+    """)
+    return
+
+
+@app.cell
+def _(mo, np, toy_block):
+    trace_block = toy_block.make_block(64, n_heads=4)
+    trace_input = toy_block.make_input(8, 64)
+    fresh_adapters = toy_block.make_adapters(64, 8, zero_up=True)  # Houlsby: start near the identity
+    moved_adapters = toy_block.make_adapters(64, 8, zero_up=False)  # as if training had moved them
+    trace_table = toy_block.trace_frame(trace_input, trace_block, fresh_adapters)
+    _base = toy_block.block_forward(trace_input, trace_block)
+    fresh_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, fresh_adapters) - _base).max())
+    moved_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, moved_adapters) - _base).max())
+    mo.ui.table(trace_table, selection=None, show_data_types=False, show_search=False, show_download=False)
+    return fresh_gap, moved_gap
+
+
+@app.cell(hide_code=True)
+def _(fresh_gap, mo, moved_gap):
+    mo.md(f"""
+    Adapters start as (almost) the identity: Houlsby et al. initialise the up-projection near zero,
+    so the adapted model begins exactly where the pretrained one was. With the up-projection at
+    zero, the largest difference between the block's output with and without adapters is
+    **{"exactly 0" if fresh_gap == 0 else f"{fresh_gap:.1e}"}**. Once the adapter weights move away
+    from zero (here: small random values standing in for training), the outputs differ, by up to
+    **{moved_gap:.4f}** in this block, while every base weight stays exactly as it was.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(bert_large, mm, mo):
+    _h, _m, _L = bert_large.hidden_size, 64, bert_large.n_layers
+    _per_block = mm.Adapters(bottleneck=_m).params_per_block(bert_large)
+    mo.md(f"""
+    ## Counting adapter parameters
+
+    One adapter has a down-projection (h × m weights and m biases) and an up-projection (m × h
+    weights and h biases), so **2·m·h + m + h** parameters (Houlsby et al. 2019). Two per block.
+    For BERT-large (h = {_h:,}, {_L} blocks) at m = {_m}: 2 × {_m} × {_h:,} + {_m} + {_h:,} =
+    {_per_block // 2:,} per adapter, {_per_block:,} per block, **{_per_block * _L:,}** in the model.
+    The bottleneck m is the one knob: move it and watch the share of trainable parameters.
+    """)
+    return
+
+
+@app.cell
+def _(mm):
+    bert_large = mm.PRESETS["bert-large-uncased"]
+    ADAPTER_MODELS = {"BERT-large (the paper's base)": "bert-large-uncased",
+                      "BERT-base": "bert-base-uncased", "Llama-2-7B (a LLaMA-size model)": "llama-2-7b"}
+    return ADAPTER_MODELS, bert_large
+
+
+@app.cell
+def _(mo):
+    bottleneck_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], value=64,
+                                     label="Bottleneck m (adapter width, parameters)", show_value=True)
+    train_norms_checkbox = mo.ui.checkbox(value=False, label="also train the layer norms (as the paper did)")
+    mo.hstack([bottleneck_slider, train_norms_checkbox], justify="start", gap=2)
+    return bottleneck_slider, train_norms_checkbox
+
+
+@app.cell
+def _(ADAPTER_MODELS, bottleneck_slider, mm, mo, np, pd, train_norms_checkbox):
+    bottleneck = bottleneck_slider.value
+    train_norms = train_norms_checkbox.value
+    _rows, _curves = [], []
+    _sweep = np.array(bottleneck_slider.steps)
+    for _label, _preset in ADAPTER_MODELS.items():
+        _shape = mm.PRESETS[_preset]
+        _one = mm.training_memory(_shape, method=mm.Adapters(bottleneck=bottleneck, train_norms=train_norms))
+        _rows.append({"model": _label, "width h": _shape.hidden_size, "blocks": _shape.n_layers,
+                      "adapter params per block": mm.Adapters(bottleneck=bottleneck).params_per_block(_shape),
+                      "trainable params": _one.trainable_params, "of the base model": f"{_one.trainable_fraction:.2%}"})
+        _all = mm.training_memory(_shape, method=mm.Adapters(bottleneck=_sweep, train_norms=train_norms))
+        _curves.append(pd.DataFrame({"model": _label, "bottleneck": _sweep, "share": 100 * _all.trainable_fraction}))
+    adapter_counts = pd.DataFrame(_rows)
+    adapter_curves = pd.concat(_curves, ignore_index=True)
+    mo.ui.table(adapter_counts, selection=None, show_data_types=False, show_search=False, show_download=False)
+    return adapter_counts, adapter_curves, bottleneck, train_norms
+
+
+@app.cell
+def _(adapter_curves, alt, bottleneck, literature, pd):
+    _paper = literature.REPORTED["houlsby_trainable_share"].value
+    _lines = alt.Chart(adapter_curves).mark_line(point=True).encode(
+        x=alt.X("bottleneck:Q", scale=alt.Scale(type="log", base=2), title="Bottleneck m (log scale)"),
+        y=alt.Y("share:Q", scale=alt.Scale(type="log"), title="Trainable parameters (% of the base model, log)"),
+        color=alt.Color("model:N", title="Model"),
+        tooltip=["model:N", "bottleneck:Q", alt.Tooltip("share:Q", format=".3f", title="%")])
+    _now = alt.Chart(pd.DataFrame({"bottleneck": [bottleneck]})).mark_rule(strokeDash=[4, 3], color="gray").encode(x="bottleneck:Q")
+    _rule = alt.Chart(pd.DataFrame({"share": [_paper], "text": [f"paper: {_paper}% per task"]}))
+    _paper_line = _rule.mark_rule(color="black").encode(y="share:Q") + _rule.mark_text(
+        align="left", dx=4, dy=-7, fontSize=11).encode(y="share:Q", x=alt.value(4), text="text:N")
+    (_lines + _now + _paper_line).properties(width=560, height=300, title="Adapters' share of the model, by bottleneck")
+    return
+
+
+@app.cell(hide_code=True)
+def _(bert_large, literature, mm, mo, np, paper_setups, train_norms):
+    _sizes = paper_setups.HOULSBY_GLUE_BOTTLENECKS
+    _shares = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=np.array(_sizes), train_norms=train_norms)).trainable_fraction
+    _m = np.arange(1, 1025)
+    _swept = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=train_norms)).trainable_fraction
+    _gap, _share = literature.REPORTED["houlsby_glue_gap"], literature.REPORTED["houlsby_trainable_share"]
+    _m_at = int(_m[np.argmax(_swept >= _share.value / 100)])
+    mo.callout(mo.md(f"""
+    **The paper's result.** On GLUE, adapters on BERT-large came within **{_gap.value}%** of full
+    finetuning while training only **{_share.value}%** of the parameters per task (the article
+    rounds to 3%). Source: {_share.source}. The share depends on the bottleneck: the paper picked
+    it per task from {", ".join(map(str, _sizes))}, which on BERT-large gives
+    {", ".join(f"{s:.2%}" for s in _shares)}; a bottleneck of **m = {_m_at}** lands at
+    {_share.value}%. Either way, far below the {literature.REPORTED["bert_large_partial_share"].value:.0f}%
+    that freezing needed.
+    """), kind="info")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## What adapters save, and what they do not
+
+    A frozen weight needs no gradient and no optimizer state, so with adapters those two parts
+    shrink to the adapters' size. But the model's weights all stay in memory (the forward pass
+    uses every one), and **activations still flow through every layer**: the first adapter sits
+    in the first block, so the backward pass must travel all the way down and every block keeps
+    what it needs for that. Freezing all but the last block, by contrast, stores activations for
+    one block only. Compare the three for one model:
+    """)
+    return
+
+
+@app.cell
+def _(ADAPTER_MODELS, mm, mo):
+    memory_model_dropdown = mo.ui.dropdown(options=ADAPTER_MODELS, value="Llama-2-7B (a LLaMA-size model)", label="Model")
+    batch_slider = mo.ui.slider(1, 64, value=2, label="Batch size (sequences)", show_value=True)
+    seq_len_slider = mo.ui.slider(steps=[64, 128, 256, 512, 1024, 2048, 4096], value=512, label="Sequence length (tokens)", show_value=True)
+    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU to compare with")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
+    mo.vstack([mo.hstack([memory_model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
+               mo.hstack([batch_slider, seq_len_slider], justify="start", gap=2)])
+    return batch_slider, gpu_dropdown, memory_model_dropdown, seq_len_slider, unit_radio
+
+
+@app.cell
+def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, seq_len_slider, unit_radio):
+    unit = unit_radio.value
+    gpu = mm.get_gpu(gpu_dropdown.value)
+    _setup = dict(precision="bf16", optimizer="adamw", batch_size=batch_slider.value, seq_len=seq_len_slider.value)
+    scenarios = {
+        "Full finetuning": mm.training_memory(memory_model_dropdown.value, method=mm.Full(), **_setup),
+        "Freeze: last block trains": mm.training_memory(memory_model_dropdown.value, method=mm.Freeze(trainable_layers=1), **_setup),
+        f"Adapters, m = {bottleneck}": mm.training_memory(memory_model_dropdown.value, method=mm.Adapters(bottleneck=bottleneck), **_setup),
+    }
+    return gpu, scenarios, unit
+
+
+@app.cell
+def _(gpu, mm, scenarios, unit, viz):
+    viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
+                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
+    return
+
+
+@app.cell
+def _(mm, mo, pd, scenarios, unit):
+    def _smallest_fit(result):
+        _fits = mm.fit_table(result, unit=unit).query("fits")
+        return _fits["gpu"].iloc[0] if len(_fits) else "none in the catalog"
+
+    mo.ui.table(pd.DataFrame([{"scenario": name, "trainable params": r.trainable_params,
+                   f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
+                   f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states, unit), 3),
+                   f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
+                   f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
+                   "smallest GPU that fits": _smallest_fit(r)} for name, r in scenarios.items()]),
+                selection=None, show_data_types=False, show_search=False, show_download=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, scenarios, unit):
+    _full, _freeze, _adapt = scenarios.values()
+    _saved = (_full.gradients + _full.optimizer_states) - (_adapt.gradients + _adapt.optimizer_states)
+    mo.md(f"""
+    Against full finetuning, adapters save **{mm.format_bytes(_saved, unit)}** of gradients and
+    optimizer states. Their weights are {mm.format_bytes(_adapt.weights, unit)}, a little *more*
+    than the base model's {mm.format_bytes(_full.weights, unit)} (the adapters are extra). Their
+    activations are {mm.format_bytes(_adapt.activations, unit)}, almost all of full finetuning's
+    {mm.format_bytes(_full.activations, unit)} (every one of the {_adapt.activation_detail.layers_storing}
+    blocks keeps its share), while freezing all but the last block keeps only
+    {mm.format_bytes(_freeze.activations, unit)}. The adapters' own small s × m tensors are left out
+    of this estimate. Recipe: {_adapt.assumptions}
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## The price: extra work on every forward pass
+
+    An adapter is extra computation that runs every time the model runs, during training *and*
+    when it serves answers. The article calls this the main drawback: more computational steps,
+    so higher inference latency. Counted in floating-point operations (FLOPs, two per multiply-add), a block costs
+    24·s·h² + 4·s²·h (Narayanan et al. 2021, section 5.1) and its two adapters add 8·s·h·m, a
+    fraction **2m / (6h + s)**. But FLOPs are not time: adapters are small, sequential matrix
+    products plus elementwise work, which a processor runs less efficiently than large ones.
+
+    So measure it. The cell below times the numpy block with and without adapters on the
+    machine running this notebook: several runs, each timing both variants back to back (taking
+    turns going first, so a busy moment slows both alike).
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    width_slider = mo.ui.slider(steps=[64, 128, 256, 384, 512], value=256, label="Block width h", show_value=True)
+    toy_seq_slider = mo.ui.slider(steps=[16, 32, 64, 128, 256], value=128, label="Sequence length s (tokens)", show_value=True)
+    toy_bottleneck_slider = mo.ui.slider(steps=[4, 8, 16, 32, 64, 128, 256], value=64, label="Bottleneck m", show_value=True)
+    runs_slider = mo.ui.slider(5, 30, value=15, label="Runs (pairs of timings)", show_value=True)
+    mo.vstack([mo.hstack([width_slider, toy_seq_slider], justify="start", gap=2),
+               mo.hstack([toy_bottleneck_slider, runs_slider], justify="start", gap=2)])
+    return runs_slider, toy_bottleneck_slider, toy_seq_slider, width_slider
+
+
+@app.cell
+def _(runs_slider, toy_block, toy_bottleneck_slider, toy_seq_slider, width_slider):
+    toy_width, toy_seq, toy_m = width_slider.value, toy_seq_slider.value, toy_bottleneck_slider.value
+    _block = toy_block.make_block(toy_width, n_heads=4)
+    _adapters = toy_block.make_adapters(toy_width, min(toy_m, toy_width), zero_up=False)
+    timings = toy_block.time_forward(toy_block.make_input(toy_seq, toy_width), _block, _adapters,
+                                     repeats=runs_slider.value, budget_s=0.8)
+    timing_table = toy_block.timing_summary(timings)
+    measured_ratio = toy_block.median_ratio(timings)
+    fastest_ratio = toy_block.fastest_ratio(timings)
+    predicted_overhead = toy_block.adapter_flop_overhead(toy_seq, toy_width, min(toy_m, toy_width))
+    return fastest_ratio, measured_ratio, predicted_overhead, timing_table, timings, toy_m, toy_seq, toy_width
+
+
+@app.cell
+def _(alt, timings):
+    _ms = timings.assign(ms=timings["seconds"] * 1e3)
+    _x = alt.X("ms:Q", title="Time per forward pass (ms, log scale)", scale=alt.Scale(type="log"))
+    _y = alt.Y("variant:N", title=None, sort=["base", "with adapters"])
+    _box = alt.Chart(_ms).mark_boxplot(extent="min-max", opacity=0.3, size=30).encode(
+        x=_x, y=_y, color=alt.Color("variant:N", legend=None))
+    _ticks = alt.Chart(_ms).mark_tick(thickness=2, size=22, opacity=0.7).encode(
+        x=_x, y=_y, color=alt.Color("variant:N", legend=None),
+        tooltip=["variant:N", "run:Q", alt.Tooltip("ms:Q", format=".3f", title="ms")])
+    (_box + _ticks).properties(width=560, height=130, title="Every run (ticks), the median and the middle half (boxes)")
+    return
+
+
+@app.cell
+def _(mo, timing_table):
+    mo.ui.table(timing_table.round(3), selection=None, show_data_types=False, show_search=False, show_download=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(fastest_ratio, measured_ratio, mo, os, predicted_overhead, timings, toy_m, toy_seq, toy_width):
+    _threads = timings.attrs.get("blas_threads")
+    _runs = len(timings) // 2
+    mo.vstack([
+        mo.md(f"""
+        With h = {toy_width}, s = {toy_seq} and m = {min(toy_m, toy_width)}, over {_runs} runs, the fastest
+        forward pass with adapters took **{fastest_ratio:.2f}×** as long as the fastest without
+        ({fastest_ratio - 1:+.1%}); the medians give **{measured_ratio:.2f}×**. Counting FLOPs alone predicts
+        **{1 + predicted_overhead:.3f}×** ({predicted_overhead:+.1%}). Shrink the width or the sequence and the
+        measured gap usually grows beyond the FLOP count: small matrix products and the adapters' elementwise
+        steps cost more time per FLOP than the big ones.
+        {"**The two estimates disagree on the direction here**: other work on this machine slowed some runs. "
+         "The fastest runs are the least disturbed; move a slider to measure again." if (fastest_ratio - 1) * (measured_ratio - 1) < 0 else ""}
+        """),
+        mo.callout(mo.md(f"""
+        **Read these timings as ratios.** They come from the computer running this notebook
+        ({os.cpu_count()} CPU cores visible; BLAS limited to {_threads if _threads else "its default number of"}
+        thread{"" if _threads == 1 else "s"} while timing; each timing covers {timings.attrs.get("calls_per_timing", 1)}
+        back-to-back forward pass{"" if timings.attrs.get("calls_per_timing", 1) == 1 else "es"}). The workbook was written on 2 CPU cores shared with
+        other work, where single runs vary a lot: trust the fastest runs and the medians of many runs, not any
+        single one, and the ratio between the two variants, which travels better than milliseconds do. A GPU serving a real
+        model shows the same kind of extra latency, in different numbers. Timing stops after about 0.8 s so
+        the page stays responsive.
+        """), kind="warn"),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(literature, mo, viz):
+    _full, _peft = literature.REPORTED["peft_examples_full"], literature.REPORTED["peft_examples_peft"]
+    mo.md(f"""
+    ## Two more benefits: cheaper hardware, fewer examples
+
+    The memory table above shows the first: with the base frozen, a model whose full finetune
+    needs a data-center GPU can often be adapted on a smaller card (move the model and the GPU).
+    The article adds a second: PEFT methods are generally **sample-efficient**. In its words,
+    {_full.claim}, while {_peft.claim} ({_peft.source}). Fewer trainable parameters leave less room
+    to overfit a small dataset. The trade remains: adapters buy lower training memory with slower
+    inference, which {viz.lesson_link("06_lora_qlora", "lesson 6")} removes by merging LoRA's update
+    into the weights.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(literature, mo, viz):
+    mo.callout(mo.md(f"""
+    **Takeaways**
+
+    - Adapters add two small bottleneck modules (2·m·h + m + h parameters each) to every block and
+      train only those; every original weight stays unchanged.
+    - On GLUE they came within {literature.REPORTED["houlsby_glue_gap"].value}% of full finetuning with
+      {literature.REPORTED["houlsby_trainable_share"].value}% of the parameters trainable (Houlsby et al. 2019).
+    - They save gradients and optimizer states for the frozen weights. They do not save weight memory
+      (all of it stays) or activations (the backward pass still crosses every block).
+    - They add work to every forward pass, so inference is slower; measured, the slowdown often
+      exceeds what FLOPs predict. Next: {viz.lesson_link("06_lora_qlora")}, which removes that cost.
+    """), kind="success")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Problems
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _bert_base = mm.PRESETS["bert-base-uncased"]
+    _per_block = mm.Adapters(bottleneck=64).params_per_block(_bert_base)
+    mo.vstack([mo.md("""**1.** BERT-base has width 768 and 12 blocks. How many parameters do adapters with
+    bottleneck 64 add to the whole model?"""),
+               mo.accordion({"Answer": mo.md(f"""Per adapter 2 × 64 × 768 + 64 + 768 = {_per_block // 2:,}; two per
+               block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, computed by
+               `mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"]) * 12`.""")})])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, np):
+    _m = np.arange(1, 2049)
+    _share = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=_m)).trainable_fraction
+    _first = int(_m[np.argmax(_share >= 0.01)])
+    _bert = mm.training_memory("bert-base-uncased", method=mm.Adapters(bottleneck=_m)).trainable_fraction
+    _bert_first = int(_m[np.argmax(_bert >= 0.01)])
+    mo.vstack([mo.md("""**2.** Which is the smallest bottleneck that makes adapters 1% of Llama-2-7B? Why is
+    it larger than the one that gives 1% on BERT-base?"""),
+               mo.accordion({"Answer": mo.md(f"""**m = {_first}** (the share is {_share[_first - 1]:.3%}); on
+               BERT-base m = {_bert_first} is enough. Adapter parameters grow with h, but the model grows with
+               h² (its matrices are h × h and h × 4h), so a wider model needs a wider bottleneck for the
+               same share.""")})])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _args = dict(precision="bf16", optimizer="adamw", batch_size=8, seq_len=1024)
+    _adapters = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=64), **_args)
+    _freeze = mm.training_memory("llama-2-7b", method=mm.Freeze(trainable_layers=1), **_args)
+    mo.vstack([mo.md("""**3.** Llama-2-7B, batch 8 × 1,024 tokens, pure bf16 with AdamW. Adapters with m = 64
+    train far fewer parameters than the last block holds. Which of the two keeps more activations, and why?"""),
+               mo.accordion({"Answer": mo.md(f"""Adapters: {mm.format_bytes(_adapters.activations)} of
+               activations; freezing all but the last block: {mm.format_bytes(_freeze.activations)}. The adapters
+               sit in every block, so the backward pass runs through all {mm.PRESETS["llama-2-7b"].n_layers} blocks and
+               each keeps its activations; with freezing, gradients stop at the last block.""")})])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo, toy_block):
+    _overhead = toy_block.adapter_flop_overhead(512, 4096, 64)
+    mo.vstack([mo.md("""**4.** By FLOPs, how much extra work do two m = 64 adapters add to a block of width
+    4,096 at 512 tokens? Would you expect the measured slowdown to be smaller or larger?"""),
+               mo.accordion({"Answer": mo.md(f"""2m / (6h + s) = 128 / (24,576 + 512) = **{_overhead:.2%}**.
+               Expect the measured slowdown to be larger: the adapters run as extra, small, sequential steps
+               (and at batch size 1 when serving, nothing hides that latency).""")})])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,567 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="LoRA and QLoRA")
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import blockwise, literature, paper_setups, toy_block, viz
+
+    return alt, blockwise, literature, mm, mo, np, paper_setups, pd, toy_block, viz
+
+
+@app.cell(hide_code=True)
+def _(mo, viz):
+    mo.md(f"""
+    # LoRA and QLoRA: a low-rank update on a 4-bit base
+
+    {viz.lesson_link("05_adapters", "Lesson 5")} trained small adapters and left the model alone,
+    but paid for it on every forward pass: the adapters are extra layers in the model's path.
+    **LoRA** (Hu et al. 2021) keeps the idea, train few parameters and freeze the rest, and
+    removes that price. Instead of new layers, it learns a *change* to some existing weight
+    matrices, written as the product of two thin matrices. After training the change can be
+    added into the weights, and the model runs exactly as fast as before.
+
+    **QLoRA** (Dettmers et al. 2023) goes after the memory LoRA leaves behind: the frozen base
+    weights. It stores them in a 4-bit format, NF4, and trains LoRA adapters on top. This lesson
+    counts both, checks the merge in numpy, rounds weights into NF4, and recomputes the papers'
+    headline numbers from their setups.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _shape = mm.PRESETS["llama-2-7b"]
+    _h, _L = _shape.hidden_size, _shape.n_layers
+    _lora = mm.LoRA(rank=8, targets=("q", "v"))
+    mo.md(rf"""
+    ## The formula
+
+    A frozen matrix W (d_out × d_in) gets a trainable update B·A, with A of shape r × d_in and B
+    of shape d_out × r; the layer computes **W·x + (α/r)·B·A·x** (Hu et al. 2021, section 4.1). The
+    rank r is small, so the update has **r × (d_in + d_out)** parameters instead of d_in × d_out.
+    B starts at zero, so training starts from the pretrained model.
+
+    Llama-2-7B has d_in = d_out = {_h:,} in its query and value projections. At r = 8 each adapted
+    matrix gets 8 × ({_h:,} + {_h:,}) = {8 * 2 * _h:,} parameters, against {_h * _h:,} in the matrix
+    itself. Two matrices (q and v) in each of {_L} blocks: {8 * 2 * _h:,} × 2 × {_L} =
+    **{_lora.params_per_block(_shape) * _L:,}** trainable parameters.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    LORA_MODELS = {"Llama-2-7B": "llama-2-7b", "Llama-3-8B": "llama-3-8b", "Mistral-7B": "mistral-7b",
+                   "Llama-2-13B": "llama-2-13b", "LLaMA-65B": "llama-65b", "Llama-2-70B": "llama-2-70b"}
+    TARGET_SETS = {"q, v (the LoRA paper)": ("q", "v"), "q, k, v, o (all attention)": ("q", "k", "v", "o"),
+                   "gate, up, down (the MLP)": ("gate", "up", "down"),
+                   "all linear layers (QLoRA)": ("q", "k", "v", "o", "gate", "up", "down")}
+    model_dropdown = mo.ui.dropdown(options=LORA_MODELS, value="Llama-2-7B", label="Model")
+    rank_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=8, label="Rank r", show_value=True)
+    targets_dropdown = mo.ui.dropdown(options=TARGET_SETS, value="q, v (the LoRA paper)", label="Adapted matrices")
+    mo.hstack([model_dropdown, rank_slider, targets_dropdown], justify="start", gap=2)
+    return TARGET_SETS, model_dropdown, rank_slider, targets_dropdown
+
+
+@app.cell
+def _(mm, model_dropdown, pd, rank_slider, targets_dropdown):
+    shape = mm.PRESETS[model_dropdown.value]
+    model_label = model_dropdown.selected_key
+    rank, targets = rank_slider.value, targets_dropdown.value
+    lora_method = mm.LoRA(rank=rank, targets=targets)
+    lora_trainable = lora_method.params_per_block(shape) * shape.n_layers
+    _rows = []
+    for _target in mm.LORA_TARGETS:
+        [(_module, _d_in, _d_out)] = shape.lora_matrices([_target])
+        _rows.append({"matrix": _module, "d_in x d_out": f"{_d_in:,} x {_d_out:,}", "adapted": "yes" if _target in targets else "",
+                      "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": rank * (_d_in + _d_out),
+                      "LoRA / matrix": f"{rank * (_d_in + _d_out) / (_d_in * _d_out):.2%}"})
+    matrix_table = pd.DataFrame(_rows)
+    return lora_trainable, matrix_table, model_label, rank, shape, targets
+
+
+@app.cell
+def _(matrix_table, mo):
+    mo.ui.table(matrix_table, selection=None, show_data_types=False, show_search=False, show_download=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(lora_trainable, mo, model_label, rank, shape, targets):
+    mo.md(f"""
+    {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable parameters,
+    **{lora_trainable / shape.n_params:.3%}** of the model's {shape.n_params:,}. The chart shows how the
+    count grows with the rank for each choice of matrices: linearly, so doubling r doubles the adapter.
+    """)
+    return
+
+
+@app.cell
+def _(TARGET_SETS, alt, mm, model_label, np, pd, rank, shape, targets_dropdown):
+    _ranks = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
+    _curves = pd.concat([pd.DataFrame({"matrices": _label, "rank": _ranks,
+                                       "trainable": mm.LoRA(rank=_ranks, targets=_t).params_per_block(shape) * shape.n_layers})
+                         for _label, _t in TARGET_SETS.items()])
+    _lines = alt.Chart(_curves).mark_line(point=True).encode(
+        x=alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)"),
+        y=alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
+                axis=alt.Axis(format="~s")),
+        color=alt.Color("matrices:N", title="Adapted matrices"),
+        tooltip=["matrices:N", "rank:Q", alt.Tooltip("trainable:Q", format=",")])
+    _now = alt.Chart(_curves[(_curves["rank"] == rank) & (_curves["matrices"] == targets_dropdown.selected_key)]).mark_point(
+        size=160, shape="diamond", filled=True, color="black").encode(x="rank:Q", y="trainable:Q")
+    (_lines + _now).properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Merging removes the latency
+
+    During training the update runs beside the frozen matrix: W·x plus a thin side path B·(A·x).
+    For serving, compute W' = W + (α/r)·B·A once and use it in place of W (Hu et al. 2021,
+    section 4.1): one matrix, the same shape as before, so no extra step and no extra latency. To
+    switch tasks, subtract B·A and add another task's update. Here it is in numpy, on a 512 × 512
+    matrix at the rank chosen above, with a batch of 64 token vectors:
+    """)
+    return
+
+
+@app.cell
+def _(np, rank, toy_block):
+    merge_lora = toy_block.make_lora(512, 512, rank, alpha=16.0, trained=True)
+    merge_x = toy_block.make_input(64, 512)
+    side_output = toy_block.lora_forward(merge_x, merge_lora)  # x W^T + (alpha/r) (x A^T) B^T
+    merged_weight = toy_block.merge_lora(merge_lora)  # W + (alpha/r) B A
+    merged_output = merge_x @ merged_weight.T
+    merge_gap = float(np.abs(side_output - merged_output).max())
+    merge_same = bool(np.allclose(side_output, merged_output, rtol=1e-4, atol=1e-5))
+    merge_times = toy_block.time_variants({
+        "base W x": lambda: merge_x @ merge_lora.W.T,
+        "W x + B A x (unmerged)": lambda: toy_block.lora_forward(merge_x, merge_lora),
+        "merged W' x": lambda: merge_x @ merged_weight.T}, repeats=25, budget_s=0.25)
+    return merge_gap, merge_same, merge_times, side_output
+
+
+@app.cell(hide_code=True)
+def _(merge_gap, merge_same, merge_times, mo, np, side_output, toy_block, viz):
+    _unmerged = toy_block.median_ratio(merge_times, "W x + B A x (unmerged)", "base W x")
+    _merged = toy_block.median_ratio(merge_times, "merged W' x", "base W x")
+    _unmerged_fast = toy_block.fastest_ratio(merge_times, "W x + B A x (unmerged)", "base W x")
+    _merged_fast = toy_block.fastest_ratio(merge_times, "merged W' x", "base W x")
+    mo.md(f"""
+    Same output? **{"yes" if merge_same else "no"}**: `np.allclose` on the two outputs (largest
+    difference {merge_gap:.1e}, on values of typical size {np.abs(side_output).mean():.2f}; float32
+    rounding, nothing more). Timed over {len(merge_times) // 3} interleaved runs on this machine, the
+    unmerged layer took **{_unmerged:.2f}×** the base matrix's median time ({_unmerged_fast:.2f}× comparing
+    the fastest runs), the merged one **{_merged:.2f}×** ({_merged_fast:.2f}×). The merged layer does exactly
+    the base's work, one matrix of the same shape; any gap left there is the machine's noise (see the
+    timing caveat in {viz.lesson_link("05_adapters", "lesson 5")}).
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## QLoRA: the frozen base in 4 bits
+
+    With LoRA the trainable part is tiny, and the frozen weights dominate memory. QLoRA stores
+    every linear layer's weights in **NF4**, a 4-bit format whose 16 levels sit at the quantiles
+    of a normal distribution, since trained weights are roughly normal (Dettmers et al. 2023).
+    Weights are cut into blocks of 64; each block is divided by its largest absolute value (its
+    *absmax*), rounded to the nearest level, and the absmax is kept as the block's quantization
+    constant. Below, a few thousand normal weights go through that, in NF4 and in plain 4-bit
+    integers:
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    block_size_slider = mo.ui.slider(steps=[16, 32, 64, 128, 256, 512, 1024], value=64,
+                                     label="Quantization block (weights per constant)", show_value=True)
+    block_size_slider
+    return (block_size_slider,)
+
+
+@app.cell
+def _(block_size_slider, blockwise, mm, np, pd):
+    quant_block = block_size_slider.value
+    demo_weights = np.random.default_rng(0).standard_normal(4096)
+    _n = quant_block * 256 * 4096  # a tensor that fills whole blocks of blocks
+    quant_rows = pd.DataFrame([
+        {"storage": "bf16", "bits per weight": 16.0, "constants (bits per weight)": 0.0,
+         "mean error (share of mean |w|)": float(np.abs(mm.round_to_format(demo_weights, "bf16") - demo_weights).mean()
+                                                  / np.abs(demo_weights).mean())},
+        {"storage": "int4, fp32 constants", "bits per weight": 4.0,
+         "constants (bits per weight)": 8 * mm.quant_constant_bytes(_n, block=quant_block, double_quant=False) / _n,
+         "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, "int4", block=quant_block)},
+        {"storage": "NF4, fp32 constants", "bits per weight": 4.0,
+         "constants (bits per weight)": 8 * mm.quant_constant_bytes(_n, block=quant_block, double_quant=False) / _n,
+         "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, "nf4", block=quant_block)},
+        {"storage": "NF4 + double quantization", "bits per weight": 4.0,
+         "constants (bits per weight)": 8 * mm.quant_constant_bytes(_n, block=quant_block, double_quant=True) / _n,
+         "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, "nf4", block=quant_block)},
+    ]).assign(**{"total bits": lambda f: f["bits per weight"] + f["constants (bits per weight)"]})
+    return demo_weights, quant_block, quant_rows
+
+
+@app.cell
+def _(alt, demo_weights, mm, np, pd, quant_block):
+    _blocks = demo_weights[: len(demo_weights) // quant_block * quant_block].reshape(-1, quant_block)
+    _normalized = pd.DataFrame({"x": (_blocks / np.abs(_blocks).max(axis=1, keepdims=True)).ravel()})
+    _hist = alt.Chart(_normalized).mark_bar(color="#BAB0AC").encode(
+        x=alt.X("x:Q", bin=alt.Bin(maxbins=60), title="Weight ÷ its block's absmax"),
+        y=alt.Y("count():Q", title="Weights"))
+    _levels = pd.concat([pd.DataFrame({"level": list(mm.NF4_LEVELS), "format": "NF4 levels"}),
+                         pd.DataFrame({"level": np.arange(-7, 8) / 7, "format": "int4 levels"})])
+    _rules = alt.Chart(_levels).mark_rule(strokeWidth=1.5).encode(
+        x="level:Q", color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
+                                     legend=alt.Legend(orient="top")),
+        strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
+    (_hist + _rules).properties(width=520, height=220, title=f"Where the 4-bit levels sit (blocks of {quant_block})")
+    return
+
+
+@app.cell
+def _(mo, quant_rows):
+    mo.ui.table(quant_rows.round(4), selection=None, show_data_types=False, show_search=False, show_download=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, quant_block, quant_rows):
+    _n64 = 64 * 256 * 4096
+    _paper_plain = 8 * mm.quant_constant_bytes(_n64, block=64, double_quant=False) / _n64
+    _paper_dq = 8 * mm.quant_constant_bytes(_n64, block=64, double_quant=True) / _n64
+    _no_dq, _dq = quant_rows["constants (bits per weight)"].iloc[2], quant_rows["constants (bits per weight)"].iloc[3]
+    _linear = mm.PRESETS["llama-2-7b"].n_params
+    mo.md(f"""
+    NF4's levels crowd near zero, where most weights are, so its error is lower than int4's at the
+    same 4 bits (the table's mean error is a share of the mean weight size). The constants cost
+    extra bits: one fp32 absmax per block of {quant_block} is 32 / {quant_block} =
+    **{_no_dq:.3f} bits per weight**. **Double quantization** stores those constants in 8 bits, with
+    one fp32 constant per 256 of them: 8 / {quant_block} + 32 / ({quant_block} × 256) =
+    **{_dq:.3f} bits** (QLoRA's blocks of 64 give {_paper_plain:.3f} and {_paper_dq:.3f}). For a 7B model that is
+    {mm.format_bytes(_linear * (_no_dq - _dq) / 8)} saved. Smaller blocks cut the error and cost
+    more constants: move the slider.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Full, LoRA and QLoRA side by side
+
+    The same model, rank and matrices as above, three ways. Two settings matter beyond the method:
+    the precision recipe (what each part is stored in) and the adapters' format. **peft keeps LoRA
+    adapters in fp32 by default**, even on a bf16 model (`autocast_adapter_dtype=True`), so each
+    adapter parameter costs 4 B of weight, 4 B of gradient and, with Adam, 8 B of states.
+    """)
+    return
+
+
+@app.cell
+def _(mm, mo):
+    precision_dropdown = mo.ui.dropdown(options=list(mm.RECIPES), value="bf16", label="Precision recipe")
+    optimizer_dropdown = mo.ui.dropdown(options=list(mm.OPTIMIZERS), value="adamw", label="Optimizer")
+    adapter_format_radio = mo.ui.radio(options={"fp32 (peft's default)": "fp32", "same as the base weights": None},
+                                       value="fp32 (peft's default)", label="LoRA adapters stored in", inline=True)
+    batch_slider = mo.ui.slider(1, 64, value=4, label="Batch size (sequences)", show_value=True)
+    seq_len_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096], value=512, label="Sequence length (tokens)", show_value=True)
+    checkpointing_checkbox = mo.ui.checkbox(value=False, label="gradient checkpointing")
+    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
+    mo.vstack([mo.hstack([precision_dropdown, optimizer_dropdown, gpu_dropdown, unit_radio], justify="start", gap=1.5),
+               mo.hstack([batch_slider, seq_len_slider, checkpointing_checkbox], justify="start", gap=1.5),
+               adapter_format_radio])
+    return (adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, optimizer_dropdown,
+            precision_dropdown, seq_len_slider, unit_radio)
+
+
+@app.cell
+def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, mm, optimizer_dropdown,
+      precision_dropdown, rank, seq_len_slider, shape, targets, unit_radio):
+    unit, gpu, adapter_format = unit_radio.value, mm.get_gpu(gpu_dropdown.value), adapter_format_radio.value
+    _run = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
+                seq_len=seq_len_slider.value, checkpointing=checkpointing_checkbox.value)
+    side_by_side = {
+        "Full finetuning": mm.training_memory(shape, method=mm.Full(), **_run),
+        f"LoRA r={rank}": mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format=adapter_format), **_run),
+        f"QLoRA r={rank}": mm.training_memory(shape, method=mm.QLoRA(rank=rank, targets=targets, adapter_format=adapter_format), **_run),
+    }
+    lora_fp32 = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format="fp32"), **_run)
+    lora_base = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format=None), **_run)
+    return gpu, lora_base, lora_fp32, side_by_side, unit
+
+
+@app.cell
+def _(gpu, mm, model_label, side_by_side, unit, viz):
+    viz.stacked_bars(viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
+                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
+    return
+
+
+@app.cell
+def _(gpu, mm, mo, pd, side_by_side, unit):
+    mo.ui.table(pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
+                               f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
+                               f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states + r.master_weights + r.gradient_accumulation, unit), 3),
+                               f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
+                               f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
+                               f"fits {gpu.name}?": "yes" if mm.check_fit(r, gpu).fits else "no"} for name, r in side_by_side.items()]),
+                selection=None, show_data_types=False, show_search=False, show_download=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(lora_base, lora_fp32, mm, mo, side_by_side, unit):
+    _full, _lora, _qlora = side_by_side.values()
+    _extra = lora_fp32.total - lora_base.total
+    mo.md(f"""
+    LoRA leaves the weights where full finetuning had them ({mm.format_bytes(_lora.weights, unit)}) and
+    cuts gradients and optimizer states to the adapters'. QLoRA also shrinks the weights, to
+    {mm.format_bytes(_qlora.weights, unit)} plus {mm.format_bytes(_qlora.quantization_constants, unit)}
+    of constants (embeddings, norms and the output head stay in the recipe's format). Activations
+    hardly move: every method still runs the whole model forward and back. Keeping the adapters in
+    fp32 instead of the base format costs **{mm.format_bytes(_extra, unit)}** here: small for
+    {lora_fp32.trainable_params:,} adapter parameters, larger at high rank on every matrix.
+    Recipe: {_lora.assumptions}
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## The papers' headline numbers, recomputed
+
+    Each paper reports one number from its own setup. `memmath.paper_setups` writes those setups
+    down (model, method, recipe, optimizer, batch) with their sources, and the table puts each
+    reported figure next to what this workbook computes. Where they differ, the last column says
+    what is counted.
+    """)
+    return
+
+
+@app.cell
+def _(mm, paper_setups):
+    gpt3_full = paper_setups.get_setup("lora_gpt3_full").memory()  # 16-bit weights, Adam, no activations
+    gpt3_lora = paper_setups.get_setup("lora_gpt3_lora").memory()  # LoRA r=4 on q and v
+    llama65_full = paper_setups.get_setup("qlora_65b_full_16bit").memory()  # bf16 + 32-bit Adam states
+    gpt3_weights_and_states = gpt3_full.weights + gpt3_full.optimizer_states  # 2 + 4 B/param
+    gpt3_checkpoint = mm.get_format("bf16").bytes_for(gpt3_lora.trainable_params)  # the adapters alone
+    return gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full
+
+
+@app.cell
+def _(gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, literature, llama65_full, mm, mo, pd):
+    _R = literature.REPORTED
+    _tb = lambda n: mm.format_bytes(n, "TB")  # noqa: E731
+    _claims = pd.DataFrame([
+        {"claim": "GPT-3 175B, full finetuning", "paper": f"{_R['lora_gpt3_vram_before'].value} TB",
+         "this workbook": f"{_tb(gpt3_weights_and_states)} to {_tb(gpt3_full.without_activations)}",
+         "what is counted": "16-bit weights + 16-bit Adam moments (6 B/param), then + 16-bit gradients (8 B/param); the paper does not itemize"},
+        {"claim": "GPT-3 175B, LoRA r=4 on q, v", "paper": f"{_R['lora_gpt3_vram_after'].value} GB",
+         "this workbook": mm.format_bytes(gpt3_lora.total), "what is counted": "16-bit weights, adapters and their Adam moments"},
+        {"claim": "less GPU memory", "paper": f"{_R['lora_gpu_memory_3x'].value}x",
+         "this workbook": f"{gpt3_weights_and_states / gpt3_lora.total:.1f}x to {gpt3_full.without_activations / gpt3_lora.total:.1f}x",
+         "what is counted": "the two counts above over the LoRA total"},
+        {"claim": "fewer trainable parameters", "paper": f"{_R['lora_param_reduction'].value:,}x",
+         "this workbook": f"{gpt3_full.trainable_params / gpt3_lora.trainable_params:,.0f}x",
+         "what is counted": f"{gpt3_full.trainable_params:,} / {gpt3_lora.trainable_params:,}"},
+        {"claim": "checkpoint per task", "paper": f"{_R['lora_checkpoint_before'].value} GB -> {_R['lora_checkpoint_after'].value} MB",
+         "this workbook": f"{mm.format_bytes(gpt3_full.weights)} -> {mm.format_bytes(gpt3_checkpoint, 'MB')}",
+         "what is counted": "16-bit model versus 16-bit adapters alone"},
+        {"claim": "LLaMA 65B, regular 16-bit finetuning", "paper": f"> {_R['qlora_65b_full_16bit'].value} GB",
+         "this workbook": mm.format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
+    ])
+    mo.ui.table(_claims, selection=None, show_data_types=False, show_search=False, show_download=False,
+                wrapped_columns=["what is counted"], column_widths={"claim": 230, "paper": 140, "this workbook": 160, "what is counted": 330})
+    return
+
+
+@app.cell(hide_code=True)
+def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo):
+    _two_thirds = literature.REPORTED["lora_vram_two_thirds"]
+    mo.md(f"""
+    **Why 1.2 TB and not one of ours?** The LoRA paper explains its saving as not storing optimizer
+    states for frozen weights, "up to 2/3" of the VRAM ({_two_thirds.source}). That reads as weights
+    plus Adam's two moments, three copies of the 16-bit model: {mm.format_bytes(gpt3_weights_and_states, "TB")}.
+    Holding all 16-bit gradients at once as well gives {mm.format_bytes(gpt3_full.without_activations, "TB")}.
+    The measured 1.2 TB lies between the two: frameworks free gradients as the optimizer consumes them,
+    and some activations and buffers come on top. A single reported number cannot tell which; the
+    recipe behind it can.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(literature, mm, mo, paper_setups):
+    _setup = paper_setups.get_setup("qlora_guanaco_65b")
+    _a6000 = mm.get_gpu("RTX A6000")
+    mo.md(f"""
+    ### A 65B model on one 48 GB GPU
+
+    QLoRA's claim: {literature.cite("qlora_65b_gpu")}. The setup of its 65B Guanaco run: {_setup.description}
+    ({_setup.source}). Its optimizer is *paged*: when memory runs short, optimizer states move to CPU
+    RAM and come back when needed, which absorbs the spikes that long sequences cause. Change the
+    run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
+    {mm.format_bytes(_a6000.memory_bytes)}):
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    q65_batch_slider = mo.ui.slider(1, 16, value=4, label="Batch size (sequences)", show_value=True)
+    q65_seq_slider = mo.ui.slider(steps=[128, 256, 528, 1024, 2048], value=528, label="Sequence length (tokens)", show_value=True)
+    q65_checkpointing_checkbox = mo.ui.checkbox(value=True, label="gradient checkpointing")
+    q65_optimizer_dropdown = mo.ui.dropdown(options={"32-bit AdamW (paged, as in QLoRA's code)": "adamw", "8-bit AdamW": "adam8bit"},
+                                            value="32-bit AdamW (paged, as in QLoRA's code)", label="Optimizer")
+    mo.vstack([mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
+               mo.hstack([q65_optimizer_dropdown, q65_checkpointing_checkbox], justify="start", gap=1.5)])
+    return q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider
+
+
+@app.cell
+def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider):
+    a6000 = mm.get_gpu("RTX A6000")
+    guanaco = paper_setups.get_setup("qlora_guanaco_65b").memory(
+        batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value,
+        checkpointing=q65_checkpointing_checkbox.value, optimizer=q65_optimizer_dropdown.value)
+    guanaco_fit = mm.check_fit(guanaco, a6000)
+    guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(
+        batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, checkpointing=False,
+        optimizer=q65_optimizer_dropdown.value)
+    return a6000, guanaco, guanaco_fit, guanaco_no_checkpointing
+
+
+@app.cell
+def _(a6000, guanaco, mm, viz):
+    viz.stacked_bars(viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run",
+                     capacity_bytes=a6000.memory_bytes, capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})",
+                     height=70).configure_legend(orient="bottom", columns=3)
+    return
+
+
+@app.cell(hide_code=True)
+def _(guanaco, guanaco_fit, guanaco_no_checkpointing, literature, mm, mo):
+    _context = literature.REPORTED["cuda_context_v100"]
+    _verdict = "fits" if guanaco_fit.fits else "does not fit"
+    mo.callout(mo.md(f"""
+    This run needs **{mm.format_bytes(guanaco.total)}** ({mm.format_bytes(guanaco.total, "GiB")}): it
+    **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
+    {"to spare" if guanaco_fit.fits else "missing"}, before the CUDA context (about {_context.value:,.0f} {_context.unit}
+    on a V100, {_context.source}) and
+    before paging moves anything to the CPU. Weights and constants take
+    {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
+    head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
+    {mm.format_bytes(guanaco.gradients + guanaco.optimizer_states)} of gradients and optimizer states;
+    activations are {mm.format_bytes(guanaco.activations)}.
+    {f"Without gradient checkpointing the same run would need {mm.format_bytes(guanaco_no_checkpointing.total)}."
+     if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
+    """), kind="success" if guanaco_fit.fits else "danger")
+    return
+
+
+@app.cell(hide_code=True)
+def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, viz):
+    _shape = mm.PRESETS["llama-2-7b"]
+    _qv8 = mm.LoRA(rank=8, targets=("q", "v")).params_per_block(_shape) * _shape.n_layers
+    _n = 64 * 256 * 4096
+    _plain, _dq = (8 * mm.quant_constant_bytes(_n, block=64, double_quant=d) / _n for d in (False, True))
+    mo.callout(mo.md(f"""
+    **Takeaways**
+
+    - LoRA trains B·A beside chosen matrices: r × (d_in + d_out) parameters per matrix. Llama-2-7B
+      at r = 8 on q and v trains {_qv8:,} of its {_shape.n_params:,} parameters.
+    - Merged into W, the update adds no inference latency: the merged weight gives the same output.
+    - QLoRA stores the frozen base in NF4: 4 bits per weight plus {_plain:.3f} bits of constants, or
+      {_dq:.3f} with double quantization. Gradients and optimizer states exist only for the adapters.
+    - Headline numbers follow from their setups: weights plus Adam states for GPT-3
+      ({mm.format_bytes(gpt3_weights_and_states, "TB")} to {mm.format_bytes(gpt3_full.without_activations, "TB")}
+      against the reported {literature.REPORTED["lora_gpt3_vram_before"].value} TB), and an NF4 base, small adapters
+      and checkpointing for a 65B model on one 48 GB card.
+    - Next: {viz.lesson_link("07_inference")}, the other half of the memory math.
+    """), kind="success")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Problems
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _shape = mm.PRESETS["llama-2-7b"]
+    _all = mm.LoRA(rank=16, targets="all").params_per_block(_shape) * _shape.n_layers
+    mo.vstack([mo.md("""**1.** Llama-2-7B: q, k, v, o are 4,096 × 4,096; gate and up 4,096 → 11,008; down
+    11,008 → 4,096. How many parameters does LoRA with r = 16 on all seven matrices train over 32 blocks?"""),
+               mo.accordion({"Answer": mo.md(f"""16 × (4 × (4,096 + 4,096) + 3 × (4,096 + 11,008)) =
+               16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**
+               (`mm.LoRA(rank=16, targets="all").params_per_block(shape) * 32`).""")})])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _n = 64 * 256 * 1000
+    _plain = 8 * mm.quant_constant_bytes(_n, block=64, double_quant=False) / _n
+    _dq = 8 * mm.quant_constant_bytes(_n, block=64, double_quant=True) / _n
+    _65b = mm.PRESETS["llama-65b"].n_params
+    mo.vstack([mo.md("""**2.** Derive QLoRA's 0.5 and 0.127 bits per parameter. About how many GB does double
+    quantization save on a 65B model?"""),
+               mo.accordion({"Answer": mo.md(f"""One fp32 constant (32 bits) per 64 weights: 32 / 64 =
+               **{_plain:.3f}** bits. Double quantization: one 8-bit constant per 64 weights plus one fp32
+               constant per 256 blocks: 8 / 64 + 32 / (64 × 256) = **{_dq:.4f}** bits. On 65B parameters
+               ({_65b:,}): ({_plain:.3f} − {_dq:.4f}) / 8 bytes each ≈ **{mm.format_bytes(_65b * (_plain - _dq) / 8)}**
+               (a little less in practice: embeddings and the head are not quantized).""")})])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _args = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, checkpointing=True)
+    _lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
+    _qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
+    _gpu = mm.get_gpu("RTX 4090")
+    mo.vstack([mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
+    pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
+               mo.accordion({"Answer": mo.md(f"""LoRA: {mm.format_bytes(_lora.total)}, which
+               {"fits" if mm.check_fit(_lora, _gpu).fits else "does not fit"} the card's
+               {mm.format_bytes(_gpu.memory_bytes)}: the 16-bit weights alone are {mm.format_bytes(_lora.weights)}.
+               QLoRA: {mm.format_bytes(_qlora.total)}, which {"fits" if mm.check_fit(_qlora, _gpu).fits else "does not fit"}.""")})])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _lora = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), precision="bf16", optimizer="adamw")
+    _bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), precision="bf16", optimizer="adamw")
+    mo.vstack([mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
+    linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),
+               mo.accordion({"Answer": mo.md(f"""{_lora.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
+               (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(_lora.total - _bf16.total)}**
+               more ({mm.format_bytes(_lora.total)} against {mm.format_bytes(_bf16.total)}).""")})])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,406 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Inference memory")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import memmath as mm
+    from memmath import viz
+    import altair as alt
+    import pandas as pd
+    return alt, mm, mo, pd, viz
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, viz):
+    mo.md(f"""
+    # Inference memory
+
+    Serving a model and training it are **two separate memory calculations**. The article insists on
+    the split: for training it points to EleutherAI's *Transformer Math 101* (Anthony et al., 2023),
+    for inference to Carol Chen's *Transformer Inference Arithmetic* (kipply's blog, 2022). This
+    lesson does the second calculation.
+
+    A served model keeps no gradients, no optimizer states and no activations for a backward pass:
+    the parts that made {viz.lesson_link("02_full_finetuning", "full finetuning")} so expensive are
+    gone. Instead it keeps something training never needed: a **KV cache** that grows with every
+    token of every conversation it is serving.
+
+    The rule of thumb you will meet most often, "{mm.RULE_OF_THUMB_FACTOR:g} times the weights", is
+    fine for short prompts. By the end of this lesson you will see where it breaks.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _per_token = mm.kv_cache_bytes("llama-2-13b", context_len=1)
+    _article = mm.kv_cache_bytes("llama-2-13b", context_len=8192)
+    _m = mm.PRESETS["llama-2-13b"]
+    mo.md(f"""
+    ## Three parts
+
+    | part | what it holds | bytes |
+    |:---|:---|:---|
+    | weights | every parameter in the serving format | parameters x bits / 8, plus one scale per block for integer formats |
+    | KV cache | the key and value vector of every past token, in every layer | 2 x layers x kv_heads x head_dim x bytes x tokens x sequences |
+    | working set | the tensors one forward pass creates and frees | largest over the model's phases (measured below) |
+
+    The **2** in the KV cache is one key plus one value. For Llama-2-13B ({_m.n_layers} layers,
+    {_m.n_kv_heads} key/value heads of {_m.head_dim} numbers) in a 16-bit format, one token costs
+    2 x {_m.n_layers} x {_m.n_kv_heads} x {_m.head_dim} x 2 B = **{_per_token:,} B**. A
+    conversation of 8,192 tokens then needs {_per_token:,} B x 8,192 =
+    **{mm.format_bytes(_article)}** of cache, for one sequence (kipply 2022).
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _decoders = [name for name, shape in mm.PRESETS.items() if shape.family != "bert"]
+    model_dropdown = mo.ui.dropdown(_decoders, value="llama-2-13b", label="Model")
+    weights_format_dropdown = mo.ui.dropdown(["fp32", "bf16", "fp8_e4m3", "int8", "int4", "nf4"], value="bf16",
+                                             label="Weights format")
+    kv_format_dropdown = mo.ui.dropdown(["fp32", "bf16", "fp8_e4m3", "int8"], value="bf16", label="KV cache format")
+    context_slider = mo.ui.slider(steps=[2**k for k in range(7, 18)], value=8192, show_value=True,
+                                  label="Context (tokens per sequence)")
+    batch_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=1, show_value=True,
+                                label="Batch (sequences served at once)")
+    attention_radio = mo.ui.radio(["sdpa", "eager"], value="sdpa", inline=True, label="Attention kernel")
+    gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
+    unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
+    mo.vstack([
+        mo.md("## Try it"),
+        mo.hstack([model_dropdown, weights_format_dropdown, kv_format_dropdown], justify="start"),
+        mo.hstack([context_slider, batch_slider], justify="start"),
+        mo.hstack([attention_radio, gpu_dropdown, unit_radio], justify="start"),
+    ])
+    return (attention_radio, batch_slider, context_slider, gpu_dropdown, kv_format_dropdown, model_dropdown,
+            unit_radio, weights_format_dropdown)
+
+
+@app.cell
+def _(attention_radio, batch_slider, context_slider, gpu_dropdown, kv_format_dropdown, mm, model_dropdown,
+      unit_radio, weights_format_dropdown):
+    model = mm.PRESETS[model_dropdown.value]
+    weights_format, kv_format = weights_format_dropdown.value, kv_format_dropdown.value
+    context_len, batch_size = context_slider.value, batch_slider.value
+    attention, gpu, unit = attention_radio.value, mm.get_gpu(gpu_dropdown.value), unit_radio.value
+    return attention, batch_size, context_len, gpu, kv_format, model, unit, weights_format
+
+
+@app.cell
+def _(attention, batch_size, context_len, kv_format, mm, model, weights_format):
+    memory = mm.inference_memory(model, weights_format=weights_format, kv_format=kv_format,
+                                 batch_size=batch_size, context_len=context_len, attention=attention)
+    return (memory,)
+
+
+@app.cell(hide_code=True)
+def _(batch_size, context_len, gpu, memory, mm, mo, model, unit):
+    _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+    _fit = mm.check_fit(memory.total, gpu)
+    _verdict = (f"fits on one {gpu.name} ({_f(gpu.memory_bytes)}), with {_f(_fit.headroom_bytes)} to spare"
+                if _fit.fits else f"does **not** fit on one {gpu.name} ({_f(gpu.memory_bytes)}): "
+                f"{_f(-_fit.headroom_bytes)} short")
+    _beyond = model.max_positions is not None and context_len > model.max_positions
+    _positions = mo.callout(mo.md(
+        f"{model.name} learned only {model.max_positions:,} positions, so it cannot really read "
+        f"{context_len:,} tokens; the arithmetic still shows what the memory would be."), kind="warn") if _beyond else None
+    mo.vstack([_item for _item in (_positions,) if _item is not None] + [
+        mo.hstack([
+            mo.stat(_f(memory.weights + memory.quantization_constants), label="Weights (+ constants)"),
+            mo.stat(_f(memory.kv_cache), label="KV cache"),
+            mo.stat(_f(memory.working_set), label="Working set"),
+            mo.stat(_f(memory.total), label="Total"),
+            mo.stat(_f(memory.rule_of_thumb), label="Weights x 1.2"),
+        ], justify="space-between"),
+        mo.md(f"""
+    Serving **{model.name}** with weights in {memory.weights_format} and the cache in
+    {memory.kv_format}, {batch_size} {"sequence" if batch_size == 1 else "sequences"} of {context_len:,}
+    tokens: the detailed sum is
+    **{_f(memory.total)}**, which {_verdict}. The rule of thumb says {_f(memory.rule_of_thumb)}.
+    """),
+    ])
+    return
+
+
+@app.cell
+def _(gpu, memory, mm, unit, viz):
+    _frame = viz.breakdown_long({"detailed sum": memory}, unit)
+    viz.stacked_bars(_frame, unit, title="Where serving memory goes",
+                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name}")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## Weights in the serving format
+
+    The weights are usually the largest part, and the serving format sets their size. Floating
+    formats store every parameter at their width. Integer and 4-bit formats store the linear layers'
+    weights in a few bits plus one **scale per block** of 64 values (QLoRA's layout, Dettmers et al.
+    2023): an fp32 scale per 64 weights adds 32 / 64 = 0.5 bit per weight, and NF4's double
+    quantization shrinks that to 8 / 64 + 32 / (64 x 256) = 0.127 bit. Embeddings, norms and the
+    output head stay in 16 bits, which is why the effective bits per parameter below sit above the
+    format's own width.
+    """)
+    return
+
+
+@app.cell
+def _(mm, mo, model, pd, unit):
+    def _row(fmt):
+        _m = mm.inference_memory(model, weights_format=fmt, context_len=1)
+        _stored = _m.weights + _m.quantization_constants
+        return {"format": fmt, "bits per value": mm.get_format(fmt).bits,
+                f"weights ({unit})": round(mm.to_unit(_m.weights, unit), 2),
+                f"constants ({unit})": round(mm.to_unit(_m.quantization_constants, unit), 3),
+                "effective bits per parameter": round(8 * _stored / model.n_params, 2)}
+
+    formats_frame = pd.DataFrame(
+        [_row(f) for f in ["fp32", "bf16", "fp8_e4m3", "int8", "int4", "nf4"]])
+    mo.ui.table(formats_frame, selection=None, show_column_summaries=False, show_download=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## The KV cache and grouped-query attention
+
+    Each new token attends to every earlier token, so a server keeps the keys and values it has
+    already computed instead of recomputing them. That cache grows **linearly with the context**
+    and **linearly with the batch**: double either and the cache doubles.
+
+    **Grouped-query attention** (GQA; Ainslie et al. 2023) lets several query heads share one key/value
+    head. Llama-2-7B and Llama-2-13B keep one key/value head per query head (multi-head attention);
+    Llama-3-8B and Mistral-7B keep 8 for 32 query heads, so their cache per token is
+    32 / 8 = 4 times smaller. The table uses your context, batch and cache format.
+    """)
+    return
+
+
+@app.cell
+def _(batch_size, context_len, kv_format, mm, mo, pd, unit):
+    _names = ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "llama-2-70b", "llama-3-70b"]
+    gqa_frame = pd.DataFrame([{
+        "model": _n, "layers": mm.PRESETS[_n].n_layers, "heads": mm.PRESETS[_n].n_heads,
+        "kv heads": mm.PRESETS[_n].n_kv_heads, "head dim": mm.PRESETS[_n].head_dim,
+        "cut (heads / kv)": mm.PRESETS[_n].n_heads // mm.PRESETS[_n].n_kv_heads,
+        "KB per token": round(mm.kv_cache_bytes(_n, context_len=1, kv_format=kv_format) / 1e3, 1),
+        f"cache ({unit})": round(mm.to_unit(mm.kv_cache_bytes(_n, context_len=context_len, batch_size=batch_size,
+                                                              kv_format=kv_format), unit), 2),
+    } for _n in _names])
+    mo.ui.table(gqa_frame, selection=None, show_column_summaries=False, show_download=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## Where "weights x 1.2" breaks
+
+    The quick estimate adds 20% to the weights for everything else. It is quoted widely (EleutherAI's
+    rule, repeated in Hugging Face accelerate's memory-estimation docs). The chart sweeps the context
+    for your model, batch and formats: the coloured areas are the detailed sum, the black dashed
+    line the rule of thumb, the red dotted line your GPU's memory.
+    """)
+    return
+
+
+@app.cell
+def _(attention, batch_size, kv_format, mm, model, weights_format):
+    sweep_contexts = [2**k for k in range(7, 18)]
+    sweep = {c: mm.inference_memory(model, weights_format=weights_format, kv_format=kv_format,
+                                    batch_size=batch_size, context_len=c, attention=attention)
+             for c in sweep_contexts}
+    rule_limit = mm.rule_of_thumb_context_limit(model, weights_format=weights_format, kv_format=kv_format,
+                                                batch_size=batch_size, attention=attention)
+    return rule_limit, sweep
+
+
+@app.cell
+def _(alt, gpu, mm, pd, rule_limit, sweep, unit, viz):
+    _rows = [{"context": c, "label": viz.ALL_LABELS[p], "order": i, "size": mm.to_unit(v, unit)}
+             for c, m in sweep.items() for i, (p, v) in enumerate(m.parts().items())]
+    _rule = pd.DataFrame([{"context": c, "size": mm.to_unit(m.rule_of_thumb, unit)} for c, m in sweep.items()])
+    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="Context (tokens per sequence, log scale)")
+    _areas = alt.Chart(pd.DataFrame(_rows)).mark_area(opacity=0.85).encode(
+        x=_x, y=alt.Y("size:Q", stack="zero", title=viz.memory_axis_title(unit)),
+        color=alt.Color("label:N", title="Part", scale=viz.part_scale(viz.INFERENCE_PARTS)),
+        order="order:Q", tooltip=["context:Q", "label:N", alt.Tooltip("size:Q", title=unit, format=",.2f")])
+    _rule_line = alt.Chart(_rule).mark_line(color="black", strokeDash=[6, 4]).encode(x=_x, y="size:Q")
+    _marks = pd.DataFrame({"size": [mm.to_unit(gpu.memory_bytes, unit)], "what": [f"{gpu.name} memory"]})
+    _gpu_line = alt.Chart(_marks).mark_rule(color="#D62728", strokeDash=[2, 2], size=2).encode(
+        y="size:Q", tooltip=["what:N"])
+    _layers = [_areas, _rule_line, _gpu_line]
+    if min(sweep) <= rule_limit <= max(sweep):
+        _limit = pd.DataFrame({"context": [rule_limit], "what": [f"rule holds to {rule_limit:,} tokens"]})
+        _layers += [alt.Chart(_limit).mark_rule(color="black").encode(x="context:Q", tooltip=["what:N"]),
+                    alt.Chart(_limit).mark_text(align="left", dx=4, y=8).encode(x="context:Q", text="what:N")]
+    alt.layer(*_layers).properties(width=560, height=300, title=alt.Title(
+        "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu.name} memory: red, dotted"))
+    return
+
+
+@app.cell(hide_code=True)
+def _(batch_size, memory, mm, mo, model, rule_limit, unit):
+    _stored = memory.weights + memory.quantization_constants
+    _allowance = memory.rule_of_thumb - _stored
+    if rule_limit == 0:
+        _where = "not even for a single token: the working set and cache of one step already exceed it"
+    else:
+        _where = f"up to **{rule_limit:,} tokens** per sequence, and no further"
+    mo.md(f"""
+    For {model.name} with {batch_size} {"sequence" if batch_size == 1 else "sequences"}, the rule's allowance is
+    {mm.format_bytes(_allowance, unit)} (20% of {mm.format_bytes(_stored, unit)}). It covers the
+    cache and working set {_where}. Past that, long contexts and big batches make the KV cache,
+    not the weights, the part that decides whether a model fits. Try batch 64 at a long context:
+    the cache dwarfs the weights.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## The working set
+
+    One forward pass creates tensors and frees them again: the normed input of each block, the
+    query, the MLP's wide hidden layer, and with the *eager* attention kernel the full
+    context x context score matrix of every head. The largest moment of that pass is the working set.
+    memmath follows what Hugging Face transformers allocates when it reads a prompt in one go
+    (a prefill), phase by phase; checked against a count of PyTorch's live tensors for GPT-2 and
+    LLaMA models it lands within 0.2% (`validation/inference_working_set.py`). Two details matter:
+    LLaMA's eager attention runs its softmax in fp32 (10 bytes per score with bf16 weights), and
+    fused attention (*sdpa*, FlashAttention) keeps no score matrix at all. Switch the attention kernel
+    above at a long context to watch the working set jump. Servers that split long prompts into
+    chunks keep a smaller working set than this.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## How fast can it decode?
+
+    Generating one token reads every weight once, and each sequence's whole KV cache. On a GPU
+    that read is the bottleneck, so memory bandwidth gives an **upper bound**:
+    tokens per second per sequence <= bandwidth / (weights + constants + KV cache) (kipply 2022).
+    The weights are read once per step for the whole batch, so a batch of B sequences produces up
+    to B times as many tokens in total. Real servers reach a fraction of this bound.
+    """)
+    return
+
+
+@app.cell
+def _(batch_size, gpu, memory, mm):
+    per_sequence = mm.decode_tokens_per_second(memory, gpu)
+    all_sequences = per_sequence * batch_size
+    read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
+    return all_sequences, per_sequence, read_per_step
+
+
+@app.cell(hide_code=True)
+def _(all_sequences, batch_size, gpu, mm, mo, per_sequence, read_per_step, unit):
+    mo.md(f"""
+    On one {gpu.name} ({gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s), each step reads
+    {mm.format_bytes(read_per_step, unit)}: at most **{per_sequence:,.1f} tokens/s per sequence**,
+    {all_sequences:,.1f} tokens/s across the batch of {batch_size}. Change the weights format to nf4
+    to see why quantized models also decode faster; raise the batch at a long context to see the
+    cache eat into the speed.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## Which GPUs fit
+
+    Every card in the catalog against the detailed total. "memory" is what the driver reports
+    (nvidia-smi's total), slightly less than the box says ("marketed"); the last column is the
+    decode bound on that card.
+    Nothing is reserved here for the CUDA context, which takes a few hundred MB to over a GB more.
+    """)
+    return
+
+
+@app.cell
+def _(memory, mm, mo, unit):
+    fit_frame = mm.fit_table(memory.total, unit=unit)
+    _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in fit_frame[f"headroom ({unit})"]]
+    fit_frame = fit_frame.assign(**{
+        f"memory ({unit})": fit_frame[f"memory ({unit})"].round(2), "fits": fit_frame["fits"].map({True: "yes", False: "no"}),
+        f"headroom ({unit})": _gaps,
+        "decode bound (tokens/s)": [round(mm.decode_tokens_per_second(memory, g), 1) for g in fit_frame["gpu"]],
+    }).drop(columns=["kind"])
+    mo.ui.table(fit_frame, selection=None, show_column_summaries=False, show_download=False, page_size=len(fit_frame))
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _limit = mm.rule_of_thumb_context_limit("llama-2-7b")
+    mo.callout(mo.md(f"""
+    **Takeaways**
+
+    - Inference memory is its own calculation: weights in the serving format + KV cache + working set.
+    - The KV cache is 2 x layers x kv_heads x head_dim x bytes per token, times context, times batch.
+      Grouped-query attention divides it by heads / kv_heads.
+    - "Weights x 1.2" holds for short contexts only (Llama-2-7B in bf16, one sequence: up to
+      {_limit:,} tokens). Long contexts and large batches break it.
+    - Decoding is bounded by bandwidth / bytes read per step: smaller weights and a smaller cache
+      make a model faster as well as smaller.
+    """), kind="success")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _kv13 = mm.kv_cache_bytes("llama-2-13b", context_len=8192)
+    _w13 = mm.inference_memory("llama-2-13b", context_len=1).weights
+    _m13, _m70 = mm.PRESETS["llama-2-13b"], mm.PRESETS["llama-2-70b"]
+    _kv70 = mm.kv_cache_bytes("llama-2-70b", context_len=1)
+    _mha70 = mm.kv_cache_bytes(mm.PRESETS["llama-2-70b"].with_changes(n_kv_heads=64), context_len=1)
+    _bf16 = mm.inference_memory("llama-2-7b", context_len=4096)
+    _nf4 = mm.inference_memory("llama-2-7b", weights_format="nf4", context_len=4096)
+    _speed = [mm.decode_tokens_per_second(m, "RTX 4090") for m in (_bf16, _nf4)]
+    _limits = [mm.rule_of_thumb_context_limit("llama-2-7b", batch_size=b) for b in (1, 8)]
+    mo.vstack([
+        mo.md("## Problems"),
+        mo.md("**1.** How large is Llama-2-13B's KV cache in 16 bits for one 8,192-token conversation, "
+              "and for eight of them?"),
+        mo.accordion({"Answer": mo.md(
+            f"2 x {_m13.n_layers} x {_m13.n_kv_heads} x {_m13.head_dim} x 2 B x 8,192 = {mm.format_bytes(_kv13)} "
+            f"for one; {mm.format_bytes(8 * _kv13)} for eight: more than the {mm.format_bytes(_w13)} of weights.")}),
+        mo.md("**2.** Llama-2-70B keeps 8 key/value heads for its 64 query heads. What does one token of "
+              "cache cost in bf16, and what would it cost with one key/value head per query head?"),
+        mo.accordion({"Answer": mo.md(
+            f"2 x {_m70.n_layers} x {_m70.n_kv_heads} x {_m70.head_dim} x 2 B = {_kv70:,} B per token. "
+            f"With {_m70.n_heads} kv heads: {_mha70:,} B, "
+            f"{_mha70 // _kv70} times more.")}),
+        mo.md("**3.** What is the decode bound for Llama-2-7B at 4,096 tokens, one sequence, on an "
+              "RTX 4090, in bf16 and in nf4?"),
+        mo.accordion({"Answer": mo.md(
+            f"bf16 reads {mm.format_bytes(_bf16.weights + _bf16.kv_cache)} per step: at most "
+            f"{_speed[0]:,.1f} tokens/s. nf4 reads "
+            f"{mm.format_bytes(_nf4.weights + _nf4.quantization_constants + _nf4.kv_cache)}: at most "
+            f"{_speed[1]:,.1f} tokens/s.")}),
+        mo.md("**4.** Up to which context does \"weights x 1.2\" cover Llama-2-7B in bf16 with one "
+              "sequence? With eight?"),
+        mo.accordion({"Answer": mo.md(
+            f"{_limits[0]:,} tokens with one sequence; {_limits[1]:,} tokens with eight, since the cache "
+            "and the working set grow with the batch too.")}),
+    ])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,392 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="The planner: will my finetune fit?")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import memmath as mm
+    from memmath import viz
+    import pandas as pd
+    return mm, mo, pd, viz
+
+
+@app.cell(hide_code=True)
+def _(mo, viz):
+    mo.md(f"""
+    # The planner: will my finetune fit?
+
+    Every lesson so far took one piece of the bill apart. This one puts the pieces back together
+    for **your** run: pick a model (or paste its `config.json`), a finetuning method, a precision
+    recipe, an optimizer, the batch and the sequence length, and a GPU. The planner adds up what
+    one GPU must hold during a training step, says whether it fits, and ranks the changes that
+    would make it fit by the memory each one saves.
+
+    The pieces come from earlier lessons: weights and formats ({viz.lesson_link("01_weights_and_formats", "lesson 1")}),
+    gradients and optimizer states ({viz.lesson_link("02_full_finetuning", "lesson 2")}), activations
+    ({viz.lesson_link("03_activations", "lesson 3")}), freezing ({viz.lesson_link("04_freezing", "lesson 4")}),
+    adapters ({viz.lesson_link("05_adapters", "lesson 5")}) and LoRA/QLoRA ({viz.lesson_link("06_lora_qlora", "lesson 6")}).
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _article = mm.bytes_per_parameter("bf16", "adam")
+    _mixed = mm.bytes_per_parameter("mixed", "adam")
+    mo.md(f"""
+    ## The sum, per GPU
+
+    memory per GPU = weights + quantization constants + gradients + master weights + optimizer states + activations
+
+    Gradients, master weights and optimizer states exist only for **trainable** parameters; the
+    recipe sets their bytes. The article's recipe (pure 16-bit with Adam) keeps
+    {_article["weights"]:g} + {_article["gradients"]:g} + {_article["optimizer_states"]:g} =
+    **{_article["total"]:g} bytes** per trainable parameter; the classic mixed-precision recipe keeps
+    {_mixed["weights"]:g} + {_mixed["gradients"]:g} + {_mixed["master_weights"]:g} + {_mixed["optimizer_states"]:g}
+    = **{_mixed["total"]:g} bytes**. Activations grow with batch x sequence length. Sharding with
+    ZeRO (Rajbhandari et al. 2020) splits optimizer states (stage 1), then gradients (2), then
+    weights (3) across the GPUs, but never the activations: each GPU keeps its own.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _mistral = """{
+      "architectures": ["MistralForCausalLM"],
+      "hidden_act": "silu",
+      "hidden_size": 4096,
+      "intermediate_size": 14336,
+      "max_position_embeddings": 32768,
+      "model_type": "mistral",
+      "num_attention_heads": 32,
+      "num_hidden_layers": 32,
+      "num_key_value_heads": 8,
+      "rms_norm_eps": 1e-05,
+      "tie_word_embeddings": false,
+      "torch_dtype": "bfloat16",
+      "vocab_size": 32000
+    }"""
+    source_radio = mo.ui.radio(["preset", "paste config.json"], value="preset", inline=True, label="Model from")
+    preset_dropdown = mo.ui.dropdown(list(mm.PRESETS), value="llama-2-7b", label="Preset")
+    config_text_area = mo.ui.text_area(value=_mistral, rows=10, full_width=True,
+                                       label="config.json (used when 'paste config.json' is chosen)")
+    mo.vstack([mo.md("## 1. The model"), mo.hstack([source_radio, preset_dropdown], justify="start"),
+               config_text_area])
+    return config_text_area, preset_dropdown, source_radio
+
+
+@app.cell
+def _(config_text_area, mm, preset_dropdown, source_radio):
+    model, model_error = None, None
+    if source_radio.value == "preset":
+        model = mm.PRESETS[preset_dropdown.value]
+    else:
+        try:
+            model = mm.config_from_text(config_text_area.value)
+        except ValueError as error:  # bad JSON, a missing field, an unsupported model_type
+            model_error = str(error)
+    return model, model_error
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, model, model_error):
+    if model_error:
+        _shown = mo.callout(mo.md(f"**This config.json cannot be used.** {model_error}"), kind="danger")
+    else:
+        _shown = mo.callout(mo.md(
+            f"**{model.name}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
+            f"width {model.hidden_size:,}, {model.n_heads} heads ({model.n_kv_heads} key/value), "
+            f"vocabulary {model.vocab_size:,}. Weights alone in bf16: "
+            f"{mm.format_bytes(mm.training_memory(model, method=mm.Full()).weights)}."), kind="info")
+    _shown
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo, model):
+    mo.stop(model is None, mo.md("## 2. The method\n\n*Waiting for a model: fix the config.json above.*"))
+    method_dropdown = mo.ui.dropdown({"full finetuning": "full", "partial (freeze)": "freeze",
+                                      "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora"},
+                                     value="full finetuning", label="Method")
+    trainable_layers_slider = mo.ui.slider(0, model.n_layers, value=1, show_value=True,
+                                           label="Freeze: trainable last blocks")
+    bottleneck_slider = mo.ui.slider(steps=[2**k for k in range(3, 11)], value=64, show_value=True,
+                                     label="Adapters: bottleneck width")
+    rank_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=8, show_value=True, label="LoRA/QLoRA: rank")
+    targets_dropdown = mo.ui.dropdown({"q, v": ("q", "v"), "q, k, v, o": ("q", "k", "v", "o"), "all linear": ("all",)},
+                                      value="q, v", label="LoRA/QLoRA: matrices")
+    mo.vstack([mo.md("## 2. The method"), method_dropdown,
+               mo.hstack([trainable_layers_slider, bottleneck_slider], justify="start"),
+               mo.hstack([rank_slider, targets_dropdown], justify="start"),
+               mo.md("The selected method's own control sets your run; all four also feed the comparison "
+                     "table at the end.").style({"font-size": "0.9em"})])
+    return bottleneck_slider, method_dropdown, rank_slider, targets_dropdown, trainable_layers_slider
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    precision_dropdown = mo.ui.dropdown(list(mm.RECIPES), value="bf16", label="Precision recipe")
+    optimizer_dropdown = mo.ui.dropdown(list(mm.OPTIMIZERS), value="adamw", label="Optimizer")
+    batch_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=1, show_value=True, label="Batch (sequences)")
+    seq_len_slider = mo.ui.slider(steps=[2**k for k in range(7, 16)], value=512, show_value=True,
+                                  label="Sequence length (tokens)")
+    checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
+    attention_radio = mo.ui.radio(["sdpa", "eager"], value="sdpa", inline=True, label="Attention")
+    mo.vstack([mo.md("## 3. The training step"), mo.hstack([precision_dropdown, optimizer_dropdown], justify="start"),
+               mo.hstack([batch_slider, seq_len_slider], justify="start"),
+               mo.hstack([checkpointing_switch, attention_radio], justify="start")])
+    return (attention_radio, batch_slider, checkpointing_switch, optimizer_dropdown, precision_dropdown,
+            seq_len_slider)
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
+    n_gpus_slider = mo.ui.slider(steps=[2**k for k in range(0, 7)], value=1, show_value=True, label="GPUs")
+    zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
+                                   label="ZeRO stage")
+    reserved_slider = mo.ui.slider(0, 2, step=0.25, value=1.25, show_value=True,
+                                   label="Reserved for the CUDA context (GiB)")
+    unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
+    _context = mm.literature.REPORTED["cuda_context_v100"]
+    mo.vstack([mo.md("## 4. The hardware"), mo.hstack([gpu_dropdown, n_gpus_slider, zero_stage_radio], justify="start"),
+               mo.hstack([reserved_slider, unit_radio], justify="start"),
+               mo.md(f"The CUDA context takes memory before any tensor: {_context.value:,} {_context.unit}, "
+                     f"{_context.claim} ({_context.source}).").style({"font-size": "0.9em"})])
+    return gpu_dropdown, n_gpus_slider, reserved_slider, unit_radio, zero_stage_radio
+
+
+@app.cell
+def _(bottleneck_slider, mm, rank_slider, targets_dropdown, trainable_layers_slider):
+    methods = {
+        "full": mm.Full(),
+        "freeze": mm.Freeze(trainable_layers=trainable_layers_slider.value),
+        "adapters": mm.Adapters(bottleneck=bottleneck_slider.value),
+        "lora": mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value),
+        "qlora": mm.QLoRA(rank=rank_slider.value, targets=targets_dropdown.value),
+    }
+    return (methods,)
+
+
+@app.cell
+def _(attention_radio, batch_slider, checkpointing_switch, gpu_dropdown, method_dropdown, methods, mm,
+      n_gpus_slider, optimizer_dropdown, precision_dropdown, reserved_slider, seq_len_slider, unit_radio,
+      zero_stage_radio):
+    settings = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value,
+                    method=methods[method_dropdown.value], batch_size=batch_slider.value,
+                    seq_len=seq_len_slider.value, checkpointing=checkpointing_switch.value,
+                    n_gpus=n_gpus_slider.value, zero_stage=zero_stage_radio.value, attention=attention_radio.value)
+    gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
+    reserved = int(reserved_slider.value * 2**30)
+    return gpu, reserved, settings, unit
+
+
+@app.cell
+def _(gpu, mm, model, reserved, settings):
+    result = mm.training_memory(model, **settings)
+    fit = mm.check_fit(result.total, gpu, reserved_bytes=reserved)
+    suggestions = mm.suggest_changes(model, gpu, reserved_bytes=reserved, **settings)
+    path = mm.path_to_fit(model, gpu, reserved_bytes=reserved, **settings)
+    return fit, path, result, suggestions
+
+
+@app.cell(hide_code=True)
+def _(fit, gpu, mm, mo, model, result, settings, unit):
+    _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+    _per = f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU"
+    _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
+    _verdict = (f"**It fits.** {_f(result.total)} {_per}; one {gpu.name} has {_usable}: "
+                f"{_f(fit.headroom_bytes)} to spare." if fit.fits else
+                f"**It does not fit.** {_f(result.total)} {_per}; one {gpu.name} has {_usable}: "
+                f"{_f(-fit.headroom_bytes)} short.")
+    _long = model.max_positions is not None and settings["seq_len"] > model.max_positions
+    _warn = [mo.callout(mo.md(f"{model.name} learned only {model.max_positions:,} positions; a {settings['seq_len']:,}"
+                              "-token sequence is arithmetic only."), kind="warn")] if _long else []
+    mo.vstack([mo.md("## The verdict"), *_warn,
+               mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
+               mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
+               .style({"font-size": "0.9em"})])
+    return
+
+
+@app.cell
+def _(fit, gpu, mm, model, result, suggestions, unit, viz):
+    _bars = {"your run": result}
+    for _s in suggestions[:4]:
+        _bars[f"with {_s.change}"] = mm.training_memory(model, **_s.settings)
+    viz.stacked_bars(viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
+                     capacity_bytes=fit.available_bytes, capacity_label=gpu.name)
+    return
+
+
+@app.cell
+def _(mo, result, unit):
+    _table = result.to_frame(unit)
+    _table = _table[_table["bytes"] > 0].reset_index(drop=True)
+    _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
+    mo.ui.table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}),
+                selection=None, show_column_summaries=False, show_download=False)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, path, suggestions, unit):
+    _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+    if not suggestions:
+        _path = "No single change in the planner's list lowers this run's memory."
+    elif not path:
+        _path = "It already fits; the changes below would free memory for a larger batch or longer sequences."
+    elif path[-1].fits:
+        _steps = " then ".join(f"**{s.change}** ({_f(s.total)})" for s in path)
+        _path = f"To make it fit, the planner applies {_steps}."
+    else:
+        _path = "Even all of these changes together do not make it fit: choose a larger GPU or a smaller model."
+    mo.vstack([mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
+               mo.ui.table(mm.suggestions_frame(suggestions, unit).round(2), selection=None,
+                           show_column_summaries=False, show_download=False, wrapped_columns=["cost"])])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## Every GPU in the catalog
+
+    The same memory per GPU against every card, with the CUDA context reserved on each. "memory" is
+    what the driver reports, a little under the number on the box ("marketed").
+    """)
+    return
+
+
+@app.cell
+def _(mm, mo, reserved, result, unit):
+    catalog_frame = mm.fit_table(result.total, reserved_bytes=reserved, unit=unit)
+    _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
+    catalog_frame = catalog_frame.assign(**{
+        f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
+        "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
+    mo.ui.table(catalog_frame, selection=None, show_column_summaries=False, show_download=False,
+                page_size=len(catalog_frame))
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    ## Full, partial or PEFT: the article's comparison, with your numbers
+
+    The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
+    settings for your model: the same recipe, optimizer, batch and sequence length, with the freeze,
+    adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
+    and data are what the papers and the article report, with their sources.
+    """)
+    return
+
+
+@app.cell
+def _(methods, mm, model, settings, unit):
+    compared = {name: mm.training_memory(model, **{**settings, "method": methods[key]})
+                for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
+                                  ("PEFT: LoRA", "lora"))}
+    comparison_rows = {
+        "trainable parameters": {n: f"{r.trainable_params:,} ({r.trainable_fraction:.2%})" for n, r in compared.items()},
+        f"memory per GPU ({unit})": {n: mm.format_bytes(r.total, unit) for n, r in compared.items()},
+    }
+    return compared, comparison_rows
+
+
+@app.cell(hide_code=True)
+def _(comparison_rows, mm, mo, pd):
+    _c = mm.literature.cite
+    _rows = {**comparison_rows,
+             "quality": {"full": "the reference", "partial (freeze)": _c("bert_large_partial_share"),
+                         "PEFT: adapters": f"{_c('houlsby_glue_gap')}, {_c('houlsby_trainable_share')}",
+                         "PEFT: LoRA": _c("lora_quality")},
+             "inference latency": {"full": "none added", "partial (freeze)": "none added",
+                                   "PEFT: adapters": _c("lora_adapter_latency"),
+                                   "PEFT: LoRA": _c("lora_no_added_latency")},
+             "data needed": {"full": _c("peft_examples_full"), "partial (freeze)": "not stated by the article",
+                             "PEFT: adapters": _c("peft_examples_peft"), "PEFT: LoRA": _c("peft_examples_peft")}}
+    comparison_frame = pd.DataFrame(_rows).T
+    mo.ui.table(comparison_frame.reset_index(names="").astype(str), selection=None, show_column_summaries=False,
+                show_download=False, wrapped_columns=list(comparison_frame.columns))
+    return
+
+
+@app.cell(hide_code=True)
+def _(compared, mm, mo, model, settings, unit, viz):
+    _serve = mm.inference_memory(model, context_len=settings["seq_len"])
+    _peft = compared["PEFT: LoRA"].total
+    mo.md(f"""
+    ## Needed, or only wanted?
+
+    The article ends on a question a team should ask before any of this: is finetuning **needed**,
+    or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
+    and a leader may find it hard to tell the two apart. The memory bill does not care why: a
+    finetune carries training-side costs whether or not it was needed. Serving {model.name} as it is
+    ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
+    {settings["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
+    and full finetuning {mm.format_bytes(compared["full"].total, unit)}. If prompting the model as it is
+    does the job, the cheapest finetune is the one you do not run.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.callout(mo.md("""
+    **Takeaways**
+
+    - A training run's memory per GPU is a sum of named parts; the recipe, the optimizer and the
+      method decide most of them, batch x sequence length decides the activations.
+    - The cheapest fixes differ by run: checkpointing when activations dominate, LoRA or QLoRA when
+      gradients and optimizer states dominate, ZeRO or more GPUs when the weights themselves do not fit.
+    - ZeRO shards states, gradients and weights, never activations: more GPUs cannot rescue a batch
+      that is too large for one card.
+    - PEFT trains a tiny fraction of the parameters for most of the quality, with less data; merged
+      LoRA adds no latency, adapters do.
+    """), kind="success")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo):
+    _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
+    _full = mm.training_memory("llama-2-7b", **_s)
+    _path = mm.path_to_fit("llama-2-7b", "RTX 4090", reserved_bytes=int(1.25 * 2**30), **_s)
+    _q = mm.training_memory("llama-65b", precision="bf16", optimizer="adamw", method=mm.QLoRA(rank=64, targets="all"),
+                            batch_size=1, seq_len=512, checkpointing=True, attention="sdpa")
+    _a6000 = mm.check_fit(_q, "RTX A6000")
+    _dp = [mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw", n_gpus=n).total for n in (1, 8)]
+    _z3 = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw", n_gpus=8, zero_stage=3).total
+    try:
+        mm.config_from_text('{"model_type": "falcon", "hidden_size": 4544}')
+    except ValueError as _error:
+        _falcon = str(_error)
+    mo.vstack([
+        mo.md("## Problems"),
+        mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
+              "per GPU, and what is the smallest change that fits it on an RTX 4090 (1.25 GiB reserved)?"),
+        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.total)}. The planner's path: "
+                                      + ", then ".join(f"{s.change} ({mm.format_bytes(s.total)})" for s in _path) + ".")}),
+        mo.md("**2.** QLoRA's paper finetuned a 65B model on one 48 GB GPU. Plan LLaMA-65B with QLoRA rank 64 on "
+              "all linear layers, batch 1, 512 tokens, checkpointing: does it fit an RTX A6000?"),
+        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_q.total)} against {mm.format_bytes(_a6000.available_bytes)}: "
+                                      f"{'it fits' if _a6000.fits else 'it does not fit'} "
+                                      f"({mm.literature.cite('qlora_65b_gpu')}).")}),
+        mo.md("**3.** Eight GPUs without ZeRO: does Llama-2-7B's full finetune need less memory per GPU than on one?"),
+        mo.accordion({"Answer": mo.md(f"No: {mm.format_bytes(_dp[1])} per GPU, as on one ({mm.format_bytes(_dp[0])}). "
+                                      f"Plain data parallelism copies everything; ZeRO stage 3 brings it to "
+                                      f"{mm.format_bytes(_z3)} per GPU.")}),
+        mo.md("**4.** Paste `{\"model_type\": \"falcon\", \"hidden_size\": 4544}` as the config. What does the planner say?"),
+        mo.accordion({"Answer": mo.md(f"A message, not a crash: \"{_falcon}\".")}),
+    ])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

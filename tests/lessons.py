@@ -1,0 +1,131 @@
+"""Run lessons from pytest: load a notebook's app, run it, and re-run it with each control at its extremes.
+
+A lesson builds each control in one cell and reads it in another, so a control can be replaced by
+an equal one set to its minimum or maximum (`app.run(defs=...)` overrides the defining cell; the
+cell's other definitions are passed through unchanged from the default run).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+from pathlib import Path
+
+import marimo as mo
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+
+
+def load_app(name: str):
+    """The marimo App of notebooks/<name>.py (imported fresh each time)."""
+    path = NOTEBOOKS / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"lesson_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.app
+
+
+def run(name: str, defs: dict | None = None):
+    """(outputs, defs) of one run of the lesson."""
+    return load_app(name).run(defs=defs)
+
+
+def _cell_defs(app) -> dict[str, set[str]]:
+    """Variable -> every variable defined by the same cell."""
+    app._maybe_initialize()
+    owners = {}
+    for cell in app._graph.cells.values():
+        for var in cell.defs:
+            owners[var] = set(cell.defs)
+    return owners
+
+
+def _at(element, which: str):
+    """A copy of a control set to its minimum ('min') or maximum ('max'); None if it has no range."""
+    if isinstance(element, mo.ui.slider):
+        if element.steps:
+            value = element.steps[0] if which == "min" else element.steps[-1]
+            return mo.ui.slider(steps=element.steps, value=value)
+        value = element.start if which == "min" else element.stop
+        return mo.ui.slider(start=element.start, stop=element.stop, step=element.step, value=value)
+    if isinstance(element, mo.ui.number):
+        value = element.start if which == "min" else element.stop
+        if value is None or (isinstance(value, float) and math.isinf(value)):
+            return None
+        return mo.ui.number(start=element.start, stop=element.stop, step=element.step, value=value)
+    if isinstance(element, (mo.ui.dropdown, mo.ui.radio)):
+        keys = list(element.options)
+        key = keys[0] if which == "min" else keys[-1]
+        return type(element)(options=element.options, value=key)
+    if isinstance(element, (mo.ui.switch, mo.ui.checkbox)):
+        return type(element)(value=(which == "max"))
+    return None
+
+
+def controls(defs) -> dict[str, object]:
+    """Every top-level control of a run: name -> UI element."""
+    kinds = (mo.ui.slider, mo.ui.number, mo.ui.dropdown, mo.ui.radio, mo.ui.switch, mo.ui.checkbox)
+    return {name: value for name, value in defs.items() if isinstance(value, kinds)}
+
+
+def extreme_runs(name: str):
+    """Yield (control, 'min'|'max', outputs, defs) for every control of the lesson at both ends."""
+    app = load_app(name)
+    _, base_defs = app.run()
+    owners = _cell_defs(app)
+    for var, element in controls(base_defs).items():
+        for which in ("min", "max"):
+            replacement = _at(element, which)
+            if replacement is None:
+                continue
+            overrides = {v: base_defs[v] for v in owners[var] if v in base_defs}
+            overrides[var] = replacement
+            outputs, defs = load_app(name).run(defs=overrides)
+            yield var, which, outputs, defs
+
+
+# Units are matched case-sensitively: marimo's lowercase UUIDs ("-460b-") and names such as
+# "gpt3-175b" would otherwise read as negative byte counts. A minus sign, not a hyphen inside a
+# name: "Llama-2-13B" is a model name, not -13 B.
+_BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
+
+
+def output_text(outputs) -> str:
+    """The visible text of a run's outputs (HTML of markdown, tables and charts' data)."""
+    parts = []
+    for output in outputs:
+        if output is None:
+            continue
+        text = getattr(output, "text", None)
+        if text is None and hasattr(output, "_repr_html_"):
+            try:
+                text = output._repr_html_()
+            except Exception:  # a chart that cannot render is caught by the browser tests
+                text = ""
+        if text is None and hasattr(output, "_mime_"):
+            text = str(output._mime_()[1])
+        parts.append(str(text or ""))
+    return "\n".join(parts)
+
+
+def bad_text(outputs) -> list[str]:
+    """Fragments that must never be shown: NaN, tracebacks, negative byte counts."""
+    return _BAD_TEXT.findall(output_text(outputs))
+
+
+def run_with(name: str, **controls):
+    """(outputs, defs) of a run with some controls replaced (name -> UI element), the rest at their defaults.
+
+    A control's defining cell is skipped when it is overridden, so its sibling definitions are passed
+    through from a default run, as extreme_runs does.
+    """
+    app = load_app(name)
+    _, base_defs = app.run()
+    owners = _cell_defs(app)
+    overrides = {}
+    for var, element in controls.items():
+        overrides.update({v: base_defs[v] for v in owners[var] if v in base_defs})
+    overrides.update(controls)
+    return load_app(name).run(defs=overrides)

@@ -1,0 +1,239 @@
+"""memmath's predictions against what PyTorch really allocated, case by case (no torch needed).
+
+The expected numbers are measurements, not memmath's own output: validation/measure.py ran one
+training step per case with torch, transformers and peft on the CPU (versions in the data file)
+and recorded the bytes in memmath/data/measured_cpu.json. tests/test_fidelity_live.py checks that
+the recording still matches PyTorch today.
+
+Tolerances (issue 4): parameters, gradients and optimizer states equal to the byte; activations
+saved by the forward pass (activations="transformers") within 1% per case; the peak within 5%.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import memmath
+from memmath.hf_activations import transformers_activations
+from memmath.measured import case_arguments, case_method, case_model, measured_metadata
+
+CASES = memmath.load_measured()
+ROWS = {row.case_id: row for row in CASES.itertuples(index=False)}
+IDS = list(ROWS)
+ROOT = Path(__file__).resolve().parent.parent
+
+# Cases where the peak estimate misses by more than 5%, each with the reason. They are expected
+# failures; test_known_peak_misses_still_miss fails when one starts to pass, so the list stays true.
+KNOWN_PEAK_MISSES = {
+    "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112": (
+        "held-out case, estimate 6.4% low: with checkpointing and CPU attention dropout (PyTorch's math "
+        "kernel, fp32 s x s tensors) the backward peak falls while a block is recomputed, and the math "
+        "kernel's temporaries that overlap the block's gradients there are not all in the model"),
+}
+
+
+def _row(case_id):
+    return ROWS[case_id]._asdict()
+
+
+def _relative(predicted, measured):
+    return abs(int(predicted) - int(measured)) / int(measured)
+
+
+@pytest.mark.parametrize("case_id", IDS)
+def test_parameters_gradients_and_optimizer_states_to_the_byte(case_id):
+    row = _row(case_id)
+    m = memmath.predict_case(row)
+    assert int(m.weights) == row["param_bytes"]
+    assert int(m.gradients) == row["grad_bytes"]
+    assert int(m.optimizer_states) == row["optimizer_state_bytes"]
+    assert int(m.total_params) == row["total_params"]
+    assert int(m.trainable_params) == row["trainable_params"]
+
+
+@pytest.mark.parametrize("case_id", IDS)
+def test_saved_activations_within_one_percent(case_id):
+    row = _row(case_id)
+    detail = memmath.predict_case(row).activation_detail
+    assert detail.model == "transformers"
+    assert _relative(detail.saved_by_forward, row["saved_bytes"]) <= 0.01, (
+        f"predicted {int(detail.saved_by_forward):,} B, measured {row['saved_bytes']:,} B")
+
+
+@pytest.mark.parametrize("case_id", IDS)
+def test_peak_within_five_percent(case_id):
+    if case_id in KNOWN_PEAK_MISSES:
+        pytest.xfail(KNOWN_PEAK_MISSES[case_id])
+    row = _row(case_id)
+    peak = memmath.predict_peak_case(row)
+    assert _relative(peak.total, row["peak_bytes"]) <= 0.05, (
+        f"predicted {int(peak.total):,} B ({peak.phase}), measured {row['peak_bytes']:,} B")
+
+
+@pytest.mark.parametrize("case_id", sorted(KNOWN_PEAK_MISSES))
+def test_known_peak_misses_still_miss(case_id):
+    """A listed miss that starts to pass must leave KNOWN_PEAK_MISSES (and the README's note)."""
+    row = _row(case_id)
+    assert _relative(memmath.predict_peak_case(row).total, row["peak_bytes"]) > 0.05
+
+
+def test_training_memory_reports_the_transformers_estimate():
+    # activations in the breakdown = every saved byte plus the recompute buffer of checkpointing.
+    for case_id in IDS[::7]:
+        row = _row(case_id)
+        m = memmath.predict_case(row)
+        detail = m.activation_detail
+        assert int(m.activations) == int(detail.total) == int(detail.saved_by_forward + detail.recompute_peak)
+        assert (int(detail.recompute_peak) > 0) == bool(row["checkpointing"])
+
+
+def test_the_recording_covers_the_grid_of_issue_4():
+    assert len(CASES) >= 100
+    assert set(CASES.family) == {"gpt2", "llama", "bert"}
+    llama = CASES[CASES.family == "llama"]
+    assert (llama.n_kv_heads < llama.n_heads).any() and (llama.n_kv_heads == llama.n_heads).any()  # GQA and MHA
+    assert set(llama.tied_embeddings) == {True, False}
+    assert set(CASES.precision) == {"fp32", "bf16"}
+    assert set(CASES.optimizer) == {"adamw", "sgd_momentum", "adam_amsgrad"}
+    assert set(CASES.method) == {"full", "freeze", "lora"}
+    lora = CASES[CASES.method == "lora"]
+    assert set(lora.lora_targets) == {"qv", "all"}
+    assert set(lora[lora.precision == "bf16"].adapter_format) == {"fp32", "bf16"}
+    assert set(CASES.attention) == {"eager", "sdpa"}
+    assert set(CASES.dropout) == {True, False} and set(CASES.checkpointing) == {True, False}
+    assert CASES.batch_size.nunique() >= 3 and CASES.seq_len.nunique() >= 3
+    assert CASES.case_id.is_unique
+
+
+def test_the_recording_is_self_consistent():
+    for row in CASES.itertuples(index=False):
+        assert row.saved_bytes == sum(row.saved_per_layer) + row.saved_outside_layers
+        assert len(row.saved_per_layer) == row.n_layers
+        assert row.peak_bytes == max(row.peak_forward_bytes, row.peak_backward_bytes, row.peak_optimizer_step_bytes)
+        assert row.optimizer_state_bytes == sum(row.optimizer_state_detail.values())
+
+
+def test_the_recording_names_the_pinned_versions():
+    pins = dict(line.split("==") for line in (ROOT / "requirements-validate.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    versions = measured_metadata()["versions"]
+    assert versions["torch"].split("+")[0] == pins["torch"]
+    assert versions["transformers"] == pins["transformers"]
+    assert versions["peft"] == pins["peft"]
+    assert measured_metadata()["device"] == "cpu"
+
+
+def test_amsgrad_keeps_a_third_state():
+    # torch.optim.Adam(amsgrad=True) keeps exp_avg, exp_avg_sq and max_exp_avg_sq: 3 x 4 B in fp32.
+    assert memmath.bytes_per_parameter("fp32", "adam_amsgrad")["optimizer_states"] == 12
+    assert memmath.bytes_per_parameter("bf16", "adamw_amsgrad")["optimizer_states"] == 6
+    amsgrad = CASES[CASES.optimizer == "adam_amsgrad"]
+    assert all(set(d) == {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"} for d in amsgrad.optimizer_state_detail)
+
+
+def test_gpt2_block_by_hand():
+    # One GPT-2 block, bf16 (e = 2), SDPA without dropout, input needing a gradient, CPU:
+    # ln_1 input + mean + rstd: e*t*h + 2*e*t; c_attn input e*t*h; q,k,v (one c_attn output) 3*e*t*h;
+    # log-sum-exp 4*b*a*s; SDPA output (the c_proj input) e*t*h; ln_2: e*t*h + 2*e*t; c_fc input
+    # e*t*h; gelu_new: x, tanh, 1 + tanh, 0.5*x = 4*e*t*I; mlp.c_proj input e*t*I.
+    b, s, h, a, inner, e = 2, 64, 64, 4, 256, 2
+    t = b * s
+    by_hand = 8 * e * t * h + 4 * e * t + 4 * b * a * s + 5 * e * t * inner
+    shape = memmath.gpt2_model(n_layers=3, hidden_size=h, n_heads=a, vocab_size=1000, max_positions=256)
+    m = memmath.training_memory(shape, precision="bf16", batch_size=b, seq_len=s, attention="sdpa", dropout=False,
+                                activations="transformers", device="cpu")
+    assert m.activation_detail.per_layer == by_hand
+    # The loss: fp32 log-softmax over the vocabulary, 4*t*V, and the shifted int64 labels, 8*t, plus 4 B.
+    assert m.activation_detail.loss == 4 * t * 1000 + 8 * t + 4
+
+
+def test_dropout_masks_take_the_element_size_on_the_cpu_and_a_byte_on_cuda():
+    shape = memmath.gpt2_model(n_layers=2, hidden_size=64, n_heads=4, vocab_size=1000, max_positions=256)
+    kw = dict(precision="fp32", batch_size=2, seq_len=32, attention="eager", activations="transformers")
+    cpu = memmath.training_memory(shape, dropout=True, device="cpu", **kw).activation_detail.per_layer
+    cuda = memmath.training_memory(shape, dropout=True, device="cuda", **kw).activation_detail.per_layer
+    off = memmath.training_memory(shape, dropout=False, device="cpu", **kw).activation_detail.per_layer
+    t, masks = 2 * 32, 2 * 2 * 32 * 64 + 2 * 4 * 32 * 32  # two t x h masks, one a x s x s mask per block
+    assert cpu - cuda == masks * (4 - 1)
+    # Dropout also keeps the dropped probabilities, a second s x s tensor (4 B each at fp32).
+    assert cpu - off == masks * 4 + 2 * 4 * 32 * 32 * 4
+    assert t == 64
+
+
+def test_sweeps_broadcast_like_single_points():
+    shape = case_model(_row(IDS[0]))
+    batches, lengths = np.array([1, 2, 4]), np.array([16, 64])[:, None]
+    kw = dict(precision="bf16", method=memmath.LoRA(rank=8, targets=("q", "v", "o", "up", "down")), attention="eager", dropout=True,
+              activations="transformers", device="cpu")
+    swept = memmath.training_memory(shape, batch_size=batches, seq_len=lengths, **kw).activations
+    peak = memmath.peak_memory(shape, batch_size=batches, seq_len=lengths, **{k: v for k, v in kw.items()
+                                                                              if k != "activations"}).total
+    for i, s in enumerate(lengths.ravel()):
+        for j, b in enumerate(batches):
+            assert swept[i, j] == memmath.training_memory(shape, batch_size=int(b), seq_len=int(s), **kw).activations
+            single = memmath.peak_memory(shape, batch_size=int(b), seq_len=int(s),
+                                         **{k: v for k, v in kw.items() if k != "activations"})
+            assert peak[i, j] == single.total
+
+
+def test_freeze_sweep_over_trainable_layers():
+    shape = case_model(ROWS["llama-gqa/bf16/adamw/freeze1/sdpa/nodrop/nockpt/b2s64"]._asdict())
+    kw = dict(precision="bf16", batch_size=2, seq_len=64, attention="sdpa", dropout=False,
+              activations="transformers", device="cpu")
+    swept = memmath.training_memory(shape, method=memmath.Freeze(trainable_layers=np.array([0, 1, 2, 3])), **kw)
+    for i, k in enumerate([0, 1, 2, 3]):
+        single = memmath.training_memory(shape, method=memmath.Freeze(trainable_layers=k), **kw)
+        assert swept.activations[i] == single.activations
+    # Measured: freezing the first 2 of 3 blocks (1 trains) and the first 1 (2 train).
+    for frozen in (1, 2):
+        row = ROWS[f"llama-gqa/bf16/adamw/freeze{frozen}/sdpa/nodrop/nockpt/b2s64"]
+        assert swept.activation_detail.saved_by_forward[3 - frozen] == row.saved_bytes
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(method=memmath.Adapters(bottleneck=8)), "Full"),
+    (dict(precision="amp"), "precision"),
+])
+def test_transformers_model_refuses_what_it_does_not_model(bad, message):
+    shape = memmath.PRESETS["gpt2"]
+    kw = dict(precision="bf16", batch_size=1, seq_len=16, activations="transformers") | bad
+    with pytest.raises(ValueError, match=message):
+        memmath.training_memory(shape, **kw)
+
+
+def test_transformers_model_needs_a_known_family():
+    with pytest.raises(ValueError, match="gpt2, llama and bert"):
+        memmath.training_memory(memmath.uniform_model(7e9, 32, hidden_size=4096, n_heads=32, vocab_size=32000),
+                                seq_len=16, activations="transformers")
+
+
+def test_peak_memory_needs_a_sequence_length():
+    with pytest.raises(ValueError, match="seq_len"):
+        memmath.peak_memory("gpt2")
+
+
+def test_the_loader_and_the_predictions_work_without_torch():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; import memmath; "
+            "df = memmath.load_measured(); row = df.iloc[0]; "
+            "assert int(memmath.predict_case(row).weights) == row.param_bytes; "
+            "memmath.predict_peak_case(row); print(len(df))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) == len(CASES)
+
+
+def test_case_helpers_rebuild_the_call():
+    row = _row("gpt2/bf16/adamw/lora8-all-fp32/sdpa/nodrop/nockpt/b2s64")
+    method = case_method(row)
+    assert isinstance(method, memmath.LoRA) and method.adapter_format == "fp32" and method.rank == 8
+    assert case_arguments(row)["device"] == "cpu"
+    direct = transformers_activations(case_model(row), plan=None, recipe=memmath.get_recipe("bf16"), method=method,
+                                      seq_len=64, batch_size=2, dropout=False, attention="sdpa", checkpointing=False,
+                                      device="cpu")
+    assert direct.saved_by_forward == row["saved_bytes"]

@@ -1,0 +1,105 @@
+"""Re-measure a sample of the recorded cases with PyTorch now, so the recording cannot go stale.
+
+Needs torch, transformers and peft (requirements-validate.txt). Where they are missing these
+tests skip, saying so; with MEMMATH_REQUIRE_TORCH=1 (set by .ci/run) they fail instead.
+Each case runs one real training step on the CPU (validation/measure.py) and is compared with
+the recording (bytes to the byte; the profiler's peak within 1%, since CPU kernels' scratch
+buffers can differ between processors) and with memmath's prediction (the tolerances of
+tests/test_fidelity.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+import memmath
+from memmath.measured import measured_metadata
+
+# peft calls a transformers method that transformers 5.24 deprecates; not ours to fix.
+pytestmark = [pytest.mark.live, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+REQUIRED = os.environ.get("MEMMATH_REQUIRE_TORCH") == "1"
+# A few cases across families, methods, precisions, attention kinds, dropout and checkpointing.
+SAMPLE = [
+    "gpt2/bf16/adamw/full/eager/drop/nockpt/b4s32",
+    "llama-gqa/fp32/adamw/freeze1/sdpa/nodrop/nockpt/b2s64",
+    "llama-gqa-tied/bf16/adamw/lora8-qv-fp32/sdpa/nodrop/ckpt/b2s64",
+    "llama-mha/bf16/adam_amsgrad/full/sdpa/nodrop/nockpt/b2s64",
+    "bert/bf16/sgd_momentum/lora8-qv-fp32/sdpa/nodrop/nockpt/b2s64",
+    "gpt2-wide/bf16/adamw/lora16-all-fp32/eager/nodrop/nockpt/b2s64",
+]
+EXACT = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "optimizer_state_detail", "saved_bytes",
+         "saved_per_layer", "saved_outside_layers", "resident_before_bytes", "total_params", "trainable_params")
+
+
+def _stack():
+    """(measure module, None) when the pinned PyTorch stack imports, else (None, the reason)."""
+    missing = []
+    for name in ("torch", "transformers", "peft"):
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            missing.append(f"{name} ({error})")
+    if missing:
+        return None, ("the PyTorch stack is not installed: " + ", ".join(missing)
+                      + "; pip install -r requirements-validate.txt to run the live fidelity tests")
+    from validation import measure
+
+    return measure, None
+
+
+@pytest.fixture(scope="module")
+def measure_module():
+    module, reason = _stack()
+    if module is None:
+        if REQUIRED:
+            pytest.fail(f"MEMMATH_REQUIRE_TORCH=1 but {reason}")
+        pytest.skip(reason)
+    import logging
+    import warnings
+
+    import torch
+    import transformers
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the recording did (CPU kernels size scratch buffers by thread count)
+    yield module
+    torch.set_num_threads(threads)
+
+
+def test_installed_versions_are_the_recorded_ones(measure_module):
+    recorded, now = measured_metadata()["versions"], measure_module.versions()
+    for name in ("torch", "transformers", "peft"):
+        assert now[name] == recorded[name], (
+            f"{name} {now[name]} is installed but the recording used {recorded[name]}: install "
+            "requirements-validate.txt, or re-record with python -m validation.measure")
+
+
+@pytest.mark.parametrize("case_id", SAMPLE)
+def test_a_fresh_measurement_matches_the_recording_and_memmath(measure_module, case_id):
+    cases = memmath.load_measured()
+    row = cases[cases.case_id == case_id].iloc[0].to_dict()
+    config = {field: row[field] for field in measure_module.Case.__dataclass_fields__}
+    case = measure_module.Case(**config)
+    assert case.case_id == case_id
+    fresh = measure_module.measure(case)
+
+    for key in EXACT:
+        assert fresh[key] == row[key], f"{key}: measured now {fresh[key]}, recorded {row[key]}"
+    for key in ("peak_bytes", "peak_forward_bytes", "peak_backward_bytes", "peak_optimizer_step_bytes"):
+        assert abs(fresh[key] - row[key]) <= 0.01 * row[key], f"{key}: now {fresh[key]:,}, recorded {row[key]:,}"
+
+    predicted = memmath.predict_case(row)
+    assert int(predicted.weights) == fresh["param_bytes"]
+    assert int(predicted.gradients) == fresh["grad_bytes"]
+    assert int(predicted.optimizer_states) == fresh["optimizer_state_bytes"]
+    saved = int(predicted.activation_detail.saved_by_forward)
+    assert abs(saved - fresh["saved_bytes"]) <= 0.01 * fresh["saved_bytes"]
+    peak = int(memmath.predict_peak_case(row).total)
+    assert abs(peak - fresh["peak_bytes"]) <= 0.05 * fresh["peak_bytes"]

@@ -1,0 +1,52 @@
+"""The GPU catalog and the fit check."""
+
+import pytest
+
+import memmath as mm
+
+MIB, GIB, GB = 2**20, 2**30, 10**9
+
+
+@pytest.mark.parametrize("name, mib", [
+    # REFERENCE.md: nvidia-smi reports an RTX 4090 as 24564 MiB and an A100 80GB as 81920 MiB.
+    ("RTX 4090", 24564), ("A100 80GB", 81920),
+    # Public nvidia-smi outputs: Tesla V100-SXM2/PCIE-32GB 32510 MiB, A100-SXM4-40GB 40960 MiB,
+    # Tesla T4 15360 MiB, H200 143771 MiB.
+    ("V100 32GB", 32510), ("A100 40GB", 40960), ("T4", 15360), ("H200", 143771),
+])
+def test_memory_as_the_driver_reports_it(name, mib):
+    assert mm.get_gpu(name).memory_bytes == mib * MIB
+
+
+def test_every_card_reports_a_little_less_than_its_binary_marketed_size():
+    # "24 GB" cards are sold in binary sizes and the driver keeps a little back: each card reports
+    # between 90% and 100% of its marketed size read as GiB.
+    for gpu in mm.GPUS.values():
+        marketed_gib = float(gpu.marketed.split()[0]) * GIB
+        assert 0.9 * marketed_gib <= gpu.memory_bytes <= marketed_gib, gpu.name
+        assert gpu.memory_bytes % MIB == 0 and gpu.bandwidth_bytes_per_s > 0 and gpu.bf16_tflops > 0
+
+
+def test_fit_check_says_how_much_is_left_or_missing():
+    # Llama-2-7B weights in bf16 (13,476,831,232 B) fit a 4090 with 25,757,220,864 - 13,476,831,232 left.
+    fit = mm.check_fit(mm.inference_memory("llama-2-7b").weights, "RTX 4090")
+    assert fit.fits and fit.headroom_bytes == 24564 * MIB - 13_476_831_232
+    # The article's 56 GB do not fit an A100 40GB: 56e9 - 40 GiB = 13,050,327,040 B missing.
+    training = mm.training_memory(mm.uniform_model(7e9, 32), optimizer="adam")
+    fit = mm.check_fit(training, "A100 40GB")
+    assert not fit.fits and -fit.headroom_bytes == 56 * GB - 40 * GIB == 13_050_327_040
+    # A CUDA context held back (REFERENCE.md: about 0.3-2 GiB) reduces what is available.
+    assert mm.check_fit(1, "RTX 4090", reserved_bytes=GIB).available_bytes == 24564 * MIB - GIB
+
+
+def test_fit_table_lists_every_card_smallest_first_with_labelled_units():
+    table = mm.fit_table(56 * GB)
+    assert len(table) == len(mm.GPUS) and "memory (GiB)" in table and "headroom (GiB)" in table
+    assert list(table["memory (GiB)"]) == sorted(table["memory (GiB)"])
+    fits = dict(zip(table["gpu"], table["fits"]))
+    assert fits["A100 80GB"] and fits["H200"] and not fits["RTX 4090"]
+    assert "memory (GB)" in mm.fit_table(GB, unit="GB")
+
+
+def test_names_are_case_insensitive():
+    assert mm.get_gpu("rtx 4090") is mm.GPUS["RTX 4090"] and mm.get_gpu(mm.GPUS["H200"]) is mm.GPUS["H200"]

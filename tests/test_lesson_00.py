@@ -1,0 +1,62 @@
+"""Lesson 0, start here: it runs, shows GPU memory as the driver reports it, links all nine lessons,
+and survives every control's extremes."""
+
+import lessons
+import pytest
+
+LESSON = "00_start_here"
+NINE = ["00_start_here", "01_weights_and_formats", "02_full_finetuning", "03_activations", "04_freezing",
+        "05_adapters", "06_lora_qlora", "07_inference", "08_planner"]  # notebooks/README.md
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return lessons.run(LESSON)
+
+
+def test_runs_and_shows_nothing_bad(default_run):
+    outputs, _ = default_run
+    assert lessons.bad_text(outputs) == []
+
+
+def test_the_map_links_all_nine_lessons(default_run):
+    outputs, _ = default_run
+    text = lessons.output_text(outputs)
+    for stem in NINE:
+        assert f'href="{stem}.html"' in text, stem
+
+
+def test_rtx_4090_as_the_driver_reports_it(default_run):
+    outputs, defs = default_run
+    # REFERENCE.md: nvidia-smi reports an RTX 4090 as 24564 MiB; 24564 x 2**20 = 25,757,220,864 B,
+    # = 23.99 GiB (24564 / 1024) = 25.76 GB.
+    assert defs["gpu_mib"] == 24564
+    text = lessons.output_text(outputs)
+    assert "24,564 MiB" in text and "23.99 GiB" in text and "25.76 GB" in text
+    rows = defs["gpu_units"].set_index("GPU")
+    assert rows.loc["A100 80GB", "driver reports (MiB)"] == 81920 and rows.loc["A100 80GB", "GiB"] == 80.0
+
+
+def test_demo_reproduces_the_articles_numbers(default_run):
+    outputs, defs = default_run
+    # The demo starts at 7B: 7e9 x 2 B = 14 GB of weights; x 8 B = 56 GB to finetune (the article).
+    assert defs["demo_weights"] == 14 * 10**9
+    assert defs["demo_training"].without_activations == 56 * 10**9
+    text = lessons.output_text(outputs)
+    assert "14.00 GB" in text and "56.00 GB" in text
+
+
+def test_training_needs_more_than_serving(default_run):
+    _, defs = default_run
+    # Both sides hold the same bf16 weights; training adds gradients, optimizer states and activations.
+    assert defs["serving"].weights == defs["training"].weights
+    assert defs["training"].gradients == defs["training"].weights  # one 16-bit gradient per 16-bit weight
+    assert defs["training"].total > defs["serving"].total
+
+
+def test_every_control_at_its_extremes():
+    seen = set()
+    for control, which, outputs, defs in lessons.extreme_runs(LESSON):
+        seen.add(control)
+        assert lessons.bad_text(outputs) == [], (control, which)
+    assert {"demo_params_slider", "unit_radio", "gpu_dropdown", "model_dropdown"} <= seen

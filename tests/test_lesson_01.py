@@ -1,0 +1,71 @@
+"""Lesson 1, weights and number formats: it runs, reproduces the article's 14 GB, and survives every control's extremes."""
+
+import lessons
+import pytest
+
+import memmath as mm
+
+LESSON = "01_weights_and_formats"
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return lessons.run(LESSON)
+
+
+def test_runs_and_shows_nothing_bad(default_run):
+    outputs, _ = default_run
+    assert lessons.bad_text(outputs) == []
+
+
+def test_the_articles_14_gb(default_run):
+    outputs, defs = default_run
+    # The article: 7B parameters x 16 bits / 8 = 14,000,000,000 bytes = 14 GB.
+    assert defs["article_weight_bytes"] == 7_000_000_000 * 16 // 8
+    assert "14.00 GB" in lessons.output_text(outputs)
+    # The default controls (7B slider, bf16) show the same model.
+    assert defs["n_params"] == 7_000_000_000 and defs["weight_bytes"] == 14 * 10**9
+
+
+def test_rounding_table_at_the_default_value(default_run):
+    _, defs = default_run
+    table = defs["rounding_table"].set_index("format")
+    # 0.1 in bf16: 0.1 = 1.6 x 2**-4; with 7 mantissa bits the step is 2**-11, and
+    # round(0.1 / 2**-11) = round(204.8) = 205 steps = 0.10009765625.
+    assert table.loc["bf16", "stored value"] == f"{205 * 2.0**-11:.8g}"
+    # int8 with a block absmax of 1: round(0.1 x 127) = 13 steps of 1/127.
+    assert table.loc["int8", "stored value"] == f"{13 / 127:.8g}"
+
+
+def test_overflow_is_shown_not_hidden():
+    # 70,000 is past fp16's largest value, 65,504 = (2 - 2**-10) x 2**15 (IEEE-754 half precision).
+    value = mm.get_format("fp16").max_value
+    assert value == (2 - 2.0**-10) * 2.0**15
+    outputs, defs = lessons.run_with(LESSON, value_number=lessons.mo.ui.number(start=-1e6, stop=1e6, value=70_000))
+    table = defs["rounding_table"].set_index("format")
+    assert table.loc["fp16", "stored value"] == "infinity"
+    assert table.loc["fp8_e4m3", "what happened"].startswith("overflow")
+    assert lessons.bad_text(outputs) == []
+
+
+def test_fit_table_matches_hand_arithmetic(default_run):
+    _, defs = default_run
+    fits = defs["gpu_fits"].set_index("gpu")
+    # 14e9 B of weights: an RTX 3060 reports 12,288 MiB = 12,884,901,888 B (too small);
+    # an RTX 4090 reports 24,564 MiB = 25,757,220,864 B (fits).
+    assert not fits.loc["RTX 3060", "fits"] and fits.loc["RTX 4090", "fits"]
+
+
+def test_every_control_at_its_extremes():
+    seen = set()
+    for control, which, outputs, defs in lessons.extreme_runs(LESSON):
+        seen.add(control)
+        assert lessons.bad_text(outputs) == [], (control, which)
+        assert defs["weight_bytes"] > 0
+    assert {"params_slider", "preset_dropdown", "format_dropdown", "unit_radio", "value_number",
+            "block_absmax_slider", "context_checkbox"} <= seen
+
+
+def test_largest_slider_model_is_over_400b():
+    _, defs = lessons.run_with(LESSON, params_slider=lessons.mo.ui.slider(steps=[0.1, 1000], value=1000))
+    assert defs["n_params"] >= 400 * 10**9

@@ -1,0 +1,72 @@
+"""Lesson 2, full finetuning: it runs, reproduces the article's 56 GB and the published 8-20 B range, and
+survives every control's extremes."""
+
+import lessons
+import pytest
+
+LESSON = "02_full_finetuning"
+ARTICLE_PARAMS = 7_000_000_000
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return lessons.run(LESSON)
+
+
+def test_runs_and_shows_nothing_bad(default_run):
+    outputs, _ = default_run
+    assert lessons.bad_text(outputs) == []
+
+
+def test_the_articles_56_gb(default_run):
+    outputs, defs = default_run
+    # The article: 7B in pure 16-bit with Adam = 2 B weights + 2 B gradients + 2 x 2 B Adam states = 8 B/param.
+    article = defs["article_run"]
+    assert article.weights == ARTICLE_PARAMS * 2 == 14 * 10**9
+    assert article.gradients == ARTICLE_PARAMS * 2
+    assert article.optimizer_states == ARTICLE_PARAMS * 2 * 2
+    assert article.without_activations == 56 * 10**9
+    text = lessons.output_text(outputs)
+    assert "56.00 GB" in text and "42.00 GB" in text  # the total and the part the article leaves unitemized
+    # The controls start at the article's case, so the chart shows the same 56 GB.
+    assert defs["run"].total == 56 * 10**9
+
+
+def test_published_estimates_span_8_to_20_bytes(default_run):
+    _, defs = default_run
+    table = defs["published_rows"]
+    # REFERENCE.md: pure bf16 8, How to Scale Your Model 10, fp32/AMP 16, ZeRO 16, HF docs 18, nanotron 20.
+    assert list(table["B per parameter"]) == [8, 10, 16, 16, 18, 20]
+    assert list(table["memory (GB)"]) == [56, 70, 112, 112, 126, 140]  # x 7e9 at the default 7B
+    assert table["source"].str.len().min() > 0
+    totals = [run.total for run in defs["published_runs"].values()]
+    assert totals == [ARTICLE_PARAMS * b for b in (8, 10, 16, 16, 18, 20)]
+
+
+def test_weights_fit_a_4090_but_the_run_does_not(default_run):
+    _, defs = default_run
+    rows = defs["gpu_rows"].set_index("gpu")
+    # RTX 4090: 24,564 MiB = 25,757,220,864 B: holds 14e9 B of weights, not 56e9 B of training state.
+    assert rows.loc["RTX 4090", "holds the weights"] == "yes"
+    assert rows.loc["RTX 4090", "runs full finetuning"] == "no"
+    # A100 80GB: 81,920 MiB = 85,899,345,920 B > 56e9 B.
+    assert rows.loc["A100 80GB", "runs full finetuning"] == "yes"
+
+
+def test_optimizer_table_by_hand(default_run):
+    _, defs = default_run
+    table = defs["optimizer_table"].set_index("optimizer")
+    # pure bf16, 7B: SGD 2 + 2 = 4 B, momentum + 2 = 6 B, Adam + 4 = 8 B (per parameter).
+    assert table.loc["sgd", "B per parameter"] == 4
+    assert table.loc["sgd_momentum", "B per parameter"] == 6
+    assert table.loc["adam", "B per parameter"] == 8
+
+
+def test_every_control_at_its_extremes():
+    seen = set()
+    for control, which, outputs, defs in lessons.extreme_runs(LESSON):
+        seen.add(control)
+        assert lessons.bad_text(outputs) == [], (control, which)
+        assert defs["run"].total > 0
+    assert {"params_slider", "preset_dropdown", "precision_dropdown", "optimizer_dropdown", "gpu_dropdown",
+            "unit_radio"} <= seen

@@ -1,0 +1,74 @@
+"""Lesson 3 (activations): it runs, its numbers match hand derivations, every control survives its extremes."""
+
+import marimo as mo
+import numpy as np
+import pytest
+
+import lessons
+
+NAME = "03_activations"
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return lessons.run(NAME)
+
+
+def test_runs_clean(default_run):
+    outputs, _ = default_run
+    assert lessons.bad_text(outputs) == []
+
+
+def test_formula_table_sums_to_34_and_5(default_run):
+    # Korthikanti et al. 2022, section 4.1: 34 bytes per s*b*h and 5 per a*s^2*b at 16 bits, 1-byte masks.
+    _, defs = default_run
+    table = defs["terms_table"]
+    assert table.loc[table["counted per"] == "s*b*h", "bytes each"].sum() == 34
+    assert table.loc[table["counted per"] == "a*s*s*b", "bytes each"].sum() == 5
+
+
+def test_default_numbers_by_hand(default_run):
+    # Defaults: GPT-2 small (L=12, h=768, a=12, V=50,257), b=4, s=1,024, eager attention, bf16.
+    _, defs = default_run
+    s, b, h, a, V = 1024, 4, 768, 12, 50257
+    assert defs["per_layer"] == s * b * h * (34 + 5 * a * s // h) == 358_612_992
+    detail = defs["detail"]
+    assert detail.loss == 4 * s * b * V == 823_410_688  # fp32 logits
+    assert detail.layers_storing == 12
+    # Final norm and head inputs (2 x 2 sbh) plus the 1-byte embedding dropout mask (sbh).
+    assert detail.outside_layers == 5 * s * b * h
+    assert defs["training"].activations == 12 * 358_612_992 + 5 * s * b * h + 823_410_688
+
+
+def test_crossover_at_512_tokens(default_run):
+    # Weights + gradients + AdamW states in pure bf16: 8 B x 124,439,808 params + 4 B x 148 step tensors
+    # = 995,519,056 B. At b=4: s=256 keeps 12*sbh*(34+20) + 5*sbh + 4sbV = 719,392,768 B (below);
+    # s=512 keeps 12 * 116,391,936 B in the blocks alone = 1,396,703,232 B (above).
+    _, defs = default_run
+    assert np.all(defs["sweep"].without_activations == 8 * 124_439_808 + 4 * 148)
+    assert defs["crossover"] == 512
+
+
+def test_fused_and_checkpointing_by_hand():
+    # Fused attention: 34 sbh + 4 a s b per layer; checkpointing: 2 sbh per layer (16-bit block input).
+    s, b, h, a = 1024, 4, 768, 12
+    _, base = lessons.run(NAME)
+    overrides = {"attention_radio": mo.ui.radio(options=base["attention_radio"].options, value="fused SDPA / FlashAttention"),
+                 "checkpointing_switch": mo.ui.switch(value=True)}
+    for name in ("batch_slider", "seq_slider", "unit_radio"):
+        overrides[name] = base[name]
+    _, defs = lessons.load_app(NAME).run(defs=overrides)
+    assert defs["per_layer"] == 34 * s * b * h + 4 * a * s * b
+    assert defs["detail"].per_layer == 2 * s * b * h
+    assert defs["detail"].recompute_peak == 34 * s * b * h + 4 * a * s * b
+
+
+def test_every_control_at_its_extremes():
+    seen = set()
+    for control, which, outputs, defs in lessons.extreme_runs(NAME):
+        seen.add(control)
+        assert lessons.bad_text(outputs) == [], (control, which)
+        parts = np.asarray(list(defs["training"].parts().values()), dtype=object)
+        assert all(int(p) >= 0 for p in parts), (control, which)
+    assert {"preset_dropdown", "batch_slider", "seq_slider", "width_slider", "heads_slider", "layers_slider",
+            "vocab_slider", "attention_radio", "checkpointing_switch", "unit_radio", "sweep_radio"} <= seen

@@ -1,0 +1,84 @@
+"""Lesson 4 (freezing): it runs, its numbers match the article and hand counts, every control survives its extremes."""
+
+import marimo as mo
+import numpy as np
+import pytest
+
+import lessons
+
+NAME = "04_freezing"
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return lessons.run(NAME)
+
+
+def test_runs_clean(default_run):
+    outputs, _ = default_run
+    assert lessons.bad_text(outputs) == []
+
+
+def test_article_ten_layers_nine_frozen(default_run):
+    # The article: ten equal layers, first nine frozen -> about 10% trainable. 7B in pure 16-bit with
+    # Adam: 56 GB for full finetuning; frozen: 7e9 x 2 B + 0.7e9 x (2 + 4) B = 14 + 4.2 = 18.2 GB.
+    _, defs = default_run
+    assert defs["n_layers"] == 10 and defs["n_frozen"] == 9
+    assert defs["equal_frozen"].trainable_fraction == pytest.approx(0.10)
+    assert defs["equal_full"].total == 56 * 10**9
+    assert defs["equal_frozen"].weights == 14 * 10**9
+    assert defs["equal_frozen"].total == 18_200_000_000
+
+
+def test_gpt2_default_share_by_hand(default_run):
+    # GPT-2, first 10 of 12 blocks frozen: 2 x (12h^2 + 13h) = 2 x 7,087,872 (blocks) + 2h = 1,536 (ln_f);
+    # the head is tied to the frozen token embedding. 14,177,280 of 124,439,808 parameters.
+    _, defs = default_run
+    frozen = defs["frozen"]
+    assert frozen.trainable_params == 2 * 7_087_872 + 1_536 == 14_177_280
+    assert frozen.trainable_fraction == pytest.approx(14_177_280 / 124_439_808)
+    # Backward stops at block 11: only 2 blocks keep activations.
+    assert frozen.activation_detail.layers_storing == 2
+    assert frozen.weights == defs["full"].weights == 2 * 124_439_808  # frozen weights are still stored
+
+
+def test_share_curve_ends(default_run):
+    _, defs = default_run
+    share = defs["share_grid"]
+    # 0 frozen: all but the frozen embeddings (wte 50,257 x 768 + wpe 1,024 x 768 = 39,383,808);
+    # 12 frozen: ln_f alone (1,536).
+    assert share[0] == pytest.approx((124_439_808 - 39_383_808) / 124_439_808)
+    assert share[-1] == pytest.approx(1_536 / 124_439_808)
+
+
+def test_bert_large_reported_point(default_run):
+    # BERT-large block: 12h^2 + 13h = 12,596,224 at h=1,024; pooler 1,049,600; total 335,141,888.
+    # Top 6 blocks + pooler: 22.9% (< 25%); top 7: 26.6%, the first to reach the reported 25%.
+    _, defs = default_run
+    share = defs["bert_sweep"].trainable_fraction
+    assert share[6] == pytest.approx((6 * 12_596_224 + 1_049_600) / 335_141_888)
+    assert share[6] < 0.25 <= share[7]
+    assert share[7] == pytest.approx((7 * 12_596_224 + 1_049_600) / 335_141_888)
+
+
+def test_training_the_embeddings_stores_every_block():
+    _, base = lessons.run(NAME)
+    owners = ("preset_dropdown", "head_switch", "norm_switch", "embeddings_switch")
+    overrides = {name: base[name] for name in owners}
+    overrides["embeddings_switch"] = mo.ui.switch(value=True)
+    _, defs = lessons.load_app(NAME).run(defs=overrides)
+    assert defs["frozen"].activation_detail.layers_storing == 12
+    # Plus wte and wpe; the tied head is the same matrix as wte, so nothing more.
+    assert defs["frozen"].trainable_params == 14_177_280 + 39_383_808
+
+
+def test_every_control_at_its_extremes():
+    seen = set()
+    for control, which, outputs, defs in lessons.extreme_runs(NAME):
+        seen.add(control)
+        assert lessons.bad_text(outputs) == [], (control, which)
+        for result in (defs["frozen"], defs["equal_frozen"]):
+            assert all(int(v) >= 0 for v in result.parts().values()), (control, which)
+        assert np.all(defs["share_grid"] >= 0) and np.all(defs["share_grid"] <= 1)
+    assert {"params_slider", "layers_slider", "frozen_slider", "unit_radio", "preset_dropdown", "head_switch",
+            "norm_switch", "embeddings_switch", "real_frozen_slider", "batch_slider", "seq_slider"} <= seen

@@ -1,0 +1,73 @@
+"""Lesson 5 (adapters): it runs, its numbers are the papers' and hand derivations, and its controls hold at their ends."""
+
+import re
+
+import pytest
+
+import lessons
+
+LESSON = "05_adapters"
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return lessons.run(LESSON)
+
+
+def test_lesson_runs_clean(default_run):
+    outputs, _ = default_run
+    assert lessons.bad_text(outputs) == []
+
+
+def test_houlsby_count_for_bert_large_by_hand(default_run):
+    # Houlsby et al. 2019: 2*m*h + m + h per adapter, two per block. BERT-large: h=1,024, 24 blocks, m=64:
+    # 2*64*1024 + 64 + 1024 = 132,160 per adapter; 264,320 per block; 6,343,680 in the model.
+    text = lessons.output_text(default_run[0])
+    assert "132,160" in text and "264,320" in text and "6,343,680" in text
+
+
+def test_paper_result_is_quoted(default_run):
+    text = lessons.output_text(default_run[0])
+    assert "0.4%" in text and "3.6%" in text  # Houlsby et al. 2019 abstract
+
+
+def test_adapter_table_matches_hand_counts(default_run):
+    counts = default_run[1]["adapter_counts"].set_index("model")["trainable params"]
+    # m=64, 2 * (2*m*h + m + h) per block: BERT-large 1,024 x 24 blocks, BERT-base 768 x 12, Llama-2-7B 4,096 x 32.
+    assert list(counts) == [2 * (2 * 64 * 1024 + 64 + 1024) * 24, 2 * (2 * 64 * 768 + 64 + 768) * 12,
+                            2 * (2 * 64 * 4096 + 64 + 4096) * 32]
+    assert list(counts) == [6_343_680, 2_379_264, 33_820_672]
+
+
+def test_saving_is_gradients_and_states_of_the_frozen_weights(default_run):
+    _, defs = default_run
+    full, _freeze, adapters = defs["scenarios"].values()
+    # Pure bf16 + AdamW: 2 B gradient + 4 B of moments per trainable parameter (the article's recipe).
+    n = full.total_params
+    assert full.gradients == 2 * n
+    assert adapters.gradients == 2 * adapters.trainable_params
+    # Activations still flow through every block: each of the 32 stores as much as in full finetuning
+    # (only the embedding's dropout mask is gone, since the embeddings do not train).
+    assert adapters.activation_detail.layers_storing == full.activation_detail.layers_storing == 32
+    assert adapters.activation_detail.per_layer == full.activation_detail.per_layer
+    assert adapters.activations > 0.99 * full.activations
+    assert adapters.weights > full.weights
+
+
+def test_timing_ran_both_variants(default_run):
+    _, defs = default_run
+    timings = defs["timings"]
+    assert set(timings["variant"]) == {"base", "with adapters"}
+    assert len(timings) >= 6 and (timings["seconds"] > 0).all()
+    # FLOP overhead 2m/(6h+s) at h=256, s=128, m=64: 128 / 1,664.
+    assert defs["predicted_overhead"] == pytest.approx(128 / 1664)
+
+
+def test_every_control_at_both_ends():
+    seen = set()
+    for control, which, outputs, _defs in lessons.extreme_runs(LESSON):
+        seen.add(control)
+        bad = lessons.bad_text(outputs)
+        assert bad == [], f"{control} at its {which}: {bad}"
+        assert not re.search(r"\binf\b", lessons.output_text(outputs)), f"{control} at its {which} shows inf"
+    assert {"bottleneck_slider", "width_slider", "runs_slider", "seq_len_slider"} <= seen

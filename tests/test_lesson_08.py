@@ -1,0 +1,103 @@
+"""Lesson 8 (the planner): it runs, its numbers match hand derivations, bad configs give messages, extremes hold."""
+
+import html
+import json
+import re
+
+import lessons
+import marimo as mo
+import pytest
+
+NAME = "08_planner"
+LLAMA_2_7B = 6_738_415_616  # parameters (REFERENCE.md, checked against PyTorch)
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return lessons.run(NAME)
+
+
+def test_default_is_the_article_recipe_on_llama_2_7b(default_run):
+    outputs, defs = default_run
+    # Pure bf16 + AdamW: 2 + 2 + 4 = 8 B per parameter, plus 4 B step counters for 291 tensors.
+    assert defs["result"].without_activations == 8 * LLAMA_2_7B + 291 * 4
+    text = plain(outputs)
+    assert "2 + 2 + 4 = 8 bytes" in text  # the article's recipe
+    assert "2 + 2 + 4 + 8 = 16 bytes" in text  # mixed precision (ZeRO paper)
+
+
+def test_verdict_uses_the_usable_memory(default_run):
+    _, defs = default_run
+    # RTX 4090: 24,564 MiB reported; 1.25 GiB reserved for the CUDA context by default.
+    assert defs["fit"].available_bytes == 24564 * 2**20 - 5 * 2**28
+    assert not defs["fit"].fits
+
+
+def test_path_to_fit_is_lora_with_hand_derived_total(default_run):
+    _, defs = default_run
+    # LoRA r=8 on q, v: 13,543,940,608 B without activations (tests/test_planner.py). Activations
+    # (Korthikanti et al., s=512, b=1, h=4096, fused attention, 1-byte masks): per block
+    # 512*4096*34 + 4*32*512 = 71,368,704, x 32 = 2,283,798,528; final norm and head inputs
+    # 2*2*512*4096 = 8,388,608; fp32 logits 4*512*32,000 = 65,536,000.
+    [step] = defs["path"]
+    assert step.change == "LoRA rank 8 on q, v"
+    assert step.total == 13_543_940_608 + 2_283_798_528 + 8_388_608 + 65_536_000
+    assert step.fits
+
+
+def test_comparison_counts_trainable_parameters(default_run):
+    _, defs = default_run
+    compared = defs["compared"]
+    assert compared["full"].trainable_params == LLAMA_2_7B
+    # Last block (4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096) + final norm 4096 + head 32,000 x 4096.
+    assert compared["partial (freeze)"].trainable_params == 202_383_360 + 4096 + 131_072_000
+    # Houlsby: two adapters per block of 2*m*h + m + h = 528,448 at m=64, h=4096; 32 blocks.
+    assert compared["PEFT: adapters"].trainable_params == 2 * 32 * 528_448
+    assert compared["PEFT: LoRA"].trainable_params == 4_194_304  # REFERENCE.md
+
+
+def plain(outputs):
+    """The lesson's visible text without HTML tags, whitespace collapsed (callouts keep their HTML in an
+    escaped data-html attribute, which is unescaped first)."""
+    text = html.unescape(lessons.output_text(outputs))
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text).replace('\\"', '"')
+    text = re.sub(r"<[^>]+>", " ", text.replace("data-html='", ">"))
+    return re.sub(r"\s+", " ", html.unescape(text))
+
+
+def _with_config(text):
+    return lessons.run_with(NAME, source_radio=mo.ui.radio(["preset", "paste config.json"], value="paste config.json"),
+                            config_text_area=mo.ui.text_area(value=text))
+
+
+def test_pasted_mistral_config_is_read(default_run):
+    _, defs = default_run
+    outputs, pasted = _with_config(defs["config_text_area"].value)
+    assert pasted["model"].n_params == 7_241_732_096  # Mistral-7B-v0.1, as PyTorch counts it
+    assert lessons.bad_text(outputs) == []
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"model_type": "llama", "hidden_size": 4096,', "not valid JSON"),
+    (json.dumps({"model_type": "llama", "num_hidden_layers": 32}), "missing the field"),
+    (json.dumps({"model_type": "falcon", "hidden_size": 4544}), "not supported"),
+    ("", "paste the contents"),
+])
+def test_bad_config_gives_a_message_not_a_traceback(text, message):
+    outputs, defs = _with_config(text)
+    shown = plain(outputs)
+    assert defs["model"] is None and message in defs["model_error"]
+    assert "cannot be used" in shown and message in shown
+    assert lessons.bad_text(outputs) == []
+
+
+def test_every_control_at_both_ends():
+    seen = set()
+    for control, which, outputs, defs in lessons.extreme_runs(NAME):
+        seen.add(control)
+        assert lessons.bad_text(outputs) == [], (control, which)
+        assert defs["result"].total > 0
+    assert {"preset_dropdown", "method_dropdown", "trainable_layers_slider", "bottleneck_slider", "rank_slider",
+            "targets_dropdown", "precision_dropdown", "optimizer_dropdown", "batch_slider", "seq_len_slider",
+            "checkpointing_switch", "attention_radio", "gpu_dropdown", "n_gpus_slider", "zero_stage_radio",
+            "reserved_slider", "unit_radio", "source_radio"} <= seen

@@ -1,0 +1,142 @@
+"""Finetuning methods: exactly which parameters train, by hand and against peft."""
+
+import pytest
+
+import memmath as mm
+
+
+def trainable(model, method):
+    return mm.training_memory(model, method=method).trainable_params
+
+
+# ---- full finetuning and freezing ------------------------------------------------------------------
+def test_full_trains_everything():
+    for name, shape in mm.PRESETS.items():
+        assert trainable(shape, mm.Full()) == shape.n_params, name
+
+
+def test_freeze_gpt2_keeps_the_tied_head_with_the_embeddings():
+    # GPT-2's head is the token embedding matrix. Training the last 2 blocks trains those blocks
+    # (2 x (12h^2 + 13h)) and ln_f (2h); the head stays frozen with the embeddings (and says so).
+    h = 768
+    m = mm.training_memory("gpt2", method=mm.Freeze(trainable_layers=2))
+    assert m.trainable_params == 2 * (12 * h * h + 13 * h) + 2 * h
+    assert any("tied" in note for note in m.notes)
+    # With the embeddings: + wte (50257 x h) + wpe (1024 x h), which also trains the head.
+    with_embeddings = mm.Freeze(trainable_layers=2, train_embeddings=True)
+    assert trainable("gpt2", with_embeddings) == m.trainable_params + 50257 * h + 1024 * h
+
+
+def test_freeze_llama_trains_the_untied_head_and_final_norm_by_default():
+    h, I, V = 4096, 11008, 32000
+    block = 4 * h * h + 3 * h * I + 2 * h
+    assert trainable("llama-2-7b", mm.Freeze(trainable_layers=1)) == block + h + V * h
+    assert trainable("llama-2-7b", mm.Freeze(trainable_layers=1, train_head=False, train_final_norm=False)) == block
+
+
+def test_freezing_every_block_but_training_the_rest_equals_full():
+    everything = mm.Freeze(trainable_layers=32, train_embeddings=True)
+    full, frozen = mm.training_memory("llama-2-7b", method=mm.Full()), mm.training_memory("llama-2-7b", method=everything)
+    assert frozen.parts() == full.parts()
+
+
+def test_frozen_layers_and_trainable_layers_agree():
+    assert trainable("bert-base-uncased", mm.Freeze(frozen_layers=9)) == trainable(
+        "bert-base-uncased", mm.Freeze(trainable_layers=3))
+
+
+def test_bert_head_is_pooler_and_classifier():
+    h = 768
+    shape = mm.bert_model(n_layers=12, hidden_size=h, n_heads=12, num_labels=3)
+    head = h * h + h + 3 * h + 3  # pooler dense + classifier
+    assert trainable(shape, mm.Freeze(trainable_layers=0)) == head  # BERT has no final norm
+
+
+# ---- Houlsby adapters ------------------------------------------------------------------------------
+def test_houlsby_adapter_count():
+    # Houlsby et al. 2019: each adapter has 2*m*h + m + h parameters; two per block.
+    for name, h, L in [("bert-base-uncased", 768, 12), ("bert-large-uncased", 1024, 24), ("gpt2", 768, 12)]:
+        for m in (8, 64, 256):
+            assert trainable(name, mm.Adapters(bottleneck=m)) == L * 2 * (2 * m * h + m + h)
+
+
+def test_houlsby_adapters_are_a_few_percent_of_bert_large():
+    # The article / Houlsby et al.: a few percent of the parameters train (about 3%; 3.6% in the abstract,
+    # with layer norms). bottleneck 64 on BERT-large: 24 x 2 x (2*64*1024 + 64 + 1024) = 6,343,680 = 1.9%;
+    # adding the layer norms: + (24 x 4 + 2) x 1024 = 100,352.
+    m = mm.training_memory("bert-large-uncased", method=mm.Adapters(bottleneck=64))
+    assert m.trainable_params == 6_343_680 and 0.01 < m.trainable_fraction < 0.036
+    with_norms = mm.training_memory("bert-large-uncased", method=mm.Adapters(bottleneck=64, train_norms=True))
+    assert with_norms.trainable_params == 6_343_680 + 100_352
+
+
+# ---- LoRA --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model, method, expected", [
+    # REFERENCE.md / issue 2: Llama-2-7B, r=8 on q and v.
+    ("llama-2-7b", mm.LoRA(rank=8, targets=("q", "v")), 4_194_304),
+    # peft's print_trainable_parameters for GPT-2 with r=8 on c_attn (the fused q, k, v):
+    # "trainable params: 294,912 || all params: 124,734,720": 12 x 8 x (768 + 2304).
+    ("gpt2", mm.LoRA(rank=8, targets=("q", "v")), 294_912),
+    # Llama-2-7B, r=16 on all seven linear layers: 32 x 16 x (4 x 8192 + 2 x 15104 + 15104) = 39,976,960.
+    ("llama-2-7b", mm.LoRA(rank=16, targets="all"), 39_976_960),
+    # Mistral-7B (GQA, k and v are 4096 -> 1024), r=8 on q, k, v, o: 32 x 8 x (8192 + 5120 + 5120 + 8192).
+    ("mistral-7b", mm.LoRA(rank=8, targets=("q", "k", "v", "o")), 6_815_744),
+    # BERT base, r=8 on query and value: 12 x 2 x 8 x (768 + 768).
+    ("bert-base-uncased", mm.LoRA(rank=8, targets=("q", "v")), 294_912),
+])
+def test_lora_trainable_counts(model, method, expected):
+    assert trainable(model, method) == expected
+
+
+def test_lora_on_gpt2_adapts_the_fused_qkv_once():
+    assert trainable("gpt2", mm.LoRA(rank=8, targets=("q", "k", "v"))) == trainable("gpt2", mm.LoRA(rank=8, targets="q"))
+
+
+def test_lora_gives_10000x_fewer_trainable_parameters_on_gpt3():
+    # Hu et al. 2021: LoRA reduces GPT-3 175B's trainable parameters by 10,000x. Their r=4 on Wq and
+    # Wv: 96 layers x 2 matrices x 4 x (12288 + 12288) = 18,874,368 (about 9,250x fewer). The preset
+    # uses GPT-2's fused qkv matrix, adapted once: 96 x 4 x (12288 + 3 x 12288), the same number.
+    lora = trainable("gpt3-175b", mm.LoRA(rank=4, targets="q"))
+    assert lora == 96 * 2 * 4 * (12288 + 12288) == 18_874_368
+    assert 1e-5 < lora / mm.PRESETS["gpt3-175b"].n_params < 2e-4
+
+
+def test_qlora_trains_like_lora():
+    assert trainable("llama-2-7b", mm.QLoRA(rank=8)) == 4_194_304
+
+
+def test_methods_describe_themselves():
+    for method in (mm.Full(), mm.Freeze(trainable_layers=2), mm.Adapters(bottleneck=16), mm.LoRA(rank=4),
+                   mm.QLoRA(rank=4, double_quant=False)):
+        assert method.describe()
+
+
+# ---- live: peft on meta-device models -----------------------------------------------------------------
+@pytest.mark.live
+@pytest.mark.parametrize("model_class, config, modules, rank, model, targets", [
+    ("LlamaForCausalLM", dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+                              intermediate_size=11008, vocab_size=32000),
+     ["q_proj", "v_proj"], 8, "llama-2-7b", ("q", "v")),
+    ("LlamaForCausalLM", dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+                              intermediate_size=11008, vocab_size=32000),
+     ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], 16, "llama-2-7b", "all"),
+    ("MistralForCausalLM", dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+                                num_key_value_heads=8, intermediate_size=14336, vocab_size=32000),
+     ["q_proj", "k_proj", "v_proj", "o_proj"], 8, "mistral-7b", ("q", "k", "v", "o")),
+    ("GPT2LMHeadModel", dict(), ["c_attn"], 8, "gpt2", ("q", "v")),
+    ("GPT2LMHeadModel", dict(), ["c_attn", "c_proj", "c_fc"], 4, "gpt2", ("q", "o", "up", "down")),
+    ("BertModel", dict(), ["query", "value"], 8, "bert-base-uncased", ("q", "v")),
+    ("BertModel", dict(), [r".*\.attention\.output\.dense", r".*\.intermediate\.dense", r".*layer\.\d+\.output\.dense"],
+     2, "bert-base-uncased", ("o", "up", "down")),
+])
+def test_lora_counts_match_peft(torch, transformers, peft, model_class, config, modules, rank, model, targets):
+    config_class = {"LlamaForCausalLM": "LlamaConfig", "MistralForCausalLM": "MistralConfig",
+                    "GPT2LMHeadModel": "GPT2Config", "BertModel": "BertConfig"}[model_class]
+    with torch.device("meta"):
+        base = getattr(transformers, model_class)(getattr(transformers, config_class)(**config))
+    if isinstance(modules[0], str) and modules[0].startswith(".*"):
+        modules = "|".join(modules)  # a regular expression: BERT's two kinds of output.dense
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=rank, target_modules=modules,
+                                                     fan_in_fan_out=model_class == "GPT2LMHeadModel"))
+    peft_trainable, _ = lora.get_nb_trainable_parameters()
+    assert trainable(model, mm.LoRA(rank=rank, targets=targets)) == peft_trainable

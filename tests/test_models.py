@@ -1,0 +1,305 @@
+"""Model shapes: exact parameter counts against published numbers, hand formulas and transformers."""
+
+import json
+
+import numpy as np
+import pytest
+
+import memmath as mm
+
+# ---- published parameter counts -------------------------------------------------------------------
+# REFERENCE.md / the model cards: what PyTorch's sum(p.numel() for p in model.parameters()) gives.
+PUBLISHED = {
+    "gpt2": 124_439_808,  # openai-community/gpt2 (GPT2LMHeadModel, tied head)
+    "bert-base-uncased": 109_482_240,  # google-bert/bert-base-uncased (BertModel with pooler)
+    "llama-2-7b": 6_738_415_616,  # meta-llama/Llama-2-7b-hf
+}
+
+
+@pytest.mark.parametrize("name, count", PUBLISHED.items())
+def test_published_parameter_counts(name, count):
+    assert mm.PRESETS[name].n_params == count
+
+
+# Hand formulas from REFERENCE.md, evaluated here independently of memmath's tensor lists:
+#   GPT-2:  V*h + P*h + L*(12h^2 + 13h) + 2h                        (4h MLP, tied head)
+#   LLaMA:  V*h*(1 if tied else 2) + h + L*(2*h*a*d + 2*h*kv*d + 3*h*I + 2*h)
+#   BERT:   (V + P + T)*h + 2h + L*(12h^2 + 13h) + h^2 + h          (embeddings + LN, blocks, pooler)
+def gpt2_count(L, h, V=50257, P=1024):
+    return V * h + P * h + L * (12 * h * h + 13 * h) + 2 * h
+
+
+def llama_count(L, h, a, I, V, kv=None, d=None, tied=False):
+    kv, d = kv or a, d or h // a
+    return V * h * (1 if tied else 2) + h + L * (2 * h * a * d + 2 * h * kv * d + 3 * h * I + 2 * h)
+
+
+def bert_count(L, h, V=30522, P=512, T=2):
+    return (V + P + T) * h + 2 * h + L * (12 * h * h + 13 * h) + h * h + h
+
+
+HAND = {
+    "gpt2": gpt2_count(12, 768),
+    "gpt2-medium": gpt2_count(24, 1024),  # 354,823,168 (model card: 355M)
+    "gpt2-large": gpt2_count(36, 1280),  # 774,030,080 (774M)
+    "gpt2-xl": gpt2_count(48, 1600),  # 1,557,611,200 (1.5B)
+    "gpt3-175b": gpt2_count(96, 12288, P=2048),  # Brown et al. 2020, table 2.1: 175.0B
+    "bert-base-uncased": bert_count(12, 768),
+    "bert-large-uncased": bert_count(24, 1024),  # 335,141,888 (336M in the BERT paper's rounding)
+    "llama-65b": llama_count(80, 8192, 64, 22016, 32000),  # Touvron et al. 2023a, table 2: 65.2B
+    "llama-2-7b": llama_count(32, 4096, 32, 11008, 32000),
+    "llama-2-13b": llama_count(40, 5120, 40, 13824, 32000),  # 13,015,864,320
+    "llama-2-70b": llama_count(80, 8192, 64, 28672, 32000, kv=8),  # 68,976,648,192
+    "llama-3-8b": llama_count(32, 4096, 32, 14336, 128256, kv=8),  # 8,030,261,248
+    "llama-3-70b": llama_count(80, 8192, 64, 28672, 128256, kv=8),  # 70,553,706,496
+    "mistral-7b": llama_count(32, 4096, 32, 14336, 32000, kv=8),  # 7,241,732,096
+}
+
+
+@pytest.mark.parametrize("name, count", HAND.items())
+def test_presets_match_the_hand_formulas(name, count):
+    assert mm.PRESETS[name].n_params == count
+
+
+def test_the_hand_formulas_give_the_published_numbers():
+    # The formulas above are themselves checked against published counts.
+    for name, count in PUBLISHED.items():
+        assert HAND[name] == count
+    assert HAND["llama-2-13b"] == 13_015_864_320 and HAND["llama-3-8b"] == 8_030_261_248
+    assert HAND["mistral-7b"] == 7_241_732_096 and HAND["llama-2-70b"] == 68_976_648_192
+    assert round(HAND["gpt3-175b"] / 1e9, 1) == 174.6  # GPT-3's "175B"
+
+
+# ---- per-component breakdown ----------------------------------------------------------------------
+def test_gpt2_components_by_hand():
+    h, L, V, P = 768, 12, 50257, 1024
+    parts = mm.PRESETS["gpt2"].component_params()
+    assert parts == {
+        "embeddings": V * h + P * h,
+        "attention": L * (h * 3 * h + 3 * h + h * h + h),  # fused qkv + output projection, with biases
+        "mlp": L * (h * 4 * h + 4 * h + 4 * h * h + h),
+        "norms": L * 4 * h + 2 * h,  # ln_1, ln_2 (weight + bias) per block, ln_f
+        "head": 0,  # tied to the token embedding
+    }
+    assert sum(parts.values()) == 124_439_808
+    assert mm.PRESETS["gpt2"].params_per_layer == 12 * h * h + 13 * h == 7_087_872
+
+
+def test_llama_components_by_hand():
+    shape = mm.PRESETS["llama-3-8b"]  # GQA: 8 kv heads of 128
+    h, L, V, I = 4096, 32, 128256, 14336
+    parts = shape.component_params()
+    assert parts["attention"] == L * (2 * h * h + 2 * h * 8 * 128)
+    assert parts["mlp"] == L * 3 * h * I
+    assert parts["norms"] == L * 2 * h + h
+    assert parts["embeddings"] == parts["head"] == V * h
+    assert sum(parts.values()) == shape.n_params
+
+
+def test_breakdown_table_adds_up():
+    for shape in mm.PRESETS.values():
+        table = shape.breakdown()
+        assert int(table["total"].sum()) == shape.n_params
+        assert set(table["group"]) <= {"embeddings", "layer", "final_norm", "head"}
+
+
+def test_tied_and_untied_differ_by_one_vocabulary_matrix():
+    untied = mm.llama_model(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=1000)
+    tied = untied.with_changes(tied_embeddings=True)
+    assert untied.n_params - tied.n_params == 1000 * 64
+
+
+def test_explicit_head_size():
+    # Gemma-7B-like attention: hidden 3072, 16 heads of 256 (a * d = 4096 != h). q: 3072 -> 4096,
+    # k, v: 3072 -> 16 * 256, o: 4096 -> 3072.
+    shape = mm.llama_model(n_layers=1, hidden_size=3072, n_heads=16, head_dim=256, intermediate_size=24576,
+                           vocab_size=256000, tied_embeddings=True)
+    assert shape.component_params()["attention"] == 4 * 3072 * 4096
+
+
+def test_uniform_model_is_the_articles_generic_model():
+    seven_b = mm.uniform_model(7e9, 32)
+    assert seven_b.n_params == 7_000_000_000
+    ten = mm.uniform_model(1000, 10)  # ten equal layers of 100 parameters
+    assert (ten.n_layers, ten.params_per_layer) == (10, 100)
+    assert mm.uniform_model("7B", 32).n_params == 7 * 10**9
+    uneven = mm.uniform_model(1003, 10)  # the remainder of an uneven split sits outside the layers
+    assert uneven.n_params == 1003 and uneven.params_per_layer == 100
+
+
+def test_with_changes_rederives_defaults():
+    # A slider that changes the heads of GPT-2 keeps head_dim = h / a and n_kv_heads = a.
+    wider = mm.PRESETS["gpt2"].with_changes(n_heads=16)
+    assert (wider.head_dim, wider.n_kv_heads, wider.n_params) == (48, 16, 124_439_808)
+    mha = mm.PRESETS["llama-2-7b"].with_changes(n_heads=64)
+    assert (mha.head_dim, mha.n_kv_heads) == (64, 64)
+    gqa = mm.PRESETS["mistral-7b"].with_changes(hidden_size=2048, n_heads=16)
+    assert (gqa.head_dim, gqa.n_kv_heads) == (128, 8)  # the explicit GQA kv count is kept
+
+
+def test_lora_matrices_map_names_onto_each_family():
+    assert mm.PRESETS["gpt2"].lora_matrices(("q", "v")) == [("attn.c_attn", 768, 2304)]  # one fused matrix
+    assert mm.PRESETS["llama-3-8b"].lora_matrices(("q", "v")) == [("q_proj", 4096, 4096), ("v_proj", 4096, 1024)]
+    assert len(mm.PRESETS["llama-2-7b"].lora_matrices("all")) == 7
+
+
+def test_resolve_model():
+    assert mm.resolve_model("GPT2") is mm.PRESETS["gpt2"]
+    plain = mm.resolve_model(7e9)
+    assert plain.n_params == 7 * 10**9 and not plain.has_shape
+
+
+# ---- from_hf_config on real config.json files ------------------------------------------------------
+# Typed in from the model repositories' config.json (fields copied as published).
+GPT2_CONFIG = {  # huggingface.co/openai-community/gpt2/blob/main/config.json
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+    "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+    "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "summary_activation": None,
+    "summary_first_dropout": 0.1, "summary_proj_to_labels": True, "summary_type": "cls_index",
+    "summary_use_proj": True, "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+    "vocab_size": 50257,
+}
+BERT_CONFIG = {  # huggingface.co/google-bert/bert-base-uncased/blob/main/config.json
+    "architectures": ["BertForMaskedLM"], "attention_probs_dropout_prob": 0.1, "gradient_checkpointing": False,
+    "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": 768, "initializer_range": 0.02,
+    "intermediate_size": 3072, "layer_norm_eps": 1e-12, "max_position_embeddings": 512, "model_type": "bert",
+    "num_attention_heads": 12, "num_hidden_layers": 12, "pad_token_id": 0, "position_embedding_type": "absolute",
+    "transformers_version": "4.6.0.dev0", "type_vocab_size": 2, "use_cache": True, "vocab_size": 30522,
+}
+LLAMA2_CONFIG = {  # huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json
+    "_name_or_path": "meta-llama/Llama-2-7b-hf", "architectures": ["LlamaForCausalLM"], "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 11008, "max_position_embeddings": 4096, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_scaling": None, "tie_word_embeddings": False, "torch_dtype": "float16",
+    "transformers_version": "4.31.0.dev0", "use_cache": True, "vocab_size": 32000,
+}
+MISTRAL_CONFIG = {  # huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json
+    "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0", "use_cache": True, "vocab_size": 32000,
+}
+LLAMA3_CONFIG = {  # huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 500000.0, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.0.dev0", "use_cache": True, "vocab_size": 128256,
+}
+LLAMA32_1B_CONFIG = {  # huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json (tied, explicit head_dim)
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": False,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 128256,
+}
+TINYLLAMA_CONFIG = {  # huggingface.co/TinyLlama/TinyLlama-1.1B-Chat-v1.0/blob/main/config.json
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5632,
+    "max_position_embeddings": 2048, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 22,
+    "num_key_value_heads": 4, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.35.0", "use_cache": True, "vocab_size": 32000,
+}
+BERT_SST_CONFIG = dict(BERT_CONFIG, architectures=["BertForSequenceClassification"],
+                       id2label={"0": "NEGATIVE", "1": "POSITIVE"}, label2id={"NEGATIVE": 0, "POSITIVE": 1})
+
+REAL_CONFIGS = {
+    "gpt2": (GPT2_CONFIG, 124_439_808),
+    "bert-base-uncased": (BERT_CONFIG, 109_482_240),
+    "Llama-2-7b-hf": (LLAMA2_CONFIG, 6_738_415_616),
+    "Mistral-7B-v0.1": (MISTRAL_CONFIG, 7_241_732_096),
+    "Meta-Llama-3-8B": (LLAMA3_CONFIG, 8_030_261_248),
+    # Hand: tied 128256 x 2048 + 2048 + 16 x (2*2048*2048 + 2*2048*512 + 3*2048*8192 + 2*2048)
+    "Llama-3.2-1B": (LLAMA32_1B_CONFIG, 1_235_814_400),
+    # Hand: 2 x 32000 x 2048 + 2048 + 22 x (2*2048*2048 + 2*2048*256 + 3*2048*5632 + 2*2048)
+    "TinyLlama-1.1B": (TINYLLAMA_CONFIG, 1_100_048_384),
+    # BertModel + classifier: 109,482,240 + 2 x 768 + 2
+    "bert-base-uncased-sst2": (BERT_SST_CONFIG, 109_483_778),
+}
+
+
+@pytest.mark.parametrize("name", REAL_CONFIGS)
+def test_from_hf_config_counts(name):
+    config, count = REAL_CONFIGS[name]
+    assert mm.from_hf_config(config).n_params == count
+
+
+def test_from_hf_config_reads_json_text_and_files(tmp_path):
+    assert mm.from_hf_config(json.dumps(GPT2_CONFIG)).n_params == 124_439_808
+    (tmp_path / "config.json").write_text(json.dumps(MISTRAL_CONFIG))
+    assert mm.from_hf_config(tmp_path).n_params == 7_241_732_096  # a model directory
+    assert mm.from_hf_config(tmp_path / "config.json").n_kv_heads == 8
+    assert mm.from_hf_config(str(tmp_path / "config.json")).n_params == 7_241_732_096
+
+
+def test_from_hf_config_matches_presets():
+    assert mm.from_hf_config(LLAMA3_CONFIG).n_params == mm.PRESETS["llama-3-8b"].n_params
+    assert mm.from_hf_config(MISTRAL_CONFIG).head_dim == 128
+
+
+# ---- live: transformers models built on the meta device -------------------------------------------
+def _meta_count(torch, model_class, config):
+    with torch.device("meta"):
+        model = model_class(config)
+    params = list(model.parameters())  # tied matrices appear once
+    return sum(p.numel() for p in params), len(params)
+
+
+def _tensor_count(shape):
+    return sum(len(shape.tensors(g)) * (shape.n_layers if g == "layer" else 1)
+               for g in ("embeddings", "layer", "final_norm", "head"))
+
+
+LIVE_CASES = [
+    # (name, transformers class, config class, config dict)
+    ("gpt2", "GPT2LMHeadModel", "GPT2Config", GPT2_CONFIG),
+    ("gpt2-n_inner", "GPT2LMHeadModel", "GPT2Config", dict(GPT2_CONFIG, n_inner=1000, n_layer=3)),
+    ("gpt2-untied", "GPT2LMHeadModel", "GPT2Config", dict(GPT2_CONFIG, n_layer=2, tie_word_embeddings=False)),
+    ("llama-2-7b", "LlamaForCausalLM", "LlamaConfig", LLAMA2_CONFIG),
+    ("llama-3-8b-gqa", "LlamaForCausalLM", "LlamaConfig", LLAMA3_CONFIG),
+    ("llama-3.2-1b-tied", "LlamaForCausalLM", "LlamaConfig", LLAMA32_1B_CONFIG),
+    ("tinyllama", "LlamaForCausalLM", "LlamaConfig", TINYLLAMA_CONFIG),
+    ("llama-bias", "LlamaForCausalLM", "LlamaConfig",
+     dict(TINYLLAMA_CONFIG, num_hidden_layers=2, attention_bias=True, mlp_bias=True)),
+    ("llama-head-dim", "LlamaForCausalLM", "LlamaConfig",
+     dict(TINYLLAMA_CONFIG, num_hidden_layers=2, head_dim=96, tie_word_embeddings=True)),
+    ("mistral-7b", "MistralForCausalLM", "MistralConfig", MISTRAL_CONFIG),
+    ("bert-base", "BertModel", "BertConfig", BERT_CONFIG),
+    ("bert-large", "BertModel", "BertConfig",
+     dict(BERT_CONFIG, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)),
+    ("bert-sst2", "BertForSequenceClassification", "BertConfig", BERT_SST_CONFIG),
+]
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name, model_class, config_class, config", LIVE_CASES, ids=[c[0] for c in LIVE_CASES])
+def test_counts_match_transformers_on_the_meta_device(torch, transformers, name, model_class, config_class, config):
+    hf_config = getattr(transformers, config_class)(**{k: v for k, v in config.items() if k != "architectures"})
+    count, tensors = _meta_count(torch, getattr(transformers, model_class), hf_config)
+    shape = mm.from_hf_config(config)
+    assert shape.n_params == count
+    # The number of parameter tensors decides Adam's 4-byte step counters.
+    assert _tensor_count(shape) == tensors
+
+
+@pytest.mark.live
+def test_presets_match_transformers(torch, transformers):
+    cases = {
+        "gpt2-medium": (transformers.GPT2LMHeadModel, transformers.GPT2Config(n_layer=24, n_embd=1024, n_head=16)),
+        "llama-2-70b": (transformers.LlamaForCausalLM, transformers.LlamaConfig(
+            num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8,
+            intermediate_size=28672, vocab_size=32000)),
+        "bert-large-uncased": (transformers.BertModel, transformers.BertConfig(
+            hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)),
+    }
+    for name, (model_class, config) in cases.items():
+        assert mm.PRESETS[name].n_params == _meta_count(torch, model_class, config)[0], name

@@ -1,0 +1,118 @@
+"""The planner's suggestions, checked against hand derivations (bytes per parameter, ZeRO, LoRA counts)."""
+
+import json
+
+import pytest
+
+import memmath as mm
+
+RTX_4090 = 24564 * 2**20  # nvidia-smi's 24564 MiB (REFERENCE.md)
+
+
+def by_change(suggestions):
+    return {s.change: s for s in suggestions}
+
+
+def test_uniform_7b_ranked_more_gpus_then_zero_then_8bit_adam():
+    # 7B in pure bf16 with Adam, no activations (no seq_len), no step counters (uniform model):
+    # 2 + 2 + 4 = 8 B/param = 56e9 B on each of 8 GPUs without ZeRO.
+    # ZeRO-1 shards states: 14 + 14 + 28/8 = 31.5 GB; ZeRO-2 also gradients: 14 + 1.75 + 3.5 = 19.25 GB,
+    # which fits a 4090 (25.76 GB): saved 36.75e9. 16 GPUs with ZeRO-3: 56e9 / 16 = 3.5e9, saved 52.5e9.
+    # 8-bit Adam: states 2 x 1 B x 7e9 + ceil(14e9 / 2048) x 4 B = 14e9 + 27,343,752: saved 13,972,656,248.
+    model = mm.uniform_model(7e9, 32)
+    got = mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8)
+    assert [s.change for s in got] == ["16 GPUs with ZeRO stage 3", "ZeRO stage 2 on the 8 GPUs", "8-bit Adam"]
+    assert [s.saved for s in got] == [52_500_000_000, 36_750_000_000, 13_972_656_248]
+    assert [s.fits for s in got] == [True, True, False]
+
+
+def test_lora_suggestion_for_llama_2_7b():
+    # Full bf16 AdamW: 8 x 6,738,415,616 + 291 tensors x 4 B step counters = 53,907,326,092 B.
+    # LoRA r=8 on q, v: 4,194,304 trainable (REFERENCE.md), fp32 adapters as peft keeps them:
+    # base 13,476,831,232 + adapters 16,777,216 + grads 16,777,216 + states 33,554,432 + 128 x 4 B steps
+    # = 13,543,940,608 B. Saved 40,363,385,484 B.
+    got = by_change(mm.suggest_changes("llama-2-7b", "H100 80GB", precision="bf16", optimizer="adamw"))
+    lora = got["LoRA rank 8 on q, v"]
+    assert lora.total == 13_543_940_608
+    assert lora.saved == 40_363_385_484
+    assert mm.training_memory("llama-2-7b", **lora.settings).trainable_params == 4_194_304
+
+
+def test_checkpointing_saving_is_korthikanti_by_hand():
+    # Llama-2-7B, s=1024, b=1, bf16, eager, dropout masks of 1 B (Korthikanti et al. 2022):
+    # per layer s*b*h*34 + 5*a*s^2*b = 142,606,336 + 167,772,160 = 310,378,496 B; 32 layers = 9,932,111,872.
+    # Checkpointing keeps 2*s*b*h = 8,388,608 per layer (268,435,456) plus one layer recomputed.
+    got = by_change(mm.suggest_changes("llama-2-7b", "H200", precision="bf16", optimizer="adamw",
+                                       seq_len=1024, batch_size=1, attention="eager"))
+    assert got["gradient checkpointing on"].saved == 9_932_111_872 - 268_435_456 - 310_378_496
+
+
+def test_smaller_batch_is_the_largest_that_fits():
+    settings = dict(precision="bf16", optimizer="adamw", method=mm.LoRA(rank=8), seq_len=2048, batch_size=16,
+                    attention="sdpa", checkpointing=True)
+    batch = by_change(mm.suggest_changes("llama-2-7b", "RTX 4090", **settings))
+    [(change, suggestion)] = [(c, s) for c, s in batch.items() if c.startswith("batch size")]
+    b = suggestion.settings["batch_size"]
+    assert 1 < b < 16
+    assert mm.training_memory("llama-2-7b", **{**settings, "batch_size": b}).total <= RTX_4090
+    assert mm.training_memory("llama-2-7b", **{**settings, "batch_size": b + 1}).total > RTX_4090
+    assert f"over {-(-16 // b)} steps" in suggestion.cost
+
+
+def test_only_savings_are_suggested_and_none_when_nothing_applies():
+    got = mm.suggest_changes("gpt2", "H200", precision="bf16", optimizer="sgd", method=mm.QLoRA(rank=4),
+                             max_gpus=1)
+    assert got == []
+
+
+def test_path_to_fit_ends_fitting_and_is_empty_when_it_already_fits():
+    settings = dict(precision="bf16", optimizer="adamw", seq_len=2048, batch_size=4, attention="eager")
+    path = mm.path_to_fit("llama-2-7b", "RTX 4090", **settings)
+    assert path and path[-1].fits and not any(s.fits for s in path[:-1])
+    assert path[-1].total <= RTX_4090
+    assert mm.path_to_fit("gpt2", "H200", precision="bf16", optimizer="adamw") == []
+
+
+def test_reserved_bytes_counts_against_the_card():
+    model = mm.uniform_model(7e9, 32)
+    # ZeRO-2 on 8 GPUs needs 19.25e9 B: it fits a 4090 unless 7 GiB are reserved (25.76e9 - 7.52e9 < 19.25e9).
+    free = by_change(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8))
+    tight = by_change(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8,
+                                         reserved_bytes=7 * 2**30))
+    assert "ZeRO stage 2 on the 8 GPUs" in free
+    assert "ZeRO stage 3 on the 8 GPUs" in tight  # stage 3: 7e9 B, fits even then
+
+
+def test_suggestions_frame_columns_and_units():
+    model = mm.uniform_model(7e9, 32)
+    frame = mm.suggestions_frame(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam",
+                                                    n_gpus=8), unit="GB")
+    assert list(frame.columns) == ["change", "per GPU after (GB)", "saved (GB)", "fits", "cost"]
+    assert frame["saved (GB)"].iloc[0] == pytest.approx(52.5)
+
+
+LLAMA_2_7B_CONFIG = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
+                     "tie_word_embeddings": False}
+
+
+def test_config_from_text_reads_a_pasted_llama_config():
+    assert mm.config_from_text(json.dumps(LLAMA_2_7B_CONFIG)).n_params == 6_738_415_616
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "paste the contents"),
+    ("   ", "paste the contents"),
+    ('{"model_type": "llama", ', "not valid JSON"),
+    ("[1, 2, 3]", "must be a JSON object"),
+    ("/etc/passwd", "not valid JSON"),  # never read as a path
+    (json.dumps({**LLAMA_2_7B_CONFIG, "model_type": "falcon"}), "not supported"),
+    (json.dumps({k: v for k, v in LLAMA_2_7B_CONFIG.items() if k != "hidden_size"}), "hidden_size"),
+    (json.dumps({k: v for k, v in LLAMA_2_7B_CONFIG.items() if k != "model_type"}), "model_type"),
+    (json.dumps({**LLAMA_2_7B_CONFIG, "num_attention_heads": "32"}), "num_attention_heads"),
+    (json.dumps({**LLAMA_2_7B_CONFIG, "num_attention_heads": 0}), "num_attention_heads"),
+    (json.dumps({"model_type": "bert", "architectures": {"x": 1}, "hidden_size": 8}), "could not be read|missing"),
+])
+def test_config_from_text_errors_are_value_errors_with_a_message(text, message):
+    with pytest.raises(ValueError, match=message):
+        mm.config_from_text(text)

@@ -1,0 +1,407 @@
+"""Properties over the public functions (hypothesis): totals add up, more training never costs less,
+formatting round-trips, sweeps equal scalar calls, and nothing but ValueError/TypeError escapes."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import memmath as mm
+
+PRECISIONS = list(mm.RECIPES)
+OPTIMIZERS = list(mm.OPTIMIZERS)
+
+
+# ---- strategies -------------------------------------------------------------------------------------
+@st.composite
+def shapes(draw):
+    """Small and published model shapes of every family."""
+    kind = draw(st.sampled_from(["preset", "gpt2", "llama", "bert", "uniform"]))
+    layers = draw(st.integers(1, 6))
+    if kind == "preset":
+        return mm.PRESETS[draw(st.sampled_from(sorted(mm.PRESETS)))]
+    heads = draw(st.sampled_from([1, 2, 4, 8]))
+    hidden = heads * draw(st.integers(1, 24))
+    if kind == "gpt2":
+        return mm.gpt2_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=draw(st.integers(1, 500)),
+                             max_positions=draw(st.integers(1, 64)), tied_embeddings=draw(st.booleans()))
+    if kind == "llama":
+        kv = draw(st.sampled_from([d for d in (1, 2, 4, 8) if heads % d == 0]))
+        return mm.llama_model(n_layers=layers, hidden_size=hidden, n_heads=heads, n_kv_heads=kv,
+                              head_dim=draw(st.none() | st.integers(1, 32)), intermediate_size=draw(st.integers(1, 200)),
+                              vocab_size=draw(st.integers(1, 500)), tied_embeddings=draw(st.booleans()),
+                              attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+    if kind == "bert":
+        return mm.bert_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=draw(st.integers(1, 500)),
+                             max_positions=draw(st.integers(1, 64)), num_labels=draw(st.integers(0, 5)))
+    widths = draw(st.booleans())
+    return mm.uniform_model(draw(st.integers(layers, 10**12)), layers, hidden_size=hidden if widths else None,
+                            n_heads=heads if widths else None, vocab_size=draw(st.none() | st.integers(1, 500)))
+
+
+def lora_targets(shape):
+    """Non-empty tuples of the LoRA targets this shape's family has."""
+    available = [t for t in mm.LORA_TARGETS if _has_target(shape, t)]
+    return st.lists(st.sampled_from(available), min_size=1, max_size=len(available), unique=True).map(tuple)
+
+
+def _has_target(shape, target):
+    try:
+        shape.lora_matrices((target,))
+        return True
+    except ValueError:
+        return False
+
+
+@st.composite
+def methods(draw, shape):
+    """A method that applies to `shape`."""
+    options = ["full", "freeze"]
+    if shape.hidden_size is not None:
+        options.append("adapters")
+    if shape.family != "uniform":
+        options += ["lora", "qlora"]
+    kind = draw(st.sampled_from(options))
+    if kind == "full":
+        return mm.Full()
+    if kind == "freeze":
+        k = draw(st.integers(0, shape.n_layers))
+        flags = dict(train_embeddings=draw(st.booleans()), train_final_norm=draw(st.booleans()),
+                     train_head=draw(st.booleans()))
+        return mm.Freeze(trainable_layers=k, **flags) if draw(st.booleans()) else mm.Freeze(
+            frozen_layers=shape.n_layers - k, **flags)
+    if kind == "adapters":
+        return mm.Adapters(bottleneck=draw(st.integers(1, 64)), train_norms=draw(st.booleans()),
+                           train_head=draw(st.booleans()), adapter_format=draw(st.sampled_from([None, "fp32", "bf16"])))
+    fmt = draw(st.sampled_from([None, "fp32", "bf16", "fp16"]))
+    if kind == "lora":
+        return mm.LoRA(rank=draw(st.integers(1, 64)), targets=draw(lora_targets(shape)), adapter_format=fmt)
+    return mm.QLoRA(rank=draw(st.integers(1, 64)), targets=draw(lora_targets(shape)), adapter_format=fmt,
+                    double_quant=draw(st.booleans()))
+
+
+@st.composite
+def settings_for(draw, shape):
+    return dict(
+        precision=draw(st.sampled_from(PRECISIONS)), optimizer=draw(st.sampled_from(OPTIMIZERS)),
+        batch_size=draw(st.integers(1, 64)), seq_len=draw(st.none() | st.integers(1, 4096)),
+        checkpointing=draw(st.booleans()), attention=draw(st.sampled_from(["eager", "sdpa"])),
+        dropout=draw(st.booleans()), device=draw(st.sampled_from(["cuda", "cpu"])),
+        n_gpus=draw(st.integers(1, 64)), zero_stage=draw(st.integers(0, 3)),
+    )
+
+
+@st.composite
+def training_cases(draw):
+    shape = draw(shapes())
+    return shape, draw(methods(shape)), draw(settings_for(shape))
+
+
+# ---- parts add up -------------------------------------------------------------------------------------
+@given(training_cases())
+def test_parts_add_up_to_the_total(case):
+    shape, method, kwargs = case
+    m = mm.training_memory(shape, method=method, **kwargs)
+    parts = m.parts()
+    assert list(parts) == list(mm.PARTS)
+    for name, value in parts.items():
+        assert isinstance(value, int) and value >= 0, name
+    assert m.total == sum(parts.values())
+    assert m.without_activations == m.total - m.activations
+    assert 0 <= m.trainable_params <= m.total_params + m.adapter_params
+    assert int(m.to_frame()["bytes"].sum()) == m.total
+
+
+@given(shapes(), st.sampled_from(["bf16", "fp32", "int8", "int4", "nf4", "fp8"]), st.integers(1, 16),
+       st.integers(1, 8192))
+def test_inference_parts_add_up(shape, fmt, batch, context):
+    m = mm.inference_memory(shape, weights_format=fmt, batch_size=batch, context_len=context)
+    assert m.total == sum(m.parts().values()) and all(v >= 0 for v in m.parts().values())
+    assert m.rule_of_thumb >= 1.2 * (m.weights + m.quantization_constants)
+
+
+@given(shapes())
+def test_breakdowns_add_up(shape):
+    assert sum(shape.component_params().values()) == shape.n_params
+    assert int(shape.breakdown()["total"].sum()) == shape.n_params
+
+
+# ---- more training never costs less ----------------------------------------------------------------------
+def _assert_no_less(smaller, larger):
+    for part in ("gradients", "gradient_accumulation", "master_weights", "optimizer_states", "activations"):
+        assert getattr(larger, part) >= getattr(smaller, part), part
+    assert larger.total >= smaller.total and larger.trainable_params >= smaller.trainable_params
+
+
+@given(st.data())
+def test_a_higher_lora_rank_never_needs_less(data):
+    shape = data.draw(shapes().filter(lambda s: s.family != "uniform"))
+    kwargs = data.draw(settings_for(shape))
+    targets = data.draw(lora_targets(shape))
+    cls = data.draw(st.sampled_from([mm.LoRA, mm.QLoRA]))
+    r1, r2 = sorted(data.draw(st.lists(st.integers(1, 256), min_size=2, max_size=2)))
+    low = mm.training_memory(shape, method=cls(rank=r1, targets=targets), **kwargs)
+    high = mm.training_memory(shape, method=cls(rank=r2, targets=targets), **kwargs)
+    _assert_no_less(low, high)
+    assert high.weights >= low.weights
+
+
+@given(st.data())
+def test_more_lora_targets_never_need_less(data):
+    shape = data.draw(shapes().filter(lambda s: s.family != "uniform"))
+    kwargs = data.draw(settings_for(shape))
+    more = data.draw(lora_targets(shape))
+    fewer = more[: data.draw(st.integers(1, len(more)))]
+    rank = data.draw(st.integers(1, 64))
+    _assert_no_less(mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=fewer), **kwargs),
+                    mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=more), **kwargs))
+
+
+@given(st.data())
+def test_training_another_layer_never_needs_less_and_freezing_one_never_needs_more(data):
+    shape = data.draw(shapes())
+    kwargs = data.draw(settings_for(shape))
+    flags = dict(train_embeddings=data.draw(st.booleans()), train_final_norm=data.draw(st.booleans()),
+                 train_head=data.draw(st.booleans()))
+    k = data.draw(st.integers(0, shape.n_layers - 1))
+    fewer = mm.training_memory(shape, method=mm.Freeze(trainable_layers=k, **flags), **kwargs)
+    more = mm.training_memory(shape, method=mm.Freeze(trainable_layers=k + 1, **flags), **kwargs)
+    _assert_no_less(fewer, more)
+    f = data.draw(st.integers(0, shape.n_layers - 1))
+    frozen_more = mm.training_memory(shape, method=mm.Freeze(frozen_layers=f + 1, **flags), **kwargs)
+    frozen_less = mm.training_memory(shape, method=mm.Freeze(frozen_layers=f, **flags), **kwargs)
+    assert frozen_more.total <= frozen_less.total
+    # Full finetuning is the most any freezing can need.
+    assert mm.training_memory(shape, method=mm.Full(), **kwargs).total >= frozen_less.total
+
+
+@given(st.data())
+def test_a_wider_adapter_never_needs_less(data):
+    shape = data.draw(shapes().filter(lambda s: s.hidden_size is not None))
+    kwargs = data.draw(settings_for(shape))
+    m1, m2 = sorted(data.draw(st.lists(st.integers(1, 512), min_size=2, max_size=2)))
+    _assert_no_less(mm.training_memory(shape, method=mm.Adapters(bottleneck=m1), **kwargs),
+                    mm.training_memory(shape, method=mm.Adapters(bottleneck=m2), **kwargs))
+
+
+@given(training_cases(), st.integers(1, 64), st.integers(1, 4096))
+def test_bigger_batches_and_longer_sequences_never_need_less(case, extra_batch, extra_seq):
+    shape, method, kwargs = case
+    kwargs = dict(kwargs, seq_len=kwargs["seq_len"] or 128)
+    small = mm.training_memory(shape, method=method, **kwargs)
+    big = mm.training_memory(shape, method=method, **dict(kwargs, batch_size=kwargs["batch_size"] + extra_batch,
+                                                               seq_len=kwargs["seq_len"] + extra_seq))
+    assert big.activations >= small.activations and big.total >= small.total
+
+
+@given(training_cases(), st.integers(2, 64))
+def test_sharding_never_adds_memory_per_gpu(case, n_gpus):
+    shape, method, kwargs = case
+    kwargs = dict(kwargs, n_gpus=n_gpus)
+    totals = [mm.training_memory(shape, method=method, **dict(kwargs, zero_stage=z)).total for z in range(4)]
+    assert totals == sorted(totals, reverse=True)
+    assert mm.training_memory(shape, method=method, **dict(kwargs, n_gpus=1, zero_stage=0)).total >= totals[0]
+
+
+# ---- formatting round-trips ------------------------------------------------------------------------------
+@given(st.integers(0, 10**18), st.sampled_from(list(mm.UNITS)), st.integers(0, 6))
+def test_format_then_parse_round_trips(n, unit, digits):
+    text = mm.format_bytes(n, unit, digits=digits)
+    assert text.endswith(" " + unit)  # always labelled
+    back = mm.parse_bytes(text)
+    step = 1 if unit == "B" else mm.UNITS[unit] * 10.0**-digits
+    assert abs(back - n) <= step / 2 + n * 1e-15 + 1
+
+
+@given(st.integers(1, 10**15))
+def test_parse_count_reads_what_format_would_print(n):
+    assert mm.parse_count(f"{n:,}") == n and mm.parse_count(str(n)) == n
+
+
+# ---- sweeps equal scalar calls ----------------------------------------------------------------------------
+SWEEP = st.lists(st.integers(1, 4096), min_size=1, max_size=5)
+
+
+@given(st.data())
+def test_batch_and_sequence_sweeps_equal_scalar_calls(data):
+    shape = data.draw(shapes().filter(lambda s: s.has_shape))
+    method, kwargs = data.draw(methods(shape)), data.draw(settings_for(shape))
+    batches = np.array(data.draw(st.lists(st.integers(1, 64), min_size=1, max_size=4)))[:, None]
+    lengths = np.array(data.draw(SWEEP))[None, :]
+    kwargs.pop("batch_size"), kwargs.pop("seq_len")
+    grid = mm.training_memory(shape, method=method, batch_size=batches, seq_len=lengths, **kwargs)
+    for i, b in enumerate(batches[:, 0]):
+        for j, s in enumerate(lengths[0]):
+            point = mm.training_memory(shape, method=method, batch_size=int(b), seq_len=int(s), **kwargs)
+            for part in mm.PARTS:
+                assert np.broadcast_to(getattr(grid, part), (len(batches), lengths.shape[1]))[i, j] == getattr(point, part)
+            assert np.asarray(grid.total)[i, j] == point.total
+
+
+@given(st.data())
+def test_rank_and_layer_sweeps_equal_scalar_calls(data):
+    shape = data.draw(shapes().filter(lambda s: s.family != "uniform"))
+    kwargs = data.draw(settings_for(shape))
+    ranks = data.draw(st.lists(st.integers(1, 256), min_size=1, max_size=5))
+    targets = data.draw(lora_targets(shape))
+    swept = mm.training_memory(shape, method=mm.LoRA(rank=np.array(ranks), targets=targets), **kwargs)
+    for i, r in enumerate(ranks):
+        point = mm.training_memory(shape, method=mm.LoRA(rank=r, targets=targets), **kwargs)
+        assert np.broadcast_to(swept.total, (len(ranks),))[i] == point.total
+        assert np.broadcast_to(swept.trainable_params, (len(ranks),))[i] == point.trainable_params
+    layers = data.draw(st.lists(st.integers(0, shape.n_layers), min_size=1, max_size=5))
+    swept = mm.training_memory(shape, method=mm.Freeze(frozen_layers=np.array(layers)), **kwargs)
+    for i, f in enumerate(layers):
+        point = mm.training_memory(shape, method=mm.Freeze(frozen_layers=f), **kwargs)
+        assert np.broadcast_to(swept.total, (len(layers),))[i] == point.total
+
+
+@given(st.lists(st.integers(1, 10**13), min_size=1, max_size=5), st.sampled_from(PRECISIONS),
+       st.sampled_from(OPTIMIZERS), st.integers(1, 10))
+def test_parameter_count_sweeps_equal_scalar_calls(counts, precision, optimizer, frozen):
+    layers = 10
+    swept = mm.training_memory(mm.uniform_model(np.array(counts) * layers, layers), precision=precision,
+                               optimizer=optimizer, method=mm.Freeze(frozen_layers=frozen))
+    for i, n in enumerate(counts):
+        point = mm.training_memory(mm.uniform_model(n * layers, layers), precision=precision, optimizer=optimizer,
+                                   method=mm.Freeze(frozen_layers=frozen))
+        for part in mm.PARTS:
+            assert np.broadcast_to(getattr(swept, part), (len(counts),))[i] == getattr(point, part), part
+        assert np.asarray(swept.trainable_params)[i] == point.trainable_params
+
+
+@given(shapes().filter(lambda s: s.has_shape), SWEEP, st.lists(st.integers(1, 64), min_size=1, max_size=3),
+       st.sampled_from(["bf16", "fp8", "fp32"]))
+def test_kv_cache_sweeps_equal_scalar_calls(shape, lengths, batches, fmt):
+    grid = mm.kv_cache_bytes(shape, context_len=np.array(lengths)[:, None], batch_size=np.array(batches)[None, :],
+                             kv_format=fmt)
+    for i, s in enumerate(lengths):
+        for j, b in enumerate(batches):
+            assert grid[i, j] == mm.kv_cache_bytes(shape, context_len=s, batch_size=b, kv_format=fmt)
+
+
+@given(hnp.arrays(np.float64, st.integers(1, 20), elements=st.floats(allow_nan=True, allow_infinity=True)),
+       st.sampled_from(list(mm.FORMATS)))
+def test_rounding_arrays_equal_scalars_and_rounding_is_idempotent(values, fmt):
+    with np.errstate(all="ignore"):
+        rounded = mm.round_to_format(values, fmt)
+        for x, r in zip(values, rounded):
+            scalar = mm.round_to_format(float(x), fmt)
+            assert (scalar == r) or (math.isnan(scalar) and math.isnan(r))
+        again = mm.round_to_format(rounded, fmt)
+    assert np.array_equal(again, rounded, equal_nan=True)
+
+
+@given(st.floats(-1e6, 1e6), st.floats(-1e6, 1e6), st.sampled_from(list(mm.FORMATS)))
+def test_rounding_keeps_order(x, y, fmt):
+    assume(x <= y)
+    with np.errstate(all="ignore"):
+        rx, ry = mm.round_to_format(x, fmt), mm.round_to_format(y, fmt)
+    assume(not (math.isnan(rx) or math.isnan(ry)))
+    assert rx <= ry
+
+
+# ---- nothing but ValueError or TypeError escapes -----------------------------------------------------------
+JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(), st.text(max_size=12),
+    st.sampled_from(["", "7B", "bf16", "all", "gpt2", "24 GiB", "nan", "-1", "1e400", "{}", "[]", "q"]),
+    st.lists(st.integers(-5, 5), max_size=3), st.tuples(st.text(max_size=3)),
+    hnp.arrays(st.sampled_from([np.int64, np.float64, np.bool_]), st.integers(0, 3)),
+    st.just(object()), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.sampled_from([np.nan, np.inf, -np.inf, np.int64(7), np.float32(2.5), np.array(3)]),
+)
+
+
+def maybe(valid):
+    """A valid value most of the time, anything at all otherwise."""
+    return st.one_of(st.just(valid), JUNK) if not isinstance(valid, st.SearchStrategy) else st.one_of(valid, JUNK)
+
+
+CALLS = {
+    "training_memory": (mm.training_memory, dict(
+        model=maybe(st.sampled_from(["gpt2", "llama-2-7b", 7e9])), precision=maybe("bf16"), optimizer=maybe("adamw"),
+        batch_size=maybe(2), seq_len=maybe(64), checkpointing=maybe(False), n_gpus=maybe(2), zero_stage=maybe(1),
+        attention=maybe("sdpa"), dropout=maybe(True), activations=maybe("textbook"), device=maybe("cuda"))),
+    "inference_memory": (mm.inference_memory, dict(
+        model=maybe("mistral-7b"), weights_format=maybe("nf4"), kv_format=maybe("fp8"), batch_size=maybe(2),
+        context_len=maybe(100), attention=maybe("eager"))),
+    "kv_cache_bytes": (mm.kv_cache_bytes, dict(model=maybe("gpt2"), context_len=maybe(10), batch_size=maybe(1),
+                                               kv_format=maybe("bf16"))),
+    "working_set_bytes": (mm.working_set_bytes, dict(shape=maybe("gpt2"), context_len=maybe(10), batch_size=maybe(1),
+                                                     element_bits=maybe(16), attention=maybe("sdpa"))),
+    "uniform_model": (mm.uniform_model, dict(n_params=maybe(10**6), n_layers=maybe(4), hidden_size=maybe(None),
+                                             n_heads=maybe(None), vocab_size=maybe(None))),
+    "gpt2_model": (mm.gpt2_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4), vocab_size=maybe(10),
+                                       max_positions=maybe(8), intermediate_size=maybe(None), tied_embeddings=maybe(True))),
+    "llama_model": (mm.llama_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
+                                         intermediate_size=maybe(100), vocab_size=maybe(10), n_kv_heads=maybe(2),
+                                         head_dim=maybe(None), tied_embeddings=maybe(False), attention_bias=maybe(False))),
+    "bert_model": (mm.bert_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
+                                       num_labels=maybe(0), type_vocab_size=maybe(2))),
+    "from_hf_config": (mm.from_hf_config, dict(config=maybe(st.fixed_dictionaries({
+        "model_type": maybe(st.sampled_from(["gpt2", "llama", "mistral", "bert"])), "n_layer": maybe(2),
+        "n_embd": maybe(64), "n_head": maybe(4), "vocab_size": maybe(10), "n_positions": maybe(8),
+        "hidden_size": maybe(64), "num_attention_heads": maybe(4), "num_hidden_layers": maybe(2),
+        "intermediate_size": maybe(128), "max_position_embeddings": maybe(8), "num_key_value_heads": maybe(2),
+        "tie_word_embeddings": maybe(False), "head_dim": maybe(16), "id2label": maybe({"0": "a"}),
+        "architectures": maybe(["BertForSequenceClassification"])})))),
+    "resolve_model": (mm.resolve_model, dict(model=JUNK)),
+    "get_format": (mm.get_format, dict(name=JUNK)),
+    "round_to_format": (mm.round_to_format, dict(value=JUNK, fmt=maybe("bf16"), scale=maybe(1.0))),
+    "format_bytes": (mm.format_bytes, dict(n_bytes=maybe(10**9), unit=maybe("GiB"), digits=maybe(2))),
+    "to_unit": (mm.to_unit, dict(n_bytes=maybe(10**9), unit=maybe("GB"))),
+    "parse_count": (mm.parse_count, dict(text=JUNK)),
+    "parse_bytes": (mm.parse_bytes, dict(text=JUNK)),
+    "bytes_per_parameter": (mm.bytes_per_parameter, dict(precision=maybe("mixed"), optimizer=maybe("adam"))),
+    "get_gpu": (mm.get_gpu, dict(name=JUNK)),
+    "check_fit": (mm.check_fit, dict(required_bytes=maybe(10**9), gpu=maybe("T4"), reserved_bytes=maybe(0))),
+    "fit_table": (mm.fit_table, dict(required_bytes=maybe(10**9), reserved_bytes=maybe(0), unit=maybe("GiB"))),
+    "korthikanti_per_layer": (mm.korthikanti_per_layer, dict(
+        seq_len=maybe(8), batch_size=maybe(1), hidden_size=maybe(64), n_heads=maybe(4), element_bytes=maybe(2),
+        mask_bytes=maybe(1), dropout=maybe(True), attention=maybe("eager"))),
+    "korthikanti_terms": (mm.korthikanti_terms, dict(
+        seq_len=maybe(8), batch_size=maybe(1), hidden_size=maybe(64), n_heads=maybe(4), element_bytes=maybe(2),
+        mask_bytes=maybe(1), dropout=maybe(True), attention=maybe("eager"))),
+    "quant_constant_bytes": (mm.quant_constant_bytes, dict(n_elements=maybe(4096), block=maybe(64),
+                                                           double_quant=maybe(True))),
+    "decode_tokens_per_second": (mm.decode_tokens_per_second, dict(
+        memory=maybe(mm.inference_memory("gpt2")), gpu=maybe("H200"))),
+    "Freeze": (mm.Freeze, dict(trainable_layers=maybe(1), train_embeddings=maybe(False), train_head=maybe(True))),
+    "LoRA": (mm.LoRA, dict(rank=maybe(8), targets=maybe(("q", "v")), adapter_format=maybe("fp32"))),
+    "QLoRA": (mm.QLoRA, dict(rank=maybe(8), targets=maybe("all"), double_quant=maybe(True), quant_block=maybe(64))),
+    "Adapters": (mm.Adapters, dict(bottleneck=maybe(16), train_norms=maybe(False), adapter_format=maybe(None))),
+}
+
+
+@pytest.mark.parametrize("name", CALLS)
+@given(data=st.data())
+def test_nothing_but_value_or_type_errors_escape(name, data):
+    function, arguments = CALLS[name]
+    kwargs = {key: data.draw(strategy, label=key) for key, strategy in arguments.items()}
+    try:
+        with np.errstate(all="ignore"):
+            result = function(**kwargs)
+            if isinstance(result, (mm.TrainingMemory, mm.InferenceMemory)):
+                result.total  # noqa: B018 - properties compute on access
+    except (ValueError, TypeError):
+        pass
+
+
+@given(st.data())
+def test_methods_with_junk_inside_training_memory(data):
+    method = data.draw(st.one_of(
+        st.builds(mm.LoRA, rank=st.integers(1, 64), targets=st.sampled_from(["all", ("q", "v"), ("gate",), ("o", "down")])),
+        st.builds(mm.Freeze, trainable_layers=st.integers(0, 200)),
+        st.builds(mm.Adapters, bottleneck=st.integers(1, 10**6)),
+        st.builds(mm.QLoRA, rank=st.integers(1, 64), quant_block=st.integers(1, 4096)),
+    ))
+    model = data.draw(st.sampled_from(["gpt2", "bert-base-uncased", "llama-3-8b", 10**9])
+                      | st.builds(mm.uniform_model, st.integers(100, 10**12), st.integers(1, 100)))
+    try:
+        mm.training_memory(model, method=method, seq_len=data.draw(st.none() | st.integers(1, 2**22)),
+                           batch_size=data.draw(st.integers(1, 2**20))).total
+    except (ValueError, TypeError):
+        pass

@@ -1,0 +1,518 @@
+"""Measure what one real training step allocates, case by case, and record it for memmath's tests.
+
+    python -m validation.measure                      # the whole grid, CPU -> memmath/data/measured_cpu.json
+    python -m validation.measure --only gpt2 --print  # a subset, printed, nothing written
+    python -m validation.measure --device cuda --out /tmp/measured_cuda.json   # on a GPU machine
+
+Each case builds a small transformers model from a config object written here (GPT-2, LLaMA with
+multi-head or grouped-query attention, tied or untied, BERT for sequence classification; nothing
+comes from a model hub), sets up the finetuning method (full, freezing the first k blocks, LoRA via
+peft), runs ONE training step (forward, backward, optimizer.step()) and records:
+
+- bytes of parameters, of gradients and of optimizer state tensors after optimizer.step(),
+  each storage counted once (GPT-2's tied head is the embedding matrix);
+- bytes saved for backward during the forward pass, through torch.autograd.graph.saved_tensors_hooks:
+  each storage once (a view keeps its whole storage alive), parameters and buffers left out,
+  attributed to the block that saved it first or to "outside the blocks";
+- on the CPU, the profiler's allocation events (profile_memory=True): the highest net allocation in
+  each phase (forward, backward, optimizer step) over what was alive when the step began;
+  on CUDA, torch.cuda.max_memory_allocated and the allocated bytes before the step;
+- the versions of torch, transformers and peft, once for the whole file.
+
+torch, transformers and peft are imported here only; memmath never needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "memmath" / "data" / "measured_cpu.json"
+SCHEMA_VERSION = 1
+
+# ---- the model shapes (tiny, so the whole grid runs in minutes on two CPU cores) ----------------
+# Each is a memmath shape description; build_model() turns it into the transformers config.
+SHAPES = {
+    # GPT-2: learned positions, LayerNorm, fused qkv (Conv1D), 4h MLP with gelu_new, tied head.
+    "gpt2": dict(family="gpt2", n_layers=3, hidden_size=64, n_heads=4, intermediate_size=256,
+                 vocab_size=1000, max_positions=256, tied_embeddings=True),
+    # LLaMA, multi-head attention, untied head.
+    "llama-mha": dict(family="llama", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=4,
+                      intermediate_size=176, vocab_size=1000, tied_embeddings=False),
+    # LLaMA, grouped-query attention (2 key/value heads for 4 query heads), untied head.
+    "llama-gqa": dict(family="llama", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
+                      intermediate_size=176, vocab_size=1000, tied_embeddings=False),
+    # LLaMA, grouped-query attention, head tied to the token embedding.
+    "llama-gqa-tied": dict(family="llama", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
+                           intermediate_size=176, vocab_size=1000, tied_embeddings=True),
+    # BERT with a 2-label classifier on its pooler (BertForSequenceClassification).
+    "bert": dict(family="bert", n_layers=3, hidden_size=64, n_heads=4, intermediate_size=256,
+                 vocab_size=1000, max_positions=256, type_vocab_size=2, num_labels=2),
+    # Held-out shapes (grid block 6): added after memmath's model was written, to test it on sizes
+    # it was not derived from. llama-wide has a small vocabulary, so the blocks, not the loss, peak.
+    "gpt2-wide": dict(family="gpt2", n_layers=4, hidden_size=128, n_heads=8, intermediate_size=512,
+                      vocab_size=2000, max_positions=256, tied_embeddings=True),
+    "llama-wide": dict(family="llama", n_layers=4, hidden_size=128, n_heads=8, n_kv_heads=2,
+                       intermediate_size=352, vocab_size=256, tied_embeddings=False),
+    "bert-wide": dict(family="bert", n_layers=4, hidden_size=128, n_heads=8, intermediate_size=512,
+                      vocab_size=2000, max_positions=256, type_vocab_size=2, num_labels=2),
+}
+HELD_OUT = ("gpt2-wide", "llama-wide", "bert-wide")
+
+DROPOUT_P = 0.1  # "dropout on": every dropout probability the family has, at 0.1; "off": 0.0
+LORA_ALPHA = 16
+PEFT_TARGETS = {
+    # memmath target names -> the module names peft adapts (see memmath.models._LORA_TABLES)
+    ("gpt2", "qv"): ["c_attn"],
+    ("gpt2", "all"): ["c_attn", "c_proj", "c_fc"],
+    ("llama", "qv"): ["q_proj", "v_proj"],
+    ("llama", "all"): ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ("bert", "qv"): ["query", "value"],
+    # "output.dense" matches both attention.output.dense and the MLP's output.dense; never the pooler.
+    ("bert", "all"): ["query", "key", "value", "output.dense", "intermediate.dense"],
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration: a model shape and a training setup, in memmath's own words."""
+
+    shape: str  # a key of SHAPES
+    precision: str = "bf16"  # fp32 | bf16: the model's dtype (pure, no autocast)
+    optimizer: str = "adamw"  # adamw | sgd_momentum | adam_amsgrad (memmath.OPTIMIZERS keys)
+    method: str = "full"  # full | freeze | lora
+    frozen_layers: int = 0  # freeze: the first k blocks (and the embeddings) are frozen
+    lora_rank: int = 8
+    lora_targets: str = "qv"  # qv | all (every linear layer in the blocks)
+    adapter_format: str = "fp32"  # lora: fp32 (peft's autocast_adapter_dtype=True) or the base format
+    attention: str = "sdpa"  # eager | sdpa (transformers' attn_implementation)
+    dropout: bool = False
+    checkpointing: bool = False
+    batch_size: int = 2
+    seq_len: int = 64
+
+    @property
+    def case_id(self) -> str:
+        method = self.method
+        if self.method == "freeze":
+            method = f"freeze{self.frozen_layers}"
+        elif self.method == "lora":
+            method = f"lora{self.lora_rank}-{self.lora_targets}-{self.adapter_format}"
+        parts = [self.shape, self.precision, self.optimizer, method, self.attention,
+                 "drop" if self.dropout else "nodrop", "ckpt" if self.checkpointing else "nockpt",
+                 f"b{self.batch_size}s{self.seq_len}"]
+        return "/".join(parts)
+
+    def config(self) -> dict:
+        """The full configuration, shape fields included, as recorded in the data file."""
+        return {"case_id": self.case_id, **asdict(self), "model": dict(SHAPES[self.shape])}
+
+
+def grid() -> list[Case]:
+    """The recorded grid: every axis of issue 4, without the full cross product (see comments)."""
+    cases: list[Case] = []
+    shapes = [name for name in SHAPES if name not in HELD_OUT]
+    # 1. Methods x precisions x shapes (AdamW, SDPA, no dropout, no checkpointing, b=2, s=64).
+    for shape, precision in itertools.product(shapes, ("fp32", "bf16")):
+        methods = [dict(method="full"), dict(method="freeze", frozen_layers=1), dict(method="freeze", frozen_layers=2)]
+        formats = ("fp32",) if precision == "fp32" else ("fp32", "bf16")
+        for targets, fmt in itertools.product(("qv", "all"), formats):
+            methods.append(dict(method="lora", lora_targets=targets, adapter_format=fmt))
+        cases += [Case(shape, precision=precision, **m) for m in methods]
+    # 2. Attention x dropout x checkpointing, full finetuning; precision alternates per shape.
+    for i, shape in enumerate(shapes):
+        for attention, dropout, ckpt in itertools.product(("eager", "sdpa"), (False, True), (False, True)):
+            if attention == "sdpa" and not dropout and not ckpt:
+                continue  # already in block 1
+            precision = ("bf16", "fp32")[(i + dropout + ckpt) % 2]
+            cases.append(Case(shape, precision=precision, attention=attention, dropout=dropout, checkpointing=ckpt))
+    # 3. The other optimizers, on full finetuning and LoRA.
+    for i, shape in enumerate(shapes):
+        for j, (optimizer, method) in enumerate(itertools.product(("sgd_momentum", "adam_amsgrad"), ("full", "lora"))):
+            cases.append(Case(shape, precision=("fp32", "bf16")[(i + j) % 2], optimizer=optimizer, method=method))
+    # 4. Batch sizes and sequence lengths (eager attention with dropout: the s^2 terms show).
+    for shape in ("gpt2", "llama-gqa", "bert"):
+        for b, s in ((1, 32), (4, 32), (1, 128), (4, 128), (8, 16)):
+            cases.append(Case(shape, precision="bf16", attention="eager", dropout=True, batch_size=b, seq_len=s))
+    # 5. Combinations that interact: freezing or LoRA with checkpointing, LoRA with eager dropout.
+    for shape in shapes:
+        cases.append(Case(shape, precision="bf16", method="freeze", frozen_layers=1, checkpointing=True))
+        cases.append(Case(shape, precision="bf16", method="lora", checkpointing=True))
+        cases.append(Case(shape, precision="fp32", method="lora", lora_targets="all", attention="eager", dropout=True))
+    # 6. Held out: wider shapes, mixed settings, measured only after the model was written.
+    for shape in HELD_OUT:
+        cases += [
+            Case(shape, precision="bf16", batch_size=2, seq_len=96),
+            Case(shape, precision="fp32", optimizer="adam_amsgrad", attention="eager", dropout=True, batch_size=1,
+                 seq_len=80),
+            Case(shape, precision="bf16", method="freeze", frozen_layers=3, checkpointing=True, batch_size=3,
+                 seq_len=48),
+            Case(shape, precision="bf16", method="lora", lora_rank=16, lora_targets="all", attention="eager",
+                 batch_size=2, seq_len=64),
+            Case(shape, precision="fp32", method="lora", lora_rank=4, optimizer="sgd_momentum", dropout=True,
+                 checkpointing=True, batch_size=2, seq_len=112),
+        ]
+    ids = [c.case_id for c in cases]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    if duplicates:
+        raise AssertionError(f"duplicate cases in the grid: {sorted(duplicates)}")
+    return cases
+
+
+# ---- building the model -------------------------------------------------------------------------
+def _hf_config(case: Case):
+    import transformers
+
+    m = SHAPES[case.shape]
+    p = DROPOUT_P if case.dropout else 0.0
+    if m["family"] == "gpt2":
+        config = transformers.GPT2Config(
+            n_layer=m["n_layers"], n_embd=m["hidden_size"], n_head=m["n_heads"], n_inner=m["intermediate_size"],
+            vocab_size=m["vocab_size"], n_positions=m["max_positions"], tie_word_embeddings=m["tied_embeddings"],
+            resid_pdrop=p, embd_pdrop=p, attn_pdrop=p, use_cache=False, bos_token_id=0, eos_token_id=0)
+    elif m["family"] == "llama":
+        config = transformers.LlamaConfig(
+            num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
+            num_key_value_heads=m["n_kv_heads"], intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
+            tie_word_embeddings=m["tied_embeddings"], attention_dropout=p, max_position_embeddings=256,
+            use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    else:
+        config = transformers.BertConfig(
+            num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
+            intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
+            max_position_embeddings=m["max_positions"], type_vocab_size=m["type_vocab_size"],
+            num_labels=m["num_labels"], hidden_dropout_prob=p, attention_probs_dropout_prob=p, pad_token_id=0)
+    config._attn_implementation = case.attention
+    return config
+
+
+def _blocks(model, family):
+    """The transformer blocks, wherever peft has put the base model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if family == "gpt2":
+        return base.transformer.h
+    if family == "llama":
+        return base.model.layers
+    return base.bert.encoder.layer
+
+
+def _freeze(model, case: Case, family: str):
+    """memmath's Freeze(frozen_layers=k): embeddings and the first k blocks frozen; final norm and an
+    untied head train (a tied head IS the frozen embedding); BERT's pooler and classifier train."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    blocks = _blocks(model, family)
+    for block in list(blocks)[case.frozen_layers:]:
+        for p in block.parameters():
+            p.requires_grad_(True)
+    if family == "gpt2":
+        trainable_extra = [model.transformer.ln_f]
+    elif family == "llama":
+        trainable_extra = [model.model.norm]
+        if not SHAPES[case.shape]["tied_embeddings"]:
+            trainable_extra.append(model.lm_head)
+    else:
+        trainable_extra = [model.bert.pooler, model.classifier]
+    for module in trainable_extra:
+        for p in module.parameters():
+            p.requires_grad_(True)
+
+
+def build(case: Case, device: str = "cpu"):
+    """(model, optimizer, batch): the model in train mode, its method applied, one batch of inputs."""
+    import torch
+    import transformers
+
+    family = SHAPES[case.shape]["family"]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[case.precision]
+    torch.manual_seed(0)
+    config = _hf_config(case)
+    model_class = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
+                   "bert": transformers.BertForSequenceClassification}[family]
+    model = model_class(config)
+    model = model.to(device=device, dtype=dtype)
+    if case.checkpointing:
+        # transformers' default: non-reentrant torch.utils.checkpoint around every block, and a hook
+        # that makes the embedding output require grad (so frozen early blocks still checkpoint).
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+    if case.method == "freeze":
+        _freeze(model, case, family)
+    elif case.method == "lora":
+        import peft
+
+        lora_config = peft.LoraConfig(r=case.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, bias="none",
+                                      target_modules=PEFT_TARGETS[(family, case.lora_targets)],
+                                      fan_in_fan_out=(family == "gpt2"))
+        # autocast_adapter_dtype=True (peft's default) keeps adapters in fp32 on a 16-bit base.
+        autocast = case.adapter_format == "fp32"
+        model = peft.get_peft_model(model, lora_config, autocast_adapter_dtype=autocast)
+    elif case.method != "full":
+        raise ValueError(f"unknown method {case.method!r}")
+    model.train()
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if case.optimizer == "adamw":
+        optimizer = torch.optim.AdamW(params, lr=1e-3)
+    elif case.optimizer == "adam_amsgrad":
+        optimizer = torch.optim.Adam(params, lr=1e-3, amsgrad=True)
+    elif case.optimizer == "sgd_momentum":
+        optimizer = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    else:
+        raise ValueError(f"unknown optimizer {case.optimizer!r}")
+
+    generator = torch.Generator().manual_seed(1)
+    vocab = SHAPES[case.shape]["vocab_size"]
+    input_ids = torch.randint(1, vocab, (case.batch_size, case.seq_len), generator=generator).to(device)
+    if family == "bert":
+        labels = (torch.arange(case.batch_size) % SHAPES[case.shape]["num_labels"]).to(device)
+    else:
+        labels = input_ids.clone()
+    return model, optimizer, {"input_ids": input_ids, "labels": labels}
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+def _storage_key(t):
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
+
+
+def _unique_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (tied or shared tensors counted once)."""
+    seen = {}
+    for t in tensors:
+        if t is not None and t.numel():
+            ptr, nbytes = _storage_key(t)
+            seen[ptr] = nbytes
+    return sum(seen.values())
+
+
+class SavedTensorRecorder:
+    """Records every storage that autograd saves for backward while active, once, by block.
+
+    Parameters and buffers are left out (they exist without the forward pass). A forward pre-hook
+    on each block says which block is running; anything saved outside a block counts as "outside".
+    """
+
+    def __init__(self, model, blocks):
+        self.excluded = {_storage_key(t)[0] for t in itertools.chain(model.parameters(), model.buffers())}
+        self.region = -1
+        self.first_region: dict[int, int] = {}
+        self.nbytes: dict[int, int] = {}
+        self.handles = []
+        self.log = []  # (region, shape, dtype, bytes or 0 when already counted, producing op) for --explain
+        for i, block in enumerate(blocks):
+            self.handles.append(block.register_forward_pre_hook(lambda *_, i=i: self._enter(i)))
+            self.handles.append(block.register_forward_hook(lambda *_: self._enter(-1)))
+
+    def _enter(self, region):
+        self.region = region
+
+    def pack(self, t):
+        ptr, nbytes = _storage_key(t)
+        if not ptr or ptr in self.excluded:
+            return t
+        new = ptr not in self.nbytes
+        if new:
+            self.nbytes[ptr] = nbytes
+            self.first_region[ptr] = self.region
+        op = type(t.grad_fn).__name__ if t.grad_fn is not None else ("leaf" if t.requires_grad else "no grad")
+        self.log.append((self.region, tuple(t.shape), str(t.dtype).replace("torch.", ""), nbytes if new else 0, op))
+        return t
+
+    @staticmethod
+    def unpack(t):
+        return t
+
+    def hooks(self):
+        import torch
+
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+    def per_region(self, n_blocks):
+        per_block = [0] * n_blocks
+        outside = 0
+        for ptr, nbytes in self.nbytes.items():
+            region = self.first_region[ptr]
+            if region < 0:
+                outside += nbytes
+            else:
+                per_block[region] += nbytes
+        return per_block, outside
+
+    def close(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def _phase_peaks(prof, phases):
+    """Highest net allocation (bytes over the start of profiling) inside each record_function phase."""
+    events = prof.profiler.kineto_results.events()
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    ranges = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name() in phases}
+    peaks = {name: 0 for name in phases}
+    running = 0
+    for start, delta in memory:
+        running += delta
+        for name, (lo, hi) in ranges.items():
+            if lo <= start <= hi and running > peaks[name]:
+                peaks[name] = running
+    return peaks, running
+
+
+def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
+    """Run one training step of `case` and return what it allocated (see the module docstring)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    family = SHAPES[case.shape]["family"]
+    model, optimizer, batch = build(case, device)
+    blocks = _blocks(model, family)
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    adapters = [p for n, p in model.named_parameters() if "lora_" in n]
+    resident = _unique_bytes(itertools.chain(params, model.buffers(), batch.values()))
+    recorder = SavedTensorRecorder(model, blocks)
+    phases = ("forward", "backward", "optimizer_step")
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        allocated_before = torch.cuda.memory_allocated()
+        prof_context = contextlib.nullcontext()
+    else:
+        prof_context = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with prof_context as prof:
+        with record_function("forward"), recorder.hooks():
+            loss = model(**batch).loss  # the logits go at once, as in a training loop that keeps the loss only
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer_step"):
+            optimizer.step()
+    recorder.close()
+    if explain:
+        for region, shape, dtype, nbytes, op in recorder.log:
+            where = "outside" if region < 0 else f"block {region}"
+            print(f"  {where:8s} {str(shape):18s} {dtype:9s} {nbytes:>9,} {op}" if nbytes else
+                  f"  {where:8s} {str(shape):18s} {dtype:9s} {'(again)':>9s} {op}", file=sys.stderr)
+
+    per_block, outside = recorder.per_region(len(blocks))
+    states: dict[str, int] = {}
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                states[key] = states.get(key, 0) + value.numel() * value.element_size()
+    result = {
+        "total_params": sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n),
+        "trainable_params": sum(p.numel() for p in trainable),
+        "adapter_params": sum(p.numel() for p in adapters),
+        "trainable_tensors": len(trainable),
+        "param_bytes": _unique_bytes(params),
+        "grad_bytes": _unique_bytes(p.grad for p in params),
+        "optimizer_state_bytes": sum(states.values()),
+        "optimizer_state_detail": dict(sorted(states.items())),
+        "saved_bytes": sum(per_block) + outside,
+        "saved_per_layer": per_block,
+        "saved_outside_layers": outside,
+        "resident_before_bytes": resident,
+    }
+    if device == "cuda":
+        torch.cuda.synchronize()
+        result["cuda_allocated_before_bytes"] = allocated_before
+        result["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        result["cuda_reserved_bytes"] = torch.cuda.memory_reserved()
+    else:
+        peaks, _ = _phase_peaks(prof, phases)
+        result.update({f"peak_{name}_bytes": resident + peaks[name] for name in phases})
+        result["peak_bytes"] = resident + max(peaks.values())
+    del model, optimizer, loss
+    return result
+
+
+def versions() -> dict:
+    import peft
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
+            "python": platform.python_version()}
+
+
+def run(cases, device="cpu", progress=True, explain=False) -> list[dict]:
+    import torch
+
+    torch.set_num_threads(1)  # CPU kernels size scratch buffers by thread count; one thread = reproducible
+    records = []
+    for i, case in enumerate(cases, 1):
+        started = time.perf_counter()
+        measured = measure(case, device, explain=explain)
+        if progress:
+            print(f"[{i:3d}/{len(cases)}] {case.case_id}  saved {measured['saved_bytes']:,} B  "
+                  f"peak {measured.get('peak_bytes', measured.get('cuda_max_allocated_bytes')):,} B  "
+                  f"({time.perf_counter() - started:.2f} s)", file=sys.stderr)
+        records.append({"config": case.config(), "measured": measured})
+    return records
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--out", type=Path, default=None, help=f"data file to write (default {DEFAULT_OUT} on cpu)")
+    parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
+    parser.add_argument("--limit", type=int, default=None, help="measure at most this many cases")
+    parser.add_argument("--print", action="store_true", help="print the records instead of writing a file")
+    parser.add_argument("--explain", action="store_true", help="list every saved storage (implies --print)")
+    args = parser.parse_args(argv)
+
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except Exception:  # pragma: no cover
+        pass
+
+    cases = grid()
+    if args.only:
+        cases = [c for c in cases if args.only in c.case_id]
+    if args.limit:
+        cases = cases[: args.limit]
+    started = time.perf_counter()
+    records = run(cases, device=args.device, explain=args.explain)
+    elapsed = time.perf_counter() - started
+    print(f"measured {len(records)} cases in {elapsed:.1f} s", file=sys.stderr)
+    if args.print or args.explain:
+        json.dump(records, sys.stdout, indent=1)
+        return
+    out = args.out or (DEFAULT_OUT if args.device == "cpu" else None)
+    if out is None:
+        parser.error("--out is required with --device cuda (the CPU recording stays as it is)")
+    document = {
+        "schema": SCHEMA_VERSION,
+        "description": "One training step per case, measured by validation/measure.py; see memmath/measured.py.",
+        "device": args.device,
+        "threads": 1,
+        "versions": versions(),
+        "dropout_p": DROPOUT_P,
+        "lora_alpha": LORA_ALPHA,
+        "shapes": SHAPES,
+        "cases": records,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

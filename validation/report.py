@@ -1,0 +1,118 @@
+"""Predicted versus measured, per part and case, with the worst error per part (no torch needed).
+
+    python -m validation.report              # one line per case, then the summary
+    python -m validation.report --summary    # the summary only (what the README quotes)
+    python -m validation.report --only bert  # cases whose id contains "bert"
+
+Reads memmath/data/measured_cpu.json (validation/measure.py recorded it) and asks memmath for each
+case: training_memory(..., activations="transformers") and peak_memory(...). The textbook column
+shows how far Korthikanti et al.'s formula, the one the lessons teach first, lands from the same
+measurement. Errors are (predicted - measured) / measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+import memmath
+from memmath.measured import case_arguments, case_model, measured_metadata
+
+PARTS = {
+    # part: (label, measured column, tolerance of tests/test_fidelity.py)
+    "parameters": ("Parameters", "param_bytes", 0.0),
+    "gradients": ("Gradients", "grad_bytes", 0.0),
+    "optimizer_states": ("Optimizer states", "optimizer_state_bytes", 0.0),
+    "activations": ("Saved activations (transformers)", "saved_bytes", 0.01),
+    "activations_textbook": ("Saved activations (textbook)", "saved_bytes", None),
+    "peak": ("Peak", "peak_bytes", 0.05),
+    "peak_forward": ("Peak in the forward pass", "peak_forward_bytes", None),
+    "peak_backward": ("Peak in the backward pass", "peak_backward_bytes", None),
+    "peak_optimizer_step": ("Peak in the optimizer step", "peak_optimizer_step_bytes", None),
+}
+
+
+def comparison(cases: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per case and part: measured bytes, predicted bytes, relative error."""
+    cases = memmath.load_measured() if cases is None else cases
+    rows = []
+    for _, case in cases.iterrows():
+        m = memmath.predict_case(case)
+        textbook = memmath.training_memory(case_model(case), **case_arguments(case, "textbook"))
+        detail = textbook.activation_detail
+        peak = memmath.predict_peak_case(case)
+        predicted = {
+            "parameters": m.weights, "gradients": m.gradients, "optimizer_states": m.optimizer_states,
+            "activations": m.activation_detail.saved_by_forward,
+            # the textbook counts the recompute buffer too; the measurement is what the forward saved
+            "activations_textbook": detail.total - detail.recompute_peak,
+            "peak": peak.total, "peak_forward": peak.forward, "peak_backward": peak.backward,
+            "peak_optimizer_step": peak.optimizer_step,
+        }
+        for part, (_, column, _) in PARTS.items():
+            measured = int(case[column])
+            value = int(predicted[part])
+            rows.append({"case_id": case["case_id"], "part": part, "measured": measured, "predicted": value,
+                         "error": (value - measured) / measured if measured else 0.0})
+    return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per part: cases, exact matches, cases within the test's tolerance, mean and worst error."""
+    rows = []
+    for part, (label, _, tolerance) in PARTS.items():
+        sub = table[table.part == part]
+        worst = sub.loc[sub.error.abs().idxmax()]
+        rows.append({
+            "part": label, "cases": len(sub), "exact": int((sub.measured == sub.predicted).sum()),
+            "within tolerance": "-" if tolerance is None else f"{int((sub.error.abs() <= tolerance).sum())} "
+                                                               f"(±{tolerance:.0%})",
+            "mean |error|": f"{sub.error.abs().mean():.2%}", "worst error": f"{worst.error:+.2%}",
+            "worst case": worst.case_id if worst.error else "-",
+        })
+    return pd.DataFrame(rows)
+
+
+def _per_case(table: pd.DataFrame) -> pd.DataFrame:
+    wide = table.pivot(index="case_id", columns="part", values="error")
+    measured = table.pivot(index="case_id", columns="part", values="measured")
+    out = pd.DataFrame(index=wide.index)
+    out["params/grads/states"] = [
+        "exact" if all(wide.loc[c, p] == 0 for p in ("parameters", "gradients", "optimizer_states")) else "DIFFER"
+        for c in wide.index]
+    out["saved B"] = measured["activations"].map("{:,}".format)
+    out["transformers"] = wide["activations"].map("{:+.2%}".format)
+    out["textbook"] = wide["activations_textbook"].map("{:+.1%}".format)
+    out["peak B"] = measured["peak"].map("{:,}".format)
+    out["peak err"] = wide["peak"].map("{:+.2%}".format)
+    for phase in ("forward", "backward", "optimizer_step"):
+        out[phase.replace("optimizer_step", "step")] = wide[f"peak_{phase}"].map("{:+.1%}".format)
+    order = memmath.load_measured().case_id
+    return out.loc[[c for c in order if c in out.index]]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="memmath's predictions against the recorded PyTorch measurements")
+    parser.add_argument("--summary", action="store_true", help="print only the summary per part")
+    parser.add_argument("--only", default=None, help="cases whose id contains this text")
+    args = parser.parse_args(argv)
+
+    cases = memmath.load_measured()
+    if args.only:
+        cases = cases[cases.case_id.str.contains(args.only, regex=False)]
+    if cases.empty:
+        parser.error(f"no recorded case id contains {args.only!r}")
+    table = comparison(cases)
+    meta = measured_metadata()
+    versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+    with pd.option_context("display.width", 250, "display.max_rows", 1000, "display.max_colwidth", 80):
+        if not args.summary:
+            print(_per_case(table).to_string())
+            print()
+        print(f"{len(cases)} cases measured on the {meta['device']} ({meta['threads']} thread; {versions})")
+        print(summary(table).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
