@@ -1,10 +1,11 @@
 """The built site, served on loopback, in Chromium: every page renders offline and every bound input moves its chart.
 
-The site is built once per session (conftest.built_site, the README's command). For each page:
-its charts draw, no request fails, no request leaves the loopback server, no console error. In
-each lesson every bound input (alt.param(bind=...)) changes its chart between its two ends, and
-where the page shows marimo's own controls (frozen in a static page) it also shows the note
-that they need the live workbook.
+The site is built once per session (conftest.built_site, the README's command) and each page is
+opened once. For each page: its charts draw, its links into the site resolve, no request fails,
+no request leaves the loopback server, no console error. Where a lesson shows marimo's own
+controls (frozen in a static page) it also shows the note that they need the live workbook. In
+each lesson there is at least one bound input (alt.param(bind=...), memmath.static_charts), and
+every bound input changes its chart between its two ends.
 """
 
 from __future__ import annotations
@@ -85,40 +86,68 @@ def test_index_links_every_lesson_and_loads_nothing_else(chromium, served_site):
         page.close()
 
 
-@pytest.mark.parametrize("name", PAGES[1:], ids=[p.stem for p in LESSONS])
-def test_lesson_page_renders_offline_and_its_bound_inputs_move_its_charts(chromium, served_site, name):
+@pytest.fixture(scope="module")
+def opened(chromium, served_site):
+    """Each lesson page opened once, its charts drawn, shared by the tests below (which run in file order)."""
+    pages = {}
+
+    def get(name):
+        if name not in pages:
+            page, record = _open(chromium, served_site, name)
+            charts = _wait_for_charts(page)
+            pages[name] = (page, record, charts)
+        return pages[name]
+
+    yield get
+    for page, _, _ in pages.values():
+        page.close()
+
+
+LESSON_PAGES = pytest.mark.parametrize("name", PAGES[1:], ids=[p.stem for p in LESSONS])
+
+
+@LESSON_PAGES
+def test_lesson_page_renders_offline(opened, served_site, name):
+    page, record, charts = opened(name)
+    assert charts >= 1, f"{name} draws no chart"
+    _assert_links_resolve(page, served_site, name)
+    _assert_offline(record, served_site, name)
+
+
+@LESSON_PAGES
+def test_lesson_page_says_its_marimo_controls_need_the_live_workbook(opened, name):
+    page, _, _ = opened(name)
+    if page.locator(KERNEL_CONTROLS).count():
+        notice = page.locator("[data-memmath-live-only]")
+        assert notice.count() >= 1 and notice.first.is_visible(), (
+            f"{name} shows marimo controls, which are frozen in a static page, without "
+            "memmath.static_charts.live_only_notice() beside them")
+
+
+@LESSON_PAGES
+def test_lesson_page_bound_inputs_move_their_charts(opened, served_site, name):
     from memmath_site.browser import BOUND_INPUTS, bound_input_ends, bound_input_value, chart_of, set_bound_input
 
-    page, record = _open(chromium, served_site, name)
-    try:
-        charts = _wait_for_charts(page)
-        assert charts >= 1, f"{name} draws no chart"
-        controls = page.locator(BOUND_INPUTS)
-        assert controls.count() >= 1, f"{name} has no bound input: its headline control does not work statically"
-        for index in range(controls.count()):
-            control = controls.nth(index)
-            low, high = bound_input_ends(control)
-            before = chart_of(control, page)
-            if bound_input_value(control) != low:
-                set_bound_input(control, low)
-                at_low = chart_of(control, page, previous=before)
-            else:
-                at_low = before
-            set_bound_input(control, high)
-            at_high = chart_of(control, page, previous=at_low)
-            label = control.evaluate("e => e.closest('.vega-bind').textContent.trim().slice(0, 40)")
-            assert at_low and at_high, f"{name}: the chart of input {label!r} stopped drawing"
-            assert at_high != at_low, f"{name}: moving input {label!r} from {low} to {high} does not change its chart"
-            for state, end in ((at_low, low), (at_high, high)):
-                assert state["marks"] > 0, f"{name}: input {label!r} at {end} draws an empty chart"
-                shown = " ".join([state["title"], *state["text"]])
-                assert not NAN.search(shown), f"{name}: input {label!r} at {end} shows NaN: {shown[:200]}"
-        _assert_links_resolve(page, served_site, name)
-        if page.locator(KERNEL_CONTROLS).count():
-            notice = page.locator("[data-memmath-live-only]")
-            assert notice.count() >= 1 and notice.first.is_visible(), (
-                f"{name} shows marimo controls, which are frozen in a static page, without "
-                "memmath.static_charts.live_only_notice() beside them")
-        _assert_offline(record, served_site, name)
-    finally:
-        page.close()
+    page, record, _ = opened(name)
+    controls = page.locator(BOUND_INPUTS)
+    assert controls.count() >= 1, (f"{name} has no bound input (memmath.static_charts.bound_chart): its headline "
+                                   "control does not work in the static page")
+    for index in range(controls.count()):
+        control = controls.nth(index)
+        low, high = bound_input_ends(control)
+        before = chart_of(control, page)
+        if bound_input_value(control) != low:
+            set_bound_input(control, low)
+            at_low = chart_of(control, page, previous=before)
+        else:
+            at_low = before
+        set_bound_input(control, high)
+        at_high = chart_of(control, page, previous=at_low)
+        label = control.evaluate("e => e.closest('.vega-bind').textContent.trim().slice(0, 40)")
+        assert at_low and at_high, f"{name}: the chart of input {label!r} stopped drawing"
+        assert at_high != at_low, f"{name}: moving input {label!r} from {low} to {high} does not change its chart"
+        for state, end in ((at_low, low), (at_high, high)):
+            assert state["marks"] > 0, f"{name}: input {label!r} at {end} draws an empty chart"
+            shown = " ".join([state["title"], *state["text"]])
+            assert not NAN.search(shown), f"{name}: input {label!r} at {end} shows NaN: {shown[:200]}"
+    _assert_offline(record, served_site, name)
