@@ -61,7 +61,11 @@ class PageReport:
 
 
 def find_lessons(notebooks_dir: Path) -> list[Lesson]:
-    """Every notebooks/NN_*.py, in order, with the title of its first markdown H1."""
+    """Every notebooks/NN_*.py, in order, with the title of its first markdown H1 in the source.
+
+    The build replaces that title with the H1 the exported page renders (which also covers an H1
+    written as an f-string).
+    """
     notebooks_dir = Path(notebooks_dir)
     if not notebooks_dir.is_dir():
         raise BuildError(f"notebooks folder {notebooks_dir} does not exist")
@@ -86,6 +90,17 @@ def lesson_title(path: Path) -> str:
         if match:
             return match.group(1).strip()
     return Path(path).stem.split("_", 1)[1].replace("_", " ").capitalize()
+
+
+def rendered_title(page_html: str) -> str | None:
+    """The text of the first <h1> an exported page shows (its lesson's H1 as rendered, f-strings included)."""
+    for cell in _session(page_html).get("cells", []):
+        for output in cell.get("outputs", []):
+            for data in (output.get("data") or {}).values():
+                match = re.search(r"<h1[^>]*>(.*?)</h1>", data, re.S) if isinstance(data, str) else None
+                if match:
+                    return html.unescape(re.sub(r"<[^>]+>", "", match.group(1))).strip() or None
+    return None
 
 
 def export_lesson(lesson: Lesson, out_html: Path) -> float:
@@ -181,7 +196,7 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
     staging = Path(tempfile.mkdtemp(prefix=".site-", dir=out_dir.parent))
     try:
         asset_bytes = assets.copy_frontend(staging)
-        reports, failures = [], []
+        reports, failures, titled = [], [], []
         for lesson in lessons:
             log(f"exporting {lesson.source.name} ...")
             target = staging / lesson.page
@@ -194,11 +209,12 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
             page = relink_lessons(page, lesson.page, {other.source.name for other in lessons})
             assets.check_page_refs(page, lesson.page, staging)
             target.write_text(page, encoding="utf-8")
-            reports.append(PageReport(lesson.page, lesson.title, len(page.encode("utf-8")), seconds))
+            titled.append(Lesson(lesson.source, rendered_title(page) or lesson.title))
+            reports.append(PageReport(lesson.page, titled[-1].title, len(page.encode("utf-8")), seconds))
         if failures:
             raise BuildError(f"{len(failures)} of {len(lessons)} lessons failed to export; the site was not "
                              "written:\n\n" + "\n\n".join(failures))
-        index = index_page(lessons)
+        index = index_page(titled)
         (staging / "index.html").write_text(index, encoding="utf-8")
         (staging / SITE_MARKER).write_text("Built by python -m memmath_site build; safe to delete and rebuild.\n")
         reports.insert(0, PageReport("index.html", "Index", len(index.encode("utf-8")), 0.0))
