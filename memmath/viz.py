@@ -66,16 +66,16 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
         y=alt.Y("scenario:N", title=None, sort=scenarios),
         color=alt.Color("label:N", title="Part", scale=part_scale(parts), sort=[ALL_LABELS[p] for p in parts]),
         order=alt.Order("order:Q"),
-        tooltip=["scenario:N", "label:N", alt.Tooltip("size:Q", title=unit, format=",.2f"),
+        tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f"),
                  alt.Tooltip("bytes:Q", title="bytes", format=",")],
     )
     chart = bars
     if capacity_bytes is not None:
         rule_frame = pd.DataFrame({"size": [capacity_bytes / UNITS[unit]], "what": [capacity_label or "GPU memory"]})
         rule = alt.Chart(rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
-            x="size:Q", tooltip=["what:N", alt.Tooltip("size:Q", title=unit, format=",.2f")])
+            x=alt.X("size:Q"), tooltip=[alt.Tooltip("what:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
         text = alt.Chart(rule_frame).mark_text(align="left", dx=4, dy=-6, fontSize=11).encode(
-            x="size:Q", y=alt.value(0), text="what:N")
+            x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("what:N"))
         chart = bars + rule + text
     return chart.properties(width=width, height=bar_height, title=title)
 
