@@ -19,8 +19,10 @@ the fastest round (as timeit does); slider latency takes the median of every pre
   shared machine does not inflate (the wall clock is shown beside it).
 - page: kB of the exported HTML (marimo's frontend is shared by all pages and not counted).
 
-It prints a table of ratios and, per lesson, its slowest cell at cold start, to say where to look
-when a lesson misses a target. No assertion: speed is reported here, never tested.
+It prints a table of ratios and then, per lesson, where the time goes (for its slowest slider: the
+kernel's share of the latency, how many cells a move re-runs and the slowest of them, from
+marimo's own cell timestamps; at cold start: the slowest cell), to say where to look when a
+lesson misses a target. No assertion: speed is reported here, never tested.
 """
 
 from __future__ import annotations
@@ -45,9 +47,19 @@ TARGETS = {"slider": 1.15, "cold": 1.3, "export": 1.3}
 
 
 @dataclass
+class Press:
+    """One key press on a slider: page latency, the kernel's share, and the cells it re-ran."""
+
+    ms: float
+    kernel_ms: float
+    cells: int
+    slowest_cell: tuple | None
+
+
+@dataclass
 class Measured:
     name: str
-    slider_ms: dict = field(default_factory=dict)  # slider index -> every press's latency (ms), all rounds
+    presses: dict = field(default_factory=dict)  # slider index -> every Press on it, all rounds
     cold_s: list = field(default_factory=list)
     export_s: list = field(default_factory=list)
     export_cpu_s: list = field(default_factory=list)
@@ -57,7 +69,7 @@ class Measured:
 
 
 def measure_live(browser, notebook: Path, presses: int) -> tuple[float, dict, tuple | None]:
-    """(cold start s, {slider index: [latency ms per press]}, slowest cell at cold start)."""
+    """(cold start s, {slider index: [Press, ...]}, slowest cell at cold start)."""
     from memmath_site.browser import LivePage, MarimoRun
 
     with MarimoRun(notebook) as server:
@@ -74,13 +86,18 @@ def measure_live(browser, notebook: Path, presses: int) -> tuple[float, dict, tu
             for index in range(live.sliders().count()):
                 keys, pressed = ["ArrowRight", "ArrowLeft"], []
                 while len(pressed) < presses:
+                    mark = len(live.cell_runs)
                     changed, ms = live.press_on_slider(index, keys[len(pressed) % 2])
                     if not changed:  # at an end: go the other way
                         keys.reverse()
                         changed, ms = live.press_on_slider(index, keys[len(pressed) % 2])
                         if not changed:
                             break
-                    pressed.append(ms)
+                    runs = live.cell_runs[mark:]
+                    kernel_ms = 1000 * sum(seconds for _, seconds in runs)
+                    top = max(runs, key=lambda run: run[1]) if runs else None
+                    pressed.append(Press(ms, kernel_ms, len(runs),
+                                         (live.cell_name(top[0]), 1000 * top[1]) if top else None))
                 latencies[index] = pressed
             return cold, latencies, slowest
         finally:
@@ -131,22 +148,35 @@ def main(argv=None) -> int:
                 result.export_s.append(export_s)
                 result.cold_s.append(cold)
                 for index, pressed in latencies.items():
-                    result.slider_ms.setdefault(index, []).extend(pressed)
+                    result.presses.setdefault(index, []).extend(pressed)
                 result.sliders = len(latencies)
                 print(f"round {round_number}/{args.rounds} {result.name}: cold {cold:.2f} s, export {export_s:.2f} s, "
-                      f"slider ms {[round(statistics.median(v)) for v in latencies.values() if v]}",
+                      f"slider ms {[round(statistics.median(p.ms for p in v)) for v in latencies.values() if v]}",
                       file=sys.stderr, flush=True)
         browser.close()
 
     def slowest_slider(result):
         """The median latency of the lesson's slowest slider (None without sliders)."""
-        medians = [statistics.median(v) for v in result.slider_ms.values() if v]
+        medians = [statistics.median(p.ms for p in v) for v in result.presses.values() if v]
         return max(medians) if medians else None
+
+    def slowest_slider_profile(result) -> str:
+        """Where the slowest slider's time goes: the kernel's share, the cells it re-runs, the slowest one."""
+        pressed = [v for v in result.presses.values() if v]
+        if not pressed:
+            return "-"
+        worst = max(pressed, key=lambda v: statistics.median(p.ms for p in v))
+        kernel = statistics.median(p.kernel_ms for p in worst)
+        cells = statistics.median(p.cells for p in worst)
+        tops = [p.slowest_cell for p in worst if p.slowest_cell]
+        top = max(set(t[0] for t in tops), key=[t[0] for t in tops].count) if tops else "-"
+        top_ms = statistics.median(t[1] for t in tops if t[0] == top) if tops else 0
+        return f"kernel {kernel:.0f} ms in {cells:.0f} cells, slowest {top}: {top_ms:.0f} ms"
 
     reference = results[REFERENCE]
     ref_slider, ref_cold, ref_cpu = slowest_slider(reference), min(reference.cold_s), min(reference.export_cpu_s)
     header = (f"{'notebook':<28} {'slider ms':>9} {'vs ref (<=1.15)':>15}  {'cold s':>6} {'vs ref (<=1.3)':>14}  "
-              f"{'export wall s':>13} {'CPU s':>5} {'vs ref (<=1.3)':>14}  {'page kB':>7}  slowest cell at cold start")
+              f"{'export wall s':>13} {'CPU s':>5} {'vs ref (<=1.3)':>14}  {'page kB':>7}")
     print(f"\nmarimo {assets.marimo_version()}, {args.rounds} rounds, {args.presses} presses per slider per round "
           f"(slider: median press of the slowest slider; cold start, export: fastest round); "
           f"{time.perf_counter() - started:.0f} s in all\n")
@@ -155,10 +185,15 @@ def main(argv=None) -> int:
     for notebook in notebooks:
         r = results[notebook]
         slider, cold, export, cpu = slowest_slider(r), min(r.cold_s), min(r.export_s), min(r.export_cpu_s)
-        cell = f"{r.slowest_cell[0]}: {r.slowest_cell[1] * 1000:.0f} ms" if r.slowest_cell else "-"
         print(f"{r.name:<28} {slider if slider is None else f'{slider:9.0f}'!s:>9} "
               f"{ratio(slider, ref_slider, TARGETS['slider']):>15}  {cold:6.2f} {ratio(cold, ref_cold, TARGETS['cold']):>14}  "
-              f"{export:13.2f} {cpu:5.2f} {ratio(cpu, ref_cpu, TARGETS['export']):>14}  {r.page_bytes / 1000:7.1f}  {cell}")
+              f"{export:13.2f} {cpu:5.2f} {ratio(cpu, ref_cpu, TARGETS['export']):>14}  {r.page_bytes / 1000:7.1f}")
+    print("\nWhere the time goes (cells counted in notebook order; the rest of a slider's latency is the browser"
+          " redrawing what changed):")
+    for notebook in notebooks:
+        r = results[notebook]
+        cell = f"{r.slowest_cell[0]}: {r.slowest_cell[1] * 1000:.0f} ms" if r.slowest_cell else "-"
+        print(f"  {r.name:<28} slowest slider: {slowest_slider_profile(r)}; cold start: slowest {cell}")
     return 0
 
 

@@ -217,6 +217,7 @@ class LivePage:
         self.console_errors: list[str] = []
         self.cell_order: list[str] = []  # cell ids in notebook order (from kernel-ready)
         self.cell_seconds: dict[str, float] = {}  # each cell's last run time, from the kernel's timestamps
+        self.cell_runs: list[tuple[str, float]] = []  # (cell id, seconds) for every cell run, in order
         self._running_since: dict[str, float] = {}
         page.add_init_script(_INIT_SCRIPT)
         page.on("websocket", self._on_websocket)
@@ -247,15 +248,20 @@ class LivePage:
                 self._running_since[cell] = data["timestamp"]
             elif status == "idle" and cell in self._running_since and data.get("timestamp"):
                 self.cell_seconds[cell] = data["timestamp"] - self._running_since.pop(cell)
+                self.cell_runs.append((cell, self.cell_seconds[cell]))
+
+    def cell_name(self, cell: str) -> str:
+        """"cell N of M" for a cell id (marimo run does not send code, so cells go by position)."""
+        if cell in self.cell_order:
+            return f"cell {self.cell_order.index(cell) + 1} of {len(self.cell_order)}"
+        return f"cell {cell}"
 
     def slowest_cell(self) -> tuple[str, float] | None:
         """("cell N of M", seconds) for the cell whose last run took longest, or None."""
         if not self.cell_seconds:
             return None
         cell, seconds = max(self.cell_seconds.items(), key=lambda item: item[1])
-        where = (f"cell {self.cell_order.index(cell) + 1} of {len(self.cell_order)}" if cell in self.cell_order
-                 else f"cell {cell}")
-        return where, seconds
+        return self.cell_name(cell), seconds
 
     def open(self, url: str, timeout_s: float = 90) -> None:
         """Load the app and wait until its first run has finished and the page has settled."""
