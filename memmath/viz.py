@@ -94,10 +94,13 @@ LESSONS: dict[str, str] = {
 
 
 def lesson_href(stem: str) -> str:
-    """The link from one lesson to another (the same relative link works in the exported site)."""
+    """The link from one lesson to another: "?file=NN_name.py", as `marimo run notebooks` serves the lessons.
+
+    The static site's build (`python -m memmath_site build`) rewrites it to "NN_name.html".
+    """
     if stem not in LESSONS:
         raise ValueError(f"lesson must be one of {', '.join(LESSONS)}; got {stem!r}")
-    return f"{stem}.html"
+    return f"?file={stem}.py"
 
 
 def lesson_link(stem: str, text: str | None = None) -> str:
