@@ -87,8 +87,10 @@ def _(frozen_slider, layers_slider, mm, params_slider, unit_radio):
 def _(alt, n_frozen, n_layers, pd, viz):
     _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
                            "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
+    _every = -(-n_layers // 12)  # at most about a dozen layer numbers, so they never run together
+    _ticks = [i for i in range(1, n_layers + 1) if i == 1 or i % _every == 0]
     alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0, labelOverlap="greedy")),
+        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0, values=_ticks)),
         color=alt.Color("state:N", title=None, scale=alt.Scale(
             domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
         tooltip=["layer:O", "state:N"],
