@@ -193,7 +193,12 @@ def _(freeze, mo, model):
 @app.cell(hide_code=True)
 def _(freeze, frozen, mo, model, seq_slider):
     _k = freeze.layers_trained(model)
-    _notes = [f"Note: {n}." for n in frozen.notes if "tied" in n]
+    _notes = []
+    if model.tied_embeddings and not freeze.train_embeddings:
+        # Otherwise the head switch seems to do nothing: the tied head is the frozen embedding matrix.
+        _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
+                      "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
+                      "Mistral, BERT), to see the head train.")
     if model.max_positions and seq_slider.value > model.max_positions:
         _notes.append(f"{model.name} reads at most {model.max_positions:,} tokens; the activations below "
                       f"for {seq_slider.value:,} are the arithmetic, not a run the real model could do.")
