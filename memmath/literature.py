@@ -21,7 +21,7 @@ class Reported:
 
 REPORTED: dict[str, Reported] = {
     "houlsby_glue_gap": Reported(
-        0.4, "% of GLUE score", "Adapters came within 0.4% of full finetuning on GLUE (BERT-large)",
+        0.4, "% of GLUE score", "Adapters on BERT-large came within 0.4% of full finetuning on GLUE",
         "Houlsby et al. 2019, Parameter-Efficient Transfer Learning for NLP, arXiv:1902.00751 abstract"
         "; the ICML version says 0.8%"),
     "houlsby_trainable_share": Reported(
