@@ -21,15 +21,15 @@ class Reported:
 
 REPORTED: dict[str, Reported] = {
     "houlsby_glue_gap": Reported(
-        0.4, "% of GLUE score", "Adapters came within 0.4% of full finetuning on GLUE (BERT-large)",
-        "Houlsby et al. 2019, Parameter-Efficient Transfer Learning for NLP, arXiv:1902.00751 abstract "
-        "(the ICML version says 0.8%)"),
+        0.4, "% of GLUE score", "Adapters on BERT-large came within 0.4% of full finetuning on GLUE",
+        "Houlsby et al. 2019, Parameter-Efficient Transfer Learning for NLP, arXiv:1902.00751 abstract"
+        "; the ICML version says 0.8%"),
     "houlsby_trainable_share": Reported(
         3.6, "% of parameters per task", "while adding only 3.6% trainable parameters per task (the article rounds to 3%)",
         "Houlsby et al. 2019, arXiv:1902.00751 abstract"),
     "bert_large_partial_share": Reported(
         25, "% of parameters", "finetuning only the top layers of BERT-large needed about 25% of the parameters "
-        "updated to match full finetuning on GLUE", "Houlsby et al. 2019 (top-layer finetuning baseline), as the article reports"),
+        "updated to match full finetuning on GLUE", "Houlsby et al. 2019, top-layer finetuning baseline, as the article reports"),
     "lora_gpt3_vram_before": Reported(
         1.2, "TB", "GPT-3 175B full finetuning with Adam: training VRAM", "Hu et al. 2021, LoRA, arXiv:2106.09685, section 4.2"),
     "lora_gpt3_vram_after": Reported(
@@ -65,7 +65,7 @@ REPORTED: dict[str, Reported] = {
     "lora_adapter_latency": Reported(
         30.3, "% slower forward pass", "Houlsby-style adapters made a GPT-2 medium forward pass 30.3% slower "
         "(25.8 ms against 19.8 ms at batch 1, 128 tokens); merged LoRA ran as fast as the finetuned model",
-        "Hu et al. 2021, LoRA, arXiv:2106.09685, Table 1 (NVIDIA Quadro RTX8000)"),
+        "Hu et al. 2021, LoRA, arXiv:2106.09685, Table 1, on an NVIDIA Quadro RTX8000"),
     "lora_no_added_latency": Reported(
         0, "ms added at inference", "LoRA's update merges into the frozen weights, so it adds no inference latency",
         "Hu et al. 2021, LoRA, arXiv:2106.09685, abstract and section 4.1"),

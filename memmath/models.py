@@ -543,11 +543,27 @@ def _load_config(config) -> dict:
     raise TypeError(f"config must be a dict, JSON text or a path to config.json; got {type(config).__name__}")
 
 
+def _json_hint(error: json.JSONDecodeError) -> str:
+    """A likely cause for a JSON error, in words (Python's messages name the symptom, not the cause)."""
+    text, pos = error.doc, error.pos
+    if pos >= len(text.rstrip()) or error.msg.startswith("Unterminated string"):
+        return "the text ends early: paste the whole file, up to its closing '}'"
+    if pos == len(text) - len(text.lstrip()) and not text.lstrip().startswith(("{", "[")):
+        return "paste the file's contents, which start with '{', not a model name or a path"
+    if error.msg.startswith("Expecting property name enclosed in double quotes"):
+        return "names need double quotes, and no comma may follow the last entry"
+    if error.msg.startswith("Extra data"):
+        return "there is more text after the closing '}'"
+    return ""
+
+
 def _parse_json(text: str, where: str) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{where} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+        hint = _json_hint(error)
+        raise ValueError(f"{where} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+                         + (f" ({hint})" if hint else "")) from None
     except RecursionError:
         raise ValueError(f"{where} nests JSON too deeply to be a transformers config") from None
     if not isinstance(data, dict):

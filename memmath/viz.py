@@ -9,8 +9,9 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from .presets import PRESETS
 from .training import PART_LABELS, PARTS
-from .units import UNITS, unit_name
+from .units import UNITS, format_bytes, unit_name
 
 PART_COLORS: dict[str, str] = {
     "weights": "#4C78A8",
@@ -116,3 +117,40 @@ def short_count(n) -> str:
             value = n / size
             return f"{value:.3g}{suffix}" if value < 1000 else f"{value:,.0f}{suffix}"
     return f"{n:,}"
+
+
+# Model sizes the lessons offer, in billions of parameters: 100M to 1T, landing on common sizes
+# (GPT-2 124M and 355M, 7B, 13B, 70B, GPT-3 175B, 405B, 671B).
+MODEL_SIZE_STEPS = (0.1, 0.125, 0.35, 0.5, 0.7, 1, 1.3, 1.5, 2, 3, 7, 8, 13, 14, 30, 34, 65, 70, 175, 405, 671, 1000)
+NO_PRESET = "(use the slider)"
+
+
+def model_size_controls(value: float = 7):
+    """(params_slider, preset_dropdown): a size slider in billions and a list of published models that overrides it.
+
+    Read them with model_choice(params_slider.value, preset_dropdown.value).
+    """
+    import marimo as mo
+
+    params_slider = mo.ui.slider(steps=list(MODEL_SIZE_STEPS), value=value, show_value=True,
+                                 label="Parameters (billions)")
+    options = {NO_PRESET: None} | {f"{k} ({short_count(s.n_params)} parameters)": k for k, s in PRESETS.items()}
+    preset_dropdown = mo.ui.dropdown(options=options, value=NO_PRESET, label="or a published model (overrides the slider)")
+    return params_slider, preset_dropdown
+
+
+def model_choice(billions, preset):
+    """The preset's name when one is picked, else the slider's billions as a whole parameter count."""
+    return preset if preset else int(round(billions * 10**9))
+
+
+def readable_unit(n_bytes, unit: str = "GB") -> str:
+    """The largest unit of the chosen family that n_bytes fills at least once: TB/GB/MB/KB for GB,
+    TiB/GiB/MiB/KiB for GiB (B below a kilobyte), so small sizes do not show as 0.00 GB."""
+    family = ("TB", "GB", "MB", "KB") if unit_name(unit) in ("TB", "GB", "MB", "KB") else ("TiB", "GiB", "MiB", "KiB")
+    return next((step for step in family if n_bytes >= UNITS[step]), "B")
+
+
+def readable_size(n_bytes, unit: str = "GB") -> str:
+    """n_bytes labelled in readable_unit's unit: '358.61 MB', '4.30 GB', '311.30 KiB'."""
+    return format_bytes(n_bytes, readable_unit(n_bytes, unit))

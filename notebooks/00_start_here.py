@@ -30,8 +30,8 @@ def _(mo, viz):
     Behind the joke is a real experience. Training a model, or serving one, needs memory on the
     GPU (its VRAM) for everything the program keeps there. When the program asks for one more
     tensor and the card has no free memory left, PyTorch cannot slow down or page anything out: it
-    stops with this error. The size in the full message is only that last request, the straw that
-    broke the budget, not what the whole run needs. And the run often loads the model without
+    stops with this error. The "Tried to allocate" size in the full message is only that last
+    request, the straw that broke the budget, not what the whole run needs. And the run often loads the model without
     complaint and crashes a moment later, at the first training step, when gradients and
     optimizer states appear for the first time.
 
@@ -64,9 +64,10 @@ def _(mo):
     ## How to use the controls
 
     Every lesson has controls: sliders, drop-down lists, radio buttons. Change one and every
-    number and chart that depends on it updates at once; there is nothing to run. The grey code
-    cells show the `memmath` calls behind the numbers, so you can repeat any of them in Python.
-    Try it: drag the slider (or click it and use the arrow keys), and switch the unit.
+    number and chart that depends on it updates at once; there is nothing to run. The page shows
+    results only; every number comes from a `memmath` call in the lesson's file, and
+    `marimo edit notebooks/01_weights_and_formats.py` (any lesson) opens it with the code, to read
+    or change. Try it: drag the slider (or click it and use the arrow keys), and switch the unit.
     """)
     return
 
@@ -156,7 +157,8 @@ def _(gpu, mm, mo, pd):
         "GiB": round(mm.to_unit(g.memory_bytes, "GiB"), 2), "GB": round(mm.to_unit(g.memory_bytes, "GB"), 2),
         "chosen": "◀" if g.name == gpu.name else "",
     } for g in mm.GPUS.values()])
-    mo.ui.table(gpu_units, page_size=len(gpu_units), selection=None)
+    mo.ui.table(gpu_units, page_size=len(gpu_units), selection=None, show_column_summaries=False,
+                show_data_types=False, show_search=False, show_download=False)
     return (gpu_units,)
 
 
@@ -168,7 +170,7 @@ def _(context, mo, viz):
     The article insists on this split: memory for **inference** (running a trained model) and
     memory for **training** it are different problems, each with its own reference. For training
     it points to EleutherAI's *Transformer Math 101* (Anthony et al., April 2023); for inference,
-    to *Transformer Inference Arithmetic* (kipply's blog, 2022). Know which one you are planning
+    to *Transformer Inference Arithmetic* (Carol Chen, kipply's blog, March 2022). Know which one you are planning
     before you estimate anything.
 
     Inference keeps the weights, a **KV cache** (the keys and values of every token so far) and a
@@ -206,11 +208,12 @@ def _(model_dropdown, serving, training, unit, viz):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, serving, training, unit):
+def _(context, mm, mo, serving, training, unit):
     mo.md(f"""
     Same model, same weights ({mm.format_bytes(serving.weights, unit)}), but training needs
     {mm.format_bytes(training.total, unit)} against {mm.format_bytes(serving.total, unit)} for serving:
-    {training.total / serving.total:.1f} times as much. Training assumes: {training.assumptions}
+    {training.total / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens,
+    bf16 weights, fused attention; serving keeps a bf16 KV cache. Training assumes: {training.assumptions}
     """)
     return
 
@@ -258,8 +261,8 @@ def _(mm):
     # Problem answers, computed with memmath.
     _4090 = mm.GPUS["RTX 4090"]
     answer_4090_tool_prints = _4090.memory_bytes / mm.UNITS["GiB"]  # divided by 1024**3, printed as "GB"
-    answer_14gb_in_gib = mm.format_bytes(14 * 10**9, "GiB")
-    answer_load = mm.get_format("bf16").bytes_for(7 * 10**9)
+    answer_load = mm.get_format("bf16").bytes_for(7 * 10**9)  # the article's 7B x 16 bits / 8
+    answer_14gb_in_gib = mm.format_bytes(answer_load, "GiB")
     answer_step = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam")
     return answer_14gb_in_gib, answer_4090_tool_prints, answer_load, answer_step
 
@@ -274,8 +277,8 @@ def _(answer_14gb_in_gib, answer_4090_tool_prints, answer_load, answer_step, mm,
         mo.accordion({"Answer": mo.md(
             f"GiB: {_4090.memory_bytes // mm.UNITS['MiB']:,} MiB ÷ 1024 = {answer_4090_tool_prints:.2f} GiB. In GB the "
             f"card has {mm.format_bytes(_4090.memory_bytes, 'GB')}.")}),
-        mo.md("**2.** The article's 7B model has 14 GB of bf16 weights. How many GiB is that?"),
-        mo.accordion({"Answer": mo.md(f"14 × 10⁹ ÷ 2³⁰ = {answer_14gb_in_gib}.")}),
+        mo.md(f"**2.** The article's 7B model has {mm.format_bytes(answer_load)} of bf16 weights. How many GiB is that?"),
+        mo.accordion({"Answer": mo.md(f"{answer_load:,} B ÷ 2³⁰ = {answer_14gb_in_gib}.")}),
         mo.md("**3.** A 7B finetune in pure bf16 with Adam loads the model onto a 24 GB card without complaint, "
               "then crashes with CUDA out of memory at the first training step. Why not at load time?"),
         mo.accordion({"Answer": mo.md(

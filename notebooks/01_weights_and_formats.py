@@ -62,14 +62,15 @@ def _(mm):
 @app.cell(hide_code=True)
 def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd):
     _rows = [{"format": name, "bits": mm.get_format(name).bits, "bytes per parameter": mm.get_format(name).bytes,
-              "7B weights (GB)": round(mm.get_format(name).bytes_for(article_params) / 1e9, 2)}
+              "7B weights (GB)": round(mm.to_unit(mm.get_format(name).bytes_for(article_params), "GB"), 2)}
              for name in STORAGE_FORMATS]
     mo.vstack([
         mo.md(f"""For the article's model: {article_params:,} × {mm.get_format("bf16").bits} ÷ 8
         = {article_weight_bytes:,} bytes = **{mm.format_bytes(article_weight_bytes, "GB")}** (10⁹ bytes to a GB),
         which is {mm.format_bytes(article_weight_bytes, "GiB")} (2³⁰ bytes to a GiB). The same model in other formats
         (integer formats also need a few scales, counted further down):"""),
-        pd.DataFrame(_rows),
+        mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
+                    show_data_types=False, show_search=False, show_download=False),
     ])
     return
 
@@ -140,7 +141,7 @@ def _(STORAGE_FORMATS, alt, bit_layout):
 
 
 @app.cell
-def _(STORAGE_FORMATS, mm, pd):
+def _(STORAGE_FORMATS, mm, mo, pd):
     # Range and precision of each format (memmath.FORMATS): largest value, step just above 1, digits.
     format_table = pd.DataFrame([{
         "format": _f.name, "bits": _f.bits,
@@ -150,7 +151,8 @@ def _(STORAGE_FORMATS, mm, pd):
         "decimal digits": f"{_f.decimal_digits:.1f}" if _f.decimal_digits else "-",
         "what it is": _f.description,
     } for _f in (mm.get_format(n) for n in STORAGE_FORMATS)])
-    format_table
+    mo.ui.table(format_table, selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
+                show_search=False, show_download=False, wrapped_columns=["what it is"])
     return
 
 
@@ -162,7 +164,8 @@ def _(mm, mo):
 
     Type any number and see what each format actually stores. Some values to try: `0.1` (no
     format stores it exactly), `300.7` (bf16's steps are {_bf16_step_300:g} apart up there), `70000` (past fp16's
-    largest value, {mm.get_format("fp16").max_value:,.0f}), `1e-8` (below what fp16 can resolve).
+    largest value, {mm.get_format("fp16").max_value:,.0f}), `0.00000001` (10⁻⁸, less than half
+    of fp16's smallest step, {mm.float_step("fp16", 0):.3g}).
 
     The integer formats (and nf4) need a **scale**: all values in a block share one, set from the
     largest magnitude in the block (its *absmax*), so that absmax lands on the largest level
@@ -185,22 +188,24 @@ def _(mo):
 
 
 @app.cell
-def _(STORAGE_FORMATS, block_absmax_slider, pd, store, value_number):
+def _(STORAGE_FORMATS, block_absmax_slider, mo, pd, store, value_number):
     value = float(value_number.value if value_number.value is not None else 0.0)
     block_absmax = float(block_absmax_slider.value)
     rounding_table = pd.DataFrame([store(value, _name, block_absmax) for _name in STORAGE_FORMATS])
-    rounding_table
+    mo.ui.table(rounding_table, selection=None, pagination=False, show_column_summaries=False,
+                show_data_types=False, show_search=False, show_download=False)
     return block_absmax, value
 
 
 @app.cell(hide_code=True)
 def _(block_absmax, mo, pd, store):
-    _examples = [0.1, 300.7, 70_000, 1e-8]
+    _examples = [0.1, 300.7, 70_000, 0.00000001]
     _table = pd.DataFrame([{"value": f"{_v:g}", **{_f: store(_v, _f, block_absmax)["stored value"]
                                                   for _f in ["fp32", "bf16", "fp16", "fp8_e4m3", "int8"]}}
                            for _v in _examples])
     mo.vstack([mo.md(f"The suggested values, stored in five formats (int8 with your block absmax, {block_absmax:g}):"),
-               _table])
+               mo.ui.table(_table, selection=None, pagination=False, show_column_summaries=False,
+                           show_data_types=False, show_search=False, show_download=False)])
     return
 
 
@@ -263,14 +268,8 @@ def _(mm, mo):
 
 
 @app.cell
-def _(mm, mo, viz):
-    params_slider = mo.ui.slider(
-        steps=[0.1, 0.125, 0.35, 0.5, 0.7, 1, 1.3, 1.5, 2, 3, 7, 8, 13, 14, 30, 34, 65, 70, 175, 405, 671, 1000],
-        value=7, show_value=True, label="Parameters (billions)")
-    preset_dropdown = mo.ui.dropdown(
-        options={"(use the slider)": None} | {f"{k} ({viz.short_count(s.n_params)} parameters)": k
-                                               for k, s in mm.PRESETS.items()},
-        value="(use the slider)", label="or a published model")
+def _(mo, viz):
+    params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
     format_dropdown = mo.ui.dropdown(
         options=["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"], value="bf16",
         label="Format of the weights")
@@ -281,12 +280,13 @@ def _(mm, mo, viz):
 
 
 @app.cell
-def _(format_dropdown, mm, params_slider, preset_dropdown, unit_radio):
+def _(format_dropdown, mm, params_slider, preset_dropdown, unit_radio, viz):
     preset = preset_dropdown.value
-    n_params = mm.PRESETS[preset].n_params if preset else int(round(params_slider.value * 1e9))
+    n_params = mm.resolve_model(viz.model_choice(params_slider.value, preset)).n_params
     weights_format = mm.get_format(format_dropdown.value)
     unit = unit_radio.value
-    # Weights as a bare parameter count: N x bits / 8, plus one fp32 scale per 64 values for int/nf4.
+    # Weights as a bare parameter count: N x bits / 8, plus block scales for int8/int4 (one fp32 per 64
+    # values) and nf4 (QLoRA's double quantization: one 8-bit scale per 64, one fp32 per 256 scales).
     stored = mm.inference_memory(n_params, weights_format=weights_format.name)
     weight_bytes = stored.weights + stored.quantization_constants
     return n_params, preset, stored, unit, weight_bytes, weights_format
@@ -295,12 +295,13 @@ def _(format_dropdown, mm, params_slider, preset_dropdown, unit_radio):
 @app.cell(hide_code=True)
 def _(mm, mo, n_params, preset, stored, unit, viz, weight_bytes, weights_format):
     _which = f"**{preset}**:" if preset else "A model of"
-    _scales = (f" plus {mm.format_bytes(stored.quantization_constants, unit)} of scales (one fp32 scale per "
-               f"64 values)" if stored.quantization_constants else "")
+    _how = ("one 8-bit scale per 64 values and one fp32 scale per 256 of those: QLoRA's double quantization"
+            if weights_format.name == "nf4" else "one fp32 scale per 64 values")
+    _scales = (f", plus {mm.format_bytes(stored.quantization_constants, unit)} of scales ({_how}): "
+               f"**{mm.format_bytes(weight_bytes, unit)}** in all" if stored.quantization_constants else "")
     mo.callout(mo.md(f"""
     {_which} {n_params:,} parameters ({viz.short_count(n_params)}) × {weights_format.bits} bits ÷ 8
-    = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}:
-    **{mm.format_bytes(weight_bytes, unit)}** in all.
+    = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}.
     """), kind="info")
     return
 
@@ -368,15 +369,16 @@ def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, weight_bytes, weights_format)
 
 @app.cell
 def _(gpu_fits, mm, mo, unit):
-    # Compare the cards: share of each card the weights take, and what is spare or missing.
+    # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
     _mem, _head = f"memory ({unit})", f"headroom ({unit})"
     fit_rows = gpu_fits.assign(**{
-        "weights take (%)": (100 * (gpu_fits[_mem] - gpu_fits[_head]) / gpu_fits[_mem]).round(1),
+        "needs (% of the card)": (100 * (gpu_fits[_mem] - gpu_fits[_head]) / gpu_fits[_mem]).round(1),
         "verdict": [f"fits, {mm.format_bytes(h * mm.UNITS[unit], unit)} spare" if f
                     else f"short by {mm.format_bytes(-h * mm.UNITS[unit], unit)}"
                     for h, f in zip(gpu_fits[_head], gpu_fits["fits"])],
-    })[["gpu", "marketed", _mem, "weights take (%)", "verdict"]].round(2)
-    mo.ui.table(fit_rows, page_size=len(fit_rows), selection=None)
+    })[["gpu", "marketed", _mem, "needs (% of the card)", "verdict"]].round(2)
+    mo.ui.table(fit_rows, page_size=len(fit_rows), selection=None, show_column_summaries=False,
+                show_data_types=False, show_search=False, show_download=False)
     return
 
 
@@ -402,8 +404,10 @@ def _(mm):
     # Problem answers, computed with memmath.
     _n13 = mm.PRESETS["llama-2-13b"].n_params
     answer_13b_bf16 = mm.get_format("bf16").bytes_for(_n13)
-    _nf4 = mm.inference_memory(_n13, weights_format="nf4")
-    answer_13b_nf4 = _nf4.weights + _nf4.quantization_constants
+    # nf4 with one fp32 scale per 64 weights, as the problem asks (no double quantization).
+    answer_13b_nf4 = mm.get_format("nf4").bytes_for(_n13) + mm.quant_constant_bytes(_n13, double_quant=False)
+    _nf4_dq = mm.inference_memory(_n13, weights_format="nf4")  # QLoRA's double quantization
+    answer_13b_nf4_dq = _nf4_dq.weights + _nf4_dq.quantization_constants
     answer_4090_max_params = mm.GPUS["RTX 4090"].memory_bytes * 8 // mm.get_format("bf16").bits
     answer_fp16_70k = mm.round_to_format(70_000, "fp16")
     answer_bf16_70k = mm.round_to_format(70_000, "bf16")
@@ -411,13 +415,14 @@ def _(mm):
     answer_int8_scaled = mm.round_to_format(0.1, "int8", scale=mm.absmax_scale("int8", 1.0))
     answer_int8_steps = round(answer_int8_scaled / mm.absmax_scale("int8", 1.0))
     answer_bf16_step_70k = mm.float_step("bf16", 70_000)
-    return (answer_bf16_step_70k, answer_int8_steps, answer_13b_bf16, answer_13b_nf4, answer_4090_max_params, answer_bf16_70k, answer_fp16_70k,
-            answer_int8_scaled, answer_int8_unscaled)
+    return (answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_4090_max_params, answer_bf16_70k,
+            answer_bf16_step_70k, answer_fp16_70k, answer_int8_scaled, answer_int8_steps, answer_int8_unscaled)
 
 
 @app.cell(hide_code=True)
-def _(answer_13b_bf16, answer_13b_nf4, answer_4090_max_params, answer_bf16_70k, answer_bf16_step_70k,
-      answer_fp16_70k, answer_int8_scaled, answer_int8_steps, answer_int8_unscaled, mm, mo, viz):
+def _(answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_4090_max_params, answer_bf16_70k,
+      answer_bf16_step_70k, answer_fp16_70k, answer_int8_scaled, answer_int8_steps, answer_int8_unscaled, mm, mo,
+      viz):
     _n13 = mm.PRESETS["llama-2-13b"].n_params
     _bf16, _nf4 = mm.get_format("bf16"), mm.get_format("nf4")
     _scale_bytes = mm.quant_constant_bytes(64, double_quant=False)
@@ -428,7 +433,8 @@ def _(answer_13b_bf16, answer_13b_nf4, answer_4090_max_params, answer_bf16_70k, 
         mo.accordion({"Answer": mo.md(
             f"bf16: {_n13:,} × {_bf16.bytes:g} B = {mm.format_bytes(answer_13b_bf16)}. nf4: {_nf4.bytes:g} B each "
             f"plus {_scale_bytes} B per 64 weights = {mm.format_bytes(answer_13b_nf4)}, about "
-            f"{answer_13b_bf16 / answer_13b_nf4:.1f} times less.")}),
+            f"{answer_13b_bf16 / answer_13b_nf4:.1f} times less. QLoRA's double quantization stores those scales "
+            f"in 8 bits (plus one fp32 per 256 of them): {mm.format_bytes(answer_13b_nf4_dq)}.")}),
         mo.md("**2.** An RTX 4090 is sold as 24 GB. What is the largest model whose bf16 weights fit in the "
               "memory its driver reports (ignoring everything else)?"),
         mo.accordion({"Answer": mo.md(
@@ -438,7 +444,7 @@ def _(answer_13b_bf16, answer_13b_nf4, answer_4090_max_params, answer_bf16_70k, 
             "see lesson 2.")}),
         mo.md("**3.** Store 70,000 in fp16 and in bf16. What comes back, and why?"),
         mo.accordion({"Answer": mo.md(
-            f"fp16 gives {answer_fp16_70k} (its largest value is {mm.get_format('fp16').max_value:,.0f}); "
+            f"fp16 gives {'infinity' if answer_fp16_70k == float('inf') else answer_fp16_70k} (its largest value is {mm.get_format('fp16').max_value:,.0f}); "
             f"bf16 gives {answer_bf16_70k:,.0f}: in range thanks to its {_bf16.exponent_bits} exponent bits, "
             f"but rounded to a step of {answer_bf16_step_70k:,.0f} because only {_bf16.mantissa_bits} mantissa "
             "bits remain.")}),
@@ -464,9 +470,9 @@ def _(mm, np):
         elif np.isinf(stored):
             shown, error, what = "infinity", "-", f"overflow: above the largest value, {fmt.max_value:,.0f}"
         else:
-            shown, error = f"{stored:.8g}", f"{abs(stored - value):.3g}"
+            shown, error = f"{stored:.9g}", f"{abs(stored - value):.3g}"
             if fmt.kind != "float" and abs(value) > absmax:
-                what = f"clipped to the block's range (±{absmax:g})"
+                what = f"clipped: beyond the block's absmax ({absmax:g}), stored at the format's end level"
             elif stored == 0 and value != 0:
                 what = "rounded to zero"
             else:

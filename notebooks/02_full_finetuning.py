@@ -76,7 +76,8 @@ def _(article_params, article_run, mm, mo):
         = **{mm.format_bytes(article_run.without_activations)}**. The weights are
         {mm.format_bytes(article_run.weights)}; the other {mm.format_bytes(_rest)} (which the article leaves
         unitemized) are the gradients and Adam's states:"""),
-        _frame.rename(columns={"label": "part", "GB": "size (GB)"}),
+        mo.ui.table(_frame.rename(columns={"label": "part", "GB": "size (GB)"}), selection=None, pagination=False,
+                    show_column_summaries=False, show_data_types=False, show_search=False, show_download=False),
     ])
     return
 
@@ -99,13 +100,7 @@ def _(mo, viz):
 
 @app.cell
 def _(mm, mo, viz):
-    params_slider = mo.ui.slider(
-        steps=[0.1, 0.125, 0.35, 0.5, 0.7, 1, 1.3, 1.5, 2, 3, 7, 8, 13, 14, 30, 34, 65, 70, 175, 405, 671, 1000],
-        value=7, show_value=True, label="Parameters (billions)")
-    preset_dropdown = mo.ui.dropdown(
-        options={"(use the slider)": None} | {f"{k} ({viz.short_count(s.n_params)} parameters)": k
-                                               for k, s in mm.PRESETS.items()},
-        value="(use the slider)", label="or a published model")
+    params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
     precision_dropdown = mo.ui.dropdown(
         options={"pure bf16": "bf16", "pure fp16": "fp16", "fp32": "fp32", "PyTorch AMP": "amp",
                  "mixed precision (ZeRO)": "mixed", "mixed + fp32 gradient accumulation": "mixed_fp32_grads"},
@@ -123,9 +118,9 @@ def _(mm, mo, viz):
 
 
 @app.cell
-def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, preset_dropdown, unit_radio):
+def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, preset_dropdown, unit_radio, viz):
     preset = preset_dropdown.value
-    model = preset if preset else int(round(params_slider.value * 1e9))  # a preset name or a parameter count
+    model = viz.model_choice(params_slider.value, preset)  # a preset name or a parameter count
     n_params = mm.resolve_model(model).n_params
     precision, optimizer = precision_dropdown.value, optimizer_dropdown.value
     gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
@@ -135,11 +130,11 @@ def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, p
 
 
 @app.cell
-def _(gpu, pd, run, unit, viz):
+def _(gpu, mm, pd, run, unit, viz):
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
     viz.stacked_bars(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
-                     capacity_label=f"{gpu.name}: {gpu.marketed} on the box",
+                     capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
                      title="What the GPU must hold (activations come on top: lesson 3)")
     return
 
@@ -170,23 +165,28 @@ def _(mo):
     none; SGD with momentum keeps one; Adam and AdamW keep two; 8-bit Adam (Dettmers et al. 2022)
     keeps Adam's two at 1 byte each plus a small scale per block; Adafactor (Shazeer & Stern 2018)
     replaces the second moment of each matrix by its row and column averages and drops the first.
-    The table runs every optimizer with your model and precision recipe:
+    The table runs every optimizer with your model and precision recipe. Adafactor's saving needs
+    the shape of every matrix: with a bare parameter count from the slider memmath cannot factor
+    anything and counts a full second moment, so pick a published model to see it.
     """)
     return
 
 
 @app.cell
-def _(gpu, mm, model, n_params, pd, precision, unit):
+def _(gpu, mm, mo, model, n_params, pd, precision, unit):
     _rows = []
     for _name, _opt in mm.OPTIMIZERS.items():
         _r = mm.training_memory(model, precision=precision, optimizer=_name)
+        _unfactored = any(_n.startswith("Adafactor cannot factor") for _n in _r.notes)
         _rows.append({"optimizer": _name, f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
                       "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
                       f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu).fits else "no",
-                      "what it keeps": _opt.description})
+                      "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
+                                                           "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
-    optimizer_table
-    return
+    mo.ui.table(optimizer_table, selection=None, pagination=False, show_column_summaries=False,
+                show_data_types=False, show_search=False, show_download=False, wrapped_columns=["what it keeps"])
+    return (optimizer_table,)
 
 
 @app.cell(hide_code=True)
@@ -218,17 +218,20 @@ def _(mm, n_params):
 
 
 @app.cell
-def _(gpu, n_params, published_runs, unit, viz):
+def _(gpu, mm, n_params, published_runs, unit, viz):
     viz.stacked_bars(viz.breakdown_long(published_runs, unit), unit, capacity_bytes=gpu.memory_bytes,
-                     capacity_label=gpu.name, width=420,
+                     capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)}", width=420,
                      title=f"Six published counts for {viz.short_count(n_params)} parameters with Adam")
     return
 
 
 @app.cell
-def _(mm, n_params, unit):
+def _(mm, mo, n_params, unit):
     published_rows = mm.published.published_table(n_params, unit)
-    published_rows.round(2)
+    _first = ["estimate", "B per parameter", f"memory ({unit})", "what it counts"]
+    _shown = published_rows[_first + [c for c in published_rows.columns if c not in _first]].round(2)
+    mo.ui.table(_shown, selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
+                show_search=False, show_download=False, wrapped_columns=["what it counts", "source"])
     return (published_rows,)
 
 
@@ -242,7 +245,7 @@ def _(mo):
     ## A GPU that holds the weights can still fail the run
 
     The catalog below compares every card twice: can it hold the weights, and can it hold one step
-    of full finetuning with your recipe and optimizer?
+    of full finetuning with your recipe and optimizer (before activations)?
     """)
     return
 
@@ -255,7 +258,8 @@ def _(mm, mo, run, unit):
         "holds the weights": _weights["fits"].map({True: "yes", False: "no"}),
         "runs full finetuning": _total["fits"].map({True: "yes", False: "no"}),
     }).reset_index().round(2)
-    mo.ui.table(gpu_rows, page_size=len(gpu_rows), selection=None)
+    mo.ui.table(gpu_rows, page_size=len(gpu_rows), selection=None, show_column_summaries=False,
+                show_data_types=False, show_search=False, show_download=False)
     return (gpu_rows,)
 
 

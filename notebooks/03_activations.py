@@ -48,13 +48,15 @@ def _(mo):
     1-byte dropout masks. Their total per layer is **s·b·h·(34 + 5·a·s/h) bytes**, in this notation:
 
     | symbol | meaning | symbol | meaning |
-    |---|---|---|---|
+    |:--|:--|:--|:--|
     | s | sequence length (tokens) | a | attention heads |
     | b | batch size (sequences) | L | layers (blocks) |
     | h | width (hidden size) | V | vocabulary size |
 
-    The table below lists each tensor with its bytes per element of the size it is counted in.
-    `memmath.korthikanti_terms` builds it; the sums under it are computed from its rows.
+    Each row below is one tensor a block keeps. It is counted per s·b·h (one number per token and
+    width unit) or per a·s²·b (one number per pair of tokens, per head), and "bytes each" is what it
+    costs per such unit: a 16-bit tensor as wide as the model is 2 bytes per s·b·h.
+    `memmath.korthikanti_terms` builds the table; the sums under it are computed from its rows.
     """)
     return
 
@@ -65,7 +67,8 @@ def _(mm, mo, pd):
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
     mo.ui.table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}),
-                selection=None, pagination=False, show_column_summaries=False, show_data_types=False)
+                selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
+                show_search=False, show_download=False, wrapped_columns=["tensor kept for backward"])
     return (terms_table,)
 
 
@@ -165,14 +168,14 @@ def _(attention, batch_size, checkpointing, mm, n_heads, n_layers, preset, seq_l
 
 
 @app.cell(hide_code=True)
-def _(batch_size, detail, heads_slider, mm, mo, model, n_heads, n_layers, per_layer, preset, seq_len,
-      size, training, unit, vocab, width):
+def _(batch_size, detail, heads_slider, mm, mo, model, n_heads, per_layer, preset, seq_len, training, unit,
+      viz, vocab, width):
     _s, _b, _h, _a = seq_len, batch_size, width, n_heads
     _eager = mm.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
     _kernel = ("" if per_layer == _eager else f"Fused attention drops the s × s terms and adds a 4·a·s·b "
-               f"log-sum-exp: 34·s·b·h + 4·a·s·b = **{size(per_layer, unit)}**.")
+               f"log-sum-exp: 34·s·b·h + 4·a·s·b = **{viz.readable_size(per_layer, unit)}**.")
     _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
-                  f"{size(detail.recompute_peak, unit)}, at a time during the backward pass." if detail.recompute_peak else "")
+                  f"{viz.readable_size(detail.recompute_peak, unit)}, at a time during the backward pass." if detail.recompute_peak else "")
     _notes = []
     if n_heads != heads_slider.value:
         _notes.append(f"{heads_slider.value} heads do not divide a width of {width}: using {n_heads}.")
@@ -182,16 +185,16 @@ def _(batch_size, detail, heads_slider, mm, mo, model, n_heads, n_layers, per_la
     mo.vstack([
         mo.md(f"""
     **{model.n_params:,} parameters.** With eager attention one block keeps
-    s·b·h·(34 + 5·a·s/h) = {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{size(_eager, unit)}**.
+    s·b·h·(34 + 5·a·s/h) = {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{viz.readable_size(_eager, unit)}**.
     {_kernel}
 
-    - The blocks: {detail.layers_storing} layers × {size(detail.per_layer, unit)} kept per layer
-      = {size(detail.per_layer * detail.layers_storing, unit)}.{_recompute}
+    - The blocks: {detail.layers_storing} {"layer" if detail.layers_storing == 1 else "layers"} × {viz.readable_size(detail.per_layer, unit)} kept per layer
+      = {viz.readable_size(detail.per_layer * detail.layers_storing, unit)}.{_recompute}
     - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
-      {size(detail.outside_layers, unit)}.
-    - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {size(detail.loss, unit)}.
-    - **Activations in all: {size(training.activations, unit)}**, against
-      {size(training.without_activations, unit)} for weights, gradients and optimizer states.
+      {viz.readable_size(detail.outside_layers, unit)}.
+    - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {viz.readable_size(detail.loss, unit)}.
+    - **Activations in all: {viz.readable_size(training.activations, unit)}**, against
+      {viz.readable_size(training.without_activations, unit)} for weights, gradients and optimizer states.
     """),
         *[mo.callout(mo.md(n), kind="warn") for n in _notes],
     ])
@@ -202,9 +205,10 @@ def _(batch_size, detail, heads_slider, mm, mo, model, n_heads, n_layers, per_la
 def _(attention, batch_size, mm, model, seq_len, training, unit, viz):
     inference = mm.inference_memory(model, weights_format="bf16", kv_format="bf16", batch_size=batch_size,
                                     context_len=seq_len, attention=attention)
+    _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
     _bars = viz.breakdown_long({"Training (your settings)": training,
-                                "Inference, same batch and length": inference}, unit)
-    viz.stacked_bars(_bars, unit, title="Where the memory goes")
+                                "Inference, same batch and length": inference}, _unit)
+    viz.stacked_bars(_bars, _unit, title="Where the memory goes")
     return (inference,)
 
 
@@ -238,7 +242,7 @@ def _(mo):
 
 
 @app.cell
-def _(batch_size, mm, mo, model, pd, seq_len, size, unit):
+def _(batch_size, mm, mo, model, pd, seq_len, unit, viz):
     _rows = []
     for _attention in ("eager", "sdpa"):
         for _ckpt in (False, True):
@@ -246,10 +250,10 @@ def _(batch_size, mm, mo, model, pd, seq_len, size, unit):
                                     seq_len=seq_len, attention=_attention, checkpointing=_ckpt)
             _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
                           "checkpointing": "yes" if _ckpt else "no",
-                          "activations": size(_r.activations, unit), "total": size(_r.total, unit),
+                          "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
                           "activations / rest": f"{_r.activations / _r.without_activations:,.2f}×"})
     mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False)
+                show_data_types=False, show_search=False, show_download=False)
     return
 
 
@@ -260,7 +264,8 @@ def _(mo):
 
     Weights, gradients and optimizer states do not change with the data. Activations grow with
     every token and every sequence. The chart sweeps one of them (the other stays at your
-    setting) and marks the first point where activations are bigger than everything else.
+    setting) and marks the first point where activations pass the weights alone (hollow diamond)
+    and where they pass weights, gradients and optimizer states together (black diamond).
     """)
     return
 
@@ -292,48 +297,55 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, un
     _acts = np.broadcast_to(sweep.activations, sweep_values.shape)
     _rest = np.broadcast_to(sweep.without_activations, sweep_values.shape)
     _weights = np.broadcast_to(sweep.weights, sweep_values.shape)
+    # The unit at the middle of the log axis (geometric mean of the smallest and largest values).
+    unit_sweep = viz.readable_unit(int(np.sqrt(float(_weights.min()) * float(max(_acts.max(), _rest.max())))), unit)
     _series = {"Weights": _weights, "Weights + gradients + optimizer states": _rest, "Activations": _acts}
-    _frame = pd.concat([pd.DataFrame({"x": sweep_values, "what": k, "size": mm.to_unit(v, unit)})
+    _frame = pd.concat([pd.DataFrame({"x": sweep_values, "what": k, "size": mm.to_unit(v, unit_sweep)})
                         for k, v in _series.items()])
     _x_title = "Sequence length s (tokens)" if sweep_radio.value == "sequence length" else "Batch size b (sequences)"
     _color = alt.Scale(domain=list(_series), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
     _lines = alt.Chart(_frame).mark_line(point=True).encode(
         x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("size:Q", title=viz.memory_axis_title(unit) + ", log scale", scale=alt.Scale(type="log")),
+        y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
         color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
-        tooltip=["what:N", alt.Tooltip("x:Q", title=_x_title), alt.Tooltip("size:Q", title=unit, format=",.3f")])
+        tooltip=["what:N", alt.Tooltip("x:Q", title=_x_title),
+                 alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
     _now = seq_len if sweep_radio.value == "sequence length" else batch_size
     _rule = alt.Chart(pd.DataFrame({"x": [_now]})).mark_rule(strokeDash=[4, 4], color="black").encode(x="x:Q")
-    _over = sweep_values[_acts > _rest]
-    crossover = int(_over[0]) if _over.size else None
+    _over, _over_weights = sweep_values[_acts > _rest], sweep_values[_acts > _weights]
+    crossover = int(_over[0]) if _over.size else None  # past weights + gradients + optimizer states
+    crossover_weights = int(_over_weights[0]) if _over_weights.size else None  # past the weights alone
     _chart = _lines + _rule
-    if crossover:
-        _mark = pd.DataFrame({"x": [crossover], "size": [mm.to_unit(int(_acts[sweep_values == crossover][0]), unit)],
-                              "label": ["activations overtake"]})
-        _chart += alt.Chart(_mark).mark_point(size=220, shape="diamond", filled=True, color="black").encode(
-            x="x:Q", y="size:Q") + alt.Chart(_mark).mark_text(align="left", dx=10, dy=14, fontSize=12).encode(
-            x="x:Q", y="size:Q", text="label:N")
+    for _x, _filled in ((crossover_weights, False), (crossover, True)):
+        if _x:
+            _mark = pd.DataFrame({"x": [_x], "size": [mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep)]})
+            _chart += alt.Chart(_mark).mark_point(size=220, shape="diamond", filled=_filled, color="black",
+                                                  strokeWidth=2).encode(x="x:Q", y="size:Q")
     _chart.properties(width=560, height=300, title="Activations against everything else")
-    return (crossover,)
+    return crossover, crossover_weights, unit_sweep
 
 
 @app.cell(hide_code=True)
-def _(batch_size, crossover, mo, seq_len, sweep_radio, sweep_values):
+def _(batch_size, crossover, crossover_weights, mo, seq_len, sweep_radio, sweep_values):
     if sweep_radio.value == "sequence length":
         _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
     else:
         _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
-    _verb = "are already bigger than" if crossover == sweep_values[0] else "overtake"
-    _text = (f"With {_fixed}, activations {_verb} weights, gradients and optimizer states at "
-             f"**{_what} {crossover:,}** (the dashed line is your setting)." if crossover else
-             f"With {_fixed}, activations stay below weights, gradients and optimizer states over the "
-             "whole sweep (the dashed line is your setting).")
-    mo.md(_text)
+
+    def _where(x, what):
+        if x is None:
+            return f"stay below {what} over the whole sweep"
+        _verb = "are already bigger than" if x == sweep_values[0] else "pass"
+        return f"{_verb} {what} at **{_what} {x:,}**"
+
+    mo.md(f"With {_fixed}, activations {_where(crossover_weights, 'the weights')}, and "
+          f"{_where(crossover, 'weights, gradients and optimizer states together')} "
+          "(the dashed line is your setting).")
     return
 
 
 @app.cell(hide_code=True)
-def _(inference, mm, mo, size, training, unit, viz):
+def _(inference, mo, training, unit, viz):
     mo.md(f"""
     ## Training and inference are separate calculations
 
@@ -342,14 +354,14 @@ def _(inference, mm, mo, size, training, unit, viz):
     kipply's blog, March 2022). The reason is the backward pass.
 
     Training must keep the activations above until the backward pass has used them:
-    {size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
+    {viz.readable_size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
     has no backward pass. It computes one block, passes the result on and forgets it, so it needs
-    only a transient working set ({size(inference.working_set, unit)} for a prefill of the same
+    only a transient working set ({viz.readable_size(inference.working_set, unit)} for a prefill of the same
     batch and length) and a **KV cache** of the keys and values of earlier tokens
-    ({size(inference.kv_cache, unit)}), which decoding reuses for each new token.
+    ({viz.readable_size(inference.kv_cache, unit)}), which decoding reuses for each new token.
 
-    For the same model, batch and length: training {size(training.total, unit)}, inference
-    {size(inference.total, unit)} (weights in bf16). {viz.lesson_link("07_inference", "Lesson 7")}
+    For the same model, batch and length: training {viz.readable_size(training.total, unit)}, inference
+    {viz.readable_size(inference.total, unit)} (weights in bf16). {viz.lesson_link("07_inference", "Lesson 7")}
     does the inference side in full.
     """)
     return
@@ -384,11 +396,12 @@ def _(mo):
 
 @app.cell(hide_code=True)
 def _(mm, mo):
-    _s, _h, _a = 1024, 768, 12
+    _gpt2 = mm.PRESETS["gpt2"]
+    _s, _h, _a = _gpt2.max_positions, _gpt2.hidden_size, _gpt2.n_heads
     _layer = mm.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
     _square = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
     mo.vstack([
-        mo.md("**1.** GPT-2 small has h = 768 and a = 12. For one sequence of 1,024 tokens, how many "
+        mo.md(f"**1.** GPT-2 small has h = {_h} and a = {_a}. For one sequence of {_s:,} tokens, how many "
               "bytes does one block keep with eager attention, and what share of that is the s × s term?"),
         mo.accordion({"Answer": mo.md(
             f"s·b·h = {_s:,} × {_h} = {_s * _h:,}, and 5·a·s/h = 5 × {_a} × {_s:,} / {_h} = {5 * _a * _s // _h}, "
@@ -402,15 +415,17 @@ def _(mm, mo):
 @app.cell(hide_code=True)
 def _(mm, mo):
     _model = mm.PRESETS["gpt2-xl"]
-    _eager, _fused = (mm.training_memory(_model, seq_len=2048, batch_size=8, attention=k).activations
+    _s, _b, _a, _L = _model.max_positions, 8, _model.n_heads, _model.n_layers
+    _eager, _fused = (mm.training_memory(_model, precision="bf16", seq_len=_s, batch_size=_b, attention=k).activations
                       for k in ("eager", "sdpa"))
+    _scores, _lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
     mo.vstack([
-        mo.md("**2.** GPT-2 XL (48 layers, h = 1,600, a = 25) trains on 8 sequences of 2,048 tokens in "
-              "bf16. How much activation memory does fused attention save?"),
+        mo.md(f"**2.** GPT-2 XL ({_L} layers, h = {_model.hidden_size:,}, a = {_a}) trains on {_b} sequences of "
+              f"{_s:,} tokens in bf16. How much activation memory does fused attention save?"),
         mo.accordion({"Answer": mo.md(
             f"Eager: {mm.format_bytes(_eager)}; fused: {mm.format_bytes(_fused)}. It saves "
-            f"{mm.format_bytes(_eager - _fused)}: per layer, 5·a·s²·b = 5 × 25 × 2,048² × 8 bytes of "
-            "scores become a 4·a·s·b log-sum-exp.")}),
+            f"{mm.format_bytes(_eager - _fused)}: in each of the {_L} layers, 5·a·s²·b = 5 × {_a} × {_s:,}² × {_b} "
+            f"= {mm.format_bytes(_scores)} of scores become a 4·a·s·b log-sum-exp of {mm.format_bytes(_lse, 'MB')}.")}),
     ])
     return
 
@@ -432,14 +447,16 @@ def _(mm, mo):
 
 @app.cell(hide_code=True)
 def _(mm, mo):
-    _r = mm.training_memory(mm.PRESETS["gpt2"], seq_len=1024, batch_size=8, attention="sdpa", checkpointing=True)
+    _gpt2 = mm.PRESETS["gpt2"]
+    _s, _b, _V = _gpt2.max_positions, 8, _gpt2.vocab_size
+    _r = mm.training_memory(_gpt2, seq_len=_s, batch_size=_b, attention="sdpa", checkpointing=True)
     _d = _r.activation_detail
     mo.vstack([
-        mo.md("**4.** GPT-2 small (V = 50,257), 8 sequences of 1,024 tokens, fused attention and "
+        mo.md(f"**4.** GPT-2 small (V = {_V:,}), {_b} sequences of {_s:,} tokens, fused attention and "
               "checkpointing. Which is bigger: all the checkpointed block inputs or the loss's logits?"),
         mo.accordion({"Answer": mo.md(
-            f"Block inputs: 12 × 2·s·b·h = {mm.format_bytes(_d.per_layer * _d.layers_storing, 'MB')}. Logits: "
-            f"4·s·b·V = 4 × 1,024 × 8 × 50,257 = {mm.format_bytes(_d.loss)}, about "
+            f"Block inputs: {_d.layers_storing} × 2·s·b·h = {mm.format_bytes(_d.per_layer * _d.layers_storing, 'MB')}. "
+            f"Logits: 4·s·b·V = 4 × {_s:,} × {_b} × {_V:,} = {mm.format_bytes(_d.loss)}, about "
             f"{_d.loss / (_d.per_layer * _d.layers_storing):.0f}× more. In a small model with a big vocabulary, "
             "the loss dominates once the blocks are checkpointed.")}),
     ])
@@ -451,26 +468,19 @@ def _(mo):
     mo.md("""
     ## Appendix: helpers
 
-    Two small helpers: one picks a number of heads that divides the width, one prints sizes in the
-    chosen unit family (TB, GB, MB, KB or TiB, GiB, MiB, KiB).
+    One small helper picks a number of heads that divides the width. Sizes are printed with
+    `viz.readable_size`, in the largest unit of the chosen family (TB, GB, MB, KB or TiB, GiB,
+    MiB, KiB) that the size fills.
     """)
     return
 
 
 @app.cell
-def _(mm):
+def _():
     def largest_divisor_at_most(width, heads):
         """The largest head count <= heads that divides width (so every head has a whole size)."""
         return max(d for d in range(1, min(width, heads) + 1) if width % d == 0)
-
-    def size(n_bytes, unit):
-        """A labelled size in unit's family (GB: TB/GB/MB/KB, GiB: TiB/GiB/MiB/KiB), the largest that is >= 1."""
-        steps = ("TB", "GB", "MB", "KB") if unit == "GB" else ("TiB", "GiB", "MiB", "KiB")
-        for step in steps:
-            if n_bytes >= mm.UNITS[step]:
-                return mm.format_bytes(n_bytes, step)
-        return mm.format_bytes(n_bytes, "B")
-    return largest_divisor_at_most, size
+    return (largest_divisor_at_most,)
 
 
 if __name__ == "__main__":

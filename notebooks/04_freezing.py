@@ -16,12 +16,15 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(mo, viz):
+def _(mm, mo, viz):
+    _bpp = mm.bytes_per_parameter("bf16", "adam")
     mo.md(f"""
     # Partial finetuning: freezing layers
 
     {viz.lesson_link("02_full_finetuning", "Full finetuning")} lets every weight move, and pays for
-    every weight three times over: the weight, its gradient and its optimizer states. The article's
+    each one several times: the weight itself, its gradient and its optimizer states (with Adam
+    in pure 16-bit, {_bpp["total"]:g} B per parameter, {_bpp["total"] / _bpp["weights"]:g} times the weight's own
+    {_bpp["weights"]:g} B). The article's
     first workaround is to let only some weights move and **freeze** the rest. A frozen parameter
     keeps its value for the whole run.
 
@@ -84,8 +87,10 @@ def _(frozen_slider, layers_slider, mm, params_slider, unit_radio):
 def _(alt, n_frozen, n_layers, pd, viz):
     _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
                            "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
+    _every = -(-n_layers // 12)  # at most about a dozen layer numbers, so they never run together
+    _ticks = [i for i in range(1, n_layers + 1) if i == 1 or i % _every == 0]
     alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0)),
+        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0, values=_ticks)),
         color=alt.Color("state:N", title=None, scale=alt.Scale(
             domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
         tooltip=["layer:O", "state:N"],
@@ -180,6 +185,7 @@ def _(freeze, mo, model):
     mo.ui.table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"}),
                                params=_groups["params"].map("{:,}".format)),
                 selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
+                show_search=False, show_download=False,
                 wrapped_columns=["note"], text_justify_columns={"params": "right"})
     return
 
@@ -187,7 +193,12 @@ def _(freeze, mo, model):
 @app.cell(hide_code=True)
 def _(freeze, frozen, mo, model, seq_slider):
     _k = freeze.layers_trained(model)
-    _notes = [f"Note: {n}." for n in frozen.notes if "tied" in n]
+    _notes = []
+    if model.tied_embeddings and not freeze.train_embeddings:
+        # Otherwise the head switch seems to do nothing: the tied head is the frozen embedding matrix.
+        _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
+                      "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
+                      "Mistral, BERT), to see the head train.")
     if model.max_positions and seq_slider.value > model.max_positions:
         _notes.append(f"{model.name} reads at most {model.max_positions:,} tokens; the activations below "
                       f"for {seq_slider.value:,} are the arithmetic, not a run the real model could do.")
@@ -210,17 +221,19 @@ def _(freeze, mm, model, np):
 
 
 @app.cell(hide_code=True)
-def _(alt, frozen_grid, model, pd, real_frozen_slider, share_grid):
+def _(alt, frozen_grid, model, pd, real_frozen_slider, share_grid, viz):
+    _lines_named = [f"{model.name} (computed)", "k / L (blocks only)"]
     _frame = pd.concat([
-        pd.DataFrame({"frozen": frozen_grid, "share": share_grid, "what": f"{model.name} (computed)"}),
+        pd.DataFrame({"frozen": frozen_grid, "share": share_grid, "what": _lines_named[0]}),
         pd.DataFrame({"frozen": frozen_grid, "share": (model.n_layers - frozen_grid) / model.n_layers,
-                      "what": "k / L (blocks only)"}),
+                      "what": _lines_named[1]}),
     ])
     _lines = alt.Chart(_frame).mark_line(point=True).encode(
-        x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers])),
+        x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers], nice=False)),
         y=alt.Y("share:Q", title="Trainable share of parameters", axis=alt.Axis(format="%")),
-        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300)),
-        strokeDash=alt.StrokeDash("what:N", legend=None),
+        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300),
+                        scale=alt.Scale(domain=_lines_named, range=[viz.PART_COLORS["weights"], "#999999"])),
+        strokeDash=alt.StrokeDash("what:N", legend=None, scale=alt.Scale(domain=_lines_named, range=[[1, 0], [5, 4]])),
         tooltip=["what:N", "frozen:Q", alt.Tooltip("share:Q", format=".2%")])
     _rule = alt.Chart(pd.DataFrame({"frozen": [real_frozen_slider.value]})).mark_rule(
         color="black", strokeDash=[4, 4]).encode(x="frozen:Q")
@@ -253,15 +266,15 @@ def _(frozen, full, real_frozen_slider, unit, viz):
 
 
 @app.cell(hide_code=True)
-def _(frozen, full, mm, mo, pd, unit):
-    _rows = [{"part": mm.PART_LABELS[p], "full finetuning": mm.format_bytes(full.parts()[p], unit),
-              "frozen": mm.format_bytes(frozen.parts()[p], unit),
-              "saved": mm.format_bytes(full.parts()[p] - frozen.parts()[p], unit)}
+def _(frozen, full, mm, mo, pd, unit, viz):
+    _size = viz.readable_size
+    _rows = [{"part": mm.PART_LABELS[p], "full finetuning": _size(full.parts()[p], unit),
+              "frozen": _size(frozen.parts()[p], unit), "saved": _size(full.parts()[p] - frozen.parts()[p], unit)}
              for p in ("weights", "gradients", "optimizer_states", "activations")]
-    _rows.append({"part": "Total", "full finetuning": mm.format_bytes(full.total, unit),
-                  "frozen": mm.format_bytes(frozen.total, unit), "saved": mm.format_bytes(full.total - frozen.total, unit)})
+    _rows.append({"part": "Total", "full finetuning": _size(full.total, unit),
+                  "frozen": _size(frozen.total, unit), "saved": _size(full.total - frozen.total, unit)})
     mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False)
+                show_data_types=False, show_search=False, show_download=False)
     return
 
 
@@ -419,7 +432,7 @@ def _(mm, mo):
     _model = mm.PRESETS["gpt2"]
     _r = mm.training_memory(_model, method=mm.Freeze(frozen_layers=_model.n_layers))
     mo.vstack([
-        mo.md("**3.** You freeze all 12 blocks of GPT-2 and keep `train_head=True`. What trains?"),
+        mo.md(f"**3.** You freeze all {_model.n_layers} blocks of GPT-2 and keep `train_head=True`. What trains?"),
         mo.accordion({"Answer": mo.md(
             f"Only the final LayerNorm: **{_r.trainable_params:,} parameters** (weight and bias, "
             f"2 × {_model.hidden_size}). "

@@ -27,24 +27,21 @@ def _(literature, mo, viz):
     {viz.lesson_link("04_freezing", "Lesson 4")} froze layers and found the catch: to match full
     finetuning you have to open up a lot of the model again. The article quotes a study on
     BERT-large where about {literature.REPORTED["bert_large_partial_share"].value:.0f}% of the
-    parameters had to be updated (source: {literature.REPORTED["bert_large_partial_share"].source}).
+    parameters had to be updated. Source: {literature.REPORTED["bert_large_partial_share"].source}.
 
     Houlsby and colleagues asked a different question in 2019: what if we keep **every** original
     weight unchanged and add a few new ones in carefully chosen places, then train only those? The
     new pieces are called **adapters**, and the idea started the family of methods now called
     parameter-efficient finetuning (PEFT). The number of trainable parameters is simply the number
-    of parameters inside the adapters.
-
-    This lesson shows where adapters sit, follows one input through them, counts them for real
-    models, adds up the memory they save (and the memory they do not), and then measures their
-    price: extra work on every forward pass.
+    of parameters inside the adapters. This lesson counts them, adds up the memory they save (and
+    the memory they do not), and measures their price: extra work on every forward pass.
     """)
     return
 
 
 @app.cell(hide_code=True)
 def _(mo):
-    mo.md(r"""
+    _where = mo.md(r"""
     ## Where the adapters sit
 
     Houlsby et al. put **two adapters in every transformer block** of BERT: one right after the
@@ -53,11 +50,6 @@ def _(mo):
     small width m, applies a nonlinearity, projects back up to h, and adds its input back (a skip
     connection). Grey boxes below are frozen; green ones train.
     """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo):
     _block = """
     flowchart TB
       x(["input: s x h"]) --> attn["multi-head attention + output projection"]
@@ -89,48 +81,47 @@ def _(mo):
       class down,up train
       class z,g,plus,o io
     """
-    mo.hstack([mo.vstack([mo.md("**One block**"), mo.mermaid(_block)]),
-               mo.vstack([mo.md("**Inside one adapter**"), mo.mermaid(_inside)])],
-              justify="space-around", widths=[3, 2])
+    mo.vstack([_where, mo.hstack([mo.vstack([mo.md("**One block**"), mo.mermaid(_block)]),
+                                  mo.vstack([mo.md("**Inside one adapter**"), mo.mermaid(_inside)])],
+                                 justify="space-around", widths=[3, 2])])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(mo, trace_m, trace_tokens, trace_width):
+    mo.md(f"""
     ## Follow one input through a block
 
-    Below, a small block built in numpy (`memmath.toy_block`: width 64, 8 tokens, bottleneck 8)
-    runs one input and lists every step. The input passes through the frozen base computation,
-    then through the adapter, then onward. Only the two adapter steps hold trainable weights; the
-    base weights are the same for every example and every training step.
+    Below, a small block built in numpy (`memmath.toy_block`: width {trace_width}, {trace_tokens} tokens,
+        bottleneck {trace_m}) runs one input and lists every step: the frozen base computation, then the
+    adapter, then onward. Only the two adapter steps hold trainable weights.
     """)
     return
 
 
 @app.cell
 def _(mo, np, toy_block):
-    trace_block = toy_block.make_block(64, n_heads=4)
-    trace_input = toy_block.make_input(8, 64)
-    fresh_adapters = toy_block.make_adapters(64, 8, zero_up=True)  # Houlsby: start near the identity
-    moved_adapters = toy_block.make_adapters(64, 8, zero_up=False)  # as if training had moved them
+    trace_width, trace_tokens, trace_m = 64, 8, 8
+    trace_block = toy_block.make_block(trace_width, n_heads=4)
+    trace_input = toy_block.make_input(trace_tokens, trace_width)
+    fresh_adapters = toy_block.make_adapters(trace_width, trace_m, zero_up=True)  # up-projection exactly 0
+    moved_adapters = toy_block.make_adapters(trace_width, trace_m, zero_up=False)  # as if training had moved them
     trace_table = toy_block.trace_frame(trace_input, trace_block, fresh_adapters)
     _base = toy_block.block_forward(trace_input, trace_block)
     fresh_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, fresh_adapters) - _base).max())
     moved_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, moved_adapters) - _base).max())
     mo.ui.table(trace_table, selection=None, show_data_types=False, show_search=False, show_download=False)
-    return fresh_gap, moved_gap
+    return fresh_gap, moved_gap, trace_m, trace_tokens, trace_width
 
 
 @app.cell(hide_code=True)
 def _(fresh_gap, mo, moved_gap):
     mo.md(f"""
-    Adapters start as (almost) the identity: Houlsby et al. initialise the up-projection near zero,
-    so the adapted model begins exactly where the pretrained one was. With the up-projection at
-    zero, the largest difference between the block's output with and without adapters is
-    **{"exactly 0" if fresh_gap == 0 else f"{fresh_gap:.1e}"}**. Once the adapter weights move away
-    from zero (here: small random values standing in for training), the outputs differ, by up to
-    **{moved_gap:.4f}** in this block, while every base weight stays exactly as it was.
+    Adapters start as (almost) the identity: Houlsby et al. initialise their weights near zero, so
+    the adapted model begins close to the pretrained one. With the up-projection at exactly zero,
+    the block's output with and without adapters differs by **{"exactly 0" if fresh_gap == 0 else f"{fresh_gap:.1e}"}**.
+    Once the adapter weights move (here: small random values standing in for training), the outputs
+    differ by up to **{moved_gap:.4f}**, while every base weight stays exactly as it was.
     """)
     return
 
@@ -152,20 +143,15 @@ def _(bert_large, mm, mo):
 
 
 @app.cell
-def _(mm):
+def _(mm, mo):
     bert_large = mm.PRESETS["bert-large-uncased"]
     ADAPTER_MODELS = {"BERT-large (the paper's base)": "bert-large-uncased",
                       "BERT-base": "bert-base-uncased", "Llama-2-7B (a LLaMA-size model)": "llama-2-7b"}
-    return ADAPTER_MODELS, bert_large
-
-
-@app.cell
-def _(mo):
     bottleneck_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], value=64,
-                                     label="Bottleneck m (adapter width, parameters)", show_value=True)
+                                     label="Bottleneck m (the adapter's inner width)", show_value=True)
     train_norms_checkbox = mo.ui.checkbox(value=False, label="also train the layer norms (as the paper did)")
     mo.hstack([bottleneck_slider, train_norms_checkbox], justify="start", gap=2)
-    return bottleneck_slider, train_norms_checkbox
+    return ADAPTER_MODELS, bert_large, bottleneck_slider, train_norms_checkbox
 
 
 @app.cell
@@ -214,12 +200,10 @@ def _(bert_large, literature, mm, mo, np, paper_setups, train_norms):
     _m_at = int(_m[np.argmax(_swept >= _share.value / 100)])
     mo.callout(mo.md(f"""
     **The paper's result.** On GLUE, adapters on BERT-large came within **{_gap.value}%** of full
-    finetuning while training only **{_share.value}%** of the parameters per task (the article
-    rounds to 3%). Source: {_share.source}. The share depends on the bottleneck: the paper picked
-    it per task from {", ".join(map(str, _sizes))}, which on BERT-large gives
-    {", ".join(f"{s:.2%}" for s in _shares)}; a bottleneck of **m = {_m_at}** lands at
-    {_share.value}%. Either way, far below the {literature.REPORTED["bert_large_partial_share"].value:.0f}%
-    that freezing needed.
+    finetuning while training only **{_share.value}%** of the parameters per task (the article rounds
+    to 3%). Source: {_share.source}. The paper picked the bottleneck per task from {", ".join(map(str, _sizes))},
+    which on BERT-large gives {", ".join(f"{s:.2%}" for s in _shares)}; m = **{_m_at}** lands at {_share.value}%.
+    Either way, far below the {literature.REPORTED["bert_large_partial_share"].value:.0f}% that freezing needed.
     """), kind="info")
     return
 
@@ -229,12 +213,11 @@ def _(mo):
     mo.md(r"""
     ## What adapters save, and what they do not
 
-    A frozen weight needs no gradient and no optimizer state, so with adapters those two parts
-    shrink to the adapters' size. But the model's weights all stay in memory (the forward pass
-    uses every one), and **activations still flow through every layer**: the first adapter sits
-    in the first block, so the backward pass must travel all the way down and every block keeps
-    what it needs for that. Freezing all but the last block, by contrast, stores activations for
-    one block only. Compare the three for one model:
+    A frozen weight needs no gradient and no optimizer state, so those two parts shrink to the
+    adapters' size. But every weight stays in memory, and **activations still flow through every
+    layer**: the first adapter sits in the first block, so the backward pass travels all the way
+    down and every block keeps what it needs for that. Freezing all but the last block stores
+    activations for one block only. Compare the three for one model:
     """)
     return
 
@@ -265,42 +248,42 @@ def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, seq_len
 
 
 @app.cell
-def _(gpu, mm, scenarios, unit, viz):
-    viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
-                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
-    return
-
-
-@app.cell
-def _(mm, mo, pd, scenarios, unit):
+def _(gpu, mm, mo, pd, scenarios, unit, viz):
     def _smallest_fit(result):
         _fits = mm.fit_table(result, unit=unit).query("fits")
-        return _fits["gpu"].iloc[0] if len(_fits) else "none in the catalog"
+        return _fits["gpu"].iloc[0] if len(_fits) else "none listed"
 
-    mo.ui.table(pd.DataFrame([{"scenario": name, "trainable params": r.trainable_params,
-                   f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
-                   f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states, unit), 3),
-                   f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
-                   f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
-                   "smallest GPU that fits": _smallest_fit(r)} for name, r in scenarios.items()]),
-                selection=None, show_data_types=False, show_search=False, show_download=False)
+    _chart = viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
+                              capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
+    _rows = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
+                           f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
+                           f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states, unit), 3),
+                           f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
+                           f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
+                           "smallest GPU": _smallest_fit(r)} for name, r in scenarios.items()])
+    mo.vstack([_chart, mo.ui.table(_rows, selection=None, show_data_types=False, show_search=False, show_download=False)])
     return
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, scenarios, unit):
+def _(memory_model_dropdown, mm, mo, scenarios, seq_len_slider, unit):
     _full, _freeze, _adapt = scenarios.values()
     _saved = (_full.gradients + _full.optimizer_states) - (_adapt.gradients + _adapt.optimizer_states)
-    mo.md(f"""
+    _shape = mm.PRESETS[memory_model_dropdown.value]
+    _long = _shape.max_positions is not None and seq_len_slider.value > _shape.max_positions
+    _warn = [mo.callout(mo.md(f"{memory_model_dropdown.selected_key} learned only {_shape.max_positions:,} positions, "
+                              f"so it cannot read {seq_len_slider.value:,} tokens; the arithmetic still shows "
+                              "what the memory would be."), kind="warn")] if _long else []
+    mo.vstack(_warn + [mo.md(f"""
     Against full finetuning, adapters save **{mm.format_bytes(_saved, unit)}** of gradients and
-    optimizer states. Their weights are {mm.format_bytes(_adapt.weights, unit)}, a little *more*
-    than the base model's {mm.format_bytes(_full.weights, unit)} (the adapters are extra). Their
+    optimizer states. Their weights are the base model's {mm.format_bytes(_full.weights, unit)} plus
+    {mm.format_bytes(_adapt.weights - _full.weights, "MB" if unit == "GB" else "MiB")} of adapters: nothing is saved there. Their
     activations are {mm.format_bytes(_adapt.activations, unit)}, almost all of full finetuning's
     {mm.format_bytes(_full.activations, unit)} (every one of the {_adapt.activation_detail.layers_storing}
     blocks keeps its share), while freezing all but the last block keeps only
     {mm.format_bytes(_freeze.activations, unit)}. The adapters' own small s × m tensors are left out
     of this estimate. Recipe: {_adapt.assumptions}
-    """)
+    """)])
     return
 
 
@@ -309,16 +292,14 @@ def _(mo):
     mo.md(r"""
     ## The price: extra work on every forward pass
 
-    An adapter is extra computation that runs every time the model runs, during training *and*
-    when it serves answers. The article calls this the main drawback: more computational steps,
-    so higher inference latency. Counted in floating-point operations (FLOPs, two per multiply-add), a block costs
+    An adapter runs every time the model runs, in training *and* when it serves answers. The
+    article calls this the main drawback: more computational steps, so higher inference latency.
+    Counted in floating-point operations (FLOPs, two per multiply-add), a block costs
     24·s·h² + 4·s²·h (Narayanan et al. 2021, section 5.1) and its two adapters add 8·s·h·m, a
     fraction **2m / (6h + s)**. But FLOPs are not time: adapters are small, sequential matrix
     products plus elementwise work, which a processor runs less efficiently than large ones.
-
-    So measure it. The cell below times the numpy block with and without adapters on the
-    machine running this notebook: several runs, each timing both variants back to back (taking
-    turns going first, so a busy moment slows both alike).
+    So measure it: the cell below times the numpy block with and without adapters, both variants
+    back to back in every run, taking turns going first so a busy moment slows both alike.
     """)
     return
 
@@ -337,19 +318,21 @@ def _(mo):
 @app.cell
 def _(runs_slider, toy_block, toy_bottleneck_slider, toy_seq_slider, width_slider):
     toy_width, toy_seq, toy_m = width_slider.value, toy_seq_slider.value, toy_bottleneck_slider.value
+    timing_budget_s = 0.8  # stop timing after this long, so the page stays responsive
     _block = toy_block.make_block(toy_width, n_heads=4)
     _adapters = toy_block.make_adapters(toy_width, min(toy_m, toy_width), zero_up=False)
     timings = toy_block.time_forward(toy_block.make_input(toy_seq, toy_width), _block, _adapters,
-                                     repeats=runs_slider.value, budget_s=0.8)
+                                     repeats=runs_slider.value, budget_s=timing_budget_s)
     timing_table = toy_block.timing_summary(timings)
     measured_ratio = toy_block.median_ratio(timings)
     fastest_ratio = toy_block.fastest_ratio(timings)
     predicted_overhead = toy_block.adapter_flop_overhead(toy_seq, toy_width, min(toy_m, toy_width))
-    return fastest_ratio, measured_ratio, predicted_overhead, timing_table, timings, toy_m, toy_seq, toy_width
+    return (fastest_ratio, measured_ratio, predicted_overhead, timing_budget_s, timing_table, timings, toy_m,
+            toy_seq, toy_width)
 
 
 @app.cell
-def _(alt, timings):
+def _(alt, mo, timing_table, timings):
     _ms = timings.assign(ms=timings["seconds"] * 1e3)
     _x = alt.X("ms:Q", title="Time per forward pass (ms, log scale)", scale=alt.Scale(type="log"))
     _y = alt.Y("variant:N", title=None, sort=["base", "with adapters"])
@@ -358,40 +341,33 @@ def _(alt, timings):
     _ticks = alt.Chart(_ms).mark_tick(thickness=2, size=22, opacity=0.7).encode(
         x=_x, y=_y, color=alt.Color("variant:N", legend=None),
         tooltip=["variant:N", "run:Q", alt.Tooltip("ms:Q", format=".3f", title="ms")])
-    (_box + _ticks).properties(width=560, height=130, title="Every run (ticks), the median and the middle half (boxes)")
-    return
-
-
-@app.cell
-def _(mo, timing_table):
-    mo.ui.table(timing_table.round(3), selection=None, show_data_types=False, show_search=False, show_download=False)
+    mo.vstack([(_box + _ticks).properties(width=560, height=130, title="Every run (ticks), the median and the middle half (boxes)"),
+               mo.ui.table(timing_table.round(3), selection=None, show_data_types=False, show_search=False, show_download=False)])
     return
 
 
 @app.cell(hide_code=True)
-def _(fastest_ratio, measured_ratio, mo, os, predicted_overhead, timings, toy_m, toy_seq, toy_width):
-    _threads = timings.attrs.get("blas_threads")
-    _runs = len(timings) // 2
+def _(fastest_ratio, measured_ratio, mo, os, predicted_overhead, runs_slider, timing_budget_s, timings, toy_m,
+      toy_seq, toy_width):
+    _threads, _calls, _runs = timings.attrs.get("blas_threads"), timings.attrs.get("calls_per_timing", 1), len(timings) // 2
+    _cut = f" (of {runs_slider.value} asked for: timing stops after {timing_budget_s} s)" if _runs < runs_slider.value else ""
     mo.vstack([
         mo.md(f"""
-        With h = {toy_width}, s = {toy_seq} and m = {min(toy_m, toy_width)}, over {_runs} runs, the fastest
+        With h = {toy_width}, s = {toy_seq} and m = {min(toy_m, toy_width)}, over {_runs} runs{_cut}, the fastest
         forward pass with adapters took **{fastest_ratio:.2f}×** as long as the fastest without
         ({fastest_ratio - 1:+.1%}); the medians give **{measured_ratio:.2f}×**. Counting FLOPs alone predicts
         **{1 + predicted_overhead:.3f}×** ({predicted_overhead:+.1%}). Shrink the width or the sequence and the
-        measured gap usually grows beyond the FLOP count: small matrix products and the adapters' elementwise
-        steps cost more time per FLOP than the big ones.
+        measured gap usually grows beyond the FLOP count: small steps cost more time per FLOP than big ones.
         {"**The two estimates disagree on the direction here**: other work on this machine slowed some runs. "
          "The fastest runs are the least disturbed; move a slider to measure again." if (fastest_ratio - 1) * (measured_ratio - 1) < 0 else ""}
         """),
         mo.callout(mo.md(f"""
         **Read these timings as ratios.** They come from the computer running this notebook
         ({os.cpu_count()} CPU cores visible; BLAS limited to {_threads if _threads else "its default number of"}
-        thread{"" if _threads == 1 else "s"} while timing; each timing covers {timings.attrs.get("calls_per_timing", 1)}
-        back-to-back forward pass{"" if timings.attrs.get("calls_per_timing", 1) == 1 else "es"}). The workbook was written on 2 CPU cores shared with
-        other work, where single runs vary a lot: trust the fastest runs and the medians of many runs, not any
-        single one, and the ratio between the two variants, which travels better than milliseconds do. A GPU serving a real
-        model shows the same kind of extra latency, in different numbers. Timing stops after about 0.8 s so
-        the page stays responsive.
+        thread{"" if _threads == 1 else "s"}; each timing covers {_calls} back-to-back forward
+        pass{"" if _calls == 1 else "es"}). On a busy machine single runs vary a lot: trust the fastest runs,
+        the medians and the ratio between the variants, which travels better than milliseconds do. A GPU
+        serving a real model shows the same kind of extra latency, in different numbers.
         """), kind="warn"),
     ])
     return
@@ -405,9 +381,8 @@ def _(literature, mo, viz):
 
     The memory table above shows the first: with the base frozen, a model whose full finetune
     needs a data-center GPU can often be adapted on a smaller card (move the model and the GPU).
-    The article adds a second: PEFT methods are generally **sample-efficient**. In its words,
-    {_full.claim}, while {_peft.claim} ({_peft.source}). Fewer trainable parameters leave less room
-    to overfit a small dataset. The trade remains: adapters buy lower training memory with slower
+    The article adds a second: PEFT methods are generally **sample-efficient**: {_full.claim},
+    while {_peft.claim}. The trade remains: adapters buy lower training memory with slower
     inference, which {viz.lesson_link("06_lora_qlora", "lesson 6")} removes by merging LoRA's update
     into the weights.
     """)
@@ -432,63 +407,42 @@ def _(literature, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## Problems
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
-    _bert_base = mm.PRESETS["bert-base-uncased"]
-    _per_block = mm.Adapters(bottleneck=64).params_per_block(_bert_base)
-    mo.vstack([mo.md("""**1.** BERT-base has width 768 and 12 blocks. How many parameters do adapters with
-    bottleneck 64 add to the whole model?"""),
-               mo.accordion({"Answer": mo.md(f"""Per adapter 2 × 64 × 768 + 64 + 768 = {_per_block // 2:,}; two per
-               block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, computed by
-               `mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"]) * 12`.""")})])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo, np):
+def _(mm, mo, np, toy_block):
+    _per_block = mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"])
     _m = np.arange(1, 2049)
     _share = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=_m)).trainable_fraction
     _first = int(_m[np.argmax(_share >= 0.01)])
     _bert = mm.training_memory("bert-base-uncased", method=mm.Adapters(bottleneck=_m)).trainable_fraction
     _bert_first = int(_m[np.argmax(_bert >= 0.01)])
-    mo.vstack([mo.md("""**2.** Which is the smallest bottleneck that makes adapters 1% of Llama-2-7B? Why is
-    it larger than the one that gives 1% on BERT-base?"""),
-               mo.accordion({"Answer": mo.md(f"""**m = {_first}** (the share is {_share[_first - 1]:.3%}); on
-               BERT-base m = {_bert_first} is enough. Adapter parameters grow with h, but the model grows with
-               h² (its matrices are h × h and h × 4h), so a wider model needs a wider bottleneck for the
-               same share.""")})])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
     _args = dict(precision="bf16", optimizer="adamw", batch_size=8, seq_len=1024)
     _adapters = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=64), **_args)
     _freeze = mm.training_memory("llama-2-7b", method=mm.Freeze(trainable_layers=1), **_args)
-    mo.vstack([mo.md("""**3.** Llama-2-7B, batch 8 × 1,024 tokens, pure bf16 with AdamW. Adapters with m = 64
-    train far fewer parameters than the last block holds. Which of the two keeps more activations, and why?"""),
-               mo.accordion({"Answer": mo.md(f"""Adapters: {mm.format_bytes(_adapters.activations)} of
-               activations; freezing all but the last block: {mm.format_bytes(_freeze.activations)}. The adapters
-               sit in every block, so the backward pass runs through all {mm.PRESETS["llama-2-7b"].n_layers} blocks and
-               each keeps its activations; with freezing, gradients stop at the last block.""")})])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo, toy_block):
     _overhead = toy_block.adapter_flop_overhead(512, 4096, 64)
-    mo.vstack([mo.md("""**4.** By FLOPs, how much extra work do two m = 64 adapters add to a block of width
-    4,096 at 512 tokens? Would you expect the measured slowdown to be smaller or larger?"""),
-               mo.accordion({"Answer": mo.md(f"""2m / (6h + s) = 128 / (24,576 + 512) = **{_overhead:.2%}**.
-               Expect the measured slowdown to be larger: the adapters run as extra, small, sequential steps
-               (and at batch size 1 when serving, nothing hides that latency).""")})])
+    mo.vstack([
+        mo.md("## Problems"),
+        mo.md("**1.** BERT-base has width 768 and 12 blocks. How many parameters do adapters with bottleneck 64 "
+              "add to the whole model?"),
+        mo.accordion({"Answer": mo.md(f"""Per adapter 2 × 64 × 768 + 64 + 768 = {_per_block // 2:,}; two per
+        block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, computed by
+        `mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"]) * 12`.""")}),
+        mo.md("**2.** Which is the smallest bottleneck that makes adapters 1% of Llama-2-7B? Why is it larger "
+              "than the one that gives 1% on BERT-base?"),
+        mo.accordion({"Answer": mo.md(f"""**m = {_first}** (the share is {_share[_first - 1]:.3%}); on
+        BERT-base m = {_bert_first} is enough. Adapter parameters grow with h, but the model grows with
+        h² (its matrices are h × h and h × 4h), so a wider model needs a wider bottleneck for the
+        same share.""")}),
+        mo.md("**3.** Llama-2-7B, batch 8 × 1,024 tokens, pure bf16 with AdamW. Adapters with m = 64 train far "
+              "fewer parameters than the last block holds. Which of the two keeps more activations, and why?"),
+        mo.accordion({"Answer": mo.md(f"""Adapters: {mm.format_bytes(_adapters.activations)} of
+        activations; freezing all but the last block: {mm.format_bytes(_freeze.activations)}. The adapters
+        sit in every block, so the backward pass runs through all {mm.PRESETS["llama-2-7b"].n_layers} blocks and
+        each keeps its activations; with freezing, gradients stop at the last block.""")}),
+        mo.md("**4.** By FLOPs, how much extra work do two m = 64 adapters add to a block of width 4,096 at 512 "
+              "tokens? Would you expect the measured slowdown to be smaller or larger?"),
+        mo.accordion({"Answer": mo.md(f"""2m / (6h + s) = 128 / (24,576 + 512) = **{_overhead:.2%}**.
+        Expect the measured slowdown to be larger: the adapters run as extra, small, sequential steps
+        (and at batch size 1 when serving, nothing hides that latency).""")}),
+    ])
     return
 
 

@@ -18,31 +18,22 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(mo, viz):
-    mo.md(f"""
+def _(mm, mo, viz):
+    _shape = mm.PRESETS["llama-2-7b"]
+    _h, _L = _shape.hidden_size, _shape.n_layers
+    _lora = mm.LoRA(rank=8, targets=("q", "v"))
+    _text = mo.md(rf"""
     # LoRA and QLoRA: a low-rank update on a 4-bit base
 
     {viz.lesson_link("05_adapters", "Lesson 5")} trained small adapters and left the model alone,
     but paid for it on every forward pass: the adapters are extra layers in the model's path.
     **LoRA** (Hu et al. 2021) keeps the idea, train few parameters and freeze the rest, and
     removes that price. Instead of new layers, it learns a *change* to some existing weight
-    matrices, written as the product of two thin matrices. After training the change can be
-    added into the weights, and the model runs exactly as fast as before.
+    matrices, the product of two thin matrices, which can be added into the weights after training.
 
     **QLoRA** (Dettmers et al. 2023) goes after the memory LoRA leaves behind: the frozen base
-    weights. It stores them in a 4-bit format, NF4, and trains LoRA adapters on top. This lesson
-    counts both, checks the merge in numpy, rounds weights into NF4, and recomputes the papers'
-    headline numbers from their setups.
-    """)
-    return
+    weights. It stores them in a 4-bit format, NF4, and trains LoRA adapters on top.
 
-
-@app.cell(hide_code=True)
-def _(mm, mo):
-    _shape = mm.PRESETS["llama-2-7b"]
-    _h, _L = _shape.hidden_size, _shape.n_layers
-    _lora = mm.LoRA(rank=8, targets=("q", "v"))
-    mo.md(rf"""
     ## The formula
 
     A frozen matrix W (d_out × d_in) gets a trainable update B·A, with A of shape r × d_in and B
@@ -55,11 +46,6 @@ def _(mm, mo):
     itself. Two matrices (q and v) in each of {_L} blocks: {8 * 2 * _h:,} × 2 × {_L} =
     **{_lora.params_per_block(_shape) * _L:,}** trainable parameters.
     """)
-    return
-
-
-@app.cell
-def _(mo):
     LORA_MODELS = {"Llama-2-7B": "llama-2-7b", "Llama-3-8B": "llama-3-8b", "Mistral-7B": "mistral-7b",
                    "Llama-2-13B": "llama-2-13b", "LLaMA-65B": "llama-65b", "Llama-2-70B": "llama-2-70b"}
     TARGET_SETS = {"q, v (the LoRA paper)": ("q", "v"), "q, k, v, o (all attention)": ("q", "k", "v", "o"),
@@ -68,12 +54,12 @@ def _(mo):
     model_dropdown = mo.ui.dropdown(options=LORA_MODELS, value="Llama-2-7B", label="Model")
     rank_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=8, label="Rank r", show_value=True)
     targets_dropdown = mo.ui.dropdown(options=TARGET_SETS, value="q, v (the LoRA paper)", label="Adapted matrices")
-    mo.hstack([model_dropdown, rank_slider, targets_dropdown], justify="start", gap=2)
+    mo.vstack([_text, mo.hstack([model_dropdown, rank_slider, targets_dropdown], justify="start", gap=2)])
     return TARGET_SETS, model_dropdown, rank_slider, targets_dropdown
 
 
 @app.cell
-def _(mm, model_dropdown, pd, rank_slider, targets_dropdown):
+def _(mm, mo, model_dropdown, pd, rank_slider, targets_dropdown):
     shape = mm.PRESETS[model_dropdown.value]
     model_label = model_dropdown.selected_key
     rank, targets = rank_slider.value, targets_dropdown.value
@@ -86,27 +72,12 @@ def _(mm, model_dropdown, pd, rank_slider, targets_dropdown):
                       "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": rank * (_d_in + _d_out),
                       "LoRA / matrix": f"{rank * (_d_in + _d_out) / (_d_in * _d_out):.2%}"})
     matrix_table = pd.DataFrame(_rows)
-    return lora_trainable, matrix_table, model_label, rank, shape, targets
-
-
-@app.cell
-def _(matrix_table, mo):
     mo.ui.table(matrix_table, selection=None, show_data_types=False, show_search=False, show_download=False)
-    return
-
-
-@app.cell(hide_code=True)
-def _(lora_trainable, mo, model_label, rank, shape, targets):
-    mo.md(f"""
-    {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable parameters,
-    **{lora_trainable / shape.n_params:.3%}** of the model's {shape.n_params:,}. The chart shows how the
-    count grows with the rank for each choice of matrices: linearly, so doubling r doubles the adapter.
-    """)
-    return
+    return lora_trainable, model_label, rank, shape, targets
 
 
 @app.cell
-def _(TARGET_SETS, alt, mm, model_label, np, pd, rank, shape, targets_dropdown):
+def _(TARGET_SETS, alt, lora_trainable, mm, mo, model_label, np, pd, rank, shape, targets, targets_dropdown):
     _ranks = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
     _curves = pd.concat([pd.DataFrame({"matrices": _label, "rank": _ranks,
                                        "trainable": mm.LoRA(rank=_ranks, targets=_t).params_per_block(shape) * shape.n_layers})
@@ -119,7 +90,11 @@ def _(TARGET_SETS, alt, mm, model_label, np, pd, rank, shape, targets_dropdown):
         tooltip=["matrices:N", "rank:Q", alt.Tooltip("trainable:Q", format=",")])
     _now = alt.Chart(_curves[(_curves["rank"] == rank) & (_curves["matrices"] == targets_dropdown.selected_key)]).mark_point(
         size=160, shape="diamond", filled=True, color="black").encode(x="rank:Q", y="trainable:Q")
-    (_lines + _now).properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")
+    mo.vstack([mo.md(f"""
+    {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable parameters,
+    **{lora_trainable / shape.n_params:.3%}** of the model's {shape.n_params:,}. The chart shows how the
+    count grows with the rank for each choice of matrices: linearly, so doubling r doubles the adapter.
+    """), (_lines + _now).properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")])
     return
 
 
@@ -131,16 +106,17 @@ def _(mo):
     During training the update runs beside the frozen matrix: W·x plus a thin side path B·(A·x).
     For serving, compute W' = W + (α/r)·B·A once and use it in place of W (Hu et al. 2021,
     section 4.1): one matrix, the same shape as before, so no extra step and no extra latency. To
-    switch tasks, subtract B·A and add another task's update. Here it is in numpy, on a 512 × 512
-    matrix at the rank chosen above, with a batch of 64 token vectors:
+    switch tasks, subtract B·A and add another task's update. Here it is in numpy, at the rank
+    chosen above:
     """)
     return
 
 
 @app.cell
 def _(np, rank, toy_block):
-    merge_lora = toy_block.make_lora(512, 512, rank, alpha=16.0, trained=True)
-    merge_x = toy_block.make_input(64, 512)
+    merge_width, merge_tokens = 512, 64
+    merge_lora = toy_block.make_lora(merge_width, merge_width, rank, alpha=16.0, trained=True)
+    merge_x = toy_block.make_input(merge_tokens, merge_width)
     side_output = toy_block.lora_forward(merge_x, merge_lora)  # x W^T + (alpha/r) (x A^T) B^T
     merged_weight = toy_block.merge_lora(merge_lora)  # W + (alpha/r) B A
     merged_output = merge_x @ merged_weight.T
@@ -149,31 +125,33 @@ def _(np, rank, toy_block):
     merge_times = toy_block.time_variants({
         "base W x": lambda: merge_x @ merge_lora.W.T,
         "W x + B A x (unmerged)": lambda: toy_block.lora_forward(merge_x, merge_lora),
-        "merged W' x": lambda: merge_x @ merged_weight.T}, repeats=25, budget_s=0.25)
-    return merge_gap, merge_same, merge_times, side_output
+        "merged W' x": lambda: merge_x @ merged_weight.T}, repeats=25, budget_s=0.5)
+    return merge_gap, merge_same, merge_times, merge_tokens, merge_width, side_output
 
 
 @app.cell(hide_code=True)
-def _(merge_gap, merge_same, merge_times, mo, np, side_output, toy_block, viz):
-    _unmerged = toy_block.median_ratio(merge_times, "W x + B A x (unmerged)", "base W x")
-    _merged = toy_block.median_ratio(merge_times, "merged W' x", "base W x")
-    _unmerged_fast = toy_block.fastest_ratio(merge_times, "W x + B A x (unmerged)", "base W x")
-    _merged_fast = toy_block.fastest_ratio(merge_times, "merged W' x", "base W x")
+def _(merge_gap, merge_same, merge_times, merge_tokens, merge_width, mo, np, side_output, toy_block, viz):
+    _variants = ("W x + B A x (unmerged)", "merged W' x")
+    _fast = [toy_block.fastest_ratio(merge_times, v, "base W x") for v in _variants]
+    _median = [toy_block.median_ratio(merge_times, v, "base W x") for v in _variants]
     mo.md(f"""
-    Same output? **{"yes" if merge_same else "no"}**: `np.allclose` on the two outputs (largest
+    A {merge_width} × {merge_width} matrix and a batch of {merge_tokens} token vectors. Same output?
+    **{"yes" if merge_same else "no"}**: `np.allclose` on the two outputs (largest
     difference {merge_gap:.1e}, on values of typical size {np.abs(side_output).mean():.2f}; float32
-    rounding, nothing more). Timed over {len(merge_times) // 3} interleaved runs on this machine, the
-    unmerged layer took **{_unmerged:.2f}×** the base matrix's median time ({_unmerged_fast:.2f}× comparing
-    the fastest runs), the merged one **{_merged:.2f}×** ({_merged_fast:.2f}×). The merged layer does exactly
-    the base's work, one matrix of the same shape; any gap left there is the machine's noise (see the
-    timing caveat in {viz.lesson_link("05_adapters", "lesson 5")}).
+    rounding, nothing more). Over {len(merge_times) // 3} interleaved runs on this machine, the fastest
+    unmerged layer took **{_fast[0]:.2f}×** the fastest base matrix's time ({_median[0]:.2f}× comparing
+    medians), the merged one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). The merged layer does exactly the
+    base's work, one matrix of the same shape; any gap there is the machine's noise (see the timing
+    caveat in {viz.lesson_link("05_adapters", "lesson 5")}).
     """)
     return
 
 
 @app.cell(hide_code=True)
 def _(mo):
-    mo.md(r"""
+    block_size_slider = mo.ui.slider(steps=[16, 32, 64, 128, 256, 512, 1024], value=64,
+                                     label="Quantization block (weights per constant)", show_value=True)
+    mo.vstack([mo.md(r"""
     ## QLoRA: the frozen base in 4 bits
 
     With LoRA the trainable part is tiny, and the frozen weights dominate memory. QLoRA stores
@@ -183,37 +161,28 @@ def _(mo):
     *absmax*), rounded to the nearest level, and the absmax is kept as the block's quantization
     constant. Below, a few thousand normal weights go through that, in NF4 and in plain 4-bit
     integers:
-    """)
-    return
-
-
-@app.cell
-def _(mo):
-    block_size_slider = mo.ui.slider(steps=[16, 32, 64, 128, 256, 512, 1024], value=64,
-                                     label="Quantization block (weights per constant)", show_value=True)
-    block_size_slider
+    """), block_size_slider])
     return (block_size_slider,)
 
 
 @app.cell
-def _(block_size_slider, blockwise, mm, np, pd):
+def _(block_size_slider, blockwise, mm, mo, np, pd):
     quant_block = block_size_slider.value
     demo_weights = np.random.default_rng(0).standard_normal(4096)
     _n = quant_block * 256 * 4096  # a tensor that fills whole blocks of blocks
+    _bf16_error = float(np.abs(mm.round_to_format(demo_weights, "bf16") - demo_weights).mean() / np.abs(demo_weights).mean())
+
+    def _row(storage, fmt, double_quant):
+        _bits = 8 * mm.quant_constant_bytes(_n, block=quant_block, double_quant=double_quant) / _n
+        return {"storage": storage, "bits per weight": 4.0, "constants (bits per weight)": _bits,
+                "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, fmt, block=quant_block)}
+
     quant_rows = pd.DataFrame([
-        {"storage": "bf16", "bits per weight": 16.0, "constants (bits per weight)": 0.0,
-         "mean error (share of mean |w|)": float(np.abs(mm.round_to_format(demo_weights, "bf16") - demo_weights).mean()
-                                                  / np.abs(demo_weights).mean())},
-        {"storage": "int4, fp32 constants", "bits per weight": 4.0,
-         "constants (bits per weight)": 8 * mm.quant_constant_bytes(_n, block=quant_block, double_quant=False) / _n,
-         "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, "int4", block=quant_block)},
-        {"storage": "NF4, fp32 constants", "bits per weight": 4.0,
-         "constants (bits per weight)": 8 * mm.quant_constant_bytes(_n, block=quant_block, double_quant=False) / _n,
-         "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, "nf4", block=quant_block)},
-        {"storage": "NF4 + double quantization", "bits per weight": 4.0,
-         "constants (bits per weight)": 8 * mm.quant_constant_bytes(_n, block=quant_block, double_quant=True) / _n,
-         "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, "nf4", block=quant_block)},
+        {"storage": "bf16", "bits per weight": 16.0, "constants (bits per weight)": 0.0, "mean error (share of mean |w|)": _bf16_error},
+        _row("int4, fp32 constants", "int4", False), _row("NF4, fp32 constants", "nf4", False),
+        _row("NF4 + double quantization", "nf4", True),
     ]).assign(**{"total bits": lambda f: f["bits per weight"] + f["constants (bits per weight)"]})
+    mo.ui.table(quant_rows.round(4), selection=None, show_data_types=False, show_search=False, show_download=False)
     return demo_weights, quant_block, quant_rows
 
 
@@ -234,41 +203,30 @@ def _(alt, demo_weights, mm, np, pd, quant_block):
     return
 
 
-@app.cell
-def _(mo, quant_rows):
-    mo.ui.table(quant_rows.round(4), selection=None, show_data_types=False, show_search=False, show_download=False)
-    return
-
-
 @app.cell(hide_code=True)
 def _(mm, mo, quant_block, quant_rows):
     _n64 = 64 * 256 * 4096
     _paper_plain = 8 * mm.quant_constant_bytes(_n64, block=64, double_quant=False) / _n64
     _paper_dq = 8 * mm.quant_constant_bytes(_n64, block=64, double_quant=True) / _n64
     _no_dq, _dq = quant_rows["constants (bits per weight)"].iloc[2], quant_rows["constants (bits per weight)"].iloc[3]
-    _linear = mm.PRESETS["llama-2-7b"].n_params
+    _saved = (mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
+              - mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
     mo.md(f"""
     NF4's levels crowd near zero, where most weights are, so its error is lower than int4's at the
     same 4 bits (the table's mean error is a share of the mean weight size). The constants cost
     extra bits: one fp32 absmax per block of {quant_block} is 32 / {quant_block} =
     **{_no_dq:.3f} bits per weight**. **Double quantization** stores those constants in 8 bits, with
     one fp32 constant per 256 of them: 8 / {quant_block} + 32 / ({quant_block} × 256) =
-    **{_dq:.3f} bits** (QLoRA's blocks of 64 give {_paper_plain:.3f} and {_paper_dq:.3f}). For a 7B model that is
-    {mm.format_bytes(_linear * (_no_dq - _dq) / 8)} saved. Smaller blocks cut the error and cost
+    **{_dq:.3f} bits** (QLoRA's blocks of 64 give {_paper_plain:.3f} and {_paper_dq:.3f}). On Llama-2-7B's
+    linear layers that saves {mm.format_bytes(_saved)}. Smaller blocks cut the error and cost
     more constants: move the slider.
-    """)
-    return
 
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
     ## Full, LoRA and QLoRA side by side
 
-    The same model, rank and matrices as above, three ways. Two settings matter beyond the method:
-    the precision recipe (what each part is stored in) and the adapters' format. **peft keeps LoRA
-    adapters in fp32 by default**, even on a bf16 model (`autocast_adapter_dtype=True`), so each
-    adapter parameter costs 4 B of weight, 4 B of gradient and, with Adam, 8 B of states.
+    The same model, rank and matrices as above, three ways. Beyond the method, the precision recipe
+    sets what each part is stored in, and **peft keeps LoRA adapters in fp32 by default**, even on a
+    bf16 model (`autocast_adapter_dtype=True`): 4 B of weight, 4 B of gradient and, with Adam, 8 B of
+    states per adapter parameter.
     """)
     return
 
@@ -308,21 +266,16 @@ def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, 
 
 
 @app.cell
-def _(gpu, mm, model_label, side_by_side, unit, viz):
-    viz.stacked_bars(viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
-                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
-    return
-
-
-@app.cell
-def _(gpu, mm, mo, pd, side_by_side, unit):
-    mo.ui.table(pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
-                               f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
-                               f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states + r.master_weights + r.gradient_accumulation, unit), 3),
-                               f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
-                               f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
-                               f"fits {gpu.name}?": "yes" if mm.check_fit(r, gpu).fits else "no"} for name, r in side_by_side.items()]),
-                selection=None, show_data_types=False, show_search=False, show_download=False)
+def _(gpu, mm, mo, model_label, pd, side_by_side, unit, viz):
+    _chart = viz.stacked_bars(viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
+                              capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
+    _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
+                           f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
+                           f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states + r.master_weights + r.gradient_accumulation, unit), 3),
+                           f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
+                           f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
+                           f"fits {gpu.name}?": "yes" if mm.check_fit(r, gpu).fits else "no"} for name, r in side_by_side.items()])
+    mo.vstack([_chart, mo.ui.table(_rows, selection=None, show_data_types=False, show_search=False, show_download=False)])
     return
 
 
@@ -330,44 +283,33 @@ def _(gpu, mm, mo, pd, side_by_side, unit):
 def _(lora_base, lora_fp32, mm, mo, side_by_side, unit):
     _full, _lora, _qlora = side_by_side.values()
     _extra = lora_fp32.total - lora_base.total
+    _fp32_cost = (f"costs **{mm.format_bytes(_extra, unit)}** here" if _extra else "costs nothing with this recipe: "
+                  "its trainable weights are fp32 anyway, or get an fp32 master copy that fp32 adapters do not need")
     mo.md(f"""
-    LoRA leaves the weights where full finetuning had them ({mm.format_bytes(_lora.weights, unit)}) and
-    cuts gradients and optimizer states to the adapters'. QLoRA also shrinks the weights, to
-    {mm.format_bytes(_qlora.weights, unit)} plus {mm.format_bytes(_qlora.quantization_constants, unit)}
-    of constants (embeddings, norms and the output head stay in the recipe's format). Activations
-    hardly move: every method still runs the whole model forward and back. Keeping the adapters in
-    fp32 instead of the base format costs **{mm.format_bytes(_extra, unit)}** here: small for
-    {lora_fp32.trainable_params:,} adapter parameters, larger at high rank on every matrix.
-    Recipe: {_lora.assumptions}
-    """)
-    return
+    LoRA keeps every base weight ({mm.format_bytes(_full.weights, unit)}), adds the adapters
+    ({mm.format_bytes(_lora.weights - _full.weights, "MB" if unit == "GB" else "MiB")}), and cuts gradients and optimizer states to the
+    adapters'. QLoRA also shrinks the weights, to {mm.format_bytes(_qlora.weights, unit)} plus
+    {mm.format_bytes(_qlora.quantization_constants, unit)} of constants (embeddings, norms and the output
+    head stay in the recipe's format). Activations hardly move: every method still runs the whole model
+    forward and back. Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32 instead of the
+    base format {_fp32_cost}. Recipe: {_lora.assumptions}
 
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
     ## The papers' headline numbers, recomputed
 
     Each paper reports one number from its own setup. `memmath.paper_setups` writes those setups
-    down (model, method, recipe, optimizer, batch) with their sources, and the table puts each
-    reported figure next to what this workbook computes. Where they differ, the last column says
-    what is counted.
+    down (model, method, recipe, optimizer, batch) with their sources; the table puts each reported
+    figure next to what this workbook computes, and says what is counted.
     """)
     return
 
 
 @app.cell
-def _(mm, paper_setups):
+def _(literature, mm, mo, paper_setups, pd):
     gpt3_full = paper_setups.get_setup("lora_gpt3_full").memory()  # 16-bit weights, Adam, no activations
     gpt3_lora = paper_setups.get_setup("lora_gpt3_lora").memory()  # LoRA r=4 on q and v
     llama65_full = paper_setups.get_setup("qlora_65b_full_16bit").memory()  # bf16 + 32-bit Adam states
     gpt3_weights_and_states = gpt3_full.weights + gpt3_full.optimizer_states  # 2 + 4 B/param
     gpt3_checkpoint = mm.get_format("bf16").bytes_for(gpt3_lora.trainable_params)  # the adapters alone
-    return gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full
-
-
-@app.cell
-def _(gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, literature, llama65_full, mm, mo, pd):
     _R = literature.REPORTED
     _tb = lambda n: mm.format_bytes(n, "TB")  # noqa: E731
     _claims = pd.DataFrame([
@@ -389,30 +331,28 @@ def _(gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, literature
          "this workbook": mm.format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
     ])
     mo.ui.table(_claims, selection=None, show_data_types=False, show_search=False, show_download=False,
-                wrapped_columns=["what is counted"], column_widths={"claim": 230, "paper": 140, "this workbook": 160, "what is counted": 330})
-    return
+                wrapped_columns=["claim", "what is counted"],
+                column_widths={"claim": 220, "paper": 130, "this workbook": 170, "what is counted": 470})
+    return gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full
 
 
 @app.cell(hide_code=True)
-def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo):
+def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, paper_setups):
     _two_thirds = literature.REPORTED["lora_vram_two_thirds"]
-    mo.md(f"""
+    _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), mm.get_gpu("RTX A6000")
+    q65_batch_slider = mo.ui.slider(1, 16, value=4, label="Batch size (sequences)", show_value=True)
+    q65_seq_slider = mo.ui.slider(steps=[128, 256, 528, 1024, 2048], value=528, label="Sequence length (tokens)", show_value=True)
+    q65_checkpointing_checkbox = mo.ui.checkbox(value=True, label="gradient checkpointing")
+    q65_optimizer_dropdown = mo.ui.dropdown(options={"32-bit AdamW (paged, as in QLoRA's code)": "adamw", "8-bit AdamW": "adam8bit"},
+                                            value="32-bit AdamW (paged, as in QLoRA's code)", label="Optimizer")
+    _text = mo.md(f"""
     **Why 1.2 TB and not one of ours?** The LoRA paper explains its saving as not storing optimizer
-    states for frozen weights, "up to 2/3" of the VRAM ({_two_thirds.source}). That reads as weights
-    plus Adam's two moments, three copies of the 16-bit model: {mm.format_bytes(gpt3_weights_and_states, "TB")}.
-    Holding all 16-bit gradients at once as well gives {mm.format_bytes(gpt3_full.without_activations, "TB")}.
-    The measured 1.2 TB lies between the two: frameworks free gradients as the optimizer consumes them,
-    and some activations and buffers come on top. A single reported number cannot tell which; the
-    recipe behind it can.
-    """)
-    return
+    states for frozen weights, "up to 2/3" of the VRAM ({_two_thirds.source}): weights plus Adam's two
+    moments, three copies of the 16-bit model, {mm.format_bytes(gpt3_weights_and_states, "TB")}. Holding
+    all 16-bit gradients at once as well gives {mm.format_bytes(gpt3_full.without_activations, "TB")}. The
+    reported 1.2 TB lies between: frameworks can free gradients as the optimizer consumes them, and
+    activations and buffers come on top. A single number cannot tell which; the recipe behind it can.
 
-
-@app.cell(hide_code=True)
-def _(literature, mm, mo, paper_setups):
-    _setup = paper_setups.get_setup("qlora_guanaco_65b")
-    _a6000 = mm.get_gpu("RTX A6000")
-    mo.md(f"""
     ### A 65B model on one 48 GB GPU
 
     QLoRA's claim: {literature.cite("qlora_65b_gpu")}. The setup of its 65B Guanaco run: {_setup.description}
@@ -421,23 +361,13 @@ def _(literature, mm, mo, paper_setups):
     run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
     {mm.format_bytes(_a6000.memory_bytes)}):
     """)
-    return
-
-
-@app.cell
-def _(mo):
-    q65_batch_slider = mo.ui.slider(1, 16, value=4, label="Batch size (sequences)", show_value=True)
-    q65_seq_slider = mo.ui.slider(steps=[128, 256, 528, 1024, 2048], value=528, label="Sequence length (tokens)", show_value=True)
-    q65_checkpointing_checkbox = mo.ui.checkbox(value=True, label="gradient checkpointing")
-    q65_optimizer_dropdown = mo.ui.dropdown(options={"32-bit AdamW (paged, as in QLoRA's code)": "adamw", "8-bit AdamW": "adam8bit"},
-                                            value="32-bit AdamW (paged, as in QLoRA's code)", label="Optimizer")
-    mo.vstack([mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
+    mo.vstack([_text, mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
                mo.hstack([q65_optimizer_dropdown, q65_checkpointing_checkbox], justify="start", gap=1.5)])
     return q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider
 
 
 @app.cell
-def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider):
+def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider, viz):
     a6000 = mm.get_gpu("RTX A6000")
     guanaco = paper_setups.get_setup("qlora_guanaco_65b").memory(
         batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value,
@@ -446,15 +376,10 @@ def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimi
     guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(
         batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, checkpointing=False,
         optimizer=q65_optimizer_dropdown.value)
-    return a6000, guanaco, guanaco_fit, guanaco_no_checkpointing
-
-
-@app.cell
-def _(a6000, guanaco, mm, viz):
     viz.stacked_bars(viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run",
                      capacity_bytes=a6000.memory_bytes, capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})",
                      height=70).configure_legend(orient="bottom", columns=3)
-    return
+    return guanaco, guanaco_fit, guanaco_no_checkpointing
 
 
 @app.cell(hide_code=True)
@@ -465,8 +390,7 @@ def _(guanaco, guanaco_fit, guanaco_no_checkpointing, literature, mm, mo):
     This run needs **{mm.format_bytes(guanaco.total)}** ({mm.format_bytes(guanaco.total, "GiB")}): it
     **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
     {"to spare" if guanaco_fit.fits else "missing"}, before the CUDA context (about {_context.value:,.0f} {_context.unit}
-    on a V100, {_context.source}) and
-    before paging moves anything to the CPU. Weights and constants take
+    on a V100, {_context.source}) and before paging moves anything to the CPU. Weights and constants take
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
     head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
     {mm.format_bytes(guanaco.gradients + guanaco.optimizer_states)} of gradients and optimizer states;
@@ -501,65 +425,43 @@ def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## Problems
-    """)
-    return
-
-
-@app.cell(hide_code=True)
 def _(mm, mo):
     _shape = mm.PRESETS["llama-2-7b"]
     _all = mm.LoRA(rank=16, targets="all").params_per_block(_shape) * _shape.n_layers
-    mo.vstack([mo.md("""**1.** Llama-2-7B: q, k, v, o are 4,096 × 4,096; gate and up 4,096 → 11,008; down
-    11,008 → 4,096. How many parameters does LoRA with r = 16 on all seven matrices train over 32 blocks?"""),
-               mo.accordion({"Answer": mo.md(f"""16 × (4 × (4,096 + 4,096) + 3 × (4,096 + 11,008)) =
-               16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**
-               (`mm.LoRA(rank=16, targets="all").params_per_block(shape) * 32`).""")})])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
     _n = 64 * 256 * 1000
-    _plain = 8 * mm.quant_constant_bytes(_n, block=64, double_quant=False) / _n
-    _dq = 8 * mm.quant_constant_bytes(_n, block=64, double_quant=True) / _n
+    _plain, _dq = (8 * mm.quant_constant_bytes(_n, block=64, double_quant=d) / _n for d in (False, True))
     _65b = mm.PRESETS["llama-65b"].n_params
-    mo.vstack([mo.md("""**2.** Derive QLoRA's 0.5 and 0.127 bits per parameter. About how many GB does double
-    quantization save on a 65B model?"""),
-               mo.accordion({"Answer": mo.md(f"""One fp32 constant (32 bits) per 64 weights: 32 / 64 =
-               **{_plain:.3f}** bits. Double quantization: one 8-bit constant per 64 weights plus one fp32
-               constant per 256 blocks: 8 / 64 + 32 / (64 × 256) = **{_dq:.4f}** bits. On 65B parameters
-               ({_65b:,}): ({_plain:.3f} − {_dq:.4f}) / 8 bytes each ≈ **{mm.format_bytes(_65b * (_plain - _dq) / 8)}**
-               (a little less in practice: embeddings and the head are not quantized).""")})])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
     _args = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, checkpointing=True)
     _lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
     _qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
     _gpu = mm.get_gpu("RTX 4090")
-    mo.vstack([mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
-    pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
-               mo.accordion({"Answer": mo.md(f"""LoRA: {mm.format_bytes(_lora.total)}, which
-               {"fits" if mm.check_fit(_lora, _gpu).fits else "does not fit"} the card's
-               {mm.format_bytes(_gpu.memory_bytes)}: the 16-bit weights alone are {mm.format_bytes(_lora.weights)}.
-               QLoRA: {mm.format_bytes(_qlora.total)}, which {"fits" if mm.check_fit(_qlora, _gpu).fits else "does not fit"}.""")})])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
-    _lora = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), precision="bf16", optimizer="adamw")
+    _fits = ["fits" if mm.check_fit(r, _gpu).fits else "does not fit" for r in (_lora, _qlora)]
+    _fp32 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), precision="bf16", optimizer="adamw")
     _bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), precision="bf16", optimizer="adamw")
-    mo.vstack([mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
-    linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),
-               mo.accordion({"Answer": mo.md(f"""{_lora.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
-               (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(_lora.total - _bf16.total)}**
-               more ({mm.format_bytes(_lora.total)} against {mm.format_bytes(_bf16.total)}).""")})])
+    mo.vstack([
+        mo.md("## Problems"),
+        mo.md("""**1.** Llama-2-7B: q, k, v, o are 4,096 × 4,096; gate and up 4,096 → 11,008; down
+        11,008 → 4,096. How many parameters does LoRA with r = 16 on all seven matrices train over 32 blocks?"""),
+        mo.accordion({"Answer": mo.md(f"""16 × (4 × (4,096 + 4,096) + 3 × (4,096 + 11,008)) =
+        16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**
+        (`mm.LoRA(rank=16, targets="all").params_per_block(shape) * 32`).""")}),
+        mo.md("""**2.** Derive QLoRA's 0.5 and 0.127 bits per parameter. About how many GB does double
+        quantization save on a 65B model?"""),
+        mo.accordion({"Answer": mo.md(f"""32 / 64 = **{_plain:.3f}** bits with one fp32 constant per 64
+        weights; 8 / 64 + 32 / (64 × 256) = **{_dq:.4f}** bits with 8-bit constants and one fp32 constant per
+        256 blocks. On {_65b:,} parameters: ({_plain:.3f} − {_dq:.4f}) / 8 bytes each ≈
+        **{mm.format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
+        mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
+        pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
+        mo.accordion({"Answer": mo.md(f"""LoRA: {mm.format_bytes(_lora.total)}, which {_fits[0]} the
+        card's {mm.format_bytes(_gpu.memory_bytes)}: the 16-bit weights alone are {mm.format_bytes(_lora.weights)}.
+        QLoRA: {mm.format_bytes(_qlora.total)}, which {_fits[1]}.""")}),
+        mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
+        linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),
+        mo.accordion({"Answer": mo.md(f"""{_fp32.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
+        (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(_fp32.total - _bf16.total)}**
+        more ({mm.format_bytes(_fp32.total)} against {mm.format_bytes(_bf16.total)}).""")}),
+    ])
     return
 
 

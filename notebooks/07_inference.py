@@ -49,11 +49,11 @@ def _(mm, mo):
     | KV cache | the key and value vector of every past token, in every layer | 2 x layers x kv_heads x head_dim x bytes x tokens x sequences |
     | working set | the tensors one forward pass creates and frees | largest over the model's phases (measured below) |
 
-    The **2** in the KV cache is one key plus one value. For Llama-2-13B ({_m.n_layers} layers,
+    The **2** in the KV cache is one key plus one value (kipply 2022). For Llama-2-13B ({_m.n_layers} layers,
     {_m.n_kv_heads} key/value heads of {_m.head_dim} numbers) in a 16-bit format, one token costs
     2 x {_m.n_layers} x {_m.n_kv_heads} x {_m.head_dim} x 2 B = **{_per_token:,} B**. A
     conversation of 8,192 tokens then needs {_per_token:,} B x 8,192 =
-    **{mm.format_bytes(_article)}** of cache, for one sequence (kipply 2022).
+    **{mm.format_bytes(_article)}** of cache, for one sequence.
     """)
     return
 
@@ -116,7 +116,7 @@ def _(batch_size, context_len, gpu, memory, mm, mo, model, unit):
             mo.stat(_f(memory.kv_cache), label="KV cache"),
             mo.stat(_f(memory.working_set), label="Working set"),
             mo.stat(_f(memory.total), label="Total"),
-            mo.stat(_f(memory.rule_of_thumb), label="Weights x 1.2"),
+            mo.stat(_f(memory.rule_of_thumb), label=f"Weights x {mm.RULE_OF_THUMB_FACTOR:g}"),
         ], justify="space-between"),
         mo.md(f"""
     Serving **{model.name}** with weights in {memory.weights_format} and the cache in
@@ -164,13 +164,15 @@ def _(mm, mo, model, pd, unit):
 
     formats_frame = pd.DataFrame(
         [_row(f) for f in ["fp32", "bf16", "fp8_e4m3", "int8", "int4", "nf4"]])
-    mo.ui.table(formats_frame, selection=None, show_column_summaries=False, show_download=False)
+    mo.ui.table(formats_frame, selection=None, show_column_summaries=False, show_download=False,
+                show_data_types=False, show_search=False)
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md("""
+def _(mm, mo):
+    _gqa = mm.PRESETS["llama-3-8b"]  # Mistral-7B has the same 32 query and 8 key/value heads
+    mo.md(f"""
     ## The KV cache and grouped-query attention
 
     Each new token attends to every earlier token, so a server keeps the keys and values it has
@@ -179,8 +181,9 @@ def _(mo):
 
     **Grouped-query attention** (GQA; Ainslie et al. 2023) lets several query heads share one key/value
     head. Llama-2-7B and Llama-2-13B keep one key/value head per query head (multi-head attention);
-    Llama-3-8B and Mistral-7B keep 8 for 32 query heads, so their cache per token is
-    32 / 8 = 4 times smaller. The table uses your context, batch and cache format.
+    Llama-3-8B and Mistral-7B keep {_gqa.n_kv_heads} for {_gqa.n_heads} query heads, so their cache per token is
+    {_gqa.n_heads} / {_gqa.n_kv_heads} = {_gqa.n_heads // _gqa.n_kv_heads} times smaller. The table uses your
+    context, batch and cache format.
     """)
     return
 
@@ -196,16 +199,17 @@ def _(batch_size, context_len, kv_format, mm, mo, pd, unit):
         f"cache ({unit})": round(mm.to_unit(mm.kv_cache_bytes(_n, context_len=context_len, batch_size=batch_size,
                                                               kv_format=kv_format), unit), 2),
     } for _n in _names])
-    mo.ui.table(gqa_frame, selection=None, show_column_summaries=False, show_download=False)
+    mo.ui.table(gqa_frame, selection=None, show_column_summaries=False, show_download=False,
+                show_data_types=False, show_search=False)
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md("""
-    ## Where "weights x 1.2" breaks
+def _(mm, mo):
+    mo.md(f"""
+    ## Where "weights x {mm.RULE_OF_THUMB_FACTOR:g}" breaks
 
-    The quick estimate adds 20% to the weights for everything else. It is quoted widely (EleutherAI's
+    The quick estimate adds {mm.RULE_OF_THUMB_FACTOR - 1:.0%} to the weights for everything else. It is quoted widely (EleutherAI's
     rule, repeated in Hugging Face accelerate's memory-estimation docs). The chart sweeps the context
     for your model, batch and formats: the coloured areas are the detailed sum, the black dashed
     line the rule of thumb, the red dotted line your GPU's memory.
@@ -253,15 +257,14 @@ def _(batch_size, memory, mm, mo, model, rule_limit, unit):
     _stored = memory.weights + memory.quantization_constants
     _allowance = memory.rule_of_thumb - _stored
     if rule_limit == 0:
-        _where = "not even for a single token: the working set and cache of one step already exceed it"
+        _where = "It does not cover the cache and working set even for a single token."
     else:
-        _where = f"up to **{rule_limit:,} tokens** per sequence, and no further"
+        _where = f"It covers the cache and working set up to **{rule_limit:,} tokens** per sequence, and no further."
     mo.md(f"""
     For {model.name} with {batch_size} {"sequence" if batch_size == 1 else "sequences"}, the rule's allowance is
-    {mm.format_bytes(_allowance, unit)} (20% of {mm.format_bytes(_stored, unit)}). It covers the
-    cache and working set {_where}. Past that, long contexts and big batches make the KV cache,
-    not the weights, the part that decides whether a model fits. Try batch 64 at a long context:
-    the cache dwarfs the weights.
+    {mm.format_bytes(_allowance, unit)} ({mm.RULE_OF_THUMB_FACTOR - 1:.0%} of {mm.format_bytes(_stored, unit)}).
+    {_where} Past that, long contexts and big batches make the KV cache, not the weights, the part
+    that decides whether a model fits. Try batch 64 at a long context: the cache dwarfs the weights.
     """)
     return
 
@@ -311,8 +314,8 @@ def _(batch_size, gpu, memory, mm):
 def _(all_sequences, batch_size, gpu, mm, mo, per_sequence, read_per_step, unit):
     mo.md(f"""
     On one {gpu.name} ({gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s), each step reads
-    {mm.format_bytes(read_per_step, unit)}: at most **{per_sequence:,.1f} tokens/s per sequence**,
-    {all_sequences:,.1f} tokens/s across the batch of {batch_size}. Change the weights format to nf4
+    {mm.format_bytes(read_per_step, unit)}: at most **{per_sequence:,.1f} tokens/s per sequence**{
+    f", {all_sequences:,.1f} tokens/s across the batch of {batch_size}" if batch_size > 1 else ""}. Change the weights format to nf4
     to see why quantized models also decode faster; raise the batch at a long context to see the
     cache eat into the speed.
     """)
@@ -320,14 +323,17 @@ def _(all_sequences, batch_size, gpu, mm, mo, per_sequence, read_per_step, unit)
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md("""
+def _(mm, mo):
+    _card = mm.get_gpu("RTX 4090")
+    mo.md(f"""
     ## Which GPUs fit
 
-    Every card in the catalog against the detailed total. "memory" is what the driver reports
-    (nvidia-smi's total), slightly less than the box says ("marketed"); the last column is the
-    decode bound on that card.
-    Nothing is reserved here for the CUDA context, which takes a few hundred MB to over a GB more.
+    Every card in the catalog against the detailed total; the last column is the decode bound on
+    that card. "marketed" is the size on the box, which counts in binary units (GiB); "memory" is what
+    the driver reports (nvidia-smi's total), the same or a little less: an {_card.name} sold as
+    "{_card.marketed}" reports {_card.memory_bytes // 2**20:,} MiB, which is {mm.format_bytes(_card.memory_bytes, "GiB")}
+    or {mm.format_bytes(_card.memory_bytes)}. Nothing is reserved here for the CUDA context, which
+    takes a few hundred MB to over a GB more.
     """)
     return
 
@@ -341,7 +347,8 @@ def _(memory, mm, mo, unit):
         f"headroom ({unit})": _gaps,
         "decode bound (tokens/s)": [round(mm.decode_tokens_per_second(memory, g), 1) for g in fit_frame["gpu"]],
     }).drop(columns=["kind"])
-    mo.ui.table(fit_frame, selection=None, show_column_summaries=False, show_download=False, page_size=len(fit_frame))
+    mo.ui.table(fit_frame, selection=None, show_column_summaries=False, show_download=False, page_size=len(fit_frame),
+                show_data_types=False, show_search=False)
     return
 
 

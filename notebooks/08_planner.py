@@ -93,15 +93,24 @@ def _(config_text_area, mm, preset_dropdown, source_radio):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, model, model_error):
+def _(mm, mo, model, model_error, source_radio):
+    _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
+              "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
-        _shown = mo.callout(mo.md(f"**This config.json cannot be used.** {model_error}"), kind="danger")
+        _hint = next((h for k, h in _hints.items() if k in model_error), "")
+        _why = model_error.replace("the pasted config.json", "the text", 1)
+        _shown = mo.callout(mo.md(f"**This config.json cannot be used:** {_why}. {_hint}"), kind="danger")
     else:
+        _pasted = source_radio.value != "preset"
+        _title = f"Your config.json ({model.name})" if _pasted else model.name
+        _positions = f", {model.max_positions:,} learned positions" if model.max_positions else ""
         _shown = mo.callout(mo.md(
-            f"**{model.name}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
+            f"**{_title}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
             f"width {model.hidden_size:,}, {model.n_heads} heads ({model.n_kv_heads} key/value), "
-            f"vocabulary {model.vocab_size:,}. Weights alone in bf16: "
-            f"{mm.format_bytes(mm.training_memory(model, method=mm.Full()).weights)}."), kind="info")
+            f"vocabulary {model.vocab_size:,}{_positions}. Weights alone in bf16: "
+            f"{mm.format_bytes(mm.training_memory(model, method=mm.Full()).weights)}."
+            + (" The planner reads the sizes from the file; the formats come from the recipe you choose below, "
+               "not from its `torch_dtype`." if _pasted else "")), kind="info")
     _shown
     return
 
@@ -155,8 +164,9 @@ def _(mm, mo):
     _context = mm.literature.REPORTED["cuda_context_v100"]
     mo.vstack([mo.md("## 4. The hardware"), mo.hstack([gpu_dropdown, n_gpus_slider, zero_stage_radio], justify="start"),
                mo.hstack([reserved_slider, unit_radio], justify="start"),
-               mo.md(f"The CUDA context takes memory before any tensor: {_context.value:,} {_context.unit}, "
-                     f"{_context.claim} ({_context.source}).").style({"font-size": "0.9em"})])
+               mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
+                     f"measured on a V100 ({_context.source}), about {_context.value * 1e6 / 2**30:.2f} GiB."
+                     ).style({"font-size": "0.9em"})])
     return gpu_dropdown, n_gpus_slider, reserved_slider, unit_radio, zero_stage_radio
 
 
@@ -217,7 +227,7 @@ def _(fit, gpu, mm, mo, model, result, settings, unit):
 def _(fit, gpu, mm, model, result, suggestions, unit, viz):
     _bars = {"your run": result}
     for _s in suggestions[:4]:
-        _bars[f"with {_s.change}"] = mm.training_memory(model, **_s.settings)
+        _bars[f"→ {_s.change}"] = mm.training_memory(model, **_s.settings)
     viz.stacked_bars(viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
                      capacity_bytes=fit.available_bytes, capacity_label=gpu.name)
     return
@@ -229,7 +239,8 @@ def _(mo, result, unit):
     _table = _table[_table["bytes"] > 0].reset_index(drop=True)
     _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
     mo.ui.table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}),
-                selection=None, show_column_summaries=False, show_download=False)
+                selection=None, show_column_summaries=False, show_download=False, show_data_types=False,
+                show_search=False)
     return
 
 
@@ -247,17 +258,19 @@ def _(mm, mo, path, suggestions, unit):
         _path = "Even all of these changes together do not make it fit: choose a larger GPU or a smaller model."
     mo.vstack([mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
                mo.ui.table(mm.suggestions_frame(suggestions, unit).round(2), selection=None,
-                           show_column_summaries=False, show_download=False, wrapped_columns=["cost"])])
+                           show_column_summaries=False, show_download=False, wrapped_columns=["cost"],
+                           show_data_types=False, show_search=False)])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md("""
+def _(mm, mo, result, unit):
+    mo.md(f"""
     ## Every GPU in the catalog
 
-    The same memory per GPU against every card, with the CUDA context reserved on each. "memory" is
-    what the driver reports, a little under the number on the box ("marketed").
+    The same {mm.format_bytes(result.total, unit)} per GPU against every card, with the CUDA context
+    reserved on each. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
+    driver reports, the same or a little less.
     """)
     return
 
@@ -270,18 +283,18 @@ def _(mm, mo, reserved, result, unit):
         f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
         "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
     mo.ui.table(catalog_frame, selection=None, show_column_summaries=False, show_download=False,
-                page_size=len(catalog_frame))
+                page_size=len(catalog_frame), show_data_types=False, show_search=False)
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md("""
+def _(mo, settings):
+    mo.md(f"""
     ## Full, partial or PEFT: the article's comparison, with your numbers
 
     The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
-    settings for your model: the same recipe, optimizer, batch and sequence length, with the freeze,
-    adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
+    settings for your model: the same recipe ({settings["precision"]}), optimizer ({settings["optimizer"]}),
+    batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
     and data are what the papers and the article report, with their sources.
     """)
     return
@@ -301,19 +314,26 @@ def _(methods, mm, model, settings, unit):
 
 @app.cell(hide_code=True)
 def _(comparison_rows, mm, mo, pd):
-    _c = mm.literature.cite
+    _r = mm.literature.REPORTED  # each figure with its full source in memmath.literature
+    _few = "some PEFT methods do well with a few thousand examples (the article)"
     _rows = {**comparison_rows,
-             "quality": {"full": "the reference", "partial (freeze)": _c("bert_large_partial_share"),
-                         "PEFT: adapters": f"{_c('houlsby_glue_gap')}, {_c('houlsby_trainable_share')}",
-                         "PEFT: LoRA": _c("lora_quality")},
+             "quality": {"full": "the reference",
+                         "partial (freeze)": f"about {_r['bert_large_partial_share'].value:.0f}% of BERT-large's parameters had "
+                                             "to train to match full finetuning on GLUE (Houlsby et al. 2019, as the article reports)",
+                         "PEFT: adapters": f"within {_r['houlsby_glue_gap'].value}% of full finetuning on GLUE, training "
+                                           f"{_r['houlsby_trainable_share'].value}% of the parameters (Houlsby et al. 2019)",
+                         "PEFT: LoRA": "on par with or better than full finetuning on RoBERTa, DeBERTa, GPT-2 and GPT-3 "
+                                       "(Hu et al. 2021)"},
              "inference latency": {"full": "none added", "partial (freeze)": "none added",
-                                   "PEFT: adapters": _c("lora_adapter_latency"),
-                                   "PEFT: LoRA": _c("lora_no_added_latency")},
-             "data needed": {"full": _c("peft_examples_full"), "partial (freeze)": "not stated by the article",
-                             "PEFT: adapters": _c("peft_examples_peft"), "PEFT: LoRA": _c("peft_examples_peft")}}
+                                   "PEFT: adapters": f"{_r['lora_adapter_latency'].value}% slower forward pass, GPT-2 medium "
+                                                     "at batch 1 (Hu et al. 2021, Table 1)",
+                                   "PEFT: LoRA": "none once the update is merged into the weights (Hu et al. 2021)"},
+             "data needed": {"full": "tens of thousands to millions of examples (the article)",
+                             "partial (freeze)": "not stated by the article", "PEFT: adapters": _few, "PEFT: LoRA": _few}}
     comparison_frame = pd.DataFrame(_rows).T
     mo.ui.table(comparison_frame.reset_index(names="").astype(str), selection=None, show_column_summaries=False,
-                show_download=False, wrapped_columns=list(comparison_frame.columns))
+                show_download=False, wrapped_columns=list(comparison_frame.columns), show_data_types=False,
+                show_search=False)
     return
 
 

@@ -32,9 +32,23 @@ def test_rounding_table_at_the_default_value(default_run):
     table = defs["rounding_table"].set_index("format")
     # 0.1 in bf16: 0.1 = 1.6 x 2**-4; with 7 mantissa bits the step is 2**-11, and
     # round(0.1 / 2**-11) = round(204.8) = 205 steps = 0.10009765625.
-    assert table.loc["bf16", "stored value"] == f"{205 * 2.0**-11:.8g}"
-    # int8 with a block absmax of 1: round(0.1 x 127) = 13 steps of 1/127.
-    assert table.loc["int8", "stored value"] == f"{13 / 127:.8g}"
+    assert table.loc["bf16", "stored value"] == "0.100097656"
+    # int8 with a block absmax of 1: round(0.1 x 127) = 13 steps of 1/127 = 0.102362205 (9 digits).
+    assert table.loc["int8", "stored value"] == "0.102362205"
+    # fp32 keeps 24 significant bits: 0.1 = 13,421,773 x 2**-27 = 0.100000001490116, not 0.1.
+    assert table.loc["fp32", "stored value"] == "0.100000001"
+
+
+def test_problem_one_counts_the_scales_it_names(default_run):
+    _, defs = default_run
+    # Llama-2-13B (h=5120, L=40, I=13824, V=32000, untied): 2*V*h + h + L*(4h^2 + 3hI + 2h) = 13,015,864,320.
+    n = 2 * 32000 * 5120 + 5120 + 40 * (4 * 5120**2 + 3 * 5120 * 13824 + 2 * 5120)
+    assert n == 13_015_864_320
+    # nf4: 4 bits each, plus one 4-byte fp32 scale per 64 weights (ceil(n / 64) blocks), as the problem says.
+    assert defs["answer_13b_nf4"] == n // 2 + -(-n // 64) * 4
+    # Double quantization: one 1-byte scale per 64, one 4-byte constant per 256 scales (QLoRA, section 3).
+    blocks = -(-n // 64)
+    assert defs["answer_13b_nf4_dq"] == n // 2 + blocks + -(-blocks // 256) * 4
 
 
 def test_overflow_is_shown_not_hidden():

@@ -70,3 +70,12 @@ def test_every_control_at_its_extremes():
         assert defs["run"].total > 0
     assert {"params_slider", "preset_dropdown", "precision_dropdown", "optimizer_dropdown", "gpu_dropdown",
             "unit_radio"} <= seen
+
+
+def test_adafactor_row_says_when_it_cannot_factor(default_run):
+    _, defs = default_run
+    table = defs["optimizer_table"].set_index("optimizer")
+    # A bare count of 7e9 has no matrix shapes: one full 16-bit second moment, 7e9 x 2 B = 14.00 GB, and the row says so.
+    assert table.loc["adafactor", "optimizer states (GB)"] == 14.0
+    assert "unfactored" in table.loc["adafactor", "what it keeps"]
+    assert "unfactored" not in table.loc["adam", "what it keeps"]

@@ -72,3 +72,15 @@ def test_every_control_at_its_extremes():
         assert all(int(p) >= 0 for p in parts), (control, which)
     assert {"preset_dropdown", "batch_slider", "seq_slider", "width_slider", "heads_slider", "layers_slider",
             "vocab_slider", "attention_radio", "checkpointing_switch", "unit_radio", "sweep_radio"} <= seen
+
+
+def test_activations_pass_the_weights_alone_at_the_first_point(default_run):
+    # GPT-2 small, b=4, s=128: 12 blocks x sbh(34 + 5*12*128/768) = 12 x 44 x 393,216 = 207,618,048 B, plus
+    # 5 sbh = 1,966,080 outside the blocks and 4sbV = 102,926,336 of logits: 312,510,464 B, already more
+    # than the 2 x 124,439,808 = 248,879,616 B of bf16 weights.
+    _, defs = default_run
+    assert defs["sweep"].activations[0] == 312_510_464
+    assert defs["crossover_weights"] == 128
+    # The axis unit sits at the geometric middle of 248,879,616 B (weights) and the activations at s=65,536
+    # (about 1.2e13 B): about 5e10 B, so GB.
+    assert defs["unit_sweep"] == "GB"

@@ -82,3 +82,11 @@ def test_every_control_at_its_extremes():
         assert np.all(defs["share_grid"] >= 0) and np.all(defs["share_grid"] <= 1)
     assert {"params_slider", "layers_slider", "frozen_slider", "unit_radio", "preset_dropdown", "head_switch",
             "norm_switch", "embeddings_switch", "real_frozen_slider", "batch_slider", "seq_slider"} <= seen
+
+
+def test_tied_head_switch_says_why_it_changes_nothing(default_run):
+    # GPT-2's head is the token-embedding matrix (tied): with the embeddings frozen, the head switch cannot
+    # make it train, and the lesson says so instead of leaving the switch looking broken.
+    outputs, defs = default_run
+    assert defs["model"].tied_embeddings and not defs["freeze"].train_embeddings
+    assert "head switch changes nothing here" in lessons.output_text(outputs)

@@ -116,3 +116,18 @@ def test_config_from_text_reads_a_pasted_llama_config():
 def test_config_from_text_errors_are_value_errors_with_a_message(text, message):
     with pytest.raises(ValueError, match=message):
         mm.config_from_text(text)
+
+
+@pytest.mark.parametrize("text, hint", [
+    # A comma after the last entry: Python's json says "Expecting property name" at the closing brace.
+    ('{\n  "model_type": "llama",\n  "hidden_size": 4096,\n}', "no comma may follow the last entry"),
+    ("{'model_type': 'gpt2'}", "names need double quotes"),  # a Python dict, not JSON
+    ('{"model_type": "llama", "hidden_size": 40', "ends early"),  # a copy cut short
+    ('{"model_type": "llama", "hidden_size": 4096, "num_', "ends early"),
+    ("meta-llama/Meta-Llama-3-8B", "not a model name or a path"),  # the model's name pasted instead of its file
+    ('{"model_type": "gpt2"} {"model_type": "gpt2"}', "more text after the closing"),
+])
+def test_bad_json_names_a_likely_cause(text, hint):
+    with pytest.raises(ValueError, match="not valid JSON") as raised:
+        mm.config_from_text(text)
+    assert hint in str(raised.value)

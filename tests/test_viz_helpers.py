@@ -1,0 +1,37 @@
+"""viz helpers the lessons share: the model-size controls and sizes in a readable unit (expected values by hand)."""
+
+import pytest
+
+import memmath as mm
+from memmath import viz
+
+
+def test_model_size_slider_spans_100m_to_400b_and_more():
+    # Issue 3: parameter count "from 100M to 400B+, or a preset".
+    params_slider, preset_dropdown = viz.model_size_controls()
+    assert params_slider.steps[0] == 0.1 and params_slider.steps[-1] >= 400
+    assert params_slider.value == 7  # the article's 7B model
+    assert preset_dropdown.value is None  # the slider decides until a preset is picked
+    assert sorted(v for v in preset_dropdown.options.values() if v) == sorted(mm.PRESETS)
+
+
+@pytest.mark.parametrize("billions, preset, expected", [
+    (7, None, 7_000_000_000),            # the article's 7B
+    (0.125, None, 125_000_000),
+    (1000, None, 10**12),
+    (7, "llama-2-7b", "llama-2-7b"),      # a preset overrides the slider
+])
+def test_model_choice(billions, preset, expected):
+    assert viz.model_choice(billions, preset) == expected
+
+
+@pytest.mark.parametrize("n_bytes, unit, expected", [
+    (358_612_992, "GB", "358.61 MB"),     # one GPT-2 block at b=4, s=1,024: 358,612,992 / 10**6
+    (14 * 10**9, "GB", "14.00 GB"),
+    (14 * 10**9, "GiB", "13.04 GiB"),     # 14e9 / 2**30 = 13.038
+    (2**20, "GiB", "1.00 MiB"),
+    (3 * 2**40, "GiB", "3.00 TiB"),
+    (512, "GB", "512 B"),
+])
+def test_readable_size(n_bytes, unit, expected):
+    assert viz.readable_size(n_bytes, unit) == expected
