@@ -67,16 +67,16 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
         y=alt.Y("scenario:N", title=None, sort=scenarios),
         color=alt.Color("label:N", title="Part", scale=part_scale(parts), sort=[ALL_LABELS[p] for p in parts]),
         order=alt.Order("order:Q"),
-        tooltip=["scenario:N", "label:N", alt.Tooltip("size:Q", title=unit, format=",.2f"),
+        tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f"),
                  alt.Tooltip("bytes:Q", title="bytes", format=",")],
     )
     chart = bars
     if capacity_bytes is not None:
         rule_frame = pd.DataFrame({"size": [capacity_bytes / UNITS[unit]], "what": [capacity_label or "GPU memory"]})
         rule = alt.Chart(rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
-            x="size:Q", tooltip=["what:N", alt.Tooltip("size:Q", title=unit, format=",.2f")])
+            x=alt.X("size:Q"), tooltip=[alt.Tooltip("what:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
         text = alt.Chart(rule_frame).mark_text(align="left", dx=4, dy=-6, fontSize=11).encode(
-            x="size:Q", y=alt.value(0), text="what:N")
+            x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("what:N"))
         chart = bars + rule + text
     return chart.properties(width=width, height=bar_height, title=title)
 
@@ -95,10 +95,13 @@ LESSONS: dict[str, str] = {
 
 
 def lesson_href(stem: str) -> str:
-    """The link from one lesson to another (the same relative link works in the exported site)."""
+    """The link from one lesson to another: "?file=NN_name.py", as `marimo run notebooks` serves the lessons.
+
+    The static site's build (`python -m memmath_site build`) rewrites it to "NN_name.html".
+    """
     if stem not in LESSONS:
         raise ValueError(f"lesson must be one of {', '.join(LESSONS)}; got {stem!r}")
-    return f"{stem}.html"
+    return f"?file={stem}.py"
 
 
 def lesson_link(stem: str, text: str | None = None) -> str:

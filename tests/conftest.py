@@ -7,17 +7,29 @@ except where CI sets MEMMATH_REQUIRE_<TOOL>=1: there a missing tool is a failure
         ...
     def test_other(require):
         playwright = require("playwright.sync_api", env="MEMMATH_REQUIRE_BROWSER")
+
+Browser tests (marker `browser`) share one Chromium per session (the `chromium` fixture) and one
+static site built per session by the README's command (`built_site`).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from memmath_site.build import LESSON_PATTERN
+
 TORCH_ENV = "MEMMATH_REQUIRE_TORCH"
+BROWSER_ENV = "MEMMATH_REQUIRE_BROWSER"
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+LESSONS = sorted(p for p in NOTEBOOKS.glob("*.py") if LESSON_PATTERN.match(p.name))
 
 
 def skip_or_fail(reason: str, env: str) -> None:
@@ -62,3 +74,30 @@ settings.register_profile("default", max_examples=60, deadline=None,
 settings.register_profile("thorough", max_examples=1000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium (Debian's) for the whole session."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_or_fail("playwright is not installed (pip install -r requirements-dev.txt)", BROWSER_ENV)
+    from memmath_site.browser import find_chromium, launch
+
+    if find_chromium() is None:
+        skip_or_fail("no Chromium at /usr/bin/chromium (apt-get install chromium) or $MEMMATH_CHROMIUM", BROWSER_ENV)
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory):
+    """The site, built once per session by the README's command from notebooks/: (folder, its printed report)."""
+    out = tmp_path_factory.mktemp("site") / "site"
+    done = subprocess.run([sys.executable, "-m", "memmath_site", "build", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, f"the export command failed:\n{done.stdout}\n{done.stderr}"
+    return out, done.stdout

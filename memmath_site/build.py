@@ -1,0 +1,286 @@
+"""Build the static workbook: every lesson exported to HTML, an index page, marimo's frontend beside them.
+
+    python -m memmath_site build site          # then: python -m http.server -d site 8000
+
+Each `notebooks/NN_*.py` runs once through `marimo export html` (with MEMMATH_STATIC_EXPORT=1,
+so `memmath.static_charts.live_only_notice()` shows its note); a lesson with a failing cell
+fails the build. The pages are rewritten to load marimo's frontend from `_marimo/`, copied out
+of the installed marimo wheel, so the folder works from any static server with no network.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import assets
+
+REPO = Path(__file__).resolve().parent.parent
+LESSON_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+\.py$")
+SITE_MARKER = ".memmath-site"
+"""A file in every built site: the build only ever replaces a folder that carries it (or an empty one)."""
+
+LIVE_COMMAND = ".venv/bin/marimo run notebooks --include-code"
+SETUP_COMMAND = "python3.11 -m venv .venv && .venv/bin/pip install -r requirements.txt"
+SERVE_COMMAND = "python -m http.server -d site 8000"
+BUILD_COMMAND = ".venv/bin/python -m memmath_site build site"
+
+EXPORT_TIMEOUT_S = 600
+
+
+class BuildError(RuntimeError):
+    """A lesson failed to export, or the site could not be written."""
+
+
+@dataclass(frozen=True)
+class Lesson:
+    source: Path
+    title: str
+
+    @property
+    def page(self) -> str:
+        return self.source.stem + ".html"
+
+
+@dataclass(frozen=True)
+class PageReport:
+    page: str
+    title: str
+    html_bytes: int
+    export_seconds: float
+
+
+def find_lessons(notebooks_dir: Path) -> list[Lesson]:
+    """Every notebooks/NN_*.py, in order, with the title of its first markdown H1 in the source.
+
+    The build replaces that title with the H1 the exported page renders (which also covers an H1
+    written as an f-string).
+    """
+    notebooks_dir = Path(notebooks_dir)
+    if not notebooks_dir.is_dir():
+        raise BuildError(f"notebooks folder {notebooks_dir} does not exist")
+    lessons = [Lesson(p, lesson_title(p)) for p in sorted(notebooks_dir.iterdir())
+               if p.is_file() and LESSON_PATTERN.match(p.name)]
+    if not lessons:
+        raise BuildError(f"no lessons (NN_name.py files) in {notebooks_dir}")
+    return lessons
+
+
+def lesson_title(path: Path) -> str:
+    """The text of the first `# Heading` line in the notebook's strings (its H1), else a name from the file."""
+    source = Path(path).read_text(encoding="utf-8")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as error:
+        raise BuildError(f"{path} is not valid Python: {error}") from error
+    strings = sorted((node.lineno, node.col_offset, node.value) for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    for _, _, text in strings:
+        match = re.search(r"^[ \t]*#[ \t]+(.+?)[ \t#]*$", text, re.M)
+        if match:
+            return match.group(1).strip()
+    return Path(path).stem.split("_", 1)[1].replace("_", " ").capitalize()
+
+
+def rendered_title(page_html: str) -> str | None:
+    """The text of the first <h1> an exported page shows (its lesson's H1 as rendered, f-strings included)."""
+    for cell in _session(page_html).get("cells", []):
+        for output in cell.get("outputs", []):
+            for data in (output.get("data") or {}).values():
+                match = re.search(r"<h1[^>]*>(.*?)</h1>", data, re.S) if isinstance(data, str) else None
+                if match:
+                    return html.unescape(re.sub(r"<[^>]+>", "", match.group(1))).strip() or None
+    return None
+
+
+def export_lesson(lesson: Lesson, out_html: Path) -> float:
+    """Run `marimo export html` on one lesson; BuildError (with marimo's message) if any cell fails."""
+    # The lessons import the memmath beside this builder (this checkout), whatever else is installed.
+    env = dict(os.environ, MEMMATH_STATIC_EXPORT="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+    command = [sys.executable, "-m", "marimo", "export", "html", str(lesson.source), "-o", str(out_html),
+               "--force", "--no-sandbox"]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as error:
+        raise BuildError(f"{lesson.source.name}: marimo export html ran past {EXPORT_TIMEOUT_S} s") from error
+    seconds = time.perf_counter() - start
+    if done.returncode != 0 or not out_html.is_file():
+        # marimo still writes the page when a cell fails; its saved tracebacks say more than marimo's exit message.
+        details = cell_failures(out_html.read_text(encoding="utf-8")) if out_html.is_file() else []
+        tail = "\n".join((done.stderr + done.stdout).strip().splitlines()[-25:])
+        raise BuildError(f"{lesson.source.name}: marimo export html failed (exit {done.returncode}); "
+                         f"a cell raised or the notebook does not load:\n" + "\n".join(details or [tail]))
+    failed = cell_failures(out_html.read_text(encoding="utf-8"))
+    if failed:
+        raise BuildError(f"{lesson.source.name}: the export holds error output:\n" + "\n".join(failed))
+    return seconds
+
+
+def failed_cells(page_html: str) -> list[str]:
+    """Ids of the cells whose saved output in an exported page is an error (empty when all ran)."""
+    return [cell.get("id", "?") for cell in _session(page_html).get("cells", [])
+            if any(output.get("type") == "error" for output in cell.get("outputs", []))]
+
+
+def cell_failures(page_html: str) -> list[str]:
+    """One message per failed cell of an exported page: its first code line and its traceback as text."""
+    session = _session(page_html)
+    code = {}
+    key = '"notebook": '
+    if key in page_html:
+        notebook, _ = json.JSONDecoder().raw_decode(page_html, page_html.index(key) + len(key))
+        code = {cell.get("id"): (cell.get("code") or "").strip().splitlines() for cell in (notebook or {}).get("cells", [])}
+    messages = []
+    for cell in session.get("cells", []):
+        errors = [o for o in cell.get("outputs", []) if o.get("type") == "error"]
+        if not errors:
+            continue
+        first_line = (code.get(cell.get("id")) or ["?"])[0]
+        traceback = "".join(html.unescape(re.sub(r"<[^>]+>", "", c.get("text", ""))) for c in cell.get("console", [])
+                            if c.get("name") == "stderr").strip()
+        reason = traceback or "; ".join(f"{e.get('ename')}: {e.get('evalue')}" for e in errors)
+        messages.append(f"cell {cell.get('id')} ({first_line[:70]}):\n{reason}")
+    return messages
+
+
+def _session(page_html: str) -> dict:
+    key = '"session": '
+    start = page_html.find(key)
+    if start < 0:
+        raise assets.AssetLayoutError("an exported page has no session snapshot: marimo's export format changed")
+    session, _ = json.JSONDecoder().raw_decode(page_html, start + len(key))
+    return session or {}
+
+
+# A link from one lesson to another as `marimo run notebooks` serves them: "?file=03_activations.py",
+# maybe with more query parameters ("&show-code=true").
+_LESSON_LINK = re.compile(r"\?file=(?:notebooks/)?(\d{2}_[A-Za-z0-9_]+\.py)(?:&(?:amp;)?[A-Za-z0-9_=-]+)*")
+
+
+def relink_lessons(page_html: str, page_name: str, lesson_files: set[str]) -> str:
+    """Links between lessons ("?file=NN_name.py", as `marimo run notebooks` serves them) pointed at NN_name.html.
+
+    A link to a lesson that does not exist fails the build (BuildError), instead of a dead link.
+    """
+    def replace(match: re.Match) -> str:
+        target = match.group(1)
+        if target not in lesson_files:
+            raise BuildError(f"{page_name} links to ?file={target}, which is not a lesson in the notebooks folder")
+        return target[:-3] + ".html"
+
+    return _LESSON_LINK.sub(replace, page_html)
+
+
+def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=print) -> list[PageReport]:
+    """Export every lesson, write the index and the frontend to out_dir; returns one report per page."""
+    out_dir, notebooks_dir = Path(out_dir).resolve(), Path(notebooks_dir).resolve()
+    _check_replaceable(out_dir)
+    if assets.marimo_version() != assets.BUILT_FOR_MARIMO:
+        log(f"warning: marimo {assets.marimo_version()} is installed; this builder was written for marimo "
+            f"{assets.BUILT_FOR_MARIMO} (requirements.txt). The build checks the asset layout and stops if it changed.")
+    lessons = find_lessons(notebooks_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".site-", dir=out_dir.parent))
+    try:
+        asset_bytes = assets.copy_frontend(staging)
+        reports, failures, titled = [], [], []
+        for lesson in lessons:
+            log(f"exporting {lesson.source.name} ...")
+            target = staging / lesson.page
+            try:
+                seconds = export_lesson(lesson, target)
+            except BuildError as error:
+                failures.append(str(error))
+                continue
+            page = assets.localize_page(target.read_text(encoding="utf-8"), lesson.page)
+            page = relink_lessons(page, lesson.page, {other.source.name for other in lessons})
+            assets.check_page_refs(page, lesson.page, staging)
+            target.write_text(page, encoding="utf-8")
+            titled.append(Lesson(lesson.source, rendered_title(page) or lesson.title))
+            reports.append(PageReport(lesson.page, titled[-1].title, len(page.encode("utf-8")), seconds))
+        if failures:
+            raise BuildError(f"{len(failures)} of {len(lessons)} lessons failed to export; the site was not "
+                             "written:\n\n" + "\n\n".join(failures))
+        index = index_page(titled)
+        (staging / "index.html").write_text(index, encoding="utf-8")
+        (staging / SITE_MARKER).write_text("Built by python -m memmath_site build; safe to delete and rebuild.\n")
+        reports.insert(0, PageReport("index.html", "Index", len(index.encode("utf-8")), 0.0))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    log(size_table(reports, asset_bytes))
+    return reports
+
+
+def _check_replaceable(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / SITE_MARKER).exists())):
+        raise BuildError(f"{out_dir} exists and is not a site this command built (no {SITE_MARKER} in it); "
+                         "pick an empty or new folder")
+
+
+def size_table(reports: list[PageReport], asset_bytes: int) -> str:
+    """Page sizes as a text table (the shared frontend counted once, on its own line)."""
+    width = max(len(r.page) for r in reports)
+    lines = [f"{'page':<{width}}  {'HTML':>9}  export", f"{'-' * width}  {'-' * 9}  ------"]
+    lines += [f"{r.page:<{width}}  {r.html_bytes / 1000:>6.1f} kB  {r.export_seconds:5.1f} s" if r.export_seconds
+              else f"{r.page:<{width}}  {r.html_bytes / 1000:>6.1f} kB" for r in reports]
+    lines.append(f"{assets.ASSET_DIR + '/':<{width}}  {asset_bytes / 1e6:>6.1f} MB  (marimo's frontend, shared by every page; "
+                 "a browser loads only the part a page uses)")
+    return "\n".join(lines)
+
+
+def index_page(lessons: list[Lesson]) -> str:
+    """The site's front page: the lessons in order, and how to run the live workbook."""
+    # Numbered as the files are (00_start_here.py is lesson 0).
+    items = "\n".join(f'      <li value="{int(lesson.source.name[:2])}"><a href="{html.escape(lesson.page)}">'
+                      f'{html.escape(lesson.title)}</a></li>' for lesson in lessons)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>memmath: the memory math of training neural networks</title>
+  <link rel="icon" href="./{assets.ASSET_DIR}/favicon.ico">
+  <style>
+    body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 46rem; margin: 2.5rem auto;
+           padding: 0 1.25rem; line-height: 1.55; color: #1f2328; }}
+    h1 {{ font-size: 1.9rem; margin-bottom: .25rem; }}
+    ol {{ padding-left: 1.4rem; }} li {{ margin: .35rem 0; }}
+    a {{ color: #0b57d0; }}
+    code, pre {{ font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: .92em; }}
+    pre {{ background: #f4f5f7; padding: .75rem 1rem; border-radius: 6px; overflow-x: auto; }}
+    .note {{ color: #57606a; }}
+  </style>
+</head>
+<body>
+  <h1>memmath</h1>
+  <p class="note">The memory math of training neural networks: where the gigabytes go, lesson by lesson.</p>
+  <h2>Lessons</h2>
+  <ol>
+{items}
+  </ol>
+  <h2 id="run-live">Run the live workbook</h2>
+  <p>These pages are a snapshot. The inputs under the charts work here; the other sliders and menus
+  need Python behind them. From a copy of the workbook's repository (Python 3.11):</p>
+  <pre><code>{html.escape(SETUP_COMMAND)}
+{html.escape(LIVE_COMMAND)}</code></pre>
+  <p>The repository's README.md says more.</p>
+</body>
+</html>
+"""

@@ -1,0 +1,75 @@
+"""Every lesson under `marimo run` in Chromium: no error, no console error, and every slider changes the page.
+
+The lessons are served as the README opens them (`marimo run notebooks --include-code`, one
+server for the module) and each is opened at `?file=NN_name.py`; the browser is shared by the
+session. Sliders are driven from the keyboard (focus, End, Home), as a learner could; at both
+ends the page must still show no error, no NaN and no negative byte count. Every link from a
+lesson to another part of the workbook must lead somewhere.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import LESSONS, NOTEBOOKS
+# What a lesson must never show, one definition shared with the pytest runs of tests/lessons.py:
+# NaN, a traceback, a negative byte count ("-3.5 GB"; "int8 from -128 to 127" is fine).
+from lessons import _BAD_TEXT as NEVER_SHOWN
+
+pytestmark = pytest.mark.browser
+
+
+def assert_clean(live, where: str):
+    shown = live.snapshot()
+    assert not live.cell_errors, f"{where}: cells failed: {live.cell_errors}"
+    assert not live.console_errors, f"{where}: console errors: {live.console_errors}"
+    assert shown.drawn == shown.vega, f"{where}: {shown.vega - shown.drawn} of {shown.vega} charts did not draw"
+    match = NEVER_SHOWN.search(shown.text)
+    assert match is None, (f"{where}: the page shows {match.group(0)!r} (NaN, a traceback or a negative byte count): "
+                           f"...{shown.text[max(0, match.start() - 80):match.end() + 40]}...")
+    return shown
+
+
+@pytest.fixture(scope="module")
+def workbook():
+    """`marimo run notebooks --include-code`, the README's command, on a free loopback port."""
+    from memmath_site.browser import MarimoRun
+
+    with MarimoRun(NOTEBOOKS, extra_args=("--include-code",)) as server:
+        yield server
+
+
+def assert_links_lead_somewhere(live, workbook, where: str) -> None:
+    """Every link into the workbook (another lesson: "?file=NN_name.py") answers with a page, not a 404."""
+    hrefs = live.page.locator("a[href]").evaluate_all("links => links.map(a => a.href)")
+    local = sorted({h.split("#")[0] for h in hrefs if h.startswith(workbook.url)} - {workbook.url})
+    broken = [h for h in local if live.page.request.get(h).status != 200]
+    assert not broken, f"{where} links to pages the live workbook does not have: {broken}"
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
+def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, lesson, record_property):
+    from memmath_site.browser import LivePage
+
+    start = time.perf_counter()
+    page = chromium.new_page(viewport={"width": 1280, "height": 1600})
+    try:
+        live = LivePage(page)
+        live.open(f"{workbook.url}?file={lesson.name}")
+        assert_clean(live, f"{lesson.name} at its defaults")
+        assert_links_lead_somewhere(live, workbook, lesson.name)
+        sliders = live.sliders().count()
+        for index in range(sliders):
+            live.press_on_slider(index, "End")
+            at_max = assert_clean(live, f"{lesson.name}, slider {index + 1} at its maximum")
+            live.press_on_slider(index, "Home")
+            at_min = assert_clean(live, f"{lesson.name}, slider {index + 1} at its minimum")
+            assert not at_min.same_as(at_max), (
+                f"{lesson.name}: slider {index + 1} ({live.slider_label(index)!r}) "
+                "shows the same page at its minimum and its maximum: nothing reads it")
+    finally:
+        page.close()
+    record_property("seconds", round(time.perf_counter() - start, 1))
+    record_property("sliders", sliders)

@@ -1,0 +1,153 @@
+"""The built site, served on loopback, in Chromium: every page renders offline and every bound input moves its chart.
+
+The site is built once per session (conftest.built_site, the README's command) and each page is
+opened once. For each page: its charts draw, its links into the site resolve, no request fails,
+no request leaves the loopback server, no console error. Where a lesson shows marimo's own
+controls (frozen in a static page) it also shows the note that they need the live workbook. In
+each lesson there is at least one bound input (alt.param(bind=...), memmath.static_charts), and
+every bound input changes its chart between its two ends.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import LESSONS
+
+pytestmark = pytest.mark.browser
+
+PAGES = ["index.html"] + [f"{lesson.stem}.html" for lesson in LESSONS]
+# marimo's controls that need a kernel to do anything (tables, tabs and accordions work statically).
+KERNEL_CONTROLS = ", ".join(f"marimo-{name}" for name in (
+    "slider", "range-slider", "dropdown", "multiselect", "radio", "number", "switch", "checkbox", "text",
+    "text-area", "button", "date", "date-range", "datetime", "matrix"))
+NAN = re.compile(r"\b(nan|inf)\b", re.I)
+
+
+@pytest.fixture(scope="module")
+def served_site(built_site):
+    from memmath_site.browser import StaticServer
+
+    site, _ = built_site
+    with StaticServer(site) as server:
+        yield server
+
+
+def _open(chromium, served_site, name):
+    page = chromium.new_page(viewport={"width": 1280, "height": 1600})
+    record = {"requests": [], "failed": [], "console": []}
+    page.on("request", lambda r: record["requests"].append(r.url))
+    page.on("requestfailed", lambda r: record["failed"].append(f"{r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and record["failed"].append(f"{r.url} (HTTP {r.status})"))
+    page.on("console", lambda m: m.type == "error" and record["console"].append(m.text))
+    page.on("pageerror", lambda e: record["console"].append(f"page error: {e}"))
+    page.goto(served_site.url + name)
+    page.wait_for_load_state("networkidle")
+    return page, record
+
+
+def _wait_for_charts(page, timeout_ms=20000):
+    """Wait until every vega-embed on the page has drawn its marks; returns how many there are."""
+    page.wait_for_function("""() => {
+        const embeds = [...document.querySelectorAll('.vega-embed')];
+        const app = document.querySelector('#App');
+        return app && app.innerText.length > 0 && embeds.every(e => e.querySelector('svg.marks, canvas.marks'));
+    }""", timeout=timeout_ms)
+    page.wait_for_timeout(300)
+    return page.locator(".vega-embed").count()
+
+
+def _assert_offline(record, served_site, name):
+    assert not record["failed"], f"{name}: requests failed: {record['failed'][:5]}"
+    elsewhere = [u for u in record["requests"] if not u.startswith(served_site.url) and not u.startswith(("data:", "blob:"))]
+    assert not elsewhere, f"{name}: requests left the loopback server: {elsewhere[:5]}"
+    assert not record["console"], f"{name}: console errors: {record['console'][:5]}"
+
+
+def _assert_links_resolve(page, served_site, name):
+    """Every link on the page into the site (a lesson map, "next lesson") leads to a page that exists."""
+    hrefs = page.locator("a[href]").evaluate_all("links => links.map(a => a.href)")
+    local = sorted({h.split("#")[0] for h in hrefs if h.startswith(served_site.url)})
+    broken = [h for h in local if page.request.get(h).status != 200]
+    assert not broken, f"{name} links to pages the site does not have: {broken}"
+
+
+def test_index_links_every_lesson_and_loads_nothing_else(chromium, served_site):
+    page, record = _open(chromium, served_site, "index.html")
+    try:
+        hrefs = page.locator("ol a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+        assert hrefs == PAGES[1:]
+        assert page.locator("#run-live").count() == 1
+        _assert_links_resolve(page, served_site, "index.html")
+        _assert_offline(record, served_site, "index.html")
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def opened(chromium, served_site):
+    """Each lesson page opened once, its charts drawn, shared by the tests below (which run in file order)."""
+    pages = {}
+
+    def get(name):
+        if name not in pages:
+            page, record = _open(chromium, served_site, name)
+            charts = _wait_for_charts(page)
+            pages[name] = (page, record, charts)
+        return pages[name]
+
+    yield get
+    for page, _, _ in pages.values():
+        page.close()
+
+
+LESSON_PAGES = pytest.mark.parametrize("name", PAGES[1:], ids=[p.stem for p in LESSONS])
+
+
+@LESSON_PAGES
+def test_lesson_page_renders_offline(opened, served_site, name):
+    page, record, charts = opened(name)
+    assert charts >= 1, f"{name} draws no chart"
+    _assert_links_resolve(page, served_site, name)
+    _assert_offline(record, served_site, name)
+
+
+@LESSON_PAGES
+def test_lesson_page_says_its_marimo_controls_need_the_live_workbook(opened, name):
+    page, _, _ = opened(name)
+    if page.locator(KERNEL_CONTROLS).count():
+        notice = page.locator("[data-memmath-live-only]")
+        assert notice.count() >= 1 and notice.first.is_visible(), (
+            f"{name} shows marimo controls, which are frozen in a static page, without "
+            "memmath.static_charts.live_only_notice() beside them")
+
+
+@LESSON_PAGES
+def test_lesson_page_bound_inputs_move_their_charts(opened, served_site, name):
+    from memmath_site.browser import BOUND_INPUTS, bound_input_ends, bound_input_value, chart_of, set_bound_input
+
+    page, record, _ = opened(name)
+    controls = page.locator(BOUND_INPUTS)
+    assert controls.count() >= 1, (f"{name} has no bound input (memmath.static_charts.bound_chart): its headline "
+                                   "control does not work in the static page")
+    for index in range(controls.count()):
+        control = controls.nth(index)
+        low, high = bound_input_ends(control)
+        before = chart_of(control, page)
+        if bound_input_value(control) != low:
+            set_bound_input(control, low)
+            at_low = chart_of(control, page, previous=before)
+        else:
+            at_low = before
+        set_bound_input(control, high)
+        at_high = chart_of(control, page, previous=at_low)
+        label = control.evaluate("e => e.closest('.vega-bind').textContent.trim().slice(0, 40)")
+        assert at_low and at_high, f"{name}: the chart of input {label!r} stopped drawing"
+        assert at_high != at_low, f"{name}: moving input {label!r} from {low} to {high} does not change its chart"
+        for state, end in ((at_low, low), (at_high, high)):
+            assert state["marks"] > 0, f"{name}: input {label!r} at {end} draws an empty chart"
+            shown = " ".join([state["title"], *state["text"]])
+            assert not NAN.search(shown), f"{name}: input {label!r} at {end} shows NaN: {shown[:200]}"
+    _assert_offline(record, served_site, name)

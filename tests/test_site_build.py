@@ -1,0 +1,154 @@
+"""The export command: one page per lesson plus the index, no failed cell, and a loud failure otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import LESSONS, REPO
+from memmath_site import assets
+from memmath_site.build import SITE_MARKER, failed_cells, lesson_title
+
+FAILING_LESSON = '''
+import marimo
+
+app = marimo.App()
+
+
+@app.cell
+def _():
+    import marimo as mo
+    mo.md("# A lesson that breaks")
+    return
+
+
+@app.cell
+def _():
+    1 / 0
+    return
+'''
+
+
+def _build(out: Path, notebooks: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memmath_site", "build", str(out), "--notebooks", str(notebooks)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def _session(page_html: str) -> dict:
+    key = '"session": '
+    return json.JSONDecoder().raw_decode(page_html, page_html.index(key) + len(key))[0]
+
+
+def test_there_are_lessons():
+    assert LESSONS, "no notebooks/NN_*.py lessons found"
+
+
+def test_export_command_writes_one_page_per_lesson_and_the_index(built_site):
+    site, printed = built_site
+    pages = {p.name for p in site.glob("*.html")}
+    assert pages == {"index.html"} | {lesson.stem + ".html" for lesson in LESSONS}
+    assert (site / SITE_MARKER).is_file() and (site / assets.ASSET_DIR / "assets").is_dir()
+    for lesson in LESSONS:
+        page = (site / f"{lesson.stem}.html").read_text(encoding="utf-8")
+        assert failed_cells(page) == [], f"{lesson.name} has cells with error output"
+        assert "cdn.jsdelivr.net" not in page and "./_marimo/assets/" in page
+        assert f"{lesson.stem}.html" in printed  # the size report names every page
+
+
+def test_index_links_every_lesson_by_the_h1_it_renders(built_site):
+    site, _ = built_site
+    index = (site / "index.html").read_text(encoding="utf-8")
+    links = re.findall(r'<li value="\d+"><a href="([^"]+)">([^<]+)</a></li>', index)
+    assert [href for href, _ in links] == [f"{lesson.stem}.html" for lesson in LESSONS]
+    for href, title in links:
+        # The H1 as marimo rendered it into the exported page, not as the builder parsed the source.
+        rendered = "\n".join(str(data) for cell in _session((site / href).read_text(encoding="utf-8"))["cells"]
+                             for output in cell["outputs"] for data in (output.get("data") or {}).values())
+        h1 = re.search(r"<h1[^>]*>(.*?)</h1>", rendered, re.S)
+        assert h1, f"{href} renders no H1"
+        assert title == re.sub(r"<[^>]+>", "", h1.group(1)).strip().replace("&amp;", "&")
+    assert 'id="run-live"' in index
+
+
+def test_a_failing_cell_fails_the_build_and_writes_nothing(tmp_path):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "01_breaks.py").write_text(FAILING_LESSON)
+    out = tmp_path / "site"
+    done = _build(out, notebooks)
+    assert done.returncode != 0
+    assert "01_breaks.py" in done.stderr and "ZeroDivisionError" in done.stderr
+    assert not out.exists()
+
+
+def test_the_build_does_not_overwrite_a_folder_it_did_not_build(tmp_path):
+    out = tmp_path / "course"
+    out.mkdir()
+    (out / "notes.txt").write_text("a teacher's file")
+    done = _build(out, REPO / "notebooks")
+    assert done.returncode != 0 and "is not a site this command built" in done.stderr
+    assert (out / "notes.txt").read_text() == "a teacher's file"
+
+
+def test_a_changed_asset_layout_fails_loudly(tmp_path):
+    with pytest.raises(assets.AssetLayoutError, match="layout changed"):
+        assets.check_static_dir(tmp_path)  # no index.html, no assets/
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "index.html").write_text('<script type="module" src="./assets/index-gone.js"></script>')
+    with pytest.raises(assets.AssetLayoutError, match="assets/index-gone.js"):
+        assets.check_static_dir(tmp_path)
+
+
+def test_pages_that_load_from_elsewhere_fail_loudly():
+    page = '<script type="module" crossorigin src="https://cdn.example.org/frontend/index.js"></script>'
+    with pytest.raises(assets.AssetLayoutError, match="no longer loads its frontend"):
+        assets.localize_page(page, "01_x.html", version="0.25.2")
+    cdn = assets.CDN_PREFIX.format(version="0.25.2")
+    page = f'<script src="{cdn}assets/index.js"></script><link rel="stylesheet" href="https://fonts.example.org/f.css">'
+    with pytest.raises(assets.AssetLayoutError, match="fonts.example.org"):
+        assets.localize_page(page, "01_x.html", version="0.25.2")
+    assert assets.localize_page(f'<script src="{cdn}assets/index.js"></script>', "01_x.html", version="0.25.2") \
+        == '<script src="./_marimo/assets/index.js"></script>'
+
+
+def test_the_installed_marimo_has_the_layout_the_builder_expects():
+    folder = assets.check_static_dir()
+    assert (folder / "index.html").is_file()
+    assert assets.marimo_version() == assets.BUILT_FOR_MARIMO, "requirements.txt pins the marimo the site copies"
+    pinned = re.search(r"^marimo==(\S+)$", (REPO / "requirements.txt").read_text(), re.M)
+    assert pinned and pinned.group(1) == assets.BUILT_FOR_MARIMO
+
+
+def test_lesson_title_is_the_first_markdown_h1(tmp_path):
+    notebook = tmp_path / "05_x.py"
+    notebook.write_text('# A comment, not a title\nimport marimo\napp = marimo.App()\n\n@app.cell\ndef _(mo):\n'
+                        '    mo.md(r"""\n    ## Not this\n    # LoRA: low-rank adapters\n    """)\n    return\n')
+    assert lesson_title(notebook) == "LoRA: low-rank adapters"
+    notebook.write_text("import marimo\napp = marimo.App()\n")
+    assert lesson_title(notebook) == "X"
+
+
+def test_links_between_lessons_become_links_between_pages():
+    from memmath_site.build import BuildError, relink_lessons
+
+    lessons = {"01_weights.py", "03_activations.py"}
+    page = r'<a href=\"?file=03_activations.py\">next</a> <a href=\"?file=01_weights.py&amp;show-code=true\">back</a>'
+    assert relink_lessons(page, "02_x.html", lessons) == \
+        r'<a href=\"03_activations.html\">next</a> <a href=\"01_weights.html\">back</a>'
+    with pytest.raises(BuildError, match="09_missing.py"):
+        relink_lessons('<a href="?file=09_missing.py">', "02_x.html", lessons)
+
+
+def test_readme_gives_the_commands_the_site_and_its_index_use():
+    from memmath_site.build import BUILD_COMMAND, LIVE_COMMAND, SERVE_COMMAND
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for command in (BUILD_COMMAND, SERVE_COMMAND, LIVE_COMMAND):
+        assert command in readme, f"README.md does not give the command {command!r}"

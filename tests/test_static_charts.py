@@ -1,0 +1,160 @@
+"""memmath.static_charts: the Vega-Lite spec a bound chart carries, its input checks, the live-only notice.
+
+That the inputs really move the chart in a browser is tested in test_bound_chart_browser.py and
+test_site_browser.py; here we check the spec that makes it so.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import altair as alt
+import pandas as pd
+import pytest
+
+from memmath.static_charts import (
+    MARKER_ATTRIBUTE, STATIC_EXPORT_ENV, Select, Slider, bound_chart, is_static_export, live_only_notice,
+)
+
+
+def _grid(billions=(1, 7, 70), formats=("fp32", "bf16")):
+    # Bytes per parameter: fp32 4, bf16 2 (IEEE 754 binary32 / bfloat16 widths); GB = 1e9 bytes.
+    width = {"fp32": 4, "bf16": 2}
+    return pd.DataFrame([{"billions": b, "format": f, "GB": b * width[f]} for b in billions for f in formats])
+
+
+def _draw(base):
+    return base.mark_bar().encode(x="GB:Q", y="format:N")
+
+
+def _spec(chart):
+    return chart.to_dict()
+
+
+def _params(spec):
+    return {p["name"]: p for p in spec["params"]}
+
+
+def _rows(spec):
+    """The embedded data, parsed back from its CSV text."""
+    (values,) = spec["datasets"].values()
+    return pd.read_csv(io.StringIO(values))
+
+
+def test_evenly_spaced_slider_binds_the_values_themselves():
+    spec = _spec(bound_chart(_grid(billions=(10, 20, 30, 40)), [Slider("billions", "Parameters", value=30)], _draw))
+    (param,) = spec["params"]
+    assert param["bind"] == {"input": "range", "min": 10, "max": 40, "step": 10, "name": "Parameters "}
+    assert param["value"] == 30
+    # The filter keeps the grid value nearest the slider (a float slider never lands exactly).
+    assert spec["transform"] == [{"filter": f"abs(datum[\"billions\"] - {param['name']}) < 5.0"}]
+
+
+def test_unevenly_spaced_slider_moves_over_positions_and_the_title_names_the_value():
+    spec = _spec(bound_chart(_grid(), [Slider("billions", "Parameters", value=7, labels=lambda b: f"{b}B")], _draw,
+                             title="Weights"))
+    (param,) = spec["params"]
+    assert param["bind"]["min"] == 0 and param["bind"]["max"] == 2 and param["bind"]["step"] == 1
+    assert param["value"] == 1  # 7 is the second of 1, 7, 70
+    rows = _rows(spec)
+    position = [c for c in rows.columns if c.startswith("__")]
+    assert len(position) == 1
+    assert dict(zip(rows["billions"], rows[position[0]])) == {1: 0, 7: 1, 70: 2}
+    title = spec["title"]["text"]["expr"]
+    assert '"Weights"' in title and '["1B", "7B", "70B"]' in title
+
+
+def test_select_offers_values_in_order_of_appearance_with_labels():
+    grid = _grid(formats=("fp32", "bf16"))
+    spec = _spec(bound_chart(grid, [Select("format", "Format", labels={"fp32": "FP32", "bf16": "BF16"}, radio=True)],
+                             _draw))
+    (param,) = spec["params"]
+    assert param["bind"]["input"] == "radio"
+    assert param["bind"]["options"] == ["fp32", "bf16"]
+    assert param["bind"]["labels"] == ["FP32", "BF16"]
+    assert param["value"] == "fp32"
+
+
+def test_embedded_data_is_typed_csv_and_the_chart_draws_as_svg():
+    spec = _spec(bound_chart(_grid(), [Slider("billions", "Parameters")], _draw))
+    assert spec["data"]["format"]["type"] == "csv"
+    assert spec["data"]["format"]["parse"]["GB"] == "number"
+    rows = _rows(spec)
+    # 7B in bf16 is 14 GB: the article's headline number survives the CSV round trip.
+    assert rows[(rows.billions == 7) & (rows.format == "bf16")]["GB"].item() == 14
+    assert spec["usermeta"]["embedOptions"]["renderer"] == "svg"
+
+
+def test_two_controls_make_two_params_and_filters_in_layers():
+    chart = bound_chart(_grid(), [Slider("billions", "Parameters"), Select("format", "Format")],
+                        lambda base: alt.layer(base.mark_bar().encode(x="GB:Q"), base.mark_text().encode(x="GB:Q")))
+    spec = _spec(chart)
+    assert len(spec["params"]) == 2
+    for layer in spec["layer"]:
+        assert len(layer["transform"]) == 2
+
+
+@pytest.mark.parametrize("grid, controls, message", [
+    (_grid().iloc[:-1], [Slider("billions", "P"), Select("format", "F")], "lacks rows for"),
+    (_grid(), [Slider("params", "P")], "not in the grid"),
+    (_grid(), [Slider("format", "F")], "must hold numbers"),
+    (_grid(billions=(7,)), [Slider("billions", "P")], "at least two distinct values"),
+    (_grid(), [Slider("billions", "P", value=8)], "not among the values"),
+    (_grid(), [Select("format", "F", labels={"fp32": "x"})], "no entry for the value 'bf16'"),
+    (_grid(), [], "at least one"),
+    (pd.DataFrame(), [Slider("billions", "P")], "non-empty"),
+])
+def test_bad_grids_and_controls_raise_value_errors_that_say_why(grid, controls, message):
+    with pytest.raises(ValueError, match=message):
+        bound_chart(grid, controls, _draw)
+
+
+def test_missing_control_values_are_refused():
+    grid = _grid().astype({"billions": float})
+    grid.loc[0, "billions"] = float("nan")
+    with pytest.raises(ValueError, match="missing values"):
+        bound_chart(grid, [Slider("billions", "P")], _draw)
+
+
+def test_large_grids_are_refused_to_keep_pages_light():
+    grid = _grid(billions=tuple(range(1, 8001)))  # 16,000 rows, about 250 kB of CSV
+    with pytest.raises(ValueError, match="max_bytes"):
+        bound_chart(grid, [Slider("billions", "P")], _draw)
+    assert bound_chart(grid, [Slider("billions", "P")], _draw, max_bytes=10**6) is not None
+
+
+def test_draw_must_return_a_chart():
+    with pytest.raises(TypeError, match="draw must return an altair chart"):
+        bound_chart(_grid(), [Slider("billions", "P")], lambda base: None)
+
+
+def test_live_only_notice_shows_only_in_the_static_export(monkeypatch):
+    monkeypatch.delenv(STATIC_EXPORT_ENV, raising=False)
+    assert not is_static_export()
+    assert live_only_notice().text == ""
+    monkeypatch.setenv(STATIC_EXPORT_ENV, "1")
+    assert is_static_export()
+    html = live_only_notice().text
+    assert MARKER_ATTRIBUTE in html and "index.html#run-live" in html and "live workbook" in html
+    assert "README.html" in live_only_notice(href="README.html").text
+
+
+def test_spec_is_valid_vega_lite():
+    # to_dict(validate=True) checks the spec against the Vega-Lite schema that altair ships.
+    chart = bound_chart(_grid(), [Slider("billions", "P"), Select("format", "F", radio=True)], _draw, title="T")
+    json.dumps(chart.to_dict(validate=True))
+
+
+def test_the_module_docstring_example_runs_and_shows_the_articles_56_gb():
+    import memmath.static_charts as module
+
+    doc = module.__doc__
+    block = doc[doc.index("Example (the headline control"):].split("::\n", 1)[1].split("\nTips:")[0]
+    code = "\n".join(line[4:] for line in block.splitlines())
+    namespace = {}
+    exec(compile(code.replace("\nbound_chart(", "\nchart = bound_chart(", 1), "docstring", "exec"), namespace)
+    spec = namespace["chart"].to_dict()
+    rows = _rows(spec)
+    at_7b = rows[(rows.billions == 7) & (rows.optimizer == "adamw")]
+    assert at_7b["GB"].sum() == 56  # the article: 7B in pure 16-bit with Adam, 2 + 2 + 4 bytes per parameter
