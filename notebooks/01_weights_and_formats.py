@@ -214,30 +214,49 @@ def _(block_absmax, mm, np, pd, value):
     # Zoom in around the value: what each format stores for every number nearby (a staircase).
     _half_width = 0.04 * max(abs(value), 1e-3)
     _x = np.linspace(value - _half_width, value + _half_width, 601)
-    _curves = [pd.DataFrame({"true value": _x, "stored value": _x, "format": "exact"})]
+    _curves = [pd.DataFrame({"true value": _x[[0, -1]], "stored value": _x[[0, -1]], "format": "exact"})]
     for _name in ["fp16", "bf16", "fp8_e4m3", "int8"]:
         _stored = mm.round_to_format(_x, _name, scale=mm.absmax_scale(_name, block_absmax))
-        _curves.append(pd.DataFrame({"true value": _x, "stored value": _stored, "format": _name}))
-    staircase = pd.concat(_curves)
+        # A step line needs only the points where the stored value changes (and the last one):
+        # the same picture from a few rows, so the page carries little data.
+        _keep = np.r_[True, _stored[1:] != _stored[:-1]] | (np.arange(_x.size) == _x.size - 1)
+        _curves.append(pd.DataFrame({"true value": _x[_keep], "stored value": _stored[_keep], "format": _name}))
+    staircase = pd.concat(_curves, ignore_index=True)
     staircase = staircase[np.isfinite(staircase["stored value"])]
     return (staircase,)
 
 
 @app.cell(hide_code=True)
-def _(alt, mo, staircase, value):
+def _(alt, staircase, value):
     _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
     _exact = staircase[staircase["format"] == "exact"]["stored value"]
     _pad = 0.25 * (_exact.max() - _exact.min())
     _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the window, so far-off values do not squash it
-    _chart = alt.Chart(staircase).mark_line(interpolate="step-after", strokeWidth=2, clip=True).encode(
+    _base = alt.Chart(staircase).encode(
         x=alt.X("true value:Q", title="True value (no unit)", scale=alt.Scale(zero=False),
                 axis=alt.Axis(tickCount=5, format=",.6~g")),
         y=alt.Y("stored value:Q", title="Stored value (no unit)", scale=alt.Scale(domain=[_low, _high]),
                 axis=alt.Axis(format=",.6~g")),
         color=alt.Color("format:N", sort=_formats, title="Format",
                         scale=alt.Scale(domain=_formats, range=["#BBBBBB", "#1B9E77", "#D95F02", "#7570B3", "#E7298A"])),
-        strokeDash=alt.condition(alt.datum.format == "exact", alt.value([4, 3]), alt.value([1, 0])),
-    ).properties(width=520, height=280, title=f"What each format stores near {value:g} (±4%)")
+    )
+    # The exact line is straight (two points); each format is a staircase (a point where its value changes).
+    _exact_line = _base.transform_filter(alt.datum.format == "exact").mark_line(strokeWidth=2, strokeDash=[4, 3],
+                                                                                clip=True)
+    _steps = _base.transform_filter(alt.datum.format != "exact").mark_line(interpolate="step-after", strokeWidth=2,
+                                                                           clip=True)
+    _chart = (_exact_line + _steps).properties(width=520, height=280,
+                                              title=f"What each format stores near {value:g} (±4%)")
+    _chart  # on its own: a chart inside mo.vstack carries its data twice, HTML-escaped
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo, staircase):
+    _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
+    _exact = staircase[staircase["format"] == "exact"]["stored value"]
+    _pad = 0.25 * (_exact.max() - _exact.min())
+    _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the chart's window
     _drawn = set(staircase["format"])
     _overflow = [f for f in _formats if f not in _drawn]
     _inside = staircase[(staircase["stored value"] >= _low) & (staircase["stored value"] <= _high)]
@@ -245,8 +264,7 @@ def _(alt, mo, staircase, value):
     _lines = ([f"Not drawn, because every value here overflows: {', '.join(_overflow)}."] if _overflow else []) + \
              ([f"Off the chart (stored far from the value: clipped or rounded away): {', '.join(_outside)}."]
               if _outside else [])
-    _note = mo.md(" ".join(_lines))
-    mo.vstack([_chart, _note])
+    mo.md(" ".join(_lines))
     return
 
 

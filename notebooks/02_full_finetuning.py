@@ -4,18 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Full finetuning: gradients and optimizer states")
 
 
-@app.cell
-def _():
-    import altair as alt
-    import marimo as mo
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import viz
-
-    return alt, mm, mo, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(article_run, mm, mo, viz):
     mo.md(f"""
@@ -36,6 +24,18 @@ def _(article_run, mm, mo, viz):
     optimizer and the precision recipe change them, and why published estimates disagree.
     """)
     return
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+
+    return alt, mm, mo, pd, viz
 
 
 @app.cell(hide_code=True)
