@@ -81,6 +81,34 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
     return chart.properties(width=width, height=bar_height, title=title)
 
 
+class ShownChart:
+    """An altair chart as marimo shows it (Vega-Lite JSON), serialized once and without schema validation.
+
+    marimo's own altair formatter first asks altair for an HTML rendering (a validated `to_dict`) that
+    it then throws away, and serializes the chart a second time: about 30 ms for a small chart. This
+    gives the frontend the same JSON in about a third of that, which matters in a cell a slider
+    re-runs. `chart` is kept for tests and for anything that wants the altair object.
+    """
+
+    MIMETYPE = "application/vnd.vegalite.v6+json"
+
+    def __init__(self, chart):
+        self.chart = chart
+
+    def _mime_(self) -> tuple[str, str]:
+        chart = self.chart.copy(deep=False)
+        usermeta = {} if chart.usermeta is alt.Undefined else dict(chart.usermeta)
+        # As marimo does: the renderer's embed options, under any the chart sets itself.
+        usermeta["embedOptions"] = {**alt.renderers.options.get("embed_options", {}), **usermeta.get("embedOptions", {})}
+        chart["usermeta"] = usermeta
+        return self.MIMETYPE, chart.to_json(validate=False, allow_nan=False, default=str)
+
+
+def show(chart) -> ShownChart:
+    """Display an altair chart in a lesson cell (its last expression) at half the cost of showing it bare."""
+    return ShownChart(chart)
+
+
 LESSONS: dict[str, str] = {
     "00_start_here": "Start here: planning before CUDA runs out of memory",
     "01_weights_and_formats": "Weights and number formats",

@@ -6,13 +6,15 @@ app = marimo.App(width="medium", app_title="Start here: planning before CUDA run
 
 @app.cell
 def _():
+    import altair as alt
     import marimo as mo
     import pandas as pd
 
     import memmath as mm
     from memmath import viz
+    from memmath.static_charts import Slider, bound_chart, live_only_notice
 
-    return mm, mo, pd, viz
+    return Slider, alt, bound_chart, live_only_notice, mm, mo, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -73,11 +75,11 @@ def _(mo):
 
 
 @app.cell
-def _(mo):
+def _(live_only_notice, mo):
     demo_params_slider = mo.ui.slider(start=1, stop=100, step=1, value=7, show_value=True,
                                       label="Parameters (billions)")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.hstack([demo_params_slider, unit_radio], justify="start", gap=2)
+    mo.vstack([live_only_notice(), mo.hstack([demo_params_slider, unit_radio], justify="start", gap=2)])
     return demo_params_slider, unit_radio
 
 
@@ -97,6 +99,57 @@ def _(demo_params_slider, demo_training, demo_weights, mm, mo, unit):
     **{mm.format_bytes(demo_weights, unit)}** in bf16, and one step of full finetuning with Adam in
     pure bf16 keeps **{mm.format_bytes(demo_training.without_activations, unit)}** before activations.
     """), kind="info")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    The chart below draws the same two budgets for every position of its own slider, from numbers
+    computed in advance. Its slider and unit menu keep working even in a static copy of this page
+    (the exported site), where the controls above are frozen.
+    """)
+    return
+
+
+@app.cell
+def _(mm, pd):
+    # Every position of the chart's slider, computed once: 1B to 100B parameters, in GB and in GiB.
+    _rows = []
+    for _billions in range(1, 101):
+        _step = mm.training_memory(_billions * 10**9, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B
+        _scenarios = {"Loading the weights": {"weights": _step.weights}, "One training step": _step.parts()}
+        for _scenario, _parts in _scenarios.items():
+            for _order, (_part, _bytes) in enumerate((p, b) for p, b in _parts.items() if b):
+                _rows.append({"billions": _billions, "scenario": _scenario, "part": mm.PART_LABELS[_part],
+                              "order": _order, "GB": round(mm.to_unit(_bytes, "GB"), 2),
+                              "GiB": round(mm.to_unit(_bytes, "GiB"), 2)})
+    demo_grid = pd.DataFrame(_rows)
+    return (demo_grid,)
+
+
+@app.cell
+def _(Slider, alt, bound_chart, demo_grid, viz):
+    def _draw(base):
+        _parts = ["weights", "gradients", "optimizer_states"]
+        _bars = base.mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory (GB)",
+                    scale=alt.Scale(domain=[0, float(demo_grid.groupby(["billions", "scenario"])["GB"].sum().max())])),
+            y=alt.Y("scenario:N", title=None, sort=["Loading the weights", "One training step"]),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f"),
+                     alt.Tooltip("GiB:Q", format=",.2f")])
+        # Each bar's total, in both units (the sum of memmath's parts).
+        _totals = base.transform_aggregate(GB="sum(GB)", GiB="sum(GiB)", groupby=["scenario"]).transform_calculate(
+            label="format(datum.GB, ',.2f') + ' GB = ' + format(datum.GiB, ',.2f') + ' GiB'")
+        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("GB:Q"), y=alt.Y("scenario:N", sort=["Loading the weights", "One training step"]),
+            text=alt.Text("label:N"))
+        return (_bars + _text).properties(width=440, height=90)
+
+    viz.show(bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw,
+                         title="Full finetuning in pure bf16 with Adam: loading versus one step"))
     return
 
 
@@ -126,9 +179,9 @@ def _(mm, mo):
 
 
 @app.cell
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
-    gpu_dropdown
+    mo.vstack([live_only_notice(), gpu_dropdown])
     return (gpu_dropdown,)
 
 
@@ -184,10 +237,10 @@ def _(context, mo, viz):
 
 
 @app.cell
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     model_dropdown = mo.ui.dropdown(options=[k for k, s in mm.PRESETS.items() if s.family != "bert"],
                                     value="llama-2-7b", label="Model")
-    model_dropdown
+    mo.vstack([live_only_notice(), model_dropdown])
     return (model_dropdown,)
 
 
@@ -202,8 +255,8 @@ def _(mm, model_dropdown):
 
 @app.cell
 def _(model_dropdown, serving, training, unit, viz):
-    viz.stacked_bars(viz.breakdown_long({"Inference (serving)": serving, "Training (full finetuning)": training},
-                                        unit), unit, title=f"{model_dropdown.value}: two different budgets")
+    viz.show(viz.stacked_bars(viz.breakdown_long({"Inference (serving)": serving, "Training (full finetuning)": training},
+                                                 unit), unit, title=f"{model_dropdown.value}: two different budgets"))
     return
 
 

@@ -13,8 +13,9 @@ def _():
 
     import memmath as mm
     from memmath import viz
+    from memmath.static_charts import Slider, bound_chart, live_only_notice
 
-    return alt, mm, mo, np, pd, viz
+    return Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -122,7 +123,7 @@ def _(STORAGE_FORMATS, mm, pd):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, alt, bit_layout):
+def _(STORAGE_FORMATS, alt, bit_layout, viz):
     _fields = ["sign", "exponent (range)", "mantissa (precision)", "whole number of scale steps",
                "index of one of 16 levels"]
     _colors = ["#555555", "#EECA3B", "#9D755D", "#D67195", "#79706E"]
@@ -133,10 +134,10 @@ def _(STORAGE_FORMATS, alt, bit_layout):
     )
     _bars = _base.mark_bar(stroke="white").encode(
         color=alt.Color("field:N", sort=_fields, title="Field", scale=alt.Scale(domain=_fields, range=_colors)),
-        tooltip=["format:N", "field:N", "bits:Q"])
+        tooltip=[alt.Tooltip("format:N"), alt.Tooltip("field:N"), alt.Tooltip("bits:Q")])
     _text = _base.mark_text(align="right", dx=-4, color="white", fontSize=11).encode(
-        text="bits:Q", detail="field:N")
-    (_bars + _text).properties(width=520, height=230, title="How each format spends its bits")
+        text=alt.Text("bits:Q"), detail=alt.Detail("field:N"))
+    viz.show((_bars + _text).properties(width=520, height=230, title="How each format spends its bits"))
     return
 
 
@@ -177,13 +178,13 @@ def _(mm, mo):
 
 
 @app.cell
-def _(mo):
+def _(live_only_notice, mo):
     value_number = mo.ui.number(start=-1_000_000, stop=1_000_000, value=0.1, label="A value to store")
     block_absmax_slider = mo.ui.slider(
         steps=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 127, 200, 500, 1_000, 10_000, 100_000,
                1_000_000],
         value=1, show_value=True, label="Block absmax (largest |value| sharing the integer scale)")
-    mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)
+    mo.vstack([live_only_notice(), mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)])
     return block_absmax_slider, value_number
 
 
@@ -227,7 +228,7 @@ def _(block_absmax, mm, np, pd, value):
 
 
 @app.cell(hide_code=True)
-def _(alt, staircase, value):
+def _(alt, staircase, value, viz):
     _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
     _exact = staircase[staircase["format"] == "exact"]["stored value"]
     _pad = 0.25 * (_exact.max() - _exact.min())
@@ -247,7 +248,7 @@ def _(alt, staircase, value):
                                                                            clip=True)
     _chart = (_exact_line + _steps).properties(width=520, height=280,
                                               title=f"What each format stores near {value:g} (±4%)")
-    _chart  # on its own: a chart inside mo.vstack carries its data twice, HTML-escaped
+    viz.show(_chart)  # on its own: a chart inside mo.vstack carries its data twice, HTML-escaped
     return
 
 
@@ -286,13 +287,13 @@ def _(mm, mo):
 
 
 @app.cell
-def _(mo, viz):
+def _(live_only_notice, mo, viz):
     params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
     format_dropdown = mo.ui.dropdown(
         options=["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"], value="bf16",
         label="Format of the weights")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.vstack([mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
+    mo.vstack([live_only_notice(), mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
                mo.hstack([format_dropdown, unit_radio], justify="start", gap=2)])
     return format_dropdown, params_slider, preset_dropdown, unit_radio
 
@@ -329,8 +330,54 @@ def _(STORAGE_FORMATS, mm, n_params, unit, viz, weights_format):
     # The same model in every format: weights, plus the scales of the integer formats.
     _by_format = {(f"{f}  ◀ chosen" if f == weights_format.name else f): mm.inference_memory(n_params, weights_format=f)
                   for f in STORAGE_FORMATS}
-    viz.stacked_bars(viz.breakdown_long(_by_format, unit), unit,
-                     title=f"Weights of {viz.short_count(n_params)} parameters in each format")
+    viz.show(viz.stacked_bars(viz.breakdown_long(_by_format, unit), unit,
+                              title=f"Weights of {viz.short_count(n_params)} parameters in each format"))
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    The next chart draws the same bars for every size the slider offers, computed in advance, so
+    its own slider (under the chart) keeps working even in a static copy of this page, where the
+    controls above are frozen.
+    """)
+    return
+
+
+@app.cell
+def _(STORAGE_FORMATS, mm, pd, viz):
+    # Every size of the slider (100M to 1T parameters) in every format, computed once, in GB.
+    _rows = []
+    for _position, _billions in enumerate(viz.MODEL_SIZE_STEPS):
+        for _name in STORAGE_FORMATS:
+            _stored = mm.inference_memory(int(round(_billions * 10**9)), weights_format=_name)
+            for _order, _part in enumerate(("weights", "quantization_constants")):
+                if getattr(_stored, _part):
+                    _rows.append({"size": _position, "format": _name, "part": mm.PART_LABELS[_part],
+                                  "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
+    formats_grid = pd.DataFrame(_rows)
+    return (formats_grid,)
+
+
+@app.cell
+def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
+    def _draw(base):
+        _bars = base.mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory (GB)"),
+            y=alt.Y("format:N", title=None, sort=STORAGE_FORMATS),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.4~f")])
+        _totals = base.transform_aggregate(GB="sum(GB)", groupby=["format"])
+        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("GB:Q", format=",.2f"))
+        return (_bars + _text).properties(width=460, height=240)
+
+    _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
+    viz.show(bound_chart(formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7),
+                                               labels=_sizes)],
+                         _draw, title="Weights in each format (GB), with the scales of the block formats"))
     return
 
 
@@ -350,11 +397,11 @@ def _(mm, mo, viz):
 
 
 @app.cell
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     _context = mm.literature.REPORTED["cuda_context_v100"]
     context_checkbox = mo.ui.checkbox(
         value=False, label=f"Set aside {_context.value:,.0f} {_context.unit} for the CUDA context")
-    context_checkbox
+    mo.vstack([live_only_notice(), context_checkbox])
     return (context_checkbox,)
 
 
@@ -367,7 +414,7 @@ def _(context_checkbox, mm, unit, weight_bytes):
 
 
 @app.cell(hide_code=True)
-def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, weight_bytes, weights_format):
+def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, viz, weight_bytes, weights_format):
     _mem = f"memory ({unit})"
     _frame = gpu_fits.assign(verdict=gpu_fits["fits"].map({True: "holds the weights", False: "too small"}))
     _bars = alt.Chart(_frame).mark_bar().encode(
@@ -375,13 +422,14 @@ def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, weight_bytes, weights_format)
         y=alt.Y("gpu:N", sort=list(_frame["gpu"]), title=None),
         color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
                         scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
-        tooltip=["gpu:N", "marketed:N", alt.Tooltip(f"{_mem}:Q", format=",.2f")])
+        tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip(f"{_mem}:Q", format=",.2f")])
     _need = pd.DataFrame({"size": [(weight_bytes + reserved_bytes) / mm.UNITS[unit]],
                           "what": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")]})
-    _rule = alt.Chart(_need).mark_rule(color="#4C78A8", size=3).encode(x="size:Q", tooltip=["what:N"])
+    _rule = alt.Chart(_need).mark_rule(color="#4C78A8", size=3).encode(x=alt.X("size:Q"),
+                                                                         tooltip=[alt.Tooltip("what:N")])
     _label = alt.Chart(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
-        x="size:Q", y=alt.value(0), text="what:N")
-    (_bars + _rule + _label).properties(width=520, height=340, title="Which cards hold the weights")
+        x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("what:N"))
+    viz.show((_bars + _rule + _label).properties(width=520, height=340, title="Which cards hold the weights"))
     return
 
 

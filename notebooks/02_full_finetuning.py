@@ -34,8 +34,9 @@ def _():
 
     import memmath as mm
     from memmath import viz
+    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
 
-    return alt, mm, mo, pd, viz
+    return Select, Slider, alt, bound_chart, live_only_notice, mm, mo, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -99,7 +100,7 @@ def _(mo, viz):
 
 
 @app.cell
-def _(mm, mo, viz):
+def _(live_only_notice, mm, mo, viz):
     params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
     precision_dropdown = mo.ui.dropdown(
         options={"pure bf16": "bf16", "pure fp16": "fp16", "fp32": "fp32", "PyTorch AMP": "amp",
@@ -111,7 +112,7 @@ def _(mm, mo, viz):
         value="Adam", label="Optimizer")
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.vstack([mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
+    mo.vstack([live_only_notice(), mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
                mo.hstack([precision_dropdown, optimizer_dropdown], justify="start", gap=2),
                mo.hstack([gpu_dropdown, unit_radio], justify="start", gap=2)])
     return gpu_dropdown, optimizer_dropdown, params_slider, precision_dropdown, preset_dropdown, unit_radio
@@ -133,9 +134,9 @@ def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, p
 def _(gpu, mm, pd, run, unit, viz):
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
-    viz.stacked_bars(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
-                     capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
-                     title="What the GPU must hold (activations come on top: lesson 3)")
+    viz.show(viz.stacked_bars(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
+                              capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
+                              title="What the GPU must hold (activations come on top: lesson 3)"))
     return
 
 
@@ -153,6 +154,61 @@ def _(gpu, mm, mo, n_params, run, unit, viz):
 
     *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
     """), kind=_kind)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    The chart below puts five precision recipes side by side for a size and an optimizer you pick
+    under it. Its numbers are computed in advance for every choice, so its inputs keep working even
+    in a static copy of this page, where the controls above are frozen.
+    """)
+    return
+
+
+@app.cell
+def _(mm, pd):
+    # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB.
+    RECIPE_NAMES = {"bf16": "pure bf16", "fp32": "fp32", "amp": "PyTorch AMP", "mixed": "mixed (ZeRO)",
+                    "mixed_fp32_grads": "mixed + fp32 accumulation"}
+    OPTIMIZER_NAMES = {"adam": "Adam", "sgd": "SGD", "sgd_momentum": "SGD with momentum", "adam8bit": "8-bit Adam"}
+    _rows = []
+    for _billions in (0.1, 0.35, 1, 3, 7, 13, 34, 70, 175, 405, 1000):
+        for _optimizer in OPTIMIZER_NAMES:
+            for _recipe, _label in RECIPE_NAMES.items():
+                _run = mm.training_memory(int(_billions * 10**9), precision=_recipe, optimizer=_optimizer)
+                for _order, (_part, _bytes) in enumerate(_run.parts().items()):
+                    if _bytes:
+                        _rows.append({"billions": _billions, "optimizer": _optimizer, "recipe": _label,
+                                      "part": mm.PART_LABELS[_part], "order": _order,
+                                      "GB": round(mm.to_unit(_bytes, "GB"), 3)})
+    recipes_grid = pd.DataFrame(_rows)
+    return OPTIMIZER_NAMES, RECIPE_NAMES, recipes_grid
+
+
+@app.cell
+def _(OPTIMIZER_NAMES, RECIPE_NAMES, Select, Slider, alt, bound_chart, recipes_grid, viz):
+    def _draw(base):
+        _order = list(RECIPE_NAMES.values())
+        _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
+        _bars = base.mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory (GB)"),
+            y=alt.Y("recipe:N", title=None, sort=_order),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("recipe:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.3~f")])
+        # Each bar's total and bytes per parameter (GB per billion parameters is bytes per parameter).
+        _totals = base.transform_aggregate(GB="sum(GB)", billions="max(billions)", groupby=["recipe"]).transform_calculate(
+            label="format(datum.GB, ',.2f') + ' GB, ' + format(datum.GB / datum.billions, '.3~f') + ' B per parameter'")
+        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("GB:Q"), y=alt.Y("recipe:N", sort=_order), text=alt.Text("label:N"))
+        return (_bars + _text).properties(width=340, height=200)
+
+    viz.show(bound_chart(recipes_grid,
+                         [Slider("billions", "Parameters", value=7, labels=lambda b: viz.short_count(round(b * 10**9))),
+                          Select("optimizer", "Optimizer", labels=OPTIMIZER_NAMES)],
+                         _draw, title="One step of full finetuning, before activations, in five recipes"))
     return
 
 
@@ -219,9 +275,9 @@ def _(mm, n_params):
 
 @app.cell
 def _(gpu, mm, n_params, published_runs, unit, viz):
-    viz.stacked_bars(viz.breakdown_long(published_runs, unit), unit, capacity_bytes=gpu.memory_bytes,
-                     capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)}", width=420,
-                     title=f"Six published counts for {viz.short_count(n_params)} parameters with Adam")
+    viz.show(viz.stacked_bars(viz.breakdown_long(published_runs, unit), unit, capacity_bytes=gpu.memory_bytes,
+                              capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)}", width=420,
+                              title=f"Six published counts for {viz.short_count(n_params)} parameters with Adam"))
     return
 
 
@@ -269,6 +325,91 @@ def _(gpu_rows, mo):
     mo.md(f"""
     With these settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but fail the run
     ({", ".join(_gap["gpu"]) if len(_gap) else "none"}). Activations, the next lesson, widen the gap.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(measured_versions, mo):
+    mo.md(f"""
+    ## Checked against PyTorch
+
+    Are these byte counts what a framework really allocates? The workbook's `validation/measure.py`
+    builds small models from their configs, runs one real training step and records every
+    parameter, gradient and optimizer-state tensor that PyTorch holds after `optimizer.step()`
+    (README, section "Fidelity"). The recording was made **on the CPU with tiny models**
+    (3 blocks, width 64; {measured_versions}); the byte counts per parameter do not depend on the
+    size, so they carry over to a 7B model. Pick a model; the rows are every recorded full
+    finetuning of it:
+    """)
+    return
+
+
+@app.cell
+def _(mm):
+    measured_cases = mm.load_measured()  # the recording: one real training step per case (no torch needed)
+    _versions = mm.measured_metadata()["versions"]
+    measured_versions = (f"torch {_versions['torch']}, transformers {_versions['transformers']}, "
+                         f"one thread")
+    return measured_cases, measured_versions
+
+
+@app.cell
+def _(live_only_notice, mo):
+    measured_model_dropdown = mo.ui.dropdown(
+        options={"GPT-2 (tied head)": "gpt2", "LLaMA (multi-head attention)": "llama-mha",
+                 "LLaMA (grouped-query attention)": "llama-gqa", "BERT (classifier)": "bert"},
+        value="GPT-2 (tied head)", label="Measured model")
+    mo.vstack([live_only_notice(), measured_model_dropdown])
+    return (measured_model_dropdown,)
+
+
+@app.cell
+def _(measured_cases, measured_model_dropdown, mm, pd):
+    # Full finetuning of the chosen model, every recipe and optimizer recorded (one batch of 2 x 64 tokens).
+    _cases = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
+                            & (measured_cases["method"] == "full") & (measured_cases["attention"] == "sdpa")
+                            & ~measured_cases["dropout"] & ~measured_cases["checkpointing"]]
+    _rows = []
+    for _, _case in _cases.iterrows():
+        _predicted = mm.predict_case(_case)  # the matching memmath.training_memory(...) call
+        for _part, _column in (("weights", "param_bytes"), ("gradients", "grad_bytes"),
+                               ("optimizer_states", "optimizer_state_bytes")):
+            _rows.append({"precision": _case["precision"], "optimizer": _case["optimizer"],
+                          "part": mm.PART_LABELS[_part], "measured by PyTorch (B)": int(_case[_column]),
+                          "memmath (B)": int(getattr(_predicted, _part)),
+                          "B per parameter": round(int(_case[_column]) / int(_case["total_params"]), 4)})
+    fidelity_rows = pd.DataFrame(_rows)
+    fidelity_rows["difference (B)"] = fidelity_rows["memmath (B)"] - fidelity_rows["measured by PyTorch (B)"]
+    fidelity_case = _cases.iloc[0]  # the first row: fp32 AdamW
+    return fidelity_case, fidelity_rows
+
+
+@app.cell
+def _(fidelity_rows, mo):
+    mo.ui.table(fidelity_rows, selection=None, pagination=False, show_column_summaries=False,
+                show_data_types=False, show_search=False, show_download=False,
+                format_mapping={"measured by PyTorch (B)": "{:,}".format, "memmath (B)": "{:,}".format})
+    return
+
+
+@app.cell(hide_code=True)
+def _(fidelity_case, fidelity_rows, mm, mo):
+    _n, _tensors = int(fidelity_case["total_params"]), int(fidelity_case["trainable_tensors"])
+    _detail = fidelity_case["optimizer_state_detail"]
+    _exact = int((fidelity_rows["difference (B)"] == 0).sum())
+    _big = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw")
+    _moments = 2 * mm.get_format("bf16").bytes_for(_big.total_params)  # exp_avg + exp_avg_sq, 2 B each
+    _counters = _big.optimizer_states - _moments  # 4 B per tensor
+    mo.md(f"""
+    **{_exact} of {len(fidelity_rows)}** rows match to the byte. Read one: the {fidelity_case["precision"]}
+    model has {_n:,} parameters in {_tensors} tensors. AdamW keeps `exp_avg` and `exp_avg_sq`, each
+    {_detail["exp_avg"]:,} B ({_detail["exp_avg"] // _n} B per parameter: PyTorch stores the moments in
+    the parameters' own format, so a bf16 model gets the pure bf16 recipe), plus one 4-byte `step`
+    counter per tensor: {_tensors} × 4 = {_detail["step"]:,} B. SGD with momentum keeps one buffer per
+    parameter; Adam with amsgrad a third moment, the running maximum of `exp_avg_sq`. For a real model
+    the counters vanish: llama-2-7b's {_counters // 4} tensors add {_counters:,} B of counters to
+    {mm.format_bytes(_moments)} of moments. The bytes per parameter are the whole story.
     """)
     return
 

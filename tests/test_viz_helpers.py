@@ -35,3 +35,27 @@ def test_model_choice(billions, preset, expected):
 ])
 def test_readable_size(n_bytes, unit, expected):
     assert viz.readable_size(n_bytes, unit) == expected
+
+
+def test_show_gives_marimo_the_json_its_own_formatter_would():
+    # viz.show skips altair's validated HTML rendering; what reaches the page must not change.
+    import json
+
+    from marimo._output.formatters.formatters import register_formatters
+    from marimo._output.formatting import try_format
+
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Slider, bound_chart
+
+    register_formatters()
+    run = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam")
+    bars = viz.stacked_bars(viz.breakdown_long({"a": run}, "GB"), "GB", capacity_bytes=24 * 10**9)
+    grid = viz.breakdown_long({"a": run, "b": run}, "GB").assign(n=lambda f: (f["scenario"] == "b").astype(int))
+    bound = bound_chart(grid, [Slider("n", "n")], lambda base: base.mark_bar().encode(x="sum(size):Q"))
+    for chart in (bars, bound):
+        mimetype, data = viz.show(chart)._mime_()
+        marimo = try_format(chart)
+        assert mimetype == marimo.mimetype
+        assert json.loads(data) == json.loads(marimo.data)
+        chart.to_dict()  # and the spec is still valid Vega-Lite (checked here, not on every slider move)
