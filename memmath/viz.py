@@ -109,6 +109,42 @@ def show(chart) -> ShownChart:
     return ShownChart(chart)
 
 
+_TABLE_STYLE = (
+    "<style>.memmath-table{border-collapse:collapse;font-size:0.875rem;margin:0.25rem 0}"
+    ".memmath-table th{text-align:left;font-weight:600;border-bottom:1px solid #d4d4d8;padding:0.3rem 0.75rem}"
+    ".memmath-table td{border-bottom:1px solid #f0f0f2;padding:0.3rem 0.75rem;vertical-align:top}"
+    ".memmath-table td.num,.memmath-table th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
+    "</style>")
+
+
+def table(frame: pd.DataFrame, *, formats: dict | None = None):
+    """A DataFrame as a plain HTML table (numbers right-aligned, long text wrapping), for cells a slider re-runs.
+
+    A mo.ui.table is an interactive grid: redrawing one costs the browser about 70 ms on every slider
+    move, against almost nothing for static HTML (benchmarks/lesson_speed.py). `formats` maps a column
+    to a function that turns a value into its text (default: str, with thousands separators for ints).
+    """
+    import html
+
+    import marimo as mo
+
+    formats = formats or {}
+    numeric = {c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])}
+
+    def text(column, value):
+        if column in formats:
+            return str(formats[column](value))
+        if column in numeric and pd.api.types.is_integer_dtype(frame[column]):
+            return f"{int(value):,}"
+        return str(value)
+
+    head = "".join(f'<th class="{"num" if c in numeric else ""}">{html.escape(str(c))}</th>' for c in frame.columns)
+    rows = "".join("<tr>" + "".join(f'<td class="{"num" if c in numeric else ""}">{html.escape(text(c, v))}</td>'
+                                    for c, v in zip(frame.columns, row)) + "</tr>"
+                   for row in frame.itertuples(index=False, name=None))
+    return mo.Html(f'{_TABLE_STYLE}<table class="memmath-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
+
+
 LESSONS: dict[str, str] = {
     "00_start_here": "Start here: planning before CUDA runs out of memory",
     "01_weights_and_formats": "Weights and number formats",

@@ -84,12 +84,17 @@ def _(live_only_notice, mo):
 
 
 @app.cell
-def _(demo_params_slider, mm, unit_radio):
+def _(unit_radio):
+    unit = unit_radio.value  # its own cell: the size slider does not redraw what only the unit changes
+    return (unit,)
+
+
+@app.cell
+def _(demo_params_slider, mm):
     demo_params = demo_params_slider.value * 10**9
-    unit = unit_radio.value
     demo_weights = mm.get_format("bf16").bytes_for(demo_params)  # N x 16 bits / 8
     demo_training = mm.training_memory(demo_params, precision="bf16", optimizer="adam")  # 8 B per parameter
-    return demo_training, demo_weights, unit
+    return demo_training, demo_weights
 
 
 @app.cell(hide_code=True)
@@ -204,14 +209,13 @@ def _(gpu, gpu_mib, mm, mo):
 
 
 @app.cell
-def _(gpu, mm, mo, pd):
+def _(gpu, mm, pd, viz):
     gpu_units = pd.DataFrame([{
         "GPU": g.name, "on the box": g.marketed, "driver reports (MiB)": g.memory_bytes // mm.UNITS["MiB"],
         "GiB": round(mm.to_unit(g.memory_bytes, "GiB"), 2), "GB": round(mm.to_unit(g.memory_bytes, "GB"), 2),
         "chosen": "◀" if g.name == gpu.name else "",
     } for g in mm.GPUS.values()])
-    mo.ui.table(gpu_units, page_size=len(gpu_units), selection=None, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.table(gpu_units)
     return (gpu_units,)
 
 

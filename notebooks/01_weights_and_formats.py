@@ -70,8 +70,7 @@ def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd):
         = {article_weight_bytes:,} bytes = **{mm.format_bytes(article_weight_bytes, "GB")}** (10⁹ bytes to a GB),
         which is {mm.format_bytes(article_weight_bytes, "GiB")} (2³⁰ bytes to a GiB). The same model in other formats
         (integer formats also need a few scales, counted further down):"""),
-        mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
-                    show_data_types=False, show_search=False, show_download=False),
+        viz.table(pd.DataFrame(_rows)),
     ])
     return
 
@@ -152,8 +151,7 @@ def _(STORAGE_FORMATS, mm, mo, pd):
         "decimal digits": f"{_f.decimal_digits:.1f}" if _f.decimal_digits else "-",
         "what it is": _f.description,
     } for _f in (mm.get_format(n) for n in STORAGE_FORMATS)])
-    mo.ui.table(format_table, selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                show_search=False, show_download=False, wrapped_columns=["what it is"])
+    viz.table(format_table)
     return
 
 
@@ -189,24 +187,22 @@ def _(live_only_notice, mo):
 
 
 @app.cell
-def _(STORAGE_FORMATS, block_absmax_slider, mo, pd, store, value_number):
+def _(STORAGE_FORMATS, block_absmax_slider, pd, store, value_number, viz):
     value = float(value_number.value if value_number.value is not None else 0.0)
     block_absmax = float(block_absmax_slider.value)
     rounding_table = pd.DataFrame([store(value, _name, block_absmax) for _name in STORAGE_FORMATS])
-    mo.ui.table(rounding_table, selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.table(rounding_table)  # plain HTML: the slider redraws it on every move
     return block_absmax, value
 
 
 @app.cell(hide_code=True)
-def _(block_absmax, mo, pd, store):
+def _(block_absmax, mo, pd, store, viz):
     _examples = [0.1, 300.7, 70_000, 0.00000001]
     _table = pd.DataFrame([{"value": f"{_v:g}", **{_f: store(_v, _f, block_absmax)["stored value"]
                                                   for _f in ["fp32", "bf16", "fp16", "fp8_e4m3", "int8"]}}
                            for _v in _examples])
     mo.vstack([mo.md(f"The suggested values, stored in five formats (int8 with your block absmax, {block_absmax:g}):"),
-               mo.ui.table(_table, selection=None, pagination=False, show_column_summaries=False,
-                           show_data_types=False, show_search=False, show_download=False)])
+               viz.table(_table)])
     return
 
 
@@ -325,22 +321,12 @@ def _(mm, mo, n_params, preset, stored, unit, viz, weight_bytes, weights_format)
     return
 
 
-@app.cell
-def _(STORAGE_FORMATS, mm, n_params, unit, viz, weights_format):
-    # The same model in every format: weights, plus the scales of the integer formats.
-    _by_format = {(f"{f}  ◀ chosen" if f == weights_format.name else f): mm.inference_memory(n_params, weights_format=f)
-                  for f in STORAGE_FORMATS}
-    viz.show(viz.stacked_bars(viz.breakdown_long(_by_format, unit), unit,
-                              title=f"Weights of {viz.short_count(n_params)} parameters in each format"))
-    return
-
-
 @app.cell(hide_code=True)
 def _(mo):
     mo.md(r"""
-    The next chart draws the same bars for every size the slider offers, computed in advance, so
-    its own slider (under the chart) keeps working even in a static copy of this page, where the
-    controls above are frozen.
+    The same sizes in every format, side by side: drag the slider under the chart. Its bars are
+    computed in advance for every size the slider above offers, so this slider keeps working even
+    in a static copy of this page, where the controls above are frozen.
     """)
     return
 
@@ -434,7 +420,7 @@ def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, viz, weight_bytes, weights_fo
 
 
 @app.cell
-def _(gpu_fits, mm, mo, unit):
+def _(gpu_fits, mm, unit, viz):
     # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
     _mem, _head = f"memory ({unit})", f"headroom ({unit})"
     fit_rows = gpu_fits.assign(**{
@@ -443,8 +429,7 @@ def _(gpu_fits, mm, mo, unit):
                     else f"short by {mm.format_bytes(-h * mm.UNITS[unit], unit)}"
                     for h, f in zip(gpu_fits[_head], gpu_fits["fits"])],
     })[["gpu", "marketed", _mem, "needs (% of the card)", "verdict"]].round(2)
-    mo.ui.table(fit_rows, page_size=len(fit_rows), selection=None, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.table(fit_rows)
     return
 
 

@@ -77,8 +77,7 @@ def _(article_params, article_run, mm, mo):
         = **{mm.format_bytes(article_run.without_activations)}**. The weights are
         {mm.format_bytes(article_run.weights)}; the other {mm.format_bytes(_rest)} (which the article leaves
         unitemized) are the gradients and Adam's states:"""),
-        mo.ui.table(_frame.rename(columns={"label": "part", "GB": "size (GB)"}), selection=None, pagination=False,
-                    show_column_summaries=False, show_data_types=False, show_search=False, show_download=False),
+        viz.table(_frame.rename(columns={"label": "part", "GB": "size (GB)"})),
     ])
     return
 
@@ -229,7 +228,7 @@ def _(mo):
 
 
 @app.cell
-def _(gpu, mm, mo, model, n_params, pd, precision, unit):
+def _(gpu, mm, model, n_params, pd, precision, unit, viz):
     _rows = []
     for _name, _opt in mm.OPTIMIZERS.items():
         _r = mm.training_memory(model, precision=precision, optimizer=_name)
@@ -240,8 +239,7 @@ def _(gpu, mm, mo, model, n_params, pd, precision, unit):
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
-    mo.ui.table(optimizer_table, selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False, wrapped_columns=["what it keeps"])
+    viz.table(optimizer_table)  # plain HTML: the size slider redraws it on every move
     return (optimizer_table,)
 
 
@@ -258,36 +256,45 @@ def _(mm, mo):
     computes in 16 bits but keeps an fp32 **master copy** of the weights and fp32 optimizer states,
     because tiny updates vanish when added to a 16-bit weight. Some setups also keep an fp32 buffer
     to accumulate gradients over several micro-batches. Some counts leave the gradients out
-    entirely. Each bar below is one published count, applied to your model size:
+    entirely. Each bar below is one published count, in bytes per parameter (the table under it
+    applies them to your model size):
     """)
     return
 
 
 @app.cell
-def _(mm, n_params):
-    # Each published count, as the recipe it describes (memmath.published), for this many parameters.
-    published_runs = {
-        f"{mm.published.published_bytes_per_parameter(e.key)['total']:g} B: {e.label}":
-            mm.training_memory(n_params, precision=e.recipe, optimizer=e.optimizer)
-        for e in mm.published.PUBLISHED_ESTIMATES.values()}
-    return (published_runs,)
+def _(mm, pd):
+    # Each published count, part by part, in bytes per parameter (memmath.published): it does not
+    # depend on the model size, so it is drawn once.
+    published_per_parameter = pd.DataFrame([
+        {"estimate": f"{_b['total']:g} B: {e.label}", "part": mm.PART_LABELS[_part], "order": _order,
+         "B per parameter": _b[_part]}
+        for e in mm.published.PUBLISHED_ESTIMATES.values()
+        for _b in [mm.published.published_bytes_per_parameter(e.key)]
+        for _order, _part in enumerate(mm.PARTS) if _b.get(_part)])
+    return (published_per_parameter,)
 
 
 @app.cell
-def _(gpu, mm, n_params, published_runs, unit, viz):
-    viz.show(viz.stacked_bars(viz.breakdown_long(published_runs, unit), unit, capacity_bytes=gpu.memory_bytes,
-                              capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)}", width=420,
-                              title=f"Six published counts for {viz.short_count(n_params)} parameters with Adam"))
+def _(alt, published_per_parameter, viz):
+    _order = list(dict.fromkeys(published_per_parameter["estimate"]))
+    _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
+    viz.show(alt.Chart(published_per_parameter).mark_bar().encode(
+        x=alt.X("sum(B per parameter):Q", title="Bytes per parameter (B)"),
+        y=alt.Y("estimate:N", title=None, sort=_order),
+        color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("estimate:N"), alt.Tooltip("part:N"), alt.Tooltip("B per parameter:Q")],
+    ).properties(width=420, height=230, title="Six published counts with Adam, per parameter"))
     return
 
 
 @app.cell
-def _(mm, mo, n_params, unit):
+def _(mm, n_params, unit, viz):
     published_rows = mm.published.published_table(n_params, unit)
     _first = ["estimate", "B per parameter", f"memory ({unit})", "what it counts"]
     _shown = published_rows[_first + [c for c in published_rows.columns if c not in _first]].round(2)
-    mo.ui.table(_shown, selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                show_search=False, show_download=False, wrapped_columns=["what it counts", "source"])
+    viz.table(_shown)  # plain HTML: the size slider redraws it on every move
     return (published_rows,)
 
 
@@ -307,15 +314,14 @@ def _(mo):
 
 
 @app.cell
-def _(mm, mo, run, unit):
+def _(mm, run, unit, viz):
     _weights = mm.fit_table(run.weights, unit=unit).set_index("gpu")
     _total = mm.fit_table(run.total, unit=unit).set_index("gpu")
     gpu_rows = _weights[["marketed", f"memory ({unit})"]].assign(**{
         "holds the weights": _weights["fits"].map({True: "yes", False: "no"}),
         "runs full finetuning": _total["fits"].map({True: "yes", False: "no"}),
     }).reset_index().round(2)
-    mo.ui.table(gpu_rows, page_size=len(gpu_rows), selection=None, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.table(gpu_rows)
     return (gpu_rows,)
 
 
@@ -386,10 +392,8 @@ def _(measured_cases, measured_model_dropdown, mm, pd):
 
 
 @app.cell
-def _(fidelity_rows, mo):
-    mo.ui.table(fidelity_rows, selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False,
-                format_mapping={"measured by PyTorch (B)": "{:,}".format, "memmath (B)": "{:,}".format})
+def _(fidelity_rows, viz):
+    viz.table(fidelity_rows)
     return
 
 

@@ -67,9 +67,7 @@ def _(mm, mo, pd):
     _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)  # e = 2 B, m = 1 B
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
-    mo.ui.table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}),
-                selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                show_search=False, show_download=False, wrapped_columns=["tensor kept for backward"])
+    viz.table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}))
     return (terms_table,)
 
 
@@ -243,7 +241,7 @@ def _(mo):
 
 
 @app.cell
-def _(batch_size, mm, mo, model, pd, seq_len, unit, viz):
+def _(batch_size, mm, model, pd, seq_len, unit, viz):
     _rows = []
     for _attention in ("eager", "sdpa"):
         for _ckpt in (False, True):
@@ -253,8 +251,7 @@ def _(batch_size, mm, mo, model, pd, seq_len, unit, viz):
                           "checkpointing": "yes" if _ckpt else "no",
                           "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
                           "activations / rest": f"{_r.activations / _r.without_activations:,.2f}×"})
-    mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.table(pd.DataFrame(_rows))  # plain HTML: every slider above redraws it
     return
 
 
@@ -530,7 +527,7 @@ def _(measured_case, measured_errors, measured_hf, measured_textbook, mo):
 
 
 @app.cell
-def _(measured_case, measured_hf, mm, mo, pd):
+def _(measured_case, measured_hf, mm, mo, pd, viz):
     # One block, tensor by tensor: what PyTorch keeps (memmath's replay) against what the formula counts.
     _rows = [{"what one block keeps": what, "bytes": int(n)} for where, what, n in measured_hf.terms
              if where == "each block"]
@@ -540,11 +537,8 @@ def _(measured_case, measured_hf, mm, mo, pd):
                                     element_bytes=_e, mask_bytes=_e, dropout=bool(measured_case["dropout"]),
                                     attention=measured_case["attention"])
     _formula_rows = [{"what the formula counts": t.tensor, "bytes": int(t.bytes)} for t in _formula]
-    _table = dict(selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                  show_search=False, show_download=False, format_mapping={"bytes": "{:,}".format})
     block_terms = pd.DataFrame(_rows)
-    mo.hstack([mo.ui.table(block_terms, **_table), mo.ui.table(pd.DataFrame(_formula_rows), **_table)],
-              widths="equal", gap=1)
+    mo.hstack([viz.table(block_terms), viz.table(pd.DataFrame(_formula_rows))], widths="equal", gap=1)
     return (block_terms,)
 
 

@@ -74,29 +74,21 @@ def _(layers_slider, live_only_notice, mo):
 
 
 @app.cell
-def _(frozen_slider, layers_slider, mm, params_slider, unit_radio):
-    n_params, n_layers, n_frozen, unit = (round(params_slider.value * 10**9), layers_slider.value,
-                                          frozen_slider.value, unit_radio.value)
+def _(unit_radio):
+    unit = unit_radio.value  # its own cell: a slider does not redraw what only the unit changes
+    return (unit,)
+
+
+@app.cell
+def _(frozen_slider, layers_slider, mm, params_slider):
+    n_params, n_layers, n_frozen = round(params_slider.value * 10**9), layers_slider.value, frozen_slider.value
     equal_model = mm.uniform_model(n_params, n_layers, name=f"{n_layers} equal layers")
     equal_full = mm.training_memory(equal_model, precision="bf16", optimizer="adam")
     equal_frozen = mm.training_memory(equal_model, precision="bf16", optimizer="adam",
                                       method=mm.Freeze(frozen_layers=n_frozen))
-    return equal_frozen, equal_full, n_frozen, n_layers, n_params, unit
+    return equal_frozen, equal_full, n_frozen, n_layers, n_params
 
 
-@app.cell(hide_code=True)
-def _(alt, n_frozen, n_layers, pd, viz):
-    _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
-                           "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
-    _every = -(-n_layers // 12)  # at most about a dozen layer numbers, so they never run together
-    _ticks = [i for i in range(1, n_layers + 1) if i == 1 or i % _every == 0]
-    viz.show(alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0, values=_ticks)),
-        color=alt.Color("state:N", title=None, scale=alt.Scale(
-            domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
-        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("state:N")],
-    ).properties(width=560, height=40, title="Which layers train"))
-    return
 
 
 @app.cell(hide_code=True)
@@ -116,10 +108,22 @@ def _(equal_frozen, equal_full, mm, mo, n_frozen, n_layers, n_params, unit):
 
 
 @app.cell
-def _(equal_frozen, equal_full, n_frozen, unit, viz):
-    viz.show(viz.stacked_bars(viz.breakdown_long({"Full finetuning": equal_full,
-                                                  f"First {n_frozen} layers frozen": equal_frozen}, unit),
-                              unit, title="Equal layers, pure bf16 with Adam, before activations"))
+def _(alt, equal_frozen, equal_full, n_frozen, n_layers, pd, unit, viz):
+    # Which layers train (a strip), over the memory it takes (bars): one chart, so one drawing per move.
+    _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
+                           "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
+    _every = -(-n_layers // 12)  # at most about a dozen layer numbers, so they never run together
+    _ticks = [i for i in range(1, n_layers + 1) if i == 1 or i % _every == 0]
+    _layers = alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
+        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0, values=_ticks)),
+        color=alt.Color("state:N", title="Layer", scale=alt.Scale(
+            domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
+        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("state:N")],
+    ).properties(width=560, height=40, title="Which layers train")
+    _bars = viz.stacked_bars(viz.breakdown_long({"Full finetuning": equal_full,
+                                                 f"First {n_frozen} layers frozen": equal_frozen}, unit),
+                             unit, title="Equal layers, pure bf16 with Adam, before activations")
+    viz.show(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent"))
     return
 
 
@@ -226,31 +230,32 @@ def _(live_only_notice, mm, mo, preset_dropdown):
 
 
 @app.cell
-def _(batch_slider, embeddings_switch, head_switch, mm, norm_switch, preset_dropdown, real_frozen_slider,
-      seq_slider):
+def _(embeddings_switch, head_switch, mm, norm_switch, preset_dropdown, real_frozen_slider):
     model = mm.PRESETS[preset_dropdown.value]
     freeze = mm.Freeze(frozen_layers=real_frozen_slider.value, train_head=head_switch.value,
                        train_final_norm=norm_switch.value, train_embeddings=embeddings_switch.value)
+    trainable = mm.training_memory(model, method=freeze)  # parameters only: batch and length do not matter
+    return freeze, model, trainable
+
+
+@app.cell
+def _(batch_slider, freeze, mm, model, seq_slider):
     _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
                attention="sdpa")
     full = mm.training_memory(model, **_kw)
     frozen = mm.training_memory(model, method=freeze, **_kw)
-    return freeze, frozen, full, model
+    return frozen, full
 
 
 @app.cell(hide_code=True)
 def _(freeze, mo, model):
     _groups = freeze.groups(model)
-    mo.ui.table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"}),
-                               params=_groups["params"].map("{:,}".format)),
-                selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                show_search=False, show_download=False,
-                wrapped_columns=["note"], text_justify_columns={"params": "right"})
+    viz.table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})))
     return
 
 
 @app.cell(hide_code=True)
-def _(freeze, frozen, mo, model, seq_slider):
+def _(freeze, mo, model, trainable):
     _k = freeze.layers_trained(model)
     _notes = []
     if model.tied_embeddings and not freeze.train_embeddings:
@@ -258,12 +263,9 @@ def _(freeze, frozen, mo, model, seq_slider):
         _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
                       "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
                       "Mistral, BERT), to see the head train.")
-    if model.max_positions and seq_slider.value > model.max_positions:
-        _notes.append(f"{model.name} reads at most {model.max_positions:,} tokens; the activations below "
-                      f"for {seq_slider.value:,} are the arithmetic, not a run the real model could do.")
     mo.md(f"""
-    {model.name}: **{frozen.trainable_params:,} of {model.n_params:,} parameters train,
-    {frozen.trainable_fraction:.2%}**. The blocks alone would give k / L = {_k} / {model.n_layers}
+    {model.name}: **{trainable.trainable_params:,} of {model.n_params:,} parameters train,
+    {trainable.trainable_fraction:.2%}**. The blocks alone would give k / L = {_k} / {model.n_layers}
     = {_k / model.n_layers:.2%}. {" ".join(_notes)}
     """)
     return
@@ -301,8 +303,11 @@ def _(alt, frozen_grid, model, pd, real_frozen_slider, share_grid, viz):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(mo, model, seq_slider):
+    _beyond = (f" {model.name} reads at most {model.max_positions:,} tokens; the activations below for "
+               f"{seq_slider.value:,} are the arithmetic, not a run the real model could do."
+               if model.max_positions and seq_slider.value > model.max_positions else "")
+    mo.md(f"""
     ## What freezing saves, and what it does not
 
     Saved, for every frozen weight: its **gradient** and its **optimizer states**. Saved too: the
@@ -311,7 +316,7 @@ def _(mo):
 
     Not saved: the **frozen weights themselves**, which every forward pass still reads; the
     activations of every block from the first trainable one up; and the loss's logits. The bars
-    use fused attention, 16-bit activations and your batch and length.
+    use fused attention, 16-bit activations and your batch and length.{_beyond}
     """)
     return
 
@@ -332,8 +337,7 @@ def _(frozen, full, mm, mo, pd, unit, viz):
              for p in ("weights", "gradients", "optimizer_states", "activations")]
     _rows.append({"part": "Total", "full finetuning": _size(full.total, unit),
                   "frozen": _size(frozen.total, unit), "saved": _size(full.total - frozen.total, unit)})
-    mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.table(pd.DataFrame(_rows))
     return
 
 
@@ -425,11 +429,7 @@ def _(alt, freeze_blocks, viz):
 
 @app.cell
 def _(freeze_rows, mo):
-    _b = "{:,}".format
-    mo.ui.table(freeze_rows, selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                show_search=False, show_download=False,
-                format_mapping={c: _b for c in freeze_rows.columns
-                                if c.endswith("(B)") and freeze_rows[c].dtype.kind == "i" or c == "trainable parameters"})
+    viz.table(freeze_rows)
     return
 
 

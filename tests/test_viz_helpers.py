@@ -59,3 +59,17 @@ def test_show_gives_marimo_the_json_its_own_formatter_would():
         assert mimetype == marimo.mimetype
         assert json.loads(data) == json.loads(marimo.data)
         chart.to_dict()  # and the spec is still valid Vega-Lite (checked here, not on every slider move)
+
+
+def test_table_is_plain_html_with_numbers_right_aligned_and_text_escaped():
+    import pandas as pd
+
+    from memmath import viz
+
+    frame = pd.DataFrame({"part": ["Weights <fp32>", "Gradients"], "bytes": [14_000_000_000, 7], "GB": [14.0, 0.5],
+                          "fits": [True, False]})
+    html = viz.table(frame, formats={"GB": lambda v: f"{v:.2f}"}).text
+    assert "<table" in html and "marimo-table" not in html  # static HTML, not marimo's interactive grid
+    assert "Weights &lt;fp32&gt;" in html
+    assert '<td class="num">14,000,000,000</td>' in html and '<td class="num">0.50</td>' in html
+    assert '<td class="">True</td>' in html
