@@ -81,68 +81,72 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
     return chart.properties(width=width, height=bar_height, title=title)
 
 
-class ShownChart:
-    """An altair chart as marimo shows it (Vega-Lite JSON), serialized once and without schema validation.
+class ChartOutput:
+    """An altair chart as marimo shows it (a Vega-Lite spec), serialized once, without schema validation.
 
-    marimo's own altair formatter first asks altair for an HTML rendering (a validated `to_dict`) that
-    it then throws away, and serializes the chart a second time: about 30 ms for a small chart. This
-    gives the frontend the same JSON in about a third of that, which matters in a cell a slider
-    re-runs. `chart` is kept for tests and for anything that wants the altair object.
+    marimo's altair formatter serializes every chart twice: once through altair's validated
+    `to_dict` for an HTML bundle that it then discards, once unvalidated for the page. For a chart
+    that a slider redraws that is ~24 ms of the kernel's time per move instead of ~8 ms (altair
+    6.3, a stacked bar of two scenarios); `chart_output` does only the second. The page receives
+    the same spec under the same mimetype. Validation is skipped, so build the chart with typed
+    channels and let the tests draw it (a bad spec shows as an error in the browser tests).
     """
 
-    MIMETYPE = "application/vnd.vegalite.v6+json"
-
     def __init__(self, chart):
+        if not isinstance(chart, alt.TopLevelMixin):
+            raise TypeError(f"chart_output needs an altair chart; got {type(chart).__name__}")
         self.chart = chart
+        self.spec = chart.to_json(validate=False, allow_nan=False, default=str)
 
     def _mime_(self) -> tuple[str, str]:
-        chart = self.chart.copy(deep=False)
-        usermeta = {} if chart.usermeta is alt.Undefined else dict(chart.usermeta)
-        # As marimo does: the renderer's embed options, under any the chart sets itself.
-        usermeta["embedOptions"] = {**alt.renderers.options.get("embed_options", {}), **usermeta.get("embedOptions", {})}
-        chart["usermeta"] = usermeta
-        return self.MIMETYPE, chart.to_json(validate=False, allow_nan=False, default=str)
+        return f"application/vnd.vegalite.v{alt.VEGALITE_VERSION.split('.')[0]}+json", self.spec
 
 
-def show(chart) -> ShownChart:
-    """Display an altair chart in a lesson cell (its last expression) at half the cost of showing it bare."""
-    return ShownChart(chart)
+def chart_output(chart) -> ChartOutput:
+    """Show an altair chart that a slider redraws, serialized once (see ChartOutput): `viz.chart_output(chart)`."""
+    return ChartOutput(chart)
 
 
-_TABLE_STYLE = (
+_PLAIN_TABLE_CSS = (
     "<style>.memmath-table{border-collapse:collapse;font-size:0.875rem;margin:0.25rem 0}"
-    ".memmath-table th{text-align:left;font-weight:600;border-bottom:1px solid #d4d4d8;padding:0.3rem 0.75rem}"
-    ".memmath-table td{border-bottom:1px solid #f0f0f2;padding:0.3rem 0.75rem;vertical-align:top}"
-    ".memmath-table td.num,.memmath-table th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
-    "</style>")
+    ".memmath-table th,.memmath-table td{padding:0.3rem 0.75rem;border-bottom:1px solid #e2e4e8;text-align:left;"
+    "white-space:nowrap;vertical-align:top}"
+    ".memmath-table th{font-weight:600;border-bottom:2px solid #c9ccd1}"
+    ".memmath-table td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    ".memmath-table td.wrap{white-space:normal;min-width:12rem}</style>"
+)
 
 
-def table(frame: pd.DataFrame, *, formats: dict | None = None):
-    """A DataFrame as a plain HTML table (numbers right-aligned, long text wrapping), for cells a slider re-runs.
+def plain_table(frame: pd.DataFrame, *, wrapped_columns=()):
+    """A small table as plain HTML (mo.Html): numbers right-aligned with thousands separators, no index.
 
-    A mo.ui.table is an interactive grid: redrawing one costs the browser about 70 ms on every slider
-    move, against almost nothing for static HTML (benchmarks/lesson_speed.py). `formats` maps a column
-    to a function that turns a value into its text (default: str, with thousands separators for ints).
+    For tables a slider redraws: the browser redraws this about three times faster than an
+    mo.ui.table (benchmarks/lesson_speed.py measured ~10 ms against ~30 ms per table), which
+    matters when one slider moves several tables. It has no paging, sorting or search, so keep
+    it to tables that fit on screen. `wrapped_columns` may wrap; other cells stay on one line.
     """
     import html
 
     import marimo as mo
 
-    formats = formats or {}
-    numeric = {c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])}
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"plain_table needs a pandas DataFrame; got {type(frame).__name__}")
+    wrapped = set(wrapped_columns)
+    unknown = wrapped - set(frame.columns)
+    if unknown:
+        raise ValueError(f"wrapped_columns {sorted(map(str, unknown))} are not columns of the table")
 
-    def text(column, value):
-        if column in formats:
-            return str(formats[column](value))
-        if column in numeric and pd.api.types.is_integer_dtype(frame[column]):
-            return f"{int(value):,}"
-        return str(value)
+    def cell(column, value) -> str:
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        text = f"{value:,}" if numeric else str(value)
+        css = "num" if numeric else ("wrap" if column in wrapped else "")
+        return f'<td class="{css}">{html.escape(text)}</td>' if css else f"<td>{html.escape(text)}</td>"
 
-    head = "".join(f'<th class="{"num" if c in numeric else ""}">{html.escape(str(c))}</th>' for c in frame.columns)
-    rows = "".join("<tr>" + "".join(f'<td class="{"num" if c in numeric else ""}">{html.escape(text(c, v))}</td>'
-                                    for c, v in zip(frame.columns, row)) + "</tr>"
-                   for row in frame.itertuples(index=False, name=None))
-    return mo.Html(f'{_TABLE_STYLE}<table class="memmath-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(cell(c, v.item() if hasattr(v, "item") else v) for c, v in zip(frame.columns, row))
+                   + "</tr>" for row in frame.itertuples(index=False, name=None))
+    return mo.Html(f'{_PLAIN_TABLE_CSS}<table class="memmath-table"><thead><tr>{head}</tr></thead>'
+                   f"<tbody>{rows}</tbody></table>")
 
 
 LESSONS: dict[str, str] = {

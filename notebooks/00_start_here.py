@@ -153,7 +153,7 @@ def _(Slider, alt, bound_chart, demo_grid, viz):
             text=alt.Text("label:N"))
         return (_bars + _text).properties(width=440, height=90)
 
-    viz.show(bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw,
+    viz.chart_output(bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw,
                          title="Full finetuning in pure bf16 with Adam: loading versus one step"))
     return
 
@@ -215,7 +215,7 @@ def _(gpu, mm, pd, viz):
         "GiB": round(mm.to_unit(g.memory_bytes, "GiB"), 2), "GB": round(mm.to_unit(g.memory_bytes, "GB"), 2),
         "chosen": "◀" if g.name == gpu.name else "",
     } for g in mm.GPUS.values()])
-    viz.table(gpu_units)
+    viz.plain_table(gpu_units)
     return (gpu_units,)
 
 
@@ -259,7 +259,7 @@ def _(mm, model_dropdown):
 
 @app.cell
 def _(model_dropdown, serving, training, unit, viz):
-    viz.show(viz.stacked_bars(viz.breakdown_long({"Inference (serving)": serving, "Training (full finetuning)": training},
+    viz.chart_output(viz.stacked_bars(viz.breakdown_long({"Inference (serving)": serving, "Training (full finetuning)": training},
                                                  unit), unit, title=f"{model_dropdown.value}: two different budgets"))
     return
 

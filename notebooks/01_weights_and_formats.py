@@ -70,7 +70,7 @@ def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd):
         = {article_weight_bytes:,} bytes = **{mm.format_bytes(article_weight_bytes, "GB")}** (10⁹ bytes to a GB),
         which is {mm.format_bytes(article_weight_bytes, "GiB")} (2³⁰ bytes to a GiB). The same model in other formats
         (integer formats also need a few scales, counted further down):"""),
-        viz.table(pd.DataFrame(_rows)),
+        viz.plain_table(pd.DataFrame(_rows)),
     ])
     return
 
@@ -136,7 +136,7 @@ def _(STORAGE_FORMATS, alt, bit_layout, viz):
         tooltip=[alt.Tooltip("format:N"), alt.Tooltip("field:N"), alt.Tooltip("bits:Q")])
     _text = _base.mark_text(align="right", dx=-4, color="white", fontSize=11).encode(
         text=alt.Text("bits:Q"), detail=alt.Detail("field:N"))
-    viz.show((_bars + _text).properties(width=520, height=230, title="How each format spends its bits"))
+    viz.chart_output((_bars + _text).properties(width=520, height=230, title="How each format spends its bits"))
     return
 
 
@@ -151,7 +151,7 @@ def _(STORAGE_FORMATS, mm, mo, pd):
         "decimal digits": f"{_f.decimal_digits:.1f}" if _f.decimal_digits else "-",
         "what it is": _f.description,
     } for _f in (mm.get_format(n) for n in STORAGE_FORMATS)])
-    viz.table(format_table)
+    viz.plain_table(format_table, wrapped_columns=["what it is"])
     return
 
 
@@ -191,7 +191,7 @@ def _(STORAGE_FORMATS, block_absmax_slider, pd, store, value_number, viz):
     value = float(value_number.value if value_number.value is not None else 0.0)
     block_absmax = float(block_absmax_slider.value)
     rounding_table = pd.DataFrame([store(value, _name, block_absmax) for _name in STORAGE_FORMATS])
-    viz.table(rounding_table)  # plain HTML: the slider redraws it on every move
+    viz.plain_table(rounding_table, wrapped_columns=["what happened"])  # plain HTML: the slider redraws it on every move
     return block_absmax, value
 
 
@@ -202,7 +202,7 @@ def _(block_absmax, mo, pd, store, viz):
                                                   for _f in ["fp32", "bf16", "fp16", "fp8_e4m3", "int8"]}}
                            for _v in _examples])
     mo.vstack([mo.md(f"The suggested values, stored in five formats (int8 with your block absmax, {block_absmax:g}):"),
-               viz.table(_table)])
+               viz.plain_table(_table)])
     return
 
 
@@ -244,7 +244,7 @@ def _(alt, staircase, value, viz):
                                                                            clip=True)
     _chart = (_exact_line + _steps).properties(width=520, height=280,
                                               title=f"What each format stores near {value:g} (±4%)")
-    viz.show(_chart)  # on its own: a chart inside mo.vstack carries its data twice, HTML-escaped
+    viz.chart_output(_chart)  # on its own: a chart inside mo.vstack carries its data twice, HTML-escaped
     return
 
 
@@ -361,7 +361,7 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
         return (_bars + _text).properties(width=460, height=240)
 
     _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
-    viz.show(bound_chart(formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7),
+    viz.chart_output(bound_chart(formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7),
                                                labels=_sizes)],
                          _draw, title="Weights in each format (GB), with the scales of the block formats"))
     return
@@ -415,7 +415,7 @@ def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, viz, weight_bytes, weights_fo
                                                                          tooltip=[alt.Tooltip("what:N")])
     _label = alt.Chart(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
         x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("what:N"))
-    viz.show((_bars + _rule + _label).properties(width=520, height=340, title="Which cards hold the weights"))
+    viz.chart_output((_bars + _rule + _label).properties(width=520, height=340, title="Which cards hold the weights"))
     return
 
 
@@ -429,7 +429,7 @@ def _(gpu_fits, mm, unit, viz):
                     else f"short by {mm.format_bytes(-h * mm.UNITS[unit], unit)}"
                     for h, f in zip(gpu_fits[_head], gpu_fits["fits"])],
     })[["gpu", "marketed", _mem, "needs (% of the card)", "verdict"]].round(2)
-    viz.table(fit_rows)
+    viz.plain_table(fit_rows)
     return
 
 

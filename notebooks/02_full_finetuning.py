@@ -77,7 +77,7 @@ def _(article_params, article_run, mm, mo):
         = **{mm.format_bytes(article_run.without_activations)}**. The weights are
         {mm.format_bytes(article_run.weights)}; the other {mm.format_bytes(_rest)} (which the article leaves
         unitemized) are the gradients and Adam's states:"""),
-        viz.table(_frame.rename(columns={"label": "part", "GB": "size (GB)"})),
+        viz.plain_table(_frame.rename(columns={"label": "part", "GB": "size (GB)"})),
     ])
     return
 
@@ -133,7 +133,7 @@ def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, p
 def _(gpu, mm, pd, run, unit, viz):
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
-    viz.show(viz.stacked_bars(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
+    viz.chart_output(viz.stacked_bars(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
                               capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
                               title="What the GPU must hold (activations come on top: lesson 3)"))
     return
@@ -204,7 +204,7 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, Select, Slider, alt, bound_chart, recipes_g
             x=alt.X("GB:Q"), y=alt.Y("recipe:N", sort=_order), text=alt.Text("label:N"))
         return (_bars + _text).properties(width=340, height=200)
 
-    viz.show(bound_chart(recipes_grid,
+    viz.chart_output(bound_chart(recipes_grid,
                          [Slider("billions", "Parameters", value=7, labels=lambda b: viz.short_count(round(b * 10**9))),
                           Select("optimizer", "Optimizer", labels=OPTIMIZER_NAMES)],
                          _draw, title="One step of full finetuning, before activations, in five recipes"))
@@ -239,7 +239,7 @@ def _(gpu, mm, model, n_params, pd, precision, unit, viz):
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
-    viz.table(optimizer_table)  # plain HTML: the size slider redraws it on every move
+    viz.plain_table(optimizer_table, wrapped_columns=["what it keeps"])  # plain HTML: the size slider redraws it on every move
     return (optimizer_table,)
 
 
@@ -279,7 +279,7 @@ def _(mm, pd):
 def _(alt, published_per_parameter, viz):
     _order = list(dict.fromkeys(published_per_parameter["estimate"]))
     _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
-    viz.show(alt.Chart(published_per_parameter).mark_bar().encode(
+    viz.chart_output(alt.Chart(published_per_parameter).mark_bar().encode(
         x=alt.X("sum(B per parameter):Q", title="Bytes per parameter (B)"),
         y=alt.Y("estimate:N", title=None, sort=_order),
         color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
@@ -294,7 +294,7 @@ def _(mm, n_params, unit, viz):
     published_rows = mm.published.published_table(n_params, unit)
     _first = ["estimate", "B per parameter", f"memory ({unit})", "what it counts"]
     _shown = published_rows[_first + [c for c in published_rows.columns if c not in _first]].round(2)
-    viz.table(_shown)  # plain HTML: the size slider redraws it on every move
+    viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])  # plain HTML: the size slider redraws it on every move
     return (published_rows,)
 
 
@@ -321,7 +321,7 @@ def _(mm, run, unit, viz):
         "holds the weights": _weights["fits"].map({True: "yes", False: "no"}),
         "runs full finetuning": _total["fits"].map({True: "yes", False: "no"}),
     }).reset_index().round(2)
-    viz.table(gpu_rows)
+    viz.plain_table(gpu_rows)
     return (gpu_rows,)
 
 
@@ -393,7 +393,7 @@ def _(measured_cases, measured_model_dropdown, mm, pd):
 
 @app.cell
 def _(fidelity_rows, viz):
-    viz.table(fidelity_rows)
+    viz.plain_table(fidelity_rows)
     return
 
 

@@ -67,7 +67,7 @@ def _(mm, mo, pd):
     _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)  # e = 2 B, m = 1 B
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
-    viz.table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}))
+    viz.plain_table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}))
     return (terms_table,)
 
 
@@ -207,7 +207,7 @@ def _(attention, batch_size, mm, model, seq_len, training, unit, viz):
     _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
     _bars = viz.breakdown_long({"Training (your settings)": training,
                                 "Inference, same batch and length": inference}, _unit)
-    viz.show(viz.stacked_bars(_bars, _unit, title="Where the memory goes"))
+    viz.chart_output(viz.stacked_bars(_bars, _unit, title="Where the memory goes"))
     return (inference,)
 
 
@@ -251,7 +251,7 @@ def _(batch_size, mm, model, pd, seq_len, unit, viz):
                           "checkpointing": "yes" if _ckpt else "no",
                           "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
                           "activations / rest": f"{_r.activations / _r.without_activations:,.2f}×"})
-    viz.table(pd.DataFrame(_rows))  # plain HTML: every slider above redraws it
+    viz.plain_table(pd.DataFrame(_rows))  # plain HTML: every slider above redraws it
     return
 
 
@@ -319,7 +319,7 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, un
             _mark = pd.DataFrame({"x": [_x], "size": [mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep)]})
             _chart += alt.Chart(_mark).mark_point(size=220, shape="diamond", filled=_filled, color="black",
                                                   strokeWidth=2).encode(x=alt.X("x:Q"), y=alt.Y("size:Q"))
-    viz.show(_chart.properties(width=560, height=300, title="Activations against everything else"))
+    viz.chart_output(_chart.properties(width=560, height=300, title="Activations against everything else"))
     return crossover, crossover_weights, unit_sweep
 
 
@@ -393,7 +393,7 @@ def _(ACT_BATCHES, Select, Slider, act_fixed, act_grid, act_seq, alt, bound_char
             tooltip=[alt.Tooltip("what:N"), alt.Tooltip("GB:Q", format=",.3f")])
         return (_acts + _rules).properties(width=520, height=280)
 
-    viz.show(bound_chart(act_grid, [Slider("batch", "Batch size b", value=ACT_BATCHES.index(4),
+    viz.chart_output(bound_chart(act_grid, [Slider("batch", "Batch size b", value=ACT_BATCHES.index(4),
                                            labels={i: f"{b} sequences" for i, b in enumerate(ACT_BATCHES)}),
                                     Select("kernel", "Attention kernel"), Select("checkpointing", "Checkpointing")],
                          _draw, title="GPT-2 small: activations against everything else"))
@@ -506,7 +506,7 @@ def _(alt, measured_blocks_hf, measured_case, measured_hf, measured_textbook, pd
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("source:N"), alt.Tooltip("where:N"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
     ).properties(width=460, height=120, title=f"Recorded case: {measured_case['case_id']}")
-    viz.show(_chart)
+    viz.chart_output(_chart)
     return (measured_frame,)
 
 
@@ -538,7 +538,7 @@ def _(measured_case, measured_hf, mm, mo, pd, viz):
                                     attention=measured_case["attention"])
     _formula_rows = [{"what the formula counts": t.tensor, "bytes": int(t.bytes)} for t in _formula]
     block_terms = pd.DataFrame(_rows)
-    mo.hstack([viz.table(block_terms), viz.table(pd.DataFrame(_formula_rows))], widths="equal", gap=1)
+    mo.hstack([viz.plain_table(block_terms), viz.plain_table(pd.DataFrame(_formula_rows))], widths="equal", gap=1)
     return (block_terms,)
 
 

@@ -123,7 +123,7 @@ def _(alt, equal_frozen, equal_full, n_frozen, n_layers, pd, unit, viz):
     _bars = viz.stacked_bars(viz.breakdown_long({"Full finetuning": equal_full,
                                                  f"First {n_frozen} layers frozen": equal_frozen}, unit),
                              unit, title="Equal layers, pure bf16 with Adam, before activations")
-    viz.show(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent"))
+    viz.chart_output(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent"))
     return
 
 
@@ -177,7 +177,7 @@ def _(Slider, TEN_LAYERS, alt, bound_chart, freeze_grid, viz):
         ).properties(width=460, height=80)
         return alt.vconcat(_strip, _bars).resolve_scale(color="independent")
 
-    viz.show(bound_chart(freeze_grid, [Slider("frozen", "Frozen layers", value=9)], _draw,
+    viz.chart_output(bound_chart(freeze_grid, [Slider("frozen", "Frozen layers", value=9)], _draw,
                          title=f"{TEN_LAYERS.name}, pure bf16 with Adam"))
     return
 
@@ -250,7 +250,8 @@ def _(batch_slider, freeze, mm, model, seq_slider):
 @app.cell(hide_code=True)
 def _(freeze, mo, model):
     _groups = freeze.groups(model)
-    viz.table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})))
+    viz.plain_table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})),
+                    wrapped_columns=["note"])
     return
 
 
@@ -298,7 +299,7 @@ def _(alt, frozen_grid, model, pd, real_frozen_slider, share_grid, viz):
         tooltip=[alt.Tooltip("what:N"), alt.Tooltip("frozen:Q"), alt.Tooltip("share:Q", format=".2%")])
     _rule = alt.Chart(pd.DataFrame({"frozen": [real_frozen_slider.value]})).mark_rule(
         color="black", strokeDash=[4, 4]).encode(x=alt.X("frozen:Q"))
-    viz.show((_lines + _rule).properties(width=560, height=260, title="Trainable share as you freeze more blocks"))
+    viz.chart_output((_lines + _rule).properties(width=560, height=260, title="Trainable share as you freeze more blocks"))
     return
 
 
@@ -323,7 +324,7 @@ def _(mo, model, seq_slider):
 
 @app.cell
 def _(frozen, full, real_frozen_slider, unit, viz):
-    viz.show(viz.stacked_bars(viz.breakdown_long({"Full finetuning": full,
+    viz.chart_output(viz.stacked_bars(viz.breakdown_long({"Full finetuning": full,
                                                   f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
                               unit, title="Full finetuning against freezing, pure bf16 with Adam"))
     return
@@ -337,7 +338,7 @@ def _(frozen, full, mm, mo, pd, unit, viz):
              for p in ("weights", "gradients", "optimizer_states", "activations")]
     _rows.append({"part": "Total", "full finetuning": _size(full.total, unit),
                   "frozen": _size(frozen.total, unit), "saved": _size(full.total - frozen.total, unit)})
-    viz.table(pd.DataFrame(_rows))
+    viz.plain_table(pd.DataFrame(_rows))
     return
 
 
@@ -423,13 +424,13 @@ def _(alt, freeze_blocks, viz):
         tooltip=[alt.Tooltip("frozen:N"), alt.Tooltip("block:N"), alt.Tooltip("source:N"),
                  alt.Tooltip("bytes:Q", title="bytes", format=",")],
     ).properties(width=150, height=180)
-    viz.show(_chart)
+    viz.chart_output(_chart)
     return
 
 
 @app.cell
 def _(freeze_rows, mo):
-    viz.table(freeze_rows)
+    viz.plain_table(freeze_rows)
     return
 
 
@@ -507,7 +508,7 @@ def _(alt, bert_full, bert_sweep, mm, np, pd, top_blocks, unit, viz):
     _rule = alt.Chart(_rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(x=alt.X("share:Q"))
     _rule_text = alt.Chart(_rule_frame).mark_text(align="left", dx=4, fontSize=11).encode(
         x=alt.X("share:Q"), y=alt.value(12), text=alt.Text("label:N"))
-    viz.show((_points + _rule + _rule_text + _dot_marks + _dot_text).properties(
+    viz.chart_output((_points + _rule + _rule_text + _dot_marks + _dot_text).properties(
         width=560, height=280, title="BERT-large: memory for each number of top blocks trained"))
     return
 

@@ -37,39 +37,34 @@ def test_readable_size(n_bytes, unit, expected):
     assert viz.readable_size(n_bytes, unit) == expected
 
 
-def test_show_gives_marimo_the_json_its_own_formatter_would():
-    # viz.show skips altair's validated HTML rendering; what reaches the page must not change.
-    import json
-
-    from marimo._output.formatters.formatters import register_formatters
-    from marimo._output.formatting import try_format
-
-    import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Slider, bound_chart
-
-    register_formatters()
-    run = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam")
-    bars = viz.stacked_bars(viz.breakdown_long({"a": run}, "GB"), "GB", capacity_bytes=24 * 10**9)
-    grid = viz.breakdown_long({"a": run, "b": run}, "GB").assign(n=lambda f: (f["scenario"] == "b").astype(int))
-    bound = bound_chart(grid, [Slider("n", "n")], lambda base: base.mark_bar().encode(x="sum(size):Q"))
-    for chart in (bars, bound):
-        mimetype, data = viz.show(chart)._mime_()
-        marimo = try_format(chart)
-        assert mimetype == marimo.mimetype
-        assert json.loads(data) == json.loads(marimo.data)
-        chart.to_dict()  # and the spec is still valid Vega-Lite (checked here, not on every slider move)
-
-
-def test_table_is_plain_html_with_numbers_right_aligned_and_text_escaped():
+def test_plain_table_shows_every_cell_with_separators_and_escapes_text():
     import pandas as pd
 
-    from memmath import viz
+    frame = pd.DataFrame({"model": ["BERT <base>", "Llama-2-7B"], "params": [109_482_240, 6_738_415_616],
+                          "share (%)": [2.17, 0.5], "note": ["a long note that may wrap", "short"]})
+    shown = viz.plain_table(frame, wrapped_columns=["note"]).text
+    # 109,482,240 and 6,738,415,616 written by hand with separators; text escaped, not parsed as a tag.
+    assert "109,482,240" in shown and "6,738,415,616" in shown and "2.17" in shown
+    assert "BERT &lt;base&gt;" in shown and "<base>" not in shown
+    assert shown.count("<tr>") == 3 and shown.count('class="num"') == 4 and shown.count('class="wrap"') == 2
+    with pytest.raises(ValueError, match="nope"):
+        viz.plain_table(frame, wrapped_columns=["nope"])
 
-    frame = pd.DataFrame({"part": ["Weights <fp32>", "Gradients"], "bytes": [14_000_000_000, 7], "GB": [14.0, 0.5],
-                          "fits": [True, False]})
-    html = viz.table(frame, formats={"GB": lambda v: f"{v:.2f}"}).text
-    assert "<table" in html and "marimo-table" not in html  # static HTML, not marimo's interactive grid
-    assert "Weights &lt;fp32&gt;" in html
-    assert '<td class="num">14,000,000,000</td>' in html and '<td class="num">0.50</td>' in html
-    assert '<td class="">True</td>' in html
+
+def test_chart_output_carries_the_same_spec_marimo_would_show():
+    import json
+
+    import altair as alt
+    import pandas as pd
+    from marimo._output.formatting import try_format
+
+    chart = alt.Chart(pd.DataFrame({"part": ["Weights", "Gradients"], "GB": [13.48, 13.48]})).mark_bar().encode(
+        x=alt.X("GB:Q", title="Memory (GB)"), y=alt.Y("part:N"))
+    mimetype, spec = viz.chart_output(chart)._mime_()
+    marimo_mimetype, marimo_spec = try_format(chart).mimetype, try_format(chart).data
+    assert mimetype == marimo_mimetype == "application/vnd.vegalite.v6+json"
+    shown, expected = json.loads(spec), json.loads(marimo_spec)
+    expected.pop("usermeta", None)  # marimo adds empty embed options
+    assert shown == expected
+    with pytest.raises(TypeError):
+        viz.chart_output("not a chart")
