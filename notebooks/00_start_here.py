@@ -4,19 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Start here: planning before CUDA runs out of memory")
 
 
-@app.cell
-def _():
-    import altair as alt
-    import marimo as mo
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Slider, bound_chart, live_only_notice
-
-    return Slider, alt, bound_chart, live_only_notice, mm, mo, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(mo, viz):
     mo.md(f"""
@@ -40,6 +27,19 @@ def _(mo, viz):
     This workbook does the accounting before the error appears.
     """)
     return
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Slider, bound_chart, live_only_notice
+
+    return Slider, alt, bound_chart, live_only_notice, mm, mo, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -111,8 +111,8 @@ def _(demo_params_slider, demo_training, demo_weights, mm, mo, unit):
 def _(mo):
     mo.md(r"""
     The chart below draws the same two budgets for every position of its own slider, from numbers
-    computed in advance. Its slider and unit menu keep working even in a static copy of this page
-    (the exported site), where the controls above are frozen.
+    computed in advance (its bars are labelled in GB and in GiB). Its slider keeps working even in
+    a static copy of this page (the exported site), where the controls above are frozen.
     """)
     return
 

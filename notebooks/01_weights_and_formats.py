@@ -4,20 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Weights and number formats")
 
 
-@app.cell
-def _():
-    import altair as alt
-    import marimo as mo
-    import numpy as np
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Slider, bound_chart, live_only_notice
-
-    return Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(article_params, article_weight_bytes, mm, mo, viz):
     mo.md(f"""
@@ -38,6 +24,20 @@ def _(article_params, article_weight_bytes, mm, mo, viz):
     weights. Lesson 2, {viz.lesson_link("02_full_finetuning")}, adds what training keeps on top.
     """)
     return
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Slider, bound_chart, live_only_notice
+
+    return Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)

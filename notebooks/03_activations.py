@@ -4,18 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Activations")
 
 
-@app.cell
-def _():
-    import marimo as mo
-    import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
-    import altair as alt
-    import numpy as np
-    import pandas as pd
-    return Select, Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(mm, mo, viz):
     _article = mm.training_memory(mm.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
@@ -37,6 +25,18 @@ def _(mm, mo, viz):
     can outgrow everything else.
     """)
     return
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+    import altair as alt
+    import numpy as np
+    import pandas as pd
+    return Select, Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)

@@ -4,18 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Partial finetuning: freezing layers")
 
 
-@app.cell
-def _():
-    import marimo as mo
-    import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Slider, bound_chart, live_only_notice
-    import altair as alt
-    import numpy as np
-    import pandas as pd
-    return Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(mm, mo, viz):
     _bpp = mm.bytes_per_parameter("bf16", "adam")
@@ -37,6 +25,18 @@ def _(mm, mo, viz):
     before the model learns as well as with full finetuning?
     """)
     return
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Slider, bound_chart, live_only_notice
+    import altair as alt
+    import numpy as np
+    import pandas as pd
+    return Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
