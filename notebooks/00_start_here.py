@@ -139,7 +139,8 @@ def _(Slider, alt, bound_chart, demo_grid, viz):
         _parts = ["weights", "gradients", "optimizer_states"]
         _bars = base.mark_bar().encode(
             x=alt.X("sum(GB):Q", title="Memory (GB)",
-                    scale=alt.Scale(domain=[0, float(demo_grid.groupby(["billions", "scenario"])["GB"].sum().max())])),
+                    # room on the right for the largest bar's label
+                    scale=alt.Scale(domain=[0, 1.45 * float(demo_grid.groupby(["billions", "scenario"])["GB"].sum().max())])),
             y=alt.Y("scenario:N", title=None, sort=["Loading the weights", "One training step"]),
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
             order=alt.Order("order:Q"),

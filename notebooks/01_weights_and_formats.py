@@ -358,7 +358,10 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
         _totals = base.transform_aggregate(GB="sum(GB)", groupby=["format"])
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
             x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("GB:Q", format=",.2f"))
-        return (_bars + _text).properties(width=460, height=240)
+        # An invisible point past the longest bar stretches the axis, so its label has room.
+        _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
+            room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))
+        return (_bars + _text + _room).properties(width=460, height=240)
 
     _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
     viz.chart_output(bound_chart(formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7),

@@ -202,7 +202,10 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, Select, Slider, alt, bound_chart, recipes_g
             label="format(datum.GB, ',.2f') + ' GB, ' + format(datum.GB / datum.billions, '.3~f') + ' B per parameter'")
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
             x=alt.X("GB:Q"), y=alt.Y("recipe:N", sort=_order), text=alt.Text("label:N"))
-        return (_bars + _text).properties(width=340, height=200)
+        # An invisible point past the longest bar stretches the axis, so its label has room.
+        _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
+            room="datum.longest * 1.9").mark_point(opacity=0).encode(x=alt.X("room:Q"))
+        return (_bars + _text + _room).properties(width=420, height=200)
 
     viz.chart_output(bound_chart(recipes_grid,
                          [Slider("billions", "Parameters", value=7, labels=lambda b: viz.short_count(round(b * 10**9))),
@@ -292,9 +295,9 @@ def _(alt, published_per_parameter, viz):
 @app.cell
 def _(mm, n_params, unit, viz):
     published_rows = mm.published.published_table(n_params, unit)
-    _first = ["estimate", "B per parameter", f"memory ({unit})", "what it counts"]
-    _shown = published_rows[_first + [c for c in published_rows.columns if c not in _first]].round(2)
-    viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])  # plain HTML: the size slider redraws it on every move
+    # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
+    _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
+    viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])  # plain HTML: the size slider redraws it
     return (published_rows,)
 
 

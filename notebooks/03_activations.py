@@ -538,12 +538,18 @@ def _(measured_case, measured_hf, mm, mo, pd, viz):
                                     attention=measured_case["attention"])
     _formula_rows = [{"what the formula counts": t.tensor, "bytes": int(t.bytes)} for t in _formula]
     block_terms = pd.DataFrame(_rows)
-    mo.hstack([viz.plain_table(block_terms), viz.plain_table(pd.DataFrame(_formula_rows))], widths="equal", gap=1)
+    _formula_frame = pd.DataFrame(_formula_rows)
+    mo.vstack([
+        mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
+              f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
+              f"**{_formula_frame['bytes'].sum():,} B**."),
+        mo.hstack([viz.plain_table(block_terms), viz.plain_table(_formula_frame)], widths="equal", gap=1),
+    ])
     return (block_terms,)
 
 
 @app.cell(hide_code=True)
-def _(measured_case, measured_hf, mo, term_bytes):
+def _(measured_case, measured_hf, measured_textbook, mo, term_bytes):
     _case, _terms = measured_case, measured_hf.terms
     _e = 4 if _case["precision"] == "fp32" else 2
     _blocks = ["each block"]
@@ -556,32 +562,41 @@ def _(measured_case, measured_hf, mo, term_bytes):
         _gelu = term_bytes(_terms, _blocks, "gelu_new")
         if _gelu:
             _why.append(f"**gelu_new** (GPT-2's tanh GELU) keeps four tensors as wide as the MLP for its backward "
-                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts one "
-                        "GeLU input.")
-        _fp32 = term_bytes(_terms, _blocks, "fp32")
-        if _fp32:
-            _why.append(f"**fp32 copies**: {_fp32:,} B per block are kept in fp32 even in a {_case['precision']} "
-                        "model (LLaMA's RMSNorm and eager softmax upcast; the CPU's attention with dropout falls "
-                        "back to PyTorch's math kernel, which computes in fp32; the fused kernel's log-sum-exp).")
+                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts only "
+                        "the GeLU's input (its output, the next linear layer's input, is on both lists).")
         _swiglu = term_bytes(_terms, _blocks, "SwiGLU")
         if _swiglu:
             _why.append(f"**SwiGLU**: LLaMA's MLP keeps three tensors of its intermediate width, {_swiglu:,} B per "
                         "block, not GeLU's two of 4h.")
+        _upcast = term_bytes(_terms, _blocks, "fp32") - term_bytes(_terms, _blocks, "log-sum-exp")
+        if _upcast and _case["precision"] != "fp32":
+            _why.append(f"**fp32 upcasts**: {_upcast:,} B per block are kept in fp32 in this {_case['precision']} "
+                        "model (LLaMA's RMSNorm computes in fp32 and its eager softmax too; on the CPU, attention "
+                        "with dropout runs PyTorch's math kernel, also in fp32).")
         _masks = term_bytes(_terms, _blocks, "mask")
         if _masks:
             _why.append(f"**Dropout masks on the CPU** take the element size ({_e} B each here), not the paper's 1 B "
                         f"(CUDA): {_masks:,} B per block.")
-        if _case["attention"] == "sdpa":
-            _why.append(f"**Fused attention** (SDPA) keeps Q, K, V and its output itself, "
-                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block, which the formula files under the "
-                        "projections.")
-    _loss = term_bytes(_terms, ["loss"], "")
-    _why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
-                f"({_loss / int(_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
-                "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, "
-                + ("which matches a causal LM." if _case["family"] != "bert" else
-                   "while BERT's classifier has two labels, not a vocabulary: its embeddings' LayerNorm and "
-                   "dropout are what the formula misses here."))
+        if _case["attention"] == "sdpa" and _case["dropout"]:
+            _math = sum(term_bytes(_terms, _blocks, w) for w in ("copy", "softmax", "probabilities"))
+            _why.append(f"**SDPA with dropout on the CPU** is not fused: PyTorch falls back to its math kernel, which "
+                        f"keeps copies of Q, K and V, the s × s softmax and the dropped probabilities (its mask is above), "
+                        f"{_math:,} B per block, where the formula's fused attention keeps one log-sum-exp.")
+        elif _case["attention"] == "sdpa":
+            _why.append(f"**Fused attention** (SDPA) keeps Q, K, V as it received them and its output, "
+                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block: the same kind of tensors the formula "
+                        "counts under Q, K, V and the output projection's input, at this model's own sizes.")
+    _outside = int(_case["saved_outside_layers"])
+    _textbook_outside = int(measured_textbook.outside_layers + measured_textbook.loss)
+    if _case["family"] == "bert":
+        _why.append(f"**Outside the blocks**, PyTorch kept {_outside:,} B: the embeddings' LayerNorm and dropout, "
+                    f"the pooler, the classifier and its 2-label loss. The textbook model counts {_textbook_outside:,} B "
+                    "there (the pooler's input and the loss): the formula describes the blocks only.")
+    else:
+        _loss = term_bytes(_terms, ["loss"], "")
+        _why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
+                    f"({_loss / int(_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
+                    "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
     mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in _why))
     return
 
