@@ -404,9 +404,8 @@ def _(measured_cases, measured_model_dropdown, measured_precision_radio, mm, pd)
                          "bytes": int(_n)} for _source, _n in (("measured", _measured), ("memmath", _memmath))]
         _rows.append({"frozen blocks": _k, "trainable parameters": int(_case["trainable_params"]),
                       "gradients, measured (B)": int(_case["grad_bytes"]), "gradients, memmath (B)": int(_predicted.gradients),
-                      "saved activations, measured (B)": int(_case["saved_bytes"]),
-                      "saved activations, memmath (B)": int(_predicted.activation_detail.saved_by_forward),
-                      "per block, measured (B)": " / ".join(f"{n:,}" for n in _case["saved_per_layer"])})
+                      "saved, measured (B)": int(_case["saved_bytes"]),
+                      "saved, memmath (B)": int(_predicted.activation_detail.saved_by_forward)})
     freeze_blocks = pd.DataFrame(_blocks)
     freeze_rows = pd.DataFrame(_rows).sort_values("frozen blocks").reset_index(drop=True)
     return freeze_blocks, freeze_rows
@@ -437,7 +436,7 @@ def _(freeze_rows, mo):
 @app.cell(hide_code=True)
 def _(freeze_rows, measured_cases, measured_model_dropdown, mo):
     _equal = all((freeze_rows[f"{p}, measured (B)"] == freeze_rows[f"{p}, memmath (B)"]).all()
-                 for p in ("gradients", "saved activations"))
+                 for p in ("gradients", "saved"))
     _full, _last = freeze_rows.iloc[0], freeze_rows.iloc[-1]
     _ckpt = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
                            & (measured_cases["method"] == "freeze") & measured_cases["checkpointing"]
@@ -445,8 +444,8 @@ def _(freeze_rows, measured_cases, measured_model_dropdown, mo):
     mo.md(f"""
     {"Every number matches memmath's prediction to the byte." if _equal else "Some numbers differ from memmath's prediction (see the table)."}
     Freezing the first {_last["frozen blocks"]} blocks cut the gradients from {_full["gradients, measured (B)"]:,} B to
-    {_last["gradients, measured (B)"]:,} B and the saved activations from {_full["saved activations, measured (B)"]:,} B to
-    {_last["saved activations, measured (B)"]:,} B: the frozen blocks saved **0 B**. What stays is the set of
+    {_last["gradients, measured (B)"]:,} B and the saved activations from {_full["saved, measured (B)"]:,} B to
+    {_last["saved, measured (B)"]:,} B: the frozen blocks saved **0 B**. What stays is the set of
     each trainable block and what comes after the blocks (the final norm or pooler, the head and the loss).
 
     One exception, also measured: with **gradient checkpointing**, transformers makes the embeddings' output
