@@ -6,6 +6,8 @@ states red, activations green (Tableau 10, the altair default palette, so they r
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
 import pandas as pd
 
@@ -222,3 +224,62 @@ def readable_unit(n_bytes, unit: str = "GB") -> str:
 def readable_size(n_bytes, unit: str = "GB") -> str:
     """n_bytes labelled in readable_unit's unit: '358.61 MB', '4.30 GB', '311.30 KiB'."""
     return format_bytes(n_bytes, readable_unit(n_bytes, unit))
+
+
+class SpecOutput:
+    """A Vega-Lite spec (a dict) shown by marimo like an altair chart: same mimetype, JSON written once."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self._json = json.dumps(spec, allow_nan=False)
+
+    def _mime_(self) -> tuple[str, str]:
+        return f"application/vnd.vegalite.v{alt.VEGALITE_VERSION.split('.')[0]}+json", self._json
+
+
+def stacked_bars_output(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capacity_bytes=None,
+                        capacity_label: str = "", width: int = 560, height=None) -> SpecOutput:
+    """The chart of `stacked_bars(...)`, ready for a cell to show, built as Vega-Lite JSON directly.
+
+    Same arguments and the same drawing as `chart_output(stacked_bars(...))` (tests/test_viz_helpers.py
+    compares the two specs), in well under a millisecond instead of about 20 ms of altair objects:
+    for a chart that a slider redraws on every move.
+    """
+    unit = unit_name(unit)
+    parts = [p for p in list(PARTS) + ["kv_cache", "working_set"] if p in set(frame["part"])]
+    scenarios = list(dict.fromkeys(frame["scenario"]))
+    labels = [ALL_LABELS[p] for p in parts]
+    rows = [{"bytes": int(b), "label": str(lab), "order": int(o), "part": str(p), "scenario": str(s), "size": float(z)}
+            for s, p, lab, b, z, o in frame[["scenario", "part", "label", "bytes", "size", "order"]].itertuples(
+                index=False, name=None)]
+    bars = {
+        "data": {"values": rows}, "mark": {"type": "bar"},
+        "encoding": {
+            "color": {"field": "label", "scale": {"domain": labels, "range": [PART_COLORS[p] for p in parts]},
+                      "sort": labels, "title": "Part", "type": "nominal"},
+            "order": {"field": "order", "type": "quantitative"},
+            "tooltip": [{"field": "scenario", "type": "nominal"}, {"field": "label", "type": "nominal"},
+                        {"field": "size", "format": ",.2f", "title": unit, "type": "quantitative"},
+                        {"field": "bytes", "format": ",", "title": "bytes", "type": "quantitative"}],
+            "x": {"aggregate": "sum", "field": "size", "stack": "zero", "title": memory_axis_title(unit),
+                  "type": "quantitative"},
+            "y": {"field": "scenario", "sort": scenarios, "title": None, "type": "nominal"},
+        },
+    }
+    spec = {"$schema": alt.SCHEMA_URL, "config": {"view": {"continuousHeight": 300, "continuousWidth": 300}},
+            "height": height or max(60, 38 * len(scenarios)), "title": title, "width": width}
+    if capacity_bytes is None:
+        spec.update(bars)
+    else:
+        rule_rows = [{"size": capacity_bytes / UNITS[unit], "what": capacity_label or "GPU memory"}]
+        rule = {"data": {"values": rule_rows}, "mark": {"type": "rule", "color": "black", "size": 2,
+                                                         "strokeDash": [6, 4]},
+                "encoding": {"tooltip": [{"field": "what", "type": "nominal"},
+                                         {"field": "size", "format": ",.2f", "title": unit, "type": "quantitative"}],
+                             "x": {"field": "size", "type": "quantitative"}}}
+        text = {"data": {"values": rule_rows}, "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6,
+                                                         "fontSize": 11},
+                "encoding": {"text": {"field": "what", "type": "nominal"}, "x": {"field": "size", "type": "quantitative"},
+                             "y": {"value": 0}}}
+        spec["layer"] = [bars, rule, text]
+    return SpecOutput(spec)

@@ -133,9 +133,10 @@ def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, p
 def _(gpu, mm, pd, run, unit, viz):
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
-    viz.chart_output(viz.stacked_bars(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
-                              capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
-                              title="What the GPU must hold (activations come on top: lesson 3)"))
+    # viz.stacked_bars drawn straight to Vega-Lite JSON: the size slider redraws it on every move.
+    viz.stacked_bars_output(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
+                            capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
+                            title="What the GPU must hold (activations come on top: lesson 3)")
     return
 
 

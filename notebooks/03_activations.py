@@ -207,7 +207,7 @@ def _(attention, batch_size, mm, model, seq_len, training, unit, viz):
     _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
     _bars = viz.breakdown_long({"Training (your settings)": training,
                                 "Inference, same batch and length": inference}, _unit)
-    viz.chart_output(viz.stacked_bars(_bars, _unit, title="Where the memory goes"))
+    viz.stacked_bars_output(_bars, _unit, title="Where the memory goes")  # JSON directly: every slider redraws it
     return (inference,)
 
 

@@ -324,9 +324,10 @@ def _(mo, model, seq_slider):
 
 @app.cell
 def _(frozen, full, real_frozen_slider, unit, viz):
-    viz.chart_output(viz.stacked_bars(viz.breakdown_long({"Full finetuning": full,
-                                                  f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
-                              unit, title="Full finetuning against freezing, pure bf16 with Adam"))
+    # viz.stacked_bars drawn straight to Vega-Lite JSON: four sliders redraw it.
+    viz.stacked_bars_output(viz.breakdown_long({"Full finetuning": full,
+                                                f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
+                            unit, title="Full finetuning against freezing, pure bf16 with Adam")
     return
 
 

@@ -68,3 +68,40 @@ def test_chart_output_carries_the_same_spec_marimo_would_show():
     assert shown == expected
     with pytest.raises(TypeError):
         viz.chart_output("not a chart")
+
+
+def _inline_datasets(spec):
+    """A Vega-Lite spec with altair's named datasets written into each layer (to compare specs)."""
+    import copy
+
+    spec = copy.deepcopy(spec)
+    datasets = spec.pop("datasets", {})
+
+    def inline(node):
+        if isinstance(node, dict):
+            if "data" in node and "name" in node["data"]:
+                node["data"] = {"values": datasets[node["data"]["name"]]}
+            for value in node.values():
+                inline(value)
+        elif isinstance(node, list):
+            for value in node:
+                inline(value)
+    inline(spec)
+    spec.pop("usermeta", None)
+    return spec
+
+
+@pytest.mark.parametrize("capacity", [None, 24 * 10**9])
+@pytest.mark.parametrize("unit", ["GB", "GiB"])
+def test_stacked_bars_output_is_the_stacked_bars_chart(capacity, unit):
+    import json
+
+    import memmath as mm
+
+    frame = viz.breakdown_long({"Holding the weights": mm.inference_memory(7 * 10**9),
+                                "One step": mm.training_memory("llama-2-7b", seq_len=512, attention="sdpa")}, unit)
+    kwargs = dict(title="t", capacity_bytes=capacity, capacity_label="RTX 4090", width=420)
+    fast = json.loads(viz.stacked_bars_output(frame, unit, **kwargs)._mime_()[1])
+    slow = json.loads(viz.chart_output(viz.stacked_bars(frame, unit, **kwargs))._mime_()[1])
+    assert fast == _inline_datasets(slow)
+    assert viz.stacked_bars_output(frame, unit, **kwargs)._mime_()[0] == "application/vnd.vegalite.v6+json"
