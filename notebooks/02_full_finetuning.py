@@ -28,6 +28,8 @@ def _(article_run, mm, mo, viz):
 
 @app.cell
 def _():
+    import json
+
     import altair as alt
     import marimo as mo
     import pandas as pd
@@ -36,7 +38,7 @@ def _():
     from memmath import viz
     from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
 
-    return Select, Slider, alt, bound_chart, live_only_notice, mm, mo, pd, viz
+    return Select, Slider, alt, bound_chart, json, live_only_notice, mm, mo, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -169,38 +171,42 @@ def _(mo):
 
 @app.cell
 def _(mm, pd):
-    # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB.
+    # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB. Recipes
+    # travel as their short names and sizes as positions 0-10 (the page carries every byte of the grid).
     RECIPE_NAMES = {"bf16": "pure bf16", "fp32": "fp32", "amp": "PyTorch AMP", "mixed": "mixed (ZeRO)",
                     "mixed_fp32_grads": "mixed + fp32 accumulation"}
     OPTIMIZER_NAMES = {"adam": "Adam", "sgd": "SGD", "sgd_momentum": "SGD with momentum", "adam8bit": "8-bit Adam"}
+    RECIPE_SIZES = (0.1, 0.35, 1, 3, 7, 13, 34, 70, 175, 405, 1000)  # billions of parameters
     _rows = []
-    for _billions in (0.1, 0.35, 1, 3, 7, 13, 34, 70, 175, 405, 1000):
+    for _position, _billions in enumerate(RECIPE_SIZES):
         for _optimizer in OPTIMIZER_NAMES:
-            for _recipe, _label in RECIPE_NAMES.items():
+            for _recipe in RECIPE_NAMES:
                 _run = mm.training_memory(int(_billions * 10**9), precision=_recipe, optimizer=_optimizer)
                 for _order, (_part, _bytes) in enumerate(_run.parts().items()):
                     if _bytes:
-                        _rows.append({"billions": _billions, "optimizer": _optimizer, "recipe": _label,
+                        _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
                                       "part": mm.PART_LABELS[_part], "order": _order,
                                       "GB": round(mm.to_unit(_bytes, "GB"), 3)})
     recipes_grid = pd.DataFrame(_rows)
-    return OPTIMIZER_NAMES, RECIPE_NAMES, recipes_grid
+    return OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, recipes_grid
 
 
 @app.cell
-def _(OPTIMIZER_NAMES, RECIPE_NAMES, Select, Slider, alt, bound_chart, recipes_grid, viz):
+def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_chart, json, recipes_grid, viz):
     def _draw(base):
-        _order = list(RECIPE_NAMES.values())
+        _order = list(RECIPE_NAMES)
+        _names = f"{json.dumps(RECIPE_NAMES)}[datum.value]"  # short name -> what the axis shows
         _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
-        _bars = base.mark_bar().encode(
+        _bars = base.transform_calculate(name=f"{json.dumps(RECIPE_NAMES)}[datum.recipe]").mark_bar().encode(
             x=alt.X("sum(GB):Q", title="Memory (GB)"),
-            y=alt.Y("recipe:N", title=None, sort=_order),
+            y=alt.Y("recipe:N", title=None, sort=_order, axis=alt.Axis(labelExpr=_names)),
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
             order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("recipe:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.3~f")])
+            tooltip=[alt.Tooltip("name:N", title="recipe"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.3~f")])
         # Each bar's total and bytes per parameter (GB per billion parameters is bytes per parameter).
-        _totals = base.transform_aggregate(GB="sum(GB)", billions="max(billions)", groupby=["recipe"]).transform_calculate(
-            label="format(datum.GB, ',.2f') + ' GB, ' + format(datum.GB / datum.billions, '.3~f') + ' B per parameter'")
+        _billions = f"{json.dumps(list(RECIPE_SIZES))}[datum.size]"
+        _totals = base.transform_aggregate(GB="sum(GB)", size="max(size)", groupby=["recipe"]).transform_calculate(
+            label=f"format(datum.GB, ',.2f') + ' GB, ' + format(datum.GB / {_billions}, '.3~f') + ' B per parameter'")
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
             x=alt.X("GB:Q"), y=alt.Y("recipe:N", sort=_order), text=alt.Text("label:N"))
         # An invisible point past the longest bar stretches the axis, so its label has room.
@@ -208,8 +214,9 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, Select, Slider, alt, bound_chart, recipes_g
             room="datum.longest * 1.9").mark_point(opacity=0).encode(x=alt.X("room:Q"))
         return (_bars + _text + _room).properties(width=420, height=200)
 
+    _sizes = {i: viz.short_count(round(b * 10**9)) for i, b in enumerate(RECIPE_SIZES)}
     viz.chart_output(bound_chart(recipes_grid,
-                         [Slider("billions", "Parameters", value=7, labels=lambda b: viz.short_count(round(b * 10**9))),
+                         [Slider("size", "Parameters", value=RECIPE_SIZES.index(7), labels=_sizes),
                           Select("optimizer", "Optimizer", labels=OPTIMIZER_NAMES)],
                          _draw, title="One step of full finetuning, before activations, in five recipes"))
     return
