@@ -123,7 +123,7 @@ def _(mm, pd):
     _rows = []
     for _billions in range(1, 101):
         _step = mm.training_memory(_billions * 10**9, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B
-        _scenarios = {"Loading the weights": {"weights": _step.weights}, "One training step": _step.parts()}
+        _scenarios = {"load": {"weights": _step.weights}, "step": _step.parts()}  # short names: the page carries each row
         for _scenario, _parts in _scenarios.items():
             for _order, (_part, _bytes) in enumerate((p, b) for p, b in _parts.items() if b):
                 _rows.append({"billions": _billions, "scenario": _scenario, "part": mm.PART_LABELS[_part],
@@ -137,20 +137,21 @@ def _(mm, pd):
 def _(Slider, alt, bound_chart, demo_grid, viz):
     def _draw(base):
         _parts = ["weights", "gradients", "optimizer_states"]
+        _names = "{'load': 'Loading the weights', 'step': 'One training step'}[datum.value]"
         _bars = base.mark_bar().encode(
             x=alt.X("sum(GB):Q", title="Memory (GB)",
                     # room on the right for the largest bar's label
                     scale=alt.Scale(domain=[0, 1.45 * float(demo_grid.groupby(["billions", "scenario"])["GB"].sum().max())])),
-            y=alt.Y("scenario:N", title=None, sort=["Loading the weights", "One training step"]),
+            y=alt.Y("scenario:N", title=None, sort=["load", "step"], axis=alt.Axis(labelExpr=_names)),
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
             order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f"),
+            tooltip=[alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f"),
                      alt.Tooltip("GiB:Q", format=",.2f")])
         # Each bar's total, in both units (the sum of memmath's parts).
         _totals = base.transform_aggregate(GB="sum(GB)", GiB="sum(GiB)", groupby=["scenario"]).transform_calculate(
             label="format(datum.GB, ',.2f') + ' GB = ' + format(datum.GiB, ',.2f') + ' GiB'")
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
-            x=alt.X("GB:Q"), y=alt.Y("scenario:N", sort=["Loading the weights", "One training step"]),
+            x=alt.X("GB:Q"), y=alt.Y("scenario:N", sort=["load", "step"]),
             text=alt.Text("label:N"))
         return (_bars + _text).properties(width=440, height=90)
 
