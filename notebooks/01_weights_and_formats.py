@@ -61,7 +61,7 @@ def _(mm):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd):
+def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd, viz):
     _rows = [{"format": name, "bits": mm.get_format(name).bits, "bytes per parameter": mm.get_format(name).bytes,
               "7B weights (GB)": round(mm.to_unit(mm.get_format(name).bytes_for(article_params), "GB"), 2)}
              for name in STORAGE_FORMATS]
@@ -141,7 +141,7 @@ def _(STORAGE_FORMATS, alt, bit_layout, viz):
 
 
 @app.cell
-def _(STORAGE_FORMATS, mm, mo, pd):
+def _(STORAGE_FORMATS, mm, pd, viz):
     # Range and precision of each format (memmath.FORMATS): largest value, step just above 1, digits.
     format_table = pd.DataFrame([{
         "format": _f.name, "bits": _f.bits,

@@ -42,7 +42,7 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(article_bpp, mm, mo):
+def _(article_bpp, mo):
     mo.md(f"""
     ## The formula
 
@@ -70,7 +70,7 @@ def _(mm):
 
 
 @app.cell(hide_code=True)
-def _(article_params, article_run, mm, mo):
+def _(article_params, article_run, mm, mo, viz):
     _frame = article_run.to_frame("GB")
     _frame = _frame[_frame["bytes"] > 0][["label", "bytes", "GB"]].reset_index(drop=True)
     _rest = article_run.without_activations - article_run.weights

@@ -63,7 +63,7 @@ def _(mo):
 
 
 @app.cell
-def _(mm, mo, pd):
+def _(mm, pd, viz):
     _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)  # e = 2 B, m = 1 B
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
@@ -115,7 +115,7 @@ def _(live_only_notice, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, preset_dropdown):
+def _(live_only_notice, mm, mo, preset_dropdown):
     preset = mm.PRESETS[preset_dropdown.value]
     layers_slider = mo.ui.slider(1, 128, value=preset.n_layers, show_value=True, label="Layers L (blocks)")
     width_slider = mo.ui.slider(64, 12288, step=64, value=preset.hidden_size, show_value=True,

@@ -248,7 +248,7 @@ def _(batch_slider, freeze, mm, model, seq_slider):
 
 
 @app.cell(hide_code=True)
-def _(freeze, mo, model):
+def _(freeze, model, viz):
     _groups = freeze.groups(model)
     viz.plain_table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})),
                     wrapped_columns=["note"])
@@ -332,7 +332,7 @@ def _(frozen, full, real_frozen_slider, unit, viz):
 
 
 @app.cell(hide_code=True)
-def _(frozen, full, mm, mo, pd, unit, viz):
+def _(frozen, full, mm, pd, unit, viz):
     _size = viz.readable_size
     _rows = [{"part": mm.PART_LABELS[p], "full finetuning": _size(full.parts()[p], unit),
               "frozen": _size(frozen.parts()[p], unit), "saved": _size(full.parts()[p] - frozen.parts()[p], unit)}
@@ -429,7 +429,7 @@ def _(alt, freeze_blocks, viz):
 
 
 @app.cell
-def _(freeze_rows, mo):
+def _(freeze_rows, viz):
     viz.plain_table(freeze_rows)
     return
 
