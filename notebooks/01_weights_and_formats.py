@@ -229,7 +229,7 @@ def _(alt, staircase, value, viz):
     _exact = staircase[staircase["format"] == "exact"]["stored value"]
     _pad = 0.25 * (_exact.max() - _exact.min())
     _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the window, so far-off values do not squash it
-    _base = alt.Chart(staircase).encode(
+    _base = alt.Chart().encode(  # the data is given once, to the layer (one copy for altair to prepare)
         x=alt.X("true value:Q", title="True value (no unit)", scale=alt.Scale(zero=False),
                 axis=alt.Axis(tickCount=5, format=",.6~g")),
         y=alt.Y("stored value:Q", title="Stored value (no unit)", scale=alt.Scale(domain=[_low, _high]),
@@ -242,8 +242,8 @@ def _(alt, staircase, value, viz):
                                                                                 clip=True)
     _steps = _base.transform_filter(alt.datum.format != "exact").mark_line(interpolate="step-after", strokeWidth=2,
                                                                            clip=True)
-    _chart = (_exact_line + _steps).properties(width=520, height=280,
-                                              title=f"What each format stores near {value:g} (±4%)")
+    _chart = alt.layer(_exact_line, _steps, data=staircase).properties(
+        width=520, height=280, title=f"What each format stores near {value:g} (±4%)")
     viz.chart_output(_chart)  # on its own: a chart inside mo.vstack carries its data twice, HTML-escaped
     return
 
@@ -405,20 +405,26 @@ def _(context_checkbox, mm, unit, weight_bytes):
 @app.cell(hide_code=True)
 def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, viz, weight_bytes, weights_format):
     _mem = f"memory ({unit})"
-    _frame = gpu_fits.assign(verdict=gpu_fits["fits"].map({True: "holds the weights", False: "too small"}))
-    _bars = alt.Chart(_frame).mark_bar().encode(
-        x=alt.X(f"{_mem}:Q", title=f"GPU memory as the driver reports it ({unit})"),
-        y=alt.Y("gpu:N", sort=list(_frame["gpu"]), title=None),
+    # One table for the three layers (the cards, then the line at what the weights need), given once to the layer.
+    _frame = pd.concat([
+        pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
+                      "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
+        pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [(weight_bytes + reserved_bytes) / mm.UNITS[unit]],
+                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")]}),
+    ], ignore_index=True)
+    _cards, _need = alt.datum.kind == "card", alt.datum.kind == "need"
+    _bars = alt.Chart().transform_filter(_cards).mark_bar().encode(
+        x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({unit})"),
+        y=alt.Y("gpu:N", sort=list(gpu_fits["gpu"]), title=None),
         color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
                         scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
-        tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip(f"{_mem}:Q", format=",.2f")])
-    _need = pd.DataFrame({"size": [(weight_bytes + reserved_bytes) / mm.UNITS[unit]],
-                          "what": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")]})
-    _rule = alt.Chart(_need).mark_rule(color="#4C78A8", size=3).encode(x=alt.X("size:Q"),
-                                                                         tooltip=[alt.Tooltip("what:N")])
-    _label = alt.Chart(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
-        x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("what:N"))
-    viz.chart_output((_bars + _rule + _label).properties(width=520, height=340, title="Which cards hold the weights"))
+        tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
+    _rule = alt.Chart().transform_filter(_need).mark_rule(color="#4C78A8", size=3).encode(
+        x=alt.X("size:Q"), tooltip=[alt.Tooltip("verdict:N", title="what")])
+    _label = alt.Chart().transform_filter(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
+        x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("verdict:N"))
+    viz.chart_output(alt.layer(_bars, _rule, _label, data=_frame).properties(width=520, height=340,
+                                                                            title="Which cards hold the weights"))
     return
 
 

@@ -298,31 +298,34 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, un
     # The unit at the middle of the log axis (geometric mean of the smallest and largest values).
     unit_sweep = viz.readable_unit(int(np.sqrt(float(_weights.min()) * float(max(_acts.max(), _rest.max())))), unit)
     _series = {"Weights": _weights, "Weights + gradients + optimizer states": _rest, "Activations": _acts}
-    _frame = pd.concat([pd.DataFrame({"x": sweep_values, "what": k, "size": mm.to_unit(v, unit_sweep)})
-                        for k, v in _series.items()])
     _x_title = "Sequence length s (tokens)" if sweep_radio.value == "sequence length" else "Batch size b (sequences)"
     _color = alt.Scale(domain=list(_series), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
-    _lines = alt.Chart(_frame).mark_line(point=True).encode(
+    _now = seq_len if sweep_radio.value == "sequence length" else batch_size
+    _over, _over_weights = sweep_values[_acts > _rest], sweep_values[_acts > _weights]
+    crossover = int(_over[0]) if _over.size else None  # past weights + gradients + optimizer states
+    crossover_weights = int(_over_weights[0]) if _over_weights.size else None  # past the weights alone
+    # One table for every layer (the lines, your setting, the crossings), given once to the layer chart.
+    _frame = pd.concat(
+        [pd.DataFrame({"kind": "line", "x": sweep_values, "what": k, "size": mm.to_unit(v, unit_sweep), "fill": 0})
+         for k, v in _series.items()]
+        + [pd.DataFrame([{"kind": "now", "x": _now, "what": "", "size": 1.0, "fill": 0}])]
+        + [pd.DataFrame([{"kind": "cross", "x": _x, "what": "", "size": mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep),
+                          "fill": _fill}])  # hollow past the weights, filled past everything
+           for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x], ignore_index=True)
+    _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
         x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
         y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
         color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
         tooltip=[alt.Tooltip("what:N"), alt.Tooltip("x:Q", title=_x_title),
                  alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
-    _now = seq_len if sweep_radio.value == "sequence length" else batch_size
-    _rule = alt.Chart(pd.DataFrame({"x": [_now]})).mark_rule(strokeDash=[4, 4], color="black").encode(x=alt.X("x:Q"))
-    _over, _over_weights = sweep_values[_acts > _rest], sweep_values[_acts > _weights]
-    crossover = int(_over[0]) if _over.size else None  # past weights + gradients + optimizer states
-    crossover_weights = int(_over_weights[0]) if _over_weights.size else None  # past the weights alone
-    # Both crossings in one layer: hollow past the weights, filled past everything (one layer fewer to build).
-    _marks = pd.DataFrame([{"x": _x, "size": mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep), "fill": _fill}
-                           for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x])
-    _chart = _lines + _rule
-    if len(_marks):
-        _chart += alt.Chart(_marks).mark_point(size=220, shape="diamond", filled=True, color="black", stroke="black",
-                                               strokeWidth=2).encode(x=alt.X("x:Q"), y=alt.Y("size:Q"),
-                                                                     fillOpacity=alt.FillOpacity("fill:Q", legend=None,
-                                                                                             scale=alt.Scale(domain=[0, 1], range=[0, 1])))
-    viz.chart_output(_chart.properties(width=560, height=300, title="Activations against everything else"))
+    _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(strokeDash=[4, 4], color="black").encode(
+        x=alt.X("x:Q"))
+    _crossings = alt.Chart().transform_filter(alt.datum.kind == "cross").mark_point(
+        size=220, shape="diamond", filled=True, color="black", stroke="black", strokeWidth=2).encode(
+        x=alt.X("x:Q"), y=alt.Y("size:Q"),
+        fillOpacity=alt.FillOpacity("fill:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0, 1])))
+    viz.chart_output(alt.layer(_lines, _rule, _crossings, data=_frame).properties(
+        width=560, height=300, title="Activations against everything else"))
     return crossover, crossover_weights, unit_sweep
 
 

@@ -486,29 +486,36 @@ def _(batch_slider, mm, np, seq_slider):
 
 
 @app.cell(hide_code=True)
-def _(alt, bert_full, bert_sweep, mm, np, pd, top_blocks, unit, viz):
+def _(alt, bert, bert_full, bert_sweep, mm, np, pd, top_blocks, unit, viz):
     _reported = mm.literature.REPORTED["bert_large_partial_share"].value / 100
-    _frame = pd.DataFrame({"share": bert_sweep.trainable_fraction, "top": top_blocks,
-                           "size": mm.to_unit(bert_sweep.total, unit)})
-    _points = alt.Chart(_frame).mark_line(point=True, color=viz.PART_COLORS["weights"]).encode(
+    _first = int(np.argmax(bert_sweep.trainable_fraction >= _reported))
+    # One table for every layer (the sweep, the two marked choices, the reported share), given once to the chart.
+    _frame = pd.concat([
+        pd.DataFrame({"kind": "sweep", "share": bert_sweep.trainable_fraction, "top": top_blocks,
+                      "size": mm.to_unit(bert_sweep.total, unit), "label": ""}),
+        pd.DataFrame({"kind": "dot", "share": [bert_sweep.trainable_fraction[_first], bert_full.trainable_fraction],
+                      "top": [_first, bert.n_layers], "size": [mm.to_unit(bert_sweep.total[_first], unit),
+                                                               mm.to_unit(bert_full.total, unit)],
+                      "label": [f"top {_first} blocks", "full finetuning"]}),
+        pd.DataFrame({"kind": "reported", "share": [_reported], "top": [0], "size": [0.0],
+                      "label": ["reported share (one number)"]}),
+    ], ignore_index=True)
+    _sweep, _dot, _one = (alt.datum.kind == k for k in ("sweep", "dot", "reported"))
+    _points = alt.Chart().transform_filter(_sweep).mark_line(point=True, color=viz.PART_COLORS["weights"]).encode(
         x=alt.X("share:Q", title="Trainable share of BERT-large's parameters", axis=alt.Axis(format="%")),
         y=alt.Y("size:Q", title=viz.memory_axis_title(unit), scale=alt.Scale(zero=True)),
         tooltip=[alt.Tooltip("top:Q", title="top blocks trained"), alt.Tooltip("share:Q", format=".1%"),
                  alt.Tooltip("size:Q", title=unit, format=",.2f")])
-    _first = int(np.argmax(bert_sweep.trainable_fraction >= _reported))
-    _dots = pd.DataFrame({"share": [bert_sweep.trainable_fraction[_first], bert_full.trainable_fraction],
-                          "size": [mm.to_unit(bert_sweep.total[_first], unit), mm.to_unit(bert_full.total, unit)],
-                          "label": [f"top {_first} blocks", "full finetuning"]})
-    _dot_marks = alt.Chart(_dots).mark_point(size=160, filled=True, color="black", shape="diamond").encode(
+    _dot_marks = alt.Chart().transform_filter(_dot).mark_point(size=160, filled=True, color="black", shape="diamond").encode(
         x=alt.X("share:Q"), y=alt.Y("size:Q"),
         tooltip=[alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
-    _dot_text = alt.Chart(_dots).mark_text(align="right", dx=-10, dy=-8, fontSize=11).encode(
+    _dot_text = alt.Chart().transform_filter(_dot).mark_text(align="right", dx=-10, dy=-8, fontSize=11).encode(
         x=alt.X("share:Q"), y=alt.Y("size:Q"), text=alt.Text("label:N"))
-    _rule_frame = pd.DataFrame({"share": [_reported], "label": ["reported share (one number)"]})
-    _rule = alt.Chart(_rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(x=alt.X("share:Q"))
-    _rule_text = alt.Chart(_rule_frame).mark_text(align="left", dx=4, fontSize=11).encode(
+    _rule = alt.Chart().transform_filter(_one).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
+        x=alt.X("share:Q"))
+    _rule_text = alt.Chart().transform_filter(_one).mark_text(align="left", dx=4, fontSize=11).encode(
         x=alt.X("share:Q"), y=alt.value(12), text=alt.Text("label:N"))
-    viz.chart_output((_points + _rule + _rule_text + _dot_marks + _dot_text).properties(
+    viz.chart_output(alt.layer(_points, _rule, _rule_text, _dot_marks, _dot_text, data=_frame).properties(
         width=560, height=280, title="BERT-large: memory for each number of top blocks trained"))
     return
 
