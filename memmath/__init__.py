@@ -13,7 +13,7 @@ from .inference import (
     RULE_OF_THUMB_FACTOR, InferenceMemory, decode_tokens_per_second, inference_memory, kv_cache_bytes,
     rule_of_thumb_context_limit, working_set_bytes,
 )
-from .measured import load_measured, measured_metadata, predict_case, predict_peak_case
+from .measured import load_measured, measured_metadata, predict_case, predict_peak_case, predicted_saved_per_layer
 from .methods import Adapters, Freeze, Full, LoRA, Method, QLoRA, quant_constant_bytes
 from .models import (
     LORA_TARGETS, ModelShape, bert_model, from_hf_config, gpt2_model, llama_model, resolve_model, uniform_model,
@@ -37,4 +37,5 @@ __all__ = [
     "path_to_fit", "quant_constant_bytes", "resolve_model", "round_to_format", "rule_of_thumb_context_limit",
     "suggest_changes", "suggestions_frame", "to_unit", "training_memory", "uniform_model", "working_set_bytes",
     "PeakEstimate", "load_measured", "measured_metadata", "peak_memory", "predict_case", "predict_peak_case",
+    "predicted_saved_per_layer",
 ]

@@ -10,6 +10,8 @@ This module reads that file without torch:
     >>> m = memmath.predict_case(row)               # the matching training_memory(...) call
     >>> int(m.weights) == int(row.param_bytes)
     True
+    >>> predicted_saved_per_layer(row) == list(row.saved_per_layer)   # block by block
+    True
 
 Columns, per case:
   case_id              a readable key: shape/precision/optimizer/method/attention/dropout/checkpointing/b,s
@@ -125,3 +127,36 @@ def predict_peak_case(row):
     arguments = case_arguments(row)
     del arguments["activations"]
     return peak_memory(case_model(row), **arguments)
+
+
+def predicted_saved_per_layer(row) -> list[int]:
+    """Bytes memmath predicts each block saves for backward, block by block, as the measurement books them.
+
+    The counterpart of `row.saved_per_layer` (a list, input side first), from the same
+    activations="transformers" estimate as predict_case: blocks before the first one that stores
+    keep 0 (frozen blocks whose input needs no gradient), then the first storing block (which may
+    keep less when its input needs no gradient), then one `per_layer` each. The measurement files a
+    storage under the first block that saves it, so the tables every block shares (LLaMA's rotary
+    cos/sin, GPT-2's checkpointed attention mask), which the estimate counts outside the blocks,
+    are added to the first storing block here.
+    """
+    from .hf_activations import activation_parts
+    from .recipes import get_recipe
+
+    arguments = case_arguments(row)
+    parts = activation_parts(case_model(row), recipe=get_recipe(arguments["precision"]), method=arguments["method"],
+                             seq_len=arguments["seq_len"], batch_size=arguments["batch_size"],
+                             dropout=arguments["dropout"], attention=arguments["attention"],
+                             checkpointing=arguments["checkpointing"], device=arguments["device"])
+    estimate = parts["estimate"]
+    n_layers = int(row["n_layers"])
+    storing, frozen_storing = int(estimate.layers_storing), int(estimate.frozen_layers_storing)
+    blocks = [0] * (n_layers - storing - frozen_storing) + [int(estimate.frozen_per_layer)] * frozen_storing
+    trained = [int(estimate.per_layer)] * storing
+    if trained and estimate.first_layer is not None:
+        trained[0] = int(estimate.first_layer)
+    blocks += trained
+    first = next((i for i, n in enumerate(blocks) if n), None)
+    if first is not None:
+        blocks[first] += int(parts["tables"])
+    return blocks

@@ -4,17 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Start here: planning before CUDA runs out of memory")
 
 
-@app.cell
-def _():
-    import marimo as mo
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import viz
-
-    return mm, mo, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(mo, viz):
     mo.md(f"""
@@ -38,6 +27,19 @@ def _(mo, viz):
     This workbook does the accounting before the error appears.
     """)
     return
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Slider, bound_chart, live_only_notice
+
+    return Slider, alt, bound_chart, live_only_notice, mm, mo, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -73,21 +75,26 @@ def _(mo):
 
 
 @app.cell
-def _(mo):
+def _(live_only_notice, mo):
     demo_params_slider = mo.ui.slider(start=1, stop=100, step=1, value=7, show_value=True,
                                       label="Parameters (billions)")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.hstack([demo_params_slider, unit_radio], justify="start", gap=2)
+    mo.vstack([live_only_notice(), mo.hstack([demo_params_slider, unit_radio], justify="start", gap=2)])
     return demo_params_slider, unit_radio
 
 
 @app.cell
-def _(demo_params_slider, mm, unit_radio):
+def _(unit_radio):
+    unit = unit_radio.value  # its own cell: the size slider does not redraw what only the unit changes
+    return (unit,)
+
+
+@app.cell
+def _(demo_params_slider, mm):
     demo_params = demo_params_slider.value * 10**9
-    unit = unit_radio.value
     demo_weights = mm.get_format("bf16").bytes_for(demo_params)  # N x 16 bits / 8
     demo_training = mm.training_memory(demo_params, precision="bf16", optimizer="adam")  # 8 B per parameter
-    return demo_training, demo_weights, unit
+    return demo_training, demo_weights
 
 
 @app.cell(hide_code=True)
@@ -97,6 +104,59 @@ def _(demo_params_slider, demo_training, demo_weights, mm, mo, unit):
     **{mm.format_bytes(demo_weights, unit)}** in bf16, and one step of full finetuning with Adam in
     pure bf16 keeps **{mm.format_bytes(demo_training.without_activations, unit)}** before activations.
     """), kind="info")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    The chart below draws the same two budgets for every position of its own slider, from numbers
+    computed in advance (its bars are labelled in GB and in GiB). Its slider keeps working even in
+    a static copy of this page (the exported site), where the controls above are frozen.
+    """)
+    return
+
+
+@app.cell
+def _(mm, pd):
+    # Every position of the chart's slider, computed once: 1B to 100B parameters, in GB and in GiB.
+    _rows = []
+    for _billions in range(1, 101):
+        _step = mm.training_memory(_billions * 10**9, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B
+        _scenarios = {"load": {"weights": _step.weights}, "step": _step.parts()}  # short names: the page carries each row
+        for _scenario, _parts in _scenarios.items():
+            for _order, (_part, _bytes) in enumerate((p, b) for p, b in _parts.items() if b):
+                _rows.append({"billions": _billions, "scenario": _scenario, "part": mm.PART_LABELS[_part],
+                              "order": _order, "GB": round(mm.to_unit(_bytes, "GB"), 2),
+                              "GiB": round(mm.to_unit(_bytes, "GiB"), 2)})
+    demo_grid = pd.DataFrame(_rows)
+    return (demo_grid,)
+
+
+@app.cell
+def _(Slider, alt, bound_chart, demo_grid, viz):
+    def _draw(base):
+        _parts = ["weights", "gradients", "optimizer_states"]
+        _names = "{'load': 'Loading the weights', 'step': 'One training step'}[datum.value]"
+        _bars = base.mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory (GB)",
+                    # room on the right for the largest bar's label
+                    scale=alt.Scale(domain=[0, 1.45 * float(demo_grid.groupby(["billions", "scenario"])["GB"].sum().max())])),
+            y=alt.Y("scenario:N", title=None, sort=["load", "step"], axis=alt.Axis(labelExpr=_names)),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f"),
+                     alt.Tooltip("GiB:Q", format=",.2f")])
+        # Each bar's total, in both units (the sum of memmath's parts).
+        _totals = base.transform_aggregate(GB="sum(GB)", GiB="sum(GiB)", groupby=["scenario"]).transform_calculate(
+            label="format(datum.GB, ',.2f') + ' GB = ' + format(datum.GiB, ',.2f') + ' GiB'")
+        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("GB:Q"), y=alt.Y("scenario:N", sort=["load", "step"]),
+            text=alt.Text("label:N"))
+        return (_bars + _text).properties(width=440, height=90)
+
+    viz.chart_output(bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw,
+                         title="Full finetuning in pure bf16 with Adam: loading versus one step"))
     return
 
 
@@ -126,9 +186,9 @@ def _(mm, mo):
 
 
 @app.cell
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
-    gpu_dropdown
+    mo.vstack([live_only_notice(), gpu_dropdown])
     return (gpu_dropdown,)
 
 
@@ -151,14 +211,13 @@ def _(gpu, gpu_mib, mm, mo):
 
 
 @app.cell
-def _(gpu, mm, mo, pd):
+def _(gpu, mm, pd, viz):
     gpu_units = pd.DataFrame([{
         "GPU": g.name, "on the box": g.marketed, "driver reports (MiB)": g.memory_bytes // mm.UNITS["MiB"],
         "GiB": round(mm.to_unit(g.memory_bytes, "GiB"), 2), "GB": round(mm.to_unit(g.memory_bytes, "GB"), 2),
         "chosen": "◀" if g.name == gpu.name else "",
     } for g in mm.GPUS.values()])
-    mo.ui.table(gpu_units, page_size=len(gpu_units), selection=None, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(gpu_units)
     return (gpu_units,)
 
 
@@ -184,10 +243,10 @@ def _(context, mo, viz):
 
 
 @app.cell
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     model_dropdown = mo.ui.dropdown(options=[k for k, s in mm.PRESETS.items() if s.family != "bert"],
                                     value="llama-2-7b", label="Model")
-    model_dropdown
+    mo.vstack([live_only_notice(), model_dropdown])
     return (model_dropdown,)
 
 
@@ -202,8 +261,8 @@ def _(mm, model_dropdown):
 
 @app.cell
 def _(model_dropdown, serving, training, unit, viz):
-    viz.stacked_bars(viz.breakdown_long({"Inference (serving)": serving, "Training (full finetuning)": training},
-                                        unit), unit, title=f"{model_dropdown.value}: two different budgets")
+    viz.chart_output(viz.stacked_bars(viz.breakdown_long({"Inference (serving)": serving, "Training (full finetuning)": training},
+                                                 unit), unit, title=f"{model_dropdown.value}: two different budgets"))
     return
 
 

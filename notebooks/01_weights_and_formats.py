@@ -4,19 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Weights and number formats")
 
 
-@app.cell
-def _():
-    import altair as alt
-    import marimo as mo
-    import numpy as np
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import viz
-
-    return alt, mm, mo, np, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(article_params, article_weight_bytes, mm, mo, viz):
     mo.md(f"""
@@ -37,6 +24,20 @@ def _(article_params, article_weight_bytes, mm, mo, viz):
     weights. Lesson 2, {viz.lesson_link("02_full_finetuning")}, adds what training keeps on top.
     """)
     return
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Slider, bound_chart, live_only_notice
+
+    return Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -60,7 +61,7 @@ def _(mm):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd):
+def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd, viz):
     _rows = [{"format": name, "bits": mm.get_format(name).bits, "bytes per parameter": mm.get_format(name).bytes,
               "7B weights (GB)": round(mm.to_unit(mm.get_format(name).bytes_for(article_params), "GB"), 2)}
              for name in STORAGE_FORMATS]
@@ -69,8 +70,7 @@ def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd):
         = {article_weight_bytes:,} bytes = **{mm.format_bytes(article_weight_bytes, "GB")}** (10⁹ bytes to a GB),
         which is {mm.format_bytes(article_weight_bytes, "GiB")} (2³⁰ bytes to a GiB). The same model in other formats
         (integer formats also need a few scales, counted further down):"""),
-        mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
-                    show_data_types=False, show_search=False, show_download=False),
+        viz.plain_table(pd.DataFrame(_rows)),
     ])
     return
 
@@ -122,7 +122,7 @@ def _(STORAGE_FORMATS, mm, pd):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, alt, bit_layout):
+def _(STORAGE_FORMATS, alt, bit_layout, viz):
     _fields = ["sign", "exponent (range)", "mantissa (precision)", "whole number of scale steps",
                "index of one of 16 levels"]
     _colors = ["#555555", "#EECA3B", "#9D755D", "#D67195", "#79706E"]
@@ -133,15 +133,15 @@ def _(STORAGE_FORMATS, alt, bit_layout):
     )
     _bars = _base.mark_bar(stroke="white").encode(
         color=alt.Color("field:N", sort=_fields, title="Field", scale=alt.Scale(domain=_fields, range=_colors)),
-        tooltip=["format:N", "field:N", "bits:Q"])
+        tooltip=[alt.Tooltip("format:N"), alt.Tooltip("field:N"), alt.Tooltip("bits:Q")])
     _text = _base.mark_text(align="right", dx=-4, color="white", fontSize=11).encode(
-        text="bits:Q", detail="field:N")
-    (_bars + _text).properties(width=520, height=230, title="How each format spends its bits")
+        text=alt.Text("bits:Q"), detail=alt.Detail("field:N"))
+    viz.chart_output((_bars + _text).properties(width=520, height=230, title="How each format spends its bits"))
     return
 
 
 @app.cell
-def _(STORAGE_FORMATS, mm, mo, pd):
+def _(STORAGE_FORMATS, mm, pd, viz):
     # Range and precision of each format (memmath.FORMATS): largest value, step just above 1, digits.
     format_table = pd.DataFrame([{
         "format": _f.name, "bits": _f.bits,
@@ -151,8 +151,7 @@ def _(STORAGE_FORMATS, mm, mo, pd):
         "decimal digits": f"{_f.decimal_digits:.1f}" if _f.decimal_digits else "-",
         "what it is": _f.description,
     } for _f in (mm.get_format(n) for n in STORAGE_FORMATS)])
-    mo.ui.table(format_table, selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                show_search=False, show_download=False, wrapped_columns=["what it is"])
+    viz.plain_table(format_table, wrapped_columns=["what it is"])
     return
 
 
@@ -177,35 +176,33 @@ def _(mm, mo):
 
 
 @app.cell
-def _(mo):
+def _(live_only_notice, mo):
     value_number = mo.ui.number(start=-1_000_000, stop=1_000_000, value=0.1, label="A value to store")
     block_absmax_slider = mo.ui.slider(
         steps=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 127, 200, 500, 1_000, 10_000, 100_000,
                1_000_000],
         value=1, show_value=True, label="Block absmax (largest |value| sharing the integer scale)")
-    mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)
+    mo.vstack([live_only_notice(), mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)])
     return block_absmax_slider, value_number
 
 
 @app.cell
-def _(STORAGE_FORMATS, block_absmax_slider, mo, pd, store, value_number):
+def _(STORAGE_FORMATS, block_absmax_slider, pd, store, value_number, viz):
     value = float(value_number.value if value_number.value is not None else 0.0)
     block_absmax = float(block_absmax_slider.value)
     rounding_table = pd.DataFrame([store(value, _name, block_absmax) for _name in STORAGE_FORMATS])
-    mo.ui.table(rounding_table, selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(rounding_table, wrapped_columns=["what happened"])  # plain HTML: the slider redraws it on every move
     return block_absmax, value
 
 
 @app.cell(hide_code=True)
-def _(block_absmax, mo, pd, store):
+def _(block_absmax, mo, pd, store, viz):
     _examples = [0.1, 300.7, 70_000, 0.00000001]
     _table = pd.DataFrame([{"value": f"{_v:g}", **{_f: store(_v, _f, block_absmax)["stored value"]
                                                   for _f in ["fp32", "bf16", "fp16", "fp8_e4m3", "int8"]}}
                            for _v in _examples])
     mo.vstack([mo.md(f"The suggested values, stored in five formats (int8 with your block absmax, {block_absmax:g}):"),
-               mo.ui.table(_table, selection=None, pagination=False, show_column_summaries=False,
-                           show_data_types=False, show_search=False, show_download=False)])
+               viz.plain_table(_table)])
     return
 
 
@@ -214,30 +211,49 @@ def _(block_absmax, mm, np, pd, value):
     # Zoom in around the value: what each format stores for every number nearby (a staircase).
     _half_width = 0.04 * max(abs(value), 1e-3)
     _x = np.linspace(value - _half_width, value + _half_width, 601)
-    _curves = [pd.DataFrame({"true value": _x, "stored value": _x, "format": "exact"})]
+    _curves = [pd.DataFrame({"true value": _x[[0, -1]], "stored value": _x[[0, -1]], "format": "exact"})]
     for _name in ["fp16", "bf16", "fp8_e4m3", "int8"]:
         _stored = mm.round_to_format(_x, _name, scale=mm.absmax_scale(_name, block_absmax))
-        _curves.append(pd.DataFrame({"true value": _x, "stored value": _stored, "format": _name}))
-    staircase = pd.concat(_curves)
+        # A step line needs only the points where the stored value changes (and the last one):
+        # the same picture from a few rows, so the page carries little data.
+        _keep = np.r_[True, _stored[1:] != _stored[:-1]] | (np.arange(_x.size) == _x.size - 1)
+        _curves.append(pd.DataFrame({"true value": _x[_keep], "stored value": _stored[_keep], "format": _name}))
+    staircase = pd.concat(_curves, ignore_index=True)
     staircase = staircase[np.isfinite(staircase["stored value"])]
     return (staircase,)
 
 
 @app.cell(hide_code=True)
-def _(alt, mo, staircase, value):
+def _(alt, staircase, value, viz):
     _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
     _exact = staircase[staircase["format"] == "exact"]["stored value"]
     _pad = 0.25 * (_exact.max() - _exact.min())
     _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the window, so far-off values do not squash it
-    _chart = alt.Chart(staircase).mark_line(interpolate="step-after", strokeWidth=2, clip=True).encode(
+    _base = alt.Chart().encode(  # the data is given once, to the layer (one copy for altair to prepare)
         x=alt.X("true value:Q", title="True value (no unit)", scale=alt.Scale(zero=False),
                 axis=alt.Axis(tickCount=5, format=",.6~g")),
         y=alt.Y("stored value:Q", title="Stored value (no unit)", scale=alt.Scale(domain=[_low, _high]),
                 axis=alt.Axis(format=",.6~g")),
         color=alt.Color("format:N", sort=_formats, title="Format",
                         scale=alt.Scale(domain=_formats, range=["#BBBBBB", "#1B9E77", "#D95F02", "#7570B3", "#E7298A"])),
-        strokeDash=alt.condition(alt.datum.format == "exact", alt.value([4, 3]), alt.value([1, 0])),
-    ).properties(width=520, height=280, title=f"What each format stores near {value:g} (±4%)")
+    )
+    # The exact line is straight (two points); each format is a staircase (a point where its value changes).
+    _exact_line = _base.transform_filter(alt.datum.format == "exact").mark_line(strokeWidth=2, strokeDash=[4, 3],
+                                                                                clip=True)
+    _steps = _base.transform_filter(alt.datum.format != "exact").mark_line(interpolate="step-after", strokeWidth=2,
+                                                                           clip=True)
+    _chart = alt.layer(_exact_line, _steps, data=staircase).properties(
+        width=520, height=280, title=f"What each format stores near {value:g} (±4%)")
+    viz.chart_output(_chart)  # on its own: a chart inside mo.vstack carries its data twice, HTML-escaped
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo, staircase):
+    _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
+    _exact = staircase[staircase["format"] == "exact"]["stored value"]
+    _pad = 0.25 * (_exact.max() - _exact.min())
+    _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the chart's window
     _drawn = set(staircase["format"])
     _overflow = [f for f in _formats if f not in _drawn]
     _inside = staircase[(staircase["stored value"] >= _low) & (staircase["stored value"] <= _high)]
@@ -245,8 +261,7 @@ def _(alt, mo, staircase, value):
     _lines = ([f"Not drawn, because every value here overflows: {', '.join(_overflow)}."] if _overflow else []) + \
              ([f"Off the chart (stored far from the value: clipped or rounded away): {', '.join(_outside)}."]
               if _outside else [])
-    _note = mo.md(" ".join(_lines))
-    mo.vstack([_chart, _note])
+    mo.md(" ".join(_lines))
     return
 
 
@@ -268,13 +283,13 @@ def _(mm, mo):
 
 
 @app.cell
-def _(mo, viz):
+def _(live_only_notice, mo, viz):
     params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
     format_dropdown = mo.ui.dropdown(
         options=["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"], value="bf16",
         label="Format of the weights")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.vstack([mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
+    mo.vstack([live_only_notice(), mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
                mo.hstack([format_dropdown, unit_radio], justify="start", gap=2)])
     return format_dropdown, params_slider, preset_dropdown, unit_radio
 
@@ -306,13 +321,52 @@ def _(mm, mo, n_params, preset, stored, unit, viz, weight_bytes, weights_format)
     return
 
 
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    The same sizes in every format, side by side: drag the slider under the chart. Its bars are
+    computed in advance for every size the slider above offers, so this slider keeps working even
+    in a static copy of this page, where the controls above are frozen.
+    """)
+    return
+
+
 @app.cell
-def _(STORAGE_FORMATS, mm, n_params, unit, viz, weights_format):
-    # The same model in every format: weights, plus the scales of the integer formats.
-    _by_format = {(f"{f}  ◀ chosen" if f == weights_format.name else f): mm.inference_memory(n_params, weights_format=f)
-                  for f in STORAGE_FORMATS}
-    viz.stacked_bars(viz.breakdown_long(_by_format, unit), unit,
-                     title=f"Weights of {viz.short_count(n_params)} parameters in each format")
+def _(STORAGE_FORMATS, mm, pd, viz):
+    # Every size of the slider (100M to 1T parameters) in every format, computed once, in GB.
+    _rows = []
+    for _position, _billions in enumerate(viz.MODEL_SIZE_STEPS):
+        for _name in STORAGE_FORMATS:
+            _stored = mm.inference_memory(int(round(_billions * 10**9)), weights_format=_name)
+            for _order, _part in enumerate(("weights", "quantization_constants")):
+                if getattr(_stored, _part):
+                    _rows.append({"size": _position, "format": _name, "part": mm.PART_LABELS[_part],
+                                  "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
+    formats_grid = pd.DataFrame(_rows)
+    return (formats_grid,)
+
+
+@app.cell
+def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
+    def _draw(base):
+        _bars = base.mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory (GB)"),
+            y=alt.Y("format:N", title=None, sort=STORAGE_FORMATS),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.4~f")])
+        _totals = base.transform_aggregate(GB="sum(GB)", groupby=["format"])
+        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("GB:Q", format=",.2f"))
+        # An invisible point past the longest bar stretches the axis, so its label has room.
+        _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
+            room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))
+        return (_bars + _text + _room).properties(width=460, height=240)
+
+    _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
+    viz.chart_output(bound_chart(formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7),
+                                               labels=_sizes)],
+                         _draw, title="Weights in each format (GB), with the scales of the block formats"))
     return
 
 
@@ -332,11 +386,11 @@ def _(mm, mo, viz):
 
 
 @app.cell
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     _context = mm.literature.REPORTED["cuda_context_v100"]
     context_checkbox = mo.ui.checkbox(
         value=False, label=f"Set aside {_context.value:,.0f} {_context.unit} for the CUDA context")
-    context_checkbox
+    mo.vstack([live_only_notice(), context_checkbox])
     return (context_checkbox,)
 
 
@@ -349,26 +403,33 @@ def _(context_checkbox, mm, unit, weight_bytes):
 
 
 @app.cell(hide_code=True)
-def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, weight_bytes, weights_format):
+def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, viz, weight_bytes, weights_format):
     _mem = f"memory ({unit})"
-    _frame = gpu_fits.assign(verdict=gpu_fits["fits"].map({True: "holds the weights", False: "too small"}))
-    _bars = alt.Chart(_frame).mark_bar().encode(
-        x=alt.X(f"{_mem}:Q", title=f"GPU memory as the driver reports it ({unit})"),
-        y=alt.Y("gpu:N", sort=list(_frame["gpu"]), title=None),
+    # One table for the three layers (the cards, then the line at what the weights need), given once to the layer.
+    _frame = pd.concat([
+        pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
+                      "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
+        pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [(weight_bytes + reserved_bytes) / mm.UNITS[unit]],
+                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")]}),
+    ], ignore_index=True)
+    _cards, _need = alt.datum.kind == "card", alt.datum.kind == "need"
+    _bars = alt.Chart().transform_filter(_cards).mark_bar().encode(
+        x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({unit})"),
+        y=alt.Y("gpu:N", sort=list(gpu_fits["gpu"]), title=None),
         color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
                         scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
-        tooltip=["gpu:N", "marketed:N", alt.Tooltip(f"{_mem}:Q", format=",.2f")])
-    _need = pd.DataFrame({"size": [(weight_bytes + reserved_bytes) / mm.UNITS[unit]],
-                          "what": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")]})
-    _rule = alt.Chart(_need).mark_rule(color="#4C78A8", size=3).encode(x="size:Q", tooltip=["what:N"])
-    _label = alt.Chart(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
-        x="size:Q", y=alt.value(0), text="what:N")
-    (_bars + _rule + _label).properties(width=520, height=340, title="Which cards hold the weights")
+        tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
+    _rule = alt.Chart().transform_filter(_need).mark_rule(color="#4C78A8", size=3).encode(
+        x=alt.X("size:Q"), tooltip=[alt.Tooltip("verdict:N", title="what")])
+    _label = alt.Chart().transform_filter(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
+        x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("verdict:N"))
+    viz.chart_output(alt.layer(_bars, _rule, _label, data=_frame).properties(width=520, height=340,
+                                                                            title="Which cards hold the weights"))
     return
 
 
 @app.cell
-def _(gpu_fits, mm, mo, unit):
+def _(gpu_fits, mm, unit, viz):
     # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
     _mem, _head = f"memory ({unit})", f"headroom ({unit})"
     fit_rows = gpu_fits.assign(**{
@@ -377,8 +438,7 @@ def _(gpu_fits, mm, mo, unit):
                     else f"short by {mm.format_bytes(-h * mm.UNITS[unit], unit)}"
                     for h, f in zip(gpu_fits[_head], gpu_fits["fits"])],
     })[["gpu", "marketed", _mem, "needs (% of the card)", "verdict"]].round(2)
-    mo.ui.table(fit_rows, page_size=len(fit_rows), selection=None, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(fit_rows)
     return
 
 

@@ -4,18 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Full finetuning: gradients and optimizer states")
 
 
-@app.cell
-def _():
-    import altair as alt
-    import marimo as mo
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import viz
-
-    return alt, mm, mo, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(article_run, mm, mo, viz):
     mo.md(f"""
@@ -38,8 +26,23 @@ def _(article_run, mm, mo, viz):
     return
 
 
+@app.cell
+def _():
+    import json
+
+    import altair as alt
+    import marimo as mo
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+
+    return Select, Slider, alt, bound_chart, json, live_only_notice, mm, mo, pd, viz
+
+
 @app.cell(hide_code=True)
-def _(article_bpp, mm, mo):
+def _(article_bpp, mo):
     mo.md(f"""
     ## The formula
 
@@ -67,7 +70,7 @@ def _(mm):
 
 
 @app.cell(hide_code=True)
-def _(article_params, article_run, mm, mo):
+def _(article_params, article_run, mm, mo, viz):
     _frame = article_run.to_frame("GB")
     _frame = _frame[_frame["bytes"] > 0][["label", "bytes", "GB"]].reset_index(drop=True)
     _rest = article_run.without_activations - article_run.weights
@@ -76,8 +79,7 @@ def _(article_params, article_run, mm, mo):
         = **{mm.format_bytes(article_run.without_activations)}**. The weights are
         {mm.format_bytes(article_run.weights)}; the other {mm.format_bytes(_rest)} (which the article leaves
         unitemized) are the gradients and Adam's states:"""),
-        mo.ui.table(_frame.rename(columns={"label": "part", "GB": "size (GB)"}), selection=None, pagination=False,
-                    show_column_summaries=False, show_data_types=False, show_search=False, show_download=False),
+        viz.plain_table(_frame.rename(columns={"label": "part", "GB": "size (GB)"})),
     ])
     return
 
@@ -99,7 +101,7 @@ def _(mo, viz):
 
 
 @app.cell
-def _(mm, mo, viz):
+def _(live_only_notice, mm, mo, viz):
     params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
     precision_dropdown = mo.ui.dropdown(
         options={"pure bf16": "bf16", "pure fp16": "fp16", "fp32": "fp32", "PyTorch AMP": "amp",
@@ -111,7 +113,7 @@ def _(mm, mo, viz):
         value="Adam", label="Optimizer")
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.vstack([mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
+    mo.vstack([live_only_notice(), mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
                mo.hstack([precision_dropdown, optimizer_dropdown], justify="start", gap=2),
                mo.hstack([gpu_dropdown, unit_radio], justify="start", gap=2)])
     return gpu_dropdown, optimizer_dropdown, params_slider, precision_dropdown, preset_dropdown, unit_radio
@@ -133,9 +135,10 @@ def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, p
 def _(gpu, mm, pd, run, unit, viz):
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
-    viz.stacked_bars(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
-                     capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
-                     title="What the GPU must hold (activations come on top: lesson 3)")
+    # viz.stacked_bars drawn straight to Vega-Lite JSON: the size slider redraws it on every move.
+    viz.stacked_bars_output(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
+                            capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
+                            title="What the GPU must hold (activations come on top: lesson 3)")
     return
 
 
@@ -159,6 +162,69 @@ def _(gpu, mm, mo, n_params, run, unit, viz):
 @app.cell(hide_code=True)
 def _(mo):
     mo.md(r"""
+    The chart below puts five precision recipes side by side for a size and an optimizer you pick
+    under it. Its numbers are computed in advance for every choice, so its inputs keep working even
+    in a static copy of this page, where the controls above are frozen.
+    """)
+    return
+
+
+@app.cell
+def _(mm, pd):
+    # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB. Recipes
+    # travel as their short names and sizes as positions 0-10 (the page carries every byte of the grid).
+    RECIPE_NAMES = {"bf16": "pure bf16", "fp32": "fp32", "amp": "PyTorch AMP", "mixed": "mixed (ZeRO)",
+                    "mixed_fp32_grads": "mixed + fp32 accumulation"}
+    OPTIMIZER_NAMES = {"adam": "Adam", "sgd": "SGD", "sgd_momentum": "SGD with momentum", "adam8bit": "8-bit Adam"}
+    RECIPE_SIZES = (0.1, 0.35, 1, 3, 7, 13, 34, 70, 175, 405, 1000)  # billions of parameters
+    _rows = []
+    for _position, _billions in enumerate(RECIPE_SIZES):
+        for _optimizer in OPTIMIZER_NAMES:
+            for _recipe in RECIPE_NAMES:
+                _run = mm.training_memory(int(_billions * 10**9), precision=_recipe, optimizer=_optimizer)
+                for _order, (_part, _bytes) in enumerate(_run.parts().items()):
+                    if _bytes:
+                        _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
+                                      "part": mm.PART_LABELS[_part], "order": _order,
+                                      "GB": round(mm.to_unit(_bytes, "GB"), 3)})
+    recipes_grid = pd.DataFrame(_rows)
+    return OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, recipes_grid
+
+
+@app.cell
+def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_chart, json, recipes_grid, viz):
+    def _draw(base):
+        _order = list(RECIPE_NAMES)
+        _names = f"{json.dumps(RECIPE_NAMES)}[datum.value]"  # short name -> what the axis shows
+        _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
+        _bars = base.transform_calculate(name=f"{json.dumps(RECIPE_NAMES)}[datum.recipe]").mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory (GB)"),
+            y=alt.Y("recipe:N", title=None, sort=_order, axis=alt.Axis(labelExpr=_names)),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("name:N", title="recipe"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.3~f")])
+        # Each bar's total and bytes per parameter (GB per billion parameters is bytes per parameter).
+        _billions = f"{json.dumps(list(RECIPE_SIZES))}[datum.size]"
+        _totals = base.transform_aggregate(GB="sum(GB)", size="max(size)", groupby=["recipe"]).transform_calculate(
+            label=f"format(datum.GB, ',.2f') + ' GB, ' + format(datum.GB / {_billions}, '.3~f') + ' B per parameter'")
+        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("GB:Q"), y=alt.Y("recipe:N", sort=_order), text=alt.Text("label:N"))
+        # An invisible point past the longest bar stretches the axis, so its label has room.
+        _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
+            room="datum.longest * 1.9").mark_point(opacity=0).encode(x=alt.X("room:Q"))
+        return (_bars + _text + _room).properties(width=420, height=200)
+
+    _sizes = {i: viz.short_count(round(b * 10**9)) for i, b in enumerate(RECIPE_SIZES)}
+    viz.chart_output(bound_chart(recipes_grid,
+                         [Slider("size", "Parameters", value=RECIPE_SIZES.index(7), labels=_sizes),
+                          Select("optimizer", "Optimizer", labels=OPTIMIZER_NAMES)],
+                         _draw, title="One step of full finetuning, before activations, in five recipes"))
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
     ## Optimizer choice
 
     The optimizer decides how many numbers each weight carries between steps. Plain SGD keeps
@@ -173,7 +239,7 @@ def _(mo):
 
 
 @app.cell
-def _(gpu, mm, mo, model, n_params, pd, precision, unit):
+def _(gpu, mm, model, n_params, pd, precision, unit, viz):
     _rows = []
     for _name, _opt in mm.OPTIMIZERS.items():
         _r = mm.training_memory(model, precision=precision, optimizer=_name)
@@ -184,8 +250,7 @@ def _(gpu, mm, mo, model, n_params, pd, precision, unit):
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
-    mo.ui.table(optimizer_table, selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False, wrapped_columns=["what it keeps"])
+    viz.plain_table(optimizer_table, wrapped_columns=["what it keeps"])  # plain HTML: the size slider redraws it on every move
     return (optimizer_table,)
 
 
@@ -202,36 +267,45 @@ def _(mm, mo):
     computes in 16 bits but keeps an fp32 **master copy** of the weights and fp32 optimizer states,
     because tiny updates vanish when added to a 16-bit weight. Some setups also keep an fp32 buffer
     to accumulate gradients over several micro-batches. Some counts leave the gradients out
-    entirely. Each bar below is one published count, applied to your model size:
+    entirely. Each bar below is one published count, in bytes per parameter (the table under it
+    applies them to your model size):
     """)
     return
 
 
 @app.cell
-def _(mm, n_params):
-    # Each published count, as the recipe it describes (memmath.published), for this many parameters.
-    published_runs = {
-        f"{mm.published.published_bytes_per_parameter(e.key)['total']:g} B: {e.label}":
-            mm.training_memory(n_params, precision=e.recipe, optimizer=e.optimizer)
-        for e in mm.published.PUBLISHED_ESTIMATES.values()}
-    return (published_runs,)
+def _(mm, pd):
+    # Each published count, part by part, in bytes per parameter (memmath.published): it does not
+    # depend on the model size, so it is drawn once.
+    published_per_parameter = pd.DataFrame([
+        {"estimate": f"{_b['total']:g} B: {e.label}", "part": mm.PART_LABELS[_part], "order": _order,
+         "B per parameter": _b[_part]}
+        for e in mm.published.PUBLISHED_ESTIMATES.values()
+        for _b in [mm.published.published_bytes_per_parameter(e.key)]
+        for _order, _part in enumerate(mm.PARTS) if _b.get(_part)])
+    return (published_per_parameter,)
 
 
 @app.cell
-def _(gpu, mm, n_params, published_runs, unit, viz):
-    viz.stacked_bars(viz.breakdown_long(published_runs, unit), unit, capacity_bytes=gpu.memory_bytes,
-                     capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)}", width=420,
-                     title=f"Six published counts for {viz.short_count(n_params)} parameters with Adam")
+def _(alt, published_per_parameter, viz):
+    _order = list(dict.fromkeys(published_per_parameter["estimate"]))
+    _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
+    viz.chart_output(alt.Chart(published_per_parameter).mark_bar().encode(
+        x=alt.X("sum(B per parameter):Q", title="Bytes per parameter (B)"),
+        y=alt.Y("estimate:N", title=None, sort=_order),
+        color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("estimate:N"), alt.Tooltip("part:N"), alt.Tooltip("B per parameter:Q")],
+    ).properties(width=420, height=230, title="Six published counts with Adam, per parameter"))
     return
 
 
 @app.cell
-def _(mm, mo, n_params, unit):
+def _(mm, n_params, unit, viz):
     published_rows = mm.published.published_table(n_params, unit)
-    _first = ["estimate", "B per parameter", f"memory ({unit})", "what it counts"]
-    _shown = published_rows[_first + [c for c in published_rows.columns if c not in _first]].round(2)
-    mo.ui.table(_shown, selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                show_search=False, show_download=False, wrapped_columns=["what it counts", "source"])
+    # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
+    _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
+    viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])  # plain HTML: the size slider redraws it
     return (published_rows,)
 
 
@@ -251,15 +325,14 @@ def _(mo):
 
 
 @app.cell
-def _(mm, mo, run, unit):
+def _(mm, run, unit, viz):
     _weights = mm.fit_table(run.weights, unit=unit).set_index("gpu")
     _total = mm.fit_table(run.total, unit=unit).set_index("gpu")
     gpu_rows = _weights[["marketed", f"memory ({unit})"]].assign(**{
         "holds the weights": _weights["fits"].map({True: "yes", False: "no"}),
         "runs full finetuning": _total["fits"].map({True: "yes", False: "no"}),
     }).reset_index().round(2)
-    mo.ui.table(gpu_rows, page_size=len(gpu_rows), selection=None, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(gpu_rows)
     return (gpu_rows,)
 
 
@@ -269,6 +342,89 @@ def _(gpu_rows, mo):
     mo.md(f"""
     With these settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but fail the run
     ({", ".join(_gap["gpu"]) if len(_gap) else "none"}). Activations, the next lesson, widen the gap.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(measured_versions, mo):
+    mo.md(f"""
+    ## Checked against PyTorch
+
+    Are these byte counts what a framework really allocates? The workbook's `validation/measure.py`
+    builds small models from their configs, runs one real training step and records every
+    parameter, gradient and optimizer-state tensor that PyTorch holds after `optimizer.step()`
+    (README, section "Fidelity"). The recording was made **on the CPU with tiny models**
+    (3 blocks, width 64; {measured_versions}); the byte counts per parameter do not depend on the
+    size, so they carry over to a 7B model. Pick a model; the rows are every recorded full
+    finetuning of it:
+    """)
+    return
+
+
+@app.cell
+def _(mm):
+    measured_cases = mm.load_measured()  # the recording: one real training step per case (no torch needed)
+    _versions = mm.measured_metadata()["versions"]
+    measured_versions = (f"torch {_versions['torch']}, transformers {_versions['transformers']}, "
+                         f"one thread")
+    return measured_cases, measured_versions
+
+
+@app.cell
+def _(live_only_notice, mo):
+    measured_model_dropdown = mo.ui.dropdown(
+        options={"GPT-2 (tied head)": "gpt2", "LLaMA (multi-head attention)": "llama-mha",
+                 "LLaMA (grouped-query attention)": "llama-gqa", "BERT (classifier)": "bert"},
+        value="GPT-2 (tied head)", label="Measured model")
+    mo.vstack([live_only_notice(), measured_model_dropdown])
+    return (measured_model_dropdown,)
+
+
+@app.cell
+def _(measured_cases, measured_model_dropdown, mm, pd):
+    # Full finetuning of the chosen model, every recipe and optimizer recorded (one batch of 2 x 64 tokens).
+    _cases = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
+                            & (measured_cases["method"] == "full") & (measured_cases["attention"] == "sdpa")
+                            & ~measured_cases["dropout"] & ~measured_cases["checkpointing"]]
+    _rows = []
+    for _, _case in _cases.iterrows():
+        _predicted = mm.predict_case(_case)  # the matching memmath.training_memory(...) call
+        for _part, _column in (("weights", "param_bytes"), ("gradients", "grad_bytes"),
+                               ("optimizer_states", "optimizer_state_bytes")):
+            _rows.append({"precision": _case["precision"], "optimizer": _case["optimizer"],
+                          "part": mm.PART_LABELS[_part], "measured by PyTorch (B)": int(_case[_column]),
+                          "memmath (B)": int(getattr(_predicted, _part)),
+                          "B per parameter": round(int(_case[_column]) / int(_case["total_params"]), 4)})
+    fidelity_rows = pd.DataFrame(_rows)
+    fidelity_rows["difference (B)"] = fidelity_rows["memmath (B)"] - fidelity_rows["measured by PyTorch (B)"]
+    fidelity_case = _cases.iloc[0]  # the first row: fp32 AdamW
+    return fidelity_case, fidelity_rows
+
+
+@app.cell
+def _(fidelity_rows, viz):
+    viz.plain_table(fidelity_rows)
+    return
+
+
+@app.cell(hide_code=True)
+def _(fidelity_case, fidelity_rows, mm, mo):
+    _n, _tensors = int(fidelity_case["total_params"]), int(fidelity_case["trainable_tensors"])
+    _detail = fidelity_case["optimizer_state_detail"]
+    _exact = int((fidelity_rows["difference (B)"] == 0).sum())
+    _big = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw")
+    _moments = 2 * mm.get_format("bf16").bytes_for(_big.total_params)  # exp_avg + exp_avg_sq, 2 B each
+    _counters = _big.optimizer_states - _moments  # 4 B per tensor
+    mo.md(f"""
+    **{_exact} of {len(fidelity_rows)}** rows match to the byte. Read one: the {fidelity_case["precision"]}
+    model has {_n:,} parameters in {_tensors} tensors. AdamW keeps `exp_avg` and `exp_avg_sq`, each
+    {_detail["exp_avg"]:,} B ({_detail["exp_avg"] // _n} B per parameter: PyTorch stores the moments in
+    the parameters' own format, so a bf16 model gets the pure bf16 recipe), plus one 4-byte `step`
+    counter per tensor: {_tensors} × 4 = {_detail["step"]:,} B. SGD with momentum keeps one buffer per
+    parameter; Adam with amsgrad a third moment, the running maximum of `exp_avg_sq`. For a real model
+    the counters vanish: llama-2-7b's {_counters // 4} tensors add {_counters:,} B of counters to
+    {mm.format_bytes(_moments)} of moments. The bytes per parameter are the whole story.
     """)
     return
 

@@ -4,17 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Activations")
 
 
-@app.cell
-def _():
-    import marimo as mo
-    import memmath as mm
-    from memmath import viz
-    import altair as alt
-    import numpy as np
-    import pandas as pd
-    return alt, mm, mo, np, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(mm, mo, viz):
     _article = mm.training_memory(mm.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
@@ -36,6 +25,18 @@ def _(mm, mo, viz):
     can outgrow everything else.
     """)
     return
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+    import altair as alt
+    import numpy as np
+    import pandas as pd
+    return Select, Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -62,13 +63,11 @@ def _(mo):
 
 
 @app.cell
-def _(mm, mo, pd):
+def _(mm, pd, viz):
     _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)  # e = 2 B, m = 1 B
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
-    mo.ui.table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}),
-                selection=None, pagination=False, show_column_summaries=False, show_data_types=False,
-                show_search=False, show_download=False, wrapped_columns=["tensor kept for backward"])
+    viz.plain_table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}))
     return (terms_table,)
 
 
@@ -108,15 +107,15 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(live_only_notice, mo):
     preset_dropdown = mo.ui.dropdown(options=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b"],
                                      value="gpt2", label="Start from preset")
-    preset_dropdown
+    mo.vstack([live_only_notice(), preset_dropdown])
     return (preset_dropdown,)
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, preset_dropdown):
+def _(live_only_notice, mm, mo, preset_dropdown):
     preset = mm.PRESETS[preset_dropdown.value]
     layers_slider = mo.ui.slider(1, 128, value=preset.n_layers, show_value=True, label="Layers L (blocks)")
     width_slider = mo.ui.slider(64, 12288, step=64, value=preset.hidden_size, show_value=True,
@@ -124,13 +123,13 @@ def _(mm, mo, preset_dropdown):
     heads_slider = mo.ui.slider(1, 128, value=preset.n_heads, show_value=True, label="Attention heads a")
     vocab_slider = mo.ui.slider(steps=[1000, 8000, 32000, 50257, 100000, 128256, 256000],
                                 value=preset.vocab_size, show_value=True, label="Vocabulary V (tokens)")
-    mo.hstack([mo.vstack([layers_slider, width_slider]), mo.vstack([heads_slider, vocab_slider])],
-              justify="start", gap=2)
+    mo.vstack([live_only_notice(), mo.hstack([mo.vstack([layers_slider, width_slider]),
+                                              mo.vstack([heads_slider, vocab_slider])], justify="start", gap=2)])
     return heads_slider, layers_slider, preset, vocab_slider, width_slider
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(live_only_notice, mo):
     batch_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128], value=4, show_value=True,
                                 label="Batch size b (sequences)")
     seq_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
@@ -140,8 +139,8 @@ def _(mo):
                                   value="eager (keeps s × s scores)", label="Attention kernel")
     checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.hstack([mo.vstack([batch_slider, seq_slider, checkpointing_switch, unit_radio]), attention_radio],
-              justify="start", gap=2)
+    mo.vstack([live_only_notice(), mo.hstack([mo.vstack([batch_slider, seq_slider, checkpointing_switch, unit_radio]),
+                                              attention_radio], justify="start", gap=2)])
     return attention_radio, batch_slider, checkpointing_switch, seq_slider, unit_radio
 
 
@@ -208,7 +207,7 @@ def _(attention, batch_size, mm, model, seq_len, training, unit, viz):
     _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
     _bars = viz.breakdown_long({"Training (your settings)": training,
                                 "Inference, same batch and length": inference}, _unit)
-    viz.stacked_bars(_bars, _unit, title="Where the memory goes")
+    viz.stacked_bars_output(_bars, _unit, title="Where the memory goes")  # JSON directly: every slider redraws it
     return (inference,)
 
 
@@ -242,7 +241,7 @@ def _(mo):
 
 
 @app.cell
-def _(batch_size, mm, mo, model, pd, seq_len, unit, viz):
+def _(batch_size, mm, model, pd, seq_len, unit, viz):
     _rows = []
     for _attention in ("eager", "sdpa"):
         for _ckpt in (False, True):
@@ -252,8 +251,7 @@ def _(batch_size, mm, mo, model, pd, seq_len, unit, viz):
                           "checkpointing": "yes" if _ckpt else "no",
                           "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
                           "activations / rest": f"{_r.activations / _r.without_activations:,.2f}×"})
-    mo.ui.table(pd.DataFrame(_rows), selection=None, pagination=False, show_column_summaries=False,
-                show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(pd.DataFrame(_rows))  # plain HTML: every slider above redraws it
     return
 
 
@@ -271,10 +269,10 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(live_only_notice, mo):
     sweep_radio = mo.ui.radio(options=["sequence length", "batch size"], value="sequence length",
                               inline=True, label="Sweep over")
-    sweep_radio
+    mo.vstack([live_only_notice(), sweep_radio])
     return (sweep_radio,)
 
 
@@ -300,28 +298,34 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, un
     # The unit at the middle of the log axis (geometric mean of the smallest and largest values).
     unit_sweep = viz.readable_unit(int(np.sqrt(float(_weights.min()) * float(max(_acts.max(), _rest.max())))), unit)
     _series = {"Weights": _weights, "Weights + gradients + optimizer states": _rest, "Activations": _acts}
-    _frame = pd.concat([pd.DataFrame({"x": sweep_values, "what": k, "size": mm.to_unit(v, unit_sweep)})
-                        for k, v in _series.items()])
     _x_title = "Sequence length s (tokens)" if sweep_radio.value == "sequence length" else "Batch size b (sequences)"
     _color = alt.Scale(domain=list(_series), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
-    _lines = alt.Chart(_frame).mark_line(point=True).encode(
-        x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
-        color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
-        tooltip=["what:N", alt.Tooltip("x:Q", title=_x_title),
-                 alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
     _now = seq_len if sweep_radio.value == "sequence length" else batch_size
-    _rule = alt.Chart(pd.DataFrame({"x": [_now]})).mark_rule(strokeDash=[4, 4], color="black").encode(x="x:Q")
     _over, _over_weights = sweep_values[_acts > _rest], sweep_values[_acts > _weights]
     crossover = int(_over[0]) if _over.size else None  # past weights + gradients + optimizer states
     crossover_weights = int(_over_weights[0]) if _over_weights.size else None  # past the weights alone
-    _chart = _lines + _rule
-    for _x, _filled in ((crossover_weights, False), (crossover, True)):
-        if _x:
-            _mark = pd.DataFrame({"x": [_x], "size": [mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep)]})
-            _chart += alt.Chart(_mark).mark_point(size=220, shape="diamond", filled=_filled, color="black",
-                                                  strokeWidth=2).encode(x="x:Q", y="size:Q")
-    _chart.properties(width=560, height=300, title="Activations against everything else")
+    # One table for every layer (the lines, your setting, the crossings), given once to the layer chart.
+    _frame = pd.concat(
+        [pd.DataFrame({"kind": "line", "x": sweep_values, "what": k, "size": mm.to_unit(v, unit_sweep), "fill": 0})
+         for k, v in _series.items()]
+        + [pd.DataFrame([{"kind": "now", "x": _now, "what": "", "size": 1.0, "fill": 0}])]
+        + [pd.DataFrame([{"kind": "cross", "x": _x, "what": "", "size": mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep),
+                          "fill": _fill}])  # hollow past the weights, filled past everything
+           for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x], ignore_index=True)
+    _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
+        x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
+        color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
+        tooltip=[alt.Tooltip("what:N"), alt.Tooltip("x:Q", title=_x_title),
+                 alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
+    _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(strokeDash=[4, 4], color="black").encode(
+        x=alt.X("x:Q"))
+    _crossings = alt.Chart().transform_filter(alt.datum.kind == "cross").mark_point(
+        size=220, shape="diamond", filled=True, color="black", stroke="black", strokeWidth=2).encode(
+        x=alt.X("x:Q"), y=alt.Y("size:Q"),
+        fillOpacity=alt.FillOpacity("fill:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0, 1])))
+    viz.chart_output(alt.layer(_lines, _rule, _crossings, data=_frame).properties(
+        width=560, height=300, title="Activations against everything else"))
     return crossover, crossover_weights, unit_sweep
 
 
@@ -345,6 +349,64 @@ def _(batch_size, crossover, crossover_weights, mo, seq_len, sweep_radio, sweep_
 
 
 @app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    The next chart is the same race for GPT-2 small as published (12 layers, width 768, 12 heads),
+    in pure bf16 with AdamW, computed in advance for every batch size, kernel and checkpointing
+    choice under it. Those inputs keep working even in a static copy of this page, where the
+    controls above are frozen.
+    """)
+    return
+
+
+@app.cell
+def _(mm, np, pd):
+    # Computed once: GPT-2 small, bf16 + AdamW, every batch size x kernel x checkpointing, over s.
+    ACT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+    act_seq = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
+    _frames = []
+    for _index, _batch in enumerate(ACT_BATCHES):
+        for _attention, _kernel in (("eager", "eager"), ("sdpa", "fused (SDPA)")):
+            for _ckpt in (False, True):
+                _r = mm.training_memory("gpt2", precision="bf16", optimizer="adamw", batch_size=_batch,
+                                        seq_len=act_seq, attention=_attention, checkpointing=_ckpt)
+                _frames.append(pd.DataFrame({"batch": _index, "kernel": _kernel,
+                                             "checkpointing": "on" if _ckpt else "off", "s": act_seq,
+                                             "GB": mm.to_unit(np.asarray(_r.activations), "GB")}))
+    act_grid = pd.concat(_frames, ignore_index=True)
+    _fixed = mm.training_memory("gpt2", precision="bf16", optimizer="adamw")  # no activations: no seq_len
+    act_fixed = pd.DataFrame([{"what": w, "GB": mm.to_unit(v, "GB")} for w, v in (
+        ("Weights", _fixed.weights), ("Weights + gradients + optimizer states", _fixed.without_activations))])
+    return ACT_BATCHES, act_fixed, act_grid, act_seq
+
+
+@app.cell
+def _(ACT_BATCHES, Select, Slider, act_fixed, act_grid, act_seq, alt, bound_chart, viz):
+    _names = ["Activations", "Weights", "Weights + gradients + optimizer states"]
+    _colors = alt.Scale(domain=_names, range=[viz.PART_COLORS["activations"], viz.PART_COLORS["weights"], "#555555"])
+    _all = list(act_grid["GB"]) + list(act_fixed["GB"])
+    _y = alt.Scale(type="log", domain=[float(min(_all)), float(max(_all))])
+
+    def _draw(base):
+        _acts = base.transform_calculate(what="'Activations'").mark_line(point=True).encode(
+            x=alt.X("s:Q", title="Sequence length s (tokens), log scale",
+                    scale=alt.Scale(type="log", base=2, domain=[int(act_seq[0]), int(act_seq[-1])])),
+            y=alt.Y("GB:Q", title="Memory (GB), log scale", scale=_y),
+            color=alt.Color("what:N", title=None, scale=_colors, legend=alt.Legend(orient="top", labelLimit=400)),
+            tooltip=[alt.Tooltip("s:Q", title="tokens"), alt.Tooltip("GB:Q", format=",.4~f")])
+        _rules = alt.Chart(act_fixed).mark_rule(strokeWidth=2).encode(
+            y=alt.Y("GB:Q"), color=alt.Color("what:N", scale=_colors),
+            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("GB:Q", format=",.3f")])
+        return (_acts + _rules).properties(width=520, height=280)
+
+    viz.chart_output(bound_chart(act_grid, [Slider("batch", "Batch size b", value=ACT_BATCHES.index(4),
+                                           labels={i: f"{b} sequences" for i, b in enumerate(ACT_BATCHES)}),
+                                    Select("kernel", "Attention kernel"), Select("checkpointing", "Checkpointing")],
+                         _draw, title="GPT-2 small: activations against everything else"))
+    return
+
+
+@app.cell(hide_code=True)
 def _(inference, mo, training, unit, viz):
     mo.md(f"""
     ## Training and inference are separate calculations
@@ -364,6 +426,185 @@ def _(inference, mo, training, unit, viz):
     {viz.readable_size(inference.total, unit)} (weights in bf16). {viz.lesson_link("07_inference", "Lesson 7")}
     does the inference side in full.
     """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(measured_versions, mo):
+    mo.md(f"""
+    ## Checked against PyTorch: the formula and the framework
+
+    The formula above is a model of one GPT block. What do real implementations keep? The workbook's
+    `validation/measure.py` built small GPT-2, LLaMA and BERT models from their configs, ran one real
+    training step and recorded every storage autograd saved for backward during the forward pass,
+    block by block (README, section "Fidelity"). It ran **on the CPU, with tiny models** (3 blocks,
+    width 64, a vocabulary of 1,000 tokens, a batch of 2 sequences of 64 tokens; {measured_versions}).
+
+    memmath has two activation models. `activations="textbook"` is the formula this lesson teaches.
+    `activations="transformers"` replays what each family's PyTorch code keeps, tensor by tensor.
+    Pick a recorded case:
+    """)
+    return
+
+
+@app.cell
+def _(live_only_notice, mo):
+    measured_family_dropdown = mo.ui.dropdown(
+        options={"GPT-2": "gpt2", "LLaMA (multi-head)": "llama-mha", "LLaMA (grouped-query)": "llama-gqa",
+                 "BERT": "bert"}, value="GPT-2", label="Model")
+    measured_attention_radio = mo.ui.radio(options={"eager": "eager", "fused (SDPA)": "sdpa"}, value="eager",
+                                           inline=True, label="Attention")
+    measured_dropout_switch = mo.ui.switch(value=False, label="Dropout (p = 0.1)")
+    measured_checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
+    mo.vstack([live_only_notice(), mo.hstack([measured_family_dropdown, measured_attention_radio], justify="start", gap=2),
+               mo.hstack([measured_dropout_switch, measured_checkpointing_switch], justify="start", gap=2)])
+    return (measured_attention_radio, measured_checkpointing_switch, measured_dropout_switch,
+            measured_family_dropdown)
+
+
+@app.cell
+def _(mm, pd):
+    measured_cases = mm.load_measured()  # the recording: one real training step per case (no torch needed)
+    _v = mm.measured_metadata()["versions"]
+    measured_versions = f"torch {_v['torch']}, transformers {_v['transformers']}"
+    # Every recorded case against the textbook model: (predicted - measured) / measured, of the forward's
+    # saved bytes. (activations="transformers" equals every one: tests/test_fidelity.py checks each case.)
+    measured_errors = pd.DataFrame([{
+        "textbook": (int(mm.predict_case(c, activations="textbook").activation_detail.saved_by_forward)
+                     - int(c["saved_bytes"])) / int(c["saved_bytes"])} for c in measured_cases.to_dict("records")])
+    return measured_cases, measured_errors, measured_versions
+
+
+@app.cell
+def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch,
+      measured_family_dropdown, mm):
+    _c = measured_cases
+    _match = _c[(_c["shape"] == measured_family_dropdown.value) & (_c["method"] == "full")
+                & (_c["optimizer"] == "adamw") & (_c["batch_size"] == 2) & (_c["seq_len"] == 64)
+                & (_c["attention"] == measured_attention_radio.value)
+                & (_c["dropout"] == measured_dropout_switch.value)
+                & (_c["checkpointing"] == measured_checkpointing_switch.value)]
+    measured_case = _match.sort_values("precision").iloc[0]  # bf16 where both precisions were recorded
+    measured_hf = mm.predict_case(measured_case).activation_detail  # activations="transformers"
+    measured_textbook = mm.predict_case(measured_case, activations="textbook").activation_detail
+    measured_blocks_hf = sum(mm.predicted_saved_per_layer(measured_case))  # booked per block like the measurement
+    return measured_blocks_hf, measured_case, measured_hf, measured_textbook
+
+
+@app.cell
+def _(alt, measured_blocks_hf, measured_case, measured_hf, measured_textbook, pd, viz):
+    # What the forward pass saved (the recompute of checkpointing comes later, during backward).
+    _kb = 1000
+    _bars = {"Measured (PyTorch, CPU)": (sum(measured_case["saved_per_layer"]), measured_case["saved_outside_layers"]),
+             'memmath, activations="transformers"': (measured_blocks_hf,
+                                                     measured_hf.saved_by_forward - measured_blocks_hf),
+             'memmath, activations="textbook"': (measured_textbook.layers,
+                                                 measured_textbook.outside_layers + measured_textbook.loss)}
+    measured_frame = pd.DataFrame([{"source": k, "where": w, "KB": int(v) / _kb, "bytes": int(v), "order": i}
+                                   for k, (blocks, rest) in _bars.items()
+                                   for i, (w, v) in enumerate((("in the blocks", blocks),
+                                                               ("outside the blocks (embeddings, head, loss)", rest)))])
+    _where = ["in the blocks", "outside the blocks (embeddings, head, loss)"]
+    _chart = alt.Chart(measured_frame).mark_bar().encode(
+        x=alt.X("sum(KB):Q", title="Saved for backward (KB, 1 KB = 1,000 B)"),
+        y=alt.Y("source:N", title=None, sort=list(_bars)),
+        color=alt.Color("where:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400),
+                        scale=alt.Scale(domain=_where, range=[viz.PART_COLORS["activations"], "#A6D49F"])),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("source:N"), alt.Tooltip("where:N"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
+    ).properties(width=460, height=120, title=f"Recorded case: {measured_case['case_id']}")
+    viz.chart_output(_chart)
+    return (measured_frame,)
+
+
+@app.cell(hide_code=True)
+def _(measured_case, measured_errors, measured_hf, measured_textbook, mo):
+    _measured = int(measured_case["saved_bytes"])
+    _hf, _tb = int(measured_hf.saved_by_forward), int(measured_textbook.saved_by_forward)
+    _textbook = measured_errors["textbook"]
+    mo.md(f"""
+    The forward pass saved **{_measured:,} B**. `activations="transformers"` predicts **{_hf:,} B**
+    ({"equal to the byte" if _hf == _measured else f"{(_hf - _measured) / _measured:+.2%}"}); the textbook
+    formula gives {_tb:,} B, **{(_tb - _measured) / _measured:+.0%}**. Over all {len(measured_errors)} recorded
+    cases (LoRA and freezing too), the first is equal to the byte in every one (the test suite checks
+    each); the textbook is off by {_textbook.abs().mean():.0%} on average, from {_textbook.min():+.0%} to
+    {_textbook.max():+.0%}.
+    """)
+    return
+
+
+@app.cell
+def _(measured_case, measured_hf, mm, mo, pd, viz):
+    # One block, tensor by tensor: what PyTorch keeps (memmath's replay) against what the formula counts.
+    _rows = [{"what one block keeps": what, "bytes": int(n)} for where, what, n in measured_hf.terms
+             if where == "each block"]
+    _e = 4 if measured_case["precision"] == "fp32" else 2
+    _formula = mm.korthikanti_terms(seq_len=int(measured_case["seq_len"]), batch_size=int(measured_case["batch_size"]),
+                                    hidden_size=int(measured_case["hidden_size"]), n_heads=int(measured_case["n_heads"]),
+                                    element_bytes=_e, mask_bytes=_e, dropout=bool(measured_case["dropout"]),
+                                    attention=measured_case["attention"])
+    _formula_rows = [{"what the formula counts": t.tensor, "bytes": int(t.bytes)} for t in _formula]
+    block_terms = pd.DataFrame(_rows)
+    _formula_frame = pd.DataFrame(_formula_rows)
+    mo.vstack([
+        mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
+              f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
+              f"**{_formula_frame['bytes'].sum():,} B**."),
+        mo.hstack([viz.plain_table(block_terms), viz.plain_table(_formula_frame)], widths="equal", gap=1),
+    ])
+    return (block_terms,)
+
+
+@app.cell(hide_code=True)
+def _(measured_case, measured_hf, measured_textbook, mo, term_bytes):
+    _case, _terms = measured_case, measured_hf.terms
+    _e = 4 if _case["precision"] == "fp32" else 2
+    _blocks = ["each block"]
+    _why = []
+    if _case["checkpointing"]:
+        _why.append(f"**Checkpointing**: each block keeps only its input, {term_bytes(_terms, _blocks, 'block input'):,} B "
+                    "in both models, and the rest is rebuilt during backward (not counted here: it is not saved by "
+                    "the forward pass). What is left is mostly outside the blocks, where the two models differ.")
+    else:
+        _gelu = term_bytes(_terms, _blocks, "gelu_new")
+        if _gelu:
+            _why.append(f"**gelu_new** (GPT-2's tanh GELU) keeps four tensors as wide as the MLP for its backward "
+                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts only "
+                        "the GeLU's input (its output, the next linear layer's input, is on both lists).")
+        _swiglu = term_bytes(_terms, _blocks, "SwiGLU")
+        if _swiglu:
+            _why.append(f"**SwiGLU**: LLaMA's MLP keeps three tensors of its intermediate width, {_swiglu:,} B per "
+                        "block, not GeLU's two of 4h.")
+        _upcast = term_bytes(_terms, _blocks, "fp32") - term_bytes(_terms, _blocks, "log-sum-exp")
+        if _upcast and _case["precision"] != "fp32":
+            _why.append(f"**fp32 upcasts**: {_upcast:,} B per block are kept in fp32 in this {_case['precision']} "
+                        "model (LLaMA's RMSNorm computes in fp32 and its eager softmax too; on the CPU, attention "
+                        "with dropout runs PyTorch's math kernel, also in fp32).")
+        _masks = term_bytes(_terms, _blocks, "mask")
+        if _masks:
+            _why.append(f"**Dropout masks on the CPU** take the element size ({_e} B each here), not the paper's 1 B "
+                        f"(CUDA): {_masks:,} B per block.")
+        if _case["attention"] == "sdpa" and _case["dropout"]:
+            _math = sum(term_bytes(_terms, _blocks, w) for w in ("copy", "softmax", "probabilities"))
+            _why.append(f"**SDPA with dropout on the CPU** is not fused: PyTorch falls back to its math kernel, which "
+                        f"keeps copies of Q, K and V, the s × s softmax and the dropped probabilities (its mask is above), "
+                        f"{_math:,} B per block, where the formula's fused attention keeps one log-sum-exp.")
+        elif _case["attention"] == "sdpa":
+            _why.append(f"**Fused attention** (SDPA) keeps Q, K, V as it received them and its output, "
+                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block: the same kind of tensors the formula "
+                        "counts under Q, K, V and the output projection's input, at this model's own sizes.")
+    _outside = int(_case["saved_outside_layers"])
+    _textbook_outside = int(measured_textbook.outside_layers + measured_textbook.loss)
+    if _case["family"] == "bert":
+        _why.append(f"**Outside the blocks**, PyTorch kept {_outside:,} B: the embeddings' LayerNorm and dropout, "
+                    f"the pooler, the classifier and its 2-label loss. The textbook model counts {_textbook_outside:,} B "
+                    "there (the pooler's input and the loss): the formula describes the blocks only.")
+    else:
+        _loss = term_bytes(_terms, ["loss"], "")
+        _why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
+                    f"({_loss / int(_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
+                    "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
+    mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in _why))
     return
 
 
@@ -468,7 +709,8 @@ def _(mo):
     mo.md("""
     ## Appendix: helpers
 
-    One small helper picks a number of heads that divides the width. Sizes are printed with
+    One small helper picks a number of heads that divides the width; another adds up the bytes of
+    the tensors an activation estimate lists, by place and name. Sizes are printed with
     `viz.readable_size`, in the largest unit of the chosen family (TB, GB, MB, KB or TiB, GiB,
     MiB, KiB) that the size fills.
     """)
@@ -481,6 +723,14 @@ def _():
         """The largest head count <= heads that divides width (so every head has a whole size)."""
         return max(d for d in range(1, min(width, heads) + 1) if width % d == 0)
     return (largest_divisor_at_most,)
+
+
+@app.cell
+def _():
+    def term_bytes(terms, places, word):
+        """Bytes of the estimate's terms (where, what, bytes) in `places` whose name contains `word`."""
+        return sum(int(n) for where, what, n in terms if where in places and word in what)
+    return (term_bytes,)
 
 
 if __name__ == "__main__":

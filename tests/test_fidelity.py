@@ -20,7 +20,9 @@ import pytest
 
 import memmath
 from memmath.hf_activations import transformers_activations
-from memmath.measured import case_arguments, case_method, case_model, measured_metadata
+from memmath.measured import (
+    case_arguments, case_method, case_model, measured_metadata, predicted_saved_per_layer,
+)
 
 CASES = memmath.load_measured()
 ROWS = {row.case_id: row for row in CASES.itertuples(index=False)}
@@ -63,6 +65,13 @@ def test_saved_activations_within_one_percent(case_id):
     assert detail.model == "transformers"
     assert _relative(detail.saved_by_forward, row["saved_bytes"]) <= 0.01, (
         f"predicted {int(detail.saved_by_forward):,} B, measured {row['saved_bytes']:,} B")
+
+
+@pytest.mark.parametrize("case_id", IDS)
+def test_saved_activations_block_by_block(case_id):
+    # Lessons 3 and 4 show the blocks one by one: every block's measured bytes, frozen ones (0) included.
+    row = _row(case_id)
+    assert predicted_saved_per_layer(row) == list(row["saved_per_layer"])
 
 
 @pytest.mark.parametrize("case_id", IDS)

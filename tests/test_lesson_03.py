@@ -84,3 +84,45 @@ def test_activations_pass_the_weights_alone_at_the_first_point(default_run):
     # The axis unit sits at the geometric middle of 248,879,616 B (weights) and the activations at s=65,536
     # (about 1.2e13 B): about 5e10 B, so GB.
     assert defs["unit_sweep"] == "GB"
+
+
+def test_checked_against_pytorch_default_case(default_run):
+    # Recorded by validation/measure.py: the tiny GPT-2 (3 blocks, h = 64, a = 4, V = 1,000) in bf16,
+    # eager attention, no dropout, b = 2, s = 64: the forward pass saved 2,123,780 B, 525,312 B per block.
+    _, defs = default_run
+    case = defs["measured_case"]
+    assert case["case_id"] == "gpt2/bf16/adamw/full/eager/nodrop/nockpt/b2s64"
+    assert case["saved_bytes"] == 2_123_780 and list(case["saved_per_layer"]) == [525_312] * 3
+    assert defs["measured_hf"].saved_by_forward == 2_123_780  # activations="transformers": to the byte
+    # The textbook by hand (Korthikanti et al. at e = 2 B, no dropout, eager): per block
+    # s*b*h*16e + a*s^2*b*e = 128*64*32 + 4*64^2*2*2 = 327,680 B; 3 blocks; plus the final norm's and
+    # head's inputs 2*e*s*b*h = 32,768 B and the fp32 logits 4*s*b*V = 512,000 B.
+    assert defs["measured_textbook"].saved_by_forward == 3 * 327_680 + 32_768 + 512_000 == 1_527_808
+    frame = defs["measured_frame"].groupby("source", sort=False)["bytes"].sum()
+    assert list(frame) == [2_123_780, 2_123_780, 1_527_808]
+    # gelu_new's four 4h-wide tensors per block: 4 x (2 B x 128 tokens x 256) = 262,144 B.
+    terms = defs["block_terms"].set_index("what one block keeps")["bytes"]
+    assert terms.filter(like="gelu_new").sum() == 262_144
+
+
+def test_checked_against_pytorch_all_over(default_run):
+    _, defs = default_run
+    errors = defs["measured_errors"]
+    assert len(errors) == 160
+    # README "Fidelity": the textbook's worst case is -83% (a BERT case with checkpointing).
+    assert errors["textbook"].min() == pytest.approx(-0.83, abs=0.005)
+
+
+def test_every_case_the_controls_can_pick_was_recorded():
+    from memmath.measured import load_measured
+
+    cases = load_measured()
+    full = cases[(cases["method"] == "full") & (cases["optimizer"] == "adamw") & (cases["batch_size"] == 2)
+                 & (cases["seq_len"] == 64)]
+    for shape in ("gpt2", "llama-mha", "llama-gqa", "bert"):
+        for attention in ("eager", "sdpa"):
+            for dropout in (False, True):
+                for checkpointing in (False, True):
+                    match = full[(full["shape"] == shape) & (full["attention"] == attention)
+                                 & (full["dropout"] == dropout) & (full["checkpointing"] == checkpointing)]
+                    assert len(match) >= 1, (shape, attention, dropout, checkpointing)

@@ -90,3 +90,25 @@ def test_tied_head_switch_says_why_it_changes_nothing(default_run):
     outputs, defs = default_run
     assert defs["model"].tied_embeddings and not defs["freeze"].train_embeddings
     assert "head switch changes nothing here" in lessons.output_text(outputs)
+
+
+def test_checked_against_pytorch_frozen_blocks_keep_nothing(default_run):
+    # Recorded by validation/measure.py: the tiny GPT-2 in fp32 (h = 64, MLP 256, 230,464 parameters), fused
+    # attention, b = 2, s = 64. One block by hand: 2 LayerNorms 2 x 128, c_attn 64 x 192 + 192, attn c_proj
+    # 64 x 64 + 64, c_fc 64 x 256 + 256, mlp c_proj 256 x 64 + 64 = 49,984; the final norm 128 trains too.
+    _, defs = default_run
+    rows = defs["freeze_rows"].set_index("frozen blocks")
+    block = 2 * 128 + (64 * 192 + 192) + (64 * 64 + 64) + (64 * 256 + 256) + (256 * 64 + 64)
+    assert block == 49_984
+    # Gradients by hand: fp32 4 B x trainable parameters (all; 2 blocks + norm; 1 block + norm).
+    assert list(rows["trainable parameters"]) == [230_464, 2 * block + 128, block + 128]
+    assert list(rows["gradients, measured (B)"]) == [4 * n for n in rows["trainable parameters"]]
+    assert list(rows["gradients, measured (B)"]) == [921_856, 400_384, 200_448]
+    assert list(rows["saved, measured (B)"]) == [3_345_924, 2_390_020, 1_468_420]  # saved for backward
+    for part in ("gradients", "saved"):
+        assert list(rows[f"{part}, memmath (B)"]) == list(rows[f"{part}, measured (B)"])
+    # Block by block: the frozen blocks saved 0 B, measured and predicted alike.
+    blocks = defs["freeze_blocks"]
+    for source in ("measured", "memmath"):
+        two = blocks[(blocks["frozen"] == "2 frozen") & (blocks["source"] == source)]
+        assert list(two["bytes"]) == [0, 0, 921_600]

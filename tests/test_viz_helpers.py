@@ -35,3 +35,73 @@ def test_model_choice(billions, preset, expected):
 ])
 def test_readable_size(n_bytes, unit, expected):
     assert viz.readable_size(n_bytes, unit) == expected
+
+
+def test_plain_table_shows_every_cell_with_separators_and_escapes_text():
+    import pandas as pd
+
+    frame = pd.DataFrame({"model": ["BERT <base>", "Llama-2-7B"], "params": [109_482_240, 6_738_415_616],
+                          "share (%)": [2.17, 0.5], "note": ["a long note that may wrap", "short"]})
+    shown = viz.plain_table(frame, wrapped_columns=["note"]).text
+    # 109,482,240 and 6,738,415,616 written by hand with separators; text escaped, not parsed as a tag.
+    assert "109,482,240" in shown and "6,738,415,616" in shown and "2.17" in shown
+    assert "BERT &lt;base&gt;" in shown and "<base>" not in shown
+    assert shown.count("<tr>") == 3 and shown.count('class="num"') == 4 and shown.count('class="wrap"') == 2
+    with pytest.raises(ValueError, match="nope"):
+        viz.plain_table(frame, wrapped_columns=["nope"])
+
+
+def test_chart_output_carries_the_same_spec_marimo_would_show():
+    import json
+
+    import altair as alt
+    import pandas as pd
+    from marimo._output.formatting import try_format
+
+    chart = alt.Chart(pd.DataFrame({"part": ["Weights", "Gradients"], "GB": [13.48, 13.48]})).mark_bar().encode(
+        x=alt.X("GB:Q", title="Memory (GB)"), y=alt.Y("part:N"))
+    mimetype, spec = viz.chart_output(chart)._mime_()
+    marimo_mimetype, marimo_spec = try_format(chart).mimetype, try_format(chart).data
+    assert mimetype == marimo_mimetype == "application/vnd.vegalite.v6+json"
+    shown, expected = json.loads(spec), json.loads(marimo_spec)
+    expected.pop("usermeta", None)  # marimo adds empty embed options
+    assert shown == expected
+    with pytest.raises(TypeError):
+        viz.chart_output("not a chart")
+
+
+def _inline_datasets(spec):
+    """A Vega-Lite spec with altair's named datasets written into each layer (to compare specs)."""
+    import copy
+
+    spec = copy.deepcopy(spec)
+    datasets = spec.pop("datasets", {})
+
+    def inline(node):
+        if isinstance(node, dict):
+            if "data" in node and "name" in node["data"]:
+                node["data"] = {"values": datasets[node["data"]["name"]]}
+            for value in node.values():
+                inline(value)
+        elif isinstance(node, list):
+            for value in node:
+                inline(value)
+    inline(spec)
+    spec.pop("usermeta", None)
+    return spec
+
+
+@pytest.mark.parametrize("capacity", [None, 24 * 10**9])
+@pytest.mark.parametrize("unit", ["GB", "GiB"])
+def test_stacked_bars_output_is_the_stacked_bars_chart(capacity, unit):
+    import json
+
+    import memmath as mm
+
+    frame = viz.breakdown_long({"Holding the weights": mm.inference_memory(7 * 10**9),
+                                "One step": mm.training_memory("llama-2-7b", seq_len=512, attention="sdpa")}, unit)
+    kwargs = dict(title="t", capacity_bytes=capacity, capacity_label="RTX 4090", width=420)
+    fast = json.loads(viz.stacked_bars_output(frame, unit, **kwargs)._mime_()[1])
+    slow = json.loads(viz.chart_output(viz.stacked_bars(frame, unit, **kwargs))._mime_()[1])
+    assert fast == _inline_datasets(slow)
+    assert viz.stacked_bars_output(frame, unit, **kwargs)._mime_()[0] == "application/vnd.vegalite.v6+json"
