@@ -81,6 +81,48 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
     return chart.properties(width=width, height=bar_height, title=title)
 
 
+_PLAIN_TABLE_CSS = (
+    "<style>.memmath-table{border-collapse:collapse;font-size:0.875rem;margin:0.25rem 0}"
+    ".memmath-table th,.memmath-table td{padding:0.3rem 0.75rem;border-bottom:1px solid #e2e4e8;text-align:left;"
+    "white-space:nowrap;vertical-align:top}"
+    ".memmath-table th{font-weight:600;border-bottom:2px solid #c9ccd1}"
+    ".memmath-table td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    ".memmath-table td.wrap{white-space:normal;min-width:12rem}</style>"
+)
+
+
+def plain_table(frame: pd.DataFrame, *, wrapped_columns=()):
+    """A small table as plain HTML (mo.Html): numbers right-aligned with thousands separators, no index.
+
+    For tables a slider redraws: the browser redraws this about three times faster than an
+    mo.ui.table (benchmarks/lesson_speed.py measured ~10 ms against ~30 ms per table), which
+    matters when one slider moves several tables. It has no paging, sorting or search, so keep
+    it to tables that fit on screen. `wrapped_columns` may wrap; other cells stay on one line.
+    """
+    import html
+
+    import marimo as mo
+
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"plain_table needs a pandas DataFrame; got {type(frame).__name__}")
+    wrapped = set(wrapped_columns)
+    unknown = wrapped - set(frame.columns)
+    if unknown:
+        raise ValueError(f"wrapped_columns {sorted(map(str, unknown))} are not columns of the table")
+
+    def cell(column, value) -> str:
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        text = f"{value:,}" if numeric else str(value)
+        css = "num" if numeric else ("wrap" if column in wrapped else "")
+        return f'<td class="{css}">{html.escape(text)}</td>' if css else f"<td>{html.escape(text)}</td>"
+
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(cell(c, v.item() if hasattr(v, "item") else v) for c, v in zip(frame.columns, row))
+                   + "</tr>" for row in frame.itertuples(index=False, name=None))
+    return mo.Html(f'{_PLAIN_TABLE_CSS}<table class="memmath-table"><thead><tr>{head}</tr></thead>'
+                   f"<tbody>{rows}</tbody></table>")
+
+
 LESSONS: dict[str, str] = {
     "00_start_here": "Start here: planning before CUDA runs out of memory",
     "01_weights_and_formats": "Weights and number formats",

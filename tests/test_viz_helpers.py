@@ -35,3 +35,17 @@ def test_model_choice(billions, preset, expected):
 ])
 def test_readable_size(n_bytes, unit, expected):
     assert viz.readable_size(n_bytes, unit) == expected
+
+
+def test_plain_table_shows_every_cell_with_separators_and_escapes_text():
+    import pandas as pd
+
+    frame = pd.DataFrame({"model": ["BERT <base>", "Llama-2-7B"], "params": [109_482_240, 6_738_415_616],
+                          "share (%)": [2.17, 0.5], "note": ["a long note that may wrap", "short"]})
+    shown = viz.plain_table(frame, wrapped_columns=["note"]).text
+    # 109,482,240 and 6,738,415,616 written by hand with separators; text escaped, not parsed as a tag.
+    assert "109,482,240" in shown and "6,738,415,616" in shown and "2.17" in shown
+    assert "BERT &lt;base&gt;" in shown and "<base>" not in shown
+    assert shown.count("<tr>") == 3 and shown.count('class="num"') == 4 and shown.count('class="wrap"') == 2
+    with pytest.raises(ValueError, match="nope"):
+        viz.plain_table(frame, wrapped_columns=["nope"])
