@@ -185,7 +185,7 @@ def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, train_norms_checkbox):
 
 
 @app.cell
-def _(adapter_curves, alt, bottleneck, literature, pd):
+def _(adapter_curves, alt, bottleneck, literature, pd, viz):
     _paper = literature.REPORTED["houlsby_trainable_share"].value
     _lines = alt.Chart(adapter_curves).mark_line(point=True).encode(
         x=alt.X("bottleneck:Q", scale=alt.Scale(type="log", base=2), title="Bottleneck m (log scale)"),
@@ -197,7 +197,8 @@ def _(adapter_curves, alt, bottleneck, literature, pd):
     _rule = alt.Chart(pd.DataFrame({"share": [_paper], "text": [f"paper: {_paper}% per task"]}))
     _paper_line = _rule.mark_rule(color="black").encode(y=alt.Y("share:Q")) + _rule.mark_text(
         align="left", dx=4, dy=-7, fontSize=11).encode(y=alt.Y("share:Q"), x=alt.value(4), text=alt.Text("text:N"))
-    (_lines + _now + _paper_line).properties(width=560, height=300, title="Adapters' share of the model, by bottleneck")
+    viz.chart_output((_lines + _now + _paper_line).properties(width=560, height=300,
+                                                              title="Adapters' share of the model, by bottleneck"))
     return
 
 
@@ -302,8 +303,9 @@ def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, seq_len
 
 @app.cell
 def _(gpu, mm, scenarios, unit, viz):
-    viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
-                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
+    viz.chart_output(viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
+                                      capacity_bytes=gpu.memory_bytes,
+                                      capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
     return
 
 
@@ -409,7 +411,8 @@ def _(measurement, mo, runs_slider, toy_block, toy_bottleneck_slider, toy_seq_sl
     _h, _s, _m, _runs = width_slider.value, toy_seq_slider.value, min(toy_bottleneck_slider.value, width_slider.value), runs_slider.value
     _flops = toy_block.adapter_flop_overhead(_s, _h, _m)
     _same = (_h, _s, _m, _runs) == tuple(measurement[k] for k in ("h", "s", "m", "runs"))
-    _then = ("The measurement below is for these settings; press **Measure** to repeat it." if _same else
+    _then = (f"The measurement below (number {measurement['number']}) is for these settings; press **Measure** to repeat it."
+             if _same else
              f"**Press Measure** to time these settings: the measurement below is still the one for h = {measurement['h']}, "
              f"s = {measurement['s']}, m = {measurement['m']}, {measurement['runs']} runs.")
     mo.md(f"""
@@ -431,7 +434,8 @@ def _(alt, measurement, mo, timing_table, timings, viz):
         tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("run:Q"), alt.Tooltip("ms:Q", format=".3f", title="ms")])
     _title = alt.Title(f"Measurement {measurement['number']}: every run (ticks), the median and the middle half (boxes)",
                        subtitle=f"h = {measurement['h']}, s = {measurement['s']}, m = {measurement['m']}")
-    mo.vstack([(_box + _ticks).properties(width=560, height=130, title=_title), viz.plain_table(timing_table.round(3))])
+    mo.vstack([viz.chart_output((_box + _ticks).properties(width=560, height=130, title=_title)),
+               viz.plain_table(timing_table.round(3))])
     return
 
 

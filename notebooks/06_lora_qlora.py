@@ -104,7 +104,7 @@ def _(lora_trainable, mo, model_label, rank, shape, targets):
 
 
 @app.cell
-def _(alt, lora_curves, model_label, rank, targets_dropdown):
+def _(alt, lora_curves, model_label, rank, targets_dropdown, viz):
     _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
     _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)", axis=alt.Axis(format="~s"))
     _lines = alt.Chart(lora_curves).mark_line(point=True).encode(
@@ -112,7 +112,7 @@ def _(alt, lora_curves, model_label, rank, targets_dropdown):
         tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
     _now = alt.Chart(lora_curves[(lora_curves["rank"] == rank) & (lora_curves["matrices"] == targets_dropdown.selected_key)]
                      ).mark_point(size=160, shape="diamond", filled=True, color="black").encode(x=_x, y=_y)
-    (_lines + _now).properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")
+    viz.chart_output((_lines + _now).properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}"))
     return
 
 
@@ -151,9 +151,10 @@ def _(toy_block):
 @app.cell
 def _(merge_width, merge_x, np, rank, toy_block):
     merge_lora = toy_block.make_lora(merge_width, merge_width, rank, alpha=16.0, trained=True)
-    side_output = toy_block.lora_forward(merge_x, merge_lora)  # x W^T + (alpha/r) (x A^T) B^T
-    merged_weight = toy_block.merge_lora(merge_lora)  # W + (alpha/r) B A
-    merged_output = merge_x @ merged_weight.T
+    with toy_block.blas_threads(1):  # one BLAS thread: several spin-wait for each other on a busy machine (6 ms vs up to 90)
+        side_output = toy_block.lora_forward(merge_x, merge_lora)  # x W^T + (alpha/r) (x A^T) B^T
+        merged_weight = toy_block.merge_lora(merge_lora)  # W + (alpha/r) B A
+        merged_output = merge_x @ merged_weight.T
     merge_gap = float(np.abs(side_output - merged_output).max())
     merge_same = bool(np.allclose(side_output, merged_output, rtol=1e-4, atol=1e-5))
     return merge_gap, merge_same, side_output
@@ -227,7 +228,7 @@ def _(block_size_slider, blockwise, mm, np, pd, viz):
 
 
 @app.cell
-def _(alt, demo_weights, mm, np, pd, quant_block):
+def _(alt, demo_weights, mm, np, pd, quant_block, viz):
     _blocks = demo_weights[: len(demo_weights) // quant_block * quant_block].reshape(-1, quant_block)
     # A histogram counted in numpy (50 bins over -1..1): the page carries 50 counts, not 4,096 weights.
     _counts, _edges = np.histogram(_blocks / np.abs(_blocks).max(axis=1, keepdims=True), bins=50, range=(-1, 1))
@@ -241,7 +242,7 @@ def _(alt, demo_weights, mm, np, pd, quant_block):
         x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
                                      legend=alt.Legend(orient="top")),
         strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
-    (_hist + _rules).properties(width=520, height=220, title=f"Where the 4-bit levels sit (blocks of {quant_block})")
+    viz.chart_output((_hist + _rules).properties(width=520, height=220, title=f"Where the 4-bit levels sit (blocks of {quant_block})"))
     return
 
 
@@ -310,8 +311,9 @@ def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, 
 
 @app.cell
 def _(gpu, mm, model_label, side_by_side, unit, viz):
-    viz.stacked_bars(viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
-                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
+    viz.chart_output(viz.stacked_bars(
+        viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
+        capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
     return
 
 
@@ -477,9 +479,9 @@ def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimi
     guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(
         batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, checkpointing=False,
         optimizer=q65_optimizer_dropdown.value)
-    viz.stacked_bars(viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run",
-                     capacity_bytes=a6000.memory_bytes, capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})",
-                     height=70).configure_legend(orient="bottom", columns=3)
+    viz.chart_output(viz.stacked_bars(
+        viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=a6000.memory_bytes,
+        capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})", height=70).configure_legend(orient="bottom", columns=3))
     return guanaco, guanaco_fit, guanaco_no_checkpointing
 
 

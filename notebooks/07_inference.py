@@ -153,8 +153,8 @@ def _(batch_size, context_len, gpu, memory, mm, mo, model, unit):
 @app.cell
 def _(gpu, memory, mm, unit, viz):
     _frame = viz.breakdown_long({"detailed sum": memory}, unit)
-    viz.stacked_bars(_frame, unit, title="Where serving memory goes",
-                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name}")
+    viz.chart_output(viz.stacked_bars(_frame, unit, title="Where serving memory goes",
+                                      capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name}"))
     return
 
 
@@ -268,8 +268,8 @@ def _(alt, gpu, mm, pd, rule_limit, sweep, unit, viz):
         _limit = pd.DataFrame({"context": [rule_limit], "what": [f"rule holds to {rule_limit:,} tokens"]})
         _layers += [alt.Chart(_limit).mark_rule(color="black").encode(x=alt.X("context:Q"), tooltip=[alt.Tooltip("what:N")]),
                     alt.Chart(_limit).mark_text(align="left", dx=4, y=8).encode(x=alt.X("context:Q"), text=alt.Text("what:N"))]
-    alt.layer(*_layers).properties(width=560, height=300, title=alt.Title(
-        "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu.name} memory: red, dotted"))
+    viz.chart_output(alt.layer(*_layers).properties(width=560, height=300, title=alt.Title(
+        "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu.name} memory: red, dotted")))
     return
 
 

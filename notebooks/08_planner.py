@@ -265,8 +265,8 @@ def _(fit, gpu, model, planned_memory, result, suggestions, unit, viz):
     _bars = {"your run": result}
     for _s in suggestions[:4]:
         _bars[f"→ {_s.change}"] = planned_memory(model, **_s.settings)
-    viz.stacked_bars(viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
-                     capacity_bytes=fit.available_bytes, capacity_label=gpu.name)
+    viz.chart_output(viz.stacked_bars(viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
+                                      capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
     return
 
 

@@ -49,3 +49,22 @@ def test_plain_table_shows_every_cell_with_separators_and_escapes_text():
     assert shown.count("<tr>") == 3 and shown.count('class="num"') == 4 and shown.count('class="wrap"') == 2
     with pytest.raises(ValueError, match="nope"):
         viz.plain_table(frame, wrapped_columns=["nope"])
+
+
+def test_chart_output_carries_the_same_spec_marimo_would_show():
+    import json
+
+    import altair as alt
+    import pandas as pd
+    from marimo._output.formatting import try_format
+
+    chart = alt.Chart(pd.DataFrame({"part": ["Weights", "Gradients"], "GB": [13.48, 13.48]})).mark_bar().encode(
+        x=alt.X("GB:Q", title="Memory (GB)"), y=alt.Y("part:N"))
+    mimetype, spec = viz.chart_output(chart)._mime_()
+    marimo_mimetype, marimo_spec = try_format(chart).mimetype, try_format(chart).data
+    assert mimetype == marimo_mimetype == "application/vnd.vegalite.v6+json"
+    shown, expected = json.loads(spec), json.loads(marimo_spec)
+    expected.pop("usermeta", None)  # marimo adds empty embed options
+    assert shown == expected
+    with pytest.raises(TypeError):
+        viz.chart_output("not a chart")
