@@ -15,9 +15,9 @@ def _():
 
     import memmath as mm
     from memmath import literature, paper_setups, toy_block, viz
-    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath.static_charts import Select, bound_chart, live_only_notice
 
-    return (Select, Slider, alt, bound_chart, literature, live_only_notice, mm, mo, np, os, paper_setups, pd,
+    return (Select, alt, bound_chart, literature, live_only_notice, mm, mo, np, os, paper_setups, pd,
             toy_block, viz)
 
 
@@ -228,13 +228,13 @@ def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, viz):
 
 
 @app.cell
-def _(Select, Slider, alt, bound_chart, literature, share_grid):
+def _(Select, alt, bound_chart, literature, share_grid):
     _models = list(dict.fromkeys(share_grid["model"]))
     _x = alt.X("share:Q", title="Trainable parameters (% of the base model)",
                scale=alt.Scale(domain=[0, float(share_grid["share"].max()) * 1.25]))
     _y = alt.Y("model:N", title=None, sort=_models)
     _paper = literature.REPORTED["houlsby_trainable_share"].value
-    bound_chart(share_grid, [Slider("m", "Bottleneck m", value=64), Select("trained", "Trained", radio=True)],
+    bound_chart(share_grid, [Select("m", "Bottleneck m", value=64, radio=True), Select("trained", "Trained", radio=True)],
                 lambda base: alt.layer(
                     base.mark_bar(color="#54A24B").encode(x=_x, y=_y),
                     base.mark_text(align="left", dx=4, fontSize=12).encode(x=_x, y=_y, text=alt.Text("text:N")),

@@ -13,9 +13,9 @@ def _():
 
     import memmath as mm
     from memmath import blockwise, literature, paper_setups, toy_block, viz
-    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath.static_charts import Select, bound_chart, live_only_notice
 
-    return (Select, Slider, alt, blockwise, bound_chart, literature, live_only_notice, mm, mo, np, paper_setups, pd,
+    return (Select, alt, blockwise, bound_chart, literature, live_only_notice, mm, mo, np, paper_setups, pd,
             toy_block, viz)
 
 
@@ -106,7 +106,8 @@ def _(lora_trainable, mo, model_label, rank, shape, targets):
 @app.cell
 def _(alt, lora_curves, model_label, rank, targets_dropdown, viz):
     _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
-    _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)", axis=alt.Axis(format="~s"))
+    _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
+               axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
     _lines = alt.Chart(lora_curves).mark_line(point=True).encode(
         x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
         tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
@@ -374,7 +375,7 @@ def _(TARGET_SETS, mm, np, pd, viz):
 
 
 @app.cell
-def _(Select, Slider, alt, bound_chart, lora_grid, viz):
+def _(Select, alt, bound_chart, lora_grid, viz):
     _most = float(lora_grid.groupby(["rank", "matrices", "method"])["GB"].sum().max())
     _parts = list(dict.fromkeys(lora_grid.sort_values("order")["part"]))
     _y = alt.Y("method:N", title=None, sort=["Full", "LoRA", "QLoRA"])
@@ -385,11 +386,11 @@ def _(Select, Slider, alt, bound_chart, lora_grid, viz):
             color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in _parts])),
             order=alt.Order("order:Q"))
         _labels = base.transform_aggregate(total="sum(GB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
-            text="format(datum.total, '.1f') + ' GB, ' + format(datum.trainable, '.3~s') + ' trainable'").mark_text(
+            text="format(datum.total, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
             align="left", dx=4, fontSize=11).encode(x=alt.X("total:Q"), y=_y, text=alt.Text("text:N"))
         return alt.layer(_bars, _labels).properties(width=520, height=130)
 
-    bound_chart(lora_grid, [Slider("rank", "Rank r", value=8), Select("matrices", "Adapted matrices")], _draw,
+    bound_chart(lora_grid, [Select("rank", "Rank r", value=8, radio=True), Select("matrices", "Adapted matrices")], _draw,
                 title="Llama-2-7B, pure bf16, AdamW, batch 4 x 512 tokens")
     return
 

@@ -9,11 +9,11 @@ def _():
     import marimo as mo
     import memmath as mm
     from memmath import viz
-    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath.static_charts import Select, bound_chart, live_only_notice
     import altair as alt
     import numpy as np
     import pandas as pd
-    return Select, Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
+    return Select, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -253,7 +253,8 @@ def _(alt, gpu, mm, pd, rule_limit, sweep, unit, viz):
     _rows = [{"context": c, "label": viz.ALL_LABELS[p], "order": i, "size": mm.to_unit(v, unit)}
              for c, m in sweep.items() for i, (p, v) in enumerate(m.parts().items())]
     _rule = pd.DataFrame([{"context": c, "size": mm.to_unit(m.rule_of_thumb, unit)} for c, m in sweep.items()])
-    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="Context (tokens per sequence, log scale)")
+    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[2**k for k in range(7, 18, 2)], labelExpr="datum.value >= 1024 ? datum.value / 1024 + 'K' : datum.value"),
+               title="Context (tokens per sequence, log scale; 1K = 1,024)")
     _areas = alt.Chart(pd.DataFrame(_rows)).mark_area(opacity=0.85).encode(
         x=_x, y=alt.Y("size:Q", stack="zero", title=viz.memory_axis_title(unit)),
         color=alt.Color("label:N", title="Part", scale=viz.part_scale(viz.INFERENCE_PARTS)),
@@ -320,9 +321,10 @@ def _(mm, np, pd, viz):
 
 
 @app.cell
-def _(Select, Slider, alt, bound_chart, mm, pd, serving_grid, viz):
-    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="Context (tokens per sequence, log scale)")
-    _cards = pd.DataFrame([{"gpu": g, "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX 4090", "A100 80GB")])
+def _(Select, alt, bound_chart, mm, pd, serving_grid, viz):
+    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[2**k for k in range(7, 18, 2)], labelExpr="datum.value >= 1024 ? datum.value / 1024 + 'K' : datum.value"),
+               title="Context (tokens per sequence, log scale; 1K = 1,024)")
+    _cards = pd.DataFrame([{"gpu": g, "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX A6000", "A100 80GB")])
 
     def _draw(base):
         _areas = base.mark_area(opacity=0.85).encode(
@@ -335,7 +337,7 @@ def _(Select, Slider, alt, bound_chart, mm, pd, serving_grid, viz):
                          _gpus.mark_text(align="left", x=4, dy=-6, color="#D62728", fontSize=11).encode(
                              y=alt.Y("GB:Q"), text=alt.Text("gpu:N"))).properties(width=520, height=260)
 
-    bound_chart(serving_grid, [Select("format", "Weights format"), Slider("batch", "Batch (sequences)")], _draw,
+    bound_chart(serving_grid, [Select("format", "Weights format"), Select("batch", "Batch (sequences)", radio=True)], _draw,
                 title="Llama-2-13B served: detailed sum (areas), weights x 1.2 (dashed), two GPUs (red)")
     return
 

@@ -15,8 +15,8 @@ def _():
 
     import memmath as mm
     from memmath import viz
-    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
-    return Select, Slider, alt, bound_chart, functools, live_only_notice, mm, mo, np, pd, viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
+    return Select, alt, bound_chart, functools, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -347,7 +347,7 @@ def _(mm, np, pd, viz):
 
 
 @app.cell
-def _(Select, Slider, alt, bound_chart, mm, pd, plan_grid, viz):
+def _(Select, alt, bound_chart, mm, pd, plan_grid, viz):
     _y = alt.Y("method:N", title=None, sort=list(dict.fromkeys(plan_grid["method"])))
     _parts = [p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in set(plan_grid["part"])]
     _cards = pd.DataFrame([{"gpu": g, "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)}
@@ -364,7 +364,7 @@ def _(Select, Slider, alt, bound_chart, mm, pd, plan_grid, viz):
                          _gpus.mark_text(align="left", dx=3, y=-6, fontSize=10).encode(x=alt.X("GB:Q"), text=alt.Text("gpu:N"))
                          ).properties(width=520, height=170)
 
-    bound_chart(plan_grid, [Select("model", "Model", value="llama-2-7b"), Slider("batch", "Batch (sequences)")], _draw,
+    bound_chart(plan_grid, [Select("model", "Model", value="llama-2-7b"), Select("batch", "Batch (sequences)", radio=True)], _draw,
                 title="Pure bf16, AdamW, 512 tokens, one GPU (dashed: three cards' memory)")
     return
 
