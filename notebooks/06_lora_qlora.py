@@ -368,7 +368,7 @@ def _(TARGET_SETS, mm, np, pd, viz):
                 _bytes = np.broadcast_to(_bytes, _ranks.shape)
                 if _bytes.any():
                     _rows.append(pd.DataFrame({"rank": _ranks, "matrices": _label, "method": _method, "part": viz.ALL_LABELS[_part],
-                                               "order": list(_result.parts()).index(_part), "GB": _bytes / 1e9,
+                                               "order": list(_result.parts()).index(_part), "GB": (_bytes / 1e9).round(3),
                                                "trainable": _trainable}))
     lora_grid = pd.concat(_rows, ignore_index=True)
     return (lora_grid,)

@@ -315,7 +315,7 @@ def _(mm, np, pd, viz):
                 if _bytes.any():
                     _rows.append(pd.DataFrame({"format": _format, "batch": _batch, "context": _contexts,
                                                "part": viz.ALL_LABELS[_part], "order": _order,
-                                               "GB": (_bytes / 1e9).round(4), "rule": _rule.round(3)}))
+                                               "GB": (_bytes / 1e9).round(3), "rule": _rule.round(2)}))
     serving_grid = pd.concat(_rows, ignore_index=True)
     return (serving_grid,)
 
