@@ -332,10 +332,13 @@ def _(Select, alt, bound_chart, mm, pd, serving_grid, viz):
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(viz.INFERENCE_PARTS)), order=alt.Order("order:Q"))
         _rule = base.transform_aggregate(rule="max(rule)", groupby=["context"]).mark_line(
             color="black", strokeDash=[6, 4]).encode(x=_x, y=alt.Y("rule:Q"))
-        _gpus = alt.Chart(_cards)
-        return alt.layer(_areas, _rule, _gpus.mark_rule(color="#D62728", strokeDash=[2, 2]).encode(y=alt.Y("GB:Q")),
-                         _gpus.mark_text(align="left", x=4, dy=-6, color="#D62728", fontSize=11).encode(
-                             y=alt.Y("GB:Q"), text=alt.Text("gpu:N"))).properties(width=520, height=260)
+        _lines = alt.Chart(_cards).mark_rule(color="#D62728", strokeDash=[2, 2]).encode(y=alt.Y("GB:Q"))
+        # Each card's name at its own x, so the two stay apart when a long context squeezes the lines together.
+        _names = [alt.Chart(_cards.iloc[[i]]).mark_text(align="left", x=4 + 110 * i, dy=-6, color="#D62728", fontSize=11)
+                  .encode(y=alt.Y("GB:Q"), text=alt.Text("gpu:N")) for i in range(len(_cards))]
+        # resize: the y-axis labels widen from "160" to "8,000" as the inputs move; without it vega keeps the first layout.
+        return alt.layer(_areas, _rule, _lines, *_names).properties(
+            width=520, height=260, autosize=alt.AutoSizeParams(type="pad", resize=True))
 
     bound_chart(serving_grid, [Select("format", "Weights format"), Select("batch", "Batch (sequences)", radio=True)], _draw,
                 title="Llama-2-13B served: detailed sum (areas), weights x 1.2 (dashed), two GPUs (red)")

@@ -350,8 +350,8 @@ def _(mm, np, pd, viz):
 def _(Select, alt, bound_chart, mm, pd, plan_grid, viz):
     _y = alt.Y("method:N", title=None, sort=list(dict.fromkeys(plan_grid["method"])))
     _parts = [p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in set(plan_grid["part"])]
-    _cards = pd.DataFrame([{"gpu": g, "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)}
-                           for g in ("RTX 4090", "RTX A6000", "A100 80GB")])
+    _cards = pd.DataFrame([{"gpu": f"{g} ({mm.format_bytes(mm.get_gpu(g).memory_bytes)})",
+                            "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX 4090", "RTX A6000", "A100 80GB")])
 
     def _draw(base):
         _bars = base.mark_bar().encode(
@@ -359,13 +359,13 @@ def _(Select, alt, bound_chart, mm, pd, plan_grid, viz):
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)), order=alt.Order("order:Q"))
         _totals = base.transform_aggregate(total="sum(GB)", groupby=["method"]).mark_text(align="left", dx=4, fontSize=11).encode(
             x=alt.X("total:Q"), y=_y, text=alt.Text("total:Q", format=",.1f"))
-        _gpus = alt.Chart(_cards)
-        return alt.layer(_bars, _totals, _gpus.mark_rule(color="black", strokeDash=[4, 3]).encode(x=alt.X("GB:Q")),
-                         _gpus.mark_text(align="left", dx=3, y=-6, fontSize=10).encode(x=alt.X("GB:Q"), text=alt.Text("gpu:N"))
-                         ).properties(width=520, height=170)
+        # The cards in a legend of dash styles: names drawn on the lines would overlap once a 70B model squeezes them.
+        _gpus = alt.Chart(_cards).mark_rule(color="black").encode(x=alt.X("GB:Q"), strokeDash=alt.StrokeDash(
+            "gpu:N", title="Card memory", sort=list(_cards["gpu"]), scale=alt.Scale(range=[[2, 2], [6, 3], [12, 3, 2, 3]])))
+        return alt.layer(_bars, _totals, _gpus).resolve_legend(strokeDash="independent").properties(width=520, height=170)
 
     bound_chart(plan_grid, [Select("model", "Model", value="llama-2-7b"), Select("batch", "Batch (sequences)", radio=True)], _draw,
-                title="Pure bf16, AdamW, 512 tokens, one GPU (dashed: three cards' memory)")
+                title="Pure bf16, AdamW, 512 tokens, one GPU, against three cards")
     return
 
 
