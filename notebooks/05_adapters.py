@@ -102,7 +102,7 @@ def _(mo, trace_m, trace_tokens, trace_width):
 
 
 @app.cell
-def _(mo, np, toy_block):
+def _(np, toy_block, viz):
     trace_width, trace_tokens, trace_m = 64, 8, 8
     trace_block = toy_block.make_block(trace_width, n_heads=4)
     trace_input = toy_block.make_input(trace_tokens, trace_width)
@@ -112,7 +112,7 @@ def _(mo, np, toy_block):
     _base = toy_block.block_forward(trace_input, trace_block)
     fresh_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, fresh_adapters) - _base).max())
     moved_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, moved_adapters) - _base).max())
-    mo.ui.table(trace_table, selection=None, show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(trace_table)  # plain: with no mo.ui.table on the page, its code never loads
     return fresh_gap, moved_gap, trace_m, trace_tokens, trace_width
 
 
@@ -354,7 +354,8 @@ def _(mo):
     fraction **2m / (6h + s)**. But FLOPs are not time: adapters are small, sequential matrix
     products plus elementwise work, which a processor runs less efficiently than large ones.
     So measure it: the cell below times the numpy block with and without adapters, both variants
-    back to back in every run, taking turns going first so a busy moment slows both alike.
+    back to back in every run, taking turns going first so a busy moment slows both alike. It measures
+    once when the page opens; set the sliders and press **Measure** to time other sizes.
     """)
     return
 

@@ -409,7 +409,7 @@ def _(mo):
 
 
 @app.cell
-def _(literature, mm, mo, paper_setups, pd):
+def _(literature, mm, paper_setups, pd, viz):
     gpt3_full = paper_setups.get_setup("lora_gpt3_full").memory()  # 16-bit weights, Adam, no activations
     gpt3_lora = paper_setups.get_setup("lora_gpt3_lora").memory()  # LoRA r=4 on q and v
     llama65_full = paper_setups.get_setup("qlora_65b_full_16bit").memory()  # bf16 + 32-bit Adam states
@@ -435,9 +435,7 @@ def _(literature, mm, mo, paper_setups, pd):
         {"claim": "LLaMA 65B, regular 16-bit finetuning", "paper": f"> {_R['qlora_65b_full_16bit'].value} GB",
          "this workbook": mm.format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
     ])
-    mo.ui.table(_claims, selection=None, show_data_types=False, show_search=False, show_download=False,
-                wrapped_columns=["claim", "what is counted"],
-                column_widths={"claim": 220, "paper": 130, "this workbook": 170, "what is counted": 470})
+    viz.plain_table(_claims, wrapped_columns=["claim", "what is counted"])  # no mo.ui.table left: its code never loads
     return gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full
 
 
