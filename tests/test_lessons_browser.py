@@ -73,3 +73,27 @@ def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, 
         page.close()
     record_property("seconds", round(time.perf_counter() - start, 1))
     record_property("sliders", sliders)
+
+
+BUTTON_LESSONS = [p for p in LESSONS if "mo.ui.button(" in p.read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("lesson", BUTTON_LESSONS, ids=[p.stem for p in BUTTON_LESSONS])
+def test_every_button_changes_what_is_shown(chromium, workbook, lesson):
+    """A button (lesson 5's Measure, lesson 6's Time again) re-measures: pressing it must visibly change the page."""
+    from memmath_site.browser import LivePage
+
+    page = chromium.new_page(viewport={"width": 1280, "height": 1600})
+    try:
+        live = LivePage(page)
+        live.open(f"{workbook.url}?file={lesson.name}")
+        buttons = page.locator("marimo-button button")
+        assert buttons.count() >= 1, f"{lesson.name} builds an mo.ui.button but the page shows none"
+        for index in range(buttons.count()):
+            before, runs = live.snapshot(), live.completed_runs
+            buttons.nth(index).click()
+            live.wait_settled(runs)
+            after = assert_clean(live, f"{lesson.name}, button {index + 1} pressed")
+            assert not after.same_as(before), f"{lesson.name}: button {index + 1} changes nothing on the page"
+    finally:
+        page.close()
