@@ -1,10 +1,11 @@
-"""Every lesson under `marimo run` in Chromium: no error, no console error, and every slider changes the page.
+"""Every lesson under `marimo run` in Chromium: no error, no console error, and every slider and button changes the page.
 
 The lessons are served as the README opens them (`marimo run notebooks --include-code`, one
 server for the module) and each is opened at `?file=NN_name.py`; the browser is shared by the
 session. Sliders are driven from the keyboard (focus, End, Home), as a learner could; at both
 ends the page must still show no error, no NaN and no negative byte count. Every link from a
-lesson to another part of the workbook must lead somewhere.
+lesson to another part of the workbook must lead somewhere. Every button (a measurement run on
+request) is pressed once and must change the page.
 """
 
 from __future__ import annotations
