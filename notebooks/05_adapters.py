@@ -185,19 +185,19 @@ def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, train_norms_checkbox):
 
 
 @app.cell
-def _(adapter_curves, alt, bottleneck, literature, pd, viz):
+def _(adapter_curves, alt, literature, pd, viz):
+    # The curves alone, no marker at the chosen m: the chart then redraws only when the checkbox moves (a marker
+    # cost the bottleneck slider a second chart redraw, ~70 ms), and the table above says where you are.
     _paper = literature.REPORTED["houlsby_trainable_share"].value
     _lines = alt.Chart(adapter_curves).mark_line(point=True).encode(
         x=alt.X("bottleneck:Q", scale=alt.Scale(type="log", base=2), title="Bottleneck m (log scale)"),
         y=alt.Y("share:Q", scale=alt.Scale(type="log"), title="Trainable parameters (% of the base model, log)"),
         color=alt.Color("model:N", title="Model"),
         tooltip=[alt.Tooltip("model:N"), alt.Tooltip("bottleneck:Q"), alt.Tooltip("share:Q", format=".3f", title="%")])
-    _now = alt.Chart(pd.DataFrame({"bottleneck": [bottleneck]})).mark_rule(strokeDash=[4, 3], color="gray").encode(
-        x=alt.X("bottleneck:Q"))
     _rule = alt.Chart(pd.DataFrame({"share": [_paper], "text": [f"paper: {_paper}% per task"]}))
     _paper_line = _rule.mark_rule(color="black").encode(y=alt.Y("share:Q")) + _rule.mark_text(
         align="left", dx=4, dy=-7, fontSize=11).encode(y=alt.Y("share:Q"), x=alt.value(4), text=alt.Text("text:N"))
-    viz.chart_output((_lines + _now + _paper_line).properties(width=560, height=300,
+    viz.chart_output((_lines + _paper_line).properties(width=560, height=300,
                                                               title="Adapters' share of the model, by bottleneck"))
     return
 

@@ -104,16 +104,16 @@ def _(lora_trainable, mo, model_label, rank, shape, targets):
 
 
 @app.cell
-def _(alt, lora_curves, model_label, rank, targets_dropdown, viz):
+def _(alt, lora_curves, model_label, viz):
+    # The curves alone, no marker at the chosen rank: the chart then redraws only when the model changes
+    # (a marker cost the rank slider a second chart redraw, ~70 ms), and the text above says where you are.
     _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
     _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
                axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
     _lines = alt.Chart(lora_curves).mark_line(point=True).encode(
         x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
         tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
-    _now = alt.Chart(lora_curves[(lora_curves["rank"] == rank) & (lora_curves["matrices"] == targets_dropdown.selected_key)]
-                     ).mark_point(size=160, shape="diamond", filled=True, color="black").encode(x=_x, y=_y)
-    viz.chart_output((_lines + _now).properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}"))
+    viz.chart_output(_lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}"))
     return
 
 
