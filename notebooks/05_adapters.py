@@ -15,8 +15,10 @@ def _():
 
     import memmath as mm
     from memmath import literature, paper_setups, toy_block, viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
 
-    return alt, literature, mm, mo, np, os, paper_setups, pd, toy_block, viz
+    return (Select, alt, bound_chart, literature, live_only_notice, mm, mo, np, os, paper_setups, pd,
+            toy_block, viz)
 
 
 @app.cell(hide_code=True)
@@ -100,7 +102,7 @@ def _(mo, trace_m, trace_tokens, trace_width):
 
 
 @app.cell
-def _(mo, np, toy_block):
+def _(np, toy_block, viz):
     trace_width, trace_tokens, trace_m = 64, 8, 8
     trace_block = toy_block.make_block(trace_width, n_heads=4)
     trace_input = toy_block.make_input(trace_tokens, trace_width)
@@ -110,7 +112,7 @@ def _(mo, np, toy_block):
     _base = toy_block.block_forward(trace_input, trace_block)
     fresh_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, fresh_adapters) - _base).max())
     moved_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, moved_adapters) - _base).max())
-    mo.ui.table(trace_table, selection=None, show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(trace_table)  # plain: with no mo.ui.table on the page, its code never loads
     return fresh_gap, moved_gap, trace_m, trace_tokens, trace_width
 
 
@@ -143,50 +145,103 @@ def _(bert_large, mm, mo):
 
 
 @app.cell
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     bert_large = mm.PRESETS["bert-large-uncased"]
     ADAPTER_MODELS = {"BERT-large (the paper's base)": "bert-large-uncased",
                       "BERT-base": "bert-base-uncased", "Llama-2-7B (a LLaMA-size model)": "llama-2-7b"}
-    bottleneck_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], value=64,
+    BOTTLENECKS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    bottleneck_slider = mo.ui.slider(steps=BOTTLENECKS, value=64,
                                      label="Bottleneck m (the adapter's inner width)", show_value=True)
     train_norms_checkbox = mo.ui.checkbox(value=False, label="also train the layer norms (as the paper did)")
-    mo.hstack([bottleneck_slider, train_norms_checkbox], justify="start", gap=2)
-    return ADAPTER_MODELS, bert_large, bottleneck_slider, train_norms_checkbox
+    mo.vstack([live_only_notice(), mo.hstack([bottleneck_slider, train_norms_checkbox], justify="start", gap=2)])
+    return ADAPTER_MODELS, BOTTLENECKS, bert_large, bottleneck_slider, train_norms_checkbox
 
 
 @app.cell
-def _(ADAPTER_MODELS, bottleneck_slider, mm, mo, np, pd, train_norms_checkbox):
+def _(ADAPTER_MODELS, bottleneck_slider, mm, pd, train_norms_checkbox, viz):
     bottleneck = bottleneck_slider.value
-    train_norms = train_norms_checkbox.value
-    _rows, _curves = [], []
-    _sweep = np.array(bottleneck_slider.steps)
+    _rows = []
     for _label, _preset in ADAPTER_MODELS.items():
         _shape = mm.PRESETS[_preset]
-        _one = mm.training_memory(_shape, method=mm.Adapters(bottleneck=bottleneck, train_norms=train_norms))
+        _one = mm.training_memory(_shape, method=mm.Adapters(bottleneck=bottleneck, train_norms=train_norms_checkbox.value))
         _rows.append({"model": _label, "width h": _shape.hidden_size, "blocks": _shape.n_layers,
                       "adapter params per block": mm.Adapters(bottleneck=bottleneck).params_per_block(_shape),
                       "trainable params": _one.trainable_params, "of the base model": f"{_one.trainable_fraction:.2%}"})
-        _all = mm.training_memory(_shape, method=mm.Adapters(bottleneck=_sweep, train_norms=train_norms))
-        _curves.append(pd.DataFrame({"model": _label, "bottleneck": _sweep, "share": 100 * _all.trainable_fraction}))
     adapter_counts = pd.DataFrame(_rows)
-    adapter_curves = pd.concat(_curves, ignore_index=True)
-    mo.ui.table(adapter_counts, selection=None, show_data_types=False, show_search=False, show_download=False)
-    return adapter_counts, adapter_curves, bottleneck, train_norms
+    viz.plain_table(adapter_counts)
+    return adapter_counts, bottleneck
 
 
 @app.cell
-def _(adapter_curves, alt, bottleneck, literature, pd):
+def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, train_norms_checkbox):
+    # The share for every bottleneck at once (numpy arrays broadcast): runs when the checkbox moves, not the slider.
+    train_norms = train_norms_checkbox.value
+    _sweep = np.array(BOTTLENECKS)
+    adapter_curves = pd.concat([pd.DataFrame({
+        "model": _label, "bottleneck": _sweep,
+        "share": 100 * mm.training_memory(_preset, method=mm.Adapters(bottleneck=_sweep, train_norms=train_norms)).trainable_fraction})
+        for _label, _preset in ADAPTER_MODELS.items()], ignore_index=True)
+    return adapter_curves, train_norms
+
+
+@app.cell
+def _(adapter_curves, alt, literature, pd, viz):
+    # The curves alone, no marker at the chosen m: the chart then redraws only when the checkbox moves (a marker
+    # cost the bottleneck slider a second chart redraw, ~70 ms), and the table above says where you are.
     _paper = literature.REPORTED["houlsby_trainable_share"].value
     _lines = alt.Chart(adapter_curves).mark_line(point=True).encode(
         x=alt.X("bottleneck:Q", scale=alt.Scale(type="log", base=2), title="Bottleneck m (log scale)"),
         y=alt.Y("share:Q", scale=alt.Scale(type="log"), title="Trainable parameters (% of the base model, log)"),
         color=alt.Color("model:N", title="Model"),
-        tooltip=["model:N", "bottleneck:Q", alt.Tooltip("share:Q", format=".3f", title="%")])
-    _now = alt.Chart(pd.DataFrame({"bottleneck": [bottleneck]})).mark_rule(strokeDash=[4, 3], color="gray").encode(x="bottleneck:Q")
+        tooltip=[alt.Tooltip("model:N"), alt.Tooltip("bottleneck:Q"), alt.Tooltip("share:Q", format=".3f", title="%")])
     _rule = alt.Chart(pd.DataFrame({"share": [_paper], "text": [f"paper: {_paper}% per task"]}))
-    _paper_line = _rule.mark_rule(color="black").encode(y="share:Q") + _rule.mark_text(
-        align="left", dx=4, dy=-7, fontSize=11).encode(y="share:Q", x=alt.value(4), text="text:N")
-    (_lines + _now + _paper_line).properties(width=560, height=300, title="Adapters' share of the model, by bottleneck")
+    _paper_line = _rule.mark_rule(color="black").encode(y=alt.Y("share:Q")) + _rule.mark_text(
+        align="left", dx=4, dy=-7, fontSize=11).encode(y=alt.Y("share:Q"), x=alt.value(4), text=alt.Text("text:N"))
+    viz.chart_output((_lines + _paper_line).properties(width=560, height=300,
+                                                              title="Adapters' share of the model, by bottleneck"))
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    The chart below answers the same question one bottleneck at a time, with the count beside each
+    bar. Its own inputs, under the chart, redraw it in the browser from numbers memmath computed for
+    every bottleneck in advance, so they keep working in the static copy of this workbook too.
+    """)
+    return
+
+
+@app.cell
+def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, viz):
+    # Every (model, bottleneck, layer norms) the bound chart can show: 3 x 10 x 2 = 60 rows.
+    _m, _parts = np.array(BOTTLENECKS), []
+    for _label, _preset in ADAPTER_MODELS.items():
+        for _norms, _trained in ((False, "adapters only"), (True, "adapters + layer norms")):
+            _r = mm.training_memory(_preset, method=mm.Adapters(bottleneck=_m, train_norms=_norms))
+            _parts.append(pd.DataFrame({"m": _m, "trained": _trained, "model": _label.split(" (")[0],
+                                        "share": 100 * _r.trainable_fraction,
+                                        "text": [f"{viz.short_count(n)} ({100 * f:.2g}%)" for n, f in
+                                                 zip(_r.trainable_params, _r.trainable_fraction)]}))
+    share_grid = pd.concat(_parts, ignore_index=True)
+    return (share_grid,)
+
+
+@app.cell
+def _(Select, alt, bound_chart, literature, share_grid, viz):
+    _models = list(dict.fromkeys(share_grid["model"]))
+    _x = alt.X("share:Q", title="Trainable parameters (% of the base model)",
+               scale=alt.Scale(domain=[0, float(share_grid["share"].max()) * 1.25]))
+    _y = alt.Y("model:N", title=None, sort=_models)
+    _paper = literature.REPORTED["houlsby_trainable_share"].value
+    _chart = bound_chart(share_grid, [Select("m", "Bottleneck m", value=64, radio=True), Select("trained", "Trained", radio=True)],
+                         lambda base: alt.layer(
+                             base.mark_bar(color="#54A24B").encode(x=_x, y=_y),
+                             base.mark_text(align="left", dx=4, fontSize=12).encode(x=_x, y=_y, text=alt.Text("text:N")),
+                             base.mark_rule(color="black", strokeDash=[4, 3]).encode(x=alt.datum(_paper)),
+                         ).properties(width=520, height=130),
+                         title=f"Adapters' share of each model (dashed: the paper's {_paper}% per task)")
+    viz.chart_output(_chart)  # serialized once: it draws at load, and in the static page
     return
 
 
@@ -223,13 +278,13 @@ def _(mo):
 
 
 @app.cell
-def _(ADAPTER_MODELS, mm, mo):
+def _(ADAPTER_MODELS, live_only_notice, mm, mo):
     memory_model_dropdown = mo.ui.dropdown(options=ADAPTER_MODELS, value="Llama-2-7B (a LLaMA-size model)", label="Model")
     batch_slider = mo.ui.slider(1, 64, value=2, label="Batch size (sequences)", show_value=True)
     seq_len_slider = mo.ui.slider(steps=[64, 128, 256, 512, 1024, 2048, 4096], value=512, label="Sequence length (tokens)", show_value=True)
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU to compare with")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
-    mo.vstack([mo.hstack([memory_model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
+    mo.vstack([live_only_notice(), mo.hstack([memory_model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
                mo.hstack([batch_slider, seq_len_slider], justify="start", gap=2)])
     return batch_slider, gpu_dropdown, memory_model_dropdown, seq_len_slider, unit_radio
 
@@ -248,25 +303,25 @@ def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, seq_len
 
 
 @app.cell
-def _(gpu, mm, mo, pd, scenarios, unit, viz):
+def _(gpu, mm, scenarios, unit, viz):
+    viz.chart_output(viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
+                                      capacity_bytes=gpu.memory_bytes,
+                                      capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
+    return
+
+
+@app.cell(hide_code=True)
+def _(memory_model_dropdown, mm, mo, pd, scenarios, seq_len_slider, unit, viz):
     def _smallest_fit(result):
         _fits = mm.fit_table(result, unit=unit).query("fits")
         return _fits["gpu"].iloc[0] if len(_fits) else "none listed"
 
-    _chart = viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
-                              capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
     _rows = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
                            f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
                            f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
                            f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
                            "smallest GPU": _smallest_fit(r)} for name, r in scenarios.items()])
-    mo.vstack([_chart, mo.ui.table(_rows, selection=None, show_data_types=False, show_search=False, show_download=False)])
-    return
-
-
-@app.cell(hide_code=True)
-def _(memory_model_dropdown, mm, mo, scenarios, seq_len_slider, unit):
     _full, _freeze, _adapt = scenarios.values()
     _saved = (_full.gradients + _full.optimizer_states) - (_adapt.gradients + _adapt.optimizer_states)
     _shape = mm.PRESETS[memory_model_dropdown.value]
@@ -274,7 +329,7 @@ def _(memory_model_dropdown, mm, mo, scenarios, seq_len_slider, unit):
     _warn = [mo.callout(mo.md(f"{memory_model_dropdown.selected_key} learned only {_shape.max_positions:,} positions, "
                               f"so it cannot read {seq_len_slider.value:,} tokens; the arithmetic still shows "
                               "what the memory would be."), kind="warn")] if _long else []
-    mo.vstack(_warn + [mo.md(f"""
+    mo.vstack([viz.plain_table(_rows)] + _warn + [mo.md(f"""
     Against full finetuning, adapters save **{mm.format_bytes(_saved, unit)}** of gradients and
     optimizer states. Their weights are the base model's {mm.format_bytes(_full.weights, unit)} plus
     {mm.format_bytes(_adapt.weights - _full.weights, "MB" if unit == "GB" else "MiB")} of adapters: nothing is saved there. Their
@@ -299,40 +354,78 @@ def _(mo):
     fraction **2m / (6h + s)**. But FLOPs are not time: adapters are small, sequential matrix
     products plus elementwise work, which a processor runs less efficiently than large ones.
     So measure it: the cell below times the numpy block with and without adapters, both variants
-    back to back in every run, taking turns going first so a busy moment slows both alike.
+    back to back in every run, taking turns going first so a busy moment slows both alike. It measures
+    once when the page opens; set the sliders and press **Measure** to time other sizes.
     """)
     return
 
 
 @app.cell
-def _(mo):
-    width_slider = mo.ui.slider(steps=[64, 128, 256, 384, 512], value=256, label="Block width h", show_value=True)
-    toy_seq_slider = mo.ui.slider(steps=[16, 32, 64, 128, 256], value=128, label="Sequence length s (tokens)", show_value=True)
-    toy_bottleneck_slider = mo.ui.slider(steps=[4, 8, 16, 32, 64, 128, 256], value=64, label="Bottleneck m", show_value=True)
-    runs_slider = mo.ui.slider(5, 30, value=15, label="Runs (pairs of timings)", show_value=True)
-    mo.vstack([mo.hstack([width_slider, toy_seq_slider], justify="start", gap=2),
-               mo.hstack([toy_bottleneck_slider, runs_slider], justify="start", gap=2)])
-    return runs_slider, toy_bottleneck_slider, toy_seq_slider, width_slider
+def _(live_only_notice, mo, toy_block):
+    _start = dict(width=256, seq_len=128, bottleneck=64, runs=15)  # the sliders' starting values, measured at load
+    width_slider = mo.ui.slider(steps=[64, 128, 256, 384, 512], value=_start["width"], label="Block width h", show_value=True)
+    toy_seq_slider = mo.ui.slider(steps=[16, 32, 64, 128, 256], value=_start["seq_len"], label="Sequence length s (tokens)",
+                                  show_value=True)
+    toy_bottleneck_slider = mo.ui.slider(steps=[4, 8, 16, 32, 64, 128, 256], value=_start["bottleneck"], label="Bottleneck m",
+                                         show_value=True)
+    runs_slider = mo.ui.slider(5, 30, value=_start["runs"], label="Runs (pairs of timings)", show_value=True)
+    timing_budget_s = 0.8  # stop timing after this long, so the page stays responsive
+
+    def measure_adapter_timing(width, seq_len, bottleneck, runs, number=1):
+        """Time the numpy block with and without adapters; the settings travel with the timings."""
+        _m = min(bottleneck, width)
+        _times = toy_block.time_forward(toy_block.make_input(seq_len, width), toy_block.make_block(width, n_heads=4),
+                                        toy_block.make_adapters(width, _m, zero_up=False),
+                                        repeats=runs, budget_s=timing_budget_s)
+        return {"timings": _times, "h": width, "s": seq_len, "m": _m, "runs": runs, "number": number}
+
+    # The sliders only choose; the button measures (once at load, then on every press), so moving a
+    # slider never waits for a timing and a timing never hides behind a slider.
+    measure_button = mo.ui.button(
+        value=measure_adapter_timing(**_start),
+        on_click=lambda last: measure_adapter_timing(width_slider.value, toy_seq_slider.value, toy_bottleneck_slider.value,
+                                                     runs_slider.value, last["number"] + 1),
+        label="Measure", kind="success", tooltip="Time the block at the settings on the sliders")
+    mo.vstack([live_only_notice(),
+               mo.hstack([width_slider, toy_seq_slider], justify="start", gap=2),
+               mo.hstack([toy_bottleneck_slider, runs_slider], justify="start", gap=2),
+               mo.hstack([measure_button, mo.md("times the block at these settings (up to "
+                                                f"{timing_budget_s} s of timing)")], justify="start", gap=1)])
+    return (measure_adapter_timing, measure_button, runs_slider, timing_budget_s, toy_bottleneck_slider, toy_seq_slider,
+            width_slider)
 
 
 @app.cell
-def _(runs_slider, toy_block, toy_bottleneck_slider, toy_seq_slider, width_slider):
-    toy_width, toy_seq, toy_m = width_slider.value, toy_seq_slider.value, toy_bottleneck_slider.value
-    timing_budget_s = 0.8  # stop timing after this long, so the page stays responsive
-    _block = toy_block.make_block(toy_width, n_heads=4)
-    _adapters = toy_block.make_adapters(toy_width, min(toy_m, toy_width), zero_up=False)
-    timings = toy_block.time_forward(toy_block.make_input(toy_seq, toy_width), _block, _adapters,
-                                     repeats=runs_slider.value, budget_s=timing_budget_s)
+def _(measure_button, toy_block):
+    measurement = measure_button.value  # changes only when Measure is pressed
+    timings = measurement["timings"]
+    toy_width, toy_seq, toy_m = measurement["h"], measurement["s"], measurement["m"]
     timing_table = toy_block.timing_summary(timings)
     measured_ratio = toy_block.median_ratio(timings)
     fastest_ratio = toy_block.fastest_ratio(timings)
-    predicted_overhead = toy_block.adapter_flop_overhead(toy_seq, toy_width, min(toy_m, toy_width))
-    return (fastest_ratio, measured_ratio, predicted_overhead, timing_budget_s, timing_table, timings, toy_m,
-            toy_seq, toy_width)
+    predicted_overhead = toy_block.adapter_flop_overhead(toy_seq, toy_width, toy_m)
+    return (fastest_ratio, measured_ratio, measurement, predicted_overhead, timing_table, timings, toy_m, toy_seq,
+            toy_width)
+
+
+@app.cell(hide_code=True)
+def _(measurement, mo, runs_slider, toy_block, toy_bottleneck_slider, toy_seq_slider, width_slider):
+    _h, _s, _m, _runs = width_slider.value, toy_seq_slider.value, min(toy_bottleneck_slider.value, width_slider.value), runs_slider.value
+    _flops = toy_block.adapter_flop_overhead(_s, _h, _m)
+    _same = (_h, _s, _m, _runs) == tuple(measurement[k] for k in ("h", "s", "m", "runs"))
+    _then = (f"The measurement below (number {measurement['number']}) is for these settings; press **Measure** to repeat it."
+             if _same else
+             f"**Press Measure** to time these settings: the measurement below is still the one for h = {measurement['h']}, "
+             f"s = {measurement['s']}, m = {measurement['m']}, {measurement['runs']} runs.")
+    mo.md(f"""
+    On the sliders: h = {_h}, s = {_s}, m = {_m}{" (m is capped at h)" if toy_bottleneck_slider.value > _h else ""}, {_runs}
+    runs. Counting FLOPs, two adapters make this block **{1 + _flops:.3f}×** as much work ({_flops:+.1%}). {_then}
+    """)
+    return
 
 
 @app.cell
-def _(alt, mo, timing_table, timings):
+def _(alt, measurement, mo, timing_table, timings, viz):
     _ms = timings.assign(ms=timings["seconds"] * 1e3)
     _x = alt.X("ms:Q", title="Time per forward pass (ms, log scale)", scale=alt.Scale(type="log"))
     _y = alt.Y("variant:N", title=None, sort=["base", "with adapters"])
@@ -340,26 +433,28 @@ def _(alt, mo, timing_table, timings):
         x=_x, y=_y, color=alt.Color("variant:N", legend=None))
     _ticks = alt.Chart(_ms).mark_tick(thickness=2, size=22, opacity=0.7).encode(
         x=_x, y=_y, color=alt.Color("variant:N", legend=None),
-        tooltip=["variant:N", "run:Q", alt.Tooltip("ms:Q", format=".3f", title="ms")])
-    mo.vstack([(_box + _ticks).properties(width=560, height=130, title="Every run (ticks), the median and the middle half (boxes)"),
-               mo.ui.table(timing_table.round(3), selection=None, show_data_types=False, show_search=False, show_download=False)])
+        tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("run:Q"), alt.Tooltip("ms:Q", format=".3f", title="ms")])
+    _title = alt.Title(f"Measurement {measurement['number']}: every run (ticks), the median and the middle half (boxes)",
+                       subtitle=f"h = {measurement['h']}, s = {measurement['s']}, m = {measurement['m']}")
+    mo.vstack([viz.chart_output((_box + _ticks).properties(width=560, height=130, title=_title)),
+               viz.plain_table(timing_table.round(3))])
     return
 
 
 @app.cell(hide_code=True)
-def _(fastest_ratio, measured_ratio, mo, os, predicted_overhead, runs_slider, timing_budget_s, timings, toy_m,
-      toy_seq, toy_width):
+def _(fastest_ratio, measured_ratio, measurement, mo, os, predicted_overhead, timing_budget_s, timings, toy_m, toy_seq,
+      toy_width):
     _threads, _calls, _runs = timings.attrs.get("blas_threads"), timings.attrs.get("calls_per_timing", 1), len(timings) // 2
-    _cut = f" (of {runs_slider.value} asked for: timing stops after {timing_budget_s} s)" if _runs < runs_slider.value else ""
+    _cut = f" (of {measurement['runs']} asked for: timing stops after {timing_budget_s} s)" if _runs < measurement["runs"] else ""
     mo.vstack([
         mo.md(f"""
-        With h = {toy_width}, s = {toy_seq} and m = {min(toy_m, toy_width)}, over {_runs} runs{_cut}, the fastest
+        With h = {toy_width}, s = {toy_seq} and m = {toy_m}, over {_runs} runs{_cut}, the fastest
         forward pass with adapters took **{fastest_ratio:.2f}×** as long as the fastest without
         ({fastest_ratio - 1:+.1%}); the medians give **{measured_ratio:.2f}×**. Counting FLOPs alone predicts
         **{1 + predicted_overhead:.3f}×** ({predicted_overhead:+.1%}). Shrink the width or the sequence and the
         measured gap usually grows beyond the FLOP count: small steps cost more time per FLOP than big ones.
         {"**The two estimates disagree on the direction here**: other work on this machine slowed some runs. "
-         "The fastest runs are the least disturbed; move a slider to measure again." if (fastest_ratio - 1) * (measured_ratio - 1) < 0 else ""}
+         "The fastest runs are the least disturbed; press Measure to time again." if (fastest_ratio - 1) * (measured_ratio - 1) < 0 else ""}
         """),
         mo.callout(mo.md(f"""
         **Read these timings as ratios.** They come from the computer running this notebook

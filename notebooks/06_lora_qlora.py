@@ -13,12 +13,14 @@ def _():
 
     import memmath as mm
     from memmath import blockwise, literature, paper_setups, toy_block, viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
 
-    return alt, blockwise, literature, mm, mo, np, paper_setups, pd, toy_block, viz
+    return (Select, alt, blockwise, bound_chart, literature, live_only_notice, mm, mo, np, paper_setups, pd,
+            toy_block, viz)
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, viz):
+def _(live_only_notice, mm, mo, time_lora_merge, viz):
     _shape = mm.PRESETS["llama-2-7b"]
     _h, _L = _shape.hidden_size, _shape.n_layers
     _lora = mm.LoRA(rank=8, targets=("q", "v"))
@@ -52,14 +54,19 @@ def _(mm, mo, viz):
                    "gate, up, down (the MLP)": ("gate", "up", "down"),
                    "all linear layers (QLoRA)": ("q", "k", "v", "o", "gate", "up", "down")}
     model_dropdown = mo.ui.dropdown(options=LORA_MODELS, value="Llama-2-7B", label="Model")
-    rank_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=8, label="Rank r", show_value=True)
+    _start_rank = 8
+    rank_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=_start_rank, label="Rank r", show_value=True)
     targets_dropdown = mo.ui.dropdown(options=TARGET_SETS, value="q, v (the LoRA paper)", label="Adapted matrices")
-    mo.vstack([_text, mo.hstack([model_dropdown, rank_slider, targets_dropdown], justify="start", gap=2)])
-    return TARGET_SETS, model_dropdown, rank_slider, targets_dropdown
+    # Shown in the merging section: times the merge at the rank on the slider when pressed (and once at load),
+    # so moving the rank never waits for a timing.
+    merge_button = mo.ui.button(value=time_lora_merge(_start_rank), kind="success", label="Time again",
+                                on_click=lambda last: time_lora_merge(rank_slider.value, last["number"] + 1))
+    mo.vstack([_text, live_only_notice(), mo.hstack([model_dropdown, rank_slider, targets_dropdown], justify="start", gap=2)])
+    return TARGET_SETS, merge_button, model_dropdown, rank_slider, targets_dropdown
 
 
 @app.cell
-def _(mm, mo, model_dropdown, pd, rank_slider, targets_dropdown):
+def _(mm, model_dropdown, pd, rank_slider, targets_dropdown, viz):
     shape = mm.PRESETS[model_dropdown.value]
     model_label = model_dropdown.selected_key
     rank, targets = rank_slider.value, targets_dropdown.value
@@ -72,29 +79,41 @@ def _(mm, mo, model_dropdown, pd, rank_slider, targets_dropdown):
                       "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": rank * (_d_in + _d_out),
                       "LoRA / matrix": f"{rank * (_d_in + _d_out) / (_d_in * _d_out):.2%}"})
     matrix_table = pd.DataFrame(_rows)
-    mo.ui.table(matrix_table, selection=None, show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(matrix_table)
     return lora_trainable, model_label, rank, shape, targets
 
 
 @app.cell
-def _(TARGET_SETS, alt, lora_trainable, mm, mo, model_label, np, pd, rank, shape, targets, targets_dropdown):
-    _ranks = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
-    _curves = pd.concat([pd.DataFrame({"matrices": _label, "rank": _ranks,
-                                       "trainable": mm.LoRA(rank=_ranks, targets=_t).params_per_block(shape) * shape.n_layers})
-                         for _label, _t in TARGET_SETS.items()])
-    _lines = alt.Chart(_curves).mark_line(point=True).encode(
-        x=alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)"),
-        y=alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
-                axis=alt.Axis(format="~s")),
-        color=alt.Color("matrices:N", title="Adapted matrices"),
-        tooltip=["matrices:N", "rank:Q", alt.Tooltip("trainable:Q", format=",")])
-    _now = alt.Chart(_curves[(_curves["rank"] == rank) & (_curves["matrices"] == targets_dropdown.selected_key)]).mark_point(
-        size=160, shape="diamond", filled=True, color="black").encode(x="rank:Q", y="trainable:Q")
-    mo.vstack([mo.md(f"""
+def _(TARGET_SETS, mm, np, pd, shape):
+    # Trainable parameters for every rank and set of matrices of this model (runs when the model changes).
+    lora_ranks = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
+    lora_curves = pd.concat([pd.DataFrame({"matrices": _label, "rank": lora_ranks,
+                                           "trainable": mm.LoRA(rank=lora_ranks, targets=_t).params_per_block(shape) * shape.n_layers})
+                             for _label, _t in TARGET_SETS.items()])
+    return (lora_curves,)
+
+
+@app.cell(hide_code=True)
+def _(lora_trainable, mo, model_label, rank, shape, targets):
+    mo.md(f"""
     {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable parameters,
     **{lora_trainable / shape.n_params:.3%}** of the model's {shape.n_params:,}. The chart shows how the
     count grows with the rank for each choice of matrices: linearly, so doubling r doubles the adapter.
-    """), (_lines + _now).properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")])
+    """)
+    return
+
+
+@app.cell
+def _(alt, lora_curves, model_label, viz):
+    # The curves alone, no marker at the chosen rank: the chart then redraws only when the model changes
+    # (a marker cost the rank slider a second chart redraw, ~70 ms), and the text above says where you are.
+    _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
+    _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
+               axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
+    _lines = alt.Chart(lora_curves).mark_line(point=True).encode(
+        x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
+        tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
+    viz.chart_output(_lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}"))
     return
 
 
@@ -113,42 +132,65 @@ def _(mo):
 
 
 @app.cell
-def _(np, rank, toy_block):
+def _(toy_block):
     merge_width, merge_tokens = 512, 64
-    merge_lora = toy_block.make_lora(merge_width, merge_width, rank, alpha=16.0, trained=True)
     merge_x = toy_block.make_input(merge_tokens, merge_width)
-    side_output = toy_block.lora_forward(merge_x, merge_lora)  # x W^T + (alpha/r) (x A^T) B^T
-    merged_weight = toy_block.merge_lora(merge_lora)  # W + (alpha/r) B A
-    merged_output = merge_x @ merged_weight.T
+
+    def time_lora_merge(rank, number=1):
+        """Interleaved timings of the base matrix, the unmerged LoRA layer and the merged one, at this rank."""
+        _lora = toy_block.make_lora(merge_width, merge_width, rank, alpha=16.0, trained=True)
+        _merged = toy_block.merge_lora(_lora)
+        _times = toy_block.time_variants({
+            "base W x": lambda: merge_x @ _lora.W.T,
+            "W x + B A x (unmerged)": lambda: toy_block.lora_forward(merge_x, _lora),
+            "merged W' x": lambda: merge_x @ _merged.T}, repeats=25, budget_s=0.5)
+        return {"times": _times, "rank": rank, "number": number}
+
+    return merge_tokens, merge_width, merge_x, time_lora_merge
+
+
+@app.cell
+def _(merge_width, merge_x, np, rank, toy_block):
+    merge_lora = toy_block.make_lora(merge_width, merge_width, rank, alpha=16.0, trained=True)
+    with toy_block.blas_threads(1):  # one BLAS thread: several spin-wait for each other on a busy machine (6 ms vs up to 90)
+        side_output = toy_block.lora_forward(merge_x, merge_lora)  # x W^T + (alpha/r) (x A^T) B^T
+        merged_weight = toy_block.merge_lora(merge_lora)  # W + (alpha/r) B A
+        merged_output = merge_x @ merged_weight.T
     merge_gap = float(np.abs(side_output - merged_output).max())
     merge_same = bool(np.allclose(side_output, merged_output, rtol=1e-4, atol=1e-5))
-    merge_times = toy_block.time_variants({
-        "base W x": lambda: merge_x @ merge_lora.W.T,
-        "W x + B A x (unmerged)": lambda: toy_block.lora_forward(merge_x, merge_lora),
-        "merged W' x": lambda: merge_x @ merged_weight.T}, repeats=25, budget_s=0.5)
-    return merge_gap, merge_same, merge_times, merge_tokens, merge_width, side_output
+    return merge_gap, merge_same, side_output
+
+
+@app.cell
+def _(merge_button):
+    merge_times = merge_button.value["times"]  # new timings only when "Time again" is pressed
+    return (merge_times,)
 
 
 @app.cell(hide_code=True)
-def _(merge_gap, merge_same, merge_times, merge_tokens, merge_width, mo, np, side_output, toy_block, viz):
+def _(live_only_notice, merge_button, merge_gap, merge_same, merge_times, merge_tokens, merge_width, mo, np, rank,
+      side_output, toy_block, viz):
     _variants = ("W x + B A x (unmerged)", "merged W' x")
     _fast = [toy_block.fastest_ratio(merge_times, v, "base W x") for v in _variants]
     _median = [toy_block.median_ratio(merge_times, v, "base W x") for v in _variants]
-    mo.md(f"""
-    A {merge_width} × {merge_width} matrix and a batch of {merge_tokens} token vectors. Same output?
+    _timed = merge_button.value
+    _older = "" if _timed["rank"] == rank else f" (timed at r = {_timed['rank']}: press the button to time r = {rank})"
+    mo.vstack([mo.md(f"""
+    A {merge_width} × {merge_width} matrix, a rank-{rank} update and a batch of {merge_tokens} token vectors. Same output?
     **{"yes" if merge_same else "no"}**: `np.allclose` on the two outputs (largest
     difference {merge_gap:.1e}, on values of typical size {np.abs(side_output).mean():.2f}; float32
-    rounding, nothing more). Over {len(merge_times) // 3} interleaved runs on this machine, the fastest
-    unmerged layer took **{_fast[0]:.2f}×** the fastest base matrix's time ({_median[0]:.2f}× comparing
+    rounding, nothing more). Timing {_timed["number"]}{_older}: over {len(merge_times) // 3} interleaved runs on this
+    machine, the fastest unmerged layer took **{_fast[0]:.2f}×** the fastest base matrix's time ({_median[0]:.2f}× comparing
     medians), the merged one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). The merged layer does exactly the
     base's work, one matrix of the same shape; any gap there is the machine's noise (see the timing
     caveat in {viz.lesson_link("05_adapters", "lesson 5")}).
-    """)
+    """), live_only_notice(), mo.hstack([merge_button, mo.md(f"times the three layers again at r = {rank}")],
+                                        justify="start", gap=1)])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(live_only_notice, mo):
     block_size_slider = mo.ui.slider(steps=[16, 32, 64, 128, 256, 512, 1024], value=64,
                                      label="Quantization block (weights per constant)", show_value=True)
     mo.vstack([mo.md(r"""
@@ -161,12 +203,12 @@ def _(mo):
     *absmax*), rounded to the nearest level, and the absmax is kept as the block's quantization
     constant. Below, a few thousand normal weights go through that, in NF4 and in plain 4-bit
     integers:
-    """), block_size_slider])
+    """), live_only_notice(), block_size_slider])
     return (block_size_slider,)
 
 
 @app.cell
-def _(block_size_slider, blockwise, mm, mo, np, pd):
+def _(block_size_slider, blockwise, mm, np, pd, viz):
     quant_block = block_size_slider.value
     demo_weights = np.random.default_rng(0).standard_normal(4096)
     _n = quant_block * 256 * 4096  # a tensor that fills whole blocks of blocks
@@ -182,24 +224,26 @@ def _(block_size_slider, blockwise, mm, mo, np, pd):
         _row("int4, fp32 constants", "int4", False), _row("NF4, fp32 constants", "nf4", False),
         _row("NF4 + double quantization", "nf4", True),
     ]).assign(**{"total bits": lambda f: f["bits per weight"] + f["constants (bits per weight)"]})
-    mo.ui.table(quant_rows.round(4), selection=None, show_data_types=False, show_search=False, show_download=False)
+    viz.plain_table(quant_rows.round(4))
     return demo_weights, quant_block, quant_rows
 
 
 @app.cell
-def _(alt, demo_weights, mm, np, pd, quant_block):
+def _(alt, demo_weights, mm, np, pd, quant_block, viz):
     _blocks = demo_weights[: len(demo_weights) // quant_block * quant_block].reshape(-1, quant_block)
-    _normalized = pd.DataFrame({"x": (_blocks / np.abs(_blocks).max(axis=1, keepdims=True)).ravel()})
-    _hist = alt.Chart(_normalized).mark_bar(color="#BAB0AC").encode(
-        x=alt.X("x:Q", bin=alt.Bin(maxbins=60), title="Weight ÷ its block's absmax"),
-        y=alt.Y("count():Q", title="Weights"))
+    # A histogram counted in numpy (50 bins over -1..1): the page carries 50 counts, not 4,096 weights.
+    _counts, _edges = np.histogram(_blocks / np.abs(_blocks).max(axis=1, keepdims=True), bins=50, range=(-1, 1))
+    _bins = pd.DataFrame({"start": _edges[:-1].round(2), "end": _edges[1:].round(2), "weights": _counts})
+    _hist = alt.Chart(_bins).mark_bar(color="#BAB0AC", binSpacing=0).encode(
+        x=alt.X("start:Q", title="Weight ÷ its block's absmax"), x2=alt.X2("end:Q"),
+        y=alt.Y("weights:Q", title="Weights (count per bin)"))
     _levels = pd.concat([pd.DataFrame({"level": list(mm.NF4_LEVELS), "format": "NF4 levels"}),
                          pd.DataFrame({"level": np.arange(-7, 8) / 7, "format": "int4 levels"})])
     _rules = alt.Chart(_levels).mark_rule(strokeWidth=1.5).encode(
-        x="level:Q", color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
+        x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
                                      legend=alt.Legend(orient="top")),
         strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
-    (_hist + _rules).properties(width=520, height=220, title=f"Where the 4-bit levels sit (blocks of {quant_block})")
+    viz.chart_output((_hist + _rules).properties(width=520, height=220, title=f"Where the 4-bit levels sit (blocks of {quant_block})"))
     return
 
 
@@ -232,7 +276,7 @@ def _(mm, mo, quant_block, quant_rows):
 
 
 @app.cell
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     precision_dropdown = mo.ui.dropdown(options=list(mm.RECIPES), value="bf16", label="Precision recipe")
     optimizer_dropdown = mo.ui.dropdown(options=list(mm.OPTIMIZERS), value="adamw", label="Optimizer")
     adapter_format_radio = mo.ui.radio(options={"fp32 (peft's default)": "fp32", "same as the base weights": None},
@@ -242,7 +286,8 @@ def _(mm, mo):
     checkpointing_checkbox = mo.ui.checkbox(value=False, label="gradient checkpointing")
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
-    mo.vstack([mo.hstack([precision_dropdown, optimizer_dropdown, gpu_dropdown, unit_radio], justify="start", gap=1.5),
+    mo.vstack([live_only_notice(),
+               mo.hstack([precision_dropdown, optimizer_dropdown, gpu_dropdown, unit_radio], justify="start", gap=1.5),
                mo.hstack([batch_slider, seq_len_slider, checkpointing_checkbox], justify="start", gap=1.5),
                adapter_format_radio])
     return (adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, optimizer_dropdown,
@@ -266,26 +311,26 @@ def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, 
 
 
 @app.cell
-def _(gpu, mm, mo, model_label, pd, side_by_side, unit, viz):
-    _chart = viz.stacked_bars(viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
-                              capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})")
+def _(gpu, mm, model_label, side_by_side, unit, viz):
+    viz.chart_output(viz.stacked_bars(
+        viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
+        capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
+    return
+
+
+@app.cell(hide_code=True)
+def _(gpu, lora_base, lora_fp32, mm, mo, pd, side_by_side, unit, viz):
     _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
                            f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
                            f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states + r.master_weights + r.gradient_accumulation, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
                            f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
                            f"fits {gpu.name}?": "yes" if mm.check_fit(r, gpu).fits else "no"} for name, r in side_by_side.items()])
-    mo.vstack([_chart, mo.ui.table(_rows, selection=None, show_data_types=False, show_search=False, show_download=False)])
-    return
-
-
-@app.cell(hide_code=True)
-def _(lora_base, lora_fp32, mm, mo, side_by_side, unit):
     _full, _lora, _qlora = side_by_side.values()
     _extra = lora_fp32.total - lora_base.total
     _fp32_cost = (f"costs **{mm.format_bytes(_extra, unit)}** here" if _extra else "costs nothing with this recipe: "
                   "its trainable weights are fp32 anyway, or get an fp32 master copy that fp32 adapters do not need")
-    mo.md(f"""
+    _prose = mo.md(f"""
     LoRA keeps every base weight ({mm.format_bytes(_full.weights, unit)}), adds the adapters
     ({mm.format_bytes(_lora.weights - _full.weights, "MB" if unit == "GB" else "MiB")}), and cuts gradients and optimizer states to the
     adapters'. QLoRA also shrinks the weights, to {mm.format_bytes(_qlora.weights, unit)} plus
@@ -293,7 +338,67 @@ def _(lora_base, lora_fp32, mm, mo, side_by_side, unit):
     head stay in the recipe's format). Activations hardly move: every method still runs the whole model
     forward and back. Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32 instead of the
     base format {_fp32_cost}. Recipe: {_lora.assumptions}
+    """)
+    mo.vstack([viz.plain_table(_rows), _prose])
+    return
 
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
+    AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
+    Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
+    every combination in advance, so they work in the static copy of this workbook too.
+    """)
+    return
+
+
+@app.cell
+def _(TARGET_SETS, mm, np, pd, viz):
+    # Every (rank, matrices, method, part) the bound chart can show: 9 ranks x 4 sets x 3 methods, ~470 rows.
+    _ranks, _run, _rows = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256]), dict(batch_size=4, seq_len=512), []
+    _short = dict(zip(TARGET_SETS.values(), ("q, v", "q, k, v, o", "MLP", "all linear")))
+    for _targets, _label in _short.items():
+        for _method, _result in (("Full", mm.training_memory("llama-2-7b", method=mm.Full(), **_run)),
+                                 ("LoRA", mm.training_memory("llama-2-7b", method=mm.LoRA(rank=_ranks, targets=_targets), **_run)),
+                                 ("QLoRA", mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=_ranks, targets=_targets), **_run))):
+            _trainable = np.broadcast_to(_result.trainable_params, _ranks.shape)
+            for _part, _bytes in _result.parts().items():
+                _bytes = np.broadcast_to(_bytes, _ranks.shape)
+                if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
+                    _rows += [{"rank": int(_r), "matrices": _label, "method": _method, "part": viz.ALL_LABELS[_part],
+                               "order": list(_result.parts()).index(_part), "GB": round(float(_b) / 1e9, 3), "trainable": int(_t)}
+                              for _r, _b, _t in zip(_ranks, _bytes, _trainable)]
+    lora_grid = pd.DataFrame(_rows)
+    return (lora_grid,)
+
+
+@app.cell
+def _(Select, alt, bound_chart, lora_grid, viz):
+    _most = float(lora_grid.groupby(["rank", "matrices", "method"])["GB"].sum().max())
+    _parts = list(dict.fromkeys(lora_grid.sort_values("order")["part"]))
+    _y = alt.Y("method:N", title=None, sort=["Full", "LoRA", "QLoRA"])
+
+    def _draw(base):
+        _bars = base.mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35])), y=_y,
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in _parts])),
+            order=alt.Order("order:Q"))
+        _labels = base.transform_aggregate(total="sum(GB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
+            text="format(datum.total, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
+            align="left", dx=4, fontSize=11).encode(x=alt.X("total:Q"), y=_y, text=alt.Text("text:N"))
+        return alt.layer(_bars, _labels).properties(width=520, height=130)
+
+    _chart = bound_chart(lora_grid, [Select("rank", "Rank r", value=8, radio=True), Select("matrices", "Adapted matrices")],
+                         _draw, title="Llama-2-7B, pure bf16, AdamW, batch 4 x 512 tokens")
+    viz.chart_output(_chart)  # serialized once: it draws at load, and in the static page
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
     ## The papers' headline numbers, recomputed
 
     Each paper reports one number from its own setup. `memmath.paper_setups` writes those setups
@@ -304,7 +409,7 @@ def _(lora_base, lora_fp32, mm, mo, side_by_side, unit):
 
 
 @app.cell
-def _(literature, mm, mo, paper_setups, pd):
+def _(literature, mm, paper_setups, pd, viz):
     gpt3_full = paper_setups.get_setup("lora_gpt3_full").memory()  # 16-bit weights, Adam, no activations
     gpt3_lora = paper_setups.get_setup("lora_gpt3_lora").memory()  # LoRA r=4 on q and v
     llama65_full = paper_setups.get_setup("qlora_65b_full_16bit").memory()  # bf16 + 32-bit Adam states
@@ -330,14 +435,12 @@ def _(literature, mm, mo, paper_setups, pd):
         {"claim": "LLaMA 65B, regular 16-bit finetuning", "paper": f"> {_R['qlora_65b_full_16bit'].value} GB",
          "this workbook": mm.format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
     ])
-    mo.ui.table(_claims, selection=None, show_data_types=False, show_search=False, show_download=False,
-                wrapped_columns=["claim", "what is counted"],
-                column_widths={"claim": 220, "paper": 130, "this workbook": 170, "what is counted": 470})
+    viz.plain_table(_claims, wrapped_columns=["claim", "what is counted"])  # no mo.ui.table left: its code never loads
     return gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full
 
 
 @app.cell(hide_code=True)
-def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, paper_setups):
+def _(gpt3_full, gpt3_weights_and_states, literature, live_only_notice, mm, mo, paper_setups):
     _two_thirds = literature.REPORTED["lora_vram_two_thirds"]
     _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), mm.get_gpu("RTX A6000")
     q65_batch_slider = mo.ui.slider(1, 16, value=4, label="Batch size (sequences)", show_value=True)
@@ -361,7 +464,7 @@ def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, paper_setups):
     run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
     {mm.format_bytes(_a6000.memory_bytes)}):
     """)
-    mo.vstack([_text, mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
+    mo.vstack([_text, live_only_notice(), mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
                mo.hstack([q65_optimizer_dropdown, q65_checkpointing_checkbox], justify="start", gap=1.5)])
     return q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider
 
@@ -376,9 +479,9 @@ def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimi
     guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(
         batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, checkpointing=False,
         optimizer=q65_optimizer_dropdown.value)
-    viz.stacked_bars(viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run",
-                     capacity_bytes=a6000.memory_bytes, capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})",
-                     height=70).configure_legend(orient="bottom", columns=3)
+    viz.chart_output(viz.stacked_bars(
+        viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=a6000.memory_bytes,
+        capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})", height=70).configure_legend(orient="bottom", columns=3))
     return guanaco, guanaco_fit, guanaco_no_checkpointing
 
 

@@ -9,9 +9,11 @@ def _():
     import marimo as mo
     import memmath as mm
     from memmath import viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
     import altair as alt
+    import numpy as np
     import pandas as pd
-    return alt, mm, mo, pd, viz
+    return Select, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -59,7 +61,7 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     _decoders = [name for name, shape in mm.PRESETS.items() if shape.family != "bert"]
     model_dropdown = mo.ui.dropdown(_decoders, value="llama-2-13b", label="Model")
     weights_format_dropdown = mo.ui.dropdown(["fp32", "bf16", "fp8_e4m3", "int8", "int4", "nf4"], value="bf16",
@@ -73,7 +75,7 @@ def _(mm, mo):
     gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     mo.vstack([
-        mo.md("## Try it"),
+        mo.md("## Try it"), live_only_notice(),
         mo.hstack([model_dropdown, weights_format_dropdown, kv_format_dropdown], justify="start"),
         mo.hstack([context_slider, batch_slider], justify="start"),
         mo.hstack([attention_radio, gpu_dropdown, unit_radio], justify="start"),
@@ -83,13 +85,45 @@ def _(mm, mo):
 
 
 @app.cell
-def _(attention_radio, batch_slider, context_slider, gpu_dropdown, kv_format_dropdown, mm, model_dropdown,
-      unit_radio, weights_format_dropdown):
+def _(mm, model_dropdown):
     model = mm.PRESETS[model_dropdown.value]
-    weights_format, kv_format = weights_format_dropdown.value, kv_format_dropdown.value
-    context_len, batch_size = context_slider.value, batch_slider.value
-    attention, gpu, unit = attention_radio.value, mm.get_gpu(gpu_dropdown.value), unit_radio.value
-    return attention, batch_size, context_len, gpu, kv_format, model, unit, weights_format
+    return (model,)
+
+
+@app.cell
+def _(context_slider):
+    context_len = context_slider.value  # read in a cell of its own: the context re-runs only what uses it
+    return (context_len,)
+
+
+@app.cell
+def _(batch_slider):
+    batch_size = batch_slider.value
+    return (batch_size,)
+
+
+@app.cell
+def _(attention_radio, weights_format_dropdown):
+    weights_format, attention = weights_format_dropdown.value, attention_radio.value
+    return attention, weights_format
+
+
+@app.cell
+def _(kv_format_dropdown):
+    kv_format = kv_format_dropdown.value  # also read by the grouped-query table
+    return (kv_format,)
+
+
+@app.cell
+def _(gpu_dropdown, mm):
+    gpu = mm.get_gpu(gpu_dropdown.value)
+    return (gpu,)
+
+
+@app.cell
+def _(unit_radio):
+    unit = unit_radio.value
+    return (unit,)
 
 
 @app.cell
@@ -131,8 +165,8 @@ def _(batch_size, context_len, gpu, memory, mm, mo, model, unit):
 @app.cell
 def _(gpu, memory, mm, unit, viz):
     _frame = viz.breakdown_long({"detailed sum": memory}, unit)
-    viz.stacked_bars(_frame, unit, title="Where serving memory goes",
-                     capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name}")
+    viz.chart_output(viz.stacked_bars(_frame, unit, title="Where serving memory goes",
+                                      capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name}"))
     return
 
 
@@ -153,7 +187,7 @@ def _(mo):
 
 
 @app.cell
-def _(mm, mo, model, pd, unit):
+def _(mm, model, pd, unit, viz):
     def _row(fmt):
         _m = mm.inference_memory(model, weights_format=fmt, context_len=1)
         _stored = _m.weights + _m.quantization_constants
@@ -164,8 +198,7 @@ def _(mm, mo, model, pd, unit):
 
     formats_frame = pd.DataFrame(
         [_row(f) for f in ["fp32", "bf16", "fp8_e4m3", "int8", "int4", "nf4"]])
-    mo.ui.table(formats_frame, selection=None, show_column_summaries=False, show_download=False,
-                show_data_types=False, show_search=False)
+    viz.plain_table(formats_frame)
     return
 
 
@@ -189,7 +222,7 @@ def _(mm, mo):
 
 
 @app.cell
-def _(batch_size, context_len, kv_format, mm, mo, pd, unit):
+def _(batch_size, context_len, kv_format, mm, pd, unit, viz):
     _names = ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "llama-2-70b", "llama-3-70b"]
     gqa_frame = pd.DataFrame([{
         "model": _n, "layers": mm.PRESETS[_n].n_layers, "heads": mm.PRESETS[_n].n_heads,
@@ -199,8 +232,7 @@ def _(batch_size, context_len, kv_format, mm, mo, pd, unit):
         f"cache ({unit})": round(mm.to_unit(mm.kv_cache_bytes(_n, context_len=context_len, batch_size=batch_size,
                                                               kv_format=kv_format), unit), 2),
     } for _n in _names])
-    mo.ui.table(gqa_frame, selection=None, show_column_summaries=False, show_download=False,
-                show_data_types=False, show_search=False)
+    viz.plain_table(gqa_frame)
     return
 
 
@@ -233,22 +265,24 @@ def _(alt, gpu, mm, pd, rule_limit, sweep, unit, viz):
     _rows = [{"context": c, "label": viz.ALL_LABELS[p], "order": i, "size": mm.to_unit(v, unit)}
              for c, m in sweep.items() for i, (p, v) in enumerate(m.parts().items())]
     _rule = pd.DataFrame([{"context": c, "size": mm.to_unit(m.rule_of_thumb, unit)} for c, m in sweep.items()])
-    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), title="Context (tokens per sequence, log scale)")
+    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[2**k for k in range(7, 18, 2)], labelExpr="datum.value >= 1024 ? datum.value / 1024 + 'K' : datum.value"),
+               title="Context (tokens per sequence, log scale; 1K = 1,024)")
     _areas = alt.Chart(pd.DataFrame(_rows)).mark_area(opacity=0.85).encode(
         x=_x, y=alt.Y("size:Q", stack="zero", title=viz.memory_axis_title(unit)),
         color=alt.Color("label:N", title="Part", scale=viz.part_scale(viz.INFERENCE_PARTS)),
-        order="order:Q", tooltip=["context:Q", "label:N", alt.Tooltip("size:Q", title=unit, format=",.2f")])
-    _rule_line = alt.Chart(_rule).mark_line(color="black", strokeDash=[6, 4]).encode(x=_x, y="size:Q")
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("context:Q"), alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
+    _rule_line = alt.Chart(_rule).mark_line(color="black", strokeDash=[6, 4]).encode(x=_x, y=alt.Y("size:Q"))
     _marks = pd.DataFrame({"size": [mm.to_unit(gpu.memory_bytes, unit)], "what": [f"{gpu.name} memory"]})
     _gpu_line = alt.Chart(_marks).mark_rule(color="#D62728", strokeDash=[2, 2], size=2).encode(
-        y="size:Q", tooltip=["what:N"])
+        y=alt.Y("size:Q"), tooltip=[alt.Tooltip("what:N")])
     _layers = [_areas, _rule_line, _gpu_line]
     if min(sweep) <= rule_limit <= max(sweep):
         _limit = pd.DataFrame({"context": [rule_limit], "what": [f"rule holds to {rule_limit:,} tokens"]})
-        _layers += [alt.Chart(_limit).mark_rule(color="black").encode(x="context:Q", tooltip=["what:N"]),
-                    alt.Chart(_limit).mark_text(align="left", dx=4, y=8).encode(x="context:Q", text="what:N")]
-    alt.layer(*_layers).properties(width=560, height=300, title=alt.Title(
-        "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu.name} memory: red, dotted"))
+        _layers += [alt.Chart(_limit).mark_rule(color="black").encode(x=alt.X("context:Q"), tooltip=[alt.Tooltip("what:N")]),
+                    alt.Chart(_limit).mark_text(align="left", dx=4, y=8).encode(x=alt.X("context:Q"), text=alt.Text("what:N"))]
+    viz.chart_output(alt.layer(*_layers).properties(width=560, height=300, title=alt.Title(
+        "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu.name} memory: red, dotted")))
     return
 
 
@@ -266,6 +300,61 @@ def _(batch_size, memory, mm, mo, model, rule_limit, unit):
     {_where} Past that, long contexts and big batches make the KV cache, not the weights, the part
     that decides whether a model fits. Try batch 64 at a long context: the cache dwarfs the weights.
     """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md("""
+    The next chart sweeps the context the same way for Llama-2-13B (the cache in bf16, fused attention)
+    and lets you pick the weights format and the batch. Its inputs sit under the chart and redraw it in
+    the browser from numbers memmath computed for every combination in advance, so they work in the
+    static copy of this workbook too.
+    """)
+    return
+
+
+@app.cell
+def _(mm, np, pd, viz):
+    # Every (weights format, batch, context, part) the bound chart can show: 4 x 4 x 11 contexts, ~620 rows.
+    _contexts, _rows = np.array([2**k for k in range(7, 18)]), []
+    for _format in ("bf16", "fp8_e4m3", "int8", "nf4"):
+        for _batch in (1, 4, 16, 64):
+            _m = mm.inference_memory("llama-2-13b", weights_format=_format, batch_size=_batch, context_len=_contexts)
+            _rule = np.broadcast_to(mm.to_unit(_m.rule_of_thumb, "GB"), _contexts.shape)
+            for _order, (_part, _bytes) in enumerate(_m.parts().items()):
+                _bytes = np.broadcast_to(_bytes, _contexts.shape)
+                if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
+                    _rows += [{"format": _format, "batch": _batch, "context": int(_c), "part": viz.ALL_LABELS[_part],
+                               "order": _order, "GB": round(float(_b) / 1e9, 3), "rule": round(float(_g), 2)}
+                              for _c, _b, _g in zip(_contexts, _bytes, _rule)]
+    serving_grid = pd.DataFrame(_rows)
+    return (serving_grid,)
+
+
+@app.cell
+def _(Select, alt, bound_chart, mm, pd, serving_grid, viz):
+    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[2**k for k in range(7, 18, 2)], labelExpr="datum.value >= 1024 ? datum.value / 1024 + 'K' : datum.value"),
+               title="Context (tokens per sequence, log scale; 1K = 1,024)")
+    _cards = pd.DataFrame([{"gpu": g, "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX A6000", "A100 80GB")])
+
+    def _draw(base):
+        _areas = base.mark_area(opacity=0.85).encode(
+            x=_x, y=alt.Y("sum(GB):Q", stack="zero", title="Memory (GB)"),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(viz.INFERENCE_PARTS)), order=alt.Order("order:Q"))
+        _rule = base.transform_aggregate(rule="max(rule)", groupby=["context"]).mark_line(
+            color="black", strokeDash=[6, 4]).encode(x=_x, y=alt.Y("rule:Q"))
+        _lines = alt.Chart(_cards).mark_rule(color="#D62728", strokeDash=[2, 2]).encode(y=alt.Y("GB:Q"))
+        # Each card's name at its own x, so the two stay apart when a long context squeezes the lines together.
+        _names = [alt.Chart(_cards.iloc[[i]]).mark_text(align="left", x=4 + 110 * i, dy=-6, color="#D62728", fontSize=11)
+                  .encode(y=alt.Y("GB:Q"), text=alt.Text("gpu:N")) for i in range(len(_cards))]
+        # resize: the y-axis labels widen from "160" to "8,000" as the inputs move; without it vega keeps the first layout.
+        return alt.layer(_areas, _rule, _lines, *_names).properties(
+            width=520, height=260, autosize=alt.AutoSizeParams(type="pad", resize=True))
+
+    _chart = bound_chart(serving_grid, [Select("format", "Weights format"), Select("batch", "Batch (sequences)", radio=True)],
+                         _draw, title="Llama-2-13B served: detailed sum (areas), weights x 1.2 (dashed), two GPUs (red)")
+    viz.chart_output(_chart)  # serialized once: it draws at load, and in the static page
     return
 
 
@@ -303,15 +392,10 @@ def _(mo):
 
 
 @app.cell
-def _(batch_size, gpu, memory, mm):
+def _(batch_size, gpu, memory, mm, mo, unit):
     per_sequence = mm.decode_tokens_per_second(memory, gpu)
     all_sequences = per_sequence * batch_size
     read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
-    return all_sequences, per_sequence, read_per_step
-
-
-@app.cell(hide_code=True)
-def _(all_sequences, batch_size, gpu, mm, mo, per_sequence, read_per_step, unit):
     mo.md(f"""
     On one {gpu.name} ({gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s), each step reads
     {mm.format_bytes(read_per_step, unit)}: at most **{per_sequence:,.1f} tokens/s per sequence**{
@@ -319,7 +403,7 @@ def _(all_sequences, batch_size, gpu, mm, mo, per_sequence, read_per_step, unit)
     to see why quantized models also decode faster; raise the batch at a long context to see the
     cache eat into the speed.
     """)
-    return
+    return all_sequences, per_sequence, read_per_step
 
 
 @app.cell(hide_code=True)
@@ -339,7 +423,7 @@ def _(mm, mo):
 
 
 @app.cell
-def _(memory, mm, mo, unit):
+def _(memory, mm, unit, viz):
     fit_frame = mm.fit_table(memory.total, unit=unit)
     _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in fit_frame[f"headroom ({unit})"]]
     fit_frame = fit_frame.assign(**{
@@ -347,8 +431,7 @@ def _(memory, mm, mo, unit):
         f"headroom ({unit})": _gaps,
         "decode bound (tokens/s)": [round(mm.decode_tokens_per_second(memory, g), 1) for g in fit_frame["gpu"]],
     }).drop(columns=["kind"])
-    mo.ui.table(fit_frame, selection=None, show_column_summaries=False, show_download=False, page_size=len(fit_frame),
-                show_data_types=False, show_search=False)
+    viz.plain_table(fit_frame)
     return
 
 

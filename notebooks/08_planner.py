@@ -6,11 +6,17 @@ app = marimo.App(width="medium", app_title="The planner: will my finetune fit?")
 
 @app.cell
 def _():
+    import functools
+
+    import altair as alt
     import marimo as mo
+    import numpy as np
+    import pandas as pd
+
     import memmath as mm
     from memmath import viz
-    import pandas as pd
-    return mm, mo, pd, viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
+    return Select, alt, bound_chart, functools, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -54,7 +60,7 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     _mistral = """{
       "architectures": ["MistralForCausalLM"],
       "hidden_act": "silu",
@@ -74,7 +80,7 @@ def _(mm, mo):
     preset_dropdown = mo.ui.dropdown(list(mm.PRESETS), value="llama-2-7b", label="Preset")
     config_text_area = mo.ui.text_area(value=_mistral, rows=10, full_width=True,
                                        label="config.json (used when 'paste config.json' is chosen)")
-    mo.vstack([mo.md("## 1. The model"), mo.hstack([source_radio, preset_dropdown], justify="start"),
+    mo.vstack([mo.md("## 1. The model"), live_only_notice(), mo.hstack([source_radio, preset_dropdown], justify="start"),
                config_text_area])
     return config_text_area, preset_dropdown, source_radio
 
@@ -116,7 +122,7 @@ def _(mm, mo, model, model_error, source_radio):
 
 
 @app.cell(hide_code=True)
-def _(mo, model):
+def _(live_only_notice, mo, model):
     mo.stop(model is None, mo.md("## 2. The method\n\n*Waiting for a model: fix the config.json above.*"))
     method_dropdown = mo.ui.dropdown({"full finetuning": "full", "partial (freeze)": "freeze",
                                       "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora"},
@@ -128,7 +134,7 @@ def _(mo, model):
     rank_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=8, show_value=True, label="LoRA/QLoRA: rank")
     targets_dropdown = mo.ui.dropdown({"q, v": ("q", "v"), "q, k, v, o": ("q", "k", "v", "o"), "all linear": ("all",)},
                                       value="q, v", label="LoRA/QLoRA: matrices")
-    mo.vstack([mo.md("## 2. The method"), method_dropdown,
+    mo.vstack([mo.md("## 2. The method"), live_only_notice(), method_dropdown,
                mo.hstack([trainable_layers_slider, bottleneck_slider], justify="start"),
                mo.hstack([rank_slider, targets_dropdown], justify="start"),
                mo.md("The selected method's own control sets your run; all four also feed the comparison "
@@ -137,7 +143,7 @@ def _(mo, model):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     precision_dropdown = mo.ui.dropdown(list(mm.RECIPES), value="bf16", label="Precision recipe")
     optimizer_dropdown = mo.ui.dropdown(list(mm.OPTIMIZERS), value="adamw", label="Optimizer")
     batch_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=1, show_value=True, label="Batch (sequences)")
@@ -145,7 +151,7 @@ def _(mm, mo):
                                   label="Sequence length (tokens)")
     checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
     attention_radio = mo.ui.radio(["sdpa", "eager"], value="sdpa", inline=True, label="Attention")
-    mo.vstack([mo.md("## 3. The training step"), mo.hstack([precision_dropdown, optimizer_dropdown], justify="start"),
+    mo.vstack([mo.md("## 3. The training step"), live_only_notice(), mo.hstack([precision_dropdown, optimizer_dropdown], justify="start"),
                mo.hstack([batch_slider, seq_len_slider], justify="start"),
                mo.hstack([checkpointing_switch, attention_radio], justify="start")])
     return (attention_radio, batch_slider, checkpointing_switch, optimizer_dropdown, precision_dropdown,
@@ -153,7 +159,7 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(live_only_notice, mm, mo):
     gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
     n_gpus_slider = mo.ui.slider(steps=[2**k for k in range(0, 7)], value=1, show_value=True, label="GPUs")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
@@ -162,7 +168,7 @@ def _(mm, mo):
                                    label="Reserved for the CUDA context (GiB)")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     _context = mm.literature.REPORTED["cuda_context_v100"]
-    mo.vstack([mo.md("## 4. The hardware"), mo.hstack([gpu_dropdown, n_gpus_slider, zero_stage_radio], justify="start"),
+    mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_slider, zero_stage_radio], justify="start"),
                mo.hstack([reserved_slider, unit_radio], justify="start"),
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
                      f"measured on a V100 ({_context.source}), about {_context.value * 1e6 / 2**30:.2f} GiB."
@@ -183,25 +189,69 @@ def _(bottleneck_slider, mm, rank_slider, targets_dropdown, trainable_layers_sli
 
 
 @app.cell
-def _(attention_radio, batch_slider, checkpointing_switch, gpu_dropdown, method_dropdown, methods, mm,
-      n_gpus_slider, optimizer_dropdown, precision_dropdown, reserved_slider, seq_len_slider, unit_radio,
-      zero_stage_radio):
-    settings = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value,
-                    method=methods[method_dropdown.value], batch_size=batch_slider.value,
-                    seq_len=seq_len_slider.value, checkpointing=checkpointing_switch.value,
-                    n_gpus=n_gpus_slider.value, zero_stage=zero_stage_radio.value, attention=attention_radio.value)
-    gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
-    reserved = int(reserved_slider.value * 2**30)
-    return gpu, reserved, settings, unit
+def _(attention_radio, batch_slider, checkpointing_switch, n_gpus_slider, optimizer_dropdown, precision_dropdown,
+      seq_len_slider, zero_stage_radio):
+    # The training step without the method: the comparison at the end needs this, not the method chosen.
+    step = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
+                seq_len=seq_len_slider.value, checkpointing=checkpointing_switch.value, n_gpus=n_gpus_slider.value,
+                zero_stage=zero_stage_radio.value, attention=attention_radio.value)
+    return (step,)
 
 
 @app.cell
-def _(gpu, mm, model, reserved, settings):
-    result = mm.training_memory(model, **settings)
+def _(method_dropdown, methods, step):
+    settings = {**step, "method": methods[method_dropdown.value]}
+    return (settings,)
+
+
+@app.cell
+def _(gpu_dropdown, mm):
+    # The GPU, the reserve and the unit each in a cell of its own (marimo re-runs whatever uses any name a
+    # re-run cell defines): the GPU and the reserve re-run the verdict and the changes, not the memory itself;
+    # the unit re-runs only what is shown.
+    gpu = mm.get_gpu(gpu_dropdown.value)
+    return (gpu,)
+
+
+@app.cell
+def _(reserved_slider):
+    reserved = int(reserved_slider.value * 2**30)
+    return (reserved,)
+
+
+@app.cell
+def _(unit_radio):
+    unit = unit_radio.value
+    return (unit,)
+
+
+@app.cell
+def _(functools, mm):
+    # Pure functions of hashable inputs (shapes, methods, GPUs are frozen dataclasses): a setting the learner
+    # returns to, or a unit switch, reuses the result instead of computing it again.
+    @functools.lru_cache(maxsize=512)
+    def planned_memory(model, **settings):
+        return mm.training_memory(model, **settings)
+
+    @functools.lru_cache(maxsize=256)
+    def planned_changes(model, gpu, reserved, **settings):
+        return (tuple(mm.suggest_changes(model, gpu, reserved_bytes=reserved, **settings)),
+                tuple(mm.path_to_fit(model, gpu, reserved_bytes=reserved, **settings)))
+
+    return planned_changes, planned_memory
+
+
+@app.cell
+def _(model, planned_memory, settings):
+    result = planned_memory(model, **settings)
+    return (result,)
+
+
+@app.cell
+def _(gpu, mm, model, planned_changes, reserved, result, settings):
     fit = mm.check_fit(result.total, gpu, reserved_bytes=reserved)
-    suggestions = mm.suggest_changes(model, gpu, reserved_bytes=reserved, **settings)
-    path = mm.path_to_fit(model, gpu, reserved_bytes=reserved, **settings)
-    return fit, path, result, suggestions
+    suggestions, path = (list(_c) for _c in planned_changes(model, gpu, reserved, **settings))
+    return fit, path, suggestions
 
 
 @app.cell(hide_code=True)
@@ -224,28 +274,26 @@ def _(fit, gpu, mm, mo, model, result, settings, unit):
 
 
 @app.cell
-def _(fit, gpu, mm, model, result, suggestions, unit, viz):
+def _(fit, gpu, model, planned_memory, result, suggestions, unit, viz):
     _bars = {"your run": result}
     for _s in suggestions[:4]:
-        _bars[f"→ {_s.change}"] = mm.training_memory(model, **_s.settings)
-    viz.stacked_bars(viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
-                     capacity_bytes=fit.available_bytes, capacity_label=gpu.name)
+        _bars[f"→ {_s.change}"] = planned_memory(model, **_s.settings)
+    viz.chart_output(viz.stacked_bars(viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
+                                      capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
     return
 
 
 @app.cell
-def _(mo, result, unit):
+def _(result, unit, viz):
     _table = result.to_frame(unit)
     _table = _table[_table["bytes"] > 0].reset_index(drop=True)
     _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
-    mo.ui.table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}),
-                selection=None, show_column_summaries=False, show_download=False, show_data_types=False,
-                show_search=False)
+    viz.plain_table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}))
     return
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, path, suggestions, unit):
+def _(mm, mo, path, suggestions, unit, viz):
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
     if not suggestions:
         _path = "No single change in the planner's list lowers this run's memory."
@@ -257,43 +305,91 @@ def _(mm, mo, path, suggestions, unit):
     else:
         _path = "Even all of these changes together do not make it fit: choose a larger GPU or a smaller model."
     mo.vstack([mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
-               mo.ui.table(mm.suggestions_frame(suggestions, unit).round(2), selection=None,
-                           show_column_summaries=False, show_download=False, wrapped_columns=["cost"],
-                           show_data_types=False, show_search=False)])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo, result, unit):
-    mo.md(f"""
-    ## Every GPU in the catalog
-
-    The same {mm.format_bytes(result.total, unit)} per GPU against every card, with the CUDA context
-    reserved on each. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
-    driver reports, the same or a little less.
-    """)
+               viz.plain_table(mm.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])])
     return
 
 
 @app.cell
-def _(mm, mo, reserved, result, unit):
+def _(mm, mo, reserved, result, unit, viz):
     catalog_frame = mm.fit_table(result.total, reserved_bytes=reserved, unit=unit)
     _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
     catalog_frame = catalog_frame.assign(**{
         f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
         "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
-    mo.ui.table(catalog_frame, selection=None, show_column_summaries=False, show_download=False,
-                page_size=len(catalog_frame), show_data_types=False, show_search=False)
+    mo.vstack([mo.md(f"""
+    ## Every GPU in the catalog
+
+    The same {mm.format_bytes(result.total, unit)} per GPU against every card, with the CUDA context
+    reserved on each. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
+    driver reports, the same or a little less.
+    """), viz.plain_table(catalog_frame)])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo, settings):
+def _(mo):
+    mo.md("""
+    ### Five methods at a glance
+
+    The chart below plans one common run (pure bf16, AdamW, 512 tokens, one GPU, freezing all but the
+    last block, adapters of width 64, LoRA and QLoRA at rank 8 on q and v) for a few models and batch
+    sizes, every method side by side against three card sizes. Its inputs sit under the chart and redraw
+    it in the browser from numbers memmath computed in advance, so they work in the static copy of this
+    workbook too, where the planner's own controls above cannot move.
+    """)
+    return
+
+
+@app.cell
+def _(mm, np, pd, viz):
+    # Every (model, batch, method, part) the bound chart can show: 6 models x 3 batches x 5 methods, ~450 rows.
+    _batches, _rows = np.array([1, 4, 16]), []
+    _methods = {"full": mm.Full(), "freeze": mm.Freeze(trainable_layers=1), "adapters": mm.Adapters(bottleneck=64),
+                "LoRA": mm.LoRA(rank=8, targets=("q", "v")), "QLoRA": mm.QLoRA(rank=8, targets=("q", "v"))}
+    for _preset in ("gpt2-xl", "llama-2-7b", "llama-3-8b", "mistral-7b", "llama-2-13b", "llama-2-70b"):
+        for _name, _method in _methods.items():
+            _r = mm.training_memory(_preset, precision="bf16", optimizer="adamw", method=_method, batch_size=_batches,
+                                    seq_len=512, attention="sdpa")
+            for _order, (_part, _bytes) in enumerate(_r.parts().items()):
+                _bytes = np.broadcast_to(_bytes, _batches.shape)
+                if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
+                    _rows += [{"model": _preset, "batch": int(_b), "method": _name, "part": viz.ALL_LABELS[_part],
+                               "order": _order, "GB": round(float(_v) / 1e9, 3)} for _b, _v in zip(_batches, _bytes)]
+    plan_grid = pd.DataFrame(_rows)
+    return (plan_grid,)
+
+
+@app.cell
+def _(Select, alt, bound_chart, mm, pd, plan_grid, viz):
+    _y = alt.Y("method:N", title=None, sort=list(dict.fromkeys(plan_grid["method"])))
+    _parts = [p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in set(plan_grid["part"])]
+    _cards = pd.DataFrame([{"gpu": f"{g} ({mm.format_bytes(mm.get_gpu(g).memory_bytes)})",
+                            "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX 4090", "RTX A6000", "A100 80GB")])
+
+    def _draw(base):
+        _bars = base.mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory per GPU (GB)"), y=_y,
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)), order=alt.Order("order:Q"))
+        _totals = base.transform_aggregate(total="sum(GB)", groupby=["method"]).mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("total:Q"), y=_y, text=alt.Text("total:Q", format=",.1f"))
+        # The cards in a legend of dash styles: names drawn on the lines would overlap once a 70B model squeezes them.
+        _gpus = alt.Chart(_cards).mark_rule(color="black").encode(x=alt.X("GB:Q"), strokeDash=alt.StrokeDash(
+            "gpu:N", title="Card memory", sort=list(_cards["gpu"]), scale=alt.Scale(range=[[2, 2], [6, 3], [12, 3, 2, 3]])))
+        return alt.layer(_bars, _totals, _gpus).resolve_legend(strokeDash="independent").properties(width=520, height=170)
+
+    _chart = bound_chart(plan_grid, [Select("model", "Model", value="llama-2-7b"), Select("batch", "Batch (sequences)", radio=True)],
+                         _draw, title="Pure bf16, AdamW, 512 tokens, one GPU, against three cards")
+    viz.chart_output(_chart)  # serialized once: it draws at load, and in the static page
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo, optimizer_dropdown, precision_dropdown):
     mo.md(f"""
     ## Full, partial or PEFT: the article's comparison, with your numbers
 
     The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
-    settings for your model: the same recipe ({settings["precision"]}), optimizer ({settings["optimizer"]}),
+    settings for your model: the same recipe ({precision_dropdown.value}), optimizer ({optimizer_dropdown.value}),
     batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
     and data are what the papers and the article report, with their sources.
     """)
@@ -301,8 +397,8 @@ def _(mo, settings):
 
 
 @app.cell
-def _(methods, mm, model, settings, unit):
-    compared = {name: mm.training_memory(model, **{**settings, "method": methods[key]})
+def _(methods, mm, model, planned_memory, step, unit):
+    compared = {name: planned_memory(model, **step, method=methods[key])
                 for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
                                   ("PEFT: LoRA", "lora"))}
     comparison_rows = {
@@ -313,7 +409,7 @@ def _(methods, mm, model, settings, unit):
 
 
 @app.cell(hide_code=True)
-def _(comparison_rows, mm, mo, pd):
+def _(comparison_rows, mm, pd, viz):
     _r = mm.literature.REPORTED  # each figure with its full source in memmath.literature
     _few = "some PEFT methods do well with a few thousand examples (the article)"
     _rows = {**comparison_rows,
@@ -331,15 +427,13 @@ def _(comparison_rows, mm, mo, pd):
              "data needed": {"full": "tens of thousands to millions of examples (the article)",
                              "partial (freeze)": "not stated by the article", "PEFT: adapters": _few, "PEFT: LoRA": _few}}
     comparison_frame = pd.DataFrame(_rows).T
-    mo.ui.table(comparison_frame.reset_index(names="").astype(str), selection=None, show_column_summaries=False,
-                show_download=False, wrapped_columns=list(comparison_frame.columns), show_data_types=False,
-                show_search=False)
+    viz.plain_table(comparison_frame.reset_index(names="").astype(str), wrapped_columns=list(comparison_frame.columns))
     return
 
 
 @app.cell(hide_code=True)
-def _(compared, mm, mo, model, settings, unit, viz):
-    _serve = mm.inference_memory(model, context_len=settings["seq_len"])
+def _(compared, mm, mo, model, step, unit, viz):
+    _serve = mm.inference_memory(model, context_len=step["seq_len"])
     _peft = compared["PEFT: LoRA"].total
     mo.md(f"""
     ## Needed, or only wanted?
@@ -349,7 +443,7 @@ def _(compared, mm, mo, model, settings, unit, viz):
     and a leader may find it hard to tell the two apart. The memory bill does not care why: a
     finetune carries training-side costs whether or not it was needed. Serving {model.name} as it is
     ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
-    {settings["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
+    {step["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
     and full finetuning {mm.format_bytes(compared["full"].total, unit)}. If prompting the model as it is
     does the job, the cheapest finetune is the one you do not run.
     """)

@@ -71,3 +71,48 @@ def test_every_control_at_both_ends():
         assert bad == [], f"{control} at its {which}: {bad}"
         assert not re.search(r"\binf\b", lessons.output_text(outputs)), f"{control} at its {which} shows inf"
     assert {"bottleneck_slider", "width_slider", "runs_slider", "seq_len_slider"} <= seen
+
+
+def _downstream(app, names):
+    """Every variable computed, directly or not, from the given variables (marimo's reactive graph)."""
+    app._maybe_initialize()
+    cells = list(app._graph.cells.values())
+    reached, grew = set(names), True
+    while grew:
+        grew = False
+        for cell in cells:
+            if cell.refs & reached and not cell.defs <= reached:
+                reached |= set(cell.defs)
+                grew = True
+    return reached
+
+
+def test_timing_sliders_never_start_a_timing():
+    # Moving a timing slider must not wait for a 0.8 s measurement: only the Measure button feeds the timings.
+    app = lessons.load_app(LESSON)
+    downstream = _downstream(app, {"width_slider", "toy_seq_slider", "toy_bottleneck_slider", "runs_slider"})
+    assert not downstream & {"measurement", "timings", "timing_table", "measured_ratio", "fastest_ratio"}
+    assert {"measurement", "timings"} <= _downstream(app, {"measure_button"})
+
+
+def test_a_measurement_at_the_sliders_ends_reads_clean(default_run):
+    import marimo as mo
+
+    measure = default_run[1]["measure_adapter_timing"]
+    # Pressing Measure with every slider at its maximum (h=512, s=256, m=256, 30 runs), as the second measurement.
+    button = mo.ui.button(value=measure(512, 256, 256, 30, 2))
+    outputs, defs = lessons.run_with(LESSON, measure_button=button, width_slider=mo.ui.slider(steps=[64, 512], value=512))
+    text = lessons.output_text(outputs)
+    assert lessons.bad_text(outputs) == []
+    assert "Measurement 2" in text and set(defs["timings"]["variant"]) == {"base", "with adapters"}
+    # FLOPs at the measured settings: 2m/(6h+s) = 512 / 3,328.
+    assert defs["predicted_overhead"] == pytest.approx(512 / 3328)
+
+
+def test_moved_sliders_say_the_shown_measurement_is_older(default_run):
+    import marimo as mo
+
+    outputs, _ = lessons.run_with(LESSON, width_slider=mo.ui.slider(steps=[64, 128, 256, 384, 512], value=512))
+    text = lessons.output_text(outputs)
+    assert "Press Measure" in text and "still the one for h = 256" in text
+    assert "Press Measure" not in lessons.output_text(default_run[0])

@@ -1,10 +1,11 @@
-"""Every lesson under `marimo run` in Chromium: no error, no console error, and every slider changes the page.
+"""Every lesson under `marimo run` in Chromium: no error, no console error, and every slider and button changes the page.
 
 The lessons are served as the README opens them (`marimo run notebooks --include-code`, one
 server for the module) and each is opened at `?file=NN_name.py`; the browser is shared by the
 session. Sliders are driven from the keyboard (focus, End, Home), as a learner could; at both
 ends the page must still show no error, no NaN and no negative byte count. Every link from a
-lesson to another part of the workbook must lead somewhere.
+lesson to another part of the workbook must lead somewhere. Every button (a measurement run on
+request) is pressed once and must change the page.
 """
 
 from __future__ import annotations
@@ -73,3 +74,27 @@ def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, 
         page.close()
     record_property("seconds", round(time.perf_counter() - start, 1))
     record_property("sliders", sliders)
+
+
+BUTTON_LESSONS = [p for p in LESSONS if "mo.ui.button(" in p.read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("lesson", BUTTON_LESSONS, ids=[p.stem for p in BUTTON_LESSONS])
+def test_every_button_changes_what_is_shown(chromium, workbook, lesson):
+    """A button (lesson 5's Measure, lesson 6's Time again) re-measures: pressing it must visibly change the page."""
+    from memmath_site.browser import LivePage
+
+    page = chromium.new_page(viewport={"width": 1280, "height": 1600})
+    try:
+        live = LivePage(page)
+        live.open(f"{workbook.url}?file={lesson.name}")
+        buttons = page.locator("marimo-button button")
+        assert buttons.count() >= 1, f"{lesson.name} builds an mo.ui.button but the page shows none"
+        for index in range(buttons.count()):
+            before, runs = live.snapshot(), live.completed_runs
+            buttons.nth(index).click()
+            live.wait_settled(runs)
+            after = assert_clean(live, f"{lesson.name}, button {index + 1} pressed")
+            assert not after.same_as(before), f"{lesson.name}: button {index + 1} changes nothing on the page"
+    finally:
+        page.close()
