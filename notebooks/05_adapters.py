@@ -4,23 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Adapters (PEFT)")
 
 
-@app.cell
-def _():
-    import os
-
-    import altair as alt
-    import marimo as mo
-    import numpy as np
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import literature, paper_setups, toy_block, viz
-    from memmath.static_charts import Select, bound_chart, live_only_notice
-
-    return (Select, alt, bound_chart, literature, live_only_notice, mm, mo, np, os, paper_setups, pd,
-            toy_block, viz)
-
-
 @app.cell(hide_code=True)
 def _(literature, mo, viz):
     mo.md(f"""
@@ -39,6 +22,23 @@ def _(literature, mo, viz):
     the memory they do not), and measures their price: extra work on every forward pass.
     """)
     return
+
+
+@app.cell
+def _():
+    import os
+
+    import altair as alt
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import literature, paper_setups, toy_block, viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
+
+    return (Select, alt, bound_chart, literature, live_only_notice, mm, mo, np, os, paper_setups, pd,
+            toy_block, viz)
 
 
 @app.cell(hide_code=True)

@@ -4,21 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="LoRA and QLoRA")
 
 
-@app.cell
-def _():
-    import altair as alt
-    import marimo as mo
-    import numpy as np
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import blockwise, literature, paper_setups, toy_block, viz
-    from memmath.static_charts import Select, bound_chart, live_only_notice
-
-    return (Select, alt, blockwise, bound_chart, literature, live_only_notice, mm, mo, np, paper_setups, pd,
-            toy_block, viz)
-
-
 @app.cell(hide_code=True)
 def _(live_only_notice, mm, mo, time_lora_merge, viz):
     _shape = mm.PRESETS["llama-2-7b"]
@@ -63,6 +48,21 @@ def _(live_only_notice, mm, mo, time_lora_merge, viz):
                                 on_click=lambda last: time_lora_merge(rank_slider.value, last["number"] + 1))
     mo.vstack([_text, live_only_notice(), mo.hstack([model_dropdown, rank_slider, targets_dropdown], justify="start", gap=2)])
     return TARGET_SETS, merge_button, model_dropdown, rank_slider, targets_dropdown
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import blockwise, literature, paper_setups, toy_block, viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
+
+    return (Select, alt, blockwise, bound_chart, literature, live_only_notice, mm, mo, np, paper_setups, pd,
+            toy_block, viz)
 
 
 @app.cell

@@ -4,18 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="Inference memory")
 
 
-@app.cell
-def _():
-    import marimo as mo
-    import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Select, bound_chart, live_only_notice
-    import altair as alt
-    import numpy as np
-    import pandas as pd
-    return Select, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(mm, mo, viz):
     mo.md(f"""
@@ -35,6 +23,18 @@ def _(mm, mo, viz):
     fine for short prompts. By the end of this lesson you will see where it breaks.
     """)
     return
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
+    import altair as alt
+    import numpy as np
+    import pandas as pd
+    return Select, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)

@@ -4,21 +4,6 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="The planner: will my finetune fit?")
 
 
-@app.cell
-def _():
-    import functools
-
-    import altair as alt
-    import marimo as mo
-    import numpy as np
-    import pandas as pd
-
-    import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Select, bound_chart, live_only_notice
-    return Select, alt, bound_chart, functools, live_only_notice, mm, mo, np, pd, viz
-
-
 @app.cell(hide_code=True)
 def _(mo, viz):
     mo.md(f"""
@@ -36,6 +21,21 @@ def _(mo, viz):
     adapters ({viz.lesson_link("05_adapters", "lesson 5")}) and LoRA/QLoRA ({viz.lesson_link("06_lora_qlora", "lesson 6")}).
     """)
     return
+
+
+@app.cell
+def _():
+    import functools
+
+    import altair as alt
+    import marimo as mo
+    import numpy as np
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import viz
+    from memmath.static_charts import Select, bound_chart, live_only_notice
+    return Select, alt, bound_chart, functools, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
