@@ -101,6 +101,8 @@ MARKER_ATTRIBUTE = "data-memmath-live-only"
 """Every notice carries this attribute, so the site tests can find it."""
 
 _FLOAT_DIGITS = 6
+RADIO_GAP = "\u2003"
+"""Ends each radio button's label (an em space, which HTML does not collapse), so options stand apart."""
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,9 @@ def _bind_select(grid, control: Select, name: str, field: str) -> _Bound:
     start = _start_index(options, control)
     texts = [_label(control, v) for v in options]
     binding = alt.binding_radio if control.radio else alt.binding_select
-    param = alt.param(name=name, value=options[start], bind=binding(options=options, labels=texts,
+    # Radio labels end in an em space: vega writes <input><label> pairs with nothing between them ("○1○2◉4").
+    shown = [f"{text}{RADIO_GAP}" for text in texts] if control.radio else texts
+    param = alt.param(name=name, value=options[start], bind=binding(options=options, labels=shown,
                                                                     name=f"{control.label} "))
     caption = f"{json.dumps(control.label + ': ')} + {json.dumps(texts)}[indexof({json.dumps(options)}, {name})]"
     return _Bound(param, f"{field} === {name}", caption)

@@ -236,7 +236,7 @@ def _(alt, demo_weights, mm, np, pd, quant_block, viz):
     _bins = pd.DataFrame({"start": _edges[:-1].round(2), "end": _edges[1:].round(2), "weights": _counts})
     _hist = alt.Chart(_bins).mark_bar(color="#BAB0AC", binSpacing=0).encode(
         x=alt.X("start:Q", title="Weight ÷ its block's absmax"), x2=alt.X2("end:Q"),
-        y=alt.Y("weights:Q", title="Weights (count per bin)"))
+        y=alt.Y("weights:Q", title="Weights (count per bin)"), y2=alt.datum(0))  # x and x2 alone make a horizontal strip
     _levels = pd.concat([pd.DataFrame({"level": list(mm.NF4_LEVELS), "format": "NF4 levels"}),
                          pd.DataFrame({"level": np.arange(-7, 8) / 7, "format": "int4 levels"})])
     _rules = alt.Chart(_levels).mark_rule(strokeWidth=1.5).encode(

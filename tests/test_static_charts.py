@@ -72,7 +72,8 @@ def test_select_offers_values_in_order_of_appearance_with_labels():
     (param,) = spec["params"]
     assert param["bind"]["input"] == "radio"
     assert param["bind"]["options"] == ["fp32", "bf16"]
-    assert param["bind"]["labels"] == ["FP32", "BF16"]
+    # Each radio label is followed by a non-collapsing space so that "○FP32○BF16" reads as two options.
+    assert param["bind"]["labels"] == ["FP32\u2003", "BF16\u2003"]
     assert param["value"] == "fp32"
 
 
