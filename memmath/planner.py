@@ -149,8 +149,9 @@ def suggest_changes(model, gpu, *, reserved_bytes=0, max_gpus=64, **settings) ->
 
 
 def path_to_fit(model, gpu, *, reserved_bytes=0, max_gpus=64, max_steps=8, **settings) -> list[Suggestion]:
-    """Changes applied one after another until the run fits: each step the largest saving, except
-    that a smaller batch is taken only when it is the change that makes the run fit.
+    """Changes applied one after another until the run fits: when some change makes the run fit,
+    the one among those that saves least (the smallest change to the run); otherwise the largest
+    saving other than a smaller batch, and again from there.
 
     Each Suggestion's total and saved are after that step (saved relative to the step before).
     Empty when the run already fits; the last step's fits is False when no chain of changes fits.

@@ -45,6 +45,16 @@ def test_path_to_fit_is_lora_with_hand_derived_total(default_run):
     assert step.fits
 
 
+def test_verdict_says_why_lora_and_not_the_largest_saving(default_run):
+    outputs, defs = default_run
+    # QLoRA saves more than LoRA (its base is 4-bit) and is listed first; the path picks LoRA, so the
+    # prose must say the pick is the smallest change that fits, not the largest saving.
+    [first, *_] = defs["suggestions"]
+    assert first.change.startswith("QLoRA") and first.fits
+    text = html.unescape(lessons.output_text(outputs))
+    assert "the smallest saving that still fits" in text and "LoRA rank 8 on q, v" in text
+
+
 def test_comparison_counts_trainable_parameters(default_run):
     _, defs = default_run
     compared = defs["compared"]
