@@ -15,18 +15,62 @@ import pandas as pd
 from . import _validate
 from .formats import get_format
 from .models import GROUPS, ModelShape, ParamTensor, _lora_targets
-from .recipes import Recipe
+from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, Recipe
 
 
 @dataclass(frozen=True)
 class TrainableSet:
-    """Trainable parameters stored in one format: count, tensor count, Adafactor size, bits."""
+    """Trainable parameters stored in one format: count, tensor count, Adafactor size, bits.
+
+    small_params: parameters in tensors under bitsandbytes' min_8bit_size (4,096 elements), which keep
+    fp32 states in 8-bit optimizers; state_blocks: 2,048-value blocks of the other tensors, counted per
+    tensor (None where the tensors are unknown: a uniform model).
+    """
 
     label: str
     params: object
     tensors: object
     factored: object
     bits: int
+    small_params: object = 0
+    state_blocks: object = None
+
+    @classmethod
+    def of(cls, label: str, stats: SetStats, bits: int) -> TrainableSet:
+        """A set from the summed statistics of its tensors."""
+        return cls(label, stats.params, stats.tensors, stats.factored, bits, stats.small, stats.blocks)
+
+
+@dataclass(frozen=True)
+class SetStats:
+    """Sums over a list of tensors: elements, tensors, Adafactor size, elements in tensors under
+    EIGHT_BIT_MIN_SIZE, and EIGHT_BIT_BLOCK-blocks of the other tensors. Numbers or numpy arrays."""
+
+    params: object = 0
+    tensors: object = 0
+    factored: object = 0
+    small: object = 0
+    blocks: object = 0
+
+    @classmethod
+    def tensor(cls, numel, factored) -> SetStats:
+        """One tensor of `numel` elements (an array of sizes works too)."""
+        is_small = np.asarray(numel) < EIGHT_BIT_MIN_SIZE
+        small = np.where(is_small, numel, 0)
+        blocks = np.where(is_small, 0, -(-np.asarray(numel) // EIGHT_BIT_BLOCK))
+        if np.ndim(numel) == 0:
+            small, blocks = int(small), int(blocks)
+        return cls(numel, 1, factored, small, blocks)
+
+    def __add__(self, other: SetStats) -> SetStats:
+        return SetStats(*(a + b for a, b in zip(self._values(), other._values())))
+
+    def times(self, k) -> SetStats:
+        """The statistics of k copies (k blocks)."""
+        return SetStats(*(k * a for a in self._values()))
+
+    def _values(self):
+        return (self.params, self.tensors, self.factored, self.small, self.blocks)
 
 
 @dataclass(frozen=True)
@@ -51,10 +95,11 @@ class Plan:
         return sum((s.params for s in self.trainable), 0)
 
 
-def _stats(tensors: list[ParamTensor]):
-    params = sum((t.numel for t in tensors), 0)
-    factored = sum((t.factored_size for t in tensors), 0)
-    return params, len(tensors), factored
+def _stats(tensors: list[ParamTensor]) -> SetStats:
+    total = SetStats()
+    for t in tensors:
+        total = total + SetStats.tensor(t.numel, t.factored_size)
+    return total
 
 
 def _group_weight_bytes(shape: ModelShape, bits: int):
@@ -83,16 +128,11 @@ class Full(Method):
     """
 
     def plan(self, shape, recipe):
-        sets, tensor_total = [], 0
+        total = SetStats()
         for group in GROUPS:
             repeat = shape.n_layers if group == "layer" else 1
-            params, tensors, factored = _stats(shape.tensors(group))
-            if tensors:
-                sets.append((params * repeat, tensors * repeat, factored * repeat))
-            tensor_total += tensors * repeat
-        params = sum((s[0] for s in sets), 0)
-        factored = sum((s[2] for s in sets), 0)
-        trainable = TrainableSet("all weights", params, tensor_total, factored, recipe.weight_bits)
+            total = total + _stats(shape.tensors(group)).times(repeat)
+        trainable = TrainableSet.of("all weights", total, recipe.weight_bits)
         return Plan(_group_weight_bytes(shape, recipe.weight_bits), 0, (trainable,), 0, shape.n_layers, True)
 
     def describe(self):
@@ -140,13 +180,12 @@ class Freeze(Method):
 
     def plan(self, shape, recipe):
         k = self.layers_trained(shape)
-        params, tensors, factored = (k * x for x in _stats(shape.tensors("layer")))
+        total = _stats(shape.tensors("layer")).times(k)
         chosen = [g for g, on in (("embeddings", self.train_embeddings), ("final_norm", self.train_final_norm),
                                   ("head", self.train_head)) if on]
         for group in chosen:
-            p, t, f = _stats(shape.tensors(group))
-            params, tensors, factored = params + p, tensors + t, factored + f
-        trainable = TrainableSet("unfrozen weights", params, tensors, factored, recipe.weight_bits)
+            total = total + _stats(shape.tensors(group))
+        trainable = TrainableSet.of("unfrozen weights", total, recipe.weight_bits)
         # Backward must reach the first trainable block; with trainable embeddings it reaches them all.
         storing = shape.n_layers if self.train_embeddings else k
         notes = ()
@@ -211,9 +250,10 @@ def _adapter_tensors(h, m) -> list[ParamTensor]:
             ParamTensor("adapter.up.bias", "adapters", (h,))]
 
 
-def _frozen_base_plus_adapters(shape, recipe, adapter_params, adapter_tensors, adapter_factored,
-                               adapter_bits, extra_sets=(), weight_bytes=None, constants=0, notes=()):
-    adapter_set = TrainableSet("adapters", adapter_params, adapter_tensors, adapter_factored, adapter_bits)
+def _frozen_base_plus_adapters(shape, recipe, adapter_stats: SetStats, adapter_bits, extra_sets=(),
+                               weight_bytes=None, constants=0, notes=()):
+    adapter_set = TrainableSet.of("adapters", adapter_stats, adapter_bits)
+    adapter_params = adapter_stats.params
     base_bytes = _group_weight_bytes(shape, recipe.weight_bits) if weight_bytes is None else weight_bytes
     adapter_bytes = _validate.ceil_div(adapter_params * adapter_bits, 8)
     return Plan(base_bytes + adapter_bytes, constants, (adapter_set, *extra_sets), adapter_params,
@@ -253,22 +293,21 @@ class Adapters(Method):
 
     def params_per_block(self, shape: ModelShape):
         """Adapter parameters in one block: 2 x (2*m*h + m + h)."""
-        return 2 * _stats(_adapter_tensors(_need_width(shape, "Adapters"), self.bottleneck))[0]
+        return 2 * _stats(_adapter_tensors(_need_width(shape, "Adapters"), self.bottleneck)).params
 
     def plan(self, shape, recipe):
         h = _need_width(shape, "Adapters")
-        params, tensors, factored = _stats(_adapter_tensors(h, self.bottleneck))
+        adapter = _stats(_adapter_tensors(h, self.bottleneck))
         L = shape.n_layers
         extra = []
         if self.train_norms:
             norms = [t for g in ("layer",) for t in shape.tensors(g) if t.component == "norms"]
-            p, t, f = _stats(norms)
-            p2, t2, f2 = _stats([t for t in shape.tensors("final_norm")] +
-                                [t for t in shape.tensors("embeddings") if t.component == "norms"])
-            extra.append(TrainableSet("layer norms", L * p + p2, L * t + t2, L * f + f2, recipe.weight_bits))
+            outside = ([t for t in shape.tensors("final_norm")] +
+                       [t for t in shape.tensors("embeddings") if t.component == "norms"])
+            extra.append(TrainableSet.of("layer norms", _stats(norms).times(L) + _stats(outside), recipe.weight_bits))
         if self.train_head and shape.tensors("head"):
-            extra.append(TrainableSet("head", *_stats(shape.tensors("head")), recipe.weight_bits))
-        return _frozen_base_plus_adapters(shape, recipe, 2 * L * params, 2 * L * tensors, 2 * L * factored,
+            extra.append(TrainableSet.of("head", _stats(shape.tensors("head")), recipe.weight_bits))
+        return _frozen_base_plus_adapters(shape, recipe, adapter.times(2 * L),
                                           _adapter_bits(self.adapter_format, recipe), extra)
 
     def describe(self):
@@ -300,21 +339,19 @@ class LoRA(Method):
         if shape.family == "uniform":
             raise ValueError(f"{type(self).__name__} needs a model with named matrices (a preset, from_hf_config, "
                              "gpt2_model/llama_model/bert_model); a uniform model has none")
-        r, params, tensors, factored = self.rank, 0, 0, 0
+        r, total = self.rank, SetStats()
         for _module, d_in, d_out in shape.lora_matrices(self.targets):
-            params = params + r * (d_in + d_out)  # A: r x d_in, B: d_out x r
-            tensors += 2
-            factored = factored + (r + d_in) + (d_out + r)
-        return params, tensors, factored
+            # A: r x d_in, B: d_out x r
+            total = total + SetStats.tensor(r * d_in, r + d_in) + SetStats.tensor(d_out * r, d_out + r)
+        return total
 
     def params_per_block(self, shape: ModelShape):
         """LoRA parameters in one block: r x sum of (d_in + d_out) over the adapted matrices."""
-        return self._adapter_stats(shape)[0]
+        return self._adapter_stats(shape).params
 
     def plan(self, shape, recipe):
-        params, tensors, factored = self._adapter_stats(shape)
         L = shape.n_layers
-        return _frozen_base_plus_adapters(shape, recipe, L * params, L * tensors, L * factored,
+        return _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L),
                                           _adapter_bits(self.adapter_format, recipe))
 
     def describe(self):
@@ -342,11 +379,10 @@ class QLoRA(LoRA):
                                                                 scalar=True))
 
     def plan(self, shape, recipe):
-        params, tensors, factored = self._adapter_stats(shape)
         weight_bytes, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits,
                                                          block=self.quant_block, double_quant=self.double_quant)
         L = shape.n_layers
-        return _frozen_base_plus_adapters(shape, recipe, L * params, L * tensors, L * factored,
+        return _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L),
                                           _adapter_bits(self.adapter_format, recipe),
                                           weight_bytes=weight_bytes, constants=constants)
 

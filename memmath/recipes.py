@@ -57,6 +57,12 @@ RECIPES: dict[str, Recipe] = {
 PRECISIONS = tuple(RECIPES)
 
 
+EIGHT_BIT_BLOCK = 2048
+"""bitsandbytes' block of 8-bit optimizer states: one fp32 absmax per 2,048 values (Dettmers et al. 2022)."""
+EIGHT_BIT_MIN_SIZE = 4096
+"""bitsandbytes' min_8bit_size: a tensor with fewer elements keeps its optimizer states in fp32."""
+
+
 @dataclass(frozen=True)
 class Optimizer:
     """What an optimizer keeps per trainable parameter.
@@ -65,7 +71,8 @@ class Optimizer:
     None = the recipe's state_bits, else fixed (8-bit Adam); step_bytes_per_tensor: PyTorch's
     Adam/AdamW keep a 4-byte fp32 `step` tensor per parameter tensor; factored: Adafactor keeps
     row and column statistics instead of a full second moment; block_size/block_constant_bits:
-    quantization constants of 8-bit states.
+    quantization constants of 8-bit states; min_8bit_size: tensors with fewer elements keep
+    fp32 states (bitsandbytes' rule; 0 = no such rule).
     """
 
     name: str
@@ -77,6 +84,7 @@ class Optimizer:
     block_constant_bits: int
     description: str
     source: str
+    min_8bit_size: int = 0
 
 
 OPTIMIZERS: dict[str, Optimizer] = {
@@ -98,9 +106,13 @@ OPTIMIZERS: dict[str, Optimizer] = {
                                "Reddi et al. 2018; torch.optim.AdamW(amsgrad=True)"),
     # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": 2 x 1 B states, one fp32
     # absmax per block of 2,048 values.
-    "adam8bit": Optimizer("adam8bit", 2, 8, 0, False, 2048, 32,
-                          "8-bit Adam: both moments in 1 B each, one fp32 constant per block of 2,048 values.",
-                          "Dettmers et al. 2022 (bitsandbytes)"),
+    # bitsandbytes (Optimizer2State.init_state): a tensor with fewer than min_8bit_size = 4,096 elements
+    # keeps both states in fp32; the others get uint8 states and fp32 absmax1/absmax2 of ceil(n / 2,048)
+    # each; `step` is a Python int, no tensor.
+    "adam8bit": Optimizer("adam8bit", 2, 8, 0, False, EIGHT_BIT_BLOCK, 32,
+                          "8-bit Adam: both moments in 1 B each, one fp32 constant per block of 2,048 values "
+                          "(tensors under 4,096 elements keep fp32 moments).",
+                          "Dettmers et al. 2022 (bitsandbytes)", EIGHT_BIT_MIN_SIZE),
     # Shazeer & Stern 2018: the second moment of an r x c matrix kept as r + c statistics; no first moment.
     # torch.optim.Adafactor (measured, torch 2.13) keeps row_var and col_var in the parameter's dtype
     # (the full size for vectors) plus a 4-byte fp32 `step` tensor per parameter tensor, as Adam does.

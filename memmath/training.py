@@ -188,9 +188,16 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
             # Adafactor: rows + columns per matrix, the full size for vectors (Shazeer & Stern 2018).
             states = states + _validate.ceil_div(s.factored * state_bits, 8)
         state_values = opt.states * s.params
-        states = states + _validate.ceil_div(state_values * state_bits, 8)
-        if opt.block_size:
-            states = states + _validate.ceil_div(state_values, opt.block_size) * opt.block_constant_bits // 8
+        if opt.min_8bit_size and shape.tensor_count_known and s.state_blocks is not None:
+            # bitsandbytes, tensor by tensor: fp32 states under min_8bit_size elements; otherwise 8-bit
+            # states plus one fp32 absmax per block of 2,048 values per state (Optimizer2State.init_state).
+            small_values = opt.states * s.small_params
+            states = (states + _validate.ceil_div((state_values - small_values) * state_bits, 8) + small_values * 4
+                      + opt.states * s.state_blocks * opt.block_constant_bits // 8)
+        else:
+            states = states + _validate.ceil_div(state_values * state_bits, 8)
+            if opt.block_size:
+                states = states + _validate.ceil_div(state_values, opt.block_size) * opt.block_constant_bits // 8
         if opt.step_bytes_per_tensor and shape.tensor_count_known:
             states = states + opt.step_bytes_per_tensor * s.tensors
     if opt.step_bytes_per_tensor and not shape.tensor_count_known:

@@ -131,9 +131,14 @@ def test_breakdowns_add_up(shape):
 
 # ---- more training never costs less ----------------------------------------------------------------------
 def _assert_no_less(smaller, larger):
+    # 8-bit Adam is the exception: a tensor that grows past bitsandbytes' 4,096 elements trades fp32
+    # states for 8-bit ones (tests/test_training.py shows a LoRA rank where that saves memory).
+    eight_bit = larger.optimizer.name == "adam8bit"
     for part in ("gradients", "gradient_accumulation", "master_weights", "optimizer_states", "activations"):
-        assert getattr(larger, part) >= getattr(smaller, part), part
-    assert larger.total >= smaller.total and larger.trainable_params >= smaller.trainable_params
+        if not (eight_bit and part == "optimizer_states"):
+            assert getattr(larger, part) >= getattr(smaller, part), part
+    assert eight_bit or larger.total >= smaller.total
+    assert larger.trainable_params >= smaller.trainable_params
 
 
 @given(st.data())
