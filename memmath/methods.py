@@ -23,7 +23,7 @@ class TrainableSet:
     """Trainable parameters stored in one format: count, tensor count, Adafactor size, bits.
 
     small_params: parameters in tensors under bitsandbytes' min_8bit_size (4,096 elements), which keep
-    fp32 states in 8-bit optimizers; state_blocks: 2,048-value blocks of the other tensors, counted per
+    fp32 states in 8-bit optimizers; state_blocks: 256-value blocks (EIGHT_BIT_BLOCK) of the other tensors, counted per
     tensor (None where the tensors are unknown: a uniform model).
     """
 

@@ -151,7 +151,8 @@ def suggest_changes(model, gpu, *, reserved_bytes=0, max_gpus=64, **settings) ->
 def path_to_fit(model, gpu, *, reserved_bytes=0, max_gpus=64, max_steps=8, **settings) -> list[Suggestion]:
     """Changes applied one after another until the run fits: when some change makes the run fit,
     the one among those that saves least (the smallest change to the run); otherwise the largest
-    saving other than a smaller batch, and again from there.
+    saving other than a smaller batch (a smaller batch only when nothing else is left), and again
+    from there.
 
     Each Suggestion's total and saved are after that step (saved relative to the step before).
     Empty when the run already fits; the last step's fits is False when no chain of changes fits.
@@ -166,7 +167,8 @@ def path_to_fit(model, gpu, *, reserved_bytes=0, max_gpus=64, max_steps=8, **set
         options = suggest_changes(model, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus, **current)
         fitting = [s for s in options if s.fits]
         others = [s for s in options if not s.change.startswith("batch size")]
-        pick = fitting[-1] if fitting else (others[0] if others else None)  # the smallest change that fits
+        # The smallest change that fits; else the largest saving that keeps the batch; else whatever is left.
+        pick = fitting[-1] if fitting else (others[0] if others else (options[0] if options else None))
         if pick is None:
             break
         steps.append(pick)

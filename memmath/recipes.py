@@ -57,8 +57,9 @@ RECIPES: dict[str, Recipe] = {
 PRECISIONS = tuple(RECIPES)
 
 
-EIGHT_BIT_BLOCK = 2048
-"""bitsandbytes' block of 8-bit optimizer states: one fp32 absmax per 2,048 values (Dettmers et al. 2022)."""
+EIGHT_BIT_BLOCK = 256
+"""bitsandbytes' block of 8-bit optimizer states: one fp32 absmax per 256 values since v0.44 (PR #1365,
+2024); Dettmers et al. 2022 and earlier versions used 2,048."""
 EIGHT_BIT_MIN_SIZE = 4096
 """bitsandbytes' min_8bit_size: a tensor with fewer elements keeps its optimizer states in fp32."""
 
@@ -107,11 +108,11 @@ OPTIMIZERS: dict[str, Optimizer] = {
     # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": 2 x 1 B states, one fp32
     # absmax per block of 2,048 values.
     # bitsandbytes (Optimizer2State.init_state): a tensor with fewer than min_8bit_size = 4,096 elements
-    # keeps both states in fp32; the others get uint8 states and fp32 absmax1/absmax2 of ceil(n / 2,048)
-    # each; `step` is a Python int, no tensor.
+    # keeps both states in fp32; the others get uint8 states and fp32 absmax1/absmax2 of ceil(n / 256)
+    # each (2,048 before v0.44); `step` is a Python int, no tensor.
     "adam8bit": Optimizer("adam8bit", 2, 8, 0, False, EIGHT_BIT_BLOCK, 32,
-                          "8-bit Adam: both moments in 1 B each, one fp32 constant per block of 2,048 values "
-                          "(tensors under 4,096 elements keep fp32 moments).",
+                          "8-bit Adam: both moments in 1 B each, one fp32 constant per block of 256 values "
+                          "(bitsandbytes >= 0.44; tensors under 4,096 elements keep fp32 moments).",
                           "Dettmers et al. 2022 (bitsandbytes)", EIGHT_BIT_MIN_SIZE),
     # Shazeer & Stern 2018: the second moment of an r x c matrix kept as r + c statistics; no first moment.
     # torch.optim.Adafactor (measured, torch 2.13) keeps row_var and col_var in the parameter's dtype

@@ -120,7 +120,7 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     Per trainable set of Nt parameters (bits from the recipe, or the adapters' own format):
     gradients ceil(Nt x grad_bits / 8), master weights ceil(Nt x 32 / 8) when the recipe keeps an
     fp32 copy of 16-bit weights, optimizer states ceil(states x Nt x state_bits / 8) (+ 4 B per
-    tensor for Adam/AdamW/Adafactor's step, + 4 B per 2,048 values for 8-bit Adam's constants;
+    tensor for Adam/AdamW/Adafactor's step, + 4 B per 256 values for 8-bit Adam's constants;
     Adafactor: rows + columns per matrix). Weights are the method's stored bytes. Every part is an
     int (an int64 array in a sweep); TrainingMemory.total is their sum.
     """
@@ -190,7 +190,7 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
         state_values = opt.states * s.params
         if opt.min_8bit_size and shape.tensor_count_known and s.state_blocks is not None:
             # bitsandbytes, tensor by tensor: fp32 states under min_8bit_size elements; otherwise 8-bit
-            # states plus one fp32 absmax per block of 2,048 values per state (Optimizer2State.init_state).
+            # states plus one fp32 absmax per block of 256 values per state (Optimizer2State.init_state).
             small_values = opt.states * s.small_params
             states = (states + _validate.ceil_div((state_values - small_values) * state_bits, 8) + small_values * 4
                       + opt.states * s.state_blocks * opt.block_constant_bits // 8)

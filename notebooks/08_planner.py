@@ -300,12 +300,16 @@ def _(mm, mo, path, suggestions, unit, viz):
     elif not path:
         _path = "It already fits; the changes below would free memory for a larger batch or longer sequences."
     elif path[-1].fits and len(path) == 1:
-        _path = (f"Several changes below make it fit; the one that changes the run least (the smallest saving that "
-                 f"still fits) is **{path[0].change}** ({_f(path[0].total)}).")
+        _n_fit = sum(s.fits for s in suggestions)
+        _which = ("Only one change below makes it fit:" if _n_fit == 1 else
+                  f"{_n_fit} changes below make it fit; the one that changes the run least (the smallest saving "
+                  "that still fits) is")
+        _path = f"{_which} **{path[0].change}** ({_f(path[0].total)})."
     elif path[-1].fits:
         _steps = " then ".join(f"**{s.change}** ({_f(s.total)})" for s in path)
-        _path = (f"No single change makes it fit. Taking the largest saving each time until one fits, the planner "
-                 f"applies {_steps}.")
+        _path = ("No single change makes it fit. The planner takes the largest saving that keeps your batch, looks "
+                 "again, and once some change makes it fit takes the smallest that does: "
+                 f"{_steps}.")
     else:
         _path = "Even all of these changes together do not make it fit: choose a larger GPU or a smaller model."
     mo.vstack([mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),

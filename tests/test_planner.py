@@ -18,11 +18,12 @@ def test_uniform_7b_ranked_more_gpus_then_zero_then_8bit_adam():
     # 2 + 2 + 4 = 8 B/param = 56e9 B on each of 8 GPUs without ZeRO.
     # ZeRO-1 shards states: 14 + 14 + 28/8 = 31.5 GB; ZeRO-2 also gradients: 14 + 1.75 + 3.5 = 19.25 GB,
     # which fits a 4090 (25.76 GB): saved 36.75e9. 16 GPUs with ZeRO-3: 56e9 / 16 = 3.5e9, saved 52.5e9.
-    # 8-bit Adam: states 2 x 1 B x 7e9 + ceil(14e9 / 2048) x 4 B = 14e9 + 27,343,752: saved 13,972,656,248.
+    # 8-bit Adam (bitsandbytes >= 0.44): states 2 x 1 B x 7e9 + ceil(14e9 / 256) x 4 B = 14e9 + 218,750,000:
+    # saved 28e9 - 14,218,750,000 = 13,781,250,000.
     model = mm.uniform_model(7e9, 32)
     got = mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8)
     assert [s.change for s in got] == ["16 GPUs with ZeRO stage 3", "ZeRO stage 2 on the 8 GPUs", "8-bit Adam"]
-    assert [s.saved for s in got] == [52_500_000_000, 36_750_000_000, 13_972_656_248]
+    assert [s.saved for s in got] == [52_500_000_000, 36_750_000_000, 13_781_250_000]
     assert [s.fits for s in got] == [True, True, False]
 
 
@@ -71,6 +72,17 @@ def test_path_to_fit_ends_fitting_and_is_empty_when_it_already_fits():
     assert path and path[-1].fits and not any(s.fits for s in path[:-1])
     assert path[-1].total <= RTX_4090
     assert mm.path_to_fit("gpt2", "H200", precision="bf16", optimizer="adamw") == []
+
+
+def test_path_to_fit_is_not_empty_for_a_run_that_cannot_fit():
+    # Llama-2-70B at 32,768 tokens x 4 sequences: its checkpointed activations alone exceed a 4090 even
+    # with QLoRA, 8-bit Adam and ZeRO-3 over 64 GPUs, and only a smaller batch is left to try. An empty
+    # path would read as "it already fits".
+    settings = dict(method=mm.QLoRA(rank=8), optimizer="adam8bit", precision="bf16", batch_size=4, seq_len=32768,
+                    checkpointing=True, attention="sdpa", n_gpus=64, zero_stage=3)
+    assert not mm.check_fit(mm.training_memory("llama-2-70b", **settings).total, "RTX 4090").fits
+    path = mm.path_to_fit("llama-2-70b", "RTX 4090", **settings)
+    assert path and not path[-1].fits
 
 
 def test_reserved_bytes_counts_against_the_card():

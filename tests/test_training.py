@@ -86,35 +86,37 @@ def test_other_optimizers_per_parameter():
     assert mm.training_memory(SEVEN_B, precision="fp32", optimizer="sgd").optimizer_states == 0
     assert mm.training_memory(SEVEN_B, precision="fp32", optimizer="sgd_momentum").optimizer_states == 4 * n
     assert mm.training_memory(SEVEN_B, precision="bf16", optimizer="sgd_momentum").optimizer_states == 2 * n
-    # 8-bit Adam (Dettmers et al. 2022): 2 x 1 B plus one fp32 absmax per block of 2,048 state values.
-    expected = 2 * n + 4 * (-(-2 * n // 2048))
+    # 8-bit Adam: 2 x 1 B plus one fp32 absmax per block of 256 state values (bitsandbytes >= 0.44,
+    # PR #1365 "Change 8bit optimizer blocksize 2048->256"; Dettmers et al. 2022 used 2,048).
+    expected = 2 * n + 4 * (-(-2 * n // 256))
     assert mm.training_memory(SEVEN_B, optimizer="adam8bit").optimizer_states == expected
 
 
 def test_eight_bit_adam_follows_bitsandbytes_tensor_by_tensor():
     # bitsandbytes Optimizer2State.init_state: a tensor under min_8bit_size = 4,096 elements keeps two
-    # fp32 states; a larger one two uint8 states plus fp32 absmax1/absmax2 of ceil(n / 2,048) each.
+    # fp32 states; a larger one two uint8 states plus fp32 absmax1/absmax2 of ceil(n / 256) each
+    # (bitsandbytes >= 0.44).
     # GPT-2 small (HF GPT2 config: vocab 50,257, 1,024 positions, width 768, 12 layers, tied head):
     #   small tensors per layer: ln_1 and ln_2 weight+bias 4 x 768, biases 2,304 + 768 + 3,072 + 768
     #   = 9,984; x 12 = 119,808; plus ln_f 2 x 768 -> 121,344 parameters in fp32 states.
-    #   blocks: wte 38,597,376 / 2,048 -> 18,847; wpe 786,432 -> 384; per layer c_attn 1,769,472 -> 864,
-    #   attn c_proj 589,824 -> 288, c_fc and mlp c_proj 2,359,296 -> 1,152 each: 3,456 x 12 = 41,472.
-    small, blocks = 121_344, 18_847 + 384 + 41_472
+    #   blocks: wte 38,597,376 / 256 -> 150,771; wpe 786,432 -> 3,072; per layer c_attn 1,769,472 -> 6,912,
+    #   attn c_proj 589,824 -> 2,304, c_fc and mlp c_proj 2,359,296 -> 9,216 each: 27,648 x 12 = 331,776.
+    small, blocks = 121_344, 150_771 + 3_072 + 331_776
     big = 124_439_808 - small
     expected = 2 * big * 1 + 2 * small * 4 + 2 * blocks * 4
-    assert mm.training_memory("gpt2", optimizer="adam8bit").optimizer_states == expected == 250_093_304
+    assert mm.training_memory("gpt2", optimizer="adam8bit").optimizer_states == expected == 253_492_632
 
 
 def test_eight_bit_adam_can_need_less_at_a_higher_lora_rank():
     # GPT-2's c_attn (768 -> 2,304) with LoRA: at r = 1, A (1 x 768) and B (2,304 x 1) are under 4,096
     # elements, so both keep fp32 states: 12 x 2 x 4 B x (768 + 2,304) = 294,912 B. At r = 2, B has
-    # 4,608 elements and goes 8-bit: 12 x (2 x 4 x 1,536 + 2 x 4,608 + 2 x 4 x ceil(4,608 / 2,048))
-    # = 12 x (12,288 + 9,216 + 24) = 258,336 B: a higher rank, smaller optimizer states.
+    # 4,608 elements and goes 8-bit: 12 x (2 x 4 x 1,536 + 2 x 4,608 + 2 x 4 x ceil(4,608 / 256))
+    # = 12 x (12,288 + 9,216 + 144) = 259,776 B: a higher rank, smaller optimizer states.
     def states(rank):
         return mm.training_memory("gpt2", optimizer="adam8bit",
                                   method=mm.LoRA(rank=rank, targets=("q", "k", "v"))).optimizer_states
     assert states(1) == 294_912
-    assert states(2) == 258_336
+    assert states(2) == 259_776
 
 
 def test_adafactor_factors_matrices():
