@@ -60,7 +60,8 @@ REPORTED: dict[str, Reported] = {
     "peft_examples_peft": Reported(
         1_000, "examples (a few thousand)", "some PEFT methods do well with a few thousand examples", "the article"),
     "cuda_context_v100": Reported(
-        1343, "MB", "CUDA context and kernels before any tensor, measured on a V100",
+        # The docs print "1343 MB", but their helper computes pynvml's info.used // 1024**2: mebibytes.
+        1343, "MiB", "CUDA context and kernels before any tensor, measured on a V100",
         "Hugging Face transformers docs, Model training anatomy"),
     "lora_adapter_latency": Reported(
         30.3, "% slower forward pass", "Houlsby-style adapters made a GPT-2 medium forward pass 30.3% slower "

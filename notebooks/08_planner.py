@@ -171,7 +171,9 @@ def _(live_only_notice, mm, mo):
     mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_slider, zero_stage_radio], justify="start"),
                mo.hstack([reserved_slider, unit_radio], justify="start"),
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
-                     f"measured on a V100 ({_context.source}), about {_context.value * 1e6 / 2**30:.2f} GiB."
+                     f"measured on a V100 ({_context.source}), "
+                     f"{mm.format_bytes(mm.parse_bytes(f'{_context.value} {_context.unit}'), 'GiB')}; the slider "
+                     "starts at 1.25 GiB."
                      ).style({"font-size": "0.9em"})])
     return gpu_dropdown, n_gpus_slider, reserved_slider, unit_radio, zero_stage_radio
 

@@ -1,6 +1,7 @@
 """Lesson 1, weights and number formats: it runs, reproduces the article's 14 GB, and survives every control's extremes."""
 
 import lessons
+import marimo as mo
 import pytest
 
 import memmath as mm
@@ -83,3 +84,10 @@ def test_every_control_at_its_extremes():
 def test_largest_slider_model_is_over_400b():
     _, defs = lessons.run_with(LESSON, params_slider=lessons.mo.ui.slider(steps=[0.1, 1000], value=1000))
     assert defs["n_params"] >= 400 * 10**9
+
+
+def test_cuda_context_checkbox_sets_aside_the_measured_mebibytes():
+    # Hugging Face's "Model training anatomy" prints "1343 MB" from pynvml's info.used // 1024**2,
+    # so the figure is 1,343 MiB = 1,343 x 1,048,576 = 1,408,237,568 B, not 1.343e9 B.
+    _, defs = lessons.run_with(LESSON, context_checkbox=mo.ui.checkbox(value=True))
+    assert defs["reserved_bytes"] == 1_408_237_568
