@@ -83,6 +83,10 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
     return chart.properties(width=width, height=bar_height, title=title)
 
 
+VEGALITE_MIMETYPE = f"application/vnd.vegalite.v{alt.VEGALITE_VERSION.split('.')[0]}+json"
+"""The mimetype marimo renders as a Vega-Lite chart (the one altair's own formatter uses)."""
+
+
 class ChartOutput:
     """An altair chart as marimo shows it (a Vega-Lite spec), serialized once, without schema validation.
 
@@ -101,7 +105,7 @@ class ChartOutput:
         self.spec = chart.to_json(validate=False, allow_nan=False, default=str)
 
     def _mime_(self) -> tuple[str, str]:
-        return f"application/vnd.vegalite.v{alt.VEGALITE_VERSION.split('.')[0]}+json", self.spec
+        return VEGALITE_MIMETYPE, self.spec
 
 
 def chart_output(chart) -> ChartOutput:
@@ -234,7 +238,7 @@ class SpecOutput:
         self._json = json.dumps(spec, allow_nan=False)
 
     def _mime_(self) -> tuple[str, str]:
-        return f"application/vnd.vegalite.v{alt.VEGALITE_VERSION.split('.')[0]}+json", self._json
+        return VEGALITE_MIMETYPE, self._json
 
 
 def stacked_bars_output(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capacity_bytes=None,
