@@ -17,8 +17,10 @@ Interface
 - `controls`: a list of `Slider(column, label)` and `Select(column, label)`:
   - `Slider` ranges over the sorted distinct values of `column`. Evenly spaced values (0, 1, 2 ...
     or 512, 1024, 1536 ...) bind the input to the values themselves. Unevenly spaced ones (a log
-    grid such as 1e8, 3e8, 1e9 ...) bind it to their position 0..n-1: the number beside the
-    input is then that position, and the chart's title line says the value ("Parameters: 7B").
+    grid such as 1e8, 3e8, 1e9 ...) bind it to their position 0..n-1; that position is not shown
+    (a notebook whose App names css_file="memmath.css" hides it), and the chart's title line says
+    the value ("Parameters: 7B"). `show_value=False` hides the number of an evenly spaced slider
+    too (a column of indices 0, 1, 2 ... with `labels` for what they stand for).
   - `Select` offers the distinct values of `column` in order of first appearance, as a dropdown
     (or radio buttons with `radio=True`).
   Both take `value=` (the starting value; default: the first) and `labels=` (how the title
@@ -101,6 +103,9 @@ MARKER_ATTRIBUTE = "data-memmath-live-only"
 """Every notice carries this attribute, so the site tests can find it."""
 
 _FLOAT_DIGITS = 6
+HIDDEN_VALUE_SUFFIX = "_novalue"
+"""Ends the name of a range input whose raw number means nothing to a reader (a position in a log grid);
+notebooks/memmath.css hides the number vega writes beside such an input (the title says the value)."""
 RADIO_GAP = "\u2003"
 """Ends each radio button's label (an em space, which HTML does not collapse), so options stand apart."""
 
@@ -113,6 +118,7 @@ class Slider:
     label: str
     value: Any = None
     labels: Callable[[Any], str] | Mapping[Any, str] | None = None
+    show_value: bool = True
 
 
 @dataclass(frozen=True)
@@ -220,6 +226,8 @@ def _bind_slider(grid, control: Slider, name: str, field: str) -> _Bound:
     texts = [_label(control, v) for v in values.tolist()]
     steps = np.diff(values.astype(float))
     evenly_spaced = np.allclose(steps, steps[0], rtol=1e-9, atol=0)
+    if not (evenly_spaced and control.show_value):
+        name += HIDDEN_VALUE_SUFFIX
     if evenly_spaced:
         step = float(steps[0])
         lo = _plain(values[0])

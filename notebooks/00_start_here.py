@@ -1,7 +1,7 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium", app_title="Start here: planning before CUDA runs out of memory")
+app = marimo.App(width="medium", app_title="Start here: planning before CUDA runs out of memory", css_file="memmath.css")
 
 
 @app.cell(hide_code=True)

@@ -1,7 +1,7 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium", app_title="Weights and number formats")
+app = marimo.App(width="medium", app_title="Weights and number formats", css_file="memmath.css")
 
 
 @app.cell(hide_code=True)
@@ -365,7 +365,7 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
 
     _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
     viz.chart_output(bound_chart(formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7),
-                                               labels=_sizes)],
+                                               labels=_sizes, show_value=False)],
                          _draw, title="Weights in each format (GB), with the scales of the block formats"))
     return
 

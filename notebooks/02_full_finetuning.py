@@ -1,7 +1,7 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium", app_title="Full finetuning: gradients and optimizer states")
+app = marimo.App(width="medium", app_title="Full finetuning: gradients and optimizer states", css_file="memmath.css")
 
 
 @app.cell(hide_code=True)
@@ -216,7 +216,7 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_ch
 
     _sizes = {i: viz.short_count(round(b * 10**9)) for i, b in enumerate(RECIPE_SIZES)}
     viz.chart_output(bound_chart(recipes_grid,
-                         [Slider("size", "Parameters", value=RECIPE_SIZES.index(7), labels=_sizes),
+                         [Slider("size", "Parameters", value=RECIPE_SIZES.index(7), labels=_sizes, show_value=False),
                           Select("optimizer", "Optimizer", labels=OPTIMIZER_NAMES)],
                          _draw, title="One step of full finetuning, before activations, in five recipes"))
     return

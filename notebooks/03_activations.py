@@ -1,7 +1,7 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium", app_title="Activations")
+app = marimo.App(width="medium", app_title="Activations", css_file="memmath.css")
 
 
 @app.cell(hide_code=True)
@@ -400,7 +400,8 @@ def _(ACT_BATCHES, Select, Slider, act_fixed, act_grid, act_seq, alt, bound_char
         return (_acts + _rules).properties(width=520, height=280)
 
     viz.chart_output(bound_chart(act_grid, [Slider("batch", "Batch size b", value=ACT_BATCHES.index(4),
-                                           labels={i: f"{b} sequences" for i, b in enumerate(ACT_BATCHES)}),
+                                           labels={i: f"{b} sequences" for i, b in enumerate(ACT_BATCHES)},
+                                           show_value=False),
                                     Select("kernel", "Attention kernel"), Select("checkpointing", "Checkpointing")],
                          _draw, title="GPT-2 small: activations against everything else"))
     return

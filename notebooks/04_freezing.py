@@ -1,7 +1,7 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium", app_title="Partial finetuning: freezing layers")
+app = marimo.App(width="medium", app_title="Partial finetuning: freezing layers", css_file="memmath.css")
 
 
 @app.cell(hide_code=True)

@@ -1,7 +1,7 @@
 import marimo
 
 __generated_with = "0.25.2"
-app = marimo.App(width="medium", app_title="Adapters (PEFT)")
+app = marimo.App(width="medium", app_title="Adapters (PEFT)", css_file="memmath.css")
 
 
 @app.cell(hide_code=True)

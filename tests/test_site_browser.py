@@ -150,4 +150,13 @@ def test_lesson_page_bound_inputs_move_their_charts(opened, served_site, name):
             assert state["marks"] > 0, f"{name}: input {label!r} at {end} draws an empty chart"
             shown = " ".join([state["title"], *state["text"]])
             assert not NAN.search(shown), f"{name}: input {label!r} at {end} shows NaN: {shown[:200]}"
+    # A range input over positions (a log grid) must not show its raw position ("10" beside 7B):
+    # notebooks/memmath.css hides the number vega writes after it; the chart's title says the value.
+    from memmath.static_charts import HIDDEN_VALUE_SUFFIX
+
+    shown_positions = page.evaluate("""suffix => [...document.querySelectorAll('.vega-bind input[type=range]')]
+        .filter(i => i.name.endsWith(suffix) && i.nextElementSibling
+                && getComputedStyle(i.nextElementSibling).display !== 'none').map(i => i.name)""",
+                                    HIDDEN_VALUE_SUFFIX)
+    assert shown_positions == [], f"{name}: range inputs over positions show the raw position: {shown_positions}"
     _assert_offline(record, served_site, name)

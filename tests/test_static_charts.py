@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from memmath.static_charts import (
-    MARKER_ATTRIBUTE, STATIC_EXPORT_ENV, Select, Slider, bound_chart, is_static_export, live_only_notice,
+    HIDDEN_VALUE_SUFFIX, MARKER_ATTRIBUTE, STATIC_EXPORT_ENV, Select, Slider, bound_chart, is_static_export, live_only_notice,
 )
 
 
@@ -63,6 +63,22 @@ def test_unevenly_spaced_slider_moves_over_positions_and_the_title_names_the_val
     assert dict(zip(rows["billions"], rows[position[0]])) == {1: 0, 7: 1, 70: 2}
     title = spec["title"]["text"]["expr"]
     assert '"Weights"' in title and '["1B", "7B", "70B"]' in title
+    # Its raw position (1 for 7B) would read as a value beside the input: the name marks it hidden.
+    assert param["name"].endswith(HIDDEN_VALUE_SUFFIX)
+
+
+def test_show_value_false_marks_an_even_slider_hidden_and_the_lessons_css_hides_it():
+    from pathlib import Path
+
+    shown = _spec(bound_chart(_grid(billions=(0, 1, 2)), [Slider("billions", "Size")], _draw))["params"][0]
+    hidden = _spec(bound_chart(_grid(billions=(0, 1, 2)), [Slider("billions", "Size", show_value=False)],
+                               _draw))["params"][0]
+    assert not shown["name"].endswith(HIDDEN_VALUE_SUFFIX) and hidden["name"].endswith(HIDDEN_VALUE_SUFFIX)
+    notebooks = Path(__file__).resolve().parent.parent / "notebooks"
+    css = (notebooks / "memmath.css").read_text(encoding="utf-8")
+    assert f'[name$="{HIDDEN_VALUE_SUFFIX}"] + span' in css and "display: none" in css
+    for lesson in sorted(notebooks.glob("[0-9][0-9]_*.py")):
+        assert 'css_file="memmath.css"' in lesson.read_text(encoding="utf-8"), lesson.name
 
 
 def test_select_offers_values_in_order_of_appearance_with_labels():
