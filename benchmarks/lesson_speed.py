@@ -38,6 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the browser helpers live with the tests
 
 from memmath_site import assets  # noqa: E402
 from memmath_site.build import LESSON_PATTERN, Lesson, export_lesson  # noqa: E402
@@ -70,7 +71,7 @@ class Measured:
 
 def measure_live(browser, notebook: Path, presses: int) -> tuple[float, dict, tuple | None]:
     """(cold start s, {slider index: [Press, ...]}, slowest cell at cold start)."""
-    from memmath_site.browser import LivePage, MarimoRun
+    from browser import LivePage, MarimoRun
 
     with MarimoRun(notebook) as server:
         page = browser.new_page(viewport={"width": 1280, "height": 1600})
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
 
     from playwright.sync_api import sync_playwright
 
-    from memmath_site.browser import launch
+    from browser import launch
 
     lessons = args.lessons or sorted(p for p in (REPO / "notebooks").glob("*.py") if LESSON_PATTERN.match(p.name))
     notebooks = [REFERENCE, *lessons]

@@ -1,41 +1,61 @@
 """memmath: the memory math of training and serving neural networks, in integer bytes.
 
+The calculator only: it imports numpy and nothing heavier (pandas only inside the functions that
+build a DataFrame). What it is checked against lives in `memmath.reference`; the workbook's charts
+and controls live in the separate `memmath_lessons` package.
+
     >>> import memmath
     >>> m = memmath.training_memory(memmath.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
     >>> memmath.format_bytes(m.weights), memmath.format_bytes(m.without_activations)
     ('14.00 GB', '56.00 GB')
 """
 
-from .activations import ActivationEstimate, ActivationTerm, korthikanti_per_layer, korthikanti_terms
-from .formats import FORMATS, NF4_LEVELS, NumberFormat, absmax_scale, float_step, get_format, round_to_format
-from .gpus import GPU, GPUS, Fit, check_fit, fit_table, get_gpu
-from .inference import (
-    RULE_OF_THUMB_FACTOR, InferenceMemory, decode_tokens_per_second, inference_memory, kv_cache_bytes,
-    rule_of_thumb_context_limit, working_set_bytes,
-)
-from .measured import load_measured, measured_metadata, predict_case, predict_peak_case, predicted_saved_per_layer
-from .methods import Adapters, Freeze, Full, LoRA, Method, QLoRA, quant_constant_bytes
-from .models import (
-    LORA_TARGETS, ModelShape, bert_model, from_hf_config, gpt2_model, llama_model, resolve_model, uniform_model,
-)
-from .peak import PeakEstimate, peak_memory
-from .planner import Suggestion, config_from_text, path_to_fit, suggest_changes, suggestions_frame
-from .presets import PRESETS
-from .recipes import OPTIMIZERS, RECIPES, bytes_per_parameter, get_optimizer, get_recipe
-from .training import PART_LABELS, PARTS, TrainingMemory, training_memory
-from . import literature, published, viz
-from .units import UNITS, format_bytes, parse_bytes, parse_count, to_unit
+from __future__ import annotations
 
-__all__ = [
-    "ActivationEstimate", "ActivationTerm", "Adapters", "FORMATS", "Fit", "Freeze", "Full", "GPU", "GPUS", "InferenceMemory",
-    "LORA_TARGETS", "LoRA", "Method", "ModelShape", "NF4_LEVELS", "NumberFormat", "OPTIMIZERS", "PARTS",
-    "PART_LABELS", "PRESETS", "QLoRA", "RECIPES", "RULE_OF_THUMB_FACTOR", "Suggestion", "TrainingMemory", "UNITS",
-    "absmax_scale", "bert_model", "bytes_per_parameter", "check_fit", "config_from_text", "decode_tokens_per_second",
-    "fit_table", "float_step", "format_bytes",
-    "from_hf_config", "get_format", "get_gpu", "get_optimizer", "get_recipe", "gpt2_model", "inference_memory",
-    "korthikanti_per_layer", "korthikanti_terms", "kv_cache_bytes", "llama_model", "parse_bytes", "parse_count",
-    "path_to_fit", "quant_constant_bytes", "resolve_model", "round_to_format", "rule_of_thumb_context_limit",
-    "suggest_changes", "suggestions_frame", "to_unit", "training_memory", "uniform_model", "working_set_bytes",
-    "PeakEstimate", "load_measured", "measured_metadata", "peak_memory", "predict_case", "predict_peak_case",
-    "predicted_saved_per_layer",
-]
+import importlib
+
+import numpy  # noqa: F401  (the one dependency, loaded with the package)
+
+# Public name -> the module that defines it. Modules load on first use (PEP 562), so `import memmath`
+# costs about what `import numpy` does (benchmarks/import_speed.py) and a command line pays only for
+# what it uses.
+_EXPORTS = {
+    "ActivationEstimate": "activations", "ActivationTerm": "activations",
+    "korthikanti_per_layer": "activations", "korthikanti_terms": "activations",
+    "FORMATS": "formats", "NF4_LEVELS": "formats", "NumberFormat": "formats", "absmax_scale": "formats",
+    "float_step": "formats", "get_format": "formats", "round_to_format": "formats",
+    "Fit": "gpus", "GPU": "gpus", "GPUS": "gpus", "check_fit": "gpus", "fit_table": "gpus", "get_gpu": "gpus",
+    "InferenceMemory": "inference", "RULE_OF_THUMB_FACTOR": "inference",
+    "decode_tokens_per_second": "inference", "inference_memory": "inference", "kv_cache_bytes": "inference",
+    "rule_of_thumb_context_limit": "inference", "working_set_bytes": "inference",
+    "Adapters": "methods", "Freeze": "methods", "Full": "methods", "LoRA": "methods", "Method": "methods",
+    "QLoRA": "methods", "quant_constant_bytes": "methods",
+    "LORA_TARGETS": "models", "ModelShape": "models", "bert_model": "models", "from_hf_config": "models",
+    "gpt2_model": "models", "llama_model": "models", "uniform_model": "models",
+    "PeakEstimate": "peak", "peak_memory": "peak",
+    "Suggestion": "planner", "config_from_text": "planner", "path_to_fit": "planner",
+    "suggest_changes": "planner", "suggestions_frame": "planner",
+    "PRESETS": "presets", "resolve_model": "presets",
+    "OPTIMIZERS": "recipes", "RECIPES": "recipes", "bytes_per_parameter": "recipes",
+    "get_optimizer": "recipes", "get_recipe": "recipes",
+    "PARTS": "training", "PART_LABELS": "training", "TrainingMemory": "training",
+    "training_memory": "training",
+    "UNITS": "units", "format_bytes": "units", "parse_bytes": "units", "parse_count": "units",
+    "to_unit": "units",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Load the module that defines a public name on first use, and keep the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memmath' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _validate
+from . import validate
 from .models import ModelShape
 
 ATTENTION_KINDS = ("eager", "sdpa")
@@ -73,14 +73,14 @@ class ActivationEstimate:
 
 def _layer_arguments(seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention):
     """The arguments of korthikanti_per_layer / korthikanti_terms, checked (ValueError names the field)."""
-    return (_validate.count("seq_len", seq_len, high=_validate.MAX_SEQ),
-            _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH),
-            _validate.count("hidden_size", hidden_size, scalar=True),
-            _validate.count("n_heads", n_heads, scalar=True),
-            _validate.count("element_bytes", element_bytes, high=8, scalar=True),
-            _validate.count("mask_bytes", mask_bytes, low=0, high=8, scalar=True),
-            _validate.flag("dropout", dropout),
-            _validate.choice("attention", attention, ATTENTION_KINDS))
+    return (validate.count("seq_len", seq_len, high=validate.MAX_SEQ),
+            validate.count("batch_size", batch_size, high=validate.MAX_BATCH),
+            validate.count("hidden_size", hidden_size, scalar=True),
+            validate.count("n_heads", n_heads, scalar=True),
+            validate.count("element_bytes", element_bytes, high=8, scalar=True),
+            validate.count("mask_bytes", mask_bytes, low=0, high=8, scalar=True),
+            validate.flag("dropout", dropout),
+            validate.choice("attention", attention, ATTENTION_KINDS))
 
 
 def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_bytes=2, mask_bytes=1,
@@ -94,9 +94,9 @@ def korthikanti_per_layer(*, seq_len, batch_size, hidden_size, n_heads, element_
     """
     s, b, h, a, e, mask_bytes, dropout, attention = _layer_arguments(
         seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention)
-    if _validate.is_array(s, b):
-        _validate.check_sweep("activations per layer", korthikanti_per_layer(
-            seq_len=_validate.largest(s), batch_size=_validate.largest(b), hidden_size=h, n_heads=a,
+    if validate.is_array(s, b):
+        validate.check_sweep("activations per layer", korthikanti_per_layer(
+            seq_len=validate.largest(s), batch_size=validate.largest(b), hidden_size=h, n_heads=a,
             element_bytes=e, mask_bytes=mask_bytes, dropout=dropout, attention=attention))
     m = mask_bytes if dropout else 0
     per_layer = s * b * h * (16 * e + 2 * m)
@@ -116,15 +116,15 @@ def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_b
     A sweep (numpy arrays) whose largest point would pass 2**59 bytes raises ValueError instead of
     wrapping around silently in int64 (scalars are exact Python ints at any size).
     """
-    if _validate.is_array(seq_len, batch_size, layers_storing):
+    if validate.is_array(seq_len, batch_size, layers_storing):
         # Every term grows with s, b and the storing layers: the largest point bounds the sweep,
         # evaluated exactly with Python ints.
         top = textbook_activations(
-            shape, seq_len=_validate.largest(seq_len), batch_size=_validate.largest(batch_size),
+            shape, seq_len=validate.largest(seq_len), batch_size=validate.largest(batch_size),
             activation_bits=activation_bits, dropout=dropout, attention=attention, checkpointing=checkpointing,
-            layers_storing=_validate.largest(layers_storing), embeddings_trainable=embeddings_trainable,
+            layers_storing=validate.largest(layers_storing), embeddings_trainable=embeddings_trainable,
             mask_bytes=mask_bytes)
-        _validate.check_sweep("activations (from seq_len and batch_size)", top.total)
+        validate.check_sweep("activations (from seq_len and batch_size)", top.total)
     e = activation_bits // 8
     m = mask_bytes if dropout else 0
     s, b, h = seq_len, batch_size, shape.hidden_size
@@ -174,7 +174,7 @@ def korthikanti_terms(*, seq_len, batch_size, hidden_size, n_heads, element_byte
     """
     s, b, h, a, e, mask_bytes, dropout, attention = _layer_arguments(
         seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention)
-    if _validate.is_array(s, b):  # the terms sum to korthikanti_per_layer, which checks the sweep
+    if validate.is_array(s, b):  # the terms sum to korthikanti_per_layer, which checks the sweep
         korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, element_bytes=e,
                               mask_bytes=mask_bytes, dropout=dropout, attention=attention)
     m = mask_bytes if dropout else 0

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate
+from . import validate
 
 # The 16 NF4 code values (Dettmers et al. 2023, QLoRA, appendix E; bitsandbytes `create_normal_map`).
 NF4_LEVELS = (
@@ -48,8 +48,8 @@ class NumberFormat:
 
     def bytes_for(self, n_elements):
         """Bytes to store n elements, rounded up to a whole byte: ceil(n * bits / 8)."""
-        n = _validate.count("n_elements", n_elements, low=0, high=_validate.MAX_PARAMS)
-        return _validate.ceil_div(n * self.bits, 8)
+        n = validate.count("n_elements", n_elements, low=0, high=validate.MAX_PARAMS)
+        return validate.ceil_div(n * self.bits, 8)
 
     @property
     def decimal_digits(self) -> float | None:
@@ -129,7 +129,7 @@ def float_step(fmt, value) -> float:
     fmt = get_format(fmt)
     if fmt.kind != "float":
         raise ValueError(f"format must be a float format for float_step; {fmt.name} steps by its scale")
-    value = _validate.real("value", value, low=-1e300, high=1e300)
+    value = validate.real("value", value, low=-1e300, high=1e300)
     bias = 2 ** (fmt.exponent_bits - 1) - 1
     exponent = int(np.floor(np.log2(abs(value)))) if value else 1 - bias
     return 2.0 ** (max(exponent, 1 - bias) - fmt.mantissa_bits)
@@ -144,7 +144,7 @@ def absmax_scale(fmt, absmax) -> float:
     QLoRA). Float formats carry their own exponent and need no scale: 1.0.
     """
     fmt = get_format(fmt)
-    absmax = _validate.real("absmax", absmax, low=1e-300, high=1e300)
+    absmax = validate.real("absmax", absmax, low=1e-300, high=1e300)
     if fmt.kind == "float":
         return 1.0
     return absmax / fmt.max_value
@@ -158,7 +158,7 @@ def round_to_format(value, fmt, *, scale: float = 1.0):
     scale. nf4: the nearest of the 16 NF4 levels times scale (scale plays the block's absmax).
     """
     fmt = get_format(fmt)
-    scale = _validate.real("scale", scale, low=1e-300, high=1e300)
+    scale = validate.real("scale", scale, low=1e-300, high=1e300)
     x = np.asarray(value, dtype=np.float64)
     if fmt.kind == "int":
         low = -(2 ** (fmt.bits - 1))

@@ -11,11 +11,15 @@ sparsity). Cards without bf16 (T4, V100) list their fp16 throughput and say so.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
-import pandas as pd
+from . import validate
 
-from . import _validate
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 MIB = 2**20
 
@@ -101,14 +105,15 @@ def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
     """
     gpu = get_gpu(gpu)
     required = getattr(required_bytes, "total", required_bytes)
-    required = _validate.count("required_bytes", required, low=0, high=2**62)
-    reserved = _validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
+    required = validate.count("required_bytes", required, low=0, high=2**62)
+    reserved = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
     return Fit(gpu, required, gpu.memory_bytes - reserved, 1)
 
 
 def fit_table(required_bytes, *, reserved_bytes=0, gpus=None, unit="GiB") -> pd.DataFrame:
     """A table of every catalog GPU (or `gpus`), smallest first: memory and headroom (memory -
     reserved - required) in `unit` (labelled in the column names) and whether it fits."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
     from .units import UNITS, unit_name
 
     unit = unit_name(unit)

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _validate
+from . import validate
 from .activations import ATTENTION_KINDS
 from .formats import get_format
 from .gpus import get_gpu
 from .methods import quant_constant_bytes, quantized_weight_bytes
-from .models import ModelShape, resolve_model
+from .models import ModelShape
+from .presets import resolve_model
 
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
 
@@ -28,15 +29,15 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16"):
     Llama-2-13B at 8,192 tokens in 16-bit: 2 x 40 x 40 x 128 x 8192 x 2 B = 6.7 GB.
     """
     shape = _needs_heads(resolve_model(model), "kv_cache_bytes")
-    context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
-    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
+    batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     bits = get_format(kv_format).bits
-    if _validate.is_array(context_len, batch_size):
-        _validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
-            shape, context_len=_validate.largest(context_len), batch_size=_validate.largest(batch_size),
+    if validate.is_array(context_len, batch_size):
+        validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
+            shape, context_len=validate.largest(context_len), batch_size=validate.largest(batch_size),
             kv_format=kv_format))
     values = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * context_len * batch_size
-    return _validate.ceil_div(values * bits, 8)
+    return validate.ceil_div(values * bits, 8)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class InferenceMemory:
     def rule_of_thumb(self):
         """The widely quoted estimate: (weights + constants) x 1.2, in whole bytes."""
         stored = self.weights + self.quantization_constants
-        return _validate.ceil_div(stored * 6, 5)
+        return validate.ceil_div(stored * 6, 5)
 
     def parts(self) -> dict[str, object]:
         """Part name -> bytes."""
@@ -83,10 +84,10 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
     fmt = get_format(weights_format)
     double_quant = fmt.name == "nf4"
     if fmt.kind == "float":
-        return _validate.ceil_div(shape.n_params * fmt.bits, 8), 0
+        return validate.ceil_div(shape.n_params * fmt.bits, 8), 0
     if not shape.tensor_count_known:
         # A uniform model has no tensor list: every parameter is quantized, as one tensor.
-        weights = _validate.ceil_div(shape.n_params * fmt.bits, 8)
+        weights = validate.ceil_div(shape.n_params * fmt.bits, 8)
         return weights, quant_constant_bytes(shape.n_params, block=quant_block, double_quant=double_quant)
     return quantized_weight_bytes(shape, fmt, get_format(other_format).bits, block=quant_block,
                                   double_quant=double_quant)
@@ -123,14 +124,14 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
     shape may also be a preset name.
     """
     shape = _needs_heads(resolve_model(shape), "working_set_bytes")
-    context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
-    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
+    batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     if element_bits not in (8, 16, 32) or isinstance(element_bits, bool):
         raise ValueError(f"element_bits must be 8, 16 or 32; got {element_bits!r}")
-    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
-    if _validate.is_array(context_len, batch_size):
-        _validate.check_sweep("working set", working_set_bytes(
-            shape, context_len=_validate.largest(context_len), batch_size=_validate.largest(batch_size),
+    attention = validate.choice("attention", attention, ATTENTION_KINDS)
+    if validate.is_array(context_len, batch_size):
+        validate.check_sweep("working set", working_set_bytes(
+            shape, context_len=validate.largest(context_len), batch_size=validate.largest(batch_size),
             element_bits=element_bits, attention=attention))
     s, b, e = context_len, batch_size, element_bits // 8
     h, a, d = shape.hidden_size, shape.n_heads, shape.head_dim
@@ -175,9 +176,9 @@ def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_si
     bytes), and a prefill working set (working_set_bytes). .total is their sum; .rule_of_thumb the
     "weights x 1.2" estimate. batch_size and context_len may be numpy arrays."""
     shape = resolve_model(model)
-    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
-    context_len = _validate.count("context_len", context_len, high=_validate.MAX_SEQ)
-    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
+    batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
+    context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
+    attention = validate.choice("attention", attention, ATTENTION_KINDS)
     weights, constants = inference_weight_bytes(shape, weights_format)
     notes = []
     if shape.has_shape:
@@ -192,7 +193,7 @@ def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_si
 
 
 def rule_of_thumb_context_limit(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, attention="sdpa",
-                                max_context=_validate.MAX_SEQ) -> int:
+                                max_context=validate.MAX_SEQ) -> int:
     """The longest context (tokens per sequence) at which the detailed total is still within "weights x 1.2".
 
     Beyond it the KV cache and working set outgrow the rule of thumb's 20% allowance. The total
@@ -201,7 +202,7 @@ def rule_of_thumb_context_limit(model, *, weights_format="bf16", kv_format="bf16
     """
     shape = resolve_model(model)
     _needs_heads(shape, "rule_of_thumb_context_limit")
-    max_context = _validate.count("max_context", max_context, high=_validate.MAX_SEQ)
+    max_context = validate.count("max_context", max_context, high=validate.MAX_SEQ)
 
     def holds(context):
         memory = inference_memory(shape, weights_format=weights_format, kv_format=kv_format,

@@ -7,15 +7,20 @@ a Plan into gradients, optimizer states and activations.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from . import _validate
+from . import validate
 from .formats import get_format
-from .models import GROUPS, ModelShape, ParamTensor, _lora_targets
+from .models import GROUPS, ModelShape, ParamTensor, lora_targets
 from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, Recipe
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ def _stats(tensors: list[ParamTensor]) -> SetStats:
 
 def _group_weight_bytes(shape: ModelShape, bits: int):
     """Bytes of every base tensor stored at `bits` per element: ceil(n_params * bits / 8)."""
-    return _validate.ceil_div(shape.n_params * bits, 8)
+    return validate.ceil_div(shape.n_params * bits, 8)
 
 
 class Method:
@@ -162,9 +167,9 @@ class Freeze(Method):
         for name in ("trainable_layers", "frozen_layers"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _validate.count(name, value, low=0, high=_validate.MAX_LAYERS))
+                object.__setattr__(self, name, validate.count(name, value, low=0, high=validate.MAX_LAYERS))
         for name in ("train_embeddings", "train_final_norm", "train_head"):
-            _validate.flag(name, getattr(self, name))
+            validate.flag(name, getattr(self, name))
 
     def layers_trained(self, shape: ModelShape):
         """How many blocks train in this shape (checked against its n_layers)."""
@@ -202,6 +207,7 @@ class Freeze(Method):
         embedding matrix) and trains only with the embeddings. The trainable rows sum to
         plan(shape, ...).trainable_params. Takes one layer count, not an array.
         """
+        import pandas as pd  # only here: `import memmath` stays numpy-only
         k = self.layers_trained(shape)
         if isinstance(k, np.ndarray):
             raise ValueError("Freeze.groups needs a single number of layers, not an array")
@@ -255,7 +261,7 @@ def _frozen_base_plus_adapters(shape, recipe, adapter_stats: SetStats, adapter_b
     adapter_set = TrainableSet.of("adapters", adapter_stats, adapter_bits)
     adapter_params = adapter_stats.params
     base_bytes = _group_weight_bytes(shape, recipe.weight_bits) if weight_bytes is None else weight_bytes
-    adapter_bytes = _validate.ceil_div(adapter_params * adapter_bits, 8)
+    adapter_bytes = validate.ceil_div(adapter_params * adapter_bits, 8)
     return Plan(base_bytes + adapter_bytes, constants, (adapter_set, *extra_sets), adapter_params,
                 shape.n_layers, False, tuple(notes))
 
@@ -286,9 +292,9 @@ class Adapters(Method):
     adapter_format: str | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "bottleneck", _validate.count("bottleneck", self.bottleneck))
-        _validate.flag("train_norms", self.train_norms)
-        _validate.flag("train_head", self.train_head)
+        object.__setattr__(self, "bottleneck", validate.count("bottleneck", self.bottleneck))
+        validate.flag("train_norms", self.train_norms)
+        validate.flag("train_head", self.train_head)
         _check_adapter_format(self.adapter_format)
 
     def params_per_block(self, shape: ModelShape):
@@ -331,8 +337,8 @@ class LoRA(Method):
     adapter_format: str | None = "fp32"
 
     def __post_init__(self):
-        object.__setattr__(self, "rank", _validate.count("rank", self.rank, high=2**16))
-        object.__setattr__(self, "targets", _lora_targets(self.targets))
+        object.__setattr__(self, "rank", validate.count("rank", self.rank, high=2**16))
+        object.__setattr__(self, "targets", lora_targets(self.targets))
         _check_adapter_format(self.adapter_format)
 
     def _adapter_stats(self, shape):
@@ -374,8 +380,8 @@ class QLoRA(LoRA):
 
     def __post_init__(self):
         super().__post_init__()
-        _validate.flag("double_quant", self.double_quant)
-        object.__setattr__(self, "quant_block", _validate.count("quant_block", self.quant_block, high=2**16,
+        validate.flag("double_quant", self.double_quant)
+        object.__setattr__(self, "quant_block", validate.count("quant_block", self.quant_block, high=2**16,
                                                                 scalar=True))
 
     def plan(self, shape, recipe):
@@ -399,13 +405,13 @@ def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = Tr
     for one fp32 constant per 256 of them (8/64 + 32/(64*256) = 0.127 bits per value; Dettmers et
     al. 2023, QLoRA, section 3). n_elements may be an array.
     """
-    n_elements = _validate.count("n_elements", n_elements, low=0, high=_validate.MAX_PARAMS)
-    block = _validate.count("block", block, high=2**16, scalar=True)
-    double_quant = _validate.flag("double_quant", double_quant)
-    blocks = _validate.ceil_div(n_elements, block)
+    n_elements = validate.count("n_elements", n_elements, low=0, high=validate.MAX_PARAMS)
+    block = validate.count("block", block, high=2**16, scalar=True)
+    double_quant = validate.flag("double_quant", double_quant)
+    blocks = validate.ceil_div(n_elements, block)
     if not double_quant:
         return blocks * 4
-    return blocks + _validate.ceil_div(blocks, 256) * 4
+    return blocks + validate.ceil_div(blocks, 256) * 4
 
 
 def quantized_weight_bytes(shape: ModelShape, fmt, other_bits: int, *, block: int = 64, double_quant: bool = True):
@@ -420,10 +426,10 @@ def quantized_weight_bytes(shape: ModelShape, fmt, other_bits: int, *, block: in
         for tensor in shape.tensors(group):
             n = tensor.numel
             if tensor.linear:
-                weights = weights + repeat * _validate.ceil_div(n * bits, 8)
+                weights = weights + repeat * validate.ceil_div(n * bits, 8)
                 constants = constants + repeat * quant_constant_bytes(n, block=block, double_quant=double_quant)
             else:
-                weights = weights + repeat * _validate.ceil_div(n * other_bits, 8)
+                weights = weights + repeat * validate.ceil_div(n * other_bits, 8)
     return weights, constants
 
 

@@ -8,15 +8,20 @@ Dimensions may be numpy arrays where a sweep needs them (the parameter count of 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from . import _validate
+from . import validate
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 FAMILIES = ("gpt2", "llama", "bert", "uniform")
 COMPONENTS = ("embeddings", "attention", "mlp", "norms", "head")
@@ -121,6 +126,7 @@ class ModelShape:
 
     def breakdown(self) -> pd.DataFrame:
         """One row per tensor: group, path key, component, shape, count per copy, copies, total."""
+        import pandas as pd  # only here: `import memmath` stays numpy-only
         rows = []
         for group in GROUPS:
             repeat = self.n_layers if group == "layer" else 1
@@ -140,7 +146,7 @@ class ModelShape:
         which is adapted once; BERT and GPT-2 have no gate matrix. "all" adapts every linear
         matrix the family has (peft's "all-linear"), so it skips gate where there is none.
         """
-        targets = _lora_targets(targets)
+        targets = lora_targets(targets)
         table = _LORA_TABLES[self.family](self)
         every = set(targets) == set(LORA_TARGETS)  # "all": what exists in this family
         chosen: dict[str, tuple[int, int]] = {}
@@ -172,12 +178,12 @@ class ModelShape:
 
     # ---- checks -----------------------------------------------------------------------------
     def __post_init__(self):
-        _validate.choice("family", self.family, FAMILIES)
-        object.__setattr__(self, "n_layers", _validate.count("n_layers", self.n_layers, high=_validate.MAX_LAYERS))
+        validate.choice("family", self.family, FAMILIES)
+        object.__setattr__(self, "n_layers", validate.count("n_layers", self.n_layers, high=validate.MAX_LAYERS))
         for name in ("tied_embeddings", "attention_bias", "mlp_bias"):
-            _validate.flag(name, getattr(self, name))
-        object.__setattr__(self, "type_vocab_size", _validate.count("type_vocab_size", self.type_vocab_size, low=0))
-        object.__setattr__(self, "num_labels", _validate.count("num_labels", self.num_labels, low=0))
+            validate.flag(name, getattr(self, name))
+        object.__setattr__(self, "type_vocab_size", validate.count("type_vocab_size", self.type_vocab_size, low=0))
+        object.__setattr__(self, "num_labels", validate.count("num_labels", self.num_labels, low=0))
         if self.family == "uniform":
             self._check_uniform()
         else:
@@ -186,14 +192,14 @@ class ModelShape:
     def _check_uniform(self):
         if self.uniform_params is None:
             raise ValueError("uniform_params is required for the uniform family")
-        n = _validate.count("n_params", self.uniform_params, high=_validate.MAX_PARAMS)
+        n = validate.count("n_params", self.uniform_params, high=validate.MAX_PARAMS)
         if np.any(n < self.n_layers):
             raise ValueError(f"n_params must be at least n_layers ({self.n_layers}) so every layer holds a parameter")
         object.__setattr__(self, "uniform_params", n)
         for name in ("hidden_size", "n_heads", "vocab_size"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _validate.count(name, value, high=_validate.MAX_VOCAB))
+                object.__setattr__(self, name, validate.count(name, value, high=validate.MAX_VOCAB))
         if (self.hidden_size is None) != (self.n_heads is None):
             raise ValueError("hidden_size and n_heads must be given together (both or neither)")
         if self.has_shape:
@@ -206,11 +212,11 @@ class ModelShape:
         for name in required:
             if getattr(self, name) is None:
                 raise ValueError(f"{name} is required for a {self.family} model")
-        limits = {"vocab_size": _validate.MAX_VOCAB, "max_positions": _validate.MAX_SEQ}
+        limits = {"vocab_size": validate.MAX_VOCAB, "max_positions": validate.MAX_SEQ}
         for name in ("hidden_size", "n_heads", "n_kv_heads", "head_dim", "intermediate_size", "vocab_size", "max_positions"):
             value = getattr(self, name)
             if value is not None:
-                checked = _validate.count(name, value, high=limits.get(name, _validate.MAX_DIM))
+                checked = validate.count(name, value, high=limits.get(name, validate.MAX_DIM))
                 if isinstance(checked, np.ndarray):
                     raise ValueError(f"{name} must be a single number in a {self.family} model (sweep the uniform family instead)")
                 object.__setattr__(self, name, checked)
@@ -223,9 +229,9 @@ class ModelShape:
             raise ValueError("type_vocab_size and num_labels apply to BERT models only")
         if self.family == "bert" and self.tied_embeddings:
             raise ValueError("tied_embeddings does not apply to BERT here: its pooler/classifier head has no vocabulary matrix")
-        if np.any(self.n_params > _validate.MAX_PARAMS):
+        if np.any(self.n_params > validate.MAX_PARAMS):
             raise ValueError(f"the shape has {_describe_count(self.n_params)} parameters; at most "
-                             f"{_validate.MAX_PARAMS:,} are supported (check hidden_size, intermediate_size, "
+                             f"{validate.MAX_PARAMS:,} are supported (check hidden_size, intermediate_size, "
                              "vocab_size and n_layers)")
 
     def _check_heads(self):
@@ -247,7 +253,7 @@ def _describe_count(value) -> str:
     return f"{int(np.max(value)):,}" if isinstance(value, np.ndarray) else f"{value:,}"
 
 
-def _lora_targets(targets) -> tuple[str, ...]:
+def lora_targets(targets) -> tuple[str, ...]:
     if isinstance(targets, str):
         targets = (targets,)
     try:
@@ -397,7 +403,7 @@ def gpt2_model(*, n_layers, hidden_size, n_heads, vocab_size=50257, max_position
     With a 4h MLP and the tied head: n_params = V*h + P*h + L*(12h^2 + 13h) + 2h (gpt2: 124,439,808);
     an untied head adds V*h.
     """
-    inner = intermediate_size if intermediate_size is not None else 4 * _validate.count("hidden_size", hidden_size)
+    inner = intermediate_size if intermediate_size is not None else 4 * validate.count("hidden_size", hidden_size)
     return ModelShape("gpt2", n_layers, hidden_size, n_heads, None, None, inner, vocab_size, max_positions,
                       tied_embeddings, name=name)
 
@@ -422,7 +428,7 @@ def bert_model(*, n_layers, hidden_size, n_heads, intermediate_size=None, vocab_
     the classifier (T = type_vocab_size; I = 4h gives 12h^2 + 13h per block). bert-base-uncased:
     109,482,240. A masked-LM head is not counted.
     """
-    inner = intermediate_size if intermediate_size is not None else 4 * _validate.count("hidden_size", hidden_size)
+    inner = intermediate_size if intermediate_size is not None else 4 * validate.count("hidden_size", hidden_size)
     return ModelShape("bert", n_layers, hidden_size, n_heads, None, None, inner, vocab_size, max_positions,
                       False, type_vocab_size=type_vocab_size, num_labels=num_labels, name=name)
 
@@ -508,7 +514,7 @@ class _ConfigReader:
         value = self.config[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"config field {key!r} must be a whole number; got {value!r}")
-        return _validate.count(f"config field {key!r}", value, high=_validate.MAX_VOCAB)
+        return validate.count(f"config field {key!r}", value, high=validate.MAX_VOCAB)
 
     def flag(self, key, default):
         value = self.config.get(key, default)
@@ -525,7 +531,7 @@ def _load_config(config) -> dict:
     if isinstance(config, (str, os.PathLike)):
         text = str(config)
         if isinstance(config, str) and text.lstrip().startswith(("{", "[")):
-            return _parse_json(text, "config")
+            return parse_json_config(text, "config")
         path = Path(config)
         try:
             if path.is_dir():
@@ -537,9 +543,9 @@ def _load_config(config) -> dict:
         else:
             reason = "is not a file"
         if text is None:
-            raise ValueError(f"config path {_validate._describe(str(path))} {reason} "
+            raise ValueError(f"config path {validate.describe(str(path))} {reason} "
                              "(give a dict, JSON text or a config.json path)")
-        return _parse_json(text, str(path))
+        return parse_json_config(text, str(path))
     raise TypeError(f"config must be a dict, JSON text or a path to config.json; got {type(config).__name__}")
 
 
@@ -557,7 +563,7 @@ def _json_hint(error: json.JSONDecodeError) -> str:
     return ""
 
 
-def _parse_json(text: str, where: str) -> dict:
+def parse_json_config(text: str, where: str) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -569,27 +575,3 @@ def _parse_json(text: str, where: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{where} must be a JSON object ({{...}}), got a {type(data).__name__}")
     return data
-
-
-def resolve_model(model) -> ModelShape:
-    """A ModelShape from a shape, a preset name, or a plain parameter count (one layer, no widths)."""
-    from .presets import PRESETS
-
-    if isinstance(model, ModelShape):
-        return model
-    if isinstance(model, str):
-        key = model.strip().lower()
-        if key in PRESETS:
-            return PRESETS[key]
-        raise ValueError(f"model {model!r} is not a preset; presets: {', '.join(PRESETS)} (or pass a parameter count)")
-    if isinstance(model, (bool, np.bool_)):
-        raise ValueError("model must be a ModelShape, a preset name or a parameter count; got a boolean")
-    if isinstance(model, (int, float, np.integer, np.floating, np.ndarray, list, tuple)):
-        n = _validate.count("model (parameter count)", model, high=_validate.MAX_PARAMS)
-        return uniform_model(n, 1, name="plain parameter count")
-    raise TypeError(f"model must be a ModelShape, a preset name or a parameter count; got {type(model).__name__}")
-
-
-def is_plain_count(shape: ModelShape) -> bool:
-    """True for a model given only as a parameter count (no layers to freeze, no widths)."""
-    return shape.family == "uniform" and not shape.has_shape and shape.name == "plain parameter count"

@@ -51,16 +51,22 @@ gradient, after which 14 are within 5% and one is 6.4% low.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate
+from . import validate
 from .hf_activations import activation_parts
 from .methods import Freeze, Full, LoRA
-from .models import resolve_model
+from .presets import resolve_model
 from .recipes import get_optimizer, get_recipe
 from .training import training_memory
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 PHASES = ("forward", "backward", "optimizer_step")
 INT64 = 8
@@ -107,6 +113,7 @@ class PeakEstimate:
 
     def moments_frame(self):
         """A table of every moment considered: phase, moment, bytes (the largest per phase wins)."""
+        import pandas as pd  # only here: `import memmath` stays numpy-only
         import pandas as pd
 
         return pd.DataFrame([{"phase": p, "moment": label, "bytes": value} for p, label, value in self.moments])
@@ -129,8 +136,8 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
                              seq_len=seq_len, checkpointing=checkpointing, attention=attention, dropout=dropout,
                              activations="transformers", device=device)
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
-    b = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
-    s = _validate.count("seq_len", seq_len, high=_validate.MAX_SEQ)
+    b = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
+    s = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
     parts = activation_parts(shape, recipe=recipe, method=method, seq_len=s, batch_size=b, dropout=dropout,
                              attention=attention, checkpointing=checkpointing, device=device)
     e, t = parts["element_bytes"], b * s

@@ -7,16 +7,20 @@ them until the run fits. `config_from_text` reads a pasted config.json strictly 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
-import pandas as pd
-
-from . import _validate
+from . import validate
 from .gpus import check_fit, get_gpu
 from .methods import LoRA, QLoRA
-from .models import ModelShape, _parse_json, from_hf_config
+from .models import ModelShape, parse_json_config, from_hf_config
 from .training import training_memory
 from .units import UNITS, unit_name
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 SUGGESTED_RANK = 8  # LoRA's rank in Hu et al. 2021's GPT-3 runs was 1-8; 8 is peft's default
 SUGGESTED_TARGETS = ("q", "v")  # Hu et al. 2021, section 7.1: adapting W_q and W_v works best for a budget
@@ -133,8 +137,8 @@ def suggest_changes(model, gpu, *, reserved_bytes=0, max_gpus=64, **settings) ->
     in powers of two up to max_gpus, that fit). Only changes that save bytes are returned.
     """
     gpu = get_gpu(gpu)
-    reserved_bytes = _validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
-    max_gpus = _validate.count("max_gpus", max_gpus, high=MAX_GPUS)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
+    max_gpus = validate.count("max_gpus", max_gpus, high=MAX_GPUS)
     before = _total(model, settings)
     suggestions = []
     for change, new_settings, cost in _candidates(model, settings, gpu, reserved_bytes, max_gpus):
@@ -158,7 +162,7 @@ def path_to_fit(model, gpu, *, reserved_bytes=0, max_gpus=64, max_steps=8, **set
     Empty when the run already fits; the last step's fits is False when no chain of changes fits.
     """
     gpu = get_gpu(gpu)
-    max_steps = _validate.count("max_steps", max_steps, high=32)
+    max_steps = validate.count("max_steps", max_steps, high=32)
     steps: list[Suggestion] = []
     current = dict(settings)
     if _fits(_total(model, current), gpu, reserved_bytes):
@@ -180,6 +184,7 @@ def path_to_fit(model, gpu, *, reserved_bytes=0, max_gpus=64, max_steps=8, **set
 
 def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
     """A table of suggestions: change, memory per GPU after it, memory saved, fits, cost (sizes in `unit`)."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
     unit = unit_name(unit)
     rows = [{"change": s.change, f"per GPU after ({unit})": s.total / UNITS[unit],
              f"saved ({unit})": s.saved / UNITS[unit], "fits": "yes" if s.fits else "no", "cost": s.cost}
@@ -196,7 +201,7 @@ def config_from_text(text) -> ModelShape:
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("paste the contents of a transformers config.json (a JSON object that starts with '{')")
-    config = _parse_json(text, "the pasted config.json")
+    config = parse_json_config(text, "the pasted config.json")
     try:
         return from_hf_config(config)
     except (TypeError, KeyError, IndexError, AttributeError) as error:

@@ -1,12 +1,16 @@
-"""Published model shapes, from each model's config.json (or paper for GPT-3 and LLaMA-1).
+"""Published model shapes, from each model's config.json (or paper for GPT-3 and LLaMA-1), and
+`resolve_model`, which turns a preset name or a parameter count into a ModelShape.
 
 Counts in the comments are what PyTorch's parameters() sum to for that config; the tests check
-the first ones against the published numbers in REFERENCE.md.
+the first ones against the model cards' published counts.
 """
 
 from __future__ import annotations
 
-from .models import ModelShape, bert_model, gpt2_model, llama_model
+import numpy as np
+
+from . import validate
+from .models import ModelShape, bert_model, gpt2_model, llama_model, uniform_model
 
 PRESETS: dict[str, ModelShape] = {
     # GPT-2 family (openai-community/gpt2*): tied head, 1024 positions, vocabulary 50,257.
@@ -38,3 +42,25 @@ PRESETS: dict[str, ModelShape] = {
     "mistral-7b": llama_model(n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8, intermediate_size=14336,
                               vocab_size=32000, name="mistral-7b"),  # 7,241,732,096
 }
+
+
+def resolve_model(model) -> ModelShape:
+    """A ModelShape from a shape, a preset name, or a plain parameter count (one layer, no widths)."""
+    if isinstance(model, ModelShape):
+        return model
+    if isinstance(model, str):
+        key = model.strip().lower()
+        if key in PRESETS:
+            return PRESETS[key]
+        raise ValueError(f"model {model!r} is not a preset; presets: {', '.join(PRESETS)} (or pass a parameter count)")
+    if isinstance(model, (bool, np.bool_)):
+        raise ValueError("model must be a ModelShape, a preset name or a parameter count; got a boolean")
+    if isinstance(model, (int, float, np.integer, np.floating, np.ndarray, list, tuple)):
+        n = validate.count("model (parameter count)", model, high=validate.MAX_PARAMS)
+        return uniform_model(n, 1, name="plain parameter count")
+    raise TypeError(f"model must be a ModelShape, a preset name or a parameter count; got {type(model).__name__}")
+
+
+def is_plain_count(shape: ModelShape) -> bool:
+    """True for a model given only as a parameter count (no layers to freeze, no widths)."""
+    return shape.family == "uniform" and not shape.has_shape and shape.name == "plain parameter count"

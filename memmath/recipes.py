@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _validate
+from . import validate
 
 
 @dataclass(frozen=True)
@@ -129,14 +129,14 @@ def get_recipe(name) -> Recipe:
     """The Recipe for a precision name: fp32, bf16, fp16, amp, mixed, mixed_fp32_grads."""
     if isinstance(name, Recipe):
         return name
-    return RECIPES[_validate.choice("precision", name, PRECISIONS)]
+    return RECIPES[validate.choice("precision", name, PRECISIONS)]
 
 
 def get_optimizer(name) -> Optimizer:
     """The Optimizer for a name: sgd, sgd_momentum, adam, adamw, adam_amsgrad, adamw_amsgrad, adam8bit, adafactor."""
     if isinstance(name, Optimizer):
         return name
-    return OPTIMIZERS[_validate.choice("optimizer", name, OPTIMIZER_NAMES)]
+    return OPTIMIZERS[validate.choice("optimizer", name, OPTIMIZER_NAMES)]
 
 
 def bytes_per_parameter(precision="bf16", optimizer="adamw") -> dict[str, float]:

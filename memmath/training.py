@@ -7,17 +7,23 @@ Adam keep 2 + 2 + 4 = 8 bytes per parameter, 56 GB before activations.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from . import _validate
+from . import validate
 from .activations import ATTENTION_KINDS, ActivationEstimate, textbook_activations
 from .methods import Full, Method, Plan
-from .models import ModelShape, is_plain_count, resolve_model
+from .models import ModelShape
+from .presets import is_plain_count, resolve_model
 from .recipes import Optimizer, Recipe, get_optimizer, get_recipe
 from .units import UNITS, unit_name
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 PARTS = ("weights", "quantization_constants", "gradients", "gradient_accumulation", "master_weights",
          "optimizer_states", "activations")
@@ -88,6 +94,7 @@ class TrainingMemory:
 
         In a sweep (array parts) one row per point instead, with a column of bytes per part and total.
         """
+        import pandas as pd  # only here: `import memmath` stays numpy-only
         unit = unit_name(unit)
         parts = self.parts()
         if any(isinstance(v, np.ndarray) for v in parts.values()):
@@ -129,16 +136,16 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     if not isinstance(method, Method):
         raise TypeError(f"method must be Full(), Freeze(...), Adapters(...), LoRA(...) or QLoRA(...); got {method!r}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
-    batch_size = _validate.count("batch_size", batch_size, high=_validate.MAX_BATCH)
+    batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     if seq_len is not None:
-        seq_len = _validate.count("seq_len", seq_len, high=_validate.MAX_SEQ)
-    checkpointing = _validate.flag("checkpointing", checkpointing)
-    dropout = _validate.flag("dropout", dropout)
-    attention = _validate.choice("attention", attention, ATTENTION_KINDS)
-    activations = _validate.choice("activations", activations, ACTIVATION_MODELS)
-    device = _validate.choice("device", device, ("cuda", "cpu"))
-    n_gpus = _validate.count("n_gpus", n_gpus, high=_validate.MAX_GPUS, scalar=True)
-    zero_stage = _validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
+        seq_len = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
+    checkpointing = validate.flag("checkpointing", checkpointing)
+    dropout = validate.flag("dropout", dropout)
+    attention = validate.choice("attention", attention, ATTENTION_KINDS)
+    activations = validate.choice("activations", activations, ACTIVATION_MODELS)
+    device = validate.choice("device", device, ("cuda", "cpu"))
+    n_gpus = validate.count("n_gpus", n_gpus, high=validate.MAX_GPUS, scalar=True)
+    zero_stage = validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
     if is_plain_count(shape) and not isinstance(method, Full):
         raise ValueError(f"{type(method).__name__} needs a model with layers: pass a preset, a ModelShape or "
                          "uniform_model(n_params, n_layers) instead of a plain parameter count")
@@ -176,28 +183,28 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
     for s in plan.trainable:
         # A set stored in its own format (fp32 LoRA adapters) gets gradients in that format.
         grad_bits = recipe.grad_bits if s.bits == recipe.weight_bits else s.bits
-        gradients = gradients + _validate.ceil_div(s.params * grad_bits, 8)
-        accumulation = accumulation + _validate.ceil_div(s.params * recipe.accum_bits, 8)
+        gradients = gradients + validate.ceil_div(s.params * grad_bits, 8)
+        accumulation = accumulation + validate.ceil_div(s.params * recipe.accum_bits, 8)
         if recipe.master_bits > s.bits:
-            master = master + _validate.ceil_div(s.params * recipe.master_bits, 8)
+            master = master + validate.ceil_div(s.params * recipe.master_bits, 8)
         if opt.state_bits is not None:
             state_bits = opt.state_bits
         else:
             state_bits = s.bits if recipe.states_follow_params else recipe.state_bits
         if opt.factored:
             # Adafactor: rows + columns per matrix, the full size for vectors (Shazeer & Stern 2018).
-            states = states + _validate.ceil_div(s.factored * state_bits, 8)
+            states = states + validate.ceil_div(s.factored * state_bits, 8)
         state_values = opt.states * s.params
         if opt.min_8bit_size and shape.tensor_count_known and s.state_blocks is not None:
             # bitsandbytes, tensor by tensor: fp32 states under min_8bit_size elements; otherwise 8-bit
             # states plus one fp32 absmax per block of 256 values per state (Optimizer2State.init_state).
             small_values = opt.states * s.small_params
-            states = (states + _validate.ceil_div((state_values - small_values) * state_bits, 8) + small_values * 4
+            states = (states + validate.ceil_div((state_values - small_values) * state_bits, 8) + small_values * 4
                       + opt.states * s.state_blocks * opt.block_constant_bits // 8)
         else:
-            states = states + _validate.ceil_div(state_values * state_bits, 8)
+            states = states + validate.ceil_div(state_values * state_bits, 8)
             if opt.block_size:
-                states = states + _validate.ceil_div(state_values, opt.block_size) * opt.block_constant_bits // 8
+                states = states + validate.ceil_div(state_values, opt.block_size) * opt.block_constant_bits // 8
         if opt.step_bytes_per_tensor and shape.tensor_count_known:
             states = states + opt.step_bytes_per_tensor * s.tensors
     if opt.step_bytes_per_tensor and not shape.tensor_count_known:
@@ -237,4 +244,4 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
 
 
 def _shard(value, n_gpus):
-    return _validate.ceil_div(value, n_gpus)
+    return validate.ceil_div(value, n_gpus)

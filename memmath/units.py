@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from . import _validate
+from . import validate
 
 UNITS: dict[str, int] = {
     "B": 1,
@@ -40,7 +40,7 @@ def to_unit(n_bytes, unit: str = "GB"):
         if n_bytes.size and not (np.all(n_bytes >= 0) and np.all(n_bytes <= 1e30)):
             raise ValueError("n_bytes must be from 0 to 1e30 bytes; the array holds NaN or values outside that range")
         return n_bytes / size
-    return _validate.real("n_bytes", n_bytes, low=0, high=1e30) / size
+    return validate.real("n_bytes", n_bytes, low=0, high=1e30) / size
 
 
 def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:
@@ -50,7 +50,7 @@ def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:
     only: for an array of bytes use to_unit.
     """
     unit = unit_name(unit)
-    digits = _validate.count("digits", digits, low=0, high=12, scalar=True)
+    digits = validate.count("digits", digits, low=0, high=12, scalar=True)
     if isinstance(n_bytes, np.ndarray) and n_bytes.ndim:
         raise TypeError("format_bytes formats one size; for an array of bytes use to_unit(n_bytes, unit)")
     value = to_unit(n_bytes, unit)
@@ -69,7 +69,7 @@ def parse_count(text) -> int:
     Suffixes are decimal: k = 10**3, M = 10**6, B (or G) = 10**9, T = 10**12.
     """
     if isinstance(text, (int, float, np.integer, np.floating)) and not isinstance(text, bool):
-        return _validate.count("parameter count", text, low=1, high=_validate.MAX_PARAMS)
+        return validate.count("parameter count", text, low=1, high=validate.MAX_PARAMS)
     if not isinstance(text, str):
         raise TypeError(f"parameter count must be a number or text such as '7B'; got {text!r}")
     match = re.fullmatch(_NUMBER + r"\s*([kmbgt]?)", text.strip().lower())
@@ -79,7 +79,7 @@ def parse_count(text) -> int:
     value = number * _COUNT_SUFFIX[match.group(2)]
     if not math.isfinite(value) or abs(value - round(value)) > 1e-6 * max(1.0, value):
         raise ValueError(f"parameter count must be a whole number; {text!r} is {value:g}")
-    return _validate.count("parameter count", round(value), low=1, high=_validate.MAX_PARAMS)
+    return validate.count("parameter count", round(value), low=1, high=validate.MAX_PARAMS)
 
 
 def parse_bytes(text) -> int:

@@ -17,17 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     build = commands.add_parser("build", help="export every lesson, the index page and marimo's frontend")
     build.add_argument("out", nargs="?", default="site", type=Path, help="output folder (default: site)")
     build.add_argument("--notebooks", default="notebooks", type=Path, help="lessons folder (default: notebooks)")
-    shots = commands.add_parser("screenshots", help="screenshots of every lesson, live and static (needs playwright)")
-    shots.add_argument("out", nargs="?", default="screenshots", type=Path, help="output folder (default: screenshots)")
-    shots.add_argument("--notebooks", default="notebooks", type=Path, help="lessons folder (default: notebooks)")
     args = parser.parse_args(argv)
 
-    if args.command == "screenshots":
-        from .screenshots import take
-
-        take(args.out, args.notebooks)
-        print(f"Screenshots in {args.out}/ (the site they were taken from is in {args.out}/site/)")
-        return 0
     try:
         build_site(args.out, args.notebooks)
     except (BuildError, AssetLayoutError) as error:

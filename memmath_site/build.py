@@ -3,7 +3,7 @@
     python -m memmath_site build site          # then: python -m http.server -d site 8000
 
 Each `notebooks/NN_*.py` runs once through `marimo export html` (with MEMMATH_STATIC_EXPORT=1,
-so `memmath.static_charts.live_only_notice()` shows its note); a lesson with a failing cell
+so `memmath_lessons.static_charts.live_only_notice()` shows its note); a lesson with a failing cell
 fails the build. The pages are rewritten to load marimo's frontend from `_marimo/`, copied out
 of the installed marimo wheel, so the folder works from any static server with no network.
 """

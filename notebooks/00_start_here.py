@@ -36,8 +36,8 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Slider, bound_chart, live_only_notice
+    from memmath_lessons import viz
+    from memmath_lessons.static_charts import Slider, bound_chart, live_only_notice
 
     return Slider, alt, bound_chart, live_only_notice, mm, mo, pd, viz
 

@@ -34,10 +34,11 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Slider, bound_chart, live_only_notice
+    from memmath.reference import literature
+    from memmath_lessons import viz
+    from memmath_lessons.static_charts import Slider, bound_chart, live_only_notice
 
-    return Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
+    return alt, bound_chart, literature, live_only_notice, mm, mo, np, pd, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -371,8 +372,8 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, viz):
-    _context = mm.literature.REPORTED["cuda_context_v100"]
+def _(literature, mm, mo, viz):
+    _context = literature.REPORTED["cuda_context_v100"]
     mo.md(f"""
     ## Which GPUs can hold the weights?
 
@@ -386,8 +387,8 @@ def _(mm, mo, viz):
 
 
 @app.cell
-def _(live_only_notice, mm, mo):
-    _context = mm.literature.REPORTED["cuda_context_v100"]
+def _(literature, live_only_notice, mm, mo):
+    _context = literature.REPORTED["cuda_context_v100"]
     context_checkbox = mo.ui.checkbox(
         value=False, label=f"Set aside {_context.value:,.0f} {_context.unit} for the CUDA context")
     mo.vstack([live_only_notice(), context_checkbox])
@@ -395,8 +396,8 @@ def _(live_only_notice, mm, mo):
 
 
 @app.cell
-def _(context_checkbox, mm, unit, weight_bytes):
-    _context = mm.literature.REPORTED["cuda_context_v100"]
+def _(context_checkbox, literature, mm, unit, weight_bytes):
+    _context = literature.REPORTED["cuda_context_v100"]
     reserved_bytes = mm.parse_bytes(f"{_context.value} {_context.unit}") if context_checkbox.value else 0
     gpu_fits = mm.fit_table(weight_bytes + reserved_bytes, unit=unit)
     return gpu_fits, reserved_bytes

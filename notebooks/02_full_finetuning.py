@@ -35,10 +35,12 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath import reference
+    from memmath.reference import published
+    from memmath_lessons import viz
+    from memmath_lessons.static_charts import Select, Slider, bound_chart, live_only_notice
 
-    return Select, Slider, alt, bound_chart, json, live_only_notice, mm, mo, pd, viz
+    return alt, bound_chart, json, live_only_notice, mm, mo, pd, published, reference, Select, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -255,9 +257,9 @@ def _(gpu, mm, model, n_params, pd, precision, unit, viz):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _low = min(mm.published.published_bytes_per_parameter(k)["total"] for k in mm.published.PUBLISHED_ESTIMATES)
-    _high = max(mm.published.published_bytes_per_parameter(k)["total"] for k in mm.published.PUBLISHED_ESTIMATES)
+def _(mm, mo, published):
+    _low = min(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
+    _high = max(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
     mo.md(f"""
     ## Why published estimates range from {_low:g} to {_high:g} bytes per parameter
 
@@ -274,14 +276,14 @@ def _(mm, mo):
 
 
 @app.cell
-def _(mm, pd):
+def _(mm, pd, published):
     # Each published count, part by part, in bytes per parameter (memmath.published): it does not
     # depend on the model size, so it is drawn once.
     published_per_parameter = pd.DataFrame([
         {"estimate": f"{_b['total']:g} B: {e.label}", "part": mm.PART_LABELS[_part], "order": _order,
          "B per parameter": _b[_part]}
-        for e in mm.published.PUBLISHED_ESTIMATES.values()
-        for _b in [mm.published.published_bytes_per_parameter(e.key)]
+        for e in published.PUBLISHED_ESTIMATES.values()
+        for _b in [published.published_bytes_per_parameter(e.key)]
         for _order, _part in enumerate(mm.PARTS) if _b.get(_part)])
     return (published_per_parameter,)
 
@@ -301,8 +303,8 @@ def _(alt, published_per_parameter, viz):
 
 
 @app.cell
-def _(mm, n_params, unit, viz):
-    published_rows = mm.published.published_table(n_params, unit)
+def _(mm, n_params, published, unit, viz):
+    published_rows = published.published_table(n_params, unit)
     # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
     _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
     viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])  # plain HTML: the size slider redraws it
@@ -363,9 +365,9 @@ def _(measured_versions, mo):
 
 
 @app.cell
-def _(mm):
-    measured_cases = mm.load_measured()  # the recording: one real training step per case (no torch needed)
-    _versions = mm.measured_metadata()["versions"]
+def _(mm, reference):
+    measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
+    _versions = reference.measured_metadata()["versions"]
     measured_versions = (f"torch {_versions['torch']}, transformers {_versions['transformers']}, "
                          f"one thread")
     return measured_cases, measured_versions
@@ -382,14 +384,14 @@ def _(live_only_notice, mo):
 
 
 @app.cell
-def _(measured_cases, measured_model_dropdown, mm, pd):
+def _(measured_cases, measured_model_dropdown, mm, pd, reference):
     # Full finetuning of the chosen model, every recipe and optimizer recorded (one batch of 2 x 64 tokens).
     _cases = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
                             & (measured_cases["method"] == "full") & (measured_cases["attention"] == "sdpa")
                             & ~measured_cases["dropout"] & ~measured_cases["checkpointing"]]
     _rows = []
     for _, _case in _cases.iterrows():
-        _predicted = mm.predict_case(_case)  # the matching memmath.training_memory(...) call
+        _predicted = reference.predict_case(_case)  # the matching memmath.training_memory(...) call
         for _part, _column in (("weights", "param_bytes"), ("gradients", "grad_bytes"),
                                ("optimizer_states", "optimizer_state_bytes")):
             _rows.append({"precision": _case["precision"], "optimizer": _case["optimizer"],

@@ -31,12 +31,13 @@ def _(mm, mo, viz):
 def _():
     import marimo as mo
     import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath import reference
+    from memmath_lessons import viz
+    from memmath_lessons.static_charts import Select, Slider, bound_chart, live_only_notice
     import altair as alt
     import numpy as np
     import pandas as pd
-    return Select, Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
+    return alt, bound_chart, live_only_notice, mm, mo, np, pd, reference, Select, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -464,21 +465,20 @@ def _(live_only_notice, mo):
 
 
 @app.cell
-def _(mm, pd):
-    measured_cases = mm.load_measured()  # the recording: one real training step per case (no torch needed)
-    _v = mm.measured_metadata()["versions"]
+def _(mm, pd, reference):
+    measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
+    _v = reference.measured_metadata()["versions"]
     measured_versions = f"torch {_v['torch']}, transformers {_v['transformers']}"
     # Every recorded case against the textbook model: (predicted - measured) / measured, of the forward's
     # saved bytes. (activations="transformers" equals every one: tests/test_fidelity.py checks each case.)
     measured_errors = pd.DataFrame([{
-        "textbook": (int(mm.predict_case(c, activations="textbook").activation_detail.saved_by_forward)
+        "textbook": (int(reference.predict_case(c, activations="textbook").activation_detail.saved_by_forward)
                      - int(c["saved_bytes"])) / int(c["saved_bytes"])} for c in measured_cases.to_dict("records")])
     return measured_cases, measured_errors, measured_versions
 
 
 @app.cell
-def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch,
-      measured_family_dropdown, mm):
+def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch, measured_family_dropdown, mm, reference):
     _c = measured_cases
     _match = _c[(_c["shape"] == measured_family_dropdown.value) & (_c["method"] == "full")
                 & (_c["optimizer"] == "adamw") & (_c["batch_size"] == 2) & (_c["seq_len"] == 64)
@@ -486,9 +486,9 @@ def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, m
                 & (_c["dropout"] == measured_dropout_switch.value)
                 & (_c["checkpointing"] == measured_checkpointing_switch.value)]
     measured_case = _match.sort_values("precision").iloc[0]  # bf16 where both precisions were recorded
-    measured_hf = mm.predict_case(measured_case).activation_detail  # activations="transformers"
-    measured_textbook = mm.predict_case(measured_case, activations="textbook").activation_detail
-    measured_blocks_hf = sum(mm.predicted_saved_per_layer(measured_case))  # booked per block like the measurement
+    measured_hf = reference.predict_case(measured_case).activation_detail  # activations="transformers"
+    measured_textbook = reference.predict_case(measured_case, activations="textbook").activation_detail
+    measured_blocks_hf = sum(reference.predicted_saved_per_layer(measured_case))  # booked per block like the measurement
     return measured_blocks_hf, measured_case, measured_hf, measured_textbook
 
 

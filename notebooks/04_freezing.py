@@ -31,12 +31,14 @@ def _(mm, mo, viz):
 def _():
     import marimo as mo
     import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Slider, bound_chart, live_only_notice
+    from memmath import reference
+    from memmath.reference import literature
+    from memmath_lessons import viz
+    from memmath_lessons.static_charts import Slider, bound_chart, live_only_notice
     import altair as alt
     import numpy as np
     import pandas as pd
-    return Slider, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
+    return alt, bound_chart, literature, live_only_notice, mm, mo, np, pd, reference, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -382,15 +384,15 @@ def _(live_only_notice, mo):
 
 
 @app.cell
-def _(mm):
-    measured_cases = mm.load_measured()  # the recording: one real training step per case (no torch needed)
-    _v = mm.measured_metadata()["versions"]
+def _(mm, reference):
+    measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
+    _v = reference.measured_metadata()["versions"]
     measured_versions = f"torch {_v['torch']}, transformers {_v['transformers']}"
     return measured_cases, measured_versions
 
 
 @app.cell
-def _(measured_cases, measured_model_dropdown, measured_precision_radio, mm, pd):
+def _(measured_cases, measured_model_dropdown, measured_precision_radio, mm, pd, reference):
     _c = measured_cases
     _cases = _c[(_c["shape"] == measured_model_dropdown.value) & (_c["precision"] == measured_precision_radio.value)
                 & (_c["optimizer"] == "adamw") & _c["method"].isin(["full", "freeze"]) & (_c["attention"] == "sdpa")
@@ -398,8 +400,8 @@ def _(measured_cases, measured_model_dropdown, measured_precision_radio, mm, pd)
     _blocks, _rows = [], []
     for _, _case in _cases.iterrows():
         _k = 0 if _case["method"] == "full" else int(_case["frozen_layers"])
-        _predicted = mm.predict_case(_case)
-        _per_block = mm.predicted_saved_per_layer(_case)  # memmath, block by block
+        _predicted = reference.predict_case(_case)
+        _per_block = reference.predicted_saved_per_layer(_case)  # memmath, block by block
         for _i, (_measured, _memmath) in enumerate(zip(_case["saved_per_layer"], _per_block)):
             _blocks += [{"frozen": f"{_k} frozen", "block": f"block {_i + 1}", "source": _source, "KB": _n / 1000,
                          "bytes": int(_n)} for _source, _n in (("measured", _measured), ("memmath", _memmath))]
@@ -457,14 +459,14 @@ def _(freeze_rows, measured_cases, measured_model_dropdown, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _reported = mm.literature.REPORTED["bert_large_partial_share"]
+def _(literature, mm, mo):
+    _reported = literature.REPORTED["bert_large_partial_share"]
     mo.md(f"""
     ## How much must you open? The BERT-large report
 
     Freezing saves memory, but the article warns that it does not solve the problem. Partial
     finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
-    One reported study: {mm.literature.cite("bert_large_partial_share")}. That is one number,
+    One reported study: {literature.cite("bert_large_partial_share")}. That is one number,
     about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
     not reproduced here. The chart shows that one share as a dashed line against what each choice
     of top blocks costs in memory, computed for BERT-large (the blue points; full finetuning also
@@ -486,8 +488,8 @@ def _(batch_slider, mm, np, seq_slider):
 
 
 @app.cell(hide_code=True)
-def _(alt, bert, bert_full, bert_sweep, mm, np, pd, top_blocks, unit, viz):
-    _reported = mm.literature.REPORTED["bert_large_partial_share"].value / 100
+def _(alt, bert, bert_full, bert_sweep, literature, mm, np, pd, top_blocks, unit, viz):
+    _reported = literature.REPORTED["bert_large_partial_share"].value / 100
     _first = int(np.argmax(bert_sweep.trainable_fraction >= _reported))
     # One table for every layer (the sweep, the two marked choices, the reported share), given once to the chart.
     _frame = pd.concat([
@@ -521,10 +523,10 @@ def _(alt, bert, bert_full, bert_sweep, mm, np, pd, top_blocks, unit, viz):
 
 
 @app.cell(hide_code=True)
-def _(bert, bert_full, bert_sweep, mm, mo, np, seq_slider, top_blocks, unit, viz):
-    _reported = mm.literature.REPORTED["bert_large_partial_share"].value / 100
+def _(bert, bert_full, bert_sweep, literature, mm, mo, np, seq_slider, top_blocks, unit, viz):
+    _reported = literature.REPORTED["bert_large_partial_share"].value / 100
     _k = int(top_blocks[np.argmax(bert_sweep.trainable_fraction >= _reported)])
-    _houlsby = mm.literature.REPORTED["houlsby_trainable_share"]
+    _houlsby = literature.REPORTED["houlsby_trainable_share"]
     _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
                if seq_slider.value > bert.max_positions else "")
     mo.md(f"""
@@ -616,10 +618,10 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(literature, mm, mo):
     _bert = mm.PRESETS["bert-large-uncased"]
-    _p_share = mm.literature.REPORTED["bert_large_partial_share"].value
-    _a_share = mm.literature.REPORTED["houlsby_trainable_share"].value
+    _p_share = literature.REPORTED["bert_large_partial_share"].value
+    _a_share = literature.REPORTED["houlsby_trainable_share"].value
     _partial, _adapters = _p_share / 100 * _bert.n_params, _a_share / 100 * _bert.n_params
     mo.vstack([
         mo.md("**4.** On BERT-large, how many more parameters does top-layer finetuning train than "

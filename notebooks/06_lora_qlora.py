@@ -58,8 +58,9 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath import blockwise, literature, paper_setups, toy_block, viz
-    from memmath.static_charts import Select, bound_chart, live_only_notice
+    from memmath.reference import literature, paper_setups
+    from memmath_lessons import blockwise, toy_block, viz
+    from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
 
     return (Select, alt, blockwise, bound_chart, literature, live_only_notice, mm, mo, np, paper_setups, pd,
             toy_block, viz)

@@ -29,8 +29,8 @@ def _(mm, mo, viz):
 def _():
     import marimo as mo
     import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons import viz
+    from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
     import altair as alt
     import numpy as np
     import pandas as pd

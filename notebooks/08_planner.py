@@ -33,9 +33,10 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath import viz
-    from memmath.static_charts import Select, bound_chart, live_only_notice
-    return Select, alt, bound_chart, functools, live_only_notice, mm, mo, np, pd, viz
+    from memmath.reference import literature
+    from memmath_lessons import viz
+    from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
+    return alt, bound_chart, functools, literature, live_only_notice, mm, mo, np, pd, Select, viz
 
 
 @app.cell(hide_code=True)
@@ -159,7 +160,7 @@ def _(live_only_notice, mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo):
+def _(literature, live_only_notice, mm, mo):
     gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
     n_gpus_slider = mo.ui.slider(steps=[2**k for k in range(0, 7)], value=1, show_value=True, label="GPUs")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
@@ -167,7 +168,7 @@ def _(live_only_notice, mm, mo):
     reserved_slider = mo.ui.slider(0, 2, step=0.25, value=1.25, show_value=True,
                                    label="Reserved for the CUDA context (GiB)")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
-    _context = mm.literature.REPORTED["cuda_context_v100"]
+    _context = literature.REPORTED["cuda_context_v100"]
     mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_slider, zero_stage_radio], justify="start"),
                mo.hstack([reserved_slider, unit_radio], justify="start"),
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
@@ -419,8 +420,8 @@ def _(methods, mm, model, planned_memory, step, unit):
 
 
 @app.cell(hide_code=True)
-def _(comparison_rows, mm, pd, viz):
-    _r = mm.literature.REPORTED  # each figure with its full source in memmath.literature
+def _(comparison_rows, literature, mm, pd, viz):
+    _r = literature.REPORTED  # each figure with its full source in memmath.reference.literature
     _few = "some PEFT methods do well with a few thousand examples (the article)"
     _rows = {**comparison_rows,
              "quality": {"full": "the reference",
@@ -478,7 +479,7 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(literature, mm, mo):
     _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
     _full = mm.training_memory("llama-2-7b", **_s)
     _path = mm.path_to_fit("llama-2-7b", "RTX 4090", reserved_bytes=int(1.25 * 2**30), **_s)
@@ -501,7 +502,7 @@ def _(mm, mo):
               "all linear layers, batch 1, 512 tokens, checkpointing: does it fit an RTX A6000?"),
         mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_q.total)} against {mm.format_bytes(_a6000.available_bytes)}: "
                                       f"{'it fits' if _a6000.fits else 'it does not fit'} "
-                                      f"({mm.literature.cite('qlora_65b_gpu')}).")}),
+                                      f"({literature.cite('qlora_65b_gpu')}).")}),
         mo.md("**3.** Eight GPUs without ZeRO: does Llama-2-7B's full finetune need less memory per GPU than on one?"),
         mo.accordion({"Answer": mo.md(f"No: {mm.format_bytes(_dp[1])} per GPU, as on one ({mm.format_bytes(_dp[0])}). "
                                       f"Plain data parallelism copies everything; ZeRO stage 3 brings it to "

@@ -83,7 +83,7 @@ def chromium():
         from playwright.sync_api import sync_playwright
     except ImportError:
         skip_or_fail("playwright is not installed (pip install -r requirements-dev.txt)", BROWSER_ENV)
-    from memmath_site.browser import find_chromium, launch
+    from browser import find_chromium, launch
 
     if find_chromium() is None:
         skip_or_fail("no Chromium at /usr/bin/chromium (apt-get install chromium) or $MEMMATH_CHROMIUM", BROWSER_ENV)

@@ -89,7 +89,7 @@ def extreme_runs(name: str):
 # Units are matched case-sensitively: marimo's lowercase UUIDs ("-460b-") and names such as
 # "gpt3-175b" would otherwise read as negative byte counts. A minus sign, not a hyphen inside a
 # name: "Llama-2-13B" is a model name, not -13 B.
-_BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
+BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
 
 
 def output_text(outputs) -> str:
@@ -112,7 +112,7 @@ def output_text(outputs) -> str:
 
 def bad_text(outputs) -> list[str]:
     """Fragments that must never be shown: NaN, tracebacks, negative byte counts."""
-    return _BAD_TEXT.findall(output_text(outputs))
+    return BAD_TEXT.findall(output_text(outputs))
 
 
 def run_with(name: str, **controls):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from memmath import blockwise as bw
+from memmath_lessons import blockwise as bw
 
 # The NF4 code book as printed in Dettmers et al. 2023, appendix E (rounded to 4 decimals there).
 NF4_PAPER = [-1.0, -0.6962, -0.5251, -0.3949, -0.2844, -0.1848, -0.0911, 0.0,

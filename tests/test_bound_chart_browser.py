@@ -21,7 +21,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "bound_chart_numbers.py"
 
 @pytest.fixture(scope="module")
 def fixture_page(tmp_path_factory, chromium):
-    from memmath_site.browser import StaticServer
+    from browser import StaticServer
 
     site = tmp_path_factory.mktemp("bound")
     assets.copy_frontend(site)
@@ -43,7 +43,7 @@ def _drawn(page, chart: int) -> tuple[str, list[str]]:
 
 
 def _set(page, chart: int, value: str, *, radio: bool = False) -> None:
-    from memmath_site.browser import bound_input_value, set_bound_input
+    from browser import bound_input_value, set_bound_input
 
     embed = page.locator(".vega-embed").nth(chart)
     control = embed.locator(".vega-bind-radio" if radio else "input[type=range]").first

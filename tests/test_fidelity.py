@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 
 import memmath
+import memmath.reference
 from memmath.hf_activations import transformers_activations
-from memmath.measured import (
+from memmath.reference.measured import (
     case_arguments, case_method, case_model, measured_metadata, predicted_saved_per_layer,
 )
 
-CASES = memmath.load_measured()
+CASES = memmath.reference.load_measured()
 ROWS = {row.case_id: row for row in CASES.itertuples(index=False)}
 IDS = list(ROWS)
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ def _relative(predicted, measured):
 @pytest.mark.parametrize("case_id", IDS)
 def test_parameters_gradients_and_optimizer_states_to_the_byte(case_id):
     row = _row(case_id)
-    m = memmath.predict_case(row)
+    m = memmath.reference.predict_case(row)
     assert int(m.weights) == row["param_bytes"]
     assert int(m.gradients) == row["grad_bytes"]
     assert int(m.optimizer_states) == row["optimizer_state_bytes"]
@@ -61,7 +62,7 @@ def test_parameters_gradients_and_optimizer_states_to_the_byte(case_id):
 @pytest.mark.parametrize("case_id", IDS)
 def test_saved_activations_within_one_percent(case_id):
     row = _row(case_id)
-    detail = memmath.predict_case(row).activation_detail
+    detail = memmath.reference.predict_case(row).activation_detail
     assert detail.model == "transformers"
     assert _relative(detail.saved_by_forward, row["saved_bytes"]) <= 0.01, (
         f"predicted {int(detail.saved_by_forward):,} B, measured {row['saved_bytes']:,} B")
@@ -79,7 +80,7 @@ def test_peak_within_five_percent(case_id):
     if case_id in KNOWN_PEAK_MISSES:
         pytest.xfail(KNOWN_PEAK_MISSES[case_id])
     row = _row(case_id)
-    peak = memmath.predict_peak_case(row)
+    peak = memmath.reference.predict_peak_case(row)
     assert _relative(peak.total, row["peak_bytes"]) <= 0.05, (
         f"predicted {int(peak.total):,} B ({peak.phase}), measured {row['peak_bytes']:,} B")
 
@@ -88,14 +89,14 @@ def test_peak_within_five_percent(case_id):
 def test_known_peak_misses_still_miss(case_id):
     """A listed miss that starts to pass must leave KNOWN_PEAK_MISSES (and the README's note)."""
     row = _row(case_id)
-    assert _relative(memmath.predict_peak_case(row).total, row["peak_bytes"]) > 0.05
+    assert _relative(memmath.reference.predict_peak_case(row).total, row["peak_bytes"]) > 0.05
 
 
 def test_training_memory_reports_the_transformers_estimate():
     # activations in the breakdown = every saved byte plus the recompute buffer of checkpointing.
     for case_id in IDS[::7]:
         row = _row(case_id)
-        m = memmath.predict_case(row)
+        m = memmath.reference.predict_case(row)
         detail = m.activation_detail
         assert int(m.activations) == int(detail.total) == int(detail.saved_by_forward + detail.recompute_peak)
         assert (int(detail.recompute_peak) > 0) == bool(row["checkpointing"])
@@ -227,10 +228,10 @@ def test_peak_memory_needs_a_sequence_length():
 
 
 def test_the_loader_and_the_predictions_work_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; import memmath; "
-            "df = memmath.load_measured(); row = df.iloc[0]; "
-            "assert int(memmath.predict_case(row).weights) == row.param_bytes; "
-            "memmath.predict_peak_case(row); print(len(df))")
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; import memmath.reference; "
+            "df = memmath.reference.load_measured(); row = df.iloc[0]; "
+            "assert int(memmath.reference.predict_case(row).weights) == row.param_bytes; "
+            "memmath.reference.predict_peak_case(row); print(len(df))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr

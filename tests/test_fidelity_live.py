@@ -16,7 +16,8 @@ import os
 import pytest
 
 import memmath
-from memmath.measured import measured_metadata
+import memmath.reference
+from memmath.reference.measured import measured_metadata
 
 # peft calls a transformers method that transformers 5.24 deprecates; not ours to fix.
 pytestmark = [pytest.mark.live, pytest.mark.filterwarnings("ignore::FutureWarning")]
@@ -83,7 +84,7 @@ def test_installed_versions_are_the_recorded_ones(measure_module):
 
 @pytest.mark.parametrize("case_id", SAMPLE)
 def test_a_fresh_measurement_matches_the_recording_and_memmath(measure_module, case_id):
-    cases = memmath.load_measured()
+    cases = memmath.reference.load_measured()
     row = cases[cases.case_id == case_id].iloc[0].to_dict()
     config = {field: row[field] for field in measure_module.Case.__dataclass_fields__}
     case = measure_module.Case(**config)
@@ -95,11 +96,11 @@ def test_a_fresh_measurement_matches_the_recording_and_memmath(measure_module, c
     for key in ("peak_bytes", "peak_forward_bytes", "peak_backward_bytes", "peak_optimizer_step_bytes"):
         assert abs(fresh[key] - row[key]) <= 0.01 * row[key], f"{key}: now {fresh[key]:,}, recorded {row[key]:,}"
 
-    predicted = memmath.predict_case(row)
+    predicted = memmath.reference.predict_case(row)
     assert int(predicted.weights) == fresh["param_bytes"]
     assert int(predicted.gradients) == fresh["grad_bytes"]
     assert int(predicted.optimizer_states) == fresh["optimizer_state_bytes"]
     saved = int(predicted.activation_detail.saved_by_forward)
     assert abs(saved - fresh["saved_bytes"]) <= 0.01 * fresh["saved_bytes"]
-    peak = int(memmath.predict_peak_case(row).total)
+    peak = int(memmath.reference.predict_peak_case(row).total)
     assert abs(peak - fresh["peak_bytes"]) <= 0.05 * fresh["peak_bytes"]

@@ -105,7 +105,7 @@ def test_checked_against_pytorch_to_the_byte(default_run):
 
 
 def test_every_measured_model_has_its_rows():
-    from memmath.measured import load_measured
+    from memmath.reference.measured import load_measured
 
     cases = load_measured()
     full = cases[(cases["method"] == "full") & (cases["attention"] == "sdpa") & ~cases["dropout"]

@@ -114,7 +114,7 @@ def test_checked_against_pytorch_all_over(default_run):
 
 
 def test_every_case_the_controls_can_pick_was_recorded():
-    from memmath.measured import load_measured
+    from memmath.reference.measured import load_measured
 
     cases = load_measured()
     full = cases[(cases["method"] == "full") & (cases["optimizer"] == "adamw") & (cases["batch_size"] == 2)

@@ -17,7 +17,7 @@ import pytest
 from conftest import LESSONS, NOTEBOOKS
 # What a lesson must never show, one definition shared with the pytest runs of tests/lessons.py:
 # NaN, a traceback, a negative byte count ("-3.5 GB"; "int8 from -128 to 127" is fine).
-from lessons import _BAD_TEXT as NEVER_SHOWN
+from lessons import BAD_TEXT as NEVER_SHOWN
 
 pytestmark = pytest.mark.browser
 
@@ -36,7 +36,7 @@ def assert_clean(live, where: str):
 @pytest.fixture(scope="module")
 def workbook():
     """`marimo run notebooks --include-code`, the README's command, on a free loopback port."""
-    from memmath_site.browser import MarimoRun
+    from browser import MarimoRun
 
     with MarimoRun(NOTEBOOKS, extra_args=("--include-code",)) as server:
         yield server
@@ -52,7 +52,7 @@ def assert_links_lead_somewhere(live, workbook, where: str) -> None:
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
 def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, lesson, record_property):
-    from memmath_site.browser import LivePage
+    from browser import LivePage
 
     start = time.perf_counter()
     page = chromium.new_page(viewport={"width": 1280, "height": 1600})
@@ -82,7 +82,7 @@ BUTTON_LESSONS = [p for p in LESSONS if "mo.ui.button(" in p.read_text(encoding=
 @pytest.mark.parametrize("lesson", BUTTON_LESSONS, ids=[p.stem for p in BUTTON_LESSONS])
 def test_every_button_changes_what_is_shown(chromium, workbook, lesson):
     """A button (lesson 5's Measure, lesson 6's Time again) re-measures: pressing it must visibly change the page."""
-    from memmath_site.browser import LivePage
+    from browser import LivePage
 
     page = chromium.new_page(viewport={"width": 1280, "height": 1600})
     try:

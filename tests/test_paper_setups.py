@@ -3,7 +3,7 @@
 import pytest
 
 import memmath as mm
-from memmath import paper_setups as ps
+from memmath.reference import paper_setups as ps
 
 # GPT-3 175B (Brown et al. 2020): GPT-2 layout, V=50,257, 2,048 positions, h=12,288, 96 layers.
 # V*h + P*h + L*(12h^2 + 13h) + 2h (REFERENCE.md, GPT-2 style count).

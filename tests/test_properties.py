@@ -156,7 +156,7 @@ def test_a_higher_lora_rank_never_needs_less(data):
 
 
 @given(st.data())
-def test_more_lora_targets_never_need_less(data):
+def test_morelora_targets_never_need_less(data):
     shape = data.draw(shapes().filter(lambda s: s.family != "uniform"))
     kwargs = data.draw(settings_for(shape))
     more = data.draw(lora_targets(shape))

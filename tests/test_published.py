@@ -7,7 +7,7 @@ read back from memmath.
 import pytest
 
 import memmath as mm
-from memmath import published
+from memmath.reference import published
 
 # source -> (weights, gradients, gradient accumulation, fp32 master, Adam moments) in bytes per parameter
 HAND = {

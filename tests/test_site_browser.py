@@ -4,7 +4,7 @@ The site is built once per session (conftest.built_site, the README's command) a
 opened once. For each page: its charts draw, its links into the site resolve, no request fails,
 no request leaves the loopback server, no console error. Where a lesson shows marimo's own
 controls (frozen in a static page) it also shows the note that they need the live workbook. In
-each lesson there is at least one bound input (alt.param(bind=...), memmath.static_charts), and
+each lesson there is at least one bound input (alt.param(bind=...), memmath_lessons.static_charts), and
 every bound input changes its chart between its two ends.
 """
 
@@ -28,7 +28,7 @@ NAN = re.compile(r"\b(nan|inf)\b", re.I)
 
 @pytest.fixture(scope="module")
 def served_site(built_site):
-    from memmath_site.browser import StaticServer
+    from browser import StaticServer
 
     site, _ = built_site
     with StaticServer(site) as server:
@@ -121,16 +121,16 @@ def test_lesson_page_says_its_marimo_controls_need_the_live_workbook(opened, nam
         notice = page.locator("[data-memmath-live-only]")
         assert notice.count() >= 1 and notice.first.is_visible(), (
             f"{name} shows marimo controls, which are frozen in a static page, without "
-            "memmath.static_charts.live_only_notice() beside them")
+            "memmath_lessons.static_charts.live_only_notice() beside them")
 
 
 @LESSON_PAGES
 def test_lesson_page_bound_inputs_move_their_charts(opened, served_site, name):
-    from memmath_site.browser import BOUND_INPUTS, bound_input_ends, bound_input_value, chart_of, set_bound_input
+    from browser import BOUND_INPUTS, bound_input_ends, bound_input_value, chart_of, set_bound_input
 
     page, record, _ = opened(name)
     controls = page.locator(BOUND_INPUTS)
-    assert controls.count() >= 1, (f"{name} has no bound input (memmath.static_charts.bound_chart): its headline "
+    assert controls.count() >= 1, (f"{name} has no bound input (memmath_lessons.static_charts.bound_chart): its headline "
                                    "control does not work in the static page")
     for index in range(controls.count()):
         control = controls.nth(index)
@@ -152,7 +152,7 @@ def test_lesson_page_bound_inputs_move_their_charts(opened, served_site, name):
             assert not NAN.search(shown), f"{name}: input {label!r} at {end} shows NaN: {shown[:200]}"
     # A range input over positions (a log grid) must not show its raw position ("10" beside 7B):
     # notebooks/memmath.css hides the number vega writes after it; the chart's title says the value.
-    from memmath.static_charts import HIDDEN_VALUE_SUFFIX
+    from memmath_lessons.static_charts import HIDDEN_VALUE_SUFFIX
 
     shown_positions = page.evaluate("""suffix => [...document.querySelectorAll('.vega-bind input[type=range]')]
         .filter(i => i.name.endsWith(suffix) && i.nextElementSibling

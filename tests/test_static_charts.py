@@ -1,4 +1,4 @@
-"""memmath.static_charts: the Vega-Lite spec a bound chart carries, its input checks, the live-only notice.
+"""memmath_lessons.static_charts: the Vega-Lite spec a bound chart carries, its input checks, the live-only notice.
 
 That the inputs really move the chart in a browser is tested in test_bound_chart_browser.py and
 test_site_browser.py; here we check the spec that makes it so.
@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from memmath.static_charts import (
+from memmath_lessons.static_charts import (
     HIDDEN_VALUE_SUFFIX, MARKER_ATTRIBUTE, STATIC_EXPORT_ENV, Select, Slider, bound_chart, is_static_export, live_only_notice,
 )
 
@@ -164,7 +164,7 @@ def test_spec_is_valid_vega_lite():
 
 
 def test_the_module_docstring_example_runs_and_shows_the_articles_56_gb():
-    import memmath.static_charts as module
+    import memmath_lessons.static_charts as module
 
     doc = module.__doc__
     block = doc[doc.index("Example (the headline control"):].split("::\n", 1)[1].split("\nTips:")[0]

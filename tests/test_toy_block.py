@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from memmath import toy_block as tb
+from memmath_lessons import toy_block as tb
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_timing_interleaves_and_respects_the_budget(small):
 
 
 def test_blas_threads_are_restored():
-    calls = tb._openblas_thread_calls()
+    calls = tb.openblas_thread_calls()
     if calls is None:
         pytest.skip("numpy's BLAS is not OpenBLAS here")
     before = calls[1]()

@@ -3,7 +3,7 @@
 import pytest
 
 import memmath as mm
-from memmath import viz
+from memmath_lessons import viz
 
 
 def test_model_size_slider_spans_100m_to_400b_and_more():

@@ -1,6 +1,6 @@
 """viz.short_count: parameter counts for labels (expected strings written by hand)."""
 
-from memmath import viz
+from memmath_lessons import viz
 
 
 def test_short_counts():

@@ -17,7 +17,8 @@ import argparse
 import pandas as pd
 
 import memmath
-from memmath.measured import case_arguments, case_model, measured_metadata
+import memmath.reference
+from memmath.reference.measured import case_arguments, case_model, measured_metadata
 
 PARTS = {
     # part: (label, measured column, tolerance of tests/test_fidelity.py)
@@ -35,13 +36,13 @@ PARTS = {
 
 def comparison(cases: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per case and part: measured bytes, predicted bytes, relative error."""
-    cases = memmath.load_measured() if cases is None else cases
+    cases = memmath.reference.load_measured() if cases is None else cases
     rows = []
     for _, case in cases.iterrows():
-        m = memmath.predict_case(case)
+        m = memmath.reference.predict_case(case)
         textbook = memmath.training_memory(case_model(case), **case_arguments(case, "textbook"))
         detail = textbook.activation_detail
-        peak = memmath.predict_peak_case(case)
+        peak = memmath.reference.predict_peak_case(case)
         predicted = {
             "parameters": m.weights, "gradients": m.gradients, "optimizer_states": m.optimizer_states,
             "activations": m.activation_detail.saved_by_forward,
@@ -88,7 +89,7 @@ def _per_case(table: pd.DataFrame) -> pd.DataFrame:
     out["peak err"] = wide["peak"].map("{:+.2%}".format)
     for phase in ("forward", "backward", "optimizer_step"):
         out[phase.replace("optimizer_step", "step")] = wide[f"peak_{phase}"].map("{:+.1%}".format)
-    order = memmath.load_measured().case_id
+    order = memmath.reference.load_measured().case_id
     return out.loc[[c for c in order if c in out.index]]
 
 
@@ -98,7 +99,7 @@ def main(argv=None):
     parser.add_argument("--only", default=None, help="cases whose id contains this text")
     args = parser.parse_args(argv)
 
-    cases = memmath.load_measured()
+    cases = memmath.reference.load_measured()
     if args.only:
         cases = cases[cases.case_id.str.contains(args.only, regex=False)]
     if cases.empty:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _validate
-from .formats import NF4_LEVELS, get_format
+from memmath import validate
+from memmath.formats import NF4_LEVELS, get_format
 
 BLOCKWISE_FORMATS = ("nf4", "int4", "int8")
 
@@ -25,12 +25,12 @@ def quantize_blockwise(values, fmt: str = "nf4", *, block: int = 64):
     fmt = get_format(fmt).name
     if fmt not in BLOCKWISE_FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(BLOCKWISE_FORMATS)}; got {fmt!r}")
-    block = _validate.count("block", block, high=2**20)
+    block = validate.count("block", block, high=2**20)
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError("values must be a non-empty array of finite numbers")
     n = x.size
-    padded = np.zeros(_validate.ceil_div(n, block) * block)
+    padded = np.zeros(validate.ceil_div(n, block) * block)
     padded[:n] = x
     blocks = padded.reshape(-1, block)
     absmax = np.abs(blocks).max(axis=1)

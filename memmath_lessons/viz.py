@@ -11,9 +11,9 @@ import json
 import altair as alt
 import pandas as pd
 
-from .presets import PRESETS
-from .training import PART_LABELS, PARTS
-from .units import UNITS, format_bytes, unit_name
+from memmath.presets import PRESETS
+from memmath.training import PART_LABELS, PARTS
+from memmath.units import UNITS, format_bytes, unit_name
 
 PART_COLORS: dict[str, str] = {
     "weights": "#4C78A8",

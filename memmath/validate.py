@@ -22,7 +22,7 @@ MAX_VOCAB = 2**24
 MAX_GPUS = 2**20
 
 
-def _describe(value) -> str:
+def describe(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -40,15 +40,15 @@ def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool =
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be {allowed}, got the boolean {value!r}")
     if isinstance(value, str):
-        raise TypeError(f"{name} must be {allowed}, got the string {_describe(value)}")
+        raise TypeError(f"{name} must be {allowed}, got the string {describe(value)}")
     if isinstance(value, numbers.Number) and not isinstance(value, (list, tuple)):
         return _scalar_count(name, value, low, high, allowed)
     try:
         array = np.asarray(value)
     except Exception as error:  # ragged lists and the like
-        raise TypeError(f"{name} must be {allowed} or an array of them, got {_describe(value)}") from error
+        raise TypeError(f"{name} must be {allowed} or an array of them, got {describe(value)}") from error
     if array.dtype == object or array.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be {allowed} or an array of them, got {_describe(value)}")
+        raise TypeError(f"{name} must be {allowed} or an array of them, got {describe(value)}")
     if array.ndim == 0:
         return _scalar_count(name, array.item(), low, high, allowed)
     if array.size == 0:
@@ -79,7 +79,7 @@ def _scalar_count(name, value, low, high, allowed) -> int:
             raise ValueError(f"{name} must be {allowed}, got {as_float:g}")
         result = int(as_float)
     else:
-        raise TypeError(f"{name} must be {allowed}, got {_describe(value)}")
+        raise TypeError(f"{name} must be {allowed}, got {describe(value)}")
     if not (low <= result <= high):
         raise ValueError(f"{name} must be {allowed}, got {result:,}")
     return result
@@ -90,7 +90,7 @@ def real(name: str, value, *, low: float, high: float) -> float:
     allowed = f"a number from {low:g} to {high:g}"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise (TypeError if not isinstance(value, (bool, np.bool_)) else ValueError)(
-            f"{name} must be {allowed}, got {_describe(value)}"
+            f"{name} must be {allowed}, got {describe(value)}"
         )
     result = float(value)
     if math.isnan(result) or not (low <= result <= high):
@@ -102,14 +102,14 @@ def flag(name: str, value) -> bool:
     """A real boolean (True/False), not a truthy string or number."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise ValueError(f"{name} must be True or False, got {_describe(value)}")
+    raise ValueError(f"{name} must be True or False, got {describe(value)}")
 
 
 def choice(name: str, value, allowed) -> str:
     """One of a fixed set of names (case-insensitive); the error lists them."""
     allowed = tuple(allowed)
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be one of {', '.join(allowed)}; got {_describe(value)}")
+        raise TypeError(f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
     key = value.strip().lower()
     if key not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")

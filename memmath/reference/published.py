@@ -11,13 +11,17 @@ Face docs keep fp32 gradients beside a 16-bit weight copy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
-import pandas as pd
+from .. import validate
+from ..recipes import RECIPES, Recipe, bytes_per_parameter
+from ..units import UNITS, unit_name
 
-from . import _validate
-from .recipes import RECIPES, Recipe, bytes_per_parameter
-from .units import UNITS, unit_name
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def get_published(key: str) -> PublishedEstimate:
     """The PublishedEstimate for a key: article, scaling_book, fp32, zero, hf_anatomy, nanotron."""
     if isinstance(key, PublishedEstimate):
         return key
-    return PUBLISHED_ESTIMATES[_validate.choice("published estimate", key, tuple(PUBLISHED_ESTIMATES))]
+    return PUBLISHED_ESTIMATES[validate.choice("published estimate", key, tuple(PUBLISHED_ESTIMATES))]
 
 
 def published_table(n_params, unit: str = "GB") -> pd.DataFrame:
@@ -95,13 +99,14 @@ def published_table(n_params, unit: str = "GB") -> pd.DataFrame:
 
     Memory = ceil(n_params x bytes per parameter), in `unit` (column 'memory (GB)' or 'memory (GiB)').
     """
+    import pandas as pd  # only here: `import memmath` stays numpy-only
     unit = unit_name(unit)
-    n = _validate.count("n_params", n_params, high=_validate.MAX_PARAMS)
+    n = validate.count("n_params", n_params, high=validate.MAX_PARAMS)
     rows = []
     for key, estimate in PUBLISHED_ESTIMATES.items():
         per_param = published_bytes_per_parameter(key)
         # bytes per parameter are multiples of 1/8 (bits / 8): n x bits / 8, rounded up once.
-        total_bytes = _validate.ceil_div(n * round(per_param["total"] * 8), 8)
+        total_bytes = validate.ceil_div(n * round(per_param["total"] * 8), 8)
         row = {"estimate": estimate.label, "B per parameter": per_param["total"],
                f"memory ({unit})": total_bytes / UNITS[unit]}
         row.update({label: per_param[part] for part, label in _COLUMNS.items() if part != "total"})

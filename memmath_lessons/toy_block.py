@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from . import _validate
+from memmath import validate
 
 MAX_TOY_WIDTH = 4096
 MAX_TOY_SEQ = 4096
@@ -53,8 +53,8 @@ class ToyAdapters:
 
 def make_block(width: int = 256, n_heads: int = 4, *, seed: int = 0) -> ToyBlock:
     """A block of the given width with random weights (normal, std 0.02, as BERT initialises them)."""
-    h = _validate.count("width", width, high=MAX_TOY_WIDTH)
-    a = _validate.count("n_heads", n_heads, high=h)
+    h = validate.count("width", width, high=MAX_TOY_WIDTH)
+    a = validate.count("n_heads", n_heads, high=h)
     if h % a:
         raise ValueError(f"n_heads ({a}) must divide width ({h})")
     rng = np.random.default_rng(seed)
@@ -75,8 +75,8 @@ def make_adapters(width: int, bottleneck: int, *, seed: int = 1, zero_up: bool =
     Houlsby et al. 2019 initialise adapters near the identity so training starts from the
     pretrained model; with the up-projection exactly zero the block's output is unchanged.
     """
-    h = _validate.count("width", width, high=MAX_TOY_WIDTH)
-    m = _validate.count("bottleneck", bottleneck, high=MAX_TOY_WIDTH)
+    h = validate.count("width", width, high=MAX_TOY_WIDTH)
+    m = validate.count("bottleneck", bottleneck, high=MAX_TOY_WIDTH)
     rng = np.random.default_rng(seed)
     weights = {}
     for where in ("attn", "mlp"):
@@ -90,8 +90,8 @@ def make_adapters(width: int, bottleneck: int, *, seed: int = 1, zero_up: bool =
 
 def make_input(seq_len: int, width: int, *, seed: int = 2) -> np.ndarray:
     """One sequence of seq_len token vectors (fp32, standard normal): the block's input."""
-    s = _validate.count("seq_len", seq_len, high=MAX_TOY_SEQ)
-    h = _validate.count("width", width, high=MAX_TOY_WIDTH)
+    s = validate.count("seq_len", seq_len, high=MAX_TOY_SEQ)
+    h = validate.count("width", width, high=MAX_TOY_WIDTH)
     return np.random.default_rng(seed).standard_normal((s, h)).astype(np.float32)
 
 
@@ -187,7 +187,7 @@ def adapter_flop_overhead(seq_len, width, bottleneck) -> float:
     return adapter_flops(seq_len, width, bottleneck) / block_flops(seq_len, width)
 
 
-def _openblas_thread_calls():
+def openblas_thread_calls():
     """numpy's OpenBLAS (set, get) thread-count functions, or None where they cannot be found.
 
     Looks the library up among those this process has loaded (Linux /proc/self/maps), as
@@ -214,8 +214,8 @@ def blas_threads(n: int):
     On a shared machine several BLAS threads spin-wait for each other and the timings scatter
     wildly; one thread gives steady numbers.
     """
-    n = _validate.count("blas threads", n, high=1024)
-    calls = _openblas_thread_calls()
+    n = validate.count("blas threads", n, high=1024)
+    calls = openblas_thread_calls()
     if calls is None:
         yield None
         return
@@ -241,10 +241,10 @@ def time_variants(variants: dict, *, repeats: int = 15, budget_s: float = 0.8, w
     `.attrs["blas_threads"]` says how many BLAS threads ran (None: unknown), `.attrs["calls_per_timing"]`
     how many calls each timing covered.
     """
-    repeats = _validate.count("repeats", repeats, high=1000)
-    budget_s = _validate.real("budget_s", budget_s, low=0.0, high=600.0)
-    warmup = _validate.count("warmup", warmup, low=0, high=100)
-    min_timing_s = _validate.real("min_timing_s", min_timing_s, low=0.0, high=10.0)
+    repeats = validate.count("repeats", repeats, high=1000)
+    budget_s = validate.real("budget_s", budget_s, low=0.0, high=600.0)
+    warmup = validate.count("warmup", warmup, low=0, high=100)
+    min_timing_s = validate.real("min_timing_s", min_timing_s, low=0.0, high=10.0)
     if not variants:
         raise ValueError("variants must name at least one function to time")
     names = list(variants)
@@ -344,10 +344,10 @@ def make_lora(d_in: int, d_out: int, rank: int, *, alpha: float = 16.0, seed: in
     Hu et al. 2021 start A random and B at zero, so W + BA = W before training; trained=True fills
     B with random values, as if training had moved it.
     """
-    d_in = _validate.count("d_in", d_in, high=MAX_TOY_WIDTH)
-    d_out = _validate.count("d_out", d_out, high=MAX_TOY_WIDTH)
-    r = _validate.count("rank", rank, high=min(d_in, d_out))
-    alpha = _validate.real("alpha", alpha, low=1e-6, high=1e6)
+    d_in = validate.count("d_in", d_in, high=MAX_TOY_WIDTH)
+    d_out = validate.count("d_out", d_out, high=MAX_TOY_WIDTH)
+    r = validate.count("rank", rank, high=min(d_in, d_out))
+    alpha = validate.real("alpha", alpha, low=1e-6, high=1e6)
     rng = np.random.default_rng(seed)
     W = (0.02 * rng.standard_normal((d_out, d_in))).astype(np.float32)
     A = (rng.standard_normal((r, d_in)) / np.sqrt(d_in)).astype(np.float32)

@@ -1,6 +1,6 @@
 """Screenshots of every lesson, live and static, at its defaults and with its controls moved.
 
-    .venv/bin/python -m memmath_site screenshots screenshots/
+    .venv/bin/python tests/screenshots.py [OUT]     # default: screenshots/
 
 For each notebooks/NN_*.py: `NN_name.live.png` (under `marimo run`, at its defaults),
 `NN_name.live-moved.png` (every slider pressed to its maximum), and, from a site built into
@@ -10,12 +10,15 @@ end). Look at them: a test can say a chart changed, not that it says the right t
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from .browser import (
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # browser.py beside this file
+
+from browser import (
     BOUND_INPUTS, LivePage, MarimoRun, StaticServer, bound_input_ends, bound_input_value, launch, set_bound_input,
 )
-from .build import build_site, find_lessons
+from memmath_site.build import build_site, find_lessons
 
 WIDTH = 1280
 
@@ -73,3 +76,9 @@ def take(out_dir: Path, notebooks_dir: Path = Path("notebooks"), log=print) -> l
             log(f"{stem}: 4 screenshots" + (f"; problems: {problems}" if problems else ""))
         browser.close()
     return shots
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")
+    take(out)
+    print(f"Screenshots in {out}/ (the site they were taken from is in {out}/site/)")

@@ -37,7 +37,7 @@ Example (the headline control of a lesson on full finetuning)::
     import altair as alt
     import pandas as pd
     import memmath
-    from memmath.static_charts import Select, Slider, bound_chart
+    from memmath_lessons.static_charts import Select, Slider, bound_chart
 
     rows = []
     for billions in (1, 3, 7, 13, 34, 70):

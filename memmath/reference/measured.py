@@ -5,9 +5,9 @@ versions in `measured_metadata()["versions"]`) and recorded the bytes in memmath
 This module reads that file without torch:
 
     >>> import memmath
-    >>> cases = memmath.load_measured()             # one row per case
+    >>> cases = memmath.reference.load_measured()             # one row per case
     >>> row = cases.iloc[0]
-    >>> m = memmath.predict_case(row)               # the matching training_memory(...) call
+    >>> m = memmath.reference.predict_case(row)               # the matching training_memory(...) call
     >>> int(m.weights) == int(row.param_bytes)
     True
     >>> predicted_saved_per_layer(row) == list(row.saved_per_layer)   # block by block
@@ -37,21 +37,25 @@ Columns, per case:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from functools import lru_cache
 from importlib import resources
 
-import pandas as pd
+from ..methods import Freeze, Full, LoRA
+from ..models import ModelShape, bert_model, gpt2_model, llama_model
 
-from .methods import Freeze, Full, LoRA
-from .models import ModelShape, bert_model, gpt2_model, llama_model
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 DATA_FILE = "measured_cpu.json"
 
 
 @lru_cache(maxsize=4)
 def _document(name: str = DATA_FILE) -> dict:
-    text = resources.files("memmath").joinpath("data", name).read_text(encoding="utf-8")
+    text = resources.files("memmath.reference").joinpath("data", name).read_text(encoding="utf-8")
     return json.loads(text)
 
 
@@ -62,6 +66,7 @@ def measured_metadata(name: str = DATA_FILE) -> dict:
 
 def load_measured(name: str = DATA_FILE) -> pd.DataFrame:
     """The recorded cases as a DataFrame: configuration columns, then measured bytes (see the module doc)."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
     rows = []
     for record in _document(name)["cases"]:
         config = dict(record["config"])
@@ -115,14 +120,14 @@ def case_arguments(row, activations: str = "transformers") -> dict:
 
 def predict_case(row, activations: str = "transformers"):
     """memmath.training_memory(...) for a recorded case: the prediction to hold against its measurement."""
-    from .training import training_memory
+    from ..training import training_memory
 
     return training_memory(case_model(row), **case_arguments(row, activations))
 
 
 def predict_peak_case(row):
     """memmath.peak_memory(...) for a recorded case (the measured counterpart is row.peak_bytes)."""
-    from .peak import peak_memory
+    from ..peak import peak_memory
 
     arguments = case_arguments(row)
     del arguments["activations"]
@@ -140,8 +145,8 @@ def predicted_saved_per_layer(row) -> list[int]:
     cos/sin, GPT-2's checkpointed attention mask), which the estimate counts outside the blocks,
     are added to the first storing block here.
     """
-    from .hf_activations import activation_parts
-    from .recipes import get_recipe
+    from ..hf_activations import activation_parts
+    from ..recipes import get_recipe
 
     arguments = case_arguments(row)
     parts = activation_parts(case_model(row), recipe=get_recipe(arguments["precision"]), method=arguments["method"],
