@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "memmath · 0. Start here"
+# description = "Will my finetune fit? The question this workbook follows, how to read its controls, GB against GiB, training against inference."
+# ///
 import marimo
 
 __generated_with = "0.25.2"

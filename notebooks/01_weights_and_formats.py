@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "1. Weights and number formats"
+# description = "How many bytes one parameter takes in fp32, bf16, fp8, int8 or nf4, what each format can hold, and which GPUs hold a model's weights."
+# ///
 import marimo
 
 __generated_with = "0.25.2"

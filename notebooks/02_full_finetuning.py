@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "2. Full finetuning"
+# description = "Where the 56 GB of a 7B full finetune go: gradients, optimizer states, and why estimates run from 8 to 20 B per parameter."
+# ///
 import marimo
 
 __generated_with = "0.25.2"

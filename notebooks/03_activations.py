@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "3. Activations"
+# description = "What the forward pass keeps for backward: Korthikanti et al.'s formula against PyTorch, fused attention, dropout, checkpointing."
+# ///
 import marimo
 
 __generated_with = "0.25.2"

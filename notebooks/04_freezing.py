@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "4. Freezing layers"
+# description = "Train only the last layers: what freezing saves, what it does not, and how much of BERT-large had to train to match full finetuning."
+# ///
 import marimo
 
 __generated_with = "0.25.2"

@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "5. Adapters"
+# description = "Houlsby adapters: two small modules per block, about 3% of the parameters trained, and the extra forward-pass work they add."
+# ///
 import marimo
 
 __generated_with = "0.25.2"

@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "6. LoRA and QLoRA"
+# description = "A low-rank update that merges away, NF4 weights with double quantization, and full against LoRA against QLoRA on one model."
+# ///
 import marimo
 
 __generated_with = "0.25.2"

@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "7. Inference"
+# description = "Serving memory: weights in the serving format, the KV cache with grouped-query attention, where 'weights x 1.2' breaks, and decode speed."
+# ///
 import marimo
 
 __generated_with = "0.25.2"

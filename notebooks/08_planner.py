@@ -1,3 +1,9 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "8. The planner"
+# description = "Bring your model, method and GPU: every part per GPU, the verdict, and the smallest changes that make the run fit."
+# ///
 import marimo
 
 __generated_with = "0.25.2"
