@@ -78,12 +78,11 @@ def get_gpu(name) -> GPU:
 
 @dataclass(frozen=True)
 class Fit:
-    """Whether `required_bytes` fits on `n_gpus` of a card: headroom is positive when it fits."""
+    """Whether `required_bytes` fits on one card: headroom is positive when it fits."""
 
     gpu: GPU
     required_bytes: int
     available_bytes: int
-    n_gpus: int
 
     @property
     def fits(self) -> bool:
@@ -107,7 +106,7 @@ def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
     required = getattr(required_bytes, "total", required_bytes)
     required = validate.count("required_bytes", required, low=0, high=2**62)
     reserved = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
-    return Fit(gpu, required, gpu.memory_bytes - reserved, 1)
+    return Fit(gpu=gpu, required_bytes=required, available_bytes=gpu.memory_bytes - reserved)
 
 
 def fit_table(required_bytes, *, reserved_bytes=0, gpus=None, unit="GiB") -> pd.DataFrame:

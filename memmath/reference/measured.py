@@ -153,7 +153,7 @@ def predicted_saved_per_layer(row) -> list[int]:
                              seq_len=arguments["seq_len"], batch_size=arguments["batch_size"],
                              dropout=arguments["dropout"], attention=arguments["attention"],
                              checkpointing=arguments["checkpointing"], device=arguments["device"])
-    estimate = parts["estimate"]
+    estimate = parts.estimate
     n_layers = int(row["n_layers"])
     storing, frozen_storing = int(estimate.layers_storing), int(estimate.frozen_layers_storing)
     blocks = [0] * (n_layers - storing - frozen_storing) + [int(estimate.frozen_per_layer)] * frozen_storing
@@ -163,5 +163,5 @@ def predicted_saved_per_layer(row) -> list[int]:
     blocks += trained
     first = next((i for i, n in enumerate(blocks) if n), None)
     if first is not None:
-        blocks[first] += int(parts["tables"])
+        blocks[first] += int(parts.tables)
     return blocks
