@@ -48,7 +48,7 @@ GPUS: dict[str, GPU] = {
         _gpu("RTX 4060 Ti 16GB", 16380, 288, 88, "consumer", "16 GB"),
         _gpu("RTX 4080", 16376, 717, 195, "consumer", "16 GB"),
         _gpu("RTX 3090", 24576, 936, 71, "consumer", "24 GB"),
-        _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB"),  # 24564 MiB in nvidia-smi (REFERENCE.md)
+        _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB"),  # 24564 MiB in nvidia-smi
         _gpu("RTX 5090", 32607, 1792, 209, "consumer", "32 GB"),
         _gpu("T4", 15360, 320, 65, "datacenter", "16 GB", "no bf16: fp16 throughput listed"),
         # nvidia-smi shows Tesla V100 32GB (SXM2 and PCIe) as 32510 MiB, not the full 32768 MiB.
@@ -58,7 +58,7 @@ GPUS: dict[str, GPU] = {
         _gpu("RTX A6000", 49140, 768, 155, "datacenter", "48 GB"),
         _gpu("L40S", 46068, 864, 362, "datacenter", "48 GB"),
         _gpu("A100 40GB", 40960, 1555, 312, "datacenter", "40 GB"),
-        _gpu("A100 80GB", 81920, 2039, 312, "datacenter", "80 GB"),  # 81920 MiB in nvidia-smi (REFERENCE.md)
+        _gpu("A100 80GB", 81920, 2039, 312, "datacenter", "80 GB"),  # 81920 MiB in nvidia-smi
         _gpu("H100 80GB", 81559, 3350, 989, "datacenter", "80 GB"),
         _gpu("H200", 143771, 4800, 989, "datacenter", "141 GB"),
     )

@@ -37,7 +37,7 @@ def test_article_ten_layers_first_nine_frozen(method):
     assert (m.weights, m.gradients, m.optimizer_states) == (14 * GB, 1_400_000_000, 2_800_000_000)
 
 
-# ---- bytes per parameter: REFERENCE.md's table, one row per recipe ----------------------------------
+# ---- bytes per parameter: the published recipes, one row each (sources in memmath.reference.published) ----
 # recipe: (weights, gradients, gradient accumulation, master copy, Adam m+v) in bytes per parameter.
 RECIPE_ROWS = {
     "bf16": (2, 2, 0, 0, 4),  # pure 16-bit (the article; LLaMA-Factory pure_bf16): 8 B
@@ -62,7 +62,7 @@ def test_bytes_per_parameter_table(precision):
 
 @pytest.mark.parametrize("precision", RECIPE_ROWS)
 def test_7b_per_recipe_matches_the_table(precision):
-    # REFERENCE.md: 56, 112, 112 and 140 GB for a 7B model (uniform: no per-tensor step counters).
+    # The article's 56 GB; fp32/ZeRO 112 GB (Rajbhandari et al. 2020, 16 B/param); nanotron's 140 GB; for 7B (uniform: no per-tensor step counters).
     m = mm.training_memory(SEVEN_B, precision=precision, optimizer="adam")
     w, g, acc, master, states = RECIPE_ROWS[precision]
     n = 7 * 10**9
@@ -81,7 +81,7 @@ def test_every_recipe_and_optimizer_says_what_it_keeps():
 
 # ---- other optimizers ----------------------------------------------------------------------------------
 def test_other_optimizers_per_parameter():
-    # REFERENCE.md: SGD keeps no state; SGD with momentum one buffer; 8-bit Adam two 1-byte states.
+    # torch.optim.SGD keeps no state, with momentum one buffer; 8-bit Adam two 1-byte states (Dettmers et al. 2022).
     n = 7 * 10**9
     assert mm.training_memory(SEVEN_B, precision="fp32", optimizer="sgd").optimizer_states == 0
     assert mm.training_memory(SEVEN_B, precision="fp32", optimizer="sgd_momentum").optimizer_states == 4 * n
@@ -132,7 +132,7 @@ def test_adafactor_factors_matrices():
 
 
 def test_adam_keeps_a_step_counter_per_tensor():
-    # REFERENCE.md (measured): Adam/AdamW keep one 4-byte fp32 step per trainable tensor.
+    # Measured with torch 2.13 on the CPU (validation/measure.py): Adam/AdamW keep one 4-byte fp32 step per trainable tensor.
     # GPT2LMHeadModel has 148 parameter tensors: wte, wpe, 12 x 12 per block, ln_f weight and bias.
     m = mm.training_memory("gpt2", precision="fp32", optimizer="adamw")
     assert m.optimizer_states == 8 * 124_439_808 + 4 * 148
@@ -140,7 +140,7 @@ def test_adam_keeps_a_step_counter_per_tensor():
 
 # ---- LoRA and QLoRA -----------------------------------------------------------------------------------
 def test_llama2_7b_lora_r8_qv_breakdown():
-    # REFERENCE.md: 4,194,304 trainable = 32 layers x 2 matrices x 8 x (4096 + 4096). peft keeps the
+    # Hu et al. 2021 (r x (d_in + d_out) per matrix): 4,194,304 trainable = 32 layers x 2 matrices x 8 x (4096 + 4096). peft keeps the
     # adapters in fp32 on a bf16 base: weights 2 B x base + 4 B x adapters; fp32 gradients; AdamW
     # states in fp32 (2 x 4 B) plus a 4-byte step for each of the 32 x 2 x 2 = 128 adapter tensors.
     lora = 4_194_304
@@ -188,7 +188,7 @@ def test_activations_follow_korthikanti_and_the_loss_term():
 
 
 def test_freezing_stores_nothing_before_the_first_trainable_block():
-    # REFERENCE.md: layers before the first trainable one store no activations; the embeddings are
+    # Measured with torch 2.13 (validation/measure.py): layers before the first trainable one store no activations; the embeddings are
     # frozen, so no embedding dropout mask either.
     s, b, h, a, V = 512, 2, 768, 12, 50257
     m = mm.training_memory("gpt2", batch_size=b, seq_len=s, method=mm.Freeze(trainable_layers=3))
