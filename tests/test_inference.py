@@ -54,12 +54,19 @@ def test_weights_in_serving_formats():
 def test_rule_of_thumb_is_weights_times_1_2():
     # EleutherAI via accelerate's docs: memory ~ weights x 1.2. For 14 GB of weights: 16.8 GB.
     m = mm.inference_memory(mm.uniform_model(7e9, 32))
-    assert m.rule_of_thumb == 16_800_000_000 and mm.RULE_OF_THUMB_FACTOR == 1.2
+    assert m.rule_of_thumb == 16_800_000_000
+    # Whole bytes, rounded up: 3 bf16 weights are 6 B, and 6 x 1.2 = 7.2 B needs 8.
+    assert mm.inference_memory(mm.uniform_model(3, 1)).rule_of_thumb == 8
+    # Exact where a float product is not: (10**15 - 1) fp32 weights are 4e15 - 4 B; x 1.2 = 4.8e15 - 4.8,
+    # rounded up 4.8e15 - 4 (the float product 4e15-4 x 1.2 rounds to 4.8e15 - 5).
+    huge = mm.inference_memory(mm.uniform_model(10**15 - 1, 1), weights_format="fp32")
+    assert huge.rule_of_thumb == 4_799_999_999_999_996
 
 
-def test_total_is_the_sum_of_its_parts():
+def test_fp8_kv_cache_of_llama_3_8b_by_hand():
     m = mm.inference_memory("llama-3-8b", weights_format="nf4", kv_format="fp8", batch_size=4, context_len=8192)
-    assert m.total == sum(m.parts().values())
+    # 2 (K, V) x 32 layers x 8 kv heads x 128 x 8,192 tokens x 4 sequences x 1 B (meta-llama/Meta-Llama-3-8B config).
+    assert m.kv_cache == 2 * 32 * 8 * 128 * 8192 * 4 == 2_147_483_648
     assert m.kv_cache == mm.kv_cache_bytes("llama-3-8b", context_len=8192, batch_size=4, kv_format="fp8")
 
 

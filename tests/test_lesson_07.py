@@ -39,7 +39,7 @@ def test_gqa_cuts_the_cache_by_heads_over_kv_heads(default_run):
 
 def test_rule_of_thumb_limit_for_llama_2_7b_is_shown(default_run):
     outputs, _ = default_run
-    # Hand-derived in tests/test_rule_of_thumb_limit.py: 2,695,366,247 B of allowance / 623,616 B per token.
+    # Hand-derived in tests/test_inference.py: 2,695,366,247 B of allowance / 623,616 B per token.
     assert "4,322 tokens" in lessons.output_text(outputs)
 
 

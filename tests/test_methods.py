@@ -106,10 +106,17 @@ def test_qlora_trains_like_lora():
     assert trainable("llama-2-7b", mm.QLoRA(rank=8)) == 4_194_304
 
 
-def test_methods_describe_themselves():
-    for method in (mm.Full(), mm.Freeze(trainable_layers=2), mm.Adapters(bottleneck=16), mm.LoRA(rank=4),
-                   mm.QLoRA(rank=4, double_quant=False)):
-        assert method.describe()
+@pytest.mark.parametrize("method, expected", [
+    (mm.Full(), "full finetuning: every weight trains"),
+    (mm.Freeze(trainable_layers=2), "freezing: the last 2 blocks train, plus the final norm and head"),
+    (mm.Adapters(bottleneck=16), "Houlsby adapters: two bottleneck-16 adapters per block train; the base is frozen"),
+    (mm.LoRA(rank=4), "LoRA rank 4 on q, v (fp32 adapters); the base is frozen"),
+    (mm.QLoRA(rank=4, double_quant=False),
+     "QLoRA: NF4 base (without double quantization) + LoRA rank 4 on q, v (fp32 adapters); the base is frozen"),
+])
+def test_methods_describe_themselves(method, expected):
+    # The line shown beside every number must name the method's own settings.
+    assert method.describe() == expected
 
 
 # ---- live: peft on meta-device models -----------------------------------------------------------------
@@ -205,3 +212,61 @@ def test_all_on_bert_skips_gate():
 def test_naming_gate_explicitly_on_gpt2_still_fails():
     with pytest.raises(ValueError, match="gate"):
         mm.LoRA(rank=8, targets=("q", "gate")).params_per_block(mm.PRESETS["gpt2"])
+
+
+# ---- the rules each method owns: trainable count, adapter bits, the tied head, stored bits ----------------
+def test_trainable_params_of_a_method_on_a_model():
+    # Hu et al. 2021: r x (d_in + d_out) per matrix; Llama-2-7B q and v are 4,096 x 4,096, 32 blocks.
+    lora = mm.LoRA(rank=8, targets=("q", "v"))
+    assert lora.matrix_params(4096, 4096) == 8 * (4096 + 4096) == 65_536
+    assert lora.trainable_params("llama-2-7b") == 65_536 * 2 * 32 == 4_194_304
+    assert mm.Full().trainable_params("gpt2") == 124_439_808  # openai-community/gpt2, tied head counted once
+    # GPT-2 with the last 2 blocks trainable: 2 x (12h^2 + 13h) + ln_f's 2h (the tied head stays frozen).
+    h = 768
+    assert mm.Freeze(trainable_layers=2).trainable_params(mm.PRESETS["gpt2"]) == 2 * (12 * h * h + 13 * h) + 2 * h
+    ranks = mm.LoRA(rank=np.array([1, 8]), targets=("q", "v")).trainable_params("llama-2-7b")
+    assert list(ranks) == [524_288, 4_194_304]
+
+
+def test_adapter_bits_follow_the_adapter_format_else_the_weights():
+    bf16, fp32 = mm.get_recipe("bf16"), mm.get_recipe("fp32")
+    assert mm.LoRA(rank=8).adapter_bits(bf16) == 32  # peft's default: fp32 adapters on a 16-bit base
+    assert mm.LoRA(rank=8, adapter_format=None).adapter_bits(bf16) == 16
+    assert mm.QLoRA(rank=8, adapter_format="bf16").adapter_bits(fp32) == 16
+    assert mm.Adapters(bottleneck=8).adapter_bits(fp32) == 32
+
+
+@pytest.mark.parametrize("model, method, trains", [
+    # GPT-2's head is its token embedding (tie_word_embeddings): it trains only with the embeddings.
+    ("gpt2", mm.Freeze(trainable_layers=1), False),
+    ("gpt2", mm.Freeze(trainable_layers=1, train_embeddings=True), True),
+    ("llama-2-7b", mm.Freeze(trainable_layers=1), True),
+    ("llama-2-7b", mm.Freeze(trainable_layers=1, train_head=False), False),
+    ("gpt2", mm.Full(), True),
+    ("llama-2-7b", mm.LoRA(rank=8), False),
+    ("llama-2-7b", mm.Adapters(bottleneck=8, train_head=True), True),
+    ("gpt2", mm.Adapters(bottleneck=8, train_head=True), False),
+])
+def test_whether_the_head_trains(model, method, trains):
+    assert method.head_trains(mm.PRESETS[model]) is trains
+
+
+@pytest.mark.parametrize("fmt, block, double_quant, bits", [
+    ("bf16", 64, True, 16.0),
+    ("fp32", 64, False, 32.0),
+    # Dettmers et al. 2023, QLoRA, section 3: 32/64 = 0.5 extra bits; double quantization 8/64 + 32/(64*256).
+    ("nf4", 64, False, 4.5),
+    ("nf4", 64, True, 4 + 8 / 64 + 32 / (64 * 256)),
+    ("int4", 128, False, 4 + 32 / 128),
+])
+def test_bits_per_weight_of_a_stored_format(fmt, block, double_quant, bits):
+    assert mm.bits_per_weight(fmt, block=block, double_quant=double_quant) == bits
+
+
+def test_constant_bits_match_a_tensor_of_whole_blocks():
+    # 0.127 in the QLoRA paper is 8/64 + 32/16,384 = 0.126953125 exactly.
+    assert mm.quant_constant_bits(block=64, double_quant=True) == 0.126953125
+    n = 64 * 256 * 10  # whole blocks of blocks
+    assert 8 * mm.quant_constant_bytes(n, block=64, double_quant=True) / n == mm.quant_constant_bits(block=64)
+    with pytest.raises(ValueError, match="block"):
+        mm.quant_constant_bits(block=0)

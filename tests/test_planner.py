@@ -5,6 +5,7 @@ import json
 import pytest
 
 import memmath as mm
+from memmath.reference import paper_setups
 
 RTX_4090 = 24564 * 2**20  # nvidia-smi's 24564 MiB on an RTX 4090
 
@@ -143,3 +144,15 @@ def test_bad_json_names_a_likely_cause(text, hint):
     with pytest.raises(ValueError, match="not valid JSON") as raised:
         mm.config_from_text(text)
     assert hint in str(raised.value)
+
+
+@pytest.mark.parametrize("precision", [mm.RECIPES["mixed"], paper_setups.BF16_FP32_STATES, "MIXED"])
+def test_a_recipe_object_or_name_that_keeps_more_than_pure_bf16_gets_the_suggestion(precision):
+    changes = [s.change for s in mm.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
+    assert "pure bf16 recipe" in changes
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", mm.RECIPES["bf16"]])
+def test_pure_16_bit_recipes_get_no_bf16_suggestion(precision):
+    changes = [s.change for s in mm.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
+    assert "pure bf16 recipe" not in changes

@@ -222,10 +222,10 @@ def test_data_parallel_without_zero_replicates_everything():
 # ---- the breakdown object ------------------------------------------------------------------------------
 def test_parts_add_up_and_the_frame_labels_units():
     m = mm.training_memory("llama-2-7b", precision="mixed_fp32_grads", method=mm.LoRA(rank=16), seq_len=1024)
-    assert sum(m.parts().values()) == m.total
     frame = m.to_frame("GiB")
     assert list(frame["part"]) == list(mm.PARTS)
-    assert int(frame["bytes"].sum()) == m.total
+    assert list(frame["bytes"]) == list(m.parts().values())
+    assert list(frame["GiB"]) == [v / 2**30 for v in m.parts().values()]  # GiB = 2**30 bytes
     assert frame["GiB"].sum() == pytest.approx(m.total / 2**30)
     assert frame["share"].sum() == pytest.approx(1.0)
 
@@ -341,3 +341,40 @@ def test_readme_example_reproduces_the_article():
         else:
             exec(line, namespace)  # noqa: S102
     assert "14.00 GB" in checked and "56.00 GB" in checked
+
+
+# ---- the trainable state, the optimizer's bytes by kind, structured notes -------------------------------
+def test_optimizer_states_by_kind_for_gpt2():
+    # Measured with torch 2.13 (validation/measure.py): AdamW keeps exp_avg and exp_avg_sq (4 B each in
+    # fp32) and one 4-byte step per tensor; GPT2LMHeadModel has 148 parameter tensors.
+    m = mm.training_memory("gpt2", precision="fp32", optimizer="adamw")
+    detail = m.optimizer_state_detail
+    assert (detail.moments, detail.step_counters, detail.block_constants) == (8 * 124_439_808, 4 * 148, 0)
+    assert m.trainable_tensors == 148
+
+
+def test_eight_bit_adam_block_constants():
+    # bitsandbytes: one fp32 absmax per 256 values per state; a uniform model counts 7e9 values in one set.
+    m = mm.training_memory(SEVEN_B, precision="bf16", optimizer="adam8bit")
+    assert m.optimizer_state_detail.block_constants == 2 * -(-7 * 10**9 // 256) * 4
+    assert m.optimizer_state_detail.moments == 2 * 7 * 10**9  # two 1-byte states
+
+
+def test_trainable_state_counts_everything_kept_per_trainable_parameter():
+    # nanotron's recipe: 2 B gradients + 4 B fp32 accumulation + 4 B master + 8 B Adam = 18 B besides the weights.
+    m = mm.training_memory(SEVEN_B, precision="mixed_fp32_grads", optimizer="adam")
+    assert m.trainable_state == 18 * 7 * 10**9
+
+
+def test_notes_have_a_kind_and_show_their_text():
+    m = mm.training_memory(SEVEN_B)
+    note = next(n for n in m.notes if n.kind == "activations_not_estimated")
+    assert str(note) == f"{note}" == note.text and note.text.startswith("activations not estimated")
+
+
+def test_a_bare_count_is_marked_not_recognised_by_its_name():
+    with pytest.raises(ValueError, match="plain parameter count"):
+        mm.training_memory(7 * 10**9, method=mm.Freeze(trainable_layers=1))
+    # A one-layer uniform model that happens to carry the same display name is a real model.
+    named = mm.uniform_model(7 * 10**9, 1, name="plain parameter count")
+    assert mm.training_memory(named, method=mm.Freeze(trainable_layers=1)).trainable_params == 7 * 10**9
