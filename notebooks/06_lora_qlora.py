@@ -546,7 +546,7 @@ def _(mm, mo):
         11,008 → 4,096. How many parameters does LoRA with r = 16 on all seven matrices train over 32 blocks?"""),
         mo.accordion({"Answer": mo.md(f"""16 × (4 × (4,096 + 4,096) + 3 × (4,096 + 11,008)) =
         16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**
-        (`mm.LoRA(rank=16, targets="all").params_per_block(shape) * 32`).""")}),
+        (`mm.LoRA(rank=16, targets="all").trainable_params(shape)`).""")}),
         mo.md("""**2.** Derive QLoRA's 0.5 and 0.127 bits per parameter. About how many GB does double
         quantization save on a 65B model?"""),
         mo.accordion({"Answer": mo.md(f"""32 / 64 = **{_plain:.3f}** bits with one fp32 constant per 64
