@@ -48,7 +48,7 @@ GPUS: dict[str, GPU] = {
         _gpu("RTX 4060 Ti 16GB", 16380, 288, 88, "consumer", "16 GB"),
         _gpu("RTX 4080", 16376, 717, 195, "consumer", "16 GB"),
         _gpu("RTX 3090", 24576, 936, 71, "consumer", "24 GB"),
-        _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB"),  # 24564 MiB in nvidia-smi (REFERENCE.md)
+        _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB"),  # 24564 MiB in nvidia-smi
         _gpu("RTX 5090", 32607, 1792, 209, "consumer", "32 GB"),
         _gpu("T4", 15360, 320, 65, "datacenter", "16 GB", "no bf16: fp16 throughput listed"),
         # nvidia-smi shows Tesla V100 32GB (SXM2 and PCIe) as 32510 MiB, not the full 32768 MiB.
@@ -58,7 +58,7 @@ GPUS: dict[str, GPU] = {
         _gpu("RTX A6000", 49140, 768, 155, "datacenter", "48 GB"),
         _gpu("L40S", 46068, 864, 362, "datacenter", "48 GB"),
         _gpu("A100 40GB", 40960, 1555, 312, "datacenter", "40 GB"),
-        _gpu("A100 80GB", 81920, 2039, 312, "datacenter", "80 GB"),  # 81920 MiB in nvidia-smi (REFERENCE.md)
+        _gpu("A100 80GB", 81920, 2039, 312, "datacenter", "80 GB"),  # 81920 MiB in nvidia-smi
         _gpu("H100 80GB", 81559, 3350, 989, "datacenter", "80 GB"),
         _gpu("H200", 143771, 4800, 989, "datacenter", "141 GB"),
     )
@@ -78,12 +78,11 @@ def get_gpu(name) -> GPU:
 
 @dataclass(frozen=True)
 class Fit:
-    """Whether `required_bytes` fits on `n_gpus` of a card: headroom is positive when it fits."""
+    """Whether `required_bytes` fits on one card: headroom is positive when it fits."""
 
     gpu: GPU
     required_bytes: int
     available_bytes: int
-    n_gpus: int
 
     @property
     def fits(self) -> bool:
@@ -107,7 +106,7 @@ def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
     required = getattr(required_bytes, "total", required_bytes)
     required = validate.count("required_bytes", required, low=0, high=2**62)
     reserved = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
-    return Fit(gpu, required, gpu.memory_bytes - reserved, 1)
+    return Fit(gpu=gpu, required_bytes=required, available_bytes=gpu.memory_bytes - reserved)
 
 
 def fit_table(required_bytes, *, reserved_bytes=0, gpus=None, unit="GiB") -> pd.DataFrame:

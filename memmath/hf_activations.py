@@ -495,24 +495,15 @@ def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, 
 
 def _setup(shape: ModelShape, method, recipe):
     """(setup, trainable blocks or None for LoRA, embeddings train?) for a supported method."""
-    tied = shape.tied_embeddings
     if isinstance(method, Full):
         return _Setup(True, True, True, frozenset(), None)
     if isinstance(method, Freeze):
-        head = method.train_embeddings if tied else method.train_head
-        return _Setup(method.train_embeddings, method.train_final_norm, head, frozenset(), None)
+        return _Setup(method.train_embeddings, method.train_final_norm, method.head_trains(shape), frozenset(), None)
     if isinstance(method, LoRA):
         modules = frozenset(module for module, _, _ in shape.lora_matrices(method.targets))
-        adapter_bits = recipe.weight_bits if method.adapter_format is None else _bits(method.adapter_format)
-        return _Setup(False, False, False, modules, (method.rank, adapter_bits // 8))
+        return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
     raise ValueError(f"activations='transformers' models Full(), Freeze(...), LoRA(...) and QLoRA(...); "
                      f"got {type(method).__name__} (use activations='textbook')")
-
-
-def _bits(fmt):
-    from .formats import get_format
-
-    return get_format(fmt).bits
 
 
 def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len, batch_size, dropout, attention,
@@ -528,18 +519,43 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
     """
     return activation_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
                             dropout=dropout, attention=attention, checkpointing=checkpointing,
-                            device=device)["estimate"]
+                            device=device).estimate
+
+
+@dataclass(frozen=True)
+class ActivationParts:
+    """The estimate and its pieces by place, for peak.py (bytes; int64 arrays in a sweep).
+
+    estimate: the ActivationEstimate; element_bytes: e, bytes per element of the model;
+    embeddings: saved before the first block; embeddings_batch: the part of those that belongs to
+    the input batch (token ids); tables: rotary cos/sin or GPT-2's checkpointed mask; head: final
+    norm, head and pooler; loss: the cross-entropy's; batch: saved storages that belong to the
+    input batch (token ids, BERT's labels), alive before the step; first: the first storing block;
+    blocks: every storing block together; recompute: what one recomputed block saves again
+    (checkpointing). The most bytes alive at once: block_live in the last block's forward,
+    head_live in the head and loss, recompute_live in a block's recomputation (0 without
+    checkpointing).
+    """
+
+    estimate: ActivationEstimate
+    element_bytes: int
+    embeddings: object
+    embeddings_batch: object
+    tables: object
+    head: object
+    loss: object
+    batch: object
+    first: object
+    blocks: object
+    recompute: object
+    block_live: object
+    head_live: object
+    recompute_live: object
 
 
 def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,
-                     device) -> dict:
-    """The estimate and its pieces by place, for peak.py: embeddings, tables, head, loss, batch.
-
-    embeddings: saved before the first block; tables: rotary cos/sin or GPT-2's checkpointed mask;
-    head: final norm, head and pooler; loss: the cross-entropy's; batch: saved storages that belong
-    to the input batch (token ids, BERT's labels), alive before the step; first: the first storing
-    block; blocks: every storing block together.
-    """
+                     device) -> ActivationParts:
+    """The estimate and its pieces by place, for peak.py (see ActivationParts)."""
     if shape.family not in FAMILIES:
         raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
@@ -634,15 +650,17 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
     block(again, "block", x_again, True, (again.new(s * dm["d"], e, existing=True),
                                           again.new(s * dm["d"], e, existing=True)))
-    estimate = ActivationEstimate(per_layer, layers_storing, recompute * _positive(layers_storing),
-                                  embeddings + tables + head, loss, model="transformers", first_layer=first_layer,
-                                  frozen_per_layer=frozen_per, frozen_layers_storing=frozen_storing,
-                                  terms=tuple(terms))
-    return {"estimate": estimate, "embeddings": embeddings, "tables": tables, "head": head, "loss": loss,
-            "batch": emb.batch_bytes + chosen.batch_bytes, "first": per_layer if first_layer is None else first_layer,
-            "blocks": estimate.layers, "recompute": recompute, "element_bytes": e, "blocks_store": blocks_store,
-            "embeddings_batch": emb.batch_bytes, "block_live": live.peak_live(), "head_live": chosen.peak_live(),
-            "recompute_live": again.peak_live() if checkpointing else 0}
+    estimate = ActivationEstimate(per_layer=per_layer, layers_storing=layers_storing,
+                                  recompute_peak=recompute * _positive(layers_storing),
+                                  outside_layers=embeddings + tables + head, loss=loss, model="transformers",
+                                  first_layer=first_layer, frozen_per_layer=frozen_per,
+                                  frozen_layers_storing=frozen_storing, terms=tuple(terms))
+    return ActivationParts(
+        estimate=estimate, element_bytes=e, embeddings=embeddings, embeddings_batch=emb.batch_bytes, tables=tables,
+        head=head, loss=loss, batch=emb.batch_bytes + chosen.batch_bytes,
+        first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
+        block_live=live.peak_live(), head_live=chosen.peak_live(),
+        recompute_live=again.peak_live() if checkpointing else 0)
 
 
 def _positive(value):

@@ -8,6 +8,7 @@ every token of context in every sequence of the batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -62,9 +63,11 @@ class InferenceMemory:
 
     @property
     def rule_of_thumb(self):
-        """The widely quoted estimate: (weights + constants) x 1.2, in whole bytes."""
+        """The widely quoted estimate: (weights + constants) x RULE_OF_THUMB_FACTOR, in whole bytes (rounded up)."""
         stored = self.weights + self.quantization_constants
-        return validate.ceil_div(stored * 6, 5)
+        # Integer arithmetic on the factor's exact ratio (1.2 = 6/5), so large byte counts stay exact.
+        numerator, denominator = Fraction(str(RULE_OF_THUMB_FACTOR)).as_integer_ratio()
+        return validate.ceil_div(stored * numerator, denominator)
 
     def parts(self) -> dict[str, object]:
         """Part name -> bytes."""

@@ -16,6 +16,7 @@ import numpy as np
 from . import validate
 from .formats import get_format
 from .models import GROUPS, ModelShape, ParamTensor, lora_targets
+from .notes import Note
 from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, Recipe
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ class TrainableSet:
     @classmethod
     def of(cls, label: str, stats: SetStats, bits: int) -> TrainableSet:
         """A set from the summed statistics of its tensors."""
-        return cls(label, stats.params, stats.tensors, stats.factored, bits, stats.small, stats.blocks)
+        return cls(label=label, params=stats.params, tensors=stats.tensors, factored=stats.factored, bits=bits,
+                   small_params=stats.small, state_blocks=stats.blocks)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class Plan:
     adapter_params: object
     layers_storing: object
     embeddings_trainable: bool
-    notes: tuple = field(default=())
+    notes: tuple = field(default=())  # Note objects
 
     @property
     def trainable_params(self):
@@ -123,6 +125,20 @@ class Method:
         """One line saying what trains, for the assumptions shown beside every number."""
         raise NotImplementedError
 
+    def trainable_params(self, model):
+        """Parameters this method trains on `model` (a ModelShape or a preset name), adapters
+        included; an array when a setting is an array (LoRA(rank=np.array([...])))."""
+        from .presets import resolve_model
+        from .recipes import RECIPES
+
+        # The count does not depend on the storage format: any recipe's plan has the same count.
+        return self.plan(resolve_model(model), RECIPES["bf16"]).trainable_params
+
+    def head_trains(self, shape: ModelShape) -> bool:
+        """Whether the output head's matrix trains. A head tied to the token embedding (GPT-2) is the
+        same matrix, so it trains exactly when the embeddings do."""
+        return True
+
 
 @dataclass(frozen=True)
 class Full(Method):
@@ -138,7 +154,9 @@ class Full(Method):
             repeat = shape.n_layers if group == "layer" else 1
             total = total + _stats(shape.tensors(group)).times(repeat)
         trainable = TrainableSet.of("all weights", total, recipe.weight_bits)
-        return Plan(_group_weight_bytes(shape, recipe.weight_bits), 0, (trainable,), 0, shape.n_layers, True)
+        return Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits), quantization_constant_bytes=0,
+                    trainable=(trainable,), adapter_params=0, layers_storing=shape.n_layers,
+                    embeddings_trainable=True)
 
     def describe(self):
         return "full finetuning: every weight trains"
@@ -183,21 +201,28 @@ class Freeze(Method):
             raise ValueError(f"frozen_layers must be from 0 to n_layers ({n}); got {_show(self.frozen_layers)}")
         return n - self.frozen_layers
 
+    def head_trains(self, shape: ModelShape) -> bool:
+        """Whether the output head's matrix trains: train_head, or for a head tied to the token
+        embedding (the same matrix) train_embeddings."""
+        return self.train_embeddings if shape.tied_embeddings else self.train_head
+
     def plan(self, shape, recipe):
         k = self.layers_trained(shape)
         total = _stats(shape.tensors("layer")).times(k)
         chosen = [g for g, on in (("embeddings", self.train_embeddings), ("final_norm", self.train_final_norm),
-                                  ("head", self.train_head)) if on]
+                                  ("head", self.head_trains(shape))) if on]
         for group in chosen:
             total = total + _stats(shape.tensors(group))
         trainable = TrainableSet.of("unfrozen weights", total, recipe.weight_bits)
         # Backward must reach the first trainable block; with trainable embeddings it reaches them all.
         storing = shape.n_layers if self.train_embeddings else k
         notes = ()
-        if shape.tied_embeddings and self.train_head and not self.train_embeddings:
-            notes = ("the output head is tied to the frozen token embedding, so it stays frozen too",)
-        return Plan(_group_weight_bytes(shape, recipe.weight_bits), 0, (trainable,), 0, storing,
-                    self.train_embeddings, notes)
+        if self.train_head and not self.head_trains(shape):
+            notes = (Note("tied_head_frozen",
+                          "the output head is tied to the frozen token embedding, so it stays frozen too"),)
+        return Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits), quantization_constant_bytes=0,
+                    trainable=(trainable,), adapter_params=0, layers_storing=storing,
+                    embeddings_trainable=self.train_embeddings, notes=notes)
 
     def groups(self, shape: ModelShape) -> pd.DataFrame:
         """One row per part of the model: its blocks, its parameters, and whether it trains here.
@@ -235,7 +260,7 @@ class Freeze(Method):
              "the last blocks: gradients and optimizer states"),
             ("final norm", "", shape.group_params("final_norm"),
              self.train_final_norm and bool(shape.group_params("final_norm")), norm_note),
-            ("output head", "", head_params, self.train_head and bool(head_params), head_note),
+            ("output head", "", head_params, self.head_trains(shape) and bool(head_params), head_note),
         ]
         return pd.DataFrame(rows, columns=["part", "blocks", "params", "trainable", "note"])
 
@@ -257,17 +282,28 @@ def _adapter_tensors(h, m) -> list[ParamTensor]:
 
 
 def _frozen_base_plus_adapters(shape, recipe, adapter_stats: SetStats, adapter_bits, extra_sets=(),
-                               weight_bytes=None, constants=0, notes=()):
+                               weight_bytes=None, constants=0):
     adapter_set = TrainableSet.of("adapters", adapter_stats, adapter_bits)
     adapter_params = adapter_stats.params
     base_bytes = _group_weight_bytes(shape, recipe.weight_bits) if weight_bytes is None else weight_bytes
     adapter_bytes = validate.ceil_div(adapter_params * adapter_bits, 8)
-    return Plan(base_bytes + adapter_bytes, constants, (adapter_set, *extra_sets), adapter_params,
-                shape.n_layers, False, tuple(notes))
+    return Plan(weight_bytes=base_bytes + adapter_bytes, quantization_constant_bytes=constants,
+                trainable=(adapter_set, *extra_sets), adapter_params=adapter_params,
+                layers_storing=shape.n_layers, embeddings_trainable=False)
 
 
-def _adapter_bits(adapter_format, recipe):
-    return recipe.weight_bits if adapter_format is None else get_format(adapter_format).bits
+class AdapterMethod(Method):
+    """A method that adds trainable adapters to a frozen base (Adapters, LoRA, QLoRA)."""
+
+    adapter_format: str | None
+
+    def head_trains(self, shape: ModelShape) -> bool:
+        """Whether the output head's matrix trains (only Adapters(train_head=True) trains an untied one)."""
+        return bool(getattr(self, "train_head", False)) and not shape.tied_embeddings
+
+    def adapter_bits(self, recipe: Recipe) -> int:
+        """Bits per adapter element: adapter_format's, or the recipe's weight bits when it is None."""
+        return recipe.weight_bits if self.adapter_format is None else get_format(self.adapter_format).bits
 
 
 def _check_adapter_format(adapter_format):
@@ -278,7 +314,7 @@ def _check_adapter_format(adapter_format):
 
 
 @dataclass(frozen=True)
-class Adapters(Method):
+class Adapters(AdapterMethod):
     """Houlsby adapters: two bottleneck modules (width `bottleneck`) in every block; the base is frozen.
 
     Each adapter has 2*m*h + m + h parameters (Houlsby et al. 2019). train_norms and train_head
@@ -313,8 +349,7 @@ class Adapters(Method):
             extra.append(TrainableSet.of("layer norms", _stats(norms).times(L) + _stats(outside), recipe.weight_bits))
         if self.train_head and shape.tensors("head"):
             extra.append(TrainableSet.of("head", _stats(shape.tensors("head")), recipe.weight_bits))
-        return _frozen_base_plus_adapters(shape, recipe, adapter.times(2 * L),
-                                          _adapter_bits(self.adapter_format, recipe), extra)
+        return _frozen_base_plus_adapters(shape, recipe, adapter.times(2 * L), self.adapter_bits(recipe), extra)
 
     def describe(self):
         extras = [n for n, on in (("layer norms", self.train_norms), ("head", self.train_head)) if on]
@@ -323,7 +358,7 @@ class Adapters(Method):
 
 
 @dataclass(frozen=True)
-class LoRA(Method):
+class LoRA(AdapterMethod):
     """LoRA (Hu et al. 2021): W + B @ A on the target matrices of every block; the base is frozen.
 
     Each adapted d_in x d_out matrix adds r x (d_in + d_out) trainable parameters (A: r x d_in,
@@ -355,10 +390,13 @@ class LoRA(Method):
         """LoRA parameters in one block: r x sum of (d_in + d_out) over the adapted matrices."""
         return self._adapter_stats(shape).params
 
+    def matrix_params(self, d_in, d_out):
+        """LoRA parameters on one d_in x d_out matrix: A (r x d_in) and B (d_out x r), r x (d_in + d_out)."""
+        return self.rank * (d_in + d_out)
+
     def plan(self, shape, recipe):
         L = shape.n_layers
-        return _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L),
-                                          _adapter_bits(self.adapter_format, recipe))
+        return _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe))
 
     def describe(self):
         fmt = self.adapter_format or "the base format"
@@ -388,8 +426,7 @@ class QLoRA(LoRA):
         weight_bytes, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits,
                                                          block=self.quant_block, double_quant=self.double_quant)
         L = shape.n_layers
-        return _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L),
-                                          _adapter_bits(self.adapter_format, recipe),
+        return _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe),
                                           weight_bytes=weight_bytes, constants=constants)
 
     def describe(self):
@@ -411,7 +448,34 @@ def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = Tr
     blocks = validate.ceil_div(n_elements, block)
     if not double_quant:
         return blocks * 4
-    return blocks + validate.ceil_div(blocks, 256) * 4
+    return blocks + validate.ceil_div(blocks, DOUBLE_QUANT_GROUP) * 4
+
+
+DOUBLE_QUANT_GROUP = 256  # QLoRA's double quantization: one fp32 constant per 256 8-bit constants
+
+
+def quant_constant_bits(*, block: int = 64, double_quant: bool = True) -> float:
+    """Bits of quantization constants per weight of a block-quantized tensor that fills whole blocks.
+
+    32 / block with one fp32 absmax per block; 8 / block + 32 / (256 x block) with double
+    quantization (Dettmers et al. 2023, QLoRA, section 3: 0.5 and 0.127 bits at block 64).
+    """
+    from fractions import Fraction
+
+    block = validate.count("block", block, high=2**16, scalar=True)
+    if not validate.flag("double_quant", double_quant):
+        return float(Fraction(32, block))
+    return float(Fraction(8, block) + Fraction(32, block * DOUBLE_QUANT_GROUP))
+
+
+def bits_per_weight(fmt, *, block: int = 64, double_quant: bool = True) -> float:
+    """Bits one weight costs stored in `fmt`: the format's bits, plus for a block-quantized format
+    (nf4, int4 and int8, stored with absmax constants as bitsandbytes does) quant_constant_bits.
+    bf16: 16.0; nf4 with double quantization at block 64: 4.127 (QLoRA, section 3)."""
+    number_format = get_format(fmt)
+    if number_format.kind == "float":
+        return float(number_format.bits)
+    return number_format.bits + quant_constant_bits(block=block, double_quant=double_quant)
 
 
 def quantized_weight_bytes(shape: ModelShape, fmt, other_bits: int, *, block: int = 64, double_quant: bool = True):
@@ -445,5 +509,3 @@ def _show(value) -> str:
         return f"{value.min()}..{value.max()}" if value.size > 1 else str(value.item())
     return str(value)
 
-
-METHODS = {"full": Full, "freeze": Freeze, "adapters": Adapters, "lora": LoRA, "qlora": QLoRA}

@@ -80,6 +80,7 @@ class ModelShape:
     attention_bias: bool = False  # LLaMA configs may add biases to q, k, v, o
     mlp_bias: bool = False  # LLaMA configs may add biases to gate, up, down
     uniform_params: object = None  # uniform family: the total parameter count
+    from_count: bool = False  # built by resolve_model from a bare parameter count (no layers to choose)
     name: str = ""  # a label for tables and charts
     notes: tuple = field(default=(), compare=False)
 
@@ -404,8 +405,9 @@ def gpt2_model(*, n_layers, hidden_size, n_heads, vocab_size=50257, max_position
     an untied head adds V*h.
     """
     inner = intermediate_size if intermediate_size is not None else 4 * validate.count("hidden_size", hidden_size)
-    return ModelShape("gpt2", n_layers, hidden_size, n_heads, None, None, inner, vocab_size, max_positions,
-                      tied_embeddings, name=name)
+    return ModelShape(family="gpt2", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
+                      intermediate_size=inner, vocab_size=vocab_size, max_positions=max_positions,
+                      tied_embeddings=tied_embeddings, name=name)
 
 
 def llama_model(*, n_layers, hidden_size, n_heads, intermediate_size, vocab_size, n_kv_heads=None,
@@ -416,8 +418,10 @@ def llama_model(*, n_layers, hidden_size, n_heads, intermediate_size, vocab_size
     (hidden_size / n_heads unless given), kv = n_kv_heads (n_heads unless given); biases add
     (a + 2kv)*d + h per block for attention_bias and 2I + h for mlp_bias. Llama-2-7B: 6,738,415,616.
     """
-    return ModelShape("llama", n_layers, hidden_size, n_heads, n_kv_heads, head_dim, intermediate_size,
-                      vocab_size, None, tied_embeddings, attention_bias=attention_bias, mlp_bias=mlp_bias, name=name)
+    return ModelShape(family="llama", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
+                      n_kv_heads=n_kv_heads, head_dim=head_dim, intermediate_size=intermediate_size,
+                      vocab_size=vocab_size, tied_embeddings=tied_embeddings, attention_bias=attention_bias,
+                      mlp_bias=mlp_bias, name=name)
 
 
 def bert_model(*, n_layers, hidden_size, n_heads, intermediate_size=None, vocab_size=30522,
@@ -429,8 +433,9 @@ def bert_model(*, n_layers, hidden_size, n_heads, intermediate_size=None, vocab_
     109,482,240. A masked-LM head is not counted.
     """
     inner = intermediate_size if intermediate_size is not None else 4 * validate.count("hidden_size", hidden_size)
-    return ModelShape("bert", n_layers, hidden_size, n_heads, None, None, inner, vocab_size, max_positions,
-                      False, type_vocab_size=type_vocab_size, num_labels=num_labels, name=name)
+    return ModelShape(family="bert", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
+                      intermediate_size=inner, vocab_size=vocab_size, max_positions=max_positions,
+                      tied_embeddings=False, type_vocab_size=type_vocab_size, num_labels=num_labels, name=name)
 
 
 def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_size=None, name="") -> ModelShape:
@@ -446,8 +451,8 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
         from .units import parse_count
 
         n_params = parse_count(n_params)
-    return ModelShape("uniform", n_layers, hidden_size, n_heads, None, None, None, vocab_size,
-                      uniform_params=n_params, name=name)
+    return ModelShape(family="uniform", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
+                      vocab_size=vocab_size, uniform_params=n_params, name=name)
 
 
 # ---- transformers config.json ----------------------------------------------------------------

@@ -60,6 +60,7 @@ import numpy as np
 from . import validate
 from .hf_activations import activation_parts
 from .methods import Freeze, Full, LoRA
+from .notes import Note
 from .presets import resolve_model
 from .recipes import get_optimizer, get_recipe
 from .training import training_memory
@@ -85,7 +86,7 @@ class PeakEstimate:
 
     forward, backward, optimizer_step: the highest allocation estimated in each phase (bytes);
     resident: what is alive before the step (weights, batch, buffers); moments: (phase, moment,
-    bytes) for every moment considered; notes: what was assumed.
+    bytes) for every moment considered; notes: what was assumed (Note objects).
     """
 
     forward: object
@@ -114,7 +115,6 @@ class PeakEstimate:
     def moments_frame(self):
         """A table of every moment considered: phase, moment, bytes (the largest per phase wins)."""
         import pandas as pd  # only here: `import memmath` stays numpy-only
-        import pandas as pd
 
         return pd.DataFrame([{"phase": p, "moment": label, "bytes": value} for p, label, value in self.moments])
 
@@ -140,7 +140,7 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     s = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
     parts = activation_parts(shape, recipe=recipe, method=method, seq_len=s, batch_size=b, dropout=dropout,
                              attention=attention, checkpointing=checkpointing, device=device)
-    e, t = parts["element_bytes"], b * s
+    e, t = parts.element_bytes, b * s
     h, inner, vocab = shape.hidden_size, shape.intermediate_size, shape.vocab_size or 0
     lm = shape.family != "bert"
     trains = memory.trainable_params > 0
@@ -150,14 +150,14 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     buffers = 2 * INT64 * shape.max_positions if shape.family == "bert" else (
         shape.head_dim * e if shape.family == "llama" else 0)
     resident = memory.weights + memory.quantization_constants + batch_bytes + buffers
-    saved = (parts["estimate"].saved_by_forward - parts["batch"]) * trains
+    saved = (parts.estimate.saved_by_forward - parts.batch) * trains
 
     grads = memory.gradients + memory.gradient_accumulation
     g_embed, g_head = _group_gradients(shape, method, recipe)
     tied_embed = _embedding_bytes(shape, recipe) if shape.tied_embeddings and g_embed > 0 else 0
     g_head_side = g_head + tied_embed  # a tied embedding gets its first gradient at the head
     g_block = _block_gradients(shape, method, recipe)
-    storing = parts["estimate"].layers_storing
+    storing = parts.estimate.layers_storing
     # With checkpointing transformers makes the embedding output a leaf that requires grad: the
     # graph's AccumulateGrad node keeps it, and backward gives it a gradient, while the loss lives.
     leaf = 2 * e * t * h if checkpointing and g_embed == 0 else 0
@@ -171,21 +171,21 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
         moments.append((phase, label, resident + value * trains))
 
     # Forward: the saved tensors pile up; the most alive at once is in the last block or at the loss.
-    embeddings_alloc = parts["embeddings"] - parts["embeddings_batch"]
-    before_last = embeddings_alloc + parts["blocks"] - parts["estimate"].per_layer + parts["tables"]
+    embeddings_alloc = parts.embeddings - parts.embeddings_batch
+    before_last = embeddings_alloc + parts.blocks - parts.estimate.per_layer + parts.tables
     moment("forward", "in the last block: every earlier saved tensor and the block's own, at its fullest",
-           before_last + parts["block_live"])
+           before_last + parts.block_live)
     moment("forward", "at the loss: every saved tensor, the logits and their fp32 copy",
-           embeddings_alloc + parts["blocks"] + parts["tables"] + parts["head_live"])
+           embeddings_alloc + parts.blocks + parts.tables + parts.head_live)
     if lm:
         moment("backward", "at the loss: two fp32 gradients over the vocabulary", saved + 8 * t * vocab)
-    head_saved = parts["head"] + parts["loss"] - (0 if lm else parts["batch"])
+    head_saved = parts.head + parts.loss - (0 if lm else parts.batch)
     moment("backward", "entering the last block: saved tensors but the head's, head-side gradients, working set",
            saved - head_saved + g_head_side + work_bwd)
     if checkpointing:
-        first = e * t * h + parts["tables"] + parts["recompute"]
+        first = e * t * h + parts.tables + parts.recompute
     else:
-        first = parts["first"] + parts["tables"]
+        first = parts.first + parts.tables
     # Only when a second block stores: then every later block's gradients exist already.
     two = storing > 1 if isinstance(storing, np.ndarray) else int(storing > 1)
     moment("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
@@ -193,11 +193,11 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     if checkpointing:
         # Recomputing a block: its forward runs again (saving), over every block input still kept.
         moment("backward", "recomputing the last block: every block input, head-side gradients",
-               embeddings_alloc + parts["blocks"] + parts["tables"] + g_head_side + t * h * e
-               + parts["recompute_live"])
+               embeddings_alloc + parts.blocks + parts.tables + g_head_side + t * h * e
+               + parts.recompute_live)
         moment("backward", "recomputing the first block: its input, every later gradient",
-               (embeddings_alloc + e * t * h + parts["tables"] + grads - g_embed + tied_embed - g_block + t * h * e
-                + parts["recompute_live"]) * two)
+               (embeddings_alloc + e * t * h + parts.tables + grads - g_embed + tied_embed - g_block + t * h * e
+                + parts.recompute_live) * two)
     moment("backward", "at the embeddings: every gradient", embeddings_alloc + grads + tied_embed + leaf)
     transient, note = _optimizer_transient(shape, method, recipe, opt, device)
     moment("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
@@ -211,14 +211,12 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
             result = np.maximum(result, value) if isinstance(result, np.ndarray) or isinstance(value, np.ndarray) \
                 else max(result, value)
         phases[phase] = result
-    notes = tuple(n for n in (note,) if n)
+    notes = () if note is None else (note,)
     if device == "cuda":
-        notes += ("the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it",)
-    return PeakEstimate(phases["forward"], phases["backward"], phases["optimizer_step"], resident, tuple(moments), notes)
-
-
-def _positive(value):
-    return value > 0 if isinstance(value, np.ndarray) else int(value > 0)
+        notes += (Note("cuda_context_excluded",
+                       "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)
+    return PeakEstimate(forward=phases["forward"], backward=phases["backward"], optimizer_step=phases["optimizer_step"],
+                        resident=resident, moments=tuple(moments), notes=notes)
 
 
 def _bits_bytes(params, bits):
@@ -240,7 +238,7 @@ def _group_gradients(shape, method, recipe):
     if isinstance(method, Freeze):
         embed = group("embeddings") if method.train_embeddings else 0
         head = (group("final_norm") if method.train_final_norm else 0) + (
-            group("head") if method.train_head and not shape.tied_embeddings else 0)
+            group("head") if method.head_trains(shape) else 0)
         return embed, head
     return 0, 0  # LoRA and QLoRA: only the adapters train
 
@@ -266,7 +264,7 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
         layer = [t for t in layer if t.component != "norms"] + [t for t in layer if t.component == "norms"]
     if isinstance(method, LoRA):
         rank = method.rank
-        bits = w if method.adapter_format is None else _format_bits(method.adapter_format)
+        bits = method.adapter_bits(recipe)
         order = _MODULE_ORDER[shape.family]
         modules = sorted(shape.lora_matrices(method.targets), key=lambda m: order.index(m[0]))
         block = []
@@ -280,30 +278,25 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
     out += sizes(layer) * blocks
     if full or method.train_final_norm:
         out += sizes(shape.tensors("final_norm"))
-    if full or (method.train_head and not shape.tied_embeddings):
+    if full or method.head_trains(shape):
         out += sizes(shape.tensors("head"))
     return out
 
 
-def _format_bits(fmt):
-    from .formats import get_format
-
-    return get_format(fmt).bits
-
-
 def _optimizer_transient(shape, method, recipe, opt, device):
-    """Bytes of the optimizer's temporaries at its highest moment, and a note when assumed."""
+    """Bytes of the optimizer's temporaries at its highest moment, and a Note when assumed (else None)."""
     if opt.name not in ADAM_LIKE:
-        return 0, ""  # SGD with momentum updates in place (its buffer starts as a clone of the gradient)
-    note = "" if opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad") else (
-        f"{opt.name}'s temporaries assumed like Adam's (not measured)")
+        return 0, None  # SGD with momentum updates in place (its buffer starts as a clone of the gradient)
+    note = None if opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad") else Note(
+        "optimizer_temporaries_assumed", f"{opt.name}'s temporaries assumed like Adam's (not measured)")
     if device == "cuda":
         # foreach Adam: one list of temporaries as large as every trainable tensor together (assumed).
         blocks = method.layers_trained(shape) if isinstance(method, Freeze) else shape.n_layers
         outside = sum(_trainable_tensor_bytes(shape, method, recipe, 0))
         per_block = sum(_trainable_tensor_bytes(shape, method, recipe, 1)) - outside
         total = outside + per_block * blocks
-        return total, note or "foreach Adam's temporaries on CUDA assumed as large as the trainable parameters"
+        return total, note or Note("optimizer_temporaries_assumed",
+                                   "foreach Adam's temporaries on CUDA assumed as large as the trainable parameters")
 
     def largest(blocks):
         sizes = _trainable_tensor_bytes(shape, method, recipe, blocks)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import inspect
 from dataclasses import dataclass, field
 
 from . import validate
 from .gpus import check_fit, get_gpu
+from .activations import ATTENTION_KINDS
 from .methods import LoRA, QLoRA
 from .models import ModelShape, parse_json_config, from_hf_config
+from .recipes import bytes_per_parameter, get_optimizer, get_recipe
 from .training import training_memory
 from .units import UNITS, unit_name
 
@@ -62,7 +65,7 @@ def _smallest_fitting(values, make_settings, model, gpu, reserved_bytes):
 
 def _largest_fitting_batch(model, settings, gpu, reserved_bytes):
     """The largest batch size below the current one that fits (bisection: memory grows with batch), else 1."""
-    low, high = 1, settings.get("batch_size", 1) - 1
+    low, high = 1, _setting(settings, "batch_size") - 1
     if high < 1:
         return None
     if not _fits(_total(model, {**settings, "batch_size": low}), gpu, reserved_bytes):
@@ -76,19 +79,36 @@ def _largest_fitting_batch(model, settings, gpu, reserved_bytes):
     return low
 
 
+# training_memory's own defaults, read from its signature (never typed a second time here).
+_DEFAULTS = {name: p.default for name, p in inspect.signature(training_memory).parameters.items()
+             if p.default is not inspect.Parameter.empty}
+PURE_BF16 = "bf16"
+
+
+def _setting(settings, name):
+    """A setting as training_memory will use it: the value given, else training_memory's default."""
+    return settings.get(name, _DEFAULTS[name])
+
+
+def _keeps_more_than_pure_bf16(precision) -> bool:
+    """True when a recipe (a name or a Recipe) keeps more bytes per parameter than pure bf16 does."""
+    per_param = bytes_per_parameter(get_recipe(precision), "adam")["total"]
+    return per_param > bytes_per_parameter(PURE_BF16, "adam")["total"]
+
+
 def _candidates(model, settings, gpu, reserved_bytes, max_gpus):
     """(change, new settings, cost) for every change that applies to this setup."""
-    method = settings.get("method")
-    seq_len = settings.get("seq_len")
-    optimizer = str(settings.get("optimizer", "adamw")).lower()
-    precision = str(settings.get("precision", "bf16")).lower()
-    n_gpus, stage = settings.get("n_gpus", 1), settings.get("zero_stage", 0)
-    batch = settings.get("batch_size", 1)
+    method = _setting(settings, "method")
+    seq_len = _setting(settings, "seq_len")
+    optimizer = get_optimizer(_setting(settings, "optimizer"))
+    precision = _setting(settings, "precision")
+    n_gpus, stage = _setting(settings, "n_gpus"), _setting(settings, "zero_stage")
+    batch = _setting(settings, "batch_size")
 
-    if seq_len is not None and not settings.get("checkpointing", False):
+    if seq_len is not None and not _setting(settings, "checkpointing"):
         yield ("gradient checkpointing on", {**settings, "checkpointing": True},
                "recomputes each block's forward pass during backward: about a third more compute")
-    if seq_len is not None and str(settings.get("attention", "eager")).lower() == "eager":
+    if seq_len is not None and validate.choice("attention", _setting(settings, "attention"), ATTENTION_KINDS) == "eager":
         yield ("fused attention (sdpa)", {**settings, "attention": "sdpa"},
                "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
     if batch > 1 and seq_len is not None:
@@ -106,11 +126,11 @@ def _candidates(model, settings, gpu, reserved_bytes, max_gpus):
         yield (f"QLoRA rank {rank} on {', '.join(targets)}",
                {**settings, "method": QLoRA(rank=rank, targets=targets)},
                "4-bit NF4 base: weights are dequantized on the fly, so steps are slower (Dettmers et al. 2023)")
-    if optimizer in ("adam", "adamw"):
+    if optimizer.name in ("adam", "adamw"):
         yield ("8-bit Adam", {**settings, "optimizer": "adam8bit"},
                "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
-    if precision in ("fp32", "amp", "mixed", "mixed_fp32_grads"):
-        yield ("pure bf16 recipe", {**settings, "precision": "bf16"},
+    if _keeps_more_than_pure_bf16(precision):
+        yield ("pure bf16 recipe", {**settings, "precision": PURE_BF16},
                "no fp32 master copy: small updates can round away; watch the loss (or use Kahan summation)")
     if n_gpus > 1 and stage < 3:
         stages = list(range(stage + 1, 4))

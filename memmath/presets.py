@@ -7,6 +7,8 @@ the first ones against the model cards' published counts.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import validate
@@ -57,10 +59,10 @@ def resolve_model(model) -> ModelShape:
         raise ValueError("model must be a ModelShape, a preset name or a parameter count; got a boolean")
     if isinstance(model, (int, float, np.integer, np.floating, np.ndarray, list, tuple)):
         n = validate.count("model (parameter count)", model, high=validate.MAX_PARAMS)
-        return uniform_model(n, 1, name="plain parameter count")
+        return dataclasses.replace(uniform_model(n, 1, name="plain parameter count"), from_count=True)
     raise TypeError(f"model must be a ModelShape, a preset name or a parameter count; got {type(model).__name__}")
 
 
 def is_plain_count(shape: ModelShape) -> bool:
     """True for a model given only as a parameter count (no layers to freeze, no widths)."""
-    return shape.family == "uniform" and not shape.has_shape and shape.name == "plain parameter count"
+    return shape.from_count

@@ -35,24 +35,30 @@ class Recipe:
 
 
 RECIPES: dict[str, Recipe] = {
-    "fp32": Recipe("fp32", 32, 32, 0, 32, 0, 32, True,
-                   "Everything in fp32: 4 B weights, 4 B gradients, 4 B per optimizer state.",
-                   "PyTorch defaults"),
-    "bf16": Recipe("bf16", 16, 16, 0, 16, 0, 16, True,
-                   "Pure bf16: weights, gradients and optimizer states all 2 B (the article's 8 B/param with Adam).",
-                   "the article; LLaMA-Factory pure_bf16"),
-    "fp16": Recipe("fp16", 16, 16, 0, 16, 0, 16, True,
-                   "Pure fp16: like pure bf16 in bytes, but needs loss scaling against underflow.",
-                   "the article (16-bit)"),
-    "amp": Recipe("amp", 32, 32, 0, 32, 0, 16, True,
-                  "PyTorch AMP: fp32 weights, gradients and states; 16-bit activations under autocast.",
-                  "torch.autocast documentation"),
-    "mixed": Recipe("mixed", 16, 16, 32, 32, 0, 16, False,
-                    "Mixed precision: 16-bit weights and gradients, fp32 master copy and fp32 Adam states (2+2+4+8 = 16 B/param).",
-                    "Micikevicius et al. 2018; Rajbhandari et al. 2020 (ZeRO), section 3.1"),
-    "mixed_fp32_grads": Recipe("mixed_fp32_grads", 16, 16, 32, 32, 32, 16, False,
-                               "Mixed precision plus an fp32 gradient-accumulation buffer (2+2+4+4+8 = 20 B/param).",
-                               "nanotron; Hugging Face Ultra-Scale Playbook (2025)"),
+    "fp32": Recipe(name="fp32", weight_bits=32, grad_bits=32, master_bits=0, state_bits=32,
+                   accum_bits=0, activation_bits=32, states_follow_params=True,
+                   description="Everything in fp32: 4 B weights, 4 B gradients, 4 B per optimizer state.",
+                   source="PyTorch defaults"),
+    "bf16": Recipe(name="bf16", weight_bits=16, grad_bits=16, master_bits=0, state_bits=16,
+                   accum_bits=0, activation_bits=16, states_follow_params=True,
+                   description="Pure bf16: weights, gradients and optimizer states all 2 B (the article's 8 B/param with Adam).",
+                   source="the article; LLaMA-Factory pure_bf16"),
+    "fp16": Recipe(name="fp16", weight_bits=16, grad_bits=16, master_bits=0, state_bits=16,
+                   accum_bits=0, activation_bits=16, states_follow_params=True,
+                   description="Pure fp16: like pure bf16 in bytes, but needs loss scaling against underflow.",
+                   source="the article (16-bit)"),
+    "amp": Recipe(name="amp", weight_bits=32, grad_bits=32, master_bits=0, state_bits=32,
+                  accum_bits=0, activation_bits=16, states_follow_params=True,
+                  description="PyTorch AMP: fp32 weights, gradients and states; 16-bit activations under autocast.",
+                  source="torch.autocast documentation"),
+    "mixed": Recipe(name="mixed", weight_bits=16, grad_bits=16, master_bits=32, state_bits=32,
+                    accum_bits=0, activation_bits=16, states_follow_params=False,
+                    description="Mixed precision: 16-bit weights and gradients, fp32 master copy and fp32 Adam states (2+2+4+8 = 16 B/param).",
+                    source="Micikevicius et al. 2018; Rajbhandari et al. 2020 (ZeRO), section 3.1"),
+    "mixed_fp32_grads": Recipe(name="mixed_fp32_grads", weight_bits=16, grad_bits=16, master_bits=32, state_bits=32,
+                               accum_bits=32, activation_bits=16, states_follow_params=False,
+                               description="Mixed precision plus an fp32 gradient-accumulation buffer (2+2+4+4+8 = 20 B/param).",
+                               source="nanotron; Hugging Face Ultra-Scale Playbook (2025)"),
 }
 PRECISIONS = tuple(RECIPES)
 
@@ -89,38 +95,47 @@ class Optimizer:
 
 
 OPTIMIZERS: dict[str, Optimizer] = {
-    "sgd": Optimizer("sgd", 0, None, 0, False, 0, 0, "Plain SGD: no state at all.", "torch.optim.SGD"),
-    "sgd_momentum": Optimizer("sgd_momentum", 1, None, 0, False, 0, 0,
-                              "SGD with momentum: one momentum buffer per parameter.", "torch.optim.SGD(momentum>0)"),
-    "adam": Optimizer("adam", 2, None, 4, False, 0, 0,
-                      "Adam: first and second moments (exp_avg, exp_avg_sq) plus a 4-byte step per tensor.",
-                      "Kingma & Ba 2015; torch.optim.Adam"),
-    "adamw": Optimizer("adamw", 2, None, 4, False, 0, 0,
-                       "AdamW: Adam's two moments with decoupled weight decay, plus a 4-byte step per tensor.",
-                       "Loshchilov & Hutter 2019; torch.optim.AdamW"),
+    "sgd": Optimizer(name="sgd", states=0, state_bits=None, step_bytes_per_tensor=0,
+                     factored=False, block_size=0, block_constant_bits=0,
+                     description="Plain SGD: no state at all.", source="torch.optim.SGD"),
+    "sgd_momentum": Optimizer(name="sgd_momentum", states=1, state_bits=None, step_bytes_per_tensor=0,
+                              factored=False, block_size=0, block_constant_bits=0,
+                              description="SGD with momentum: one momentum buffer per parameter.", source="torch.optim.SGD(momentum>0)"),
+    "adam": Optimizer(name="adam", states=2, state_bits=None, step_bytes_per_tensor=4,
+                      factored=False, block_size=0, block_constant_bits=0,
+                      description="Adam: first and second moments (exp_avg, exp_avg_sq) plus a 4-byte step per tensor.",
+                      source="Kingma & Ba 2015; torch.optim.Adam"),
+    "adamw": Optimizer(name="adamw", states=2, state_bits=None, step_bytes_per_tensor=4,
+                       factored=False, block_size=0, block_constant_bits=0,
+                       description="AdamW: Adam's two moments with decoupled weight decay, plus a 4-byte step per tensor.",
+                       source="Loshchilov & Hutter 2019; torch.optim.AdamW"),
     # Reddi et al. 2018 (AMSGrad): a third state, the running maximum of exp_avg_sq (max_exp_avg_sq).
-    "adam_amsgrad": Optimizer("adam_amsgrad", 3, None, 4, False, 0, 0,
-                              "Adam with amsgrad: exp_avg, exp_avg_sq and their running maximum, plus a 4-byte step per tensor.",
-                              "Reddi et al. 2018; torch.optim.Adam(amsgrad=True)"),
-    "adamw_amsgrad": Optimizer("adamw_amsgrad", 3, None, 4, False, 0, 0,
-                               "AdamW with amsgrad: three moments (the third the running maximum of the second), plus a 4-byte step per tensor.",
-                               "Reddi et al. 2018; torch.optim.AdamW(amsgrad=True)"),
+    "adam_amsgrad": Optimizer(name="adam_amsgrad", states=3, state_bits=None, step_bytes_per_tensor=4,
+                              factored=False, block_size=0, block_constant_bits=0,
+                              description="Adam with amsgrad: exp_avg, exp_avg_sq and their running maximum, plus a 4-byte step per tensor.",
+                              source="Reddi et al. 2018; torch.optim.Adam(amsgrad=True)"),
+    "adamw_amsgrad": Optimizer(name="adamw_amsgrad", states=3, state_bits=None, step_bytes_per_tensor=4,
+                               factored=False, block_size=0, block_constant_bits=0,
+                               description="AdamW with amsgrad: three moments (the third the running maximum of the second), plus a 4-byte step per tensor.",
+                               source="Reddi et al. 2018; torch.optim.AdamW(amsgrad=True)"),
     # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": 2 x 1 B states, one fp32
     # absmax per block of 2,048 values.
     # bitsandbytes (Optimizer2State.init_state): a tensor with fewer than min_8bit_size = 4,096 elements
     # keeps both states in fp32; the others get uint8 states and fp32 absmax1/absmax2 of ceil(n / 256)
     # each (2,048 before v0.44); `step` is a Python int, no tensor.
-    "adam8bit": Optimizer("adam8bit", 2, 8, 0, False, EIGHT_BIT_BLOCK, 32,
-                          "8-bit Adam: both moments in 1 B each, one fp32 constant per block of 256 values "
+    "adam8bit": Optimizer(name="adam8bit", states=2, state_bits=8, step_bytes_per_tensor=0,
+                          factored=False, block_size=EIGHT_BIT_BLOCK, block_constant_bits=32,
+                          description="8-bit Adam: both moments in 1 B each, one fp32 constant per block of 256 values "
                           "(bitsandbytes >= 0.44; tensors under 4,096 elements keep fp32 moments).",
-                          "Dettmers et al. 2022 (bitsandbytes)", EIGHT_BIT_MIN_SIZE),
+                          source="Dettmers et al. 2022 (bitsandbytes)", min_8bit_size=EIGHT_BIT_MIN_SIZE),
     # Shazeer & Stern 2018: the second moment of an r x c matrix kept as r + c statistics; no first moment.
     # torch.optim.Adafactor (measured, torch 2.13) keeps row_var and col_var in the parameter's dtype
     # (the full size for vectors) plus a 4-byte fp32 `step` tensor per parameter tensor, as Adam does.
-    "adafactor": Optimizer("adafactor", 0, None, 4, True, 0, 0,
-                           "Adafactor: factored second moments (rows + columns per matrix), no momentum, "
+    "adafactor": Optimizer(name="adafactor", states=0, state_bits=None, step_bytes_per_tensor=4,
+                           factored=True, block_size=0, block_constant_bits=0,
+                           description="Adafactor: factored second moments (rows + columns per matrix), no momentum, "
                            "plus a 4-byte step per tensor.",
-                           "Shazeer & Stern 2018; torch.optim.Adafactor"),
+                           source="Shazeer & Stern 2018; torch.optim.Adafactor"),
 }
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)
 

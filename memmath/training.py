@@ -17,6 +17,7 @@ from . import validate
 from .activations import ATTENTION_KINDS, ActivationEstimate, textbook_activations
 from .methods import Full, Method, Plan
 from .models import ModelShape
+from .notes import Note
 from .presets import is_plain_count, resolve_model
 from .recipes import Optimizer, Recipe, get_optimizer, get_recipe
 from .units import UNITS, unit_name
@@ -36,11 +37,39 @@ ACTIVATION_MODELS = ("textbook", "transformers")
 
 
 @dataclass(frozen=True)
+class OptimizerStates:
+    """The optimizer's bytes by kind, for the whole run (before ZeRO sharding).
+
+    moments: the state tensors (Adam's exp_avg and exp_avg_sq, momentum buffers, Adafactor's row
+    and column statistics; 8-bit Adam's fp32 states of small tensors too); step_counters: the
+    4-byte fp32 `step` tensor per trainable tensor (torch.optim Adam, AdamW, Adafactor);
+    block_constants: 8-bit Adam's fp32 absmax per block of values.
+    """
+
+    moments: object = 0
+    step_counters: object = 0
+    block_constants: object = 0
+
+    @property
+    def total(self):
+        """moments + step_counters + block_constants: the run's optimizer_states before sharding."""
+        return self.moments + self.step_counters + self.block_constants
+
+    def __add__(self, other: OptimizerStates) -> OptimizerStates:
+        return OptimizerStates(moments=self.moments + other.moments,
+                               step_counters=self.step_counters + other.step_counters,
+                               block_constants=self.block_constants + other.block_constants)
+
+
+@dataclass(frozen=True)
 class TrainingMemory:
     """Bytes one GPU holds during a training step, part by part (ints, or int64 arrays in a sweep).
 
     total = the sum of PARTS. trainable_params/total_params count parameters (adapters included in
-    trainable_params, not in total_params). notes say what was left out or assumed.
+    trainable_params, not in total_params); trainable_tensors counts the trainable parameter
+    tensors (0 for a uniform model, which has no tensor list). optimizer_state_detail splits the
+    optimizer states by kind, before ZeRO sharding. notes (Note objects) say what was left out or
+    assumed.
     """
 
     weights: object
@@ -62,6 +91,8 @@ class TrainingMemory:
     activations_estimated: bool
     activation_detail: ActivationEstimate | None = None
     notes: tuple = field(default=())
+    trainable_tensors: object = 0
+    optimizer_state_detail: OptimizerStates | None = None
 
     @property
     def total(self):
@@ -72,6 +103,12 @@ class TrainingMemory:
     def without_activations(self):
         """Everything but activations: what the article's 56 GB counts."""
         return self.total - self.activations
+
+    @property
+    def trainable_state(self):
+        """What the run keeps for its trainable parameters besides their weights: gradients, the
+        gradient-accumulation buffer, the fp32 master copy and the optimizer states."""
+        return self.gradients + self.gradient_accumulation + self.master_weights + self.optimizer_states
 
     def parts(self) -> dict[str, object]:
         """Part name -> bytes, in the fixed order of PARTS."""
@@ -152,7 +189,8 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
 
     plan = method.plan(shape, recipe)
     notes = list(plan.notes)
-    gradients, accumulation, master, states = _trainable_parts(plan, recipe, opt, shape, notes)
+    gradients, accumulation, master, state_detail = _trainable_parts(plan, recipe, opt, shape, notes)
+    states = state_detail.total
     act_estimate, act_bytes, estimated = _activations(
         shape, plan, recipe, method, notes, seq_len=seq_len, batch_size=batch_size, dropout=dropout,
         attention=attention, checkpointing=checkpointing, activations=activations, device=device,
@@ -167,7 +205,7 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
         if zero_stage >= 3:
             weights, constants = _shard(weights, n_gpus), _shard(constants, n_gpus)
     if n_gpus > 1 and not zero_stage:
-        notes.append("data parallel without ZeRO: every GPU holds a full copy of every part")
+        notes.append(Note("data_parallel_full_copy", "data parallel without ZeRO: every GPU holds a full copy of every part"))
 
     return TrainingMemory(
         weights=weights, quantization_constants=constants, gradients=gradients, gradient_accumulation=accumulation,
@@ -175,11 +213,14 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
         trainable_params=plan.trainable_params, total_params=shape.n_params, adapter_params=plan.adapter_params,
         recipe=recipe, optimizer=opt, method=method, model_name=shape.name, n_gpus=n_gpus, zero_stage=zero_stage,
         activations_estimated=estimated, activation_detail=act_estimate, notes=tuple(notes),
+        trainable_tensors=sum((s.tensors for s in plan.trainable), 0) if shape.tensor_count_known else 0,
+        optimizer_state_detail=state_detail,
     )
 
 
 def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):
-    gradients = accumulation = master = states = 0
+    gradients = accumulation = master = 0
+    states = OptimizerStates()
     for s in plan.trainable:
         # A set stored in its own format (fp32 LoRA adapters) gets gradients in that format.
         grad_bits = recipe.grad_bits if s.bits == recipe.weight_bits else s.bits
@@ -191,38 +232,44 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
             state_bits = opt.state_bits
         else:
             state_bits = s.bits if recipe.states_follow_params else recipe.state_bits
+        moments = constants = steps = 0
         if opt.factored:
             # Adafactor: rows + columns per matrix, the full size for vectors (Shazeer & Stern 2018).
-            states = states + validate.ceil_div(s.factored * state_bits, 8)
+            moments = validate.ceil_div(s.factored * state_bits, 8)
         state_values = opt.states * s.params
         if opt.min_8bit_size and shape.tensor_count_known and s.state_blocks is not None:
             # bitsandbytes, tensor by tensor: fp32 states under min_8bit_size elements; otherwise 8-bit
             # states plus one fp32 absmax per block of 256 values per state (Optimizer2State.init_state).
             small_values = opt.states * s.small_params
-            states = (states + validate.ceil_div((state_values - small_values) * state_bits, 8) + small_values * 4
-                      + opt.states * s.state_blocks * opt.block_constant_bits // 8)
+            moments = moments + validate.ceil_div((state_values - small_values) * state_bits, 8) + small_values * 4
+            constants = opt.states * s.state_blocks * opt.block_constant_bits // 8
         else:
-            states = states + validate.ceil_div(state_values * state_bits, 8)
+            moments = moments + validate.ceil_div(state_values * state_bits, 8)
             if opt.block_size:
-                states = states + validate.ceil_div(state_values, opt.block_size) * opt.block_constant_bits // 8
+                constants = validate.ceil_div(state_values, opt.block_size) * opt.block_constant_bits // 8
         if opt.step_bytes_per_tensor and shape.tensor_count_known:
-            states = states + opt.step_bytes_per_tensor * s.tensors
+            steps = opt.step_bytes_per_tensor * s.tensors
+        states = states + OptimizerStates(moments=moments, step_counters=steps, block_constants=constants)
     if opt.step_bytes_per_tensor and not shape.tensor_count_known:
-        notes.append("the optimizer's 4-byte step counters (one per tensor) are not counted: a uniform model "
-                     "has no tensor list")
+        notes.append(Note("step_counters_not_counted",
+                          "the optimizer's 4-byte step counters (one per tensor) are not counted: a uniform model "
+                          "has no tensor list"))
     if opt.factored and not shape.tensor_count_known:
-        notes.append("Adafactor cannot factor a uniform model's layers (no matrix shapes): counted as full second moments")
+        notes.append(Note("adafactor_unfactored", "Adafactor cannot factor a uniform model's layers (no matrix "
+                          "shapes): counted as full second moments"))
     return gradients, accumulation, master, states
 
 
 def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, notes: list, *, seq_len,
                  batch_size, dropout, attention, checkpointing, activations, device):
     if seq_len is None:
-        notes.append("activations not estimated: pass seq_len (and batch_size) to include them")
+        notes.append(Note("activations_not_estimated",
+                          "activations not estimated: pass seq_len (and batch_size) to include them"))
         return None, 0, False
     if not shape.has_shape:
-        notes.append("activations not estimated: the model is a parameter count without widths "
-                     "(use a preset, from_hf_config or uniform_model(..., hidden_size=, n_heads=))")
+        notes.append(Note("activations_not_estimated",
+                          "activations not estimated: the model is a parameter count without widths "
+                          "(use a preset, from_hf_config or uniform_model(..., hidden_size=, n_heads=))"))
         return None, 0, False
     if activations == "transformers":
         from .hf_activations import transformers_activations

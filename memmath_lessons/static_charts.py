@@ -178,7 +178,7 @@ def live_only_notice(text: str | None = None, href: str = LIVE_WORKBOOK_HREF):
     """
     import marimo as mo
 
-    if os.environ.get(STATIC_EXPORT_ENV) != "1":
+    if not is_static_export():
         return mo.Html("")
     text = text or ("This page is a snapshot: the sliders and menus in this section move only in the live "
                     "workbook, where Python recomputes every number. The inputs directly under a chart "

@@ -245,7 +245,7 @@ def stacked_bars_output(frame: pd.DataFrame, unit: str = "GB", *, title: str = "
                         capacity_label: str = "", width: int = 560, height=None) -> SpecOutput:
     """The chart of `stacked_bars(...)`, ready for a cell to show, built as Vega-Lite JSON directly.
 
-    Same arguments and the same drawing as `chart_output(stacked_bars(...))` (tests/test_viz_helpers.py
+    Same arguments and the same drawing as `chart_output(stacked_bars(...))` (tests/test_viz.py
     compares the two specs), in well under a millisecond instead of about 20 ms of altair objects:
     for a chart that a slider redraws on every move.
     """

@@ -155,7 +155,7 @@ def _(gpu, mm, mo, n_params, run, unit, viz):
     _holds, _runs = mm.check_fit(run.weights, gpu), mm.check_fit(run.total, gpu)
     _verdict = ("fits" if _runs.fits else f"does not fit: it is short by {mm.format_bytes(-_runs.headroom_bytes, unit)}")
     _kind = "success" if _runs.fits else ("warn" if _holds.fits else "danger")
-    _notes = [n for n in run.notes if not n.startswith("activations not estimated")]
+    _notes = [n.text for n in run.notes if n.kind != "activations_not_estimated"]
     mo.callout(mo.md(f"""
     **{viz.short_count(n_params)} parameters**: {mm.format_bytes(run.total, unit)} for full finetuning
     ({run.total / n_params:.2f} B per parameter), of which {mm.format_bytes(run.weights, unit)} are weights.
@@ -251,7 +251,7 @@ def _(gpu, mm, model, n_params, pd, precision, unit, viz):
     _rows = []
     for _name, _opt in mm.OPTIMIZERS.items():
         _r = mm.training_memory(model, precision=precision, optimizer=_name)
-        _unfactored = any(_n.startswith("Adafactor cannot factor") for _n in _r.notes)
+        _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
         _rows.append({"optimizer": _name, f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
                       "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
                       f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu).fits else "no",
@@ -422,8 +422,8 @@ def _(fidelity_case, fidelity_rows, mm, mo):
     _detail = fidelity_case["optimizer_state_detail"]
     _exact = int((fidelity_rows["difference (B)"] == 0).sum())
     _big = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw")
-    _moments = 2 * mm.get_format("bf16").bytes_for(_big.total_params)  # exp_avg + exp_avg_sq, 2 B each
-    _counters = _big.optimizer_states - _moments  # 4 B per tensor
+    _moments = _big.optimizer_state_detail.moments  # exp_avg + exp_avg_sq, 2 B each
+    _counters = _big.optimizer_state_detail.step_counters  # one 4-byte step per trainable tensor
     mo.md(f"""
     **{_exact} of {len(fidelity_rows)}** rows match to the byte. Read one: the {fidelity_case["precision"]}
     model has {_n:,} parameters in {_tensors} tensors. AdamW keeps `exp_avg` and `exp_avg_sq`, each
@@ -431,7 +431,7 @@ def _(fidelity_case, fidelity_rows, mm, mo):
     the parameters' own format, so a bf16 model gets the pure bf16 recipe), plus one 4-byte `step`
     counter per tensor: {_tensors} × 4 = {_detail["step"]:,} B. SGD with momentum keeps one buffer per
     parameter; Adam with amsgrad a third moment, the running maximum of `exp_avg_sq`. For a real model
-    the counters vanish: llama-2-7b's {_counters // 4} tensors add {_counters:,} B of counters to
+    the counters vanish: llama-2-7b's {_big.trainable_tensors} tensors add {_counters:,} B of counters to
     {mm.format_bytes(_moments)} of moments. The bytes per parameter are the whole story.
     """)
     return

@@ -325,12 +325,12 @@ def _(memory_model_dropdown, mm, mo, pd, scenarios, seq_len_slider, unit, viz):
 
     _rows = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
                            f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
-                           f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states, unit), 3),
+                           f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
                            f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
                            "smallest GPU": _smallest_fit(r)} for name, r in scenarios.items()])
     _full, _freeze, _adapt = scenarios.values()
-    _saved = (_full.gradients + _full.optimizer_states) - (_adapt.gradients + _adapt.optimizer_states)
+    _saved = _full.trainable_state - _adapt.trainable_state
     _shape = mm.PRESETS[memory_model_dropdown.value]
     _long = _shape.max_positions is not None and seq_len_slider.value > _shape.max_positions
     _warn = [mo.callout(mo.md(f"{memory_model_dropdown.selected_key} learned only {_shape.max_positions:,} positions, "

@@ -35,9 +35,9 @@ def _(live_only_notice, mm, mo, time_lora_merge, viz):
     B starts at zero, so training starts from the pretrained model.
 
     Llama-2-7B has d_in = d_out = {_h:,} in its query and value projections. At r = 8 each adapted
-    matrix gets 8 × ({_h:,} + {_h:,}) = {8 * 2 * _h:,} parameters, against {_h * _h:,} in the matrix
-    itself. Two matrices (q and v) in each of {_L} blocks: {8 * 2 * _h:,} × 2 × {_L} =
-    **{_lora.params_per_block(_shape) * _L:,}** trainable parameters.
+    matrix gets 8 × ({_h:,} + {_h:,}) = {_lora.matrix_params(_h, _h):,} parameters, against {_h * _h:,} in the matrix
+    itself. Two matrices (q and v) in each of {_L} blocks: {_lora.matrix_params(_h, _h):,} × 2 × {_L} =
+    **{_lora.trainable_params(_shape):,}** trainable parameters.
     """)
     LORA_MODELS = {"Llama-2-7B": "llama-2-7b", "Llama-3-8B": "llama-3-8b", "Mistral-7B": "mistral-7b",
                    "Llama-2-13B": "llama-2-13b", "LLaMA-65B": "llama-65b", "Llama-2-70B": "llama-2-70b"}
@@ -78,13 +78,13 @@ def _(mm, model_dropdown, pd, rank_slider, targets_dropdown, viz):
     model_label = model_dropdown.selected_key
     rank, targets = rank_slider.value, targets_dropdown.value
     lora_method = mm.LoRA(rank=rank, targets=targets)
-    lora_trainable = lora_method.params_per_block(shape) * shape.n_layers
+    lora_trainable = lora_method.trainable_params(shape)
     _rows = []
     for _target in mm.LORA_TARGETS:
         [(_module, _d_in, _d_out)] = shape.lora_matrices([_target])
         _rows.append({"matrix": _module, "d_in x d_out": f"{_d_in:,} x {_d_out:,}", "adapted": "yes" if _target in targets else "",
-                      "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": rank * (_d_in + _d_out),
-                      "LoRA / matrix": f"{rank * (_d_in + _d_out) / (_d_in * _d_out):.2%}"})
+                      "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": lora_method.matrix_params(_d_in, _d_out),
+                      "LoRA / matrix": f"{lora_method.matrix_params(_d_in, _d_out) / (_d_in * _d_out):.2%}"})
     matrix_table = pd.DataFrame(_rows)
     viz.plain_table(matrix_table)
     return lora_trainable, model_label, rank, shape, targets
@@ -95,7 +95,7 @@ def _(TARGET_SETS, mm, np, pd, shape):
     # Trainable parameters for every rank and set of matrices of this model (runs when the model changes).
     lora_ranks = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
     lora_curves = pd.concat([pd.DataFrame({"matrices": _label, "rank": lora_ranks,
-                                           "trainable": mm.LoRA(rank=lora_ranks, targets=_t).params_per_block(shape) * shape.n_layers})
+                                           "trainable": mm.LoRA(rank=lora_ranks, targets=_t).trainable_params(shape)})
                              for _label, _t in TARGET_SETS.items()])
     return (lora_curves,)
 
@@ -218,19 +218,20 @@ def _(live_only_notice, mo):
 def _(block_size_slider, blockwise, mm, np, pd, viz):
     quant_block = block_size_slider.value
     demo_weights = np.random.default_rng(0).standard_normal(4096)
-    _n = quant_block * 256 * 4096  # a tensor that fills whole blocks of blocks
     _bf16_error = float(np.abs(mm.round_to_format(demo_weights, "bf16") - demo_weights).mean() / np.abs(demo_weights).mean())
 
     def _row(storage, fmt, double_quant):
-        _bits = 8 * mm.quant_constant_bytes(_n, block=quant_block, double_quant=double_quant) / _n
-        return {"storage": storage, "bits per weight": 4.0, "constants (bits per weight)": _bits,
-                "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, fmt, block=quant_block)}
+        return {"storage": storage, "bits per weight": float(mm.get_format(fmt).bits),
+                "constants (bits per weight)": mm.quant_constant_bits(block=quant_block, double_quant=double_quant),
+                "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, fmt, block=quant_block),
+                "total bits": mm.bits_per_weight(fmt, block=quant_block, double_quant=double_quant)}
 
     quant_rows = pd.DataFrame([
-        {"storage": "bf16", "bits per weight": 16.0, "constants (bits per weight)": 0.0, "mean error (share of mean |w|)": _bf16_error},
+        {"storage": "bf16", "bits per weight": mm.bits_per_weight("bf16"), "constants (bits per weight)": 0.0,
+         "mean error (share of mean |w|)": _bf16_error, "total bits": mm.bits_per_weight("bf16")},
         _row("int4, fp32 constants", "int4", False), _row("NF4, fp32 constants", "nf4", False),
         _row("NF4 + double quantization", "nf4", True),
-    ]).assign(**{"total bits": lambda f: f["bits per weight"] + f["constants (bits per weight)"]})
+    ])
     viz.plain_table(quant_rows.round(4))
     return demo_weights, quant_block, quant_rows
 
@@ -256,9 +257,8 @@ def _(alt, demo_weights, mm, np, pd, quant_block, viz):
 
 @app.cell(hide_code=True)
 def _(mm, mo, quant_block, quant_rows):
-    _n64 = 64 * 256 * 4096
-    _paper_plain = 8 * mm.quant_constant_bytes(_n64, block=64, double_quant=False) / _n64
-    _paper_dq = 8 * mm.quant_constant_bytes(_n64, block=64, double_quant=True) / _n64
+    _paper_plain = mm.quant_constant_bits(block=64, double_quant=False)  # QLoRA's blocks of 64
+    _paper_dq = mm.quant_constant_bits(block=64, double_quant=True)
     _no_dq, _dq = quant_rows["constants (bits per weight)"].iloc[2], quant_rows["constants (bits per weight)"].iloc[3]
     _saved = (mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
               - mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
@@ -329,7 +329,7 @@ def _(gpu, mm, model_label, side_by_side, unit, viz):
 def _(gpu, lora_base, lora_fp32, mm, mo, pd, side_by_side, unit, viz):
     _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
                            f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
-                           f"grads + states ({unit})": round(mm.to_unit(r.gradients + r.optimizer_states + r.master_weights + r.gradient_accumulation, unit), 3),
+                           f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
                            f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
                            f"fits {gpu.name}?": "yes" if mm.check_fit(r, gpu).fits else "no"} for name, r in side_by_side.items()])
@@ -503,7 +503,7 @@ def _(guanaco, guanaco_fit, guanaco_no_checkpointing, literature, mm, mo):
     on a V100, {_context.source}) and before paging moves anything to the CPU. Weights and constants take
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
     head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
-    {mm.format_bytes(guanaco.gradients + guanaco.optimizer_states)} of gradients and optimizer states;
+    {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
     activations are {mm.format_bytes(guanaco.activations)}.
     {f"Without gradient checkpointing the same run would need {mm.format_bytes(guanaco_no_checkpointing.total)}."
      if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
@@ -514,9 +514,8 @@ def _(guanaco, guanaco_fit, guanaco_no_checkpointing, literature, mm, mo):
 @app.cell(hide_code=True)
 def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, viz):
     _shape = mm.PRESETS["llama-2-7b"]
-    _qv8 = mm.LoRA(rank=8, targets=("q", "v")).params_per_block(_shape) * _shape.n_layers
-    _n = 64 * 256 * 4096
-    _plain, _dq = (8 * mm.quant_constant_bytes(_n, block=64, double_quant=d) / _n for d in (False, True))
+    _qv8 = mm.LoRA(rank=8, targets=("q", "v")).trainable_params(_shape)
+    _plain, _dq = (mm.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
     mo.callout(mo.md(f"""
     **Takeaways**
 
@@ -537,9 +536,8 @@ def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, viz):
 @app.cell(hide_code=True)
 def _(mm, mo):
     _shape = mm.PRESETS["llama-2-7b"]
-    _all = mm.LoRA(rank=16, targets="all").params_per_block(_shape) * _shape.n_layers
-    _n = 64 * 256 * 1000
-    _plain, _dq = (8 * mm.quant_constant_bytes(_n, block=64, double_quant=d) / _n for d in (False, True))
+    _all = mm.LoRA(rank=16, targets="all").trainable_params(_shape)
+    _plain, _dq = (mm.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
     _65b = mm.PRESETS["llama-65b"].n_params
     _args = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, checkpointing=True)
     _lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
@@ -554,7 +552,7 @@ def _(mm, mo):
         11,008 → 4,096. How many parameters does LoRA with r = 16 on all seven matrices train over 32 blocks?"""),
         mo.accordion({"Answer": mo.md(f"""16 × (4 × (4,096 + 4,096) + 3 × (4,096 + 11,008)) =
         16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**
-        (`mm.LoRA(rank=16, targets="all").params_per_block(shape) * 32`).""")}),
+        (`mm.LoRA(rank=16, targets="all").trainable_params(shape)`).""")}),
         mo.md("""**2.** Derive QLoRA's 0.5 and 0.127 bits per parameter. About how many GB does double
         quantization save on a 65B model?"""),
         mo.accordion({"Answer": mo.md(f"""32 / 64 = **{_plain:.3f}** bits with one fp32 constant per 64

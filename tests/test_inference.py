@@ -9,7 +9,7 @@ GB = 10**9
 
 
 def test_llama2_13b_kv_cache_at_8192_tokens():
-    # REFERENCE.md: 2 (K, V) x 40 layers x 40 heads x 128 x 8192 tokens x 2 bytes = 6.7 GB.
+    # kipply 2022, Transformer Inference Arithmetic: 2 (K, V) x 40 layers x 40 heads x 128 x 8192 tokens x 2 bytes = 6.7 GB.
     kv = mm.kv_cache_bytes("llama-2-13b", context_len=8192, kv_format="bf16")
     assert kv == 2 * 40 * 40 * 128 * 8192 * 2 == 6_710_886_400
     assert mm.format_bytes(kv, digits=1) == "6.7 GB"
@@ -54,12 +54,19 @@ def test_weights_in_serving_formats():
 def test_rule_of_thumb_is_weights_times_1_2():
     # EleutherAI via accelerate's docs: memory ~ weights x 1.2. For 14 GB of weights: 16.8 GB.
     m = mm.inference_memory(mm.uniform_model(7e9, 32))
-    assert m.rule_of_thumb == 16_800_000_000 and mm.RULE_OF_THUMB_FACTOR == 1.2
+    assert m.rule_of_thumb == 16_800_000_000
+    # Whole bytes, rounded up: 3 bf16 weights are 6 B, and 6 x 1.2 = 7.2 B needs 8.
+    assert mm.inference_memory(mm.uniform_model(3, 1)).rule_of_thumb == 8
+    # Exact where a float product is not: (10**15 - 1) fp32 weights are 4e15 - 4 B; x 1.2 = 4.8e15 - 4.8,
+    # rounded up 4.8e15 - 4 (the float product 4e15-4 x 1.2 rounds to 4.8e15 - 5).
+    huge = mm.inference_memory(mm.uniform_model(10**15 - 1, 1), weights_format="fp32")
+    assert huge.rule_of_thumb == 4_799_999_999_999_996
 
 
-def test_total_is_the_sum_of_its_parts():
+def test_fp8_kv_cache_of_llama_3_8b_by_hand():
     m = mm.inference_memory("llama-3-8b", weights_format="nf4", kv_format="fp8", batch_size=4, context_len=8192)
-    assert m.total == sum(m.parts().values())
+    # 2 (K, V) x 32 layers x 8 kv heads x 128 x 8,192 tokens x 4 sequences x 1 B (meta-llama/Meta-Llama-3-8B config).
+    assert m.kv_cache == 2 * 32 * 8 * 128 * 8192 * 4 == 2_147_483_648
     assert m.kv_cache == mm.kv_cache_bytes("llama-3-8b", context_len=8192, batch_size=4, kv_format="fp8")
 
 
@@ -90,3 +97,93 @@ def test_decode_speed_is_bounded_by_bandwidth():
 def test_a_model_without_widths_still_gets_its_weights():
     m = mm.inference_memory(7e9)
     assert m.weights == 14 * GB and m.kv_cache == 0 and m.notes
+
+
+# ---- memmath's prefill working set against what transformers allocated (recorded PyTorch measurements).
+#
+# Measured with validation/inference_working_set.py (torch 2.13.0+cpu, transformers 5.24.0): tiny
+# GPT-2 (h=256, 4 layers, 8 heads, V=50,257) and LLaMA (h=256, I=688, 4 layers, 8 heads, 2 or 8 kv
+# heads, V=32,000) models in bf16, one prefill with use_cache=True and logits_to_keep=1; the peak of
+# live storages allocated during the pass (weights left out) minus the KV cache.
+# (family, attention, seq_len, batch_size) -> measured bytes
+MEASURED = {
+    ("gpt2", "sdpa", 256, 1): 2_887_680, ("gpt2", "sdpa", 512, 2): 11_284_480, ("gpt2", "sdpa", 1024, 1): 11_550_720,
+    ("gpt2", "eager", 256, 1): 4_067_328, ("gpt2", "eager", 512, 2): 21_245_952,
+    ("gpt2", "eager", 1024, 1): 39_337_984,
+    ("llama-gqa", "sdpa", 256, 1): 1_615_872, ("llama-gqa", "sdpa", 512, 2): 6_393_856,
+    ("llama-gqa", "sdpa", 1024, 1): 6_463_488, ("llama-gqa", "eager", 256, 1): 6_195_200,
+    ("llama-gqa", "eager", 512, 2): 46_206_976, ("llama-gqa", "eager", 1024, 1): 89_268_224,
+    ("llama-mha", "eager", 256, 1): 5_933_056, ("llama-mha", "eager", 512, 2): 45_158_400,
+    ("llama-mha", "eager", 1024, 1): 88_219_648,
+}
+
+
+def tiny(family):
+    if family == "gpt2":
+        return mm.gpt2_model(n_layers=4, hidden_size=256, n_heads=8, vocab_size=50257, max_positions=1024)
+    kv = 2 if family == "llama-gqa" else 8
+    return mm.llama_model(n_layers=4, hidden_size=256, n_heads=8, n_kv_heads=kv, intermediate_size=688,
+                          vocab_size=32000)
+
+
+@pytest.mark.parametrize("case", sorted(MEASURED))
+def test_working_set_within_one_percent_of_transformers(case):
+    family, attention, s, b = case
+    predicted = mm.working_set_bytes(tiny(family), context_len=s, batch_size=b, attention=attention)
+    assert predicted == pytest.approx(MEASURED[case], rel=0.01)
+
+
+def test_llama_eager_softmax_in_fp32_by_hand():
+    # Llama-2-7B (h=4096, a=32, d=128, I=11008, MHA), bf16, s=4096, b=1, eager. Attention phase:
+    # 2*4096*(2*4096 + 4096) per-token terms (block input, normed, q; no repeat_kv in MHA) = 100,663,296
+    # + (2 + 4 + 4)*32*4096^2 scores = 5,368,709,120;
+    # MLP phase 2*4096*(3*4096 + 3*11008) = 371,195,904 is smaller. Outside: embeddings 2*4096*4096,
+    # cos/sin 2*2*4096*128, mask 2*4096^2 = 33,554,432 + 2,097,152 + 33,554,432.
+    expected = 100_663_296 + 5_368_709_120 + 33_554_432 + 2_097_152 + 33_554_432
+    got = mm.working_set_bytes(mm.PRESETS["llama-2-7b"], context_len=4096, attention="eager")
+    assert got == expected
+
+
+def test_sweep_matches_points():
+    import numpy as np
+
+    shape = mm.PRESETS["llama-3-8b"]
+    contexts = np.array([1, 64, 4096, 32768])
+    swept = mm.working_set_bytes(shape, context_len=contexts, attention="eager")
+    for i, s in enumerate(contexts):
+        assert swept[i] == mm.working_set_bytes(shape, context_len=int(s), attention="eager")
+
+
+# ---- Where "weights x 1.2" stops covering the detailed inference total (hand-derived expectations).
+def test_llama_2_7b_bf16_one_sequence_by_hand():
+    # Weights W = 2 x 6,738,415,616 = 13,476,831,232 B; the rule allows ceil(1.2 W) = 16,172,197,479 B.
+    # Per token: KV 2 x 32 layers x 32 heads x 128 x 2 B = 524,288; working set (sdpa, LLaMA): token
+    # embeddings 2 x 4096 + rotary cos/sin 2 x 2 x 128 = 8,704, plus the MLP phase 2 x (3 x 4096 +
+    # 3 x 11008) = 90,624 (larger than attention's 32,768 and the head's 16,384 + 128,000 / s from
+    # s = 2 on): 623,616 B per token. (16,172,197,479 - 13,476,831,232) / 623,616 = 4,322.1 -> 4,322.
+    assert mm.rule_of_thumb_context_limit("llama-2-7b") == 4322
+
+
+def test_limit_is_the_boundary():
+    limit = mm.rule_of_thumb_context_limit("mistral-7b", batch_size=4)
+    at = mm.inference_memory("mistral-7b", batch_size=4, context_len=limit)
+    past = mm.inference_memory("mistral-7b", batch_size=4, context_len=limit + 1)
+    assert at.total <= at.rule_of_thumb < past.total
+
+
+def test_llama_3_8b_gqa_by_hand():
+    # W = 2 x 8,030,261,248 = 16,060,522,496 B; ceil(1.2 W) - W = 3,212,104,500 B of allowance.
+    # Per token: KV 2 x 32 x 8 kv heads x 128 x 2 B = 131,072 (4x less than Llama-2-7B's 32 heads);
+    # working set 2 x 4096 + 4 x 128 = 8,704 outside + MLP 2 x (3 x 4096 + 3 x 14336) = 110,592:
+    # 250,368 B per token. 3,212,104,500 / 250,368 = 12,829.6 -> 12,829.
+    assert mm.rule_of_thumb_context_limit("llama-3-8b") == 12829
+
+
+def test_zero_when_one_token_overflows_and_cap_when_it_never_does():
+    assert mm.rule_of_thumb_context_limit("gpt2", batch_size=2**20) == 0
+    assert mm.rule_of_thumb_context_limit("llama-3-70b", max_context=64) == 64
+
+
+def test_needs_layer_widths():
+    with pytest.raises(ValueError, match="layers"):
+        mm.rule_of_thumb_context_limit(7e9)

@@ -29,7 +29,7 @@ def test_the_map_links_all_nine_lessons(default_run):
 
 def test_rtx_4090_as_the_driver_reports_it(default_run):
     outputs, defs = default_run
-    # REFERENCE.md: nvidia-smi reports an RTX 4090 as 24564 MiB; 24564 x 2**20 = 25,757,220,864 B,
+    # nvidia-smi reports an RTX 4090 as 24564 MiB; 24564 x 2**20 = 25,757,220,864 B,
     # = 23.99 GiB (24564 / 1024) = 25.76 GB.
     assert defs["gpu_mib"] == 24564
     text = lessons.output_text(outputs)

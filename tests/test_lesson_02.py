@@ -35,7 +35,9 @@ def test_the_articles_56_gb(default_run):
 def test_published_estimates_span_8_to_20_bytes(default_run):
     _, defs = default_run
     table = defs["published_rows"]
-    # REFERENCE.md: pure bf16 8, How to Scale Your Model 10, fp32/AMP 16, ZeRO 16, HF docs 18, nanotron 20.
+    # The sources' own sums: pure bf16 8 (the article; LLaMA-Factory pure_bf16), How to Scale Your Model
+    # 10 (Austin et al. 2025), fp32/AMP 16 (torch defaults), ZeRO 16 (Rajbhandari et al. 2020, section 3.1),
+    # HF docs "Model training anatomy" 18, nanotron 20 (Ultra-Scale Playbook).
     assert list(table["B per parameter"]) == [8, 10, 16, 16, 18, 20]
     assert list(table["memory (GB)"]) == [56, 70, 112, 112, 126, 140]  # x 7e9 at the default 7B
     assert table["source"].str.len().min() > 0

@@ -19,7 +19,7 @@ def test_lesson_runs_clean(default_run):
 
 
 def test_llama2_7b_r8_on_q_and_v(default_run):
-    # REFERENCE.md: r x (d_in + d_out) per matrix; 8 x (4,096 + 4,096) x 2 matrices x 32 blocks = 4,194,304.
+    # Hu et al. 2021, section 4.1: r x (d_in + d_out) per matrix; 8 x (4,096 + 4,096) x 2 matrices x 32 blocks = 4,194,304.
     _, defs = default_run
     assert defs["lora_trainable"] == 8 * (4096 + 4096) * 2 * 32 == 4_194_304
     assert "4,194,304" in lessons.output_text(default_run[0])
@@ -47,7 +47,7 @@ def test_full_lora_qlora_side_by_side(default_run):
 
 def test_papers_headline_numbers(default_run):
     _, defs = default_run
-    gpt3 = 174_604_259_328  # Brown et al. 2020 shape, counted as in REFERENCE.md
+    gpt3 = 174_604_259_328  # Brown et al. 2020's shape, counted as GPT-2's layout: V*h + P*h + L*(12h^2 + 13h) + 2h
     assert defs["gpt3_lora"].trainable_params == 4 * (12288 + 12288) * 2 * 96 == 18_874_368
     assert 1.0e12 < defs["gpt3_weights_and_states"] < 1.2e12 < defs["gpt3_full"].without_activations  # 6 and 8 B/param
     assert abs(defs["gpt3_lora"].total - 350e9) < 3e9  # "350 GB" (Hu et al. 2021)

@@ -15,7 +15,7 @@ def default_run():
 
 def test_kv_cache_of_llama_2_13b_at_8192_tokens_is_6_7_gb(default_run):
     outputs, defs = default_run
-    # REFERENCE.md: 2 (K and V) x 40 layers x 40 heads x 128 x 8,192 tokens x 2 B = 6,710,886,400 B = 6.7 GB.
+    # kipply 2022, Transformer Inference Arithmetic: 2 (K and V) x 40 layers x 40 heads x 128 x 8,192 tokens x 2 B = 6,710,886,400 B = 6.7 GB.
     expected = 2 * 40 * 40 * 128 * 8192 * 2
     assert defs["memory"].kv_cache == expected  # the lesson's default is Llama-2-13B at 8,192 tokens, bf16
     assert "6.71 GB" in lessons.output_text(outputs)
@@ -39,7 +39,7 @@ def test_gqa_cuts_the_cache_by_heads_over_kv_heads(default_run):
 
 def test_rule_of_thumb_limit_for_llama_2_7b_is_shown(default_run):
     outputs, _ = default_run
-    # Hand-derived in tests/test_rule_of_thumb_limit.py: 2,695,366,247 B of allowance / 623,616 B per token.
+    # Hand-derived in tests/test_inference.py: 2,695,366,247 B of allowance / 623,616 B per token.
     assert "4,322 tokens" in lessons.output_text(outputs)
 
 

@@ -9,7 +9,7 @@ import marimo as mo
 import pytest
 
 NAME = "08_planner"
-LLAMA_2_7B = 6_738_415_616  # parameters (REFERENCE.md, checked against PyTorch)
+LLAMA_2_7B = 6_738_415_616  # parameters: meta-llama/Llama-2-7b-hf's model.parameters() sum (PyTorch, meta device)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_comparison_counts_trainable_parameters(default_run):
     assert compared["partial (freeze)"].trainable_params == 202_383_360 + 4096 + 131_072_000
     # Houlsby: two adapters per block of 2*m*h + m + h = 528,448 at m=64, h=4096; 32 blocks.
     assert compared["PEFT: adapters"].trainable_params == 2 * 32 * 528_448
-    assert compared["PEFT: LoRA"].trainable_params == 4_194_304  # REFERENCE.md
+    assert compared["PEFT: LoRA"].trainable_params == 4_194_304  # Hu et al. 2021: r x (d_in + d_out) = 8 x 8,192 x 2 matrices x 32 blocks
 
 
 def plain(outputs):

@@ -3,6 +3,7 @@
 import pytest
 
 import memmath as mm
+import numpy as np
 
 
 def trainable(model, method):
@@ -21,7 +22,7 @@ def test_freeze_gpt2_keeps_the_tied_head_with_the_embeddings():
     h = 768
     m = mm.training_memory("gpt2", method=mm.Freeze(trainable_layers=2))
     assert m.trainable_params == 2 * (12 * h * h + 13 * h) + 2 * h
-    assert any("tied" in note for note in m.notes)
+    assert "tied_head_frozen" in [note.kind for note in m.notes]
     # With the embeddings: + wte (50257 x h) + wpe (1024 x h), which also trains the head.
     with_embeddings = mm.Freeze(trainable_layers=2, train_embeddings=True)
     assert trainable("gpt2", with_embeddings) == m.trainable_params + 50257 * h + 1024 * h
@@ -72,7 +73,7 @@ def test_houlsby_adapters_are_a_few_percent_of_bert_large():
 
 # ---- LoRA --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("model, method, expected", [
-    # REFERENCE.md / issue 2: Llama-2-7B, r=8 on q and v.
+    # Hu et al. 2021, r x (d_in + d_out) per matrix: Llama-2-7B, r=8 on q and v, 8 x 8,192 x 2 x 32.
     ("llama-2-7b", mm.LoRA(rank=8, targets=("q", "v")), 4_194_304),
     # peft's print_trainable_parameters for GPT-2 with r=8 on c_attn (the fused q, k, v):
     # "trainable params: 294,912 || all params: 124,734,720": 12 x 8 x (768 + 2304).
@@ -105,10 +106,17 @@ def test_qlora_trains_like_lora():
     assert trainable("llama-2-7b", mm.QLoRA(rank=8)) == 4_194_304
 
 
-def test_methods_describe_themselves():
-    for method in (mm.Full(), mm.Freeze(trainable_layers=2), mm.Adapters(bottleneck=16), mm.LoRA(rank=4),
-                   mm.QLoRA(rank=4, double_quant=False)):
-        assert method.describe()
+@pytest.mark.parametrize("method, expected", [
+    (mm.Full(), "full finetuning: every weight trains"),
+    (mm.Freeze(trainable_layers=2), "freezing: the last 2 blocks train, plus the final norm and head"),
+    (mm.Adapters(bottleneck=16), "Houlsby adapters: two bottleneck-16 adapters per block train; the base is frozen"),
+    (mm.LoRA(rank=4), "LoRA rank 4 on q, v (fp32 adapters); the base is frozen"),
+    (mm.QLoRA(rank=4, double_quant=False),
+     "QLoRA: NF4 base (without double quantization) + LoRA rank 4 on q, v (fp32 adapters); the base is frozen"),
+])
+def test_methods_describe_themselves(method, expected):
+    # The line shown beside every number must name the method's own settings.
+    assert method.describe() == expected
 
 
 # ---- live: peft on meta-device models -----------------------------------------------------------------
@@ -140,3 +148,125 @@ def test_lora_counts_match_peft(torch, transformers, peft, model_class, config, 
                                                      fan_in_fan_out=model_class == "GPT2LMHeadModel"))
     peft_trainable, _ = lora.get_nb_trainable_parameters()
     assert trainable(model, mm.LoRA(rank=rank, targets=targets)) == peft_trainable
+
+
+# ---- Freeze.groups: what stays trainable when the first blocks are frozen, part by part (hand-counted).
+def _trainable(frame):
+    return int(frame.loc[frame["trainable"], "params"].sum())
+
+
+def test_llama_untied_head_trains():
+    # Llama-2-7B block: 4*4096^2 (q,k,v,o) + 3*4096*11008 (gate, up, down) + 2*4096 (norms) = 202,383,360.
+    # Last 2 blocks + final norm (4,096) + untied head (32,000 x 4,096 = 131,072,000) = 535,842,816.
+    frame = mm.Freeze(frozen_layers=30).groups(mm.PRESETS["llama-2-7b"])
+    assert frame.set_index("part").loc["trainable blocks", "params"] == 2 * 202_383_360
+    assert frame.set_index("part").loc["trainable blocks", "blocks"] == "31-32"
+    assert _trainable(frame) == 2 * 202_383_360 + 4_096 + 131_072_000
+    assert int(frame["params"].sum()) == 6_738_415_616  # every parameter appears once
+
+
+def test_gpt2_tied_head_stays_frozen():
+    # GPT-2 block: 12h^2 + 13h = 7,087,872 at h=768; the head is the token embedding, so only the
+    # last blocks and ln_f (2h = 1,536) train.
+    frame = mm.Freeze(trainable_layers=2).groups(mm.PRESETS["gpt2"])
+    head = frame.set_index("part").loc["output head"]
+    assert head["params"] == 0 and not head["trainable"]
+    assert _trainable(frame) == 2 * 7_087_872 + 1_536
+
+
+def test_bert_pooler_is_the_head_and_there_is_no_final_norm():
+    # BERT-large block 12h^2 + 13h = 12,596,224 at h=1,024; pooler h^2 + h = 1,049,600.
+    frame = mm.Freeze(frozen_layers=18).groups(mm.PRESETS["bert-large-uncased"])
+    assert _trainable(frame) == 6 * 12_596_224 + 1_049_600
+    assert frame.set_index("part").loc["final norm", "params"] == 0
+
+
+def test_article_ten_layers():
+    frame = mm.Freeze(frozen_layers=9).groups(mm.uniform_model(7e9, 10))
+    assert _trainable(frame) == 700_000_000  # one of ten equal layers of 7e9 parameters
+    assert frame.set_index("part").loc["frozen blocks", "blocks"] == "1-9"
+
+
+def test_matches_plan_and_rejects_arrays():
+    shape = mm.PRESETS["mistral-7b"]
+    method = mm.Freeze(frozen_layers=20, train_embeddings=True)
+    plan = method.plan(shape, mm.get_recipe("bf16"))
+    assert _trainable(method.groups(shape)) == plan.trainable_params
+    with pytest.raises(ValueError, match="single number"):
+        mm.Freeze(frozen_layers=np.array([1, 2])).groups(shape)
+
+
+# ---- LoRA(targets="all") on families without a gate matrix (GPT-2, BERT) adapts every linear matrix they have.
+def test_all_on_gpt2_adapts_c_attn_c_proj_c_fc_and_mlp_c_proj():
+    # GPT-2 (h=768, MLP 3072): c_attn 768->2304, attn c_proj 768->768, c_fc 768->3072, mlp c_proj 3072->768.
+    # Rank 8: 8 x ((768+2304) + (768+768) + (768+3072) + (3072+768)) = 8 x 12,288 = 98,304 per block.
+    assert mm.LoRA(rank=8, targets="all").params_per_block(mm.PRESETS["gpt2"]) == 98_304
+
+
+def test_all_on_bert_skips_gate():
+    # BERT-base: q, k, v, o 768->768 (4 x 1,536), intermediate 768->3072, output 3072->768 (2 x 3,840).
+    # Rank 4: 4 x (6,144 + 7,680) = 55,296 per block.
+    assert mm.LoRA(rank=4, targets="all").params_per_block(mm.PRESETS["bert-base-uncased"]) == 55_296
+
+
+def test_naming_gate_explicitly_on_gpt2_still_fails():
+    with pytest.raises(ValueError, match="gate"):
+        mm.LoRA(rank=8, targets=("q", "gate")).params_per_block(mm.PRESETS["gpt2"])
+
+
+# ---- the rules each method owns: trainable count, adapter bits, the tied head, stored bits ----------------
+def test_trainable_params_of_a_method_on_a_model():
+    # Hu et al. 2021: r x (d_in + d_out) per matrix; Llama-2-7B q and v are 4,096 x 4,096, 32 blocks.
+    lora = mm.LoRA(rank=8, targets=("q", "v"))
+    assert lora.matrix_params(4096, 4096) == 8 * (4096 + 4096) == 65_536
+    assert lora.trainable_params("llama-2-7b") == 65_536 * 2 * 32 == 4_194_304
+    assert mm.Full().trainable_params("gpt2") == 124_439_808  # openai-community/gpt2, tied head counted once
+    # GPT-2 with the last 2 blocks trainable: 2 x (12h^2 + 13h) + ln_f's 2h (the tied head stays frozen).
+    h = 768
+    assert mm.Freeze(trainable_layers=2).trainable_params(mm.PRESETS["gpt2"]) == 2 * (12 * h * h + 13 * h) + 2 * h
+    ranks = mm.LoRA(rank=np.array([1, 8]), targets=("q", "v")).trainable_params("llama-2-7b")
+    assert list(ranks) == [524_288, 4_194_304]
+
+
+def test_adapter_bits_follow_the_adapter_format_else_the_weights():
+    bf16, fp32 = mm.get_recipe("bf16"), mm.get_recipe("fp32")
+    assert mm.LoRA(rank=8).adapter_bits(bf16) == 32  # peft's default: fp32 adapters on a 16-bit base
+    assert mm.LoRA(rank=8, adapter_format=None).adapter_bits(bf16) == 16
+    assert mm.QLoRA(rank=8, adapter_format="bf16").adapter_bits(fp32) == 16
+    assert mm.Adapters(bottleneck=8).adapter_bits(fp32) == 32
+
+
+@pytest.mark.parametrize("model, method, trains", [
+    # GPT-2's head is its token embedding (tie_word_embeddings): it trains only with the embeddings.
+    ("gpt2", mm.Freeze(trainable_layers=1), False),
+    ("gpt2", mm.Freeze(trainable_layers=1, train_embeddings=True), True),
+    ("llama-2-7b", mm.Freeze(trainable_layers=1), True),
+    ("llama-2-7b", mm.Freeze(trainable_layers=1, train_head=False), False),
+    ("gpt2", mm.Full(), True),
+    ("llama-2-7b", mm.LoRA(rank=8), False),
+    ("llama-2-7b", mm.Adapters(bottleneck=8, train_head=True), True),
+    ("gpt2", mm.Adapters(bottleneck=8, train_head=True), False),
+])
+def test_whether_the_head_trains(model, method, trains):
+    assert method.head_trains(mm.PRESETS[model]) is trains
+
+
+@pytest.mark.parametrize("fmt, block, double_quant, bits", [
+    ("bf16", 64, True, 16.0),
+    ("fp32", 64, False, 32.0),
+    # Dettmers et al. 2023, QLoRA, section 3: 32/64 = 0.5 extra bits; double quantization 8/64 + 32/(64*256).
+    ("nf4", 64, False, 4.5),
+    ("nf4", 64, True, 4 + 8 / 64 + 32 / (64 * 256)),
+    ("int4", 128, False, 4 + 32 / 128),
+])
+def test_bits_per_weight_of_a_stored_format(fmt, block, double_quant, bits):
+    assert mm.bits_per_weight(fmt, block=block, double_quant=double_quant) == bits
+
+
+def test_constant_bits_match_a_tensor_of_whole_blocks():
+    # 0.127 in the QLoRA paper is 8/64 + 32/16,384 = 0.126953125 exactly.
+    assert mm.quant_constant_bits(block=64, double_quant=True) == 0.126953125
+    n = 64 * 256 * 10  # whole blocks of blocks
+    assert 8 * mm.quant_constant_bytes(n, block=64, double_quant=True) / n == mm.quant_constant_bits(block=64)
+    with pytest.raises(ValueError, match="block"):
+        mm.quant_constant_bits(block=0)

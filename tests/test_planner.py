@@ -5,8 +5,9 @@ import json
 import pytest
 
 import memmath as mm
+from memmath.reference import paper_setups
 
-RTX_4090 = 24564 * 2**20  # nvidia-smi's 24564 MiB (REFERENCE.md)
+RTX_4090 = 24564 * 2**20  # nvidia-smi's 24564 MiB on an RTX 4090
 
 
 def by_change(suggestions):
@@ -29,7 +30,7 @@ def test_uniform_7b_ranked_more_gpus_then_zero_then_8bit_adam():
 
 def test_lora_suggestion_for_llama_2_7b():
     # Full bf16 AdamW: 8 x 6,738,415,616 + 291 tensors x 4 B step counters = 53,907,326,092 B.
-    # LoRA r=8 on q, v: 4,194,304 trainable (REFERENCE.md), fp32 adapters as peft keeps them:
+    # LoRA r=8 on q, v: 4,194,304 trainable (Hu et al. 2021: 8 x 8,192 x 2 x 32), fp32 adapters as peft keeps them:
     # base 13,476,831,232 + adapters 16,777,216 + grads 16,777,216 + states 33,554,432 + 128 x 4 B steps
     # = 13,543,940,608 B. Saved 40,363,385,484 B.
     got = by_change(mm.suggest_changes("llama-2-7b", "H100 80GB", precision="bf16", optimizer="adamw"))
@@ -143,3 +144,15 @@ def test_bad_json_names_a_likely_cause(text, hint):
     with pytest.raises(ValueError, match="not valid JSON") as raised:
         mm.config_from_text(text)
     assert hint in str(raised.value)
+
+
+@pytest.mark.parametrize("precision", [mm.RECIPES["mixed"], paper_setups.BF16_FP32_STATES, "MIXED"])
+def test_a_recipe_object_or_name_that_keeps_more_than_pure_bf16_gets_the_suggestion(precision):
+    changes = [s.change for s in mm.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
+    assert "pure bf16 recipe" in changes
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", mm.RECIPES["bf16"]])
+def test_pure_16_bit_recipes_get_no_bf16_suggestion(precision):
+    changes = [s.change for s in mm.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
+    assert "pure bf16 recipe" not in changes

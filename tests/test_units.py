@@ -16,7 +16,7 @@ def test_the_articles_14_gb_is_decimal():
 
 
 def test_gpu_memory_as_nvidia_smi_reports_it():
-    # REFERENCE.md: nvidia-smi reports an RTX 4090 ("24 GB") as 24564 MiB = 25,757,220,864 bytes:
+    # nvidia-smi on an RTX 4090 reports an RTX 4090 ("24 GB") as 24564 MiB = 25,757,220,864 bytes:
     # 25.76 GB in decimal units, 23.99 GiB in binary units.
     rtx4090 = 24564 * MIB
     assert rtx4090 == 25_757_220_864

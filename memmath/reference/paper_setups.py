@@ -16,9 +16,10 @@ from ..training import TrainingMemory, training_memory
 # bitsandbytes' 32-bit (paged) AdamW on a bf16 model: 16-bit weights and gradients, fp32 optimizer
 # states, no fp32 master copy: 2 + 2 + 2 x 4 = 12 B per trainable parameter with Adam.
 BF16_FP32_STATES = Recipe(
-    "bf16_fp32_states", 16, 16, 0, 32, 0, 16, False,
-    "bf16 weights and gradients, fp32 optimizer states, no master copy (2 + 2 + 8 = 12 B/param with Adam).",
-    "Dettmers et al. 2023 (QLoRA); artidoro/qlora qlora.py: --bf16 with optim paged_adamw_32bit",
+    name="bf16_fp32_states", weight_bits=16, grad_bits=16,
+    master_bits=0, state_bits=32, accum_bits=0, activation_bits=16, states_follow_params=False,
+    description="bf16 weights and gradients, fp32 optimizer states, no master copy (2 + 2 + 8 = 12 B/param with Adam).",
+    source="Dettmers et al. 2023 (QLoRA); artidoro/qlora qlora.py: --bf16 with optim paged_adamw_32bit",
 )
 
 # Houlsby et al. 2019, section 3.2: on GLUE the adapter size was picked per task from these.

@@ -39,16 +39,18 @@ class PublishedEstimate:
 # "How to Scale Your Model" (Austin et al., Google DeepMind, 2025): bf16 parameters (2 B) and fp32 Adam
 # moments (2 x 4 B) = 10 B per parameter; gradients are not part of the count.
 SCALING_BOOK = Recipe(
-    "scaling_book", 16, 0, 0, 32, 0, 16, False,
-    "bf16 weights (2 B) and fp32 Adam moments (2 x 4 B); gradients not counted: 2 + 8 = 10 B/param.",
-    "Austin et al. 2025, How to Scale Your Model (jax-ml/scaling-book)")
+    name="scaling_book", weight_bits=16, grad_bits=0,
+    master_bits=0, state_bits=32, accum_bits=0, activation_bits=16, states_follow_params=False,
+    description="bf16 weights (2 B) and fp32 Adam moments (2 x 4 B); gradients not counted: 2 + 8 = 10 B/param.",
+    source="Austin et al. 2025, How to Scale Your Model (jax-ml/scaling-book)")
 
 # Hugging Face transformers docs, "Model training anatomy": mixed precision keeps the model in fp32 and in
 # 16 bit (4 + 2 = 6 B), fp32 gradients (4 B) and AdamW's two fp32 states (8 B) = 18 B per parameter.
 HF_ANATOMY = Recipe(
-    "hf_anatomy", 16, 32, 32, 32, 0, 16, False,
-    "16-bit weight copy (2 B) + fp32 weights (4 B), fp32 gradients (4 B), fp32 Adam moments (8 B): 18 B/param.",
-    "Hugging Face transformers docs, Model training anatomy")
+    name="hf_anatomy", weight_bits=16, grad_bits=32,
+    master_bits=32, state_bits=32, accum_bits=0, activation_bits=16, states_follow_params=False,
+    description="16-bit weight copy (2 B) + fp32 weights (4 B), fp32 gradients (4 B), fp32 Adam moments (8 B): 18 B/param.",
+    source="Hugging Face transformers docs, Model training anatomy")
 
 PUBLISHED_ESTIMATES: dict[str, PublishedEstimate] = {
     e.key: e

@@ -105,3 +105,13 @@ def test_stacked_bars_output_is_the_stacked_bars_chart(capacity, unit):
     slow = json.loads(viz.chart_output(viz.stacked_bars(frame, unit, **kwargs))._mime_()[1])
     assert fast == _inline_datasets(slow)
     assert viz.stacked_bars_output(frame, unit, **kwargs)._mime_()[0] == "application/vnd.vegalite.v6+json"
+
+
+# ---- viz.short_count: parameter counts for labels (expected strings written by hand).
+def test_short_counts():
+    assert viz.short_count(124_439_808) == "124M"
+    assert viz.short_count(6_738_415_616) == "6.74B"
+    assert viz.short_count(7_000_000_000) == "7B"
+    assert viz.short_count(174_604_259_328) == "175B"
+    assert viz.short_count(1_000_000_000_000) == "1T"
+    assert viz.short_count(512) == "512"

@@ -1,0 +1,50 @@
+"""Each lesson still shows its headline numbers at its default settings.
+
+The numbers were captured from the lessons' own output before the package reorganization of this
+round (commit 80b8edf: every "number + unit" string each lesson printed at its defaults), and are
+kept here as literals: a refactoring of memmath that changes what a lesson teaches fails here.
+Each is the figure the lesson is about (its worked example, its comparison, an exercise's answer).
+"""
+
+import re
+
+import lessons
+import pytest
+
+# "number + unit" as the capture read it: 14.00 GB, 1,164 B, 13.04 GiB.
+SIZE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
+
+# Captured before the reorganization (commit 80b8edf), at each lesson's defaults.
+HEADLINES = {
+    # the article's 7B in 16-bit: 14 GB of weights, + 14 GB gradients + 28 GB Adam = 56 GB; llama-2-7b's two
+    # budgets (63.35 GB to train, 14.75 GB to serve); an RTX 4090's 24,564 MiB as 25.76 GB
+    "00_start_here": ["14.00 GB", "28.00 GB", "56.00 GB", "63.35 GB", "14.75 GB", "25.76 GB"],
+    # 7e9 x 2 B = 14.00 GB = 13.04 GiB; Llama-2-13B in bf16; the RTX 4090 in bytes; the RTX 3060's shortfall
+    "01_weights_and_formats": ["14.00 GB", "13.04 GiB", "26.03 GB", "25,757,220,864 B", "1.12 GB"],
+    # 56 GB = 14 GB weights + 42 GB; mixed precision's 112 GB; llama-2-7b's run; step counters; one moment
+    "02_full_finetuning": ["56.00 GB", "42.00 GB", "112.00 GB", "53.91 GB", "1,164 B", "921,856 B"],
+    # one GPT-2 block, the loss's logits, eager against fused attention and the saving
+    "03_activations": ["358.61 MB", "89.65 MB", "1.65 GB", "73.43 GB", "23.14 GB", "50.29 GB"],
+    # nine of ten layers frozen: 18.20 GB, saving 37.80 GB; 4.20 GB trainable; the BERT-large comparison
+    "04_freezing": ["18.20 GB", "37.80 GB", "4.20 GB", "1.06 GB", "859.09 MB"],
+    # the adapters' weights, what they save, their activations against freezing's (live and in the exercise)
+    "05_adapters": ["67.64 MB", "40.23 GB", "7.40 GB", "0.37 GB", "80.64 GB", "3.67 GB"],
+    # LoRA's adapters, QLoRA's NF4 base and constants, the 13B on a 4090, LLaMA 65B regular finetuning
+    "06_lora_qlora": ["16.78 MB", "3.78 GB", "0.10 GB", "26.56 GB", "7.73 GB", "783.43 GB"],
+    # Llama-2-13B's KV cache at 8,192 tokens, the detailed sum against the rule of thumb, its allowance
+    "07_inference": ["6.71 GB", "33.76 GB", "31.24 GB", "5.21 GB", "26.03 GB", "2,621,440 B"],
+    # llama-2-7b's full finetune per GPU, the planner's setup, serving it, the CUDA context
+    "08_planner": ["53.91 GB", "56.27 GB", "13.80 GB", "1.31 GiB", "93.15 GB"],
+}
+
+
+def test_every_lesson_has_headlines():
+    assert sorted(HEADLINES) == lessons.LESSONS
+
+
+@pytest.mark.parametrize("lesson", sorted(HEADLINES))
+def test_the_lesson_still_shows_its_headline_numbers(lesson):
+    outputs, _ = lessons.run(lesson)
+    shown = set(SIZE.findall(lessons.output_text(outputs)))
+    missing = [number for number in HEADLINES[lesson] if number not in shown]
+    assert not missing, f"{lesson} no longer shows {missing}"
