@@ -84,7 +84,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad option in one line (no usage block) and exits with status 2."""
 
     def error(self, message):
-        message = re.sub(r"^argument ", "", message)
+        message = re.sub(r"^argument ", "", message).replace("{train,infer,models,gpus}", "COMMAND")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -334,6 +334,12 @@ def _squash(name: str) -> str:
     return re.sub(r"[\s_\-]+", "", name.lower())
 
 
+def _check_reserve(reserve: int, gpu) -> None:
+    if gpu is not None and reserve >= gpu.memory_bytes:
+        raise BadInput("--reserve", f"must be less than the GPU's memory ({gpu.name}: {gpu.memory_bytes:,} bytes); "
+                       f"got {reserve:,} bytes")
+
+
 def resolve_gpu(args):
     """The GPU from --gpu (catalog, forgiving case and spacing, or a unique part of a name) or --gpu-memory."""
     import memmath
@@ -491,9 +497,13 @@ def _required(model, settings):
 def _auto_activations(args, method) -> str:
     import memmath
 
+    unsupported = isinstance(method, memmath.Adapters) or args.precision == "amp"
+    if args.activations == "transformers" and unsupported:
+        raise BadInput("--activations", "transformers models full, freeze, lora and qlora in the weights' own "
+                       "format (not --method adapters, not --precision amp); use --activations textbook")
     if args.activations != "auto":
         return args.activations
-    return "textbook" if isinstance(method, memmath.Adapters) or args.precision == "amp" else "transformers"
+    return "textbook" if unsupported else "transformers"
 
 
 def run_train(args, out, style) -> int:
@@ -510,6 +520,7 @@ def run_train(args, out, style) -> int:
                     seq_len=seq, checkpointing=args.checkpointing, attention=args.attention,
                     dropout=not args.no_dropout, n_gpus=args.gpus, zero_stage=zero_stage, activations=activations)
     reserve = DEFAULT_RESERVE if args.reserve is None else args.reserve
+    _check_reserve(reserve, gpu)
     unit = args.unit
     memory = memmath.training_memory(shape, **settings)
     required, basis, peak, why_not_peak = _required(shape, settings)
@@ -631,7 +642,9 @@ def _model_source_text(info) -> str:
 def _write_verdict(w, style, fit, required, reserve, unit, basis):
     gpu = fit.gpu
     memory = f"{_size_text(gpu.memory_bytes, unit)}"
-    if gpu.kind != "custom":
+    if gpu.kind == "custom":
+        memory = f"{gpu.memory_bytes:,} bytes, given by --gpu-memory"
+    else:
         memory += f", {gpu.memory_bytes // 2**20:,} MiB as the driver reports it"
     w("\n" + style.bold(f"{gpu.name}") + f" ({memory}):\n")
     if fit.fits:
@@ -679,6 +692,7 @@ def run_infer(args, out, style) -> int:
     context_default = args.context is None
     context = DEFAULT_CONTEXT if context_default else args.context
     reserve = DEFAULT_RESERVE if args.reserve is None else args.reserve
+    _check_reserve(reserve, gpu)
     unit = args.unit
     settings = dict(weights_format=args.weights, kv_format=args.kv, batch_size=args.batch, context_len=context,
                     attention=args.attention)
@@ -875,7 +889,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
+        parser.print_help(sys.stderr)
         return 2
     style = Style(sys.stdout)
     prog = f"{PROG} {args.command}"
