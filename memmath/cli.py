@@ -48,10 +48,10 @@ PRESET_SOURCES = {
     "gpt2-medium": "openai-community/gpt2-medium config.json",
     "gpt2-large": "openai-community/gpt2-large config.json",
     "gpt2-xl": "openai-community/gpt2-xl config.json",
-    "gpt3-175b": "Brown et al. 2020 (GPT-3), Table 2.1",
+    "gpt3-175b": "Brown et al. 2020, Table 2.1",
     "bert-base-uncased": "google-bert/bert-base-uncased config.json",
     "bert-large-uncased": "google-bert/bert-large-uncased config.json",
-    "llama-65b": "Touvron et al. 2023 (LLaMA-1), Table 2; QLoRA's 65B",
+    "llama-65b": "Touvron et al. 2023, Table 2",  # LLaMA-1 65B, QLoRA's 65B
     "llama-2-7b": "meta-llama/Llama-2-7b-hf config.json",
     "llama-2-13b": "meta-llama/Llama-2-13b-hf config.json",
     "llama-2-70b": "meta-llama/Llama-2-70b-hf config.json",
@@ -847,12 +847,11 @@ def run_models(args, out, style) -> int:
     if args.json:
         out.write(json.dumps({"command": "models", "models": rows}, indent=2) + "\n")
         return 0
-    out.write(style.bold(f"{'preset':<19}{'parameters':>16} {'layers':>6} {'width':>6} {'heads':>7}  source")
-              + "\n")
+    out.write(style.bold(f"{'preset':<19}{'parameters':>16}{'layers':>7}{'heads':>6}  source") + "\n")
     for r in rows:
         heads = f"{r['n_heads']}" + (f"/{r['n_kv_heads']}" if r["n_kv_heads"] != r["n_heads"] else "")
         source = r["source"].replace(" config.json", "")
-        line = f"{r['name']:<19}{r['params']:>16,} {r['n_layers']:>6} {r['hidden_size']:>6} {heads:>7}  {source}"
+        line = f"{r['name']:<19}{r['params']:>16,}{r['n_layers']:>7}{heads:>6}  {source}"
         out.write(line[:_width()] + "\n")
     out.write(style.dim("\n".join(_wrap("heads: query/key-value heads where they differ (grouped-query attention). "
                                         "Sources are each model's config.json on the Hub, or the paper. Any other "
@@ -869,11 +868,11 @@ def run_gpus(args, out, style) -> int:
     if args.json:
         out.write(json.dumps({"command": "gpus", "gpus": rows, "sources": GPU_SOURCES}, indent=2) + "\n")
         return 0
-    out.write(style.bold(f"{'gpu':<18}{'on the box':>10}{'MiB':>9}{'GB':>8}{'GiB':>8}{'GB/s':>7}{'TFLOP/s':>9}"
+    out.write(style.bold(f"{'gpu':<17}{'on the box':>10}{'MiB':>9}{'GB':>8}{'GiB':>8}{'GB/s':>7}{'TFLOP/s':>9}"
                          f"  kind") + "\n")
     for r in rows:
         tflops = f"{r['bf16_tflops']:g}" + ("*" if r["note"] else "")
-        out.write(f"{r['name']:<18}{r['marketed']:>10}{r['memory_mib']:>9,}{r['memory_bytes'] / 1e9:>8.2f}"
+        out.write(f"{r['name']:<17}{r['marketed']:>10}{r['memory_mib']:>9,}{r['memory_bytes'] / 1e9:>8.2f}"
                   f"{r['memory_bytes'] / 2**30:>8.2f}{r['bandwidth_bytes_per_s'] / 1e9:>7,.0f}{tflops:>9}"
                   f"  {r['kind']}\n")
     out.write(style.dim("\n".join(_wrap("* no bf16: fp16 throughput. " + GPU_SOURCES[0].upper() + GPU_SOURCES[1:]
