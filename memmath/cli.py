@@ -382,7 +382,9 @@ class Style:
                    and os.environ.get("TERM") != "dumb")
 
     def _wrap(self, code, text):
-        return f"\033[{code}m{text}\033[0m" if self.on else text
+        if not self.on:
+            return text
+        return "\n".join(f"\033[{code}m{line}\033[0m" if line else line for line in text.split("\n"))
 
     def bold(self, text):
         return self._wrap("1", text)
@@ -553,7 +555,8 @@ def run_train(args, out, style) -> int:
                             "summary": memory.assumptions,
                             "reserved": {"bytes": reserve, "default": args.reserve is None,
                                          "what": RESERVE_SOURCE if args.reserve is None else "given by --reserve"},
-                            "notes": list(memory.notes) + (list(peak.notes) if peak is not None else [])},
+                            "activations_model": ACTIVATION_DESCRIPTIONS[activations],
+                            "notes": list(memory.notes) + _peak_notes(peak, reserve)},
             "parts": {k: int(v) for k, v in memory.parts().items()},
             "sum_of_parts": int(memory.total),
             "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,
@@ -607,6 +610,20 @@ def run_train(args, out, style) -> int:
         if changes is not None:
             _write_changes(w, style, fit, changes, path, unit)
     return status
+
+
+ACTIVATION_DESCRIPTIONS = {
+    "transformers": "what the transformers PyTorch models keep for backward, tensor by tensor (memmath's "
+                    "hf_activations, checked against PyTorch on the CPU)",
+    "textbook": "Korthikanti et al. 2022's per-layer formula plus the loss's fp32 log-softmax",
+}
+
+
+def _peak_notes(peak, reserve) -> list:
+    """The peak's notes, less the one about the CUDA context when a reserve stands for it."""
+    if peak is None:
+        return []
+    return [n for n in peak.notes if not (reserve and "CUDA context" in n)]
 
 
 def _judged(shape, gpu, reserve, suggestions):
