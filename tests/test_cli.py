@@ -442,3 +442,54 @@ def test_choice_errors_list_the_allowed_values(bad_input_results):
     assert ", ".join(mm.FORMATS) in weights
     gpu = bad_input_results[("train", "gpt2", "--gpu", "RTX 9090")].stderr
     assert all(name in gpu for name in mm.GPUS)
+
+
+# ---- README: its examples are what the command prints, its --json keys are the real ones ---------
+def readme_section() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    return readme.split("## On the command line", 1)[1].split("\n## ", 1)[0]
+
+
+def readme_examples():
+    """(arguments, printed text, exit status) for each `$ memmath ...` block in README's section."""
+    examples = []
+    blocks = re.findall(r"^    \$ memmath (.+)\n((?:    .*\n|\n)*?)    \$ echo \$\?\n    (\d)\n", readme_section(), re.M)
+    for command, output, status in blocks:
+        text = "\n".join(line[4:] for line in output.rstrip("\n").split("\n")) + "\n"
+        examples.append((command, text, int(status)))
+    return examples
+
+
+def test_readme_has_the_three_examples_and_the_fresh_machine_line():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    fresh = readme.split("## On a fresh machine", 1)[1].split("\n## ", 1)[0]
+    assert ".venv/bin/memmath train " in fresh
+    commands = [c for c, _, _ in readme_examples()]
+    assert len(commands) == 3
+    assert commands[0].startswith("train") and "--method" not in commands[0]  # a full finetune
+    assert "--method qlora" in commands[1] and commands[2].startswith("infer")
+    assert [s for _, _, s in readme_examples()] == [1, 0, 1]
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_readme_examples_are_what_the_command_prints(index):
+    import shlex
+
+    command, text, status = readme_examples()[index]
+    done = run(*shlex.split(command), check_status=status)
+    assert done.stdout == text, "README's example is stale: rerun it and paste the output"
+
+
+def test_readme_documents_every_json_key():
+    section = readme_section()
+    reports = [run_json("train", "gpt2", "--seq", "64", "--gpu", "T4"), run_json("infer", "gpt2", "--gpu", "T4")]
+    reports.append(run_json("train", "llama-3-8b", "--seq", "2048", "--batch", "4", "--gpu", "RTX 4090", status=1))
+    for report in reports:
+        for key, value in report.items():
+            assert f"`{key}`" in section, key
+            if isinstance(value, dict) and key not in ("parts", "settings"):
+                for inner in value:
+                    assert f"`{inner}`" in section, f"{key}.{inner}"
+    for change in reports[2]["changes"]:
+        for key in change:
+            assert f"`{key}`" in section, f"changes.{key}"
