@@ -6,7 +6,7 @@ second question asks the same of full finetuning. Each command runs as a fresh p
 commands interleaved round by round, and the median wall time of each is printed with its ratio
 to vramcalc's. Target (issue 12): memmath at most 2x vramcalc's wall time.
 
-Runs this checkout's memmath (PYTHONPATH), as `python -m memmath` and through the console script
+Runs this checkout's memmath (PYTHONPATH) with the bytecode cache on (as an installed package has it), as `python -m memmath` and through the console script
 (the `memmath` next to this Python when installed, else the launcher pip writes, run with -c).
 With --importtime it also prints what dominates memmath's start (python -X importtime).
 
@@ -53,9 +53,9 @@ def memmath_script() -> tuple[list[str], str]:
     return [sys.executable, "-c", LAUNCHER], "console script, emulated"
 
 
-def run(command, env) -> tuple[float, int, str]:
+def run(command, env, cwd) -> tuple[float, int, str]:
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
     return time.perf_counter() - start, done.returncode, done.stdout + done.stderr
 
 
@@ -63,13 +63,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11, help="runs of each command, interleaved (default 11)")
     parser.add_argument("--importtime", action="store_true", help="also print memmath's slowest imports")
+    parser.add_argument("--pythonpath", default=str(REPO), help="where memmath is imported from (default: this "
+                        "checkout)")
     args = parser.parse_args()
 
     vramcalc = vramcalc_command()
     if vramcalc is None:
         print("vramcalc is not installed: pip install vramcalc==0.1.2", file=sys.stderr)
         return 2
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": args.pythonpath, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
+    # As installed for a user: Python caches compiled modules (__pycache__), as it has for vramcalc's
+    # wheel. Where PYTHONDONTWRITEBYTECODE is set, memmath would be compiled again on every run.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     script, script_label = memmath_script()
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "config.json"
@@ -88,15 +93,15 @@ def main() -> int:
             "python -c pass (interpreter start)": [sys.executable, "-c", "pass"],
             "python -c 'import memmath'": [sys.executable, "-c", "import memmath"],
         }
-        times = {name: [] for name in commands}
+        times = {name: [] for name in commands}  # each run in the temporary folder: cwd is first on sys.path
         for name, command in commands.items():  # warm the file cache and check each answers
-            _, status, output = run(command, env)
+            _, status, output = run(command, env, folder)
             if status not in (0, 1):
                 print(f"{name} failed with status {status}:\n{output}", file=sys.stderr)
                 return 2
         for _ in range(args.rounds):
             for name, command in commands.items():
-                times[name].append(run(command, env)[0])
+                times[name].append(run(command, env, folder)[0])
 
     medians = {name: statistics.median(values) for name, values in times.items()}
     if "emulated" in script_label:
@@ -121,7 +126,7 @@ def main() -> int:
     print(f"of which `import memmath` alone takes {start * 1000:.0f} ms after the interpreter's own start")
     if args.importtime:
         done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import memmath.cli"], env=env,
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, cwd=tempfile.gettempdir())
         rows = []
         for line in done.stderr.splitlines():
             parts = line.split("|")
