@@ -485,9 +485,16 @@ def _required(model, settings):
     """
     import memmath
 
+    why = ""
     if settings.get("n_gpus", 1) > 1 and settings.get("zero_stage", 0) > 0:
+        why = "the peak estimate does not model ZeRO sharding"
+    elif isinstance(settings.get("method"), memmath.Adapters):
+        why = "the peak estimate does not model Houlsby adapters"
+    elif str(settings.get("precision")).lower() == "amp":
+        why = "the peak estimate models training in the weights' own format, not autocast (--precision amp)"
+    if why:
         memory = memmath.training_memory(model, **settings)
-        return int(memory.total), "sum_of_parts", None, "the peak estimate does not model ZeRO sharding"
+        return int(memory.total), "sum_of_parts", None, why
     try:
         peak = memmath.peak_memory(model, **_peak_settings(settings))
     except ValueError as error:

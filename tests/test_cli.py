@@ -493,3 +493,27 @@ def test_readme_documents_every_json_key():
     for change in reports[2]["changes"]:
         for key in change:
             assert f"`{key}`" in section, f"changes.{key}"
+
+
+def test_bad_config_files_are_one_line_naming_model(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "t5.json").write_text(json.dumps({"model_type": "t5", "d_model": 512}))
+    (tmp_path / "broken.json").write_text('{"model_type": "llama",')
+    (tmp_path / "short.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    cases = {str(tmp_path / "empty"): "holds no config.json", str(tmp_path / "t5.json"): "model_type 't5'",
+             str(tmp_path / "broken.json"): "not valid JSON", str(tmp_path / "short.json"): "missing the field"}
+    for model, expected in cases.items():
+        for command in ("train", "infer"):
+            done = run(command, model, check_status=2)
+            lines = done.stderr.splitlines()
+            assert len(lines) == 1 and "Traceback" not in done.stderr and done.stdout == ""
+            assert "MODEL" in lines[0] and expected in lines[0], lines[0]
+
+
+def test_where_the_peak_does_not_apply_the_verdict_says_why():
+    amp = run_json("train", "gpt2", "--precision", "amp", "--seq", "256", "--gpu", "T4")
+    assert amp["required"]["basis"] == "sum_of_parts" and "amp" in amp["required"]["why_not_peak"]
+    assert amp["assumptions"]["activations"] == "textbook"
+    adapters = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4")
+    assert adapters["required"]["basis"] == "sum_of_parts" and "adapters" in adapters["required"]["why_not_peak"]
+    assert adapters["verdict"]["required_bytes"] == adapters["sum_of_parts"]
