@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="The memory of training and serving a model, exact to the byte: "
                      "will it fit on this GPU, and what to change if not. Never uses the network.",
                      epilog="Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input.")
-    parser.add_argument("--version", action="version", version=f"memmath {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print memmath's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="{train,infer,models,gpus}")
 
     common = _Parser(add_help=False)
@@ -227,6 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("gpus", parents=[common], help="the GPU catalog and its sources",
                    description="The GPUs --gpu knows, with their memory as the driver reports it.")
     return parser
+
+
+class _Version(argparse.Action):
+    """--version, looked up only when asked for (importlib.metadata costs some 20 ms to import)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.exit(0, f"memmath {_version()}\n")
 
 
 def _version() -> str:
