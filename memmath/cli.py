@@ -617,12 +617,13 @@ def run_train(args, out, style) -> int:
     if args.reserve is None:
         notes.append(f"Reserved: {RESERVE_SOURCE}; set --reserve.")
     notes += [n[0].upper() + n[1:] + ("" if n.endswith(".") else ".") for n in memory.notes]
+    w("\n")
     for note in notes:
         w(style.dim("\n".join(_wrap(note))) + "\n")
     if fit is not None:
         _write_verdict(w, style, fit, required, reserve, unit, "peak" if peak is not None else "sum of the parts")
         if changes is not None:
-            _write_changes(w, style, fit, changes, path, unit)
+            _write_changes(w, style, fit, changes, path, unit, reserve)
     return status
 
 
@@ -688,25 +689,25 @@ def _write_verdict(w, style, fit, required, reserve, unit, basis):
                       "  ")) + "\n")
 
 
-def _write_changes(w, style, fit, changes, path, unit):
+def _write_changes(w, style, fit, changes, path, unit, reserve):
     fitting = [c for c in changes if c["fits"]]
     if fitting:
         w("\n" + style.bold("Changes that fit on their own, largest saving first") + "\n")
-        _write_change_rows(w, style, fitting, unit)
+        _write_change_rows(w, style, fitting, unit, reserve)
     elif path:
         fits = path[-1]["fits"]
         w("\n" + style.bold("No single change fits; " + ("these together do, in order" if fits else
                                                         "even these together do not")) + "\n")
-        _write_change_rows(w, style, path, unit)
+        _write_change_rows(w, style, path, unit, reserve)
     else:
         w("\n" + style.bold("No change the planner knows makes it fit.") + "\n")
 
 
-def _write_change_rows(w, style, rows, unit):
+def _write_change_rows(w, style, rows, unit, reserve):
     w(style.dim(f"  {'change':<44}{'needs (' + unit + ')':>16}{'headroom':>16}") + "\n")
     for n, row in enumerate(rows, 1):
         label = f"{n}. {row['change']}"
-        needs = row["required_bytes"]
+        needs = row["required_bytes"] + reserve  # as the verdict counts it: with the CUDA context
         room = row["headroom_bytes"]
         room_text = f"{'+' if room >= 0 else '-'}{_in_unit(abs(room), unit)}"
         w(f"  {label:<44}{_in_unit(needs, unit):>16}{room_text:>16}\n")
@@ -746,6 +747,7 @@ def run_infer(args, out, style) -> int:
                          "attention": args.attention},
             "assumptions": {"context_len": (f"{context} tokens, the default (--context not given)" if context_default
                                             else f"{context} tokens (--context)"),
+                            "attention": args.attention,
                             "working_set": "the peak of one prefill over the whole context (transformers' "
                                            "implementations; serving engines that fuse or chunk keep less)",
                             "reserved": {"bytes": reserve, "default": args.reserve is None,
@@ -785,6 +787,7 @@ def run_infer(args, out, style) -> int:
     if args.reserve is None:
         notes.append(f"Reserved: {RESERVE_SOURCE}; set --reserve.")
     notes += list(memory.notes)
+    w("\n")
     for note in notes:
         w(style.dim("\n".join(_wrap(note))) + "\n")
     if fit is not None:
@@ -799,7 +802,7 @@ def run_infer(args, out, style) -> int:
             fitting = [c for c in changes if c["fits"]]
             if fitting:
                 w("\n" + style.bold("Changes that fit on their own, largest saving first") + "\n")
-                _write_change_rows(w, style, fitting, unit)
+                _write_change_rows(w, style, fitting, unit, reserve)
             else:
                 w("\n" + style.bold("No single change of format, context or batch makes it fit.") + "\n")
     return status
