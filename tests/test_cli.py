@@ -535,3 +535,27 @@ def test_where_the_peak_does_not_apply_the_verdict_says_why():
     adapters = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4")
     assert adapters["required"]["basis"] == "sum_of_parts" and "adapters" in adapters["required"]["why_not_peak"]
     assert adapters["verdict"]["required_bytes"] == adapters["sum_of_parts"]
+
+
+def test_hub_cache_lookup_follows_huggingface_hubs_layout_and_settings(tmp_path, monkeypatch):
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cli.hf_cache_dir()[0] == tmp_path / "home" / ".cache" / "huggingface" / "hub"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert cli.hf_cache_dir() == (tmp_path / "hf" / "hub", "$HF_HOME/hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert cli.hf_cache_dir() == (tmp_path / "hub", "$HF_HUB_CACHE")
+    folder = fake_hub_cache(tmp_path / "hub", commit="aaaa")
+    write_config(folder / "snapshots" / "bbbb")
+    (folder / "refs" / "v2").write_text("bbbb")
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf")[0] == folder / "snapshots" / "aaaa" / "config.json"
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf@v2")[0] == folder / "snapshots" / "bbbb" / "config.json"
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf@bbbb")[0] == folder / "snapshots" / "bbbb" / "config.json"
+    (folder / "refs" / "main").unlink()  # no ref: the newest snapshot holding a config.json
+    os.utime(folder / "snapshots" / "aaaa" / "config.json", (1, 1))
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf")[0] == folder / "snapshots" / "bbbb" / "config.json"
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf@nope")[0] is None
+    shape, info = cli.resolve_cli_model("meta-llama/Llama-2-7b-hf")
+    assert shape.n_params == LLAMA2_7B_PARAMS and info["source"] == "hugging face cache"
+    assert shape.name == "meta-llama/Llama-2-7b-hf"
