@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_argument("--reserve", metavar="SIZE", type=_size, default=None,
                            help=f"memory the CUDA context takes before any tensor (default {DEFAULT_RESERVE_MIB}MiB, "
                            "measured on a V100 by Hugging Face; 0 for none)")
-        group.add_argument("--unit", type=_choice(UNIT_CHOICES), default="GB",
+        group.add_argument("--unit", type=_choice(UNIT_CHOICES), default="GB", metavar="UNIT",
                            help="unit for display: GB (10**9 B, default) or GiB (2**30 B), also MB, MiB, TB, TiB")
 
     model_help = ("a preset (`memmath models`), a config.json, a folder holding one, or a Hub repo id "
@@ -178,27 +178,27 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input.")
     train.add_argument("model", metavar="MODEL", help=model_help)
     m = train.add_argument_group("the method")
-    m.add_argument("--method", type=_choice(METHODS), default="full", help="full (default), freeze, adapters, "
+    m.add_argument("--method", type=_choice(METHODS), default="full", metavar="NAME", help="full (default), freeze, adapters, "
                    "lora or qlora")
-    m.add_argument("--rank", type=_whole(1), help="LoRA/QLoRA rank (default 8)")
-    m.add_argument("--targets", type=_targets, help="LoRA/QLoRA matrices, comma-separated from "
+    m.add_argument("--rank", type=_whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
+    m.add_argument("--targets", type=_targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
                    f"{','.join(memmath.LORA_TARGETS)}, or all (default q,v)")
     m.add_argument("--trainable-layers", type=_whole(0), metavar="K",
                    help="freeze: how many of the last blocks train (required with --method freeze)")
     m.add_argument("--bottleneck", type=_whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
     s = train.add_argument_group("the training step")
-    s.add_argument("--precision", type=_choice(list(memmath.RECIPES)), default="bf16",
+    s.add_argument("--precision", type=_choice(list(memmath.RECIPES)), default="bf16", metavar="RECIPE",
                    help=f"{', '.join(memmath.RECIPES)} (default bf16: pure bf16, the article's 8 B/param with Adam)")
-    s.add_argument("--optimizer", type=_choice(list(memmath.OPTIMIZERS)), default="adamw",
+    s.add_argument("--optimizer", type=_choice(list(memmath.OPTIMIZERS)), default="adamw", metavar="NAME",
                    help=f"{', '.join(memmath.OPTIMIZERS)} (default adamw)")
-    s.add_argument("--batch", type=_whole(1), default=1, help="micro-batch per GPU (default 1)")
-    s.add_argument("--seq", type=_whole(1), default=None,
+    s.add_argument("--batch", type=_whole(1), default=1, metavar="B", help="micro-batch per GPU (default 1)")
+    s.add_argument("--seq", type=_whole(1), default=None, metavar="S",
                    help=f"tokens per sequence (default {DEFAULT_SEQ}, said so in the output)")
     s.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
-    s.add_argument("--attention", type=_choice(ATTENTION), default="sdpa",
+    s.add_argument("--attention", type=_choice(ATTENTION), default="sdpa", metavar="KIND",
                    help="sdpa (fused, default) or eager (keeps the s x s scores)")
     s.add_argument("--no-dropout", action="store_true", help="no dropout masks kept")
-    s.add_argument("--activations", type=_choice(ACTIVATION_MODELS), default="auto",
+    s.add_argument("--activations", type=_choice(ACTIVATION_MODELS), default="auto", metavar="MODEL",
                    help="activation model: transformers (what the PyTorch models keep; auto picks it where it "
                    "applies) or textbook (Korthikanti et al. 2022)")
     s.add_argument("--gpus", type=_whole(1), default=1, metavar="N", help="data-parallel GPUs (default 1)")
@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"serving format of the weights: {', '.join(memmath.FORMATS)} (default bf16)")
     i.add_argument("--kv", type=_choice(list(memmath.FORMATS)), default="bf16", metavar="FORMAT",
                    help="format of the KV cache (default bf16)")
-    i.add_argument("--attention", type=_choice(ATTENTION), default="sdpa", help="sdpa (default) or eager")
+    i.add_argument("--attention", type=_choice(ATTENTION), default="sdpa", metavar="KIND", help="sdpa (default) or eager")
     gpu_options(infer)
 
     sub.add_parser("models", parents=[common], help="the presets and where their shapes come from",
