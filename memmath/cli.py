@@ -934,12 +934,10 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as error:
         sys.stderr.write(f"{prog}: error: {_api_error(error)} (see {prog} --help)\n")
         return 2
-    except BrokenPipeError:  # `memmath models | head`
-        try:
-            sys.stdout.close()
-        except Exception:
-            pass
-        return 0
+    except BrokenPipeError:  # `memmath models | head`: the reader left; say nothing more (Python docs' recipe)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover
