@@ -1,0 +1,145 @@
+"""How fast `memmath train` answers, side by side with vramcalc 0.1.2 on the same question.
+
+Both read the same config.json (Llama-3-8B's shape, written to a temporary folder: vramcalc would
+otherwise try the network) and answer "LoRA rank 8, batch 4 x 2048 tokens, on an RTX 4090?"; a
+second question asks the same of full finetuning. Each command runs as a fresh process, the
+commands interleaved round by round, and the median wall time of each is printed with its ratio
+to vramcalc's. Target (issue 12): memmath at most 2x vramcalc's wall time.
+
+Runs this checkout's memmath (PYTHONPATH) with the bytecode cache on (as an installed package has it), as `python -m memmath` and through the console script
+(the `memmath` next to this Python when installed, else the launcher pip writes, run with -c).
+With --importtime it also prints what dominates memmath's start (python -X importtime).
+
+    python benchmarks/cli_speed.py [--rounds 11] [--importtime]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET = 2.0  # memmath's wall time at most this many times vramcalc's
+# meta-llama/Meta-Llama-3-8B's config.json, the fields both tools read.
+LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "attention_bias": False, "mlp_bias": False, "head_dim": 128,
+}
+# The launcher pip writes for a console script `memmath = "memmath.cli:main"`.
+LAUNCHER = "import re, sys; from memmath.cli import main; sys.argv[0] = 'memmath'; sys.exit(main())"
+
+
+def vramcalc_command() -> list[str] | None:
+    for candidate in (Path(sys.executable).parent / "vramcalc", shutil.which("vramcalc")):
+        if candidate and Path(candidate).is_file():
+            return [str(candidate)]
+    return None
+
+
+def memmath_script() -> tuple[list[str], str]:
+    script = Path(sys.executable).parent / "memmath"
+    if script.is_file():
+        return [str(script)], "console script"
+    return [sys.executable, "-c", LAUNCHER], "console script, emulated"
+
+
+def run(command, env, cwd) -> tuple[float, int, str]:
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
+    return time.perf_counter() - start, done.returncode, done.stdout + done.stderr
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=11, help="runs of each command, interleaved (default 11)")
+    parser.add_argument("--importtime", action="store_true", help="also print memmath's slowest imports")
+    parser.add_argument("--pythonpath", default=str(REPO), help="where memmath is imported from (default: this "
+                        "checkout)")
+    args = parser.parse_args()
+
+    vramcalc = vramcalc_command()
+    if vramcalc is None:
+        print("vramcalc is not installed: pip install vramcalc==0.1.2", file=sys.stderr)
+        return 2
+    env = {**os.environ, "PYTHONPATH": args.pythonpath, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
+    # As installed for a user: Python caches compiled modules (__pycache__), as it has for vramcalc's
+    # wheel. Where PYTHONDONTWRITEBYTECODE is set, memmath would be compiled again on every run.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    script, script_label = memmath_script()
+    with tempfile.TemporaryDirectory() as folder:
+        config = Path(folder) / "config.json"
+        config.write_text(json.dumps(LLAMA3_8B))
+        question = ["--batch", "4", "--seq", "2048", "--gpu", "RTX 4090"]
+        commands = {
+            "vramcalc estimate CONFIG --train --lora 8": vramcalc + ["estimate", str(config), "--train", "--lora", "8",
+                                                                     *question],
+            "python -m memmath train CONFIG --method lora": [sys.executable, "-m", "memmath", "train", str(config),
+                                                             "--method", "lora", "--rank", "8", *question],
+            f"memmath train CONFIG --method lora [{script_label}]": script + ["train", str(config), "--method",
+                                                                              "lora", "--rank", "8", *question],
+            "vramcalc estimate CONFIG --train (full)": vramcalc + ["estimate", str(config), "--train", *question],
+            "python -m memmath train CONFIG (full)": [sys.executable, "-m", "memmath", "train", str(config),
+                                                      *question],
+            "python -c pass (interpreter start)": [sys.executable, "-c", "pass"],
+            "python -c 'import numpy' (memmath's one dependency)": [sys.executable, "-c", "import numpy"],
+            "python -c 'import memmath'": [sys.executable, "-c", "import memmath"],
+        }
+        times = {name: [] for name in commands}  # each run in the temporary folder: cwd is first on sys.path
+        for name, command in commands.items():  # warm the file cache and check each answers
+            _, status, output = run(command, env, folder)
+            if status not in (0, 1):
+                print(f"{name} failed with status {status}:\n{output}", file=sys.stderr)
+                return 2
+        for _ in range(args.rounds):
+            for name, command in commands.items():
+                times[name].append(run(command, env, folder)[0])
+
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    if "emulated" in script_label:
+        print("no `memmath` console script next to this Python: the console-script row runs the launcher pip "
+              "writes, with -c")
+    print(f"median wall time of {args.rounds} runs each, interleaved (Python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs)")
+    pairs = {"python -m memmath train CONFIG --method lora": "vramcalc estimate CONFIG --train --lora 8",
+             f"memmath train CONFIG --method lora [{script_label}]": "vramcalc estimate CONFIG --train --lora 8",
+             "python -m memmath train CONFIG (full)": "vramcalc estimate CONFIG --train (full)"}
+    worst = 0.0
+    for name, median in medians.items():
+        line = f"  {name:<58} {median * 1000:6.0f} ms"
+        if name in pairs:
+            ratio = median / medians[pairs[name]]
+            worst = max(worst, ratio)
+            line += f"  {ratio:4.2f}x vramcalc"
+        print(line)
+    verdict = "meets" if worst <= TARGET else "misses"
+    print(f"slowest memmath command: {worst:.2f}x vramcalc ({verdict} the target of at most {TARGET:g}x)")
+    start = medians["python -c 'import memmath'"] - medians["python -c pass (interpreter start)"]
+    numpy = medians["python -c 'import numpy' (memmath's one dependency)"] - medians["python -c pass (interpreter start)"]
+    print(f"of which `import memmath` alone takes {start * 1000:.0f} ms after the interpreter's own start "
+          f"(numpy {numpy * 1000:.0f} ms of it)")
+    if args.importtime:
+        done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import memmath.cli"], env=env,
+                              capture_output=True, text=True, cwd=tempfile.gettempdir())
+        rows = []
+        for line in done.stderr.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[1].strip().isdigit():
+                rows.append((int(parts[1]), parts[2].rstrip()))
+        print("slowest imports (cumulative microseconds, python -X importtime -c 'import memmath.cli'):")
+        for cumulative, module in sorted(rows, reverse=True)[:10]:
+            print(f"  {cumulative:>9,}  {module}")
+    return 0 if worst <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,561 @@
+"""The command line (memmath/cli.py), run as a user runs it: `python -m memmath ...` in a subprocess.
+
+Each MODEL form (preset, config.json, folder, a Hub id in a fake Hugging Face cache), each command,
+--json checked against the Python API for the same run (and against numbers derived by hand), the
+exit statuses, and bad input for every option: one line on stderr naming the option, no traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import memmath as mm
+from memmath import cli
+
+REPO = Path(__file__).resolve().parent.parent
+ANSI = re.compile(r"\x1b\[")
+# meta-llama/Llama-2-7b-hf's config.json (the fields a transformers LlamaConfig reads).
+LLAMA2_7B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000,
+    "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
+    "torch_dtype": "float16", "_name_or_path": "meta-llama/Llama-2-7b-hf",
+}
+LLAMA2_7B_PARAMS = 6_738_415_616  # REFERENCE.md, checked against PyTorch on the meta device
+MIB = 2**20
+
+
+def run(*args, env=None, check_status=None):
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "", **(env or {})}
+    environment.pop("NO_COLOR")
+    done = subprocess.run([sys.executable, "-m", "memmath", *args], capture_output=True, text=True,
+                          env=environment, cwd=REPO, timeout=120)
+    if check_status is not None:
+        assert done.returncode == check_status, (done.returncode, done.stdout[-2000:], done.stderr)
+    return done
+
+
+def run_json(*args, status=0, env=None):
+    done = run(*args, "--json", env=env, check_status=status)
+    assert done.stderr == ""
+    return json.loads(done.stdout)
+
+
+def api_settings(**changes):
+    """The settings the CLI passes to training_memory by default (sdpa attention, transformers activations)."""
+    settings = dict(precision="bf16", optimizer="adamw", method=mm.Full(), batch_size=1, seq_len=2048,
+                    checkpointing=False, attention="sdpa", dropout=True, n_gpus=1, zero_stage=0,
+                    activations="transformers")
+    settings.update(changes)
+    return settings
+
+
+def peak_of(model, settings):
+    keys = ("precision", "optimizer", "method", "batch_size", "seq_len", "checkpointing", "attention", "dropout")
+    return mm.peak_memory(model, **{k: settings[k] for k in keys})
+
+
+# ---- train: the numbers are the API's, and the hand-derived ones ---------------------------------
+def test_train_preset_json_carries_the_api_numbers_and_the_verdict():
+    report = run_json("train", "llama-2-7b", "--batch", "2", "--seq", "512", "--gpu", "RTX 4090", status=1)
+    settings = api_settings(batch_size=2, seq_len=512)
+    memory = mm.training_memory("llama-2-7b", **settings)
+    peak = peak_of("llama-2-7b", settings)
+    assert report["parts"] == {k: int(v) for k, v in memory.parts().items()}
+    assert report["sum_of_parts"] == memory.total
+    assert report["peak"]["total"] == peak.total and report["peak"]["phase"] == peak.phase
+    assert report["required"] == {"bytes": peak.total, "basis": "peak", "why_not_peak": None,
+                                  "reserved_bytes": 1343 * MIB, "with_reserve_bytes": peak.total + 1343 * MIB}
+    fit = mm.check_fit(peak.total, "RTX 4090", reserved_bytes=1343 * MIB)
+    assert report["verdict"] == {"fits": False, "required_bytes": fit.required_bytes,
+                                 "available_bytes": fit.available_bytes, "headroom_bytes": fit.headroom_bytes,
+                                 "gpu_memory_bytes": 24564 * MIB, "reserved_bytes": 1343 * MIB}
+    assert report["exit_status"] == 1 and report["gpu"]["name"] == "RTX 4090"
+    assert report["model"]["source"] == "preset" and report["model"]["total_params"] == LLAMA2_7B_PARAMS
+    assert report["settings"]["seq_len"] == 512 and report["settings"]["seq_len_default"] is False
+
+
+def test_train_hand_derived_bytes_the_articles_8_bytes_per_parameter():
+    # Pure bf16 with Adam: 2 B weights + 2 B gradients + 2 x 2 B moments per parameter (the article's
+    # 56 GB for 7B), plus PyTorch's 4-byte step counter for each of Llama-2-7B's 291 tensors
+    # (embedding, 32 x 9 per block, final norm, head).
+    report = run_json("train", "llama-2-7b", "--precision", "bf16", "--optimizer", "adam", "--seq", "512")
+    n = LLAMA2_7B_PARAMS
+    parts = report["parts"]
+    assert parts["weights"] == 2 * n == 13_476_831_232
+    assert parts["gradients"] == 2 * n
+    assert parts["optimizer_states"] == 4 * n + 4 * 291
+    assert parts["master_weights"] == parts["quantization_constants"] == parts["gradient_accumulation"] == 0
+    assert parts["weights"] + parts["gradients"] + parts["optimizer_states"] - 4 * 291 == 8 * n
+    assert parts["activations"] > 0
+    assert report["verdict"] is None and report["gpu"] is None and report["exit_status"] == 0
+
+
+def test_train_without_seq_uses_the_stated_default_never_zero_activations():
+    report = run_json("train", "gpt2")
+    assert report["settings"]["seq_len"] == cli.DEFAULT_SEQ == 2048
+    assert report["settings"]["seq_len_default"] is True
+    assert "default" in report["assumptions"]["seq_len"]
+    assert report["parts"]["activations"] == mm.training_memory("gpt2", **api_settings()).activations > 0
+    text = run("train", "gpt2", check_status=0).stdout
+    assert "2,048 tokens (the default length; set --seq)" in " ".join(text.split())
+
+
+def test_train_qlora_json_and_the_changes_are_judged_on_their_peak():
+    args = ("train", "llama-3-8b", "--method", "qlora", "--batch", "4", "--seq", "2048", "--gpu", "rtx 4090")
+    report = run_json(*args, status=1)
+    settings = api_settings(method=mm.QLoRA(rank=8, targets=("q", "v")), batch_size=4)
+    memory = mm.training_memory("llama-3-8b", **settings)
+    assert report["parts"] == {k: int(v) for k, v in memory.parts().items()}
+    assert report["settings"]["method"]["name"] == "qlora" and report["settings"]["method"]["rank"] == 8
+    assert report["parts"]["quantization_constants"] > 0
+    fitting = [c for c in report["changes"] if c["fits"]]
+    assert fitting, "checkpointing or a smaller batch fits an 8B QLoRA run on a 24 GB card"
+    for change in report["changes"]:
+        s = change["settings"]
+        redo = api_settings(method=mm.QLoRA(rank=8, targets=("q", "v")), batch_size=s["batch_size"],
+                            checkpointing=s["checkpointing"], attention=s["attention"], optimizer=s["optimizer"],
+                            precision=s["precision"])
+        if s["n_gpus"] > 1 or s["method"]["name"] != "qlora":
+            continue
+        peak = peak_of("llama-3-8b", redo).total
+        assert change["required_bytes"] == peak and change["basis"] == "peak"
+        assert change["fits"] == mm.check_fit(peak, "RTX 4090", reserved_bytes=1343 * MIB).fits
+    assert [c["saved_bytes"] for c in report["changes"]] == sorted((c["saved_bytes"] for c in report["changes"]),
+                                                                   reverse=True)
+
+
+def test_train_the_text_answer_reads_in_80_columns_without_colour_when_piped():
+    done = run("train", "llama-3-8b", "--batch", "4", "--seq", "2048", "--gpu", "RTX 4090", check_status=1)
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert not ANSI.search(done.stdout) and done.stderr == ""
+    text = done.stdout
+    assert re.search(r"short by [0-9.,]+ GB on RTX 4090", text)
+    assert "1,408,237,568" in text and "CUDA context" in text  # what was reserved, in bytes
+    assert "Peak of the step" in text and "Needed: peak + reserve" in text
+
+
+def test_train_fits_exits_0_and_says_the_headroom():
+    done = run("train", "gpt2", "--seq", "512", "--gpu", "H200", check_status=0)
+    assert "fits, with" in done.stdout and "to spare" in done.stdout
+
+
+def test_train_zero_sharding_is_judged_on_the_sum_and_says_why():
+    report = run_json("train", "llama-2-7b", "--seq", "512", "--gpus", "8", "--zero-stage", "3", "--gpu", "A100 80GB")
+    settings = api_settings(seq_len=512, n_gpus=8, zero_stage=3)
+    memory = mm.training_memory("llama-2-7b", **settings)
+    assert report["parts"] == {k: int(v) for k, v in memory.parts().items()}
+    assert report["required"]["basis"] == "sum_of_parts" and report["peak"] is None
+    assert "ZeRO" in report["required"]["why_not_peak"]
+    assert report["verdict"]["required_bytes"] == memory.total
+
+
+@pytest.mark.parametrize("method, extra, api_method", [
+    ("freeze", ["--trainable-layers", "2"], mm.Freeze(trainable_layers=2)),
+    ("lora", ["--rank", "16", "--targets", "all"], mm.LoRA(rank=16, targets="all")),
+    ("adapters", ["--bottleneck", "32"], mm.Adapters(bottleneck=32)),
+])
+def test_train_each_method_matches_the_api(method, extra, api_method):
+    report = run_json("train", "gpt2", "--method", method, *extra, "--seq", "256", "--unit", "GiB")
+    activations = "textbook" if method == "adapters" else "transformers"
+    memory = mm.training_memory("gpt2", **api_settings(method=api_method, seq_len=256, activations=activations))
+    assert report["parts"] == {k: int(v) for k, v in memory.parts().items()}
+    assert report["assumptions"]["activations"] == activations
+    assert report["model"]["trainable_params"] == memory.trainable_params
+    assert report["unit"] == "GiB"
+
+
+# ---- MODEL forms ------------------------------------------------------------------------------
+def write_config(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(LLAMA2_7B_CONFIG))
+    return path
+
+
+def test_model_as_a_config_file_and_as_its_folder(tmp_path):
+    path = write_config(tmp_path / "llama")
+    preset = run_json("train", "llama-2-7b", "--seq", "256")
+    for given, source in ((str(path), "config file"), (str(path.parent), "config folder")):
+        report = run_json("train", given, "--seq", "256")
+        assert report["model"]["source"] == source and report["model"]["config_path"] == str(path)
+        assert report["model"]["total_params"] == LLAMA2_7B_PARAMS
+        assert report["parts"] == preset["parts"]
+
+
+def fake_hub_cache(root: Path, repo="meta-llama/Llama-2-7b-hf", commit="0123abcd") -> Path:
+    folder = root / ("models--" + repo.replace("/", "--"))
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    write_config(folder / "snapshots" / commit)
+    return folder
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_CACHE", "HF_HOME"])
+def test_model_as_a_hub_id_from_the_local_cache(tmp_path, variable):
+    hub = tmp_path / "hub"
+    fake_hub_cache(hub)
+    env = {"HF_HUB_CACHE": str(hub)} if variable == "HF_HUB_CACHE" else {"HF_HOME": str(tmp_path), "HF_HUB_CACHE": ""}
+    report = run_json("train", "meta-llama/Llama-2-7b-hf", "--seq", "256", env=env)
+    assert report["model"]["source"] == "hugging face cache"
+    assert report["model"]["name"] == "meta-llama/Llama-2-7b-hf"
+    assert report["model"]["config_path"].endswith("snapshots/0123abcd/config.json")
+    assert report["model"]["total_params"] == LLAMA2_7B_PARAMS
+
+
+def test_model_missing_from_the_cache_says_where_it_looked_and_how_to_get_it(tmp_path):
+    done = run("train", "meta-llama/Llama-3.1-8B", env={"HF_HUB_CACHE": str(tmp_path)}, check_status=2)
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert str(tmp_path / "models--meta-llama--Llama-3.1-8B") in done.stderr
+    assert "huggingface-cli download meta-llama/Llama-3.1-8B config.json" in done.stderr
+    assert "never uses the network" in done.stderr
+
+
+def test_the_cli_never_loads_a_network_client(tmp_path):
+    fake_hub_cache(tmp_path)
+    code = ("import sys, io, contextlib, memmath.cli as c\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    c.main(['train', 'meta-llama/Llama-2-7b-hf', '--seq', '64'])\n"
+            "    c.main(['train', 'no-such/model'])\n"
+            "print(sorted(m for m in ('huggingface_hub', 'requests', 'httpx', 'urllib3') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_CACHE": str(tmp_path)})
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_the_cli_module_imports_only_the_standard_library():
+    code = ("import sys, memmath\nbefore = set(sys.modules)\nimport memmath.cli\n"
+            "new = {m.split('.')[0] for m in set(sys.modules) - before} - {'memmath'}\n"
+            "print(sorted(m for m in new if m not in sys.stdlib_module_names))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+# ---- infer, models, gpus --------------------------------------------------------------------
+def test_infer_json_carries_the_api_numbers():
+    report = run_json("infer", "llama-3-8b", "--context", "32768", "--batch", "2", "--weights", "nf4", "--kv", "fp8_e4m3",
+                      "--gpu", "rtx4090")
+    memory = mm.inference_memory("llama-3-8b", weights_format="nf4", kv_format="fp8_e4m3", batch_size=2,
+                                 context_len=32768, attention="sdpa")
+    assert report["parts"] == {k: int(v) for k, v in memory.parts().items()}
+    assert report["total"] == memory.total and report["rule_of_thumb"] == memory.rule_of_thumb
+    fit = mm.check_fit(memory.total, "RTX 4090", reserved_bytes=1343 * MIB)
+    assert report["verdict"]["fits"] == fit.fits and report["verdict"]["headroom_bytes"] == fit.headroom_bytes
+    assert report["exit_status"] == (0 if fit.fits else 1)
+    assert report["decode_tokens_per_second_upper_bound"] == pytest.approx(
+        mm.decode_tokens_per_second(memory, "RTX 4090"))
+
+
+def test_infer_hand_derived_kv_cache_and_a_long_context_that_does_not_fit():
+    # Llama-2-13B at 8,192 tokens in 16-bit: 2 x 40 layers x 40 heads x 128 x 8192 x 2 B = 6.7 GB (REFERENCE.md).
+    report = run_json("infer", "llama-2-13b", "--context", "8192")
+    assert report["parts"]["kv_cache"] == 2 * 40 * 40 * 128 * 8192 * 2 == 6_710_886_400
+    assert report["parts"]["weights"] == 2 * 13_015_864_320
+    long = run_json("infer", "llama-3-8b", "--context", "131072", "--gpu", "RTX 4090", status=1)
+    limit = long["longest_context_that_fits"]
+    fits = mm.check_fit(mm.inference_memory("llama-3-8b", context_len=limit), "RTX 4090", reserved_bytes=1343 * MIB)
+    over = mm.check_fit(mm.inference_memory("llama-3-8b", context_len=limit + 1), "RTX 4090",
+                        reserved_bytes=1343 * MIB)
+    assert fits.fits and not over.fits
+    assert any(c["fits"] for c in long["changes"])
+    text = run("infer", "llama-3-8b", "--context", "131072", "--gpu", "RTX 4090", check_status=1).stdout
+    assert max(len(line) for line in text.splitlines()) <= 80 and "short by" in text
+
+
+def test_infer_without_context_states_the_default():
+    report = run_json("infer", "gpt2")
+    assert report["settings"]["context_len"] == cli.DEFAULT_CONTEXT and report["settings"]["context_len_default"]
+
+
+def test_models_lists_every_preset_with_its_source():
+    report = run_json("models")
+    assert [r["name"] for r in report["models"]] == list(mm.PRESETS)
+    for row in report["models"]:
+        assert row["params"] == mm.PRESETS[row["name"]].n_params
+        assert row["source"] == cli.PRESET_SOURCES[row["name"]]
+    text = run("models", check_status=0).stdout
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "6,738,415,616" in text and "meta-llama/Llama-2-7b-hf" in text
+
+
+def test_gpus_lists_the_catalog_with_the_drivers_memory():
+    report = run_json("gpus")
+    assert {r["name"]: r["memory_bytes"] for r in report["gpus"]} == {
+        name: gpu.memory_bytes for name, gpu in mm.GPUS.items()}
+    assert report["sources"]
+    text = run("gpus", check_status=0).stdout
+    assert max(len(line) for line in text.splitlines()) <= 80 and "24,564" in text
+
+
+# ---- the reserve, the GPU names, colour, the entry point ---------------------------------------
+def test_the_default_reserve_is_the_planner_lessons_cuda_context_figure():
+    for name in ("memmath.reference.literature", "memmath.literature"):
+        try:
+            literature = importlib.import_module(name)
+            break
+        except ImportError:
+            continue
+    reported = literature.REPORTED["cuda_context_v100"]
+    assert mm.parse_bytes(f"{reported.value} {reported.unit}") == cli.DEFAULT_RESERVE == 1_408_237_568
+    assert "08_planner" in (REPO / "notebooks" / "08_planner.py").name
+    assert "cuda_context_v100" in (REPO / "notebooks" / "08_planner.py").read_text()
+
+
+def test_reserve_can_be_set_and_changes_the_verdict():
+    tight = run_json("train", "gpt2", "--seq", "128", "--gpu-memory", "3GiB", "--reserve", "0")
+    assert tight["required"]["reserved_bytes"] == 0 and tight["verdict"]["available_bytes"] == 3 * 2**30
+    custom = run_json("train", "gpt2", "--seq", "128", "--gpu-memory", "3GiB", "--reserve", "1.5GiB")
+    assert custom["verdict"]["headroom_bytes"] == tight["verdict"]["headroom_bytes"] - int(1.5 * 2**30)
+    assert custom["assumptions"]["reserved"] == {"bytes": int(1.5 * 2**30), "default": False,
+                                                 "what": "given by --reserve"}
+
+
+@pytest.mark.parametrize("given, name", [("RTX 4090", "RTX 4090"), ("rtx4090", "RTX 4090"), ("  rtx 4090 ", "RTX 4090"),
+                                         ("a100-80gb", "A100 80GB"), ("h100", "H100 80GB"), ("4090", "RTX 4090")])
+def test_gpu_names_forgive_case_and_spacing(given, name):
+    class Args:
+        gpu, gpu_memory = given, None
+
+    assert cli.resolve_gpu(Args).name == name
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    class Terminal:
+        def isatty(self):
+            return True
+
+    class Pipe:
+        def isatty(self):
+            return False
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert cli.Style(Terminal()).good("fits") == "\x1b[1;32mfits\x1b[0m"
+    assert cli.Style(Pipe()).good("fits") == "fits"
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert cli.Style(Terminal()).bad("does not fit") == "does not fit"
+
+
+def test_the_console_script_names_an_importable_main(capsys):
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, function = scripts["memmath"].partition(":")
+    main = getattr(importlib.import_module(module), function)
+    assert main is cli.main
+    assert main(["gpus", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["command"] == "gpus"
+
+
+def test_no_command_prints_help_and_exits_2():
+    done = run(check_status=2)
+    assert "train" in done.stderr and "Traceback" not in done.stderr
+
+
+# ---- bad input: every option, one line naming it, exit status 2 ----------------------------------
+BAD_INPUT = [
+    (["train", "no-such-model"], "MODEL"),
+    (["train", "./missing/config.json"], "MODEL"),
+    (["train", "gpt2", "--method", "sgd"], "--method"),
+    (["train", "gpt2", "--rank", "8"], "--rank"),
+    (["train", "gpt2", "--method", "lora", "--rank", "0"], "--rank"),
+    (["train", "gpt2", "--method", "lora", "--rank", "99999"], "--rank"),
+    (["train", "gpt2", "--method", "qlora", "--targets", "q,x"], "--targets"),
+    (["train", "gpt2", "--targets", "q"], "--targets"),
+    (["train", "gpt2", "--method", "freeze"], "--trainable-layers"),
+    (["train", "gpt2", "--method", "freeze", "--trainable-layers", "13"], "--trainable-layers"),
+    (["train", "gpt2", "--method", "freeze", "--trainable-layers", "-1"], "--trainable-layers"),
+    (["train", "gpt2", "--method", "adapters", "--bottleneck", "wide"], "--bottleneck"),
+    (["train", "gpt2", "--bottleneck", "8"], "--bottleneck"),
+    (["train", "gpt2", "--precision", "fp64"], "--precision"),
+    (["train", "gpt2", "--optimizer", "lion"], "--optimizer"),
+    (["train", "gpt2", "--batch", "0"], "--batch"),
+    (["train", "gpt2", "--batch", "2000000"], "--batch"),
+    (["train", "gpt2", "--seq", "1.5"], "--seq"),
+    (["train", "gpt2", "--seq", "99999999"], "--seq"),
+    (["train", "gpt2", "--attention", "flash"], "--attention"),
+    (["train", "gpt2", "--activations", "exact"], "--activations"),
+    (["train", "gpt2", "--method", "adapters", "--activations", "transformers"], "--activations"),
+    (["train", "gpt2", "--gpus", "0"], "--gpus"),
+    (["train", "gpt2", "--gpus", "99999999"], "--gpus"),
+    (["train", "gpt2", "--zero-stage", "4"], "--zero-stage"),
+    (["train", "gpt2", "--gpu", "RTX 9090"], "--gpu"),
+    (["train", "gpt2", "--gpu", "a100"], "--gpu"),
+    (["train", "gpt2", "--gpu-memory", "24"], "--gpu-memory"),
+    (["train", "gpt2", "--gpu-memory", "0GB"], "--gpu-memory"),
+    (["train", "gpt2", "--gpu", "T4", "--gpu-memory", "24GiB"], "--gpu-memory"),
+    (["train", "gpt2", "--reserve", "lots"], "--reserve"),
+    (["train", "gpt2", "--gpu", "T4", "--reserve", "99GB"], "--reserve"),
+    (["train", "gpt2", "--unit", "furlongs"], "--unit"),
+    (["train", "gpt2", "--no-such-option"], "--no-such-option"),
+    (["train"], "MODEL"),
+    (["infer", "gpt2", "--context", "0"], "--context"),
+    (["infer", "gpt2", "--context", "99999999"], "--context"),
+    (["infer", "gpt2", "--batch", "-1"], "--batch"),
+    (["infer", "gpt2", "--weights", "fp64"], "--weights"),
+    (["infer", "gpt2", "--kv", "int3"], "--kv"),
+    (["infer", "gpt2", "--attention", "flash"], "--attention"),
+    (["infer", "gpt2", "--gpu", "GTX 480"], "--gpu"),
+    (["infer", "gpt2", "--gpu-memory", "lots"], "--gpu-memory"),
+    (["infer", "gpt2", "--gpu", "T4", "--reserve", "20GB"], "--reserve"),
+    (["infer", "gpt2", "--unit", "parsecs"], "--unit"),
+    (["models", "--unit", "GB"], "--unit"),
+    (["nonsense"], "COMMAND"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_results():
+    """Every bad-input case run as its own process, four at a time (one answer per case)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip((tuple(a) for a, _ in BAD_INPUT), pool.map(lambda case: run(*case[0]), BAD_INPUT)))
+
+
+@pytest.mark.parametrize("args, option", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_naming_the_option(bad_input_results, args, option):
+    done = bad_input_results[tuple(args)]
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("memmath") and ": error: " in lines[0]
+    assert option in lines[0]
+
+
+def test_choice_errors_list_the_allowed_values(bad_input_results):
+    method = bad_input_results[("train", "gpt2", "--method", "sgd")].stderr
+    assert "full, freeze, adapters, lora, qlora" in method
+    precision = bad_input_results[("train", "gpt2", "--precision", "fp64")].stderr
+    assert ", ".join(mm.RECIPES) in precision
+    weights = bad_input_results[("infer", "gpt2", "--weights", "fp64")].stderr
+    assert ", ".join(mm.FORMATS) in weights
+    gpu = bad_input_results[("train", "gpt2", "--gpu", "RTX 9090")].stderr
+    assert all(name in gpu for name in mm.GPUS)
+
+
+# ---- README: its examples are what the command prints, its --json keys are the real ones ---------
+EXAMPLE = re.compile(r"^    \$ memmath (.+)\n((?:    .*\n|\n)*?)    \$ echo \$\?\n    (\d)\n", re.M)  # a `$ memmath ...` block: command, output, status
+
+
+def readme_section() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    return readme.split("## On the command line", 1)[1].split("\n## ", 1)[0]
+
+
+def readme_examples():
+    """(arguments, printed text, exit status) for each `$ memmath ...` block in README's section."""
+    examples = []
+    blocks = EXAMPLE.findall(readme_section())
+    for command, output, status in blocks:
+        text = "\n".join(line[4:] for line in output.rstrip("\n").split("\n")) + "\n"
+        examples.append((command, text, int(status)))
+    return examples
+
+
+def test_readme_has_the_three_examples_and_the_fresh_machine_line():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    fresh = readme.split("## On a fresh machine", 1)[1].split("\n## ", 1)[0]
+    assert ".venv/bin/memmath train " in fresh
+    commands = [c for c, _, _ in readme_examples()]
+    assert len(commands) == 3
+    assert commands[0].startswith("train") and "--method" not in commands[0]  # a full finetune
+    assert "--method qlora" in commands[1] and commands[2].startswith("infer")
+    assert [s for _, _, s in readme_examples()] == [1, 0, 1]
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_readme_examples_are_what_the_command_prints(index):
+    """README's examples are real runs. MEMMATH_UPDATE_README=1 pastes the current output in instead."""
+    import shlex
+
+    command, text, status = readme_examples()[index]
+    done = run(*shlex.split(command))
+    if os.environ.get("MEMMATH_UPDATE_README") == "1" and (done.stdout, done.returncode) != (text, status):
+        path = REPO / "README.md"
+        readme = path.read_text(encoding="utf-8")
+        old = "    $ memmath " + command + "\n" + "".join(("    " + line if line else line) + "\n"
+                                                    for line in text.rstrip("\n").split("\n"))
+        new = "    $ memmath " + command + "\n" + "".join(("    " + line if line else line) + "\n"
+                                                    for line in done.stdout.rstrip("\n").split("\n"))
+        old += f"    $ echo $?\n    {status}\n"
+        new += f"    $ echo $?\n    {done.returncode}\n"
+        assert readme.count(old) == 1
+        path.write_text(readme.replace(old, new), encoding="utf-8")
+        return
+    assert done.returncode == status, done.stderr
+    assert done.stdout == text, ("README's example is stale: run this test with MEMMATH_UPDATE_README=1 to paste "
+                                 "the current output")
+
+
+def test_readme_documents_every_json_key():
+    section = readme_section()
+    reports = [run_json("train", "gpt2", "--seq", "64", "--gpu", "T4"), run_json("infer", "gpt2", "--gpu", "T4")]
+    reports.append(run_json("train", "llama-3-8b", "--seq", "2048", "--batch", "4", "--gpu", "RTX 4090", status=1))
+    for report in reports:
+        for key, value in report.items():
+            assert f"`{key}`" in section, key
+            if isinstance(value, dict) and key not in ("parts", "settings"):
+                for inner in value:
+                    assert f"`{inner}`" in section, f"{key}.{inner}"
+    for change in reports[2]["changes"]:
+        for key in change:
+            assert f"`{key}`" in section, f"changes.{key}"
+
+
+def test_bad_config_files_are_one_line_naming_model(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "t5.json").write_text(json.dumps({"model_type": "t5", "d_model": 512}))
+    (tmp_path / "broken.json").write_text('{"model_type": "llama",')
+    (tmp_path / "short.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    cases = {str(tmp_path / "empty"): "holds no config.json", str(tmp_path / "t5.json"): "model_type 't5'",
+             str(tmp_path / "broken.json"): "not valid JSON", str(tmp_path / "short.json"): "missing the field"}
+    for model, expected in cases.items():
+        for command in ("train", "infer"):
+            done = run(command, model, check_status=2)
+            lines = done.stderr.splitlines()
+            assert len(lines) == 1 and "Traceback" not in done.stderr and done.stdout == ""
+            assert "MODEL" in lines[0] and expected in lines[0], lines[0]
+
+
+def test_where_the_peak_does_not_apply_the_verdict_says_why():
+    amp = run_json("train", "gpt2", "--precision", "amp", "--seq", "256", "--gpu", "T4")
+    assert amp["required"]["basis"] == "sum_of_parts" and "amp" in amp["required"]["why_not_peak"]
+    assert amp["assumptions"]["activations"] == "textbook"
+    adapters = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4")
+    assert adapters["required"]["basis"] == "sum_of_parts" and "adapters" in adapters["required"]["why_not_peak"]
+    assert adapters["verdict"]["required_bytes"] == adapters["sum_of_parts"]
+
+
+def test_hub_cache_lookup_follows_huggingface_hubs_layout_and_settings(tmp_path, monkeypatch):
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cli.hf_cache_dir()[0] == tmp_path / "home" / ".cache" / "huggingface" / "hub"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert cli.hf_cache_dir() == (tmp_path / "hf" / "hub", "$HF_HOME/hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert cli.hf_cache_dir() == (tmp_path / "hub", "$HF_HUB_CACHE")
+    folder = fake_hub_cache(tmp_path / "hub", commit="aaaa")
+    write_config(folder / "snapshots" / "bbbb")
+    (folder / "refs" / "v2").write_text("bbbb")
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf")[0] == folder / "snapshots" / "aaaa" / "config.json"
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf@v2")[0] == folder / "snapshots" / "bbbb" / "config.json"
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf@bbbb")[0] == folder / "snapshots" / "bbbb" / "config.json"
+    (folder / "refs" / "main").unlink()  # no ref: the newest snapshot holding a config.json
+    os.utime(folder / "snapshots" / "aaaa" / "config.json", (1, 1))
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf")[0] == folder / "snapshots" / "bbbb" / "config.json"
+    assert cli.find_in_hf_cache("meta-llama/Llama-2-7b-hf@nope")[0] is None
+    shape, info = cli.resolve_cli_model("meta-llama/Llama-2-7b-hf")
+    assert shape.n_params == LLAMA2_7B_PARAMS and info["source"] == "hugging face cache"
+    assert shape.name == "meta-llama/Llama-2-7b-hf"
