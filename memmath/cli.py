@@ -570,7 +570,7 @@ def run_train(args, out, style) -> int:
                             "reserved": {"bytes": reserve, "default": args.reserve is None,
                                          "what": RESERVE_SOURCE if args.reserve is None else "given by --reserve"},
                             "activations_model": ACTIVATION_DESCRIPTIONS[activations],
-                            "notes": list(memory.notes) + _peak_notes(peak, reserve)},
+                            "notes": [str(n) for n in (*memory.notes, *_peak_notes(peak, reserve))]},
             "parts": {k: int(v) for k, v in memory.parts().items()},
             "sum_of_parts": int(memory.total),
             "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,
@@ -616,7 +616,7 @@ def run_train(args, out, style) -> int:
                      "every part as if all were alive at once.")
     if args.reserve is None:
         notes.append(f"Reserved: {RESERVE_SOURCE}; set --reserve.")
-    notes += [n[0].upper() + n[1:] + ("" if n.endswith(".") else ".") for n in memory.notes]
+    notes += [_sentence(str(n)) for n in memory.notes]
     w("\n")
     for note in notes:
         w(style.dim("\n".join(_wrap(note))) + "\n")
@@ -634,11 +634,16 @@ ACTIVATION_DESCRIPTIONS = {
 }
 
 
+def _sentence(text: str) -> str:
+    """A note as a sentence: capital first letter, full stop at the end."""
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
 def _peak_notes(peak, reserve) -> list:
     """The peak's notes, less the one about the CUDA context when a reserve stands for it."""
     if peak is None:
         return []
-    return [n for n in peak.notes if not (reserve and "CUDA context" in n)]
+    return [n for n in peak.notes if not (reserve and n.kind == "cuda_context_excluded")]
 
 
 def _judged(shape, gpu, reserve, suggestions):
@@ -752,7 +757,7 @@ def run_infer(args, out, style) -> int:
                                            "implementations; serving engines that fuse or chunk keep less)",
                             "reserved": {"bytes": reserve, "default": args.reserve is None,
                                          "what": RESERVE_SOURCE if args.reserve is None else "given by --reserve"},
-                            "notes": list(memory.notes)},
+                            "notes": [str(n) for n in memory.notes]},
             "parts": {k: int(v) for k, v in memory.parts().items()},
             "total": total, "rule_of_thumb": int(memory.rule_of_thumb),
             "required": {"bytes": total, "basis": "total", "reserved_bytes": reserve,
@@ -786,7 +791,7 @@ def run_infer(args, out, style) -> int:
              "the prefill keep less."]
     if args.reserve is None:
         notes.append(f"Reserved: {RESERVE_SOURCE}; set --reserve.")
-    notes += list(memory.notes)
+    notes += [str(n) for n in memory.notes]
     w("\n")
     for note in notes:
         w(style.dim("\n".join(_wrap(note))) + "\n")
