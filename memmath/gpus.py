@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 
 MIB = 2**20
+MAX_GPU_BYTES = 2**60  # memory and bytes per second of one card (an H200 has 2**37 bytes)
+GPU_KINDS = ("consumer", "datacenter")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,20 @@ class GPU:
     kind: str  # "consumer" or "datacenter"
     marketed: str  # the size on the box
     note: str = ""
+
+    def __post_init__(self):
+        # Checked when built, so get_gpu never hands on a card with negative memory.
+        for name in ("name", "marketed", "note"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a string; got {validate.describe(getattr(self, name))}")
+        if not self.name.strip():
+            raise ValueError("name must not be empty")
+        object.__setattr__(self, "memory_bytes",
+                           validate.count("memory_bytes", self.memory_bytes, high=MAX_GPU_BYTES, scalar=True))
+        object.__setattr__(self, "bandwidth_bytes_per_s", validate.count(
+            "bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, high=MAX_GPU_BYTES, scalar=True))
+        object.__setattr__(self, "bf16_tflops", validate.real("bf16_tflops", self.bf16_tflops, low=1e-6, high=1e9))
+        object.__setattr__(self, "kind", validate.choice("kind", self.kind, GPU_KINDS))
 
 
 def _gpu(name, mib, bandwidth_gb_s, tflops, kind, marketed, note=""):
@@ -68,12 +84,14 @@ GPUS: dict[str, GPU] = {
 def get_gpu(name) -> GPU:
     """The catalog entry for a name (case-insensitive), or the GPU passed in."""
     if isinstance(name, GPU):
+        name.__post_init__()  # checked again: a card altered after it was built is refused too
         return name
-    if isinstance(name, str):
-        for key, gpu in GPUS.items():
-            if key.lower() == name.strip().lower():
-                return gpu
-    raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {name!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"gpu must be a name such as 'H100 80GB' or a GPU; got {validate.describe(name)}")
+    for key, gpu in GPUS.items():
+        if key.lower() == name.strip().lower():
+            return gpu
+    raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {validate.describe(name)}")
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,13 @@ class Fit:
     required_bytes: int
     available_bytes: int
     n_gpus: int
+
+    def __post_init__(self):
+        if not isinstance(self.gpu, GPU):
+            raise TypeError(f"gpu must be a GPU; got {validate.describe(self.gpu)}")
+        object.__setattr__(self, "required_bytes", validate.nbytes("required_bytes", self.required_bytes))
+        object.__setattr__(self, "available_bytes", validate.nbytes("available_bytes", self.available_bytes))
+        object.__setattr__(self, "n_gpus", validate.count("n_gpus", self.n_gpus, high=validate.MAX_GPUS, scalar=True))
 
     @property
     def fits(self) -> bool:
@@ -105,7 +130,8 @@ def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
     """
     gpu = get_gpu(gpu)
     required = getattr(required_bytes, "total", required_bytes)
-    required = validate.count("required_bytes", required, low=0, high=2**62)
+    # Any size training_memory can report is accepted (a run far too large simply does not fit).
+    required = validate.nbytes("required_bytes", required)
     reserved = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
     return Fit(gpu, required, gpu.memory_bytes - reserved, 1)
 

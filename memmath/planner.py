@@ -186,6 +186,14 @@ def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
     """A table of suggestions: change, memory per GPU after it, memory saved, fits, cost (sizes in `unit`)."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
     unit = unit_name(unit)
+    if isinstance(suggestions, (str, bytes, dict)) or not hasattr(suggestions, "__iter__"):
+        raise TypeError(f"suggestions must be a list of the Suggestions that suggest_changes or path_to_fit "
+                        f"return; got {validate.describe(suggestions)}")
+    suggestions = list(suggestions)
+    for item in suggestions:
+        if not isinstance(item, Suggestion):
+            raise TypeError(f"suggestions must hold Suggestions (from suggest_changes or path_to_fit); "
+                            f"got {validate.describe(item)}")
     rows = [{"change": s.change, f"per GPU after ({unit})": s.total / UNITS[unit],
              f"saved ({unit})": s.saved / UNITS[unit], "fits": "yes" if s.fits else "no", "cost": s.cost}
             for s in suggestions]

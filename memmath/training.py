@@ -133,8 +133,9 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     """
     shape = resolve_model(model)
     method = Full() if method is None else method
-    if not isinstance(method, Method):
-        raise TypeError(f"method must be Full(), Freeze(...), Adapters(...), LoRA(...) or QLoRA(...); got {method!r}")
+    if not isinstance(method, Method) or type(method) is Method:  # the base class plans nothing
+        raise TypeError(f"method must be Full(), Freeze(...), Adapters(...), LoRA(...) or QLoRA(...); "
+                        f"got {validate.describe(method)}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     if seq_len is not None:
