@@ -241,7 +241,11 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
             mask_bytes=1 if device == "cuda" else recipe.activation_bits // 8,
         )
     # Nothing trainable, nothing to store for backward.
-    return estimate, estimate.total * (plan.trainable_params > 0), True
+    trains = plan.trainable_params > 0
+    if isinstance(trains, np.ndarray) and not isinstance(estimate.total, np.ndarray):
+        # A method sweep (LoRA ranks, frozen layers) at fixed sizes: the exact activations join int64 arrays.
+        validate.check_sweep("activations (from seq_len and batch_size)", estimate.total)
+    return estimate, estimate.total * trains, True
 
 
 def _shard(value, n_gpus):

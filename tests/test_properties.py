@@ -411,3 +411,78 @@ def test_methods_with_junk_inside_training_memory(data):
                            batch_size=data.draw(st.integers(1, 2**20))).total
     except (ValueError, TypeError):
         pass
+
+
+# ---- sweeps up to and across the int64 limit ----------------------------------------------------------------
+# A sweep computes in int64; a scalar call in exact Python ints. Up to memmath.validate.SWEEP_LIMIT (2**59 bytes)
+# they must agree to the byte; past it the sweep must refuse, naming the inputs, never wrap around.
+from memmath.validate import MAX_BATCH, MAX_SEQ, SWEEP_LIMIT  # noqa: E402
+
+LARGE_SEQ = st.one_of(st.integers(1, 64), st.integers(1, MAX_SEQ), st.integers(MAX_SEQ // 4, MAX_SEQ))
+LARGE_BATCH = st.one_of(st.integers(1, 8), st.integers(1, MAX_BATCH), st.integers(MAX_BATCH // 4, MAX_BATCH))
+BIG_MODELS = ["gpt2", "llama-3-70b", "bert-base-uncased", "mistral-7b", "gpt3-175b"]
+
+
+def _sweep_or_refusal(call, scalar, value, batches, lengths):
+    """Either every grid point equals the scalar call, or the sweep refused and its largest point is too big."""
+    try:
+        grid = call(batch_size=np.array(batches)[:, None], seq_len=np.array(lengths)[None, :])
+    except ValueError as error:
+        message = str(error)
+        assert "seq_len" in message and "batch_size" in message and "int64" in message, message
+        top = value(scalar(batch_size=max(batches), seq_len=max(lengths)))
+        assert top > SWEEP_LIMIT, (top, message)
+        return
+    values = np.broadcast_to(value(grid), (len(batches), len(lengths)))
+    assert values.dtype == np.int64
+    for i, b in enumerate(batches):
+        for j, s in enumerate(lengths):
+            point = value(scalar(batch_size=b, seq_len=s))
+            assert isinstance(point, int) and point >= 0
+            assert int(values[i, j]) == point, (b, s)
+
+
+@pytest.mark.parametrize("activations", ["textbook", "transformers"])
+@given(model=st.sampled_from(BIG_MODELS), lengths=st.lists(LARGE_SEQ, min_size=1, max_size=2),
+       batches=st.lists(LARGE_BATCH, min_size=1, max_size=2), checkpointing=st.booleans(),
+       attention=st.sampled_from(["eager", "sdpa"]))
+def test_activation_sweeps_equal_scalar_calls_up_to_and_across_the_int64_limit(
+        activations, model, lengths, batches, checkpointing, attention):
+    kwargs = dict(activations=activations, checkpointing=checkpointing, attention=attention)
+
+    def call(**sizes):
+        return mm.training_memory(model, **kwargs, **sizes)
+
+    _sweep_or_refusal(call, call, lambda m: m.activations, batches, lengths)
+    try:
+        _sweep_or_refusal(call, call, lambda m: m.total, batches, lengths)
+    except AssertionError:  # a refusal is decided by the activations, which the total contains
+        assert mm.training_memory(model, **kwargs, batch_size=max(batches), seq_len=max(lengths)).activations > SWEEP_LIMIT
+
+
+@given(model=st.sampled_from(BIG_MODELS), lengths=st.lists(LARGE_SEQ, min_size=1, max_size=2),
+       batches=st.lists(LARGE_BATCH, min_size=1, max_size=2), checkpointing=st.booleans(),
+       method=st.sampled_from([mm.Full(), mm.LoRA(rank=8, targets="all"), mm.Freeze(trainable_layers=1)]))
+def test_peak_sweeps_equal_scalar_calls_up_to_and_across_the_int64_limit(model, lengths, batches, checkpointing,
+                                                                          method):
+    def call(**sizes):
+        return mm.peak_memory(model, method=method, checkpointing=checkpointing, device="cpu", **sizes)
+
+    _sweep_or_refusal(call, call, lambda p: p.total, batches, lengths)
+
+
+@given(model=st.sampled_from(BIG_MODELS), ranks=st.lists(st.integers(1, 2**16), min_size=1, max_size=3),
+       seq_len=LARGE_SEQ, batch_size=LARGE_BATCH, activations=st.sampled_from(["textbook", "transformers"]))
+def test_rank_sweeps_equal_scalar_calls_or_refuse_across_the_int64_limit(model, ranks, seq_len, batch_size,
+                                                                         activations):
+    kwargs = dict(seq_len=seq_len, batch_size=batch_size, activations=activations)
+    try:
+        swept = mm.training_memory(model, method=mm.LoRA(rank=np.array(ranks), targets="all"), **kwargs)
+    except ValueError as error:
+        assert "int64" in str(error)
+        top = mm.training_memory(model, method=mm.LoRA(rank=max(ranks), targets="all"), **kwargs).activations
+        assert top > SWEEP_LIMIT
+        return
+    for i, r in enumerate(ranks):
+        point = mm.training_memory(model, method=mm.LoRA(rank=r, targets="all"), **kwargs)
+        assert int(np.broadcast_to(swept.total, (len(ranks),))[i]) == point.total
