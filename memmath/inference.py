@@ -138,7 +138,7 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     element_bits = validate.count("element_bits", element_bits, high=32, scalar=True)
     if element_bits not in (8, 16, 32):
-        raise ValueError(f"element_bits must be 8, 16 or 32; got {element_bits!r}")
+        raise ValueError(f"element_bits must be 8, 16 or 32; got {validate.describe(element_bits)}")
     attention = validate.choice("attention", attention, ATTENTION_KINDS)
     if validate.is_array(context_len, batch_size):
         validate.check_sweep("working set", working_set_bytes(
@@ -251,5 +251,6 @@ def decode_tokens_per_second(memory: InferenceMemory, gpu):
 
 def _needs_heads(shape: ModelShape, what: str) -> ModelShape:
     if not shape.has_shape:
-        raise ValueError(f"{what} needs layers, kv heads and head size: use a preset, from_hf_config or a ModelShape")
+        raise ValueError(f"model must have layers, kv heads and head size for {what}: use a preset, from_hf_config "
+                         "or a ModelShape")
     return shape

@@ -98,7 +98,7 @@ class ModelShape:
     def tensors(self, group: str) -> list[ParamTensor]:
         """The parameter tensors of one group: 'embeddings', 'layer' (one block), 'final_norm', 'head'."""
         if group not in GROUPS:
-            raise ValueError(f"group must be one of {', '.join(GROUPS)}; got {group!r}")
+            raise ValueError(f"group must be one of {', '.join(GROUPS)}; got {validate.describe(group)}")
         return _TENSOR_BUILDERS[self.family](self, group)
 
     def group_params(self, group: str):
@@ -183,8 +183,9 @@ class ModelShape:
         object.__setattr__(self, "n_layers", validate.count("n_layers", self.n_layers, high=validate.MAX_LAYERS))
         for name in ("tied_embeddings", "attention_bias", "mlp_bias"):
             validate.flag(name, getattr(self, name))
-        object.__setattr__(self, "type_vocab_size", validate.count("type_vocab_size", self.type_vocab_size, low=0))
-        object.__setattr__(self, "num_labels", validate.count("num_labels", self.num_labels, low=0))
+        object.__setattr__(self, "type_vocab_size", validate.count("type_vocab_size", self.type_vocab_size, low=0,
+                                                                   scalar=True))
+        object.__setattr__(self, "num_labels", validate.count("num_labels", self.num_labels, low=0, scalar=True))
         if self.family == "uniform":
             self._check_uniform()
         else:
@@ -192,7 +193,7 @@ class ModelShape:
 
     def _check_uniform(self):
         if self.uniform_params is None:
-            raise ValueError("uniform_params is required for the uniform family")
+            raise ValueError("n_params (uniform_params) is required for the uniform family: a whole number of parameters")
         n = validate.count("n_params", self.uniform_params, high=validate.MAX_PARAMS)
         if np.any(n < self.n_layers):
             raise ValueError(f"n_params must be at least n_layers ({self.n_layers}) so every layer holds a parameter")
@@ -258,17 +259,22 @@ def _describe_count(value) -> str:
 def lora_targets(targets) -> tuple[str, ...]:
     if isinstance(targets, str):
         targets = (targets,)
+    if isinstance(targets, (dict, bytes)) or (isinstance(targets, np.ndarray) and targets.dtype.kind != "U"):
+        raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(targets)}")
     try:
-        targets = tuple(targets)
+        targets = tuple(str(t) if isinstance(t, np.str_) else t for t in targets)
     except TypeError:
-        raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {targets!r}") from None
+        raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(targets)}") from None
     if not targets:
         raise ValueError(f"targets must name at least one matrix from {', '.join(LORA_TARGETS)}")
+    for target in targets:
+        if not isinstance(target, str):
+            raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(target)}")
     if "all" in targets or "all-linear" in targets:
         return LORA_TARGETS
     for target in targets:
         if target not in LORA_TARGETS:
-            raise ValueError(f"LoRA target must be one of {', '.join(LORA_TARGETS)} (or 'all'); got {target!r}")
+            raise ValueError(f"LoRA target must be one of {', '.join(LORA_TARGETS)} (or 'all'); got {validate.describe(target)}")
     return targets
 
 
@@ -447,7 +453,10 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
     if isinstance(n_params, str):
         from .units import parse_count
 
-        n_params = parse_count(n_params)
+        try:
+            n_params = parse_count(n_params)
+        except ValueError as error:
+            raise ValueError(f"n_params: {error}") from None
     return ModelShape("uniform", n_layers, hidden_size, n_heads, None, None, None, vocab_size,
                       uniform_params=n_params, name=name)
 
@@ -469,8 +478,8 @@ def from_hf_config(config) -> ModelShape:
     model_type = config.get("model_type")
     if model_type is None:
         raise ValueError(f"config is missing the field 'model_type' (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"model_type {validate.describe(model_type)} is not supported; "
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     get = _ConfigReader(config)
     name = _config_name(config, model_type)

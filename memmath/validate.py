@@ -50,10 +50,10 @@ def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool =
     refuses arrays (for settings a sweep cannot vary) with a ValueError.
     """
     allowed = f"a whole number from {low:,} to {high:,}"
-    if scalar and isinstance(value, (np.ndarray, list, tuple)) and np.ndim(value) > 0:
+    if scalar and isinstance(value, (np.ndarray, list, tuple)) and (not isinstance(value, np.ndarray) or value.ndim > 0):
         raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be {allowed}, got the boolean {value!r}")
+        raise ValueError(f"{name} must be {allowed}, got the boolean {value}")
     if isinstance(value, str):
         raise TypeError(f"{name} must be {allowed}, got the string {describe(value)}")
     if isinstance(value, numbers.Number) and not isinstance(value, (list, tuple)):
@@ -163,7 +163,7 @@ def choice(name: str, value, allowed) -> str:
         raise TypeError(f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
     key = value.strip().lower()
     if key not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
     return key
 
 
