@@ -524,6 +524,15 @@ def _config_name(config: dict, model_type: str) -> str:
     return name if len(name) <= MAX_NAME else name[: MAX_NAME - 3] + "..."
 
 
+# The range of each config field: the range of the ModelShape field it fills (others: 1 to MAX_DIM).
+_CONFIG_LIMITS = {
+    "n_layer": (1, validate.MAX_LAYERS), "num_hidden_layers": (1, validate.MAX_LAYERS),
+    "vocab_size": (1, validate.MAX_VOCAB), "n_positions": (1, validate.MAX_SEQ),
+    "max_position_embeddings": (1, validate.MAX_SEQ), "type_vocab_size": (0, validate.MAX_DIM),
+    "num_labels": (0, validate.MAX_DIM),
+}
+
+
 class _ConfigReader:
     _MISSING = object()
 
@@ -538,7 +547,8 @@ class _ConfigReader:
         value = self.config[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"config field {key!r} must be a whole number; got {validate.describe(value)}")
-        return validate.count(f"config field {key!r}", value, high=validate.MAX_VOCAB)
+        low, high = _CONFIG_LIMITS.get(key, (1, validate.MAX_DIM))
+        return validate.count(f"config field {key!r}", value, low=low, high=high)
 
     def flag(self, key, default):
         value = self.config.get(key, default)
