@@ -242,3 +242,16 @@ def test_a_non_empty_folder_that_is_not_a_build_is_refused(sandbox):
     (root / "marker").write_text("")
     (out / SITE_MARKER).symlink_to(root / "marker")
     assert build(out).returncode != 0 and (out / "notes.txt").is_file()
+
+
+def test_readme_says_marimo_run_is_local_and_how_to_serve_a_class_with_a_token(tmp_path):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "127.0.0.1" in readme and "no token" in readme
+    network = [line.strip() for line in readme.splitlines() if "--host 0.0.0.0" in line and "marimo run" in line]
+    assert network and all("--token" in line for line in network), network  # never bare
+    # The options it names are marimo's own (marimo run --help, marimo 0.25.2).
+    done = subprocess.run([sys.executable, "-m", "marimo", "run", "--help"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, XDG_CONFIG_HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path)))
+    for option in ("--host", "--port", "--token", "--token-password-file", "--headless", "--proxy", "--base-url"):
+        assert option in done.stdout, option
+        assert option in readme, option
