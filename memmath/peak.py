@@ -95,6 +95,14 @@ class PeakEstimate:
     moments: tuple
     notes: tuple = ()
 
+    def __post_init__(self):
+        # Checked when built: whole, non-negative bytes (ints, or int64 arrays in a sweep).
+        for name in (*PHASES, "resident"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        if not isinstance(self.moments, tuple):
+            raise TypeError(f"moments must be a tuple of (phase, moment, bytes); got {validate.describe(self.moments)}")
+        validate.notes("notes", self.notes)
+
     @property
     def total(self):
         """The peak of the step: the largest of the three phases."""

@@ -44,6 +44,15 @@ class Suggestion:
     fits: bool
     cost: str = ""
 
+    def __post_init__(self):
+        validate.text_field("change", self.change)
+        if not isinstance(self.settings, dict):
+            raise TypeError(f"settings must be a dict of training_memory's arguments; got {validate.describe(self.settings)}")
+        object.__setattr__(self, "total", validate.nbytes("total", self.total))
+        object.__setattr__(self, "saved", validate.nbytes("saved", self.saved))
+        object.__setattr__(self, "fits", validate.flag("fits", self.fits))
+        validate.text_field("cost", self.cost)
+
 
 def _total(model, settings) -> int:
     total = training_memory(model, **settings).total

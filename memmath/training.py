@@ -63,6 +63,23 @@ class TrainingMemory:
     activation_detail: ActivationEstimate | None = None
     notes: tuple = field(default=())
 
+    def __post_init__(self):
+        # Checked when built: whole, non-negative bytes and counts (ints, or int64 arrays in a sweep).
+        for name in (*PARTS, "trainable_params", "total_params", "adapter_params"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        for name, kind in (("recipe", Recipe), ("optimizer", Optimizer), ("method", Method)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"{name} must be a {kind.__name__}; got {validate.describe(getattr(self, name))}")
+        if self.activation_detail is not None and not isinstance(self.activation_detail, ActivationEstimate):
+            raise TypeError(f"activation_detail must be an ActivationEstimate or None; "
+                            f"got {validate.describe(self.activation_detail)}")
+        validate.text_field("model_name", self.model_name)
+        object.__setattr__(self, "n_gpus", validate.count("n_gpus", self.n_gpus, high=validate.MAX_GPUS, scalar=True))
+        object.__setattr__(self, "zero_stage", validate.count("zero_stage", self.zero_stage, low=0, high=3, scalar=True))
+        object.__setattr__(self, "activations_estimated",
+                           validate.flag("activations_estimated", self.activations_estimated))
+        validate.notes("notes", self.notes)
+
     @property
     def total(self):
         """Sum of every part, in bytes."""

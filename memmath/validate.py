@@ -131,6 +131,20 @@ def nbytes(name: str, value):
     return count(name, value, low=0, high=MAX_BYTES)
 
 
+def text_field(name: str, value) -> str:
+    """A string (a name or a label)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string; got {describe(value)}")
+    return value
+
+
+def notes(name: str, value) -> tuple:
+    """A tuple of strings (what a result notes or assumes)."""
+    if not isinstance(value, tuple) or not all(isinstance(note, str) for note in value):
+        raise TypeError(f"{name} must be a tuple of strings; got {describe(value)}")
+    return value
+
+
 def real(name: str, value, *, low: float, high: float) -> float:
     """A finite real number in [low, high], as a Python float."""
     allowed = f"a number from {low:g} to {high:g}"

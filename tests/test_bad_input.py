@@ -321,3 +321,16 @@ def test_messages_about_a_config_quote_field_names_and_short_values_only(tmp_pat
         with pytest.raises(ValueError) as error:
             mm.from_hf_config(path)
         assert secret not in str(error.value) and len(str(error.value)) < 400, str(error.value)
+
+
+@pytest.mark.parametrize("build, field", [
+    (lambda: dataclasses.replace(mm.training_memory("gpt2"), weights=-1), "weights"),
+    (lambda: dataclasses.replace(mm.training_memory("gpt2"), activations=2.5), "activations"),
+    (lambda: dataclasses.replace(mm.peak_memory("gpt2", seq_len=8), forward=-3), "forward"),
+    (lambda: mm.ActivationEstimate(-1, 1, 0, 0, 0), "per_layer"),
+    (lambda: mm.ActivationTerm("mlp", "x", "s*b*h", 2, -64), "bytes"),
+    (lambda: mm.Suggestion("x", {}, -5, 1, True), "total"),
+])
+def test_result_dataclasses_hold_only_non_negative_whole_bytes(build, field):
+    with pytest.raises(ValueError if field != "activations" else (ValueError, TypeError), match=field):
+        build()
