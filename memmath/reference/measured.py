@@ -171,12 +171,13 @@ def case_arguments(row, activations: str = "transformers") -> dict:
     from ..training import ACTIVATION_MODELS
 
     # Checked here as training_memory checks them, since predicted_saved_per_layer skips it.
-    return dict(precision=get_recipe(_text(row, "precision")).name, optimizer=get_optimizer(_text(row, "optimizer")).name,
-                method=case_method(row), batch_size=_count(row, "batch_size", high=validate.MAX_BATCH),
+    return dict(precision=get_recipe(_text(row, "precision")).name,
+                optimizer=get_optimizer(_text(row, "optimizer")).name, method=case_method(row),
+                batch_size=_count(row, "batch_size", high=validate.MAX_BATCH),
                 seq_len=_count(row, "seq_len", high=validate.MAX_SEQ), checkpointing=_flag(row, "checkpointing"),
                 attention=validate.choice("row column 'attention'", _text(row, "attention"), ATTENTION_KINDS),
-                dropout=_flag(row, "dropout"), activations=validate.choice("activations", activations, ACTIVATION_MODELS),
-                device="cpu")
+                dropout=_flag(row, "dropout"),
+                activations=validate.choice("activations", activations, ACTIVATION_MODELS), device="cpu")
 
 
 def predict_case(row, activations: str = "transformers"):
