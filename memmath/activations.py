@@ -52,6 +52,17 @@ class ActivationEstimate:
     frozen_layers_storing: object = 0
     terms: tuple = ()
 
+    def __post_init__(self):
+        # Checked when built: whole, non-negative bytes and block counts (ints, or int64 arrays in a sweep).
+        for name in ("per_layer", "layers_storing", "recompute_peak", "outside_layers", "loss", "frozen_per_layer",
+                     "frozen_layers_storing"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        if self.first_layer is not None:
+            object.__setattr__(self, "first_layer", validate.nbytes("first_layer", self.first_layer))
+        object.__setattr__(self, "model", validate.choice("model", self.model, ("textbook", "transformers")))
+        if not isinstance(self.terms, tuple):
+            raise TypeError(f"terms must be a tuple of (where, what, bytes) rows; got {validate.describe(self.terms)}")
+
     @property
     def layers(self):
         """Bytes every storing block keeps together (the first one counted at first_layer when given)."""
@@ -159,6 +170,13 @@ class ActivationTerm:
     unit: str
     coefficient: int
     bytes: object
+
+    def __post_init__(self):
+        for name in ("block", "tensor", "unit"):
+            validate.text_field(name, getattr(self, name))
+        object.__setattr__(self, "coefficient", validate.count("coefficient", self.coefficient, low=0, high=2**20,
+                                                               scalar=True))
+        object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
 
 
 def korthikanti_terms(*, seq_len, batch_size, hidden_size, n_heads, element_bytes=2, mask_bytes=1,

@@ -41,6 +41,30 @@ class NumberFormat:
     has_inf: bool
     description: str
 
+    def __post_init__(self):
+        # A format is checked when it is built, so get_format never hands on one that gives negative bytes.
+        _text("name", self.name, empty=False)
+        object.__setattr__(self, "bits", validate.count("bits", self.bits, high=64, scalar=True))
+        object.__setattr__(self, "kind", validate.choice("kind", self.kind, FORMAT_KINDS))
+        if self.kind == "float":
+            exponent = validate.count("exponent_bits", self.exponent_bits, high=15, scalar=True)
+            mantissa = validate.count("mantissa_bits", self.mantissa_bits, low=0, high=63, scalar=True)
+            if 1 + exponent + mantissa > self.bits:
+                raise ValueError(f"exponent_bits + mantissa_bits + a sign bit must fit in bits ({self.bits}); "
+                                 f"got {exponent} + {mantissa} + 1")
+            object.__setattr__(self, "exponent_bits", exponent)
+            object.__setattr__(self, "mantissa_bits", mantissa)
+            smallest = validate.real("smallest_normal", self.smallest_normal, low=1e-320, high=1e308)
+            object.__setattr__(self, "smallest_normal", smallest)
+        else:
+            for name in ("exponent_bits", "mantissa_bits", "smallest_normal"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} must be None for a {self.kind} format (only float formats have it)")
+        object.__setattr__(self, "max_value", validate.real("max_value", self.max_value, low=1e-300, high=1.8e308))
+        object.__setattr__(self, "epsilon", validate.real("epsilon", self.epsilon, low=0, high=1e308))
+        object.__setattr__(self, "has_inf", validate.flag("has_inf", self.has_inf))
+        _text("description", self.description)
+
     @property
     def bytes(self) -> float:
         """Bytes per element (bits / 8): 0.5 for the 4-bit formats."""
@@ -57,6 +81,16 @@ class NumberFormat:
         if self.mantissa_bits is None:
             return None
         return float((self.mantissa_bits + 1) * np.log10(2))
+
+
+FORMAT_KINDS = ("float", "int", "lookup")
+
+
+def _text(name, value, *, empty=True):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string; got {validate.describe(value)}")
+    if not empty and not value.strip():
+        raise ValueError(f"{name} must not be empty")
 
 
 def _ieee(name, bits, exponent_bits, mantissa_bits, description, *, max_value=None, has_inf=True):
@@ -110,12 +144,14 @@ def get_format(name) -> NumberFormat:
     A NumberFormat passes through unchanged. Unknown names raise ValueError listing the formats.
     """
     if isinstance(name, NumberFormat):
+        name.__post_init__()  # checked again: a format altered after it was built is refused too
         return name
     if not isinstance(name, str):
-        raise TypeError(f"format must be a name such as 'bf16'; got {name!r}")
+        raise TypeError(f"format must be a name such as 'bf16' or a NumberFormat; got {validate.describe(name)}")
     key = name.strip().lower().replace("torch.", "")
     if key not in _ALIASES:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)} (or a common spelling); got {name!r}")
+        raise ValueError(f"format must be one of {', '.join(FORMATS)} (or a common spelling); "
+                         f"got {validate.describe(name)}")
     return FORMATS[_ALIASES[key]]
 
 
@@ -159,7 +195,7 @@ def round_to_format(value, fmt, *, scale: float = 1.0):
     """
     fmt = get_format(fmt)
     scale = validate.real("scale", scale, low=1e-300, high=1e300)
-    x = np.asarray(value, dtype=np.float64)
+    x = validate.reals("value", value)
     if fmt.kind == "int":
         low = -(2 ** (fmt.bits - 1))
         result = np.clip(np.round(x / scale), low, fmt.max_value) * scale

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 
 MIB = 2**20
+MAX_GPU_BYTES = 2**60  # memory and bytes per second of one card (an H200 has 2**37 bytes)
+GPU_KINDS = ("consumer", "datacenter", "custom")  # custom: a card given by its memory alone (memmath train --gpu-memory)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,24 @@ class GPU:
     kind: str  # "consumer" or "datacenter"
     marketed: str  # the size on the box
     note: str = ""
+
+    def __post_init__(self):
+        # Checked when built, so get_gpu never hands on a card with negative memory.
+        for name in ("name", "marketed", "note"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a string; got {validate.describe(getattr(self, name))}")
+        if not self.name.strip():
+            raise ValueError("name must not be empty")
+        object.__setattr__(self, "memory_bytes",
+                           validate.count("memory_bytes", self.memory_bytes, high=MAX_GPU_BYTES, scalar=True))
+        object.__setattr__(self, "kind", validate.choice("kind", self.kind, GPU_KINDS))
+        # A "custom" card (one given only by its memory) may leave bandwidth and throughput unknown, as 0.
+        unknown_allowed = self.kind == "custom"
+        object.__setattr__(self, "bandwidth_bytes_per_s", validate.count(
+            "bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, low=0 if unknown_allowed else 1, high=MAX_GPU_BYTES,
+            scalar=True))
+        object.__setattr__(self, "bf16_tflops", validate.real("bf16_tflops", self.bf16_tflops,
+                                                              low=0.0 if unknown_allowed else 1e-6, high=1e9))
 
 
 def _gpu(name, mib, bandwidth_gb_s, tflops, kind, marketed, note=""):
@@ -68,12 +88,14 @@ GPUS: dict[str, GPU] = {
 def get_gpu(name) -> GPU:
     """The catalog entry for a name (case-insensitive), or the GPU passed in."""
     if isinstance(name, GPU):
+        name.__post_init__()  # checked again: a card altered after it was built is refused too
         return name
-    if isinstance(name, str):
-        for key, gpu in GPUS.items():
-            if key.lower() == name.strip().lower():
-                return gpu
-    raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {name!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"gpu must be a name such as 'H100 80GB' or a GPU; got {validate.describe(name)}")
+    for key, gpu in GPUS.items():
+        if key.lower() == name.strip().lower():
+            return gpu
+    raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {validate.describe(name)}")
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,12 @@ class Fit:
     gpu: GPU
     required_bytes: int
     available_bytes: int
+
+    def __post_init__(self):
+        if not isinstance(self.gpu, GPU):
+            raise TypeError(f"gpu must be a GPU; got {validate.describe(self.gpu)}")
+        object.__setattr__(self, "required_bytes", validate.nbytes("required_bytes", self.required_bytes))
+        object.__setattr__(self, "available_bytes", validate.nbytes("available_bytes", self.available_bytes))
 
     @property
     def fits(self) -> bool:
@@ -104,7 +132,8 @@ def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
     """
     gpu = get_gpu(gpu)
     required = getattr(required_bytes, "total", required_bytes)
-    required = validate.count("required_bytes", required, low=0, high=2**62)
+    # Any size training_memory can report is accepted (a run far too large simply does not fit).
+    required = validate.nbytes("required_bytes", required)
     reserved = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
     return Fit(gpu=gpu, required_bytes=required, available_bytes=gpu.memory_bytes - reserved)
 

@@ -69,10 +69,11 @@ The trace also follows when each storage is allocated and last read (a temporary
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import validate
 from .activations import ActivationEstimate
 from .methods import Freeze, Full, LoRA
 from .models import ModelShape
@@ -517,6 +518,15 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
     block saves again while backward recomputes it. QLoRA is counted as LoRA on a frozen base
     (the 4-bit matmul is assumed to keep no input for its frozen weight; not measured here).
     """
+    if sweeping(seq_len, batch_size, method):
+        # The trace computes in int64 for a sweep: its largest points, evaluated exactly with Python
+        # ints, must fit (activations grow with s, b, the LoRA rank and the trainable blocks).
+        for top in scalar_methods(method, shape):
+            largest = transformers_activations(
+                shape, plan=plan, recipe=recipe, method=top, seq_len=validate.largest(seq_len),
+                batch_size=validate.largest(batch_size), dropout=dropout, attention=attention,
+                checkpointing=checkpointing, device=device)
+            validate.check_sweep("activations (from seq_len and batch_size)", largest.total)
     return activation_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
                             dropout=dropout, attention=attention, checkpointing=checkpointing,
                             device=device).estimate
@@ -551,6 +561,24 @@ class ActivationParts:
     block_live: object
     head_live: object
     recompute_live: object
+
+
+def sweeping(seq_len, batch_size, method) -> bool:
+    """True when a size or the method's rank or layer count is an array (a sweep in int64)."""
+    return validate.is_array(seq_len, batch_size, getattr(method, "rank", None),
+                             getattr(method, "trainable_layers", None), getattr(method, "frozen_layers", None))
+
+
+def scalar_methods(method, shape: ModelShape) -> tuple:
+    """The method at the ends of its swept range (fewest and most trainable blocks, lowest and highest
+    rank), as scalar methods: the sweep's extremes, to be evaluated exactly."""
+    if isinstance(method, LoRA) and isinstance(method.rank, np.ndarray):
+        return tuple(replace(method, rank=int(rank)) for rank in (np.min(method.rank), np.max(method.rank)))
+    if isinstance(method, Freeze) and validate.is_array(method.trainable_layers, method.frozen_layers):
+        trained = np.asarray(method.layers_trained(shape))
+        return tuple(replace(method, trainable_layers=int(k), frozen_layers=None)
+                     for k in (np.min(trained), np.max(trained)))
+    return (method,)
 
 
 def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,

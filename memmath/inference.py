@@ -56,6 +56,16 @@ class InferenceMemory:
     kv_format: str
     notes: tuple = field(default=())
 
+    def __post_init__(self):
+        # Checked when built: every part is whole, non-negative bytes (an int, or an int64 array in a sweep).
+        for name in ("weights", "quantization_constants", "kv_cache", "working_set"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        for name in ("weights_format", "kv_format"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a format name; got {validate.describe(getattr(self, name))}")
+        if not isinstance(self.notes, tuple) or not all(isinstance(note, str) for note in self.notes):
+            raise TypeError(f"notes must be a tuple of strings; got {validate.describe(self.notes)}")
+
     @property
     def total(self):
         """weights + quantization constants + KV cache + working set, in bytes."""
@@ -129,8 +139,9 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
     shape = _needs_heads(resolve_model(shape), "working_set_bytes")
     context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
-    if element_bits not in (8, 16, 32) or isinstance(element_bits, bool):
-        raise ValueError(f"element_bits must be 8, 16 or 32; got {element_bits!r}")
+    element_bits = validate.count("element_bits", element_bits, high=32, scalar=True)
+    if element_bits not in (8, 16, 32):
+        raise ValueError(f"element_bits must be 8, 16 or 32; got {validate.describe(element_bits)}")
     attention = validate.choice("attention", attention, ATTENTION_KINDS)
     if validate.is_array(context_len, batch_size):
         validate.check_sweep("working set", working_set_bytes(
@@ -234,11 +245,17 @@ def decode_tokens_per_second(memory: InferenceMemory, gpu):
         raise TypeError(f"memory must be the InferenceMemory that inference_memory(...) returns; "
                         f"got {type(memory).__name__}")
     gpu = get_gpu(gpu)
+    if not gpu.bandwidth_bytes_per_s:
+        raise ValueError(f"gpu: the bandwidth of {gpu.name!r} is not known (0), so no decode speed follows")
     read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
+    if np.any(np.asarray(read_per_step) <= 0):
+        raise ValueError("memory must hold bytes to read per step: its weights + quantization_constants + "
+                         "kv_cache is 0, so no decode speed follows from the bandwidth")
     return gpu.bandwidth_bytes_per_s / read_per_step
 
 
 def _needs_heads(shape: ModelShape, what: str) -> ModelShape:
     if not shape.has_shape:
-        raise ValueError(f"{what} needs layers, kv heads and head size: use a preset, from_hf_config or a ModelShape")
+        raise ValueError(f"model must have layers, kv heads and head size for {what}: use a preset, from_hf_config "
+                         "or a ModelShape")
     return shape

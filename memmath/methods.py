@@ -310,7 +310,7 @@ def _check_adapter_format(adapter_format):
     if adapter_format is not None:
         fmt = get_format(adapter_format)
         if fmt.kind != "float":
-            raise ValueError(f"adapter_format must be a floating format (fp32, bf16, fp16); got {adapter_format!r}")
+            raise ValueError(f"adapter_format must be a floating format (fp32, bf16, fp16); got {validate.describe(adapter_format)}")
 
 
 @dataclass(frozen=True)

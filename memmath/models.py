@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import json
 import os
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -98,7 +99,7 @@ class ModelShape:
     def tensors(self, group: str) -> list[ParamTensor]:
         """The parameter tensors of one group: 'embeddings', 'layer' (one block), 'final_norm', 'head'."""
         if group not in GROUPS:
-            raise ValueError(f"group must be one of {', '.join(GROUPS)}; got {group!r}")
+            raise ValueError(f"group must be one of {', '.join(GROUPS)}; got {validate.describe(group)}")
         return _TENSOR_BUILDERS[self.family](self, group)
 
     def group_params(self, group: str):
@@ -179,12 +180,13 @@ class ModelShape:
 
     # ---- checks -----------------------------------------------------------------------------
     def __post_init__(self):
-        validate.choice("family", self.family, FAMILIES)
+        object.__setattr__(self, "family", validate.choice("family", self.family, FAMILIES))
         object.__setattr__(self, "n_layers", validate.count("n_layers", self.n_layers, high=validate.MAX_LAYERS))
         for name in ("tied_embeddings", "attention_bias", "mlp_bias"):
             validate.flag(name, getattr(self, name))
-        object.__setattr__(self, "type_vocab_size", validate.count("type_vocab_size", self.type_vocab_size, low=0))
-        object.__setattr__(self, "num_labels", validate.count("num_labels", self.num_labels, low=0))
+        object.__setattr__(self, "type_vocab_size", validate.count("type_vocab_size", self.type_vocab_size, low=0,
+                                                                   scalar=True))
+        object.__setattr__(self, "num_labels", validate.count("num_labels", self.num_labels, low=0, scalar=True))
         if self.family == "uniform":
             self._check_uniform()
         else:
@@ -192,7 +194,7 @@ class ModelShape:
 
     def _check_uniform(self):
         if self.uniform_params is None:
-            raise ValueError("uniform_params is required for the uniform family")
+            raise ValueError("n_params (uniform_params) is required for the uniform family: a whole number of parameters")
         n = validate.count("n_params", self.uniform_params, high=validate.MAX_PARAMS)
         if np.any(n < self.n_layers):
             raise ValueError(f"n_params must be at least n_layers ({self.n_layers}) so every layer holds a parameter")
@@ -200,7 +202,8 @@ class ModelShape:
         for name in ("hidden_size", "n_heads", "vocab_size"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, validate.count(name, value, high=validate.MAX_VOCAB))
+                # Single numbers: only n_params sweeps in the uniform family.
+                object.__setattr__(self, name, validate.count(name, value, high=validate.MAX_VOCAB, scalar=True))
         if (self.hidden_size is None) != (self.n_heads is None):
             raise ValueError("hidden_size and n_heads must be given together (both or neither)")
         if self.has_shape:
@@ -257,17 +260,22 @@ def _describe_count(value) -> str:
 def lora_targets(targets) -> tuple[str, ...]:
     if isinstance(targets, str):
         targets = (targets,)
+    if isinstance(targets, (dict, bytes)) or (isinstance(targets, np.ndarray) and targets.dtype.kind != "U"):
+        raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(targets)}")
     try:
-        targets = tuple(targets)
+        targets = tuple(str(t) if isinstance(t, np.str_) else t for t in targets)
     except TypeError:
-        raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {targets!r}") from None
+        raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(targets)}") from None
     if not targets:
         raise ValueError(f"targets must name at least one matrix from {', '.join(LORA_TARGETS)}")
+    for target in targets:
+        if not isinstance(target, str):
+            raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(target)}")
     if "all" in targets or "all-linear" in targets:
         return LORA_TARGETS
     for target in targets:
         if target not in LORA_TARGETS:
-            raise ValueError(f"LoRA target must be one of {', '.join(LORA_TARGETS)} (or 'all'); got {target!r}")
+            raise ValueError(f"LoRA target must be one of {', '.join(LORA_TARGETS)} (or 'all'); got {validate.describe(target)}")
     return targets
 
 
@@ -450,7 +458,10 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
     if isinstance(n_params, str):
         from .units import parse_count
 
-        n_params = parse_count(n_params)
+        try:
+            n_params = parse_count(n_params)
+        except ValueError as error:
+            raise ValueError(f"n_params: {error}") from None
     return ModelShape(family="uniform", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
                       vocab_size=vocab_size, uniform_params=n_params, name=name)
 
@@ -472,10 +483,11 @@ def from_hf_config(config) -> ModelShape:
     model_type = config.get("model_type")
     if model_type is None:
         raise ValueError(f"config is missing the field 'model_type' (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
+                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     get = _ConfigReader(config)
-    name = str(config.get("_name_or_path", "") or model_type)
+    name = _config_name(config, model_type)
     if model_type == "gpt2":
         return gpt2_model(
             n_layers=get("n_layer"), hidden_size=get("n_embd"), n_heads=get("n_head"),
@@ -486,7 +498,8 @@ def from_hf_config(config) -> ModelShape:
         # A sequence-classification checkpoint adds a classifier with one output per label.
         architectures = config.get("architectures") or []
         if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
-            raise ValueError(f"config field 'architectures' must be a list of class names; got {architectures!r}")
+            raise ValueError("config field 'architectures' must be a list of class names; "
+                             f"got {validate.describe(architectures)}")
         classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
         labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else get("num_labels", 2)
         return bert_model(
@@ -505,6 +518,26 @@ def from_hf_config(config) -> ModelShape:
     )
 
 
+MAX_NAME = 200  # characters of _name_or_path kept as the model's label
+
+
+def _config_name(config: dict, model_type: str) -> str:
+    """The label from _name_or_path: a string (transformers writes one), cut to MAX_NAME characters."""
+    name = config.get("_name_or_path") or model_type
+    if not isinstance(name, str):
+        raise ValueError(f"config field '_name_or_path' must be a string; got a {type(name).__name__}")
+    return name if len(name) <= MAX_NAME else name[: MAX_NAME - 3] + "..."
+
+
+# The range of each config field: the range of the ModelShape field it fills (others: 1 to MAX_DIM).
+_CONFIG_LIMITS = {
+    "n_layer": (1, validate.MAX_LAYERS), "num_hidden_layers": (1, validate.MAX_LAYERS),
+    "vocab_size": (1, validate.MAX_VOCAB), "n_positions": (1, validate.MAX_SEQ),
+    "max_position_embeddings": (1, validate.MAX_SEQ), "type_vocab_size": (0, validate.MAX_DIM),
+    "num_labels": (0, validate.MAX_DIM),
+}
+
+
 class _ConfigReader:
     _MISSING = object()
 
@@ -518,40 +551,68 @@ class _ConfigReader:
             return default
         value = self.config[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"config field {key!r} must be a whole number; got {value!r}")
-        return validate.count(f"config field {key!r}", value, high=validate.MAX_VOCAB)
+            raise ValueError(f"config field {key!r} must be a whole number; got {validate.describe(value)}")
+        low, high = _CONFIG_LIMITS.get(key, (1, validate.MAX_DIM))
+        return validate.count(f"config field {key!r}", value, low=low, high=high)
 
     def flag(self, key, default):
         value = self.config.get(key, default)
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise ValueError(f"config field {key!r} must be true or false; got {value!r}")
+            raise ValueError(f"config field {key!r} must be true or false; got {validate.describe(value)}")
         return value
+
+
+MAX_CONFIG_BYTES = 4 * 2**20  # a real config.json is a few kB; a file larger than 4 MiB is not one
 
 
 def _load_config(config) -> dict:
     if isinstance(config, dict):
         return config
     if isinstance(config, (str, os.PathLike)):
-        text = str(config)
-        if isinstance(config, str) and text.lstrip().startswith(("{", "[")):
-            return parse_json_config(text, "config")
-        path = Path(config)
-        try:
-            if path.is_dir():
-                path = path / "config.json"
-            text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
-        except (OSError, ValueError) as error:  # a name too long, a NUL byte, no permission
-            text = None
-            reason = f"cannot be read ({error.__class__.__name__})"
-        else:
-            reason = "is not a file"
-        if text is None:
-            raise ValueError(f"config path {validate.describe(str(path))} {reason} "
-                             "(give a dict, JSON text or a config.json path)")
-        return parse_json_config(text, str(path))
+        if isinstance(config, str) and config.lstrip().startswith(("{", "[")):
+            return parse_json_config(config, "config")
+        path, text = _read_config_file(config)
+        return parse_json_config(text, f"config file {validate.describe(path.name)}")
     raise TypeError(f"config must be a dict, JSON text or a path to config.json; got {type(config).__name__}")
+
+
+def _read_config_file(config) -> tuple[Path, str]:
+    """The text of a regular .json file (config.json inside a folder), at most MAX_CONFIG_BYTES.
+
+    Symbolic links are refused rather than followed, and nothing but the file's name is quoted back.
+    """
+    hint = "(give a dict, JSON text, a config.json path or the folder that holds it)"
+    try:
+        path = Path(config)
+        if path.is_dir() and not path.is_symlink():
+            path = path / "config.json"
+        info = os.lstat(path)
+    except (OSError, ValueError) as error:  # missing, a name too long, a NUL byte, no permission
+        raise ValueError(f"config path {validate.describe(str(config))} cannot be read "
+                         f"({error.__class__.__name__}) {hint}") from None
+    where = f"config path {validate.describe(str(path))}"
+    if stat.S_ISLNK(info.st_mode):
+        raise ValueError(f"{where} is a symbolic link, which is not followed; give the file itself {hint}")
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{where} is not a regular file {hint}")
+    if not path.name.endswith(".json"):
+        raise ValueError(f"{where} must name a .json file such as config.json {hint}")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{where} holds {info.st_size:,} bytes; a config.json is a few kB and at most "
+                         f"{MAX_CONFIG_BYTES:,} bytes (4 MiB) are read")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # swapped since lstat
+                raise ValueError(f"{where} is not a regular file {hint}")
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise ValueError(f"{where} cannot be read ({error.__class__.__name__}) {hint}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{where} holds more than {MAX_CONFIG_BYTES:,} bytes (4 MiB), more than a config.json")
+    return path, data.decode("utf-8", errors="replace")
 
 
 def _json_hint(error: json.JSONDecodeError) -> str:
@@ -569,6 +630,9 @@ def _json_hint(error: json.JSONDecodeError) -> str:
 
 
 def parse_json_config(text: str, where: str) -> dict:
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{where} holds {len(text):,} characters; a config.json is a few kB and at most "
+                         f"{MAX_CONFIG_BYTES:,} (4 MiB) are read")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -577,6 +641,9 @@ def parse_json_config(text: str, where: str) -> dict:
                          + (f" ({hint})" if hint else "")) from None
     except RecursionError:
         raise ValueError(f"{where} nests JSON too deeply to be a transformers config") from None
+    except ValueError:  # Python refuses to read an integer of more than 4,300 digits
+        raise ValueError(f"{where} holds a number too long to read (more than 4,300 digits); "
+                         "a config's sizes are a few digits") from None
     if not isinstance(data, dict):
         raise ValueError(f"{where} must be a JSON object ({{...}}), got a {type(data).__name__}")
     return data

@@ -16,6 +16,11 @@ class Note:
     kind: str
     text: str
 
+    def __post_init__(self):
+        for name in ("kind", "text"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise TypeError(f"{name} must be a non-empty string; got {type(getattr(self, name)).__name__}")
+
     def __str__(self) -> str:
         return self.text
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import validate
-from .hf_activations import activation_parts
+from .hf_activations import activation_parts, scalar_methods, sweeping
 from .methods import Freeze, Full, LoRA
 from .notes import Note
 from .presets import resolve_model
@@ -95,6 +95,14 @@ class PeakEstimate:
     resident: object
     moments: tuple
     notes: tuple = ()
+
+    def __post_init__(self):
+        # Checked when built: whole, non-negative bytes (ints, or int64 arrays in a sweep).
+        for name in (*PHASES, "resident"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        if not isinstance(self.moments, tuple):
+            raise TypeError(f"moments must be a tuple of (phase, moment, bytes); got {validate.describe(self.moments)}")
+        validate.notes("notes", self.notes)
 
     @property
     def total(self):
@@ -138,6 +146,13 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     b = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     s = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
+    if sweeping(s, b, method):
+        # A sweep computes in int64: its largest points, evaluated exactly with Python ints, must fit.
+        for top in scalar_methods(method, shape):
+            largest = peak_memory(shape, precision=precision, optimizer=optimizer, method=top,
+                                  batch_size=validate.largest(b), seq_len=validate.largest(s),
+                                  checkpointing=checkpointing, attention=attention, dropout=dropout, device=device)
+            validate.check_sweep("peak (from seq_len and batch_size)", largest.total)
     parts = activation_parts(shape, recipe=recipe, method=method, seq_len=s, batch_size=b, dropout=dropout,
                              attention=attention, checkpointing=checkpointing, device=device)
     e, t = parts.element_bytes, b * s

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import inspect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import validate
 from .gpus import check_fit, get_gpu
 from .activations import ATTENTION_KINDS
@@ -45,9 +47,34 @@ class Suggestion:
     fits: bool
     cost: str = ""
 
+    def __post_init__(self):
+        validate.text_field("change", self.change)
+        if not isinstance(self.settings, dict):
+            raise TypeError(f"settings must be a dict of training_memory's arguments; got {validate.describe(self.settings)}")
+        object.__setattr__(self, "total", validate.nbytes("total", self.total))
+        object.__setattr__(self, "saved", validate.nbytes("saved", self.saved))
+        object.__setattr__(self, "fits", validate.flag("fits", self.fits))
+        validate.text_field("cost", self.cost)
+
 
 def _total(model, settings) -> int:
-    return int(training_memory(model, **settings).total)
+    total = training_memory(model, **settings).total
+    if isinstance(total, np.ndarray):  # a method swept over ranks or layers
+        raise ValueError("the planner compares one run: model (a parameter count) and method (its rank or layers) "
+                         "must be single values, not arrays")
+    return int(total)
+
+
+def _one_run(gpu, reserved_bytes, max_gpus, settings):
+    """The planner compares single runs: sizes are single numbers (ValueError names the field)."""
+    gpu = get_gpu(gpu)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
+    max_gpus = validate.count("max_gpus", max_gpus, high=MAX_GPUS, scalar=True)
+    limits = {"batch_size": validate.MAX_BATCH, "seq_len": validate.MAX_SEQ, "n_gpus": validate.MAX_GPUS}
+    for key, high in limits.items():
+        if settings.get(key) is not None:
+            settings[key] = validate.count(key, settings[key], high=high, scalar=True)
+    return gpu, reserved_bytes, max_gpus
 
 
 def _fits(total, gpu, reserved_bytes) -> bool:
@@ -156,9 +183,7 @@ def suggest_changes(model, gpu, *, reserved_bytes=0, max_gpus=64, **settings) ->
     on the same GPUs (the lowest that fits, else 3), or more GPUs with ZeRO stage 3 (the fewest,
     in powers of two up to max_gpus, that fit). Only changes that save bytes are returned.
     """
-    gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
-    max_gpus = validate.count("max_gpus", max_gpus, high=MAX_GPUS)
+    gpu, reserved_bytes, max_gpus = _one_run(gpu, reserved_bytes, max_gpus, settings)
     before = _total(model, settings)
     suggestions = []
     for change, new_settings, cost in _candidates(model, settings, gpu, reserved_bytes, max_gpus):
@@ -181,8 +206,8 @@ def path_to_fit(model, gpu, *, reserved_bytes=0, max_gpus=64, max_steps=8, **set
     Each Suggestion's total and saved are after that step (saved relative to the step before).
     Empty when the run already fits; the last step's fits is False when no chain of changes fits.
     """
-    gpu = get_gpu(gpu)
-    max_steps = validate.count("max_steps", max_steps, high=32)
+    gpu, reserved_bytes, max_gpus = _one_run(gpu, reserved_bytes, max_gpus, settings)
+    max_steps = validate.count("max_steps", max_steps, high=32, scalar=True)
     steps: list[Suggestion] = []
     current = dict(settings)
     if _fits(_total(model, current), gpu, reserved_bytes):
@@ -206,6 +231,17 @@ def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
     """A table of suggestions: change, memory per GPU after it, memory saved, fits, cost (sizes in `unit`)."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
     unit = unit_name(unit)
+    message = "suggestions must be a list of the Suggestions that suggest_changes or path_to_fit return"
+    if isinstance(suggestions, (str, bytes, dict)):
+        raise TypeError(f"{message}; got {validate.describe(suggestions)}")
+    try:
+        suggestions = list(suggestions)
+    except TypeError:
+        raise TypeError(f"{message}; got {validate.describe(suggestions)}") from None
+    for item in suggestions:
+        if not isinstance(item, Suggestion):
+            raise TypeError(f"suggestions must hold Suggestions (from suggest_changes or path_to_fit); "
+                            f"got {validate.describe(item)}")
     rows = [{"change": s.change, f"per GPU after ({unit})": s.total / UNITS[unit],
              f"saved ({unit})": s.saved / UNITS[unit], "fits": "yes" if s.fits else "no", "cost": s.cost}
             for s in suggestions]

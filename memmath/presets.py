@@ -54,7 +54,7 @@ def resolve_model(model) -> ModelShape:
         key = model.strip().lower()
         if key in PRESETS:
             return PRESETS[key]
-        raise ValueError(f"model {model!r} is not a preset; presets: {', '.join(PRESETS)} (or pass a parameter count)")
+        raise ValueError(f"model {validate.describe(model)} is not a preset; presets: {', '.join(PRESETS)} (or pass a parameter count)")
     if isinstance(model, (bool, np.bool_)):
         raise ValueError("model must be a ModelShape, a preset name or a parameter count; got a boolean")
     if isinstance(model, (int, float, np.integer, np.floating, np.ndarray, list, tuple)):

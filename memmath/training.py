@@ -50,6 +50,10 @@ class OptimizerStates:
     step_counters: object = 0
     block_constants: object = 0
 
+    def __post_init__(self):
+        for name in ("moments", "step_counters", "block_constants"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+
     @property
     def total(self):
         """moments + step_counters + block_constants: the run's optimizer_states before sharding."""
@@ -93,6 +97,23 @@ class TrainingMemory:
     notes: tuple = field(default=())
     trainable_tensors: object = 0
     optimizer_state_detail: OptimizerStates | None = None
+
+    def __post_init__(self):
+        # Checked when built: whole, non-negative bytes and counts (ints, or int64 arrays in a sweep).
+        for name in (*PARTS, "trainable_params", "total_params", "adapter_params"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        for name, kind in (("recipe", Recipe), ("optimizer", Optimizer), ("method", Method)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"{name} must be a {kind.__name__}; got {validate.describe(getattr(self, name))}")
+        if self.activation_detail is not None and not isinstance(self.activation_detail, ActivationEstimate):
+            raise TypeError(f"activation_detail must be an ActivationEstimate or None; "
+                            f"got {validate.describe(self.activation_detail)}")
+        validate.text_field("model_name", self.model_name)
+        object.__setattr__(self, "n_gpus", validate.count("n_gpus", self.n_gpus, high=validate.MAX_GPUS, scalar=True))
+        object.__setattr__(self, "zero_stage", validate.count("zero_stage", self.zero_stage, low=0, high=3, scalar=True))
+        object.__setattr__(self, "activations_estimated",
+                           validate.flag("activations_estimated", self.activations_estimated))
+        validate.notes("notes", self.notes)
 
     @property
     def total(self):
@@ -170,8 +191,9 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     """
     shape = resolve_model(model)
     method = Full() if method is None else method
-    if not isinstance(method, Method):
-        raise TypeError(f"method must be Full(), Freeze(...), Adapters(...), LoRA(...) or QLoRA(...); got {method!r}")
+    if not isinstance(method, Method) or type(method) is Method:  # the base class plans nothing
+        raise TypeError(f"method must be Full(), Freeze(...), Adapters(...), LoRA(...) or QLoRA(...); "
+                        f"got {validate.describe(method)}")
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     if seq_len is not None:
@@ -287,7 +309,11 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
             mask_bytes=1 if device == "cuda" else recipe.activation_bits // 8,
         )
     # Nothing trainable, nothing to store for backward.
-    return estimate, estimate.total * (plan.trainable_params > 0), True
+    trains = plan.trainable_params > 0
+    if isinstance(trains, np.ndarray) and not isinstance(estimate.total, np.ndarray):
+        # A method sweep (LoRA ranks, frozen layers) at fixed sizes: the exact activations join int64 arrays.
+        validate.check_sweep("activations (from seq_len and batch_size)", estimate.total)
+    return estimate, estimate.total * trains, True
 
 
 def _shard(value, n_gpus):

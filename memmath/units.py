@@ -24,7 +24,7 @@ _UNIT_BY_LOWER = {unit.lower(): unit for unit in UNITS}
 def unit_name(unit) -> str:
     """The canonical spelling of a unit ("gib" -> "GiB"); ValueError for anything else."""
     if not isinstance(unit, str) or unit.strip().lower() not in _UNIT_BY_LOWER:
-        raise ValueError(f"unit must be one of {', '.join(UNITS)}; got {unit!r}")
+        raise ValueError(f"unit must be one of {', '.join(UNITS)}; got {validate.describe(unit)}")
     return _UNIT_BY_LOWER[unit.strip().lower()]
 
 
@@ -71,14 +71,14 @@ def parse_count(text) -> int:
     if isinstance(text, (int, float, np.integer, np.floating)) and not isinstance(text, bool):
         return validate.count("parameter count", text, low=1, high=validate.MAX_PARAMS)
     if not isinstance(text, str):
-        raise TypeError(f"parameter count must be a number or text such as '7B'; got {text!r}")
+        raise TypeError(f"parameter count must be a number or text such as '7B'; got {validate.describe(text)}")
     match = re.fullmatch(_NUMBER + r"\s*([kmbgt]?)", text.strip().lower())
     if not match:
-        raise ValueError(f"parameter count must look like '7B', '350M', '1.5e9' or '124,439,808'; got {text!r}")
+        raise ValueError(f"parameter count must look like '7B', '350M', '1.5e9' or '124,439,808'; got {validate.describe(text)}")
     number = float(match.group(1).replace(",", "").replace("_", ""))
     value = number * _COUNT_SUFFIX[match.group(2)]
     if not math.isfinite(value) or abs(value - round(value)) > 1e-6 * max(1.0, value):
-        raise ValueError(f"parameter count must be a whole number; {text!r} is {value:g}")
+        raise ValueError(f"parameter count must be a whole number; {validate.describe(text)} is {value:g}")
     return validate.count("parameter count", round(value), low=1, high=validate.MAX_PARAMS)
 
 
@@ -86,12 +86,12 @@ def parse_bytes(text) -> int:
     """Bytes (an int) from a labelled size such as '14.00 GB', '24 GiB' or '512 MiB': number x unit size,
     rounded to the nearest whole byte (GB = 10**9, GiB = 2**30). ValueError for text it cannot read."""
     if not isinstance(text, str):
-        raise TypeError(f"size must be text such as '24 GiB'; got {text!r}")
+        raise TypeError(f"size must be text such as '24 GiB'; got {validate.describe(text)}")
     match = re.fullmatch(_NUMBER + r"\s*([a-z]+)", text.strip().lower())
     if not match or match.group(2) not in _UNIT_BY_LOWER:
-        raise ValueError(f"size must be a number and one of {', '.join(UNITS)} (such as '24 GiB'); got {text!r}")
+        raise ValueError(f"size must be a number and one of {', '.join(UNITS)} (such as '24 GiB'); got {validate.describe(text)}")
     number = float(match.group(1).replace(",", "").replace("_", ""))
     n_bytes = number * UNITS[_UNIT_BY_LOWER[match.group(2)]]
     if not n_bytes <= 1e30:  # also catches the infinity of '1e400 GB'
-        raise ValueError(f"size must be at most 1e30 bytes; got {text!r}")
+        raise ValueError(f"size must be at most 1e30 bytes; got {validate.describe(text)}")
     return int(round(n_bytes))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 
 import numpy as np
 
@@ -22,8 +23,22 @@ MAX_VOCAB = 2**24
 MAX_GPUS = 2**20
 
 
+MAX_BYTES = 10**40  # what a result in bytes may reach (scalars are exact Python ints at any size)
+
+# A short, bounded repr for messages: nesting, long strings and huge integers are cut, never recursed into.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 40, 40, 40
+_SHORT.maxlist = _SHORT.maxdict = _SHORT.maxtuple = _SHORT.maxset = 4
+
+
 def describe(value) -> str:
-    text = repr(value)
+    """A short quotation of a value for an error message (at most 60 characters)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits"
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not replace the message
+        text = f"a {type(value).__name__}"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -35,18 +50,20 @@ def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool =
     refuses arrays (for settings a sweep cannot vary) with a ValueError.
     """
     allowed = f"a whole number from {low:,} to {high:,}"
-    if scalar and isinstance(value, (np.ndarray, list, tuple)) and np.ndim(value) > 0:
+    if scalar and isinstance(value, (np.ndarray, list, tuple)) and (not isinstance(value, np.ndarray) or value.ndim > 0):
         raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be {allowed}, got the boolean {value!r}")
+        raise ValueError(f"{name} must be {allowed}, got the boolean {value}")
     if isinstance(value, str):
         raise TypeError(f"{name} must be {allowed}, got the string {describe(value)}")
     if isinstance(value, numbers.Number) and not isinstance(value, (list, tuple)):
         return _scalar_count(name, value, low, high, allowed)
     try:
         array = np.asarray(value)
-    except Exception as error:  # ragged lists and the like
-        raise TypeError(f"{name} must be {allowed} or an array of them, got {describe(value)}") from error
+    except Exception:  # ragged lists and the like
+        raise TypeError(f"{name} must be {allowed} or a rectangular array of them, got {describe(value)}") from None
+    if scalar and array.ndim > 0:
+        raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
     if array.dtype == object or array.dtype.kind not in "iuf":
         raise TypeError(f"{name} must be {allowed} or an array of them, got {describe(value)}")
     if array.ndim == 0:
@@ -81,18 +98,68 @@ def _scalar_count(name, value, low, high, allowed) -> int:
     else:
         raise TypeError(f"{name} must be {allowed}, got {describe(value)}")
     if not (low <= result <= high):
-        raise ValueError(f"{name} must be {allowed}, got {result:,}")
+        shown = f"{result:,}" if abs(result) < 10**40 else describe(result)
+        raise ValueError(f"{name} must be {allowed}, got {shown}")
     return result
+
+
+def reals(name: str, value) -> np.ndarray:
+    """Real numbers (a number, a list or an array of them) as a float64 array; NaN and infinity pass.
+
+    None, strings, booleans, objects and ragged lists raise TypeError naming the field.
+    """
+    message = f"{name} must be a real number or an array of them"
+    if value is None or isinstance(value, (str, bytes, bool, np.bool_, dict)):
+        raise TypeError(f"{message}, got {describe(value)}")
+    try:
+        array = np.asarray(value)
+    except Exception:  # ragged lists and the like
+        raise TypeError(f"{message} (a rectangular one), got {describe(value)}") from None
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"{message}, got {describe(value)}")
+    return array.astype(np.float64)
+
+
+def nbytes(name: str, value):
+    """A number of bytes: a non-negative whole number (Python int) or an array of them (int64)."""
+    if isinstance(value, np.ndarray) and value.ndim > 0:
+        if value.dtype.kind not in "iu":
+            raise TypeError(f"{name} must be whole bytes, an int or an int64 array; got an array of {value.dtype}")
+        if np.any(value < 0):
+            raise ValueError(f"{name} must be from 0 bytes; the array holds negative values")
+        return value
+    return count(name, value, low=0, high=MAX_BYTES)
+
+
+def text_field(name: str, value) -> str:
+    """A string (a name or a label)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string; got {describe(value)}")
+    return value
+
+
+def notes(name: str, value) -> tuple:
+    """A tuple of notes (memmath.notes.Note) or plain strings: what a result notes or assumes."""
+    from .notes import Note
+
+    if not isinstance(value, tuple) or not all(isinstance(note, (Note, str)) for note in value):
+        raise TypeError(f"{name} must be a tuple of notes (Note or str); got {describe(value)}")
+    return value
 
 
 def real(name: str, value, *, low: float, high: float) -> float:
     """A finite real number in [low, high], as a Python float."""
     allowed = f"a number from {low:g} to {high:g}"
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        value = value.item()
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise (TypeError if not isinstance(value, (bool, np.bool_)) else ValueError)(
             f"{name} must be {allowed}, got {describe(value)}"
         )
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an integer too large for a float
+        raise ValueError(f"{name} must be {allowed}, got {describe(value)}") from None
     if math.isnan(result) or not (low <= result <= high):
         raise ValueError(f"{name} must be {allowed}, got {result:g}")
     return result
@@ -112,7 +179,7 @@ def choice(name: str, value, allowed) -> str:
         raise TypeError(f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
     key = value.strip().lower()
     if key not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
     return key
 
 

@@ -30,16 +30,20 @@ class AssetLayoutError(RuntimeError):
 
 
 def marimo_version() -> str:
-    import marimo
+    # From the installed wheel's metadata: importing marimo would write its log under ~/.cache.
+    from importlib.metadata import version
 
-    return marimo.__version__
+    return version("marimo")
 
 
 def static_dir() -> Path:
     """marimo/_static in the installed wheel: index.html plus assets/ (the CDN's dist/ folder)."""
-    import marimo
+    from importlib.util import find_spec
 
-    return Path(marimo.__file__).resolve().parent / "_static"
+    spec = find_spec("marimo")  # located, not imported (an import writes marimo's log)
+    if spec is None or not spec.submodule_search_locations:
+        raise AssetLayoutError("marimo is not installed: pip install -r requirements.txt")
+    return Path(list(spec.submodule_search_locations)[0]).resolve() / "_static"
 
 
 def check_static_dir(folder: Path | None = None) -> Path:

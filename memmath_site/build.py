@@ -103,17 +103,28 @@ def rendered_title(page_html: str) -> str | None:
     return None
 
 
-def export_lesson(lesson: Lesson, out_html: Path) -> float:
-    """Run `marimo export html` on one lesson; BuildError (with marimo's message) if any cell fails."""
+def export_lesson(lesson: Lesson, out_html: Path, scratch: Path | None = None) -> float:
+    """Run `marimo export html` on one lesson; BuildError (with marimo's message) if any cell fails.
+
+    scratch: a folder for what marimo and Python write on the side (marimo's log, caches and config,
+    under XDG_CACHE_HOME, XDG_STATE_HOME and XDG_CONFIG_HOME); no bytecode is written (PYTHONDONTWRITEBYTECODE). marimo
+    also writes a session snapshot into __marimo__/ beside the notebook, so build_site exports a
+    temporary copy of the notebooks.
+    """
     # The lessons import the memmath beside this builder (this checkout), whatever else is installed.
-    env = dict(os.environ, MEMMATH_STATIC_EXPORT="1",
+    env = dict(os.environ, MEMMATH_STATIC_EXPORT="1", PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+    if scratch is not None:
+        # marimo's log (~/.cache/marimo/logs), state, and the empty marimo.toml it creates when there is none:
+        # the export also runs with marimo's defaults rather than this user's settings.
+        env.update(XDG_CACHE_HOME=str(scratch / "cache"), XDG_STATE_HOME=str(scratch / "state"),
+                   XDG_CONFIG_HOME=str(scratch / "config"))
     command = [sys.executable, "-m", "marimo", "export", "html", str(lesson.source), "-o", str(out_html),
                "--force", "--no-sandbox"]
     start = time.perf_counter()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, cwd=scratch)
     except subprocess.TimeoutExpired as error:
         raise BuildError(f"{lesson.source.name}: marimo export html ran past {EXPORT_TIMEOUT_S} s") from error
     seconds = time.perf_counter() - start
@@ -185,23 +196,35 @@ def relink_lessons(page_html: str, page_name: str, lesson_files: set[str]) -> st
 
 
 def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=print) -> list[PageReport]:
-    """Export every lesson, write the index and the frontend to out_dir; returns one report per page."""
-    out_dir, notebooks_dir = Path(out_dir).resolve(), Path(notebooks_dir).resolve()
+    """Export every lesson, write the index and the frontend to out_dir; returns one report per page.
+
+    out_dir must be new, empty or an earlier build (it holds SITE_MARKER), and not a symbolic link.
+    Everything is built in the system's temporary folder, from a copy of the notebooks (marimo writes
+    __marimo__/ beside what it exports), and copied into out_dir only when every lesson exported:
+    the source tree is left as it was and nothing is written beside out_dir. Folders get mode 0755
+    and files 0644, so a web server running as another user can read the site.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.is_symlink():
+        raise BuildError(f"{out_dir} is a symbolic link; give the folder itself (the build does not follow links)")
+    out_dir, notebooks_dir = out_dir.resolve(), Path(notebooks_dir).resolve()
     _check_replaceable(out_dir)
     if assets.marimo_version() != assets.BUILT_FOR_MARIMO:
         log(f"warning: marimo {assets.marimo_version()} is installed; this builder was written for marimo "
             f"{assets.BUILT_FOR_MARIMO} (requirements.txt). The build checks the asset layout and stops if it changed.")
-    lessons = find_lessons(notebooks_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".site-", dir=out_dir.parent))
-    try:
+    find_lessons(notebooks_dir)  # fail early, before copying anything
+    with tempfile.TemporaryDirectory(prefix="memmath-site-") as work:
+        work = Path(work)
+        lessons = find_lessons(_copy_notebooks(notebooks_dir, work / "notebooks"))
+        staging = work / "site"
+        staging.mkdir()
         asset_bytes = assets.copy_frontend(staging)
         reports, failures, titled = [], [], []
         for lesson in lessons:
             log(f"exporting {lesson.source.name} ...")
             target = staging / lesson.page
             try:
-                seconds = export_lesson(lesson, target)
+                seconds = export_lesson(lesson, target, work)
             except BuildError as error:
                 failures.append(str(error))
                 continue
@@ -218,18 +241,51 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
         (staging / "index.html").write_text(index, encoding="utf-8")
         (staging / SITE_MARKER).write_text("Built by python -m memmath_site build; safe to delete and rebuild.\n")
         reports.insert(0, PageReport("index.html", "Index", len(index.encode("utf-8")), 0.0))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        _normal_permissions(staging)
+        _check_replaceable(out_dir)  # again: the folder may have changed during the export
+        _replace_contents(out_dir, staging)
     log(size_table(reports, asset_bytes))
     return reports
 
 
+def _copy_notebooks(notebooks_dir: Path, copy: Path) -> Path:
+    """The notebooks folder's regular files (lessons, CSS, notes) copied to `copy`; links and marimo's
+    own folders are left out."""
+    copy.mkdir()
+    for entry in notebooks_dir.iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            shutil.copyfile(entry, copy / entry.name)
+    return copy
+
+
+def _normal_permissions(root: Path) -> None:
+    """Folders 0755 and files 0644: readable by a web server running as another user (mkdtemp makes 0700)."""
+    root.chmod(0o755)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+
+
+def _replace_contents(out_dir: Path, staging: Path) -> None:
+    """Empty out_dir (new, empty or an earlier build) without following links, then copy the site in."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.chmod(0o755)
+    for entry in out_dir.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    shutil.copytree(staging, out_dir, symlinks=True, dirs_exist_ok=True)
+
+
 def _check_replaceable(out_dir: Path) -> None:
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / SITE_MARKER).exists())):
+    if out_dir.is_symlink():
+        raise BuildError(f"{out_dir} is a symbolic link; give the folder itself (the build does not follow links)")
+    marker = out_dir / SITE_MARKER
+    earlier_build = marker.is_file() and not marker.is_symlink()
+    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not earlier_build)):
         raise BuildError(f"{out_dir} exists and is not a site this command built (no {SITE_MARKER} in it); "
                          "pick an empty or new folder")
 

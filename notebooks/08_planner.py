@@ -105,17 +105,33 @@ def _(config_text_area, mm, preset_dropdown, source_radio):
     return model, model_error
 
 
+@app.cell
+def _():
+    import html as _html
+    import re as _re
+
+    def pasted_text(text):
+        """Pasted text (a config's _name_or_path, a message quoting it) as plain text inside markdown:
+        on one line, HTML escaped (html.escape), and markdown's and LaTeX's punctuation as character
+        references (a backslash escape would turn \\[ ... \\] into math), so a pasted <img> or
+        ![](...) shows as the characters typed."""
+        one_line = " ".join(str(text).split())
+        return _re.sub(r"[\\`*_{}\[\]()#+!|~$]", lambda m: f"&#{ord(m.group())};",
+                       _html.escape(one_line, quote=False))
+    return (pasted_text,)
+
+
 @app.cell(hide_code=True)
-def _(mm, mo, model, model_error, source_radio):
+def _(mm, mo, model, model_error, pasted_text, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
         _hint = next((h for k, h in _hints.items() if k in model_error), "")
-        _why = model_error.replace("the pasted config.json", "the text", 1)
+        _why = pasted_text(model_error.replace("the pasted config.json", "the text", 1))
         _shown = mo.callout(mo.md(f"**This config.json cannot be used:** {_why}. {_hint}"), kind="danger")
     else:
         _pasted = source_radio.value != "preset"
-        _title = f"Your config.json ({model.name})" if _pasted else model.name
+        _title = f"Your config.json ({pasted_text(model.name)})" if _pasted else model.name
         _positions = f", {model.max_positions:,} learned positions" if model.max_positions else ""
         _shown = mo.callout(mo.md(
             f"**{_title}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
@@ -264,7 +280,7 @@ def _(gpu, mm, model, planned_changes, reserved, result, settings):
 
 
 @app.cell(hide_code=True)
-def _(fit, gpu, mm, mo, model, result, settings, unit):
+def _(fit, gpu, mm, mo, model, pasted_text, result, settings, unit):
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
     _per = f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU"
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
@@ -273,7 +289,7 @@ def _(fit, gpu, mm, mo, model, result, settings, unit):
                 f"**It does not fit.** {_f(result.total)} {_per}; one {gpu.name} has {_usable}: "
                 f"{_f(-fit.headroom_bytes)} short.")
     _long = model.max_positions is not None and settings["seq_len"] > model.max_positions
-    _warn = [mo.callout(mo.md(f"{model.name} learned only {model.max_positions:,} positions; a {settings['seq_len']:,}"
+    _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} learned only {model.max_positions:,} positions; a {settings['seq_len']:,}"
                               "-token sequence is arithmetic only."), kind="warn")] if _long else []
     mo.vstack([mo.md("## The verdict"), *_warn,
                mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
@@ -449,7 +465,7 @@ def _(comparison_rows, literature, mm, pd, viz):
 
 
 @app.cell(hide_code=True)
-def _(compared, mm, mo, model, step, unit, viz):
+def _(compared, mm, mo, model, pasted_text, step, unit, viz):
     _serve = mm.inference_memory(model, context_len=step["seq_len"])
     _peft = compared["PEFT: LoRA"].total
     mo.md(f"""
@@ -458,7 +474,7 @@ def _(compared, mm, mo, model, step, unit, viz):
     The article ends on a question a team should ask before any of this: is finetuning **needed**,
     or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
     and a leader may find it hard to tell the two apart. The memory bill does not care why: a
-    finetune carries training-side costs whether or not it was needed. Serving {model.name} as it is
+    finetune carries training-side costs whether or not it was needed. Serving {pasted_text(model.name)} as it is
     ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
     {step["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
     and full finetuning {mm.format_bytes(compared["full"].total, unit)}. If prompting the model as it is

@@ -145,3 +145,192 @@ def test_config_architectures_must_be_a_list_of_names(architectures):
               "num_attention_heads": 2, "intermediate_size": 256, "vocab_size": 100, "max_position_embeddings": 32}
     with pytest.raises(ValueError, match="architectures"):
         mm.from_hf_config(config)
+
+
+# ---- issue 14: each case the fuzzing found, as it was reported ------------------------------------------------
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+
+from memmath.reference import measured  # noqa: E402
+
+GPT2_TINY = dict(model_type="gpt2", n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32)
+
+
+def _case_row():
+    return dict(measured.load_measured().iloc[0])
+
+
+def _nested(depth):
+    """A list nested `depth` deep (a repr of it passes Python's recursion limit)."""
+    value = "a"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+ISSUE_14_ERRORS = [
+    # exceptions that escaped as KeyError, ZeroDivisionError, AttributeError, NotImplementedError, ...
+    ("decode of zeros", lambda: mm.decode_tokens_per_second(mm.InferenceMemory(0, 0, 0, 0, "bf16", "bf16"), "H200"),
+     ValueError, ["memory", "weights"]),
+    ("frame of ints", lambda: mm.suggestions_frame([1]), TypeError, ["suggestions", "Suggestion"]),
+    ("bare Method", lambda: mm.training_memory("gpt2", method=mm.Method()), TypeError, ["method", "LoRA"]),
+    ("predict_case {}", lambda: measured.predict_case({}), ValueError, ["column 'family'"]),
+    ("predict_peak_case {}", lambda: measured.predict_peak_case({}), ValueError, ["column"]),
+    ("saved per layer {}", lambda: measured.predicted_saved_per_layer({}), ValueError, ["column"]),
+    ("load nope.json", lambda: measured.load_measured("nope.json"), ValueError, ["shipped data files", "measured_cpu.json"]),
+    ("load empty name", lambda: measured.load_measured(""), ValueError, ["shipped data files"]),
+    ("metadata of a path", lambda: measured.measured_metadata("../../models.py"), ValueError, ["shipped data files"]),
+    ("metadata absolute", lambda: measured.measured_metadata(os.path.abspath(mm.__file__)), ValueError, ["shipped"]),
+    ("deep _name_or_path", lambda: mm.from_hf_config(dict(GPT2_TINY, _name_or_path=_nested(5000))),
+     ValueError, ["_name_or_path", "string"]),
+    # results that were not bytes
+    ("negative batch in a row", lambda: measured.predicted_saved_per_layer(dict(_case_row(), batch_size=-1)),
+     ValueError, ["batch_size", "from 1 to"]),
+    ("round None", lambda: mm.round_to_format(None, "bf16"), TypeError, ["value"]),
+    ("format negative bits", lambda: mm.NumberFormat("x", -8, "float", 4, 3, 448.0, 0.125, 2.0**-6, False, ""),
+     ValueError, ["bits", "from 1 to 64"]),
+    ("gpu negative memory", lambda: mm.GPU("x", -1, 10**12, 100.0, "datacenter", "1 GB"), ValueError, ["memory_bytes"]),
+    ("inference negative", lambda: mm.InferenceMemory(-5, 0, 0, 0, "bf16", "bf16"), ValueError, ["weights", "from 0"]),
+    ("fit negative", lambda: mm.Fit(gpu=mm.GPUS["T4"], required_bytes=-1, available_bytes=10), ValueError, ["required_bytes"]),
+    # arrays where a single number is required, ragged lists
+    ("uniform vocab array", lambda: mm.uniform_model(1e9, 10, hidden_size=64, n_heads=4, vocab_size=np.array([100, 2**24])),
+     ValueError, ["vocab_size", "single number"]),
+    ("ragged seq_len", lambda: mm.training_memory("gpt2", seq_len=[[1, 2], [3]]), TypeError, ["seq_len", "rectangular"]),
+    ("ragged hidden", lambda: mm.korthikanti_per_layer(seq_len=8, batch_size=1, hidden_size=[[1], 2], n_heads=2),
+     ValueError, ["hidden_size", "single number"]),
+    ("array element_bytes", lambda: mm.korthikanti_per_layer(seq_len=8, batch_size=1, hidden_size=64, n_heads=2,
+                                                             element_bytes=np.array([2, 4])), ValueError, ["element_bytes"]),
+    ("lora targets array", lambda: mm.LoRA(targets=np.array([1, 2])), TypeError, ["targets"]),
+    ("planner rank sweep", lambda: mm.path_to_fit("gpt2", "T4", method=mm.LoRA(rank=np.array([4, 8])), seq_len=128),
+     ValueError, ["method", "single"]),
+    ("planner seq sweep", lambda: mm.suggest_changes("gpt2", "T4", seq_len=np.array([128, 256])), ValueError, ["seq_len"]),
+    ("replay a number", lambda: measured.predict_case(5), TypeError, ["row"]),
+    ("replay a bad attention", lambda: measured.predict_case(dict(_case_row(), attention=3)), TypeError, ["attention"]),
+    # a huge integer is quoted by its length, not printed (Python refuses past 4,300 digits)
+    ("4301-digit batch", lambda: mm.training_memory("gpt2", batch_size=10**4300), ValueError, ["batch_size", "digits"]),
+    ("4301-digit config", lambda: mm.config_from_text('{"model_type": "gpt2", "n_layer": ' + "9" * 4301 + "}"),
+     ValueError, ["4,300 digits"]),
+    ("config n_layer limit", lambda: mm.from_hf_config(dict(GPT2_TINY, n_layer=2**24)), ValueError,
+     ["'n_layer'", "from 1 to 10,000,"]),
+    # sweeps past int64: refused by name (they once wrapped around or rounded)
+    ("transformers sweep", lambda: mm.training_memory("llama-3-70b", seq_len=np.array([48456, 3612330]),
+                                                      batch_size=np.array([5323]), activations="transformers",
+                                                      checkpointing=True),
+     ValueError, ["seq_len", "batch_size", "int64"]),
+    ("peak sweep", lambda: mm.peak_memory("gpt2", seq_len=np.array([2**22]), batch_size=np.array([2**20])),
+     ValueError, ["seq_len", "batch_size", "int64"]),
+    ("rank sweep at huge sizes", lambda: mm.training_memory("gpt2", method=mm.LoRA(rank=np.array([1, 2])),
+                                                            seq_len=212105, batch_size=283784),
+     ValueError, ["int64"]),
+]
+
+
+@pytest.mark.parametrize("call, kind, fragments", [c[1:] for c in ISSUE_14_ERRORS], ids=[c[0] for c in ISSUE_14_ERRORS])
+def test_issue_14_cases_get_an_error_naming_the_field(call, kind, fragments):
+    with pytest.raises(kind) as error:
+        call()
+    for fragment in fragments:
+        assert fragment in str(error.value), f"{fragment!r} missing from: {error.value}"
+
+
+def test_the_scalar_answers_of_the_overflowing_sweeps_are_exact():
+    # The scalar calls compute in Python ints: 31,162,350,302,378,111,884 bytes of activations is what the
+    # sweep's second point should have been (it returned -5,731,137,845,040,991,348).
+    top = mm.training_memory("llama-3-70b", seq_len=3612330, batch_size=5323, activations="transformers",
+                             checkpointing=True).activations
+    assert isinstance(top, int) and top > 2**63
+    first = mm.training_memory("llama-3-70b", seq_len=48456, batch_size=5323, activations="transformers",
+                               checkpointing=True).activations
+    narrow = mm.training_memory("llama-3-70b", seq_len=np.array([48456]), batch_size=np.array([5323]),
+                                activations="transformers", checkpointing=True).activations
+    assert int(narrow[0]) == first
+
+
+def test_a_model_family_is_read_in_any_case():
+    # ModelShape("GPT2", ...) passed the check (case-insensitive) but kept "GPT2", a KeyError later.
+    shape = mm.ModelShape("GPT2", 2, 64, 4, None, None, 256, 100, 32, True)
+    assert shape.family == "gpt2"
+    assert shape.n_params == mm.gpt2_model(n_layers=2, hidden_size=64, n_heads=4, vocab_size=100,
+                                           max_positions=32).n_params
+
+
+def test_results_are_integer_bytes():
+    ws = mm.working_set_bytes("gpt2", context_len=8, element_bits=16.0)
+    assert isinstance(ws, int) and ws == mm.working_set_bytes("gpt2", context_len=8, element_bits=16)
+
+
+def test_get_format_and_get_gpu_refuse_an_object_altered_after_it_was_built():
+    fmt = dataclasses.replace(mm.FORMATS["bf16"])
+    object.__setattr__(fmt, "bits", -16)  # frozen dataclasses can still be forced
+    with pytest.raises(ValueError, match="bits"):
+        mm.get_format(fmt)
+    gpu = dataclasses.replace(mm.GPUS["T4"])
+    object.__setattr__(gpu, "memory_bytes", -1)
+    with pytest.raises(ValueError, match="memory_bytes"):
+        mm.get_gpu(gpu)
+
+
+def test_a_very_large_run_does_not_fit_rather_than_failing():
+    # training_memory accepts it (22 zettabytes); the planner and check_fit once refused it over required_bytes.
+    settings = dict(seq_len=2**22, batch_size=2**20)
+    big = mm.training_memory("llama-3-70b", **settings)
+    assert big.total > 2**62
+    fit = mm.check_fit(big, "T4")
+    assert not fit.fits and fit.required_bytes == big.total and fit.headroom_bytes < 0
+    path = mm.path_to_fit("llama-3-70b", "T4", max_steps=2, **settings)
+    assert path and not path[-1].fits
+
+
+# ---- config files ------------------------------------------------------------------------------------------
+def test_a_config_file_is_read_only_when_it_is_a_regular_json_file(tmp_path):
+    good = tmp_path / "config.json"
+    good.write_text(json.dumps(GPT2_TINY))
+    assert mm.from_hf_config(good).n_layers == 2 and mm.from_hf_config(tmp_path).n_layers == 2
+    link = tmp_path / "linked" / "config.json"
+    link.parent.mkdir()
+    link.symlink_to(good)
+    for path in (link, link.parent):  # a link, or a folder whose config.json is one
+        with pytest.raises(ValueError, match="symbolic link"):
+            mm.from_hf_config(path)
+    other = tmp_path / "notes.txt"
+    other.write_text(json.dumps(GPT2_TINY))
+    with pytest.raises(ValueError, match=r"\.json file"):
+        mm.from_hf_config(other)
+    with pytest.raises(ValueError, match="not a regular file"):
+        mm.from_hf_config("/dev/null" if os.path.exists("/dev/null") else tmp_path / "x")
+
+
+def test_a_config_file_larger_than_4_mib_is_refused_unread(tmp_path):
+    big = tmp_path / "config.json"
+    with open(big, "w") as file:
+        file.write('{"model_type": "gpt2", "pad": "')
+        file.truncate(5 * 2**20)
+    with pytest.raises(ValueError, match="4 MiB"):
+        mm.from_hf_config(big)
+    with pytest.raises(ValueError, match="4 MiB"):
+        mm.from_hf_config('{"pad": "' + "x" * (5 * 2**20) + '"}')
+
+
+def test_messages_about_a_config_quote_field_names_and_short_values_only(tmp_path):
+    secret = "s3cr3t-" * 50  # what another JSON file might hold
+    path = tmp_path / "other.json"
+    for fields in ({"model_type": secret}, dict(GPT2_TINY, n_layer=secret), dict(GPT2_TINY, tie_word_embeddings=secret),
+                   {"model_type": "bert", "architectures": secret}):
+        path.write_text(json.dumps(fields))
+        with pytest.raises(ValueError) as error:
+            mm.from_hf_config(path)
+        assert secret not in str(error.value) and len(str(error.value)) < 400, str(error.value)
+
+
+@pytest.mark.parametrize("build, field", [
+    (lambda: dataclasses.replace(mm.training_memory("gpt2"), weights=-1), "weights"),
+    (lambda: dataclasses.replace(mm.training_memory("gpt2"), activations=2.5), "activations"),
+    (lambda: dataclasses.replace(mm.peak_memory("gpt2", seq_len=8), forward=-3), "forward"),
+    (lambda: mm.ActivationEstimate(-1, 1, 0, 0, 0), "per_layer"),
+    (lambda: mm.ActivationTerm("mlp", "x", "s*b*h", 2, -64), "bytes"),
+    (lambda: mm.Suggestion("x", {}, -5, 1, True), "total"),
+])
+def test_result_dataclasses_hold_only_non_negative_whole_bytes(build, field):
+    with pytest.raises(ValueError if field != "activations" else (ValueError, TypeError), match=field):
+        build()

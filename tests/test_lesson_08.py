@@ -111,3 +111,35 @@ def test_every_control_at_both_ends():
             "targets_dropdown", "precision_dropdown", "optimizer_dropdown", "batch_slider", "seq_len_slider",
             "checkpointing_switch", "attention_radio", "gpu_dropdown", "n_gpus_slider", "zero_stage_radio",
             "reserved_slider", "unit_radio", "source_radio"} <= seen
+
+
+def _gpt2_config(**changes):
+    return json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100,
+                       "n_positions": 32, **changes})
+
+
+def test_a_config_n_layer_past_the_limit_states_the_real_limit():
+    # ModelShape allows 10,000 blocks (memmath.validate.MAX_LAYERS); the message once said 16,777,216.
+    outputs, defs = _with_config(_gpt2_config(n_layer=20_000_000))
+    assert defs["model"] is None and "'n_layer'" in defs["model_error"] and "from 1 to 10,000," in defs["model_error"]
+    assert "16,777,216" not in plain(outputs) and lessons.bad_text(outputs) == []
+
+
+def test_a_4301_digit_integer_gets_a_message_of_ours():
+    # Python refuses to read integers of more than 4,300 digits (sys.get_int_max_str_digits()).
+    outputs, defs = _with_config('{"model_type": "gpt2", "n_layer": ' + "9" * 4301 + "}")
+    assert defs["model"] is None and "4,300 digits" in defs["model_error"]
+    assert "sys.set_int_max_str_digits" not in plain(outputs) and lessons.bad_text(outputs) == []
+
+
+@pytest.mark.parametrize("pasted", ['<img src=x onerror="alert(1)">', "![x](http://example.invalid/a.png)",
+                                    "<script>alert(1)</script>", "**bold** [link](javascript:alert(1))"])
+def test_pasted_strings_are_shown_as_text_not_markup(pasted):
+    # A pasted _name_or_path goes into the model's description, and a bad field's value into the error.
+    for text in (_gpt2_config(_name_or_path=pasted), _gpt2_config(n_layer=pasted)):
+        outputs, _ = _with_config(text)
+        shown = lessons.output_text(outputs)
+        assert "<img" not in shown and "<script" not in shown and 'href="javascript' not in shown
+        assert "<strong>bold" not in shown
+    outputs, _ = _with_config(_gpt2_config(_name_or_path=pasted))
+    assert pasted.split("(")[0][:8] in html.unescape(lessons.output_text(outputs))  # shown as typed

@@ -309,34 +309,85 @@ def test_rounding_keeps_order(x, y, fmt):
     assert rx <= ry
 
 
-# ---- nothing but ValueError or TypeError escapes -----------------------------------------------------------
+# ---- nothing but ValueError or TypeError escapes, and the message names the field -------------------------
+RAGGED = st.sampled_from([[[1, 2], [3]], [1, [2, 3]], [[1], 2.5], ([1, 2], [3])])
 JUNK = st.one_of(
     st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(), st.text(max_size=12),
     st.sampled_from(["", "7B", "bf16", "all", "gpt2", "24 GiB", "nan", "-1", "1e400", "{}", "[]", "q"]),
-    st.lists(st.integers(-5, 5), max_size=3), st.tuples(st.text(max_size=3)),
-    hnp.arrays(st.sampled_from([np.int64, np.float64, np.bool_]), st.integers(0, 3)),
+    st.lists(st.integers(-5, 5), max_size=3), st.tuples(st.text(max_size=3)), RAGGED,
+    hnp.arrays(st.sampled_from([np.int64, np.float64, np.bool_]), hnp.array_shapes(min_dims=0, max_dims=2, max_side=3)),
     st.just(object()), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
     st.sampled_from([np.nan, np.inf, -np.inf, np.int64(7), np.float32(2.5), np.array(3)]),
+    st.integers(4301, 4400).map(lambda digits: 10**digits),  # longer than Python will print
 )
 
 
-def maybe(valid):
-    """A valid value most of the time, anything at all otherwise."""
-    return st.one_of(st.just(valid), JUNK) if not isinstance(valid, st.SearchStrategy) else st.one_of(valid, JUNK)
+class Arg:
+    """A valid value (or strategy) that the fuzz test replaces by junk about a quarter of the time."""
 
+    def __init__(self, valid):
+        self.valid = valid if isinstance(valid, st.SearchStrategy) else st.just(valid)
+
+
+def maybe(valid):
+    return Arg(valid)
+
+
+def junky(valid):
+    """Inside a dict (a config): a valid value most of the time, anything at all otherwise."""
+    return st.one_of(valid if isinstance(valid, st.SearchStrategy) else st.just(valid), JUNK)
+
+
+TINY_LLAMA_SHAPE = mm.llama_model(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
+CONFIG = st.fixed_dictionaries({
+    "model_type": junky(st.sampled_from(["gpt2", "llama", "mistral", "bert"])), "n_layer": junky(2),
+    "n_embd": junky(64), "n_head": junky(4), "vocab_size": junky(10), "n_positions": junky(8),
+    "hidden_size": junky(64), "num_attention_heads": junky(4), "num_hidden_layers": junky(2),
+    "intermediate_size": junky(128), "max_position_embeddings": junky(8), "num_key_value_heads": junky(2),
+    "tie_word_embeddings": junky(False), "head_dim": junky(16), "id2label": junky({"0": "a"}),
+    "architectures": junky(["BertForSequenceClassification"]), "_name_or_path": junky("org/model")})
+
+
+def _config_text(config):
+    """The config as pasted JSON text; an integer too long for Python to print stays in, as digits."""
+    import json
+
+    try:
+        return json.dumps(config, default=str)
+    except ValueError:
+        return '{"model_type": "gpt2", "n_layer": ' + "9" * 4400 + "}"
+
+
+SHAPE_FIELDS = ("family", "n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim", "intermediate_size",
+                "vocab_size", "max_positions", "tied_embeddings", "type_vocab_size", "num_labels",
+                "attention_bias", "mlp_bias", "uniform_params", "n_params", "parameters", "name")
+TRAIN = dict(precision=maybe("bf16"), optimizer=maybe("adamw"), batch_size=maybe(2), seq_len=maybe(64),
+             checkpointing=maybe(False), attention=maybe("sdpa"), dropout=maybe(True))
+MEMORY = mm.inference_memory("gpt2")
+FORMAT_FIELDS = dict(name=maybe("x"), bits=maybe(8), kind=maybe("float"), exponent_bits=maybe(4), mantissa_bits=maybe(3),
+                     max_value=maybe(448.0), epsilon=maybe(0.125), smallest_normal=maybe(2.0**-6),
+                     has_inf=maybe(False), description=maybe(""))
 
 CALLS = {
     "training_memory": (mm.training_memory, dict(
-        model=maybe(st.sampled_from(["gpt2", "llama-2-7b", 7e9])), precision=maybe("bf16"), optimizer=maybe("adamw"),
-        batch_size=maybe(2), seq_len=maybe(64), checkpointing=maybe(False), n_gpus=maybe(2), zero_stage=maybe(1),
-        attention=maybe("sdpa"), dropout=maybe(True), activations=maybe("textbook"), device=maybe("cuda"))),
+        model=maybe(st.sampled_from(["gpt2", "llama-2-7b", 7e9])), **TRAIN, n_gpus=maybe(2), zero_stage=maybe(1),
+        activations=maybe("textbook"), device=maybe("cuda"), method=maybe(mm.Full()))),
+    "peak_memory": (mm.peak_memory, dict(model=maybe(TINY_LLAMA_SHAPE), **TRAIN, method=maybe(mm.LoRA()),
+                                         device=maybe("cpu"))),
     "inference_memory": (mm.inference_memory, dict(
         model=maybe("mistral-7b"), weights_format=maybe("nf4"), kv_format=maybe("fp8"), batch_size=maybe(2),
         context_len=maybe(100), attention=maybe("eager"))),
+    "rule_of_thumb_context_limit": (mm.rule_of_thumb_context_limit, dict(
+        model=maybe(TINY_LLAMA_SHAPE), weights_format=maybe("int8"), kv_format=maybe("bf16"), batch_size=maybe(1),
+        attention=maybe("sdpa"), max_context=maybe(4096))),
     "kv_cache_bytes": (mm.kv_cache_bytes, dict(model=maybe("gpt2"), context_len=maybe(10), batch_size=maybe(1),
                                                kv_format=maybe("bf16"))),
     "working_set_bytes": (mm.working_set_bytes, dict(shape=maybe("gpt2"), context_len=maybe(10), batch_size=maybe(1),
                                                      element_bits=maybe(16), attention=maybe("sdpa"))),
+    "decode_tokens_per_second": (mm.decode_tokens_per_second, dict(memory=maybe(MEMORY), gpu=maybe("H200"))),
+    "InferenceMemory": (mm.InferenceMemory, dict(
+        weights=maybe(10), quantization_constants=maybe(0), kv_cache=maybe(5), working_set=maybe(1),
+        weights_format=maybe("bf16"), kv_format=maybe("bf16"), notes=maybe(()))),
     "uniform_model": (mm.uniform_model, dict(n_params=maybe(10**6), n_layers=maybe(4), hidden_size=maybe(None),
                                              n_heads=maybe(None), vocab_size=maybe(None))),
     "gpt2_model": (mm.gpt2_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4), vocab_size=maybe(10),
@@ -346,24 +397,36 @@ CALLS = {
                                          head_dim=maybe(None), tied_embeddings=maybe(False), attention_bias=maybe(False))),
     "bert_model": (mm.bert_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
                                        num_labels=maybe(0), type_vocab_size=maybe(2))),
-    "from_hf_config": (mm.from_hf_config, dict(config=maybe(st.fixed_dictionaries({
-        "model_type": maybe(st.sampled_from(["gpt2", "llama", "mistral", "bert"])), "n_layer": maybe(2),
-        "n_embd": maybe(64), "n_head": maybe(4), "vocab_size": maybe(10), "n_positions": maybe(8),
-        "hidden_size": maybe(64), "num_attention_heads": maybe(4), "num_hidden_layers": maybe(2),
-        "intermediate_size": maybe(128), "max_position_embeddings": maybe(8), "num_key_value_heads": maybe(2),
-        "tie_word_embeddings": maybe(False), "head_dim": maybe(16), "id2label": maybe({"0": "a"}),
-        "architectures": maybe(["BertForSequenceClassification"])})))),
+    "ModelShape": (mm.ModelShape, dict(family=maybe("gpt2"), n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
+                                       intermediate_size=maybe(256), vocab_size=maybe(10), max_positions=maybe(8),
+                                       tied_embeddings=maybe(True))),
+    "from_hf_config": (mm.from_hf_config, dict(config=maybe(CONFIG))),
+    "config_from_text": (mm.config_from_text, dict(text=maybe(CONFIG.map(_config_text)))),
     "resolve_model": (mm.resolve_model, dict(model=JUNK)),
     "get_format": (mm.get_format, dict(name=JUNK)),
-    "round_to_format": (mm.round_to_format, dict(value=JUNK, fmt=maybe("bf16"), scale=maybe(1.0))),
+    "NumberFormat": (mm.NumberFormat, FORMAT_FIELDS),
+    "round_to_format": (mm.round_to_format, dict(value=maybe(1.5), fmt=maybe("bf16"), scale=maybe(1.0))),
+    "float_step": (mm.float_step, dict(fmt=maybe("bf16"), value=maybe(300.0))),
+    "absmax_scale": (mm.absmax_scale, dict(fmt=maybe("int8"), absmax=maybe(2.0))),
     "format_bytes": (mm.format_bytes, dict(n_bytes=maybe(10**9), unit=maybe("GiB"), digits=maybe(2))),
     "to_unit": (mm.to_unit, dict(n_bytes=maybe(10**9), unit=maybe("GB"))),
     "parse_count": (mm.parse_count, dict(text=JUNK)),
     "parse_bytes": (mm.parse_bytes, dict(text=JUNK)),
     "bytes_per_parameter": (mm.bytes_per_parameter, dict(precision=maybe("mixed"), optimizer=maybe("adam"))),
+    "get_recipe": (mm.get_recipe, dict(name=JUNK)),
+    "get_optimizer": (mm.get_optimizer, dict(name=JUNK)),
     "get_gpu": (mm.get_gpu, dict(name=JUNK)),
+    "GPU": (mm.GPU, dict(name=maybe("card"), memory_bytes=maybe(2**34), bandwidth_bytes_per_s=maybe(10**12),
+                         bf16_tflops=maybe(100.0), kind=maybe("datacenter"), marketed=maybe("16 GB"), note=maybe(""))),
+    "Fit": (mm.Fit, dict(gpu=maybe(mm.GPUS["T4"]), required_bytes=maybe(10), available_bytes=maybe(20))),
     "check_fit": (mm.check_fit, dict(required_bytes=maybe(10**9), gpu=maybe("T4"), reserved_bytes=maybe(0))),
     "fit_table": (mm.fit_table, dict(required_bytes=maybe(10**9), reserved_bytes=maybe(0), unit=maybe("GiB"))),
+    "suggest_changes": (mm.suggest_changes, dict(model=maybe("gpt2"), gpu=maybe("T4"), reserved_bytes=maybe(0),
+                                                 max_gpus=maybe(8), batch_size=maybe(4), seq_len=maybe(1024))),
+    "path_to_fit": (mm.path_to_fit, dict(model=maybe("gpt2"), gpu=maybe("RTX 3060"), reserved_bytes=maybe(0),
+                                         max_gpus=maybe(8), max_steps=maybe(3), batch_size=maybe(64),
+                                         seq_len=maybe(1024))),
+    "suggestions_frame": (mm.suggestions_frame, dict(suggestions=maybe([]), unit=maybe("GB"))),
     "korthikanti_per_layer": (mm.korthikanti_per_layer, dict(
         seq_len=maybe(8), batch_size=maybe(1), hidden_size=maybe(64), n_heads=maybe(4), element_bytes=maybe(2),
         mask_bytes=maybe(1), dropout=maybe(True), attention=maybe("eager"))),
@@ -372,27 +435,124 @@ CALLS = {
         mask_bytes=maybe(1), dropout=maybe(True), attention=maybe("eager"))),
     "quant_constant_bytes": (mm.quant_constant_bytes, dict(n_elements=maybe(4096), block=maybe(64),
                                                            double_quant=maybe(True))),
-    "decode_tokens_per_second": (mm.decode_tokens_per_second, dict(
-        memory=maybe(mm.inference_memory("gpt2")), gpu=maybe("H200"))),
+    "Full": (mm.Full, {}),
+    "AdapterMethod": (mm.AdapterMethod, {}),
+    "Note": (mm.Note, dict(kind=maybe("note_kind"), text=maybe("a note"))),
+    "OptimizerStates": (mm.OptimizerStates, dict(moments=maybe(8), step_counters=maybe(4), block_constants=maybe(0))),
+    "bits_per_weight": (mm.bits_per_weight, dict(fmt=maybe("nf4"), block=maybe(64), double_quant=maybe(True))),
+    "quant_constant_bits": (mm.quant_constant_bits, dict(block=maybe(64), double_quant=maybe(True))),
+    "Method": (mm.Method, {}),
+    "TrainingMemory": (mm.TrainingMemory, dict(
+        weights=maybe(10), quantization_constants=maybe(0), gradients=maybe(10), gradient_accumulation=maybe(0),
+        master_weights=maybe(0), optimizer_states=maybe(20), activations=maybe(np.array([1, 2])),
+        trainable_params=maybe(5), total_params=maybe(5), adapter_params=maybe(0), recipe=maybe(mm.RECIPES["bf16"]),
+        optimizer=maybe(mm.OPTIMIZERS["adamw"]), method=maybe(mm.Full()), model_name=maybe("m"), n_gpus=maybe(1),
+        zero_stage=maybe(0), activations_estimated=maybe(True), activation_detail=maybe(None), notes=maybe(()))),
+    "PeakEstimate": (mm.PeakEstimate, dict(forward=maybe(3), backward=maybe(4), optimizer_step=maybe(2),
+                                           resident=maybe(1), moments=maybe(()), notes=maybe(()))),
+    "ActivationEstimate": (mm.ActivationEstimate, dict(
+        per_layer=maybe(10), layers_storing=maybe(2), recompute_peak=maybe(0), outside_layers=maybe(3), loss=maybe(4),
+        model=maybe("textbook"), first_layer=maybe(None), frozen_per_layer=maybe(0), frozen_layers_storing=maybe(0),
+        terms=maybe(()))),
+    "ActivationTerm": (mm.ActivationTerm, dict(block=maybe("mlp"), tensor=maybe("x"), unit=maybe("s*b*h"),
+                                               coefficient=maybe(2), bytes=maybe(64))),
+    "Suggestion": (mm.Suggestion, dict(change=maybe("x"), settings=maybe({}), total=maybe(5), saved=maybe(1),
+                                       fits=maybe(True), cost=maybe(""))),
     "Freeze": (mm.Freeze, dict(trainable_layers=maybe(1), train_embeddings=maybe(False), train_head=maybe(True))),
     "LoRA": (mm.LoRA, dict(rank=maybe(8), targets=maybe(("q", "v")), adapter_format=maybe("fp32"))),
     "QLoRA": (mm.QLoRA, dict(rank=maybe(8), targets=maybe("all"), double_quant=maybe(True), quant_block=maybe(64))),
     "Adapters": (mm.Adapters, dict(bottleneck=maybe(16), train_norms=maybe(False), adapter_format=maybe(None))),
 }
+# What a message may call a field besides its own name: the words each function's checks use for it.
+FIELD_WORDS = {
+    "model": ("model", "parameter count", "n_params", "preset"), "shape": ("model", "parameter count", "n_params"),
+    "weights_format": ("format",), "kv_format": ("format",), "fmt": ("format",), "adapter_format": ("format",),
+    "text": ("parameter count", "size", "config"), "config": ("config",) + SHAPE_FIELDS,
+    "memory": ("InferenceMemory",), "gpu": ("gpu",), "targets": ("LoRA target",),
+    "trainable_layers": ("trainable_layers",), "suggestions": ("Suggestion",),
+    "name": ("name", "format", "precision", "optimizer", "gpu"),
+}
+NOT_FUZZED: set = set()  # every public callable is fuzzed
+
+
+def test_every_public_callable_is_fuzzed():
+    callables = {name for name in mm.__all__ if callable(getattr(mm, name))}
+    assert callables - NOT_FUZZED == set(CALLS), sorted((callables - NOT_FUZZED) ^ set(CALLS))
+
+
+def _words(key):
+    return (key,) + FIELD_WORDS.get(key, ())
+
+
+def _fuzz(function, arguments, data):
+    kwargs, junk = {}, []
+    for key, spec in arguments.items():
+        if isinstance(spec, Arg):
+            bad = data.draw(st.integers(0, 3), label=f"{key} is junk") == 0
+            kwargs[key] = data.draw(JUNK if bad else spec.valid, label=key)
+        else:
+            bad, kwargs[key] = True, data.draw(spec, label=key)
+        if bad:
+            junk.append(key)
+    try:
+        with np.errstate(all="ignore"):
+            result = function(**kwargs)
+            total = getattr(result, "total", None)  # properties compute on access
+    except (ValueError, TypeError) as error:
+        message = str(error)
+        named = [word for key in (junk or list(arguments)) for word in _words(key)]
+        assert any(word in message for word in named), f"{message!r} names none of {named}"
+        return None
+    if total is not None:
+        assert np.all(np.asarray(total) >= 0)
+    return result
 
 
 @pytest.mark.parametrize("name", CALLS)
 @given(data=st.data())
-def test_nothing_but_value_or_type_errors_escape(name, data):
-    function, arguments = CALLS[name]
-    kwargs = {key: data.draw(strategy, label=key) for key, strategy in arguments.items()}
+def test_bad_input_gets_a_value_or_type_error_that_names_the_field(name, data):
+    _fuzz(*CALLS[name], data)
+
+
+def _case_row():
+    from memmath.reference import load_measured
+
+    return dict(load_measured().iloc[0])
+
+
+REPLAY = ("predict_case", "predict_peak_case", "predicted_saved_per_layer", "case_model", "case_method",
+          "case_arguments")
+
+
+@pytest.mark.parametrize("name", REPLAY)
+@given(data=st.data())
+def test_replay_functions_name_the_column_of_a_bad_row(name, data):
+    from memmath.reference import measured
+
+    row = _case_row()
+    bad = data.draw(st.sampled_from(sorted(row)))
+    change = data.draw(st.sampled_from(["drop", "junk"]))
+    if change == "drop":
+        del row[bad]
+    else:
+        row[bad] = data.draw(JUNK)
     try:
-        with np.errstate(all="ignore"):
-            result = function(**kwargs)
-            if isinstance(result, (mm.TrainingMemory, mm.InferenceMemory)):
-                result.total  # noqa: B018 - properties compute on access
-    except (ValueError, TypeError):
-        pass
+        getattr(measured, name)(row)
+    except (ValueError, TypeError) as error:
+        assert bad in str(error), str(error)
+    try:
+        getattr(measured, name)(data.draw(JUNK))
+    except (ValueError, TypeError) as error:
+        assert "row" in str(error), str(error)
+
+
+@given(st.one_of(JUNK, st.sampled_from(["nope.json", "", "../data/measured_cpu.json", "/etc/passwd", "."])))
+def test_only_shipped_data_files_are_read(name):
+    from memmath.reference import load_measured, measured_metadata
+
+    for function in (load_measured, measured_metadata):
+        with pytest.raises((ValueError, TypeError), match="shipped data file"):
+            function(name)
 
 
 @given(st.data())
@@ -410,3 +570,75 @@ def test_methods_with_junk_inside_training_memory(data):
                            batch_size=data.draw(st.integers(1, 2**20))).total
     except (ValueError, TypeError):
         pass
+
+
+# ---- sweeps up to and across the int64 limit ----------------------------------------------------------------
+# A sweep computes in int64; a scalar call in exact Python ints. Up to memmath.validate.SWEEP_LIMIT (2**59 bytes)
+# they must agree to the byte; past it the sweep must refuse, naming the inputs, never wrap around.
+from memmath.validate import MAX_BATCH, MAX_SEQ, SWEEP_LIMIT  # noqa: E402
+
+LARGE_SEQ = st.one_of(st.integers(1, 64), st.integers(1, MAX_SEQ), st.integers(MAX_SEQ // 4, MAX_SEQ))
+LARGE_BATCH = st.one_of(st.integers(1, 8), st.integers(1, MAX_BATCH), st.integers(MAX_BATCH // 4, MAX_BATCH))
+BIG_MODELS = ["gpt2", "llama-3-70b", "bert-base-uncased", "mistral-7b", "gpt3-175b"]
+
+
+def _sweep_or_refusal(call, scalar, value, batches, lengths):
+    """Either every grid point equals the scalar call, or the sweep refused and its largest point is too big."""
+    try:
+        grid = call(batch_size=np.array(batches)[:, None], seq_len=np.array(lengths)[None, :])
+    except ValueError as error:
+        message = str(error)
+        assert "seq_len" in message and "batch_size" in message and "int64" in message, message
+        top = value(scalar(batch_size=max(batches), seq_len=max(lengths)))
+        assert top > SWEEP_LIMIT, (top, message)
+        return
+    values = np.broadcast_to(value(grid), (len(batches), len(lengths)))
+    assert values.dtype == np.int64
+    for i, b in enumerate(batches):
+        for j, s in enumerate(lengths):
+            point = value(scalar(batch_size=b, seq_len=s))
+            assert isinstance(point, int) and point >= 0
+            assert int(values[i, j]) == point, (b, s)
+
+
+@pytest.mark.parametrize("activations", ["textbook", "transformers"])
+@given(model=st.sampled_from(BIG_MODELS), lengths=st.lists(LARGE_SEQ, min_size=1, max_size=2),
+       batches=st.lists(LARGE_BATCH, min_size=1, max_size=2), checkpointing=st.booleans(),
+       attention=st.sampled_from(["eager", "sdpa"]))
+def test_activation_sweeps_equal_scalar_calls_up_to_and_across_the_int64_limit(
+        activations, model, lengths, batches, checkpointing, attention):
+    kwargs = dict(activations=activations, checkpointing=checkpointing, attention=attention)
+
+    def call(**sizes):
+        return mm.training_memory(model, **kwargs, **sizes)
+
+    _sweep_or_refusal(call, call, lambda m: m.activations, batches, lengths)
+    _sweep_or_refusal(call, call, lambda m: m.total, batches, lengths)  # the total holds the activations
+
+
+@given(model=st.sampled_from(BIG_MODELS), lengths=st.lists(LARGE_SEQ, min_size=1, max_size=2),
+       batches=st.lists(LARGE_BATCH, min_size=1, max_size=2), checkpointing=st.booleans(),
+       method=st.sampled_from([mm.Full(), mm.LoRA(rank=8, targets="all"), mm.Freeze(trainable_layers=1)]))
+def test_peak_sweeps_equal_scalar_calls_up_to_and_across_the_int64_limit(model, lengths, batches, checkpointing,
+                                                                          method):
+    def call(**sizes):
+        return mm.peak_memory(model, method=method, checkpointing=checkpointing, device="cpu", **sizes)
+
+    _sweep_or_refusal(call, call, lambda p: p.total, batches, lengths)
+
+
+@given(model=st.sampled_from(BIG_MODELS), ranks=st.lists(st.integers(1, 2**16), min_size=1, max_size=3),
+       seq_len=LARGE_SEQ, batch_size=LARGE_BATCH, activations=st.sampled_from(["textbook", "transformers"]))
+def test_rank_sweeps_equal_scalar_calls_or_refuse_across_the_int64_limit(model, ranks, seq_len, batch_size,
+                                                                         activations):
+    kwargs = dict(seq_len=seq_len, batch_size=batch_size, activations=activations)
+    try:
+        swept = mm.training_memory(model, method=mm.LoRA(rank=np.array(ranks), targets="all"), **kwargs)
+    except ValueError as error:
+        assert "int64" in str(error)
+        top = mm.training_memory(model, method=mm.LoRA(rank=max(ranks), targets="all"), **kwargs).activations
+        assert top > SWEEP_LIMIT
+        return
+    for i, r in enumerate(ranks):
+        point = mm.training_memory(model, method=mm.LoRA(rank=r, targets="all"), **kwargs)
+        assert int(np.broadcast_to(swept.total, (len(ranks),))[i]) == point.total

@@ -152,3 +152,106 @@ def test_readme_gives_the_commands_the_site_and_its_index_use():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     for command in (BUILD_COMMAND, SERVE_COMMAND, LIVE_COMMAND):
         assert command in readme, f"README.md does not give the command {command!r}"
+
+
+PASSING_LESSON = '''
+import marimo
+
+app = marimo.App()
+
+
+@app.cell
+def _():
+    import marimo as mo
+    mo.md("# A lesson that works")
+    return
+'''
+
+
+def _tree(root: Path) -> dict:
+    """Every path under root with its kind, size and mtime (what "untouched" compares)."""
+    return {str(p.relative_to(root)): (p.is_dir(), p.lstat().st_size, p.lstat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture()
+def sandbox(tmp_path):
+    """A notebooks folder with one lesson, and a HOME, a working folder and a TMPDIR of its own."""
+    for name in ("notebooks", "home", "cwd", "tmp"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "notebooks" / "01_works.py").write_text(PASSING_LESSON)
+    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path / "tmp"))
+    for name in ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "PYTHONPYCACHEPREFIX"):
+        env.pop(name, None)
+
+    def build(out: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "memmath_site", "build", str(out), "--notebooks",
+                               str(tmp_path / "notebooks")], cwd=tmp_path / "cwd", capture_output=True, text=True,
+                              timeout=600, env=env)
+    return tmp_path, build
+
+
+def test_the_build_writes_only_inside_its_folder_and_leaves_the_source_untouched(sandbox):
+    # marimo export writes notebooks/__marimo__/session/*.json beside the notebook, and its log under
+    # ~/.cache/marimo/logs; the build once also staged a folder beside the site.
+    root, build = sandbox
+    before = {name: _tree(root / name) for name in ("notebooks", "home", "cwd", "tmp")}
+    repo_before = _tree(REPO / "notebooks")
+    done = build(root / "site")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in root.iterdir()) == ["cwd", "home", "notebooks", "site", "tmp"]
+    for name, tree in before.items():
+        assert _tree(root / name) == tree, f"the build wrote into {name}/"
+    assert _tree(REPO / "notebooks") == repo_before
+    assert (root / "site" / "01_works.html").is_file() and (root / "site" / SITE_MARKER).is_file()
+    # An earlier build is replaced in place.
+    done = build(root / "site")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in root.iterdir()) == ["cwd", "home", "notebooks", "site", "tmp"]
+
+
+def test_the_site_is_readable_by_a_web_server_running_as_another_user(sandbox):
+    root, build = sandbox
+    assert build(root / "site").returncode == 0
+    for path in [root / "site", *(root / "site").rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
+
+
+def test_a_symlinked_folder_is_refused_and_its_target_kept(sandbox):
+    root, build = sandbox
+    target = root / "elsewhere"
+    target.mkdir()
+    (target / SITE_MARKER).write_text("looks like a site\n")
+    (target / "keep.txt").write_text("someone's file")
+    (root / "site").symlink_to(target)
+    done = build(root / "site")
+    assert done.returncode != 0 and "symbolic link" in done.stderr
+    assert sorted(p.name for p in target.iterdir()) == [SITE_MARKER, "keep.txt"]
+
+
+def test_a_non_empty_folder_that_is_not_a_build_is_refused(sandbox):
+    root, build = sandbox
+    out = root / "site"
+    out.mkdir()
+    (out / "notes.txt").write_text("a teacher's file")
+    done = build(out)
+    assert done.returncode != 0 and "is not a site this command built" in done.stderr
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    # A marker that is a link to a file elsewhere does not make a folder an earlier build.
+    (root / "marker").write_text("")
+    (out / SITE_MARKER).symlink_to(root / "marker")
+    assert build(out).returncode != 0 and (out / "notes.txt").is_file()
+
+
+def test_readme_says_marimo_run_is_local_and_how_to_serve_a_class_with_a_token(tmp_path):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "127.0.0.1" in readme and "no token" in readme
+    network = [line.strip() for line in readme.splitlines() if "--host 0.0.0.0" in line and "marimo run" in line]
+    assert network and all("--token" in line for line in network), network  # never bare
+    # The options it names are marimo's own (marimo run --help, marimo 0.25.2).
+    done = subprocess.run([sys.executable, "-m", "marimo", "run", "--help"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, XDG_CONFIG_HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path)))
+    for option in ("--host", "--port", "--token", "--token-password-file", "--headless", "--proxy", "--base-url"):
+        assert option in done.stdout, option
+        assert option in readme, option

@@ -45,6 +45,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 
+from .. import validate
 from ..methods import Freeze, Full, LoRA
 from ..models import ModelShape, bert_model, gpt2_model, llama_model
 
@@ -58,8 +59,30 @@ DATA_FILE = "measured_cpu.json"
 HELD_OUT_SHAPES = ("gpt2-wide", "llama-wide", "bert-wide")
 
 
-@lru_cache(maxsize=4)
+def data_files() -> tuple[str, ...]:
+    """The names of the data files shipped in memmath/reference/data (the only names read)."""
+    folder = resources.files("memmath.reference").joinpath("data")
+    return tuple(sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".json") and entry.is_file()))
+
+
 def _document(name: str = DATA_FILE) -> dict:
+    return _read_document(_shipped(name))
+
+
+def _shipped(name) -> str:
+    """name when it is a shipped file's own name: never a path, so nothing outside the data folder is read."""
+    shipped = data_files()
+    if not isinstance(name, str):
+        raise TypeError(f"name must be the name of a shipped data file ({', '.join(shipped)}); "
+                        f"got {validate.describe(name)}")
+    if name not in shipped:
+        raise ValueError(f"name must be one of the shipped data files: {', '.join(shipped)}; "
+                         f"got {validate.describe(name)}")
+    return name
+
+
+@lru_cache(maxsize=4)
+def _read_document(name: str) -> dict:
     text = resources.files("memmath.reference").joinpath("data", name).read_text(encoding="utf-8")
     return json.loads(text)
 
@@ -83,45 +106,84 @@ def load_measured(name: str = DATA_FILE) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+_ROW_HELP = "a row of load_measured() (a pandas Series or a dict with its columns)"
+
+
+def _field(row, key):
+    """row[key] for a recorded case; ValueError naming the column when it is missing."""
+    if not hasattr(row, "__getitem__") or isinstance(row, (str, bytes)):
+        raise TypeError(f"row must be {_ROW_HELP}; got {validate.describe(row)}")
+    try:
+        return row[key]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"row is missing the column {key!r} (row must be {_ROW_HELP})") from None
+
+
+def _count(row, key, low=1, high=validate.MAX_DIM):
+    return validate.count(f"row column {key!r}", _field(row, key), low=low, high=high, scalar=True)
+
+
+def _flag(row, key):
+    return validate.flag(f"row column {key!r}", _field(row, key))
+
+
+def _text(row, key):
+    value = _field(row, key)
+    if not isinstance(value, str):
+        raise TypeError(f"row column {key!r} must be a string; got {validate.describe(value)}")
+    return value
+
+
 def case_model(row) -> ModelShape:
     """The ModelShape of a recorded case (the same sizes the measurement built in transformers)."""
-    family = row["family"]
-    common = dict(n_layers=int(row["n_layers"]), hidden_size=int(row["hidden_size"]), n_heads=int(row["n_heads"]),
-                  intermediate_size=int(row["intermediate_size"]), vocab_size=int(row["vocab_size"]),
-                  name=str(row["shape"]))
+    family = _text(row, "family")
+    common = dict(n_layers=_count(row, "n_layers", high=validate.MAX_LAYERS), hidden_size=_count(row, "hidden_size"),
+                  n_heads=_count(row, "n_heads"), intermediate_size=_count(row, "intermediate_size"),
+                  vocab_size=_count(row, "vocab_size", high=validate.MAX_VOCAB), name=_text(row, "shape"))
     if family == "gpt2":
-        return gpt2_model(max_positions=int(row["max_positions"]), tied_embeddings=bool(row["tied_embeddings"]),
-                          **common)
+        return gpt2_model(max_positions=_count(row, "max_positions", high=validate.MAX_SEQ),
+                          tied_embeddings=_flag(row, "tied_embeddings"), **common)
     if family == "llama":
-        return llama_model(n_kv_heads=int(row["n_kv_heads"]), tied_embeddings=bool(row["tied_embeddings"]), **common)
+        return llama_model(n_kv_heads=_count(row, "n_kv_heads"), tied_embeddings=_flag(row, "tied_embeddings"),
+                           **common)
     if family == "bert":
-        return bert_model(max_positions=int(row["max_positions"]), type_vocab_size=int(row["type_vocab_size"]),
-                          num_labels=int(row["num_labels"]), **common)
-    raise ValueError(f"family must be gpt2, llama or bert; got {family!r}")
+        return bert_model(max_positions=_count(row, "max_positions", high=validate.MAX_SEQ),
+                          type_vocab_size=_count(row, "type_vocab_size", low=0),
+                          num_labels=_count(row, "num_labels", low=0), **common)
+    raise ValueError(f"row column 'family' must be gpt2, llama or bert; got {validate.describe(family)}")
 
 
 def case_method(row):
     """Full(), Freeze(frozen_layers=k) or LoRA(rank, targets, adapter_format) for a recorded case."""
-    method = row["method"]
+    method = _text(row, "method")
     if method == "full":
         return Full()
     if method == "freeze":
         # validation/measure.py freezes the embeddings and the first k blocks; the final norm and an
         # untied head train (Freeze's defaults); BERT's pooler and classifier train.
-        return Freeze(frozen_layers=int(row["frozen_layers"]))
+        return Freeze(frozen_layers=_count(row, "frozen_layers", low=0, high=validate.MAX_LAYERS))
     if method == "lora":
         # "all": every linear matrix in the blocks (GPT-2 and BERT have no gate; peft's lists in measure.py).
-        targets = ("q", "v") if row["lora_targets"] == "qv" else "all"
-        return LoRA(rank=int(row["lora_rank"]), targets=targets, adapter_format=str(row["adapter_format"]))
-    raise ValueError(f"method must be full, freeze or lora; got {method!r}")
+        targets = validate.choice("row column 'lora_targets'", _text(row, "lora_targets"), ("qv", "all"))
+        return LoRA(rank=_count(row, "lora_rank", high=2**16), targets=("q", "v") if targets == "qv" else "all",
+                    adapter_format=_text(row, "adapter_format"))
+    raise ValueError(f"row column 'method' must be full, freeze or lora; got {validate.describe(method)}")
 
 
 def case_arguments(row, activations: str = "transformers") -> dict:
     """The keyword arguments of memmath.training_memory that describe a recorded case."""
-    return dict(precision=str(row["precision"]), optimizer=str(row["optimizer"]), method=case_method(row),
-                batch_size=int(row["batch_size"]), seq_len=int(row["seq_len"]),
-                checkpointing=bool(row["checkpointing"]), attention=str(row["attention"]),
-                dropout=bool(row["dropout"]), activations=activations, device="cpu")
+    from ..activations import ATTENTION_KINDS
+    from ..recipes import get_optimizer, get_recipe
+    from ..training import ACTIVATION_MODELS
+
+    # Checked here as training_memory checks them, since predicted_saved_per_layer skips it.
+    return dict(precision=get_recipe(_text(row, "precision")).name,
+                optimizer=get_optimizer(_text(row, "optimizer")).name, method=case_method(row),
+                batch_size=_count(row, "batch_size", high=validate.MAX_BATCH),
+                seq_len=_count(row, "seq_len", high=validate.MAX_SEQ), checkpointing=_flag(row, "checkpointing"),
+                attention=validate.choice("row column 'attention'", _text(row, "attention"), ATTENTION_KINDS),
+                dropout=_flag(row, "dropout"),
+                activations=validate.choice("activations", activations, ACTIVATION_MODELS), device="cpu")
 
 
 def predict_case(row, activations: str = "transformers"):
@@ -160,7 +222,7 @@ def predicted_saved_per_layer(row) -> list[int]:
                              dropout=arguments["dropout"], attention=arguments["attention"],
                              checkpointing=arguments["checkpointing"], device=arguments["device"])
     estimate = parts.estimate
-    n_layers = int(row["n_layers"])
+    n_layers = _count(row, "n_layers", high=validate.MAX_LAYERS)
     storing, frozen_storing = int(estimate.layers_storing), int(estimate.frozen_layers_storing)
     blocks = [0] * (n_layers - storing - frozen_storing) + [int(estimate.frozen_per_layer)] * frozen_storing
     trained = [int(estimate.per_layer)] * storing
