@@ -32,6 +32,7 @@ _EXPORTS = {
     "QLoRA": "methods", "quant_constant_bytes": "methods",
     "LORA_TARGETS": "models", "ModelShape": "models", "bert_model": "models", "from_hf_config": "models",
     "gpt2_model": "models", "llama_model": "models", "uniform_model": "models",
+    "CONFIG_FIELDS": "models", "SUPPORTED_MODEL_TYPES": "models", "UNSUPPORTED_EXAMPLES": "models",
     "PeakEstimate": "peak", "peak_memory": "peak",
     "Suggestion": "planner", "config_from_text": "planner", "path_to_fit": "planner",
     "suggest_changes": "planner", "suggestions_frame": "planner",

@@ -411,7 +411,9 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         out = tr.dropout(tr.linear(ctx, t * h, trainable, lora("attn.c_proj"), "attn.c_proj"), dropout, "residual")
         r1 = tr.add(out, x)
         h2 = tr.layer_norm(r1, trainable, "ln_2")
-        act = tr.gelu_new(tr.linear(h2, t * inner, trainable, lora("mlp.c_fc"), "mlp.c_fc"), "gelu_new")
+        fc = tr.linear(h2, t * inner, trainable, lora("mlp.c_fc"), "mlp.c_fc")
+        # gelu_new is written in plain ops; gelu_pytorch_tanh and gelu are one F.gelu, which keeps its input.
+        act = tr.gelu_new(fc, "gelu_new") if shape.hidden_act in ("", "gelu_new") else tr.gelu(fc, shape.hidden_act)
         out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
         return tr.add(out, r1)
     if shape.family == "llama":
@@ -543,6 +545,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     if shape.family not in FAMILIES:
         raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
+    _check_layout(shape, seq_len)
     if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
         raise ValueError(f"activations='transformers' models a forward pass in the weights' own format "
                          f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
@@ -643,6 +646,27 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
             "blocks": estimate.layers, "recompute": recompute, "element_bytes": e, "blocks_store": blocks_store,
             "embeddings_batch": emb.batch_bytes, "block_live": live.peak_live(), "head_live": chosen.peak_live(),
             "recompute_live": again.peak_live() if checkpointing else 0}
+
+
+# The rotary-decoder layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases
+# change no saved tensor). Other model_types differ in what they save (q/k norms, four norms, fused
+# matrices, GeGLU, experts) and are refused until they are traced and measured.
+TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert", "roberta"), "llama": ("", "llama", "mistral", "qwen2")}
+
+
+def _check_layout(shape: ModelShape, seq_len):
+    arch = shape.arch
+    if arch not in TRACED_ARCHES[shape.family]:
+        raise ValueError(f"activations='transformers' replays {', '.join(a for a in TRACED_ARCHES[shape.family] if a)}"
+                         f" models; model_type {arch!r} is not traced yet (use activations='textbook')")
+    if shape.family == "llama" and shape.hidden_act not in ("", "silu"):
+        raise ValueError(f"activations='transformers' models hidden_act 'silu' for {arch or 'llama'}; got "
+                         f"{shape.hidden_act!r} (use activations='textbook')")
+    windows = [w for w in shape.attention_windows if w is not None]
+    # masking_utils skips the mask only while kv_length < the window (sdpa_mask's _ignore_causal_mask_sdpa).
+    if windows and np.any(np.asarray(seq_len) >= min(windows)):
+        raise ValueError(f"activations='transformers' does not model sliding-window attention masks: seq_len must "
+                         f"be below sliding_window ({min(windows)}) (use activations='textbook')")
 
 
 def _positive(value):
