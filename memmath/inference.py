@@ -22,22 +22,39 @@ from .presets import resolve_model
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
 
 
-def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16"):
-    """KV cache bytes: 2 (K and V) x layers x kv_heads x head_dim x context x batch x bytes per value.
+def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_prefill=False):
+    """KV cache bytes: 2 (K and V) x kv_heads x head_dim x bytes per value x batch x tokens, summed over layers.
 
     Grouped-query attention stores n_kv_heads, not n_heads (kipply 2022; Ainslie et al. 2023).
     Llama-2-13B at 8,192 tokens in 16-bit: 2 x 40 x 40 x 128 x 8192 x 2 B = 6.7 GB.
+
+    A full-attention layer holds every token of the context. A sliding-window layer (Mistral-7B-v0.1,
+    Phi-3-mini, Gemma 2/3's sliding blocks; shape.attention_windows) is what transformers' generate
+    keeps in a DynamicSlidingWindowLayer (cache_utils.py): after each update it keeps a view of the last
+    sliding_window - 1 tokens of torch.cat(old, new), and that view holds the cat's whole storage,
+    min(context, sliding_window) tokens once decoding (measured on the CPU: tests/test_inference.py).
+    after_prefill=True gives the moment right after the prompt's forward pass, when that storage is
+    still the whole prompt (every layer holds context_len tokens until the first decode step).
     """
     shape = _needs_heads(resolve_model(model), "kv_cache_bytes")
     context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
+    after_prefill = validate.flag("after_prefill", after_prefill)
     bits = get_format(kv_format).bits
     if validate.is_array(context_len, batch_size):
         validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
             shape, context_len=validate.largest(context_len), batch_size=validate.largest(batch_size),
-            kv_format=kv_format))
-    values = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * context_len * batch_size
+            kv_format=kv_format, after_prefill=after_prefill))
+    tokens = 0
+    for window in shape.attention_windows:
+        tokens = tokens + (context_len if window is None or after_prefill else _smaller(context_len, window))
+    values = 2 * shape.n_kv_heads * shape.head_dim * tokens * batch_size
     return validate.ceil_div(values * bits, 8)
+
+
+def _smaller(x, y):
+    """min for Python ints and element-wise for int64 arrays alike."""
+    return np.minimum(x, y) if isinstance(x, np.ndarray) or isinstance(y, np.ndarray) else min(x, y)
 
 
 @dataclass(frozen=True)
