@@ -92,7 +92,7 @@ class ModelShape:
     fused_qkv: bool = False  # one q/k/v matrix (Phi-3 qkv_proj, GPT-NeoX query_key_value)
     gated_mlp: bool = True  # gate, up, down (SwiGLU/GeGLU); False: up, down (GPT-NeoX)
     fused_gate_up: bool = False  # one gate_up_proj matrix (Phi-3)
-    hidden_act: str = ""  # the MLP's activation as the config names it ("" = the family's own)
+    hidden_act: str = ""  # the MLP's activation as transformers names it ("" = the family's own, filled in)
     n_experts: int = 0  # mixture of experts: routed experts per block (0 = a dense MLP)
     experts_per_tok: int = 0  # experts each token is routed to
     expert_intermediate_size: int | None = None  # width of one routed expert's MLP
@@ -255,6 +255,11 @@ class ModelShape:
                              "vocab_size and n_layers)")
 
     def _check_options(self):
+        if not self.hidden_act:  # each family's own: GPT-2 gelu_new, LLaMA silu, BERT gelu
+            object.__setattr__(self, "hidden_act", {"gpt2": "gelu_new", "llama": "silu", "bert": "gelu"}.get(
+                self.family, ""))
+        if not isinstance(self.hidden_act, str):
+            raise ValueError(f"hidden_act must be an activation name such as 'silu'; got {self.hidden_act!r}")
         for name in ("qkv_bias", "layer_norm", "fused_qkv", "gated_mlp", "fused_gate_up", "shared_expert_gate"):
             validate.flag(name, getattr(self, name))
         validate.choice("qk_norm", self.qk_norm, ("", "head", "full"))

@@ -420,3 +420,12 @@ def test_layer_types_follow_the_config_classes():
     assert mm.from_hf_config(PUBLISHED_CONFIGS["Qwen2.5-7B"]).attention_windows == (None,) * 28
     assert set(mm.from_hf_config(PUBLISHED_CONFIGS["Mistral-7B-v0.1"]).attention_windows) == {4096}
     assert set(mm.from_hf_config(PUBLISHED_CONFIGS["Phi-3-mini-4k-instruct"]).attention_windows) == {2047}
+
+
+@pytest.mark.parametrize("preset, source", __import__("memmath.presets", fromlist=["x"]).PRESET_SOURCES.items())
+def test_presets_are_their_published_configs(preset, source):
+    # The live test above checks each published config against transformers; the preset must be the same model.
+    from dataclasses import replace
+
+    expected = mm.from_hf_config(PUBLISHED_CONFIGS[source])
+    assert mm.PRESETS[preset] == replace(expected, name=preset)
