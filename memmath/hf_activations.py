@@ -654,6 +654,20 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert", "roberta"), "llama": ("", "llama", "mistral", "qwen2")}
 
 
+def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:
+    """None when this model replays `shape` trained with `method` in `recipe`; else why not, in words."""
+    try:
+        if shape.family not in FAMILIES:
+            return f"knows the gpt2, llama and bert families, not {shape.family}"
+        _check_layout(shape, seq_len)
+        if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
+            return f"models a forward pass in the weights' own format, not precision {recipe.name!r}"
+        _setup(shape, method, recipe)
+    except ValueError as error:
+        return str(error).removeprefix("activations='transformers' ").split(" (use activations")[0]
+    return None
+
+
 def _check_layout(shape: ModelShape, seq_len):
     arch = shape.arch
     if arch not in TRACED_ARCHES[shape.family]:

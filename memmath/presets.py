@@ -50,7 +50,7 @@ PRESETS: dict[str, ModelShape] = {
     # 4,096 tokens (its config's sliding_window; the KV cache keeps at most that many).
     "mistral-7b": replace(llama_model(n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8, intermediate_size=14336,
                                       vocab_size=32000, name="mistral-7b"), arch="mistral", sliding_window=4096,
-                          layer_types=("sliding_attention",) * 32, dropout_p=0.0),  # 7,241,732,096
+                          layer_types=("sliding_attention",) * 32),  # 7,241,732,096
     # The newer families, from the fields of each repository's config.json that shape the model (the
     # validation test builds each in transformers and compares counts).
     "qwen2.5-0.5b": _from_config(  # Qwen/Qwen2.5-0.5B: 494,032,768 (card: 0.49B); q/k/v biases, tied head

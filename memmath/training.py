@@ -62,6 +62,9 @@ class TrainingMemory:
     activations_estimated: bool
     activation_detail: ActivationEstimate | None = None
     notes: tuple = field(default=())
+    activation_model: str = "textbook"  # the activation model the numbers assumed: "textbook" or "transformers"
+    attention: str = "eager"  # the attention implementation they assumed: "eager" or "sdpa"
+    dropout: bool = True  # whether they kept dropout masks
 
     @property
     def total(self):
@@ -109,8 +112,8 @@ class TrainingMemory:
 
 
 def training_memory(model, *, precision="bf16", optimizer="adamw", method: Method | None = None, batch_size=1,
-                    seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention="eager", dropout=True,
-                    activations="textbook", device="cuda") -> TrainingMemory:
+                    seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention=None, dropout=None,
+                    activations=None, device="cuda") -> TrainingMemory:
     """Bytes per GPU for one training step of `model`, as a TrainingMemory breakdown.
 
     model: a ModelShape, a preset name or a plain parameter count (activations then cannot be
@@ -119,7 +122,12 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     Adapters(...), LoRA(...), QLoRA(...). seq_len None leaves activations out (with a note).
     attention "eager" keeps the s x s scores, "sdpa" does not. dropout: keep dropout masks.
     activations "textbook" (Korthikanti et al. 2022) or "transformers" (what the PyTorch models
-    keep, see hf_activations). n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
+    keep, see hf_activations). Left out (None), they are the run transformers makes by default
+    (default_run) for a model read from a config: activations="transformers" where hf_activations
+    traces its layout, method and precision (else the textbook, with a note), attention="sdpa" (what
+    transformers picks), dropout where the config's probability is > 0. Shapes built in code, uniform
+    models and parameter counts keep the textbook run: "textbook", "eager", dropout. The result's activation_model, attention and
+    dropout say what was assumed. n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
     optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
     2020, ZeRO, section 5). batch_size is the micro-batch each GPU processes (data parallelism does
     not shard activations). batch_size and seq_len may be numpy arrays; results broadcast.
@@ -140,10 +148,16 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     if seq_len is not None:
         seq_len = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
     checkpointing = validate.flag("checkpointing", checkpointing)
-    dropout = validate.flag("dropout", dropout)
-    attention = validate.choice("attention", attention, ATTENTION_KINDS)
-    activations = validate.choice("activations", activations, ACTIVATION_MODELS)
     device = validate.choice("device", device, ("cuda", "cpu"))
+    if attention is not None:
+        attention = validate.choice("attention", attention, ATTENTION_KINDS)
+    if dropout is not None:
+        dropout = validate.flag("dropout", dropout)
+    if activations is not None:
+        activations = validate.choice("activations", activations, ACTIVATION_MODELS)
+    default_notes = []
+    activations, attention, dropout = default_run(shape, method, recipe, seq_len, activations=activations,
+                                                  attention=attention, dropout=dropout, notes=default_notes)
     n_gpus = validate.count("n_gpus", n_gpus, high=validate.MAX_GPUS, scalar=True)
     zero_stage = validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
     if is_plain_count(shape) and not isinstance(method, Full):
@@ -151,7 +165,7 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
                          "uniform_model(n_params, n_layers) instead of a plain parameter count")
 
     plan = method.plan(shape, recipe)
-    notes = list(plan.notes)
+    notes = list(plan.notes) + default_notes
     gradients, accumulation, master, states = _trainable_parts(plan, recipe, opt, shape, notes)
     act_estimate, act_bytes, estimated = _activations(
         shape, plan, recipe, method, notes, seq_len=seq_len, batch_size=batch_size, dropout=dropout,
@@ -175,7 +189,40 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
         trainable_params=plan.trainable_params, total_params=shape.n_params, adapter_params=plan.adapter_params,
         recipe=recipe, optimizer=opt, method=method, model_name=shape.name, n_gpus=n_gpus, zero_stage=zero_stage,
         activations_estimated=estimated, activation_detail=act_estimate, notes=tuple(notes),
+        activation_model=activations, attention=attention, dropout=dropout,
     )
+
+
+def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None, attention=None, dropout=None,
+                notes=None) -> tuple[str, str, bool]:
+    """(activations, attention, dropout) with each one left as None filled in as transformers trains by default.
+
+    For a model read from a config (from_hf_config, and the presets read from one: shape.dropout_p
+    is known): the exact model ("transformers") where hf_activations traces its layout, method and
+    precision, else the textbook model; SDPA attention (transformers' choice); dropout where the
+    config's probability is > 0. For a shape built in code, a uniform model or a parameter count:
+    the textbook model (Korthikanti et al. 2022) with eager attention and dropout, as before. A
+    chosen value is kept. Why the textbook was chosen goes to notes.
+    """
+    if shape.dropout_p is None:  # built in code (gpt2_model, the older presets) or a count: the textbook run
+        return (activations or "textbook", attention or "eager", True if dropout is None else dropout)
+    if dropout is None:
+        dropout = shape.dropout_p > 0
+    if activations is None:
+        activations = "transformers"
+        if seq_len is None or not shape.has_shape:
+            activations = "textbook"
+        else:
+            from .hf_activations import traces
+
+            reason = traces(shape, method, recipe, seq_len)
+            if reason:
+                activations = "textbook"
+                if notes is not None:
+                    notes.append(f"activations: the textbook model, since the transformers trace {reason}")
+    if attention is None:
+        attention = "sdpa"  # what transformers picks when the model supports it
+    return activations, attention, dropout
 
 
 def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):
