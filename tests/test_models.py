@@ -431,3 +431,18 @@ def test_presets_are_their_published_configs(preset, source):
     if preset == "mistral-7b":  # built in code, so costed with the textbook defaults (dropout_p unknown)
         expected = replace(expected, dropout_p=None)
     assert mm.PRESETS[preset] == expected
+
+
+# ---- saved activations of the newly read model_types, measured (held out) ---------------------------
+def test_new_model_types_save_what_pytorch_measured():
+    # validation/measure.py grid block 7 (NEW_FAMILIES), recorded after from_hf_config read these
+    # model_types and the trace modelled gelu_pytorch_tanh: 12 held-out cases, every one to the byte.
+    import memmath.reference
+
+    cases = memmath.reference.load_measured()
+    new = cases[cases["shape"].isin(["gpt2-tanh", "qwen2-gqa", "mistral-gqa"])]
+    assert len(new) == 12
+    for row in new.to_dict("records"):
+        predicted = memmath.reference.predict_case(row)
+        assert int(predicted.activation_detail.saved_by_forward) == row["saved_bytes"], row["case_id"]
+        assert int(predicted.optimizer_states) == row["optimizer_state_bytes"], row["case_id"]

@@ -37,6 +37,8 @@ Columns, per case:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import TYPE_CHECKING
 
 import json
@@ -83,6 +85,8 @@ def case_model(row) -> ModelShape:
     common = dict(n_layers=int(row["n_layers"]), hidden_size=int(row["hidden_size"]), n_heads=int(row["n_heads"]),
                   intermediate_size=int(row["intermediate_size"]), vocab_size=int(row["vocab_size"]),
                   name=str(row["shape"]))
+    if isinstance(row.get("arch"), str):  # shapes recorded since issue 10: read as from_hf_config reads the config
+        return replace(_case_from_config(row), name=str(row["shape"]))
     if family == "gpt2":
         return gpt2_model(max_positions=int(row["max_positions"]), tied_embeddings=bool(row["tied_embeddings"]),
                           **common)
@@ -92,6 +96,24 @@ def case_model(row) -> ModelShape:
         return bert_model(max_positions=int(row["max_positions"]), type_vocab_size=int(row["type_vocab_size"]),
                           num_labels=int(row["num_labels"]), **common)
     raise ValueError(f"family must be gpt2, llama or bert; got {family!r}")
+
+
+def _case_from_config(row) -> ModelShape:
+    """The config.json validation/measure.py builds for a shape with a model_type (its _hf_config)."""
+    from ..models import from_hf_config
+
+    n = lambda key: int(row[key])  # noqa: E731
+    if row["family"] == "gpt2":
+        return from_hf_config(dict(model_type=row["arch"], n_layer=n("n_layers"), n_embd=n("hidden_size"),
+                                   n_head=n("n_heads"), n_inner=n("intermediate_size"), vocab_size=n("vocab_size"),
+                                   n_positions=n("max_positions"), tie_word_embeddings=bool(row["tied_embeddings"]),
+                                   activation_function=row.get("hidden_act") or "gelu_new"))
+    window = row.get("sliding_window")
+    extra = {"sliding_window": int(window)} if isinstance(window, (int, float)) and window == window else {}
+    return from_hf_config(dict(model_type=row["arch"], num_hidden_layers=n("n_layers"), hidden_size=n("hidden_size"),
+                               num_attention_heads=n("n_heads"), num_key_value_heads=n("n_kv_heads"),
+                               intermediate_size=n("intermediate_size"), vocab_size=n("vocab_size"),
+                               tie_word_embeddings=bool(row["tied_embeddings"]), **extra))
 
 
 def case_method(row):
