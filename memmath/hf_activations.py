@@ -648,10 +648,10 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
             "recompute_live": again.peak_live() if checkpointing else 0}
 
 
-# The rotary-decoder layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases
-# change no saved tensor). Other model_types differ in what they save (q/k norms, four norms, fused
+# The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
+# tensor; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
 # matrices, GeGLU, experts) and are refused until they are traced and measured.
-TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert", "roberta"), "llama": ("", "llama", "mistral", "qwen2")}
+TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2")}
 
 
 def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:
