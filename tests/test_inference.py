@@ -145,3 +145,16 @@ def test_kv_cache_matches_transformers_dynamic_cache(torch, transformers, model_
     shape = mm.from_hf_config(config)
     assert stored(cache) == mm.kv_cache_bytes(shape, context_len=23, batch_size=2, kv_format="fp32")
     assert prefill == mm.kv_cache_bytes(shape, context_len=20, batch_size=2, kv_format="fp32", after_prefill=True)
+
+
+def test_int8_is_llm_int8_with_one_scale_per_output_row():
+    # bitsandbytes Linear8bitLt: int8 weight + fp32 SCB per output row. Llama-2-7B per block, rows of
+    # q, k, v, o (4,096 each), gate, up (11,008 each), down (4,096): 42,496 rows x 4 B x 32 blocks;
+    # embeddings, norms and lm_head stay in bf16 (transformers' get_keys_to_not_convert keeps lm_head).
+    m = mm.inference_memory("llama-2-7b", weights_format="int8")
+    assert m.quantization_constants == 42_496 * 4 * 32 == 5_439_488
+    linear = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+    assert m.weights == linear + 2 * (6_738_415_616 - linear)
+    assert "per output row" in m.weights_layout and "output head" in m.weights_layout
+    moe = mm.inference_memory("mixtral-8x7b", weights_format="nf4").weights_layout
+    assert "routed experts" in moe and "router" in moe
