@@ -211,11 +211,14 @@ class _Trace:
             self.save(rstd, f"{name} rstd")
         return out
 
-    def rms_norm(self, x, trainable, name):
-        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight."""
+    def rms_norm(self, x, trainable, name, rows=None):
+        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight.
+
+        rows: how many vectors it normalizes (t for the residual; t x heads for Qwen3's q/k norms).
+        """
         x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
         square = self.tmp(x.numel, 4, x32)
-        rsqrt = self.tmp(self.t, 4, square)
+        rsqrt = self.tmp(self.t if rows is None else rows, 4, square)
         y = self.new(x.numel, 4, x.grad)
         self.use(x32, rsqrt)
         if x.grad:
@@ -421,6 +424,9 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
         k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
         v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
+        if shape.qk_norm == "head":  # Qwen3: Qwen3RMSNorm over each head's d values, before the rotation
+            q = tr.rms_norm(q, trainable, "q_norm", rows=t * a)
+            k = tr.rms_norm(k, trainable, "k_norm", rows=t * kv)
         q, k = tr.rotary(q, tables), tr.rotary(k, tables)
         ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
                            name="attention")
@@ -649,9 +655,9 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
-# tensor; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
+# tensor; Qwen3's adds its q/k RMSNorms; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
 # matrices, GeGLU, experts) and are refused until they are traced and measured.
-TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2")}
+TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2", "qwen3")}
 
 
 def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:

@@ -436,12 +436,12 @@ def test_presets_are_their_published_configs(preset, source):
 # ---- saved activations of the newly read model_types, measured (held out) ---------------------------
 def test_new_model_types_save_what_pytorch_measured():
     # validation/measure.py grid block 7 (NEW_FAMILIES), recorded after from_hf_config read these
-    # model_types and the trace modelled gelu_pytorch_tanh: 12 held-out cases, every one to the byte.
+    # model_types and the trace modelled gelu_pytorch_tanh and Qwen3's q/k norms: 16 held-out cases.
     import memmath.reference
 
     cases = memmath.reference.load_measured()
-    new = cases[cases["shape"].isin(["gpt2-tanh", "qwen2-gqa", "mistral-gqa"])]
-    assert len(new) == 12
+    new = cases[cases["shape"].isin(["gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa"])]
+    assert len(new) == 16
     for row in new.to_dict("records"):
         predicted = memmath.reference.predict_case(row)
         assert int(predicted.activation_detail.saved_by_forward) == row["saved_bytes"], row["case_id"]

@@ -77,7 +77,10 @@ SHAPES.update({
     "mistral-gqa": dict(family="llama", arch="mistral", sliding_window=4096, n_layers=3, hidden_size=64, n_heads=4,
                         n_kv_heads=2, intermediate_size=176, vocab_size=1000, tied_embeddings=False),
 })
-NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa")
+# Qwen3 (q/k RMSNorm over each head), added after its trace was written.
+SHAPES["qwen3-gqa"] = dict(family="llama", arch="qwen3", head_dim=16, n_layers=3, hidden_size=64, n_heads=4,
+                           n_kv_heads=2, intermediate_size=176, vocab_size=1000, tied_embeddings=True)
+NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa")
 
 DROPOUT_P = 0.1  # "dropout on": every dropout probability the family has, at 0.1; "off": 0.0
 LORA_ALPHA = 16
@@ -201,7 +204,7 @@ def _hf_config(case: Case):
             resid_pdrop=p, embd_pdrop=p, attn_pdrop=p, use_cache=False, bos_token_id=0, eos_token_id=0,
             activation_function=m.get("hidden_act", "gelu_new"))
     elif m["family"] == "llama":
-        extra = {"sliding_window": m["sliding_window"]} if "sliding_window" in m else {}
+        extra = {key: m[key] for key in ("sliding_window", "head_dim") if key in m}
         config = transformers.AutoConfig.for_model(
             m.get("arch", "llama"),
             num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],

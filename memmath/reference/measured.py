@@ -110,6 +110,9 @@ def _case_from_config(row) -> ModelShape:
                                    activation_function=row.get("hidden_act") or "gelu_new"))
     window = row.get("sliding_window")
     extra = {"sliding_window": int(window)} if isinstance(window, (int, float)) and window == window else {}
+    head_dim = row.get("head_dim")
+    if isinstance(head_dim, (int, float)) and head_dim == head_dim:
+        extra["head_dim"] = int(head_dim)
     return from_hf_config(dict(model_type=row["arch"], num_hidden_layers=n("n_layers"), hidden_size=n("hidden_size"),
                                num_attention_heads=n("n_heads"), num_key_value_heads=n("n_kv_heads"),
                                intermediate_size=n("intermediate_size"), vocab_size=n("vocab_size"),
