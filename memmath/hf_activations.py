@@ -420,22 +420,40 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
         return tr.add(out, r1)
     if shape.family == "llama":
+        phi3 = shape.arch == "phi3"
         h1 = tr.rms_norm(x, trainable, "input_layernorm")
-        q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
-        k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
-        v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
+        if phi3:  # one qkv_proj; q, k and v are slices (views) of its output, one storage
+            qkv = tr.linear(h1, t * (a + 2 * kv) * d, trainable, lora("qkv_proj"), "qkv_proj")
+            q, k, v = (_Tensor(t * n * d, e, qkv.grad, qkv.storage) for n in (a, kv, kv))
+        else:
+            q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
+            k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
+            v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
         if shape.qk_norm == "head":  # Qwen3: Qwen3RMSNorm over each head's d values, before the rotation
             q = tr.rms_norm(q, trainable, "q_norm", rows=t * a)
             k = tr.rms_norm(k, trainable, "k_norm", rows=t * kv)
         q, k = tr.rotary(q, tables), tr.rotary(k, tables)
         ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
                            name="attention")
-        r1 = tr.add(x, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"))
+        if phi3 and kind == "flash":
+            # Phi-3's rotary ends in torch.cat, so q is contiguous as (b, a, s, d) and so is the SDPA output:
+            # transpose(1, 2).contiguous() copies it for o_proj (LLaMA's q keeps q_proj's (b, s, a, d) layout,
+            # and the copy is a no-op there). Found when a held-out Phi-3 case measured 16,384 B per block more.
+            merged = tr.new(ctx.numel, e, ctx.grad)
+            tr.use(ctx)
+            ctx = merged
+        out = tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj")
+        r1 = tr.add(x, tr.dropout(out, dropout, "residual") if phi3 else out)  # Phi-3: resid_attn_dropout
         h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
-        gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
-        up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
+        if phi3:  # one gate_up_proj, chunked into two views: gate and up share its storage
+            gu = tr.linear(h2, t * 2 * inner, trainable, lora("gate_up_proj"), "gate_up_proj")
+            gate, up = (_Tensor(t * inner, e, gu.grad, gu.storage) for _ in range(2))
+        else:
+            gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
+            up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
         prod = tr.silu_times(gate, up, "SwiGLU")
-        return tr.add(r1, tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"))
+        out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+        return tr.add(r1, tr.dropout(out, dropout, "MLP residual") if phi3 else out)  # Phi-3: resid_mlp_dropout
     # BERT
     q = tr.linear(x, t * h, trainable, lora("query"), "query")
     k = tr.linear(x, t * h, trainable, lora("key"), "key")
@@ -655,9 +673,10 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
-# tensor; Qwen3's adds its q/k RMSNorms; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
+# tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
 # matrices, GeGLU, experts) and are refused until they are traced and measured.
-TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2", "qwen3")}
+TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
+                                                                               "phi3")}
 
 
 def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:

@@ -670,7 +670,7 @@ for _arch in ("qwen2_moe", "qwen3_moe"):
                                 decoder_sparse_step="1 only (every block sparse)",
                                 mlp_only_layers="empty only (every block sparse)")
 CONFIG_FIELDS["qwen2_moe"]["shared_expert_intermediate_size"] = "the shared expert's width (0: none)"
-CONFIG_FIELDS["phi3"].update(resid_pdrop="dropout_p", embd_pdrop="dropout_p")
+CONFIG_FIELDS["phi3"].update(resid_pdrop="dropout_p", embd_pdrop="unused by Phi3Model (transformers 5.24): no memory")
 CONFIG_FIELDS["gpt_neox"].update(hidden_dropout="dropout_p", use_parallel_residual="saved activations",
                                  rotary_pct="no parameters", classifier_dropout="no memory for a causal LM")
 for _arch in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"):
@@ -858,8 +858,8 @@ def _decoder_from_config(config, get, model_type, name):
     window, types = _attention_layout(config, get, model_type, layers)
     options.update(sliding_window=window, layer_types=types)
     drops = {"attention_dropout": 0.0}
-    if model_type == "phi3":
-        drops.update(resid_pdrop=0.0, embd_pdrop=0.0)
+    if model_type == "phi3":  # embd_pdrop: Phi3Model (transformers 5.24) builds no embedding dropout
+        drops.update(resid_pdrop=0.0)
     if model_type == "gpt_neox":
         drops.update(hidden_dropout=0.0)
     options["dropout_p"] = _dropout(get, drops)

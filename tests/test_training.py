@@ -364,12 +364,12 @@ def test_a_model_read_from_a_config_is_costed_as_transformers_trains_it():
 def test_layouts_the_trace_does_not_cover_fall_back_to_the_textbook_with_a_note():
     from validation.published_configs import PUBLISHED_CONFIGS
 
-    phi3 = mm.from_hf_config(PUBLISHED_CONFIGS["phi-4"])  # fused qkv_proj and gate_up_proj: not traced yet
-    result = mm.training_memory(phi3, seq_len=512)
+    gemma = mm.from_hf_config(PUBLISHED_CONFIGS["gemma-2-2b"])  # four norms, GeGLU, softcapping: not traced yet
+    result = mm.training_memory(gemma, seq_len=512)
     assert (result.activation_model, result.attention, result.dropout) == ("textbook", "sdpa", False)
-    assert any("phi3" in note for note in result.notes)
-    with pytest.raises(ValueError, match="phi3"):
-        mm.training_memory(phi3, seq_len=512, activations="transformers")
+    assert any("gemma2" in note for note in result.notes)
+    with pytest.raises(ValueError, match="gemma2"):
+        mm.training_memory(gemma, seq_len=512, activations="transformers")
 
 
 def test_shapes_built_in_code_and_counts_keep_the_textbook_run():

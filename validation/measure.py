@@ -80,7 +80,10 @@ SHAPES.update({
 # Qwen3 (q/k RMSNorm over each head), added after its trace was written.
 SHAPES["qwen3-gqa"] = dict(family="llama", arch="qwen3", head_dim=16, n_layers=3, hidden_size=64, n_heads=4,
                            n_kv_heads=2, intermediate_size=176, vocab_size=1000, tied_embeddings=True)
-NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa")
+# Phi-3 (fused qkv_proj and gate_up_proj, residual dropout), added after its trace was written.
+SHAPES["phi3-gqa"] = dict(family="llama", arch="phi3", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
+                          intermediate_size=176, vocab_size=1000, tied_embeddings=False)
+NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa")
 
 DROPOUT_P = 0.1  # "dropout on": every dropout probability the family has, at 0.1; "off": 0.0
 LORA_ALPHA = 16
@@ -90,6 +93,8 @@ PEFT_TARGETS = {
     ("gpt2", "all"): ["c_attn", "c_proj", "c_fc"],
     ("llama", "qv"): ["q_proj", "v_proj"],
     ("llama", "all"): ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ("phi3", "qv"): ["qkv_proj"],
+    ("phi3", "all"): ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
     ("bert", "qv"): ["query", "value"],
     # "output.dense" matches both attention.output.dense and the MLP's output.dense; never the pooler.
     ("bert", "all"): ["query", "key", "value", "output.dense", "intermediate.dense"],
@@ -184,6 +189,10 @@ def grid() -> list[Case]:
                  seq_len=64),
             Case(shape, precision="fp32", method="lora", checkpointing=True, batch_size=2, seq_len=32),
         ]
+    # Phi-3 once more, measured after the SDPA-output copy was modelled (its bf16 SDPA case had missed).
+    cases += [Case("phi3-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
+              Case("phi3-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
+                   batch_size=1, seq_len=72)]
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     if duplicates:
@@ -205,6 +214,8 @@ def _hf_config(case: Case):
             activation_function=m.get("hidden_act", "gelu_new"))
     elif m["family"] == "llama":
         extra = {key: m[key] for key in ("sliding_window", "head_dim") if key in m}
+        if m.get("arch") == "phi3":
+            extra.update(resid_pdrop=p, sliding_window=None)  # PEFT_TARGETS phi3: qkv_proj, gate_up_proj
         config = transformers.AutoConfig.for_model(
             m.get("arch", "llama"),
             num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
@@ -253,6 +264,12 @@ def _freeze(model, case: Case, family: str):
             p.requires_grad_(True)
 
 
+def _peft_family(case: Case) -> str:
+    """The key of PEFT_TARGETS: Phi-3's fused matrices have their own names; other LLaMA layouts share LLaMA's."""
+    arch = SHAPES[case.shape].get("arch")
+    return "phi3" if arch == "phi3" else SHAPES[case.shape]["family"]
+
+
 def build(case: Case, device: str = "cpu"):
     """(model, optimizer, batch): the model in train mode, its method applied, one batch of inputs."""
     import torch
@@ -279,7 +296,7 @@ def build(case: Case, device: str = "cpu"):
         import peft
 
         lora_config = peft.LoraConfig(r=case.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, bias="none",
-                                      target_modules=PEFT_TARGETS[(family, case.lora_targets)],
+                                      target_modules=PEFT_TARGETS[(_peft_family(case), case.lora_targets)],
                                       fan_in_fan_out=(family == "gpt2"))
         # autocast_adapter_dtype=True (peft's default) keeps adapters in fp32 on a 16-bit base.
         autocast = case.adapter_format == "fp32"
