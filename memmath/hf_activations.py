@@ -211,10 +211,11 @@ class _Trace:
             self.save(rstd, f"{name} rstd")
         return out
 
-    def rms_norm(self, x, trainable, name, rows=None):
+    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False):
         """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight.
 
         rows: how many vectors it normalizes (t for the residual; t x heads for Qwen3's q/k norms).
+        weight_fp32: Olmo2RMSNorm's (weight * x_normed).to(dtype), whose product keeps the fp32 normed x.
         """
         x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
         square = self.tmp(x.numel, 4, x32)
@@ -224,7 +225,7 @@ class _Trace:
         if x.grad:
             self.save(x32, f"{name} input in fp32")
             self.save(rsqrt, f"{name} rsqrt")
-        normed = y if self.e == 4 else self.tmp(x.numel, self.e, y)
+        normed = y if self.e == 4 or weight_fp32 else self.tmp(x.numel, self.e, y)
         normed.grad = x.grad
         if trainable:
             self.save(normed, f"{name} normalized input")
@@ -419,6 +420,23 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         act = tr.gelu_new(fc, "gelu_new") if shape.hidden_act in ("", "gelu_new") else tr.gelu(fc, shape.hidden_act)
         out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
         return tr.add(out, r1)
+    if shape.family == "llama" and shape.arch == "olmo2":
+        # OLMo 2: no norm before the sublayers; q/k RMSNorm over all heads; a norm on each sublayer's output.
+        def norm(y, name, rows=None):
+            return tr.rms_norm(y, trainable, name, rows=rows, weight_fp32=True)
+
+        q = norm(tr.linear(x, t * a * d, trainable, lora("q_proj"), "q_proj"), "q_norm")
+        k = norm(tr.linear(x, t * kv * d, trainable, lora("k_proj"), "k_proj"), "k_norm")
+        v = tr.linear(x, t * kv * d, trainable, lora("v_proj"), "v_proj")
+        q, k = _olmo2_rotary(tr, q, tables), _olmo2_rotary(tr, k, tables)
+        ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
+                           name="attention")
+        r1 = tr.add(x, norm(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm"))
+        gate = tr.linear(r1, t * inner, trainable, lora("gate_proj"), "gate_proj")
+        up = tr.linear(r1, t * inner, trainable, lora("up_proj"), "up_proj")
+        prod = tr.silu_times(gate, up, "SwiGLU")
+        out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+        return tr.add(r1, norm(out, "post_feedforward_layernorm"))
     if shape.family == "llama":
         phi3 = shape.arch == "phi3"
         h1 = tr.rms_norm(x, trainable, "input_layernorm")
@@ -467,6 +485,29 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
     return tr.layer_norm(tr.add(out, h1), trainable, "output LayerNorm")
 
 
+def _olmo2_rotary(tr: _Trace, x: _Tensor, tables):
+    """Olmo2RotaryEmbedding returns cos and sin in fp32 (no cast to the model dtype): q * cos runs in fp32
+    and apply_rotary_pos_emb casts the result back. The fp32 tables, one pair per trace, are what is saved.
+    Found when the first held-out OLMo 2 cases in bf16 measured 4,096 B more than the bf16 tables."""
+    fp32 = getattr(tr, "_olmo2_tables", None)
+    if fp32 is None:
+        fp32 = tuple(tr.new(t.numel, 4, shared=t.storage.shared, existing=t.storage.existing) for t in tables)
+        tr._olmo2_tables = fp32
+    if x.grad:
+        tr.save(fp32[0], "rotary cos table (fp32)")
+        tr.save(fp32[1], "rotary sin table (fp32)")
+    times_cos = tr.tmp(x.numel, 4, x, fp32[0])  # promoted to fp32
+    rotated = tr.tmp(x.numel, tr.e, x)  # rotate_half, in the model dtype
+    times_sin = tr.tmp(x.numel, 4, rotated, fp32[1])
+    summed = tr.new(x.numel, 4, x.grad)
+    tr.use(times_cos, times_sin)
+    if tr.e == 4:
+        return summed
+    out = tr.new(x.numel, tr.e, x.grad)  # q_embed.to(q_type)
+    tr.use(summed)
+    return out
+
+
 def _embeddings(tr: _Trace, shape: ModelShape, setup: _Setup, *, dropout, input_grad_hook):
     """The embedding layer's forward pass; returns the first block's input."""
     t, s, h = tr.t, tr.s, _dims(shape)["h"]
@@ -504,8 +545,10 @@ def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, 
             tr.save(tr.new(tr.b, INT64, batch=True), "labels (int64)")
             tr.save(tr.new(1, tr.e), "loss total weight")
         return
-    norm = tr.layer_norm if shape.family == "gpt2" else tr.rms_norm
-    hidden = norm(x, setup.final_norm, "final norm")
+    if shape.family == "gpt2":
+        hidden = tr.layer_norm(x, setup.final_norm, "final norm")
+    else:  # OLMo 2's final norm is an Olmo2RMSNorm too
+        hidden = tr.rms_norm(x, setup.final_norm, "final norm", weight_fp32=shape.arch == "olmo2")
     logits = tr.linear(hidden, t * dm["V"], setup.head, None, "lm_head")
     tr.region = "loss"
     if logits.grad:  # ForCausalLMLoss: logits.float(), cross_entropy over the vocabulary
@@ -673,10 +716,11 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
-# tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
+# tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; OLMo 2's
+# normalizes q, k and each sublayer's output in fp32; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
 # matrices, GeGLU, experts) and are refused until they are traced and measured.
 TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
-                                                                               "phi3")}
+                                                                               "phi3", "olmo2")}
 
 
 def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:

@@ -83,7 +83,10 @@ SHAPES["qwen3-gqa"] = dict(family="llama", arch="qwen3", head_dim=16, n_layers=3
 # Phi-3 (fused qkv_proj and gate_up_proj, residual dropout), added after its trace was written.
 SHAPES["phi3-gqa"] = dict(family="llama", arch="phi3", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
                           intermediate_size=176, vocab_size=1000, tied_embeddings=False)
-NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa")
+# OLMo 2 (q/k norms over all heads, norms after each sublayer in fp32), added after its trace was written.
+SHAPES["olmo2-gqa"] = dict(family="llama", arch="olmo2", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
+                           intermediate_size=176, vocab_size=1000, tied_embeddings=False)
+NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
 
 DROPOUT_P = 0.1  # "dropout on": every dropout probability the family has, at 0.1; "off": 0.0
 LORA_ALPHA = 16
@@ -193,6 +196,10 @@ def grid() -> list[Case]:
     cases += [Case("phi3-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
               Case("phi3-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
                    batch_size=1, seq_len=72)]
+    # OLMo 2 once more, measured after its fp32 rotary tables were modelled (its bf16 cases had missed).
+    cases += [Case("olmo2-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
+              Case("olmo2-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
+                   checkpointing=True, batch_size=1, seq_len=72)]
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     if duplicates:
