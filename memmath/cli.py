@@ -43,22 +43,6 @@ UNIT_CHOICES = ("GB", "GiB", "MB", "MiB", "TB", "TiB")
 WIDTH = 80
 
 # Where each preset's shape comes from (memmath/presets.py reads them off these configs and papers).
-PRESET_SOURCES = {
-    "gpt2": "openai-community/gpt2 config.json",
-    "gpt2-medium": "openai-community/gpt2-medium config.json",
-    "gpt2-large": "openai-community/gpt2-large config.json",
-    "gpt2-xl": "openai-community/gpt2-xl config.json",
-    "gpt3-175b": "Brown et al. 2020, Table 2.1",
-    "bert-base-uncased": "google-bert/bert-base-uncased config.json",
-    "bert-large-uncased": "google-bert/bert-large-uncased config.json",
-    "llama-65b": "Touvron et al. 2023, Table 2",  # LLaMA-1 65B, QLoRA's 65B
-    "llama-2-7b": "meta-llama/Llama-2-7b-hf config.json",
-    "llama-2-13b": "meta-llama/Llama-2-13b-hf config.json",
-    "llama-2-70b": "meta-llama/Llama-2-70b-hf config.json",
-    "llama-3-8b": "meta-llama/Meta-Llama-3-8B config.json",
-    "llama-3-70b": "meta-llama/Meta-Llama-3-70B config.json",
-    "mistral-7b": "mistralai/Mistral-7B-v0.1 config.json",
-}
 GPU_SOURCES = ("memory: what nvidia-smi reports (MiB x 2**20), less than the size on the box; "
                "bandwidth and dense bf16 TFLOP/s: NVIDIA's datasheets (T4 and V100: fp16, no bf16)")
 
@@ -296,7 +280,7 @@ def resolve_cli_model(text: str):
     key = text.strip().lower()
     if key in memmath.PRESETS:
         return memmath.PRESETS[key], {"given": text, "source": "preset", "config_path": None,
-                                      "from": PRESET_SOURCES.get(key, "memmath's presets")}
+                                      "from": memmath.PRESET_SOURCES.get(key, "memmath's presets")}
     path = Path(text).expanduser()
     try:
         is_dir, is_file = path.is_dir(), path.is_file()
@@ -882,7 +866,7 @@ def run_models(args, out, style) -> int:
                      "n_layers": int(shape.n_layers), "hidden_size": int(shape.hidden_size),
                      "n_heads": int(shape.n_heads), "n_kv_heads": int(shape.n_kv_heads),
                      "vocab_size": int(shape.vocab_size or 0),
-                     "source": PRESET_SOURCES.get(name, "memmath's presets")})
+                     "source": memmath.PRESET_SOURCES.get(name, "memmath's presets")})
     if args.json:
         out.write(json.dumps({"command": "models", "models": rows}, indent=2) + "\n")
         return 0

@@ -212,17 +212,21 @@ class _Trace:
             self.save(rstd, f"{name} rstd")
         return out
 
-    def rms_norm(self, x, trainable, name):
-        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight."""
+    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False):
+        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight.
+
+        rows: how many vectors it normalizes (t for the residual; t x heads for Qwen3's q/k norms).
+        weight_fp32: Olmo2RMSNorm's (weight * x_normed).to(dtype), whose product keeps the fp32 normed x.
+        """
         x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
         square = self.tmp(x.numel, 4, x32)
-        rsqrt = self.tmp(self.t, 4, square)
+        rsqrt = self.tmp(self.t if rows is None else rows, 4, square)
         y = self.new(x.numel, 4, x.grad)
         self.use(x32, rsqrt)
         if x.grad:
             self.save(x32, f"{name} input in fp32")
             self.save(rsqrt, f"{name} rsqrt")
-        normed = y if self.e == 4 else self.tmp(x.numel, self.e, y)
+        normed = y if self.e == 4 or weight_fp32 else self.tmp(x.numel, self.e, y)
         normed.grad = x.grad
         if trainable:
             self.save(normed, f"{name} normalized input")
@@ -412,23 +416,63 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         out = tr.dropout(tr.linear(ctx, t * h, trainable, lora("attn.c_proj"), "attn.c_proj"), dropout, "residual")
         r1 = tr.add(out, x)
         h2 = tr.layer_norm(r1, trainable, "ln_2")
-        act = tr.gelu_new(tr.linear(h2, t * inner, trainable, lora("mlp.c_fc"), "mlp.c_fc"), "gelu_new")
+        fc = tr.linear(h2, t * inner, trainable, lora("mlp.c_fc"), "mlp.c_fc")
+        # gelu_new is written in plain ops; gelu_pytorch_tanh and gelu are one F.gelu, which keeps its input.
+        act = tr.gelu_new(fc, "gelu_new") if shape.hidden_act in ("", "gelu_new") else tr.gelu(fc, shape.hidden_act)
         out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
         return tr.add(out, r1)
+    if shape.family == "llama" and shape.arch == "olmo2":
+        # OLMo 2: no norm before the sublayers; q/k RMSNorm over all heads; a norm on each sublayer's output.
+        def norm(y, name, rows=None):
+            return tr.rms_norm(y, trainable, name, rows=rows, weight_fp32=True)
+
+        q = norm(tr.linear(x, t * a * d, trainable, lora("q_proj"), "q_proj"), "q_norm")
+        k = norm(tr.linear(x, t * kv * d, trainable, lora("k_proj"), "k_proj"), "k_norm")
+        v = tr.linear(x, t * kv * d, trainable, lora("v_proj"), "v_proj")
+        q, k = _olmo2_rotary(tr, q, tables), _olmo2_rotary(tr, k, tables)
+        ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
+                           name="attention")
+        r1 = tr.add(x, norm(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm"))
+        gate = tr.linear(r1, t * inner, trainable, lora("gate_proj"), "gate_proj")
+        up = tr.linear(r1, t * inner, trainable, lora("up_proj"), "up_proj")
+        prod = tr.silu_times(gate, up, "SwiGLU")
+        out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+        return tr.add(r1, norm(out, "post_feedforward_layernorm"))
     if shape.family == "llama":
+        phi3 = shape.arch == "phi3"
         h1 = tr.rms_norm(x, trainable, "input_layernorm")
-        q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
-        k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
-        v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
+        if phi3:  # one qkv_proj; q, k and v are slices (views) of its output, one storage
+            qkv = tr.linear(h1, t * (a + 2 * kv) * d, trainable, lora("qkv_proj"), "qkv_proj")
+            q, k, v = (_Tensor(t * n * d, e, qkv.grad, qkv.storage) for n in (a, kv, kv))
+        else:
+            q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
+            k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
+            v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
+        if shape.qk_norm == "head":  # Qwen3: Qwen3RMSNorm over each head's d values, before the rotation
+            q = tr.rms_norm(q, trainable, "q_norm", rows=t * a)
+            k = tr.rms_norm(k, trainable, "k_norm", rows=t * kv)
         q, k = tr.rotary(q, tables), tr.rotary(k, tables)
         ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
                            name="attention")
-        r1 = tr.add(x, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"))
+        if phi3 and kind == "flash":
+            # Phi-3's rotary ends in torch.cat, so q is contiguous as (b, a, s, d) and so is the SDPA output:
+            # transpose(1, 2).contiguous() copies it for o_proj (LLaMA's q keeps q_proj's (b, s, a, d) layout,
+            # and the copy is a no-op there). Found when a held-out Phi-3 case measured 16,384 B per block more.
+            merged = tr.new(ctx.numel, e, ctx.grad)
+            tr.use(ctx)
+            ctx = merged
+        out = tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj")
+        r1 = tr.add(x, tr.dropout(out, dropout, "residual") if phi3 else out)  # Phi-3: resid_attn_dropout
         h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
-        gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
-        up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
+        if phi3:  # one gate_up_proj, chunked into two views: gate and up share its storage
+            gu = tr.linear(h2, t * 2 * inner, trainable, lora("gate_up_proj"), "gate_up_proj")
+            gate, up = (_Tensor(t * inner, e, gu.grad, gu.storage) for _ in range(2))
+        else:
+            gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
+            up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
         prod = tr.silu_times(gate, up, "SwiGLU")
-        return tr.add(r1, tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"))
+        out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+        return tr.add(r1, tr.dropout(out, dropout, "MLP residual") if phi3 else out)  # Phi-3: resid_mlp_dropout
     # BERT
     q = tr.linear(x, t * h, trainable, lora("query"), "query")
     k = tr.linear(x, t * h, trainable, lora("key"), "key")
@@ -440,6 +484,29 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
     act = tr.gelu(tr.linear(h1, t * inner, trainable, lora("intermediate.dense"), "intermediate.dense"), "GELU")
     out = tr.dropout(tr.linear(act, t * h, trainable, lora("output.dense"), "output.dense"), dropout, "output")
     return tr.layer_norm(tr.add(out, h1), trainable, "output LayerNorm")
+
+
+def _olmo2_rotary(tr: _Trace, x: _Tensor, tables):
+    """Olmo2RotaryEmbedding returns cos and sin in fp32 (no cast to the model dtype): q * cos runs in fp32
+    and apply_rotary_pos_emb casts the result back. The fp32 tables, one pair per trace, are what is saved.
+    Found when the first held-out OLMo 2 cases in bf16 measured 4,096 B more than the bf16 tables."""
+    fp32 = getattr(tr, "_olmo2_tables", None)
+    if fp32 is None:
+        fp32 = tuple(tr.new(t.numel, 4, shared=t.storage.shared, existing=t.storage.existing) for t in tables)
+        tr._olmo2_tables = fp32
+    if x.grad:
+        tr.save(fp32[0], "rotary cos table (fp32)")
+        tr.save(fp32[1], "rotary sin table (fp32)")
+    times_cos = tr.tmp(x.numel, 4, x, fp32[0])  # promoted to fp32
+    rotated = tr.tmp(x.numel, tr.e, x)  # rotate_half, in the model dtype
+    times_sin = tr.tmp(x.numel, 4, rotated, fp32[1])
+    summed = tr.new(x.numel, 4, x.grad)
+    tr.use(times_cos, times_sin)
+    if tr.e == 4:
+        return summed
+    out = tr.new(x.numel, tr.e, x.grad)  # q_embed.to(q_type)
+    tr.use(summed)
+    return out
 
 
 def _embeddings(tr: _Trace, shape: ModelShape, setup: _Setup, *, dropout, input_grad_hook):
@@ -479,8 +546,10 @@ def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, 
             tr.save(tr.new(tr.b, INT64, batch=True), "labels (int64)")
             tr.save(tr.new(1, tr.e), "loss total weight")
         return
-    norm = tr.layer_norm if shape.family == "gpt2" else tr.rms_norm
-    hidden = norm(x, setup.final_norm, "final norm")
+    if shape.family == "gpt2":
+        hidden = tr.layer_norm(x, setup.final_norm, "final norm")
+    else:  # OLMo 2's final norm is an Olmo2RMSNorm too
+        hidden = tr.rms_norm(x, setup.final_norm, "final norm", weight_fp32=shape.arch == "olmo2")
     logits = tr.linear(hidden, t * dm["V"], setup.head, None, "lm_head")
     tr.region = "loss"
     if logits.grad:  # ForCausalLMLoss: logits.float(), cross_entropy over the vocabulary
@@ -587,6 +656,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     if shape.family not in FAMILIES:
         raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
+    _check_layout(shape, seq_len)
     if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
         raise ValueError(f"activations='transformers' models a forward pass in the weights' own format "
                          f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
@@ -689,6 +759,43 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
         recompute_live=again.peak_live() if checkpointing else 0)
+
+
+# The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
+# tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; OLMo 2's
+# normalizes q, k and each sublayer's output in fp32; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
+# matrices, GeGLU, experts) and are refused until they are traced and measured.
+TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
+                                                                               "phi3", "olmo2")}
+
+
+def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:
+    """None when this model replays `shape` trained with `method` in `recipe`; else why not, in words."""
+    try:
+        if shape.family not in FAMILIES:
+            return f"knows the gpt2, llama and bert families, not {shape.family}"
+        _check_layout(shape, seq_len)
+        if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
+            return f"models a forward pass in the weights' own format, not precision {recipe.name!r}"
+        _setup(shape, method, recipe)
+    except ValueError as error:
+        return str(error).removeprefix("activations='transformers' ").split(" (use activations")[0]
+    return None
+
+
+def _check_layout(shape: ModelShape, seq_len):
+    arch = shape.arch
+    if arch not in TRACED_ARCHES[shape.family]:
+        raise ValueError(f"activations='transformers' replays {', '.join(a for a in TRACED_ARCHES[shape.family] if a)}"
+                         f" models; model_type {arch!r} is not traced yet (use activations='textbook')")
+    if shape.family == "llama" and shape.hidden_act not in ("", "silu"):
+        raise ValueError(f"activations='transformers' models hidden_act 'silu' for {arch or 'llama'}; got "
+                         f"{shape.hidden_act!r} (use activations='textbook')")
+    windows = [w for w in shape.attention_windows if w is not None]
+    # masking_utils skips the mask only while kv_length < the window (sdpa_mask's _ignore_causal_mask_sdpa).
+    if windows and np.any(np.asarray(seq_len) >= min(windows)):
+        raise ValueError(f"activations='transformers' does not model sliding-window attention masks: seq_len must "
+                         f"be below sliding_window ({min(windows)}) (use activations='textbook')")
 
 
 def _positive(value):

@@ -23,22 +23,39 @@ from .presets import resolve_model
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
 
 
-def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16"):
-    """KV cache bytes: 2 (K and V) x layers x kv_heads x head_dim x context x batch x bytes per value.
+def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_prefill=False):
+    """KV cache bytes: 2 (K and V) x kv_heads x head_dim x bytes per value x batch x tokens, summed over layers.
 
     Grouped-query attention stores n_kv_heads, not n_heads (kipply 2022; Ainslie et al. 2023).
     Llama-2-13B at 8,192 tokens in 16-bit: 2 x 40 x 40 x 128 x 8192 x 2 B = 6.7 GB.
+
+    A full-attention layer holds every token of the context. A sliding-window layer (Mistral-7B-v0.1,
+    Phi-3-mini, Gemma 2/3's sliding blocks; shape.attention_windows) is what transformers' generate
+    keeps in a DynamicSlidingWindowLayer (cache_utils.py): after each update it keeps a view of the last
+    sliding_window - 1 tokens of torch.cat(old, new), and that view holds the cat's whole storage,
+    min(context, sliding_window) tokens once decoding (measured on the CPU: tests/test_inference.py).
+    after_prefill=True gives the moment right after the prompt's forward pass, when that storage is
+    still the whole prompt (every layer holds context_len tokens until the first decode step).
     """
     shape = _needs_heads(resolve_model(model), "kv_cache_bytes")
     context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
+    after_prefill = validate.flag("after_prefill", after_prefill)
     bits = get_format(kv_format).bits
     if validate.is_array(context_len, batch_size):
         validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
             shape, context_len=validate.largest(context_len), batch_size=validate.largest(batch_size),
-            kv_format=kv_format))
-    values = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * context_len * batch_size
+            kv_format=kv_format, after_prefill=after_prefill))
+    tokens = 0
+    for window in shape.attention_windows:
+        tokens = tokens + (context_len if window is None or after_prefill else _smaller(context_len, window))
+    values = 2 * shape.n_kv_heads * shape.head_dim * tokens * batch_size
     return validate.ceil_div(values * bits, 8)
+
+
+def _smaller(x, y):
+    """min for Python ints and element-wise for int64 arrays alike."""
+    return np.minimum(x, y) if isinstance(x, np.ndarray) or isinstance(y, np.ndarray) else min(x, y)
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,7 @@ class InferenceMemory:
     weights_format: str
     kv_format: str
     notes: tuple = field(default=())
+    weights_layout: str = ""  # how the weights are stored (see inference_weight_layout)
 
     def __post_init__(self):
         # Checked when built: every part is whole, non-negative bytes (an int, or an int64 array in a sweep).
@@ -88,11 +106,16 @@ class InferenceMemory:
 def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_format="bf16", quant_block=64):
     """(weight bytes, constant bytes) to serve the model in weights_format.
 
-    Float formats store every tensor in that format: ceil(n_params x bits / 8). Integer and NF4
-    formats quantize the linear weights with one fp32 absmax per block of quant_block values
-    (QLoRA's layout; nf4 with double quantization, 0.127 extra bits per weight, Dettmers et al.
-    2023) and keep embeddings, norms and the head in other_format. A uniform model has no tensor
-    list, so all of its parameters are quantized.
+    Float formats store every tensor in that format: ceil(n_params x bits / 8). int8 follows
+    bitsandbytes' LLM.int8 (Dettmers et al. 2022; bnb.nn.Linear8bitLt, which transformers'
+    integrations/bitsandbytes.py puts in place of every nn.Linear and GPT-2 Conv1D): each linear
+    weight int8 plus one fp32 scale per output row (Int8Params.SCB, int8_vectorwise_quant). int4 and
+    NF4 quantize the linear weights with one fp32 absmax per block of quant_block values (QLoRA's
+    layout; nf4 with double quantization, 0.127 extra bits per weight, Dettmers et al. 2023). Both
+    keep in other_format what transformers does not convert: embeddings, norms, biases, the output
+    head (get_keys_to_not_convert keeps lm_head and tied weights) and tensors that are not nn.Linear
+    (a mixture of experts' router and its 3-D expert tensors). A uniform model has no tensor list,
+    so all of its parameters are quantized, with blocks of quant_block values for int8 too (no rows).
     """
     fmt = get_format(weights_format)
     double_quant = fmt.name == "nf4"
@@ -102,8 +125,47 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
         # A uniform model has no tensor list: every parameter is quantized, as one tensor.
         weights = validate.ceil_div(shape.n_params * fmt.bits, 8)
         return weights, quant_constant_bytes(shape.n_params, block=quant_block, double_quant=double_quant)
+    if fmt.name == "int8":
+        other_bits, weights, constants = get_format(other_format).bits, 0, 0
+        for group in ("embeddings", "layer", "final_norm", "head"):
+            repeat = shape.n_layers if group == "layer" else 1
+            for tensor in shape.tensors(group):
+                if tensor.linear:  # int8 values + one fp32 scale per output row (weight is d_out x d_in)
+                    weights = weights + repeat * tensor.numel
+                    constants = constants + repeat * 4 * tensor.shape[0]
+                else:
+                    weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
+        return weights, constants
     return quantized_weight_bytes(shape, fmt, get_format(other_format).bits, block=quant_block,
                                   double_quant=double_quant)
+
+
+def inference_weight_layout(shape: ModelShape, weights_format="bf16", *, other_format="bf16", quant_block=64) -> str:
+    """In words, how inference_weight_bytes stores the weights: the layout and what stays unquantized."""
+    fmt = get_format(weights_format)
+    if fmt.kind == "float":
+        return f"every tensor in {fmt.name}"
+    if fmt.name == "int8" and shape.tensor_count_known:
+        layout = "LLM.int8 (bitsandbytes Linear8bitLt): int8 linear weights, one fp32 scale per output row"
+    elif fmt.name == "nf4":
+        layout = f"NF4 linear weights, one absmax per {quant_block} values, double-quantized (QLoRA)"
+    else:
+        layout = f"{fmt.name} values, one fp32 absmax per block of {quant_block}"
+    if not shape.tensor_count_known:
+        return layout + "; a uniform model has no tensor list, so every parameter is quantized"
+    kept = sorted({_unquantized_kind(t) for g in ("embeddings", "layer", "final_norm", "head")
+                   for t in shape.tensors(g) if not t.linear})
+    return layout + (f"; kept in {get_format(other_format).name}: {', '.join(kept)}" if kept else "")
+
+
+def _unquantized_kind(tensor) -> str:
+    if "experts" in tensor.name:
+        return "routed experts (3-D tensors, not nn.Linear)"
+    if tensor.name == "mlp.gate.weight":
+        return "router"
+    if tensor.component in ("embeddings", "norms", "head"):
+        return {"head": "output head"}.get(tensor.component, tensor.component)
+    return "biases"
 
 
 def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_bits=16, attention="sdpa"):
@@ -203,7 +265,8 @@ def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_si
         kv, working = 0, 0
         notes.append("KV cache and working set not estimated: the model has no layer widths")
     return InferenceMemory(weights, constants, kv, working, get_format(weights_format).name,
-                           get_format(kv_format).name, tuple(notes))
+                           get_format(kv_format).name, tuple(notes),
+                           weights_layout=inference_weight_layout(shape, weights_format))
 
 
 def rule_of_thumb_context_limit(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, attention="sdpa",

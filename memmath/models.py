@@ -24,10 +24,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-FAMILIES = ("gpt2", "llama", "bert", "uniform")
+FAMILIES = ("gpt2", "llama", "bert", "uniform")  # "llama": every rotary decoder, its layout in the options
 COMPONENTS = ("embeddings", "attention", "mlp", "norms", "head")
 GROUPS = ("embeddings", "layer", "final_norm", "head")
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,24 @@ class ModelShape:
     from_count: bool = False  # built by resolve_model from a bare parameter count (no layers to choose)
     name: str = ""  # a label for tables and charts
     notes: tuple = field(default=(), compare=False)
+    # ---- the layout of a transformers model_type (see ARCHES); defaults are LLaMA's / GPT-2's / BERT's
+    arch: str = ""  # transformers' model_type ("" = the family's own: gpt2, llama, bert)
+    qkv_bias: bool = False  # biases on q, k and v only (Qwen2)
+    qk_norm: str = ""  # "" none, "head" RMSNorm over head_dim (Qwen3, Gemma 3), "full" over a*d and kv*d (OLMo 2)
+    norm_layout: str = "pre"  # "pre" (LLaMA), "sandwich" (Gemma 2/3: four norms), "post" (OLMo 2: two, after)
+    layer_norm: bool = False  # LayerNorm with bias instead of RMSNorm (GPT-NeoX)
+    fused_qkv: bool = False  # one q/k/v matrix (Phi-3 qkv_proj, GPT-NeoX query_key_value)
+    gated_mlp: bool = True  # gate, up, down (SwiGLU/GeGLU); False: up, down (GPT-NeoX)
+    fused_gate_up: bool = False  # one gate_up_proj matrix (Phi-3)
+    hidden_act: str = ""  # the MLP's activation as transformers names it ("" = the family's own, filled in)
+    n_experts: int = 0  # mixture of experts: routed experts per block (0 = a dense MLP)
+    experts_per_tok: int = 0  # experts each token is routed to
+    expert_intermediate_size: int | None = None  # width of one routed expert's MLP
+    shared_expert_intermediate_size: int = 0  # Qwen2-MoE's shared expert (0 = none)
+    shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert (a 1 x h linear)
+    sliding_window: int | None = None  # tokens a sliding-attention layer sees (transformers' config value)
+    layer_types: tuple | None = None  # per block "full_attention" or "sliding_attention" (None: all full)
+    dropout_p: float | None = None  # the config's dropout probability where it has dropout (None: not read)
 
     # ---- counts -----------------------------------------------------------------------------
     @property
@@ -187,6 +206,7 @@ class ModelShape:
         object.__setattr__(self, "type_vocab_size", validate.count("type_vocab_size", self.type_vocab_size, low=0,
                                                                    scalar=True))
         object.__setattr__(self, "num_labels", validate.count("num_labels", self.num_labels, low=0, scalar=True))
+        self._check_options()
         if self.family == "uniform":
             self._check_uniform()
         else:
@@ -237,6 +257,67 @@ class ModelShape:
             raise ValueError(f"the shape has {_describe_count(self.n_params)} parameters; at most "
                              f"{validate.MAX_PARAMS:,} are supported (check hidden_size, intermediate_size, "
                              "vocab_size and n_layers)")
+
+    def _check_options(self):
+        if not self.hidden_act:  # each family's own: GPT-2 gelu_new, LLaMA silu, BERT gelu
+            object.__setattr__(self, "hidden_act", {"gpt2": "gelu_new", "llama": "silu", "bert": "gelu"}.get(
+                self.family, ""))
+        if not isinstance(self.hidden_act, str):
+            raise ValueError(f"hidden_act must be an activation name such as 'silu'; got {validate.describe(self.hidden_act)}")
+        for name in ("qkv_bias", "layer_norm", "fused_qkv", "gated_mlp", "fused_gate_up", "shared_expert_gate"):
+            validate.flag(name, getattr(self, name))
+        validate.choice("qk_norm", self.qk_norm, ("", "head", "full"))
+        validate.choice("norm_layout", self.norm_layout, ("pre", "sandwich", "post"))
+        decoder_options = (self.qkv_bias or self.qk_norm or self.norm_layout != "pre" or self.layer_norm
+                           or self.fused_qkv or not self.gated_mlp or self.fused_gate_up or self.n_experts)
+        if decoder_options and self.family != "llama":
+            raise ValueError("qkv_bias, qk_norm, norm_layout, layer_norm, fused_qkv, gated_mlp, fused_gate_up and "
+                             "n_experts describe rotary decoders (family 'llama'); got a "
+                             f"{self.family} model")
+        object.__setattr__(self, "n_experts", validate.count("n_experts", self.n_experts, low=0, scalar=True))
+        if self.n_experts:
+            k = validate.count("experts_per_tok", self.experts_per_tok, high=self.n_experts, scalar=True)
+            object.__setattr__(self, "experts_per_tok", k)
+            if self.expert_intermediate_size is None:
+                object.__setattr__(self, "expert_intermediate_size", self.intermediate_size)
+            object.__setattr__(self, "expert_intermediate_size", validate.count(
+                "expert_intermediate_size", self.expert_intermediate_size, high=validate.MAX_DIM, scalar=True))
+        elif self.experts_per_tok or self.shared_expert_intermediate_size or self.shared_expert_gate:
+            raise ValueError("experts_per_tok and shared experts need n_experts > 0 (a mixture of experts)")
+        object.__setattr__(self, "shared_expert_intermediate_size", validate.count(
+            "shared_expert_intermediate_size", self.shared_expert_intermediate_size, low=0, high=validate.MAX_DIM,
+            scalar=True))
+        if self.sliding_window is not None:
+            object.__setattr__(self, "sliding_window", validate.count(
+                "sliding_window", self.sliding_window, high=validate.MAX_SEQ, scalar=True))
+        if self.layer_types is not None:
+            types = tuple(self.layer_types)
+            if len(types) != self.n_layers or any(t not in LAYER_TYPES for t in types):
+                raise ValueError(f"layer_types must list one of {', '.join(LAYER_TYPES)} per block "
+                                 f"({self.n_layers}); got {validate.describe(self.layer_types)}")
+            if "sliding_attention" in types and self.sliding_window is None:
+                raise ValueError("layer_types names sliding_attention blocks but sliding_window is not given")
+            object.__setattr__(self, "layer_types", types)
+        if self.dropout_p is not None and (isinstance(self.dropout_p, bool) or not 0 <= self.dropout_p < 1):
+            raise ValueError(f"dropout_p must be a probability in [0, 1); got {validate.describe(self.dropout_p)}")
+
+    @property
+    def attention_windows(self) -> tuple:
+        """Per block, the tokens its attention sees: None for full attention, else the sliding window."""
+        if self.layer_types is None:
+            return (None,) * self.n_layers
+        return tuple(self.sliding_window if t == "sliding_attention" else None for t in self.layer_types)
+
+    @property
+    def active_params(self):
+        """Parameters one token passes through: every tensor but the routed experts it is not sent to.
+
+        A dense model's active count is n_params. Mixtral-8x7B: 46.7B total, 12.9B active (model card).
+        """
+        if not self.n_experts:
+            return self.n_params
+        per_expert = 3 * self.hidden_size * self.expert_intermediate_size  # gate, up, down of one expert
+        return self.n_params - self.n_layers * (self.n_experts - self.experts_per_tok) * per_expert
 
     def _check_heads(self):
         h, a = self.hidden_size, self.n_heads
@@ -312,24 +393,67 @@ def _gpt2_tensors(m: ModelShape, group: str):
 
 def _llama_tensors(m: ModelShape, group: str):
     # LLaMA (Touvron et al. 2023; transformers LlamaForCausalLM): RMSNorm without bias, SwiGLU MLP,
-    # grouped-query attention, rotary positions (no parameters), optional untied head.
+    # grouped-query attention, rotary positions (no parameters), optional untied head. The other rotary
+    # decoders differ in the options of ModelShape, read from each transformers modeling_<type>.py:
+    # Qwen2 q/k/v biases, Qwen3/Gemma 3 q/k RMSNorm over head_dim, OLMo 2 q/k RMSNorm over all heads and
+    # norms after attention and MLP only, Gemma 2/3 four norms per block, Phi-3 fused qkv_proj and
+    # gate_up_proj, GPT-NeoX LayerNorm with bias, fused query_key_value and a 2-matrix GELU MLP,
+    # Mixtral/Qwen-MoE a router and the experts as two 3-D tensors (gate_up_proj, down_proj).
     h, a, kv, d, inner = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.intermediate_size
+    neox = m.arch == "gpt_neox"
     if group == "embeddings":
-        return [ParamTensor("embed_tokens", "embeddings", (m.vocab_size, h))]
-    if group == "layer":
-        ab, mb = m.attention_bias, m.mlp_bias
-        return (_norm("input_layernorm", h, False)
-                + _linear("self_attn.q_proj", "attention", h, a * d, ab)
-                + _linear("self_attn.k_proj", "attention", h, kv * d, ab)
-                + _linear("self_attn.v_proj", "attention", h, kv * d, ab)
-                + _linear("self_attn.o_proj", "attention", a * d, h, ab)
-                + _norm("post_attention_layernorm", h, False)
-                + _linear("mlp.gate_proj", "mlp", h, inner, mb) + _linear("mlp.up_proj", "mlp", h, inner, mb)
-                + _linear("mlp.down_proj", "mlp", inner, h, mb))
+        return [ParamTensor("embed_in" if neox else "embed_tokens", "embeddings", (m.vocab_size, h))]
     if group == "final_norm":
-        return _norm("norm", h, False)
-    # transformers keeps lm_head out of 4-bit quantization, so it is not marked linear here.
-    return [] if m.tied_embeddings else [ParamTensor("lm_head.weight", "head", (m.vocab_size, h))]
+        return _norm("final_layer_norm" if neox else "norm", h, m.layer_norm)
+    if group == "head":
+        # transformers keeps lm_head out of 4-bit quantization, so it is not marked linear here.
+        return [] if m.tied_embeddings else [ParamTensor("lm_head.weight", "head", (m.vocab_size, h))]
+
+    def norm(name, width=h):
+        return _norm(name, width, m.layer_norm)
+
+    ab, mb = m.attention_bias, m.mlp_bias
+    if neox:
+        attention = (_linear("attention.query_key_value", "attention", h, (a + 2 * kv) * d, ab)
+                     + _linear("attention.dense", "attention", a * d, h, ab))
+    elif m.fused_qkv:
+        attention = (_linear("self_attn.qkv_proj", "attention", h, (a + 2 * kv) * d, ab)
+                     + _linear("self_attn.o_proj", "attention", a * d, h, ab))
+    else:
+        qkv = ab or m.qkv_bias
+        attention = (_linear("self_attn.q_proj", "attention", h, a * d, qkv)
+                     + _linear("self_attn.k_proj", "attention", h, kv * d, qkv)
+                     + _linear("self_attn.v_proj", "attention", h, kv * d, qkv)
+                     + _linear("self_attn.o_proj", "attention", a * d, h, ab))
+    if m.qk_norm == "head":
+        attention += norm("self_attn.q_norm", d) + norm("self_attn.k_norm", d)
+    elif m.qk_norm == "full":
+        attention += norm("self_attn.q_norm", a * d) + norm("self_attn.k_norm", kv * d)
+    if m.n_experts:
+        e, ei = m.n_experts, m.expert_intermediate_size
+        mlp = [ParamTensor("mlp.gate.weight", "mlp", (e, h)),  # the router: a Parameter, not an nn.Linear
+               ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, 2 * ei, h)),
+               ParamTensor("mlp.experts.down_proj", "mlp", (e, h, ei))]
+        if m.shared_expert_intermediate_size:
+            si = m.shared_expert_intermediate_size
+            mlp += (_linear("mlp.shared_expert.gate_proj", "mlp", h, si, False)
+                    + _linear("mlp.shared_expert.up_proj", "mlp", h, si, False)
+                    + _linear("mlp.shared_expert.down_proj", "mlp", si, h, False))
+        if m.shared_expert_gate:
+            mlp += _linear("mlp.shared_expert_gate", "mlp", h, 1, False)
+    elif not m.gated_mlp:
+        mlp = _linear("mlp.dense_h_to_4h", "mlp", h, inner, True) + _linear("mlp.dense_4h_to_h", "mlp", inner, h, True)
+    elif m.fused_gate_up:
+        mlp = _linear("mlp.gate_up_proj", "mlp", h, 2 * inner, mb) + _linear("mlp.down_proj", "mlp", inner, h, mb)
+    else:
+        mlp = (_linear("mlp.gate_proj", "mlp", h, inner, mb) + _linear("mlp.up_proj", "mlp", h, inner, mb)
+               + _linear("mlp.down_proj", "mlp", inner, h, mb))
+    if m.norm_layout == "post":  # OLMo 2: normalize each sublayer's output before the residual add
+        return attention + norm("post_attention_layernorm") + mlp + norm("post_feedforward_layernorm")
+    if m.norm_layout == "sandwich":  # Gemma 2/3: a norm before and after each sublayer
+        return (norm("input_layernorm") + attention + norm("post_attention_layernorm")
+                + norm("pre_feedforward_layernorm") + mlp + norm("post_feedforward_layernorm"))
+    return norm("input_layernorm") + attention + norm("post_attention_layernorm") + mlp
 
 
 def _bert_tensors(m: ModelShape, group: str):
@@ -373,6 +497,34 @@ def _uniform_tensors(m: ModelShape, group: str):
 
 _TENSOR_BUILDERS = {"gpt2": _gpt2_tensors, "llama": _llama_tensors, "bert": _bert_tensors, "uniform": _uniform_tensors}
 
+def _llama_lora_table(m: ModelShape) -> dict:
+    """peft's target names in each rotary decoder: fused matrices are adapted once, as a whole."""
+    h, a, kv, d, inner = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.intermediate_size
+    if m.arch == "gpt_neox":
+        qkv = ("query_key_value", h, (a + 2 * kv) * d)
+        return {"q": qkv, "k": qkv, "v": qkv, "o": ("dense", a * d, h),
+                "up": ("dense_h_to_4h", h, inner), "down": ("dense_4h_to_h", inner, h)}
+    if m.fused_qkv:
+        qkv = ("qkv_proj", h, (a + 2 * kv) * d)
+        table = {"q": qkv, "k": qkv, "v": qkv}
+    else:
+        table = {"q": ("q_proj", h, a * d), "k": ("k_proj", h, kv * d), "v": ("v_proj", h, kv * d)}
+    table["o"] = ("o_proj", a * d, h)
+    if m.n_experts:
+        # transformers 5 stores routed experts as 3-D Parameters, which peft's target_modules do not
+        # match; only a shared expert (Qwen2-MoE) has gate_proj/up_proj/down_proj linears.
+        si = m.shared_expert_intermediate_size
+        if si:
+            table.update(gate=("gate_proj", h, si), up=("up_proj", h, si), down=("down_proj", si, h))
+        return table
+    if m.fused_gate_up:
+        table.update(gate=("gate_up_proj", h, 2 * inner), up=("gate_up_proj", h, 2 * inner))
+    else:
+        table.update(gate=("gate_proj", h, inner), up=("up_proj", h, inner))
+    table["down"] = ("down_proj", inner, h)
+    return table
+
+
 _LORA_TABLES = {
     # target -> (module, d_in, d_out); peft adds A (r x d_in) and B (d_out x r) to each module once.
     "gpt2": lambda m: {
@@ -383,15 +535,7 @@ _LORA_TABLES = {
         "up": ("mlp.c_fc", m.hidden_size, m.intermediate_size),
         "down": ("mlp.c_proj", m.intermediate_size, m.hidden_size),
     },
-    "llama": lambda m: {
-        "q": ("q_proj", m.hidden_size, m.n_heads * m.head_dim),
-        "k": ("k_proj", m.hidden_size, m.n_kv_heads * m.head_dim),
-        "v": ("v_proj", m.hidden_size, m.n_kv_heads * m.head_dim),
-        "o": ("o_proj", m.n_heads * m.head_dim, m.hidden_size),
-        "gate": ("gate_proj", m.hidden_size, m.intermediate_size),
-        "up": ("up_proj", m.hidden_size, m.intermediate_size),
-        "down": ("down_proj", m.intermediate_size, m.hidden_size),
-    },
+    "llama": lambda m: _llama_lora_table(m),
     "bert": lambda m: {
         "q": ("query", m.hidden_size, m.hidden_size),
         "k": ("key", m.hidden_size, m.hidden_size),
@@ -467,55 +611,320 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
 
 
 # ---- transformers config.json ----------------------------------------------------------------
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "bert")
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+              "gemma3_text", "phi3", "olmo2", "gpt_neox")
+SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "bert", "roberta") + LLAMA_LIKE[2:]
+
+# Per model_type, the config fields that change a parameter tensor, a saved activation or the KV
+# cache, and what memmath does with each (read from transformers 5.24's configuration_<type>.py and
+# modeling_<type>.py). Fields not listed (token ids, eps, rope_theta/rope_parameters/rope_scaling,
+# initializer_range, max_position_embeddings of rotary models) change no memory. A value outside
+# what memmath models raises a ValueError naming the field; UNSUPPORTED_EXAMPLES gives one per field.
+_COMMON_DECODER = {
+    "num_hidden_layers": "blocks", "hidden_size": "width", "num_attention_heads": "query heads",
+    "num_key_value_heads": "key/value heads (q, k, v sizes; KV cache)", "intermediate_size": "MLP width",
+    "vocab_size": "embedding and head rows", "tie_word_embeddings": "head shares the embedding matrix",
+    "torch_dtype": "checked: float32, bfloat16 or float16 (the step's precision is an argument)",
+    "dtype": "as torch_dtype", "quantization_config": "refused: a pre-quantized checkpoint is not modelled",
+    "attention_dropout": "dropout_p (one probability where the family has dropout)",
+}
+CONFIG_FIELDS: dict[str, dict[str, str]] = {
+    "gpt2": {"n_layer": "blocks", "n_embd": "width", "n_head": "heads", "n_inner": "MLP width (None: 4h)",
+             "n_positions": "learned position rows", "vocab_size": "embedding rows",
+             "tie_word_embeddings": "head shares wte",
+             "activation_function": "gelu_new, gelu_pytorch_tanh or gelu (saved activations)",
+             "attn_pdrop": "dropout_p", "resid_pdrop": "dropout_p", "embd_pdrop": "dropout_p",
+             "add_cross_attention": "refused when true (cross-attention blocks)",
+             "scale_attn_by_inverse_layer_idx": "refused when true (an extra op on the scores)",
+             "reorder_and_upcast_attn": "refused when true (fp32 attention scores)",
+             "torch_dtype": _COMMON_DECODER["torch_dtype"], "dtype": "as torch_dtype",
+             "quantization_config": _COMMON_DECODER["quantization_config"]},
+    "bert": {"num_hidden_layers": "blocks", "hidden_size": "width", "num_attention_heads": "heads",
+             "intermediate_size": "MLP width", "vocab_size": "word rows", "max_position_embeddings": "position rows",
+             "type_vocab_size": "token-type rows", "architectures": "...ForSequenceClassification adds a classifier",
+             "num_labels": "classifier outputs", "id2label": "classifier outputs", "hidden_act": "gelu",
+             "hidden_dropout_prob": "dropout_p", "attention_probs_dropout_prob": "dropout_p",
+             "classifier_dropout": "dropout_p (None: hidden_dropout_prob)",
+             "position_embedding_type": "absolute only (relative types add a distance embedding)",
+             "is_decoder": "refused when true", "add_cross_attention": "refused when true",
+             "torch_dtype": _COMMON_DECODER["torch_dtype"], "dtype": "as torch_dtype",
+             "quantization_config": _COMMON_DECODER["quantization_config"]},
+}
+CONFIG_FIELDS["roberta"] = dict(CONFIG_FIELDS["bert"], architectures="RobertaForSequenceClassification refused "
+                                "(its dense + out_proj head, without a pooler, is not modelled)")
+for _arch in LLAMA_LIKE:
+    CONFIG_FIELDS[_arch] = dict(_COMMON_DECODER, hidden_act="the MLP activation (saved activations)")
+for _arch in LLAMA_LIKE[:-1]:  # every one but gpt_neox, whose head size is always h / heads
+    CONFIG_FIELDS[_arch]["head_dim"] = "head size (default h / heads; Qwen3 128, Gemma 256)"
+for _arch in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo2", "gpt_neox"):
+    CONFIG_FIELDS[_arch]["attention_bias"] = "biases on q, k, v, o (GPT-NeoX: on query_key_value and dense)"
+CONFIG_FIELDS["llama"]["mlp_bias"] = "biases on gate, up, down"
+for _arch in ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text"):
+    CONFIG_FIELDS[_arch]["sliding_window"] = "tokens a sliding layer sees (KV cache)"
+for _arch in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+    CONFIG_FIELDS[_arch].update(use_sliding_window="sliding attention on (KV cache)",
+                                max_window_layers="blocks from this index slide (qwen2, qwen3)")
+for _arch in ("qwen2", "qwen3", "gemma2", "gemma3_text"):
+    CONFIG_FIELDS[_arch]["layer_types"] = "per block full_attention or sliding_attention (KV cache)"
+CONFIG_FIELDS["gemma"]["hidden_act"] = "the MLP activation ('gelu' is read as gelu_pytorch_tanh, as GemmaConfig does)"
+for _arch in ("gemma2", "gemma3_text"):  # these read hidden_activation; hidden_act is ignored by transformers
+    del CONFIG_FIELDS[_arch]["hidden_act"]
+    CONFIG_FIELDS[_arch]["hidden_activation"] = "the MLP activation (Gemma 2/3's name for it)"
+for _arch in ("gemma2", "gemma3_text"):
+    CONFIG_FIELDS[_arch].update(attn_logit_softcapping="softcapping of the scores (saved activations)",
+                                final_logit_softcapping="softcapping of the logits (saved activations)",
+                                query_pre_attn_scalar="a scale only: no memory")
+CONFIG_FIELDS["gemma3_text"]["use_bidirectional_attention"] = "refused when true"
+CONFIG_FIELDS["gemma3_text"]["sliding_window_pattern"] = "layer_types when not given (every n-th full)"
+CONFIG_FIELDS["qwen2_moe"]["qkv_bias"] = "biases on q, k, v"
+for _arch in ("mixtral", "qwen2_moe", "qwen3_moe"):
+    CONFIG_FIELDS[_arch].update(num_experts_per_tok="experts per token (active parameters)",
+                                output_router_logits="refused when true (the router's auxiliary loss)")
+CONFIG_FIELDS["mixtral"].update(num_local_experts="routed experts", router_jitter_noise="0 only")
+for _arch in ("qwen2_moe", "qwen3_moe"):
+    CONFIG_FIELDS[_arch].update(num_experts="routed experts", moe_intermediate_size="one expert's width",
+                                decoder_sparse_step="1 only (every block sparse)",
+                                mlp_only_layers="empty only (every block sparse)")
+CONFIG_FIELDS["qwen2_moe"]["shared_expert_intermediate_size"] = "the shared expert's width (0: none)"
+CONFIG_FIELDS["phi3"].update(resid_pdrop="dropout_p", embd_pdrop="unused by Phi3Model (transformers 5.24): no memory")
+CONFIG_FIELDS["gpt_neox"].update(hidden_dropout="dropout_p", use_parallel_residual="saved activations",
+                                 rotary_pct="no parameters", classifier_dropout="no memory for a causal LM")
+for _arch in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"):
+    CONFIG_FIELDS[_arch]["(q_norm, k_norm)"] = "always present in this family: q/k RMSNorm"
+
+# One value per listed field that memmath does not model, for the tests.
+UNSUPPORTED_EXAMPLES = {
+    "torch_dtype": "float8_e4m3fn", "dtype": "int8", "quantization_config": {"quant_method": "gptq"},
+    "activation_function": "relu", "hidden_act": "quick_gelu", "hidden_activation": "relu",
+    "add_cross_attention": True, "scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True,
+    "position_embedding_type": "relative_key", "is_decoder": True, "use_bidirectional_attention": True,
+    "output_router_logits": True, "router_jitter_noise": 0.1, "decoder_sparse_step": 2, "mlp_only_layers": [0],
+    "layer_types": ["chunked_attention"], "attention_dropout": 1.5, "resid_pdrop": -0.1,
+}
+
+# The activations each family's MLP may use here (transformers' ACT2FN names).
+_ACTIVATIONS = {"gpt2": ("gelu_new", "gelu_pytorch_tanh", "gelu"), "bert": ("gelu",), "roberta": ("gelu",),
+                "gemma": ("gelu_pytorch_tanh", "gelu"), "gemma2": ("gelu_pytorch_tanh",),
+                "gemma3_text": ("gelu_pytorch_tanh",), "gpt_neox": ("gelu",)}
+_DTYPES = ("float32", "bfloat16", "float16")
+
+# Config-class defaults that differ between families (transformers 5.24 configuration_<type>.py).
+_DEFAULTS = {
+    "qwen2": dict(tie_word_embeddings=False), "qwen3": dict(head_dim=128), "qwen3_moe": dict(num_key_value_heads=4),
+    "gemma": dict(head_dim=256, tie_word_embeddings=True), "gemma2": dict(head_dim=256, tie_word_embeddings=True),
+    "gemma3_text": dict(head_dim=256, tie_word_embeddings=True), "mistral": dict(sliding_window=4096),
+    "qwen2_moe": dict(qkv_bias=True), "gpt_neox": dict(attention_bias=True),
+}
 
 
 def from_hf_config(config) -> ModelShape:
-    """A ModelShape from a transformers config: a dict, JSON text, or a path to config.json.
+    """A ModelShape from a transformers config: a dict, JSON text, or a path to config.json (or its folder).
 
-    Only JSON is read; nothing is executed. Supports model_type gpt2 (GPT2LMHeadModel), llama and
-    mistral (LlamaForCausalLM/MistralForCausalLM) and bert (BertModel with its pooler, plus the
+    Only JSON is read; nothing is executed. model_type may be any of SUPPORTED_MODEL_TYPES: gpt2
+    (GPT2LMHeadModel), bert and roberta (BertModel/RobertaModel with the pooler, plus the
     classifier when architectures names a ...ForSequenceClassification; a masked-LM head is not
-    counted). A missing field, a field of the wrong kind or an unsupported model_type raises
-    ValueError naming it.
+    counted), and the rotary decoders llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe,
+    gemma, gemma2, gemma3_text, phi3, olmo2 and gpt_neox (their ...ForCausalLM). CONFIG_FIELDS
+    lists, per model_type, every field that changes memory and what memmath does with it; a value
+    memmath does not model, a missing field, a field of the wrong kind or an unsupported
+    model_type raises ValueError naming it.
     """
     config = _load_config(config)
     model_type = config.get("model_type")
     if model_type is None:
         raise ValueError(f"config is missing the field 'model_type' (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
+    if model_type == "gemma3" and isinstance(config.get("text_config"), dict):
+        raise ValueError("model_type 'gemma3' is the multimodal model (a vision tower too); pass its text_config "
+                         "with model_type 'gemma3_text' for the language model alone")
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    get = _ConfigReader(config)
+    get = _ConfigReader(config, _DEFAULTS.get(model_type, {}))
+    _check_common(config, model_type)
     name = _config_name(config, model_type)
     if model_type == "gpt2":
-        return gpt2_model(
+        for key in ("add_cross_attention", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+            _refuse_true(get, key)
+        act = _activation(config, model_type, "activation_function", "gelu_new")
+        return replace(gpt2_model(
             n_layers=get("n_layer"), hidden_size=get("n_embd"), n_heads=get("n_head"),
             vocab_size=get("vocab_size"), max_positions=get("n_positions"),
             intermediate_size=get("n_inner", None), tied_embeddings=get.flag("tie_word_embeddings", True), name=name,
-        )
-    if model_type == "bert":
-        # A sequence-classification checkpoint adds a classifier with one output per label.
-        architectures = config.get("architectures") or []
-        if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
-            raise ValueError("config field 'architectures' must be a list of class names; "
-                             f"got {validate.describe(architectures)}")
-        classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
-        labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else get("num_labels", 2)
-        return bert_model(
-            n_layers=get("num_hidden_layers"), hidden_size=get("hidden_size"), n_heads=get("num_attention_heads"),
-            intermediate_size=get("intermediate_size"), vocab_size=get("vocab_size"),
-            max_positions=get("max_position_embeddings"), type_vocab_size=get("type_vocab_size", 2),
-            num_labels=labels if classifier else 0,
-            name=name,
-        )
-    return llama_model(
+        ), arch="gpt2", hidden_act=act,
+            dropout_p=_dropout(get, {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}))
+    if model_type in ("bert", "roberta"):
+        return _bert_from_config(config, get, model_type, name)
+    return _decoder_from_config(config, get, model_type, name)
+
+
+def _check_common(config, model_type):
+    for key in ("torch_dtype", "dtype"):
+        value = config.get(key)
+        if value is not None and value not in _DTYPES:
+            raise ValueError(f"config field {key!r} must be one of {', '.join(_DTYPES)}; got {validate.describe(value)}")
+    if config.get("quantization_config") is not None:
+        raise ValueError("config field 'quantization_config' names a pre-quantized checkpoint, which memmath does "
+                         "not model; remove it and choose the format with weights_format= or QLoRA(...)")
+
+
+def _refuse_true(get, key):
+    if get.flag(key, False):
+        raise ValueError(f"config field {key!r} is true; memmath models only {key}=false")
+
+
+def _activation(config, model_type, key, default):
+    value = config.get(key)
+    value = default if value is None else value
+    allowed = _ACTIVATIONS.get(model_type, ("silu",))
+    if value not in allowed:
+        raise ValueError(f"config field {key!r} is {validate.describe(value)}; memmath models {', '.join(allowed)} for {model_type}")
+    return value
+
+
+def _dropout(get, fields: dict) -> float:
+    """One dropout probability for every place the family has dropout: p = 0 everywhere or p > 0 everywhere."""
+    values = {key: get.probability(key, default) for key, default in fields.items()}
+    on = {key for key, p in values.items() if p > 0}
+    if on and len(on) != len(values):
+        off = ", ".join(sorted(set(values) - on))
+        raise ValueError(f"config fields {', '.join(sorted(on))} are > 0 but {off} is 0; memmath models dropout in "
+                         "every place the family has it or in none (set them alike)")
+    return max(values.values())
+
+
+def _bert_from_config(config, get, model_type, name):
+    # A sequence-classification checkpoint adds a classifier with one output per label.
+    architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise ValueError("config field 'architectures' must be a list of class names; "
+                         f"got {validate.describe(architectures)}")
+    for key in ("is_decoder", "add_cross_attention"):
+        _refuse_true(get, key)
+    position = config.get("position_embedding_type") or "absolute"
+    if position != "absolute":
+        raise ValueError(f"config field 'position_embedding_type' is {validate.describe(position)}; memmath models 'absolute' only")
+    _activation(config, model_type, "hidden_act", "gelu")
+    classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+    if classifier and model_type == "roberta":  # RobertaClassificationHead, and no pooler: not modelled
+        raise ValueError("config field 'architectures' names RobertaForSequenceClassification, whose head "
+                         "(dense + out_proj, no pooler) memmath does not model; remove it to count RobertaModel")
+    labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else get("num_labels", 2)
+    hidden_p = get.probability("hidden_dropout_prob", 0.1)
+    drops = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+    if classifier:
+        drops["classifier_dropout"] = hidden_p  # None falls back to hidden_dropout_prob (BertForSequenceClassification)
+    shape = bert_model(
         n_layers=get("num_hidden_layers"), hidden_size=get("hidden_size"), n_heads=get("num_attention_heads"),
-        n_kv_heads=get("num_key_value_heads", None), head_dim=get("head_dim", None),
+        intermediate_size=get("intermediate_size"), vocab_size=get("vocab_size"),
+        max_positions=get("max_position_embeddings"),
+        type_vocab_size=get("type_vocab_size", 2 if model_type == "bert" else 1),
+        num_labels=labels if classifier else 0, name=name,
+    )
+    return replace(shape, arch=model_type, hidden_act="gelu", dropout_p=_dropout(get, drops))
+
+
+def _decoder_from_config(config, get, model_type, name):
+    """Every rotary decoder (family 'llama') from its config, with its model_type's layout."""
+    a = get("num_attention_heads")
+    h = get("hidden_size")
+    layers = get("num_hidden_layers")
+    act_key = "hidden_activation" if model_type in ("gemma2", "gemma3_text") else "hidden_act"
+    act = _activation(config, model_type, act_key, "gelu_pytorch_tanh" if model_type.startswith("gemma") else
+                      "gelu" if model_type == "gpt_neox" else "silu")
+    if model_type == "gemma" and act == "gelu":
+        act = "gelu_pytorch_tanh"  # GemmaConfig.__post_init__ replaces the legacy 'gelu' with the tanh form
+    options = dict(arch=model_type, hidden_act=act)
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
+        options["qk_norm"] = "head"
+    if model_type == "olmo2":
+        options.update(qk_norm="full", norm_layout="post")
+    if model_type in ("gemma2", "gemma3_text"):
+        options["norm_layout"] = "sandwich"
+        if model_type == "gemma3_text":
+            _refuse_true(get, "use_bidirectional_attention")
+    if model_type == "qwen2":
+        options["qkv_bias"] = True  # Qwen2Attention: bias=True on q, k, v, none on o
+    if model_type == "qwen2_moe":
+        options["qkv_bias"] = get.flag("qkv_bias", True)
+    if model_type == "phi3":
+        options.update(fused_qkv=True, fused_gate_up=True)
+    if model_type == "gpt_neox":
+        options.update(layer_norm=True, fused_qkv=True, gated_mlp=False)
+    if model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
+        _refuse_true(get, "output_router_logits")
+        if model_type == "mixtral":
+            jitter = get.probability("router_jitter_noise", 0.0)
+            if jitter:
+                raise ValueError(f"config field 'router_jitter_noise' is {jitter}; memmath models 0 only")
+            experts = get("num_local_experts", 8)
+            options["expert_intermediate_size"] = get("intermediate_size")
+        else:
+            experts = get("num_experts", 60 if model_type == "qwen2_moe" else 128)
+            options["expert_intermediate_size"] = get("moe_intermediate_size", 1408 if model_type == "qwen2_moe" else 768)
+            step = get("decoder_sparse_step", 1)
+            if step != 1:
+                raise ValueError(f"config field 'decoder_sparse_step' is {step}; memmath models 1 only (every "
+                                 "block a mixture of experts)")
+            if config.get("mlp_only_layers"):
+                raise ValueError(f"config field 'mlp_only_layers' is {validate.describe(config['mlp_only_layers'])}; memmath models "
+                                 "an empty list only (every block a mixture of experts)")
+        options.update(n_experts=experts, experts_per_tok=get("num_experts_per_tok", 2 if model_type == "mixtral" else
+                                                              4 if model_type == "qwen2_moe" else 8))
+        if model_type == "qwen2_moe":
+            shared = get("shared_expert_intermediate_size", 5632, low=0)
+            options.update(shared_expert_intermediate_size=shared, shared_expert_gate=True)
+    window, types = _attention_layout(config, get, model_type, layers)
+    options.update(sliding_window=window, layer_types=types)
+    drops = {"attention_dropout": 0.0}
+    if model_type == "phi3":  # embd_pdrop: Phi3Model (transformers 5.24) builds no embedding dropout
+        drops.update(resid_pdrop=0.0)
+    if model_type == "gpt_neox":
+        drops.update(hidden_dropout=0.0)
+    options["dropout_p"] = _dropout(get, drops)
+    bias = model_type in CONFIG_FIELDS and "attention_bias" in CONFIG_FIELDS[model_type]
+    kv = get("num_key_value_heads", None)
+    head_dim = get("head_dim", None) if "head_dim" in CONFIG_FIELDS[model_type] else None  # GPT-NeoX: h / a
+    shape = llama_model(
+        n_layers=layers, hidden_size=h, n_heads=a, n_kv_heads=kv, head_dim=head_dim,
         intermediate_size=get("intermediate_size"), vocab_size=get("vocab_size"),
         tied_embeddings=get.flag("tie_word_embeddings", False),
-        attention_bias=get.flag("attention_bias", False), mlp_bias=get.flag("mlp_bias", False), name=name,
+        attention_bias=get.flag("attention_bias", False) if bias else False,
+        mlp_bias=get.flag("mlp_bias", False) if model_type == "llama" else False, name=name,
     )
+    return replace(shape, **options)
+
+
+def _attention_layout(config, get, model_type, layers):
+    """(sliding_window, layer_types) as transformers' config classes derive them."""
+    if "sliding_window" not in CONFIG_FIELDS[model_type]:
+        return None, None
+    window = get("sliding_window", None)
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not get.flag("use_sliding_window", False):
+        window = None  # Qwen2Config.__post_init__: sliding_window only with use_sliding_window
+    given = config.get("layer_types")
+    if given is not None:
+        if not isinstance(given, list) or len(given) != layers or any(t not in LAYER_TYPES for t in given):
+            raise ValueError(f"config field 'layer_types' must list one of {', '.join(LAYER_TYPES)} per block "
+                             f"({layers}); got {validate.describe(given)}")
+        if window is None:
+            return None, None if "sliding_attention" not in given else _no_window(given)
+        return window, tuple(given)
+    if window is None:
+        return None, None
+    if model_type in ("qwen2", "qwen3"):  # sliding from max_window_layers on
+        first = get("max_window_layers", 28, low=0)
+        return window, tuple("sliding_attention" if i >= first else "full_attention" for i in range(layers))
+    if model_type == "gemma2":  # Gemma2Config: even blocks (0, 2, ...) slide
+        return window, tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers))
+    if model_type == "gemma3_text":  # every sliding_window_pattern-th block is full (default 6)
+        pattern = get("sliding_window_pattern", 6)
+        return window, tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
+    # mistral, mixtral, phi3, qwen*_moe: no layer_types, so transformers' cache slides every layer
+    return window, ("sliding_attention",) * layers
+
+
+def _no_window(types):
+    raise ValueError("config field 'layer_types' names sliding_attention blocks but sliding_window is null")
 
 
 MAX_NAME = 200  # characters of _name_or_path kept as the model's label
@@ -541,21 +950,32 @@ _CONFIG_LIMITS = {
 class _ConfigReader:
     _MISSING = object()
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, defaults: dict | None = None):
         self.config = config
+        self.defaults = defaults or {}  # the config class's own defaults, where they differ by family
 
-    def __call__(self, key, default=_MISSING):
+    def __call__(self, key, default=_MISSING, low=1):
         if key not in self.config or self.config[key] is None:
+            default = self.defaults.get(key, default)
             if default is self._MISSING:
                 raise ValueError(f"config is missing the field {key!r}")
             return default
         value = self.config[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"config field {key!r} must be a whole number; got {validate.describe(value)}")
-        low, high = _CONFIG_LIMITS.get(key, (1, validate.MAX_DIM))
-        return validate.count(f"config field {key!r}", value, low=low, high=high)
+        limit_low, high = _CONFIG_LIMITS.get(key, (low, validate.MAX_DIM))
+        return validate.count(f"config field {key!r}", value, low=min(low, limit_low), high=high)
+
+    def probability(self, key, default):
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"config field {key!r} must be a probability in [0, 1); got {validate.describe(value)}")
+        return float(value)
 
     def flag(self, key, default):
+        default = self.defaults.get(key, default)
         value = self.config.get(key, default)
         if value is None:
             return default

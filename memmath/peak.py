@@ -280,8 +280,9 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
     if isinstance(method, LoRA):
         rank = method.rank
         bits = method.adapter_bits(recipe)
-        order = _MODULE_ORDER[shape.family]
-        modules = sorted(shape.lora_matrices(method.targets), key=lambda m: order.index(m[0]))
+        order = _MODULE_ORDER.get(shape.family, ())
+        modules = sorted(shape.lora_matrices(method.targets),
+                         key=lambda m: order.index(m[0]) if m[0] in order else len(order))
         block = []
         for _, d_in, d_out in modules:
             block += [_bits_bytes(rank * d_in, bits), _bits_bytes(d_out * rank, bits)]

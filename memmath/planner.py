@@ -135,7 +135,10 @@ def _candidates(model, settings, gpu, reserved_bytes, max_gpus):
     if seq_len is not None and not _setting(settings, "checkpointing"):
         yield ("gradient checkpointing on", {**settings, "checkpointing": True},
                "recomputes each block's forward pass during backward: about a third more compute")
-    if seq_len is not None and validate.choice("attention", _setting(settings, "attention"), ATTENTION_KINDS) == "eager":
+    attention = _setting(settings, "attention")
+    if attention is None:  # training_memory decides it (SDPA for a model read from a config): ask it which
+        attention = training_memory(model, **settings).attention
+    if seq_len is not None and validate.choice("attention", attention, ATTENTION_KINDS) == "eager":
         yield ("fused attention (sdpa)", {**settings, "attention": "sdpa"},
                "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
     if batch > 1 and seq_len is not None:

@@ -12,7 +12,15 @@ import dataclasses
 import numpy as np
 
 from . import validate
-from .models import ModelShape, bert_model, gpt2_model, llama_model, uniform_model
+from dataclasses import replace
+
+from .models import ModelShape, bert_model, from_hf_config, gpt2_model, llama_model, uniform_model
+
+
+def _from_config(name, **fields) -> ModelShape:
+    """A preset read from the fields of its published config.json, as from_hf_config reads the file."""
+    return replace(from_hf_config(fields), name=name)
+
 
 PRESETS: dict[str, ModelShape] = {
     # GPT-2 family (openai-community/gpt2*): tied head, 1024 positions, vocabulary 50,257.
@@ -40,9 +48,79 @@ PRESETS: dict[str, ModelShape] = {
                               vocab_size=128256, name="llama-3-8b"),  # 8,030,261,248
     "llama-3-70b": llama_model(n_layers=80, hidden_size=8192, n_heads=64, n_kv_heads=8, intermediate_size=28672,
                                vocab_size=128256, name="llama-3-70b"),  # 70,553,706,496
-    # Mistral 7B (mistralai/Mistral-7B-v0.1): LLaMA layout with 8 key/value heads.
-    "mistral-7b": llama_model(n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8, intermediate_size=14336,
-                              vocab_size=32000, name="mistral-7b"),  # 7,241,732,096
+    # Mistral 7B (mistralai/Mistral-7B-v0.1): LLaMA layout with 8 key/value heads, every layer sliding over
+    # 4,096 tokens (its config's sliding_window; the KV cache keeps at most that many).
+    "mistral-7b": replace(llama_model(n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8, intermediate_size=14336,
+                                      vocab_size=32000, name="mistral-7b"), arch="mistral", sliding_window=4096,
+                          layer_types=("sliding_attention",) * 32),  # 7,241,732,096
+    # The newer families, from the fields of each repository's config.json that shape the model (the
+    # validation test builds each in transformers and compares counts).
+    "qwen2.5-0.5b": _from_config(  # Qwen/Qwen2.5-0.5B: 494,032,768 (card: 0.49B); q/k/v biases, tied head
+        "qwen2.5-0.5b", model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-7b": _from_config(  # Qwen/Qwen2.5-7B: 7,615,616,512 (card: 7.61B)
+        "qwen2.5-7b", model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    "qwen3-0.6b": _from_config(  # Qwen/Qwen3-0.6B: 596,049,920 (card: 0.6B); q/k norms, head_dim 128
+        "qwen3-0.6b", model_type="qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+    "qwen3-8b": _from_config(  # Qwen/Qwen3-8B: 8,190,735,360 (card: 8.2B)
+        "qwen3-8b", model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False),
+    "gemma-2-2b": _from_config(  # google/gemma-2-2b: 2,614,341,888 (2.61B); four norms, alternating 4,096 window
+        "gemma-2-2b", model_type="gemma2", hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000, sliding_window=4096),
+    "gemma-2-9b": _from_config(  # google/gemma-2-9b: 9,241,705,984 (9.24B)
+        "gemma-2-9b", model_type="gemma2", hidden_size=3584, intermediate_size=14336, num_hidden_layers=42,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=256, vocab_size=256000, sliding_window=4096),
+    "gemma-3-1b": _from_config(  # google/gemma-3-1b-pt: 999,885,952 (1B); 5 sliding (512) blocks to 1 full
+        "gemma-3-1b", model_type="gemma3_text", hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512),
+    "phi-3-mini": _from_config(  # microsoft/Phi-3-mini-4k-instruct: 3,821,079,552 (3.8B); fused qkv, window 2,047
+        "phi-3-mini", model_type="phi3", hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, vocab_size=32064, sliding_window=2047),
+    "mixtral-8x7b": _from_config(  # mistralai/Mixtral-8x7B-v0.1: 46,702,792,704 total, 12,879,925,248 active
+        "mixtral-8x7b", model_type="mixtral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000),
+    "qwen3-30b-a3b": _from_config(  # Qwen/Qwen3-30B-A3B: 30,532,122,624 total, 3,353,032,704 active (30.5B/3.3B)
+        "qwen3-30b-a3b", model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936, num_experts=128,
+        num_experts_per_tok=8, moe_intermediate_size=768, tie_word_embeddings=False),
+}
+
+# Which published config (validation/published_configs.py) each preset read from a config reproduces.
+PUBLISHED_CONFIG_NAMES = {"mistral-7b": "Mistral-7B-v0.1", "qwen2.5-0.5b": "Qwen2.5-0.5B", "qwen2.5-7b": "Qwen2.5-7B",
+                  "qwen3-0.6b": "Qwen3-0.6B", "qwen3-8b": "Qwen3-8B", "gemma-2-2b": "gemma-2-2b",
+                  "gemma-2-9b": "gemma-2-9b", "gemma-3-1b": "gemma-3-1b-pt", "phi-3-mini": "Phi-3-mini-4k-instruct",
+                  "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B"}
+
+
+# Where each preset's shape comes from (shown by `memmath models`).
+PRESET_SOURCES = {
+    "gpt2": "openai-community/gpt2 config.json",
+    "gpt2-medium": "openai-community/gpt2-medium config.json",
+    "gpt2-large": "openai-community/gpt2-large config.json",
+    "gpt2-xl": "openai-community/gpt2-xl config.json",
+    "gpt3-175b": "Brown et al. 2020, Table 2.1",
+    "bert-base-uncased": "google-bert/bert-base-uncased config.json",
+    "bert-large-uncased": "google-bert/bert-large-uncased config.json",
+    "llama-65b": "Touvron et al. 2023, Table 2",  # LLaMA-1 65B, QLoRA's 65B
+    "llama-2-7b": "meta-llama/Llama-2-7b-hf config.json",
+    "llama-2-13b": "meta-llama/Llama-2-13b-hf config.json",
+    "llama-2-70b": "meta-llama/Llama-2-70b-hf config.json",
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B config.json",
+    "llama-3-70b": "meta-llama/Meta-Llama-3-70B config.json",
+    "mistral-7b": "mistralai/Mistral-7B-v0.1 config.json",
+    "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B config.json",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B config.json",
+    "qwen3-0.6b": "Qwen/Qwen3-0.6B config.json",
+    "qwen3-8b": "Qwen/Qwen3-8B config.json",
+    "gemma-2-2b": "google/gemma-2-2b config.json",
+    "gemma-2-9b": "google/gemma-2-9b config.json",
+    "gemma-3-1b": "google/gemma-3-1b-pt config.json",
+    "phi-3-mini": "microsoft/Phi-3-mini-4k-instruct config.json",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1 config.json",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B config.json",
 }
 
 

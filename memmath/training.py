@@ -97,6 +97,9 @@ class TrainingMemory:
     notes: tuple = field(default=())
     trainable_tensors: object = 0
     optimizer_state_detail: OptimizerStates | None = None
+    activation_model: str = "textbook"  # the activation model the numbers assumed: "textbook" or "transformers"
+    attention: str = "eager"  # the attention implementation they assumed: "eager" or "sdpa"
+    dropout: bool = True  # whether they kept dropout masks
 
     def __post_init__(self):
         # Checked when built: whole, non-negative bytes and counts (ints, or int64 arrays in a sweep).
@@ -114,6 +117,9 @@ class TrainingMemory:
         object.__setattr__(self, "activations_estimated",
                            validate.flag("activations_estimated", self.activations_estimated))
         validate.notes("notes", self.notes)
+        validate.choice("activation_model", self.activation_model, ("textbook", "transformers"))
+        validate.choice("attention", self.attention, ATTENTION_KINDS)
+        validate.flag("dropout", self.dropout)
 
     @property
     def total(self):
@@ -167,8 +173,8 @@ class TrainingMemory:
 
 
 def training_memory(model, *, precision="bf16", optimizer="adamw", method: Method | None = None, batch_size=1,
-                    seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention="eager", dropout=True,
-                    activations="textbook", device="cuda") -> TrainingMemory:
+                    seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention=None, dropout=None,
+                    activations=None, device="cuda") -> TrainingMemory:
     """Bytes per GPU for one training step of `model`, as a TrainingMemory breakdown.
 
     model: a ModelShape, a preset name or a plain parameter count (activations then cannot be
@@ -177,7 +183,12 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     Adapters(...), LoRA(...), QLoRA(...). seq_len None leaves activations out (with a note).
     attention "eager" keeps the s x s scores, "sdpa" does not. dropout: keep dropout masks.
     activations "textbook" (Korthikanti et al. 2022) or "transformers" (what the PyTorch models
-    keep, see hf_activations). n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
+    keep, see hf_activations). Left out (None), they are the run transformers makes by default
+    (default_run) for a model read from a config: activations="transformers" where hf_activations
+    traces its layout, method and precision (else the textbook, with a note), attention="sdpa" (what
+    transformers picks), dropout where the config's probability is > 0. Shapes built in code, uniform
+    models and parameter counts keep the textbook run: "textbook", "eager", dropout. The result's activation_model, attention and
+    dropout say what was assumed. n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
     optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
     2020, ZeRO, section 5). batch_size is the micro-batch each GPU processes (data parallelism does
     not shard activations). batch_size and seq_len may be numpy arrays; results broadcast.
@@ -199,10 +210,16 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     if seq_len is not None:
         seq_len = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
     checkpointing = validate.flag("checkpointing", checkpointing)
-    dropout = validate.flag("dropout", dropout)
-    attention = validate.choice("attention", attention, ATTENTION_KINDS)
-    activations = validate.choice("activations", activations, ACTIVATION_MODELS)
     device = validate.choice("device", device, ("cuda", "cpu"))
+    if attention is not None:
+        attention = validate.choice("attention", attention, ATTENTION_KINDS)
+    if dropout is not None:
+        dropout = validate.flag("dropout", dropout)
+    if activations is not None:
+        activations = validate.choice("activations", activations, ACTIVATION_MODELS)
+    default_notes = []
+    activations, attention, dropout = default_run(shape, method, recipe, seq_len, activations=activations,
+                                                  attention=attention, dropout=dropout, notes=default_notes)
     n_gpus = validate.count("n_gpus", n_gpus, high=validate.MAX_GPUS, scalar=True)
     zero_stage = validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
     if is_plain_count(shape) and not isinstance(method, Full):
@@ -210,7 +227,7 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
                          "uniform_model(n_params, n_layers) instead of a plain parameter count")
 
     plan = method.plan(shape, recipe)
-    notes = list(plan.notes)
+    notes = list(plan.notes) + default_notes
     gradients, accumulation, master, state_detail = _trainable_parts(plan, recipe, opt, shape, notes)
     states = state_detail.total
     act_estimate, act_bytes, estimated = _activations(
@@ -237,7 +254,41 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
         activations_estimated=estimated, activation_detail=act_estimate, notes=tuple(notes),
         trainable_tensors=sum((s.tensors for s in plan.trainable), 0) if shape.tensor_count_known else 0,
         optimizer_state_detail=state_detail,
+        activation_model=activations, attention=attention, dropout=dropout,
     )
+
+
+def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None, attention=None, dropout=None,
+                notes=None) -> tuple[str, str, bool]:
+    """(activations, attention, dropout) with each one left as None filled in as transformers trains by default.
+
+    For a model read from a config (from_hf_config, and the presets read from one: shape.dropout_p
+    is known): the exact model ("transformers") where hf_activations traces its layout, method and
+    precision, else the textbook model; SDPA attention (transformers' choice); dropout where the
+    config's probability is > 0. For a shape built in code, a uniform model or a parameter count:
+    the textbook model (Korthikanti et al. 2022) with eager attention and dropout, as before. A
+    chosen value is kept. Why the textbook was chosen goes to notes.
+    """
+    if shape.dropout_p is None:  # built in code (gpt2_model, the older presets) or a count: the textbook run
+        return (activations or "textbook", attention or "eager", True if dropout is None else dropout)
+    if dropout is None:
+        dropout = shape.dropout_p > 0
+    if activations is None:
+        activations = "transformers"
+        if seq_len is None or not shape.has_shape:
+            activations = "textbook"
+        else:
+            from .hf_activations import traces
+
+            reason = traces(shape, method, recipe, seq_len)
+            if reason:
+                activations = "textbook"
+                if notes is not None:
+                    notes.append(Note("activations_textbook_fallback",
+                                      f"activations: the textbook model, since the transformers trace {reason}"))
+    if attention is None:
+        attention = "sdpa"  # what transformers picks when the model supports it
+    return activations, attention, dropout
 
 
 def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):

@@ -182,11 +182,13 @@ def _(mo):
     ## Weights in the serving format
 
     The weights are usually the largest part, and the serving format sets their size. Floating
-    formats store every parameter at their width. Integer and 4-bit formats store the linear layers'
-    weights in a few bits plus one **scale per block** of 64 values (QLoRA's layout, Dettmers et al.
-    2023): an fp32 scale per 64 weights adds 32 / 64 = 0.5 bit per weight, and NF4's double
-    quantization shrinks that to 8 / 64 + 32 / (64 x 256) = 0.127 bit. Embeddings, norms and the
-    output head stay in 16 bits, which is why the effective bits per parameter below sit above the
+    formats store every parameter at their width. int8 follows bitsandbytes' LLM.int8 (Dettmers et
+    al. 2022): each linear weight in 8 bits plus one fp32 **scale per output row**, a few bytes per
+    thousands of weights. int4 and NF4 store the linear layers' weights in 4 bits plus one **scale
+    per block** of 64 values (QLoRA's layout, Dettmers et al. 2023): an fp32 scale per 64 weights
+    adds 32 / 64 = 0.5 bit per weight, and NF4's double quantization shrinks that to 8 / 64 +
+    32 / (64 x 256) = 0.127 bit. Embeddings, norms and the output head stay in 16 bits (transformers
+    does not convert them), which is why the effective bits per parameter below sit above the
     format's own width.
     """)
     return

@@ -284,7 +284,7 @@ def test_models_lists_every_preset_with_its_source():
     assert [r["name"] for r in report["models"]] == list(mm.PRESETS)
     for row in report["models"]:
         assert row["params"] == mm.PRESETS[row["name"]].n_params
-        assert row["source"] == cli.PRESET_SOURCES[row["name"]]
+        assert row["source"] == mm.PRESET_SOURCES[row["name"]]
     text = run("models", check_status=0).stdout
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "6,738,415,616" in text and "meta-llama/Llama-2-7b-hf" in text

@@ -187,3 +187,71 @@ def test_zero_when_one_token_overflows_and_cap_when_it_never_does():
 def test_needs_layer_widths():
     with pytest.raises(ValueError, match="layers"):
         mm.rule_of_thumb_context_limit(7e9)
+
+
+# ---- sliding windows, as transformers' DynamicCache keeps them --------------------------------------
+from validation.published_configs import PUBLISHED_CONFIGS  # noqa: E402
+
+
+def test_mistral_sliding_window_caps_the_cache():
+    # Mistral-7B-v0.1: sliding_window 4096 on all 32 layers, 8 kv heads of 128. At 32,768 tokens each
+    # layer holds the 4,096-token storage of its last torch.cat (a view of 4,095 tokens):
+    # 2 x 32 x 8 x 128 x 4096 x 2 B = 536,870,912 B, an eighth of the full 4,294,967,296.
+    mistral = mm.from_hf_config(PUBLISHED_CONFIGS["Mistral-7B-v0.1"])
+    assert mm.kv_cache_bytes(mistral, context_len=32768) == 2 * 32 * 8 * 128 * 4096 * 2 == 536_870_912
+    assert mm.kv_cache_bytes(mistral, context_len=32768, after_prefill=True) == 2 * 32 * 8 * 128 * 32768 * 2
+    assert mm.kv_cache_bytes(mistral, context_len=1000) == 2 * 32 * 8 * 128 * 1000 * 2  # inside the window
+
+
+def test_gemma_mixes_sliding_and_full_layers():
+    # gemma-2-2b: 26 layers alternating sliding (4,096) and full, 4 kv heads of 256. At 8,192 tokens:
+    # 13 x 4096 + 13 x 8192 tokens x 2 x 4 x 256 x 2 B.
+    g2 = mm.from_hf_config(PUBLISHED_CONFIGS["gemma-2-2b"])
+    assert mm.kv_cache_bytes(g2, context_len=8192) == (13 * 4096 + 13 * 8192) * 2 * 4 * 256 * 2
+    # gemma-3-1b: 26 layers, every 6th full (4 of them), window 512, 1 kv head of 256.
+    g3 = mm.from_hf_config(PUBLISHED_CONFIGS["gemma-3-1b-pt"])
+    assert mm.kv_cache_bytes(g3, context_len=32768) == (22 * 512 + 4 * 32768) * 2 * 1 * 256 * 2
+    lengths = np.array([100, 32768])
+    assert list(mm.kv_cache_bytes(g3, context_len=lengths)) == [26 * 100 * 1024, (22 * 512 + 4 * 32768) * 1024]
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type, extra", [
+    ("mistral", {}),
+    ("gemma2", {"head_dim": 8}),
+    ("gemma3_text", {"head_dim": 8, "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+                                                     "full_attention"]}),
+])
+def test_kv_cache_matches_transformers_dynamic_cache(torch, transformers, model_type, extra):
+    # A small model of each kind, a 20-token prompt and 3 decode steps on the CPU: the bytes of the
+    # storages behind each layer's keys and values equal kv_cache_bytes at 23 tokens.
+    config = dict(model_type=model_type, vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, sliding_window=8, torch_dtype="float32", **extra)
+    hf_config = transformers.AutoConfig.for_model(**config)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
+
+    def stored(cache):
+        return sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values))
+
+    with torch.no_grad():
+        cache = model(torch.randint(0, 64, (2, 20)), use_cache=True).past_key_values
+        prefill = stored(cache)
+        for _ in range(3):
+            cache = model(torch.randint(0, 64, (2, 1)), cache=cache, use_cache=True).past_key_values
+    shape = mm.from_hf_config(config)
+    assert stored(cache) == mm.kv_cache_bytes(shape, context_len=23, batch_size=2, kv_format="fp32")
+    assert prefill == mm.kv_cache_bytes(shape, context_len=20, batch_size=2, kv_format="fp32", after_prefill=True)
+
+
+def test_int8_is_llm_int8_with_one_scale_per_output_row():
+    # bitsandbytes Linear8bitLt: int8 weight + fp32 SCB per output row. Llama-2-7B per block, rows of
+    # q, k, v, o (4,096 each), gate, up (11,008 each), down (4,096): 42,496 rows x 4 B x 32 blocks;
+    # embeddings, norms and lm_head stay in bf16 (transformers' get_keys_to_not_convert keeps lm_head).
+    m = mm.inference_memory("llama-2-7b", weights_format="int8")
+    assert m.quantization_constants == 42_496 * 4 * 32 == 5_439_488
+    linear = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+    assert m.weights == linear + 2 * (6_738_415_616 - linear)
+    assert "per output row" in m.weights_layout and "output head" in m.weights_layout
+    moe = mm.inference_memory("mixtral-8x7b", weights_format="nf4").weights_layout
+    assert "routed experts" in moe and "router" in moe

@@ -378,3 +378,38 @@ def test_a_bare_count_is_marked_not_recognised_by_its_name():
     # A one-layer uniform model that happens to carry the same display name is a real model.
     named = mm.uniform_model(7 * 10**9, 1, name="plain parameter count")
     assert mm.training_memory(named, method=mm.Freeze(trainable_layers=1)).trainable_params == 7 * 10**9
+
+
+# ---- defaults: the run transformers makes, for a model read from a config ---------------------------
+def test_a_model_read_from_a_config_is_costed_as_transformers_trains_it():
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    llama = mm.from_hf_config(PUBLISHED_CONFIGS["Meta-Llama-3-8B"])  # attention_dropout 0.0
+    qlora = mm.QLoRA(rank=16, targets="all")
+    default = mm.training_memory(llama, method=qlora, seq_len=1024)
+    assert (default.activation_model, default.attention, default.dropout) == ("transformers", "sdpa", False)
+    explicit = mm.training_memory(llama, method=qlora, seq_len=1024, activations="transformers", attention="sdpa",
+                                  dropout=False)
+    assert default.total == explicit.total
+    gpt2 = mm.from_hf_config(PUBLISHED_CONFIGS["gpt2"])  # p = 0.1 in its config: dropout masks kept
+    assert mm.training_memory(gpt2, seq_len=128).dropout is True
+    # The textbook stays available by name, and chosen values are kept.
+    textbook = mm.training_memory(llama, method=qlora, seq_len=1024, activations="textbook")
+    assert (textbook.activation_model, textbook.attention) == ("textbook", "sdpa")
+
+
+def test_layouts_the_trace_does_not_cover_fall_back_to_the_textbook_with_a_note():
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    gemma = mm.from_hf_config(PUBLISHED_CONFIGS["gemma-2-2b"])  # four norms, GeGLU, softcapping: not traced yet
+    result = mm.training_memory(gemma, seq_len=512)
+    assert (result.activation_model, result.attention, result.dropout) == ("textbook", "sdpa", False)
+    assert any("gemma2" in str(note) for note in result.notes)
+    with pytest.raises(ValueError, match="gemma2"):
+        mm.training_memory(gemma, seq_len=512, activations="transformers")
+
+
+def test_shapes_built_in_code_and_counts_keep_the_textbook_run():
+    for model in ("gpt2", mm.uniform_model(7e9, 32, hidden_size=4096, n_heads=32), 7e9):
+        result = mm.training_memory(model, seq_len=512)
+        assert (result.activation_model, result.attention, result.dropout) == ("textbook", "eager", True)

@@ -1,6 +1,7 @@
 """Measure what one real training step allocates, case by case, and record it for memmath's tests.
 
-    python -m validation.measure                      # the whole grid, CPU -> memmath/data/measured_cpu.json
+    python -m validation.measure                      # the whole grid, CPU -> memmath/reference/data/measured_cpu.json
+    python -m validation.measure --only qwen2 --append   # measure some cases again or anew, keep the rest
     python -m validation.measure --only gpt2 --print  # a subset, printed, nothing written
     python -m validation.measure --device cuda --out /tmp/measured_cuda.json   # on a GPU machine
 
@@ -34,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "memmath" / "data" / "measured_cpu.json"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "memmath" / "reference" / "data" / "measured_cpu.json"
 SCHEMA_VERSION = 1
 
 # ---- the model shapes (tiny, so the whole grid runs in minutes on two CPU cores) ----------------
@@ -65,6 +66,27 @@ SHAPES = {
                       vocab_size=2000, max_positions=256, type_vocab_size=2, num_labels=2),
 }
 HELD_OUT = ("gpt2-wide", "llama-wide", "bert-wide")
+# Held out too (grid block 7), measured after memmath read these model_types (issue 10): GPT-2 with
+# gelu_pytorch_tanh, and the LLaMA layouts of Qwen2 (q/k/v biases) and Mistral (sliding window wider
+# than the sequence, so no mask). "arch" is the transformers model_type, "hidden_act" its activation.
+SHAPES.update({
+    "gpt2-tanh": dict(family="gpt2", arch="gpt2", hidden_act="gelu_pytorch_tanh", n_layers=3, hidden_size=64,
+                      n_heads=4, intermediate_size=256, vocab_size=1000, max_positions=256, tied_embeddings=True),
+    "qwen2-gqa": dict(family="llama", arch="qwen2", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
+                      intermediate_size=176, vocab_size=1000, tied_embeddings=True),
+    "mistral-gqa": dict(family="llama", arch="mistral", sliding_window=4096, n_layers=3, hidden_size=64, n_heads=4,
+                        n_kv_heads=2, intermediate_size=176, vocab_size=1000, tied_embeddings=False),
+})
+# Qwen3 (q/k RMSNorm over each head), added after its trace was written.
+SHAPES["qwen3-gqa"] = dict(family="llama", arch="qwen3", head_dim=16, n_layers=3, hidden_size=64, n_heads=4,
+                           n_kv_heads=2, intermediate_size=176, vocab_size=1000, tied_embeddings=True)
+# Phi-3 (fused qkv_proj and gate_up_proj, residual dropout), added after its trace was written.
+SHAPES["phi3-gqa"] = dict(family="llama", arch="phi3", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
+                          intermediate_size=176, vocab_size=1000, tied_embeddings=False)
+# OLMo 2 (q/k norms over all heads, norms after each sublayer in fp32), added after its trace was written.
+SHAPES["olmo2-gqa"] = dict(family="llama", arch="olmo2", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
+                           intermediate_size=176, vocab_size=1000, tied_embeddings=False)
+NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
 
 DROPOUT_P = 0.1  # "dropout on": every dropout probability the family has, at 0.1; "off": 0.0
 LORA_ALPHA = 16
@@ -74,6 +96,8 @@ PEFT_TARGETS = {
     ("gpt2", "all"): ["c_attn", "c_proj", "c_fc"],
     ("llama", "qv"): ["q_proj", "v_proj"],
     ("llama", "all"): ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ("phi3", "qv"): ["qkv_proj"],
+    ("phi3", "all"): ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
     ("bert", "qv"): ["query", "value"],
     # "output.dense" matches both attention.output.dense and the MLP's output.dense; never the pooler.
     ("bert", "all"): ["query", "key", "value", "output.dense", "intermediate.dense"],
@@ -118,7 +142,7 @@ class Case:
 def grid() -> list[Case]:
     """The recorded grid: every axis of issue 4, without the full cross product (see comments)."""
     cases: list[Case] = []
-    shapes = [name for name in SHAPES if name not in HELD_OUT]
+    shapes = [name for name in SHAPES if name not in HELD_OUT + NEW_FAMILIES]
     # 1. Methods x precisions x shapes (AdamW, SDPA, no dropout, no checkpointing, b=2, s=64).
     for shape, precision in itertools.product(shapes, ("fp32", "bf16")):
         methods = [dict(method="full"), dict(method="freeze", frozen_layers=1), dict(method="freeze", frozen_layers=2)]
@@ -159,6 +183,23 @@ def grid() -> list[Case]:
             Case(shape, precision="fp32", method="lora", lora_rank=4, optimizer="sgd_momentum", dropout=True,
                  checkpointing=True, batch_size=2, seq_len=112),
         ]
+    # 7. Held out: the model_types read since issue 10, full finetuning and LoRA, bf16 and fp32.
+    for shape in NEW_FAMILIES:
+        cases += [
+            Case(shape, precision="bf16", batch_size=2, seq_len=64),
+            Case(shape, precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
+            Case(shape, precision="bf16", method="lora", lora_targets="all", adapter_format="fp32", batch_size=2,
+                 seq_len=64),
+            Case(shape, precision="fp32", method="lora", checkpointing=True, batch_size=2, seq_len=32),
+        ]
+    # Phi-3 once more, measured after the SDPA-output copy was modelled (its bf16 SDPA case had missed).
+    cases += [Case("phi3-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
+              Case("phi3-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
+                   batch_size=1, seq_len=72)]
+    # OLMo 2 once more, measured after its fp32 rotary tables were modelled (its bf16 cases had missed).
+    cases += [Case("olmo2-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
+              Case("olmo2-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
+                   checkpointing=True, batch_size=1, seq_len=72)]
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     if duplicates:
@@ -176,13 +217,18 @@ def _hf_config(case: Case):
         config = transformers.GPT2Config(
             n_layer=m["n_layers"], n_embd=m["hidden_size"], n_head=m["n_heads"], n_inner=m["intermediate_size"],
             vocab_size=m["vocab_size"], n_positions=m["max_positions"], tie_word_embeddings=m["tied_embeddings"],
-            resid_pdrop=p, embd_pdrop=p, attn_pdrop=p, use_cache=False, bos_token_id=0, eos_token_id=0)
+            resid_pdrop=p, embd_pdrop=p, attn_pdrop=p, use_cache=False, bos_token_id=0, eos_token_id=0,
+            activation_function=m.get("hidden_act", "gelu_new"))
     elif m["family"] == "llama":
-        config = transformers.LlamaConfig(
+        extra = {key: m[key] for key in ("sliding_window", "head_dim") if key in m}
+        if m.get("arch") == "phi3":
+            extra.update(resid_pdrop=p, sliding_window=None)  # PEFT_TARGETS phi3: qkv_proj, gate_up_proj
+        config = transformers.AutoConfig.for_model(
+            m.get("arch", "llama"),
             num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
             num_key_value_heads=m["n_kv_heads"], intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
             tie_word_embeddings=m["tied_embeddings"], attention_dropout=p, max_position_embeddings=256,
-            use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+            use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=0, **extra)
     else:
         config = transformers.BertConfig(
             num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
@@ -225,6 +271,12 @@ def _freeze(model, case: Case, family: str):
             p.requires_grad_(True)
 
 
+def _peft_family(case: Case) -> str:
+    """The key of PEFT_TARGETS: Phi-3's fused matrices have their own names; other LLaMA layouts share LLaMA's."""
+    arch = SHAPES[case.shape].get("arch")
+    return "phi3" if arch == "phi3" else SHAPES[case.shape]["family"]
+
+
 def build(case: Case, device: str = "cpu"):
     """(model, optimizer, batch): the model in train mode, its method applied, one batch of inputs."""
     import torch
@@ -236,6 +288,8 @@ def build(case: Case, device: str = "cpu"):
     config = _hf_config(case)
     model_class = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
                    "bert": transformers.BertForSequenceClassification}[family]
+    if SHAPES[case.shape].get("arch") not in (None, "gpt2", "llama"):
+        model_class = transformers.AutoModelForCausalLM.from_config  # Qwen2ForCausalLM, MistralForCausalLM
     model = model_class(config)
     model = model.to(device=device, dtype=dtype)
     if case.checkpointing:
@@ -249,7 +303,7 @@ def build(case: Case, device: str = "cpu"):
         import peft
 
         lora_config = peft.LoraConfig(r=case.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, bias="none",
-                                      target_modules=PEFT_TARGETS[(family, case.lora_targets)],
+                                      target_modules=PEFT_TARGETS[(_peft_family(case), case.lora_targets)],
                                       fan_in_fan_out=(family == "gpt2"))
         # autocast_adapter_dtype=True (peft's default) keeps adapters in fp32 on a 16-bit base.
         autocast = case.adapter_format == "fp32"
@@ -468,6 +522,8 @@ def main(argv=None):
     parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
     parser.add_argument("--limit", type=int, default=None, help="measure at most this many cases")
     parser.add_argument("--print", action="store_true", help="print the records instead of writing a file")
+    parser.add_argument("--append", action="store_true",
+                        help="add the measured cases to the existing data file, keeping its other records")
     parser.add_argument("--explain", action="store_true", help="list every saved storage (implies --print)")
     args = parser.parse_args(argv)
 
@@ -509,6 +565,13 @@ def main(argv=None):
         "shapes": SHAPES,
         "cases": records,
     }
+    if args.append and out.exists():
+        old = json.loads(out.read_text(encoding="utf-8"))
+        new_ids = {r["config"]["case_id"] for r in records}
+        document["cases"] = [r for r in old["cases"] if r["config"]["case_id"] not in new_ids] + records
+        if old.get("versions") != document["versions"]:
+            document["versions_appended"] = document.pop("versions")
+            document["versions"] = old["versions"]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}", file=sys.stderr)

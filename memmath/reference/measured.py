@@ -39,6 +39,8 @@ Columns, per case:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import TYPE_CHECKING
 
 import json
@@ -140,6 +142,8 @@ def case_model(row) -> ModelShape:
     common = dict(n_layers=_count(row, "n_layers", high=validate.MAX_LAYERS), hidden_size=_count(row, "hidden_size"),
                   n_heads=_count(row, "n_heads"), intermediate_size=_count(row, "intermediate_size"),
                   vocab_size=_count(row, "vocab_size", high=validate.MAX_VOCAB), name=_text(row, "shape"))
+    if isinstance(row.get("arch"), str):  # shapes recorded since issue 10: read as from_hf_config reads the config
+        return replace(_case_from_config(row), name=_text(row, "shape"))
     if family == "gpt2":
         return gpt2_model(max_positions=_count(row, "max_positions", high=validate.MAX_SEQ),
                           tied_embeddings=_flag(row, "tied_embeddings"), **common)
@@ -151,6 +155,27 @@ def case_model(row) -> ModelShape:
                           type_vocab_size=_count(row, "type_vocab_size", low=0),
                           num_labels=_count(row, "num_labels", low=0), **common)
     raise ValueError(f"row column 'family' must be gpt2, llama or bert; got {validate.describe(family)}")
+
+
+def _case_from_config(row) -> ModelShape:
+    """The config.json validation/measure.py builds for a shape with a model_type (its _hf_config)."""
+    from ..models import from_hf_config
+
+    n = lambda key: int(row[key])  # noqa: E731
+    if row["family"] == "gpt2":
+        return from_hf_config(dict(model_type=row["arch"], n_layer=n("n_layers"), n_embd=n("hidden_size"),
+                                   n_head=n("n_heads"), n_inner=n("intermediate_size"), vocab_size=n("vocab_size"),
+                                   n_positions=n("max_positions"), tie_word_embeddings=bool(row["tied_embeddings"]),
+                                   activation_function=row.get("hidden_act") or "gelu_new"))
+    window = row.get("sliding_window")
+    extra = {"sliding_window": int(window)} if isinstance(window, (int, float)) and window == window else {}
+    head_dim = row.get("head_dim")
+    if isinstance(head_dim, (int, float)) and head_dim == head_dim:
+        extra["head_dim"] = int(head_dim)
+    return from_hf_config(dict(model_type=row["arch"], num_hidden_layers=n("n_layers"), hidden_size=n("hidden_size"),
+                               num_attention_heads=n("n_heads"), num_key_value_heads=n("n_kv_heads"),
+                               intermediate_size=n("intermediate_size"), vocab_size=n("vocab_size"),
+                               tie_word_embeddings=bool(row["tied_embeddings"]), **extra))
 
 
 def case_method(row):

@@ -1,0 +1,252 @@
+"""Published config.json values of the model families memmath reads, typed in as dicts.
+
+Each dict holds the fields of the model repository's config.json that shape the model (copied as
+published; token ids and other fields that change no tensor are left out where noted), with the
+model id in a comment and the total its model card publishes. Nothing is downloaded: the live
+test (tests/test_models.py) builds each transformers model from these dicts on the meta device
+and checks memmath's count against `sum(p.numel() for p in model.parameters())`.
+"""
+
+PUBLISHED_CONFIGS = {
+    # ---- llama ----
+    "Llama-3.2-1B": {  # meta-llama/Llama-3.2-1B (1.23B)
+        "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+        "tie_word_embeddings": True, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu",
+        "max_position_embeddings": 131072, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    },
+    "Meta-Llama-3-8B": {  # meta-llama/Meta-Llama-3-8B (8.03B)
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
+        "attention_bias": False, "hidden_act": "silu", "max_position_embeddings": 8192, "rope_theta": 500000.0,
+        "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+    },
+    # ---- mistral ----
+    "Mistral-7B-v0.1": {  # mistralai/Mistral-7B-v0.1 (7.24B); sliding window 4,096
+        "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "sliding_window": 4096,
+        "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 32768,
+        "rope_theta": 10000.0, "torch_dtype": "bfloat16",
+    },
+    "Mistral-Nemo-Base-2407": {  # mistralai/Mistral-Nemo-Base-2407 (12.2B); explicit head_dim 128 (a*d != h)
+        "model_type": "mistral", "hidden_size": 5120, "intermediate_size": 14336, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+        "sliding_window": None, "tie_word_embeddings": False, "hidden_act": "silu",
+        "max_position_embeddings": 1024000, "rope_theta": 1000000.0, "torch_dtype": "bfloat16",
+    },
+    # ---- mixtral ----
+    "Mixtral-8x7B-v0.1": {  # mistralai/Mixtral-8x7B-v0.1 (46.7B total, 12.9B active per token)
+        "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "vocab_size": 32000, "sliding_window": None, "tie_word_embeddings": False, "hidden_act": "silu",
+        "max_position_embeddings": 32768, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+        "output_router_logits": False, "torch_dtype": "bfloat16",
+    },
+    "Mixtral-8x22B-v0.1": {  # mistralai/Mixtral-8x22B-v0.1 (141B total, 39B active)
+        "model_type": "mixtral", "hidden_size": 6144, "intermediate_size": 16384, "num_hidden_layers": 56,
+        "num_attention_heads": 48, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "vocab_size": 32768, "sliding_window": None, "tie_word_embeddings": False, "hidden_act": "silu",
+        "max_position_embeddings": 65536, "rope_theta": 1000000.0, "torch_dtype": "bfloat16",
+    },
+    # ---- qwen2 ----
+    "Qwen2.5-0.5B": {  # Qwen/Qwen2.5-0.5B (0.49B total, 0.36B non-embedding)
+        "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True,
+        "use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 24, "hidden_act": "silu",
+        "max_position_embeddings": 32768, "rope_theta": 1000000.0, "attention_dropout": 0.0,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen2.5-7B": {  # Qwen/Qwen2.5-7B (7.61B total, 6.53B non-embedding)
+        "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False,
+        "use_sliding_window": False, "sliding_window": 131072, "max_window_layers": 28, "hidden_act": "silu",
+        "max_position_embeddings": 131072, "rope_theta": 1000000.0, "attention_dropout": 0.0,
+        "torch_dtype": "bfloat16",
+    },
+    # ---- qwen2_moe ----
+    "Qwen1.5-MoE-A2.7B": {  # Qwen/Qwen1.5-MoE-A2.7B (14.3B total, 2.7B active)
+        "model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 151936, "tie_word_embeddings": False,
+        "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1, "norm_topk_prob": False,
+        "output_router_logits": False, "use_sliding_window": False, "sliding_window": 32768,
+        "max_window_layers": 21, "hidden_act": "silu", "max_position_embeddings": 8192, "rope_theta": 1000000.0,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen2-57B-A14B": {  # Qwen/Qwen2-57B-A14B (57B total, 14B active)
+        "model_type": "qwen2_moe", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 151936, "tie_word_embeddings": False,
+        "num_experts": 64, "num_experts_per_tok": 8, "moe_intermediate_size": 2560,
+        "shared_expert_intermediate_size": 20480, "decoder_sparse_step": 1, "norm_topk_prob": False,
+        "use_sliding_window": False, "sliding_window": 65536, "max_window_layers": 28, "hidden_act": "silu",
+        "max_position_embeddings": 65536, "rope_theta": 1000000.0, "torch_dtype": "bfloat16",
+    },
+    # ---- qwen3 ----
+    "Qwen3-0.6B": {  # Qwen/Qwen3-0.6B (0.6B total, 0.44B non-embedding)
+        "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "tie_word_embeddings": True, "attention_bias": False, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": 28, "hidden_act": "silu", "max_position_embeddings": 40960, "rope_theta": 1000000,
+        "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+    },
+    "Qwen3-8B": {  # Qwen/Qwen3-8B (8.2B total, 6.95B non-embedding)
+        "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "tie_word_embeddings": False, "attention_bias": False, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": 36, "hidden_act": "silu", "max_position_embeddings": 40960, "rope_theta": 1000000,
+        "torch_dtype": "bfloat16",
+    },
+    # ---- qwen3_moe ----
+    "Qwen3-30B-A3B": {  # Qwen/Qwen3-30B-A3B (30.5B total, 3.3B active)
+        "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+        "tie_word_embeddings": False, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True, "output_router_logits": False,
+        "use_sliding_window": False, "sliding_window": None, "max_window_layers": 48, "hidden_act": "silu",
+        "max_position_embeddings": 40960, "rope_theta": 1000000.0, "torch_dtype": "bfloat16",
+    },
+    "Qwen3-235B-A22B": {  # Qwen/Qwen3-235B-A22B (235B total, 22B active)
+        "model_type": "qwen3_moe", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 94,
+        "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+        "tie_word_embeddings": False, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True, "use_sliding_window": False,
+        "sliding_window": None, "max_window_layers": 94, "hidden_act": "silu", "max_position_embeddings": 40960,
+        "rope_theta": 1000000.0, "torch_dtype": "bfloat16",
+    },
+    # ---- gemma ----
+    "gemma-2b": {  # google/gemma-2b (2.51B)
+        "model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
+        "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 256000,
+        "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+        "rope_theta": 10000.0, "attention_bias": False, "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+    },
+    "gemma-7b": {  # google/gemma-7b (8.54B)
+        "model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000,
+        "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+        "rope_theta": 10000.0, "attention_bias": False, "torch_dtype": "bfloat16",
+    },
+    # ---- gemma2 ----
+    "gemma-2-2b": {  # google/gemma-2-2b (2.61B)
+        "model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000,
+        "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 4096,
+        "query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+        "max_position_embeddings": 8192, "attention_bias": False, "attention_dropout": 0.0,
+        "torch_dtype": "float32",
+    },
+    "gemma-2-9b": {  # google/gemma-2-9b (9.24B)
+        "model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+        "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 4096, "query_pre_attn_scalar": 256,
+        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "max_position_embeddings": 8192,
+        "torch_dtype": "float32",
+    },
+    # ---- gemma3_text ----
+    "gemma-3-1b-pt": {  # google/gemma-3-1b-pt (1.0B: 999,885,952)
+        "model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+        "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 512, "sliding_window_pattern": 6,
+        "query_pre_attn_scalar": 256, "max_position_embeddings": 32768, "rope_theta": 1000000,
+        "attn_logit_softcapping": None, "final_logit_softcapping": None, "torch_dtype": "bfloat16",
+    },
+    "gemma-3-270m": {  # google/gemma-3-270m (270M: 268,098,176)
+        "model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+        "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 512, "query_pre_attn_scalar": 256,
+        "max_position_embeddings": 32768,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"] + ["sliding_attention"] * 5
+        + ["full_attention"] + ["sliding_attention"] * 5 + ["full_attention"],
+        "torch_dtype": "bfloat16",
+    },
+    # ---- phi3 ----
+    "Phi-3-mini-4k-instruct": {  # microsoft/Phi-3-mini-4k-instruct (3.8B); sliding window 2,047
+        "model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064, "sliding_window": 2047,
+        "hidden_act": "silu", "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "tie_word_embeddings": False,
+        "rope_theta": 10000.0, "torch_dtype": "bfloat16",
+    },
+    "phi-4": {  # microsoft/phi-4 (14.7B), model_type phi3
+        "model_type": "phi3", "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
+        "num_attention_heads": 40, "num_key_value_heads": 10, "vocab_size": 100352, "sliding_window": None,
+        "hidden_act": "silu", "max_position_embeddings": 16384, "original_max_position_embeddings": 16384,
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "tie_word_embeddings": False,
+        "rope_theta": 250000, "torch_dtype": "bfloat16",
+    },
+    # ---- olmo2 ----
+    "OLMo-2-1124-7B": {  # allenai/OLMo-2-1124-7B (7.30B)
+        "model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100352, "tie_word_embeddings": False,
+        "attention_bias": False, "hidden_act": "silu", "max_position_embeddings": 4096, "rope_theta": 500000,
+        "torch_dtype": "float32",
+    },
+    "OLMo-2-0425-1B": {  # allenai/OLMo-2-0425-1B (1.48B)
+        "model_type": "olmo2", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 100352, "tie_word_embeddings": False,
+        "attention_bias": False, "hidden_act": "silu", "max_position_embeddings": 4096, "rope_theta": 500000,
+        "torch_dtype": "float32",
+    },
+    # ---- gpt_neox ----
+    "pythia-160m": {  # EleutherAI/pythia-160m (162,322,944 with the untied head)
+        "model_type": "gpt_neox", "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "vocab_size": 50304, "rotary_pct": 0.25, "rotary_emb_base": 10000,
+        "use_parallel_residual": True, "hidden_act": "gelu", "max_position_embeddings": 2048,
+        "tie_word_embeddings": False, "torch_dtype": "float16",
+    },
+    "pythia-1b": {  # EleutherAI/pythia-1b (1,011,781,632)
+        "model_type": "gpt_neox", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+        "num_attention_heads": 8, "vocab_size": 50304, "rotary_pct": 0.25, "rotary_emb_base": 10000,
+        "use_parallel_residual": True, "hidden_act": "gelu", "max_position_embeddings": 2048,
+        "tie_word_embeddings": False, "torch_dtype": "float16",
+    },
+    # ---- gpt2 ----
+    "gpt2": {  # openai-community/gpt2 (124,439,808)
+        "model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024, "n_ctx": 1024,
+        "vocab_size": 50257, "activation_function": "gelu_new", "attn_pdrop": 0.1, "resid_pdrop": 0.1,
+        "embd_pdrop": 0.1, "layer_norm_epsilon": 1e-05,
+    },
+    "gpt2-medium": {  # openai-community/gpt2-medium (354,823,168)
+        "model_type": "gpt2", "n_layer": 24, "n_embd": 1024, "n_head": 16, "n_positions": 1024, "n_ctx": 1024,
+        "vocab_size": 50257, "activation_function": "gelu_new", "attn_pdrop": 0.1, "resid_pdrop": 0.1,
+        "embd_pdrop": 0.1,
+    },
+    # ---- bert ----
+    "bert-base-uncased": {  # google-bert/bert-base-uncased (BertModel: 109,482,240)
+        "model_type": "bert", "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2,
+        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+        "position_embedding_type": "absolute",
+    },
+    "bert-large-uncased": {  # google-bert/bert-large-uncased (BertModel: 335,141,888)
+        "model_type": "bert", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2,
+        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    },
+    # ---- roberta ----
+    "roberta-base": {  # FacebookAI/roberta-base (RobertaModel: 124,645,632)
+        "model_type": "roberta", "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1,
+        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "pad_token_id": 1,
+    },
+    "roberta-large": {  # FacebookAI/roberta-large (RobertaModel: 355,359,744)
+        "model_type": "roberta", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1,
+        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "pad_token_id": 1,
+    },
+}
+
+# What the model cards and papers publish (rounded as published), to compare with the exact counts.
+PUBLISHED_TOTALS = {
+    "Llama-3.2-1B": 1.23e9, "Meta-Llama-3-8B": 8.03e9, "Mistral-7B-v0.1": 7.24e9, "Mistral-Nemo-Base-2407": 12.2e9,
+    "Mixtral-8x7B-v0.1": 46.7e9, "Mixtral-8x22B-v0.1": 141e9, "Qwen2.5-0.5B": 0.49e9, "Qwen2.5-7B": 7.61e9,
+    "Qwen1.5-MoE-A2.7B": 14.3e9, "Qwen2-57B-A14B": 57e9, "Qwen3-0.6B": 0.6e9, "Qwen3-8B": 8.2e9,
+    "Qwen3-30B-A3B": 30.5e9, "Qwen3-235B-A22B": 235e9, "gemma-2b": 2.51e9, "gemma-7b": 8.54e9,
+    "gemma-2-2b": 2.61e9, "gemma-2-9b": 9.24e9, "gemma-3-1b-pt": 1.0e9, "gemma-3-270m": 0.27e9,
+    "Phi-3-mini-4k-instruct": 3.8e9, "phi-4": 14.7e9, "OLMo-2-1124-7B": 7.3e9, "OLMo-2-0425-1B": 1.48e9,
+    "pythia-160m": 162e6, "pythia-1b": 1.01e9, "gpt2": 124e6, "gpt2-medium": 355e6, "bert-base-uncased": 110e6,
+    "bert-large-uncased": 336e6, "roberta-base": 125e6, "roberta-large": 355e6,
+}
+# Active parameters per token that the model cards publish for the mixtures of experts.
+PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
+                    "Qwen2-57B-A14B": 14e9, "Qwen3-30B-A3B": 3.3e9, "Qwen3-235B-A22B": 22e9}
