@@ -1,4 +1,10 @@
-"""The peak of one training step: an estimate of the most bytes allocated at any moment.
+"""The peak of a training step: an estimate of the most bytes allocated at any moment.
+
+By default the steady-state step (step="steady"): every step after the first, when the optimizer
+states and the fp32 master weights made by the first optimizer.step() stay alive through forward
+and backward. step="first" is the first step, before they exist. validation/measure.py runs two
+steps per case and records both peaks (on the CPU, two profiled steps: step 2's forward and
+backward peaks are step 1's plus exactly the optimizer-state bytes).
 
 training_memory() adds up what a step keeps; the allocator's peak is higher, because tensors that
 are never kept still exist for a while: the logits and their fp32 copy at the loss, the
@@ -38,8 +44,8 @@ Optimizer step
     foreach Adam, assumed here to hold one temporary the size of every trainable parameter (not
     measured).
 
-What it assumes: pure fp32 or 16-bit training (no autocast), one training step after
-zero_grad(set_to_none=True), the loss kept but not the logits, CPU kernels' scratch buffers
+What it assumes: pure fp32 or 16-bit training (no autocast), zero_grad(set_to_none=True) after
+each step, the loss kept but not the logits, CPU kernels' scratch buffers
 (oneDNN's bf16 matmul workspaces) left out, and on CUDA no CUDA context (0.3 to 2 GiB more,
 measured by nvidia-smi, not by the allocator). It is an estimate: tests/test_fidelity.py holds
 it to 5% of the measured CPU peak. The moments were read off the profiler's timelines of the
@@ -69,6 +75,7 @@ if TYPE_CHECKING:
 
 
 PHASES = ("forward", "backward", "optimizer_step")
+STEPS = ("steady", "first")  # peak_memory(step=...): every step after the first, or the first
 INT64 = 8
 # PyTorch's parameters() order of one block's adapted modules (peft adds lora_A, then lora_B, to each).
 _MODULE_ORDER = {
@@ -84,8 +91,9 @@ class PeakEstimate:
     """The estimated peak of one training step, per phase, with the moments behind each.
 
     forward, backward, optimizer_step: the highest allocation estimated in each phase (bytes);
-    resident: what is alive before the step (weights, batch, buffers); moments: (phase, moment,
-    bytes) for every moment considered; notes: what was assumed.
+    resident: what is alive before the first step (weights, batch, buffers); moments: (phase,
+    moment, bytes) for every moment considered; notes: what was assumed; step: "steady" (a step
+    after the first, optimizer states alive throughout) or "first".
     """
 
     forward: object
@@ -94,6 +102,7 @@ class PeakEstimate:
     resident: object
     moments: tuple
     notes: tuple = ()
+    step: str = "steady"
 
     @property
     def total(self):
@@ -120,16 +129,21 @@ class PeakEstimate:
 
 
 def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batch_size=1, seq_len=None,
-                checkpointing=False, attention="eager", dropout=True, device="cuda") -> PeakEstimate:
-    """Estimate the peak allocation of one training step (see the module docstring for each term).
+                checkpointing=False, attention="eager", dropout=True, device="cuda", step="steady") -> PeakEstimate:
+    """Estimate the peak allocation of a training step (see the module docstring for each term).
 
     Takes training_memory's arguments (and defaults) for a gpt2, llama or bert shape trained with
     Full(), Freeze(...) or LoRA(...) in fp32 or 16-bit; seq_len is required. The activations come
     from the "transformers" model, the one whose tensors are known one by one. Measured against
     PyTorch on the CPU (device="cpu"); device="cuda" rests on the assumptions in the module doc.
+
+    step: "steady" (the default) is every step after the first: the optimizer states and master
+    weights made by the first optimizer.step() are alive through forward and backward. "first" is
+    the first step, before they exist. Both are measured (validation/measure.py runs two steps).
     """
     if seq_len is None:
         raise ValueError("peak_memory needs seq_len (a whole number of tokens per sequence)")
+    step = validate.choice("step", step, STEPS)
     shape = resolve_model(model)
     method = Full() if method is None else method
     memory = training_memory(shape, precision=precision, optimizer=optimizer, method=method, batch_size=batch_size,
@@ -166,9 +180,17 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     work_bwd = t * h * e + (3 if shape.family == "gpt2" else 2) * t * inner * e
 
     moments = []
+    # From the second step on the optimizer states and the fp32 master copy exist before forward
+    # starts (measured: step 2's forward and backward peaks = step 1's + exactly these bytes).
+    kept = (memory.optimizer_states + memory.master_weights) if step == "steady" else 0
+    # And the previous step's loss lives until the new one replaces it, at the end of forward: its
+    # value (fp32 for causal LMs, transformers upcasts the logits; BERT's at e) and the checkpointing
+    # leaf with its gradient (measured: step 2's forward peak - step 1's = states + these bytes).
+    previous_loss = ((4 if lm else e) + leaf) if step == "steady" else 0
 
     def moment(phase, label, value):
-        moments.append((phase, label, resident + value * trains))
+        extra = {"forward": kept + previous_loss, "backward": kept}.get(phase, 0)
+        moments.append((phase, label, resident + (value + extra) * trains))
 
     # Forward: the saved tensors pile up; the most alive at once is in the last block or at the loss.
     embeddings_alloc = parts["embeddings"] - parts["embeddings_batch"]
@@ -214,7 +236,8 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     notes = tuple(n for n in (note,) if n)
     if device == "cuda":
         notes += ("the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it",)
-    return PeakEstimate(phases["forward"], phases["backward"], phases["optimizer_step"], resident, tuple(moments), notes)
+    return PeakEstimate(phases["forward"], phases["backward"], phases["optimizer_step"], resident, tuple(moments), notes,
+                        step)
 
 
 def _positive(value):

@@ -1,12 +1,13 @@
 """memmath's predictions against what PyTorch really allocated, case by case (no torch needed).
 
-The expected numbers are measurements, not memmath's own output: validation/measure.py ran one
-training step per case with torch, transformers and peft on the CPU (versions in the data file)
+The expected numbers are measurements, not memmath's own output: validation/measure.py ran two
+training steps per case with torch, transformers and peft on the CPU (versions in the data file)
 and recorded the bytes in memmath/data/measured_cpu.json. tests/test_fidelity_live.py checks that
 the recording still matches PyTorch today.
 
 Tolerances (issue 4): parameters, gradients and optimizer states equal to the byte; activations
-saved by the forward pass (activations="transformers") within 1% per case; the peak within 5%.
+saved by the forward pass (activations="transformers") within 1% per case; the peak of each of
+the two measured steps within 5% (issue 11: at least 95% of the cases, every miss listed).
 """
 
 from __future__ import annotations
@@ -30,14 +31,24 @@ ROWS = {row.case_id: row for row in CASES.itertuples(index=False)}
 IDS = list(ROWS)
 ROOT = Path(__file__).resolve().parent.parent
 
-# Cases where the peak estimate misses by more than 5%, each with the reason. They are expected
-# failures; test_known_peak_misses_still_miss fails when one starts to pass, so the list stays true.
+# Cases where the peak estimate misses by more than 5%, each with the reason, per step ("first":
+# step 1, before the optimizer states exist; "steady": step 2, as every later step). They are
+# expected failures; test_known_peak_misses_still_miss fails when one starts to pass.
+_CKPT_DROPOUT = ("held-out case, estimate 6.4% low: with checkpointing and CPU attention dropout (PyTorch's math "
+                 "kernel, fp32 s x s tensors) the backward peak falls while a block is recomputed, and the math "
+                 "kernel's temporaries that overlap the block's gradients there are not all in the model")
+_FROZEN_RECOMPUTE = ("held-out case, estimate 7.0-7.3% low in the backward pass: with checkpointing and frozen "
+                     "embeddings transformers makes the embedding output a leaf that requires grad, so the three "
+                     "frozen blocks are recomputed and run backward too, to give it a gradient; the model's "
+                     "recompute moments count the trained blocks only. In step 1 the optimizer step (8.5-9.4% "
+                     "above that backward) hid it; from step 2 on the states make backward the peak")
 KNOWN_PEAK_MISSES = {
-    "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112": (
-        "held-out case, estimate 6.4% low: with checkpointing and CPU attention dropout (PyTorch's math "
-        "kernel, fp32 s x s tensors) the backward peak falls while a block is recomputed, and the math "
-        "kernel's temporaries that overlap the block's gradients there are not all in the model"),
+    ("first", "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112"): _CKPT_DROPOUT,
+    ("steady", "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112"): _CKPT_DROPOUT,
+    ("steady", "llama-wide/bf16/adamw/freeze3/sdpa/nodrop/ckpt/b3s48"): _FROZEN_RECOMPUTE,
+    ("steady", "bert-wide/bf16/adamw/freeze3/sdpa/nodrop/ckpt/b3s48"): _FROZEN_RECOMPUTE,
 }
+STEP_COLUMN = {"first": "peak_step1_bytes", "steady": "peak_step2_bytes"}
 
 
 def _row(case_id):
@@ -75,21 +86,50 @@ def test_saved_activations_block_by_block(case_id):
     assert predicted_saved_per_layer(row) == list(row["saved_per_layer"])
 
 
+@pytest.mark.parametrize("step", sorted(STEP_COLUMN))
 @pytest.mark.parametrize("case_id", IDS)
-def test_peak_within_five_percent(case_id):
-    if case_id in KNOWN_PEAK_MISSES:
-        pytest.xfail(KNOWN_PEAK_MISSES[case_id])
+def test_peak_within_five_percent(case_id, step):
+    if (step, case_id) in KNOWN_PEAK_MISSES:
+        pytest.xfail(KNOWN_PEAK_MISSES[(step, case_id)])
     row = _row(case_id)
-    peak = memmath.reference.predict_peak_case(row)
-    assert _relative(peak.total, row["peak_bytes"]) <= 0.05, (
-        f"predicted {int(peak.total):,} B ({peak.phase}), measured {row['peak_bytes']:,} B")
+    peak = memmath.reference.predict_peak_case(row, step=step)
+    measured = row[STEP_COLUMN[step]]
+    assert _relative(peak.total, measured) <= 0.05, (
+        f"predicted {int(peak.total):,} B ({peak.phase}), measured {measured:,} B in the {step} step")
 
 
-@pytest.mark.parametrize("case_id", sorted(KNOWN_PEAK_MISSES))
-def test_known_peak_misses_still_miss(case_id):
+@pytest.mark.parametrize("step, case_id", sorted(KNOWN_PEAK_MISSES))
+def test_known_peak_misses_still_miss(step, case_id):
     """A listed miss that starts to pass must leave KNOWN_PEAK_MISSES (and the README's note)."""
     row = _row(case_id)
-    assert _relative(memmath.reference.predict_peak_case(row).total, row["peak_bytes"]) > 0.05
+    predicted = memmath.reference.predict_peak_case(row, step=step).total
+    assert _relative(predicted, row[STEP_COLUMN[step]]) > 0.05
+
+
+def test_at_least_95_percent_of_peaks_within_five_percent():
+    for step in STEP_COLUMN:
+        misses = [c for s, c in KNOWN_PEAK_MISSES if s == step]
+        assert len(misses) <= 0.05 * len(IDS), (step, misses)
+
+
+@pytest.mark.parametrize("case_id", IDS[::5])
+def test_the_second_step_adds_what_the_first_step_made(case_id):
+    # Measured: step 2's forward and backward peaks exceed step 1's by the optimizer states (and the
+    # previous step's loss, kept until the next forward ends); memmath's steady step adds the same.
+    row = _row(case_id)
+    first = memmath.reference.predict_peak_case(row, step="first")
+    steady = memmath.reference.predict_peak_case(row)
+    for phase in ("forward", "backward"):
+        measured = row[f"peak_step2_{phase}_bytes"] - row[f"peak_step1_{phase}_bytes"]
+        assert int(getattr(steady, phase) - getattr(first, phase)) == measured, phase
+    assert row["peak_step2_backward_bytes"] - row["peak_step1_backward_bytes"] == row["optimizer_state_bytes"] * (
+        row["trainable_params"] > 0)
+
+
+def test_peak_memory_names_its_step():
+    with pytest.raises(ValueError, match="step"):
+        memmath.peak_memory("gpt2", seq_len=16, step="second")
+    assert memmath.peak_memory("gpt2", seq_len=16).step == "steady"
 
 
 def test_training_memory_reports_the_transformers_estimate():
@@ -124,7 +164,10 @@ def test_the_recording_is_self_consistent():
     for row in CASES.itertuples(index=False):
         assert row.saved_bytes == sum(row.saved_per_layer) + row.saved_outside_layers
         assert len(row.saved_per_layer) == row.n_layers
-        assert row.peak_bytes == max(row.peak_forward_bytes, row.peak_backward_bytes, row.peak_optimizer_step_bytes)
+        for k in (1, 2):
+            assert getattr(row, f"peak_step{k}_bytes") == max(getattr(row, f"peak_step{k}_{p}_bytes")
+                                                               for p in ("forward", "backward", "optimizer_step"))
+        assert row.peak_bytes == row.peak_step2_bytes
         assert row.optimizer_state_bytes == sum(row.optimizer_state_detail.values())
 
 

@@ -2,7 +2,7 @@
 
 Needs torch, transformers and peft (requirements-validate.txt). Where they are missing these
 tests skip, saying so; with MEMMATH_REQUIRE_TORCH=1 (set by .ci/run) they fail instead.
-Each case runs one real training step on the CPU (validation/measure.py) and is compared with
+Each case runs two real training steps on the CPU (validation/measure.py) and is compared with
 the recording (bytes to the byte; the profiler's peak within 1%, since CPU kernels' scratch
 buffers can differ between processors) and with memmath's prediction (the tolerances of
 tests/test_fidelity.py).
@@ -68,10 +68,11 @@ def measure_module():
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the recording did (CPU kernels size scratch buffers by thread count)
+    threads, onednn = torch.get_num_threads(), torch.backends.mkldnn.enabled
+    module.configure_torch()  # as the recording did: one thread, oneDNN off (see configure_torch)
     yield module
     torch.set_num_threads(threads)
+    torch.backends.mkldnn.enabled = onednn
 
 
 def test_installed_versions_are_the_recorded_ones(measure_module):
@@ -93,7 +94,8 @@ def test_a_fresh_measurement_matches_the_recording_and_memmath(measure_module, c
 
     for key in EXACT:
         assert fresh[key] == row[key], f"{key}: measured now {fresh[key]}, recorded {row[key]}"
-    for key in ("peak_bytes", "peak_forward_bytes", "peak_backward_bytes", "peak_optimizer_step_bytes"):
+    for key in [f"peak_step{k}{phase}_bytes" for k in (1, 2)
+                for phase in ("", "_forward", "_backward", "_optimizer_step")]:
         assert abs(fresh[key] - row[key]) <= 0.01 * row[key], f"{key}: now {fresh[key]:,}, recorded {row[key]:,}"
 
     predicted = memmath.reference.predict_case(row)
@@ -102,5 +104,6 @@ def test_a_fresh_measurement_matches_the_recording_and_memmath(measure_module, c
     assert int(predicted.optimizer_states) == fresh["optimizer_state_bytes"]
     saved = int(predicted.activation_detail.saved_by_forward)
     assert abs(saved - fresh["saved_bytes"]) <= 0.01 * fresh["saved_bytes"]
-    peak = int(memmath.reference.predict_peak_case(row).total)
-    assert abs(peak - fresh["peak_bytes"]) <= 0.05 * fresh["peak_bytes"]
+    for step, key in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
+        peak = int(memmath.reference.predict_peak_case(row, step=step).total)
+        assert abs(peak - fresh[key]) <= 0.05 * fresh[key], f"{step}: predicted {peak:,}, measured {fresh[key]:,}"

@@ -28,8 +28,9 @@ def test_default_is_the_article_recipe_on_llama_2_7b(default_run):
 
 def test_verdict_uses_the_usable_memory(default_run):
     _, defs = default_run
-    # RTX 4090: 24,564 MiB reported; 1.25 GiB reserved for the CUDA context by default.
-    assert defs["fit"].available_bytes == 24564 * 2**20 - 5 * 2**28
+    # RTX 4090: 24,564 MiB reported; 1,343 MiB reserved for the CUDA context by default (a V100's,
+    # Hugging Face's "Model training anatomy").
+    assert defs["fit"].available_bytes == (24564 - 1343) * 2**20
     assert not defs["fit"].fits
 
 
@@ -39,9 +40,12 @@ def test_path_to_fit_is_lora_with_hand_derived_total(default_run):
     # (Korthikanti et al., s=512, b=1, h=4096, fused attention, 1-byte masks): per block
     # 512*4096*34 + 4*32*512 = 71,368,704, x 32 = 2,283,798,528; final norm and head inputs
     # 2*2*512*4096 = 8,388,608; fp32 logits 4*512*32,000 = 65,536,000.
+    # The planner decides on the step's peak, which lies above that sum by the step's temporaries
+    # (the logits' gradients, the backward working set; held to PyTorch in tests/test_fidelity.py).
     [step] = defs["path"]
-    assert step.change == "LoRA rank 8 on q, v"
-    assert step.total == 13_543_940_608 + 2_283_798_528 + 8_388_608 + 65_536_000
+    assert step.change == "LoRA rank 8 on q, v" and step.basis == "peak"
+    parts = 13_543_940_608 + 2_283_798_528 + 8_388_608 + 65_536_000
+    assert parts < step.total < 1.05 * parts
     assert step.fits
 
 

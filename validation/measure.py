@@ -7,7 +7,7 @@
 Each case builds a small transformers model from a config object written here (GPT-2, LLaMA with
 multi-head or grouped-query attention, tied or untied, BERT for sequence classification; nothing
 comes from a model hub), sets up the finetuning method (full, freezing the first k blocks, LoRA via
-peft), runs ONE training step (forward, backward, optimizer.step()) and records:
+peft), runs TWO training steps (forward, backward, optimizer.step(), zero_grad) and records:
 
 - bytes of parameters, of gradients and of optimizer state tensors after optimizer.step(),
   each storage counted once (GPT-2's tied head is the embedding matrix);
@@ -15,8 +15,10 @@ peft), runs ONE training step (forward, backward, optimizer.step()) and records:
   each storage once (a view keeps its whole storage alive), parameters and buffers left out,
   attributed to the block that saved it first or to "outside the blocks";
 - on the CPU, the profiler's allocation events (profile_memory=True): the highest net allocation in
-  each phase (forward, backward, optimizer step) over what was alive when the step began;
-  on CUDA, torch.cuda.max_memory_allocated and the allocated bytes before the step;
+  each phase (forward, backward, optimizer step) of each step over what was alive before step 1
+  (peak_step1_*: the optimizer states do not exist yet; peak_step2_*: they do, as in every later
+  step; peak_bytes = step 2's); on CUDA, torch.cuda.max_memory_allocated per step and the
+  allocated bytes before the first;
 - the versions of torch, transformers and peft, once for the whole file.
 
 torch, transformers and peft are imported here only; memmath never needs them.
@@ -34,8 +36,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "memmath" / "data" / "measured_cpu.json"
-SCHEMA_VERSION = 1
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "memmath" / "reference" / "data" / "measured_cpu.json"
+SCHEMA_VERSION = 2
 
 # ---- the model shapes (tiny, so the whole grid runs in minutes on two CPU cores) ----------------
 # Each is a memmath shape description; build_model() turns it into the transformers config.
@@ -367,8 +369,30 @@ def _phase_peaks(prof, phases):
     return peaks, running
 
 
+STEPS = 2  # step 1 builds the optimizer states; from step 2 on they exist during forward and backward
+
+
+def configure_torch():
+    """Settings every measurement runs under (the recording and the live tests alike).
+
+    One thread: CPU kernels size scratch buffers by thread count. oneDNN off: with it, BERT's bf16
+    linear layers (bias, 3-d input) allocate oneDNN scratch pads whose size depends on the host's
+    instruction set (measured: the same case peaked 1,373,508 B on the recording host and 1,417,672 B
+    on a host without avx512_bf16; with ONEDNN_MAX_CPU_ISA=AVX2 or oneDNN off, 1,320,724 B on both).
+    A GPU has no oneDNN, so the peak memmath models is the one without those pads.
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+
+
 def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
-    """Run one training step of `case` and return what it allocated (see the module docstring)."""
+    """Run two training steps of `case` and return what they allocated (see the module docstring).
+
+    The loop is the usual one: loss = model(**batch).loss; loss.backward(); optimizer.step();
+    optimizer.zero_grad(set_to_none=True), the loss kept until the next step replaces it.
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -381,6 +405,7 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
     resident = _unique_bytes(itertools.chain(params, model.buffers(), batch.values()))
     recorder = SavedTensorRecorder(model, blocks)
     phases = ("forward", "backward", "optimizer_step")
+    names = [f"step{k}/{phase}" for k in range(1, STEPS + 1) for phase in phases]
 
     if device == "cuda":
         torch.cuda.synchronize()
@@ -389,13 +414,24 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
         prof_context = contextlib.nullcontext()
     else:
         prof_context = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    cuda_peaks = []
+    loss = None
     with prof_context as prof:
-        with record_function("forward"), recorder.hooks():
-            loss = model(**batch).loss  # the logits go at once, as in a training loop that keeps the loss only
-        with record_function("backward"):
-            loss.backward()
-        with record_function("optimizer_step"):
-            optimizer.step()
+        for k in range(1, STEPS + 1):
+            hooks = recorder.hooks() if k == 1 else contextlib.nullcontext()
+            with record_function(f"step{k}/forward"), hooks:
+                loss = model(**batch).loss  # the logits go at once, as in a loop that keeps the loss only
+            with record_function(f"step{k}/backward"):
+                loss.backward()
+            with record_function(f"step{k}/optimizer_step"):
+                optimizer.step()
+            if k == 1:
+                grad_bytes = _unique_bytes(p.grad for p in params)
+            optimizer.zero_grad(set_to_none=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+                cuda_peaks.append(torch.cuda.max_memory_allocated())
+                torch.cuda.reset_peak_memory_stats()
     recorder.close()
     if explain:
         for region, shape, dtype, nbytes, op in recorder.log:
@@ -415,7 +451,7 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
         "adapter_params": sum(p.numel() for p in adapters),
         "trainable_tensors": len(trainable),
         "param_bytes": _unique_bytes(params),
-        "grad_bytes": _unique_bytes(p.grad for p in params),
+        "grad_bytes": grad_bytes,
         "optimizer_state_bytes": sum(states.values()),
         "optimizer_state_detail": dict(sorted(states.items())),
         "saved_bytes": sum(per_block) + outside,
@@ -424,14 +460,18 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
         "resident_before_bytes": resident,
     }
     if device == "cuda":
-        torch.cuda.synchronize()
         result["cuda_allocated_before_bytes"] = allocated_before
-        result["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        for k, peak in enumerate(cuda_peaks, 1):
+            result[f"cuda_max_allocated_step{k}_bytes"] = peak
         result["cuda_reserved_bytes"] = torch.cuda.memory_reserved()
     else:
-        peaks, _ = _phase_peaks(prof, phases)
-        result.update({f"peak_{name}_bytes": resident + peaks[name] for name in phases})
-        result["peak_bytes"] = resident + max(peaks.values())
+        peaks, _ = _phase_peaks(prof, names)
+        for k in range(1, STEPS + 1):
+            for phase in phases:
+                result[f"peak_step{k}_{phase}_bytes"] = resident + peaks[f"step{k}/{phase}"]
+            result[f"peak_step{k}_bytes"] = max(result[f"peak_step{k}_{phase}_bytes"] for phase in phases)
+        # The steady-state peak (every step after the first): what memmath.peak_memory predicts by default.
+        result["peak_bytes"] = result[f"peak_step{STEPS}_bytes"]
     del model, optimizer, loss
     return result
 
@@ -446,16 +486,14 @@ def versions() -> dict:
 
 
 def run(cases, device="cpu", progress=True, explain=False) -> list[dict]:
-    import torch
-
-    torch.set_num_threads(1)  # CPU kernels size scratch buffers by thread count; one thread = reproducible
+    configure_torch()
     records = []
     for i, case in enumerate(cases, 1):
         started = time.perf_counter()
         measured = measure(case, device, explain=explain)
         if progress:
             print(f"[{i:3d}/{len(cases)}] {case.case_id}  saved {measured['saved_bytes']:,} B  "
-                  f"peak {measured.get('peak_bytes', measured.get('cuda_max_allocated_bytes')):,} B  "
+                  f"peak {measured.get('peak_step1_bytes', 0):,} / {measured.get('peak_bytes', 0):,} B  "
                   f"({time.perf_counter() - started:.2f} s)", file=sys.stderr)
         records.append({"config": case.config(), "measured": measured})
     return records

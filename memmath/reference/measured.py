@@ -1,6 +1,6 @@
 """What PyTorch really allocated: the recorded measurements, and the memmath call that predicts each.
 
-validation/measure.py ran one training step per case on the CPU (torch, transformers and peft;
+validation/measure.py ran two training steps per case on the CPU (torch, transformers and peft;
 versions in `measured_metadata()["versions"]`) and recorded the bytes in memmath/data/measured_cpu.json.
 This module reads that file without torch:
 
@@ -30,9 +30,11 @@ Columns, per case:
   saved_bytes          saved for backward during the forward pass, each storage once, parameters
                        and buffers left out (= saved_per_layer summed + saved_outside_layers)
   saved_per_layer      a list, one entry per block (the block that saved a storage first)
-  peak_bytes           highest allocation during the step: what was alive before it (parameters,
+  peak_step1_bytes     highest allocation during the first step: what was alive before it (parameters,
                        buffers, the batch: resident_before_bytes) + the profiler's highest net
-                       allocation; peak_forward_bytes, peak_backward_bytes, peak_optimizer_step_bytes per phase
+                       allocation; peak_step1_forward_bytes, _backward_, _optimizer_step_ per phase
+  peak_step2_bytes     the same for the second step (optimizer states alive from the start), per phase too
+  peak_bytes           = peak_step2_bytes: the steady-state peak, what peak_memory() predicts by default
 """
 
 from __future__ import annotations
@@ -125,13 +127,14 @@ def predict_case(row, activations: str = "transformers"):
     return training_memory(case_model(row), **case_arguments(row, activations))
 
 
-def predict_peak_case(row):
-    """memmath.peak_memory(...) for a recorded case (the measured counterpart is row.peak_bytes)."""
+def predict_peak_case(row, step: str = "steady"):
+    """memmath.peak_memory(..., step=step) for a recorded case. The measured counterpart is
+    row.peak_step2_bytes (= row.peak_bytes) for "steady" and row.peak_step1_bytes for "first"."""
     from ..peak import peak_memory
 
     arguments = case_arguments(row)
     del arguments["activations"]
-    return peak_memory(case_model(row), **arguments)
+    return peak_memory(case_model(row), step=step, **arguments)
 
 
 def predicted_saved_per_layer(row) -> list[int]:
