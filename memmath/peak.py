@@ -68,7 +68,7 @@ from .hf_activations import activation_parts
 from .methods import Freeze, Full, LoRA
 from .presets import resolve_model
 from .recipes import get_optimizer, get_recipe
-from .training import training_memory
+from .training import BNB_QMAP_BYTES, training_memory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -183,6 +183,8 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     # From the second step on the optimizer states and the fp32 master copy exist before forward
     # starts (measured: step 2's forward and backward peaks = step 1's + exactly these bytes).
     kept = (memory.optimizer_states + memory.master_weights) if step == "steady" else 0
+    if step == "first" and opt.name == "adam8bit":
+        kept = _bnb_maps(shape, method, recipe, opt)  # made with the optimizer, before the first step
     # And the previous step's loss lives until the new one replaces it, at the end of forward: its
     # value (fp32 for causal LMs, transformers upcasts the logits; BERT's at e) and the checkpointing
     # leaf with its gradient (measured: step 2's forward peak - step 1's = states + these bytes).
@@ -222,8 +224,13 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
                 + parts["recompute_live"]) * two)
     moment("backward", "at the embeddings: every gradient", embeddings_alloc + grads + tied_embed + leaf)
     transient, note = _optimizer_transient(shape, method, recipe, opt, device)
+    states_and_transient = memory.optimizer_states + transient
+    if opt.name == "adam8bit" and device == "cpu" and step == "first":
+        # bitsandbytes makes each tensor's states just before updating it (torch's Adam makes them
+        # all first): the first step peaks at the states made so far plus one tensor's temporaries.
+        states_and_transient = _bnb_first_step(shape, method, recipe, opt)
     moment("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
-           grads + memory.master_weights + memory.optimizer_states + transient + leaf)
+           grads + memory.master_weights + states_and_transient + leaf)
 
     phases = {}
     for phase in PHASES:
@@ -318,8 +325,10 @@ def _optimizer_transient(shape, method, recipe, opt, device):
     """Bytes of the optimizer's temporaries at its highest moment, and a note when assumed."""
     if opt.name not in ADAM_LIKE:
         return 0, ""  # SGD with momentum updates in place (its buffer starts as a clone of the gradient)
-    note = "" if opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad") else (
+    note = "" if opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad", "adam8bit") else (
         f"{opt.name}'s temporaries assumed like Adam's (not measured)")
+    if opt.name == "adam8bit":
+        return _bnb_transient(shape, method, recipe, opt, device)
     if device == "cuda":
         # foreach Adam: one list of temporaries as large as every trainable tensor together (assumed).
         blocks = method.layers_trained(shape) if isinstance(method, Freeze) else shape.n_layers
@@ -342,3 +351,81 @@ def _optimizer_transient(shape, method, recipe, opt, device):
             return options[np.minimum(k, 2)], note
         return largest(min(int(k), 2)), note
     return largest(min(shape.n_layers, 2)), note
+
+
+def _bnb_tensor_bits(method, recipe):
+    if isinstance(method, LoRA):
+        return recipe.weight_bits if method.adapter_format is None else _format_bits(method.adapter_format)
+    return recipe.weight_bits
+
+
+def _bnb_update_bytes(n, bits, opt):
+    """Temporaries of bitsandbytes' CPU update of one tensor of n values (see _bnb_transient)."""
+    return n * ((20 if n >= opt.min_8bit_size else 12) + (4 if bits < 32 else 0))
+
+
+def _bnb_state_bytes(n, opt):
+    """bitsandbytes' states of one tensor: 2 x (n uint8 + one fp32 absmax per 256), or 2 x fp32 when small."""
+    if n < opt.min_8bit_size:
+        return 8 * n
+    return 2 * n + 2 * 4 * -(-n // opt.block_size)
+
+
+def _bnb_maps(shape, method, recipe, opt):
+    """bitsandbytes' two quantization maps when any trainable tensor keeps 8-bit states, else 0."""
+    bits = _bnb_tensor_bits(method, recipe)
+
+    def maps(blocks):
+        return BNB_QMAP_BYTES * any(size * 8 // bits >= opt.min_8bit_size
+                                    for size in _trainable_tensor_bytes(shape, method, recipe, int(blocks)))
+
+    if isinstance(method, Freeze):
+        k = method.layers_trained(shape)
+        return np.vectorize(maps, otypes=[np.int64])(k) if isinstance(k, np.ndarray) else maps(k)
+    return maps(shape.n_layers)
+
+
+def _bnb_first_step(shape, method, recipe, opt):
+    """The first step's highest (states made so far + one tensor's update temporaries), tensors in order."""
+    bits = _bnb_tensor_bits(method, recipe)
+
+    def highest(blocks):
+        sizes = [size * 8 // bits for size in _trainable_tensor_bytes(shape, method, recipe, int(blocks))]
+        made, best = BNB_QMAP_BYTES * any(n >= opt.min_8bit_size for n in sizes), 0
+        for n in sizes:
+            made += _bnb_state_bytes(n, opt)
+            best = max(best, made + _bnb_update_bytes(n, bits, opt))
+        return best
+
+    if isinstance(method, Freeze):
+        k = method.layers_trained(shape)
+        if isinstance(k, np.ndarray):
+            return np.vectorize(highest, otypes=[np.int64])(k)
+        return highest(k)
+    return highest(shape.n_layers)
+
+
+def _bnb_transient(shape, method, recipe, opt, device):
+    """bitsandbytes' 8-bit Adam: the temporaries of its update of the largest tensor.
+
+    On the CPU (bitsandbytes 0.50 backends/cpu/ops.py, one tensor at a time, all freed on return):
+    an 8-bit tensor of n values dequantizes both states to fp32 (8n), copies the gradient (4n) and
+    a 16-bit parameter (4n) to fp32, and builds denom from two fp32 temporaries (8n): 20n bytes for
+    fp32 weights, 24n for 16-bit ones; a tensor under min_8bit_size takes the 32-bit update, 12n or
+    16n (measured by profiling one step on single tensors: 20.0n, 24.0n, 12.0n, 16.0n). On CUDA
+    the update is one fused kernel with no temporaries (bitsandbytes' CUDA ops; not measured here).
+    """
+    if device == "cuda":
+        return 0, "bitsandbytes' fused 8-bit update on CUDA assumed to allocate no temporaries (not measured)"
+    bits = _bnb_tensor_bits(method, recipe)
+
+    def largest(blocks):
+        return max((_bnb_update_bytes(size * 8 // bits, bits, opt)
+                    for size in _trainable_tensor_bytes(shape, method, recipe, blocks)), default=0)
+
+    if isinstance(method, Freeze):
+        k = method.layers_trained(shape)
+        if isinstance(k, np.ndarray):
+            return np.array([largest(0), largest(1)])[np.minimum(k, 1)], ""
+        return largest(min(int(k), 1)), ""
+    return largest(min(shape.n_layers, 1)), ""

@@ -33,6 +33,7 @@ PART_LABELS = {
     "optimizer_states": "Optimizer states", "activations": "Activations",
 }
 ACTIVATION_MODELS = ("textbook", "transformers")
+BNB_QMAP_BYTES = 2 * 256 * 4  # bitsandbytes' qmap1 and qmap2 (create_dynamic_map: 256 fp32 values each)
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
 
 def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):
     gradients = accumulation = master = states = 0
+    eight_bit = False  # whether any tensor keeps 8-bit states (then bitsandbytes' quantization maps exist)
     for s in plan.trainable:
         # A set stored in its own format (fp32 LoRA adapters) gets gradients in that format.
         grad_bits = recipe.grad_bits if s.bits == recipe.weight_bits else s.bits
@@ -201,12 +203,17 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
             small_values = opt.states * s.small_params
             states = (states + validate.ceil_div((state_values - small_values) * state_bits, 8) + small_values * 4
                       + opt.states * s.state_blocks * opt.block_constant_bits // 8)
+            eight_bit = eight_bit | ((s.params - s.small_params) > 0)
         else:
             states = states + validate.ceil_div(state_values * state_bits, 8)
             if opt.block_size:
                 states = states + validate.ceil_div(state_values, opt.block_size) * opt.block_constant_bits // 8
         if opt.step_bytes_per_tensor and shape.tensor_count_known:
             states = states + opt.step_bytes_per_tensor * s.tensors
+    if opt.min_8bit_size and shape.tensor_count_known:
+        # bitsandbytes' two dynamic quantization maps (qmap1, qmap2: 256 fp32 values each), one pair
+        # shared by every 8-bit tensor (Optimizer2State.init_state; measured: one storage per map).
+        states = states + BNB_QMAP_BYTES * eight_bit
     if opt.step_bytes_per_tensor and not shape.tensor_count_known:
         notes.append("the optimizer's 4-byte step counters (one per tensor) are not counted: a uniform model "
                      "has no tensor list")

@@ -31,6 +31,9 @@ SAMPLE = [
     "llama-mha/bf16/adam_amsgrad/full/sdpa/nodrop/nockpt/b2s64",
     "bert/bf16/sgd_momentum/lora8-qv-fp32/sdpa/nodrop/nockpt/b2s64",
     "gpt2-wide/bf16/adamw/lora16-all-fp32/eager/nodrop/nockpt/b2s64",
+    # 8-bit Adam (bitsandbytes): 8-bit and fp32 states in one model; LoRA rank 64 adapters of 4,096 values.
+    "llama-gqa/bf16/adamw8bit/full/sdpa/nodrop/nockpt/b2s64",
+    "bert/bf16/adam8bit/lora64-qv-fp32/sdpa/nodrop/nockpt/b2s64",
 ]
 EXACT = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "optimizer_state_detail", "saved_bytes",
          "saved_per_layer", "saved_outside_layers", "resident_before_bytes", "total_params", "trainable_params")
@@ -39,7 +42,7 @@ EXACT = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "optimizer_state_
 def _stack():
     """(measure module, None) when the pinned PyTorch stack imports, else (None, the reason)."""
     missing = []
-    for name in ("torch", "transformers", "peft"):
+    for name in ("torch", "transformers", "peft", "bitsandbytes"):
         try:
             importlib.import_module(name)
         except ImportError as error:
@@ -77,7 +80,7 @@ def measure_module():
 
 def test_installed_versions_are_the_recorded_ones(measure_module):
     recorded, now = measured_metadata()["versions"], measure_module.versions()
-    for name in ("torch", "transformers", "peft"):
+    for name in ("torch", "transformers", "peft", "bitsandbytes"):
         assert now[name] == recorded[name], (
             f"{name} {now[name]} is installed but the recording used {recorded[name]}: install "
             "requirements-validate.txt, or re-record with python -m validation.measure")

@@ -62,6 +62,34 @@ def comparison(cases: pd.DataFrame | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _group_label(case) -> str:
+    """The report's group: method and library (and sharding, when there is one)."""
+    library = "bitsandbytes" if "8bit" in str(case["optimizer"]) else ("peft" if case["method"] == "lora" else "torch")
+    method = {"full": "full finetuning", "freeze": "freezing", "lora": "LoRA"}.get(case["method"], case["method"])
+    return f"{case['group']}: {method}, {library}"
+
+
+def grouped_summary(table: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
+    """Per group (method, library), held-out or not, and step: cases, static parts exact, saved
+    activations exact, each step's peak within 5%, worst peak error."""
+    labels = {c["case_id"]: (_group_label(c), bool(c.get("held_out", False))) for _, c in cases.iterrows()}
+    wide = table.pivot(index="case_id", columns="part", values="error")
+    rows = []
+    groups: dict = {}
+    for case_id, key in labels.items():
+        groups.setdefault(key, []).append(case_id)
+    for (label, held_out), ids in groups.items():
+        sub = wide.loc[ids]
+        static = (sub[["parameters", "gradients", "optimizer_states"]] == 0).all(axis=1)
+        for step, part in (("1", "peak_first"), ("2 (steady)", "peak")):
+            rows.append({"group": label, "held out": "yes" if held_out else "no", "step": step,
+                         "cases": len(sub), "static parts exact": f"{int(static.sum())}/{len(sub)}",
+                         "saved exact": f"{int((sub.activations == 0).sum())}/{len(sub)}",
+                         "peak within 5%": f"{int((sub[part].abs() <= 0.05).sum())}/{len(sub)}",
+                         "worst peak error": f"{sub[part].iloc[sub[part].abs().argmax()]:+.2%}"})
+    return pd.DataFrame(rows)
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per part: cases, exact matches, cases within the test's tolerance, mean and worst error."""
     rows = []
@@ -118,6 +146,9 @@ def main(argv=None):
             print()
         print(f"{len(cases)} cases measured on the {meta['device']} ({meta['threads']} thread; {versions})")
         print(summary(table).to_string(index=False))
+        print()
+        print("Per group (held out: recorded after the prediction code it tests was written):")
+        print(grouped_summary(table, cases).to_string(index=False))
 
 
 if __name__ == "__main__":

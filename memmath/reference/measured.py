@@ -18,7 +18,10 @@ Columns, per case:
   shape                gpt2, llama-mha, llama-gqa, llama-gqa-tied, bert (sizes in family, n_layers, hidden_size,
                        n_heads, n_kv_heads, intermediate_size, vocab_size, max_positions, tied_embeddings, ...)
   precision            fp32 or bf16 (the whole model in that dtype, no autocast)
-  optimizer            adamw, sgd_momentum, adam_amsgrad (memmath's names)
+  group                the report's group: "transformers" (issue 4's grid), "8-bit Adam", ...
+  held_out             recorded after the prediction code it tests was written (reported apart)
+  optimizer            adamw, sgd_momentum, adam_amsgrad (torch.optim, memmath's names), adam8bit and
+                       adamw8bit (bitsandbytes' Adam8bit and AdamW8bit, both memmath's "adam8bit")
   method               full, freeze (frozen_layers: the first k blocks and the embeddings), lora
                        (lora_rank, lora_targets "qv" or "all", adapter_format fp32 or bf16)
   attention            eager or sdpa; dropout True (p=0.1 everywhere the family has dropout) or False
@@ -114,7 +117,9 @@ def case_method(row):
 
 def case_arguments(row, activations: str = "transformers") -> dict:
     """The keyword arguments of memmath.training_memory that describe a recorded case."""
-    return dict(precision=str(row["precision"]), optimizer=str(row["optimizer"]), method=case_method(row),
+    # bitsandbytes' Adam8bit and AdamW8bit keep the same states: memmath's "adam8bit" for both.
+    optimizer = {"adamw8bit": "adam8bit"}.get(str(row["optimizer"]), str(row["optimizer"]))
+    return dict(precision=str(row["precision"]), optimizer=optimizer, method=case_method(row),
                 batch_size=int(row["batch_size"]), seq_len=int(row["seq_len"]),
                 checkpointing=bool(row["checkpointing"]), attention=str(row["attention"]),
                 dropout=bool(row["dropout"]), activations=activations, device="cpu")
