@@ -111,7 +111,7 @@ class TrainingMemory:
 
 def training_memory(model, *, precision="bf16", optimizer="adamw", method: Method | None = None, batch_size=1,
                     seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention="eager", dropout=True,
-                    activations="textbook", device="cuda") -> TrainingMemory:
+                    activations="textbook", device="cuda", sharding="even", rank=0) -> TrainingMemory:
     """Bytes per GPU for one training step of `model`, as a TrainingMemory breakdown.
 
     model: a ModelShape, a preset name or a plain parameter count (activations then cannot be
@@ -124,6 +124,11 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
     2020, ZeRO, section 5). batch_size is the micro-batch each GPU processes (data parallelism does
     not shard activations). batch_size and seq_len may be numpy arrays; results broadcast.
+    sharding: "even" (that division), or what an engine stores on GPU `rank` (0 to n_gpus - 1),
+    tensor by tensor: "fsdp2" (PyTorch's fully_shard, zero_stage=3: every tensor cut along its
+    first dimension, padded) or "zero_redundancy" (torch's ZeroRedundancyOptimizer, zero_stage=1:
+    whole tensors' states per rank); both for Full() in pure fp32/16-bit with torch's optimizers
+    (memmath/sharding.py; measured over gloo by validation/sharded.py).
 
     Per trainable set of Nt parameters (bits from the recipe, or the adapters' own format):
     gradients ceil(Nt x grad_bits / 8), master weights ceil(Nt x 32 / 8) when the recipe keeps an
@@ -147,6 +152,10 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     device = validate.choice("device", device, ("cuda", "cpu"))
     n_gpus = validate.count("n_gpus", n_gpus, high=validate.MAX_GPUS, scalar=True)
     zero_stage = validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
+    from .sharding import SHARDINGS
+
+    sharding = validate.choice("sharding", sharding, SHARDINGS)
+    rank = validate.count("rank", rank, low=0, high=max(n_gpus - 1, 0), scalar=True)
     if is_plain_count(shape) and not isinstance(method, Full):
         raise ValueError(f"{type(method).__name__} needs a model with layers: pass a preset, a ModelShape or "
                          "uniform_model(n_params, n_layers) instead of a plain parameter count")
@@ -160,7 +169,11 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     )
 
     weights, constants = plan.weight_bytes, plan.quantization_constant_bytes
-    if n_gpus > 1 and zero_stage:
+    if sharding != "even":
+        weights, gradients, states = _engine_sharding(shape, method, recipe, opt, sharding=sharding, n_gpus=n_gpus,
+                                                      zero_stage=zero_stage, rank=rank)
+        notes.append(f"{sharding} on {n_gpus} GPUs: what rank {rank} stores, tensor by tensor (memmath/sharding.py)")
+    elif n_gpus > 1 and zero_stage:
         # ZeRO stage 1 shards optimizer states (and the fp32 master copy), 2 adds gradients, 3 adds weights.
         states, master = _shard(states, n_gpus), _shard(master, n_gpus)
         if zero_stage >= 2:
@@ -248,6 +261,32 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
         )
     # Nothing trainable, nothing to store for backward.
     return estimate, estimate.total * (plan.trainable_params > 0), True
+
+
+def _engine_sharding(shape, method, recipe, opt, *, sharding, n_gpus, zero_stage, rank):
+    """Weights, gradients and states of one rank as FSDP2 or ZeroRedundancyOptimizer store them."""
+    from .sharding import sharded_parts
+
+    stage = {"fsdp2": 3, "zero_redundancy": 1}[sharding]
+    if n_gpus < 2 or zero_stage != stage:
+        raise ValueError(f"sharding={sharding!r} needs n_gpus of 2 or more and zero_stage={stage}; "
+                         f"got n_gpus={n_gpus}, zero_stage={zero_stage}")
+    if not isinstance(method, Full):
+        raise ValueError(f"sharding={sharding!r} is modelled for method=Full() only; got {method.describe()}")
+    if recipe.master_bits > recipe.weight_bits or recipe.accum_bits:
+        raise ValueError(f"sharding={sharding!r} is modelled for pure fp32 or 16-bit recipes; got precision="
+                         f"{recipe.name!r}")
+    if opt.factored or opt.min_8bit_size or opt.block_size or opt.state_bits is not None:
+        raise ValueError(f"sharding={sharding!r} is modelled for torch's SGD, Adam and AdamW; got optimizer="
+                         f"{opt.name!r}")
+    if not shape.tensor_count_known:
+        raise ValueError(f"sharding={sharding!r} needs the model's tensors: pass a preset or a ModelShape, "
+                         "not a parameter count")
+    state_bits = recipe.weight_bits if recipe.states_follow_params else recipe.state_bits
+    parts = sharded_parts(shape, sharding=sharding, n_gpus=n_gpus, rank=rank, weight_bits=recipe.weight_bits,
+                          grad_bits=recipe.grad_bits, state_bits=state_bits, states=opt.states,
+                          step_bytes=opt.step_bytes_per_tensor)
+    return parts["weights"], parts["gradients"], parts["optimizer_states"]
 
 
 def _shard(value, n_gpus):

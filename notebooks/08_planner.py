@@ -61,6 +61,33 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
+def _(mo, pd, viz):
+    # FSDP2 and ZeRO-1 as PyTorch runs them: measured per rank over gloo (validation/sharded.py).
+    from memmath.reference.measured import load_measured_sharded, measured_metadata, predict_sharded_case
+
+    _sharded = load_measured_sharded()
+    _torch = measured_metadata()["versions"]["torch"]
+    _rows = []
+    for _, _case in _sharded[_sharded["shape"] == "bert"].iterrows():
+        for _rank in range(int(_case["world_size"])):
+            _m = predict_sharded_case(_case, _rank)
+            _rows.append({"engine": f"{_case['engine']} x {_case['world_size']}", "rank": _rank,
+                          "weights measured (B)": _case["param_bytes_per_rank"][_rank], "memmath (B)": int(_m.weights),
+                          "states measured (B)": _case["optimizer_state_bytes_per_rank"][_rank],
+                          "memmath states (B)": int(_m.optimizer_states)})
+    _table = pd.DataFrame(_rows)
+    mo.vstack([mo.md(f"""
+    **Measured, per rank.** The engines do not divide evenly. PyTorch {_torch}'s FSDP2 (`fully_shard`)
+    cuts every tensor along its first dimension and pads the pieces to the same size, so BERT's
+    2-row classifier costs every one of 4 ranks a row; `ZeroRedundancyOptimizer` (ZeRO-1) gives
+    whole tensors' states to ranks, largest first, so the ranks differ. memmath follows both with
+    `training_memory(..., sharding="fsdp2"` or `"zero_redundancy", rank=r)`; a small BERT on the CPU
+    over gloo:
+    """), viz.plain_table(_table)]) if len(_rows) else mo.md("")
+    return
+
+
+@app.cell(hide_code=True)
 def _(live_only_notice, mm, mo):
     _mistral = """{
       "architectures": ["MistralForCausalLM"],

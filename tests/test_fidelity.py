@@ -23,7 +23,9 @@ import memmath
 import memmath.reference
 from memmath.hf_activations import transformers_activations
 from memmath.reference.measured import (
-    case_arguments, case_method, case_model, measured_metadata, predicted_saved_per_layer,
+    case_arguments, case_method, case_model, load_measured_adapters, load_measured_sharded, measured_metadata,
+    predict_sharded_case,
+    predicted_saved_per_layer,
 )
 
 CASES = memmath.reference.load_measured()
@@ -308,3 +310,72 @@ def test_case_helpers_rebuild_the_call():
                                       seq_len=64, batch_size=2, dropout=False, attention="sdpa", checkpointing=False,
                                       device="cpu")
     assert direct.saved_by_forward == row["saved_bytes"]
+
+
+# ---- sharded runs (validation/sharded.py: FSDP2 and ZeroRedundancyOptimizer over gloo, per rank) ----
+SHARDED = load_measured_sharded()
+SHARDED_IDS = list(SHARDED.case_id)
+
+
+def _sharded_row(case_id):
+    return SHARDED[SHARDED.case_id == case_id].iloc[0].to_dict()
+
+
+@pytest.mark.parametrize("case_id", SHARDED_IDS)
+def test_sharded_parameters_gradients_and_states_per_rank_to_the_byte(case_id):
+    row = _sharded_row(case_id)
+    for rank in range(int(row["world_size"])):
+        m = predict_sharded_case(row, rank)
+        assert int(m.weights) == row["param_bytes_per_rank"][rank], rank
+        assert int(m.gradients) == row["grad_bytes_per_rank"][rank], rank
+        assert int(m.optimizer_states) == row["optimizer_state_bytes_per_rank"][rank], rank
+
+
+def test_the_sharded_recording_covers_both_engines_and_padding():
+    assert set(SHARDED.engine) == {"fsdp2", "fsdp2-noreshard", "zero1"} and set(SHARDED.world_size) == {2, 4}
+    # BERT's classifier (2 x 64) on 4 ranks: FSDP2 pads every rank to one row, so the ranks' weights add
+    # up to more than the model's; ZeRO-1 gives whole tensors, so its ranks' states differ.
+    bert = _sharded_row("bert/bf16/adamw/full/sdpa/nodrop/nockpt/b2s64/fsdp2x4") if (
+        "bert/bf16/adamw/full/sdpa/nodrop/nockpt/b2s64/fsdp2x4" in SHARDED_IDS) else _sharded_row(
+        "bert/fp32/adamw/full/sdpa/nodrop/nockpt/b2s64/fsdp2x4")
+    single = predict_sharded_case(bert, 0)
+    assert sum(bert["param_bytes_per_rank"]) > memmath.training_memory(case_model(bert), precision=bert["precision"]).weights
+    assert int(single.weights) == bert["param_bytes_per_rank"][0]
+    zero = SHARDED[SHARDED.engine == "zero1"]
+    assert any(len(set(r)) > 1 for r in zero.optimizer_state_bytes_per_rank)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=1), "zero_stage=3"),
+    (dict(sharding="zero_redundancy", n_gpus=2, zero_stage=3), "zero_stage=1"),
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=3, method=memmath.LoRA(rank=8)), "Full"),
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=3, precision="mixed"), "pure"),
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=3, optimizer="adam8bit"), "optimizer"),
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=3, rank=2), "rank"),
+    (dict(sharding="deepspeed"), "sharding"),
+])
+def test_engine_sharding_refuses_what_it_does_not_model(bad, message):
+    with pytest.raises(ValueError, match=message):
+        memmath.training_memory("gpt2", **bad)
+
+
+# ---- Houlsby adapters (validation/houlsby.py in BERT and LLaMA blocks) ----
+ADAPTERS = load_measured_adapters()
+
+
+@pytest.mark.parametrize("case_id", list(ADAPTERS.case_id))
+def test_houlsby_adapters_counts_gradients_and_states_to_the_byte(case_id):
+    row = ADAPTERS[ADAPTERS.case_id == case_id].iloc[0].to_dict()
+    m = memmath.reference.predict_case(row, activations="textbook")
+    assert int(m.weights) == row["param_bytes"]
+    assert int(m.gradients) == row["grad_bytes"]
+    assert int(m.optimizer_states) == row["optimizer_state_bytes"]
+    assert int(m.trainable_params) == row["trainable_params"] == row["adapter_params"]
+    assert int(m.total_params) == row["total_params"]
+
+
+def test_the_adapter_recording_covers_bert_llama_and_two_widths():
+    assert set(ADAPTERS.family) == {"bert", "llama"} and set(ADAPTERS.bottleneck) == {8, 32}
+    # Houlsby et al. 2019: each adapter 2*m*h + m + h, two per block: BERT, h = 64, m = 8, 3 blocks.
+    row = ADAPTERS[ADAPTERS.case_id == "bert/fp32/adamw/houlsby8/sdpa/nodrop/nockpt/b2s64"].iloc[0]
+    assert row.adapter_params == 3 * 2 * (2 * 8 * 64 + 8 + 64) == 6_576

@@ -110,3 +110,31 @@ def test_a_fresh_measurement_matches_the_recording_and_memmath(measure_module, c
     for step, key in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
         peak = int(memmath.reference.predict_peak_case(row, step=step).total)
         assert abs(peak - fresh[key]) <= 0.05 * fresh[key], f"{step}: predicted {peak:,}, measured {fresh[key]:,}"
+
+
+def test_a_fresh_two_rank_fsdp2_run_matches_the_recording_and_memmath(measure_module):
+    # One sharded run, 2 processes over gloo on 127.0.0.1 (validation/sharded.py, bounded in time).
+    from memmath.reference.measured import load_measured_sharded, predict_sharded_case
+    from validation import sharded
+
+    case_id = "bert/bf16/adamw/full/sdpa/nodrop/nockpt/b2s64/fsdp2x2"
+    recorded = load_measured_sharded()
+    rows = recorded[recorded.case_id == case_id]
+    if rows.empty:  # the grid alternates precisions; take the recorded BERT FSDP2 run on 2 ranks
+        rows = recorded[(recorded["shape"] == "bert") & (recorded.engine == "fsdp2") & (recorded.world_size == 2)]
+    row = rows.iloc[0].to_dict()
+    case = sharded.ShardedCase(row["shape"], precision=row["precision"], engine=row["engine"],
+                               world_size=int(row["world_size"]))
+    assert case.case_id == row["case_id"]
+    fresh = sharded.measure_sharded(case)
+    for key in ("param_bytes_per_rank", "grad_bytes_per_rank", "optimizer_state_bytes_per_rank",
+                "resident_before_bytes_per_rank"):
+        assert fresh[key] == row[key], key
+    for key in ("peak_step1_bytes_per_rank", "peak_step2_bytes_per_rank"):
+        for now, then in zip(fresh[key], row[key]):
+            assert abs(now - then) <= 0.01 * then, key
+    for rank in range(case.world_size):
+        m = predict_sharded_case(row, rank)
+        assert (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
+            fresh["param_bytes_per_rank"][rank], fresh["grad_bytes_per_rank"][rank],
+            fresh["optimizer_state_bytes_per_rank"][rank])

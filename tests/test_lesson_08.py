@@ -115,3 +115,23 @@ def test_every_control_at_both_ends():
             "targets_dropdown", "precision_dropdown", "optimizer_dropdown", "batch_slider", "seq_len_slider",
             "checkpointing_switch", "attention_radio", "gpu_dropdown", "n_gpus_slider", "zero_stage_radio",
             "reserved_slider", "unit_radio", "source_radio"} <= seen
+
+
+def test_sharded_runs_measured_next_to_memmath(default_run):
+    # FSDP2 and ZeRO-1 on a tiny BERT, per rank, recorded by validation/sharded.py (gloo, one CPU).
+    # By hand, FSDP2 over 4 ranks pads every tensor to ceil(d0 / 4) rows: the 2-row classifier (2 x 64)
+    # and token-type table (2 x 64) and the classifier bias (2) cost each rank 1 row (64, 64 and 1 values).
+    from memmath.reference.measured import load_measured_sharded
+
+    outputs, _ = default_run
+    text = html.unescape(lessons.output_text(outputs))
+    assert "Measured, per rank" in text and "fully_shard" in text and "ZeroRedundancyOptimizer" in text
+    bert = load_measured_sharded()
+    bert = bert[(bert["shape"] == "bert") & (bert.engine == "fsdp2") & (bert.world_size == 4)].iloc[0]
+    e = 4 if bert["precision"] == "fp32" else 2
+    # Per block 4 x (64 x 64 + 64) + 2 x (256 x 64) + 256 + 64 + 4 x 64 (norms) = 49,984 values, / 4 ranks;
+    # embeddings 1,000 x 64 / 4 + 256 x 64 / 4 + 1 row x 64 + 2 x 64 / 4 (LayerNorm); pooler 64 x 64 / 4
+    # + 64 / 4; classifier 1 x 64 + 1.
+    per_rank = 3 * 49_984 // 4 + 16_000 + 4_096 + 64 + 32 + 1_024 + 16 + 64 + 1
+    assert per_rank == 58_785  # more than a quarter of the model's 234,882 values
+    assert bert["param_bytes_per_rank"] == [e * per_rank] * 4

@@ -1,6 +1,7 @@
 """Measure what one real training step allocates, case by case, and record it for memmath's tests.
 
-    python -m validation.measure                      # the whole grid, CPU -> memmath/data/measured_cpu.json
+    python -m validation.measure                      # everything, CPU -> memmath/reference/data/measured_cpu.json
+    python -m validation.measure --no-sharded         # all but the sharded runs (kept from the file)
     python -m validation.measure --only gpt2 --print  # a subset, printed, nothing written
     python -m validation.measure --device cuda --out /tmp/measured_cuda.json   # on a GPU machine
 
@@ -21,7 +22,12 @@ peft), runs TWO training steps (forward, backward, optimizer.step(), zero_grad) 
   allocated bytes before the first;
 - the versions of torch, transformers and peft, once for the whole file.
 
-torch, transformers and peft are imported here only; memmath never needs them.
+Groups (each case's `group`; `held_out` marks cases recorded after the prediction code they test):
+"transformers" (issue 4's grid), "8-bit Adam" (bitsandbytes' Adam8bit/AdamW8bit), "Houlsby
+adapters" (validation/houlsby.py; in the file's adapter_cases) and the sharded runs of
+validation/sharded.py (FSDP2, ZeRO-1; in sharded_cases, per rank).
+
+torch, transformers, peft and bitsandbytes are imported here only; memmath never needs them.
 """
 
 from __future__ import annotations
@@ -94,7 +100,7 @@ class Case:
     # adamw | sgd_momentum | adam_amsgrad (torch.optim; memmath.OPTIMIZERS keys) | adam8bit | adamw8bit
     # (bitsandbytes' Adam8bit / AdamW8bit, both memmath's "adam8bit")
     optimizer: str = "adamw"
-    method: str = "full"  # full | freeze | lora
+    method: str = "full"  # full | freeze | lora | houlsby (validation/houlsby.py, BERT and LLaMA)
     frozen_layers: int = 0  # freeze: the first k blocks (and the embeddings) are frozen
     lora_rank: int = 8
     lora_targets: str = "qv"  # qv | all (every linear layer in the blocks)
@@ -105,6 +111,7 @@ class Case:
     batch_size: int = 2
     seq_len: int = 64
     group: str = "transformers"  # the report's group: transformers (issue 4's grid) | 8-bit Adam | ...
+    bottleneck: int = 0  # houlsby: the adapters' width m (adapters stored in the model's dtype)
 
     @property
     def case_id(self) -> str:
@@ -113,6 +120,8 @@ class Case:
             method = f"freeze{self.frozen_layers}"
         elif self.method == "lora":
             method = f"lora{self.lora_rank}-{self.lora_targets}-{self.adapter_format}"
+        elif self.method == "houlsby":
+            method = f"houlsby{self.bottleneck}"
         parts = [self.shape, self.precision, self.optimizer, method, self.attention,
                  "drop" if self.dropout else "nodrop", "ckpt" if self.checkpointing else "nockpt",
                  f"b{self.batch_size}s{self.seq_len}"]
@@ -288,6 +297,11 @@ def build(case: Case, device: str = "cpu"):
         # autocast_adapter_dtype=True (peft's default) keeps adapters in fp32 on a 16-bit base.
         autocast = case.adapter_format == "fp32"
         model = peft.get_peft_model(model, lora_config, autocast_adapter_dtype=autocast)
+    elif case.method == "houlsby":
+        from . import houlsby
+
+        houlsby.insert(model, _blocks(model, family), family, SHAPES[case.shape]["hidden_size"], case.bottleneck,
+                       dtype)
     elif case.method != "full":
         raise ValueError(f"unknown method {case.method!r}")
     model.train()
@@ -409,6 +423,23 @@ def _phase_peaks(prof, phases):
 STEPS = 2  # step 1 builds the optimizer states; from step 2 on they exist during forward and backward
 
 
+def _is_adapter(name: str) -> bool:
+    """A LoRA (peft) or Houlsby (validation/houlsby.py) adapter's parameter."""
+    return "lora_" in name or ".houlsby." in name
+
+
+def adapter_grid() -> list[Case]:
+    """Houlsby adapters in BERT and LLaMA (validation/houlsby.py): counts, gradients and states to
+    check; saved activations and peaks recorded (memmath's transformers model refuses adapters)."""
+    cases = []
+    for i, shape in enumerate(("bert", "llama-mha", "llama-gqa", "bert-wide", "llama-wide")):
+        for j, bottleneck in enumerate((8, 32)):
+            for k, optimizer in enumerate(("adamw", "sgd_momentum")):
+                cases.append(Case(shape, precision=("fp32", "bf16")[(i + j + k) % 2], optimizer=optimizer,
+                                  method="houlsby", bottleneck=bottleneck, group="Houlsby adapters"))
+    return cases
+
+
 def configure_torch():
     """Settings every measurement runs under (the recording and the live tests alike).
 
@@ -438,7 +469,7 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
     blocks = _blocks(model, family)
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
-    adapters = [p for n, p in model.named_parameters() if "lora_" in n]
+    adapters = [p for n, p in model.named_parameters() if _is_adapter(n)]
     # Alive before the step: parameters, buffers, the batch, and what the optimizer made at
     # construction (bitsandbytes' quantization maps, name2qmap, shared later by every 8-bit state).
     made_by_optimizer = [t for t in getattr(optimizer, "name2qmap", {}).values() if hasattr(t, "untyped_storage")]
@@ -489,7 +520,7 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
                 seen_states.add(_storage_key(value)[0])
                 states[key] = states.get(key, 0) + value.untyped_storage().nbytes()
     result = {
-        "total_params": sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n),
+        "total_params": sum(p.numel() for n, p in model.named_parameters() if not _is_adapter(n)),
         "trainable_params": sum(p.numel() for p in trainable),
         "adapter_params": sum(p.numel() for p in adapters),
         "trainable_tensors": len(trainable),
@@ -551,6 +582,7 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, default=None, help="measure at most this many cases")
     parser.add_argument("--print", action="store_true", help="print the records instead of writing a file")
     parser.add_argument("--explain", action="store_true", help="list every saved storage (implies --print)")
+    parser.add_argument("--no-sharded", action="store_true", help="skip the sharded cases (validation/sharded.py)")
     args = parser.parse_args(argv)
 
     import logging
@@ -572,12 +604,23 @@ def main(argv=None):
         cases = cases[: args.limit]
     started = time.perf_counter()
     records = run(cases, device=args.device, explain=args.explain)
+    adapter_cases = [c for c in adapter_grid() if not args.only or args.only in c.case_id]
+    adapter_records = run(adapter_cases, device=args.device)
+    sharded_records = []
+    out = args.out or (DEFAULT_OUT if args.device == "cpu" else None)
+    if args.device == "cpu" and not args.no_sharded and not args.print and not args.explain:
+        from . import sharded
+
+        sharded_cases = [c for c in sharded.grid() if not args.only or args.only in c.case_id]
+        sharded_records = sharded.run(sharded_cases)
+    elif args.no_sharded and out is not None and out.exists():
+        # Keep the sharded cases already recorded (they take most of the time).
+        sharded_records = json.loads(out.read_text(encoding="utf-8")).get("sharded_cases", [])
     elapsed = time.perf_counter() - started
     print(f"measured {len(records)} cases in {elapsed:.1f} s", file=sys.stderr)
     if args.print or args.explain:
-        json.dump(records, sys.stdout, indent=1)
+        json.dump(records + adapter_records, sys.stdout, indent=1)
         return
-    out = args.out or (DEFAULT_OUT if args.device == "cpu" else None)
     if out is None:
         parser.error("--out is required with --device cuda (the CPU recording stays as it is)")
     document = {
@@ -590,6 +633,10 @@ def main(argv=None):
         "lora_alpha": LORA_ALPHA,
         "shapes": SHAPES,
         "cases": records,
+        # Houlsby adapters (validation/houlsby.py): memmath predicts their counts, gradients and states.
+        "adapter_cases": adapter_records,
+        # One record per sharded case, every measured value a list with one entry per rank.
+        "sharded_cases": sharded_records,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")

@@ -90,6 +90,51 @@ def grouped_summary(table: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def sharded_summary() -> pd.DataFrame:
+    """Per sharded engine and world size: ranks whose parameters, gradients and optimizer states
+    memmath predicts to the byte (training_memory(..., sharding=..., rank=r)), and the measured
+    steady-state peak per rank (not predicted: peak_memory models one GPU)."""
+    from memmath.reference.measured import load_measured_sharded, predict_sharded_case
+
+    cases = load_measured_sharded()
+    rows = []
+    for (engine, world), sub in cases.groupby(["engine", "world_size"], sort=False):
+        ranks = exact = 0
+        peaks = []
+        for _, case in sub.iterrows():
+            for rank in range(int(world)):
+                m = predict_sharded_case(case, rank)
+                ranks += 1
+                exact += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
+                    case["param_bytes_per_rank"][rank], case["grad_bytes_per_rank"][rank],
+                    case["optimizer_state_bytes_per_rank"][rank])
+                peaks.append(case["peak_step2_bytes_per_rank"][rank])
+        library = "torch FSDP2 (fully_shard)" if engine.startswith("fsdp2") else "torch ZeroRedundancyOptimizer"
+        rows.append({"group": f"sharded: full finetuning, {library}", "sharding": f"{engine} x {world}",
+                     "held out": "yes", "cases": len(sub), "ranks: static parts exact": f"{exact}/{ranks}",
+                     "step 2 peak per rank (measured, B)": f"{min(peaks):,} to {max(peaks):,}"})
+    return pd.DataFrame(rows)
+
+
+def adapter_summary() -> pd.DataFrame:
+    """Houlsby adapters: cases whose parameters, gradients and states memmath predicts to the byte
+    (their saved activations and peaks are recorded; the transformers model refuses adapters)."""
+    from memmath.reference.measured import load_measured_adapters
+
+    cases = load_measured_adapters()
+    rows = []
+    for family, sub in cases.groupby("family", sort=False):
+        exact = 0
+        for _, case in sub.iterrows():
+            m = memmath.reference.predict_case(case, activations="textbook")
+            exact += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
+                case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
+        rows.append({"group": f"Houlsby adapters: {family}, validation/houlsby.py", "held out": "yes",
+                     "cases": len(sub), "static parts exact": f"{exact}/{len(sub)}",
+                     "saved activations, peaks": "recorded, not predicted"})
+    return pd.DataFrame(rows)
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per part: cases, exact matches, cases within the test's tolerance, mean and worst error."""
     rows = []
@@ -149,6 +194,16 @@ def main(argv=None):
         print()
         print("Per group (held out: recorded after the prediction code it tests was written):")
         print(grouped_summary(table, cases).to_string(index=False))
+        adapters = adapter_summary()
+        if len(adapters):
+            print()
+            print("Houlsby adapters (a reference module in BERT and LLaMA blocks):")
+            print(adapters.to_string(index=False))
+        sharded = sharded_summary()
+        if len(sharded):
+            print()
+            print("Sharded runs, per rank (validation/sharded.py, gloo on one CPU):")
+            print(sharded.to_string(index=False))
 
 
 if __name__ == "__main__":

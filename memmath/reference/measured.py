@@ -82,6 +82,45 @@ def load_measured(name: str = DATA_FILE) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def load_measured_adapters(name: str = DATA_FILE) -> pd.DataFrame:
+    """The Houlsby adapter cases (validation/houlsby.py), with load_measured's columns. memmath
+    predicts their parameters, gradients and states (predict_case(row, activations="textbook"));
+    its transformers activation model refuses adapters, so their saved bytes and peaks are recorded
+    but not predicted."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("adapter_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        rows.append({**config, **model, **record["measured"]})
+    return pd.DataFrame(rows)
+
+
+def load_measured_sharded(name: str = DATA_FILE) -> pd.DataFrame:
+    """The sharded cases (validation/sharded.py): configuration columns (engine: fsdp2,
+    fsdp2-noreshard or zero1; world_size), then per-rank lists (param_bytes_per_rank, ...)."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("sharded_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        rows.append({**config, **model, **record["measured"]})
+    return pd.DataFrame(rows)
+
+
+def predict_sharded_case(row, rank: int):
+    """memmath.training_memory(...) of one rank of a sharded case: sharding="fsdp2" with zero_stage=3
+    (FSDP2, resharded after forward or not: the same storage between steps) or "zero_redundancy"
+    with zero_stage=1."""
+    from ..training import training_memory
+
+    arguments = case_arguments(row)
+    engine = str(row["engine"])
+    sharding, stage = ("zero_redundancy", 1) if engine == "zero1" else ("fsdp2", 3)
+    return training_memory(case_model(row), n_gpus=int(row["world_size"]), zero_stage=stage, sharding=sharding,
+                           rank=rank, **arguments)
+
+
 def case_model(row) -> ModelShape:
     """The ModelShape of a recorded case (the same sizes the measurement built in transformers)."""
     family = row["family"]
@@ -112,7 +151,12 @@ def case_method(row):
         # "all": every linear matrix in the blocks (GPT-2 and BERT have no gate; peft's lists in measure.py).
         targets = ("q", "v") if row["lora_targets"] == "qv" else "all"
         return LoRA(rank=int(row["lora_rank"]), targets=targets, adapter_format=str(row["adapter_format"]))
-    raise ValueError(f"method must be full, freeze or lora; got {method!r}")
+    if method == "houlsby":
+        # validation/houlsby.py: two adapters per block in the model's dtype; only they train.
+        from ..methods import Adapters
+
+        return Adapters(bottleneck=int(row["bottleneck"]))
+    raise ValueError(f"method must be full, freeze, lora or houlsby; got {method!r}")
 
 
 def case_arguments(row, activations: str = "transformers") -> dict:
