@@ -130,9 +130,12 @@ def test_a_fresh_two_rank_fsdp2_run_matches_the_recording_and_memmath(measure_mo
     for key in ("param_bytes_per_rank", "grad_bytes_per_rank", "optimizer_state_bytes_per_rank",
                 "resident_before_bytes_per_rank"):
         assert fresh[key] == row[key], key
+    # A sharded run's per-rank peak is not reproducible to 1%: which rank's gloo buffers and
+    # prefetched blocks are alive together depends on when each process reaches a collective
+    # (measured: the same BERT FSDP2 run peaked 1,665,862 to 1,866,314 B per rank, run to run).
     for key in ("peak_step1_bytes_per_rank", "peak_step2_bytes_per_rank"):
         for now, then in zip(fresh[key], row[key]):
-            assert abs(now - then) <= 0.01 * then, key
+            assert abs(now - then) <= 0.15 * then, key
     for rank in range(case.world_size):
         m = predict_sharded_case(row, rank)
         assert (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
