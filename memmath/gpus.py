@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 MIB = 2**20
 MAX_GPU_BYTES = 2**60  # memory and bytes per second of one card (an H200 has 2**37 bytes)
 GPU_KINDS = ("consumer", "datacenter", "custom")  # custom: a card given by its memory alone (memmath train --gpu-memory)
+# What a CUDA context and its kernels hold before any tensor: 1,343 MiB measured on a V100 (Hugging
+# Face transformers docs, "Model training anatomy"; they print "1343 MB" from pynvml's used // 1024**2).
+# The allocator's peak does not see it, so check_fit reserves it unless told otherwise.
+CUDA_CONTEXT_BYTES = 1343 * MIB
+# The planner proposes a change only when it leaves at least this share of the requirement free:
+# the peak estimate is held to 5% of PyTorch's measured peak (tests/test_fidelity.py).
+FIT_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -100,22 +107,28 @@ def get_gpu(name) -> GPU:
 
 @dataclass(frozen=True)
 class Fit:
-    """Whether `required_bytes` fits on one card: headroom is positive when it fits."""
+    """Whether `required_bytes` fits on one card: headroom is positive when it fits.
+
+    available_bytes = the card's memory - reserved_bytes (the CUDA context by default);
+    margin_bytes: what must stay free on top of the requirement for `fits` to hold.
+    """
 
     gpu: GPU
     required_bytes: int
     available_bytes: int
+    reserved_bytes: int = 0
+    margin_bytes: int = 0
 
     def __post_init__(self):
         if not isinstance(self.gpu, GPU):
             raise TypeError(f"gpu must be a GPU; got {validate.describe(self.gpu)}")
-        object.__setattr__(self, "required_bytes", validate.nbytes("required_bytes", self.required_bytes))
-        object.__setattr__(self, "available_bytes", validate.nbytes("available_bytes", self.available_bytes))
+        for name in ("required_bytes", "available_bytes", "reserved_bytes", "margin_bytes"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
 
     @property
     def fits(self) -> bool:
-        """True when the requirement is at most the memory available."""
-        return self.required_bytes <= self.available_bytes
+        """True when the requirement plus the margin is at most the memory available."""
+        return self.required_bytes + self.margin_bytes <= self.available_bytes
 
     @property
     def headroom_bytes(self) -> int:
@@ -123,24 +136,30 @@ class Fit:
         return self.available_bytes - self.required_bytes
 
 
-def check_fit(required_bytes, gpu, *, reserved_bytes=0) -> Fit:
+def check_fit(required_bytes, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, margin=0.0) -> Fit:
     """Does a per-GPU requirement fit one card? A Fit with available_bytes = memory_bytes -
     reserved_bytes and headroom_bytes = available - required (negative: that many bytes missing).
 
-    Pass a TrainingMemory/InferenceMemory or its .total in bytes; reserved_bytes is what else the
-    card holds (a CUDA context takes roughly 0.3-2 GiB).
+    Pass the step's peak (a PeakEstimate from peak_memory, or its .total: what the allocator really
+    needs at once), a TrainingMemory/InferenceMemory or bytes. reserved_bytes is what else the card
+    holds: by default CUDA_CONTEXT_BYTES (1,343 MiB, a CUDA context measured on a V100); pass 0
+    to leave it out. margin: a share of the requirement that must stay free as well (0 to 1).
     """
     gpu = get_gpu(gpu)
     required = getattr(required_bytes, "total", required_bytes)
     # Any size training_memory can report is accepted (a run far too large simply does not fit).
-    required = validate.nbytes("required_bytes", required)
-    reserved = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
-    return Fit(gpu=gpu, required_bytes=required, available_bytes=gpu.memory_bytes - reserved)
+    required = validate.count("required_bytes", required, low=0, high=validate.MAX_BYTES, scalar=True)
+    reserved = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
+    margin = validate.real("margin", margin, low=0, high=1)
+    margin_bytes = int(-(-required * margin // 1))
+    return Fit(gpu=gpu, required_bytes=required, available_bytes=gpu.memory_bytes - reserved,
+               reserved_bytes=reserved, margin_bytes=margin_bytes)
 
 
-def fit_table(required_bytes, *, reserved_bytes=0, gpus=None, unit="GiB") -> pd.DataFrame:
+def fit_table(required_bytes, *, reserved_bytes=CUDA_CONTEXT_BYTES, gpus=None, unit="GiB") -> pd.DataFrame:
     """A table of every catalog GPU (or `gpus`), smallest first: memory and headroom (memory -
-    reserved - required) in `unit` (labelled in the column names) and whether it fits."""
+    reserved - required) in `unit` (labelled in the column names) and whether it fits. Pass the
+    step's peak (peak_memory); reserved_bytes defaults to CUDA_CONTEXT_BYTES, as in check_fit."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
     from .units import UNITS, unit_name
 

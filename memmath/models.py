@@ -733,7 +733,7 @@ def from_hf_config(config) -> ModelShape:
     model_type = config.get("model_type")
     if model_type is None:
         raise ValueError(f"config is missing the field 'model_type' (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
-    if model_type == "gemma3" and isinstance(config.get("text_config"), dict):
+    if isinstance(model_type, str) and model_type == "gemma3" and isinstance(config.get("text_config"), dict):
         raise ValueError("model_type 'gemma3' is the multimodal model (a vision tower too); pass its text_config "
                          "with model_type 'gemma3_text' for the language model alone")
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:

@@ -1,4 +1,10 @@
-"""The peak of one training step: an estimate of the most bytes allocated at any moment.
+"""The peak of a training step: an estimate of the most bytes allocated at any moment.
+
+By default the steady-state step (step="steady"): every step after the first, when the optimizer
+states and the fp32 master weights made by the first optimizer.step() stay alive through forward
+and backward. step="first" is the first step, before they exist. validation/measure.py runs two
+steps per case and records both peaks (on the CPU, two profiled steps: step 2's forward and
+backward peaks are step 1's plus exactly the optimizer-state bytes).
 
 training_memory() adds up what a step keeps; the allocator's peak is higher, because tensors that
 are never kept still exist for a while: the logits and their fp32 copy at the loss, the
@@ -38,8 +44,8 @@ Optimizer step
     foreach Adam, assumed here to hold one temporary the size of every trainable parameter (not
     measured).
 
-What it assumes: pure fp32 or 16-bit training (no autocast), one training step after
-zero_grad(set_to_none=True), the loss kept but not the logits, CPU kernels' scratch buffers
+What it assumes: pure fp32 or 16-bit training (no autocast), zero_grad(set_to_none=True) after
+each step, the loss kept but not the logits, CPU kernels' scratch buffers
 (oneDNN's bf16 matmul workspaces) left out, and on CUDA no CUDA context (0.3 to 2 GiB more,
 measured by nvidia-smi, not by the allocator). It is an estimate: tests/test_fidelity.py holds
 it to 5% of the measured CPU peak. The moments were read off the profiler's timelines of the
@@ -63,13 +69,14 @@ from .methods import Freeze, Full, LoRA
 from .notes import Note
 from .presets import resolve_model
 from .recipes import get_optimizer, get_recipe
-from .training import training_memory
+from .training import BNB_QMAP_BYTES, training_memory
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
 PHASES = ("forward", "backward", "optimizer_step")
+STEPS = ("steady", "first")  # peak_memory(step=...): every step after the first, or the first
 INT64 = 8
 # PyTorch's parameters() order of one block's adapted modules (peft adds lora_A, then lora_B, to each).
 _MODULE_ORDER = {
@@ -85,8 +92,9 @@ class PeakEstimate:
     """The estimated peak of one training step, per phase, with the moments behind each.
 
     forward, backward, optimizer_step: the highest allocation estimated in each phase (bytes);
-    resident: what is alive before the step (weights, batch, buffers); moments: (phase, moment,
-    bytes) for every moment considered; notes: what was assumed (Note objects).
+    resident: what is alive before the first step (weights, batch, buffers); moments: (phase,
+    moment, bytes) for every moment considered; notes: what was assumed (Note objects); step:
+    "steady" (a step after the first, optimizer states alive throughout) or "first".
     """
 
     forward: object
@@ -95,6 +103,7 @@ class PeakEstimate:
     resident: object
     moments: tuple
     notes: tuple = ()
+    step: str = "steady"
 
     def __post_init__(self):
         # Checked when built: whole, non-negative bytes (ints, or int64 arrays in a sweep).
@@ -103,6 +112,7 @@ class PeakEstimate:
         if not isinstance(self.moments, tuple):
             raise TypeError(f"moments must be a tuple of (phase, moment, bytes); got {validate.describe(self.moments)}")
         validate.notes("notes", self.notes)
+        validate.choice("step", self.step, STEPS)
 
     @property
     def total(self):
@@ -128,16 +138,21 @@ class PeakEstimate:
 
 
 def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batch_size=1, seq_len=None,
-                checkpointing=False, attention="eager", dropout=True, device="cuda") -> PeakEstimate:
-    """Estimate the peak allocation of one training step (see the module docstring for each term).
+                checkpointing=False, attention="eager", dropout=True, device="cuda", step="steady") -> PeakEstimate:
+    """Estimate the peak allocation of a training step (see the module docstring for each term).
 
     Takes training_memory's arguments (and defaults) for a gpt2, llama or bert shape trained with
     Full(), Freeze(...) or LoRA(...) in fp32 or 16-bit; seq_len is required. The activations come
     from the "transformers" model, the one whose tensors are known one by one. Measured against
     PyTorch on the CPU (device="cpu"); device="cuda" rests on the assumptions in the module doc.
+
+    step: "steady" (the default) is every step after the first: the optimizer states and master
+    weights made by the first optimizer.step() are alive through forward and backward. "first" is
+    the first step, before they exist. Both are measured (validation/measure.py runs two steps).
     """
     if seq_len is None:
         raise ValueError("peak_memory needs seq_len (a whole number of tokens per sequence)")
+    step = validate.choice("step", step, STEPS)
     shape = resolve_model(model)
     method = Full() if method is None else method
     memory = training_memory(shape, precision=precision, optimizer=optimizer, method=method, batch_size=batch_size,
@@ -181,9 +196,19 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     work_bwd = t * h * e + (3 if shape.family == "gpt2" else 2) * t * inner * e
 
     moments = []
+    # From the second step on the optimizer states and the fp32 master copy exist before forward
+    # starts (measured: step 2's forward and backward peaks = step 1's + exactly these bytes).
+    kept = (memory.optimizer_states + memory.master_weights) if step == "steady" else 0
+    if step == "first" and opt.name == "adam8bit":
+        kept = _bnb_maps(shape, method, recipe, opt)  # made with the optimizer, before the first step
+    # And the previous step's loss lives until the new one replaces it, at the end of forward: its
+    # value (fp32 for causal LMs, transformers upcasts the logits; BERT's at e) and the checkpointing
+    # leaf with its gradient (measured: step 2's forward peak - step 1's = states + these bytes).
+    previous_loss = ((4 if lm else e) + leaf) if step == "steady" else 0
 
     def moment(phase, label, value):
-        moments.append((phase, label, resident + value * trains))
+        extra = {"forward": kept + previous_loss, "backward": kept}.get(phase, 0)
+        moments.append((phase, label, resident + (value + extra) * trains))
 
     # Forward: the saved tensors pile up; the most alive at once is in the last block or at the loss.
     embeddings_alloc = parts.embeddings - parts.embeddings_batch
@@ -215,8 +240,13 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
                 + parts.recompute_live) * two)
     moment("backward", "at the embeddings: every gradient", embeddings_alloc + grads + tied_embed + leaf)
     transient, note = _optimizer_transient(shape, method, recipe, opt, device)
+    states_and_transient = memory.optimizer_states + transient
+    if opt.name == "adam8bit" and device == "cpu" and step == "first":
+        # bitsandbytes makes each tensor's states just before updating it (torch's Adam makes them
+        # all first): the first step peaks at the states made so far plus one tensor's temporaries.
+        states_and_transient = _bnb_first_step(shape, method, recipe, opt)
     moment("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
-           grads + memory.master_weights + memory.optimizer_states + transient + leaf)
+           grads + memory.master_weights + states_and_transient + leaf)
 
     phases = {}
     for phase in PHASES:
@@ -231,7 +261,7 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
         notes += (Note("cuda_context_excluded",
                        "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)
     return PeakEstimate(forward=phases["forward"], backward=phases["backward"], optimizer_step=phases["optimizer_step"],
-                        resident=resident, moments=tuple(moments), notes=notes)
+                        resident=resident, moments=tuple(moments), notes=notes, step=step)
 
 
 def _bits_bytes(params, bits):
@@ -303,8 +333,10 @@ def _optimizer_transient(shape, method, recipe, opt, device):
     """Bytes of the optimizer's temporaries at its highest moment, and a Note when assumed (else None)."""
     if opt.name not in ADAM_LIKE:
         return 0, None  # SGD with momentum updates in place (its buffer starts as a clone of the gradient)
-    note = None if opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad") else Note(
+    note = None if opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad", "adam8bit") else Note(
         "optimizer_temporaries_assumed", f"{opt.name}'s temporaries assumed like Adam's (not measured)")
+    if opt.name == "adam8bit":
+        return _bnb_transient(shape, method, recipe, opt, device)
     if device == "cuda":
         # foreach Adam: one list of temporaries as large as every trainable tensor together (assumed).
         blocks = method.layers_trained(shape) if isinstance(method, Freeze) else shape.n_layers
@@ -328,3 +360,81 @@ def _optimizer_transient(shape, method, recipe, opt, device):
             return options[np.minimum(k, 2)], note
         return largest(min(int(k), 2)), note
     return largest(min(shape.n_layers, 2)), note
+
+
+def _bnb_tensor_bits(method, recipe):
+    """Bits of the tensors bitsandbytes updates: the adapters' own format for LoRA, else the weights'."""
+    return method.adapter_bits(recipe) if isinstance(method, LoRA) else recipe.weight_bits
+
+
+def _bnb_update_bytes(n, bits, opt):
+    """Temporaries of bitsandbytes' CPU update of one tensor of n values (see _bnb_transient)."""
+    return n * ((20 if n >= opt.min_8bit_size else 12) + (4 if bits < 32 else 0))
+
+
+def _bnb_state_bytes(n, opt):
+    """bitsandbytes' states of one tensor: 2 x (n uint8 + one fp32 absmax per 256), or 2 x fp32 when small."""
+    if n < opt.min_8bit_size:
+        return 8 * n
+    return 2 * n + 2 * 4 * -(-n // opt.block_size)
+
+
+def _bnb_maps(shape, method, recipe, opt):
+    """bitsandbytes' two quantization maps when any trainable tensor keeps 8-bit states, else 0."""
+    bits = _bnb_tensor_bits(method, recipe)
+
+    def maps(blocks):
+        return BNB_QMAP_BYTES * any(size * 8 // bits >= opt.min_8bit_size
+                                    for size in _trainable_tensor_bytes(shape, method, recipe, int(blocks)))
+
+    if isinstance(method, Freeze):
+        k = method.layers_trained(shape)
+        return np.vectorize(maps, otypes=[np.int64])(k) if isinstance(k, np.ndarray) else maps(k)
+    return maps(shape.n_layers)
+
+
+def _bnb_first_step(shape, method, recipe, opt):
+    """The first step's highest (states made so far + one tensor's update temporaries), tensors in order."""
+    bits = _bnb_tensor_bits(method, recipe)
+
+    def highest(blocks):
+        sizes = [size * 8 // bits for size in _trainable_tensor_bytes(shape, method, recipe, int(blocks))]
+        made, best = BNB_QMAP_BYTES * any(n >= opt.min_8bit_size for n in sizes), 0
+        for n in sizes:
+            made += _bnb_state_bytes(n, opt)
+            best = max(best, made + _bnb_update_bytes(n, bits, opt))
+        return best
+
+    if isinstance(method, Freeze):
+        k = method.layers_trained(shape)
+        if isinstance(k, np.ndarray):
+            return np.vectorize(highest, otypes=[np.int64])(k)
+        return highest(k)
+    return highest(shape.n_layers)
+
+
+def _bnb_transient(shape, method, recipe, opt, device):
+    """bitsandbytes' 8-bit Adam: the temporaries of its update of the largest tensor.
+
+    On the CPU (bitsandbytes 0.50 backends/cpu/ops.py, one tensor at a time, all freed on return):
+    an 8-bit tensor of n values dequantizes both states to fp32 (8n), copies the gradient (4n) and
+    a 16-bit parameter (4n) to fp32, and builds denom from two fp32 temporaries (8n): 20n bytes for
+    fp32 weights, 24n for 16-bit ones; a tensor under min_8bit_size takes the 32-bit update, 12n or
+    16n (measured by profiling one step on single tensors: 20.0n, 24.0n, 12.0n, 16.0n). On CUDA
+    the update is one fused kernel with no temporaries (bitsandbytes' CUDA ops; not measured here).
+    """
+    if device == "cuda":
+        return 0, Note("optimizer_temporaries_assumed",
+                       "bitsandbytes' fused 8-bit update on CUDA assumed to allocate no temporaries (not measured)")
+    bits = _bnb_tensor_bits(method, recipe)
+
+    def largest(blocks):
+        return max((_bnb_update_bytes(size * 8 // bits, bits, opt)
+                    for size in _trainable_tensor_bytes(shape, method, recipe, blocks)), default=0)
+
+    if isinstance(method, Freeze):
+        k = method.layers_trained(shape)
+        if isinstance(k, np.ndarray):
+            return np.array([largest(0), largest(1)])[np.minimum(k, 1)], None
+        return largest(min(int(k), 1)), None
+    return largest(min(shape.n_layers, 1)), None

@@ -2,7 +2,10 @@
 
 `suggest_changes` tries one change at a time to a training setup (the keyword arguments of
 `training_memory`) and ranks the changes by the bytes each saves per GPU; `path_to_fit` chains
-them until the run fits. `config_from_text` reads a pasted config.json strictly as JSON text.
+them until the run fits. Both decide on `step_peak`: the steady-state peak of a step
+(peak_memory) where memmath models it, else the sum of the parts that training_memory counts,
+with the CUDA context reserved (CUDA_CONTEXT_BYTES) and FIT_MARGIN of the requirement left free.
+`config_from_text` reads a pasted config.json strictly as JSON text.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import validate
-from .gpus import check_fit, get_gpu
 from .activations import ATTENTION_KINDS
+from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
 from .methods import LoRA, QLoRA
 from .models import ModelShape, parse_json_config, from_hf_config
 from .recipes import bytes_per_parameter, get_optimizer, get_recipe
@@ -46,6 +49,51 @@ class Suggestion:
     saved: int
     fits: bool
     cost: str = ""
+    basis: str = "peak"
+
+    def __post_init__(self):
+        validate.text_field("change", self.change)
+        if not isinstance(self.settings, dict):
+            raise TypeError(f"settings must be a dict of training_memory's arguments; got {validate.describe(self.settings)}")
+        object.__setattr__(self, "total", validate.nbytes("total", self.total))
+        object.__setattr__(self, "saved", validate.nbytes("saved", self.saved))
+        object.__setattr__(self, "fits", validate.flag("fits", self.fits))
+        validate.text_field("cost", self.cost)
+        validate.choice("basis", self.basis, ("peak", "sum of parts"))
+
+
+_PEAK_ARGUMENTS = ("precision", "optimizer", "method", "batch_size", "seq_len", "checkpointing", "attention",
+                   "dropout", "device")
+
+
+def step_peak(model, **settings) -> tuple[int, str]:
+    """(bytes per GPU the run needs at once, what that number is) for training_memory's settings.
+
+    "peak": peak_memory's steady-state peak (a step after the first), where memmath models the
+    peak: gpt2/llama/bert shapes, Full/Freeze/LoRA in fp32 or 16-bit, one GPU, seq_len given.
+    "sum of parts": training_memory(...).total otherwise (QLoRA, adapters, AMP, ZeRO, a plain
+    count), which the allocator's peak may exceed by the step's temporaries.
+    """
+    _single_sizes(settings)
+    single = settings.get("n_gpus", 1) == 1 and not settings.get("zero_stage", 0)
+    if single and settings.get("seq_len") is not None and set(settings) <= set(_PEAK_ARGUMENTS) | {"n_gpus",
+                                                                                                   "zero_stage",
+                                                                                                   "activations"}:
+        from .peak import peak_memory
+
+        try:
+            peak = peak_memory(model, **{k: v for k, v in settings.items() if k in _PEAK_ARGUMENTS})
+            return _single(peak.total), "peak"
+        except ValueError:  # a method, recipe or family the peak model refuses by name
+            pass
+    return _single(training_memory(model, **settings).total), "sum of parts"
+
+
+def _single(total) -> int:
+    if isinstance(total, np.ndarray):  # a method swept over ranks or layers
+        raise ValueError("the planner compares one run: model (a parameter count) and method (its rank or layers) "
+                         "must be single values, not arrays")
+    return int(total)
 
     def __post_init__(self):
         validate.text_field("change", self.change)
@@ -58,11 +106,7 @@ class Suggestion:
 
 
 def _total(model, settings) -> int:
-    total = training_memory(model, **settings).total
-    if isinstance(total, np.ndarray):  # a method swept over ranks or layers
-        raise ValueError("the planner compares one run: model (a parameter count) and method (its rank or layers) "
-                         "must be single values, not arrays")
-    return int(total)
+    return step_peak(model, **settings)[0]
 
 
 def _one_run(gpu, reserved_bytes, max_gpus, settings):
@@ -70,15 +114,20 @@ def _one_run(gpu, reserved_bytes, max_gpus, settings):
     gpu = get_gpu(gpu)
     reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
     max_gpus = validate.count("max_gpus", max_gpus, high=MAX_GPUS, scalar=True)
+    _single_sizes(settings)
+    return gpu, reserved_bytes, max_gpus
+
+
+def _single_sizes(settings: dict) -> None:
+    """Batch, length and GPU count as single numbers, checked in place (ValueError names the field)."""
     limits = {"batch_size": validate.MAX_BATCH, "seq_len": validate.MAX_SEQ, "n_gpus": validate.MAX_GPUS}
     for key, high in limits.items():
         if settings.get(key) is not None:
             settings[key] = validate.count(key, settings[key], high=high, scalar=True)
-    return gpu, reserved_bytes, max_gpus
 
 
 def _fits(total, gpu, reserved_bytes) -> bool:
-    return check_fit(total, gpu, reserved_bytes=reserved_bytes).fits
+    return check_fit(total, gpu, reserved_bytes=reserved_bytes, margin=FIT_MARGIN).fits
 
 
 def _smallest_fitting(values, make_settings, model, gpu, reserved_bytes):
@@ -176,8 +225,11 @@ def _candidates(model, settings, gpu, reserved_bytes, max_gpus):
                "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
 
 
-def suggest_changes(model, gpu, *, reserved_bytes=0, max_gpus=64, **settings) -> list[Suggestion]:
+def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=64, **settings) -> list[Suggestion]:
     """Single changes that lower a training run's memory per GPU, the largest saving first.
+
+    Memory is step_peak's (the steady-state peak where modelled); a change fits when it leaves
+    FIT_MARGIN (5%) of its requirement free after reserved_bytes (the CUDA context by default).
 
     settings are training_memory's keyword arguments (precision, optimizer, method, batch_size,
     seq_len, checkpointing, n_gpus, zero_stage, attention, ...). Each candidate changes one thing:
@@ -191,23 +243,24 @@ def suggest_changes(model, gpu, *, reserved_bytes=0, max_gpus=64, **settings) ->
     suggestions = []
     for change, new_settings, cost in _candidates(model, settings, gpu, reserved_bytes, max_gpus):
         try:
-            after = _total(model, new_settings)
+            after, basis = step_peak(model, **new_settings)
         except ValueError:  # e.g. LoRA on a model without named matrices
             continue
         if after < before:
             suggestions.append(Suggestion(change, new_settings, after, before - after,
-                                          _fits(after, gpu, reserved_bytes), cost))
+                                          _fits(after, gpu, reserved_bytes), cost, basis))
     return sorted(suggestions, key=lambda s: (-s.saved, s.change))
 
 
-def path_to_fit(model, gpu, *, reserved_bytes=0, max_gpus=64, max_steps=8, **settings) -> list[Suggestion]:
+def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=64, max_steps=8,
+                **settings) -> list[Suggestion]:
     """Changes applied one after another until the run fits: when some change makes the run fit,
     the one among those that saves least (the smallest change to the run); otherwise the largest
     saving other than a smaller batch (a smaller batch only when nothing else is left), and again
     from there.
 
     Each Suggestion's total and saved are after that step (saved relative to the step before).
-    Empty when the run already fits; the last step's fits is False when no chain of changes fits.
+    Fitting, memory and the reserve are as in suggest_changes. Empty when the run already fits; the last step's fits is False when no chain of changes fits.
     """
     gpu, reserved_bytes, max_gpus = _one_run(gpu, reserved_bytes, max_gpus, settings)
     max_steps = validate.count("max_steps", max_steps, high=32, scalar=True)

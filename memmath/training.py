@@ -34,6 +34,7 @@ PART_LABELS = {
     "optimizer_states": "Optimizer states", "activations": "Activations",
 }
 ACTIVATION_MODELS = ("textbook", "transformers")
+BNB_QMAP_BYTES = 2 * 256 * 4  # bitsandbytes' qmap1 and qmap2 (create_dynamic_map: 256 fp32 values each)
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class OptimizerStates:
     moments: the state tensors (Adam's exp_avg and exp_avg_sq, momentum buffers, Adafactor's row
     and column statistics; 8-bit Adam's fp32 states of small tensors too); step_counters: the
     4-byte fp32 `step` tensor per trainable tensor (torch.optim Adam, AdamW, Adafactor);
-    block_constants: 8-bit Adam's fp32 absmax per block of values.
+    block_constants: 8-bit Adam's fp32 absmax per block of values, and bitsandbytes' two shared
+    quantization maps (2 x 256 fp32 values).
     """
 
     moments: object = 0
@@ -174,7 +176,7 @@ class TrainingMemory:
 
 def training_memory(model, *, precision="bf16", optimizer="adamw", method: Method | None = None, batch_size=1,
                     seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention=None, dropout=None,
-                    activations=None, device="cuda") -> TrainingMemory:
+                    activations=None, device="cuda", sharding="even", rank=0) -> TrainingMemory:
     """Bytes per GPU for one training step of `model`, as a TrainingMemory breakdown.
 
     model: a ModelShape, a preset name or a plain parameter count (activations then cannot be
@@ -192,6 +194,11 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
     2020, ZeRO, section 5). batch_size is the micro-batch each GPU processes (data parallelism does
     not shard activations). batch_size and seq_len may be numpy arrays; results broadcast.
+    sharding: "even" (that division), or what an engine stores on GPU `rank` (0 to n_gpus - 1),
+    tensor by tensor: "fsdp2" (PyTorch's fully_shard, zero_stage=3: every tensor cut along its
+    first dimension, padded) or "zero_redundancy" (torch's ZeroRedundancyOptimizer, zero_stage=1:
+    whole tensors' states per rank); both for Full() in pure fp32/16-bit with torch's optimizers
+    (memmath/sharding.py; measured over gloo by validation/sharded.py).
 
     Per trainable set of Nt parameters (bits from the recipe, or the adapters' own format):
     gradients ceil(Nt x grad_bits / 8), master weights ceil(Nt x 32 / 8) when the recipe keeps an
@@ -222,6 +229,10 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
                                                   attention=attention, dropout=dropout, notes=default_notes)
     n_gpus = validate.count("n_gpus", n_gpus, high=validate.MAX_GPUS, scalar=True)
     zero_stage = validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
+    from .sharding import SHARDINGS
+
+    sharding = validate.choice("sharding", sharding, SHARDINGS)
+    rank = validate.count("rank", rank, low=0, high=max(n_gpus - 1, 0), scalar=True)
     if is_plain_count(shape) and not isinstance(method, Full):
         raise ValueError(f"{type(method).__name__} needs a model with layers: pass a preset, a ModelShape or "
                          "uniform_model(n_params, n_layers) instead of a plain parameter count")
@@ -236,7 +247,11 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     )
 
     weights, constants = plan.weight_bytes, plan.quantization_constant_bytes
-    if n_gpus > 1 and zero_stage:
+    if sharding != "even":
+        weights, gradients, states = _engine_sharding(shape, method, recipe, opt, sharding=sharding, n_gpus=n_gpus,
+                                                      zero_stage=zero_stage, rank=rank)
+        notes.append(f"{sharding} on {n_gpus} GPUs: what rank {rank} stores, tensor by tensor (memmath/sharding.py)")
+    elif n_gpus > 1 and zero_stage:
         # ZeRO stage 1 shards optimizer states (and the fp32 master copy), 2 adds gradients, 3 adds weights.
         states, master = _shard(states, n_gpus), _shard(master, n_gpus)
         if zero_stage >= 2:
@@ -294,6 +309,7 @@ def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None,
 def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):
     gradients = accumulation = master = 0
     states = OptimizerStates()
+    eight_bit = False  # whether any tensor keeps 8-bit states (then bitsandbytes' quantization maps exist)
     for s in plan.trainable:
         # A set stored in its own format (fp32 LoRA adapters) gets gradients in that format.
         grad_bits = recipe.grad_bits if s.bits == recipe.weight_bits else s.bits
@@ -316,6 +332,7 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
             small_values = opt.states * s.small_params
             moments = moments + validate.ceil_div((state_values - small_values) * state_bits, 8) + small_values * 4
             constants = opt.states * s.state_blocks * opt.block_constant_bits // 8
+            eight_bit = eight_bit | ((s.params - s.small_params) > 0)
         else:
             moments = moments + validate.ceil_div(state_values * state_bits, 8)
             if opt.block_size:
@@ -323,6 +340,10 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
         if opt.step_bytes_per_tensor and shape.tensor_count_known:
             steps = opt.step_bytes_per_tensor * s.tensors
         states = states + OptimizerStates(moments=moments, step_counters=steps, block_constants=constants)
+    if opt.min_8bit_size and shape.tensor_count_known:
+        # bitsandbytes' two dynamic quantization maps (qmap1, qmap2: 256 fp32 values each), one pair
+        # shared by every 8-bit tensor (Optimizer2State.init_state; measured: one storage per map).
+        states = states + OptimizerStates(block_constants=BNB_QMAP_BYTES * eight_bit)
     if opt.step_bytes_per_tensor and not shape.tensor_count_known:
         notes.append(Note("step_counters_not_counted",
                           "the optimizer's 4-byte step counters (one per tensor) are not counted: a uniform model "
@@ -365,6 +386,32 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
         # A method sweep (LoRA ranks, frozen layers) at fixed sizes: the exact activations join int64 arrays.
         validate.check_sweep("activations (from seq_len and batch_size)", estimate.total)
     return estimate, estimate.total * trains, True
+
+
+def _engine_sharding(shape, method, recipe, opt, *, sharding, n_gpus, zero_stage, rank):
+    """Weights, gradients and states of one rank as FSDP2 or ZeroRedundancyOptimizer store them."""
+    from .sharding import sharded_parts
+
+    stage = {"fsdp2": 3, "zero_redundancy": 1}[sharding]
+    if n_gpus < 2 or zero_stage != stage:
+        raise ValueError(f"sharding={sharding!r} needs n_gpus of 2 or more and zero_stage={stage}; "
+                         f"got n_gpus={n_gpus}, zero_stage={zero_stage}")
+    if not isinstance(method, Full):
+        raise ValueError(f"sharding={sharding!r} is modelled for method=Full() only; got {method.describe()}")
+    if recipe.master_bits > recipe.weight_bits or recipe.accum_bits:
+        raise ValueError(f"sharding={sharding!r} is modelled for pure fp32 or 16-bit recipes; got precision="
+                         f"{recipe.name!r}")
+    if opt.factored or opt.min_8bit_size or opt.block_size or opt.state_bits is not None:
+        raise ValueError(f"sharding={sharding!r} is modelled for torch's SGD, Adam and AdamW; got optimizer="
+                         f"{opt.name!r}")
+    if not shape.tensor_count_known:
+        raise ValueError(f"sharding={sharding!r} needs the model's tensors: pass a preset or a ModelShape, "
+                         "not a parameter count")
+    state_bits = recipe.weight_bits if recipe.states_follow_params else recipe.state_bits
+    parts = sharded_parts(shape, sharding=sharding, n_gpus=n_gpus, rank=rank, weight_bits=recipe.weight_bits,
+                          grad_bits=recipe.grad_bits, state_bits=state_bits, states=opt.states,
+                          step_bytes=opt.step_bytes_per_tensor)
+    return parts["weights"], parts["gradients"], parts["optimizer_states"]
 
 
 def _shard(value, n_gpus):

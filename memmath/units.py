@@ -47,16 +47,17 @@ def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:
     """A labelled string such as '14.00 GB' or '13.04 GiB': n_bytes / unit size, rounded to `digits` decimals.
 
     unit: B, KB, MB, GB, TB, PB (powers of 10) or KiB, MiB, GiB, TiB, PiB (powers of 2). One size
-    only: for an array of bytes use to_unit.
+    only: for an array of bytes use to_unit. A negative size (a Fit's headroom when the run does not
+    fit) prints as a shortfall: format_bytes(-2 * 10**9) == '2.00 GB short'.
     """
     unit = unit_name(unit)
     digits = validate.count("digits", digits, low=0, high=12, scalar=True)
     if isinstance(n_bytes, np.ndarray) and n_bytes.ndim:
         raise TypeError("format_bytes formats one size; for an array of bytes use to_unit(n_bytes, unit)")
-    value = to_unit(n_bytes, unit)
-    if unit == "B":
-        return f"{int(round(value)):,} B"
-    return f"{value:,.{digits}f} {unit}"
+    short = isinstance(n_bytes, (int, float, np.integer, np.floating)) and not isinstance(n_bytes, bool) and n_bytes < 0
+    value = to_unit(-n_bytes if short else n_bytes, unit)
+    text = f"{int(round(value)):,} B" if unit == "B" else f"{value:,.{digits}f} {unit}"
+    return f"{text} short" if short else text
 
 
 _NUMBER = r"([0-9][0-9_,]*\.?[0-9]*(?:e[+-]?[0-9]+)?)"

@@ -394,7 +394,8 @@ def _(measured_cases, measured_model_dropdown, mm, pd, reference):
     # Full finetuning of the chosen model, every recipe and optimizer recorded (one batch of 2 x 64 tokens).
     _cases = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
                             & (measured_cases["method"] == "full") & (measured_cases["attention"] == "sdpa")
-                            & ~measured_cases["dropout"] & ~measured_cases["checkpointing"]]
+                            & ~measured_cases["dropout"] & ~measured_cases["checkpointing"]
+                            & (measured_cases["group"] == "transformers")]  # 8-bit Adam: the table below
     _rows = []
     for _, _case in _cases.iterrows():
         _predicted = reference.predict_case(_case)  # the matching memmath.training_memory(...) call
@@ -413,6 +414,25 @@ def _(measured_cases, measured_model_dropdown, mm, pd, reference):
 @app.cell
 def _(fidelity_rows, viz):
     viz.plain_table(fidelity_rows)
+    return
+
+
+@app.cell(hide_code=True)
+def _(measured_cases, measured_model_dropdown, mo, pd, reference, viz):
+    # 8-bit Adam as bitsandbytes really stores it, measured after memmath's count was written.
+    _bnb = reference.measured_metadata()["versions"].get("bitsandbytes", "?")
+    _eight = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
+                            & measured_cases["optimizer"].isin(["adam8bit", "adamw8bit"])]
+    _rows = [{"case": _c["case_id"], "states measured (B)": int(_c["optimizer_state_bytes"]),
+              "memmath (B)": int(reference.predict_case(_c).optimizer_states),
+              "8-bit tensors": "yes" if "absmax1" in _c["optimizer_state_detail"] else "none (all under 4,096)"}
+             for _, _c in _eight.iterrows()]
+    mo.vstack([mo.md(f"""
+    **8-bit Adam, measured.** bitsandbytes {_bnb}'s `Adam8bit` and `AdamW8bit` on the CPU: a tensor of
+    4,096 elements or more keeps two uint8 states and one fp32 scale per 256 values; a smaller one
+    (norms, biases, small LoRA matrices) keeps two fp32 states; and one pair of 256-value
+    quantization maps is shared by all. memmath counts them tensor by tensor:
+    """), viz.plain_table(pd.DataFrame(_rows))]) if _rows else mo.md("")
     return
 
 

@@ -67,6 +67,33 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
+def _(mo, pd, viz):
+    # FSDP2 and ZeRO-1 as PyTorch runs them: measured per rank over gloo (validation/sharded.py).
+    from memmath.reference.measured import load_measured_sharded, measured_metadata, predict_sharded_case
+
+    _sharded = load_measured_sharded()
+    _torch = measured_metadata()["versions"]["torch"]
+    _rows = []
+    for _, _case in _sharded[_sharded["shape"] == "bert"].iterrows():
+        for _rank in range(int(_case["world_size"])):
+            _m = predict_sharded_case(_case, _rank)
+            _rows.append({"engine": f"{_case['engine']} x {_case['world_size']}", "rank": _rank,
+                          "weights measured (B)": _case["param_bytes_per_rank"][_rank], "memmath (B)": int(_m.weights),
+                          "states measured (B)": _case["optimizer_state_bytes_per_rank"][_rank],
+                          "memmath states (B)": int(_m.optimizer_states)})
+    _table = pd.DataFrame(_rows)
+    mo.vstack([mo.md(f"""
+    **Measured, per rank.** The engines do not divide evenly. PyTorch {_torch}'s FSDP2 (`fully_shard`)
+    cuts every tensor along its first dimension and pads the pieces to the same size, so BERT's
+    2-row classifier costs every one of 4 ranks a row; `ZeroRedundancyOptimizer` (ZeRO-1) gives
+    whole tensors' states to ranks, largest first, so the ranks differ. memmath follows both with
+    `training_memory(..., sharding="fsdp2"` or `"zero_redundancy", rank=r)`; a small BERT on the CPU
+    over gloo:
+    """), viz.plain_table(_table)]) if len(_rows) else mo.md("")
+    return
+
+
+@app.cell(hide_code=True)
 def _(live_only_notice, mm, mo):
     _mistral = """{
       "architectures": ["MistralForCausalLM"],
@@ -187,8 +214,9 @@ def _(literature, live_only_notice, mm, mo):
     n_gpus_slider = mo.ui.slider(steps=[2**k for k in range(0, 7)], value=1, show_value=True, label="GPUs")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
                                    label="ZeRO stage")
-    reserved_slider = mo.ui.slider(0, 2, step=0.25, value=1.25, show_value=True,
-                                   label="Reserved for the CUDA context (GiB)")
+    _context_gib = mm.CUDA_CONTEXT_BYTES / 2**30  # memmath's default reserve: 1,343 MiB, 1.31 GiB
+    reserved_slider = mo.ui.slider(steps=sorted({0.25 * k for k in range(9)} | {_context_gib}), value=_context_gib,
+                                   show_value=True, label="Reserved for the CUDA context (GiB)")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     _context = literature.REPORTED["cuda_context_v100"]
     mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_slider, zero_stage_radio], justify="start"),
@@ -196,7 +224,7 @@ def _(literature, live_only_notice, mm, mo):
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
                      f"measured on a V100 ({_context.source}), "
                      f"{mm.format_bytes(mm.parse_bytes(f'{_context.value} {_context.unit}'), 'GiB')}; the slider "
-                     "starts at 1.25 GiB."
+                     "starts there, memmath's default reserve (mm.CUDA_CONTEXT_BYTES)."
                      ).style({"font-size": "0.9em"})])
     return gpu_dropdown, n_gpus_slider, reserved_slider, unit_radio, zero_stage_radio
 
@@ -258,36 +286,45 @@ def _(functools, mm):
     def planned_memory(model, **settings):
         return mm.training_memory(model, **settings)
 
+    @functools.lru_cache(maxsize=512)
+    def planned_peak(model, **settings):
+        # What the card must hold at once: the steady-state peak of a step where memmath models it.
+        return mm.step_peak(model, **settings)
+
     @functools.lru_cache(maxsize=256)
     def planned_changes(model, gpu, reserved, **settings):
         return (tuple(mm.suggest_changes(model, gpu, reserved_bytes=reserved, **settings)),
                 tuple(mm.path_to_fit(model, gpu, reserved_bytes=reserved, **settings)))
 
-    return planned_changes, planned_memory
+    return planned_changes, planned_memory, planned_peak
 
 
 @app.cell
-def _(model, planned_memory, settings):
+def _(model, planned_memory, planned_peak, settings):
     result = planned_memory(model, **settings)
-    return (result,)
+    peak_bytes, peak_basis = planned_peak(model, **settings)
+    return peak_basis, peak_bytes, result
 
 
 @app.cell
-def _(gpu, mm, model, planned_changes, reserved, result, settings):
-    fit = mm.check_fit(result.total, gpu, reserved_bytes=reserved)
+def _(gpu, mm, model, peak_bytes, planned_changes, reserved, settings):
+    fit = mm.check_fit(peak_bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
     suggestions, path = (list(_c) for _c in planned_changes(model, gpu, reserved, **settings))
     return fit, path, suggestions
 
 
 @app.cell(hide_code=True)
-def _(fit, gpu, mm, mo, model, pasted_text, result, settings, unit):
+def _(fit, gpu, mm, mo, model, pasted_text, peak_basis, peak_bytes, result, settings, unit):
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
     _per = f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU"
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
-    _verdict = (f"**It fits.** {_f(result.total)} {_per}; one {gpu.name} has {_usable}: "
-                f"{_f(fit.headroom_bytes)} to spare." if fit.fits else
-                f"**It does not fit.** {_f(result.total)} {_per}; one {gpu.name} has {_usable}: "
-                f"{_f(-fit.headroom_bytes)} short.")
+    _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
+             if peak_basis == "peak" else "as the sum of the parts (memmath has no peak model for this run)")
+    _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
+    _verdict = (f"**It fits.** {_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: "
+                f"{_f(fit.headroom_bytes)} to spare{_margin}." if fit.fits else
+                f"**It does not fit.** {_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: "
+                f"{_f(fit.headroom_bytes)}{_margin}.")
     _long = model.max_positions is not None and settings["seq_len"] > model.max_positions
     _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} learned only {model.max_positions:,} positions; a {settings['seq_len']:,}"
                               "-token sequence is arithmetic only."), kind="warn")] if _long else []
@@ -343,8 +380,8 @@ def _(mm, mo, path, suggestions, unit, viz):
 
 
 @app.cell
-def _(mm, mo, reserved, result, unit, viz):
-    catalog_frame = mm.fit_table(result.total, reserved_bytes=reserved, unit=unit)
+def _(mm, mo, peak_bytes, reserved, unit, viz):
+    catalog_frame = mm.fit_table(peak_bytes, reserved_bytes=reserved, unit=unit)
     _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
     catalog_frame = catalog_frame.assign(**{
         f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
@@ -352,7 +389,7 @@ def _(mm, mo, reserved, result, unit, viz):
     mo.vstack([mo.md(f"""
     ## Every GPU in the catalog
 
-    The same {mm.format_bytes(result.total, unit)} per GPU against every card, with the CUDA context
+    The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with the CUDA context
     reserved on each. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
     driver reports, the same or a little less.
     """), viz.plain_table(catalog_frame)])
@@ -504,7 +541,7 @@ def _(mo):
 def _(literature, mm, mo):
     _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
     _full = mm.training_memory("llama-2-7b", **_s)
-    _path = mm.path_to_fit("llama-2-7b", "RTX 4090", reserved_bytes=int(1.25 * 2**30), **_s)
+    _path = mm.path_to_fit("llama-2-7b", "RTX 4090", **_s)  # the CUDA context reserved by default
     _q = mm.training_memory("llama-65b", precision="bf16", optimizer="adamw", method=mm.QLoRA(rank=64, targets="all"),
                             batch_size=1, seq_len=512, checkpointing=True, attention="sdpa")
     _a6000 = mm.check_fit(_q, "RTX A6000")
@@ -517,7 +554,7 @@ def _(literature, mm, mo):
     mo.vstack([
         mo.md("## Problems"),
         mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
-              "per GPU, and what is the smallest change that fits it on an RTX 4090 (1.25 GiB reserved)?"),
+              "per GPU, and what is the smallest change that fits it on an RTX 4090 (1.31 GiB reserved)?"),
         mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.total)}. The planner's path: "
                                       + ", then ".join(f"{s.change} ({mm.format_bytes(s.total)})" for s in _path) + ".")}),
         mo.md("**2.** QLoRA's paper finetuned a 65B model on one 48 GB GPU. Plan LLaMA-65B with QLoRA rank 64 on "

@@ -20,7 +20,6 @@ CASES = [
     ("zero gpus", lambda: mm.training_memory("gpt2", n_gpus=0), ["n_gpus", "from 1 to"]),
     ("zero stage 4", lambda: mm.training_memory("gpt2", zero_stage=4), ["zero_stage", "from 0 to 3"]),
     ("zero context", lambda: mm.kv_cache_bytes("gpt2", context_len=0), ["context_len", "from 1 to"]),
-    ("negative bytes", lambda: mm.format_bytes(-1), ["n_bytes", "from 0"]),
     ("negative required", lambda: mm.check_fit(-1, "T4"), ["required_bytes", "from 0"]),
     ("zero hidden", lambda: mm.llama_model(**dict(TINY_LLAMA, hidden_size=0)), ["hidden_size", "from 1 to"]),
     ("zero count", lambda: mm.parse_count("0"), ["parameter count", "from 1 to"]),

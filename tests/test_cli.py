@@ -308,7 +308,7 @@ def test_the_default_reserve_is_the_planner_lessons_cuda_context_figure():
         except ImportError:
             continue
     reported = literature.REPORTED["cuda_context_v100"]
-    assert mm.parse_bytes(f"{reported.value} {reported.unit}") == cli.DEFAULT_RESERVE == 1_408_237_568
+    assert mm.parse_bytes(f"{reported.value} {reported.unit}") == cli.DEFAULT_RESERVE == mm.CUDA_CONTEXT_BYTES == 1_408_237_568
     assert "08_planner" in (REPO / "notebooks" / "08_planner.py").name
     assert "cuda_context_v100" in (REPO / "notebooks" / "08_planner.py").read_text()
 

@@ -1,15 +1,16 @@
 """memmath's predictions against what PyTorch really allocated, case by case (no torch needed).
 
-The expected numbers are measurements, not memmath's own output: validation/measure.py ran one
-training step per case with torch, transformers and peft on the CPU (versions in the data file)
+The expected numbers are measurements, not memmath's own output: validation/measure.py ran two
+training steps per case with torch, transformers and peft on the CPU (versions in the data file)
 and recorded the bytes in memmath/data/measured_cpu.json. tests/test_fidelity_live.py checks that
 the recording still matches PyTorch today.
 
 Tolerances (issue 4): parameters, gradients and optimizer states equal to the byte; activations
-saved by the forward pass (activations="transformers") within 1% per case; the peak within 5%.
+saved by the forward pass (activations="transformers") within 1% per case; the peak of each of
+the two measured steps within 5% (issue 11: at least 95% of the cases, every miss listed).
 
 Two groups, reported apart: "fitted", the cases the activation and peak models were written
-against, and "held-out", the wider shapes measured only afterwards (the data's held_out column).
+against, and "held-out", the cases measured only afterwards (the data's held_out column).
 Every per-case test id starts with its group; test_group_summary prints and checks each group.
 """
 
@@ -26,7 +27,9 @@ import memmath
 import memmath.reference
 from memmath.hf_activations import transformers_activations
 from memmath.reference.measured import (
-    case_arguments, case_method, case_model, measured_metadata, predicted_saved_per_layer,
+    case_arguments, case_method, case_model, load_measured_adapters, load_measured_sharded, measured_metadata,
+    predict_sharded_case,
+    predicted_saved_per_layer,
 )
 
 CASES = memmath.reference.load_measured()
@@ -43,14 +46,24 @@ def _group(case_id) -> str:
 CASE_PARAMS = [pytest.param(case_id, id=f"{_group(case_id)}:{case_id}") for case_id in IDS]
 ROOT = Path(__file__).resolve().parent.parent
 
-# Cases where the peak estimate misses by more than 5%, each with the reason. They are expected
-# failures; test_known_peak_misses_still_miss fails when one starts to pass, so the list stays true.
+# Cases where the peak estimate misses by more than 5%, each with the reason, per step ("first":
+# step 1, before the optimizer states exist; "steady": step 2, as every later step). They are
+# expected failures; test_known_peak_misses_still_miss fails when one starts to pass.
+_CKPT_DROPOUT = ("held-out case, estimate 6.4% low: with checkpointing and CPU attention dropout (PyTorch's math "
+                 "kernel, fp32 s x s tensors) the backward peak falls while a block is recomputed, and the math "
+                 "kernel's temporaries that overlap the block's gradients there are not all in the model")
+_FROZEN_RECOMPUTE = ("held-out case, estimate 7.0-7.3% low in the backward pass: with checkpointing and frozen "
+                     "embeddings transformers makes the embedding output a leaf that requires grad, so the three "
+                     "frozen blocks are recomputed and run backward too, to give it a gradient; the model's "
+                     "recompute moments count the trained blocks only. In step 1 the optimizer step (8.5-9.4% "
+                     "above that backward) hid it; from step 2 on the states make backward the peak")
 KNOWN_PEAK_MISSES = {
-    "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112": (
-        "held-out case, estimate 6.4% low: with checkpointing and CPU attention dropout (PyTorch's math "
-        "kernel, fp32 s x s tensors) the backward peak falls while a block is recomputed, and the math "
-        "kernel's temporaries that overlap the block's gradients there are not all in the model"),
+    ("first", "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112"): _CKPT_DROPOUT,
+    ("steady", "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112"): _CKPT_DROPOUT,
+    ("steady", "llama-wide/bf16/adamw/freeze3/sdpa/nodrop/ckpt/b3s48"): _FROZEN_RECOMPUTE,
+    ("steady", "bert-wide/bf16/adamw/freeze3/sdpa/nodrop/ckpt/b3s48"): _FROZEN_RECOMPUTE,
 }
+STEP_COLUMN = {"first": "peak_step1_bytes", "steady": "peak_step2_bytes"}
 
 
 def _row(case_id):
@@ -88,21 +101,52 @@ def test_saved_activations_block_by_block(case_id):
     assert predicted_saved_per_layer(row) == list(row["saved_per_layer"])
 
 
+@pytest.mark.parametrize("step", sorted(STEP_COLUMN))
 @pytest.mark.parametrize("case_id", CASE_PARAMS)
-def test_peak_within_five_percent(case_id):
-    if case_id in KNOWN_PEAK_MISSES:
-        pytest.xfail(KNOWN_PEAK_MISSES[case_id])
+def test_peak_within_five_percent(case_id, step):
+    if (step, case_id) in KNOWN_PEAK_MISSES:
+        pytest.xfail(KNOWN_PEAK_MISSES[(step, case_id)])
     row = _row(case_id)
-    peak = memmath.reference.predict_peak_case(row)
-    assert _relative(peak.total, row["peak_bytes"]) <= 0.05, (
-        f"predicted {int(peak.total):,} B ({peak.phase}), measured {row['peak_bytes']:,} B")
+    peak = memmath.reference.predict_peak_case(row, step=step)
+    measured = row[STEP_COLUMN[step]]
+    assert _relative(peak.total, measured) <= 0.05, (
+        f"predicted {int(peak.total):,} B ({peak.phase}), measured {measured:,} B in the {step} step")
 
 
-@pytest.mark.parametrize("case_id", sorted(KNOWN_PEAK_MISSES))
-def test_known_peak_misses_still_miss(case_id):
+@pytest.mark.parametrize("step, case_id", sorted(KNOWN_PEAK_MISSES))
+def test_known_peak_misses_still_miss(step, case_id):
     """A listed miss that starts to pass must leave KNOWN_PEAK_MISSES (and the README's note)."""
     row = _row(case_id)
-    assert _relative(memmath.reference.predict_peak_case(row).total, row["peak_bytes"]) > 0.05
+    predicted = memmath.reference.predict_peak_case(row, step=step).total
+    assert _relative(predicted, row[STEP_COLUMN[step]]) > 0.05
+
+
+def test_at_least_95_percent_of_peaks_within_five_percent():
+    for step in STEP_COLUMN:
+        misses = [c for s, c in KNOWN_PEAK_MISSES if s == step]
+        assert len(misses) <= 0.05 * len(IDS), (step, misses)
+
+
+@pytest.mark.parametrize("case_id", IDS[::5])
+def test_the_second_step_adds_what_the_first_step_made(case_id):
+    # Measured: step 2's forward and backward peaks exceed step 1's by the optimizer states (and the
+    # previous step's loss, kept until the next forward ends); memmath's steady step adds the same.
+    row = _row(case_id)
+    first = memmath.reference.predict_peak_case(row, step="first")
+    steady = memmath.reference.predict_peak_case(row)
+    for phase in ("forward", "backward"):
+        measured = row[f"peak_step2_{phase}_bytes"] - row[f"peak_step1_{phase}_bytes"]
+        assert int(getattr(steady, phase) - getattr(first, phase)) == measured, phase
+    # bitsandbytes' quantization maps exist from the optimizer's construction, before step 1.
+    maps = row["optimizer_state_detail"].get("qmap1", 0) + row["optimizer_state_detail"].get("qmap2", 0)
+    assert row["peak_step2_backward_bytes"] - row["peak_step1_backward_bytes"] == (
+        row["optimizer_state_bytes"] - maps) * (row["trainable_params"] > 0)
+
+
+def test_peak_memory_names_its_step():
+    with pytest.raises(ValueError, match="step"):
+        memmath.peak_memory("gpt2", seq_len=16, step="second")
+    assert memmath.peak_memory("gpt2", seq_len=16).step == "steady"
 
 
 def _summary(group):
@@ -120,7 +164,7 @@ def _summary(group):
         saved_ok, peak_ok = saved_ok + (saved <= 0.01), peak_ok + (peak <= 0.05)
         worst_saved, worst_peak = max(worst_saved, saved), max(worst_peak, peak)
     return dict(cases=len(ids), exact=exact, saved_ok=saved_ok, peak_ok=peak_ok, worst_saved=worst_saved,
-                worst_peak=worst_peak, known_misses=sum(case_id in KNOWN_PEAK_MISSES for case_id in ids))
+                worst_peak=worst_peak, known_misses=sum(("steady", case_id) in KNOWN_PEAK_MISSES for case_id in ids))
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -137,11 +181,17 @@ def test_group_summary(group, capsys):
     assert s["peak_ok"] == s["cases"] - s["known_misses"]
 
 
-def test_the_held_out_group_is_the_wider_shapes_measured_afterwards():
-    # validation/measure.py, step 6: 5 cases on each of three wider shapes, measured after the model was written.
+def test_the_held_out_group_is_what_was_measured_after_the_model():
+    # validation/measure.py: 5 cases on each of three wider shapes (step 6), the model types read since
+    # issue 10 (grid block 7: 4 cases each, 2 more for Phi-3 and OLMo 2), and issue 11's 8-bit Adam cases.
     held_out = CASES[CASES.held_out]
-    assert len(held_out) == 15 and set(held_out["shape"]) == {"gpt2-wide", "llama-wide", "bert-wide"}
-    assert all(_group(case_id) == "held-out" for case_id in KNOWN_PEAK_MISSES)
+    wide = held_out[held_out["shape"].isin(["gpt2-wide", "llama-wide", "bert-wide"]) & (held_out["group"] != "8-bit Adam")]
+    families = held_out[held_out["shape"].isin(["gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa",
+                                                "olmo2-gqa"])]
+    assert len(wide) == 15 and len(families) == 28
+    assert set(held_out[held_out["group"] == "8-bit Adam"].index) | set(wide.index) | set(families.index) == set(
+        held_out.index)
+    assert all(_group(case_id) == "held-out" for _step, case_id in KNOWN_PEAK_MISSES)
 
 
 def test_training_memory_reports_the_transformers_estimate():
@@ -155,28 +205,46 @@ def test_training_memory_reports_the_transformers_estimate():
 
 
 def test_the_recording_covers_the_grid_of_issue_4():
-    assert len(CASES) >= 100
-    assert set(CASES.family) == {"gpt2", "llama", "bert"}
-    llama = CASES[CASES.family == "llama"]
+    grid = CASES[CASES.group == "transformers"]
+    assert len(grid) >= 100
+    assert set(grid.family) == {"gpt2", "llama", "bert"}
+    llama = grid[grid.family == "llama"]
     assert (llama.n_kv_heads < llama.n_heads).any() and (llama.n_kv_heads == llama.n_heads).any()  # GQA and MHA
     assert set(llama.tied_embeddings) == {True, False}
-    assert set(CASES.precision) == {"fp32", "bf16"}
-    assert set(CASES.optimizer) == {"adamw", "sgd_momentum", "adam_amsgrad"}
-    assert set(CASES.method) == {"full", "freeze", "lora"}
-    lora = CASES[CASES.method == "lora"]
+    assert set(grid.precision) == {"fp32", "bf16"}
+    assert set(grid.optimizer) == {"adamw", "sgd_momentum", "adam_amsgrad"}
+    assert set(grid.method) == {"full", "freeze", "lora"}
+    lora = grid[grid.method == "lora"]
     assert set(lora.lora_targets) == {"qv", "all"}
     assert set(lora[lora.precision == "bf16"].adapter_format) == {"fp32", "bf16"}
-    assert set(CASES.attention) == {"eager", "sdpa"}
-    assert set(CASES.dropout) == {True, False} and set(CASES.checkpointing) == {True, False}
-    assert CASES.batch_size.nunique() >= 3 and CASES.seq_len.nunique() >= 3
-    assert CASES.case_id.is_unique
+    assert set(grid.attention) == {"eager", "sdpa"}
+    assert set(grid.dropout) == {True, False} and set(grid.checkpointing) == {True, False}
+    assert grid.batch_size.nunique() >= 3 and grid.seq_len.nunique() >= 3
+    assert grid.case_id.is_unique
+
+
+def test_the_8_bit_adam_group_has_tensors_on_both_sides_of_4096():
+    # bitsandbytes keeps uint8 state1/state2 + absmax for tensors of 4,096 elements or more, fp32
+    # states below: a case with 8-bit states only in some tensors and one (LoRA rank 8) with none.
+    eight = CASES[CASES.group == "8-bit Adam"]
+    assert len(eight) >= 40 and set(eight.optimizer) == {"adam8bit", "adamw8bit"} and eight.held_out.all()
+    assert set(eight.method) == {"full", "lora", "freeze"}
+    full = eight[eight.method == "full"].iloc[0]
+    assert {"state1", "state2", "absmax1", "absmax2", "qmap1", "qmap2"} <= set(full.optimizer_state_detail)
+    small = eight[(eight.method == "lora") & (eight.lora_rank == 8) & (eight.hidden_size == 64)].iloc[0]
+    assert "absmax1" not in small.optimizer_state_detail  # every adapter is under 4,096 elements
+    # Measured: the two quantization maps are one pair for the whole optimizer, 2 x 256 fp32 values.
+    assert full.optimizer_state_detail["qmap1"] == full.optimizer_state_detail["qmap2"] == 256 * 4
 
 
 def test_the_recording_is_self_consistent():
     for row in CASES.itertuples(index=False):
         assert row.saved_bytes == sum(row.saved_per_layer) + row.saved_outside_layers
         assert len(row.saved_per_layer) == row.n_layers
-        assert row.peak_bytes == max(row.peak_forward_bytes, row.peak_backward_bytes, row.peak_optimizer_step_bytes)
+        for k in (1, 2):
+            assert getattr(row, f"peak_step{k}_bytes") == max(getattr(row, f"peak_step{k}_{p}_bytes")
+                                                               for p in ("forward", "backward", "optimizer_step"))
+        assert row.peak_bytes == row.peak_step2_bytes
         assert row.optimizer_state_bytes == sum(row.optimizer_state_detail.values())
 
 
@@ -187,6 +255,7 @@ def test_the_recording_names_the_pinned_versions():
     assert versions["torch"].split("+")[0] == pins["torch"]
     assert versions["transformers"] == pins["transformers"]
     assert versions["peft"] == pins["peft"]
+    assert versions["bitsandbytes"] == pins["bitsandbytes"]
     assert measured_metadata()["device"] == "cpu"
 
 
@@ -299,3 +368,72 @@ def test_case_helpers_rebuild_the_call():
                                       seq_len=64, batch_size=2, dropout=False, attention="sdpa", checkpointing=False,
                                       device="cpu")
     assert direct.saved_by_forward == row["saved_bytes"]
+
+
+# ---- sharded runs (validation/sharded.py: FSDP2 and ZeroRedundancyOptimizer over gloo, per rank) ----
+SHARDED = load_measured_sharded()
+SHARDED_IDS = list(SHARDED.case_id)
+
+
+def _sharded_row(case_id):
+    return SHARDED[SHARDED.case_id == case_id].iloc[0].to_dict()
+
+
+@pytest.mark.parametrize("case_id", SHARDED_IDS)
+def test_sharded_parameters_gradients_and_states_per_rank_to_the_byte(case_id):
+    row = _sharded_row(case_id)
+    for rank in range(int(row["world_size"])):
+        m = predict_sharded_case(row, rank)
+        assert int(m.weights) == row["param_bytes_per_rank"][rank], rank
+        assert int(m.gradients) == row["grad_bytes_per_rank"][rank], rank
+        assert int(m.optimizer_states) == row["optimizer_state_bytes_per_rank"][rank], rank
+
+
+def test_the_sharded_recording_covers_both_engines_and_padding():
+    assert set(SHARDED.engine) == {"fsdp2", "fsdp2-noreshard", "zero1"} and set(SHARDED.world_size) == {2, 4}
+    # BERT's classifier (2 x 64) on 4 ranks: FSDP2 pads every rank to one row, so the ranks' weights add
+    # up to more than the model's; ZeRO-1 gives whole tensors, so its ranks' states differ.
+    bert = _sharded_row("bert/bf16/adamw/full/sdpa/nodrop/nockpt/b2s64/fsdp2x4") if (
+        "bert/bf16/adamw/full/sdpa/nodrop/nockpt/b2s64/fsdp2x4" in SHARDED_IDS) else _sharded_row(
+        "bert/fp32/adamw/full/sdpa/nodrop/nockpt/b2s64/fsdp2x4")
+    single = predict_sharded_case(bert, 0)
+    assert sum(bert["param_bytes_per_rank"]) > memmath.training_memory(case_model(bert), precision=bert["precision"]).weights
+    assert int(single.weights) == bert["param_bytes_per_rank"][0]
+    zero = SHARDED[SHARDED.engine == "zero1"]
+    assert any(len(set(r)) > 1 for r in zero.optimizer_state_bytes_per_rank)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=1), "zero_stage=3"),
+    (dict(sharding="zero_redundancy", n_gpus=2, zero_stage=3), "zero_stage=1"),
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=3, method=memmath.LoRA(rank=8)), "Full"),
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=3, precision="mixed"), "pure"),
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=3, optimizer="adam8bit"), "optimizer"),
+    (dict(sharding="fsdp2", n_gpus=2, zero_stage=3, rank=2), "rank"),
+    (dict(sharding="deepspeed"), "sharding"),
+])
+def test_engine_sharding_refuses_what_it_does_not_model(bad, message):
+    with pytest.raises(ValueError, match=message):
+        memmath.training_memory("gpt2", **bad)
+
+
+# ---- Houlsby adapters (validation/houlsby.py in BERT and LLaMA blocks) ----
+ADAPTERS = load_measured_adapters()
+
+
+@pytest.mark.parametrize("case_id", list(ADAPTERS.case_id))
+def test_houlsby_adapters_counts_gradients_and_states_to_the_byte(case_id):
+    row = ADAPTERS[ADAPTERS.case_id == case_id].iloc[0].to_dict()
+    m = memmath.reference.predict_case(row, activations="textbook")
+    assert int(m.weights) == row["param_bytes"]
+    assert int(m.gradients) == row["grad_bytes"]
+    assert int(m.optimizer_states) == row["optimizer_state_bytes"]
+    assert int(m.trainable_params) == row["trainable_params"] == row["adapter_params"]
+    assert int(m.total_params) == row["total_params"]
+
+
+def test_the_adapter_recording_covers_bert_llama_and_two_widths():
+    assert set(ADAPTERS.family) == {"bert", "llama"} and set(ADAPTERS.bottleneck) == {8, 32}
+    # Houlsby et al. 2019: each adapter 2*m*h + m + h, two per block: BERT, h = 64, m = 8, 3 blocks.
+    row = ADAPTERS[ADAPTERS.case_id == "bert/fp32/adamw/houlsby8/sdpa/nodrop/nockpt/b2s64"].iloc[0]
+    assert row.adapter_params == 3 * 2 * (2 * 8 * 64 + 8 + 64) == 6_576

@@ -111,6 +111,21 @@ def test_every_measured_model_has_its_rows():
 
     cases = load_measured()
     full = cases[(cases["method"] == "full") & (cases["attention"] == "sdpa") & ~cases["dropout"]
-                 & ~cases["checkpointing"]]
+                 & ~cases["checkpointing"] & (cases["group"] == "transformers")]
     for shape in ("gpt2", "llama-mha", "llama-gqa", "bert"):  # the dropdown's options
         assert set(full[full["shape"] == shape]["optimizer"]) == {"adamw", "sgd_momentum", "adam_amsgrad"}
+
+
+def test_eight_bit_adam_measured_next_to_memmath(default_run):
+    # bitsandbytes 0.50.2's Adam8bit/AdamW8bit on the tiny GPT-2, recorded by validation/measure.py.
+    # Full finetuning by hand: the norms and biases (832 values per block + ln_f 128 = 2,624) are under
+    # 4,096 elements and keep fp32 states (2 x 4 B each); the 14 matrices (wte 64,000, wpe 16,384, per
+    # block 12,288 + 4,096 + 16,384 + 16,384 = 49,152) keep 2 x 1 B + 2 x 4 B per 256 values; plus the
+    # 2 shared maps of 1,024 B: 20,992 + 455,680 + 7,120 + 2,048 = 485,840 B.
+    outputs, _ = default_run
+    text = lessons.output_text(outputs)
+    big = 64_000 + 16_384 + 3 * 49_152
+    expected = 2 * 4 * 2_624 + 2 * big + 2 * 4 * (big // 256) + 2 * 1024
+    assert expected == 485_840
+    assert "8-bit Adam, measured" in text and "bitsandbytes 0.50.2" in text
+    assert f"{expected:,}".replace(",", "") in text.replace(",", "")

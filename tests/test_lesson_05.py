@@ -116,3 +116,12 @@ def test_moved_sliders_say_the_shown_measurement_is_older(default_run):
     text = lessons.output_text(outputs)
     assert "Press Measure" in text and "still the one for h = 256" in text
     assert "Press Measure" not in lessons.output_text(default_run[0])
+
+
+def test_houlsby_adapters_measured_next_to_memmath(default_run):
+    # The reference adapters of validation/houlsby.py, recorded with PyTorch: 2 x (2*m*h + m + h) per
+    # block (Houlsby et al. 2019), here h = 64, m = 8, 3 blocks: 6,576 adapter parameters in BERT.
+    outputs, _ = default_run
+    text = lessons.output_text(outputs)
+    assert "Measured." in text
+    assert "6576" in text.replace(",", "")

@@ -436,6 +436,7 @@ CALLS = {
     "quant_constant_bytes": (mm.quant_constant_bytes, dict(n_elements=maybe(4096), block=maybe(64),
                                                            double_quant=maybe(True))),
     "Full": (mm.Full, {}),
+    "step_peak": (mm.step_peak, dict(model=maybe("gpt2"), seq_len=maybe(64), batch_size=maybe(1))),
     "AdapterMethod": (mm.AdapterMethod, {}),
     "Note": (mm.Note, dict(kind=maybe("note_kind"), text=maybe("a note"))),
     "OptimizerStates": (mm.OptimizerStates, dict(moments=maybe(8), step_counters=maybe(4), block_constants=maybe(0))),

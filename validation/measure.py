@@ -1,14 +1,15 @@
 """Measure what one real training step allocates, case by case, and record it for memmath's tests.
 
     python -m validation.measure                      # the whole grid, CPU -> memmath/reference/data/measured_cpu.json
-    python -m validation.measure --only qwen2 --append   # measure some cases again or anew, keep the rest
+    python -m validation.measure --only qwen2 --append  # measure some cases again or anew, keep the rest
+    python -m validation.measure --no-sharded         # all but the sharded runs (kept from the file)
     python -m validation.measure --only gpt2 --print  # a subset, printed, nothing written
     python -m validation.measure --device cuda --out /tmp/measured_cuda.json   # on a GPU machine
 
 Each case builds a small transformers model from a config object written here (GPT-2, LLaMA with
 multi-head or grouped-query attention, tied or untied, BERT for sequence classification; nothing
 comes from a model hub), sets up the finetuning method (full, freezing the first k blocks, LoRA via
-peft), runs ONE training step (forward, backward, optimizer.step()) and records:
+peft), runs TWO training steps (forward, backward, optimizer.step(), zero_grad) and records:
 
 - bytes of parameters, of gradients and of optimizer state tensors after optimizer.step(),
   each storage counted once (GPT-2's tied head is the embedding matrix);
@@ -16,11 +17,18 @@ peft), runs ONE training step (forward, backward, optimizer.step()) and records:
   each storage once (a view keeps its whole storage alive), parameters and buffers left out,
   attributed to the block that saved it first or to "outside the blocks";
 - on the CPU, the profiler's allocation events (profile_memory=True): the highest net allocation in
-  each phase (forward, backward, optimizer step) over what was alive when the step began;
-  on CUDA, torch.cuda.max_memory_allocated and the allocated bytes before the step;
+  each phase (forward, backward, optimizer step) of each step over what was alive before step 1
+  (peak_step1_*: the optimizer states do not exist yet; peak_step2_*: they do, as in every later
+  step; peak_bytes = step 2's); on CUDA, torch.cuda.max_memory_allocated per step and the
+  allocated bytes before the first;
 - the versions of torch, transformers and peft, once for the whole file.
 
-torch, transformers and peft are imported here only; memmath never needs them.
+Groups (each case's `group`; `held_out` marks cases recorded after the prediction code they test):
+"transformers" (issue 4's grid), "8-bit Adam" (bitsandbytes' Adam8bit/AdamW8bit), "Houlsby
+adapters" (validation/houlsby.py; in the file's adapter_cases) and the sharded runs of
+validation/sharded.py (FSDP2, ZeRO-1; in sharded_cases, per rank).
+
+torch, transformers, peft and bitsandbytes are imported here only; memmath never needs them.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "memmath" / "reference" / "data" / "measured_cpu.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # ---- the model shapes (tiny, so the whole grid runs in minutes on two CPU cores) ----------------
 # Each is a memmath shape description; build_model() turns it into the transformers config.
@@ -87,6 +95,9 @@ SHAPES["phi3-gqa"] = dict(family="llama", arch="phi3", n_layers=3, hidden_size=6
 SHAPES["olmo2-gqa"] = dict(family="llama", arch="olmo2", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
                            intermediate_size=176, vocab_size=1000, tied_embeddings=False)
 NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
+# Groups of issue 11, recorded after memmath's counting of them was written (8-bit Adam: tensor by
+# tensor from bitsandbytes' source, before bitsandbytes was installed here).
+HELD_OUT_GROUPS = ("8-bit Adam",)
 
 DROPOUT_P = 0.1  # "dropout on": every dropout probability the family has, at 0.1; "off": 0.0
 LORA_ALPHA = 16
@@ -110,8 +121,10 @@ class Case:
 
     shape: str  # a key of SHAPES
     precision: str = "bf16"  # fp32 | bf16: the model's dtype (pure, no autocast)
-    optimizer: str = "adamw"  # adamw | sgd_momentum | adam_amsgrad (memmath.OPTIMIZERS keys)
-    method: str = "full"  # full | freeze | lora
+    # adamw | sgd_momentum | adam_amsgrad (torch.optim; memmath.OPTIMIZERS keys) | adam8bit | adamw8bit
+    # (bitsandbytes' Adam8bit / AdamW8bit, both memmath's "adam8bit")
+    optimizer: str = "adamw"
+    method: str = "full"  # full | freeze | lora | houlsby (validation/houlsby.py, BERT and LLaMA)
     frozen_layers: int = 0  # freeze: the first k blocks (and the embeddings) are frozen
     lora_rank: int = 8
     lora_targets: str = "qv"  # qv | all (every linear layer in the blocks)
@@ -121,6 +134,8 @@ class Case:
     checkpointing: bool = False
     batch_size: int = 2
     seq_len: int = 64
+    group: str = "transformers"  # the report's group: transformers (issue 4's grid) | 8-bit Adam | ...
+    bottleneck: int = 0  # houlsby: the adapters' width m (adapters stored in the model's dtype)
 
     @property
     def case_id(self) -> str:
@@ -129,14 +144,21 @@ class Case:
             method = f"freeze{self.frozen_layers}"
         elif self.method == "lora":
             method = f"lora{self.lora_rank}-{self.lora_targets}-{self.adapter_format}"
+        elif self.method == "houlsby":
+            method = f"houlsby{self.bottleneck}"
         parts = [self.shape, self.precision, self.optimizer, method, self.attention,
                  "drop" if self.dropout else "nodrop", "ckpt" if self.checkpointing else "nockpt",
                  f"b{self.batch_size}s{self.seq_len}"]
         return "/".join(parts)
 
+    @property
+    def held_out(self) -> bool:
+        """Recorded after the prediction code it tests was written (see HELD_OUT, HELD_OUT_GROUPS)."""
+        return self.shape in HELD_OUT or self.group in HELD_OUT_GROUPS or self.shape in NEW_FAMILIES
+
     def config(self) -> dict:
         """The full configuration, shape fields included, as recorded in the data file."""
-        return {"case_id": self.case_id, **asdict(self), "model": dict(SHAPES[self.shape])}
+        return {"case_id": self.case_id, **asdict(self), "held_out": self.held_out, "model": dict(SHAPES[self.shape])}
 
 
 def grid() -> list[Case]:
@@ -200,10 +222,32 @@ def grid() -> list[Case]:
     cases += [Case("olmo2-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
               Case("olmo2-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
                    checkpointing=True, batch_size=1, seq_len=72)]
+    cases += eight_bit_grid()
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
     if duplicates:
         raise AssertionError(f"duplicate cases in the grid: {sorted(duplicates)}")
+    return cases
+
+
+def eight_bit_grid() -> list[Case]:
+    """bitsandbytes' Adam8bit and AdamW8bit on full finetuning and LoRA: tensors on both sides of its
+    min_8bit_size (4,096 elements: norms and LoRA rank 8's A and B keep fp32 states; the matrices,
+    and LoRA rank 64's 64 x 64 or 128 x 64 adapters, 8-bit ones)."""
+    cases = []
+    # The shapes of issue 4's grid (the model types of issue 10 came later; they are not in this group).
+    for i, shape in enumerate(name for name in SHAPES if name not in NEW_FAMILIES):
+        for j, optimizer in enumerate(("adam8bit", "adamw8bit")):
+            precision = ("fp32", "bf16")[(i + j) % 2]
+            cases += [
+                Case(shape, precision=precision, optimizer=optimizer, group="8-bit Adam"),
+                Case(shape, precision=precision, optimizer=optimizer, method="lora", lora_targets="all",
+                     group="8-bit Adam"),
+                Case(shape, precision=("bf16", "fp32")[(i + j) % 2], optimizer=optimizer, method="lora",
+                     lora_rank=64, group="8-bit Adam"),
+            ]
+        cases.append(Case(shape, precision="bf16", optimizer="adamw8bit", method="freeze", frozen_layers=1,
+                          checkpointing=True, attention="eager", dropout=True, group="8-bit Adam"))
     return cases
 
 
@@ -308,6 +352,11 @@ def build(case: Case, device: str = "cpu"):
         # autocast_adapter_dtype=True (peft's default) keeps adapters in fp32 on a 16-bit base.
         autocast = case.adapter_format == "fp32"
         model = peft.get_peft_model(model, lora_config, autocast_adapter_dtype=autocast)
+    elif case.method == "houlsby":
+        from . import houlsby
+
+        houlsby.insert(model, _blocks(model, family), family, SHAPES[case.shape]["hidden_size"], case.bottleneck,
+                       dtype)
     elif case.method != "full":
         raise ValueError(f"unknown method {case.method!r}")
     model.train()
@@ -319,6 +368,11 @@ def build(case: Case, device: str = "cpu"):
         optimizer = torch.optim.Adam(params, lr=1e-3, amsgrad=True)
     elif case.optimizer == "sgd_momentum":
         optimizer = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    elif case.optimizer in ("adam8bit", "adamw8bit"):
+        import bitsandbytes as bnb
+
+        # bitsandbytes' defaults: block-wise 8-bit states, min_8bit_size=4096.
+        optimizer = (bnb.optim.Adam8bit if case.optimizer == "adam8bit" else bnb.optim.AdamW8bit)(params, lr=1e-3)
     else:
         raise ValueError(f"unknown optimizer {case.optimizer!r}")
 
@@ -421,8 +475,47 @@ def _phase_peaks(prof, phases):
     return peaks, running
 
 
+STEPS = 2  # step 1 builds the optimizer states; from step 2 on they exist during forward and backward
+
+
+def _is_adapter(name: str) -> bool:
+    """A LoRA (peft) or Houlsby (validation/houlsby.py) adapter's parameter."""
+    return "lora_" in name or ".houlsby." in name
+
+
+def adapter_grid() -> list[Case]:
+    """Houlsby adapters in BERT and LLaMA (validation/houlsby.py): counts, gradients and states to
+    check; saved activations and peaks recorded (memmath's transformers model refuses adapters)."""
+    cases = []
+    for i, shape in enumerate(("bert", "llama-mha", "llama-gqa", "bert-wide", "llama-wide")):
+        for j, bottleneck in enumerate((8, 32)):
+            for k, optimizer in enumerate(("adamw", "sgd_momentum")):
+                cases.append(Case(shape, precision=("fp32", "bf16")[(i + j + k) % 2], optimizer=optimizer,
+                                  method="houlsby", bottleneck=bottleneck, group="Houlsby adapters"))
+    return cases
+
+
+def configure_torch():
+    """Settings every measurement runs under (the recording and the live tests alike).
+
+    One thread: CPU kernels size scratch buffers by thread count. oneDNN off: with it, BERT's bf16
+    linear layers (bias, 3-d input) allocate oneDNN scratch pads whose size depends on the host's
+    instruction set (measured: the same case peaked 1,373,508 B on the recording host and 1,417,672 B
+    on a host without avx512_bf16; with ONEDNN_MAX_CPU_ISA=AVX2 or oneDNN off, 1,320,724 B on both).
+    A GPU has no oneDNN, so the peak memmath models is the one without those pads.
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+
+
 def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
-    """Run one training step of `case` and return what it allocated (see the module docstring)."""
+    """Run two training steps of `case` and return what they allocated (see the module docstring).
+
+    The loop is the usual one: loss = model(**batch).loss; loss.backward(); optimizer.step();
+    optimizer.zero_grad(set_to_none=True), the loss kept until the next step replaces it.
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -431,10 +524,14 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
     blocks = _blocks(model, family)
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
-    adapters = [p for n, p in model.named_parameters() if "lora_" in n]
-    resident = _unique_bytes(itertools.chain(params, model.buffers(), batch.values()))
+    adapters = [p for n, p in model.named_parameters() if _is_adapter(n)]
+    # Alive before the step: parameters, buffers, the batch, and what the optimizer made at
+    # construction (bitsandbytes' quantization maps, name2qmap, shared later by every 8-bit state).
+    made_by_optimizer = [t for t in getattr(optimizer, "name2qmap", {}).values() if hasattr(t, "untyped_storage")]
+    resident = _unique_bytes(itertools.chain(params, model.buffers(), batch.values(), made_by_optimizer))
     recorder = SavedTensorRecorder(model, blocks)
     phases = ("forward", "backward", "optimizer_step")
+    names = [f"step{k}/{phase}" for k in range(1, STEPS + 1) for phase in phases]
 
     if device == "cuda":
         torch.cuda.synchronize()
@@ -443,13 +540,24 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
         prof_context = contextlib.nullcontext()
     else:
         prof_context = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    cuda_peaks = []
+    loss = None
     with prof_context as prof:
-        with record_function("forward"), recorder.hooks():
-            loss = model(**batch).loss  # the logits go at once, as in a training loop that keeps the loss only
-        with record_function("backward"):
-            loss.backward()
-        with record_function("optimizer_step"):
-            optimizer.step()
+        for k in range(1, STEPS + 1):
+            hooks = recorder.hooks() if k == 1 else contextlib.nullcontext()
+            with record_function(f"step{k}/forward"), hooks:
+                loss = model(**batch).loss  # the logits go at once, as in a loop that keeps the loss only
+            with record_function(f"step{k}/backward"):
+                loss.backward()
+            with record_function(f"step{k}/optimizer_step"):
+                optimizer.step()
+            if k == 1:
+                grad_bytes = _unique_bytes(p.grad for p in params)
+            optimizer.zero_grad(set_to_none=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+                cuda_peaks.append(torch.cuda.max_memory_allocated())
+                torch.cuda.reset_peak_memory_stats()
     recorder.close()
     if explain:
         for region, shape, dtype, nbytes, op in recorder.log:
@@ -458,18 +566,21 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
                   f"  {where:8s} {str(shape):18s} {dtype:9s} {'(again)':>9s} {op}", file=sys.stderr)
 
     per_block, outside = recorder.per_region(len(blocks))
+    # Each storage once: bitsandbytes shares its two quantization maps (qmap1, qmap2) across tensors.
     states: dict[str, int] = {}
+    seen_states = set()
     for state in optimizer.state.values():
         for key, value in state.items():
-            if torch.is_tensor(value):
-                states[key] = states.get(key, 0) + value.numel() * value.element_size()
+            if torch.is_tensor(value) and _storage_key(value)[0] not in seen_states:
+                seen_states.add(_storage_key(value)[0])
+                states[key] = states.get(key, 0) + value.untyped_storage().nbytes()
     result = {
-        "total_params": sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n),
+        "total_params": sum(p.numel() for n, p in model.named_parameters() if not _is_adapter(n)),
         "trainable_params": sum(p.numel() for p in trainable),
         "adapter_params": sum(p.numel() for p in adapters),
         "trainable_tensors": len(trainable),
         "param_bytes": _unique_bytes(params),
-        "grad_bytes": _unique_bytes(p.grad for p in params),
+        "grad_bytes": grad_bytes,
         "optimizer_state_bytes": sum(states.values()),
         "optimizer_state_detail": dict(sorted(states.items())),
         "saved_bytes": sum(per_block) + outside,
@@ -478,38 +589,41 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
         "resident_before_bytes": resident,
     }
     if device == "cuda":
-        torch.cuda.synchronize()
         result["cuda_allocated_before_bytes"] = allocated_before
-        result["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        for k, peak in enumerate(cuda_peaks, 1):
+            result[f"cuda_max_allocated_step{k}_bytes"] = peak
         result["cuda_reserved_bytes"] = torch.cuda.memory_reserved()
     else:
-        peaks, _ = _phase_peaks(prof, phases)
-        result.update({f"peak_{name}_bytes": resident + peaks[name] for name in phases})
-        result["peak_bytes"] = resident + max(peaks.values())
+        peaks, _ = _phase_peaks(prof, names)
+        for k in range(1, STEPS + 1):
+            for phase in phases:
+                result[f"peak_step{k}_{phase}_bytes"] = resident + peaks[f"step{k}/{phase}"]
+            result[f"peak_step{k}_bytes"] = max(result[f"peak_step{k}_{phase}_bytes"] for phase in phases)
+        # The steady-state peak (every step after the first): what memmath.peak_memory predicts by default.
+        result["peak_bytes"] = result[f"peak_step{STEPS}_bytes"]
     del model, optimizer, loss
     return result
 
 
 def versions() -> dict:
+    import bitsandbytes
     import peft
     import torch
     import transformers
 
     return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
-            "python": platform.python_version()}
+            "bitsandbytes": bitsandbytes.__version__, "python": platform.python_version()}
 
 
 def run(cases, device="cpu", progress=True, explain=False) -> list[dict]:
-    import torch
-
-    torch.set_num_threads(1)  # CPU kernels size scratch buffers by thread count; one thread = reproducible
+    configure_torch()
     records = []
     for i, case in enumerate(cases, 1):
         started = time.perf_counter()
         measured = measure(case, device, explain=explain)
         if progress:
             print(f"[{i:3d}/{len(cases)}] {case.case_id}  saved {measured['saved_bytes']:,} B  "
-                  f"peak {measured.get('peak_bytes', measured.get('cuda_max_allocated_bytes')):,} B  "
+                  f"peak {measured.get('peak_step1_bytes', 0):,} / {measured.get('peak_bytes', 0):,} B  "
                   f"({time.perf_counter() - started:.2f} s)", file=sys.stderr)
         records.append({"config": case.config(), "measured": measured})
     return records
@@ -525,6 +639,7 @@ def main(argv=None):
     parser.add_argument("--append", action="store_true",
                         help="add the measured cases to the existing data file, keeping its other records")
     parser.add_argument("--explain", action="store_true", help="list every saved storage (implies --print)")
+    parser.add_argument("--no-sharded", action="store_true", help="skip the sharded cases (validation/sharded.py)")
     args = parser.parse_args(argv)
 
     import logging
@@ -546,12 +661,23 @@ def main(argv=None):
         cases = cases[: args.limit]
     started = time.perf_counter()
     records = run(cases, device=args.device, explain=args.explain)
+    adapter_cases = [c for c in adapter_grid() if not args.only or args.only in c.case_id]
+    adapter_records = run(adapter_cases, device=args.device)
+    sharded_records = []
+    out = args.out or (DEFAULT_OUT if args.device == "cpu" else None)
+    if args.device == "cpu" and not args.no_sharded and not args.print and not args.explain:
+        from . import sharded
+
+        sharded_cases = [c for c in sharded.grid() if not args.only or args.only in c.case_id]
+        sharded_records = sharded.run(sharded_cases)
+    elif args.no_sharded and out is not None and out.exists():
+        # Keep the sharded cases already recorded (they take most of the time).
+        sharded_records = json.loads(out.read_text(encoding="utf-8")).get("sharded_cases", [])
     elapsed = time.perf_counter() - started
     print(f"measured {len(records)} cases in {elapsed:.1f} s", file=sys.stderr)
     if args.print or args.explain:
-        json.dump(records, sys.stdout, indent=1)
+        json.dump(records + adapter_records, sys.stdout, indent=1)
         return
-    out = args.out or (DEFAULT_OUT if args.device == "cpu" else None)
     if out is None:
         parser.error("--out is required with --device cuda (the CPU recording stays as it is)")
     document = {
@@ -564,11 +690,16 @@ def main(argv=None):
         "lora_alpha": LORA_ALPHA,
         "shapes": SHAPES,
         "cases": records,
+        # Houlsby adapters (validation/houlsby.py): memmath predicts their counts, gradients and states.
+        "adapter_cases": adapter_records,
+        # One record per sharded case, every measured value a list with one entry per rank.
+        "sharded_cases": sharded_records,
     }
     if args.append and out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
-        new_ids = {r["config"]["case_id"] for r in records}
-        document["cases"] = [r for r in old["cases"] if r["config"]["case_id"] not in new_ids] + records
+        for key in ("cases", "adapter_cases", "sharded_cases"):  # keep every record not measured anew
+            new_ids = {r["config"]["case_id"] for r in document[key]}
+            document[key] = [r for r in old.get(key, []) if r["config"]["case_id"] not in new_ids] + document[key]
         if old.get("versions") != document["versions"]:
             document["versions_appended"] = document.pop("versions")
             document["versions"] = old["versions"]

@@ -1,6 +1,6 @@
 """What PyTorch really allocated: the recorded measurements, and the memmath call that predicts each.
 
-validation/measure.py ran one training step per case on the CPU (torch, transformers and peft;
+validation/measure.py ran two training steps per case on the CPU (torch, transformers and peft;
 versions in `measured_metadata()["versions"]`) and recorded the bytes in memmath/data/measured_cpu.json.
 This module reads that file without torch:
 
@@ -18,7 +18,9 @@ Columns, per case:
   shape                gpt2, llama-mha, llama-gqa, llama-gqa-tied, bert (sizes in family, n_layers, hidden_size,
                        n_heads, n_kv_heads, intermediate_size, vocab_size, max_positions, tied_embeddings, ...)
   precision            fp32 or bf16 (the whole model in that dtype, no autocast)
-  optimizer            adamw, sgd_momentum, adam_amsgrad (memmath's names)
+  group                the report's group: "transformers" (issue 4's grid), "8-bit Adam", ...
+  optimizer            adamw, sgd_momentum, adam_amsgrad (torch.optim, memmath's names), adam8bit and
+                       adamw8bit (bitsandbytes' Adam8bit and AdamW8bit, both memmath's "adam8bit")
   method               full, freeze (frozen_layers: the first k blocks and the embeddings), lora
                        (lora_rank, lora_targets "qv" or "all", adapter_format fp32 or bf16)
   attention            eager or sdpa; dropout True (p=0.1 everywhere the family has dropout) or False
@@ -30,9 +32,11 @@ Columns, per case:
   saved_bytes          saved for backward during the forward pass, each storage once, parameters
                        and buffers left out (= saved_per_layer summed + saved_outside_layers)
   saved_per_layer      a list, one entry per block (the block that saved a storage first)
-  peak_bytes           highest allocation during the step: what was alive before it (parameters,
+  peak_step1_bytes     highest allocation during the first step: what was alive before it (parameters,
                        buffers, the batch: resident_before_bytes) + the profiler's highest net
-                       allocation; peak_forward_bytes, peak_backward_bytes, peak_optimizer_step_bytes per phase
+                       allocation; peak_step1_forward_bytes, _backward_, _optimizer_step_ per phase
+  peak_step2_bytes     the same for the second step (optimizer states alive from the start), per phase too
+  peak_bytes           = peak_step2_bytes: the steady-state peak, what peak_memory() predicts by default
   held_out             True for a case measured only after the estimates were written (the case's own
                        "held_out" flag in the data file, else its shape is one of HELD_OUT_SHAPES)
 """
@@ -136,6 +140,45 @@ def _text(row, key):
     return value
 
 
+def load_measured_adapters(name: str = DATA_FILE) -> pd.DataFrame:
+    """The Houlsby adapter cases (validation/houlsby.py), with load_measured's columns. memmath
+    predicts their parameters, gradients and states (predict_case(row, activations="textbook"));
+    its transformers activation model refuses adapters, so their saved bytes and peaks are recorded
+    but not predicted."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("adapter_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        rows.append({**config, **model, **record["measured"]})
+    return pd.DataFrame(rows)
+
+
+def load_measured_sharded(name: str = DATA_FILE) -> pd.DataFrame:
+    """The sharded cases (validation/sharded.py): configuration columns (engine: fsdp2,
+    fsdp2-noreshard or zero1; world_size), then per-rank lists (param_bytes_per_rank, ...)."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("sharded_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        rows.append({**config, **model, **record["measured"]})
+    return pd.DataFrame(rows)
+
+
+def predict_sharded_case(row, rank: int):
+    """memmath.training_memory(...) of one rank of a sharded case: sharding="fsdp2" with zero_stage=3
+    (FSDP2, resharded after forward or not: the same storage between steps) or "zero_redundancy"
+    with zero_stage=1."""
+    from ..training import training_memory
+
+    arguments = case_arguments(row)
+    engine = str(row["engine"])
+    sharding, stage = ("zero_redundancy", 1) if engine == "zero1" else ("fsdp2", 3)
+    return training_memory(case_model(row), n_gpus=int(row["world_size"]), zero_stage=stage, sharding=sharding,
+                           rank=rank, **arguments)
+
+
 def case_model(row) -> ModelShape:
     """The ModelShape of a recorded case (the same sizes the measurement built in transformers)."""
     family = _text(row, "family")
@@ -192,7 +235,12 @@ def case_method(row):
         targets = validate.choice("row column 'lora_targets'", _text(row, "lora_targets"), ("qv", "all"))
         return LoRA(rank=_count(row, "lora_rank", high=2**16), targets=("q", "v") if targets == "qv" else "all",
                     adapter_format=_text(row, "adapter_format"))
-    raise ValueError(f"row column 'method' must be full, freeze or lora; got {validate.describe(method)}")
+    if method == "houlsby":
+        # validation/houlsby.py: two adapters per block in the model's dtype; only they train.
+        from ..methods import Adapters
+
+        return Adapters(bottleneck=_count(row, "bottleneck"))
+    raise ValueError(f"row column 'method' must be full, freeze, lora or houlsby; got {validate.describe(method)}")
 
 
 def case_arguments(row, activations: str = "transformers") -> dict:
@@ -201,9 +249,12 @@ def case_arguments(row, activations: str = "transformers") -> dict:
     from ..recipes import get_optimizer, get_recipe
     from ..training import ACTIVATION_MODELS
 
+    # bitsandbytes' Adam8bit and AdamW8bit keep the same states: memmath's "adam8bit" for both.
+    optimizer = _text(row, "optimizer")
+    optimizer = {"adamw8bit": "adam8bit"}.get(optimizer, optimizer)
     # Checked here as training_memory checks them, since predicted_saved_per_layer skips it.
     return dict(precision=get_recipe(_text(row, "precision")).name,
-                optimizer=get_optimizer(_text(row, "optimizer")).name, method=case_method(row),
+                optimizer=get_optimizer(optimizer).name, method=case_method(row),
                 batch_size=_count(row, "batch_size", high=validate.MAX_BATCH),
                 seq_len=_count(row, "seq_len", high=validate.MAX_SEQ), checkpointing=_flag(row, "checkpointing"),
                 attention=validate.choice("row column 'attention'", _text(row, "attention"), ATTENTION_KINDS),
@@ -218,13 +269,14 @@ def predict_case(row, activations: str = "transformers"):
     return training_memory(case_model(row), **case_arguments(row, activations))
 
 
-def predict_peak_case(row):
-    """memmath.peak_memory(...) for a recorded case (the measured counterpart is row.peak_bytes)."""
+def predict_peak_case(row, step: str = "steady"):
+    """memmath.peak_memory(..., step=step) for a recorded case. The measured counterpart is
+    row.peak_step2_bytes (= row.peak_bytes) for "steady" and row.peak_step1_bytes for "first"."""
     from ..peak import peak_memory
 
     arguments = case_arguments(row)
     del arguments["activations"]
-    return peak_memory(case_model(row), **arguments)
+    return peak_memory(case_model(row), step=step, **arguments)
 
 
 def predicted_saved_per_layer(row) -> list[int]:

@@ -1,0 +1,90 @@
+"""What one rank stores when an engine shards a run, tensor by tensor, as the engine does it.
+
+training_memory(..., sharding=...) picks one:
+
+- "even" (the default): the ZeRO paper's division (Rajbhandari et al. 2020, section 5): each
+  sharded part divided by the number of GPUs, rounded up.
+- "fsdp2": PyTorch FSDP2's fully_shard (zero_stage=3), as torch/distributed/fsdp/_fully_shard/
+  _fsdp_param.py stores it: every tensor is cut along its first dimension into torch.chunk pieces
+  of ceil(d0 / n) rows; rank r keeps piece r in a buffer padded to ceil(d0 / n) rows (so every
+  rank holds the same padded weights), its gradient is a view into the padded reduce-scatter
+  output, and the optimizer's states are made like the unpadded local piece (a rank past the
+  last row keeps empty states); every tensor keeps its 4-byte step on every rank.
+- "zero_redundancy": torch.distributed.optim.ZeroRedundancyOptimizer (zero_stage=1): whole
+  tensors are assigned to ranks, largest first (a stable sort), each to the rank with the fewest
+  elements so far (the lowest such rank); every rank keeps every weight and gradient and the
+  states of its own tensors.
+
+Measured: validation/sharded.py runs both over gloo with 2 and 4 processes on one CPU.
+"""
+
+from __future__ import annotations
+
+from .models import ModelShape
+
+SHARDINGS = ("even", "fsdp2", "zero_redundancy")
+# GPT-2's attention and MLP projections are transformers' Conv1D: its weight is stored (in, out).
+_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def torch_tensors(shape: ModelShape) -> list[tuple]:
+    """The shapes of model.parameters() in PyTorch's order, each tied tensor once."""
+    def group(name):
+        out = []
+        for t in shape.tensors(name):
+            dims = tuple(int(d) for d in t.shape)
+            if shape.family == "gpt2" and t.name in _CONV1D:
+                dims = dims[::-1]
+            out.append((t.name, dims))
+        return out
+
+    layer = group("layer")
+    if shape.family == "llama":  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
+        norms = [t for t in layer if "layernorm" in t[0]]
+        layer = [t for t in layer if "layernorm" not in t[0]] + norms
+    return group("embeddings") + layer * int(shape.n_layers) + group("final_norm") + group("head")
+
+
+def _rest(dims):
+    result = 1
+    for d in dims[1:]:
+        result *= d
+    return result
+
+
+def fsdp2_elements(dims, n_ranks, rank) -> tuple[int, int]:
+    """(padded elements every rank stores, unpadded elements of `rank`'s piece) of one tensor."""
+    rows = -(-dims[0] // n_ranks)
+    mine = max(0, min(rows, dims[0] - rank * rows))
+    return rows * _rest(dims), mine * _rest(dims)
+
+
+def zero_redundancy_assignment(sizes, n_ranks) -> list[int]:
+    """The rank ZeroRedundancyOptimizer gives each tensor (sizes in elements, in parameters() order)."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True)  # stable, largest first
+    load, owner = [0] * n_ranks, [0] * len(sizes)
+    for i in order:
+        rank = load.index(min(load))
+        owner[i] = rank
+        load[rank] += sizes[i]
+    return owner
+
+
+def sharded_parts(shape: ModelShape, *, sharding, n_gpus, rank, weight_bits, grad_bits, state_bits, states,
+                  step_bytes) -> dict:
+    """Weights, gradients and optimizer states of `rank` for full finetuning (every tensor trains)."""
+    tensors = torch_tensors(shape)
+    weights = gradients = state_bytes = 0
+    if sharding == "fsdp2":
+        for _, dims in tensors:
+            padded, mine = fsdp2_elements(dims, n_gpus, rank)
+            weights += padded * weight_bits // 8
+            gradients += padded * grad_bits // 8
+            state_bytes += states * mine * state_bits // 8 + step_bytes
+    else:
+        sizes = [_rest(dims) * dims[0] for _, dims in tensors]
+        owner = zero_redundancy_assignment(sizes, n_gpus)
+        weights = sum(sizes) * weight_bits // 8
+        gradients = sum(sizes) * grad_bits // 8
+        state_bytes = sum(states * n * state_bits // 8 + step_bytes for n, r in zip(sizes, owner) if r == rank)
+    return {"weights": weights, "gradients": gradients, "optimizer_states": state_bytes}
