@@ -37,6 +37,8 @@ _EXPORTS = {
     "PeakEstimate": "peak", "peak_memory": "peak",
     "Suggestion": "planner", "config_from_text": "planner", "path_to_fit": "planner",
     "suggest_changes": "planner", "suggestions_frame": "planner",
+    "TRAINED_CONTEXT": "planner", "fewest_gpus_that_fit": "planner", "largest_batch_that_fits": "planner",
+    "longest_sequence_that_fits": "planner", "trained_context": "planner",
     "PRESETS": "presets", "resolve_model": "presets",
     "OPTIMIZERS": "recipes", "RECIPES": "recipes", "bytes_per_parameter": "recipes",
     "get_optimizer": "recipes", "get_recipe": "recipes",
