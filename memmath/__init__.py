@@ -25,6 +25,7 @@ _EXPORTS = {
     "FORMATS": "formats", "NF4_LEVELS": "formats", "NumberFormat": "formats", "absmax_scale": "formats",
     "float_step": "formats", "get_format": "formats", "round_to_format": "formats",
     "Fit": "gpus", "GPU": "gpus", "GPUS": "gpus", "check_fit": "gpus", "fit_table": "gpus", "get_gpu": "gpus",
+    "RecipeWarning": "gpus", "recipe_warning": "gpus",
     "InferenceMemory": "inference", "RULE_OF_THUMB_FACTOR": "inference",
     "decode_tokens_per_second": "inference", "inference_memory": "inference", "kv_cache_bytes": "inference",
     "rule_of_thumb_context_limit": "inference", "working_set_bytes": "inference",

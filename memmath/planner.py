@@ -129,7 +129,7 @@ def _candidates(model, settings, gpu, reserved_bytes, max_gpus):
     if optimizer.name in ("adam", "adamw"):
         yield ("8-bit Adam", {**settings, "optimizer": "adam8bit"},
                "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
-    if _keeps_more_than_pure_bf16(precision):
+    if _keeps_more_than_pure_bf16(precision) and gpu.computes_bf16 is not False:  # a T4 or V100 cannot run it
         yield ("pure bf16 recipe", {**settings, "precision": PURE_BF16},
                "no fp32 master copy: small updates can round away; watch the loss (or use Kahan summation)")
     if n_gpus > 1 and stage < 3:
