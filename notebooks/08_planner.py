@@ -387,7 +387,9 @@ def _(gpu, max_gpus, model, planned_limits, reserved, settings):
 @app.cell(hide_code=True)
 def _(gpu, limits, max_gpus, mm, mo, model, model_config, result, settings, unit):
     _trained = mm.trained_context(model, model_config)
-    if limits["gpus"] is None:
+    if limits["gpus"] == 1:
+        _gpus = f"**1**: it fits on one {gpu.name}"
+    elif limits["gpus"] is None:
         _gpus = (f"not on {max_gpus:,} {gpu.name}s or fewer, even with ZeRO stage 3 (activations are not sharded: "
                  "each GPU keeps its own batch's)")
     else:
@@ -403,19 +405,15 @@ def _(gpu, limits, max_gpus, mm, mo, model, model_config, result, settings, unit
         _beyond = (f"; the model was trained on {_trained:,}, so past that the number is memory only"
                    if _trained is not None and limits["seq_len"] > _trained else "")
         _seq = f"**{limits['seq_len']:,}** tokens per sequence at batch {settings['batch_size']:,}{_beyond}"
+    _lines = ["### How far this run goes", "",
+              "Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
+              "", f"- fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};"]
     if limits["batch"] is None and limits["seq_len"] is None:
-        _sizes = (f"- largest batch and longest sequence {_on}: none; without any activations the run already needs "
-                  f"{mm.format_bytes(result.without_activations, unit)} per GPU.")
+        _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations the run already "
+                      f"needs {mm.format_bytes(result.without_activations, unit)} per GPU.")
     else:
-        _sizes = f"- largest batch that fits {_on}: {_batch};\n    - longest sequence that fits {_on}: {_seq}."
-    mo.md(f"""
-    ### How far this run goes
-
-    Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:
-
-    - fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};
-    {_sizes}
-    """)
+        _lines += [f"- largest batch that fits {_on}: {_batch};", f"- longest sequence that fits {_on}: {_seq}."]
+    mo.md("\n".join(_lines))
     return
 
 
