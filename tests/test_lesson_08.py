@@ -214,3 +214,12 @@ def test_an_unsupported_family_gets_the_nearest_layout_or_a_plain_refusal(model_
     outputs, defs = _with_config(json.dumps({"model_type": model_type, "hidden_size": 4096}))
     if defs["model"] is None and "not supported" in (defs["model_error"] or ""):  # another family may be added
         assert says in plain(outputs)
+
+
+def test_zero_3_says_what_each_gpu_keeps_beyond_its_shard():
+    # Llama-2-7B's block: 4 x 4096^2 + 3 x 4096 x 11,008 + 2 x 4096 = 202,383,360 parameters, 404,766,720 B in bf16.
+    outputs, _ = lessons.run_with(NAME, n_gpus_number=mo.ui.number(start=1, stop=1024, value=8),
+                                  zero_stage_radio=mo.ui.radio({"0 (none)": 0, "3": 3}, value="3"))
+    text = plain(outputs)
+    assert "Beyond its shard:" in text and "gathers each block's full weights" in text
+    assert f"One block of llama-2-7b in 16 bits is {mm.format_bytes(404_766_720)}" in text
