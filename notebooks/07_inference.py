@@ -167,6 +167,12 @@ def _(attention, batch_size, context_len, gpu, kv_format, memory, mm, mo, model,
         _notes.append(f"No GPU holds this: {_f(memory.total)} is {memory.total / _largest.memory_bytes:,.0f} times "
                       f"the largest card in the catalog ({_largest.name}, {_f(_largest.memory_bytes)}). It is what "
                       "the formula says, not a run anyone could make on one card.")
+    _fp8 = [f for f in (weights_format, kv_format) if f.startswith("fp8")]
+    if _fp8 and gpu.computes_fp8 is False:
+        _notes.append(f"The {gpu.name} ({gpu.architecture}) has no fp8 arithmetic (fp8 tensor cores start with Ada and "
+                      f"Hopper): fp8 values are stored in 8 bits as counted here and converted to 16 bits for each "
+                      f"matrix multiply, so the memory holds but the math runs in "
+                      f"{'bf16' if gpu.computes_bf16 else 'fp16'}.")
     _comment = mo.callout(mo.md(" ".join(_notes)), kind="warn") if _notes else None
     mo.vstack([_item for _item in (_positions, _comment) if _item is not None] + [
         mo.hstack([

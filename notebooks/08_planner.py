@@ -385,7 +385,7 @@ def _(gpu, max_gpus, model, planned_limits, reserved, settings):
 
 
 @app.cell(hide_code=True)
-def _(gpu, limits, max_gpus, mm, mo, model, model_config, result, settings, unit):
+def _(gpu, limits, max_gpus, max_gpus_number, mm, mo, model, model_config, result, settings, unit):
     _trained = mm.trained_context(model, model_config)
     if limits["gpus"] == 1:
         _gpus = f"**1**: it fits on one {gpu.name}"
@@ -408,6 +408,9 @@ def _(gpu, limits, max_gpus, mm, mo, model, model_config, result, settings, unit
     _lines = ["### How far this run goes", "",
               "Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
               "", f"- fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};"]
+    if max_gpus > int(max_gpus_number.value):
+        _lines[2] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
+                      f"the changes may use {max_gpus:,}.)")
     if limits["batch"] is None and limits["seq_len"] is None:
         _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations the run already "
                       f"needs {mm.format_bytes(result.without_activations, unit)} per GPU.")

@@ -115,3 +115,14 @@ def test_decode_bound_only_for_cards_the_model_fits(default_run):
         assert (bound == "does not fit") == (fits == "no")
     outputs, _ = _run(gpu="A100 80GB")
     assert "does not decode there at all" not in _plain(outputs)
+
+
+def test_fp8_weights_on_a_card_without_fp8_arithmetic_say_so():
+    # The RTX 3090 is Ampere (compute capability 8.6): bf16 tensor cores, no fp8 (NVIDIA: fp8 from 8.9 on).
+    import marimo as mo
+    outputs, _ = lessons.run_with(NAME, gpu_dropdown=mo.ui.dropdown(list(mm.GPUS), value="RTX 3090"),
+                                  weights_format_dropdown=mo.ui.dropdown(["bf16", "fp8_e4m3"], value="fp8_e4m3"))
+    assert "RTX 3090 (Ampere) has no fp8 arithmetic" in _plain(outputs)
+    outputs, _ = lessons.run_with(NAME, gpu_dropdown=mo.ui.dropdown(list(mm.GPUS), value="RTX 4090"),
+                                  weights_format_dropdown=mo.ui.dropdown(["bf16", "fp8_e4m3"], value="fp8_e4m3"))
+    assert "no fp8 arithmetic" not in _plain(outputs)

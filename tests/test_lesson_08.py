@@ -223,3 +223,10 @@ def test_zero_3_says_what_each_gpu_keeps_beyond_its_shard():
     text = plain(outputs)
     assert "Beyond its shard:" in text and "gathers each block's full weights" in text
     assert f"One block of llama-2-7b in 16 bits is {mm.format_bytes(404_766_720)}" in text
+
+
+def test_allowing_fewer_gpus_than_the_run_has_is_explained():
+    outputs, defs = lessons.run_with(NAME, n_gpus_number=mo.ui.number(start=1, stop=1024, value=16),
+                                     max_gpus_number=mo.ui.number(start=1, stop=1024, value=4))
+    assert defs["max_gpus"] == 16
+    assert "You allow 4 GPUs but the run already has 16" in plain(outputs)
