@@ -7,6 +7,13 @@ T4 15360 as listed in modal-labs/modal-client pull request 2797 (2025); the othe
 nvidia-smi in public logs (H200 143771, RTX 5090 32607, RTX 4080 16376, RTX A6000 49140,
 RTX 3090 24576). Bandwidth and bf16 dense tensor throughput come from NVIDIA's datasheets (no
 sparsity). Cards without bf16 (T4, V100) list their fp16 throughput and say so.
+
+compute_capability is NVIDIA's (developer.nvidia.com/cuda-gpus): Volta 7.0 (V100), Turing 7.5 (T4),
+Ampere 8.0/8.6 (A100; RTX 30, A10G, RTX A6000), Ada 8.9 (RTX 40, L4, L40S), Hopper 9.0 (H100, H200),
+Blackwell 12.0 (RTX 5090). The formats a card computes in follow from it: bf16 tensor-core math
+from Ampere on (sm_80; the Ampere architecture whitepaper introduces BF16, and PyTorch's
+torch.cuda.is_bf16_supported() asks for compute capability 8.0), fp8 (E4M3/E5M2) from Ada and
+Hopper on (sm_89 and sm_90: the Ada and Hopper whitepapers' fourth-generation tensor cores).
 """
 
 from __future__ import annotations
@@ -44,6 +51,23 @@ class GPU:
     kind: str  # "consumer" or "datacenter"
     marketed: str  # the size on the box
     note: str = ""
+    compute_capability: tuple | None = None  # NVIDIA's compute capability (major, minor); None: unknown
+    architecture: str = ""  # Volta, Turing, Ampere, Ada, Hopper, Blackwell
+
+    @property
+    def computes_bf16(self) -> bool | None:
+        """bf16 tensor-core arithmetic: compute capability 8.0 (Ampere) and later; None when unknown."""
+        return None if self.compute_capability is None else tuple(self.compute_capability) >= (8, 0)
+
+    @property
+    def computes_fp8(self) -> bool | None:
+        """fp8 (E4M3, E5M2) tensor-core arithmetic: compute capability 8.9 (Ada) and later; None when unknown."""
+        return None if self.compute_capability is None else tuple(self.compute_capability) >= (8, 9)
+
+    @property
+    def compute_formats(self) -> tuple:
+        """The 16- and 8-bit floating formats the card's tensor cores compute in (fp16 on every card listed)."""
+        return ("fp16",) + (("bf16",) if self.computes_bf16 else ()) + (("fp8",) if self.computes_fp8 else ())
 
     def __post_init__(self):
         # Checked when built, so get_gpu never hands on a card with negative memory.
@@ -64,30 +88,35 @@ class GPU:
                                                               low=0.0 if unknown_allowed else 1e-6, high=1e9))
 
 
-def _gpu(name, mib, bandwidth_gb_s, tflops, kind, marketed, note=""):
-    return GPU(name, mib * MIB, int(bandwidth_gb_s * 10**9), tflops, kind, marketed, note)
+_ARCHITECTURES = {(7, 0): "Volta", (7, 5): "Turing", (8, 0): "Ampere", (8, 6): "Ampere", (8, 9): "Ada",
+                  (9, 0): "Hopper", (12, 0): "Blackwell"}
+
+
+def _gpu(name, mib, bandwidth_gb_s, tflops, kind, marketed, note="", *, cc):
+    return GPU(name, mib * MIB, int(bandwidth_gb_s * 10**9), tflops, kind, marketed, note,
+               compute_capability=cc, architecture=_ARCHITECTURES[cc])
 
 
 GPUS: dict[str, GPU] = {
     g.name: g
     for g in (
-        _gpu("RTX 3060", 12288, 360, 51, "consumer", "12 GB"),
-        _gpu("RTX 4060 Ti 16GB", 16380, 288, 88, "consumer", "16 GB"),
-        _gpu("RTX 4080", 16376, 717, 195, "consumer", "16 GB"),
-        _gpu("RTX 3090", 24576, 936, 71, "consumer", "24 GB"),
-        _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB"),  # 24564 MiB in nvidia-smi
-        _gpu("RTX 5090", 32607, 1792, 209, "consumer", "32 GB"),
-        _gpu("T4", 15360, 320, 65, "datacenter", "16 GB", "no bf16: fp16 throughput listed"),
+        _gpu("RTX 3060", 12288, 360, 51, "consumer", "12 GB", cc=(8, 6)),
+        _gpu("RTX 4060 Ti 16GB", 16380, 288, 88, "consumer", "16 GB", cc=(8, 9)),
+        _gpu("RTX 4080", 16376, 717, 195, "consumer", "16 GB", cc=(8, 9)),
+        _gpu("RTX 3090", 24576, 936, 71, "consumer", "24 GB", cc=(8, 6)),
+        _gpu("RTX 4090", 24564, 1008, 165, "consumer", "24 GB", cc=(8, 9)),  # 24564 MiB in nvidia-smi
+        _gpu("RTX 5090", 32607, 1792, 209, "consumer", "32 GB", cc=(12, 0)),
+        _gpu("T4", 15360, 320, 65, "datacenter", "16 GB", "no bf16: fp16 throughput listed", cc=(7, 5)),
         # nvidia-smi shows Tesla V100 32GB (SXM2 and PCIe) as 32510 MiB, not the full 32768 MiB.
-        _gpu("V100 32GB", 32510, 900, 125, "datacenter", "32 GB", "no bf16: fp16 throughput listed"),
-        _gpu("L4", 23034, 300, 121, "datacenter", "24 GB"),
-        _gpu("A10G", 23028, 600, 70, "datacenter", "24 GB"),
-        _gpu("RTX A6000", 49140, 768, 155, "datacenter", "48 GB"),
-        _gpu("L40S", 46068, 864, 362, "datacenter", "48 GB"),
-        _gpu("A100 40GB", 40960, 1555, 312, "datacenter", "40 GB"),
-        _gpu("A100 80GB", 81920, 2039, 312, "datacenter", "80 GB"),  # 81920 MiB in nvidia-smi
-        _gpu("H100 80GB", 81559, 3350, 989, "datacenter", "80 GB"),
-        _gpu("H200", 143771, 4800, 989, "datacenter", "141 GB"),
+        _gpu("V100 32GB", 32510, 900, 125, "datacenter", "32 GB", "no bf16: fp16 throughput listed", cc=(7, 0)),
+        _gpu("L4", 23034, 300, 121, "datacenter", "24 GB", cc=(8, 9)),
+        _gpu("A10G", 23028, 600, 70, "datacenter", "24 GB", cc=(8, 6)),
+        _gpu("RTX A6000", 49140, 768, 155, "datacenter", "48 GB", cc=(8, 6)),
+        _gpu("L40S", 46068, 864, 362, "datacenter", "48 GB", cc=(8, 9)),
+        _gpu("A100 40GB", 40960, 1555, 312, "datacenter", "40 GB", cc=(8, 0)),
+        _gpu("A100 80GB", 81920, 2039, 312, "datacenter", "80 GB", cc=(8, 0)),  # 81920 MiB in nvidia-smi
+        _gpu("H100 80GB", 81559, 3350, 989, "datacenter", "80 GB", cc=(9, 0)),
+        _gpu("H200", 143771, 4800, 989, "datacenter", "141 GB", cc=(9, 0)),
     )
 }
 
@@ -103,6 +132,44 @@ def get_gpu(name) -> GPU:
         if key.lower() == name.strip().lower():
             return gpu
     raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {validate.describe(name)}")
+
+
+# A recipe -> the format its arithmetic needs. Pure bf16 computes in bf16; fp16, the mixed recipes
+# and AMP run their 16-bit math in fp16 on a card without bf16 (torch.autocast's dtype=torch.float16,
+# with a GradScaler: Micikevicius et al. 2018), so only pure bf16 needs bf16 arithmetic.
+RECIPE_NEEDS = {"bf16": "bf16"}
+# What such a card runs instead: fp16 mixed precision (16-bit weights and gradients, an fp32 master
+# copy and fp32 Adam states, loss scaling): pure fp16 without a master copy loses small updates.
+RECIPE_INSTEAD = {"bf16": "mixed"}
+
+
+@dataclass(frozen=True)
+class RecipeWarning:
+    """A recipe the card cannot execute: why, and the recipe it would run instead."""
+
+    gpu: GPU
+    precision: str
+    needs: str
+    instead: str
+    message: str
+
+
+def recipe_warning(precision, gpu) -> RecipeWarning | None:
+    """None when `gpu` computes in the format the training recipe needs (or its capability is unknown);
+    else a RecipeWarning naming the recipe to use instead (pure bf16 on a T4 or V100: fp16 mixed precision)."""
+    from .recipes import get_recipe
+
+    gpu = get_gpu(gpu)
+    name = getattr(precision, "name", None) or get_recipe(precision).name
+    needs = RECIPE_NEEDS.get(name)
+    if needs is None or needs in gpu.compute_formats or gpu.compute_capability is None:
+        return None
+    instead = RECIPE_INSTEAD[name]
+    cc = ".".join(str(n) for n in gpu.compute_capability)
+    message = (f"the {gpu.name} ({gpu.architecture}, compute capability {cc}) has no {needs} arithmetic "
+               f"(it computes in {', '.join(gpu.compute_formats)}): the '{name}' recipe cannot run on it; "
+               f"use '{instead}' (fp16 mixed precision with loss scaling) instead")
+    return RecipeWarning(gpu=gpu, precision=name, needs=needs, instead=instead, message=message)
 
 
 @dataclass(frozen=True)

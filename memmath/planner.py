@@ -70,12 +70,13 @@ def step_peak(model, **settings) -> tuple[int, str]:
     """(bytes per GPU the run needs at once, what that number is) for training_memory's settings.
 
     "peak": peak_memory's steady-state peak (a step after the first), where memmath models the
-    peak: gpt2/llama/bert shapes, Full/Freeze/LoRA in fp32 or 16-bit, one GPU, seq_len given.
+    peak: gpt2/llama/bert shapes, Full/Freeze/LoRA in fp32 or 16-bit, no ZeRO, seq_len given.
     "sum of parts": training_memory(...).total otherwise (QLoRA, adapters, AMP, ZeRO, a plain
     count), which the allocator's peak may exceed by the step's temporaries.
     """
     _single_sizes(settings)
-    single = settings.get("n_gpus", 1) == 1 and not settings.get("zero_stage", 0)
+    # Without ZeRO every GPU holds the whole run (data parallelism copies it), so the peak applies.
+    single = not settings.get("zero_stage", 0)
     if single and settings.get("seq_len") is not None and set(settings) <= set(_PEAK_ARGUMENTS) | {"n_gpus",
                                                                                                    "zero_stage",
                                                                                                    "activations"}:
@@ -208,7 +209,7 @@ def _candidates(model, settings, gpu, reserved_bytes, max_gpus):
     if optimizer.name in ("adam", "adamw"):
         yield ("8-bit Adam", {**settings, "optimizer": "adam8bit"},
                "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
-    if _keeps_more_than_pure_bf16(precision):
+    if _keeps_more_than_pure_bf16(precision) and gpu.computes_bf16 is not False:  # a T4 or V100 cannot run it
         yield ("pure bf16 recipe", {**settings, "precision": PURE_BF16},
                "no fp32 master copy: small updates can round away; watch the loss (or use Kahan summation)")
     if n_gpus > 1 and stage < 3:
@@ -217,10 +218,12 @@ def _candidates(model, settings, gpu, reserved_bytes, max_gpus):
         yield (f"ZeRO stage {chosen} on the {n_gpus} GPUs", new,
                "shards states, gradients and weights across GPUs: more communication per step")
     if n_gpus < max_gpus:
-        counts = [n for n in (2**k for k in range(21)) if n_gpus < n <= max_gpus] or [max_gpus]
+        # The fewest GPUs, any whole number above the current count up to max_gpus, that fit; else max_gpus.
         new_stage = max(stage, 3)
-        chosen, new = _smallest_fitting(counts, lambda n: {**settings, "n_gpus": n, "zero_stage": new_stage},
-                                        model, gpu, reserved_bytes)
+        staged = {**settings, "zero_stage": new_stage}
+        fewest = fewest_gpus_that_fit(model, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus, **staged)
+        chosen = max(fewest, n_gpus + 1) if fewest is not None else max_gpus
+        new = {**staged, "n_gpus": chosen}
         yield (f"{chosen} GPUs with ZeRO stage {new_stage}", new,
                "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
 
@@ -236,7 +239,7 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=6
     checkpointing on, fused attention, the largest smaller batch that fits (else 1), LoRA or QLoRA
     (rank 8 on q, v unless LoRA is already set), 8-bit Adam, a pure bf16 recipe, a higher ZeRO stage
     on the same GPUs (the lowest that fits, else 3), or more GPUs with ZeRO stage 3 (the fewest,
-    in powers of two up to max_gpus, that fit). Only changes that save bytes are returned.
+    any whole number up to max_gpus, that fit; else max_gpus). Only changes that save bytes are returned.
     """
     gpu, reserved_bytes, max_gpus = _one_run(gpu, reserved_bytes, max_gpus, settings)
     before = _total(model, settings)
@@ -254,13 +257,14 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=6
 
 def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=64, max_steps=8,
                 **settings) -> list[Suggestion]:
-    """Changes applied one after another until the run fits: when some change makes the run fit,
-    the one among those that saves least (the smallest change to the run); otherwise the largest
-    saving other than a smaller batch (a smaller batch only when nothing else is left), and again
-    from there.
+    """Changes applied one after another until the run fits. Changes come in tiers: those that keep
+    the GPUs and the batch, then a smaller batch, then more GPUs (up to max_gpus). When some change
+    makes the run fit, the smallest such change of the lowest tier that has one; otherwise the
+    largest saving of the lowest tier, and again from there.
 
     Each Suggestion's total and saved are after that step (saved relative to the step before).
-    Fitting, memory and the reserve are as in suggest_changes. Empty when the run already fits; the last step's fits is False when no chain of changes fits.
+    Fitting, memory and the reserve are as in suggest_changes. Empty when the run already fits; the
+    last step's fits is False when no chain of changes fits.
     """
     gpu, reserved_bytes, max_gpus = _one_run(gpu, reserved_bytes, max_gpus, settings)
     max_steps = validate.count("max_steps", max_steps, high=32, scalar=True)
@@ -270,17 +274,26 @@ def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=64, m
         return steps
     for _ in range(max_steps):
         options = suggest_changes(model, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus, **current)
-        fitting = [s for s in options if s.fits]
-        others = [s for s in options if not s.change.startswith("batch size")]
-        # The smallest change that fits; else the largest saving that keeps the batch; else whatever is left.
-        pick = fitting[-1] if fitting else (others[0] if others else (options[0] if options else None))
-        if pick is None:
+        if not options:
             break
+        # Changes in tiers: those that keep the hardware and the batch, then a smaller batch (gradient
+        # accumulation keeps the effective batch), then more GPUs (more hardware). The lowest tier with a
+        # change that fits gives its smallest such change; when none fits, the lowest tier its largest saving.
+        tiers = [[s for s in options if _tier(s, current) == t] for t in range(3)]
+        fitting = [[s for s in tier if s.fits] for tier in tiers]
+        pick = next((tier[-1] for tier in fitting if tier), None) or next(tier[0] for tier in tiers if tier)
         steps.append(pick)
         current = pick.settings
         if pick.fits:
             break
     return steps
+
+
+def _tier(suggestion, settings) -> int:
+    """0: keeps the GPUs and the batch; 1: a smaller batch; 2: more GPUs."""
+    if _setting(suggestion.settings, "n_gpus") > _setting(settings, "n_gpus"):
+        return 2
+    return 1 if _setting(suggestion.settings, "batch_size") < _setting(settings, "batch_size") else 0
 
 
 def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
@@ -318,3 +331,122 @@ def config_from_text(text) -> ModelShape:
         return from_hf_config(config)
     except (TypeError, KeyError, IndexError, AttributeError) as error:
         raise ValueError(f"the pasted config.json could not be read: {error}") from None
+
+
+# ---- direct answers: the fewest GPUs, the largest batch, the longest sequence that fit -------------
+def _largest_true(fits_at, low, high):
+    """The largest n in [low, high] with fits_at(n), given fits_at(low) and that fits_at is monotone
+    (True up to some n, then False); bisection over whole numbers."""
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits_at(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _grow_while_fitting(fits_at, start, cap):
+    """The largest n in [start, cap] that fits, when fits_at(start) holds: double until it stops
+    fitting (or reaches cap), then bisect between the last fit and the first miss."""
+    low = start
+    while low < cap:
+        probe = min(2 * low, cap)
+        if not fits_at(probe):
+            return _largest_true(fits_at, low, probe - 1)
+        low = probe
+    return low
+
+
+def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=MAX_GPUS, **settings) -> int | None:
+    """The fewest GPUs (any whole number from 1 to max_gpus) on which the run fits per GPU, else None.
+
+    settings are training_memory's keyword arguments; their zero_stage is kept (n_gpus is what is
+    searched). Without ZeRO every GPU holds a full copy, so more GPUs never help: 1 or None. ZeRO
+    divides sharded parts by the GPU count (rounded up), so memory per GPU never grows with more
+    GPUs and a bisection over the count is exact.
+    """
+    gpu = get_gpu(gpu)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
+    max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS)
+    settings = {k: v for k, v in settings.items() if k != "n_gpus"}
+
+    def fits_at(n):
+        return _fits(_total(model, {**settings, "n_gpus": n}), gpu, reserved_bytes)
+
+    if fits_at(1):
+        return 1
+    if not fits_at(max_gpus):
+        return None
+    low, high = 1, max_gpus  # low misses, high fits: find the first that fits
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits_at(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def largest_batch_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_batch=validate.MAX_BATCH,
+                            **settings) -> int | None:
+    """The largest batch size (sequences per GPU) at which the run fits, up to max_batch; None when
+    even one sequence does not fit. Needs seq_len (without it the batch changes nothing).
+
+    Memory grows with the batch (activations scale with it, nothing else shrinks), so doubling and
+    then bisecting over whole numbers finds the exact largest batch.
+    """
+    gpu = get_gpu(gpu)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
+    max_batch = validate.count("max_batch", max_batch, high=validate.MAX_BATCH)
+    if settings.get("seq_len") is None:
+        raise ValueError("seq_len is needed to search the batch size: without it activations, the only part "
+                         "the batch changes, are not counted")
+    settings = {k: v for k, v in settings.items() if k != "batch_size"}
+
+    def fits_at(b):
+        return _fits(_total(model, {**settings, "batch_size": b}), gpu, reserved_bytes)
+
+    return _grow_while_fitting(fits_at, 1, max_batch) if fits_at(1) else None
+
+
+def longest_sequence_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_seq_len=validate.MAX_SEQ,
+                               **settings) -> int | None:
+    """The longest sequence (tokens) at which the run fits, up to max_seq_len; None when even one
+    token does not fit. This is the memory's answer only: a model reads well only up to the context
+    it was trained on (see trained_context).
+
+    Memory grows with the sequence length (activations, and eager attention's s x s scores), so
+    doubling and then bisecting over whole numbers finds the exact longest sequence.
+    """
+    gpu = get_gpu(gpu)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
+    max_seq_len = validate.count("max_seq_len", max_seq_len, high=validate.MAX_SEQ)
+    settings = {k: v for k, v in settings.items() if k != "seq_len"}
+
+    def fits_at(s):
+        return _fits(_total(model, {**settings, "seq_len": s}), gpu, reserved_bytes)
+
+    return _grow_while_fitting(fits_at, 1, max_seq_len) if fits_at(1) else None
+
+
+# The context each LLaMA-style preset was trained on: max_position_embeddings in its config.json
+# (meta-llama/Llama-2-7b-hf, -13b-hf, -70b-hf: 4096; meta-llama/Meta-Llama-3-8B, -70B: 8192;
+# mistralai/Mistral-7B-v0.1: 32768) and LLaMA-1's 2,048 tokens (Touvron et al. 2023, section 2.3;
+# huggyllama/llama-65b's config: 2048). GPT-2, GPT-3 and BERT carry theirs as max_positions.
+TRAINED_CONTEXT = {"llama-65b": 2048, "llama-2-7b": 4096, "llama-2-13b": 4096, "llama-2-70b": 4096,
+                   "llama-3-8b": 8192, "llama-3-70b": 8192, "mistral-7b": 32768}
+
+
+def trained_context(model, config=None) -> int | None:
+    """The longest context a model was trained on, or None when unknown: its learned positions
+    (GPT-2, GPT-3, BERT), a pasted config's max_position_embeddings, or the preset table above."""
+    from .presets import resolve_model
+
+    shape = resolve_model(model)
+    if shape.max_positions is not None:
+        return int(shape.max_positions)
+    if isinstance(config, dict) and isinstance(config.get("max_position_embeddings"), int) \
+            and not isinstance(config.get("max_position_embeddings"), bool) and config["max_position_embeddings"] > 0:
+        return config["max_position_embeddings"]
+    return TRAINED_CONTEXT.get(shape.name)

@@ -140,17 +140,41 @@ def _(attention, batch_size, context_len, kv_format, mm, model, weights_format):
 
 
 @app.cell(hide_code=True)
-def _(batch_size, context_len, gpu, memory, mm, mo, model, unit):
+def _(attention, batch_size, context_len, gpu, kv_format, memory, mm, mo, model, unit, weights_format):
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
     _fit = mm.check_fit(memory.total, gpu)
     _verdict = (f"fits on one {gpu.name} ({_f(gpu.memory_bytes)}), with {_f(_fit.headroom_bytes)} to spare"
                 if _fit.fits else f"does **not** fit on one {gpu.name} ({_f(gpu.memory_bytes)}): "
                 f"{_f(-_fit.headroom_bytes)} short")
-    _beyond = model.max_positions is not None and context_len > model.max_positions
+    _trained = mm.trained_context(model)  # learned positions (GPT-2, GPT-3) or the config's max_position_embeddings
+    _beyond = _trained is not None and context_len > _trained
     _positions = mo.callout(mo.md(
-        f"{model.name} learned only {model.max_positions:,} positions, so it cannot really read "
+        f"{model.name} was trained on at most {_trained:,} tokens, so it cannot really read "
         f"{context_len:,} tokens; the arithmetic still shows what the memory would be."), kind="warn") if _beyond else None
-    mo.vstack([_item for _item in (_positions,) if _item is not None] + [
+    _largest = max(mm.GPUS.values(), key=lambda g: g.memory_bytes)
+    _notes = []
+    if attention == "eager":
+        _fused = mm.inference_memory(model, weights_format=weights_format, kv_format=kv_format, batch_size=batch_size,
+                                     context_len=context_len, attention="sdpa").working_set
+        if memory.working_set > 2 * _fused:
+            _notes.append(
+                f"Most of the {_f(memory.working_set)} working set is eager attention's scores: it builds a "
+                f"context x context matrix for every head of every sequence at once ({model.n_heads} heads x "
+                f"{context_len:,} x {context_len:,} scores x {batch_size:,} "
+                f"{'sequence' if batch_size == 1 else 'sequences'}), which grows with the square of the context. "
+                f"With fused attention (sdpa), which never stores them, the working set would be {_f(_fused)}.")
+    if memory.total > _largest.memory_bytes:
+        _notes.append(f"No GPU holds this: {_f(memory.total)} is {memory.total / _largest.memory_bytes:,.0f} times "
+                      f"the largest card in the catalog ({_largest.name}, {_f(_largest.memory_bytes)}). It is what "
+                      "the formula says, not a run anyone could make on one card.")
+    _fp8 = [f for f in (weights_format, kv_format) if f.startswith("fp8")]
+    if _fp8 and gpu.computes_fp8 is False:
+        _notes.append(f"The {gpu.name} ({gpu.architecture}) has no fp8 arithmetic (fp8 tensor cores start with Ada and "
+                      f"Hopper): fp8 values are stored in 8 bits as counted here and converted to 16 bits for each "
+                      f"matrix multiply, so the memory holds but the math runs in "
+                      f"{'bf16' if gpu.computes_bf16 else 'fp16'}.")
+    _comment = mo.callout(mo.md(" ".join(_notes)), kind="warn") if _notes else None
+    mo.vstack([_item for _item in (_positions, _comment) if _item is not None] + [
         mo.hstack([
             mo.stat(_f(memory.weights + memory.quantization_constants), label="Weights (+ constants)"),
             mo.stat(_f(memory.kv_cache), label="KV cache"),
@@ -404,7 +428,15 @@ def _(batch_size, gpu, memory, mm, mo, unit):
     per_sequence = mm.decode_tokens_per_second(memory, gpu)
     all_sequences = per_sequence * batch_size
     read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
+    _fits = mm.check_fit(memory.total, gpu).fits
     mo.md(f"""
+    This run does **not fit** on one {gpu.name} ({mm.format_bytes(memory.total, unit)} against
+    {mm.format_bytes(gpu.memory_bytes, unit)}), so it does not decode there at all. The bandwidth
+    arithmetic alone, {gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s over the {mm.format_bytes(read_per_step, unit)}
+    read per step, would give {per_sequence:,.1f} tokens/s per sequence, but only on a card that holds the
+    run: the table of GPUs below gives the bound for those cards only. Choose one of them above, or a
+    smaller format, batch or context.
+    """) if not _fits else mo.md(f"""
     On one {gpu.name} ({gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s), each step reads
     {mm.format_bytes(read_per_step, unit)}: at most **{per_sequence:,.1f} tokens/s per sequence**{
     f", {all_sequences:,.1f} tokens/s across the batch of {batch_size}" if batch_size > 1 else ""}. Change the weights format to nf4
@@ -421,7 +453,7 @@ def _(mm, mo):
     ## Which GPUs fit
 
     Every card in the catalog against the detailed total; the last column is the decode bound on
-    that card. "marketed" is the size on the box, which counts in binary units (GiB); "memory" is what
+    that card, for the cards the model fits. "marketed" is the size on the box, which counts in binary units (GiB); "memory" is what
     the driver reports (nvidia-smi's total), the same or a little less: an {_card.name} sold as
     "{_card.marketed}" reports {_card.memory_bytes // 2**20:,} MiB, which is {mm.format_bytes(_card.memory_bytes, "GiB")}
     or {mm.format_bytes(_card.memory_bytes)}. Nothing is reserved here for the CUDA context, which
@@ -437,7 +469,9 @@ def _(memory, mm, unit, viz):
     fit_frame = fit_frame.assign(**{
         f"memory ({unit})": fit_frame[f"memory ({unit})"].round(2), "fits": fit_frame["fits"].map({True: "yes", False: "no"}),
         f"headroom ({unit})": _gaps,
-        "decode bound (tokens/s)": [round(mm.decode_tokens_per_second(memory, g), 1) for g in fit_frame["gpu"]],
+        # Only where the model fits: a card that cannot hold it does not decode it at any speed.
+        "decode bound (tokens/s)": [f"{mm.decode_tokens_per_second(memory, g):,.1f}" if fits else "does not fit"
+                                    for g, fits in zip(fit_frame["gpu"], fit_frame["fits"])],
     }).drop(columns=["kind"])
     viz.plain_table(fit_frame)
     return

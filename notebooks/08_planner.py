@@ -32,6 +32,7 @@ def _(mo, viz):
 @app.cell
 def _():
     import functools
+    import re
 
     import altair as alt
     import marimo as mo
@@ -42,7 +43,36 @@ def _():
     from memmath.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
-    return alt, bound_chart, functools, literature, live_only_notice, mm, mo, np, pd, Select, viz
+    return alt, bound_chart, functools, literature, live_only_notice, mm, mo, np, pd, re, Select, viz
+
+
+@app.cell
+def _():
+    # What a learner with an unsupported model_type can do: the nearest layout memmath counts, and whether it
+    # counts the same. From each family's modeling file in transformers (models/<type>/modeling_<type>.py).
+    _LAYOUTS = {
+        "qwen2": "Qwen2 is LLaMA's layout with biases on q, k and v only: as `\"model_type\": \"llama\"` with "
+                 "`\"attention_bias\": true` memmath would also count an o-projection bias, one vector of width "
+                 "`hidden_size` per layer too many (a few hundred thousand parameters: close, not exact).",
+        "gemma": "Gemma is LLaMA's layout with a tied output head and a GeLU-gated MLP: as `\"model_type\": \"llama\"` "
+                 "with `\"tie_word_embeddings\": true` and its `head_dim` the parameters count the same; the "
+                 "activations follow LLaMA's SiLU rather than Gemma's GeLU (the same tensor sizes).",
+        "falcon": "Falcon runs attention and the MLP side by side on one norm, with a 4h GeLU MLP and one shared "
+                  "key/value head: neither GPT-2's nor LLaMA's layout counts it the same, so the planner refuses it "
+                  "rather than guess.",
+        "gpt_neox": "GPT-NeoX (Pythia) has rotary positions, an untied head and attention and MLP side by side: "
+                    "GPT-2's layout does not count it the same, so the planner refuses it rather than guess.",
+    }
+    _GENERIC = ("memmath counts two decoder layouts: GPT-2's (learned positions, LayerNorm, a 4h GeLU MLP, biases) "
+                "and LLaMA's (rotary positions, RMSNorm, a SwiGLU MLP with gate, up and down, no biases). If your "
+                "model's modeling file builds exactly one of them, relabel `model_type` and the count is exact; if "
+                "not, relabelling gives a wrong number, and the planner cannot plan this model yet.")
+
+    def nearest_layout(model_type):
+        """One or two sentences: the nearest supported layout for a model_type, and whether it counts the same."""
+        return _LAYOUTS.get(str(model_type).lower(), _GENERIC)
+
+    return (nearest_layout,)
 
 
 @app.cell(hide_code=True)
@@ -121,7 +151,7 @@ def _(live_only_notice, mm, mo):
 
 @app.cell
 def _(config_text_area, mm, preset_dropdown, source_radio):
-    model, model_error = None, None
+    model, model_error, model_config = None, None, None
     if source_radio.value == "preset":
         model = mm.PRESETS[preset_dropdown.value]
     else:
@@ -129,7 +159,10 @@ def _(config_text_area, mm, preset_dropdown, source_radio):
             model = mm.config_from_text(config_text_area.value)
         except ValueError as error:  # bad JSON, a missing field, an unsupported model_type
             model_error = str(error)
-    return model, model_error
+        else:
+            import json as _json
+            model_config = _json.loads(config_text_area.value)  # read again only for max_position_embeddings
+    return model, model_config, model_error
 
 
 @app.cell
@@ -149,11 +182,14 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, model, model_error, pasted_text, source_radio):
+def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
         _hint = next((h for k, h in _hints.items() if k in model_error), "")
+        _type = re.search(r"model_type'? '([^']+)' is not supported", model_error)
+        if _type:
+            _hint = nearest_layout(_type.group(1)) + " " + _hint
         _why = pasted_text(model_error.replace("the pasted config.json", "the text", 1))
         _shown = mo.callout(mo.md(f"**This config.json cannot be used:** {_why}. {_hint}"), kind="danger")
     else:
@@ -171,25 +207,46 @@ def _(mm, mo, model, model_error, pasted_text, source_radio):
     return
 
 
-@app.cell(hide_code=True)
-def _(live_only_notice, mo, model):
-    mo.stop(model is None, mo.md("## 2. The method\n\n*Waiting for a model: fix the config.json above.*"))
+@app.cell
+def _(mo):
+    # The method's controls depend on no other control, so changing the model (or anything else) keeps them;
+    # only the freeze slider's range follows the model, and it remembers the value asked for (next cells).
     method_dropdown = mo.ui.dropdown({"full finetuning": "full", "partial (freeze)": "freeze",
                                       "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora"},
                                      value="full finetuning", label="Method")
-    trainable_layers_slider = mo.ui.slider(0, model.n_layers, value=1, show_value=True,
-                                           label="Freeze: trainable last blocks")
     bottleneck_slider = mo.ui.slider(steps=[2**k for k in range(3, 11)], value=64, show_value=True,
                                      label="Adapters: bottleneck width")
     rank_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=8, show_value=True, label="LoRA/QLoRA: rank")
     targets_dropdown = mo.ui.dropdown({"q, v": ("q", "v"), "q, k, v, o": ("q", "k", "v", "o"), "all linear": ("all",)},
                                       value="q, v", label="LoRA/QLoRA: matrices")
+    return bottleneck_slider, method_dropdown, rank_slider, targets_dropdown
+
+
+@app.cell
+def _(mo):
+    # The trainable blocks the learner asked for, kept across models: a 12-layer model shows at most 12, and
+    # going back to a deeper model restores the request.
+    get_trainable_layers, set_trainable_layers = mo.state(1)
+    return get_trainable_layers, set_trainable_layers
+
+
+@app.cell(hide_code=True)
+def _(bottleneck_slider, get_trainable_layers, live_only_notice, method_dropdown, mo, model, rank_slider,
+      set_trainable_layers, targets_dropdown):
+    mo.stop(model is None, mo.md("## 2. The method\n\n*Waiting for a model: fix the config.json above.*"))
+    _asked = get_trainable_layers()
+    trainable_layers_slider = mo.ui.slider(0, model.n_layers, value=min(_asked, model.n_layers), show_value=True,
+                                           label="Freeze: trainable last blocks", on_change=set_trainable_layers)
+    _clamped = (mo.md(f"*You asked for {_asked} trainable blocks; {model.name} has {model.n_layers}, so all "
+                      f"{model.n_layers} train (the slider shows {model.n_layers}). A deeper model gets your "
+                      f"{_asked} back.*").style({"font-size": "0.9em"}) if _asked > model.n_layers else None)
     mo.vstack([mo.md("## 2. The method"), live_only_notice(), method_dropdown,
                mo.hstack([trainable_layers_slider, bottleneck_slider], justify="start"),
+               *([_clamped] if _clamped is not None else []),
                mo.hstack([rank_slider, targets_dropdown], justify="start"),
                mo.md("The selected method's own control sets your run; all four also feed the comparison "
-                     "table at the end.").style({"font-size": "0.9em"})])
-    return bottleneck_slider, method_dropdown, rank_slider, targets_dropdown, trainable_layers_slider
+                     "table at the end. Each keeps its value when you change the model.").style({"font-size": "0.9em"})])
+    return (trainable_layers_slider,)
 
 
 @app.cell(hide_code=True)
@@ -211,7 +268,8 @@ def _(live_only_notice, mm, mo):
 @app.cell(hide_code=True)
 def _(literature, live_only_notice, mm, mo):
     gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
-    n_gpus_slider = mo.ui.slider(steps=[2**k for k in range(0, 7)], value=1, show_value=True, label="GPUs")
+    n_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=1, label="GPUs")
+    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=8, label="GPUs you could use (for the changes)")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
                                    label="ZeRO stage")
     _context_gib = mm.CUDA_CONTEXT_BYTES / 2**30  # memmath's default reserve: 1,343 MiB, 1.31 GiB
@@ -219,14 +277,14 @@ def _(literature, live_only_notice, mm, mo):
                                    show_value=True, label="Reserved for the CUDA context (GiB)")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     _context = literature.REPORTED["cuda_context_v100"]
-    mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_slider, zero_stage_radio], justify="start"),
-               mo.hstack([reserved_slider, unit_radio], justify="start"),
+    mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_number, zero_stage_radio], justify="start"),
+               mo.hstack([max_gpus_number, reserved_slider, unit_radio], justify="start"),
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
                      f"measured on a V100 ({_context.source}), "
                      f"{mm.format_bytes(mm.parse_bytes(f'{_context.value} {_context.unit}'), 'GiB')}; the slider "
                      "starts there, memmath's default reserve (mm.CUDA_CONTEXT_BYTES)."
                      ).style({"font-size": "0.9em"})])
-    return gpu_dropdown, n_gpus_slider, reserved_slider, unit_radio, zero_stage_radio
+    return gpu_dropdown, max_gpus_number, n_gpus_number, reserved_slider, unit_radio, zero_stage_radio
 
 
 @app.cell
@@ -242,11 +300,11 @@ def _(bottleneck_slider, mm, rank_slider, targets_dropdown, trainable_layers_sli
 
 
 @app.cell
-def _(attention_radio, batch_slider, checkpointing_switch, n_gpus_slider, optimizer_dropdown, precision_dropdown,
+def _(attention_radio, batch_slider, checkpointing_switch, n_gpus_number, optimizer_dropdown, precision_dropdown,
       seq_len_slider, zero_stage_radio):
     # The training step without the method: the comparison at the end needs this, not the method chosen.
     step = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
-                seq_len=seq_len_slider.value, checkpointing=checkpointing_switch.value, n_gpus=n_gpus_slider.value,
+                seq_len=seq_len_slider.value, checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
                 zero_stage=zero_stage_radio.value, attention=attention_radio.value)
     return (step,)
 
@@ -279,6 +337,13 @@ def _(unit_radio):
 
 
 @app.cell
+def _(max_gpus_number, step):
+    # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
+    max_gpus = max(int(max_gpus_number.value), step["n_gpus"])
+    return (max_gpus,)
+
+
+@app.cell
 def _(functools, mm):
     # Pure functions of hashable inputs (shapes, methods, GPUs are frozen dataclasses): a setting the learner
     # returns to, or a unit switch, reuses the result instead of computing it again.
@@ -292,11 +357,21 @@ def _(functools, mm):
         return mm.step_peak(model, **settings)
 
     @functools.lru_cache(maxsize=256)
-    def planned_changes(model, gpu, reserved, **settings):
-        return (tuple(mm.suggest_changes(model, gpu, reserved_bytes=reserved, **settings)),
-                tuple(mm.path_to_fit(model, gpu, reserved_bytes=reserved, **settings)))
+    def planned_changes(model, gpu, reserved, max_gpus, **settings):
+        return (tuple(mm.suggest_changes(model, gpu, reserved_bytes=reserved, max_gpus=max_gpus, **settings)),
+                tuple(mm.path_to_fit(model, gpu, reserved_bytes=reserved, max_gpus=max_gpus, **settings)))
 
-    return planned_changes, planned_memory, planned_peak
+    @functools.lru_cache(maxsize=256)
+    def planned_limits(model, gpu, reserved, max_gpus, **settings):
+        """The fewest GPUs (ZeRO stage 3 when the run has none), the largest batch, the longest sequence."""
+        _staged = {**settings, "zero_stage": settings["zero_stage"] or 3}
+        return dict(
+            stage=_staged["zero_stage"],
+            gpus=mm.fewest_gpus_that_fit(model, gpu, reserved_bytes=reserved, max_gpus=max_gpus, **_staged),
+            batch=mm.largest_batch_that_fits(model, gpu, reserved_bytes=reserved, max_batch=2**16, **settings),
+            seq_len=mm.longest_sequence_that_fits(model, gpu, reserved_bytes=reserved, max_seq_len=2**20, **settings))
+
+    return planned_changes, planned_limits, planned_memory, planned_peak
 
 
 @app.cell
@@ -307,14 +382,15 @@ def _(model, planned_memory, planned_peak, settings):
 
 
 @app.cell
-def _(gpu, mm, model, peak_bytes, planned_changes, reserved, settings):
+def _(gpu, max_gpus, mm, model, peak_bytes, planned_changes, reserved, settings):
     fit = mm.check_fit(peak_bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
-    suggestions, path = (list(_c) for _c in planned_changes(model, gpu, reserved, **settings))
+    suggestions, path = (list(_c) for _c in planned_changes(model, gpu, reserved, max_gpus, **settings))
     return fit, path, suggestions
 
 
 @app.cell(hide_code=True)
-def _(fit, gpu, mm, mo, model, pasted_text, peak_basis, peak_bytes, result, settings, unit):
+def _(fit, gpu, mm, mo, model, model_config, pasted_text, peak_basis, peak_bytes, planned_peak, reserved, result,
+      settings, unit):
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
     _per = f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU"
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
@@ -325,13 +401,76 @@ def _(fit, gpu, mm, mo, model, pasted_text, peak_basis, peak_bytes, result, sett
                 f"{_f(fit.headroom_bytes)} to spare{_margin}." if fit.fits else
                 f"**It does not fit.** {_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: "
                 f"{_f(fit.headroom_bytes)}{_margin}.")
-    _long = model.max_positions is not None and settings["seq_len"] > model.max_positions
-    _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} learned only {model.max_positions:,} positions; a {settings['seq_len']:,}"
+    _trained = mm.trained_context(model, model_config)  # learned positions, the config's, or the model card's
+    _long = _trained is not None and settings["seq_len"] > _trained
+    _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} was trained on at most {_trained:,} tokens; a {settings['seq_len']:,}"
                               "-token sequence is arithmetic only."), kind="warn")] if _long else []
+    _cannot = mm.recipe_warning(settings["precision"], gpu)
+    if _cannot is not None:
+        _instead, _ = planned_peak(model, **{**settings, "precision": _cannot.instead})
+        _fits_instead = mm.check_fit(_instead, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN).fits
+        _warn.append(mo.callout(mo.md(
+            f"**This recipe cannot run here.** The {gpu.name} ({gpu.architecture}) computes in "
+            f"{', '.join(gpu.compute_formats)}, not bf16: pure bf16 needs bf16 arithmetic (Ampere and later). "
+            f"It would train in fp16 mixed precision (`{_cannot.instead}`: fp16 weights and gradients with loss "
+            f"scaling, an fp32 master copy and fp32 optimizer states), which needs {_f(_instead)} {_per}: "
+            f"{'it fits' if _fits_instead else 'it does not fit'}. Choose `{_cannot.instead}` as the recipe above "
+            "to plan that run."), kind="warn"))
+    if settings["zero_stage"] == 3 and settings["n_gpus"] > 1 and model.tensor_count_known:
+        _layer = 2 * model.params_per_layer  # one block's weights in 16 bits
+        _warn.append(mo.md(
+            f"*Beyond its shard:* ZeRO stage 3 (and FSDP's full sharding) gathers each block's full weights on every "
+            f"GPU just before that block runs, in the forward pass and again in the backward pass, and frees them "
+            f"after; with prefetching the next block's arrive early, and the gather and the gradients' "
+            f"reduce-scatter pass through communication buffers. One block of {model.name} in 16 bits is "
+            f"{_f(_layer)}; memmath counts the shards only, so leave room for a block or two plus the buffers "
+            "(their size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
     mo.vstack([mo.md("## The verdict"), *_warn,
                mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
                mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
                .style({"font-size": "0.9em"})])
+    return
+
+
+@app.cell
+def _(gpu, max_gpus, model, planned_limits, reserved, settings):
+    limits = planned_limits(model, gpu, reserved, max_gpus, **settings)
+    return (limits,)
+
+
+@app.cell(hide_code=True)
+def _(gpu, limits, max_gpus, max_gpus_number, mm, mo, model, model_config, result, settings, unit):
+    _trained = mm.trained_context(model, model_config)
+    if limits["gpus"] == 1:
+        _gpus = f"**1**: it fits on one {gpu.name}"
+    elif limits["gpus"] is None:
+        _gpus = (f"not on {max_gpus:,} {gpu.name}s or fewer, even with ZeRO stage 3 (activations are not sharded: "
+                 "each GPU keeps its own batch's)")
+    else:
+        _stage = ("" if settings["zero_stage"] == limits["stage"] else
+                  f" with ZeRO stage {limits['stage']}; without ZeRO every GPU keeps a full copy, so more GPUs never help")
+        _gpus = f"**{limits['gpus']:,}** {gpu.name}{'s' if limits['gpus'] > 1 else ''}{_stage}"
+    _on = f"on {settings['n_gpus']:,} GPUs, ZeRO stage {settings['zero_stage']}" if settings["n_gpus"] > 1 else "on one GPU"
+    _batch = ("not even one sequence" if limits["batch"] is None else
+              f"**{limits['batch']:,}** sequences of {settings['seq_len']:,} tokens")
+    if limits["seq_len"] is None:
+        _seq = "not even one token"
+    else:
+        _beyond = (f"; the model was trained on {_trained:,}, so past that the number is memory only"
+                   if _trained is not None and limits["seq_len"] > _trained else "")
+        _seq = f"**{limits['seq_len']:,}** tokens per sequence at batch {settings['batch_size']:,}{_beyond}"
+    _lines = ["### How far this run goes", "",
+              "Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
+              "", f"- fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};"]
+    if max_gpus > int(max_gpus_number.value):
+        _lines[2] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
+                      f"the changes may use {max_gpus:,}.)")
+    if limits["batch"] is None and limits["seq_len"] is None:
+        _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations the run already "
+                      f"needs {mm.format_bytes(result.without_activations, unit)} per GPU.")
+    else:
+        _lines += [f"- largest batch that fits {_on}: {_batch};", f"- longest sequence that fits {_on}: {_seq}."]
+    mo.md("\n".join(_lines))
     return
 
 
@@ -373,7 +512,8 @@ def _(mm, mo, path, suggestions, unit, viz):
                  "again, and once some change makes it fit takes the smallest that does: "
                  f"{_steps}.")
     else:
-        _path = "Even all of these changes together do not make it fit: choose a larger GPU or a smaller model."
+        _path = ("Even all of these changes together do not make it fit: choose a larger GPU, a smaller model, "
+                 "or allow more GPUs above.")
     mo.vstack([mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
                viz.plain_table(mm.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])])
     return
@@ -540,13 +680,13 @@ def _(mo):
 @app.cell(hide_code=True)
 def _(literature, mm, mo):
     _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
-    _full = mm.training_memory("llama-2-7b", **_s)
+    _full, _ = mm.step_peak("llama-2-7b", **_s)  # the peak of a step, as the verdict above counts it
     _path = mm.path_to_fit("llama-2-7b", "RTX 4090", **_s)  # the CUDA context reserved by default
     _q = mm.training_memory("llama-65b", precision="bf16", optimizer="adamw", method=mm.QLoRA(rank=64, targets="all"),
                             batch_size=1, seq_len=512, checkpointing=True, attention="sdpa")
     _a6000 = mm.check_fit(_q, "RTX A6000")
-    _dp = [mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw", n_gpus=n).total for n in (1, 8)]
-    _z3 = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw", n_gpus=8, zero_stage=3).total
+    _dp = [mm.step_peak("llama-2-7b", **_s, n_gpus=n)[0] for n in (1, 8)]  # problem 1's run, its peak
+    _z3 = mm.training_memory("llama-2-7b", **_s, n_gpus=8, zero_stage=3).total
     try:
         mm.config_from_text('{"model_type": "falcon", "hidden_size": 4544}')
     except ValueError as _error:
@@ -555,17 +695,20 @@ def _(literature, mm, mo):
         mo.md("## Problems"),
         mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
               "per GPU, and what is the smallest change that fits it on an RTX 4090 (1.31 GiB reserved)?"),
-        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.total)}. The planner's path: "
+        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full)} at the peak of a step. The planner's path: "
                                       + ", then ".join(f"{s.change} ({mm.format_bytes(s.total)})" for s in _path) + ".")}),
         mo.md("**2.** QLoRA's paper finetuned a 65B model on one 48 GB GPU. Plan LLaMA-65B with QLoRA rank 64 on "
               "all linear layers, batch 1, 512 tokens, checkpointing: does it fit an RTX A6000?"),
         mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_q.total)} against {mm.format_bytes(_a6000.available_bytes)}: "
                                       f"{'it fits' if _a6000.fits else 'it does not fit'} "
                                       f"({literature.cite('qlora_65b_gpu')}).")}),
-        mo.md("**3.** Eight GPUs without ZeRO: does Llama-2-7B's full finetune need less memory per GPU than on one?"),
+        mo.md("**3.** Eight GPUs without ZeRO: does problem 1's run (Llama-2-7B, full finetuning, batch 1, 512 "
+              "tokens) need less memory per GPU than on one?"),
         mo.accordion({"Answer": mo.md(f"No: {mm.format_bytes(_dp[1])} per GPU, as on one ({mm.format_bytes(_dp[0])}). "
                                       f"Plain data parallelism copies everything; ZeRO stage 3 brings it to "
-                                      f"{mm.format_bytes(_z3)} per GPU.")}),
+                                      f"{mm.format_bytes(_z3)} per GPU, of which the activations "
+                                      f"({mm.format_bytes(mm.training_memory('llama-2-7b', **_s).activations)}) "
+                                      "are not sharded: each GPU keeps its own batch's.")}),
         mo.md("**4.** Paste `{\"model_type\": \"falcon\", \"hidden_size\": 4544}` as the config. What does the planner say?"),
         mo.accordion({"Answer": mo.md(f"A message, not a crash: \"{_falcon}\".")}),
     ])

@@ -52,3 +52,48 @@ def test_fit_table_lists_every_card_smallest_first_with_labelled_units():
 
 def test_names_are_case_insensitive():
     assert mm.get_gpu("rtx 4090") is mm.GPUS["RTX 4090"] and mm.get_gpu(mm.GPUS["H200"]) is mm.GPUS["H200"]
+
+
+@pytest.mark.parametrize("name, cc, formats", [
+    # NVIDIA's compute capabilities (developer.nvidia.com/cuda-gpus): bf16 tensor cores from Ampere (8.0),
+    # fp8 from Ada (8.9) and Hopper (9.0) on; Turing (T4, 7.5) and Volta (V100, 7.0) compute in fp16.
+    ("T4", (7, 5), ("fp16",)), ("V100 32GB", (7, 0), ("fp16",)),
+    ("A100 80GB", (8, 0), ("fp16", "bf16")), ("RTX 3090", (8, 6), ("fp16", "bf16")),
+    ("RTX 4090", (8, 9), ("fp16", "bf16", "fp8")), ("L4", (8, 9), ("fp16", "bf16", "fp8")),
+    ("H100 80GB", (9, 0), ("fp16", "bf16", "fp8")),
+])
+def test_catalog_knows_which_formats_each_card_computes_in(name, cc, formats):
+    gpu = mm.get_gpu(name)
+    assert gpu.compute_capability == cc and gpu.compute_formats == formats
+
+
+def test_every_catalog_card_has_an_architecture():
+    assert all(g.compute_capability and g.architecture for g in mm.GPUS.values())
+
+
+@pytest.mark.parametrize("name", ["T4", "V100 32GB"])
+def test_pure_bf16_on_a_card_without_bf16_warns_and_names_fp16_mixed_precision(name):
+    warning = mm.recipe_warning("bf16", name)
+    assert warning is not None and warning.needs == "bf16" and warning.instead == "mixed"
+    assert name in warning.message and "fp16 mixed precision" in warning.message
+    # The recipe it names runs there: its 16-bit math in fp16 with an fp32 master copy.
+    assert mm.recipe_warning(warning.instead, name) is None
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "amp", "mixed", "mixed_fp32_grads"])
+def test_recipes_that_run_in_fp16_give_no_warning_on_a_t4(precision):
+    assert mm.recipe_warning(precision, "T4") is None
+
+
+def test_bf16_on_ampere_and_later_gives_no_warning():
+    assert all(mm.recipe_warning("bf16", g) is None for g in mm.GPUS.values() if g.compute_capability >= (8, 0))
+    # A card built by hand with no capability: nothing is claimed.
+    custom = mm.GPU("custom", 16 * MIB * 1024, 10**11, 10.0, "datacenter", "16 GB")
+    assert mm.recipe_warning("bf16", custom) is None
+
+
+def test_planner_does_not_suggest_pure_bf16_to_a_t4():
+    changes = [s.change for s in mm.suggest_changes("gpt2-xl", "T4", precision="mixed", optimizer="adamw")]
+    assert "pure bf16 recipe" not in changes
+    assert "pure bf16 recipe" in [s.change for s in mm.suggest_changes("gpt2-xl", "L4", precision="mixed",
+                                                                       optimizer="adamw")]

@@ -58,3 +58,71 @@ def test_every_control_at_both_ends():
         assert defs["memory"].total > 0
     assert {"model_dropdown", "context_slider", "batch_slider", "weights_format_dropdown", "kv_format_dropdown",
             "attention_radio", "gpu_dropdown", "unit_radio"} <= seen
+
+
+def _plain(outputs):
+    import html
+    import re
+    text = html.unescape(lessons.output_text(outputs))
+    text = re.sub(r"<[^>]+>", " ", text.replace("data-html='", ">"))
+    return re.sub(r"\s+", " ", html.unescape(text))
+
+
+def _run(**controls):
+    import marimo as mo
+    made = {}
+    if "context" in controls:
+        made["context_slider"] = mo.ui.slider(steps=[2**k for k in range(7, 18)], value=controls["context"])
+    if "batch" in controls:
+        made["batch_slider"] = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=controls["batch"])
+    if "attention" in controls:
+        made["attention_radio"] = mo.ui.radio(["sdpa", "eager"], value=controls["attention"])
+    if "model" in controls:
+        made["model_dropdown"] = mo.ui.dropdown(list(mm.PRESETS), value=controls["model"])
+    if "gpu" in controls:
+        made["gpu_dropdown"] = mo.ui.dropdown(list(mm.GPUS), value=controls["gpu"])
+    return lessons.run_with(NAME, **made)
+
+
+def test_an_impossible_working_set_says_what_it_means():
+    # Llama-2-13B, 131,072 tokens x 256 sequences, eager attention: 40 heads x 131,072^2 scores x 256
+    # sequences x 10 B (bf16 scores plus LLaMA's fp32 softmax) = 1.76e15 B, about 11,700 H200s (150.75 GB).
+    outputs, defs = _run(context=131072, batch=256, attention="eager")
+    assert defs["memory"].working_set > 40 * 131072**2 * 256 * 10
+    text = _plain(outputs)
+    assert "No GPU holds this" in text and "H200" in text
+    assert "eager attention's scores" in text and "40 heads x 131,072 x 131,072 scores x 256 sequences" in text
+
+
+@pytest.mark.parametrize("model, trained", [
+    # max_position_embeddings in meta-llama/Llama-2-13b-hf's config.json: 4096; GPT-3: 2,048 (Brown et al. 2020).
+    ("llama-2-13b", 4096), ("gpt3-175b", 2048), ("mistral-7b", 32768),
+])
+def test_every_model_with_a_known_trained_context_warns_past_it(model, trained):
+    outputs, _ = _run(model=model, context=65536)
+    assert f"{model} was trained on at most {trained:,} tokens" in _plain(outputs)
+    outputs, _ = _run(model=model, context=trained)
+    assert "was trained on at most" not in _plain(outputs)
+
+
+def test_decode_bound_only_for_cards_the_model_fits(default_run):
+    # The default (Llama-2-13B, bf16, 8,192 tokens: 33.76 GB) does not fit a 4090's 25.76 GB.
+    outputs, defs = default_run
+    table = defs["fit_frame"]
+    assert "does not decode there at all" in _plain(outputs)
+    assert set(table["fits"]) == {"yes", "no"}
+    for fits, bound in zip(table["fits"], table["decode bound (tokens/s)"]):
+        assert (bound == "does not fit") == (fits == "no")
+    outputs, _ = _run(gpu="A100 80GB")
+    assert "does not decode there at all" not in _plain(outputs)
+
+
+def test_fp8_weights_on_a_card_without_fp8_arithmetic_say_so():
+    # The RTX 3090 is Ampere (compute capability 8.6): bf16 tensor cores, no fp8 (NVIDIA: fp8 from 8.9 on).
+    import marimo as mo
+    outputs, _ = lessons.run_with(NAME, gpu_dropdown=mo.ui.dropdown(list(mm.GPUS), value="RTX 3090"),
+                                  weights_format_dropdown=mo.ui.dropdown(["bf16", "fp8_e4m3"], value="fp8_e4m3"))
+    assert "RTX 3090 (Ampere) has no fp8 arithmetic" in _plain(outputs)
+    outputs, _ = lessons.run_with(NAME, gpu_dropdown=mo.ui.dropdown(list(mm.GPUS), value="RTX 4090"),
+                                  weights_format_dropdown=mo.ui.dropdown(["bf16", "fp8_e4m3"], value="fp8_e4m3"))
+    assert "no fp8 arithmetic" not in _plain(outputs)

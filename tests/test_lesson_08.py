@@ -8,6 +8,8 @@ import lessons
 import marimo as mo
 import pytest
 
+import memmath as mm
+
 NAME = "08_planner"
 LLAMA_2_7B = 6_738_415_616  # parameters: meta-llama/Llama-2-7b-hf's model.parameters() sum (PyTorch, meta device)
 
@@ -113,7 +115,7 @@ def test_every_control_at_both_ends():
         assert defs["result"].total > 0
     assert {"preset_dropdown", "method_dropdown", "trainable_layers_slider", "bottleneck_slider", "rank_slider",
             "targets_dropdown", "precision_dropdown", "optimizer_dropdown", "batch_slider", "seq_len_slider",
-            "checkpointing_switch", "attention_radio", "gpu_dropdown", "n_gpus_slider", "zero_stage_radio",
+            "checkpointing_switch", "attention_radio", "gpu_dropdown", "n_gpus_number", "max_gpus_number", "zero_stage_radio",
             "reserved_slider", "unit_radio", "source_radio"} <= seen
 
 
@@ -167,3 +169,120 @@ def test_sharded_runs_measured_next_to_memmath(default_run):
     per_rank = 3 * 49_984 // 4 + 16_000 + 4_096 + 64 + 32 + 1_024 + 16 + 64 + 1
     assert per_rank == 58_785  # more than a quarter of the model's 234,882 values
     assert bert["param_bytes_per_rank"] == [e * per_rank] * 4
+
+
+# ---- controls keep their state ----------------------------------------------------------------
+KEPT = ("method_dropdown", "bottleneck_slider", "rank_slider", "targets_dropdown", "precision_dropdown",
+        "optimizer_dropdown", "batch_slider", "seq_len_slider", "checkpointing_switch", "attention_radio",
+        "gpu_dropdown", "n_gpus_number", "max_gpus_number", "zero_stage_radio", "reserved_slider", "unit_radio",
+        "preset_dropdown", "source_radio", "config_text_area")
+
+
+def test_controls_are_built_from_no_other_control_so_they_keep_their_value():
+    # marimo builds a control anew (at its initial value) whenever its cell re-runs, and a cell re-runs when
+    # anything it reads changes. The method cell used to read the model, so choosing a preset reset the method
+    # to full finetuning and the rank to 8. Each control's cell must read no other control and not the model.
+    app = lessons.load_app(NAME)
+    app._maybe_initialize()
+    upstream = set(KEPT) | {"trainable_layers_slider", "model", "model_error", "model_config", "settings", "step"}
+    for cell in app._graph.cells.values():
+        built = set(cell.defs) & set(KEPT)
+        if built:
+            assert not (set(cell.refs) & upstream), (sorted(built), sorted(set(cell.refs) & upstream))
+
+
+def test_qlora_stays_qlora_when_the_preset_changes():
+    outputs, defs = lessons.run_with(
+        NAME, method_dropdown=mo.ui.dropdown({"full finetuning": "full", "QLoRA": "qlora"}, value="QLoRA"),
+        rank_slider=mo.ui.slider(steps=[2**k for k in range(0, 9)], value=64),
+        preset_dropdown=mo.ui.dropdown(["llama-2-7b", "llama-2-13b"], value="llama-2-13b"))
+    method = defs["settings"]["method"]
+    assert defs["model"].name == "llama-2-13b" and type(method).__name__ == "QLoRA" and method.rank == 64
+
+
+def _with_asked_layers(n, preset="llama-2-7b"):
+    return lessons.run_with(NAME, get_trainable_layers=mo.state(n)[0],
+                            preset_dropdown=mo.ui.dropdown(["llama-2-7b", "llama-2-70b", "gpt2"], value=preset))
+
+
+def test_trainable_blocks_are_kept_and_capped_only_when_impossible():
+    # 40 trainable blocks asked: Llama-2-70B has 80 layers, so 40 it is; Llama-2-7B has 32, so 32, and the page
+    # says what changed and why; GPT-2 has 12.
+    _, deep = _with_asked_layers(40, "llama-2-70b")
+    assert deep["trainable_layers_slider"].value == 40
+    outputs, shallow = _with_asked_layers(40, "llama-2-7b")
+    assert shallow["trainable_layers_slider"].value == 32
+    assert "You asked for 40 trainable blocks; llama-2-7b has 32" in plain(outputs)
+    _, small = _with_asked_layers(5, "gpt2")
+    assert small["trainable_layers_slider"].value == 5
+
+
+# ---- numbers that agree -----------------------------------------------------------------------
+def test_problem_3_counts_the_activations_the_verdict_counts(default_run):
+    # The defaults are problem 1's run (Llama-2-7B, pure bf16, AdamW, batch 1, 512 tokens, fused attention):
+    # problem 3's one-GPU figure must be the verdict's, activations included.
+    outputs, defs = default_run
+    total = mm.format_bytes(defs["peak_bytes"])  # the verdict judges the step's peak
+    assert defs["result"].activations > 0 and defs["peak_basis"] == "peak"
+    text = plain(outputs)
+    assert f"{total} on the GPU" in text
+    assert f"as on one ({total})" in text and f"{total} at the peak of a step" in text
+
+
+def test_gpu_counts_stay_within_what_the_learner_allows():
+    _, defs = lessons.run_with(NAME, max_gpus_number=mo.ui.number(start=1, stop=1024, value=2))
+    assert defs["max_gpus"] == 2
+    assert all(s.settings.get("n_gpus", 1) <= 2 for s in [*defs["path"], *defs["suggestions"]])
+
+
+def test_any_whole_number_of_gpus_and_the_fewest_that_fit_is_stated(default_run):
+    # The default run (53.9e9 B of weights, gradients and states + 2.36e9 of activations) on RTX 4090s
+    # (24,564 MiB, 1.25 GiB reserved = 24.41e9 usable) with ZeRO-3: two GPUs give 26.95 + 2.36 > 24.41;
+    # three give 17.97 + 2.36 = 20.33, which fits. So the fewest is 3, a count the old 1, 2, 4, ... slider lacked.
+    outputs, defs = default_run
+    assert defs["limits"]["gpus"] == 3
+    assert "fewest GPUs that fit, of the 8 you allow: 3 RTX 4090s with ZeRO stage 3" in plain(outputs)
+    _, three = lessons.run_with(NAME, n_gpus_number=mo.ui.number(start=1, stop=1024, value=3),
+                                zero_stage_radio=mo.ui.radio({"0 (none)": 0, "3": 3}, value="3"))
+    assert three["settings"]["n_gpus"] == 3 and three["fit"].fits
+
+
+def test_bf16_on_a_t4_warns_and_names_the_recipe_it_would_use():
+    outputs, defs = lessons.run_with(NAME, gpu_dropdown=mo.ui.dropdown(["RTX 4090", "T4"], value="T4"))
+    text = plain(outputs)
+    assert "This recipe cannot run here." in text and "fp16 mixed precision" in text
+    assert "Choose mixed as the recipe" in text
+    assert "pure bf16 recipe" not in [s.change for s in defs["suggestions"]]
+
+
+def test_llama_2_13b_past_its_trained_context_is_warned():
+    # meta-llama/Llama-2-13b-hf's config.json: max_position_embeddings 4096.
+    outputs, _ = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(["llama-2-13b"], value="llama-2-13b"),
+                                  seq_len_slider=mo.ui.slider(steps=[4096, 8192], value=8192))
+    assert "llama-2-13b was trained on at most 4,096 tokens" in plain(outputs)
+
+
+@pytest.mark.parametrize("model_type, says", [
+    ("falcon", "refuses it rather than guess"), ("qwen2", "Qwen2 is LLaMA's layout"),
+    ("some_new_model", "memmath counts two decoder layouts"),
+])
+def test_an_unsupported_family_gets_the_nearest_layout_or_a_plain_refusal(model_type, says):
+    outputs, defs = _with_config(json.dumps({"model_type": model_type, "hidden_size": 4096}))
+    if defs["model"] is None and "not supported" in (defs["model_error"] or ""):  # another family may be added
+        assert says in plain(outputs)
+
+
+def test_zero_3_says_what_each_gpu_keeps_beyond_its_shard():
+    # Llama-2-7B's block: 4 x 4096^2 + 3 x 4096 x 11,008 + 2 x 4096 = 202,383,360 parameters, 404,766,720 B in bf16.
+    outputs, _ = lessons.run_with(NAME, n_gpus_number=mo.ui.number(start=1, stop=1024, value=8),
+                                  zero_stage_radio=mo.ui.radio({"0 (none)": 0, "3": 3}, value="3"))
+    text = plain(outputs)
+    assert "Beyond its shard:" in text and "gathers each block's full weights" in text
+    assert f"One block of llama-2-7b in 16 bits is {mm.format_bytes(404_766_720)}" in text
+
+
+def test_allowing_fewer_gpus_than_the_run_has_is_explained():
+    outputs, defs = lessons.run_with(NAME, n_gpus_number=mo.ui.number(start=1, stop=1024, value=16),
+                                     max_gpus_number=mo.ui.number(start=1, stop=1024, value=4))
+    assert defs["max_gpus"] == 16
+    assert "You allow 4 GPUs but the run already has 16" in plain(outputs)

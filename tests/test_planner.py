@@ -18,13 +18,15 @@ def test_uniform_7b_ranked_more_gpus_then_zero_then_8bit_adam():
     # 7B in pure bf16 with Adam, no activations (no seq_len), no step counters (uniform model):
     # 2 + 2 + 4 = 8 B/param = 56e9 B on each of 8 GPUs without ZeRO.
     # ZeRO-1 shards states: 14 + 14 + 28/8 = 31.5 GB; ZeRO-2 also gradients: 14 + 1.75 + 3.5 = 19.25 GB,
-    # which fits a 4090 (25.76 GB): saved 36.75e9. 16 GPUs with ZeRO-3: 56e9 / 16 = 3.5e9, saved 52.5e9.
+    # which fits a 4090 (25.76 GB): saved 36.75e9. The fewest GPUs above 8 with ZeRO-3 is 9 (any whole
+    # number): each part divided by 9, rounded up: 1,555,555,556 + 1,555,555,556 + 3,111,111,112
+    # = 6,222,222,224 B, saved 56e9 - 6,222,222,224 = 49,777,777,776.
     # 8-bit Adam (bitsandbytes >= 0.44): states 2 x 1 B x 7e9 + ceil(14e9 / 256) x 4 B = 14e9 + 218,750,000:
     # saved 28e9 - 14,218,750,000 = 13,781,250,000.
     model = mm.uniform_model(7e9, 32)
     got = mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8)
-    assert [s.change for s in got] == ["16 GPUs with ZeRO stage 3", "ZeRO stage 2 on the 8 GPUs", "8-bit Adam"]
-    assert [s.saved for s in got] == [52_500_000_000, 36_750_000_000, 13_781_250_000]
+    assert [s.change for s in got] == ["9 GPUs with ZeRO stage 3", "ZeRO stage 2 on the 8 GPUs", "8-bit Adam"]
+    assert [s.saved for s in got] == [49_777_777_776, 36_750_000_000, 13_781_250_000]
     assert [s.fits for s in got] == [True, True, False]
 
 
@@ -161,7 +163,7 @@ def test_suggestions_frame_columns_and_units():
     frame = mm.suggestions_frame(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam",
                                                     n_gpus=8), unit="GB")
     assert list(frame.columns) == ["change", "per GPU after (GB)", "saved (GB)", "fits", "cost"]
-    assert frame["saved (GB)"].iloc[0] == pytest.approx(52.5)
+    assert frame["saved (GB)"].iloc[0] == pytest.approx(49.777777776)  # 9 GPUs with ZeRO-3, derived above
 
 
 LLAMA_2_7B_CONFIG = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -216,3 +218,114 @@ def test_a_recipe_object_or_name_that_keeps_more_than_pure_bf16_gets_the_suggest
 def test_pure_16_bit_recipes_get_no_bf16_suggestion(precision):
     changes = [s.change for s in mm.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
     assert "pure bf16 recipe" not in changes
+
+
+# ---- direct answers ---------------------------------------------------------------------------
+H100 = 81559 * 2**20  # nvidia-smi's 81559 MiB on an H100 80GB
+A100_80 = 81920 * 2**20
+LORA_RUN = dict(precision="bf16", optimizer="adamw", method=mm.LoRA(rank=8, targets=("q", "v")), attention="sdpa")
+# Llama-2-7B with LoRA r=8 on q, v: 13,543,940,608 B without activations (test_lora_suggestion_for_llama_2_7b).
+# Activations with fused attention per token of one sequence (Korthikanti et al. 2022; 1-byte masks):
+# 32 blocks x (34 x 4096 + 4 x 32) + final norm and head inputs 2 x 2 x 4096 + fp32 logits 4 x 32,000
+# = 4,460,544 + 16,384 + 128,000 = 4,604,928 B; every part is linear in the tokens.
+LORA_FIXED, PER_TOKEN = 13_543_940_608, 4_604_928
+
+
+# The searches judge fit as the planner does: the requirement plus a 5% margin (memmath.FIT_MARGIN,
+# rounded up to whole bytes) within the card's memory less the reserve. With zero_stage=1 on one GPU the
+# requirement is the sum of the parts (memmath has no peak model under ZeRO), which the hand count above gives.
+ZERO1 = dict(LORA_RUN, zero_stage=1, n_gpus=1)
+
+
+def _fits_by_hand(required, available):
+    return required + -(-required * 5 // 100) <= available
+
+
+def _largest_by_hand(per_unit, available, cap=10**7):
+    n = 0
+    while n < cap and _fits_by_hand(LORA_FIXED + (n + 1) * per_unit, available):
+        n += 1
+    return n
+
+
+def test_largest_batch_that_fits_by_hand():
+    # 512 tokens: 512 x 4,604,928 = 2,357,723,136 B per sequence; with nothing reserved 28 sequences fit
+    # (13.54e9 + 28 x 2.36e9 = 79.56e9, x 1.05 = 83.54e9 <= 85.52e9; 29 would need 86.01e9).
+    assert _largest_by_hand(512 * PER_TOKEN, H100) == 28
+    assert mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, reserved_bytes=0, **ZERO1) == 28
+    # 2 GiB reserved: one sequence fewer.
+    assert mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, reserved_bytes=2 * 2**30,
+                                      **ZERO1) == _largest_by_hand(512 * PER_TOKEN, H100 - 2 * 2**30) == 27
+    # A cap below the answer is the answer; a run whose fixed part alone overflows has none.
+    assert mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, max_batch=7, **ZERO1) == 7
+    assert mm.largest_batch_that_fits("llama-2-70b", "RTX 4090", seq_len=512, precision="bf16",
+                                      optimizer="adamw") is None
+    with pytest.raises(ValueError, match="seq_len"):
+        mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", **ZERO1)
+
+
+def test_longest_sequence_that_fits_by_hand():
+    # One sequence, nothing reserved: the largest s with (13.54e9 + s x 4,604,928) x 1.05 <= 85.52e9.
+    assert _largest_by_hand(PER_TOKEN, H100) == 14_746
+    assert mm.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=1, reserved_bytes=0,
+                                         **ZERO1) == 14_746
+    # Two sequences: 2 x 4,604,928 B per token.
+    assert mm.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=2, reserved_bytes=0,
+                                         **ZERO1) == _largest_by_hand(2 * PER_TOKEN, H100)
+
+
+def test_the_searches_stop_where_the_planner_says_it_stops_fitting():
+    # On the peak (LoRA on one GPU, no ZeRO): the answer fits and one more does not, judged by the planner's rule.
+    def fits(**changes):
+        peak, basis = mm.step_peak("llama-2-7b", **{**LORA_RUN, "seq_len": 512, "batch_size": 1, **changes})
+        assert basis == "peak"
+        return mm.check_fit(peak, "H100 80GB", margin=mm.FIT_MARGIN).fits
+
+    batch = mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, **LORA_RUN)
+    assert fits(batch_size=batch) and not fits(batch_size=batch + 1)
+    tokens = mm.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=1, **LORA_RUN)
+    assert fits(seq_len=tokens) and not fits(seq_len=tokens + 1)
+
+
+def test_fewest_gpus_that_fit_by_hand():
+    # Llama-2-13B (13,015,864,320 parameters) in mixed precision with AdamW: 2 + 2 + 4 + 8 = 16 B per
+    # parameter = 208,253,829,120 B, plus 363 step counters x 4 B, all sharded by ZeRO-3. Activations at
+    # 512 tokens, fused attention, not sharded: 512 x (40 x (34 x 5120 + 4 x 40) + 2 x 2 x 5120 + 4 x 32,000)
+    # = 512 x 7,118,080 = 3,644,456,960 B. Two GPUs: 104.1e9 + 3.6e9 > 85.9e9 (A100 80GB); three:
+    # 69.4e9 + 3.6e9 = 73.1e9 fits. Any whole number is tried: the answer is 3, not 4.
+    states = 16 * 13_015_864_320 + 363 * 4
+    acts = 512 * 7_118_080
+    assert states // 2 + acts > A100_80 and -(-states // 3) + acts + 3 < A100_80
+    run = dict(precision="mixed", optimizer="adamw", seq_len=512, attention="sdpa", zero_stage=3)
+    assert mm.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **run) == 3
+    # Without ZeRO every GPU keeps a full copy: no count helps.
+    assert mm.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **{**run, "zero_stage": 0}) is None
+    # A run that already fits needs one; a cap below the answer gives none.
+    assert mm.fewest_gpus_that_fit("gpt2", "A100 80GB", **run) == 1
+    assert mm.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", max_gpus=2, **run) is None
+
+
+def test_path_to_fit_tries_a_smaller_batch_before_more_gpus():
+    # Full finetuning of Llama-2-70B at 64 x 8192 tokens, eager attention, on a 4090 (1.25 GiB reserved),
+    # 8 GPUs allowed: every change that keeps the hardware comes first, then the smaller batch, and only
+    # then more GPUs, no more than allowed and no more than needed (one fewer does not fit).
+    settings = dict(precision="bf16", optimizer="adamw", seq_len=8192, batch_size=64, attention="eager")
+    reserved = int(1.25 * 2**30)
+    path = mm.path_to_fit("llama-2-70b", "RTX 4090", max_gpus=8, reserved_bytes=reserved, **settings)
+    changes = [s.change for s in path]
+    assert changes[-2] == "batch size 1" and changes[-1].endswith("GPUs with ZeRO stage 3") and path[-1].fits
+    assert not any("GPUs with" in c for c in changes[:-1])
+    n = path[-1].settings["n_gpus"]
+    assert 1 < n <= 8
+    fewer, _ = mm.step_peak("llama-2-70b", **{**path[-1].settings, "n_gpus": n - 1})
+    assert not mm.check_fit(fewer, "RTX 4090", reserved_bytes=reserved, margin=mm.FIT_MARGIN).fits
+
+
+def test_trained_context_of_presets():
+    # max_position_embeddings in each config.json: Llama-2 4096, Llama-3 8192, Mistral-7B-v0.1 32768;
+    # GPT-2 n_positions 1024; GPT-3 2048 (Brown et al. 2020); LLaMA-1 2048 (Touvron et al. 2023).
+    assert [mm.trained_context(n) for n in ("llama-2-13b", "llama-3-8b", "mistral-7b", "gpt2", "gpt3-175b",
+                                            "llama-65b")] == [4096, 8192, 32768, 1024, 2048, 2048]
+    assert mm.trained_context(mm.config_from_text(json.dumps(LLAMA_2_7B_CONFIG))) is None
+    assert mm.trained_context(mm.config_from_text(json.dumps(LLAMA_2_7B_CONFIG)),
+                              {**LLAMA_2_7B_CONFIG, "max_position_embeddings": 4096}) == 4096
