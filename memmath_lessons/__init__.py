@@ -1,0 +1,1 @@
+"""The workbook: what the lessons share (charts, controls, the live chart)."""

@@ -1,0 +1,177 @@
+"""A chart that a slider moves without redrawing it: the Vega view stays in the page and takes new rows.
+
+An altair chart shown by a cell is a new Vega-Lite output on every run of that cell: the browser
+parses, compiles and lays it out from scratch (30-50 ms a chart, the bulk of a lesson's slider
+latency). A `LiveChart` is an anywidget (`mo.ui.anywidget`) whose JavaScript keeps one Vega view
+alive; Python hands it the chart's spec once and afterwards only the rows (a synced trait), which
+the view takes in place (`view.change(name, changeset)`, then `runAsync()`). Axes, legends,
+tooltips and every altair feature keep working: it is the same Vega-Lite spec, drawn by vega.
+
+Use it in two cells, so that the widget's output is made once and never re-created::
+
+    @app.cell
+    def _(live_chart):
+        memory_chart = live_chart()        # reads no control: this cell runs once
+        memory_chart                       # where the chart shows (its place in the notebook)
+        return (memory_chart,)
+
+    @app.cell
+    def _(alt, frame, memory_chart):       # re-runs on every slider move
+        memory_chart.update(alt.Chart(frame).mark_bar().encode(...))
+
+`update` takes an altair chart, a `viz.chart_output(...)`/`viz.stacked_bars_output(...)` or a
+Vega-Lite dict. When only the data differ from the drawn chart, only the rows travel; when the
+spec differs too (another unit in an axis title, another number of bars and so another height),
+the chart is embedded anew, as any chart would be. So keep what a slider moves in the data: a
+title that names the slider's value makes every move a full redraw (say the value in the text
+beside the chart instead).
+
+The JavaScript is pinned and ships in this package (`static/`: vega 6.2.0, vega-lite 6.4.3,
+vega-embed 7.1.0, the versions marimo 0.25.2's own charts use, from the npm registry, BSD-3,
+LICENSE files beside them); nothing loads from a CDN. Live (`marimo run`, `marimo edit`), the
+runtime travels inside the widget's module, which marimo serves once per page. In the static site
+(MEMMATH_STATIC_EXPORT=1) the module is small and loads the runtime from the site's
+`_memmath/` folder (`copy_runtime`, called by `python -m memmath_site build`); the page shows the
+chart's state at export time: the lesson's defaults. `marimo export html` run by hand, without
+that variable, makes a page whose live charts need the widget module of a running server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import anywidget
+import traitlets
+
+STATIC = Path(__file__).resolve().parent / "static"
+RUNTIME_FILES = ("vega-6.2.0.min.js", "vega-lite-6.4.3.min.js", "vega-embed-7.1.0.min.js")
+"""The runtime, in load order (each a UMD build that sets a global: vega, vegaLite, vegaEmbed)."""
+LICENSE_FILES = ("LICENSE.vega", "LICENSE.vega-lite", "LICENSE.vega-embed")
+SITE_DIR = "_memmath"
+"""Where the static site keeps the runtime, beside the lesson pages."""
+STATIC_EXPORT_ENV = "MEMMATH_STATIC_EXPORT"  # the same switch as static_charts.STATIC_EXPORT_ENV
+DATASET_PREFIX = "memmath_"
+"""Datasets are renamed memmath_0, memmath_1 ... in order of appearance (altair names them by a hash of the rows)."""
+
+_SOURCE_MAP = re.compile(r"^//# sourceMappingURL=.*$", re.M)
+
+
+def _static_export() -> bool:
+    return os.environ.get(STATIC_EXPORT_ENV) == "1"
+
+
+def _module_source(static: bool) -> str:
+    """The widget's ES module: the widget alone (static site) or preceded by the runtime (live)."""
+    widget = (STATIC / "live_chart.js").read_text(encoding="utf-8")
+    if static:
+        return widget
+    # Module scope: `this` is undefined, so each UMD build sets its global on globalThis; the
+    # shadowing declarations keep them from taking a CommonJS or AMD path.
+    runtime = "\n;\n".join(_SOURCE_MAP.sub("", (STATIC / name).read_text(encoding="utf-8")) for name in RUNTIME_FILES)
+    return f"var exports, module, define;\n{runtime}\n;\n{widget}"
+
+
+def runtime_urls() -> list[str]:
+    """Where a static page loads the runtime from (relative to the page)."""
+    return [f"./{SITE_DIR}/{name}" for name in RUNTIME_FILES]
+
+
+def copy_runtime(site_dir: Path) -> int:
+    """Copy the runtime and its licenses into site_dir/_memmath; returns the bytes copied."""
+    target = Path(site_dir) / SITE_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for name in RUNTIME_FILES + LICENSE_FILES:
+        shutil.copyfile(STATIC / name, target / name)
+        total += (target / name).stat().st_size
+    return total
+
+
+class LiveChart(anywidget.AnyWidget):
+    """A Vega-Lite chart drawn once and then fed new rows (see the module docstring)."""
+
+    _esm = _module_source(_static_export())
+    spec = traitlets.Dict().tag(sync=True)
+    rows = traitlets.Dict().tag(sync=True)
+    runtime = traitlets.List(traitlets.Unicode()).tag(sync=True)
+
+    def __init__(self, chart=None, **kwargs):
+        super().__init__(runtime=runtime_urls() if _static_export() else [], **kwargs)
+        if chart is not None:
+            self.update(chart)
+
+    def update(self, chart) -> "LiveChart":
+        """Show `chart` (altair, chart_output/stacked_bars_output, or a Vega-Lite dict): only its rows if its spec is drawn."""
+        spec, rows = split_data(chart)
+        if spec != self.spec:
+            with self.hold_sync():
+                self.rows = rows
+                self.spec = spec
+        else:
+            self.rows = rows  # traitlets sends nothing when the rows are equal too
+        return self
+
+
+def live_chart(chart=None) -> LiveChart:
+    """A LiveChart, empty until `update(chart)` (or drawing `chart` at once)."""
+    return LiveChart(chart)
+
+
+def _as_spec(chart) -> dict:
+    if isinstance(chart, dict):
+        return json.loads(json.dumps(chart))  # a copy, and JSON types only
+    if hasattr(chart, "to_dict") and hasattr(chart, "to_json"):  # an altair chart
+        return json.loads(chart.to_json(validate=False, allow_nan=False, default=str))
+    if hasattr(chart, "_mime_"):  # viz.ChartOutput, viz.SpecOutput
+        mimetype, text = chart._mime_()
+        if "vegalite" not in mimetype:
+            raise TypeError(f"update needs a Vega-Lite chart; got output of type {mimetype}")
+        return json.loads(text)
+    raise TypeError(f"update needs an altair chart, a chart_output or a Vega-Lite dict; got {type(chart).__name__}")
+
+
+def split_data(chart) -> tuple[dict, dict]:
+    """(spec with stable dataset names and no rows, {dataset name: rows}) of a Vega-Lite chart.
+
+    Top-level `datasets` (altair's, named by a hash of their rows) and inline `data.values` lists
+    become datasets memmath_0, memmath_1 ... in order of first appearance, so that a chart with other
+    rows has the same spec. Inline values in other formats (CSV text) stay in the spec.
+    """
+    spec = _as_spec(chart)
+    datasets = spec.pop("datasets", {}) or {}
+    names: dict[str, str] = {}
+    rows: dict[str, list] = {}
+
+    def stable(original: str | None, values) -> str:
+        key = original if original is not None else f"inline {len(names)}"
+        if key not in names:
+            names[key] = f"{DATASET_PREFIX}{len(names)}"
+            rows[names[key]] = values
+        return names[key]
+
+    def walk(node):
+        if isinstance(node, dict):
+            data = node.get("data")
+            if isinstance(data, dict):
+                if isinstance(data.get("name"), str) and data["name"] in datasets:
+                    node["data"] = {**data, "name": stable(data["name"], datasets[data["name"]])}
+                elif isinstance(data.get("values"), list):
+                    rest = {k: v for k, v in data.items() if k != "values"}
+                    node["data"] = {**rest, "name": stable(None, data["values"])}
+            for key, value in node.items():
+                if key != "data":
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(spec)
+    # Datasets that no data node names (none in altair's output) still travel, under their own names.
+    for name, values in datasets.items():
+        if name not in names:
+            spec.setdefault("datasets", {})[name] = values
+    return spec, rows
