@@ -39,6 +39,7 @@ that variable, makes a page whose live charts need the widget module of a runnin
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -97,28 +98,97 @@ class LiveChart(anywidget.AnyWidget):
     _esm = _module_source(_static_export())
     spec = traitlets.Dict().tag(sync=True)
     rows = traitlets.Dict().tag(sync=True)
+    signals = traitlets.Dict().tag(sync=True)
     runtime = traitlets.List(traitlets.Unicode()).tag(sync=True)
 
-    def __init__(self, chart=None, **kwargs):
+    def __init__(self, draw=None, **kwargs):
         super().__init__(runtime=runtime_urls() if _static_export() else [], **kwargs)
-        if chart is not None:
-            self.update(chart)
+        if draw is not None and not callable(draw):
+            raise TypeError(f"live_chart takes a function that draws a DataFrame as an altair chart; got {draw!r}")
+        self._draw = draw
+        self._columns = None  # the frame's columns when draw() made the spec
 
-    def update(self, chart) -> "LiveChart":
-        """Show `chart` (altair, chart_output/stacked_bars_output, or a Vega-Lite dict): only its rows if its spec is drawn."""
-        spec, rows = split_data(chart)
-        if spec != self.spec:
-            with self.hold_sync():
-                self.rows = rows
+    def update(self, data, **params) -> None:
+        """Show new data: a DataFrame for a chart made with `draw`, or a whole chart (altair, chart_output, a dict).
+
+        With `draw` (`live_chart(draw)`), `update(frame, name=value, ...)` draws `draw(frame)` once and
+        afterwards sends only the frame's rows and the params' values: no altair object is built, no
+        spec serialized (the bulk of a chart's cost in the kernel). Everything else in the spec is
+        fixed at that first draw, so whatever a slider moves must be in the frame or in a param
+        (`alt.param(name=..., value=...)` on the top-level chart, read in `alt.expr`/`alt.ExprRef`).
+        tests/test_live_charts.py checks this for every lesson's live charts. A frame with other
+        columns draws anew.
+
+        With a whole chart: only its rows (and top-level param values) travel when the rest of its
+        spec is the one drawn; otherwise it is embedded anew.
+
+        Returns None, so that a cell ending in `chart.update(...)` does not show the widget a second time.
+        """
+        if self._draw is not None:
+            if not hasattr(data, "columns"):
+                raise TypeError(f"this live chart draws a DataFrame with its draw function; got {type(data).__name__}")
+            columns = tuple(map(str, data.columns))
+            if columns == self._columns and len(self.rows) == 1:
+                with self.hold_sync():
+                    self.rows = {next(iter(self.rows)): frame_rows(data)}
+                    self.signals = {**self.signals, **params}
+                return
+            spec, rows = split_data(self._draw(data))
+            if len(rows) != 1:
+                raise ValueError(f"a live chart with a draw function needs a chart of one dataset (the frame); "
+                                 f"draw(frame) gives {len(rows)}: give the data once, alt.layer(..., data=frame)")
+            self._columns = columns
+            signals = {**param_values(spec), **params}
+            # The first drawing starts from the given values (not the placeholders draw() declared).
+            spec["params"] = [{**p, "value": signals[p["name"]]} if isinstance(p, dict) and p.get("name") in signals
+                              and "value" in p else p for p in spec.get("params", [])]
+            if not spec["params"]:
+                del spec["params"]
+            self._show(spec, rows, signals)
+            return
+        if params:
+            raise TypeError("params go with a draw function: live_chart(draw).update(frame, name=value)")
+        spec, rows = split_data(data)
+        self._show(spec, rows, param_values(spec))
+
+    def _show(self, spec: dict, rows: dict, signals: dict) -> None:
+        with self.hold_sync():  # one message; traitlets sends nothing for a trait whose value is unchanged
+            self.rows = rows
+            self.signals = signals
+            if _without_param_values(spec) != _without_param_values(self.spec):
                 self.spec = spec
-        else:
-            self.rows = rows  # traitlets sends nothing when the rows are equal too
-        return self
 
 
-def live_chart(chart=None) -> LiveChart:
-    """A LiveChart, empty until `update(chart)` (or drawing `chart` at once)."""
-    return LiveChart(chart)
+def live_chart(draw=None) -> LiveChart:
+    """A LiveChart: `live_chart(draw)` for `update(frame, **params)`, `live_chart()` for `update(chart)`."""
+    return LiveChart(draw)
+
+
+def frame_rows(frame) -> list[dict]:
+    """A DataFrame's rows as JSON records (numbers and text; NaN and infinities become null, as altair writes them)."""
+    rows = frame.to_dict("records")
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                row[key] = None
+            elif hasattr(value, "item"):  # a numpy scalar pandas left boxed
+                row[key] = value.item()
+    return rows
+
+
+def param_values(spec: dict) -> dict:
+    """{name: value} of the chart's top-level variable params (not selections, not bound to an input)."""
+    return {p["name"]: p["value"] for p in spec.get("params", []) or []
+            if isinstance(p, dict) and "value" in p and "select" not in p and "bind" not in p}
+
+
+def _without_param_values(spec: dict) -> dict:
+    """The spec with those params' values left out: two charts that differ only there are drawn alike."""
+    if not spec.get("params"):
+        return spec
+    moved = param_values(spec)
+    return {**spec, "params": [{k: v for k, v in p.items() if k != "value"} if p.get("name") in moved else p
+                               for p in spec["params"]]}
 
 
 def _as_spec(chart) -> dict:

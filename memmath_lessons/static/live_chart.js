@@ -5,7 +5,8 @@
 // module does not carry them). A change of `rows` alone goes into the living view
 // (view.change(name, changeset().remove(all).insert(rows)), then runAsync): no parse, no compile,
 // no new canvas. A change of `spec` (another unit on an axis, another number of bars) embeds the
-// chart anew.
+// chart anew. `signals` (top-level param name -> value) go into the living view as signals: what a
+// slider moves beside the data (a title's number, an axis window) is a param of the chart.
 
 const RUNTIME = "__memmathVegaRuntime";
 
@@ -51,13 +52,16 @@ function render({ model, el }) {
     await runtime(model.get("runtime"));
     const spec = model.get("spec") || {};
     const rows = model.get("rows") || {};
+    const signals = model.get("signals") || {};
     if (closed || !Object.keys(spec).length) return;
     const key = JSON.stringify(spec);
     if (view && key === drawn) {
       for (const [name, values] of Object.entries(rows)) {
         view.change(name, globalThis.vega.changeset().remove(() => true).insert(values));
       }
-      await view.runAsync();
+      for (const [name, value] of Object.entries(signals)) view.signal(name, value);
+      // New rows can widen the axis labels: lay the chart out again (autosize "pad"), as a new chart would be.
+      await view.resize().runAsync();
       box.dataset.updates = String(Number(box.dataset.updates || 0) + 1);
       return;
     }
@@ -72,6 +76,12 @@ function render({ model, el }) {
     const result = await globalThis.vegaEmbed(box, { ...spec, datasets: { ...(spec.datasets || {}), ...rows } }, options);
     view = result.view;
     drawn = key;
+    // The spec carries the param values of its own update; later updates may have moved them.
+    let moved = false;
+    for (const [name, value] of Object.entries(model.get("signals") || {})) {
+      if (view.signal(name) !== value) { view.signal(name, value); moved = true; }
+    }
+    if (moved) await view.resize().runAsync();
     box.dataset.embeds = String(Number(box.dataset.embeds || 0) + 1);
   }
 
@@ -96,11 +106,13 @@ function render({ model, el }) {
 
   model.on("change:spec", schedule);
   model.on("change:rows", schedule);
+  model.on("change:signals", schedule);
   schedule();
   return () => {
     closed = true;
     model.off("change:spec", schedule);
     model.off("change:rows", schedule);
+    model.off("change:signals", schedule);
     if (view) view.finalize();
   };
 }
