@@ -37,8 +37,9 @@ def _():
     import memmath as mm
     from memmath import viz
     from memmath.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
 
-    return Select, Slider, alt, bound_chart, json, live_only_notice, mm, mo, pd, viz
+    return Select, Slider, alt, bound_chart, json, live_chart, live_only_notice, mm, mo, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -132,14 +133,22 @@ def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, p
 
 
 @app.cell
-def _(gpu, mm, pd, run, unit, viz):
+def _(bars_chart, gpu, mm, pd, run, unit, viz):
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
-    # viz.stacked_bars drawn straight to Vega-Lite JSON: the size slider redraws it on every move.
-    viz.stacked_bars_output(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
-                            capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
-                            title="What the GPU must hold (activations come on top: lesson 3)")
+    # viz.stacked_bars as Vega-Lite JSON, into the live chart below: the size slider sends it new rows.
+    bars_chart.update(viz.stacked_bars_output(
+        pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
+        capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
+        title="What the GPU must hold (activations come on top: lesson 3)"))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell(hide_code=True)
