@@ -55,6 +55,8 @@ LICENSE_FILES = ("LICENSE.vega", "LICENSE.vega-lite", "LICENSE.vega-embed")
 SITE_DIR = "_memmath"
 """Where the static site keeps the runtime, beside the lesson pages."""
 STATIC_EXPORT_ENV = "MEMMATH_STATIC_EXPORT"  # the same switch as static_charts.STATIC_EXPORT_ENV
+CHECK_ENV = "MEMMATH_LIVE_CHART_CHECK"
+"""Set to "1" (tests/conftest.py does) to draw on every update and check that only rows and params moved."""
 DATASET_PREFIX = "memmath_"
 """Datasets are renamed memmath_0, memmath_1 ... in order of appearance (altair names them by a hash of the rows)."""
 
@@ -106,50 +108,67 @@ class LiveChart(anywidget.AnyWidget):
         if draw is not None and not callable(draw):
             raise TypeError(f"live_chart takes a function that draws a DataFrame as an altair chart; got {draw!r}")
         self._draw = draw
-        self._columns = None  # the frame's columns when draw() made the spec
+        self._drawn_as = None  # (the frame's columns, the key) when draw() made the spec
 
-    def update(self, data, **params) -> None:
-        """Show new data: a DataFrame for a chart made with `draw`, or a whole chart (altair, chart_output, a dict).
+    def update(self, data, *, draw=None, key=None, **params) -> None:
+        """Show new data: a DataFrame with a draw function, or a whole chart (altair, chart_output, a dict).
 
-        With `draw` (`live_chart(draw)`), `update(frame, name=value, ...)` draws `draw(frame)` once and
+        With a draw function (`live_chart(draw)`, or `update(frame, draw=..., key=...)` from the cell
+        that knows the chart's settings), `update(frame, name=value, ...)` calls `draw(frame)` once and
         afterwards sends only the frame's rows and the params' values: no altair object is built, no
         spec serialized (the bulk of a chart's cost in the kernel). Everything else in the spec is
-        fixed at that first draw, so whatever a slider moves must be in the frame or in a param
-        (`alt.param(name=..., value=...)` on the top-level chart, read in `alt.expr`/`alt.ExprRef`).
-        tests/test_live_charts.py checks this for every lesson's live charts. A frame with other
-        columns draws anew.
+        fixed at that drawing, so whatever a slider moves must be in the frame, in a param
+        (`alt.param(name=..., value=...)` on the top-level chart, read in `alt.expr`/`alt.ExprRef`),
+        or in `key` (any value: a new key draws anew, say the unit in an axis title). With
+        MEMMATH_LIVE_CHART_CHECK=1 (the lesson tests set it) every update draws and checks that
+        rule, raising ValueError where a moved spec was left fixed.
 
         With a whole chart: only its rows (and top-level param values) travel when the rest of its
         spec is the one drawn; otherwise it is embedded anew.
 
         Returns None, so that a cell ending in `chart.update(...)` does not show the widget a second time.
         """
-        if self._draw is not None:
-            if not hasattr(data, "columns"):
-                raise TypeError(f"this live chart draws a DataFrame with its draw function; got {type(data).__name__}")
-            columns = tuple(map(str, data.columns))
-            if columns == self._columns and len(self.rows) == 1:
-                with self.hold_sync():
-                    self.rows = {next(iter(self.rows)): frame_rows(data)}
-                    self.signals = {**self.signals, **params}
-                return
-            spec, rows = split_data(self._draw(data))
-            if len(rows) != 1:
-                raise ValueError(f"a live chart with a draw function needs a chart of one dataset (the frame); "
-                                 f"draw(frame) gives {len(rows)}: give the data once, alt.layer(..., data=frame)")
-            self._columns = columns
-            signals = {**param_values(spec), **params}
-            # The first drawing starts from the given values (not the placeholders draw() declared).
-            spec["params"] = [{**p, "value": signals[p["name"]]} if isinstance(p, dict) and p.get("name") in signals
-                              and "value" in p else p for p in spec.get("params", [])]
-            if not spec["params"]:
-                del spec["params"]
-            self._show(spec, rows, signals)
+        draw = draw if draw is not None else self._draw
+        if draw is None:
+            if params or key is not None:
+                raise TypeError("params and key go with a draw function: update(frame, draw=..., key=..., name=value)")
+            spec, rows = split_data(data)
+            self._show(spec, rows, param_values(spec))
             return
-        if params:
-            raise TypeError("params go with a draw function: live_chart(draw).update(frame, name=value)")
-        spec, rows = split_data(data)
-        self._show(spec, rows, param_values(spec))
+        if not callable(draw):
+            raise TypeError(f"draw must be a function that draws a DataFrame as an altair chart; got {draw!r}")
+        if not hasattr(data, "columns"):
+            raise TypeError(f"a live chart with a draw function takes a DataFrame; got {type(data).__name__}")
+        drawn_as = (tuple(map(str, data.columns)), repr(key))
+        if drawn_as == self._drawn_as and len(self.rows) == 1:
+            if os.environ.get(CHECK_ENV) == "1":
+                self._check_fixed(draw(data), params)
+            with self.hold_sync():
+                self.rows = {next(iter(self.rows)): frame_rows(data)}
+                self.signals = {**self.signals, **params}
+            return
+        spec, rows = split_data(draw(data))
+        if len(rows) != 1:
+            raise ValueError(f"a live chart with a draw function needs a chart of one dataset (the frame); "
+                             f"draw(frame) gives {len(rows)}: give the data once, alt.layer(..., data=frame)")
+        unknown = set(params) - set(param_values(spec))
+        if unknown:
+            raise ValueError(f"update names params the chart does not declare: {sorted(unknown)}; declare them in draw "
+                             "with alt.param(name=..., value=...) on the top-level chart")
+        self._drawn_as = drawn_as
+        signals = {**param_values(spec), **params}
+        # The first drawing starts from the given values (not the placeholders draw() declared).
+        spec["params"] = [{**p, "value": signals[p["name"]]} if isinstance(p, dict) and p.get("name") in signals
+                          and "value" in p else p for p in spec["params"]] if spec.get("params") else []
+        if not spec["params"]:
+            del spec["params"]
+        self._show(spec, rows, signals)
+
+    def _check_fixed(self, chart, params) -> None:
+        spec, _ = split_data(chart)
+        if _without_param_values(spec) != _without_param_values(self.spec):
+            raise ValueError("a live chart's spec changed beyond its rows and params while its key stayed the same: "
+                             "put what the controls move into the frame, a param, or the key of update()")
 
     def _show(self, spec: dict, rows: dict, signals: dict) -> None:
         with self.hold_sync():  # one message; traitlets sends nothing for a trait whose value is unchanged
