@@ -142,12 +142,12 @@ class LiveChart(anywidget.AnyWidget):
         drawn_as = (tuple(map(str, data.columns)), repr(key))
         if drawn_as == self._drawn_as and len(self.rows) == 1:
             if os.environ.get(CHECK_ENV) == "1":
-                self._check_fixed(draw(data), params)
+                self._check_fixed(draw(data))
             with self.hold_sync():
                 self.rows = {next(iter(self.rows)): frame_rows(data)}
                 self.signals = {**self.signals, **params}
             return
-        spec, rows = split_data(draw(data))
+        spec, rows = split_data(draw(data), rank_sorts=False)
         if len(rows) != 1:
             raise ValueError(f"a live chart with a draw function needs a chart of one dataset (the frame); "
                              f"draw(frame) gives {len(rows)}: give the data once, alt.layer(..., data=frame)")
@@ -164,8 +164,8 @@ class LiveChart(anywidget.AnyWidget):
             del spec["params"]
         self._show(spec, rows, signals)
 
-    def _check_fixed(self, chart, params) -> None:
-        spec, _ = split_data(chart)
+    def _check_fixed(self, chart) -> None:
+        spec, _ = split_data(chart, rank_sorts=False)
         if _without_param_values(spec) != _without_param_values(self.spec):
             raise ValueError("a live chart's spec changed beyond its rows and params while its key stayed the same: "
                              "put what the controls move into the frame, a param, or the key of update()")
@@ -223,7 +223,7 @@ def _as_spec(chart) -> dict:
     raise TypeError(f"update needs an altair chart, a chart_output or a Vega-Lite dict; got {type(chart).__name__}")
 
 
-def split_data(chart) -> tuple[dict, dict]:
+def split_data(chart, *, rank_sorts: bool = True) -> tuple[dict, dict]:
     """(spec with stable dataset names and no rows, {dataset name: rows}) of a Vega-Lite chart.
 
     Top-level `datasets` (altair's, named by a hash of their rows) and inline `data.values` lists
@@ -259,8 +259,60 @@ def split_data(chart) -> tuple[dict, dict]:
                 walk(item)
 
     walk(spec)
+    if rank_sorts:
+        _rank_sort_lists(spec, rows)
     # Datasets that no data node names (none in altair's output) still travel, under their own names.
     for name, values in datasets.items():
         if name not in names:
             spec.setdefault("datasets", {})[name] = values
     return spec, rows
+
+
+RANK_PREFIX = "__memmath_rank_"
+
+
+def _rank_sort_lists(spec: dict, rows: dict) -> None:
+    """An encoding sorted by a list of its values (`sort=["7B frozen", "Full"]`) sorts by a rank column instead.
+
+    The list names the categories, which a slider often moves ("9 blocks frozen"): as a rank
+    (0, 1, ...) added to the rows and `sort: {"field": rank, "op": "min"}`, the drawing is the same
+    and the spec stays put. Left as it is where a value is missing from the list, or where one
+    dataset's field is sorted by two different lists.
+    """
+    chosen: dict[tuple[str, str], list] = {}
+    sites: list[tuple[dict, str, str]] = []
+
+    def walk(node, data_name):
+        if isinstance(node, dict):
+            data = node.get("data")
+            if isinstance(data, dict) and isinstance(data.get("name"), str):
+                data_name = data["name"]
+            encoding = node.get("encoding")
+            if isinstance(encoding, dict) and data_name in rows:
+                for channel, definition in encoding.items():
+                    if (isinstance(definition, dict) and isinstance(definition.get("sort"), list)
+                            and isinstance(definition.get("field"), str) and "aggregate" not in definition):
+                        site = (data_name, definition["field"])
+                        if chosen.setdefault(site, definition["sort"]) != definition["sort"]:
+                            chosen[site] = None  # two lists for one field: leave them
+                        sites.append((definition, data_name, definition["field"]))
+            for key, value in node.items():
+                if key not in ("data", "encoding"):
+                    walk(value, data_name)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, data_name)
+
+    walk(spec, None)
+    for (data_name, field), order in list(chosen.items()):
+        if order is None:
+            continue
+        rank = {value: i for i, value in enumerate(order)}
+        if not all(row.get(field) in rank for row in rows[data_name]):
+            chosen[(data_name, field)] = None
+            continue
+        column = RANK_PREFIX + field
+        rows[data_name] = [{**row, column: rank[row[field]]} for row in rows[data_name]]
+    for definition, data_name, field in sites:
+        if chosen.get((data_name, field)) is not None:
+            definition["sort"] = {"field": RANK_PREFIX + field, "op": "min"}
