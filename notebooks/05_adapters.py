@@ -36,8 +36,9 @@ def _():
     import memmath as mm
     from memmath import literature, paper_setups, toy_block, viz
     from memmath.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
 
-    return (Select, alt, bound_chart, literature, live_only_notice, mm, mo, np, os, paper_setups, pd,
+    return (Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
             toy_block, viz)
 
 
@@ -303,11 +304,19 @@ def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, seq_len
 
 
 @app.cell
-def _(gpu, mm, scenarios, unit, viz):
-    viz.chart_output(viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
-                                      capacity_bytes=gpu.memory_bytes,
-                                      capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
+def _(bars_chart, gpu, mm, scenarios, unit, viz):
+    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart below: the sliders send it new rows.
+    bars_chart.update(viz.stacked_bars_output(
+        viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step", capacity_bytes=gpu.memory_bytes,
+        capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell(hide_code=True)

@@ -60,9 +60,10 @@ def _():
     import memmath as mm
     from memmath import blockwise, literature, paper_setups, toy_block, viz
     from memmath.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
 
-    return (Select, alt, blockwise, bound_chart, literature, live_only_notice, mm, mo, np, paper_setups, pd,
-            toy_block, viz)
+    return (Select, alt, blockwise, bound_chart, literature, live_chart, live_only_notice, mm, mo, np,
+            paper_setups, pd, toy_block, viz)
 
 
 @app.cell
@@ -229,7 +230,7 @@ def _(block_size_slider, blockwise, mm, np, pd, viz):
 
 
 @app.cell
-def _(alt, demo_weights, mm, np, pd, quant_block, viz):
+def _(alt, demo_weights, levels_chart, mm, np, pd, quant_block, viz):
     _blocks = demo_weights[: len(demo_weights) // quant_block * quant_block].reshape(-1, quant_block)
     # A histogram counted in numpy (50 bins over -1..1): the page carries 50 counts, not 4,096 weights.
     _counts, _edges = np.histogram(_blocks / np.abs(_blocks).max(axis=1, keepdims=True), bins=50, range=(-1, 1))
@@ -243,8 +244,17 @@ def _(alt, demo_weights, mm, np, pd, quant_block, viz):
         x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
                                      legend=alt.Legend(orient="top")),
         strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
-    viz.chart_output((_hist + _rules).properties(width=520, height=220, title=f"Where the 4-bit levels sit (blocks of {quant_block})"))
+    # The block size in the title is a param: the live chart below takes it with the new counts, in place.
+    levels_chart.update((_hist + _rules).add_params(alt.param(name="block", value=int(quant_block))).properties(
+        width=520, height=220, title=alt.Title(alt.expr("'Where the 4-bit levels sit (blocks of ' + block + ')'"))))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    levels_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    levels_chart
+    return (levels_chart,)
 
 
 @app.cell(hide_code=True)
@@ -311,11 +321,19 @@ def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, 
 
 
 @app.cell
-def _(gpu, mm, model_label, side_by_side, unit, viz):
-    viz.chart_output(viz.stacked_bars(
+def _(bars_chart, gpu, mm, model_label, side_by_side, unit, viz):
+    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart below: the sliders send it new rows.
+    bars_chart.update(viz.stacked_bars_output(
         viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
         capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell(hide_code=True)
@@ -470,7 +488,8 @@ def _(gpt3_full, gpt3_weights_and_states, literature, live_only_notice, mm, mo, 
 
 
 @app.cell
-def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider, viz):
+def _(guanaco_chart, mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown,
+      q65_seq_slider, viz):
     a6000 = mm.get_gpu("RTX A6000")
     guanaco = paper_setups.get_setup("qlora_guanaco_65b").memory(
         batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value,
@@ -479,10 +498,18 @@ def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimi
     guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(
         batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, checkpointing=False,
         optimizer=q65_optimizer_dropdown.value)
-    viz.chart_output(viz.stacked_bars(
+    _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
         viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=a6000.memory_bytes,
-        capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})", height=70).configure_legend(orient="bottom", columns=3))
+        capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})", height=70).spec
+    guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
     return guanaco, guanaco_fit, guanaco_no_checkpointing
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    guanaco_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    guanaco_chart
+    return (guanaco_chart,)
 
 
 @app.cell(hide_code=True)

@@ -104,15 +104,26 @@ function render({ model, el }) {
     }
   }
 
-  model.on("change:spec", schedule);
-  model.on("change:rows", schedule);
-  model.on("change:signals", schedule);
+  // One message can change rows, signals and spec together: one sync for all of them.
+  let requested = false;
+  function request() {
+    if (requested) return;
+    requested = true;
+    queueMicrotask(() => {
+      requested = false;
+      schedule();
+    });
+  }
+
+  model.on("change:spec", request);
+  model.on("change:rows", request);
+  model.on("change:signals", request);
   schedule();
   return () => {
     closed = true;
-    model.off("change:spec", schedule);
-    model.off("change:rows", schedule);
-    model.off("change:signals", schedule);
+    model.off("change:spec", request);
+    model.off("change:rows", request);
+    model.off("change:signals", request);
     if (view) view.finalize();
   };
 }
