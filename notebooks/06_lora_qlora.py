@@ -105,17 +105,27 @@ def _(lora_trainable, mo, model_label, rank, shape, targets):
 
 
 @app.cell
-def _(alt, lora_curves, model_label, viz):
-    # The curves alone, no marker at the chosen rank: the chart then redraws only when the model changes
-    # (a marker cost the rank slider a second chart redraw, ~70 ms), and the text above says where you are.
-    _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
-    _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
-               axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
-    _lines = alt.Chart(lora_curves).mark_line(point=True).encode(
-        x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
-        tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
-    viz.chart_output(_lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}"))
+def _(alt, curves_chart, lora_curves, model_label):
+    # The curves alone, no marker at the chosen rank, into a live chart: the rank slider sends it the same
+    # rows, so nothing is drawn; a new model draws it anew (its name is in the title), and the text says where you are.
+    def _draw(frame):
+        _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
+        _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
+                   axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
+        _lines = alt.Chart(frame).mark_line(point=True).encode(
+            x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
+            tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
+        return _lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")
+
+    curves_chart.update(lora_curves, draw=_draw, key=model_label)
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    curves_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    curves_chart
+    return (curves_chart,)
 
 
 @app.cell(hide_code=True)
@@ -235,18 +245,23 @@ def _(alt, demo_weights, levels_chart, mm, np, pd, quant_block, viz):
     # A histogram counted in numpy (50 bins over -1..1): the page carries 50 counts, not 4,096 weights.
     _counts, _edges = np.histogram(_blocks / np.abs(_blocks).max(axis=1, keepdims=True), bins=50, range=(-1, 1))
     _bins = pd.DataFrame({"start": _edges[:-1].round(2), "end": _edges[1:].round(2), "weights": _counts})
-    _hist = alt.Chart(_bins).mark_bar(color="#BAB0AC", binSpacing=0).encode(
-        x=alt.X("start:Q", title="Weight ÷ its block's absmax"), x2=alt.X2("end:Q"),
-        y=alt.Y("weights:Q", title="Weights (count per bin)"), y2=alt.datum(0))  # x and x2 alone make a horizontal strip
     _levels = pd.concat([pd.DataFrame({"level": list(mm.NF4_LEVELS), "format": "NF4 levels"}),
                          pd.DataFrame({"level": np.arange(-7, 8) / 7, "format": "int4 levels"})])
-    _rules = alt.Chart(_levels).mark_rule(strokeWidth=1.5).encode(
-        x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
-                                     legend=alt.Legend(orient="top")),
-        strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
-    # The block size in the title is a param: the live chart below takes it with the new counts, in place.
-    levels_chart.update((_hist + _rules).add_params(alt.param(name="block", value=int(quant_block))).properties(
-        width=520, height=220, title=alt.Title(alt.expr("'Where the 4-bit levels sit (blocks of ' + block + ')'"))))
+
+    def _draw(frame):  # one table for both layers (the bins, the levels), given once to the chart
+        _hist = alt.Chart().transform_filter(alt.datum.kind == "bin").mark_bar(color="#BAB0AC", binSpacing=0).encode(
+            x=alt.X("start:Q", title="Weight ÷ its block's absmax"), x2=alt.X2("end:Q"),
+            y=alt.Y("weights:Q", title="Weights (count per bin)"), y2=alt.datum(0))  # x and x2 alone make a horizontal strip
+        _rules = alt.Chart().transform_filter(alt.datum.kind == "level").mark_rule(strokeWidth=1.5).encode(
+            x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
+                                         legend=alt.Legend(orient="top")),
+            strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
+        # The block size in the title is a param: the live chart below takes it with the new counts, in place.
+        return alt.layer(_hist, _rules, data=frame).add_params(alt.param(name="block", value=0)).properties(
+            width=520, height=220, title=alt.Title(alt.expr("'Where the 4-bit levels sit (blocks of ' + block + ')'")))
+
+    levels_chart.update(pd.concat([_bins.assign(kind="bin"), _levels.assign(kind="level")], ignore_index=True),
+                        draw=_draw, block=int(quant_block))
     return
 
 
