@@ -38,6 +38,8 @@ function runtime(urls) {
   return globalThis[RUNTIME];
 }
 
+const countRows = (rows) => Object.values(rows).reduce((n, values) => n + values.length, 0);
+
 function render({ model, el }) {
   const box = document.createElement("div");
   box.className = "memmath-live-chart";
@@ -62,6 +64,8 @@ function render({ model, el }) {
       for (const [name, value] of Object.entries(signals)) view.signal(name, value);
       // New rows can widen the axis labels: lay the chart out again (autosize "pad"), as a new chart would be.
       await view.resize().runAsync();
+      box.dataset.rows = String(countRows(rows));
+      // Also the one DOM change an update makes (a canvas redraw is none): what the speed benchmark sees.
       box.dataset.updates = String(Number(box.dataset.updates || 0) + 1);
       return;
     }
@@ -76,6 +80,7 @@ function render({ model, el }) {
     const result = await globalThis.vegaEmbed(box, { ...spec, datasets: { ...(spec.datasets || {}), ...rows } }, options);
     view = result.view;
     drawn = key;
+    box.dataset.rows = String(countRows(rows));
     // The spec carries the param values of its own update; later updates may have moved them.
     let moved = false;
     for (const [name, value] of Object.entries(model.get("signals") || {})) {
