@@ -151,6 +151,7 @@ class LiveChart(anywidget.AnyWidget):
         if len(rows) != 1:
             raise ValueError(f"a live chart with a draw function needs a chart of one dataset (the frame); "
                              f"draw(frame) gives {len(rows)}: give the data once, alt.layer(..., data=frame)")
+        rows = {name: frame_rows(data) for name in rows}  # the rows every later update sends, made alike
         unknown = set(params) - set(param_values(spec))
         if unknown:
             raise ValueError(f"update names params the chart does not declare: {sorted(unknown)}; declare them in draw "
@@ -214,7 +215,8 @@ def _as_spec(chart) -> dict:
     if isinstance(chart, dict):
         return json.loads(json.dumps(chart))  # a copy, and JSON types only
     if hasattr(chart, "to_dict") and hasattr(chart, "to_json"):  # an altair chart
-        return json.loads(chart.to_json(validate=False, allow_nan=False, default=str))
+        # A frame whose layers fill different columns holds NaN where a layer has no value: null, as in frame_rows.
+        return json.loads(chart.to_json(validate=False, allow_nan=True, default=str), parse_constant=lambda _: None)
     if hasattr(chart, "_mime_"):  # viz.ChartOutput, viz.SpecOutput
         mimetype, text = chart._mime_()
         if "vegalite" not in mimetype:
