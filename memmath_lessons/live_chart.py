@@ -20,11 +20,27 @@ Use it in two cells, so that the widget's output is made once and never re-creat
         memory_chart.update(alt.Chart(frame).mark_bar().encode(...))
 
 `update` takes an altair chart, a `viz.chart_output(...)`/`viz.stacked_bars_output(...)` or a
-Vega-Lite dict. When only the data differ from the drawn chart, only the rows travel; when the
-spec differs too (another unit in an axis title, another number of bars and so another height),
-the chart is embedded anew, as any chart would be. So keep what a slider moves in the data: a
-title that names the slider's value makes every move a full redraw (say the value in the text
-beside the chart instead).
+Vega-Lite dict. When only the data (and the values of top-level params) differ from the drawn
+chart, only the rows travel; when the rest of the spec differs (another unit in an axis title,
+another number of bars and so another height), the chart is embedded anew, as any chart would
+be. A sort by a list of category names becomes a sort by a rank column, so bars named after a
+slider's value ("9 blocks frozen") keep their spec. A number a slider moves in a title or a
+scale's domain goes in a param: `alt.param(name="near", value=...)` and
+`alt.Title(alt.expr("'near ' + near"))` or `alt.Scale(domainMin=alt.ExprRef("low"))`.
+
+Building an altair chart and serializing it still costs the kernel some 10-60 ms a move. For a
+chart built with altair, give `update` a DataFrame and a draw function instead::
+
+    def _draw(frame):                      # any altair chart of the one frame
+        return alt.layer(lines, rule, data=frame).add_params(alt.param(name="near", value=""))
+    sweep_chart.update(frame, draw=_draw, key=unit, near=f"{value:g}")
+
+It calls `_draw(frame)` once (and again for a new `key` or other columns) and afterwards sends the
+frame's rows and the params' values only. The lesson tests run with MEMMATH_LIVE_CHART_CHECK=1,
+which draws on every update and fails a spec that moved while its key stayed.
+
+Every update ends with one attribute change on the chart's element (`data-updates`, `data-rows`):
+a canvas redraw is no DOM change, so this is what the browser tests and the speed benchmark see.
 
 The JavaScript is pinned and ships in this package (`static/`: vega 6.2.0, vega-lite 6.4.3,
 vega-embed 7.1.0, the versions marimo 0.25.2's own charts use, from the npm registry, BSD-3,
