@@ -293,22 +293,28 @@ def _(freeze, mm, model, np):
 @app.cell(hide_code=True)
 def _(alt, frozen_grid, model, pd, real_frozen_slider, share_chart, share_grid, viz):
     _lines_named = [f"{model.name} (computed)", "k / L (blocks only)"]
+    # One table for both layers (the two lines, your setting), given once to the live chart below.
     _frame = pd.concat([
-        pd.DataFrame({"frozen": frozen_grid, "share": share_grid, "what": _lines_named[0]}),
-        pd.DataFrame({"frozen": frozen_grid, "share": (model.n_layers - frozen_grid) / model.n_layers,
+        pd.DataFrame({"kind": "line", "frozen": frozen_grid, "share": share_grid, "what": _lines_named[0]}),
+        pd.DataFrame({"kind": "line", "frozen": frozen_grid, "share": (model.n_layers - frozen_grid) / model.n_layers,
                       "what": _lines_named[1]}),
-    ])
-    _lines = alt.Chart(_frame).mark_line(point=True).encode(
-        x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers], nice=False)),
-        y=alt.Y("share:Q", title="Trainable share of parameters", axis=alt.Axis(format="%")),
-        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300),
-                        scale=alt.Scale(domain=_lines_named, range=[viz.PART_COLORS["weights"], "#999999"])),
-        strokeDash=alt.StrokeDash("what:N", legend=None, scale=alt.Scale(domain=_lines_named, range=[[1, 0], [5, 4]])),
-        tooltip=[alt.Tooltip("what:N"), alt.Tooltip("frozen:Q"), alt.Tooltip("share:Q", format=".2%")])
-    _rule = alt.Chart(pd.DataFrame({"frozen": [real_frozen_slider.value]})).mark_rule(
-        color="black", strokeDash=[4, 4]).encode(x=alt.X("frozen:Q"))
-    share_chart.update((_lines + _rule).properties(width=560, height=260,
-                                                   title="Trainable share as you freeze more blocks"))
+        pd.DataFrame({"kind": "now", "frozen": [real_frozen_slider.value]}),
+    ], ignore_index=True)
+
+    def _draw(frame):
+        _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
+            x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers], nice=False)),
+            y=alt.Y("share:Q", title="Trainable share of parameters", axis=alt.Axis(format="%")),
+            color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300),
+                            scale=alt.Scale(domain=_lines_named, range=[viz.PART_COLORS["weights"], "#999999"])),
+            strokeDash=alt.StrokeDash("what:N", legend=None, scale=alt.Scale(domain=_lines_named, range=[[1, 0], [5, 4]])),
+            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("frozen:Q"), alt.Tooltip("share:Q", format=".2%")])
+        _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(
+            color="black", strokeDash=[4, 4]).encode(x=alt.X("frozen:Q"))
+        return alt.layer(_lines, _rule, data=frame).properties(width=560, height=260,
+                                                               title="Trainable share as you freeze more blocks")
+
+    share_chart.update(_frame, draw=_draw, key=(model.name, model.n_layers))
     return
 
 
