@@ -219,6 +219,10 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
         staging = work / "site"
         staging.mkdir()
         asset_bytes = assets.copy_frontend(staging)
+        # The live charts' vega runtime (memmath_lessons.live_chart loads it from _memmath/ in a static page).
+        from memmath_lessons import live_chart
+
+        asset_bytes += live_chart.copy_runtime(staging)
         reports, failures, titled = [], [], []
         for lesson in lessons:
             log(f"exporting {lesson.source.name} ...")

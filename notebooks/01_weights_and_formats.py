@@ -43,8 +43,9 @@ def _():
     from memmath.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Slider, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
 
-    return alt, bound_chart, literature, live_only_notice, mm, mo, np, pd, Slider, viz
+    return alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -231,28 +232,42 @@ def _(block_absmax, mm, np, pd, value):
 
 
 @app.cell(hide_code=True)
-def _(alt, staircase, value, viz):
-    _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
+def _(staircase, staircase_chart, value):
     _exact = staircase[staircase["format"] == "exact"]["stored value"]
     _pad = 0.25 * (_exact.max() - _exact.min())
-    _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the window, so far-off values do not squash it
-    _base = alt.Chart().encode(  # the data is given once, to the layer (one copy for altair to prepare)
-        x=alt.X("true value:Q", title="True value (no unit)", scale=alt.Scale(zero=False),
-                axis=alt.Axis(tickCount=5, format=",.6~g")),
-        y=alt.Y("stored value:Q", title="Stored value (no unit)", scale=alt.Scale(domain=[_low, _high]),
-                axis=alt.Axis(format=",.6~g")),
-        color=alt.Color("format:N", sort=_formats, title="Format",
-                        scale=alt.Scale(domain=_formats, range=["#BBBBBB", "#1B9E77", "#D95F02", "#7570B3", "#E7298A"])),
-    )
-    # The exact line is straight (two points); each format is a staircase (a point where its value changes).
-    _exact_line = _base.transform_filter(alt.datum.format == "exact").mark_line(strokeWidth=2, strokeDash=[4, 3],
-                                                                                clip=True)
-    _steps = _base.transform_filter(alt.datum.format != "exact").mark_line(interpolate="step-after", strokeWidth=2,
-                                                                           clip=True)
-    _chart = alt.layer(_exact_line, _steps, data=staircase).properties(
-        width=520, height=280, title=f"What each format stores near {value:g} (±4%)")
-    viz.chart_output(_chart)  # on its own: a chart inside mo.vstack carries its data twice, HTML-escaped
+    # The window, so far-off values do not squash it, and the value in the title: params of the chart drawn below.
+    staircase_chart.update(staircase, window_low=float(_exact.min() - _pad), window_high=float(_exact.max() + _pad),
+                           near=f"{value:g}")
     return
+
+
+@app.cell(hide_code=True)
+def _(alt, live_chart):
+    def _draw(frame):
+        _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
+        _base = alt.Chart().encode(  # the data is given once, to the layer (one copy for altair to prepare)
+            x=alt.X("true value:Q", title="True value (no unit)", scale=alt.Scale(zero=False),
+                    axis=alt.Axis(tickCount=5, format=",.6~g")),
+            y=alt.Y("stored value:Q", title="Stored value (no unit)",
+                    scale=alt.Scale(domainMin=alt.ExprRef("window_low"), domainMax=alt.ExprRef("window_high")),
+                    axis=alt.Axis(format=",.6~g")),
+            color=alt.Color("format:N", sort=_formats, title="Format",
+                            scale=alt.Scale(domain=_formats, range=["#BBBBBB", "#1B9E77", "#D95F02", "#7570B3", "#E7298A"])),
+        )
+        # The exact line is straight (two points); each format is a staircase (a point where its value changes).
+        _exact_line = _base.transform_filter(alt.datum.format == "exact").mark_line(strokeWidth=2, strokeDash=[4, 3],
+                                                                                    clip=True)
+        _steps = _base.transform_filter(alt.datum.format != "exact").mark_line(interpolate="step-after", strokeWidth=2,
+                                                                               clip=True)
+        _params = [alt.param(name="window_low", value=0.0), alt.param(name="window_high", value=1.0),
+                   alt.param(name="near", value="")]
+        return alt.layer(_exact_line, _steps, data=frame).add_params(*_params).properties(
+            width=520, height=280, title=alt.Title(alt.expr("'What each format stores near ' + near + ' (±4%)'")))
+
+    # Drawn once (this cell reads no control); the cell above sends it new rows and params (memmath_lessons.live_chart).
+    staircase_chart = live_chart(_draw)
+    staircase_chart
+    return (staircase_chart,)
 
 
 @app.cell(hide_code=True)
@@ -405,34 +420,45 @@ def _(literature, live_only_notice, mm, mo):
 def _(context_checkbox, literature, mm, unit, weight_bytes):
     _context = literature.REPORTED["cuda_context_v100"]
     reserved_bytes = mm.parse_bytes(f"{_context.value} {_context.unit}") if context_checkbox.value else 0
-    gpu_fits = mm.fit_table(weight_bytes + reserved_bytes, unit=unit)
+    gpu_fits = mm.fit_table(weight_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside above
     return gpu_fits, reserved_bytes
 
 
 @app.cell(hide_code=True)
-def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, viz, weight_bytes, weights_format):
+def _(cards_chart, gpu_fits, mm, pd, reserved_bytes, unit, weight_bytes, weights_format):
     _mem = f"memory ({unit})"
     # One table for the three layers (the cards, then the line at what the weights need), given once to the layer.
-    _frame = pd.concat([
+    cards_chart.update(pd.concat([
         pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
                       "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
         pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [(weight_bytes + reserved_bytes) / mm.UNITS[unit]],
                       "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")]}),
-    ], ignore_index=True)
-    _cards, _need = alt.datum.kind == "card", alt.datum.kind == "need"
-    _bars = alt.Chart().transform_filter(_cards).mark_bar().encode(
-        x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({unit})"),
-        y=alt.Y("gpu:N", sort=list(gpu_fits["gpu"]), title=None),
-        color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
-                        scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
-        tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
-    _rule = alt.Chart().transform_filter(_need).mark_rule(color="#4C78A8", size=3).encode(
-        x=alt.X("size:Q"), tooltip=[alt.Tooltip("verdict:N", title="what")])
-    _label = alt.Chart().transform_filter(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
-        x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("verdict:N"))
-    viz.chart_output(alt.layer(_bars, _rule, _label, data=_frame).properties(width=520, height=340,
-                                                                            title="Which cards hold the weights"))
+    ], ignore_index=True))
     return
+
+
+@app.cell(hide_code=True)
+def _(alt, live_chart, unit_radio):
+    _unit = unit_radio.value  # a new unit draws the chart anew; the sliders only send it rows
+
+    def _draw(frame):
+        _cards, _need = alt.datum.kind == "card", alt.datum.kind == "need"
+        _bars = alt.Chart().transform_filter(_cards).mark_bar().encode(
+            x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({_unit})"),
+            y=alt.Y("gpu:N", sort=list(frame.loc[frame["kind"] == "card", "gpu"]), title=None),
+            color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
+                            scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
+            tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip("size:Q", title=_unit, format=",.2f")])
+        _rule = alt.Chart().transform_filter(_need).mark_rule(color="#4C78A8", size=3).encode(
+            x=alt.X("size:Q"), tooltip=[alt.Tooltip("verdict:N", title="what")])
+        _label = alt.Chart().transform_filter(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
+            x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("verdict:N"))
+        return alt.layer(_bars, _rule, _label, data=frame).properties(width=520, height=340,
+                                                                      title="Which cards hold the weights")
+
+    cards_chart = live_chart(_draw)  # drawn once; the cell above sends it new rows (memmath_lessons.live_chart)
+    cards_chart
+    return (cards_chart,)
 
 
 @app.cell

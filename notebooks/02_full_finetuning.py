@@ -45,8 +45,9 @@ def _():
     from memmath.reference import published
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
 
-    return alt, bound_chart, json, live_only_notice, mm, mo, pd, published, reference, Select, Slider, viz
+    return alt, bound_chart, json, live_chart, live_only_notice, mm, mo, pd, published, reference, Select, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -140,19 +141,27 @@ def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, p
 
 
 @app.cell
-def _(gpu, mm, pd, run, unit, viz):
+def _(bars_chart, gpu, mm, pd, run, unit, viz):
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
-    # viz.stacked_bars drawn straight to Vega-Lite JSON: the size slider redraws it on every move.
-    viz.stacked_bars_output(pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
-                            capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
-                            title="What the GPU must hold (activations come on top: lesson 3)")
+    # viz.stacked_bars as Vega-Lite JSON, into the live chart below: the size slider sends it new rows.
+    bars_chart.update(viz.stacked_bars_output(
+        pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
+        capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
+        title="What the GPU must hold (activations come on top: lesson 3)"))
     return
 
 
 @app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
+
+
+@app.cell(hide_code=True)
 def _(gpu, mm, mo, n_params, run, unit, viz):
-    _holds, _runs = mm.check_fit(run.weights, gpu), mm.check_fit(run.total, gpu)
+    _holds, _runs = mm.check_fit(run.weights, gpu, reserved_bytes=0), mm.check_fit(run.total, gpu, reserved_bytes=0)
     _verdict = ("fits" if _runs.fits else f"does not fit: it is short by {mm.format_bytes(-_runs.headroom_bytes, unit)}")
     _kind = "success" if _runs.fits else ("warn" if _holds.fits else "danger")
     _notes = [n.text for n in run.notes if n.kind != "activations_not_estimated"]
@@ -254,7 +263,7 @@ def _(gpu, mm, model, n_params, pd, precision, unit, viz):
         _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
         _rows.append({"optimizer": _name, f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
                       "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
-                      f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu).fits else "no",
+                      f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu, reserved_bytes=0).fits else "no",
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
@@ -334,8 +343,8 @@ def _(mo):
 
 @app.cell
 def _(mm, run, unit, viz):
-    _weights = mm.fit_table(run.weights, unit=unit).set_index("gpu")
-    _total = mm.fit_table(run.total, unit=unit).set_index("gpu")
+    _weights = mm.fit_table(run.weights, reserved_bytes=0, unit=unit).set_index("gpu")  # the card as the driver reports it
+    _total = mm.fit_table(run.total, reserved_bytes=0, unit=unit).set_index("gpu")
     gpu_rows = _weights[["marketed", f"memory ({unit})"]].assign(**{
         "holds the weights": _weights["fits"].map({True: "yes", False: "no"}),
         "runs full finetuning": _total["fits"].map({True: "yes", False: "no"}),
@@ -484,7 +493,7 @@ def _(mm):
     answer_frozen = mm.training_memory(mm.uniform_model(7_000_000_000, 10), precision="bf16", optimizer="adam",
                                        method=mm.Freeze(trainable_layers=1))
     _llama = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adam")
-    _fits = mm.fit_table(_llama.total)
+    _fits = mm.fit_table(_llama.total, reserved_bytes=0)
     answer_llama_gpu = _fits[_fits["fits"]].iloc[0]["gpu"]
     answer_llama_total = _llama.total
     return (answer_8bit_7b, answer_adam_7b, answer_frozen, answer_llama_gpu, answer_llama_total,

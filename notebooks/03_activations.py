@@ -40,10 +40,11 @@ def _():
     from memmath import reference
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
     import altair as alt
     import numpy as np
     import pandas as pd
-    return alt, bound_chart, live_only_notice, mm, mo, np, pd, reference, Select, Slider, viz
+    return alt, bound_chart, live_chart, live_only_notice, mm, mo, np, pd, reference, Select, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -208,14 +209,22 @@ def _(batch_size, detail, heads_slider, mm, mo, model, n_heads, per_layer, prese
 
 
 @app.cell
-def _(attention, batch_size, mm, model, seq_len, training, unit, viz):
+def _(attention, bars_chart, batch_size, mm, model, seq_len, training, unit, viz):
     inference = mm.inference_memory(model, weights_format="bf16", kv_format="bf16", batch_size=batch_size,
                                     context_len=seq_len, attention=attention)
     _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
     _bars = viz.breakdown_long({"Training (your settings)": training,
                                 "Inference, same batch and length": inference}, _unit)
-    viz.stacked_bars_output(_bars, _unit, title="Where the memory goes")  # JSON directly: every slider redraws it
+    # JSON directly, into the live chart below: every slider sends it new rows (a new unit draws it anew).
+    bars_chart.update(viz.stacked_bars_output(_bars, _unit, title="Where the memory goes"))
     return (inference,)
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell(hide_code=True)
@@ -298,7 +307,7 @@ def _(attention, batch_size, checkpointing, mm, model, np, seq_len, sweep_radio)
 
 
 @app.cell(hide_code=True)
-def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, unit, viz):
+def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_chart, sweep_radio, sweep_values, unit, viz):
     _acts = np.broadcast_to(sweep.activations, sweep_values.shape)
     _rest = np.broadcast_to(sweep.without_activations, sweep_values.shape)
     _weights = np.broadcast_to(sweep.weights, sweep_values.shape)
@@ -319,21 +328,31 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_radio, sweep_values, un
         + [pd.DataFrame([{"kind": "cross", "x": _x, "what": "", "size": mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep),
                           "fill": _fill}])  # hollow past the weights, filled past everything
            for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x], ignore_index=True)
-    _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
-        x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
-        y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
-        color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
-        tooltip=[alt.Tooltip("what:N"), alt.Tooltip("x:Q", title=_x_title),
-                 alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
-    _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(strokeDash=[4, 4], color="black").encode(
-        x=alt.X("x:Q"))
-    _crossings = alt.Chart().transform_filter(alt.datum.kind == "cross").mark_point(
-        size=220, shape="diamond", filled=True, color="black", stroke="black", strokeWidth=2).encode(
-        x=alt.X("x:Q"), y=alt.Y("size:Q"),
-        fillOpacity=alt.FillOpacity("fill:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0, 1])))
-    viz.chart_output(alt.layer(_lines, _rule, _crossings, data=_frame).properties(
-        width=560, height=300, title="Activations against everything else"))
+    def _draw(frame):
+        _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
+            x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
+            color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
+            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("x:Q", title=_x_title),
+                     alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
+        _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(strokeDash=[4, 4], color="black").encode(
+            x=alt.X("x:Q"))
+        _crossings = alt.Chart().transform_filter(alt.datum.kind == "cross").mark_point(
+            size=220, shape="diamond", filled=True, color="black", stroke="black", strokeWidth=2).encode(
+            x=alt.X("x:Q"), y=alt.Y("size:Q"),
+            fillOpacity=alt.FillOpacity("fill:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0, 1])))
+        return alt.layer(_lines, _rule, _crossings, data=frame).properties(
+            width=560, height=300, title="Activations against everything else")
+
+    sweep_chart.update(_frame, draw=_draw, key=(_x_title, unit_sweep))
     return crossover, crossover_weights, unit_sweep
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    sweep_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    sweep_chart
+    return (sweep_chart,)
 
 
 @app.cell(hide_code=True)

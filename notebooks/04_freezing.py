@@ -41,10 +41,11 @@ def _():
     from memmath.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Slider, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
     import altair as alt
     import numpy as np
     import pandas as pd
-    return alt, bound_chart, literature, live_only_notice, mm, mo, np, pd, reference, Slider, viz
+    return alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, reference, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -116,8 +117,8 @@ def _(equal_frozen, equal_full, mm, mo, n_frozen, n_layers, n_params, unit):
 
 
 @app.cell
-def _(alt, equal_frozen, equal_full, n_frozen, n_layers, pd, unit, viz):
-    # Which layers train (a strip), over the memory it takes (bars): one chart, so one drawing per move.
+def _(alt, equal_frozen, equal_full, layers_chart, n_frozen, n_layers, pd, unit, viz):
+    # Which layers train (a strip), over the memory it takes (bars): one live chart, new rows on every move.
     _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
                            "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
     _every = -(-n_layers // 12)  # at most about a dozen layer numbers, so they never run together
@@ -131,8 +132,15 @@ def _(alt, equal_frozen, equal_full, n_frozen, n_layers, pd, unit, viz):
     _bars = viz.stacked_bars(viz.breakdown_long({"Full finetuning": equal_full,
                                                  f"First {n_frozen} layers frozen": equal_frozen}, unit),
                              unit, title="Equal layers, pure bf16 with Adam, before activations")
-    viz.chart_output(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent"))
+    layers_chart.update(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent"))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    layers_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    layers_chart
+    return (layers_chart,)
 
 
 @app.cell(hide_code=True)
@@ -291,24 +299,38 @@ def _(freeze, mm, model, np):
 
 
 @app.cell(hide_code=True)
-def _(alt, frozen_grid, model, pd, real_frozen_slider, share_grid, viz):
+def _(alt, frozen_grid, model, pd, real_frozen_slider, share_chart, share_grid, viz):
     _lines_named = [f"{model.name} (computed)", "k / L (blocks only)"]
+    # One table for both layers (the two lines, your setting), given once to the live chart below.
     _frame = pd.concat([
-        pd.DataFrame({"frozen": frozen_grid, "share": share_grid, "what": _lines_named[0]}),
-        pd.DataFrame({"frozen": frozen_grid, "share": (model.n_layers - frozen_grid) / model.n_layers,
+        pd.DataFrame({"kind": "line", "frozen": frozen_grid, "share": share_grid, "what": _lines_named[0]}),
+        pd.DataFrame({"kind": "line", "frozen": frozen_grid, "share": (model.n_layers - frozen_grid) / model.n_layers,
                       "what": _lines_named[1]}),
-    ])
-    _lines = alt.Chart(_frame).mark_line(point=True).encode(
-        x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers], nice=False)),
-        y=alt.Y("share:Q", title="Trainable share of parameters", axis=alt.Axis(format="%")),
-        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300),
-                        scale=alt.Scale(domain=_lines_named, range=[viz.PART_COLORS["weights"], "#999999"])),
-        strokeDash=alt.StrokeDash("what:N", legend=None, scale=alt.Scale(domain=_lines_named, range=[[1, 0], [5, 4]])),
-        tooltip=[alt.Tooltip("what:N"), alt.Tooltip("frozen:Q"), alt.Tooltip("share:Q", format=".2%")])
-    _rule = alt.Chart(pd.DataFrame({"frozen": [real_frozen_slider.value]})).mark_rule(
-        color="black", strokeDash=[4, 4]).encode(x=alt.X("frozen:Q"))
-    viz.chart_output((_lines + _rule).properties(width=560, height=260, title="Trainable share as you freeze more blocks"))
+        pd.DataFrame({"kind": "now", "frozen": [real_frozen_slider.value]}),
+    ], ignore_index=True)
+
+    def _draw(frame):
+        _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
+            x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers], nice=False)),
+            y=alt.Y("share:Q", title="Trainable share of parameters", axis=alt.Axis(format="%")),
+            color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300),
+                            scale=alt.Scale(domain=_lines_named, range=[viz.PART_COLORS["weights"], "#999999"])),
+            strokeDash=alt.StrokeDash("what:N", legend=None, scale=alt.Scale(domain=_lines_named, range=[[1, 0], [5, 4]])),
+            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("frozen:Q"), alt.Tooltip("share:Q", format=".2%")])
+        _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(
+            color="black", strokeDash=[4, 4]).encode(x=alt.X("frozen:Q"))
+        return alt.layer(_lines, _rule, data=frame).properties(width=560, height=260,
+                                                               title="Trainable share as you freeze more blocks")
+
+    share_chart.update(_frame, draw=_draw, key=(model.name, model.n_layers))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    share_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    share_chart
+    return (share_chart,)
 
 
 @app.cell(hide_code=True)
@@ -331,12 +353,19 @@ def _(mo, model, seq_slider):
 
 
 @app.cell
-def _(frozen, full, real_frozen_slider, unit, viz):
-    # viz.stacked_bars drawn straight to Vega-Lite JSON: four sliders redraw it.
-    viz.stacked_bars_output(viz.breakdown_long({"Full finetuning": full,
-                                                f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
-                            unit, title="Full finetuning against freezing, pure bf16 with Adam")
+def _(bars_chart, frozen, full, real_frozen_slider, unit, viz):
+    # viz.stacked_bars as Vega-Lite JSON, into the live chart below: four sliders send it new rows.
+    bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"Full finetuning": full,
+                                                                  f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
+                                              unit, title="Full finetuning against freezing, pure bf16 with Adam"))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell(hide_code=True)
@@ -494,7 +523,7 @@ def _(batch_slider, mm, np, seq_slider):
 
 
 @app.cell(hide_code=True)
-def _(alt, bert, bert_full, bert_sweep, literature, mm, np, pd, top_blocks, unit, viz):
+def _(alt, bert, bert_chart, bert_full, bert_sweep, literature, mm, np, pd, top_blocks, unit, viz):
     _reported = literature.REPORTED["bert_large_partial_share"].value / 100
     _first = int(np.argmax(bert_sweep.trainable_fraction >= _reported))
     # One table for every layer (the sweep, the two marked choices, the reported share), given once to the chart.
@@ -508,24 +537,34 @@ def _(alt, bert, bert_full, bert_sweep, literature, mm, np, pd, top_blocks, unit
         pd.DataFrame({"kind": "reported", "share": [_reported], "top": [0], "size": [0.0],
                       "label": ["reported share (one number)"]}),
     ], ignore_index=True)
-    _sweep, _dot, _one = (alt.datum.kind == k for k in ("sweep", "dot", "reported"))
-    _points = alt.Chart().transform_filter(_sweep).mark_line(point=True, color=viz.PART_COLORS["weights"]).encode(
-        x=alt.X("share:Q", title="Trainable share of BERT-large's parameters", axis=alt.Axis(format="%")),
-        y=alt.Y("size:Q", title=viz.memory_axis_title(unit), scale=alt.Scale(zero=True)),
-        tooltip=[alt.Tooltip("top:Q", title="top blocks trained"), alt.Tooltip("share:Q", format=".1%"),
-                 alt.Tooltip("size:Q", title=unit, format=",.2f")])
-    _dot_marks = alt.Chart().transform_filter(_dot).mark_point(size=160, filled=True, color="black", shape="diamond").encode(
-        x=alt.X("share:Q"), y=alt.Y("size:Q"),
-        tooltip=[alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
-    _dot_text = alt.Chart().transform_filter(_dot).mark_text(align="right", dx=-10, dy=-8, fontSize=11).encode(
-        x=alt.X("share:Q"), y=alt.Y("size:Q"), text=alt.Text("label:N"))
-    _rule = alt.Chart().transform_filter(_one).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
-        x=alt.X("share:Q"))
-    _rule_text = alt.Chart().transform_filter(_one).mark_text(align="left", dx=4, fontSize=11).encode(
-        x=alt.X("share:Q"), y=alt.value(12), text=alt.Text("label:N"))
-    viz.chart_output(alt.layer(_points, _rule, _rule_text, _dot_marks, _dot_text, data=_frame).properties(
-        width=560, height=280, title="BERT-large: memory for each number of top blocks trained"))
+    def _draw(frame):
+        _sweep, _dot, _one = (alt.datum.kind == k for k in ("sweep", "dot", "reported"))
+        _points = alt.Chart().transform_filter(_sweep).mark_line(point=True, color=viz.PART_COLORS["weights"]).encode(
+            x=alt.X("share:Q", title="Trainable share of BERT-large's parameters", axis=alt.Axis(format="%")),
+            y=alt.Y("size:Q", title=viz.memory_axis_title(unit), scale=alt.Scale(zero=True)),
+            tooltip=[alt.Tooltip("top:Q", title="top blocks trained"), alt.Tooltip("share:Q", format=".1%"),
+                     alt.Tooltip("size:Q", title=unit, format=",.2f")])
+        _dot_marks = alt.Chart().transform_filter(_dot).mark_point(size=160, filled=True, color="black", shape="diamond").encode(
+            x=alt.X("share:Q"), y=alt.Y("size:Q"),
+            tooltip=[alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
+        _dot_text = alt.Chart().transform_filter(_dot).mark_text(align="right", dx=-10, dy=-8, fontSize=11).encode(
+            x=alt.X("share:Q"), y=alt.Y("size:Q"), text=alt.Text("label:N"))
+        _rule = alt.Chart().transform_filter(_one).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
+            x=alt.X("share:Q"))
+        _rule_text = alt.Chart().transform_filter(_one).mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("share:Q"), y=alt.value(12), text=alt.Text("label:N"))
+        return alt.layer(_points, _rule, _rule_text, _dot_marks, _dot_text, data=frame).properties(
+            width=560, height=280, title="BERT-large: memory for each number of top blocks trained")
+
+    bert_chart.update(_frame, draw=_draw, key=unit)
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bert_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bert_chart
+    return (bert_chart,)
 
 
 @app.cell(hide_code=True)

@@ -43,8 +43,9 @@ def _():
     from memmath.reference import literature, paper_setups
     from memmath_lessons import toy_block, viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
 
-    return (Select, alt, bound_chart, literature, live_only_notice, mm, mo, np, os, paper_setups, pd,
+    return (Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
             toy_block, viz)
 
 
@@ -310,17 +311,25 @@ def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, seq_len
 
 
 @app.cell
-def _(gpu, mm, scenarios, unit, viz):
-    viz.chart_output(viz.stacked_bars(viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step",
-                                      capacity_bytes=gpu.memory_bytes,
-                                      capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
+def _(bars_chart, gpu, mm, scenarios, unit, viz):
+    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart below: the sliders send it new rows.
+    bars_chart.update(viz.stacked_bars_output(
+        viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step", capacity_bytes=gpu.memory_bytes,
+        capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell(hide_code=True)
 def _(memory_model_dropdown, mm, mo, pd, scenarios, seq_len_slider, unit, viz):
     def _smallest_fit(result):
-        _fits = mm.fit_table(result, unit=unit).query("fits")
+        _fits = mm.fit_table(result, reserved_bytes=0, unit=unit).query("fits")
         return _fits["gpu"].iloc[0] if len(_fits) else "none listed"
 
     _rows = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,

@@ -67,9 +67,10 @@ def _():
     from memmath.reference import literature, paper_setups
     from memmath_lessons import blockwise, toy_block, viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
 
-    return (Select, alt, blockwise, bound_chart, literature, live_only_notice, mm, mo, np, paper_setups, pd,
-            toy_block, viz)
+    return (Select, alt, blockwise, bound_chart, literature, live_chart, live_only_notice, mm, mo, np,
+            paper_setups, pd, toy_block, viz)
 
 
 @app.cell
@@ -111,17 +112,27 @@ def _(lora_trainable, mo, model_label, rank, shape, targets):
 
 
 @app.cell
-def _(alt, lora_curves, model_label, viz):
-    # The curves alone, no marker at the chosen rank: the chart then redraws only when the model changes
-    # (a marker cost the rank slider a second chart redraw, ~70 ms), and the text above says where you are.
-    _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
-    _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
-               axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
-    _lines = alt.Chart(lora_curves).mark_line(point=True).encode(
-        x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
-        tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
-    viz.chart_output(_lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}"))
+def _(alt, curves_chart, lora_curves, model_label):
+    # The curves alone, no marker at the chosen rank, into a live chart: the rank slider sends it the same
+    # rows, so nothing is drawn; a new model draws it anew (its name is in the title), and the text says where you are.
+    def _draw(frame):
+        _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
+        _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
+                   axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
+        _lines = alt.Chart(frame).mark_line(point=True).encode(
+            x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
+            tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
+        return _lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")
+
+    curves_chart.update(lora_curves, draw=_draw, key=model_label)
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    curves_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    curves_chart
+    return (curves_chart,)
 
 
 @app.cell(hide_code=True)
@@ -237,22 +248,36 @@ def _(block_size_slider, blockwise, mm, np, pd, viz):
 
 
 @app.cell
-def _(alt, demo_weights, mm, np, pd, quant_block, viz):
+def _(alt, demo_weights, levels_chart, mm, np, pd, quant_block, viz):
     _blocks = demo_weights[: len(demo_weights) // quant_block * quant_block].reshape(-1, quant_block)
     # A histogram counted in numpy (50 bins over -1..1): the page carries 50 counts, not 4,096 weights.
     _counts, _edges = np.histogram(_blocks / np.abs(_blocks).max(axis=1, keepdims=True), bins=50, range=(-1, 1))
     _bins = pd.DataFrame({"start": _edges[:-1].round(2), "end": _edges[1:].round(2), "weights": _counts})
-    _hist = alt.Chart(_bins).mark_bar(color="#BAB0AC", binSpacing=0).encode(
-        x=alt.X("start:Q", title="Weight ÷ its block's absmax"), x2=alt.X2("end:Q"),
-        y=alt.Y("weights:Q", title="Weights (count per bin)"), y2=alt.datum(0))  # x and x2 alone make a horizontal strip
     _levels = pd.concat([pd.DataFrame({"level": list(mm.NF4_LEVELS), "format": "NF4 levels"}),
                          pd.DataFrame({"level": np.arange(-7, 8) / 7, "format": "int4 levels"})])
-    _rules = alt.Chart(_levels).mark_rule(strokeWidth=1.5).encode(
-        x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
-                                     legend=alt.Legend(orient="top")),
-        strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
-    viz.chart_output((_hist + _rules).properties(width=520, height=220, title=f"Where the 4-bit levels sit (blocks of {quant_block})"))
+
+    def _draw(frame):  # one table for both layers (the bins, the levels), given once to the chart
+        _hist = alt.Chart().transform_filter(alt.datum.kind == "bin").mark_bar(color="#BAB0AC", binSpacing=0).encode(
+            x=alt.X("start:Q", title="Weight ÷ its block's absmax"), x2=alt.X2("end:Q"),
+            y=alt.Y("weights:Q", title="Weights (count per bin)"), y2=alt.datum(0))  # x and x2 alone make a horizontal strip
+        _rules = alt.Chart().transform_filter(alt.datum.kind == "level").mark_rule(strokeWidth=1.5).encode(
+            x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
+                                         legend=alt.Legend(orient="top")),
+            strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
+        # The block size in the title is a param: the live chart below takes it with the new counts, in place.
+        return alt.layer(_hist, _rules, data=frame).add_params(alt.param(name="block", value=0)).properties(
+            width=520, height=220, title=alt.Title(alt.expr("'Where the 4-bit levels sit (blocks of ' + block + ')'")))
+
+    levels_chart.update(pd.concat([_bins.assign(kind="bin"), _levels.assign(kind="level")], ignore_index=True),
+                        draw=_draw, block=int(quant_block))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    levels_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    levels_chart
+    return (levels_chart,)
 
 
 @app.cell(hide_code=True)
@@ -318,11 +343,19 @@ def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, 
 
 
 @app.cell
-def _(gpu, mm, model_label, side_by_side, unit, viz):
-    viz.chart_output(viz.stacked_bars(
+def _(bars_chart, gpu, mm, model_label, side_by_side, unit, viz):
+    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart below: the sliders send it new rows.
+    bars_chart.update(viz.stacked_bars_output(
         viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
         capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell(hide_code=True)
@@ -332,7 +365,7 @@ def _(gpu, lora_base, lora_fp32, mm, mo, pd, side_by_side, unit, viz):
                            f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
                            f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
-                           f"fits {gpu.name}?": "yes" if mm.check_fit(r, gpu).fits else "no"} for name, r in side_by_side.items()])
+                           f"fits {gpu.name}?": "yes" if mm.check_fit(r, gpu, reserved_bytes=0).fits else "no"} for name, r in side_by_side.items()])
     _full, _lora, _qlora = side_by_side.values()
     _extra = lora_fp32.total - lora_base.total
     _fp32_cost = (f"costs **{mm.format_bytes(_extra, unit)}** here" if _extra else "costs nothing with this recipe: "
@@ -477,19 +510,28 @@ def _(gpt3_full, gpt3_weights_and_states, literature, live_only_notice, mm, mo, 
 
 
 @app.cell
-def _(mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider, viz):
+def _(guanaco_chart, mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown,
+      q65_seq_slider, viz):
     a6000 = mm.get_gpu("RTX A6000")
     guanaco = paper_setups.get_setup("qlora_guanaco_65b").memory(
         batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value,
         checkpointing=q65_checkpointing_checkbox.value, optimizer=q65_optimizer_dropdown.value)
-    guanaco_fit = mm.check_fit(guanaco, a6000)
+    guanaco_fit = mm.check_fit(guanaco, a6000, reserved_bytes=0)
     guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(
         batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, checkpointing=False,
         optimizer=q65_optimizer_dropdown.value)
-    viz.chart_output(viz.stacked_bars(
+    _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
         viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=a6000.memory_bytes,
-        capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})", height=70).configure_legend(orient="bottom", columns=3))
+        capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})", height=70).spec
+    guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
     return guanaco, guanaco_fit, guanaco_no_checkpointing
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    guanaco_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    guanaco_chart
+    return (guanaco_chart,)
 
 
 @app.cell(hide_code=True)
@@ -543,7 +585,7 @@ def _(mm, mo):
     _lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
     _qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
     _gpu = mm.get_gpu("RTX 4090")
-    _fits = ["fits" if mm.check_fit(r, _gpu).fits else "does not fit" for r in (_lora, _qlora)]
+    _fits = ["fits" if mm.check_fit(r, _gpu, reserved_bytes=0).fits else "does not fit" for r in (_lora, _qlora)]
     _fp32 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), precision="bf16", optimizer="adamw")
     _bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), precision="bf16", optimizer="adamw")
     mo.vstack([

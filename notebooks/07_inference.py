@@ -37,10 +37,11 @@ def _():
     import memmath as mm
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import live_chart
     import altair as alt
     import numpy as np
     import pandas as pd
-    return Select, alt, bound_chart, live_only_notice, mm, mo, np, pd, viz
+    return Select, alt, bound_chart, live_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -142,7 +143,7 @@ def _(attention, batch_size, context_len, kv_format, mm, model, weights_format):
 @app.cell(hide_code=True)
 def _(attention, batch_size, context_len, gpu, kv_format, memory, mm, mo, model, unit, weights_format):
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
-    _fit = mm.check_fit(memory.total, gpu)
+    _fit = mm.check_fit(memory.total, gpu, reserved_bytes=0)
     _verdict = (f"fits on one {gpu.name} ({_f(gpu.memory_bytes)}), with {_f(_fit.headroom_bytes)} to spare"
                 if _fit.fits else f"does **not** fit on one {gpu.name} ({_f(gpu.memory_bytes)}): "
                 f"{_f(-_fit.headroom_bytes)} short")
@@ -193,11 +194,19 @@ def _(attention, batch_size, context_len, gpu, kv_format, memory, mm, mo, model,
 
 
 @app.cell
-def _(gpu, memory, mm, unit, viz):
+def _(bars_chart, gpu, memory, mm, unit, viz):
     _frame = viz.breakdown_long({"detailed sum": memory}, unit)
-    viz.chart_output(viz.stacked_bars(_frame, unit, title="Where serving memory goes",
-                                      capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name}"))
+    # viz.stacked_bars' drawing as Vega-Lite JSON, into the live chart below: the sliders send it new rows.
+    bars_chart.update(viz.stacked_bars_output(_frame, unit, title="Where serving memory goes",
+                                              capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name}"))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell(hide_code=True)
@@ -293,29 +302,47 @@ def _(attention, batch_size, kv_format, mm, model, weights_format):
 
 
 @app.cell
-def _(alt, gpu, mm, pd, rule_limit, sweep, unit, viz):
-    _rows = [{"context": c, "label": viz.ALL_LABELS[p], "order": i, "size": mm.to_unit(v, unit)}
-             for c, m in sweep.items() for i, (p, v) in enumerate(m.parts().items())]
-    _rule = pd.DataFrame([{"context": c, "size": mm.to_unit(m.rule_of_thumb, unit)} for c, m in sweep.items()])
-    _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[2**k for k in range(7, 18, 2)], labelExpr="datum.value >= 1024 ? datum.value / 1024 + 'K' : datum.value"),
-               title="Context (tokens per sequence, log scale; 1K = 1,024)")
-    _areas = alt.Chart(pd.DataFrame(_rows)).mark_area(opacity=0.85).encode(
-        x=_x, y=alt.Y("size:Q", stack="zero", title=viz.memory_axis_title(unit)),
-        color=alt.Color("label:N", title="Part", scale=viz.part_scale(viz.INFERENCE_PARTS)),
-        order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("context:Q"), alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
-    _rule_line = alt.Chart(_rule).mark_line(color="black", strokeDash=[6, 4]).encode(x=_x, y=alt.Y("size:Q"))
-    _marks = pd.DataFrame({"size": [mm.to_unit(gpu.memory_bytes, unit)], "what": [f"{gpu.name} memory"]})
-    _gpu_line = alt.Chart(_marks).mark_rule(color="#D62728", strokeDash=[2, 2], size=2).encode(
-        y=alt.Y("size:Q"), tooltip=[alt.Tooltip("what:N")])
-    _layers = [_areas, _rule_line, _gpu_line]
-    if min(sweep) <= rule_limit <= max(sweep):
-        _limit = pd.DataFrame({"context": [rule_limit], "what": [f"rule holds to {rule_limit:,} tokens"]})
-        _layers += [alt.Chart(_limit).mark_rule(color="black").encode(x=alt.X("context:Q"), tooltip=[alt.Tooltip("what:N")]),
-                    alt.Chart(_limit).mark_text(align="left", dx=4, y=8).encode(x=alt.X("context:Q"), text=alt.Text("what:N"))]
-    viz.chart_output(alt.layer(*_layers).properties(width=560, height=300, title=alt.Title(
-        "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu.name} memory: red, dotted")))
+def _(alt, gpu, mm, pd, rule_limit, sweep, sweep_chart, unit, viz):
+    # One table for every layer (the parts, the rule of thumb, the GPU, where the rule stops holding), given once.
+    _in_range = min(sweep) <= rule_limit <= max(sweep)
+    _frame = pd.concat([
+        pd.DataFrame([{"kind": "part", "context": c, "label": viz.ALL_LABELS[p], "order": i, "size": mm.to_unit(v, unit)}
+                      for c, m in sweep.items() for i, (p, v) in enumerate(m.parts().items())]),
+        pd.DataFrame([{"kind": "rule", "context": c, "size": mm.to_unit(m.rule_of_thumb, unit)} for c, m in sweep.items()]),
+        pd.DataFrame([{"kind": "gpu", "size": mm.to_unit(gpu.memory_bytes, unit), "what": f"{gpu.name} memory"}]),
+        pd.DataFrame([{"kind": "limit", "context": rule_limit, "what": f"rule holds to {rule_limit:,} tokens"}] if _in_range
+                     else [], columns=["kind", "context", "what"]),
+    ], ignore_index=True)
+
+    def _draw(frame):
+        _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[2**k for k in range(7, 18, 2)], labelExpr="datum.value >= 1024 ? datum.value / 1024 + 'K' : datum.value"),
+                   title="Context (tokens per sequence, log scale; 1K = 1,024)")
+        _base = alt.Chart()
+        _areas = _base.transform_filter(alt.datum.kind == "part").mark_area(opacity=0.85).encode(
+            x=_x, y=alt.Y("size:Q", stack="zero", title=viz.memory_axis_title(unit)),
+            color=alt.Color("label:N", title="Part", scale=viz.part_scale(viz.INFERENCE_PARTS)),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("context:Q"), alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
+        _rule_line = _base.transform_filter(alt.datum.kind == "rule").mark_line(color="black", strokeDash=[6, 4]).encode(
+            x=_x, y=alt.Y("size:Q"))
+        _gpu_line = _base.transform_filter(alt.datum.kind == "gpu").mark_rule(color="#D62728", strokeDash=[2, 2], size=2).encode(
+            y=alt.Y("size:Q"), tooltip=[alt.Tooltip("what:N")])
+        _limit = _base.transform_filter(alt.datum.kind == "limit")  # no rows when the rule holds past the sweep or never
+        _layers = [_areas, _rule_line, _gpu_line,
+                   _limit.mark_rule(color="black").encode(x=alt.X("context:Q"), tooltip=[alt.Tooltip("what:N")]),
+                   _limit.mark_text(align="left", dx=4, y=8).encode(x=alt.X("context:Q"), text=alt.Text("what:N"))]
+        return alt.layer(*_layers, data=frame).properties(width=560, height=300, title=alt.Title(
+            "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu.name} memory: red, dotted"))
+
+    sweep_chart.update(_frame, draw=_draw, key=(unit, gpu.name))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    sweep_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    sweep_chart
+    return (sweep_chart,)
 
 
 @app.cell(hide_code=True)
@@ -428,7 +455,7 @@ def _(batch_size, gpu, memory, mm, mo, unit):
     per_sequence = mm.decode_tokens_per_second(memory, gpu)
     all_sequences = per_sequence * batch_size
     read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
-    _fits = mm.check_fit(memory.total, gpu).fits
+    _fits = mm.check_fit(memory.total, gpu, reserved_bytes=0).fits
     mo.md(f"""
     This run does **not fit** on one {gpu.name} ({mm.format_bytes(memory.total, unit)} against
     {mm.format_bytes(gpu.memory_bytes, unit)}), so it does not decode there at all. The bandwidth
@@ -464,7 +491,7 @@ def _(mm, mo):
 
 @app.cell
 def _(memory, mm, unit, viz):
-    fit_frame = mm.fit_table(memory.total, unit=unit)
+    fit_frame = mm.fit_table(memory.total, reserved_bytes=0, unit=unit)
     _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in fit_frame[f"headroom ({unit})"]]
     fit_frame = fit_frame.assign(**{
         f"memory ({unit})": fit_frame[f"memory ({unit})"].round(2), "fits": fit_frame["fits"].map({True: "yes", False: "no"}),

@@ -43,7 +43,8 @@ def _():
     from memmath.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
-    return alt, bound_chart, functools, literature, live_only_notice, mm, mo, np, pd, re, Select, viz
+    from memmath_lessons.live_chart import live_chart
+    return alt, bound_chart, functools, literature, live_chart, live_only_notice, mm, mo, np, pd, re, Select, viz
 
 
 @app.cell
@@ -475,13 +476,22 @@ def _(gpu, limits, max_gpus, max_gpus_number, mm, mo, model, model_config, resul
 
 
 @app.cell
-def _(fit, gpu, model, planned_memory, result, suggestions, unit, viz):
+def _(bars_chart, fit, gpu, model, planned_memory, result, suggestions, unit, viz):
     _bars = {"your run": result}
     for _s in suggestions[:4]:
         _bars[f"→ {_s.change}"] = planned_memory(model, **_s.settings)
-    viz.chart_output(viz.stacked_bars(viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
-                                      capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
+    # viz.stacked_bars' drawing as Vega-Lite JSON, into the live chart below: the sliders send it new rows.
+    bars_chart.update(viz.stacked_bars_output(
+        viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
+        capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
     return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
 
 @app.cell

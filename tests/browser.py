@@ -97,6 +97,28 @@ _STATE_SCRIPT = "() => {" + _ROOTS_JS + """
 """
 
 
+# Every live chart (memmath_lessons.live_chart) on the page, in page order: an id that stays with its element
+# (so a chart drawn into a new element gets a new id), how often it was embedded and updated in place,
+# how many rows it holds, and a fingerprint of its drawn marks.
+_LIVE_CHARTS_SCRIPT = "() => {" + _ROOTS_JS + """
+  const hash = (s) => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) | 0; return h; };
+  window.__memmathLiveIds = window.__memmathLiveIds || 0;
+  return roots().flatMap(r => [...r.querySelectorAll(".memmath-live-chart")]).map(e => {
+    if (!e.__memmathId) e.__memmathId = ++window.__memmathLiveIds;
+    const marks = e.querySelector("canvas.marks, svg.marks");
+    return {id: e.__memmathId, embeds: Number(e.dataset.embeds || 0), updates: Number(e.dataset.updates || 0),
+            rows: Number(e.dataset.rows || 0),
+            print: !marks ? null : marks.tagName === "CANVAS" ? "c" + hash(marks.toDataURL()) : "s" + hash(marks.outerHTML)};
+  });
+}
+"""
+
+
+def live_charts(page) -> list[dict]:
+    """The live charts on the page: [{id, embeds, updates, rows, print}, ...] (see _LIVE_CHARTS_SCRIPT)."""
+    return page.evaluate(_LIVE_CHARTS_SCRIPT)
+
+
 def find_chromium() -> str | None:
     """The Chromium to drive: $MEMMATH_CHROMIUM if set, else /usr/bin/chromium or `chromium` on PATH (None if none)."""
     chosen = os.environ.get("MEMMATH_CHROMIUM")

@@ -25,6 +25,10 @@ from hypothesis import HealthCheck, settings
 
 from memmath_site.build import LESSON_PATTERN
 
+# Every live chart's update draws its chart again and checks that only its rows and params moved
+# (memmath_lessons.live_chart): in every lesson run here, and in the marimo servers the browser tests start.
+os.environ.setdefault("MEMMATH_LIVE_CHART_CHECK", "1")
+
 TORCH_ENV = "MEMMATH_REQUIRE_TORCH"
 BROWSER_ENV = "MEMMATH_REQUIRE_BROWSER"
 REPO = Path(__file__).resolve().parent.parent

@@ -34,7 +34,7 @@ HEADLINES = {
     # Llama-2-13B's KV cache at 8,192 tokens, the detailed sum against the rule of thumb, its allowance
     "07_inference": ["6.71 GB", "33.76 GB", "31.24 GB", "5.21 GB", "26.03 GB", "2,621,440 B"],
     # llama-2-7b's full finetune per GPU, the planner's setup, serving it, the CUDA context
-    "08_planner": ["53.91 GB", "56.27 GB", "13.80 GB", "1.31 GiB", "93.15 GB"],
+    "08_planner": ["53.91 GB", "56.27 GB", "13.80 GB", "1.31 GiB"],  # 93.15 GB left: the verdict judges the peak since issue 10
 }
 
 

@@ -52,7 +52,7 @@ def assert_links_lead_somewhere(live, workbook, where: str) -> None:
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
 def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, lesson, record_property):
-    from browser import LivePage
+    from browser import LivePage, live_charts
 
     start = time.perf_counter()
     page = chromium.new_page(viewport={"width": 1280, "height": 1600})
@@ -61,19 +61,43 @@ def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, 
         live.open(f"{workbook.url}?file={lesson.name}")
         assert_clean(live, f"{lesson.name} at its defaults")
         assert_links_lead_somewhere(live, workbook, lesson.name)
+        charts = live_charts(page)
+        moved_in_place = set()  # live charts whose drawn marks a slider changed with no new chart
         sliders = live.sliders().count()
         for index in range(sliders):
-            live.press_on_slider(index, "End")
-            at_max = assert_clean(live, f"{lesson.name}, slider {index + 1} at its maximum")
-            live.press_on_slider(index, "Home")
-            at_min = assert_clean(live, f"{lesson.name}, slider {index + 1} at its minimum")
-            assert not at_min.same_as(at_max), (
+            for key in ("End", "Home"):
+                before = live_charts(page)
+                live.press_on_slider(index, key)
+                shown = assert_clean(live, f"{lesson.name}, slider {index + 1} at its {'maximum' if key == 'End' else 'minimum'}")
+                moved_in_place |= _moved_in_place(lesson.name, index, before, live_charts(page))
+                if key == "End":
+                    at_max = shown
+            assert not shown.same_as(at_max), (
                 f"{lesson.name}: slider {index + 1} ({live.slider_label(index)!r}) "
                 "shows the same page at its minimum and its maximum: nothing reads it")
+        if charts:
+            # A live chart exists so that sliders change its marks in the drawn view, not by drawing a new chart.
+            assert moved_in_place, (f"{lesson.name}: no slider changed any of its {len(charts)} live charts in place "
+                                    "(every move drew a new chart, or none moved them)")
     finally:
         page.close()
     record_property("seconds", round(time.perf_counter() - start, 1))
     record_property("sliders", sliders)
+    record_property("live_charts", len(charts))
+
+
+def _moved_in_place(lesson: str, index: int, before: list[dict], after: list[dict]) -> set:
+    """Ids of the live charts one slider move changed in place: same element, embedded no more times, new marks.
+
+    Fails where a move replaced a live chart's element (its output was drawn anew, which the live
+    chart exists to avoid) or left one undrawn.
+    """
+    assert [c["id"] for c in after] == [c["id"] for c in before], (
+        f"{lesson}: slider {index + 1} replaced live charts {[c['id'] for c in before]} by "
+        f"{[c['id'] for c in after]}: their cell's output was made anew instead of taking new rows")
+    assert all(c["print"] for c in after), f"{lesson}: after slider {index + 1} a live chart is not drawn: {after}"
+    return {a["id"] for b, a in zip(before, after)
+            if a["embeds"] == b["embeds"] and a["updates"] > b["updates"] and a["print"] != b["print"]}
 
 
 BUTTON_LESSONS = [p for p in LESSONS if "mo.ui.button(" in p.read_text(encoding="utf-8")]

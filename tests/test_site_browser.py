@@ -160,3 +160,31 @@ def test_lesson_page_bound_inputs_move_their_charts(opened, served_site, name):
                                     HIDDEN_VALUE_SUFFIX)
     assert shown_positions == [], f"{name}: range inputs over positions show the raw position: {shown_positions}"
     _assert_offline(record, served_site, name)
+
+
+LIVE_CHART_PAGES = [f"{lesson.stem}.html" for lesson in LESSONS if "live_chart(" in lesson.read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("name", LIVE_CHART_PAGES, ids=[n[:-5] for n in LIVE_CHART_PAGES])
+def test_lesson_page_live_charts_show_their_first_state(opened, served_site, name):
+    """The live charts (memmath_lessons.live_chart) draw the state the export left them in, from the site's own runtime."""
+    from browser import live_charts
+
+    page, record, _ = opened(name)
+    page.wait_for_function("""() => {
+        const roots = [document];
+        for (let i = 0; i < roots.length; i++)
+            for (const e of roots[i].querySelectorAll('*')) if (e.shadowRoot) roots.push(e.shadowRoot);
+        const charts = roots.flatMap(r => [...r.querySelectorAll('.memmath-live-chart')]);
+        return charts.length > 0 && charts.every(c => c.querySelector('canvas.marks, svg.marks'));
+    }""", timeout=20000)
+    charts = live_charts(page)
+    assert charts and all(c["print"] and c["embeds"] == 1 for c in charts), (
+        f"{name}: its live charts did not each draw once: {charts}")
+    empty = [c for c in charts if not c["rows"]]
+    assert not empty, f"{name}: live charts drew no rows (their first state, the lesson's defaults): {empty}"
+    runtime = [u for u in record["requests"] if "/_memmath/" in u]
+    assert runtime and all(u.startswith(served_site.url) for u in runtime), (
+        f"{name}: the live charts' runtime did not load from the site's _memmath/ folder: {runtime}")
+    _assert_offline(record, served_site, name)
+
