@@ -345,10 +345,12 @@ def _(STORAGE_FORMATS, mm, pd, viz):
     for _position, _billions in enumerate(viz.MODEL_SIZE_STEPS):
         for _name in STORAGE_FORMATS:
             _stored = mm.inference_memory(int(round(_billions * 10**9)), weights_format=_name)
+            _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
             for _order, _part in enumerate(("weights", "quantization_constants")):
                 if getattr(_stored, _part):
                     _rows.append({"size": _position, "format": _name, "part": mm.PART_LABELS[_part],
-                                  "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
+                                  "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
+                                  "totalGB": round(mm.to_unit(_total, "GB"), 2)})
     formats_grid = pd.DataFrame(_rows)
     return (formats_grid,)
 
@@ -362,9 +364,9 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
             order=alt.Order("order:Q"),
             tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.4~f")])
-        _totals = base.transform_aggregate(GB="sum(GB)", groupby=["format"])
+        _totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", groupby=["format"])
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
-            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("GB:Q", format=",.2f"))
+            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("totalGB:Q", format=",.2f"))
         # An invisible point past the longest bar stretches the axis, so its label has room.
         _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
             room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))

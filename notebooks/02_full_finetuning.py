@@ -194,7 +194,9 @@ def _(mm, pd):
                     if _bytes:
                         _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
                                       "part": mm.PART_LABELS[_part], "order": _order,
-                                      "GB": round(mm.to_unit(_bytes, "GB"), 3)})
+                                      "GB": round(mm.to_unit(_bytes, "GB"), 3),
+                                      # the label's total, rounded once from integer bytes
+                                      "totalGB": round(mm.to_unit(_run.total, "GB"), 2)})
     recipes_grid = pd.DataFrame(_rows)
     return OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, recipes_grid
 
@@ -213,8 +215,9 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_ch
             tooltip=[alt.Tooltip("name:N", title="recipe"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.3~f")])
         # Each bar's total and bytes per parameter (GB per billion parameters is bytes per parameter).
         _billions = f"{json.dumps(list(RECIPE_SIZES))}[datum.size]"
-        _totals = base.transform_aggregate(GB="sum(GB)", size="max(size)", groupby=["recipe"]).transform_calculate(
-            label=f"format(datum.GB, ',.2f') + ' GB, ' + format(datum.GB / {_billions}, '.3~f') + ' B per parameter'")
+        _totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", size="max(size)",
+                                           groupby=["recipe"]).transform_calculate(
+            label=f"format(datum.totalGB, ',.2f') + ' GB, ' + format(datum.totalGB / {_billions}, '.3~f') + ' B per parameter'")
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
             x=alt.X("GB:Q"), y=alt.Y("recipe:N", sort=_order), text=alt.Text("label:N"))
         # An invisible point past the longest bar stretches the axis, so its label has room.

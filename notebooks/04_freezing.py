@@ -73,11 +73,23 @@ def _(live_only_notice, mo):
     return layers_slider, params_slider, unit_radio
 
 
+@app.cell
+def _(mo):
+    # The learner's last choice of frozen layers (the article's 9 to start): kept when L changes, so the
+    # slider below is rebuilt at that value, or at L when the model has fewer layers.
+    get_frozen, set_frozen = mo.state(9)
+    return get_frozen, set_frozen
+
+
 @app.cell(hide_code=True)
-def _(layers_slider, live_only_notice, mo):
-    frozen_slider = mo.ui.slider(0, layers_slider.value, value=min(9, layers_slider.value), show_value=True,
-                                 label="Frozen layers f (the first ones)")
-    mo.vstack([live_only_notice(), frozen_slider])
+def _(get_frozen, layers_slider, live_only_notice, mo, set_frozen):
+    _wanted = get_frozen()
+    frozen_slider = mo.ui.slider(0, layers_slider.value, value=min(_wanted, layers_slider.value), show_value=True,
+                                 label="Frozen layers f (the first ones)", on_change=set_frozen)
+    _why = (mo.md(f"*Frozen layers shows {layers_slider.value}, not your {_wanted}: a model of "
+                  f"{layers_slider.value} layers has no more to freeze. Add layers and it goes back to {_wanted}.*")
+            if _wanted > layers_slider.value else mo.md(""))
+    mo.vstack([live_only_notice(), frozen_slider, _why])
     return (frozen_slider,)
 
 
@@ -224,16 +236,27 @@ def _(live_only_notice, mo):
     return embeddings_switch, head_switch, norm_switch, preset_dropdown
 
 
+@app.cell
+def _(mo):
+    # The learner's last choice of frozen blocks (None: the model's all-but-two), kept when the model changes.
+    get_real_frozen, set_real_frozen = mo.state(None)
+    return get_real_frozen, set_real_frozen
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo, preset_dropdown):
+def _(get_real_frozen, live_only_notice, mm, mo, preset_dropdown, set_real_frozen):
     _layers = mm.PRESETS[preset_dropdown.value].n_layers
-    real_frozen_slider = mo.ui.slider(0, _layers, value=_layers - 2, show_value=True,
-                                      label=f"Frozen blocks (of {_layers})")
+    _wanted = get_real_frozen()
+    real_frozen_slider = mo.ui.slider(0, _layers, value=_layers - 2 if _wanted is None else min(_wanted, _layers),
+                                      show_value=True, label=f"Frozen blocks (of {_layers})",
+                                      on_change=set_real_frozen)
+    _why = (f"*Frozen blocks shows {_layers}, not your {_wanted}: {preset_dropdown.value} has {_layers} blocks.*"
+            if _wanted is not None and _wanted > _layers else "")
     batch_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64], value=4, show_value=True, label="Batch size (sequences)")
     seq_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096, 8192], value=512, show_value=True,
                               label="Sequence length (tokens)")
     mo.vstack([live_only_notice(), mo.hstack([real_frozen_slider, mo.vstack([batch_slider, seq_slider])],
-                                             justify="start", gap=2)])
+                                             justify="start", gap=2), mo.md(_why)])
     return batch_slider, real_frozen_slider, seq_slider
 
 
@@ -354,10 +377,20 @@ def _(frozen, full, mm, pd, unit, viz):
 @app.cell(hide_code=True)
 def _(frozen, full, mo, model):
     _d_full, _d = full.activation_detail, frozen.activation_detail
+    if frozen.trainable_params == full.trainable_params:
+        _work = (f"**No less work yet.** With nothing frozen, the backward pass does what full finetuning does: "
+                 f"{full.trainable_params:,} weight gradients, through all {model.n_layers} blocks.")
+    else:
+        _blocks = (f"runs through all {model.n_layers} blocks, as full finetuning does"
+                   if _d.layers_storing == _d_full.layers_storing else
+                   f"runs through {_d.layers_storing} of the {model.n_layers} blocks instead of all "
+                   f"{_d_full.layers_storing}" if _d.layers_storing else
+                   f"runs through none of the {model.n_layers} blocks (full finetuning runs through all "
+                   f"{_d_full.layers_storing})")
+        _work = (f"**Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients instead of "
+                 f"{full.trainable_params:,}, and {_blocks}.")
     mo.md(f"""
-    **Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients
-    instead of {full.trainable_params:,}, and runs through {_d.layers_storing} of {model.n_layers}
-    blocks instead of {_d_full.layers_storing}. Training the embeddings sends it back through every
+    {_work} Training the embeddings sends it back through every
     block again.
     """)
     return

@@ -371,12 +371,14 @@ def _(TARGET_SETS, mm, np, pd, viz):
                                  ("LoRA", mm.training_memory("llama-2-7b", method=mm.LoRA(rank=_ranks, targets=_targets), **_run)),
                                  ("QLoRA", mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=_ranks, targets=_targets), **_run))):
             _trainable = np.broadcast_to(_result.trainable_params, _ranks.shape)
+            _totals = np.broadcast_to(_result.total, _ranks.shape)  # integer bytes: the label rounds the total once
             for _part, _bytes in _result.parts().items():
                 _bytes = np.broadcast_to(_bytes, _ranks.shape)
                 if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
                     _rows += [{"rank": int(_r), "matrices": _label, "method": _method, "part": viz.ALL_LABELS[_part],
-                               "order": list(_result.parts()).index(_part), "GB": round(float(_b) / 1e9, 3), "trainable": int(_t)}
-                              for _r, _b, _t in zip(_ranks, _bytes, _trainable)]
+                               "order": list(_result.parts()).index(_part), "GB": round(float(_b) / 1e9, 3), "trainable": int(_t),
+                               "totalGB": round(float(_T) / 1e9, 1)}
+                              for _r, _b, _t, _T in zip(_ranks, _bytes, _trainable, _totals)]
     lora_grid = pd.DataFrame(_rows)
     return (lora_grid,)
 
@@ -392,8 +394,8 @@ def _(Select, alt, bound_chart, lora_grid, viz):
             x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35])), y=_y,
             color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in _parts])),
             order=alt.Order("order:Q"))
-        _labels = base.transform_aggregate(total="sum(GB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
-            text="format(datum.total, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
+        _labels = base.transform_aggregate(total="sum(GB)", totalGB="max(totalGB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
+            text="format(datum.totalGB, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
             align="left", dx=4, fontSize=11).encode(x=alt.X("total:Q"), y=_y, text=alt.Text("text:N"))
         return alt.layer(_bars, _labels).properties(width=520, height=130)
 
