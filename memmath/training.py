@@ -124,7 +124,11 @@ class TrainingMemory:
     def assumptions(self) -> str:
         """One line naming the recipe, the optimizer, the method and the sharding behind the numbers."""
         sharding = f"; {self.n_gpus} GPUs, ZeRO stage {self.zero_stage}" if self.n_gpus > 1 or self.zero_stage else ""
-        return f"{self.recipe.description} {self.optimizer.description} Method: {self.method.describe()}{sharding}."
+        from .recipes import describe  # the recipe's bytes per parameter summed for this optimizer
+
+        unfactored = any(note.kind == "adafactor_unfactored" for note in self.notes)
+        recipe = describe(self.recipe, self.optimizer, unfactored=unfactored)
+        return f"{recipe} {self.optimizer.description} Method: {self.method.describe()}{sharding}."
 
     def to_frame(self, unit: str = "GB") -> pd.DataFrame:
         """A table: one row per part (part, label, bytes, size in `unit`, share of total).

@@ -250,12 +250,15 @@ def _(mo):
 
 
 @app.cell
-def _(gpu, mm, model, n_params, pd, precision, unit, viz):
+def _(gpu, mm, model, n_params, optimizer_dropdown, pd, precision, unit, viz):
     _rows = []
+    # The menu's names (amsgrad variants are not in the menu: named here the same way).
+    _names = {v: k for k, v in optimizer_dropdown.options.items()} | {"adam_amsgrad": "Adam (amsgrad)",
+                                                                      "adamw_amsgrad": "AdamW (amsgrad)"}
     for _name, _opt in mm.OPTIMIZERS.items():
         _r = mm.training_memory(model, precision=precision, optimizer=_name)
         _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
-        _rows.append({"optimizer": _name, f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
+        _rows.append({"optimizer": _names.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
                       "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
                       f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu).fits else "no",
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
