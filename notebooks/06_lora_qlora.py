@@ -182,14 +182,23 @@ def _(live_only_notice, merge_button, merge_gap, merge_same, merge_times, merge_
     _median = [toy_block.median_ratio(merge_times, v, "base W x") for v in _variants]
     _timed = merge_button.value
     _older = "" if _timed["rank"] == rank else f" (timed at r = {_timed['rank']}: press the button to time r = {rank})"
+    # The merged layer is the base's work exactly (one matrix of the same shape): its measured gap is the noise.
+    _noise = max(abs(_fast[1] - 1), abs(_median[1] - 1))
+    if _noise <= 0.05:
+        _reading = (f"The merged layer does exactly the base's work, one matrix of the same shape, and timed the "
+                    f"same to within {max(_noise, 0.01):.0%}: merging costs nothing at inference")
+    else:
+        _reading = (f"The merged layer does exactly the base's work, one matrix of the same shape, yet timed "
+                    f"{_fast[1]:.2f}× the base in this run: a gap of {_noise:.0%} between identical work is how much "
+                    f"this machine's timings wander right now (other programs share its cores), so read the unmerged "
+                    f"layer's {_fast[0]:.2f}× with the same margin, or press the button to time again")
     mo.vstack([mo.md(f"""
     A {merge_width} × {merge_width} matrix, a rank-{rank} update and a batch of {merge_tokens} token vectors. Same output?
     **{"yes" if merge_same else "no"}**: `np.allclose` on the two outputs (largest
     difference {merge_gap:.1e}, on values of typical size {np.abs(side_output).mean():.2f}; float32
     rounding, nothing more). Timing {_timed["number"]}{_older}: over {len(merge_times) // 3} interleaved runs on this
     machine, the fastest unmerged layer took **{_fast[0]:.2f}×** the fastest base matrix's time ({_median[0]:.2f}× comparing
-    medians), the merged one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). The merged layer does exactly the
-    base's work, one matrix of the same shape; any gap there is the machine's noise (see the timing
+    medians), the merged one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). {_reading} (see the timing
     caveat in {viz.lesson_link("05_adapters", "lesson 5")}).
     """), live_only_notice(), mo.hstack([merge_button, mo.md(f"times the three layers again at r = {rank}")],
                                         justify="start", gap=1)])
