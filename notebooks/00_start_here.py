@@ -148,7 +148,7 @@ def _(Slider, alt, bound_chart, demo_grid, viz):
         _parts = ["weights", "gradients", "optimizer_states"]
         _names = "{'load': 'Loading the weights', 'step': 'One training step'}[datum.value]"
         _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)",
+            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS),
                     # room on the right for the largest bar's label
                     scale=alt.Scale(domain=[0, 1.45 * float(demo_grid.groupby(["billions", "scenario"])["GB"].sum().max())])),
             y=alt.Y("scenario:N", title=None, sort=["load", "step"], axis=alt.Axis(labelExpr=_names)),

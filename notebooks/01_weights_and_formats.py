@@ -359,7 +359,7 @@ def _(STORAGE_FORMATS, mm, pd, viz):
 def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
     def _draw(base):
         _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)"),
+            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
             y=alt.Y("format:N", title=None, sort=STORAGE_FORMATS),
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
             order=alt.Order("order:Q"),

@@ -208,7 +208,7 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_ch
         _names = f"{json.dumps(RECIPE_NAMES)}[datum.value]"  # short name -> what the axis shows
         _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
         _bars = base.transform_calculate(name=f"{json.dumps(RECIPE_NAMES)}[datum.recipe]").mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)"),
+            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
             y=alt.Y("recipe:N", title=None, sort=_order, axis=alt.Axis(labelExpr=_names)),
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
             order=alt.Order("order:Q"),

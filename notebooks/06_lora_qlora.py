@@ -400,7 +400,8 @@ def _(Select, alt, bound_chart, lora_grid, viz):
 
     def _draw(base):
         _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35])), y=_y,
+            x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35]),
+                    axis=alt.Axis(**viz.MEMORY_AXIS)), y=_y,
             color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in _parts])),
             order=alt.Order("order:Q"))
         _labels = base.transform_aggregate(total="sum(GB)", totalGB="max(totalGB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
