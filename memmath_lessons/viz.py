@@ -171,7 +171,8 @@ def plain_table(frame: pd.DataFrame, *, wrapped_columns=(), digits: int = 2):
                    for c in frame.columns)
     rows = "".join("<tr>" + "".join(cell(c, v.item() if hasattr(v, "item") else v) for c, v in zip(frame.columns, row))
                    + "</tr>" for row in frame.itertuples(index=False, name=None))
-    return mo.Html(f'{_PLAIN_TABLE_CSS}<table class="memmath-table"><thead><tr>{head}</tr></thead>'
+    # Inline width: marimo's own table rule (width 100%) would otherwise spread the columns over the page.
+    return mo.Html(f'{_PLAIN_TABLE_CSS}<table class="memmath-table" style="width:auto;max-width:100%"><thead><tr>{head}</tr></thead>'
                    f"<tbody>{rows}</tbody></table>")
 
 

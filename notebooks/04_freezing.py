@@ -114,13 +114,17 @@ def _(frozen_slider, layers_slider, mm, params_slider):
 @app.cell(hide_code=True)
 def _(equal_frozen, equal_full, mm, mo, n_frozen, n_layers, n_params, unit):
     _saved = equal_full.total - equal_frozen.total
+    _frozen_text = "With no layer frozen" if n_frozen == 0 else f"With {n_frozen} of {n_layers} layers frozen"
+    _saving = (f"with no layer frozen the run needs {mm.format_bytes(equal_frozen.total, unit)} too: "
+               "freeze some layers to see what it saves" if n_frozen == 0 else
+               f"the frozen run needs {mm.format_bytes(equal_frozen.total, unit)}, which saves "
+               f"{mm.format_bytes(_saved, unit)}")
     mo.md(f"""
-    With {n_frozen} of {n_layers} layers frozen, **{equal_frozen.trainable_params:,} of {n_params:,}
+    {_frozen_text}, **{equal_frozen.trainable_params:,} of {n_params:,}
     parameters train: {equal_frozen.trainable_fraction:.1%}**. The article's ten layers with nine
     frozen give about 10%.
 
-    Before activations, full finetuning needs {mm.format_bytes(equal_full.total, unit)}; the frozen run
-    needs {mm.format_bytes(equal_frozen.total, unit)}, which saves {mm.format_bytes(_saved, unit)}. The
+    Before activations, full finetuning needs {mm.format_bytes(equal_full.total, unit)}; {_saving}. The
     {mm.format_bytes(equal_frozen.weights, unit)} of weights stay: a frozen weight is still used in
     every forward pass.
     """)
