@@ -153,3 +153,17 @@ def test_assumes_line_sums_to_the_bytes_per_parameter_shown(precision, optimizer
     text = lessons.output_text(outputs)
     shown = float(re.search(r"\(([\d.]+) B per parameter\)", text).group(1))
     assert shown == expected == _assumes_sum(text)
+
+
+def test_recipe_chart_labels_totals_rounded_once(default_run):
+    # The chart's label is the run's integer total in GB, rounded once: 7B with Adam in mixed + fp32
+    # accumulation is 20 B x 7e9 = 140.00 GB; 1T is 20,000.00 GB; SGD drops Adam's 8 B: 12 x 7e9 = 84.00 GB.
+    _, defs = default_run
+    grid, sizes = defs["recipes_grid"], list(defs["RECIPE_SIZES"])
+    def total(billions, optimizer, recipe):
+        rows = grid[(grid["size"] == sizes.index(billions)) & (grid["optimizer"] == optimizer) & (grid["recipe"] == recipe)]
+        assert rows["totalGB"].nunique() == 1
+        return rows["totalGB"].iloc[0]
+    assert total(7, "adam", "mixed_fp32_grads") == 140.0
+    assert total(1000, "adam", "mixed_fp32_grads") == 20_000.0
+    assert total(7, "sgd", "mixed_fp32_grads") == 84.0
