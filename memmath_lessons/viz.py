@@ -119,7 +119,7 @@ def chart_output(chart) -> ChartOutput:
 
 
 _PLAIN_TABLE_CSS = (
-    "<style>.memmath-table{border-collapse:collapse;font-size:0.875rem;margin:0.25rem 0;width:auto;max-width:100%}"
+    "<style>.memmath-table{border-collapse:collapse;font-size:0.875rem;margin:0.25rem 0;width:fit-content;max-width:100%}"
     ".memmath-table th,.memmath-table td{padding:0.3rem 0.75rem;border-bottom:1px solid #e2e4e8;text-align:left;"
     "white-space:nowrap;vertical-align:top}"
     ".memmath-table th{font-weight:600;border-bottom:2px solid #c9ccd1}"
@@ -171,8 +171,8 @@ def plain_table(frame: pd.DataFrame, *, wrapped_columns=(), digits: int = 2):
                    for c in frame.columns)
     rows = "".join("<tr>" + "".join(cell(c, v.item() if hasattr(v, "item") else v) for c, v in zip(frame.columns, row))
                    + "</tr>" for row in frame.itertuples(index=False, name=None))
-    # Inline width: marimo's own table rule (width 100%) would otherwise spread the columns over the page.
-    return mo.Html(f'{_PLAIN_TABLE_CSS}<table class="memmath-table" style="width:auto;max-width:100%"><thead><tr>{head}</tr></thead>'
+    # Inline width: marimo shows a table in markdown as a block (for scrolling), which would fill the page.
+    return mo.Html(f'{_PLAIN_TABLE_CSS}<table class="memmath-table" style="width:fit-content;max-width:100%"><thead><tr>{head}</tr></thead>'
                    f"<tbody>{rows}</tbody></table>")
 
 

@@ -62,7 +62,7 @@ def test_plain_table_writes_floats_at_one_precision():
     for text in ("13.48", "56.27", "0.50", "0.0014", "0.00", "0.11", ">333<"):
         assert text in shown, text
     assert "13.477" not in shown and "0.1118" not in shown
-    assert "width:auto" in shown  # as wide as its columns, not the page
+    assert "width:fit-content" in shown  # as wide as its columns, not the page
     assert viz.format_number(8.0007) == "8.00" and viz.format_number(8.0007, 3) == "8.001"
 
 
