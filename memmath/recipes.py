@@ -180,7 +180,7 @@ _PER_PARAMETER_WORDS = {"weights": "weights", "gradients": "gradients", "gradien
                         "master_weights": "master copy", "optimizer_states": "optimizer states"}
 
 
-def describe(precision="bf16", optimizer="adamw", *, unfactored: bool = False) -> str:
+def describe(precision="bf16", optimizer="adamw", *, unfactored: bool = False, per_parameter: bool = True) -> str:
     """The recipe's line followed by what one trainable parameter costs with this optimizer, part by part.
 
     'Mixed precision plus an fp32 gradient-accumulation buffer. Per trainable parameter: 2 B weights
@@ -188,8 +188,11 @@ def describe(precision="bf16", optimizer="adamw", *, unfactored: bool = False) -
     The sum is bytes_per_parameter's, plus 8-bit Adam's fp32 constants per block of values; Adafactor's
     factored statistics depend on the matrix shapes and are named, not summed, unless `unfactored`
     (a bare parameter count: one full second moment). Per-tensor step counters are left out (a few bytes).
+    per_parameter=False: the recipe's line alone (for adapters stored in another dtype than the recipe's).
     """
     recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    if not per_parameter:
+        return recipe.description
     parts = bytes_per_parameter(recipe, opt)
     total = parts.pop("total")
     if opt.block_size:  # 8-bit states: one fp32 constant per block of block_size values, per state
