@@ -188,8 +188,9 @@ def _(live_only_notice, merge_button, merge_gap, merge_same, merge_times, merge_
         _reading = (f"The merged layer does exactly the base's work, one matrix of the same shape, and timed the "
                     f"same to within {max(_noise, 0.01):.0%}: merging costs nothing at inference")
     else:
-        _reading = (f"The merged layer does exactly the base's work, one matrix of the same shape, yet timed "
-                    f"{_fast[1]:.2f}× the base in this run: a gap of {_noise:.0%} between identical work is how much "
+        _reading = (f"The merged layer does exactly the base's work, one matrix of the same shape, yet its fastest "
+                    f"run took {_fast[1]:.2f}× the base's and its median {_median[1]:.2f}×: a gap of up to {_noise:.0%} "
+                    f"between identical work is how much "
                     f"this machine's timings wander right now (other programs share its cores), so read the unmerged "
                     f"layer's {_fast[0]:.2f}× with the same margin, or press the button to time again")
     mo.vstack([mo.md(f"""
