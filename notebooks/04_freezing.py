@@ -299,10 +299,13 @@ def _(freeze, mo, model, trainable):
         _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
                       "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
                       "Mistral, BERT), to see the head train.")
+    def _share(x):  # two decimals, or two significant digits for a share that would read 0.00%
+        return f"{x:.2%}" if x == 0 or x >= 0.0001 else f"{100 * x:.2g}%"
+
     mo.md(f"""
     {model.name}: **{trainable.trainable_params:,} of {model.n_params:,} parameters train,
-    {trainable.trainable_fraction:.2%}**. The blocks alone would give k / L = {_k} / {model.n_layers}
-    = {_k / model.n_layers:.2%}. {" ".join(_notes)}
+    {_share(trainable.trainable_fraction)}**. The blocks alone would give k / L = {_k} / {model.n_layers}
+    = {_share(_k / model.n_layers)}. {" ".join(_notes)}
     """)
     return
 

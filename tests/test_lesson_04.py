@@ -1,5 +1,7 @@
 """Lesson 4 (freezing): it runs, its numbers match the article and hand counts, every control survives its extremes."""
 
+import re
+
 import marimo as mo
 import numpy as np
 import pytest
@@ -162,4 +164,6 @@ def test_the_work_sentence_reads_well_at_every_value():
     assert "runs through 29 of the 32 blocks instead of all 32" in texts["some"]
     # GPT-2 all 12 frozen: only ln_f (2 x 768) trains, and backward reaches no block.
     assert "computes 1,536 weight gradients" in texts["all"] and "none of the 12 blocks" in texts["all"]
+    # 1,536 / 124,439,808 = 0.0012%: a share shown with two significant digits, never as 0.00%.
+    assert re.search(r"1,536 of 124,439,808 parameters train,\s+0.0012%", lessons.output_text(runs["all"][0]))
     assert "instead of" not in texts["none"]  # no "N instead of N"
