@@ -62,6 +62,13 @@ MEMORY_AXIS = {"labelOverlap": True, "labelSeparation": 8, "labelFlush": True, "
 its neighbour ('11,00012,000' at 1T), and the end labels kept inside the plot."""
 
 
+def _capacity_label_side(frame: pd.DataFrame, capacity: float) -> tuple[str, int]:
+    """(align, dx) of the GPU-capacity label: right of its line, or left of it when the line is in the right
+    part of the axis, so the label never runs past the plot."""
+    longest = float(frame.groupby("scenario")["size"].sum().max()) if len(frame) else 0.0
+    return ("right", -4) if capacity > 0.6 * max(longest, capacity) else ("left", 4)
+
+
 def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capacity_bytes=None,
                  capacity_label: str = "", width: int = 560, height=None) -> alt.Chart:
     """Horizontal stacked bars (one per scenario) from breakdown_long, with an optional GPU-capacity rule."""
@@ -82,7 +89,8 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
         rule_frame = pd.DataFrame({"size": [capacity_bytes / UNITS[unit]], "what": [capacity_label or "GPU memory"]})
         rule = alt.Chart(rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
             x=alt.X("size:Q"), tooltip=[alt.Tooltip("what:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
-        text = alt.Chart(rule_frame).mark_text(align="left", dx=4, dy=-6, fontSize=11).encode(
+        align, dx = _capacity_label_side(frame, capacity_bytes / UNITS[unit])
+        text = alt.Chart(rule_frame).mark_text(align=align, dx=dx, dy=-6, fontSize=11).encode(
             x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("what:N"))
         chart = bars + rule + text
     return chart.properties(width=width, height=bar_height, title=title)
@@ -302,7 +310,8 @@ def stacked_bars_output(frame: pd.DataFrame, unit: str = "GB", *, title: str = "
                 "encoding": {"tooltip": [{"field": "what", "type": "nominal"},
                                          {"field": "size", "format": ",.2f", "title": unit, "type": "quantitative"}],
                              "x": {"field": "size", "type": "quantitative"}}}
-        text = {"data": {"values": rule_rows}, "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6,
+        align, dx = _capacity_label_side(frame, capacity_bytes / UNITS[unit])
+        text = {"data": {"values": rule_rows}, "mark": {"type": "text", "align": align, "dx": dx, "dy": -6,
                                                          "fontSize": 11},
                 "encoding": {"text": {"field": "what", "type": "nominal"}, "x": {"field": "size", "type": "quantitative"},
                              "y": {"value": 0}}}

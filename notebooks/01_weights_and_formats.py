@@ -423,14 +423,18 @@ def _(alt, gpu_fits, mm, pd, reserved_bytes, unit, viz, weight_bytes, weights_fo
     ], ignore_index=True)
     _cards, _need = alt.datum.kind == "card", alt.datum.kind == "need"
     _bars = alt.Chart().transform_filter(_cards).mark_bar().encode(
-        x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({unit})"),
+        x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({unit})", axis=alt.Axis(**viz.MEMORY_AXIS)),
         y=alt.Y("gpu:N", sort=list(gpu_fits["gpu"]), title=None),
         color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
                         scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
         tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
     _rule = alt.Chart().transform_filter(_need).mark_rule(color="#4C78A8", size=3).encode(
         x=alt.X("size:Q"), tooltip=[alt.Tooltip("verdict:N", title="what")])
-    _label = alt.Chart().transform_filter(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
+    # The label sits left of the line when the line is near the right end, so it stays inside the plot.
+    _need_size = (weight_bytes + reserved_bytes) / mm.UNITS[unit]
+    _flip = _need_size > 0.6 * max(float(gpu_fits[_mem].max()), _need_size)
+    _label = alt.Chart().transform_filter(_need).mark_text(align="right" if _flip else "left", dx=-4 if _flip else 4,
+                                                           dy=-6, color="#4C78A8").encode(
         x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("verdict:N"))
     viz.chart_output(alt.layer(_bars, _rule, _label, data=_frame).properties(width=520, height=340,
                                                                             title="Which cards hold the weights"))

@@ -130,3 +130,16 @@ def test_short_counts():
     assert viz.short_count(174_604_259_328) == "175B"
     assert viz.short_count(1_000_000_000_000) == "1T"
     assert viz.short_count(512) == "512"
+
+
+def test_capacity_label_stays_inside_the_plot():
+    # Issue 13: a label at the right end of the axis ran past the plot. A line past 60% of the axis gets its
+    # label on its left; the axis ends at the larger of the longest bar and the line.
+    import pandas as pd
+
+    frame = pd.DataFrame({"scenario": ["a", "a", "b"], "size": [10.0, 4.0, 8.0]})  # longest bar: 14
+    assert viz._capacity_label_side(frame, 141.0) == ("right", -4)  # an H200 beside a 14 GB bar
+    assert viz._capacity_label_side(frame, 5.0) == ("left", 4)  # 5 of 14
+    spec = viz.stacked_bars_output(viz.breakdown_long({"run": __import__("memmath").training_memory(10**9)}),
+                                   capacity_bytes=141 * 10**9).spec
+    assert spec["layer"][2]["mark"]["align"] == "right"
