@@ -579,7 +579,7 @@ def _(measured_case, measured_hf, mm, mo, pd, viz):
                                     attention=measured_case["attention"])
     _column = "what the formula counts (a GPT block)"
     if measured_case["checkpointing"]:
-        # Checkpointing: the formula keeps only each block's input, s·b·h elements (Korthikanti et al. 2022, sec. 5).
+        # Checkpointing keeps only each block's input, s·b·h elements (Chen et al. 2016; "Two ways to keep less").
         _sbh = int(measured_case["seq_len"]) * int(measured_case["batch_size"]) * int(measured_case["hidden_size"])
         _formula_rows = [{_column: "block input (checkpointed)", "bytes": _sbh * _e}]
     else:
