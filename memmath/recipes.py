@@ -41,7 +41,7 @@ RECIPES: dict[str, Recipe] = {
                    source="PyTorch defaults"),
     "bf16": Recipe(name="bf16", weight_bits=16, grad_bits=16, master_bits=0, state_bits=16,
                    accum_bits=0, activation_bits=16, states_follow_params=True,
-                   description="Pure bf16: weights, gradients and optimizer states all 2 B (the article's 8 B/param with Adam).",
+                   description="Pure bf16: weights, gradients and optimizer states all 2 B (the article's recipe).",
                    source="the article; LLaMA-Factory pure_bf16"),
     "fp16": Recipe(name="fp16", weight_bits=16, grad_bits=16, master_bits=0, state_bits=16,
                    accum_bits=0, activation_bits=16, states_follow_params=True,
@@ -53,11 +53,11 @@ RECIPES: dict[str, Recipe] = {
                   source="torch.autocast documentation"),
     "mixed": Recipe(name="mixed", weight_bits=16, grad_bits=16, master_bits=32, state_bits=32,
                     accum_bits=0, activation_bits=16, states_follow_params=False,
-                    description="Mixed precision: 16-bit weights and gradients, fp32 master copy and fp32 Adam states (2+2+4+8 = 16 B/param).",
+                    description="Mixed precision: 16-bit weights and gradients, an fp32 master copy and fp32 optimizer states.",
                     source="Micikevicius et al. 2018; Rajbhandari et al. 2020 (ZeRO), section 3.1"),
     "mixed_fp32_grads": Recipe(name="mixed_fp32_grads", weight_bits=16, grad_bits=16, master_bits=32, state_bits=32,
                                accum_bits=32, activation_bits=16, states_follow_params=False,
-                               description="Mixed precision plus an fp32 gradient-accumulation buffer (2+2+4+4+8 = 20 B/param).",
+                               description="Mixed precision plus an fp32 gradient-accumulation buffer.",
                                source="nanotron; Hugging Face Ultra-Scale Playbook (2025)"),
 }
 PRECISIONS = tuple(RECIPES)
@@ -174,3 +174,33 @@ def bytes_per_parameter(precision="bf16", optimizer="adamw") -> dict[str, float]
     }
     parts["total"] = sum(parts.values())
     return parts
+
+
+_PER_PARAMETER_WORDS = {"weights": "weights", "gradients": "gradients", "gradient_accumulation": "accumulation buffer",
+                        "master_weights": "master copy", "optimizer_states": "optimizer states"}
+
+
+def describe(precision="bf16", optimizer="adamw", *, unfactored: bool = False, per_parameter: bool = True) -> str:
+    """The recipe's line followed by what one trainable parameter costs with this optimizer, part by part.
+
+    'Mixed precision plus an fp32 gradient-accumulation buffer. Per trainable parameter: 2 B weights
+    + 2 B gradients + 4 B accumulation buffer + 4 B master copy + 0 B optimizer states = 12 B.' (with SGD).
+    The sum is bytes_per_parameter's, plus 8-bit Adam's fp32 constants per block of values; Adafactor's
+    factored statistics depend on the matrix shapes and are named, not summed, unless `unfactored`
+    (a bare parameter count: one full second moment). Per-tensor step counters are left out (a few bytes).
+    per_parameter=False: the recipe's line alone (for adapters stored in another dtype than the recipe's).
+    """
+    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
+    if not per_parameter:
+        return recipe.description
+    parts = bytes_per_parameter(recipe, opt)
+    total = parts.pop("total")
+    if opt.block_size:  # 8-bit states: one fp32 constant per block of block_size values, per state
+        parts["optimizer_states"] += opt.states * opt.block_constant_bits / 8 / opt.block_size
+    if opt.factored and unfactored:  # no matrix shapes: Adafactor keeps a full second moment
+        parts["optimizer_states"] += recipe.state_bits / 8
+    total = sum(parts.values())
+    terms = " + ".join(f"{round(b, 2):g} B {_PER_PARAMETER_WORDS[p]}" for p, b in parts.items()
+                       if b or p == "optimizer_states")
+    factored = " plus Adafactor's row and column statistics per matrix" if opt.factored and not unfactored else ""
+    return f"{recipe.description} Per trainable parameter: {terms} = {round(total, 2):g} B{factored}."

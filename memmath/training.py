@@ -153,7 +153,15 @@ class TrainingMemory:
     def assumptions(self) -> str:
         """One line naming the recipe, the optimizer, the method and the sharding behind the numbers."""
         sharding = f"; {self.n_gpus} GPUs, ZeRO stage {self.zero_stage}" if self.n_gpus > 1 or self.zero_stage else ""
-        return f"{self.recipe.description} {self.optimizer.description} Method: {self.method.describe()}{sharding}."
+        from .methods import Freeze
+        from .recipes import describe  # the recipe's bytes per parameter summed for this optimizer
+
+        unfactored = any(note.kind == "adafactor_unfactored" for note in self.notes)
+        # The sum holds for parameters stored in the recipe's formats: full finetuning and freezing. Adapters
+        # may be stored in another dtype (peft's fp32 adapters), so their runs get the recipe's line alone.
+        recipe = describe(self.recipe, self.optimizer, unfactored=unfactored,
+                          per_parameter=isinstance(self.method, (Full, Freeze)))
+        return f"{recipe} {self.optimizer.description} Method: {self.method.describe()}{sharding}."
 
     def to_frame(self, unit: str = "GB") -> pd.DataFrame:
         """A table: one row per part (part, label, bytes, size in `unit`, share of total).

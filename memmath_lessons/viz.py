@@ -57,6 +57,18 @@ def breakdown_long(results: dict, unit: str = "GB", *, skip_zero: bool = True) -
     return pd.DataFrame(rows, columns=["scenario", "part", "label", "bytes", "size", "order"])
 
 
+MEMORY_AXIS = {"labelOverlap": True, "labelSeparation": 8, "labelFlush": True, "tickCount": 6}
+"""A memory axis whose labels never touch: at most about six ticks, a label dropped rather than run into
+its neighbour ('11,00012,000' at 1T), and the end labels kept inside the plot."""
+
+
+def _capacity_label_side(frame: pd.DataFrame, capacity: float) -> tuple[str, int]:
+    """(align, dx) of the GPU-capacity label: right of its line, or left of it when the line is in the right
+    part of the axis, so the label never runs past the plot."""
+    longest = float(frame.groupby("scenario")["size"].sum().max()) if len(frame) else 0.0
+    return ("right", -4) if capacity > 0.6 * max(longest, capacity) else ("left", 4)
+
+
 def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capacity_bytes=None,
                  capacity_label: str = "", width: int = 560, height=None) -> alt.Chart:
     """Horizontal stacked bars (one per scenario) from breakdown_long, with an optional GPU-capacity rule."""
@@ -65,7 +77,7 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
     scenarios = list(dict.fromkeys(frame["scenario"]))
     bar_height = height or max(60, 38 * len(scenarios))
     bars = alt.Chart(frame).mark_bar().encode(
-        x=alt.X("sum(size):Q", title=memory_axis_title(unit), stack="zero"),
+        x=alt.X("sum(size):Q", title=memory_axis_title(unit), stack="zero", axis=alt.Axis(**MEMORY_AXIS)),
         y=alt.Y("scenario:N", title=None, sort=scenarios),
         color=alt.Color("label:N", title="Part", scale=part_scale(parts), sort=[ALL_LABELS[p] for p in parts]),
         order=alt.Order("order:Q"),
@@ -77,7 +89,8 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
         rule_frame = pd.DataFrame({"size": [capacity_bytes / UNITS[unit]], "what": [capacity_label or "GPU memory"]})
         rule = alt.Chart(rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
             x=alt.X("size:Q"), tooltip=[alt.Tooltip("what:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
-        text = alt.Chart(rule_frame).mark_text(align="left", dx=4, dy=-6, fontSize=11).encode(
+        align, dx = _capacity_label_side(frame, capacity_bytes / UNITS[unit])
+        text = alt.Chart(rule_frame).mark_text(align=align, dx=dx, dy=-6, fontSize=11).encode(
             x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("what:N"))
         chart = bars + rule + text
     return chart.properties(width=width, height=bar_height, title=title)
@@ -114,17 +127,29 @@ def chart_output(chart) -> ChartOutput:
 
 
 _PLAIN_TABLE_CSS = (
-    "<style>.memmath-table{border-collapse:collapse;font-size:0.875rem;margin:0.25rem 0}"
+    "<style>.memmath-table{border-collapse:collapse;font-size:0.875rem;margin:0.25rem 0;width:fit-content;max-width:100%}"
     ".memmath-table th,.memmath-table td{padding:0.3rem 0.75rem;border-bottom:1px solid #e2e4e8;text-align:left;"
     "white-space:nowrap;vertical-align:top}"
     ".memmath-table th{font-weight:600;border-bottom:2px solid #c9ccd1}"
-    ".memmath-table td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    ".memmath-table td.num,.memmath-table th.num{text-align:right;font-variant-numeric:tabular-nums}"
     ".memmath-table td.wrap{white-space:normal;min-width:12rem}</style>"
 )
 
 
-def plain_table(frame: pd.DataFrame, *, wrapped_columns=()):
-    """A small table as plain HTML (mo.Html): numbers right-aligned with thousands separators, no index.
+def format_number(value, digits: int = 2) -> str:
+    """A table's number: integers with thousands separators, floats with `digits` decimals ('56.27', '4.00'),
+    and a nonzero float that would read as zero at that precision with two significant digits ('0.0014')."""
+    if isinstance(value, float):
+        if value and abs(value) < 0.5 * 10**-digits:
+            return f"{value:.2g}"
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def plain_table(frame: pd.DataFrame, *, wrapped_columns=(), digits: int = 2):
+    """A small table as plain HTML (mo.Html): numbers right-aligned under right-aligned headers, with
+    thousands separators, floats at one precision (`digits` decimals, see format_number), no index; the
+    table is as wide as its columns, so values sit under their headers.
 
     For tables a slider redraws: the browser redraws this about three times faster than an
     mo.ui.table (benchmarks/lesson_speed.py measured ~10 ms against ~30 ms per table), which
@@ -144,14 +169,18 @@ def plain_table(frame: pd.DataFrame, *, wrapped_columns=()):
 
     def cell(column, value) -> str:
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-        text = f"{value:,}" if numeric else str(value)
+        text = format_number(value, digits) if numeric else str(value)
         css = "num" if numeric else ("wrap" if column in wrapped else "")
         return f'<td class="{css}">{html.escape(text)}</td>' if css else f"<td>{html.escape(text)}</td>"
 
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    numeric_columns = {c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
+                       and not pd.api.types.is_bool_dtype(frame[c])}
+    head = "".join(f'<th class="num">{html.escape(str(c))}</th>' if c in numeric_columns else f"<th>{html.escape(str(c))}</th>"
+                   for c in frame.columns)
     rows = "".join("<tr>" + "".join(cell(c, v.item() if hasattr(v, "item") else v) for c, v in zip(frame.columns, row))
                    + "</tr>" for row in frame.itertuples(index=False, name=None))
-    return mo.Html(f'{_PLAIN_TABLE_CSS}<table class="memmath-table"><thead><tr>{head}</tr></thead>'
+    # Inline width: marimo shows a table in markdown as a block (for scrolling), which would fill the page.
+    return mo.Html(f'{_PLAIN_TABLE_CSS}<table class="memmath-table" style="width:fit-content;max-width:100%"><thead><tr>{head}</tr></thead>'
                    f"<tbody>{rows}</tbody></table>")
 
 
@@ -265,8 +294,8 @@ def stacked_bars_output(frame: pd.DataFrame, unit: str = "GB", *, title: str = "
             "tooltip": [{"field": "scenario", "type": "nominal"}, {"field": "label", "type": "nominal"},
                         {"field": "size", "format": ",.2f", "title": unit, "type": "quantitative"},
                         {"field": "bytes", "format": ",", "title": "bytes", "type": "quantitative"}],
-            "x": {"aggregate": "sum", "field": "size", "stack": "zero", "title": memory_axis_title(unit),
-                  "type": "quantitative"},
+            "x": {"aggregate": "sum", "axis": dict(MEMORY_AXIS), "field": "size", "stack": "zero",
+                  "title": memory_axis_title(unit), "type": "quantitative"},
             "y": {"field": "scenario", "sort": scenarios, "title": None, "type": "nominal"},
         },
     }
@@ -281,7 +310,8 @@ def stacked_bars_output(frame: pd.DataFrame, unit: str = "GB", *, title: str = "
                 "encoding": {"tooltip": [{"field": "what", "type": "nominal"},
                                          {"field": "size", "format": ",.2f", "title": unit, "type": "quantitative"}],
                              "x": {"field": "size", "type": "quantitative"}}}
-        text = {"data": {"values": rule_rows}, "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6,
+        align, dx = _capacity_label_side(frame, capacity_bytes / UNITS[unit])
+        text = {"data": {"values": rule_rows}, "mark": {"type": "text", "align": align, "dx": dx, "dy": -6,
                                                          "fontSize": 11},
                 "encoding": {"text": {"field": "what", "type": "nominal"}, "x": {"field": "size", "type": "quantitative"},
                              "y": {"value": 0}}}

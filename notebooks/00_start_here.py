@@ -131,10 +131,13 @@ def _(mm, pd):
         _step = mm.training_memory(_billions * 10**9, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B
         _scenarios = {"load": {"weights": _step.weights}, "step": _step.parts()}  # short names: the page carries each row
         for _scenario, _parts in _scenarios.items():
+            _total = sum(_parts.values())  # integer bytes: the label rounds the total once, not each part
             for _order, (_part, _bytes) in enumerate((p, b) for p, b in _parts.items() if b):
                 _rows.append({"billions": _billions, "scenario": _scenario, "part": mm.PART_LABELS[_part],
                               "order": _order, "GB": round(mm.to_unit(_bytes, "GB"), 2),
-                              "GiB": round(mm.to_unit(_bytes, "GiB"), 2)})
+                              "GiB": round(mm.to_unit(_bytes, "GiB"), 2),
+                              "totalGB": round(mm.to_unit(_total, "GB"), 2),
+                              "totalGiB": round(mm.to_unit(_total, "GiB"), 2)})
     demo_grid = pd.DataFrame(_rows)
     return (demo_grid,)
 
@@ -145,7 +148,7 @@ def _(Slider, alt, bound_chart, demo_grid, viz):
         _parts = ["weights", "gradients", "optimizer_states"]
         _names = "{'load': 'Loading the weights', 'step': 'One training step'}[datum.value]"
         _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)",
+            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS),
                     # room on the right for the largest bar's label
                     scale=alt.Scale(domain=[0, 1.45 * float(demo_grid.groupby(["billions", "scenario"])["GB"].sum().max())])),
             y=alt.Y("scenario:N", title=None, sort=["load", "step"], axis=alt.Axis(labelExpr=_names)),
@@ -153,9 +156,10 @@ def _(Slider, alt, bound_chart, demo_grid, viz):
             order=alt.Order("order:Q"),
             tooltip=[alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f"),
                      alt.Tooltip("GiB:Q", format=",.2f")])
-        # Each bar's total, in both units (the sum of memmath's parts).
-        _totals = base.transform_aggregate(GB="sum(GB)", GiB="sum(GiB)", groupby=["scenario"]).transform_calculate(
-            label="format(datum.GB, ',.2f') + ' GB = ' + format(datum.GiB, ',.2f') + ' GiB'")
+        # Each bar's total, in both units, rounded once from memmath's integer total (not a sum of rounded parts).
+        _totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", totalGiB="max(totalGiB)",
+                                           groupby=["scenario"]).transform_calculate(
+            label="format(datum.totalGB, ',.2f') + ' GB = ' + format(datum.totalGiB, ',.2f') + ' GiB'")
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
             x=alt.X("GB:Q"), y=alt.Y("scenario:N", sort=["load", "step"]),
             text=alt.Text("label:N"))

@@ -360,10 +360,12 @@ def _(STORAGE_FORMATS, mm, pd, viz):
     for _position, _billions in enumerate(viz.MODEL_SIZE_STEPS):
         for _name in STORAGE_FORMATS:
             _stored = mm.inference_memory(int(round(_billions * 10**9)), weights_format=_name)
+            _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
             for _order, _part in enumerate(("weights", "quantization_constants")):
                 if getattr(_stored, _part):
                     _rows.append({"size": _position, "format": _name, "part": mm.PART_LABELS[_part],
-                                  "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
+                                  "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
+                                  "totalGB": round(mm.to_unit(_total, "GB"), 2)})
     formats_grid = pd.DataFrame(_rows)
     return (formats_grid,)
 
@@ -372,14 +374,14 @@ def _(STORAGE_FORMATS, mm, pd, viz):
 def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
     def _draw(base):
         _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)"),
+            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
             y=alt.Y("format:N", title=None, sort=STORAGE_FORMATS),
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
             order=alt.Order("order:Q"),
             tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.4~f")])
-        _totals = base.transform_aggregate(GB="sum(GB)", groupby=["format"])
+        _totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", groupby=["format"])
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
-            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("GB:Q", format=",.2f"))
+            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("totalGB:Q", format=",.2f"))
         # An invisible point past the longest bar stretches the axis, so its label has room.
         _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
             room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))
@@ -427,34 +429,38 @@ def _(context_checkbox, literature, mm, unit, weight_bytes):
 @app.cell(hide_code=True)
 def _(cards_chart, gpu_fits, mm, pd, reserved_bytes, unit, weight_bytes, weights_format):
     _mem = f"memory ({unit})"
+    _need = (weight_bytes + reserved_bytes) / mm.UNITS[unit]
     # One table for the three layers (the cards, then the line at what the weights need), given once to the layer.
     cards_chart.update(pd.concat([
         pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
                       "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
-        pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [(weight_bytes + reserved_bytes) / mm.UNITS[unit]],
-                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")]}),
+        pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [_need],
+                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")],
+                      # The label sits left of the line near the right end, so it stays inside the plot.
+                      "flip": [_need > 0.6 * max(float(gpu_fits[_mem].max()), _need)]}),
     ], ignore_index=True))
     return
 
 
 @app.cell(hide_code=True)
-def _(alt, live_chart, unit_radio):
+def _(alt, live_chart, unit_radio, viz):
     _unit = unit_radio.value  # a new unit draws the chart anew; the sliders only send it rows
 
     def _draw(frame):
         _cards, _need = alt.datum.kind == "card", alt.datum.kind == "need"
         _bars = alt.Chart().transform_filter(_cards).mark_bar().encode(
-            x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({_unit})"),
+            x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({_unit})", axis=alt.Axis(**viz.MEMORY_AXIS)),
             y=alt.Y("gpu:N", sort=list(frame.loc[frame["kind"] == "card", "gpu"]), title=None),
             color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
                             scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
             tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip("size:Q", title=_unit, format=",.2f")])
         _rule = alt.Chart().transform_filter(_need).mark_rule(color="#4C78A8", size=3).encode(
             x=alt.X("size:Q"), tooltip=[alt.Tooltip("verdict:N", title="what")])
-        _label = alt.Chart().transform_filter(_need).mark_text(align="left", dx=4, dy=-6, color="#4C78A8").encode(
-            x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("verdict:N"))
-        return alt.layer(_bars, _rule, _label, data=frame).properties(width=520, height=340,
-                                                                      title="Which cards hold the weights")
+        _labels = [alt.Chart().transform_filter(_need & (alt.datum.flip == _left)).mark_text(
+            align="right" if _left else "left", dx=-4 if _left else 4, dy=-6, color="#4C78A8").encode(
+            x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("verdict:N")) for _left in (False, True)]
+        return alt.layer(_bars, _rule, *_labels, data=frame).properties(width=520, height=340,
+                                                                        title="Which cards hold the weights")
 
     cards_chart = live_chart(_draw)  # drawn once; the cell above sends it new rows (memmath_lessons.live_chart)
     cards_chart

@@ -203,7 +203,9 @@ def _(mm, pd):
                     if _bytes:
                         _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
                                       "part": mm.PART_LABELS[_part], "order": _order,
-                                      "GB": round(mm.to_unit(_bytes, "GB"), 3)})
+                                      "GB": round(mm.to_unit(_bytes, "GB"), 3),
+                                      # the label's total, rounded once from integer bytes
+                                      "totalGB": round(mm.to_unit(_run.total, "GB"), 2)})
     recipes_grid = pd.DataFrame(_rows)
     return OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, recipes_grid
 
@@ -215,15 +217,16 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_ch
         _names = f"{json.dumps(RECIPE_NAMES)}[datum.value]"  # short name -> what the axis shows
         _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
         _bars = base.transform_calculate(name=f"{json.dumps(RECIPE_NAMES)}[datum.recipe]").mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)"),
+            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
             y=alt.Y("recipe:N", title=None, sort=_order, axis=alt.Axis(labelExpr=_names)),
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
             order=alt.Order("order:Q"),
             tooltip=[alt.Tooltip("name:N", title="recipe"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.3~f")])
         # Each bar's total and bytes per parameter (GB per billion parameters is bytes per parameter).
         _billions = f"{json.dumps(list(RECIPE_SIZES))}[datum.size]"
-        _totals = base.transform_aggregate(GB="sum(GB)", size="max(size)", groupby=["recipe"]).transform_calculate(
-            label=f"format(datum.GB, ',.2f') + ' GB, ' + format(datum.GB / {_billions}, '.3~f') + ' B per parameter'")
+        _totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", size="max(size)",
+                                           groupby=["recipe"]).transform_calculate(
+            label=f"format(datum.totalGB, ',.2f') + ' GB, ' + format(datum.totalGB / {_billions}, '.3~f') + ' B per parameter'")
         _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
             x=alt.X("GB:Q"), y=alt.Y("recipe:N", sort=_order), text=alt.Text("label:N"))
         # An invisible point past the longest bar stretches the axis, so its label has room.
@@ -256,12 +259,15 @@ def _(mo):
 
 
 @app.cell
-def _(gpu, mm, model, n_params, pd, precision, unit, viz):
+def _(gpu, mm, model, n_params, optimizer_dropdown, pd, precision, unit, viz):
     _rows = []
+    # The menu's names (amsgrad variants are not in the menu: named here the same way).
+    _names = {v: k for k, v in optimizer_dropdown.options.items()} | {"adam_amsgrad": "Adam (amsgrad)",
+                                                                      "adamw_amsgrad": "AdamW (amsgrad)"}
     for _name, _opt in mm.OPTIMIZERS.items():
         _r = mm.training_memory(model, precision=precision, optimizer=_name)
         _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
-        _rows.append({"optimizer": _name, f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
+        _rows.append({"optimizer": _names.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
                       "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
                       f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu, reserved_bytes=0).fits else "no",
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "

@@ -108,8 +108,8 @@ def _(mo):
     ## Your model
 
     Start from a preset of the GPT-2 family (the block Korthikanti et al. describe), then change
-    its shape. Width moves in steps of 64; if the heads do not divide the width, the lesson uses
-    the nearest number of heads below that does, and says so.
+    its shape. Width moves in steps of 64, and the heads slider offers only head counts that
+    divide the width (every head gets a whole share of it).
     """)
     return
 
@@ -128,12 +128,32 @@ def _(live_only_notice, mm, mo, preset_dropdown):
     layers_slider = mo.ui.slider(1, 128, value=preset.n_layers, show_value=True, label="Layers L (blocks)")
     width_slider = mo.ui.slider(64, 12288, step=64, value=preset.hidden_size, show_value=True,
                                 label="Width h (hidden size)")
-    heads_slider = mo.ui.slider(1, 128, value=preset.n_heads, show_value=True, label="Attention heads a")
     vocab_slider = mo.ui.slider(steps=[1000, 8000, 32000, 50257, 100000, 128256, 256000],
                                 value=preset.vocab_size, show_value=True, label="Vocabulary V (tokens)")
-    mo.vstack([live_only_notice(), mo.hstack([mo.vstack([layers_slider, width_slider]),
-                                              mo.vstack([heads_slider, vocab_slider])], justify="start", gap=2)])
-    return heads_slider, layers_slider, preset, vocab_slider, width_slider
+    mo.vstack([live_only_notice(), mo.hstack([mo.vstack([layers_slider, width_slider]), vocab_slider],
+                                             justify="start", gap=2)])
+    return layers_slider, preset, vocab_slider, width_slider
+
+
+@app.cell
+def _(mo, preset):
+    # The learner's last head count (the preset's to start): kept when the width changes, if it still divides it.
+    get_heads, set_heads = mo.state(preset.n_heads)
+    return get_heads, set_heads
+
+
+@app.cell(hide_code=True)
+def _(get_heads, largest_divisor_at_most, mo, set_heads, width_slider):
+    _width, _wanted = width_slider.value, get_heads()
+    # Only head counts that divide the width (up to 128), so the slider never shows a model that cannot exist.
+    _heads = largest_divisor_at_most(_width, _wanted)
+    heads_slider = mo.ui.slider(steps=[a for a in range(1, 129) if _width % a == 0], value=_heads, show_value=True,
+                                label="Attention heads a (the divisors of h)", on_change=set_heads)
+    _why = (f"*Attention heads shows {_heads}, not your {_wanted}: {_wanted} heads do not divide a "
+            f"width of {_width:,}, and {_heads} is the largest count below it that does.*"
+            if _heads != _wanted else "")
+    mo.vstack([heads_slider, mo.md(_why)])
+    return (heads_slider,)
 
 
 @app.cell(hide_code=True)
@@ -175,7 +195,7 @@ def _(attention, batch_size, checkpointing, mm, n_heads, n_layers, preset, seq_l
 
 
 @app.cell(hide_code=True)
-def _(batch_size, detail, heads_slider, mm, mo, model, n_heads, per_layer, preset, seq_len, training, unit,
+def _(batch_size, detail, mm, mo, model, n_heads, per_layer, preset, seq_len, training, unit,
       viz, vocab, width):
     _s, _b, _h, _a = seq_len, batch_size, width, n_heads
     _eager = mm.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
@@ -184,8 +204,6 @@ def _(batch_size, detail, heads_slider, mm, mo, model, n_heads, per_layer, prese
     _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
                   f"{viz.readable_size(detail.recompute_peak, unit)}, at a time during the backward pass." if detail.recompute_peak else "")
     _notes = []
-    if n_heads != heads_slider.value:
-        _notes.append(f"{heads_slider.value} heads do not divide a width of {width}: using {n_heads}.")
     if seq_len > preset.max_positions:
         _notes.append(f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic "
                       f"for {seq_len:,} tokens is the same, but the real model would need more position embeddings.")
@@ -257,17 +275,26 @@ def _(mo):
 
 
 @app.cell
-def _(batch_size, mm, model, pd, seq_len, unit, viz):
-    _rows = []
+def _(batch_size, mm, mo, model, pd, ratio_text, seq_len, unit, viz):
+    _rows, _runs = [], {}
     for _attention in ("eager", "sdpa"):
         for _ckpt in (False, True):
-            _r = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
-                                    seq_len=seq_len, attention=_attention, checkpointing=_ckpt)
+            _r = _runs[_attention, _ckpt] = mm.training_memory(
+                model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len,
+                attention=_attention, checkpointing=_ckpt)
             _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
                           "checkpointing": "yes" if _ckpt else "no",
                           "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
-                          "activations / rest": f"{_r.activations / _r.without_activations:,.2f}×"})
-    viz.plain_table(pd.DataFrame(_rows))  # plain HTML: every slider above redraws it
+                          "activations / rest": ratio_text(_r.activations, _r.without_activations)})
+    _costlier = [a for a in ("eager", "sdpa") if _runs[a, True].activations > _runs[a, False].activations]
+    _d = _runs[_costlier[0], True].activation_detail if _costlier else None
+    _why = ("" if not _costlier else
+            f"Here checkpointing keeps *more*, not less: with {model.n_layers} "
+            f"{'layer' if model.n_layers == 1 else 'layers'}, it keeps each block's input "
+            f"({viz.readable_size(_d.per_layer * _d.layers_storing, unit)} in all) and still rebuilds one whole "
+            f"block during the backward pass ({viz.readable_size(_d.recompute_peak, unit)}), which is about what "
+            "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop.")
+    mo.vstack([viz.plain_table(pd.DataFrame(_rows)), mo.md(_why)])  # plain HTML: every slider above redraws it
     return
 
 
@@ -569,13 +596,21 @@ def _(measured_case, measured_hf, mm, mo, pd, viz):
                                     hidden_size=int(measured_case["hidden_size"]), n_heads=int(measured_case["n_heads"]),
                                     element_bytes=_e, mask_bytes=_e, dropout=bool(measured_case["dropout"]),
                                     attention=measured_case["attention"])
-    _formula_rows = [{"what the formula counts": t.tensor, "bytes": int(t.bytes)} for t in _formula]
+    _column = "what the formula counts (a GPT block)"
+    if measured_case["checkpointing"]:
+        # Checkpointing keeps only each block's input, s·b·h elements (Chen et al. 2016; "Two ways to keep less").
+        _sbh = int(measured_case["seq_len"]) * int(measured_case["batch_size"]) * int(measured_case["hidden_size"])
+        _formula_rows = [{_column: "block input (checkpointed)", "bytes": _sbh * _e}]
+    else:
+        _formula_rows = [{_column: t.tensor, "bytes": int(t.bytes)} for t in _formula]
     block_terms = pd.DataFrame(_rows)
     _formula_frame = pd.DataFrame(_formula_rows)
+    _gpt = ("" if measured_case["family"] == "gpt2" or measured_case["checkpointing"] else
+            " The formula describes a GPT block (LayerNorm, GeLU MLP of width 4h); this model's own block is on the left.")
     mo.vstack([
         mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
               f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
-              f"**{_formula_frame['bytes'].sum():,} B**."),
+              f"**{_formula_frame['bytes'].sum():,} B**.{_gpt}"),
         mo.hstack([viz.plain_table(block_terms), viz.plain_table(_formula_frame)], widths="equal", gap=1),
     ])
     return (block_terms,)
@@ -749,6 +784,14 @@ def _():
         """The largest head count <= heads that divides width (so every head has a whole size)."""
         return max(d for d in range(1, min(width, heads) + 1) if width % d == 0)
     return (largest_divisor_at_most,)
+
+
+@app.cell
+def _():
+    def ratio_text(a, b):
+        """a / b as '3.21×', with two significant digits below 1 ('0.0031×', never '0.00×')."""
+        return f"{a / b:,.2f}×" if a >= b else f"{a / b:.2g}×"
+    return (ratio_text,)
 
 
 @app.cell

@@ -74,11 +74,23 @@ def _(live_only_notice, mo):
     return layers_slider, params_slider, unit_radio
 
 
+@app.cell
+def _(mo):
+    # The learner's last choice of frozen layers (the article's 9 to start): kept when L changes, so the
+    # slider below is rebuilt at that value, or at L when the model has fewer layers.
+    get_frozen, set_frozen = mo.state(9)
+    return get_frozen, set_frozen
+
+
 @app.cell(hide_code=True)
-def _(layers_slider, live_only_notice, mo):
-    frozen_slider = mo.ui.slider(0, layers_slider.value, value=min(9, layers_slider.value), show_value=True,
-                                 label="Frozen layers f (the first ones)")
-    mo.vstack([live_only_notice(), frozen_slider])
+def _(get_frozen, layers_slider, live_only_notice, mo, set_frozen):
+    _wanted = get_frozen()
+    frozen_slider = mo.ui.slider(0, layers_slider.value, value=min(_wanted, layers_slider.value), show_value=True,
+                                 label="Frozen layers f (the first ones)", on_change=set_frozen)
+    _why = (mo.md(f"*Frozen layers shows {layers_slider.value}, not your {_wanted}: a model of "
+                  f"{layers_slider.value} layers has no more to freeze. Add layers and it goes back to {_wanted}.*")
+            if _wanted > layers_slider.value else mo.md(""))
+    mo.vstack([live_only_notice(), frozen_slider, _why])
     return (frozen_slider,)
 
 
@@ -103,13 +115,17 @@ def _(frozen_slider, layers_slider, mm, params_slider):
 @app.cell(hide_code=True)
 def _(equal_frozen, equal_full, mm, mo, n_frozen, n_layers, n_params, unit):
     _saved = equal_full.total - equal_frozen.total
+    _frozen_text = "With no layer frozen" if n_frozen == 0 else f"With {n_frozen} of {n_layers} layers frozen"
+    _saving = (f"with no layer frozen the run needs {mm.format_bytes(equal_frozen.total, unit)} too: "
+               "freeze some layers to see what it saves" if n_frozen == 0 else
+               f"the frozen run needs {mm.format_bytes(equal_frozen.total, unit)}, which saves "
+               f"{mm.format_bytes(_saved, unit)}")
     mo.md(f"""
-    With {n_frozen} of {n_layers} layers frozen, **{equal_frozen.trainable_params:,} of {n_params:,}
+    {_frozen_text}, **{equal_frozen.trainable_params:,} of {n_params:,}
     parameters train: {equal_frozen.trainable_fraction:.1%}**. The article's ten layers with nine
     frozen give about 10%.
 
-    Before activations, full finetuning needs {mm.format_bytes(equal_full.total, unit)}; the frozen run
-    needs {mm.format_bytes(equal_frozen.total, unit)}, which saves {mm.format_bytes(_saved, unit)}. The
+    Before activations, full finetuning needs {mm.format_bytes(equal_full.total, unit)}; {_saving}. The
     {mm.format_bytes(equal_frozen.weights, unit)} of weights stay: a frozen weight is still used in
     every forward pass.
     """)
@@ -232,16 +248,27 @@ def _(live_only_notice, mo):
     return embeddings_switch, head_switch, norm_switch, preset_dropdown
 
 
+@app.cell
+def _(mo):
+    # The learner's last choice of frozen blocks (None: the model's all-but-two), kept when the model changes.
+    get_real_frozen, set_real_frozen = mo.state(None)
+    return get_real_frozen, set_real_frozen
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo, preset_dropdown):
+def _(get_real_frozen, live_only_notice, mm, mo, preset_dropdown, set_real_frozen):
     _layers = mm.PRESETS[preset_dropdown.value].n_layers
-    real_frozen_slider = mo.ui.slider(0, _layers, value=_layers - 2, show_value=True,
-                                      label=f"Frozen blocks (of {_layers})")
+    _wanted = get_real_frozen()
+    real_frozen_slider = mo.ui.slider(0, _layers, value=_layers - 2 if _wanted is None else min(_wanted, _layers),
+                                      show_value=True, label=f"Frozen blocks (of {_layers})",
+                                      on_change=set_real_frozen)
+    _why = (f"*Frozen blocks shows {_layers}, not your {_wanted}: {preset_dropdown.value} has {_layers} blocks.*"
+            if _wanted is not None and _wanted > _layers else "")
     batch_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64], value=4, show_value=True, label="Batch size (sequences)")
     seq_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096, 8192], value=512, show_value=True,
                               label="Sequence length (tokens)")
     mo.vstack([live_only_notice(), mo.hstack([real_frozen_slider, mo.vstack([batch_slider, seq_slider])],
-                                             justify="start", gap=2)])
+                                             justify="start", gap=2), mo.md(_why)])
     return batch_slider, real_frozen_slider, seq_slider
 
 
@@ -280,10 +307,13 @@ def _(freeze, mo, model, trainable):
         _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
                       "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
                       "Mistral, BERT), to see the head train.")
+    def _share(x):  # two decimals, or two significant digits for a share that would read 0.00%
+        return f"{x:.2%}" if x == 0 or x >= 0.0001 else f"{100 * x:.2g}%"
+
     mo.md(f"""
     {model.name}: **{trainable.trainable_params:,} of {model.n_params:,} parameters train,
-    {trainable.trainable_fraction:.2%}**. The blocks alone would give k / L = {_k} / {model.n_layers}
-    = {_k / model.n_layers:.2%}. {" ".join(_notes)}
+    {_share(trainable.trainable_fraction)}**. The blocks alone would give k / L = {_k} / {model.n_layers}
+    = {_share(_k / model.n_layers)}. {" ".join(_notes)}
     """)
     return
 
@@ -383,10 +413,20 @@ def _(frozen, full, mm, pd, unit, viz):
 @app.cell(hide_code=True)
 def _(frozen, full, mo, model):
     _d_full, _d = full.activation_detail, frozen.activation_detail
+    if frozen.trainable_params == full.trainable_params:
+        _work = (f"**No less work yet.** With nothing frozen, the backward pass does what full finetuning does: "
+                 f"{full.trainable_params:,} weight gradients, through all {model.n_layers} blocks.")
+    else:
+        _blocks = (f"runs through all {model.n_layers} blocks, as full finetuning does"
+                   if _d.layers_storing == _d_full.layers_storing else
+                   f"runs through {_d.layers_storing} of the {model.n_layers} blocks instead of all "
+                   f"{_d_full.layers_storing}" if _d.layers_storing else
+                   f"runs through none of the {model.n_layers} blocks (full finetuning runs through all "
+                   f"{_d_full.layers_storing})")
+        _work = (f"**Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients instead of "
+                 f"{full.trainable_params:,}, and {_blocks}.")
     mo.md(f"""
-    **Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients
-    instead of {full.trainable_params:,}, and runs through {_d.layers_storing} of {model.n_layers}
-    blocks instead of {_d_full.layers_storing}. Training the embeddings sends it back through every
+    {_work} Training the embeddings sends it back through every
     block again.
     """)
     return

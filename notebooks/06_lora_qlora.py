@@ -193,14 +193,24 @@ def _(live_only_notice, merge_button, merge_gap, merge_same, merge_times, merge_
     _median = [toy_block.median_ratio(merge_times, v, "base W x") for v in _variants]
     _timed = merge_button.value
     _older = "" if _timed["rank"] == rank else f" (timed at r = {_timed['rank']}: press the button to time r = {rank})"
+    # The merged layer is the base's work exactly (one matrix of the same shape): its measured gap is the noise.
+    _noise = max(abs(_fast[1] - 1), abs(_median[1] - 1))
+    if _noise <= 0.05:
+        _reading = (f"The merged layer does exactly the base's work, one matrix of the same shape, and timed the "
+                    f"same to within {max(_noise, 0.01):.0%}: merging costs nothing at inference")
+    else:
+        _reading = (f"The merged layer does exactly the base's work, one matrix of the same shape, yet its fastest "
+                    f"run took {_fast[1]:.2f}× the base's and its median {_median[1]:.2f}×: a gap of up to {_noise:.0%} "
+                    f"between identical work is how much "
+                    f"this machine's timings wander right now (other programs share its cores), so read the unmerged "
+                    f"layer's {_fast[0]:.2f}× with the same margin, or press the button to time again")
     mo.vstack([mo.md(f"""
     A {merge_width} × {merge_width} matrix, a rank-{rank} update and a batch of {merge_tokens} token vectors. Same output?
     **{"yes" if merge_same else "no"}**: `np.allclose` on the two outputs (largest
     difference {merge_gap:.1e}, on values of typical size {np.abs(side_output).mean():.2f}; float32
     rounding, nothing more). Timing {_timed["number"]}{_older}: over {len(merge_times) // 3} interleaved runs on this
     machine, the fastest unmerged layer took **{_fast[0]:.2f}×** the fastest base matrix's time ({_median[0]:.2f}× comparing
-    medians), the merged one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). The merged layer does exactly the
-    base's work, one matrix of the same shape; any gap there is the machine's noise (see the timing
+    medians), the merged one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). {_reading} (see the timing
     caveat in {viz.lesson_link("05_adapters", "lesson 5")}).
     """), live_only_notice(), mo.hstack([merge_button, mo.md(f"times the three layers again at r = {rank}")],
                                         justify="start", gap=1)])
@@ -404,12 +414,14 @@ def _(TARGET_SETS, mm, np, pd, viz):
                                  ("LoRA", mm.training_memory("llama-2-7b", method=mm.LoRA(rank=_ranks, targets=_targets), **_run)),
                                  ("QLoRA", mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=_ranks, targets=_targets), **_run))):
             _trainable = np.broadcast_to(_result.trainable_params, _ranks.shape)
+            _totals = np.broadcast_to(_result.total, _ranks.shape)  # integer bytes: the label rounds the total once
             for _part, _bytes in _result.parts().items():
                 _bytes = np.broadcast_to(_bytes, _ranks.shape)
                 if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
                     _rows += [{"rank": int(_r), "matrices": _label, "method": _method, "part": viz.ALL_LABELS[_part],
-                               "order": list(_result.parts()).index(_part), "GB": round(float(_b) / 1e9, 3), "trainable": int(_t)}
-                              for _r, _b, _t in zip(_ranks, _bytes, _trainable)]
+                               "order": list(_result.parts()).index(_part), "GB": round(float(_b) / 1e9, 3), "trainable": int(_t),
+                               "totalGB": round(float(_T) / 1e9, 1)}
+                              for _r, _b, _t, _T in zip(_ranks, _bytes, _trainable, _totals)]
     lora_grid = pd.DataFrame(_rows)
     return (lora_grid,)
 
@@ -422,11 +434,12 @@ def _(Select, alt, bound_chart, lora_grid, viz):
 
     def _draw(base):
         _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35])), y=_y,
+            x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35]),
+                    axis=alt.Axis(**viz.MEMORY_AXIS)), y=_y,
             color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in _parts])),
             order=alt.Order("order:Q"))
-        _labels = base.transform_aggregate(total="sum(GB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
-            text="format(datum.total, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
+        _labels = base.transform_aggregate(total="sum(GB)", totalGB="max(totalGB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
+            text="format(datum.totalGB, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
             align="left", dx=4, fontSize=11).encode(x=alt.X("total:Q"), y=_y, text=alt.Text("text:N"))
         return alt.layer(_bars, _labels).properties(width=520, height=130)
 

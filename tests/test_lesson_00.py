@@ -61,3 +61,25 @@ def test_every_control_at_its_extremes():
         seen.add(control)
         assert lessons.bad_text(outputs) == [], (control, which)
     assert {"demo_params_slider", "unit_radio", "gpu_dropdown", "model_dropdown"} <= seen
+
+
+@pytest.mark.parametrize("billions", [1, 7, 100])
+def test_chart_total_labels_equal_the_callout(billions):
+    # Issue 13: the chart labelled 56 GB as "52.16 GiB" (parts rounded one by one, then added) where
+    # 56e9 / 2**30 = 52.154 GiB; 100B: 800e9 / 2**30 = 745.058 -> 745.06 GiB, the callout's number.
+    import marimo as mo
+
+    import memmath as mm
+
+    for unit in ("GB", "GiB"):
+        outputs, defs = lessons.run_with(LESSON, demo_params_slider=mo.ui.slider(start=1, stop=100, step=1,
+                                                                                 value=billions),
+                                         unit_radio=mo.ui.radio(options=["GB", "GiB"], value=unit))
+        text = lessons.output_text(outputs)
+        step = defs["demo_grid"].query("billions == @billions and scenario == 'step'")
+        label = f"{step[f'total{unit}'].iloc[0]:,.2f} {unit}"  # the label the chart writes (format ',.2f')
+        # The callout prints memmath's integer total with format_bytes; the page shows it (HTML-escaped in a callout).
+        assert mm.format_bytes(defs["demo_training"].without_activations, unit) == label, (billions, unit)
+        assert label in text, (billions, unit, label)
+    hand = {1: ("8.00", "7.45"), 7: ("56.00", "52.15"), 100: ("800.00", "745.06")}[billions]
+    assert (f"{step['totalGB'].iloc[0]:,.2f}", f"{step['totalGiB'].iloc[0]:,.2f}") == hand

@@ -91,3 +91,14 @@ def test_cuda_context_checkbox_sets_aside_the_measured_mebibytes():
     # so the figure is 1,343 MiB = 1,343 x 1,048,576 = 1,408,237,568 B, not 1.343e9 B.
     _, defs = lessons.run_with(LESSON, context_checkbox=mo.ui.checkbox(value=True))
     assert defs["reserved_bytes"] == 1_408_237_568
+
+
+def test_format_chart_labels_totals_rounded_once(default_run):
+    # int4 at 7B: 4 bits + one fp32 absmax per 64 weights (32 / 64 = 0.5 bits) = 4.5 bits x 7e9 / 8 = 3.9375e9 B,
+    # labelled 3.94 GB; fp32: 28.00 GB. The label is the total rounded once, the same on every part's row.
+    _, defs = default_run
+    grid = defs["formats_grid"]
+    seven = grid[grid["size"] == defs["viz"].MODEL_SIZE_STEPS.index(7)]
+    totals = seven.groupby("format")["totalGB"].agg(["min", "max"])
+    assert (totals["min"] == totals["max"]).all()
+    assert totals.loc["int4", "max"] == 3.94 and totals.loc["fp32", "max"] == 28.0

@@ -1,7 +1,10 @@
 """Lesson 2, full finetuning: it runs, reproduces the article's 56 GB and the published 8-20 B range, and
 survives every control's extremes."""
 
+import re
+
 import lessons
+import marimo as mo
 import pytest
 
 LESSON = "02_full_finetuning"
@@ -59,9 +62,9 @@ def test_optimizer_table_by_hand(default_run):
     _, defs = default_run
     table = defs["optimizer_table"].set_index("optimizer")
     # pure bf16, 7B: SGD 2 + 2 = 4 B, momentum + 2 = 6 B, Adam + 4 = 8 B (per parameter).
-    assert table.loc["sgd", "B per parameter"] == 4
-    assert table.loc["sgd_momentum", "B per parameter"] == 6
-    assert table.loc["adam", "B per parameter"] == 8
+    assert table.loc["SGD", "B per parameter"] == 4
+    assert table.loc["SGD with momentum", "B per parameter"] == 6
+    assert table.loc["Adam", "B per parameter"] == 8
 
 
 def test_every_control_at_its_extremes():
@@ -78,9 +81,9 @@ def test_adafactor_row_says_when_it_cannot_factor(default_run):
     _, defs = default_run
     table = defs["optimizer_table"].set_index("optimizer")
     # A bare count of 7e9 has no matrix shapes: one full 16-bit second moment, 7e9 x 2 B = 14.00 GB, and the row says so.
-    assert table.loc["adafactor", "optimizer states (GB)"] == 14.0
-    assert "unfactored" in table.loc["adafactor", "what it keeps"]
-    assert "unfactored" not in table.loc["adam", "what it keeps"]
+    assert table.loc["Adafactor", "optimizer states (GB)"] == 14.0
+    assert "unfactored" in table.loc["Adafactor", "what it keeps"]
+    assert "unfactored" not in table.loc["Adam", "what it keeps"]
 
 
 def test_checked_against_pytorch_to_the_byte(default_run):
@@ -129,3 +132,53 @@ def test_eight_bit_adam_measured_next_to_memmath(default_run):
     assert expected == 485_840
     assert "8-bit Adam, measured" in text and "bitsandbytes 0.50.2" in text
     assert f"{expected:,}".replace(",", "") in text.replace(",", "")
+
+
+def test_optimizer_table_uses_the_menus_names(default_run):
+    # Issue 13: the table said `sgd_momentum` where the menu says "SGD with momentum".
+    _, defs = default_run
+    names = list(defs["optimizer_table"]["optimizer"])
+    assert {"SGD", "SGD with momentum", "Adam", "AdamW", "8-bit Adam", "Adafactor"} <= set(names)
+    assert not any("_" in n for n in names)
+
+
+def _assumes_sum(text: str) -> float:
+    # "*Assumes:* ... Per trainable parameter: 2 B weights + ... = 12 B." -> the parts' sum, checked equal to the total.
+    line = re.search(r"Per trainable parameter: ([^=]+)= ([\d.]+) B", text)
+    parts = [float(p) for p in re.findall(r"([\d.]+) B", line.group(1))]
+    assert sum(parts) == pytest.approx(float(line.group(2)), abs=0.011)
+    return float(line.group(2))
+
+
+@pytest.mark.parametrize("precision, optimizer, expected", [
+    # By hand: mixed + fp32 accumulation keeps 2 (bf16 weights) + 2 (bf16 gradients) + 4 (fp32 accumulation)
+    # + 4 (fp32 master) = 12 B with plain SGD (no state), + 8 (two fp32 Adam moments) = 20 B with Adam
+    # (nanotron / Ultra-Scale Playbook's 20 B); pure bf16 with SGD with momentum 2 + 2 + 2 = 6 B.
+    ("mixed + fp32 gradient accumulation", "SGD", 12.0),
+    ("mixed + fp32 gradient accumulation", "Adam", 20.0),
+    ("pure bf16", "SGD with momentum", 6.0),
+])
+def test_assumes_line_sums_to_the_bytes_per_parameter_shown(precision, optimizer, expected):
+    # Issue 13: with fp32 accumulation and SGD the page said 12.00 B per parameter but "2+2+4+4+8 = 20 B/param".
+    base = lessons.load_app(LESSON)
+    _, base_defs = base.run()
+    precision_dd = mo.ui.dropdown(options=base_defs["precision_dropdown"].options, value=precision)
+    optimizer_dd = mo.ui.dropdown(options=base_defs["optimizer_dropdown"].options, value=optimizer)
+    outputs, defs = lessons.run_with(LESSON, precision_dropdown=precision_dd, optimizer_dropdown=optimizer_dd)
+    text = lessons.output_text(outputs)
+    shown = float(re.search(r"\(([\d.]+) B per parameter\)", text).group(1))
+    assert shown == expected == _assumes_sum(text)
+
+
+def test_recipe_chart_labels_totals_rounded_once(default_run):
+    # The chart's label is the run's integer total in GB, rounded once: 7B with Adam in mixed + fp32
+    # accumulation is 20 B x 7e9 = 140.00 GB; 1T is 20,000.00 GB; SGD drops Adam's 8 B: 12 x 7e9 = 84.00 GB.
+    _, defs = default_run
+    grid, sizes = defs["recipes_grid"], list(defs["RECIPE_SIZES"])
+    def total(billions, optimizer, recipe):
+        rows = grid[(grid["size"] == sizes.index(billions)) & (grid["optimizer"] == optimizer) & (grid["recipe"] == recipe)]
+        assert rows["totalGB"].nunique() == 1
+        return rows["totalGB"].iloc[0]
+    assert total(7, "adam", "mixed_fp32_grads") == 140.0
+    assert total(1000, "adam", "mixed_fp32_grads") == 20_000.0
+    assert total(7, "sgd", "mixed_fp32_grads") == 84.0

@@ -1,5 +1,7 @@
 """Lesson 3 (activations): it runs, its numbers match hand derivations, every control survives its extremes."""
 
+import re
+
 import marimo as mo
 import numpy as np
 import pytest
@@ -126,3 +128,52 @@ def test_every_case_the_controls_can_pick_was_recorded():
                     match = full[(full["shape"] == shape) & (full["attention"] == attention)
                                  & (full["dropout"] == dropout) & (full["checkpointing"] == checkpointing)]
                     assert len(match) >= 1, (shape, attention, dropout, checkpointing)
+
+
+def test_heads_slider_offers_only_divisors_of_the_width():
+    # Issue 13: 128 heads on a width of 64 read "using 64" while the slider showed 128. The slider now
+    # offers the divisors of h only; a count that no longer divides it falls to the largest one below that does.
+    outputs, defs = lessons.run_with(NAME, width_slider=mo.ui.slider(64, 12288, step=64, value=64),
+                                     get_heads=lambda: 128)
+    assert defs["heads_slider"].value == defs["n_heads"] == 64
+    assert defs["heads_slider"].steps == [1, 2, 4, 8, 16, 32, 64]  # the divisors of 64
+    text = lessons.output_text(outputs)
+    assert "Attention heads shows 64, not your 128" in text and "using 64" not in text
+
+
+def test_heads_keep_their_value_when_the_width_changes():
+    # 12 heads divide 768 (GPT-2) and 1,536: a width change keeps the learner's 12.
+    _, defs = lessons.run_with(NAME, width_slider=mo.ui.slider(64, 12288, step=64, value=1536), get_heads=lambda: 12)
+    assert defs["heads_slider"].value == defs["n_heads"] == 12
+    assert defs["heads_slider"]._on_change is defs["set_heads"]
+
+
+def test_one_layer_checkpointing_says_why_it_keeps_more():
+    # One block: checkpointing keeps its input (2sbh) AND rebuilds the whole block (34sbh + 5as^2b) in backward,
+    # more than the 34sbh + 5as^2b kept without it.
+    outputs, _ = lessons.run_with(NAME, layers_slider=mo.ui.slider(1, 128, value=1))
+    assert "checkpointing keeps <em>more</em>, not less: with 1 layer" in lessons.output_text(outputs)
+    outputs, _ = lessons.run(NAME)
+    assert "keeps <em>more</em>" not in lessons.output_text(outputs)  # 12 layers: it saves
+
+
+def test_no_ratio_prints_as_zero():
+    # GPT-3 175B at b = 1, s = 128, fused: activations are a few GB against 2.8 TB of weights and states.
+    outputs, _ = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(
+        options=["gpt2", "gpt3-175b"], value="gpt3-175b"), batch_slider=mo.ui.slider(steps=[1, 2], value=1),
+        seq_slider=mo.ui.slider(steps=[128, 256], value=128))
+    text = lessons.output_text(outputs)
+    assert "0.00×" not in text and "0.00x" not in text
+    assert re.search(r"0\.00\d+×", text)  # two significant digits instead
+
+
+def test_checkpointed_llama_formula_counts_only_the_block_input():
+    # Issue 13: the table listed GPT's GeLU terms (296,960 B) while the text said the block keeps only its
+    # input. Tiny LLaMA, bf16: s·b·h = 64 x 2 x 64 = 8,192 elements x 2 B = 16,384 B.
+    outputs, defs = lessons.run_with(
+        NAME, measured_family_dropdown=mo.ui.dropdown(options={"GPT-2": "gpt2", "LLaMA (multi-head)": "llama-mha"},
+                                                      value="LLaMA (multi-head)"),
+        measured_checkpointing_switch=mo.ui.switch(value=True))
+    text = lessons.output_text(outputs)
+    assert "Right, the formula's terms at the same sizes: <strong>16,384 B</strong>" in text
+    assert "GeLU" not in text.split("One block, tensor by tensor")[1].split("Why the textbook misses")[0]

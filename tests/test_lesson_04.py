@@ -1,5 +1,7 @@
 """Lesson 4 (freezing): it runs, its numbers match the article and hand counts, every control survives its extremes."""
 
+import re
+
 import marimo as mo
 import numpy as np
 import pytest
@@ -112,3 +114,56 @@ def test_checked_against_pytorch_frozen_blocks_keep_nothing(default_run):
     for source in ("measured", "memmath"):
         two = blocks[(blocks["frozen"] == "2 frozen") & (blocks["source"] == source)]
         assert list(two["bytes"]) == [0, 0, 921_600]
+
+
+def test_frozen_layers_keep_their_value_when_the_layer_count_changes():
+    # Issue 13: 0 frozen became 9 when layers went 10 -> 11. The slider is rebuilt from the learner's last
+    # choice (the state its on_change sets), so a previous 0 stays 0 at 11 layers.
+    _, defs = lessons.run_with(NAME, layers_slider=mo.ui.slider(1, 48, value=11), get_frozen=lambda: 0)
+    assert defs["frozen_slider"].value == defs["n_frozen"] == 0
+    assert defs["frozen_slider"]._on_change is defs["set_frozen"]
+
+
+def test_frozen_layers_beyond_the_model_are_limited_and_the_page_says_why():
+    outputs, defs = lessons.run_with(NAME, layers_slider=mo.ui.slider(1, 48, value=5))
+    assert defs["n_frozen"] == 5  # the default 9 cannot be frozen in 5 layers
+    assert "Frozen layers shows 5, not your 9" in lessons.output_text(outputs)
+
+
+def test_frozen_blocks_keep_their_value_when_the_model_changes():
+    llama = mo.ui.dropdown(options=["gpt2", "llama-2-7b"], value="llama-2-7b")
+    _, defs = lessons.run_with(NAME, preset_dropdown=llama, get_real_frozen=lambda: 3)
+    assert defs["real_frozen_slider"].value == 3
+    assert defs["real_frozen_slider"]._on_change is defs["set_real_frozen"]
+    gpt2 = mo.ui.dropdown(options=["gpt2", "llama-2-7b"], value="gpt2")
+    outputs, defs = lessons.run_with(NAME, preset_dropdown=gpt2, get_real_frozen=lambda: 30)
+    assert defs["real_frozen_slider"].value == 12  # GPT-2 has 12 blocks
+    assert "Frozen blocks shows 12, not your 30" in lessons.output_text(outputs)
+
+
+def _work_sentence(outputs) -> str:
+    import re
+    return re.search(r"(?:No less|Less) work.*?every", lessons.output_text(outputs), re.S).group(0)
+
+
+def test_the_work_sentence_reads_well_at_every_value():
+    # Issue 13: "computes 6,738,415,616 weight gradients instead of 6,738,415,616, and runs through 32 of 32
+    # blocks instead of 32". LLaMA-2-7B with the embeddings trained and 0 frozen is full finetuning.
+    llama = mo.ui.dropdown(options=["gpt2", "llama-2-7b"], value="llama-2-7b")
+    runs = {
+        "none": lessons.run_with(NAME, preset_dropdown=llama, embeddings_switch=mo.ui.switch(value=True),
+                                 real_frozen_slider=mo.ui.slider(0, 32, value=0)),
+        "some": lessons.run_with(NAME, preset_dropdown=llama, real_frozen_slider=mo.ui.slider(0, 32, value=3)),
+        "all": lessons.run_with(NAME, real_frozen_slider=mo.ui.slider(0, 12, value=12)),
+    }
+    texts = {k: _work_sentence(o) for k, (o, _) in runs.items()}
+    assert texts["none"].startswith("No less work yet") and "through all 32 blocks" in texts["none"]
+    # 6,738,415,616 (LLaMA-2-7B) - 3 x 202,383,360 (one block: 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096)
+    # - 131,072,000 (the frozen 32,000 x 4096 embedding) = 6,000,193,536; backward through 29 of 32 blocks.
+    assert "computes 6,000,193,536 weight gradients instead of 6,738,415,616" in texts["some"]
+    assert "runs through 29 of the 32 blocks instead of all 32" in texts["some"]
+    # GPT-2 all 12 frozen: only ln_f (2 x 768) trains, and backward reaches no block.
+    assert "computes 1,536 weight gradients" in texts["all"] and "none of the 12 blocks" in texts["all"]
+    # 1,536 / 124,439,808 = 0.0012%: a share shown with two significant digits, never as 0.00%.
+    assert re.search(r"1,536 of 124,439,808 parameters train,\s+0.0012%", lessons.output_text(runs["all"][0]))
+    assert "instead of" not in texts["none"]  # no "N instead of N"

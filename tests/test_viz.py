@@ -46,9 +46,24 @@ def test_plain_table_shows_every_cell_with_separators_and_escapes_text():
     # 109,482,240 and 6,738,415,616 written by hand with separators; text escaped, not parsed as a tag.
     assert "109,482,240" in shown and "6,738,415,616" in shown and "2.17" in shown
     assert "BERT &lt;base&gt;" in shown and "<base>" not in shown
-    assert shown.count("<tr>") == 3 and shown.count('class="num"') == 4 and shown.count('class="wrap"') == 2
+    # 4 numeric cells and the headers of their 2 columns, right-aligned alike.
+    assert shown.count("<tr>") == 3 and shown.count('class="num"') == 6 and shown.count('class="wrap"') == 2
     with pytest.raises(ValueError, match="nope"):
         viz.plain_table(frame, wrapped_columns=["nope"])
+
+
+def test_plain_table_writes_floats_at_one_precision():
+    # Issue 13: "13.477 beside 56.27" on one page. Floats get 2 decimals (0.5 -> 0.50, 13.477 -> 13.48); a
+    # nonzero value that would read 0.00 keeps two significant digits (0.0014); integers stay exact.
+    import pandas as pd
+
+    frame = pd.DataFrame({"GB": [13.477, 56.27, 0.5], "error": [0.0014, 0.0, 0.1118], "bytes": [1, 22, 333]})
+    shown = viz.plain_table(frame).text
+    for text in ("13.48", "56.27", "0.50", "0.0014", "0.00", "0.11", ">333<"):
+        assert text in shown, text
+    assert "13.477" not in shown and "0.1118" not in shown
+    assert "width:fit-content" in shown  # as wide as its columns, not the page
+    assert viz.format_number(8.0007) == "8.00" and viz.format_number(8.0007, 3) == "8.001"
 
 
 def test_chart_output_carries_the_same_spec_marimo_would_show():
@@ -115,3 +130,16 @@ def test_short_counts():
     assert viz.short_count(174_604_259_328) == "175B"
     assert viz.short_count(1_000_000_000_000) == "1T"
     assert viz.short_count(512) == "512"
+
+
+def test_capacity_label_stays_inside_the_plot():
+    # Issue 13: a label at the right end of the axis ran past the plot. A line past 60% of the axis gets its
+    # label on its left; the axis ends at the larger of the longest bar and the line.
+    import pandas as pd
+
+    frame = pd.DataFrame({"scenario": ["a", "a", "b"], "size": [10.0, 4.0, 8.0]})  # longest bar: 14
+    assert viz._capacity_label_side(frame, 141.0) == ("right", -4)  # an H200 beside a 14 GB bar
+    assert viz._capacity_label_side(frame, 5.0) == ("left", 4)  # 5 of 14
+    spec = viz.stacked_bars_output(viz.breakdown_long({"run": __import__("memmath").training_memory(10**9)}),
+                                   capacity_bytes=141 * 10**9).spec
+    assert spec["layer"][2]["mark"]["align"] == "right"
