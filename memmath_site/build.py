@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import assets
+from . import assets, pages
 
 REPO = Path(__file__).resolve().parent.parent
 LESSON_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+\.py$")
@@ -36,6 +36,8 @@ SERVE_COMMAND = "python -m http.server -d site 8000"
 BUILD_COMMAND = ".venv/bin/python -m memmath_site build site"
 
 EXPORT_TIMEOUT_S = 600
+LIVE_WORKBOOK_LINK = "index.html#run-live"
+"""The index's section on running the live workbook (memmath_lessons.static_charts.LIVE_WORKBOOK_HREF too)."""
 
 
 class BuildError(RuntimeError):
@@ -46,6 +48,8 @@ class BuildError(RuntimeError):
 class Lesson:
     source: Path
     title: str
+    description: str = ""
+    """The one line on what the lesson answers: its PEP 723 header's [tool.marimo.opengraph] description."""
 
     @property
     def page(self) -> str:
@@ -61,19 +65,28 @@ class PageReport:
 
 
 def find_lessons(notebooks_dir: Path) -> list[Lesson]:
-    """Every notebooks/NN_*.py, in order, with the title of its first markdown H1 in the source.
+    """Every notebooks/NN_*.py, in order, titled and described by its PEP 723 header's [tool.marimo.opengraph].
 
-    The build replaces that title with the H1 the exported page renders (which also covers an H1
-    written as an f-string).
+    One source for marimo's live gallery and the site's index. A lesson without that header is
+    titled by the H1 its exported page renders (an H1 written as an f-string too).
     """
     notebooks_dir = Path(notebooks_dir)
     if not notebooks_dir.is_dir():
         raise BuildError(f"notebooks folder {notebooks_dir} does not exist")
-    lessons = [Lesson(p, lesson_title(p)) for p in sorted(notebooks_dir.iterdir())
-               if p.is_file() and LESSON_PATTERN.match(p.name)]
+    lessons = [_lesson(p) for p in sorted(notebooks_dir.iterdir()) if p.is_file() and LESSON_PATTERN.match(p.name)]
     if not lessons:
         raise BuildError(f"no lessons (NN_name.py files) in {notebooks_dir}")
     return lessons
+
+
+def _lesson(path: Path) -> Lesson:
+    """A lesson titled and described by its PEP 723 header (what marimo's live gallery shows), else by its H1."""
+    try:
+        header = pages.lesson_header(path)
+    except ValueError as error:
+        raise BuildError(str(error)) from error
+    title = pages.index_title(header["title"]) if header.get("title") else lesson_title(path)
+    return Lesson(path, title, header.get("description", ""))
 
 
 def lesson_title(path: Path) -> str:
@@ -109,7 +122,7 @@ def export_lesson(lesson: Lesson, out_html: Path) -> float:
     env = dict(os.environ, MEMMATH_STATIC_EXPORT="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
     command = [sys.executable, "-m", "marimo", "export", "html", str(lesson.source), "-o", str(out_html),
-               "--force", "--no-sandbox"]
+               "--force", "--no-sandbox", "--no-include-code"]
     start = time.perf_counter()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
@@ -208,8 +221,12 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
             page = assets.localize_page(target.read_text(encoding="utf-8"), lesson.page)
             page = relink_lessons(page, lesson.page, {other.source.name for other in lessons})
             assets.check_page_refs(page, lesson.page, staging)
+            # No code in the page (the export leaves it out, and with it marimo's "Run or Edit" banner):
+            # our own line says how to run it live and links the source, copied beside the page.
+            page = pages.add_banner(pages.freeze_controls(page), lesson.source.name, LIVE_WORKBOOK_LINK)
             target.write_text(page, encoding="utf-8")
-            titled.append(Lesson(lesson.source, rendered_title(page) or lesson.title))
+            shutil.copyfile(lesson.source, staging / lesson.source.name)
+            titled.append(lesson if lesson.description else Lesson(lesson.source, rendered_title(page) or lesson.title))
             reports.append(PageReport(lesson.page, titled[-1].title, len(page.encode("utf-8")), seconds))
         if failures:
             raise BuildError(f"{len(failures)} of {len(lessons)} lessons failed to export; the site was not "
@@ -249,7 +266,9 @@ def index_page(lessons: list[Lesson]) -> str:
     """The site's front page: the lessons in order, and how to run the live workbook."""
     # Numbered as the files are (00_start_here.py is lesson 0).
     items = "\n".join(f'      <li value="{int(lesson.source.name[:2])}"><a href="{html.escape(lesson.page)}">'
-                      f'{html.escape(lesson.title)}</a></li>' for lesson in lessons)
+                      f'{html.escape(lesson.title)}</a>'
+                      + (f'<br><span class="about">{html.escape(lesson.description)}</span>' if lesson.description else "")
+                      + '</li>' for lesson in lessons)
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -265,7 +284,7 @@ def index_page(lessons: list[Lesson]) -> str:
     a {{ color: #0b57d0; }}
     code, pre {{ font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: .92em; }}
     pre {{ background: #f4f5f7; padding: .75rem 1rem; border-radius: 6px; overflow-x: auto; }}
-    .note {{ color: #57606a; }}
+    .note, .about {{ color: #57606a; }} .about {{ font-size: .95em; }}
   </style>
 </head>
 <body>
@@ -277,7 +296,7 @@ def index_page(lessons: list[Lesson]) -> str:
   </ol>
   <h2 id="run-live">Run the live workbook</h2>
   <p>These pages are a snapshot. The inputs under the charts work here; the other sliders and menus
-  need Python behind them. From a copy of the workbook's repository (Python 3.11):</p>
+  need Python behind them, and are frozen. Each page links its lesson's source file. From a copy of the workbook's repository (Python 3.11):</p>
   <pre><code>{html.escape(SETUP_COMMAND)}
 {html.escape(LIVE_COMMAND)}</code></pre>
   <p>The repository's README.md says more.</p>

@@ -113,16 +113,6 @@ def _(demo_params_slider, demo_training, demo_weights, mm, mo, unit):
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    The chart below draws the same two budgets for every position of its own slider, from numbers
-    computed in advance (its bars are labelled in GB and in GiB). Its slider keeps working even in
-    a static copy of this page (the exported site), where the controls above are frozen.
-    """)
-    return
-
-
 @app.cell
 def _(mm, pd):
     # Every position of the chart's slider, computed once: 1B to 100B parameters, in GB and in GiB.
@@ -140,7 +130,9 @@ def _(mm, pd):
 
 
 @app.cell
-def _(Slider, alt, bound_chart, demo_grid, viz):
+def _(Slider, alt, bound_chart, demo_grid, demo_params_slider, mo, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
     def _draw(base):
         _parts = ["weights", "gradients", "optimizer_states"]
         _names = "{'load': 'Loading the weights', 'step': 'One training step'}[datum.value]"
@@ -161,8 +153,19 @@ def _(Slider, alt, bound_chart, demo_grid, viz):
             text=alt.Text("label:N"))
         return (_bars + _text).properties(width=440, height=90)
 
-    viz.chart_output(bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw,
-                         title="Full finetuning in pure bf16 with Adam: loading versus one step"))
+    _title = "Full finetuning in pure bf16 with Adam: loading versus one step"
+    # One control per quantity: live, the slider above draws this chart; in the static site, where that slider is
+    # frozen, the chart carries its own slider over numbers computed in advance.
+    if _static():
+        _about = ("The chart below draws the same two budgets for every position of its own slider, from numbers "
+                  "computed in advance (its bars are labelled in GB and in GiB). Its slider keeps working in this "
+                  "static copy of the lesson, where the controls above are frozen.")
+        _chart = bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw, title=_title)
+    else:
+        _about = "The chart below draws the same two budgets, part by part, for the size on the slider above (its bars are labelled in GB and in GiB)."
+        _chart = _draw(alt.Chart(demo_grid[demo_grid["billions"] == demo_params_slider.value])).properties(
+            title=alt.Title([_title, f"Parameters (billions): {demo_params_slider.value}"], anchor="start"))
+    mo.vstack([mo.md(_about), viz.chart_output(_chart)])
     return
 
 
