@@ -32,23 +32,42 @@ KERNEL_CONTROLS = tuple(f"marimo-{name}" for name in (
 _DISABLED_FALSE = re.compile(r"(<marimo-[a-z-]+ [^<>]*?data-disabled=)'false'")
 
 _FREEZE = """<style {attribute}>
-  [{frozen}] {{ opacity: .5; filter: grayscale(1); cursor: not-allowed; }}
   [{banner}] {{ font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; padding: .5rem 1rem;
     background: #f1f6fd; border-bottom: 1px solid #c6dbf5; color: #1f2328; }}
   [{banner}] a {{ color: #0b57d0; }}
+  /* marimo's app is positioned from the top of the page: stack it under the banner instead of over it. */
+  body:has([{banner}]) {{ display: flex; flex-direction: column; height: 100vh; margin: 0; }}
+  [{banner}] ~ #root {{ position: relative; flex: 1 1 auto; height: auto !important; min-height: 0; }}
 </style>
 <script {attribute}>
   // marimo draws its controls after load: freeze each one as it appears (inert: no pointer, focus or key events,
-  // in its shadow root too).
+  // in its shadow root too), and fade it.
   (() => {{
     const selector = {selector};
+    // A control's host, and the first elements of its shadow root, are display: contents (no box to fade): fade
+    // the first elements below them that have a box. A document's observer does not see into shadow roots, so
+    // each root gets its own.
+    const look = "[{frozen}] {{ opacity: .45; filter: grayscale(1); cursor: not-allowed; }}";
+    const fade = (node) => [...node.children].forEach((child) => {{
+      if (child.tagName === "STYLE") return;
+      if (getComputedStyle(child).display === "contents") fade(child);
+      else child.setAttribute("{frozen}", "");
+    }});
     const freeze = () => document.querySelectorAll(selector).forEach((e) => {{
       if (!e.hasAttribute("{frozen}")) {{
         e.setAttribute("{frozen}", "");
         e.inert = true;
         e.setAttribute("aria-disabled", "true");
-        e.title = "Frozen in this snapshot: run the lesson live to move it";
       }}
+      const root = e.shadowRoot;
+      if (root && !root.querySelector("style[{frozen}]")) {{
+        const style = document.createElement("style");
+        style.setAttribute("{frozen}", "");
+        style.textContent = look;
+        root.appendChild(style);
+        new MutationObserver(() => fade(root)).observe(root, {{childList: true, subtree: true}});
+      }}
+      if (root) fade(root);
     }});
     new MutationObserver(freeze).observe(document.documentElement, {{childList: true, subtree: true}});
     document.addEventListener("DOMContentLoaded", freeze);
