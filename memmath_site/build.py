@@ -131,15 +131,27 @@ def export_lesson(lesson: Lesson, out_html: Path) -> float:
         raise BuildError(f"{lesson.source.name}: marimo export html ran past {EXPORT_TIMEOUT_S} s") from error
     seconds = time.perf_counter() - start
     if done.returncode != 0 or not out_html.is_file():
-        # marimo still writes the page when a cell fails; its saved tracebacks say more than marimo's exit message.
-        details = cell_failures(out_html.read_text(encoding="utf-8")) if out_html.is_file() else []
+        # marimo still writes the page when a cell fails; its saved tracebacks say more than marimo's exit message
+        # (a page without code keeps no traceback: export it once more with the code to read them).
+        details = _failures_with_code(command, env, out_html)
         tail = "\n".join((done.stderr + done.stdout).strip().splitlines()[-25:])
         raise BuildError(f"{lesson.source.name}: marimo export html failed (exit {done.returncode}); "
                          f"a cell raised or the notebook does not load:\n" + "\n".join(details or [tail]))
     failed = cell_failures(out_html.read_text(encoding="utf-8"))
     if failed:
+        failed = _failures_with_code(command, env, out_html) or failed
         raise BuildError(f"{lesson.source.name}: the export holds error output:\n" + "\n".join(failed))
     return seconds
+
+
+def _failures_with_code(command: list[str], env: dict, out_html: Path) -> list[str]:
+    """cell_failures of the lesson exported with its code (first code lines and tracebacks); [] if none."""
+    with tempfile.TemporaryDirectory() as folder:
+        page = Path(folder) / out_html.name
+        full = [page if part == str(out_html) else part for part in command if part != "--no-include-code"]
+        subprocess.run([str(part) for part in full], env=env, capture_output=True, text=True,
+                       timeout=EXPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        return cell_failures(page.read_text(encoding="utf-8")) if page.is_file() else []
 
 
 def failed_cells(page_html: str) -> list[str]:

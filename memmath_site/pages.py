@@ -28,8 +28,9 @@ KERNEL_CONTROLS = tuple(f"marimo-{name}" for name in (
     "slider", "range-slider", "dropdown", "multiselect", "radio", "number", "switch", "checkbox", "text",
     "text-area", "button", "date", "date-range", "datetime", "matrix", "file", "chat", "code-editor"))
 
-# The UI elements sit in the page's session snapshot as HTML text with single-quoted attributes.
-_DISABLED_FALSE = re.compile(r"(<marimo-[a-z-]+ [^<>]*?data-disabled=)'false'")
+# The UI elements sit in the page's session snapshot as escaped HTML ("\u003Cmarimo-slider ...") with
+# single-quoted attributes; only marimo's controls carry data-disabled.
+_DISABLED_FALSE = "data-disabled='false'"
 
 _FREEZE = """<style {attribute}>
   [{banner}] {{ font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; padding: .5rem 1rem;
@@ -80,7 +81,7 @@ def freeze_controls(page_html: str) -> str:
     """The page with every marimo control disabled (data-disabled) and made inert by a script in its head."""
     if "</head>" not in page_html:
         raise ValueError("the exported page has no </head>: marimo's export format changed")
-    page_html = _DISABLED_FALSE.sub(r"\1'true'", page_html)
+    page_html = page_html.replace(_DISABLED_FALSE, "data-disabled='true'")
     block = _FREEZE.format(attribute='data-memmath-site=""', frozen=FROZEN_ATTRIBUTE, banner=BANNER_ATTRIBUTE,
                            selector=repr(", ".join(KERNEL_CONTROLS)))
     return page_html.replace("</head>", block + "</head>", 1)

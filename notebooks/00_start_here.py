@@ -164,7 +164,8 @@ def _(Slider, alt, bound_chart, demo_grid, demo_params_slider, mo, viz):
     else:
         _about = "The chart below draws the same two budgets, part by part, for the size on the slider above (its bars are labelled in GB and in GiB)."
         _chart = _draw(alt.Chart(demo_grid[demo_grid["billions"] == demo_params_slider.value])).properties(
-            title=alt.Title([_title, f"Parameters (billions): {demo_params_slider.value}"], anchor="start"))
+            title=alt.Title([_title, f"Parameters (billions): {demo_params_slider.value}"], anchor="start"),
+            usermeta={"embedOptions": {"renderer": "svg"}})  # as the bound chart draws: its numbers stay text
     mo.vstack([mo.md(_about), viz.chart_output(_chart)])
     return
 

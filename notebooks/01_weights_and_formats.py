@@ -382,7 +382,8 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, mm, mo, n_params,
                     _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
                                   "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
         _chart = _draw(alt.Chart(pd.DataFrame(_rows))).properties(
-            title=alt.Title([_title, f"Model size: {viz.short_count(n_params)} parameters"], anchor="start"))
+            title=alt.Title([_title, f"Model size: {viz.short_count(n_params)} parameters"], anchor="start"),
+            usermeta={"embedOptions": {"renderer": "svg"}})  # as the bound chart draws: its numbers stay text
     mo.vstack([mo.md(_about), viz.chart_output(_chart)])
     return
 
