@@ -4,7 +4,10 @@ A marimo slider needs a kernel; in the static HTML site it is frozen. A *bound c
 its data is a small grid precomputed with memmath at export time (exact bytes, nothing
 approximated in JavaScript), and its Vega-Lite parameters are bound to HTML inputs under the
 chart (`alt.param(bind=alt.binding_range(...))`), so dragging one filters the grid to the rows for
-that value and the chart redraws in the browser. It works the same under `marimo run`.
+that value and the chart redraws in the browser. It works the same under `marimo run`, but a
+lesson shows it only in the static site (`if is_static_export(): ...`, prose included): live, the
+marimo control for the same quantity is the only one (two sliders that do not follow each other
+confuse), and a lesson may draw the same `draw` from it instead, `draw(alt.Chart(rows_for_the_value))`.
 
 Interface
 ---------
