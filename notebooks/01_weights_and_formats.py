@@ -344,8 +344,8 @@ def _(STORAGE_FORMATS, mm, pd, viz):
 
 
 @app.cell
-def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, mm, mo, n_params, pd, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
+def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, mo, viz):
+    from memmath_lessons.static_charts import LiveChart as _LiveChart, is_static_export as _static
 
     def _draw(base):
         _bars = base.mark_bar().encode(
@@ -363,28 +363,31 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, mm, mo, n_params,
         return (_bars + _text + _room).properties(width=460, height=240)
 
     _title = "Weights in each format (GB), with the scales of the block formats"
-    # One control per quantity: live, the size above (slider or preset) draws this chart; in the static site,
-    # where those are frozen, the chart carries its own slider over every size the slider offers, computed in advance.
-    if _static():
-        _about = ("The same sizes in every format, side by side: drag the slider under the chart. Its bars are "
-                  "computed in advance for every size the slider above offers, so this slider keeps working in "
-                  "this static copy of the page, where the controls above are frozen.")
-        _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
-        _chart = bound_chart(formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7),
-                                                   labels=_sizes, show_value=False)], _draw, title=_title)
-    else:
-        _about = "The same size in every format, side by side:"
-        _rows = []
-        for _name in STORAGE_FORMATS:  # the grid's rows, for the size chosen above
-            _stored = mm.inference_memory(n_params, weights_format=_name)
-            for _order, _part in enumerate(("weights", "quantization_constants")):
-                if getattr(_stored, _part):
-                    _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
-                                  "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
-        _chart = _draw(alt.Chart(pd.DataFrame(_rows))).properties(
-            title=alt.Title([_title, f"Model size: {viz.short_count(n_params)} parameters"], anchor="start"),
-            usermeta={"embedOptions": {"renderer": "svg"}})  # as the bound chart draws: its numbers stay text
-    mo.vstack([mo.md(_about), viz.chart_output(_chart)])
+    # One control per quantity: live, the size above (slider or preset) draws this chart (the next cell); in the
+    # static site, where those are frozen, the chart carries its own slider over every size the slider offers.
+    formats_live = None if _static() else _LiveChart(_draw, title=_title)  # built once, filled in per size
+    _about = ("The same sizes in every format, side by side: drag the slider under the chart. Its bars are "
+              "computed in advance for every size the slider above offers, so this slider keeps working in "
+              "this static copy of the page, where the controls above are frozen.")
+    _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
+    (mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
+        formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7), labels=_sizes, show_value=False)],
+        _draw, title=_title))]) if _static() else None)
+    return (formats_live,)
+
+
+@app.cell
+def _(STORAGE_FORMATS, formats_live, mm, mo, n_params, pd, viz):
+    _rows = []
+    for _name in STORAGE_FORMATS if formats_live else ():  # the grid's rows, for the size chosen above
+        _stored = mm.inference_memory(n_params, weights_format=_name)
+        for _order, _part in enumerate(("weights", "quantization_constants")):
+            if getattr(_stored, _part):
+                _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
+                              "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
+    (mo.vstack([mo.md("The same size in every format, side by side:"),
+                formats_live.show(pd.DataFrame(_rows), f"Model size: {viz.short_count(n_params)} parameters")])
+     if formats_live else None)
     return
 
 
