@@ -5,7 +5,10 @@
 Each `notebooks/NN_*.py` runs once through `marimo export html` (with MEMMATH_STATIC_EXPORT=1,
 so `memmath_lessons.static_charts.live_only_notice()` shows its note); a lesson with a failing cell
 fails the build. The pages are rewritten to load marimo's frontend from `_marimo/`, copied out
-of the installed marimo wheel, so the folder works from any static server with no network.
+of the installed marimo wheel, so the folder works from any static server with no network. They
+carry no code (`--no-include-code`; the lesson's .py is copied beside its page and linked from our
+banner, which replaces marimo's "Run or Edit"), and marimo's frozen controls are disabled
+(memmath_site/pages.py).
 """
 
 from __future__ import annotations
