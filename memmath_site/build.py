@@ -5,7 +5,10 @@
 Each `notebooks/NN_*.py` runs once through `marimo export html` (with MEMMATH_STATIC_EXPORT=1,
 so `memmath_lessons.static_charts.live_only_notice()` shows its note); a lesson with a failing cell
 fails the build. The pages are rewritten to load marimo's frontend from `_marimo/`, copied out
-of the installed marimo wheel, so the folder works from any static server with no network.
+of the installed marimo wheel, so the folder works from any static server with no network. They
+carry no code (`--no-include-code`; the lesson's .py is copied beside its page and linked from our
+banner, which replaces marimo's "Run or Edit"), and marimo's frozen controls are disabled
+(memmath_site/pages.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import assets
+from . import assets, pages
 
 REPO = Path(__file__).resolve().parent.parent
 LESSON_PATTERN = re.compile(r"^\d{2}_[A-Za-z0-9_]+\.py$")
@@ -36,6 +39,8 @@ SERVE_COMMAND = "python -m http.server -d site 8000"
 BUILD_COMMAND = ".venv/bin/python -m memmath_site build site"
 
 EXPORT_TIMEOUT_S = 600
+LIVE_WORKBOOK_LINK = "index.html#run-live"
+"""The index's section on running the live workbook (memmath_lessons.static_charts.LIVE_WORKBOOK_HREF too)."""
 
 
 class BuildError(RuntimeError):
@@ -46,6 +51,8 @@ class BuildError(RuntimeError):
 class Lesson:
     source: Path
     title: str
+    description: str = ""
+    """The one line on what the lesson answers: its PEP 723 header's [tool.marimo.opengraph] description."""
 
     @property
     def page(self) -> str:
@@ -61,19 +68,28 @@ class PageReport:
 
 
 def find_lessons(notebooks_dir: Path) -> list[Lesson]:
-    """Every notebooks/NN_*.py, in order, with the title of its first markdown H1 in the source.
+    """Every notebooks/NN_*.py, in order, titled and described by its PEP 723 header's [tool.marimo.opengraph].
 
-    The build replaces that title with the H1 the exported page renders (which also covers an H1
-    written as an f-string).
+    One source for marimo's live gallery and the site's index. A lesson without that header is
+    titled by the H1 its exported page renders (an H1 written as an f-string too).
     """
     notebooks_dir = Path(notebooks_dir)
     if not notebooks_dir.is_dir():
         raise BuildError(f"notebooks folder {notebooks_dir} does not exist")
-    lessons = [Lesson(p, lesson_title(p)) for p in sorted(notebooks_dir.iterdir())
-               if p.is_file() and LESSON_PATTERN.match(p.name)]
+    lessons = [_lesson(p) for p in sorted(notebooks_dir.iterdir()) if p.is_file() and LESSON_PATTERN.match(p.name)]
     if not lessons:
         raise BuildError(f"no lessons (NN_name.py files) in {notebooks_dir}")
     return lessons
+
+
+def _lesson(path: Path) -> Lesson:
+    """A lesson titled and described by its PEP 723 header (what marimo's live gallery shows), else by its H1."""
+    try:
+        header = pages.lesson_header(path)
+    except ValueError as error:
+        raise BuildError(str(error)) from error
+    title = pages.index_title(header["title"]) if header.get("title") else lesson_title(path)
+    return Lesson(path, title, header.get("description", ""))
 
 
 def lesson_title(path: Path) -> str:
@@ -120,7 +136,7 @@ def export_lesson(lesson: Lesson, out_html: Path, scratch: Path | None = None) -
         env.update(XDG_CACHE_HOME=str(scratch / "cache"), XDG_STATE_HOME=str(scratch / "state"),
                    XDG_CONFIG_HOME=str(scratch / "config"))
     command = [sys.executable, "-m", "marimo", "export", "html", str(lesson.source), "-o", str(out_html),
-               "--force", "--no-sandbox"]
+               "--force", "--no-sandbox", "--no-include-code"]
     start = time.perf_counter()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
@@ -129,15 +145,27 @@ def export_lesson(lesson: Lesson, out_html: Path, scratch: Path | None = None) -
         raise BuildError(f"{lesson.source.name}: marimo export html ran past {EXPORT_TIMEOUT_S} s") from error
     seconds = time.perf_counter() - start
     if done.returncode != 0 or not out_html.is_file():
-        # marimo still writes the page when a cell fails; its saved tracebacks say more than marimo's exit message.
-        details = cell_failures(out_html.read_text(encoding="utf-8")) if out_html.is_file() else []
+        # marimo still writes the page when a cell fails; its saved tracebacks say more than marimo's exit message
+        # (a page without code keeps no traceback: export it once more with the code to read them).
+        details = _failures_with_code(command, env, out_html)
         tail = "\n".join((done.stderr + done.stdout).strip().splitlines()[-25:])
         raise BuildError(f"{lesson.source.name}: marimo export html failed (exit {done.returncode}); "
                          f"a cell raised or the notebook does not load:\n" + "\n".join(details or [tail]))
     failed = cell_failures(out_html.read_text(encoding="utf-8"))
     if failed:
+        failed = _failures_with_code(command, env, out_html) or failed
         raise BuildError(f"{lesson.source.name}: the export holds error output:\n" + "\n".join(failed))
     return seconds
+
+
+def _failures_with_code(command: list[str], env: dict, out_html: Path) -> list[str]:
+    """cell_failures of the lesson exported with its code (first code lines and tracebacks); [] if none."""
+    with tempfile.TemporaryDirectory() as folder:
+        page = Path(folder) / out_html.name
+        full = [page if part == str(out_html) else part for part in command if part != "--no-include-code"]
+        subprocess.run([str(part) for part in full], env=env, capture_output=True, text=True,
+                       timeout=EXPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        return cell_failures(page.read_text(encoding="utf-8")) if page.is_file() else []
 
 
 def failed_cells(page_html: str) -> list[str]:
@@ -235,8 +263,12 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
             page = assets.localize_page(target.read_text(encoding="utf-8"), lesson.page)
             page = relink_lessons(page, lesson.page, {other.source.name for other in lessons})
             assets.check_page_refs(page, lesson.page, staging)
+            # No code in the page (the export leaves it out, and with it marimo's "Run or Edit" banner):
+            # our own line says how to run it live and links the source, copied beside the page.
+            page = pages.add_banner(pages.freeze_controls(page), lesson.source.name, LIVE_WORKBOOK_LINK)
             target.write_text(page, encoding="utf-8")
-            titled.append(Lesson(lesson.source, rendered_title(page) or lesson.title))
+            shutil.copyfile(lesson.source, staging / lesson.source.name)
+            titled.append(lesson if lesson.description else Lesson(lesson.source, rendered_title(page) or lesson.title))
             reports.append(PageReport(lesson.page, titled[-1].title, len(page.encode("utf-8")), seconds))
         if failures:
             raise BuildError(f"{len(failures)} of {len(lessons)} lessons failed to export; the site was not "
@@ -309,7 +341,9 @@ def index_page(lessons: list[Lesson]) -> str:
     """The site's front page: the lessons in order, and how to run the live workbook."""
     # Numbered as the files are (00_start_here.py is lesson 0).
     items = "\n".join(f'      <li value="{int(lesson.source.name[:2])}"><a href="{html.escape(lesson.page)}">'
-                      f'{html.escape(lesson.title)}</a></li>' for lesson in lessons)
+                      f'{html.escape(lesson.title)}</a>'
+                      + (f'<br><span class="about">{html.escape(lesson.description)}</span>' if lesson.description else "")
+                      + '</li>' for lesson in lessons)
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -325,7 +359,7 @@ def index_page(lessons: list[Lesson]) -> str:
     a {{ color: #0b57d0; }}
     code, pre {{ font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: .92em; }}
     pre {{ background: #f4f5f7; padding: .75rem 1rem; border-radius: 6px; overflow-x: auto; }}
-    .note {{ color: #57606a; }}
+    .note, .about {{ color: #57606a; }} .about {{ font-size: .95em; }}
   </style>
 </head>
 <body>
@@ -337,7 +371,7 @@ def index_page(lessons: list[Lesson]) -> str:
   </ol>
   <h2 id="run-live">Run the live workbook</h2>
   <p>These pages are a snapshot. The inputs under the charts work here; the other sliders and menus
-  need Python behind them. From a copy of the workbook's repository (Python 3.11):</p>
+  need Python behind them, and are frozen. Each page links its lesson's source file. From a copy of the workbook's repository (Python 3.11):</p>
   <pre><code>{html.escape(SETUP_COMMAND)}
 {html.escape(LIVE_COMMAND)}</code></pre>
   <p>The repository's README.md says more.</p>

@@ -113,16 +113,6 @@ def _(demo_params_slider, demo_training, demo_weights, mm, mo, unit):
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    The chart below draws the same two budgets for every position of its own slider, from numbers
-    computed in advance (its bars are labelled in GB and in GiB). Its slider keeps working even in
-    a static copy of this page (the exported site), where the controls above are frozen.
-    """)
-    return
-
-
 @app.cell
 def _(mm, pd):
     # Every position of the chart's slider, computed once: 1B to 100B parameters, in GB and in GiB.
@@ -143,7 +133,9 @@ def _(mm, pd):
 
 
 @app.cell
-def _(Slider, alt, bound_chart, demo_grid, viz):
+def _(Slider, alt, bound_chart, demo_grid, mo, viz):
+    from memmath_lessons.static_charts import LiveChart as _LiveChart, is_static_export as _static
+
     def _draw(base):
         _parts = ["weights", "gradients", "optimizer_states"]
         _names = "{'load': 'Loading the weights', 'step': 'One training step'}[datum.value]"
@@ -165,8 +157,24 @@ def _(Slider, alt, bound_chart, demo_grid, viz):
             text=alt.Text("label:N"))
         return (_bars + _text).properties(width=440, height=90)
 
-    viz.chart_output(bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw,
-                         title="Full finetuning in pure bf16 with Adam: loading versus one step"))
+    _title = "Full finetuning in pure bf16 with Adam: loading versus one step"
+    # One control per quantity: live, the slider above draws this chart (the next cell); in the static site, where
+    # that slider is frozen, the chart carries its own slider over numbers computed in advance.
+    demo_live = None if _static() else _LiveChart(_draw, title=_title)  # built once, filled in per slider move
+    _about = ("The chart below draws the same two budgets for every position of its own slider, from numbers "
+              "computed in advance (its bars are labelled in GB and in GiB). Its slider keeps working in this "
+              "static copy of the lesson, where the controls above are frozen.")
+    (mo.vstack([mo.md(_about), viz.chart_output(bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)],
+                                                             _draw, title=_title))]) if _static() else None)
+    return (demo_live,)
+
+
+@app.cell
+def _(demo_grid, demo_live, demo_params_slider, mo):
+    (mo.vstack([mo.md("The chart below draws the same two budgets, part by part, for the size on the slider above "
+                      "(its bars are labelled in GB and in GiB)."),
+                demo_live.show(demo_grid[demo_grid["billions"] == demo_params_slider.value],
+                               f"Parameters (billions): {demo_params_slider.value}")]) if demo_live else None)
     return
 
 

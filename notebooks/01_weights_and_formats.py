@@ -343,16 +343,6 @@ def _(mm, mo, n_params, preset, stored, unit, viz, weight_bytes, weights_format)
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    The same sizes in every format, side by side: drag the slider under the chart. Its bars are
-    computed in advance for every size the slider above offers, so this slider keeps working even
-    in a static copy of this page, where the controls above are frozen.
-    """)
-    return
-
-
 @app.cell
 def _(STORAGE_FORMATS, mm, pd, viz):
     # Every size of the slider (100M to 1T parameters) in every format, computed once, in GB.
@@ -371,7 +361,9 @@ def _(STORAGE_FORMATS, mm, pd, viz):
 
 
 @app.cell
-def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
+def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, mo, viz):
+    from memmath_lessons.static_charts import LiveChart as _LiveChart, is_static_export as _static
+
     def _draw(base):
         _bars = base.mark_bar().encode(
             x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
@@ -387,10 +379,32 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, viz):
             room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))
         return (_bars + _text + _room).properties(width=460, height=240)
 
+    _title = "Weights in each format (GB), with the scales of the block formats"
+    # One control per quantity: live, the size above (slider or preset) draws this chart (the next cell); in the
+    # static site, where those are frozen, the chart carries its own slider over every size the slider offers.
+    formats_live = None if _static() else _LiveChart(_draw, title=_title)  # built once, filled in per size
+    _about = ("The same sizes in every format, side by side: drag the slider under the chart. Its bars are "
+              "computed in advance for every size the slider above offers, so this slider keeps working in "
+              "this static copy of the page, where the controls above are frozen.")
     _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
-    viz.chart_output(bound_chart(formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7),
-                                               labels=_sizes, show_value=False)],
-                         _draw, title="Weights in each format (GB), with the scales of the block formats"))
+    (mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
+        formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7), labels=_sizes, show_value=False)],
+        _draw, title=_title))]) if _static() else None)
+    return (formats_live,)
+
+
+@app.cell
+def _(STORAGE_FORMATS, formats_live, mm, mo, n_params, pd, viz):
+    _rows = []
+    for _name in STORAGE_FORMATS if formats_live else ():  # the grid's rows, for the size chosen above
+        _stored = mm.inference_memory(n_params, weights_format=_name)
+        for _order, _part in enumerate(("weights", "quantization_constants")):
+            if getattr(_stored, _part):
+                _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
+                              "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
+    (mo.vstack([mo.md("The same size in every format, side by side:"),
+                formats_live.show(pd.DataFrame(_rows), f"Model size: {viz.short_count(n_params)} parameters")])
+     if formats_live else None)
     return
 
 

@@ -176,16 +176,6 @@ def _(gpu, mm, mo, n_params, run, unit, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    The chart below puts five precision recipes side by side for a size and an optimizer you pick
-    under it. Its numbers are computed in advance for every choice, so its inputs keep working even
-    in a static copy of this page, where the controls above are frozen.
-    """)
-    return
-
-
 @app.cell
 def _(mm, pd):
     # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB. Recipes
@@ -211,7 +201,9 @@ def _(mm, pd):
 
 
 @app.cell
-def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_chart, json, recipes_grid, viz):
+def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_chart, json, mo, recipes_grid, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
     def _draw(base):
         _order = list(RECIPE_NAMES)
         _names = f"{json.dumps(RECIPE_NAMES)}[datum.value]"  # short name -> what the axis shows
@@ -235,10 +227,18 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_ch
         return (_bars + _text + _room).properties(width=420, height=200)
 
     _sizes = {i: viz.short_count(round(b * 10**9)) for i, b in enumerate(RECIPE_SIZES)}
-    viz.chart_output(bound_chart(recipes_grid,
-                         [Slider("size", "Parameters", value=RECIPE_SIZES.index(7), labels=_sizes, show_value=False),
-                          Select("optimizer", "Optimizer", labels=OPTIMIZER_NAMES)],
-                         _draw, title="One step of full finetuning, before activations, in five recipes"))
+    _chart = viz.chart_output(bound_chart(recipes_grid,
+                                  [Slider("size", "Parameters", value=RECIPE_SIZES.index(7), labels=_sizes, show_value=False),
+                                   Select("optimizer", "Optimizer", labels=OPTIMIZER_NAMES)],
+                                  _draw, title="One step of full finetuning, before activations, in five recipes"))
+    _about = r"""
+    The chart below puts five precision recipes side by side for a size and an optimizer you pick
+    under it. Its numbers are computed in advance for every choice, so its inputs keep working
+    in this static copy of the page, where the controls above are frozen.
+    """
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it.
+    mo.vstack([mo.md(_about), _chart]) if _static() else None
     return
 
 

@@ -401,17 +401,6 @@ def _(batch_size, crossover, crossover_weights, mo, seq_len, sweep_radio, sweep_
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    The next chart is the same race for GPT-2 small as published (12 layers, width 768, 12 heads),
-    in pure bf16 with AdamW, computed in advance for every batch size, kernel and checkpointing
-    choice under it. Those inputs keep working even in a static copy of this page, where the
-    controls above are frozen.
-    """)
-    return
-
-
 @app.cell
 def _(mm, np, pd):
     # Computed once: GPT-2 small, bf16 + AdamW, every batch size x kernel x checkpointing, over s.
@@ -434,7 +423,9 @@ def _(mm, np, pd):
 
 
 @app.cell
-def _(ACT_BATCHES, Select, Slider, act_fixed, act_grid, act_seq, alt, bound_chart, viz):
+def _(ACT_BATCHES, Select, Slider, act_fixed, act_grid, act_seq, alt, bound_chart, mo, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
     _names = ["Activations", "Weights", "Weights + gradients + optimizer states"]
     _colors = alt.Scale(domain=_names, range=[viz.PART_COLORS["activations"], viz.PART_COLORS["weights"], "#555555"])
     _all = list(act_grid["GB"]) + list(act_fixed["GB"])
@@ -452,11 +443,20 @@ def _(ACT_BATCHES, Select, Slider, act_fixed, act_grid, act_seq, alt, bound_char
             tooltip=[alt.Tooltip("what:N"), alt.Tooltip("GB:Q", format=",.3f")])
         return (_acts + _rules).properties(width=520, height=280)
 
-    viz.chart_output(bound_chart(act_grid, [Slider("batch", "Batch size b", value=ACT_BATCHES.index(4),
-                                           labels={i: f"{b} sequences" for i, b in enumerate(ACT_BATCHES)},
-                                           show_value=False),
-                                    Select("kernel", "Attention kernel"), Select("checkpointing", "Checkpointing")],
-                         _draw, title="GPT-2 small: activations against everything else"))
+    _chart = viz.chart_output(bound_chart(act_grid, [Slider("batch", "Batch size b", value=ACT_BATCHES.index(4),
+                                                    labels={i: f"{b} sequences" for i, b in enumerate(ACT_BATCHES)},
+                                                    show_value=False),
+                                             Select("kernel", "Attention kernel"), Select("checkpointing", "Checkpointing")],
+                                  _draw, title="GPT-2 small: activations against everything else"))
+    _about = r"""
+    The next chart is the same race for GPT-2 small as published (12 layers, width 768, 12 heads),
+    in pure bf16 with AdamW, computed in advance for every batch size, kernel and checkpointing
+    choice under it. Those inputs keep working in this static copy of the page, where the
+    controls above are frozen.
+    """
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it.
+    mo.vstack([mo.md(_about), _chart]) if _static() else None
     return
 
 

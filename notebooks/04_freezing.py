@@ -159,16 +159,6 @@ def _(live_chart):
     return (layers_chart,)
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    The next chart is the article's case, the 7B model in ten equal layers, computed in advance
-    for every number of frozen layers. Its slider keeps working even in a static copy of this
-    page, where the controls above are frozen.
-    """)
-    return
-
-
 @app.cell
 def _(mm, pd):
     # Computed once: 7B in 10 equal layers, pure bf16 with Adam, for every number of frozen layers.
@@ -192,7 +182,9 @@ def _(mm, pd):
 
 
 @app.cell
-def _(Slider, TEN_LAYERS, alt, bound_chart, freeze_grid, viz):
+def _(Slider, TEN_LAYERS, alt, bound_chart, freeze_grid, mo, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
     def _draw(base):
         _strip = base.transform_filter(alt.datum.kind == "layer").mark_rect(stroke="white", strokeWidth=2).encode(
             x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0)),
@@ -209,8 +201,16 @@ def _(Slider, TEN_LAYERS, alt, bound_chart, freeze_grid, viz):
         ).properties(width=460, height=80)
         return alt.vconcat(_strip, _bars).resolve_scale(color="independent")
 
-    viz.chart_output(bound_chart(freeze_grid, [Slider("frozen", "Frozen layers", value=9)], _draw,
-                         title=f"{TEN_LAYERS.name}, pure bf16 with Adam"))
+    _chart = viz.chart_output(bound_chart(freeze_grid, [Slider("frozen", "Frozen layers", value=9)], _draw,
+                                  title=f"{TEN_LAYERS.name}, pure bf16 with Adam"))
+    _about = r"""
+    The next chart is the article's case, the 7B model in ten equal layers, computed in advance
+    for every number of frozen layers. Its slider keeps working in this static copy of the
+    page, where the controls above are frozen.
+    """
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it.
+    mo.vstack([mo.md(_about), _chart]) if _static() else None
     return
 
 

@@ -210,16 +210,6 @@ def _(adapter_curves, alt, literature, pd, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    The chart below answers the same question one bottleneck at a time, with the count beside each
-    bar. Its own inputs, under the chart, redraw it in the browser from numbers memmath computed for
-    every bottleneck in advance, so they keep working in the static copy of this workbook too.
-    """)
-    return
-
-
 @app.cell
 def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, viz):
     # Every (model, bottleneck, layer norms) the bound chart can show: 3 x 10 x 2 = 60 rows.
@@ -236,7 +226,9 @@ def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, viz):
 
 
 @app.cell
-def _(Select, alt, bound_chart, literature, share_grid, viz):
+def _(Select, alt, bound_chart, literature, mo, share_grid, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
     _models = list(dict.fromkeys(share_grid["model"]))
     _x = alt.X("share:Q", title="Trainable parameters (% of the base model)",
                scale=alt.Scale(domain=[0, float(share_grid["share"].max()) * 1.25]))
@@ -249,7 +241,15 @@ def _(Select, alt, bound_chart, literature, share_grid, viz):
                              base.mark_rule(color="black", strokeDash=[4, 3]).encode(x=alt.datum(_paper)),
                          ).properties(width=520, height=130),
                          title=f"Adapters' share of each model (dashed: the paper's {_paper}% per task)")
-    viz.chart_output(_chart)  # serialized once: it draws at load, and in the static page
+    _chart = viz.chart_output(_chart)
+    _about = r"""
+    The chart below answers the same question one bottleneck at a time, with the count beside each
+    bar. Its own inputs, under the chart, redraw it in the browser from numbers memmath computed for
+    every bottleneck in advance, so they keep working in this static copy of the workbook.
+    """
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it.
+    mo.vstack([mo.md(_about), _chart]) if _static() else None
     return
 
 

@@ -393,17 +393,6 @@ def _(gpu, lora_base, lora_fp32, mm, mo, pd, side_by_side, unit, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
-    AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
-    Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
-    every combination in advance, so they work in the static copy of this workbook too.
-    """)
-    return
-
-
 @app.cell
 def _(TARGET_SETS, mm, np, pd, viz):
     # Every (rank, matrices, method, part) the bound chart can show: 9 ranks x 4 sets x 3 methods, ~470 rows.
@@ -427,7 +416,9 @@ def _(TARGET_SETS, mm, np, pd, viz):
 
 
 @app.cell
-def _(Select, alt, bound_chart, lora_grid, viz):
+def _(Select, alt, bound_chart, lora_grid, mo, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
     _most = float(lora_grid.groupby(["rank", "matrices", "method"])["GB"].sum().max())
     _parts = list(dict.fromkeys(lora_grid.sort_values("order")["part"]))
     _y = alt.Y("method:N", title=None, sort=["Full", "LoRA", "QLoRA"])
@@ -445,7 +436,16 @@ def _(Select, alt, bound_chart, lora_grid, viz):
 
     _chart = bound_chart(lora_grid, [Select("rank", "Rank r", value=8, radio=True), Select("matrices", "Adapted matrices")],
                          _draw, title="Llama-2-7B, pure bf16, AdamW, batch 4 x 512 tokens")
-    viz.chart_output(_chart)  # serialized once: it draws at load, and in the static page
+    _chart = viz.chart_output(_chart)
+    _about = r"""
+    The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
+    AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
+    Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
+    every combination in advance, so they work in this static copy of the workbook.
+    """
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it.
+    mo.vstack([mo.md(_about), _chart]) if _static() else None
     return
 
 

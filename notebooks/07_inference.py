@@ -362,17 +362,6 @@ def _(batch_size, memory, mm, mo, model, rule_limit, unit):
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md("""
-    The next chart sweeps the context the same way for Llama-2-13B (the cache in bf16, fused attention)
-    and lets you pick the weights format and the batch. Its inputs sit under the chart and redraw it in
-    the browser from numbers memmath computed for every combination in advance, so they work in the
-    static copy of this workbook too.
-    """)
-    return
-
-
 @app.cell
 def _(mm, np, pd, viz):
     # Every (weights format, batch, context, part) the bound chart can show: 4 x 4 x 11 contexts, ~620 rows.
@@ -392,7 +381,9 @@ def _(mm, np, pd, viz):
 
 
 @app.cell
-def _(Select, alt, bound_chart, mm, pd, serving_grid, viz):
+def _(Select, alt, bound_chart, mm, mo, pd, serving_grid, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
     _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[2**k for k in range(7, 18, 2)], labelExpr="datum.value >= 1024 ? datum.value / 1024 + 'K' : datum.value"),
                title="Context (tokens per sequence, log scale; 1K = 1,024)")
     _cards = pd.DataFrame([{"gpu": g, "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX A6000", "A100 80GB")])
@@ -413,7 +404,16 @@ def _(Select, alt, bound_chart, mm, pd, serving_grid, viz):
 
     _chart = bound_chart(serving_grid, [Select("format", "Weights format"), Select("batch", "Batch (sequences)", radio=True)],
                          _draw, title="Llama-2-13B served: detailed sum (areas), weights x 1.2 (dashed), two GPUs (red)")
-    viz.chart_output(_chart)  # serialized once: it draws at load, and in the static page
+    _chart = viz.chart_output(_chart)
+    _about = """
+    The next chart sweeps the context the same way for Llama-2-13B (the cache in bf16, fused attention)
+    and lets you pick the weights format and the batch. Its inputs sit under the chart and redraw it in
+    the browser from numbers memmath computed for every combination in advance, so they work in the
+    this static copy of the workbook.
+    """
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it.
+    mo.vstack([mo.md(_about), _chart]) if _static() else None
     return
 
 

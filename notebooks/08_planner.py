@@ -546,20 +546,6 @@ def _(mm, mo, peak_bytes, reserved, unit, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md("""
-    ### Five methods at a glance
-
-    The chart below plans one common run (pure bf16, AdamW, 512 tokens, one GPU, freezing all but the
-    last block, adapters of width 64, LoRA and QLoRA at rank 8 on q and v) for a few models and batch
-    sizes, every method side by side against three card sizes. Its inputs sit under the chart and redraw
-    it in the browser from numbers memmath computed in advance, so they work in the static copy of this
-    workbook too, where the planner's own controls above cannot move.
-    """)
-    return
-
-
 @app.cell
 def _(mm, np, pd, viz):
     # Every (model, batch, method, part) the bound chart can show: 6 models x 3 batches x 5 methods, ~450 rows.
@@ -580,7 +566,9 @@ def _(mm, np, pd, viz):
 
 
 @app.cell
-def _(Select, alt, bound_chart, mm, pd, plan_grid, viz):
+def _(Select, alt, bound_chart, mm, mo, pd, plan_grid, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
     _y = alt.Y("method:N", title=None, sort=list(dict.fromkeys(plan_grid["method"])))
     _parts = [p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in set(plan_grid["part"])]
     _cards = pd.DataFrame([{"gpu": f"{g} ({mm.format_bytes(mm.get_gpu(g).memory_bytes)})",
@@ -599,7 +587,19 @@ def _(Select, alt, bound_chart, mm, pd, plan_grid, viz):
 
     _chart = bound_chart(plan_grid, [Select("model", "Model", value="llama-2-7b"), Select("batch", "Batch (sequences)", radio=True)],
                          _draw, title="Pure bf16, AdamW, 512 tokens, one GPU, against three cards")
-    viz.chart_output(_chart)  # serialized once: it draws at load, and in the static page
+    _chart = viz.chart_output(_chart)
+    _about = """
+    ### Five methods at a glance
+
+    The chart below plans one common run (pure bf16, AdamW, 512 tokens, one GPU, freezing all but the
+    last block, adapters of width 64, LoRA and QLoRA at rank 8 on q and v) for a few models and batch
+    sizes, every method side by side against three card sizes. Its inputs sit under the chart and redraw
+    it in the browser from numbers memmath computed in advance, so they work in this static copy of
+    the workbook, where the planner's own controls above cannot move.
+    """
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it.
+    mo.vstack([mo.md(_about), _chart]) if _static() else None
     return
 
 

@@ -86,3 +86,30 @@ def test_even_slider_picks_the_right_row(fixture_page, frozen, expected):
     _set(fixture_page, 1, frozen)
     title, numbers = _drawn(fixture_page, 1)
     assert numbers == [expected] and f"Frozen layers: {frozen}" in title  # (10 - frozen) / 10 of the layers train
+
+
+def test_live_lesson_0_shows_one_size_slider_and_its_chart_follows_it(chromium):
+    """Live, the marimo slider is the only control for the size (the bound chart's own slider is the static site's):
+    lesson 0 showed two 'Parameters (billions)' sliders that did not follow each other."""
+    from browser import LivePage, MarimoRun
+
+    from conftest import NOTEBOOKS
+
+    with MarimoRun(NOTEBOOKS / "00_start_here.py") as server:
+        page = chromium.new_page(viewport={"width": 1280, "height": 1600})
+        try:
+            live = LivePage(page)
+            live.open(server.url)
+            assert page.locator(".vega-bindings input, .vega-bindings select").count() == 0
+            labels = [live.slider_label(i) for i in range(live.sliders().count())]
+            assert labels.count("Parameters (billions)") == 1, labels
+            index = labels.index("Parameters (billions)")
+            title = lambda: " ".join(page.locator(".vega-embed .role-title-text").all_text_contents())  # noqa: E731
+            assert "Parameters (billions): 7" in title()
+            moved, _ = live.press_on_slider(index, "End")
+            assert moved and "Parameters (billions): 100" in title()
+            # 100e9 parameters x 2 bytes (bf16) = 200 GB of weights; x (2 + 2 + 4) bytes = 800 GB for one step.
+            texts = " ".join(page.locator(".vega-embed .role-mark text, .vega-embed text").all_text_contents())
+            assert "200.00 GB" in texts and "800.00 GB" in texts, texts
+        finally:
+            page.close()

@@ -3,7 +3,8 @@
 The site is built once per session (conftest.built_site, the README's command) and each page is
 opened once. For each page: its charts draw, its links into the site resolve, no request fails,
 no request leaves the loopback server, no console error. Where a lesson shows marimo's own
-controls (frozen in a static page) it also shows the note that they need the live workbook. In
+controls (frozen in a static page) it also shows the note that they need the live workbook, and
+those controls are inert and look disabled. marimo's "Run or Edit" banner is gone; ours is on top. In
 each lesson there is at least one bound input (alt.param(bind=...), memmath_lessons.static_charts), and
 every bound input changes its chart between its two ends.
 """
@@ -188,3 +189,69 @@ def test_lesson_page_live_charts_show_their_first_state(opened, served_site, nam
         f"{name}: the live charts' runtime did not load from the site's _memmath/ folder: {runtime}")
     _assert_offline(record, served_site, name)
 
+
+_FROZEN_STATE = """selector => [...document.querySelectorAll(selector)].map(e => {
+    const faded = e.shadowRoot ? [...e.shadowRoot.querySelectorAll('[data-memmath-frozen]')] : [];
+    return {tag: e.tagName, inert: e.inert,
+            faded: faded.some(f => parseFloat(getComputedStyle(f).opacity) < 0.6
+                                   && getComputedStyle(f).cursor === 'not-allowed')};
+})"""
+
+
+@LESSON_PAGES
+def test_lesson_page_freezes_marimo_controls_so_they_do_not_move(opened, name):
+    """A frozen slider or menu must not move while its numbers stay put (lesson 8 showed 'H200' beside an RTX 4090
+    verdict): each one is inert and faded, and a click or a key press leaves its value where the export put it."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    page, _, _ = opened(name)
+    states = page.evaluate(_FROZEN_STATE, KERNEL_CONTROLS)
+    assert states, f"{name} shows no marimo control"
+    loose = [s["tag"] for s in states if not s["inert"]]
+    assert not loose, f"{name}: marimo controls that still take clicks and keys: {loose}"
+    plain = [s["tag"] for s in states if not s["faded"]]
+    assert not plain, f"{name}: frozen marimo controls that do not look disabled: {plain}"
+    sliders = page.locator("[role=slider]")
+    for index in range(min(sliders.count(), 3)):
+        slider = sliders.nth(index)
+        before = slider.get_attribute("aria-valuenow")
+        if not slider.is_visible():  # in a closed accordion
+            continue
+        try:
+            slider.click(force=True, timeout=3000)  # at its position on the page, as a learner's click
+        except PlaywrightError:  # nothing there to click: fine, the keys below still try
+            pass
+        slider.focus()
+        for key in ("End", "ArrowRight", "ArrowLeft", "Home"):
+            page.keyboard.press(key)
+        page.wait_for_timeout(100)
+        assert slider.get_attribute("aria-valuenow") == before, f"{name}: frozen slider {index} moved"
+    menus = page.locator("marimo-dropdown select")
+    if menus.count():
+        menu = menus.first
+        before = menu.evaluate("e => e.value")
+        try:
+            menu.click(force=True, timeout=3000)
+        except PlaywrightError:
+            pass
+        menu.focus()
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("Enter")
+        page.wait_for_timeout(100)
+        assert menu.evaluate("e => e.value") == before, f"{name}: a frozen menu changed"
+
+
+@LESSON_PAGES
+def test_lesson_page_has_our_banner_and_not_marimos(opened, served_site, name):
+    page, _, _ = opened(name)
+    assert page.locator("[data-testid=static-notebook-banner]").count() == 0
+    assert page.get_by_text("Run or Edit", exact=False).count() == 0
+    banner = page.locator("[data-memmath-banner]")
+    assert banner.is_visible()
+    # Not hidden under marimo's app: the banner is what is drawn at its own centre.
+    on_top = banner.evaluate("""b => { const r = b.getBoundingClientRect();
+        return b.contains(document.elementFromPoint(r.x + 5, r.y + r.height / 2)); }""")
+    assert on_top, f"{name}: marimo's app covers the banner"
+    links = banner.locator("a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+    assert links == ["index.html#run-live", name.replace(".html", ".py")]
+    assert page.request.get(served_site.url + links[1]).status == 200

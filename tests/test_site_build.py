@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -60,21 +61,6 @@ def test_export_command_writes_one_page_per_lesson_and_the_index(built_site):
         assert failed_cells(page) == [], f"{lesson.name} has cells with error output"
         assert "cdn.jsdelivr.net" not in page and "./_marimo/assets/" in page
         assert f"{lesson.stem}.html" in printed  # the size report names every page
-
-
-def test_index_links_every_lesson_by_the_h1_it_renders(built_site):
-    site, _ = built_site
-    index = (site / "index.html").read_text(encoding="utf-8")
-    links = re.findall(r'<li value="\d+"><a href="([^"]+)">([^<]+)</a></li>', index)
-    assert [href for href, _ in links] == [f"{lesson.stem}.html" for lesson in LESSONS]
-    for href, title in links:
-        # The H1 as marimo rendered it into the exported page, not as the builder parsed the source.
-        rendered = "\n".join(str(data) for cell in _session((site / href).read_text(encoding="utf-8"))["cells"]
-                             for output in cell["outputs"] for data in (output.get("data") or {}).values())
-        h1 = re.search(r"<h1[^>]*>(.*?)</h1>", rendered, re.S)
-        assert h1, f"{href} renders no H1"
-        assert title == re.sub(r"<[^>]+>", "", h1.group(1)).strip().replace("&amp;", "&")
-    assert 'id="run-live"' in index
 
 
 def test_a_failing_cell_fails_the_build_and_writes_nothing(tmp_path):
@@ -255,3 +241,132 @@ def test_readme_says_marimo_run_is_local_and_how_to_serve_a_class_with_a_token(t
     for option in ("--host", "--port", "--token", "--token-password-file", "--headless", "--proxy", "--base-url"):
         assert option in done.stdout, option
         assert option in readme, option
+
+
+# --- The static pages: no code, our banner, frozen controls, the index from the lessons' headers ---------
+
+def _header_field(lesson: Path, field: str) -> str:
+    """A field of the lesson's `# [tool.marimo.opengraph]` header, read from the file's text by this test."""
+    header = re.search(r"^# /// script\n(.*?)^# ///$", lesson.read_text(encoding="utf-8"), re.S | re.M)
+    assert header, f"{lesson.name} has no PEP 723 header"
+    match = re.search(rf'^# {field} = "(.*)"$', header.group(1).split("[tool.marimo.opengraph]")[1], re.M)
+    assert match, f"{lesson.name}'s [tool.marimo.opengraph] has no {field}"
+    return match.group(1)
+
+
+def test_index_lists_each_lesson_with_the_title_and_description_of_its_header(built_site):
+    site, _ = built_site
+    index = (site / "index.html").read_text(encoding="utf-8")
+    items = re.findall(r'<li value="(\d+)"><a href="([^"]+)">([^<]+)</a><br><span class="about">([^<]+)</span></li>', index)
+    assert [href for _, href, _, _ in items] == [f"{lesson.stem}.html" for lesson in LESSONS]
+    for (number, _, title, about), lesson in zip(items, LESSONS):
+        # "memmath · 0. Start here" in marimo's gallery; the site's numbered list shows "Start here" as item 0.
+        assert f"{number}. {title}" in _header_field(lesson, "title") and int(number) == int(lesson.name[:2])
+        assert html.unescape(about) == _header_field(lesson, "description")
+    assert 'id="run-live"' in index
+
+
+def _distinctive_code(lesson: Path) -> list[str]:
+    """Code lines of the lesson that no prose repeats: its imports cell and the first control it builds."""
+    source = lesson.read_text(encoding="utf-8")
+    lines = ["import marimo as mo", "@app.cell"]
+    control = re.search(r"^    (\w+(?:, \w+)* = (?:mo\.ui|viz)\.\w+\()", source, re.M)
+    return lines + ([control.group(1)] if control else [])
+
+
+def test_pages_carry_no_lesson_code_and_no_cloud_banner(built_site):
+    from urllib.parse import quote
+
+    site, _ = built_site
+    for lesson in LESSONS:
+        page = (site / f"{lesson.stem}.html").read_text(encoding="utf-8")
+        for line in _distinctive_code(lesson):
+            for form in (line, quote(line), json.dumps(line)[1:-1]):
+                assert form not in page, f"{lesson.name}: the page carries its code ({line!r})"
+        # marimo shows its "Run or Edit" banner (molab, a cloud service) only when the page carries code.
+        assert re.search(r"<marimo-code hidden=\"\">\s*</marimo-code>", page), f"{lesson.name} carries code"
+        assert "molab" not in page and "Run or Edit" not in page
+        # Our line instead: how to run it live (the index's section) and the source beside the page.
+        banner = re.search(r'<div data-memmath-banner="1">(.*?)</div>', page, re.S)
+        assert banner and 'href="index.html#run-live"' in banner.group(1), lesson.name
+        assert f'href="{lesson.name}"' in banner.group(1)
+        assert (site / lesson.name).read_bytes() == lesson.read_bytes()
+
+
+def test_marimo_controls_are_exported_disabled_and_frozen_by_the_page(built_site):
+    site, _ = built_site
+    for lesson in LESSONS:
+        page = (site / f"{lesson.stem}.html").read_text(encoding="utf-8")
+        assert "data-disabled='false'" not in page, f"{lesson.name} exports a control that is not disabled"
+        assert "data-memmath-frozen" in page and ".inert = true" in page
+    assert "data-disabled='true'" in (site / "00_start_here.html").read_text(encoding="utf-8")  # its slider
+
+
+def test_freeze_controls_and_banner_on_a_small_page():
+    from memmath_site.pages import add_banner, freeze_controls
+
+    page = ("<html><head><title>x</title></head><body><div id=\"root\"></div><script>"
+            "{\"session\": \"<marimo-slider data-start='1' data-disabled='false' data-stop='9'>\"}</script></body></html>")
+    frozen = add_banner(freeze_controls(page), "01_x.py", "index.html#run-live")
+    assert "data-disabled='true'" in frozen and "data-disabled='false'" not in frozen
+    assert frozen.index("<style data-memmath-site") < frozen.index("</head>")
+    assert frozen.index("<body><div data-memmath-banner") < frozen.index('<div id="root">')
+    with pytest.raises(ValueError, match="no </head>"):
+        freeze_controls("<body></body>")
+
+
+def test_lesson_header_reads_the_opengraph_table(tmp_path):
+    from memmath_site.pages import index_title, lesson_header
+
+    notebook = tmp_path / "03_x.py"
+    notebook.write_text('# /// script\n# requires-python = ">=3.11"\n# [tool.marimo.opengraph]\n'
+                        '# title = "memmath · 3. Activations"\n# description = "What the forward pass keeps."\n'
+                        '# ///\nimport marimo\n')
+    assert lesson_header(notebook) == {"title": "memmath · 3. Activations", "description": "What the forward pass keeps."}
+    assert index_title("memmath · 3. Activations") == "Activations" == index_title("3. Activations")
+    notebook.write_text("import marimo\n")
+    assert lesson_header(notebook) == {}
+
+
+# --- One control per quantity: a lesson's bound chart is the static site's, not the live lesson's ----------
+
+_BOUND = re.compile(r'\\*"bind\\*"\s*:')
+
+
+def _run_lesson(name: str):
+    sys.path.insert(0, str(REPO / "tests"))
+    import lessons
+
+    outputs, _ = lessons.run(name)
+    return html.unescape(lessons.output_text(outputs))
+
+
+@pytest.mark.parametrize("lesson", [lesson.stem for lesson in LESSONS])
+def test_bound_chart_shows_in_the_static_export_and_not_live(lesson, monkeypatch):
+    from memmath_lessons.static_charts import STATIC_EXPORT_ENV
+
+    monkeypatch.setenv(STATIC_EXPORT_ENV, "1")
+    static = _run_lesson(lesson)
+    assert _BOUND.search(static), f"{lesson}: the static export shows no bound chart"
+    assert "static copy" in static  # the prose that says its inputs work in the static copy
+    monkeypatch.delenv(STATIC_EXPORT_ENV)
+    live = _run_lesson(lesson)
+    assert not _BOUND.search(live), f"{lesson}: the live lesson shows a bound chart beside its own controls"
+    assert "static copy" not in live, f"{lesson}: the live lesson's prose speaks of the static copy"
+
+
+def test_lesson_0_live_chart_follows_its_slider(monkeypatch):
+    import marimo as mo
+
+    sys.path.insert(0, str(REPO / "tests"))
+    import lessons
+
+    monkeypatch.delenv("MEMMATH_STATIC_EXPORT", raising=False)
+    slider = mo.ui.slider(start=1, stop=100, step=1, value=70)
+    outputs, _ = lessons.run_with("00_start_here", demo_params_slider=slider)
+    text = html.unescape(lessons.output_text(outputs))
+    assert "Parameters (billions): 70" in text
+    # 70e9 parameters x 2 bytes (bf16) = 140 GB of weights, the "Loading the weights" bar.
+    loads = [row for row in re.findall(r"\{[^{}]*\}", text) if re.search(r'scenario\\*"\s*:\s*\\*"load', row)]
+    assert loads and all(re.search(r'GB\\*"\s*:\s*140(\.0)?\b', row) for row in loads), loads
+    assert set(re.findall(r'billions\\*"\s*:\s*(\d+)', text)) == {"70"}  # the chart draws the slider's size only
