@@ -156,7 +156,7 @@ class _Trace:
         best = 0
         for step in sorted({st.born for st in storages}):
             live = sum((st.nbytes for st in storages if st.born <= step and (st.kept or st.last >= step)), 0)
-            best = np.maximum(best, live) if isinstance(live, np.ndarray) else max(best, live)
+            best = np.maximum(best, live) if isinstance(live, np.ndarray) or isinstance(best, np.ndarray) else max(best, live)
         return best
 
     @property

@@ -279,7 +279,7 @@ def rule_of_thumb_context_limit(model, *, weights_format="bf16", kv_format="bf16
     """
     shape = resolve_model(model)
     _needs_heads(shape, "rule_of_thumb_context_limit")
-    max_context = validate.count("max_context", max_context, high=validate.MAX_SEQ)
+    max_context = validate.count("max_context", max_context, high=validate.MAX_SEQ, scalar=True)
 
     def holds(context):
         memory = inference_memory(shape, weights_format=weights_format, kv_format=kv_format,

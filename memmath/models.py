@@ -932,7 +932,9 @@ MAX_NAME = 200  # characters of _name_or_path kept as the model's label
 
 def _config_name(config: dict, model_type: str) -> str:
     """The label from _name_or_path: a string (transformers writes one), cut to MAX_NAME characters."""
-    name = config.get("_name_or_path") or model_type
+    name = config.get("_name_or_path")
+    if name is None or (isinstance(name, str) and not name):  # never `name or ...`: an array has no truth value
+        name = model_type
     if not isinstance(name, str):
         raise ValueError(f"config field '_name_or_path' must be a string; got a {type(name).__name__}")
     return name if len(name) <= MAX_NAME else name[: MAX_NAME - 3] + "..."

@@ -117,8 +117,10 @@ class PeakEstimate:
     @property
     def total(self):
         """The peak of the step: the largest of the three phases."""
-        return np.maximum(np.maximum(self.forward, self.backward), self.optimizer_step) if isinstance(
-            self.forward, np.ndarray) else max(self.forward, self.backward, self.optimizer_step)
+        phases = (self.forward, self.backward, self.optimizer_step)
+        if any(isinstance(value, np.ndarray) for value in phases):  # a sweep (some phases may be scalars)
+            return np.maximum(np.maximum(self.forward, self.backward), self.optimizer_step)
+        return max(phases)
 
     @property
     def phase(self) -> str:

@@ -367,8 +367,8 @@ def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_g
     GPUs and a bisection over the count is exact.
     """
     gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
-    max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
+    max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
     settings = {k: v for k, v in settings.items() if k != "n_gpus"}
 
     def fits_at(n):
@@ -397,8 +397,8 @@ def largest_batch_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, ma
     then bisecting over whole numbers finds the exact largest batch.
     """
     gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
-    max_batch = validate.count("max_batch", max_batch, high=validate.MAX_BATCH)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
+    max_batch = validate.count("max_batch", max_batch, high=validate.MAX_BATCH, scalar=True)
     if settings.get("seq_len") is None:
         raise ValueError("seq_len is needed to search the batch size: without it activations, the only part "
                          "the batch changes, are not counted")
@@ -420,8 +420,8 @@ def longest_sequence_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES,
     doubling and then bisecting over whole numbers finds the exact longest sequence.
     """
     gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes)
-    max_seq_len = validate.count("max_seq_len", max_seq_len, high=validate.MAX_SEQ)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
+    max_seq_len = validate.count("max_seq_len", max_seq_len, high=validate.MAX_SEQ, scalar=True)
     settings = {k: v for k, v in settings.items() if k != "seq_len"}
 
     def fits_at(s):

@@ -54,7 +54,10 @@ class OptimizerStates:
 
     def __post_init__(self):
         for name in ("moments", "step_counters", "block_constants"):
-            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+            value = validate.nbytes(name, getattr(self, name))
+            if isinstance(value, np.ndarray):  # a sweep: its parts must leave room for their sum in int64
+                validate.check_sweep(name, validate.largest(value))
+            object.__setattr__(self, name, value)
 
     @property
     def total(self):
@@ -107,6 +110,12 @@ class TrainingMemory:
         # Checked when built: whole, non-negative bytes and counts (ints, or int64 arrays in a sweep).
         for name in (*PARTS, "trainable_params", "total_params", "adapter_params"):
             object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        try:  # one sweep: every array part has a shape the others broadcast with
+            np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in PARTS))
+        except ValueError:
+            shapes = ", ".join(f"{name} {np.shape(getattr(self, name))}" for name in PARTS)
+            raise ValueError(f"the parts must be numbers or arrays of one sweep that broadcast together; got {shapes}")\
+                from None
         for name, kind in (("recipe", Recipe), ("optimizer", Optimizer), ("method", Method)):
             if not isinstance(getattr(self, name), kind):
                 raise TypeError(f"{name} must be a {kind.__name__}; got {validate.describe(getattr(self, name))}")

@@ -398,10 +398,12 @@ def _(STORAGE_FORMATS, formats_live, mm, mo, n_params, pd, viz):
     _rows = []
     for _name in STORAGE_FORMATS if formats_live else ():  # the grid's rows, for the size chosen above
         _stored = mm.inference_memory(n_params, weights_format=_name)
+        _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
         for _order, _part in enumerate(("weights", "quantization_constants")):
             if getattr(_stored, _part):
                 _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
-                              "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4)})
+                              "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
+                              "totalGB": round(mm.to_unit(_total, "GB"), 2)})
     (mo.vstack([mo.md("The same size in every format, side by side:"),
                 formats_live.show(pd.DataFrame(_rows), f"Model size: {viz.short_count(n_params)} parameters")])
      if formats_live else None)

@@ -202,23 +202,27 @@ def case_model(row) -> ModelShape:
 
 def _case_from_config(row) -> ModelShape:
     """The config.json validation/measure.py builds for a shape with a model_type (its _hf_config)."""
-    from ..models import from_hf_config
+    from ..models import SUPPORTED_MODEL_TYPES, from_hf_config
 
-    n = lambda key: int(row[key])  # noqa: E731
-    if row["family"] == "gpt2":
-        return from_hf_config(dict(model_type=row["arch"], n_layer=n("n_layers"), n_embd=n("hidden_size"),
-                                   n_head=n("n_heads"), n_inner=n("intermediate_size"), vocab_size=n("vocab_size"),
-                                   n_positions=n("max_positions"), tie_word_embeddings=bool(row["tied_embeddings"]),
-                                   activation_function=row.get("hidden_act") or "gelu_new"))
-    window = row.get("sliding_window")
-    extra = {"sliding_window": int(window)} if isinstance(window, (int, float)) and window == window else {}
-    head_dim = row.get("head_dim")
-    if isinstance(head_dim, (int, float)) and head_dim == head_dim:
-        extra["head_dim"] = int(head_dim)
-    return from_hf_config(dict(model_type=row["arch"], num_hidden_layers=n("n_layers"), hidden_size=n("hidden_size"),
-                               num_attention_heads=n("n_heads"), num_key_value_heads=n("n_kv_heads"),
-                               intermediate_size=n("intermediate_size"), vocab_size=n("vocab_size"),
-                               tie_word_embeddings=bool(row["tied_embeddings"]), **extra))
+    n = lambda key: _count(row, key, high=validate.MAX_VOCAB if key == "vocab_size" else validate.MAX_DIM)  # noqa: E731
+    arch = validate.choice("row column 'arch'", _text(row, "arch"), SUPPORTED_MODEL_TYPES)
+    tied = _flag(row, "tied_embeddings")
+    if _text(row, "family") == "gpt2":
+        act = row.get("hidden_act")
+        return from_hf_config(dict(model_type=arch, n_layer=_count(row, "n_layers", high=validate.MAX_LAYERS),
+                                   n_embd=n("hidden_size"), n_head=n("n_heads"), n_inner=n("intermediate_size"),
+                                   vocab_size=n("vocab_size"), n_positions=n("max_positions"), tie_word_embeddings=tied,
+                                   activation_function=_text(row, "hidden_act") if isinstance(act, str) and act
+                                   else "gelu_new"))
+    extra = {}
+    for key in ("sliding_window", "head_dim"):  # columns only some shapes have (NaN in the others)
+        value = row.get(key)
+        if isinstance(value, (int, float)) and value == value:
+            extra[key] = _count(row, key)
+    return from_hf_config(dict(model_type=arch, num_hidden_layers=_count(row, "n_layers", high=validate.MAX_LAYERS),
+                               hidden_size=n("hidden_size"), num_attention_heads=n("n_heads"),
+                               num_key_value_heads=n("n_kv_heads"), intermediate_size=n("intermediate_size"),
+                               vocab_size=n("vocab_size"), tie_word_embeddings=tied, **extra))
 
 
 def case_method(row):
