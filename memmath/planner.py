@@ -96,15 +96,6 @@ def _single(total) -> int:
                          "must be single values, not arrays")
     return int(total)
 
-    def __post_init__(self):
-        validate.text_field("change", self.change)
-        if not isinstance(self.settings, dict):
-            raise TypeError(f"settings must be a dict of training_memory's arguments; got {validate.describe(self.settings)}")
-        object.__setattr__(self, "total", validate.nbytes("total", self.total))
-        object.__setattr__(self, "saved", validate.nbytes("saved", self.saved))
-        object.__setattr__(self, "fits", validate.flag("fits", self.fits))
-        validate.text_field("cost", self.cost)
-
 
 def _total(model, settings) -> int:
     return step_peak(model, **settings)[0]
@@ -121,10 +112,11 @@ def _one_run(gpu, reserved_bytes, max_gpus, settings):
 
 def _single_sizes(settings: dict) -> None:
     """Batch, length and GPU count as single numbers, checked in place (ValueError names the field)."""
-    limits = {"batch_size": validate.MAX_BATCH, "seq_len": validate.MAX_SEQ, "n_gpus": validate.MAX_GPUS}
-    for key, high in limits.items():
+    limits = {"batch_size": (1, validate.MAX_BATCH), "seq_len": (1, validate.MAX_SEQ), "n_gpus": (1, validate.MAX_GPUS),
+              "zero_stage": (0, 3)}
+    for key, (low, high) in limits.items():
         if settings.get(key) is not None:
-            settings[key] = validate.count(key, settings[key], high=high, scalar=True)
+            settings[key] = validate.count(key, settings[key], low=low, high=high, scalar=True)
 
 
 def _fits(total, gpu, reserved_bytes) -> bool:
