@@ -2,7 +2,7 @@
 
     python -m validation.measure                      # the whole grid, CPU -> memmath/reference/data/measured_cpu.json
     python -m validation.measure --only qwen2 --append  # measure some cases again or anew, keep the rest
-    python -m validation.measure --no-sharded         # all but the sharded runs (kept from the file)
+    python -m validation.sharded                      # then the sharded runs (FSDP2, ZeRO-1), into the same file
     python -m validation.measure --only gpt2 --print  # a subset, printed, nothing written
     python -m validation.measure --device cuda --out /tmp/measured_cuda.json   # on a GPU machine
 
@@ -283,7 +283,7 @@ def _hf_config(case: Case):
     return config
 
 
-def _blocks(model, family):
+def model_blocks(model, family):
     """The transformer blocks, wherever peft has put the base model."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if family == "gpt2":
@@ -298,7 +298,7 @@ def _freeze(model, case: Case, family: str):
     untied head train (a tied head IS the frozen embedding); BERT's pooler and classifier train."""
     for p in model.parameters():
         p.requires_grad_(False)
-    blocks = _blocks(model, family)
+    blocks = model_blocks(model, family)
     for block in list(blocks)[case.frozen_layers:]:
         for p in block.parameters():
             p.requires_grad_(True)
@@ -355,7 +355,7 @@ def build(case: Case, device: str = "cpu"):
     elif case.method == "houlsby":
         from . import houlsby
 
-        houlsby.insert(model, _blocks(model, family), family, SHAPES[case.shape]["hidden_size"], case.bottleneck,
+        houlsby.insert(model, model_blocks(model, family), family, SHAPES[case.shape]["hidden_size"], case.bottleneck,
                        dtype)
     elif case.method != "full":
         raise ValueError(f"unknown method {case.method!r}")
@@ -460,7 +460,7 @@ class SavedTensorRecorder:
             handle.remove()
 
 
-def _phase_peaks(prof, phases):
+def phase_peaks(prof, phases):
     """Highest net allocation (bytes over the start of profiling) inside each record_function phase."""
     events = prof.profiler.kineto_results.events()
     memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
@@ -521,7 +521,7 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
 
     family = SHAPES[case.shape]["family"]
     model, optimizer, batch = build(case, device)
-    blocks = _blocks(model, family)
+    blocks = model_blocks(model, family)
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
     adapters = [p for n, p in model.named_parameters() if _is_adapter(n)]
@@ -594,7 +594,7 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
             result[f"cuda_max_allocated_step{k}_bytes"] = peak
         result["cuda_reserved_bytes"] = torch.cuda.memory_reserved()
     else:
-        peaks, _ = _phase_peaks(prof, names)
+        peaks, _ = phase_peaks(prof, names)
         for k in range(1, STEPS + 1):
             for phase in phases:
                 result[f"peak_step{k}_{phase}_bytes"] = resident + peaks[f"step{k}/{phase}"]
@@ -639,7 +639,8 @@ def main(argv=None):
     parser.add_argument("--append", action="store_true",
                         help="add the measured cases to the existing data file, keeping its other records")
     parser.add_argument("--explain", action="store_true", help="list every saved storage (implies --print)")
-    parser.add_argument("--no-sharded", action="store_true", help="skip the sharded cases (validation/sharded.py)")
+    parser.add_argument("--no-sharded", action="store_true",
+                        help="accepted for older scripts: the sharded runs are python -m validation.sharded's, always kept")
     args = parser.parse_args(argv)
 
     import logging
@@ -665,13 +666,8 @@ def main(argv=None):
     adapter_records = run(adapter_cases, device=args.device)
     sharded_records = []
     out = args.out or (DEFAULT_OUT if args.device == "cpu" else None)
-    if args.device == "cpu" and not args.no_sharded and not args.print and not args.explain:
-        from . import sharded
-
-        sharded_cases = [c for c in sharded.grid() if not args.only or args.only in c.case_id]
-        sharded_records = sharded.run(sharded_cases)
-    elif args.no_sharded and out is not None and out.exists():
-        # Keep the sharded cases already recorded (they take most of the time).
+    if out is not None and out.exists():
+        # The sharded runs are recorded by `python -m validation.sharded` (which imports this module): kept here.
         sharded_records = json.loads(out.read_text(encoding="utf-8")).get("sharded_cases", [])
     elapsed = time.perf_counter() - started
     print(f"measured {len(records)} cases in {elapsed:.1f} s", file=sys.stderr)

@@ -25,6 +25,7 @@ import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from . import measure
 
@@ -108,7 +109,7 @@ def _worker(rank, case: ShardedCase, port, out_dir):
             from torch.distributed.fsdp import fully_shard
 
             reshard = case.engine == "fsdp2"
-            for block in measure._blocks(model, family):
+            for block in measure.model_blocks(model, family):
                 fully_shard(block, reshard_after_forward=reshard)
             fully_shard(model, reshard_after_forward=reshard)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -143,7 +144,7 @@ def _worker(rank, case: ShardedCase, port, out_dir):
                     if ptr not in seen:
                         seen.add(ptr)
                         states[key] = states.get(key, 0) + value.untyped_storage().nbytes()
-        peaks, _ = measure._phase_peaks(prof, names)
+        peaks, _ = measure.phase_peaks(prof, names)
         result = {"rank": rank, "param_bytes": _storage_bytes(params), "grad_bytes": grad_bytes,
                   "optimizer_state_bytes": sum(states.values()), "optimizer_state_detail": dict(sorted(states.items())),
                   "trainable_tensors": len(params), "resident_before_bytes": resident,
@@ -199,10 +200,22 @@ def run(cases, progress=True) -> list[dict]:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default=None)
+    parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
+    parser.add_argument("--print", action="store_true", help="print the records instead of writing them")
+    parser.add_argument("--out", type=Path, default=measure.DEFAULT_OUT, help="the data file whose sharded_cases to update")
     args = parser.parse_args(argv)
     cases = [c for c in grid() if not args.only or args.only in c.case_id]
-    json.dump(run(cases), sys.stdout, indent=1)
+    records = run(cases)
+    if args.print:
+        json.dump(records, sys.stdout, indent=1)
+        return
+    # Written into validation/measure.py's data file: the runs measured now replace their earlier records.
+    document = json.loads(args.out.read_text(encoding="utf-8"))
+    new_ids = {r["config"]["case_id"] for r in records}
+    document["sharded_cases"] = [r for r in document.get("sharded_cases", [])
+                                 if r["config"]["case_id"] not in new_ids] + records
+    args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {len(records)} sharded runs into {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
