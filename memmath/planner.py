@@ -350,6 +350,20 @@ def _grow_while_fitting(fits_at, start, cap):
     return low
 
 
+def _search(model, gpu, reserved_bytes, settings, searched, limit_name, limit, high):
+    """(fits_at(n), the checked limit) for a search over one setting: is the run with `searched` = n
+    judged to fit as suggest_changes judges (the peak, the reserve, the margin)?"""
+    gpu = get_gpu(gpu)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
+    limit = validate.count(limit_name, limit, high=high, scalar=True)
+    others = {k: v for k, v in settings.items() if k != searched}
+
+    def fits_at(n):
+        return _fits(_total(model, {**others, searched: n}), gpu, reserved_bytes)
+
+    return fits_at, limit
+
+
 def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=MAX_GPUS, **settings) -> int | None:
     """The fewest GPUs (any whole number from 1 to max_gpus) on which the run fits per GPU, else None.
 
@@ -358,13 +372,7 @@ def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_g
     divides sharded parts by the GPU count (rounded up), so memory per GPU never grows with more
     GPUs and a bisection over the count is exact.
     """
-    gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
-    max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
-    settings = {k: v for k, v in settings.items() if k != "n_gpus"}
-
-    def fits_at(n):
-        return _fits(_total(model, {**settings, "n_gpus": n}), gpu, reserved_bytes)
+    fits_at, max_gpus = _search(model, gpu, reserved_bytes, settings, "n_gpus", "max_gpus", max_gpus, validate.MAX_GPUS)
 
     if fits_at(1):
         return 1
@@ -388,17 +396,11 @@ def largest_batch_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, ma
     Memory grows with the batch (activations scale with it, nothing else shrinks), so doubling and
     then bisecting over whole numbers finds the exact largest batch.
     """
-    gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
-    max_batch = validate.count("max_batch", max_batch, high=validate.MAX_BATCH, scalar=True)
+    fits_at, max_batch = _search(model, gpu, reserved_bytes, settings, "batch_size", "max_batch", max_batch,
+                                 validate.MAX_BATCH)
     if settings.get("seq_len") is None:
         raise ValueError("seq_len is needed to search the batch size: without it activations, the only part "
                          "the batch changes, are not counted")
-    settings = {k: v for k, v in settings.items() if k != "batch_size"}
-
-    def fits_at(b):
-        return _fits(_total(model, {**settings, "batch_size": b}), gpu, reserved_bytes)
-
     return _grow_while_fitting(fits_at, 1, max_batch) if fits_at(1) else None
 
 
@@ -411,13 +413,8 @@ def longest_sequence_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES,
     Memory grows with the sequence length (activations, and eager attention's s x s scores), so
     doubling and then bisecting over whole numbers finds the exact longest sequence.
     """
-    gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes, scalar=True)
-    max_seq_len = validate.count("max_seq_len", max_seq_len, high=validate.MAX_SEQ, scalar=True)
-    settings = {k: v for k, v in settings.items() if k != "seq_len"}
-
-    def fits_at(s):
-        return _fits(_total(model, {**settings, "seq_len": s}), gpu, reserved_bytes)
+    fits_at, max_seq_len = _search(model, gpu, reserved_bytes, settings, "seq_len", "max_seq_len", max_seq_len,
+                                   validate.MAX_SEQ)
 
     return _grow_while_fitting(fits_at, 1, max_seq_len) if fits_at(1) else None
 
