@@ -1,7 +1,7 @@
 """memmath: the memory math of training and serving neural networks, in integer bytes.
 
-The calculator only: it imports numpy and nothing heavier (pandas only inside the functions that
-build a DataFrame). What it is checked against lives in `memmath.reference`; the workbook's charts
+The calculator only: numpy is its one dependency, and it is imported only when an array is in play
+(a sweep; memmath/arrays.py), pandas only inside the functions that build a DataFrame. What it is checked against lives in `memmath.reference`; the workbook's charts
 and controls live in the separate `memmath_lessons` package.
 
     >>> import memmath
@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import importlib
 
-import numpy  # noqa: F401  (the one dependency, loaded with the package)
 
 # Public name -> the module that defines it. Modules load on first use (PEP 562), so `import memmath`
-# costs about what `import numpy` does (benchmarks/import_speed.py) and a command line pays only for
-# what it uses.
+# costs almost nothing (benchmarks/import_speed.py) and a command line pays only for what it uses.
 _EXPORTS = {
     "ActivationEstimate": "activations", "ActivationTerm": "activations",
     "korthikanti_per_layer": "activations", "korthikanti_terms": "activations",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from .arrays import np
 
 from . import validate
 

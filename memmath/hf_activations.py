@@ -71,10 +71,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import numpy as np
+from .arrays import any_true, is_ndarray, np
 
 from . import validate
 from .activations import ActivationEstimate
+from .memo import memoized
 from .methods import Freeze, Full, LoRA
 from .models import ModelShape
 
@@ -156,7 +157,7 @@ class _Trace:
         best = 0
         for step in sorted({st.born for st in storages}):
             live = sum((st.nbytes for st in storages if st.born <= step and (st.kept or st.last >= step)), 0)
-            best = np.maximum(best, live) if isinstance(live, np.ndarray) or isinstance(best, np.ndarray) else max(best, live)
+            best = np.maximum(best, live) if is_ndarray(live) or is_ndarray(best) else max(best, live)
         return best
 
     @property
@@ -641,7 +642,7 @@ def sweeping(seq_len, batch_size, method) -> bool:
 def scalar_methods(method, shape: ModelShape) -> tuple:
     """The method at the ends of its swept range (fewest and most trainable blocks, lowest and highest
     rank), as scalar methods: the sweep's extremes, to be evaluated exactly."""
-    if isinstance(method, LoRA) and isinstance(method.rank, np.ndarray):
+    if isinstance(method, LoRA) and is_ndarray(method.rank):
         return tuple(replace(method, rank=int(rank)) for rank in (np.min(method.rank), np.max(method.rank)))
     if isinstance(method, Freeze) and validate.is_array(method.trainable_layers, method.frozen_layers):
         trained = np.asarray(method.layers_trained(shape))
@@ -650,6 +651,7 @@ def scalar_methods(method, shape: ModelShape) -> tuple:
     return (method,)
 
 
+@memoized()
 def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,
                      device) -> ActivationParts:
     """The estimate and its pieces by place, for peak.py (see ActivationParts)."""
@@ -793,26 +795,28 @@ def _check_layout(shape: ModelShape, seq_len):
                          f"{shape.hidden_act!r} (use activations='textbook')")
     windows = [w for w in shape.attention_windows if w is not None]
     # masking_utils skips the mask only while kv_length < the window (sdpa_mask's _ignore_causal_mask_sdpa).
-    if windows and np.any(np.asarray(seq_len) >= min(windows)):
+    if windows and any_true(seq_len >= min(windows)):
         raise ValueError(f"activations='transformers' does not model sliding-window attention masks: seq_len must "
                          f"be below sliding_window ({min(windows)}) (use activations='textbook')")
 
 
 def _positive(value):
     """value > 0, elementwise for arrays, as a Python bool for scalars."""
-    return value > 0 if isinstance(value, np.ndarray) else bool(value > 0)
+    return value > 0 if is_ndarray(value) else bool(value > 0)
 
 
 def _positive_any(value):
-    return bool(np.any(np.asarray(value) > 0))
+    return any_true(value > 0)
 
 
 def _pick(condition, if_true, if_false):
     """if_true where condition holds, else if_false (elementwise when condition is an array)."""
-    if isinstance(condition, np.ndarray):
+    if is_ndarray(condition):
         return np.where(condition, if_true, if_false).astype(np.int64)
     return if_true if condition else if_false
 
 
 def _same(x, y):
-    return bool(np.all(np.asarray(x) == np.asarray(y)))
+    if is_ndarray(x) or is_ndarray(y):
+        return bool(np.all(np.asarray(x) == np.asarray(y)))
+    return x == y

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-import numpy as np
+from .arrays import any_true, is_ndarray, np
 
 from . import validate
 from .activations import ATTENTION_KINDS
@@ -55,7 +55,7 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_
 
 def _smaller(x, y):
     """min for Python ints and element-wise for int64 arrays alike."""
-    return np.minimum(x, y) if isinstance(x, np.ndarray) or isinstance(y, np.ndarray) else min(x, y)
+    return np.minimum(x, y) if is_ndarray(x) or is_ndarray(y) else min(x, y)
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
 
 def _larger(x, y):
     """max for Python ints and element-wise for int64 arrays alike."""
-    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+    if is_ndarray(x) or is_ndarray(y):
         return np.maximum(x, y)
     return max(x, y)
 
@@ -311,7 +311,7 @@ def decode_tokens_per_second(memory: InferenceMemory, gpu):
     if not gpu.bandwidth_bytes_per_s:
         raise ValueError(f"gpu: the bandwidth of {gpu.name!r} is not known (0), so no decode speed follows")
     read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
-    if np.any(np.asarray(read_per_step) <= 0):
+    if any_true(read_per_step <= 0):
         raise ValueError("memory must hold bytes to read per step: its weights + quantization_constants + "
                          "kv_cache is 0, so no decode speed follows from the bandwidth")
     return gpu.bandwidth_bytes_per_s / read_per_step

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
 
-import numpy as np
+from .arrays import any_true, is_ndarray, np
 
 from . import validate
 from .formats import get_format
@@ -62,6 +62,9 @@ class SetStats:
     @classmethod
     def tensor(cls, numel, factored) -> SetStats:
         """One tensor of `numel` elements (an array of sizes works too)."""
+        if not is_ndarray(numel):  # one tensor: Python ints, no numpy
+            small = numel < EIGHT_BIT_MIN_SIZE
+            return cls(numel, 1, factored, int(numel) if small else 0, 0 if small else -(-int(numel) // EIGHT_BIT_BLOCK))
         is_small = np.asarray(numel) < EIGHT_BIT_MIN_SIZE
         small = np.where(is_small, numel, 0)
         blocks = np.where(is_small, 0, -(-np.asarray(numel) // EIGHT_BIT_BLOCK))
@@ -194,10 +197,10 @@ class Freeze(Method):
         n = shape.n_layers
         if self.trainable_layers is not None:
             k = self.trainable_layers
-            if np.any(np.asarray(k) > n):
+            if any_true(k > n):
                 raise ValueError(f"trainable_layers must be from 0 to n_layers ({n}); got {_show(k)}")
             return k
-        if np.any(np.asarray(self.frozen_layers) > n):
+        if any_true(self.frozen_layers > n):
             raise ValueError(f"frozen_layers must be from 0 to n_layers ({n}); got {_show(self.frozen_layers)}")
         return n - self.frozen_layers
 
@@ -234,7 +237,7 @@ class Freeze(Method):
         """
         import pandas as pd  # only here: `import memmath` stays numpy-only
         k = self.layers_trained(shape)
-        if isinstance(k, np.ndarray):
+        if is_ndarray(k):
             raise ValueError("Freeze.groups needs a single number of layers, not an array")
         n = shape.n_layers
 
@@ -505,7 +508,7 @@ def _need_width(shape: ModelShape, method: str):
 
 
 def _show(value) -> str:
-    if isinstance(value, np.ndarray):
+    if is_ndarray(value):
         return f"{value.min()}..{value.max()}" if value.size > 1 else str(value.item())
     return str(value)
 

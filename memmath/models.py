@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
+from .arrays import any_true, is_ndarray, is_numpy_str, np
 
 from . import validate
 
@@ -216,7 +216,7 @@ class ModelShape:
         if self.uniform_params is None:
             raise ValueError("n_params (uniform_params) is required for the uniform family: a whole number of parameters")
         n = validate.count("n_params", self.uniform_params, high=validate.MAX_PARAMS)
-        if np.any(n < self.n_layers):
+        if any_true(n < self.n_layers):
             raise ValueError(f"n_params must be at least n_layers ({self.n_layers}) so every layer holds a parameter")
         object.__setattr__(self, "uniform_params", n)
         for name in ("hidden_size", "n_heads", "vocab_size"):
@@ -241,7 +241,7 @@ class ModelShape:
             value = getattr(self, name)
             if value is not None:
                 checked = validate.count(name, value, high=limits.get(name, validate.MAX_DIM))
-                if isinstance(checked, np.ndarray):
+                if is_ndarray(checked):
                     raise ValueError(f"{name} must be a single number in a {self.family} model (sweep the uniform family instead)")
                 object.__setattr__(self, name, checked)
         if self.n_kv_heads is None:
@@ -253,7 +253,7 @@ class ModelShape:
             raise ValueError("type_vocab_size and num_labels apply to BERT models only")
         if self.family == "bert" and self.tied_embeddings:
             raise ValueError("tied_embeddings does not apply to BERT here: its pooler/classifier head has no vocabulary matrix")
-        if np.any(self.n_params > validate.MAX_PARAMS):
+        if any_true(self.n_params > validate.MAX_PARAMS):
             raise ValueError(f"the shape has {_describe_count(self.n_params)} parameters; at most "
                              f"{validate.MAX_PARAMS:,} are supported (check hidden_size, intermediate_size, "
                              "vocab_size and n_layers)")
@@ -335,16 +335,16 @@ class ModelShape:
 
 
 def _describe_count(value) -> str:
-    return f"{int(np.max(value)):,}" if isinstance(value, np.ndarray) else f"{value:,}"
+    return f"{int(np.max(value)):,}" if is_ndarray(value) else f"{value:,}"
 
 
 def lora_targets(targets) -> tuple[str, ...]:
     if isinstance(targets, str):
         targets = (targets,)
-    if isinstance(targets, (dict, bytes)) or (isinstance(targets, np.ndarray) and targets.dtype.kind != "U"):
+    if isinstance(targets, (dict, bytes)) or (is_ndarray(targets) and targets.dtype.kind != "U"):
         raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(targets)}")
     try:
-        targets = tuple(str(t) if isinstance(t, np.str_) else t for t in targets)
+        targets = tuple(str(t) if is_numpy_str(t) else t for t in targets)
     except TypeError:
         raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(targets)}") from None
     if not targets:
@@ -490,7 +490,7 @@ def _uniform_tensors(m: ModelShape, group: str):
         return [ParamTensor("layer.weights", "attention", (n // layers,), linear=True)]
     if group == "embeddings":
         rest = n - layers * (n // layers)
-        if isinstance(rest, np.ndarray) or rest:
+        if is_ndarray(rest) or rest:
             return [ParamTensor("rest", "embeddings", (rest,))]
     return []
 

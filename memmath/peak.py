@@ -61,11 +61,12 @@ from typing import TYPE_CHECKING
 
 from dataclasses import dataclass
 
-import numpy as np
+from .arrays import is_ndarray, np
 
 from . import validate
 from .hf_activations import activation_parts, scalar_methods, sweeping
 from .methods import Freeze, Full, LoRA
+from .memo import memoized
 from .notes import Note
 from .presets import resolve_model
 from .recipes import get_optimizer, get_recipe
@@ -118,14 +119,14 @@ class PeakEstimate:
     def total(self):
         """The peak of the step: the largest of the three phases."""
         phases = (self.forward, self.backward, self.optimizer_step)
-        if any(isinstance(value, np.ndarray) for value in phases):  # a sweep (some phases may be scalars)
+        if any(is_ndarray(value) for value in phases):  # a sweep (some phases may be scalars)
             return np.maximum(np.maximum(self.forward, self.backward), self.optimizer_step)
         return max(phases)
 
     @property
     def phase(self) -> str:
         """Which phase holds the peak (for a single configuration)."""
-        values = {p: np.max(getattr(self, p)) for p in PHASES}
+        values = {p: validate.largest(getattr(self, p)) for p in PHASES}
         return max(values, key=values.get)
 
     def parts(self) -> dict:
@@ -139,6 +140,7 @@ class PeakEstimate:
         return pd.DataFrame([{"phase": p, "moment": label, "bytes": value} for p, label, value in self.moments])
 
 
+@memoized()
 def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batch_size=1, seq_len=None,
                 checkpointing=False, attention="eager", dropout=True, device="cuda", step="steady") -> PeakEstimate:
     """Estimate the peak allocation of a training step (see the module docstring for each term).
@@ -229,7 +231,7 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     else:
         first = parts.first + parts.tables
     # Only when a second block stores: then every later block's gradients exist already.
-    two = storing > 1 if isinstance(storing, np.ndarray) else int(storing > 1)
+    two = storing > 1 if is_ndarray(storing) else int(storing > 1)
     moment("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
            (embeddings_alloc + first + grads - g_embed + tied_embed - g_block + work_bwd) * two)
     if checkpointing:
@@ -255,7 +257,7 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
         values = [value for p, _, value in moments if p == phase]
         result = values[0]
         for value in values[1:]:
-            result = np.maximum(result, value) if isinstance(result, np.ndarray) or isinstance(value, np.ndarray) \
+            result = np.maximum(result, value) if is_ndarray(result) or is_ndarray(value) \
                 else max(result, value)
         phases[phase] = result
     notes = () if note is None else (note,)
@@ -357,7 +359,7 @@ def _optimizer_transient(shape, method, recipe, opt, device):
 
     if isinstance(method, Freeze):
         k = method.layers_trained(shape)
-        if isinstance(k, np.ndarray):
+        if is_ndarray(k):
             options = np.array([largest(0), largest(1), largest(2)])
             return options[np.minimum(k, 2)], note
         return largest(min(int(k), 2)), note
@@ -391,7 +393,7 @@ def _bnb_maps(shape, method, recipe, opt):
 
     if isinstance(method, Freeze):
         k = method.layers_trained(shape)
-        return np.vectorize(maps, otypes=[np.int64])(k) if isinstance(k, np.ndarray) else maps(k)
+        return np.vectorize(maps, otypes=[np.int64])(k) if is_ndarray(k) else maps(k)
     return maps(shape.n_layers)
 
 
@@ -409,7 +411,7 @@ def _bnb_first_step(shape, method, recipe, opt):
 
     if isinstance(method, Freeze):
         k = method.layers_trained(shape)
-        if isinstance(k, np.ndarray):
+        if is_ndarray(k):
             return np.vectorize(highest, otypes=[np.int64])(k)
         return highest(k)
     return highest(shape.n_layers)
@@ -436,7 +438,7 @@ def _bnb_transient(shape, method, recipe, opt, device):
 
     if isinstance(method, Freeze):
         k = method.layers_trained(shape)
-        if isinstance(k, np.ndarray):
+        if is_ndarray(k):
             return np.array([largest(0), largest(1)])[np.minimum(k, 1)], None
         return largest(min(int(k), 1)), None
     return largest(min(shape.n_layers, 1)), None

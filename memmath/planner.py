@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import inspect
 from dataclasses import dataclass, field
 
-import numpy as np
+from .arrays import is_ndarray
 
 from . import validate
 from .activations import ATTENTION_KINDS
@@ -91,7 +91,7 @@ def step_peak(model, **settings) -> tuple[int, str]:
 
 
 def _single(total) -> int:
-    if isinstance(total, np.ndarray):  # a method swept over ranks or layers
+    if is_ndarray(total):  # a method swept over ranks or layers
         raise ValueError("the planner compares one run: model (a parameter count) and method (its rank or layers) "
                          "must be single values, not arrays")
     return int(total)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
+import numbers
+
+from .arrays import is_bool, is_ndarray
 
 from . import validate
 from dataclasses import replace
@@ -133,9 +135,9 @@ def resolve_model(model) -> ModelShape:
         if key in PRESETS:
             return PRESETS[key]
         raise ValueError(f"model {validate.describe(model)} is not a preset; presets: {', '.join(PRESETS)} (or pass a parameter count)")
-    if isinstance(model, (bool, np.bool_)):
+    if is_bool(model):
         raise ValueError("model must be a ModelShape, a preset name or a parameter count; got a boolean")
-    if isinstance(model, (int, float, np.integer, np.floating, np.ndarray, list, tuple)):
+    if isinstance(model, (numbers.Real, list, tuple)) or is_ndarray(model):
         n = validate.count("model (parameter count)", model, high=validate.MAX_PARAMS)
         return dataclasses.replace(uniform_model(n, 1, name="plain parameter count"), from_count=True)
     raise TypeError(f"model must be a ModelShape, a preset name or a parameter count; got {type(model).__name__}")

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
 
-import numpy as np
+from .arrays import is_ndarray, np
 
 from . import validate
 from .activations import ATTENTION_KINDS, ActivationEstimate, textbook_activations
 from .methods import Full, Method, Plan
+from .memo import memoized
 from .models import ModelShape
 from .notes import Note
 from .presets import is_plain_count, resolve_model
@@ -55,7 +56,7 @@ class OptimizerStates:
     def __post_init__(self):
         for name in ("moments", "step_counters", "block_constants"):
             value = validate.nbytes(name, getattr(self, name))
-            if isinstance(value, np.ndarray):  # a sweep: its parts must leave room for their sum in int64
+            if is_ndarray(value):  # a sweep: its parts must leave room for their sum in int64
                 validate.check_sweep(name, validate.largest(value))
             object.__setattr__(self, name, value)
 
@@ -111,7 +112,8 @@ class TrainingMemory:
         for name in (*PARTS, "trainable_params", "total_params", "adapter_params"):
             object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
         try:  # one sweep: every array part has a shape the others broadcast with
-            np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in PARTS))
+            if any(is_ndarray(getattr(self, name)) for name in PARTS):
+                np.broadcast_shapes(*(np.shape(getattr(self, name)) for name in PARTS))
         except ValueError:
             shapes = ", ".join(f"{name} {np.shape(getattr(self, name))}" for name in PARTS)
             raise ValueError(f"the parts must be numbers or arrays of one sweep that broadcast together; got {shapes}")\
@@ -180,7 +182,7 @@ class TrainingMemory:
         import pandas as pd  # only here: `import memmath` stays numpy-only
         unit = unit_name(unit)
         parts = self.parts()
-        if any(isinstance(v, np.ndarray) for v in parts.values()):
+        if any(is_ndarray(v) for v in parts.values()):
             shape = np.broadcast(*[np.asarray(v) for v in parts.values()]).shape
             frame = pd.DataFrame({p: np.broadcast_to(np.asarray(v), shape).ravel() for p, v in parts.items()})
             frame["total"] = frame[list(PARTS)].sum(axis=1)
@@ -191,6 +193,7 @@ class TrainingMemory:
         return pd.DataFrame(rows)
 
 
+@memoized()
 def training_memory(model, *, precision="bf16", optimizer="adamw", method: Method | None = None, batch_size=1,
                     seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention=None, dropout=None,
                     activations=None, device="cuda", sharding="even", rank=0) -> TrainingMemory:
@@ -399,7 +402,7 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
         )
     # Nothing trainable, nothing to store for backward.
     trains = plan.trainable_params > 0
-    if isinstance(trains, np.ndarray) and not isinstance(estimate.total, np.ndarray):
+    if is_ndarray(trains) and not is_ndarray(estimate.total):
         # A method sweep (LoRA ranks, frozen layers) at fixed sizes: the exact activations join int64 arrays.
         validate.check_sweep("activations (from seq_len and batch_size)", estimate.total)
     return estimate, estimate.total * trains, True

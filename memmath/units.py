@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 import re
 
-import numpy as np
+import numbers
+
+from .arrays import is_ndarray, np
 
 from . import validate
 
@@ -34,7 +36,7 @@ def to_unit(n_bytes, unit: str = "GB"):
     n_bytes must be from 0 to 1e30 (each element, for an array); ValueError otherwise.
     """
     size = UNITS[unit_name(unit)]
-    if isinstance(n_bytes, np.ndarray):
+    if is_ndarray(n_bytes):
         if n_bytes.dtype.kind not in "iuf":
             raise TypeError(f"n_bytes must be a number of bytes or an array of them; got an array of {n_bytes.dtype}")
         if n_bytes.size and not (np.all(n_bytes >= 0) and np.all(n_bytes <= 1e30)):
@@ -52,9 +54,9 @@ def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:
     """
     unit = unit_name(unit)
     digits = validate.count("digits", digits, low=0, high=12, scalar=True)
-    if isinstance(n_bytes, np.ndarray) and n_bytes.ndim:
+    if is_ndarray(n_bytes) and n_bytes.ndim:
         raise TypeError("format_bytes formats one size; for an array of bytes use to_unit(n_bytes, unit)")
-    short = isinstance(n_bytes, (int, float, np.integer, np.floating)) and not isinstance(n_bytes, bool) and n_bytes < 0
+    short = isinstance(n_bytes, numbers.Real) and not isinstance(n_bytes, bool) and n_bytes < 0
     value = to_unit(-n_bytes if short else n_bytes, unit)
     text = f"{int(round(value)):,} B" if unit == "B" else f"{value:,.{digits}f} {unit}"
     return f"{text} short" if short else text
@@ -69,7 +71,7 @@ def parse_count(text) -> int:
 
     Suffixes are decimal: k = 10**3, M = 10**6, B (or G) = 10**9, T = 10**12.
     """
-    if isinstance(text, (int, float, np.integer, np.floating)) and not isinstance(text, bool):
+    if isinstance(text, numbers.Real) and not isinstance(text, bool):
         return validate.count("parameter count", text, low=1, high=validate.MAX_PARAMS)
     if not isinstance(text, str):
         raise TypeError(f"parameter count must be a number or text such as '7B'; got {validate.describe(text)}")

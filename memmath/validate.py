@@ -10,7 +10,7 @@ import math
 import numbers
 import reprlib
 
-import numpy as np
+from .arrays import is_bool, is_ndarray, np
 
 # Input ranges. Scalar arithmetic uses Python ints and is exact at any size; sweeps (int64 arrays)
 # are also checked against SWEEP_LIMIT where a product of inputs can grow past it.
@@ -50,9 +50,9 @@ def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool =
     refuses arrays (for settings a sweep cannot vary) with a ValueError.
     """
     allowed = f"a whole number from {low:,} to {high:,}"
-    if scalar and isinstance(value, (np.ndarray, list, tuple)) and (not isinstance(value, np.ndarray) or value.ndim > 0):
+    if scalar and (isinstance(value, (list, tuple)) or (is_ndarray(value) and value.ndim > 0)):
         raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
-    if isinstance(value, (bool, np.bool_)):
+    if is_bool(value):
         raise ValueError(f"{name} must be {allowed}, got the boolean {value}")
     if isinstance(value, str):
         raise TypeError(f"{name} must be {allowed}, got the string {describe(value)}")
@@ -109,7 +109,7 @@ def reals(name: str, value) -> np.ndarray:
     None, strings, booleans, objects and ragged lists raise TypeError naming the field.
     """
     message = f"{name} must be a real number or an array of them"
-    if value is None or isinstance(value, (str, bytes, bool, np.bool_, dict)):
+    if value is None or isinstance(value, (str, bytes, dict)) or is_bool(value):
         raise TypeError(f"{message}, got {describe(value)}")
     try:
         array = np.asarray(value)
@@ -122,7 +122,7 @@ def reals(name: str, value) -> np.ndarray:
 
 def nbytes(name: str, value):
     """A number of bytes: a non-negative whole number (Python int) or an array of them (int64)."""
-    if isinstance(value, np.ndarray) and value.ndim > 0:
+    if is_ndarray(value) and value.ndim > 0:
         if value.dtype.kind not in "iu":
             raise TypeError(f"{name} must be whole bytes, an int or an int64 array; got an array of {value.dtype}")
         if np.any(value < 0):
@@ -150,10 +150,10 @@ def notes(name: str, value) -> tuple:
 def real(name: str, value, *, low: float, high: float) -> float:
     """A finite real number in [low, high], as a Python float."""
     allowed = f"a number from {low:g} to {high:g}"
-    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+    if is_ndarray(value) and value.ndim == 0 and value.dtype.kind in "iuf":
         value = value.item()
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise (TypeError if not isinstance(value, (bool, np.bool_)) else ValueError)(
+    if is_bool(value) or not isinstance(value, numbers.Real):
+        raise (TypeError if not is_bool(value) else ValueError)(
             f"{name} must be {allowed}, got {describe(value)}"
         )
     try:
@@ -167,7 +167,7 @@ def real(name: str, value, *, low: float, high: float) -> float:
 
 def flag(name: str, value) -> bool:
     """A real boolean (True/False), not a truthy string or number."""
-    if isinstance(value, (bool, np.bool_)):
+    if is_bool(value):
         return bool(value)
     raise ValueError(f"{name} must be True or False, got {describe(value)}")
 
@@ -203,12 +203,12 @@ def check_sweep(name: str, largest) -> None:
 
 def largest(value):
     """The largest element of an array as a Python int (a scalar passes through)."""
-    return int(np.max(value)) if isinstance(value, np.ndarray) else value
+    return int(np.max(value)) if is_ndarray(value) else value
 
 
 def is_array(*values) -> bool:
     """True when any value is a numpy array (the caller is sweeping)."""
-    return any(isinstance(value, np.ndarray) for value in values)
+    return any(is_ndarray(value) for value in values)
 
 
 def ceil_div(numerator, denominator):

@@ -243,6 +243,40 @@ def test_the_cli_module_imports_only_the_standard_library():
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+
+@pytest.mark.parametrize("args", [
+    ["train", "llama-3-8b", "--method", "lora", "--batch", "4", "--seq", "2048", "--gpu", "RTX 4090"],
+    ["train", "llama-2-7b", "--gpus", "8", "--zero-stage", "3", "--gpu", "H100 80GB", "--json"],
+    ["train", "gpt2", "--method", "qlora", "--seq", "1024", "--gpu", "T4"],
+    ["infer", "llama-2-7b", "--context", "32768", "--weights", "nf4", "--gpu", "RTX 4090"],
+    ["models"], ["gpus"],
+], ids=["train-lora", "train-zero3", "train-qlora", "infer", "models", "gpus"])
+def test_a_question_about_one_run_never_imports_numpy(args):
+    # numpy's import is most of a command's start (issue 12's speed target): one run is Python ints,
+    # and numpy loads only when an array is in play (memmath/arrays.py).
+    code = ("import sys, io, contextlib, memmath.cli as c\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    status = c.main({args!r})\n"
+            "print(status, 'numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    status, numpy_loaded = done.stdout.split()
+    assert status in ("0", "1") and numpy_loaded == "False", done.stdout + done.stderr
+
+
+def test_a_sweep_still_computes_with_numpy_loaded_on_demand():
+    # In a fresh interpreter: a scalar answer without numpy, then a sweep of the same run (its arrays
+    # import numpy); the sweep's element equals the scalar answer.
+    code = ("import sys, memmath as mm\n"
+            "one = mm.training_memory('llama-2-7b', seq_len=2048, batch_size=2).total\n"
+            "before = 'numpy' in sys.modules\n"
+            "import numpy as np\n"
+            "many = mm.training_memory('llama-2-7b', seq_len=2048, batch_size=np.array([1, 2, 4])).total\n"
+            "print(before, type(one).__name__, int(many[1]) == one)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.split() == ["False", "int", "True"], done.stdout + done.stderr
+
 # ---- infer, models, gpus --------------------------------------------------------------------
 def test_infer_json_carries_the_api_numbers():
     report = run_json("infer", "llama-3-8b", "--context", "32768", "--batch", "2", "--weights", "nf4", "--kv", "fp8_e4m3",

@@ -1,0 +1,51 @@
+"""numpy when an array is in play, and only then.
+
+memmath answers a single run with Python ints (exact at any size) and a sweep with int64 arrays.
+A value can only be a numpy array or a numpy number once numpy has been imported, so these checks
+look in sys.modules instead of importing it: a command-line question about one run never loads
+numpy (its import costs about three times the interpreter's own start), while `np` below loads it
+on the first use of any of its names, which only the sweep paths make.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+class _LazyNumpy:
+    """The numpy module, imported the first time one of its names is used."""
+
+    def __getattr__(self, name):
+        import numpy
+
+        return getattr(numpy, name)
+
+    def __repr__(self) -> str:
+        return "<numpy, imported on first use>"
+
+
+np = _LazyNumpy()
+
+
+def is_ndarray(value) -> bool:
+    """True for a numpy array (of any shape); False, without importing numpy, for anything else."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray)
+
+
+def is_bool(value) -> bool:
+    """True for Python's and numpy's booleans."""
+    if isinstance(value, bool):
+        return True
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.bool_)
+
+
+def is_numpy_str(value) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.str_)
+
+
+def any_true(condition) -> bool:
+    """np.any for an array of conditions, bool() for a single one."""
+    return bool(np.any(condition)) if is_ndarray(condition) else bool(condition)
