@@ -166,7 +166,7 @@ def test_assumes_line_sums_to_the_bytes_per_parameter_shown(precision, optimizer
     optimizer_dd = mo.ui.dropdown(options=base_defs["optimizer_dropdown"].options, value=optimizer)
     outputs, defs = lessons.run_with(LESSON, precision_dropdown=precision_dd, optimizer_dropdown=optimizer_dd)
     text = lessons.output_text(outputs)
-    shown = float(re.search(r"\(([\d.]+) B per parameter\)", text).group(1))
+    shown = float(re.search(r"parameters × ([\d.]+) B per parameter", text).group(1))
     assert shown == expected == _assumes_sum(text)
 
 
