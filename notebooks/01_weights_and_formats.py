@@ -423,12 +423,11 @@ def _(alt, cards_chart, context_checkbox, mm, mo, pd, unit, viz, weight_bytes, w
                       "flip": [_need > 0.6 * max(float(gpu_fits[_mem].max()), _need)]}),
     ], ignore_index=True), draw=_draw, key=unit)
     # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
-    fit_rows = gpu_fits.assign(**{
-        "needs (% of the card)": (100 * (gpu_fits[_mem] - gpu_fits[_head]) / gpu_fits[_mem]).round(1),
-        "verdict": [f"fits, {mm.format_bytes(h * mm.UNITS[unit], unit)} spare" if f
-                    else f"short by {mm.format_bytes(-h * mm.UNITS[unit], unit)}"
-                    for h, f in zip(gpu_fits[_head], gpu_fits["fits"])],
-    })[["gpu", "marketed", _mem, "needs (% of the card)", "verdict"]].round(2)
+    fit_rows = pd.DataFrame([{
+        "gpu": _g, "marketed": _m, _mem: round(_size, 2), "needs (% of the card)": round(100 * (_size - _h) / _size, 1),
+        "verdict": (f"fits, {mm.format_bytes(_h * mm.UNITS[unit], unit)} spare" if _f
+                    else f"short by {mm.format_bytes(-_h * mm.UNITS[unit], unit)}"),
+    } for _g, _m, _size, _h, _f in gpu_fits[["gpu", "marketed", _mem, _head, "fits"]].itertuples(index=False)])
     _holding = gpu_fits[gpu_fits["fits"]]
     mo.vstack([
         mo.md(f"""

@@ -238,7 +238,32 @@ def _(alt, mm, mo, pd, published, viz):
 
 
 @app.cell(hide_code=True)
-def _(gpu, mm, mo, model, n_params, optimizer_dropdown, pd, precision, published, run, unit, viz):
+def _(mo):
+    # Rendered once: the prose between the tables of the next cell, which the run's controls re-run.
+    details_prose = {"optimizer": mo.md(r"""
+        Read the counts by row: the parts are the same everywhere (weights, gradients, optimizer
+        states, sometimes a master copy or an accumulation buffer); only their formats differ. When
+        you quote a number, quote its recipe with it.
+
+        ## Optimizer choice
+
+        The optimizer decides how many numbers each weight carries between steps. Plain SGD keeps
+        none; SGD with momentum keeps one; Adam and AdamW keep two; 8-bit Adam (Dettmers et al. 2022)
+        keeps Adam's two at 1 byte each plus a small scale per block; Adafactor (Shazeer & Stern 2018)
+        replaces the second moment of each matrix by its row and column averages and drops the first.
+        Adafactor's saving needs the shape of every matrix: with a bare parameter count from the slider
+        memmath cannot factor anything and counts a full second moment, so pick a published model to see it.
+        """), "gpus": mo.md(r"""
+        ## A GPU that holds the weights can still fail the run
+
+        A card must hold the whole step, not the weights alone; activations, the next lesson, widen the gap.
+        Nothing is reserved for the CUDA context in these verdicts, as the verdict above says.
+        """)}
+    return (details_prose,)
+
+
+@app.cell(hide_code=True)
+def _(details_prose, gpu, mm, mo, model, n_params, optimizer_dropdown, pd, precision, published, run, unit, viz):
     # The cell every control of the run re-runs second: the tables that apply the run to your model.
     published_rows = published.published_table(n_params, unit)
     # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
@@ -256,39 +281,22 @@ def _(gpu, mm, mo, model, n_params, optimizer_dropdown, pd, precision, published
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
-    _weights = mm.fit_table(run.weights, reserved_bytes=0, unit=unit).set_index("gpu")  # the card as the driver reports it
-    _total = mm.fit_table(run.total, reserved_bytes=0, unit=unit).set_index("gpu")
-    gpu_rows = _weights[["marketed", f"memory ({unit})"]].assign(**{
-        "holds the weights": _weights["fits"].map({True: "yes", False: "no"}),
-        "runs full finetuning": _total["fits"].map({True: "yes", False: "no"}),
-    }).reset_index().round(2)
+    # Every card as the driver reports it, smallest first (as mm.fit_table lists them), judged twice by mm.check_fit.
+    gpu_rows = pd.DataFrame([{
+        "gpu": _g.name, "marketed": _g.marketed, f"memory ({unit})": round(_g.memory_bytes / mm.UNITS[unit], 2),
+        "holds the weights": "yes" if mm.check_fit(run.weights, _g, reserved_bytes=0).fits else "no",
+        "runs full finetuning": "yes" if mm.check_fit(run.total, _g, reserved_bytes=0).fits else "no",
+    } for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)])
     _gap = gpu_rows[(gpu_rows["holds the weights"] == "yes") & (gpu_rows["runs full finetuning"] == "no")]
     mo.vstack([
         mo.accordion({f"What does each published count give for {viz.short_count(n_params)} parameters?":
                       viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])}),
-        mo.md(r"""
-        Read the counts by row: the parts are the same everywhere (weights, gradients, optimizer
-        states, sometimes a master copy or an accumulation buffer); only their formats differ. When
-        you quote a number, quote its recipe with it.
-
-        ## Optimizer choice
-
-        The optimizer decides how many numbers each weight carries between steps. Plain SGD keeps
-        none; SGD with momentum keeps one; Adam and AdamW keep two; 8-bit Adam (Dettmers et al. 2022)
-        keeps Adam's two at 1 byte each plus a small scale per block; Adafactor (Shazeer & Stern 2018)
-        replaces the second moment of each matrix by its row and column averages and drops the first.
-        Adafactor's saving needs the shape of every matrix: with a bare parameter count from the slider
-        memmath cannot factor anything and counts a full second moment, so pick a published model to see it.
-        """),
+        details_prose["optimizer"],
         mo.accordion({"How much does each optimizer keep for your model and recipe?":
                       viz.plain_table(optimizer_table, wrapped_columns=["what it keeps"])}),
-        mo.md(f"""
-        ## A GPU that holds the weights can still fail the run
-
-        With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but fail the run
-        before activations ({", ".join(_gap["gpu"]) if len(_gap) else "none"}); activations, the next lesson,
-        widen the gap. Nothing is reserved for the CUDA context here, as above. Every card, twice:
-        """),
+        details_prose["gpus"],
+        mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but fail the run "
+              f"before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'}). Every card, twice:"),
         viz.plain_table(gpu_rows),
     ])
     return gpu_rows, optimizer_table, published_rows
