@@ -163,10 +163,10 @@ def _(mo):
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo):
+@app.cell
+def _(live_only_notice, mm, mo):
     _gpu, _big = mm.GPUS["RTX 4090"], mm.GPUS["A100 80GB"]
-    mo.md(f"""
+    _prose = mo.md(f"""
     ## GB versus GiB
 
     Memory sizes come in two units that are easy to confuse:
@@ -185,13 +185,8 @@ def _(mm, mo):
     This workbook counts in whole bytes and converts only to show a number, always with its unit.
     The article's sizes are in GB. Pick a card to compare the three ways of writing its memory:
     """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mm, mo):
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
-    mo.vstack([live_only_notice(), gpu_dropdown])
+    mo.vstack([_prose, live_only_notice(), gpu_dropdown])
     return (gpu_dropdown,)
 
 
@@ -216,9 +211,9 @@ def _(gpu_dropdown, mm, mo, pd, viz):
     return gpu, gpu_mib, gpu_units
 
 
-@app.cell(hide_code=True)
-def _(mo, viz):
-    mo.md(f"""
+@app.cell
+def _(live_only_notice, mm, mo, viz):
+    _prose = mo.md(f"""
     ## Training and inference are two separate calculations
 
     The article insists on this split: memory for **inference** (running a trained model) and
@@ -233,16 +228,11 @@ def _(mo, viz):
     Finetuning is training, even when the model is small. Pick a model to compare (lessons
     {viz.lesson_link("03_activations", "3")} and {viz.lesson_link("07_inference", "7")} open up each side):
     """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mm, mo):
     model_dropdown = mo.ui.dropdown(options=[k for k, s in mm.PRESETS.items() if s.family != "bert"],
                                     value="llama-2-7b", label="Model")
     context = 2048  # tokens in the sequence, for both sides
-    mo.vstack([live_only_notice(), model_dropdown])
-    return context, model_dropdown
+    mo.vstack([_prose, live_only_notice(), model_dropdown])
+    return (context, model_dropdown)
 
 
 @app.cell(hide_code=True)

@@ -173,9 +173,9 @@ def _(mm):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(STORAGE_FORMATS, alt, mm, mo, pd, viz):
     _bf16, _fp16 = mm.get_format("bf16"), mm.get_format("fp16")
-    mo.md(f"""
+    _prose = mo.md(f"""
     ## Inside a number format
 
     A floating-point number has three fields: a **sign** bit, an **exponent** that sets how large
@@ -197,11 +197,6 @@ def _(mm, mo):
     **fixed point** format. QLoRA's **nf4** goes one step further: 16 levels placed where
     normally distributed weights fall, times a scale per block.
     """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(STORAGE_FORMATS, alt, mm, mo, pd, viz):
     # Bit layout of each format, from memmath.FORMATS: sign + exponent + mantissa for floats.
     _rows = []
     for _name in STORAGE_FORMATS:
@@ -238,15 +233,15 @@ def _(STORAGE_FORMATS, alt, mm, mo, pd, viz):
         "decimal digits": f"{_f.decimal_digits:.1f}" if _f.decimal_digits else "-",
         "what it is": _f.description,
     } for _f in (mm.get_format(n) for n in STORAGE_FORMATS)])
-    mo.vstack([_chart, mo.accordion({"How large, and how fine, is each format?": viz.plain_table(
+    mo.vstack([_prose, _chart, mo.accordion({"How large, and how fine, is each format?": viz.plain_table(
         format_table, wrapped_columns=["what it is"])})])
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo):
+@app.cell
+def _(live_only_notice, mm, mo):
     _bf16_step_300 = mm.float_step("bf16", 300.7)
-    mo.md(f"""
+    _prose = mo.md(f"""
     ## Round a number yourself
 
     Type any number and see what each format actually stores. Some values to try: `0.1` (no
@@ -260,18 +255,13 @@ def _(mm, mo):
     trade-off: a small absmax gives fine steps but clips anything larger; a large one keeps large
     values but rounds small ones to zero.
     """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mo):
     value_number = mo.ui.number(start=-1_000_000, stop=1_000_000, value=0.1, label="A value to store")
     block_absmax_slider = mo.ui.slider(
         steps=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 127, 200, 500, 1_000, 10_000, 100_000,
                1_000_000],
         value=1, show_value=True, label="Block absmax (largest |value| sharing the integer scale)")
-    mo.vstack([live_only_notice(), mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)])
-    return block_absmax_slider, value_number
+    mo.vstack([_prose, live_only_notice(), mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)])
+    return (block_absmax_slider, value_number)
 
 
 @app.cell(hide_code=True)
@@ -347,36 +337,26 @@ def _(alt, live_chart):
     return (staircase_chart,)
 
 
-@app.cell(hide_code=True)
-def _(mm, mo):
+@app.cell
+def _(literature, live_only_notice, mm, mo, viz):
     _extra_bits = mm.get_format("fp16").mantissa_bits - mm.get_format("bf16").mantissa_bits
-    mo.md(f"""
+    _flat = mo.md(f"""
     Flat stretches are values the format cannot tell apart. fp16's staircase hugs the dashed
     exact line; bf16's steps are {2 ** _extra_bits} times wider ({_extra_bits} fewer mantissa bits); fp8 and the
     integer format are wider still, which is why they are used for storage with care (per-block
     scales) rather than for every number in training.
     """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo, viz):
-    mo.md(f"""
+    _prose = mo.md(f"""
     ## Which GPUs can hold the weights?
 
     GPU memory below is what the driver reports (nvidia-smi), which differs from the size on the
     box (see GB versus GiB in {viz.lesson_link("00_start_here", "the start page")}). A card also
     loses memory before any tensor arrives, to the CUDA context: tick the box to set it aside.
     """)
-    return
-
-
-@app.cell
-def _(literature, live_only_notice, mo):
     _context = literature.REPORTED["cuda_context_v100"]
     context_checkbox = mo.ui.checkbox(
         value=False, label=f"Set aside {_context.value:,.0f} {_context.unit} for the CUDA context")
-    mo.vstack([live_only_notice(), context_checkbox])
+    mo.vstack([_flat, _prose, live_only_notice(), context_checkbox])
     return (context_checkbox,)
 
 

@@ -303,7 +303,11 @@ def _(details_prose, gpu, mm, mo, model, n_params, optimizer_dropdown, pd, preci
 
 
 @app.cell(hide_code=True)
-def _(measured_cases, measured_versions, mm, mo, pd, reference, viz):
+def _(mm, mo, pd, reference, viz):
+    measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
+    _versions = reference.measured_metadata()["versions"]
+    measured_versions = (f"torch {_versions['torch']}, transformers {_versions['transformers']}, "
+                         f"one thread")
     # Full finetuning of each recorded model, every recipe and optimizer recorded (one batch of 2 x 64 tokens).
     _models = {"gpt2": "GPT-2 (tied head)", "llama-mha": "LLaMA (multi-head attention)",
                "llama-gqa": "LLaMA (grouped-query attention)", "bert": "BERT (classifier)"}
@@ -393,15 +397,6 @@ def _(mm, pd):
     return OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, recipes_grid
 
 
-@app.cell
-def _(mm, reference):
-    measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
-    _versions = reference.measured_metadata()["versions"]
-    measured_versions = (f"torch {_versions['torch']}, transformers {_versions['transformers']}, "
-                         f"one thread")
-    return measured_cases, measured_versions
-
-
 @app.cell(hide_code=True)
 def _(article_bpp, mo, viz):
     mo.callout(mo.md(f"""
@@ -420,8 +415,8 @@ def _(article_bpp, mo, viz):
     return
 
 
-@app.cell
-def _(mm):
+@app.cell(hide_code=True)
+def _(mm, mo):
     # Problem answers, computed with memmath.
     answer_mixed_7b = mm.training_memory(7_000_000_000, precision="mixed", optimizer="adam")
     answer_8bit_7b = mm.training_memory(7_000_000_000, precision="bf16", optimizer="adam8bit")
@@ -432,13 +427,7 @@ def _(mm):
     _fits = mm.fit_table(_llama.total, reserved_bytes=0)
     answer_llama_gpu = _fits[_fits["fits"]].iloc[0]["gpu"]
     answer_llama_total = _llama.total
-    return (answer_8bit_7b, answer_adam_7b, answer_frozen, answer_llama_gpu, answer_llama_total,
-            answer_mixed_7b)
-
-
-@app.cell(hide_code=True)
-def _(answer_8bit_7b, answer_adam_7b, answer_frozen, answer_llama_gpu, answer_llama_total, answer_mixed_7b,
-      mm, mo):
+    _reserved = mm.fit_table(_llama.total)  # the default reserve: memmath.CUDA_CONTEXT_BYTES
     _b = mm.bytes_per_parameter("mixed", "adam")
     _a8 = mm.OPTIMIZERS["adam8bit"]
     mo.vstack([
@@ -467,7 +456,10 @@ def _(answer_8bit_7b, answer_adam_7b, answer_frozen, answer_llama_gpu, answer_ll
         mo.accordion({"Answer": mo.md(
             f"The run needs {mm.format_bytes(answer_llama_total)} ({mm.format_bytes(answer_llama_total, 'GiB')}): "
             f"the smallest card that reports enough is the **{answer_llama_gpu}** "
-            f"({mm.format_bytes(mm.GPUS[answer_llama_gpu].memory_bytes, 'GiB')}).")}),
+            f"({mm.format_bytes(mm.GPUS[answer_llama_gpu].memory_bytes, 'GiB')}), reserving nothing for the CUDA "
+            f"context; with its {mm.CUDA_CONTEXT_BYTES // mm.UNITS['MiB']:,} MiB set aside "
+            + ("the answer stays the same." if _reserved[_reserved["fits"]].iloc[0]["gpu"] == answer_llama_gpu
+               else f"it is the **{_reserved[_reserved['fits']].iloc[0]['gpu']}**."))}),
     ])
     return
 
