@@ -99,8 +99,8 @@ def _(demo_chart, demo_grid, demo_params_slider, mm, mo, unit_radio):
         mo.callout(mo.md(f"""
         **{_billions} billion parameters.** Loading the weights:
         {demo_params:,} × {_b["weights"]:g} B (bf16) = **{mm.format_bytes(demo_weights, _unit)}**.
-        One step of full finetuning with Adam in pure bf16: {demo_params:,} × ({_b["weights"]:g} B weight
-        + {_b["gradients"]:g} B gradient + {_b["optimizer_states"]:g} B for Adam's two states)
+        One step of full finetuning with Adam in pure bf16:
+        {demo_params:,} × ({_b["weights"]:g} B weight + {_b["gradients"]:g} B gradient + {_b["optimizer_states"]:g} B for Adam's two states)
         = **{mm.format_bytes(demo_training.without_activations, _unit)}** before activations,
         {demo_training.without_activations // demo_weights} times what loading showed.
         """), kind="info"),

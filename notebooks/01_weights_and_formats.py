@@ -413,6 +413,7 @@ def _(alt, cards_chart, context_checkbox, mm, mo, pd, unit, viz, weight_bytes, w
         mo.md(f"""
         {len(_holding)} of the {len(gpu_fits)} cards hold these weights
         ({mm.format_bytes(weight_bytes, unit)}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
+
         {viz.cuda_reserve_sentence(reserved_bytes, unit)}
         """),
         mo.accordion({"How much room does each card leave?": viz.plain_table(fit_rows)}),

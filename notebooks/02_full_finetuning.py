@@ -103,6 +103,7 @@ def _(bars_chart, gpu_dropdown, mm, mo, optimizer_dropdown, params_slider, pd, p
         {n_params:,} parameters × {run.total / n_params:.2f} B per parameter, of which {mm.format_bytes(run.weights, unit)} are weights.
         The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}: it
         {"holds" if _holds.fits else "cannot even hold"} the weights, and the run {_verdict}.
+
         {viz.cuda_reserve_sentence(0, unit)}
 
         *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
@@ -296,8 +297,8 @@ def _(details_prose, gpu, mm, mo, model, n_params, optimizer_dropdown, pd, preci
                       viz.plain_table(optimizer_table, wrapped_columns=["what it keeps"])}),
         details_prose["gpus"],
         mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but fail the run "
-              f"before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'}). Every card, twice:"),
-        viz.plain_table(gpu_rows),
+              f"before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'})."),
+        mo.accordion({"Which cards hold the weights, and which run the step?": viz.plain_table(gpu_rows)}),
     ])
     return gpu_rows, optimizer_table, published_rows
 
