@@ -39,6 +39,15 @@ It calls `_draw(frame)` once (and again for a new `key` or other columns) and af
 frame's rows and the params' values only. The lesson tests run with MEMMATH_LIVE_CHART_CHECK=1,
 which draws on every update and fails a spec that moved while its key stayed.
 
+A bound chart (`memmath_lessons.static_charts.bound_chart`: a chart with inputs of its own, for the
+static site) has a live twin for the lesson's marimo control of the same quantity:
+`bound_live_chart(draw, title=...)` takes the same `draw(base)` and the same title, and
+`update(rows, caption="Parameters: 7B")` sends the rows of the control's value and the title's
+second line (a param), as the bound chart's own inputs would write it::
+
+    sizes_chart = bound_live_chart(_draw, title="Weights in each format")   # a cell no control reads
+    sizes_chart.update(grid[grid["billions"] == slider.value], caption=f"Parameters: {slider.value}B")
+
 Every update ends with one attribute change on the chart's element (`data-updates`, `data-rows`):
 a canvas redraw is no DOM change, so this is what the browser tests and the speed benchmark see.
 
@@ -198,6 +207,38 @@ class LiveChart(anywidget.AnyWidget):
 def live_chart(draw=None) -> LiveChart:
     """A LiveChart: `live_chart(draw)` for `update(frame, **params)`, `live_chart()` for `update(chart)`."""
     return LiveChart(draw)
+
+
+CAPTION_PARAM = "caption"
+"""The param a bound_live_chart's title shows on its second line (the control's value)."""
+
+
+def bound_live_chart(draw, *, title: str = "") -> LiveChart:
+    """The live twin of `static_charts.bound_chart(grid, controls, draw, title=title)`, driven by a marimo control.
+
+    `draw(base)` is the bound chart's own function: here `base` is `alt.Chart(rows)` of the rows that
+    `update(rows, caption=...)` hands over. The chart is drawn as SVG, as the bound chart is (its
+    numbers stay text), titled `title` over the caption line, and has no input of its own.
+    """
+    if not callable(draw):
+        raise TypeError(f"bound_live_chart takes the bound chart's draw(base) function; got {draw!r}")
+    import altair as alt
+
+    lines = f"[{json.dumps(title)}, {CAPTION_PARAM}]" if title else CAPTION_PARAM
+
+    def _draw(frame):
+        if frame.empty:
+            raise ValueError("a bound chart's live twin needs rows: the grid's rows for the control's current value")
+        chart = draw(alt.Chart(frame))
+        if not isinstance(chart, alt.TopLevelMixin):
+            raise TypeError(f"draw must return an altair chart built from base; got {type(chart).__name__}")
+        chart = chart.add_params(alt.param(name=CAPTION_PARAM, value="")).properties(
+            title=alt.Title(text=alt.expr(lines), anchor="start"))
+        usermeta = {} if chart.usermeta is alt.Undefined else dict(chart.usermeta)
+        chart["usermeta"] = {**usermeta, "embedOptions": {**usermeta.get("embedOptions", {}), "renderer": "svg"}}
+        return chart
+
+    return LiveChart(_draw)
 
 
 def frame_rows(frame) -> list[dict]:

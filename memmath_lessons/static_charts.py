@@ -7,7 +7,8 @@ chart (`alt.param(bind=alt.binding_range(...))`), so dragging one filters the gr
 that value and the chart redraws in the browser. It works the same under `marimo run`, but a
 lesson shows it only in the static site (`if is_static_export(): ...`, prose included): live, the
 marimo control for the same quantity is the only one (two sliders that do not follow each other
-confuse), and a lesson may draw the same `draw` from it instead, `draw(alt.Chart(rows_for_the_value))`.
+confuse), and the lesson draws the same `draw` with it through the bound chart's live twin,
+`memmath_lessons.live_chart.bound_live_chart(draw, title=...)`, which takes the rows of the control's value.
 
 Interface
 ---------
@@ -307,36 +308,3 @@ def _inline_csv(grid: pd.DataFrame) -> alt.InlineData:
     text = grid.to_csv(index=False, float_format=f"%.{_FLOAT_DIGITS}g", lineterminator="\n")
     return alt.InlineData(values=text, format=alt.DataFormat(type="csv", parse=parse or None))
 
-
-class LiveChart:
-    """A bound chart's `draw` for the live lesson, driven by the marimo control instead of its own input.
-
-    Build it once, in a cell that no control reads (altair takes ~100 ms to build and serialize a
-    chart); `show(rows, caption)` in the cell that reads the control fills in that value's rows and a
-    caption line under the title in a few milliseconds::
-
-        demo_live = LiveChart(draw, title="Full finetuning in pure bf16")          # once
-        demo_live.show(grid[grid["billions"] == slider.value], f"Parameters: {slider.value}B")
-    """
-
-    DATA_NAME = "live_rows"
-
-    def __init__(self, draw: Callable[[alt.Chart], Any], *, title: str = ""):
-        chart = draw(alt.Chart(alt.NamedData(name=self.DATA_NAME)))
-        if not isinstance(chart, alt.TopLevelMixin):
-            raise TypeError(f"draw must return an altair chart built from base; got {type(chart).__name__}")
-        self.title = title
-        self.spec = chart.to_dict(validate=False)
-        # The same look as the bound chart: SVG, so the drawn numbers stay text.
-        self.spec["usermeta"] = {**self.spec.get("usermeta", {}), "embedOptions": {"renderer": "svg"}}
-
-    def show(self, rows: pd.DataFrame, caption: str):
-        """The chart of `rows` (the grid's rows for the control's value), titled with `caption` on a second line."""
-        from memmath_lessons.viz import SpecOutput
-
-        if not isinstance(rows, pd.DataFrame) or rows.empty:
-            raise ValueError("rows must be a non-empty DataFrame: the grid's rows for the control's current value")
-        records = json.loads(rows.to_json(orient="records", double_precision=10))
-        lines = [self.title, caption] if self.title else [caption]
-        return SpecOutput({**self.spec, "datasets": {self.DATA_NAME: records},
-                           "title": {"text": lines, "anchor": "start"}})

@@ -259,6 +259,22 @@ def readable_size(n_bytes, unit: str = "GB") -> str:
     return format_bytes(n_bytes, readable_unit(n_bytes, unit))
 
 
+def cuda_reserve_sentence(reserved_bytes: int, unit: str = "GB") -> str:
+    """One sentence on what a fit verdict reserves for the CUDA context, and why: the same in every lesson (1, 2)."""
+    from memmath.gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN
+    from memmath.reference.literature import REPORTED
+
+    measured = REPORTED["cuda_context_v100"]  # 1,343 MiB: what memmath.CUDA_CONTEXT_BYTES holds
+    why = (f"the memory the driver takes for its context and kernels before PyTorch allocates any tensor "
+           f"({measured.value:,.0f} {measured.unit} measured on a V100: {measured.source})")
+    if reserved_bytes:
+        return (f"**Reserved:** {format_bytes(reserved_bytes, unit)} ({reserved_bytes // UNITS['MiB']:,} MiB) of each "
+                f"card for the CUDA context, {why}.")
+    return (f"**Reserved:** nothing for the CUDA context, though a real card loses about "
+            f"{format_bytes(CUDA_CONTEXT_BYTES, unit)} ({CUDA_CONTEXT_BYTES // UNITS['MiB']:,} MiB) to it, {why}; "
+            f"memmath's fit check reserves it by default, and its planner also keeps {FIT_MARGIN:.0%} of the need free.")
+
+
 class SpecOutput:
     """A Vega-Lite spec (a dict) shown by marimo like an altair chart: same mimetype, JSON written once."""
 

@@ -15,22 +15,13 @@ def _(mo, viz):
     mo.md(f"""
     # {viz.LESSONS["00_start_here"]}
 
-    People who work with neural networks share a running joke: you are not really doing AI until
-    you have seen this message.
+    You are not really doing AI, the running joke goes, until you have seen `RuntimeError: CUDA out of
+    memory`. The article this workbook follows starts there: running out of memory is how people
+    find out that their plan did not count what the model needs, so **do the accounting before the
+    error appears**. The first thing it shows: a model that loads without complaint can still crash at
+    its first training step, because training keeps far more than the weights.
 
-    ```
-    RuntimeError: CUDA out of memory
-    ```
-
-    Behind the joke is a real experience. Training a model, or serving one, needs memory on the
-    GPU (its VRAM) for everything the program keeps there. When the program asks for one more
-    tensor and the card has no free memory left, PyTorch cannot slow down or page anything out: it
-    stops with this error. The "Tried to allocate" size in the full message is only that last
-    request, the straw that broke the budget, not what the whole run needs. And the run often loads the model without
-    complaint and crashes a moment later, at the first training step, when gradients and
-    optimizer states appear for the first time.
-
-    This workbook does the accounting before the error appears.
+    Move the slider to a model size (in billions of parameters) and compare the two budgets:
     """)
     return
 
@@ -43,41 +34,10 @@ def _():
 
     import memmath as mm
     from memmath_lessons import viz
-    from memmath_lessons.static_charts import Slider, bound_chart, live_only_notice
+    from memmath_lessons.live_chart import bound_live_chart
+    from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
 
-    return Slider, alt, bound_chart, live_only_notice, mm, mo, pd, viz
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## The question this workbook follows
-
-    > If a model is too large to adjust completely on the hardware you own, what can you change
-    > instead?
-
-    The article the workbook follows answers it one technique at a time: train only some layers
-    (partial finetuning), or add small adapter modules and train only those (PEFT). The workbook
-    adds two later PEFT methods: low-rank updates (LoRA) and a 4-bit frozen base under them
-    (QLoRA). Each technique either reduces the number of **trainable parameters**, or the memory
-    that comes with them.
-    To see why that works, you first need to know where the memory goes, part by part.
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## How to use the controls
-
-    Every lesson has controls: sliders, drop-down lists, radio buttons. Change one and every
-    number and chart that depends on it updates at once; there is nothing to run. The page shows
-    results only; every number comes from a `memmath` call in the lesson's file, and
-    `marimo edit notebooks/01_weights_and_formats.py` (any lesson) opens it with the code, to read
-    or change. Try it: drag the slider (or click it and use the arrow keys), and switch the unit.
-    """)
-    return
+    return Slider, alt, bound_chart, bound_live_chart, is_static_export, live_only_notice, mm, mo, pd, viz
 
 
 @app.cell
@@ -90,52 +50,7 @@ def _(live_only_notice, mo):
 
 
 @app.cell
-def _(unit_radio):
-    unit = unit_radio.value  # its own cell: the size slider does not redraw what only the unit changes
-    return (unit,)
-
-
-@app.cell
-def _(demo_params_slider, mm):
-    demo_params = demo_params_slider.value * 10**9
-    demo_weights = mm.get_format("bf16").bytes_for(demo_params)  # N x 16 bits / 8
-    demo_training = mm.training_memory(demo_params, precision="bf16", optimizer="adam")  # 8 B per parameter
-    return demo_training, demo_weights
-
-
-@app.cell(hide_code=True)
-def _(demo_params_slider, demo_training, demo_weights, mm, mo, unit):
-    mo.callout(mo.md(f"""
-    A model of **{demo_params_slider.value} billion** parameters: its weights take
-    **{mm.format_bytes(demo_weights, unit)}** in bf16, and one step of full finetuning with Adam in
-    pure bf16 keeps **{mm.format_bytes(demo_training.without_activations, unit)}** before activations.
-    """), kind="info")
-    return
-
-
-@app.cell
-def _(mm, pd):
-    # Every position of the chart's slider, computed once: 1B to 100B parameters, in GB and in GiB.
-    _rows = []
-    for _billions in range(1, 101):
-        _step = mm.training_memory(_billions * 10**9, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B
-        _scenarios = {"load": {"weights": _step.weights}, "step": _step.parts()}  # short names: the page carries each row
-        for _scenario, _parts in _scenarios.items():
-            _total = sum(_parts.values())  # integer bytes: the label rounds the total once, not each part
-            for _order, (_part, _bytes) in enumerate((p, b) for p, b in _parts.items() if b):
-                _rows.append({"billions": _billions, "scenario": _scenario, "part": mm.PART_LABELS[_part],
-                              "order": _order, "GB": round(mm.to_unit(_bytes, "GB"), 2),
-                              "GiB": round(mm.to_unit(_bytes, "GiB"), 2),
-                              "totalGB": round(mm.to_unit(_total, "GB"), 2),
-                              "totalGiB": round(mm.to_unit(_total, "GiB"), 2)})
-    demo_grid = pd.DataFrame(_rows)
-    return (demo_grid,)
-
-
-@app.cell
-def _(Slider, alt, bound_chart, demo_grid, mo, viz):
-    from memmath_lessons.static_charts import LiveChart as _LiveChart, is_static_export as _static
-
+def _(Slider, alt, bound_chart, bound_live_chart, demo_grid, is_static_export, mo, viz):
     def _draw(base):
         _parts = ["weights", "gradients", "optimizer_states"]
         _names = "{'load': 'Loading the weights', 'step': 'One training step'}[datum.value]"
@@ -158,30 +73,100 @@ def _(Slider, alt, bound_chart, demo_grid, mo, viz):
         return (_bars + _text).properties(width=440, height=90)
 
     _title = "Full finetuning in pure bf16 with Adam: loading versus one step"
-    # One control per quantity: live, the slider above draws this chart (the next cell); in the static site, where
-    # that slider is frozen, the chart carries its own slider over numbers computed in advance.
-    demo_live = None if _static() else _LiveChart(_draw, title=_title)  # built once, filled in per slider move
+    # One control per quantity. Live, the slider above moves this chart: drawn once here (this cell reads no
+    # control), the next cell sends it the rows of the slider's size (memmath_lessons.live_chart). In the static
+    # site, where that slider is frozen, the chart carries its own slider over numbers computed in advance.
+    demo_chart = None if is_static_export() else bound_live_chart(_draw, title=_title)
     _about = ("The chart below draws the same two budgets for every position of its own slider, from numbers "
               "computed in advance (its bars are labelled in GB and in GiB). Its slider keeps working in this "
               "static copy of the lesson, where the controls above are frozen.")
-    (mo.vstack([mo.md(_about), viz.chart_output(bound_chart(demo_grid, [Slider("billions", "Parameters (billions)", value=7)],
-                                                             _draw, title=_title))]) if _static() else None)
-    return (demo_live,)
-
-
-@app.cell
-def _(demo_grid, demo_live, demo_params_slider, mo):
-    (mo.vstack([mo.md("The chart below draws the same two budgets, part by part, for the size on the slider above "
-                      "(its bars are labelled in GB and in GiB)."),
-                demo_live.show(demo_grid[demo_grid["billions"] == demo_params_slider.value],
-                               f"Parameters (billions): {demo_params_slider.value}")]) if demo_live else None)
-    return
+    (demo_chart if demo_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
+        demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw, title=_title))]))
+    return (demo_chart,)
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(demo_chart, demo_grid, demo_params_slider, mm, mo, unit_radio):
+    # The one cell the size slider re-runs: the two budgets, the chart's rows, the sentence that says them.
+    _billions, _unit = demo_params_slider.value, unit_radio.value
+    demo_params = _billions * 10**9
+    demo_weights = mm.get_format("bf16").bytes_for(demo_params)  # N x 16 bits / 8
+    demo_training = mm.training_memory(demo_params, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B per parameter
+    if demo_chart is not None:
+        demo_chart.update(demo_grid[demo_grid["billions"] == _billions], caption=f"Parameters (billions): {_billions}")
+    _b = mm.bytes_per_parameter("bf16", "adam")
+    mo.vstack([
+        mo.callout(mo.md(f"""
+        **{_billions} billion parameters.** Loading the weights:
+        {demo_params:,} × {_b["weights"]:g} B (bf16) = **{mm.format_bytes(demo_weights, _unit)}**.
+        One step of full finetuning with Adam in pure bf16:
+        {demo_params:,} × ({_b["weights"]:g} B weight + {_b["gradients"]:g} B gradient + {_b["optimizer_states"]:g} B for Adam's two states)
+        = **{mm.format_bytes(demo_training.without_activations, _unit)}** before activations,
+        {demo_training.without_activations // demo_weights} times what loading showed.
+        """), kind="info"),
+        mo.md("**Takeaway:** a model that loads is not a model that trains. The gradients and the optimizer's "
+              "states appear at the first step, which is where CUDA out of memory strikes: plan the whole step."),
+    ])
+    return demo_training, demo_weights
+
+
+@app.cell
+def _(mm, pd):
+    # Every position of the chart's slider, computed once: 1B to 100B parameters, in GB and in GiB.
+    _rows = []
+    for _billions in range(1, 101):
+        _step = mm.training_memory(_billions * 10**9, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B
+        _scenarios = {"load": {"weights": _step.weights}, "step": _step.parts()}  # short names: the page carries each row
+        for _scenario, _parts in _scenarios.items():
+            _total = sum(_parts.values())  # integer bytes: the label rounds the total once, not each part
+            for _order, (_part, _bytes) in enumerate((p, b) for p, b in _parts.items() if b):
+                _rows.append({"billions": _billions, "scenario": _scenario, "part": mm.PART_LABELS[_part],
+                              "order": _order, "GB": round(mm.to_unit(_bytes, "GB"), 2),
+                              "GiB": round(mm.to_unit(_bytes, "GiB"), 2),
+                              "totalGB": round(mm.to_unit(_total, "GB"), 2),
+                              "totalGiB": round(mm.to_unit(_total, "GiB"), 2)})
+    demo_grid = pd.DataFrame(_rows)
+    return (demo_grid,)
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Why it crashes at the first step, not at load
+
+    When the program asks for one more tensor and the card has no free memory left, PyTorch cannot
+    slow down or page anything out: it stops with this error. The "Tried to allocate" size in the full
+    message is only that last request, the straw that broke the budget, not what the whole run needs.
+    Loading puts only the weights on the card; the first backward pass creates the gradients and the
+    first optimizer step creates its states. The bars above are those parts.
+
+    ## The question this workbook follows
+
+    > If a model is too large to adjust completely on the hardware you own, what can you change
+    > instead?
+
+    The article answers it one technique at a time: train only some layers (partial finetuning), or
+    add small adapter modules and train only those (PEFT). The workbook adds two later PEFT methods:
+    low-rank updates (LoRA) and a 4-bit frozen base under them (QLoRA). Each technique either reduces
+    the number of **trainable parameters**, or the memory that comes with them. To see why that works,
+    you first need to know where the memory goes, part by part.
+
+    ## How to use the controls
+
+    Every lesson starts the same way: the article's claim, the control that moves it, the number it
+    gives, the takeaway. The sections after it build the number up; folded sections (click a title)
+    hold the details for the careful reader. Change a control and every number and chart that depends
+    on it updates at once; there is nothing to run. Every number comes from a `memmath` call in the
+    lesson's file, and `marimo edit notebooks/01_weights_and_formats.py` (any lesson) opens it with the
+    code, to read or change.
+    """)
+    return
+
+
+@app.cell
+def _(live_only_notice, mm, mo):
     _gpu, _big = mm.GPUS["RTX 4090"], mm.GPUS["A100 80GB"]
-    mo.md(f"""
+    _prose = mo.md(f"""
     ## GB versus GiB
 
     Memory sizes come in two units that are easy to confuse:
@@ -200,48 +185,35 @@ def _(mm, mo):
     This workbook counts in whole bytes and converts only to show a number, always with its unit.
     The article's sizes are in GB. Pick a card to compare the three ways of writing its memory:
     """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mm, mo):
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
-    mo.vstack([live_only_notice(), gpu_dropdown])
+    mo.vstack([_prose, live_only_notice(), gpu_dropdown])
     return (gpu_dropdown,)
 
 
-@app.cell
-def _(gpu_dropdown, mm):
+@app.cell(hide_code=True)
+def _(gpu_dropdown, mm, mo, pd, viz):
     gpu = mm.get_gpu(gpu_dropdown.value)
     gpu_mib = gpu.memory_bytes // mm.UNITS["MiB"]  # what nvidia-smi prints
-    return gpu, gpu_mib
-
-
-@app.cell(hide_code=True)
-def _(gpu, gpu_mib, mm, mo):
-    mo.callout(mo.md(f"""
-    **{gpu.name}**: sold as "{gpu.marketed}"; the driver reports **{gpu_mib:,} MiB**
-    = {gpu.memory_bytes:,} bytes = **{mm.format_bytes(gpu.memory_bytes, "GiB")}**
-    = **{mm.format_bytes(gpu.memory_bytes, "GB")}**. A tool that divides by 1024³ prints
-    "{gpu.memory_bytes / mm.UNITS["GiB"]:.2f} GB", which is really GiB.
-    """), kind="info")
-    return
-
-
-@app.cell
-def _(gpu, mm, pd, viz):
     gpu_units = pd.DataFrame([{
         "GPU": g.name, "on the box": g.marketed, "driver reports (MiB)": g.memory_bytes // mm.UNITS["MiB"],
         "GiB": round(mm.to_unit(g.memory_bytes, "GiB"), 2), "GB": round(mm.to_unit(g.memory_bytes, "GB"), 2),
         "chosen": "◀" if g.name == gpu.name else "",
     } for g in mm.GPUS.values()])
-    viz.plain_table(gpu_units)
-    return (gpu_units,)
+    mo.vstack([
+        mo.callout(mo.md(f"""
+        **{gpu.name}**: sold as "{gpu.marketed}"; the driver reports **{gpu_mib:,} MiB**
+        = {gpu.memory_bytes:,} bytes = **{mm.format_bytes(gpu.memory_bytes, "GiB")}**
+        = **{mm.format_bytes(gpu.memory_bytes, "GB")}**. A tool that divides by 1024³ prints
+        "{gpu.memory_bytes / mm.UNITS["GiB"]:.2f} GB", which is really GiB.
+        """), kind="info"),
+        mo.accordion({"How does every card in the catalog report its memory?": viz.plain_table(gpu_units)}),
+    ])
+    return gpu, gpu_mib, gpu_units
 
 
-@app.cell(hide_code=True)
-def _(context, mo, viz):
-    mo.md(f"""
+@app.cell
+def _(live_only_notice, mm, mo, viz):
+    _prose = mo.md(f"""
     ## Training and inference are two separate calculations
 
     The article insists on this split: memory for **inference** (running a trained model) and
@@ -253,46 +225,35 @@ def _(context, mo, viz):
     Inference keeps the weights, a **KV cache** (the keys and values of every token so far) and a
     small working set. Training keeps the weights plus a gradient and optimizer states for every
     trainable weight, plus **activations**: intermediate results that the backward pass needs.
-    Finetuning is training, even when the model is small. Pick a model to compare (a context of
-    {context:,} tokens, one sequence; lessons {viz.lesson_link("03_activations", "3")} and
-    {viz.lesson_link("07_inference", "7")} open up each side):
+    Finetuning is training, even when the model is small. Pick a model to compare (lessons
+    {viz.lesson_link("03_activations", "3")} and {viz.lesson_link("07_inference", "7")} open up each side):
     """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mm, mo):
     model_dropdown = mo.ui.dropdown(options=[k for k, s in mm.PRESETS.items() if s.family != "bert"],
                                     value="llama-2-7b", label="Model")
-    mo.vstack([live_only_notice(), model_dropdown])
-    return (model_dropdown,)
-
-
-@app.cell
-def _(mm, model_dropdown):
     context = 2048  # tokens in the sequence, for both sides
-    serving = mm.inference_memory(model_dropdown.value, weights_format="bf16", context_len=context)
-    training = mm.training_memory(model_dropdown.value, precision="bf16", optimizer="adam", seq_len=context,
-                                  attention="sdpa")
-    return context, serving, training
-
-
-@app.cell
-def _(model_dropdown, serving, training, unit, viz):
-    viz.chart_output(viz.stacked_bars(viz.breakdown_long({"Inference (serving)": serving, "Training (full finetuning)": training},
-                                                 unit), unit, title=f"{model_dropdown.value}: two different budgets"))
-    return
+    mo.vstack([_prose, live_only_notice(), model_dropdown])
+    return (context, model_dropdown)
 
 
 @app.cell(hide_code=True)
-def _(context, mm, mo, serving, training, unit):
-    mo.md(f"""
-    Same model, same weights ({mm.format_bytes(serving.weights, unit)}), but training needs
-    {mm.format_bytes(training.total, unit)} against {mm.format_bytes(serving.total, unit)} for serving:
-    {training.total / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens,
-    bf16 weights, fused attention; serving keeps a bf16 KV cache. Training assumes: {training.assumptions}
-    """)
-    return
+def _(context, mm, mo, model_dropdown, unit_radio, viz):
+    # The one cell the model (or the unit) re-runs: both budgets, their chart and the sentence that compares them.
+    _unit = unit_radio.value
+    serving = mm.inference_memory(model_dropdown.value, weights_format="bf16", context_len=context)
+    training = mm.training_memory(model_dropdown.value, precision="bf16", optimizer="adam", seq_len=context,
+                                  attention="sdpa")
+    mo.vstack([
+        viz.chart_output(viz.stacked_bars(viz.breakdown_long(
+            {"Inference (serving)": serving, "Training (full finetuning)": training}, _unit), _unit,
+            title=f"{model_dropdown.value}: two different budgets")),
+        mo.md(f"""
+        Same model, same weights ({mm.format_bytes(serving.weights, _unit)}), but training needs
+        {mm.format_bytes(training.total, _unit)} against {mm.format_bytes(serving.total, _unit)} for serving:
+        {training.total / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens,
+        bf16 weights, fused attention; serving keeps a bf16 KV cache. Training assumes: {training.assumptions}
+        """),
+    ])
+    return serving, training
 
 
 @app.cell(hide_code=True)
@@ -333,36 +294,29 @@ def _(mo):
     return
 
 
-@app.cell
-def _(mm):
+@app.cell(hide_code=True)
+def _(mm, mo):
     # Problem answers, computed with memmath.
     _4090 = mm.GPUS["RTX 4090"]
-    answer_4090_tool_prints = _4090.memory_bytes / mm.UNITS["GiB"]  # divided by 1024**3, printed as "GB"
-    answer_load = mm.get_format("bf16").bytes_for(7 * 10**9)  # the article's 7B x 16 bits / 8
-    answer_14gb_in_gib = mm.format_bytes(answer_load, "GiB")
-    answer_step = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam")
-    return answer_14gb_in_gib, answer_4090_tool_prints, answer_load, answer_step
-
-
-@app.cell(hide_code=True)
-def _(answer_14gb_in_gib, answer_4090_tool_prints, answer_load, answer_step, mm, mo):
-    _4090 = mm.GPUS["RTX 4090"]
+    _tool_prints = _4090.memory_bytes / mm.UNITS["GiB"]  # divided by 1024**3, printed as "GB"
+    _load = mm.get_format("bf16").bytes_for(7 * 10**9)  # the article's 7B x 16 bits / 8
+    _step = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam")
     mo.vstack([
         mo.md("## Problems"),
-        mo.md(f"**1.** A memory tool shows your RTX 4090 as \"{answer_4090_tool_prints:.2f} GB\". nvidia-smi says "
+        mo.md(f"**1.** A memory tool shows your RTX 4090 as \"{_tool_prints:.2f} GB\". nvidia-smi says "
               f"{_4090.memory_bytes // mm.UNITS['MiB']:,} MiB. Which unit is the tool really using?"),
         mo.accordion({"Answer": mo.md(
-            f"GiB: {_4090.memory_bytes // mm.UNITS['MiB']:,} MiB ÷ 1024 = {answer_4090_tool_prints:.2f} GiB. In GB the "
+            f"GiB: {_4090.memory_bytes // mm.UNITS['MiB']:,} MiB ÷ 1024 = {_tool_prints:.2f} GiB. In GB the "
             f"card has {mm.format_bytes(_4090.memory_bytes, 'GB')}.")}),
-        mo.md(f"**2.** The article's 7B model has {mm.format_bytes(answer_load)} of bf16 weights. How many GiB is that?"),
-        mo.accordion({"Answer": mo.md(f"{answer_load:,} B ÷ 2³⁰ = {answer_14gb_in_gib}.")}),
+        mo.md(f"**2.** The article's 7B model has {mm.format_bytes(_load)} of bf16 weights. How many GiB is that?"),
+        mo.accordion({"Answer": mo.md(f"{_load:,} B ÷ 2³⁰ = {mm.format_bytes(_load, 'GiB')}.")}),
         mo.md("**3.** A 7B finetune in pure bf16 with Adam loads the model onto a 24 GB card without complaint, "
               "then crashes with CUDA out of memory at the first training step. Why not at load time?"),
         mo.accordion({"Answer": mo.md(
-            f"Loading puts only the weights on the card: {mm.format_bytes(answer_load)}. The first backward pass "
-            f"creates the gradients ({mm.format_bytes(answer_step.gradients)}) and the first optimizer step creates "
-            f"Adam's states ({mm.format_bytes(answer_step.optimizer_states)}): "
-            f"{mm.format_bytes(answer_step.without_activations)} in all, before activations.")}),
+            f"Loading puts only the weights on the card: {mm.format_bytes(_load)}. The first backward pass "
+            f"creates the gradients ({mm.format_bytes(_step.gradients)}) and the first optimizer step creates "
+            f"Adam's states ({mm.format_bytes(_step.optimizer_states)}): "
+            f"{mm.format_bytes(_step.without_activations)} in all, before activations.")}),
         mo.md("**4.** Can you size a GPU for finetuning from the memory that serving the model needs?"),
         mo.accordion({"Answer": mo.md(
             "No: they are separate calculations. Serving keeps the weights, a KV cache and a working set; "

@@ -11,23 +11,17 @@ app = marimo.App(width="medium", app_title="Weights and number formats", css_fil
 
 
 @app.cell(hide_code=True)
-def _(article_params, article_weight_bytes, mm, mo, viz):
-    mo.md(f"""
+def _(mo):
+    mo.md(r"""
     # Weights and number formats
 
-    A model is a long list of numbers, its weights (also called parameters). Before it can answer
-    a question or learn anything, every one of those numbers has to sit in the GPU's memory. So the
-    first line of every memory budget is the weights: how many numbers, times how many bytes each
-    number takes.
+    A model is a long list of numbers, its weights (also called parameters), and every one of them has
+    to sit in the GPU's memory before the model can answer or learn anything. The article states the rule
+    this whole workbook carries forward: **the bytes needed per parameter set the weight memory, and the
+    number format determines those bytes.** Its worked example: a 7B model in a 16-bit format takes
+    7 billion × 2 bytes = 14 GB.
 
-    How many bytes depends on the **number format**. The article states the rule this whole
-    workbook carries forward: the bytes needed per parameter set the weight memory, and the format
-    determines those bytes. Its worked example is a 7B model in a 16-bit format:
-    {article_params:,} parameters × 2 bytes = **{mm.format_bytes(article_weight_bytes, "GB")}**.
-
-    This lesson puts the common formats side by side (how many bits, how large a number, how fine a
-    step), lets you round a number of your own into each of them, and checks which GPUs can hold the
-    weights. Lesson 2, {viz.lesson_link("02_full_finetuning")}, adds what training keeps on top.
+    Pick a model size (or a published model) and a format:
     """)
     return
 
@@ -42,20 +36,130 @@ def _():
     import memmath as mm
     from memmath.reference import literature
     from memmath_lessons import viz
-    from memmath_lessons.static_charts import Slider, bound_chart, live_only_notice
-    from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.live_chart import bound_live_chart, live_chart
+    from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
 
-    return alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, Slider, viz
+    return (Slider, alt, bound_chart, bound_live_chart, is_static_export, literature, live_chart, live_only_notice,
+            mm, mo, np, pd, viz)
+
+
+@app.cell
+def _(live_only_notice, mo, viz):
+    params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
+    format_dropdown = mo.ui.dropdown(
+        options=["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"], value="bf16",
+        label="Format of the weights")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
+    mo.vstack([live_only_notice(), mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
+               mo.hstack([format_dropdown, unit_radio], justify="start", gap=2)])
+    return format_dropdown, params_slider, preset_dropdown, unit_radio
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## The formula
+def _(STORAGE_FORMATS, Slider, alt, bound_chart, bound_live_chart, formats_grid, is_static_export, mo, viz):
+    def _draw(base):
+        _bars = base.mark_bar().encode(
+            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
+            y=alt.Y("format:N", title=None, sort=STORAGE_FORMATS),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.4~f")])
+        _totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", groupby=["format"])
+        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
+            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("totalGB:Q", format=",.2f"))
+        # An invisible point past the longest bar stretches the axis, so its label has room.
+        _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
+            room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))
+        return (_bars + _text + _room).properties(width=460, height=240)
 
-    `weight memory = N × bits per parameter ÷ 8` bytes, where N is the number of parameters.
-    Bits, not bytes, are the unit of a format: a 4-bit format costs half a byte per parameter.
-    """)
+    _title = "Weights in each format (GB), with the scales of the block formats"
+    # One control per quantity. Live, the size above (slider or preset) moves this chart: drawn once here (this
+    # cell reads no control), the next cell sends it the rows of that size. In the static site, where those are
+    # frozen, the chart carries its own slider over every size the slider offers.
+    formats_chart = None if is_static_export() else bound_live_chart(_draw, title=_title)
+    _about = ("The same sizes in every format, side by side: drag the slider under the chart. Its bars are "
+              "computed in advance for every size the slider above offers, so this slider keeps working in "
+              "this static copy of the page, where the controls above are frozen.")
+    _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
+    (formats_chart if formats_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
+        formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7), labels=_sizes, show_value=False)],
+        _draw, title=_title))]))
+    return (formats_chart,)
+
+
+@app.cell(hide_code=True)
+def _(STORAGE_FORMATS, format_dropdown, formats_chart, mm, mo, params_slider, pd, preset_dropdown, unit_radio, viz):
+    # The cell the size re-runs first: the weights of the chosen model, the chart's rows, the sentence that says them.
+    preset = preset_dropdown.value
+    n_params = mm.resolve_model(viz.model_choice(params_slider.value, preset)).n_params
+    weights_format = mm.get_format(format_dropdown.value)
+    unit = unit_radio.value
+    # Weights as a bare parameter count: N x bits / 8, plus block scales for int8/int4 (one fp32 per 64
+    # values) and nf4 (QLoRA's double quantization: one 8-bit scale per 64, one fp32 per 256 scales).
+    stored = mm.inference_memory(n_params, weights_format=weights_format.name)
+    weight_bytes = stored.weights + stored.quantization_constants
+    if formats_chart is not None:
+        _rows = []
+        for _name in STORAGE_FORMATS:  # the grid's rows, for the size chosen above
+            _stored = mm.inference_memory(n_params, weights_format=_name)
+            _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
+            for _order, _part in enumerate(("weights", "quantization_constants")):
+                if getattr(_stored, _part):
+                    _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
+                                  "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
+                                  "totalGB": round(mm.to_unit(_total, "GB"), 2)})
+        formats_chart.update(pd.DataFrame(_rows), caption=f"Model size: {viz.short_count(n_params)} parameters")
+    _which = f"**{preset}**:" if preset else "A model of"
+    _how = ("one 8-bit scale per 64 values and one fp32 scale per 256 of those: QLoRA's double quantization"
+            if weights_format.name == "nf4" else "one fp32 scale per 64 values")
+    _scales = (f", plus {mm.format_bytes(stored.quantization_constants, unit)} of scales ({_how}): "
+               f"**{mm.format_bytes(weight_bytes, unit)}** in all" if stored.quantization_constants else "")
+    mo.vstack([
+        mo.callout(mo.md(f"""
+        {_which} {n_params:,} parameters ({viz.short_count(n_params)}) × {weights_format.bits} bits ÷ 8
+        = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}.
+        """), kind="info"),
+        mo.md("**Takeaway:** weight memory = parameters × bits per parameter ÷ 8. Halve the bits and you halve "
+              "the memory; the number of parameters stays what it is."),
+    ])
+    return n_params, preset, stored, unit, weight_bytes, weights_format
+
+
+@app.cell
+def _(STORAGE_FORMATS, mm, pd, viz):
+    # Every size of the slider (100M to 1T parameters) in every format, computed once, in GB.
+    _rows = []
+    for _position, _billions in enumerate(viz.MODEL_SIZE_STEPS):
+        for _name in STORAGE_FORMATS:
+            _stored = mm.inference_memory(int(round(_billions * 10**9)), weights_format=_name)
+            _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
+            for _order, _part in enumerate(("weights", "quantization_constants")):
+                if getattr(_stored, _part):
+                    _rows.append({"size": _position, "format": _name, "part": mm.PART_LABELS[_part],
+                                  "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
+                                  "totalGB": round(mm.to_unit(_total, "GB"), 2)})
+    formats_grid = pd.DataFrame(_rows)
+    return (formats_grid,)
+
+
+@app.cell(hide_code=True)
+def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd, viz):
+    _rows = [{"format": name, "bits": mm.get_format(name).bits, "bytes per parameter": mm.get_format(name).bytes,
+              "7B weights (GB)": round(mm.to_unit(mm.get_format(name).bytes_for(article_params), "GB"), 2)}
+             for name in STORAGE_FORMATS]
+    mo.vstack([
+        mo.md(f"""
+        ## The formula
+
+        `weight memory = N × bits per parameter ÷ 8` bytes, where N is the number of parameters.
+        Bits, not bytes, are the unit of a format: a 4-bit format costs half a byte per parameter.
+        For the article's model: {article_params:,} × {mm.get_format("bf16").bits} ÷ 8
+        = {article_weight_bytes:,} bytes = **{mm.format_bytes(article_weight_bytes, "GB")}** (10⁹ bytes to a GB),
+        which is {mm.format_bytes(article_weight_bytes, "GiB")} (2³⁰ bytes to a GiB). The same model in other formats
+        (integer formats also need a few scales, counted in the chart above):
+        """),
+        viz.plain_table(pd.DataFrame(_rows)),
+    ])
     return
 
 
@@ -69,24 +173,9 @@ def _(mm):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd, viz):
-    _rows = [{"format": name, "bits": mm.get_format(name).bits, "bytes per parameter": mm.get_format(name).bytes,
-              "7B weights (GB)": round(mm.to_unit(mm.get_format(name).bytes_for(article_params), "GB"), 2)}
-             for name in STORAGE_FORMATS]
-    mo.vstack([
-        mo.md(f"""For the article's model: {article_params:,} × {mm.get_format("bf16").bits} ÷ 8
-        = {article_weight_bytes:,} bytes = **{mm.format_bytes(article_weight_bytes, "GB")}** (10⁹ bytes to a GB),
-        which is {mm.format_bytes(article_weight_bytes, "GiB")} (2³⁰ bytes to a GiB). The same model in other formats
-        (integer formats also need a few scales, counted further down):"""),
-        viz.plain_table(pd.DataFrame(_rows)),
-    ])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
+def _(STORAGE_FORMATS, alt, mm, mo, pd, viz):
     _bf16, _fp16 = mm.get_format("bf16"), mm.get_format("fp16")
-    mo.md(f"""
+    _prose = mo.md(f"""
     ## Inside a number format
 
     A floating-point number has three fields: a **sign** bit, an **exponent** that sets how large
@@ -108,11 +197,6 @@ def _(mm, mo):
     **fixed point** format. QLoRA's **nf4** goes one step further: 16 levels placed where
     normally distributed weights fall, times a scale per block.
     """)
-    return
-
-
-@app.cell
-def _(STORAGE_FORMATS, mm, pd):
     # Bit layout of each format, from memmath.FORMATS: sign + exponent + mantissa for floats.
     _rows = []
     for _name in STORAGE_FORMATS:
@@ -126,11 +210,6 @@ def _(STORAGE_FORMATS, mm, pd):
             _fields = [("index of one of 16 levels", _fmt.bits)]
         _rows += [{"format": _name, "field": f, "bits": b, "order": i} for i, (f, b) in enumerate(_fields)]
     bit_layout = pd.DataFrame(_rows)
-    return (bit_layout,)
-
-
-@app.cell(hide_code=True)
-def _(STORAGE_FORMATS, alt, bit_layout, viz):
     _fields = ["sign", "exponent (range)", "mantissa (precision)", "whole number of scale steps",
                "index of one of 16 levels"]
     _colors = ["#555555", "#EECA3B", "#9D755D", "#D67195", "#79706E"]
@@ -144,12 +223,7 @@ def _(STORAGE_FORMATS, alt, bit_layout, viz):
         tooltip=[alt.Tooltip("format:N"), alt.Tooltip("field:N"), alt.Tooltip("bits:Q")])
     _text = _base.mark_text(align="right", dx=-4, color="white", fontSize=11).encode(
         text=alt.Text("bits:Q"), detail=alt.Detail("field:N"))
-    viz.chart_output((_bars + _text).properties(width=520, height=230, title="How each format spends its bits"))
-    return
-
-
-@app.cell
-def _(STORAGE_FORMATS, mm, pd, viz):
+    _chart = viz.chart_output((_bars + _text).properties(width=520, height=230, title="How each format spends its bits"))
     # Range and precision of each format (memmath.FORMATS): largest value, step just above 1, digits.
     format_table = pd.DataFrame([{
         "format": _f.name, "bits": _f.bits,
@@ -159,14 +233,15 @@ def _(STORAGE_FORMATS, mm, pd, viz):
         "decimal digits": f"{_f.decimal_digits:.1f}" if _f.decimal_digits else "-",
         "what it is": _f.description,
     } for _f in (mm.get_format(n) for n in STORAGE_FORMATS)])
-    viz.plain_table(format_table, wrapped_columns=["what it is"])
+    mo.vstack([_prose, _chart, mo.accordion({"How large, and how fine, is each format?": viz.plain_table(
+        format_table, wrapped_columns=["what it is"])})])
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo):
+@app.cell
+def _(live_only_notice, mm, mo):
     _bf16_step_300 = mm.float_step("bf16", 300.7)
-    mo.md(f"""
+    _prose = mo.md(f"""
     ## Round a number yourself
 
     Type any number and see what each format actually stores. Some values to try: `0.1` (no
@@ -180,42 +255,21 @@ def _(mm, mo):
     trade-off: a small absmax gives fine steps but clips anything larger; a large one keeps large
     values but rounds small ones to zero.
     """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mo):
     value_number = mo.ui.number(start=-1_000_000, stop=1_000_000, value=0.1, label="A value to store")
     block_absmax_slider = mo.ui.slider(
         steps=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 127, 200, 500, 1_000, 10_000, 100_000,
                1_000_000],
         value=1, show_value=True, label="Block absmax (largest |value| sharing the integer scale)")
-    mo.vstack([live_only_notice(), mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)])
-    return block_absmax_slider, value_number
-
-
-@app.cell
-def _(STORAGE_FORMATS, block_absmax_slider, pd, store, value_number, viz):
-    value = float(value_number.value if value_number.value is not None else 0.0)
-    block_absmax = float(block_absmax_slider.value)
-    rounding_table = pd.DataFrame([store(value, _name, block_absmax) for _name in STORAGE_FORMATS])
-    viz.plain_table(rounding_table, wrapped_columns=["what happened"])  # plain HTML: the slider redraws it on every move
-    return block_absmax, value
+    mo.vstack([_prose, live_only_notice(), mo.hstack([value_number, block_absmax_slider], justify="start", gap=2)])
+    return (block_absmax_slider, value_number)
 
 
 @app.cell(hide_code=True)
-def _(block_absmax, mo, pd, store, viz):
-    _examples = [0.1, 300.7, 70_000, 0.00000001]
-    _table = pd.DataFrame([{"value": f"{_v:g}", **{_f: store(_v, _f, block_absmax)["stored value"]
-                                                  for _f in ["fp32", "bf16", "fp16", "fp8_e4m3", "int8"]}}
-                           for _v in _examples])
-    mo.vstack([mo.md(f"The suggested values, stored in five formats (int8 with your block absmax, {block_absmax:g}):"),
-               viz.plain_table(_table)])
-    return
-
-
-@app.cell
-def _(block_absmax, mm, np, pd, value):
+def _(STORAGE_FORMATS, block_absmax_slider, mm, mo, np, pd, staircase_chart, store, value_number, viz):
+    # The one cell the value and the absmax re-run: the table, the staircase's rows and what it leaves out.
+    value = float(value_number.value if value_number.value is not None else 0.0)
+    block_absmax = float(block_absmax_slider.value)
+    rounding_table = pd.DataFrame([store(value, _name, block_absmax) for _name in STORAGE_FORMATS])
     # Zoom in around the value: what each format stores for every number nearby (a staircase).
     _half_width = 0.04 * max(abs(value), 1e-3)
     _x = np.linspace(value - _half_width, value + _half_width, 601)
@@ -228,17 +282,30 @@ def _(block_absmax, mm, np, pd, value):
         _curves.append(pd.DataFrame({"true value": _x[_keep], "stored value": _stored[_keep], "format": _name}))
     staircase = pd.concat(_curves, ignore_index=True)
     staircase = staircase[np.isfinite(staircase["stored value"])]
-    return (staircase,)
-
-
-@app.cell(hide_code=True)
-def _(staircase, staircase_chart, value):
+    _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
     _exact = staircase[staircase["format"] == "exact"]["stored value"]
     _pad = 0.25 * (_exact.max() - _exact.min())
+    _low, _high = float(_exact.min() - _pad), float(_exact.max() + _pad)  # the chart's window
     # The window, so far-off values do not squash it, and the value in the title: params of the chart drawn below.
-    staircase_chart.update(staircase, window_low=float(_exact.min() - _pad), window_high=float(_exact.max() + _pad),
-                           near=f"{value:g}")
-    return
+    staircase_chart.update(staircase, window_low=_low, window_high=_high, near=f"{value:g}")
+    _drawn = set(staircase["format"])
+    _overflow = [f for f in _formats if f not in _drawn]
+    _inside = staircase[(staircase["stored value"] >= _low) & (staircase["stored value"] <= _high)]
+    _outside = [f for f in _formats if f in _drawn and f not in set(_inside["format"])]
+    _lines = ([f"Not drawn below, because every value here overflows: {', '.join(_overflow)}."] if _overflow else []) + \
+             ([f"Off the chart below (stored far from the value: clipped or rounded away): {', '.join(_outside)}."]
+              if _outside else [])
+    _examples = pd.DataFrame([{"value": f"{_v:g}", **{_f: store(_v, _f, block_absmax)["stored value"]
+                                                     for _f in ["fp32", "bf16", "fp16", "fp8_e4m3", "int8"]}}
+                              for _v in [0.1, 300.7, 70_000, 0.00000001]])
+    mo.vstack([
+        viz.plain_table(rounding_table, wrapped_columns=["what happened"]),  # plain HTML: cheap to redraw
+        mo.accordion({"What do the suggested values become?": mo.vstack([
+            mo.md(f"Stored in five formats (int8 with your block absmax, {block_absmax:g}):"),
+            viz.plain_table(_examples)])}),
+        mo.md(" ".join(_lines)),
+    ])
+    return block_absmax, rounding_table, staircase, value
 
 
 @app.cell(hide_code=True)
@@ -270,197 +337,44 @@ def _(alt, live_chart):
     return (staircase_chart,)
 
 
-@app.cell(hide_code=True)
-def _(mo, staircase):
-    _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
-    _exact = staircase[staircase["format"] == "exact"]["stored value"]
-    _pad = 0.25 * (_exact.max() - _exact.min())
-    _low, _high = _exact.min() - _pad, _exact.max() + _pad  # the chart's window
-    _drawn = set(staircase["format"])
-    _overflow = [f for f in _formats if f not in _drawn]
-    _inside = staircase[(staircase["stored value"] >= _low) & (staircase["stored value"] <= _high)]
-    _outside = [f for f in _formats if f in _drawn and f not in set(_inside["format"])]
-    _lines = ([f"Not drawn, because every value here overflows: {', '.join(_overflow)}."] if _overflow else []) + \
-             ([f"Off the chart (stored far from the value: clipped or rounded away): {', '.join(_outside)}."]
-              if _outside else [])
-    mo.md(" ".join(_lines))
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
+@app.cell
+def _(literature, live_only_notice, mm, mo, viz):
     _extra_bits = mm.get_format("fp16").mantissa_bits - mm.get_format("bf16").mantissa_bits
-    mo.md(f"""
+    _flat = mo.md(f"""
     Flat stretches are values the format cannot tell apart. fp16's staircase hugs the dashed
     exact line; bf16's steps are {2 ** _extra_bits} times wider ({_extra_bits} fewer mantissa bits); fp8 and the
     integer format are wider still, which is why they are used for storage with care (per-block
     scales) rather than for every number in training.
-
-    ## How big is your model?
-
-    Pick a size with the slider, or a published model from the list (a preset overrides the
-    slider). Pick a format and a unit.
     """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mo, viz):
-    params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
-    format_dropdown = mo.ui.dropdown(
-        options=["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"], value="bf16",
-        label="Format of the weights")
-    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.vstack([live_only_notice(), mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
-               mo.hstack([format_dropdown, unit_radio], justify="start", gap=2)])
-    return format_dropdown, params_slider, preset_dropdown, unit_radio
-
-
-@app.cell
-def _(format_dropdown, mm, params_slider, preset_dropdown, unit_radio, viz):
-    preset = preset_dropdown.value
-    n_params = mm.resolve_model(viz.model_choice(params_slider.value, preset)).n_params
-    weights_format = mm.get_format(format_dropdown.value)
-    unit = unit_radio.value
-    # Weights as a bare parameter count: N x bits / 8, plus block scales for int8/int4 (one fp32 per 64
-    # values) and nf4 (QLoRA's double quantization: one 8-bit scale per 64, one fp32 per 256 scales).
-    stored = mm.inference_memory(n_params, weights_format=weights_format.name)
-    weight_bytes = stored.weights + stored.quantization_constants
-    return n_params, preset, stored, unit, weight_bytes, weights_format
-
-
-@app.cell(hide_code=True)
-def _(mm, mo, n_params, preset, stored, unit, viz, weight_bytes, weights_format):
-    _which = f"**{preset}**:" if preset else "A model of"
-    _how = ("one 8-bit scale per 64 values and one fp32 scale per 256 of those: QLoRA's double quantization"
-            if weights_format.name == "nf4" else "one fp32 scale per 64 values")
-    _scales = (f", plus {mm.format_bytes(stored.quantization_constants, unit)} of scales ({_how}): "
-               f"**{mm.format_bytes(weight_bytes, unit)}** in all" if stored.quantization_constants else "")
-    mo.callout(mo.md(f"""
-    {_which} {n_params:,} parameters ({viz.short_count(n_params)}) × {weights_format.bits} bits ÷ 8
-    = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}.
-    """), kind="info")
-    return
-
-
-@app.cell
-def _(STORAGE_FORMATS, mm, pd, viz):
-    # Every size of the slider (100M to 1T parameters) in every format, computed once, in GB.
-    _rows = []
-    for _position, _billions in enumerate(viz.MODEL_SIZE_STEPS):
-        for _name in STORAGE_FORMATS:
-            _stored = mm.inference_memory(int(round(_billions * 10**9)), weights_format=_name)
-            _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
-            for _order, _part in enumerate(("weights", "quantization_constants")):
-                if getattr(_stored, _part):
-                    _rows.append({"size": _position, "format": _name, "part": mm.PART_LABELS[_part],
-                                  "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
-                                  "totalGB": round(mm.to_unit(_total, "GB"), 2)})
-    formats_grid = pd.DataFrame(_rows)
-    return (formats_grid,)
-
-
-@app.cell
-def _(STORAGE_FORMATS, Slider, alt, bound_chart, formats_grid, mo, viz):
-    from memmath_lessons.static_charts import LiveChart as _LiveChart, is_static_export as _static
-
-    def _draw(base):
-        _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
-            y=alt.Y("format:N", title=None, sort=STORAGE_FORMATS),
-            color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
-            order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.4~f")])
-        _totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", groupby=["format"])
-        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
-            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("totalGB:Q", format=",.2f"))
-        # An invisible point past the longest bar stretches the axis, so its label has room.
-        _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
-            room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))
-        return (_bars + _text + _room).properties(width=460, height=240)
-
-    _title = "Weights in each format (GB), with the scales of the block formats"
-    # One control per quantity: live, the size above (slider or preset) draws this chart (the next cell); in the
-    # static site, where those are frozen, the chart carries its own slider over every size the slider offers.
-    formats_live = None if _static() else _LiveChart(_draw, title=_title)  # built once, filled in per size
-    _about = ("The same sizes in every format, side by side: drag the slider under the chart. Its bars are "
-              "computed in advance for every size the slider above offers, so this slider keeps working in "
-              "this static copy of the page, where the controls above are frozen.")
-    _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
-    (mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
-        formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7), labels=_sizes, show_value=False)],
-        _draw, title=_title))]) if _static() else None)
-    return (formats_live,)
-
-
-@app.cell
-def _(STORAGE_FORMATS, formats_live, mm, mo, n_params, pd, viz):
-    _rows = []
-    for _name in STORAGE_FORMATS if formats_live else ():  # the grid's rows, for the size chosen above
-        _stored = mm.inference_memory(n_params, weights_format=_name)
-        _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
-        for _order, _part in enumerate(("weights", "quantization_constants")):
-            if getattr(_stored, _part):
-                _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
-                              "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
-                              "totalGB": round(mm.to_unit(_total, "GB"), 2)})
-    (mo.vstack([mo.md("The same size in every format, side by side:"),
-                formats_live.show(pd.DataFrame(_rows), f"Model size: {viz.short_count(n_params)} parameters")])
-     if formats_live else None)
-    return
-
-
-@app.cell(hide_code=True)
-def _(literature, mm, mo, viz):
-    _context = literature.REPORTED["cuda_context_v100"]
-    mo.md(f"""
+    _prose = mo.md(f"""
     ## Which GPUs can hold the weights?
 
     GPU memory below is what the driver reports (nvidia-smi), which differs from the size on the
     box (see GB versus GiB in {viz.lesson_link("00_start_here", "the start page")}). A card also
-    loses memory before any tensor arrives: the CUDA context and its kernels took
-    {_context.value:,.0f} {_context.unit} in one measurement ({_context.source}). Tick the box to
-    set that much aside.
+    loses memory before any tensor arrives, to the CUDA context: tick the box to set it aside.
     """)
-    return
-
-
-@app.cell
-def _(literature, live_only_notice, mm, mo):
     _context = literature.REPORTED["cuda_context_v100"]
     context_checkbox = mo.ui.checkbox(
         value=False, label=f"Set aside {_context.value:,.0f} {_context.unit} for the CUDA context")
-    mo.vstack([live_only_notice(), context_checkbox])
+    mo.vstack([_flat, _prose, live_only_notice(), context_checkbox])
     return (context_checkbox,)
 
 
-@app.cell
-def _(context_checkbox, literature, mm, unit, weight_bytes):
-    _context = literature.REPORTED["cuda_context_v100"]
-    reserved_bytes = mm.parse_bytes(f"{_context.value} {_context.unit}") if context_checkbox.value else 0
-    gpu_fits = mm.fit_table(weight_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside above
-    return gpu_fits, reserved_bytes
+@app.cell(hide_code=True)
+def _(live_chart):
+    cards_chart = live_chart()  # drawn once (this cell reads no control); the next cell sends it new rows
+    cards_chart
+    return (cards_chart,)
 
 
 @app.cell(hide_code=True)
-def _(cards_chart, gpu_fits, mm, pd, reserved_bytes, unit, weight_bytes, weights_format):
-    _mem = f"memory ({unit})"
+def _(alt, cards_chart, context_checkbox, mm, mo, pd, unit, viz, weight_bytes, weights_format):
+    # The cell the size re-runs second (and the box alone): the verdict per card, its chart and its table.
+    reserved_bytes = mm.CUDA_CONTEXT_BYTES if context_checkbox.value else 0  # 1,343 MiB, memmath/gpus.py
+    gpu_fits = mm.fit_table(weight_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
+    _mem, _head = f"memory ({unit})", f"headroom ({unit})"
     _need = (weight_bytes + reserved_bytes) / mm.UNITS[unit]
-    # One table for the three layers (the cards, then the line at what the weights need), given once to the layer.
-    cards_chart.update(pd.concat([
-        pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
-                      "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
-        pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [_need],
-                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")],
-                      # The label sits left of the line near the right end, so it stays inside the plot.
-                      "flip": [_need > 0.6 * max(float(gpu_fits[_mem].max()), _need)]}),
-    ], ignore_index=True))
-    return
-
-
-@app.cell(hide_code=True)
-def _(alt, live_chart, unit_radio, viz):
-    _unit = unit_radio.value  # a new unit draws the chart anew; the sliders only send it rows
+    _unit = unit
 
     def _draw(frame):
         _cards, _need = alt.datum.kind == "card", alt.datum.kind == "need"
@@ -478,23 +392,33 @@ def _(alt, live_chart, unit_radio, viz):
         return alt.layer(_bars, _rule, *_labels, data=frame).properties(width=520, height=340,
                                                                         title="Which cards hold the weights")
 
-    cards_chart = live_chart(_draw)  # drawn once; the cell above sends it new rows (memmath_lessons.live_chart)
-    cards_chart
-    return (cards_chart,)
-
-
-@app.cell
-def _(gpu_fits, mm, unit, viz):
+    # One table for the three layers (the cards, then the line at what the weights need), given once to the layer;
+    # a new unit draws the chart anew (its axis title), a new size only sends rows.
+    cards_chart.update(pd.concat([
+        pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
+                      "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
+        pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [_need],
+                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")],
+                      # The label sits left of the line near the right end, so it stays inside the plot.
+                      "flip": [_need > 0.6 * max(float(gpu_fits[_mem].max()), _need)]}),
+    ], ignore_index=True), draw=_draw, key=unit)
     # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
-    _mem, _head = f"memory ({unit})", f"headroom ({unit})"
-    fit_rows = gpu_fits.assign(**{
-        "needs (% of the card)": (100 * (gpu_fits[_mem] - gpu_fits[_head]) / gpu_fits[_mem]).round(1),
-        "verdict": [f"fits, {mm.format_bytes(h * mm.UNITS[unit], unit)} spare" if f
-                    else f"short by {mm.format_bytes(-h * mm.UNITS[unit], unit)}"
-                    for h, f in zip(gpu_fits[_head], gpu_fits["fits"])],
-    })[["gpu", "marketed", _mem, "needs (% of the card)", "verdict"]].round(2)
-    viz.plain_table(fit_rows)
-    return
+    fit_rows = pd.DataFrame([{
+        "gpu": _g, "marketed": _m, _mem: round(_size, 2), "needs (% of the card)": round(100 * (_size - _h) / _size, 1),
+        "verdict": (f"fits, {mm.format_bytes(_h * mm.UNITS[unit], unit)} spare" if _f
+                    else f"short by {mm.format_bytes(-_h * mm.UNITS[unit], unit)}"),
+    } for _g, _m, _size, _h, _f in gpu_fits[["gpu", "marketed", _mem, _head, "fits"]].itertuples(index=False)])
+    _holding = gpu_fits[gpu_fits["fits"]]
+    mo.vstack([
+        mo.md(f"""
+        {len(_holding)} of the {len(gpu_fits)} cards hold these weights
+        ({mm.format_bytes(weight_bytes, unit)}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
+
+        {viz.cuda_reserve_sentence(reserved_bytes, unit)}
+        """),
+        mo.accordion({"How much room does each card leave?": viz.plain_table(fit_rows)}),
+    ])
+    return fit_rows, gpu_fits, reserved_bytes
 
 
 @app.cell(hide_code=True)

@@ -15,19 +15,14 @@ def _(article_run, mm, mo, viz):
     mo.md(f"""
     # Full finetuning: gradients and optimizer states
 
-    The obvious way to adjust a pre-trained model is to let every weight move. That is **full
-    finetuning**, and while models were small it was the normal thing to do. As models grew it
-    stopped being practical for most people, because training keeps far more in memory than the
-    weights.
+    The obvious way to adjust a pre-trained model is to let every weight move: **full finetuning**.
+    The article's claim: for a 7B model in a 16-bit format it adds up to about
+    **{mm.format_bytes(article_run.without_activations)}** before activations are counted, more than most
+    consumer GPUs provide, so a GPU that holds the {mm.format_bytes(article_run.weights)} of weights
+    ({viz.lesson_link("01_weights_and_formats", "lesson 1")}) can still fail the run. Training keeps far more
+    than the weights: a gradient and the optimizer's states for every weight that trains.
 
-    The article's example: a 7B model in a 16-bit format has
-    {mm.format_bytes(article_run.weights)} of weights ({viz.lesson_link("01_weights_and_formats", "lesson 1")}),
-    but fully finetuning it adds up to about **{mm.format_bytes(article_run.without_activations)}**
-    before activations are counted. That is more than most consumer GPUs provide, so a GPU that
-    holds the {mm.format_bytes(article_run.weights)} of weights can still fail the run.
-
-    This lesson opens up the rest of that total: the gradients and the optimizer states, how the
-    optimizer and the precision recipe change them, and why published estimates disagree.
+    Pick a model size (or a published model), a precision recipe, an optimizer and a GPU:
     """)
     return
 
@@ -44,69 +39,11 @@ def _():
     from memmath import reference
     from memmath.reference import published
     from memmath_lessons import viz
-    from memmath_lessons.static_charts import Select, Slider, bound_chart, live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.static_charts import Select, Slider, bound_chart, is_static_export, live_only_notice
 
-    return alt, bound_chart, json, live_chart, live_only_notice, mm, mo, pd, published, reference, Select, Slider, viz
-
-
-@app.cell(hide_code=True)
-def _(article_bpp, mo):
-    mo.md(f"""
-    ## The formula
-
-    One training step keeps, for every **trainable** parameter:
-
-    - its **weight**, in the model's format;
-    - its **gradient**, the direction to move it, one number per weight, computed by the backward pass;
-    - the **optimizer states**, what the optimizer remembers between steps. Adam (Kingma & Ba 2015)
-      keeps two running averages per weight: of the gradient and of its square.
-
-    In pure 16-bit (the article's case; LLaMA-Factory calls it `pure_bf16`) each of those numbers
-    takes 2 bytes:
-
-    `{article_bpp["weights"]:g} B (weight) + {article_bpp["gradients"]:g} B (gradient) + 2 × {article_bpp["optimizer_states"] / 2:g} B (Adam's two states) = {article_bpp["total"]:g} B per parameter`
-    """)
-    return
-
-
-@app.cell
-def _(mm):
-    article_params = 7_000_000_000  # the article's 7B model
-    article_bpp = mm.bytes_per_parameter("bf16", "adam")  # 2 + 2 + 2 x 2 = 8 B per parameter
-    article_run = mm.training_memory(article_params, precision="bf16", optimizer="adam")
-    return article_bpp, article_params, article_run
-
-
-@app.cell(hide_code=True)
-def _(article_params, article_run, mm, mo, viz):
-    _frame = article_run.to_frame("GB")
-    _frame = _frame[_frame["bytes"] > 0][["label", "bytes", "GB"]].reset_index(drop=True)
-    _rest = article_run.without_activations - article_run.weights
-    mo.vstack([
-        mo.md(f"""For {article_params:,} parameters: {article_params:,} × {article_run.without_activations // article_params} B
-        = **{mm.format_bytes(article_run.without_activations)}**. The weights are
-        {mm.format_bytes(article_run.weights)}; the other {mm.format_bytes(_rest)} (which the article leaves
-        unitemized) are the gradients and Adam's states:"""),
-        viz.plain_table(_frame.rename(columns={"label": "part", "GB": "size (GB)"})),
-    ])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo, viz):
-    mo.md(f"""
-    Gradients exist only for the parameters that train. As the article puts it, trainability
-    connects directly to the cost of an update: a frozen parameter needs no gradient and no
-    optimizer state. Full finetuning trains all of them, so it pays the whole bill;
-    {viz.lesson_link("04_freezing")} shows what freezing takes off it.
-
-    ## Your run
-
-    Pick a model size (or a published model), a precision recipe, an optimizer, a GPU and a unit.
-    Every part of the chart follows.
-    """)
-    return
+    return (Select, Slider, alt, bound_chart, is_static_export, json, live_chart, live_only_notice, mm, mo, pd,
+            published, reference, viz)
 
 
 @app.cell
@@ -128,8 +65,17 @@ def _(live_only_notice, mm, mo, viz):
     return gpu_dropdown, optimizer_dropdown, params_slider, precision_dropdown, preset_dropdown, unit_radio
 
 
-@app.cell
-def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, preset_dropdown, unit_radio, viz):
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the next cell sends it new rows
+    bars_chart
+    return (bars_chart,)
+
+
+@app.cell(hide_code=True)
+def _(bars_chart, gpu_dropdown, mm, mo, optimizer_dropdown, params_slider, pd, precision_dropdown, preset_dropdown,
+      unit_radio, viz):
+    # The cell every control of the run re-runs first: the run, its chart's rows, the verdict that says them.
     preset = preset_dropdown.value
     model = viz.model_choice(params_slider.value, preset)  # a preset name or a parameter count
     n_params = mm.resolve_model(model).n_params
@@ -137,73 +83,41 @@ def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, precision_dropdown, p
     gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
     # Full finetuning, one step, before activations (no seq_len): every part in integer bytes.
     run = mm.training_memory(model, precision=precision, optimizer=optimizer)
-    return gpu, model, n_params, optimizer, precision, preset, run, unit
-
-
-@app.cell
-def _(bars_chart, gpu, mm, pd, run, unit, viz):
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
-    # viz.stacked_bars as Vega-Lite JSON, into the live chart below: the size slider sends it new rows.
+    # viz.stacked_bars as Vega-Lite JSON, into the live chart above: only its rows travel when the size moves.
     bars_chart.update(viz.stacked_bars_output(
         pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
         capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
         title="What the GPU must hold (activations come on top: lesson 3)"))
-    return
-
-
-@app.cell(hide_code=True)
-def _(live_chart):
-    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    bars_chart
-    return (bars_chart,)
-
-
-@app.cell(hide_code=True)
-def _(gpu, mm, mo, n_params, run, unit, viz):
     _holds, _runs = mm.check_fit(run.weights, gpu, reserved_bytes=0), mm.check_fit(run.total, gpu, reserved_bytes=0)
     _verdict = ("fits" if _runs.fits else f"does not fit: it is short by {mm.format_bytes(-_runs.headroom_bytes, unit)}")
     _kind = "success" if _runs.fits else ("warn" if _holds.fits else "danger")
     _notes = [n.text for n in run.notes if n.kind != "activations_not_estimated"]
-    mo.callout(mo.md(f"""
-    **{viz.short_count(n_params)} parameters**: {mm.format_bytes(run.total, unit)} for full finetuning
-    ({run.total / n_params:.2f} B per parameter), of which {mm.format_bytes(run.weights, unit)} are weights.
-    The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}: it
-    {"holds" if _holds.fits else "cannot even hold"} the weights, and the run {_verdict}.
+    _names = {v: k for k, v in optimizer_dropdown.options.items()}
+    _recipes = {v: k for k, v in precision_dropdown.options.items()}
+    mo.vstack([
+        mo.callout(mo.md(f"""
+        **{viz.short_count(n_params)} parameters**, {_recipes[precision]} with {_names[optimizer]}: one step of full
+        finetuning keeps **{mm.format_bytes(run.total, unit)}** before activations,
+        {n_params:,} parameters × {run.total / n_params:.2f} B per parameter, of which {mm.format_bytes(run.weights, unit)} are weights.
+        The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}: it
+        {"holds" if _holds.fits else "cannot even hold"} the weights, and the run {_verdict}.
 
-    *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
-    """), kind=_kind)
-    return
+        {viz.cuda_reserve_sentence(0, unit)}
 
-
-@app.cell
-def _(mm, pd):
-    # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB. Recipes
-    # travel as their short names and sizes as positions 0-10 (the page carries every byte of the grid).
-    RECIPE_NAMES = {"bf16": "pure bf16", "fp32": "fp32", "amp": "PyTorch AMP", "mixed": "mixed (ZeRO)",
-                    "mixed_fp32_grads": "mixed + fp32 accumulation"}
-    OPTIMIZER_NAMES = {"adam": "Adam", "sgd": "SGD", "sgd_momentum": "SGD with momentum", "adam8bit": "8-bit Adam"}
-    RECIPE_SIZES = (0.1, 0.35, 1, 3, 7, 13, 34, 70, 175, 405, 1000)  # billions of parameters
-    _rows = []
-    for _position, _billions in enumerate(RECIPE_SIZES):
-        for _optimizer in OPTIMIZER_NAMES:
-            for _recipe in RECIPE_NAMES:
-                _run = mm.training_memory(int(_billions * 10**9), precision=_recipe, optimizer=_optimizer)
-                for _order, (_part, _bytes) in enumerate(_run.parts().items()):
-                    if _bytes:
-                        _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
-                                      "part": mm.PART_LABELS[_part], "order": _order,
-                                      "GB": round(mm.to_unit(_bytes, "GB"), 3),
-                                      # the label's total, rounded once from integer bytes
-                                      "totalGB": round(mm.to_unit(_run.total, "GB"), 2)})
-    recipes_grid = pd.DataFrame(_rows)
-    return OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, recipes_grid
+        *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
+        """), kind=_kind),
+        mo.md("**Takeaway:** full finetuning pays, for every weight, the weight itself, its gradient and the "
+              "optimizer's states: in pure 16-bit with Adam 8 bytes per parameter, four times the weights alone. "
+              "Holding the weights is not running the step."),
+    ])
+    return gpu, model, n_params, optimizer, precision, preset, run, unit
 
 
-@app.cell
-def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_chart, json, mo, recipes_grid, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
-
+@app.cell(hide_code=True)
+def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_chart, is_static_export, json, mo,
+      recipes_grid, viz):
     def _draw(base):
         _order = list(RECIPE_NAMES)
         _names = f"{json.dumps(RECIPE_NAMES)}[datum.value]"  # short name -> what the axis shows
@@ -238,28 +152,123 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_ch
     """
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
     # those are frozen and this chart's own inputs are the page's live controls) shows it.
-    mo.vstack([mo.md(_about), _chart]) if _static() else None
+    mo.vstack([mo.md(_about), _chart]) if is_static_export() else None
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## Optimizer choice
+def _(article_bpp, article_params, article_run, mm, mo, viz):
+    _frame = article_run.to_frame("GB")
+    _frame = _frame[_frame["bytes"] > 0][["label", "bytes", "GB"]].reset_index(drop=True)
+    _rest = article_run.without_activations - article_run.weights
+    mo.vstack([
+        mo.md(f"""
+        ## The formula
 
-    The optimizer decides how many numbers each weight carries between steps. Plain SGD keeps
-    none; SGD with momentum keeps one; Adam and AdamW keep two; 8-bit Adam (Dettmers et al. 2022)
-    keeps Adam's two at 1 byte each plus a small scale per block; Adafactor (Shazeer & Stern 2018)
-    replaces the second moment of each matrix by its row and column averages and drops the first.
-    The table runs every optimizer with your model and precision recipe. Adafactor's saving needs
-    the shape of every matrix: with a bare parameter count from the slider memmath cannot factor
-    anything and counts a full second moment, so pick a published model to see it.
-    """)
+        One training step keeps, for every **trainable** parameter:
+
+        - its **weight**, in the model's format;
+        - its **gradient**, the direction to move it, one number per weight, computed by the backward pass;
+        - the **optimizer states**, what the optimizer remembers between steps. Adam (Kingma & Ba 2015)
+          keeps two running averages per weight: of the gradient and of its square.
+
+        In pure 16-bit (the article's case; LLaMA-Factory calls it `pure_bf16`) each of those numbers
+        takes 2 bytes:
+
+        `{article_bpp["weights"]:g} B (weight) + {article_bpp["gradients"]:g} B (gradient) + 2 × {article_bpp["optimizer_states"] / 2:g} B (Adam's two states) = {article_bpp["total"]:g} B per parameter`
+
+        For {article_params:,} parameters: {article_params:,} × {article_run.without_activations // article_params} B
+        = **{mm.format_bytes(article_run.without_activations)}**. The weights are
+        {mm.format_bytes(article_run.weights)}; the other {mm.format_bytes(_rest)} (which the article leaves
+        unitemized) are the gradients and Adam's states:
+        """),
+        viz.plain_table(_frame.rename(columns={"label": "part", "GB": "size (GB)"})),
+        mo.md(f"""
+        Gradients exist only for the parameters that train. As the article puts it, trainability
+        connects directly to the cost of an update: a frozen parameter needs no gradient and no
+        optimizer state. Full finetuning trains all of them, so it pays the whole bill;
+        {viz.lesson_link("04_freezing")} shows what freezing takes off it.
+        """),
+    ])
     return
 
 
 @app.cell
-def _(gpu, mm, model, n_params, optimizer_dropdown, pd, precision, unit, viz):
+def _(mm):
+    article_params = 7_000_000_000  # the article's 7B model
+    article_bpp = mm.bytes_per_parameter("bf16", "adam")  # 2 + 2 + 2 x 2 = 8 B per parameter
+    article_run = mm.training_memory(article_params, precision="bf16", optimizer="adam")
+    return article_bpp, article_params, article_run
+
+
+@app.cell(hide_code=True)
+def _(alt, mm, mo, pd, published, viz):
+    _low = min(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
+    _high = max(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
+    # Each published count, part by part, in bytes per parameter (memmath.published): it does not
+    # depend on the model size, so it is drawn once.
+    published_per_parameter = pd.DataFrame([
+        {"estimate": f"{_b['total']:g} B: {e.label}", "part": mm.PART_LABELS[_part], "order": _order,
+         "B per parameter": _b[_part]}
+        for e in published.PUBLISHED_ESTIMATES.values()
+        for _b in [published.published_bytes_per_parameter(e.key)]
+        for _order, _part in enumerate(mm.PARTS) if _b.get(_part)])
+    _order = list(dict.fromkeys(published_per_parameter["estimate"]))
+    _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
+    mo.vstack([
+        mo.md(f"""
+        ## Why published estimates range from {_low:g} to {_high:g} bytes per parameter
+
+        Look up "memory to finetune a 7B model with Adam" and you will find answers from {_low:g} to
+        {_high:g} bytes per parameter. None of them is wrong: each counts a different **recipe**, that
+        is, which copies are kept and in which format. Mixed precision (Micikevicius et al. 2018)
+        computes in 16 bits but keeps an fp32 **master copy** of the weights and fp32 optimizer states,
+        because tiny updates vanish when added to a 16-bit weight. Some setups also keep an fp32 buffer
+        to accumulate gradients over several micro-batches. Some counts leave the gradients out
+        entirely. Each bar below is one published count, in bytes per parameter:
+        """),
+        viz.chart_output(alt.Chart(published_per_parameter).mark_bar().encode(
+            x=alt.X("sum(B per parameter):Q", title="Bytes per parameter (B)"),
+            y=alt.Y("estimate:N", title=None, sort=_order),
+            color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("estimate:N"), alt.Tooltip("part:N"), alt.Tooltip("B per parameter:Q")],
+        ).properties(width=420, height=230, title="Six published counts with Adam, per parameter")),
+    ])
+    return (published_per_parameter,)
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    # Rendered once: the prose between the tables of the next cell, which the run's controls re-run.
+    details_prose = {"optimizer": mo.md(r"""
+        Read the counts by row: the parts are the same everywhere (weights, gradients, optimizer
+        states, sometimes a master copy or an accumulation buffer); only their formats differ. When
+        you quote a number, quote its recipe with it.
+
+        ## Optimizer choice
+
+        The optimizer decides how many numbers each weight carries between steps. Plain SGD keeps
+        none; SGD with momentum keeps one; Adam and AdamW keep two; 8-bit Adam (Dettmers et al. 2022)
+        keeps Adam's two at 1 byte each plus a small scale per block; Adafactor (Shazeer & Stern 2018)
+        replaces the second moment of each matrix by its row and column averages and drops the first.
+        Adafactor's saving needs the shape of every matrix: with a bare parameter count from the slider
+        memmath cannot factor anything and counts a full second moment, so pick a published model to see it.
+        """), "gpus": mo.md(r"""
+        ## A GPU that holds the weights can still fail the run
+
+        A card must hold the whole step, not the weights alone; activations, the next lesson, widen the gap.
+        Nothing is reserved for the CUDA context in these verdicts, as the verdict above says.
+        """)}
+    return (details_prose,)
+
+
+@app.cell(hide_code=True)
+def _(details_prose, gpu, mm, mo, model, n_params, optimizer_dropdown, pd, precision, published, run, unit, viz):
+    # The cell every control of the run re-runs second: the tables that apply the run to your model.
+    published_rows = published.published_table(n_params, unit)
+    # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
+    _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
     _rows = []
     # The menu's names (amsgrad variants are not in the menu: named here the same way).
     _names = {v: k for k, v in optimizer_dropdown.options.items()} | {"adam_amsgrad": "Adam (amsgrad)",
@@ -273,203 +282,120 @@ def _(gpu, mm, model, n_params, optimizer_dropdown, pd, precision, unit, viz):
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
-    viz.plain_table(optimizer_table, wrapped_columns=["what it keeps"])  # plain HTML: the size slider redraws it on every move
-    return (optimizer_table,)
-
-
-@app.cell(hide_code=True)
-def _(mm, mo, published):
-    _low = min(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
-    _high = max(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
-    mo.md(f"""
-    ## Why published estimates range from {_low:g} to {_high:g} bytes per parameter
-
-    Look up "memory to finetune a 7B model with Adam" and you will find answers from {_low:g} to
-    {_high:g} bytes per parameter. None of them is wrong: each counts a different **recipe**, that
-    is, which copies are kept and in which format. Mixed precision (Micikevicius et al. 2018)
-    computes in 16 bits but keeps an fp32 **master copy** of the weights and fp32 optimizer states,
-    because tiny updates vanish when added to a 16-bit weight. Some setups also keep an fp32 buffer
-    to accumulate gradients over several micro-batches. Some counts leave the gradients out
-    entirely. Each bar below is one published count, in bytes per parameter (the table under it
-    applies them to your model size):
-    """)
-    return
-
-
-@app.cell
-def _(mm, pd, published):
-    # Each published count, part by part, in bytes per parameter (memmath.published): it does not
-    # depend on the model size, so it is drawn once.
-    published_per_parameter = pd.DataFrame([
-        {"estimate": f"{_b['total']:g} B: {e.label}", "part": mm.PART_LABELS[_part], "order": _order,
-         "B per parameter": _b[_part]}
-        for e in published.PUBLISHED_ESTIMATES.values()
-        for _b in [published.published_bytes_per_parameter(e.key)]
-        for _order, _part in enumerate(mm.PARTS) if _b.get(_part)])
-    return (published_per_parameter,)
-
-
-@app.cell
-def _(alt, published_per_parameter, viz):
-    _order = list(dict.fromkeys(published_per_parameter["estimate"]))
-    _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
-    viz.chart_output(alt.Chart(published_per_parameter).mark_bar().encode(
-        x=alt.X("sum(B per parameter):Q", title="Bytes per parameter (B)"),
-        y=alt.Y("estimate:N", title=None, sort=_order),
-        color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)),
-        order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("estimate:N"), alt.Tooltip("part:N"), alt.Tooltip("B per parameter:Q")],
-    ).properties(width=420, height=230, title="Six published counts with Adam, per parameter"))
-    return
-
-
-@app.cell
-def _(mm, n_params, published, unit, viz):
-    published_rows = published.published_table(n_params, unit)
-    # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
-    _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
-    viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])  # plain HTML: the size slider redraws it
-    return (published_rows,)
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    Read the table by row: the parts are the same everywhere (weights, gradients, optimizer
-    states, sometimes a master copy or an accumulation buffer); only their formats differ. When
-    you quote a number, quote its recipe with it.
-
-    ## A GPU that holds the weights can still fail the run
-
-    The catalog below compares every card twice: can it hold the weights, and can it hold one step
-    of full finetuning with your recipe and optimizer (before activations)?
-    """)
-    return
-
-
-@app.cell
-def _(mm, run, unit, viz):
-    _weights = mm.fit_table(run.weights, reserved_bytes=0, unit=unit).set_index("gpu")  # the card as the driver reports it
-    _total = mm.fit_table(run.total, reserved_bytes=0, unit=unit).set_index("gpu")
-    gpu_rows = _weights[["marketed", f"memory ({unit})"]].assign(**{
-        "holds the weights": _weights["fits"].map({True: "yes", False: "no"}),
-        "runs full finetuning": _total["fits"].map({True: "yes", False: "no"}),
-    }).reset_index().round(2)
-    viz.plain_table(gpu_rows)
-    return (gpu_rows,)
-
-
-@app.cell(hide_code=True)
-def _(gpu_rows, mo):
+    # Every card as the driver reports it, smallest first (as mm.fit_table lists them), judged twice by mm.check_fit.
+    gpu_rows = pd.DataFrame([{
+        "gpu": _g.name, "marketed": _g.marketed, f"memory ({unit})": round(_g.memory_bytes / mm.UNITS[unit], 2),
+        "holds the weights": "yes" if mm.check_fit(run.weights, _g, reserved_bytes=0).fits else "no",
+        "runs full finetuning": "yes" if mm.check_fit(run.total, _g, reserved_bytes=0).fits else "no",
+    } for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)])
     _gap = gpu_rows[(gpu_rows["holds the weights"] == "yes") & (gpu_rows["runs full finetuning"] == "no")]
-    mo.md(f"""
-    With these settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but fail the run
-    ({", ".join(_gap["gpu"]) if len(_gap) else "none"}). Activations, the next lesson, widen the gap.
-    """)
-    return
+    mo.vstack([
+        mo.accordion({f"What does each published count give for {viz.short_count(n_params)} parameters?":
+                      viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])}),
+        details_prose["optimizer"],
+        mo.accordion({"How much does each optimizer keep for your model and recipe?":
+                      viz.plain_table(optimizer_table, wrapped_columns=["what it keeps"])}),
+        details_prose["gpus"],
+        mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but fail the run "
+              f"before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'})."),
+        mo.accordion({"Which cards hold the weights, and which run the step?": viz.plain_table(gpu_rows)}),
+    ])
+    return gpu_rows, optimizer_table, published_rows
 
 
 @app.cell(hide_code=True)
-def _(measured_versions, mo):
-    mo.md(f"""
-    ## Checked against PyTorch
-
-    Are these byte counts what a framework really allocates? The workbook's `validation/measure.py`
-    builds small models from their configs, runs one real training step and records every
-    parameter, gradient and optimizer-state tensor that PyTorch holds after `optimizer.step()`
-    (README, section "Fidelity"). The recording was made **on the CPU with tiny models**
-    (3 blocks, width 64; {measured_versions}); the byte counts per parameter do not depend on the
-    size, so they carry over to a 7B model. Pick a model; the rows are every recorded full
-    finetuning of it:
-    """)
-    return
-
-
-@app.cell
-def _(mm, reference):
+def _(mm, mo, pd, reference, viz):
     measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
     _versions = reference.measured_metadata()["versions"]
     measured_versions = (f"torch {_versions['torch']}, transformers {_versions['transformers']}, "
                          f"one thread")
-    return measured_cases, measured_versions
-
-
-@app.cell
-def _(live_only_notice, mo):
-    measured_model_dropdown = mo.ui.dropdown(
-        options={"GPT-2 (tied head)": "gpt2", "LLaMA (multi-head attention)": "llama-mha",
-                 "LLaMA (grouped-query attention)": "llama-gqa", "BERT (classifier)": "bert"},
-        value="GPT-2 (tied head)", label="Measured model")
-    mo.vstack([live_only_notice(), measured_model_dropdown])
-    return (measured_model_dropdown,)
-
-
-@app.cell
-def _(measured_cases, measured_model_dropdown, mm, pd, reference):
-    # Full finetuning of the chosen model, every recipe and optimizer recorded (one batch of 2 x 64 tokens).
-    _cases = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
-                            & (measured_cases["method"] == "full") & (measured_cases["attention"] == "sdpa")
-                            & ~measured_cases["dropout"] & ~measured_cases["checkpointing"]
-                            & (measured_cases["group"] == "transformers")]  # 8-bit Adam: the table below
-    _rows = []
-    for _, _case in _cases.iterrows():
-        _predicted = reference.predict_case(_case)  # the matching memmath.training_memory(...) call
-        for _part, _column in (("weights", "param_bytes"), ("gradients", "grad_bytes"),
-                               ("optimizer_states", "optimizer_state_bytes")):
-            _rows.append({"precision": _case["precision"], "optimizer": _case["optimizer"],
-                          "part": mm.PART_LABELS[_part], "measured by PyTorch (B)": int(_case[_column]),
-                          "memmath (B)": int(getattr(_predicted, _part)),
-                          "B per parameter": round(int(_case[_column]) / int(_case["total_params"]), 4)})
-    fidelity_rows = pd.DataFrame(_rows)
-    fidelity_rows["difference (B)"] = fidelity_rows["memmath (B)"] - fidelity_rows["measured by PyTorch (B)"]
-    fidelity_case = _cases.iloc[0]  # the first row: fp32 AdamW
+    # Full finetuning of each recorded model, every recipe and optimizer recorded (one batch of 2 x 64 tokens).
+    _models = {"gpt2": "GPT-2 (tied head)", "llama-mha": "LLaMA (multi-head attention)",
+               "llama-gqa": "LLaMA (grouped-query attention)", "bert": "BERT (classifier)"}
+    _bnb = reference.measured_metadata()["versions"].get("bitsandbytes", "?")
+    _sections, _tables = {}, {}
+    for _shape, _label in _models.items():
+        _cases = measured_cases[(measured_cases["shape"] == _shape)
+                                & (measured_cases["method"] == "full") & (measured_cases["attention"] == "sdpa")
+                                & ~measured_cases["dropout"] & ~measured_cases["checkpointing"]
+                                & (measured_cases["group"] == "transformers")]  # 8-bit Adam: the table below
+        _rows = []
+        for _, _case in _cases.iterrows():
+            _predicted = reference.predict_case(_case)  # the matching memmath.training_memory(...) call
+            for _part, _column in (("weights", "param_bytes"), ("gradients", "grad_bytes"),
+                                   ("optimizer_states", "optimizer_state_bytes")):
+                _rows.append({"precision": _case["precision"], "optimizer": _case["optimizer"],
+                              "part": mm.PART_LABELS[_part], "measured by PyTorch (B)": int(_case[_column]),
+                              "memmath (B)": int(getattr(_predicted, _part)),
+                              "B per parameter": round(int(_case[_column]) / int(_case["total_params"]), 4)})
+        _table = pd.DataFrame(_rows)
+        _table["difference (B)"] = _table["memmath (B)"] - _table["measured by PyTorch (B)"]
+        _tables[_shape] = (_table, _cases.iloc[0])  # the first row: fp32 AdamW
+        # 8-bit Adam as bitsandbytes really stores it, measured after memmath's count was written.
+        _eight = measured_cases[(measured_cases["shape"] == _shape)
+                                & measured_cases["optimizer"].isin(["adam8bit", "adamw8bit"])]
+        _eight_rows = [{"case": _c["case_id"], "states measured (B)": int(_c["optimizer_state_bytes"]),
+                        "memmath (B)": int(reference.predict_case(_c).optimizer_states),
+                        "8-bit tensors": "yes" if "absmax1" in _c["optimizer_state_detail"] else "none (all under 4,096)"}
+                       for _, _c in _eight.iterrows()]
+        _exact = int((_table["difference (B)"] == 0).sum())
+        _sections[f"{_label}: {_exact} of {len(_table)} rows match to the byte"] = mo.vstack(
+            [viz.plain_table(_table)] + ([mo.md(f"""
+            **8-bit Adam, measured.** bitsandbytes {_bnb}'s `Adam8bit` and `AdamW8bit` on the CPU: a tensor of
+            4,096 elements or more keeps two uint8 states and one fp32 scale per 256 values; a smaller one
+            (norms, biases, small LoRA matrices) keeps two fp32 states; and one pair of 256-value
+            quantization maps is shared by all. memmath counts them tensor by tensor:
+            """), viz.plain_table(pd.DataFrame(_eight_rows))] if _eight_rows else []))
+    fidelity_rows, fidelity_case = _tables["gpt2"]  # the worked example: GPT-2
+    _n, _tensors = int(fidelity_case["total_params"]), int(fidelity_case["trainable_tensors"])
+    _detail = fidelity_case["optimizer_state_detail"]
+    _big = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw")
+    _moments = _big.optimizer_state_detail.moments  # exp_avg + exp_avg_sq, 2 B each
+    _counters = _big.optimizer_state_detail.step_counters  # one 4-byte step per trainable tensor
+    mo.accordion({"Are these the bytes PyTorch really allocates? (measured)": mo.vstack([
+        mo.md(f"""
+        The workbook's `validation/measure.py` builds small models from their configs, runs one real
+        training step and records every parameter, gradient and optimizer-state tensor that PyTorch holds
+        after `optimizer.step()` (README, section "Fidelity"). The recording was made **on the CPU with tiny
+        models** (3 blocks, width 64; {measured_versions}); the byte counts per parameter do not depend on the
+        size, so they carry over to a 7B model. Every recorded full finetuning, by model:
+        """),
+        mo.accordion(_sections),
+        mo.md(f"""
+        Read one: the {fidelity_case["precision"]} GPT-2 has {_n:,} parameters in {_tensors} tensors. AdamW keeps
+        `exp_avg` and `exp_avg_sq`, each {_detail["exp_avg"]:,} B ({_detail["exp_avg"] // _n} B per parameter:
+        PyTorch stores the moments in the parameters' own format, so a bf16 model gets the pure bf16 recipe),
+        plus one 4-byte `step` counter per tensor: {_tensors} × 4 = {_detail["step"]:,} B. SGD with momentum
+        keeps one buffer per parameter; Adam with amsgrad a third moment, the running maximum of `exp_avg_sq`.
+        For a real model the counters vanish: llama-2-7b's {_big.trainable_tensors} tensors add {_counters:,} B
+        of counters to {mm.format_bytes(_moments)} of moments. The bytes per parameter are the whole story.
+        """),
+    ])})
     return fidelity_case, fidelity_rows
 
 
 @app.cell
-def _(fidelity_rows, viz):
-    viz.plain_table(fidelity_rows)
-    return
-
-
-@app.cell(hide_code=True)
-def _(measured_cases, measured_model_dropdown, mo, pd, reference, viz):
-    # 8-bit Adam as bitsandbytes really stores it, measured after memmath's count was written.
-    _bnb = reference.measured_metadata()["versions"].get("bitsandbytes", "?")
-    _eight = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
-                            & measured_cases["optimizer"].isin(["adam8bit", "adamw8bit"])]
-    _rows = [{"case": _c["case_id"], "states measured (B)": int(_c["optimizer_state_bytes"]),
-              "memmath (B)": int(reference.predict_case(_c).optimizer_states),
-              "8-bit tensors": "yes" if "absmax1" in _c["optimizer_state_detail"] else "none (all under 4,096)"}
-             for _, _c in _eight.iterrows()]
-    mo.vstack([mo.md(f"""
-    **8-bit Adam, measured.** bitsandbytes {_bnb}'s `Adam8bit` and `AdamW8bit` on the CPU: a tensor of
-    4,096 elements or more keeps two uint8 states and one fp32 scale per 256 values; a smaller one
-    (norms, biases, small LoRA matrices) keeps two fp32 states; and one pair of 256-value
-    quantization maps is shared by all. memmath counts them tensor by tensor:
-    """), viz.plain_table(pd.DataFrame(_rows))]) if _rows else mo.md("")
-    return
-
-
-@app.cell(hide_code=True)
-def _(fidelity_case, fidelity_rows, mm, mo):
-    _n, _tensors = int(fidelity_case["total_params"]), int(fidelity_case["trainable_tensors"])
-    _detail = fidelity_case["optimizer_state_detail"]
-    _exact = int((fidelity_rows["difference (B)"] == 0).sum())
-    _big = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw")
-    _moments = _big.optimizer_state_detail.moments  # exp_avg + exp_avg_sq, 2 B each
-    _counters = _big.optimizer_state_detail.step_counters  # one 4-byte step per trainable tensor
-    mo.md(f"""
-    **{_exact} of {len(fidelity_rows)}** rows match to the byte. Read one: the {fidelity_case["precision"]}
-    model has {_n:,} parameters in {_tensors} tensors. AdamW keeps `exp_avg` and `exp_avg_sq`, each
-    {_detail["exp_avg"]:,} B ({_detail["exp_avg"] // _n} B per parameter: PyTorch stores the moments in
-    the parameters' own format, so a bf16 model gets the pure bf16 recipe), plus one 4-byte `step`
-    counter per tensor: {_tensors} × 4 = {_detail["step"]:,} B. SGD with momentum keeps one buffer per
-    parameter; Adam with amsgrad a third moment, the running maximum of `exp_avg_sq`. For a real model
-    the counters vanish: llama-2-7b's {_big.trainable_tensors} tensors add {_counters:,} B of counters to
-    {mm.format_bytes(_moments)} of moments. The bytes per parameter are the whole story.
-    """)
-    return
+def _(mm, pd):
+    # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB. Recipes
+    # travel as their short names and sizes as positions 0-10 (the page carries every byte of the grid).
+    RECIPE_NAMES = {"bf16": "pure bf16", "fp32": "fp32", "amp": "PyTorch AMP", "mixed": "mixed (ZeRO)",
+                    "mixed_fp32_grads": "mixed + fp32 accumulation"}
+    OPTIMIZER_NAMES = {"adam": "Adam", "sgd": "SGD", "sgd_momentum": "SGD with momentum", "adam8bit": "8-bit Adam"}
+    RECIPE_SIZES = (0.1, 0.35, 1, 3, 7, 13, 34, 70, 175, 405, 1000)  # billions of parameters
+    _rows = []
+    for _position, _billions in enumerate(RECIPE_SIZES):
+        for _optimizer in OPTIMIZER_NAMES:
+            for _recipe in RECIPE_NAMES:
+                _run = mm.training_memory(int(_billions * 10**9), precision=_recipe, optimizer=_optimizer)
+                for _order, (_part, _bytes) in enumerate(_run.parts().items()):
+                    if _bytes:
+                        _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
+                                      "part": mm.PART_LABELS[_part], "order": _order,
+                                      "GB": round(mm.to_unit(_bytes, "GB"), 3),
+                                      # the label's total, rounded once from integer bytes
+                                      "totalGB": round(mm.to_unit(_run.total, "GB"), 2)})
+    recipes_grid = pd.DataFrame(_rows)
+    return OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, recipes_grid
 
 
 @app.cell(hide_code=True)
@@ -490,8 +416,8 @@ def _(article_bpp, mo, viz):
     return
 
 
-@app.cell
-def _(mm):
+@app.cell(hide_code=True)
+def _(mm, mo):
     # Problem answers, computed with memmath.
     answer_mixed_7b = mm.training_memory(7_000_000_000, precision="mixed", optimizer="adam")
     answer_8bit_7b = mm.training_memory(7_000_000_000, precision="bf16", optimizer="adam8bit")
@@ -502,13 +428,7 @@ def _(mm):
     _fits = mm.fit_table(_llama.total, reserved_bytes=0)
     answer_llama_gpu = _fits[_fits["fits"]].iloc[0]["gpu"]
     answer_llama_total = _llama.total
-    return (answer_8bit_7b, answer_adam_7b, answer_frozen, answer_llama_gpu, answer_llama_total,
-            answer_mixed_7b)
-
-
-@app.cell(hide_code=True)
-def _(answer_8bit_7b, answer_adam_7b, answer_frozen, answer_llama_gpu, answer_llama_total, answer_mixed_7b,
-      mm, mo):
+    _reserved = mm.fit_table(_llama.total)  # the default reserve: memmath.CUDA_CONTEXT_BYTES
     _b = mm.bytes_per_parameter("mixed", "adam")
     _a8 = mm.OPTIMIZERS["adam8bit"]
     mo.vstack([
@@ -537,7 +457,10 @@ def _(answer_8bit_7b, answer_adam_7b, answer_frozen, answer_llama_gpu, answer_ll
         mo.accordion({"Answer": mo.md(
             f"The run needs {mm.format_bytes(answer_llama_total)} ({mm.format_bytes(answer_llama_total, 'GiB')}): "
             f"the smallest card that reports enough is the **{answer_llama_gpu}** "
-            f"({mm.format_bytes(mm.GPUS[answer_llama_gpu].memory_bytes, 'GiB')}).")}),
+            f"({mm.format_bytes(mm.GPUS[answer_llama_gpu].memory_bytes, 'GiB')}), reserving nothing for the CUDA "
+            f"context; with its {mm.CUDA_CONTEXT_BYTES // mm.UNITS['MiB']:,} MiB set aside "
+            + ("the answer stays the same." if _reserved[_reserved["fits"]].iloc[0]["gpu"] == answer_llama_gpu
+               else f"it is the **{_reserved[_reserved['fits']].iloc[0]['gpu']}**."))}),
     ])
     return
 

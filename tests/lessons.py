@@ -129,3 +129,26 @@ def run_with(name: str, **controls):
         overrides.update({v: base_defs[v] for v in owners[var] if v in base_defs})
     overrides.update(controls)
     return load_app(name).run(defs=overrides)
+
+
+def cells_rerun_by(name: str, control: str) -> set:
+    """Ids of the cells a move of `control` re-runs in the live lesson: the cells that read it and all downstream
+    (marimo's dataflow graph). Each costs marimo's per-cell overhead on every move (issue 15)."""
+    app = load_app(name)
+    app._maybe_initialize()
+    graph = app._graph
+    readers = {cell_id for cell_id, cell in graph.cells.items() if control in cell.refs}
+    return readers.union(*(graph.descendants(cell_id) for cell_id in readers))
+
+
+def plain_text(outputs) -> str:
+    """The visible words of a run's outputs: output_text with the HTML tags, entities and the JSON escapes of
+    nested elements (a callout inside a vstack, a table inside an accordion) undone, whitespace collapsed."""
+    import html
+
+    text = output_text(outputs)
+    for _ in range(3):
+        text = html.unescape(text)
+        text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text)
+        text = text.replace("\\n", " ").replace('\\"', '"')
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))

@@ -83,3 +83,42 @@ def test_chart_total_labels_equal_the_callout(billions):
         assert label in text, (billions, unit, label)
     hand = {1: ("8.00", "7.45"), 7: ("56.00", "52.15"), 100: ("800.00", "745.06")}[billions]
     assert (f"{step['totalGB'].iloc[0]:,.2f}", f"{step['totalGiB'].iloc[0]:,.2f}") == hand
+
+
+def test_each_control_re_runs_one_cell():
+    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran three
+    # (one drew a new chart); now one cell computes the budgets, hands the live chart its rows and says them.
+    assert len(lessons.cells_rerun_by(LESSON, "demo_params_slider")) == 1
+    assert len(lessons.cells_rerun_by(LESSON, "gpu_dropdown")) == 1
+    assert len(lessons.cells_rerun_by(LESSON, "model_dropdown")) == 1
+    assert len(lessons.cells_rerun_by(LESSON, "unit_radio")) == 2  # the two places that show a unit
+
+
+def test_the_core_path_comes_first(default_run):
+    # Issue 13: the claim, the control, the number with its recipe, the takeaway; then the sections.
+    outputs, _ = default_run
+    text = lessons.plain_text(outputs)
+    claim = text.index("CUDA out of memory")
+    number = text.index("7,000,000,000 × 2 B (bf16) = 14.00 GB")  # 7e9 parameters x 2 bytes
+    step = text.index("= 56.00 GB before activations")  # x (2 + 2 + 4) bytes
+    takeaway = text.index("Takeaway:")
+    deeper = text.index("The question this workbook follows")
+    assert claim < number < step < takeaway < deeper
+
+
+def test_the_size_chart_is_one_live_chart_fed_the_sliders_rows(default_run):
+    # The chart is drawn once, in a cell no control reads; the slider's cell hands it the rows of its size.
+    _, defs = default_run
+    chart = defs["demo_chart"]
+    assert type(chart).__name__ == "LiveChart" and chart.signals["caption"] == "Parameters (billions): 7"
+    (rows,) = chart.rows.values()
+    by_scenario = {s: sum(r["GB"] for r in rows if r["scenario"] == s) for s in ("load", "step")}
+    assert by_scenario == {"load": 14.0, "step": 56.0}  # 7e9 x 2 B; 7e9 x (2 + 2 + 4) B
+    assert not any(lessons.cells_rerun_by(LESSON, c) & _cell_of(LESSON, "demo_chart")
+                   for c in ("demo_params_slider", "unit_radio"))
+
+
+def _cell_of(name, variable):
+    app = lessons.load_app(name)
+    app._maybe_initialize()
+    return {cell_id for cell_id, cell in app._graph.cells.items() if variable in cell.defs}

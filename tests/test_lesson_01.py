@@ -5,6 +5,7 @@ import marimo as mo
 import pytest
 
 import memmath as mm
+from memmath_lessons import viz
 
 LESSON = "01_weights_and_formats"
 
@@ -102,3 +103,52 @@ def test_format_chart_labels_totals_rounded_once(default_run):
     totals = seven.groupby("format")["totalGB"].agg(["min", "max"])
     assert (totals["min"] == totals["max"]).all()
     assert totals.loc["int4", "max"] == 3.94 and totals.loc["fp32", "max"] == 28.0
+
+
+def test_a_move_re_runs_at_most_two_cells():
+    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran six; now
+    # the weights' cell (callout, format chart's rows) and the cards' cell (verdicts, card chart's rows, table).
+    assert len(lessons.cells_rerun_by(LESSON, "params_slider")) == 2
+    for control in ("block_absmax_slider", "value_number", "context_checkbox"):
+        assert len(lessons.cells_rerun_by(LESSON, control)) == 1, control
+
+
+def test_the_core_path_comes_first(default_run):
+    # Issue 13: the claim, the control, the number with its recipe, the takeaway; then the sections.
+    outputs, _ = default_run
+    text = lessons.plain_text(outputs)
+    claim = text.index("the bytes needed per parameter set the weight memory")
+    number = text.index("7,000,000,000 parameters (7B) × 16 bits ÷ 8 = 14.00 GB of weights in bf16")
+    takeaway = text.index("Takeaway:")
+    deeper = text.index("The formula")
+    assert claim < number < takeaway < deeper
+
+
+def test_the_format_chart_follows_the_size():
+    # Live, the marimo slider moves the chart (one control per quantity): at 70B, 70e9 x 4 B = 280 GB in fp32,
+    # x 2 B = 140 GB in bf16; int8 adds one 4-byte scale per 64 weights: 70e9 / 64 x 4 = 4.375e9 B.
+    _, defs = lessons.run_with(LESSON, params_slider=lessons.mo.ui.slider(steps=list(viz.MODEL_SIZE_STEPS), value=70))
+    chart = defs["formats_chart"]
+    assert chart.signals["caption"] == "Model size: 70B parameters"
+    (rows,) = chart.rows.values()
+    gb = {(r["format"], r["part"]): r["GB"] for r in rows}
+    assert gb[("fp32", "Weights")] == 280 and gb[("bf16", "Weights")] == 140
+    assert gb[("int8", "Weights")] == 70 and gb[("int8", "Quantization constants")] == 4.375
+
+
+RESERVE_WORDS = ("1,343 MiB", "before PyTorch allocates any tensor", "V100", "Model training anatomy")
+
+
+def test_the_cuda_reserve_is_said_with_its_number_and_source(default_run):
+    # Issue 13: where the lesson says which cards hold the weights, one sentence says what is reserved and why.
+    outputs, _ = default_run
+    text = lessons.plain_text(outputs)
+    assert "Reserved: nothing for the CUDA context" in text and all(w in text for w in RESERVE_WORDS)
+    outputs, on = lessons.run_with(LESSON, context_checkbox=mo.ui.checkbox(value=True))
+    text = lessons.plain_text(outputs)
+    # 1,343 MiB = 1,343 x 2**20 = 1,408,237,568 B = 1.41 GB, set aside on every card.
+    assert "Reserved: 1.41 GB (1,343 MiB) of each card for the CUDA context" in text
+    assert all(w in text for w in RESERVE_WORDS)
+    _, off = default_run
+    less = off["gpu_fits"].set_index("gpu")["headroom (GB)"] - on["gpu_fits"].set_index("gpu")["headroom (GB)"]
+    assert less.round(9).eq(1.408237568).all()

@@ -166,7 +166,7 @@ def test_assumes_line_sums_to_the_bytes_per_parameter_shown(precision, optimizer
     optimizer_dd = mo.ui.dropdown(options=base_defs["optimizer_dropdown"].options, value=optimizer)
     outputs, defs = lessons.run_with(LESSON, precision_dropdown=precision_dd, optimizer_dropdown=optimizer_dd)
     text = lessons.output_text(outputs)
-    shown = float(re.search(r"\(([\d.]+) B per parameter\)", text).group(1))
+    shown = float(re.search(r"parameters × ([\d.]+) B per parameter", text).group(1))
     assert shown == expected == _assumes_sum(text)
 
 
@@ -182,3 +182,45 @@ def test_recipe_chart_labels_totals_rounded_once(default_run):
     assert total(7, "adam", "mixed_fp32_grads") == 140.0
     assert total(1000, "adam", "mixed_fp32_grads") == 20_000.0
     assert total(7, "sgd", "mixed_fp32_grads") == 84.0
+
+
+def test_a_move_re_runs_two_cells():
+    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran seven;
+    # now the run's cell (chart rows, verdict) and the cell of the tables that apply it to your model.
+    for control in ("params_slider", "preset_dropdown", "precision_dropdown", "optimizer_dropdown", "gpu_dropdown",
+                    "unit_radio"):
+        assert len(lessons.cells_rerun_by(LESSON, control)) == 2, control
+
+
+def test_the_core_path_comes_first(default_run):
+    # Issue 13: the claim, the control, the number with its recipe, the takeaway; then the sections.
+    outputs, _ = default_run
+    text = lessons.plain_text(outputs)
+    claim = text.index("about 56.00 GB before activations are counted")
+    number = text.index("7,000,000,000 parameters × 8.00 B per parameter")  # 2 + 2 + 2 x 2 B (the article)
+    verdict = text.index("it holds the weights, and the run does not fit")  # 56e9 B against 25,757,220,864 B
+    takeaway = text.index("Takeaway:")
+    deeper = text.index("The formula")
+    assert claim < number < verdict < takeaway < deeper
+
+
+def test_the_cuda_reserve_is_said_as_in_lesson_1(default_run):
+    # Issue 13: lessons 1 and 2 say what their fit verdicts reserve in the same sentence, with its number and source.
+    outputs, _ = default_run
+    sentence = re.search(r"Reserved: .*?need free\.", lessons.plain_text(outputs)).group(0)
+    for words in ("nothing for the CUDA context", "1,343 MiB", "before PyTorch allocates any tensor", "V100",
+                  "Model training anatomy"):
+        assert words in sentence
+    lesson_1, _ = lessons.run("01_weights_and_formats")
+    assert sentence in lessons.plain_text(lesson_1)
+
+
+def test_every_measured_model_is_shown_and_matches_to_the_byte(default_run):
+    # The four recorded models of validation/measure.py, each with its recorded cases x 3 parts, in one fold.
+    outputs, _ = default_run
+    text = lessons.plain_text(outputs)
+    assert "Are these the bytes PyTorch really allocates? (measured)" in text
+    for label in ("GPT-2 (tied head)", "LLaMA (multi-head attention)", "LLaMA (grouped-query attention)",
+                  "BERT (classifier)"):
+        found = re.search(re.escape(label) + r": (\d+) of (\d+) rows match to the byte", text)
+        assert found and found.group(1) == found.group(2) != "0", label

@@ -137,3 +137,36 @@ def test_the_runtime_ships_in_the_package_and_the_site_gets_a_copy(tmp_path):
     live, static = lc._module_source(static=False), lc._module_source(static=True)
     assert len(live) > 800_000 and "sourceMappingURL" not in live
     assert len(static) < 20_000 and static in live
+
+
+def test_a_bound_charts_live_twin_draws_its_draw_with_the_rows_and_caption_of_one_value(monkeypatch):
+    # Lessons 0 and 1: the static site's bound chart and the live lesson's chart share one draw(base) and title.
+    from memmath_lessons.static_charts import Slider, bound_chart
+
+    monkeypatch.delenv(lc.CHECK_ENV, raising=False)
+    # Bytes per parameter: fp32 4, bf16 2 (IEEE 754 binary32 / bfloat16 widths); GB = 1e9 bytes.
+    grid = pd.DataFrame([{"billions": b, "format": f, "GB": b * w} for b in (1, 7, 70) for f, w in (("fp32", 4), ("bf16", 2))])
+    calls = []
+
+    def draw(base):
+        calls.append(1)
+        return base.mark_bar().encode(x="GB:Q", y="format:N")
+
+    bound = bound_chart(grid, [Slider("billions", "Parameters")], draw, title="Weights").to_dict()
+    widget = lc.bound_live_chart(draw, title="Weights")
+    widget.update(grid[grid["billions"] == 7], caption="Parameters: 7B")
+    assert widget.spec["title"] == {"text": {"expr": '["Weights", caption]'}, "anchor": "start"}
+    assert widget.signals == {"caption": "Parameters: 7B"}
+    assert widget.spec["params"] == [{"name": "caption", "value": "Parameters: 7B"}]  # no input of its own
+    assert [p for p in bound["params"] if "bind" in p]  # where the bound chart has one
+    assert widget.spec["mark"] == bound["mark"] and widget.spec["encoding"] == bound["encoding"]
+    assert widget.spec["usermeta"]["embedOptions"]["renderer"] == "svg"  # as the bound chart: its numbers stay text
+    (rows,) = widget.rows.values()
+    assert rows == [{"billions": 7, "format": "fp32", "GB": 28}, {"billions": 7, "format": "bf16", "GB": 14}]
+    sent = Sent(widget)
+    widget.update(grid[grid["billions"] == 70], caption="Parameters: 70B")
+    assert calls == [1, 1] and sorted(sent.names) == ["rows", "signals"]  # drawn once (and once for the bound chart)
+    with pytest.raises(ValueError, match="needs rows"):
+        lc.bound_live_chart(draw).update(grid[grid["billions"] == -1], caption="nothing")
+    with pytest.raises(TypeError, match="draw"):
+        lc.bound_live_chart("not a function")

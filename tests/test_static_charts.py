@@ -176,16 +176,3 @@ def test_the_module_docstring_example_runs_and_shows_the_articles_56_gb():
     at_7b = rows[(rows.billions == 7) & (rows.optimizer == "adamw")]
     assert at_7b["GB"].sum() == 56  # the article: 7B in pure 16-bit with Adam, 2 + 2 + 4 bytes per parameter
 
-
-def test_live_chart_fills_in_the_rows_and_the_caption_of_one_value():
-    from memmath_lessons.static_charts import LiveChart
-
-    live = LiveChart(_draw, title="Weights")
-    spec = json.loads(live.show(_grid().query("billions == 7"), "Parameters: 7B")._mime_()[1])
-    assert spec["title"]["text"] == ["Weights", "Parameters: 7B"]
-    rows = spec["datasets"][LiveChart.DATA_NAME]
-    assert {row["billions"] for row in rows} == {7} and len(rows) == len(_grid().query("billions == 7"))
-    assert "params" not in spec  # no input of its own: the lesson's marimo control drives it
-    assert spec["usermeta"]["embedOptions"]["renderer"] == "svg"
-    with pytest.raises(ValueError, match="non-empty"):
-        live.show(_grid().query("billions == -1"), "nothing")
