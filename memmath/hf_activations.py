@@ -101,6 +101,9 @@ class _Tensor:
     storage: _Storage = field(default=None)
 
 
+_UNQUANTIZED = ("lm_head", "classifier")  # linears transformers' bitsandbytes integration leaves in 16/32 bits
+
+
 class _Trace:
     """A symbolic forward pass: tensors are sizes and requires-grad flags; ops save like autograd.
 
@@ -108,8 +111,9 @@ class _Trace:
     its last use), so peak_live() gives the most bytes alive at once: peak.py uses it.
     """
 
-    def __init__(self, *, e: int, device: str, b, s, saving: bool = True):
+    def __init__(self, *, e: int, device: str, b, s, saving: bool = True, int8_base: bool = False):
         self.e, self.device, self.b, self.s, self.t = e, device, b, s, b * s
+        self.int8_base = int8_base  # QLoRA(quant_type="int8"): bitsandbytes' 8-bit matmul keeps its input
         self.saving = saving  # False: a checkpointed block's forward, which saves nothing
         self.region = "outside"
         self.saved: dict[int, tuple] = {}
@@ -175,6 +179,10 @@ class _Trace:
         """x @ W (+ LoRA's B(A(x)) * scale): saves x only for a trainable W."""
         if trainable:
             self.save(x, f"{name} input")
+        if self.int8_base and x.grad and name not in _UNQUANTIZED:
+            # bitsandbytes 0.50 MatMul8bitFp (CPU) and MatMul8bitLt keep the input as ctx.A / ctx.tensors
+            # until backward (autograd/_functions.py), outside saved_tensors (validation/quantized.py)
+            self.save(x, f"{name} input (kept by bitsandbytes' 8-bit matmul)")
         grad = x.grad or trainable or lora is not None
         out = self.new(out_numel, self.e, grad)
         self.use(x)
@@ -674,8 +682,10 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         trained, frozen = n_layers, 0
     blocks_store = _positive(trained) if not (checkpointing or setup.embeddings) else True
 
+    int8_base = getattr(method, "quant_type", None) == "int8"  # QLoRA on bitsandbytes' Linear8bitLt
+
     def new_trace():
-        return _Trace(e=e, device=device, b=b, s=s)
+        return _Trace(e=e, device=device, b=b, s=s, int8_base=int8_base)
 
     def block(tr, region, x, trains, tables):
         tr.region = region
@@ -738,13 +748,13 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     chosen = heads[True] if _positive_any(blocks_store) else heads[False]
     terms += list(chosen.terms("outside")) + list(chosen.terms("loss"))
     # Liveness for peak.py: the most bytes one block (the last) and the head and loss hold at once.
-    live = _Trace(e=e, device=device, b=b, s=s, saving=not checkpointing)
+    live = _Trace(e=e, device=device, b=b, s=s, saving=not checkpointing, int8_base=int8_base)
     x_in = live.new(b * s * h, e, True)
     x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
     shared = (live.new(s * dm["d"], e, existing=True), live.new(s * dm["d"], e, existing=True))
     block(live, "block", x_in, True, shared)
     # Under checkpointing, backward runs each block's forward again, saving this time.
-    again = _Trace(e=e, device=device, b=b, s=s)
+    again = _Trace(e=e, device=device, b=b, s=s, int8_base=int8_base)
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
     block(again, "block", x_again, True, (again.new(s * dm["d"], e, existing=True),
                                           again.new(s * dm["d"], e, existing=True)))

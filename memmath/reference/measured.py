@@ -237,6 +237,12 @@ def case_method(row):
     if method == "lora":
         # "all": every linear matrix in the blocks (GPT-2 and BERT have no gate; peft's lists in measure.py).
         targets = validate.choice("row column 'lora_targets'", _text(row, "lora_targets"), ("qv", "all"))
+        if isinstance(row.get("quant_type"), str):  # validation/quantized.py: a bitsandbytes base under peft's LoRA
+            from ..methods import QLoRA
+
+            return QLoRA(rank=_count(row, "lora_rank", high=2**16), targets=("q", "v") if targets == "qv" else "all",
+                         adapter_format=_text(row, "adapter_format"), quant_type=_text(row, "quant_type"),
+                         double_quant=_flag(row, "double_quant"), layout="bitsandbytes")
         return LoRA(rank=_count(row, "lora_rank", high=2**16), targets=("q", "v") if targets == "qv" else "all",
                     adapter_format=_text(row, "adapter_format"))
     if method == "houlsby":
@@ -314,3 +320,63 @@ def predicted_saved_per_layer(row) -> list[int]:
     if first is not None:
         blocks[first] += int(parts.tables)
     return blocks
+
+
+def load_measured_quantized(name: str = DATA_FILE) -> pd.DataFrame:
+    """The QLoRA cases (validation/quantized.py): bitsandbytes' 4-bit (quant_type nf4 or fp4,
+    double_quant) or 8-bit (int8) base under peft's LoRA, with load_measured's columns and the
+    quantization state's bytes (quantization_constant_bytes = quant_absmax_bytes +
+    quant_nested_absmax_bytes + quant_offset_bytes + quant_code_bytes + quant_copies_bytes)."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("quantized_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        measured = dict(record["measured"])
+        detail = measured.pop("optimizer_state_detail", {})
+        rows.append({**config, **model, **measured, "optimizer_state_detail": detail})
+    return pd.DataFrame(rows)
+
+
+QLORA_PARTS = (
+    # (part, measured column, TrainingMemory attribute)
+    ("weights (packed 4-bit or int8 base, the rest, adapters)", "param_bytes", "weights"),
+    ("quantization constants (absmax, nested absmax, offset, code maps)", "quantization_constant_bytes",
+     "quantization_constants"),
+    ("gradients (adapters)", "grad_bytes", "gradients"),
+    ("optimizer states (adapters)", "optimizer_state_bytes", "optimizer_states"),
+)
+
+
+def measured_qlora(quant_type: str | None = None, max_cases: int = 4, name: str = DATA_FILE) -> pd.DataFrame:
+    """Recorded QLoRA runs next to memmath's prediction, part by part: a table for a lesson.
+
+    One row per case and part (case_id, quant_type, double_quant, part, measured bytes, predicted
+    bytes, equal, library versions), for the first max_cases recorded cases of quant_type ("nf4",
+    "fp4", "int8"; None: any). The prediction is training_memory(..., method=QLoRA(...,
+    layout="bitsandbytes")) for the recorded shape; the measurement is validation/quantized.py's
+    (bitsandbytes' Linear4bit / Linear8bitLt with peft's LoRA on top, on the CPU).
+    """
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+
+    from ..methods import QUANT_TYPES
+
+    if quant_type is not None:
+        quant_type = validate.choice("quant_type", quant_type, QUANT_TYPES)
+    max_cases = validate.count("max_cases", max_cases, high=10_000, scalar=True)
+    cases = load_measured_quantized(_shipped(name))
+    if quant_type is not None and len(cases):
+        cases = cases[cases.quant_type == quant_type]
+    meta = _document(name)
+    versions = meta.get("versions_quantized_cases", meta["versions"])
+    libraries = ", ".join(f"{k} {versions[k]}" for k in ("bitsandbytes", "peft", "transformers", "torch") if k in versions)
+    rows = []
+    for _, case in cases.head(max_cases).iterrows():
+        m = predict_case(case)
+        for label, column, attribute in QLORA_PARTS:
+            measured, predicted = int(case[column]), int(getattr(m, attribute))
+            rows.append({"case_id": case["case_id"], "quant_type": case["quant_type"],
+                         "double_quant": bool(case["double_quant"]), "part": label, "measured": measured,
+                         "predicted": predicted, "equal": measured == predicted, "libraries": libraries})
+    return pd.DataFrame(rows, columns=["case_id", "quant_type", "double_quant", "part", "measured", "predicted",
+                                       "equal", "libraries"])
