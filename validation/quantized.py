@@ -82,6 +82,14 @@ def grid() -> list[QuantCase]:
         cases.append(QuantCase(shape, precision="bf16", method="lora", lora_targets="qv", attention="eager",
                                dropout=True, optimizer="sgd_momentum", group=GROUP_4BIT, quant_type="nf4",
                                double_quant=True, batch_size=2, seq_len=40))
+        # Other sizes: rank 4 on every linear with bf16 adapters at a wide batch; FP4 with double
+        # quantization under checkpointing and eager attention with dropout, one long sequence.
+        cases.append(QuantCase(shape, precision="bf16", method="lora", lora_targets="all", lora_rank=4,
+                               adapter_format="bf16", group=GROUP_4BIT, quant_type="nf4", double_quant=False,
+                               batch_size=4, seq_len=16))
+        cases.append(QuantCase(shape, precision="bf16", method="lora", lora_targets="qv", attention="eager",
+                               dropout=True, checkpointing=True, group=GROUP_4BIT, quant_type="fp4",
+                               double_quant=True, batch_size=1, seq_len=72))
         for precision, targets in (("bf16", "all"), ("fp32", "qv")):
             cases.append(QuantCase(shape, precision=precision, method="lora", lora_targets=targets, group=GROUP_8BIT,
                                    quant_type="int8", double_quant=False))
