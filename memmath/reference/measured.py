@@ -338,6 +338,23 @@ def load_measured_quantized(name: str = DATA_FILE) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def load_measured_amp(name: str = DATA_FILE) -> pd.DataFrame:
+    """The AMP cases (validation/amp.py): fp32 weights, the forward under torch.autocast("cpu",
+    dtype=torch.bfloat16); precision "amp", load_measured's columns, and the saved storages by kind
+    (saved_weight_cast_bytes: autocast's bf16 weight copies kept for backward; saved_bf16_bytes,
+    saved_fp32_bytes). memmath predicts their static parts with predict_case(row, activations="textbook")
+    (the exact activation model refuses precision "amp")."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("amp_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        measured = dict(record["measured"])
+        detail = measured.pop("optimizer_state_detail", {})
+        rows.append({**config, **model, **measured, "optimizer_state_detail": detail})
+    return pd.DataFrame(rows)
+
+
 QLORA_PARTS = (
     # (part, measured column, TrainingMemory attribute)
     ("weights (packed 4-bit or int8 base, the rest, adapters)", "param_bytes", "weights"),
