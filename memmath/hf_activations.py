@@ -75,7 +75,7 @@ import numpy as np
 
 from . import validate
 from .activations import ActivationEstimate
-from .methods import Freeze, Full, LoRA
+from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 
 FAMILIES = ("gpt2", "llama", "bert")
@@ -393,6 +393,7 @@ class _Setup:
     head: bool
     lora_modules: frozenset
     lora: tuple | None  # (rank, adapter bytes per element)
+    houlsby: object = None  # Adapters: the bottleneck m of the two Houlsby adapters per block
 
 
 def _dims(shape: ModelShape):
@@ -469,7 +470,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
             merged = tr.new(ctx.numel, e, ctx.grad)
             tr.use(ctx)
             ctx = merged
-        out = tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj")
+        out = _houlsby(tr, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), setup, "attention")
         r1 = tr.add(x, tr.dropout(out, dropout, "residual") if phi3 else out)  # Phi-3: resid_attn_dropout
         h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
         if phi3:  # one gate_up_proj, chunked into two views: gate and up share its storage
@@ -479,7 +480,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
             gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
             up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
         prod = tr.silu_times(gate, up, "SwiGLU")
-        out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+        out = _houlsby(tr, tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), setup, "MLP")
         return tr.add(r1, tr.dropout(out, dropout, "MLP residual") if phi3 else out)  # Phi-3: resid_mlp_dropout
     # BERT
     q = tr.linear(x, t * h, trainable, lora("query"), "query")
@@ -487,11 +488,23 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
     v = tr.linear(x, t * h, trainable, lora("value"), "value")
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=False,
                        name="attention")
-    out = tr.linear(ctx, t * h, trainable, lora("attention.output.dense"), "attention.output.dense")
+    out = _houlsby(tr, tr.linear(ctx, t * h, trainable, lora("attention.output.dense"), "attention.output.dense"),
+                   setup, "attention")
     h1 = tr.layer_norm(tr.add(tr.dropout(out, dropout, "attention output"), x), trainable, "attention LayerNorm")
     act = tr.gelu(tr.linear(h1, t * inner, trainable, lora("intermediate.dense"), "intermediate.dense"), "GELU")
-    out = tr.dropout(tr.linear(act, t * h, trainable, lora("output.dense"), "output.dense"), dropout, "output")
+    out = tr.dropout(_houlsby(tr, tr.linear(act, t * h, trainable, lora("output.dense"), "output.dense"), setup,
+                              "MLP"), dropout, "output")
     return tr.layer_norm(tr.add(out, h1), trainable, "output LayerNorm")
+
+
+def _houlsby(tr: _Trace, x: _Tensor, setup: _Setup, name: str) -> _Tensor:
+    """x + up(gelu(down(x))) after a projection when Houlsby adapters train (validation/houlsby.py; Houlsby et
+    al. 2019, figure 2): each trainable linear keeps its input, F.gelu keeps its own."""
+    if setup.houlsby is None:
+        return x
+    down = tr.linear(x, tr.t * setup.houlsby, True, None, f"{name} adapter down")
+    up = tr.linear(tr.gelu(down, f"{name} adapter GELU"), x.numel, True, None, f"{name} adapter up")
+    return tr.add(x, up)
 
 
 def _olmo2_rotary(tr: _Trace, x: _Tensor, tables):
@@ -580,8 +593,25 @@ def _setup(shape: ModelShape, method, recipe):
     if isinstance(method, LoRA):
         modules = frozenset(module for module, _, _ in shape.lora_matrices(method.targets))
         return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
-    raise ValueError(f"activations='transformers' models Full(), Freeze(...), LoRA(...) and QLoRA(...); "
+    if isinstance(method, Adapters):
+        return _Setup(False, False, False, frozenset(), None, houlsby=_houlsby_width(shape, method, recipe))
+    raise ValueError(f"activations='transformers' models Full(), Freeze(...), LoRA(...), QLoRA(...) and Adapters(...); "
                      f"got {type(method).__name__} (use activations='textbook')")
+
+
+def _houlsby_width(shape: ModelShape, method, recipe):
+    """The bottleneck of Adapters(...) where the trace places them as validation/houlsby.py does, else ValueError."""
+    if not (shape.family == "bert" or (shape.family == "llama" and shape.arch in ("", "llama"))):
+        raise ValueError(f"activations='transformers' places Houlsby adapters in BERT and LLaMA blocks (as "
+                         f"validation/houlsby.py measured them); got {shape.arch or shape.family} (use "
+                         "activations='textbook')")
+    if method.train_norms or method.train_head:
+        raise ValueError("activations='transformers' models Adapters with only the adapters training; got "
+                         f"train_norms={method.train_norms}, train_head={method.train_head} (use activations='textbook')")
+    if method.adapter_bits(recipe) != recipe.weight_bits:
+        raise ValueError(f"activations='transformers' models Adapters stored like the model's weights; got "
+                         f"adapter_format={method.adapter_format!r} (use activations='textbook')")
+    return method.bottleneck
 
 
 def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len, batch_size, dropout, attention,
@@ -673,7 +703,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     e, dm = recipe.weight_bits // 8, _dims(shape)
     b, s, h = batch_size, seq_len, dm["h"]
     kind = _attention_kind(attention, device, dropout)
-    is_lora = isinstance(method, LoRA)
+    is_lora = isinstance(method, (LoRA, Adapters))  # a frozen base with trainable adapters
     n_layers = shape.n_layers
     if isinstance(method, Freeze):
         trained = method.layers_trained(shape)

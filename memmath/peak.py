@@ -72,7 +72,7 @@ import numpy as np
 
 from . import validate
 from .hf_activations import activation_parts, scalar_methods, sweeping
-from .methods import Freeze, Full, LoRA
+from .methods import Adapters, Freeze, Full, LoRA
 from .notes import Note
 from .presets import resolve_model
 from .recipes import get_optimizer, get_recipe
@@ -334,7 +334,7 @@ def _block_gradients(shape, method, recipe):
     """Gradient bytes of one trainable block (its weights, or its adapters under LoRA)."""
     per_block = sum(_trainable_tensor_bytes(shape, method, recipe, 1)) - sum(
         _trainable_tensor_bytes(shape, method, recipe, 0))
-    if isinstance(method, LoRA):
+    if isinstance(method, (LoRA, Adapters)):
         return per_block
     return _bits_bytes(shape.params_per_layer, recipe.grad_bits)
 
@@ -359,6 +359,10 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
         for _, d_in, d_out in modules:
             block += [_bits_bytes(rank * d_in, bits), _bits_bytes(d_out * rank, bits)]
         return block * blocks
+    if isinstance(method, Adapters):
+        # validation/houlsby.py: after the attention's projection, then the MLP's; down (m x h, m), up (h x m, h)
+        h, m, bits = shape.hidden_size, method.bottleneck, method.adapter_bits(recipe)
+        return [_bits_bytes(n, bits) for n in (m * h, m, h * m, h)] * 2 * blocks
     out = []
     full = isinstance(method, Full)
     if full or method.train_embeddings:
@@ -406,7 +410,7 @@ def _optimizer_transient(shape, method, recipe, opt, device):
 
 def _bnb_tensor_bits(method, recipe):
     """Bits of the tensors bitsandbytes updates: the adapters' own format for LoRA, else the weights'."""
-    return method.adapter_bits(recipe) if isinstance(method, LoRA) else recipe.weight_bits
+    return method.adapter_bits(recipe) if isinstance(method, (LoRA, Adapters)) else recipe.weight_bits
 
 
 def _bnb_update_bytes(n, bits, opt):
