@@ -605,6 +605,9 @@ def _houlsby_width(shape: ModelShape, method, recipe):
         raise ValueError(f"activations='transformers' places Houlsby adapters in BERT and LLaMA blocks (as "
                          f"validation/houlsby.py measured them); got {shape.arch or shape.family} (use "
                          "activations='textbook')")
+    if validate.is_array(method.bottleneck):
+        raise ValueError("activations='transformers' traces Adapters with one bottleneck, not a sweep of them "
+                         "(use activations='textbook')")
     if method.train_norms or method.train_head:
         raise ValueError("activations='transformers' models Adapters with only the adapters training; got "
                          f"train_norms={method.train_norms}, train_head={method.train_head} (use activations='textbook')")

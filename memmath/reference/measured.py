@@ -318,7 +318,13 @@ def predicted_saved_per_layer(row) -> list[int]:
     blocks += trained
     first = next((i for i, n in enumerate(blocks) if n), None)
     if first is not None:
-        blocks[first] += int(parts.tables)
+        from ..methods import Adapters
+
+        # Houlsby adapters train after the projections only: the first block's q and k need no gradient
+        # (its input comes from the frozen embedding), so the rotary tables are saved first by the second.
+        later = (isinstance(arguments["method"], Adapters) and _text(row, "family") == "llama"
+                 and not arguments["checkpointing"] and first + 1 < len(blocks))
+        blocks[first + later] += int(parts.tables)
     return blocks
 
 
