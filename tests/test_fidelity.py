@@ -28,7 +28,7 @@ import memmath.reference
 from memmath.hf_activations import transformers_activations
 from memmath.reference.measured import (
     case_arguments, case_method, case_model, load_measured_adapters, load_measured_amp, load_measured_quantized,
-    load_measured_sharded, measured_metadata,
+    load_measured_sharded, measured_metadata, predict_sharded_peak,
     predict_sharded_case,
     predicted_saved_per_layer,
 )
@@ -388,6 +388,25 @@ def test_sharded_parameters_gradients_and_states_per_rank_to_the_byte(case_id):
         assert int(m.weights) == row["param_bytes_per_rank"][rank], rank
         assert int(m.gradients) == row["grad_bytes_per_rank"][rank], rank
         assert int(m.optimizer_states) == row["optimizer_state_bytes_per_rank"][rank], rank
+
+
+@pytest.mark.parametrize("step", sorted(STEP_COLUMN))
+@pytest.mark.parametrize("case_id", [c for c in SHARDED_IDS if c.endswith(("zero1x2", "zero1x4"))])
+def test_zero1_peak_per_rank_within_five_percent(case_id, step):
+    row = _sharded_row(case_id)
+    column = {"first": "peak_step1", "steady": "peak_step2"}[step]
+    for rank in range(int(row["world_size"])):
+        predicted = predict_sharded_peak(row, rank, step)
+        assert _relative(predicted["total"], row[f"{column}_bytes_per_rank"][rank]) <= 0.05, rank
+        # the rank's own states and Adam temporaries: its optimizer step within 3%
+        measured = row[f"{column}_optimizer_step_bytes_per_rank"][rank]
+        assert _relative(predicted["optimizer_step"], measured) <= 0.03, rank
+
+
+def test_fsdp2_peaks_are_refused_by_name():
+    row = _sharded_row(next(c for c in SHARDED_IDS if "fsdp2x" in c))
+    with pytest.raises(ValueError, match="engine"):
+        predict_sharded_peak(row, 0)
 
 
 def test_the_sharded_recording_covers_both_engines_and_padding():

@@ -179,6 +179,57 @@ def predict_sharded_case(row, rank: int):
                            rank=rank, **arguments)
 
 
+def predict_sharded_peak(row, rank: int, step: str = "steady") -> dict:
+    """Predicted peak of one rank of a ZeRO-1 case (engine "zero1"), per phase and in all: a dict with
+    forward, backward, optimizer_step and total bytes. The measured counterparts are the case's
+    peak_step1_*_bytes_per_rank (step="first") and peak_step2_*_bytes_per_rank (step="steady").
+
+    ZeroRedundancyOptimizer keeps every weight and gradient on every rank, so a rank's step is the
+    single-GPU step (peak_memory) with the rank's own optimizer states in place of all of them, and
+    the optimizer's temporaries of its own tensors: torch's single-tensor Adam on the CPU, 2 x a
+    tensor + the previous one, over the rank's tensors in parameters() order (memmath/peak.py).
+    FSDP2 ranks are refused: their all-gather and reduce-scatter buffers are not modelled (measured,
+    their per-rank peaks also vary by up to 12% from run to run with the collectives' timing).
+    """
+    from ..peak import STEPS, _optimizer_transient
+    from ..recipes import get_optimizer, get_recipe
+    from ..sharding import torch_tensors, zero_redundancy_assignment
+
+    engine = _text(row, "engine")
+    if engine != "zero1":
+        raise ValueError(f"row column 'engine' must be zero1 for predict_sharded_peak (FSDP2's collective buffers "
+                         f"are not modelled); got {validate.describe(engine)}")
+    world = _count(row, "world_size", low=2, high=validate.MAX_GPUS)
+    rank = validate.count("rank", rank, low=0, high=world - 1, scalar=True)
+    step = validate.choice("step", step, STEPS)
+    shape = case_model(row)
+    arguments = case_arguments(row)
+    single = predict_peak_case(row, step=step)
+    everything = predict_case(row)
+    mine = predict_sharded_case(row, rank)
+    others = int(everything.optimizer_states) - int(mine.optimizer_states)  # the states other ranks keep
+    recipe, opt = get_recipe(arguments["precision"]), get_optimizer(arguments["optimizer"])
+    transient_all, _ = _optimizer_transient(shape, arguments["method"], recipe, opt, "cpu")
+    sizes = [n for n in (_numel(dims) for _, dims in torch_tensors(shape))]
+    owner = zero_redundancy_assignment(sizes, world)
+    transient_mine, previous = 0, 0
+    for n, r in zip(sizes, owner):
+        if r == rank and opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad"):
+            size = validate.ceil_div(n * recipe.weight_bits, 8)
+            transient_mine, previous = max(transient_mine, 2 * size + previous), size
+    kept = others if step == "steady" else 0
+    phases = {"forward": int(single.forward) - kept, "backward": int(single.backward) - kept,
+              "optimizer_step": int(single.optimizer_step) - others - int(transient_all) + transient_mine}
+    return {**phases, "total": max(phases.values())}
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
 def case_model(row) -> ModelShape:
     """The ModelShape of a recorded case (the same sizes the measurement built in transformers)."""
     family = _text(row, "family")
