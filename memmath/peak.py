@@ -151,8 +151,8 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
     """Estimate the peak allocation of a training step (see the module docstring for each term).
 
     Takes training_memory's arguments (and defaults) for a gpt2, llama or bert shape trained with
-    Full(), Freeze(...), LoRA(...), QLoRA(...) or Adapters(...) in fp32 or 16-bit; seq_len is required. The activations come
-    from the "transformers" model, the one whose tensors are known one by one. Measured against
+    Full(), Freeze(...), LoRA(...), QLoRA(...) or Adapters(...) in fp32 or 16-bit; seq_len is
+    required. The activations come from the "transformers" model, the one whose tensors are known one by one. Measured against
     PyTorch on the CPU (device="cpu"); device="cuda" rests on the assumptions in the module doc.
 
     step: "steady" (the default) is every step after the first: the optimizer states and master
