@@ -25,8 +25,9 @@ peft), runs TWO training steps (forward, backward, optimizer.step(), zero_grad) 
 
 Groups (each case's `group`; `held_out` marks cases recorded after the prediction code they test):
 "transformers" (issue 4's grid), "8-bit Adam" (bitsandbytes' Adam8bit/AdamW8bit), "Houlsby
-adapters" (validation/houlsby.py; in the file's adapter_cases) and the sharded runs of
-validation/sharded.py (FSDP2, ZeRO-1; in sharded_cases, per rank).
+adapters" (validation/houlsby.py; in the file's adapter_cases), the sharded runs of
+validation/sharded.py (FSDP2, ZeRO-1; in sharded_cases, per rank), "QLoRA 4-bit" and "QLoRA 8-bit
+base" (validation/quantized.py; quantized_cases) and "AMP (autocast bf16)" (validation/amp.py; amp_cases).
 
 torch, transformers, peft and bitsandbytes are imported here only; memmath never needs them.
 """

@@ -39,6 +39,12 @@ Columns, per case:
   peak_bytes           = peak_step2_bytes: the steady-state peak, what peak_memory() predicts by default
   held_out             True for a case measured only after the estimates were written (the case's own
                        "held_out" flag in the data file, else its shape is one of HELD_OUT_SHAPES)
+
+Other groups have their own loaders, with these columns and their own: load_measured_adapters()
+(Houlsby adapters), load_measured_sharded() (FSDP2 and ZeRO-1, per rank; predict_sharded_case and,
+for ZeRO-1, predict_sharded_peak), load_measured_quantized() (QLoRA on bitsandbytes' 4-bit and
+8-bit layers; predict_case builds QLoRA(..., layout="bitsandbytes")) and load_measured_amp()
+(autocast). measured_qlora() tables recorded QLoRA runs beside memmath's prediction.
 """
 
 from __future__ import annotations
