@@ -698,7 +698,14 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
     _check_layout(shape, seq_len)
-    if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
+    trace_class = _Trace
+    if recipe.name == "amp":  # fp32 weights, the forward under torch.autocast(bfloat16): memmath/amp_trace.py
+        from .amp_trace import AmpTrace, amp_refusal
+
+        trace_class, refusal = AmpTrace, amp_refusal(method, _attention_kind(attention, device, dropout))
+        if refusal:
+            raise ValueError(f"activations='transformers' {refusal} (use activations='textbook')")
+    elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
         raise ValueError(f"activations='transformers' models a forward pass in the weights' own format "
                          f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
                          "(use activations='textbook')")
@@ -718,7 +725,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     int8_base = getattr(method, "quant_type", None) == "int8"  # QLoRA on bitsandbytes' Linear8bitLt
 
     def new_trace():
-        return _Trace(e=e, device=device, b=b, s=s, int8_base=int8_base)
+        return trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base)
 
     def block(tr, region, x, trains, tables):
         tr.region = region
@@ -781,13 +788,13 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     chosen = heads[True] if _positive_any(blocks_store) else heads[False]
     terms += list(chosen.terms("outside")) + list(chosen.terms("loss"))
     # Liveness for peak.py: the most bytes one block (the last) and the head and loss hold at once.
-    live = _Trace(e=e, device=device, b=b, s=s, saving=not checkpointing, int8_base=int8_base)
+    live = trace_class(e=e, device=device, b=b, s=s, saving=not checkpointing, int8_base=int8_base)
     x_in = live.new(b * s * h, e, True)
     x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
     shared = (live.new(s * dm["d"], e, existing=True), live.new(s * dm["d"], e, existing=True))
     block(live, "block", x_in, True, shared)
     # Under checkpointing, backward runs each block's forward again, saving this time.
-    again = _Trace(e=e, device=device, b=b, s=s, int8_base=int8_base)
+    again = trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base)
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
     block(again, "block", x_again, True, (again.new(s * dm["d"], e, existing=True),
                                           again.new(s * dm["d"], e, existing=True)))
@@ -818,7 +825,12 @@ def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:
         if shape.family not in FAMILIES:
             return f"knows the gpt2, llama and bert families, not {shape.family}"
         _check_layout(shape, seq_len)
-        if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
+        if recipe.name == "amp":  # fp32 weights under autocast: memmath/amp_trace.py
+            from .amp_trace import amp_refusal
+
+            if amp_refusal(method):
+                return amp_refusal(method)
+        elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
             return f"models a forward pass in the weights' own format, not precision {recipe.name!r}"
         _setup(shape, method, recipe)
     except ValueError as error:

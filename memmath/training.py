@@ -313,6 +313,9 @@ def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None,
             from .hf_activations import traces
 
             reason = traces(shape, method, recipe, seq_len)
+            if not reason and recipe.name == "amp" and ((attention or "sdpa") == "eager" or dropout):
+                # memmath/amp_trace.py models autocast with the fused SDPA kernel only
+                reason = "models AMP with SDPA attention and no attention dropout (the fused kernel)"
             if reason:
                 activations = "textbook"
                 if notes is not None:
