@@ -83,6 +83,26 @@ class AmpTrace(_Trace):
             self.save(rstd, f"{name} rstd")
         return out
 
+    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False):
+        """LlamaRMSNorm on a bf16 input too (Qwen3's q/k norms, OLMo 2's norms of the sublayers' outputs): the
+        fp32 copy and rsqrt kept, hidden.to(input dtype) kept for the weight, times the fp32 weight: fp32
+        out (OLMo 2: (weight * normed).to(input dtype), its fp32 normed kept)."""
+        x32 = x if x.elem == 4 else self.tmp(x.numel, 4, x)
+        square = self.tmp(x.numel, 4, x32)
+        rsqrt = self.tmp(self.t if rows is None else rows, 4, square)
+        y = self.new(x.numel, 4, x.grad)
+        self.use(x32, rsqrt)
+        if x.grad:
+            self.save(x32, f"{name} input in fp32")
+            self.save(rsqrt, f"{name} rsqrt")
+        normed = y if x.elem == 4 or weight_fp32 else self.tmp(x.numel, x.elem, y)
+        normed.grad = x.grad
+        if trainable:
+            self.save(normed, f"{name} normalized input")
+        out = self.new(x.numel, x.elem if weight_fp32 else 4, x.grad or trainable)
+        self.use(normed)
+        return out
+
     def add(self, x, y):
         out = self.new(x.numel, max(x.elem, y.elem), x.grad or y.grad)
         self.use(x, y)

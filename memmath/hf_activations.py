@@ -452,7 +452,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         h1 = tr.rms_norm(x, trainable, "input_layernorm")
         if phi3:  # one qkv_proj; q, k and v are slices (views) of its output, one storage
             qkv = tr.linear(h1, t * (a + 2 * kv) * d, trainable, lora("qkv_proj"), "qkv_proj")
-            q, k, v = (_Tensor(t * n * d, e, qkv.grad, qkv.storage) for n in (a, kv, kv))
+            q, k, v = (_Tensor(t * n * d, qkv.elem, qkv.grad, qkv.storage) for n in (a, kv, kv))
         else:
             q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
             k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
@@ -467,7 +467,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
             # Phi-3's rotary ends in torch.cat, so q is contiguous as (b, a, s, d) and so is the SDPA output:
             # transpose(1, 2).contiguous() copies it for o_proj (LLaMA's q keeps q_proj's (b, s, a, d) layout,
             # and the copy is a no-op there). Found when a held-out Phi-3 case measured 16,384 B per block more.
-            merged = tr.new(ctx.numel, e, ctx.grad)
+            merged = tr.new(ctx.numel, ctx.elem, ctx.grad)
             tr.use(ctx)
             ctx = merged
         out = _houlsby(tr, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), setup, "attention")
@@ -475,7 +475,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
         if phi3:  # one gate_up_proj, chunked into two views: gate and up share its storage
             gu = tr.linear(h2, t * 2 * inner, trainable, lora("gate_up_proj"), "gate_up_proj")
-            gate, up = (_Tensor(t * inner, e, gu.grad, gu.storage) for _ in range(2))
+            gate, up = (_Tensor(t * inner, gu.elem, gu.grad, gu.storage) for _ in range(2))
         else:
             gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
             up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")

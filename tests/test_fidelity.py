@@ -329,7 +329,8 @@ def test_freeze_sweep_over_trainable_layers():
 
 @pytest.mark.parametrize("bad, message", [
     (dict(method=memmath.Adapters(bottleneck=8)), "BERT and LLaMA"),
-    (dict(precision="amp"), "precision"),
+    (dict(precision="amp", attention="eager"), "AMP with SDPA attention"),
+    (dict(precision="amp", method=memmath.QLoRA(rank=8)), "AMP for Full"),
 ])
 def test_transformers_model_refuses_what_it_does_not_model(bad, message):
     shape = memmath.PRESETS["gpt2"]
@@ -607,9 +608,40 @@ def test_amp_keeps_bf16_weight_copies_for_backward():
     assert len(AMP) >= 30 and AMP.held_out.all()
 
 
-def test_the_exact_activation_model_refuses_amp_by_name():
-    row = AMP.iloc[0].to_dict()
-    with pytest.raises(ValueError, match="amp"):
+AMP_SDPA = AMP[AMP.attention == "sdpa"]
+AMP_AFTER_TRACE = set(AMP.case_id[AMP.get("after_amp_trace", False).fillna(False).astype(bool)])
+
+
+def _amp_row(case_id):
+    return AMP[AMP.case_id == case_id].iloc[0].to_dict()
+
+
+@pytest.mark.parametrize("case_id", list(AMP_SDPA.case_id))
+def test_amp_saved_activations_to_the_byte_block_by_block(case_id):
+    # memmath/amp_trace.py: autocast's bf16 casts of every matmul's input and weight, fp32 norms.
+    row = _amp_row(case_id)
+    m = memmath.reference.predict_case(row)
+    assert m.activation_model == "transformers"
+    assert int(m.activation_detail.saved_by_forward) == row["saved_bytes"]
+    assert predicted_saved_per_layer(row) == list(row["saved_per_layer"])
+
+
+@pytest.mark.parametrize("step", sorted(STEP_COLUMN))
+@pytest.mark.parametrize("case_id", list(AMP_SDPA.case_id))
+def test_amp_peak_within_five_percent(case_id, step):
+    row = _amp_row(case_id)
+    assert _relative(memmath.reference.predict_peak_case(row, step=step).total, row[STEP_COLUMN[step]]) <= 0.05
+
+
+def test_the_amp_recording_has_cases_measured_after_the_trace():
+    # validation/amp.py's held_out_grid: 20 cases recorded after amp_trace.py, 10 model types.
+    assert len(AMP_AFTER_TRACE) == 20 and AMP_AFTER_TRACE <= set(AMP_SDPA.case_id)
+    assert {"qwen3-gqa", "phi3-gqa", "olmo2-gqa", "gpt2-tanh"} <= set(AMP[AMP.case_id.isin(AMP_AFTER_TRACE)]["shape"])
+
+
+def test_the_exact_activation_model_refuses_amp_with_eager_attention_by_name():
+    row = AMP[AMP.attention == "eager"].iloc[0].to_dict()
+    with pytest.raises(ValueError, match="AMP with SDPA attention"):
         memmath.reference.predict_case(row)
 
 

@@ -186,6 +186,7 @@ def test_a_fresh_amp_run_matches_the_recording_and_memmath(measure_module):
     fresh.update(amp.saved_by_kind(case))
     for key in ("param_bytes", "grad_bytes", "optimizer_state_bytes", "saved_bytes", "saved_weight_cast_bytes"):
         assert fresh[key] == row[key], f"{key}: measured now {fresh[key]}, recorded {row[key]}"
-    m = memmath.reference.predict_case(row, activations="textbook")
+    m = memmath.reference.predict_case(row)  # the exact model's AMP trace (memmath/amp_trace.py)
     assert (int(m.weights), int(m.gradients), int(m.optimizer_states), int(m.master_weights)) == (
         fresh["param_bytes"], fresh["grad_bytes"], fresh["optimizer_state_bytes"], 0)
+    assert int(m.activation_detail.saved_by_forward) == fresh["saved_bytes"]

@@ -62,6 +62,28 @@ def grid() -> list[AmpCase]:
     return cases
 
 
+@dataclass(frozen=True)
+class AmpTraceCase(AmpCase):
+    """An AMP case recorded after memmath/amp_trace.py was written: held out for the activations too."""
+
+    group: str = GROUP
+
+
+def held_out_grid() -> list[AmpTraceCase]:
+    """SDPA without dropout (what amp_trace.py models): checkpointing, freezing, LoRA on every linear at
+    rank 16, other sizes, and the model types read since issue 10."""
+    cases = []
+    shapes = ("llama-gqa", "gpt2", "bert", "qwen3-gqa", "phi3-gqa", "gpt2-tanh", "llama-wide", "bert-wide",
+              "olmo2-gqa", "llama-mha")
+    for i, shape in enumerate(shapes):
+        cases.append(AmpTraceCase(shape, method="freeze", frozen_layers=1, checkpointing=bool(i % 2), batch_size=2,
+                                  seq_len=48))
+        cases.append(AmpTraceCase(shape, method=("full", "lora")[i % 2], lora_targets="all", lora_rank=16,
+                                  optimizer=("adamw", "sgd_momentum")[(i // 2) % 2], checkpointing=not i % 2,
+                                  batch_size=4, seq_len=24))
+    return cases
+
+
 def _fp32_case(case: AmpCase) -> M.Case:
     """The same case with an fp32 model: what measure.build builds before autocast is switched on."""
     fields = {name: getattr(case, name) for name in M.Case.__dataclass_fields__}
@@ -134,7 +156,9 @@ def run(cases, progress=True) -> list[dict]:
             print(f"[{i:3d}/{len(cases)}] {case.case_id}  params {measured['param_bytes']:,} saved "
                   f"{measured['saved_bytes']:,} (weight casts {measured['saved_weight_cast_bytes']:,}) peak "
                   f"{measured['peak_step1_bytes']:,} / {measured['peak_bytes']:,}", file=sys.stderr)
-        records.append({"config": {**case.config(), "autocast_dtype": AUTOCAST_DTYPE}, "measured": measured})
+        config = {**case.config(), "autocast_dtype": AUTOCAST_DTYPE,
+                  "after_amp_trace": isinstance(case, AmpTraceCase)}  # recorded after memmath/amp_trace.py
+        records.append({"config": config, "measured": measured})
     return records
 
 
@@ -148,7 +172,7 @@ def main(argv=None):
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    cases = [c for c in grid() if not args.only or args.only in c.case_id]
+    cases = [c for c in grid() + held_out_grid() if not args.only or args.only in c.case_id]
     have = set()
     if not args.print:
         have = {r["config"]["case_id"] for r in json.loads(M.DEFAULT_OUT.read_text()).get("amp_cases", [])}
