@@ -13,8 +13,8 @@ measured on the CPU by validation/amp.py):
   residual sum with the fp32 stream is fp32), norms run on the fp32 residual stream in fp32, and
   the loss (log-softmax, cross-entropy) in fp32.
 
-Modelled for SDPA without dropout (the fused kernel) and LoRA adapters in fp32 or full/freezing;
-eager or math attention, Houlsby adapters and quantized bases under AMP are refused by name.
+Modelled for SDPA without dropout (the fused kernel) and eager attention, Full/Freeze/LoRA; SDPA with
+dropout (the CPU's math kernel), Houlsby adapters and quantized bases under AMP are refused by name.
 """
 
 from __future__ import annotations
@@ -30,13 +30,21 @@ def amp_refusal(method, kind=None) -> str | None:
 
     if isinstance(method, (Adapters, QLoRA)):
         return f"models AMP for Full(), Freeze(...) and LoRA(...); got {type(method).__name__}"
-    if kind is not None and kind != "flash":
-        return "models AMP with SDPA attention and no attention dropout (the fused kernel)"
+    if kind == "math":
+        return MATH_REFUSAL
     return None
 
 
 class AmpTrace(_Trace):
-    """_Trace with autocast's dtypes: e is the weights' 4 bytes, matmuls compute in bf16."""
+    """_Trace with autocast's dtypes: e is the weights' 4 bytes, matmuls compute in bf16.
+
+    causal_mask: the model adds its fp32 causal mask to the attention scores (GPT-2 and the LLaMA
+    family; BERT without padding adds none), which promotes the bf16 scores to fp32 before softmax.
+    """
+
+    def __init__(self, *args, causal_mask: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.causal_mask = causal_mask
 
     def _cast(self, x):
         """autocast's bf16 copy of x (x itself when already bf16)."""
@@ -167,9 +175,11 @@ class AmpTrace(_Trace):
         return out
 
     def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name):
+        if kind == "eager":
+            return self._eager_attention(q, k, v, heads=heads, head_dim=head_dim, dropout=dropout,
+                                         softmax_fp32=softmax_fp32, name=name)
         if kind != "flash":
-            raise ValueError("activations='transformers' models AMP with SDPA attention and no attention dropout "
-                             "(use activations='textbook')")
+            raise ValueError(f"activations='transformers' {MATH_REFUSAL} (use activations='textbook')")
         n = self.t * heads * head_dim
         grad = q.grad or k.grad or v.grad
         q, k, v = self._cast(q), self._cast(k), self._cast(v)
@@ -185,4 +195,47 @@ class AmpTrace(_Trace):
         return out
 
 
+    def _eager_attention(self, q, k, v, *, heads, head_dim, dropout, softmax_fp32, name):
+        """Eager attention under autocast: both matmuls in bf16 (q and k^T, then the probabilities and v,
+        as bf16 copies the bmm keeps). The fp32 causal mask makes GPT-2's and LLaMA's softmax fp32;
+        LLaMA's .to(q.dtype) keeps it fp32 (its q is fp32 after the fp32 rotary tables), so its dropout
+        mask is fp32 and the probabilities get a bf16 copy for the second matmul; GPT-2 casts them to
+        the value's bf16; BERT's softmax runs on the bf16 scores."""
+        n, scores, c = self.t * heads * head_dim, self.b * heads * self.s * self.s, AUTOCAST_BYTES
+        qc, kc = self.new(n, c, q.grad), self.new(n, c, k.grad)
+        self.use(q, k)
+        if k.grad:
+            self.save(qc, f"{name} q bf16 copy (QK^T)")
+        if q.grad:
+            self.save(kc, f"{name} k^T bf16 copy (QK^T)")
+        grad = q.grad or k.grad
+        raw = self.tmp(scores, c, qc, kc)  # q @ k^T
+        raw = self.tmp(scores, 4 if self.causal_mask else c, raw)  # * scaling, + the fp32 causal mask
+        # LLaMA: softmax(dtype=fp32).to(query.dtype), its query fp32; GPT-2: softmax(...).type(value.dtype)
+        elem = 4 if softmax_fp32 and q.elem == 4 else c
+        probs = self.new(scores, 4 if (softmax_fp32 or self.causal_mask) else c, grad)
+        self.use(raw)
+        if grad:
+            self.save(probs, f"{name} softmax output" + (" (fp32)" if softmax_fp32 else ""))
+        if probs.elem != elem:
+            cast = self.new(scores, elem, grad)
+            self.use(probs)
+            probs = cast
+        probs = self.dropout(probs, dropout, f"{name} attention")
+        pc = self._cast(probs)  # autocast's bf16 copy for probs @ v
+        vc = self.new(n, c, v.grad)
+        self.use(v)
+        if v.grad:
+            self.save(pc, f"{name} attention probabilities (PV, bf16)")
+        if pc.grad:
+            self.save(vc, f"{name} v bf16 copy (PV)")
+        out = self.tmp(n, c, pc, vc)  # probs @ v
+        ctx = self.new(n, c, pc.grad or v.grad)  # heads merged: transpose + contiguous copies
+        self.use(out)
+        return ctx
+
+
 _PER_SEQUENCE = ("pooler dense", "classifier")  # hf_activations' names of BERT's head matmuls (b rows, not b x s)
+
+
+MATH_REFUSAL = "models AMP with SDPA without dropout or eager attention (not SDPA's math kernel, with dropout)"

@@ -70,6 +70,7 @@ The trace also follows when each storage is allocated and last read (a temporary
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -702,7 +703,8 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     if recipe.name == "amp":  # fp32 weights, the forward under torch.autocast(bfloat16): memmath/amp_trace.py
         from .amp_trace import AmpTrace, amp_refusal
 
-        trace_class, refusal = AmpTrace, amp_refusal(method, _attention_kind(attention, device, dropout))
+        trace_class = partial(AmpTrace, causal_mask=shape.family != "bert")
+        refusal = amp_refusal(method, _attention_kind(attention, device, dropout))
         if refusal:
             raise ValueError(f"activations='transformers' {refusal} (use activations='textbook')")
     elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):

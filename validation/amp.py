@@ -84,6 +84,17 @@ def held_out_grid() -> list[AmpTraceCase]:
     return cases
 
 
+def held_out_eager_grid() -> list[AmpTraceCase]:
+    """Eager attention under AMP, recorded after amp_trace.py's eager path was written (held out)."""
+    cases = []
+    for i, shape in enumerate(("llama-gqa", "gpt2", "bert", "qwen3-gqa", "phi3-gqa", "gpt2-wide", "llama-wide",
+                               "mistral-gqa")):
+        cases.append(AmpTraceCase(shape, method=("full", "lora", "freeze")[i % 3], frozen_layers=1 if i % 3 == 2 else 0,
+                                  lora_targets="all", attention="eager", dropout=bool(i % 2), batch_size=(2, 1)[i % 2],
+                                  seq_len=(40, 64)[i % 2]))
+    return cases
+
+
 def _fp32_case(case: AmpCase) -> M.Case:
     """The same case with an fp32 model: what measure.build builds before autocast is switched on."""
     fields = {name: getattr(case, name) for name in M.Case.__dataclass_fields__}
@@ -172,7 +183,7 @@ def main(argv=None):
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    cases = [c for c in grid() + held_out_grid() if not args.only or args.only in c.case_id]
+    cases = [c for c in grid() + held_out_grid() + held_out_eager_grid() if not args.only or args.only in c.case_id]
     have = set()
     if not args.print:
         have = {r["config"]["case_id"] for r in json.loads(M.DEFAULT_OUT.read_text()).get("amp_cases", [])}
