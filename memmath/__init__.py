@@ -47,6 +47,7 @@ _EXPORTS = {
     "training_memory": "training",
     "UNITS": "units", "format_bytes": "units", "parse_bytes": "units", "parse_count": "units",
     "to_unit": "units",
+    "measured_qlora": "reference.measured",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -70,13 +70,14 @@ The trace also follows when each storage is allocated and last read (a temporary
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from .arrays import any_true, is_ndarray, np
 
 from . import validate
 from .activations import ActivationEstimate
 from .memo import memoized
-from .methods import Freeze, Full, LoRA
+from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 
 FAMILIES = ("gpt2", "llama", "bert")
@@ -102,6 +103,9 @@ class _Tensor:
     storage: _Storage = field(default=None)
 
 
+_UNQUANTIZED = ("lm_head", "classifier")  # linears transformers' bitsandbytes integration leaves in 16/32 bits
+
+
 class _Trace:
     """A symbolic forward pass: tensors are sizes and requires-grad flags; ops save like autograd.
 
@@ -109,8 +113,9 @@ class _Trace:
     its last use), so peak_live() gives the most bytes alive at once: peak.py uses it.
     """
 
-    def __init__(self, *, e: int, device: str, b, s, saving: bool = True):
+    def __init__(self, *, e: int, device: str, b, s, saving: bool = True, int8_base: bool = False):
         self.e, self.device, self.b, self.s, self.t = e, device, b, s, b * s
+        self.int8_base = int8_base  # QLoRA(quant_type="int8"): bitsandbytes' 8-bit matmul keeps its input
         self.saving = saving  # False: a checkpointed block's forward, which saves nothing
         self.region = "outside"
         self.saved: dict[int, tuple] = {}
@@ -176,6 +181,10 @@ class _Trace:
         """x @ W (+ LoRA's B(A(x)) * scale): saves x only for a trainable W."""
         if trainable:
             self.save(x, f"{name} input")
+        if self.int8_base and x.grad and name not in _UNQUANTIZED:
+            # bitsandbytes 0.50 MatMul8bitFp (CPU) and MatMul8bitLt keep the input as ctx.A / ctx.tensors
+            # until backward (autograd/_functions.py), outside saved_tensors (validation/quantized.py)
+            self.save(x, f"{name} input (kept by bitsandbytes' 8-bit matmul)")
         grad = x.grad or trainable or lora is not None
         out = self.new(out_numel, self.e, grad)
         self.use(x)
@@ -386,6 +395,7 @@ class _Setup:
     head: bool
     lora_modules: frozenset
     lora: tuple | None  # (rank, adapter bytes per element)
+    houlsby: object = None  # Adapters: the bottleneck m of the two Houlsby adapters per block
 
 
 def _dims(shape: ModelShape):
@@ -444,7 +454,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         h1 = tr.rms_norm(x, trainable, "input_layernorm")
         if phi3:  # one qkv_proj; q, k and v are slices (views) of its output, one storage
             qkv = tr.linear(h1, t * (a + 2 * kv) * d, trainable, lora("qkv_proj"), "qkv_proj")
-            q, k, v = (_Tensor(t * n * d, e, qkv.grad, qkv.storage) for n in (a, kv, kv))
+            q, k, v = (_Tensor(t * n * d, qkv.elem, qkv.grad, qkv.storage) for n in (a, kv, kv))
         else:
             q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
             k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
@@ -459,20 +469,20 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
             # Phi-3's rotary ends in torch.cat, so q is contiguous as (b, a, s, d) and so is the SDPA output:
             # transpose(1, 2).contiguous() copies it for o_proj (LLaMA's q keeps q_proj's (b, s, a, d) layout,
             # and the copy is a no-op there). Found when a held-out Phi-3 case measured 16,384 B per block more.
-            merged = tr.new(ctx.numel, e, ctx.grad)
+            merged = tr.new(ctx.numel, ctx.elem, ctx.grad)
             tr.use(ctx)
             ctx = merged
-        out = tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj")
+        out = _houlsby(tr, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), setup, "attention")
         r1 = tr.add(x, tr.dropout(out, dropout, "residual") if phi3 else out)  # Phi-3: resid_attn_dropout
         h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
         if phi3:  # one gate_up_proj, chunked into two views: gate and up share its storage
             gu = tr.linear(h2, t * 2 * inner, trainable, lora("gate_up_proj"), "gate_up_proj")
-            gate, up = (_Tensor(t * inner, e, gu.grad, gu.storage) for _ in range(2))
+            gate, up = (_Tensor(t * inner, gu.elem, gu.grad, gu.storage) for _ in range(2))
         else:
             gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
             up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
         prod = tr.silu_times(gate, up, "SwiGLU")
-        out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+        out = _houlsby(tr, tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), setup, "MLP")
         return tr.add(r1, tr.dropout(out, dropout, "MLP residual") if phi3 else out)  # Phi-3: resid_mlp_dropout
     # BERT
     q = tr.linear(x, t * h, trainable, lora("query"), "query")
@@ -480,11 +490,23 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
     v = tr.linear(x, t * h, trainable, lora("value"), "value")
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=False,
                        name="attention")
-    out = tr.linear(ctx, t * h, trainable, lora("attention.output.dense"), "attention.output.dense")
+    out = _houlsby(tr, tr.linear(ctx, t * h, trainable, lora("attention.output.dense"), "attention.output.dense"),
+                   setup, "attention")
     h1 = tr.layer_norm(tr.add(tr.dropout(out, dropout, "attention output"), x), trainable, "attention LayerNorm")
     act = tr.gelu(tr.linear(h1, t * inner, trainable, lora("intermediate.dense"), "intermediate.dense"), "GELU")
-    out = tr.dropout(tr.linear(act, t * h, trainable, lora("output.dense"), "output.dense"), dropout, "output")
+    out = tr.dropout(_houlsby(tr, tr.linear(act, t * h, trainable, lora("output.dense"), "output.dense"), setup,
+                              "MLP"), dropout, "output")
     return tr.layer_norm(tr.add(out, h1), trainable, "output LayerNorm")
+
+
+def _houlsby(tr: _Trace, x: _Tensor, setup: _Setup, name: str) -> _Tensor:
+    """x + up(gelu(down(x))) after a projection when Houlsby adapters train (validation/houlsby.py; Houlsby et
+    al. 2019, figure 2): each trainable linear keeps its input, F.gelu keeps its own."""
+    if setup.houlsby is None:
+        return x
+    down = tr.linear(x, tr.t * setup.houlsby, True, None, f"{name} adapter down")
+    up = tr.linear(tr.gelu(down, f"{name} adapter GELU"), x.numel, True, None, f"{name} adapter up")
+    return tr.add(x, up)
 
 
 def _olmo2_rotary(tr: _Trace, x: _Tensor, tables):
@@ -573,8 +595,28 @@ def _setup(shape: ModelShape, method, recipe):
     if isinstance(method, LoRA):
         modules = frozenset(module for module, _, _ in shape.lora_matrices(method.targets))
         return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
-    raise ValueError(f"activations='transformers' models Full(), Freeze(...), LoRA(...) and QLoRA(...); "
+    if isinstance(method, Adapters):
+        return _Setup(False, False, False, frozenset(), None, houlsby=_houlsby_width(shape, method, recipe))
+    raise ValueError(f"activations='transformers' models Full(), Freeze(...), LoRA(...), QLoRA(...) and Adapters(...); "
                      f"got {type(method).__name__} (use activations='textbook')")
+
+
+def _houlsby_width(shape: ModelShape, method, recipe):
+    """The bottleneck of Adapters(...) where the trace places them as validation/houlsby.py does, else ValueError."""
+    if not (shape.family == "bert" or (shape.family == "llama" and shape.arch in ("", "llama"))):
+        raise ValueError(f"activations='transformers' places Houlsby adapters in BERT and LLaMA blocks (as "
+                         f"validation/houlsby.py measured them); got {shape.arch or shape.family} (use "
+                         "activations='textbook')")
+    if validate.is_array(method.bottleneck):
+        raise ValueError("activations='transformers' traces Adapters with one bottleneck, not a sweep of them "
+                         "(use activations='textbook')")
+    if method.train_norms or method.train_head:
+        raise ValueError("activations='transformers' models Adapters with only the adapters training; got "
+                         f"train_norms={method.train_norms}, train_head={method.train_head} (use activations='textbook')")
+    if method.adapter_bits(recipe) != recipe.weight_bits:
+        raise ValueError(f"activations='transformers' models Adapters stored like the model's weights; got "
+                         f"adapter_format={method.adapter_format!r} (use activations='textbook')")
+    return method.bottleneck
 
 
 def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len, batch_size, dropout, attention,
@@ -659,7 +701,15 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
     _check_layout(shape, seq_len)
-    if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
+    trace_class = _Trace
+    if recipe.name == "amp":  # fp32 weights, the forward under torch.autocast(bfloat16): memmath/amp_trace.py
+        from .amp_trace import AmpTrace, amp_refusal
+
+        trace_class = partial(AmpTrace, causal_mask=shape.family != "bert")
+        refusal = amp_refusal(method, _attention_kind(attention, device, dropout))
+        if refusal:
+            raise ValueError(f"activations='transformers' {refusal} (use activations='textbook')")
+    elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
         raise ValueError(f"activations='transformers' models a forward pass in the weights' own format "
                          f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
                          "(use activations='textbook')")
@@ -667,7 +717,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     e, dm = recipe.weight_bits // 8, _dims(shape)
     b, s, h = batch_size, seq_len, dm["h"]
     kind = _attention_kind(attention, device, dropout)
-    is_lora = isinstance(method, LoRA)
+    is_lora = isinstance(method, (LoRA, Adapters))  # a frozen base with trainable adapters
     n_layers = shape.n_layers
     if isinstance(method, Freeze):
         trained = method.layers_trained(shape)
@@ -676,8 +726,10 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         trained, frozen = n_layers, 0
     blocks_store = _positive(trained) if not (checkpointing or setup.embeddings) else True
 
+    int8_base = getattr(method, "quant_type", None) == "int8"  # QLoRA on bitsandbytes' Linear8bitLt
+
     def new_trace():
-        return _Trace(e=e, device=device, b=b, s=s)
+        return trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base)
 
     def block(tr, region, x, trains, tables):
         tr.region = region
@@ -740,13 +792,13 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     chosen = heads[True] if _positive_any(blocks_store) else heads[False]
     terms += list(chosen.terms("outside")) + list(chosen.terms("loss"))
     # Liveness for peak.py: the most bytes one block (the last) and the head and loss hold at once.
-    live = _Trace(e=e, device=device, b=b, s=s, saving=not checkpointing)
+    live = trace_class(e=e, device=device, b=b, s=s, saving=not checkpointing, int8_base=int8_base)
     x_in = live.new(b * s * h, e, True)
     x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
     shared = (live.new(s * dm["d"], e, existing=True), live.new(s * dm["d"], e, existing=True))
     block(live, "block", x_in, True, shared)
     # Under checkpointing, backward runs each block's forward again, saving this time.
-    again = _Trace(e=e, device=device, b=b, s=s)
+    again = trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base)
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
     block(again, "block", x_again, True, (again.new(s * dm["d"], e, existing=True),
                                           again.new(s * dm["d"], e, existing=True)))
@@ -777,7 +829,12 @@ def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:
         if shape.family not in FAMILIES:
             return f"knows the gpt2, llama and bert families, not {shape.family}"
         _check_layout(shape, seq_len)
-        if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
+        if recipe.name == "amp":  # fp32 weights under autocast: memmath/amp_trace.py
+            from .amp_trace import amp_refusal
+
+            if amp_refusal(method):
+                return amp_refusal(method)
+        elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
             return f"models a forward pass in the weights' own format, not precision {recipe.name!r}"
         _setup(shape, method, recipe)
     except ValueError as error:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .arrays import any_true, is_ndarray, np
 
@@ -408,33 +408,101 @@ class LoRA(AdapterMethod):
 
 @dataclass(frozen=True)
 class QLoRA(LoRA):
-    """QLoRA (Dettmers et al. 2023): LoRA on a base whose linear weights are 4-bit NF4.
+    """QLoRA (Dettmers et al. 2023): LoRA on a base whose linear weights are 4-bit NF4 (or FP4, or 8-bit).
 
-    Every block's linear weights are stored in NF4 with one absmax constant per block of 64
-    values: fp32 constants (32/64 = 0.5 extra bits per weight), or with double quantization 8-bit
-    constants plus one fp32 constant per 256 of them (8/64 + 32/(64*256) = 0.127 bits). Embeddings,
-    norms, biases and the output head keep the recipe's weight format.
+    Every linear weight (the blocks' matrices and BERT's pooler; not the embeddings or the output
+    head, which transformers' bitsandbytes integration leaves unconverted) is stored in
+    quant_type "nf4" or "fp4" (bnb.nn.Linear4bit: 4 bits per value) with one absmax constant per
+    block of 64 values: fp32 constants (32/64 = 0.5 extra bits per weight), or with double
+    quantization 8-bit constants plus one fp32 constant per 256 of them (8/64 + 32/(64*256) =
+    0.127 bits). quant_type "int8" is an 8-bit base (bnb.nn.Linear8bitLt, LLM.int8; Dettmers et
+    al. 2022): int8 values plus one fp32 scale per output row (Int8Params.SCB); double_quant and
+    quant_block do not apply to it. Embeddings, norms, biases and the output head keep the
+    recipe's weight format.
+
+    layout "paper" counts the constants as the paper does; "bitsandbytes" adds what
+    bitsandbytes 0.50's QuantState keeps besides them for every 4-bit matrix: its 16-value fp32
+    code map (64 B) and, with double quantization, the nested 256-value fp32 code map (1,024 B)
+    and the fp32 offset (4 B) (measured by validation/quantized.py). int8 keeps nothing more.
     """
 
-    double_quant: bool = True
+    double_quant: bool | None = None  # None: True for nf4/fp4 (QLoRA's setting); int8 has none
     quant_block: int = 64
+    quant_type: str = "nf4"
+    layout: str = "paper"
 
     def __post_init__(self):
         super().__post_init__()
+        validate.choice("quant_type", self.quant_type, QUANT_TYPES)
+        validate.choice("layout", self.layout, QUANT_LAYOUTS)
+        if self.double_quant is None:
+            object.__setattr__(self, "double_quant", self.quant_type != "int8")
         validate.flag("double_quant", self.double_quant)
         object.__setattr__(self, "quant_block", validate.count("quant_block", self.quant_block, high=2**16,
                                                                 scalar=True))
+        if self.quant_type == "int8" and (self.double_quant or self.quant_block != 64):
+            raise ValueError("double_quant and quant_block apply to quant_type 'nf4' and 'fp4'; quant_type 'int8' "
+                             "(bitsandbytes' Linear8bitLt) keeps one fp32 scale per row: leave them at their defaults "
+                             f"(got double_quant={self.double_quant!r}, quant_block={self.quant_block!r})")
 
     def plan(self, shape, recipe):
-        weight_bytes, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits,
-                                                         block=self.quant_block, double_quant=self.double_quant)
+        if self.quant_type == "int8":
+            weight_bytes, constants = int8_weight_bytes(shape, recipe.weight_bits)
+        else:
+            weight_bytes, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits,
+                                                             block=self.quant_block, double_quant=self.double_quant)
+            if self.layout == "bitsandbytes":
+                constants = constants + quantized_matrices(shape) * bnb_code_map_bytes(self.double_quant)
         L = shape.n_layers
-        return _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe),
+        notes = ()
+        if self.layout == "paper" and self.quant_type != "int8":
+            notes = (Note("quant_maps_not_counted",
+                          f"quantization constants as the paper counts them; bitsandbytes also keeps "
+                          f"{bnb_code_map_bytes(self.double_quant):,} B of code maps per quantized matrix "
+                          "(QLoRA(layout='bitsandbytes') counts them)"),)
+        plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe),
                                           weight_bytes=weight_bytes, constants=constants)
+        return replace(plan, notes=notes)
 
     def describe(self):
+        if self.quant_type == "int8":
+            return "QLoRA: 8-bit base (LLM.int8, one fp32 scale per row) + " + super().describe()
         dq = "with" if self.double_quant else "without"
-        return f"QLoRA: NF4 base ({dq} double quantization) + " + super().describe()
+        return f"QLoRA: {self.quant_type.upper()} base ({dq} double quantization) + " + super().describe()
+
+
+QUANT_TYPES = ("nf4", "fp4", "int8")  # bitsandbytes' Linear4bit quant_type, and Linear8bitLt
+QUANT_LAYOUTS = ("paper", "bitsandbytes")
+BNB_CODE_MAP_BYTES = 16 * 4  # QuantState.code: the 16 fp32 levels of NF4/FP4, one copy per matrix (bitsandbytes 0.50)
+BNB_NESTED_BYTES = 256 * 4 + 4  # double quantization: state2.code (256 fp32, create_dynamic_map) + the fp32 offset
+
+
+def bnb_code_map_bytes(double_quant: bool) -> int:
+    """Bytes bitsandbytes' QuantState keeps per 4-bit matrix besides the absmax constants: the 16-value
+    fp32 code map, and with double quantization the nested 256-value code map and the fp32 offset
+    (bitsandbytes 0.50.2 functional.quantize_4bit; measured by validation/quantized.py)."""
+    return BNB_CODE_MAP_BYTES + (BNB_NESTED_BYTES if validate.flag("double_quant", double_quant) else 0)
+
+
+def quantized_matrices(shape: ModelShape):
+    """How many linear weight matrices bitsandbytes replaces (the tensors flagged linear, every block)."""
+    return sum((shape.n_layers if group == "layer" else 1) * sum(1 for t in shape.tensors(group) if t.linear)
+               for group in GROUPS)
+
+
+def int8_weight_bytes(shape: ModelShape, other_bits: int):
+    """(weight bytes, constant bytes) of LLM.int8 (bnb.nn.Linear8bitLt): each linear weight int8 plus one
+    fp32 scale per output row (Int8Params.SCB, int8_vectorwise_quant); every other tensor at other_bits."""
+    weights, constants = 0, 0
+    for group in GROUPS:
+        repeat = shape.n_layers if group == "layer" else 1
+        for tensor in shape.tensors(group):
+            if tensor.linear:  # the weight is d_out x d_in: one scale per output row
+                weights = weights + repeat * tensor.numel
+                constants = constants + repeat * 4 * tensor.shape[0]
+            else:
+                weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
+    return weights, constants
 
 
 def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = True):

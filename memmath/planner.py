@@ -70,9 +70,9 @@ def step_peak(model, **settings) -> tuple[int, str]:
     """(bytes per GPU the run needs at once, what that number is) for training_memory's settings.
 
     "peak": peak_memory's steady-state peak (a step after the first), where memmath models the
-    peak: gpt2/llama/bert shapes, Full/Freeze/LoRA in fp32 or 16-bit, no ZeRO, seq_len given.
-    "sum of parts": training_memory(...).total otherwise (QLoRA, adapters, AMP, ZeRO, a plain
-    count), which the allocator's peak may exceed by the step's temporaries.
+    peak: gpt2/llama/bert shapes, Full/Freeze/LoRA/QLoRA (and Adapters in BERT and LLaMA) in fp32 or
+    16-bit or AMP with SDPA, no ZeRO, seq_len given. "sum of parts": training_memory(...).total
+    otherwise (ZeRO, a plain count, ...), which the allocator's peak may exceed by the step's temporaries.
     """
     _single_sizes(settings)
     # Without ZeRO every GPU holds the whole run (data parallelism copies it), so the peak applies.

@@ -316,6 +316,10 @@ def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None,
             from .hf_activations import traces
 
             reason = traces(shape, method, recipe, seq_len)
+            if not reason and recipe.name == "amp" and (attention or "sdpa") == "sdpa" and dropout:
+                from .amp_trace import MATH_REFUSAL  # SDPA with dropout: the math kernel on the CPU
+
+                reason = MATH_REFUSAL
             if reason:
                 activations = "textbook"
                 if notes is not None:

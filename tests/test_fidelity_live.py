@@ -141,3 +141,52 @@ def test_a_fresh_two_rank_fsdp2_run_matches_the_recording_and_memmath(measure_mo
         assert (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
             fresh["param_bytes_per_rank"][rank], fresh["grad_bytes_per_rank"][rank],
             fresh["optimizer_state_bytes_per_rank"][rank])
+
+
+QUANT_EXACT = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "saved_bytes", "held_by_ctx_bytes",
+               "quantization_constant_bytes", "quant_code_bytes", "quant_absmax_bytes", "total_params")
+
+
+@pytest.mark.parametrize("case_id", [
+    # QLoRA's own layout (NF4 with double quantization) on every linear of a small LLaMA.
+    "qlora-nf4-dq/llama-gqa/fp32/adamw/lora8-all-fp32/sdpa/nodrop/nockpt/b1s48",
+])
+def test_a_fresh_qlora_run_matches_the_recording_and_memmath(measure_module, case_id):
+    # bitsandbytes' Linear4bit quantized on the CPU under peft's LoRA (validation/quantized.py).
+    from memmath.reference.measured import load_measured_quantized
+    from validation import quantized
+
+    recorded = load_measured_quantized()
+    row = recorded[recorded.case_id == case_id].iloc[0].to_dict()
+    case = next(c for c in quantized.grid() if c.case_id == case_id)
+    fresh = quantized.measure_case(case)
+    for key in QUANT_EXACT:
+        assert fresh[key] == row[key], f"{key}: measured now {fresh[key]}, recorded {row[key]}"
+    for key in ("peak_step1_bytes", "peak_step2_bytes"):
+        assert abs(fresh[key] - row[key]) <= 0.01 * row[key], key
+    m = memmath.reference.predict_case(row)
+    assert (int(m.weights), int(m.quantization_constants), int(m.gradients), int(m.optimizer_states)) == (
+        fresh["param_bytes"], fresh["quantization_constant_bytes"], fresh["grad_bytes"], fresh["optimizer_state_bytes"])
+    assert int(m.activation_detail.saved_by_forward) == fresh["saved_bytes"] + fresh["held_by_ctx_bytes"]
+    for step, key in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
+        peak = int(memmath.reference.predict_peak_case(row, step=step).total)
+        assert abs(peak - fresh[key]) <= 0.05 * fresh[key], f"{step}: predicted {peak:,}, measured {fresh[key]:,}"
+
+
+def test_a_fresh_amp_run_matches_the_recording_and_memmath(measure_module):
+    # fp32 LLaMA, forward and loss under torch.autocast("cpu", dtype=torch.bfloat16) (validation/amp.py).
+    from memmath.reference.measured import load_measured_amp
+    from validation import amp
+
+    case_id = "llama-gqa/amp/adamw/lora8-all-fp32/sdpa/nodrop/nockpt/b1s48"
+    recorded = load_measured_amp()
+    row = recorded[recorded.case_id == case_id].iloc[0].to_dict()
+    case = next(c for c in amp.grid() if c.case_id == case_id)
+    fresh = measure_module.measure(case, build_fn=amp.build)
+    fresh.update(amp.saved_by_kind(case))
+    for key in ("param_bytes", "grad_bytes", "optimizer_state_bytes", "saved_bytes", "saved_weight_cast_bytes"):
+        assert fresh[key] == row[key], f"{key}: measured now {fresh[key]}, recorded {row[key]}"
+    m = memmath.reference.predict_case(row)  # the exact model's AMP trace (memmath/amp_trace.py)
+    assert (int(m.weights), int(m.gradients), int(m.optimizer_states), int(m.master_weights)) == (
+        fresh["param_bytes"], fresh["grad_bytes"], fresh["optimizer_state_bytes"], 0)
+    assert int(m.activation_detail.saved_by_forward) == fresh["saved_bytes"]

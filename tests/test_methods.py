@@ -270,3 +270,28 @@ def test_constant_bits_match_a_tensor_of_whole_blocks():
     assert 8 * mm.quant_constant_bytes(n, block=64, double_quant=True) / n == mm.quant_constant_bits(block=64)
     with pytest.raises(ValueError, match="block"):
         mm.quant_constant_bits(block=0)
+
+
+def test_qlora_bases_as_bitsandbytes_stores_them():
+    # Llama-2-7B: 32 blocks of 7 linear matrices, 224 quantized; rows per block 4 x 4,096 + 2 x 11,008 + 4,096.
+    paper = mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8))
+    bnb = mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, layout="bitsandbytes"))
+    # bitsandbytes 0.50.2 QuantState per matrix: code (16 fp32), state2.code (256 fp32), offset (1 fp32).
+    assert bnb.quantization_constants - paper.quantization_constants == 224 * (16 + 256 + 1) * 4
+    plain = mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, double_quant=False, layout="bitsandbytes"))
+    plain_paper = mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, double_quant=False))
+    assert plain.quantization_constants - plain_paper.quantization_constants == 224 * 16 * 4
+    fp4 = mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, quant_type="fp4"))
+    assert (fp4.weights, fp4.quantization_constants) == (paper.weights, paper.quantization_constants)
+    # LLM.int8 (Linear8bitLt): one byte per value and one fp32 scale per output row.
+    int8 = mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, quant_type="int8"))
+    assert int8.quantization_constants == 32 * (4 * 4096 + 2 * 11008 + 4096) * 4 == 5_439_488
+    assert int8.weights - paper.weights == 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) // 2  # 8 bits instead of 4
+    assert any(n.kind == "quant_maps_not_counted" for n in paper.notes)
+    assert not any(getattr(n, "kind", "") == "quant_maps_not_counted" for n in bnb.notes)
+    with pytest.raises(ValueError, match="double_quant"):
+        mm.QLoRA(quant_type="int8", double_quant=True)
+    with pytest.raises(ValueError, match="quant_type"):
+        mm.QLoRA(quant_type="int4")
+    with pytest.raises(ValueError, match="layout"):
+        mm.QLoRA(layout="gptq")

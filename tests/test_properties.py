@@ -471,7 +471,9 @@ CALLS = {
                                        fits=maybe(True), cost=maybe(""))),
     "Freeze": (mm.Freeze, dict(trainable_layers=maybe(1), train_embeddings=maybe(False), train_head=maybe(True))),
     "LoRA": (mm.LoRA, dict(rank=maybe(8), targets=maybe(("q", "v")), adapter_format=maybe("fp32"))),
-    "QLoRA": (mm.QLoRA, dict(rank=maybe(8), targets=maybe("all"), double_quant=maybe(True), quant_block=maybe(64))),
+    "QLoRA": (mm.QLoRA, dict(rank=maybe(8), targets=maybe("all"), double_quant=maybe(True), quant_block=maybe(64),
+                             quant_type=maybe("nf4"), layout=maybe("bitsandbytes"))),
+    "measured_qlora": (mm.measured_qlora, dict(quant_type=maybe("int8"), max_cases=maybe(1))),
     "Adapters": (mm.Adapters, dict(bottleneck=maybe(16), train_norms=maybe(False), adapter_format=maybe(None))),
 }
 # What a message may call a field besides its own name: the words each function's checks use for it.

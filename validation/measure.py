@@ -25,8 +25,9 @@ peft), runs TWO training steps (forward, backward, optimizer.step(), zero_grad) 
 
 Groups (each case's `group`; `held_out` marks cases recorded after the prediction code they test):
 "transformers" (issue 4's grid), "8-bit Adam" (bitsandbytes' Adam8bit/AdamW8bit), "Houlsby
-adapters" (validation/houlsby.py; in the file's adapter_cases) and the sharded runs of
-validation/sharded.py (FSDP2, ZeRO-1; in sharded_cases, per rank).
+adapters" (validation/houlsby.py; in the file's adapter_cases), the sharded runs of
+validation/sharded.py (FSDP2, ZeRO-1; in sharded_cases, per rank), "QLoRA 4-bit" and "QLoRA 8-bit
+base" (validation/quantized.py; quantized_cases) and "AMP (autocast bf16)" (validation/amp.py; amp_cases).
 
 torch, transformers, peft and bitsandbytes are imported here only; memmath never needs them.
 """
@@ -510,7 +511,7 @@ def configure_torch():
     torch.backends.mkldnn.enabled = False
 
 
-def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
+def measure(case: Case, device: str = "cpu", explain: bool = False, build_fn=None) -> dict:
     """Run two training steps of `case` and return what they allocated (see the module docstring).
 
     The loop is the usual one: loss = model(**batch).loss; loss.backward(); optimizer.step();
@@ -520,7 +521,7 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     family = SHAPES[case.shape]["family"]
-    model, optimizer, batch = build(case, device)
+    model, optimizer, batch = (build_fn or build)(case, device)  # build_fn: validation/quantized.py's, amp.py's
     blocks = model_blocks(model, family)
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
@@ -528,7 +529,9 @@ def measure(case: Case, device: str = "cpu", explain: bool = False) -> dict:
     # Alive before the step: parameters, buffers, the batch, and what the optimizer made at
     # construction (bitsandbytes' quantization maps, name2qmap, shared later by every 8-bit state).
     made_by_optimizer = [t for t in getattr(optimizer, "name2qmap", {}).values() if hasattr(t, "untyped_storage")]
-    resident = _unique_bytes(itertools.chain(params, model.buffers(), batch.values(), made_by_optimizer))
+    # Tensors a build_fn says exist besides parameters and buffers (bitsandbytes' quantization states).
+    made_by_build = getattr(model, "resident_tensors", ())
+    resident = _unique_bytes(itertools.chain(params, model.buffers(), batch.values(), made_by_optimizer, made_by_build))
     recorder = SavedTensorRecorder(model, blocks)
     phases = ("forward", "backward", "optimizer_step")
     names = [f"step{k}/{phase}" for k in range(1, STEPS + 1) for phase in phases]

@@ -94,13 +94,13 @@ def sharded_summary() -> pd.DataFrame:
     """Per sharded engine and world size: ranks whose parameters, gradients and optimizer states
     memmath predicts to the byte (training_memory(..., sharding=..., rank=r)), and the measured
     steady-state peak per rank (not predicted: peak_memory models one GPU)."""
-    from memmath.reference.measured import load_measured_sharded, predict_sharded_case
+    from memmath.reference.measured import load_measured_sharded, predict_sharded_case, predict_sharded_peak
 
     cases = load_measured_sharded()
     rows = []
     for (engine, world), sub in cases.groupby(["engine", "world_size"], sort=False):
         ranks = exact = 0
-        peaks = []
+        peaks, within = [], {"first": 0, "steady": 0}
         for _, case in sub.iterrows():
             for rank in range(int(world)):
                 m = predict_sharded_case(case, rank)
@@ -109,29 +109,125 @@ def sharded_summary() -> pd.DataFrame:
                     case["param_bytes_per_rank"][rank], case["grad_bytes_per_rank"][rank],
                     case["optimizer_state_bytes_per_rank"][rank])
                 peaks.append(case["peak_step2_bytes_per_rank"][rank])
+                if engine == "zero1":
+                    for step, column in (("first", "peak_step1_bytes_per_rank"), ("steady", "peak_step2_bytes_per_rank")):
+                        predicted = predict_sharded_peak(case, rank, step)["total"]
+                        within[step] += abs(predicted - case[column][rank]) <= 0.05 * case[column][rank]
         library = "torch FSDP2 (fully_shard)" if engine.startswith("fsdp2") else "torch ZeroRedundancyOptimizer"
+        predicted_peaks = (f"{within['first']}/{ranks}, {within['steady']}/{ranks}" if engine == "zero1" else
+                           "not predicted: all-gather/reduce-scatter buffers not modelled; varies up to 12% run to run")
         rows.append({"group": f"sharded: full finetuning, {library}", "sharding": f"{engine} x {world}",
                      "held out": "yes", "cases": len(sub), "ranks: static parts exact": f"{exact}/{ranks}",
+                     "ranks: peak within 5% (step 1, step 2)": predicted_peaks,
                      "step 2 peak per rank (measured, B)": f"{min(peaks):,} to {max(peaks):,}"})
     return pd.DataFrame(rows)
 
 
 def adapter_summary() -> pd.DataFrame:
-    """Houlsby adapters: cases whose parameters, gradients and states memmath predicts to the byte
-    (their saved activations and peaks are recorded; the transformers model refuses adapters)."""
+    """Houlsby adapters per family, held out or not, and step: parameters, gradients and states to the
+    byte (training_memory), saved activations exact (the exact model traces the adapters since issue 11;
+    written after the first 20 cases were recorded, the next 15 held out), each step's peak within 5%."""
     from memmath.reference.measured import load_measured_adapters
 
     cases = load_measured_adapters()
     rows = []
-    for family, sub in cases.groupby("family", sort=False):
-        exact = 0
+    for (family, held_out), sub in cases.groupby(["family", "held_out"], sort=False):
+        exact = saved = 0
+        peaks = {"1": [], "2 (steady)": []}
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case, activations="textbook")
+            m = memmath.reference.predict_case(case)
             exact += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
                 case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
-        rows.append({"group": f"Houlsby adapters: {family}, validation/houlsby.py", "held out": "yes",
-                     "cases": len(sub), "static parts exact": f"{exact}/{len(sub)}",
-                     "saved activations, peaks": "recorded, not predicted"})
+            saved += int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
+            for step, name, column in (("1", "first", "peak_step1_bytes"), ("2 (steady)", "steady", "peak_step2_bytes")):
+                peaks[step].append((int(memmath.reference.predict_peak_case(case, step=name).total) - case[column])
+                                   / case[column])
+        for step, errors in peaks.items():
+            rows.append({"group": f"Houlsby adapters: {family}, validation/houlsby.py",
+                         "held out": "yes" if held_out else "no", "step": step, "cases": len(sub),
+                         "static parts exact": f"{exact}/{len(sub)}", "saved exact": f"{saved}/{len(sub)}",
+                         "peak within 5%": f"{sum(abs(e) <= 0.05 for e in errors)}/{len(errors)}",
+                         "worst peak error": f"{max(errors, key=abs):+.2%}"})
+    return pd.DataFrame(rows)
+
+
+# Why a recorded peak of the QLoRA and AMP groups misses 5% (tests/test_fidelity.py lists the same).
+QLORA_MISS_REASONS = {
+    "ckpt": "checkpointing with LoRA on every linear: the recomputed block's 4-bit matmuls dequantize again and "
+            "peft's 4-bit LoRA layer clones each result (peft/tuners/lora/bnb.py); the recompute moment counts "
+            "one dequantized matrix",
+    "other": "the largest dequantized matrix, added to every backward moment, is not alive where BERT's backward "
+             "enters the last block (at b x s = 64 tokens it is a large share of the moment)",
+}
+
+
+def _quantized_label(case) -> str:
+    base = "8-bit base (Linear8bitLt)" if case["quant_type"] == "int8" else (
+        f"{case['quant_type'].upper()} {'with' if case['double_quant'] else 'without'} double quantization "
+        "(Linear4bit)")
+    return f"QLoRA: {base}, bitsandbytes + peft"
+
+
+def quantized_summary() -> tuple[pd.DataFrame, list[str]]:
+    """QLoRA (validation/quantized.py) per base kind, held out or not, and step: static parts exact
+    (weights, quantization constants, gradients, states), saved activations exact (an 8-bit base's
+    ctx.A inputs included), each step's peak within 5%; and one line per miss, with its reason."""
+    from memmath.reference.measured import load_measured_quantized
+
+    cases = load_measured_quantized()
+    rows, misses, groups = [], [], {}
+    for _, case in cases.iterrows():
+        groups.setdefault((_quantized_label(case), bool(case["held_out"])), []).append(case)
+    for (label, held_out), members in groups.items():
+        static = saved = 0
+        peaks = {"1": [], "2 (steady)": []}
+        for case in members:
+            m = memmath.reference.predict_case(case)
+            static += (int(m.weights), int(m.quantization_constants), int(m.gradients), int(m.optimizer_states)) == (
+                case["param_bytes"], case["quantization_constant_bytes"], case["grad_bytes"],
+                case["optimizer_state_bytes"])
+            saved += int(m.activation_detail.saved_by_forward) == case["saved_bytes"] + case["held_by_ctx_bytes"]
+            for step, name, column in (("1", "first", "peak_step1_bytes"), ("2 (steady)", "steady", "peak_step2_bytes")):
+                error = (int(memmath.reference.predict_peak_case(case, step=name).total) - case[column]) / case[column]
+                peaks[step].append(error)
+                if abs(error) > 0.05:
+                    why = QLORA_MISS_REASONS["ckpt" if case["checkpointing"] else "other"]
+                    misses.append(f"{case['case_id']} step {step[0]}: {error:+.1%} ({why})")
+        for step, errors in peaks.items():
+            worst = max(errors, key=abs)
+            rows.append({"group": label, "held out": "yes" if held_out else "no", "step": step, "cases": len(members),
+                         "static parts exact": f"{static}/{len(members)}", "saved exact": f"{saved}/{len(members)}",
+                         "peak within 5%": f"{sum(abs(e) <= 0.05 for e in errors)}/{len(errors)}",
+                         "worst peak error": f"{worst:+.2%}"})
+    return pd.DataFrame(rows), misses
+
+
+def amp_summary() -> pd.DataFrame:
+    """AMP (validation/amp.py) per attention kind and whether recorded after memmath/amp_trace.py:
+    static parts against precision="amp"; saved activations and peaks against the exact model
+    (memmath/amp_trace.py: SDPA without dropout, eager attention)."""
+    from memmath.reference.measured import load_measured_amp
+
+    cases = load_measured_amp()
+    after = cases.get("after_amp_trace", pd.Series(False, index=cases.index)).fillna(False).astype(bool)
+    cases = cases.assign(after=after)
+    rows = []
+    for (attention, late), sub in cases.groupby(["attention", "after"], sort=False):
+        exact = saved = peak1 = peak2 = 0
+        for _, case in sub.iterrows():
+            m = memmath.reference.predict_case(case, activations="textbook")
+            exact += (int(m.weights), int(m.gradients), int(m.optimizer_states), int(m.master_weights)) == (
+                case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"], 0)
+            # every recorded AMP case is SDPA without dropout or eager attention: the exact model takes them
+            saved += int(memmath.reference.predict_case(case).activation_detail.saved_by_forward) == case["saved_bytes"]
+            for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
+                ok = abs(int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) <= 0.05 * case[column]
+                peak1, peak2 = (peak1 + ok, peak2) if step == "first" else (peak1, peak2 + ok)
+        n = len(sub)
+        rows.append({"group": f"AMP (autocast bf16): {attention} attention, torch",
+                     "recorded after the trace": "yes" if late else "no", "cases": n,
+                     "static parts exact": f"{exact}/{n}",
+                     "saved exact": f"{saved}/{n}", "peak within 5% (step 1, 2)": f"{peak1}/{n}, {peak2}/{n}"})
     return pd.DataFrame(rows)
 
 
@@ -197,12 +293,34 @@ def main(argv=None):
         adapters = adapter_summary()
         if len(adapters):
             print()
-            print("Houlsby adapters (a reference module in BERT and LLaMA blocks):")
+            print("Houlsby adapters (a reference module in BERT and LLaMA blocks). Their trace was written after the 20")
+            print("not-held-out and 8 wide held-out cases were recorded (it matched them at once); the 15 with widths")
+            print("4, 16 and 64 were measured after it.")
             print(adapters.to_string(index=False))
+        quantized, misses = quantized_summary()
+        if len(quantized):
+            print()
+            print("QLoRA (validation/quantized.py; bitsandbytes' Linear4bit / Linear8bitLt under peft's LoRA). The peak")
+            print("terms for a quantized base were written after these cases were measured (183/200 step peaks within")
+            print("5% before them), so for peaks the held-out flag overstates: only the static parts and the saved")
+            print("activations were predicted before measuring.")
+            print(quantized.to_string(index=False))
+            for line in misses:
+                print(f"  miss: {line}")
+        amp = amp_summary()
+        if len(amp):
+            print()
+            print("AMP (validation/amp.py; torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss). The AMP")
+            print("trace (memmath/amp_trace.py) was written after the first 30 were recorded (its eager path found one miss")
+            print("there, GPT-2's fp32-promoted scores); of the 20 SDPA cases recorded after it 17 were exact at first (RMSNorm")
+            print("on a bf16 input and Phi-3's fused outputs were then fixed); the 8 eager ones recorded last were all exact.")
+            print("SDPA with dropout (the CPU's math kernel) under AMP is refused by the exact model.")
+            print(amp.to_string(index=False))
         sharded = sharded_summary()
         if len(sharded):
             print()
-            print("Sharded runs, per rank (validation/sharded.py, gloo on one CPU):")
+            print("Sharded runs, per rank (validation/sharded.py, gloo on one CPU). The ZeRO-1 peaks (predict_sharded_peak)")
+            print("were written after these runs were recorded: for peaks they are not held out.")
             print(sharded.to_string(index=False))
 
 

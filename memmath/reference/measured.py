@@ -39,6 +39,12 @@ Columns, per case:
   peak_bytes           = peak_step2_bytes: the steady-state peak, what peak_memory() predicts by default
   held_out             True for a case measured only after the estimates were written (the case's own
                        "held_out" flag in the data file, else its shape is one of HELD_OUT_SHAPES)
+
+Other groups have their own loaders, with these columns and their own: load_measured_adapters()
+(Houlsby adapters), load_measured_sharded() (FSDP2 and ZeRO-1, per rank; predict_sharded_case and,
+for ZeRO-1, predict_sharded_peak), load_measured_quantized() (QLoRA on bitsandbytes' 4-bit and
+8-bit layers; predict_case builds QLoRA(..., layout="bitsandbytes")) and load_measured_amp()
+(autocast). measured_qlora() tables recorded QLoRA runs beside memmath's prediction.
 """
 
 from __future__ import annotations
@@ -179,6 +185,57 @@ def predict_sharded_case(row, rank: int):
                            rank=rank, **arguments)
 
 
+def predict_sharded_peak(row, rank: int, step: str = "steady") -> dict:
+    """Predicted peak of one rank of a ZeRO-1 case (engine "zero1"), per phase and in all: a dict with
+    forward, backward, optimizer_step and total bytes. The measured counterparts are the case's
+    peak_step1_*_bytes_per_rank (step="first") and peak_step2_*_bytes_per_rank (step="steady").
+
+    ZeroRedundancyOptimizer keeps every weight and gradient on every rank, so a rank's step is the
+    single-GPU step (peak_memory) with the rank's own optimizer states in place of all of them, and
+    the optimizer's temporaries of its own tensors: torch's single-tensor Adam on the CPU, 2 x a
+    tensor + the previous one, over the rank's tensors in parameters() order (memmath/peak.py).
+    FSDP2 ranks are refused: their all-gather and reduce-scatter buffers are not modelled (measured,
+    their per-rank peaks also vary by up to 12% from run to run with the collectives' timing).
+    """
+    from ..peak import STEPS, _optimizer_transient
+    from ..recipes import get_optimizer, get_recipe
+    from ..sharding import torch_tensors, zero_redundancy_assignment
+
+    engine = _text(row, "engine")
+    if engine != "zero1":
+        raise ValueError(f"row column 'engine' must be zero1 for predict_sharded_peak (FSDP2's collective buffers "
+                         f"are not modelled); got {validate.describe(engine)}")
+    world = _count(row, "world_size", low=2, high=validate.MAX_GPUS)
+    rank = validate.count("rank", rank, low=0, high=world - 1, scalar=True)
+    step = validate.choice("step", step, STEPS)
+    shape = case_model(row)
+    arguments = case_arguments(row)
+    single = predict_peak_case(row, step=step)
+    everything = predict_case(row)
+    mine = predict_sharded_case(row, rank)
+    others = int(everything.optimizer_states) - int(mine.optimizer_states)  # the states other ranks keep
+    recipe, opt = get_recipe(arguments["precision"]), get_optimizer(arguments["optimizer"])
+    transient_all, _ = _optimizer_transient(shape, arguments["method"], recipe, opt, "cpu")
+    sizes = [n for n in (_numel(dims) for _, dims in torch_tensors(shape))]
+    owner = zero_redundancy_assignment(sizes, world)
+    transient_mine, previous = 0, 0
+    for n, r in zip(sizes, owner):
+        if r == rank and opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad"):
+            size = validate.ceil_div(n * recipe.weight_bits, 8)
+            transient_mine, previous = max(transient_mine, 2 * size + previous), size
+    kept = others if step == "steady" else 0
+    phases = {"forward": int(single.forward) - kept, "backward": int(single.backward) - kept,
+              "optimizer_step": int(single.optimizer_step) - others - int(transient_all) + transient_mine}
+    return {**phases, "total": max(phases.values())}
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
 def case_model(row) -> ModelShape:
     """The ModelShape of a recorded case (the same sizes the measurement built in transformers)."""
     family = _text(row, "family")
@@ -237,6 +294,12 @@ def case_method(row):
     if method == "lora":
         # "all": every linear matrix in the blocks (GPT-2 and BERT have no gate; peft's lists in measure.py).
         targets = validate.choice("row column 'lora_targets'", _text(row, "lora_targets"), ("qv", "all"))
+        if isinstance(row.get("quant_type"), str):  # validation/quantized.py: a bitsandbytes base under peft's LoRA
+            from ..methods import QLoRA
+
+            return QLoRA(rank=_count(row, "lora_rank", high=2**16), targets=("q", "v") if targets == "qv" else "all",
+                         adapter_format=_text(row, "adapter_format"), quant_type=_text(row, "quant_type"),
+                         double_quant=_flag(row, "double_quant"), layout="bitsandbytes")
         return LoRA(rank=_count(row, "lora_rank", high=2**16), targets=("q", "v") if targets == "qv" else "all",
                     adapter_format=_text(row, "adapter_format"))
     if method == "houlsby":
@@ -312,5 +375,88 @@ def predicted_saved_per_layer(row) -> list[int]:
     blocks += trained
     first = next((i for i, n in enumerate(blocks) if n), None)
     if first is not None:
-        blocks[first] += int(parts.tables)
+        from ..methods import Adapters
+
+        # Houlsby adapters train after the projections only: the first block's q and k need no gradient
+        # (its input comes from the frozen embedding), so the rotary tables are saved first by the second.
+        later = (isinstance(arguments["method"], Adapters) and _text(row, "family") == "llama"
+                 and not arguments["checkpointing"] and first + 1 < len(blocks))
+        blocks[first + later] += int(parts.tables)
     return blocks
+
+
+def load_measured_quantized(name: str = DATA_FILE) -> pd.DataFrame:
+    """The QLoRA cases (validation/quantized.py): bitsandbytes' 4-bit (quant_type nf4 or fp4,
+    double_quant) or 8-bit (int8) base under peft's LoRA, with load_measured's columns and the
+    quantization state's bytes (quantization_constant_bytes = quant_absmax_bytes +
+    quant_nested_absmax_bytes + quant_offset_bytes + quant_code_bytes + quant_copies_bytes)."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("quantized_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        measured = dict(record["measured"])
+        detail = measured.pop("optimizer_state_detail", {})
+        rows.append({**config, **model, **measured, "optimizer_state_detail": detail})
+    return pd.DataFrame(rows)
+
+
+def load_measured_amp(name: str = DATA_FILE) -> pd.DataFrame:
+    """The AMP cases (validation/amp.py): fp32 weights, the forward under torch.autocast("cpu",
+    dtype=torch.bfloat16); precision "amp", load_measured's columns, and the saved storages by kind
+    (saved_weight_cast_bytes: autocast's bf16 weight copies kept for backward; saved_bf16_bytes,
+    saved_fp32_bytes). memmath predicts their static parts with predict_case(row, activations="textbook")
+    (the exact activation model refuses precision "amp")."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("amp_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        measured = dict(record["measured"])
+        detail = measured.pop("optimizer_state_detail", {})
+        rows.append({**config, **model, **measured, "optimizer_state_detail": detail})
+    return pd.DataFrame(rows)
+
+
+QLORA_PARTS = (
+    # (part, measured column, TrainingMemory attribute)
+    ("weights (packed 4-bit or int8 base, the rest, adapters)", "param_bytes", "weights"),
+    ("quantization constants (absmax, nested absmax, offset, code maps)", "quantization_constant_bytes",
+     "quantization_constants"),
+    ("gradients (adapters)", "grad_bytes", "gradients"),
+    ("optimizer states (adapters)", "optimizer_state_bytes", "optimizer_states"),
+)
+
+
+def measured_qlora(quant_type: str | None = None, max_cases: int = 4, name: str = DATA_FILE) -> pd.DataFrame:
+    """Recorded QLoRA runs next to memmath's prediction, part by part: a table for a lesson.
+
+    One row per case and part (case_id, quant_type, double_quant, part, measured bytes, predicted
+    bytes, equal, library versions), for the first max_cases recorded cases of quant_type ("nf4",
+    "fp4", "int8"; None: any). The prediction is training_memory(..., method=QLoRA(...,
+    layout="bitsandbytes")) for the recorded shape; the measurement is validation/quantized.py's
+    (bitsandbytes' Linear4bit / Linear8bitLt with peft's LoRA on top, on the CPU).
+    """
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+
+    from ..methods import QUANT_TYPES
+
+    if quant_type is not None:
+        quant_type = validate.choice("quant_type", quant_type, QUANT_TYPES)
+    max_cases = validate.count("max_cases", max_cases, high=10_000, scalar=True)
+    cases = load_measured_quantized(_shipped(name))
+    if quant_type is not None and len(cases):
+        cases = cases[cases.quant_type == quant_type]
+    meta = _document(name)
+    versions = meta.get("versions_quantized_cases", meta["versions"])
+    libraries = ", ".join(f"{k} {versions[k]}" for k in ("bitsandbytes", "peft", "transformers", "torch") if k in versions)
+    rows = []
+    for _, case in cases.head(max_cases).iterrows():
+        m = predict_case(case)
+        for label, column, attribute in QLORA_PARTS:
+            measured, predicted = int(case[column]), int(getattr(m, attribute))
+            rows.append({"case_id": case["case_id"], "quant_type": case["quant_type"],
+                         "double_quant": bool(case["double_quant"]), "part": label, "measured": measured,
+                         "predicted": predicted, "equal": measured == predicted, "libraries": libraries})
+    return pd.DataFrame(rows, columns=["case_id", "quant_type", "double_quant", "part", "measured", "predicted",
+                                       "equal", "libraries"])
