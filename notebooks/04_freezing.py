@@ -94,10 +94,12 @@ def _(alt, frozen_slider, layers_chart, layers_slider, mm, mo, params_slider, pd
     # Which layers train (a strip), over the memory it takes (bars): one live chart, new rows on every move.
     _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
                            "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
-    _every = -(-n_layers // 12)  # at most about a dozen layer numbers, so they never run together
-    _ticks = [i for i in range(1, n_layers + 1) if i == 1 or i % _every == 0]
+    # At most about a dozen layer numbers, so they never run together; the step is a param, so a new
+    # number of layers sends the chart rows and one value instead of a new spec.
+    _every = alt.param(name="every", value=-(-n_layers // 12))
     _layers = alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0, values=_ticks)),
+        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(
+            labelAngle=0, labelExpr="datum.value == 1 || datum.value % every == 0 ? datum.label : ''")),
         color=alt.Color("state:N", title="Layer", scale=alt.Scale(
             domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
         tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("state:N")],
@@ -105,7 +107,7 @@ def _(alt, frozen_slider, layers_chart, layers_slider, mm, mo, params_slider, pd
     _bars = viz.stacked_bars(viz.breakdown_long({"Full finetuning": equal_full,
                                                  f"First {n_frozen} layers frozen": equal_frozen}, unit),
                              unit, title="Equal layers, pure bf16 with Adam, before activations")
-    layers_chart.update(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent"))
+    layers_chart.update(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent").add_params(_every))
     mo.md(f"""
     **The number.** {_frozen_text}, **{_trainable:,} of {n_params:,} parameters train:
     {equal_frozen.trainable_fraction:.1%}** ((L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}). The article's ten

@@ -319,7 +319,7 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
         _fits = mm.fit_table(result, unit=unit).query("fits")  # the CUDA context reserved (the default)
         return _fits["gpu"].iloc[0] if len(_fits) else "none listed"
 
-    _rows = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
+    memory_table = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
                            f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
                            f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
@@ -335,7 +335,7 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     _verdicts = ", ".join(f"{what} {yes if mm.check_fit(r, gpu).fits else no}" for (what, yes, no), r in zip(
         (("full finetuning", "fits", "does not fit"), ("freezing all but the last block", "fits", "does not fit"),
          ("adapters", "fit", "do not fit")), scenarios.values()))
-    mo.vstack([viz.plain_table(_rows)] + _warn + [mo.md(f"""
+    mo.vstack([viz.plain_table(memory_table)] + _warn + [mo.md(f"""
     Against full finetuning, adapters save **{mm.format_bytes(_saved, unit)}** of gradients and
     optimizer states. Their weights are the base model's {mm.format_bytes(_full.weights, unit)} plus
     {mm.format_bytes(_adapt.weights - _full.weights, "MB" if unit == "GB" else "MiB")} of adapters: nothing is saved there. Their
@@ -351,7 +351,7 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     {mm.format_bytes(gpu.memory_bytes, unit)}, so {mm.format_bytes(usable_bytes, unit)} is left (the dashed
     line); on it {_verdicts}. The "smallest GPU" column judges every card the same way.
     """), mo.accordion({"What does this estimate assume?": mo.md(f"Recipe: {_adapt.assumptions}")})])
-    return gpu, scenarios, unit, usable_bytes
+    return gpu, memory_table, scenarios, unit, usable_bytes
 
 
 @app.cell(hide_code=True)
