@@ -85,7 +85,8 @@ def _(attention_radio, bars_chart, batch_slider, checkpointing_switch, heads_sli
                   if detail.recompute_peak else "")
     _is_preset = (n_layers, width, n_heads, vocab) == (preset.n_layers, preset.hidden_size, preset.n_heads,
                                                        preset.vocab_size)
-    _which = f"{preset.name} (change it under *Your model* below)" if _is_preset else "your model (set below)"
+    _which = (f"the preset `{preset.name}` (change it under *Your model* below)" if _is_preset else
+              "your model (set under *Your model* below)")
     _notes = []
     if seq_len > preset.max_positions:
         _notes.append(f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic "
@@ -694,14 +695,12 @@ def _(mm, mo):
 
 @app.cell(hide_code=True)
 def _(mo):
-    mo.md("""
-    ## Appendix: helpers
-
+    mo.accordion({"What do the lesson's helpers do?": mo.md("""
     One small helper picks a number of heads that divides the width; another adds up the bytes of
-    the tensors an activation estimate lists, by place and name. Sizes are printed with
-    `viz.readable_size`, in the largest unit of the chosen family (TB, GB, MB, KB or TiB, GiB,
-    MiB, KiB) that the size fills.
-    """)
+    the tensors an activation estimate lists, by place and name; a third writes a ratio with two
+    significant digits below 1. Sizes are printed with `viz.readable_size`, in the largest unit of
+    the chosen family (TB, GB, MB, KB or TiB, GiB, MiB, KiB) that the size fills.
+    """)})
     return
 
 

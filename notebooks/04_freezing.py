@@ -110,7 +110,7 @@ def _(alt, frozen_slider, layers_chart, layers_slider, mm, mo, params_slider, pd
     layers_chart.update(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent").add_params(_every))
     mo.md(f"""
     **The number.** {_frozen_text}, **{_trainable:,} of {n_params:,} parameters train:
-    {equal_frozen.trainable_fraction:.1%}** ((L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}). The article's ten
+    {equal_frozen.trainable_fraction:.1%}**, the share (L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}. The article's ten
     layers with nine frozen give 10%. In memory, before activations, in pure 16-bit with Adam (the article's
     recipe): every weight costs {_w:g} B whether it trains or not, and each trainable one adds a {_g:g} B gradient
     and {_o:g} B of Adam states, so {n_params:,} × {_w:g} B + {_trainable:,} × ({_g:g} + {_o:g}) B =

@@ -80,9 +80,9 @@ def _(ADAPTER_MODELS, bert_large, bottleneck_slider, literature, mm, mo, pd, tra
     mo.vstack([
         mo.md(f"""
     **The number.** BERT-large (h = {_h:,}, {_L} blocks) at m = {_m}: one adapter has 2·m·h + m + h =
-    2 × {_m} × {_h:,} + {_m} + {_h:,} = {_per_adapter:,} parameters, two per block make {2 * _per_adapter:,}, and
-    {_L} blocks {2 * _L * _per_adapter:,}{_norm_text}: **{_bert.trainable_params:,} trainable of
-    {_bert.total_params:,}, {_bert.trainable_fraction:.2%} of the model**. The same bottleneck on three models:
+    2 × {_m} × {_h:,} + {_m} + {_h:,} = {_per_adapter:,} parameters, two per block make {2 * _per_adapter:,},
+    and {_L} blocks {2 * _L * _per_adapter:,}{_norm_text}: **{_bert.trainable_params:,} of {_bert.total_params:,}
+    parameters train, {_bert.trainable_fraction:.2%} of the model**. The same bottleneck on three models:
     """),
         viz.plain_table(adapter_counts),
         mo.callout(mo.md(f"""
