@@ -213,3 +213,13 @@ def test_the_core_path_comes_first(default_run):
     # + 4sbV = 823,410,688 B (logits) = 5,142,495,232 B; weights + gradients + AdamW: 995,519,056 B.
     recipe = text[number:takeaway]
     assert "activations 5.14 GB" in recipe and "995.52 MB" in recipe and "358.61 MB" in recipe
+
+
+def test_the_pytorch_check_folds_with_its_controls(default_run):
+    # Issue 13: the PyTorch comparison serves the careful reader, so it folds under the question it answers, and
+    # its controls are shown inside the fold (marimo keeps an open fold open when they move).
+    outputs, _ = default_run
+    text = lessons.output_text(outputs)
+    fold = text.index("Does PyTorch keep what the formula counts?")
+    assert text.rfind("<marimo-accordion", 0, fold) > text.rfind("</marimo-accordion>", 0, fold)
+    assert fold < text.index("Dropout (p = 0.1)") < text.index("Takeaways")
