@@ -435,9 +435,8 @@ def _(Select, Slider, alt, bound_chart, mm, mo, np, pd, viz):
     return
 
 
-@app.cell
-def _(mo):
-    # Shown inside the folded section below (the cell that reads them), so they fold with it.
+@app.cell(hide_code=True)
+def _(live_only_notice, measured_versions, mo):
     measured_family_dropdown = mo.ui.dropdown(
         options={"GPT-2": "gpt2", "LLaMA (multi-head)": "llama-mha", "LLaMA (grouped-query)": "llama-gqa",
                  "BERT": "bert"}, value="GPT-2", label="Model")
@@ -445,6 +444,21 @@ def _(mo):
                                            inline=True, label="Attention")
     measured_dropout_switch = mo.ui.switch(value=False, label="Dropout (p = 0.1)")
     measured_checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
+    mo.vstack([mo.md("""
+    ## Does PyTorch keep what the formula counts?
+
+    The formula is a model of one GPT block. memmath also replays what each family's PyTorch code
+    keeps, tensor by tensor (`activations="transformers"`), and both were checked against real
+    training steps recorded on the CPU. Pick a recorded case:
+    """), mo.accordion({"How were the cases recorded?": mo.md(f"""
+    The workbook's `validation/measure.py` built small GPT-2, LLaMA and BERT models from their configs,
+    ran one real training step and recorded every storage autograd saved for backward during the
+    forward pass, block by block (README, section "Fidelity"). It ran **on the CPU, with tiny models**
+    (3 blocks, width 64, a vocabulary of 1,000 tokens, a batch of 2 sequences of 64 tokens;
+    {measured_versions}). `activations="textbook"` is the formula this lesson teaches;
+    `activations="transformers"` replays what each family's PyTorch code keeps.
+    """)}), live_only_notice(), mo.hstack([measured_family_dropdown, measured_attention_radio], justify="start", gap=2),
+               mo.hstack([measured_dropout_switch, measured_checkpointing_switch], justify="start", gap=2)])
     return (measured_attention_radio, measured_checkpointing_switch, measured_dropout_switch,
             measured_family_dropdown)
 
@@ -463,9 +477,8 @@ def _(pd, reference):
 
 
 @app.cell(hide_code=True)
-def _(alt, live_only_notice, measured_attention_radio, measured_cases, measured_checkpointing_switch,
-      measured_dropout_switch, measured_errors, measured_family_dropdown, measured_versions, mm, mo, pd, reference,
-      term_bytes, viz):
+def _(alt, measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch,
+      measured_errors, measured_family_dropdown, mm, mo, pd, reference, term_bytes, viz):
     # The chosen recorded case: its chart and summary, then (folded) tensor by tensor and why the textbook misses.
     _c = measured_cases
     _match = _c[(_c["shape"] == measured_family_dropdown.value) & (_c["method"] == "full")
@@ -575,29 +588,13 @@ def _(alt, live_only_notice, measured_attention_radio, measured_cases, measured_
         _why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
                     f"({_loss / int(_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
                     "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
-    _intro = mo.md(f"""
-    The formula above is a model of one GPT block. What do real implementations keep? The workbook's
-    `validation/measure.py` built small GPT-2, LLaMA and BERT models from their configs, ran one real
-    training step and recorded every storage autograd saved for backward during the forward pass,
-    block by block (README, section "Fidelity"). It ran **on the CPU, with tiny models** (3 blocks,
-    width 64, a vocabulary of 1,000 tokens, a batch of 2 sequences of 64 tokens; {measured_versions}).
-
-    memmath has two activation models. `activations="textbook"` is the formula this lesson teaches.
-    `activations="transformers"` replays what each family's PyTorch code keeps, tensor by tensor.
-    Pick a recorded case:
-    """)
-    _controls = [live_only_notice(),
-                 mo.hstack([measured_family_dropdown, measured_attention_radio], justify="start", gap=2),
-                 mo.hstack([measured_dropout_switch, measured_checkpointing_switch], justify="start", gap=2)]
-    # The whole check folds; its controls are shown here, so they fold with it (an open fold stays open when they move).
-    mo.accordion({"Does PyTorch keep what the formula counts? Checked against recorded training steps": mo.vstack([
-        _intro, *_controls, viz.chart_output(_chart), _summary, mo.accordion({"Why does the textbook miss? One block, tensor by tensor": mo.vstack([
+    mo.vstack([viz.chart_output(_chart), _summary, mo.accordion({"Why does the textbook miss? One block, tensor by tensor": mo.vstack([
         mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
               f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
               f"**{_formula_frame['bytes'].sum():,} B**.{_gpt}"),
         mo.hstack([viz.plain_table(block_terms), viz.plain_table(_formula_frame)], widths="equal", gap=1),
         mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in _why)),
-    ])})])})
+    ])})])
     return block_terms, measured_blocks_hf, measured_case, measured_frame, measured_hf, measured_textbook
 
 

@@ -215,11 +215,13 @@ def test_the_core_path_comes_first(default_run):
     assert "activations 5.14 GB" in recipe and "995.52 MB" in recipe and "358.61 MB" in recipe
 
 
-def test_the_pytorch_check_folds_with_its_controls(default_run):
-    # Issue 13: the PyTorch comparison serves the careful reader, so it folds under the question it answers, and
-    # its controls are shown inside the fold (marimo keeps an open fold open when they move).
+
+def test_the_pytorch_check_folds_its_detail(default_run):
+    # Issue 13: how the cases were recorded and the tensor-by-tensor comparison serve the careful reader: they fold
+    # under the question they answer (the case's controls stay open: a frozen control of the static site must show).
     outputs, _ = default_run
     text = lessons.output_text(outputs)
-    fold = text.index("Does PyTorch keep what the formula counts?")
-    assert text.rfind("<marimo-accordion", 0, fold) > text.rfind("</marimo-accordion>", 0, fold)
-    assert fold < text.index("Dropout (p = 0.1)") < text.index("Takeaways")
+    for question in ("How were the cases recorded?", "Why does the textbook miss? One block, tensor by tensor"):
+        fold = text.index(question)
+        assert text.rfind("<marimo-accordion", 0, fold) > text.rfind("</marimo-accordion>", 0, fold), question
+    assert "validation/measure.py" in text[text.index("How were the cases recorded?"):]
