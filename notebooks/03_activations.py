@@ -253,8 +253,29 @@ def _(live_only_notice, mo):
 
 
 @app.cell(hide_code=True)
-def _(alt, attention, batch_size, checkpointing, inference, mm, mo, model, np, pd, ratio_text, seq_len,
-      sweep_chart, sweep_radio, training, unit, viz):
+def _(mo):
+    # The sections' fixed prose, rendered from markdown once: the cell below re-runs on every slider move and
+    # shows these as they are (markdown costs ~1 ms per 130 characters, every time it is rendered).
+    section_prose = {"training and inference": mo.md(r"""
+    ## Training and inference are separate calculations
+
+    The article insists on this split. For training it points to EleutherAI's *Transformer Math 101*
+    (Anthony et al., April 2023); for inference to *Transformer Inference Arithmetic* (Carol Chen,
+    kipply's blog, March 2022). The reason is the backward pass.
+    """), "overtake": mo.md(r"""
+    ## Where activations overtake the weights
+
+    Weights, gradients and optimizer states do not change with the data. Activations grow with
+    every token and every sequence. The chart sweeps one of them (the other stays at your
+    setting) and marks the first point where activations pass the weights alone (hollow diamond)
+    and where they pass weights, gradients and optimizer states together (black diamond).
+    """)}
+    return (section_prose,)
+
+
+@app.cell(hide_code=True)
+def _(alt, attention, batch_size, checkpointing, inference, mm, mo, model, np, pd, ratio_text, section_prose,
+      seq_len, sweep_chart, sweep_radio, training, unit, viz):
     # The second and last cell a sequence or batch move re-runs: the four combinations, training against
     # inference, and the sweep's rows and crossings (its chart takes them in place).
     _rows, _runs = [], {}
@@ -334,13 +355,7 @@ def _(alt, attention, batch_size, checkpointing, inference, mm, mo, model, np, p
         _verb = "are already bigger than" if x == sweep_values[0] else "pass"
         return f"{_verb} {what} at **{_what} {x:,}**"
 
-    mo.vstack([viz.plain_table(pd.DataFrame(_rows)), mo.md(_why), mo.md(f"""
-    ## Training and inference are separate calculations
-
-    The article insists on this split. For training it points to EleutherAI's *Transformer Math 101*
-    (Anthony et al., April 2023); for inference to *Transformer Inference Arithmetic* (Carol Chen,
-    kipply's blog, March 2022). The reason is the backward pass.
-
+    mo.vstack([viz.plain_table(pd.DataFrame(_rows)), mo.md(_why), section_prose["training and inference"], mo.md(f"""
     Training must keep the activations above until the backward pass has used them:
     {viz.readable_size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
     has no backward pass. It computes one block, passes the result on and forgets it, so it needs
@@ -351,14 +366,8 @@ def _(alt, attention, batch_size, checkpointing, inference, mm, mo, model, np, p
     For the same model, batch and length: training {viz.readable_size(training.total, unit)}, inference
     {viz.readable_size(inference.total, unit)} (weights in bf16; the two bars at the top of the page).
     {viz.lesson_link("07_inference", "Lesson 7")} does the inference side in full.
-
-    ## Where activations overtake the weights
-
-    Weights, gradients and optimizer states do not change with the data. Activations grow with
-    every token and every sequence. The chart sweeps one of them (the other stays at your
-    setting) and marks the first point where activations pass the weights alone (hollow diamond)
-    and where they pass weights, gradients and optimizer states together (black diamond). With
-    {_fixed}, activations {_where(crossover_weights, 'the weights')}, and
+    """), section_prose["overtake"], mo.md(f"""
+    With {_fixed}, activations {_where(crossover_weights, 'the weights')}, and
     {_where(crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
     """)])
     return crossover, crossover_weights, sweep, sweep_values, unit_sweep

@@ -312,7 +312,30 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, seq_slider, unit, viz):
+def _(mo):
+    # Fixed prose, rendered from markdown once: the cells below re-run on slider moves and show these as they are.
+    section_prose = {"saves": mo.md(r"""
+    ## What freezing saves, and what it does not
+
+    Saved, for every frozen weight: its **gradient** and its **optimizer states**. Saved too: the
+    **activations of the blocks before the first trainable one**. The backward pass has nothing
+    to compute there, so it stops at the first trainable block and those blocks keep nothing.
+
+    Not saved: the **frozen weights themselves**, which every forward pass still reads; the
+    activations of every block from the first trainable one up; and the loss's logits. The numbers
+    use fused attention, 16-bit activations and your batch and length.
+    """), "bert": mo.md(r"""
+    ## How much must you open? The BERT-large report
+
+    Freezing saves memory, but the article warns that it does not solve the problem. Partial
+    finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
+    """)}
+    return (section_prose,)
+
+
+@app.cell(hide_code=True)
+def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, section_prose, seq_slider, unit,
+      viz):
     # What freezing saves at the chosen batch and length: one cell for the section's prose, table and chart rows.
     _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
                attention="sdpa")
@@ -322,7 +345,7 @@ def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, s
     bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"Full finetuning": full,
                                                                   f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
                                               unit, title="Full finetuning against freezing, pure bf16 with Adam"))
-    _beyond = (f" {model.name} reads at most {model.max_positions:,} tokens; the activations below for "
+    _beyond = (f"{model.name} reads at most {model.max_positions:,} tokens; the activations below for "
                f"{seq_slider.value:,} are the arithmetic, not a run the real model could do."
                if model.max_positions and seq_slider.value > model.max_positions else "")
     _size = viz.readable_size
@@ -344,17 +367,7 @@ def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, s
                    f"{_d_full.layers_storing})")
         _work = (f"**Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients instead of "
                  f"{full.trainable_params:,}, and {_blocks}.")
-    mo.vstack([mo.md(f"""
-    ## What freezing saves, and what it does not
-
-    Saved, for every frozen weight: its **gradient** and its **optimizer states**. Saved too: the
-    **activations of the blocks before the first trainable one**. The backward pass has nothing
-    to compute there, so it stops at the first trainable block and those blocks keep nothing.
-
-    Not saved: the **frozen weights themselves**, which every forward pass still reads; the
-    activations of every block from the first trainable one up; and the loss's logits. The numbers
-    use fused attention, 16-bit activations and your batch and length.{_beyond}
-    """), viz.plain_table(pd.DataFrame(_rows)), mo.md(f"""
+    mo.vstack([section_prose["saves"], mo.md(_beyond), viz.plain_table(pd.DataFrame(_rows)), mo.md(f"""
     {_work} Training the embeddings sends it back through every
     block again.
     """)])
@@ -444,7 +457,7 @@ def _(alt, mo, pd, reference, viz):
 
 
 @app.cell(hide_code=True)
-def _(alt, batch_slider, bert_chart, literature, mm, mo, np, pd, seq_slider, unit, viz):
+def _(alt, batch_slider, bert_chart, literature, mm, mo, np, pd, section_prose, seq_slider, unit, viz):
     # The BERT-large report: the sweep over top blocks, its chart rows and its prose, in one cell.
     bert = mm.PRESETS["bert-large-uncased"]
     top_blocks = np.arange(bert.n_layers + 1)
@@ -492,11 +505,7 @@ def _(alt, batch_slider, bert_chart, literature, mm, mo, np, pd, seq_slider, uni
     _houlsby = literature.REPORTED["houlsby_trainable_share"]
     _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
                if seq_slider.value > bert.max_positions else "")
-    mo.md(f"""
-    ## How much must you open? The BERT-large report
-
-    Freezing saves memory, but the article warns that it does not solve the problem. Partial
-    finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
+    mo.vstack([section_prose["bert"], mo.md(f"""
     One reported study: {literature.cite("bert_large_partial_share")}. That is one number,
     about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
     not reproduced here.
@@ -511,7 +520,7 @@ def _(alt, batch_slider, bert_chart, literature, mm, mo, np, pd, seq_slider, uni
     Compare Houlsby's adapters: {_houlsby.value:g}% trainable parameters per task ({_houlsby.source}).
     That gap is why the field moved to parameter-efficient methods:
     {viz.lesson_link("05_adapters")} and {viz.lesson_link("06_lora_qlora")}.
-    """)
+    """)])
     return bert, bert_full, bert_sweep, top_blocks
 
 
