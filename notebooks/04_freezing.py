@@ -91,23 +91,39 @@ def _(alt, frozen_slider, layers_chart, layers_slider, mm, mo, params_slider, pd
     _saving = ("the same as full finetuning: freeze some layers to see what it saves" if n_frozen == 0 else
                f"against {mm.format_bytes(equal_full.total, unit)} for full finetuning: "
                f"**{mm.format_bytes(_saved, unit)} saved**")
-    # Which layers train (a strip), over the memory it takes (bars): one live chart, new rows on every move.
-    _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
-                           "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
-    # At most about a dozen layer numbers, so they never run together; the step is a param, so a new
-    # number of layers sends the chart rows and one value instead of a new spec.
-    _every = alt.param(name="every", value=-(-n_layers // 12))
-    _layers = alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(
-            labelAngle=0, labelExpr="datum.value == 1 || datum.value % every == 0 ? datum.label : ''")),
-        color=alt.Color("state:N", title="Layer", scale=alt.Scale(
-            domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
-        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("state:N")],
-    ).properties(width=560, height=40, title="Which layers train")
-    _bars = viz.stacked_bars(viz.breakdown_long({"Full finetuning": equal_full,
-                                                 f"First {n_frozen} layers frozen": equal_frozen}, unit),
-                             unit, title="Equal layers, pure bf16 with Adam, before activations")
-    layers_chart.update(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent").add_params(_every))
+    # Which layers train (a strip), over the memory it takes (bars): one live chart, drawn once per unit, then sent
+    # one frame of rows (the strip's and the bars') and the step of its layer numbers on every move.
+    _bars = viz.breakdown_long({"Full finetuning": equal_full, f"First {n_frozen} layers frozen": equal_frozen}, unit)
+    _frame = pd.concat([
+        pd.DataFrame({"kind": "layer", "layer": range(1, n_layers + 1),
+                      "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]}),
+        _bars.assign(kind="bar"),
+    ], ignore_index=True)
+
+    def _draw(frame):
+        _layers = alt.Chart().transform_filter(alt.datum.kind == "layer").mark_rect(stroke="white", strokeWidth=2).encode(
+            # At most about a dozen layer numbers (the param `every`), so they never run together.
+            x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(
+                labelAngle=0, labelExpr="datum.value == 1 || datum.value % every == 0 ? datum.label : ''")),
+            color=alt.Color("state:N", title="Layer", scale=alt.Scale(
+                domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
+            tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("state:N")],
+        ).properties(width=560, height=40, title="Which layers train")
+        _parts = ["weights", "gradients", "optimizer_states"]
+        _stack = alt.Chart().transform_filter(alt.datum.kind == "bar").mark_bar().encode(
+            x=alt.X("sum(size):Q", title=viz.memory_axis_title(unit), stack="zero", axis=alt.Axis(**viz.MEMORY_AXIS)),
+            # "Full finetuning" above "First f layers frozen" for every f: descending names.
+            y=alt.Y("scenario:N", title=None, sort="descending"),
+            color=alt.Color("label:N", title="Part", scale=viz.part_scale(_parts),
+                            sort=[viz.ALL_LABELS[p] for p in _parts]),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("label:N"),
+                     alt.Tooltip("size:Q", title=unit, format=",.2f"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
+        ).properties(width=560, height=76, title="Equal layers, pure bf16 with Adam, before activations")
+        return alt.vconcat(_layers, _stack, data=frame, spacing=24).resolve_scale(color="independent").add_params(
+            alt.param(name="every", value=1))
+
+    layers_chart.update(_frame, draw=_draw, key=unit, every=-(-n_layers // 12))
     mo.md(f"""
     **The number.** {_frozen_text}, **{_trainable:,} of {n_params:,} parameters train:
     {equal_frozen.trainable_fraction:.1%}**, the share (L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}. The article's ten

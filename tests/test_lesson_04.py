@@ -215,6 +215,8 @@ def test_the_layer_strip_takes_a_new_layer_count_without_a_new_chart():
     charts = [lessons.run_with(NAME, layers_slider=mo.ui.slider(1, 48, value=n))[1]["layers_chart"] for n in (10, 30)]
     assert _without_param_values(charts[0].spec) == _without_param_values(charts[1].spec)
     assert [c.signals["every"] for c in charts] == [1, 3]  # ceil(10 / 12), ceil(30 / 12)
+    rows = next(iter(charts[1].rows.values()))  # 30 layers (9 frozen) and the two bars' parts
+    assert sum(r["kind"] == "layer" for r in rows) == 30 and sum(r.get("state") == "frozen" for r in rows) == 9
 
 
 def test_the_pytorch_check_shows_every_recorded_model_and_precision(default_run):
