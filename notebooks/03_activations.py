@@ -16,19 +16,13 @@ def _(mm, mo, viz):
     mo.md(f"""
     # Activations: what training keeps for the backward pass
 
-    The article's 7B model needs about {mm.format_bytes(_article.without_activations)} to finetune in
-    pure 16-bit, *before activations are counted*. {viz.lesson_link("01_weights_and_formats", "Lesson 1")}
-    and {viz.lesson_link("02_full_finetuning", "lesson 2")} counted what grows with the number of
-    parameters. This lesson counts what grows with the data you push through the model.
-
-    To compute gradients, the backward pass needs results of the forward pass: the input of every
-    matrix multiply, the output of every softmax, the masks of every dropout. Training keeps these
-    **activations** in memory from the moment the forward pass makes them until the backward pass
-    has used them.
-
-    Their size depends on the batch size, the sequence length, the width, the number of heads and
-    the number of layers, and not at all on the optimizer. For long sequences or big batches they
-    can outgrow everything else.
+    **The claim.** The article's 7B model needs about {mm.format_bytes(_article.without_activations)} to
+    finetune in pure 16-bit *before activations are counted*
+    ({viz.lesson_link("02_full_finetuning", "lesson 2")}). Activations are what the forward pass keeps
+    for the backward pass: the input of every matrix multiply, the output of every softmax, the mask of
+    every dropout. They grow with the data you push through the model, not with its optimizer, and the
+    attention scores grow with the **square** of the sequence length, so for long sequences or big
+    batches they outgrow everything else. The control that moves them most is the sequence length:
     """)
     return
 
@@ -48,10 +42,114 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## The formula, one tensor at a time
+def _(live_only_notice, mo):
+    seq_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+                              value=1024, show_value=True, label="Sequence length s (tokens)")
+    batch_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128], value=4, show_value=True,
+                                label="Batch size b (sequences)")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
+    mo.vstack([live_only_notice(), mo.hstack([seq_slider, batch_slider, unit_radio], justify="start", gap=2)])
+    return batch_slider, seq_slider, unit_radio
 
+
+@app.cell(hide_code=True)
+def _(attention_radio, bars_chart, batch_slider, checkpointing_switch, heads_slider, largest_divisor_at_most,
+      layers_slider, mm, mo, preset, seq_slider, unit_radio, viz, vocab_slider, width_slider):
+    # The core path's number with its recipe, and the chart's rows: the first of the two cells a
+    # sequence or batch move re-runs (the other is the comparison below).
+    batch_size, seq_len = batch_slider.value, seq_slider.value
+    n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
+    n_heads = largest_divisor_at_most(width, heads_slider.value)  # heads must divide the width
+    attention, checkpointing, unit = attention_radio.value, checkpointing_switch.value, unit_radio.value
+    model = mm.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
+                          max_positions=preset.max_positions, name="your model")
+    training = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
+                                  seq_len=seq_len, attention=attention, checkpointing=checkpointing)
+    per_layer = mm.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
+                                         n_heads=n_heads, attention=attention)
+    detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
+    inference = mm.inference_memory(model, weights_format="bf16", kv_format="bf16", batch_size=batch_size,
+                                    context_len=seq_len, attention=attention)
+    _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
+    _bars = viz.breakdown_long({"Training (your settings)": training,
+                                "Inference, same batch and length": inference}, _unit)
+    # JSON directly, into the live chart below: every slider sends it new rows (a new unit draws it anew).
+    bars_chart.update(viz.stacked_bars_output(_bars, _unit, title="Where the memory goes"))
+
+    _s, _b, _h, _a = seq_len, batch_size, width, n_heads
+    _eager = mm.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
+    _kernel = ("" if per_layer == _eager else f" Fused attention drops the s × s terms and adds a 4·a·s·b "
+               f"log-sum-exp: 34·s·b·h + 4·a·s·b = **{viz.readable_size(per_layer, unit)}**.")
+    _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
+                  f"{viz.readable_size(detail.recompute_peak, unit)}, at a time during the backward pass."
+                  if detail.recompute_peak else "")
+    _is_preset = (n_layers, width, n_heads, vocab) == (preset.n_layers, preset.hidden_size, preset.n_heads,
+                                                       preset.vocab_size)
+    _which = (f"the preset `{preset.name}` (change it under *Your model* below)" if _is_preset else
+              "your model (set under *Your model* below)")
+    _notes = []
+    if seq_len > preset.max_positions:
+        _notes.append(f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic "
+                      f"for {seq_len:,} tokens is the same, but the real model would need more position embeddings.")
+    mo.vstack([
+        mo.md(f"""
+    **The number.** For {_which}, {model.n_params:,} parameters, at b = {_b} sequences of s = {_s:,} tokens
+    in pure bf16: **activations {viz.readable_size(training.activations, unit)}**, against
+    {viz.readable_size(training.without_activations, unit)} for weights, gradients and AdamW states together.
+    Recipe (Korthikanti et al. 2022, section 4.1, 16-bit activations and 1-byte dropout masks):
+
+    - One block with eager attention keeps s·b·h·(34 + 5·a·s/h) =
+      {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{viz.readable_size(_eager, unit)}**.{_kernel}
+    - The blocks: {detail.layers_storing} {"layer" if detail.layers_storing == 1 else "layers"} ×
+      {viz.readable_size(detail.per_layer, unit)} kept per layer
+      = {viz.readable_size(detail.per_layer * detail.layers_storing, unit)}.{_recompute}
+    - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
+      {viz.readable_size(detail.outside_layers, unit)}.
+    - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {viz.readable_size(detail.loss, unit)}.
+    """),
+        *[mo.callout(mo.md(n), kind="warn") for n in _notes],
+        mo.accordion({"What else does this estimate assume?": mo.md(
+            f"{training.assumptions} Activations are 16-bit with 1-byte dropout masks, as in the paper.")}),
+    ])
+    return (attention, batch_size, checkpointing, detail, inference, model, n_heads, n_layers, per_layer, seq_len,
+            training, unit, vocab, width)
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.callout(mo.md("""
+    **Takeaway.** Double the sequence and the blocks' s·b·h terms double while the attention scores,
+    5·a·s²·b per block, quadruple; double the batch and everything doubles. Weights, gradients and
+    optimizer states do not move at all. So past some length or batch, activations are the biggest part
+    of a training step, and the two ways to shrink them are fused attention (no s × s scores) and
+    gradient checkpointing (keep only each block's input). Inference keeps no activations for a backward
+    pass: it is a separate calculation.
+    """), kind="success")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, pd, viz):
+    # The formula's terms, folded: memmath.korthikanti_terms at unit sizes (e = 2 B, m = 1 B).
+    _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)
+    terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
+                                 "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
+
+    def _sum_of(rows):
+        if len(rows) == 1:
+            return str(rows["bytes each"].sum())
+        return " + ".join(str(c) for c in rows["bytes each"]) + f" = {rows['bytes each'].sum()}"
+
+    _linear = terms_table[terms_table["counted per"] == "s*b*h"]
+    _square = terms_table[terms_table["counted per"] == "a*s*s*b"]
+    mo.accordion({"Where do the 34 and the 5 come from? The formula, one tensor at a time": mo.vstack([mo.md(r"""
     Korthikanti et al. (2022, *Reducing Activation Recomputation in Large Transformer Models*,
     section 4.1) counted every tensor one GPT transformer block keeps, with 16-bit activations and
     1-byte dropout masks. Their total per layer is **s·b·h·(34 + 5·a·s/h) bytes**, in this notation:
@@ -66,29 +164,8 @@ def _(mo):
     width unit) or per a·s²·b (one number per pair of tokens, per head), and "bytes each" is what it
     costs per such unit: a 16-bit tensor as wide as the model is 2 bytes per s·b·h.
     `memmath.korthikanti_terms` builds the table; the sums under it are computed from its rows.
-    """)
-    return
-
-
-@app.cell
-def _(mm, pd, viz):
-    _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)  # e = 2 B, m = 1 B
-    terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
-                                 "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
-    viz.plain_table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")}))
-    return (terms_table,)
-
-
-@app.cell(hide_code=True)
-def _(mo, terms_table):
-    def _sum_of(rows):
-        if len(rows) == 1:
-            return str(rows["bytes each"].sum())
-        return " + ".join(str(c) for c in rows["bytes each"]) + f" = {rows['bytes each'].sum()}"
-
-    _linear = terms_table[terms_table["counted per"] == "s*b*h"]
-    _square = terms_table[terms_table["counted per"] == "a*s*s*b"]
-    mo.md(f"""
+    """), viz.plain_table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")})),
+        mo.md(f"""
     - Per **s·b·h** (tensors as wide as the model, or 4h wide in the MLP):
       attention {_sum_of(_linear[_linear.block == "attention"])}, MLP {_sum_of(_linear[_linear.block == "mlp"])},
       norms {_sum_of(_linear[_linear.block == "norms"])}; in all **{_linear["bytes each"].sum()}** bytes.
@@ -98,27 +175,22 @@ def _(mo, terms_table):
     So one block keeps {_linear["bytes each"].sum()}·s·b·h + {_square["bytes each"].sum()}·a·s²·b bytes,
     which is the paper's s·b·h·(34 + 5·a·s/h). The first part grows in step with the sequence; the
     second grows with its **square**. The score matrices are the only tensors that do.
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## Your model
-
-    Start from a preset of the GPT-2 family (the block Korthikanti et al. describe), then change
-    its shape. Width moves in steps of 64, and the heads slider offers only head counts that
-    divide the width (every head gets a whole share of it).
-    """)
-    return
+    """)])})
+    return (terms_table,)
 
 
 @app.cell(hide_code=True)
 def _(live_only_notice, mo):
     preset_dropdown = mo.ui.dropdown(options=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b"],
                                      value="gpt2", label="Start from preset")
-    mo.vstack([live_only_notice(), preset_dropdown])
+    mo.vstack([mo.md(r"""
+    ## Your model
+
+    Start from a preset of the GPT-2 family (the block Korthikanti et al. describe), then change
+    its shape: the number and the chart at the top of the page and everything below follow it.
+    Width moves in steps of 64, and the heads slider offers only head counts that divide the width
+    (every head gets a whole share of it).
+    """), live_only_notice(), preset_dropdown])
     return (preset_dropdown,)
 
 
@@ -158,104 +230,11 @@ def _(get_heads, largest_divisor_at_most, mo, set_heads, width_slider):
 
 @app.cell(hide_code=True)
 def _(live_only_notice, mo):
-    batch_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128], value=4, show_value=True,
-                                label="Batch size b (sequences)")
-    seq_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
-                              value=1024, show_value=True, label="Sequence length s (tokens)")
     attention_radio = mo.ui.radio(options={"eager (keeps s × s scores)": "eager",
                                            "fused SDPA / FlashAttention": "sdpa"},
                                   value="eager (keeps s × s scores)", label="Attention kernel")
     checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
-    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
-    mo.vstack([live_only_notice(), mo.hstack([mo.vstack([batch_slider, seq_slider, checkpointing_switch, unit_radio]),
-                                              attention_radio], justify="start", gap=2)])
-    return attention_radio, batch_slider, checkpointing_switch, seq_slider, unit_radio
-
-
-@app.cell
-def _(attention_radio, batch_slider, checkpointing_switch, heads_slider, largest_divisor_at_most,
-      layers_slider, seq_slider, unit_radio, vocab_slider, width_slider):
-    batch_size, seq_len = batch_slider.value, seq_slider.value
-    n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
-    n_heads = largest_divisor_at_most(width, heads_slider.value)  # heads must divide the width
-    attention, checkpointing, unit = attention_radio.value, checkpointing_switch.value, unit_radio.value
-    return attention, batch_size, checkpointing, n_heads, n_layers, seq_len, unit, vocab, width
-
-
-@app.cell
-def _(attention, batch_size, checkpointing, mm, n_heads, n_layers, preset, seq_len, vocab, width):
-    model = mm.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
-                          max_positions=preset.max_positions, name="your model")
-    training = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
-                                  seq_len=seq_len, attention=attention, checkpointing=checkpointing)
-    per_layer = mm.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
-                                         n_heads=n_heads, attention=attention)
-    detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
-    return detail, model, per_layer, training
-
-
-@app.cell(hide_code=True)
-def _(batch_size, detail, mm, mo, model, n_heads, per_layer, preset, seq_len, training, unit,
-      viz, vocab, width):
-    _s, _b, _h, _a = seq_len, batch_size, width, n_heads
-    _eager = mm.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
-    _kernel = ("" if per_layer == _eager else f"Fused attention drops the s × s terms and adds a 4·a·s·b "
-               f"log-sum-exp: 34·s·b·h + 4·a·s·b = **{viz.readable_size(per_layer, unit)}**.")
-    _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
-                  f"{viz.readable_size(detail.recompute_peak, unit)}, at a time during the backward pass." if detail.recompute_peak else "")
-    _notes = []
-    if seq_len > preset.max_positions:
-        _notes.append(f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic "
-                      f"for {seq_len:,} tokens is the same, but the real model would need more position embeddings.")
-    mo.vstack([
-        mo.md(f"""
-    **{model.n_params:,} parameters.** With eager attention one block keeps
-    s·b·h·(34 + 5·a·s/h) = {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{viz.readable_size(_eager, unit)}**.
-    {_kernel}
-
-    - The blocks: {detail.layers_storing} {"layer" if detail.layers_storing == 1 else "layers"} × {viz.readable_size(detail.per_layer, unit)} kept per layer
-      = {viz.readable_size(detail.per_layer * detail.layers_storing, unit)}.{_recompute}
-    - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
-      {viz.readable_size(detail.outside_layers, unit)}.
-    - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {viz.readable_size(detail.loss, unit)}.
-    - **Activations in all: {viz.readable_size(training.activations, unit)}**, against
-      {viz.readable_size(training.without_activations, unit)} for weights, gradients and optimizer states.
-    """),
-        *[mo.callout(mo.md(n), kind="warn") for n in _notes],
-    ])
-    return
-
-
-@app.cell
-def _(attention, bars_chart, batch_size, mm, model, seq_len, training, unit, viz):
-    inference = mm.inference_memory(model, weights_format="bf16", kv_format="bf16", batch_size=batch_size,
-                                    context_len=seq_len, attention=attention)
-    _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
-    _bars = viz.breakdown_long({"Training (your settings)": training,
-                                "Inference, same batch and length": inference}, _unit)
-    # JSON directly, into the live chart below: every slider sends it new rows (a new unit draws it anew).
-    bars_chart.update(viz.stacked_bars_output(_bars, _unit, title="Where the memory goes"))
-    return (inference,)
-
-
-@app.cell(hide_code=True)
-def _(live_chart):
-    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    bars_chart
-    return (bars_chart,)
-
-
-@app.cell(hide_code=True)
-def _(mo, training):
-    mo.md(f"""
-    Assumed: {training.assumptions} Activations are 16-bit with 1-byte dropout masks, as in the paper.
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+    mo.vstack([mo.md(r"""
     ## Two ways to keep less
 
     **Fused attention.** PyTorch's `scaled_dot_product_attention` (SDPA) and FlashAttention
@@ -267,15 +246,38 @@ def _(mo):
     Cost*) keeps only each block's input, 2·s·b·h bytes at 16 bits, and throws the rest away.
     During the backward pass it runs each block's forward again to rebuild what it needs, one
     block at a time. Memory falls to about one input per layer plus one full block; the price
-    is roughly one extra forward pass of compute.
+    is roughly one extra forward pass of compute. Switch them for the whole page here; the table
+    compares the four combinations for your model, batch and length.
+    """), live_only_notice(), mo.hstack([attention_radio, checkpointing_switch], justify="start", gap=2)])
+    return attention_radio, checkpointing_switch
 
-    The table compares the four combinations for your model, batch and length.
-    """)
-    return
+
+@app.cell(hide_code=True)
+def _(mo):
+    # The sections' fixed prose, rendered from markdown once: the cell below re-runs on every slider move and
+    # shows these as they are (markdown costs ~1 ms per 130 characters, every time it is rendered).
+    section_prose = {"training and inference": mo.md(r"""
+    ## Training and inference are separate calculations
+
+    The article insists on this split. For training it points to EleutherAI's *Transformer Math 101*
+    (Anthony et al., April 2023); for inference to *Transformer Inference Arithmetic* (Carol Chen,
+    kipply's blog, March 2022). The reason is the backward pass.
+    """), "overtake": mo.md(r"""
+    ## Where activations overtake the weights
+
+    Weights, gradients and optimizer states do not change with the data. Activations grow with
+    every token and every sequence. The chart sweeps one of them (the other stays at your
+    setting) and marks the first point where activations pass the weights alone (hollow diamond)
+    and where they pass weights, gradients and optimizer states together (black diamond).
+    """)}
+    return (section_prose,)
 
 
-@app.cell
-def _(batch_size, mm, mo, model, pd, ratio_text, seq_len, unit, viz):
+@app.cell(hide_code=True)
+def _(alt, attention, batch_size, checkpointing, inference, mm, mo, model, np, pd, ratio_text, section_prose,
+      seq_len, sweep_chart, sweep_radio, training, unit, viz):
+    # The second and last cell a sequence or batch move re-runs: the four combinations, training against
+    # inference, and the sweep's rows and crossings (its chart takes them in place).
     _rows, _runs = [], {}
     for _attention in ("eager", "sdpa"):
         for _ckpt in (False, True):
@@ -294,47 +296,16 @@ def _(batch_size, mm, mo, model, pd, ratio_text, seq_len, unit, viz):
             f"({viz.readable_size(_d.per_layer * _d.layers_storing, unit)} in all) and still rebuilds one whole "
             f"block during the backward pass ({viz.readable_size(_d.recompute_peak, unit)}), which is about what "
             "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop.")
-    mo.vstack([viz.plain_table(pd.DataFrame(_rows)), mo.md(_why)])  # plain HTML: every slider above redraws it
-    return
 
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## Where activations overtake the weights
-
-    Weights, gradients and optimizer states do not change with the data. Activations grow with
-    every token and every sequence. The chart sweeps one of them (the other stays at your
-    setting) and marks the first point where activations pass the weights alone (hollow diamond)
-    and where they pass weights, gradients and optimizer states together (black diamond).
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(live_only_notice, mo):
-    sweep_radio = mo.ui.radio(options=["sequence length", "batch size"], value="sequence length",
-                              inline=True, label="Sweep over")
-    mo.vstack([live_only_notice(), sweep_radio])
-    return (sweep_radio,)
-
-
-@app.cell
-def _(attention, batch_size, checkpointing, mm, model, np, seq_len, sweep_radio):
+    # The sweep: one memmath call over a numpy array of lengths or batch sizes (the other stays at your setting).
     if sweep_radio.value == "sequence length":
         sweep_values = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
         _kw = dict(seq_len=sweep_values, batch_size=batch_size)
     else:
         sweep_values = np.array([1, 2, 4, 8, 16, 32, 64, 128])
         _kw = dict(seq_len=seq_len, batch_size=sweep_values)
-    # One call: memmath broadcasts the numpy array through every part.
     sweep = mm.training_memory(model, precision="bf16", optimizer="adamw", attention=attention,
                                checkpointing=checkpointing, **_kw)
-    return sweep, sweep_values
-
-
-@app.cell(hide_code=True)
-def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_chart, sweep_radio, sweep_values, unit, viz):
     _acts = np.broadcast_to(sweep.activations, sweep_values.shape)
     _rest = np.broadcast_to(sweep.without_activations, sweep_values.shape)
     _weights = np.broadcast_to(sweep.weights, sweep_values.shape)
@@ -355,6 +326,7 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_chart, sweep_radio, swe
         + [pd.DataFrame([{"kind": "cross", "x": _x, "what": "", "size": mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep),
                           "fill": _fill}])  # hollow past the weights, filled past everything
            for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x], ignore_index=True)
+
     def _draw(frame):
         _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
             x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
@@ -372,18 +344,6 @@ def _(alt, batch_size, mm, np, pd, seq_len, sweep, sweep_chart, sweep_radio, swe
             width=560, height=300, title="Activations against everything else")
 
     sweep_chart.update(_frame, draw=_draw, key=(_x_title, unit_sweep))
-    return crossover, crossover_weights, unit_sweep
-
-
-@app.cell(hide_code=True)
-def _(live_chart):
-    sweep_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    sweep_chart
-    return (sweep_chart,)
-
-
-@app.cell(hide_code=True)
-def _(batch_size, crossover, crossover_weights, mo, seq_len, sweep_radio, sweep_values):
     if sweep_radio.value == "sequence length":
         _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
     else:
@@ -395,80 +355,7 @@ def _(batch_size, crossover, crossover_weights, mo, seq_len, sweep_radio, sweep_
         _verb = "are already bigger than" if x == sweep_values[0] else "pass"
         return f"{_verb} {what} at **{_what} {x:,}**"
 
-    mo.md(f"With {_fixed}, activations {_where(crossover_weights, 'the weights')}, and "
-          f"{_where(crossover, 'weights, gradients and optimizer states together')} "
-          "(the dashed line is your setting).")
-    return
-
-
-@app.cell
-def _(mm, np, pd):
-    # Computed once: GPT-2 small, bf16 + AdamW, every batch size x kernel x checkpointing, over s.
-    ACT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
-    act_seq = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
-    _frames = []
-    for _index, _batch in enumerate(ACT_BATCHES):
-        for _attention, _kernel in (("eager", "eager"), ("sdpa", "fused (SDPA)")):
-            for _ckpt in (False, True):
-                _r = mm.training_memory("gpt2", precision="bf16", optimizer="adamw", batch_size=_batch,
-                                        seq_len=act_seq, attention=_attention, checkpointing=_ckpt)
-                _frames.append(pd.DataFrame({"batch": _index, "kernel": _kernel,
-                                             "checkpointing": "on" if _ckpt else "off", "s": act_seq,
-                                             "GB": mm.to_unit(np.asarray(_r.activations), "GB")}))
-    act_grid = pd.concat(_frames, ignore_index=True)
-    _fixed = mm.training_memory("gpt2", precision="bf16", optimizer="adamw")  # no activations: no seq_len
-    act_fixed = pd.DataFrame([{"what": w, "GB": mm.to_unit(v, "GB")} for w, v in (
-        ("Weights", _fixed.weights), ("Weights + gradients + optimizer states", _fixed.without_activations))])
-    return ACT_BATCHES, act_fixed, act_grid, act_seq
-
-
-@app.cell
-def _(ACT_BATCHES, Select, Slider, act_fixed, act_grid, act_seq, alt, bound_chart, mo, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
-
-    _names = ["Activations", "Weights", "Weights + gradients + optimizer states"]
-    _colors = alt.Scale(domain=_names, range=[viz.PART_COLORS["activations"], viz.PART_COLORS["weights"], "#555555"])
-    _all = list(act_grid["GB"]) + list(act_fixed["GB"])
-    _y = alt.Scale(type="log", domain=[float(min(_all)), float(max(_all))])
-
-    def _draw(base):
-        _acts = base.transform_calculate(what="'Activations'").mark_line(point=True).encode(
-            x=alt.X("s:Q", title="Sequence length s (tokens), log scale",
-                    scale=alt.Scale(type="log", base=2, domain=[int(act_seq[0]), int(act_seq[-1])])),
-            y=alt.Y("GB:Q", title="Memory (GB), log scale", scale=_y),
-            color=alt.Color("what:N", title=None, scale=_colors, legend=alt.Legend(orient="top", labelLimit=400)),
-            tooltip=[alt.Tooltip("s:Q", title="tokens"), alt.Tooltip("GB:Q", format=",.4~f")])
-        _rules = alt.Chart(act_fixed).mark_rule(strokeWidth=2).encode(
-            y=alt.Y("GB:Q"), color=alt.Color("what:N", scale=_colors),
-            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("GB:Q", format=",.3f")])
-        return (_acts + _rules).properties(width=520, height=280)
-
-    _chart = viz.chart_output(bound_chart(act_grid, [Slider("batch", "Batch size b", value=ACT_BATCHES.index(4),
-                                                    labels={i: f"{b} sequences" for i, b in enumerate(ACT_BATCHES)},
-                                                    show_value=False),
-                                             Select("kernel", "Attention kernel"), Select("checkpointing", "Checkpointing")],
-                                  _draw, title="GPT-2 small: activations against everything else"))
-    _about = r"""
-    The next chart is the same race for GPT-2 small as published (12 layers, width 768, 12 heads),
-    in pure bf16 with AdamW, computed in advance for every batch size, kernel and checkpointing
-    choice under it. Those inputs keep working in this static copy of the page, where the
-    controls above are frozen.
-    """
-    # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it.
-    mo.vstack([mo.md(_about), _chart]) if _static() else None
-    return
-
-
-@app.cell(hide_code=True)
-def _(inference, mo, training, unit, viz):
-    mo.md(f"""
-    ## Training and inference are separate calculations
-
-    The article insists on this split. For training it points to EleutherAI's *Transformer Math 101*
-    (Anthony et al., April 2023); for inference to *Transformer Inference Arithmetic* (Carol Chen,
-    kipply's blog, March 2022). The reason is the backward pass.
-
+    mo.vstack([viz.plain_table(pd.DataFrame(_rows)), mo.md(_why), section_prose["training and inference"], mo.md(f"""
     Training must keep the activations above until the backward pass has used them:
     {viz.readable_size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
     has no backward pass. It computes one block, passes the result on and forgets it, so it needs
@@ -477,32 +364,88 @@ def _(inference, mo, training, unit, viz):
     ({viz.readable_size(inference.kv_cache, unit)}), which decoding reuses for each new token.
 
     For the same model, batch and length: training {viz.readable_size(training.total, unit)}, inference
-    {viz.readable_size(inference.total, unit)} (weights in bf16). {viz.lesson_link("07_inference", "Lesson 7")}
-    does the inference side in full.
-    """)
+    {viz.readable_size(inference.total, unit)} (weights in bf16; the two bars at the top of the page).
+    {viz.lesson_link("07_inference", "Lesson 7")} does the inference side in full.
+    """), section_prose["overtake"], mo.md(f"""
+    With {_fixed}, activations {_where(crossover_weights, 'the weights')}, and
+    {_where(crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
+    """)])
+    return crossover, crossover_weights, sweep, sweep_values, unit_sweep
+
+
+@app.cell(hide_code=True)
+def _(live_only_notice, mo):
+    sweep_radio = mo.ui.radio(options=["sequence length", "batch size"], value="sequence length",
+                              inline=True, label="Sweep over")
+    mo.vstack([live_only_notice(), sweep_radio])
+    return (sweep_radio,)
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    sweep_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    sweep_chart
+    return (sweep_chart,)
+
+
+@app.cell
+def _(Select, Slider, alt, bound_chart, mm, mo, np, pd, viz):
+    from memmath_lessons.static_charts import is_static_export as _static
+
+    def _gpt2_chart():
+        # GPT-2 small, bf16 + AdamW, every batch size x kernel x checkpointing, over s.
+        _batches = (1, 2, 4, 8, 16, 32, 64, 128)
+        _seq = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
+        _frames = []
+        for _index, _batch in enumerate(_batches):
+            for _attention, _kernel in (("eager", "eager"), ("sdpa", "fused (SDPA)")):
+                for _ckpt in (False, True):
+                    _r = mm.training_memory("gpt2", precision="bf16", optimizer="adamw", batch_size=_batch,
+                                            seq_len=_seq, attention=_attention, checkpointing=_ckpt)
+                    _frames.append(pd.DataFrame({"batch": _index, "kernel": _kernel,
+                                                 "checkpointing": "on" if _ckpt else "off", "s": _seq,
+                                                 "GB": mm.to_unit(np.asarray(_r.activations), "GB")}))
+        _grid = pd.concat(_frames, ignore_index=True)
+        _fixed = mm.training_memory("gpt2", precision="bf16", optimizer="adamw")  # no activations: no seq_len
+        _fixed_frame = pd.DataFrame([{"what": w, "GB": mm.to_unit(v, "GB")} for w, v in (
+            ("Weights", _fixed.weights), ("Weights + gradients + optimizer states", _fixed.without_activations))])
+        _names = ["Activations", "Weights", "Weights + gradients + optimizer states"]
+        _colors = alt.Scale(domain=_names, range=[viz.PART_COLORS["activations"], viz.PART_COLORS["weights"], "#555555"])
+        _all = list(_grid["GB"]) + list(_fixed_frame["GB"])
+        _y = alt.Scale(type="log", domain=[float(min(_all)), float(max(_all))])
+
+        def _draw(base):
+            _acts = base.transform_calculate(what="'Activations'").mark_line(point=True).encode(
+                x=alt.X("s:Q", title="Sequence length s (tokens), log scale",
+                        scale=alt.Scale(type="log", base=2, domain=[int(_seq[0]), int(_seq[-1])])),
+                y=alt.Y("GB:Q", title="Memory (GB), log scale", scale=_y),
+                color=alt.Color("what:N", title=None, scale=_colors, legend=alt.Legend(orient="top", labelLimit=400)),
+                tooltip=[alt.Tooltip("s:Q", title="tokens"), alt.Tooltip("GB:Q", format=",.4~f")])
+            _rules = alt.Chart(_fixed_frame).mark_rule(strokeWidth=2).encode(
+                y=alt.Y("GB:Q"), color=alt.Color("what:N", scale=_colors),
+                tooltip=[alt.Tooltip("what:N"), alt.Tooltip("GB:Q", format=",.3f")])
+            return (_acts + _rules).properties(width=520, height=280)
+
+        return viz.chart_output(bound_chart(_grid, [Slider("batch", "Batch size b", value=_batches.index(4),
+                                                           labels={i: f"{b} sequences" for i, b in enumerate(_batches)},
+                                                           show_value=False),
+                                                    Select("kernel", "Attention kernel"), Select("checkpointing", "Checkpointing")],
+                                            _draw, title="GPT-2 small: activations against everything else"))
+
+    _about = r"""
+    The next chart is the same race for GPT-2 small as published (12 layers, width 768, 12 heads),
+    in pure bf16 with AdamW, computed in advance for every batch size, kernel and checkpointing
+    choice under it. Those inputs keep working in this static copy of the page, where the
+    controls above are frozen.
+    """
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it.
+    mo.vstack([mo.md(_about), _gpt2_chart()]) if _static() else None
     return
 
 
 @app.cell(hide_code=True)
-def _(measured_versions, mo):
-    mo.md(f"""
-    ## Checked against PyTorch: the formula and the framework
-
-    The formula above is a model of one GPT block. What do real implementations keep? The workbook's
-    `validation/measure.py` built small GPT-2, LLaMA and BERT models from their configs, ran one real
-    training step and recorded every storage autograd saved for backward during the forward pass,
-    block by block (README, section "Fidelity"). It ran **on the CPU, with tiny models** (3 blocks,
-    width 64, a vocabulary of 1,000 tokens, a batch of 2 sequences of 64 tokens; {measured_versions}).
-
-    memmath has two activation models. `activations="textbook"` is the formula this lesson teaches.
-    `activations="transformers"` replays what each family's PyTorch code keeps, tensor by tensor.
-    Pick a recorded case:
-    """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mo):
+def _(live_only_notice, measured_versions, mo):
     measured_family_dropdown = mo.ui.dropdown(
         options={"GPT-2": "gpt2", "LLaMA (multi-head)": "llama-mha", "LLaMA (grouped-query)": "llama-gqa",
                  "BERT": "bert"}, value="GPT-2", label="Model")
@@ -510,14 +453,27 @@ def _(live_only_notice, mo):
                                            inline=True, label="Attention")
     measured_dropout_switch = mo.ui.switch(value=False, label="Dropout (p = 0.1)")
     measured_checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
-    mo.vstack([live_only_notice(), mo.hstack([measured_family_dropdown, measured_attention_radio], justify="start", gap=2),
+    mo.vstack([mo.md("""
+    ## Does PyTorch keep what the formula counts?
+
+    The formula is a model of one GPT block. memmath also replays what each family's PyTorch code
+    keeps, tensor by tensor (`activations="transformers"`), and both were checked against real
+    training steps recorded on the CPU. Pick a recorded case:
+    """), mo.accordion({"How were the cases recorded?": mo.md(f"""
+    The workbook's `validation/measure.py` built small GPT-2, LLaMA and BERT models from their configs,
+    ran one real training step and recorded every storage autograd saved for backward during the
+    forward pass, block by block (README, section "Fidelity"). It ran **on the CPU, with tiny models**
+    (3 blocks, width 64, a vocabulary of 1,000 tokens, a batch of 2 sequences of 64 tokens;
+    {measured_versions}). `activations="textbook"` is the formula this lesson teaches;
+    `activations="transformers"` replays what each family's PyTorch code keeps.
+    """)}), live_only_notice(), mo.hstack([measured_family_dropdown, measured_attention_radio], justify="start", gap=2),
                mo.hstack([measured_dropout_switch, measured_checkpointing_switch], justify="start", gap=2)])
     return (measured_attention_radio, measured_checkpointing_switch, measured_dropout_switch,
             measured_family_dropdown)
 
 
 @app.cell
-def _(mm, pd, reference):
+def _(pd, reference):
     measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
     _v = reference.measured_metadata()["versions"]
     measured_versions = f"torch {_v['torch']}, transformers {_v['transformers']}"
@@ -529,8 +485,10 @@ def _(mm, pd, reference):
     return measured_cases, measured_errors, measured_versions
 
 
-@app.cell
-def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch, measured_family_dropdown, mm, reference):
+@app.cell(hide_code=True)
+def _(alt, measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch,
+      measured_errors, measured_family_dropdown, mm, mo, pd, reference, term_bytes, viz):
+    # The chosen recorded case: its chart and summary, then (folded) tensor by tensor and why the textbook misses.
     _c = measured_cases
     _match = _c[(_c["shape"] == measured_family_dropdown.value) & (_c["method"] == "full")
                 & (_c["optimizer"] == "adamw") & (_c["batch_size"] == 2) & (_c["seq_len"] == 64)
@@ -541,11 +499,7 @@ def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, m
     measured_hf = reference.predict_case(measured_case).activation_detail  # activations="transformers"
     measured_textbook = reference.predict_case(measured_case, activations="textbook").activation_detail
     measured_blocks_hf = sum(reference.predicted_saved_per_layer(measured_case))  # booked per block like the measurement
-    return measured_blocks_hf, measured_case, measured_hf, measured_textbook
 
-
-@app.cell
-def _(alt, measured_blocks_hf, measured_case, measured_hf, measured_textbook, pd, viz):
     # What the forward pass saved (the recompute of checkpointing comes later, during backward).
     _kb = 1000
     _bars = {"Measured (PyTorch, CPU)": (sum(measured_case["saved_per_layer"]), measured_case["saved_outside_layers"]),
@@ -566,16 +520,10 @@ def _(alt, measured_blocks_hf, measured_case, measured_hf, measured_textbook, pd
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("source:N"), alt.Tooltip("where:N"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
     ).properties(width=460, height=120, title=f"Recorded case: {measured_case['case_id']}")
-    viz.chart_output(_chart)
-    return (measured_frame,)
-
-
-@app.cell(hide_code=True)
-def _(measured_case, measured_errors, measured_hf, measured_textbook, mo):
     _measured = int(measured_case["saved_bytes"])
     _hf, _tb = int(measured_hf.saved_by_forward), int(measured_textbook.saved_by_forward)
     _textbook = measured_errors["textbook"]
-    mo.md(f"""
+    _summary = mo.md(f"""
     The forward pass saved **{_measured:,} B**. `activations="transformers"` predicts **{_hf:,} B**
     ({"equal to the byte" if _hf == _measured else f"{(_hf - _measured) / _measured:+.2%}"}); the textbook
     formula gives {_tb:,} B, **{(_tb - _measured) / _measured:+.0%}**. Over all {len(measured_errors)} recorded
@@ -583,43 +531,27 @@ def _(measured_case, measured_errors, measured_hf, measured_textbook, mo):
     each); the textbook is off by {_textbook.abs().mean():.0%} on average, from {_textbook.min():+.0%} to
     {_textbook.max():+.0%}.
     """)
-    return
 
-
-@app.cell
-def _(measured_case, measured_hf, mm, mo, pd, viz):
     # One block, tensor by tensor: what PyTorch keeps (memmath's replay) against what the formula counts.
-    _rows = [{"what one block keeps": what, "bytes": int(n)} for where, what, n in measured_hf.terms
-             if where == "each block"]
-    _e = 4 if measured_case["precision"] == "fp32" else 2
-    _formula = mm.korthikanti_terms(seq_len=int(measured_case["seq_len"]), batch_size=int(measured_case["batch_size"]),
-                                    hidden_size=int(measured_case["hidden_size"]), n_heads=int(measured_case["n_heads"]),
-                                    element_bytes=_e, mask_bytes=_e, dropout=bool(measured_case["dropout"]),
-                                    attention=measured_case["attention"])
+    _case, _terms = measured_case, measured_hf.terms
+    _rows = [{"what one block keeps": what, "bytes": int(n)} for where, what, n in _terms if where == "each block"]
+    _e = 4 if _case["precision"] == "fp32" else 2
+    _formula = mm.korthikanti_terms(seq_len=int(_case["seq_len"]), batch_size=int(_case["batch_size"]),
+                                    hidden_size=int(_case["hidden_size"]), n_heads=int(_case["n_heads"]),
+                                    element_bytes=_e, mask_bytes=_e, dropout=bool(_case["dropout"]),
+                                    attention=_case["attention"])
     _column = "what the formula counts (a GPT block)"
-    if measured_case["checkpointing"]:
+    if _case["checkpointing"]:
         # Checkpointing keeps only each block's input, s·b·h elements (Chen et al. 2016; "Two ways to keep less").
-        _sbh = int(measured_case["seq_len"]) * int(measured_case["batch_size"]) * int(measured_case["hidden_size"])
+        _sbh = int(_case["seq_len"]) * int(_case["batch_size"]) * int(_case["hidden_size"])
         _formula_rows = [{_column: "block input (checkpointed)", "bytes": _sbh * _e}]
     else:
         _formula_rows = [{_column: t.tensor, "bytes": int(t.bytes)} for t in _formula]
     block_terms = pd.DataFrame(_rows)
     _formula_frame = pd.DataFrame(_formula_rows)
-    _gpt = ("" if measured_case["family"] == "gpt2" or measured_case["checkpointing"] else
+    _gpt = ("" if _case["family"] == "gpt2" or _case["checkpointing"] else
             " The formula describes a GPT block (LayerNorm, GeLU MLP of width 4h); this model's own block is on the left.")
-    mo.vstack([
-        mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
-              f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
-              f"**{_formula_frame['bytes'].sum():,} B**.{_gpt}"),
-        mo.hstack([viz.plain_table(block_terms), viz.plain_table(_formula_frame)], widths="equal", gap=1),
-    ])
-    return (block_terms,)
 
-
-@app.cell(hide_code=True)
-def _(measured_case, measured_hf, measured_textbook, mo, term_bytes):
-    _case, _terms = measured_case, measured_hf.terms
-    _e = 4 if _case["precision"] == "fp32" else 2
     _blocks = ["each block"]
     _why = []
     if _case["checkpointing"]:
@@ -665,8 +597,14 @@ def _(measured_case, measured_hf, measured_textbook, mo, term_bytes):
         _why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
                     f"({_loss / int(_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
                     "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
-    mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in _why))
-    return
+    mo.vstack([viz.chart_output(_chart), _summary, mo.accordion({"Why does the textbook miss? One block, tensor by tensor": mo.vstack([
+        mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
+              f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
+              f"**{_formula_frame['bytes'].sum():,} B**.{_gpt}"),
+        mo.hstack([viz.plain_table(block_terms), viz.plain_table(_formula_frame)], widths="equal", gap=1),
+        mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in _why)),
+    ])})])
+    return block_terms, measured_blocks_hf, measured_case, measured_frame, measured_hf, measured_textbook
 
 
 @app.cell(hide_code=True)
@@ -767,14 +705,12 @@ def _(mm, mo):
 
 @app.cell(hide_code=True)
 def _(mo):
-    mo.md("""
-    ## Appendix: helpers
-
+    mo.accordion({"What do the lesson's helpers do?": mo.md("""
     One small helper picks a number of heads that divides the width; another adds up the bytes of
-    the tensors an activation estimate lists, by place and name. Sizes are printed with
-    `viz.readable_size`, in the largest unit of the chosen family (TB, GB, MB, KB or TiB, GiB,
-    MiB, KiB) that the size fills.
-    """)
+    the tensors an activation estimate lists, by place and name; a third writes a ratio with two
+    significant digits below 1. Sizes are printed with `viz.readable_size`, in the largest unit of
+    the chosen family (TB, GB, MB, KB or TiB, GiB, MiB, KiB) that the size fills.
+    """)})
     return
 
 

@@ -11,24 +11,15 @@ app = marimo.App(width="medium", app_title="Partial finetuning: freezing layers"
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, viz):
-    _bpp = mm.bytes_per_parameter("bf16", "adam")
+def _(mo, viz):
     mo.md(f"""
     # Partial finetuning: freezing layers
 
-    {viz.lesson_link("02_full_finetuning", "Full finetuning")} lets every weight move, and pays for
-    each one several times: the weight itself, its gradient and its optimizer states (with Adam
-    in pure 16-bit, {_bpp["total"]:g} B per parameter, {_bpp["total"] / _bpp["weights"]:g} times the weight's own
-    {_bpp["weights"]:g} B). The article's
-    first workaround is to let only some weights move and **freeze** the rest. A frozen parameter
-    keeps its value for the whole run.
-
-    A parameter that does not change needs no update, so it needs no gradient, and the optimizer
-    keeps no state for it. Freezing removes memory *and* work: the backward pass skips the weight
-    gradients of every frozen parameter, and stops early when the frozen layers come first.
-
-    How much does it save, what does it leave behind, and how many layers do you have to open
-    before the model learns as well as with full finetuning?
+    **The claim.** Instead of letting every weight move, as
+    {viz.lesson_link("02_full_finetuning", "full finetuning")} does, train only some and **freeze** the rest:
+    a frozen parameter keeps its value for the whole run. Picture a model of ten layers: freeze the first
+    nine, train the last, and the trainable parameters fall to about **10%** of full finetuning's. The one
+    control that moves it is the number of frozen layers:
     """)
     return
 
@@ -46,22 +37,6 @@ def _():
     import numpy as np
     import pandas as pd
     return alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, reference, Slider, viz
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
-    _bpp = mm.bytes_per_parameter("bf16", "adam")
-    mo.md(f"""
-    ## Ten equal layers
-
-    Take a model of L equal layers and freeze the first f of them. The trainable share is
-    **(L − f) / L**. In pure 16-bit with Adam (the article's recipe) every weight costs
-    {_bpp["weights"]:g} B whether it trains or not; each *trainable* weight adds a
-    {_bpp["gradients"]:g} B gradient and {_bpp["optimizer_states"]:g} B of Adam states, so
-    {_bpp["weights"]:g} + {_bpp["gradients"]:g} + {_bpp["optimizer_states"]:g} = {_bpp["total"]:g} B
-    for a trainable parameter and {_bpp["weights"]:g} B for a frozen one.
-    """)
-    return
 
 
 @app.cell(hide_code=True)
@@ -100,56 +75,65 @@ def _(unit_radio):
     return (unit,)
 
 
-@app.cell
-def _(frozen_slider, layers_slider, mm, params_slider):
+@app.cell(hide_code=True)
+def _(alt, frozen_slider, layers_chart, layers_slider, mm, mo, params_slider, pd, unit, viz):
+    # The core path's number and its chart, in the one cell these three sliders re-run.
     n_params, n_layers, n_frozen = round(params_slider.value * 10**9), layers_slider.value, frozen_slider.value
     equal_model = mm.uniform_model(n_params, n_layers, name=f"{n_layers} equal layers")
     equal_full = mm.training_memory(equal_model, precision="bf16", optimizer="adam")
     equal_frozen = mm.training_memory(equal_model, precision="bf16", optimizer="adam",
                                       method=mm.Freeze(frozen_layers=n_frozen))
-    return equal_frozen, equal_full, n_frozen, n_layers, n_params
-
-
-
-
-@app.cell(hide_code=True)
-def _(equal_frozen, equal_full, mm, mo, n_frozen, n_layers, n_params, unit):
+    _bpp = mm.bytes_per_parameter("bf16", "adam")
+    _w, _g, _o = _bpp["weights"], _bpp["gradients"], _bpp["optimizer_states"]
+    _trainable = equal_frozen.trainable_params
     _saved = equal_full.total - equal_frozen.total
     _frozen_text = "With no layer frozen" if n_frozen == 0 else f"With {n_frozen} of {n_layers} layers frozen"
-    _saving = (f"with no layer frozen the run needs {mm.format_bytes(equal_frozen.total, unit)} too: "
-               "freeze some layers to see what it saves" if n_frozen == 0 else
-               f"the frozen run needs {mm.format_bytes(equal_frozen.total, unit)}, which saves "
-               f"{mm.format_bytes(_saved, unit)}")
+    _saving = ("the same as full finetuning: freeze some layers to see what it saves" if n_frozen == 0 else
+               f"against {mm.format_bytes(equal_full.total, unit)} for full finetuning: "
+               f"**{mm.format_bytes(_saved, unit)} saved**")
+    # Which layers train (a strip), over the memory it takes (bars): one live chart, drawn once per unit, then sent
+    # one frame of rows (the strip's and the bars') and the step of its layer numbers on every move.
+    _bars = viz.breakdown_long({"Full finetuning": equal_full, f"First {n_frozen} layers frozen": equal_frozen}, unit)
+    _frame = pd.concat([
+        pd.DataFrame({"kind": "layer", "layer": range(1, n_layers + 1),
+                      "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]}),
+        _bars.assign(kind="bar"),
+    ], ignore_index=True)
+
+    def _draw(frame):
+        _layers = alt.Chart().transform_filter(alt.datum.kind == "layer").mark_rect(stroke="white", strokeWidth=2).encode(
+            # At most about a dozen layer numbers (the param `every`), so they never run together.
+            x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(
+                labelAngle=0, labelExpr="datum.value == 1 || datum.value % every == 0 ? datum.label : ''")),
+            color=alt.Color("state:N", title="Layer", scale=alt.Scale(
+                domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
+            tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("state:N")],
+        ).properties(width=560, height=40, title="Which layers train")
+        _parts = ["weights", "gradients", "optimizer_states"]
+        _stack = alt.Chart().transform_filter(alt.datum.kind == "bar").mark_bar().encode(
+            x=alt.X("sum(size):Q", title=viz.memory_axis_title(unit), stack="zero", axis=alt.Axis(**viz.MEMORY_AXIS)),
+            # "Full finetuning" above "First f layers frozen" for every f: descending names.
+            y=alt.Y("scenario:N", title=None, sort="descending"),
+            color=alt.Color("label:N", title="Part", scale=viz.part_scale(_parts),
+                            sort=[viz.ALL_LABELS[p] for p in _parts]),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("label:N"),
+                     alt.Tooltip("size:Q", title=unit, format=",.2f"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
+        ).properties(width=560, height=76, title="Equal layers, pure bf16 with Adam, before activations")
+        return alt.vconcat(_layers, _stack, data=frame, spacing=24).resolve_scale(color="independent").add_params(
+            alt.param(name="every", value=1))
+
+    layers_chart.update(_frame, draw=_draw, key=unit, every=-(-n_layers // 12))
     mo.md(f"""
-    {_frozen_text}, **{equal_frozen.trainable_params:,} of {n_params:,}
-    parameters train: {equal_frozen.trainable_fraction:.1%}**. The article's ten layers with nine
-    frozen give about 10%.
-
-    Before activations, full finetuning needs {mm.format_bytes(equal_full.total, unit)}; {_saving}. The
-    {mm.format_bytes(equal_frozen.weights, unit)} of weights stay: a frozen weight is still used in
-    every forward pass.
+    **The number.** {_frozen_text}, **{_trainable:,} of {n_params:,} parameters train:
+    {equal_frozen.trainable_fraction:.1%}**, the share (L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}. The article's ten
+    layers with nine frozen give 10%. In memory, before activations, in pure 16-bit with Adam (the article's
+    recipe): every weight costs {_w:g} B whether it trains or not, and each trainable one adds a {_g:g} B gradient
+    and {_o:g} B of Adam states, so {n_params:,} × {_w:g} B + {_trainable:,} × ({_g:g} + {_o:g}) B =
+    **{mm.format_bytes(equal_frozen.total, unit)}**, {_saving}. The {mm.format_bytes(equal_frozen.weights, unit)}
+    of weights stay: a frozen weight is still used in every forward pass.
     """)
-    return
-
-
-@app.cell
-def _(alt, equal_frozen, equal_full, layers_chart, n_frozen, n_layers, pd, unit, viz):
-    # Which layers train (a strip), over the memory it takes (bars): one live chart, new rows on every move.
-    _strip = pd.DataFrame({"layer": range(1, n_layers + 1),
-                           "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]})
-    _every = -(-n_layers // 12)  # at most about a dozen layer numbers, so they never run together
-    _ticks = [i for i in range(1, n_layers + 1) if i == 1 or i % _every == 0]
-    _layers = alt.Chart(_strip).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0, values=_ticks)),
-        color=alt.Color("state:N", title="Layer", scale=alt.Scale(
-            domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
-        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("state:N")],
-    ).properties(width=560, height=40, title="Which layers train")
-    _bars = viz.stacked_bars(viz.breakdown_long({"Full finetuning": equal_full,
-                                                 f"First {n_frozen} layers frozen": equal_frozen}, unit),
-                             unit, title="Equal layers, pure bf16 with Adam, before activations")
-    layers_chart.update(alt.vconcat(_layers, _bars, spacing=24).resolve_scale(color="independent"))
-    return
+    return equal_frozen, equal_full, n_frozen, n_layers, n_params
 
 
 @app.cell(hide_code=True)
@@ -159,64 +143,83 @@ def _(live_chart):
     return (layers_chart,)
 
 
-@app.cell
-def _(mm, pd):
-    # Computed once: 7B in 10 equal layers, pure bf16 with Adam, for every number of frozen layers.
-    TEN_LAYERS = mm.uniform_model(7 * 10**9, 10, name="7B in 10 equal layers")
-    _rows = []
-    for _frozen in range(TEN_LAYERS.n_layers + 1):
-        _runs = {"Full finetuning": mm.training_memory(TEN_LAYERS, precision="bf16", optimizer="adam"),
-                 "Frozen run": mm.training_memory(TEN_LAYERS, precision="bf16", optimizer="adam",
-                                                  method=mm.Freeze(frozen_layers=_frozen))}
-        for _scenario, _run in _runs.items():
-            for _order, (_part, _bytes) in enumerate(_run.parts().items()):
-                if _bytes:
-                    _rows.append({"frozen": _frozen, "kind": "bar", "scenario": _scenario, "layer": 0,
-                                  "part": mm.PART_LABELS[_part], "order": _order,
-                                  "GB": round(mm.to_unit(_bytes, "GB"), 3)})
-        for _layer in range(1, TEN_LAYERS.n_layers + 1):  # the strip of layers above the bars
-            _rows.append({"frozen": _frozen, "kind": "layer", "scenario": "", "layer": _layer,
-                          "part": "frozen" if _layer <= _frozen else "trainable", "order": 0, "GB": 0})
-    freeze_grid = pd.DataFrame(_rows)
-    return TEN_LAYERS, freeze_grid
+@app.cell(hide_code=True)
+def _(literature, mm, mo):
+    _bpp = mm.bytes_per_parameter("bf16", "adam")
+    _reported = literature.REPORTED["bert_large_partial_share"]
+    mo.callout(mo.md(f"""
+    **Takeaway.** A frozen parameter needs no gradient and no optimizer state, which is most of a
+    full finetune's memory ({_bpp["gradients"]:g} + {_bpp["optimizer_states"]:g} of its {_bpp["total"]:g} B per
+    parameter here); the frozen weights themselves stay. It also removes work: the backward pass skips
+    their weight gradients and stops at the first trainable layer. But freezing is
+    **parameter-inefficient**: on BERT-large about {_reported.value:g}% of the parameters had to train to
+    match full finetuning, as the end of this lesson shows.
+    """), kind="success")
+    return
 
 
 @app.cell
-def _(Slider, TEN_LAYERS, alt, bound_chart, freeze_grid, mo, viz):
+def _(Slider, alt, bound_chart, mm, mo, pd, viz):
     from memmath_lessons.static_charts import is_static_export as _static
 
-    def _draw(base):
-        _strip = base.transform_filter(alt.datum.kind == "layer").mark_rect(stroke="white", strokeWidth=2).encode(
-            x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0)),
-            color=alt.Color("part:N", title="Layer", scale=alt.Scale(
-                domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
-        ).properties(width=460, height=30)
-        _bars = base.transform_filter(alt.datum.kind == "bar").mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory before activations (GB)",
-                    scale=alt.Scale(domain=[0, float(freeze_grid.groupby(["frozen", "scenario"])["GB"].sum().max())])),
-            y=alt.Y("scenario:N", title=None, sort=["Full finetuning", "Frozen run"]),
-            color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "gradients", "optimizer_states"])),
-            order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f")],
-        ).properties(width=460, height=80)
-        return alt.vconcat(_strip, _bars).resolve_scale(color="independent")
+    def _ten_layers_chart():
+        # The article's case: 7B in 10 equal layers, pure bf16 with Adam, for every number of frozen layers.
+        _model = mm.uniform_model(7 * 10**9, 10, name="7B in 10 equal layers")
+        _rows = []
+        for _frozen in range(_model.n_layers + 1):
+            _runs = {"Full finetuning": mm.training_memory(_model, precision="bf16", optimizer="adam"),
+                     "Frozen run": mm.training_memory(_model, precision="bf16", optimizer="adam",
+                                                      method=mm.Freeze(frozen_layers=_frozen))}
+            for _scenario, _run in _runs.items():
+                for _order, (_part, _bytes) in enumerate(_run.parts().items()):
+                    if _bytes:
+                        _rows.append({"frozen": _frozen, "kind": "bar", "scenario": _scenario, "layer": 0,
+                                      "part": mm.PART_LABELS[_part], "order": _order,
+                                      "GB": round(mm.to_unit(_bytes, "GB"), 3)})
+            for _layer in range(1, _model.n_layers + 1):  # the strip of layers above the bars
+                _rows.append({"frozen": _frozen, "kind": "layer", "scenario": "", "layer": _layer,
+                              "part": "frozen" if _layer <= _frozen else "trainable", "order": 0, "GB": 0})
+        _grid = pd.DataFrame(_rows)
 
-    _chart = viz.chart_output(bound_chart(freeze_grid, [Slider("frozen", "Frozen layers", value=9)], _draw,
-                                  title=f"{TEN_LAYERS.name}, pure bf16 with Adam"))
+        def _draw(base):
+            _strip = base.transform_filter(alt.datum.kind == "layer").mark_rect(stroke="white", strokeWidth=2).encode(
+                x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0)),
+                color=alt.Color("part:N", title="Layer", scale=alt.Scale(
+                    domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
+            ).properties(width=460, height=30)
+            _bars = base.transform_filter(alt.datum.kind == "bar").mark_bar().encode(
+                x=alt.X("sum(GB):Q", title="Memory before activations (GB)",
+                        scale=alt.Scale(domain=[0, float(_grid.groupby(["frozen", "scenario"])["GB"].sum().max())])),
+                y=alt.Y("scenario:N", title=None, sort=["Full finetuning", "Frozen run"]),
+                color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "gradients", "optimizer_states"])),
+                order=alt.Order("order:Q"),
+                tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f")],
+            ).properties(width=460, height=80)
+            return alt.vconcat(_strip, _bars).resolve_scale(color="independent")
+
+        return viz.chart_output(bound_chart(_grid, [Slider("frozen", "Frozen layers", value=9)], _draw,
+                                            title=f"{_model.name}, pure bf16 with Adam"))
+
     _about = r"""
     The next chart is the article's case, the 7B model in ten equal layers, computed in advance
     for every number of frozen layers. Its slider keeps working in this static copy of the
     page, where the controls above are frozen.
     """
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it.
-    mo.vstack([mo.md(_about), _chart]) if _static() else None
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it.
+    mo.vstack([mo.md(_about), _ten_layers_chart()]) if _static() else None
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(live_only_notice, mo):
+    preset_dropdown = mo.ui.dropdown(options=["gpt2", "gpt2-large", "bert-base-uncased", "bert-large-uncased",
+                                              "llama-2-7b", "llama-3-8b", "mistral-7b"],
+                                     value="gpt2", label="Model")
+    head_switch = mo.ui.switch(value=True, label="Train the head")
+    norm_switch = mo.ui.switch(value=True, label="Train the final norm")
+    embeddings_switch = mo.ui.switch(value=False, label="Train the embeddings")
+    mo.vstack([mo.md(r"""
     ## A real model: what else trains?
 
     Real models are not ten equal layers. Besides the blocks they have embeddings at the input,
@@ -230,19 +233,7 @@ def _(mo):
       stays frozen unless the embeddings train.
 
     So the trainable share is not k / L: the head can add a lot, and the frozen embeddings take a share away.
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(live_only_notice, mo):
-    preset_dropdown = mo.ui.dropdown(options=["gpt2", "gpt2-large", "bert-base-uncased", "bert-large-uncased",
-                                              "llama-2-7b", "llama-3-8b", "mistral-7b"],
-                                     value="gpt2", label="Model")
-    head_switch = mo.ui.switch(value=True, label="Train the head")
-    norm_switch = mo.ui.switch(value=True, label="Train the final norm")
-    embeddings_switch = mo.ui.switch(value=False, label="Train the embeddings")
-    mo.vstack([live_only_notice(),
+    """), live_only_notice(),
                mo.hstack([preset_dropdown, mo.vstack([head_switch, norm_switch, embeddings_switch])], justify="start",
                          gap=2)])
     return embeddings_switch, head_switch, norm_switch, preset_dropdown
@@ -272,64 +263,19 @@ def _(get_real_frozen, live_only_notice, mm, mo, preset_dropdown, set_real_froze
     return batch_slider, real_frozen_slider, seq_slider
 
 
-@app.cell
-def _(embeddings_switch, head_switch, mm, norm_switch, preset_dropdown, real_frozen_slider):
+@app.cell(hide_code=True)
+def _(alt, embeddings_switch, head_switch, mm, mo, norm_switch, np, pd, preset_dropdown, real_frozen_slider,
+      share_chart, viz):
+    # What trains in the chosen model: the one cell of this section that the frozen-blocks slider re-runs.
     model = mm.PRESETS[preset_dropdown.value]
     freeze = mm.Freeze(frozen_layers=real_frozen_slider.value, train_head=head_switch.value,
                        train_final_norm=norm_switch.value, train_embeddings=embeddings_switch.value)
     trainable = mm.training_memory(model, method=freeze)  # parameters only: batch and length do not matter
-    return freeze, model, trainable
-
-
-@app.cell
-def _(batch_slider, freeze, mm, model, seq_slider):
-    _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
-               attention="sdpa")
-    full = mm.training_memory(model, **_kw)
-    frozen = mm.training_memory(model, method=freeze, **_kw)
-    return frozen, full
-
-
-@app.cell(hide_code=True)
-def _(freeze, model, viz):
-    _groups = freeze.groups(model)
-    viz.plain_table(_groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})),
-                    wrapped_columns=["note"])
-    return
-
-
-@app.cell(hide_code=True)
-def _(freeze, mo, model, trainable):
-    _k = freeze.layers_trained(model)
-    _notes = []
-    if model.tied_embeddings and not freeze.train_embeddings:
-        # Otherwise the head switch seems to do nothing: the tied head is the frozen embedding matrix.
-        _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
-                      "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
-                      "Mistral, BERT), to see the head train.")
-    def _share(x):  # two decimals, or two significant digits for a share that would read 0.00%
-        return f"{x:.2%}" if x == 0 or x >= 0.0001 else f"{100 * x:.2g}%"
-
-    mo.md(f"""
-    {model.name}: **{trainable.trainable_params:,} of {model.n_params:,} parameters train,
-    {_share(trainable.trainable_fraction)}**. The blocks alone would give k / L = {_k} / {model.n_layers}
-    = {_share(_k / model.n_layers)}. {" ".join(_notes)}
-    """)
-    return
-
-
-@app.cell
-def _(freeze, mm, model, np):
     # Every number of frozen blocks at once: Freeze broadcasts over a numpy array.
     frozen_grid = np.arange(model.n_layers + 1)
     _sweep = mm.Freeze(frozen_layers=frozen_grid, train_head=freeze.train_head,
                        train_final_norm=freeze.train_final_norm, train_embeddings=freeze.train_embeddings)
     share_grid = mm.training_memory(model, method=_sweep).trainable_fraction
-    return frozen_grid, share_grid
-
-
-@app.cell(hide_code=True)
-def _(alt, frozen_grid, model, pd, real_frozen_slider, share_chart, share_grid, viz):
     _lines_named = [f"{model.name} (computed)", "k / L (blocks only)"]
     # One table for both layers (the two lines, your setting), given once to the live chart below.
     _frame = pd.concat([
@@ -353,7 +299,25 @@ def _(alt, frozen_grid, model, pd, real_frozen_slider, share_chart, share_grid, 
                                                                title="Trainable share as you freeze more blocks")
 
     share_chart.update(_frame, draw=_draw, key=(model.name, model.n_layers))
-    return
+    _k = freeze.layers_trained(model)
+    _notes = []
+    if model.tied_embeddings and not freeze.train_embeddings:
+        # Otherwise the head switch seems to do nothing: the tied head is the frozen embedding matrix.
+        _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
+                      "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
+                      "Mistral, BERT), to see the head train.")
+
+    def _share(x):  # two decimals, or two significant digits for a share that would read 0.00%
+        return f"{x:.2%}" if x == 0 or x >= 0.0001 else f"{100 * x:.2g}%"
+
+    _groups = freeze.groups(model)
+    mo.vstack([mo.md(f"""
+    {model.name}: **{trainable.trainable_params:,} of {model.n_params:,} parameters train,
+    {_share(trainable.trainable_fraction)}**. The blocks alone would give k / L = {_k} / {model.n_layers}
+    = {_share(_k / model.n_layers)}. {" ".join(_notes)}
+    """), mo.accordion({"Which parameter groups train, and how many parameters each?": viz.plain_table(
+        _groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})), wrapped_columns=["note"])})])
+    return freeze, frozen_grid, model, share_grid, trainable
 
 
 @app.cell(hide_code=True)
@@ -364,11 +328,9 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(mo, model, seq_slider):
-    _beyond = (f" {model.name} reads at most {model.max_positions:,} tokens; the activations below for "
-               f"{seq_slider.value:,} are the arithmetic, not a run the real model could do."
-               if model.max_positions and seq_slider.value > model.max_positions else "")
-    mo.md(f"""
+def _(mo):
+    # Fixed prose, rendered from markdown once: the cells below re-run on slider moves and show these as they are.
+    section_prose = {"saves": mo.md(r"""
     ## What freezing saves, and what it does not
 
     Saved, for every frozen weight: its **gradient** and its **optimizer states**. Saved too: the
@@ -376,42 +338,38 @@ def _(mo, model, seq_slider):
     to compute there, so it stops at the first trainable block and those blocks keep nothing.
 
     Not saved: the **frozen weights themselves**, which every forward pass still reads; the
-    activations of every block from the first trainable one up; and the loss's logits. The bars
-    use fused attention, 16-bit activations and your batch and length.{_beyond}
-    """)
-    return
+    activations of every block from the first trainable one up; and the loss's logits. The numbers
+    use fused attention, 16-bit activations and your batch and length.
+    """), "bert": mo.md(r"""
+    ## How much must you open? The BERT-large report
+
+    Freezing saves memory, but the article warns that it does not solve the problem. Partial
+    finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
+    """)}
+    return (section_prose,)
 
 
-@app.cell
-def _(bars_chart, frozen, full, real_frozen_slider, unit, viz):
+@app.cell(hide_code=True)
+def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, section_prose, seq_slider, unit,
+      viz):
+    # What freezing saves at the chosen batch and length: one cell for the section's prose, table and chart rows.
+    _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
+               attention="sdpa")
+    full = mm.training_memory(model, **_kw)
+    frozen = mm.training_memory(model, method=freeze, **_kw)
     # viz.stacked_bars as Vega-Lite JSON, into the live chart below: four sliders send it new rows.
     bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"Full finetuning": full,
                                                                   f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
                                               unit, title="Full finetuning against freezing, pure bf16 with Adam"))
-    return
-
-
-@app.cell(hide_code=True)
-def _(live_chart):
-    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    bars_chart
-    return (bars_chart,)
-
-
-@app.cell(hide_code=True)
-def _(frozen, full, mm, pd, unit, viz):
+    _beyond = (f"{model.name} reads at most {model.max_positions:,} tokens; the activations below for "
+               f"{seq_slider.value:,} are the arithmetic, not a run the real model could do."
+               if model.max_positions and seq_slider.value > model.max_positions else "")
     _size = viz.readable_size
     _rows = [{"part": mm.PART_LABELS[p], "full finetuning": _size(full.parts()[p], unit),
               "frozen": _size(frozen.parts()[p], unit), "saved": _size(full.parts()[p] - frozen.parts()[p], unit)}
              for p in ("weights", "gradients", "optimizer_states", "activations")]
     _rows.append({"part": "Total", "full finetuning": _size(full.total, unit),
                   "frozen": _size(frozen.total, unit), "saved": _size(full.total - frozen.total, unit)})
-    viz.plain_table(pd.DataFrame(_rows))
-    return
-
-
-@app.cell(hide_code=True)
-def _(frozen, full, mo, model):
     _d_full, _d = full.activation_detail, frozen.activation_detail
     if frozen.trainable_params == full.trainable_params:
         _work = (f"**No less work yet.** With nothing frozen, the backward pass does what full finetuning does: "
@@ -425,133 +383,98 @@ def _(frozen, full, mo, model):
                    f"{_d_full.layers_storing})")
         _work = (f"**Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients instead of "
                  f"{full.trainable_params:,}, and {_blocks}.")
-    mo.md(f"""
+    mo.vstack([section_prose["saves"], mo.md(_beyond), viz.plain_table(pd.DataFrame(_rows)), mo.md(f"""
     {_work} Training the embeddings sends it back through every
     block again.
-    """)
-    return
+    """)])
+    return frozen, full
 
 
 @app.cell(hide_code=True)
-def _(measured_versions, mo):
-    mo.md(f"""
-    ## Checked against PyTorch: frozen blocks keep nothing
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
+    bars_chart
+    return (bars_chart,)
 
+
+@app.cell(hide_code=True)
+def _(alt, mo, pd, reference, viz):
+    # Checked against PyTorch, folded: every recorded (model, precision) in a tab of its own, computed once.
+    measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
+    _v = reference.measured_metadata()["versions"]
+    measured_versions = f"torch {_v['torch']}, transformers {_v['transformers']}"
+    _models = {"GPT-2 (tied head)": "gpt2", "LLaMA (untied head)": "llama-mha", "BERT (classifier)": "bert"}
+
+    def _case_tables(shape, precision):
+        """(per-block frame, per-case rows) of the full and frozen recordings of one model and precision."""
+        _c = measured_cases
+        _cases = _c[(_c["shape"] == shape) & (_c["precision"] == precision)
+                    & (_c["optimizer"] == "adamw") & _c["method"].isin(["full", "freeze"]) & (_c["attention"] == "sdpa")
+                    & ~_c["dropout"] & ~_c["checkpointing"]]
+        _blocks, _rows = [], []
+        for _, _case in _cases.iterrows():
+            _k = 0 if _case["method"] == "full" else int(_case["frozen_layers"])
+            _predicted = reference.predict_case(_case)
+            _per_block = reference.predicted_saved_per_layer(_case)  # memmath, block by block
+            for _i, (_measured, _memmath) in enumerate(zip(_case["saved_per_layer"], _per_block)):
+                _blocks += [{"frozen": f"{_k} frozen", "block": f"block {_i + 1}", "source": _source, "KB": _n / 1000,
+                             "bytes": int(_n)} for _source, _n in (("measured", _measured), ("memmath", _memmath))]
+            _rows.append({"frozen blocks": _k, "trainable parameters": int(_case["trainable_params"]),
+                          "gradients, measured (B)": int(_case["grad_bytes"]),
+                          "gradients, memmath (B)": int(_predicted.gradients),
+                          "saved, measured (B)": int(_case["saved_bytes"]),
+                          "saved, memmath (B)": int(_predicted.activation_detail.saved_by_forward)})
+        return pd.DataFrame(_blocks), pd.DataFrame(_rows).sort_values("frozen blocks").reset_index(drop=True)
+
+    def _view(shape, blocks, rows):
+        _chart = alt.Chart(blocks).mark_bar().encode(
+            x=alt.X("block:N", title=None, axis=alt.Axis(labelAngle=0)),
+            xOffset=alt.XOffset("source:N"),
+            y=alt.Y("KB:Q", title="Saved for backward (KB, 1 KB = 1,000 B)"),
+            color=alt.Color("source:N", title=None, legend=alt.Legend(orient="top"),
+                            scale=alt.Scale(domain=["measured", "memmath"], range=["#555555", viz.PART_COLORS["activations"]])),
+            column=alt.Column("frozen:N", title="Blocks frozen (the first ones, with the embeddings)"),
+            tooltip=[alt.Tooltip("frozen:N"), alt.Tooltip("block:N"), alt.Tooltip("source:N"),
+                     alt.Tooltip("bytes:Q", title="bytes", format=",")],
+        ).properties(width=150, height=180)
+        _equal = all((rows[f"{p}, measured (B)"] == rows[f"{p}, memmath (B)"]).all() for p in ("gradients", "saved"))
+        _full, _last = rows.iloc[0], rows.iloc[-1]
+        _ckpt = measured_cases[(measured_cases["shape"] == shape) & (measured_cases["method"] == "freeze")
+                               & measured_cases["checkpointing"] & (measured_cases["n_layers"] == 3)].iloc[0]
+        return mo.vstack([viz.chart_output(_chart), viz.plain_table(rows), mo.md(f"""
+        {"Every number matches memmath's prediction to the byte." if _equal else "Some numbers differ from memmath's prediction (see the table)."}
+        Freezing the first {_last["frozen blocks"]} blocks cut the gradients from {_full["gradients, measured (B)"]:,} B to
+        {_last["gradients, measured (B)"]:,} B and the saved activations from {_full["saved, measured (B)"]:,} B to
+        {_last["saved, measured (B)"]:,} B: the frozen blocks saved **0 B**. What stays is the set of
+        each trainable block and what comes after the blocks (the final norm or pooler, the head and the loss).
+
+        One exception, also measured: with **gradient checkpointing**, transformers makes the embeddings' output
+        require a gradient, so every block keeps its checkpointed input, frozen ones too. In the recorded case
+        `{_ckpt["case_id"]}` the blocks saved {" / ".join(f"{n:,}" for n in _ckpt["saved_per_layer"])} B.
+        """)])
+
+    _tabs = {}
+    for _label, _shape in _models.items():
+        for _precision in ("fp32", "bf16"):
+            _b, _r = _case_tables(_shape, _precision)
+            if _shape == "gpt2" and _precision == "fp32":
+                freeze_blocks, freeze_rows = _b, _r  # the first tab's numbers, held by the tests
+            _tabs[f"{_label.split(' (')[0]}, {_precision}"] = _view(_shape, _b, _r)
+    mo.accordion({"Do frozen blocks really keep nothing? Checked against PyTorch": mo.vstack([mo.md(f"""
     The claim above, that blocks before the first trainable one keep no activations, can be
     measured. The workbook's `validation/measure.py` froze the embeddings and the first k blocks of
     small models, ran one real training step and recorded, block by block, what autograd saved for
     backward, and the gradients that appeared (README, section "Fidelity"). It ran **on the CPU
     with tiny models** (3 blocks, width 64, a batch of 2 sequences of 64 tokens, fused attention,
-    AdamW; {measured_versions}). Pick a model and a precision:
-    """)
-    return
-
-
-@app.cell
-def _(live_only_notice, mo):
-    measured_model_dropdown = mo.ui.dropdown(
-        options={"GPT-2 (tied head)": "gpt2", "LLaMA (untied head)": "llama-mha", "BERT (classifier)": "bert"},
-        value="GPT-2 (tied head)", label="Measured model")
-    measured_precision_radio = mo.ui.radio(options=["fp32", "bf16"], value="fp32", inline=True, label="Precision")
-    mo.vstack([live_only_notice(), mo.hstack([measured_model_dropdown, measured_precision_radio], justify="start",
-                                             gap=2)])
-    return measured_model_dropdown, measured_precision_radio
-
-
-@app.cell
-def _(mm, reference):
-    measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
-    _v = reference.measured_metadata()["versions"]
-    measured_versions = f"torch {_v['torch']}, transformers {_v['transformers']}"
-    return measured_cases, measured_versions
-
-
-@app.cell
-def _(measured_cases, measured_model_dropdown, measured_precision_radio, mm, pd, reference):
-    _c = measured_cases
-    _cases = _c[(_c["shape"] == measured_model_dropdown.value) & (_c["precision"] == measured_precision_radio.value)
-                & (_c["optimizer"] == "adamw") & _c["method"].isin(["full", "freeze"]) & (_c["attention"] == "sdpa")
-                & ~_c["dropout"] & ~_c["checkpointing"]]
-    _blocks, _rows = [], []
-    for _, _case in _cases.iterrows():
-        _k = 0 if _case["method"] == "full" else int(_case["frozen_layers"])
-        _predicted = reference.predict_case(_case)
-        _per_block = reference.predicted_saved_per_layer(_case)  # memmath, block by block
-        for _i, (_measured, _memmath) in enumerate(zip(_case["saved_per_layer"], _per_block)):
-            _blocks += [{"frozen": f"{_k} frozen", "block": f"block {_i + 1}", "source": _source, "KB": _n / 1000,
-                         "bytes": int(_n)} for _source, _n in (("measured", _measured), ("memmath", _memmath))]
-        _rows.append({"frozen blocks": _k, "trainable parameters": int(_case["trainable_params"]),
-                      "gradients, measured (B)": int(_case["grad_bytes"]), "gradients, memmath (B)": int(_predicted.gradients),
-                      "saved, measured (B)": int(_case["saved_bytes"]),
-                      "saved, memmath (B)": int(_predicted.activation_detail.saved_by_forward)})
-    freeze_blocks = pd.DataFrame(_blocks)
-    freeze_rows = pd.DataFrame(_rows).sort_values("frozen blocks").reset_index(drop=True)
-    return freeze_blocks, freeze_rows
-
-
-@app.cell
-def _(alt, freeze_blocks, viz):
-    _chart = alt.Chart(freeze_blocks).mark_bar().encode(
-        x=alt.X("block:N", title=None, axis=alt.Axis(labelAngle=0)),
-        xOffset=alt.XOffset("source:N"),
-        y=alt.Y("KB:Q", title="Saved for backward (KB, 1 KB = 1,000 B)"),
-        color=alt.Color("source:N", title=None, legend=alt.Legend(orient="top"),
-                        scale=alt.Scale(domain=["measured", "memmath"], range=["#555555", viz.PART_COLORS["activations"]])),
-        column=alt.Column("frozen:N", title="Blocks frozen (the first ones, with the embeddings)"),
-        tooltip=[alt.Tooltip("frozen:N"), alt.Tooltip("block:N"), alt.Tooltip("source:N"),
-                 alt.Tooltip("bytes:Q", title="bytes", format=",")],
-    ).properties(width=150, height=180)
-    viz.chart_output(_chart)
-    return
-
-
-@app.cell
-def _(freeze_rows, viz):
-    viz.plain_table(freeze_rows)
-    return
+    AdamW; {measured_versions}): GPT-2 has a tied head, LLaMA an untied one, BERT a classifier.
+    Pick a model and a precision:
+    """), mo.ui.tabs(_tabs)])})
+    return freeze_blocks, freeze_rows, measured_cases, measured_versions
 
 
 @app.cell(hide_code=True)
-def _(freeze_rows, measured_cases, measured_model_dropdown, mo):
-    _equal = all((freeze_rows[f"{p}, measured (B)"] == freeze_rows[f"{p}, memmath (B)"]).all()
-                 for p in ("gradients", "saved"))
-    _full, _last = freeze_rows.iloc[0], freeze_rows.iloc[-1]
-    _ckpt = measured_cases[(measured_cases["shape"] == measured_model_dropdown.value)
-                           & (measured_cases["method"] == "freeze") & measured_cases["checkpointing"]
-                           & (measured_cases["n_layers"] == 3)].iloc[0]
-    mo.md(f"""
-    {"Every number matches memmath's prediction to the byte." if _equal else "Some numbers differ from memmath's prediction (see the table)."}
-    Freezing the first {_last["frozen blocks"]} blocks cut the gradients from {_full["gradients, measured (B)"]:,} B to
-    {_last["gradients, measured (B)"]:,} B and the saved activations from {_full["saved, measured (B)"]:,} B to
-    {_last["saved, measured (B)"]:,} B: the frozen blocks saved **0 B**. What stays is the set of
-    each trainable block and what comes after the blocks (the final norm or pooler, the head and the loss).
-
-    One exception, also measured: with **gradient checkpointing**, transformers makes the embeddings' output
-    require a gradient, so every block keeps its checkpointed input, frozen ones too. In the recorded case
-    `{_ckpt["case_id"]}` the blocks saved {" / ".join(f"{n:,}" for n in _ckpt["saved_per_layer"])} B.
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(literature, mm, mo):
-    _reported = literature.REPORTED["bert_large_partial_share"]
-    mo.md(f"""
-    ## How much must you open? The BERT-large report
-
-    Freezing saves memory, but the article warns that it does not solve the problem. Partial
-    finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
-    One reported study: {literature.cite("bert_large_partial_share")}. That is one number,
-    about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
-    not reproduced here. The chart shows that one share as a dashed line against what each choice
-    of top blocks costs in memory, computed for BERT-large (the blue points; full finetuning also
-    trains the embeddings).
-    """)
-    return
-
-
-@app.cell
-def _(batch_slider, mm, np, seq_slider):
+def _(alt, batch_slider, bert_chart, literature, mm, mo, np, pd, section_prose, seq_slider, unit, viz):
+    # The BERT-large report: the sweep over top blocks, its chart rows and its prose, in one cell.
     bert = mm.PRESETS["bert-large-uncased"]
     top_blocks = np.arange(bert.n_layers + 1)
     bert_sweep = mm.training_memory(bert, method=mm.Freeze(trainable_layers=top_blocks), precision="bf16",
@@ -559,13 +482,9 @@ def _(batch_slider, mm, np, seq_slider):
                                     attention="sdpa")
     bert_full = mm.training_memory(bert, precision="bf16", optimizer="adam", batch_size=batch_slider.value,
                                    seq_len=seq_slider.value, attention="sdpa")
-    return bert, bert_full, bert_sweep, top_blocks
-
-
-@app.cell(hide_code=True)
-def _(alt, bert, bert_chart, bert_full, bert_sweep, literature, mm, np, pd, top_blocks, unit, viz):
-    _reported = literature.REPORTED["bert_large_partial_share"].value / 100
-    _first = int(np.argmax(bert_sweep.trainable_fraction >= _reported))
+    _reported = literature.REPORTED["bert_large_partial_share"]
+    _share = _reported.value / 100
+    _first = int(np.argmax(bert_sweep.trainable_fraction >= _share))
     # One table for every layer (the sweep, the two marked choices, the reported share), given once to the chart.
     _frame = pd.concat([
         pd.DataFrame({"kind": "sweep", "share": bert_sweep.trainable_fraction, "top": top_blocks,
@@ -574,9 +493,10 @@ def _(alt, bert, bert_chart, bert_full, bert_sweep, literature, mm, np, pd, top_
                       "top": [_first, bert.n_layers], "size": [mm.to_unit(bert_sweep.total[_first], unit),
                                                                mm.to_unit(bert_full.total, unit)],
                       "label": [f"top {_first} blocks", "full finetuning"]}),
-        pd.DataFrame({"kind": "reported", "share": [_reported], "top": [0], "size": [0.0],
+        pd.DataFrame({"kind": "reported", "share": [_share], "top": [0], "size": [0.0],
                       "label": ["reported share (one number)"]}),
     ], ignore_index=True)
+
     def _draw(frame):
         _sweep, _dot, _one = (alt.datum.kind == k for k in ("sweep", "dot", "reported"))
         _points = alt.Chart().transform_filter(_sweep).mark_line(point=True, color=viz.PART_COLORS["weights"]).encode(
@@ -597,7 +517,27 @@ def _(alt, bert, bert_chart, bert_full, bert_sweep, literature, mm, np, pd, top_
             width=560, height=280, title="BERT-large: memory for each number of top blocks trained")
 
     bert_chart.update(_frame, draw=_draw, key=unit)
-    return
+    _k = int(top_blocks[_first])
+    _houlsby = literature.REPORTED["houlsby_trainable_share"]
+    _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
+               if seq_slider.value > bert.max_positions else "")
+    mo.vstack([section_prose["bert"], mo.md(f"""
+    One reported study: {literature.cite("bert_large_partial_share")}. That is one number,
+    about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
+    not reproduced here.
+
+    {_share:.0%} of BERT-large is {int(_share * bert.n_params):,} parameters. Training the top
+    {_k} of {bert.n_layers} blocks (and the pooler) is the first choice that reaches it:
+    {bert_sweep.trainable_fraction[_k]:.1%}, {mm.format_bytes(bert_sweep.total[_k], unit)} against
+    {mm.format_bytes(bert_full.total, unit)} for full finetuning at your batch and length{_beyond}. The chart
+    shows the reported share as a dashed line against what each choice of top blocks costs in memory (the
+    blue points; full finetuning also trains the embeddings).
+
+    Compare Houlsby's adapters: {_houlsby.value:g}% trainable parameters per task ({_houlsby.source}).
+    That gap is why the field moved to parameter-efficient methods:
+    {viz.lesson_link("05_adapters")} and {viz.lesson_link("06_lora_qlora")}.
+    """)])
+    return bert, bert_full, bert_sweep, top_blocks
 
 
 @app.cell(hide_code=True)
@@ -605,26 +545,6 @@ def _(live_chart):
     bert_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
     bert_chart
     return (bert_chart,)
-
-
-@app.cell(hide_code=True)
-def _(bert, bert_full, bert_sweep, literature, mm, mo, np, seq_slider, top_blocks, unit, viz):
-    _reported = literature.REPORTED["bert_large_partial_share"].value / 100
-    _k = int(top_blocks[np.argmax(bert_sweep.trainable_fraction >= _reported)])
-    _houlsby = literature.REPORTED["houlsby_trainable_share"]
-    _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
-               if seq_slider.value > bert.max_positions else "")
-    mo.md(f"""
-    {_reported:.0%} of BERT-large is {int(_reported * bert.n_params):,} parameters. Training the top
-    {_k} of {bert.n_layers} blocks (and the pooler) is the first choice that reaches it:
-    {bert_sweep.trainable_fraction[_k]:.1%}, {mm.format_bytes(bert_sweep.total[_k], unit)} against
-    {mm.format_bytes(bert_full.total, unit)} for full finetuning at your batch and length{_beyond}.
-
-    Compare Houlsby's adapters: {_houlsby.value:g}% trainable parameters per task ({_houlsby.source}).
-    That gap is why the field moved to parameter-efficient methods:
-    {viz.lesson_link("05_adapters")} and {viz.lesson_link("06_lora_qlora")}.
-    """)
-    return
 
 
 @app.cell(hide_code=True)

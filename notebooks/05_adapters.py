@@ -12,20 +12,16 @@ app = marimo.App(width="medium", app_title="Adapters (PEFT)", css_file="memmath.
 
 @app.cell(hide_code=True)
 def _(literature, mo, viz):
+    _gap, _share = literature.REPORTED["houlsby_glue_gap"], literature.REPORTED["houlsby_trainable_share"]
     mo.md(f"""
     # Adapters: train small modules, leave the model alone
 
-    {viz.lesson_link("04_freezing", "Lesson 4")} froze layers and found the catch: to match full
-    finetuning you have to open up a lot of the model again. The article quotes a study on
-    BERT-large where about {literature.REPORTED["bert_large_partial_share"].value:.0f}% of the
-    parameters had to be updated. Source: {literature.REPORTED["bert_large_partial_share"].source}.
-
-    Houlsby and colleagues asked a different question in 2019: what if we keep **every** original
-    weight unchanged and add a few new ones in carefully chosen places, then train only those? The
-    new pieces are called **adapters**, and the idea started the family of methods now called
-    parameter-efficient finetuning (PEFT). The number of trainable parameters is simply the number
-    of parameters inside the adapters. This lesson counts them, adds up the memory they save (and
-    the memory they do not), and measures their price: extra work on every forward pass.
+    **The claim.** Houlsby and colleagues (2019) kept every weight of BERT unchanged, put two small
+    new modules, **adapters**, inside each transformer block and trained only those. On GLUE this came
+    within **{_gap.value}%** of full finetuning while training only **{_share.value}%** of the parameters
+    per task (the article rounds to 3%; {_share.source}). The trainable parameters are simply the
+    adapters' parameters, and one number sets them: the adapter's inner width m, the **bottleneck**.
+    Move it:
     """)
     return
 
@@ -47,6 +43,56 @@ def _():
 
     return (Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
             toy_block, viz)
+
+
+@app.cell
+def _(live_only_notice, mm, mo):
+    bert_large = mm.PRESETS["bert-large-uncased"]
+    ADAPTER_MODELS = {"BERT-large (the paper's base)": "bert-large-uncased",
+                      "BERT-base": "bert-base-uncased", "Llama-2-7B (a LLaMA-size model)": "llama-2-7b"}
+    BOTTLENECKS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    bottleneck_slider = mo.ui.slider(steps=BOTTLENECKS, value=64,
+                                     label="Bottleneck m (the adapter's inner width)", show_value=True)
+    train_norms_checkbox = mo.ui.checkbox(value=False, label="also train the layer norms (as the paper did)")
+    mo.vstack([live_only_notice(), mo.hstack([bottleneck_slider, train_norms_checkbox], justify="start", gap=2)])
+    return ADAPTER_MODELS, BOTTLENECKS, bert_large, bottleneck_slider, train_norms_checkbox
+
+
+@app.cell
+def _(ADAPTER_MODELS, bert_large, bottleneck_slider, literature, mm, mo, pd, train_norms_checkbox, viz):
+    # The core path's number and the same bottleneck on three models: the one cell the bottleneck slider
+    # re-runs here (the memory section below is the other).
+    bottleneck = bottleneck_slider.value
+    _norms = train_norms_checkbox.value
+    _rows = []
+    for _label, _preset in ADAPTER_MODELS.items():
+        _shape = mm.PRESETS[_preset]
+        _one = mm.training_memory(_shape, method=mm.Adapters(bottleneck=bottleneck, train_norms=_norms))
+        _rows.append({"model": _label, "width h": _shape.hidden_size, "blocks": _shape.n_layers,
+                      "adapter params per block": mm.Adapters(bottleneck=bottleneck).params_per_block(_shape),
+                      "trainable params": _one.trainable_params, "of the base model": f"{_one.trainable_fraction:.2%}"})
+    adapter_counts = pd.DataFrame(_rows)
+    _h, _L, _m = bert_large.hidden_size, bert_large.n_layers, bottleneck
+    _bert = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=_norms))
+    _per_adapter = 2 * _m * _h + _m + _h  # Houlsby et al. 2019: down h x m + m biases, up m x h + h biases
+    _norm_text = (f" + {_bert.trainable_params - 2 * _L * _per_adapter:,} layer-norm parameters" if _norms else "")
+    _partial = literature.REPORTED["bert_large_partial_share"].value
+    mo.vstack([
+        mo.md(f"""
+    **The number.** BERT-large (h = {_h:,}, {_L} blocks) at m = {_m}: one adapter has 2·m·h + m + h =
+    2 × {_m} × {_h:,} + {_m} + {_h:,} = {_per_adapter:,} parameters, two per block make {2 * _per_adapter:,},
+    and {_L} blocks {2 * _L * _per_adapter:,}{_norm_text}: **{_bert.trainable_params:,} of {_bert.total_params:,}
+    parameters train, {_bert.trainable_fraction:.2%} of the model**. The same bottleneck on three models:
+    """),
+        viz.plain_table(adapter_counts),
+        mo.callout(mo.md(f"""
+    **Takeaway.** Adapters train a few percent of the model or less, far below the
+    {_partial:.0f}% that freezing had to open up on BERT-large ({viz.lesson_link("04_freezing", "lesson 4")}).
+    They save the gradients and optimizer states of every frozen weight, but not the weights and not
+    the activations, and they add work to every forward pass, so inference gets slower.
+    """), kind="success"),
+    ])
+    return adapter_counts, bottleneck
 
 
 @app.cell(hide_code=True)
@@ -98,90 +144,52 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(mo, trace_m, trace_tokens, trace_width):
-    mo.md(f"""
+def _(mo, np, toy_block, viz):
+    # A small numpy block (width 64, 8 tokens, bottleneck 8) runs one input; its trace is folded below.
+    _width, _tokens, _m = 64, 8, 8
+    _block = toy_block.make_block(_width, n_heads=4)
+    _input = toy_block.make_input(_tokens, _width)
+    _fresh = toy_block.make_adapters(_width, _m, zero_up=True)  # up-projection exactly 0
+    _moved = toy_block.make_adapters(_width, _m, zero_up=False)  # as if training had moved them
+    trace_table = toy_block.trace_frame(_input, _block, _fresh)
+    _base = toy_block.block_forward(_input, _block)
+    fresh_gap = float(np.abs(toy_block.block_forward(_input, _block, _fresh) - _base).max())
+    moved_gap = float(np.abs(toy_block.block_forward(_input, _block, _moved) - _base).max())
+    mo.vstack([mo.md(f"""
     ## Follow one input through a block
 
-    Below, a small block built in numpy (`memmath.toy_block`: width {trace_width}, {trace_tokens} tokens,
-        bottleneck {trace_m}) runs one input and lists every step: the frozen base computation, then the
-    adapter, then onward. Only the two adapter steps hold trainable weights.
-    """)
-    return
-
-
-@app.cell
-def _(np, toy_block, viz):
-    trace_width, trace_tokens, trace_m = 64, 8, 8
-    trace_block = toy_block.make_block(trace_width, n_heads=4)
-    trace_input = toy_block.make_input(trace_tokens, trace_width)
-    fresh_adapters = toy_block.make_adapters(trace_width, trace_m, zero_up=True)  # up-projection exactly 0
-    moved_adapters = toy_block.make_adapters(trace_width, trace_m, zero_up=False)  # as if training had moved them
-    trace_table = toy_block.trace_frame(trace_input, trace_block, fresh_adapters)
-    _base = toy_block.block_forward(trace_input, trace_block)
-    fresh_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, fresh_adapters) - _base).max())
-    moved_gap = float(np.abs(toy_block.block_forward(trace_input, trace_block, moved_adapters) - _base).max())
-    viz.plain_table(trace_table)  # plain: with no mo.ui.table on the page, its code never loads
-    return fresh_gap, moved_gap, trace_m, trace_tokens, trace_width
+    An input passes through the frozen base computation, then through the adapter, then onward to
+    the next step. Only the adapter's weights change in training; the base computes the same thing
+    for every example. Adapters start as (almost) the identity: Houlsby et al. initialise them near
+    zero, so the adapted model begins where the pretrained one was. In a small numpy block
+    (`memmath_lessons.toy_block`: width {_width}, {_tokens} tokens, bottleneck {_m}) with the
+    up-projection at zero, the output with and without adapters differs by
+    **{"exactly 0" if fresh_gap == 0 else f"{fresh_gap:.1e}"}**; once the adapter weights move (small
+    random values standing in for training) by up to **{moved_gap:.4f}**, while every base weight
+    stays as it was.
+    """), mo.accordion({"What does each step of the block compute?": mo.vstack([
+        mo.md("Every step of that block on one input: the frozen base computation, the adapter, then onward. "
+              "Only the two adapter steps hold trainable weights."),
+        viz.plain_table(trace_table)])})])  # plain: with no mo.ui.table on the page, its code never loads
+    return fresh_gap, moved_gap, trace_table
 
 
 @app.cell(hide_code=True)
-def _(fresh_gap, mo, moved_gap):
-    mo.md(f"""
-    Adapters start as (almost) the identity: Houlsby et al. initialise their weights near zero, so
-    the adapted model begins close to the pretrained one. With the up-projection at exactly zero,
-    the block's output with and without adapters differs by **{"exactly 0" if fresh_gap == 0 else f"{fresh_gap:.1e}"}**.
-    Once the adapter weights move (here: small random values standing in for training), the outputs
-    differ by up to **{moved_gap:.4f}**, while every base weight stays exactly as it was.
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(bert_large, mm, mo):
-    _h, _m, _L = bert_large.hidden_size, 64, bert_large.n_layers
-    _per_block = mm.Adapters(bottleneck=_m).params_per_block(bert_large)
-    mo.md(f"""
+def _(mo):
+    mo.md(r"""
     ## Counting adapter parameters
 
     One adapter has a down-projection (h × m weights and m biases) and an up-projection (m × h
-    weights and h biases), so **2·m·h + m + h** parameters (Houlsby et al. 2019). Two per block.
-    For BERT-large (h = {_h:,}, {_L} blocks) at m = {_m}: 2 × {_m} × {_h:,} + {_m} + {_h:,} =
-    {_per_block // 2:,} per adapter, {_per_block:,} per block, **{_per_block * _L:,}** in the model.
-    The bottleneck m is the one knob: move it and watch the share of trainable parameters.
+    weights and h biases), so **2·m·h + m + h** parameters (Houlsby et al. 2019), two per block.
+    The model's own parameters grow with h² (its matrices are h × h and h × 4h), the adapters' only
+    with m·h, so the share falls as models get wider. The chart shows the share for every bottleneck:
     """)
     return
 
 
 @app.cell
-def _(live_only_notice, mm, mo):
-    bert_large = mm.PRESETS["bert-large-uncased"]
-    ADAPTER_MODELS = {"BERT-large (the paper's base)": "bert-large-uncased",
-                      "BERT-base": "bert-base-uncased", "Llama-2-7B (a LLaMA-size model)": "llama-2-7b"}
-    BOTTLENECKS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-    bottleneck_slider = mo.ui.slider(steps=BOTTLENECKS, value=64,
-                                     label="Bottleneck m (the adapter's inner width)", show_value=True)
-    train_norms_checkbox = mo.ui.checkbox(value=False, label="also train the layer norms (as the paper did)")
-    mo.vstack([live_only_notice(), mo.hstack([bottleneck_slider, train_norms_checkbox], justify="start", gap=2)])
-    return ADAPTER_MODELS, BOTTLENECKS, bert_large, bottleneck_slider, train_norms_checkbox
-
-
-@app.cell
-def _(ADAPTER_MODELS, bottleneck_slider, mm, pd, train_norms_checkbox, viz):
-    bottleneck = bottleneck_slider.value
-    _rows = []
-    for _label, _preset in ADAPTER_MODELS.items():
-        _shape = mm.PRESETS[_preset]
-        _one = mm.training_memory(_shape, method=mm.Adapters(bottleneck=bottleneck, train_norms=train_norms_checkbox.value))
-        _rows.append({"model": _label, "width h": _shape.hidden_size, "blocks": _shape.n_layers,
-                      "adapter params per block": mm.Adapters(bottleneck=bottleneck).params_per_block(_shape),
-                      "trainable params": _one.trainable_params, "of the base model": f"{_one.trainable_fraction:.2%}"})
-    adapter_counts = pd.DataFrame(_rows)
-    viz.plain_table(adapter_counts)
-    return adapter_counts, bottleneck
-
-
-@app.cell
-def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, train_norms_checkbox):
+def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, paper_setups,
+      train_norms_checkbox, viz):
     # The share for every bottleneck at once (numpy arrays broadcast): runs when the checkbox moves, not the slider.
     train_norms = train_norms_checkbox.value
     _sweep = np.array(BOTTLENECKS)
@@ -189,116 +197,109 @@ def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, train_norms_checkbox):
         "model": _label, "bottleneck": _sweep,
         "share": 100 * mm.training_memory(_preset, method=mm.Adapters(bottleneck=_sweep, train_norms=train_norms)).trainable_fraction})
         for _label, _preset in ADAPTER_MODELS.items()], ignore_index=True)
-    return adapter_curves, train_norms
-
-
-@app.cell
-def _(adapter_curves, alt, literature, pd, viz):
-    # The curves alone, no marker at the chosen m: the chart then redraws only when the checkbox moves (a marker
-    # cost the bottleneck slider a second chart redraw, ~70 ms), and the table above says where you are.
-    _paper = literature.REPORTED["houlsby_trainable_share"].value
+    # The curves alone, no marker at the chosen m: the chart then redraws only when the checkbox moves, and the
+    # table above says where you are.
+    _share = literature.REPORTED["houlsby_trainable_share"]
     _lines = alt.Chart(adapter_curves).mark_line(point=True).encode(
         x=alt.X("bottleneck:Q", scale=alt.Scale(type="log", base=2), title="Bottleneck m (log scale)"),
         y=alt.Y("share:Q", scale=alt.Scale(type="log"), title="Trainable parameters (% of the base model, log)"),
         color=alt.Color("model:N", title="Model"),
         tooltip=[alt.Tooltip("model:N"), alt.Tooltip("bottleneck:Q"), alt.Tooltip("share:Q", format=".3f", title="%")])
-    _rule = alt.Chart(pd.DataFrame({"share": [_paper], "text": [f"paper: {_paper}% per task"]}))
+    _rule = alt.Chart(pd.DataFrame({"share": [_share.value], "text": [f"paper: {_share.value}% per task"]}))
     _paper_line = _rule.mark_rule(color="black").encode(y=alt.Y("share:Q")) + _rule.mark_text(
         align="left", dx=4, dy=-7, fontSize=11).encode(y=alt.Y("share:Q"), x=alt.value(4), text=alt.Text("text:N"))
-    viz.chart_output((_lines + _paper_line).properties(width=560, height=300,
-                                                              title="Adapters' share of the model, by bottleneck"))
-    return
+    # The paper's own bottlenecks on BERT-large, and the smallest m that reaches its 3.6%.
+    _sizes = paper_setups.HOULSBY_GLUE_BOTTLENECKS
+    _shares = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=np.array(_sizes), train_norms=train_norms)).trainable_fraction
+    _m = np.arange(1, 1025)
+    _swept = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=train_norms)).trainable_fraction
+    _m_at = int(_m[np.argmax(_swept >= _share.value / 100)])
+    _gap = literature.REPORTED["houlsby_glue_gap"]
+    mo.vstack([
+        viz.chart_output((_lines + _paper_line).properties(width=560, height=300,
+                                                           title="Adapters' share of the model, by bottleneck")),
+        mo.callout(mo.md(f"""
+    **The paper's result.** On GLUE, adapters on BERT-large came within **{_gap.value}%** of full
+    finetuning while training only **{_share.value}%** of the parameters per task (the article rounds
+    to 3%). Source: {_share.source}. The paper picked the bottleneck per task from {", ".join(map(str, _sizes))},
+    which on BERT-large gives {", ".join(f"{s:.2%}" for s in _shares)}; m = **{_m_at}** lands at {_share.value}%.
+    Either way, far below the {literature.REPORTED["bert_large_partial_share"].value:.0f}% that freezing needed.
+    """), kind="info"),
+    ])
+    return adapter_curves, train_norms
 
 
 @app.cell
-def _(ADAPTER_MODELS, BOTTLENECKS, mm, np, pd, viz):
-    # Every (model, bottleneck, layer norms) the bound chart can show: 3 x 10 x 2 = 60 rows.
-    _m, _parts = np.array(BOTTLENECKS), []
-    for _label, _preset in ADAPTER_MODELS.items():
-        for _norms, _trained in ((False, "adapters only"), (True, "adapters + layer norms")):
-            _r = mm.training_memory(_preset, method=mm.Adapters(bottleneck=_m, train_norms=_norms))
-            _parts.append(pd.DataFrame({"m": _m, "trained": _trained, "model": _label.split(" (")[0],
-                                        "share": 100 * _r.trainable_fraction,
-                                        "text": [f"{viz.short_count(n)} ({100 * f:.2g}%)" for n, f in
-                                                 zip(_r.trainable_params, _r.trainable_fraction)]}))
-    share_grid = pd.concat(_parts, ignore_index=True)
-    return (share_grid,)
-
-
-@app.cell
-def _(Select, alt, bound_chart, literature, mo, share_grid, viz):
+def _(ADAPTER_MODELS, BOTTLENECKS, Select, alt, bound_chart, literature, mm, mo, np, pd, viz):
     from memmath_lessons.static_charts import is_static_export as _static
 
-    _models = list(dict.fromkeys(share_grid["model"]))
-    _x = alt.X("share:Q", title="Trainable parameters (% of the base model)",
-               scale=alt.Scale(domain=[0, float(share_grid["share"].max()) * 1.25]))
-    _y = alt.Y("model:N", title=None, sort=_models)
-    _paper = literature.REPORTED["houlsby_trainable_share"].value
-    _chart = bound_chart(share_grid, [Select("m", "Bottleneck m", value=64, radio=True), Select("trained", "Trained", radio=True)],
-                         lambda base: alt.layer(
-                             base.mark_bar(color="#54A24B").encode(x=_x, y=_y),
-                             base.mark_text(align="left", dx=4, fontSize=12).encode(x=_x, y=_y, text=alt.Text("text:N")),
-                             base.mark_rule(color="black", strokeDash=[4, 3]).encode(x=alt.datum(_paper)),
-                         ).properties(width=520, height=130),
-                         title=f"Adapters' share of each model (dashed: the paper's {_paper}% per task)")
-    _chart = viz.chart_output(_chart)
+    def _share_chart():
+        # Every (model, bottleneck, layer norms) the bound chart can show: 3 x 10 x 2 = 60 rows.
+        _m, _parts = np.array(BOTTLENECKS), []
+        for _label, _preset in ADAPTER_MODELS.items():
+            for _norms, _trained in ((False, "adapters only"), (True, "adapters + layer norms")):
+                _r = mm.training_memory(_preset, method=mm.Adapters(bottleneck=_m, train_norms=_norms))
+                _parts.append(pd.DataFrame({"m": _m, "trained": _trained, "model": _label.split(" (")[0],
+                                            "share": 100 * _r.trainable_fraction,
+                                            "text": [f"{viz.short_count(n)} ({100 * f:.2g}%)" for n, f in
+                                                     zip(_r.trainable_params, _r.trainable_fraction)]}))
+        share_grid = pd.concat(_parts, ignore_index=True)
+        _models = list(dict.fromkeys(share_grid["model"]))
+        _x = alt.X("share:Q", title="Trainable parameters (% of the base model)",
+                   scale=alt.Scale(domain=[0, float(share_grid["share"].max()) * 1.25]))
+        _y = alt.Y("model:N", title=None, sort=_models)
+        _paper = literature.REPORTED["houlsby_trainable_share"].value
+        return viz.chart_output(bound_chart(
+            share_grid, [Select("m", "Bottleneck m", value=64, radio=True), Select("trained", "Trained", radio=True)],
+            lambda base: alt.layer(
+                base.mark_bar(color="#54A24B").encode(x=_x, y=_y),
+                base.mark_text(align="left", dx=4, fontSize=12).encode(x=_x, y=_y, text=alt.Text("text:N")),
+                base.mark_rule(color="black", strokeDash=[4, 3]).encode(x=alt.datum(_paper)),
+            ).properties(width=520, height=130),
+            title=f"Adapters' share of each model (dashed: the paper's {_paper}% per task)"))
+
     _about = r"""
     The chart below answers the same question one bottleneck at a time, with the count beside each
     bar. Its own inputs, under the chart, redraw it in the browser from numbers memmath computed for
     every bottleneck in advance, so they keep working in this static copy of the workbook.
     """
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it.
-    mo.vstack([mo.md(_about), _chart]) if _static() else None
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it.
+    mo.vstack([mo.md(_about), _share_chart()]) if _static() else None
     return
 
 
 @app.cell(hide_code=True)
-def _(bert_large, literature, mm, mo, np, paper_setups, train_norms):
-    _sizes = paper_setups.HOULSBY_GLUE_BOTTLENECKS
-    _shares = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=np.array(_sizes), train_norms=train_norms)).trainable_fraction
-    _m = np.arange(1, 1025)
-    _swept = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=train_norms)).trainable_fraction
-    _gap, _share = literature.REPORTED["houlsby_glue_gap"], literature.REPORTED["houlsby_trainable_share"]
-    _m_at = int(_m[np.argmax(_swept >= _share.value / 100)])
-    mo.callout(mo.md(f"""
-    **The paper's result.** On GLUE, adapters on BERT-large came within **{_gap.value}%** of full
-    finetuning while training only **{_share.value}%** of the parameters per task (the article rounds
-    to 3%). Source: {_share.source}. The paper picked the bottleneck per task from {", ".join(map(str, _sizes))},
-    which on BERT-large gives {", ".join(f"{s:.2%}" for s in _shares)}; m = **{_m_at}** lands at {_share.value}%.
-    Either way, far below the {literature.REPORTED["bert_large_partial_share"].value:.0f}% that freezing needed.
-    """), kind="info")
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## What adapters save, and what they do not
-
-    A frozen weight needs no gradient and no optimizer state, so those two parts shrink to the
-    adapters' size. But every weight stays in memory, and **activations still flow through every
-    layer**: the first adapter sits in the first block, so the backward pass travels all the way
-    down and every block keeps what it needs for that. Freezing all but the last block stores
-    activations for one block only. Compare the three for one model:
-    """)
-    return
-
-
-@app.cell
 def _(ADAPTER_MODELS, live_only_notice, mm, mo):
     memory_model_dropdown = mo.ui.dropdown(options=ADAPTER_MODELS, value="Llama-2-7B (a LLaMA-size model)", label="Model")
     batch_slider = mo.ui.slider(1, 64, value=2, label="Batch size (sequences)", show_value=True)
     seq_len_slider = mo.ui.slider(steps=[64, 128, 256, 512, 1024, 2048, 4096], value=512, label="Sequence length (tokens)", show_value=True)
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU to compare with")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
-    mo.vstack([live_only_notice(), mo.hstack([memory_model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
+    mo.vstack([mo.md(r"""
+    ## What adapters save, and what they do not
+
+    A frozen weight needs no gradient and no optimizer state, so those two parts shrink to the
+    adapters' size. But every weight stays in memory, and **activations still flow through every
+    layer**: the first adapter sits in the first block, so the backward pass travels all the way
+    down and every block keeps what it needs for that. Freezing all but the last block stores
+    activations for one block only. Compare the three for one model, in pure bf16 with AdamW:
+    """), live_only_notice(), mo.hstack([memory_model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
                mo.hstack([batch_slider, seq_len_slider], justify="start", gap=2)])
     return batch_slider, gpu_dropdown, memory_model_dropdown, seq_len_slider, unit_radio
 
 
-@app.cell
-def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, seq_len_slider, unit_radio):
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell below sends it new rows
+    bars_chart
+    return (bars_chart,)
+
+
+@app.cell(hide_code=True)
+def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_model_dropdown, mm, mo, pd,
+      seq_len_slider, unit_radio, viz):
+    # The memory section in one cell: a move of any of its controls re-runs this cell alone (and the chart takes rows).
     unit = unit_radio.value
     gpu = mm.get_gpu(gpu_dropdown.value)
     _setup = dict(precision="bf16", optimizer="adamw", batch_size=batch_slider.value, seq_len=seq_len_slider.value)
@@ -307,32 +308,20 @@ def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, seq_len
         "Freeze: last block trains": mm.training_memory(memory_model_dropdown.value, method=mm.Freeze(trainable_layers=1), **_setup),
         f"Adapters, m = {bottleneck}": mm.training_memory(memory_model_dropdown.value, method=mm.Adapters(bottleneck=bottleneck), **_setup),
     }
-    return gpu, scenarios, unit
-
-
-@app.cell
-def _(bars_chart, gpu, mm, scenarios, unit, viz):
-    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart below: the sliders send it new rows.
+    # What a card offers: its memory less the CUDA context, the default reserve of check_fit and fit_table.
+    _context = literature.REPORTED["cuda_context_v100"]
+    usable_bytes = gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES
     bars_chart.update(viz.stacked_bars_output(
-        viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step", capacity_bytes=gpu.memory_bytes,
-        capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
-    return
+        viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step", capacity_bytes=usable_bytes,
+        capacity_label=f"{gpu.name} less the CUDA context ({mm.format_bytes(usable_bytes, unit)})"))
 
-
-@app.cell(hide_code=True)
-def _(live_chart):
-    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    bars_chart
-    return (bars_chart,)
-
-
-@app.cell(hide_code=True)
-def _(memory_model_dropdown, mm, mo, pd, scenarios, seq_len_slider, unit, viz):
     def _smallest_fit(result):
-        _fits = mm.fit_table(result, reserved_bytes=0, unit=unit).query("fits")
-        return _fits["gpu"].iloc[0] if len(_fits) else "none listed"
+        # The smallest card (as fit_table orders them) that holds it, the CUDA context reserved (check_fit's default);
+        # check_fit card by card costs ~1 ms here against ~5 ms for fit_table's DataFrame, on every slider move.
+        _cards = sorted(mm.GPUS.values(), key=lambda g: g.memory_bytes)
+        return next((g.name for g in _cards if mm.check_fit(result, g).fits), "none listed")
 
-    _rows = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
+    memory_table = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
                            f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
                            f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
@@ -345,7 +334,10 @@ def _(memory_model_dropdown, mm, mo, pd, scenarios, seq_len_slider, unit, viz):
     _warn = [mo.callout(mo.md(f"{memory_model_dropdown.selected_key} learned only {_shape.max_positions:,} positions, "
                               f"so it cannot read {seq_len_slider.value:,} tokens; the arithmetic still shows "
                               "what the memory would be."), kind="warn")] if _long else []
-    mo.vstack([viz.plain_table(_rows)] + _warn + [mo.md(f"""
+    _verdicts = ", ".join(f"{what} {yes if mm.check_fit(r, gpu).fits else no}" for (what, yes, no), r in zip(
+        (("full finetuning", "fits", "does not fit"), ("freezing all but the last block", "fits", "does not fit"),
+         ("adapters", "fit", "do not fit")), scenarios.values()))
+    mo.vstack([viz.plain_table(memory_table)] + _warn + [mo.md(f"""
     Against full finetuning, adapters save **{mm.format_bytes(_saved, unit)}** of gradients and
     optimizer states. Their weights are the base model's {mm.format_bytes(_full.weights, unit)} plus
     {mm.format_bytes(_adapt.weights - _full.weights, "MB" if unit == "GB" else "MiB")} of adapters: nothing is saved there. Their
@@ -353,30 +345,18 @@ def _(memory_model_dropdown, mm, mo, pd, scenarios, seq_len_slider, unit, viz):
     {mm.format_bytes(_full.activations, unit)} (every one of the {_adapt.activation_detail.layers_storing}
     blocks keeps its share), while freezing all but the last block keeps only
     {mm.format_bytes(_freeze.activations, unit)}. The adapters' own small s × m tensors are left out
-    of this estimate. Recipe: {_adapt.assumptions}
-    """)])
-    return
+    of this estimate.
+
+    **Does it fit?** A run fits a card when it fits in the card's capacity less the CUDA context
+    ({_context.value:,} {_context.unit}, measured on a V100: {_context.source}): the memory the driver takes
+    for the CUDA context and its kernels before PyTorch allocates any tensor. The {gpu.name} reports
+    {mm.format_bytes(gpu.memory_bytes, unit)}, so {mm.format_bytes(usable_bytes, unit)} is left (the dashed
+    line); on it {_verdicts}. The "smallest GPU" column judges every card the same way.
+    """), mo.accordion({"What does this estimate assume?": mo.md(f"Recipe: {_adapt.assumptions}")})])
+    return gpu, memory_table, scenarios, unit, usable_bytes
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## The price: extra work on every forward pass
-
-    An adapter runs every time the model runs, in training *and* when it serves answers. The
-    article calls this the main drawback: more computational steps, so higher inference latency.
-    Counted in floating-point operations (FLOPs, two per multiply-add), a block costs
-    24·s·h² + 4·s²·h (Narayanan et al. 2021, section 5.1) and its two adapters add 8·s·h·m, a
-    fraction **2m / (6h + s)**. But FLOPs are not time: adapters are small, sequential matrix
-    products plus elementwise work, which a processor runs less efficiently than large ones.
-    So measure it: the cell below times the numpy block with and without adapters, both variants
-    back to back in every run, taking turns going first so a busy moment slows both alike. It measures
-    once when the page opens; set the sliders and press **Measure** to time other sizes.
-    """)
-    return
-
-
-@app.cell
 def _(live_only_notice, mo, toy_block):
     _start = dict(width=256, seq_len=128, bottleneck=64, runs=15)  # the sliders' starting values, measured at load
     width_slider = mo.ui.slider(steps=[64, 128, 256, 384, 512], value=_start["width"], label="Block width h", show_value=True)
@@ -402,7 +382,19 @@ def _(live_only_notice, mo, toy_block):
         on_click=lambda last: measure_adapter_timing(width_slider.value, toy_seq_slider.value, toy_bottleneck_slider.value,
                                                      runs_slider.value, last["number"] + 1),
         label="Measure", kind="success", tooltip="Time the block at the settings on the sliders")
-    mo.vstack([live_only_notice(),
+    mo.vstack([mo.md(r"""
+    ## The price: extra work on every forward pass
+
+    An adapter runs every time the model runs, in training *and* when it serves answers. The
+    article calls this the main drawback: more computational steps, so higher inference latency.
+    Counted in floating-point operations (FLOPs, two per multiply-add), a block costs
+    24·s·h² + 4·s²·h (Narayanan et al. 2021, section 5.1) and its two adapters add 8·s·h·m, a
+    fraction **2m / (6h + s)**. But FLOPs are not time: adapters are small, sequential matrix
+    products plus elementwise work, which a processor runs less efficiently than large ones.
+    So measure it: **Measure** times the numpy block with and without adapters, both back to back in
+    every run, taking turns going first so a busy moment slows both alike. It measured once when the
+    page opened; set the sliders and press it to time other sizes.
+    """), live_only_notice(),
                mo.hstack([width_slider, toy_seq_slider], justify="start", gap=2),
                mo.hstack([toy_bottleneck_slider, runs_slider], justify="start", gap=2),
                mo.hstack([measure_button, mo.md("times the block at these settings (up to "
@@ -411,21 +403,9 @@ def _(live_only_notice, mo, toy_block):
             width_slider)
 
 
-@app.cell
-def _(measure_button, toy_block):
-    measurement = measure_button.value  # changes only when Measure is pressed
-    timings = measurement["timings"]
-    toy_width, toy_seq, toy_m = measurement["h"], measurement["s"], measurement["m"]
-    timing_table = toy_block.timing_summary(timings)
-    measured_ratio = toy_block.median_ratio(timings)
-    fastest_ratio = toy_block.fastest_ratio(timings)
-    predicted_overhead = toy_block.adapter_flop_overhead(toy_seq, toy_width, toy_m)
-    return (fastest_ratio, measured_ratio, measurement, predicted_overhead, timing_table, timings, toy_m, toy_seq,
-            toy_width)
-
-
 @app.cell(hide_code=True)
 def _(measurement, mo, runs_slider, toy_block, toy_bottleneck_slider, toy_seq_slider, width_slider):
+    # The only cell a timing slider re-runs: what the sliders would time, and whether the shown measurement is theirs.
     _h, _s, _m, _runs = width_slider.value, toy_seq_slider.value, min(toy_bottleneck_slider.value, width_slider.value), runs_slider.value
     _flops = toy_block.adapter_flop_overhead(_s, _h, _m)
     _same = (_h, _s, _m, _runs) == tuple(measurement[k] for k in ("h", "s", "m", "runs"))
@@ -441,7 +421,15 @@ def _(measurement, mo, runs_slider, toy_block, toy_bottleneck_slider, toy_seq_sl
 
 
 @app.cell
-def _(alt, measurement, mo, timing_table, timings, viz):
+def _(alt, measure_button, mo, os, timing_budget_s, toy_block, viz):
+    # Everything about the shown measurement, in one cell that only the Measure button re-runs.
+    measurement = measure_button.value  # changes only when Measure is pressed
+    timings = measurement["timings"]
+    toy_width, toy_seq, toy_m = measurement["h"], measurement["s"], measurement["m"]
+    timing_table = toy_block.timing_summary(timings)
+    measured_ratio = toy_block.median_ratio(timings)
+    fastest_ratio = toy_block.fastest_ratio(timings)
+    predicted_overhead = toy_block.adapter_flop_overhead(toy_seq, toy_width, toy_m)
     _ms = timings.assign(ms=timings["seconds"] * 1e3)
     _x = alt.X("ms:Q", title="Time per forward pass (ms, log scale)", scale=alt.Scale(type="log"))
     _y = alt.Y("variant:N", title=None, sort=["base", "with adapters"])
@@ -452,17 +440,10 @@ def _(alt, measurement, mo, timing_table, timings, viz):
         tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("run:Q"), alt.Tooltip("ms:Q", format=".3f", title="ms")])
     _title = alt.Title(f"Measurement {measurement['number']}: every run (ticks), the median and the middle half (boxes)",
                        subtitle=f"h = {measurement['h']}, s = {measurement['s']}, m = {measurement['m']}")
-    mo.vstack([viz.chart_output((_box + _ticks).properties(width=560, height=130, title=_title)),
-               viz.plain_table(timing_table.round(3))])
-    return
-
-
-@app.cell(hide_code=True)
-def _(fastest_ratio, measured_ratio, measurement, mo, os, predicted_overhead, timing_budget_s, timings, toy_m, toy_seq,
-      toy_width):
     _threads, _calls, _runs = timings.attrs.get("blas_threads"), timings.attrs.get("calls_per_timing", 1), len(timings) // 2
     _cut = f" (of {measurement['runs']} asked for: timing stops after {timing_budget_s} s)" if _runs < measurement["runs"] else ""
     mo.vstack([
+        viz.chart_output((_box + _ticks).properties(width=560, height=130, title=_title)),
         mo.md(f"""
         With h = {toy_width}, s = {toy_seq} and m = {toy_m}, over {_runs} runs{_cut}, the fastest
         forward pass with adapters took **{fastest_ratio:.2f}×** as long as the fastest without
@@ -472,16 +453,17 @@ def _(fastest_ratio, measured_ratio, measurement, mo, os, predicted_overhead, ti
         {"**The two estimates disagree on the direction here**: other work on this machine slowed some runs. "
          "The fastest runs are the least disturbed; press Measure to time again." if (fastest_ratio - 1) * (measured_ratio - 1) < 0 else ""}
         """),
-        mo.callout(mo.md(f"""
+        mo.accordion({"How far can these timings be trusted?": mo.vstack([mo.md(f"""
         **Read these timings as ratios.** They come from the computer running this notebook
         ({os.cpu_count()} CPU cores visible; BLAS limited to {_threads if _threads else "its default number of"}
         thread{"" if _threads == 1 else "s"}; each timing covers {_calls} back-to-back forward
         pass{"" if _calls == 1 else "es"}). On a busy machine single runs vary a lot: trust the fastest runs,
         the medians and the ratio between the variants, which travels better than milliseconds do. A GPU
-        serving a real model shows the same kind of extra latency, in different numbers.
-        """), kind="warn"),
+        serving a real model shows the same kind of extra latency, in different numbers. Every run, summarised:
+        """), viz.plain_table(timing_table.round(3))])}),
     ])
-    return
+    return (fastest_ratio, measured_ratio, measurement, predicted_overhead, timing_table, timings, toy_m, toy_seq,
+            toy_width)
 
 
 @app.cell(hide_code=True)
@@ -515,12 +497,12 @@ def _(mo, pd, viz):
                       "memmath": int(_m.trainable_params), "gradients + states, measured (B)":
                       int(_c["grad_bytes"]) + int(_c["optimizer_state_bytes"]),
                       "memmath (B)": int(_m.gradients) + int(_m.optimizer_states)})
-    mo.vstack([mo.md(f"""
+    mo.accordion({"Does PyTorch agree with these counts?": mo.vstack([mo.md(f"""
     **Measured.** Two adapters per block (after the attention's and the MLP's output projection,
     as Houlsby et al. place them), only they train; one real step each with torch {_v["torch"]} and
     transformers {_v["transformers"]} on the CPU. The counts, gradients and optimizer states match
     memmath to the byte:
-    """), viz.plain_table(pd.DataFrame(_rows))]) if _rows else mo.md("")
+    """), viz.plain_table(pd.DataFrame(_rows))])}) if _rows else mo.md("")
     return
 
 

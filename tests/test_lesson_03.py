@@ -177,3 +177,51 @@ def test_checkpointed_llama_formula_counts_only_the_block_input():
     text = lessons.output_text(outputs)
     assert "Right, the formula's terms at the same sizes: <strong>16,384 B</strong>" in text
     assert "GeLU" not in text.split("One block, tensor by tensor")[1].split("Why the textbook misses")[0]
+
+
+def _cells_a_move_reruns(app, control: str) -> int:
+    """How many cells marimo re-runs when `control` moves: those that read it, and every cell downstream."""
+    app._maybe_initialize()
+    cells = list(app._graph.cells.values())
+    reached, rerun, grew = {control}, set(), True
+    while grew:
+        grew = False
+        for cell in cells:
+            if cell.cell_id not in rerun and cell.refs & reached:
+                rerun.add(cell.cell_id)
+                reached |= set(cell.defs)
+                grew = True
+    return len(rerun)
+
+
+def test_a_slider_move_reruns_at_most_three_cells():
+    # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; a batch or length move re-ran 10 cells before.
+    # Now the core number (and its chart's rows), then the comparison, training against inference and the sweep.
+    app = lessons.load_app(NAME)
+    for control in ("seq_slider", "batch_slider", "layers_slider", "vocab_slider", "heads_slider"):
+        assert _cells_a_move_reruns(app, control) == 2, control
+    assert _cells_a_move_reruns(app, "width_slider") == 3  # it also rebuilds the heads slider (divisors of h)
+
+
+def test_the_core_path_comes_first(default_run):
+    # Issue 13: the claim, the control, the number with its recipe, the takeaway, then the sections.
+    outputs, _ = default_run
+    text = lessons.output_text(outputs)
+    claim, number, takeaway = text.index("The claim."), text.index("The number."), text.index("Takeaway.")
+    assert claim < text.index("Sequence length s (tokens)") < number < takeaway < text.index("<h2")
+    # GPT-2 small at b = 4, s = 1,024: 12 x 358,612,992 B (blocks) + 5sbh = 15,728,640 B (outside)
+    # + 4sbV = 823,410,688 B (logits) = 5,142,495,232 B; weights + gradients + AdamW: 995,519,056 B.
+    recipe = text[number:takeaway]
+    assert "activations 5.14 GB" in recipe and "995.52 MB" in recipe and "358.61 MB" in recipe
+
+
+
+def test_the_pytorch_check_folds_its_detail(default_run):
+    # Issue 13: how the cases were recorded and the tensor-by-tensor comparison serve the careful reader: they fold
+    # under the question they answer (the case's controls stay open: a frozen control of the static site must show).
+    outputs, _ = default_run
+    text = lessons.output_text(outputs)
+    for question in ("How were the cases recorded?", "Why does the textbook miss? One block, tensor by tensor"):
+        fold = text.index(question)
+        assert text.rfind("<marimo-accordion", 0, fold) > text.rfind("</marimo-accordion>", 0, fold), question
+    assert "validation/measure.py" in text[text.index("How were the cases recorded?"):]

@@ -167,3 +167,61 @@ def test_the_work_sentence_reads_well_at_every_value():
     # 1,536 / 124,439,808 = 0.0012%: a share shown with two significant digits, never as 0.00%.
     assert re.search(r"1,536 of 124,439,808 parameters train,\s+0.0012%", lessons.output_text(runs["all"][0]))
     assert "instead of" not in texts["none"]  # no "N instead of N"
+
+
+def _cells_a_move_reruns(app, control: str) -> int:
+    """How many cells marimo re-runs when `control` moves: those that read it, and every cell downstream."""
+    app._maybe_initialize()
+    cells = list(app._graph.cells.values())
+    reached, rerun, grew = {control}, set(), True
+    while grew:
+        grew = False
+        for cell in cells:
+            if cell.cell_id not in rerun and cell.refs & reached:
+                rerun.add(cell.cell_id)
+                reached |= set(cell.defs)
+                grew = True
+    return len(rerun)
+
+
+def test_a_slider_move_reruns_at_most_two_cells():
+    # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; a move re-ran up to 10 cells before.
+    app = lessons.load_app(NAME)
+    for control in ("params_slider", "frozen_slider"):
+        assert _cells_a_move_reruns(app, control) == 1, control  # the core number and its chart's rows
+    # The number of layers rebuilds the frozen-layers slider (it keeps the learner's value) and the core cell.
+    assert _cells_a_move_reruns(app, "layers_slider") == 2
+    # What trains (and its chart) and what it saves (and its chart); batch and length: what it saves and BERT-large.
+    for control in ("real_frozen_slider", "batch_slider", "seq_slider"):
+        assert _cells_a_move_reruns(app, control) == 2, control
+
+
+def test_the_core_path_comes_first(default_run):
+    # Issue 13: the claim, the control, the number with its recipe, the takeaway, then the sections.
+    outputs, _ = default_run
+    text = lessons.output_text(outputs)
+    claim, number, takeaway = text.index("The claim."), text.index("The number."), text.index("Takeaway.")
+    assert claim < text.index("Frozen layers f (the first ones)") < number < takeaway < text.index("<h2")
+    # The article's recipe in pure 16-bit with Adam: 7e9 weights x 2 B + 0.7e9 trainable x (2 + 4) B = 18.2 GB.
+    recipe = text[number:takeaway]
+    assert "7,000,000,000 × 2 B + 700,000,000 × (2 + 4) B" in recipe and "18.20 GB" in recipe
+    assert "37.80 GB saved" in recipe  # 56 GB - 18.2 GB
+
+
+def test_the_layer_strip_takes_a_new_layer_count_without_a_new_chart():
+    # Issue 15: the strip's layer numbers are thinned by a param, so a new L sends rows and one value, not a spec.
+    from memmath_lessons.live_chart import _without_param_values
+
+    charts = [lessons.run_with(NAME, layers_slider=mo.ui.slider(1, 48, value=n))[1]["layers_chart"] for n in (10, 30)]
+    assert _without_param_values(charts[0].spec) == _without_param_values(charts[1].spec)
+    assert [c.signals["every"] for c in charts] == [1, 3]  # ceil(10 / 12), ceil(30 / 12)
+    rows = next(iter(charts[1].rows.values()))  # 30 layers (9 frozen) and the two bars' parts
+    assert sum(r["kind"] == "layer" for r in rows) == 30 and sum(r.get("state") == "frozen" for r in rows) == 9
+
+
+def test_the_pytorch_check_shows_every_recorded_model_and_precision(default_run):
+    outputs, _ = default_run
+    text = lessons.output_text(outputs)
+    assert "Do frozen blocks really keep nothing?" in text
+    for tab in ("GPT-2, fp32", "GPT-2, bf16", "LLaMA, fp32", "LLaMA, bf16", "BERT, fp32", "BERT, bf16"):
+        assert tab in text, tab
