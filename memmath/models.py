@@ -103,6 +103,12 @@ class ModelShape:
     sliding_window: int | None = None  # tokens a sliding-attention layer sees (transformers' config value)
     layer_types: tuple | None = None  # per block "full_attention" or "sliding_attention" (None: all full)
     dropout_p: float | None = None  # the config's dropout probability where it has dropout (None: not read)
+    # ---- what changes only the saved activations (read by from_hf_config; hf_activations traces them)
+    attn_softcap: float | None = None  # Gemma 2/3 attn_logit_softcapping: tanh over the scores (eager only)
+    final_softcap: float | None = None  # Gemma 2/3 final_logit_softcapping: tanh over the logits
+    rotary_dim: int | None = None  # rotated dims of each head (GPT-NeoX partial rotary; None: all head_dim)
+    parallel_residual: bool = False  # GPT-NeoX use_parallel_residual: attention and MLP read the block input
+    norm_topk_prob: bool = False  # MoE: the top-k routing weights renormalized (Mixtral always; Qwen-MoE config)
 
     # ---- counts -----------------------------------------------------------------------------
     @property
@@ -264,15 +270,25 @@ class ModelShape:
                 self.family, ""))
         if not isinstance(self.hidden_act, str):
             raise ValueError(f"hidden_act must be an activation name such as 'silu'; got {validate.describe(self.hidden_act)}")
-        for name in ("qkv_bias", "layer_norm", "fused_qkv", "gated_mlp", "fused_gate_up", "shared_expert_gate"):
+        for name in ("qkv_bias", "layer_norm", "fused_qkv", "gated_mlp", "fused_gate_up", "shared_expert_gate",
+                     "parallel_residual", "norm_topk_prob"):
             validate.flag(name, getattr(self, name))
+        for name in ("attn_softcap", "final_softcap"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"{name} must be a positive number or None (no softcapping); got {validate.describe(value)}")
+        if self.rotary_dim is not None:
+            object.__setattr__(self, "rotary_dim", validate.count("rotary_dim", self.rotary_dim, high=validate.MAX_DIM,
+                                                                  scalar=True))
         validate.choice("qk_norm", self.qk_norm, ("", "head", "full"))
         validate.choice("norm_layout", self.norm_layout, ("pre", "sandwich", "post"))
         decoder_options = (self.qkv_bias or self.qk_norm or self.norm_layout != "pre" or self.layer_norm
-                           or self.fused_qkv or not self.gated_mlp or self.fused_gate_up or self.n_experts)
+                           or self.fused_qkv or not self.gated_mlp or self.fused_gate_up or self.n_experts
+                           or self.attn_softcap or self.final_softcap or self.rotary_dim or self.parallel_residual)
         if decoder_options and self.family != "llama":
-            raise ValueError("qkv_bias, qk_norm, norm_layout, layer_norm, fused_qkv, gated_mlp, fused_gate_up and "
-                             "n_experts describe rotary decoders (family 'llama'); got a "
+            raise ValueError("qkv_bias, qk_norm, norm_layout, layer_norm, fused_qkv, gated_mlp, fused_gate_up, "
+                             "n_experts, softcapping, rotary_dim and parallel_residual describe rotary decoders "
+                             "(family 'llama'); got a "
                              f"{self.family} model")
         object.__setattr__(self, "n_experts", validate.count("n_experts", self.n_experts, low=0, scalar=True))
         if self.n_experts:
@@ -686,9 +702,13 @@ for _arch in ("qwen2_moe", "qwen3_moe"):
                                 decoder_sparse_step="1 only (every block sparse)",
                                 mlp_only_layers="empty only (every block sparse)")
 CONFIG_FIELDS["qwen2_moe"]["shared_expert_intermediate_size"] = "the shared expert's width (0: none)"
+for _arch in ("qwen2_moe", "qwen3_moe"):
+    CONFIG_FIELDS[_arch]["norm_topk_prob"] = "renormalized top-k routing weights (saved activations)"
 CONFIG_FIELDS["phi3"].update(resid_pdrop="dropout_p", embd_pdrop="unused by Phi3Model (transformers 5.24): no memory")
 CONFIG_FIELDS["gpt_neox"].update(hidden_dropout="dropout_p", use_parallel_residual="saved activations",
-                                 rotary_pct="no parameters", classifier_dropout="no memory for a causal LM")
+                                 rotary_pct="rotated dims per head (saved activations; no parameters)",
+                                 rope_parameters="partial_rotary_factor as rotary_pct",
+                                 classifier_dropout="no memory for a causal LM")
 for _arch in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"):
     CONFIG_FIELDS[_arch]["(q_norm, k_norm)"] = "always present in this family: q/k RMSNorm"
 
@@ -849,7 +869,19 @@ def _decoder_from_config(config, get, model_type, name):
     if model_type == "phi3":
         options.update(fused_qkv=True, fused_gate_up=True)
     if model_type == "gpt_neox":
-        options.update(layer_norm=True, fused_qkv=True, gated_mlp=False)
+        options.update(layer_norm=True, fused_qkv=True, gated_mlp=False,
+                       parallel_residual=get.flag("use_parallel_residual", True))
+        # GPTNeoXConfig: rope_parameters' partial_rotary_factor, from rotary_pct (default 0.25); the
+        # attention rotates int(head_size * factor) dims of each head (GPTNeoXAttention.rotary_ndims).
+        rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+        factor = rope.get("partial_rotary_factor", config.get("rotary_pct", 0.25))
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+            raise ValueError(f"config field 'rotary_pct' must be a fraction in (0, 1]; got {validate.describe(factor)}")
+        options["rotary_dim"] = max(1, int(get("hidden_size") // get("num_attention_heads") * factor))
+    if model_type in ("gemma2", "gemma3_text"):
+        gemma2 = model_type == "gemma2"  # Gemma2Config caps at 50 / 30 by default, Gemma3TextConfig not at all
+        options.update(attn_softcap=_softcap(config, "attn_logit_softcapping", 50.0 if gemma2 else None),
+                       final_softcap=_softcap(config, "final_logit_softcapping", 30.0 if gemma2 else None))
     if model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
         _refuse_true(get, "output_router_logits")
         if model_type == "mixtral":
@@ -870,6 +902,8 @@ def _decoder_from_config(config, get, model_type, name):
                                  "an empty list only (every block a mixture of experts)")
         options.update(n_experts=experts, experts_per_tok=get("num_experts_per_tok", 2 if model_type == "mixtral" else
                                                               4 if model_type == "qwen2_moe" else 8))
+        # MixtralTopKRouter always renormalizes the top-k weights; Qwen-MoE routers when norm_topk_prob is true.
+        options["norm_topk_prob"] = True if model_type == "mixtral" else get.flag("norm_topk_prob", False)
         if model_type == "qwen2_moe":
             shared = get("shared_expert_intermediate_size", 5632, low=0)
             options.update(shared_expert_intermediate_size=shared, shared_expert_gate=True)
@@ -921,6 +955,15 @@ def _attention_layout(config, get, model_type, layers):
         return window, tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
     # mistral, mixtral, phi3, qwen*_moe: no layer_types, so transformers' cache slides every layer
     return window, ("sliding_attention",) * layers
+
+
+def _softcap(config, key, default):
+    """A softcapping constant: None (off) or a positive number, as Gemma 2/3's config classes keep it."""
+    value = config.get(key, default)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"config field {key!r} must be a positive number or null (no softcapping); "
+                         f"got {validate.describe(value)}")
+    return None if value is None else float(value)
 
 
 def _no_window(types):

@@ -319,7 +319,9 @@ def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None,
                     notes.append(Note("activations_textbook_fallback",
                                       f"activations: the textbook model, since the transformers trace {reason}"))
     if attention is None:
-        attention = "sdpa"  # what transformers picks when the model supports it
+        # What transformers picks: SDPA where the model supports it; Gemma2PreTrainedModel has no SDPA, and
+        # SDPA refuses a softcap (integrations/sdpa_attention.py), so softcapped attention runs eager.
+        attention = "eager" if shape.arch == "gemma2" or shape.attn_softcap else "sdpa"
     return activations, attention, dropout
 
 

@@ -94,7 +94,32 @@ SHAPES["phi3-gqa"] = dict(family="llama", arch="phi3", n_layers=3, hidden_size=6
 # OLMo 2 (q/k norms over all heads, norms after each sublayer in fp32), added after its trace was written.
 SHAPES["olmo2-gqa"] = dict(family="llama", arch="olmo2", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
                            intermediate_size=176, vocab_size=1000, tied_embeddings=False)
-NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
+# The rest of issue 10's model types, added after their traces were written (hf_activations.py):
+# Gemma's (1 + w) RMSNorms and GeGLU, Gemma 2's four norms and softcapping (eager: Gemma 2 has no
+# SDPA), Gemma 3's q/k norms, GPT-NeoX's parallel residual and partial rotary (rotary_pct 0.25),
+# and the mixture-of-experts blocks (4 experts, 2 per token). "hf_config" holds config.json fields
+# passed as they are to transformers and to memmath.from_hf_config.
+_DECODER = dict(family="llama", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2, vocab_size=1000)
+SHAPES.update({
+    "gemma-gqa": dict(_DECODER, arch="gemma", head_dim=16, intermediate_size=176, tied_embeddings=True),
+    "gemma2-gqa": dict(_DECODER, arch="gemma2", head_dim=16, intermediate_size=176, tied_embeddings=True,
+                       hf_config=dict(sliding_window=4096, attn_logit_softcapping=50.0,
+                                      final_logit_softcapping=30.0, query_pre_attn_scalar=16)),
+    "gemma3-gqa": dict(_DECODER, arch="gemma3_text", head_dim=16, intermediate_size=176, tied_embeddings=True,
+                       hf_config=dict(sliding_window=4096, query_pre_attn_scalar=16)),
+    "neox-mha": dict(_DECODER, arch="gpt_neox", n_kv_heads=4, intermediate_size=256, tied_embeddings=False),
+    "mixtral-moe": dict(_DECODER, arch="mixtral", intermediate_size=96, tied_embeddings=False,
+                        hf_config=dict(num_local_experts=4, num_experts_per_tok=2)),
+    "qwen2moe-moe": dict(_DECODER, arch="qwen2_moe", intermediate_size=176, tied_embeddings=False,
+                         hf_config=dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                                        shared_expert_intermediate_size=96)),
+    "qwen3moe-moe": dict(_DECODER, arch="qwen3_moe", head_dim=16, intermediate_size=176, tied_embeddings=True,
+                         hf_config=dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                                        norm_topk_prob=True)),
+})
+MORE_FAMILIES = ("gemma-gqa", "gemma2-gqa", "gemma3-gqa", "neox-mha", "mixtral-moe", "qwen2moe-moe", "qwen3moe-moe")
+FIRST_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
+NEW_FAMILIES = FIRST_FAMILIES + MORE_FAMILIES
 # Groups of issue 11, recorded after memmath's counting of them was written (8-bit Adam: tensor by
 # tensor from bitsandbytes' source, before bitsandbytes was installed here).
 HELD_OUT_GROUPS = ("8-bit Adam",)
@@ -109,6 +134,8 @@ PEFT_TARGETS = {
     ("llama", "all"): ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     ("phi3", "qv"): ["qkv_proj"],
     ("phi3", "all"): ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+    ("gpt_neox", "qv"): ["query_key_value"],
+    ("gpt_neox", "all"): ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
     ("bert", "qv"): ["query", "value"],
     # "output.dense" matches both attention.output.dense and the MLP's output.dense; never the pooler.
     ("bert", "all"): ["query", "key", "value", "output.dense", "intermediate.dense"],
@@ -206,7 +233,7 @@ def grid() -> list[Case]:
                  checkpointing=True, batch_size=2, seq_len=112),
         ]
     # 7. Held out: the model_types read since issue 10, full finetuning and LoRA, bf16 and fp32.
-    for shape in NEW_FAMILIES:
+    for shape in FIRST_FAMILIES:
         cases += [
             Case(shape, precision="bf16", batch_size=2, seq_len=64),
             Case(shape, precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
@@ -222,6 +249,19 @@ def grid() -> list[Case]:
     cases += [Case("olmo2-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
               Case("olmo2-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
                    checkpointing=True, batch_size=1, seq_len=72)]
+    # 8. Held out: the rest of issue 10's model types (MORE_FAMILIES), measured after their traces were written.
+    for shape in MORE_FAMILIES:
+        attention = "eager" if shape == "gemma2-gqa" else "sdpa"  # Gemma 2 has no SDPA (softcapping)
+        cases += [
+            Case(shape, precision="bf16", attention=attention, batch_size=2, seq_len=64),
+            Case(shape, precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
+            Case(shape, precision="bf16", method="lora", lora_targets="all", adapter_format="fp32",
+                 attention=attention, batch_size=2, seq_len=64),
+            Case(shape, precision="fp32", method="lora", attention=attention, checkpointing=True, batch_size=2,
+                 seq_len=32),
+            Case(shape, precision="bf16", method="freeze", frozen_layers=1, attention=attention, batch_size=3,
+                 seq_len=40),
+        ]
     cases += eight_bit_grid()
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
@@ -265,8 +305,11 @@ def _hf_config(case: Case):
             activation_function=m.get("hidden_act", "gelu_new"))
     elif m["family"] == "llama":
         extra = {key: m[key] for key in ("sliding_window", "head_dim") if key in m}
+        extra.update(m.get("hf_config", {}))
         if m.get("arch") == "phi3":
             extra.update(resid_pdrop=p, sliding_window=None)  # PEFT_TARGETS phi3: qkv_proj, gate_up_proj
+        if m.get("arch") == "gpt_neox":
+            extra.update(hidden_dropout=p)  # post-attention, post-MLP and embedding dropout
         config = transformers.AutoConfig.for_model(
             m.get("arch", "llama"),
             num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
@@ -289,7 +332,7 @@ def model_blocks(model, family):
     if family == "gpt2":
         return base.transformer.h
     if family == "llama":
-        return base.model.layers
+        return base.gpt_neox.layers if hasattr(base, "gpt_neox") else base.model.layers
     return base.bert.encoder.layer
 
 
@@ -304,6 +347,8 @@ def _freeze(model, case: Case, family: str):
             p.requires_grad_(True)
     if family == "gpt2":
         trainable_extra = [model.transformer.ln_f]
+    elif family == "llama" and hasattr(model, "gpt_neox"):
+        trainable_extra = [model.gpt_neox.final_layer_norm, model.embed_out]
     elif family == "llama":
         trainable_extra = [model.model.norm]
         if not SHAPES[case.shape]["tied_embeddings"]:
@@ -318,7 +363,7 @@ def _freeze(model, case: Case, family: str):
 def _peft_family(case: Case) -> str:
     """The key of PEFT_TARGETS: Phi-3's fused matrices have their own names; other LLaMA layouts share LLaMA's."""
     arch = SHAPES[case.shape].get("arch")
-    return "phi3" if arch == "phi3" else SHAPES[case.shape]["family"]
+    return arch if arch in ("phi3", "gpt_neox") else SHAPES[case.shape]["family"]
 
 
 def build(case: Case, device: str = "cpu"):

@@ -219,6 +219,9 @@ def _case_from_config(row) -> ModelShape:
         value = row.get(key)
         if isinstance(value, (int, float)) and value == value:
             extra[key] = _count(row, key)
+    more = row.get("hf_config")  # further config.json fields of a shape, passed as recorded (NaN where none)
+    if isinstance(more, dict):
+        extra.update(more)
     return from_hf_config(dict(model_type=arch, num_hidden_layers=_count(row, "n_layers", high=validate.MAX_LAYERS),
                                hidden_size=n("hidden_size"), num_attention_heads=n("n_heads"),
                                num_key_value_heads=n("n_kv_heads"), intermediate_size=n("intermediate_size"),
