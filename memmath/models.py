@@ -176,6 +176,14 @@ class ModelShape:
         targets = lora_targets(targets)
         table = _LORA_TABLES[self.family](self)
         every = set(targets) == set(LORA_TARGETS)  # "all": what exists in this family
+        experts = [t for t in targets if t in ("gate", "up", "down")]
+        if self.arch == "qwen3_moe" and experts:
+            # peft 0.21 (utils/transformers_weight_conversion.py) maps qwen3_moe's v4 names gate_proj, up_proj and
+            # down_proj onto the routed experts' 3-D gate_up_proj and down_proj (target_parameters, fused rank
+            # 2r): measured (a held-out Qwen3-MoE case) but not modelled here.
+            raise ValueError(f"LoRA targets {', '.join(experts)} on a qwen3_moe model: peft adapts the routed experts' "
+                             "3-D gate_up_proj and down_proj parameters, which memmath does not model; target q, k, "
+                             "v and o")
         chosen: dict[str, tuple[int, int]] = {}
         for target in targets:
             if target not in table and every and table:
