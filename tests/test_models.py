@@ -371,9 +371,15 @@ def test_lora_names_follow_each_family():
     assert [m for m, _, _ in neox.lora_matrices("all")] == ["query_key_value", "dense", "dense_h_to_4h",
                                                             "dense_4h_to_h"]
     moe = mm.from_hf_config(PUBLISHED_CONFIGS["Qwen3-30B-A3B"])
-    with pytest.raises(ValueError, match="gate"):
-        moe.lora_matrices(("gate",))  # experts are 3-D Parameters: peft's target_modules do not reach them
-    assert [m for m, _, _ in moe.lora_matrices("all")] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    # peft 0.21 maps qwen3_moe's gate_proj/up_proj/down_proj onto the routed experts' 3-D parameters
+    # (measured: validation/measure.py's qwen3moe-moe LoRA case trained 52,224 parameters, 10,752 of them
+    # in attention): memmath does not model that, and says so.
+    for targets in (("gate",), ("down",), "all"):
+        with pytest.raises(ValueError, match="routed experts"):
+            moe.lora_matrices(targets)
+    assert [m for m, _, _ in moe.lora_matrices(("q", "k", "v", "o"))] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    mixtral = mm.from_hf_config(PUBLISHED_CONFIGS["Mixtral-8x7B-v0.1"])  # peft converts only w1/w2/w3 names here
+    assert [m for m, _, _ in mixtral.lora_matrices("all")] == ["q_proj", "k_proj", "v_proj", "o_proj"]
     shared = mm.from_hf_config(PUBLISHED_CONFIGS["Qwen1.5-MoE-A2.7B"])
     assert shared.lora_matrices(("up",)) == [("up_proj", 2048, 5632)]  # the shared expert's
 
