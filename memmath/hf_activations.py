@@ -759,6 +759,13 @@ def _embeddings(tr: _Trace, shape: ModelShape, setup: _Setup, *, dropout, input_
         return x
     x = tr.embedding(ids, t * h, trains, "word_embeddings")
     x.grad = x.grad or input_grad_hook
+    if shape.arch == "roberta":
+        # RobertaEmbeddings: position ids from the token ids (cumsum of ids != padding_idx, one per token,
+        # new int64) and the token-type buffer gathered at them (b x s, new): each saved by its embedding.
+        positions = tr.new(t, INT64)
+        x = tr.add(x, tr.embedding(tr.new(t, INT64), t * h, trains, "token_type"))
+        x = tr.add(x, tr.embedding(positions, t * h, trains, "position"))
+        return tr.dropout(tr.layer_norm(x, trains, "embeddings LayerNorm"), dropout, "embedding")
     x = tr.add(x, tr.embedding(tr.new(s, INT64), t * h, trains, "token_type"))  # gathered from a buffer: new
     x = tr.add(x, tr.embedding(tr.new(s, INT64, existing=True), t * h, trains, "position"))  # a buffer slice
     return tr.dropout(tr.layer_norm(x, trains, "embeddings LayerNorm"), dropout, "embedding")
@@ -769,9 +776,17 @@ def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, 
     t, dm = tr.t, _dims(shape)
     if shape.family == "bert":
         first_token = _Tensor(tr.b * dm["h"], tr.e, x.grad, x.storage)  # hidden[:, 0] keeps the whole storage
-        pooled = tr.tanh(tr.linear(first_token, tr.b * dm["h"], setup.head, None, "pooler dense"), "pooler")
-        pooled = tr.dropout(pooled, dropout, "classifier")
-        logits = tr.linear(pooled, tr.b * dm["labels"], setup.head, None, "classifier")
+        if shape.arch == "roberta" and dm["labels"]:
+            # RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on features[:, 0, :]
+            # (no pooler); without dropout dense keeps the view, so the whole last hidden state.
+            x0 = tr.dropout(first_token, dropout, "classifier input")
+            act = tr.tanh(tr.linear(x0, tr.b * dm["h"], setup.head, None, "classifier.dense"), "classifier")
+            act = tr.dropout(act, dropout, "classifier")
+            logits = tr.linear(act, tr.b * dm["labels"], setup.head, None, "classifier.out_proj")
+        else:
+            pooled = tr.tanh(tr.linear(first_token, tr.b * dm["h"], setup.head, None, "pooler dense"), "pooler")
+            pooled = tr.dropout(pooled, dropout, "classifier")
+            logits = tr.linear(pooled, tr.b * dm["labels"], setup.head, None, "classifier")
         tr.region = "loss"
         if logits.grad:  # CrossEntropyLoss in the logits' dtype
             log_softmax = tr.new(tr.b * dm["labels"], tr.e)
@@ -1019,7 +1034,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 # tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; OLMo 2's
 # normalizes q, k and each sublayer's output in fp32; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
 # matrices, GeGLU, experts) and are refused until they are traced and measured.
-TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
+TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert", "roberta"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
                                                                                "phi3", "olmo2") + GEMMA + (
     "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe")}
 # The MLP activation each traced decoder layout is traced with (transformers' ACT2FN names): one F.gelu

@@ -500,6 +500,13 @@ def _bert_tensors(m: ModelShape, group: str):
                 + _linear("output.dense", "mlp", inner, h, True) + _norm("output.LayerNorm", h, True))
     if group == "final_norm":
         return []
+    if m.arch == "roberta" and m.num_labels:
+        # RobertaForSequenceClassification: RobertaModel(add_pooling_layer=False) and a
+        # RobertaClassificationHead (dense h x h, tanh, out_proj h -> labels) on the first token.
+        return [ParamTensor("classifier.dense.weight", "head", (h, h), linear=True),
+                ParamTensor("classifier.dense.bias", "head", (h,)),
+                ParamTensor("classifier.out_proj.weight", "head", (m.num_labels, h)),
+                ParamTensor("classifier.out_proj.bias", "head", (m.num_labels,))]
     head = [ParamTensor("pooler.dense.weight", "head", (h, h), linear=True), ParamTensor("pooler.dense.bias", "head", (h,))]
     if m.num_labels:
         head += [ParamTensor("classifier.weight", "head", (m.num_labels, h)), ParamTensor("classifier.bias", "head", (m.num_labels,))]
@@ -674,8 +681,8 @@ CONFIG_FIELDS: dict[str, dict[str, str]] = {
              "torch_dtype": _COMMON_DECODER["torch_dtype"], "dtype": "as torch_dtype",
              "quantization_config": _COMMON_DECODER["quantization_config"]},
 }
-CONFIG_FIELDS["roberta"] = dict(CONFIG_FIELDS["bert"], architectures="RobertaForSequenceClassification refused "
-                                "(its dense + out_proj head, without a pooler, is not modelled)")
+CONFIG_FIELDS["roberta"] = dict(CONFIG_FIELDS["bert"], architectures="RobertaForSequenceClassification adds its "
+                                "classification head (dense + out_proj) instead of the pooler")
 for _arch in LLAMA_LIKE:
     CONFIG_FIELDS[_arch] = dict(_COMMON_DECODER, hidden_act="the MLP activation (saved activations)")
 for _arch in LLAMA_LIKE[:-1]:  # every one but gpt_neox, whose head size is always h / heads
@@ -833,9 +840,6 @@ def _bert_from_config(config, get, model_type, name):
         raise ValueError(f"config field 'position_embedding_type' is {validate.describe(position)}; memmath models 'absolute' only")
     _activation(config, model_type, "hidden_act", "gelu")
     classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
-    if classifier and model_type == "roberta":  # RobertaClassificationHead, and no pooler: not modelled
-        raise ValueError("config field 'architectures' names RobertaForSequenceClassification, whose head "
-                         "(dense + out_proj, no pooler) memmath does not model; remove it to count RobertaModel")
     labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else get("num_labels", 2)
     hidden_p = get.probability("hidden_dropout_prob", 0.1)
     drops = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}

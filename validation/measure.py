@@ -120,8 +120,11 @@ SHAPES.update({
 # GPT-NeoX without the parallel residual, every head dim rotated: added with grid block 9, after the
 # b = 1 eager fix (see there).
 SHAPES["neox-serial"] = dict(SHAPES["neox-mha"], hf_config=dict(use_parallel_residual=False, rotary_pct=1.0))
+# RoBERTa for sequence classification (its dense + out_proj head, no pooler; position ids from the
+# token ids), grid block 10, added after its trace was written.
+SHAPES["roberta"] = dict(SHAPES["bert"], arch="roberta", type_vocab_size=1)
 MORE_FAMILIES = ("gemma-gqa", "gemma2-gqa", "gemma3-gqa", "neox-mha", "mixtral-moe", "qwen2moe-moe", "qwen3moe-moe",
-                 "neox-serial")
+                 "neox-serial", "roberta")
 FIRST_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
 NEW_FAMILIES = FIRST_FAMILIES + MORE_FAMILIES
 # Groups of issue 11, recorded after memmath's counting of them was written (8-bit Adam: tensor by
@@ -254,7 +257,7 @@ def grid() -> list[Case]:
               Case("olmo2-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
                    checkpointing=True, batch_size=1, seq_len=72)]
     # 8. Held out: the rest of issue 10's model types (MORE_FAMILIES), measured after their traces were written.
-    for shape in MORE_FAMILIES[:-1]:
+    for shape in MORE_FAMILIES[:-2]:
         attention = "eager" if shape == "gemma2-gqa" else "sdpa"  # Gemma 2 has no SDPA (softcapping)
         cases += [
             Case(shape, precision="bf16", attention=attention, batch_size=2, seq_len=64),
@@ -274,6 +277,14 @@ def grid() -> list[Case]:
               Case("neox-serial", precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
               Case("neox-serial", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
                    checkpointing=True, batch_size=2, seq_len=48)]
+    # 10. RoBERTa, measured after its trace was written (the BERT block, RoBERTa's embeddings and head).
+    cases += [Case("roberta", precision="bf16", batch_size=2, seq_len=64),
+              Case("roberta", precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
+              Case("roberta", precision="bf16", method="lora", lora_targets="all", adapter_format="fp32", batch_size=2,
+                   seq_len=64),
+              Case("roberta", precision="fp32", method="lora", checkpointing=True, batch_size=2, seq_len=32),
+              Case("roberta", precision="bf16", method="freeze", frozen_layers=1, dropout=True, batch_size=3,
+                   seq_len=40)]
     cases += eight_bit_grid()
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
@@ -328,6 +339,12 @@ def _hf_config(case: Case):
             num_key_value_heads=m["n_kv_heads"], intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
             tie_word_embeddings=m["tied_embeddings"], attention_dropout=p, max_position_embeddings=256,
             use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=0, **extra)
+    elif m.get("arch") == "roberta":
+        config = transformers.RobertaConfig(
+            num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
+            intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
+            max_position_embeddings=m["max_positions"], type_vocab_size=m["type_vocab_size"],
+            num_labels=m["num_labels"], hidden_dropout_prob=p, attention_probs_dropout_prob=p, pad_token_id=1)
     else:
         config = transformers.BertConfig(
             num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
@@ -345,7 +362,7 @@ def model_blocks(model, family):
         return base.transformer.h
     if family == "llama":
         return base.gpt_neox.layers if hasattr(base, "gpt_neox") else base.model.layers
-    return base.bert.encoder.layer
+    return base.roberta.encoder.layer if hasattr(base, "roberta") else base.bert.encoder.layer
 
 
 def _freeze(model, case: Case, family: str):
@@ -365,6 +382,8 @@ def _freeze(model, case: Case, family: str):
         trainable_extra = [model.model.norm]
         if not SHAPES[case.shape]["tied_embeddings"]:
             trainable_extra.append(model.lm_head)
+    elif hasattr(model, "roberta"):
+        trainable_extra = [model.classifier]  # RobertaClassificationHead (no pooler)
     else:
         trainable_extra = [model.bert.pooler, model.classifier]
     for module in trainable_extra:
@@ -389,7 +408,9 @@ def build(case: Case, device: str = "cpu"):
     config = _hf_config(case)
     model_class = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
                    "bert": transformers.BertForSequenceClassification}[family]
-    if SHAPES[case.shape].get("arch") not in (None, "gpt2", "llama"):
+    if SHAPES[case.shape].get("arch") == "roberta":
+        model_class = transformers.RobertaForSequenceClassification
+    elif SHAPES[case.shape].get("arch") not in (None, "gpt2", "llama"):
         model_class = transformers.AutoModelForCausalLM.from_config  # Qwen2ForCausalLM, MistralForCausalLM
     model = model_class(config)
     model = model.to(device=device, dtype=dtype)

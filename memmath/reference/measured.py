@@ -206,6 +206,14 @@ def _case_from_config(row) -> ModelShape:
 
     n = lambda key: _count(row, key, high=validate.MAX_VOCAB if key == "vocab_size" else validate.MAX_DIM)  # noqa: E731
     arch = validate.choice("row column 'arch'", _text(row, "arch"), SUPPORTED_MODEL_TYPES)
+    if _text(row, "family") == "bert":  # RoBERTa for sequence classification (RobertaConfig)
+        labels = _count(row, "num_labels", low=0)
+        return from_hf_config(dict(
+            model_type=arch, num_hidden_layers=_count(row, "n_layers", high=validate.MAX_LAYERS),
+            hidden_size=n("hidden_size"), num_attention_heads=n("n_heads"), intermediate_size=n("intermediate_size"),
+            vocab_size=n("vocab_size"), max_position_embeddings=_count(row, "max_positions", high=validate.MAX_SEQ),
+            type_vocab_size=_count(row, "type_vocab_size", low=0), num_labels=labels,
+            architectures=["RobertaForSequenceClassification"] if labels else []))
     tied = _flag(row, "tied_embeddings")
     if _text(row, "family") == "gpt2":
         act = row.get("hidden_act")
