@@ -455,3 +455,26 @@ def test_new_model_types_save_what_pytorch_measured():
         predicted = memmath.reference.predict_case(row)
         assert int(predicted.activation_detail.saved_by_forward) == row["saved_bytes"], row["case_id"]
         assert int(predicted.optimizer_states) == row["optimizer_state_bytes"], row["case_id"]
+
+
+# ---- RoBERTa for sequence classification ------------------------------------------------------------
+ROBERTA_SST = dict(PUBLISHED_CONFIGS["roberta-base"], architectures=["RobertaForSequenceClassification"], num_labels=3)
+
+
+def test_roberta_classifier_replaces_the_pooler():
+    # RobertaForSequenceClassification builds RobertaModel(add_pooling_layer=False) and a
+    # RobertaClassificationHead: dense 768 x 768 + 768 (as large as the pooler it replaces) and out_proj
+    # 768 x 3 + 3. RobertaModel (the pooler included) has 124,645,632 parameters (its model card's count).
+    shape = mm.from_hf_config(ROBERTA_SST)
+    assert shape.n_params == 124_645_632 + 768 * 3 + 3
+    assert [t.name for t in shape.tensors("head")] == ["classifier.dense.weight", "classifier.dense.bias",
+                                                       "classifier.out_proj.weight", "classifier.out_proj.bias"]
+
+
+@pytest.mark.live
+def test_roberta_classifier_counts_like_transformers(torch, transformers):
+    fields = {k: v for k, v in ROBERTA_SST.items() if k not in ("model_type", "architectures")}
+    count, tensors = _meta_count(torch, transformers.RobertaForSequenceClassification,
+                                 transformers.RobertaConfig(**fields))
+    shape = mm.from_hf_config(ROBERTA_SST)
+    assert shape.n_params == count and _tensor_count(shape) == tensors

@@ -404,12 +404,14 @@ def test_a_model_read_from_a_config_is_costed_as_transformers_trains_it():
 def test_layouts_the_trace_does_not_cover_fall_back_to_the_textbook_with_a_note():
     from validation.published_configs import PUBLISHED_CONFIGS
 
-    roberta = mm.from_hf_config(PUBLISHED_CONFIGS["roberta-base"])  # position ids from the token ids: not traced
-    result = mm.training_memory(roberta, seq_len=512)
-    assert (result.activation_model, result.attention, result.dropout) == ("textbook", "sdpa", True)
-    assert any("roberta" in str(note) for note in result.notes)
-    with pytest.raises(ValueError, match="roberta"):
-        mm.training_memory(roberta, seq_len=512, activations="transformers")
+    # Mistral-7B slides a 4,096-token window: past it transformers builds a sliding mask, not traced.
+    mistral = mm.from_hf_config(PUBLISHED_CONFIGS["Mistral-7B-v0.1"])
+    result = mm.training_memory(mistral, seq_len=8192)
+    assert (result.activation_model, result.attention, result.dropout) == ("textbook", "sdpa", False)
+    assert any("sliding_window" in str(note) for note in result.notes)
+    with pytest.raises(ValueError, match="sliding_window"):
+        mm.training_memory(mistral, seq_len=8192, activations="transformers")
+    assert mm.training_memory(mistral, seq_len=4095).activation_model == "transformers"
 
 
 def test_gemma_2_is_traced_and_runs_eager_attention_by_default():
