@@ -2,7 +2,7 @@
 
 The textbook model (activations.py) counts one GPT block at 16 bits. This one replays the forward
 pass of transformers' GPT2LMHeadModel, LlamaForCausalLM and BertForSequenceClassification op by
-op, and counts what autograd saves for backward the way PyTorch does: each storage once (a view
+op (and the other decoders and RoBERTa read by from_hf_config, below), and counts what autograd saves for backward the way PyTorch does: each storage once (a view
 keeps its whole storage alive), parameters and buffers left out, and an op saves an input only
 when the gradient it computes needs it (x @ W saves x only when W trains). It was written
 against torch 2.13, transformers 5.24 and peft 0.21 and matches their CPU measurements to the
@@ -33,6 +33,24 @@ BERT (post-norm LayerNorm, exact GELU, tanh pooler, 2-label classifier)
     outside: token ids 8*t, token-type ids 8*s, embedding LayerNorm and dropout; the last
     block's output e*t*h (the pooler reads token 0, a view that keeps the whole tensor), tanh
     output, classifier dropout; the loss runs in the model dtype (log-softmax e*b*2)
+Gemma, Gemma 2, Gemma 3 (LLaMA's layout but every norm a GemmaRMSNorm, GeGLU, scaled embeddings)
+    each GemmaRMSNorm: x in fp32 4*t*h, rsqrt 4*t, the fp32 normalized x 4*t*h (weight trains) and the
+    fresh fp32 vector 1 + weight, 4*h (4*d for Gemma 3's q/k norms); gelu_pytorch_tanh(gate) * up keeps
+    what SwiGLU keeps; Gemma 2/3: four norms (each sublayer's output normalized before the add), eager
+    softcapping keeps the scores' tanh output e*a*s^2*b, final softcapping the logits' tanh e*t*V;
+    the embedding's * sqrt(h) multiplies by a buffer: nothing saved; Gemma 3: one cos/sin pair per layer type
+GPT-NeoX (LayerNorms, fused query_key_value, partial rotary, GELU MLP, parallel residual)
+    rotary on the first rotary_pct of each head keeps narrower cos/sin tables; torch.cat makes q and k
+    new (b, a, s, d) tensors, so SDPA's output is copied for dense; v stays a view of the qkv output
+    (SDPA keeps the whole 3*t*h storage; eager at b = 1 too); the parallel second LayerNorm reads the
+    block input again (saved once) and keeps only its stats
+Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; transformers' default grouped_mm experts), see _moe:
+    router fp32 softmax t*E, int64 top-k indices, the renormalization's sum and pre-division copy;
+    t*k rows through the experts in all: gathered input, gate_up output, SiLU output and product, down
+    output, routing weights, three int64 index vectors and the int32 offsets; Qwen2-MoE's shared
+    expert and its sigmoid gate
+RoBERTa (BERT's blocks): position ids and token-type ids made per token (8*t each, saved by their
+    embeddings); RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on token 0, no pooler
 Attention, per block (n = b*a*s*d elements, that is t*h when a*d = h)
     eager: matmul keeps contiguous copies of q, k^T and v (GQA: k and v repeated to a heads),
     e*n each; softmax output e*a*s^2*b (fp32 for LLaMA); with dropout its mask m*a*s^2*b and the
@@ -1032,8 +1050,8 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
 # tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; OLMo 2's
-# normalizes q, k and each sublayer's output in fp32; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
-# matrices, GeGLU, experts) and are refused until they are traced and measured.
+# normalizes q, k and each sublayer's output in fp32), Gemma's, GPT-NeoX's, the MoE decoders', GPT-2's,
+# BERT's and RoBERTa's; each measured (validation/measure.py). Other model_types are refused.
 TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert", "roberta"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
                                                                                "phi3", "olmo2") + GEMMA + (
     "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe")}
