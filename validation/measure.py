@@ -123,8 +123,11 @@ SHAPES["neox-serial"] = dict(SHAPES["neox-mha"], hf_config=dict(use_parallel_res
 # RoBERTa for sequence classification (its dense + out_proj head, no pooler; position ids from the
 # token ids), grid block 10, added after its trace was written.
 SHAPES["roberta"] = dict(SHAPES["bert"], arch="roberta", type_vocab_size=1)
+# Gemma 3 with both layer types (one rotary cos/sin pair each), grid block 11, after its trace was written.
+SHAPES["gemma3-mixed"] = dict(SHAPES["gemma3-gqa"], hf_config=dict(
+    SHAPES["gemma3-gqa"]["hf_config"], layer_types=["sliding_attention", "full_attention", "sliding_attention"]))
 MORE_FAMILIES = ("gemma-gqa", "gemma2-gqa", "gemma3-gqa", "neox-mha", "mixtral-moe", "qwen2moe-moe", "qwen3moe-moe",
-                 "neox-serial", "roberta")
+                 "neox-serial", "roberta", "gemma3-mixed")
 FIRST_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
 NEW_FAMILIES = FIRST_FAMILIES + MORE_FAMILIES
 # Groups of issue 11, recorded after memmath's counting of them was written (8-bit Adam: tensor by
@@ -257,7 +260,7 @@ def grid() -> list[Case]:
               Case("olmo2-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
                    checkpointing=True, batch_size=1, seq_len=72)]
     # 8. Held out: the rest of issue 10's model types (MORE_FAMILIES), measured after their traces were written.
-    for shape in MORE_FAMILIES[:-2]:
+    for shape in MORE_FAMILIES[:-3]:
         attention = "eager" if shape == "gemma2-gqa" else "sdpa"  # Gemma 2 has no SDPA (softcapping)
         cases += [
             Case(shape, precision="bf16", attention=attention, batch_size=2, seq_len=64),
@@ -285,6 +288,10 @@ def grid() -> list[Case]:
               Case("roberta", precision="fp32", method="lora", checkpointing=True, batch_size=2, seq_len=32),
               Case("roberta", precision="bf16", method="freeze", frozen_layers=1, dropout=True, batch_size=3,
                    seq_len=40)]
+    # 11. Gemma 3 with a full-attention block between sliding ones: the second rotary pair, frozen blocks too.
+    cases += [Case("gemma3-mixed", precision="bf16", batch_size=2, seq_len=64),
+              Case("gemma3-mixed", precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
+              Case("gemma3-mixed", precision="bf16", method="freeze", frozen_layers=2, batch_size=2, seq_len=40)]
     cases += eight_bit_grid()
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}

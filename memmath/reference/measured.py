@@ -324,4 +324,12 @@ def predicted_saved_per_layer(row) -> list[int]:
     first = next((i for i, n in enumerate(blocks) if n), None)
     if first is not None:
         blocks[first] += int(parts.tables)
+        shape = case_model(row)
+        types = shape.layer_types or ()
+        other = next((j for j in range(first, n_layers) if types[j] != types[first]), None) if types else None
+        if shape.arch == "gemma3_text" and other is not None and not arguments["checkpointing"]:
+            # Gemma 3: one cos/sin pair per layer type; the other type's pair is saved by its first block.
+            pair = 2 * arguments["seq_len"] * (shape.rotary_dim or shape.head_dim) * parts.element_bytes
+            blocks[first] -= pair
+            blocks[other] += pair
     return blocks
