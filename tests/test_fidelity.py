@@ -198,11 +198,13 @@ def test_the_held_out_group_is_what_was_measured_after_the_model():
                                                 "olmo2-gqa"])]
     # Grid block 8: the rest of issue 10's model types, 5 cases each, measured after their traces were
     # written; block 9: 5 GPT-NeoX cases measured after its b = 1 eager case had missed and was modelled;
-    # block 10: 5 RoBERTa cases, measured after its trace was written.
+    # block 10: 5 RoBERTa cases, measured after its trace was written; block 11: 3 Gemma 3 cases with
+    # both layer types (two rotary pairs).
     more = held_out[held_out["shape"].isin(["gemma-gqa", "gemma2-gqa", "gemma3-gqa", "neox-mha", "mixtral-moe",
-                                            "qwen2moe-moe", "qwen3moe-moe", "neox-serial", "roberta"])]
+                                            "qwen2moe-moe", "qwen3moe-moe", "neox-serial", "roberta",
+                                            "gemma3-mixed"])]
     families = pd.concat([families, more])
-    assert len(wide) == 15 and len(families) == 28 + 35 + 5 + 5
+    assert len(wide) == 15 and len(families) == 28 + 35 + 5 + 5 + 3
     assert set(held_out[held_out["group"] == "8-bit Adam"].index) | set(wide.index) | set(families.index) == set(
         held_out.index)
     assert all(_group(case_id) == "held-out" for _step, case_id in KNOWN_PEAK_MISSES)
