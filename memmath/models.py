@@ -746,8 +746,9 @@ _DTYPES = ("float32", "bfloat16", "float16")
 # Config-class defaults that differ between families (transformers 5.24 configuration_<type>.py).
 _DEFAULTS = {
     "qwen2": dict(tie_word_embeddings=False), "qwen3": dict(head_dim=128), "qwen3_moe": dict(num_key_value_heads=4),
-    "gemma": dict(head_dim=256, tie_word_embeddings=True), "gemma2": dict(head_dim=256, tie_word_embeddings=True),
-    "gemma3_text": dict(head_dim=256, tie_word_embeddings=True), "mistral": dict(sliding_window=4096),
+    "gemma": dict(head_dim=256, tie_word_embeddings=True),
+    "gemma2": dict(head_dim=256, tie_word_embeddings=True, sliding_window=4096),
+    "gemma3_text": dict(head_dim=256, tie_word_embeddings=True, sliding_window=4096), "mistral": dict(sliding_window=4096),
     "qwen2_moe": dict(qkv_bias=True), "gpt_neox": dict(attention_bias=True),
 }
 
@@ -944,7 +945,8 @@ def _attention_layout(config, get, model_type, layers):
     """(sliding_window, layer_types) as transformers' config classes derive them."""
     if "sliding_window" not in CONFIG_FIELDS[model_type]:
         return None, None
-    window = get("sliding_window", None)
+    # An explicit null turns sliding off; a missing field takes the config class's default (_DEFAULTS).
+    window = None if config.get("sliding_window", 0) is None else get("sliding_window", None)
     if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not get.flag("use_sliding_window", False):
         window = None  # Qwen2Config.__post_init__: sliding_window only with use_sliding_window
     given = config.get("layer_types")

@@ -478,3 +478,14 @@ def test_roberta_classifier_counts_like_transformers(torch, transformers):
                                  transformers.RobertaConfig(**fields))
     shape = mm.from_hf_config(ROBERTA_SST)
     assert shape.n_params == count and _tensor_count(shape) == tensors
+
+
+def test_sliding_window_defaults_follow_the_config_classes():
+    # Gemma2Config and Gemma3TextConfig default sliding_window to 4096 (transformers 5.24
+    # configuration_gemma2.py / configuration_gemma3.py); an explicit null turns sliding off, as in
+    # MistralConfig (sliding_window: null in Mistral-7B-Instruct-v0.2's config.json).
+    gemma2 = {k: v for k, v in PUBLISHED_CONFIGS["gemma-2-2b"].items() if k != "sliding_window"}
+    shape = mm.from_hf_config(gemma2)
+    assert shape.sliding_window == 4096 and shape.layer_types[:2] == ("sliding_attention", "full_attention")
+    mistral = mm.from_hf_config(dict(PUBLISHED_CONFIGS["Mistral-7B-v0.1"], sliding_window=None))
+    assert mistral.sliding_window is None and mistral.layer_types is None
