@@ -932,10 +932,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
     _check_layout(shape, seq_len)
-    if shape.attn_softcap and attention != "eager":
-        # integrations/sdpa_attention.py raises for a softcap; Gemma2PreTrainedModel picks eager (no SDPA).
-        raise ValueError(f"attention={attention!r}: transformers' SDPA attention does not support "
-                         f"attn_logit_softcapping ({shape.attn_softcap}); a softcapped model runs attention='eager'")
+    _check_attention(shape, attention)
     if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
         raise ValueError(f"activations='transformers' models a forward pass in the weights' own format "
                          f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
@@ -1060,18 +1057,29 @@ TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert", "roberta"), "llama":
 _TRACED_ACTS = dict.fromkeys(GEMMA, ("gelu_pytorch_tanh", "gelu")) | {"gpt_neox": ("gelu",)}
 
 
-def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:
-    """None when this model replays `shape` trained with `method` in `recipe`; else why not, in words."""
+def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | None:
+    """None when this model replays `shape` trained with `method` in `recipe` (and `attention`, when
+    given); else why not, in words."""
     try:
         if shape.family not in FAMILIES:
             return f"knows the gpt2, llama and bert families, not {shape.family}"
         _check_layout(shape, seq_len)
+        if attention is not None:
+            _check_attention(shape, attention)
         if recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
             return f"models a forward pass in the weights' own format, not precision {recipe.name!r}"
         _setup(shape, method, recipe)
     except ValueError as error:
         return str(error).removeprefix("activations='transformers' ").split(" (use activations")[0]
     return None
+
+
+def _check_attention(shape: ModelShape, attention):
+    if shape.attn_softcap and attention != "eager":
+        # integrations/sdpa_attention.py raises for a softcap; Gemma2PreTrainedModel picks eager (no SDPA).
+        raise ValueError(f"activations='transformers' with attention={attention!r}: transformers' SDPA attention "
+                         f"does not support attn_logit_softcapping ({shape.attn_softcap}); a softcapped model runs "
+                         "attention='eager' (use activations='textbook')")
 
 
 def _check_layout(shape: ModelShape, seq_len):

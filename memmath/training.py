@@ -312,7 +312,7 @@ def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None,
         else:
             from .hf_activations import traces
 
-            reason = traces(shape, method, recipe, seq_len)
+            reason = traces(shape, method, recipe, seq_len, attention)
             if reason:
                 activations = "textbook"
                 if notes is not None:

@@ -425,6 +425,9 @@ def test_gemma_2_is_traced_and_runs_eager_attention_by_default():
     assert not any("textbook" in str(note) for note in result.notes)
     with pytest.raises(ValueError, match="attn_logit_softcapping"):
         mm.training_memory(gemma, seq_len=512, attention="sdpa", activations="transformers")
+    # SDPA asked for by name: the trace cannot follow it, so the textbook, with a note that says why.
+    sdpa = mm.training_memory(gemma, seq_len=512, attention="sdpa")
+    assert sdpa.activation_model == "textbook" and any("attn_logit_softcapping" in str(n) for n in sdpa.notes)
 
 
 def test_shapes_built_in_code_and_counts_keep_the_textbook_run():

@@ -36,19 +36,12 @@ PARTS = {
 }
 
 
-REFUSED: dict[str, str] = {}  # case id -> why memmath refuses it, filled by comparison()
-
-
 def comparison(cases: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per case and part: measured bytes, predicted bytes, relative error."""
     cases = memmath.reference.load_measured() if cases is None else cases
     rows = []
     for _, case in cases.iterrows():
-        try:
-            m = memmath.reference.predict_case(case)
-        except ValueError as error:  # a recorded case memmath refuses by name (tests/test_fidelity.py REFUSED)
-            REFUSED[case["case_id"]] = str(error)
-            continue
+        m = memmath.reference.predict_case(case)
         textbook = memmath.training_memory(case_model(case), **case_arguments(case, "textbook"))
         detail = textbook.activation_detail
         peak = memmath.reference.predict_peak_case(case)
@@ -79,8 +72,7 @@ def _group_label(case) -> str:
 def grouped_summary(table: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     """Per group (method, library), held-out or not, and step: cases, static parts exact, saved
     activations exact, each step's peak within 5%, worst peak error."""
-    labels = {c["case_id"]: (_group_label(c), bool(c.get("held_out", False))) for _, c in cases.iterrows()
-              if c["case_id"] not in REFUSED}
+    labels = {c["case_id"]: (_group_label(c), bool(c.get("held_out", False))) for _, c in cases.iterrows()}
     wide = table.pivot(index="case_id", columns="part", values="error")
     rows = []
     groups: dict = {}
@@ -199,8 +191,8 @@ def main(argv=None):
             print()
         print(f"{len(cases)} cases measured on the {meta['device']} ({meta['threads']} thread; {versions})")
         print(summary(table).to_string(index=False))
-        for case_id, why in REFUSED.items():
-            print(f"refused by name, so not compared: {case_id}: {why}")
+        for case_id in memmath.reference.measured.REFUSED_CASES:  # load_measured leaves them out
+            print(f"recorded, refused by name, not compared: {case_id}")
         print()
         print("Per group (held out: recorded after the prediction code it tests was written):")
         print(grouped_summary(table, cases).to_string(index=False))
