@@ -716,6 +716,7 @@ for _arch in ("qwen2_moe", "qwen3_moe"):
     CONFIG_FIELDS[_arch].update(num_experts="routed experts", moe_intermediate_size="one expert's width",
                                 decoder_sparse_step="1 only (every block sparse)",
                                 mlp_only_layers="empty only (every block sparse)")
+CONFIG_FIELDS["qwen3_moe"]["num_local_experts"] = "routed experts (the name transformers 5 saves for num_experts)"
 CONFIG_FIELDS["qwen2_moe"]["shared_expert_intermediate_size"] = "the shared expert's width (0: none)"
 for _arch in ("qwen2_moe", "qwen3_moe"):
     CONFIG_FIELDS[_arch]["norm_topk_prob"] = "renormalized top-k routing weights (saved activations)"
@@ -904,7 +905,13 @@ def _decoder_from_config(config, get, model_type, name):
             experts = get("num_local_experts", 8)
             options["expert_intermediate_size"] = get("intermediate_size")
         else:
-            experts = get("num_experts", 60 if model_type == "qwen2_moe" else 128)
+            # Qwen3MoeConfig (transformers 5.24) maps num_experts onto num_local_experts and saves that name.
+            key = "num_local_experts" if model_type == "qwen3_moe" and config.get("num_local_experts") is not None \
+                else "num_experts"
+            experts = get(key, 60 if model_type == "qwen2_moe" else 128)
+            if key == "num_local_experts" and config.get("num_experts") not in (None, experts):
+                raise ValueError(f"config fields 'num_experts' ({config['num_experts']}) and 'num_local_experts' "
+                                 f"({experts}) disagree; Qwen3MoeConfig keeps one number of routed experts")
             options["expert_intermediate_size"] = get("moe_intermediate_size", 1408 if model_type == "qwen2_moe" else 768)
             step = get("decoder_sparse_step", 1)
             if step != 1:
@@ -946,9 +953,10 @@ def _attention_layout(config, get, model_type, layers):
     if "sliding_window" not in CONFIG_FIELDS[model_type]:
         return None, None
     # An explicit null turns sliding off; a missing field takes the config class's default (_DEFAULTS).
-    window = None if config.get("sliding_window", 0) is None else get("sliding_window", None)
     if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not get.flag("use_sliding_window", False):
-        window = None  # Qwen2Config.__post_init__: sliding_window only with use_sliding_window
+        window = None  # Qwen2Config.__post_init__: sliding_window only with use_sliding_window (Qwen2-MoE saves 0)
+    else:
+        window = None if config.get("sliding_window", 0) is None else get("sliding_window", None)
     given = config.get("layer_types")
     if given is not None:
         if not isinstance(given, list) or len(given) != layers or any(t not in LAYER_TYPES for t in given):
@@ -962,12 +970,16 @@ def _attention_layout(config, get, model_type, layers):
     if model_type in ("qwen2", "qwen3"):  # sliding from max_window_layers on
         first = get("max_window_layers", 28, low=0)
         return window, tuple("sliding_attention" if i >= first else "full_attention" for i in range(layers))
+    if model_type == "qwen2_moe":  # Qwen2MoeConfig: even blocks (0, 2, ...) below max_window_layers slide
+        first = get("max_window_layers", 28, low=0)
+        return window, tuple("sliding_attention" if (i + 1) % 2 and i < first else "full_attention"
+                             for i in range(layers))
     if model_type == "gemma2":  # Gemma2Config: even blocks (0, 2, ...) slide
         return window, tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers))
     if model_type == "gemma3_text":  # every sliding_window_pattern-th block is full (default 6)
         pattern = get("sliding_window_pattern", 6)
         return window, tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
-    # mistral, mixtral, phi3, qwen*_moe: no layer_types, so transformers' cache slides every layer
+    # mistral, mixtral, phi3, qwen3_moe: no layer_types, so transformers' cache slides every layer
     return window, ("sliding_attention",) * layers
 
 

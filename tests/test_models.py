@@ -489,3 +489,23 @@ def test_sliding_window_defaults_follow_the_config_classes():
     assert shape.sliding_window == 4096 and shape.layer_types[:2] == ("sliding_attention", "full_attention")
     mistral = mm.from_hf_config(dict(PUBLISHED_CONFIGS["Mistral-7B-v0.1"], sliding_window=None))
     assert mistral.sliding_window is None and mistral.layer_types is None
+
+
+def test_qwen2_moe_sliding_layout_follows_its_config_class():
+    # Qwen2MoeConfig.__post_init__ (transformers 5.24): sliding_window is saved as 0 without
+    # use_sliding_window, and with it the even blocks below max_window_layers slide.
+    config = dict(PUBLISHED_CONFIGS["Qwen1.5-MoE-A2.7B"], sliding_window=0, use_sliding_window=False)
+    assert mm.from_hf_config(config).layer_types is None
+    sliding = mm.from_hf_config(dict(config, sliding_window=4096, use_sliding_window=True, max_window_layers=4))
+    assert sliding.layer_types[:6] == ("sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                                       "full_attention", "full_attention")
+
+
+def test_qwen3_moe_reads_the_expert_count_transformers_5_saves():
+    # Qwen3MoeConfig (transformers 5.24) has attribute_map {"num_experts": "num_local_experts"}: a config.json it
+    # saves names num_local_experts; the Hub's Qwen3-30B-A3B config names num_experts (128).
+    config = {k: v for k, v in PUBLISHED_CONFIGS["Qwen3-30B-A3B"].items() if k != "num_experts"}
+    assert mm.from_hf_config(dict(config, num_local_experts=64)).n_experts == 64
+    assert mm.from_hf_config(dict(config, num_experts=128)).n_experts == 128
+    with pytest.raises(ValueError, match="num_local_experts"):
+        mm.from_hf_config(dict(config, num_experts=128, num_local_experts=64))
