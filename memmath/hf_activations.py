@@ -639,7 +639,9 @@ def _moe(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora):
     gate_up output and the S x I SiLU output; the routing-weight product keeps the S x h down output
     and the weights (the product takes the wider dtype); the unsort keeps its int64 inverse permutation.
     Qwen2-MoE's shared expert (a SwiGLU MLP on x) and its sigmoid gate (keeps the t x 1 sigmoid output
-    and the shared output) add to it.
+    and the shared output) add to it. Where torch's grouped_mm cannot run (CUDA below sm80, CPU torch <=
+    2.10 with unaligned weights) transformers falls back to its own op, which keeps the input even for
+    frozen experts: assumed not to happen (measured on the CPU with torch 2.13).
     """
     t, e = tr.t, tr.e
     h = shape.hidden_size

@@ -172,6 +172,11 @@ class ModelShape:
         Names map onto each family's modules: GPT-2's q, k and v live in one fused c_attn matrix,
         which is adapted once; BERT and GPT-2 have no gate matrix. "all" adapts every linear
         matrix the family has (peft's "all-linear"), so it skips gate where there is none.
+        Mixtures of experts: the routed experts are 3-D parameters, not linear layers, so "all" is
+        the attention (and Qwen2-MoE's shared expert), as peft adapts a target_modules list of
+        those names (measured). peft 0.21 maps some names onto the experts themselves
+        (utils/transformers_weight_conversion.py): Qwen3-MoE's gate/up/down, refused here, and
+        Mixtral's w1/w2/w3/gate, which its "all-linear" string also reaches; neither is modelled.
         """
         targets = lora_targets(targets)
         table = _LORA_TABLES[self.family](self)
