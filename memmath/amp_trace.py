@@ -24,10 +24,18 @@ from .hf_activations import _Trace
 AUTOCAST_BYTES = 2  # bf16, the dtype torch.autocast("cpu") and transformers' Trainer(bf16=True) use
 
 
-def amp_refusal(method, kind=None) -> str | None:
+# The model types the AMP cases measured (validation/amp.py): "" is a ModelShape built in code.
+AMP_ARCHES = {"gpt2": ("", "gpt2"), "llama": ("", "llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2"),
+              "bert": ("", "bert")}
+
+
+def amp_refusal(method, kind=None, shape=None) -> str | None:
     """Why the AMP trace does not model this run (None when it does)."""
     from .methods import Adapters, QLoRA
 
+    if shape is not None and shape.arch not in AMP_ARCHES.get(shape.family, ()):
+        measured = ", ".join(sorted({a for arches in AMP_ARCHES.values() for a in arches if a}))
+        return f"models AMP for the model types measured under autocast ({measured}); got {shape.arch!r}"
     if isinstance(method, (Adapters, QLoRA)):
         return f"models AMP for Full(), Freeze(...) and LoRA(...); got {type(method).__name__}"
     if kind == "math":
@@ -91,10 +99,13 @@ class AmpTrace(_Trace):
             self.save(rstd, f"{name} rstd")
         return out
 
-    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False):
+    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False, plus_one=None):
         """LlamaRMSNorm on a bf16 input too (Qwen3's q/k norms, OLMo 2's norms of the sublayers' outputs): the
         fp32 copy and rsqrt kept, hidden.to(input dtype) kept for the weight, times the fp32 weight: fp32
-        out (OLMo 2: (weight * normed).to(input dtype), its fp32 normed kept)."""
+        out (OLMo 2: (weight * normed).to(input dtype), its fp32 normed kept). GemmaRMSNorm (plus_one) is
+        not measured under autocast: amp_refusal refuses the Gemma model types before a trace starts."""
+        if plus_one is not None:
+            raise ValueError("activations='transformers' models AMP without GemmaRMSNorm (use activations='textbook')")
         x32 = x if x.elem == 4 else self.tmp(x.numel, 4, x)
         square = self.tmp(x.numel, 4, x32)
         rsqrt = self.tmp(self.t if rows is None else rows, 4, square)

@@ -2,7 +2,7 @@
 
 The textbook model (activations.py) counts one GPT block at 16 bits. This one replays the forward
 pass of transformers' GPT2LMHeadModel, LlamaForCausalLM and BertForSequenceClassification op by
-op, and counts what autograd saves for backward the way PyTorch does: each storage once (a view
+op (and the other decoders and RoBERTa read by from_hf_config, below), and counts what autograd saves for backward the way PyTorch does: each storage once (a view
 keeps its whole storage alive), parameters and buffers left out, and an op saves an input only
 when the gradient it computes needs it (x @ W saves x only when W trains). It was written
 against torch 2.13, transformers 5.24 and peft 0.21 and matches their CPU measurements to the
@@ -33,6 +33,24 @@ BERT (post-norm LayerNorm, exact GELU, tanh pooler, 2-label classifier)
     outside: token ids 8*t, token-type ids 8*s, embedding LayerNorm and dropout; the last
     block's output e*t*h (the pooler reads token 0, a view that keeps the whole tensor), tanh
     output, classifier dropout; the loss runs in the model dtype (log-softmax e*b*2)
+Gemma, Gemma 2, Gemma 3 (LLaMA's layout but every norm a GemmaRMSNorm, GeGLU, scaled embeddings)
+    each GemmaRMSNorm: x in fp32 4*t*h, rsqrt 4*t, the fp32 normalized x 4*t*h (weight trains) and the
+    fresh fp32 vector 1 + weight, 4*h (4*d for Gemma 3's q/k norms); gelu_pytorch_tanh(gate) * up keeps
+    what SwiGLU keeps; Gemma 2/3: four norms (each sublayer's output normalized before the add), eager
+    softcapping keeps the scores' tanh output e*a*s^2*b, final softcapping the logits' tanh e*t*V;
+    the embedding's * sqrt(h) multiplies by a buffer: nothing saved; Gemma 3: one cos/sin pair per layer type
+GPT-NeoX (LayerNorms, fused query_key_value, partial rotary, GELU MLP, parallel residual)
+    rotary on the first rotary_pct of each head keeps narrower cos/sin tables; torch.cat makes q and k
+    new (b, a, s, d) tensors, so SDPA's output is copied for dense; v stays a view of the qkv output
+    (SDPA keeps the whole 3*t*h storage; eager at b = 1 too); the parallel second LayerNorm reads the
+    block input again (saved once) and keeps only its stats
+Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; transformers' default grouped_mm experts), see _moe:
+    router fp32 softmax t*E, int64 top-k indices, the renormalization's sum and pre-division copy;
+    t*k rows through the experts in all: gathered input, gate_up output, SiLU output and product, down
+    output, routing weights, three int64 index vectors and the int32 offsets; Qwen2-MoE's shared
+    expert and its sigmoid gate
+RoBERTa (BERT's blocks): position ids and token-type ids made per token (8*t each, saved by their
+    embeddings); RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on token 0, no pooler
 Attention, per block (n = b*a*s*d elements, that is t*h when a*d = h)
     eager: matmul keeps contiguous copies of q, k^T and v (GQA: k and v repeated to a heads),
     e*n each; softmax output e*a*s^2*b (fp32 for LLaMA); with dropout its mask m*a*s^2*b and the
@@ -222,11 +240,14 @@ class _Trace:
             self.save(rstd, f"{name} rstd")
         return out
 
-    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False):
+    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False, plus_one=None):
         """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight.
 
         rows: how many vectors it normalizes (t for the residual; t x heads for Qwen3's q/k norms).
         weight_fp32: Olmo2RMSNorm's (weight * x_normed).to(dtype), whose product keeps the fp32 normed x.
+        plus_one: the width of GemmaRMSNorm's weight (Gemma, Gemma 2, Gemma 3): normed * (1.0 +
+        weight.float()), in fp32, then type_as(x); the product keeps the fp32 normed x (when the weight
+        trains) and the fresh fp32 (1 + weight) vector (when x needs a gradient).
         """
         x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
         square = self.tmp(x.numel, 4, x32)
@@ -236,10 +257,21 @@ class _Trace:
         if x.grad:
             self.save(x32, f"{name} input in fp32")
             self.save(rsqrt, f"{name} rsqrt")
-        normed = y if self.e == 4 or weight_fp32 else self.tmp(x.numel, self.e, y)
+        normed = y if self.e == 4 or weight_fp32 or plus_one else self.tmp(x.numel, self.e, y)
         normed.grad = x.grad
         if trainable:
-            self.save(normed, f"{name} normalized input")
+            self.save(normed, f"{name} normalized input" + (" (fp32)" if plus_one and self.e != 4 else ""))
+        if plus_one:
+            one_plus = self.new(plus_one, 4, trainable)  # 1.0 + weight.float(): a new fp32 vector per call
+            if x.grad:
+                self.save(one_plus, f"{name} 1 + weight (fp32)")
+            prod = self.new(x.numel, 4, x.grad or trainable)
+            self.use(normed, one_plus)
+            if self.e == 4:
+                return prod
+            out = self.new(x.numel, self.e, prod.grad)  # type_as(x)
+            self.use(prod)
+            return out
         out = self.new(x.numel, self.e, x.grad or trainable)
         self.use(normed)
         return out
@@ -293,15 +325,16 @@ class _Trace:
         self.use(x)
         return out
 
-    def silu_times(self, gate, up, name):
-        """LLaMA's silu(gate) * up: silu keeps gate; the product keeps each factor the other needs."""
+    def silu_times(self, gate, up, name, act_name="SiLU"):
+        """LLaMA's silu(gate) * up: silu keeps gate; the product keeps each factor the other needs.
+        Gemma's gelu_pytorch_tanh (one F.gelu) keeps its input just as SiLU does: the same three tensors."""
         act = self.new(gate.numel, self.e, gate.grad)
         self.use(gate)
         if gate.grad:
-            self.save(gate, f"{name} gate output (SiLU input)")
+            self.save(gate, f"{name} gate output ({act_name} input)")
             self.save(up, f"{name} up output")
         if up.grad:
-            self.save(act, f"{name} SiLU output")
+            self.save(act, f"{name} {act_name} output")
         out = self.new(gate.numel, self.e, act.grad or up.grad)
         self.use(act, up)
         return out
@@ -325,7 +358,11 @@ class _Trace:
         self.use(times_cos, times_sin)
         return out
 
-    def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name):
+    def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name, softcap=None,
+                  v_view=False):
+        """v_view (GPT-NeoX): v is a view into the fused qkv output. Eager probs @ v reshapes it to
+        (b*a, s, d): a copy for b > 1, but at b = 1 a view, so the whole qkv storage is saved (found when
+        the first held-out GPT-NeoX eager case, b = 1, measured 2 x t x h x e more per block)."""
         n = self.t * heads * head_dim
         scores = self.b * heads * self.s * self.s
         if kind == "flash":
@@ -356,6 +393,13 @@ class _Trace:
         grad = q.grad or k.grad
         raw = self.tmp(scores, elem, qc, kc)  # q @ k^T
         raw = self.tmp(scores, elem, raw)  # * scaling (and + mask)
+        if softcap:  # Gemma 2/3's eager attention: scores / cap, tanh (which keeps its output), * cap
+            raw = self.tmp(scores, elem, raw)
+            capped = self.new(scores, elem, grad)
+            self.use(raw)
+            if grad:
+                self.save(capped, f"{name} softcapping tanh output")
+            raw = self.tmp(scores, elem, capped)
         if kind == "eager" and softmax_fp32:
             probs32 = self.new(scores, 4, grad)
             self.use(raw)
@@ -373,6 +417,9 @@ class _Trace:
                 self.save(probs, f"{name} softmax output")
         probs = self.dropout(probs, dropout, f"{name} attention")
         vc = self.new(n, elem, v.grad)
+        if v_view and kind == "eager":
+            vc.storage.nbytes = _pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
+                                      v.storage.nbytes, vc.storage.nbytes)
         self.use(v)
         if v.grad:
             self.save(probs, f"{name} attention probabilities (PV)")
@@ -401,7 +448,7 @@ class _Setup:
 def _dims(shape: ModelShape):
     a, d = shape.n_heads, shape.head_dim
     return dict(h=shape.hidden_size, a=a, k=shape.n_kv_heads or a, d=d, I=shape.intermediate_size,
-                V=shape.vocab_size, labels=shape.num_labels)
+                V=shape.vocab_size, labels=shape.num_labels, rd=shape.rotary_dim or d)
 
 
 def _attention_kind(attention, device, dropout):
@@ -432,6 +479,10 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         act = tr.gelu_new(fc, "gelu_new") if shape.hidden_act in ("", "gelu_new") else tr.gelu(fc, shape.hidden_act)
         out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
         return tr.add(out, r1)
+    if shape.family == "llama" and shape.arch in GEMMA:
+        return _gemma_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables)
+    if shape.family == "llama" and shape.arch == "gpt_neox":
+        return _neox_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables)
     if shape.family == "llama" and shape.arch == "olmo2":
         # OLMo 2: no norm before the sublayers; q/k RMSNorm over all heads; a norm on each sublayer's output.
         def norm(y, name, rows=None):
@@ -475,6 +526,8 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         out = _houlsby(tr, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), setup, "attention")
         r1 = tr.add(x, tr.dropout(out, dropout, "residual") if phi3 else out)  # Phi-3: resid_attn_dropout
         h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
+        if shape.n_experts:  # Mixtral, Qwen2-MoE, Qwen3-MoE: the sparse MoE block instead of the MLP
+            return tr.add(r1, _moe(tr, shape, h2, trainable, lora))
         if phi3:  # one gate_up_proj, chunked into two views: gate and up share its storage
             gu = tr.linear(h2, t * 2 * inner, trainable, lora("gate_up_proj"), "gate_up_proj")
             gate, up = (_Tensor(t * inner, gu.elem, gu.grad, gu.storage) for _ in range(2))
@@ -507,6 +560,202 @@ def _houlsby(tr: _Trace, x: _Tensor, setup: _Setup, name: str) -> _Tensor:
     down = tr.linear(x, tr.t * setup.houlsby, True, None, f"{name} adapter down")
     up = tr.linear(tr.gelu(down, f"{name} adapter GELU"), x.numel, True, None, f"{name} adapter up")
     return tr.add(x, up)
+
+
+GEMMA = ("gemma", "gemma2", "gemma3_text")
+
+
+def _gemma_block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora, *, kind, dropout, tables):
+    """GemmaDecoderLayer (Gemma2/Gemma3 with four norms, Gemma 3 with q/k norms), from modeling_gemma*.py.
+
+    Every norm is a GemmaRMSNorm ((1 + weight) in fp32, rms_norm's plus_one); the MLP is
+    gelu_pytorch_tanh(gate) * up; Gemma 2/3 normalize each sublayer's output before the residual add
+    and may softcap the eager scores (tanh). Gemma 3's q/k norms run over each head before the rotation.
+    """
+    dm, t = _dims(shape), tr.t
+    h, a, kv, d, inner = dm["h"], dm["a"], dm["k"], dm["d"], dm["I"]
+    sandwich = shape.norm_layout == "sandwich"
+
+    def norm(y, name, rows=None, width=h):
+        return tr.rms_norm(y, trainable, name, rows=rows, plus_one=width)
+
+    h1 = norm(x, "input_layernorm")
+    q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
+    k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
+    v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
+    if shape.qk_norm == "head":  # Gemma3RMSNorm over each head's d values
+        q = norm(q, "q_norm", rows=t * a, width=d)
+        k = norm(k, "k_norm", rows=t * kv, width=d)
+    q, k = tr.rotary(q, tables), tr.rotary(k, tables)
+    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
+                       name="attention", softcap=shape.attn_softcap)
+    out = tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj")
+    if sandwich:
+        out = norm(out, "post_attention_layernorm")
+    r1 = tr.add(x, out)
+    h2 = norm(r1, "pre_feedforward_layernorm" if sandwich else "post_attention_layernorm")
+    gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
+    up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
+    prod = tr.silu_times(gate, up, "GeGLU", act_name=shape.hidden_act)
+    out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+    if sandwich:
+        out = norm(out, "post_feedforward_layernorm")
+    return tr.add(r1, out)
+
+
+def _neox_block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora, *, kind, dropout, tables):
+    """GPTNeoXLayer (modeling_gpt_neox.py): LayerNorms, one query_key_value, partial rotary, GELU MLP,
+    dropout after each sublayer, and (use_parallel_residual, the default) attention and MLP both reading
+    the block input: the second LayerNorm saves the same input again (one storage) and its own stats."""
+    dm, t, e = _dims(shape), tr.t, tr.e
+    h, a, d, rd, inner = dm["h"], dm["a"], dm["d"], dm["rd"], dm["I"]
+    h1 = tr.layer_norm(x, trainable, "input_layernorm")
+    qkv = tr.linear(h1, 3 * t * h, trainable, lora("query_key_value"), "query_key_value")
+    q, k, v = (_Tensor(t * a * d, e, qkv.grad, qkv.storage) for _ in range(3))  # chunk(3): views of one storage
+    q, k = _partial_rotary(tr, q, tables, t * a * rd), _partial_rotary(tr, k, tables, t * a * rd)
+    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
+                       name="attention", v_view=True)
+    if kind == "flash":  # q from torch.cat is contiguous as (b, a, s, d): so is the SDPA output, copied for dense
+        merged = tr.new(ctx.numel, e, ctx.grad)
+        tr.use(ctx)
+        ctx = merged
+    attn = tr.dropout(tr.linear(ctx, t * h, trainable, lora("dense"), "attention.dense"), dropout, "post_attention")
+    if shape.parallel_residual:
+        h2 = tr.layer_norm(x, trainable, "post_attention_layernorm")
+    else:
+        x = tr.add(attn, x)
+        h2 = tr.layer_norm(x, trainable, "post_attention_layernorm")
+    fc = tr.linear(h2, t * inner, trainable, lora("dense_h_to_4h"), "dense_h_to_4h")
+    act = tr.gelu(fc, shape.hidden_act)
+    out = tr.dropout(tr.linear(act, t * h, trainable, lora("dense_4h_to_h"), "dense_4h_to_h"), dropout, "post_mlp")
+    if shape.parallel_residual:
+        return tr.add(tr.add(out, attn), x)
+    return tr.add(out, x)
+
+
+def _partial_rotary(tr: _Trace, x: _Tensor, tables, rotated):
+    """GPT-NeoX's apply_rotary_pos_emb: the first rotary_ndims of each head rotate (keeping cos and sin,
+    rotary_ndims wide), then torch.cat([rotated, passed]) makes a new contiguous (b, a, s, d) tensor."""
+    if x.grad:
+        tr.save(tables[0], "rotary cos table")
+        tr.save(tables[1], "rotary sin table")
+    times_cos = tr.tmp(rotated, tr.e, x, tables[0])
+    turned = tr.tmp(rotated, tr.e, x)  # rotate_half
+    times_sin = tr.tmp(rotated, tr.e, turned, tables[1])
+    summed = tr.tmp(rotated, tr.e, times_cos, times_sin)
+    out = tr.new(x.numel, tr.e, x.grad)  # torch.cat
+    tr.use(summed, x)
+    return out
+
+
+def _moe(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora):
+    """The sparse MoE block as transformers 5.24 runs it by default (experts_implementation "grouped_mm",
+    integrations/moe.py's grouped_mm_experts_forward), on the normalized input x (t x h).
+
+    Router (Mixtral/Qwen2-MoE/Qwen3-MoE TopKRouter): logits = x W^T keeps x; softmax in fp32 keeps its
+    output (t x E); topk keeps its int64 indices (t x k); renormalizing the top-k weights in place
+    (Mixtral always, Qwen when norm_topk_prob) keeps the sum and a copy of the weights before the
+    division; Qwen casts the weights back to the model dtype, Mixtral keeps them in fp32.
+    Experts, S = t x k rows, one per (token, chosen expert): the gather x[perm // k] keeps its int64
+    indices; the weights' gather keeps the sort permutation; grouped_mm keeps its input (S x h, then
+    S x I) when the expert weights train, and the int32 offsets; SiLU(gate) * up keeps the S x 2I
+    gate_up output and the S x I SiLU output; the routing-weight product keeps the S x h down output
+    and the weights (the product takes the wider dtype); the unsort keeps its int64 inverse permutation.
+    Qwen2-MoE's shared expert (a SwiGLU MLP on x) and its sigmoid gate (keeps the t x 1 sigmoid output
+    and the shared output) add to it. Where torch's grouped_mm cannot run (CUDA below sm80, CPU torch <=
+    2.10 with unaligned weights) transformers falls back to its own op, which keeps the input even for
+    frozen experts: assumed not to happen (measured on the CPU with torch 2.13).
+    """
+    t, e = tr.t, tr.e
+    h = shape.hidden_size
+    n_exp, top, width = shape.n_experts, shape.experts_per_tok, shape.expert_intermediate_size
+    rows = t * top
+    shared = None
+    if shape.shared_expert_intermediate_size:  # Qwen2MoeSparseMoeBlock runs the shared expert first
+        si = shape.shared_expert_intermediate_size
+        gate = tr.linear(x, t * si, trainable, lora("gate_proj"), "shared_expert.gate_proj")
+        up = tr.linear(x, t * si, trainable, lora("up_proj"), "shared_expert.up_proj")
+        prod = tr.silu_times(gate, up, "shared expert SwiGLU")
+        shared = tr.linear(prod, t * h, trainable, lora("down_proj"), "shared_expert.down_proj")
+    logits = tr.linear(x, t * n_exp, trainable, None, "router")
+    grad = logits.grad
+    logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # .float() / softmax(dtype=float)
+    probs = tr.new(t * n_exp, 4, grad)
+    tr.use(logits32)
+    if grad:
+        tr.save(probs, "router softmax output (fp32)")
+    values = tr.new(rows, 4, grad)
+    indices = tr.new(rows, INT64)
+    tr.use(probs)
+    if grad:
+        tr.save(indices, "router top-k indices (int64)")
+    if shape.norm_topk_prob:  # router_top_value /= router_top_value.sum(dim=-1, keepdim=True), in place
+        total = tr.new(t, 4, grad)
+        before = tr.new(rows, 4)  # autograd's copy of the divided tensor before the in-place division
+        tr.use(values)
+        if grad:
+            tr.save(total, "router top-k sum (fp32)")
+            tr.save(before, "router top-k weights before the in-place division (fp32)")
+    weight_elem = 4
+    if shape.arch != "mixtral" and e != 4:  # router_top_value.to(router_logits.dtype)
+        values = tr.new(rows, e, grad)
+        tr.use(values)
+        weight_elem = e
+    # grouped_mm_experts_forward: sort by expert, gather, two grouped matmuls, weight, unsort, sum over k.
+    token_index = tr.new(rows, INT64)  # perm // top_k
+    selected = tr.new(rows * h, e, x.grad)
+    tr.use(x, token_index)
+    if x.grad:
+        tr.save(token_index, "expert token indices (int64)")
+    perm = tr.new(rows, INT64)
+    weights = tr.new(rows, weight_elem, grad)
+    tr.use(values, perm)
+    if grad:
+        tr.save(perm, "expert sort permutation (int64)")
+    offsets = tr.new(n_exp, 4)  # cumsum(histc(...), dtype=int32)
+    if trainable:
+        tr.save(selected, "experts gate_up input (S x h)")
+    if selected.grad or trainable:
+        tr.save(offsets, "grouped_mm offsets (int32)")
+    gate_up = tr.new(rows * 2 * width, e, selected.grad or trainable)
+    tr.use(selected, offsets)
+    gate, up = (_Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
+    prod = tr.silu_times(gate, up, "experts SwiGLU")
+    if trainable:
+        tr.save(prod, "experts down input (S x I)")
+    down = tr.new(rows * h, e, prod.grad or trainable)
+    tr.use(prod, offsets)
+    out_elem = max(e, weight_elem)
+    weighted = tr.new(rows * h, out_elem, down.grad or weights.grad)
+    tr.use(down, weights)
+    if weights.grad:
+        tr.save(down, "experts output (S x h)")
+    if down.grad:
+        tr.save(weights, "routing weights, sorted")
+    inverse = tr.new(rows, INT64)
+    unsorted = tr.new(rows * h, out_elem, weighted.grad)
+    tr.use(weighted, inverse)
+    if weighted.grad:
+        tr.save(inverse, "expert inverse permutation (int64)")
+    out = tr.new(t * h, out_elem, unsorted.grad)  # .view(t, k, h).sum(dim=1)
+    tr.use(unsorted)
+    if out_elem != e:
+        out = tr.tmp(t * h, e, out)  # .to(hidden_states.dtype)
+        out.grad = unsorted.grad
+    if shared is None:
+        return out
+    gate_logit = tr.linear(x, t, trainable, None, "shared_expert_gate")
+    sig = tr.new(t, e, gate_logit.grad)
+    tr.use(gate_logit)
+    if gate_logit.grad:
+        tr.save(sig, "shared expert gate sigmoid output")
+    if sig.grad:
+        tr.save(shared, "shared expert output")
+    if shared.grad:
+        tr.save(sig, "shared expert gate sigmoid output")
+    gated = tr.new(t * h, e, sig.grad or shared.grad)
+    tr.use(sig, shared)
+    return tr.add(out, gated)
 
 
 def _olmo2_rotary(tr: _Trace, x: _Tensor, tables):
@@ -543,11 +792,23 @@ def _embeddings(tr: _Trace, shape: ModelShape, setup: _Setup, *, dropout, input_
         x = tr.add(x, tr.embedding(tr.new(s, INT64), t * h, trains, "wpe position"))
         return tr.dropout(x, dropout, "embedding")
     if shape.family == "llama":
-        x = tr.embedding(ids, t * h, trains, "embed_tokens")
+        x = tr.embedding(ids, t * h, trains, "embed_in" if shape.arch == "gpt_neox" else "embed_tokens")
+        if shape.arch in GEMMA:  # GemmaTextScaledWordEmbedding: * embed_scale, a buffer (0-d, model dtype)
+            x = tr.tmp(t * h, tr.e, x)
+            x.grad = trains
         x.grad = x.grad or input_grad_hook
+        if shape.arch == "gpt_neox":  # GPTNeoXModel.emb_dropout (hidden_dropout)
+            return tr.dropout(x, dropout, "embedding")
         return x
     x = tr.embedding(ids, t * h, trains, "word_embeddings")
     x.grad = x.grad or input_grad_hook
+    if shape.arch == "roberta":
+        # RobertaEmbeddings: position ids from the token ids (cumsum of ids != padding_idx, one per token,
+        # new int64) and the token-type buffer gathered at them (b x s, new): each saved by its embedding.
+        positions = tr.new(t, INT64)
+        x = tr.add(x, tr.embedding(tr.new(t, INT64), t * h, trains, "token_type"))
+        x = tr.add(x, tr.embedding(positions, t * h, trains, "position"))
+        return tr.dropout(tr.layer_norm(x, trains, "embeddings LayerNorm"), dropout, "embedding")
     x = tr.add(x, tr.embedding(tr.new(s, INT64), t * h, trains, "token_type"))  # gathered from a buffer: new
     x = tr.add(x, tr.embedding(tr.new(s, INT64, existing=True), t * h, trains, "position"))  # a buffer slice
     return tr.dropout(tr.layer_norm(x, trains, "embeddings LayerNorm"), dropout, "embedding")
@@ -558,9 +819,17 @@ def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, 
     t, dm = tr.t, _dims(shape)
     if shape.family == "bert":
         first_token = _Tensor(tr.b * dm["h"], tr.e, x.grad, x.storage)  # hidden[:, 0] keeps the whole storage
-        pooled = tr.tanh(tr.linear(first_token, tr.b * dm["h"], setup.head, None, "pooler dense"), "pooler")
-        pooled = tr.dropout(pooled, dropout, "classifier")
-        logits = tr.linear(pooled, tr.b * dm["labels"], setup.head, None, "classifier")
+        if shape.arch == "roberta" and dm["labels"]:
+            # RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on features[:, 0, :]
+            # (no pooler); without dropout dense keeps the view, so the whole last hidden state.
+            x0 = tr.dropout(first_token, dropout, "classifier input")
+            act = tr.tanh(tr.linear(x0, tr.b * dm["h"], setup.head, None, "classifier.dense"), "classifier")
+            act = tr.dropout(act, dropout, "classifier")
+            logits = tr.linear(act, tr.b * dm["labels"], setup.head, None, "classifier.out_proj")
+        else:
+            pooled = tr.tanh(tr.linear(first_token, tr.b * dm["h"], setup.head, None, "pooler dense"), "pooler")
+            pooled = tr.dropout(pooled, dropout, "classifier")
+            logits = tr.linear(pooled, tr.b * dm["labels"], setup.head, None, "classifier")
         tr.region = "loss"
         if logits.grad:  # CrossEntropyLoss in the logits' dtype
             log_softmax = tr.new(tr.b * dm["labels"], tr.e)
@@ -569,11 +838,19 @@ def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, 
             tr.save(tr.new(tr.b, INT64, batch=True), "labels (int64)")
             tr.save(tr.new(1, tr.e), "loss total weight")
         return
-    if shape.family == "gpt2":
+    if shape.family == "gpt2" or shape.arch == "gpt_neox":  # GPT-NeoX's final_layer_norm is a LayerNorm
         hidden = tr.layer_norm(x, setup.final_norm, "final norm")
-    else:  # OLMo 2's final norm is an Olmo2RMSNorm too
-        hidden = tr.rms_norm(x, setup.final_norm, "final norm", weight_fp32=shape.arch == "olmo2")
+    else:  # OLMo 2's final norm is an Olmo2RMSNorm too, Gemma's a GemmaRMSNorm
+        hidden = tr.rms_norm(x, setup.final_norm, "final norm", weight_fp32=shape.arch == "olmo2",
+                             plus_one=dm["h"] if shape.arch in GEMMA else None)
     logits = tr.linear(hidden, t * dm["V"], setup.head, None, "lm_head")
+    if shape.final_softcap and logits.grad:  # Gemma 2/3: logits / cap, tanh (keeps its output), * cap
+        scaled = tr.tmp(t * dm["V"], tr.e, logits)
+        capped = tr.new(t * dm["V"], tr.e, True)
+        tr.use(scaled)
+        tr.save(capped, "final logit softcapping tanh output")
+        logits = tr.new(t * dm["V"], tr.e, True)
+        tr.use(capped)
     tr.region = "loss"
     if logits.grad:  # ForCausalLMLoss: logits.float(), cross_entropy over the vocabulary
         logits32 = logits if tr.e == 4 else tr.tmp(t * dm["V"], 4, logits)
@@ -701,12 +978,13 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
     _check_layout(shape, seq_len)
+    _check_attention(shape, attention)
     trace_class = _Trace
     if recipe.name == "amp":  # fp32 weights, the forward under torch.autocast(bfloat16): memmath/amp_trace.py
         from .amp_trace import AmpTrace, amp_refusal
 
         trace_class = partial(AmpTrace, causal_mask=shape.family != "bert")
-        refusal = amp_refusal(method, _attention_kind(attention, device, dropout))
+        refusal = amp_refusal(method, _attention_kind(attention, device, dropout), shape)
         if refusal:
             raise ValueError(f"activations='transformers' {refusal} (use activations='textbook')")
     elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
@@ -744,7 +1022,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 
     # The blocks.
     tr = new_trace()
-    rope = (tr.new(s * dm["d"], e, shared=True), tr.new(s * dm["d"], e, shared=True))
+    rope = (tr.new(s * dm["rd"], e, shared=True), tr.new(s * dm["rd"], e, shared=True))
     first_layer, frozen_per, frozen_storing, recompute = None, 0, 0, 0
     if checkpointing:
         tr.region = "block"
@@ -755,7 +1033,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         terms += tr.terms("block", "each block")
         # Backward recomputes one block at a time, its input needing a gradient, and saves its set again.
         re = new_trace()
-        existing = (re.new(s * dm["d"], e, existing=True), re.new(s * dm["d"], e, existing=True))
+        existing = (re.new(s * dm["rd"], e, existing=True), re.new(s * dm["rd"], e, existing=True))
         block(re, "block", re.new(b * s * h, e, True, existing=True), True, existing)
         recompute = re.bytes_in("block")
         if isinstance(method, Freeze):
@@ -779,6 +1057,14 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         terms += tr.terms("each block")
     tables = tr.bytes_in("outside") * blocks_store  # rotary tables (first storing block) or the shared mask
     terms += tr.terms("outside")
+    if not checkpointing:
+        # Gemma 3 computes one cos/sin pair per layer type: a second pair is saved by the first storing block
+        # of the other type (counted here with the shared tables; the measurement files it in that block).
+        first_storing = 0 if (isinstance(method, Freeze) and setup.embeddings) else n_layers - trained
+        extra = _extra_rope_pairs(shape, first_storing) * 2 * s * dm["rd"] * e
+        if _positive_any(extra):
+            tables = tables + extra * blocks_store
+            terms.append(("outside", "rotary cos and sin tables of the second layer type", extra))
 
     # Outside the blocks, after them: final norm, head, loss. The last block's output needs a
     # gradient when any block stores; with every block frozen it needs none.
@@ -795,13 +1081,13 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     live = trace_class(e=e, device=device, b=b, s=s, saving=not checkpointing, int8_base=int8_base)
     x_in = live.new(b * s * h, e, True)
     x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
-    shared = (live.new(s * dm["d"], e, existing=True), live.new(s * dm["d"], e, existing=True))
+    shared = (live.new(s * dm["rd"], e, existing=True), live.new(s * dm["rd"], e, existing=True))
     block(live, "block", x_in, True, shared)
     # Under checkpointing, backward runs each block's forward again, saving this time.
     again = trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base)
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
-    block(again, "block", x_again, True, (again.new(s * dm["d"], e, existing=True),
-                                          again.new(s * dm["d"], e, existing=True)))
+    block(again, "block", x_again, True, (again.new(s * dm["rd"], e, existing=True),
+                                          again.new(s * dm["rd"], e, existing=True)))
     estimate = ActivationEstimate(per_layer=per_layer, layers_storing=layers_storing,
                                   recompute_peak=recompute * _positive(layers_storing),
                                   outside_layers=embeddings + tables + head, loss=loss, model="transformers",
@@ -817,23 +1103,30 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
 # tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; OLMo 2's
-# normalizes q, k and each sublayer's output in fp32; measured), GPT-2's and BERT's (RoBERTa's position ids come from the token ids: not traced). Other model_types differ in what they save (q/k norms, four norms, fused
-# matrices, GeGLU, experts) and are refused until they are traced and measured.
-TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
-                                                                               "phi3", "olmo2")}
+# normalizes q, k and each sublayer's output in fp32), Gemma's, GPT-NeoX's, the MoE decoders', GPT-2's,
+# BERT's and RoBERTa's; each measured (validation/measure.py). Other model_types are refused.
+TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert", "roberta"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
+                                                                               "phi3", "olmo2") + GEMMA + (
+    "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe")}
+# The MLP activation each traced decoder layout is traced with (transformers' ACT2FN names): one F.gelu
+# (gelu_pytorch_tanh or exact) keeps its input as SiLU does.
+_TRACED_ACTS = dict.fromkeys(GEMMA, ("gelu_pytorch_tanh", "gelu")) | {"gpt_neox": ("gelu",)}
 
 
-def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:
-    """None when this model replays `shape` trained with `method` in `recipe`; else why not, in words."""
+def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | None:
+    """None when this model replays `shape` trained with `method` in `recipe` (and `attention`, when
+    given); else why not, in words."""
     try:
         if shape.family not in FAMILIES:
             return f"knows the gpt2, llama and bert families, not {shape.family}"
         _check_layout(shape, seq_len)
+        if attention is not None:
+            _check_attention(shape, attention)
         if recipe.name == "amp":  # fp32 weights under autocast: memmath/amp_trace.py
             from .amp_trace import amp_refusal
 
-            if amp_refusal(method):
-                return amp_refusal(method)
+            if amp_refusal(method, shape=shape):
+                return amp_refusal(method, shape=shape)
         elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
             return f"models a forward pass in the weights' own format, not precision {recipe.name!r}"
         _setup(shape, method, recipe)
@@ -842,19 +1135,43 @@ def traces(shape: ModelShape, method, recipe, seq_len) -> str | None:
     return None
 
 
+def _check_attention(shape: ModelShape, attention):
+    if shape.attn_softcap and attention != "eager":
+        # integrations/sdpa_attention.py raises for a softcap; Gemma2PreTrainedModel picks eager (no SDPA).
+        raise ValueError(f"activations='transformers' with attention={attention!r}: transformers' SDPA attention "
+                         f"does not support attn_logit_softcapping ({shape.attn_softcap}); a softcapped model runs "
+                         "attention='eager' (use activations='textbook')")
+
+
 def _check_layout(shape: ModelShape, seq_len):
     arch = shape.arch
     if arch not in TRACED_ARCHES[shape.family]:
         raise ValueError(f"activations='transformers' replays {', '.join(a for a in TRACED_ARCHES[shape.family] if a)}"
                          f" models; model_type {arch!r} is not traced yet (use activations='textbook')")
-    if shape.family == "llama" and shape.hidden_act not in ("", "silu"):
-        raise ValueError(f"activations='transformers' models hidden_act 'silu' for {arch or 'llama'}; got "
-                         f"{shape.hidden_act!r} (use activations='textbook')")
+    acts = _TRACED_ACTS.get(arch, ("", "silu"))
+    if shape.family == "llama" and shape.hidden_act not in acts:
+        raise ValueError(f"activations='transformers' models hidden_act {' or '.join(repr(a) for a in acts if a)} for "
+                         f"{arch or 'llama'}; got {shape.hidden_act!r} (use activations='textbook')")
     windows = [w for w in shape.attention_windows if w is not None]
     # masking_utils skips the mask only while kv_length < the window (sdpa_mask's _ignore_causal_mask_sdpa).
     if windows and any_true(seq_len >= min(windows)):
         raise ValueError(f"activations='transformers' does not model sliding-window attention masks: seq_len must "
                          f"be below sliding_window ({min(windows)}) (use activations='textbook')")
+
+
+def _extra_rope_pairs(shape: ModelShape, first_storing):
+    """Gemma 3: how many more rotary cos/sin pairs than one the storing blocks (from first_storing on) use
+    (Gemma3TextModel computes one pair per layer type in config.layer_types); 0 for every other model."""
+    types = shape.layer_types
+    if shape.arch != "gemma3_text" or types is None or len(set(types)) < 2:
+        return 0
+
+    def count(first):
+        return max(len(set(types[int(first):])) - 1, 0)
+
+    if isinstance(first_storing, np.ndarray):
+        return np.vectorize(count, otypes=[np.int64])(first_storing)
+    return count(first_storing)
 
 
 def _positive(value):

@@ -103,6 +103,12 @@ class ModelShape:
     sliding_window: int | None = None  # tokens a sliding-attention layer sees (transformers' config value)
     layer_types: tuple | None = None  # per block "full_attention" or "sliding_attention" (None: all full)
     dropout_p: float | None = None  # the config's dropout probability where it has dropout (None: not read)
+    # ---- what changes only the saved activations (read by from_hf_config; hf_activations traces them)
+    attn_softcap: float | None = None  # Gemma 2/3 attn_logit_softcapping: tanh over the scores (eager only)
+    final_softcap: float | None = None  # Gemma 2/3 final_logit_softcapping: tanh over the logits
+    rotary_dim: int | None = None  # rotated dims of each head (GPT-NeoX partial rotary; None: all head_dim)
+    parallel_residual: bool = False  # GPT-NeoX use_parallel_residual: attention and MLP read the block input
+    norm_topk_prob: bool = False  # MoE: the top-k routing weights renormalized (Mixtral always; Qwen-MoE config)
 
     # ---- counts -----------------------------------------------------------------------------
     @property
@@ -166,10 +172,23 @@ class ModelShape:
         Names map onto each family's modules: GPT-2's q, k and v live in one fused c_attn matrix,
         which is adapted once; BERT and GPT-2 have no gate matrix. "all" adapts every linear
         matrix the family has (peft's "all-linear"), so it skips gate where there is none.
+        Mixtures of experts: the routed experts are 3-D parameters, not linear layers, so "all" is
+        the attention (and Qwen2-MoE's shared expert), as peft adapts a target_modules list of
+        those names (measured). peft 0.21 maps some names onto the experts themselves
+        (utils/transformers_weight_conversion.py): Qwen3-MoE's gate/up/down, refused here, and
+        Mixtral's w1/w2/w3/gate, which its "all-linear" string also reaches; neither is modelled.
         """
         targets = lora_targets(targets)
         table = _LORA_TABLES[self.family](self)
         every = set(targets) == set(LORA_TARGETS)  # "all": what exists in this family
+        experts = [t for t in targets if t in ("gate", "up", "down")]
+        if self.arch == "qwen3_moe" and experts:
+            # peft 0.21 (utils/transformers_weight_conversion.py) maps qwen3_moe's v4 names gate_proj, up_proj and
+            # down_proj onto the routed experts' 3-D gate_up_proj and down_proj (target_parameters, fused rank
+            # 2r): measured (a held-out Qwen3-MoE case) but not modelled here.
+            raise ValueError(f"LoRA targets {', '.join(experts)} on a qwen3_moe model: peft adapts the routed experts' "
+                             "3-D gate_up_proj and down_proj parameters, which memmath does not model; target q, k, "
+                             "v and o")
         chosen: dict[str, tuple[int, int]] = {}
         for target in targets:
             if target not in table and every and table:
@@ -264,15 +283,25 @@ class ModelShape:
                 self.family, ""))
         if not isinstance(self.hidden_act, str):
             raise ValueError(f"hidden_act must be an activation name such as 'silu'; got {validate.describe(self.hidden_act)}")
-        for name in ("qkv_bias", "layer_norm", "fused_qkv", "gated_mlp", "fused_gate_up", "shared_expert_gate"):
+        for name in ("qkv_bias", "layer_norm", "fused_qkv", "gated_mlp", "fused_gate_up", "shared_expert_gate",
+                     "parallel_residual", "norm_topk_prob"):
             validate.flag(name, getattr(self, name))
+        for name in ("attn_softcap", "final_softcap"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"{name} must be a positive number or None (no softcapping); got {validate.describe(value)}")
+        if self.rotary_dim is not None:
+            object.__setattr__(self, "rotary_dim", validate.count("rotary_dim", self.rotary_dim, high=validate.MAX_DIM,
+                                                                  scalar=True))
         validate.choice("qk_norm", self.qk_norm, ("", "head", "full"))
         validate.choice("norm_layout", self.norm_layout, ("pre", "sandwich", "post"))
         decoder_options = (self.qkv_bias or self.qk_norm or self.norm_layout != "pre" or self.layer_norm
-                           or self.fused_qkv or not self.gated_mlp or self.fused_gate_up or self.n_experts)
+                           or self.fused_qkv or not self.gated_mlp or self.fused_gate_up or self.n_experts
+                           or self.attn_softcap or self.final_softcap or self.rotary_dim or self.parallel_residual)
         if decoder_options and self.family != "llama":
-            raise ValueError("qkv_bias, qk_norm, norm_layout, layer_norm, fused_qkv, gated_mlp, fused_gate_up and "
-                             "n_experts describe rotary decoders (family 'llama'); got a "
+            raise ValueError("qkv_bias, qk_norm, norm_layout, layer_norm, fused_qkv, gated_mlp, fused_gate_up, "
+                             "n_experts, softcapping, rotary_dim and parallel_residual describe rotary decoders "
+                             "(family 'llama'); got a "
                              f"{self.family} model")
         object.__setattr__(self, "n_experts", validate.count("n_experts", self.n_experts, low=0, scalar=True))
         if self.n_experts:
@@ -476,6 +505,13 @@ def _bert_tensors(m: ModelShape, group: str):
                 + _linear("output.dense", "mlp", inner, h, True) + _norm("output.LayerNorm", h, True))
     if group == "final_norm":
         return []
+    if m.arch == "roberta" and m.num_labels:
+        # RobertaForSequenceClassification: RobertaModel(add_pooling_layer=False) and a
+        # RobertaClassificationHead (dense h x h, tanh, out_proj h -> labels) on the first token.
+        return [ParamTensor("classifier.dense.weight", "head", (h, h), linear=True),
+                ParamTensor("classifier.dense.bias", "head", (h,)),
+                ParamTensor("classifier.out_proj.weight", "head", (m.num_labels, h)),
+                ParamTensor("classifier.out_proj.bias", "head", (m.num_labels,))]
     head = [ParamTensor("pooler.dense.weight", "head", (h, h), linear=True), ParamTensor("pooler.dense.bias", "head", (h,))]
     if m.num_labels:
         head += [ParamTensor("classifier.weight", "head", (m.num_labels, h)), ParamTensor("classifier.bias", "head", (m.num_labels,))]
@@ -650,8 +686,8 @@ CONFIG_FIELDS: dict[str, dict[str, str]] = {
              "torch_dtype": _COMMON_DECODER["torch_dtype"], "dtype": "as torch_dtype",
              "quantization_config": _COMMON_DECODER["quantization_config"]},
 }
-CONFIG_FIELDS["roberta"] = dict(CONFIG_FIELDS["bert"], architectures="RobertaForSequenceClassification refused "
-                                "(its dense + out_proj head, without a pooler, is not modelled)")
+CONFIG_FIELDS["roberta"] = dict(CONFIG_FIELDS["bert"], architectures="RobertaForSequenceClassification adds its "
+                                "classification head (dense + out_proj) instead of the pooler")
 for _arch in LLAMA_LIKE:
     CONFIG_FIELDS[_arch] = dict(_COMMON_DECODER, hidden_act="the MLP activation (saved activations)")
 for _arch in LLAMA_LIKE[:-1]:  # every one but gpt_neox, whose head size is always h / heads
@@ -685,10 +721,15 @@ for _arch in ("qwen2_moe", "qwen3_moe"):
     CONFIG_FIELDS[_arch].update(num_experts="routed experts", moe_intermediate_size="one expert's width",
                                 decoder_sparse_step="1 only (every block sparse)",
                                 mlp_only_layers="empty only (every block sparse)")
+CONFIG_FIELDS["qwen3_moe"]["num_local_experts"] = "routed experts (the name transformers 5 saves for num_experts)"
 CONFIG_FIELDS["qwen2_moe"]["shared_expert_intermediate_size"] = "the shared expert's width (0: none)"
+for _arch in ("qwen2_moe", "qwen3_moe"):
+    CONFIG_FIELDS[_arch]["norm_topk_prob"] = "renormalized top-k routing weights (saved activations)"
 CONFIG_FIELDS["phi3"].update(resid_pdrop="dropout_p", embd_pdrop="unused by Phi3Model (transformers 5.24): no memory")
 CONFIG_FIELDS["gpt_neox"].update(hidden_dropout="dropout_p", use_parallel_residual="saved activations",
-                                 rotary_pct="no parameters", classifier_dropout="no memory for a causal LM")
+                                 rotary_pct="rotated dims per head (saved activations; no parameters)",
+                                 rope_parameters="partial_rotary_factor as rotary_pct",
+                                 classifier_dropout="no memory for a causal LM")
 for _arch in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"):
     CONFIG_FIELDS[_arch]["(q_norm, k_norm)"] = "always present in this family: q/k RMSNorm"
 
@@ -711,8 +752,9 @@ _DTYPES = ("float32", "bfloat16", "float16")
 # Config-class defaults that differ between families (transformers 5.24 configuration_<type>.py).
 _DEFAULTS = {
     "qwen2": dict(tie_word_embeddings=False), "qwen3": dict(head_dim=128), "qwen3_moe": dict(num_key_value_heads=4),
-    "gemma": dict(head_dim=256, tie_word_embeddings=True), "gemma2": dict(head_dim=256, tie_word_embeddings=True),
-    "gemma3_text": dict(head_dim=256, tie_word_embeddings=True), "mistral": dict(sliding_window=4096),
+    "gemma": dict(head_dim=256, tie_word_embeddings=True),
+    "gemma2": dict(head_dim=256, tie_word_embeddings=True, sliding_window=4096),
+    "gemma3_text": dict(head_dim=256, tie_word_embeddings=True, sliding_window=4096), "mistral": dict(sliding_window=4096),
     "qwen2_moe": dict(qkv_bias=True), "gpt_neox": dict(attention_bias=True),
 }
 
@@ -805,9 +847,6 @@ def _bert_from_config(config, get, model_type, name):
         raise ValueError(f"config field 'position_embedding_type' is {validate.describe(position)}; memmath models 'absolute' only")
     _activation(config, model_type, "hidden_act", "gelu")
     classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
-    if classifier and model_type == "roberta":  # RobertaClassificationHead, and no pooler: not modelled
-        raise ValueError("config field 'architectures' names RobertaForSequenceClassification, whose head "
-                         "(dense + out_proj, no pooler) memmath does not model; remove it to count RobertaModel")
     labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else get("num_labels", 2)
     hidden_p = get.probability("hidden_dropout_prob", 0.1)
     drops = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
@@ -849,7 +888,19 @@ def _decoder_from_config(config, get, model_type, name):
     if model_type == "phi3":
         options.update(fused_qkv=True, fused_gate_up=True)
     if model_type == "gpt_neox":
-        options.update(layer_norm=True, fused_qkv=True, gated_mlp=False)
+        options.update(layer_norm=True, fused_qkv=True, gated_mlp=False,
+                       parallel_residual=get.flag("use_parallel_residual", True))
+        # GPTNeoXConfig: rope_parameters' partial_rotary_factor, from rotary_pct (default 0.25); the
+        # attention rotates int(head_size * factor) dims of each head (GPTNeoXAttention.rotary_ndims).
+        rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+        factor = rope.get("partial_rotary_factor", config.get("rotary_pct", 0.25))
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+            raise ValueError(f"config field 'rotary_pct' must be a fraction in (0, 1]; got {validate.describe(factor)}")
+        options["rotary_dim"] = max(1, int(get("hidden_size") // get("num_attention_heads") * factor))
+    if model_type in ("gemma2", "gemma3_text"):
+        gemma2 = model_type == "gemma2"  # Gemma2Config caps at 50 / 30 by default, Gemma3TextConfig not at all
+        options.update(attn_softcap=_softcap(config, "attn_logit_softcapping", 50.0 if gemma2 else None),
+                       final_softcap=_softcap(config, "final_logit_softcapping", 30.0 if gemma2 else None))
     if model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
         _refuse_true(get, "output_router_logits")
         if model_type == "mixtral":
@@ -859,7 +910,13 @@ def _decoder_from_config(config, get, model_type, name):
             experts = get("num_local_experts", 8)
             options["expert_intermediate_size"] = get("intermediate_size")
         else:
-            experts = get("num_experts", 60 if model_type == "qwen2_moe" else 128)
+            # Qwen3MoeConfig (transformers 5.24) maps num_experts onto num_local_experts and saves that name.
+            key = "num_local_experts" if model_type == "qwen3_moe" and config.get("num_local_experts") is not None \
+                else "num_experts"
+            experts = get(key, 60 if model_type == "qwen2_moe" else 128)
+            if key == "num_local_experts" and config.get("num_experts") not in (None, experts):
+                raise ValueError(f"config fields 'num_experts' ({config['num_experts']}) and 'num_local_experts' "
+                                 f"({experts}) disagree; Qwen3MoeConfig keeps one number of routed experts")
             options["expert_intermediate_size"] = get("moe_intermediate_size", 1408 if model_type == "qwen2_moe" else 768)
             step = get("decoder_sparse_step", 1)
             if step != 1:
@@ -870,6 +927,8 @@ def _decoder_from_config(config, get, model_type, name):
                                  "an empty list only (every block a mixture of experts)")
         options.update(n_experts=experts, experts_per_tok=get("num_experts_per_tok", 2 if model_type == "mixtral" else
                                                               4 if model_type == "qwen2_moe" else 8))
+        # MixtralTopKRouter always renormalizes the top-k weights; Qwen-MoE routers when norm_topk_prob is true.
+        options["norm_topk_prob"] = True if model_type == "mixtral" else get.flag("norm_topk_prob", False)
         if model_type == "qwen2_moe":
             shared = get("shared_expert_intermediate_size", 5632, low=0)
             options.update(shared_expert_intermediate_size=shared, shared_expert_gate=True)
@@ -898,9 +957,11 @@ def _attention_layout(config, get, model_type, layers):
     """(sliding_window, layer_types) as transformers' config classes derive them."""
     if "sliding_window" not in CONFIG_FIELDS[model_type]:
         return None, None
-    window = get("sliding_window", None)
+    # An explicit null turns sliding off; a missing field takes the config class's default (_DEFAULTS).
     if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not get.flag("use_sliding_window", False):
-        window = None  # Qwen2Config.__post_init__: sliding_window only with use_sliding_window
+        window = None  # Qwen2Config.__post_init__: sliding_window only with use_sliding_window (Qwen2-MoE saves 0)
+    else:
+        window = None if config.get("sliding_window", 0) is None else get("sliding_window", None)
     given = config.get("layer_types")
     if given is not None:
         if not isinstance(given, list) or len(given) != layers or any(t not in LAYER_TYPES for t in given):
@@ -914,13 +975,26 @@ def _attention_layout(config, get, model_type, layers):
     if model_type in ("qwen2", "qwen3"):  # sliding from max_window_layers on
         first = get("max_window_layers", 28, low=0)
         return window, tuple("sliding_attention" if i >= first else "full_attention" for i in range(layers))
+    if model_type == "qwen2_moe":  # Qwen2MoeConfig: even blocks (0, 2, ...) below max_window_layers slide
+        first = get("max_window_layers", 28, low=0)
+        return window, tuple("sliding_attention" if (i + 1) % 2 and i < first else "full_attention"
+                             for i in range(layers))
     if model_type == "gemma2":  # Gemma2Config: even blocks (0, 2, ...) slide
         return window, tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers))
     if model_type == "gemma3_text":  # every sliding_window_pattern-th block is full (default 6)
         pattern = get("sliding_window_pattern", 6)
         return window, tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
-    # mistral, mixtral, phi3, qwen*_moe: no layer_types, so transformers' cache slides every layer
+    # mistral, mixtral, phi3, qwen3_moe: no layer_types, so transformers' cache slides every layer
     return window, ("sliding_attention",) * layers
+
+
+def _softcap(config, key, default):
+    """A softcapping constant: None (off) or a positive number, as Gemma 2/3's config classes keep it."""
+    value = config.get(key, default)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"config field {key!r} must be a positive number or null (no softcapping); "
+                         f"got {validate.describe(value)}")
+    return None if value is None else float(value)
 
 
 def _no_window(types):

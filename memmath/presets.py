@@ -87,7 +87,7 @@ PRESETS: dict[str, ModelShape] = {
     "qwen3-30b-a3b": _from_config(  # Qwen/Qwen3-30B-A3B: 30,532,122,624 total, 3,353,032,704 active (30.5B/3.3B)
         "qwen3-30b-a3b", model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
         num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936, num_experts=128,
-        num_experts_per_tok=8, moe_intermediate_size=768, tie_word_embeddings=False),
+        num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True, tie_word_embeddings=False),
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.

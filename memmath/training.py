@@ -315,7 +315,7 @@ def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None,
         else:
             from .hf_activations import traces
 
-            reason = traces(shape, method, recipe, seq_len)
+            reason = traces(shape, method, recipe, seq_len, attention)
             if not reason and recipe.name == "amp" and (attention or "sdpa") == "sdpa" and dropout:
                 from .amp_trace import MATH_REFUSAL  # SDPA with dropout: the math kernel on the CPU
 
@@ -326,7 +326,9 @@ def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None,
                     notes.append(Note("activations_textbook_fallback",
                                       f"activations: the textbook model, since the transformers trace {reason}"))
     if attention is None:
-        attention = "sdpa"  # what transformers picks when the model supports it
+        # What transformers picks: SDPA where the model supports it; Gemma2PreTrainedModel has no SDPA, and
+        # SDPA refuses a softcap (integrations/sdpa_attention.py), so softcapped attention runs eager.
+        attention = "eager" if shape.arch == "gemma2" or shape.attn_softcap else "sdpa"
     return activations, attention, dropout
 
 

@@ -156,3 +156,86 @@ def test_sweep_past_int64_raises_instead_of_wrapping():
     # The same point as a scalar stays an exact Python int.
     scalar = mm.training_memory(model, seq_len=2**22, batch_size=2**10).activations
     assert scalar > 5 * 2**68
+
+
+# ---- the exact model for the model types read since issue 10, by hand from transformers 5.24's source ---
+def _exact(config, **kw):
+    shape = mm.from_hf_config(config)
+    run = dict(precision="bf16", batch_size=1, seq_len=1024, activations="transformers", device="cpu")
+    run.update(kw)
+    return shape, mm.training_memory(shape, **run).activation_detail
+
+
+def test_gemma_block_by_hand():
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    shape, detail = _exact(PUBLISHED_CONFIGS["gemma-7b"])
+    e, t, h, a, kv, d, inner = 2, 1024, shape.hidden_size, shape.n_heads, shape.n_kv_heads, shape.head_dim, \
+        shape.intermediate_size
+    # modeling_gemma.py, one block trained with SDPA and no dropout. GemmaRMSNorm computes
+    # x.float() * rsqrt(mean(x^2) + eps) * (1.0 + weight.float()) in fp32: it keeps x in fp32 (4th),
+    # rsqrt (4t), the fp32 normalized x (4th, for the weight's gradient) and the fresh fp32 (1 + w)
+    # vector (4h); two of them per block.
+    norms = 2 * (8 * t * h + 4 * t + 4 * h)
+    # q/k/v read the first norm's bf16 output (one storage); SDPA (CPU FlashAttention) keeps q, k, v,
+    # its output (which o_proj reads through a view) and a fp32 log-sum-exp per row and head.
+    attention = e * t * h + e * t * (2 * a * d + 2 * kv * d) + 4 * a * t
+    # gate/up read the second norm's output; gelu_pytorch_tanh(gate) * up keeps gate, up and the GELU
+    # output; down_proj keeps its input: 4 tensors t x I.
+    mlp = e * t * h + 4 * e * t * inner
+    assert detail.per_layer == norms + attention + mlp
+
+
+def test_gemma_2_softcapped_eager_block_by_hand():
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    shape, detail = _exact(PUBLISHED_CONFIGS["gemma-2-2b"], attention="eager", dropout=False)
+    e, s, t, h, a, d, inner = 2, 1024, 1024, shape.hidden_size, shape.n_heads, shape.head_dim, \
+        shape.intermediate_size
+    norms = 4 * (8 * t * h + 4 * t + 4 * h)  # four GemmaRMSNorms (sandwich), as in the Gemma test
+    # Eager: matmul keeps copies of q and k^T (k repeated to a heads), the scores' tanh output
+    # (attn_logit_softcapping: / cap, tanh, * cap; tanh keeps its output), the fp32 softmax output,
+    # its bf16 copy (read by probs @ v), the repeated v, and the merged heads o_proj reads.
+    attention = e * t * h + 4 * e * t * a * d + (e + 4 + e) * a * s * s
+    mlp = e * t * h + 4 * e * t * inner
+    assert detail.per_layer == norms + attention + mlp
+    # final_logit_softcapping: the tanh over the logits keeps its bf16 output, t x V, outside the blocks.
+    without = mm.training_memory(mm.from_hf_config(dict(PUBLISHED_CONFIGS["gemma-2-2b"], final_logit_softcapping=None)),
+                                 precision="bf16", batch_size=1, seq_len=1024, attention="eager",
+                                 activations="transformers", device="cpu").activation_detail
+    assert detail.outside_layers - without.outside_layers == e * t * shape.vocab_size
+
+
+def test_mixtral_moe_block_by_hand():
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    shape, detail = _exact(PUBLISHED_CONFIGS["Mixtral-8x7B-v0.1"], seq_len=512)
+    e, t, h, a, kv, d = 2, 512, shape.hidden_size, shape.n_heads, shape.n_kv_heads, shape.head_dim
+    n_exp, k, width = shape.n_experts, shape.experts_per_tok, shape.expert_intermediate_size
+    rows = t * k  # every token goes through k experts: t x k rows in all, whatever the routing
+    # LlamaRMSNorm (x2): fp32 input, rsqrt, the bf16 normalized x (weight gradient) and its output.
+    norms = 2 * (4 * t * h + 4 * t + 2 * e * t * h)
+    attention = e * t * (2 * a * d + 2 * kv * d) + 4 * a * t  # SDPA: q, k, v, output, log-sum-exp
+    # MixtralTopKRouter: softmax(fp32) output t x E, topk's int64 indices, and the in-place division by
+    # the top-k sum keeps the sum and autograd's copy of the weights before it (fp32, t x k).
+    router = 4 * t * n_exp + 8 * rows + 4 * t + 4 * rows
+    # grouped_mm_experts_forward (integrations/moe.py): the gathers' int64 indices (token index, sort
+    # permutation, inverse permutation), the int32 offsets, the gathered input S x h, gate_up's output
+    # S x 2I (SiLU and the product read its halves), the SiLU output and the product S x I each, the
+    # down output S x h and the sorted fp32 routing weights.
+    experts = 3 * 8 * rows + 4 * n_exp + e * rows * (h + 2 * width + 2 * width + h) + 4 * rows
+    assert detail.per_layer == norms + attention + router + experts
+
+
+def test_gpt_neox_parallel_residual_saves_the_block_input_once():
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    config = PUBLISHED_CONFIGS["pythia-160m"]
+    shape, parallel = _exact(config)
+    _, serial = _exact(dict(config, use_parallel_residual=False))
+    # Both LayerNorms read the block input in the parallel layout (one storage, saved once); the serial
+    # layout's second LayerNorm reads attention output + input, a new t x h tensor.
+    assert serial.per_layer - parallel.per_layer == 2 * 1024 * shape.hidden_size
+    # rotary_pct 0.25: the cos and sin tables are a quarter of a head wide (s x d/4 each, bf16).
+    _, full_rotary = _exact(dict(config, rotary_pct=1.0))
+    assert full_rotary.outside_layers - parallel.outside_layers == 2 * 1024 * 2 * (shape.head_dim * 3 // 4)

@@ -255,3 +255,59 @@ def test_int8_is_llm_int8_with_one_scale_per_output_row():
     assert "per output row" in m.weights_layout and "output head" in m.weights_layout
     moe = mm.inference_memory("mixtral-8x7b", weights_format="nf4").weights_layout
     assert "routed experts" in moe and "router" in moe
+
+
+# The model types read since issue 10, measured the same way (validation/inference_working_set.py --new:
+# h=256, 4 layers, 8 heads, V=32,000, bf16; the configs in its CONFIGS). The GPT-NeoX, MoE, Gemma 2/3
+# and Qwen2-MoE terms of working_set_bytes were written after these measurements, to fit them: not held out.
+MEASURED_NEW = {
+    ("gemma", "sdpa", 256, 1): 1_615_872, ("gemma", "sdpa", 512, 2): 6_393_856,
+    ("gemma", "eager", 256, 1): 6_195_200, ("gemma", "eager", 512, 2): 46_206_976,
+    ("gemma2", "eager", 256, 1): 6_326_288, ("gemma2", "eager", 512, 2): 47_255_568,
+    ("gemma3", "sdpa", 256, 1): 1_615_904, ("gemma3", "sdpa", 512, 2): 6_393_888,
+    ("gemma3", "eager", 256, 1): 6_326_304, ("gemma3", "eager", 512, 2): 47_255_584,
+    ("neox", "sdpa", 256, 1): 1_583_104, ("neox", "sdpa", 512, 2): 6_311_936,
+    ("neox", "eager", 256, 1): 6_301_696, ("neox", "eager", 512, 2): 46_682_112,
+    ("mixtral", "sdpa", 256, 1): 2_250_784, ("mixtral", "sdpa", 512, 2): 8_933_408,
+    ("mixtral", "eager", 256, 1): 6_195_200, ("mixtral", "eager", 512, 2): 46_206_976,
+    ("qwen2moe", "sdpa", 256, 1): 1_826_848, ("qwen2moe", "sdpa", 512, 2): 7_237_664,
+    ("qwen2moe", "eager", 256, 1): 6_326_272, ("qwen2moe", "eager", 512, 2): 47_255_552,
+    ("qwen3moe", "sdpa", 256, 1): 2_701_376, ("qwen3moe", "sdpa", 512, 2): 10_735_680,
+    ("qwen3moe", "eager", 256, 1): 6_195_200, ("qwen3moe", "eager", 512, 2): 46_206_976,
+}
+NEW_CONFIGS = {  # validation/inference_working_set.py's CONFIGS, as config.json fields
+    "gemma": dict(model_type="gemma", head_dim=32, num_key_value_heads=2, intermediate_size=688),
+    "gemma2": dict(model_type="gemma2", head_dim=32, num_key_value_heads=2, intermediate_size=688,
+                   sliding_window=4096, query_pre_attn_scalar=32),
+    "gemma3": dict(model_type="gemma3_text", head_dim=32, num_key_value_heads=2, intermediate_size=688,
+                   sliding_window=4096, query_pre_attn_scalar=32),
+    "neox": dict(model_type="gpt_neox", intermediate_size=1024),
+    "mixtral": dict(model_type="mixtral", num_key_value_heads=2, intermediate_size=344, num_local_experts=4,
+                    num_experts_per_tok=2),
+    "qwen2moe": dict(model_type="qwen2_moe", num_key_value_heads=2, intermediate_size=688, num_experts=4,
+                     num_experts_per_tok=2, moe_intermediate_size=176, shared_expert_intermediate_size=344),
+    "qwen3moe": dict(model_type="qwen3_moe", num_key_value_heads=2, head_dim=32, intermediate_size=688,
+                     num_experts=8, num_experts_per_tok=4, moe_intermediate_size=96, norm_topk_prob=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MEASURED_NEW))
+def test_working_set_of_the_new_model_types_within_one_percent(case):
+    family, attention, s, b = case
+    shape = mm.from_hf_config(dict(NEW_CONFIGS[family], hidden_size=256, num_hidden_layers=4,
+                                   num_attention_heads=8, vocab_size=32000))
+    predicted = mm.working_set_bytes(shape, context_len=s, batch_size=b, attention=attention)
+    assert predicted == pytest.approx(MEASURED_NEW[case], rel=0.01)
+
+
+def test_moe_working_set_by_hand():
+    # Mixtral-8x7B (h=4096, 8 experts of I=14,336, 2 per token), bf16, s=4096, b=1, SDPA. The MoE block's
+    # peak is its SwiGLU moment (I > 1.25h): per token 3h (block input, residual, normed input), the
+    # router's 8 logits, then S = 2t rows: fp32 top-k weights and int64 indices (12 B a row), the sort's
+    # two int64 vectors (16), the sorted fp32 weights (4) and histc's fp32 input (4); the gathered input
+    # (h) and gate_up, SiLU, product (4I) per row; histc and offsets 8 B per expert.
+    t, h, inner, rows = 4096, 4096, 14336, 2 * 4096
+    moe = 2 * t * 3 * h + 2 * t * 8 + rows * (12 + 16 + 4 + 4) + 2 * rows * (h + 4 * inner) + 8 * 8
+    outside = 2 * t * h + 2 * 2 * t * 128  # token embeddings, rotary cos and sin
+    shape = mm.PRESETS["mixtral-8x7b"]
+    assert mm.working_set_bytes(shape, context_len=4096) == outside + moe

@@ -404,12 +404,30 @@ def test_a_model_read_from_a_config_is_costed_as_transformers_trains_it():
 def test_layouts_the_trace_does_not_cover_fall_back_to_the_textbook_with_a_note():
     from validation.published_configs import PUBLISHED_CONFIGS
 
-    gemma = mm.from_hf_config(PUBLISHED_CONFIGS["gemma-2-2b"])  # four norms, GeGLU, softcapping: not traced yet
-    result = mm.training_memory(gemma, seq_len=512)
+    # Mistral-7B slides a 4,096-token window: past it transformers builds a sliding mask, not traced.
+    mistral = mm.from_hf_config(PUBLISHED_CONFIGS["Mistral-7B-v0.1"])
+    result = mm.training_memory(mistral, seq_len=8192)
     assert (result.activation_model, result.attention, result.dropout) == ("textbook", "sdpa", False)
-    assert any("gemma2" in str(note) for note in result.notes)
-    with pytest.raises(ValueError, match="gemma2"):
-        mm.training_memory(gemma, seq_len=512, activations="transformers")
+    assert any("sliding_window" in str(note) for note in result.notes)
+    with pytest.raises(ValueError, match="sliding_window"):
+        mm.training_memory(mistral, seq_len=8192, activations="transformers")
+    assert mm.training_memory(mistral, seq_len=4095).activation_model == "transformers"
+
+
+def test_gemma_2_is_traced_and_runs_eager_attention_by_default():
+    # Gemma2PreTrainedModel has _supports_sdpa = False and transformers' SDPA refuses a softcap
+    # (integrations/sdpa_attention.py): a Gemma 2 config trains with eager attention, traced exactly.
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    gemma = mm.from_hf_config(PUBLISHED_CONFIGS["gemma-2-2b"])
+    result = mm.training_memory(gemma, seq_len=512)
+    assert (result.activation_model, result.attention, result.dropout) == ("transformers", "eager", False)
+    assert not any("textbook" in str(note) for note in result.notes)
+    with pytest.raises(ValueError, match="attn_logit_softcapping"):
+        mm.training_memory(gemma, seq_len=512, attention="sdpa", activations="transformers")
+    # SDPA asked for by name: the trace cannot follow it, so the textbook, with a note that says why.
+    sdpa = mm.training_memory(gemma, seq_len=512, attention="sdpa")
+    assert sdpa.activation_model == "textbook" and any("attn_logit_softcapping" in str(n) for n in sdpa.notes)
 
 
 def test_shapes_built_in_code_and_counts_keep_the_textbook_run():

@@ -46,7 +46,32 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
+# The model types read since issue 10, as config.json fields (transformers' AutoConfig.for_model).
+CONFIGS = {
+    "gemma": dict(model_type="gemma", head_dim=32, num_key_value_heads=2, intermediate_size=688),
+    "gemma2": dict(model_type="gemma2", head_dim=32, num_key_value_heads=2, intermediate_size=688,
+                   sliding_window=4096, query_pre_attn_scalar=32),
+    "gemma3": dict(model_type="gemma3_text", head_dim=32, num_key_value_heads=2, intermediate_size=688,
+                   sliding_window=4096, query_pre_attn_scalar=32),
+    "neox": dict(model_type="gpt_neox", intermediate_size=1024),
+    "mixtral": dict(model_type="mixtral", num_key_value_heads=2, intermediate_size=344, num_local_experts=4,
+                    num_experts_per_tok=2),
+    # Expert widths a multiple of 8: the CPU grouped_mm needs 16-byte strides (bf16).
+    "qwen2moe": dict(model_type="qwen2_moe", num_key_value_heads=2, intermediate_size=688, num_experts=4,
+                     num_experts_per_tok=2, moe_intermediate_size=176, shared_expert_intermediate_size=344),
+    "qwen3moe": dict(model_type="qwen3_moe", num_key_value_heads=2, head_dim=32, intermediate_size=688,
+                     num_experts=8, num_experts_per_tok=4, moe_intermediate_size=96, norm_topk_prob=True),
+}
+
+
 def build(family, attention):
+    if family in CONFIGS:
+        import transformers
+
+        fields = dict(CONFIGS[family], hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000)
+        config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+        config._attn_implementation = attention
+        return config, transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
     if family == "gpt2":
         config = GPT2Config(n_embd=256, n_layer=4, n_head=8, vocab_size=50257, n_positions=1024,
                             attn_implementation=attention)
@@ -75,7 +100,14 @@ def measure(family, attention, seq_len, batch_size):
 CASES = [(f, a, s, b) for f in ("gpt2", "llama-gqa", "llama-mha") for a in ("sdpa", "eager")
          for s, b in ((256, 1), (512, 2), (1024, 1))]
 
+NEW_CASES = [(f, a, s, b) for f in CONFIGS for a in ("sdpa", "eager") for s, b in ((256, 1), (512, 2))
+             if not (f == "gemma2" and a == "sdpa")]  # Gemma 2 has no SDPA (softcapping)
+
 if __name__ == "__main__":
+    import sys
+
+    if "--new" in sys.argv:  # the model types read since issue 10 only
+        CASES = NEW_CASES
     print(f"torch {torch.__version__}")
     print(f"{'family':10} {'attention':9} {'s':>5} {'b':>2} {'measured':>12} {'memmath':>12} {'ratio':>6}")
     for family, attention, s, b in CASES:

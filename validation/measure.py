@@ -95,7 +95,42 @@ SHAPES["phi3-gqa"] = dict(family="llama", arch="phi3", n_layers=3, hidden_size=6
 # OLMo 2 (q/k norms over all heads, norms after each sublayer in fp32), added after its trace was written.
 SHAPES["olmo2-gqa"] = dict(family="llama", arch="olmo2", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
                            intermediate_size=176, vocab_size=1000, tied_embeddings=False)
-NEW_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
+# The rest of issue 10's model types, added after their traces were written (hf_activations.py):
+# Gemma's (1 + w) RMSNorms and GeGLU, Gemma 2's four norms and softcapping (eager: Gemma 2 has no
+# SDPA), Gemma 3's q/k norms, GPT-NeoX's parallel residual and partial rotary (rotary_pct 0.25),
+# and the mixture-of-experts blocks (4 experts, 2 per token). "hf_config" holds config.json fields
+# passed as they are to transformers and to memmath.from_hf_config.
+_DECODER = dict(family="llama", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2, vocab_size=1000)
+SHAPES.update({
+    "gemma-gqa": dict(_DECODER, arch="gemma", head_dim=16, intermediate_size=176, tied_embeddings=True),
+    "gemma2-gqa": dict(_DECODER, arch="gemma2", head_dim=16, intermediate_size=176, tied_embeddings=True,
+                       hf_config=dict(sliding_window=4096, attn_logit_softcapping=50.0,
+                                      final_logit_softcapping=30.0, query_pre_attn_scalar=16)),
+    "gemma3-gqa": dict(_DECODER, arch="gemma3_text", head_dim=16, intermediate_size=176, tied_embeddings=True,
+                       hf_config=dict(sliding_window=4096, query_pre_attn_scalar=16)),
+    "neox-mha": dict(_DECODER, arch="gpt_neox", n_kv_heads=4, intermediate_size=256, tied_embeddings=False),
+    "mixtral-moe": dict(_DECODER, arch="mixtral", intermediate_size=96, tied_embeddings=False,
+                        hf_config=dict(num_local_experts=4, num_experts_per_tok=2)),
+    "qwen2moe-moe": dict(_DECODER, arch="qwen2_moe", intermediate_size=176, tied_embeddings=False,
+                         hf_config=dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                                        shared_expert_intermediate_size=96)),
+    "qwen3moe-moe": dict(_DECODER, arch="qwen3_moe", head_dim=16, intermediate_size=176, tied_embeddings=True,
+                         hf_config=dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                                        norm_topk_prob=True)),
+})
+# GPT-NeoX without the parallel residual, every head dim rotated: added with grid block 9, after the
+# b = 1 eager fix (see there).
+SHAPES["neox-serial"] = dict(SHAPES["neox-mha"], hf_config=dict(use_parallel_residual=False, rotary_pct=1.0))
+# RoBERTa for sequence classification (its dense + out_proj head, no pooler; position ids from the
+# token ids), grid block 10, added after its trace was written.
+SHAPES["roberta"] = dict(SHAPES["bert"], arch="roberta", type_vocab_size=1)
+# Gemma 3 with both layer types (one rotary cos/sin pair each), grid block 11, after its trace was written.
+SHAPES["gemma3-mixed"] = dict(SHAPES["gemma3-gqa"], hf_config=dict(
+    SHAPES["gemma3-gqa"]["hf_config"], layer_types=["sliding_attention", "full_attention", "sliding_attention"]))
+MORE_FAMILIES = ("gemma-gqa", "gemma2-gqa", "gemma3-gqa", "neox-mha", "mixtral-moe", "qwen2moe-moe", "qwen3moe-moe",
+                 "neox-serial", "roberta", "gemma3-mixed")
+FIRST_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
+NEW_FAMILIES = FIRST_FAMILIES + MORE_FAMILIES
 # Groups of issue 11, recorded after memmath's counting of them was written (8-bit Adam: tensor by
 # tensor from bitsandbytes' source, before bitsandbytes was installed here).
 HELD_OUT_GROUPS = ("8-bit Adam",)
@@ -110,6 +145,8 @@ PEFT_TARGETS = {
     ("llama", "all"): ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     ("phi3", "qv"): ["qkv_proj"],
     ("phi3", "all"): ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+    ("gpt_neox", "qv"): ["query_key_value"],
+    ("gpt_neox", "all"): ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
     ("bert", "qv"): ["query", "value"],
     # "output.dense" matches both attention.output.dense and the MLP's output.dense; never the pooler.
     ("bert", "all"): ["query", "key", "value", "output.dense", "intermediate.dense"],
@@ -207,7 +244,7 @@ def grid() -> list[Case]:
                  checkpointing=True, batch_size=2, seq_len=112),
         ]
     # 7. Held out: the model_types read since issue 10, full finetuning and LoRA, bf16 and fp32.
-    for shape in NEW_FAMILIES:
+    for shape in FIRST_FAMILIES:
         cases += [
             Case(shape, precision="bf16", batch_size=2, seq_len=64),
             Case(shape, precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
@@ -223,6 +260,39 @@ def grid() -> list[Case]:
     cases += [Case("olmo2-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
               Case("olmo2-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
                    checkpointing=True, batch_size=1, seq_len=72)]
+    # 8. Held out: the rest of issue 10's model types (MORE_FAMILIES), measured after their traces were written.
+    for shape in MORE_FAMILIES[:-3]:
+        attention = "eager" if shape == "gemma2-gqa" else "sdpa"  # Gemma 2 has no SDPA (softcapping)
+        cases += [
+            Case(shape, precision="bf16", attention=attention, batch_size=2, seq_len=64),
+            Case(shape, precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
+            Case(shape, precision="bf16", method="lora", lora_targets="all", adapter_format="fp32",
+                 attention=attention, batch_size=2, seq_len=64),
+            Case(shape, precision="fp32", method="lora", attention=attention, checkpointing=True, batch_size=2,
+                 seq_len=32),
+            Case(shape, precision="bf16", method="freeze", frozen_layers=1, attention=attention, batch_size=3,
+                 seq_len=40),
+        ]
+    # 9. GPT-NeoX again, measured after its eager b = 1 case had missed (at b = 1 probs @ v keeps the whole
+    # fused qkv storage, a view, where b > 1 copies v): both batch sides, and the serial residual.
+    cases += [Case("neox-mha", precision="bf16", attention="eager", batch_size=1, seq_len=56),
+              Case("neox-mha", precision="fp32", attention="eager", dropout=True, batch_size=2, seq_len=40),
+              Case("neox-serial", precision="bf16", batch_size=2, seq_len=64),
+              Case("neox-serial", precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
+              Case("neox-serial", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
+                   checkpointing=True, batch_size=2, seq_len=48)]
+    # 10. RoBERTa, measured after its trace was written (the BERT block, RoBERTa's embeddings and head).
+    cases += [Case("roberta", precision="bf16", batch_size=2, seq_len=64),
+              Case("roberta", precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
+              Case("roberta", precision="bf16", method="lora", lora_targets="all", adapter_format="fp32", batch_size=2,
+                   seq_len=64),
+              Case("roberta", precision="fp32", method="lora", checkpointing=True, batch_size=2, seq_len=32),
+              Case("roberta", precision="bf16", method="freeze", frozen_layers=1, dropout=True, batch_size=3,
+                   seq_len=40)]
+    # 11. Gemma 3 with a full-attention block between sliding ones: the second rotary pair, frozen blocks too.
+    cases += [Case("gemma3-mixed", precision="bf16", batch_size=2, seq_len=64),
+              Case("gemma3-mixed", precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
+              Case("gemma3-mixed", precision="bf16", method="freeze", frozen_layers=2, batch_size=2, seq_len=40)]
     cases += eight_bit_grid()
     ids = [c.case_id for c in cases]
     duplicates = {i for i in ids if ids.count(i) > 1}
@@ -266,14 +336,23 @@ def _hf_config(case: Case):
             activation_function=m.get("hidden_act", "gelu_new"))
     elif m["family"] == "llama":
         extra = {key: m[key] for key in ("sliding_window", "head_dim") if key in m}
+        extra.update(m.get("hf_config", {}))
         if m.get("arch") == "phi3":
             extra.update(resid_pdrop=p, sliding_window=None)  # PEFT_TARGETS phi3: qkv_proj, gate_up_proj
+        if m.get("arch") == "gpt_neox":
+            extra.update(hidden_dropout=p)  # post-attention, post-MLP and embedding dropout
         config = transformers.AutoConfig.for_model(
             m.get("arch", "llama"),
             num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
             num_key_value_heads=m["n_kv_heads"], intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
             tie_word_embeddings=m["tied_embeddings"], attention_dropout=p, max_position_embeddings=256,
             use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=0, **extra)
+    elif m.get("arch") == "roberta":
+        config = transformers.RobertaConfig(
+            num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
+            intermediate_size=m["intermediate_size"], vocab_size=m["vocab_size"],
+            max_position_embeddings=m["max_positions"], type_vocab_size=m["type_vocab_size"],
+            num_labels=m["num_labels"], hidden_dropout_prob=p, attention_probs_dropout_prob=p, pad_token_id=1)
     else:
         config = transformers.BertConfig(
             num_hidden_layers=m["n_layers"], hidden_size=m["hidden_size"], num_attention_heads=m["n_heads"],
@@ -290,8 +369,8 @@ def model_blocks(model, family):
     if family == "gpt2":
         return base.transformer.h
     if family == "llama":
-        return base.model.layers
-    return base.bert.encoder.layer
+        return base.gpt_neox.layers if hasattr(base, "gpt_neox") else base.model.layers
+    return base.roberta.encoder.layer if hasattr(base, "roberta") else base.bert.encoder.layer
 
 
 def _freeze(model, case: Case, family: str):
@@ -305,10 +384,14 @@ def _freeze(model, case: Case, family: str):
             p.requires_grad_(True)
     if family == "gpt2":
         trainable_extra = [model.transformer.ln_f]
+    elif family == "llama" and hasattr(model, "gpt_neox"):
+        trainable_extra = [model.gpt_neox.final_layer_norm, model.lm_head]
     elif family == "llama":
         trainable_extra = [model.model.norm]
         if not SHAPES[case.shape]["tied_embeddings"]:
             trainable_extra.append(model.lm_head)
+    elif hasattr(model, "roberta"):
+        trainable_extra = [model.classifier]  # RobertaClassificationHead (no pooler)
     else:
         trainable_extra = [model.bert.pooler, model.classifier]
     for module in trainable_extra:
@@ -319,7 +402,7 @@ def _freeze(model, case: Case, family: str):
 def _peft_family(case: Case) -> str:
     """The key of PEFT_TARGETS: Phi-3's fused matrices have their own names; other LLaMA layouts share LLaMA's."""
     arch = SHAPES[case.shape].get("arch")
-    return "phi3" if arch == "phi3" else SHAPES[case.shape]["family"]
+    return arch if arch in ("phi3", "gpt_neox") else SHAPES[case.shape]["family"]
 
 
 def build(case: Case, device: str = "cpu"):
@@ -333,7 +416,9 @@ def build(case: Case, device: str = "cpu"):
     config = _hf_config(case)
     model_class = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
                    "bert": transformers.BertForSequenceClassification}[family]
-    if SHAPES[case.shape].get("arch") not in (None, "gpt2", "llama"):
+    if SHAPES[case.shape].get("arch") == "roberta":
+        model_class = transformers.RobertaForSequenceClassification
+    elif SHAPES[case.shape].get("arch") not in (None, "gpt2", "llama"):
         model_class = transformers.AutoModelForCausalLM.from_config  # Qwen2ForCausalLM, MistralForCausalLM
     model = model_class(config)
     model = model.to(device=device, dtype=dtype)

@@ -287,6 +287,8 @@ def main(argv=None):
             print()
         print(f"{len(cases)} cases measured on the {meta['device']} ({meta['threads']} thread; {versions})")
         print(summary(table).to_string(index=False))
+        for case_id in memmath.reference.measured.REFUSED_CASES:  # load_measured leaves them out
+            print(f"recorded, refused by name, not compared: {case_id}")
         print()
         print("Per group (held out: recorded after the prediction code it tests was written):")
         print(grouped_summary(table, cases).to_string(index=False))
