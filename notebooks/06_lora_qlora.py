@@ -79,7 +79,7 @@ def _(mm, mo, model_dropdown, pd, rank_slider, targets_dropdown, viz):
     # Everything but the activations, for the article's recipe (pure bf16, AdamW; peft's fp32 adapters).
     _full, _lora, _qlora = (mm.training_memory(shape, method=_m, precision="bf16", optimizer="adamw")
                             for _m in (mm.Full(), lora_method, mm.QLoRA(rank=rank, targets=targets)))
-    _gb = mm.format_bytes
+    _gb = viz.readable_size  # 50.33 MB, not 0.05 GB
     mo.vstack([mo.md(f"""
     **The number.** {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable
     parameters = {rank} × {_per_block:,} (d_in + d_out, summed over the {len(_matrices)} adapted

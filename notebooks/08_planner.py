@@ -276,6 +276,93 @@ def _(functools, mm):
     return planned_changes, planned_limits, planned_memory, planned_peak
 
 
+@app.cell
+def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
+    # What the run's cell shows, each from the inputs it depends on and cached like the planner's answers: a move of
+    # one control rebuilds only the sections that control changes (markdown and tables cost ~1 ms each).
+    @functools.lru_cache(maxsize=256)
+    def shown_parts(result, unit):
+        """Your run's parts, in a table."""
+        _table = result.to_frame(unit)
+        _table = _table[_table["bytes"] > 0].reset_index(drop=True)
+        _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
+        return viz.plain_table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}))
+
+    @functools.lru_cache(maxsize=256)
+    def shown_catalog(peak_bytes, reserved, unit):
+        """Every card of the catalog against the run's peak, folded."""
+        _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+        catalog_frame = mm.fit_table(peak_bytes, reserved_bytes=reserved, unit=unit)
+        _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
+        catalog_frame = catalog_frame.assign(**{
+            f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
+            "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
+        return catalog_frame, mo.accordion({"Which cards in the catalog would hold this run?": mo.vstack([mo.md(f"""
+        The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {_f(reserved)} reserved for the
+        CUDA context on each (section 4). "marketed" is the size on the box, in binary units (GiB); "memory" is what the
+        driver reports, the same or a little less.
+        """), viz.plain_table(catalog_frame)])})
+
+
+    @functools.lru_cache(maxsize=128)
+    def shown_comparison(model, unit, methods, **step):
+        """The article's comparison of full, partial and PEFT for this model and step, and "needed or wanted"."""
+        methods = dict(methods)
+        compared = {name: planned_memory(model, **step, method=methods[key])
+                    for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
+                                      ("PEFT: LoRA", "lora"))}
+        comparison_rows = {
+            "trainable parameters": {n: f"{r.trainable_params:,} ({r.trainable_fraction:.2%})" for n, r in compared.items()},
+            f"memory per GPU ({unit})": {n: mm.format_bytes(r.total, unit) for n, r in compared.items()},
+        }
+        _r = literature.REPORTED  # each figure with its full source in memmath.reference.literature
+        _few = "some PEFT methods do well with a few thousand examples (the article)"
+        _rows = {**comparison_rows,
+                 "quality": {"full": "the reference",
+                             "partial (freeze)": f"about {_r['bert_large_partial_share'].value:.0f}% of BERT-large's parameters had "
+                                                 "to train to match full finetuning on GLUE (Houlsby et al. 2019, as the article reports)",
+                             "PEFT: adapters": f"within {_r['houlsby_glue_gap'].value}% of full finetuning on GLUE, training "
+                                               f"{_r['houlsby_trainable_share'].value}% of the parameters (Houlsby et al. 2019)",
+                             "PEFT: LoRA": "on par with or better than full finetuning on RoBERTa, DeBERTa, GPT-2 and GPT-3 "
+                                           "(Hu et al. 2021)"},
+                 "inference latency": {"full": "none added", "partial (freeze)": "none added",
+                                       "PEFT: adapters": f"{_r['lora_adapter_latency'].value}% slower forward pass, GPT-2 medium "
+                                                         "at batch 1 (Hu et al. 2021, Table 1)",
+                                       "PEFT: LoRA": "none once the update is merged into the weights (Hu et al. 2021)"},
+                 "data needed": {"full": "tens of thousands to millions of examples (the article)",
+                                 "partial (freeze)": "not stated by the article", "PEFT: adapters": _few, "PEFT: LoRA": _few}}
+        comparison_frame = pd.DataFrame(_rows).T
+        _comparison_table = viz.plain_table(comparison_frame.reset_index(names="").astype(str),
+                                            wrapped_columns=list(comparison_frame.columns))
+        _comparison_part = [mo.md(f"""
+        ## Full, partial or PEFT: the article's comparison, with your numbers
+
+        The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
+        settings for your model: the same recipe ({precision_dropdown.value}), optimizer ({optimizer_dropdown.value}),
+        batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
+        and data are what the papers and the article report, with their sources.
+        """), _comparison_table]
+
+        _serve = mm.inference_memory(model, context_len=step["seq_len"])
+        _peft = compared["PEFT: LoRA"].total
+        _needed_part = mo.md(f"""
+        ## Needed, or only wanted?
+
+        The article ends on a question a team should ask before any of this: is finetuning **needed**,
+        or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
+        and a leader may find it hard to tell the two apart. The memory bill does not care why: a
+        finetune carries training-side costs whether or not it was needed. Serving {pasted_text(model.name)} as it is
+        ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
+        {step["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
+        and full finetuning {mm.format_bytes(compared["full"].total, unit)}. If prompting the model as it is
+        does the job, the cheapest finetune is the one you do not run.
+        """)
+
+        return compared, mo.vstack([*_comparison_part, _needed_part])
+
+    return shown_catalog, shown_comparison, shown_parts
+
+
 @app.cell(hide_code=True)
 def _(live_chart):
     bars_chart = live_chart()  # drawn once (this cell reads no control); the run's cell below sends it new rows
@@ -312,9 +399,6 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     fit = mm.check_fit(peak_bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
     suggestions, path = (list(_c) for _c in planned_changes(model, gpu, reserved, max_gpus, **settings))
     limits = planned_limits(model, gpu, reserved, max_gpus, **settings)
-    compared = {name: planned_memory(model, **step, method=methods[key])
-                for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
-                                  ("PEFT: LoRA", "lora"))}
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
 
     # ---- the verdict: the number, its recipe, what the card keeps back
@@ -359,15 +443,11 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
                   "gradients, the backward pass's working set)" if peak_basis == "peak" and _temporaries > 0 else "")
                + f". The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
                f"{_f(reserved)} kept back for the CUDA context (section 4).")
-    _verdict_part = [mo.md("## The verdict"), *_warn, mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
+    _verdict_part = [verdict_heading, *_warn, mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
                      mo.md(_recipe),
                      mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
                      .style({"font-size": "0.9em"}),
-                     mo.callout(mo.md("""
-    **The takeaway.** A training run's memory per GPU is a sum of named parts, and the method and the recipe
-    decide most of them: full finetuning keeps gradients and optimizer states for every weight, LoRA and QLoRA
-    for a fraction of a percent of them. Pick LoRA in section 2 and watch the verdict change.
-    """), kind="info")]
+                     takeaway_note]
 
     # ---- how far the run goes, searched directly
     if limits["gpus"] == 1:
@@ -433,72 +513,13 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
                      viz.plain_table(mm.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])]
 
     # ---- the sum, part by part, and every card of the catalog
-    _table = result.to_frame(unit)
-    _table = _table[_table["bytes"] > 0].reset_index(drop=True)
-    _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
-    _parts_table = viz.plain_table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}))
-    catalog_frame = mm.fit_table(peak_bytes, reserved_bytes=reserved, unit=unit)
-    _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
-    catalog_frame = catalog_frame.assign(**{
-        f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
-        "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
-    _catalog_fold = mo.accordion({"Which cards in the catalog would hold this run?": mo.vstack([mo.md(f"""
-    The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {_f(reserved)} reserved for the
-    CUDA context on each (section 4). "marketed" is the size on the box, in binary units (GiB); "memory" is what the
-    driver reports, the same or a little less.
-    """), viz.plain_table(catalog_frame)])})
-
-    # ---- the article's comparison, with this run's numbers
-    comparison_rows = {
-        "trainable parameters": {n: f"{r.trainable_params:,} ({r.trainable_fraction:.2%})" for n, r in compared.items()},
-        f"memory per GPU ({unit})": {n: mm.format_bytes(r.total, unit) for n, r in compared.items()},
-    }
-    _r = literature.REPORTED  # each figure with its full source in memmath.reference.literature
-    _few = "some PEFT methods do well with a few thousand examples (the article)"
-    _rows = {**comparison_rows,
-             "quality": {"full": "the reference",
-                         "partial (freeze)": f"about {_r['bert_large_partial_share'].value:.0f}% of BERT-large's parameters had "
-                                             "to train to match full finetuning on GLUE (Houlsby et al. 2019, as the article reports)",
-                         "PEFT: adapters": f"within {_r['houlsby_glue_gap'].value}% of full finetuning on GLUE, training "
-                                           f"{_r['houlsby_trainable_share'].value}% of the parameters (Houlsby et al. 2019)",
-                         "PEFT: LoRA": "on par with or better than full finetuning on RoBERTa, DeBERTa, GPT-2 and GPT-3 "
-                                       "(Hu et al. 2021)"},
-             "inference latency": {"full": "none added", "partial (freeze)": "none added",
-                                   "PEFT: adapters": f"{_r['lora_adapter_latency'].value}% slower forward pass, GPT-2 medium "
-                                                     "at batch 1 (Hu et al. 2021, Table 1)",
-                                   "PEFT: LoRA": "none once the update is merged into the weights (Hu et al. 2021)"},
-             "data needed": {"full": "tens of thousands to millions of examples (the article)",
-                             "partial (freeze)": "not stated by the article", "PEFT: adapters": _few, "PEFT: LoRA": _few}}
-    comparison_frame = pd.DataFrame(_rows).T
-    _comparison_table = viz.plain_table(comparison_frame.reset_index(names="").astype(str),
-                                        wrapped_columns=list(comparison_frame.columns))
-    _comparison_part = [mo.md(f"""
-    ## Full, partial or PEFT: the article's comparison, with your numbers
-
-    The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
-    settings for your model: the same recipe ({precision_dropdown.value}), optimizer ({optimizer_dropdown.value}),
-    batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
-    and data are what the papers and the article report, with their sources.
-    """), _comparison_table]
-
-    # ---- needed, or only wanted?
-    _serve = mm.inference_memory(model, context_len=step["seq_len"])
-    _peft = compared["PEFT: LoRA"].total
-    _needed_part = mo.md(f"""
-    ## Needed, or only wanted?
-
-    The article ends on a question a team should ask before any of this: is finetuning **needed**,
-    or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
-    and a leader may find it hard to tell the two apart. The memory bill does not care why: a
-    finetune carries training-side costs whether or not it was needed. Serving {pasted_text(model.name)} as it is
-    ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
-    {step["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
-    and full finetuning {mm.format_bytes(compared["full"].total, unit)}. If prompting the model as it is
-    does the job, the cheapest finetune is the one you do not run.
-    """)
+    _parts_table = shown_parts(result, unit)
+    catalog_frame, _catalog_fold = shown_catalog(peak_bytes, reserved, unit)
+    # ---- the article's comparison, with this run's numbers, and "needed or wanted"
+    compared, _comparison_part = shown_comparison(model, unit, tuple(methods.items()), **step)
 
     mo.vstack([*_verdict_part, *_far_part, *_changes_part, sum_text, fsdp_fold,
-               mo.md("### Your run, part by part"), _parts_table, _catalog_fold, *_comparison_part, _needed_part])
+               parts_heading, _parts_table, _catalog_fold, _comparison_part])
     return compared, fit, limits, max_gpus, path, peak_basis, peak_bytes, result, settings, step, suggestions
 
 
@@ -520,7 +541,14 @@ def _(mm, mo):
     ZeRO (Rajbhandari et al. 2020) splits optimizer states (stage 1), then gradients (2), then
     weights (3) across the GPUs, but never the activations: each GPU keeps its own.
     """)
-    return (sum_text,)
+    parts_heading = mo.md("### Your run, part by part")
+    verdict_heading = mo.md("## The verdict")
+    takeaway_note = mo.callout(mo.md("""
+    **The takeaway.** A training run's memory per GPU is a sum of named parts, and the method and the recipe
+    decide most of them: full finetuning keeps gradients and optimizer states for every weight, LoRA and QLoRA
+    for a fraction of a percent of them. Pick LoRA in section 2 and watch the verdict change.
+    """), kind="info")
+    return parts_heading, sum_text, takeaway_note, verdict_heading
 
 
 @app.cell(hide_code=True)
