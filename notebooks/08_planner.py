@@ -165,10 +165,11 @@ def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio)
     return
 
 
-@app.cell
-def _(mo):
+@app.cell(hide_code=True)
+def _(live_only_notice, mo):
     # The method's controls depend on no other control, so changing the model (or anything else) keeps them;
-    # only the freeze slider's range follows the model, and it remembers the value asked for (next cells).
+    # only the freeze slider's range follows the model, and it remembers the value asked for (next cells). They show
+    # here, in the cell that makes them: a cell that shows a control re-runs whenever that control moves.
     method_dropdown = mo.ui.dropdown({"full finetuning": "full", "partial (freeze)": "freeze",
                                       "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora"},
                                      value="full finetuning", label="Method")
@@ -177,6 +178,8 @@ def _(mo):
     rank_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=8, show_value=True, label="LoRA/QLoRA: rank")
     targets_dropdown = mo.ui.dropdown({"q, v": ("q", "v"), "q, k, v, o": ("q", "k", "v", "o"), "all linear": ("all",)},
                                       value="q, v", label="LoRA/QLoRA: matrices")
+    mo.vstack([mo.md("## 2. The method"), live_only_notice(), method_dropdown,
+               mo.hstack([bottleneck_slider, rank_slider, targets_dropdown], justify="start")])
     return bottleneck_slider, method_dropdown, rank_slider, targets_dropdown
 
 
@@ -189,19 +192,15 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(bottleneck_slider, get_trainable_layers, live_only_notice, method_dropdown, mo, model, rank_slider,
-      set_trainable_layers, targets_dropdown):
-    mo.stop(model is None, mo.md("## 2. The method\n\n*Waiting for a model: fix the config.json above.*"))
+def _(get_trainable_layers, mo, model, set_trainable_layers):
+    mo.stop(model is None, mo.md("*The freeze slider waits for a model: fix the config.json above.*"))
     _asked = get_trainable_layers()
     trainable_layers_slider = mo.ui.slider(0, model.n_layers, value=min(_asked, model.n_layers), show_value=True,
                                            label="Freeze: trainable last blocks", on_change=set_trainable_layers)
     _clamped = (mo.md(f"*You asked for {_asked} trainable blocks; {model.name} has {model.n_layers}, so all "
                       f"{model.n_layers} train (the slider shows {model.n_layers}). A deeper model gets your "
                       f"{_asked} back.*").style({"font-size": "0.9em"}) if _asked > model.n_layers else None)
-    mo.vstack([mo.md("## 2. The method"), live_only_notice(), method_dropdown,
-               mo.hstack([trainable_layers_slider, bottleneck_slider], justify="start"),
-               *([_clamped] if _clamped is not None else []),
-               mo.hstack([rank_slider, targets_dropdown], justify="start"),
+    mo.vstack([trainable_layers_slider, *([_clamped] if _clamped is not None else []),
                mo.md("The selected method's own control sets your run; all four also feed the comparison "
                      "table at the end. Each keeps its value when you change the model.").style({"font-size": "0.9em"})])
     return (trainable_layers_slider,)
@@ -273,7 +272,15 @@ def _(functools, mm):
             batch=mm.largest_batch_that_fits(model, gpu, reserved_bytes=reserved, max_batch=2**16, **settings),
             seq_len=mm.longest_sequence_that_fits(model, gpu, reserved_bytes=reserved, max_seq_len=2**20, **settings))
 
-    return planned_changes, planned_limits, planned_memory, planned_peak
+    @functools.lru_cache(maxsize=512)
+    def planned_peak_moment(model, **settings):
+        """(phase, moment) where the step's peak falls, for a run whose peak memmath models (step_peak's "peak")."""
+        _peak = mm.peak_memory(model, **{k: v for k, v in settings.items() if k not in ("n_gpus", "zero_stage")})
+        _phase, _moment, _ = max(_peak.moments, key=lambda m: m[2])
+        return {"forward": "the forward pass", "backward": "the backward pass",
+                "optimizer_step": "the optimizer step"}.get(_phase, _phase), _moment
+
+    return planned_changes, planned_limits, planned_memory, planned_peak, planned_peak_moment
 
 
 @app.cell
@@ -373,7 +380,8 @@ def _(live_chart):
 @app.cell(hide_code=True)
 def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, fsdp_fold, gpu_dropdown,
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
-      pasted_text, pd, planned_changes, planned_limits, planned_memory, planned_peak, precision_dropdown, rank_slider,
+      pasted_text, pd, planned_changes, planned_limits, planned_memory, planned_peak, planned_peak_moment,
+      precision_dropdown, rank_slider,
       reserved_slider, seq_len_slider, sum_text, targets_dropdown, trainable_layers_slider, unit_radio, viz,
       zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control,
@@ -435,14 +443,17 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
             f"reduce-scatter pass through communication buffers. One block of {model.name} in 16 bits is "
             f"{_f(_layer)}; memmath counts the shards only, so leave room for a block or two plus the buffers "
             "(their size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
-    _parts = [(viz.ALL_LABELS[_p], _b) for _p, _b in result.parts().items() if _b]
-    _recipe = " + ".join(f"{_label.lower()} {_f(_b)}" for _label, _b in _parts)
-    _temporaries = peak_bytes - result.total
-    _recipe = (f"**The number:** {_f(peak_bytes)} {_per} = {_recipe}"
-               + (f" = {_f(result.total)}, plus {_f(_temporaries)} of the step's temporaries at its peak (the logits' "
-                  "gradients, the backward pass's working set)" if peak_basis == "peak" and _temporaries > 0 else "")
-               + f". The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
-               f"{_f(reserved)} kept back for the CUDA context (section 4).")
+    # The number's recipe: the parts, then where the step peaks (activations are gone by the optimizer step,
+    # the optimizer's temporaries are not; memmath.peak holds each moment to PyTorch's measured peak).
+    _recipe = " + ".join(f"{viz.ALL_LABELS[_p].lower()} {_f(_b)}" for _p, _b in result.parts().items() if _b)
+    _recipe = f"**The number.** The parts: {_recipe} = {_f(result.total)}."
+    if peak_basis == "peak":
+        _phase, _moment = planned_peak_moment(model, **settings)
+        _recipe += (f" Not all of them are alive at once, and the step holds temporaries too: it peaks at "
+                    f"**{_f(peak_bytes)}** in {_phase} ({_moment}).")
+    _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
+                f"{_f(reserved)} kept back for the CUDA context (section 4)"
+                + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
     _verdict_part = [verdict_heading, *_warn, mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
                      mo.md(_recipe),
                      mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
