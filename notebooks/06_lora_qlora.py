@@ -362,13 +362,14 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
     }
     lora_fp32 = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format="fp32"), **_run)
     lora_base = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format=None), **_run)
-    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
-    bars_chart.update(viz.stacked_bars_output(
-        viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
-        capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
-
     # A card holds a run when the run fits beside the CUDA context, as in the planner (lesson 8).
     _fits = {name: mm.check_fit(r, gpu, reserved_bytes=mm.CUDA_CONTEXT_BYTES) for name, r in side_by_side.items()}
+    _usable = _fits["Full finetuning"].available_bytes
+    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
+    # The card's line stands where its usable memory ends, so a bar past it is a run that does not fit.
+    bars_chart.update(viz.stacked_bars_output(
+        viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
+        capacity_bytes=_usable, capacity_label=f"{gpu.name}: {mm.format_bytes(_usable, unit)} usable"))
     _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
                            f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
                            f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
@@ -389,8 +390,8 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
     forward and back. Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32 instead of the
     base format {_fp32_cost}. "Fits" compares each total with the {gpu.name}'s {mm.format_bytes(gpu.memory_bytes, unit)}
     less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the CUDA context, which the driver takes before
-    PyTorch allocates anything ({_context.value:,.0f} {_context.unit} measured on a V100, {_context.source}):
-    {mm.format_bytes(_fits["Full finetuning"].available_bytes, unit)} usable. Recipe: {_lora.assumptions}
+    PyTorch allocates anything (measured on a V100: {_context.source}):
+    {mm.format_bytes(_usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions}
     """)
     mo.vstack([viz.plain_table(_rows), _prose])
     return gpu, lora_base, lora_fp32, side_by_side, unit
@@ -490,8 +491,8 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     guanaco_fit = mm.check_fit(guanaco, a6000, reserved_bytes=mm.CUDA_CONTEXT_BYTES)
     guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(checkpointing=False, **_run)
     _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
-        viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=a6000.memory_bytes,
-        capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})", height=70).spec
+        viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=guanaco_fit.available_bytes,
+        capacity_label=f"{a6000.name}: {mm.format_bytes(guanaco_fit.available_bytes)} usable", height=70).spec
     guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
     _context = literature.REPORTED["cuda_context_v100"]
     _verdict = "fits" if guanaco_fit.fits else "does not fit"
@@ -499,8 +500,8 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     This run needs **{mm.format_bytes(guanaco.total)}** ({mm.format_bytes(guanaco.total, "GiB")}): it
     **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
     {"to spare" if guanaco_fit.fits else "missing"}, after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
-    CUDA context, which the driver takes before PyTorch allocates anything ({_context.value:,.0f} {_context.unit}
-    measured on a V100, {_context.source}), and before paging moves anything to the CPU. Weights and constants take
+    CUDA context, which the driver takes before PyTorch allocates anything (measured on a V100:
+    {_context.source}), and before paging moves anything to the CPU. Weights and constants take
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
     head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
     {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;

@@ -93,7 +93,7 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
     _reserve = (f"Of the card's {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it), "
                 f"{mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB ({mm.format_bytes(mm.CUDA_CONTEXT_BYTES, 'GiB')}) are kept "
                 f"back for the CUDA context, which the driver takes before PyTorch allocates anything "
-                f"({_context.value:,.0f} {_context.unit} measured on a V100, {_context.source}): "
+                f"(measured on a V100: {_context.source}): "
                 f"{_f(_fit.available_bytes)} are usable.")
 
     # Warnings: past the trained context, a working set no card holds, fp8 without fp8 arithmetic.
@@ -143,8 +143,8 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
     else:
         _decode = (f"So it does not decode there at all. The bandwidth arithmetic alone, "
                    f"{gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s over the {_f(read_per_step)} read per step, would "
-                   f"give {per_sequence:,.1f} tokens/s per sequence, but only on a card that holds the run: the table of "
-                   "GPUs below gives the bound for those cards only.")
+                   f"give {per_sequence:,.1f} tokens/s per sequence, but only on a card that holds the run: the first fold "
+                   "below gives the bound for those cards only.")
 
     # Every card of the catalog, the same reserve on each; the decode bound only where the run fits.
     fit_frame = mm.fit_table(memory.total, reserved_bytes=mm.CUDA_CONTEXT_BYTES, unit=unit)
@@ -186,8 +186,8 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
 
     # The live charts: the run's bars here, the context sweep in its section below (rows only, drawn once).
     bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"detailed sum": memory}, unit), unit,
-                                              title="Where serving memory goes", capacity_bytes=gpu.memory_bytes,
-                                              capacity_label=f"{gpu.name}"))
+                                              title="Where serving memory goes", capacity_bytes=_fit.available_bytes,
+                                              capacity_label=f"{gpu.name}: {_f(_fit.available_bytes)} usable"))
     sweep_contexts = np.array([2**k for k in range(7, 18)])
     _sweep = mm.inference_memory(model, context_len=sweep_contexts, **_serve)  # one call for the whole sweep
     _parts = [(i, p, np.broadcast_to(v, sweep_contexts.shape)) for i, (p, v) in enumerate(_sweep.parts().items())]
@@ -197,7 +197,7 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
          for j, c in enumerate(sweep_contexts) for i, p, v in _parts]
         + [{"kind": "rule", "context": int(c), "size": mm.to_unit(int(r), unit)}
            for c, r in zip(sweep_contexts, np.broadcast_to(_sweep.rule_of_thumb, sweep_contexts.shape))]
-        + [{"kind": "gpu", "size": mm.to_unit(gpu.memory_bytes, unit), "what": f"{gpu.name} memory"}]
+        + [{"kind": "gpu", "size": mm.to_unit(_fit.available_bytes, unit), "what": f"{gpu.name}: usable memory"}]
         + ([{"kind": "limit", "context": rule_limit, "what": f"rule holds to {rule_limit:,} tokens"}] if _in_range else []),
         columns=["kind", "context", "label", "order", "size", "what"])
     sweep_chart.update(_sweep_frame, draw=sweep_draw(gpu.name, unit), key=(unit, gpu.name))
@@ -324,7 +324,7 @@ def _(alt, mm, mo, viz):
                        _limit.mark_rule(color="black").encode(x=alt.X("context:Q"), tooltip=[alt.Tooltip("what:N")]),
                        _limit.mark_text(align="left", dx=4, y=8).encode(x=alt.X("context:Q"), text=alt.Text("what:N"))]
             return alt.layer(*_layers, data=frame).properties(width=560, height=300, title=alt.Title(
-                "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu_name} memory: red, dotted"))
+                "Detailed sum (areas) versus weights x 1.2 (black, dashed)", subtitle=f"{gpu_name} memory less the CUDA context: red, dotted"))
         return _draw
 
     mo.md(f"""
@@ -333,9 +333,9 @@ def _(alt, mm, mo, viz):
     The quick estimate adds {mm.RULE_OF_THUMB_FACTOR - 1:.0%} to the weights for everything else. It is quoted widely
     (EleutherAI's rule, repeated in Hugging Face accelerate's memory-estimation docs). The chart sweeps the
     context for your model, batch and formats: the coloured areas are the detailed sum, the black dashed
-    line the rule of thumb, the red dotted line your GPU's memory. Past the point where the rule stops
-    holding, long contexts and big batches make the KV cache, not the weights, the part that decides
-    whether a model fits. Try batch 64 at a long context: the cache dwarfs the weights.
+    line the rule of thumb, the red dotted line your GPU's memory less the CUDA context. Past the point
+    where the rule stops holding, long contexts and big batches make the KV cache, not the weights, the
+    part that decides whether a model fits. Try batch 64 at a long context: the cache dwarfs the weights.
     """)
     return (sweep_draw,)
 
@@ -349,7 +349,7 @@ def _(live_chart):
 
 @app.cell(hide_code=True)
 def _(mo):
-    mo.md("""
+    mo.vstack([mo.md("""
     ## The working set
 
     One forward pass creates tensors and frees them again: the normed input of each block, the
@@ -358,7 +358,13 @@ def _(mo):
     Switch the attention kernel at a long context to watch it jump: fused attention (*sdpa*,
     FlashAttention) keeps no score matrix at all. Servers that split long prompts into chunks keep a
     smaller working set than this.
-
+    """), mo.accordion({"How is the working set counted, and how close is it to PyTorch?": mo.md("""
+    memmath follows what Hugging Face transformers allocates when it reads a prompt in one go
+    (a prefill), phase by phase; checked against a count of PyTorch's live tensors for GPT-2 and
+    LLaMA models it lands within 0.2% (`validation/inference_working_set.py`). Two details matter:
+    LLaMA's eager attention runs its softmax in fp32 (10 bytes per score with bf16 weights), and
+    fused attention keeps no score matrix at all.
+    """)}), mo.md("""
     ## How fast can it decode?
 
     Generating one token reads every weight once, and each sequence's whole KV cache. On a GPU
@@ -368,19 +374,7 @@ def _(mo):
     to B times as many tokens in total. Real servers reach a fraction of this bound. Change the
     weights format to nf4 to see why quantized models also decode faster; raise the batch at a long
     context to see the cache eat into the speed.
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.accordion({"How is the working set counted, and how close is it to PyTorch?": mo.md("""
-    memmath follows what Hugging Face transformers allocates when it reads a prompt in one go
-    (a prefill), phase by phase; checked against a count of PyTorch's live tensors for GPT-2 and
-    LLaMA models it lands within 0.2% (`validation/inference_working_set.py`). Two details matter:
-    LLaMA's eager attention runs its softmax in fp32 (10 bytes per score with bf16 weights), and
-    fused attention keeps no score matrix at all.
-    """)})
+    """)])
     return
 
 

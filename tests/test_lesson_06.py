@@ -88,8 +88,10 @@ def test_merge_timing_prose_follows_the_measurement(merged, says):
 
 # ---- the core path, the CUDA reserve, what a slider move re-runs ----------------------------------
 def _plain(outputs):
+    """Visible text, tags dropped, whitespace collapsed (a callout keeps its HTML JSON-escaped in data-html)."""
     import html
     text = html.unescape(lessons.output_text(outputs))
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text).replace("\\n", " ")
     text = re.sub(r"<[^>]+>", " ", text.replace("data-html='", ">"))
     return re.sub(r"\s+", " ", html.unescape(text))
 
