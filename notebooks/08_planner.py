@@ -371,6 +371,14 @@ def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
 
 
 @app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## The verdict
+    """)
+    return
+
+
+@app.cell(hide_code=True)
 def _(live_chart):
     bars_chart = live_chart()  # drawn once (this cell reads no control); the run's cell below sends it new rows
     bars_chart
@@ -454,7 +462,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
                 f"{_f(reserved)} kept back for the CUDA context (section 4)"
                 + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
-    _verdict_part = [verdict_heading, *_warn, mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
+    _verdict_part = [*_warn, mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
                      mo.md(_recipe),
                      mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
                      .style({"font-size": "0.9em"}),
@@ -553,13 +561,12 @@ def _(mm, mo):
     weights (3) across the GPUs, but never the activations: each GPU keeps its own.
     """)
     parts_heading = mo.md("### Your run, part by part")
-    verdict_heading = mo.md("## The verdict")
     takeaway_note = mo.callout(mo.md("""
     **The takeaway.** A training run's memory per GPU is a sum of named parts, and the method and the recipe
     decide most of them: full finetuning keeps gradients and optimizer states for every weight, LoRA and QLoRA
     for a fraction of a percent of them. Pick LoRA in section 2 and watch the verdict change.
     """), kind="info")
-    return parts_heading, sum_text, takeaway_note, verdict_heading
+    return parts_heading, sum_text, takeaway_note
 
 
 @app.cell(hide_code=True)
