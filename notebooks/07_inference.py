@@ -135,15 +135,16 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
     # Decode: bandwidth over the bytes each step reads, only on a card that holds the run.
     per_sequence = mm.decode_tokens_per_second(memory, gpu)
     all_sequences = per_sequence * batch_size
+    _rate = lambda t: f"{t:,.1f}" if t >= 0.1 else f"{t:.2g}"  # noqa: E731 (0.037 tokens/s, not 0.0)
     read_per_step = _stored + memory.kv_cache
     if _fit.fits:
         _decode = (f"Decoding on it reads {_f(read_per_step)} per step (weights and cache) at "
-                   f"{gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s: at most **{per_sequence:,.1f} tokens/s per sequence**"
-                   + (f", {all_sequences:,.1f} tokens/s across the batch of {batch_size}." if batch_size > 1 else "."))
+                   f"{gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s: at most **{_rate(per_sequence)} tokens/s per sequence**"
+                   + (f", {_rate(all_sequences)} tokens/s across the batch of {batch_size}." if batch_size > 1 else "."))
     else:
         _decode = (f"So it does not decode there at all. The bandwidth arithmetic alone, "
                    f"{gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s over the {_f(read_per_step)} read per step, would "
-                   f"give {per_sequence:,.1f} tokens/s per sequence, but only on a card that holds the run: the first fold "
+                   f"give {_rate(per_sequence)} tokens/s per sequence, but only on a card that holds the run: the first fold "
                    "below gives the bound for those cards only.")
 
     # Every card of the catalog, the same reserve on each; the decode bound only where the run fits.
@@ -152,7 +153,7 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
         f"memory ({unit})": fit_frame[f"memory ({unit})"].round(2), "fits": fit_frame["fits"].map({True: "yes", False: "no"}),
         f"headroom ({unit})": [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}"
                                for h in fit_frame[f"headroom ({unit})"]],
-        "decode bound (tokens/s)": [f"{mm.decode_tokens_per_second(memory, g):,.1f}" if fits else "does not fit"
+        "decode bound (tokens/s)": [_rate(mm.decode_tokens_per_second(memory, g)) if fits else "does not fit"
                                     for g, fits in zip(fit_frame["gpu"], fit_frame["fits"])],
     }).drop(columns=["kind"])
     _card = mm.get_gpu("RTX 4090")
