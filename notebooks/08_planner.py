@@ -386,11 +386,11 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, fsdp_fold, gpu_dropdown,
+def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
       pasted_text, pd, planned_changes, planned_limits, planned_memory, planned_peak, planned_peak_moment,
       precision_dropdown, rank_slider,
-      reserved_slider, seq_len_slider, sum_text, targets_dropdown, trainable_layers_slider, unit_radio, viz,
+      reserved_slider, seq_len_slider, targets_dropdown, trainable_layers_slider, unit_radio, viz,
       zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control,
     # asks the planner (cached, so a setting the learner returns to costs nothing), hands the live chart above its
@@ -537,16 +537,18 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     # ---- the article's comparison, with this run's numbers, and "needed or wanted"
     compared, _comparison_part = shown_comparison(model, unit, tuple(methods.items()), **step)
 
-    mo.vstack([*_verdict_part, *_far_part, *_changes_part, sum_text, fsdp_fold,
-               parts_heading, _parts_table, _catalog_fold, _comparison_part])
+    mo.vstack([*_verdict_part, *_far_part, *_changes_part, parts_heading, _parts_table, _catalog_fold,
+               _comparison_part])
     return compared, fit, limits, max_gpus, path, peak_basis, peak_bytes, result, settings, step, suggestions
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(fsdp_fold, mm, mo):
+    # Shown here, once, after the run's sections (it reads no control); the heading and the takeaway that the
+    # run's cell shows are built here once too.
     _article = mm.bytes_per_parameter("bf16", "adam")
     _mixed = mm.bytes_per_parameter("mixed", "adam")
-    sum_text = mo.md(f"""
+    _sum = mo.md(f"""
     ## The sum, per GPU
 
     memory per GPU = weights + quantization constants + gradients + master weights + optimizer states + activations
@@ -560,13 +562,14 @@ def _(mm, mo):
     ZeRO (Rajbhandari et al. 2020) splits optimizer states (stage 1), then gradients (2), then
     weights (3) across the GPUs, but never the activations: each GPU keeps its own.
     """)
-    parts_heading = mo.md("### Your run, part by part")
+    parts_heading = mo.md("## Your run, part by part")
     takeaway_note = mo.callout(mo.md("""
     **The takeaway.** A training run's memory per GPU is a sum of named parts, and the method and the recipe
     decide most of them: full finetuning keeps gradients and optimizer states for every weight, LoRA and QLoRA
     for a fraction of a percent of them. Pick LoRA in section 2 and watch the verdict change.
     """), kind="info")
-    return parts_heading, sum_text, takeaway_note
+    mo.vstack([_sum, fsdp_fold])
+    return parts_heading, takeaway_note
 
 
 @app.cell(hide_code=True)
@@ -593,7 +596,7 @@ def _(mo, pd, viz):
     `training_memory(..., sharding="fsdp2"` or `"zero_redundancy", rank=r)`; a small BERT on the CPU
     over gloo:
     """), viz.plain_table(_table)])
-    # Folded: the measurement serves the careful reader, not the lesson's path (shown in the run's cell).
+    # Folded: the measurement serves the careful reader, not the lesson's path (shown under the sum, per GPU).
     fsdp_fold = mo.accordion({"What do FSDP2 and ZeRO-1 really store on each GPU? (measured with PyTorch)": _shown}) if len(
         _rows) else mo.md("")
     return (fsdp_fold,)
