@@ -11,33 +11,19 @@ app = marimo.App(width="medium", app_title="LoRA and QLoRA", css_file="memmath.c
 
 
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo, time_lora_merge, viz):
-    _shape = mm.PRESETS["llama-2-7b"]
-    _h, _L = _shape.hidden_size, _shape.n_layers
-    _lora = mm.LoRA(rank=8, targets=("q", "v"))
+def _(live_only_notice, mo, time_lora_merge, viz):
     _text = mo.md(rf"""
     # LoRA and QLoRA: a low-rank update on a 4-bit base
 
-    {viz.lesson_link("05_adapters", "Lesson 5")} trained small adapters and left the model alone,
-    but paid for it on every forward pass: the adapters are extra layers in the model's path.
-    **LoRA** (Hu et al. 2021) keeps the idea, train few parameters and freeze the rest, and
-    removes that price. Instead of new layers, it learns a *change* to some existing weight
-    matrices, the product of two thin matrices, which can be added into the weights after training.
+    **The claim.** Parameter-efficient finetuning trains far fewer parameters than full finetuning,
+    and that is what lets it run on affordable hardware (the article). **LoRA** (Hu et al. 2021)
+    does it without the price {viz.lesson_link("05_adapters", "lesson 5")}'s adapters pay on every
+    forward pass: it learns a *change* B·A to some existing weight matrices, the product of two thin
+    matrices, which is added into the weights after training. **QLoRA** (Dettmers et al. 2023) then
+    goes after what LoRA leaves: it stores the frozen base weights in a 4-bit format, NF4.
 
-    **QLoRA** (Dettmers et al. 2023) goes after the memory LoRA leaves behind: the frozen base
-    weights. It stores them in a 4-bit format, NF4, and trains LoRA adapters on top.
-
-    ## The formula
-
-    A frozen matrix W (d_out × d_in) gets a trainable update B·A, with A of shape r × d_in and B
-    of shape d_out × r; the layer computes **W·x + (α/r)·B·A·x** (Hu et al. 2021, section 4.1). The
-    rank r is small, so the update has **r × (d_in + d_out)** parameters instead of d_in × d_out.
-    B starts at zero, so training starts from the pretrained model.
-
-    Llama-2-7B has d_in = d_out = {_h:,} in its query and value projections. At r = 8 each adapted
-    matrix gets 8 × ({_h:,} + {_h:,}) = {_lora.matrix_params(_h, _h):,} parameters, against {_h * _h:,} in the matrix
-    itself. Two matrices (q and v) in each of {_L} blocks: {_lora.matrix_params(_h, _h):,} × 2 × {_L} =
-    **{_lora.trainable_params(_shape):,}** trainable parameters.
+    **The control.** The rank r, the width of the two thin matrices (the model and the matrices
+    adapted sit beside it).
     """)
     LORA_MODELS = {"Llama-2-7B": "llama-2-7b", "Llama-3-8B": "llama-3-8b", "Mistral-7B": "mistral-7b",
                    "Llama-2-13B": "llama-2-13b", "LLaMA-65B": "llama-65b", "Llama-2-70B": "llama-2-70b"}
@@ -48,11 +34,11 @@ def _(live_only_notice, mm, mo, time_lora_merge, viz):
     _start_rank = 8
     rank_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=_start_rank, label="Rank r", show_value=True)
     targets_dropdown = mo.ui.dropdown(options=TARGET_SETS, value="q, v (the LoRA paper)", label="Adapted matrices")
-    # Shown in the merging section: times the merge at the rank on the slider when pressed (and once at load),
-    # so moving the rank never waits for a timing.
-    merge_button = mo.ui.button(value=time_lora_merge(_start_rank), kind="success", label="Time again",
+    # Shown in the merging section: checks and times the merge at the rank on the slider when pressed (and once
+    # at load), so moving the rank never waits for a timing and the merging section never re-runs with it.
+    merge_button = mo.ui.button(value=time_lora_merge(_start_rank), kind="success", label="Check and time again",
                                 on_click=lambda last: time_lora_merge(rank_slider.value, last["number"] + 1))
-    mo.vstack([_text, live_only_notice(), mo.hstack([model_dropdown, rank_slider, targets_dropdown], justify="start", gap=2)])
+    mo.vstack([_text, live_only_notice(), mo.hstack([rank_slider, model_dropdown, targets_dropdown], justify="start", gap=2)])
     return TARGET_SETS, merge_button, model_dropdown, rank_slider, targets_dropdown
 
 
@@ -73,13 +59,16 @@ def _():
             paper_setups, pd, toy_block, viz)
 
 
-@app.cell
-def _(mm, model_dropdown, pd, rank_slider, targets_dropdown, viz):
+@app.cell(hide_code=True)
+def _(mm, mo, model_dropdown, pd, rank_slider, targets_dropdown, viz):
+    # The core path's number: the one cell the rank re-runs here (the side-by-side section is the other).
     shape = mm.PRESETS[model_dropdown.value]
     model_label = model_dropdown.selected_key
     rank, targets = rank_slider.value, targets_dropdown.value
     lora_method = mm.LoRA(rank=rank, targets=targets)
     lora_trainable = lora_method.trainable_params(shape)
+    _matrices = shape.lora_matrices(targets)
+    _per_block = sum(_d_in + _d_out for _, _d_in, _d_out in _matrices)
     _rows = []
     for _target in mm.LORA_TARGETS:
         [(_module, _d_in, _d_out)] = shape.lora_matrices([_target])
@@ -87,34 +76,65 @@ def _(mm, model_dropdown, pd, rank_slider, targets_dropdown, viz):
                       "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": lora_method.matrix_params(_d_in, _d_out),
                       "LoRA / matrix": f"{lora_method.matrix_params(_d_in, _d_out) / (_d_in * _d_out):.2%}"})
     matrix_table = pd.DataFrame(_rows)
-    viz.plain_table(matrix_table)
+    # Everything but the activations, for the article's recipe (pure bf16, AdamW; peft's fp32 adapters).
+    _full, _lora, _qlora = (mm.training_memory(shape, method=_m, precision="bf16", optimizer="adamw")
+                            for _m in (mm.Full(), lora_method, mm.QLoRA(rank=rank, targets=targets)))
+    _gb = viz.readable_size  # 50.33 MB, not 0.05 GB
+    mo.vstack([mo.md(f"""
+    **The number.** {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable
+    parameters = {rank} × {_per_block:,} (d_in + d_out, summed over the {len(_matrices)} adapted
+    {"matrix" if len(_matrices) == 1 else "matrices"} of a block) × {shape.n_layers} blocks, **{lora_trainable / shape.n_params:.3%}**
+    of the model's {shape.n_params:,}. In pure bf16 with AdamW, before activations:
+
+    | | weights | gradients + optimizer states | total |
+    |:---|---:|---:|---:|
+    | full finetuning | {_gb(_full.weights)} | {_gb(_full.trainable_state)} | **{_gb(_full.without_activations)}** |
+    | LoRA r = {rank} | {_gb(_lora.weights)} | {_gb(_lora.trainable_state)} | **{_gb(_lora.without_activations)}** |
+    | QLoRA r = {rank} | {_gb(_qlora.weights + _qlora.quantization_constants)} (NF4 + constants) | {_gb(_qlora.trainable_state)} | **{_gb(_qlora.without_activations)}** |
+    """), mo.callout(mo.md(f"""
+    **The takeaway.** The adapters are a fraction of a percent of the model, and so are their
+    gradients and optimizer states: full finetuning's {_gb(_full.trainable_state)} of them shrink to
+    {_gb(_lora.trainable_state)}. What is left is the frozen base, which QLoRA's 4 bits cut from
+    {_gb(_lora.weights)} to {_gb(_qlora.weights + _qlora.quantization_constants)}. Doubling r doubles the adapters
+    and still leaves them small.
+    """), kind="info"),
+        mo.accordion({f"Which matrices of {model_label} can LoRA adapt, and how many parameters does each get?":
+                      viz.plain_table(matrix_table)})])
     return lora_trainable, model_label, rank, shape, targets
 
 
-@app.cell
-def _(TARGET_SETS, mm, np, pd, shape):
-    # Trainable parameters for every rank and set of matrices of this model (runs when the model changes).
-    lora_ranks = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
-    lora_curves = pd.concat([pd.DataFrame({"matrices": _label, "rank": lora_ranks,
-                                           "trainable": mm.LoRA(rank=lora_ranks, targets=_t).trainable_params(shape)})
-                             for _label, _t in TARGET_SETS.items()])
-    return (lora_curves,)
-
-
 @app.cell(hide_code=True)
-def _(lora_trainable, mo, model_label, rank, shape, targets):
-    mo.md(f"""
-    {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable parameters,
-    **{lora_trainable / shape.n_params:.3%}** of the model's {shape.n_params:,}. The chart shows how the
-    count grows with the rank for each choice of matrices: linearly, so doubling r doubles the adapter.
+def _(mm, mo):
+    _shape = mm.PRESETS["llama-2-7b"]
+    _h, _L = _shape.hidden_size, _shape.n_layers
+    _lora = mm.LoRA(rank=8, targets=("q", "v"))
+    mo.md(rf"""
+    ## The formula
+
+    A frozen matrix W (d_out × d_in) gets a trainable update B·A, with A of shape r × d_in and B
+    of shape d_out × r; the layer computes **W·x + (α/r)·B·A·x** (Hu et al. 2021, section 4.1). The
+    rank r is small, so the update has **r × (d_in + d_out)** parameters instead of d_in × d_out.
+    B starts at zero, so training starts from the pretrained model.
+
+    Llama-2-7B has d_in = d_out = {_h:,} in its query and value projections. At r = 8 each adapted
+    matrix gets 8 × ({_h:,} + {_h:,}) = {_lora.matrix_params(_h, _h):,} parameters, against {_h * _h:,} in the matrix
+    itself. Two matrices (q and v) in each of {_L} blocks: {_lora.matrix_params(_h, _h):,} × 2 × {_L} =
+    **{_lora.trainable_params(_shape):,}** trainable parameters. The chart shows how the count grows with
+    the rank for each choice of matrices: linearly, so doubling r doubles the adapter.
     """)
     return
 
 
 @app.cell
-def _(alt, curves_chart, lora_curves, model_label):
-    # The curves alone, no marker at the chosen rank, into a live chart: the rank slider sends it the same
-    # rows, so nothing is drawn; a new model draws it anew (its name is in the title), and the text says where you are.
+def _(TARGET_SETS, alt, curves_chart, mm, model_dropdown, np, pd):
+    # Trainable parameters for every rank and set of matrices of this model: reads the model only, so the rank
+    # slider does not re-run it (the text above says where you are); a new model draws it anew (its name is in the title).
+    _shape, _label = mm.PRESETS[model_dropdown.value], model_dropdown.selected_key
+    _ranks = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
+    lora_curves = pd.concat([pd.DataFrame({"matrices": _name, "rank": _ranks,
+                                           "trainable": mm.LoRA(rank=_ranks, targets=_t).trainable_params(_shape)})
+                             for _name, _t in TARGET_SETS.items()])
+
     def _draw(frame):
         _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
         _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
@@ -122,10 +142,10 @@ def _(alt, curves_chart, lora_curves, model_label):
         _lines = alt.Chart(frame).mark_line(point=True).encode(
             x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
             tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
-        return _lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")
+        return _lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {_label}")
 
-    curves_chart.update(lora_curves, draw=_draw, key=model_label)
-    return
+    curves_chart.update(lora_curves, draw=_draw, key=_label)
+    return (lora_curves,)
 
 
 @app.cell(hide_code=True)
@@ -144,55 +164,48 @@ def _(mo):
     For serving, compute W' = W + (α/r)·B·A once and use it in place of W (Hu et al. 2021,
     section 4.1): one matrix, the same shape as before, so no extra step and no extra latency. To
     switch tasks, subtract B·A and add another task's update. Here it is in numpy, at the rank
-    chosen above:
+    chosen above when you press the button:
     """)
     return
 
 
 @app.cell
-def _(toy_block):
+def _(np, toy_block):
     merge_width, merge_tokens = 512, 64
     merge_x = toy_block.make_input(merge_tokens, merge_width)
 
     def time_lora_merge(rank, number=1):
-        """Interleaved timings of the base matrix, the unmerged LoRA layer and the merged one, at this rank."""
+        """The merge checked (same output?) and timed (base, unmerged, merged, interleaved) at this rank."""
         _lora = toy_block.make_lora(merge_width, merge_width, rank, alpha=16.0, trained=True)
-        _merged = toy_block.merge_lora(_lora)
+        with toy_block.blas_threads(1):  # one BLAS thread: several spin-wait for each other on a busy machine (6 ms vs up to 90)
+            _side = toy_block.lora_forward(merge_x, _lora)  # x W^T + (alpha/r) (x A^T) B^T
+            _merged = toy_block.merge_lora(_lora)  # W + (alpha/r) B A
+            _out = merge_x @ _merged.T
         _times = toy_block.time_variants({
             "base W x": lambda: merge_x @ _lora.W.T,
             "W x + B A x (unmerged)": lambda: toy_block.lora_forward(merge_x, _lora),
             "merged W' x": lambda: merge_x @ _merged.T}, repeats=25, budget_s=0.5)
-        return {"times": _times, "rank": rank, "number": number}
+        return {"times": _times, "rank": rank, "number": number, "gap": float(np.abs(_side - _out).max()),
+                "same": bool(np.allclose(_side, _out, rtol=1e-4, atol=1e-5)), "typical": float(np.abs(_side).mean())}
 
-    return merge_tokens, merge_width, merge_x, time_lora_merge
-
-
-@app.cell
-def _(merge_width, merge_x, np, rank, toy_block):
-    merge_lora = toy_block.make_lora(merge_width, merge_width, rank, alpha=16.0, trained=True)
-    with toy_block.blas_threads(1):  # one BLAS thread: several spin-wait for each other on a busy machine (6 ms vs up to 90)
-        side_output = toy_block.lora_forward(merge_x, merge_lora)  # x W^T + (alpha/r) (x A^T) B^T
-        merged_weight = toy_block.merge_lora(merge_lora)  # W + (alpha/r) B A
-        merged_output = merge_x @ merged_weight.T
-    merge_gap = float(np.abs(side_output - merged_output).max())
-    merge_same = bool(np.allclose(side_output, merged_output, rtol=1e-4, atol=1e-5))
-    return merge_gap, merge_same, side_output
+    return merge_tokens, merge_width, time_lora_merge
 
 
 @app.cell
 def _(merge_button):
-    merge_times = merge_button.value["times"]  # new timings only when "Time again" is pressed
-    return (merge_times,)
+    # New checks and timings only when the button is pressed: the rank slider does not re-run this section.
+    merge_times = merge_button.value["times"]
+    merge_same, merge_gap = merge_button.value["same"], merge_button.value["gap"]
+    return merge_gap, merge_same, merge_times
 
 
 @app.cell(hide_code=True)
-def _(live_only_notice, merge_button, merge_gap, merge_same, merge_times, merge_tokens, merge_width, mo, np, rank,
-      side_output, toy_block, viz):
+def _(live_only_notice, merge_button, merge_gap, merge_same, merge_times, merge_tokens, merge_width, mo, toy_block,
+      viz):
     _variants = ("W x + B A x (unmerged)", "merged W' x")
     _fast = [toy_block.fastest_ratio(merge_times, v, "base W x") for v in _variants]
     _median = [toy_block.median_ratio(merge_times, v, "base W x") for v in _variants]
     _timed = merge_button.value
-    _older = "" if _timed["rank"] == rank else f" (timed at r = {_timed['rank']}: press the button to time r = {rank})"
     # The merged layer is the base's work exactly (one matrix of the same shape): its measured gap is the noise.
     _noise = max(abs(_fast[1] - 1), abs(_median[1] - 1))
     if _noise <= 0.05:
@@ -205,15 +218,15 @@ def _(live_only_notice, merge_button, merge_gap, merge_same, merge_times, merge_
                     f"this machine's timings wander right now (other programs share its cores), so read the unmerged "
                     f"layer's {_fast[0]:.2f}× with the same margin, or press the button to time again")
     mo.vstack([mo.md(f"""
-    A {merge_width} × {merge_width} matrix, a rank-{rank} update and a batch of {merge_tokens} token vectors. Same output?
-    **{"yes" if merge_same else "no"}**: `np.allclose` on the two outputs (largest
-    difference {merge_gap:.1e}, on values of typical size {np.abs(side_output).mean():.2f}; float32
-    rounding, nothing more). Timing {_timed["number"]}{_older}: over {len(merge_times) // 3} interleaved runs on this
-    machine, the fastest unmerged layer took **{_fast[0]:.2f}×** the fastest base matrix's time ({_median[0]:.2f}× comparing
-    medians), the merged one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). {_reading} (see the timing
-    caveat in {viz.lesson_link("05_adapters", "lesson 5")}).
-    """), live_only_notice(), mo.hstack([merge_button, mo.md(f"times the three layers again at r = {rank}")],
-                                        justify="start", gap=1)])
+    Check {_timed["number"]}, at r = {_timed["rank"]}: a {merge_width} × {merge_width} matrix, a rank-{_timed["rank"]} update
+    and a batch of {merge_tokens} token vectors. Same output? **{"yes" if merge_same else "no"}**: `np.allclose` on the
+    two outputs (largest difference {merge_gap:.1e}, on values of typical size {_timed["typical"]:.2f}; float32
+    rounding, nothing more). Over {len(merge_times) // 3} interleaved runs on this machine, the fastest unmerged
+    layer took **{_fast[0]:.2f}×** the fastest base matrix's time ({_median[0]:.2f}× comparing medians), the merged
+    one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). {_reading} (see the timing caveat in
+    {viz.lesson_link("05_adapters", "lesson 5")}).
+    """), live_only_notice(), mo.hstack([merge_button, mo.md("checks and times the three layers again, at the rank "
+                                                             "on the slider above")], justify="start", gap=1)])
     return
 
 
@@ -235,8 +248,16 @@ def _(live_only_notice, mo):
     return (block_size_slider,)
 
 
-@app.cell
-def _(block_size_slider, blockwise, mm, np, pd, viz):
+@app.cell(hide_code=True)
+def _(live_chart):
+    levels_chart = live_chart()  # drawn once (this cell reads no control); the cell below sends it new rows
+    levels_chart
+    return (levels_chart,)
+
+
+@app.cell(hide_code=True)
+def _(alt, block_size_slider, blockwise, levels_chart, mm, mo, np, pd, viz):
+    # The one cell the block size re-runs: the table, the chart's new counts and the text.
     quant_block = block_size_slider.value
     demo_weights = np.random.default_rng(0).standard_normal(4096)
     _bf16_error = float(np.abs(mm.round_to_format(demo_weights, "bf16") - demo_weights).mean() / np.abs(demo_weights).mean())
@@ -253,12 +274,7 @@ def _(block_size_slider, blockwise, mm, np, pd, viz):
         _row("int4, fp32 constants", "int4", False), _row("NF4, fp32 constants", "nf4", False),
         _row("NF4 + double quantization", "nf4", True),
     ])
-    viz.plain_table(quant_rows.round(4))
-    return demo_weights, quant_block, quant_rows
 
-
-@app.cell
-def _(alt, demo_weights, levels_chart, mm, np, pd, quant_block, viz):
     _blocks = demo_weights[: len(demo_weights) // quant_block * quant_block].reshape(-1, quant_block)
     # A histogram counted in numpy (50 bins over -1..1): the page carries 50 counts, not 4,096 weights.
     _counts, _edges = np.histogram(_blocks / np.abs(_blocks).max(axis=1, keepdims=True), bins=50, range=(-1, 1))
@@ -280,24 +296,13 @@ def _(alt, demo_weights, levels_chart, mm, np, pd, quant_block, viz):
 
     levels_chart.update(pd.concat([_bins.assign(kind="bin"), _levels.assign(kind="level")], ignore_index=True),
                         draw=_draw, block=int(quant_block))
-    return
 
-
-@app.cell(hide_code=True)
-def _(live_chart):
-    levels_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    levels_chart
-    return (levels_chart,)
-
-
-@app.cell(hide_code=True)
-def _(mm, mo, quant_block, quant_rows):
     _paper_plain = mm.quant_constant_bits(block=64, double_quant=False)  # QLoRA's blocks of 64
     _paper_dq = mm.quant_constant_bits(block=64, double_quant=True)
     _no_dq, _dq = quant_rows["constants (bits per weight)"].iloc[2], quant_rows["constants (bits per weight)"].iloc[3]
     _saved = (mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
               - mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
-    mo.md(f"""
+    mo.vstack([viz.plain_table(quant_rows.round(4)), mo.md(f"""
     NF4's levels crowd near zero, where most weights are, so its error is lower than int4's at the
     same 4 bits (the table's mean error is a share of the mean weight size). The constants cost
     extra bits: one fp32 absmax per block of {quant_block} is 32 / {quant_block} =
@@ -306,18 +311,11 @@ def _(mm, mo, quant_block, quant_rows):
     **{_dq:.3f} bits** (QLoRA's blocks of 64 give {_paper_plain:.3f} and {_paper_dq:.3f}). On Llama-2-7B's
     linear layers that saves {mm.format_bytes(_saved)}. Smaller blocks cut the error and cost
     more constants: move the slider.
-
-    ## Full, LoRA and QLoRA side by side
-
-    The same model, rank and matrices as above, three ways. Beyond the method, the precision recipe
-    sets what each part is stored in, and **peft keeps LoRA adapters in fp32 by default**, even on a
-    bf16 model (`autocast_adapter_dtype=True`): 4 B of weight, 4 B of gradient and, with Adam, 8 B of
-    states per adapter parameter.
-    """)
-    return
+    """)])
+    return demo_weights, quant_block, quant_rows
 
 
-@app.cell
+@app.cell(hide_code=True)
 def _(live_only_notice, mm, mo):
     precision_dropdown = mo.ui.dropdown(options=list(mm.RECIPES), value="bf16", label="Precision recipe")
     optimizer_dropdown = mo.ui.dropdown(options=list(mm.OPTIMIZERS), value="adamw", label="Optimizer")
@@ -328,7 +326,14 @@ def _(live_only_notice, mm, mo):
     checkpointing_checkbox = mo.ui.checkbox(value=False, label="gradient checkpointing")
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
-    mo.vstack([live_only_notice(),
+    mo.vstack([mo.md("""
+    ## Full, LoRA and QLoRA side by side
+
+    The same model, rank and matrices as above, three ways, now with activations and a card. Beyond
+    the method, the precision recipe sets what each part is stored in, and **peft keeps LoRA adapters
+    in fp32 by default**, even on a bf16 model (`autocast_adapter_dtype=True`): 4 B of weight, 4 B of
+    gradient and, with Adam, 8 B of states per adapter parameter.
+    """), live_only_notice(),
                mo.hstack([precision_dropdown, optimizer_dropdown, gpu_dropdown, unit_radio], justify="start", gap=1.5),
                mo.hstack([batch_slider, seq_len_slider, checkpointing_checkbox], justify="start", gap=1.5),
                adapter_format_radio])
@@ -336,9 +341,17 @@ def _(live_only_notice, mm, mo):
             precision_dropdown, seq_len_slider, unit_radio)
 
 
-@app.cell
-def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, mm, optimizer_dropdown,
-      precision_dropdown, rank, seq_len_slider, shape, targets, unit_radio):
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell below sends it new rows
+    bars_chart
+    return (bars_chart,)
+
+
+@app.cell(hide_code=True)
+def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gpu_dropdown, literature, mm, mo,
+      model_label, optimizer_dropdown, pd, precision_dropdown, rank, seq_len_slider, shape, targets, unit_radio, viz):
+    # The one cell this section's controls re-run: the three runs, the chart's new rows, the table and the text.
     unit, gpu, adapter_format = unit_radio.value, mm.get_gpu(gpu_dropdown.value), adapter_format_radio.value
     _run = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
                 seq_len=seq_len_slider.value, checkpointing=checkpointing_checkbox.value)
@@ -349,37 +362,25 @@ def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, 
     }
     lora_fp32 = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format="fp32"), **_run)
     lora_base = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format=None), **_run)
-    return gpu, lora_base, lora_fp32, side_by_side, unit
-
-
-@app.cell
-def _(bars_chart, gpu, mm, model_label, side_by_side, unit, viz):
-    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart below: the sliders send it new rows.
+    # A card holds a run when the run fits beside the CUDA context, as in the planner (lesson 8).
+    _fits = {name: mm.check_fit(r, gpu, reserved_bytes=mm.CUDA_CONTEXT_BYTES) for name, r in side_by_side.items()}
+    _usable = _fits["Full finetuning"].available_bytes
+    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
+    # The card's line stands where its usable memory ends, so a bar past it is a run that does not fit.
     bars_chart.update(viz.stacked_bars_output(
         viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
-        capacity_bytes=gpu.memory_bytes, capacity_label=f"{gpu.name} ({mm.format_bytes(gpu.memory_bytes, unit)})"))
-    return
-
-
-@app.cell(hide_code=True)
-def _(live_chart):
-    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    bars_chart
-    return (bars_chart,)
-
-
-@app.cell(hide_code=True)
-def _(gpu, lora_base, lora_fp32, mm, mo, pd, side_by_side, unit, viz):
+        capacity_bytes=_usable, capacity_label=f"{gpu.name}: {mm.format_bytes(_usable, unit)} usable"))
     _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
                            f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
                            f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
                            f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
-                           f"fits {gpu.name}?": "yes" if mm.check_fit(r, gpu, reserved_bytes=0).fits else "no"} for name, r in side_by_side.items()])
+                           f"fits {gpu.name}?": "yes" if _fits[name].fits else "no"} for name, r in side_by_side.items()])
     _full, _lora, _qlora = side_by_side.values()
     _extra = lora_fp32.total - lora_base.total
     _fp32_cost = (f"costs **{mm.format_bytes(_extra, unit)}** here" if _extra else "costs nothing with this recipe: "
                   "its trainable weights are fp32 anyway, or get an fp32 master copy that fp32 adapters do not need")
+    _context = literature.REPORTED["cuda_context_v100"]
     _prose = mo.md(f"""
     LoRA keeps every base weight ({mm.format_bytes(_full.weights, unit)}), adds the adapters
     ({mm.format_bytes(_lora.weights - _full.weights, "MB" if unit == "GB" else "MiB")}), and cuts gradients and optimizer states to the
@@ -387,82 +388,133 @@ def _(gpu, lora_base, lora_fp32, mm, mo, pd, side_by_side, unit, viz):
     {mm.format_bytes(_qlora.quantization_constants, unit)} of constants (embeddings, norms and the output
     head stay in the recipe's format). Activations hardly move: every method still runs the whole model
     forward and back. Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32 instead of the
-    base format {_fp32_cost}. Recipe: {_lora.assumptions}
+    base format {_fp32_cost}. "Fits" compares each total with the {gpu.name}'s {mm.format_bytes(gpu.memory_bytes, unit)}
+    less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the CUDA context, which the driver takes before
+    PyTorch allocates anything (measured on a V100: {_context.source}):
+    {mm.format_bytes(_usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions}
     """)
     mo.vstack([viz.plain_table(_rows), _prose])
-    return
+    return gpu, lora_base, lora_fp32, side_by_side, unit
 
 
 @app.cell
-def _(TARGET_SETS, mm, np, pd, viz):
-    # Every (rank, matrices, method, part) the bound chart can show: 9 ranks x 4 sets x 3 methods, ~470 rows.
-    _ranks, _run, _rows = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256]), dict(batch_size=4, seq_len=512), []
-    _short = dict(zip(TARGET_SETS.values(), ("q, v", "q, k, v, o", "MLP", "all linear")))
-    for _targets, _label in _short.items():
-        for _method, _result in (("Full", mm.training_memory("llama-2-7b", method=mm.Full(), **_run)),
-                                 ("LoRA", mm.training_memory("llama-2-7b", method=mm.LoRA(rank=_ranks, targets=_targets), **_run)),
-                                 ("QLoRA", mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=_ranks, targets=_targets), **_run))):
-            _trainable = np.broadcast_to(_result.trainable_params, _ranks.shape)
-            _totals = np.broadcast_to(_result.total, _ranks.shape)  # integer bytes: the label rounds the total once
-            for _part, _bytes in _result.parts().items():
-                _bytes = np.broadcast_to(_bytes, _ranks.shape)
-                if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
-                    _rows += [{"rank": int(_r), "matrices": _label, "method": _method, "part": viz.ALL_LABELS[_part],
-                               "order": list(_result.parts()).index(_part), "GB": round(float(_b) / 1e9, 3), "trainable": int(_t),
-                               "totalGB": round(float(_T) / 1e9, 1)}
-                              for _r, _b, _t, _T in zip(_ranks, _bytes, _trainable, _totals)]
-    lora_grid = pd.DataFrame(_rows)
-    return (lora_grid,)
-
-
-@app.cell
-def _(Select, alt, bound_chart, lora_grid, mo, viz):
+def _(Select, TARGET_SETS, alt, bound_chart, mm, mo, np, pd, viz):
     from memmath_lessons.static_charts import is_static_export as _static
 
-    _most = float(lora_grid.groupby(["rank", "matrices", "method"])["GB"].sum().max())
-    _parts = list(dict.fromkeys(lora_grid.sort_values("order")["part"]))
-    _y = alt.Y("method:N", title=None, sort=["Full", "LoRA", "QLoRA"])
+    def _lora_grid():
+        # Every (rank, matrices, method, part) the bound chart can show: 9 ranks x 4 sets x 3 methods, ~470 rows.
+        _ranks, _run, _rows = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256]), dict(batch_size=4, seq_len=512), []
+        _short = dict(zip(TARGET_SETS.values(), ("q, v", "q, k, v, o", "MLP", "all linear")))
+        for _targets, _label in _short.items():
+            for _method, _result in (("Full", mm.training_memory("llama-2-7b", method=mm.Full(), **_run)),
+                                     ("LoRA", mm.training_memory("llama-2-7b", method=mm.LoRA(rank=_ranks, targets=_targets), **_run)),
+                                     ("QLoRA", mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=_ranks, targets=_targets), **_run))):
+                _trainable = np.broadcast_to(_result.trainable_params, _ranks.shape)
+                _totals = np.broadcast_to(_result.total, _ranks.shape)  # integer bytes: the label rounds the total once
+                for _part, _bytes in _result.parts().items():
+                    _bytes = np.broadcast_to(_bytes, _ranks.shape)
+                    if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
+                        _rows += [{"rank": int(_r), "matrices": _label, "method": _method, "part": viz.ALL_LABELS[_part],
+                                   "order": list(_result.parts()).index(_part), "GB": round(float(_b) / 1e9, 3), "trainable": int(_t),
+                                   "totalGB": round(float(_T) / 1e9, 1)}
+                                  for _r, _b, _t, _T in zip(_ranks, _bytes, _trainable, _totals)]
+        return pd.DataFrame(_rows)
 
-    def _draw(base):
-        _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35]),
-                    axis=alt.Axis(**viz.MEMORY_AXIS)), y=_y,
-            color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in _parts])),
-            order=alt.Order("order:Q"))
-        _labels = base.transform_aggregate(total="sum(GB)", totalGB="max(totalGB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
-            text="format(datum.totalGB, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
-            align="left", dx=4, fontSize=11).encode(x=alt.X("total:Q"), y=_y, text=alt.Text("text:N"))
-        return alt.layer(_bars, _labels).properties(width=520, height=130)
+    def _bound_chart():
+        lora_grid = _lora_grid()
+        _most = float(lora_grid.groupby(["rank", "matrices", "method"])["GB"].sum().max())
+        _parts = list(dict.fromkeys(lora_grid.sort_values("order")["part"]))
+        _y = alt.Y("method:N", title=None, sort=["Full", "LoRA", "QLoRA"])
 
-    _chart = bound_chart(lora_grid, [Select("rank", "Rank r", value=8, radio=True), Select("matrices", "Adapted matrices")],
-                         _draw, title="Llama-2-7B, pure bf16, AdamW, batch 4 x 512 tokens")
-    _chart = viz.chart_output(_chart)
-    _about = r"""
-    The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
-    AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
-    Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
-    every combination in advance, so they work in this static copy of the workbook.
-    """
+        def _draw(base):
+            _bars = base.mark_bar().encode(
+                x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35]),
+                        axis=alt.Axis(**viz.MEMORY_AXIS)), y=_y,
+                color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in _parts])),
+                order=alt.Order("order:Q"))
+            _labels = base.transform_aggregate(total="sum(GB)", totalGB="max(totalGB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
+                text="format(datum.totalGB, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
+                align="left", dx=4, fontSize=11).encode(x=alt.X("total:Q"), y=_y, text=alt.Text("text:N"))
+            return alt.layer(_bars, _labels).properties(width=520, height=130)
+
+        _chart = bound_chart(lora_grid, [Select("rank", "Rank r", value=8, radio=True), Select("matrices", "Adapted matrices")],
+                             _draw, title="Llama-2-7B, pure bf16, AdamW, batch 4 x 512 tokens")
+        return mo.vstack([mo.md(r"""
+        The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
+        AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
+        Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
+        every combination in advance, so they work in this static copy of the workbook.
+        """), viz.chart_output(_chart)])
+
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it.
-    mo.vstack([mo.md(_about), _chart]) if _static() else None
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and computes it.
+    _bound_chart() if _static() else None
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## The papers' headline numbers, recomputed
+def _(literature, live_only_notice, mm, mo, paper_setups):
+    _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), mm.get_gpu("RTX A6000")
+    q65_batch_slider = mo.ui.slider(1, 16, value=4, label="Batch size (sequences)", show_value=True)
+    q65_seq_slider = mo.ui.slider(steps=[128, 256, 528, 1024, 2048], value=528, label="Sequence length (tokens)", show_value=True)
+    q65_checkpointing_checkbox = mo.ui.checkbox(value=True, label="gradient checkpointing")
+    q65_optimizer_dropdown = mo.ui.dropdown(options={"32-bit AdamW (paged, as in QLoRA's code)": "adamw", "8-bit AdamW": "adam8bit"},
+                                            value="32-bit AdamW (paged, as in QLoRA's code)", label="Optimizer")
+    _text = mo.md(f"""
+    ## A 65B model on one 48 GB GPU
 
-    Each paper reports one number from its own setup. `memmath.paper_setups` writes those setups
-    down (model, method, recipe, optimizer, batch) with their sources; the table puts each reported
-    figure next to what this workbook computes, and says what is counted.
+    QLoRA's claim: {literature.cite("qlora_65b_gpu")}. The setup of its 65B Guanaco run: {_setup.description}
+    ({_setup.source}). Its optimizer is *paged*: when memory runs short, optimizer states move to CPU
+    RAM and come back when needed, which absorbs the spikes that long sequences cause. Change the
+    run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
+    {mm.format_bytes(_a6000.memory_bytes)}):
     """)
-    return
+    mo.vstack([_text, live_only_notice(), mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
+               mo.hstack([q65_optimizer_dropdown, q65_checkpointing_checkbox], justify="start", gap=1.5)])
+    return q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider
 
 
-@app.cell
-def _(literature, mm, paper_setups, pd, viz):
+@app.cell(hide_code=True)
+def _(live_chart):
+    guanaco_chart = live_chart()  # drawn once (this cell reads no control); the cell below sends it new rows
+    guanaco_chart
+    return (guanaco_chart,)
+
+
+@app.cell(hide_code=True)
+def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_checkpointing_checkbox,
+      q65_optimizer_dropdown, q65_seq_slider, viz):
+    # The one cell this section's controls re-run: the run, the chart's new rows and the verdict.
+    a6000 = mm.get_gpu("RTX A6000")
+    _run = dict(batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, optimizer=q65_optimizer_dropdown.value)
+    guanaco = paper_setups.get_setup("qlora_guanaco_65b").memory(checkpointing=q65_checkpointing_checkbox.value, **_run)
+    guanaco_fit = mm.check_fit(guanaco, a6000, reserved_bytes=mm.CUDA_CONTEXT_BYTES)
+    guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(checkpointing=False, **_run)
+    _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
+        viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=guanaco_fit.available_bytes,
+        capacity_label=f"{a6000.name}: {mm.format_bytes(guanaco_fit.available_bytes)} usable", height=70).spec
+    guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
+    _context = literature.REPORTED["cuda_context_v100"]
+    _verdict = "fits" if guanaco_fit.fits else "does not fit"
+    mo.callout(mo.md(f"""
+    This run needs **{mm.format_bytes(guanaco.total)}** ({mm.format_bytes(guanaco.total, "GiB")}): it
+    **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
+    {"to spare" if guanaco_fit.fits else "missing"}, after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
+    CUDA context, which the driver takes before PyTorch allocates anything (measured on a V100:
+    {_context.source}), and before paging moves anything to the CPU. Weights and constants take
+    {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
+    head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
+    {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
+    activations are {mm.format_bytes(guanaco.activations)}.
+    {f"Without gradient checkpointing the same run would need {mm.format_bytes(guanaco_no_checkpointing.total)}."
+     if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
+    """), kind="success" if guanaco_fit.fits else "danger")
+    return guanaco, guanaco_fit, guanaco_no_checkpointing
+
+
+@app.cell(hide_code=True)
+def _(literature, mm, mo, paper_setups, pd, viz):
+    # Folded under "Go deeper" below: the papers' headline numbers, recomputed from their setups.
     gpt3_full = paper_setups.get_setup("lora_gpt3_full").memory()  # 16-bit weights, Adam, no activations
     gpt3_lora = paper_setups.get_setup("lora_gpt3_lora").memory()  # LoRA r=4 on q and v
     llama65_full = paper_setups.get_setup("qlora_65b_full_16bit").memory()  # bf16 + 32-bit Adam states
@@ -488,90 +540,31 @@ def _(literature, mm, paper_setups, pd, viz):
         {"claim": "LLaMA 65B, regular 16-bit finetuning", "paper": f"> {_R['qlora_65b_full_16bit'].value} GB",
          "this workbook": mm.format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
     ])
-    viz.plain_table(_claims, wrapped_columns=["claim", "what is counted"])  # no mo.ui.table left: its code never loads
-    return gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full
-
-
-@app.cell(hide_code=True)
-def _(gpt3_full, gpt3_weights_and_states, literature, live_only_notice, mm, mo, paper_setups):
-    _two_thirds = literature.REPORTED["lora_vram_two_thirds"]
-    _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), mm.get_gpu("RTX A6000")
-    q65_batch_slider = mo.ui.slider(1, 16, value=4, label="Batch size (sequences)", show_value=True)
-    q65_seq_slider = mo.ui.slider(steps=[128, 256, 528, 1024, 2048], value=528, label="Sequence length (tokens)", show_value=True)
-    q65_checkpointing_checkbox = mo.ui.checkbox(value=True, label="gradient checkpointing")
-    q65_optimizer_dropdown = mo.ui.dropdown(options={"32-bit AdamW (paged, as in QLoRA's code)": "adamw", "8-bit AdamW": "adam8bit"},
-                                            value="32-bit AdamW (paged, as in QLoRA's code)", label="Optimizer")
-    _text = mo.md(f"""
+    _two_thirds = _R["lora_vram_two_thirds"]
+    papers_fold = mo.vstack([mo.md("""
+    Each paper reports one number from its own setup. `memmath.paper_setups` writes those setups
+    down (model, method, recipe, optimizer, batch) with their sources; the table puts each reported
+    figure next to what this workbook computes, and says what is counted.
+    """), viz.plain_table(_claims, wrapped_columns=["claim", "what is counted"]), mo.md(f"""
     **Why 1.2 TB and not one of ours?** The LoRA paper explains its saving as not storing optimizer
     states for frozen weights, "up to 2/3" of the VRAM ({_two_thirds.source}): weights plus Adam's two
     moments, three copies of the 16-bit model, {mm.format_bytes(gpt3_weights_and_states, "TB")}. Holding
     all 16-bit gradients at once as well gives {mm.format_bytes(gpt3_full.without_activations, "TB")}. The
     reported 1.2 TB lies between: frameworks can free gradients as the optimizer consumes them, and
     activations and buffers come on top. A single number cannot tell which; the recipe behind it can.
-
-    ### A 65B model on one 48 GB GPU
-
-    QLoRA's claim: {literature.cite("qlora_65b_gpu")}. The setup of its 65B Guanaco run: {_setup.description}
-    ({_setup.source}). Its optimizer is *paged*: when memory runs short, optimizer states move to CPU
-    RAM and come back when needed, which absorbs the spikes that long sequences cause. Change the
-    run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
-    {mm.format_bytes(_a6000.memory_bytes)}):
-    """)
-    mo.vstack([_text, live_only_notice(), mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
-               mo.hstack([q65_optimizer_dropdown, q65_checkpointing_checkbox], justify="start", gap=1.5)])
-    return q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider
-
-
-@app.cell
-def _(guanaco_chart, mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown,
-      q65_seq_slider, viz):
-    a6000 = mm.get_gpu("RTX A6000")
-    guanaco = paper_setups.get_setup("qlora_guanaco_65b").memory(
-        batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value,
-        checkpointing=q65_checkpointing_checkbox.value, optimizer=q65_optimizer_dropdown.value)
-    guanaco_fit = mm.check_fit(guanaco, a6000, reserved_bytes=0)
-    guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(
-        batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, checkpointing=False,
-        optimizer=q65_optimizer_dropdown.value)
-    _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
-        viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=a6000.memory_bytes,
-        capacity_label=f"{a6000.name} ({mm.format_bytes(a6000.memory_bytes)})", height=70).spec
-    guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
-    return guanaco, guanaco_fit, guanaco_no_checkpointing
+    """)])
+    return gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full, papers_fold
 
 
 @app.cell(hide_code=True)
-def _(live_chart):
-    guanaco_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    guanaco_chart
-    return (guanaco_chart,)
-
-
-@app.cell(hide_code=True)
-def _(guanaco, guanaco_fit, guanaco_no_checkpointing, literature, mm, mo):
-    _context = literature.REPORTED["cuda_context_v100"]
-    _verdict = "fits" if guanaco_fit.fits else "does not fit"
-    mo.callout(mo.md(f"""
-    This run needs **{mm.format_bytes(guanaco.total)}** ({mm.format_bytes(guanaco.total, "GiB")}): it
-    **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
-    {"to spare" if guanaco_fit.fits else "missing"}, before the CUDA context (about {_context.value:,.0f} {_context.unit}
-    on a V100, {_context.source}) and before paging moves anything to the CPU. Weights and constants take
-    {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
-    head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
-    {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
-    activations are {mm.format_bytes(guanaco.activations)}.
-    {f"Without gradient checkpointing the same run would need {mm.format_bytes(guanaco_no_checkpointing.total)}."
-     if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
-    """), kind="success" if guanaco_fit.fits else "danger")
-    return
-
-
-@app.cell(hide_code=True)
-def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, viz):
+def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, papers_fold, viz):
     _shape = mm.PRESETS["llama-2-7b"]
     _qv8 = mm.LoRA(rank=8, targets=("q", "v")).trainable_params(_shape)
     _plain, _dq = (mm.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
-    mo.callout(mo.md(f"""
+    # "Go deeper": one fold per question a careful reader asks. The measured QLoRA runs (bitsandbytes on a GPU)
+    # join this dict as their own fold, beside the papers' numbers they check.
+    _deeper = {"Do the papers' headline numbers follow from their setups?": papers_fold}
+    mo.vstack([mo.callout(mo.md(f"""
     **Takeaways**
 
     - LoRA trains B·A beside chosen matrices: r × (d_in + d_out) parameters per matrix. Llama-2-7B
@@ -584,7 +577,7 @@ def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, viz):
       against the reported {literature.REPORTED["lora_gpt3_vram_before"].value} TB), and an NF4 base, small adapters
       and checkpointing for a 65B model on one 48 GB card.
     - Next: {viz.lesson_link("07_inference")}, the other half of the memory math.
-    """), kind="success")
+    """), kind="success"), mo.md("## Go deeper"), mo.accordion(_deeper)])
     return
 
 
@@ -598,7 +591,7 @@ def _(mm, mo):
     _lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
     _qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
     _gpu = mm.get_gpu("RTX 4090")
-    _fits = ["fits" if mm.check_fit(r, _gpu, reserved_bytes=0).fits else "does not fit" for r in (_lora, _qlora)]
+    _fits = ["fits" if mm.check_fit(r, _gpu).fits else "does not fit" for r in (_lora, _qlora)]  # the CUDA context reserved
     _fp32 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), precision="bf16", optimizer="adamw")
     _bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), precision="bf16", optimizer="adamw")
     mo.vstack([
@@ -617,7 +610,9 @@ def _(mm, mo):
         mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
         pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
         mo.accordion({"Answer": mo.md(f"""LoRA: {mm.format_bytes(_lora.total)}, which {_fits[0]} the
-        card's {mm.format_bytes(_gpu.memory_bytes)}: the 16-bit weights alone are {mm.format_bytes(_lora.weights)}.
+        card's {mm.format_bytes(_gpu.memory_bytes)} less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB for the CUDA context
+        ({mm.format_bytes(_gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES)} usable): the 16-bit weights alone are
+        {mm.format_bytes(_lora.weights)}.
         QLoRA: {mm.format_bytes(_qlora.total)}, which {_fits[1]}.""")}),
         mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
         linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),

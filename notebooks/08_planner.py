@@ -15,11 +15,16 @@ def _(mo, viz):
     mo.md(f"""
     # The planner: will my finetune fit?
 
-    Every lesson so far took one piece of the bill apart. This one puts the pieces back together
-    for **your** run: pick a model (or paste its `config.json`), a finetuning method, a precision
-    recipe, an optimizer, the batch and the sequence length, and a GPU. The planner adds up what
-    one GPU must hold during a training step, says whether it fits, and ranks the changes that
-    would make it fit by the memory each one saves.
+    **The claim.** Running out of memory is how many people find out that their plans did not account
+    for what a model needs (the article): a run that does not fit one GPU cannot train at all. Full
+    finetuning of a 7B model in a 16-bit format adds up to about 56 GB before activations, more than
+    most consumer GPUs provide. This lesson does the accounting before the error, for **your** run: pick
+    a model (or paste its `config.json`), a method, a precision recipe, an optimizer, the batch and the
+    sequence length, and a GPU. The planner adds up what one GPU must hold during a training step, says
+    whether it fits, states how far the run goes, and ranks the changes that would make it fit.
+
+    **The control.** The method (section 2) moves the verdict most: full finetuning trains every
+    weight, LoRA and QLoRA a fraction of a percent of them.
 
     The pieces come from earlier lessons: weights and formats ({viz.lesson_link("01_weights_and_formats", "lesson 1")}),
     gradients and optimizer states ({viz.lesson_link("02_full_finetuning", "lesson 2")}), activations
@@ -74,57 +79,6 @@ def _():
         return _LAYOUTS.get(str(model_type).lower(), _GENERIC)
 
     return (nearest_layout,)
-
-
-@app.cell(hide_code=True)
-def _(mm, mo):
-    _article = mm.bytes_per_parameter("bf16", "adam")
-    _mixed = mm.bytes_per_parameter("mixed", "adam")
-    mo.md(f"""
-    ## The sum, per GPU
-
-    memory per GPU = weights + quantization constants + gradients + master weights + optimizer states + activations
-
-    Gradients, master weights and optimizer states exist only for **trainable** parameters; the
-    recipe sets their bytes. The article's recipe (pure 16-bit with Adam) keeps
-    {_article["weights"]:g} + {_article["gradients"]:g} + {_article["optimizer_states"]:g} =
-    **{_article["total"]:g} bytes** per trainable parameter; the classic mixed-precision recipe keeps
-    {_mixed["weights"]:g} + {_mixed["gradients"]:g} + {_mixed["master_weights"]:g} + {_mixed["optimizer_states"]:g}
-    = **{_mixed["total"]:g} bytes**. Activations grow with batch x sequence length. Sharding with
-    ZeRO (Rajbhandari et al. 2020) splits optimizer states (stage 1), then gradients (2), then
-    weights (3) across the GPUs, but never the activations: each GPU keeps its own.
-    """)
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo, pd, viz):
-    # FSDP2 and ZeRO-1 as PyTorch runs them: measured per rank over gloo (validation/sharded.py).
-    from memmath.reference.measured import load_measured_sharded, measured_metadata, predict_sharded_case
-
-    _sharded = load_measured_sharded()
-    _torch = measured_metadata()["versions"]["torch"]
-    _rows = []
-    for _, _case in _sharded[_sharded["shape"] == "bert"].iterrows():
-        for _rank in range(int(_case["world_size"])):
-            _m = predict_sharded_case(_case, _rank)
-            _rows.append({"engine": f"{_case['engine']} x {_case['world_size']}", "rank": _rank,
-                          "weights measured (B)": _case["param_bytes_per_rank"][_rank], "memmath (B)": int(_m.weights),
-                          "states measured (B)": _case["optimizer_state_bytes_per_rank"][_rank],
-                          "memmath states (B)": int(_m.optimizer_states)})
-    _table = pd.DataFrame(_rows)
-    _shown = mo.vstack([mo.md(f"""
-    **Measured, per rank.** The engines do not divide evenly. PyTorch {_torch}'s FSDP2 (`fully_shard`)
-    cuts every tensor along its first dimension and pads the pieces to the same size, so BERT's
-    2-row classifier costs every one of 4 ranks a row; `ZeroRedundancyOptimizer` (ZeRO-1) gives
-    whole tensors' states to ranks, largest first, so the ranks differ. memmath follows both with
-    `training_memory(..., sharding="fsdp2"` or `"zero_redundancy", rank=r)`; a small BERT on the CPU
-    over gloo:
-    """), viz.plain_table(_table)])
-    # Folded: the measurement serves the careful reader, not the lesson's path.
-    mo.accordion({"What do FSDP2 and ZeRO-1 really store on each GPU? (measured with PyTorch)": _shown}) if len(
-        _rows) else mo.md("")
-    return
 
 
 @app.cell(hide_code=True)
@@ -211,10 +165,11 @@ def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio)
     return
 
 
-@app.cell
-def _(mo):
+@app.cell(hide_code=True)
+def _(live_only_notice, mo):
     # The method's controls depend on no other control, so changing the model (or anything else) keeps them;
-    # only the freeze slider's range follows the model, and it remembers the value asked for (next cells).
+    # only the freeze slider's range follows the model, and it remembers the value asked for (next cells). They show
+    # here, in the cell that makes them: a cell that shows a control re-runs whenever that control moves.
     method_dropdown = mo.ui.dropdown({"full finetuning": "full", "partial (freeze)": "freeze",
                                       "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora"},
                                      value="full finetuning", label="Method")
@@ -223,6 +178,8 @@ def _(mo):
     rank_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=8, show_value=True, label="LoRA/QLoRA: rank")
     targets_dropdown = mo.ui.dropdown({"q, v": ("q", "v"), "q, k, v, o": ("q", "k", "v", "o"), "all linear": ("all",)},
                                       value="q, v", label="LoRA/QLoRA: matrices")
+    mo.vstack([mo.md("## 2. The method"), live_only_notice(), method_dropdown,
+               mo.hstack([bottleneck_slider, rank_slider, targets_dropdown], justify="start")])
     return bottleneck_slider, method_dropdown, rank_slider, targets_dropdown
 
 
@@ -235,19 +192,15 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(bottleneck_slider, get_trainable_layers, live_only_notice, method_dropdown, mo, model, rank_slider,
-      set_trainable_layers, targets_dropdown):
-    mo.stop(model is None, mo.md("## 2. The method\n\n*Waiting for a model: fix the config.json above.*"))
+def _(get_trainable_layers, mo, model, set_trainable_layers):
+    mo.stop(model is None, mo.md("*The freeze slider waits for a model: fix the config.json above.*"))
     _asked = get_trainable_layers()
     trainable_layers_slider = mo.ui.slider(0, model.n_layers, value=min(_asked, model.n_layers), show_value=True,
                                            label="Freeze: trainable last blocks", on_change=set_trainable_layers)
     _clamped = (mo.md(f"*You asked for {_asked} trainable blocks; {model.name} has {model.n_layers}, so all "
                       f"{model.n_layers} train (the slider shows {model.n_layers}). A deeper model gets your "
                       f"{_asked} back.*").style({"font-size": "0.9em"}) if _asked > model.n_layers else None)
-    mo.vstack([mo.md("## 2. The method"), live_only_notice(), method_dropdown,
-               mo.hstack([trainable_layers_slider, bottleneck_slider], justify="start"),
-               *([_clamped] if _clamped is not None else []),
-               mo.hstack([rank_slider, targets_dropdown], justify="start"),
+    mo.vstack([trainable_layers_slider, *([_clamped] if _clamped is not None else []),
                mo.md("The selected method's own control sets your run; all four also feed the comparison "
                      "table at the end. Each keeps its value when you change the model.").style({"font-size": "0.9em"})])
     return (trainable_layers_slider,)
@@ -292,62 +245,6 @@ def _(literature, live_only_notice, mm, mo):
 
 
 @app.cell
-def _(bottleneck_slider, mm, rank_slider, targets_dropdown, trainable_layers_slider):
-    methods = {
-        "full": mm.Full(),
-        "freeze": mm.Freeze(trainable_layers=trainable_layers_slider.value),
-        "adapters": mm.Adapters(bottleneck=bottleneck_slider.value),
-        "lora": mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value),
-        "qlora": mm.QLoRA(rank=rank_slider.value, targets=targets_dropdown.value),
-    }
-    return (methods,)
-
-
-@app.cell
-def _(attention_radio, batch_slider, checkpointing_switch, n_gpus_number, optimizer_dropdown, precision_dropdown,
-      seq_len_slider, zero_stage_radio):
-    # The training step without the method: the comparison at the end needs this, not the method chosen.
-    step = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
-                seq_len=seq_len_slider.value, checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
-                zero_stage=zero_stage_radio.value, attention=attention_radio.value)
-    return (step,)
-
-
-@app.cell
-def _(method_dropdown, methods, step):
-    settings = {**step, "method": methods[method_dropdown.value]}
-    return (settings,)
-
-
-@app.cell
-def _(gpu_dropdown, mm):
-    # The GPU, the reserve and the unit each in a cell of its own (marimo re-runs whatever uses any name a
-    # re-run cell defines): the GPU and the reserve re-run the verdict and the changes, not the memory itself;
-    # the unit re-runs only what is shown.
-    gpu = mm.get_gpu(gpu_dropdown.value)
-    return (gpu,)
-
-
-@app.cell
-def _(reserved_slider):
-    reserved = int(reserved_slider.value * 2**30)
-    return (reserved,)
-
-
-@app.cell
-def _(unit_radio):
-    unit = unit_radio.value
-    return (unit,)
-
-
-@app.cell
-def _(max_gpus_number, step):
-    # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
-    max_gpus = max(int(max_gpus_number.value), step["n_gpus"])
-    return (max_gpus,)
-
-
-@app.cell
 def _(functools, mm):
     # Pure functions of hashable inputs (shapes, methods, GPUs are frozen dataclasses): a setting the learner
     # returns to, or a unit switch, reuses the result instead of computing it again.
@@ -375,27 +272,152 @@ def _(functools, mm):
             batch=mm.largest_batch_that_fits(model, gpu, reserved_bytes=reserved, max_batch=2**16, **settings),
             seq_len=mm.longest_sequence_that_fits(model, gpu, reserved_bytes=reserved, max_seq_len=2**20, **settings))
 
-    return planned_changes, planned_limits, planned_memory, planned_peak
+    @functools.lru_cache(maxsize=512)
+    def planned_peak_moment(model, **settings):
+        """(phase, moment) where the step's peak falls, for a run whose peak memmath models (step_peak's "peak")."""
+        _peak = mm.peak_memory(model, **{k: v for k, v in settings.items() if k not in ("n_gpus", "zero_stage")})
+        _phase, _moment, _ = max(_peak.moments, key=lambda m: m[2])
+        return {"forward": "the forward pass", "backward": "the backward pass",
+                "optimizer_step": "the optimizer step"}.get(_phase, _phase), _moment
+
+    return planned_changes, planned_limits, planned_memory, planned_peak, planned_peak_moment
 
 
 @app.cell
-def _(model, planned_memory, planned_peak, settings):
-    result = planned_memory(model, **settings)
-    peak_bytes, peak_basis = planned_peak(model, **settings)
-    return peak_basis, peak_bytes, result
+def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
+    # What the run's cell shows, each from the inputs it depends on and cached like the planner's answers: a move of
+    # one control rebuilds only the sections that control changes (markdown and tables cost ~1 ms each).
+    @functools.lru_cache(maxsize=256)
+    def shown_parts(result, unit):
+        """Your run's parts, in a table."""
+        _table = result.to_frame(unit)
+        _table = _table[_table["bytes"] > 0].reset_index(drop=True)
+        _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
+        return viz.plain_table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}))
+
+    @functools.lru_cache(maxsize=256)
+    def shown_catalog(peak_bytes, reserved, unit):
+        """Every card of the catalog against the run's peak, folded."""
+        _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+        catalog_frame = mm.fit_table(peak_bytes, reserved_bytes=reserved, unit=unit)
+        _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
+        catalog_frame = catalog_frame.assign(**{
+            f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
+            "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
+        return catalog_frame, mo.accordion({"Which cards in the catalog would hold this run?": mo.vstack([mo.md(f"""
+        The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {_f(reserved)} reserved for the
+        CUDA context on each (section 4). "marketed" is the size on the box, in binary units (GiB); "memory" is what the
+        driver reports, the same or a little less.
+        """), viz.plain_table(catalog_frame)])})
 
 
-@app.cell
-def _(gpu, max_gpus, mm, model, peak_bytes, planned_changes, reserved, settings):
-    fit = mm.check_fit(peak_bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
-    suggestions, path = (list(_c) for _c in planned_changes(model, gpu, reserved, max_gpus, **settings))
-    return fit, path, suggestions
+    @functools.lru_cache(maxsize=128)
+    def shown_comparison(model, unit, methods, **step):
+        """The article's comparison of full, partial and PEFT for this model and step, and "needed or wanted"."""
+        methods = dict(methods)
+        compared = {name: planned_memory(model, **step, method=methods[key])
+                    for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
+                                      ("PEFT: LoRA", "lora"))}
+        comparison_rows = {
+            "trainable parameters": {n: f"{r.trainable_params:,} ({r.trainable_fraction:.2%})" for n, r in compared.items()},
+            f"memory per GPU ({unit})": {n: mm.format_bytes(r.total, unit) for n, r in compared.items()},
+        }
+        _r = literature.REPORTED  # each figure with its full source in memmath.reference.literature
+        _few = "some PEFT methods do well with a few thousand examples (the article)"
+        _rows = {**comparison_rows,
+                 "quality": {"full": "the reference",
+                             "partial (freeze)": f"about {_r['bert_large_partial_share'].value:.0f}% of BERT-large's parameters had "
+                                                 "to train to match full finetuning on GLUE (Houlsby et al. 2019, as the article reports)",
+                             "PEFT: adapters": f"within {_r['houlsby_glue_gap'].value}% of full finetuning on GLUE, training "
+                                               f"{_r['houlsby_trainable_share'].value}% of the parameters (Houlsby et al. 2019)",
+                             "PEFT: LoRA": "on par with or better than full finetuning on RoBERTa, DeBERTa, GPT-2 and GPT-3 "
+                                           "(Hu et al. 2021)"},
+                 "inference latency": {"full": "none added", "partial (freeze)": "none added",
+                                       "PEFT: adapters": f"{_r['lora_adapter_latency'].value}% slower forward pass, GPT-2 medium "
+                                                         "at batch 1 (Hu et al. 2021, Table 1)",
+                                       "PEFT: LoRA": "none once the update is merged into the weights (Hu et al. 2021)"},
+                 "data needed": {"full": "tens of thousands to millions of examples (the article)",
+                                 "partial (freeze)": "not stated by the article", "PEFT: adapters": _few, "PEFT: LoRA": _few}}
+        comparison_frame = pd.DataFrame(_rows).T
+        _comparison_table = viz.plain_table(comparison_frame.reset_index(names="").astype(str),
+                                            wrapped_columns=list(comparison_frame.columns))
+        _comparison_part = [mo.md(f"""
+        ## Full, partial or PEFT: the article's comparison, with your numbers
+
+        The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
+        settings for your model: the same recipe ({precision_dropdown.value}), optimizer ({optimizer_dropdown.value}),
+        batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
+        and data are what the papers and the article report, with their sources.
+        """), _comparison_table]
+
+        _serve = mm.inference_memory(model, context_len=step["seq_len"])
+        _peft = compared["PEFT: LoRA"].total
+        _needed_part = mo.md(f"""
+        ## Needed, or only wanted?
+
+        The article ends on a question a team should ask before any of this: is finetuning **needed**,
+        or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
+        and a leader may find it hard to tell the two apart. The memory bill does not care why: a
+        finetune carries training-side costs whether or not it was needed. Serving {pasted_text(model.name)} as it is
+        ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
+        {step["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
+        and full finetuning {mm.format_bytes(compared["full"].total, unit)}. If prompting the model as it is
+        does the job, the cheapest finetune is the one you do not run.
+        """)
+
+        return compared, mo.vstack([*_comparison_part, _needed_part])
+
+    return shown_catalog, shown_comparison, shown_parts
 
 
 @app.cell(hide_code=True)
-def _(fit, gpu, mm, mo, model, model_config, pasted_text, peak_basis, peak_bytes, planned_peak, reserved, result,
-      settings, unit):
+def _(mo):
+    mo.md(r"""
+    ## The verdict
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the run's cell below sends it new rows
+    bars_chart
+    return (bars_chart,)
+
+
+@app.cell(hide_code=True)
+def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
+      literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
+      pasted_text, pd, planned_changes, planned_limits, planned_memory, planned_peak, planned_peak_moment,
+      precision_dropdown, rank_slider,
+      reserved_slider, seq_len_slider, targets_dropdown, trainable_layers_slider, unit_radio, viz,
+      zero_stage_radio):
+    # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control,
+    # asks the planner (cached, so a setting the learner returns to costs nothing), hands the live chart above its
+    # rows and shows every section that follows from the run.
+    methods = {
+        "full": mm.Full(),
+        "freeze": mm.Freeze(trainable_layers=trainable_layers_slider.value),
+        "adapters": mm.Adapters(bottleneck=bottleneck_slider.value),
+        "lora": mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value),
+        "qlora": mm.QLoRA(rank=rank_slider.value, targets=targets_dropdown.value),
+    }
+    # The training step without the method: the comparison at the end needs this, not the method chosen.
+    step = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
+                seq_len=seq_len_slider.value, checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
+                zero_stage=zero_stage_radio.value, attention=attention_radio.value)
+    settings = {**step, "method": methods[method_dropdown.value]}
+    gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value * 2**30), unit_radio.value
+    # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
+    max_gpus = max(int(max_gpus_number.value), step["n_gpus"])
+    result = planned_memory(model, **settings)
+    peak_bytes, peak_basis = planned_peak(model, **settings)
+    fit = mm.check_fit(peak_bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
+    suggestions, path = (list(_c) for _c in planned_changes(model, gpu, reserved, max_gpus, **settings))
+    limits = planned_limits(model, gpu, reserved, max_gpus, **settings)
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+
+    # ---- the verdict: the number, its recipe, what the card keeps back
     _per = f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU"
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
@@ -429,22 +451,24 @@ def _(fit, gpu, mm, mo, model, model_config, pasted_text, peak_basis, peak_bytes
             f"reduce-scatter pass through communication buffers. One block of {model.name} in 16 bits is "
             f"{_f(_layer)}; memmath counts the shards only, so leave room for a block or two plus the buffers "
             "(their size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
-    mo.vstack([mo.md("## The verdict"), *_warn,
-               mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
-               mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
-               .style({"font-size": "0.9em"})])
-    return
+    # The number's recipe: the parts, then where the step peaks (activations are gone by the optimizer step,
+    # the optimizer's temporaries are not; memmath.peak holds each moment to PyTorch's measured peak).
+    _recipe = " + ".join(f"{viz.ALL_LABELS[_p].lower()} {_f(_b)}" for _p, _b in result.parts().items() if _b)
+    _recipe = f"**The number.** The parts: {_recipe} = {_f(result.total)}."
+    if peak_basis == "peak":
+        _phase, _moment = planned_peak_moment(model, **settings)
+        _recipe += (f" Not all of them are alive at once, and the step holds temporaries too: it peaks at "
+                    f"**{_f(peak_bytes)}** in {_phase} ({_moment}).")
+    _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
+                f"{_f(reserved)} kept back for the CUDA context (section 4)"
+                + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
+    _verdict_part = [*_warn, mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
+                     mo.md(_recipe),
+                     mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
+                     .style({"font-size": "0.9em"}),
+                     takeaway_note]
 
-
-@app.cell
-def _(gpu, max_gpus, model, planned_limits, reserved, settings):
-    limits = planned_limits(model, gpu, reserved, max_gpus, **settings)
-    return (limits,)
-
-
-@app.cell(hide_code=True)
-def _(gpu, limits, max_gpus, max_gpus_number, mm, mo, model, model_config, result, settings, unit):
-    _trained = mm.trained_context(model, model_config)
+    # ---- how far the run goes, searched directly
     if limits["gpus"] == 1:
         _gpus = f"**1**: it fits on one {gpu.name}"
     elif limits["gpus"] is None:
@@ -474,41 +498,18 @@ def _(gpu, limits, max_gpus, max_gpus_number, mm, mo, model, model_config, resul
                       f"needs {mm.format_bytes(result.without_activations, unit)} per GPU.")
     else:
         _lines += [f"- largest batch that fits {_on}: {_batch};", f"- longest sequence that fits {_on}: {_seq}."]
-    mo.md("\n".join(_lines))
-    return
+    _far_part = [mo.md("\n".join(_lines))]
 
-
-@app.cell
-def _(bars_chart, fit, gpu, model, planned_memory, result, suggestions, unit, viz):
+    # ---- the live chart: the run and the first single changes
     _bars = {"your run": result}
     for _s in suggestions[:4]:
         _bars[f"→ {_s.change}"] = planned_memory(model, **_s.settings)
-    # viz.stacked_bars' drawing as Vega-Lite JSON, into the live chart below: the sliders send it new rows.
+    # viz.stacked_bars' drawing as Vega-Lite JSON, into the live chart above: the sliders send it new rows.
     bars_chart.update(viz.stacked_bars_output(
         viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
         capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
-    return
 
-
-@app.cell(hide_code=True)
-def _(live_chart):
-    bars_chart = live_chart()  # drawn once (this cell reads no control); the cell above sends it new rows
-    bars_chart
-    return (bars_chart,)
-
-
-@app.cell
-def _(result, unit, viz):
-    _table = result.to_frame(unit)
-    _table = _table[_table["bytes"] > 0].reset_index(drop=True)
-    _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
-    viz.plain_table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}))
-    return
-
-
-@app.cell(hide_code=True)
-def _(mm, mo, path, suggestions, unit, viz):
-    _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+    # ---- the changes that help
     if not suggestions:
         _path = "No single change in the planner's list lowers this run's memory."
     elif not path:
@@ -527,149 +528,134 @@ def _(mm, mo, path, suggestions, unit, viz):
     else:
         _path = ("Even all of these changes together do not make it fit: choose a larger GPU, a smaller model, "
                  "or allow more GPUs above.")
-    mo.vstack([mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
-               viz.plain_table(mm.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])])
-    return
+    _changes_part = [mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
+                     viz.plain_table(mm.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])]
+
+    # ---- the sum, part by part, and every card of the catalog
+    _parts_table = shown_parts(result, unit)
+    catalog_frame, _catalog_fold = shown_catalog(peak_bytes, reserved, unit)
+    # ---- the article's comparison, with this run's numbers, and "needed or wanted"
+    compared, _comparison_part = shown_comparison(model, unit, tuple(methods.items()), **step)
+
+    mo.vstack([*_verdict_part, *_far_part, *_changes_part, parts_heading, _parts_table, _catalog_fold,
+               _comparison_part])
+    return compared, fit, limits, max_gpus, path, peak_basis, peak_bytes, result, settings, step, suggestions
+
+
+@app.cell(hide_code=True)
+def _(fsdp_fold, mm, mo):
+    # Shown here, once, after the run's sections (it reads no control); the heading and the takeaway that the
+    # run's cell shows are built here once too.
+    _article = mm.bytes_per_parameter("bf16", "adam")
+    _mixed = mm.bytes_per_parameter("mixed", "adam")
+    _sum = mo.md(f"""
+    ## The sum, per GPU
+
+    memory per GPU = weights + quantization constants + gradients + master weights + optimizer states + activations
+
+    Gradients, master weights and optimizer states exist only for **trainable** parameters; the
+    recipe sets their bytes. The article's recipe (pure 16-bit with Adam) keeps
+    {_article["weights"]:g} + {_article["gradients"]:g} + {_article["optimizer_states"]:g} =
+    **{_article["total"]:g} bytes** per trainable parameter; the classic mixed-precision recipe keeps
+    {_mixed["weights"]:g} + {_mixed["gradients"]:g} + {_mixed["master_weights"]:g} + {_mixed["optimizer_states"]:g}
+    = **{_mixed["total"]:g} bytes**. Activations grow with batch x sequence length. Sharding with
+    ZeRO (Rajbhandari et al. 2020) splits optimizer states (stage 1), then gradients (2), then
+    weights (3) across the GPUs, but never the activations: each GPU keeps its own.
+    """)
+    parts_heading = mo.md("## Your run, part by part")
+    takeaway_note = mo.callout(mo.md("""
+    **The takeaway.** A training run's memory per GPU is a sum of named parts, and the method and the recipe
+    decide most of them: full finetuning keeps gradients and optimizer states for every weight, LoRA and QLoRA
+    for a fraction of a percent of them. Pick LoRA in section 2 and watch the verdict change.
+    """), kind="info")
+    mo.vstack([_sum, fsdp_fold])
+    return parts_heading, takeaway_note
+
+
+@app.cell(hide_code=True)
+def _(mo, pd, viz):
+    # FSDP2 and ZeRO-1 as PyTorch runs them: measured per rank over gloo (validation/sharded.py).
+    from memmath.reference.measured import load_measured_sharded, measured_metadata, predict_sharded_case
+
+    _sharded = load_measured_sharded()
+    _torch = measured_metadata()["versions"]["torch"]
+    _rows = []
+    for _, _case in _sharded[_sharded["shape"] == "bert"].iterrows():
+        for _rank in range(int(_case["world_size"])):
+            _m = predict_sharded_case(_case, _rank)
+            _rows.append({"engine": f"{_case['engine']} x {_case['world_size']}", "rank": _rank,
+                          "weights measured (B)": _case["param_bytes_per_rank"][_rank], "memmath (B)": int(_m.weights),
+                          "states measured (B)": _case["optimizer_state_bytes_per_rank"][_rank],
+                          "memmath states (B)": int(_m.optimizer_states)})
+    _table = pd.DataFrame(_rows)
+    _shown = mo.vstack([mo.md(f"""
+    **Measured, per rank.** The engines do not divide evenly. PyTorch {_torch}'s FSDP2 (`fully_shard`)
+    cuts every tensor along its first dimension and pads the pieces to the same size, so BERT's
+    2-row classifier costs every one of 4 ranks a row; `ZeroRedundancyOptimizer` (ZeRO-1) gives
+    whole tensors' states to ranks, largest first, so the ranks differ. memmath follows both with
+    `training_memory(..., sharding="fsdp2"` or `"zero_redundancy", rank=r)`; a small BERT on the CPU
+    over gloo:
+    """), viz.plain_table(_table)])
+    # Folded: the measurement serves the careful reader, not the lesson's path (shown under the sum, per GPU).
+    fsdp_fold = mo.accordion({"What do FSDP2 and ZeRO-1 really store on each GPU? (measured with PyTorch)": _shown}) if len(
+        _rows) else mo.md("")
+    return (fsdp_fold,)
 
 
 @app.cell
-def _(mm, mo, peak_bytes, reserved, unit, viz):
-    catalog_frame = mm.fit_table(peak_bytes, reserved_bytes=reserved, unit=unit)
-    _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
-    catalog_frame = catalog_frame.assign(**{
-        f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
-        "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
-    mo.vstack([mo.md(f"""
-    ## Every GPU in the catalog
-
-    The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with the CUDA context
-    reserved on each. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
-    driver reports, the same or a little less.
-    """), viz.plain_table(catalog_frame)])
-    return
-
-
-@app.cell
-def _(mm, np, pd, viz):
-    # Every (model, batch, method, part) the bound chart can show: 6 models x 3 batches x 5 methods, ~450 rows.
-    _batches, _rows = np.array([1, 4, 16]), []
-    _methods = {"full": mm.Full(), "freeze": mm.Freeze(trainable_layers=1), "adapters": mm.Adapters(bottleneck=64),
-                "LoRA": mm.LoRA(rank=8, targets=("q", "v")), "QLoRA": mm.QLoRA(rank=8, targets=("q", "v"))}
-    for _preset in ("gpt2-xl", "llama-2-7b", "llama-3-8b", "mistral-7b", "llama-2-13b", "llama-2-70b"):
-        for _name, _method in _methods.items():
-            _r = mm.training_memory(_preset, precision="bf16", optimizer="adamw", method=_method, batch_size=_batches,
-                                    seq_len=512, attention="sdpa")
-            for _order, (_part, _bytes) in enumerate(_r.parts().items()):
-                _bytes = np.broadcast_to(_bytes, _batches.shape)
-                if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
-                    _rows += [{"model": _preset, "batch": int(_b), "method": _name, "part": viz.ALL_LABELS[_part],
-                               "order": _order, "GB": round(float(_v) / 1e9, 3)} for _b, _v in zip(_batches, _bytes)]
-    plan_grid = pd.DataFrame(_rows)
-    return (plan_grid,)
-
-
-@app.cell
-def _(Select, alt, bound_chart, mm, mo, pd, plan_grid, viz):
+def _(Select, alt, bound_chart, mm, mo, np, pd, viz):
     from memmath_lessons.static_charts import is_static_export as _static
 
-    _y = alt.Y("method:N", title=None, sort=list(dict.fromkeys(plan_grid["method"])))
-    _parts = [p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in set(plan_grid["part"])]
-    _cards = pd.DataFrame([{"gpu": f"{g} ({mm.format_bytes(mm.get_gpu(g).memory_bytes)})",
-                            "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX 4090", "RTX A6000", "A100 80GB")])
+    def _plan_grid():
+        # Every (model, batch, method, part) the bound chart can show: 6 models x 3 batches x 5 methods, ~450 rows.
+        _batches, _rows = np.array([1, 4, 16]), []
+        _methods = {"full": mm.Full(), "freeze": mm.Freeze(trainable_layers=1), "adapters": mm.Adapters(bottleneck=64),
+                    "LoRA": mm.LoRA(rank=8, targets=("q", "v")), "QLoRA": mm.QLoRA(rank=8, targets=("q", "v"))}
+        for _preset in ("gpt2-xl", "llama-2-7b", "llama-3-8b", "mistral-7b", "llama-2-13b", "llama-2-70b"):
+            for _name, _method in _methods.items():
+                _r = mm.training_memory(_preset, precision="bf16", optimizer="adamw", method=_method, batch_size=_batches,
+                                        seq_len=512, attention="sdpa")
+                for _order, (_part, _bytes) in enumerate(_r.parts().items()):
+                    _bytes = np.broadcast_to(_bytes, _batches.shape)
+                    if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
+                        _rows += [{"model": _preset, "batch": int(_b), "method": _name, "part": viz.ALL_LABELS[_part],
+                                   "order": _order, "GB": round(float(_v) / 1e9, 3)} for _b, _v in zip(_batches, _bytes)]
+        return pd.DataFrame(_rows)
 
-    def _draw(base):
-        _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory per GPU (GB)"), y=_y,
-            color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)), order=alt.Order("order:Q"))
-        _totals = base.transform_aggregate(total="sum(GB)", groupby=["method"]).mark_text(align="left", dx=4, fontSize=11).encode(
-            x=alt.X("total:Q"), y=_y, text=alt.Text("total:Q", format=",.1f"))
-        # The cards in a legend of dash styles: names drawn on the lines would overlap once a 70B model squeezes them.
-        _gpus = alt.Chart(_cards).mark_rule(color="black").encode(x=alt.X("GB:Q"), strokeDash=alt.StrokeDash(
-            "gpu:N", title="Card memory", sort=list(_cards["gpu"]), scale=alt.Scale(range=[[2, 2], [6, 3], [12, 3, 2, 3]])))
-        return alt.layer(_bars, _totals, _gpus).resolve_legend(strokeDash="independent").properties(width=520, height=170)
+    def _bound_chart():
+        plan_grid = _plan_grid()
+        _y = alt.Y("method:N", title=None, sort=list(dict.fromkeys(plan_grid["method"])))
+        _parts = [p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in set(plan_grid["part"])]
+        _cards = pd.DataFrame([{"gpu": f"{g} ({mm.format_bytes(mm.get_gpu(g).memory_bytes)})",
+                                "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX 4090", "RTX A6000", "A100 80GB")])
 
-    _chart = bound_chart(plan_grid, [Select("model", "Model", value="llama-2-7b"), Select("batch", "Batch (sequences)", radio=True)],
-                         _draw, title="Pure bf16, AdamW, 512 tokens, one GPU, against three cards")
-    _chart = viz.chart_output(_chart)
-    _about = """
-    ### Five methods at a glance
+        def _draw(base):
+            _bars = base.mark_bar().encode(
+                x=alt.X("sum(GB):Q", title="Memory per GPU (GB)"), y=_y,
+                color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)), order=alt.Order("order:Q"))
+            _totals = base.transform_aggregate(total="sum(GB)", groupby=["method"]).mark_text(align="left", dx=4, fontSize=11).encode(
+                x=alt.X("total:Q"), y=_y, text=alt.Text("total:Q", format=",.1f"))
+            # The cards in a legend of dash styles: names drawn on the lines would overlap once a 70B model squeezes them.
+            _gpus = alt.Chart(_cards).mark_rule(color="black").encode(x=alt.X("GB:Q"), strokeDash=alt.StrokeDash(
+                "gpu:N", title="Card memory", sort=list(_cards["gpu"]), scale=alt.Scale(range=[[2, 2], [6, 3], [12, 3, 2, 3]])))
+            return alt.layer(_bars, _totals, _gpus).resolve_legend(strokeDash="independent").properties(width=520, height=170)
 
-    The chart below plans one common run (pure bf16, AdamW, 512 tokens, one GPU, freezing all but the
-    last block, adapters of width 64, LoRA and QLoRA at rank 8 on q and v) for a few models and batch
-    sizes, every method side by side against three card sizes. Its inputs sit under the chart and redraw
-    it in the browser from numbers memmath computed in advance, so they work in this static copy of
-    the workbook, where the planner's own controls above cannot move.
-    """
+        _chart = bound_chart(plan_grid, [Select("model", "Model", value="llama-2-7b"), Select("batch", "Batch (sequences)", radio=True)],
+                             _draw, title="Pure bf16, AdamW, 512 tokens, one GPU, against three cards")
+        _about = """
+        ### Five methods at a glance
+
+        The chart below plans one common run (pure bf16, AdamW, 512 tokens, one GPU, freezing all but the
+        last block, adapters of width 64, LoRA and QLoRA at rank 8 on q and v) for a few models and batch
+        sizes, every method side by side against three card sizes. Its inputs sit under the chart and redraw
+        it in the browser from numbers memmath computed in advance, so they work in this static copy of
+        the workbook, where the planner's own controls above cannot move.
+        """
+        return mo.vstack([mo.md(_about), viz.chart_output(_chart)])
+
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it.
-    mo.vstack([mo.md(_about), _chart]) if _static() else None
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo, optimizer_dropdown, precision_dropdown):
-    mo.md(f"""
-    ## Full, partial or PEFT: the article's comparison, with your numbers
-
-    The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
-    settings for your model: the same recipe ({precision_dropdown.value}), optimizer ({optimizer_dropdown.value}),
-    batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
-    and data are what the papers and the article report, with their sources.
-    """)
-    return
-
-
-@app.cell
-def _(methods, mm, model, planned_memory, step, unit):
-    compared = {name: planned_memory(model, **step, method=methods[key])
-                for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
-                                  ("PEFT: LoRA", "lora"))}
-    comparison_rows = {
-        "trainable parameters": {n: f"{r.trainable_params:,} ({r.trainable_fraction:.2%})" for n, r in compared.items()},
-        f"memory per GPU ({unit})": {n: mm.format_bytes(r.total, unit) for n, r in compared.items()},
-    }
-    return compared, comparison_rows
-
-
-@app.cell(hide_code=True)
-def _(comparison_rows, literature, mm, pd, viz):
-    _r = literature.REPORTED  # each figure with its full source in memmath.reference.literature
-    _few = "some PEFT methods do well with a few thousand examples (the article)"
-    _rows = {**comparison_rows,
-             "quality": {"full": "the reference",
-                         "partial (freeze)": f"about {_r['bert_large_partial_share'].value:.0f}% of BERT-large's parameters had "
-                                             "to train to match full finetuning on GLUE (Houlsby et al. 2019, as the article reports)",
-                         "PEFT: adapters": f"within {_r['houlsby_glue_gap'].value}% of full finetuning on GLUE, training "
-                                           f"{_r['houlsby_trainable_share'].value}% of the parameters (Houlsby et al. 2019)",
-                         "PEFT: LoRA": "on par with or better than full finetuning on RoBERTa, DeBERTa, GPT-2 and GPT-3 "
-                                       "(Hu et al. 2021)"},
-             "inference latency": {"full": "none added", "partial (freeze)": "none added",
-                                   "PEFT: adapters": f"{_r['lora_adapter_latency'].value}% slower forward pass, GPT-2 medium "
-                                                     "at batch 1 (Hu et al. 2021, Table 1)",
-                                   "PEFT: LoRA": "none once the update is merged into the weights (Hu et al. 2021)"},
-             "data needed": {"full": "tens of thousands to millions of examples (the article)",
-                             "partial (freeze)": "not stated by the article", "PEFT: adapters": _few, "PEFT: LoRA": _few}}
-    comparison_frame = pd.DataFrame(_rows).T
-    viz.plain_table(comparison_frame.reset_index(names="").astype(str), wrapped_columns=list(comparison_frame.columns))
-    return
-
-
-@app.cell(hide_code=True)
-def _(compared, mm, mo, model, pasted_text, step, unit, viz):
-    _serve = mm.inference_memory(model, context_len=step["seq_len"])
-    _peft = compared["PEFT: LoRA"].total
-    mo.md(f"""
-    ## Needed, or only wanted?
-
-    The article ends on a question a team should ask before any of this: is finetuning **needed**,
-    or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
-    and a leader may find it hard to tell the two apart. The memory bill does not care why: a
-    finetune carries training-side costs whether or not it was needed. Serving {pasted_text(model.name)} as it is
-    ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
-    {step["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
-    and full finetuning {mm.format_bytes(compared["full"].total, unit)}. If prompting the model as it is
-    does the job, the cheapest finetune is the one you do not run.
-    """)
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and computes it.
+    _bound_chart() if _static() else None
     return
 
 

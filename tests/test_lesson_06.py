@@ -5,6 +5,7 @@ import re
 import pytest
 
 import lessons
+import memmath as mm
 
 LESSON = "06_lora_qlora"
 
@@ -83,3 +84,58 @@ def test_merge_timing_prose_follows_the_measurement(merged, says):
     outputs, _ = lessons.run_with(LESSON, merge_times=_timings(1.0, 1.3, merged))
     text = lessons.output_text(outputs)
     assert says in text
+
+
+# ---- the core path, the CUDA reserve, what a slider move re-runs ----------------------------------
+def _plain(outputs):
+    """Visible text, tags dropped, whitespace collapsed (a callout keeps its HTML JSON-escaped in data-html)."""
+    import html
+    text = html.unescape(lessons.output_text(outputs))
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text).replace("\\n", " ")
+    text = re.sub(r"<[^>]+>", " ", text.replace("data-html='", ">"))
+    return re.sub(r"\s+", " ", html.unescape(text))
+
+
+def test_core_path_comes_first_claim_control_number_takeaway(default_run):
+    # Issue 13: the article's claim, the one control, the number with its recipe, the takeaway, then the sections.
+    outputs, _ = default_run
+    text = _plain(outputs)
+    places = [text.index(s) for s in ("The claim.", "The control.", "The number.", "The takeaway.", "The formula")]
+    assert places == sorted(places), places
+    # The recipe of the number, by hand: 8 x (4,096 + 4,096 + 4,096 + 4,096) x 32 blocks = 4,194,304.
+    assert "4,194,304 trainable parameters = 8 × 16,384 (d_in + d_out, summed over the 2 adapted matrices of a block) × 32 blocks" in text
+
+
+def test_fits_keep_the_cuda_context_back(default_run):
+    # An RTX A6000 reports 49,140 MiB (nvidia-smi); 1,343 MiB is a CUDA context measured on a V100 (Hugging Face
+    # transformers docs, "Model training anatomy"): 47,797 MiB usable. An RTX 4090: 24,564 - 1,343 = 23,221 MiB.
+    outputs, defs = default_run
+    assert defs["guanaco_fit"].available_bytes == 47_797 * 2**20
+    text = _plain(outputs)
+    assert "after 1,343 MiB kept back for the CUDA context, which the driver takes before PyTorch allocates anything" in text
+    assert "Model training anatomy" in text
+    assert "less 1,343 MiB kept back for the CUDA context" in text
+    assert f"{mm.format_bytes(23_221 * 2**20)} usable" in text
+
+
+def test_go_deeper_holds_the_papers_numbers_folded(default_run):
+    outputs, _ = default_run
+    text = _plain(outputs)
+    assert "Go deeper" in text and "Do the papers' headline numbers follow from their setups?" in text
+    assert text.index("Go deeper") < text.index("Why 1.2 TB and not one of ours?")
+
+
+def _cells_a_move_reruns(app, control):
+    """Cells marimo re-runs when `control` changes: those that read it, and every cell downstream of them."""
+    app._maybe_initialize()
+    graph = app._graph
+    readers = graph.get_referring_cells(control, "python")
+    return readers.union(*(graph.descendants(c) for c in readers))
+
+
+@pytest.mark.parametrize("control, cells", [("rank_slider", 2), ("block_size_slider", 1), ("q65_batch_slider", 1),
+                                            ("q65_seq_slider", 1), ("batch_slider", 1), ("seq_len_slider", 1)])
+def test_a_slider_move_reruns_one_cell_per_section_it_moves(control, cells):
+    # Issue 15: every re-run cell costs marimo 6-10 ms of its own. The rank moves the core path's number and the
+    # side-by-side section (two cells); the merge is checked and timed only when its button is pressed.
+    assert len(_cells_a_move_reruns(lessons.load_app(LESSON), control)) == cells

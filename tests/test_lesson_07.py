@@ -126,3 +126,51 @@ def test_fp8_weights_on_a_card_without_fp8_arithmetic_say_so():
     outputs, _ = lessons.run_with(NAME, gpu_dropdown=mo.ui.dropdown(list(mm.GPUS), value="RTX 4090"),
                                   weights_format_dropdown=mo.ui.dropdown(["bf16", "fp8_e4m3"], value="fp8_e4m3"))
     assert "no fp8 arithmetic" not in _plain(outputs)
+
+
+# ---- the core path, the CUDA reserve, what a slider move re-runs ----------------------------------
+def test_core_path_comes_first_claim_control_number_takeaway(default_run):
+    # Issue 13: the article's claim, the one control, the number with its recipe, the takeaway, then the sections.
+    outputs, _ = default_run
+    text = _plain(outputs)
+    places = [text.index(s) for s in ("The claim.", "The control.", "The number.", "The takeaway.", "Three parts")]
+    assert places == sorted(places), places
+    # kipply 2022: 2 x 40 layers x 40 kv heads x 128 x 2 B x 8,192 tokens x 1 sequence = 6,710,886,400 B.
+    assert ("6.71 GB = 2 (key and value) x 40 layers x 40 key/value heads x 128 x 2 B (bf16) x 8,192 tokens x 1 sequence"
+            in text)
+
+
+def test_the_verdict_keeps_the_cuda_context_back(default_run):
+    # RTX 4090: 24,564 MiB reported (nvidia-smi); a CUDA context of 1,343 MiB, measured on a V100 (Hugging Face
+    # transformers docs, "Model training anatomy"), leaves 23,221 MiB = 24,348,983,296 B = 24.35 GB usable.
+    outputs, defs = default_run
+    text = _plain(outputs)
+    assert ("1,343 MiB (1.31 GiB) are kept back for the CUDA context, which the driver takes before PyTorch allocates "
+            "anything") in text
+    assert "Model training anatomy" in text and "24.35 GB are usable" in text
+    row = defs["fit_frame"].set_index("gpu").loc["RTX 4090"]
+    short = defs["memory"].total - 23_221 * 2**20
+    assert row["headroom (GB)"] == f"{short / 1e9:,.2f} GB short"
+
+
+def test_every_card_in_the_table_keeps_the_reserve():
+    # Every card the table says holds the run keeps 1,343 MiB free beside it, and every "no" lacks room for both
+    # (each card's memory as the driver reports it, from the catalog's sources).
+    _, defs = _run(model="llama-2-7b", context=1024)
+    for gpu, fits in zip(defs["fit_frame"]["gpu"], defs["fit_frame"]["fits"]):
+        room = mm.get_gpu(gpu).memory_bytes - 1343 * 2**20 - defs["memory"].total
+        assert (fits == "yes") == (room >= 0), gpu
+
+
+def _cells_a_move_reruns(app, control):
+    """Cells marimo re-runs when `control` changes: those that read it, and every cell downstream of them."""
+    app._maybe_initialize()
+    graph = app._graph
+    readers = graph.get_referring_cells(control, "python")
+    return readers.union(*(graph.descendants(c) for c in readers))
+
+
+@pytest.mark.parametrize("control", ["context_slider", "batch_slider"])
+def test_a_slider_move_reruns_one_cell(control):
+    # Issue 15: every re-run cell costs marimo 6-10 ms of its own; one cell computes the run and feeds both charts.
+    assert len(_cells_a_move_reruns(lessons.load_app(NAME), control)) == 1

@@ -286,3 +286,54 @@ def test_allowing_fewer_gpus_than_the_run_has_is_explained():
                                      max_gpus_number=mo.ui.number(start=1, stop=1024, value=4))
     assert defs["max_gpus"] == 16
     assert "You allow 4 GPUs but the run already has 16" in plain(outputs)
+
+
+# ---- the core path, what a slider move re-runs --------------------------------------------------
+def test_core_path_comes_first_claim_control_verdict_takeaway(default_run):
+    # Issue 13: the article's claim, the control that moves it, the number with its recipe, the takeaway, then
+    # the sections that build it up.
+    outputs, defs = default_run
+    text = plain(outputs)
+    places = [text.index(s) for s in ("The claim.", "The control.", "The verdict", "The number.", "The takeaway.",
+                                      "How far this run goes", "The sum, per GPU")]
+    assert places == sorted(places), places
+    # Llama-2-7B (6,738,415,616 parameters), pure bf16 + AdamW: 2 B weights, 2 B gradients, 4 B states + 291 x 4 B
+    # step counters; activations by hand in test_path_to_fit_is_lora_with_hand_derived_total (2,357,723,136 B).
+    parts = [2 * LLAMA_2_7B, 2 * LLAMA_2_7B, 4 * LLAMA_2_7B + 291 * 4, 2_283_798_528 + 8_388_608 + 65_536_000]
+    recipe = " + ".join(f"{name} {mm.format_bytes(b)}" for name, b in
+                        zip(("weights", "gradients", "optimizer states", "activations"), parts))
+    assert f"The parts: {recipe} = {mm.format_bytes(sum(parts))}." in text
+    assert f"it peaks at {mm.format_bytes(defs['peak_bytes'])} in the optimizer step" in text
+    assert "less 1.41 GB kept back for the CUDA context" in text  # 1,343 MiB = 1,408,237,568 B
+
+
+def _cells_a_move_reruns(app, control):
+    """Cells marimo re-runs when `control` changes: those that read it, and every cell downstream of them."""
+    app._maybe_initialize()
+    graph = app._graph
+    readers = graph.get_referring_cells(control, "python")
+    return readers.union(*(graph.descendants(c) for c in readers))
+
+
+@pytest.mark.parametrize("control", ["trainable_layers_slider", "bottleneck_slider", "rank_slider", "batch_slider",
+                                     "seq_len_slider", "reserved_slider", "n_gpus_number", "max_gpus_number"])
+def test_a_slider_move_reruns_one_cell(control):
+    # Issue 15: every re-run cell costs marimo 6-10 ms of its own; one cell reads the controls, asks the planner
+    # and shows what follows from the run.
+    assert len(_cells_a_move_reruns(lessons.load_app(NAME), control)) == 1
+
+
+def test_a_setting_returned_to_is_not_planned_again():
+    # The planner's answers and the sections built from them are cached by their inputs: a slider moved and moved
+    # back asks suggest_changes nothing new.
+    from unittest import mock
+
+    app = lessons.load_app(NAME)
+    _, base = app.run()
+    owners = lessons._cell_defs(app)
+    overrides = {v: base[v] for v in owners["batch_slider"] if v in base}
+    overrides.update({v: base[v] for v in owners["planned_changes"]})  # the same caches as the first run
+    overrides["batch_slider"] = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=1)
+    with mock.patch.object(mm, "suggest_changes", side_effect=AssertionError("planned again")):
+        _, again = lessons.load_app(NAME).run(defs=overrides)
+    assert again["suggestions"] == base["suggestions"]
