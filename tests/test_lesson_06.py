@@ -139,3 +139,27 @@ def test_a_slider_move_reruns_one_cell_per_section_it_moves(control, cells):
     # Issue 15: every re-run cell costs marimo 6-10 ms of its own. The rank moves the core path's number and the
     # side-by-side section (two cells); the merge is checked and timed only when its button is pressed.
     assert len(_cells_a_move_reruns(lessons.load_app(LESSON), control)) == cells
+
+
+def test_the_measured_qlora_fold_states_what_the_recorded_runs_show(default_run):
+    # The fold's prose states counts over every recorded QLoRA run; recount them here from the measurements
+    # (validation/quantized.py's bytes) against memmath's prediction, run by run.
+    from memmath.reference.measured import load_measured_quantized, predict_case, predict_peak_case
+
+    cases = load_measured_quantized()
+    static = saved = peaks = 0
+    for _, case in cases.iterrows():
+        m = predict_case(case)
+        static += (int(m.weights), int(m.quantization_constants), int(m.gradients), int(m.optimizer_states)) == (
+            case.param_bytes, case.quantization_constant_bytes, case.grad_bytes, case.optimizer_state_bytes)
+        # an 8-bit base's matmul holds its input outside autograd's saved tensors (held_by_ctx_bytes)
+        saved += int(m.activation_detail.saved_by_forward) == case.saved_bytes + case.held_by_ctx_bytes
+        for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
+            peaks += abs(int(predict_peak_case(case, step=step).total) / case[column] - 1) <= 0.05
+    text = lessons.plain_text(default_run[0])
+    assert static == saved == len(cases) == 100
+    assert f"In every one of the {len(cases)} runs" in text
+    assert f"within 5% in {peaks} of the {2 * len(cases)} steps" in text
+    fold = default_run[1]["qlora_measured_fold"]
+    assert "Does bitsandbytes store what QLoRA's count says? (measured)" in text
+    assert "bitsandbytes 0.50.2" in lessons.plain_text([fold])
