@@ -167,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--rank", type=_whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
     m.add_argument("--targets", type=_targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
                    f"{','.join(memmath.LORA_TARGETS)}, or all (default q,v)")
+    m.add_argument("--quant-type", type=_choice(("nf4", "fp4", "int8")), metavar="TYPE",
+                   help="qlora: the base's format, nf4 (default) or fp4 (bitsandbytes Linear4bit), or int8 "
+                   "(Linear8bitLt, LLM.int8)")
+    m.add_argument("--no-double-quant", action="store_true", default=None,
+                   help="qlora with nf4/fp4: fp32 absmax constants, without QLoRA's double quantization")
+    m.add_argument("--quant-layout", type=_choice(("paper", "bitsandbytes")), metavar="LAYOUT",
+                   help="qlora: count the constants as the QLoRA paper does (default) or as bitsandbytes stores "
+                   "them (adds each matrix's code maps)")
     m.add_argument("--trainable-layers", type=_whole(0), metavar="K",
                    help="freeze: how many of the last blocks train (required with --method freeze)")
     m.add_argument("--bottleneck", type=_whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
@@ -442,9 +450,11 @@ def _build_method(args, shape):
     import memmath
 
     given = {"--rank": args.rank, "--targets": args.targets, "--trainable-layers": args.trainable_layers,
-             "--bottleneck": args.bottleneck}
+             "--bottleneck": args.bottleneck, "--quant-type": args.quant_type, "--no-double-quant": args.no_double_quant,
+             "--quant-layout": args.quant_layout}
     applies = {"--rank": ("lora", "qlora"), "--targets": ("lora", "qlora"), "--trainable-layers": ("freeze",),
-               "--bottleneck": ("adapters",)}
+               "--bottleneck": ("adapters",), "--quant-type": ("qlora",), "--no-double-quant": ("qlora",),
+               "--quant-layout": ("qlora",)}
     for option, value in given.items():
         if value is not None and args.method not in applies[option]:
             raise BadInput(option, f"applies to --method {' or '.join(applies[option])}, not {args.method}")
@@ -460,8 +470,15 @@ def _build_method(args, shape):
         return memmath.Freeze(trainable_layers=args.trainable_layers)
     if args.method == "adapters":
         return memmath.Adapters(bottleneck=64 if args.bottleneck is None else args.bottleneck)
-    lora = memmath.QLoRA if args.method == "qlora" else memmath.LoRA
-    return lora(rank=8 if args.rank is None else args.rank, targets=args.targets or ("q", "v"))
+    rank, targets = 8 if args.rank is None else args.rank, args.targets or ("q", "v")
+    if args.method == "lora":
+        return memmath.LoRA(rank=rank, targets=targets)
+    quant_type = args.quant_type or "nf4"
+    if args.no_double_quant and quant_type == "int8":
+        raise BadInput("--no-double-quant", "applies to --quant-type nf4 or fp4; int8 (Linear8bitLt) keeps one fp32 "
+                       "scale per row and no double quantization")
+    return memmath.QLoRA(rank=rank, targets=targets, quant_type=quant_type, layout=args.quant_layout or "paper",
+                         double_quant=None if quant_type == "int8" else not args.no_double_quant)
 
 
 def _peak_settings(settings: dict) -> dict:

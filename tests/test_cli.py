@@ -135,6 +135,44 @@ def test_train_qlora_json_and_the_changes_are_judged_on_their_peak():
                                                                    reverse=True)
 
 
+
+@pytest.mark.parametrize("options, method", [
+    (("--quant-type", "int8"), dict(quant_type="int8")),
+    (("--quant-type", "fp4", "--no-double-quant"), dict(quant_type="fp4", double_quant=False)),
+    (("--quant-layout", "bitsandbytes"), dict(layout="bitsandbytes")),
+], ids=["int8-base", "fp4-plain-constants", "bitsandbytes-layout"])
+def test_train_qlora_base_options_are_the_apis(options, method):
+    report = run_json("train", "llama-3-8b", "--method", "qlora", "--seq", "512", *options)
+    memory = mm.training_memory("llama-3-8b", **api_settings(method=mm.QLoRA(rank=8, targets=("q", "v"), **method),
+                                                             seq_len=512))
+    assert report["parts"] == {k: int(v) for k, v in memory.parts().items()}
+    for key, value in method.items():
+        assert report["settings"]["method"][key] == value
+
+
+def test_train_qlora_int8_base_weights_by_hand():
+    # LLM.int8 (Dettmers et al. 2022): 1 B per value of every block linear plus one fp32 scale per output row;
+    # Llama-3-8B's blocks: 32 x (q 4096x4096 + k, v 1024x4096 + o 4096x4096 + gate, up 14336x4096 + down
+    # 4096x14336) = 32 x 218,103,808 values; scales: 32 x (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096) rows.
+    report = run_json("train", "llama-3-8b", "--method", "qlora", "--quant-type", "int8", "--seq", "512")
+    values, rows = 32 * 218_103_808, 32 * (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096)
+    assert report["parts"]["quantization_constants"] == 4 * rows
+    # the rest in bf16: embeddings and head 2 x 128,256 x 4,096, norms 65 x 4,096; adapters r=8 on q, v in fp32
+    rest = 2 * (2 * 128_256 * 4096 + 65 * 4096)
+    adapters = 4 * 32 * 8 * ((4096 + 4096) + (4096 + 1024))
+    assert report["parts"]["weights"] == values + rest + adapters
+
+
+@pytest.mark.parametrize("options, option", [
+    (("--method", "lora", "--quant-type", "fp4"), "--quant-type"),
+    (("--method", "qlora", "--quant-type", "int8", "--no-double-quant"), "--no-double-quant"),
+    (("--method", "qlora", "--quant-type", "nf5"), "--quant-type"),
+    (("--method", "full", "--quant-layout", "paper"), "--quant-layout"),
+])
+def test_train_qlora_base_options_refused_by_name(options, option):
+    done = run("train", "llama-3-8b", *options, check_status=2)
+    assert done.stderr.startswith(f"memmath train: error: {option}") and "Traceback" not in done.stderr
+
 def test_train_the_text_answer_reads_in_80_columns_without_colour_when_piped():
     done = run("train", "llama-3-8b", "--batch", "4", "--seq", "2048", "--gpu", "RTX 4090", check_status=1)
     lines = done.stdout.splitlines()
