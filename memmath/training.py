@@ -320,6 +320,13 @@ def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None,
                 from .amp_trace import MATH_REFUSAL  # SDPA with dropout: the math kernel on the CPU
 
                 reason = MATH_REFUSAL
+            if reason and is_ndarray(seq_len) and not traces(shape, method, recipe, int(seq_len.min()), attention):
+                # The shortest lengths are exact and the longest are not (a sliding window): one model cannot
+                # answer the whole sweep the way single calls answer each length, so it is refused by name.
+                raise ValueError(f"seq_len: this sweep runs from {int(seq_len.min()):,} to {int(seq_len.max()):,} "
+                                 f"tokens, across a limit of the exact activation model (the transformers trace "
+                                 f"{reason}); sweep the lengths on each side of it in separate calls, or pass "
+                                 "activations='textbook'")
             if reason:
                 activations = "textbook"
                 if notes is not None:

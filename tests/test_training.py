@@ -434,3 +434,16 @@ def test_shapes_built_in_code_and_counts_keep_the_textbook_run():
     for model in ("gpt2", mm.uniform_model(7e9, 32, hidden_size=4096, n_heads=32), 7e9):
         result = mm.training_memory(model, seq_len=512)
         assert (result.activation_model, result.attention, result.dropout) == ("textbook", "eager", True)
+
+
+def test_a_length_sweep_across_a_sliding_window_is_refused_not_answered_with_one_model():
+    # Gemma 3 1B (google/gemma-3-1b-pt config.json: sliding_window 512): lengths below the window are traced
+    # exactly, from the window on the textbook model answers; a sweep over both would need two models.
+    gemma = mm.PRESETS["gemma-3-1b"]
+    run = dict(precision="bf16", optimizer="adamw", method=mm.Full(), batch_size=1, attention="eager")
+    assert mm.training_memory(gemma, seq_len=511, **run).activation_model == "transformers"
+    assert mm.training_memory(gemma, seq_len=512, **run).activation_model == "textbook"
+    with pytest.raises(ValueError, match="^seq_len: this sweep runs from 256 to 1,024 tokens"):
+        mm.training_memory(gemma, seq_len=np.array([256, 1024]), **run)
+    assert mm.training_memory(gemma, seq_len=np.array([256, 1024]), activations="textbook", **run).activation_model \
+        == "textbook"
