@@ -501,13 +501,16 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _far_part = [mo.md("\n".join(_lines))]
 
     # ---- the live chart: the run and the first single changes
-    _bars = {"your run": result}
+    _bars, _peaks = {"your run": result}, {"your run": peak_bytes}
     for _s in suggestions[:4]:
         _bars[f"→ {_s.change}"] = planned_memory(model, **_s.settings)
+        _peaks[f"→ {_s.change}"] = _s.total  # what the planner judges it by: the step's peak where modelled
     # viz.stacked_bars' drawing as Vega-Lite JSON, into the live chart above: the sliders send it new rows.
+    # The bars add the parts; the black tick is the step's peak, the number the verdict compares with the card.
     bars_chart.update(viz.stacked_bars_output(
-        viz.breakdown_long(_bars, unit), unit, title="Memory per GPU: your run and single changes",
-        capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
+        viz.breakdown_long(_bars, unit), unit,
+        title="Memory per GPU: the parts (bars) and the step's peak (black tick), your run and single changes",
+        capacity_bytes=fit.available_bytes, capacity_label=gpu.name, peaks=_peaks))
 
     # ---- the changes that help
     if not suggestions:

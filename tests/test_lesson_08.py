@@ -337,3 +337,20 @@ def test_a_setting_returned_to_is_not_planned_again():
     with mock.patch.object(mm, "suggest_changes", side_effect=AssertionError("planned again")):
         _, again = lessons.load_app(NAME).run(defs=overrides)
     assert again["suggestions"] == base["suggestions"]
+
+
+def test_the_chart_marks_the_peak_each_verdict_judges(default_run):
+    # The bars add the parts (56.27 GB for the default 7B run) while the verdict judges the step's peak
+    # (67.38 GB, the optimizer step's temporaries on top): the chart carries that peak as a tick per bar, for
+    # the run and for each change, equal to the bytes its verdict and the planner's table use.
+    _, defs = default_run
+    ticks = next(rows for rows in defs["bars_chart"].rows.values() if rows and rows[0].get("what") == "peak of the step")
+    by_scenario = {row["scenario"]: row["bytes"] for row in ticks}
+    assert by_scenario["your run"] == defs["peak_bytes"] == mm.peak_memory(
+        defs["model"], **{k: v for k, v in defs["settings"].items() if k in (
+            "precision", "optimizer", "method", "batch_size", "seq_len", "checkpointing", "attention", "dropout")}).total
+    for suggestion in defs["suggestions"][:4]:
+        assert by_scenario[f"→ {suggestion.change}"] == suggestion.total
+    bars_total = sum(row["bytes"] for rows in defs["bars_chart"].rows.values() for row in rows
+                     if row.get("scenario") == "your run" and "part" in row)
+    assert bars_total == defs["result"].total < by_scenario["your run"]
