@@ -19,7 +19,7 @@ dropout (the CPU's math kernel), Houlsby adapters and quantized bases under AMP 
 
 from __future__ import annotations
 
-from .hf_activations import _Trace
+from .trace import Trace
 
 AUTOCAST_BYTES = 2  # bf16, the dtype torch.autocast("cpu") and transformers' Trainer(bf16=True) use
 
@@ -43,8 +43,8 @@ def amp_refusal(method, kind=None, shape=None) -> str | None:
     return None
 
 
-class AmpTrace(_Trace):
-    """_Trace with autocast's dtypes: e is the weights' 4 bytes, matmuls compute in bf16.
+class AmpTrace(Trace):
+    """Trace with autocast's dtypes: e is the weights' 4 bytes, matmuls compute in bf16.
 
     causal_mask: the model adds its fp32 causal mask to the attention scores (GPT-2 and the LLaMA
     family; BERT without padding adds none), which promotes the bf16 scores to fp32 before softmax.

@@ -49,3 +49,10 @@ def is_numpy_str(value) -> bool:
 def any_true(condition) -> bool:
     """np.any for an array of conditions, bool() for a single one."""
     return bool(np.any(condition)) if is_ndarray(condition) else bool(condition)
+
+
+def pick(condition, if_true, if_false):
+    """if_true where condition holds, else if_false (elementwise, as int64, when condition is an array)."""
+    if is_ndarray(condition):
+        return np.where(condition, if_true, if_false).astype(np.int64)
+    return if_true if condition else if_false

@@ -87,350 +87,20 @@ The trace also follows when each storage is allocated and last read (a temporary
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 
-from .arrays import any_true, is_ndarray, np
+from .arrays import any_true, is_ndarray, np, pick
 
 from . import validate
 from .activations import ActivationEstimate
 from .memo import memoized
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
+from .trace import Tensor, Trace
 
 FAMILIES = ("gpt2", "llama", "bert")
 INT64 = 8  # token ids, position ids and labels are int64
-
-
-@dataclass(eq=False)
-class _Storage:
-    nbytes: object
-    shared: bool = False  # a table every block reuses (rotary cos/sin, GPT-2's eager mask): counted outside
-    existing: bool = False  # already alive before the forward pass (buffers) or kept elsewhere: not counted
-    batch: bool = False  # part of the input batch (token ids, labels): saved, but not allocated by the step
-    born: int = 0  # liveness, for the peak: the step that allocates it,
-    last: int = 0  # the last step that reads it,
-    kept: bool = False  # and whether backward keeps it (saved) past the forward pass
-
-
-@dataclass(eq=False)
-class _Tensor:
-    numel: object
-    elem: int
-    grad: bool
-    storage: _Storage = field(default=None)
-
-
-_UNQUANTIZED = ("lm_head", "classifier")  # linears transformers' bitsandbytes integration leaves in 16/32 bits
-
-
-class _Trace:
-    """A symbolic forward pass: tensors are sizes and requires-grad flags; ops save like autograd.
-
-    It also follows when each storage is allocated and last read (Python drops a temporary after
-    its last use), so peak_live() gives the most bytes alive at once: peak.py uses it.
-    """
-
-    def __init__(self, *, e: int, device: str, b, s, saving: bool = True, int8_base: bool = False):
-        self.e, self.device, self.b, self.s, self.t = e, device, b, s, b * s
-        self.int8_base = int8_base  # QLoRA(quant_type="int8"): bitsandbytes' 8-bit matmul keeps its input
-        self.saving = saving  # False: a checkpointed block's forward, which saves nothing
-        self.region = "outside"
-        self.saved: dict[int, tuple] = {}
-        self.batch_bytes = 0
-        self.clock = 0
-        self._alive: list[_Storage] = []
-
-    # ---- bookkeeping ----
-    def new(self, numel, elem=None, grad=False, *, shared=False, existing=False, batch=False) -> _Tensor:
-        elem = self.e if elem is None else elem
-        storage = _Storage(numel * elem, shared, existing, batch, born=self.clock, last=self.clock)
-        self.clock += 1
-        self._alive.append(storage)
-        return _Tensor(numel, elem, grad, storage)
-
-    def use(self, *tensors):
-        """The tensors are read by the op that allocated last: they live at least until then."""
-        for x in tensors:
-            if x is not None:
-                x.storage.last = max(x.storage.last, self.clock - 1)
-
-    def save(self, x: _Tensor, what: str):
-        storage = x.storage
-        if not self.saving or storage.existing or id(storage) in self.saved:
-            return
-        storage.kept = True
-        self.saved[id(storage)] = ("outside" if storage.shared else self.region, what, storage.nbytes)
-        if storage.batch:
-            self.batch_bytes = self.batch_bytes + storage.nbytes
-
-    def bytes_in(self, region):
-        return sum((nbytes for where, _, nbytes in self.saved.values() if where == region), 0)
-
-    def terms(self, region, label=None):
-        rows: dict[str, object] = {}
-        for where, what, nbytes in self.saved.values():
-            if where == region:
-                rows[what] = rows.get(what, 0) + nbytes
-        return tuple((label or region, what, nbytes) for what, nbytes in rows.items())
-
-    def peak_live(self):
-        """Most bytes alive at once in this trace: saved storages stay, temporaries go after their last use."""
-        storages = [st for st in self._alive if not (st.existing or st.batch)]
-        best = 0
-        for step in sorted({st.born for st in storages}):
-            live = sum((st.nbytes for st in storages if st.born <= step and (st.kept or st.last >= step)), 0)
-            best = np.maximum(best, live) if is_ndarray(live) or is_ndarray(best) else max(best, live)
-        return best
-
-    @property
-    def mask_elem(self):
-        # CPU dropout multiplies by a mask of the input's dtype; CUDA's fused dropout keeps 1-byte bools.
-        return None if self.device == "cpu" else 1
-
-    def tmp(self, numel, elem=None, *reads):
-        """A temporary that the next op reads and drops (allocated now, read by `reads` too)."""
-        out = self.new(numel, elem)
-        self.use(*reads)
-        return out
-
-    # ---- ops ----
-    def linear(self, x, out_numel, trainable, lora, name):
-        """x @ W (+ LoRA's B(A(x)) * scale): saves x only for a trainable W."""
-        if trainable:
-            self.save(x, f"{name} input")
-        if self.int8_base and x.grad and name not in _UNQUANTIZED:
-            # bitsandbytes 0.50 MatMul8bitFp (CPU) and MatMul8bitLt keep the input as ctx.A / ctx.tensors
-            # until backward (autograd/_functions.py), outside saved_tensors (validation/quantized.py)
-            self.save(x, f"{name} input (kept by bitsandbytes' 8-bit matmul)")
-        grad = x.grad or trainable or lora is not None
-        out = self.new(out_numel, self.e, grad)
-        self.use(x)
-        if lora is not None:
-            rank, adapter_elem = lora
-            # peft casts x to the adapter dtype: a new copy per adapted module when the dtypes differ.
-            xa = x if adapter_elem == x.elem else self.new(x.numel, adapter_elem, x.grad)
-            self.use(x)
-            self.save(xa, f"{name} LoRA A input" + ("" if xa is x else f" ({adapter_elem}-byte copy)"))
-            a_out = self.new(self.t * rank, adapter_elem, True)
-            self.use(xa)
-            self.save(a_out, f"{name} LoRA B input (rank-wide)")
-            b_out = self.tmp(out_numel, adapter_elem, a_out)
-            scaled = self.tmp(out_numel, adapter_elem, b_out)  # * scaling
-            if adapter_elem != self.e:  # result + lora in mixed dtypes: the CPU first copies result up
-                out = self.tmp(out_numel, adapter_elem, out)
-            total = self.new(out_numel, max(adapter_elem, self.e), True)  # result + lora
-            self.use(out, scaled)
-            if total.elem != self.e:  # result.to(torch_result_dtype)
-                out = self.new(out_numel, self.e, True)
-                self.use(total)
-            else:
-                out = total
-        return out
-
-    def layer_norm(self, x, trainable, name):
-        """torch.nn.LayerNorm saves input, mean and rstd whenever it is differentiated at all."""
-        out = self.new(x.numel, self.e, x.grad or trainable)
-        stat = self.e if self.device == "cpu" else 4  # CPU keeps the stats in the input dtype
-        mean, rstd = self.new(self.t, stat), self.new(self.t, stat)
-        self.use(x, mean, rstd)
-        if out.grad:
-            self.save(x, f"{name} input")
-            self.save(mean, f"{name} mean")
-            self.save(rstd, f"{name} rstd")
-        return out
-
-    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False, plus_one=None):
-        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight.
-
-        rows: how many vectors it normalizes (t for the residual; t x heads for Qwen3's q/k norms).
-        weight_fp32: Olmo2RMSNorm's (weight * x_normed).to(dtype), whose product keeps the fp32 normed x.
-        plus_one: the width of GemmaRMSNorm's weight (Gemma, Gemma 2, Gemma 3): normed * (1.0 +
-        weight.float()), in fp32, then type_as(x); the product keeps the fp32 normed x (when the weight
-        trains) and the fresh fp32 (1 + weight) vector (when x needs a gradient).
-        """
-        x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
-        square = self.tmp(x.numel, 4, x32)
-        rsqrt = self.tmp(self.t if rows is None else rows, 4, square)
-        y = self.new(x.numel, 4, x.grad)
-        self.use(x32, rsqrt)
-        if x.grad:
-            self.save(x32, f"{name} input in fp32")
-            self.save(rsqrt, f"{name} rsqrt")
-        normed = y if self.e == 4 or weight_fp32 or plus_one else self.tmp(x.numel, self.e, y)
-        normed.grad = x.grad
-        if trainable:
-            self.save(normed, f"{name} normalized input" + (" (fp32)" if plus_one and self.e != 4 else ""))
-        if plus_one:
-            one_plus = self.new(plus_one, 4, trainable)  # 1.0 + weight.float(): a new fp32 vector per call
-            if x.grad:
-                self.save(one_plus, f"{name} 1 + weight (fp32)")
-            prod = self.new(x.numel, 4, x.grad or trainable)
-            self.use(normed, one_plus)
-            if self.e == 4:
-                return prod
-            out = self.new(x.numel, self.e, prod.grad)  # type_as(x)
-            self.use(prod)
-            return out
-        out = self.new(x.numel, self.e, x.grad or trainable)
-        self.use(normed)
-        return out
-
-    def dropout(self, x, on, name):
-        """p > 0: saves the mask when x needs a gradient; p = 0 returns x itself."""
-        if not on:
-            return x
-        mask = self.new(x.numel, self.mask_elem or x.elem)
-        if x.grad:
-            self.save(mask, f"{name} dropout mask")
-        out = self.new(x.numel, x.elem, x.grad)
-        self.use(x, mask)
-        return out
-
-    def add(self, x, y):
-        out = self.new(x.numel, self.e, x.grad or y.grad)
-        self.use(x, y)
-        return out
-
-    def embedding(self, ids, out_numel, trainable, name):
-        if trainable:
-            self.save(ids, f"{name} indices (int64)")
-        out = self.new(out_numel, self.e, trainable)
-        self.use(ids)
-        return out
-
-    def gelu_new(self, x, name):
-        """GPT-2's 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) in plain ops: x, tanh, 1 + tanh and 0.5*x saved."""
-        half = self.new(x.numel, self.e, x.grad)  # 0.5 * x, evaluated first
-        inner = self.tmp(x.numel, self.e, x)  # x ** 3
-        for _ in range(3):  # 0.044715 * ., x + ., c * .
-            inner = self.tmp(x.numel, self.e, inner, x)
-        tanh = self.new(x.numel, self.e, x.grad)
-        self.use(inner)
-        one_plus = self.new(x.numel, self.e, x.grad)
-        self.use(tanh)
-        out = self.new(x.numel, self.e, x.grad)
-        self.use(half, one_plus)
-        if x.grad:
-            self.save(x, f"{name} input (pow)")
-            self.save(tanh, f"{name} tanh output")
-            self.save(one_plus, f"{name} 1 + tanh")
-            self.save(half, f"{name} 0.5 * x")
-        return out
-
-    def gelu(self, x, name):
-        if x.grad:
-            self.save(x, f"{name} input")
-        out = self.new(x.numel, self.e, x.grad)
-        self.use(x)
-        return out
-
-    def silu_times(self, gate, up, name, act_name="SiLU"):
-        """LLaMA's silu(gate) * up: silu keeps gate; the product keeps each factor the other needs.
-        Gemma's gelu_pytorch_tanh (one F.gelu) keeps its input just as SiLU does: the same three tensors."""
-        act = self.new(gate.numel, self.e, gate.grad)
-        self.use(gate)
-        if gate.grad:
-            self.save(gate, f"{name} gate output ({act_name} input)")
-            self.save(up, f"{name} up output")
-        if up.grad:
-            self.save(act, f"{name} {act_name} output")
-        out = self.new(gate.numel, self.e, act.grad or up.grad)
-        self.use(act, up)
-        return out
-
-    def tanh(self, x, name):
-        out = self.new(x.numel, self.e, x.grad)
-        self.use(x)
-        if x.grad:
-            self.save(out, f"{name} tanh output")
-        return out
-
-    def rotary(self, x, tables):
-        """q*cos + rotate_half(q)*sin keeps only the cos and sin tables (shared by every block)."""
-        if x.grad:
-            self.save(tables[0], "rotary cos table")
-            self.save(tables[1], "rotary sin table")
-        times_cos = self.tmp(x.numel, self.e, x, tables[0])
-        rotated = self.tmp(x.numel, self.e, x)  # rotate_half: cat of the two halves, one negated
-        times_sin = self.tmp(x.numel, self.e, rotated, tables[1])
-        out = self.new(x.numel, self.e, x.grad)
-        self.use(times_cos, times_sin)
-        return out
-
-    def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name, softcap=None,
-                  v_view=False):
-        """v_view (GPT-NeoX): v is a view into the fused qkv output. Eager probs @ v reshapes it to
-        (b*a, s, d): a copy for b > 1, but at b = 1 a view, so the whole qkv storage is saved (found when
-        the first held-out GPT-NeoX eager case, b = 1, measured 2 x t x h x e more per block)."""
-        n = self.t * heads * head_dim
-        scores = self.b * heads * self.s * self.s
-        if kind == "flash":
-            grad = q.grad or k.grad or v.grad
-            out = self.new(n, self.e, grad)
-            lse = self.new(self.b * heads * self.s, 4)
-            self.use(q, k, v, lse)
-            if grad:
-                self.save(q, f"{name} q (SDPA input)")
-                self.save(k, f"{name} k (SDPA input)")
-                self.save(v, f"{name} v (SDPA input)")
-                self.save(lse, f"{name} log-sum-exp (fp32)")
-                self.save(out, f"{name} SDPA output")
-            return out  # the output projection reads it through a view
-        elem = 4 if kind == "math" else self.e  # the CPU math kernel upcasts 16-bit inputs to fp32
-        what = "fp32 " if kind == "math" and self.e != 4 else ""
-        held = ()
-        if kind == "math":  # q, k, v upcast (and scaled): locals of the math kernel until it returns
-            held = tuple(self.new(n, elem, x.grad) for x in (q, k, v))
-            self.use(q, k, v)
-            q, k, v = held
-        qc, kc = self.new(n, elem, q.grad), self.new(n, elem, k.grad)
-        self.use(q, k)
-        if k.grad:
-            self.save(qc, f"{name} q {what}copy (QK^T)")
-        if q.grad:
-            self.save(kc, f"{name} k^T {what}copy (QK^T)")
-        grad = q.grad or k.grad
-        raw = self.tmp(scores, elem, qc, kc)  # q @ k^T
-        raw = self.tmp(scores, elem, raw)  # * scaling (and + mask)
-        if softcap:  # Gemma 2/3's eager attention: scores / cap, tanh (which keeps its output), * cap
-            raw = self.tmp(scores, elem, raw)
-            capped = self.new(scores, elem, grad)
-            self.use(raw)
-            if grad:
-                self.save(capped, f"{name} softcapping tanh output")
-            raw = self.tmp(scores, elem, capped)
-        if kind == "eager" and softmax_fp32:
-            probs32 = self.new(scores, 4, grad)
-            self.use(raw)
-            if grad:
-                self.save(probs32, f"{name} softmax output (fp32)")
-            if self.e == 4:
-                probs = probs32
-            else:
-                probs = self.new(scores, self.e, grad)
-                self.use(probs32)
-        else:
-            probs = self.new(scores, elem, grad)
-            self.use(raw)
-            if grad:
-                self.save(probs, f"{name} softmax output")
-        probs = self.dropout(probs, dropout, f"{name} attention")
-        vc = self.new(n, elem, v.grad)
-        if v_view and kind == "eager":
-            vc.storage.nbytes = _pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
-                                      v.storage.nbytes, vc.storage.nbytes)
-        self.use(v)
-        if v.grad:
-            self.save(probs, f"{name} attention probabilities (PV)")
-        if probs.grad:
-            self.save(vc, f"{name} v {what}copy (PV)")
-        out = self.tmp(n, elem, probs, vc)  # probs @ v
-        if elem != self.e:
-            out = self.tmp(n, self.e, out)  # back to the model dtype
-        ctx = self.new(n, self.e, probs.grad or v.grad)  # heads merged: transpose + contiguous copies
-        self.use(out, *held)
-        return ctx
 
 
 @dataclass(frozen=True)
@@ -458,7 +128,7 @@ def _attention_kind(attention, device, dropout):
     return "math" if (device == "cpu" and dropout) else "flash"
 
 
-def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _Setup, *, kind, dropout, tables):
+def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Setup, *, kind, dropout, tables):
     """One transformer block's forward pass; returns its output."""
     dm, t, e = _dims(shape), tr.t, tr.e
     h, a, kv, d, inner = dm["h"], dm["a"], dm["k"], dm["d"], dm["I"]
@@ -505,7 +175,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
         h1 = tr.rms_norm(x, trainable, "input_layernorm")
         if phi3:  # one qkv_proj; q, k and v are slices (views) of its output, one storage
             qkv = tr.linear(h1, t * (a + 2 * kv) * d, trainable, lora("qkv_proj"), "qkv_proj")
-            q, k, v = (_Tensor(t * n * d, qkv.elem, qkv.grad, qkv.storage) for n in (a, kv, kv))
+            q, k, v = (Tensor(t * n * d, qkv.elem, qkv.grad, qkv.storage) for n in (a, kv, kv))
         else:
             q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
             k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
@@ -530,7 +200,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
             return tr.add(r1, _moe(tr, shape, h2, trainable, lora))
         if phi3:  # one gate_up_proj, chunked into two views: gate and up share its storage
             gu = tr.linear(h2, t * 2 * inner, trainable, lora("gate_up_proj"), "gate_up_proj")
-            gate, up = (_Tensor(t * inner, gu.elem, gu.grad, gu.storage) for _ in range(2))
+            gate, up = (Tensor(t * inner, gu.elem, gu.grad, gu.storage) for _ in range(2))
         else:
             gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
             up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
@@ -552,7 +222,7 @@ def _block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, setup: _S
     return tr.layer_norm(tr.add(out, h1), trainable, "output LayerNorm")
 
 
-def _houlsby(tr: _Trace, x: _Tensor, setup: _Setup, name: str) -> _Tensor:
+def _houlsby(tr: Trace, x: Tensor, setup: _Setup, name: str) -> Tensor:
     """x + up(gelu(down(x))) after a projection when Houlsby adapters train (validation/houlsby.py; Houlsby et
     al. 2019, figure 2): each trainable linear keeps its input, F.gelu keeps its own."""
     if setup.houlsby is None:
@@ -565,7 +235,7 @@ def _houlsby(tr: _Trace, x: _Tensor, setup: _Setup, name: str) -> _Tensor:
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 
 
-def _gemma_block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora, *, kind, dropout, tables):
+def _gemma_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables):
     """GemmaDecoderLayer (Gemma2/Gemma3 with four norms, Gemma 3 with q/k norms), from modeling_gemma*.py.
 
     Every norm is a GemmaRMSNorm ((1 + weight) in fp32, rms_norm's plus_one); the MLP is
@@ -603,7 +273,7 @@ def _gemma_block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lor
     return tr.add(r1, out)
 
 
-def _neox_block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora, *, kind, dropout, tables):
+def _neox_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables):
     """GPTNeoXLayer (modeling_gpt_neox.py): LayerNorms, one query_key_value, partial rotary, GELU MLP,
     dropout after each sublayer, and (use_parallel_residual, the default) attention and MLP both reading
     the block input: the second LayerNorm saves the same input again (one storage) and its own stats."""
@@ -611,7 +281,7 @@ def _neox_block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora
     h, a, d, rd, inner = dm["h"], dm["a"], dm["d"], dm["rd"], dm["I"]
     h1 = tr.layer_norm(x, trainable, "input_layernorm")
     qkv = tr.linear(h1, 3 * t * h, trainable, lora("query_key_value"), "query_key_value")
-    q, k, v = (_Tensor(t * a * d, e, qkv.grad, qkv.storage) for _ in range(3))  # chunk(3): views of one storage
+    q, k, v = (Tensor(t * a * d, e, qkv.grad, qkv.storage) for _ in range(3))  # chunk(3): views of one storage
     q, k = _partial_rotary(tr, q, tables, t * a * rd), _partial_rotary(tr, k, tables, t * a * rd)
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
                        name="attention", v_view=True)
@@ -633,7 +303,7 @@ def _neox_block(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora
     return tr.add(out, x)
 
 
-def _partial_rotary(tr: _Trace, x: _Tensor, tables, rotated):
+def _partial_rotary(tr: Trace, x: Tensor, tables, rotated):
     """GPT-NeoX's apply_rotary_pos_emb: the first rotary_ndims of each head rotate (keeping cos and sin,
     rotary_ndims wide), then torch.cat([rotated, passed]) makes a new contiguous (b, a, s, d) tensor."""
     if x.grad:
@@ -648,7 +318,7 @@ def _partial_rotary(tr: _Trace, x: _Tensor, tables, rotated):
     return out
 
 
-def _moe(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora):
+def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
     """The sparse MoE block as transformers 5.24 runs it by default (experts_implementation "grouped_mm",
     integrations/moe.py's grouped_mm_experts_forward), on the normalized input x (t x h).
 
@@ -719,7 +389,7 @@ def _moe(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora):
         tr.save(offsets, "grouped_mm offsets (int32)")
     gate_up = tr.new(rows * 2 * width, e, selected.grad or trainable)
     tr.use(selected, offsets)
-    gate, up = (_Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
+    gate, up = (Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
     prod = tr.silu_times(gate, up, "experts SwiGLU")
     if trainable:
         tr.save(prod, "experts down input (S x I)")
@@ -758,7 +428,7 @@ def _moe(tr: _Trace, shape: ModelShape, x: _Tensor, trainable: bool, lora):
     return tr.add(out, gated)
 
 
-def _olmo2_rotary(tr: _Trace, x: _Tensor, tables):
+def _olmo2_rotary(tr: Trace, x: Tensor, tables):
     """Olmo2RotaryEmbedding returns cos and sin in fp32 (no cast to the model dtype): q * cos runs in fp32
     and apply_rotary_pos_emb casts the result back. The fp32 tables, one pair per trace, are what is saved.
     Found when the first held-out OLMo 2 cases in bf16 measured 4,096 B more than the bf16 tables."""
@@ -781,7 +451,7 @@ def _olmo2_rotary(tr: _Trace, x: _Tensor, tables):
     return out
 
 
-def _embeddings(tr: _Trace, shape: ModelShape, setup: _Setup, *, dropout, input_grad_hook):
+def _embeddings(tr: Trace, shape: ModelShape, setup: _Setup, *, dropout, input_grad_hook):
     """The embedding layer's forward pass; returns the first block's input."""
     t, s, h = tr.t, tr.s, _dims(shape)["h"]
     ids = tr.new(t, INT64, batch=True)  # the batch's token ids
@@ -814,11 +484,11 @@ def _embeddings(tr: _Trace, shape: ModelShape, setup: _Setup, *, dropout, input_
     return tr.dropout(tr.layer_norm(x, trains, "embeddings LayerNorm"), dropout, "embedding")
 
 
-def _head_and_loss(tr: _Trace, shape: ModelShape, x: _Tensor, setup: _Setup, *, dropout):
+def _head_and_loss(tr: Trace, shape: ModelShape, x: Tensor, setup: _Setup, *, dropout):
     """Final norm, head and loss; the loss's own tensors go to the region "loss"."""
     t, dm = tr.t, _dims(shape)
     if shape.family == "bert":
-        first_token = _Tensor(tr.b * dm["h"], tr.e, x.grad, x.storage)  # hidden[:, 0] keeps the whole storage
+        first_token = Tensor(tr.b * dm["h"], tr.e, x.grad, x.storage)  # hidden[:, 0] keeps the whole storage
         if shape.arch == "roberta" and dm["labels"]:
             # RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on features[:, 0, :]
             # (no pooler); without dropout dense keeps the view, so the whole last hidden state.
@@ -979,7 +649,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
                          f"{shape.family} model (use activations='textbook')")
     _check_layout(shape, seq_len)
     _check_attention(shape, attention)
-    trace_class = _Trace
+    trace_class = Trace
     if recipe.name == "amp":  # fp32 weights, the forward under torch.autocast(bfloat16): memmath/amp_trace.py
         from .amp_trace import AmpTrace, amp_refusal
 
@@ -1039,7 +709,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         if isinstance(method, Freeze):
             re_frozen = new_trace()
             block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing)
-            recompute = _pick(_positive(trained), recompute, re_frozen.bytes_in("block"))
+            recompute = pick(_positive(trained), recompute, re_frozen.bytes_in("block"))
         terms += [("recomputed block", what, n) for _, what, n in re.terms("block")]
     else:
         if isinstance(method, Freeze) and setup.embeddings and _positive_any(frozen):
@@ -1073,8 +743,8 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         hl = new_trace()
         _head_and_loss(hl, shape, hl.new(b * s * h, e, grad), setup, dropout=dropout)
         heads[grad] = hl
-    head = _pick(blocks_store, heads[True].bytes_in("outside"), heads[False].bytes_in("outside"))
-    loss = _pick(blocks_store, heads[True].bytes_in("loss"), heads[False].bytes_in("loss"))
+    head = pick(blocks_store, heads[True].bytes_in("outside"), heads[False].bytes_in("outside"))
+    loss = pick(blocks_store, heads[True].bytes_in("loss"), heads[False].bytes_in("loss"))
     chosen = heads[True] if _positive_any(blocks_store) else heads[False]
     terms += list(chosen.terms("outside")) + list(chosen.terms("loss"))
     # Liveness for peak.py: the most bytes one block (the last) and the head and loss hold at once.
@@ -1181,13 +851,6 @@ def _positive(value):
 
 def _positive_any(value):
     return any_true(value > 0)
-
-
-def _pick(condition, if_true, if_false):
-    """if_true where condition holds, else if_false (elementwise when condition is an array)."""
-    if is_ndarray(condition):
-        return np.where(condition, if_true, if_false).astype(np.int64)
-    return if_true if condition else if_false
 
 
 def _same(x, y):

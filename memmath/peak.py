@@ -259,7 +259,7 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
                (embeddings_alloc + e * t * h + parts.tables + grads - g_embed + tied_embed - g_block + t * h * e
                 + parts.recompute_live) * two)
     moment("backward", "at the embeddings: every gradient", embeddings_alloc + grads + tied_embed + leaf)
-    transient, note = _optimizer_transient(shape, method, recipe, opt, device)
+    transient, note = optimizer_transient(shape, method, recipe, opt, device)
     states_and_transient = memory.optimizer_states + transient
     if opt.name == "adam8bit" and device == "cpu" and step == "first":
         # bitsandbytes makes each tensor's states just before updating it (torch's Adam makes them
@@ -378,7 +378,7 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
     return out
 
 
-def _optimizer_transient(shape, method, recipe, opt, device):
+def optimizer_transient(shape, method, recipe, opt, device):
     """Bytes of the optimizer's temporaries at its highest moment, and a Note when assumed (else None)."""
     if opt.name not in ADAM_LIKE:
         return 0, None  # SGD with momentum updates in place (its buffer starts as a clone of the gradient)

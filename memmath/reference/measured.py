@@ -212,7 +212,7 @@ def predict_sharded_peak(row, rank: int, step: str = "steady") -> dict:
     FSDP2 ranks are refused: their all-gather and reduce-scatter buffers are not modelled (measured,
     their per-rank peaks also vary by up to 12% from run to run with the collectives' timing).
     """
-    from ..peak import STEPS, _optimizer_transient
+    from ..peak import STEPS, optimizer_transient
     from ..recipes import get_optimizer, get_recipe
     from ..sharding import torch_tensors, zero_redundancy_assignment
 
@@ -230,7 +230,7 @@ def predict_sharded_peak(row, rank: int, step: str = "steady") -> dict:
     mine = predict_sharded_case(row, rank)
     others = int(everything.optimizer_states) - int(mine.optimizer_states)  # the states other ranks keep
     recipe, opt = get_recipe(arguments["precision"]), get_optimizer(arguments["optimizer"])
-    transient_all, _ = _optimizer_transient(shape, arguments["method"], recipe, opt, "cpu")
+    transient_all, _ = optimizer_transient(shape, arguments["method"], recipe, opt, "cpu")
     sizes = [n for n in (_numel(dims) for _, dims in torch_tensors(shape))]
     owner = zero_redundancy_assignment(sizes, world)
     transient_mine, previous = 0, 0

@@ -1,0 +1,344 @@
+"""The symbolic forward pass that the exact activation model replays: tensors as sizes and flags.
+
+A Trace allocates Tensors (element count, bytes per element, requires-grad) on Storages and saves
+them for backward as autograd would; hf_activations drives it through each transformers block,
+amp_trace.AmpTrace changes its dtype rules to autocast's. Kept apart from both so that each
+imports it and neither imports the other's internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .arrays import is_ndarray, np, pick
+
+
+@dataclass(eq=False)
+class Storage:
+    nbytes: object
+    shared: bool = False  # a table every block reuses (rotary cos/sin, GPT-2's eager mask): counted outside
+    existing: bool = False  # already alive before the forward pass (buffers) or kept elsewhere: not counted
+    batch: bool = False  # part of the input batch (token ids, labels): saved, but not allocated by the step
+    born: int = 0  # liveness, for the peak: the step that allocates it,
+    last: int = 0  # the last step that reads it,
+    kept: bool = False  # and whether backward keeps it (saved) past the forward pass
+
+
+@dataclass(eq=False)
+class Tensor:
+    numel: object
+    elem: int
+    grad: bool
+    storage: Storage = field(default=None)
+
+
+UNQUANTIZED = ("lm_head", "classifier")  # linears transformers' bitsandbytes integration leaves in 16/32 bits
+
+
+class Trace:
+    """A symbolic forward pass: tensors are sizes and requires-grad flags; ops save like autograd.
+
+    It also follows when each storage is allocated and last read (Python drops a temporary after
+    its last use), so peak_live() gives the most bytes alive at once: peak.py uses it.
+    """
+
+    def __init__(self, *, e: int, device: str, b, s, saving: bool = True, int8_base: bool = False):
+        self.e, self.device, self.b, self.s, self.t = e, device, b, s, b * s
+        self.int8_base = int8_base  # QLoRA(quant_type="int8"): bitsandbytes' 8-bit matmul keeps its input
+        self.saving = saving  # False: a checkpointed block's forward, which saves nothing
+        self.region = "outside"
+        self.saved: dict[int, tuple] = {}
+        self.batch_bytes = 0
+        self.clock = 0
+        self._alive: list[Storage] = []
+
+    # ---- bookkeeping ----
+    def new(self, numel, elem=None, grad=False, *, shared=False, existing=False, batch=False) -> Tensor:
+        elem = self.e if elem is None else elem
+        storage = Storage(numel * elem, shared, existing, batch, born=self.clock, last=self.clock)
+        self.clock += 1
+        self._alive.append(storage)
+        return Tensor(numel, elem, grad, storage)
+
+    def use(self, *tensors):
+        """The tensors are read by the op that allocated last: they live at least until then."""
+        for x in tensors:
+            if x is not None:
+                x.storage.last = max(x.storage.last, self.clock - 1)
+
+    def save(self, x: Tensor, what: str):
+        storage = x.storage
+        if not self.saving or storage.existing or id(storage) in self.saved:
+            return
+        storage.kept = True
+        self.saved[id(storage)] = ("outside" if storage.shared else self.region, what, storage.nbytes)
+        if storage.batch:
+            self.batch_bytes = self.batch_bytes + storage.nbytes
+
+    def bytes_in(self, region):
+        return sum((nbytes for where, _, nbytes in self.saved.values() if where == region), 0)
+
+    def terms(self, region, label=None):
+        rows: dict[str, object] = {}
+        for where, what, nbytes in self.saved.values():
+            if where == region:
+                rows[what] = rows.get(what, 0) + nbytes
+        return tuple((label or region, what, nbytes) for what, nbytes in rows.items())
+
+    def peak_live(self):
+        """Most bytes alive at once in this trace: saved storages stay, temporaries go after their last use."""
+        storages = [st for st in self._alive if not (st.existing or st.batch)]
+        best = 0
+        for step in sorted({st.born for st in storages}):
+            live = sum((st.nbytes for st in storages if st.born <= step and (st.kept or st.last >= step)), 0)
+            best = np.maximum(best, live) if is_ndarray(live) or is_ndarray(best) else max(best, live)
+        return best
+
+    @property
+    def mask_elem(self):
+        # CPU dropout multiplies by a mask of the input's dtype; CUDA's fused dropout keeps 1-byte bools.
+        return None if self.device == "cpu" else 1
+
+    def tmp(self, numel, elem=None, *reads):
+        """A temporary that the next op reads and drops (allocated now, read by `reads` too)."""
+        out = self.new(numel, elem)
+        self.use(*reads)
+        return out
+
+    # ---- ops ----
+    def linear(self, x, out_numel, trainable, lora, name):
+        """x @ W (+ LoRA's B(A(x)) * scale): saves x only for a trainable W."""
+        if trainable:
+            self.save(x, f"{name} input")
+        if self.int8_base and x.grad and name not in UNQUANTIZED:
+            # bitsandbytes 0.50 MatMul8bitFp (CPU) and MatMul8bitLt keep the input as ctx.A / ctx.tensors
+            # until backward (autograd/_functions.py), outside saved_tensors (validation/quantized.py)
+            self.save(x, f"{name} input (kept by bitsandbytes' 8-bit matmul)")
+        grad = x.grad or trainable or lora is not None
+        out = self.new(out_numel, self.e, grad)
+        self.use(x)
+        if lora is not None:
+            rank, adapter_elem = lora
+            # peft casts x to the adapter dtype: a new copy per adapted module when the dtypes differ.
+            xa = x if adapter_elem == x.elem else self.new(x.numel, adapter_elem, x.grad)
+            self.use(x)
+            self.save(xa, f"{name} LoRA A input" + ("" if xa is x else f" ({adapter_elem}-byte copy)"))
+            a_out = self.new(self.t * rank, adapter_elem, True)
+            self.use(xa)
+            self.save(a_out, f"{name} LoRA B input (rank-wide)")
+            b_out = self.tmp(out_numel, adapter_elem, a_out)
+            scaled = self.tmp(out_numel, adapter_elem, b_out)  # * scaling
+            if adapter_elem != self.e:  # result + lora in mixed dtypes: the CPU first copies result up
+                out = self.tmp(out_numel, adapter_elem, out)
+            total = self.new(out_numel, max(adapter_elem, self.e), True)  # result + lora
+            self.use(out, scaled)
+            if total.elem != self.e:  # result.to(torch_result_dtype)
+                out = self.new(out_numel, self.e, True)
+                self.use(total)
+            else:
+                out = total
+        return out
+
+    def layer_norm(self, x, trainable, name):
+        """torch.nn.LayerNorm saves input, mean and rstd whenever it is differentiated at all."""
+        out = self.new(x.numel, self.e, x.grad or trainable)
+        stat = self.e if self.device == "cpu" else 4  # CPU keeps the stats in the input dtype
+        mean, rstd = self.new(self.t, stat), self.new(self.t, stat)
+        self.use(x, mean, rstd)
+        if out.grad:
+            self.save(x, f"{name} input")
+            self.save(mean, f"{name} mean")
+            self.save(rstd, f"{name} rstd")
+        return out
+
+    def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False, plus_one=None):
+        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight.
+
+        rows: how many vectors it normalizes (t for the residual; t x heads for Qwen3's q/k norms).
+        weight_fp32: Olmo2RMSNorm's (weight * x_normed).to(dtype), whose product keeps the fp32 normed x.
+        plus_one: the width of GemmaRMSNorm's weight (Gemma, Gemma 2, Gemma 3): normed * (1.0 +
+        weight.float()), in fp32, then type_as(x); the product keeps the fp32 normed x (when the weight
+        trains) and the fresh fp32 (1 + weight) vector (when x needs a gradient).
+        """
+        x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
+        square = self.tmp(x.numel, 4, x32)
+        rsqrt = self.tmp(self.t if rows is None else rows, 4, square)
+        y = self.new(x.numel, 4, x.grad)
+        self.use(x32, rsqrt)
+        if x.grad:
+            self.save(x32, f"{name} input in fp32")
+            self.save(rsqrt, f"{name} rsqrt")
+        normed = y if self.e == 4 or weight_fp32 or plus_one else self.tmp(x.numel, self.e, y)
+        normed.grad = x.grad
+        if trainable:
+            self.save(normed, f"{name} normalized input" + (" (fp32)" if plus_one and self.e != 4 else ""))
+        if plus_one:
+            one_plus = self.new(plus_one, 4, trainable)  # 1.0 + weight.float(): a new fp32 vector per call
+            if x.grad:
+                self.save(one_plus, f"{name} 1 + weight (fp32)")
+            prod = self.new(x.numel, 4, x.grad or trainable)
+            self.use(normed, one_plus)
+            if self.e == 4:
+                return prod
+            out = self.new(x.numel, self.e, prod.grad)  # type_as(x)
+            self.use(prod)
+            return out
+        out = self.new(x.numel, self.e, x.grad or trainable)
+        self.use(normed)
+        return out
+
+    def dropout(self, x, on, name):
+        """p > 0: saves the mask when x needs a gradient; p = 0 returns x itself."""
+        if not on:
+            return x
+        mask = self.new(x.numel, self.mask_elem or x.elem)
+        if x.grad:
+            self.save(mask, f"{name} dropout mask")
+        out = self.new(x.numel, x.elem, x.grad)
+        self.use(x, mask)
+        return out
+
+    def add(self, x, y):
+        out = self.new(x.numel, self.e, x.grad or y.grad)
+        self.use(x, y)
+        return out
+
+    def embedding(self, ids, out_numel, trainable, name):
+        if trainable:
+            self.save(ids, f"{name} indices (int64)")
+        out = self.new(out_numel, self.e, trainable)
+        self.use(ids)
+        return out
+
+    def gelu_new(self, x, name):
+        """GPT-2's 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) in plain ops: x, tanh, 1 + tanh and 0.5*x saved."""
+        half = self.new(x.numel, self.e, x.grad)  # 0.5 * x, evaluated first
+        inner = self.tmp(x.numel, self.e, x)  # x ** 3
+        for _ in range(3):  # 0.044715 * ., x + ., c * .
+            inner = self.tmp(x.numel, self.e, inner, x)
+        tanh = self.new(x.numel, self.e, x.grad)
+        self.use(inner)
+        one_plus = self.new(x.numel, self.e, x.grad)
+        self.use(tanh)
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(half, one_plus)
+        if x.grad:
+            self.save(x, f"{name} input (pow)")
+            self.save(tanh, f"{name} tanh output")
+            self.save(one_plus, f"{name} 1 + tanh")
+            self.save(half, f"{name} 0.5 * x")
+        return out
+
+    def gelu(self, x, name):
+        if x.grad:
+            self.save(x, f"{name} input")
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(x)
+        return out
+
+    def silu_times(self, gate, up, name, act_name="SiLU"):
+        """LLaMA's silu(gate) * up: silu keeps gate; the product keeps each factor the other needs.
+        Gemma's gelu_pytorch_tanh (one F.gelu) keeps its input just as SiLU does: the same three tensors."""
+        act = self.new(gate.numel, self.e, gate.grad)
+        self.use(gate)
+        if gate.grad:
+            self.save(gate, f"{name} gate output ({act_name} input)")
+            self.save(up, f"{name} up output")
+        if up.grad:
+            self.save(act, f"{name} {act_name} output")
+        out = self.new(gate.numel, self.e, act.grad or up.grad)
+        self.use(act, up)
+        return out
+
+    def tanh(self, x, name):
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(x)
+        if x.grad:
+            self.save(out, f"{name} tanh output")
+        return out
+
+    def rotary(self, x, tables):
+        """q*cos + rotate_half(q)*sin keeps only the cos and sin tables (shared by every block)."""
+        if x.grad:
+            self.save(tables[0], "rotary cos table")
+            self.save(tables[1], "rotary sin table")
+        times_cos = self.tmp(x.numel, self.e, x, tables[0])
+        rotated = self.tmp(x.numel, self.e, x)  # rotate_half: cat of the two halves, one negated
+        times_sin = self.tmp(x.numel, self.e, rotated, tables[1])
+        out = self.new(x.numel, self.e, x.grad)
+        self.use(times_cos, times_sin)
+        return out
+
+    def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name, softcap=None,
+                  v_view=False):
+        """v_view (GPT-NeoX): v is a view into the fused qkv output. Eager probs @ v reshapes it to
+        (b*a, s, d): a copy for b > 1, but at b = 1 a view, so the whole qkv storage is saved (found when
+        the first held-out GPT-NeoX eager case, b = 1, measured 2 x t x h x e more per block)."""
+        n = self.t * heads * head_dim
+        scores = self.b * heads * self.s * self.s
+        if kind == "flash":
+            grad = q.grad or k.grad or v.grad
+            out = self.new(n, self.e, grad)
+            lse = self.new(self.b * heads * self.s, 4)
+            self.use(q, k, v, lse)
+            if grad:
+                self.save(q, f"{name} q (SDPA input)")
+                self.save(k, f"{name} k (SDPA input)")
+                self.save(v, f"{name} v (SDPA input)")
+                self.save(lse, f"{name} log-sum-exp (fp32)")
+                self.save(out, f"{name} SDPA output")
+            return out  # the output projection reads it through a view
+        elem = 4 if kind == "math" else self.e  # the CPU math kernel upcasts 16-bit inputs to fp32
+        what = "fp32 " if kind == "math" and self.e != 4 else ""
+        held = ()
+        if kind == "math":  # q, k, v upcast (and scaled): locals of the math kernel until it returns
+            held = tuple(self.new(n, elem, x.grad) for x in (q, k, v))
+            self.use(q, k, v)
+            q, k, v = held
+        qc, kc = self.new(n, elem, q.grad), self.new(n, elem, k.grad)
+        self.use(q, k)
+        if k.grad:
+            self.save(qc, f"{name} q {what}copy (QK^T)")
+        if q.grad:
+            self.save(kc, f"{name} k^T {what}copy (QK^T)")
+        grad = q.grad or k.grad
+        raw = self.tmp(scores, elem, qc, kc)  # q @ k^T
+        raw = self.tmp(scores, elem, raw)  # * scaling (and + mask)
+        if softcap:  # Gemma 2/3's eager attention: scores / cap, tanh (which keeps its output), * cap
+            raw = self.tmp(scores, elem, raw)
+            capped = self.new(scores, elem, grad)
+            self.use(raw)
+            if grad:
+                self.save(capped, f"{name} softcapping tanh output")
+            raw = self.tmp(scores, elem, capped)
+        if kind == "eager" and softmax_fp32:
+            probs32 = self.new(scores, 4, grad)
+            self.use(raw)
+            if grad:
+                self.save(probs32, f"{name} softmax output (fp32)")
+            if self.e == 4:
+                probs = probs32
+            else:
+                probs = self.new(scores, self.e, grad)
+                self.use(probs32)
+        else:
+            probs = self.new(scores, elem, grad)
+            self.use(raw)
+            if grad:
+                self.save(probs, f"{name} softmax output")
+        probs = self.dropout(probs, dropout, f"{name} attention")
+        vc = self.new(n, elem, v.grad)
+        if v_view and kind == "eager":
+            vc.storage.nbytes = pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
+                                      v.storage.nbytes, vc.storage.nbytes)
+        self.use(v)
+        if v.grad:
+            self.save(probs, f"{name} attention probabilities (PV)")
+        if probs.grad:
+            self.save(vc, f"{name} v {what}copy (PV)")
+        out = self.tmp(n, elem, probs, vc)  # probs @ v
+        if elem != self.e:
+            out = self.tmp(n, self.e, out)  # back to the model dtype
+        ctx = self.new(n, self.e, probs.grad or v.grad)  # heads merged: transpose + contiguous copies
+        self.use(out, *held)
+        return ctx
