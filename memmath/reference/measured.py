@@ -210,7 +210,7 @@ def predict_sharded_peak(row, rank: int, step: str = "steady") -> dict:
     the optimizer's temporaries of its own tensors: torch's single-tensor Adam on the CPU, 2 x a
     tensor + the previous one, over the rank's tensors in parameters() order (memmath/peak.py).
     FSDP2 ranks are refused: their all-gather and reduce-scatter buffers are not modelled (measured,
-    their per-rank peaks also vary by up to 12% from run to run with the collectives' timing).
+    their per-rank peaks also vary by up to 25% from run to run with the collectives' timing).
     """
     from ..peak import STEPS, optimizer_transient
     from ..recipes import get_optimizer, get_recipe
