@@ -320,7 +320,7 @@ def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
                                       ("PEFT: LoRA", "lora"))}
         comparison_rows = {
             "trainable parameters": {n: f"{r.trainable_params:,} ({r.trainable_fraction:.2%})" for n, r in compared.items()},
-            f"memory per GPU ({unit})": {n: mm.format_bytes(r.total, unit) for n, r in compared.items()},
+            f"memory per GPU, sum of the parts ({unit})": {n: mm.format_bytes(r.total, unit) for n, r in compared.items()},
         }
         _r = literature.REPORTED  # each figure with its full source in memmath.reference.literature
         _few = "some PEFT methods do well with a few thousand examples (the article)"
@@ -360,8 +360,9 @@ def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
         and a leader may find it hard to tell the two apart. The memory bill does not care why: a
         finetune carries training-side costs whether or not it was needed. Serving {pasted_text(model.name)} as it is
         ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
-        {step["seq_len"]:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
-        and full finetuning {mm.format_bytes(compared["full"].total, unit)}. If prompting the model as it is
+        {step["seq_len"]:,} tokens; even the LoRA run above adds up to {mm.format_bytes(_peft, unit)} per GPU,
+        and full finetuning to {mm.format_bytes(compared["full"].total, unit)} (sums of the parts; the verdict
+        above judges the step's peak). If prompting the model as it is
         does the job, the cheapest finetune is the one you do not run.
         """)
 
