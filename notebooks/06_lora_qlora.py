@@ -569,22 +569,27 @@ def _(mm, mo, pd, viz):
               ("fp4", False): "FP4", ("int8", False): "8-bit base (LLM.int8)"}
     _shown = [_cases[(_cases.quant_type == q) & (_cases.double_quant == d)].iloc[0]
               for q, d in (("nf4", True), ("fp4", False), ("int8", False))]
-    _rows = []
+    _tables = []
     for _case in _shown:
         _m = predict_case(_case)
-        _label = (f"{_kinds[(_case.quant_type, bool(_case.double_quant))]}: {_case.shape}, {_case.precision}, "
-                  f"LoRA r={int(_case.lora_rank)} on {'every linear' if _case.lora_targets == 'all' else 'q, v'}")
+        _label = (f"**{_kinds[(_case['quant_type'], bool(_case['double_quant']))]}**: the `{_case['shape']}` model in "
+                  f"{_case['precision']}, LoRA r = {int(_case['lora_rank'])} on "
+                  f"{'every linear' if _case['lora_targets'] == 'all' else 'q, v'}, batch {int(_case['batch_size'])} x "
+                  f"{int(_case['seq_len'])} tokens")
+        _rows = []
         for _part, _measured, _predicted in (
-            ("weights (packed base, the rest, adapters)", _case.param_bytes, _m.weights),
-            ("quantization constants", _case.quantization_constant_bytes, _m.quantization_constants),
-            ("gradients (adapters only)", _case.grad_bytes, _m.gradients),
-            ("optimizer states (adapters only)", _case.optimizer_state_bytes, _m.optimizer_states),
+            ("weights (packed base, the rest, adapters)", _case["param_bytes"], _m.weights),
+            ("quantization constants", _case["quantization_constant_bytes"], _m.quantization_constants),
+            ("gradients (adapters only)", _case["grad_bytes"], _m.gradients),
+            ("optimizer states (adapters only)", _case["optimizer_state_bytes"], _m.optimizer_states),
             # an 8-bit base's matmul keeps its input itself, outside autograd's saved tensors (held_by_ctx_bytes)
-            ("saved activations", _case.saved_bytes + _case.held_by_ctx_bytes, _m.activation_detail.saved_by_forward),
-            ("peak of step 2", _case.peak_step2_bytes, predict_peak_case(_case).total),
+            ("saved activations", _case["saved_bytes"] + _case["held_by_ctx_bytes"], _m.activation_detail.saved_by_forward),
+            ("peak of step 2", _case["peak_step2_bytes"], predict_peak_case(_case).total),
         ):
-            _rows.append({"run": _label, "part": _part, "measured (B)": int(_measured), "memmath (B)": int(_predicted),
-                          "error": f"{int(_predicted) / int(_measured) - 1:+.1%}" if _measured else "-"})
+            _rows.append({"part": _part, "measured (B)": int(_measured), "memmath (B)": int(_predicted),
+                          "difference": "equal" if int(_predicted) == int(_measured) else
+                          f"{int(_predicted) / int(_measured) - 1:+.1%}"})
+        _tables += [mo.md(_label), viz.plain_table(pd.DataFrame(_rows))]
     qlora_measured_fold = mo.vstack([mo.md(f"""
     Does QLoRA really store what this lesson counts? We ran it: bitsandbytes {_v.get("bitsandbytes", "?")}'s
     4-bit (`Linear4bit`, NF4 and FP4, with and without double quantization) and 8-bit (`Linear8bitLt`)
@@ -597,7 +602,7 @@ def _(mm, mo, pd, viz):
     In every one of the {len(_cases)} runs the weights, constants, gradients, optimizer states and saved
     activations (for the 8-bit base, with the inputs its matmul keeps itself) equal memmath's count to the byte (`tests/test_fidelity.py` checks each run; `python -m
     validation.report` prints the table). The peak of a step is within 5% in 198 of the 200 steps. Three of them:
-    """), viz.plain_table(pd.DataFrame(_rows), wrapped_columns=["run", "part"])])
+    """), *_tables])
     return (qlora_measured_fold,)
 
 
