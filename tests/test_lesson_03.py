@@ -181,28 +181,13 @@ def test_checkpointed_llama_formula_counts_only_the_block_input():
     assert "GeLU" not in text.split("One block, tensor by tensor")[1].split("Why the textbook misses")[0]
 
 
-def _cells_a_move_reruns(app, control: str) -> int:
-    """How many cells marimo re-runs when `control` moves: those that read it, and every cell downstream."""
-    app._maybe_initialize()
-    cells = list(app._graph.cells.values())
-    reached, rerun, grew = {control}, set(), True
-    while grew:
-        grew = False
-        for cell in cells:
-            if cell.cell_id not in rerun and cell.refs & reached:
-                rerun.add(cell.cell_id)
-                reached |= set(cell.defs)
-                grew = True
-    return len(rerun)
-
 
 def test_a_slider_move_reruns_at_most_three_cells():
     # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; a batch or length move re-ran 10 cells before.
     # Now the core number (and its chart's rows), then the comparison, training against inference and the sweep.
-    app = lessons.load_app(NAME)
     for control in ("seq_slider", "batch_slider", "layers_slider", "vocab_slider", "heads_slider"):
-        assert _cells_a_move_reruns(app, control) == 2, control
-    assert _cells_a_move_reruns(app, "width_slider") == 3  # it also rebuilds the heads slider (divisors of h)
+        assert len(lessons.cells_rerun_by(NAME, control)) == 2, control
+    assert len(lessons.cells_rerun_by(NAME, "width_slider")) == 3  # it also rebuilds the heads slider (divisors of h)
 
 
 def test_the_core_path_comes_first(default_run):

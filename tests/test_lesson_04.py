@@ -169,31 +169,16 @@ def test_the_work_sentence_reads_well_at_every_value():
     assert "instead of" not in texts["none"]  # no "N instead of N"
 
 
-def _cells_a_move_reruns(app, control: str) -> int:
-    """How many cells marimo re-runs when `control` moves: those that read it, and every cell downstream."""
-    app._maybe_initialize()
-    cells = list(app._graph.cells.values())
-    reached, rerun, grew = {control}, set(), True
-    while grew:
-        grew = False
-        for cell in cells:
-            if cell.cell_id not in rerun and cell.refs & reached:
-                rerun.add(cell.cell_id)
-                reached |= set(cell.defs)
-                grew = True
-    return len(rerun)
-
 
 def test_a_slider_move_reruns_at_most_two_cells():
     # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; a move re-ran up to 10 cells before.
-    app = lessons.load_app(NAME)
     for control in ("params_slider", "frozen_slider"):
-        assert _cells_a_move_reruns(app, control) == 1, control  # the core number and its chart's rows
+        assert len(lessons.cells_rerun_by(NAME, control)) == 1, control  # the core number and its chart's rows
     # The number of layers rebuilds the frozen-layers slider (it keeps the learner's value) and the core cell.
-    assert _cells_a_move_reruns(app, "layers_slider") == 2
+    assert len(lessons.cells_rerun_by(NAME, "layers_slider")) == 2
     # What trains (and its chart) and what it saves (and its chart); batch and length: what it saves and BERT-large.
     for control in ("real_frozen_slider", "batch_slider", "seq_slider"):
-        assert _cells_a_move_reruns(app, control) == 2, control
+        assert len(lessons.cells_rerun_by(NAME, control)) == 2, control
 
 
 def test_the_core_path_comes_first(default_run):

@@ -127,29 +127,14 @@ def test_houlsby_adapters_measured_next_to_memmath(default_run):
     assert "6576" in text.replace(",", "")
 
 
-def _cells_a_move_reruns(app, control: str) -> int:
-    """How many cells marimo re-runs when `control` moves: those that read it, and every cell downstream."""
-    app._maybe_initialize()
-    cells = list(app._graph.cells.values())
-    reached, rerun, grew = {control}, set(), True
-    while grew:
-        grew = False
-        for cell in cells:
-            if cell.cell_id not in rerun and cell.refs & reached:
-                rerun.add(cell.cell_id)
-                reached |= set(cell.defs)
-                grew = True
-    return len(rerun)
-
 
 def test_a_slider_move_reruns_at_most_two_cells():
     # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; the bottleneck moved 4 cells before, now the
     # core number and the memory section; each memory or timing slider moves its section's one cell.
-    app = lessons.load_app(LESSON)
-    assert _cells_a_move_reruns(app, "bottleneck_slider") == 2
+    assert len(lessons.cells_rerun_by(LESSON, "bottleneck_slider")) == 2
     for control in ("batch_slider", "seq_len_slider", "width_slider", "toy_seq_slider", "toy_bottleneck_slider",
                     "runs_slider"):
-        assert _cells_a_move_reruns(app, control) == 1, control
+        assert len(lessons.cells_rerun_by(LESSON, control)) == 1, control
 
 
 def test_the_core_path_comes_first(default_run):

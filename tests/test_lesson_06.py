@@ -125,20 +125,13 @@ def test_go_deeper_holds_the_papers_numbers_folded(default_run):
     assert text.index("Go deeper") < text.index("Why 1.2 TB and not one of ours?")
 
 
-def _cells_a_move_reruns(app, control):
-    """Cells marimo re-runs when `control` changes: those that read it, and every cell downstream of them."""
-    app._maybe_initialize()
-    graph = app._graph
-    readers = graph.get_referring_cells(control, "python")
-    return readers.union(*(graph.descendants(c) for c in readers))
-
 
 @pytest.mark.parametrize("control, cells", [("rank_slider", 2), ("block_size_slider", 1), ("q65_batch_slider", 1),
                                             ("q65_seq_slider", 1), ("batch_slider", 1), ("seq_len_slider", 1)])
 def test_a_slider_move_reruns_one_cell_per_section_it_moves(control, cells):
     # Issue 15: every re-run cell costs marimo 6-10 ms of its own. The rank moves the core path's number and the
     # side-by-side section (two cells); the merge is checked and timed only when its button is pressed.
-    assert len(_cells_a_move_reruns(lessons.load_app(LESSON), control)) == cells
+    assert len(lessons.cells_rerun_by(LESSON, control)) == cells
 
 
 def test_the_measured_qlora_fold_states_what_the_recorded_runs_show(default_run):

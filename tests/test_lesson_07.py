@@ -162,15 +162,8 @@ def test_every_card_in_the_table_keeps_the_reserve():
         assert (fits == "yes") == (room >= 0), gpu
 
 
-def _cells_a_move_reruns(app, control):
-    """Cells marimo re-runs when `control` changes: those that read it, and every cell downstream of them."""
-    app._maybe_initialize()
-    graph = app._graph
-    readers = graph.get_referring_cells(control, "python")
-    return readers.union(*(graph.descendants(c) for c in readers))
-
 
 @pytest.mark.parametrize("control", ["context_slider", "batch_slider"])
 def test_a_slider_move_reruns_one_cell(control):
     # Issue 15: every re-run cell costs marimo 6-10 ms of its own; one cell computes the run and feeds both charts.
-    assert len(_cells_a_move_reruns(lessons.load_app(NAME), control)) == 1
+    assert len(lessons.cells_rerun_by(NAME, control)) == 1

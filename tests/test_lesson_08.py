@@ -307,20 +307,13 @@ def test_core_path_comes_first_claim_control_verdict_takeaway(default_run):
     assert "less 1.41 GB kept back for the CUDA context" in text  # 1,343 MiB = 1,408,237,568 B
 
 
-def _cells_a_move_reruns(app, control):
-    """Cells marimo re-runs when `control` changes: those that read it, and every cell downstream of them."""
-    app._maybe_initialize()
-    graph = app._graph
-    readers = graph.get_referring_cells(control, "python")
-    return readers.union(*(graph.descendants(c) for c in readers))
-
 
 @pytest.mark.parametrize("control", ["trainable_layers_slider", "bottleneck_slider", "rank_slider", "batch_slider",
                                      "seq_len_slider", "reserved_slider", "n_gpus_number", "max_gpus_number"])
 def test_a_slider_move_reruns_one_cell(control):
     # Issue 15: every re-run cell costs marimo 6-10 ms of its own; one cell reads the controls, asks the planner
     # and shows what follows from the run.
-    assert len(_cells_a_move_reruns(lessons.load_app(NAME), control)) == 1
+    assert len(lessons.cells_rerun_by(NAME, control)) == 1
 
 
 def test_a_setting_returned_to_is_not_planned_again():

@@ -162,17 +162,10 @@ def _text(row, key):
 
 
 def load_measured_adapters(name: str = DATA_FILE) -> pd.DataFrame:
-    """The Houlsby adapter cases (validation/houlsby.py), with load_measured's columns. memmath
-    predicts their parameters, gradients and states (predict_case(row, activations="textbook"));
-    its transformers activation model refuses adapters, so their saved bytes and peaks are recorded
-    but not predicted."""
-    import pandas as pd  # only here: `import memmath` stays numpy-only
-    rows = []
-    for record in _document(name).get("adapter_cases", []):
-        config = dict(record["config"])
-        model = config.pop("model")
-        rows.append({**config, **model, **record["measured"]})
-    return pd.DataFrame(rows)
+    """The Houlsby adapter cases (validation/houlsby.py), with load_measured's columns. predict_case(row)
+    predicts their parameters, gradients, states and saved activations (the exact activation model
+    traces the adapters), predict_peak_case(row) each step's peak."""
+    return _case_frame(name, "adapter_cases")
 
 
 def load_measured_sharded(name: str = DATA_FILE) -> pd.DataFrame:
@@ -419,37 +412,35 @@ def predicted_saved_per_layer(row) -> list[int]:
     return blocks
 
 
-def load_measured_quantized(name: str = DATA_FILE) -> pd.DataFrame:
-    """The QLoRA cases (validation/quantized.py): bitsandbytes' 4-bit (quant_type nf4 or fp4,
-    double_quant) or 8-bit (int8) base under peft's LoRA, with load_measured's columns and the
-    quantization state's bytes (quantization_constant_bytes = quant_absmax_bytes +
-    quant_nested_absmax_bytes + quant_offset_bytes + quant_code_bytes + quant_copies_bytes)."""
+def _case_frame(name: str, key: str):
+    """One row per recorded case of the data file's list `key`: its config, model and measured columns."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
+
     rows = []
-    for record in _document(name).get("quantized_cases", []):
+    for record in _document(name).get(key, []):
         config = dict(record["config"])
         model = config.pop("model")
         measured = dict(record["measured"])
         detail = measured.pop("optimizer_state_detail", {})
         rows.append({**config, **model, **measured, "optimizer_state_detail": detail})
     return pd.DataFrame(rows)
+
+
+def load_measured_quantized(name: str = DATA_FILE) -> pd.DataFrame:
+    """The QLoRA cases (validation/quantized.py): bitsandbytes' 4-bit (quant_type nf4 or fp4,
+    double_quant) or 8-bit (int8) base under peft's LoRA, with load_measured's columns and the
+    quantization state's bytes (quantization_constant_bytes = quant_absmax_bytes +
+    quant_nested_absmax_bytes + quant_offset_bytes + quant_code_bytes + quant_copies_bytes)."""
+    return _case_frame(name, "quantized_cases")
 
 
 def load_measured_amp(name: str = DATA_FILE) -> pd.DataFrame:
     """The AMP cases (validation/amp.py): fp32 weights, the forward under torch.autocast("cpu",
     dtype=torch.bfloat16); precision "amp", load_measured's columns, and the saved storages by kind
     (saved_weight_cast_bytes: autocast's bf16 weight copies kept for backward; saved_bf16_bytes,
-    saved_fp32_bytes). memmath predicts their static parts with predict_case(row, activations="textbook")
-    (the exact activation model refuses precision "amp")."""
-    import pandas as pd  # only here: `import memmath` stays numpy-only
-    rows = []
-    for record in _document(name).get("amp_cases", []):
-        config = dict(record["config"])
-        model = config.pop("model")
-        measured = dict(record["measured"])
-        detail = measured.pop("optimizer_state_detail", {})
-        rows.append({**config, **model, **measured, "optimizer_state_detail": detail})
-    return pd.DataFrame(rows)
+    saved_fp32_bytes). predict_case(row) predicts them with the exact activation model's AMP trace
+    (memmath/amp_trace.py)."""
+    return _case_frame(name, "amp_cases")
 
 
 QLORA_PARTS = (
