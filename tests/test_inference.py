@@ -275,27 +275,13 @@ MEASURED_NEW = {
     ("qwen3moe", "sdpa", 256, 1): 2_701_376, ("qwen3moe", "sdpa", 512, 2): 10_735_680,
     ("qwen3moe", "eager", 256, 1): 6_195_200, ("qwen3moe", "eager", 512, 2): 46_206_976,
 }
-NEW_CONFIGS = {  # validation/inference_working_set.py's CONFIGS, as config.json fields
-    "gemma": dict(model_type="gemma", head_dim=32, num_key_value_heads=2, intermediate_size=688),
-    "gemma2": dict(model_type="gemma2", head_dim=32, num_key_value_heads=2, intermediate_size=688,
-                   sliding_window=4096, query_pre_attn_scalar=32),
-    "gemma3": dict(model_type="gemma3_text", head_dim=32, num_key_value_heads=2, intermediate_size=688,
-                   sliding_window=4096, query_pre_attn_scalar=32),
-    "neox": dict(model_type="gpt_neox", intermediate_size=1024),
-    "mixtral": dict(model_type="mixtral", num_key_value_heads=2, intermediate_size=344, num_local_experts=4,
-                    num_experts_per_tok=2),
-    "qwen2moe": dict(model_type="qwen2_moe", num_key_value_heads=2, intermediate_size=688, num_experts=4,
-                     num_experts_per_tok=2, moe_intermediate_size=176, shared_expert_intermediate_size=344),
-    "qwen3moe": dict(model_type="qwen3_moe", num_key_value_heads=2, head_dim=32, intermediate_size=688,
-                     num_experts=8, num_experts_per_tok=4, moe_intermediate_size=96, norm_topk_prob=True),
-}
+from validation.working_set_configs import CONFIGS as NEW_CONFIGS, SIZES as NEW_SIZES  # noqa: E402
 
 
 @pytest.mark.parametrize("case", sorted(MEASURED_NEW))
 def test_working_set_of_the_new_model_types_within_one_percent(case):
     family, attention, s, b = case
-    shape = mm.from_hf_config(dict(NEW_CONFIGS[family], hidden_size=256, num_hidden_layers=4,
-                                   num_attention_heads=8, vocab_size=32000))
+    shape = mm.from_hf_config(dict(NEW_CONFIGS[family], **NEW_SIZES))
     predicted = mm.working_set_bytes(shape, context_len=s, batch_size=b, attention=attention)
     assert predicted == pytest.approx(MEASURED_NEW[case], rel=0.01)
 

@@ -20,6 +20,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 import memmath as mm
 
+from .working_set_configs import CONFIGS, SIZES
+
 
 class LiveBytes(TorchDispatchMode):
     """Bytes of storages allocated inside the mode and still alive; the peak of that sum."""
@@ -46,29 +48,13 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
-# The model types read since issue 10, as config.json fields (transformers' AutoConfig.for_model).
-CONFIGS = {
-    "gemma": dict(model_type="gemma", head_dim=32, num_key_value_heads=2, intermediate_size=688),
-    "gemma2": dict(model_type="gemma2", head_dim=32, num_key_value_heads=2, intermediate_size=688,
-                   sliding_window=4096, query_pre_attn_scalar=32),
-    "gemma3": dict(model_type="gemma3_text", head_dim=32, num_key_value_heads=2, intermediate_size=688,
-                   sliding_window=4096, query_pre_attn_scalar=32),
-    "neox": dict(model_type="gpt_neox", intermediate_size=1024),
-    "mixtral": dict(model_type="mixtral", num_key_value_heads=2, intermediate_size=344, num_local_experts=4,
-                    num_experts_per_tok=2),
-    # Expert widths a multiple of 8: the CPU grouped_mm needs 16-byte strides (bf16).
-    "qwen2moe": dict(model_type="qwen2_moe", num_key_value_heads=2, intermediate_size=688, num_experts=4,
-                     num_experts_per_tok=2, moe_intermediate_size=176, shared_expert_intermediate_size=344),
-    "qwen3moe": dict(model_type="qwen3_moe", num_key_value_heads=2, head_dim=32, intermediate_size=688,
-                     num_experts=8, num_experts_per_tok=4, moe_intermediate_size=96, norm_topk_prob=True),
-}
 
 
 def build(family, attention):
     if family in CONFIGS:
         import transformers
 
-        fields = dict(CONFIGS[family], hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000)
+        fields = dict(CONFIGS[family], **SIZES)
         config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
         config._attn_implementation = attention
         return config, transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
