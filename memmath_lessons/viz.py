@@ -62,6 +62,15 @@ MEMORY_AXIS = {"labelOverlap": True, "labelSeparation": 8, "labelFlush": True, "
 its neighbour ('11,00012,000' at 1T), and the end labels kept inside the plot."""
 
 
+CAPACITY_SIDE_PARAM = "capacity_side"
+"""The param that says which side of its line the GPU-capacity label sits on ("left" or "right" of the text's anchor).
+
+A param, not a value in the mark, so that a live chart whose line crosses 60% of the axis as a slider
+moves takes the new side as a signal instead of embedding the chart anew."""
+CAPACITY_LABEL_MARK = {"align": {"expr": CAPACITY_SIDE_PARAM},
+                       "dx": {"expr": f"{CAPACITY_SIDE_PARAM} == 'right' ? -4 : 4"}}
+
+
 def _capacity_label_side(frame: pd.DataFrame, capacity: float) -> tuple[str, int]:
     """(align, dx) of the GPU-capacity label: right of its line, or left of it when the line is in the right
     part of the axis, so the label never runs past the plot."""
@@ -89,10 +98,11 @@ def stacked_bars(frame: pd.DataFrame, unit: str = "GB", *, title: str = "", capa
         rule_frame = pd.DataFrame({"size": [capacity_bytes / UNITS[unit]], "what": [capacity_label or "GPU memory"]})
         rule = alt.Chart(rule_frame).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
             x=alt.X("size:Q"), tooltip=[alt.Tooltip("what:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
-        align, dx = _capacity_label_side(frame, capacity_bytes / UNITS[unit])
-        text = alt.Chart(rule_frame).mark_text(align=align, dx=dx, dy=-6, fontSize=11).encode(
+        align, _ = _capacity_label_side(frame, capacity_bytes / UNITS[unit])
+        text = alt.Chart(rule_frame).mark_text(align=alt.ExprRef(CAPACITY_SIDE_PARAM),
+                                               dx=alt.ExprRef(CAPACITY_LABEL_MARK["dx"]["expr"]), dy=-6, fontSize=11).encode(
             x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("what:N"))
-        chart = bars + rule + text
+        chart = (bars + rule + text).add_params(alt.param(name=CAPACITY_SIDE_PARAM, value=align))
     return chart.properties(width=width, height=bar_height, title=title)
 
 
@@ -330,8 +340,9 @@ def stacked_bars_output(frame: pd.DataFrame, unit: str = "GB", *, title: str = "
                 "encoding": {"tooltip": [{"field": "what", "type": "nominal"},
                                          {"field": "size", "format": ",.2f", "title": unit, "type": "quantitative"}],
                              "x": {"field": "size", "type": "quantitative"}}}
-        align, dx = _capacity_label_side(frame, capacity_bytes / UNITS[unit])
-        text = {"data": {"values": rule_rows}, "mark": {"type": "text", "align": align, "dx": dx, "dy": -6,
+        align, _ = _capacity_label_side(frame, capacity_bytes / UNITS[unit])
+        spec["params"] = [{"name": CAPACITY_SIDE_PARAM, "value": align}]
+        text = {"data": {"values": rule_rows}, "mark": {"type": "text", **CAPACITY_LABEL_MARK, "dy": -6,
                                                          "fontSize": 11},
                 "encoding": {"text": {"field": "what", "type": "nominal"}, "x": {"field": "size", "type": "quantitative"},
                              "y": {"value": 0}}}

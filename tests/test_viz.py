@@ -142,4 +142,23 @@ def test_capacity_label_stays_inside_the_plot():
     assert viz._capacity_label_side(frame, 5.0) == ("left", 4)  # 5 of 14
     spec = viz.stacked_bars_output(viz.breakdown_long({"run": __import__("memmath").training_memory(10**9)}),
                                    capacity_bytes=141 * 10**9).spec
-    assert spec["layer"][2]["mark"]["align"] == "right"
+    # The side is a param the label's mark reads (a live chart takes a new side as a signal, not a new chart).
+    assert spec["params"] == [{"name": "capacity_side", "value": "right"}]
+    assert spec["layer"][2]["mark"]["align"] == {"expr": "capacity_side"}
+
+
+def test_capacity_label_side_moves_only_a_param():
+    # Lesson 7 at its defaults (Llama-2-13B, 8,192 tokens, RTX 4090) has its line cross 60% of the axis between
+    # batch 1 and 2: the label changes side, and before this the whole bars chart was embedded anew on each move.
+    import memmath as mm
+
+    from memmath_lessons.live_chart import _without_param_values, param_values, split_data
+
+    def spec_at(batch):
+        memory = mm.inference_memory("llama-2-13b", context_len=8192, batch_size=batch)
+        return split_data(viz.stacked_bars_output(viz.breakdown_long({"detailed sum": memory}),
+                                                  capacity_bytes=24 * 10**9, capacity_label="RTX 4090"))[0]
+
+    one, two = spec_at(1), spec_at(2)
+    assert {param_values(one)["capacity_side"], param_values(two)["capacity_side"]} == {"left", "right"}
+    assert _without_param_values(one) == _without_param_values(two)
