@@ -40,10 +40,11 @@ def _():
     from memmath.reference import published
     from memmath_lessons import viz
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.live_html import live_html
     from memmath_lessons.static_charts import Select, Slider, bound_chart, is_static_export, live_only_notice
 
-    return (Select, Slider, alt, bound_chart, is_static_export, json, live_chart, live_only_notice, mm, mo, pd,
-            published, reference, viz)
+    return (Select, Slider, alt, bound_chart, is_static_export, json, live_chart, live_only_notice, live_html, mm, mo,
+            pd, published, reference, viz)
 
 
 @app.cell
@@ -239,9 +240,13 @@ def _(alt, mm, mo, pd, published, viz):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    # Rendered once: the prose between the tables of the next cell, which the run's controls re-run.
-    details_prose = {"optimizer": mo.md(r"""
+def _(live_html, mo):
+    # Rendered once (reads no control): the prose and the folds; the next cell hands the folds' tables new rows in
+    # place, so a move re-renders one sentence instead of this section.
+    published_view, optimizer_view, gap_view, gpu_view = live_html(), live_html(), live_html(), live_html()
+    mo.vstack([
+        mo.accordion({"What does each published count give for your model?": published_view}),
+        mo.md(r"""
         Read the counts by row: the parts are the same everywhere (weights, gradients, optimizer
         states, sometimes a master copy or an accumulation buffer); only their formats differ. When
         you quote a number, quote its recipe with it.
@@ -254,21 +259,30 @@ def _(mo):
         replaces the second moment of each matrix by its row and column averages and drops the first.
         Adafactor's saving needs the shape of every matrix: with a bare parameter count from the slider
         memmath cannot factor anything and counts a full second moment, so pick a published model to see it.
-        """), "gpus": mo.md(r"""
+        """),
+        mo.accordion({"How much does each optimizer keep for your model and recipe?": optimizer_view}),
+        mo.md(r"""
         ## A GPU that holds the weights can still fail the run
 
         A card must hold the whole step, not the weights alone; activations, the next lesson, widen the gap.
         Nothing is reserved for the CUDA context in these verdicts, as the verdict above says.
-        """)}
-    return (details_prose,)
+        """),
+        gap_view,
+        mo.accordion({"Which cards hold the weights, and which run the step?": gpu_view}),
+    ])
+    return gap_view, gpu_view, optimizer_view, published_view
 
 
 @app.cell(hide_code=True)
-def _(details_prose, gpu, mm, mo, model, n_params, optimizer_dropdown, pd, precision, published, run, unit, viz):
-    # The cell every control of the run re-runs second: the tables that apply the run to your model.
+def _(gap_view, gpu, gpu_view, mm, mo, model, n_params, optimizer_dropdown, optimizer_view, pd, precision,
+      published, published_view, run, unit, viz):
+    # The cell every control of the run re-runs second: the tables that apply the run to your model and the
+    # sentence between them, into the live views above (the page replaces those alone; this cell shows nothing).
     published_rows = published.published_table(n_params, unit)
     # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
     _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
+    published_view.update(_shown, caption=f"For {viz.short_count(n_params)} parameters:",
+                          wrapped_columns=["what it counts", "source"])
     _rows = []
     # The menu's names (amsgrad variants are not in the menu: named here the same way).
     _names = {v: k for k, v in optimizer_dropdown.options.items()} | {"adam_amsgrad": "Adam (amsgrad)",
@@ -282,24 +296,18 @@ def _(details_prose, gpu, mm, mo, model, n_params, optimizer_dropdown, pd, preci
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
+    optimizer_view.update(optimizer_table, caption=f"For {viz.short_count(n_params)} parameters in your recipe:",
+                          wrapped_columns=["what it keeps"])
     # Every card as the driver reports it, smallest first (as mm.fit_table lists them), judged twice by mm.check_fit.
     gpu_rows = pd.DataFrame([{
         "gpu": _g.name, "marketed": _g.marketed, f"memory ({unit})": round(_g.memory_bytes / mm.UNITS[unit], 2),
         "holds the weights": "yes" if mm.check_fit(run.weights, _g, reserved_bytes=0).fits else "no",
         "runs full finetuning": "yes" if mm.check_fit(run.total, _g, reserved_bytes=0).fits else "no",
     } for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)])
+    gpu_view.update(gpu_rows)
     _gap = gpu_rows[(gpu_rows["holds the weights"] == "yes") & (gpu_rows["runs full finetuning"] == "no")]
-    mo.vstack([
-        mo.accordion({f"What does each published count give for {viz.short_count(n_params)} parameters?":
-                      viz.plain_table(_shown, wrapped_columns=["what it counts", "source"])}),
-        details_prose["optimizer"],
-        mo.accordion({"How much does each optimizer keep for your model and recipe?":
-                      viz.plain_table(optimizer_table, wrapped_columns=["what it keeps"])}),
-        details_prose["gpus"],
-        mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but fail the run "
-              f"before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'})."),
-        mo.accordion({"Which cards hold the weights, and which run the step?": viz.plain_table(gpu_rows)}),
-    ])
+    gap_view.update(mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but "
+                          f"fail the run before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'})."))
     return gpu_rows, optimizer_table, published_rows
 
 

@@ -119,6 +119,23 @@ def live_charts(page) -> list[dict]:
     return page.evaluate(_LIVE_CHARTS_SCRIPT)
 
 
+# Every live html (memmath_lessons.live_html) on the page, in page order: an id that stays with its element, how
+# often its contents were replaced, and its text.
+_LIVE_HTMLS_SCRIPT = "() => {" + _ROOTS_JS + """
+  window.__memmathLiveIds = window.__memmathLiveIds || 0;
+  return roots().flatMap(r => [...r.querySelectorAll(".memmath-live-html")]).map(e => {
+    if (!e.__memmathId) e.__memmathId = ++window.__memmathLiveIds;
+    return {id: e.__memmathId, updates: Number(e.dataset.updates || 0), text: e.textContent};
+  });
+}
+"""
+
+
+def live_htmls(page) -> list[dict]:
+    """The live htmls on the page (also in closed folds): [{id, updates, text}, ...] (see _LIVE_HTMLS_SCRIPT)."""
+    return page.evaluate(_LIVE_HTMLS_SCRIPT)
+
+
 def find_chromium() -> str | None:
     """The Chromium to drive: $MEMMATH_CHROMIUM if set, else /usr/bin/chromium or `chromium` on PATH (None if none)."""
     chosen = os.environ.get("MEMMATH_CHROMIUM")

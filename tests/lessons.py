@@ -92,8 +92,25 @@ def extreme_runs(name: str):
 BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\b")
 
 
+_WIDGET_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")  # an anywidget's model id, however escaped
+
+
+def live_html_text(text: str) -> list[str]:
+    """The contents of every memmath_lessons.live_html widget that `text` shows (by its model id), in order.
+
+    A cell's HTML holds only a reference to a widget; what the page shows in it is the widget's html.
+    """
+    from ipywidgets.widgets.widget import _instances
+
+    from memmath_lessons.live_html import LiveHtml
+
+    shown = dict.fromkeys(m.group(0) for m in _WIDGET_ID.finditer(text))
+    return [_instances[i].html for i in shown if isinstance(_instances.get(i), LiveHtml)]
+
+
 def output_text(outputs) -> str:
-    """The visible text of a run's outputs (HTML of markdown, tables and charts' data)."""
+    """The visible text of a run's outputs (HTML of markdown, tables and charts' data), and of the live html
+    widgets they show (at the end)."""
     parts = []
     for output in outputs:
         if output is None:
@@ -107,7 +124,7 @@ def output_text(outputs) -> str:
         if text is None and hasattr(output, "_mime_"):
             text = str(output._mime_()[1])
         parts.append(str(text or ""))
-    return "\n".join(parts)
+    return "\n".join(parts + live_html_text("\n".join(parts)))
 
 
 def bad_text(outputs) -> list[str]:

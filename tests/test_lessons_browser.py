@@ -52,7 +52,7 @@ def assert_links_lead_somewhere(live, workbook, where: str) -> None:
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
 def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, lesson, record_property):
-    from browser import LivePage, live_charts
+    from browser import LivePage, live_charts, live_htmls
 
     start = time.perf_counter()
     page = chromium.new_page(viewport={"width": 1280, "height": 1600})
@@ -61,15 +61,17 @@ def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, 
         live.open(f"{workbook.url}?file={lesson.name}")
         assert_clean(live, f"{lesson.name} at its defaults")
         assert_links_lead_somewhere(live, workbook, lesson.name)
-        charts = live_charts(page)
+        charts, htmls = live_charts(page), live_htmls(page)
         moved_in_place = set()  # live charts whose drawn marks a slider changed with no new chart
+        html_moved = set()  # live htmls whose text a slider changed in place
         sliders = live.sliders().count()
         for index in range(sliders):
             for key in ("End", "Home"):
-                before = live_charts(page)
+                before, before_html = live_charts(page), live_htmls(page)
                 live.press_on_slider(index, key)
                 shown = assert_clean(live, f"{lesson.name}, slider {index + 1} at its {'maximum' if key == 'End' else 'minimum'}")
                 moved_in_place |= _moved_in_place(lesson.name, index, before, live_charts(page))
+                html_moved |= _html_moved_in_place(lesson.name, index, before_html, live_htmls(page))
                 if key == "End":
                     at_max = shown
             assert not shown.same_as(at_max), (
@@ -79,6 +81,8 @@ def test_lesson_runs_and_every_slider_changes_what_is_shown(chromium, workbook, 
             # A live chart exists so that sliders change its marks in the drawn view, not by drawing a new chart.
             assert moved_in_place, (f"{lesson.name}: no slider changed any of its {len(charts)} live charts in place "
                                     "(every move drew a new chart, or none moved them)")
+        if htmls:
+            assert html_moved, f"{lesson.name}: no slider changed any of its {len(htmls)} live htmls in place"
     finally:
         page.close()
     record_property("seconds", round(time.perf_counter() - start, 1))
@@ -98,6 +102,19 @@ def _moved_in_place(lesson: str, index: int, before: list[dict], after: list[dic
     assert all(c["print"] for c in after), f"{lesson}: after slider {index + 1} a live chart is not drawn: {after}"
     return {a["id"] for b, a in zip(before, after)
             if a["embeds"] == b["embeds"] and a["updates"] > b["updates"] and a["print"] != b["print"]}
+
+
+def _html_moved_in_place(lesson: str, index: int, before: list[dict], after: list[dict]) -> set:
+    """Ids of the live htmls one slider move changed in place: same element, replaced contents, other text.
+
+    Fails where a move replaced a live html's element (its cell's output was made anew) or left one empty.
+    """
+    assert [h["id"] for h in after] == [h["id"] for h in before], (
+        f"{lesson}: slider {index + 1} replaced live htmls {[h['id'] for h in before]} by {[h['id'] for h in after]}: "
+        "the cell that shows them was re-run instead of the cell that fills them")
+    empty = [h for h in after if not h["text"].strip()]
+    assert not empty, f"{lesson}: after slider {index + 1} a live html shows nothing: {empty}"
+    return {a["id"] for b, a in zip(before, after) if a["updates"] > b["updates"] and a["text"] != b["text"]}
 
 
 BUTTON_LESSONS = [p for p in LESSONS if "mo.ui.button(" in p.read_text(encoding="utf-8")]

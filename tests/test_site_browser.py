@@ -192,6 +192,27 @@ def test_lesson_page_live_charts_show_their_first_state(opened, served_site, nam
     _assert_offline(record, served_site, name)
 
 
+LIVE_HTML_PAGES = [f"{lesson.stem}.html" for lesson in LESSONS if "live_html(" in lesson.read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("name", LIVE_HTML_PAGES, ids=[n[:-5] for n in LIVE_HTML_PAGES])
+def test_lesson_page_live_htmls_show_their_first_state(opened, served_site, name):
+    """The live htmls (memmath_lessons.live_html) show what the export left in them: the lesson's defaults."""
+    from browser import live_htmls
+
+    page, record, _ = opened(name)
+    page.wait_for_function("""() => {
+        const roots = [document];
+        for (let i = 0; i < roots.length; i++)
+            for (const e of roots[i].querySelectorAll('*')) if (e.shadowRoot) roots.push(e.shadowRoot);
+        return roots.some(r => r.querySelector('.memmath-live-html'));
+    }""", timeout=20000)
+    htmls = live_htmls(page)
+    empty = [h for h in htmls if not h["text"].strip()]
+    assert htmls and not empty, f"{name}: live htmls show nothing in the static page: {htmls}"
+    _assert_offline(record, served_site, name)
+
+
 _FROZEN_STATE = """selector => [...document.querySelectorAll(selector)].map(e => {
     const faded = e.shadowRoot ? [...e.shadowRoot.querySelectorAll('[data-memmath-frozen]')] : [];
     return {tag: e.tagName, inert: e.inert,
