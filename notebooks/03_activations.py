@@ -35,10 +35,11 @@ def _():
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Select, Slider, bound_chart, live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.live_html import live_html
     import altair as alt
     import numpy as np
     import pandas as pd
-    return alt, bound_chart, live_chart, live_only_notice, mm, mo, np, pd, reference, Select, Slider, viz
+    return alt, bound_chart, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, Select, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -53,10 +54,19 @@ def _(live_only_notice, mo):
 
 
 @app.cell(hide_code=True)
-def _(attention_radio, bars_chart, batch_slider, checkpointing_switch, heads_slider, largest_divisor_at_most,
-      layers_slider, mm, mo, preset, seq_slider, unit_radio, viz, vocab_slider, width_slider):
-    # The core path's number with its recipe, and the chart's rows: the first of the two cells a
-    # sequence or batch move re-runs (the other is the comparison below).
+def _(live_html):
+    number_view, assumptions_view = live_html(), live_html()  # filled by the next cell on every move
+    number_view
+    return assumptions_view, number_view
+
+
+@app.cell(hide_code=True)
+def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, heads_slider,
+      largest_divisor_at_most, layers_slider, mm, mo, number_view, preset, seq_slider, unit_radio, viz, vocab_slider,
+      width_slider):
+    # The core path's number with its recipe (into the live view above), the chart's rows, and a warning where one
+    # applies (this cell's only output): the first of the two cells a sequence or batch move re-runs (the other is
+    # the comparison below).
     batch_size, seq_len = batch_slider.value, seq_slider.value
     n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
     n_heads = largest_divisor_at_most(width, heads_slider.value)  # heads must divide the width
@@ -91,8 +101,7 @@ def _(attention_radio, bars_chart, batch_slider, checkpointing_switch, heads_sli
     if seq_len > preset.max_positions:
         _notes.append(f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic "
                       f"for {seq_len:,} tokens is the same, but the real model would need more position embeddings.")
-    mo.vstack([
-        mo.md(f"""
+    number_view.update(mo.md(f"""
     **The number.** For {_which}, {model.n_params:,} parameters, at b = {_b} sequences of s = {_s:,} tokens
     in pure bf16: **activations {viz.readable_size(training.activations, unit)}**, against
     {viz.readable_size(training.without_activations, unit)} for weights, gradients and AdamW states together.
@@ -106,13 +115,18 @@ def _(attention_radio, bars_chart, batch_slider, checkpointing_switch, heads_sli
     - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
       {viz.readable_size(detail.outside_layers, unit)}.
     - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {viz.readable_size(detail.loss, unit)}.
-    """),
-        *[mo.callout(mo.md(n), kind="warn") for n in _notes],
-        mo.accordion({"What else does this estimate assume?": mo.md(
-            f"{training.assumptions} Activations are 16-bit with 1-byte dropout masks, as in the paper.")}),
-    ])
+    """))
+    assumptions_view.update(mo.md(
+        f"{training.assumptions} Activations are 16-bit with 1-byte dropout masks, as in the paper."))
+    mo.vstack([mo.callout(mo.md(n), kind="warn") for n in _notes]) if _notes else None
     return (attention, batch_size, checkpointing, detail, inference, model, n_heads, n_layers, per_layer, seq_len,
             training, unit, vocab, width)
+
+
+@app.cell(hide_code=True)
+def _(assumptions_view, mo):
+    mo.accordion({"What else does this estimate assume?": assumptions_view})  # filled by the cell above
+    return
 
 
 @app.cell(hide_code=True)
@@ -253,31 +267,33 @@ def _(live_only_notice, mo):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    # The sections' fixed prose, rendered from markdown once: the cell below re-runs on every slider move and
-    # shows these as they are (markdown costs ~1 ms per 130 characters, every time it is rendered).
-    section_prose = {"training and inference": mo.md(r"""
+def _(live_html, mo):
+    # The sections' fixed prose, shown once; the cell below fills the live views between it (the combinations,
+    # the numbers, the crossings) on every slider move, and the page replaces those alone.
+    combos_view, why_view, numbers_view, crossings_view = live_html(), live_html(), live_html(), live_html()
+    mo.vstack([combos_view, why_view, mo.md(r"""
     ## Training and inference are separate calculations
 
     The article insists on this split. For training it points to EleutherAI's *Transformer Math 101*
     (Anthony et al., April 2023); for inference to *Transformer Inference Arithmetic* (Carol Chen,
     kipply's blog, March 2022). The reason is the backward pass.
-    """), "overtake": mo.md(r"""
+    """), numbers_view, mo.md(r"""
     ## Where activations overtake the weights
 
     Weights, gradients and optimizer states do not change with the data. Activations grow with
     every token and every sequence. The chart sweeps one of them (the other stays at your
     setting) and marks the first point where activations pass the weights alone (hollow diamond)
     and where they pass weights, gradients and optimizer states together (black diamond).
-    """)}
-    return (section_prose,)
+    """), crossings_view])
+    return combos_view, crossings_view, numbers_view, why_view
 
 
 @app.cell(hide_code=True)
-def _(alt, attention, batch_size, checkpointing, inference, mm, mo, model, np, pd, ratio_text, section_prose,
-      seq_len, sweep_chart, sweep_radio, training, unit, viz):
+def _(alt, attention, batch_size, checkpointing, combos_view, crossings_view, inference, mm, mo, model, np,
+      numbers_view, pd, ratio_text, seq_len, sweep_chart, sweep_radio, training, unit, viz, why_view):
     # The second and last cell a sequence or batch move re-runs: the four combinations, training against
-    # inference, and the sweep's rows and crossings (its chart takes them in place).
+    # inference, and the sweep's rows and crossings, into the live views above and the sweep's chart (this cell
+    # shows nothing, so a move re-renders none of the prose between them).
     _rows, _runs = [], {}
     for _attention in ("eager", "sdpa"):
         for _ckpt in (False, True):
@@ -355,7 +371,9 @@ def _(alt, attention, batch_size, checkpointing, inference, mm, mo, model, np, p
         _verb = "are already bigger than" if x == sweep_values[0] else "pass"
         return f"{_verb} {what} at **{_what} {x:,}**"
 
-    mo.vstack([viz.plain_table(pd.DataFrame(_rows)), mo.md(_why), section_prose["training and inference"], mo.md(f"""
+    combos_view.update(pd.DataFrame(_rows))
+    why_view.update(mo.md(_why))
+    numbers_view.update(mo.md(f"""
     Training must keep the activations above until the backward pass has used them:
     {viz.readable_size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
     has no backward pass. It computes one block, passes the result on and forgets it, so it needs
@@ -366,10 +384,11 @@ def _(alt, attention, batch_size, checkpointing, inference, mm, mo, model, np, p
     For the same model, batch and length: training {viz.readable_size(training.total, unit)}, inference
     {viz.readable_size(inference.total, unit)} (weights in bf16; the two bars at the top of the page).
     {viz.lesson_link("07_inference", "Lesson 7")} does the inference side in full.
-    """), section_prose["overtake"], mo.md(f"""
+    """))
+    crossings_view.update(mo.md(f"""
     With {_fixed}, activations {_where(crossover_weights, 'the weights')}, and
     {_where(crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
-    """)])
+    """))
     return crossover, crossover_weights, sweep, sweep_values, unit_sweep
 
 

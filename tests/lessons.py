@@ -95,27 +95,33 @@ BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB
 _WIDGET_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")  # an anywidget's model id, however escaped
 
 
-def live_html_text(text: str) -> list[str]:
-    """The contents of every memmath_lessons.live_html widget that `text` shows (by its model id), in order.
+def with_live_html(text: str) -> str:
+    """`text` with the contents of every memmath_lessons.live_html widget it shows put where the widget is.
 
-    A cell's HTML holds only a reference to a widget; what the page shows in it is the widget's html.
+    A cell's HTML holds only a reference to a widget (its model id, also inside folds, escaped); what
+    the page shows there is the widget's html, which goes in after the id's first mention.
     """
     from ipywidgets.widgets.widget import _instances
 
     from memmath_lessons.live_html import LiveHtml
 
-    shown = dict.fromkeys(m.group(0) for m in _WIDGET_ID.finditer(text))
-    return [_instances[i].html for i in shown if isinstance(_instances.get(i), LiveHtml)]
+    for widget_id in dict.fromkeys(m.group(0) for m in _WIDGET_ID.finditer(text)):
+        widget = _instances.get(widget_id)
+        if isinstance(widget, LiveHtml):
+            text = text.replace(widget_id, f"{widget_id} {widget.html} ", 1)
+    return text
 
 
 def output_text(outputs) -> str:
-    """The visible text of a run's outputs (HTML of markdown, tables and charts' data), and of the live html
-    widgets they show (at the end)."""
+    """The visible text of a run's outputs (HTML of markdown, tables and charts' data), with what the live html
+    widgets among them show."""
+    from memmath_lessons.live_html import LiveHtml
+
     parts = []
     for output in outputs:
         if output is None:
             continue
-        text = getattr(output, "text", None)
+        text = output.html if isinstance(output, LiveHtml) else getattr(output, "text", None)
         if text is None and hasattr(output, "_repr_html_"):
             try:
                 text = output._repr_html_()
@@ -124,7 +130,7 @@ def output_text(outputs) -> str:
         if text is None and hasattr(output, "_mime_"):
             text = str(output._mime_()[1])
         parts.append(str(text or ""))
-    return "\n".join(parts + live_html_text("\n".join(parts)))
+    return with_live_html("\n".join(parts))
 
 
 def bad_text(outputs) -> list[str]:

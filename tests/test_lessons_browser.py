@@ -107,13 +107,12 @@ def _moved_in_place(lesson: str, index: int, before: list[dict], after: list[dic
 def _html_moved_in_place(lesson: str, index: int, before: list[dict], after: list[dict]) -> set:
     """Ids of the live htmls one slider move changed in place: same element, replaced contents, other text.
 
-    Fails where a move replaced a live html's element (its cell's output was made anew) or left one empty.
+    Fails where a move replaced a live html's element (its cell's output was made anew). A live html may be
+    empty (a warning that does not apply); the page's text is checked for what must never show.
     """
     assert [h["id"] for h in after] == [h["id"] for h in before], (
         f"{lesson}: slider {index + 1} replaced live htmls {[h['id'] for h in before]} by {[h['id'] for h in after]}: "
         "the cell that shows them was re-run instead of the cell that fills them")
-    empty = [h for h in after if not h["text"].strip()]
-    assert not empty, f"{lesson}: after slider {index + 1} a live html shows nothing: {empty}"
     return {a["id"] for b, a in zip(before, after) if a["updates"] > b["updates"] and a["text"] != b["text"]}
 
 
