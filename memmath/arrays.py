@@ -27,8 +27,13 @@ class _LazyNumpy:
 np = _LazyNumpy()
 
 
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
 def is_ndarray(value) -> bool:
     """True for a numpy array (of any shape); False, without importing numpy, for anything else."""
+    if type(value) in _PLAIN:  # the scalar answers' values, answered first
+        return False
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(value, numpy.ndarray)
 

@@ -49,6 +49,8 @@ def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool =
     strings with a ValueError (TypeError for objects that are not numbers at all). scalar=True
     refuses arrays (for settings a sweep cannot vary) with a ValueError.
     """
+    if type(value) is int and low <= value <= high:  # the common case, answered before any message is written
+        return value
     allowed = f"a whole number from {low:,} to {high:,}"
     if scalar and (isinstance(value, (list, tuple)) or (is_ndarray(value) and value.ndim > 0)):
         raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
