@@ -39,7 +39,8 @@ def _():
     import altair as alt
     import numpy as np
     import pandas as pd
-    return alt, bound_chart, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, Select, Slider, viz
+    from memmath_lessons import site_charts
+    return site_charts, alt, bound_chart, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, Select, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -408,61 +409,17 @@ def _(live_chart):
 
 
 @app.cell
-def _(Select, Slider, alt, bound_chart, mm, mo, np, pd, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
-
-    def _gpt2_chart():
-        # GPT-2 small, bf16 + AdamW, every batch size x kernel x checkpointing, over s.
-        _batches = (1, 2, 4, 8, 16, 32, 64, 128)
-        _seq = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
-        _frames = []
-        for _index, _batch in enumerate(_batches):
-            for _attention, _kernel in (("eager", "eager"), ("sdpa", "fused (SDPA)")):
-                for _ckpt in (False, True):
-                    _r = mm.training_memory("gpt2", precision="bf16", optimizer="adamw", batch_size=_batch,
-                                            seq_len=_seq, attention=_attention, checkpointing=_ckpt)
-                    _frames.append(pd.DataFrame({"batch": _index, "kernel": _kernel,
-                                                 "checkpointing": "on" if _ckpt else "off", "s": _seq,
-                                                 "GB": mm.to_unit(np.asarray(_r.activations), "GB")}))
-        _grid = pd.concat(_frames, ignore_index=True)
-        _fixed = mm.training_memory("gpt2", precision="bf16", optimizer="adamw")  # no activations: no seq_len
-        _fixed_frame = pd.DataFrame([{"what": w, "GB": mm.to_unit(v, "GB")} for w, v in (
-            ("Weights", _fixed.weights), ("Weights + gradients + optimizer states", _fixed.without_activations))])
-        _names = ["Activations", "Weights", "Weights + gradients + optimizer states"]
-        _colors = alt.Scale(domain=_names, range=[viz.PART_COLORS["activations"], viz.PART_COLORS["weights"], "#555555"])
-        _all = list(_grid["GB"]) + list(_fixed_frame["GB"])
-        _y = alt.Scale(type="log", domain=[float(min(_all)), float(max(_all))])
-
-        def _draw(base):
-            _acts = base.transform_calculate(what="'Activations'").mark_line(point=True).encode(
-                x=alt.X("s:Q", title="Sequence length s (tokens), log scale",
-                        scale=alt.Scale(type="log", base=2, domain=[int(_seq[0]), int(_seq[-1])])),
-                y=alt.Y("GB:Q", title="Memory (GB), log scale", scale=_y),
-                color=alt.Color("what:N", title=None, scale=_colors, legend=alt.Legend(orient="top", labelLimit=400)),
-                tooltip=[alt.Tooltip("s:Q", title="tokens"), alt.Tooltip("GB:Q", format=",.4~f")])
-            _rules = alt.Chart(_fixed_frame).mark_rule(strokeWidth=2).encode(
-                y=alt.Y("GB:Q"), color=alt.Color("what:N", scale=_colors),
-                tooltip=[alt.Tooltip("what:N"), alt.Tooltip("GB:Q", format=",.3f")])
-            return (_acts + _rules).properties(width=520, height=280)
-
-        return viz.chart_output(bound_chart(_grid, [Slider("batch", "Batch size b", value=_batches.index(4),
-                                                           labels={i: f"{b} sequences" for i, b in enumerate(_batches)},
-                                                           show_value=False),
-                                                    Select("kernel", "Attention kernel"), Select("checkpointing", "Checkpointing")],
-                                            _draw, title="GPT-2 small: activations against everything else"))
-
-    _about = r"""
+def _(mo, site_charts):
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it
+    # (memmath_lessons.site_charts: code the live page never runs is not parsed with the lesson).
+    mo.vstack([mo.md(r"""
     The next chart is the same race for GPT-2 small as published (12 layers, width 768, 12 heads),
     in pure bf16 with AdamW, computed in advance for every batch size, kernel and checkpointing
     choice under it. Those inputs keep working in this static copy of the page, where the
     controls above are frozen.
-    """
-    # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it.
-    mo.vstack([mo.md(_about), _gpt2_chart()]) if _static() else None
+    """), site_charts.gpt2_activations()]) if site_charts.is_static_export() else None
     return
-
-
 @app.cell(hide_code=True)
 def _(live_only_notice, measured_versions, mo):
     measured_family_dropdown = mo.ui.dropdown(

@@ -36,7 +36,8 @@ def _():
     import altair as alt
     import numpy as np
     import pandas as pd
-    return alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, reference, Slider, viz
+    from memmath_lessons import site_charts
+    return site_charts, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, reference, Slider, viz
 
 
 @app.cell(hide_code=True)
@@ -159,58 +160,16 @@ def _(literature, mm, mo):
 
 
 @app.cell
-def _(Slider, alt, bound_chart, mm, mo, pd, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
-
-    def _ten_layers_chart():
-        # The article's case: 7B in 10 equal layers, pure bf16 with Adam, for every number of frozen layers.
-        _model = mm.uniform_model(7 * 10**9, 10, name="7B in 10 equal layers")
-        _rows = []
-        for _frozen in range(_model.n_layers + 1):
-            _runs = {"Full finetuning": mm.training_memory(_model, precision="bf16", optimizer="adam"),
-                     "Frozen run": mm.training_memory(_model, precision="bf16", optimizer="adam",
-                                                      method=mm.Freeze(frozen_layers=_frozen))}
-            for _scenario, _run in _runs.items():
-                for _order, (_part, _bytes) in enumerate(_run.parts().items()):
-                    if _bytes:
-                        _rows.append({"frozen": _frozen, "kind": "bar", "scenario": _scenario, "layer": 0,
-                                      "part": mm.PART_LABELS[_part], "order": _order,
-                                      "GB": round(mm.to_unit(_bytes, "GB"), 3)})
-            for _layer in range(1, _model.n_layers + 1):  # the strip of layers above the bars
-                _rows.append({"frozen": _frozen, "kind": "layer", "scenario": "", "layer": _layer,
-                              "part": "frozen" if _layer <= _frozen else "trainable", "order": 0, "GB": 0})
-        _grid = pd.DataFrame(_rows)
-
-        def _draw(base):
-            _strip = base.transform_filter(alt.datum.kind == "layer").mark_rect(stroke="white", strokeWidth=2).encode(
-                x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(labelAngle=0)),
-                color=alt.Color("part:N", title="Layer", scale=alt.Scale(
-                    domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
-            ).properties(width=460, height=30)
-            _bars = base.transform_filter(alt.datum.kind == "bar").mark_bar().encode(
-                x=alt.X("sum(GB):Q", title="Memory before activations (GB)",
-                        scale=alt.Scale(domain=[0, float(_grid.groupby(["frozen", "scenario"])["GB"].sum().max())])),
-                y=alt.Y("scenario:N", title=None, sort=["Full finetuning", "Frozen run"]),
-                color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "gradients", "optimizer_states"])),
-                order=alt.Order("order:Q"),
-                tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f")],
-            ).properties(width=460, height=80)
-            return alt.vconcat(_strip, _bars).resolve_scale(color="independent")
-
-        return viz.chart_output(bound_chart(_grid, [Slider("frozen", "Frozen layers", value=9)], _draw,
-                                            title=f"{_model.name}, pure bf16 with Adam"))
-
-    _about = r"""
+def _(mo, site_charts):
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it
+    # (memmath_lessons.site_charts: code the live page never runs is not parsed with the lesson).
+    mo.vstack([mo.md(r"""
     The next chart is the article's case, the 7B model in ten equal layers, computed in advance
     for every number of frozen layers. Its slider keeps working in this static copy of the
     page, where the controls above are frozen.
-    """
-    # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it.
-    mo.vstack([mo.md(_about), _ten_layers_chart()]) if _static() else None
+    """), site_charts.ten_layers_frozen()]) if site_charts.is_static_export() else None
     return
-
-
 @app.cell(hide_code=True)
 def _(live_only_notice, mo):
     preset_dropdown = mo.ui.dropdown(options=["gpt2", "gpt2-large", "bert-base-uncased", "bert-large-uncased",

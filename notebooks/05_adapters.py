@@ -40,8 +40,9 @@ def _():
     from memmath_lessons import toy_block, viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons import site_charts
 
-    return (Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
+    return (site_charts, Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
             toy_block, viz)
 
 
@@ -230,45 +231,17 @@ def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, 
 
 
 @app.cell
-def _(ADAPTER_MODELS, BOTTLENECKS, Select, alt, bound_chart, literature, mm, mo, np, pd, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
-
-    def _share_chart():
-        # Every (model, bottleneck, layer norms) the bound chart can show: 3 x 10 x 2 = 60 rows.
-        _m, _parts = np.array(BOTTLENECKS), []
-        for _label, _preset in ADAPTER_MODELS.items():
-            for _norms, _trained in ((False, "adapters only"), (True, "adapters + layer norms")):
-                _r = mm.training_memory(_preset, method=mm.Adapters(bottleneck=_m, train_norms=_norms))
-                _parts.append(pd.DataFrame({"m": _m, "trained": _trained, "model": _label.split(" (")[0],
-                                            "share": 100 * _r.trainable_fraction,
-                                            "text": [f"{viz.short_count(n)} ({100 * f:.2g}%)" for n, f in
-                                                     zip(_r.trainable_params, _r.trainable_fraction)]}))
-        share_grid = pd.concat(_parts, ignore_index=True)
-        _models = list(dict.fromkeys(share_grid["model"]))
-        _x = alt.X("share:Q", title="Trainable parameters (% of the base model)",
-                   scale=alt.Scale(domain=[0, float(share_grid["share"].max()) * 1.25]))
-        _y = alt.Y("model:N", title=None, sort=_models)
-        _paper = literature.REPORTED["houlsby_trainable_share"].value
-        return viz.chart_output(bound_chart(
-            share_grid, [Select("m", "Bottleneck m", value=64, radio=True), Select("trained", "Trained", radio=True)],
-            lambda base: alt.layer(
-                base.mark_bar(color="#54A24B").encode(x=_x, y=_y),
-                base.mark_text(align="left", dx=4, fontSize=12).encode(x=_x, y=_y, text=alt.Text("text:N")),
-                base.mark_rule(color="black", strokeDash=[4, 3]).encode(x=alt.datum(_paper)),
-            ).properties(width=520, height=130),
-            title=f"Adapters' share of each model (dashed: the paper's {_paper}% per task)"))
-
-    _about = r"""
+def _(ADAPTER_MODELS, BOTTLENECKS, literature, mo, site_charts):
+    # One control per quantity: live, the controls above move these numbers, so only the static site (where
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it
+    # (memmath_lessons.site_charts: code the live page never runs is not parsed with the lesson).
+    mo.vstack([mo.md(r"""
     The chart below answers the same question one bottleneck at a time, with the count beside each
     bar. Its own inputs, under the chart, redraw it in the browser from numbers memmath computed for
     every bottleneck in advance, so they keep working in this static copy of the workbook.
-    """
-    # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it.
-    mo.vstack([mo.md(_about), _share_chart()]) if _static() else None
+    """), site_charts.adapter_shares(ADAPTER_MODELS, BOTTLENECKS, literature.REPORTED["houlsby_trainable_share"].value)
+    ]) if site_charts.is_static_export() else None
     return
-
-
 @app.cell(hide_code=True)
 def _(ADAPTER_MODELS, live_only_notice, mm, mo):
     memory_model_dropdown = mo.ui.dropdown(options=ADAPTER_MODELS, value="Llama-2-7B (a LLaMA-size model)", label="Model")

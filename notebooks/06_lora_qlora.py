@@ -54,8 +54,9 @@ def _():
     from memmath_lessons import blockwise, toy_block, viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons import site_charts
 
-    return (Select, alt, blockwise, bound_chart, literature, live_chart, live_only_notice, mm, mo, np,
+    return (site_charts, Select, alt, blockwise, bound_chart, literature, live_chart, live_only_notice, mm, mo, np,
             paper_setups, pd, toy_block, viz)
 
 
@@ -398,60 +399,17 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
 
 
 @app.cell
-def _(Select, TARGET_SETS, alt, bound_chart, mm, mo, np, pd, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
-
-    def _lora_grid():
-        # Every (rank, matrices, method, part) the bound chart can show: 9 ranks x 4 sets x 3 methods, ~470 rows.
-        _ranks, _run, _rows = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256]), dict(batch_size=4, seq_len=512), []
-        _short = dict(zip(TARGET_SETS.values(), ("q, v", "q, k, v, o", "MLP", "all linear")))
-        for _targets, _label in _short.items():
-            for _method, _result in (("Full", mm.training_memory("llama-2-7b", method=mm.Full(), **_run)),
-                                     ("LoRA", mm.training_memory("llama-2-7b", method=mm.LoRA(rank=_ranks, targets=_targets), **_run)),
-                                     ("QLoRA", mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=_ranks, targets=_targets), **_run))):
-                _trainable = np.broadcast_to(_result.trainable_params, _ranks.shape)
-                _totals = np.broadcast_to(_result.total, _ranks.shape)  # integer bytes: the label rounds the total once
-                for _part, _bytes in _result.parts().items():
-                    _bytes = np.broadcast_to(_bytes, _ranks.shape)
-                    if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
-                        _rows += [{"rank": int(_r), "matrices": _label, "method": _method, "part": viz.ALL_LABELS[_part],
-                                   "order": list(_result.parts()).index(_part), "GB": round(float(_b) / 1e9, 3), "trainable": int(_t),
-                                   "totalGB": round(float(_T) / 1e9, 1)}
-                                  for _r, _b, _t, _T in zip(_ranks, _bytes, _trainable, _totals)]
-        return pd.DataFrame(_rows)
-
-    def _bound_chart():
-        lora_grid = _lora_grid()
-        _most = float(lora_grid.groupby(["rank", "matrices", "method"])["GB"].sum().max())
-        _parts = list(dict.fromkeys(lora_grid.sort_values("order")["part"]))
-        _y = alt.Y("method:N", title=None, sort=["Full", "LoRA", "QLoRA"])
-
-        def _draw(base):
-            _bars = base.mark_bar().encode(
-                x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, _most * 1.35]),
-                        axis=alt.Axis(**viz.MEMORY_AXIS)), y=_y,
-                color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in _parts])),
-                order=alt.Order("order:Q"))
-            _labels = base.transform_aggregate(total="sum(GB)", totalGB="max(totalGB)", trainable="max(trainable)", groupby=["method"]).transform_calculate(
-                text="format(datum.totalGB, '.1f') + ' GB, ' + replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'").mark_text(
-                align="left", dx=4, fontSize=11).encode(x=alt.X("total:Q"), y=_y, text=alt.Text("text:N"))
-            return alt.layer(_bars, _labels).properties(width=520, height=130)
-
-        _chart = bound_chart(lora_grid, [Select("rank", "Rank r", value=8, radio=True), Select("matrices", "Adapted matrices")],
-                             _draw, title="Llama-2-7B, pure bf16, AdamW, batch 4 x 512 tokens")
-        return mo.vstack([mo.md(r"""
-        The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
-        AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
-        Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
-        every combination in advance, so they work in this static copy of the workbook.
-        """), viz.chart_output(_chart)])
-
+def _(TARGET_SETS, mo, site_charts):
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it, and computes it.
-    _bound_chart() if _static() else None
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it
+    # (memmath_lessons.site_charts: code the live page never runs is not parsed with the lesson).
+    mo.vstack([mo.md(r"""
+    The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
+    AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
+    Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
+    every combination in advance, so they work in this static copy of the workbook.
+    """), site_charts.lora_methods(TARGET_SETS)]) if site_charts.is_static_export() else None
     return
-
-
 @app.cell(hide_code=True)
 def _(literature, live_only_notice, mm, mo, paper_setups):
     _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), mm.get_gpu("RTX A6000")

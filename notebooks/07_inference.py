@@ -38,7 +38,8 @@ def _():
     import altair as alt
     import numpy as np
     import pandas as pd
-    return Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, viz
+    from memmath_lessons import site_charts
+    return site_charts, Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -380,58 +381,17 @@ def _(mo):
 
 
 @app.cell
-def _(Select, alt, bound_chart, mm, mo, np, pd, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
-
-    def _serving_grid():
-        # Every (weights format, batch, context, part) the bound chart can show: 4 x 4 x 11 contexts, ~620 rows.
-        _contexts, _rows = np.array([2**k for k in range(7, 18)]), []
-        for _format in ("bf16", "fp8_e4m3", "int8", "nf4"):
-            for _batch in (1, 4, 16, 64):
-                _m = mm.inference_memory("llama-2-13b", weights_format=_format, batch_size=_batch, context_len=_contexts)
-                _rule = np.broadcast_to(mm.to_unit(_m.rule_of_thumb, "GB"), _contexts.shape)
-                for _order, (_part, _bytes) in enumerate(_m.parts().items()):
-                    _bytes = np.broadcast_to(_bytes, _contexts.shape)
-                    if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
-                        _rows += [{"format": _format, "batch": _batch, "context": int(_c), "part": viz.ALL_LABELS[_part],
-                                   "order": _order, "GB": round(float(_b) / 1e9, 3), "rule": round(float(_g), 2)}
-                                  for _c, _b, _g in zip(_contexts, _bytes, _rule)]
-        return pd.DataFrame(_rows)
-
-    def _bound_chart():
-        _x = alt.X("context:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[2**k for k in range(7, 18, 2)], labelExpr="datum.value >= 1024 ? datum.value / 1024 + 'K' : datum.value"),
-                   title="Context (tokens per sequence, log scale; 1K = 1,024)")
-        _cards = pd.DataFrame([{"gpu": g, "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX A6000", "A100 80GB")])
-
-        def _draw(base):
-            _areas = base.mark_area(opacity=0.85).encode(
-                x=_x, y=alt.Y("sum(GB):Q", stack="zero", title="Memory (GB)"),
-                color=alt.Color("part:N", title="Part", scale=viz.part_scale(viz.INFERENCE_PARTS)), order=alt.Order("order:Q"))
-            _rule = base.transform_aggregate(rule="max(rule)", groupby=["context"]).mark_line(
-                color="black", strokeDash=[6, 4]).encode(x=_x, y=alt.Y("rule:Q"))
-            _lines = alt.Chart(_cards).mark_rule(color="#D62728", strokeDash=[2, 2]).encode(y=alt.Y("GB:Q"))
-            # Each card's name at its own x, so the two stay apart when a long context squeezes the lines together.
-            _names = [alt.Chart(_cards.iloc[[i]]).mark_text(align="left", x=4 + 110 * i, dy=-6, color="#D62728", fontSize=11)
-                      .encode(y=alt.Y("GB:Q"), text=alt.Text("gpu:N")) for i in range(len(_cards))]
-            # resize: the y-axis labels widen from "160" to "8,000" as the inputs move; without it vega keeps the first layout.
-            return alt.layer(_areas, _rule, _lines, *_names).properties(
-                width=520, height=260, autosize=alt.AutoSizeParams(type="pad", resize=True))
-
-        _chart = bound_chart(_serving_grid(), [Select("format", "Weights format"), Select("batch", "Batch (sequences)", radio=True)],
-                             _draw, title="Llama-2-13B served: detailed sum (areas), weights x 1.2 (dashed), two GPUs (red)")
-        return mo.vstack([mo.md("""
-        The next chart sweeps the context the same way for Llama-2-13B (the cache in bf16, fused attention)
-        and lets you pick the weights format and the batch. Its inputs sit under the chart and redraw it in
-        the browser from numbers memmath computed for every combination in advance, so they work in
-        this static copy of the workbook.
-        """), viz.chart_output(_chart)])
-
+def _(mo, site_charts):
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it, and computes it.
-    _bound_chart() if _static() else None
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it
+    # (memmath_lessons.site_charts: code the live page never runs is not parsed with the lesson).
+    mo.vstack([mo.md("""
+    The next chart sweeps the context the same way for Llama-2-13B (the cache in bf16, fused attention)
+    and lets you pick the weights format and the batch. Its inputs sit under the chart and redraw it in
+    the browser from numbers memmath computed for every combination in advance, so they work in
+    this static copy of the workbook.
+    """), site_charts.serving_sweep()]) if site_charts.is_static_export() else None
     return
-
-
 @app.cell(hide_code=True)
 def _(mm, mo):
     _limit = mm.rule_of_thumb_context_limit("llama-2-7b")

@@ -49,7 +49,8 @@ def _():
     from memmath_lessons import viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
     from memmath_lessons.live_chart import live_chart
-    return alt, bound_chart, functools, literature, live_chart, live_only_notice, mm, mo, np, pd, re, Select, viz
+    from memmath_lessons import site_charts
+    return site_charts, alt, bound_chart, functools, literature, live_chart, live_only_notice, mm, mo, np, pd, re, Select, viz
 
 
 @app.cell
@@ -607,62 +608,20 @@ def _(mo, pd, viz):
 
 
 @app.cell
-def _(Select, alt, bound_chart, mm, mo, np, pd, viz):
-    from memmath_lessons.static_charts import is_static_export as _static
-
-    def _plan_grid():
-        # Every (model, batch, method, part) the bound chart can show: 6 models x 3 batches x 5 methods, ~450 rows.
-        _batches, _rows = np.array([1, 4, 16]), []
-        _methods = {"full": mm.Full(), "freeze": mm.Freeze(trainable_layers=1), "adapters": mm.Adapters(bottleneck=64),
-                    "LoRA": mm.LoRA(rank=8, targets=("q", "v")), "QLoRA": mm.QLoRA(rank=8, targets=("q", "v"))}
-        for _preset in ("gpt2-xl", "llama-2-7b", "llama-3-8b", "mistral-7b", "llama-2-13b", "llama-2-70b"):
-            for _name, _method in _methods.items():
-                _r = mm.training_memory(_preset, precision="bf16", optimizer="adamw", method=_method, batch_size=_batches,
-                                        seq_len=512, attention="sdpa")
-                for _order, (_part, _bytes) in enumerate(_r.parts().items()):
-                    _bytes = np.broadcast_to(_bytes, _batches.shape)
-                    if _bytes.any():  # one dict per row, one DataFrame at the end (a frame per part costs ~0.5 ms each)
-                        _rows += [{"model": _preset, "batch": int(_b), "method": _name, "part": viz.ALL_LABELS[_part],
-                                   "order": _order, "GB": round(float(_v) / 1e9, 3)} for _b, _v in zip(_batches, _bytes)]
-        return pd.DataFrame(_rows)
-
-    def _bound_chart():
-        plan_grid = _plan_grid()
-        _y = alt.Y("method:N", title=None, sort=list(dict.fromkeys(plan_grid["method"])))
-        _parts = [p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in set(plan_grid["part"])]
-        _cards = pd.DataFrame([{"gpu": f"{g} ({mm.format_bytes(mm.get_gpu(g).memory_bytes)})",
-                                "GB": round(mm.to_unit(mm.get_gpu(g).memory_bytes, "GB"), 2)} for g in ("RTX 4090", "RTX A6000", "A100 80GB")])
-
-        def _draw(base):
-            _bars = base.mark_bar().encode(
-                x=alt.X("sum(GB):Q", title="Memory per GPU (GB)"), y=_y,
-                color=alt.Color("part:N", title="Part", scale=viz.part_scale(_parts)), order=alt.Order("order:Q"))
-            _totals = base.transform_aggregate(total="sum(GB)", groupby=["method"]).mark_text(align="left", dx=4, fontSize=11).encode(
-                x=alt.X("total:Q"), y=_y, text=alt.Text("total:Q", format=",.1f"))
-            # The cards in a legend of dash styles: names drawn on the lines would overlap once a 70B model squeezes them.
-            _gpus = alt.Chart(_cards).mark_rule(color="black").encode(x=alt.X("GB:Q"), strokeDash=alt.StrokeDash(
-                "gpu:N", title="Card memory", sort=list(_cards["gpu"]), scale=alt.Scale(range=[[2, 2], [6, 3], [12, 3, 2, 3]])))
-            return alt.layer(_bars, _totals, _gpus).resolve_legend(strokeDash="independent").properties(width=520, height=170)
-
-        _chart = bound_chart(plan_grid, [Select("model", "Model", value="llama-2-7b"), Select("batch", "Batch (sequences)", radio=True)],
-                             _draw, title="Pure bf16, AdamW, 512 tokens, one GPU, against three cards")
-        _about = """
-        ### Five methods at a glance
-
-        The chart below plans one common run (pure bf16, AdamW, 512 tokens, one GPU, freezing all but the
-        last block, adapters of width 64, LoRA and QLoRA at rank 8 on q and v) for a few models and batch
-        sizes, every method side by side against three card sizes. Its inputs sit under the chart and redraw
-        it in the browser from numbers memmath computed in advance, so they work in this static copy of
-        the workbook, where the planner's own controls above cannot move.
-        """
-        return mo.vstack([mo.md(_about), viz.chart_output(_chart)])
-
+def _(mo, site_charts):
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
-    # those are frozen and this chart's own inputs are the page's live controls) shows it, and computes it.
-    _bound_chart() if _static() else None
+    # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it
+    # (memmath_lessons.site_charts: code the live page never runs is not parsed with the lesson).
+    mo.vstack([mo.md("""
+    ### Five methods at a glance
+
+    The chart below plans one common run (pure bf16, AdamW, 512 tokens, one GPU, freezing all but the
+    last block, adapters of width 64, LoRA and QLoRA at rank 8 on q and v) for a few models and batch
+    sizes, every method side by side against three card sizes. Its inputs sit under the chart and redraw
+    it in the browser from numbers memmath computed in advance, so they work in this static copy of
+    the workbook, where the planner's own controls above cannot move.
+    """), site_charts.five_methods()]) if site_charts.is_static_export() else None
     return
-
-
 @app.cell(hide_code=True)
 def _(mo):
     mo.callout(mo.md("""
