@@ -462,7 +462,14 @@ def _(pd, reference):
 
 
 @app.cell(hide_code=True)
-def _(alt, measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch,
+def _(live_chart):
+    measured_chart = live_chart()  # drawn once (reads no control); the recorded case's cell below sends it rows
+    measured_chart
+    return (measured_chart,)
+
+
+@app.cell(hide_code=True)
+def _(alt, measured_attention_radio, measured_cases, measured_chart, measured_checkpointing_switch, measured_dropout_switch,
       measured_errors, measured_family_dropdown, mm, mo, pd, reference, term_bytes, viz):
     # The chosen recorded case: its chart and summary, then (folded) tensor by tensor and why the textbook misses.
     _c = measured_cases
@@ -495,7 +502,9 @@ def _(alt, measured_attention_radio, measured_cases, measured_checkpointing_swit
                         scale=alt.Scale(domain=_where, range=[viz.PART_COLORS["activations"], "#A6D49F"])),
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("source:N"), alt.Tooltip("where:N"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
-    ).properties(width=460, height=120, title=f"Recorded case: {measured_case['case_id']}")
+    ).add_params(alt.param(name="recorded_case", value=str(measured_case["case_id"]))).properties(
+        width=460, height=120, title=alt.Title(alt.expr("'Recorded case: ' + recorded_case")))  # a param: the case travels as a signal
+    measured_chart.update(_chart)
     _measured = int(measured_case["saved_bytes"])
     _hf, _tb = int(measured_hf.saved_by_forward), int(measured_textbook.saved_by_forward)
     _textbook = measured_errors["textbook"]
@@ -573,7 +582,7 @@ def _(alt, measured_attention_radio, measured_cases, measured_checkpointing_swit
         _why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
                     f"({_loss / int(_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
                     "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
-    mo.vstack([viz.chart_output(_chart), _summary, mo.accordion({"Why does the textbook miss? One block, tensor by tensor": mo.vstack([
+    mo.vstack([_summary, mo.accordion({"Why does the textbook miss? One block, tensor by tensor": mo.vstack([
         mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
               f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
               f"**{_formula_frame['bytes'].sum():,} B**.{_gpt}"),

@@ -188,8 +188,15 @@ def _(mo):
     return
 
 
+@app.cell(hide_code=True)
+def _(live_chart):
+    share_chart = live_chart()  # drawn once (reads no control); the cell below sends it rows when the checkbox moves
+    share_chart
+    return (share_chart,)
+
+
 @app.cell
-def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, paper_setups,
+def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, paper_setups, share_chart,
       train_norms_checkbox, viz):
     # The share for every bottleneck at once (numpy arrays broadcast): runs when the checkbox moves, not the slider.
     train_norms = train_norms_checkbox.value
@@ -216,9 +223,9 @@ def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, 
     _swept = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=train_norms)).trainable_fraction
     _m_at = int(_m[np.argmax(_swept >= _share.value / 100)])
     _gap = literature.REPORTED["houlsby_glue_gap"]
+    share_chart.update((_lines + _paper_line).properties(width=560, height=300,
+                                                         title="Adapters' share of the model, by bottleneck"))
     mo.vstack([
-        viz.chart_output((_lines + _paper_line).properties(width=560, height=300,
-                                                           title="Adapters' share of the model, by bottleneck")),
         mo.callout(mo.md(f"""
     **The paper's result.** On GLUE, adapters on BERT-large came within **{_gap.value}%** of full
     finetuning while training only **{_share.value}%** of the parameters per task (the article rounds
@@ -393,8 +400,15 @@ def _(measurement, mo, runs_slider, toy_block, toy_bottleneck_slider, toy_seq_sl
     return
 
 
+@app.cell(hide_code=True)
+def _(live_chart):
+    timing_chart = live_chart()  # drawn once (reads no control); the cell below sends it each measurement
+    timing_chart
+    return (timing_chart,)
+
+
 @app.cell
-def _(alt, measure_button, mo, os, timing_budget_s, toy_block, viz):
+def _(alt, measure_button, mo, os, timing_budget_s, timing_chart, toy_block, viz):
     # Everything about the shown measurement, in one cell that only the Measure button re-runs.
     measurement = measure_button.value  # changes only when Measure is pressed
     timings = measurement["timings"]
@@ -415,8 +429,8 @@ def _(alt, measure_button, mo, os, timing_budget_s, toy_block, viz):
                        subtitle=f"h = {measurement['h']}, s = {measurement['s']}, m = {measurement['m']}")
     _threads, _calls, _runs = timings.attrs.get("blas_threads"), timings.attrs.get("calls_per_timing", 1), len(timings) // 2
     _cut = f" (of {measurement['runs']} asked for: timing stops after {timing_budget_s} s)" if _runs < measurement["runs"] else ""
+    timing_chart.update((_box + _ticks).properties(width=560, height=130, title=_title))
     mo.vstack([
-        viz.chart_output((_box + _ticks).properties(width=560, height=130, title=_title)),
         mo.md(f"""
         With h = {toy_width}, s = {toy_seq} and m = {toy_m}, over {_runs} runs{_cut}, the fastest
         forward pass with adapters took **{fastest_ratio:.2f}×** as long as the fastest without

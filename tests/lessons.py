@@ -95,33 +95,45 @@ BAD_TEXT = re.compile(r"(?i:\bnan\b)|Traceback|(?<![\w-])-\d[\d,.]*\s*(?:B|KB|MB
 _WIDGET_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")  # an anywidget's model id, however escaped
 
 
+def live_widget_text(widget) -> str | None:
+    """What a live widget shows, as text: a live html's HTML, a live chart's spec and rows (as a chart's output
+    would hold them); None for any other object."""
+    import json
+
+    from memmath_lessons.live_chart import LiveChart
+    from memmath_lessons.live_html import LiveHtml
+
+    if isinstance(widget, LiveHtml):
+        return widget.html
+    if isinstance(widget, LiveChart):
+        return json.dumps({"spec": widget.spec, "rows": widget.rows, "signals": widget.signals})
+    return None
+
+
 def with_live_html(text: str) -> str:
-    """`text` with the contents of every memmath_lessons.live_html widget it shows put where the widget is.
+    """`text` with what every live widget (memmath_lessons.live_html, live_chart) it shows holds, where it is.
 
     A cell's HTML holds only a reference to a widget (its model id, also inside folds, escaped); what
-    the page shows there is the widget's html, which goes in after the id's first mention.
+    the page shows there is the widget's contents, which go in after the id's first mention.
     """
     from ipywidgets.widgets.widget import _instances
 
-    from memmath_lessons.live_html import LiveHtml
-
     for widget_id in dict.fromkeys(m.group(0) for m in _WIDGET_ID.finditer(text)):
-        widget = _instances.get(widget_id)
-        if isinstance(widget, LiveHtml):
-            text = text.replace(widget_id, f"{widget_id} {widget.html} ", 1)
+        shown = live_widget_text(_instances.get(widget_id))
+        if shown is not None:
+            text = text.replace(widget_id, f"{widget_id} {shown} ", 1)
     return text
 
 
 def output_text(outputs) -> str:
     """The visible text of a run's outputs (HTML of markdown, tables and charts' data), with what the live html
     widgets among them show."""
-    from memmath_lessons.live_html import LiveHtml
-
     parts = []
     for output in outputs:
         if output is None:
             continue
-        text = output.html if isinstance(output, LiveHtml) else getattr(output, "text", None)
+        text = live_widget_text(output)
+        text = getattr(output, "text", None) if text is None else text
         if text is None and hasattr(output, "_repr_html_"):
             try:
                 text = output._repr_html_()
