@@ -37,12 +37,11 @@ def _():
 
     import memmath as mm
     from memmath.reference import literature, paper_setups
-    from memmath_lessons import toy_block, viz
-    from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons import diagrams, site_charts, toy_block, viz
+    from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
-    from memmath_lessons import site_charts
 
-    return (site_charts, Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
+    return (alt, diagrams, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd, site_charts,
             toy_block, viz)
 
 
@@ -97,7 +96,7 @@ def _(ADAPTER_MODELS, bert_large, bottleneck_slider, literature, mm, mo, pd, tra
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(diagrams, mo):
     _where = mo.md(r"""
     ## Where the adapters sit
 
@@ -107,39 +106,10 @@ def _(mo):
     small width m, applies a nonlinearity, projects back up to h, and adds its input back (a skip
     connection). Grey boxes below are frozen; green ones train.
     """)
-    _block = """
-    flowchart TB
-      x(["input: s x h"]) --> attn["multi-head attention + output projection"]
-      attn --> a1["adapter 1"]
-      a1 --> n1["add residual + layer norm"]
-      x -. residual .-> n1
-      n1 --> ff["feed-forward: h -> 4h -> h"]
-      ff --> a2["adapter 2"]
-      a2 --> n2["add residual + layer norm"]
-      n1 -. residual .-> n2
-      n2 --> out(["to the next block"])
-      classDef frozen fill:#e6e6e6,stroke:#888,color:#222
-      classDef train fill:#54A24B,stroke:#2f6b2a,color:#fff
-      classDef io fill:#fff,stroke:#888,color:#222
-      class attn,n1,ff,n2 frozen
-      class a1,a2 train
-      class x,out io
-    """
-    _inside = """
-    flowchart TB
-      z(["z: s x h"]) --> down["down-projection h -> m"]
-      down --> g["nonlinearity"]
-      g --> up["up-projection m -> h"]
-      up --> plus(("+"))
-      z -. skip .-> plus
-      plus --> o(["s x h, onward"])
-      classDef train fill:#54A24B,stroke:#2f6b2a,color:#fff
-      classDef io fill:#fff,stroke:#888,color:#222
-      class down,up train
-      class z,g,plus,o io
-    """
-    mo.vstack([_where, mo.hstack([mo.vstack([mo.md("**One block**"), mo.mermaid(_block)]),
-                                  mo.vstack([mo.md("**Inside one adapter**"), mo.mermaid(_inside)])],
+    # The flowcharts as mermaid drew them (memmath_lessons.diagrams holds their sources): drawing them in the page
+    # would load mermaid's library on every visit.
+    mo.vstack([_where, mo.hstack([mo.vstack([mo.md("**One block**"), diagrams.show("adapter_block")]),
+                                  mo.vstack([mo.md("**Inside one adapter**"), diagrams.show("adapter_inside")])],
                                  justify="space-around", widths=[3, 2])])
     return
 
