@@ -33,13 +33,14 @@ def _():
     import memmath as mm
     from memmath.reference import literature
     from memmath_lessons import viz
-    from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.live_html import live_html
     import altair as alt
     import numpy as np
     import pandas as pd
     from memmath_lessons import site_charts
-    return site_charts, Select, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, viz
+    return site_charts, alt, literature, live_chart, live_html, live_only_notice, mm, mo, np, pd, viz
 
 
 @app.cell(hide_code=True)
@@ -69,8 +70,9 @@ def _(live_only_notice, mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, kv_format_dropdown, literature, mm,
-      mo, model_dropdown, np, pd, sweep_chart, unit_radio, viz, weights_format_dropdown):
+def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu_dropdown, gqa_view,
+      kv_format_dropdown, literature, mm, mo, model_dropdown, np, pd, sweep_chart, unit_radio, viz,
+      weights_format_dropdown):
     # The one cell a control re-runs: it computes the run, hands both live charts their rows, and shows the
     # numbers, the verdict and the folds that depend on the run (every re-run cell costs marimo ~6-10 ms).
     model, gpu, unit = mm.PRESETS[model_dropdown.value], mm.get_gpu(gpu_dropdown.value), unit_radio.value
@@ -166,6 +168,7 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
     {_card.memory_bytes // 2**20:,} MiB, which is {mm.format_bytes(_card.memory_bytes, "GiB")} or
     {mm.format_bytes(_card.memory_bytes)}.
     """), viz.plain_table(fit_frame)])
+    cards_view.update(_cards)
 
     # Grouped-query attention: six models' caches at this context, batch and cache format.
     _names = ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "llama-2-70b", "llama-3-70b"]
@@ -185,6 +188,7 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
     {_gqa.n_heads} / {_gqa.n_kv_heads} = {_gqa.n_heads // _gqa.n_kv_heads} times smaller. The table uses this run's
     context ({context_len:,} tokens), batch ({batch_size:,}) and cache format ({kv_format}).
     """), viz.plain_table(gqa_frame)])
+    gqa_view.update(_gqa_fold)
 
     # The live charts: the run's bars here, the context sweep in its section below (rows only, drawn once).
     bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"detailed sum": memory}, unit), unit,
@@ -224,11 +228,18 @@ def _(attention_radio, bars_chart, batch_slider, context_slider, gpu_dropdown, k
     {_f(memory.rule_of_thumb - _stored)} ({mm.RULE_OF_THUMB_FACTOR - 1:.0%} of {_f(_stored)}) for everything
     besides the weights. {_where}
     """),
-        mo.accordion({"Which GPUs hold this run, and how fast would each decode it?": _cards,
-                      "How much does grouped-query attention shrink the cache?": _gqa_fold}),
     ])
     return (all_sequences, attention, batch_size, context_len, fit_frame, gpu, gqa_frame, kv_format, memory, model,
             per_sequence, read_per_step, rule_limit, unit, weights_format)
+
+
+@app.cell(hide_code=True)
+def _(live_html, mo):
+    # The folds of the run's cell above, shown once: that cell fills their tables in place on every move.
+    cards_view, gqa_view = live_html(), live_html()
+    mo.accordion({"Which GPUs hold this run, and how fast would each decode it?": cards_view,
+                  "How much does grouped-query attention shrink the cache?": gqa_view})
+    return cards_view, gqa_view
 
 
 @app.cell(hide_code=True)

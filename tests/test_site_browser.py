@@ -201,6 +201,10 @@ def test_lesson_page_live_htmls_show_their_first_state(opened, served_site, name
     from browser import live_htmls
 
     page, record, _ = opened(name)
+    # Folds render their contents only when opened, and some live htmls sit in folds: open every fold first.
+    closed = page.locator("button[data-state=closed]")
+    for _ in range(closed.count()):
+        closed.first.click()
     page.wait_for_function("""() => {
         const roots = [document];
         for (let i = 0; i < roots.length; i++)
