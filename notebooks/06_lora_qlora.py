@@ -54,15 +54,24 @@ def _():
     from memmath_lessons import blockwise, toy_block, viz
     from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.live_html import live_html
     from memmath_lessons import site_charts
 
-    return (site_charts, Select, alt, blockwise, bound_chart, literature, live_chart, live_only_notice, mm, mo, np,
+    return (site_charts, Select, alt, blockwise, bound_chart, literature, live_chart, live_html, live_only_notice, mm, mo, np,
             paper_setups, pd, toy_block, viz)
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, model_dropdown, pd, rank_slider, targets_dropdown, viz):
-    # The core path's number: the one cell the rank re-runs here (the side-by-side section is the other).
+def _(live_html):
+    number_view, matrix_view = live_html(), live_html()  # filled by the next cell on every move
+    number_view
+    return matrix_view, number_view
+
+
+@app.cell(hide_code=True)
+def _(matrix_view, mm, mo, model_dropdown, number_view, pd, rank_slider, targets_dropdown, viz):
+    # The core path's number: the one cell the rank re-runs here (the side-by-side section is the other). Its number
+    # and its fold's table go into the live views around it; it shows the takeaway.
     shape = mm.PRESETS[model_dropdown.value]
     model_label = model_dropdown.selected_key
     rank, targets = rank_slider.value, targets_dropdown.value
@@ -81,7 +90,7 @@ def _(mm, mo, model_dropdown, pd, rank_slider, targets_dropdown, viz):
     _full, _lora, _qlora = (mm.training_memory(shape, method=_m, precision="bf16", optimizer="adamw")
                             for _m in (mm.Full(), lora_method, mm.QLoRA(rank=rank, targets=targets)))
     _gb = viz.readable_size  # 50.33 MB, not 0.05 GB
-    mo.vstack([mo.md(f"""
+    number_view.update(mo.md(f"""
     **The number.** {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable
     parameters = {rank} × {_per_block:,} (d_in + d_out, summed over the {len(_matrices)} adapted
     {"matrix" if len(_matrices) == 1 else "matrices"} of a block) × {shape.n_layers} blocks, **{lora_trainable / shape.n_params:.3%}**
@@ -92,16 +101,22 @@ def _(mm, mo, model_dropdown, pd, rank_slider, targets_dropdown, viz):
     | full finetuning | {_gb(_full.weights)} | {_gb(_full.trainable_state)} | **{_gb(_full.without_activations)}** |
     | LoRA r = {rank} | {_gb(_lora.weights)} | {_gb(_lora.trainable_state)} | **{_gb(_lora.without_activations)}** |
     | QLoRA r = {rank} | {_gb(_qlora.weights + _qlora.quantization_constants)} (NF4 + constants) | {_gb(_qlora.trainable_state)} | **{_gb(_qlora.without_activations)}** |
-    """), mo.callout(mo.md(f"""
+    """))
+    matrix_view.update(matrix_table, caption=f"{model_label}, per block:")
+    mo.callout(mo.md(f"""
     **The takeaway.** The adapters are a fraction of a percent of the model, and so are their
     gradients and optimizer states: full finetuning's {_gb(_full.trainable_state)} of them shrink to
     {_gb(_lora.trainable_state)}. What is left is the frozen base, which QLoRA's 4 bits cut from
     {_gb(_lora.weights)} to {_gb(_qlora.weights + _qlora.quantization_constants)}. Doubling r doubles the adapters
     and still leaves them small.
-    """), kind="info"),
-        mo.accordion({f"Which matrices of {model_label} can LoRA adapt, and how many parameters does each get?":
-                      viz.plain_table(matrix_table)})])
+    """), kind="info")
     return lora_trainable, model_label, rank, shape, targets
+
+
+@app.cell(hide_code=True)
+def _(matrix_view, mo):
+    mo.accordion({"Which matrices can LoRA adapt, and how many parameters does each get?": matrix_view})
+    return
 
 
 @app.cell(hide_code=True)
@@ -350,9 +365,18 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
+def _(live_html, mo):
+    sbs_table_view, sbs_prose_view = live_html(), live_html()  # filled by the next cell on every move
+    mo.vstack([sbs_table_view, sbs_prose_view])
+    return sbs_prose_view, sbs_table_view
+
+
+@app.cell(hide_code=True)
 def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gpu_dropdown, literature, mm, mo,
-      model_label, optimizer_dropdown, pd, precision_dropdown, rank, seq_len_slider, shape, targets, unit_radio, viz):
-    # The one cell this section's controls re-run: the three runs, the chart's new rows, the table and the text.
+      model_label, optimizer_dropdown, pd, precision_dropdown, rank, sbs_prose_view, sbs_table_view, seq_len_slider,
+      shape, targets, unit_radio, viz):
+    # The one cell this section's controls re-run: the three runs, the chart's new rows, the table and the text (into
+    # the live views above: this cell shows nothing, so a move re-renders no output).
     unit, gpu, adapter_format = unit_radio.value, mm.get_gpu(gpu_dropdown.value), adapter_format_radio.value
     _run = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
                 seq_len=seq_len_slider.value, checkpointing=checkpointing_checkbox.value)
@@ -394,7 +418,8 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
     PyTorch allocates anything (measured on a V100: {_context.source}):
     {mm.format_bytes(_usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions}
     """)
-    mo.vstack([viz.plain_table(_rows), _prose])
+    sbs_table_view.update(_rows)
+    sbs_prose_view.update(_prose)
     return gpu, lora_base, lora_fp32, side_by_side, unit
 
 
