@@ -62,12 +62,13 @@ def _(live_html):
 
 
 @app.cell(hide_code=True)
-def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, heads_slider,
-      largest_divisor_at_most, layers_slider, mm, mo, number_view, preset, seq_slider, unit_radio, viz, vocab_slider,
+def _(alt, assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, combos_view,
+      crossings_view, heads_slider, largest_divisor_at_most, layers_slider, mm, mo, np, number_view, numbers_view, pd,
+      preset, ratio_text, seq_slider, sweep_chart, sweep_radio, unit_radio, viz, vocab_slider, why_view,
       width_slider):
-    # The core path's number with its recipe (into the live view above), the chart's rows, and a warning where one
-    # applies (this cell's only output): the first of the two cells a sequence or batch move re-runs (the other is
-    # the comparison below).
+    # The one cell a sequence or batch move re-runs (every re-run cell costs marimo some 8 ms of its own): the core
+    # path's number with its recipe, the chart's rows, the comparisons and the sweep further down, all into live
+    # views; its only output is a warning where one applies.
     batch_size, seq_len = batch_slider.value, seq_slider.value
     n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
     n_heads = largest_divisor_at_most(width, heads_slider.value)  # heads must divide the width
@@ -119,9 +120,107 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
     """))
     assumptions_view.update(mo.md(
         f"{training.assumptions} Activations are 16-bit with 1-byte dropout masks, as in the paper."))
+
+    # The four combinations, training against inference, and the sweep's rows and crossings (into the live views
+    # and the sweep's chart further down).
+    _rows, _runs = [], {}
+    for _attention in ("eager", "sdpa"):
+        for _ckpt in (False, True):
+            _r = _runs[_attention, _ckpt] = mm.training_memory(
+                model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len,
+                attention=_attention, checkpointing=_ckpt)
+            _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
+                          "checkpointing": "yes" if _ckpt else "no",
+                          "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
+                          "activations / rest": ratio_text(_r.activations, _r.without_activations)})
+    _costlier = [a for a in ("eager", "sdpa") if _runs[a, True].activations > _runs[a, False].activations]
+    _d = _runs[_costlier[0], True].activation_detail if _costlier else None
+    _why = ("" if not _costlier else
+            f"Here checkpointing keeps *more*, not less: with {model.n_layers} "
+            f"{'layer' if model.n_layers == 1 else 'layers'}, it keeps each block's input "
+            f"({viz.readable_size(_d.per_layer * _d.layers_storing, unit)} in all) and still rebuilds one whole "
+            f"block during the backward pass ({viz.readable_size(_d.recompute_peak, unit)}), which is about what "
+            "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop.")
+
+    # The sweep: one memmath call over a numpy array of lengths or batch sizes (the other stays at your setting).
+    if sweep_radio.value == "sequence length":
+        sweep_values = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
+        _kw = dict(seq_len=sweep_values, batch_size=batch_size)
+    else:
+        sweep_values = np.array([1, 2, 4, 8, 16, 32, 64, 128])
+        _kw = dict(seq_len=seq_len, batch_size=sweep_values)
+    sweep = mm.training_memory(model, precision="bf16", optimizer="adamw", attention=attention,
+                               checkpointing=checkpointing, **_kw)
+    _acts = np.broadcast_to(sweep.activations, sweep_values.shape)
+    _rest = np.broadcast_to(sweep.without_activations, sweep_values.shape)
+    _weights = np.broadcast_to(sweep.weights, sweep_values.shape)
+    # The unit at the middle of the log axis (geometric mean of the smallest and largest values).
+    unit_sweep = viz.readable_unit(int(np.sqrt(float(_weights.min()) * float(max(_acts.max(), _rest.max())))), unit)
+    _series = {"Weights": _weights, "Weights + gradients + optimizer states": _rest, "Activations": _acts}
+    _x_title = "Sequence length s (tokens)" if sweep_radio.value == "sequence length" else "Batch size b (sequences)"
+    _color = alt.Scale(domain=list(_series), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
+    _now = seq_len if sweep_radio.value == "sequence length" else batch_size
+    _over, _over_weights = sweep_values[_acts > _rest], sweep_values[_acts > _weights]
+    crossover = int(_over[0]) if _over.size else None  # past weights + gradients + optimizer states
+    crossover_weights = int(_over_weights[0]) if _over_weights.size else None  # past the weights alone
+    # One table for every layer (the lines, your setting, the crossings), given once to the layer chart.
+    _frame = pd.concat(
+        [pd.DataFrame({"kind": "line", "x": sweep_values, "what": k, "size": mm.to_unit(v, unit_sweep), "fill": 0})
+         for k, v in _series.items()]
+        + [pd.DataFrame([{"kind": "now", "x": _now, "what": "", "size": 1.0, "fill": 0}])]
+        + [pd.DataFrame([{"kind": "cross", "x": _x, "what": "", "size": mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep),
+                          "fill": _fill}])  # hollow past the weights, filled past everything
+           for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x], ignore_index=True)
+
+    def _draw(frame):
+        _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
+            x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
+            color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
+            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("x:Q", title=_x_title),
+                     alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
+        _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(strokeDash=[4, 4], color="black").encode(
+            x=alt.X("x:Q"))
+        _crossings = alt.Chart().transform_filter(alt.datum.kind == "cross").mark_point(
+            size=220, shape="diamond", filled=True, color="black", stroke="black", strokeWidth=2).encode(
+            x=alt.X("x:Q"), y=alt.Y("size:Q"),
+            fillOpacity=alt.FillOpacity("fill:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0, 1])))
+        return alt.layer(_lines, _rule, _crossings, data=frame).properties(
+            width=560, height=300, title="Activations against everything else")
+
+    sweep_chart.update(_frame, draw=_draw, key=(_x_title, unit_sweep))
+    if sweep_radio.value == "sequence length":
+        _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
+    else:
+        _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
+
+    def _where(x, what):
+        if x is None:
+            return f"stay below {what} over the whole sweep"
+        _verb = "are already bigger than" if x == sweep_values[0] else "pass"
+        return f"{_verb} {what} at **{_what} {x:,}**"
+
+    combos_view.update(pd.DataFrame(_rows))
+    why_view.update(mo.md(_why))
+    numbers_view.update(mo.md(f"""
+    Training must keep the activations above until the backward pass has used them:
+    {viz.readable_size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
+    has no backward pass. It computes one block, passes the result on and forgets it, so it needs
+    only a transient working set ({viz.readable_size(inference.working_set, unit)} for a prefill of the same
+    batch and length) and a **KV cache** of the keys and values of earlier tokens
+    ({viz.readable_size(inference.kv_cache, unit)}), which decoding reuses for each new token.
+
+    For the same model, batch and length: training {viz.readable_size(training.total, unit)}, inference
+    {viz.readable_size(inference.total, unit)} (weights in bf16; the two bars at the top of the page).
+    {viz.lesson_link("07_inference", "Lesson 7")} does the inference side in full.
+    """))
+    crossings_view.update(mo.md(f"""
+    With {_fixed}, activations {_where(crossover_weights, 'the weights')}, and
+    {_where(crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
+    """))
     mo.vstack([mo.callout(mo.md(n), kind="warn") for n in _notes]) if _notes else None
-    return (attention, batch_size, checkpointing, detail, inference, model, n_heads, n_layers, per_layer, seq_len,
-            training, unit, vocab, width)
+    return (attention, batch_size, checkpointing, crossover, crossover_weights, detail, inference, model, n_heads,
+            n_layers, per_layer, seq_len, sweep, sweep_values, training, unit, unit_sweep, vocab, width)
 
 
 @app.cell(hide_code=True)
@@ -287,110 +386,6 @@ def _(live_html, mo):
     and where they pass weights, gradients and optimizer states together (black diamond).
     """), crossings_view])
     return combos_view, crossings_view, numbers_view, why_view
-
-
-@app.cell(hide_code=True)
-def _(alt, attention, batch_size, checkpointing, combos_view, crossings_view, inference, mm, mo, model, np,
-      numbers_view, pd, ratio_text, seq_len, sweep_chart, sweep_radio, training, unit, viz, why_view):
-    # The second and last cell a sequence or batch move re-runs: the four combinations, training against
-    # inference, and the sweep's rows and crossings, into the live views above and the sweep's chart (this cell
-    # shows nothing, so a move re-renders none of the prose between them).
-    _rows, _runs = [], {}
-    for _attention in ("eager", "sdpa"):
-        for _ckpt in (False, True):
-            _r = _runs[_attention, _ckpt] = mm.training_memory(
-                model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len,
-                attention=_attention, checkpointing=_ckpt)
-            _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
-                          "checkpointing": "yes" if _ckpt else "no",
-                          "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
-                          "activations / rest": ratio_text(_r.activations, _r.without_activations)})
-    _costlier = [a for a in ("eager", "sdpa") if _runs[a, True].activations > _runs[a, False].activations]
-    _d = _runs[_costlier[0], True].activation_detail if _costlier else None
-    _why = ("" if not _costlier else
-            f"Here checkpointing keeps *more*, not less: with {model.n_layers} "
-            f"{'layer' if model.n_layers == 1 else 'layers'}, it keeps each block's input "
-            f"({viz.readable_size(_d.per_layer * _d.layers_storing, unit)} in all) and still rebuilds one whole "
-            f"block during the backward pass ({viz.readable_size(_d.recompute_peak, unit)}), which is about what "
-            "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop.")
-
-    # The sweep: one memmath call over a numpy array of lengths or batch sizes (the other stays at your setting).
-    if sweep_radio.value == "sequence length":
-        sweep_values = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
-        _kw = dict(seq_len=sweep_values, batch_size=batch_size)
-    else:
-        sweep_values = np.array([1, 2, 4, 8, 16, 32, 64, 128])
-        _kw = dict(seq_len=seq_len, batch_size=sweep_values)
-    sweep = mm.training_memory(model, precision="bf16", optimizer="adamw", attention=attention,
-                               checkpointing=checkpointing, **_kw)
-    _acts = np.broadcast_to(sweep.activations, sweep_values.shape)
-    _rest = np.broadcast_to(sweep.without_activations, sweep_values.shape)
-    _weights = np.broadcast_to(sweep.weights, sweep_values.shape)
-    # The unit at the middle of the log axis (geometric mean of the smallest and largest values).
-    unit_sweep = viz.readable_unit(int(np.sqrt(float(_weights.min()) * float(max(_acts.max(), _rest.max())))), unit)
-    _series = {"Weights": _weights, "Weights + gradients + optimizer states": _rest, "Activations": _acts}
-    _x_title = "Sequence length s (tokens)" if sweep_radio.value == "sequence length" else "Batch size b (sequences)"
-    _color = alt.Scale(domain=list(_series), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
-    _now = seq_len if sweep_radio.value == "sequence length" else batch_size
-    _over, _over_weights = sweep_values[_acts > _rest], sweep_values[_acts > _weights]
-    crossover = int(_over[0]) if _over.size else None  # past weights + gradients + optimizer states
-    crossover_weights = int(_over_weights[0]) if _over_weights.size else None  # past the weights alone
-    # One table for every layer (the lines, your setting, the crossings), given once to the layer chart.
-    _frame = pd.concat(
-        [pd.DataFrame({"kind": "line", "x": sweep_values, "what": k, "size": mm.to_unit(v, unit_sweep), "fill": 0})
-         for k, v in _series.items()]
-        + [pd.DataFrame([{"kind": "now", "x": _now, "what": "", "size": 1.0, "fill": 0}])]
-        + [pd.DataFrame([{"kind": "cross", "x": _x, "what": "", "size": mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep),
-                          "fill": _fill}])  # hollow past the weights, filled past everything
-           for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x], ignore_index=True)
-
-    def _draw(frame):
-        _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
-            x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
-            y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
-            color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
-            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("x:Q", title=_x_title),
-                     alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
-        _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(strokeDash=[4, 4], color="black").encode(
-            x=alt.X("x:Q"))
-        _crossings = alt.Chart().transform_filter(alt.datum.kind == "cross").mark_point(
-            size=220, shape="diamond", filled=True, color="black", stroke="black", strokeWidth=2).encode(
-            x=alt.X("x:Q"), y=alt.Y("size:Q"),
-            fillOpacity=alt.FillOpacity("fill:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0, 1])))
-        return alt.layer(_lines, _rule, _crossings, data=frame).properties(
-            width=560, height=300, title="Activations against everything else")
-
-    sweep_chart.update(_frame, draw=_draw, key=(_x_title, unit_sweep))
-    if sweep_radio.value == "sequence length":
-        _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
-    else:
-        _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
-
-    def _where(x, what):
-        if x is None:
-            return f"stay below {what} over the whole sweep"
-        _verb = "are already bigger than" if x == sweep_values[0] else "pass"
-        return f"{_verb} {what} at **{_what} {x:,}**"
-
-    combos_view.update(pd.DataFrame(_rows))
-    why_view.update(mo.md(_why))
-    numbers_view.update(mo.md(f"""
-    Training must keep the activations above until the backward pass has used them:
-    {viz.readable_size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
-    has no backward pass. It computes one block, passes the result on and forgets it, so it needs
-    only a transient working set ({viz.readable_size(inference.working_set, unit)} for a prefill of the same
-    batch and length) and a **KV cache** of the keys and values of earlier tokens
-    ({viz.readable_size(inference.kv_cache, unit)}), which decoding reuses for each new token.
-
-    For the same model, batch and length: training {viz.readable_size(training.total, unit)}, inference
-    {viz.readable_size(inference.total, unit)} (weights in bf16; the two bars at the top of the page).
-    {viz.lesson_link("07_inference", "Lesson 7")} does the inference side in full.
-    """))
-    crossings_view.update(mo.md(f"""
-    With {_fixed}, activations {_where(crossover_weights, 'the weights')}, and
-    {_where(crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
-    """))
-    return crossover, crossover_weights, sweep, sweep_values, unit_sweep
 
 
 @app.cell(hide_code=True)
