@@ -35,12 +35,12 @@ def _():
 
     import memmath as mm
     from memmath.reference import literature
-    from memmath_lessons import viz
+    from memmath_lessons import lesson_charts, viz
     from memmath_lessons.live_chart import bound_live_chart, live_chart
     from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
 
-    return (Slider, alt, bound_chart, bound_live_chart, is_static_export, literature, live_chart, live_only_notice,
-            mm, mo, np, pd, viz)
+    return (alt, bound_chart, bound_live_chart, is_static_export, lesson_charts, literature, live_chart,
+            live_only_notice, mm, mo, np, pd, Slider, viz)
 
 
 @app.cell
@@ -56,22 +56,8 @@ def _(live_only_notice, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, Slider, alt, bound_chart, bound_live_chart, formats_grid, is_static_export, mo, viz):
-    def _draw(base):
-        _bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
-            y=alt.Y("format:N", title=None, sort=STORAGE_FORMATS),
-            color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
-            order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.4~f")])
-        _totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", groupby=["format"])
-        _text = _totals.mark_text(align="left", dx=4, fontSize=11).encode(
-            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=STORAGE_FORMATS), text=alt.Text("totalGB:Q", format=",.2f"))
-        # An invisible point past the longest bar stretches the axis, so its label has room.
-        _room = _totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
-            room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))
-        return (_bars + _text + _room).properties(width=460, height=240)
-
+def _(bound_chart, bound_live_chart, formats_grid, is_static_export, lesson_charts, mo, Slider, STORAGE_FORMATS, viz):
+    _draw = lesson_charts.format_bars(STORAGE_FORMATS)  # the bars, a total beside each
     _title = "Weights in each format (GB), with the scales of the block formats"
     # One control per quantity. Live, the size above (slider or preset) moves this chart: drawn once here (this
     # cell reads no control), the next cell sends it the rows of that size. In the static site, where those are
@@ -88,7 +74,7 @@ def _(STORAGE_FORMATS, Slider, alt, bound_chart, bound_live_chart, formats_grid,
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, format_dropdown, formats_chart, mm, mo, params_slider, pd, preset_dropdown, unit_radio, viz):
+def _(format_dropdown, formats_chart, mm, mo, params_slider, pd, preset_dropdown, STORAGE_FORMATS, unit_radio, viz):
     # The cell the size re-runs first: the weights of the chosen model, the chart's rows, the sentence that says them.
     preset = preset_dropdown.value
     n_params = mm.resolve_model(viz.model_choice(params_slider.value, preset)).n_params
@@ -126,7 +112,7 @@ def _(STORAGE_FORMATS, format_dropdown, formats_chart, mm, mo, params_slider, pd
 
 
 @app.cell
-def _(STORAGE_FORMATS, mm, pd, viz):
+def _(mm, pd, STORAGE_FORMATS, viz):
     # Every size of the slider (100M to 1T parameters) in every format, computed once, in GB.
     _rows = []
     for _position, _billions in enumerate(viz.MODEL_SIZE_STEPS):
@@ -143,7 +129,7 @@ def _(STORAGE_FORMATS, mm, pd, viz):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, article_params, article_weight_bytes, mm, mo, pd, viz):
+def _(article_params, article_weight_bytes, mm, mo, pd, STORAGE_FORMATS, viz):
     _rows = [{"format": name, "bits": mm.get_format(name).bits, "bytes per parameter": mm.get_format(name).bytes,
               "7B weights (GB)": round(mm.to_unit(mm.get_format(name).bytes_for(article_params), "GB"), 2)}
              for name in STORAGE_FORMATS]
@@ -173,7 +159,7 @@ def _(mm):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, alt, mm, mo, pd, viz):
+def _(alt, mm, mo, pd, STORAGE_FORMATS, viz):
     _bf16, _fp16 = mm.get_format("bf16"), mm.get_format("fp16")
     _prose = mo.md(f"""
     ## Inside a number format
@@ -265,7 +251,7 @@ def _(live_only_notice, mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(STORAGE_FORMATS, block_absmax_slider, mm, mo, np, pd, staircase_chart, store, value_number, viz):
+def _(block_absmax_slider, mm, mo, np, pd, staircase_chart, STORAGE_FORMATS, store, value_number, viz):
     # The one cell the value and the absmax re-run: the table, the staircase's rows and what it leaves out.
     value = float(value_number.value if value_number.value is not None else 0.0)
     block_absmax = float(block_absmax_slider.value)
@@ -309,30 +295,9 @@ def _(STORAGE_FORMATS, block_absmax_slider, mm, mo, np, pd, staircase_chart, sto
 
 
 @app.cell(hide_code=True)
-def _(alt, live_chart):
-    def _draw(frame):
-        _formats = ["exact", "fp16", "bf16", "fp8_e4m3", "int8"]
-        _base = alt.Chart().encode(  # the data is given once, to the layer (one copy for altair to prepare)
-            x=alt.X("true value:Q", title="True value (no unit)", scale=alt.Scale(zero=False),
-                    axis=alt.Axis(tickCount=5, format=",.6~g")),
-            y=alt.Y("stored value:Q", title="Stored value (no unit)",
-                    scale=alt.Scale(domainMin=alt.ExprRef("window_low"), domainMax=alt.ExprRef("window_high")),
-                    axis=alt.Axis(format=",.6~g")),
-            color=alt.Color("format:N", sort=_formats, title="Format",
-                            scale=alt.Scale(domain=_formats, range=["#BBBBBB", "#1B9E77", "#D95F02", "#7570B3", "#E7298A"])),
-        )
-        # The exact line is straight (two points); each format is a staircase (a point where its value changes).
-        _exact_line = _base.transform_filter(alt.datum.format == "exact").mark_line(strokeWidth=2, strokeDash=[4, 3],
-                                                                                    clip=True)
-        _steps = _base.transform_filter(alt.datum.format != "exact").mark_line(interpolate="step-after", strokeWidth=2,
-                                                                               clip=True)
-        _params = [alt.param(name="window_low", value=0.0), alt.param(name="window_high", value=1.0),
-                   alt.param(name="near", value="")]
-        return alt.layer(_exact_line, _steps, data=frame).add_params(*_params).properties(
-            width=520, height=280, title=alt.Title(alt.expr("'What each format stores near ' + near + ' (±4%)'")))
-
+def _(lesson_charts, live_chart):
     # Drawn once (this cell reads no control); the cell above sends it new rows and params (memmath_lessons.live_chart).
-    staircase_chart = live_chart(_draw)
+    staircase_chart = live_chart(lesson_charts.rounding_staircase)
     staircase_chart
     return (staircase_chart,)
 
@@ -368,29 +333,13 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(alt, cards_chart, context_checkbox, mm, mo, pd, unit, viz, weight_bytes, weights_format):
+def _(cards_chart, context_checkbox, lesson_charts, mm, mo, pd, unit, viz, weight_bytes, weights_format):
     # The cell the size re-runs second (and the box alone): the verdict per card, its chart and its table.
     reserved_bytes = mm.CUDA_CONTEXT_BYTES if context_checkbox.value else 0  # 1,343 MiB, memmath/gpus.py
     gpu_fits = mm.fit_table(weight_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
     _mem, _head = f"memory ({unit})", f"headroom ({unit})"
     _need = (weight_bytes + reserved_bytes) / mm.UNITS[unit]
     _unit = unit
-
-    def _draw(frame):
-        _cards, _need = alt.datum.kind == "card", alt.datum.kind == "need"
-        _bars = alt.Chart().transform_filter(_cards).mark_bar().encode(
-            x=alt.X("size:Q", title=f"GPU memory as the driver reports it ({_unit})", axis=alt.Axis(**viz.MEMORY_AXIS)),
-            y=alt.Y("gpu:N", sort=list(frame.loc[frame["kind"] == "card", "gpu"]), title=None),
-            color=alt.Color("verdict:N", title=None, legend=alt.Legend(orient="bottom"),
-                            scale=alt.Scale(domain=["holds the weights", "too small"], range=["#6F6F6F", "#D9D9D9"])),
-            tooltip=[alt.Tooltip("gpu:N"), alt.Tooltip("marketed:N"), alt.Tooltip("size:Q", title=_unit, format=",.2f")])
-        _rule = alt.Chart().transform_filter(_need).mark_rule(color="#4C78A8", size=3).encode(
-            x=alt.X("size:Q"), tooltip=[alt.Tooltip("verdict:N", title="what")])
-        _labels = [alt.Chart().transform_filter(_need & (alt.datum.flip == _left)).mark_text(
-            align="right" if _left else "left", dx=-4 if _left else 4, dy=-6, color="#4C78A8").encode(
-            x=alt.X("size:Q"), y=alt.value(0), text=alt.Text("verdict:N")) for _left in (False, True)]
-        return alt.layer(_bars, _rule, *_labels, data=frame).properties(width=520, height=340,
-                                                                        title="Which cards hold the weights")
 
     # One table for the three layers (the cards, then the line at what the weights need), given once to the layer;
     # a new unit draws the chart anew (its axis title), a new size only sends rows.
@@ -401,7 +350,7 @@ def _(alt, cards_chart, context_checkbox, mm, mo, pd, unit, viz, weight_bytes, w
                       "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")],
                       # The label sits left of the line near the right end, so it stays inside the plot.
                       "flip": [_need > 0.6 * max(float(gpu_fits[_mem].max()), _need)]}),
-    ], ignore_index=True), draw=_draw, key=unit)
+    ], ignore_index=True), draw=lesson_charts.gpu_cards(unit), key=unit)
     # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
     fit_rows = pd.DataFrame([{
         "gpu": _g, "marketed": _m, _mem: round(_size, 2), "needs (% of the card)": round(100 * (_size - _h) / _size, 1),

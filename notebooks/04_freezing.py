@@ -36,8 +36,9 @@ def _():
     import altair as alt
     import numpy as np
     import pandas as pd
-    from memmath_lessons import site_charts
-    return site_charts, alt, bound_chart, literature, live_chart, live_only_notice, mm, mo, np, pd, reference, Slider, viz
+    from memmath_lessons import lesson_charts, site_charts
+    return (Slider, alt, bound_chart, lesson_charts, literature, live_chart, live_only_notice, mm, mo, np, pd, reference,
+            site_charts, viz)
 
 
 @app.cell(hide_code=True)
@@ -77,7 +78,7 @@ def _(unit_radio):
 
 
 @app.cell(hide_code=True)
-def _(alt, frozen_slider, layers_chart, layers_slider, mm, mo, params_slider, pd, unit, viz):
+def _(frozen_slider, layers_chart, layers_slider, lesson_charts, mm, mo, params_slider, pd, unit, viz):
     # The core path's number and its chart, in the one cell these three sliders re-run.
     n_params, n_layers, n_frozen = round(params_slider.value * 10**9), layers_slider.value, frozen_slider.value
     equal_model = mm.uniform_model(n_params, n_layers, name=f"{n_layers} equal layers")
@@ -101,30 +102,7 @@ def _(alt, frozen_slider, layers_chart, layers_slider, mm, mo, params_slider, pd
         _bars.assign(kind="bar"),
     ], ignore_index=True)
 
-    def _draw(frame):
-        _layers = alt.Chart().transform_filter(alt.datum.kind == "layer").mark_rect(stroke="white", strokeWidth=2).encode(
-            # At most about a dozen layer numbers (the param `every`), so they never run together.
-            x=alt.X("layer:O", title="Layer (input side on the left)", axis=alt.Axis(
-                labelAngle=0, labelExpr="datum.value == 1 || datum.value % every == 0 ? datum.label : ''")),
-            color=alt.Color("state:N", title="Layer", scale=alt.Scale(
-                domain=["frozen", "trainable"], range=["#BAB0AC", viz.PART_COLORS["gradients"]])),
-            tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("state:N")],
-        ).properties(width=560, height=40, title="Which layers train")
-        _parts = ["weights", "gradients", "optimizer_states"]
-        _stack = alt.Chart().transform_filter(alt.datum.kind == "bar").mark_bar().encode(
-            x=alt.X("sum(size):Q", title=viz.memory_axis_title(unit), stack="zero", axis=alt.Axis(**viz.MEMORY_AXIS)),
-            # "Full finetuning" above "First f layers frozen" for every f: descending names.
-            y=alt.Y("scenario:N", title=None, sort="descending"),
-            color=alt.Color("label:N", title="Part", scale=viz.part_scale(_parts),
-                            sort=[viz.ALL_LABELS[p] for p in _parts]),
-            order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("label:N"),
-                     alt.Tooltip("size:Q", title=unit, format=",.2f"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
-        ).properties(width=560, height=76, title="Equal layers, pure bf16 with Adam, before activations")
-        return alt.vconcat(_layers, _stack, data=frame, spacing=24).resolve_scale(color="independent").add_params(
-            alt.param(name="every", value=1))
-
-    layers_chart.update(_frame, draw=_draw, key=unit, every=-(-n_layers // 12))
+    layers_chart.update(_frame, draw=lesson_charts.frozen_layers(unit), key=unit, every=-(-n_layers // 12))
     mo.md(f"""
     **The number.** {_frozen_text}, **{_trainable:,} of {n_params:,} parameters train:
     {equal_frozen.trainable_fraction:.1%}**, the share (L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}. The article's ten
@@ -223,8 +201,8 @@ def _(get_real_frozen, live_only_notice, mm, mo, preset_dropdown, set_real_froze
 
 
 @app.cell(hide_code=True)
-def _(alt, embeddings_switch, head_switch, mm, mo, norm_switch, np, pd, preset_dropdown, real_frozen_slider,
-      share_chart, viz):
+def _(embeddings_switch, head_switch, lesson_charts, mm, mo, norm_switch, np, pd, preset_dropdown,
+      real_frozen_slider, share_chart, viz):
     # What trains in the chosen model: the one cell of this section that the frozen-blocks slider re-runs.
     model = mm.PRESETS[preset_dropdown.value]
     freeze = mm.Freeze(frozen_layers=real_frozen_slider.value, train_head=head_switch.value,
@@ -244,20 +222,8 @@ def _(alt, embeddings_switch, head_switch, mm, mo, norm_switch, np, pd, preset_d
         pd.DataFrame({"kind": "now", "frozen": [real_frozen_slider.value]}),
     ], ignore_index=True)
 
-    def _draw(frame):
-        _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
-            x=alt.X("frozen:Q", title="Frozen blocks", scale=alt.Scale(domain=[0, model.n_layers], nice=False)),
-            y=alt.Y("share:Q", title="Trainable share of parameters", axis=alt.Axis(format="%")),
-            color=alt.Color("what:N", title=None, legend=alt.Legend(orient="top", labelLimit=300),
-                            scale=alt.Scale(domain=_lines_named, range=[viz.PART_COLORS["weights"], "#999999"])),
-            strokeDash=alt.StrokeDash("what:N", legend=None, scale=alt.Scale(domain=_lines_named, range=[[1, 0], [5, 4]])),
-            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("frozen:Q"), alt.Tooltip("share:Q", format=".2%")])
-        _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(
-            color="black", strokeDash=[4, 4]).encode(x=alt.X("frozen:Q"))
-        return alt.layer(_lines, _rule, data=frame).properties(width=560, height=260,
-                                                               title="Trainable share as you freeze more blocks")
-
-    share_chart.update(_frame, draw=_draw, key=(model.name, model.n_layers))
+    share_chart.update(_frame, draw=lesson_charts.trainable_share(model.n_layers, _lines_named),
+                       key=(model.name, model.n_layers))
     _k = freeze.layers_trained(model)
     _notes = []
     if model.tied_embeddings and not freeze.train_embeddings:
@@ -309,8 +275,7 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, section_prose, seq_slider, unit,
-      viz):
+def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, section_prose, seq_slider, unit, viz):
     # What freezing saves at the chosen batch and length: one cell for the section's prose, table and chart rows.
     _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
                attention="sdpa")
@@ -432,7 +397,7 @@ def _(alt, mo, pd, reference, viz):
 
 
 @app.cell(hide_code=True)
-def _(alt, batch_slider, bert_chart, literature, mm, mo, np, pd, section_prose, seq_slider, unit, viz):
+def _(batch_slider, bert_chart, lesson_charts, literature, mm, mo, np, pd, section_prose, seq_slider, unit, viz):
     # The BERT-large report: the sweep over top blocks, its chart rows and its prose, in one cell.
     bert = mm.PRESETS["bert-large-uncased"]
     top_blocks = np.arange(bert.n_layers + 1)
@@ -456,26 +421,7 @@ def _(alt, batch_slider, bert_chart, literature, mm, mo, np, pd, section_prose, 
                       "label": ["reported share (one number)"]}),
     ], ignore_index=True)
 
-    def _draw(frame):
-        _sweep, _dot, _one = (alt.datum.kind == k for k in ("sweep", "dot", "reported"))
-        _points = alt.Chart().transform_filter(_sweep).mark_line(point=True, color=viz.PART_COLORS["weights"]).encode(
-            x=alt.X("share:Q", title="Trainable share of BERT-large's parameters", axis=alt.Axis(format="%")),
-            y=alt.Y("size:Q", title=viz.memory_axis_title(unit), scale=alt.Scale(zero=True)),
-            tooltip=[alt.Tooltip("top:Q", title="top blocks trained"), alt.Tooltip("share:Q", format=".1%"),
-                     alt.Tooltip("size:Q", title=unit, format=",.2f")])
-        _dot_marks = alt.Chart().transform_filter(_dot).mark_point(size=160, filled=True, color="black", shape="diamond").encode(
-            x=alt.X("share:Q"), y=alt.Y("size:Q"),
-            tooltip=[alt.Tooltip("label:N"), alt.Tooltip("size:Q", title=unit, format=",.2f")])
-        _dot_text = alt.Chart().transform_filter(_dot).mark_text(align="right", dx=-10, dy=-8, fontSize=11).encode(
-            x=alt.X("share:Q"), y=alt.Y("size:Q"), text=alt.Text("label:N"))
-        _rule = alt.Chart().transform_filter(_one).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
-            x=alt.X("share:Q"))
-        _rule_text = alt.Chart().transform_filter(_one).mark_text(align="left", dx=4, fontSize=11).encode(
-            x=alt.X("share:Q"), y=alt.value(12), text=alt.Text("label:N"))
-        return alt.layer(_points, _rule, _rule_text, _dot_marks, _dot_text, data=frame).properties(
-            width=560, height=280, title="BERT-large: memory for each number of top blocks trained")
-
-    bert_chart.update(_frame, draw=_draw, key=unit)
+    bert_chart.update(_frame, draw=lesson_charts.bert_top_blocks(unit), key=unit)
     _k = int(top_blocks[_first])
     _houlsby = literature.REPORTED["houlsby_trainable_share"]
     _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
