@@ -151,3 +151,58 @@ def bert_top_blocks(unit: str):
             width=560, height=280, title="BERT-large: memory for each number of top blocks trained")
 
     return draw
+
+
+# ---- Lesson 3: activations -------------------------------------------------------------------------
+def activation_sweep(x_title: str, unit: str, color):
+    """Lesson 3's sweep: weights, everything but activations and the activations over s or b (rows kind "line"),
+    your setting (kind "now") and the crossings (kind "cross", hollow or filled by column fill). color: the
+    lines' alt.Scale."""
+    def draw(frame):
+        lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
+            x=alt.X("x:Q", title=x_title, scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("size:Q", title=viz.memory_axis_title(unit) + ", log scale", scale=alt.Scale(type="log")),
+            color=alt.Color("what:N", title=None, scale=color, legend=alt.Legend(orient="top", labelLimit=400)),
+            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("x:Q", title=x_title),
+                     alt.Tooltip("size:Q", title=unit, format=",.3f")])
+        rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(strokeDash=[4, 4], color="black").encode(
+            x=alt.X("x:Q"))
+        crossings = alt.Chart().transform_filter(alt.datum.kind == "cross").mark_point(
+            size=220, shape="diamond", filled=True, color="black", stroke="black", strokeWidth=2).encode(
+            x=alt.X("x:Q"), y=alt.Y("size:Q"),
+            fillOpacity=alt.FillOpacity("fill:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0, 1])))
+        return alt.layer(lines, rule, crossings, data=frame).properties(
+            width=560, height=300, title="Activations against everything else")
+
+    return draw
+
+
+# ---- Lesson 6: LoRA and QLoRA ----------------------------------------------------------------------
+def lora_curves(model_label: str):
+    """Lesson 6's trainable parameters against the rank, one line per set of adapted matrices."""
+    def draw(frame):
+        x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
+        y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
+                  axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
+        lines = alt.Chart(frame).mark_line(point=True).encode(
+            x=x, y=y, color=alt.Color("matrices:N", title="Adapted matrices"),
+            tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
+        return lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {model_label}")
+
+    return draw
+
+
+def quantization_levels(frame):
+    """Lesson 6's histogram of weights over their block's absmax (rows kind "bin") under the 4-bit levels
+    (kind "level"); param `block`: the block size in the title."""
+    hist = alt.Chart().transform_filter(alt.datum.kind == "bin").mark_bar(color="#BAB0AC", binSpacing=0).encode(
+        x=alt.X("start:Q", title="Weight ÷ its block's absmax"), x2=alt.X2("end:Q"),
+        y=alt.Y("weights:Q", title="Weights (count per bin)"), y2=alt.datum(0))  # x and x2 alone make a horizontal strip
+    levels = ["NF4 levels", "int4 levels"]
+    rules = alt.Chart().transform_filter(alt.datum.kind == "level").mark_rule(strokeWidth=1.5).encode(
+        x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=levels, range=["#4C78A8", "#E45756"]),
+                                            legend=alt.Legend(orient="top")),
+        strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=levels, range=[[1, 0], [4, 3]]), legend=None))
+    # The block size in the title is a param: the live chart takes it with the new counts, in place.
+    return alt.layer(hist, rules, data=frame).add_params(alt.param(name="block", value=0)).properties(
+        width=520, height=220, title=alt.Title(alt.expr("'Where the 4-bit levels sit (blocks of ' + block + ')'")))

@@ -33,14 +33,14 @@ def _():
     import memmath as mm
     from memmath import reference
     from memmath_lessons import viz
-    from memmath_lessons.static_charts import Select, Slider, bound_chart, live_only_notice
+    from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     import altair as alt
     import numpy as np
     import pandas as pd
-    from memmath_lessons import site_charts
-    return site_charts, alt, bound_chart, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, Select, Slider, viz
+    from memmath_lessons import lesson_charts, site_charts
+    return (alt, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, site_charts, viz)
 
 
 @app.cell(hide_code=True)
@@ -63,9 +63,9 @@ def _(live_html):
 
 @app.cell(hide_code=True)
 def _(alt, assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, combos_view,
-      crossings_view, heads_slider, largest_divisor_at_most, layers_slider, mm, mo, np, number_view, numbers_view, pd,
-      preset, ratio_text, seq_slider, sweep_chart, sweep_radio, unit_radio, viz, vocab_slider, why_view,
-      width_slider):
+      crossings_view, heads_slider, largest_divisor_at_most, layers_slider, lesson_charts, mm, mo, np, number_view,
+      numbers_view, pd, preset, ratio_text, seq_slider, sweep_chart, sweep_radio, unit_radio, viz, vocab_slider,
+      why_view, width_slider):
     # The one cell a sequence or batch move re-runs (every re-run cell costs marimo some 8 ms of its own): the core
     # path's number with its recipe, the chart's rows, the comparisons and the sweep further down, all into live
     # views; its only output is a warning where one applies.
@@ -172,23 +172,7 @@ def _(alt, assumptions_view, attention_radio, bars_chart, batch_slider, checkpoi
                           "fill": _fill}])  # hollow past the weights, filled past everything
            for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x], ignore_index=True)
 
-    def _draw(frame):
-        _lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
-            x=alt.X("x:Q", title=_x_title, scale=alt.Scale(type="log", base=2)),
-            y=alt.Y("size:Q", title=viz.memory_axis_title(unit_sweep) + ", log scale", scale=alt.Scale(type="log")),
-            color=alt.Color("what:N", title=None, scale=_color, legend=alt.Legend(orient="top", labelLimit=400)),
-            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("x:Q", title=_x_title),
-                     alt.Tooltip("size:Q", title=unit_sweep, format=",.3f")])
-        _rule = alt.Chart().transform_filter(alt.datum.kind == "now").mark_rule(strokeDash=[4, 4], color="black").encode(
-            x=alt.X("x:Q"))
-        _crossings = alt.Chart().transform_filter(alt.datum.kind == "cross").mark_point(
-            size=220, shape="diamond", filled=True, color="black", stroke="black", strokeWidth=2).encode(
-            x=alt.X("x:Q"), y=alt.Y("size:Q"),
-            fillOpacity=alt.FillOpacity("fill:Q", legend=None, scale=alt.Scale(domain=[0, 1], range=[0, 1])))
-        return alt.layer(_lines, _rule, _crossings, data=frame).properties(
-            width=560, height=300, title="Activations against everything else")
-
-    sweep_chart.update(_frame, draw=_draw, key=(_x_title, unit_sweep))
+    sweep_chart.update(_frame, draw=lesson_charts.activation_sweep(_x_title, unit_sweep, _color), key=(_x_title, unit_sweep))
     if sweep_radio.value == "sequence length":
         _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
     else:

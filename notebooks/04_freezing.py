@@ -31,14 +31,13 @@ def _():
     from memmath import reference
     from memmath.reference import literature
     from memmath_lessons import viz
-    from memmath_lessons.static_charts import Slider, bound_chart, live_only_notice
+    from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     import altair as alt
     import numpy as np
     import pandas as pd
     from memmath_lessons import lesson_charts, site_charts
-    return (Slider, alt, bound_chart, lesson_charts, literature, live_chart, live_only_notice, mm, mo, np, pd, reference,
-            site_charts, viz)
+    return (alt, lesson_charts, literature, live_chart, live_only_notice, mm, mo, np, pd, reference, site_charts, viz)
 
 
 @app.cell(hide_code=True)

@@ -52,13 +52,13 @@ def _():
     import memmath as mm
     from memmath.reference import literature, paper_setups
     from memmath_lessons import blockwise, toy_block, viz
-    from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
-    from memmath_lessons import site_charts
+    from memmath_lessons import lesson_charts, site_charts
 
-    return (site_charts, Select, alt, blockwise, bound_chart, literature, live_chart, live_html, live_only_notice, mm, mo, np,
-            paper_setups, pd, toy_block, viz)
+    return (blockwise, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, paper_setups,
+            pd, site_charts, toy_block, viz)
 
 
 @app.cell(hide_code=True)
@@ -142,7 +142,7 @@ def _(mm, mo):
 
 
 @app.cell
-def _(TARGET_SETS, alt, curves_chart, mm, model_dropdown, np, pd):
+def _(curves_chart, lesson_charts, mm, model_dropdown, np, pd, TARGET_SETS):
     # Trainable parameters for every rank and set of matrices of this model: reads the model only, so the rank
     # slider does not re-run it (the text above says where you are); a new model draws it anew (its name is in the title).
     _shape, _label = mm.PRESETS[model_dropdown.value], model_dropdown.selected_key
@@ -151,16 +151,7 @@ def _(TARGET_SETS, alt, curves_chart, mm, model_dropdown, np, pd):
                                            "trainable": mm.LoRA(rank=_ranks, targets=_t).trainable_params(_shape)})
                              for _name, _t in TARGET_SETS.items()])
 
-    def _draw(frame):
-        _x = alt.X("rank:Q", scale=alt.Scale(type="log", base=2), title="Rank r (log scale)")
-        _y = alt.Y("trainable:Q", scale=alt.Scale(type="log"), title="Trainable parameters (log scale)",
-                   axis=alt.Axis(labelExpr="replace(format(datum.value, '~s'), 'G', 'B')"))  # 1B, not d3's 1G
-        _lines = alt.Chart(frame).mark_line(point=True).encode(
-            x=_x, y=_y, color=alt.Color("matrices:N", title="Adapted matrices"),
-            tooltip=[alt.Tooltip("matrices:N"), alt.Tooltip("rank:Q"), alt.Tooltip("trainable:Q", format=",")])
-        return _lines.properties(width=520, height=280, title=f"LoRA's trainable parameters in {_label}")
-
-    curves_chart.update(lora_curves, draw=_draw, key=_label)
+    curves_chart.update(lora_curves, draw=lesson_charts.lora_curves(_label), key=_label)
     return (lora_curves,)
 
 
@@ -272,7 +263,7 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(alt, block_size_slider, blockwise, levels_chart, mm, mo, np, pd, viz):
+def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd, viz):
     # The one cell the block size re-runs: the table, the chart's new counts and the text.
     quant_block = block_size_slider.value
     demo_weights = np.random.default_rng(0).standard_normal(4096)
@@ -298,20 +289,8 @@ def _(alt, block_size_slider, blockwise, levels_chart, mm, mo, np, pd, viz):
     _levels = pd.concat([pd.DataFrame({"level": list(mm.NF4_LEVELS), "format": "NF4 levels"}),
                          pd.DataFrame({"level": np.arange(-7, 8) / 7, "format": "int4 levels"})])
 
-    def _draw(frame):  # one table for both layers (the bins, the levels), given once to the chart
-        _hist = alt.Chart().transform_filter(alt.datum.kind == "bin").mark_bar(color="#BAB0AC", binSpacing=0).encode(
-            x=alt.X("start:Q", title="Weight ÷ its block's absmax"), x2=alt.X2("end:Q"),
-            y=alt.Y("weights:Q", title="Weights (count per bin)"), y2=alt.datum(0))  # x and x2 alone make a horizontal strip
-        _rules = alt.Chart().transform_filter(alt.datum.kind == "level").mark_rule(strokeWidth=1.5).encode(
-            x=alt.X("level:Q"), color=alt.Color("format:N", title=None, scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=["#4C78A8", "#E45756"]),
-                                         legend=alt.Legend(orient="top")),
-            strokeDash=alt.StrokeDash("format:N", scale=alt.Scale(domain=["NF4 levels", "int4 levels"], range=[[1, 0], [4, 3]]), legend=None))
-        # The block size in the title is a param: the live chart below takes it with the new counts, in place.
-        return alt.layer(_hist, _rules, data=frame).add_params(alt.param(name="block", value=0)).properties(
-            width=520, height=220, title=alt.Title(alt.expr("'Where the 4-bit levels sit (blocks of ' + block + ')'")))
-
     levels_chart.update(pd.concat([_bins.assign(kind="bin"), _levels.assign(kind="level")], ignore_index=True),
-                        draw=_draw, block=int(quant_block))
+                        draw=lesson_charts.quantization_levels, block=int(quant_block))
 
     _paper_plain = mm.quant_constant_bits(block=64, double_quant=False)  # QLoRA's blocks of 64
     _paper_dq = mm.quant_constant_bits(block=64, double_quant=True)

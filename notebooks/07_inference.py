@@ -40,7 +40,7 @@ def _():
     import numpy as np
     import pandas as pd
     from memmath_lessons import site_charts
-    return site_charts, alt, literature, live_chart, live_html, live_only_notice, mm, mo, np, pd, viz
+    return (alt, literature, live_chart, live_html, live_only_notice, mm, mo, np, pd, site_charts, viz)
 
 
 @app.cell(hide_code=True)

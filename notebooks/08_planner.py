@@ -47,10 +47,10 @@ def _():
     import memmath as mm
     from memmath.reference import literature
     from memmath_lessons import viz
-    from memmath_lessons.static_charts import Select, bound_chart, live_only_notice
+    from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons import site_charts
-    return site_charts, alt, bound_chart, functools, literature, live_chart, live_only_notice, mm, mo, np, pd, re, Select, viz
+    return (functools, literature, live_chart, live_only_notice, mm, mo, pd, re, site_charts, viz)
 
 
 @app.cell
