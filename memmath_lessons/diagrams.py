@@ -5,7 +5,7 @@ and lays the chart out on every page load: lesson 5's two diagrams cost its page
 (benchmarks/lesson_speed.py, the lesson with and without them). The same drawing as SVG costs a
 parse. `show(name)` gives the SVG as an mo.Html; the source stays here, and
 
-    .venv/bin/python -m memmath_lessons.diagrams     # needs playwright and Chromium (the dev setup)
+    .venv/bin/python -m memmath_lessons.diagrams     # from a checkout: playwright, Chromium, tests/browser.py
 
 draws every source again with marimo's own mermaid, in Chromium, into static/diagrams/NAME.svg
 (coordinates rounded to 0.1 px). tests/test_diagrams.py checks each SVG holds its source's labels.

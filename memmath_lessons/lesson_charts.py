@@ -5,7 +5,7 @@ scales, legends) is written here. Each function returns a `draw` for `live_chart
 draw=...)` (a DataFrame in, an altair chart out) or for `static_charts.bound_chart` (an `alt.Chart`
 base in). They live in the package rather than in the lessons because marimo tokenizes and
 compiles every line of a notebook each time its page opens, about 0.1 ms per token (see
-site_charts); a lesson's charts were a fifth of its code.
+site_charts); in lessons 1 and 4 their charts' drawings were about a fifth of the code.
 """
 
 from __future__ import annotations

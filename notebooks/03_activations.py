@@ -352,8 +352,8 @@ def _(live_only_notice, mo):
 
 @app.cell(hide_code=True)
 def _(live_html, mo):
-    # The sections' fixed prose, shown once; the cell below fills the live views between it (the combinations,
-    # the numbers, the crossings) on every slider move, and the page replaces those alone.
+    # The sections' fixed prose, shown once; the run's cell near the top fills the live views between it (the
+    # combinations, the numbers, the crossings) on every slider move, and the page replaces those alone.
     combos_view, why_view, numbers_view, crossings_view = live_html(), live_html(), live_html(), live_html()
     mo.vstack([combos_view, why_view, mo.md(r"""
     ## Training and inference are separate calculations

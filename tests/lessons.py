@@ -110,7 +110,7 @@ def live_widget_text(widget) -> str | None:
     return None
 
 
-def with_live_html(text: str) -> str:
+def with_live_widgets(text: str) -> str:
     """`text` with what every live widget (memmath_lessons.live_html, live_chart) it shows holds, where it is.
 
     A cell's HTML holds only a reference to a widget (its model id, also inside folds, escaped); what
@@ -142,7 +142,7 @@ def output_text(outputs) -> str:
         if text is None and hasattr(output, "_mime_"):
             text = str(output._mime_()[1])
         parts.append(str(text or ""))
-    return with_live_html("\n".join(parts))
+    return with_live_widgets("\n".join(parts))
 
 
 def bad_text(outputs) -> list[str]:
