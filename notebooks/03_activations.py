@@ -36,11 +36,13 @@ def _():
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
+    from memmath_lessons.step_slider import step_slider
     import altair as alt
     import numpy as np
     import pandas as pd
     from memmath_lessons import lesson_charts, site_charts
-    return (alt, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, site_charts, viz)
+    return (alt, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, site_charts,
+            step_slider, viz)
 
 
 @app.cell(hide_code=True)
@@ -63,7 +65,7 @@ def _(live_html):
 
 @app.cell(hide_code=True)
 def _(alt, assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, combos_view,
-      crossings_view, heads_slider, largest_divisor_at_most, layers_slider, lesson_charts, mm, mo, np, number_view,
+      crossings_view, head_counts, heads_note, heads_slider, layers_slider, lesson_charts, mm, mo, np, number_view,
       numbers_view, pd, preset, ratio_text, seq_slider, sweep_chart, sweep_radio, unit_radio, viz, vocab_slider,
       why_view, width_slider):
     # The one cell a sequence or batch move re-runs (every re-run cell costs marimo some 8 ms of its own): the core
@@ -71,7 +73,14 @@ def _(alt, assumptions_view, attention_radio, bars_chart, batch_slider, checkpoi
     # views; its only output is a warning where one applies.
     batch_size, seq_len = batch_slider.value, seq_slider.value
     n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
-    n_heads = largest_divisor_at_most(width, heads_slider.value)  # heads must divide the width
+    # Heads must divide the width: the heads slider offers this width's divisors (sent to it in place, no new
+    # slider) and stands on the largest at most the learner's last choice.
+    heads_slider.steps = head_counts(width)
+    n_heads, _wanted_heads = heads_slider.shown, heads_slider.chosen
+    heads_note.update(mo.md(
+        f"*Attention heads shows {n_heads}, not your {_wanted_heads}: {_wanted_heads} heads do not divide a "
+        f"width of {width:,}, and {n_heads} is the largest count below it that does.*"
+        if n_heads != _wanted_heads else ""))
     attention, checkpointing, unit = attention_radio.value, checkpointing_switch.value, unit_radio.value
     model = mm.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
                           max_positions=preset.max_positions, name="your model")
@@ -305,25 +314,16 @@ def _(live_only_notice, mm, mo, preset_dropdown):
     return layers_slider, preset, vocab_slider, width_slider
 
 
-@app.cell
-def _(mo, preset):
-    # The learner's last head count (the preset's to start): kept when the width changes, if it still divides it.
-    get_heads, set_heads = mo.state(preset.n_heads)
-    return get_heads, set_heads
-
-
 @app.cell(hide_code=True)
-def _(get_heads, largest_divisor_at_most, mo, set_heads, width_slider):
-    _width, _wanted = width_slider.value, get_heads()
+def _(head_counts, live_html, mo, preset, step_slider):
     # Only head counts that divide the width (up to 128), so the slider never shows a model that cannot exist.
-    _heads = largest_divisor_at_most(_width, _wanted)
-    heads_slider = mo.ui.slider(steps=[a for a in range(1, 129) if _width % a == 0], value=_heads, show_value=True,
-                                label="Attention heads a (the divisors of h)", on_change=set_heads)
-    _why = (f"*Attention heads shows {_heads}, not your {_wanted}: {_wanted} heads do not divide a "
-            f"width of {_width:,}, and {_heads} is the largest count below it that does.*"
-            if _heads != _wanted else "")
-    mo.vstack([heads_slider, mo.md(_why)])
-    return (heads_slider,)
+    # A width move sends this slider its new steps in place (this cell reads no slider: it runs once a preset),
+    # and keeps the learner's last choice; the note below says when that choice does not divide the new width.
+    heads_slider = step_slider(head_counts(preset.hidden_size), value=preset.n_heads,
+                               label="Attention heads a (the divisors of h)")
+    heads_note = live_html()
+    mo.vstack([heads_slider, heads_note])
+    return heads_note, heads_slider
 
 
 @app.cell(hide_code=True)
@@ -670,7 +670,7 @@ def _(mm, mo):
 @app.cell(hide_code=True)
 def _(mo):
     mo.accordion({"What do the lesson's helpers do?": mo.md("""
-    One small helper picks a number of heads that divides the width; another adds up the bytes of
+    One small helper lists the head counts that divide the width; another adds up the bytes of
     the tensors an activation estimate lists, by place and name; a third writes a ratio with two
     significant digits below 1. Sizes are printed with `viz.readable_size`, in the largest unit of
     the chosen family (TB, GB, MB, KB or TiB, GiB, MiB, KiB) that the size fills.
@@ -680,10 +680,10 @@ def _(mo):
 
 @app.cell
 def _():
-    def largest_divisor_at_most(width, heads):
-        """The largest head count <= heads that divides width (so every head has a whole size)."""
-        return max(d for d in range(1, min(width, heads) + 1) if width % d == 0)
-    return (largest_divisor_at_most,)
+    def head_counts(width):
+        """The head counts up to 128 that divide width (so every head has a whole size), in increasing order."""
+        return [a for a in range(1, 129) if width % a == 0]
+    return (head_counts,)
 
 
 @app.cell

@@ -338,8 +338,10 @@ class LivePage:
         return self.page.locator(SLIDER)
 
     def slider_label(self, index: int) -> str:
-        """The label marimo shows beside slider `index` (from its <marimo-slider data-label>)."""
+        """The label shown beside slider `index` (a marimo slider's <marimo-slider data-label>, a step slider's
+        aria-label)."""
         return self.sliders().nth(index).evaluate("""e => {
+            if (e.getAttribute('aria-label')) return e.getAttribute('aria-label');
             let node = e;
             while (node && !(node.host && node.host.hasAttribute && node.host.hasAttribute('data-label')))
                 node = node.parentNode || node.host;

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import marimo as mo
 
+from memmath_lessons.step_slider import StepSlider, step_slider
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 
@@ -61,13 +63,21 @@ def _at(element, which: str):
         return type(element)(options=element.options, value=key)
     if isinstance(element, (mo.ui.switch, mo.ui.checkbox)):
         return type(element)(value=(which == "max"))
+    if is_step_slider(element):
+        steps = element.steps
+        return step_slider(steps, value=steps[0] if which == "min" else steps[-1], label=element.label)
     return None
+
+
+def is_step_slider(element) -> bool:
+    """Whether `element` is a memmath_lessons.step_slider (a mo.ui.anywidget around a StepSlider)."""
+    return isinstance(element, mo.ui.anywidget) and isinstance(element.widget, StepSlider)
 
 
 def controls(defs) -> dict[str, object]:
     """Every top-level control of a run: name -> UI element."""
     kinds = (mo.ui.slider, mo.ui.number, mo.ui.dropdown, mo.ui.radio, mo.ui.switch, mo.ui.checkbox)
-    return {name: value for name, value in defs.items() if isinstance(value, kinds)}
+    return {name: value for name, value in defs.items() if isinstance(value, kinds) or is_step_slider(value)}
 
 
 def extreme_runs(name: str):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import lessons
+from memmath_lessons.step_slider import step_slider
 
 NAME = "03_activations"
 
@@ -133,21 +134,25 @@ def test_every_case_the_controls_can_pick_was_recorded():
 
 
 def test_heads_slider_offers_only_divisors_of_the_width():
-    # Issue 13: 128 heads on a width of 64 read "using 64" while the slider showed 128. The slider now
-    # offers the divisors of h only; a count that no longer divides it falls to the largest one below that does.
+    # Issue 13: 128 heads on a width of 64 read "using 64" while the slider showed 128. The slider offers the
+    # divisors of h only; a count that no longer divides it falls to the largest one below that does.
+    heads = step_slider([1, 2, 4, 8, 16, 32, 64, 128], value=128)
     outputs, defs = lessons.run_with(NAME, width_slider=mo.ui.slider(64, 12288, step=64, value=64),
-                                     get_heads=lambda: 128)
-    assert defs["heads_slider"].value == defs["n_heads"] == 64
-    assert defs["heads_slider"].steps == [1, 2, 4, 8, 16, 32, 64]  # the divisors of 64
-    text = lessons.output_text(outputs)
-    assert "Attention heads shows 64, not your 128" in text and "using 64" not in text
+                                     heads_slider=heads)
+    assert defs["heads_slider"].steps == [1, 2, 4, 8, 16, 32, 64]  # the divisors of 64, sent to the same slider
+    assert defs["heads_slider"] is heads and defs["heads_slider"].shown == defs["n_heads"] == 64
+    # The note under the slider (its cell, skipped here for the override, shows it in the lesson).
+    assert "Attention heads shows 64, not your 128" in defs["heads_note"].html
+    assert "using 64" not in lessons.output_text(outputs)
 
 
 def test_heads_keep_their_value_when_the_width_changes():
-    # 12 heads divide 768 (GPT-2) and 1,536: a width change keeps the learner's 12.
-    _, defs = lessons.run_with(NAME, width_slider=mo.ui.slider(64, 12288, step=64, value=1536), get_heads=lambda: 12)
-    assert defs["heads_slider"].value == defs["n_heads"] == 12
-    assert defs["heads_slider"]._on_change is defs["set_heads"]
+    # 12 heads divide 768 (GPT-2) and 1,536 (= 12 x 128): a width change keeps the learner's 12.
+    heads = step_slider([1, 2, 3, 4, 6, 8, 12, 16], value=12)
+    _, defs = lessons.run_with(NAME, width_slider=mo.ui.slider(64, 12288, step=64, value=1536), heads_slider=heads)
+    assert defs["heads_slider"].shown == defs["n_heads"] == 12
+    assert 1536 // 128 in defs["heads_slider"].steps and 128 in defs["heads_slider"].steps  # 1,536 = 12 x 128
+    assert "Attention heads shows" not in defs["heads_note"].html
 
 
 def test_one_layer_checkpointing_says_why_it_keeps_more():
@@ -182,13 +187,13 @@ def test_checkpointed_llama_formula_counts_only_the_block_input():
 
 
 
-def test_a_slider_move_reruns_at_most_two_cells():
+def test_a_slider_move_reruns_one_cell():
     # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; a batch or length move re-ran 10 cells before.
     # Now one: the core number, its chart's rows, the comparison, training against inference and the sweep, all
     # into live views.
-    for control in ("seq_slider", "batch_slider", "layers_slider", "vocab_slider", "heads_slider"):
+    # The width too: it sends the heads slider its divisors in place rather than re-running the slider's cell.
+    for control in ("seq_slider", "batch_slider", "layers_slider", "vocab_slider", "heads_slider", "width_slider"):
         assert len(lessons.cells_rerun_by(NAME, control)) == 1, control
-    assert len(lessons.cells_rerun_by(NAME, "width_slider")) == 2  # it also rebuilds the heads slider (divisors of h)
 
 
 def test_the_core_path_comes_first(default_run):
