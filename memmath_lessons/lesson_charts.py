@@ -154,10 +154,14 @@ def bert_top_blocks(unit: str):
 
 
 # ---- Lesson 3: activations -------------------------------------------------------------------------
-def activation_sweep(x_title: str, unit: str, color):
-    """Lesson 3's sweep: weights, everything but activations and the activations over s or b (rows kind "line"),
-    your setting (kind "now") and the crossings (kind "cross", hollow or filled by column fill). color: the
-    lines' alt.Scale."""
+def activation_sweep(x_title: str, unit: str):
+    """Lesson 3's sweep (sweeps.activation_sweep's rows): weights, everything but activations and the activations
+    over s or b (rows kind "line"), your setting (kind "now") and the crossings (kind "cross", hollow or filled by
+    column fill)."""
+    from .sweeps import SERIES
+
+    color = alt.Scale(domain=list(SERIES), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
+
     def draw(frame):
         lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
             x=alt.X("x:Q", title=x_title, scale=alt.Scale(type="log", base=2)),
@@ -206,3 +210,20 @@ def quantization_levels(frame):
     # The block size in the title is a param: the live chart takes it with the new counts, in place.
     return alt.layer(hist, rules, data=frame).add_params(alt.param(name="block", value=0)).properties(
         width=520, height=220, title=alt.Title(alt.expr("'Where the 4-bit levels sit (blocks of ' + block + ')'")))
+
+
+# ---- Lesson 3: the recorded cases ------------------------------------------------------------------
+def recorded_saved(frame, case_id: str):
+    """Lesson 3's bytes the forward pass saved, measured and predicted, stacked by place (recorded.saved_bytes_frame's
+    rows); the case's id is in the title, as param `recorded_case`."""
+    from .recorded import SAVED_PLACES
+
+    return alt.Chart(frame).mark_bar().encode(
+        x=alt.X("sum(KB):Q", title="Saved for backward (KB, 1 KB = 1,000 B)"),
+        y=alt.Y("source:N", title=None, sort=list(dict.fromkeys(frame["source"]))),
+        color=alt.Color("where:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400),
+                        scale=alt.Scale(domain=list(SAVED_PLACES), range=[viz.PART_COLORS["activations"], "#A6D49F"])),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("source:N"), alt.Tooltip("where:N"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
+    ).add_params(alt.param(name="recorded_case", value=case_id)).properties(
+        width=460, height=120, title=alt.Title(alt.expr("'Recorded case: ' + recorded_case")))  # the case travels as a param

@@ -37,12 +37,11 @@ def _():
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons.step_slider import step_slider
-    import altair as alt
-    import numpy as np
+    from memmath_lessons import recorded, sweeps
     import pandas as pd
     from memmath_lessons import lesson_charts, site_charts
-    return (alt, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, site_charts,
-            step_slider, viz)
+    return (lesson_charts, live_chart, live_html, live_only_notice, mm, mo, pd, recorded, reference, site_charts,
+            step_slider, sweeps, viz)
 
 
 @app.cell(hide_code=True)
@@ -64,10 +63,10 @@ def _(live_html):
 
 
 @app.cell(hide_code=True)
-def _(alt, assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, combos_view,
-      crossings_view, head_counts, heads_note, heads_slider, layers_slider, lesson_charts, mm, mo, np, number_view,
-      numbers_view, pd, preset, ratio_text, seq_slider, sweep_chart, sweep_radio, unit_radio, viz, vocab_slider,
-      why_view, width_slider):
+def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, combos_view,
+      crossings_view, head_counts, heads_note, heads_slider, layers_slider, lesson_charts, mm, mo, number_view,
+      numbers_view, pd, preset, ratio_text, seq_slider, sweep_chart, sweep_radio, sweeps, unit_radio, viz,
+      vocab_slider, why_view, width_slider):
     # The one cell a sequence or batch move re-runs (every re-run cell costs marimo some 8 ms of its own): the core
     # path's number with its recipe, the chart's rows, the comparisons and the sweep further down, all into live
     # views; its only output is a warning where one applies.
@@ -151,37 +150,14 @@ def _(alt, assumptions_view, attention_radio, bars_chart, batch_slider, checkpoi
             f"block during the backward pass ({viz.readable_size(_d.recompute_peak, unit)}), which is about what "
             "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop.")
 
-    # The sweep: one memmath call over a numpy array of lengths or batch sizes (the other stays at your setting).
-    if sweep_radio.value == "sequence length":
-        sweep_values = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536])
-        _kw = dict(seq_len=sweep_values, batch_size=batch_size)
-    else:
-        sweep_values = np.array([1, 2, 4, 8, 16, 32, 64, 128])
-        _kw = dict(seq_len=seq_len, batch_size=sweep_values)
-    sweep = mm.training_memory(model, precision="bf16", optimizer="adamw", attention=attention,
-                               checkpointing=checkpointing, **_kw)
-    _acts = np.broadcast_to(sweep.activations, sweep_values.shape)
-    _rest = np.broadcast_to(sweep.without_activations, sweep_values.shape)
-    _weights = np.broadcast_to(sweep.weights, sweep_values.shape)
-    # The unit at the middle of the log axis (geometric mean of the smallest and largest values).
-    unit_sweep = viz.readable_unit(int(np.sqrt(float(_weights.min()) * float(max(_acts.max(), _rest.max())))), unit)
-    _series = {"Weights": _weights, "Weights + gradients + optimizer states": _rest, "Activations": _acts}
-    _x_title = "Sequence length s (tokens)" if sweep_radio.value == "sequence length" else "Batch size b (sequences)"
-    _color = alt.Scale(domain=list(_series), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
-    _now = seq_len if sweep_radio.value == "sequence length" else batch_size
-    _over, _over_weights = sweep_values[_acts > _rest], sweep_values[_acts > _weights]
-    crossover = int(_over[0]) if _over.size else None  # past weights + gradients + optimizer states
-    crossover_weights = int(_over_weights[0]) if _over_weights.size else None  # past the weights alone
-    # One table for every layer (the lines, your setting, the crossings), given once to the layer chart.
-    _frame = pd.concat(
-        [pd.DataFrame({"kind": "line", "x": sweep_values, "what": k, "size": mm.to_unit(v, unit_sweep), "fill": 0})
-         for k, v in _series.items()]
-        + [pd.DataFrame([{"kind": "now", "x": _now, "what": "", "size": 1.0, "fill": 0}])]
-        + [pd.DataFrame([{"kind": "cross", "x": _x, "what": "", "size": mm.to_unit(int(_acts[sweep_values == _x][0]), unit_sweep),
-                          "fill": _fill}])  # hollow past the weights, filled past everything
-           for _x, _fill in ((crossover_weights, 0), (crossover, 1)) if _x], ignore_index=True)
-
-    sweep_chart.update(_frame, draw=lesson_charts.activation_sweep(_x_title, unit_sweep, _color), key=(_x_title, unit_sweep))
+    # The sweep: one memmath call over a numpy array of lengths or batch sizes (the other stays at your setting),
+    # and where activations pass the weights alone and everything else (memmath_lessons.sweeps).
+    _sweep = sweeps.activation_sweep(model, over=sweep_radio.value, seq_len=seq_len, batch_size=batch_size,
+                                     attention=attention, checkpointing=checkpointing, unit=unit)
+    sweep, sweep_values, unit_sweep = _sweep.memory, _sweep.values, _sweep.unit
+    crossover, crossover_weights = _sweep.crossover, _sweep.crossover_weights
+    sweep_chart.update(_sweep.frame, draw=lesson_charts.activation_sweep(_sweep.x_title, unit_sweep),
+                       key=(_sweep.x_title, unit_sweep))
     if sweep_radio.value == "sequence length":
         _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
     else:
@@ -448,42 +424,20 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(alt, measured_attention_radio, measured_cases, measured_chart, measured_checkpointing_switch, measured_dropout_switch,
-      measured_errors, measured_family_dropdown, mm, mo, pd, reference, term_bytes, viz):
-    # The chosen recorded case: its chart and summary, then (folded) tensor by tensor and why the textbook misses.
-    _c = measured_cases
-    _match = _c[(_c["shape"] == measured_family_dropdown.value) & (_c["method"] == "full")
-                & (_c["optimizer"] == "adamw") & (_c["batch_size"] == 2) & (_c["seq_len"] == 64)
-                & (_c["attention"] == measured_attention_radio.value)
-                & (_c["dropout"] == measured_dropout_switch.value)
-                & (_c["checkpointing"] == measured_checkpointing_switch.value)]
-    measured_case = _match.sort_values("precision").iloc[0]  # bf16 where both precisions were recorded
+def _(lesson_charts, measured_attention_radio, measured_cases, measured_chart, measured_checkpointing_switch,
+      measured_dropout_switch, measured_errors, measured_family_dropdown, mo, pd, recorded, reference, term_bytes, viz):
+    # The chosen recorded case (full finetuning, AdamW, 2 x 64 tokens): its chart and summary, then (folded) tensor
+    # by tensor and why the textbook misses.
+    measured_case = recorded.full_finetuning_case(
+        measured_cases, shape=measured_family_dropdown.value, attention=measured_attention_radio.value,
+        dropout=measured_dropout_switch.value, checkpointing=measured_checkpointing_switch.value)
     measured_hf = reference.predict_case(measured_case).activation_detail  # activations="transformers"
     measured_textbook = reference.predict_case(measured_case, activations="textbook").activation_detail
     measured_blocks_hf = sum(reference.predicted_saved_per_layer(measured_case))  # booked per block like the measurement
 
     # What the forward pass saved (the recompute of checkpointing comes later, during backward).
-    _kb = 1000
-    _bars = {"Measured (PyTorch, CPU)": (sum(measured_case["saved_per_layer"]), measured_case["saved_outside_layers"]),
-             'memmath, activations="transformers"': (measured_blocks_hf,
-                                                     measured_hf.saved_by_forward - measured_blocks_hf),
-             'memmath, activations="textbook"': (measured_textbook.layers,
-                                                 measured_textbook.outside_layers + measured_textbook.loss)}
-    measured_frame = pd.DataFrame([{"source": k, "where": w, "KB": int(v) / _kb, "bytes": int(v), "order": i}
-                                   for k, (blocks, rest) in _bars.items()
-                                   for i, (w, v) in enumerate((("in the blocks", blocks),
-                                                               ("outside the blocks (embeddings, head, loss)", rest)))])
-    _where = ["in the blocks", "outside the blocks (embeddings, head, loss)"]
-    _chart = alt.Chart(measured_frame).mark_bar().encode(
-        x=alt.X("sum(KB):Q", title="Saved for backward (KB, 1 KB = 1,000 B)"),
-        y=alt.Y("source:N", title=None, sort=list(_bars)),
-        color=alt.Color("where:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=400),
-                        scale=alt.Scale(domain=_where, range=[viz.PART_COLORS["activations"], "#A6D49F"])),
-        order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("source:N"), alt.Tooltip("where:N"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
-    ).add_params(alt.param(name="recorded_case", value=str(measured_case["case_id"]))).properties(
-        width=460, height=120, title=alt.Title(alt.expr("'Recorded case: ' + recorded_case")))  # a param: the case travels as a signal
-    measured_chart.update(_chart)
+    measured_frame = recorded.saved_bytes_frame(measured_case, measured_hf, measured_textbook, measured_blocks_hf)
+    measured_chart.update(lesson_charts.recorded_saved(measured_frame, str(measured_case["case_id"])))
     _measured = int(measured_case["saved_bytes"])
     _hf, _tb = int(measured_hf.saved_by_forward), int(measured_textbook.saved_by_forward)
     _textbook = measured_errors["textbook"]
@@ -500,19 +454,9 @@ def _(alt, measured_attention_radio, measured_cases, measured_chart, measured_ch
     _case, _terms = measured_case, measured_hf.terms
     _rows = [{"what one block keeps": what, "bytes": int(n)} for where, what, n in _terms if where == "each block"]
     _e = 4 if _case["precision"] == "fp32" else 2
-    _formula = mm.korthikanti_terms(seq_len=int(_case["seq_len"]), batch_size=int(_case["batch_size"]),
-                                    hidden_size=int(_case["hidden_size"]), n_heads=int(_case["n_heads"]),
-                                    element_bytes=_e, mask_bytes=_e, dropout=bool(_case["dropout"]),
-                                    attention=_case["attention"])
-    _column = "what the formula counts (a GPT block)"
-    if _case["checkpointing"]:
-        # Checkpointing keeps only each block's input, s·b·h elements (Chen et al. 2016; "Two ways to keep less").
-        _sbh = int(_case["seq_len"]) * int(_case["batch_size"]) * int(_case["hidden_size"])
-        _formula_rows = [{_column: "block input (checkpointed)", "bytes": _sbh * _e}]
-    else:
-        _formula_rows = [{_column: t.tensor, "bytes": int(t.bytes)} for t in _formula]
     block_terms = pd.DataFrame(_rows)
-    _formula_frame = pd.DataFrame(_formula_rows)
+    # The formula's terms at the case's sizes; with checkpointing, the block's input alone ("Two ways to keep less").
+    _formula_frame = recorded.formula_terms_frame(_case)
     _gpt = ("" if _case["family"] == "gpt2" or _case["checkpointing"] else
             " The formula describes a GPT block (LayerNorm, GeLU MLP of width 4h); this model's own block is on the left.")
 

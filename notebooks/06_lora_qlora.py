@@ -35,8 +35,9 @@ def _(live_only_notice, mo, time_lora_merge, viz):
     rank_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=_start_rank, label="Rank r", show_value=True)
     targets_dropdown = mo.ui.dropdown(options=TARGET_SETS, value="q, v (the LoRA paper)", label="Adapted matrices")
     # Shown in the merging section: checks and times the merge at the rank on the slider when pressed (and once
-    # at load), so moving the rank never waits for a timing and the merging section never re-runs with it.
-    merge_button = mo.ui.button(value=time_lora_merge(_start_rank), kind="success", label="Check and time again",
+    # at load, in 12 rounds rather than a press's 25, so that the page opens ~75 ms sooner), so moving the rank
+    # never waits for a timing and the merging section never re-runs with it.
+    merge_button = mo.ui.button(value=time_lora_merge(_start_rank, rounds=12), kind="success", label="Check and time again",
                                 on_click=lambda last: time_lora_merge(rank_slider.value, last["number"] + 1))
     mo.vstack([_text, live_only_notice(), mo.hstack([rank_slider, model_dropdown, targets_dropdown], justify="start", gap=2)])
     return TARGET_SETS, merge_button, model_dropdown, rank_slider, targets_dropdown
@@ -51,14 +52,14 @@ def _():
 
     import memmath as mm
     from memmath.reference import literature, paper_setups
-    from memmath_lessons import blockwise, toy_block, viz
+    from memmath_lessons import blockwise, recorded, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons import lesson_charts, site_charts
 
     return (blockwise, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, paper_setups,
-            pd, site_charts, toy_block, viz)
+            pd, recorded, site_charts, toy_block, viz)
 
 
 @app.cell(hide_code=True)
@@ -181,8 +182,8 @@ def _(np, toy_block):
     merge_width, merge_tokens = 512, 64
     merge_x = toy_block.make_input(merge_tokens, merge_width)
 
-    def time_lora_merge(rank, number=1):
-        """The merge checked (same output?) and timed (base, unmerged, merged, interleaved) at this rank."""
+    def time_lora_merge(rank, number=1, rounds=25):
+        """The merge checked (same output?) and timed (base, unmerged, merged; `rounds` interleaved) at this rank."""
         _lora = toy_block.make_lora(merge_width, merge_width, rank, alpha=16.0, trained=True)
         with toy_block.blas_threads(1):  # one BLAS thread: several spin-wait for each other on a busy machine (6 ms vs up to 90)
             _side = toy_block.lora_forward(merge_x, _lora)  # x W^T + (alpha/r) (x A^T) B^T
@@ -191,7 +192,7 @@ def _(np, toy_block):
         _times = toy_block.time_variants({
             "base W x": lambda: merge_x @ _lora.W.T,
             "W x + B A x (unmerged)": lambda: toy_block.lora_forward(merge_x, _lora),
-            "merged W' x": lambda: merge_x @ _merged.T}, repeats=25, budget_s=0.5)
+            "merged W' x": lambda: merge_x @ _merged.T}, repeats=rounds, budget_s=0.5)
         return {"times": _times, "rank": rank, "number": number, "gap": float(np.abs(_side - _out).max()),
                 "same": bool(np.allclose(_side, _out, rtol=1e-4, atol=1e-5)), "typical": float(np.abs(_side).mean())}
 
@@ -267,27 +268,11 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
     # The one cell the block size re-runs: the table, the chart's new counts and the text.
     quant_block = block_size_slider.value
     demo_weights = np.random.default_rng(0).standard_normal(4096)
-    _bf16_error = float(np.abs(mm.round_to_format(demo_weights, "bf16") - demo_weights).mean() / np.abs(demo_weights).mean())
-
-    def _row(storage, fmt, double_quant):
-        return {"storage": storage, "bits per weight": float(mm.get_format(fmt).bits),
-                "constants (bits per weight)": mm.quant_constant_bits(block=quant_block, double_quant=double_quant),
-                "mean error (share of mean |w|)": blockwise.quantization_error(demo_weights, fmt, block=quant_block),
-                "total bits": mm.bits_per_weight(fmt, block=quant_block, double_quant=double_quant)}
-
-    quant_rows = pd.DataFrame([
-        {"storage": "bf16", "bits per weight": mm.bits_per_weight("bf16"), "constants (bits per weight)": 0.0,
-         "mean error (share of mean |w|)": _bf16_error, "total bits": mm.bits_per_weight("bf16")},
-        _row("int4, fp32 constants", "int4", False), _row("NF4, fp32 constants", "nf4", False),
-        _row("NF4 + double quantization", "nf4", True),
-    ])
-
-    _blocks = demo_weights[: len(demo_weights) // quant_block * quant_block].reshape(-1, quant_block)
+    # bf16, int4, NF4 and NF4 with double quantization: bits (memmath) and the mean error measured on these weights.
+    quant_rows = blockwise.storage_table(demo_weights, block=quant_block)
     # A histogram counted in numpy (50 bins over -1..1): the page carries 50 counts, not 4,096 weights.
-    _counts, _edges = np.histogram(_blocks / np.abs(_blocks).max(axis=1, keepdims=True), bins=50, range=(-1, 1))
-    _bins = pd.DataFrame({"start": _edges[:-1].round(2), "end": _edges[1:].round(2), "weights": _counts})
-    _levels = pd.concat([pd.DataFrame({"level": list(mm.NF4_LEVELS), "format": "NF4 levels"}),
-                         pd.DataFrame({"level": np.arange(-7, 8) / 7, "format": "int4 levels"})])
+    _bins = blockwise.normalized_histogram(demo_weights, block=quant_block)
+    _levels = blockwise.format_levels()
 
     levels_chart.update(pd.concat([_bins.assign(kind="bin"), _levels.assign(kind="level")], ignore_index=True),
                         draw=lesson_charts.quantization_levels, block=int(quant_block))
@@ -519,10 +504,10 @@ def _(literature, mm, mo, paper_setups, pd, viz):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, pd, viz):
+def _(mo, recorded, viz):
     # Folded under "Go deeper" below: QLoRA as bitsandbytes stores it, measured on the CPU by
     # validation/quantized.py (Linear4bit / Linear8bitLt in place of every linear, peft's LoRA on top).
-    from memmath.reference.measured import load_measured_quantized, measured_metadata, predict_case, predict_peak_case
+    from memmath.reference.measured import load_measured_quantized, measured_metadata
 
     _cases = load_measured_quantized()
     _meta = measured_metadata()
@@ -533,25 +518,12 @@ def _(mm, mo, pd, viz):
               for q, d in (("nf4", True), ("fp4", False), ("int8", False))]
     _tables = []
     for _case in _shown:
-        _m = predict_case(_case)
         _label = (f"**{_kinds[(_case['quant_type'], bool(_case['double_quant']))]}**: the `{_case['shape']}` model in "
                   f"{_case['precision']}, LoRA r = {int(_case['lora_rank'])} on "
                   f"{'every linear' if _case['lora_targets'] == 'all' else 'q, v'}, batch {int(_case['batch_size'])} x "
                   f"{int(_case['seq_len'])} tokens")
-        _rows = []
-        for _part, _measured, _predicted in (
-            ("weights (packed base, the rest, adapters)", _case["param_bytes"], _m.weights),
-            ("quantization constants", _case["quantization_constant_bytes"], _m.quantization_constants),
-            ("gradients (adapters only)", _case["grad_bytes"], _m.gradients),
-            ("optimizer states (adapters only)", _case["optimizer_state_bytes"], _m.optimizer_states),
-            # an 8-bit base's matmul keeps its input itself, outside autograd's saved tensors (held_by_ctx_bytes)
-            ("saved activations", _case["saved_bytes"] + _case["held_by_ctx_bytes"], _m.activation_detail.saved_by_forward),
-            ("peak of step 2", _case["peak_step2_bytes"], predict_peak_case(_case).total),
-        ):
-            _rows.append({"part": _part, "measured (B)": int(_measured), "memmath (B)": int(_predicted),
-                          "difference": "equal" if int(_predicted) == int(_measured) else
-                          f"{int(_predicted) / int(_measured) - 1:+.1%}"})
-        _tables += [mo.md(_label), viz.plain_table(pd.DataFrame(_rows))]
+        # Weights, constants, gradients, states, saved activations and step 2's peak: measured against memmath.
+        _tables += [mo.md(_label), viz.plain_table(recorded.quantized_parts_frame(_case))]
     qlora_measured_fold = mo.vstack([mo.md(f"""
     Does QLoRA really store what this lesson counts? We ran it: bitsandbytes {_v.get("bitsandbytes", "?")}'s
     4-bit (`Linear4bit`, NF4 and FP4, with and without double quantization) and 8-bit (`Linear8bitLt`)

@@ -55,3 +55,37 @@ def test_nf4_beats_int4_on_normal_weights():
 def test_bad_input_is_a_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_storage_table_counts_the_papers_bits_and_measures_the_errors():
+    # QLoRA (Dettmers et al. 2023, section 3): fp32 absmax per 64 weights = 32/64 = 0.5 bits; double quantization
+    # 8/64 + 32/(64 x 256) = 0.127 bits. int4 and NF4 store 4 bits, bf16 16.
+    weights = np.random.default_rng(0).standard_normal(4096)
+    table = bw.storage_table(weights, block=64).set_index("storage")
+    assert list(table.index) == ["bf16", "int4, fp32 constants", "NF4, fp32 constants", "NF4 + double quantization"]
+    assert table["bits per weight"].tolist() == [16.0, 4.0, 4.0, 4.0]
+    assert table["constants (bits per weight)"].tolist() == pytest.approx([0.0, 0.5, 0.5, 8 / 64 + 32 / (64 * 256)])
+    assert table["total bits"].tolist() == pytest.approx([16.0, 4.5, 4.5, 4 + 8 / 64 + 32 / (64 * 256)])
+    errors = table["mean error (share of mean |w|)"]
+    # bf16 keeps 8 significant bits: a relative rounding error of at most 2^-9 per value.
+    assert 0 < errors["bf16"] < 2**-9
+    # NF4's levels sit at a normal distribution's quantiles: less error than int4's even grid on normal weights.
+    assert errors["NF4, fp32 constants"] < errors["int4, fp32 constants"]
+    assert errors["NF4 + double quantization"] == errors["NF4, fp32 constants"]  # the constants' storage only
+
+
+def test_normalized_histogram_counts_whole_blocks_scaled_by_their_absmax():
+    weights = np.random.default_rng(1).standard_normal(4096)
+    bins = bw.normalized_histogram(weights, block=1000)  # 4 whole blocks of 1,000; the last 96 values are left out
+    assert len(bins) == 50 and bins["weights"].sum() == 4000
+    assert bins["start"].iloc[0] == -1.0 and bins["end"].iloc[-1] == 1.0
+    # Each block's largest |w| lands on -1 or 1, so the outer bins hold 4 values between them at least.
+    assert bins["weights"].iloc[0] + bins["weights"].iloc[-1] >= 4
+
+
+def test_format_levels_are_nf4s_sixteen_and_int4s_fifteen():
+    levels = bw.format_levels()
+    nf4 = levels[levels["format"] == "NF4 levels"]["level"].tolist()
+    int4 = levels[levels["format"] == "int4 levels"]["level"].tolist()
+    assert np.allclose(nf4, NF4_PAPER, atol=1e-4)
+    assert int4 == pytest.approx([k / 7 for k in range(-7, 8)])

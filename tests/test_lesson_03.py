@@ -56,11 +56,9 @@ def test_fused_and_checkpointing_by_hand():
     # Fused attention: 34 sbh + 4 a s b per layer; checkpointing: 2 sbh per layer (16-bit block input).
     s, b, h, a = 1024, 4, 768, 12
     _, base = lessons.run(NAME)
-    overrides = {"attention_radio": mo.ui.radio(options=base["attention_radio"].options, value="fused SDPA / FlashAttention"),
-                 "checkpointing_switch": mo.ui.switch(value=True)}
-    for name in ("batch_slider", "seq_slider", "unit_radio"):
-        overrides[name] = base[name]
-    _, defs = lessons.load_app(NAME).run(defs=overrides)
+    _, defs = lessons.run_with(NAME, attention_radio=mo.ui.radio(options=base["attention_radio"].options,
+                                                                 value="fused SDPA / FlashAttention"),
+                               checkpointing_switch=mo.ui.switch(value=True))
     assert defs["per_layer"] == 34 * s * b * h + 4 * a * s * b
     assert defs["detail"].per_layer == 2 * s * b * h
     assert defs["detail"].recompute_peak == 34 * s * b * h + 4 * a * s * b

@@ -1,0 +1,79 @@
+"""The lessons' views of the recorded PyTorch measurements (`memmath.reference`'s data, recorded by
+validation/measure.py and validation/quantized.py): which recorded case a lesson's controls pick, and
+tables of measured against predicted bytes. The prose about them stays in the lessons.
+
+They live here rather than in the notebooks because marimo parses and compiles a notebook's whole
+code each time a page opens (issue 15: lesson 3's cold start was mostly its code).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from memmath import korthikanti_terms
+from memmath.reference import predict_case
+from memmath.reference.measured import predict_peak_case
+
+SAVED_PLACES = ("in the blocks", "outside the blocks (embeddings, head, loss)")
+"""The two places lesson 3's chart splits the saved bytes into (its colours, in this order)."""
+
+
+def full_finetuning_case(cases: pd.DataFrame, *, shape: str, attention: str, dropout: bool,
+                         checkpointing: bool) -> pd.Series:
+    """Lesson 3's recorded case for its controls: full finetuning with AdamW, 2 sequences of 64 tokens, in bf16
+    where both precisions were recorded. A KeyError names the controls when no case matches."""
+    match = cases[(cases["shape"] == shape) & (cases["method"] == "full") & (cases["optimizer"] == "adamw")
+                  & (cases["batch_size"] == 2) & (cases["seq_len"] == 64) & (cases["attention"] == attention)
+                  & (cases["dropout"] == dropout) & (cases["checkpointing"] == checkpointing)]
+    if match.empty:
+        raise KeyError(f"no recorded full-finetuning case for shape={shape!r}, attention={attention!r}, "
+                       f"dropout={dropout}, checkpointing={checkpointing}")
+    return match.sort_values("precision").iloc[0]
+
+
+def saved_bytes_frame(case: pd.Series, transformers, textbook, blocks_transformers: int) -> pd.DataFrame:
+    """What the forward pass saved, in the blocks and outside them: measured, then memmath's two activation
+    models (`transformers` and `textbook` are their activation_detail; `blocks_transformers` the first's bytes
+    booked per block, as the measurement books them). Columns: source, where, KB (1 KB = 1,000 B), bytes, order."""
+    bars = {"Measured (PyTorch, CPU)": (sum(case["saved_per_layer"]), case["saved_outside_layers"]),
+            'memmath, activations="transformers"': (blocks_transformers,
+                                                    transformers.saved_by_forward - blocks_transformers),
+            'memmath, activations="textbook"': (textbook.layers, textbook.outside_layers + textbook.loss)}
+    return pd.DataFrame([{"source": source, "where": where, "KB": int(n) / 1000, "bytes": int(n), "order": i}
+                         for source, parts in bars.items() for i, (where, n) in enumerate(zip(SAVED_PLACES, parts))])
+
+
+FORMULA_COLUMN = "what the formula counts (a GPT block)"
+
+
+def formula_terms_frame(case: pd.Series) -> pd.DataFrame:
+    """Korthikanti et al.'s terms for one block at the case's sizes (16-bit elements and masks as the case's
+    element size, its dropout and attention), or with checkpointing the one tensor a block keeps, its input
+    (s·b·h elements; Chen et al. 2016). Columns: FORMULA_COLUMN, bytes."""
+    element = 4 if case["precision"] == "fp32" else 2
+    s, b, h = int(case["seq_len"]), int(case["batch_size"]), int(case["hidden_size"])
+    if case["checkpointing"]:
+        return pd.DataFrame([{FORMULA_COLUMN: "block input (checkpointed)", "bytes": s * b * h * element}])
+    terms = korthikanti_terms(seq_len=s, batch_size=b, hidden_size=h, n_heads=int(case["n_heads"]),
+                              element_bytes=element, mask_bytes=element, dropout=bool(case["dropout"]),
+                              attention=case["attention"])
+    return pd.DataFrame([{FORMULA_COLUMN: t.tensor, "bytes": int(t.bytes)} for t in terms])
+
+
+def quantized_parts_frame(case: pd.Series) -> pd.DataFrame:
+    """One recorded QLoRA run (validation/quantized.py) part by part, measured against memmath's prediction:
+    columns part, measured (B), memmath (B), difference ("equal" or the relative gap)."""
+    predicted = predict_case(case)
+    parts = (
+        ("weights (packed base, the rest, adapters)", case["param_bytes"], predicted.weights),
+        ("quantization constants", case["quantization_constant_bytes"], predicted.quantization_constants),
+        ("gradients (adapters only)", case["grad_bytes"], predicted.gradients),
+        ("optimizer states (adapters only)", case["optimizer_state_bytes"], predicted.optimizer_states),
+        # an 8-bit base's matmul keeps its input itself, outside autograd's saved tensors (held_by_ctx_bytes)
+        ("saved activations", case["saved_bytes"] + case["held_by_ctx_bytes"],
+         predicted.activation_detail.saved_by_forward),
+        ("peak of step 2", case["peak_step2_bytes"], predict_peak_case(case).total),
+    )
+    return pd.DataFrame([{"part": part, "measured (B)": int(measured), "memmath (B)": int(memmath),
+                          "difference": "equal" if int(memmath) == int(measured) else
+                          f"{int(memmath) / int(measured) - 1:+.1%}"} for part, measured, memmath in parts])
