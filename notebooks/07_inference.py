@@ -71,10 +71,11 @@ def _(live_only_notice, mm, mo):
 
 @app.cell(hide_code=True)
 def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu_dropdown, gqa_view,
-      kv_format_dropdown, literature, mm, mo, model_dropdown, np, pd, sweep_chart, unit_radio, viz,
-      weights_format_dropdown):
-    # The one cell a control re-runs: it computes the run, hands both live charts their rows, and shows the
-    # numbers, the verdict and the folds that depend on the run (every re-run cell costs marimo ~6-10 ms).
+      kv_format_dropdown, literature, mm, mo, model_dropdown, np, pd, run_view, sweep_chart, sweep_draw, unit_radio,
+      viz, weights_format_dropdown):
+    # The one cell a control re-runs: it computes the run, hands both live charts their rows and the live views
+    # below the numbers, the verdict and the folds' tables (every re-run cell costs marimo ~6-10 ms, and a cell's
+    # output is re-rendered whole on every run): it shows only the warnings that apply.
     model, gpu, unit = mm.PRESETS[model_dropdown.value], mm.get_gpu(gpu_dropdown.value), unit_radio.value
     context_len, batch_size = context_slider.value, batch_slider.value
     weights_format, kv_format, attention = weights_format_dropdown.value, kv_format_dropdown.value, attention_radio.value
@@ -159,16 +160,7 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
         "decode bound (tokens/s)": [_rate(mm.decode_tokens_per_second(memory, g)) if fits else "does not fit"
                                     for g, fits in zip(fit_frame["gpu"], fit_frame["fits"])],
     }).drop(columns=["kind"])
-    _card = mm.get_gpu("RTX 4090")
-    _cards = mo.vstack([mo.md(f"""
-    Every card in the catalog against the detailed total, each with the same {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB
-    kept back for the CUDA context; the last column is the decode bound, for the cards that hold the run. "marketed" is
-    the size on the box, which counts in binary units (GiB); "memory" is what the driver reports (nvidia-smi's
-    total), the same or a little less: an {_card.name} sold as "{_card.marketed}" reports
-    {_card.memory_bytes // 2**20:,} MiB, which is {mm.format_bytes(_card.memory_bytes, "GiB")} or
-    {mm.format_bytes(_card.memory_bytes)}.
-    """), viz.plain_table(fit_frame)])
-    cards_view.update(_cards)
+    cards_view.update(fit_frame)
 
     # Grouped-query attention: six models' caches at this context, batch and cache format.
     _names = ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "llama-2-70b", "llama-3-70b"]
@@ -208,18 +200,14 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
         columns=["kind", "context", "label", "order", "size", "what"])
     sweep_chart.update(_sweep_frame, draw=sweep_draw(gpu.name, unit), key=(unit, gpu.name))
 
-    mo.vstack([*_warn, mo.md(f"""
+    # The number, the headline stats and the verdict, into the live view below: this cell shows only warnings.
+    run_view.update(mo.Html(mo.md(f"""
     **The number.** {model.name}'s KV cache at this context: **{_f(memory.kv_cache)}** = {_recipe}.
     With the weights in {memory.weights_format} and the working set of one forward pass, serving it takes:
-    """),
-        mo.hstack([
-            mo.stat(_f(_stored), label="Weights (+ constants)"),
-            mo.stat(_f(memory.kv_cache), label="KV cache"),
-            mo.stat(_f(memory.working_set), label="Working set"),
-            mo.stat(_f(memory.total), label="Total"),
-            mo.stat(_f(memory.rule_of_thumb), label=f"Weights x {mm.RULE_OF_THUMB_FACTOR:g}"),
-        ], justify="space-between"),
-        mo.md(f"""
+    """).text + viz.stat_row([
+            (_f(_stored), "Weights (+ constants)"), (_f(memory.kv_cache), "KV cache"),
+            (_f(memory.working_set), "Working set"), (_f(memory.total), "Total"),
+            (_f(memory.rule_of_thumb), f"Weights x {mm.RULE_OF_THUMB_FACTOR:g}")]).text + mo.md(f"""
     Serving **{model.name}** with weights in {memory.weights_format} and the cache in {memory.kv_format},
     {batch_size} {_seqs} of {context_len:,} tokens: the detailed sum is **{_f(memory.total)}**, which
     {_verdict}. {_reserve} {_decode}
@@ -227,19 +215,29 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
     The rule of thumb, weights x {mm.RULE_OF_THUMB_FACTOR:g}, says {_f(memory.rule_of_thumb)}: an allowance of
     {_f(memory.rule_of_thumb - _stored)} ({mm.RULE_OF_THUMB_FACTOR - 1:.0%} of {_f(_stored)}) for everything
     besides the weights. {_where}
-    """),
-    ])
+    """).text))
+    mo.vstack(_warn) if _warn else None
     return (all_sequences, attention, batch_size, context_len, fit_frame, gpu, gqa_frame, kv_format, memory, model,
             per_sequence, read_per_step, rule_limit, unit, weights_format)
 
 
 @app.cell(hide_code=True)
-def _(live_html, mo):
-    # The folds of the run's cell above, shown once: that cell fills their tables in place on every move.
-    cards_view, gqa_view = live_html(), live_html()
-    mo.accordion({"Which GPUs hold this run, and how fast would each decode it?": cards_view,
-                  "How much does grouped-query attention shrink the cache?": gqa_view})
-    return cards_view, gqa_view
+def _(live_html, mm, mo):
+    # The run's number and verdict and the folds' tables, shown once: the run's cell above fills them in place on
+    # every move.
+    run_view, cards_view, gqa_view = live_html(), live_html(), live_html()
+    _card = mm.get_gpu("RTX 4090")
+    _cards = mo.vstack([mo.md(f"""
+    Every card in the catalog against the detailed total, each with the same {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB
+    kept back for the CUDA context; the last column is the decode bound, for the cards that hold the run. "marketed" is
+    the size on the box, which counts in binary units (GiB); "memory" is what the driver reports (nvidia-smi's
+    total), the same or a little less: an {_card.name} sold as "{_card.marketed}" reports
+    {_card.memory_bytes // 2**20:,} MiB, which is {mm.format_bytes(_card.memory_bytes, "GiB")} or
+    {mm.format_bytes(_card.memory_bytes)}.
+    """), cards_view])
+    mo.vstack([run_view, mo.accordion({"Which GPUs hold this run, and how fast would each decode it?": _cards,
+                                       "How much does grouped-query attention shrink the cache?": gqa_view})])
+    return cards_view, gqa_view, run_view
 
 
 @app.cell(hide_code=True)

@@ -162,3 +162,19 @@ def test_capacity_label_side_moves_only_a_param():
     one, two = spec_at(1), spec_at(2)
     assert {param_values(one)["capacity_side"], param_values(two)["capacity_side"]} == {"left", "right"}
     assert _without_param_values(one) == _without_param_values(two)
+
+
+def test_stat_row_draws_each_value_under_its_label_as_plain_html():
+    from memmath_lessons.viz import stat_row
+
+    html = stat_row([("26.03 GB", "Weights (+ constants)"), ("<1 GB", "KV cache")]).text
+    assert "marimo-" not in html  # plain HTML, for a live html (no marimo element)
+    assert html.index("Weights (+ constants)") < html.index("26.03 GB") < html.index("KV cache") < html.index("&lt;1 GB")
+    assert html.count("font-size:24px;font-weight:700") == 2  # marimo's stat value: text-2xl, bold
+
+
+def test_stat_row_needs_a_stat():
+    from memmath_lessons.viz import stat_row
+
+    with pytest.raises(ValueError, match="stats must hold at least one"):
+        stat_row([])
