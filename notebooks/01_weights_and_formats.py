@@ -37,9 +37,10 @@ def _():
     from memmath.reference import literature
     from memmath_lessons import lesson_charts, viz
     from memmath_lessons.live_chart import bound_live_chart, live_chart
+    from memmath_lessons.live_html import live_html
     from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
 
-    return (alt, bound_chart, bound_live_chart, is_static_export, lesson_charts, literature, live_chart,
+    return (alt, bound_chart, bound_live_chart, is_static_export, lesson_charts, literature, live_chart, live_html,
             live_only_notice, mm, mo, np, pd, Slider, viz)
 
 
@@ -56,7 +57,8 @@ def _(live_only_notice, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(bound_chart, bound_live_chart, formats_grid, is_static_export, lesson_charts, mo, Slider, STORAGE_FORMATS, viz):
+def _(bound_chart, bound_live_chart, formats_grid, is_static_export, lesson_charts, live_html, mo, Slider,
+      STORAGE_FORMATS, viz):
     _draw = lesson_charts.format_bars(STORAGE_FORMATS)  # the bars, a total beside each
     _title = "Weights in each format (GB), with the scales of the block formats"
     # One control per quantity. Live, the size above (slider or preset) moves this chart: drawn once here (this
@@ -67,14 +69,22 @@ def _(bound_chart, bound_live_chart, formats_grid, is_static_export, lesson_char
               "computed in advance for every size the slider above offers, so this slider keeps working in "
               "this static copy of the page, where the controls above are frozen.")
     _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
-    (formats_chart if formats_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
+    # The number with its recipe, in the callout under the chart: the next cell fills it on every move.
+    number_view = live_html()
+    mo.vstack([formats_chart if formats_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
         formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7), labels=_sizes, show_value=False)],
-        _draw, title=_title))]))
-    return (formats_chart,)
+        _draw, title=_title))]), mo.callout(number_view, kind="info"),
+        mo.md("**Takeaway:** weight memory = parameters × bits per parameter ÷ 8. Halve the bits and you halve "
+              "the memory; the number of parameters stays what it is.")], gap=1.25)
+    return formats_chart, number_view
 
 
 @app.cell(hide_code=True)
-def _(format_dropdown, formats_chart, mm, mo, params_slider, pd, preset_dropdown, STORAGE_FORMATS, unit_radio, viz):
+def _(cards_chart, cards_table_view, cards_verdict_view, context_checkbox, format_dropdown, formats_chart,
+      lesson_charts, mm, mo, number_view, params_slider, pd, preset_dropdown, STORAGE_FORMATS, unit_radio, viz):
+    # The one cell the size, the format, the unit and the box re-run (every re-run cell costs marimo ~6-10 ms): the
+    # number with its recipe, the format chart's rows, and the cards' verdicts, chart and table further down, all
+    # into live views, so it shows nothing itself.
     # The cell the size re-runs first: the weights of the chosen model, the chart's rows, the sentence that says them.
     preset = preset_dropdown.value
     n_params = mm.resolve_model(viz.model_choice(params_slider.value, preset)).n_params
@@ -100,15 +110,43 @@ def _(format_dropdown, formats_chart, mm, mo, params_slider, pd, preset_dropdown
             if weights_format.name == "nf4" else "one fp32 scale per 64 values")
     _scales = (f", plus {mm.format_bytes(stored.quantization_constants, unit)} of scales ({_how}): "
                f"**{mm.format_bytes(weight_bytes, unit)}** in all" if stored.quantization_constants else "")
-    mo.vstack([
-        mo.callout(mo.md(f"""
-        {_which} {n_params:,} parameters ({viz.short_count(n_params)}) × {weights_format.bits} bits ÷ 8
-        = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}.
-        """), kind="info"),
-        mo.md("**Takeaway:** weight memory = parameters × bits per parameter ÷ 8. Halve the bits and you halve "
-              "the memory; the number of parameters stays what it is."),
-    ])
-    return n_params, preset, stored, unit, weight_bytes, weights_format
+    number_view.update(mo.md(f"""
+    {_which} {n_params:,} parameters ({viz.short_count(n_params)}) × {weights_format.bits} bits ÷ 8
+    = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}.
+    """))
+
+    # The cards (the GPU section further down): the verdict per card, its chart and its table, into the views there.
+    reserved_bytes = mm.CUDA_CONTEXT_BYTES if context_checkbox.value else 0  # 1,343 MiB, memmath/gpus.py
+    gpu_fits = mm.fit_table(weight_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
+    _mem, _head = f"memory ({unit})", f"headroom ({unit})"
+    _need = (weight_bytes + reserved_bytes) / mm.UNITS[unit]
+    _unit = unit
+
+    # One table for the three layers (the cards, then the line at what the weights need), given once to the layer;
+    # a new unit draws the chart anew (its axis title), a new size only sends rows.
+    cards_chart.update(pd.concat([
+        pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
+                      "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
+        pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [_need],
+                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")],
+                      # The label sits left of the line near the right end, so it stays inside the plot.
+                      "flip": [_need > 0.6 * max(float(gpu_fits[_mem].max()), _need)]}),
+    ], ignore_index=True), draw=lesson_charts.gpu_cards(unit), key=unit)
+    # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
+    fit_rows = pd.DataFrame([{
+        "gpu": _g, "marketed": _m, _mem: round(_size, 2), "needs (% of the card)": round(100 * (_size - _h) / _size, 1),
+        "verdict": (f"fits, {mm.format_bytes(_h * mm.UNITS[unit], unit)} spare" if _f
+                    else f"short by {mm.format_bytes(-_h * mm.UNITS[unit], unit)}"),
+    } for _g, _m, _size, _h, _f in gpu_fits[["gpu", "marketed", _mem, _head, "fits"]].itertuples(index=False)])
+    _holding = gpu_fits[gpu_fits["fits"]]
+    cards_verdict_view.update(mo.md(f"""
+    {len(_holding)} of the {len(gpu_fits)} cards hold these weights
+    ({mm.format_bytes(weight_bytes, unit)}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
+
+    {viz.cuda_reserve_sentence(reserved_bytes, unit)}
+    """))
+    cards_table_view.update(fit_rows)
+    return fit_rows, gpu_fits, n_params, preset, reserved_bytes, stored, unit, weight_bytes, weights_format
 
 
 @app.cell
@@ -326,48 +364,11 @@ def _(literature, live_only_notice, mm, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(live_chart):
-    cards_chart = live_chart()  # drawn once (this cell reads no control); the next cell sends it new rows
-    cards_chart
-    return (cards_chart,)
-
-
-@app.cell(hide_code=True)
-def _(cards_chart, context_checkbox, lesson_charts, mm, mo, pd, unit, viz, weight_bytes, weights_format):
-    # The cell the size re-runs second (and the box alone): the verdict per card, its chart and its table.
-    reserved_bytes = mm.CUDA_CONTEXT_BYTES if context_checkbox.value else 0  # 1,343 MiB, memmath/gpus.py
-    gpu_fits = mm.fit_table(weight_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
-    _mem, _head = f"memory ({unit})", f"headroom ({unit})"
-    _need = (weight_bytes + reserved_bytes) / mm.UNITS[unit]
-    _unit = unit
-
-    # One table for the three layers (the cards, then the line at what the weights need), given once to the layer;
-    # a new unit draws the chart anew (its axis title), a new size only sends rows.
-    cards_chart.update(pd.concat([
-        pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
-                      "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
-        pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [_need],
-                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")],
-                      # The label sits left of the line near the right end, so it stays inside the plot.
-                      "flip": [_need > 0.6 * max(float(gpu_fits[_mem].max()), _need)]}),
-    ], ignore_index=True), draw=lesson_charts.gpu_cards(unit), key=unit)
-    # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
-    fit_rows = pd.DataFrame([{
-        "gpu": _g, "marketed": _m, _mem: round(_size, 2), "needs (% of the card)": round(100 * (_size - _h) / _size, 1),
-        "verdict": (f"fits, {mm.format_bytes(_h * mm.UNITS[unit], unit)} spare" if _f
-                    else f"short by {mm.format_bytes(-_h * mm.UNITS[unit], unit)}"),
-    } for _g, _m, _size, _h, _f in gpu_fits[["gpu", "marketed", _mem, _head, "fits"]].itertuples(index=False)])
-    _holding = gpu_fits[gpu_fits["fits"]]
-    mo.vstack([
-        mo.md(f"""
-        {len(_holding)} of the {len(gpu_fits)} cards hold these weights
-        ({mm.format_bytes(weight_bytes, unit)}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
-
-        {viz.cuda_reserve_sentence(reserved_bytes, unit)}
-        """),
-        mo.accordion({"How much room does each card leave?": viz.plain_table(fit_rows)}),
-    ])
-    return fit_rows, gpu_fits, reserved_bytes
+def _(live_chart, live_html, mo):
+    # Drawn once (this cell reads no control); the cell under the size controls sends them new rows and text.
+    cards_chart, cards_verdict_view, cards_table_view = live_chart(), live_html(), live_html()
+    mo.vstack([cards_chart, cards_verdict_view, mo.accordion({"How much room does each card leave?": cards_table_view})])
+    return cards_chart, cards_table_view, cards_verdict_view
 
 
 @app.cell(hide_code=True)

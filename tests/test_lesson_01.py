@@ -105,11 +105,11 @@ def test_format_chart_labels_totals_rounded_once(default_run):
     assert totals.loc["int4", "max"] == 3.94 and totals.loc["fp32", "max"] == 28.0
 
 
-def test_a_move_re_runs_at_most_two_cells():
-    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran six; now
-    # the weights' cell (callout, format chart's rows) and the cards' cell (verdicts, card chart's rows, table).
-    assert len(lessons.cells_rerun_by(LESSON, "params_slider")) == 2
-    for control in ("block_absmax_slider", "value_number", "context_checkbox"):
+def test_a_move_re_runs_one_cell():
+    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran six, then
+    # two; now one, which fills the callout, the format chart's rows and the cards' verdicts, chart and table.
+    for control in ("params_slider", "preset_dropdown", "format_dropdown", "unit_radio", "block_absmax_slider",
+                    "value_number", "context_checkbox"):
         assert len(lessons.cells_rerun_by(LESSON, control)) == 1, control
 
 
