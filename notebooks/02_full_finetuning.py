@@ -74,9 +74,10 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, gpu_dropdown, mm, mo, optimizer_dropdown, params_slider, pd, precision_dropdown, preset_dropdown,
-      unit_radio, viz):
-    # The cell every control of the run re-runs first: the run, its chart's rows, the verdict that says them.
+def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, optimizer_view, params_slider, pd,
+      precision_dropdown, preset_dropdown, published, published_view, unit_radio, viz):
+    # The one cell every control of the run re-runs (each re-run cell costs marimo ~6-10 ms): the run, its chart's
+    # rows and the verdict that says them, then the tables further down that apply the run to your model.
     preset = preset_dropdown.value
     model = viz.model_choice(params_slider.value, preset)  # a preset name or a parameter count
     n_params = mm.resolve_model(model).n_params
@@ -96,6 +97,39 @@ def _(bars_chart, gpu_dropdown, mm, mo, optimizer_dropdown, params_slider, pd, p
     _kind = "success" if _runs.fits else ("warn" if _holds.fits else "danger")
     _notes = [n.text for n in run.notes if n.kind != "activations_not_estimated"]
     _names = {v: k for k, v in optimizer_dropdown.options.items()}
+    # The tables that apply the run to your model and the sentence between them, into the live views further down
+    # (the page replaces those alone).
+    published_rows = published.published_table(n_params, unit)
+    # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
+    _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
+    published_view.update(_shown, caption=f"For {viz.short_count(n_params)} parameters:",
+                          wrapped_columns=["what it counts", "source"])
+    _rows = []
+    # The menu's names (amsgrad variants are not in the menu: named here the same way).
+    _menu_names = {v: k for k, v in optimizer_dropdown.options.items()} | {"adam_amsgrad": "Adam (amsgrad)",
+                                                                           "adamw_amsgrad": "AdamW (amsgrad)"}
+    for _name, _opt in mm.OPTIMIZERS.items():
+        _r = mm.training_memory(model, precision=precision, optimizer=_name)
+        _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
+        _rows.append({"optimizer": _menu_names.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
+                      "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
+                      f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu, reserved_bytes=0).fits else "no",
+                      "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
+                                                           "has no matrix shapes." if _unfactored else "")})
+    optimizer_table = pd.DataFrame(_rows)
+    optimizer_view.update(optimizer_table, caption=f"For {viz.short_count(n_params)} parameters in your recipe:",
+                          wrapped_columns=["what it keeps"])
+    # Every card as the driver reports it, smallest first (as mm.fit_table lists them), judged twice by mm.check_fit.
+    gpu_rows = pd.DataFrame([{
+        "gpu": _g.name, "marketed": _g.marketed, f"memory ({unit})": round(_g.memory_bytes / mm.UNITS[unit], 2),
+        "holds the weights": "yes" if mm.check_fit(run.weights, _g, reserved_bytes=0).fits else "no",
+        "runs full finetuning": "yes" if mm.check_fit(run.total, _g, reserved_bytes=0).fits else "no",
+    } for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)])
+    gpu_view.update(gpu_rows)
+    _gap = gpu_rows[(gpu_rows["holds the weights"] == "yes") & (gpu_rows["runs full finetuning"] == "no")]
+    gap_view.update(mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but "
+                          f"fail the run before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'})."))
+
     _recipes = {v: k for k, v in precision_dropdown.options.items()}
     mo.vstack([
         mo.callout(mo.md(f"""
@@ -113,7 +147,7 @@ def _(bars_chart, gpu_dropdown, mm, mo, optimizer_dropdown, params_slider, pd, p
               "optimizer's states: in pure 16-bit with Adam 8 bytes per parameter, four times the weights alone. "
               "Holding the weights is not running the step."),
     ])
-    return gpu, model, n_params, optimizer, precision, preset, run, unit
+    return gpu, gpu_rows, model, n_params, optimizer, optimizer_table, precision, preset, published_rows, run, unit
 
 
 @app.cell(hide_code=True)
@@ -271,44 +305,6 @@ def _(live_html, mo):
         mo.accordion({"Which cards hold the weights, and which run the step?": gpu_view}),
     ])
     return gap_view, gpu_view, optimizer_view, published_view
-
-
-@app.cell(hide_code=True)
-def _(gap_view, gpu, gpu_view, mm, mo, model, n_params, optimizer_dropdown, optimizer_view, pd, precision,
-      published, published_view, run, unit, viz):
-    # The cell every control of the run re-runs second: the tables that apply the run to your model and the
-    # sentence between them, into the live views above (the page replaces those alone; this cell shows nothing).
-    published_rows = published.published_table(n_params, unit)
-    # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
-    _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
-    published_view.update(_shown, caption=f"For {viz.short_count(n_params)} parameters:",
-                          wrapped_columns=["what it counts", "source"])
-    _rows = []
-    # The menu's names (amsgrad variants are not in the menu: named here the same way).
-    _names = {v: k for k, v in optimizer_dropdown.options.items()} | {"adam_amsgrad": "Adam (amsgrad)",
-                                                                      "adamw_amsgrad": "AdamW (amsgrad)"}
-    for _name, _opt in mm.OPTIMIZERS.items():
-        _r = mm.training_memory(model, precision=precision, optimizer=_name)
-        _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
-        _rows.append({"optimizer": _names.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
-                      "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
-                      f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu, reserved_bytes=0).fits else "no",
-                      "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
-                                                           "has no matrix shapes." if _unfactored else "")})
-    optimizer_table = pd.DataFrame(_rows)
-    optimizer_view.update(optimizer_table, caption=f"For {viz.short_count(n_params)} parameters in your recipe:",
-                          wrapped_columns=["what it keeps"])
-    # Every card as the driver reports it, smallest first (as mm.fit_table lists them), judged twice by mm.check_fit.
-    gpu_rows = pd.DataFrame([{
-        "gpu": _g.name, "marketed": _g.marketed, f"memory ({unit})": round(_g.memory_bytes / mm.UNITS[unit], 2),
-        "holds the weights": "yes" if mm.check_fit(run.weights, _g, reserved_bytes=0).fits else "no",
-        "runs full finetuning": "yes" if mm.check_fit(run.total, _g, reserved_bytes=0).fits else "no",
-    } for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)])
-    gpu_view.update(gpu_rows)
-    _gap = gpu_rows[(gpu_rows["holds the weights"] == "yes") & (gpu_rows["runs full finetuning"] == "no")]
-    gap_view.update(mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but "
-                          f"fail the run before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'})."))
-    return gpu_rows, optimizer_table, published_rows
 
 
 @app.cell(hide_code=True)

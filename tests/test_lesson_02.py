@@ -184,12 +184,12 @@ def test_recipe_chart_labels_totals_rounded_once(default_run):
     assert total(7, "sgd", "mixed_fp32_grads") == 84.0
 
 
-def test_a_move_re_runs_two_cells():
-    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran seven;
-    # now the run's cell (chart rows, verdict) and the cell of the tables that apply it to your model.
+def test_a_move_re_runs_one_cell():
+    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran seven,
+    # then two; now the run's cell alone (chart rows, verdict, and the tables that apply the run to your model).
     for control in ("params_slider", "preset_dropdown", "precision_dropdown", "optimizer_dropdown", "gpu_dropdown",
                     "unit_radio"):
-        assert len(lessons.cells_rerun_by(LESSON, control)) == 2, control
+        assert len(lessons.cells_rerun_by(LESSON, control)) == 1, control
 
 
 def test_the_core_path_comes_first(default_run):
