@@ -25,7 +25,10 @@ Python travel to the page alone.
 
 It looks and behaves as marimo's slider does (label, track, thumb, the value beside it; arrow keys,
 Home and End), and, like it, carries `role=slider` and `aria-valuenow`, so the browser tests and the
-speed benchmark press it as they press marimo's. In the static site it shows the export's state.
+speed benchmark press it as they press marimo's. In the static site (an export with
+MEMMATH_STATIC_EXPORT=1) it shows the export's state, frozen as the site freezes marimo's own controls
+(inert, disabled, faded): no kernel would answer a move, so the thumb must not move away from the
+numbers beside it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class StepSlider(anywidget.AnyWidget):
     steps = traitlets.List(default_value=[1]).tag(sync=True)  # checked_steps: whole numbers, increasing
     chosen = traitlets.Int(1).tag(sync=True)
     label = traitlets.Unicode("").tag(sync=True)
+    disabled = traitlets.Bool(False).tag(sync=True)  # frozen: takes no clicks or keys, drawn faded
 
     @traitlets.validate("steps")
     def _valid_steps(self, proposal):
@@ -75,11 +79,15 @@ def shown_step(steps, chosen: int) -> int:
 
 
 def step_slider(steps, *, value: int, label: str = ""):
-    """A `mo.ui.anywidget` StepSlider over `steps`, on the largest step at most `value`."""
+    """A `mo.ui.anywidget` StepSlider over `steps`, on the largest step at most `value` (frozen in a static
+    export, see the module docstring)."""
     import marimo as mo
+
+    from .static_charts import is_static_export
 
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"value must be a whole number; got {value!r}")
     if not isinstance(label, str):
         raise ValueError(f"label must be text; got {type(label).__name__}")
-    return mo.ui.anywidget(StepSlider(steps=checked_steps(steps), chosen=value, label=label))
+    return mo.ui.anywidget(StepSlider(steps=checked_steps(steps), chosen=value, label=label,
+                                      disabled=is_static_export()))

@@ -47,7 +47,7 @@ def activation_sweep(model, *, over: str, seq_len: int, batch_size: int, attenti
     """The sweep for lesson 3's model in pure bf16 with AdamW, over `over` ("sequence length" or "batch size")."""
     if over not in SWEEP_OVER:
         raise ValueError(f"over must be one of {', '.join(SWEEP_OVER)}; got {over!r}")
-    values = SWEEP_OVER[over]
+    values = SWEEP_OVER[over].copy()  # the caller's own: a change to it leaves later sweeps alone
     by_length = over == "sequence length"
     memory = mm.training_memory(model, precision="bf16", optimizer="adamw", attention=attention,
                                 checkpointing=checkpointing, seq_len=values if by_length else seq_len,

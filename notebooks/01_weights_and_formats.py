@@ -85,7 +85,6 @@ def _(cards_chart, cards_table_view, cards_verdict_view, context_checkbox, forma
     # The one cell the size, the format, the unit and the box re-run (every re-run cell costs marimo ~6-10 ms): the
     # number with its recipe, the format chart's rows, and the cards' verdicts, chart and table further down, all
     # into live views, so it shows nothing itself.
-    # The cell the size re-runs first: the weights of the chosen model, the chart's rows, the sentence that says them.
     preset = preset_dropdown.value
     n_params = mm.resolve_model(viz.model_choice(params_slider.value, preset)).n_params
     weights_format = mm.get_format(format_dropdown.value)

@@ -275,8 +275,8 @@ def _(alt, mm, mo, pd, published, viz):
 
 @app.cell(hide_code=True)
 def _(live_html, mo):
-    # Rendered once (reads no control): the prose and the folds; the next cell hands the folds' tables new rows in
-    # place, so a move re-renders one sentence instead of this section.
+    # Rendered once (reads no control): the prose and the folds; the run's cell near the top hands the folds' tables
+    # new rows in place, so a move re-renders one sentence instead of this section.
     published_view, optimizer_view, gap_view, gpu_view = live_html(), live_html(), live_html(), live_html()
     mo.vstack([
         mo.accordion({"What does each published count give for your model?": published_view}),

@@ -67,9 +67,9 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
       crossings_view, head_counts, heads_note, heads_slider, layers_slider, lesson_charts, mm, mo, number_view,
       numbers_view, pd, preset, ratio_text, seq_slider, sweep_chart, sweep_radio, sweeps, unit_radio, viz,
       vocab_slider, why_view, width_slider):
-    # The one cell a sequence or batch move re-runs (every re-run cell costs marimo some 8 ms of its own): the core
-    # path's number with its recipe, the chart's rows, the comparisons and the sweep further down, all into live
-    # views; its only output is a warning where one applies.
+    # The one cell every control of the run re-runs (every re-run cell costs marimo some 8 ms of its own): the core
+    # path's number with its recipe, the chart's rows, the heads slider's steps, the comparisons and the sweep
+    # further down, all into live views; its only output is a warning where one applies.
     batch_size, seq_len = batch_slider.value, seq_slider.value
     n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
     # Heads must divide the width: the heads slider offers this width's divisors (sent to it in place, no new

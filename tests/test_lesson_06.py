@@ -30,6 +30,13 @@ def test_merged_weight_gives_the_same_output(default_run):
     assert default_run[1]["merge_same"] is True
 
 
+def test_the_merge_is_timed_in_at_most_12_rounds_at_load(default_run):
+    # Issue 15: the load-time check times 12 interleaved rounds (fewer if its 0.5 s budget runs out), a press 25.
+    times = default_run[1]["merge_button"].value["times"]
+    assert 3 <= times["run"].max() <= 12
+    assert set(times.groupby("run").size()) == {3}  # every round times the three layers
+
+
 def test_quantization_constants_in_bits_per_parameter(default_run):
     # Dettmers et al. 2023: 32/64 = 0.5 bits; with double quantization 8/64 + 32/(64*256) = 0.126953125 bits.
     rows = default_run[1]["quant_rows"].set_index("storage")["constants (bits per weight)"]

@@ -262,6 +262,15 @@ def test_lesson_page_freezes_marimo_controls_so_they_do_not_move(opened, name):
             page.keyboard.press(key)
         page.wait_for_timeout(100)
         assert slider.get_attribute("aria-valuenow") == before, f"{name}: frozen slider {index} moved"
+    # Step sliders (memmath_lessons.step_slider: anywidgets, which the page's script does not see) freeze themselves
+    # in an export: disabled (no click, focus or key), inert and faded like the rest.
+    step_sliders = page.locator(".memmath-step-slider input[role=slider]")
+    for index in range(step_sliders.count()):
+        state = step_sliders.nth(index).evaluate("""e => ({disabled: e.disabled, inert: e.closest('.memmath-step-slider').inert,
+            faded: getComputedStyle(e.closest('.memmath-step-slider')).opacity < 1})""")
+        assert state == {"disabled": True, "inert": True, "faded": True}, f"{name}: step slider {index}: {state}"
+    if name == "03_activations.html":
+        assert step_sliders.count() == 1, "lesson 3's heads slider is a step slider"
     menus = page.locator("marimo-dropdown select")
     if menus.count():
         menu = menus.first

@@ -67,3 +67,10 @@ def test_a_bad_value_is_refused_by_name(value, says):
 def test_a_label_must_be_text():
     with pytest.raises(ValueError, match="label must be text"):
         step_slider([1, 2], value=1, label=3)
+
+
+def test_it_is_frozen_in_a_static_export_only(monkeypatch):
+    # The static site has no kernel: a slider that moved there would stand away from the numbers beside it.
+    assert step_slider([1, 2], value=1).disabled is False
+    monkeypatch.setenv("MEMMATH_STATIC_EXPORT", "1")
+    assert step_slider([1, 2], value=1).disabled is True

@@ -14,7 +14,7 @@ from conftest import NOTEBOOKS
 
 pytestmark = pytest.mark.browser
 
-WIDTH, HEADS = 3, 5  # the width and heads sliders, in page order (two length/batch sliders come first)
+WIDTH, HEADS = 3, 5  # the width and heads sliders, in page order (length, batch and layers come first)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@
 // StepSlider.shown computes it in Python. New steps from Python only move the thumb; a learner's
 // move sets `chosen` to the step moved to and saves it, which re-runs the cells that read the
 // slider. The look is marimo's slider (its label, track, thumb and value, measured in Chromium).
+// `disabled` (the static site) freezes it as the site freezes marimo's controls: inert, disabled, faded.
 
 const STYLE = `
 .memmath-step-slider { display: inline-flex; align-items: center; gap: 6px; height: 28px; padding-right: 8px;
@@ -20,9 +21,12 @@ const STYLE = `
   box-shadow: rgba(128, 128, 128, 0.4) 1px 1px 0 0, rgba(128, 128, 128, 0.2) 0 0 2px 0; transition: background 0.15s; }
 .memmath-step-slider input:hover::-webkit-slider-thumb,
 .memmath-step-slider input:focus::-webkit-slider-thumb { background: rgb(147, 197, 253); }
+.memmath-step-slider input:focus-visible { box-shadow: 0 0 0 2px white, 0 0 0 4px oklch(0.623 0.214 259.815); }
 .memmath-step-slider input::-moz-range-thumb { width: 16px; height: 16px; border-radius: 9999px; background: white;
   border: 1px solid oklch(0.623 0.214 259.815); }
 .memmath-step-slider .value { font-size: 12px; color: rgb(100, 116, 139); min-width: 16px; }
+.memmath-step-slider.frozen { opacity: .45; filter: grayscale(1); cursor: not-allowed; }
+.memmath-step-slider.frozen input { cursor: not-allowed; }
 `;
 
 // The index of the largest step at most `chosen`, or 0 (as StepSlider.shown).
@@ -30,6 +34,12 @@ function shownIndex(steps, chosen) {
   let index = 0;
   steps.forEach((step, k) => { if (step <= chosen) index = k; });
   return index;
+}
+
+// The model's steps (Python refuses an empty list; one step, 1, should one ever arrive).
+function stepsOf(model) {
+  const steps = model.get("steps");
+  return Array.isArray(steps) && steps.length ? steps : [1];
 }
 
 function render({ model, el }) {
@@ -66,13 +76,19 @@ function render({ model, el }) {
     value.textContent = steps[index].toLocaleString("en-US");
   };
   const draw = () => {
-    const steps = model.get("steps") || [1];
+    const steps = stepsOf(model);
+    const frozen = Boolean(model.get("disabled"));
+    input.disabled = frozen;
+    box.inert = frozen;
+    box.classList.toggle("frozen", frozen);
+    if (frozen) input.setAttribute("aria-disabled", "true");
+    else input.removeAttribute("aria-disabled");
     label.textContent = model.get("label") || "";
     input.setAttribute("aria-label", label.textContent);
     show(steps, shownIndex(steps, model.get("chosen")));
   };
   const moved = () => {
-    const steps = model.get("steps") || [1];
+    const steps = stepsOf(model);
     const index = Number(input.value);
     show(steps, index);
     if (steps[index] !== model.get("chosen")) {
@@ -85,11 +101,13 @@ function render({ model, el }) {
   model.on("change:steps", draw);
   model.on("change:chosen", draw);
   model.on("change:label", draw);
+  model.on("change:disabled", draw);
   return () => {
     input.removeEventListener("input", moved);
     model.off("change:steps", draw);
     model.off("change:chosen", draw);
     model.off("change:label", draw);
+    model.off("change:disabled", draw);
   };
 }
 
