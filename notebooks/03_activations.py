@@ -278,15 +278,15 @@ def _(live_only_notice, mo):
 
 
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo, preset_dropdown):
+def _(mm, mo, preset_dropdown):
+    # (The static site's notice that these controls need the live workbook stands above, with the preset's.)
     preset = mm.PRESETS[preset_dropdown.value]
     layers_slider = mo.ui.slider(1, 128, value=preset.n_layers, show_value=True, label="Layers L (blocks)")
     width_slider = mo.ui.slider(64, 12288, step=64, value=preset.hidden_size, show_value=True,
                                 label="Width h (hidden size)")
     vocab_slider = mo.ui.slider(steps=[1000, 8000, 32000, 50257, 100000, 128256, 256000],
                                 value=preset.vocab_size, show_value=True, label="Vocabulary V (tokens)")
-    mo.vstack([live_only_notice(), mo.hstack([mo.vstack([layers_slider, width_slider]), vocab_slider],
-                                             justify="start", gap=2)])
+    mo.hstack([mo.vstack([layers_slider, width_slider]), vocab_slider], justify="start", gap=2)
     return layers_slider, preset, vocab_slider, width_slider
 
 

@@ -27,6 +27,7 @@ const STYLE = `
 .memmath-step-slider .value { font-size: 12px; color: rgb(100, 116, 139); min-width: 16px; }
 .memmath-step-slider.frozen { opacity: .45; filter: grayscale(1); cursor: not-allowed; }
 .memmath-step-slider.frozen input { cursor: not-allowed; }
+.memmath-step-slider.frozen input::-webkit-slider-thumb { opacity: .5; }  /* as marimo's disabled thumb */
 `;
 
 // The index of the largest step at most `chosen`, or 0 (as StepSlider.shown).
