@@ -47,9 +47,10 @@ FORMULA_COLUMN = "what the formula counts (a GPT block)"
 
 
 def formula_terms_frame(case: pd.Series) -> pd.DataFrame:
-    """Korthikanti et al.'s terms for one block at the case's sizes (16-bit elements and masks as the case's
-    element size, its dropout and attention), or with checkpointing the one tensor a block keeps, its input
-    (s·b·h elements; Chen et al. 2016). Columns: FORMULA_COLUMN, bytes."""
+    """Korthikanti et al.'s terms for one block at the case's sizes, its dropout and attention, with activations
+    and dropout masks at the case's element size (4 B in fp32, else 2 B: PyTorch keeps the masks in the
+    activations' dtype on the CPU); with checkpointing the one tensor a block keeps, its input (s·b·h elements;
+    Chen et al. 2016). Columns: FORMULA_COLUMN, bytes."""
     element = 4 if case["precision"] == "fp32" else 2
     s, b, h = int(case["seq_len"]), int(case["batch_size"]), int(case["hidden_size"])
     if case["checkpointing"]:
