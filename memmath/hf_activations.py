@@ -94,7 +94,6 @@ from .arrays import any_true, is_ndarray, np, pick
 
 from . import validate
 from .activations import ActivationEstimate
-from .memo import memoized
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 from .trace import Tensor, Trace
@@ -567,8 +566,9 @@ def _houlsby_width(shape: ModelShape, method, recipe):
 
 
 def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len, batch_size, dropout, attention,
-                             checkpointing, device) -> ActivationEstimate:
-    """Bytes the transformers implementation of `shape` saves for backward (see the module docstring).
+                             checkpointing, device) -> ActivationParts:
+    """Bytes the transformers implementation of `shape` saves for backward (see the module docstring), as
+    ActivationParts (its `estimate` is the ActivationEstimate; the pieces are peak.py's).
 
     per_layer: a trainable block whose input needs a gradient; first_layer: the first storing
     block when it differs (its input needs none); frozen_per_layer: frozen blocks behind trainable
@@ -585,10 +585,9 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
                 shape, plan=plan, recipe=recipe, method=top, seq_len=validate.largest(seq_len),
                 batch_size=validate.largest(batch_size), dropout=dropout, attention=attention,
                 checkpointing=checkpointing, device=device)
-            validate.check_sweep("activations (from seq_len and batch_size)", largest.total)
+            validate.check_sweep("activations (from seq_len and batch_size)", largest.estimate.total)
     return activation_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
-                            dropout=dropout, attention=attention, checkpointing=checkpointing,
-                            device=device).estimate
+                            dropout=dropout, attention=attention, checkpointing=checkpointing, device=device)
 
 
 @dataclass(frozen=True)
@@ -640,7 +639,6 @@ def scalar_methods(method, shape: ModelShape) -> tuple:
     return (method,)
 
 
-@memoized()
 def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,
                      device) -> ActivationParts:
     """The estimate and its pieces by place, for peak.py (see ActivationParts)."""

@@ -18,6 +18,7 @@ from .formats import get_format
 from .gpus import get_gpu
 from .methods import quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape
+from .notes import Note
 from .presets import resolve_model
 
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
@@ -81,8 +82,7 @@ class InferenceMemory:
         for name in ("weights_format", "kv_format"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"{name} must be a format name; got {validate.describe(getattr(self, name))}")
-        if not isinstance(self.notes, tuple) or not all(isinstance(note, str) for note in self.notes):
-            raise TypeError(f"notes must be a tuple of strings; got {validate.describe(self.notes)}")
+        validate.notes("notes", self.notes)
 
     @property
     def total(self):
@@ -309,7 +309,8 @@ def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_si
                                     element_bits=max(16, min(32, get_format(weights_format).bits)))
     else:
         kv, working = 0, 0
-        notes.append("KV cache and working set not estimated: the model has no layer widths")
+        notes.append(Note("kv_cache_not_estimated",
+                          "KV cache and working set not estimated: the model has no layer widths"))
     return InferenceMemory(weights, constants, kv, working, get_format(weights_format).name,
                            get_format(kv_format).name, tuple(notes),
                            weights_layout=inference_weight_layout(shape, weights_format))

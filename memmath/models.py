@@ -593,9 +593,11 @@ def gpt2_model(*, n_layers, hidden_size, n_heads, vocab_size=50257, max_position
     an untied head adds V*h.
     """
     inner = intermediate_size if intermediate_size is not None else 4 * validate.count("hidden_size", hidden_size)
+    # arch and dropout_p as transformers' GPT2Config has them (attn_pdrop = resid_pdrop = embd_pdrop = 0.1),
+    # so a shape built here trains by the same defaults as the same model read from its config.json.
     return ModelShape(family="gpt2", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
                       intermediate_size=inner, vocab_size=vocab_size, max_positions=max_positions,
-                      tied_embeddings=tied_embeddings, name=name)
+                      tied_embeddings=tied_embeddings, name=name, arch="gpt2", dropout_p=0.1)
 
 
 def llama_model(*, n_layers, hidden_size, n_heads, intermediate_size, vocab_size, n_kv_heads=None,
@@ -606,10 +608,12 @@ def llama_model(*, n_layers, hidden_size, n_heads, intermediate_size, vocab_size
     (hidden_size / n_heads unless given), kv = n_kv_heads (n_heads unless given); biases add
     (a + 2kv)*d + h per block for attention_bias and 2I + h for mlp_bias. Llama-2-7B: 6,738,415,616.
     """
+    # arch and dropout_p as transformers' LlamaConfig has them (attention_dropout = 0.0): the same defaults as
+    # the same model read from its config.json.
     return ModelShape(family="llama", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
                       n_kv_heads=n_kv_heads, head_dim=head_dim, intermediate_size=intermediate_size,
                       vocab_size=vocab_size, tied_embeddings=tied_embeddings, attention_bias=attention_bias,
-                      mlp_bias=mlp_bias, name=name)
+                      mlp_bias=mlp_bias, name=name, arch="llama", dropout_p=0.0)
 
 
 def bert_model(*, n_layers, hidden_size, n_heads, intermediate_size=None, vocab_size=30522,
@@ -621,9 +625,12 @@ def bert_model(*, n_layers, hidden_size, n_heads, intermediate_size=None, vocab_
     109,482,240. A masked-LM head is not counted.
     """
     inner = intermediate_size if intermediate_size is not None else 4 * validate.count("hidden_size", hidden_size)
+    # arch and dropout_p as transformers' BertConfig has them (hidden_dropout_prob = 0.1): the same defaults as
+    # the same model read from its config.json.
     return ModelShape(family="bert", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
                       intermediate_size=inner, vocab_size=vocab_size, max_positions=max_positions,
-                      tied_embeddings=False, type_vocab_size=type_vocab_size, num_labels=num_labels, name=name)
+                      tied_embeddings=False, type_vocab_size=type_vocab_size, num_labels=num_labels, name=name,
+                      arch="bert", dropout_p=0.1)
 
 
 def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_size=None, name="") -> ModelShape:

@@ -72,13 +72,11 @@ from dataclasses import dataclass
 from .arrays import is_ndarray, np
 
 from . import validate
-from .hf_activations import activation_parts, scalar_methods, sweeping
-from .memo import memoized
+from .hf_activations import activation_parts, scalar_methods
 from .methods import Adapters, Freeze, Full, LoRA
 from .notes import Note
-from .presets import resolve_model
-from .recipes import get_optimizer, get_recipe
-from .training import BNB_QMAP_BYTES, training_memory
+from .run import Run, as_run
+from .training import BNB_QMAP_BYTES, step_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,40 +146,36 @@ class PeakEstimate:
         return pd.DataFrame([{"phase": p, "moment": label, "bytes": value} for p, label, value in self.moments])
 
 
-@memoized()
-def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batch_size=1, seq_len=None,
-                checkpointing=False, attention="eager", dropout=True, device="cuda", step="steady") -> PeakEstimate:
+def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     """Estimate the peak allocation of a training step (see the module docstring for each term).
 
-    Takes training_memory's arguments (and defaults) for a gpt2, llama or bert shape trained with
-    Full(), Freeze(...), LoRA(...), QLoRA(...) or Adapters(...) in fp32 or 16-bit; seq_len is
-    required. The activations come from the "transformers" model, the one whose tensors are known one by one. Measured against
-    PyTorch on the CPU (device="cpu"); device="cuda" rests on the assumptions in the module doc.
+    model: a Run, or a model with Run's keyword settings (the same defaults as training_memory:
+    one run, one answer). The peak is modelled for a gpt2, llama or bert shape trained with
+    Full(), Freeze(...), LoRA(...), QLoRA(...) or Adapters(...) in fp32 or 16-bit (or AMP with
+    SDPA), on one GPU or data parallel without ZeRO, with the exact ("transformers") activation
+    model; anything else raises a ValueError saying why (requirement() then judges the sum of the
+    parts). Measured against PyTorch on the CPU (device="cpu"); device="cuda" rests on the
+    assumptions in the module doc.
 
     step: "steady" (the default) is every step after the first: the optimizer states and master
     weights made by the first optimizer.step() are alive through forward and backward. "first" is
     the first step, before they exist. Both are measured (validation/measure.py runs two steps).
     """
-    if seq_len is None:
-        raise ValueError("peak_memory needs seq_len (a whole number of tokens per sequence)")
     step = validate.choice("step", step, STEPS)
-    shape = resolve_model(model)
-    method = Full() if method is None else method
-    memory = training_memory(shape, precision=precision, optimizer=optimizer, method=method, batch_size=batch_size,
-                             seq_len=seq_len, checkpointing=checkpointing, attention=attention, dropout=dropout,
-                             activations="transformers", device=device)
-    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
-    b = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
-    s = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
-    if sweeping(s, b, method):
+    run = as_run(model, **settings)
+    why = why_no_peak(run)
+    if why:
+        raise ValueError(f"no peak model for this run: {why}")
+    memory, parts = step_parts(run)
+    shape, method = run.model, run.method
+    recipe, opt = run.recipe, run.optimizer_spec
+    b, s = run.batch_size, run.seq_len
+    checkpointing, attention, dropout, device = run.checkpointing, run.attention, run.dropout, run.device
+    if run.is_sweep:
         # A sweep computes in int64: its largest points, evaluated exactly with Python ints, must fit.
         for top in scalar_methods(method, shape):
-            largest = peak_memory(shape, precision=precision, optimizer=optimizer, method=top,
-                                  batch_size=validate.largest(b), seq_len=validate.largest(s),
-                                  checkpointing=checkpointing, attention=attention, dropout=dropout, device=device)
+            largest = peak_memory(run.replace(method=top, batch_size=validate.largest(b), seq_len=validate.largest(s)))
             validate.check_sweep("peak (from seq_len and batch_size)", largest.total)
-    parts = activation_parts(shape, recipe=recipe, method=method, seq_len=s, batch_size=b, dropout=dropout,
-                             attention=attention, checkpointing=checkpointing, device=device)
     e, t = parts.element_bytes, b * s
     h, inner, vocab = shape.hidden_size, shape.intermediate_size, shape.vocab_size or 0
     lm = shape.family != "bert"
@@ -282,6 +276,19 @@ def peak_memory(model, *, precision="bf16", optimizer="adamw", method=None, batc
                        "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)
     return PeakEstimate(forward=phases["forward"], backward=phases["backward"], optimizer_step=phases["optimizer_step"],
                         resident=resident, moments=tuple(moments), notes=notes, step=step)
+
+
+def why_no_peak(run: Run) -> str:
+    """Why the peak of this run is not modelled, in words; "" when peak_memory answers it."""
+    if run.seq_len is None or not run.model.has_shape:
+        return "without a sequence length and the model's widths there are no activations to place in time"
+    if run.sharding != "even" or run.sharded:
+        return "the peak estimate does not model ZeRO or FSDP sharding"
+    if run.activations != "transformers":
+        fallback = next((str(n) for n in run.notes if n.kind == "activations_textbook_fallback"), "")
+        return ("it needs the exact activation model; " + fallback.removeprefix("activations: ")) if fallback else \
+            "it needs the exact activation model, and activations='textbook' was chosen"
+    return ""
 
 
 def _quantized_base_extras(shape, method, recipe, parts, s, b, dropout, attention, checkpointing, device):

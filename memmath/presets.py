@@ -91,7 +91,9 @@ PRESETS: dict[str, ModelShape] = {
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
-PUBLISHED_CONFIG_NAMES = {"mistral-7b": "Mistral-7B-v0.1", "qwen2.5-0.5b": "Qwen2.5-0.5B", "qwen2.5-7b": "Qwen2.5-7B",
+PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-base-uncased": "bert-base-uncased",
+                          "bert-large-uncased": "bert-large-uncased", "llama-3-8b": "Meta-Llama-3-8B",
+                          "mistral-7b": "Mistral-7B-v0.1", "qwen2.5-0.5b": "Qwen2.5-0.5B", "qwen2.5-7b": "Qwen2.5-7B",
                   "qwen3-0.6b": "Qwen3-0.6B", "qwen3-8b": "Qwen3-8B", "gemma-2-2b": "gemma-2-2b",
                   "gemma-2-9b": "gemma-2-9b", "gemma-3-1b": "gemma-3-1b-pt", "phi-3-mini": "Phi-3-mini-4k-instruct",
                   "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B"}

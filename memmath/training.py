@@ -7,6 +7,7 @@ Adam keep 2 + 2 + 4 = 8 bytes per parameter, 56 GB before activations.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
@@ -16,11 +17,10 @@ from .arrays import is_ndarray, np
 from . import validate
 from .activations import ATTENTION_KINDS, ActivationEstimate, textbook_activations
 from .methods import Full, Method, Plan
-from .memo import memoized
 from .models import ModelShape
 from .notes import Note
-from .presets import is_plain_count, resolve_model
-from .recipes import Optimizer, Recipe, get_optimizer, get_recipe
+from .recipes import Optimizer, Recipe
+from .run import Run, as_run
 from .units import UNITS, unit_name
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ PART_LABELS = {
     "gradient_accumulation": "Gradient accumulation (fp32)", "master_weights": "Master weights (fp32)",
     "optimizer_states": "Optimizer states", "activations": "Activations",
 }
-ACTIVATION_MODELS = ("textbook", "transformers")
 BNB_QMAP_BYTES = 2 * 256 * 4  # bitsandbytes' qmap1 and qmap2 (create_dynamic_map: 256 fp32 values each)
 
 
@@ -106,6 +105,7 @@ class TrainingMemory:
     activation_model: str = "textbook"  # the activation model the numbers assumed: "textbook" or "transformers"
     attention: str = "eager"  # the attention implementation they assumed: "eager" or "sdpa"
     dropout: bool = True  # whether they kept dropout masks
+    run: object = field(default=None, compare=False, repr=False)  # the Run these numbers answer
 
     def __post_init__(self):
         # Checked when built: whole, non-negative bytes and counts (ints, or int64 arrays in a sweep).
@@ -193,32 +193,22 @@ class TrainingMemory:
         return pd.DataFrame(rows)
 
 
-@memoized()
-def training_memory(model, *, precision="bf16", optimizer="adamw", method: Method | None = None, batch_size=1,
-                    seq_len=None, checkpointing=False, n_gpus=1, zero_stage=0, attention=None, dropout=None,
-                    activations=None, device="cuda", sharding="even", rank=0) -> TrainingMemory:
-    """Bytes per GPU for one training step of `model`, as a TrainingMemory breakdown.
+def training_memory(model, **settings) -> TrainingMemory:
+    """Bytes per GPU for one training step, as a TrainingMemory breakdown: `Run(model, **settings)`'s.
 
-    model: a ModelShape, a preset name or a plain parameter count (activations then cannot be
-    estimated). precision: fp32, bf16, fp16, amp, mixed, mixed_fp32_grads (see RECIPES).
-    optimizer: sgd, sgd_momentum, adam, adamw, adam8bit, adafactor. method: Full(), Freeze(...),
-    Adapters(...), LoRA(...), QLoRA(...). seq_len None leaves activations out (with a note).
-    attention "eager" keeps the s x s scores, "sdpa" does not. dropout: keep dropout masks.
-    activations "textbook" (Korthikanti et al. 2022) or "transformers" (what the PyTorch models
-    keep, see hf_activations). Left out (None), they are the run transformers makes by default
-    (default_run) for a model read from a config: activations="transformers" where hf_activations
-    traces its layout, method and precision (else the textbook, with a note), attention="sdpa" (what
-    transformers picks), dropout where the config's probability is > 0. Shapes built in code, uniform
-    models and parameter counts keep the textbook run: "textbook", "eager", dropout. The result's activation_model, attention and
-    dropout say what was assumed. n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides
-    optimizer states and master weights / + gradients / + weights by n_gpus (Rajbhandari et al.
-    2020, ZeRO, section 5). batch_size is the micro-batch each GPU processes (data parallelism does
-    not shard activations). batch_size and seq_len may be numpy arrays; results broadcast.
-    sharding: "even" (that division), or what an engine stores on GPU `rank` (0 to n_gpus - 1),
-    tensor by tensor: "fsdp2" (PyTorch's fully_shard, zero_stage=3: every tensor cut along its
-    first dimension, padded) or "zero_redundancy" (torch's ZeroRedundancyOptimizer, zero_stage=1:
-    whole tensors' states per rank); both for Full() in pure fp32/16-bit with torch's optimizers
-    (memmath/sharding.py; measured over gloo by validation/sharded.py).
+    model: a Run, or a ModelShape, a preset name or a plain parameter count with Run's keyword
+    settings (precision, optimizer, method, batch_size, seq_len, checkpointing, attention, dropout,
+    activations, device, n_gpus, zero_stage, sharding, rank; see memmath.run for each default and
+    its reason). The result's `run` is the run it answers, every default resolved.
+
+    n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides optimizer states and master
+    weights / + gradients / + weights by n_gpus (Rajbhandari et al. 2020, ZeRO, section 5).
+    batch_size is the micro-batch each GPU processes (data parallelism does not shard activations).
+    batch_size and seq_len may be numpy arrays; results broadcast. sharding "fsdp2" (PyTorch's
+    fully_shard, zero_stage=3: every tensor cut along its first dimension, padded) or
+    "zero_redundancy" (torch's ZeroRedundancyOptimizer, zero_stage=1: whole tensors' states per
+    rank) give what GPU `rank` stores, tensor by tensor, for Full() in pure fp32/16-bit with
+    torch's optimizers (memmath/sharding.py; measured over gloo by validation/sharded.py).
 
     Per trainable set of Nt parameters (bits from the recipe, or the adapters' own format):
     gradients ceil(Nt x grad_bits / 8), master weights ceil(Nt x 32 / 8) when the recipe keeps an
@@ -227,50 +217,41 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
     Adafactor: rows + columns per matrix). Weights are the method's stored bytes. Every part is an
     int (an int64 array in a sweep); TrainingMemory.total is their sum.
     """
-    shape = resolve_model(model)
-    method = Full() if method is None else method
-    if not isinstance(method, Method) or type(method) is Method:  # the base class plans nothing
-        raise TypeError(f"method must be Full(), Freeze(...), Adapters(...), LoRA(...) or QLoRA(...); "
-                        f"got {validate.describe(method)}")
-    recipe, opt = get_recipe(precision), get_optimizer(optimizer)
-    batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
-    if seq_len is not None:
-        seq_len = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
-    checkpointing = validate.flag("checkpointing", checkpointing)
-    device = validate.choice("device", device, ("cuda", "cpu"))
-    if attention is not None:
-        attention = validate.choice("attention", attention, ATTENTION_KINDS)
-    if dropout is not None:
-        dropout = validate.flag("dropout", dropout)
-    if activations is not None:
-        activations = validate.choice("activations", activations, ACTIVATION_MODELS)
-    default_notes = []
-    activations, attention, dropout = default_run(shape, method, recipe, seq_len, activations=activations,
-                                                  attention=attention, dropout=dropout, notes=default_notes)
-    n_gpus = validate.count("n_gpus", n_gpus, high=validate.MAX_GPUS, scalar=True)
-    zero_stage = validate.count("zero_stage", zero_stage, low=0, high=3, scalar=True)
-    from .sharding import SHARDINGS
+    return step_parts(as_run(model, **settings))[0]
 
-    sharding = validate.choice("sharding", sharding, SHARDINGS)
-    rank = validate.count("rank", rank, low=0, high=max(n_gpus - 1, 0), scalar=True)
-    if is_plain_count(shape) and not isinstance(method, Full):
-        raise ValueError(f"{type(method).__name__} needs a model with layers: pass a preset, a ModelShape or "
-                         "uniform_model(n_params, n_layers) instead of a plain parameter count")
 
+def step_parts(run: Run):
+    """(TrainingMemory, the exact model's ActivationParts or None) of a run, computed once.
+
+    peak_memory reads both; a repeated question (the planner asks the same runs again and again)
+    is answered from a cache keyed by the run itself, except for sweeps (numpy arrays), which are
+    computed every time.
+    """
+    if run.is_sweep:
+        return _step_parts(run)
+    return _cached_step_parts(run)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_step_parts(run: Run):
+    return _step_parts(run)
+
+
+def _step_parts(run: Run):
+    shape, method, recipe, opt = run.model, run.method, run.recipe, run.optimizer_spec
+    n_gpus, zero_stage, sharding = run.n_gpus, run.zero_stage, run.sharding
     plan = method.plan(shape, recipe)
-    notes = list(plan.notes) + default_notes
+    notes = list(plan.notes) + list(run.notes)
     gradients, accumulation, master, state_detail = _trainable_parts(plan, recipe, opt, shape, notes)
     states = state_detail.total
-    act_estimate, act_bytes, estimated = _activations(
-        shape, plan, recipe, method, notes, seq_len=seq_len, batch_size=batch_size, dropout=dropout,
-        attention=attention, checkpointing=checkpointing, activations=activations, device=device,
-    )
+    act_estimate, act_bytes, estimated, parts = _activations(shape, plan, recipe, method, notes, run)
 
     weights, constants = plan.weight_bytes, plan.quantization_constant_bytes
     if sharding != "even":
         weights, gradients, states = _engine_sharding(shape, method, recipe, opt, sharding=sharding, n_gpus=n_gpus,
-                                                      zero_stage=zero_stage, rank=rank)
-        notes.append(f"{sharding} on {n_gpus} GPUs: what rank {rank} stores, tensor by tensor (memmath/sharding.py)")
+                                                      zero_stage=zero_stage, rank=run.rank)
+        notes.append(Note("engine_sharding", f"{sharding} on {n_gpus} GPUs: what rank {run.rank} stores, tensor by "
+                          "tensor (memmath/sharding.py)"))
     elif n_gpus > 1 and zero_stage:
         # ZeRO stage 1 shards optimizer states (and the fp32 master copy), 2 adds gradients, 3 adds weights.
         states, master = _shard(states, n_gpus), _shard(master, n_gpus)
@@ -280,8 +261,10 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
             weights, constants = _shard(weights, n_gpus), _shard(constants, n_gpus)
     if n_gpus > 1 and not zero_stage:
         notes.append(Note("data_parallel_full_copy", "data parallel without ZeRO: every GPU holds a full copy of every part"))
+    if zero_stage and n_gpus == 1:
+        notes.append(Note("zero_on_one_gpu", f"ZeRO stage {zero_stage} on one GPU shards nothing: every part stays whole"))
 
-    return TrainingMemory(
+    memory = TrainingMemory(
         weights=weights, quantization_constants=constants, gradients=gradients, gradient_accumulation=accumulation,
         master_weights=master, optimizer_states=states, activations=act_bytes,
         trainable_params=plan.trainable_params, total_params=shape.n_params, adapter_params=plan.adapter_params,
@@ -289,54 +272,9 @@ def training_memory(model, *, precision="bf16", optimizer="adamw", method: Metho
         activations_estimated=estimated, activation_detail=act_estimate, notes=tuple(notes),
         trainable_tensors=sum((s.tensors for s in plan.trainable), 0) if shape.tensor_count_known else 0,
         optimizer_state_detail=state_detail,
-        activation_model=activations, attention=attention, dropout=dropout,
+        activation_model=run.activations, attention=run.attention, dropout=run.dropout, run=run,
     )
-
-
-def default_run(shape: ModelShape, method, recipe, seq_len, *, activations=None, attention=None, dropout=None,
-                notes=None) -> tuple[str, str, bool]:
-    """(activations, attention, dropout) with each one left as None filled in as transformers trains by default.
-
-    For a model read from a config (from_hf_config, and the presets read from one: shape.dropout_p
-    is known): the exact model ("transformers") where hf_activations traces its layout, method and
-    precision, else the textbook model; SDPA attention (transformers' choice); dropout where the
-    config's probability is > 0. For a shape built in code, a uniform model or a parameter count:
-    the textbook model (Korthikanti et al. 2022) with eager attention and dropout, as before. A
-    chosen value is kept. Why the textbook was chosen goes to notes.
-    """
-    if shape.dropout_p is None:  # built in code (gpt2_model, the older presets) or a count: the textbook run
-        return (activations or "textbook", attention or "eager", True if dropout is None else dropout)
-    if dropout is None:
-        dropout = shape.dropout_p > 0
-    if activations is None:
-        activations = "transformers"
-        if seq_len is None or not shape.has_shape:
-            activations = "textbook"
-        else:
-            from .hf_activations import traces
-
-            reason = traces(shape, method, recipe, seq_len, attention)
-            if not reason and recipe.name == "amp" and (attention or "sdpa") == "sdpa" and dropout:
-                from .amp_trace import MATH_REFUSAL  # SDPA with dropout: the math kernel on the CPU
-
-                reason = MATH_REFUSAL
-            if reason and is_ndarray(seq_len) and not traces(shape, method, recipe, int(seq_len.min()), attention):
-                # The shortest lengths are exact and the longest are not (a sliding window): one model cannot
-                # answer the whole sweep the way single calls answer each length, so it is refused by name.
-                raise ValueError(f"seq_len: this sweep runs from {int(seq_len.min()):,} to {int(seq_len.max()):,} "
-                                 f"tokens, across a limit of the exact activation model (the transformers trace "
-                                 f"{reason}); sweep the lengths on each side of it in separate calls, or pass "
-                                 "activations='textbook'")
-            if reason:
-                activations = "textbook"
-                if notes is not None:
-                    notes.append(Note("activations_textbook_fallback",
-                                      f"activations: the textbook model, since the transformers trace {reason}"))
-    if attention is None:
-        # What transformers picks: SDPA where the model supports it; Gemma2PreTrainedModel has no SDPA, and
-        # SDPA refuses a softcap (integrations/sdpa_attention.py), so softcapped attention runs eager.
-        attention = "eager" if shape.arch == "gemma2" or shape.attn_softcap else "sdpa"
-    return activations, attention, dropout
+    return memory, parts
 
 
 def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):
@@ -387,38 +325,41 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
     return gradients, accumulation, master, states
 
 
-def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, notes: list, *, seq_len,
-                 batch_size, dropout, attention, checkpointing, activations, device):
+def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, notes: list, run: Run):
+    """(estimate, bytes, estimated?, the exact model's ActivationParts or None)."""
+    seq_len, batch_size = run.seq_len, run.batch_size
     if seq_len is None:
         notes.append(Note("activations_not_estimated",
                           "activations not estimated: pass seq_len (and batch_size) to include them"))
-        return None, 0, False
+        return None, 0, False, None
     if not shape.has_shape:
         notes.append(Note("activations_not_estimated",
                           "activations not estimated: the model is a parameter count without widths "
                           "(use a preset, from_hf_config or uniform_model(..., hidden_size=, n_heads=))"))
-        return None, 0, False
-    if activations == "transformers":
+        return None, 0, False, None
+    parts = None
+    if run.activations == "transformers":
         from .hf_activations import transformers_activations
 
-        estimate = transformers_activations(
+        parts = transformers_activations(
             shape, plan=plan, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
-            dropout=dropout, attention=attention, checkpointing=checkpointing, device=device,
+            dropout=run.dropout, attention=run.attention, checkpointing=run.checkpointing, device=run.device,
         )
+        estimate = parts.estimate
     else:
         # Dropout masks are 1-byte bools on CUDA; on the CPU PyTorch keeps them at the element size.
         estimate = textbook_activations(
             shape, seq_len=seq_len, batch_size=batch_size, activation_bits=recipe.activation_bits,
-            dropout=dropout, attention=attention, checkpointing=checkpointing,
+            dropout=run.dropout, attention=run.attention, checkpointing=run.checkpointing,
             layers_storing=plan.layers_storing, embeddings_trainable=plan.embeddings_trainable,
-            mask_bytes=1 if device == "cuda" else recipe.activation_bits // 8,
+            mask_bytes=1 if run.device == "cuda" else recipe.activation_bits // 8,
         )
     # Nothing trainable, nothing to store for backward.
     trains = plan.trainable_params > 0
     if is_ndarray(trains) and not is_ndarray(estimate.total):
         # A method sweep (LoRA ranks, frozen layers) at fixed sizes: the exact activations join int64 arrays.
         validate.check_sweep("activations (from seq_len and batch_size)", estimate.total)
-    return estimate, estimate.total * trains, True
+    return estimate, estimate.total * trains, True, parts
 
 
 def _engine_sharding(shape, method, recipe, opt, *, sharding, n_gpus, zero_stage, rank):

@@ -25,6 +25,23 @@ MAX_GPUS = 2**20
 
 MAX_BYTES = 10**40  # what a result in bytes may reach (scalars are exact Python ints at any size)
 
+
+class FieldError(ValueError):
+    """A value outside what a field allows; `field` names it (the command line maps it to its option)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+class FieldTypeError(TypeError):
+    """A value of the wrong kind for a field; `field` names it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 # A short, bounded repr for messages: nesting, long strings and huge integers are cut, never recursed into.
 _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 40, 40, 40
@@ -53,35 +70,35 @@ def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool =
         return value
     allowed = f"a whole number from {low:,} to {high:,}"
     if scalar and (isinstance(value, (list, tuple)) or (is_ndarray(value) and value.ndim > 0)):
-        raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
+        raise FieldError(name, f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
     if is_bool(value):
-        raise ValueError(f"{name} must be {allowed}, got the boolean {value}")
+        raise FieldError(name, f"{name} must be {allowed}, got the boolean {value}")
     if isinstance(value, str):
-        raise TypeError(f"{name} must be {allowed}, got the string {describe(value)}")
+        raise FieldTypeError(name, f"{name} must be {allowed}, got the string {describe(value)}")
     if isinstance(value, numbers.Number) and not isinstance(value, (list, tuple)):
         return _scalar_count(name, value, low, high, allowed)
     try:
         array = np.asarray(value)
     except Exception:  # ragged lists and the like
-        raise TypeError(f"{name} must be {allowed} or a rectangular array of them, got {describe(value)}") from None
+        raise FieldTypeError(name, f"{name} must be {allowed} or a rectangular array of them, got {describe(value)}") from None
     if scalar and array.ndim > 0:
-        raise ValueError(f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
+        raise FieldError(name, f"{name} must be a single number ({allowed}), not an array: it cannot be swept")
     if array.dtype == object or array.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be {allowed} or an array of them, got {describe(value)}")
+        raise FieldTypeError(name, f"{name} must be {allowed} or an array of them, got {describe(value)}")
     if array.ndim == 0:
         return _scalar_count(name, array.item(), low, high, allowed)
     if array.size == 0:
-        raise ValueError(f"{name} must not be an empty array")
+        raise FieldError(name, f"{name} must not be an empty array")
     if array.dtype.kind == "f":
         if not np.all(np.isfinite(array)):
-            raise ValueError(f"{name} must be {allowed}; the array holds NaN or infinity")
+            raise FieldError(name, f"{name} must be {allowed}; the array holds NaN or infinity")
         if not np.all(array == np.floor(array)):
-            raise ValueError(f"{name} must be {allowed}; the array holds fractions")
+            raise FieldError(name, f"{name} must be {allowed}; the array holds fractions")
         if np.any(array < low) or np.any(array > high):
-            raise ValueError(f"{name} must be {allowed}; the array holds values outside that range")
+            raise FieldError(name, f"{name} must be {allowed}; the array holds values outside that range")
         return array.astype(np.int64)
     if np.any(array < low) or np.any(array > high):
-        raise ValueError(f"{name} must be {allowed}; the array holds values outside that range")
+        raise FieldError(name, f"{name} must be {allowed}; the array holds values outside that range")
     return array.astype(np.int64)
 
 
@@ -91,17 +108,17 @@ def _scalar_count(name, value, low, high, allowed) -> int:
     elif isinstance(value, numbers.Real):
         as_float = float(value)
         if math.isnan(as_float) or math.isinf(as_float):
-            raise ValueError(f"{name} must be {allowed}, got {as_float}")
+            raise FieldError(name, f"{name} must be {allowed}, got {as_float}")
         if as_float != math.floor(as_float):
-            raise ValueError(f"{name} must be {allowed}, got the fraction {as_float}")
+            raise FieldError(name, f"{name} must be {allowed}, got the fraction {as_float}")
         if not (low <= as_float <= high):
-            raise ValueError(f"{name} must be {allowed}, got {as_float:g}")
+            raise FieldError(name, f"{name} must be {allowed}, got {as_float:g}")
         result = int(as_float)
     else:
-        raise TypeError(f"{name} must be {allowed}, got {describe(value)}")
+        raise FieldTypeError(name, f"{name} must be {allowed}, got {describe(value)}")
     if not (low <= result <= high):
         shown = f"{result:,}" if abs(result) < 10**40 else describe(result)
-        raise ValueError(f"{name} must be {allowed}, got {shown}")
+        raise FieldError(name, f"{name} must be {allowed}, got {shown}")
     return result
 
 
@@ -112,13 +129,13 @@ def reals(name: str, value) -> np.ndarray:
     """
     message = f"{name} must be a real number or an array of them"
     if value is None or isinstance(value, (str, bytes, dict)) or is_bool(value):
-        raise TypeError(f"{message}, got {describe(value)}")
+        raise FieldTypeError(name, f"{message}, got {describe(value)}")
     try:
         array = np.asarray(value)
     except Exception:  # ragged lists and the like
-        raise TypeError(f"{message} (a rectangular one), got {describe(value)}") from None
+        raise FieldTypeError(name, f"{message} (a rectangular one), got {describe(value)}") from None
     if array.dtype.kind not in "iuf":
-        raise TypeError(f"{message}, got {describe(value)}")
+        raise FieldTypeError(name, f"{message}, got {describe(value)}")
     return array.astype(np.float64)
 
 
@@ -126,9 +143,9 @@ def nbytes(name: str, value):
     """A number of bytes: a non-negative whole number (Python int) or an array of them (int64)."""
     if is_ndarray(value) and value.ndim > 0:
         if value.dtype.kind not in "iu":
-            raise TypeError(f"{name} must be whole bytes, an int or an int64 array; got an array of {value.dtype}")
+            raise FieldTypeError(name, f"{name} must be whole bytes, an int or an int64 array; got an array of {value.dtype}")
         if np.any(value < 0):
-            raise ValueError(f"{name} must be from 0 bytes; the array holds negative values")
+            raise FieldError(name, f"{name} must be from 0 bytes; the array holds negative values")
         return value
     return count(name, value, low=0, high=MAX_BYTES)
 
@@ -136,16 +153,16 @@ def nbytes(name: str, value):
 def text_field(name: str, value) -> str:
     """A string (a name or a label)."""
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string; got {describe(value)}")
+        raise FieldTypeError(name, f"{name} must be a string; got {describe(value)}")
     return value
 
 
 def notes(name: str, value) -> tuple:
-    """A tuple of notes (memmath.notes.Note) or plain strings: what a result notes or assumes."""
+    """A tuple of notes (memmath.notes.Note): what a result notes or assumes, each with its kind."""
     from .notes import Note
 
-    if not isinstance(value, tuple) or not all(isinstance(note, (Note, str)) for note in value):
-        raise TypeError(f"{name} must be a tuple of notes (Note or str); got {describe(value)}")
+    if not isinstance(value, tuple) or not all(isinstance(note, Note) for note in value):
+        raise FieldTypeError(name, f"{name} must be a tuple of Note objects; got {describe(value)}")
     return value
 
 
@@ -155,15 +172,14 @@ def real(name: str, value, *, low: float, high: float) -> float:
     if is_ndarray(value) and value.ndim == 0 and value.dtype.kind in "iuf":
         value = value.item()
     if is_bool(value) or not isinstance(value, numbers.Real):
-        raise (TypeError if not is_bool(value) else ValueError)(
-            f"{name} must be {allowed}, got {describe(value)}"
-        )
+        error = FieldTypeError if not is_bool(value) else FieldError
+        raise error(name, f"{name} must be {allowed}, got {describe(value)}")
     try:
         result = float(value)
     except OverflowError:  # an integer too large for a float
-        raise ValueError(f"{name} must be {allowed}, got {describe(value)}") from None
+        raise FieldError(name, f"{name} must be {allowed}, got {describe(value)}") from None
     if math.isnan(result) or not (low <= result <= high):
-        raise ValueError(f"{name} must be {allowed}, got {result:g}")
+        raise FieldError(name, f"{name} must be {allowed}, got {result:g}")
     return result
 
 
@@ -171,17 +187,17 @@ def flag(name: str, value) -> bool:
     """A real boolean (True/False), not a truthy string or number."""
     if is_bool(value):
         return bool(value)
-    raise ValueError(f"{name} must be True or False, got {describe(value)}")
+    raise FieldError(name, f"{name} must be True or False, got {describe(value)}")
 
 
 def choice(name: str, value, allowed) -> str:
     """One of a fixed set of names (case-insensitive); the error lists them."""
     allowed = tuple(allowed)
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
+        raise FieldTypeError(name, f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
     key = value.strip().lower()
     if key not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
+        raise FieldError(name, f"{name} must be one of {', '.join(allowed)}; got {describe(value)}")
     return key
 
 
@@ -197,7 +213,7 @@ def check_sweep(name: str, largest) -> None:
     them), so if that value fits, every point of the sweep does.
     """
     if largest > SWEEP_LIMIT:
-        raise ValueError(
+        raise FieldError(name,
             f"{name} reaches {largest:,} bytes at the largest inputs of this sweep, beyond exact int64 "
             f"arithmetic (at most {SWEEP_LIMIT:,}); narrow the ranges or call with single numbers"
         )

@@ -40,6 +40,10 @@ def test_without_dropout(s, b, h, a):
     assert got == 32 * s * b * h + 2 * a * s * s * b
 
 
+# The textbook model as Korthikanti et al. 2022 count it: eager attention with dropout masks. Named here,
+# since memmath's default for a model with a config is the exact (transformers) model with SDPA.
+TEXTBOOK = dict(activations="textbook", attention="eager", dropout=True)
+
 def test_fp32_activations_and_cpu_masks():
     s, b, h, a = 512, 2, 768, 12
     # fp32 (e = 4) with 1-byte masks: every 2-byte term doubles, masks stay: 66sbh + 9as^2b.
@@ -47,7 +51,7 @@ def test_fp32_activations_and_cpu_masks():
         66 * s * b * h + 9 * a * s * s * b)
     # Measured (torch 2.13 CPU, validation/measure.py): on the CPU PyTorch's dropout mask has the element size: bf16 masks of
     # 2 bytes give sbh*(32 + 4) + as^2b*(2 + 2 + 2).
-    m = mm.training_memory("gpt2", batch_size=b, seq_len=s, device="cpu")
+    m = mm.training_memory("gpt2", batch_size=b, seq_len=s, device="cpu", **TEXTBOOK)
     assert m.activation_detail.per_layer == 36 * s * b * h + 6 * a * s * s * b
 
 
@@ -55,7 +59,7 @@ def test_full_recomputation_keeps_each_blocks_input():
     # Korthikanti et al., section 5: full recomputation keeps 2*s*b*h per layer (the block input at
     # 16 bit), plus one block's full set while it is recomputed during backward.
     s, b, h, a, L, V = 1024, 4, 768, 12, 12, 50257
-    m = mm.training_memory("gpt2", batch_size=b, seq_len=s, checkpointing=True)
+    m = mm.training_memory("gpt2", batch_size=b, seq_len=s, checkpointing=True, **TEXTBOOK)
     full_layer = 34 * s * b * h + 5 * a * s * s * b
     assert m.activation_detail.per_layer == 2 * s * b * h
     assert m.activations == L * 2 * s * b * h + full_layer + 5 * s * b * h + 4 * s * b * V
@@ -64,14 +68,15 @@ def test_full_recomputation_keeps_each_blocks_input():
 def test_the_loss_term_dominates_small_models():
     # Measured (torch 2.13 CPU, validation/measure.py): the fp32 log-softmax over the vocabulary stores 4*b*s*V bytes; for GPT-2 small
     # at s = 1024 that is 4 x 1024 x 50257 = 205,852,672 bytes per sequence, more than any block.
-    detail = mm.training_memory("gpt2", batch_size=1, seq_len=1024, attention="sdpa").activation_detail
+    detail = mm.training_memory("gpt2", batch_size=1, seq_len=1024, activations="textbook",
+                                attention="sdpa").activation_detail
     assert detail.loss == 4 * 1024 * 50257 and detail.loss > detail.per_layer
 
 
 def test_bert_classifier_loss_is_per_sequence():
     # A sequence classifier's logits are b x num_labels in fp32; the pooler reads the first token (b x h).
     shape = mm.bert_model(n_layers=12, hidden_size=768, n_heads=12, num_labels=2)
-    detail = mm.training_memory(shape, batch_size=8, seq_len=128).activation_detail
+    detail = mm.training_memory(shape, batch_size=8, seq_len=128, **TEXTBOOK).activation_detail
     assert detail.loss == 4 * 8 * 2
     assert detail.outside_layers == 2 * 8 * 768 + 128 * 8 * 768  # pooler input + embedding dropout mask
 
@@ -152,9 +157,9 @@ def test_sweep_past_int64_raises_instead_of_wrapping():
     # 128 layers x 5*a*s^2*b at a=128, s=2**22, b=2**10 is 5 * 2**68 B: an int64 sweep would wrap.
     model = mm.gpt2_model(n_layers=128, hidden_size=8192, n_heads=128)
     with pytest.raises(ValueError, match="seq_len and batch_size"):
-        mm.training_memory(model, seq_len=np.array([2**20, 2**22]), batch_size=2**10)
+        mm.training_memory(model, seq_len=np.array([2**20, 2**22]), batch_size=2**10, **TEXTBOOK)
     # The same point as a scalar stays an exact Python int.
-    scalar = mm.training_memory(model, seq_len=2**22, batch_size=2**10).activations
+    scalar = mm.training_memory(model, seq_len=2**22, batch_size=2**10, **TEXTBOOK).activations
     assert scalar > 5 * 2**68
 
 

@@ -215,12 +215,13 @@ ISSUE_14_ERRORS = [
     # sweeps past int64: refused by name (they once wrapped around or rounded)
     ("transformers sweep", lambda: mm.training_memory("llama-3-70b", seq_len=np.array([48456, 3612330]),
                                                       batch_size=np.array([5323]), activations="transformers",
-                                                      checkpointing=True),
+                                                      checkpointing=True, dropout=True, attention="eager"),
      ValueError, ["seq_len", "batch_size", "int64"]),
     ("peak sweep", lambda: mm.peak_memory("gpt2", seq_len=np.array([2**22]), batch_size=np.array([2**20])),
      ValueError, ["seq_len", "batch_size", "int64"]),
     ("rank sweep at huge sizes", lambda: mm.training_memory("gpt2", method=mm.LoRA(rank=np.array([1, 2])),
-                                                            seq_len=212105, batch_size=283784),
+                                                            seq_len=212105, batch_size=283784, activations="textbook",
+                                                            attention="eager"),
      ValueError, ["int64"]),
 ]
 
@@ -237,12 +238,12 @@ def test_the_scalar_answers_of_the_overflowing_sweeps_are_exact():
     # The scalar calls compute in Python ints: 31,162,350,302,378,111,884 bytes of activations is what the
     # sweep's second point should have been (it returned -5,731,137,845,040,991,348).
     top = mm.training_memory("llama-3-70b", seq_len=3612330, batch_size=5323, activations="transformers",
-                             checkpointing=True).activations
+                             checkpointing=True, dropout=True, attention="eager").activations
     assert isinstance(top, int) and top > 2**63
     first = mm.training_memory("llama-3-70b", seq_len=48456, batch_size=5323, activations="transformers",
-                               checkpointing=True).activations
+                               checkpointing=True, dropout=True, attention="eager").activations
     narrow = mm.training_memory("llama-3-70b", seq_len=np.array([48456]), batch_size=np.array([5323]),
-                                activations="transformers", checkpointing=True).activations
+                                activations="transformers", checkpointing=True, dropout=True, attention="eager").activations
     assert int(narrow[0]) == first
 
 
@@ -328,7 +329,7 @@ def test_messages_about_a_config_quote_field_names_and_short_values_only(tmp_pat
     (lambda: dataclasses.replace(mm.peak_memory("gpt2", seq_len=8), forward=-3), "forward"),
     (lambda: mm.ActivationEstimate(-1, 1, 0, 0, 0), "per_layer"),
     (lambda: mm.ActivationTerm("mlp", "x", "s*b*h", 2, -64), "bytes"),
-    (lambda: mm.Suggestion("x", {}, -5, 1, True), "total"),
+    (lambda: mm.Suggestion("x", mm.Run("gpt2"), -5, 1, True), "total"),
 ])
 def test_result_dataclasses_hold_only_non_negative_whole_bytes(build, field):
     with pytest.raises(ValueError if field != "activations" else (ValueError, TypeError), match=field):

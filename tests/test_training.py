@@ -22,6 +22,10 @@ def test_article_7b_in_16_bit(precision):
     assert mm.format_bytes(m.weights) == "14.00 GB" and mm.format_bytes(m.total) == "56.00 GB"
 
 
+# The textbook model as Korthikanti et al. 2022 count it: eager attention with dropout masks. Named here,
+# since memmath's default for a model with a config is the exact (transformers) model with SDPA.
+TEXTBOOK = dict(activations="textbook", attention="eager", dropout=True)
+
 def test_a_plain_parameter_count_works_and_says_activations_are_missing():
     m = mm.training_memory(7e9, precision="bf16", optimizer="adam", seq_len=2048)
     assert m.total == 56_000_000_000 and m.activations == 0 and not m.activations_estimated
@@ -184,7 +188,7 @@ def test_activations_follow_korthikanti_and_the_loss_term():
     # blocks the embedding dropout mask (s*b*h), the final norm's and the head's inputs (2 x 2*s*b*h)
     # and the fp32 logits of the cross-entropy (4*s*b*V).
     s, b, h, a, V, L = 1024, 4, 768, 12, 50257, 12
-    m = mm.training_memory("gpt2", precision="bf16", batch_size=b, seq_len=s)
+    m = mm.training_memory("gpt2", precision="bf16", batch_size=b, seq_len=s, **TEXTBOOK)
     per_layer = s * b * h * 34 + 5 * a * s * s * b
     assert m.activation_detail.per_layer == per_layer
     assert m.activations == L * per_layer + s * b * h + 4 * s * b * h + 4 * s * b * V
@@ -194,7 +198,7 @@ def test_freezing_stores_nothing_before_the_first_trainable_block():
     # Measured with torch 2.13 (validation/measure.py): layers before the first trainable one store no activations; the embeddings are
     # frozen, so no embedding dropout mask either.
     s, b, h, a, V = 512, 2, 768, 12, 50257
-    m = mm.training_memory("gpt2", batch_size=b, seq_len=s, method=mm.Freeze(trainable_layers=3))
+    m = mm.training_memory("gpt2", batch_size=b, seq_len=s, method=mm.Freeze(trainable_layers=3), **TEXTBOOK)
     assert m.activations == 3 * (34 * s * b * h + 5 * a * s * s * b) + 4 * s * b * h + 4 * s * b * V
 
 
@@ -430,10 +434,26 @@ def test_gemma_2_is_traced_and_runs_eager_attention_by_default():
     assert sdpa.activation_model == "textbook" and any("attn_logit_softcapping" in str(n) for n in sdpa.notes)
 
 
-def test_shapes_built_in_code_and_counts_keep_the_textbook_run():
-    for model in ("gpt2", mm.uniform_model(7e9, 32, hidden_size=4096, n_heads=32), 7e9):
+def test_uniform_models_and_counts_keep_the_textbook_run():
+    # No config, no layout to trace: Korthikanti et al. 2022's count, eager attention with dropout, said so.
+    for model in (mm.uniform_model(7e9, 32, hidden_size=4096, n_heads=32), 7e9):
         result = mm.training_memory(model, seq_len=512)
         assert (result.activation_model, result.attention, result.dropout) == ("textbook", "eager", True)
+    assert any(n.kind == "activations_textbook_fallback" for n in mm.training_memory(
+        mm.uniform_model(7e9, 32, hidden_size=4096, n_heads=32), seq_len=512).notes)
+
+
+def test_a_preset_built_in_code_trains_as_its_config_does():
+    # gpt2 is built with gpt2_model; openai-community/gpt2's config.json (attn_pdrop = resid_pdrop = embd_pdrop
+    # = 0.1) read by from_hf_config is the same model: the same run, the same bytes.
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    for preset, config in (("gpt2", "gpt2"), ("llama-3-8b", "Meta-Llama-3-8B"), ("bert-base-uncased", "bert-base-uncased")):
+        built = mm.training_memory(preset, batch_size=2, seq_len=256)
+        read = mm.training_memory(mm.from_hf_config(PUBLISHED_CONFIGS[config]), batch_size=2, seq_len=256)
+        assert (built.activation_model, built.attention) == ("transformers", "sdpa")
+        assert built.parts() == read.parts()
+    assert mm.training_memory("gpt2", seq_len=256).dropout and not mm.training_memory("llama-3-8b", seq_len=256).dropout
 
 
 def test_a_length_sweep_across_a_sliding_window_is_refused_not_answered_with_one_model():

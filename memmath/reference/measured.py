@@ -333,7 +333,7 @@ def case_arguments(row, activations: str = "transformers") -> dict:
     """The keyword arguments of memmath.training_memory that describe a recorded case."""
     from ..activations import ATTENTION_KINDS
     from ..recipes import get_optimizer, get_recipe
-    from ..training import ACTIVATION_MODELS
+    from ..run import ACTIVATION_MODELS
 
     # bitsandbytes' Adam8bit and AdamW8bit keep the same states: memmath's "adam8bit" for both.
     optimizer = _text(row, "optimizer")

@@ -1,0 +1,78 @@
+"""What the card must hold for a run: the one decision the API, the command line, the planner and the lessons read.
+
+The step's peak (peak_memory: the most allocated at one moment) where memmath models it; else the
+sum of the parts (training_memory: every part as if alive at once), with the reason in words.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from . import validate
+from .notes import Note
+from .run import Run, as_run
+
+BASES = ("peak", "sum of parts")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Bytes one GPU must hold for `run` (before the CUDA context), and what that number is.
+
+    basis: "peak" (peak_memory's steady-state peak, a step after the first) or "sum of parts"
+    (training_memory's total); reason: why the sum, in words ("" for the peak); memory: the parts;
+    peak: the PeakEstimate, or None when the basis is the sum.
+    """
+
+    bytes: int
+    basis: str
+    reason: str
+    memory: object
+    peak: object
+    run: Run
+
+    def __post_init__(self):
+        object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
+        validate.choice("basis", self.basis, BASES)
+        validate.text_field("reason", self.reason)
+
+    @property
+    def note(self) -> Note:
+        """The decision as a Note, for a reader."""
+        if self.basis == "peak":
+            return Note("requirement_peak", "the step's peak: the most allocated at one moment (peak_memory), "
+                        "not the sum of the parts, which counts every part as if all were alive at once")
+        return Note("requirement_sum", f"the sum of the parts: {self.reason}")
+
+
+def requirement(model, **settings) -> Requirement:
+    """The Requirement of a run (a Run, or a model with Run's keyword settings); one number per run.
+
+    Sizes must be single numbers: a sweep has no single verdict (a ValueError names the field).
+    """
+    run = as_run(model, **settings)
+    if run.is_sweep:
+        swept = next(name for name in ("batch_size", "seq_len", "method", "model")
+                     if validate.is_array(getattr(run, name), getattr(getattr(run, name), "rank", None),
+                                          getattr(getattr(run, name), "trainable_layers", None),
+                                          getattr(getattr(run, name), "uniform_params", None)))
+        raise validate.FieldError(swept, f"{swept} must be a single value: the planner judges one run, not a sweep "
+                                  "of arrays")
+    return _requirement(run)
+
+
+@functools.lru_cache(maxsize=1024)
+def _requirement(run: Run) -> Requirement:
+    from .peak import peak_memory, why_no_peak
+    from .training import training_memory
+
+    memory = training_memory(run)
+    why = why_no_peak(run)
+    if why:
+        return Requirement(int(memory.total), "sum of parts", why, memory, None, run)
+    try:
+        peak = peak_memory(run)
+    except ValueError as error:  # a combination the peak model refuses by name: its words are the reason
+        return Requirement(int(memory.total), "sum of parts", str(error), memory, None, run)
+    return Requirement(int(peak.total), "peak", "", memory, peak, run)

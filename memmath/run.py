@@ -1,0 +1,223 @@
+"""A training run as one value: what the API, the command line, the planner and the lessons all ask about.
+
+    >>> import memmath
+    >>> run = memmath.Run("gpt2", batch_size=8, seq_len=512)
+    >>> run.attention, run.dropout, run.activations
+    ('sdpa', True, 'transformers')
+
+Every default is written once, below, with its reason. Fields left out that depend on the model
+(attention, dropout, the activation model) are resolved on construction as transformers trains
+that model by default, so every field of a Run is concrete and `repr(run)` says exactly what is
+assumed. Bad input raises a ValueError (or TypeError) naming the field and its allowed values
+(validate.FieldError carries the field's name as `.field`). A Run is frozen and hashable (unless
+it sweeps numpy arrays), so the same question is the same key: `run.replace(...)` makes a new run,
+resolving again whatever the caller left to the defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from .arrays import is_ndarray
+
+from . import validate
+from .activations import ATTENTION_KINDS
+from .methods import Full, Method
+from .models import ModelShape
+from .notes import Note
+from .presets import resolve_model
+from .recipes import Optimizer, Recipe, get_optimizer, get_recipe
+
+ACTIVATION_MODELS = ("transformers", "textbook")
+DEVICES = ("cuda", "cpu")
+SHARDINGS = ("even", "fsdp2", "zero_redundancy")
+
+DEFAULT_SEQ_LEN = 2048  # tokens per sequence: a common finetuning length (Llama 2's context was 4,096)
+# The fields that depend on the model and are resolved from it when left out (None).
+RESOLVED = ("attention", "dropout", "activations")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One training step's settings, each concrete after construction (see the module docstring)."""
+
+    model: object = field(kw_only=False)  # a preset name, a ModelShape or a parameter count; kept as a ModelShape
+    precision: object = "bf16"  # pure bf16: the article's 16-bit recipe, 2 B per weight, gradient and state
+    optimizer: object = "adamw"  # AdamW: what transformers' Trainer and most finetuning recipes use
+    method: Method = field(default_factory=Full)  # full finetuning: every weight trains (the article's start)
+    batch_size: object = 1  # sequences per GPU per step: the smallest step, the one most runs must fit first
+    seq_len: object = DEFAULT_SEQ_LEN  # None leaves the activations out (weights, gradients and states only)
+    checkpointing: bool = False  # transformers' default: gradient checkpointing is opt-in
+    attention: str | None = None  # None: what transformers picks (SDPA; eager where SDPA cannot run the model)
+    dropout: bool | None = None  # None: the config's dropout probability > 0 (a model built in code: True)
+    activations: str | None = None  # None: the exact "transformers" model where it applies, else "textbook"
+    device: str = "cuda"  # what users plan for; "cpu" is what validation/measure.py measures
+    n_gpus: int = 1  # data-parallel GPUs; each holds a full copy unless ZeRO shards it
+    zero_stage: int = 0  # ZeRO stage 0-3 across the n_gpus (3 = FSDP full sharding)
+    sharding: str = "even"  # "even": ZeRO's division; "fsdp2"/"zero_redundancy": what that engine stores
+    rank: int = 0  # which GPU's share an engine's sharding reports (0 to n_gpus - 1)
+    # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
+    defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
+    notes: tuple = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self):
+        given = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("defaulted", "notes")}
+        shape = resolve_model(self.model)
+        if not isinstance(self.method, Method) or type(self.method) is Method:  # the base class plans nothing
+            raise validate.FieldTypeError("method", "method must be Full(), Freeze(...), Adapters(...), LoRA(...) or "
+                                          f"QLoRA(...); got {validate.describe(self.method)}")
+        recipe, optimizer = get_recipe(self.precision), get_optimizer(self.optimizer)
+        values = dict(
+            model=shape,
+            precision=_name(recipe, self.precision),
+            optimizer=_name(optimizer, self.optimizer),
+            batch_size=validate.count("batch_size", self.batch_size, high=validate.MAX_BATCH),
+            seq_len=None if self.seq_len is None else validate.count("seq_len", self.seq_len, high=validate.MAX_SEQ),
+            checkpointing=validate.flag("checkpointing", self.checkpointing),
+            device=validate.choice("device", self.device, DEVICES),
+            n_gpus=validate.count("n_gpus", self.n_gpus, high=validate.MAX_GPUS, scalar=True),
+            zero_stage=validate.count("zero_stage", self.zero_stage, low=0, high=3, scalar=True),
+            sharding=validate.choice("sharding", self.sharding, SHARDINGS),
+        )
+        values["rank"] = validate.count("rank", self.rank, low=0, high=max(values["n_gpus"] - 1, 0), scalar=True)
+        if self.attention is not None:
+            values["attention"] = validate.choice("attention", self.attention, ATTENTION_KINDS)
+        if self.dropout is not None:
+            values["dropout"] = validate.flag("dropout", self.dropout)
+        if self.activations is not None:
+            values["activations"] = validate.choice("activations", self.activations, ACTIVATION_MODELS)
+        if shape.from_count and not isinstance(self.method, Full):
+            raise validate.FieldError("method", f"{type(self.method).__name__} needs a model with layers: pass a "
+                                      "preset, a ModelShape or uniform_model(n_params, n_layers) instead of a plain "
+                                      "parameter count")
+        notes = []
+        resolved = _resolve(shape, self.method, recipe, values["seq_len"], values.get("activations"),
+                            values.get("attention"), values.get("dropout"), notes)
+        defaulted = frozenset(name for name in RESOLVED if given[name] is None)
+        for name, value in zip(RESOLVED, resolved):
+            values[name] = value
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "defaulted", defaulted)
+        object.__setattr__(self, "notes", tuple(notes))
+
+    def __repr__(self) -> str:
+        model = repr(self.model.name) if self.model.name else repr(self.model)
+        return "Run(" + ", ".join([f"model={model}"] + [f"{k}={v!r}" for k, v in self.settings().items()]) + ")"
+
+    # ---- what the fields stand for ------------------------------------------------------
+    @property
+    def shape(self) -> ModelShape:
+        """The model, as a ModelShape (the `model` field itself, after construction)."""
+        return self.model
+
+    @property
+    def recipe(self) -> Recipe:
+        return get_recipe(self.precision)
+
+    @property
+    def optimizer_spec(self) -> Optimizer:
+        return get_optimizer(self.optimizer)
+
+    @property
+    def is_sweep(self) -> bool:
+        """True when a size, the model's count or the method's rank or layers is a numpy array."""
+        from .hf_activations import sweeping
+
+        return sweeping(self.seq_len, self.batch_size, self.method) or is_ndarray(self.model.uniform_params)
+
+    @property
+    def sharded(self) -> bool:
+        """True when ZeRO or an engine's sharding splits a part across the GPUs."""
+        return self.n_gpus > 1 and self.zero_stage > 0
+
+    def replace(self, **changes) -> Run:
+        """A new run with `changes`; the fields this one resolved from the model are resolved again."""
+        unknown = set(changes) - set(SETTINGS) - {"model"}
+        if unknown:
+            raise validate.FieldTypeError(sorted(unknown)[0], f"{sorted(unknown)[0]} is not a setting of a Run; "
+                                          f"settings: {', '.join(SETTINGS)}")
+        kept = {name: getattr(self, name) for name in ("model", *SETTINGS) if name not in self.defaulted}
+        return Run(**{**kept, **changes})
+
+    def settings(self) -> dict:
+        """Every setting (all fields but the model) with its concrete value, in field order."""
+        return {name: getattr(self, name) for name in SETTINGS}
+
+    def given(self) -> dict:
+        """The settings that were not resolved from the model (what a caller set, or a fixed default)."""
+        return {name: value for name, value in self.settings().items() if name not in self.defaulted}
+
+
+SETTINGS = tuple(f.name for f in fields(Run) if f.name not in ("model", "defaulted", "notes"))
+
+
+def as_run(model, **settings) -> Run:
+    """A Run from a Run (with no other settings) or from a model and keyword settings (the keyword forms)."""
+    if isinstance(model, Run):
+        if settings:
+            raise TypeError(f"pass either a Run or a model with settings, not both (got {', '.join(settings)})")
+        return model
+    return Run(model, **settings)
+
+
+def _name(spec, given):
+    """A registered recipe or optimizer by its name (repr stays short); a custom one as itself."""
+    return spec.name if isinstance(given, str) else given
+
+
+def _resolve(shape: ModelShape, method, recipe, seq_len, activations, attention, dropout, notes) -> tuple:
+    """(attention, dropout, activations), each left out (None) filled in as transformers trains by default.
+
+    A model read from a config (shape.dropout_p known; the presets and gpt2_model, llama_model,
+    bert_model carry their config class's defaults): SDPA attention (transformers' choice; eager for
+    Gemma 2 and softcapped attention, which SDPA refuses), dropout where the config's probability
+    is > 0, and the exact activation model where hf_activations traces the layout, method and
+    recipe, else the textbook (Korthikanti et al. 2022) with a Note saying why. A uniform model
+    or a parameter count (no config): the textbook run, eager attention with dropout, as the paper
+    counts it. A chosen value is kept.
+    """
+    if shape.dropout_p is None:
+        if activations is None:
+            activations = "textbook"
+            if shape.has_shape and seq_len is not None:
+                notes.append(Note("activations_textbook_fallback",
+                                  "activations: the textbook model (Korthikanti et al. 2022), since a model without "
+                                  "a config has no layout to trace"))
+        return (attention or "eager", True if dropout is None else dropout, activations)
+    if attention is None:
+        # SDPA where the model supports it; Gemma2PreTrainedModel has no SDPA, and SDPA refuses a softcap
+        # (transformers 5.24 integrations/sdpa_attention.py), so softcapped attention runs eager.
+        attention = "eager" if shape.arch == "gemma2" or shape.attn_softcap else "sdpa"
+    if dropout is None:
+        dropout = shape.dropout_p > 0
+    if activations is None:
+        activations = "transformers"
+        reason = _why_not_exact(shape, method, recipe, seq_len, attention, dropout)
+        if reason:
+            activations = "textbook"
+            notes.append(Note("activations_textbook_fallback",
+                              f"activations: the textbook model (Korthikanti et al. 2022), since the exact "
+                              f"(transformers) model {reason}"))
+    return attention, dropout, activations
+
+
+def _why_not_exact(shape, method, recipe, seq_len, attention, dropout) -> str | None:
+    """Why the exact activation model does not replay this run (None when it does)."""
+    if seq_len is None or not shape.has_shape:
+        return "needs a sequence length and a model with widths"
+    from .hf_activations import traces
+
+    reason = traces(shape, method, recipe, seq_len, attention)
+    if reason and is_ndarray(seq_len) and not traces(shape, method, recipe, int(seq_len.min()), attention):
+        # The shortest lengths are exact and the longest are not (a sliding window): one model cannot
+        # answer the whole sweep the way single calls answer each length, so it is refused by name.
+        raise validate.FieldError("seq_len", f"seq_len: this sweep runs from {int(seq_len.min()):,} to "
+                                  f"{int(seq_len.max()):,} tokens, across a limit of the exact activation model "
+                                  f"(the transformers trace {reason}); sweep the lengths on each side of it in "
+                                  "separate calls, or pass activations='textbook'")
+    if not reason and recipe.name == "amp" and attention == "sdpa" and dropout:
+        from .amp_trace import MATH_REFUSAL  # SDPA with dropout: the math kernel on the CPU
+
+        reason = MATH_REFUSAL
+    return reason
