@@ -39,6 +39,8 @@ _EXPORTS = {
     "Suggestion": "planner", "config_from_text": "planner", "path_to_fit": "planner", "step_peak": "planner",
     "suggest_changes": "planner", "suggestions_frame": "planner", "TrainingPlan": "planner",
     "plan_training": "planner", "Requirement": "decision", "requirement": "decision",
+    "ServingChange": "serving", "ServingPlan": "serving", "longest_context_that_fits": "serving",
+    "plan_serving": "serving", "serving_changes": "serving", "SERVING_DEFAULTS": "inference",
     "Run": "run", "DEFAULT_SEQ_LEN": "run", "FieldError": "validate",
     "TRAINED_CONTEXT": "planner", "fewest_gpus_that_fit": "planner", "largest_batch_that_fits": "planner",
     "longest_sequence_that_fits": "planner", "trained_context": "planner",

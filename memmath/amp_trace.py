@@ -19,6 +19,7 @@ dropout (the CPU's math kernel), Houlsby adapters and quantized bases under AMP 
 
 from __future__ import annotations
 
+from . import validate
 from .trace import Trace
 
 AUTOCAST_BYTES = 2  # bf16, the dtype torch.autocast("cpu") and transformers' Trainer(bf16=True) use
@@ -105,7 +106,7 @@ class AmpTrace(Trace):
         out (OLMo 2: (weight * normed).to(input dtype), its fp32 normed kept). GemmaRMSNorm (plus_one) is
         not measured under autocast: amp_refusal refuses the Gemma model types before a trace starts."""
         if plus_one is not None:
-            raise ValueError("activations='transformers' models AMP without GemmaRMSNorm (use activations='textbook')")
+            raise validate.FieldError("activations", "activations='transformers' models AMP without GemmaRMSNorm (use activations='textbook')")
         x32 = x if x.elem == 4 else self.tmp(x.numel, 4, x)
         square = self.tmp(x.numel, 4, x32)
         rsqrt = self.tmp(self.t if rows is None else rows, 4, square)
@@ -190,7 +191,7 @@ class AmpTrace(Trace):
             return self._eager_attention(q, k, v, heads=heads, head_dim=head_dim, dropout=dropout,
                                          softmax_fp32=softmax_fp32, name=name)
         if kind != "flash":
-            raise ValueError(f"activations='transformers' {MATH_REFUSAL} (use activations='textbook')")
+            raise validate.FieldError("activations", f"activations='transformers' {MATH_REFUSAL} (use activations='textbook')")
         n = self.t * heads * head_dim
         grad = q.grad or k.grad or v.grad
         q, k, v = self._cast(q), self._cast(k), self._cast(v)

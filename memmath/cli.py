@@ -4,9 +4,11 @@
     memmath infer MODEL [--context 32768 --weights nf4 --kv bf16 --gpu "RTX 4090" ...]
     memmath models | memmath gpus
 
-MODEL is a preset name, a config.json, a folder holding one, or a Hugging Face Hub repo id found
-in the local cache (never the network). Every number comes from memmath's Python API; this module
-only reads the options, calls it and prints the answer (a table, or one JSON object with --json).
+In three parts, as accelerate's estimate-memory keeps a command: the options become a memmath.Run
+(or a serving setup), the library plans it (plan_training, plan_serving), and this module prints
+the plan, as tables or as one JSON object (--json). It decides nothing and holds no default of its
+own: an option left out is left to the Run, whose resolved values the output shows. Errors from the
+library name their field; FIELD_OPTIONS says which option sets it.
 Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on stderr).
 
 Only the standard library is imported at the top; memmath's calculator is imported when a command
@@ -23,37 +25,25 @@ import re
 import shutil
 import sys
 import textwrap
-from pathlib import Path
 
 PROG = "memmath"
-DEFAULT_SEQ = 2048  # tokens per sequence when --seq is not given (said so in the output and the JSON)
-DEFAULT_CONTEXT = 2048  # tokens per sequence for `infer` when --context is not given
-# The CUDA context and its kernels take memory before any tensor: 1,343 MiB measured on a V100 by
-# Hugging Face (transformers docs, "Model training anatomy"; their helper prints "MB" but divides by
-# 1024**2). The planner lesson (notebooks/08_planner.py) cites the same figure (memmath's
-# literature, REPORTED["cuda_context_v100"]); tests/test_cli.py checks the two agree.
-DEFAULT_RESERVE_MIB = 1343
-DEFAULT_RESERVE = DEFAULT_RESERVE_MIB * 2**20
-RESERVE_SOURCE = ("CUDA context and kernels before any tensor, 1,343 MiB measured on a V100 "
-                  "(Hugging Face transformers docs, Model training anatomy)")
 METHODS = ("full", "freeze", "adapters", "lora", "qlora")
 ATTENTION = ("sdpa", "eager")
-ACTIVATION_MODELS = ("auto", "transformers", "textbook")
 UNIT_CHOICES = ("GB", "GiB", "MB", "MiB", "TB", "TiB")
 WIDTH = 80
-
-# Where each preset's shape comes from (memmath/presets.py reads them off these configs and papers).
 GPU_SOURCES = ("memory: what nvidia-smi reports (MiB x 2**20), less than the size on the box; "
                "bandwidth and dense bf16 TFLOP/s: NVIDIA's datasheets (T4 and V100: fp16, no bf16)")
 
-# The API's field names, as the options that set them (for errors raised inside memmath).
+# The library's field names, as the options that set them (errors name the field: validate.FieldError).
 FIELD_OPTIONS = {
-    "batch_size": "--batch", "seq_len": "--seq", "context_len": "--context", "rank": "--rank",
+    "model": "MODEL", "batch_size": "--batch", "seq_len": "--seq", "context_len": "--context", "rank": "--rank",
     "targets": "--targets", "LoRA target": "--targets", "bottleneck": "--bottleneck",
     "trainable_layers": "--trainable-layers", "n_gpus": "--gpus", "zero_stage": "--zero-stage",
     "reserved_bytes": "--reserve", "precision": "--precision", "optimizer": "--optimizer",
-    "attention": "--attention", "unit": "--unit", "gpu": "--gpu", "weights_format": "--weights",
-    "kv_format": "--kv", "format": "--weights/--kv", "size": "--gpu-memory",
+    "attention": "--attention", "activations": "--activations", "dropout": "--no-dropout", "unit": "--unit",
+    "gpu": "--gpu", "weights_format": "--weights", "kv_format": "--kv", "format": "--weights/--kv",
+    "size": "--gpu-memory", "quant_type": "--quant-type", "layout": "--quant-layout",
+    "double_quant": "--no-double-quant", "method": "--method",
 }
 
 
@@ -78,8 +68,8 @@ def _whole(low: int):
         try:
             value = int(text.replace(",", "").replace("_", ""))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number from {low:,} up; got {text!r}") from None
-        if value < low:
+            value = None
+        if value is None or value < low:
             raise argparse.ArgumentTypeError(f"must be a whole number from {low:,} up; got {text!r}")
         return value
     parse.__name__ = "whole number"
@@ -116,18 +106,15 @@ def _targets(text: str) -> tuple:
 
     names = tuple(t.strip().lower() for t in text.split(",") if t.strip())
     allowed = ", ".join(memmath.LORA_TARGETS)
-    if not names:
-        raise argparse.ArgumentTypeError(f"must be matrices from {allowed} separated by commas, or all; got {text!r}")
     if names in (("all",), ("all-linear",)):
         return tuple(memmath.LORA_TARGETS)
-    for name in names:
-        if name not in memmath.LORA_TARGETS:
-            raise argparse.ArgumentTypeError(
-                f"must be matrices from {allowed} separated by commas (such as q,v), or all; got {name!r}")
+    if not names or any(name not in memmath.LORA_TARGETS for name in names):
+        raise argparse.ArgumentTypeError(f"must be matrices from {allowed} separated by commas (such as q,v), "
+                                         f"or all; got {text!r}")
     return names
 
 
-# ---- the parser ----------------------------------------------------------------------------
+# ---- the parser: an option left out is None, left to the library's defaults ----------------------
 def build_parser() -> argparse.ArgumentParser:
     import memmath
 
@@ -136,10 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog="Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input.")
     parser.add_argument("--version", action=_Version, nargs=0, help="print memmath's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="{train,infer,models,gpus}")
-
     common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true",
                         help="print one JSON object (every size in integer bytes) instead of tables")
+    reserve_mib = memmath.CUDA_CONTEXT_BYTES // 2**20
 
     def gpu_options(p):
         group = p.add_argument_group("the GPU (gives a verdict, and exit status 1 when it does not fit)")
@@ -148,22 +135,21 @@ def build_parser() -> argparse.ArgumentParser:
                                "forgiven: rtx4090, a100-80gb, h100)")
         exclusive.add_argument("--gpu-memory", metavar="SIZE", type=_size,
                                help="any card, by its memory as the driver reports it (24GiB, 24564MiB)")
-        group.add_argument("--reserve", metavar="SIZE", type=_size, default=None,
-                           help=f"memory the CUDA context takes before any tensor (default {DEFAULT_RESERVE_MIB}MiB, "
-                           "measured on a V100 by Hugging Face; 0 for none)")
+        group.add_argument("--reserve", metavar="SIZE", type=_size, help="memory the CUDA context takes before any "
+                           f"tensor (default {reserve_mib}MiB, measured on a V100 by Hugging Face; 0 for none)")
         group.add_argument("--unit", type=_choice(UNIT_CHOICES), default="GB", metavar="UNIT",
                            help="unit for display: GB (10**9 B, default) or GiB (2**30 B), also MB, MiB, TB, TiB")
 
     model_help = ("a preset (`memmath models`), a config.json, a folder holding one, or a Hub repo id "
                   "(owner/name) found in the local Hugging Face cache")
-    train = sub.add_parser("train", parents=[common], help="memory of one training step, and the fit",
+    epilog = "Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input."
+    train = sub.add_parser("train", parents=[common], help="memory of one training step, and the fit", epilog=epilog,
                            description="The memory of one training step, part by part, its peak, and "
-                           "(with --gpu) whether it fits and which changes make it fit.",
-                           epilog="Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input.")
+                           "(with --gpu) whether it fits and which changes make it fit.")
     train.add_argument("model", metavar="MODEL", help=model_help)
     m = train.add_argument_group("the method")
-    m.add_argument("--method", type=_choice(METHODS), default="full", metavar="NAME", help="full (default), freeze, adapters, "
-                   "lora or qlora")
+    m.add_argument("--method", type=_choice(METHODS), default="full", metavar="NAME",
+                   help="full (default), freeze, adapters, lora or qlora")
     m.add_argument("--rank", type=_whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
     m.add_argument("--targets", type=_targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
                    f"{','.join(memmath.LORA_TARGETS)}, or all (default q,v)")
@@ -178,40 +164,43 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--trainable-layers", type=_whole(0), metavar="K",
                    help="freeze: how many of the last blocks train (required with --method freeze)")
     m.add_argument("--bottleneck", type=_whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
-    s = train.add_argument_group("the training step")
-    s.add_argument("--precision", type=_choice(list(memmath.RECIPES)), default="bf16", metavar="RECIPE",
+    s = train.add_argument_group("the training step (each default is memmath.Run's, said in the output)")
+    s.add_argument("--precision", type=_choice(list(memmath.RECIPES)), metavar="RECIPE",
                    help=f"{', '.join(memmath.RECIPES)} (default bf16: pure bf16, the article's 8 B/param with Adam)")
-    s.add_argument("--optimizer", type=_choice(list(memmath.OPTIMIZERS)), default="adamw", metavar="NAME",
+    s.add_argument("--optimizer", type=_choice(list(memmath.OPTIMIZERS)), metavar="NAME",
                    help=f"{', '.join(memmath.OPTIMIZERS)} (default adamw)")
-    s.add_argument("--batch", type=_whole(1), default=1, metavar="B", help="micro-batch per GPU (default 1)")
-    s.add_argument("--seq", type=_whole(1), default=None, metavar="S",
-                   help=f"tokens per sequence (default {DEFAULT_SEQ}, said so in the output)")
-    s.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
-    s.add_argument("--attention", type=_choice(ATTENTION), default="sdpa", metavar="KIND",
-                   help="sdpa (fused, default) or eager (keeps the s x s scores)")
-    s.add_argument("--no-dropout", action="store_true", help="no dropout masks kept")
-    s.add_argument("--activations", type=_choice(ACTIVATION_MODELS), default="auto", metavar="MODEL",
-                   help="activation model: transformers (what the PyTorch models keep; auto picks it where it "
-                   "applies) or textbook (Korthikanti et al. 2022)")
-    s.add_argument("--gpus", type=_whole(1), default=1, metavar="N", help="data-parallel GPUs (default 1)")
-    s.add_argument("--zero-stage", type=_choice(("0", "1", "2", "3")), default="0", metavar="S",
+    s.add_argument("--batch", type=_whole(1), metavar="B", help="micro-batch per GPU (default 1)")
+    s.add_argument("--seq", type=_whole(1), metavar="S",
+                   help=f"tokens per sequence (default {memmath.DEFAULT_SEQ_LEN:,}, said so in the output)")
+    s.add_argument("--checkpointing", action="store_true", default=None, help="gradient checkpointing on")
+    s.add_argument("--attention", type=_choice(ATTENTION), metavar="KIND",
+                   help="sdpa (fused) or eager (keeps the s x s scores); default: what transformers picks")
+    s.add_argument("--no-dropout", action="store_true", default=None,
+                   help="no dropout masks kept (default: the config's dropout probability)")
+    s.add_argument("--activations", type=_choice(("auto", "transformers", "textbook")), metavar="MODEL",
+                   help="activation model: transformers (what the PyTorch models keep; auto, the default, picks "
+                   "it where it applies) or textbook (Korthikanti et al. 2022)")
+    s.add_argument("--gpus", type=_whole(1), metavar="N", help="data-parallel GPUs (default 1)")
+    s.add_argument("--zero-stage", type=_choice(("0", "1", "2", "3")), metavar="S",
                    help="ZeRO stage 0-3 across the --gpus (3 = FSDP full sharding; default 0)")
     gpu_options(train)
 
-    infer = sub.add_parser("infer", parents=[common], help="memory to serve a model at a context length",
+    infer = sub.add_parser("infer", parents=[common], help="memory to serve a model at a context length", epilog=epilog,
                            description="The memory to serve one replica: weights in the serving format, "
-                           "the KV cache, the prefill working set; with --gpu, whether it fits.",
-                           epilog="Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input.")
+                           "the KV cache, the prefill working set; with --gpu, whether it fits.")
     infer.add_argument("model", metavar="MODEL", help=model_help)
-    i = infer.add_argument_group("the serving setup")
-    i.add_argument("--context", type=_whole(1), default=None, metavar="N",
-                   help=f"tokens per sequence, prompt and output (default {DEFAULT_CONTEXT}, said so in the output)")
-    i.add_argument("--batch", type=_whole(1), default=1, metavar="B", help="sequences at once (default 1)")
-    i.add_argument("--weights", type=_choice(list(memmath.FORMATS)), default="bf16", metavar="FORMAT",
-                   help=f"serving format of the weights: {', '.join(memmath.FORMATS)} (default bf16)")
-    i.add_argument("--kv", type=_choice(list(memmath.FORMATS)), default="bf16", metavar="FORMAT",
-                   help="format of the KV cache (default bf16)")
-    i.add_argument("--attention", type=_choice(ATTENTION), default="sdpa", metavar="KIND", help="sdpa (default) or eager")
+    i = infer.add_argument_group("the serving setup (each default is memmath.SERVING_DEFAULTS')")
+    defaults = memmath.SERVING_DEFAULTS
+    i.add_argument("--context", type=_whole(1), metavar="N", help="tokens per sequence, prompt and output (default "
+                   f"{defaults['context_len']:,}, said so in the output)")
+    i.add_argument("--batch", type=_whole(1), metavar="B", help=f"sequences at once (default {defaults['batch_size']})")
+    i.add_argument("--weights", type=_choice(list(memmath.FORMATS)), metavar="FORMAT",
+                   help=f"serving format of the weights: {', '.join(memmath.FORMATS)} (default "
+                   f"{defaults['weights_format']})")
+    i.add_argument("--kv", type=_choice(list(memmath.FORMATS)), metavar="FORMAT",
+                   help=f"format of the KV cache (default {defaults['kv_format']})")
+    i.add_argument("--attention", type=_choice(ATTENTION), metavar="KIND",
+                   help=f"sdpa or eager (default {defaults['attention']})")
     gpu_options(infer)
 
     sub.add_parser("models", parents=[common], help="the presets and where their shapes come from",
@@ -237,106 +226,75 @@ def _version() -> str:
         return "unknown"
 
 
-# ---- MODEL: preset, config.json, folder, or the local Hugging Face cache ----------------------
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?(@[A-Za-z0-9._/-]+)?$")
+# ---- arguments -> Run (or a serving setup) ---------------------------------------------------
+def _given(**options) -> dict:
+    """The options that were given (not None): what the library is told; the rest is its defaults."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
-def hf_cache_dir() -> tuple[Path, str]:
-    """The Hugging Face hub cache folder, and which setting chose it (huggingface_hub's own order)."""
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(variable):
-            return Path(os.environ[variable]).expanduser(), f"${variable}"
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub", "$HF_HOME/hub"
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "huggingface" / "hub", "$XDG_CACHE_HOME/huggingface/hub"
-    return Path.home() / ".cache" / "huggingface" / "hub", "the default cache"
-
-
-def find_in_hf_cache(repo_id: str) -> tuple[Path | None, Path]:
-    """(config.json of the cached snapshot or None, the repo folder looked in), without the network.
-
-    The layout huggingface_hub writes: models--owner--name/refs/<revision> holds a commit hash and
-    snapshots/<hash>/config.json the file. An `@revision` tail picks refs/<revision> or a snapshot
-    by its hash; otherwise refs/main, else the newest snapshot that holds a config.json.
-    """
-    name, _, revision = repo_id.partition("@")
-    cache, _ = hf_cache_dir()
-    folder = cache / ("models--" + name.replace("/", "--"))
-    snapshots = folder / "snapshots"
-    revision = revision or "main"
-    ref = folder / "refs" / revision
-    try:
-        commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision
-        candidate = snapshots / commit / "config.json"
-        if commit and "/" not in commit and candidate.is_file():
-            return candidate, folder
-        if revision == "main" and snapshots.is_dir():
-            found = sorted((p for p in snapshots.glob("*/config.json") if p.is_file()),
-                           key=lambda p: p.stat().st_mtime, reverse=True)
-            if found:
-                return found[0], folder
-    except OSError:
-        pass
-    return None, folder
-
-
-def resolve_cli_model(text: str):
-    """(ModelShape, description dict) for the MODEL argument; BadInput naming where it looked."""
+def _build_method(args, shape):
     import memmath
 
-    key = text.strip().lower()
-    if key in memmath.PRESETS:
-        return memmath.PRESETS[key], {"given": text, "source": "preset", "config_path": None,
-                                      "from": memmath.PRESET_SOURCES.get(key, "memmath's presets")}
-    path = Path(text).expanduser()
-    try:
-        is_dir, is_file = path.is_dir(), path.is_file()
-    except (OSError, ValueError):
-        is_dir = is_file = False
-    if is_dir:
-        config = path / "config.json"
-        if not config.is_file():
-            raise BadInput("MODEL", f"the folder {str(path)!r} holds no config.json")
-        return _read_config(config, text, "config folder")
-    if is_file:
-        return _read_config(path, text, "config file")
-    looks_like_path = text.endswith(".json") or text.startswith((".", "/", "~")) or os.sep + os.sep in text
-    if not looks_like_path and _REPO_ID.match(text.strip()):
-        repo = text.strip()
-        config, folder = find_in_hf_cache(repo)
-        if config is not None:
-            shape, info = _read_config(config, text, "hugging face cache")
-            return shape.with_changes(name=repo.partition("@")[0]), info
-        cache, chosen = hf_cache_dir()
-        raise BadInput("MODEL", f"{text!r} is not a preset, a file or a folder, and not in the local Hugging Face "
-                       f"cache (looked for {folder}/snapshots/*/config.json; cache from {chosen}). memmath never "
-                       f"uses the network: get the file with `huggingface-cli download {repo.partition('@')[0]} "
-                       "config.json` (or `hf download`), or pass a config.json path. Presets: "
-                       + ", ".join(memmath.PRESETS))
-    raise BadInput("MODEL", f"no such file or folder: {text!r} (give a preset, a config.json, a folder holding "
-                   "one, or a Hub repo id in the local cache)")
+    given = {"--rank": args.rank, "--targets": args.targets, "--trainable-layers": args.trainable_layers,
+             "--bottleneck": args.bottleneck, "--quant-type": args.quant_type, "--no-double-quant": args.no_double_quant,
+             "--quant-layout": args.quant_layout}
+    applies = {"--rank": ("lora", "qlora"), "--targets": ("lora", "qlora"), "--trainable-layers": ("freeze",),
+               "--bottleneck": ("adapters",), "--quant-type": ("qlora",), "--no-double-quant": ("qlora",),
+               "--quant-layout": ("qlora",)}
+    for option, value in given.items():
+        if value is not None and args.method not in applies[option]:
+            raise BadInput(option, f"applies to --method {' or '.join(applies[option])}, not {args.method}")
+    if args.method == "full":
+        return memmath.Full()
+    if args.method == "freeze":
+        if args.trainable_layers is None:
+            raise BadInput("--trainable-layers", f"--method freeze needs it: how many of the last blocks train, "
+                           f"from 0 to {shape.n_layers}")
+        if args.trainable_layers > shape.n_layers:
+            raise BadInput("--trainable-layers", f"must be from 0 to {shape.n_layers} (the model's blocks); "
+                           f"got {args.trainable_layers}")
+        return memmath.Freeze(trainable_layers=args.trainable_layers)
+    if args.method == "adapters":
+        return memmath.Adapters(**_given(bottleneck=args.bottleneck))
+    lora = _given(rank=args.rank, targets=args.targets)
+    if args.method == "lora":
+        return memmath.LoRA(**lora)
+    if args.no_double_quant and args.quant_type == "int8":
+        raise BadInput("--no-double-quant", "applies to --quant-type nf4 or fp4; int8 (Linear8bitLt) keeps one fp32 "
+                       "scale per row and no double quantization")
+    return memmath.QLoRA(**lora, **_given(quant_type=args.quant_type, layout=args.quant_layout,
+                                          double_quant=False if args.no_double_quant else None))
 
 
-def _read_config(path: Path, given: str, source: str):
+def _train_run(args):
     import memmath
 
-    try:
-        shape = memmath.from_hf_config(path)
-    except (ValueError, TypeError) as error:
-        raise BadInput("MODEL", f"{path}: {error}") from None
-    return shape, {"given": given, "source": source, "config_path": str(path), "from": str(path)}
+    from memmath.sources import resolve_source
+
+    shape, source = resolve_source(args.model)
+    method = _build_method(args, shape)
+    run = memmath.Run(shape, method=method, **_given(
+        precision=args.precision, optimizer=args.optimizer, batch_size=args.batch, seq_len=args.seq,
+        checkpointing=args.checkpointing, attention=args.attention,
+        dropout=False if args.no_dropout else None,
+        activations=None if args.activations in (None, "auto") else args.activations,
+        n_gpus=args.gpus, zero_stage=None if args.zero_stage is None else int(args.zero_stage)))
+    return run, source
 
 
-# ---- GPU --------------------------------------------------------------------------------------
-def _squash(name: str) -> str:
-    return re.sub(r"[\s_\-]+", "", name.lower())
+def _gpu_and_reserve(args):
+    import memmath
 
-
-def _check_reserve(reserve: int, gpu) -> None:
+    gpu = resolve_gpu(args)
+    reserve = memmath.CUDA_CONTEXT_BYTES if args.reserve is None else args.reserve
     if gpu is not None and reserve >= gpu.memory_bytes:
         raise BadInput("--reserve", f"must be less than the GPU's memory ({gpu.name}: {gpu.memory_bytes:,} bytes); "
                        f"got {reserve:,} bytes")
+    return gpu, reserve
+
+
+def _squash(name: str) -> str:
+    return re.sub(r"[\s_\-]+", "", name.lower())
 
 
 def resolve_gpu(args):
@@ -352,27 +310,292 @@ def resolve_gpu(args):
         return None
     wanted = _squash(args.gpu)
     exact = [g for g in memmath.GPUS.values() if _squash(g.name) == wanted]
-    if exact:
-        return exact[0]
     partial = [g for g in memmath.GPUS.values() if wanted and wanted in _squash(g.name)]
-    if len(partial) == 1:
-        return partial[0]
+    if exact or len(partial) == 1:
+        return (exact or partial)[0]
     if len(partial) > 1:
         raise BadInput("--gpu", f"{args.gpu!r} could be {', '.join(g.name for g in partial)}; say which")
     raise BadInput("--gpu", f"must be one of {', '.join(memmath.GPUS)} (or give --gpu-memory 24GiB); got {args.gpu!r}")
 
 
-# ---- errors from the API, as the options that caused them ---------------------------------------
-def _api_error(error: Exception) -> BadInput:
-    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    match = re.match(r"^([A-Za-z_][A-Za-z_ ]*?) (must|is|needs)\b", message)
-    if match and match.group(1) in FIELD_OPTIONS:
-        option = FIELD_OPTIONS[match.group(1)]
-        return BadInput(option, message[len(match.group(1)):].strip())
-    return BadInput("", message)
+# ---- train: plan, then print -------------------------------------------------------------------
+def run_train(args, out, style) -> int:
+    import memmath
+
+    run, source = _train_run(args)
+    gpu, reserve = _gpu_and_reserve(args)
+    plan = memmath.plan_training(run, gpu, reserved_bytes=reserve)
+    status = 0 if plan.fits is not False else 1
+    if args.json:
+        out.write(json.dumps(_train_json(args, run, source, plan, status), indent=2) + "\n")
+    else:
+        _write_train(out.write, style, args, run, source, plan)
+    return status
 
 
-# ---- output helpers -----------------------------------------------------------------------
+def _basis(requirement) -> str:
+    """The decision's basis as the JSON names it: peak, or sum_of_parts."""
+    return requirement.basis.replace(" ", "_")
+
+
+def _defaults_said(run, args) -> str:
+    """What the run took from the model because the command line did not set it, in one sentence ("" if nothing)."""
+    said = {"attention": f"{run.attention} attention", "dropout": f"dropout {'on' if run.dropout else 'off'}"
+            + (f" (the config's {run.model.dropout_p:g})" if run.model.dropout_p is not None else ""),
+            "activations": f"the {run.activations} activation model"}
+    options = {"attention": "--attention", "dropout": "--no-dropout", "activations": "--activations"}
+    taken = [name for name in said if name in run.defaulted]
+    if not taken:
+        return ""
+    return (f"From the model, as transformers trains it: {', '.join(said[n] for n in taken)} (set "
+            f"{', '.join(options[n] for n in taken)}).")
+
+
+def _train_json(args, run, source, plan, status) -> dict:
+    memory, need = plan.memory, plan.requirement
+    peak = need.peak
+    shape = run.model
+    return {
+        "command": "train",
+        "model": {**source, "name": shape.name, "family": shape.family, "n_layers": int(shape.n_layers),
+                  "total_params": int(memory.total_params), "trainable_params": int(memory.trainable_params),
+                  "adapter_params": int(memory.adapter_params)},
+        "run": repr(run),
+        "settings": {**{k: _jsonable(v) for k, v in run.settings().items() if k != "method"},
+                     "method": _method_json(run.method), "seq_len_default": args.seq is None},
+        "assumptions": {"recipe": memory.recipe.description, "optimizer": memory.optimizer.description,
+                        "method": run.method.describe(), "activations": run.activations, "attention": run.attention,
+                        "seq_len": (f"{run.seq_len} tokens, the default (--seq not given)" if args.seq is None
+                                    else f"{run.seq_len} tokens (--seq)"),
+                        "resolved_from_the_model": sorted(run.defaulted), "summary": memory.assumptions,
+                        "reserved": _reserve_json(args, plan.reserved_bytes),
+                        "activations_model": ACTIVATION_DESCRIPTIONS[run.activations],
+                        "notes": [str(n) for n in _notes(plan)]},
+        "parts": {k: int(v) for k, v in memory.parts().items()},
+        "sum_of_parts": int(memory.total),
+        "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,
+                                           **{k: int(v) for k, v in peak.parts().items()}},
+        "required": {"bytes": need.bytes, "basis": _basis(need), "why_not_peak": need.reason or None,
+                     "reserved_bytes": plan.reserved_bytes, "with_reserve_bytes": plan.needed_bytes},
+        "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit),
+        "cannot_run": None if plan.cannot_run is None else plan.cannot_run.message,
+        "changes": None if plan.fit is None or plan.fits else [_change_json(s, plan) for s in plan.changes],
+        "path_to_fit": None if not plan.path else [_change_json(s, plan) for s in plan.path],
+        "unit": args.unit, "exit_status": status,
+    }
+
+
+def _change_json(suggestion, plan) -> dict:
+    fit = _judged(suggestion, plan)
+    return {"change": suggestion.change, "required_bytes": suggestion.total, "basis": suggestion.basis.replace(" ", "_"),
+            "saved_bytes": suggestion.saved, "fits": suggestion.fits, "headroom_bytes": int(fit.headroom_bytes),
+            "cost": suggestion.cost, "run": repr(suggestion.run),
+            "settings": {k: (_method_json(v) if k == "method" else _jsonable(v))
+                         for k, v in suggestion.run.settings().items()}}
+
+
+def _judged(suggestion, plan):
+    import memmath
+
+    return memmath.check_fit(suggestion.total, plan.gpu, reserved_bytes=plan.reserved_bytes, margin=memmath.FIT_MARGIN)
+
+
+def _notes(plan) -> list:
+    """The run's notes, and the peak's but the one about the CUDA context when a reserve stands for it."""
+    peak = plan.requirement.peak
+    peak_notes = [] if peak is None else [n for n in peak.notes
+                                          if not (plan.reserved_bytes and n.kind == "cuda_context_excluded")]
+    return [*plan.memory.notes, *peak_notes]
+
+
+def _write_train(w, style, args, run, source, plan):
+    import memmath
+
+    memory, need, shape, unit = plan.memory, plan.requirement, run.model, args.unit
+    sharding = f"; {run.n_gpus} GPUs, ZeRO stage {run.zero_stage}" if run.n_gpus > 1 or run.zero_stage else ""
+    lines = [f"{shape.name} ({_source_text(source)}): {memory.total_params:,} parameters, {shape.n_layers} layers.",
+             f"Method: {run.method.describe()}; {memory.trainable_params:,} trainable.",
+             f"Recipe: {memory.recipe.description} {memory.optimizer.description}",
+             f"Step: batch {run.batch_size} x {run.seq_len:,} tokens"
+             + (" (the default length; set --seq)" if args.seq is None else "")
+             + f", {run.attention} attention, dropout {'on' if run.dropout else 'off'}, checkpointing "
+             f"{'on' if run.checkpointing else 'off'}, activations: {run.activations} model{sharding}."]
+    w(style.bold("\n".join(_wrap(lines[0]))) + "\n")
+    for line in lines[1:]:
+        w("\n".join(_wrap(line)) + "\n")
+    w("\n" + style.bold(f"  {'per GPU':<36}{'bytes':>22} {unit:>12}") + "\n")
+    for part, value in memory.parts().items():
+        w(_table_row(memmath.PART_LABELS[part], int(value), unit) + "\n")
+    w("  " + "-" * 72 + "\n")
+    w(_table_row("Sum of the parts", int(memory.total), unit) + "\n")
+    if need.peak is not None:
+        w(_table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", int(need.peak.total), unit) + "\n")
+    w(_table_row("CUDA context reserved" + (" (default)" if args.reserve is None else ""), plan.reserved_bytes,
+                 unit) + "\n")
+    which = "peak" if need.basis == "peak" else "sum"
+    w(style.bold(_table_row(f"Needed: {which} + reserve", plan.needed_bytes, unit)) + "\n")
+    notes = [f"The card must hold {need.note}."]
+    if _defaults_said(run, args):
+        notes.append(_defaults_said(run, args))
+    if args.reserve is None:
+        notes.append(f"Reserved: {memmath.CUDA_CONTEXT_SOURCE}; set --reserve.")
+    notes += [_sentence(str(n)) for n in plan.memory.notes]
+    w("\n")
+    for note in notes:
+        w(style.dim("\n".join(_wrap(note))) + "\n")
+    if plan.fit is not None:
+        _write_verdict(w, style, plan.fit, need.bytes, plan.reserved_bytes, unit,
+                       "peak" if need.basis == "peak" else "sum of the parts")
+        if plan.cannot_run is not None:
+            w(style.bad("\n".join(_wrap(f"Cannot run this recipe: {plan.cannot_run.message}.", "  "))) + "\n")
+        if not plan.fits:
+            rows = [(s.change, s.total, _judged(s, plan).headroom_bytes, s.cost) for s in plan.changes if s.fits]
+            path = [(s.change, s.total, _judged(s, plan).headroom_bytes, s.cost) for s in plan.path]
+            _write_changes(w, style, rows, path, path and plan.path[-1].fits, unit, plan.reserved_bytes)
+
+
+# ---- infer: plan, then print -------------------------------------------------------------------
+def run_infer(args, out, style) -> int:
+    import memmath
+
+    from memmath.sources import resolve_source
+
+    shape, source = resolve_source(args.model)
+    gpu, reserve = _gpu_and_reserve(args)
+    given = _given(weights_format=args.weights, kv_format=args.kv, batch_size=args.batch, context_len=args.context,
+                   attention=args.attention)
+    plan = memmath.plan_serving(shape, gpu, reserved_bytes=reserve, **given)
+    status = 0 if plan.fit is None or plan.fit.fits else 1
+    if args.json:
+        out.write(json.dumps(_infer_json(args, shape, source, plan, status), indent=2) + "\n")
+    else:
+        _write_infer(out.write, style, args, shape, source, plan)
+    return status
+
+
+WORKING_SET_NOTE = ("the peak of one prefill over the whole context (transformers' implementations; serving engines "
+                    "that fuse or chunk keep less)")
+
+
+def _infer_json(args, shape, source, plan, status) -> dict:
+    memory, settings, total = plan.memory, plan.settings, int(plan.memory.total)
+    return {
+        "command": "infer",
+        "model": {**source, "name": shape.name, "family": shape.family, "n_layers": int(shape.n_layers),
+                  "total_params": int(shape.n_params)},
+        "settings": {**settings, "context_len_default": args.context is None},
+        "assumptions": {"context_len": (f"{settings['context_len']} tokens, the default (--context not given)"
+                                        if args.context is None else f"{settings['context_len']} tokens (--context)"),
+                        "attention": settings["attention"], "working_set": WORKING_SET_NOTE,
+                        "reserved": _reserve_json(args, plan.reserved_bytes), "notes": [str(n) for n in memory.notes]},
+        "parts": {k: int(v) for k, v in memory.parts().items()},
+        "total": total, "rule_of_thumb": int(memory.rule_of_thumb),
+        "required": {"bytes": total, "basis": "total", "reserved_bytes": plan.reserved_bytes,
+                     "with_reserve_bytes": total + plan.reserved_bytes},
+        "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit),
+        "longest_context_that_fits": plan.longest_context,
+        "decode_tokens_per_second_upper_bound": plan.decode_tokens_per_second,
+        "changes": None if plan.fit is None or plan.fit.fits else [
+            {"change": c.change, "required_bytes": c.total, "saved_bytes": c.saved, "fits": c.fits,
+             "headroom_bytes": c.headroom_bytes, "cost": c.cost, "settings": c.settings} for c in plan.changes],
+        "unit": args.unit, "exit_status": status,
+    }
+
+
+def _write_infer(w, style, args, shape, source, plan):
+    import memmath
+
+    memory, settings, unit, total = plan.memory, plan.settings, args.unit, int(plan.memory.total)
+    w(style.bold("\n".join(_wrap(f"{shape.name} ({_source_text(source)}): {shape.n_params:,} parameters."))) + "\n")
+    w("\n".join(_wrap(f"Serving: weights in {memory.weights_format}, KV cache in {memory.kv_format}, "
+                      f"batch {settings['batch_size']} x {settings['context_len']:,} tokens"
+                      + (" (the default context; set --context)" if args.context is None else "")
+                      + f", {settings['attention']} attention.")) + "\n")
+    w("\n" + style.bold(f"  {'per replica':<36}{'bytes':>22} {unit:>12}") + "\n")
+    labels = {"weights": "Weights", "quantization_constants": "Quantization constants", "kv_cache": "KV cache",
+              "working_set": "Prefill working set"}
+    for part, value in memory.parts().items():
+        w(_table_row(labels.get(part, part), int(value), unit) + "\n")
+    w("  " + "-" * 72 + "\n")
+    w(_table_row("Total", total, unit) + "\n")
+    w(style.dim(_table_row("(rule of thumb: weights x 1.2)", int(memory.rule_of_thumb), unit)) + "\n")
+    w(_table_row("CUDA context reserved" + (" (default)" if args.reserve is None else ""), plan.reserved_bytes,
+                 unit) + "\n")
+    w(style.bold(_table_row("Needed: total + reserve", total + plan.reserved_bytes, unit)) + "\n")
+    notes = ["The working set is one prefill's peak as transformers computes it; engines that fuse or chunk the "
+             "prefill keep less."]
+    if args.reserve is None:
+        notes.append(f"Reserved: {memmath.CUDA_CONTEXT_SOURCE}; set --reserve.")
+    w("\n")
+    for note in notes + [_sentence(str(n)) for n in memory.notes]:
+        w(style.dim("\n".join(_wrap(note))) + "\n")
+    if plan.fit is None:
+        return
+    _write_verdict(w, style, plan.fit, total, plan.reserved_bytes, unit, "total")
+    batch = settings["batch_size"]
+    w(f"  longest context that fits at batch {batch}: {plan.longest_context:,} tokens\n" if plan.longest_context else
+      f"  no context fits at batch {batch}\n")
+    if plan.decode_tokens_per_second:
+        w("\n".join(_wrap(f"decode at most {plan.decode_tokens_per_second:,.0f} tokens/s per sequence "
+                          f"({plan.gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s over the weights and KV cache read per "
+                          "token)", "  ")) + "\n")
+    if not plan.fit.fits:
+        rows = [(c.change, c.total, c.headroom_bytes, c.cost) for c in plan.changes if c.fits]
+        _write_changes(w, style, rows, [], False, unit, plan.reserved_bytes,
+                       none="No single change of format, context or batch makes it fit.")
+
+
+# ---- models and gpus ----------------------------------------------------------------------
+def run_models(args, out, style) -> int:
+    import memmath
+
+    rows = [{"name": name, "family": shape.family, "params": int(shape.n_params), "n_layers": int(shape.n_layers),
+             "hidden_size": int(shape.hidden_size), "n_heads": int(shape.n_heads), "n_kv_heads": int(shape.n_kv_heads),
+             "vocab_size": int(shape.vocab_size or 0), "source": memmath.PRESET_SOURCES.get(name, "memmath's presets")}
+            for name, shape in memmath.PRESETS.items()]
+    if args.json:
+        out.write(json.dumps({"command": "models", "models": rows}, indent=2) + "\n")
+        return 0
+    out.write(style.bold(f"{'preset':<19}{'parameters':>16}{'layers':>7}{'heads':>6}  source") + "\n")
+    for r in rows:
+        heads = f"{r['n_heads']}" + (f"/{r['n_kv_heads']}" if r["n_kv_heads"] != r["n_heads"] else "")
+        line = f"{r['name']:<19}{r['params']:>16,}{r['n_layers']:>7}{heads:>6}  {r['source'].replace(' config.json', '')}"
+        out.write(line[:_width()] + "\n")
+    out.write(style.dim("\n".join(_wrap("heads: query/key-value heads where they differ (grouped-query attention). "
+                                        "Sources are each model's config.json on the Hub, or the paper. Any other "
+                                        "model: pass its config.json, its folder or its Hub id (local cache)."))) + "\n")
+    return 0
+
+
+def run_gpus(args, out, style) -> int:
+    import memmath
+
+    rows = [{"name": g.name, "marketed": g.marketed, "memory_bytes": int(g.memory_bytes),
+             "memory_mib": g.memory_bytes // 2**20, "bandwidth_bytes_per_s": int(g.bandwidth_bytes_per_s),
+             "bf16_tflops": g.bf16_tflops, "kind": g.kind, "note": g.note} for g in memmath.GPUS.values()]
+    if args.json:
+        out.write(json.dumps({"command": "gpus", "gpus": rows, "sources": GPU_SOURCES}, indent=2) + "\n")
+        return 0
+    out.write(style.bold(f"{'gpu':<17}{'on the box':>10}{'MiB':>9}{'GB':>8}{'GiB':>8}{'GB/s':>7}{'TFLOP/s':>9}"
+                         f"  kind") + "\n")
+    for r in rows:
+        tflops = f"{r['bf16_tflops']:g}" + ("*" if r["note"] else "")
+        out.write(f"{r['name']:<17}{r['marketed']:>10}{r['memory_mib']:>9,}{r['memory_bytes'] / 1e9:>8.2f}"
+                  f"{r['memory_bytes'] / 2**30:>8.2f}{r['bandwidth_bytes_per_s'] / 1e9:>7,.0f}{tflops:>9}"
+                  f"  {r['kind']}\n")
+    out.write(style.dim("\n".join(_wrap("* no bf16: fp16 throughput. " + GPU_SOURCES[0].upper() + GPU_SOURCES[1:]
+                                        + ". Any other card: --gpu-memory 24GiB."))) + "\n")
+    return 0
+
+
+# ---- printing helpers ----------------------------------------------------------------------
+ACTIVATION_DESCRIPTIONS = {
+    "transformers": "what the transformers PyTorch models keep for backward, tensor by tensor (memmath's "
+                    "hf_activations, checked against PyTorch on the CPU)",
+    "textbook": "Korthikanti et al. 2022's per-layer formula plus the loss's fp32 log-softmax",
+}
+
+
 class Style:
     """ANSI colour, only when stdout is a terminal and NO_COLOR is not set (https://no-color.org)."""
 
@@ -406,6 +629,11 @@ def _wrap(text: str, indent: str = "") -> list[str]:
     return textwrap.wrap(text, width=_width(), initial_indent=indent, subsequent_indent=indent or "  ") or [""]
 
 
+def _sentence(text: str) -> str:
+    """A note as a sentence: capital first letter, full stop at the end."""
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
 def _in_unit(n_bytes: int, unit: str) -> str:
     import memmath
 
@@ -418,9 +646,49 @@ def _size_text(n_bytes: int, unit: str) -> str:
     return memmath.format_bytes(n_bytes, unit)
 
 
-def _table_row(label: str, n_bytes: int, unit: str, note: str = "") -> str:
-    line = f"  {label:<36}{n_bytes:>22,} {_in_unit(n_bytes, unit):>12}"
-    return line + (f"  {note}" if note else "")
+def _table_row(label: str, n_bytes: int, unit: str) -> str:
+    return f"  {label:<36}{n_bytes:>22,} {_in_unit(n_bytes, unit):>12}"
+
+
+def _source_text(source) -> str:
+    return f"preset, from {source['from']}" if source["source"] == "preset" else \
+        f"{source['source']} {source['config_path']}"
+
+
+def _write_verdict(w, style, fit, required, reserve, unit, basis):
+    gpu = fit.gpu
+    memory = (f"{gpu.memory_bytes:,} bytes, given by --gpu-memory" if gpu.kind == "custom" else
+              f"{_size_text(gpu.memory_bytes, unit)}, {gpu.memory_bytes // 2**20:,} MiB as the driver reports it")
+    w("\n" + style.bold(f"{gpu.name}") + f" ({memory}):\n")
+    if fit.fits:
+        head = style.good("fits") + f", with {_size_text(fit.headroom_bytes, unit)} to spare"
+    elif fit.headroom_bytes >= 0:
+        head = style.bad("does not fit") + f": {_size_text(fit.headroom_bytes, unit)} to spare is less than the " \
+               f"{_size_text(fit.margin_bytes, unit)} kept free (5% of the need, the peak estimate's tolerance)"
+    else:
+        head = style.bad("does not fit") + f": short by {_size_text(-fit.headroom_bytes, unit)} on {gpu.name}"
+    w(f"  {head}\n")
+    w("\n".join(_wrap(f"needs {_size_text(required + reserve, unit)}: the {basis} "
+                      f"{_size_text(required, unit)} + {_size_text(reserve, unit)} reserved for the CUDA context",
+                      "  ")) + "\n")
+
+
+def _write_changes(w, style, fitting, path, path_fits, unit, reserve, none="No change the planner knows makes it fit."):
+    if fitting:
+        title, rows = "Changes that fit on their own, largest saving first", fitting
+    elif path:
+        title = "No single change fits; " + ("these together do, in order" if path_fits else "even these together do not")
+        rows = path
+    else:
+        w("\n" + style.bold(none) + "\n")
+        return
+    w("\n" + style.bold(title) + "\n")
+    w(style.dim(f"  {'change':<44}{'needs (' + unit + ')':>16}{'headroom':>16}") + "\n")
+    for n, (change, required, room, cost) in enumerate(rows, 1):
+        room_text = f"{'+' if room >= 0 else '-'}{_in_unit(abs(room), unit)}"
+        w(f"  {f'{n}. {change}':<44}{_in_unit(required + reserve, unit):>16}{room_text:>16}\n")
+        if cost:
+            w(style.dim("\n".join(_wrap(cost, "     "))) + "\n")
 
 
 def _jsonable(value):
@@ -445,479 +713,20 @@ def _gpu_json(gpu):
     return {"name": gpu.name, "memory_bytes": int(gpu.memory_bytes), "marketed": gpu.marketed, "kind": gpu.kind}
 
 
-# ---- train --------------------------------------------------------------------------------
-def _build_method(args, shape):
-    import memmath
-
-    given = {"--rank": args.rank, "--targets": args.targets, "--trainable-layers": args.trainable_layers,
-             "--bottleneck": args.bottleneck, "--quant-type": args.quant_type, "--no-double-quant": args.no_double_quant,
-             "--quant-layout": args.quant_layout}
-    applies = {"--rank": ("lora", "qlora"), "--targets": ("lora", "qlora"), "--trainable-layers": ("freeze",),
-               "--bottleneck": ("adapters",), "--quant-type": ("qlora",), "--no-double-quant": ("qlora",),
-               "--quant-layout": ("qlora",)}
-    for option, value in given.items():
-        if value is not None and args.method not in applies[option]:
-            raise BadInput(option, f"applies to --method {' or '.join(applies[option])}, not {args.method}")
-    if args.method == "full":
-        return memmath.Full()
-    if args.method == "freeze":
-        if args.trainable_layers is None:
-            raise BadInput("--trainable-layers", f"--method freeze needs it: how many of the last blocks train, "
-                           f"from 0 to {shape.n_layers}")
-        if args.trainable_layers > shape.n_layers:
-            raise BadInput("--trainable-layers", f"must be from 0 to {shape.n_layers} (the model's blocks); "
-                           f"got {args.trainable_layers}")
-        return memmath.Freeze(trainable_layers=args.trainable_layers)
-    if args.method == "adapters":
-        return memmath.Adapters(bottleneck=64 if args.bottleneck is None else args.bottleneck)
-    rank, targets = 8 if args.rank is None else args.rank, args.targets or ("q", "v")
-    if args.method == "lora":
-        return memmath.LoRA(rank=rank, targets=targets)
-    quant_type = args.quant_type or "nf4"
-    if args.no_double_quant and quant_type == "int8":
-        raise BadInput("--no-double-quant", "applies to --quant-type nf4 or fp4; int8 (Linear8bitLt) keeps one fp32 "
-                       "scale per row and no double quantization")
-    return memmath.QLoRA(rank=rank, targets=targets, quant_type=quant_type, layout=args.quant_layout or "paper",
-                         double_quant=None if quant_type == "int8" else not args.no_double_quant)
-
-
-def _peak_settings(settings: dict) -> dict:
-    keys = ("precision", "optimizer", "method", "batch_size", "seq_len", "checkpointing", "attention", "dropout")
-    return {k: settings[k] for k in keys if k in settings}
-
-
-def _required(model, settings):
-    """(bytes the run needs on each GPU before the CUDA context, basis, peak estimate or None, why not peak).
-
-    The peak of the step (peak_memory) where it applies; otherwise the sum of the parts a step keeps.
-    """
-    import memmath
-
-    why = ""
-    if settings.get("n_gpus", 1) > 1 and settings.get("zero_stage", 0) > 0:
-        why = "the peak estimate does not model ZeRO sharding"
-    elif isinstance(settings.get("method"), memmath.Adapters):
-        why = "the peak estimate does not model Houlsby adapters"
-    elif str(settings.get("precision")).lower() == "amp":
-        why = "the peak estimate models training in the weights' own format, not autocast (--precision amp)"
-    if why:
-        memory = memmath.training_memory(model, **settings)
-        return int(memory.total), "sum_of_parts", None, why
-    try:
-        peak = memmath.peak_memory(model, **_peak_settings(settings))
-    except ValueError as error:
-        memory = memmath.training_memory(model, **settings)
-        return int(memory.total), "sum_of_parts", None, str(error).split(" (use ")[0]
-    return int(peak.total), "peak", peak, ""
-
-
-def _auto_activations(args, method) -> str:
-    import memmath
-
-    unsupported = isinstance(method, memmath.Adapters) or args.precision == "amp"
-    if args.activations == "transformers" and unsupported:
-        raise BadInput("--activations", "transformers models full, freeze, lora and qlora in the weights' own "
-                       "format (not --method adapters, not --precision amp); use --activations textbook")
-    if args.activations != "auto":
-        return args.activations
-    return "textbook" if unsupported else "transformers"
-
-
-def run_train(args, out, style) -> int:
-    import memmath
-
-    shape, model_info = resolve_cli_model(args.model)
-    gpu = resolve_gpu(args)
-    method = _build_method(args, shape)
-    seq_default = args.seq is None
-    seq = DEFAULT_SEQ if seq_default else args.seq
-    zero_stage = int(args.zero_stage)
-    activations = _auto_activations(args, method)
-    settings = dict(precision=args.precision, optimizer=args.optimizer, method=method, batch_size=args.batch,
-                    seq_len=seq, checkpointing=args.checkpointing, attention=args.attention,
-                    dropout=not args.no_dropout, n_gpus=args.gpus, zero_stage=zero_stage, activations=activations)
-    reserve = DEFAULT_RESERVE if args.reserve is None else args.reserve
-    _check_reserve(reserve, gpu)
-    unit = args.unit
-    memory = memmath.training_memory(shape, **settings)
-    required, basis, peak, why_not_peak = _required(shape, settings)
-
-    fit = changes = path = None
-    if gpu is not None:
-        fit = memmath.check_fit(required, gpu, reserved_bytes=reserve)
-        if not fit.fits:
-            changes = _judged(shape, gpu, reserve, memmath.suggest_changes(shape, gpu, reserved_bytes=reserve,
-                                                                            **settings))
-            if not any(c["fits"] for c in changes):
-                path = _judged(shape, gpu, reserve, memmath.path_to_fit(shape, gpu, reserved_bytes=reserve,
-                                                                         **settings))
-    status = 0 if fit is None or fit.fits else 1
-
-    if args.json:
-        report = {
-            "command": "train",
-            "model": {**model_info, "name": shape.name, "family": shape.family, "n_layers": int(shape.n_layers),
-                      "total_params": int(memory.total_params), "trainable_params": int(memory.trainable_params),
-                      "adapter_params": int(memory.adapter_params)},
-            "settings": {"method": _method_json(method), "precision": args.precision, "optimizer": args.optimizer,
-                         "batch_size": args.batch, "seq_len": seq, "seq_len_default": seq_default,
-                         "checkpointing": args.checkpointing, "attention": args.attention,
-                         "dropout": not args.no_dropout, "n_gpus": args.gpus, "zero_stage": zero_stage},
-            "assumptions": {"recipe": memory.recipe.description, "optimizer": memory.optimizer.description,
-                            "method": method.describe(), "activations": activations, "attention": args.attention,
-                            "seq_len": (f"{seq} tokens, the default (--seq not given)" if seq_default
-                                        else f"{seq} tokens (--seq)"),
-                            "summary": memory.assumptions,
-                            "reserved": {"bytes": reserve, "default": args.reserve is None,
-                                         "what": RESERVE_SOURCE if args.reserve is None else "given by --reserve"},
-                            "activations_model": ACTIVATION_DESCRIPTIONS[activations],
-                            "notes": [str(n) for n in (*memory.notes, *_peak_notes(peak, reserve))]},
-            "parts": {k: int(v) for k, v in memory.parts().items()},
-            "sum_of_parts": int(memory.total),
-            "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,
-                                               **{k: int(v) for k, v in peak.parts().items()}},
-            "required": {"bytes": required, "basis": basis, "why_not_peak": why_not_peak or None,
-                         "reserved_bytes": reserve, "with_reserve_bytes": required + reserve},
-            "gpu": _gpu_json(gpu),
-            "verdict": _verdict_json(fit),
-            "changes": changes, "path_to_fit": path, "unit": unit, "exit_status": status,
-        }
-        out.write(json.dumps(report, indent=2) + "\n")
-        return status
-
-    w = out.write
-    lines = [f"{shape.name} ({_model_source_text(model_info)}): {memory.total_params:,} parameters, "
-             f"{shape.n_layers} layers.",
-             f"Method: {method.describe()}; {memory.trainable_params:,} trainable.",
-             f"Recipe: {memory.recipe.description} {memory.optimizer.description}",
-             f"Step: batch {args.batch} x {seq:,} tokens"
-             + (f" (the default length; set --seq)" if seq_default else "")
-             + f", {args.attention} attention, dropout {'off' if args.no_dropout else 'on'}, checkpointing "
-             f"{'on' if args.checkpointing else 'off'}, activations: {activations} model"
-             + (f"; {args.gpus} GPUs, ZeRO stage {zero_stage}" if args.gpus > 1 or zero_stage else "") + "."]
-    w(style.bold("\n".join(_wrap(lines[0]))) + "\n")
-    for line in lines[1:]:
-        w("\n".join(_wrap(line)) + "\n")
-    w("\n" + style.bold(f"  {'per GPU':<36}{'bytes':>22} {unit:>12}") + "\n")
-    for part, value in memory.parts().items():
-        w(_table_row(memmath.PART_LABELS[part], int(value), unit) + "\n")
-    w("  " + "-" * 72 + "\n")
-    w(_table_row("Sum of the parts", int(memory.total), unit) + "\n")
-    if peak is not None:
-        w(_table_row(f"Peak of the step ({peak.phase.replace('_', ' ')})", int(peak.total), unit) + "\n")
-    reserve_label = "CUDA context reserved" + (" (default)" if args.reserve is None else "")
-    w(_table_row(reserve_label, reserve, unit) + "\n")
-    w(style.bold(_table_row(f"Needed: {'peak' if peak is not None else 'sum'} + reserve", required + reserve,
-                            unit)) + "\n")
-    notes = []
-    if peak is None:
-        notes.append(f"The verdict uses the sum of the parts: {why_not_peak}.")
-    else:
-        notes.append("Peak: the most allocated at one moment of the step (memmath.peak_memory); the sum counts "
-                     "every part as if all were alive at once.")
-    if args.reserve is None:
-        notes.append(f"Reserved: {RESERVE_SOURCE}; set --reserve.")
-    notes += [_sentence(str(n)) for n in memory.notes]
-    w("\n")
-    for note in notes:
-        w(style.dim("\n".join(_wrap(note))) + "\n")
-    if fit is not None:
-        _write_verdict(w, style, fit, required, reserve, unit, "peak" if peak is not None else "sum of the parts")
-        if changes is not None:
-            _write_changes(w, style, fit, changes, path, unit, reserve)
-    return status
-
-
-ACTIVATION_DESCRIPTIONS = {
-    "transformers": "what the transformers PyTorch models keep for backward, tensor by tensor (memmath's "
-                    "hf_activations, checked against PyTorch on the CPU)",
-    "textbook": "Korthikanti et al. 2022's per-layer formula plus the loss's fp32 log-softmax",
-}
-
-
-def _sentence(text: str) -> str:
-    """A note as a sentence: capital first letter, full stop at the end."""
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
-
-
-def _peak_notes(peak, reserve) -> list:
-    """The peak's notes, less the one about the CUDA context when a reserve stands for it."""
-    if peak is None:
-        return []
-    return [n for n in peak.notes if not (reserve and n.kind == "cuda_context_excluded")]
-
-
-def _judged(shape, gpu, reserve, suggestions):
-    """The planner's suggestions, each judged like the verdict (the peak where it applies) with the reserve."""
-    import memmath
-
-    rows = []
-    for s in suggestions:
-        required, basis, _, _ = _required(shape, s.settings)
-        fit = memmath.check_fit(required, gpu, reserved_bytes=reserve)
-        settings = {k: (_method_json(v) if k == "method" else _jsonable(v)) for k, v in s.settings.items()}
-        rows.append({"change": s.change, "required_bytes": required, "basis": basis,
-                     "sum_of_parts_bytes": int(s.total), "saved_bytes": int(s.saved),
-                     "fits": fit.fits, "headroom_bytes": int(fit.headroom_bytes), "cost": s.cost,
-                     "settings": settings})
-    return rows
-
-
 def _verdict_json(fit):
     if fit is None:
         return None
     return {"fits": fit.fits, "required_bytes": int(fit.required_bytes), "available_bytes": int(fit.available_bytes),
-            "headroom_bytes": int(fit.headroom_bytes), "gpu_memory_bytes": int(fit.gpu.memory_bytes),
+            "headroom_bytes": int(fit.headroom_bytes), "margin_bytes": int(fit.margin_bytes),
+            "gpu_memory_bytes": int(fit.gpu.memory_bytes),
             "reserved_bytes": int(fit.gpu.memory_bytes - fit.available_bytes)}
 
 
-def _model_source_text(info) -> str:
-    if info["source"] == "preset":
-        return f"preset, from {info['from']}"
-    return f"{info['source']} {info['config_path']}"
-
-
-def _write_verdict(w, style, fit, required, reserve, unit, basis):
-    gpu = fit.gpu
-    memory = f"{_size_text(gpu.memory_bytes, unit)}"
-    if gpu.kind == "custom":
-        memory = f"{gpu.memory_bytes:,} bytes, given by --gpu-memory"
-    else:
-        memory += f", {gpu.memory_bytes // 2**20:,} MiB as the driver reports it"
-    w("\n" + style.bold(f"{gpu.name}") + f" ({memory}):\n")
-    if fit.fits:
-        head = style.good("fits") + f", with {_size_text(fit.headroom_bytes, unit)} to spare"
-    else:
-        head = style.bad("does not fit") + f": short by {_size_text(-fit.headroom_bytes, unit)} on {gpu.name}"
-    w(f"  {head}\n")
-    w("\n".join(_wrap(f"needs {_size_text(required + reserve, unit)}: the {basis} "
-                      f"{_size_text(required, unit)} + {_size_text(reserve, unit)} reserved for the CUDA context",
-                      "  ")) + "\n")
-
-
-def _write_changes(w, style, fit, changes, path, unit, reserve):
-    fitting = [c for c in changes if c["fits"]]
-    if fitting:
-        w("\n" + style.bold("Changes that fit on their own, largest saving first") + "\n")
-        _write_change_rows(w, style, fitting, unit, reserve)
-    elif path:
-        fits = path[-1]["fits"]
-        w("\n" + style.bold("No single change fits; " + ("these together do, in order" if fits else
-                                                        "even these together do not")) + "\n")
-        _write_change_rows(w, style, path, unit, reserve)
-    else:
-        w("\n" + style.bold("No change the planner knows makes it fit.") + "\n")
-
-
-def _write_change_rows(w, style, rows, unit, reserve):
-    w(style.dim(f"  {'change':<44}{'needs (' + unit + ')':>16}{'headroom':>16}") + "\n")
-    for n, row in enumerate(rows, 1):
-        label = f"{n}. {row['change']}"
-        needs = row["required_bytes"] + reserve  # as the verdict counts it: with the CUDA context
-        room = row["headroom_bytes"]
-        room_text = f"{'+' if room >= 0 else '-'}{_in_unit(abs(room), unit)}"
-        w(f"  {label:<44}{_in_unit(needs, unit):>16}{room_text:>16}\n")
-        if row["cost"]:
-            w(style.dim("\n".join(_wrap(row["cost"], "     "))) + "\n")
-
-
-# ---- infer --------------------------------------------------------------------------------
-def run_infer(args, out, style) -> int:
+def _reserve_json(args, reserve) -> dict:
     import memmath
 
-    shape, model_info = resolve_cli_model(args.model)
-    gpu = resolve_gpu(args)
-    context_default = args.context is None
-    context = DEFAULT_CONTEXT if context_default else args.context
-    reserve = DEFAULT_RESERVE if args.reserve is None else args.reserve
-    _check_reserve(reserve, gpu)
-    unit = args.unit
-    settings = dict(weights_format=args.weights, kv_format=args.kv, batch_size=args.batch, context_len=context,
-                    attention=args.attention)
-    memory = memmath.inference_memory(shape, **settings)
-    total = int(memory.total)
-    fit = memmath.check_fit(total, gpu, reserved_bytes=reserve) if gpu is not None else None
-    longest = _longest_context(shape, gpu, reserve, settings) if gpu is not None else None
-    speed = (memmath.decode_tokens_per_second(memory, gpu) if gpu is not None and gpu.bandwidth_bytes_per_s
-             else None)
-    changes = _infer_changes(shape, gpu, reserve, settings, total) if fit is not None and not fit.fits else None
-    status = 0 if fit is None or fit.fits else 1
-
-    if args.json:
-        report = {
-            "command": "infer",
-            "model": {**model_info, "name": shape.name, "family": shape.family, "n_layers": int(shape.n_layers),
-                      "total_params": int(shape.n_params)},
-            "settings": {"weights_format": memory.weights_format, "kv_format": memory.kv_format,
-                         "batch_size": args.batch, "context_len": context, "context_len_default": context_default,
-                         "attention": args.attention},
-            "assumptions": {"context_len": (f"{context} tokens, the default (--context not given)" if context_default
-                                            else f"{context} tokens (--context)"),
-                            "attention": args.attention,
-                            "working_set": "the peak of one prefill over the whole context (transformers' "
-                                           "implementations; serving engines that fuse or chunk keep less)",
-                            "reserved": {"bytes": reserve, "default": args.reserve is None,
-                                         "what": RESERVE_SOURCE if args.reserve is None else "given by --reserve"},
-                            "notes": [str(n) for n in memory.notes]},
-            "parts": {k: int(v) for k, v in memory.parts().items()},
-            "total": total, "rule_of_thumb": int(memory.rule_of_thumb),
-            "required": {"bytes": total, "basis": "total", "reserved_bytes": reserve,
-                         "with_reserve_bytes": total + reserve},
-            "gpu": _gpu_json(gpu), "verdict": _verdict_json(fit),
-            "longest_context_that_fits": longest,
-            "decode_tokens_per_second_upper_bound": speed,
-            "changes": changes, "unit": unit, "exit_status": status,
-        }
-        out.write(json.dumps(report, indent=2) + "\n")
-        return status
-
-    w = out.write
-    w(style.bold("\n".join(_wrap(f"{shape.name} ({_model_source_text(model_info)}): {shape.n_params:,} "
-                                  "parameters."))) + "\n")
-    w("\n".join(_wrap(f"Serving: weights in {memory.weights_format}, KV cache in {memory.kv_format}, "
-                      f"batch {args.batch} x {context:,} tokens"
-                      + (" (the default context; set --context)" if context_default else "")
-                      + f", {args.attention} attention.")) + "\n")
-    w("\n" + style.bold(f"  {'per replica':<36}{'bytes':>22} {unit:>12}") + "\n")
-    labels = {"weights": "Weights", "quantization_constants": "Quantization constants", "kv_cache": "KV cache",
-              "working_set": "Prefill working set"}
-    for part, value in memory.parts().items():
-        w(_table_row(labels.get(part, part), int(value), unit) + "\n")
-    w("  " + "-" * 72 + "\n")
-    w(_table_row("Total", total, unit) + "\n")
-    w(style.dim(_table_row("(rule of thumb: weights x 1.2)", int(memory.rule_of_thumb), unit)) + "\n")
-    w(_table_row("CUDA context reserved" + (" (default)" if args.reserve is None else ""), reserve, unit) + "\n")
-    w(style.bold(_table_row("Needed: total + reserve", total + reserve, unit)) + "\n")
-    notes = ["The working set is one prefill's peak as transformers computes it; engines that fuse or chunk "
-             "the prefill keep less."]
-    if args.reserve is None:
-        notes.append(f"Reserved: {RESERVE_SOURCE}; set --reserve.")
-    notes += [str(n) for n in memory.notes]
-    w("\n")
-    for note in notes:
-        w(style.dim("\n".join(_wrap(note))) + "\n")
-    if fit is not None:
-        _write_verdict(w, style, fit, total, reserve, unit, "total")
-        if longest is not None:
-            w(f"  longest context that fits at batch {args.batch}: {longest:,} tokens\n" if longest else
-              f"  no context fits at batch {args.batch}\n")
-        if speed:
-            w("\n".join(_wrap(f"decode at most {speed:,.0f} tokens/s per sequence ({gpu.bandwidth_bytes_per_s / 1e9:,.0f}"
-                              " GB/s over the weights and KV cache read per token)", "  ")) + "\n")
-        if changes is not None:
-            fitting = [c for c in changes if c["fits"]]
-            if fitting:
-                w("\n" + style.bold("Changes that fit on their own, largest saving first") + "\n")
-                _write_change_rows(w, style, fitting, unit, reserve)
-            else:
-                w("\n" + style.bold("No single change of format, context or batch makes it fit.") + "\n")
-    return status
-
-
-def _longest_context(shape, gpu, reserve, settings):
-    """The longest context (tokens) whose total fits at the same batch and formats (bisection), 0 if none."""
-    import memmath
-
-    def fits(context):
-        return memmath.check_fit(memmath.inference_memory(shape, **{**settings, "context_len": context}), gpu,
-                                 reserved_bytes=reserve).fits
-
-    if not fits(1):
-        return 0
-    low, high = 1, 2**22
-    if fits(high):
-        return high
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
-    return low
-
-
-def _infer_changes(shape, gpu, reserve, settings, before):
-    """Single changes to a serving setup that lower its memory: smaller weight or KV formats, the longest
-    context or largest batch that fits; ranked by bytes saved, each judged with the reserve."""
-    import memmath
-
-    candidates = []
-    bits = {name: f.bits for name, f in memmath.FORMATS.items()}
-    for fmt in ("int8", "nf4"):
-        if bits[fmt] < bits[settings["weights_format"]]:
-            candidates.append((f"weights in {fmt}", {**settings, "weights_format": fmt},
-                               "quantized weights: some loss of quality, kernels that dequantize"))
-    for fmt in ("fp8_e4m3",):
-        if bits[fmt] < bits[settings["kv_format"]]:
-            candidates.append((f"KV cache in {fmt}", {**settings, "kv_format": fmt},
-                               "8-bit KV cache: half the cache, a small loss of precision"))
-    longest = _longest_context(shape, gpu, reserve, settings)
-    if 0 < longest < settings["context_len"]:
-        candidates.append((f"context {longest:,} tokens", {**settings, "context_len": longest},
-                           "shorter prompts and outputs"))
-    if settings["batch_size"] > 1:
-        low, high = 1, settings["batch_size"] - 1
-        if memmath.check_fit(memmath.inference_memory(shape, **{**settings, "batch_size": 1}), gpu,
-                             reserved_bytes=reserve).fits:
-            while low < high:
-                middle = (low + high + 1) // 2
-                ok = memmath.check_fit(memmath.inference_memory(shape, **{**settings, "batch_size": middle}), gpu,
-                                       reserved_bytes=reserve).fits
-                low, high = (middle, high) if ok else (low, middle - 1)
-            candidates.append((f"batch {low}", {**settings, "batch_size": low}, "fewer sequences at once"))
-    rows = []
-    for change, new, cost in candidates:
-        total = int(memmath.inference_memory(shape, **new).total)
-        if total >= before:
-            continue
-        fit = memmath.check_fit(total, gpu, reserved_bytes=reserve)
-        rows.append({"change": change, "required_bytes": total, "saved_bytes": before - total, "fits": fit.fits,
-                     "headroom_bytes": int(fit.headroom_bytes), "cost": cost, "settings": _jsonable(new)})
-    return sorted(rows, key=lambda r: (-r["saved_bytes"], r["change"]))
-
-
-# ---- models and gpus ----------------------------------------------------------------------
-def run_models(args, out, style) -> int:
-    import memmath
-
-    rows = []
-    for name, shape in memmath.PRESETS.items():
-        rows.append({"name": name, "family": shape.family, "params": int(shape.n_params),
-                     "n_layers": int(shape.n_layers), "hidden_size": int(shape.hidden_size),
-                     "n_heads": int(shape.n_heads), "n_kv_heads": int(shape.n_kv_heads),
-                     "vocab_size": int(shape.vocab_size or 0),
-                     "source": memmath.PRESET_SOURCES.get(name, "memmath's presets")})
-    if args.json:
-        out.write(json.dumps({"command": "models", "models": rows}, indent=2) + "\n")
-        return 0
-    out.write(style.bold(f"{'preset':<19}{'parameters':>16}{'layers':>7}{'heads':>6}  source") + "\n")
-    for r in rows:
-        heads = f"{r['n_heads']}" + (f"/{r['n_kv_heads']}" if r["n_kv_heads"] != r["n_heads"] else "")
-        source = r["source"].replace(" config.json", "")
-        line = f"{r['name']:<19}{r['params']:>16,}{r['n_layers']:>7}{heads:>6}  {source}"
-        out.write(line[:_width()] + "\n")
-    out.write(style.dim("\n".join(_wrap("heads: query/key-value heads where they differ (grouped-query attention). "
-                                        "Sources are each model's config.json on the Hub, or the paper. Any other "
-                                        "model: pass its config.json, its folder or its Hub id (local cache)."))) + "\n")
-    return 0
-
-
-def run_gpus(args, out, style) -> int:
-    import memmath
-
-    rows = [{"name": g.name, "marketed": g.marketed, "memory_bytes": int(g.memory_bytes),
-             "memory_mib": g.memory_bytes // 2**20, "bandwidth_bytes_per_s": int(g.bandwidth_bytes_per_s),
-             "bf16_tflops": g.bf16_tflops, "kind": g.kind, "note": g.note} for g in memmath.GPUS.values()]
-    if args.json:
-        out.write(json.dumps({"command": "gpus", "gpus": rows, "sources": GPU_SOURCES}, indent=2) + "\n")
-        return 0
-    out.write(style.bold(f"{'gpu':<17}{'on the box':>10}{'MiB':>9}{'GB':>8}{'GiB':>8}{'GB/s':>7}{'TFLOP/s':>9}"
-                         f"  kind") + "\n")
-    for r in rows:
-        tflops = f"{r['bf16_tflops']:g}" + ("*" if r["note"] else "")
-        out.write(f"{r['name']:<17}{r['marketed']:>10}{r['memory_mib']:>9,}{r['memory_bytes'] / 1e9:>8.2f}"
-                  f"{r['memory_bytes'] / 2**30:>8.2f}{r['bandwidth_bytes_per_s'] / 1e9:>7,.0f}{tflops:>9}"
-                  f"  {r['kind']}\n")
-    out.write(style.dim("\n".join(_wrap("* no bf16: fp16 throughput. " + GPU_SOURCES[0].upper() + GPU_SOURCES[1:]
-                                        + ". Any other card: --gpu-memory 24GiB."))) + "\n")
-    return 0
+    return {"bytes": reserve, "default": args.reserve is None,
+            "what": memmath.CUDA_CONTEXT_SOURCE if args.reserve is None else "given by --reserve"}
 
 
 COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus}
@@ -930,20 +739,28 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    style = Style(sys.stdout)
     prog = f"{PROG} {args.command}"
     try:
-        return COMMANDS[args.command](args, sys.stdout, style)
-    except BadInput as error:
-        sys.stderr.write(f"{prog}: error: {error} (see {prog} --help)\n")
-        return 2
-    except (ValueError, TypeError) as error:
-        sys.stderr.write(f"{prog}: error: {_api_error(error)} (see {prog} --help)\n")
+        return COMMANDS[args.command](args, sys.stdout, Style(sys.stdout))
+    except (BadInput, ValueError, TypeError) as error:
+        sys.stderr.write(f"{prog}: error: {_message(error)} (see {prog} --help)\n")
         return 2
     except BrokenPipeError:  # `memmath models | head`: the reader left; say nothing more (Python docs' recipe)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+
+
+def _message(error: Exception) -> str:
+    """One line for stderr: a library error as the option that sets its field (FIELD_OPTIONS)."""
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    field = getattr(error, "field", None)
+    option = FIELD_OPTIONS.get(field)
+    if option is None:
+        return text
+    if field != "model" and text.startswith(field + " "):
+        text = text[len(field) + 1:]
+    return f"{option}: {text}"
 
 
 if __name__ == "__main__":  # pragma: no cover

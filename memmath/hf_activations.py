@@ -543,24 +543,24 @@ def _setup(shape: ModelShape, method, recipe):
         return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
     if isinstance(method, Adapters):
         return _Setup(False, False, False, frozenset(), None, houlsby=_houlsby_width(shape, method, recipe))
-    raise ValueError(f"activations='transformers' models Full(), Freeze(...), LoRA(...), QLoRA(...) and Adapters(...); "
+    raise validate.FieldError("activations", f"activations='transformers' models Full(), Freeze(...), LoRA(...), QLoRA(...) and Adapters(...); "
                      f"got {type(method).__name__} (use activations='textbook')")
 
 
 def _houlsby_width(shape: ModelShape, method, recipe):
     """The bottleneck of Adapters(...) where the trace places them as validation/houlsby.py does, else ValueError."""
     if not (shape.family == "bert" or (shape.family == "llama" and shape.arch in ("", "llama"))):
-        raise ValueError(f"activations='transformers' places Houlsby adapters in BERT and LLaMA blocks (as "
+        raise validate.FieldError("activations", f"activations='transformers' places Houlsby adapters in BERT and LLaMA blocks (as "
                          f"validation/houlsby.py measured them); got {shape.arch or shape.family} (use "
                          "activations='textbook')")
     if validate.is_array(method.bottleneck):
-        raise ValueError("activations='transformers' traces Adapters with one bottleneck, not a sweep of them "
+        raise validate.FieldError("activations", "activations='transformers' traces Adapters with one bottleneck, not a sweep of them "
                          "(use activations='textbook')")
     if method.train_norms or method.train_head:
-        raise ValueError("activations='transformers' models Adapters with only the adapters training; got "
+        raise validate.FieldError("activations", "activations='transformers' models Adapters with only the adapters training; got "
                          f"train_norms={method.train_norms}, train_head={method.train_head} (use activations='textbook')")
     if method.adapter_bits(recipe) != recipe.weight_bits:
-        raise ValueError(f"activations='transformers' models Adapters stored like the model's weights; got "
+        raise validate.FieldError("activations", f"activations='transformers' models Adapters stored like the model's weights; got "
                          f"adapter_format={method.adapter_format!r} (use activations='textbook')")
     return method.bottleneck
 
@@ -643,7 +643,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
                      device) -> ActivationParts:
     """The estimate and its pieces by place, for peak.py (see ActivationParts)."""
     if shape.family not in FAMILIES:
-        raise ValueError(f"activations='transformers' knows the gpt2, llama and bert families; got a "
+        raise validate.FieldError("activations", f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
     _check_layout(shape, seq_len)
     _check_attention(shape, attention)
@@ -654,9 +654,9 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         trace_class = partial(AmpTrace, causal_mask=shape.family != "bert")
         refusal = amp_refusal(method, _attention_kind(attention, device, dropout), shape)
         if refusal:
-            raise ValueError(f"activations='transformers' {refusal} (use activations='textbook')")
+            raise validate.FieldError("activations", f"activations='transformers' {refusal} (use activations='textbook')")
     elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
-        raise ValueError(f"activations='transformers' models a forward pass in the weights' own format "
+        raise validate.FieldError("activations", f"activations='transformers' models a forward pass in the weights' own format "
                          f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
                          "(use activations='textbook')")
     setup = _setup(shape, method, recipe)
@@ -806,7 +806,7 @@ def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | 
 def _check_attention(shape: ModelShape, attention):
     if shape.attn_softcap and attention != "eager":
         # integrations/sdpa_attention.py raises for a softcap; Gemma2PreTrainedModel picks eager (no SDPA).
-        raise ValueError(f"activations='transformers' with attention={attention!r}: transformers' SDPA attention "
+        raise validate.FieldError("activations", f"activations='transformers' with attention={attention!r}: transformers' SDPA attention "
                          f"does not support attn_logit_softcapping ({shape.attn_softcap}); a softcapped model runs "
                          "attention='eager' (use activations='textbook')")
 
@@ -814,16 +814,16 @@ def _check_attention(shape: ModelShape, attention):
 def _check_layout(shape: ModelShape, seq_len):
     arch = shape.arch
     if arch not in TRACED_ARCHES[shape.family]:
-        raise ValueError(f"activations='transformers' replays {', '.join(a for a in TRACED_ARCHES[shape.family] if a)}"
+        raise validate.FieldError("activations", f"activations='transformers' replays {', '.join(a for a in TRACED_ARCHES[shape.family] if a)}"
                          f" models; model_type {arch!r} is not traced yet (use activations='textbook')")
     acts = _TRACED_ACTS.get(arch, ("", "silu"))
     if shape.family == "llama" and shape.hidden_act not in acts:
-        raise ValueError(f"activations='transformers' models hidden_act {' or '.join(repr(a) for a in acts if a)} for "
+        raise validate.FieldError("activations", f"activations='transformers' models hidden_act {' or '.join(repr(a) for a in acts if a)} for "
                          f"{arch or 'llama'}; got {shape.hidden_act!r} (use activations='textbook')")
     windows = [w for w in shape.attention_windows if w is not None]
     # masking_utils skips the mask only while kv_length < the window (sdpa_mask's _ignore_causal_mask_sdpa).
     if windows and any_true(seq_len >= min(windows)):
-        raise ValueError(f"activations='transformers' does not model sliding-window attention masks: seq_len must "
+        raise validate.FieldError("activations", f"activations='transformers' does not model sliding-window attention masks: seq_len must "
                          f"be below sliding_window ({min(windows)}) (use activations='textbook')")
 
 

@@ -290,8 +290,20 @@ def _larger(x, y):
     return max(x, y)
 
 
-def inference_memory(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, context_len=2048,
-                     attention="sdpa") -> InferenceMemory:
+# A serving setup's defaults, written once (the serving planner and the command line read them here).
+SERVING_DEFAULTS = dict(
+    weights_format="bf16",  # the format most checkpoints ship in
+    kv_format="bf16",  # the cache in the compute format, as transformers keeps it
+    batch_size=1,  # one sequence: the smallest replica, the one that must fit first
+    context_len=2048,  # tokens per sequence, prompt and output: the training runs' default length too
+    attention="sdpa",  # what transformers picks
+)
+
+
+def inference_memory(model, *, weights_format=SERVING_DEFAULTS["weights_format"],
+                     kv_format=SERVING_DEFAULTS["kv_format"], batch_size=SERVING_DEFAULTS["batch_size"],
+                     context_len=SERVING_DEFAULTS["context_len"],
+                     attention=SERVING_DEFAULTS["attention"]) -> InferenceMemory:
     """Bytes to serve `model`, as an InferenceMemory: weights in weights_format (and their
     quantization constants, see inference_weight_bytes), the KV cache in kv_format for batch_size
     sequences of context_len tokens (kv_cache_bytes: 2 x layers x kv_heads x head_dim x tokens x

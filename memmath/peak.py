@@ -285,9 +285,8 @@ def why_no_peak(run: Run) -> str:
     if run.sharding != "even" or run.sharded:
         return "the peak estimate does not model ZeRO or FSDP sharding"
     if run.activations != "transformers":
-        fallback = next((str(n) for n in run.notes if n.kind == "activations_textbook_fallback"), "")
-        return ("it needs the exact activation model; " + fallback.removeprefix("activations: ")) if fallback else \
-            "it needs the exact activation model, and activations='textbook' was chosen"
+        chosen = "" if "activations" in run.defaulted else ", and activations='textbook' was chosen"
+        return f"the peak is modelled with the exact activation model only{chosen} (see the activations note)"
     return ""
 
 

@@ -1,0 +1,129 @@
+"""The serving planner: will this model at this context fit on this GPU, and which changes would make it fit.
+
+inference_memory counts what one replica holds (weights, KV cache, the prefill working set);
+plan_serving judges it against a card with the CUDA context kept back, finds the longest context
+that fits, bounds the decode speed, and ranks the single changes that lower the total (smaller
+weight or KV formats, the longest context or the largest batch that fits). The command line's
+`memmath infer` prints it; lesson 7 and Python users can call it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import validate
+from .formats import FORMATS, get_format
+from .gpus import CUDA_CONTEXT_BYTES, check_fit, get_gpu
+from .inference import SERVING_DEFAULTS, InferenceMemory, decode_tokens_per_second, inference_memory
+from .presets import resolve_model
+from .search import largest_where
+
+MAX_CONTEXT = 2**22  # tokens: the longest context the search tries (validate.MAX_SEQ)
+WEIGHT_FORMATS_TO_TRY = ("int8", "nf4")  # quantized weights, as bitsandbytes and GPTQ-style kernels serve them
+KV_FORMATS_TO_TRY = ("fp8_e4m3",)  # an 8-bit KV cache, as vLLM and TensorRT-LLM offer it
+
+
+@dataclass(frozen=True)
+class ServingChange:
+    """One change to a serving setup: its name, the new settings, the new total and what it costs."""
+
+    change: str
+    settings: dict
+    total: int
+    saved: int
+    fits: bool
+    headroom_bytes: int
+    cost: str
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """memory: the replica's parts; fit: the verdict (None without a GPU); longest_context: the most
+    tokens per sequence that fit at the same batch and formats (0 when none does; None without a GPU);
+    decode_tokens_per_second: the bandwidth bound (None without a GPU or its bandwidth); changes: single
+    changes that lower the total, largest saving first (only when it does not fit)."""
+
+    memory: InferenceMemory
+    settings: dict
+    gpu: object = None
+    reserved_bytes: int = CUDA_CONTEXT_BYTES
+    fit: object = None
+    longest_context: int | None = None
+    decode_tokens_per_second: float | None = None
+    changes: tuple = ()
+
+
+def _settings(**settings) -> dict:
+    """inference_memory's settings, each one left out taken from SERVING_DEFAULTS."""
+    unknown = set(settings) - set(SERVING_DEFAULTS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise validate.FieldTypeError(name, f"{name} is not a serving setting; settings: {', '.join(SERVING_DEFAULTS)}")
+    return {**SERVING_DEFAULTS, **settings}
+
+
+def _fits_with(shape, gpu, reserved_bytes, settings):
+    def fits(**change) -> bool:
+        total = inference_memory(shape, **{**settings, **change}).total
+        return check_fit(total, gpu, reserved_bytes=reserved_bytes).fits
+    return fits
+
+
+def longest_context_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> int:
+    """The longest context (tokens per sequence) whose total fits at the same batch and formats, 0 if none."""
+    shape, gpu = resolve_model(model), get_gpu(gpu)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
+    fits = _fits_with(shape, gpu, reserved_bytes, _settings(**settings))
+    return largest_where(lambda n: fits(context_len=n), 1, MAX_CONTEXT) or 0
+
+
+def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> list[ServingChange]:
+    """Single changes to a serving setup that lower its total, largest saving first, each judged with the reserve."""
+    shape, gpu = resolve_model(model), get_gpu(gpu)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
+    settings = _settings(**settings)
+    before = int(inference_memory(shape, **settings).total)
+    fits = _fits_with(shape, gpu, reserved_bytes, settings)
+    bits = {name: f.bits for name, f in FORMATS.items()}
+    candidates = []
+    for fmt in WEIGHT_FORMATS_TO_TRY:
+        if bits[fmt] < bits[get_format(settings["weights_format"]).name]:
+            candidates.append((f"weights in {fmt}", {"weights_format": fmt},
+                               "quantized weights: some loss of quality, kernels that dequantize"))
+    for fmt in KV_FORMATS_TO_TRY:
+        if bits[fmt] < bits[get_format(settings["kv_format"]).name]:
+            candidates.append((f"KV cache in {fmt}", {"kv_format": fmt},
+                               "8-bit KV cache: half the cache, a small loss of precision"))
+    longest = largest_where(lambda n: fits(context_len=n), 1, settings["context_len"] - 1)
+    if longest:
+        candidates.append((f"context {longest:,} tokens", {"context_len": longest}, "shorter prompts and outputs"))
+    if settings["batch_size"] > 1:
+        batch = largest_where(lambda n: fits(batch_size=n), 1, settings["batch_size"] - 1)
+        if batch:
+            candidates.append((f"batch {batch}", {"batch_size": batch}, "fewer sequences at once"))
+    rows = []
+    for change, new, cost in candidates:
+        new = {**settings, **new}
+        total = int(inference_memory(shape, **new).total)
+        if total >= before:
+            continue
+        fit = check_fit(total, gpu, reserved_bytes=reserved_bytes)
+        rows.append(ServingChange(change, new, total, before - total, fit.fits, int(fit.headroom_bytes), cost))
+    return sorted(rows, key=lambda r: (-r.saved, r.change))
+
+
+def plan_serving(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> ServingPlan:
+    """The memory of one replica, and with a GPU its verdict, the longest context, the decode bound and the changes."""
+    shape = resolve_model(model)
+    settings = _settings(**settings)
+    memory = inference_memory(shape, **settings)
+    settings = {**settings, "weights_format": memory.weights_format, "kv_format": memory.kv_format}
+    if gpu is None:
+        return ServingPlan(memory, settings, reserved_bytes=reserved_bytes)
+    gpu = get_gpu(gpu)
+    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
+    fit = check_fit(memory.total, gpu, reserved_bytes=reserved_bytes)
+    longest = longest_context_that_fits(shape, gpu, reserved_bytes=reserved_bytes, **settings)
+    speed = decode_tokens_per_second(memory, gpu) if gpu.bandwidth_bytes_per_s else None
+    changes = () if fit.fits else tuple(serving_changes(shape, gpu, reserved_bytes=reserved_bytes, **settings))
+    return ServingPlan(memory, settings, gpu, reserved_bytes, fit, longest, speed, changes)
