@@ -53,12 +53,8 @@ def requirement(model, **settings) -> Requirement:
     """
     run = as_run(model, **settings)
     if run.is_sweep:
-        swept = next(name for name in ("batch_size", "seq_len", "method", "model")
-                     if validate.is_array(getattr(run, name), getattr(getattr(run, name), "rank", None),
-                                          getattr(getattr(run, name), "trainable_layers", None),
-                                          getattr(getattr(run, name), "uniform_params", None)))
-        raise validate.FieldError(swept, f"{swept} must be a single value: the planner judges one run, not a sweep "
-                                  "of arrays")
+        raise validate.FieldError(run.swept, f"{run.swept} must be a single value: the planner judges one run, not a "
+                                  "sweep of arrays")
     return _requirement(run)
 
 

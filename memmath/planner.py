@@ -219,8 +219,8 @@ class TrainingPlan:
 
     requirement: the one decision (the peak where modelled, else the sum with the reason); fit:
     the verdict (None without a GPU), judged with reserved_bytes kept back and FIT_MARGIN of the
-    requirement free; changes: single changes, largest saving first (when it does not fit); path:
-    suggest_changes chained (when no single change fits); cannot_run: a RecipeWarning when the GPU
+    requirement free; changes: single changes, largest saving first, and path: path_to_fit's chain
+    (its one step when a single change fits), both only when the run does not fit; cannot_run: a RecipeWarning when the GPU
     cannot compute the recipe's format (pure bf16 on a T4), else None.
     """
 
@@ -259,8 +259,7 @@ def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpu
     changes = path = ()
     if not fit.fits:
         changes = tuple(suggest_changes(run, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus))
-        if not any(s.fits for s in changes):
-            path = tuple(path_to_fit(run, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus))
+        path = tuple(path_to_fit(run, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus))
     return TrainingPlan(run, need, gpu, reserved_bytes, fit, changes, path, recipe_warning(run.precision, gpu))
 
 

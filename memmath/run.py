@@ -120,11 +120,21 @@ class Run:
         return get_optimizer(self.optimizer)
 
     @property
-    def is_sweep(self) -> bool:
-        """True when a size, the model's count or the method's rank or layers is a numpy array."""
-        from .hf_activations import sweeping
+    def swept(self) -> str | None:
+        """The first setting that holds a numpy array (a sweep: batch_size, seq_len, the method's rank, layers
+        or bottleneck, or the model's parameter count), else None."""
+        if is_ndarray(self.batch_size):
+            return "batch_size"
+        if is_ndarray(self.seq_len):
+            return "seq_len"
+        if any(is_ndarray(getattr(self.method, f.name)) for f in fields(self.method)):
+            return "method"
+        return "model" if is_ndarray(self.model.uniform_params) else None
 
-        return sweeping(self.seq_len, self.batch_size, self.method) or is_ndarray(self.model.uniform_params)
+    @property
+    def is_sweep(self) -> bool:
+        """True when the run sweeps an array (see swept): such a run is computed, never cached."""
+        return self.swept is not None
 
     @property
     def sharded(self) -> bool:

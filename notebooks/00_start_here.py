@@ -91,7 +91,7 @@ def _(demo_chart, demo_grid, demo_params_slider, mm, mo, unit_radio):
     _billions, _unit = demo_params_slider.value, unit_radio.value
     demo_params = _billions * 10**9
     demo_weights = mm.get_format("bf16").bytes_for(demo_params)  # N x 16 bits / 8
-    demo_training = mm.training_memory(demo_params, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B per parameter
+    demo_training = mm.training_memory(demo_params, seq_len=None, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B per parameter
     if demo_chart is not None:
         demo_chart.update(demo_grid[demo_grid["billions"] == _billions], caption=f"Parameters (billions): {_billions}")
     _b = mm.bytes_per_parameter("bf16", "adam")
@@ -115,7 +115,7 @@ def _(mm, pd):
     # Every position of the chart's slider, computed once: 1B to 100B parameters, in GB and in GiB.
     _rows = []
     for _billions in range(1, 101):
-        _step = mm.training_memory(_billions * 10**9, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B
+        _step = mm.training_memory(_billions * 10**9, seq_len=None, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B
         _scenarios = {"load": {"weights": _step.weights}, "step": _step.parts()}  # short names: the page carries each row
         for _scenario, _parts in _scenarios.items():
             _total = sum(_parts.values())  # integer bytes: the label rounds the total once, not each part
@@ -259,7 +259,7 @@ def _(context, mm, mo, model_dropdown, unit_radio, viz):
 @app.cell(hide_code=True)
 def _(mm, mo, viz):
     _weights = mm.get_format("bf16").bytes_for(7 * 10**9)  # the article's 7B model in 16 bit
-    _finetune = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam").without_activations
+    _finetune = mm.training_memory(7 * 10**9, seq_len=None, precision="bf16", optimizer="adam").without_activations
     _lines = {
         "00_start_here": "this page: the out-of-memory error, GB versus GiB, training versus inference.",
         "01_weights_and_formats": "parameters × bytes per parameter; fp32, bf16, fp16, fp8, int8, int4 side by side; which GPUs hold the weights.",
@@ -300,7 +300,7 @@ def _(mm, mo):
     _4090 = mm.GPUS["RTX 4090"]
     _tool_prints = _4090.memory_bytes / mm.UNITS["GiB"]  # divided by 1024**3, printed as "GB"
     _load = mm.get_format("bf16").bytes_for(7 * 10**9)  # the article's 7B x 16 bits / 8
-    _step = mm.training_memory(7 * 10**9, precision="bf16", optimizer="adam")
+    _step = mm.training_memory(7 * 10**9, seq_len=None, precision="bf16", optimizer="adam")
     mo.vstack([
         mo.md("## Problems"),
         mo.md(f"**1.** A memory tool shows your RTX 4090 as \"{_tool_prints:.2f} GB\". nvidia-smi says "

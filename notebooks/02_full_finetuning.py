@@ -84,7 +84,7 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
     precision, optimizer = precision_dropdown.value, optimizer_dropdown.value
     gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
     # Full finetuning, one step, before activations (no seq_len): every part in integer bytes.
-    run = mm.training_memory(model, precision=precision, optimizer=optimizer)
+    run = mm.training_memory(model, seq_len=None, precision=precision, optimizer=optimizer)
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
     # viz.stacked_bars as Vega-Lite JSON, into the live chart above: only its rows travel when the size moves.
@@ -109,7 +109,7 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
     _menu_names = {v: k for k, v in optimizer_dropdown.options.items()} | {"adam_amsgrad": "Adam (amsgrad)",
                                                                            "adamw_amsgrad": "AdamW (amsgrad)"}
     for _name, _opt in mm.OPTIMIZERS.items():
-        _r = mm.training_memory(model, precision=precision, optimizer=_name)
+        _r = mm.training_memory(model, seq_len=None, precision=precision, optimizer=_name)
         _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
         _rows.append({"optimizer": _menu_names.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
                       "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
@@ -232,7 +232,7 @@ def _(article_bpp, article_params, article_run, mm, mo, viz):
 def _(mm):
     article_params = 7_000_000_000  # the article's 7B model
     article_bpp = mm.bytes_per_parameter("bf16", "adam")  # 2 + 2 + 2 x 2 = 8 B per parameter
-    article_run = mm.training_memory(article_params, precision="bf16", optimizer="adam")
+    article_run = mm.training_memory(article_params, seq_len=None, precision="bf16", optimizer="adam")
     return article_bpp, article_params, article_run
 
 
@@ -353,7 +353,7 @@ def _(mm, mo, pd, reference, viz):
     fidelity_rows, fidelity_case = _tables["gpt2"]  # the worked example: GPT-2
     _n, _tensors = int(fidelity_case["total_params"]), int(fidelity_case["trainable_tensors"])
     _detail = fidelity_case["optimizer_state_detail"]
-    _big = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adamw")
+    _big = mm.training_memory("llama-2-7b", seq_len=None, precision="bf16", optimizer="adamw")
     _moments = _big.optimizer_state_detail.moments  # exp_avg + exp_avg_sq, 2 B each
     _counters = _big.optimizer_state_detail.step_counters  # one 4-byte step per trainable tensor
     mo.accordion({"Are these the bytes PyTorch really allocates? (measured)": mo.vstack([
@@ -390,7 +390,7 @@ def _(mm, pd):
     for _position, _billions in enumerate(RECIPE_SIZES):
         for _optimizer in OPTIMIZER_NAMES:
             for _recipe in RECIPE_NAMES:
-                _run = mm.training_memory(int(_billions * 10**9), precision=_recipe, optimizer=_optimizer)
+                _run = mm.training_memory(int(_billions * 10**9), seq_len=None, precision=_recipe, optimizer=_optimizer)
                 for _order, (_part, _bytes) in enumerate(_run.parts().items()):
                     if _bytes:
                         _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
@@ -423,12 +423,12 @@ def _(article_bpp, mo, viz):
 @app.cell(hide_code=True)
 def _(mm, mo):
     # Problem answers, computed with memmath.
-    answer_mixed_7b = mm.training_memory(7_000_000_000, precision="mixed", optimizer="adam")
-    answer_8bit_7b = mm.training_memory(7_000_000_000, precision="bf16", optimizer="adam8bit")
-    answer_adam_7b = mm.training_memory(7_000_000_000, precision="bf16", optimizer="adam")
-    answer_frozen = mm.training_memory(mm.uniform_model(7_000_000_000, 10), precision="bf16", optimizer="adam",
+    answer_mixed_7b = mm.training_memory(7_000_000_000, seq_len=None, precision="mixed", optimizer="adam")
+    answer_8bit_7b = mm.training_memory(7_000_000_000, seq_len=None, precision="bf16", optimizer="adam8bit")
+    answer_adam_7b = mm.training_memory(7_000_000_000, seq_len=None, precision="bf16", optimizer="adam")
+    answer_frozen = mm.training_memory(mm.uniform_model(7_000_000_000, 10), seq_len=None, precision="bf16", optimizer="adam",
                                        method=mm.Freeze(trainable_layers=1))
-    _llama = mm.training_memory("llama-2-7b", precision="bf16", optimizer="adam")
+    _llama = mm.training_memory("llama-2-7b", seq_len=None, precision="bf16", optimizer="adam")
     _fits = mm.fit_table(_llama.total, reserved_bytes=0)
     answer_llama_gpu = _fits[_fits["fits"]].iloc[0]["gpu"]
     answer_llama_total = _llama.total

@@ -81,8 +81,8 @@ def _(frozen_slider, layers_chart, layers_slider, lesson_charts, mm, mo, params_
     # The core path's number and its chart, in the one cell these three sliders re-run.
     n_params, n_layers, n_frozen = round(params_slider.value * 10**9), layers_slider.value, frozen_slider.value
     equal_model = mm.uniform_model(n_params, n_layers, name=f"{n_layers} equal layers")
-    equal_full = mm.training_memory(equal_model, precision="bf16", optimizer="adam")
-    equal_frozen = mm.training_memory(equal_model, precision="bf16", optimizer="adam",
+    equal_full = mm.training_memory(equal_model, seq_len=None, precision="bf16", optimizer="adam")
+    equal_frozen = mm.training_memory(equal_model, seq_len=None, precision="bf16", optimizer="adam",
                                       method=mm.Freeze(frozen_layers=n_frozen))
     _bpp = mm.bytes_per_parameter("bf16", "adam")
     _w, _g, _o = _bpp["weights"], _bpp["gradients"], _bpp["optimizer_states"]
@@ -206,12 +206,12 @@ def _(embeddings_switch, head_switch, lesson_charts, mm, mo, norm_switch, np, pd
     model = mm.PRESETS[preset_dropdown.value]
     freeze = mm.Freeze(frozen_layers=real_frozen_slider.value, train_head=head_switch.value,
                        train_final_norm=norm_switch.value, train_embeddings=embeddings_switch.value)
-    trainable = mm.training_memory(model, method=freeze)  # parameters only: batch and length do not matter
+    trainable = mm.training_memory(model, seq_len=None, method=freeze)  # parameters only: batch and length do not matter
     # Every number of frozen blocks at once: Freeze broadcasts over a numpy array.
     frozen_grid = np.arange(model.n_layers + 1)
     _sweep = mm.Freeze(frozen_layers=frozen_grid, train_head=freeze.train_head,
                        train_final_norm=freeze.train_final_norm, train_embeddings=freeze.train_embeddings)
-    share_grid = mm.training_memory(model, method=_sweep).trainable_fraction
+    share_grid = mm.training_memory(model, seq_len=None, method=_sweep).trainable_fraction
     _lines_named = [f"{model.name} (computed)", "k / L (blocks only)"]
     # One table for both layers (the two lines, your setting), given once to the live chart below.
     _frame = pd.concat([
@@ -480,7 +480,7 @@ def _(mo):
 @app.cell(hide_code=True)
 def _(mm, mo):
     _model = mm.uniform_model(7e9, 10)
-    _r = mm.training_memory(_model, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=9))
+    _r = mm.training_memory(_model, seq_len=None, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=9))
     _full = mm.training_memory(_model, precision="bf16", optimizer="adam")
     _bpp = mm.bytes_per_parameter("bf16", "adam")
     mo.vstack([

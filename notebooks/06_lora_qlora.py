@@ -88,7 +88,7 @@ def _(matrix_view, mm, mo, model_dropdown, number_view, pd, rank_slider, targets
                       "LoRA / matrix": f"{lora_method.matrix_params(_d_in, _d_out) / (_d_in * _d_out):.2%}"})
     matrix_table = pd.DataFrame(_rows)
     # Everything but the activations, for the article's recipe (pure bf16, AdamW; peft's fp32 adapters).
-    _full, _lora, _qlora = (mm.training_memory(shape, method=_m, precision="bf16", optimizer="adamw")
+    _full, _lora, _qlora = (mm.training_memory(shape, seq_len=None, method=_m, precision="bf16", optimizer="adamw")
                             for _m in (mm.Full(), lora_method, mm.QLoRA(rank=rank, targets=targets)))
     _gb = viz.readable_size  # 50.33 MB, not 0.05 GB
     number_view.update(mo.md(f"""
@@ -280,8 +280,8 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
     _paper_plain = mm.quant_constant_bits(block=64, double_quant=False)  # QLoRA's blocks of 64
     _paper_dq = mm.quant_constant_bits(block=64, double_quant=True)
     _no_dq, _dq = quant_rows["constants (bits per weight)"].iloc[2], quant_rows["constants (bits per weight)"].iloc[3]
-    _saved = (mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
-              - mm.training_memory("llama-2-7b", method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
+    _saved = (mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
+              - mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
     mo.vstack([viz.plain_table(quant_rows.round(4)), mo.md(f"""
     NF4's levels crowd near zero, where most weights are, so its error is lower than int4's at the
     same 4 bits (the table's mean error is a share of the mean weight size). The constants cost

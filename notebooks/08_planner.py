@@ -36,7 +36,6 @@ def _(mo, viz):
 
 @app.cell
 def _():
-    import functools
     import re
 
     import altair as alt
@@ -50,34 +49,18 @@ def _():
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons import site_charts
-    return (functools, literature, live_chart, live_only_notice, mm, mo, pd, re, site_charts, viz)
+    return (literature, live_chart, live_only_notice, mm, mo, pd, re, site_charts, viz)
 
 
 @app.cell
-def _():
-    # What a learner with an unsupported model_type can do: the nearest layout memmath counts, and whether it
-    # counts the same. From each family's modeling file in transformers (models/<type>/modeling_<type>.py).
-    _LAYOUTS = {
-        "qwen2": "Qwen2 is LLaMA's layout with biases on q, k and v only: as `\"model_type\": \"llama\"` with "
-                 "`\"attention_bias\": true` memmath would also count an o-projection bias, one vector of width "
-                 "`hidden_size` per layer too many (a few hundred thousand parameters: close, not exact).",
-        "gemma": "Gemma is LLaMA's layout with a tied output head and a GeLU-gated MLP: as `\"model_type\": \"llama\"` "
-                 "with `\"tie_word_embeddings\": true` and its `head_dim` the parameters count the same; the "
-                 "activations follow LLaMA's SiLU rather than Gemma's GeLU (the same tensor sizes).",
-        "falcon": "Falcon runs attention and the MLP side by side on one norm, with a 4h GeLU MLP and one shared "
-                  "key/value head: neither GPT-2's nor LLaMA's layout counts it the same, so the planner refuses it "
-                  "rather than guess.",
-        "gpt_neox": "GPT-NeoX (Pythia) has rotary positions, an untied head and attention and MLP side by side: "
-                    "GPT-2's layout does not count it the same, so the planner refuses it rather than guess.",
-    }
-    _GENERIC = ("memmath counts two decoder layouts: GPT-2's (learned positions, LayerNorm, a 4h GeLU MLP, biases) "
-                "and LLaMA's (rotary positions, RMSNorm, a SwiGLU MLP with gate, up and down, no biases). If your "
-                "model's modeling file builds exactly one of them, relabel `model_type` and the count is exact; if "
-                "not, relabelling gives a wrong number, and the planner cannot plan this model yet.")
-
+def _(mm):
+    # What a learner with an unsupported model_type can do: the model types memmath reads (memmath's own list, so
+    # this text cannot fall behind the reader), and why relabelling another model_type gives a wrong number.
     def nearest_layout(model_type):
-        """One or two sentences: the nearest supported layout for a model_type, and whether it counts the same."""
-        return _LAYOUTS.get(str(model_type).lower(), _GENERIC)
+        """One or two sentences: the model types memmath reads, and why a relabelled config would mislead."""
+        return (f"memmath reads these model types from a config.json: {', '.join(mm.SUPPORTED_MODEL_TYPES)}. "
+                f"`{model_type}` is not one of them. Relabelling its `model_type` as one of these counts that "
+                "family's tensors, not yours, so the planner refuses it rather than guess.")
 
     return (nearest_layout,)
 
@@ -159,7 +142,7 @@ def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio)
             f"**{_title}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
             f"width {model.hidden_size:,}, {model.n_heads} heads ({model.n_kv_heads} key/value), "
             f"vocabulary {model.vocab_size:,}{_positions}. Weights alone in bf16: "
-            f"{mm.format_bytes(mm.training_memory(model, method=mm.Full()).weights)}."
+            f"{mm.format_bytes(mm.training_memory(model, seq_len=None, method=mm.Full()).weights)}."
             + (" The planner reads the sizes from the file; the formats come from the recipe you choose below, "
                "not from its `torch_dtype`." if _pasted else "")), kind="info")
     _shown
@@ -215,7 +198,9 @@ def _(live_only_notice, mm, mo):
     seq_len_slider = mo.ui.slider(steps=[2**k for k in range(7, 16)], value=512, show_value=True,
                                   label="Sequence length (tokens)")
     checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
-    attention_radio = mo.ui.radio(["sdpa", "eager"], value="sdpa", inline=True, label="Attention")
+    # None: what transformers picks for the model (SDPA; eager for Gemma 2, whose softcap SDPA refuses).
+    attention_radio = mo.ui.radio({"as transformers picks": None, "sdpa": "sdpa", "eager": "eager"},
+                                  value="as transformers picks", inline=True, label="Attention")
     mo.vstack([mo.md("## 3. The training step"), live_only_notice(), mo.hstack([precision_dropdown, optimizer_dropdown], justify="start"),
                mo.hstack([batch_slider, seq_len_slider], justify="start"),
                mo.hstack([checkpointing_switch, attention_radio], justify="start")])
@@ -246,49 +231,30 @@ def _(literature, live_only_notice, mm, mo):
 
 
 @app.cell
-def _(functools, mm):
-    # Pure functions of hashable inputs (shapes, methods, GPUs are frozen dataclasses): a setting the learner
-    # returns to, or a unit switch, reuses the result instead of computing it again.
-    @functools.lru_cache(maxsize=512)
-    def planned_memory(model, **settings):
-        return mm.training_memory(model, **settings)
-
-    @functools.lru_cache(maxsize=512)
-    def planned_peak(model, **settings):
-        # What the card must hold at once: the steady-state peak of a step where memmath models it.
-        return mm.step_peak(model, **settings)
-
-    @functools.lru_cache(maxsize=256)
-    def planned_changes(model, gpu, reserved, max_gpus, **settings):
-        return (tuple(mm.suggest_changes(model, gpu, reserved_bytes=reserved, max_gpus=max_gpus, **settings)),
-                tuple(mm.path_to_fit(model, gpu, reserved_bytes=reserved, max_gpus=max_gpus, **settings)))
-
-    @functools.lru_cache(maxsize=256)
-    def planned_limits(model, gpu, reserved, max_gpus, **settings):
+def _(mm):
+    # The planner's answers for one Run: memmath caches each run's parts and requirement itself (a Run is
+    # hashable), so a setting the learner returns to, or a unit switch, costs nothing here.
+    def planned_limits(run, gpu, reserved, max_gpus):
         """The fewest GPUs (ZeRO stage 3 when the run has none), the largest batch, the longest sequence."""
-        _staged = {**settings, "zero_stage": settings["zero_stage"] or 3}
+        _staged = run.replace(zero_stage=run.zero_stage or 3)
         return dict(
-            stage=_staged["zero_stage"],
-            gpus=mm.fewest_gpus_that_fit(model, gpu, reserved_bytes=reserved, max_gpus=max_gpus, **_staged),
-            batch=mm.largest_batch_that_fits(model, gpu, reserved_bytes=reserved, max_batch=2**16, **settings),
-            seq_len=mm.longest_sequence_that_fits(model, gpu, reserved_bytes=reserved, max_seq_len=2**20, **settings))
+            stage=_staged.zero_stage,
+            gpus=mm.fewest_gpus_that_fit(_staged, gpu, reserved_bytes=reserved, max_gpus=max_gpus),
+            batch=mm.largest_batch_that_fits(run, gpu, reserved_bytes=reserved, max_batch=2**16),
+            seq_len=mm.longest_sequence_that_fits(run, gpu, reserved_bytes=reserved, max_seq_len=2**20))
 
-    @functools.lru_cache(maxsize=512)
-    def planned_peak_moment(model, **settings):
-        """(phase, moment) where the step's peak falls, for a run whose peak memmath models (step_peak's "peak")."""
-        _peak = mm.peak_memory(model, **{k: v for k, v in settings.items() if k not in ("n_gpus", "zero_stage")})
-        _phase, _moment, _ = max(_peak.moments, key=lambda m: m[2])
+    def peak_moment(peak):
+        """(phase, moment) where the step's peak falls, for a run whose peak memmath models."""
+        _phase, _moment, _ = max(peak.moments, key=lambda m: m[2])
         return {"forward": "the forward pass", "backward": "the backward pass",
                 "optimizer_step": "the optimizer step"}.get(_phase, _phase), _moment
 
-    return planned_changes, planned_limits, planned_memory, planned_peak, planned_peak_moment
+    return peak_moment, planned_limits
 
 
 @app.cell
-def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
-    # What the run's cell shows, each from the inputs it depends on and cached like the planner's answers: a move of
-    # one control rebuilds only the sections that control changes (markdown and tables cost ~1 ms each).
-    @functools.lru_cache(maxsize=256)
+def _(literature, mm, mo, pasted_text, pd, viz):
+    # What the run's cell shows, each from the inputs it depends on.
     def shown_parts(result, unit):
         """Your run's parts, in a table."""
         _table = result.to_frame(unit)
@@ -296,7 +262,6 @@ def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
         _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
         return viz.plain_table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}))
 
-    @functools.lru_cache(maxsize=256)
     def shown_catalog(peak_bytes, reserved, unit):
         """Every card of the catalog against the run's peak, folded."""
         _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
@@ -312,11 +277,9 @@ def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
         """), viz.plain_table(catalog_frame)])})
 
 
-    @functools.lru_cache(maxsize=128)
-    def shown_comparison(model, unit, methods, **step):
-        """The article's comparison of full, partial and PEFT for this model and step, and "needed or wanted"."""
-        methods = dict(methods)
-        compared = {name: planned_memory(model, **step, method=methods[key])
+    def shown_comparison(run, unit, methods):
+        """The article's comparison of full, partial and PEFT for this run's model and step, and "needed or wanted"."""
+        compared = {name: mm.training_memory(run.replace(method=methods[key]))
                     for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
                                       ("PEFT: LoRA", "lora"))}
         comparison_rows = {
@@ -351,7 +314,7 @@ def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
         and data are what the papers and the article report, with their sources.
         """), _comparison_table]
 
-        _serve = mm.inference_memory(model, context_len=step["seq_len"])
+        _serve = mm.inference_memory(run.model, context_len=run.seq_len)
         _peft = compared["PEFT: LoRA"].total
         _needed_part = mo.md(f"""
         ## Needed, or only wanted?
@@ -359,9 +322,9 @@ def _(functools, literature, mm, mo, pasted_text, pd, planned_memory, viz):
         The article ends on a question a team should ask before any of this: is finetuning **needed**,
         or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
         and a leader may find it hard to tell the two apart. The memory bill does not care why: a
-        finetune carries training-side costs whether or not it was needed. Serving {pasted_text(model.name)} as it is
+        finetune carries training-side costs whether or not it was needed. Serving {pasted_text(run.model.name)} as it is
         ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
-        {step["seq_len"]:,} tokens; even the LoRA run above adds up to {mm.format_bytes(_peft, unit)} per GPU,
+        {run.seq_len:,} tokens; even the LoRA run above adds up to {mm.format_bytes(_peft, unit)} per GPU,
         and full finetuning to {mm.format_bytes(compared["full"].total, unit)} (sums of the parts; the verdict
         above judges the step's peak). If prompting the model as it is
         does the job, the cheapest finetune is the one you do not run.
@@ -390,13 +353,12 @@ def _(live_chart):
 @app.cell(hide_code=True)
 def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
-      pasted_text, pd, planned_changes, planned_limits, planned_memory, planned_peak, planned_peak_moment,
-      precision_dropdown, rank_slider,
+      pasted_text, pd, peak_moment, planned_limits, precision_dropdown, rank_slider,
       reserved_slider, seq_len_slider, targets_dropdown, trainable_layers_slider, unit_radio, viz,
       zero_stage_radio):
-    # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control,
-    # asks the planner (cached, so a setting the learner returns to costs nothing), hands the live chart above its
-    # rows and shows every section that follows from the run.
+    # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
+    # into one memmath.Run, asks the planner (memmath caches each run's answer, so a setting the learner returns to
+    # costs nothing), hands the live chart above its rows and shows every section that follows from the run.
     methods = {
         "full": mm.Full(),
         "freeze": mm.Freeze(trainable_layers=trainable_layers_slider.value),
@@ -404,26 +366,31 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
         "lora": mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value),
         "qlora": mm.QLoRA(rank=rank_slider.value, targets=targets_dropdown.value),
     }
-    # The training step without the method: the comparison at the end needs this, not the method chosen.
-    step = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
-                seq_len=seq_len_slider.value, checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
-                zero_stage=zero_stage_radio.value, attention=attention_radio.value)
-    settings = {**step, "method": methods[method_dropdown.value]}
+    # The run: what the controls set; attention (unless chosen), dropout and the activation model as memmath.Run
+    # resolves them from the model, the same run the command line and the API make of these settings.
+    run = mm.Run(model, method=methods[method_dropdown.value], precision=precision_dropdown.value,
+                 optimizer=optimizer_dropdown.value, batch_size=batch_slider.value, seq_len=seq_len_slider.value,
+                 checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
+                 zero_stage=zero_stage_radio.value, attention=attention_radio.value)
+    settings = run.settings()
     gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value * 2**30), unit_radio.value
     # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
-    max_gpus = max(int(max_gpus_number.value), step["n_gpus"])
-    result = planned_memory(model, **settings)
-    peak_bytes, peak_basis = planned_peak(model, **settings)
-    fit = mm.check_fit(peak_bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
-    suggestions, path = (list(_c) for _c in planned_changes(model, gpu, reserved, max_gpus, **settings))
-    limits = planned_limits(model, gpu, reserved, max_gpus, **settings)
+    max_gpus = max(int(max_gpus_number.value), run.n_gpus)
+    plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
+    result, requirement, fit = plan.memory, plan.requirement, plan.fit
+    peak_bytes, peak_basis = requirement.bytes, requirement.basis
+    # Shown even when the run fits: the changes that would free memory for a larger batch or longer sequences.
+    suggestions = list(plan.changes) if not fit.fits else mm.suggest_changes(run, gpu, reserved_bytes=reserved,
+                                                                             max_gpus=max_gpus)
+    path = list(plan.path)
+    limits = planned_limits(run, gpu, reserved, max_gpus)
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
 
     # ---- the verdict: the number, its recipe, what the card keeps back
     _per = f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU"
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
-             if peak_basis == "peak" else "as the sum of the parts (memmath has no peak model for this run)")
+             if peak_basis == "peak" else f"as the sum of the parts ({requirement.reason})")
     _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
     _verdict = (f"**It fits.** {_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: "
                 f"{_f(fit.headroom_bytes)} to spare{_margin}." if fit.fits else
@@ -433,9 +400,9 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _long = _trained is not None and settings["seq_len"] > _trained
     _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} was trained on at most {_trained:,} tokens; a {settings['seq_len']:,}"
                               "-token sequence is arithmetic only."), kind="warn")] if _long else []
-    _cannot = mm.recipe_warning(settings["precision"], gpu)
+    _cannot = plan.cannot_run
     if _cannot is not None:
-        _instead, _ = planned_peak(model, **{**settings, "precision": _cannot.instead})
+        _instead = mm.requirement(run.replace(precision=_cannot.instead)).bytes
         _fits_instead = mm.check_fit(_instead, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN).fits
         _warn.append(mo.callout(mo.md(
             f"**This recipe cannot run here.** The {gpu.name} ({gpu.architecture}) computes in "
@@ -458,7 +425,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _recipe = " + ".join(f"{viz.ALL_LABELS[_p].lower()} {_f(_b)}" for _p, _b in result.parts().items() if _b)
     _recipe = f"**The number.** The parts: {_recipe} = {_f(result.total)}."
     if peak_basis == "peak":
-        _phase, _moment = planned_peak_moment(model, **settings)
+        _phase, _moment = peak_moment(requirement.peak)
         _recipe += (f" Not all of them are alive at once, and the step holds temporaries too: it peaks at "
                     f"**{_f(peak_bytes)}** in {_phase} ({_moment}).")
     _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
@@ -505,7 +472,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     # ---- the live chart: the run and the first single changes
     _bars, _peaks = {"your run": result}, {"your run": peak_bytes}
     for _s in suggestions[:4]:
-        _bars[f"→ {_s.change}"] = planned_memory(model, **_s.settings)
+        _bars[f"→ {_s.change}"] = mm.training_memory(_s.run)
         _peaks[f"→ {_s.change}"] = _s.total  # what the planner judges it by: the step's peak where modelled
     # viz.stacked_bars' drawing as Vega-Lite JSON, into the live chart above: the sliders send it new rows.
     # The bars add the parts; the black tick is the step's peak, the number the verdict compares with the card.
@@ -540,11 +507,11 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _parts_table = shown_parts(result, unit)
     catalog_frame, _catalog_fold = shown_catalog(peak_bytes, reserved, unit)
     # ---- the article's comparison, with this run's numbers, and "needed or wanted"
-    compared, _comparison_part = shown_comparison(model, unit, tuple(methods.items()), **step)
+    compared, _comparison_part = shown_comparison(run, unit, methods)
 
     mo.vstack([*_verdict_part, *_far_part, *_changes_part, parts_heading, _parts_table, _catalog_fold,
                _comparison_part])
-    return compared, fit, limits, max_gpus, path, peak_basis, peak_bytes, result, settings, step, suggestions
+    return compared, fit, limits, max_gpus, path, peak_basis, peak_bytes, plan, result, run, settings, suggestions
 
 
 @app.cell(hide_code=True)
