@@ -37,7 +37,7 @@ _EXPORTS = {
     "CONFIG_FIELDS": "models", "SUPPORTED_MODEL_TYPES": "models", "UNSUPPORTED_EXAMPLES": "models",
     "PeakEstimate": "peak", "peak_memory": "peak",
     "Suggestion": "planner", "config_from_text": "planner", "path_to_fit": "planner", "step_peak": "planner",
-    "suggest_changes": "planner", "suggestions_frame": "planner", "TrainingPlan": "planner",
+    "suggest_changes": "planner", "suggestions_frame": "planner", "TrainingPlan": "planner", "DEFAULT_MAX_GPUS": "planner",
     "plan_training": "planner", "Requirement": "decision", "requirement": "decision",
     "ServingChange": "serving", "ServingPlan": "serving", "longest_context_that_fits": "serving",
     "plan_serving": "serving", "serving_changes": "serving", "SERVING_DEFAULTS": "inference",

@@ -43,7 +43,7 @@ FIELD_OPTIONS = {
     "attention": "--attention", "activations": "--activations", "dropout": "--no-dropout", "unit": "--unit",
     "gpu": "--gpu", "weights_format": "--weights", "kv_format": "--kv", "format": "--weights/--kv",
     "size": "--gpu-memory", "quant_type": "--quant-type", "layout": "--quant-layout",
-    "double_quant": "--no-double-quant", "method": "--method",
+    "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus",
 }
 
 
@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus", type=_whole(1), metavar="N", help="data-parallel GPUs (default 1)")
     s.add_argument("--zero-stage", type=_choice(("0", "1", "2", "3")), metavar="S",
                    help="ZeRO stage 0-3 across the --gpus (3 = FSDP full sharding; default 0)")
+    s.add_argument("--max-gpus", type=_whole(1), metavar="N", help="how many GPUs the suggested changes may use "
+                   f"(default {memmath.DEFAULT_MAX_GPUS})")
     gpu_options(train)
 
     infer = sub.add_parser("infer", parents=[common], help="memory to serve a model at a context length", epilog=epilog,
@@ -324,7 +326,7 @@ def run_train(args, out, style) -> int:
 
     run, source = _train_run(args)
     gpu, reserve = _gpu_and_reserve(args)
-    plan = memmath.plan_training(run, gpu, reserved_bytes=reserve)
+    plan = memmath.plan_training(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
     status = 0 if plan.fits is not False else 1
     if args.json:
         out.write(json.dumps(_train_json(args, run, source, plan, status), indent=2) + "\n")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 SUGGESTED_RANK = 8  # LoRA's rank in Hu et al. 2021's GPT-3 runs was 1-8; 8 is peft's default
 SUGGESTED_TARGETS = ("q", "v")  # Hu et al. 2021, section 7.1: adapting W_q and W_v works best for a budget
 MAX_GPUS = 1024
+DEFAULT_MAX_GPUS = 64  # how many GPUs the changes may use unless told: eight nodes of eight (DGX/HGX)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
                "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
 
 
-def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=64, **settings) -> list[Suggestion]:
+def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, **settings) -> list[Suggestion]:
     """Single changes that lower a training run's memory per GPU, the largest saving first.
 
     model: a Run, or a model with Run's keyword settings. Memory is requirement()'s (the
@@ -170,7 +171,7 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=6
     return sorted(suggestions, key=lambda s: (-s.saved, s.change))
 
 
-def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=64, max_steps=8,
+def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, max_steps=8,
                 **settings) -> list[Suggestion]:
     """Changes applied one after another until the run fits. Changes come in tiers: those that keep
     the GPUs and the batch, then a smaller batch, then more GPUs (up to max_gpus). When some change
@@ -247,7 +248,7 @@ class TrainingPlan:
         return self.requirement.bytes + self.reserved_bytes
 
 
-def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=64, **settings) -> TrainingPlan:
+def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, **settings) -> TrainingPlan:
     """The requirement of a run (a Run, or a model with Run's keyword settings), and with a GPU its
     verdict and the changes that make it fit (suggest_changes, then path_to_fit when none fits alone)."""
     run = as_run(model, **settings)

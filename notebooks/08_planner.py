@@ -212,7 +212,8 @@ def _(live_only_notice, mm, mo):
 def _(literature, live_only_notice, mm, mo):
     gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
     n_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=1, label="GPUs")
-    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=8, label="GPUs you could use (for the changes)")
+    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=mm.DEFAULT_MAX_GPUS,
+                                   label="GPUs you could use (for the changes)")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
                                    label="ZeRO stage")
     _context_gib = mm.CUDA_CONTEXT_BYTES / 2**30  # memmath's default reserve: 1,343 MiB, 1.31 GiB
