@@ -343,7 +343,7 @@ def _basis(requirement) -> str:
 def _defaults_said(run, args) -> str:
     """What the run took from the model because the command line did not set it, in one sentence ("" if nothing)."""
     said = {"attention": f"{run.attention} attention", "dropout": f"dropout {'on' if run.dropout else 'off'}"
-            + (f" (the config's {run.model.dropout_p:g})" if run.model.dropout_p is not None else ""),
+            + (f" (its config's dropout probability is {run.model.dropout_p:g})" if run.model.dropout_p is not None else ""),
             "activations": f"the {run.activations} activation model"}
     options = {"attention": "--attention", "dropout": "--no-dropout", "activations": "--activations"}
     taken = [name for name in said if name in run.defaulted]
