@@ -1,0 +1,105 @@
+"""memmath.Run: one value for a training run, its defaults, what it resolves from the model, and its errors."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import memmath as mm
+from validation.published_configs import PUBLISHED_CONFIGS
+
+
+def test_every_setting_is_concrete_and_repr_says_what_is_assumed():
+    run = mm.Run("gpt2")
+    # GPT2Config: attn_pdrop = resid_pdrop = embd_pdrop = 0.1 -> dropout on; transformers picks SDPA.
+    assert repr(run) == ("Run(model='gpt2', precision='bf16', optimizer='adamw', method=Full(), batch_size=1, "
+                         "seq_len=2048, checkpointing=False, attention='sdpa', dropout=True, "
+                         "activations='transformers', device='cuda', n_gpus=1, zero_stage=0, sharding='even', rank=0)")
+    assert run.defaulted == {"attention", "dropout", "activations"}
+    assert all(value is not None for value in run.settings().values())
+
+
+def test_the_model_decides_what_it_can():
+    # LlamaConfig's attention_dropout is 0.0: no dropout; Gemma 2 has no SDPA in transformers 5.24 (softcapping):
+    # eager; a uniform model has no config: the textbook model (Korthikanti et al. 2022), eager, dropout.
+    assert (mm.Run("llama-3-8b").attention, mm.Run("llama-3-8b").dropout) == ("sdpa", False)
+    assert mm.Run("gemma-2-2b").attention == "eager"
+    uniform = mm.Run(mm.uniform_model(7e9, 32, hidden_size=4096, n_heads=32))
+    assert (uniform.activations, uniform.attention, uniform.dropout) == ("textbook", "eager", True)
+    assert any(n.kind == "activations_textbook_fallback" for n in uniform.notes)
+
+
+def test_a_choice_is_kept_and_replace_resolves_the_rest_again():
+    chosen = mm.Run("gpt2", attention="eager", dropout=False)
+    assert (chosen.attention, chosen.dropout, chosen.defaulted) == ("eager", False, frozenset({"activations"}))
+    # Adapters in GPT-2 are not traced (only BERT and LLaMA blocks): the textbook model, said why...
+    adapters = mm.Run("gpt2", method=mm.Adapters())
+    assert adapters.activations == "textbook" and "Houlsby adapters" in str(adapters.notes[0])
+    # ... and a change of method resolves the activation model again, as a run built afresh would.
+    assert adapters.replace(method=mm.LoRA()).activations == "transformers"
+    assert adapters.replace(method=mm.LoRA()) == mm.Run("gpt2", method=mm.LoRA())
+    with pytest.raises(TypeError, match="not a setting"):
+        chosen.replace(learning_rate=1e-4)
+
+
+def test_a_run_is_a_frozen_hashable_value():
+    a, b = mm.Run("gpt2", batch_size=2), mm.Run("gpt2", batch_size=2)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.batch_size = 4
+    # A reassigned preset is another model: the run holds the shape, not the name, so no stale answer is reused.
+    assert mm.Run(mm.PRESETS["gpt2"]) == mm.Run("gpt2") != mm.Run(mm.PRESETS["gpt2"].with_changes(n_layers=6))
+
+
+@pytest.mark.parametrize("settings, field", [
+    (dict(batch_size=0), "batch_size"), (dict(seq_len=2.5), "seq_len"), (dict(precision="bf17"), "precision"),
+    (dict(attention="flash"), "attention"), (dict(dropout="yes"), "dropout"), (dict(n_gpus=2, rank=2), "rank"),
+    (dict(zero_stage=4), "zero_stage"), (dict(activations="exact"), "activations"), (dict(device="tpu"), "device"),
+    (dict(sharding="ddp"), "sharding"), (dict(method="lora"), "method"),
+])
+def test_bad_input_names_the_field_once_on_construction(settings, field):
+    with pytest.raises((ValueError, TypeError)) as error:
+        mm.Run("gpt2", **settings)
+    assert error.value.field == field and field in str(error.value)
+
+
+def test_the_keyword_forms_are_the_run():
+    run = mm.Run("llama-2-7b", method=mm.LoRA(rank=16), batch_size=2, seq_len=512)
+    keywords = dict(method=mm.LoRA(rank=16), batch_size=2, seq_len=512)
+    assert mm.training_memory(run) == mm.training_memory("llama-2-7b", **keywords)
+    assert mm.peak_memory(run).total == mm.peak_memory("llama-2-7b", **keywords).total
+    assert mm.requirement(run) == mm.requirement("llama-2-7b", **keywords)
+    assert mm.training_memory(run).run == run
+    with pytest.raises(TypeError, match="either a Run or a model"):
+        mm.training_memory(run, batch_size=4)
+
+
+def test_every_note_is_a_note_and_sharded_assumptions_read():
+    # The FSDP2 note was a plain string once, and .assumptions raised AttributeError on it.
+    memory = mm.training_memory("gpt2", n_gpus=2, zero_stage=3, sharding="fsdp2", precision="fp32")
+    assert all(isinstance(n, mm.Note) for n in memory.notes)
+    assert "2 GPUs, ZeRO stage 3" in memory.assumptions
+    with pytest.raises(TypeError, match="Note"):
+        dataclasses.replace(memory, notes=("a plain string",))
+    assert all(isinstance(n, mm.Note) for n in mm.inference_memory(7e9).notes)
+
+
+def test_one_decision_of_what_the_card_must_hold():
+    # The peak where modelled (a step after the first, the optimizer's temporaries included: above the sum here,
+    # GPT-2 under AMP with SDPA and no dropout), else the sum of the parts with the reason.
+    amp = mm.requirement("gpt2", precision="amp", seq_len=128, dropout=False)
+    assert amp.basis == "peak" and amp.bytes == mm.peak_memory("gpt2", precision="amp", seq_len=128,
+                                                                dropout=False).total > amp.memory.total
+    zero = mm.requirement("gpt2", n_gpus=2, zero_stage=3)
+    assert zero.basis == "sum of parts" and zero.bytes == zero.memory.total and "ZeRO" in zero.reason
+    assert mm.step_peak("gpt2", n_gpus=2, zero_stage=3) == (zero.bytes, "sum of parts")
+    with pytest.raises(ValueError) as error:
+        mm.requirement("gpt2", batch_size=np.array([1, 2]))
+    assert error.value.field == "batch_size"
+
+
+def test_a_preset_and_its_published_config_are_one_run():
+    for preset, config in (("gpt2", "gpt2"), ("bert-base-uncased", "bert-base-uncased"),
+                           ("llama-3-8b", "Meta-Llama-3-8B"), ("mistral-7b", "Mistral-7B-v0.1")):
+        read = mm.from_hf_config(PUBLISHED_CONFIGS[config]).with_changes(name=preset)
+        assert mm.Run(preset, seq_len=1024) == mm.Run(read, seq_len=1024)
