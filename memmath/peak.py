@@ -165,7 +165,9 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     run = as_run(model, **settings)
     why = why_no_peak(run)
     if why:
-        raise ValueError(f"no peak model for this run: {why}")
+        fallback = next((str(n) for n in run.notes if n.kind == "activations_textbook_fallback"), "")
+        raise ValueError(f"no peak model for this run: {why.removesuffix(' (see the activations note)')}"
+                         + (f"; {fallback}" if fallback else ""))
     memory, parts = step_parts(run)
     shape, method = run.model, run.method
     recipe, opt = run.recipe, run.optimizer_spec

@@ -32,8 +32,20 @@ class ServingChange:
     total: int
     saved: int
     fits: bool
-    headroom_bytes: int
+    headroom_bytes: int  # negative when short
     cost: str
+
+    def __post_init__(self):
+        validate.text_field("change", self.change)
+        validate.text_field("cost", self.cost)
+        if not isinstance(self.settings, dict):
+            raise validate.FieldTypeError("settings", f"settings must be a dict of inference_memory's settings; got "
+                                          f"{validate.describe(self.settings)}")
+        for name in ("total", "saved"):
+            object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        object.__setattr__(self, "fits", validate.flag("fits", self.fits))
+        object.__setattr__(self, "headroom_bytes", validate.count(
+            "headroom_bytes", self.headroom_bytes, low=-validate.MAX_BYTES, high=validate.MAX_BYTES, scalar=True))
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,11 @@ def _settings(**settings) -> dict:
     if unknown:
         name = sorted(unknown)[0]
         raise validate.FieldTypeError(name, f"{name} is not a serving setting; settings: {', '.join(SERVING_DEFAULTS)}")
-    return {**SERVING_DEFAULTS, **settings}
+    settings = {**SERVING_DEFAULTS, **settings}
+    # The planner judges one setup: single sizes (a sweep goes to inference_memory itself).
+    settings["batch_size"] = validate.count("batch_size", settings["batch_size"], high=validate.MAX_BATCH, scalar=True)
+    settings["context_len"] = validate.count("context_len", settings["context_len"], high=validate.MAX_SEQ, scalar=True)
+    return settings
 
 
 def _fits_with(shape, gpu, reserved_bytes, settings):
