@@ -262,8 +262,11 @@ def _(mo):
     to compute there, so it stops at the first trainable block and those blocks keep nothing.
 
     Not saved: the **frozen weights themselves**, which every forward pass still reads; the
-    activations of every block from the first trainable one up; and the loss's logits. The numbers
-    use fused attention, 16-bit activations and your batch and length.
+    activations of every block from the first trainable one up; and the loss's logits.
+
+    The activations are counted as PyTorch stores them when transformers trains the model: memmath's
+    exact model of its forward pass, checked against recorded training steps further down. They are
+    16-bit, at your batch and length, with the model's own attention and dropout.
     """), "bert": mo.md(r"""
     ## How much must you open? The BERT-large report
 
@@ -276,15 +279,22 @@ def _(mo):
 @app.cell(hide_code=True)
 def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, section_prose, seq_slider, unit, viz):
     # What freezing saves at the chosen batch and length: one cell for the section's prose, table and chart rows.
-    _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
-               attention="sdpa")
+    # Attention, dropout and the activation model are left to memmath.Run, which takes them from the model as
+    # transformers trains it: SDPA, the config's dropout, and the exact (transformers) activation model.
+    _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value)
     full = mm.training_memory(model, **_kw)
     frozen = mm.training_memory(model, method=freeze, **_kw)
+    _attention = "fused (SDPA) attention" if full.attention == "sdpa" else "eager attention"
+    _dropout = (f"dropout at p = {model.dropout_p:g}, as its config sets it" if full.dropout else
+                "no dropout (its config's probability is 0)")
+    _how = f"For {model.name}: {_attention} and {_dropout}."
+    if full.activation_model != "transformers":  # e.g. Mistral at 4,096 tokens or more (its sliding window)
+        _how += " " + " ".join(n.text for n in full.notes if n.kind == "activations_textbook_fallback") + "."
     # viz.stacked_bars as Vega-Lite JSON, into the live chart below: four sliders send it new rows.
     bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"Full finetuning": full,
                                                                   f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
                                               unit, title="Full finetuning against freezing, pure bf16 with Adam"))
-    _beyond = (f"{model.name} reads at most {model.max_positions:,} tokens; the activations below for "
+    _beyond = (f" {model.name} reads at most {model.max_positions:,} tokens; the activations below for "
                f"{seq_slider.value:,} are the arithmetic, not a run the real model could do."
                if model.max_positions and seq_slider.value > model.max_positions else "")
     _size = viz.readable_size
@@ -294,21 +304,25 @@ def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, s
     _rows.append({"part": "Total", "full finetuning": _size(full.total, unit),
                   "frozen": _size(frozen.total, unit), "saved": _size(full.total - frozen.total, unit)})
     _d_full, _d = full.activation_detail, frozen.activation_detail
+    # The blocks backward runs through: the trainable ones, and the frozen ones behind trainable embeddings
+    # (the exact model counts those apart, as frozen_layers_storing: they keep only what their input's gradient needs).
+    _through, _through_full = (d.layers_storing + d.frozen_layers_storing for d in (_d, _d_full))
     if frozen.trainable_params == full.trainable_params:
         _work = (f"**No less work yet.** With nothing frozen, the backward pass does what full finetuning does: "
                  f"{full.trainable_params:,} weight gradients, through all {model.n_layers} blocks.")
     else:
         _blocks = (f"runs through all {model.n_layers} blocks, as full finetuning does"
-                   if _d.layers_storing == _d_full.layers_storing else
-                   f"runs through {_d.layers_storing} of the {model.n_layers} blocks instead of all "
-                   f"{_d_full.layers_storing}" if _d.layers_storing else
+                   if _through == _through_full else
+                   f"runs through {_through} of the {model.n_layers} blocks instead of all "
+                   f"{_through_full}" if _through else
                    f"runs through none of the {model.n_layers} blocks (full finetuning runs through all "
-                   f"{_d_full.layers_storing})")
+                   f"{_through_full})")
         _work = (f"**Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients instead of "
                  f"{full.trainable_params:,}, and {_blocks}.")
-    mo.vstack([section_prose["saves"], mo.md(_beyond), viz.plain_table(pd.DataFrame(_rows)), mo.md(f"""
+    mo.vstack([section_prose["saves"], mo.md(_how + _beyond), viz.plain_table(pd.DataFrame(_rows)), mo.md(f"""
     {_work} Training the embeddings sends it back through every
-    block again.
+    block again: each frozen block then keeps what the gradient of its input needs (its norms' inputs,
+    attention's tensors, the activation function's), though not the inputs of its frozen linear layers.
     """)])
     return frozen, full
 
@@ -400,11 +414,12 @@ def _(batch_slider, bert_chart, lesson_charts, literature, mm, mo, np, pd, secti
     # The BERT-large report: the sweep over top blocks, its chart rows and its prose, in one cell.
     bert = mm.PRESETS["bert-large-uncased"]
     top_blocks = np.arange(bert.n_layers + 1)
+    # Attention, dropout and activations as transformers trains BERT (memmath.Run's defaults): SDPA, the config's
+    # dropout (p = 0.1), and the exact activation model, what PyTorch keeps for backward.
     bert_sweep = mm.training_memory(bert, method=mm.Freeze(trainable_layers=top_blocks), precision="bf16",
-                                    optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value,
-                                    attention="sdpa")
+                                    optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value)
     bert_full = mm.training_memory(bert, precision="bf16", optimizer="adam", batch_size=batch_slider.value,
-                                   seq_len=seq_slider.value, attention="sdpa")
+                                   seq_len=seq_slider.value)
     _reported = literature.REPORTED["bert_large_partial_share"]
     _share = _reported.value / 100
     _first = int(np.argmax(bert_sweep.trainable_fraction >= _share))
@@ -433,7 +448,8 @@ def _(batch_slider, bert_chart, lesson_charts, literature, mm, mo, np, pd, secti
     {_share:.0%} of BERT-large is {int(_share * bert.n_params):,} parameters. Training the top
     {_k} of {bert.n_layers} blocks (and the pooler) is the first choice that reaches it:
     {bert_sweep.trainable_fraction[_k]:.1%}, {mm.format_bytes(bert_sweep.total[_k], unit)} against
-    {mm.format_bytes(bert_full.total, unit)} for full finetuning at your batch and length{_beyond}. The chart
+    {mm.format_bytes(bert_full.total, unit)} for full finetuning at your batch and length{_beyond}, pure bf16
+    with Adam, the activations as PyTorch keeps them (BERT's dropout on, as its config sets). The chart
     shows the reported share as a dashed line against what each choice of top blocks costs in memory (the
     blue points; full finetuning also trains the embeddings).
 
@@ -481,7 +497,7 @@ def _(mo):
 def _(mm, mo):
     _model = mm.uniform_model(7e9, 10)
     _r = mm.training_memory(_model, seq_len=None, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=9))
-    _full = mm.training_memory(_model, precision="bf16", optimizer="adam")
+    _full = mm.training_memory(_model, seq_len=None, precision="bf16", optimizer="adam")
     _bpp = mm.bytes_per_parameter("bf16", "adam")
     mo.vstack([
         mo.md("**1.** The article's 7B model in ten equal layers, nine frozen, pure 16-bit with Adam. "
@@ -515,7 +531,7 @@ def _(mm, mo):
 @app.cell(hide_code=True)
 def _(mm, mo):
     _model = mm.PRESETS["gpt2"]
-    _r = mm.training_memory(_model, method=mm.Freeze(frozen_layers=_model.n_layers))
+    _r = mm.training_memory(_model, seq_len=None, method=mm.Freeze(frozen_layers=_model.n_layers))
     mo.vstack([
         mo.md(f"**3.** You freeze all {_model.n_layers} blocks of GPT-2 and keep `train_head=True`. What trains?"),
         mo.accordion({"Answer": mo.md(

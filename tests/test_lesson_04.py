@@ -63,15 +63,97 @@ def test_bert_large_reported_point(default_run):
     assert share[7] == pytest.approx((7 * 12_596_224 + 1_049_600) / 335_141_888)
 
 
-def test_training_the_embeddings_stores_every_block():
+def test_bert_large_memory_by_hand(default_run):
+    # BERT-large at the defaults (b = 4, s = 512: t = 2,048; h = 1,024, I = 4,096, a = 16, 24 blocks), pure bf16
+    # (e = 2) with Adam on CUDA (masks 1 B, LayerNorm stats fp32), SDPA with BERT's dropout (p = 0.1), counted as
+    # memmath/hf_activations.py's docstring lays out transformers' BERT forward pass.
+    outputs, defs = default_run
+    t, h, inner, b = 2_048, 1_024, 4_096, 4
+    eth, mth, stats, eti = 2 * t * h, t * h, 2 * 4 * t, 2 * t * inner
+    # A block: q/k/v's shared input, q, k, v (three storages), SDPA output and fp32 log-sum-exp (4 x b x a x s), the
+    # attention dropout mask, the attention LayerNorm's input + stats, intermediate.dense's input (that LayerNorm's
+    # output), GELU's input, output.dense's input, the output dropout mask, the output LayerNorm's input + stats.
+    block = eth + 3 * eth + eth + 4 * b * 16 * 512 + mth + (eth + stats) + eth + eti + eti + mth + (eth + stats)
+    assert block == 71_467_008
+    # After the blocks: the pooler's input (token 0 is a view: the last block's whole output), its tanh output
+    # e x b x h, the classifier dropout mask m x b x h and the classifier's input e x b x h; the loss: log-softmax
+    # e x b x labels (the preset has num_labels = 0), labels 8 x b, a total weight e.
+    head = eth + 2 * b * h + b * h + 2 * b * h + 0 + 8 * b + 2
+    # The embeddings, when they train: token ids 8 x t, token-type ids 8 x s (the position ids are a buffer's
+    # slice, not new), the embedding LayerNorm's input + stats, the embedding dropout mask.
+    embeddings = 8 * t + 8 * 512 + (eth + stats) + mth
+    params, block_params, pooler = 335_141_888, 12_596_224, 1_049_600
+    # Adam's fp32 steps, 4 B per parameter tensor: 16 per block, the pooler's 2, the embeddings' 5 (three tables
+    # and the LayerNorm's two).
+    full = 2 * params + 2 * params + (4 * params + 4 * (24 * 16 + 2 + 5)) + 24 * block + embeddings + head
+    top7_params = 7 * block_params + pooler
+    top7 = 2 * params + 2 * top7_params + (4 * top7_params + 4 * (7 * 16 + 2)) + 7 * block + head
+    assert defs["bert_full"].total == full == 4_406_887_998
+    assert defs["bert_sweep"].total[7] == top7 == 1_710_107_114
+    text = lessons.output_text(outputs)
+    assert re.search(r"1\.71 GB against\s+4\.41 GB for full finetuning", text)
+
+
+# GPT-2 at the lesson's defaults (b = 4, s = 512: t = 2,048 tokens; h = 768, I = 3,072, a = 12, V = 50,257), pure
+# bf16 (e = 2) on CUDA (dropout masks m = 1 B, LayerNorm mean and rstd fp32), SDPA with the config's dropout
+# (p = 0.1), counted as memmath/hf_activations.py's docstring lays out transformers' GPT2LMHeadModel forward pass.
+T, H, I, V = 2_048, 768, 3_072, 50_257
+ETH, MTH, STATS, ETI = 2 * T * H, T * H, 2 * 4 * T, 2 * T * I
+LSE = 4 * 4 * 12 * 512  # SDPA's fp32 log-sum-exp, 4 x b x a x s
+# A trainable block: ln_1 input + stats, c_attn input (ln_1's output), the fused qkv output (one storage, 3 eth) and
+# the SDPA output (also attn.c_proj's input) and log-sum-exp, the residual dropout mask, ln_2 input + stats,
+# c_fc input, gelu_new's four tensors (x, tanh, 1 + tanh, 0.5x), mlp.c_proj input (gelu's output), the MLP mask.
+GPT2_BLOCK = (ETH + STATS) + ETH + 3 * ETH + ETH + LSE + MTH + (ETH + STATS) + ETH + 4 * ETI + ETI + MTH
+# A frozen block whose input needs a gradient (behind trainable embeddings): the same but the three inputs that
+# only its frozen linears' weight gradients would need (ln_1's output, ln_2's output, gelu's output).
+GPT2_FROZEN_BLOCK = GPT2_BLOCK - 2 * ETH - ETI
+# The loss: the logits upcast to fp32 for log-softmax 4 x t x V, the shifted labels 8 x t, a 4-byte total weight.
+GPT2_LOSS = 4 * T * V + 8 * T + 4
+LN_F = ETH + STATS  # the final LayerNorm's input and stats (it trains in every case here)
+# When the embeddings train: token ids 8 x t, position ids 8 x s, the embedding dropout mask; the tied head then
+# trains too and keeps its input (ln_f's output).
+GPT2_EMBEDDINGS = 8 * T + 8 * 512 + MTH
+GPT2_HEAD_INPUT = ETH
+
+
+def test_gpt2_activations_by_hand(default_run):
+    # What freezing saves at the defaults (GPT-2, 10 of 12 blocks frozen, batch 4 of 512 tokens), by hand.
+    outputs, defs = default_run
+    assert GPT2_BLOCK == 91_357_184 and GPT2_LOSS == 411_721_732
+    full, frozen = defs["full"], defs["frozen"]
+    assert full.activations == 12 * GPT2_BLOCK + GPT2_EMBEDDINGS + LN_F + GPT2_HEAD_INPUT + GPT2_LOSS == 1_515_909_124
+    # Frozen: blocks 1-10 and the embeddings keep nothing, the tied head is frozen: two blocks, ln_f and the loss.
+    assert frozen.activations == 2 * GPT2_BLOCK + LN_F + GPT2_LOSS == 597_598_212
+    # Weights 2 B x 124,439,808; gradients 2 B and Adam's two bf16 moments 4 B per trainable parameter, plus a 4-byte
+    # fp32 step per parameter tensor (GPT-2: 12 per block, ln_f's 2, wte and wpe: 148; trainable here 2 x 12 + 2).
+    weights = 2 * 124_439_808
+    assert full.total == weights + 2 * 124_439_808 + (4 * 124_439_808 + 4 * 148) + 1_515_909_124 == 2_511_428_180
+    assert frozen.total == weights + 2 * 14_177_280 + (4 * 14_177_280 + 4 * 26) + 597_598_212 == 931_541_612
+    # The table shows them: activations 1.52 GB against 597.60 MB (918.31 MB saved), totals 2.51 GB against 931.54 MB
+    # (1.58 GB saved), and the run's settings above it.
+    text = lessons.output_text(outputs)
+    for shown in ("1.52 GB", "597.60 MB", "918.31 MB", "2.51 GB", "931.54 MB", "1.58 GB"):
+        assert shown in text, shown
+    assert "For gpt2: fused (SDPA) attention and dropout at p = 0.1" in text
+
+
+def test_training_the_embeddings_sends_backward_through_every_block():
     _, base = lessons.run(NAME)
     owners = ("preset_dropdown", "head_switch", "norm_switch", "embeddings_switch")
     overrides = {name: base[name] for name in owners}
     overrides["embeddings_switch"] = mo.ui.switch(value=True)
-    _, defs = lessons.load_app(NAME).run(defs=overrides)
-    assert defs["frozen"].activation_detail.layers_storing == 12
+    outputs, defs = lessons.load_app(NAME).run(defs=overrides)
+    frozen = defs["frozen"]
     # Plus wte and wpe; the tied head is the same matrix as wte, so nothing more.
-    assert defs["frozen"].trainable_params == 14_177_280 + 39_383_808
+    assert frozen.trainable_params == 14_177_280 + 39_383_808
+    # Backward reaches the embeddings through all 12 blocks: the 2 trainable ones keep everything, the 10 frozen
+    # ones what their input's gradient needs (no linear's input), by hand above.
+    detail = frozen.activation_detail
+    assert (detail.layers_storing, detail.frozen_layers_storing) == (2, 10)
+    assert detail.frozen_per_layer == GPT2_FROZEN_BLOCK == 72_482_816
+    assert frozen.activations == (2 * GPT2_BLOCK + 10 * GPT2_FROZEN_BLOCK + GPT2_EMBEDDINGS + LN_F + GPT2_HEAD_INPUT
+                                  + GPT2_LOSS)
+    assert "runs through all 12 blocks, as full finetuning does" in _work_sentence(outputs)
 
 
 def test_every_control_at_its_extremes():
