@@ -61,19 +61,19 @@ def _(live_only_notice, mm, mo):
 @app.cell
 def _(ADAPTER_MODELS, bert_large, bottleneck_slider, literature, mm, mo, pd, train_norms_checkbox, viz):
     # The core path's number and the same bottleneck on three models: the one cell the bottleneck slider
-    # re-runs here (the memory section below is the other).
+    # re-runs here (the memory section below is the other). Parameter counts only: seq_len=None skips the activations.
     bottleneck = bottleneck_slider.value
     _norms = train_norms_checkbox.value
     _rows = []
     for _label, _preset in ADAPTER_MODELS.items():
         _shape = mm.PRESETS[_preset]
-        _one = mm.training_memory(_shape, method=mm.Adapters(bottleneck=bottleneck, train_norms=_norms))
+        _one = mm.training_memory(_shape, method=mm.Adapters(bottleneck=bottleneck, train_norms=_norms), seq_len=None)
         _rows.append({"model": _label, "width h": _shape.hidden_size, "blocks": _shape.n_layers,
                       "adapter params per block": mm.Adapters(bottleneck=bottleneck).params_per_block(_shape),
                       "trainable params": _one.trainable_params, "of the base model": f"{_one.trainable_fraction:.2%}"})
     adapter_counts = pd.DataFrame(_rows)
     _h, _L, _m = bert_large.hidden_size, bert_large.n_layers, bottleneck
-    _bert = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=_norms))
+    _bert = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=_norms), seq_len=None)
     _per_adapter = 2 * _m * _h + _m + _h  # Houlsby et al. 2019: down h x m + m biases, up m x h + h biases
     _norm_text = (f" + {_bert.trainable_params - 2 * _L * _per_adapter:,} layer-norm parameters" if _norms else "")
     _partial = literature.REPORTED["bert_large_partial_share"].value
@@ -88,8 +88,9 @@ def _(ADAPTER_MODELS, bert_large, bottleneck_slider, literature, mm, mo, pd, tra
         mo.callout(mo.md(f"""
     **Takeaway.** Adapters train a few percent of the model or less, far below the
     {_partial:.0f}% that freezing had to open up on BERT-large ({viz.lesson_link("04_freezing", "lesson 4")}).
-    They save the gradients and optimizer states of every frozen weight, but not the weights and not
-    the activations, and they add work to every forward pass, so inference gets slower.
+    They save the gradients and optimizer states of every frozen weight, but not the weights and only
+    a part of the activations (every block still keeps its share), and they add work to every forward
+    pass, so inference gets slower.
     """), kind="success"),
     ])
     return adapter_counts, bottleneck
@@ -169,11 +170,13 @@ def _(live_chart):
 def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, paper_setups, share_chart,
       train_norms_checkbox, viz):
     # The share for every bottleneck at once (numpy arrays broadcast): runs when the checkbox moves, not the slider.
+    # Shares only, so seq_len=None: no activations are computed for the sweeps.
     train_norms = train_norms_checkbox.value
     _sweep = np.array(BOTTLENECKS)
     adapter_curves = pd.concat([pd.DataFrame({
         "model": _label, "bottleneck": _sweep,
-        "share": 100 * mm.training_memory(_preset, method=mm.Adapters(bottleneck=_sweep, train_norms=train_norms)).trainable_fraction})
+        "share": 100 * mm.training_memory(_preset, method=mm.Adapters(bottleneck=_sweep, train_norms=train_norms),
+                                          seq_len=None).trainable_fraction})
         for _label, _preset in ADAPTER_MODELS.items()], ignore_index=True)
     # The curves alone, no marker at the chosen m: the chart then redraws only when the checkbox moves, and the
     # table above says where you are.
@@ -188,9 +191,11 @@ def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, 
         align="left", dx=4, dy=-7, fontSize=11).encode(y=alt.Y("share:Q"), x=alt.value(4), text=alt.Text("text:N"))
     # The paper's own bottlenecks on BERT-large, and the smallest m that reaches its 3.6%.
     _sizes = paper_setups.HOULSBY_GLUE_BOTTLENECKS
-    _shares = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=np.array(_sizes), train_norms=train_norms)).trainable_fraction
+    _shares = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=np.array(_sizes), train_norms=train_norms),
+                                 seq_len=None).trainable_fraction
     _m = np.arange(1, 1025)
-    _swept = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=train_norms)).trainable_fraction
+    _swept = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=train_norms),
+                                seq_len=None).trainable_fraction
     _m_at = int(_m[np.argmax(_swept >= _share.value / 100)])
     _gap = literature.REPORTED["houlsby_glue_gap"]
     share_chart.update((_lines + _paper_line).properties(width=560, height=300,
@@ -233,7 +238,8 @@ def _(ADAPTER_MODELS, live_only_notice, mm, mo):
     adapters' size. But every weight stays in memory, and **activations still flow through every
     layer**: the first adapter sits in the first block, so the backward pass travels all the way
     down and every block keeps what it needs for that. Freezing all but the last block stores
-    activations for one block only. Compare the three for one model, in pure bf16 with AdamW:
+    activations for one block only. Compare the three for one model, in pure bf16 with AdamW, with
+    activations as transformers' own model code keeps them:
     """), live_only_notice(), mo.hstack([memory_model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
                mo.hstack([batch_slider, seq_len_slider], justify="start", gap=2)])
     return batch_slider, gpu_dropdown, memory_model_dropdown, seq_len_slider, unit_radio
@@ -279,6 +285,11 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
                            "smallest GPU": _smallest_fit(r)} for name, r in scenarios.items()])
     _full, _freeze, _adapt = scenarios.values()
     _saved = _full.trainable_state - _adapt.trainable_state
+    _per_adapt, _per_full = _adapt.activation_detail.per_layer, _full.activation_detail.per_layer
+    _per_unit = "MB" if unit == "GB" else "MiB"
+    _dropout = "the dropout of its config" if _adapt.dropout else "no dropout (its config has none)"
+    _kept = ("a smaller share" if _per_adapt < _per_full else "as large a share" if _per_adapt == _per_full
+             else "a larger share")
     _shape = mm.PRESETS[memory_model_dropdown.value]
     _long = _shape.max_positions is not None and seq_len_slider.value > _shape.max_positions
     _warn = [mo.callout(mo.md(f"{memory_model_dropdown.selected_key} learned only {_shape.max_positions:,} positions, "
@@ -290,19 +301,26 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     mo.vstack([viz.plain_table(memory_table)] + _warn + [mo.md(f"""
     Against full finetuning, adapters save **{mm.format_bytes(_saved, unit)}** of gradients and
     optimizer states. Their weights are the base model's {mm.format_bytes(_full.weights, unit)} plus
-    {mm.format_bytes(_adapt.weights - _full.weights, "MB" if unit == "GB" else "MiB")} of adapters: nothing is saved there. Their
-    activations are {mm.format_bytes(_adapt.activations, unit)}, almost all of full finetuning's
-    {mm.format_bytes(_full.activations, unit)} (every one of the {_adapt.activation_detail.layers_storing}
-    blocks keeps its share), while freezing all but the last block keeps only
-    {mm.format_bytes(_freeze.activations, unit)}. The adapters' own small s × m tensors are left out
-    of this estimate.
+    {mm.format_bytes(_adapt.weights - _full.weights, _per_unit)} of adapters: nothing is saved there. Their
+    activations are {mm.format_bytes(_adapt.activations, unit)}, {_adapt.activations / _full.activations:.0%} of
+    full finetuning's {mm.format_bytes(_full.activations, unit)}: every one of the
+    {_adapt.activation_detail.layers_storing} blocks keeps its share, but {_kept}
+    ({mm.format_bytes(_per_adapt, _per_unit)} per block against {mm.format_bytes(_per_full, _per_unit)}).
+    A frozen linear layer keeps no copy of its input, since it computes no gradient for its weight;
+    what the gradient needs on its way down stays (the norms' and the attention's inputs, the MLP
+    activation's), and the adapters add their own: each keeps its b·s·h input and two b·s·m tensors.
+    Freezing all but the last block keeps only {mm.format_bytes(_freeze.activations, unit)}.
 
     **Does it fit?** A run fits a card when it fits in the card's capacity less the CUDA context
     ({_context.value:,} {_context.unit}, measured on a V100: {_context.source}): the memory the driver takes
     for the CUDA context and its kernels before PyTorch allocates any tensor. The {gpu.name} reports
     {mm.format_bytes(gpu.memory_bytes, unit)}, so {mm.format_bytes(usable_bytes, unit)} is left (the dashed
     line); on it {_verdicts}. The "smallest GPU" column judges every card the same way.
-    """), mo.accordion({"What does this estimate assume?": mo.md(f"Recipe: {_adapt.assumptions}")})])
+    """), mo.accordion({"What does this estimate assume?": mo.md(
+        f"Recipe: {_adapt.assumptions} Activations: what transformers' PyTorch code for this model saves for "
+        f"backward, tensor by tensor (`activations=\"{_adapt.activation_model}\"`, checked against PyTorch "
+        f"on small BERT and LLaMA models below), with {'SDPA' if _adapt.attention == 'sdpa' else 'eager'} attention and "
+        f"{_dropout}.")})])
     return gpu, memory_table, scenarios, unit, usable_bytes
 
 
@@ -441,26 +459,31 @@ def _(literature, mo, viz):
 
 @app.cell(hide_code=True)
 def _(mo, pd, viz):
-    # Houlsby adapters measured: a reference PyTorch adapter (validation/houlsby.py) in tiny BERT and LLaMA blocks.
+    # Houlsby adapters measured: a reference PyTorch adapter (validation/houlsby.py) in tiny BERT and LLaMA blocks,
+    # against memmath's exact activation model (the one the memory section above uses).
     from memmath.reference.measured import load_measured_adapters, measured_metadata, predict_case
 
     _cases = load_measured_adapters()
     _v = measured_metadata()["versions"]
     _rows = []
     for _, _c in _cases.iterrows():
-        _m = predict_case(_c, activations="textbook")
+        _m = predict_case(_c)  # activations="transformers"
         _rows.append({"model": _c["shape"], "precision": _c["precision"], "bottleneck m": int(_c["bottleneck"]),
                       "optimizer": _c["optimizer"], "adapter parameters (measured)": int(_c["adapter_params"]),
                       "memmath": int(_m.trainable_params), "gradients + states, measured (B)":
                       int(_c["grad_bytes"]) + int(_c["optimizer_state_bytes"]),
-                      "memmath (B)": int(_m.gradients) + int(_m.optimizer_states)})
+                      "memmath (B)": int(_m.gradients) + int(_m.optimizer_states),
+                      # what the forward pass saved (under checkpointing, before backward recomputes a block)
+                      "activations saved, measured (B)": int(_c["saved_bytes"]),
+                      "activations, memmath (B)": int(_m.activation_detail.saved_by_forward)})
+    measured_adapters = pd.DataFrame(_rows)
     mo.accordion({"Does PyTorch agree with these counts?": mo.vstack([mo.md(f"""
     **Measured.** Two adapters per block (after the attention's and the MLP's output projection,
     as Houlsby et al. place them), only they train; one real step each with torch {_v["torch"]} and
-    transformers {_v["transformers"]} on the CPU. The counts, gradients and optimizer states match
-    memmath to the byte:
-    """), viz.plain_table(pd.DataFrame(_rows))])}) if _rows else mo.md("")
-    return
+    transformers {_v["transformers"]} on the CPU. The counts, the gradients and optimizer states, and
+    the activations the forward pass saved for backward all match memmath to the byte:
+    """), viz.plain_table(measured_adapters)])}) if _rows else mo.md("")
+    return (measured_adapters,)
 
 
 @app.cell(hide_code=True)
@@ -473,7 +496,8 @@ def _(literature, mo, viz):
     - On GLUE they came within {literature.REPORTED["houlsby_glue_gap"].value}% of full finetuning with
       {literature.REPORTED["houlsby_trainable_share"].value}% of the parameters trainable (Houlsby et al. 2019).
     - They save gradients and optimizer states for the frozen weights. They do not save weight memory
-      (all of it stays) or activations (the backward pass still crosses every block).
+      (all of it stays) and save only a part of the activations: the backward pass still crosses
+      every block, though a frozen linear layer keeps no copy of its input.
     - They add work to every forward pass, so inference is slower; measured, the slowdown often
       exceeds what FLOPs predict. Next: {viz.lesson_link("06_lora_qlora")}, which removes that cost.
     """), kind="success")
@@ -484,9 +508,9 @@ def _(literature, mo, viz):
 def _(mm, mo, np, toy_block):
     _per_block = mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"])
     _m = np.arange(1, 2049)
-    _share = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=_m)).trainable_fraction
+    _share = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=_m), seq_len=None).trainable_fraction
     _first = int(_m[np.argmax(_share >= 0.01)])
-    _bert = mm.training_memory("bert-base-uncased", method=mm.Adapters(bottleneck=_m)).trainable_fraction
+    _bert = mm.training_memory("bert-base-uncased", method=mm.Adapters(bottleneck=_m), seq_len=None).trainable_fraction
     _bert_first = int(_m[np.argmax(_bert >= 0.01)])
     _args = dict(precision="bf16", optimizer="adamw", batch_size=8, seq_len=1024)
     _adapters = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=64), **_args)
@@ -510,7 +534,8 @@ def _(mm, mo, np, toy_block):
         mo.accordion({"Answer": mo.md(f"""Adapters: {mm.format_bytes(_adapters.activations)} of
         activations; freezing all but the last block: {mm.format_bytes(_freeze.activations)}. The adapters
         sit in every block, so the backward pass runs through all {mm.PRESETS["llama-2-7b"].n_layers} blocks and
-        each keeps its activations; with freezing, gradients stop at the last block.""")}),
+        each keeps its activations (less than in full finetuning, since the frozen linear layers keep no
+        copy of their inputs); with freezing, gradients stop at the last block.""")}),
         mo.md("**4.** By FLOPs, how much extra work do two m = 64 adapters add to a block of width 4,096 at 512 "
               "tokens? Would you expect the measured slowdown to be smaller or larger?"),
         mo.accordion({"Answer": mo.md(f"""2m / (6h + s) = 128 / (24,576 + 512) = **{_overhead:.2%}**.

@@ -39,19 +39,95 @@ def test_adapter_table_matches_hand_counts(default_run):
     assert list(counts) == [6_343_680, 2_379_264, 33_820_672]
 
 
+# Llama-2-7B by hand (meta-llama/Llama-2-7b-hf config.json): h = 4,096, MLP width I = 11,008, 32 heads of 128,
+# 32 blocks, vocabulary 32,000, 6,738,415,616 parameters; pure bf16 (e = 2 B), SDPA (transformers' default),
+# no dropout (the config's 0.0). PyTorch's autograd keeps a tensor only where a gradient needs it: x @ W keeps x
+# only when W trains; an RMSNorm keeps its fp32 input and rsqrt for the input's gradient and its normalized
+# input only when its weight trains; SDPA keeps q, k, v, its output and a fp32 log-sum-exp; SwiGLU keeps the
+# gate and up outputs and silu(gate). A Houlsby adapter (Houlsby et al. 2019) is two trainable linears with a
+# GELU between: it keeps its b*s*h input, the GELU's b*s*m input and the up-projection's b*s*m input.
+H, I, HEADS, D, V, BLOCKS, PARAMS = 4096, 11008, 32, 128, 32000, 32, 6_738_415_616
+
+
+def llama_7b_activations(b, s, method, m=64):
+    """Bytes Llama-2-7B saves for backward: (per block, first storing block, blocks storing, total)."""
+    e, t = 2, b * s
+    norm_for_input = 4 * t * H + 4 * t  # fp32 input and rsqrt, for the input's gradient
+    attention = 4 * e * t * H + 4 * b * HEADS * s  # q, k, v, output; log-sum-exp
+    swiglu = 3 * e * t * I
+    adapter = e * t * H + 2 * e * t * m
+    rotary = 2 * e * s * D  # cos and sin, shared by every block
+    loss = 4 * t * V + 8 * t + 4  # fp32 log-softmax, int64 shifted labels, the total weight
+    full_block = (2 * (norm_for_input + e * t * H) + e * t * H + attention + e * t * H + swiglu + e * t * I)
+    if method == "full":  # + token ids, final norm (its weight trains), the head's input
+        return full_block, full_block, BLOCKS, (BLOCKS * full_block + 8 * t + rotary + norm_for_input + e * t * H
+                                                + e * t * H + loss)
+    if method == "freeze":  # the last block, final norm and head train; the block's input needs no gradient
+        first = full_block - norm_for_input
+        return full_block, first, 1, first + rotary + norm_for_input + e * t * H + e * t * H + loss
+    # adapters: no frozen linear keeps its input and no frozen norm its normalized input
+    block = 2 * norm_for_input + attention + swiglu + 2 * adapter
+    first = adapter + norm_for_input + swiglu + adapter  # its attention's input needs no gradient: nothing there
+    return block, first, BLOCKS, first + (BLOCKS - 1) * block + rotary + norm_for_input + loss
+
+
 def test_saving_is_gradients_and_states_of_the_frozen_weights(default_run):
-    _, defs = default_run
-    full, _freeze, adapters = defs["scenarios"].values()
-    # Pure bf16 + AdamW: 2 B gradient + 4 B of moments per trainable parameter (the article's recipe).
-    n = full.total_params
-    assert full.gradients == 2 * n
-    assert adapters.gradients == 2 * adapters.trainable_params
-    # Activations still flow through every block: each of the 32 stores as much as in full finetuning
-    # (only the embedding's dropout mask is gone, since the embeddings do not train).
-    assert adapters.activation_detail.layers_storing == full.activation_detail.layers_storing == 32
-    assert adapters.activation_detail.per_layer == full.activation_detail.per_layer
-    assert adapters.activations > 0.99 * full.activations
-    assert adapters.weights > full.weights
+    outputs, defs = default_run
+    full, freeze, adapters = defs["scenarios"].values()
+    # Pure bf16 + AdamW: 2 B gradient + 4 B of moments per trainable parameter (the article's recipe), and a
+    # 4-byte step per trainable tensor: 291 in the model (32 x 9 + embeddings, final norm, head), 4 per adapter.
+    adapter_params = 2 * (2 * 64 * H + 64 + H) * BLOCKS  # 33,820,672
+    assert full.total_params == PARAMS and adapters.trainable_params == adapter_params
+    assert full.gradients == 2 * PARAMS and adapters.gradients == 2 * adapter_params
+    assert full.trainable_state == 6 * PARAMS + 4 * 291
+    assert adapters.trainable_state == 6 * adapter_params + 4 * 4 * 2 * BLOCKS
+    # The adapters' weights are the base model's plus 67,641,344 B, and they save 40,227,569,804 B.
+    assert adapters.weights - full.weights == 2 * adapter_params == 67_641_344
+    saved = 6 * (PARAMS - adapter_params) + 4 * (291 - 256)
+    assert full.trainable_state - adapters.trainable_state == saved
+    # Activations at the lesson's defaults (batch 2, 512 tokens), by hand: every block still stores with
+    # adapters, but less than in full finetuning, since the frozen linears keep no input.
+    for result, method in ((full, "full"), (freeze, "freeze"), (adapters, "adapters")):
+        per_block, first, storing, total = llama_7b_activations(2, 512, method)
+        assert result.activation_model == "transformers" and result.attention == "sdpa" and not result.dropout
+        detail = result.activation_detail
+        assert detail.per_layer == per_block and detail.layers_storing == storing, method
+        assert detail.first_layer in (None, first) and result.activations == total, method
+    assert llama_7b_activations(2, 512, "adapters")[0] == 152_182_784  # against 190,980,096 per block in full
+    text = lessons.output_text(outputs)
+    for number in ("67.64 MB", "40.23 GB", "4.97 GB", "6.28 GB", "0.34 GB", "152.18 MB", "190.98 MB"):
+        assert number in text, number
+    assert "79% of" in text  # 4,967,505,924 / 6,276,272,132
+    assert "almost all of full finetuning" not in text
+
+
+def test_problem_3_activations_by_hand(default_run):
+    # Problem 3: Llama-2-7B, batch 8 x 1,024 tokens, pure bf16 + AdamW; adapters m = 64 against the last block.
+    text = lessons.output_text(default_run[0])
+    adapters, freeze = llama_7b_activations(8, 1024, "adapters")[3], llama_7b_activations(8, 1024, "freeze")[3]
+    # t = 8,192: adapters 813,727,744 (first block) + 31 x 1,217,462,272 + 524,288 (rotary) + 134,250,496 (final
+    # norm) + 1,048,641,540 (loss); the last block alone 1,393,590,272 + 524,288 + 268,468,224 (final norm, head
+    # input) + 1,048,641,540.
+    assert (adapters, freeze) == (39_738_474_500, 2_711_224_324)
+    assert "Adapters: 39.74 GB of" in text and "last block: 2.71 GB." in text
+
+
+def test_measured_adapters_match_memmath_to_the_byte(default_run):
+    # The recorded PyTorch runs (memmath/reference/data/measured_cpu.json, validation/houlsby.py): the table
+    # puts each measurement beside memmath's exact model, and the lesson says they match to the byte.
+    from memmath.reference.measured import load_measured_adapters
+
+    outputs, defs = default_run
+    cases, table = load_measured_adapters(), defs["measured_adapters"]
+    assert "match memmath to the byte" in lessons.output_text(outputs)
+    assert len(table) == len(cases) == 35
+    # The measured columns are the recording's, and memmath's equal them, row by row.
+    assert list(table["adapter parameters (measured)"]) == list(cases["adapter_params"])
+    assert list(table["gradients + states, measured (B)"]) == list(cases["grad_bytes"] + cases["optimizer_state_bytes"])
+    assert list(table["activations saved, measured (B)"]) == list(cases["saved_bytes"])
+    assert list(table["memmath"]) == list(table["adapter parameters (measured)"])
+    assert list(table["memmath (B)"]) == list(table["gradients + states, measured (B)"])
+    assert list(table["activations, memmath (B)"]) == list(table["activations saved, measured (B)"])
 
 
 def test_timing_ran_both_variants(default_run):
