@@ -43,15 +43,21 @@ class ActivationSweep:
 
 
 def activation_sweep(model, *, over: str, seq_len: int, batch_size: int, attention: str, checkpointing: bool,
-                     unit: str) -> ActivationSweep:
-    """The sweep for lesson 3's model in pure bf16 with AdamW, over `over` ("sequence length" or "batch size")."""
+                     unit: str, activations: str | None = None, dropout: bool | None = None) -> ActivationSweep:
+    """The sweep for lesson 3's model in pure bf16 with AdamW, over `over` ("sequence length" or "batch size").
+
+    activations and dropout go to memmath as they are: None leaves them to memmath's defaults for the
+    model (the exact trace of transformers' code and the config's dropout, for a model with a config);
+    lesson 3 passes activations="textbook", dropout=True, the formula it teaches (Korthikanti et al. 2022).
+    """
     if over not in SWEEP_OVER:
         raise ValueError(f"over must be one of {', '.join(SWEEP_OVER)}; got {over!r}")
     values = SWEEP_OVER[over].copy()  # the caller's own: a change to it leaves later sweeps alone
     by_length = over == "sequence length"
     memory = mm.training_memory(model, precision="bf16", optimizer="adamw", attention=attention,
                                 checkpointing=checkpointing, seq_len=values if by_length else seq_len,
-                                batch_size=batch_size if by_length else values)
+                                batch_size=batch_size if by_length else values, activations=activations,
+                                dropout=dropout)
     acts = np.broadcast_to(memory.activations, values.shape)
     rest = np.broadcast_to(memory.without_activations, values.shape)
     weights = np.broadcast_to(memory.weights, values.shape)

@@ -83,8 +83,20 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
     attention, checkpointing, unit = attention_radio.value, checkpointing_switch.value, unit_radio.value
     model = mm.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
                           max_positions=preset.max_positions, name="your model")
-    training = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
-                                  seq_len=seq_len, attention=attention, checkpointing=checkpointing)
+    # The formula this lesson teaches is Korthikanti et al.'s model, asked for by name (activations="textbook",
+    # with its dropout masks; memmath's default for a model with a config is the exact trace of transformers'
+    # code): the four combinations of kernel and checkpointing, of which the page's number is the chosen one.
+    _rows, _runs = [], {}
+    for _attention in ("eager", "sdpa"):
+        for _ckpt in (False, True):
+            _runs[_attention, _ckpt] = mm.training_memory(
+                model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len,
+                attention=_attention, checkpointing=_ckpt, activations="textbook", dropout=True)
+    training = _runs[attention, checkpointing]
+    # memmath's default for this model (the exact trace of transformers' GPT-2 code, the config's dropout of 0.1),
+    # for training against inference further down, which is not about the formula.
+    training_exact = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
+                                        seq_len=seq_len, attention=attention, checkpointing=checkpointing)
     per_layer = mm.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
                                          n_heads=n_heads, attention=attention)
     detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
@@ -113,9 +125,9 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
                       f"for {seq_len:,} tokens is the same, but the real model would need more position embeddings.")
     number_view.update(mo.md(f"""
     **The number.** For {_which}, {model.n_params:,} parameters, at b = {_b} sequences of s = {_s:,} tokens
-    in pure bf16: **activations {viz.readable_size(training.activations, unit)}**, against
-    {viz.readable_size(training.without_activations, unit)} for weights, gradients and AdamW states together.
-    Recipe (Korthikanti et al. 2022, section 4.1, 16-bit activations and 1-byte dropout masks):
+    in pure bf16, by Korthikanti et al.'s formula: **activations {viz.readable_size(training.activations, unit)}**,
+    against {viz.readable_size(training.without_activations, unit)} for weights, gradients and AdamW states
+    together. Recipe (Korthikanti et al. 2022, section 4.1, 16-bit activations and 1-byte dropout masks):
 
     - One block with eager attention keeps s·b·h·(34 + 5·a·s/h) =
       {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{viz.readable_size(_eager, unit)}**.{_kernel}
@@ -125,22 +137,23 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
     - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
       {viz.readable_size(detail.outside_layers, unit)}.
     - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {viz.readable_size(detail.loss, unit)}.
+
+    These numbers, the chart under them, the comparisons and the sweep below are the paper's model of a
+    GPT block (`activations="textbook"` in memmath). memmath's default for a model with a config (every
+    preset, and this page's model) replays what transformers' own code keeps, tensor by tensor;
+    *Does PyTorch keep what the formula counts?* further down checks both against recorded training steps.
     """))
     assumptions_view.update(mo.md(
-        f"{training.assumptions} Activations are 16-bit with 1-byte dropout masks, as in the paper."))
+        f"{training.assumptions} Activations are Korthikanti et al.'s model (`activations=\"textbook\"`): 16-bit, "
+        "with 1-byte dropout masks after the attention, the blocks and the embeddings, as in the paper."))
 
     # The four combinations, training against inference, and the sweep's rows and crossings (into the live views
     # and the sweep's chart further down).
-    _rows, _runs = [], {}
-    for _attention in ("eager", "sdpa"):
-        for _ckpt in (False, True):
-            _r = _runs[_attention, _ckpt] = mm.training_memory(
-                model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len,
-                attention=_attention, checkpointing=_ckpt)
-            _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
-                          "checkpointing": "yes" if _ckpt else "no",
-                          "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
-                          "activations / rest": ratio_text(_r.activations, _r.without_activations)})
+    for (_attention, _ckpt), _r in _runs.items():
+        _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
+                      "checkpointing": "yes" if _ckpt else "no",
+                      "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
+                      "activations / rest": ratio_text(_r.activations, _r.without_activations)})
     _costlier = [a for a in ("eager", "sdpa") if _runs[a, True].activations > _runs[a, False].activations]
     _d = _runs[_costlier[0], True].activation_detail if _costlier else None
     _why = ("" if not _costlier else
@@ -153,7 +166,8 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
     # The sweep: one memmath call over a numpy array of lengths or batch sizes (the other stays at your setting),
     # and where activations pass the weights alone and everything else (memmath_lessons.sweeps).
     _sweep = sweeps.activation_sweep(model, over=sweep_radio.value, seq_len=seq_len, batch_size=batch_size,
-                                     attention=attention, checkpointing=checkpointing, unit=unit)
+                                     attention=attention, checkpointing=checkpointing, unit=unit,
+                                     activations="textbook", dropout=True)  # the formula's, like the number
     sweep, sweep_values, unit_sweep = _sweep.memory, _sweep.values, _sweep.unit
     crossover, crossover_weights = _sweep.crossover, _sweep.crossover_weights
     sweep_chart.update(_sweep.frame, draw=lesson_charts.activation_sweep(_sweep.x_title, unit_sweep),
@@ -171,25 +185,32 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
 
     combos_view.update(pd.DataFrame(_rows))
     why_view.update(mo.md(_why))
+    # memmath's default model, named (the textbook, with memmath's reason, wherever the exact one does not apply).
+    _exact_model = ("the exact trace of what transformers' GPT-2 code keeps, with the dropout of GPT-2's config"
+                    if training_exact.activation_model == "transformers" else
+                    "; ".join(n.text for n in training_exact.notes if n.kind == "activations_textbook_fallback"))
     numbers_view.update(mo.md(f"""
-    Training must keep the activations above until the backward pass has used them:
-    {viz.readable_size(training.activations, unit)} here, on top of gradients and optimizer states. Inference
-    has no backward pass. It computes one block, passes the result on and forgets it, so it needs
-    only a transient working set ({viz.readable_size(inference.working_set, unit)} for a prefill of the same
-    batch and length) and a **KV cache** of the keys and values of earlier tokens
+    Training must keep its activations until the backward pass has used them:
+    {viz.readable_size(training_exact.activations, unit)} here by memmath's default ({_exact_model}; the
+    formula above counts {viz.readable_size(training.activations, unit)}), on top of gradients and optimizer
+    states. Inference has no backward pass. It computes one block, passes the result on and forgets it, so it
+    needs only a transient working set ({viz.readable_size(inference.working_set, unit)} for a prefill of the
+    same batch and length) and a **KV cache** of the keys and values of earlier tokens
     ({viz.readable_size(inference.kv_cache, unit)}), which decoding reuses for each new token.
 
-    For the same model, batch and length: training {viz.readable_size(training.total, unit)}, inference
-    {viz.readable_size(inference.total, unit)} (weights in bf16; the two bars at the top of the page).
-    {viz.lesson_link("07_inference", "Lesson 7")} does the inference side in full.
+    For the same model, batch and length: training {viz.readable_size(training_exact.total, unit)}, inference
+    {viz.readable_size(inference.total, unit)} (weights in bf16; the bars at the top of the page put the same
+    inference next to the formula's training). {viz.lesson_link("07_inference", "Lesson 7")} does the
+    inference side in full.
     """))
     crossings_view.update(mo.md(f"""
-    With {_fixed}, activations {_where(crossover_weights, 'the weights')}, and
+    With {_fixed}, activations by the formula {_where(crossover_weights, 'the weights')}, and
     {_where(crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
     """))
     mo.vstack([mo.callout(mo.md(n), kind="warn") for n in _notes]) if _notes else None
     return (attention, batch_size, checkpointing, crossover, crossover_weights, detail, inference, model, n_heads,
-            n_layers, per_layer, seq_len, sweep, sweep_values, training, unit, unit_sweep, vocab, width)
+            n_layers, per_layer, seq_len, sweep, sweep_values, training, training_exact, unit, unit_sweep, vocab,
+            width)
 
 
 @app.cell(hide_code=True)
@@ -342,8 +363,9 @@ def _(live_html, mo):
 
     Weights, gradients and optimizer states do not change with the data. Activations grow with
     every token and every sequence. The chart sweeps one of them (the other stays at your
-    setting) and marks the first point where activations pass the weights alone (hollow diamond)
-    and where they pass weights, gradients and optimizer states together (black diamond).
+    setting), counting activations by Korthikanti et al.'s formula as the number at the top does,
+    and marks the first point where activations pass the weights alone (hollow diamond) and where
+    they pass weights, gradients and optimizer states together (black diamond).
     """), crossings_view])
     return combos_view, crossings_view, numbers_view, why_view
 
@@ -371,8 +393,10 @@ def _(mo, site_charts):
     mo.vstack([mo.md(r"""
     The next chart is the same race for GPT-2 small as published (12 layers, width 768, 12 heads),
     in pure bf16 with AdamW, computed in advance for every batch size, kernel and checkpointing
-    choice under it. Those inputs keep working in this static copy of the page, where the
-    controls above are frozen.
+    choice under it. Its activations are memmath's default for GPT-2, the exact trace of what
+    transformers' code keeps (with the dropout of GPT-2's config), not the formula: GPT-2's
+    gelu_new keeps more than the formula's GeLU. Those inputs keep working in this static copy of
+    the page, where the controls above are frozen.
     """), site_charts.gpt2_activations()]) if site_charts.is_static_export() else None
     return
 @app.cell(hide_code=True)
@@ -396,7 +420,8 @@ def _(live_only_notice, measured_versions, mo):
     forward pass, block by block (README, section "Fidelity"). It ran **on the CPU, with tiny models**
     (3 blocks, width 64, a vocabulary of 1,000 tokens, a batch of 2 sequences of 64 tokens;
     {measured_versions}). `activations="textbook"` is the formula this lesson teaches;
-    `activations="transformers"` replays what each family's PyTorch code keeps.
+    `activations="transformers"`, memmath's default for a model read from a config, replays what each
+    family's PyTorch code keeps.
     """)}), live_only_notice(), mo.hstack([measured_family_dropdown, measured_attention_radio], justify="start", gap=2),
                mo.hstack([measured_dropout_switch, measured_checkpointing_switch], justify="start", gap=2)])
     return (measured_attention_radio, measured_checkpointing_switch, measured_dropout_switch,
@@ -564,12 +589,14 @@ def _(mm, mo):
 def _(mm, mo):
     _model = mm.PRESETS["gpt2-xl"]
     _s, _b, _a, _L = _model.max_positions, 8, _model.n_heads, _model.n_layers
-    _eager, _fused = (mm.training_memory(_model, precision="bf16", seq_len=_s, batch_size=_b, attention=k).activations
-                      for k in ("eager", "sdpa"))
+    # Korthikanti et al.'s model, by name (memmath's default for a preset is the exact trace of transformers' code).
+    _eager, _fused = (mm.training_memory(_model, precision="bf16", seq_len=_s, batch_size=_b, attention=k,
+                                         activations="textbook", dropout=True).activations for k in ("eager", "sdpa"))
     _scores, _lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
     mo.vstack([
         mo.md(f"**2.** GPT-2 XL ({_L} layers, h = {_model.hidden_size:,}, a = {_a}) trains on {_b} sequences of "
-              f"{_s:,} tokens in bf16. How much activation memory does fused attention save?"),
+              f"{_s:,} tokens in bf16. By Korthikanti et al.'s formula, how much activation memory does fused "
+              "attention save?"),
         mo.accordion({"Answer": mo.md(
             f"Eager: {mm.format_bytes(_eager)}; fused: {mm.format_bytes(_fused)}. It saves "
             f"{mm.format_bytes(_eager - _fused)}: in each of the {_L} layers, 5·a·s²·b = 5 × {_a} × {_s:,}² × {_b} "
@@ -597,11 +624,13 @@ def _(mm, mo):
 def _(mm, mo):
     _gpt2 = mm.PRESETS["gpt2"]
     _s, _b, _V = _gpt2.max_positions, 8, _gpt2.vocab_size
-    _r = mm.training_memory(_gpt2, seq_len=_s, batch_size=_b, attention="sdpa", checkpointing=True)
+    _r = mm.training_memory(_gpt2, seq_len=_s, batch_size=_b, attention="sdpa", checkpointing=True,
+                            activations="textbook", dropout=True)  # the formula's model, by name
     _d = _r.activation_detail
     mo.vstack([
         mo.md(f"**4.** GPT-2 small (V = {_V:,}), {_b} sequences of {_s:,} tokens, fused attention and "
-              "checkpointing. Which is bigger: all the checkpointed block inputs or the loss's logits?"),
+              "checkpointing, counted by the formula. Which is bigger: all the checkpointed block inputs or the "
+              "loss's logits?"),
         mo.accordion({"Answer": mo.md(
             f"Block inputs: {_d.layers_storing} × 2·s·b·h = {mm.format_bytes(_d.per_layer * _d.layers_storing, 'MB')}. "
             f"Logits: 4·s·b·V = 4 × {_s:,} × {_b} × {_V:,} = {mm.format_bytes(_d.loss)}, about "

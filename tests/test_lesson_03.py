@@ -31,7 +31,9 @@ def test_formula_table_sums_to_34_and_5(default_run):
 
 
 def test_default_numbers_by_hand(default_run):
-    # Defaults: GPT-2 small (L=12, h=768, a=12, V=50,257), b=4, s=1,024, eager attention, bf16.
+    # Defaults: GPT-2 small (L=12, h=768, a=12, V=50,257), b=4, s=1,024, eager attention, bf16, counted by
+    # Korthikanti et al.'s model with its 1-byte dropout masks (the lesson asks for activations="textbook" by name:
+    # memmath's default for a gpt2_model shape is the exact trace, 6,049,357,828 B here, see below).
     _, defs = default_run
     s, b, h, a, V = 1024, 4, 768, 12, 50257
     assert defs["per_layer"] == s * b * h * (34 + 5 * a * s // h) == 358_612_992
@@ -204,6 +206,10 @@ def test_the_core_path_comes_first(default_run):
     # + 4sbV = 823,410,688 B (logits) = 5,142,495,232 B; weights + gradients + AdamW: 995,519,056 B.
     recipe = text[number:takeaway]
     assert "activations 5.14 GB" in recipe and "995.52 MB" in recipe and "358.61 MB" in recipe
+    # ... and it says whose model these numbers are.
+    plain = recipe.replace("&#x27;", "'").replace("&quot;", '"')
+    assert "by Korthikanti et al.'s formula: <strong>activations 5.14 GB" in plain
+    assert 'activations="textbook"' in plain
 
 
 
@@ -216,3 +222,79 @@ def test_the_pytorch_check_folds_its_detail(default_run):
         fold = text.index(question)
         assert text.rfind("<marimo-accordion", 0, fold) > text.rfind("</marimo-accordion>", 0, fold), question
     assert "validation/measure.py" in text[text.index("How were the cases recorded?"):]
+
+
+def gpt2_saved_by_hand(s, b, h, a, V, L, *, dropout, mask, stat):
+    """What transformers' GPT-2 (eager attention, 16-bit: e = 2 B, no checkpointing) saves for backward in one
+    training step, read off its code tensor by tensor. mask: bytes per dropout-mask element; stat: bytes per
+    LayerNorm mean and rstd (one each per token)."""
+    e, sbh, sb = 2, s * b * h, s * b
+    block = (e * sbh * 8  # ln_1 input, c_attn input, copies of q, k and v, attn.c_proj input, ln_2 input, c_fc input
+             + e * 4 * sbh * 5  # gelu_new's four 4h-wide tensors (input, tanh, 1 + tanh, 0.5*x), mlp.c_proj input
+             + e * a * s * s * b  # the softmax output
+             + 2 * 2 * stat * sb)  # mean and rstd of ln_1 and ln_2
+    if dropout:  # the attention dropout's mask and the dropped probabilities; the residual and MLP masks
+        block += mask * a * s * s * b + e * a * s * s * b + 2 * mask * sbh
+    outside = (8 * sb + 8 * s  # int64 token ids, and the position ids (one row, shared by the batch)
+               + (mask * sbh if dropout else 0)  # the embedding dropout's mask
+               + 2 * e * sbh + 2 * stat * sb)  # the final norm's input, mean and rstd, the head's input
+    loss = 4 * sb * V + 8 * sb + 4  # fp32 log-softmax, the shifted int64 labels, the 4-byte total weight
+    return L * block + outside + loss
+
+
+def test_training_against_inference_follows_memmaths_default(default_run):
+    # The section on training against inference is not about the formula: it quotes memmath's default for the
+    # lesson's gpt2_model, the exact trace of transformers' GPT-2 code with the config's dropout (p = 0.1).
+    outputs, defs = default_run
+    cases = defs["measured_cases"].set_index("case_id")
+    # The hand count against real training steps recorded on the CPU (validation/measure.py: tiny GPT-2, 3 blocks,
+    # h = 64, a = 4, V = 1,000, bf16), where masks and LayerNorm statistics take the element size, 2 B:
+    for case_id, (s, b, dropout) in {"gpt2/bf16/adamw/full/eager/nodrop/nockpt/b2s64": (64, 2, False),
+                                     "gpt2/bf16/adamw/full/eager/drop/nockpt/b4s32": (32, 4, True),
+                                     "gpt2/bf16/adamw/full/eager/drop/nockpt/b4s128": (128, 4, True)}.items():
+        assert gpt2_saved_by_hand(s, b, 64, 4, 1000, 3, dropout=dropout, mask=2, stat=2) == \
+            cases.loc[case_id, "saved_bytes"], case_id
+    # The lesson's defaults on CUDA (memmath's default device): PyTorch's CUDA dropout keeps a 1-byte bool mask and
+    # its layer_norm an fp32 mean and rstd for 16-bit input. 12 blocks of 58 sbh + 5 as^2b + 16 sb = 434,176,000 B,
+    # 15,802,368 B outside them and 823,443,460 B for the loss.
+    exact = gpt2_saved_by_hand(1024, 4, 768, 12, 50257, 12, dropout=True, mask=1, stat=4)
+    assert defs["training_exact"].activations == exact == 6_049_357_828
+    # Inference for the same batch and length, bf16: the KV cache is 2 (k, v) x L x s x b x h x 2 B; the prefill's
+    # peak with eager attention is the outside (token embeddings e*s*b*h, position embeddings e*s*h, the causal mask
+    # e*b*s^2) plus the attention phase (the block input, its normed copy and the fused qkv, 5e*s*b*h, and the
+    # scores and scaled scores, 2e*a*b*s^2), larger than the MLP phase (e*s*b*(4h + 16h) + e*a*b*s^2).
+    s, b, h, a, e = 1024, 4, 768, 12, 2
+    kv = 2 * 12 * s * b * h * e
+    working = e * s * b * h + e * s * h + e * b * s * s + 5 * e * s * b * h + 2 * e * a * b * s * s
+    assert (kv, working) == (150_994_944, 249_036_800)
+    weights = 2 * 124_439_808
+    assert defs["inference"].total == weights + kv + working == 648_911_360
+    text = " ".join(lessons.output_text(outputs).replace("&#x27;", "'").split())
+    section = text[text.index("Training must keep its activations"):text.index("does the inference side in full")]
+    # 6,049,357,828 B; 5,142,495,232 B (the formula, above); training 6,049,357,828 + 995,519,056 B of weights,
+    # gradients and AdamW states = 7,044,876,884 B.
+    assert "6.05 GB here by memmath's default (the exact trace" in section
+    assert "the formula above counts 5.14 GB" in section
+    assert "249.04 MB" in section and "150.99 MB" in section
+    assert "training 7.04 GB, inference 648.91 MB" in section
+
+
+def test_the_problems_by_hand(default_run):
+    outputs, _ = default_run
+    text = " ".join(lessons.output_text(outputs).replace("&#x27;", "'").split())
+    # 1. GPT-2 small, s = 1,024, b = 1: 786,432 x (34 + 80) = 89,653,248 B, of which 5*12*1,024^2 = 62,914,560 B
+    # (70%) are the scores.
+    assert "= <strong>89,653,248 B</strong> (89.65 MB). The score term 5·a·s²·b = 62,914,560 B is 70% of it." in text
+    # 2. GPT-2 XL (L = 48, h = 1,600, a = 25, V = 50,257), s = 1,024, b = 8, by Korthikanti et al.'s formula:
+    # sbh = 13,107,200; eager 48 x sbh x (34 + 80) = 71,722,598,400 B, fused 48 x (34 sbh + 4asb = 819,200)
+    # = 21,430,272,000 B, both + 5 sbh = 65,536,000 B outside + 4sbV = 1,646,821,376 B of logits:
+    # 73,434,955,776 B and 23,142,629,376 B; the saving is 48 x (5as^2b - 4asb) = 50,292,326,400 B.
+    assert "By Korthikanti et al.'s formula, how much activation memory does fused attention save?" in text
+    assert ("Eager: 73.43 GB; fused: 23.14 GB. It saves 50.29 GB: in each of the 48 layers, 5·a·s²·b = "
+            "5 × 25 × 1,024² × 8 = 1.05 GB of scores become a 4·a·s·b log-sum-exp of 0.82 MB.") in text
+    # 3. 34 x 4,096^2 + 4 x 32 x 4,096 = 570,949,632 B against 2 x 4,096^2 = 33,554,432 B: 17.0x.
+    assert "34·s·b·h + 4·a·s·b = 570,949,632 B; with it, the input alone, 2·s·b·h = 33,554,432 B: <strong>17.0× less" \
+        in text
+    # 4. GPT-2 small, s = 1,024, b = 8: 12 x 2sbh = 150,994,944 B of block inputs against 4sbV = 1,646,821,376 B.
+    assert "Block inputs: 12 × 2·s·b·h = 150.99 MB. Logits: 4·s·b·V = 4 × 1,024 × 8 × 50,257 = 1.65 GB, about 11× more." \
+        in text
