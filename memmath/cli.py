@@ -341,16 +341,21 @@ def _basis(requirement) -> str:
 
 
 def _defaults_said(run, args) -> str:
-    """What the run took from the model because the command line did not set it, in one sentence ("" if nothing)."""
-    said = {"attention": f"{run.attention} attention", "dropout": f"dropout {'on' if run.dropout else 'off'}"
-            + (f" (its config's dropout probability is {run.model.dropout_p:g})" if run.model.dropout_p is not None else ""),
-            "activations": f"the {run.activations} activation model"}
-    options = {"attention": "--attention", "dropout": "--no-dropout", "activations": "--activations"}
-    taken = [name for name in said if name in run.defaulted]
-    if not taken:
-        return ""
-    return (f"From the model, as transformers trains it: {', '.join(said[n] for n in taken)} (set "
-            f"{', '.join(options[n] for n in taken)}).")
+    """What the run took from the model because the command line did not set it, in words ("" if nothing)."""
+    taken = []
+    if "attention" in run.defaulted:
+        taken.append(f"{run.attention} attention")
+    if "dropout" in run.defaulted:
+        probability = run.model.dropout_p
+        taken.append(("dropout" if run.dropout else "no dropout")
+                     + (f" (its config's probability is {probability:g})" if probability is not None else ""))
+    said = [f"From the model, as transformers trains it: {' and '.join(taken)}; set --attention or --no-dropout "
+            "to choose."] if taken else []
+    if "activations" in run.defaulted:
+        said.append("Activations: the exact model, what PyTorch keeps tensor by tensor; --activations textbook "
+                    "gives Korthikanti et al.'s formula." if run.activations == "transformers" else
+                    "Activations: the textbook model, since the exact one does not apply (the note below).")
+    return " ".join(said)
 
 
 def _train_json(args, run, source, plan, status) -> dict:

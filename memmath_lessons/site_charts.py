@@ -39,7 +39,7 @@ def gpt2_activations():
                 rows += [{"batch": index, "kernel": kernel, "checkpointing": "on" if checkpointing else "off",
                           "s": int(s), "GB": float(gb)} for s, gb in zip(seq, mm.to_unit(np.asarray(run.activations), "GB"))]
     grid = pd.DataFrame(rows)
-    fixed = mm.training_memory("gpt2", precision="bf16", optimizer="adamw")  # no activations: no seq_len
+    fixed = mm.training_memory("gpt2", precision="bf16", optimizer="adamw", seq_len=None)  # no activations
     fixed_frame = pd.DataFrame([{"what": w, "GB": mm.to_unit(v, "GB")} for w, v in (
         ("Weights", fixed.weights), ("Weights + gradients + optimizer states", fixed.without_activations))])
     names = ["Activations", "Weights", "Weights + gradients + optimizer states"]
@@ -71,8 +71,8 @@ def ten_layers_frozen():
     model = mm.uniform_model(7 * 10**9, 10, name="7B in 10 equal layers")
     rows = []
     for frozen in range(model.n_layers + 1):
-        runs = {"Full finetuning": mm.training_memory(model, precision="bf16", optimizer="adam"),
-                "Frozen run": mm.training_memory(model, precision="bf16", optimizer="adam",
+        runs = {"Full finetuning": mm.training_memory(model, precision="bf16", optimizer="adam", seq_len=None),
+                "Frozen run": mm.training_memory(model, precision="bf16", optimizer="adam", seq_len=None,
                                                  method=mm.Freeze(frozen_layers=frozen))}
         for scenario, run in runs.items():
             for order, (part, nbytes) in enumerate(run.parts().items()):
@@ -110,7 +110,7 @@ def adapter_shares(models: dict, bottlenecks, houlsby_share: float):
     m, rows = np.array(bottlenecks), []
     for label, preset in models.items():
         for norms, trained in ((False, "adapters only"), (True, "adapters + layer norms")):
-            run = mm.training_memory(preset, method=mm.Adapters(bottleneck=m, train_norms=norms))
+            run = mm.training_memory(preset, method=mm.Adapters(bottleneck=m, train_norms=norms), seq_len=None)
             rows += [{"m": int(b), "trained": trained, "model": label.split(" (")[0], "share": 100 * float(f),
                       "text": f"{viz.short_count(n)} ({100 * f:.2g}%)"}
                      for b, n, f in zip(m, run.trainable_params, run.trainable_fraction)]
@@ -219,7 +219,7 @@ def five_methods():
     for preset in ("gpt2-xl", "llama-2-7b", "llama-3-8b", "mistral-7b", "llama-2-13b", "llama-2-70b"):
         for name, method in methods.items():
             run = mm.training_memory(preset, precision="bf16", optimizer="adamw", method=method, batch_size=batches,
-                                     seq_len=512, attention="sdpa")
+                                     seq_len=512)
             for order, (part, nbytes) in enumerate(run.parts().items()):
                 nbytes = np.broadcast_to(nbytes, batches.shape)
                 if nbytes.any():
