@@ -240,8 +240,15 @@ def _(context, mm, mo, model_dropdown, unit_radio, viz):
     # The one cell the model (or the unit) re-runs: both budgets, their chart and the sentence that compares them.
     _unit = unit_radio.value
     serving = mm.inference_memory(model_dropdown.value, weights_format="bf16", context_len=context)
-    training = mm.training_memory(model_dropdown.value, precision="bf16", optimizer="adam", seq_len=context,
-                                  attention="sdpa")
+    # Attention, dropout and the activation model as transformers trains this model (memmath.Run's defaults).
+    training = mm.training_memory(model_dropdown.value, precision="bf16", optimizer="adam", seq_len=context)
+    if training.activation_model == "transformers":
+        _activations = (f"the activations transformers' forward pass saves for the backward pass, with "
+                        f"{'fused (SDPA)' if training.attention == 'sdpa' else 'eager'} attention and "
+                        f"{'dropout' if training.dropout else 'no dropout'}, as the model's config sets them")
+    else:  # a layout the exact trace does not replay (a sliding window shorter than the sequence)
+        _activations = "the activations with " + "; ".join(n.text.removeprefix("activations: ") for n in training.notes
+                                                             if n.kind == "activations_textbook_fallback")
     mo.vstack([
         viz.chart_output(viz.stacked_bars(viz.breakdown_long(
             {"Inference (serving)": serving, "Training (full finetuning)": training}, _unit), _unit,
@@ -249,8 +256,9 @@ def _(context, mm, mo, model_dropdown, unit_radio, viz):
         mo.md(f"""
         Same model, same weights ({mm.format_bytes(serving.weights, _unit)}), but training needs
         {mm.format_bytes(training.total, _unit)} against {mm.format_bytes(serving.total, _unit)} for serving:
-        {training.total / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens,
-        bf16 weights, fused attention; serving keeps a bf16 KV cache. Training assumes: {training.assumptions}
+        {training.total / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens and
+        bf16 weights; serving keeps a bf16 KV cache and uses fused attention. Training counts {_activations}.
+        Training assumes: {training.assumptions}
         """),
     ])
     return serving, training

@@ -366,21 +366,55 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
                            f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
                            f"fits {gpu.name}?": "yes" if _fits[name].fits else "no"} for name, r in side_by_side.items()])
     _full, _lora, _qlora = side_by_side.values()
-    _extra = lora_fp32.total - lora_base.total
-    _fp32_cost = (f"costs **{mm.format_bytes(_extra, unit)}** here" if _extra else "costs nothing with this recipe: "
-                  "its trainable weights are fp32 anyway, or get an fp32 master copy that fp32 adapters do not need")
+    _fmt = lambda n: viz.readable_size(n, unit)  # noqa: E731  (33.55 MB, not 0.03 GB)
+    # fp32 adapters against adapters in the base's format: their weights, gradients and states, and what they save
+    # for backward (hf_activations, LoRA: a fp32 adapter on a 16-bit base keeps its own fp32 copy of its input).
+    _extra_state = lora_fp32.without_activations - lora_base.without_activations
+    _extra_saved = lora_fp32.activations - lora_base.activations
+    _costs = ([f"{_fmt(_extra_state)} of weights, gradients and optimizer states"] if _extra_state else []) + (
+        [f"{_fmt(_extra_saved)} of activations (each adapted matrix keeps its own fp32 copy of its input, 4 B per "
+         "value, where adapters in the base's format keep the input they share)"] if _extra_saved else [])
+    if not _costs:
+        _fp32_cost = "costs nothing with this recipe: the base's weights are fp32 already, and so are its adapters"
+    else:
+        _fp32_cost = f"costs **{_fmt(_extra_state + _extra_saved)}** here: " + " and ".join(_costs)
+        if not _extra_state:
+            _fp32_cost += ("; weights, gradients and states cost the same, since adapters in the base's format get "
+                           "an fp32 master copy that fp32 adapters do not need")
+
+    def _fallback(r):  # why a run's activations are the textbook formula's (a Note on the run)
+        return "; ".join(n.text.removeprefix("activations: ") for n in r.notes if n.kind == "activations_textbook_fallback")
+
+    if _qlora.activations == _lora.activations:
+        _qlora_acts = ("QLoRA keeps what LoRA keeps: each 4-bit matrix is unpacked to the compute format for its "
+                       "product and, frozen, saves nothing for the backward pass.")
+    elif _qlora.activation_model != _lora.activation_model:
+        _qlora_acts = f"QLoRA's are counted with {_fallback(_qlora)}, so they do not compare byte for byte with the others."
+    else:
+        _qlora_acts = ""
+    _acts = (f"Activations: full finetuning keeps {_fmt(_full.activations)}, LoRA {_fmt(_lora.activations)} and "
+             f"QLoRA {_fmt(_qlora.activations)}. Every method still runs the whole model forward and back, so they "
+             "stay of the same order; they differ because a frozen matrix keeps no input for its own weight's "
+             "gradient, while each adapter keeps the input it reads and its r-wide middle. "
+             f"{_qlora_acts}")
+    if _lora.activation_model == "transformers":
+        _how = (f"what transformers' forward pass saves for the backward pass, with "
+                f"{'SDPA' if _lora.attention == 'sdpa' else 'eager'} attention and "
+                f"{'dropout' if _lora.dropout else 'no dropout'}, as the model's config sets them")
+    else:
+        _how = f"counted with {_fallback(_lora)}"
     _context = literature.REPORTED["cuda_context_v100"]
     _prose = mo.md(f"""
     LoRA keeps every base weight ({mm.format_bytes(_full.weights, unit)}), adds the adapters
     ({mm.format_bytes(_lora.weights - _full.weights, "MB" if unit == "GB" else "MiB")}), and cuts gradients and optimizer states to the
     adapters'. QLoRA also shrinks the weights, to {mm.format_bytes(_qlora.weights, unit)} plus
     {mm.format_bytes(_qlora.quantization_constants, unit)} of constants (embeddings, norms and the output
-    head stay in the recipe's format). Activations hardly move: every method still runs the whole model
-    forward and back. Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32 instead of the
-    base format {_fp32_cost}. "Fits" compares each total with the {gpu.name}'s {mm.format_bytes(gpu.memory_bytes, unit)}
+    head stay in the recipe's format). {_acts} Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32
+    instead of the base format {_fp32_cost}. "Fits" compares each total with the {gpu.name}'s {mm.format_bytes(gpu.memory_bytes, unit)}
     less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the CUDA context, which the driver takes before
     PyTorch allocates anything (measured on a V100: {_context.source}):
-    {mm.format_bytes(_usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions}
+    {mm.format_bytes(_usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions} Activations:
+    {_how}.
     """)
     sbs_table_view.update(_rows)
     sbs_prose_view.update(_prose)
@@ -443,6 +477,9 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
     _context = literature.REPORTED["cuda_context_v100"]
     _verdict = "fits" if guanaco_fit.fits else "does not fit"
+    _saved_as = (f", what transformers' forward pass saves for the backward pass ({guanaco.attention.upper()} attention, "
+                 f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
+                 if guanaco.activation_model == "transformers" else " (the textbook formula)")
     mo.callout(mo.md(f"""
     This run needs **{mm.format_bytes(guanaco.total)}** ({mm.format_bytes(guanaco.total, "GiB")}): it
     **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
@@ -452,7 +489,7 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
     head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
     {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
-    activations are {mm.format_bytes(guanaco.activations)}.
+    activations are {mm.format_bytes(guanaco.activations)}{_saved_as}.
     {f"Without gradient checkpointing the same run would need {mm.format_bytes(guanaco_no_checkpointing.total)}."
      if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
     """), kind="success" if guanaco_fit.fits else "danger")
@@ -571,13 +608,16 @@ def _(mm, mo):
     _all = mm.LoRA(rank=16, targets="all").trainable_params(_shape)
     _plain, _dq = (mm.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
     _65b = mm.PRESETS["llama-65b"].n_params
+    # Problem 3: activations as transformers saves them (LLaMA's config: SDPA, no dropout), checkpointed per block.
     _args = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, checkpointing=True)
-    _lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
-    _qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
+    problem_lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
+    problem_qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
     _gpu = mm.get_gpu("RTX 4090")
-    _fits = ["fits" if mm.check_fit(r, _gpu).fits else "does not fit" for r in (_lora, _qlora)]  # the CUDA context reserved
-    _fp32 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), precision="bf16", optimizer="adamw")
-    _bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), precision="bf16", optimizer="adamw")
+    _fits = ["fits" if mm.check_fit(r, _gpu).fits else "does not fit" for r in (problem_lora, problem_qlora)]  # the CUDA context reserved
+    # Problem 4 sets activations aside: seq_len=None.
+    _adapters = dict(seq_len=None, precision="bf16", optimizer="adamw")
+    problem_fp32 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), **_adapters)
+    problem_bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), **_adapters)
     mo.vstack([
         mo.md("## Problems"),
         mo.md("""**1.** Llama-2-7B: q, k, v, o are 4,096 × 4,096; gate and up 4,096 → 11,008; down
@@ -593,18 +633,21 @@ def _(mm, mo):
         **{mm.format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
         mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
         pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
-        mo.accordion({"Answer": mo.md(f"""LoRA: {mm.format_bytes(_lora.total)}, which {_fits[0]} the
+        mo.accordion({"Answer": mo.md(f"""LoRA: {mm.format_bytes(problem_lora.total)}, which {_fits[0]} the
         card's {mm.format_bytes(_gpu.memory_bytes)} less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB for the CUDA context
         ({mm.format_bytes(_gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES)} usable): the 16-bit weights alone are
-        {mm.format_bytes(_lora.weights)}.
-        QLoRA: {mm.format_bytes(_qlora.total)}, which {_fits[1]}.""")}),
+        {mm.format_bytes(problem_lora.weights)}.
+        QLoRA: {mm.format_bytes(problem_qlora.total)}, which {_fits[1]}. Both keep
+        {mm.format_bytes(problem_lora.activations)} of activations: with checkpointing each block keeps only its
+        input, one block at a time is recomputed, and the loss's fp32 log-softmax over the
+        {mm.PRESETS["llama-2-13b"].vocab_size:,}-token vocabulary comes on top.""")}),
         mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
         linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),
-        mo.accordion({"Answer": mo.md(f"""{_fp32.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
-        (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(_fp32.total - _bf16.total)}**
-        more ({mm.format_bytes(_fp32.total)} against {mm.format_bytes(_bf16.total)}).""")}),
+        mo.accordion({"Answer": mo.md(f"""{problem_fp32.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
+        (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(problem_fp32.total - problem_bf16.total)}**
+        more ({mm.format_bytes(problem_fp32.total)} against {mm.format_bytes(problem_bf16.total)}).""")}),
     ])
-    return
+    return problem_bf16, problem_fp32, problem_lora, problem_qlora
 
 
 if __name__ == "__main__":

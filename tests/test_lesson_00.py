@@ -55,6 +55,55 @@ def test_training_needs_more_than_serving(default_run):
     assert defs["training"].total > defs["serving"].total
 
 
+def test_llama_2_7b_training_budget_by_hand(default_run):
+    # Llama-2-7B (h 4,096, 32 blocks of 32 heads of 128, MLP 11,008, vocabulary 32,000): 2 x 32,000 x 4,096 (embeddings,
+    # head) + 32 x (4 x 4,096^2 + 3 x 4,096 x 11,008 + 2 x 4,096) + 4,096 = 6,738,415,616 parameters in 291 tensors
+    # (9 per block, the embeddings, the final norm, the head). Pure bf16 with Adam: 2 B weight + 2 B gradient + 2 x 2 B
+    # moments per parameter and a 4-byte step per tensor.
+    outputs, defs = default_run
+    training = defs["training"]
+    h, L, a, d, I, V = 4096, 32, 32, 128, 11008, 32000
+    n = 2 * V * h + L * (4 * h * h + 3 * h * I + 2 * h) + h
+    assert n == 6_738_415_616
+    # Activations, one sequence of s = t = 2,048 tokens at e = 2 B, as transformers 5.24's LlamaForCausalLM saves them
+    # with SDPA and no dropout (LlamaConfig's attention_dropout is 0.0): memmath/hf_activations.py's docstring, held
+    # to PyTorch's CPU measurements to the byte by tests/test_fidelity.py.
+    b, s, e = 1, 2048, 2
+    t = b * s
+    # Each block: two RMSNorms, each its input upcast to fp32 4*t*h, rsqrt 4*t and its normalized output e*t*h (the
+    # weight trains); the q/k/v input e*t*h (one storage); SDPA's q, k, v after the rotation and its output 4 x e*t*h,
+    # with a fp32 log-sum-exp 4*b*a*s; the gate/up input e*t*h; SwiGLU's gate output, up output and silu(gate) and
+    # down_proj's input, 4 x e*t*I.
+    block = 2 * (4 * t * h + 4 * t + e * t * h) + e * t * h + (4 * e * t * h + 4 * b * a * s) + e * t * h + 4 * e * t * I
+    # Outside the blocks: the token ids 8*t, the rotary cos and sin tables e*s*d each, the final RMSNorm, the head's
+    # input e*t*h. The loss: the fp32 log-softmax 4*t*V, the shifted labels (at b = 1 a view of pad(labels, (0, 1)),
+    # 8*(s + 1); transformers/loss/loss_utils.py) and a 4-byte total weight.
+    outside = 8 * t + 2 * e * s * d + (4 * t * h + 4 * t + e * t * h) + e * t * h
+    loss = 4 * t * V + 8 * (s + 1) + 4
+    activations = L * block + outside + loss
+    assert training.activations == activations == 12_553_068_556
+    total = 2 * n + 2 * n + 4 * n + 4 * 291 + activations
+    assert training.total == total == 66_460_394_648
+    text = lessons.plain_text(outputs)
+    assert f"training needs {total / 1e9:.2f} GB against 14.75 GB for serving" in text  # 66.46 GB
+    assert "with fused (SDPA) attention and no dropout, as the model's config sets them" in text
+
+
+def test_a_model_the_trace_does_not_replay_says_so():
+    # Phi-3-mini's sliding window is 2,047 tokens (its config.json): at 2,048 the exact trace does not apply, so the
+    # training side counts the textbook formula and the sentence says why.
+    import marimo as mo
+
+    import memmath as mm
+
+    options = [k for k, s in mm.PRESETS.items() if s.family != "bert"]
+    outputs, defs = lessons.run_with(LESSON, model_dropdown=mo.ui.dropdown(options=options, value="phi-3-mini"))
+    assert defs["training"].activation_model == "textbook"
+    text = lessons.plain_text(outputs)
+    assert "Training counts the activations with the textbook model (Korthikanti et al. 2022), since" in text
+    assert "sliding_window (2047)" in text
+
+
 def test_every_control_at_its_extremes():
     seen = set()
     for control, which, outputs, defs in lessons.extreme_runs(LESSON):

@@ -44,13 +44,161 @@ def test_quantization_constants_in_bits_per_parameter(default_run):
     assert rows["NF4 + double quantization"] == 8 / 64 + 32 / (64 * 256)
 
 
+# ---- activations by hand, as transformers 5.24's LlamaForCausalLM saves them for backward ------------------
+# memmath/hf_activations.py's docstring lays the forward pass out (and tests/test_fidelity.py holds it to PyTorch's
+# CPU measurements to the byte). Notation: b batch, s sequence, t = b*s tokens, e = 2 B (bf16), h hidden, a heads of
+# d, I MLP width, V vocabulary, r rank. LlamaConfig's attention_dropout is 0.0 and transformers picks SDPA.
+LLAMA_2_7B = dict(h=4096, L=32, a=32, d=128, I=11008, V=32000)
+LLAMA_2_13B = dict(h=5120, L=40, a=40, d=128, I=13824, V=32000)
+LLAMA_65B = dict(h=8192, L=80, a=64, d=128, I=22016, V=32000)
+
+
+def _llama_params(h, L, I, V, **_):
+    # embeddings and head V*h each; per block q, k, v, o h*h, gate and up h*I, down I*h, two RMSNorms h; final norm h
+    return 2 * V * h + L * (4 * h * h + 3 * h * I + 2 * h) + h
+
+
+def _loss(b, s, V):
+    # ForCausalLMLoss: logits.float() -> log-softmax 4*t*V; pad(labels, (0, 1))[..., 1:].contiguous(): at b = 1 a view
+    # of the padded storage, 8*(s + 1), else a copy, 8*b*s; and a 4-byte total weight
+    return 4 * b * s * V + (8 * (s + 1) if b == 1 else 8 * b * s) + 4
+
+
 def test_full_lora_qlora_side_by_side(default_run):
     _, defs = default_run
     full, lora, qlora = defs["side_by_side"].values()
     assert lora.trainable_params == qlora.trainable_params == 4_194_304
     assert qlora.weights < lora.weights / 3  # 4-bit linear weights versus 16-bit
     # fp32 adapters cost 4 + 4 + 8 = 16 B per adapter parameter with Adam, bf16 ones 2 + 2 + 4 = 8 B.
-    assert defs["lora_fp32"].total - defs["lora_base"].total == 8 * 4_194_304
+    fp32, base = defs["lora_fp32"], defs["lora_base"]
+    assert fp32.without_activations - base.without_activations == 8 * 4_194_304
+    # And what they save (hf_activations, LoRA): peft's fp32 adapter on a bf16 base casts its input, so A keeps a fresh
+    # 4*t*h copy per adapted matrix (q and v: two) and B its fp32 r-wide input 4*t*r; bf16 adapters keep the input q
+    # and v share, once, 2*t*h, and B's inputs 2*t*r each. The base linears are frozen and keep nothing, in every
+    # block alike (the first one too). Batch 4 x 512: t = 2,048, h = 4,096, r = 8, 32 blocks.
+    t, h, r = 4 * 512, 4096, 8
+    per_block = (2 * 4 * t * h + 2 * 4 * t * r) - (2 * t * h + 2 * 2 * t * r)
+    assert fp32.activations - base.activations == 32 * per_block == 1_612_709_888
+    assert fp32.total - base.total == 8 * 4_194_304 + 1_612_709_888
+
+
+def test_side_by_side_activations_by_hand(default_run):
+    # Llama-2-7B at the section's start: batch 4 x 512 tokens, pure bf16, LoRA r = 8 on q and v with fp32 adapters.
+    outputs, defs = default_run
+    full, lora, qlora = defs["side_by_side"].values()
+    b, s, e, r = 4, 512, 2, 8
+    t = b * s
+    h, L, a, d, I, V = (LLAMA_2_7B[k] for k in ("h", "L", "a", "d", "I", "V"))
+    norm = 4 * t * h + 4 * t  # an RMSNorm: its input upcast to fp32 and rsqrt, both for the input gradient
+    attention = 4 * e * t * h + 4 * b * a * s  # SDPA's q, k, v (after the rotation) and output; fp32 log-sum-exp
+    swiglu = 3 * e * t * I  # gate output, up output, silu(gate)
+    rotary = 2 * e * s * d  # the cos and sin tables every block shares
+    # Full finetuning, each block: two RMSNorms with their normalized outputs e*t*h (the weights train), the q/k/v input
+    # e*t*h (one storage), attention, the gate/up input e*t*h, SwiGLU, down_proj's input e*t*I. Outside: the token ids
+    # 8*t, rotary, the final RMSNorm with its output, the head's input e*t*h.
+    full_block = 2 * (norm + e * t * h) + e * t * h + attention + e * t * h + swiglu + e * t * I
+    full_outside = 8 * t + rotary + norm + e * t * h + e * t * h
+    assert full.activations == L * full_block + full_outside + _loss(b, s, V) == 12_552_282_116
+    # LoRA (fp32 adapters on q, v): the frozen norms and linears keep only what the input gradient needs; each adapted
+    # matrix adds A's fp32 copy of its input 4*t*h and B's input 4*t*r. The first block reads frozen embeddings (no
+    # input gradient), so its first RMSNorm keeps nothing; the frozen final norm keeps its input and rsqrt only.
+    lora_block = norm + 2 * (4 * t * h + 4 * t * r) + attention + norm + swiglu
+    lora_outside = rotary + norm
+    assert lora.activations == L * lora_block - norm + lora_outside + _loss(b, s, V) == 11_046_502_404
+    # QLoRA's 4-bit base is dequantized to bf16 for each product and, frozen, saves nothing: what LoRA saves.
+    assert qlora.activations == lora.activations
+    text = _plain(outputs)
+    assert (f"Activations: full finetuning keeps {full.activations / 1e9:.2f} GB, LoRA {lora.activations / 1e9:.2f} GB "
+            f"and QLoRA {qlora.activations / 1e9:.2f} GB") in text
+    assert "costs 1.65 GB here: 33.55 MB of weights, gradients and optimizer states and 1.61 GB of activations" in text
+    assert "Activations: what transformers' forward pass saves for the backward pass, with SDPA attention and no dropout, as the model's config sets them" in text
+
+
+def test_the_13b_on_a_4090_by_hand(default_run):
+    # Problem 3: Llama-2-13B, LoRA r = 8 on q, v (peft's fp32 adapters), pure bf16, AdamW, batch 1 x 512, checkpointing.
+    outputs, defs = default_run
+    lora, qlora = defs["problem_lora"], defs["problem_qlora"]
+    b, s, e, r = 1, 512, 2, 8
+    t = b * s
+    h, L, a, I, V = (LLAMA_2_13B[k] for k in ("h", "L", "a", "I", "V"))
+    n = _llama_params(**LLAMA_2_13B)
+    assert n == 13_015_864_320
+    adapters = r * (h + h) * 2 * L  # Hu et al. 2021: r x (d_in + d_out), 2 matrices per block
+    # fp32 adapters: 4 B weight + 4 B gradient + 2 x 4 B AdamW moments, and a 4-byte step for each of 2 x 2 x L tensors.
+    state = 4 * adapters + 8 * adapters + 4 * (2 * 2 * L)
+    # Activations, non-reentrant checkpointing per block (hf_activations): every block keeps its input e*t*h; backward
+    # recomputes one block at a time, which saves what a LoRA block saves (see the side-by-side test: two RMSNorms'
+    # fp32 input and rsqrt, A's fp32 copies and B's inputs, SDPA's q, k, v, output and log-sum-exp, SwiGLU); outside,
+    # the frozen final norm's fp32 input and rsqrt; then the loss.
+    norm = 4 * t * h + 4 * t
+    recomputed = 2 * norm + 2 * (4 * t * h + 4 * t * r) + 4 * e * t * h + 4 * b * a * s + 3 * e * t * I
+    saved = L * e * t * h + recomputed + norm + _loss(b, s, V)
+    assert lora.activations == qlora.activations == saved == 391_243_788
+    lora_total = 2 * n + 4 * adapters + state + saved
+    assert lora.total == lora_total == 26_527_830_668
+    # QLoRA (Dettmers et al. 2023): the 7 x L linear matrices in NF4, 4 bits each; double quantization keeps one 8-bit
+    # constant per 64 weights and one fp32 constant per 256 blocks; embeddings, head and norms stay bf16.
+    linear = L * (4 * h * h + 3 * h * I)
+    assert qlora.weights == linear // 2 + 2 * (n - linear) + 4 * adapters
+    assert qlora.quantization_constants == linear // 64 + 4 * linear // (64 * 256)
+    qlora_total = linear // 2 + 2 * (n - linear) + 4 * adapters + linear // 64 + 4 * linear // (64 * 256) + state + saved
+    assert qlora.total == qlora_total == 7_697_520_268
+    # An RTX 4090: 24,564 MiB (nvidia-smi) less the 1,343 MiB CUDA context = 23,221 MiB = 24,349,032,448 B usable.
+    assert qlora_total < 23_221 * 2**20 < 2 * n < lora_total
+    text = _plain(outputs)
+    assert f"LoRA: {lora_total / 1e9:.2f} GB, which does not fit" in text  # 26.53 GB
+    assert f"QLoRA: {qlora_total / 1e9:.2f} GB, which fits. Both keep {saved / 1e9:.2f} GB of activations" in text  # 7.70 GB
+
+
+def test_fp32_adapters_exercise_sets_activations_aside(default_run):
+    # Problem 4: Llama-2-7B, r = 64 on all seven matrices: 64 x (4 x (4,096 + 4,096) + 3 x (4,096 + 11,008)) x 32.
+    outputs, defs = default_run
+    fp32, bf16 = defs["problem_fp32"], defs["problem_bf16"]
+    adapters = 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008)) * 32
+    assert fp32.trainable_params == adapters == 159_907_840
+    assert fp32.activations == bf16.activations == 0  # "activations aside"
+    assert fp32.total - bf16.total == (16 - 8) * adapters  # 4 + 4 + 8 B against 2 + 2 + 4 B
+    assert f"8 B: {8 * adapters / 1e9:.2f} GB more" in _plain(outputs)
+
+
+def test_guanaco_65b_by_hand(default_run):
+    # Dettmers et al. 2023's Guanaco 65B run (artidoro/qlora scripts/finetune_guanaco_65b.sh): LLaMA-65B, NF4 with
+    # double quantization, LoRA r = 64 on all linear layers with bf16 adapters, 32-bit AdamW, checkpointing,
+    # batch 4 x 528 tokens.
+    outputs, defs = default_run
+    guanaco, fit = defs["guanaco"], defs["guanaco_fit"]
+    b, s, e, r = 4, 528, 2, 64
+    t = b * s
+    h, L, a, I, V = (LLAMA_65B[k] for k in ("h", "L", "a", "I", "V"))
+    n = _llama_params(**LLAMA_65B)
+    linear = L * (4 * h * h + 3 * h * I)
+    adapters = r * (4 * (h + h) + 3 * (h + I)) * L
+    assert adapters == guanaco.trainable_params == 799_539_200
+    weights = linear // 2 + 2 * (n - linear) + 2 * adapters  # NF4 base; embeddings, head, norms, adapters in bf16
+    constants = linear // 64 + 4 * linear // (64 * 256)
+    state = 2 * adapters + 8 * adapters + 4 * (7 * 2 * L)  # bf16 gradients, fp32 moments, a step per tensor
+    # Activations, checkpointed: every block's input e*t*h, one block recomputed, the frozen final norm, the loss. A block
+    # with bf16 adapters on all seven: the first RMSNorm's fp32 input and rsqrt; q, k, v's A share its output e*t*h;
+    # SDPA's q, k, v, output (o_proj's A reads it: the same storage) and log-sum-exp; the second RMSNorm; gate and
+    # up's A share its output e*t*h; SwiGLU; down's A keeps its input e*t*I; the seven B inputs e*t*r.
+    norm = 4 * t * h + 4 * t
+    block = 2 * norm + e * t * h + 4 * e * t * h + 4 * b * a * s + e * t * h + 3 * e * t * I + e * t * I + 7 * e * t * r
+    saved = L * e * t * h + block + norm + _loss(b, s, V)
+    assert guanaco.activations == saved == 3_828_270_340
+    total = weights + constants + state + saved
+    assert guanaco.total == total == 47_881_672_324
+    # An RTX A6000 reports 49,140 MiB; less the 1,343 MiB CUDA context, 47,797 MiB.
+    headroom = 47_797 * 2**20 - total
+    assert fit.fits and fit.headroom_bytes == headroom == 2_237_114_748
+    # Without checkpointing every block keeps the whole block (the first one's RMSNorm nothing: the embeddings are
+    # frozen) and the rotary cos and sin tables, e*s*d each, are kept once.
+    unchecked = L * block - norm + 2 * e * s * 128 + norm + _loss(b, s, V)
+    assert defs["guanaco_no_checkpointing"].total == weights + constants + state + unchecked
+    text = _plain(outputs)
+    assert f"This run needs {total / 1e9:.2f} GB" in text  # 47.88 GB
+    assert f"with {headroom / 1e9:.2f} GB to spare" in text  # 2.24 GB
+    assert f"activations are {saved / 1e9:.2f} GB, what transformers' forward pass saves" in text
+    assert f"the same run would need {(weights + constants + state + unchecked) / 1e9:.2f} GB" in text
 
 
 def test_papers_headline_numbers(default_run):
