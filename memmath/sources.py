@@ -57,7 +57,6 @@ def find_in_hf_cache(repo_id: str) -> tuple[Path | None, Path]:
 
 def resolve_source(text: str):
     """(ModelShape, where it came from as a dict: given, source, config_path, from) for a MODEL text."""
-    from .models import from_hf_config
     from .presets import PRESET_SOURCES, PRESETS
 
     key = text.strip().lower()
