@@ -2,17 +2,33 @@
 the local Hugging Face cache (never the network). The command line's MODEL argument reads this.
 
 Every problem is a FieldError on the field "model", with a message that says where memmath looked.
+
+The cache is read as huggingface_hub lays it out (https://huggingface.co/docs/hub/local-cache and
+huggingface_hub's file_download.py): models--owner--name/blobs/<hash> holds each file,
+snapshots/<commit>/config.json is a symbolic link to ../../blobs/<hash> (`_create_symlink`, relative where
+it can be, else absolute), and refs/<revision> holds the commit hash alone
+(`_cache_commit_hash_for_specific_revision`). One rule for symbolic links, in `follow_inside` and read by
+models._read_config_file for the API and the command line alike: inside the cache root a link is followed
+while its target stays inside the root; elsewhere a link given as the config or its folder is refused.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import stat
 from pathlib import Path
 
 from . import validate
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?(@[A-Za-z0-9._/-]+)?$")
+# huggingface_hub writes a ref as the commit hash alone, 40 lowercase hex digits (file_download.py:
+# REGEX_COMMIT_HASH = r"[0-9a-f]{40}"); a shorter hex string (a hand-made cache) is read too, anything else
+# is refused. A ref is read through at most MAX_REF_BYTES bytes, never whole.
+_COMMIT = re.compile(r"[0-9a-f]{1,40}")
+MAX_REF_BYTES = 64
+MAX_CACHED_REPOS = 10_000  # how many models--* folders the "did you mean" lists (a cache holds tens)
 
 
 def hf_cache_dir() -> tuple[Path, str]:
@@ -27,32 +43,174 @@ def hf_cache_dir() -> tuple[Path, str]:
     return Path.home() / ".cache" / "huggingface" / "hub", "the default cache"
 
 
+class LinkOutsideCache(ValueError):
+    """A path in the Hugging Face cache whose links lead outside the cache root."""
+
+
+def _inside(real: str, root: str) -> bool:
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def cache_root_holding(path) -> Path | None:
+    """The Hugging Face cache root when `path` (as written, links not followed) lies inside it, else None."""
+    cache, _ = hf_cache_dir()
+    try:
+        where = os.path.abspath(path)
+        roots = {os.path.abspath(cache), os.path.realpath(cache)}
+    except (OSError, ValueError):
+        return None
+    return cache if any(_inside(where, root) for root in roots) else None
+
+
+def _named(relative: Path) -> str:
+    """A path inside the cache as messages name it, unquoted and in parts that a shortened message keeps
+    whole: "snapshots/<commit>/config.json of models--owner--name"."""
+    parts = relative.parts
+    return "/".join(parts[1:]) + f" of {parts[0]}" if len(parts) > 1 else (parts[0] if parts else "the root")
+
+
+def follow_inside(path, root) -> Path:
+    """The real location of `path`, following symbolic links only while each stays inside `root`.
+
+    Walks `path` one part at a time from the cache root (its own real location, wherever a user put
+    it); the first part whose real location leaves the root is refused by name (LinkOutsideCache,
+    a ValueError).
+    A part that does not exist is kept as written (the caller then finds nothing there).
+    """
+    real_root = os.path.realpath(root)
+    where = os.path.abspath(path)
+    for base in (os.path.abspath(root), real_root):
+        if _inside(where, base):
+            parts = Path(os.path.relpath(where, base)).parts if where != base else ()
+            break
+    else:
+        raise ValueError(f"{validate.describe(str(path))} is not inside the Hugging Face cache {str(root)!r}")
+    current, shown = real_root, Path(root)
+    for part in parts:
+        shown = shown / part
+        current = os.path.realpath(os.path.join(current, part))
+        if not _inside(current, real_root):
+            raise LinkOutsideCache(f"{_named(shown.relative_to(root))} in the Hugging Face cache {root} is a "
+                                   "symbolic link leading outside the cache; links are followed only while they "
+                                   "stay inside it")
+    return Path(current)
+
+
+def _cache_error(message: str) -> validate.FieldError:
+    return validate.FieldError("model", message)
+
+
+def _read_ref(folder: Path, revision: str, cache: Path) -> str | None:
+    """The commit hash refs/<revision> holds, or None where there is no such ref (the revision is then
+    taken as a commit). At most MAX_REF_BYTES are read; a larger file or one that is not a hash is refused."""
+    ref = folder / "refs" / revision
+    where = _named(Path(folder.name, "refs", revision))
+    try:
+        real = follow_inside(ref, cache)
+    except ValueError as error:
+        raise _cache_error(str(error)) from None
+    try:
+        info = os.lstat(real)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise _cache_error(f"{where} in the Hugging Face cache cannot be read ({error.__class__.__name__})") from None
+    if stat.S_ISDIR(info.st_mode):  # refs/refs/pr/1 makes refs/refs a folder: not a ref itself
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise _cache_error(f"{where} in the Hugging Face cache is not a regular file (a ref is a file holding a "
+                           "commit hash)")
+    too_big = (f"{where} in the Hugging Face cache holds {{}} bytes; a ref holds a 40-character commit hash, "
+               f"and at most {MAX_REF_BYTES} bytes of one are read")
+    if info.st_size > MAX_REF_BYTES:
+        raise _cache_error(too_big.format(f"{info.st_size:,}"))
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # swapped since lstat
+                raise _cache_error(f"{where} in the Hugging Face cache is not a regular file")
+            data = file.read(MAX_REF_BYTES + 1)
+    except OSError as error:
+        raise _cache_error(f"{where} in the Hugging Face cache cannot be read ({error.__class__.__name__})") from None
+    if len(data) > MAX_REF_BYTES:
+        raise _cache_error(too_big.format(f"more than {MAX_REF_BYTES}"))
+    commit = data.decode("ascii", errors="replace").strip()
+    if not _COMMIT.fullmatch(commit):
+        raise _cache_error(f"{where} in the Hugging Face cache does not hold a commit hash (40 hex digits, as "
+                           "huggingface_hub writes it); fetch the ref again with `hf download`")
+    return commit
+
+
 def find_in_hf_cache(repo_id: str) -> tuple[Path | None, Path]:
     """(config.json of the cached snapshot or None, the repo folder looked in), without the network.
 
-    The layout huggingface_hub writes: models--owner--name/refs/<revision> holds a commit hash and
-    snapshots/<hash>/config.json the file. An `@revision` tail picks refs/<revision> or a snapshot
-    by its hash; otherwise refs/main, else the newest snapshot that holds a config.json.
+    As huggingface_hub's try_to_load_from_cache (file_download.py) reads it: an `@revision` tail (else
+    "main") names refs/<revision>, which holds a commit hash; without such a ref the revision is taken as
+    the commit; snapshots/<commit>/config.json is the file. Without `@revision` and without refs/main,
+    the newest snapshot that holds a config.json. A link that leaves the cache root (the repo folder, a
+    snapshot folder, the config's link into blobs/, a ref) is refused by name: FieldError on "model".
     """
     name, _, revision = repo_id.partition("@")
     cache, _ = hf_cache_dir()
     folder = cache / ("models--" + name.replace("/", "--"))
-    snapshots = folder / "snapshots"
     revision = revision or "main"
-    ref = folder / "refs" / revision
+    if any(part in ("", ".", "..") for part in revision.split("/")):
+        raise _cache_error(f"revision {validate.describe(revision)} in {validate.describe(repo_id)} is not a "
+                           "branch, tag or commit name (a name may not be empty or '.' or '..')")
+
+    def real(path: Path) -> Path:
+        try:
+            return follow_inside(path, cache)
+        except ValueError as error:
+            raise _cache_error(str(error)) from None
+
+    if not real(folder).is_dir():
+        return None, folder
+    commit = _read_ref(folder, revision, cache)
+    has_ref = commit is not None
+    commit = commit or revision
+    candidate = folder / "snapshots" / commit / "config.json"
     try:
-        commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision
-        candidate = snapshots / commit / "config.json"
-        if commit and "/" not in commit and candidate.is_file():
+        if real(candidate).is_file():
             return candidate, folder
-        if revision == "main" and snapshots.is_dir():
-            found = sorted((p for p in snapshots.glob("*/config.json") if p.is_file()),
-                           key=lambda p: p.stat().st_mtime, reverse=True)
+        if (real(folder / ".no_exist" / commit / "config.json")).is_file():  # huggingface_hub's _CACHED_NO_EXIST
+            record = _named(Path(folder.name, ".no_exist", commit, "config.json"))
+            raise _cache_error(f"huggingface_hub recorded that {name} has no config.json at revision "
+                               f"{validate.describe(revision)} ({record}): the repo is not a transformers model "
+                               "there; give its config.json as a path")
+        snapshots = folder / "snapshots"
+        if revision == "main" and not has_ref and real(snapshots).is_dir():
+            found = [path for path in (snapshots / entry / "config.json" for entry in sorted(os.listdir(snapshots)))
+                     if real(path).is_file()]
             if found:
-                return found[0], folder
+                return max(found, key=lambda path: real(path).stat().st_mtime), folder
     except OSError:
         pass
     return None, folder
+
+
+def cached_repos(limit: int = MAX_CACHED_REPOS) -> list[str]:
+    """The model repo ids present in the local Hugging Face cache (models--owner--name folders; the Hub
+    forbids "--" inside a repo id, huggingface_hub's utils/_validators.py, so the name maps back)."""
+    cache, _ = hf_cache_dir()
+    repos = []
+    try:
+        with os.scandir(cache) as entries:
+            for entry in entries:
+                if entry.name.startswith("models--") and len(entry.name) > len("models--"):
+                    repos.append(entry.name[len("models--"):].replace("--", "/"))
+                    if len(repos) >= limit:
+                        break
+    except (OSError, ValueError):
+        return []
+    return sorted(repos)
+
+
+def _did_you_mean(text: str, presets) -> str:
+    """ "did you mean X" for a near-miss preset or cached repo id (difflib, case-insensitively), else ""."""
+    names = {name.lower(): name for name in (*presets, *cached_repos()) if name != text}  # never the text itself
+    close = difflib.get_close_matches(text.lower(), list(names), n=3, cutoff=0.7)
+    return f"did you mean {' or '.join(names[match] for match in close)}?" if close else ""
 
 
 def resolve_source(text: str):
@@ -65,16 +223,12 @@ def resolve_source(text: str):
                               "from": PRESET_SOURCES.get(key, "memmath's presets")}
     path = Path(text).expanduser()
     try:
-        is_dir, is_file = path.is_dir(), path.is_file()
+        os.lstat(path)  # anything there (a link, a FIFO, a device) is judged by the one reader, not called missing
+        exists = True
     except (OSError, ValueError):
-        is_dir = is_file = False
-    if is_dir:
-        config = path / "config.json"
-        if not config.is_file():
-            raise validate.FieldError("model", f"the folder {str(path)!r} holds no config.json")
-        return _read_config(config, text, "config folder")
-    if is_file:
-        return _read_config(path, text, "config file")
+        exists = False
+    if exists:
+        return _read_config(path, text, None)
     looks_like_path = text.endswith(".json") or text.startswith((".", "/", "~")) or os.sep + os.sep in text
     if not looks_like_path and _REPO_ID.match(text.strip()):
         repo = text.strip()
@@ -83,20 +237,34 @@ def resolve_source(text: str):
             shape, info = _read_config(config, text, "hugging face cache")
             return shape.with_changes(name=repo.partition("@")[0]), info
         cache, chosen = hf_cache_dir()
-        raise validate.FieldError("model", f"{text!r} is not a preset, a file or a folder, and not in the local "
-                                  f"Hugging Face cache (looked for {folder}/snapshots/*/config.json; cache from "
-                                  f"{chosen}). memmath never uses the network: get the file with `huggingface-cli "
-                                  f"download {repo.partition('@')[0]} config.json` (or `hf download`), or pass a "
-                                  "config.json path. Presets: " + ", ".join(PRESETS))
-    raise validate.FieldError("model", f"no such file or folder: {text!r} (give a preset, a config.json, a folder "
-                              "holding one, or a Hub repo id in the local cache)")
+        name, _, revision = repo.partition("@")
+        # huggingface_hub 1.0 removed `huggingface-cli`; its command line is `hf` (`hf download --help`).
+        command = f"hf download {name} config.json" + (f" --revision {revision}" if revision else "")
+        guess = _did_you_mean(name, PRESETS)
+        raise validate.FieldError("model", (f"{text!r}: {guess} It is" if guess else f"{text!r} is") + " not a "
+                                  "preset, a file or a folder, and not in the local Hugging Face cache (looked in "
+                                  f"{folder} for snapshots/*/config.json; cache from {chosen}). memmath never uses "
+                                  f"the network: get the file with `{command}`, or pass a config.json path. Presets: "
+                                  + ", ".join(PRESETS))
+    guess = _did_you_mean(text.strip(), PRESETS)
+    raise validate.FieldError("model", f"no such file or folder: {text!r} (" + (f"{guess} Or g" if guess else "g")
+                              + "ive a preset, a config.json, a folder holding one, or a Hub repo id in the local "
+                              "cache)")
 
 
-def _read_config(path: Path, given: str, source: str):
-    from .models import from_hf_config
+def _read_config(path: Path, given: str, source: str | None):
+    """Read a config through models' one reader (its rule for links, FIFOs, devices and sizes); source None
+    means a path the user gave: "config folder" when the reader looked inside it, else "config file"."""
+    from .models import _read_config_file, from_hf_config, parse_json_config
 
     try:
-        shape = from_hf_config(path)
+        config_path, text = _read_config_file(path)
     except (ValueError, TypeError) as error:
-        raise validate.FieldError("model", f"{path}: {error}") from None
-    return shape, {"given": given, "source": source, "config_path": str(path), "from": str(path)}
+        raise validate.FieldError("model", str(error)) from None
+    try:
+        shape = from_hf_config(parse_json_config(text, f"config file {validate.describe(config_path.name)}"))
+    except (ValueError, TypeError) as error:
+        raise validate.FieldError("model", f"{config_path}: {error}") from None
+    if source is None:
+        source = "config file" if config_path == path else "config folder"
+    return shape, {"given": given, "source": source, "config_path": str(config_path), "from": str(config_path)}
