@@ -39,6 +39,8 @@ SERVE_COMMAND = "python -m http.server -d site 8000"
 BUILD_COMMAND = ".venv/bin/python -m memmath_site build site"
 
 EXPORT_TIMEOUT_S = 600
+FILE_NOTE_ATTRIBUTE = "data-memmath-file-note"
+"""Marks the note a page shows when opened from disk (file://), where browsers load no ES modules."""
 LIVE_WORKBOOK_LINK = "index.html#run-live"
 """The index's section on running the live workbook (memmath_lessons.static_charts.LIVE_WORKBOOK_HREF too)."""
 
@@ -228,9 +230,10 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
 
     out_dir must be new, empty or an earlier build (it holds SITE_MARKER), and not a symbolic link.
     Everything is built in the system's temporary folder, from a copy of the notebooks (marimo writes
-    __marimo__/ beside what it exports), and copied into out_dir only when every lesson exported:
-    the source tree is left as it was and nothing is written beside out_dir. Folders get mode 0755
-    and files 0644, so a web server running as another user can read the site.
+    __marimo__/ beside what it exports), and only when every lesson exported is the site copied beside
+    out_dir (a hidden sibling folder) and renamed into its place (_swap_in): a build stopped at any point
+    leaves the earlier site (or nothing) where it was, and the source tree as it was. Folders get mode
+    0755 and files 0644, so a web server running as another user can read the site.
     """
     out_dir = Path(out_dir)
     if out_dir.is_symlink():
@@ -266,6 +269,7 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
             # No code in the page (the export leaves it out, and with it marimo's "Run or Edit" banner):
             # our own line says how to run it live and links the source, copied beside the page.
             page = pages.add_banner(pages.freeze_controls(page), lesson.source.name, LIVE_WORKBOOK_LINK)
+            page = add_file_note(page, lesson.page)
             target.write_text(page, encoding="utf-8")
             shutil.copyfile(lesson.source, staging / lesson.source.name)
             titled.append(lesson if lesson.description else Lesson(lesson.source, rendered_title(page) or lesson.title))
@@ -279,7 +283,7 @@ def build_site(out_dir: Path, notebooks_dir: Path = Path("notebooks"), *, log=pr
         reports.insert(0, PageReport("index.html", "Index", len(index.encode("utf-8")), 0.0))
         _normal_permissions(staging)
         _check_replaceable(out_dir)  # again: the folder may have changed during the export
-        _replace_contents(out_dir, staging)
+        _swap_in(out_dir, staging)
     log(size_table(reports, asset_bytes))
     return reports
 
@@ -304,11 +308,63 @@ def _normal_permissions(root: Path) -> None:
             os.chmod(os.path.join(folder, name), 0o644)
 
 
+def _swap_in(out_dir: Path, staging: Path) -> None:
+    """The built site (staging) in out_dir's place: copied into a hidden sibling of out_dir, then renamed.
+
+    Until the rename, out_dir is left as it was; an interruption (Ctrl-C, a full disk) removes the sibling. The
+    earlier build is renamed aside just before and deleted after. A folder that cannot be renamed (a mount
+    point, a bind mount) or whose parent cannot be written is rebuilt in place instead (_replace_contents).
+    """
+    parent = out_dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    if os.path.ismount(out_dir):
+        _replace_contents(out_dir, staging)
+        return
+    try:
+        new = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=parent))
+    except OSError:  # the parent is not ours to write in
+        _replace_contents(out_dir, staging)
+        return
+    old, in_place = None, False
+    try:
+        shutil.copytree(staging, new, symlinks=True, dirs_exist_ok=True)
+        new.chmod(0o755)
+        _check_replaceable(out_dir)
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=parent))
+            try:
+                os.replace(out_dir, old)  # over the empty folder just made for it
+            except OSError:  # a folder that cannot be renamed (a bind mount, a busy folder)
+                in_place = True
+            else:
+                try:
+                    os.replace(new, out_dir)
+                except BaseException:
+                    os.replace(old, out_dir)  # the earlier build back in its place
+                    raise
+        else:
+            os.replace(new, out_dir)
+    finally:
+        for leftover in (new, old):
+            if leftover is not None and leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+    if in_place:
+        _replace_contents(out_dir, staging)
+
+
 def _replace_contents(out_dir: Path, staging: Path) -> None:
-    """Empty out_dir (new, empty or an earlier build) without following links, then copy the site in."""
+    """Empty out_dir (new, empty or an earlier build) without following links, then copy the site in.
+
+    Its marker is written first and kept to the end, so a build stopped part-way leaves a folder that the
+    next build still takes for its own (and replaces).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     out_dir.chmod(0o755)
+    shutil.copyfile(staging / SITE_MARKER, out_dir / SITE_MARKER)
+    (out_dir / SITE_MARKER).chmod(0o644)
     for entry in out_dir.iterdir():
+        if entry.name == SITE_MARKER:
+            continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
@@ -324,6 +380,35 @@ def _check_replaceable(out_dir: Path) -> None:
     if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not earlier_build)):
         raise BuildError(f"{out_dir} exists and is not a site this command built (no {SITE_MARKER} in it); "
                          "pick an empty or new folder")
+
+
+def file_note(page_name: str | None = None) -> str:
+    """A note shown only on a page opened from disk (file://): plain HTML, hidden until an inline classic
+    script (which runs from file:// too, unlike marimo's ES modules) finds location.protocol "file:".
+
+    page_name: the lesson page it sits on (its address once served); None for the index.
+    """
+    address = f"http://localhost:8000/{html.escape(page_name or '')}"
+    what = ("This page was opened from disk (a <code>file://</code> address), where browsers do not run the "
+            "scripts that draw the lesson." if page_name else
+            "This page was opened from disk (a <code>file://</code> address); the lessons it links to need a web "
+            "server, because browsers do not run the scripts that draw them from disk.")
+    return (f'<p {FILE_NOTE_ATTRIBUTE}="1" hidden style="margin: 0; padding: .75rem 1rem; background: #fff4e5; '
+            f'border-bottom: 1px solid #f0c36d; color: #1f2328; font: 15px/1.5 system-ui, -apple-system, sans-serif;">'
+            f'<strong>Serve this folder to see the lessons.</strong> {what} In a terminal, in the folder that holds '
+            f'this page, run <code>python -m http.server 8000</code>, then open '
+            f'<a href="{address}">{address}</a>.</p>'
+            '<script>if (location.protocol === "file:") document.currentScript.previousElementSibling.hidden = false;'
+            '</script>')
+
+
+def add_file_note(page_html: str, page_name: str) -> str:
+    """A lesson page with file_note() just under our banner (pages.add_banner), else at the top of its body."""
+    match = (re.search(rf"<div {pages.BANNER_ATTRIBUTE}=[^>]*>.*?</div>", page_html, re.S)
+             or re.search(r"<body[^>]*>", page_html))
+    if not match:
+        raise BuildError(f"{page_name} has no <body>: marimo's export format changed")
+    return page_html[:match.end()] + file_note(page_name) + page_html[match.end():]
 
 
 def size_table(reports: list[PageReport], asset_bytes: int) -> str:
@@ -363,6 +448,7 @@ def index_page(lessons: list[Lesson]) -> str:
   </style>
 </head>
 <body>
+  {file_note()}
   <h1>memmath</h1>
   <p class="note">The memory math of training neural networks: where the gigabytes go, lesson by lesson.</p>
   <h2>Lessons</h2>

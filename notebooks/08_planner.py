@@ -176,12 +176,12 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(get_trainable_layers, mo, model, set_trainable_layers):
+def _(get_trainable_layers, mo, model, pasted_text, set_trainable_layers):
     mo.stop(model is None, mo.md("*The freeze slider waits for a model: fix the config.json above.*"))
     _asked = get_trainable_layers()
     trainable_layers_slider = mo.ui.slider(0, model.n_layers, value=min(_asked, model.n_layers), show_value=True,
                                            label="Freeze: trainable last blocks", on_change=set_trainable_layers)
-    _clamped = (mo.md(f"*You asked for {_asked} trainable blocks; {model.name} has {model.n_layers}, so all "
+    _clamped = (mo.md(f"*You asked for {_asked} trainable blocks; {pasted_text(model.name)} has {model.n_layers}, so all "
                       f"{model.n_layers} train (the slider shows {model.n_layers}). A deeper model gets your "
                       f"{_asked} back.*").style({"font-size": "0.9em"}) if _asked > model.n_layers else None)
     mo.vstack([trainable_layers_slider, *([_clamped] if _clamped is not None else []),
@@ -418,7 +418,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
             f"*Beyond its shard:* ZeRO stage 3 (and FSDP's full sharding) gathers each block's full weights on every "
             f"GPU just before that block runs, in the forward pass and again in the backward pass, and frees them "
             f"after; with prefetching the next block's arrive early, and the gather and the gradients' "
-            f"reduce-scatter pass through communication buffers. One block of {model.name} in 16 bits is "
+            f"reduce-scatter pass through communication buffers. One block of {pasted_text(model.name)} in 16 bits is "
             f"{_f(_layer)}; memmath counts the shards only, so leave room for a block or two plus the buffers "
             "(their size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
     # The number's recipe: the parts, then where the step peaks (activations are gone by the optimizer step,

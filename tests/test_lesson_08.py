@@ -150,6 +150,24 @@ def test_pasted_strings_are_shown_as_text_not_markup(pasted):
     assert pasted.split("(")[0][:8] in html.unescape(lessons.output_text(outputs))  # shown as typed
 
 
+@pytest.mark.parametrize("pasted", ["<img src=x onerror=alert(1)>", "![x](y)", "**bold** [link](javascript:alert(1))"])
+def test_a_pasted_name_in_the_zero_3_note_and_the_freeze_line_is_text(pasted):
+    # The two sentences that name the model only in some settings: the ZeRO-3 note (stage 3 on several GPUs)
+    # and the freeze slider's "You asked for ..." line (more trainable blocks asked than the model has).
+    outputs, defs = lessons.run_with(
+        NAME, source_radio=mo.ui.radio(["preset", "paste config.json"], value="paste config.json"),
+        config_text_area=mo.ui.text_area(value=_gpt2_config(_name_or_path=pasted)),
+        n_gpus_number=mo.ui.number(start=1, stop=1024, value=8),
+        zero_stage_radio=mo.ui.radio({"0 (none)": 0, "3": 3}, value="3"), get_trainable_layers=mo.state(5)[0])
+    assert defs["model"].name == pasted
+    shown = lessons.output_text(outputs)
+    assert "<img" not in shown and "<strong>bold" not in shown and 'href="javascript' not in shown
+    assert not re.search(r"<img|<strong|<em>|<a ", shown.split("One block of", 1)[1].split("in 16 bits", 1)[0])
+    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", shown)))  # as the learner reads it
+    assert f"One block of {pasted} in 16 bits is" in text
+    assert f"You asked for 5 trainable blocks; {pasted} has 2" in text
+
+
 def test_sharded_runs_measured_next_to_memmath(default_run):
     # FSDP2 and ZeRO-1 on a tiny BERT, per rank, recorded by validation/sharded.py (gloo, one CPU).
     # By hand, FSDP2 over 4 ranks pads every tensor to ceil(d0 / 4) rows: the 2-row classifier (2 x 64)

@@ -300,3 +300,26 @@ def test_lesson_page_has_our_banner_and_not_marimos(opened, served_site, name):
     links = banner.locator("a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
     assert links == ["index.html#run-live", name.replace(".html", ".py")]
     assert page.request.get(served_site.url + links[1]).status == 200
+
+
+@pytest.mark.parametrize("name", ["index.html", PAGES[-1]])
+def test_a_page_opened_from_disk_says_how_to_serve_it(chromium, built_site, served_site, name):
+    """From file:// the browser loads none of marimo's modules: the page is blank under our banner but for a note
+    saying to serve the folder (python -m http.server). Served, the note stays hidden."""
+    site, _ = built_site
+    page = chromium.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        page.goto((site / name).as_uri())
+        page.wait_for_load_state("load")
+        note = page.locator("[data-memmath-file-note]")
+        assert note.count() == 1 and note.is_visible(), f"{name} opened from disk shows no note on how to serve it"
+        text = note.inner_text()
+        assert "python -m http.server 8000" in text and "Serve this folder" in text, text
+        if name != "index.html":  # under our banner, not covered by marimo's (empty) app
+            box, banner = note.bounding_box(), page.locator("[data-memmath-banner]").bounding_box()
+            assert box["y"] >= banner["y"] + banner["height"] - 1 and box["height"] > 20, (box, banner)
+        page.goto(served_site.url + name)
+        page.wait_for_load_state("load")
+        assert page.locator("[data-memmath-file-note]").is_hidden(), f"{name}, served, shows the file:// note"
+    finally:
+        page.close()

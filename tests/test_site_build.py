@@ -196,6 +196,92 @@ def test_the_build_writes_only_inside_its_folder_and_leaves_the_source_untouched
     assert sorted(p.name for p in root.iterdir()) == ["cwd", "home", "notebooks", "site", "tmp"]
 
 
+def _interrupt_writes_outside(staging_root: Path, monkeypatch, after: int = 3) -> None:
+    """Ctrl-C (KeyboardInterrupt) in the build's copying, at the (after + 1)-th file written outside staging_root
+    (the system's temporary folder, where the build stages the site): part-way through writing the site."""
+    import shutil
+
+    real, written = shutil.copyfile, []
+
+    def copyfile(src, dst, *args, **kwargs):
+        if not Path(dst).resolve().is_relative_to(staging_root.resolve()):
+            written.append(dst)
+            if len(written) > after:
+                raise KeyboardInterrupt(f"interrupted while writing {dst}")
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+
+
+@pytest.fixture()
+def in_process(tmp_path, monkeypatch):
+    """build_site run in this process (so a test can interrupt it), from one lesson, staging in tmp_path/tmp."""
+    import tempfile
+
+    from memmath_site.build import build_site
+
+    for name in ("notebooks", "tmp"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "notebooks" / "01_works.py").write_text(PASSING_LESSON)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return tmp_path, lambda out: build_site(out, tmp_path / "notebooks", log=lambda *_: None)
+
+
+def test_an_interrupted_build_leaves_the_earlier_site_and_the_next_build_succeeds(in_process, monkeypatch):
+    # The build once emptied the folder and copied the new site into it: stopped part-way, it left half a site,
+    # maybe without its marker, which the next build then refused as "not a site this command built".
+    root, build = in_process
+    build(root / "site")
+    before = _tree(root / "site")
+    contents = {p: p.read_bytes() for p in (root / "site").rglob("*") if p.is_file()}
+    with monkeypatch.context() as patch:
+        _interrupt_writes_outside(root / "tmp", patch)
+        for out in (root / "site", root / "new-site"):
+            with pytest.raises(KeyboardInterrupt):
+                build(out)
+    # The earlier build as it was (or nothing, for a new folder), and nothing left beside it or in the temp folder.
+    assert _tree(root / "site") == before
+    assert {p: p.read_bytes() for p in (root / "site").rglob("*") if p.is_file()} == contents
+    assert sorted(p.name for p in root.iterdir()) == ["notebooks", "site", "tmp"]
+    assert list((root / "tmp").iterdir()) == []
+    build(root / "site")
+    build(root / "new-site")
+    for out in (root / "site", root / "new-site"):
+        assert (out / "01_works.html").is_file() and (out / SITE_MARKER).is_file()
+    assert sorted(p.name for p in root.iterdir()) == ["new-site", "notebooks", "site", "tmp"]
+
+
+@pytest.mark.parametrize("why", ["a mount point", "a folder that refuses the rename"])
+def test_a_folder_that_cannot_be_swapped_is_rebuilt_in_place_keeping_its_marker(in_process, monkeypatch, why):
+    # A mount point (a web server's volume) cannot be renamed: the build writes into it, its marker first, so an
+    # interruption leaves a folder that the next build still recognises as its own.
+    import errno
+
+    import memmath_site.build as site_build
+
+    root, build = in_process
+    out = root / "site"
+    build(out)
+    if why == "a mount point":
+        monkeypatch.setattr(site_build.os.path, "ismount", lambda path: Path(path) == out.resolve())
+    else:
+        real_replace = site_build.os.replace
+
+        def replace(src, dst):
+            if Path(src) == out.resolve():
+                raise OSError(errno.EBUSY, "Device or resource busy", str(src))
+            return real_replace(src, dst)
+        monkeypatch.setattr(site_build.os, "replace", replace)
+    with monkeypatch.context() as patch:
+        _interrupt_writes_outside(root / "tmp", patch, after=1)
+        with pytest.raises(KeyboardInterrupt):
+            build(out)
+    assert (out / SITE_MARKER).is_file()
+    assert sorted(p.name for p in root.iterdir()) == ["notebooks", "site", "tmp"]
+    build(out)
+    assert (out / "01_works.html").is_file() and (out / SITE_MARKER).is_file()
+
+
 def test_the_site_is_readable_by_a_web_server_running_as_another_user(sandbox):
     root, build = sandbox
     assert build(root / "site").returncode == 0
@@ -291,6 +377,27 @@ def test_pages_carry_no_lesson_code_and_no_cloud_banner(built_site):
         assert banner and 'href="index.html#run-live"' in banner.group(1), lesson.name
         assert f'href="{lesson.name}"' in banner.group(1)
         assert (site / lesson.name).read_bytes() == lesson.read_bytes()
+
+
+def _file_note(page: str) -> tuple[str, str] | None:
+    """(its text, the script that shows it) of the page's note for a page opened from disk, or None."""
+    note = re.search(r"<(\w+) data-memmath-file-note[^>]*\bhidden\b[^>]*>(.*?)</\1>\s*<script>(.*?)</script>", page, re.S)
+    return (re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", note.group(2)))), note.group(3)) if note else None
+
+
+def test_pages_opened_from_disk_say_how_to_serve_the_folder(built_site):
+    # A lesson page opened from disk (file://) showed nothing but the banner: browsers load no ES modules
+    # (marimo's frontend) from file://. Each page says so in plain HTML, shown by an inline script on file:// only.
+    site, _ = built_site
+    for name in ["index.html"] + [f"{lesson.stem}.html" for lesson in LESSONS]:
+        note = _file_note((site / name).read_text(encoding="utf-8"))
+        assert note, f"{name} has no note for a page opened from disk"
+        text, script = note
+        assert "serve this folder" in text.lower() and "python -m http.server 8000" in text, (name, text)
+        assert "file://" in text and "http://localhost:8000/" in text, (name, text)
+        if name != "index.html":
+            assert f"http://localhost:8000/{name}" in text, (name, text)
+        assert 'location.protocol === "file:"' in script  # a classic script (<script>): it runs from file:// too
 
 
 def test_marimo_controls_are_exported_disabled_and_frozen_by_the_page(built_site):
