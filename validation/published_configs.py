@@ -250,3 +250,117 @@ PUBLISHED_TOTALS = {
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
                     "Qwen2-57B-A14B": 14e9, "Qwen3-30B-A3B": 3.3e9, "Qwen3-235B-A22B": 22e9}
+
+# ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
+# Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where
+# noted). Their sub-configs omit what equals transformers' defaults (a sub-config is saved as its difference from
+# them): gemma-3-4b-it's text_config has no vocab_size, heads or head_dim; llava-1.5's none of the Llama widths.
+# tests/test_multimodal.py builds each ...ForConditionalGeneration on the meta device and compares the counts.
+PUBLISHED_MULTIMODAL_CONFIGS = {
+    "gemma-3-4b-it": {  # google/gemma-3-4b-it (4.3B)
+        "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+        "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+        "model_type": "gemma3",
+        "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                        "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                        "sliding_window": 1024},
+        "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+        "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                          "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                          "patch_size": 14, "vision_use_head": False},
+    },
+    "gemma-3-27b-it": {  # google/gemma-3-27b-it (27.4B)
+        "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+        "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+        "model_type": "gemma3",
+        "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+                        "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
+                        "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                        "sliding_window": 1024},
+        "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+        "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                          "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                          "patch_size": 14, "vision_use_head": False},
+    },
+    "llava-1.5-7b-hf": {  # llava-hf/llava-1.5-7b-hf (7.06B): CLIP ViT-L/14-336, Vicuna-7B (LlamaConfig defaults)
+        "architectures": ["LlavaForConditionalGeneration"], "ignore_index": -100, "image_token_index": 32000,
+        "model_type": "llava", "pad_token_id": 32001, "projector_hidden_act": "gelu",
+        "text_config": {"_name_or_path": "lmsys/vicuna-7b-v1.5", "architectures": ["LlamaForCausalLM"],
+                        "max_position_embeddings": 4096, "model_type": "llama", "rms_norm_eps": 1e-05,
+                        "torch_dtype": "float16", "vocab_size": 32064},
+        "tie_word_embeddings": False, "torch_dtype": "float16", "transformers_version": "4.36.0.dev0",
+        "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096,
+                          "model_type": "clip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 24,
+                          "patch_size": 14, "projection_dim": 768, "vocab_size": 32000},
+        "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "vocab_size": 32064,
+    },
+    "Mistral-Small-3.1-24B-Instruct-2503": {  # mistralai/Mistral-Small-3.1-24B-Instruct-2503 (24B, lm_head untied)
+        # No tie_word_embeddings: Mistral3Config's default (true) ties lm_head when transformers 5.24 builds the model
+        # from this config (23.3B); the checkpoint stores both matrices, which load untied (24.0B, the card's).
+        "architectures": ["Mistral3ForConditionalGeneration"], "image_token_index": 10, "model_type": "mistral3",
+        "multimodal_projector_bias": False, "projector_hidden_act": "gelu", "spatial_merge_size": 2,
+        "text_config": {"attention_dropout": 0.0, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+                        "initializer_range": 0.02, "intermediate_size": 32768, "max_position_embeddings": 131072,
+                        "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 40,
+                        "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000000.0,
+                        "sliding_window": None, "use_cache": True, "vocab_size": 131072},
+        "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+        "vision_config": {"attention_dropout": 0.0, "head_dim": 64, "hidden_act": "silu", "hidden_size": 1024,
+                          "image_size": 1540, "initializer_range": 0.02, "intermediate_size": 4096,
+                          "model_type": "pixtral", "num_attention_heads": 16, "num_channels": 3,
+                          "num_hidden_layers": 24, "patch_size": 14, "rope_theta": 10000.0},
+        "vision_feature_layer": -1,
+    },
+    "Qwen2-VL-7B-Instruct": {  # Qwen/Qwen2-VL-7B-Instruct (8.29B): the text fields at the top level
+        "architectures": ["Qwen2VLForConditionalGeneration"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151645, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+        "vision_token_id": 151654, "image_token_id": 151655, "video_token_id": 151656, "hidden_act": "silu",
+        "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944, "max_position_embeddings": 32768,
+        "max_window_layers": 28, "model_type": "qwen2_vl", "num_attention_heads": 28, "num_hidden_layers": 28,
+        "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.41.2", "use_cache": True,
+        "use_sliding_window": False,
+        "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_chans": 3,
+                          "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14,
+                          "temporal_patch_size": 2},
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 152064,
+    },
+    "Qwen2.5-VL-7B-Instruct": {  # Qwen/Qwen2.5-VL-7B-Instruct (8.29B)
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151645, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+        "vision_token_id": 151654, "image_token_id": 151655, "video_token_id": 151656, "hidden_act": "silu",
+        "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944, "max_position_embeddings": 128000,
+        "max_window_layers": 28, "model_type": "qwen2_5_vl", "num_attention_heads": 28, "num_hidden_layers": 28,
+        "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.41.2", "use_cache": True,
+        "use_sliding_window": False,
+        "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+                          "num_heads": 16, "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14,
+                          "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+                          "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "temporal_patch_size": 2},
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 152064,
+    },
+    "Qwen2.5-VL-3B-Instruct": {  # Qwen/Qwen2.5-VL-3B-Instruct (3.75B): tied embeddings
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151645, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+        "vision_token_id": 151654, "image_token_id": 151655, "video_token_id": 151656, "hidden_act": "silu",
+        "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 128000,
+        "max_window_layers": 70, "model_type": "qwen2_5_vl", "num_attention_heads": 16, "num_hidden_layers": 36,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+        "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.41.2", "use_cache": True,
+        "use_sliding_window": False,
+        "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+                          "num_heads": 16, "in_chans": 3, "out_hidden_size": 2048, "patch_size": 14,
+                          "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+                          "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "temporal_patch_size": 2},
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 151936,
+    },
+}
+# What the model cards publish (the Hub's safetensors totals, rounded as published). Mistral-Small-3.1's 24B is the
+# untied checkpoint (tie_word_embeddings false); the Gemma 3 report (Gemma Team 2025, Table 1) gives the SigLIP
+# encoder as 417M for every size.
+PUBLISHED_MULTIMODAL_TOTALS = {
+    "gemma-3-4b-it": 4.3e9, "gemma-3-27b-it": 27.4e9, "llava-1.5-7b-hf": 7.06e9,
+    "Mistral-Small-3.1-24B-Instruct-2503": 24.0e9, "Qwen2-VL-7B-Instruct": 8.29e9, "Qwen2.5-VL-7B-Instruct": 8.29e9,
+    "Qwen2.5-VL-3B-Instruct": 3.75e9,
+}
