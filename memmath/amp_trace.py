@@ -20,6 +20,7 @@ dropout (the CPU's math kernel), Houlsby adapters and quantized bases under AMP 
 from __future__ import annotations
 
 from . import validate
+from .arrays import np, pick
 from .trace import Trace
 
 AUTOCAST_BYTES = 2  # bf16, the dtype torch.autocast("cpu") and transformers' Trainer(bf16=True) use
@@ -186,10 +187,11 @@ class AmpTrace(Trace):
         self.use(times_cos, times_sin)
         return out
 
-    def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name):
+    def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name, v_view=False, q_view=False,
+                  kv_contiguous=False):  # kv_contiguous: Trace.attention's; autocast's bf16 copies are counted
         if kind == "eager":
             return self._eager_attention(q, k, v, heads=heads, head_dim=head_dim, dropout=dropout,
-                                         softmax_fp32=softmax_fp32, name=name)
+                                         softmax_fp32=softmax_fp32, name=name, v_view=v_view, q_view=q_view)
         if kind != "flash":
             raise validate.FieldError("activations", f"activations='transformers' {MATH_REFUSAL} (use activations='textbook')")
         n = self.t * heads * head_dim
@@ -207,14 +209,18 @@ class AmpTrace(Trace):
         return out
 
 
-    def _eager_attention(self, q, k, v, *, heads, head_dim, dropout, softmax_fp32, name):
+    def _eager_attention(self, q, k, v, *, heads, head_dim, dropout, softmax_fp32, name, v_view=False, q_view=False):
         """Eager attention under autocast: both matmuls in bf16 (q and k^T, then the probabilities and v,
         as bf16 copies the bmm keeps). The fp32 causal mask makes GPT-2's and LLaMA's softmax fp32;
         LLaMA's .to(q.dtype) keeps it fp32 (its q is fp32 after the fp32 rotary tables), so its dropout
         mask is fp32 and the probabilities get a bf16 copy for the second matmul; GPT-2 casts them to
-        the value's bf16; BERT's softmax runs on the bf16 scores."""
+        the value's bf16; BERT's softmax runs on the bf16 scores. v_view, q_view: Trace.attention's, for an
+        operand already in bf16 (autocast makes no copy of it), assumed (not measured under autocast)."""
         n, scores, c = self.t * heads * head_dim, self.b * heads * self.s * self.s, AUTOCAST_BYTES
+        at_b1 = np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1
         qc, kc = self.new(n, c, q.grad), self.new(n, c, k.grad)
+        if q_view and q.elem == c:
+            qc.storage.nbytes = pick(at_b1, q.storage.nbytes, qc.storage.nbytes)
         self.use(q, k)
         if k.grad:
             self.save(qc, f"{name} q bf16 copy (QK^T)")
@@ -236,6 +242,8 @@ class AmpTrace(Trace):
         probs = self.dropout(probs, dropout, f"{name} attention")
         pc = self._cast(probs)  # autocast's bf16 copy for probs @ v
         vc = self.new(n, c, v.grad)
+        if v_view and v.elem == c:
+            vc.storage.nbytes = pick(at_b1, v.storage.nbytes, vc.storage.nbytes)
         self.use(v)
         if v.grad:
             self.save(pc, f"{name} attention probabilities (PV, bf16)")

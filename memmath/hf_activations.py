@@ -48,7 +48,11 @@ Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; transformers' default grouped
     router fp32 softmax t*E, int64 top-k indices, the renormalization's sum and pre-division copy;
     t*k rows through the experts in all: gathered input, gate_up output, SiLU output and product, down
     output, routing weights, three int64 index vectors and the int32 offsets; Qwen2-MoE's shared
-    expert and its sigmoid gate
+    expert and its sigmoid gate. LoRA on the router or the experts (peft 0.21's ParamWrapper, see
+    _wrapped_weight): the module reads W + scaling * B A, a new tensor, which the matmul keeps (E*h*e for
+    the router, E*2I*h*e and E*h*I*e for the experts: the size of the frozen weights, whatever the batch)
+    with its input (x e*t*h; the S x h and S x I expert inputs), plus B and A cast to e for the experts
+    (fp32 adapters on a 16-bit base) or, on the CPU, the router's 16-bit A and B upcast to fp32
 RoBERTa (BERT's blocks): position ids and token-type ids made per token (8*t each, saved by their
     embeddings); RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on token 0, no pooler
 Attention, per block (n = b*a*s*d elements, that is t*h when a*d = h)
@@ -72,6 +76,11 @@ LoRA (peft): each adapted linear keeps A's input, cast to the adapter dtype (a f
     copy per adapted module for fp32 adapters on a 16-bit base, the shared input itself when
     the dtypes agree) and B's input (the r-wide A output, t*r elements); the frozen base linear
     keeps nothing. fp32 adapters on every linear layer can keep more than full finetuning.
+The KV cache in training (ModelShape.use_cache, the config's use_cache; off under checkpointing): every
+    decoder passes k and v through a DynamicCache, and attention keeps its torch.cat copies (_kv_cache):
+    GPT-NeoX and Phi-3 no longer keep their fused qkv output through v (per block 2*t*h*e less for
+    GPT-NeoX, e*t*(a+k)*d for Phi-3), GPT-2 keeps k and v beside the c_attn output q still views
+    (2*t*h*e more); frozen blocks' copies live until the forward pass returns.
 Gradient checkpointing (transformers' default: non-reentrant torch.utils.checkpoint per block):
     each block keeps only its positional inputs: the hidden states e*t*h and, for GPT-2 with
     eager attention, the 4-D mask e*b*s^2 (one storage for all blocks). transformers also makes
@@ -127,8 +136,10 @@ def _attention_kind(attention, device, dropout):
     return "math" if (device == "cpu" and dropout) else "flash"
 
 
-def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Setup, *, kind, dropout, tables):
-    """One transformer block's forward pass; returns its output."""
+def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Setup, *, kind, dropout, tables,
+           cache=False):
+    """One transformer block's forward pass; returns its output. cache: k and v go through transformers'
+    DynamicCache first (_kv_cache)."""
     dm, t, e = _dims(shape), tr.t, tr.e
     h, a, kv, d, inner = dm["h"], dm["a"], dm["k"], dm["d"], dm["I"]
 
@@ -138,8 +149,11 @@ def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Set
     if shape.family == "gpt2":
         h1 = tr.layer_norm(x, trainable, "ln_1")
         qkv = tr.linear(h1, 3 * t * h, trainable, lora("attn.c_attn"), "c_attn")
-        ctx = tr.attention(qkv, qkv, qkv, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=False,
-                           name="attention")
+        q = k = v = qkv
+        if cache:  # curr_cache.update (modeling_gpt2.py:198) copies k and v; q stays a view of c_attn's output
+            k, v = _kv_cache(tr, *(Tensor(t * h, e, qkv.grad, qkv.storage) for _ in range(2)))
+        ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=False,
+                           name="attention", q_view=cache, kv_contiguous=cache)
         out = tr.dropout(tr.linear(ctx, t * h, trainable, lora("attn.c_proj"), "attn.c_proj"), dropout, "residual")
         r1 = tr.add(out, x)
         h2 = tr.layer_norm(r1, trainable, "ln_2")
@@ -149,9 +163,9 @@ def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Set
         out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
         return tr.add(out, r1)
     if shape.family == "llama" and shape.arch in GEMMA:
-        return _gemma_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables)
+        return _gemma_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables, cache=cache)
     if shape.family == "llama" and shape.arch == "gpt_neox":
-        return _neox_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables)
+        return _neox_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables, cache=cache)
     if shape.family == "llama" and shape.arch == "olmo2":
         # OLMo 2: no norm before the sublayers; q/k RMSNorm over all heads; a norm on each sublayer's output.
         def norm(y, name, rows=None):
@@ -161,8 +175,10 @@ def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Set
         k = norm(tr.linear(x, t * kv * d, trainable, lora("k_proj"), "k_proj"), "k_norm")
         v = tr.linear(x, t * kv * d, trainable, lora("v_proj"), "v_proj")
         q, k = _olmo2_rotary(tr, q, tables), _olmo2_rotary(tr, k, tables)
+        if cache:
+            k, v = _kv_cache(tr, k, v)
         ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
-                           name="attention")
+                           name="attention", kv_contiguous=cache)
         r1 = tr.add(x, norm(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm"))
         gate = tr.linear(r1, t * inner, trainable, lora("gate_proj"), "gate_proj")
         up = tr.linear(r1, t * inner, trainable, lora("up_proj"), "up_proj")
@@ -183,8 +199,12 @@ def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Set
             q = tr.rms_norm(q, trainable, "q_norm", rows=t * a)
             k = tr.rms_norm(k, trainable, "k_norm", rows=t * kv)
         q, k = tr.rotary(q, tables), tr.rotary(k, tables)
+        if cache:  # cache.update(key_states, value_states) (modeling_phi3.py:233; llama:252): Phi-3's v no slice
+            k, v = _kv_cache(tr, k, v)
+        # Phi-3 without the cache, one key/value head per query head: repeat_kv returns v itself (a view of
+        # the qkv output), which eager probs @ v keeps whole at b = 1 (found measuring the use_cache cases).
         ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
-                           name="attention")
+                           name="attention", v_view=phi3 and not cache and kv == a, kv_contiguous=cache)
         if phi3 and kind == "flash":
             # Phi-3's rotary ends in torch.cat, so q is contiguous as (b, a, s, d) and so is the SDPA output:
             # transpose(1, 2).contiguous() copies it for o_proj (LLaMA's q keeps q_proj's (b, s, a, d) layout,
@@ -234,7 +254,7 @@ def _houlsby(tr: Trace, x: Tensor, setup: _Setup, name: str) -> Tensor:
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 
 
-def _gemma_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables):
+def _gemma_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables, cache):
     """GemmaDecoderLayer (Gemma2/Gemma3 with four norms, Gemma 3 with q/k norms), from modeling_gemma*.py.
 
     Every norm is a GemmaRMSNorm ((1 + weight) in fp32, rms_norm's plus_one); the MLP is
@@ -256,8 +276,10 @@ def _gemma_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora,
         q = norm(q, "q_norm", rows=t * a, width=d)
         k = norm(k, "k_norm", rows=t * kv, width=d)
     q, k = tr.rotary(q, tables), tr.rotary(k, tables)
+    if cache:
+        k, v = _kv_cache(tr, k, v)
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
-                       name="attention", softcap=shape.attn_softcap)
+                       name="attention", softcap=shape.attn_softcap, kv_contiguous=cache)
     out = tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj")
     if sandwich:
         out = norm(out, "post_attention_layernorm")
@@ -272,7 +294,7 @@ def _gemma_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora,
     return tr.add(r1, out)
 
 
-def _neox_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables):
+def _neox_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables, cache):
     """GPTNeoXLayer (modeling_gpt_neox.py): LayerNorms, one query_key_value, partial rotary, GELU MLP,
     dropout after each sublayer, and (use_parallel_residual, the default) attention and MLP both reading
     the block input: the second LayerNorm saves the same input again (one storage) and its own stats."""
@@ -282,8 +304,10 @@ def _neox_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, 
     qkv = tr.linear(h1, 3 * t * h, trainable, lora("query_key_value"), "query_key_value")
     q, k, v = (Tensor(t * a * d, e, qkv.grad, qkv.storage) for _ in range(3))  # chunk(3): views of one storage
     q, k = _partial_rotary(tr, q, tables, t * a * rd), _partial_rotary(tr, k, tables, t * a * rd)
+    if cache:  # layer_past.update(key_states, value_states) (modeling_gpt_neox.py:203): v is no chunk of qkv now
+        k, v = _kv_cache(tr, k, v)
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
-                       name="attention", v_view=True)
+                       name="attention", v_view=not cache, kv_contiguous=cache)
     if kind == "flash":  # q from torch.cat is contiguous as (b, a, s, d): so is the SDPA output, copied for dense
         merged = tr.new(ctx.numel, e, ctx.grad)
         tr.use(ctx)
@@ -302,6 +326,24 @@ def _neox_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, 
     return tr.add(out, x)
 
 
+def _kv_cache(tr: Trace, k: Tensor, v: Tensor):
+    """transformers' DynamicCache in a training forward: with config.use_cache (every config class's default)
+    and no gradient checkpointing, each decoder model builds one (modeling_gpt_neox.py:328-329,
+    modeling_phi3.py:378-379, ...) and attention reads k and v back from cache.update(), which returns
+    torch.cat([self.keys, key_states], dim=-2) and the same for values (cache_utils.py:136-137): new contiguous
+    copies, held by the cache until the forward returns. What was a view of a fused projection (GPT-2's c_attn,
+    GPT-NeoX's query_key_value, Phi-3's qkv_proj) is no longer what attention keeps: found when GPT-NeoX and
+    Phi-3 configs with transformers' defaults measured 2 x t x h x e per block less than the trace without it."""
+    copies = []
+    for x in (k, v):
+        copy = tr.new(x.numel, x.elem, x.grad)
+        tr.use(x)
+        copy.storage.kept = True  # the cache holds it to the end of the forward pass, saved or not
+        copies.append(copy)
+    tr.__dict__.setdefault("kv_copies", []).extend(copy.storage for copy in copies)
+    return tuple(copies)
+
+
 def _partial_rotary(tr: Trace, x: Tensor, tables, rotated):
     """GPT-NeoX's apply_rotary_pos_emb: the first rotary_ndims of each head rotate (keeping cos and sin,
     rotary_ndims wide), then torch.cat([rotated, passed]) makes a new contiguous (b, a, s, d) tensor."""
@@ -315,6 +357,63 @@ def _partial_rotary(tr: Trace, x: Tensor, tables, rotated):
     out = tr.new(x.numel, tr.e, x.grad)  # torch.cat
     tr.use(summed, x)
     return out
+
+
+def _wrapped_weight(tr: Trace, lora, experts, d_out, d_in, name, build=True):
+    """The weight a module reads under peft 0.21's ParamWrapper (peft/tuners/lora/layer.py): W + scaling * B A,
+    a new tensor that requires grad (W: experts x d_out x d_in, or d_out x d_in for experts = 1, frozen).
+
+    lora: (per-expert rank, adapter bytes per element). _activate_lora builds the parametrization:
+    - experts > 1, one adapter (_LoraFactorsProxy): get_delta_factors reshapes B to (E, d_out, r) and A to
+      (E, r, d_in), views, and casts them to W's dtype: copies when the adapters are stored otherwise (peft's
+      fp32 adapters on a 16-bit base), else the adapters' own storages; the weight is baddbmm(W, B, A,
+      alpha=scaling), which keeps both factors (the copies are activations; the adapters' storages are not);
+    - experts = 1, the router (_LoraParameterProxy): get_delta_weight is Linear.get_delta_weight's
+      (B @ A) * scaling, in fp32 on the CPU for 16-bit adapters (A.float() and B.float(): copies the matmul
+      keeps), cast back to the adapters' dtype, then to W's (.to(param.dtype)); the weight is W + delta;
+    - torch's register_parametrization (unsafe=False) evaluates the parametrization once to check its shape
+      and dtype: a temporary the size of W, dropped at once;
+    - the module's forward reads the parameter inside parametrize.cached(): computed once there.
+    build=False returns a function that computes the weight (read later in the forward pass) after the rest.
+    """
+    rank, adapter_elem = lora
+    e, n = tr.e, experts * d_out * d_in
+    if experts > 1:
+        factors = []
+        if adapter_elem != e:
+            for numel, what in ((experts * d_out * rank, "B"), (experts * rank * d_in, "A")):
+                copy = tr.new(numel, e, True)
+                tr.save(copy, f"{name} LoRA {what} cast to the weights' dtype (baddbmm input)")
+                factors.append(copy)
+        tr.tmp(n, e, *factors)  # register_parametrization's check
+
+        def weight():
+            out = tr.new(n, e, True)  # baddbmm(W, lhs, rhs)
+            tr.use(*factors)
+            return out
+    else:
+        low = tr.device == "cpu" and adapter_elem == 2  # Linear.get_delta_weight's cast_to_fp32
+        factors = ()
+        if low:
+            factors = (tr.new(rank * d_in, 4, True), tr.new(d_out * rank, 4, True))
+            tr.save(factors[0], f"{name} LoRA A in fp32 (CPU delta weight)")
+            tr.save(factors[1], f"{name} LoRA B in fp32 (CPU delta weight)")
+        elem = 4 if low else adapter_elem
+        delta = tr.new(n, elem, True)  # B @ A
+        tr.use(*factors)
+        delta = tr.tmp(n, elem, delta)  # * scaling
+        delta.grad = True
+        for cast in (adapter_elem, e):  # back to the adapters' dtype, then W's: no-ops where it already is
+            if delta.elem != cast:
+                delta = tr.tmp(n, cast, delta)
+                delta.grad = True
+        tr.tmp(n, e, delta)  # register_parametrization's check
+
+        def weight():
+            out = tr.new(n, e, True)  # W + delta
+            tr.use(delta)
+            return out
+    return weight() if build else weight
 
 
 def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
@@ -331,7 +430,10 @@ def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
     gate_up output and the S x I SiLU output; the routing-weight product keeps the S x h down output
     and the weights (the product takes the wider dtype); the unsort keeps its int64 inverse permutation.
     Qwen2-MoE's shared expert (a SwiGLU MLP on x) and its sigmoid gate (keeps the t x 1 sigmoid output
-    and the shared output) add to it. Where torch's grouped_mm cannot run (CUDA below sm80, CPU torch <=
+    and the shared output) add to it. LoRA on the router or the experts (peft's ParamWrapper, _wrapped_weight):
+    the router's F.linear and the grouped_mm read W + BA, which requires grad, so they keep their input and,
+    when the input needs a gradient, that weight (measured: validation/moe_lora.py, every case held out).
+    Where torch's grouped_mm cannot run (CUDA below sm80, CPU torch <=
     2.10 with unaligned weights) transformers falls back to its own op, which keeps the input even for
     frozen experts: assumed not to happen (measured on the CPU with torch 2.13).
     """
@@ -346,7 +448,16 @@ def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
         up = tr.linear(x, t * si, trainable, lora("up_proj"), "shared_expert.up_proj")
         prod = tr.silu_times(gate, up, "shared expert SwiGLU")
         shared = tr.linear(prod, t * h, trainable, lora("down_proj"), "shared_expert.down_proj")
-    logits = tr.linear(x, t * n_exp, trainable, None, "router")
+    router_lora = lora("gate.weight")
+    if router_lora is None:
+        logits = tr.linear(x, t * n_exp, trainable, None, "router")
+    else:  # peft's ParamWrapper: F.linear(x, W + delta) with the sum a tensor that requires grad
+        weight = _wrapped_weight(tr, router_lora, 1, n_exp, h, "router")
+        logits = tr.new(t * n_exp, e, True)
+        tr.use(x, weight)
+        tr.save(x, "router input")
+        if x.grad:
+            tr.save(weight, "router weight W + BA (peft ParamWrapper)")
     grad = logits.grad
     logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # .float() / softmax(dtype=float)
     probs = tr.new(t * n_exp, 4, grad)
@@ -370,6 +481,16 @@ def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
         values = tr.new(rows, e, grad)
         tr.use(values)
         weight_elem = e
+    experts_lora = lora("experts.gate_up_proj")  # "experts" adapts gate_up_proj and down_proj together
+    if experts_lora is not None:
+        # peft nests two ParamWrappers: down_proj's outside, gate_up_proj's inside; each prepares its factors and
+        # registers its parametrization (with its check) before the experts' forward runs. gate_up_proj's
+        # rank is 2r per expert (peft's rank_pattern for the fused gate and up), down_proj's r.
+        rank, adapter_elem = experts_lora
+        down_pre = _wrapped_weight(tr, experts_lora, n_exp, h, width, "experts down_proj", build=False)
+        gate_up_pre = _wrapped_weight(tr, (2 * rank, adapter_elem), n_exp, 2 * width, h, "experts gate_up_proj",
+                                      build=False)
+    weights_grad = trainable or experts_lora is not None  # the weights grouped_mm reads require grad
     # grouped_mm_experts_forward: sort by expert, gather, two grouped matmuls, weight, unsort, sum over k.
     token_index = tr.new(rows, INT64)  # perm // top_k
     selected = tr.new(rows * h, e, x.grad)
@@ -382,18 +503,28 @@ def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
     if grad:
         tr.save(perm, "expert sort permutation (int64)")
     offsets = tr.new(n_exp, 4)  # cumsum(histc(...), dtype=int32)
-    if trainable:
+    gate_up_weight = None
+    if experts_lora is not None:  # self.gate_up_proj: the parametrization, computed and cached at first read
+        gate_up_weight = gate_up_pre()
+    if weights_grad:
         tr.save(selected, "experts gate_up input (S x h)")
-    if selected.grad or trainable:
+    if selected.grad or weights_grad:
         tr.save(offsets, "grouped_mm offsets (int32)")
-    gate_up = tr.new(rows * 2 * width, e, selected.grad or trainable)
-    tr.use(selected, offsets)
+    if gate_up_weight is not None and selected.grad:  # grouped_mm keeps the weight for its input's gradient
+        tr.save(gate_up_weight, "experts gate_up_proj W + BA (peft ParamWrapper)")
+    gate_up = tr.new(rows * 2 * width, e, selected.grad or weights_grad)
+    tr.use(selected, offsets, gate_up_weight)
     gate, up = (Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
     prod = tr.silu_times(gate, up, "experts SwiGLU")
-    if trainable:
+    down_weight = None
+    if experts_lora is not None:  # self.down_proj, read after the gate
+        down_weight = down_pre()
+    if weights_grad:
         tr.save(prod, "experts down input (S x I)")
-    down = tr.new(rows * h, e, prod.grad or trainable)
-    tr.use(prod, offsets)
+    if down_weight is not None and prod.grad:
+        tr.save(down_weight, "experts down_proj W + BA (peft ParamWrapper)")
+    down = tr.new(rows * h, e, prod.grad or weights_grad)
+    tr.use(prod, offsets, down_weight)
     out_elem = max(e, weight_elem)
     weighted = tr.new(rows * h, out_elem, down.grad or weights.grad)
     tr.use(down, weights)
@@ -411,9 +542,10 @@ def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
     if out_elem != e:
         out = tr.tmp(t * h, e, out)  # .to(hidden_states.dtype)
         out.grad = unsorted.grad
+    tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
     if shared is None:
         return out
-    gate_logit = tr.linear(x, t, trainable, None, "shared_expert_gate")
+    gate_logit = tr.linear(x, t, trainable, lora("shared_expert_gate"), "shared_expert_gate")
     sig = tr.new(t, e, gate_logit.grad)
     tr.use(gate_logit)
     if gate_logit.grad:
@@ -539,7 +671,7 @@ def _setup(shape: ModelShape, method, recipe):
     if isinstance(method, Freeze):
         return _Setup(method.train_embeddings, method.train_final_norm, method.head_trains(shape), frozenset(), None)
     if isinstance(method, LoRA):
-        modules = frozenset(module for module, _, _ in shape.lora_matrices(method.targets))
+        modules = frozenset(adapter.module for adapter in shape.lora_adapters(method.targets))
         return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
     if isinstance(method, Adapters):
         return _Setup(False, False, False, frozenset(), None, houlsby=_houlsby_width(shape, method, recipe))
@@ -602,7 +734,8 @@ class ActivationParts:
     blocks: every storing block together; recompute: what one recomputed block saves again
     (checkpointing). The most bytes alive at once: block_live in the last block's forward,
     head_live in the head and loss, recompute_live in a block's recomputation (0 without
-    checkpointing).
+    checkpointing); cache_held: the k and v copies transformers' DynamicCache holds for blocks that
+    store nothing, alive to the end of the forward pass (0 without the cache).
     """
 
     estimate: ActivationEstimate
@@ -619,6 +752,7 @@ class ActivationParts:
     block_live: object
     head_live: object
     recompute_live: object
+    cache_held: object = 0
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -673,13 +807,17 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     blocks_store = _positive(trained) if not (checkpointing or setup.embeddings) else True
 
     int8_base = getattr(method, "quant_type", None) == "int8"  # QLoRA on bitsandbytes' Linear8bitLt
+    # use_cache: a DynamicCache in the forward pass, which transformers turns off under gradient checkpointing
+    # (GradientCheckpointingLayer and merge_with_config_defaults, modeling_layers.py:96-103, utils/generic.py:1134-1146).
+    cache = shape.family != "bert" and shape.use_cache and not checkpointing
 
     def new_trace():
         return trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base)
 
     def block(tr, region, x, trains, tables):
         tr.region = region
-        out = _block(tr, shape, x, trains and not is_lora, setup, kind=kind, dropout=dropout, tables=tables)
+        out = _block(tr, shape, x, trains and not is_lora, setup, kind=kind, dropout=dropout, tables=tables,
+                     cache=cache)
         tr.region = "outside"
         return out
 
@@ -756,6 +894,15 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
     block(again, "block", x_again, True, (again.new(s * dm["rd"], e, existing=True),
                                           again.new(s * dm["rd"], e, existing=True)))
+    # The cache also holds the k and v of the blocks that store nothing (frozen, their input needing no gradient)
+    # until the forward pass returns (measured: LLaMA with 2 of 3 blocks frozen peaked 2 x 2 x t x h x e higher).
+    cache_held = 0
+    if cache:
+        idle = new_trace()
+        block(idle, "block", idle.new(b * s * h, e, existing=True), False,
+              (idle.new(s * dm["rd"], e, existing=True), idle.new(s * dm["rd"], e, existing=True)))
+        cache_held = (n_layers - layers_storing - frozen_storing) * sum(
+            (st.nbytes for st in getattr(idle, "kv_copies", ())), 0)
     estimate = ActivationEstimate(per_layer=per_layer, layers_storing=layers_storing,
                                   recompute_peak=recompute * _positive(layers_storing),
                                   outside_layers=embeddings + tables + head, loss=loss, model="transformers",
@@ -766,7 +913,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         head=head, loss=loss, batch=emb.batch_bytes + chosen.batch_bytes,
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
-        recompute_live=again.peak_live() if checkpointing else 0)
+        recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held)
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
@@ -813,6 +960,13 @@ def _check_attention(shape: ModelShape, attention):
 
 def _check_layout(shape: ModelShape, seq_len):
     arch = shape.arch
+    if shape.vision is not None:
+        # A vision-language model: its wrapper's forward (the image features scattered into the embeddings, Gemma 3's
+        # own loss over the logits) and the vision tower are not traced (memmath/multimodal.py).
+        raise validate.FieldError("activations", f"activations='transformers' traces text models; this "
+                                  f"{shape.vision.model_type} vision-language model's forward (its vision tower and "
+                                  "how the image features join the language model) is not traced "
+                                  "(use activations='textbook')")
     if arch not in TRACED_ARCHES[shape.family]:
         raise validate.FieldError("activations", f"activations='transformers' replays {', '.join(a for a in TRACED_ARCHES[shape.family] if a)}"
                          f" models; model_type {arch!r} is not traced yet (use activations='textbook')")

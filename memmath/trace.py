@@ -270,10 +270,13 @@ class Trace:
         return out
 
     def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name, softcap=None,
-                  v_view=False):
-        """v_view (GPT-NeoX): v is a view into the fused qkv output. Eager probs @ v reshapes it to
-        (b*a, s, d): a copy for b > 1, but at b = 1 a view, so the whole qkv storage is saved (found when
-        the first held-out GPT-NeoX eager case, b = 1, measured 2 x t x h x e more per block)."""
+                  v_view=False, q_view=False, kv_contiguous=False):
+        """v_view (GPT-NeoX, Phi-3 without the cache): v is a view into the fused qkv output. Eager probs @ v
+        reshapes it to (b*a, s, d): a copy for b > 1, but at b = 1 a view, so the whole qkv storage is saved
+        (found when the first held-out GPT-NeoX eager case, b = 1, measured 2 x t x h x e more per block).
+        q_view (GPT-2 with the cache): q @ k^T keeps q's whole storage at b = 1 the same way.
+        kv_contiguous (the cache's k and v, contiguous (b, heads, s, d) copies): eager's k^T and v reshape
+        as views, so the matmuls keep the cache's tensors themselves, where no GQA repeat copies them."""
         n = self.t * heads * head_dim
         scores = self.b * heads * self.s * self.s
         if kind == "flash":
@@ -295,7 +298,11 @@ class Trace:
             held = tuple(self.new(n, elem, x.grad) for x in (q, k, v))
             self.use(q, k, v)
             q, k, v = held
-        qc, kc = self.new(n, elem, q.grad), self.new(n, elem, k.grad)
+        qc = self.new(n, elem, q.grad)
+        kc = k if kv_contiguous and k.numel == n and k.elem == elem else self.new(n, elem, k.grad)
+        if q_view and kind == "eager":
+            qc.storage.nbytes = pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
+                                      q.storage.nbytes, qc.storage.nbytes)
         self.use(q, k)
         if k.grad:
             self.save(qc, f"{name} q {what}copy (QK^T)")
@@ -327,7 +334,7 @@ class Trace:
             if grad:
                 self.save(probs, f"{name} softmax output")
         probs = self.dropout(probs, dropout, f"{name} attention")
-        vc = self.new(n, elem, v.grad)
+        vc = v if kv_contiguous and v.numel == n and v.elem == elem else self.new(n, elem, v.grad)
         if v_view and kind == "eager":
             vc.storage.nbytes = pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
                                       v.storage.nbytes, vc.storage.nbytes)

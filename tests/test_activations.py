@@ -244,3 +244,42 @@ def test_gpt_neox_parallel_residual_saves_the_block_input_once():
     # rotary_pct 0.25: the cos and sin tables are a quarter of a head wide (s x d/4 each, bf16).
     _, full_rotary = _exact(dict(config, rotary_pct=1.0))
     assert full_rotary.outside_layers - parallel.outside_layers == 2 * 1024 * 2 * (shape.head_dim * 3 // 4)
+
+
+def test_use_cache_swaps_the_fused_qkv_storage_for_the_caches_copies():
+    # Issue 23. With config use_cache (true in every config.json save_pretrained writes) and no checkpointing,
+    # transformers builds a DynamicCache in the training forward; attention reads k and v back from
+    # cache.update(), torch.cat copies (cache_utils.py:136-137). By hand, bf16 (e = 2), t = 1,024 tokens:
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    e, t = 2, 1024
+    # GPT-NeoX (pythia-160m): SDPA kept v, a chunk of query_key_value's 3 x t x h output, so that whole storage;
+    # with the cache it keeps v's own t x h copy (q and k were new tensors from the rotary torch.cat anyway).
+    pythia = PUBLISHED_CONFIGS["pythia-160m"]
+    shape, without = _exact(dict(pythia, use_cache=False))
+    cached_shape, cached = _exact(dict(pythia, use_cache=True))
+    assert cached_shape.use_cache and not shape.use_cache and not mm.from_hf_config(pythia).use_cache  # absent: off
+    h = shape.hidden_size
+    assert without.per_layer - cached.per_layer == 3 * e * t * h - e * t * h
+    # Phi-3-mini (32 query and 32 key/value heads of 128): qkv_proj's t x (a + 2k) x d storage against v's
+    # t x k x d copy, in SDPA and, at b = 1, in eager attention too (probs @ v keeps the view's storage).
+    phi3 = PUBLISHED_CONFIGS["Phi-3-mini-4k-instruct"]
+    shape, without = _exact(dict(phi3, use_cache=False))
+    _, cached = _exact(dict(phi3, use_cache=True))
+    a, kv, d = shape.n_heads, shape.n_kv_heads, shape.head_dim
+    assert without.per_layer - cached.per_layer == e * t * (a + 2 * kv) * d - e * t * kv * d
+    _, eager = _exact(dict(phi3, use_cache=False), attention="eager")
+    _, eager_cached = _exact(dict(phi3, use_cache=True), attention="eager")
+    assert eager.per_layer - eager_cached.per_layer == e * t * (a + 2 * kv) * d - e * t * kv * d
+    # GPT-2 (no dropout, so the CPU runs its fused SDPA): q stays a view of c_attn's output, whose storage
+    # SDPA kept for q, k and v alike; the cache adds k's and v's own t x h copies.
+    gpt2 = dict(PUBLISHED_CONFIGS["gpt2"], attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    shape, without = _exact(dict(gpt2, use_cache=False))
+    _, cached = _exact(dict(gpt2, use_cache=True))
+    assert cached.per_layer - without.per_layer == 2 * e * t * shape.hidden_size
+    # LLaMA's k and v come from their own projections: the copies replace tensors of the same size.
+    llama = PUBLISHED_CONFIGS["Meta-Llama-3-8B"]
+    assert _exact(dict(llama, use_cache=True))[1].per_layer == _exact(dict(llama, use_cache=False))[1].per_layer
+    # Gradient checkpointing turns the cache off (GradientCheckpointingLayer, merge_with_config_defaults).
+    assert (_exact(dict(pythia, use_cache=True), checkpointing=True)[1].total
+            == _exact(dict(pythia, use_cache=False), checkpointing=True)[1].total)

@@ -34,6 +34,9 @@ SAMPLE = [
     # 8-bit Adam (bitsandbytes): 8-bit and fp32 states in one model; LoRA rank 64 adapters of 4,096 values.
     "llama-gqa/bf16/adamw8bit/full/sdpa/nodrop/nockpt/b2s64",
     "bert/bf16/adam8bit/lora64-qv-fp32/sdpa/nodrop/nockpt/b2s64",
+    # use_cache=True (issue 23): the cache's k and v copies, in frozen blocks too, and Phi-3's eager b = 1.
+    "neox-256/bf16/adamw/freeze1/sdpa/nodrop/nockpt/b3s48",
+    "phi3-256/bf16/adamw/full/eager/nodrop/nockpt/b1s96",
 ]
 EXACT = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "optimizer_state_detail", "saved_bytes",
          "saved_per_layer", "saved_outside_layers", "resident_before_bytes", "total_params", "trainable_params")
