@@ -20,6 +20,8 @@ Measured: validation/sharded.py runs both over gloo with 2 and 4 processes on on
 
 from __future__ import annotations
 
+import heapq
+
 from .models import ModelShape
 
 SHARDINGS = ("even", "fsdp2", "zero_redundancy")
@@ -42,7 +44,10 @@ def torch_tensors(shape: ModelShape) -> list[tuple]:
     if shape.family == "llama":  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
         norms = [t for t in layer if "layernorm" in t[0]]
         layer = [t for t in layer if "layernorm" not in t[0]] + norms
-    return group("embeddings") + layer * int(shape.n_layers) + group("final_norm") + group("head")
+    # A vision-language model's ...ForConditionalGeneration registers its vision tower and projector before the
+    # language model (group "vision", in that order; empty for a text model).
+    return (group("vision") + group("embeddings") + layer * int(shape.n_layers) + group("final_norm")
+            + group("head"))
 
 
 def _rest(dims):
@@ -60,13 +65,24 @@ def fsdp2_elements(dims, n_ranks, rank) -> tuple[int, int]:
 
 
 def zero_redundancy_assignment(sizes, n_ranks) -> list[int]:
-    """The rank ZeroRedundancyOptimizer gives each tensor (sizes in elements, in parameters() order)."""
+    """The rank ZeroRedundancyOptimizer gives each tensor (sizes in elements, in parameters() order).
+
+    Largest first (a stable sort), each to the rank with the fewest elements so far, the lowest such
+    rank on a tie, as torch does it; in O(tensors x log tensors) whatever the number of ranks. The
+    ranks given a tensor so far sit in a heap of (elements, rank); every other rank holds none, and
+    the lowest of those is `fresh` (they are taken in order), so the least loaded rank is the smaller
+    of the heap's top and (0, fresh), compared as tuples: fewest elements, then lowest rank.
+    """
     order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True)  # stable, largest first
-    load, owner = [0] * n_ranks, [0] * len(sizes)
+    owner, used, fresh = [0] * len(sizes), [], 0
     for i in order:
-        rank = load.index(min(load))
+        if fresh < n_ranks and (not used or (0, fresh) < used[0]):
+            load, rank = 0, fresh
+            fresh += 1
+        else:
+            load, rank = heapq.heappop(used)
         owner[i] = rank
-        load[rank] += sizes[i]
+        heapq.heappush(used, (load + sizes[i], rank))
     return owner
 
 

@@ -21,6 +21,8 @@ MAX_DIM = 2**22
 MAX_LAYERS = 10_000
 MAX_VOCAB = 2**24
 MAX_GPUS = 2**20
+MAX_SWEEP_POINTS = 2**20  # points a sweep may hold once its arrays broadcast together (e.g. 1,024 x 1,024)
+INT64_MAX = 2**63 - 1  # what an array element may reach: sweeps compute in int64
 
 
 MAX_BYTES = 10**40  # what a result in bytes may reach (scalars are exact Python ints at any size)
@@ -89,12 +91,19 @@ def count(name: str, value, *, low: int = 1, high: int = MAX_DIM, scalar: bool =
         return _scalar_count(name, array.item(), low, high, allowed)
     if array.size == 0:
         raise FieldError(name, f"{name} must not be an empty array")
+    # An array computes in int64: a range reaching past it is cut to int64's for arrays (uint64 values above it
+    # would wrap around, and floats past it cast with a RuntimeWarning), so they are refused here, by name.
+    if high > INT64_MAX or low < -INT64_MAX:
+        low, high = max(low, -INT64_MAX), min(high, INT64_MAX)
+        allowed = f"a whole number from {low:,} to {high:,} in an array (int64; a single number may be larger)"
     if array.dtype.kind == "f":
         if not np.all(np.isfinite(array)):
             raise FieldError(name, f"{name} must be {allowed}; the array holds NaN or infinity")
         if not np.all(array == np.floor(array)):
             raise FieldError(name, f"{name} must be {allowed}; the array holds fractions")
-        if np.any(array < low) or np.any(array > high):
+        # float(high) may round up past int64 (2**63 - 1 becomes 2**63): compare below 2**63 then, exactly.
+        too_large = np.any(array >= 2.0**63) if high >= 2**63 - 1024 else np.any(array > high)
+        if np.any(array < low) or too_large:
             raise FieldError(name, f"{name} must be {allowed}; the array holds values outside that range")
         return array.astype(np.int64)
     if np.any(array < low) or np.any(array > high):
@@ -146,6 +155,11 @@ def nbytes(name: str, value):
             raise FieldTypeError(name, f"{name} must be whole bytes, an int or an int64 array; got an array of {value.dtype}")
         if np.any(value < 0):
             raise FieldError(name, f"{name} must be from 0 bytes; the array holds negative values")
+        if value.dtype.kind == "u":  # unsigned: at most int64's largest, as int64 (never wrapped around)
+            if np.any(value > INT64_MAX):
+                raise FieldError(name, f"{name} must be from 0 to {INT64_MAX:,} bytes in an array (int64); the array "
+                                 "holds values above that")
+            return value.astype(np.int64)
         return value
     return count(name, value, low=0, high=MAX_BYTES)
 
@@ -217,6 +231,31 @@ def check_sweep(name: str, largest) -> None:
             f"{name} reaches {largest:,} bytes at the largest inputs of this sweep, beyond exact int64 "
             f"arithmetic (at most {SWEEP_LIMIT:,}); narrow the ranges or call with single numbers"
         )
+
+
+def check_sweep_size(**inputs) -> None:
+    """Refuse a sweep whose arrays do not broadcast together, or hold more than MAX_SWEEP_POINTS points together.
+
+    Called with the inputs of one calculation (name=value; single numbers are passed over) before it
+    computes anything, so a sweep too large for memory is a ValueError naming its inputs and the
+    limit, never a MemoryError, and arrays of shapes that cannot broadcast are refused by name.
+    """
+    arrays = {name: value for name, value in inputs.items() if is_ndarray(value) and value.ndim > 0}
+    if not arrays:
+        return
+    first = next(iter(arrays))
+    shapes = ", ".join(f"{name} {value.shape}" for name, value in arrays.items())
+    try:
+        shape = np.broadcast_shapes(*(value.shape for value in arrays.values()))
+    except ValueError:
+        raise FieldError(first, f"{first}: the arrays of a sweep must broadcast together (numpy's rules); got "
+                         f"{shapes}, which do not broadcast") from None
+    points = math.prod(shape)
+    if points > MAX_SWEEP_POINTS:
+        grid = " x ".join(map(str, shape))
+        raise FieldError(first, f"{first}: this sweep holds {points:,} points ({shapes}: {grid}); a sweep may hold at "
+                         f"most {MAX_SWEEP_POINTS:,} points (memmath.validate.MAX_SWEEP_POINTS, e.g. 1,024 x 1,024): "
+                         "narrow it or split it into several calls")
 
 
 def largest(value):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import memmath as mm
+from memmath import validate
 
 NAN = float("nan")
 TINY_LLAMA = dict(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
@@ -104,6 +105,16 @@ CASES = [
     ("fraction terms heads", lambda: mm.korthikanti_terms(seq_len=8, batch_size=1, hidden_size=64, n_heads=1.5),
      ["n_heads", "fraction"]),
     ("bad element bits", lambda: mm.working_set_bytes("gpt2", context_len=8, element_bits=12), ["element_bits", "16"]),
+    # issue 26: a sweep is bounded (mm.validate.MAX_SWEEP_POINTS), its arrays broadcast, its values fit int64
+    ("sweep too large", lambda: mm.training_memory("gpt2", batch_size=np.ones((30_000, 1), dtype=int),
+                                                   seq_len=np.ones((1, 30_000), dtype=int)),
+     ["batch_size", "900,000,000 points", "at most 1,048,576 points"]),
+    ("sweep not broadcasting", lambda: mm.kv_cache_bytes("gpt2", context_len=np.array([8, 16]),
+                                                         batch_size=np.array([1, 2, 3])),
+     ["context_len", "broadcast together", "(2,)", "(3,)"]),
+    ("uint64 array beyond int64", lambda: validate.count("n_bytes", np.array([2**63], dtype=np.uint64), low=0,
+                                                         high=validate.MAX_BYTES),
+     ["n_bytes", "in an array (int64", "outside that range"]),
 ]
 
 
