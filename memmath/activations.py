@@ -84,8 +84,10 @@ class ActivationEstimate:
 
 def _layer_arguments(seq_len, batch_size, hidden_size, n_heads, element_bytes, mask_bytes, dropout, attention):
     """The arguments of korthikanti_per_layer / korthikanti_terms, checked (ValueError names the field)."""
-    return (validate.count("seq_len", seq_len, high=validate.MAX_SEQ),
-            validate.count("batch_size", batch_size, high=validate.MAX_BATCH),
+    seq_len = validate.count("seq_len", seq_len, high=validate.MAX_SEQ)
+    batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
+    validate.check_sweep_size(seq_len=seq_len, batch_size=batch_size)
+    return (seq_len, batch_size,
             validate.count("hidden_size", hidden_size, scalar=True),
             validate.count("n_heads", n_heads, scalar=True),
             validate.count("element_bytes", element_bytes, high=8, scalar=True),

@@ -3,22 +3,27 @@
     memmath train MODEL [--method qlora --batch 4 --seq 2048 --gpu "RTX 4090" ...]
     memmath infer MODEL [--context 32768 --weights nf4 --kv bf16 --gpu "RTX 4090" ...]
     memmath models | memmath gpus
+    memmath lessons [--static DIR]     (the workbook: needs pip install "memmath[workbook]")
 
 In three parts, as accelerate's estimate-memory keeps a command: the options become a memmath.Run
 (or a serving setup), the library plans it (plan_training, plan_serving), and this module prints
 the plan, as tables or as one JSON object (--json). It decides nothing and holds no default of its
 own: an option left out is left to the Run, whose resolved values the output shows. Errors from the
 library name their field; FIELD_OPTIONS says which option sets it.
-Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on stderr).
+Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on stderr). The answer
+is written once it is whole, so a reader that leaves early (`memmath models | head -1`) still gets
+the status the command computed, and nothing reaches stdout on an error. A value echoed in a message
+is cut to a short quotation (memmath.validate.describe).
 
 Only the standard library is imported at the top; memmath's calculator is imported when a command
-runs, so `--help` and a bad option answer without loading it.
+runs, so `--help` and a bad option answer without loading it, and marimo only for `memmath lessons`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import re
@@ -27,6 +32,10 @@ import sys
 import textwrap
 
 PROG = "memmath"
+COMMAND_CHOICES = "{train,infer,models,gpus,lessons}"
+# The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
+WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
+WORKBOOK_INSTALL = 'pip install "memmath[workbook]"'
 METHODS = ("full", "freeze", "adapters", "lora", "qlora")
 ATTENTION = ("sdpa", "eager")
 UNIT_CHOICES = ("GB", "GiB", "MB", "MiB", "TB", "TiB")
@@ -43,7 +52,7 @@ FIELD_OPTIONS = {
     "attention": "--attention", "activations": "--activations", "dropout": "--no-dropout", "unit": "--unit",
     "gpu": "--gpu", "weights_format": "--weights", "kv_format": "--kv", "format": "--weights/--kv",
     "size": "--gpu-memory", "quant_type": "--quant-type", "layout": "--quant-layout",
-    "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus",
+    "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus", "vision": "--vision",
 }
 
 
@@ -58,35 +67,122 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad option in one line (no usage block) and exits with status 2."""
 
     def error(self, message):
-        message = re.sub(r"^argument ", "", message).replace("{train,infer,models,gpus}", "COMMAND")
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        message = re.sub(r"^argument ", "", message).replace(COMMAND_CHOICES, "COMMAND")
+        self.exit(2, _shorten(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
+
+
+def _quote(value) -> str:
+    """A value as a message echoes it: a short quotation (at most 60 characters, memmath.validate.describe)."""
+    from memmath import validate
+
+    return validate.describe(value)
+
+
+# A value too long to echo: a quoted one (what argparse's "invalid choice: %r" and the library's reprs give) or a
+# run without spaces (argparse's "unrecognized arguments"), each over 300 characters: longer than any path or
+# sentence a message names, short enough that a message stays readable.
+_LONG_QUOTED = re.compile(r"""'([^'\n]{301,})'|"([^"\n]{301,})"|(?<![\w'"])([^\s'"]{301,})""")
+
+
+def _shorten(message: str) -> str:
+    """A message with every long value in it cut to a short quotation (what argparse and the library echo),
+    and at most 1,000 characters in all."""
+    def cut(match):
+        quoted = match.group(1) if match.group(1) is not None else match.group(2)
+        return _quote(quoted) if quoted is not None else match.group(3)[:40] + "..."
+    message = _LONG_QUOTED.sub(cut, message)
+    return message if len(message) <= 1000 else message[:997] + "..."
 
 
 # ---- option types: each failure names the allowed values --------------------------------------
-def _whole(low: int):
+def _whole(low: int, high: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text.replace(",", "").replace("_", ""))
         except ValueError:
             value = None
-        if value is None or value < low:
-            raise argparse.ArgumentTypeError(f"must be a whole number from {low:,} up; got {text!r}")
+        if value is None or value < low or (high is not None and value > high):
+            allowed = f"from {low:,} up" if high is None else f"from {low:,} to {high:,}"
+            raise argparse.ArgumentTypeError(f"must be a whole number {allowed}; got {_quote(text)}")
         return value
     parse.__name__ = "whole number"
     return parse
 
 
-def _size(text: str) -> int:
-    """Bytes from '24GiB', '1.5 GB', '1343MiB' or '0'."""
-    import memmath
+def _exact_bytes(text: str, too_large):
+    """The size a text names, as an exact Fraction of bytes; None when it is not a size such as 24GiB.
+    too_large(approx) is raised for a size past any card, before an exponent such as 1e999999999
+    is expanded; a comma that does not group thousands (1,5GB) is refused, never read as 15GB."""
+    from fractions import Fraction
 
-    if text.strip() in ("0", "0.0"):
-        return 0
+    import memmath
+    from memmath.units import _NUMBER, unit_name  # the grammar memmath.parse_bytes reads
+
+    match = re.fullmatch(_NUMBER + r"\s*([a-z]+)", text.strip().lower())
+    if not match:
+        return None
     try:
-        return memmath.parse_bytes(text)
-    except (ValueError, TypeError):
-        raise argparse.ArgumentTypeError(
-            f"must be a size such as 24GiB, 1.5GB or 1343MiB (units {', '.join(memmath.UNITS)}); got {text!r}") from None
+        unit = memmath.UNITS[unit_name(match.group(2))]
+    except ValueError:
+        return None
+    number = match.group(1).replace("_", "")
+    if "," in number and not re.fullmatch(r"[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?(e[+-]?[0-9]+)?", number):
+        raise argparse.ArgumentTypeError(f"{_quote(text)}: a comma groups thousands (1,343MiB); for a fraction write "
+                                         "a point (1.5GB)")
+    number = number.replace(",", "")
+    mantissa, _, exponent = number.partition("e")
+    if exponent and abs(int(exponent)) > 64 and Fraction(mantissa) != 0:
+        if int(exponent) > 0:
+            raise too_large(float(mantissa) * 10.0 ** min(int(exponent), 308) * unit)
+        return Fraction(1, 10**65)  # far below a byte: refused as a fraction of one
+    return Fraction(0) if exponent and Fraction(mantissa) == 0 else Fraction(number) * unit
+
+
+def _size(low: int = 0):
+    """Bytes from '24GiB', '1.5 GB', '1343MiB' (or '0'): a whole number of bytes from `low` to the
+    largest card memmath.GPU holds (2**60 bytes), never rounded: a fraction of a byte is refused."""
+    def parse(text: str) -> int:
+        import memmath
+        from memmath.gpus import MAX_GPU_BYTES
+
+        allowed = (f"a size from {'1 B' if low else '0'} to {MAX_GPU_BYTES // 2**50:,} PiB ({MAX_GPU_BYTES:,} bytes), "
+                   "such as 24GiB, 1.5GB or 1343MiB")
+
+        def out_of_range(approx):
+            return argparse.ArgumentTypeError(f"must be {allowed}; got {_quote(text)}, " + (
+                _bytes_text(approx) if not isinstance(approx, float) else f"about {approx:.3g} bytes"
+                if approx < float("inf") else "more than 1e+308 bytes"))
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"is empty; give {allowed}")
+        exact = 0 if text.strip() in ("0", "0.0") else _exact_bytes(text, out_of_range)
+        if exact is None:
+            raise argparse.ArgumentTypeError(f"must be {allowed} (units {', '.join(memmath.UNITS)}); got {_quote(text)}")
+        if exact > MAX_GPU_BYTES or exact < low:
+            raise out_of_range(exact)
+        if exact.denominator != 1:
+            nearest = round(exact)
+            raise argparse.ArgumentTypeError(f"{_quote(text)} is {_bytes_text(exact)}, not a whole number of bytes; "
+                                             f"give whole bytes, such as {nearest}B")
+        return int(exact)
+    parse.__name__ = "size"
+    return parse
+
+
+def _bytes_text(exact) -> str:
+    """An exact size in bytes as text: '1,363,148.8 bytes' (every digit), 'about 1e+39 bytes' when huge,
+    'less than 1e-30 bytes' when tiny."""
+    from decimal import Decimal, localcontext
+    from fractions import Fraction
+
+    exact = Fraction(exact)
+    if exact > 10**24:
+        return f"about {float(exact):.3g} bytes"
+    if 0 < exact < Fraction(1, 10**30):
+        return "less than 1e-30 bytes"
+    with localcontext() as context:
+        context.prec = 60
+        value = (Decimal(exact.numerator) / Decimal(exact.denominator)).normalize()
+    return f"{value:,f} bytes"
 
 
 def _choice(choices, what="one of"):
@@ -95,10 +191,20 @@ def _choice(choices, what="one of"):
     def parse(text: str) -> str:
         key = text.strip().lower()
         if key not in lower:
-            raise argparse.ArgumentTypeError(f"must be {what} {', '.join(choices)}; got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {what} {', '.join(choices)}; got {_quote(text)}")
         return lower[key]
     parse.__name__ = "choice"
     return parse
+
+
+def _gpu_name(text: str) -> str:
+    """--gpu: a card's name; an empty or blank name is refused here (it would read as no GPU)."""
+    if not text.strip():
+        import memmath
+
+        raise argparse.ArgumentTypeError(f"is empty; give a card from `memmath gpus` ({', '.join(memmath.GPUS)}) "
+                                         "or --gpu-memory 24GiB")
+    return text
 
 
 def _targets(text: str) -> tuple:
@@ -107,11 +213,11 @@ def _targets(text: str) -> tuple:
     names = tuple(t.strip().lower() for t in text.split(",") if t.strip())
     allowed = ", ".join(memmath.LORA_TARGETS)
     if names in (("all",), ("all-linear",)):
-        return tuple(memmath.LORA_TARGETS)
-    if not names or any(name not in memmath.LORA_TARGETS for name in names):
+        return ("all",)  # LoRA's "all": what peft's all-linear adapts
+    if not names or any(name not in memmath.LORA_TARGETS and name not in memmath.LORA_GROUPS for name in names):
         raise argparse.ArgumentTypeError(f"must be matrices from {allowed} separated by commas (such as q,v), "
-                                         f"or all; got {text!r}")
-    return names
+                                         f"or all, or attention; got {_quote(text)}")
+    return tuple(dict.fromkeys(n for name in names for n in memmath.LORA_GROUPS.get(name, (name,))))
 
 
 # ---- the parser: an option left out is None, left to the library's defaults ----------------------
@@ -122,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "will it fit on this GPU, and what to change if not. Never uses the network.",
                      epilog="Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input.")
     parser.add_argument("--version", action=_Version, nargs=0, help="print memmath's version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="{train,infer,models,gpus}")
+    sub = parser.add_subparsers(dest="command", metavar=COMMAND_CHOICES)
     common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true",
                         help="print one JSON object (every size in integer bytes) instead of tables")
@@ -131,12 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     def gpu_options(p):
         group = p.add_argument_group("the GPU (gives a verdict, and exit status 1 when it does not fit)")
         exclusive = group.add_mutually_exclusive_group()
-        exclusive.add_argument("--gpu", metavar="NAME", help="a card from `memmath gpus` (case and spaces "
-                               "forgiven: rtx4090, a100-80gb, h100)")
-        exclusive.add_argument("--gpu-memory", metavar="SIZE", type=_size,
-                               help="any card, by its memory as the driver reports it (24GiB, 24564MiB)")
-        group.add_argument("--reserve", metavar="SIZE", type=_size, help="memory the CUDA context takes before any "
-                           f"tensor (default {reserve_mib}MiB, measured on a V100 by Hugging Face; 0 for none)")
+        exclusive.add_argument("--gpu", metavar="NAME", type=_gpu_name, help="a card from `memmath gpus` (case "
+                               "and spaces forgiven: rtx4090, a100-80gb, h100)")
+        exclusive.add_argument("--gpu-memory", metavar="SIZE", type=_size(low=1),
+                               help="any card, by its memory as the driver reports it (24GiB, 24564MiB), in whole "
+                               "bytes")
+        group.add_argument("--reserve", metavar="SIZE", type=_size(), help="memory the CUDA context takes before "
+                           f"any tensor (default {reserve_mib}MiB, measured on a V100 by Hugging Face; 0 for none)")
         group.add_argument("--unit", type=_choice(UNIT_CHOICES), default="GB", metavar="UNIT",
                            help="unit for display: GB (10**9 B, default) or GiB (2**30 B), also MB, MiB, TB, TiB")
 
@@ -152,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="full (default), freeze, adapters, lora or qlora")
     m.add_argument("--rank", type=_whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
     m.add_argument("--targets", type=_targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
-                   f"{','.join(memmath.LORA_TARGETS)}, or all (default q,v)")
+                   f"{','.join(memmath.LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
     m.add_argument("--quant-type", type=_choice(("nf4", "fp4", "int8")), metavar="TYPE",
                    help="qlora: the base's format, nf4 (default) or fp4 (bitsandbytes Linear4bit), or int8 "
                    "(Linear8bitLt, LLM.int8)")
@@ -164,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--trainable-layers", type=_whole(0), metavar="K",
                    help="freeze: how many of the last blocks train (required with --method freeze)")
     m.add_argument("--bottleneck", type=_whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
+    m.add_argument("--vision", type=_choice(("frozen", "projector", "trains")), metavar="PART",
+                   help="a vision-language model (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): frozen (the vision "
+                   "tower and projector stay frozen: the language model alone trains), projector (the projector "
+                   "trains too) or trains (both train too); default trains for full, frozen for the others")
     s = train.add_argument_group("the training step (each default is memmath.Run's, said in the output)")
     s.add_argument("--precision", type=_choice(list(memmath.RECIPES)), metavar="RECIPE",
                    help=f"{', '.join(memmath.RECIPES)} (default bf16: pure bf16, the article's 8 B/param with Adam)")
@@ -209,6 +320,20 @@ def build_parser() -> argparse.ArgumentParser:
                    description="The model presets, with their parameter counts and sources.")
     sub.add_parser("gpus", parents=[common], help="the GPU catalog and its sources",
                    description="The GPUs --gpu knows, with their memory as the driver reports it.")
+    lessons = sub.add_parser(
+        "lessons", help="open the workbook (marimo run), or build it as a static site",
+        description="Open the workbook's lessons, as installed with the package, in your browser (marimo run, on "
+        "127.0.0.1 only, no token), or build them as a static site that works offline. Needs the workbook extra: "
+        f"{WORKBOOK_INSTALL}.",
+        epilog="Exit status: marimo's own while it runs; 0 built; 2 the workbook extra is missing or the build "
+        "failed (one line on stderr, then the cells' errors of a lesson that failed to export). To serve a class, run marimo yourself on the folder --path prints, with "
+        "--token (README, 'On a fresh machine').")
+    lessons.add_argument("--static", metavar="DIR", help="build the static site into DIR (new, empty or an earlier "
+                         "build) instead of opening the workbook; serve it with python -m http.server -d DIR")
+    lessons.add_argument("--port", type=_whole(1, 65535), metavar="PORT", help="marimo run's port (default: marimo's, 2718)")
+    lessons.add_argument("--headless", action="store_true", help="do not open a browser")
+    lessons.add_argument("--path", action="store_true",
+                         help="print the folder that holds the installed lessons and exit (for marimo edit)")
     return parser
 
 
@@ -216,7 +341,12 @@ class _Version(argparse.Action):
     """--version, looked up only when asked for (importlib.metadata costs some 20 ms to import)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.exit(0, f"memmath {_version()}\n")
+        try:  # to stdout, as --help is: `memmath --version | cut ...`
+            sys.stdout.write(f"memmath {_version()}\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+        parser.exit(0)
 
 
 def _version() -> str:
@@ -275,6 +405,8 @@ def _train_run(args):
 
     shape, source = resolve_source(args.model)
     method = _build_method(args, shape)
+    if args.vision is not None:  # the method's vision= (memmath/multimodal.py); a text model refuses it by name
+        method = dataclasses.replace(method, vision=args.vision)
     run = memmath.Run(shape, method=method, **_given(
         precision=args.precision, optimizer=args.optimizer, batch_size=args.batch, seq_len=args.seq,
         checkpointing=args.checkpointing, attention=args.attention,
@@ -308,16 +440,19 @@ def resolve_gpu(args):
             raise BadInput("--gpu-memory", "must be a size above 0, such as 24GiB")
         label = memmath.format_bytes(args.gpu_memory, "GiB")
         return memmath.GPU(f"{label} GPU", args.gpu_memory, 0, 0.0, "custom", label, "given by --gpu-memory")
-    if not getattr(args, "gpu", None):
+    if getattr(args, "gpu", None) is None:
         return None
+    if not args.gpu.strip():  # an empty --gpu "" (an unset variable in a script) must not read as "no GPU"
+        _gpu_name(args.gpu)
     wanted = _squash(args.gpu)
     exact = [g for g in memmath.GPUS.values() if _squash(g.name) == wanted]
     partial = [g for g in memmath.GPUS.values() if wanted and wanted in _squash(g.name)]
     if exact or len(partial) == 1:
         return (exact or partial)[0]
     if len(partial) > 1:
-        raise BadInput("--gpu", f"{args.gpu!r} could be {', '.join(g.name for g in partial)}; say which")
-    raise BadInput("--gpu", f"must be one of {', '.join(memmath.GPUS)} (or give --gpu-memory 24GiB); got {args.gpu!r}")
+        raise BadInput("--gpu", f"{_quote(args.gpu)} could be {', '.join(g.name for g in partial)}; say which")
+    raise BadInput("--gpu", f"must be one of {', '.join(memmath.GPUS)} (or give --gpu-memory 24GiB); got "
+                   f"{_quote(args.gpu)}")
 
 
 # ---- train: plan, then print -------------------------------------------------------------------
@@ -419,7 +554,8 @@ def _write_train(w, style, args, run, source, plan):
     import memmath
 
     memory, need, shape, unit = plan.memory, plan.requirement, run.model, args.unit
-    sharding = f"; {run.n_gpus} GPUs, ZeRO stage {run.zero_stage}" if run.n_gpus > 1 or run.zero_stage else ""
+    sharding = (f"; {run.n_gpus} GPU{'s' if run.n_gpus > 1 else ''}, ZeRO stage {run.zero_stage}"
+                if run.n_gpus > 1 or run.zero_stage else "")
     lines = [f"{shape.name} ({_source_text(source)}): {memory.total_params:,} parameters, {shape.n_layers} layers.",
              f"Method: {run.method.describe()}; {memory.trainable_params:,} trainable.",
              f"Recipe: {memory.recipe.description} {memory.optimizer.description}",
@@ -494,7 +630,7 @@ def _infer_json(args, shape, source, plan, status) -> dict:
         "assumptions": {"context_len": (f"{settings['context_len']} tokens, the default (--context not given)"
                                         if args.context is None else f"{settings['context_len']} tokens (--context)"),
                         "attention": settings["attention"], "working_set": WORKING_SET_NOTE,
-                        "reserved": _reserve_json(args, plan.reserved_bytes), "notes": [str(n) for n in memory.notes]},
+                        "reserved": _reserve_json(args, plan.reserved_bytes), "notes": [str(n) for n in plan.notes]},
         "parts": {k: int(v) for k, v in memory.parts().items()},
         "total": total, "rule_of_thumb": int(memory.rule_of_thumb),
         "required": {"bytes": total, "basis": "total", "reserved_bytes": plan.reserved_bytes,
@@ -534,14 +670,14 @@ def _write_infer(w, style, args, shape, source, plan):
     if args.reserve is None:
         notes.append(f"Reserved: {memmath.CUDA_CONTEXT_SOURCE}; set --reserve.")
     w("\n")
-    for note in notes + [_sentence(str(n)) for n in memory.notes]:
+    for note in notes + [_sentence(str(n)) for n in plan.notes]:
         w(style.dim("\n".join(_wrap(note))) + "\n")
     if plan.fit is None:
         return
     _write_verdict(w, style, plan.fit, total, plan.reserved_bytes, unit, "total")
     batch = settings["batch_size"]
-    w(f"  longest context that fits at batch {batch}: {plan.longest_context:,} tokens\n" if plan.longest_context else
-      f"  no context fits at batch {batch}\n")
+    w(f"  longest context that fits at batch {batch}: {plan.longest_context:,} tokens (the edge, no margin)\n"
+      if plan.longest_context else f"  no context fits at batch {batch}\n")
     if plan.decode_tokens_per_second:
         w("\n".join(_wrap(f"decode at most {plan.decode_tokens_per_second:,.0f} tokens/s per sequence "
                           f"({plan.gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s over the weights and KV cache read per "
@@ -549,7 +685,7 @@ def _write_infer(w, style, args, shape, source, plan):
     if not plan.fit.fits:
         rows = [(c.change, c.total, c.headroom_bytes, c.cost) for c in plan.changes if c.fits]
         _write_changes(w, style, rows, [], False, unit, plan.reserved_bytes,
-                       none="No single change of format, context or batch makes it fit.")
+                       none="No single change of format, context or batch makes it fit with 5% to spare.")
 
 
 # ---- models and gpus ----------------------------------------------------------------------
@@ -593,6 +729,76 @@ def run_gpus(args, out, style) -> int:
     out.write(style.dim("\n".join(_wrap("* no bf16: fp16 throughput. " + GPU_SOURCES[0].upper() + GPU_SOURCES[1:]
                                         + ". Any other card: --gpu-memory 24GiB."))) + "\n")
     return 0
+
+
+# ---- lessons: the workbook, from the installed package -------------------------------------------
+def lessons_folder():
+    """The folder of the lessons: memmath_lessons/notebooks in an installed wheel, notebooks/ beside the
+    package in a checkout (an editable install), found without importing memmath_lessons."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("memmath_lessons")
+    if spec is None or not spec.origin:
+        raise BadInput("", f"memmath_lessons is not installed; reinstall memmath with the workbook: {WORKBOOK_INSTALL}")
+    package = Path(spec.origin).parent
+    for folder in (package / "notebooks", package.parent / "notebooks"):
+        if (folder / "00_start_here.py").is_file():
+            return folder
+    raise BadInput("", f"the lessons are missing from {package} (no notebooks/00_start_here.py); reinstall memmath: "
+                   f"{WORKBOOK_INSTALL}")
+
+
+def _missing_workbook_modules() -> list[str]:
+    import importlib.util
+
+    return [name for name in WORKBOOK_MODULES if importlib.util.find_spec(name) is None]
+
+
+def run_lessons(args, out, style) -> int:
+    """Open the lessons with `marimo run` (its exit status), or build the static site with memmath_site."""
+    folder = lessons_folder()
+    if args.path:
+        out.write(f"{folder}\n")
+        return 0
+    missing = _missing_workbook_modules()
+    if missing:
+        raise BadInput("", f"the workbook needs the workbook extra (missing: {', '.join(missing)}): {WORKBOOK_INSTALL}")
+    if args.static is not None:
+        for option, value in (("--port", args.port), ("--headless", args.headless or None)):
+            if value is not None:
+                raise BadInput(option, "applies to opening the workbook (marimo run), not to --static")
+        from pathlib import Path
+
+        import memmath_site
+
+        site = Path(args.static)
+        try:
+            memmath_site.build_site(site, folder, log=lambda line: print(line, file=sys.stderr))
+        except (memmath_site.BuildError, memmath_site.AssetLayoutError, OSError) as error:
+            first, *details = str(error).strip().splitlines() or [type(error).__name__]
+            if not details:
+                raise BadInput("--static", first) from None
+            # a lesson that failed to export: its cells' errors follow the one-line verdict
+            sys.stderr.write(_shorten(f"{PROG} lessons: error: --static: {first}") + "\n"
+                             + "".join(f"  {line}\n" for line in details if line.strip()))
+            return 2
+        out.write(f"Built {site}/. Serve it with: python -m http.server -d {site} 8000\n")
+        return 0
+    import subprocess
+
+    command = [sys.executable, "-m", "marimo", "run", str(folder), "--include-code"]
+    if args.port is not None:
+        command += ["--port", str(args.port)]
+    if args.headless:
+        command.append("--headless")
+    sys.stdout.flush()
+    if os.name == "posix":  # become marimo: its signals, its exit status, no parent left behind
+        os.execv(sys.executable, command)
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:  # Ctrl-C reaches marimo too; it stops, and so do we, quietly
+        return 130
 
 
 # ---- printing helpers ----------------------------------------------------------------------
@@ -736,26 +942,59 @@ def _reserve_json(args, reserve) -> dict:
             "what": memmath.CUDA_CONTEXT_SOURCE if args.reserve is None else "given by --reserve"}
 
 
-COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus}
+COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons}
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit status (0 fits or no GPU, 1 does not fit, 2 bad input)."""
+    """Run the command line; returns the exit status (0 fits or no GPU, 1 does not fit, 2 bad input).
+
+    The answer is computed whole into a buffer, then written: on an error nothing reaches stdout, and
+    when the reader leaves early (`memmath ... | head`, a broken pipe) the status is still the one the
+    command computed, with no traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:  # --help, --version or a bad option: argparse has written; flush it here, quietly
+        _flush_stdout()
+        raise
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
     prog = f"{PROG} {args.command}"
+    answer = io.StringIO()
     try:
-        return COMMANDS[args.command](args, sys.stdout, Style(sys.stdout))
+        status = COMMANDS[args.command](args, answer, Style(sys.stdout))
     except (BadInput, ValueError, TypeError) as error:
-        sys.stderr.write(f"{prog}: error: {_message(error)} (see {prog} --help)\n")
+        sys.stderr.write(_shorten(f"{prog}: error: {_message(error)} (see {prog} --help)") + "\n")
         return 2
-    except BrokenPipeError:  # `memmath models | head`: the reader left; say nothing more (Python docs' recipe)
+    except OSError as error:  # a MODEL path the system cannot even look at (a name too long, no permission)
+        where = "MODEL: " if args.command in ("train", "infer") else ""
+        sys.stderr.write(_shorten(f"{prog}: error: {where}{error.strerror or error}: {error.filename!r} "
+                                  f"(see {prog} --help)") + "\n")
+        return 2
+    try:
+        sys.stdout.write(answer.getvalue())
+    except BrokenPipeError:
+        _quiet_stdout()
+        return status
+    _flush_stdout()
+    return status
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+
+
+def _quiet_stdout() -> None:
+    """The reader left (`| head`): point stdout at /dev/null so the exit's flush says nothing (Python docs' recipe)."""
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 1
+    except (OSError, ValueError, io.UnsupportedOperation):  # a stdout with no file descriptor (a StringIO)
+        pass
 
 
 def _message(error: Exception) -> str:

@@ -34,7 +34,7 @@ class Requirement:
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
-        validate.choice("basis", self.basis, BASES)
+        object.__setattr__(self, "basis", validate.choice("basis", self.basis, BASES))  # stored as checked
         validate.text_field("reason", self.reason)
 
     @property
@@ -55,11 +55,12 @@ def requirement(model, **settings) -> Requirement:
     if run.is_sweep:
         raise validate.FieldError(run.swept, f"{run.swept} must be a single value: the planner judges one run, not a "
                                   "sweep of arrays")
-    return _requirement(run)
+    return _requirement(run.cache_key)
 
 
 @functools.lru_cache(maxsize=1024)
-def _requirement(run: Run) -> Requirement:
+def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what its names stand for now
+    run = key[0]
     from .peak import peak_memory, why_no_peak
     from .training import training_memory
 

@@ -41,6 +41,7 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_
     shape = _needs_heads(resolve_model(model), "kv_cache_bytes")
     context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
+    validate.check_sweep_size(context_len=context_len, batch_size=batch_size)
     after_prefill = validate.flag("after_prefill", after_prefill)
     bits = get_format(kv_format).bits
     if validate.is_array(context_len, batch_size):
@@ -127,7 +128,7 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
         return weights, quant_constant_bytes(shape.n_params, block=quant_block, double_quant=double_quant)
     if fmt.name == "int8":
         other_bits, weights, constants = get_format(other_format).bits, 0, 0
-        for group in ("embeddings", "layer", "final_norm", "head"):
+        for group in ("embeddings", "layer", "final_norm", "head", "vision"):  # vision: a tower and projector
             repeat = shape.n_layers if group == "layer" else 1
             for tensor in shape.tensors(group):
                 if tensor.linear:  # int8 values + one fp32 scale per output row (weight is d_out x d_in)
@@ -153,7 +154,7 @@ def inference_weight_layout(shape: ModelShape, weights_format="bf16", *, other_f
         layout = f"{fmt.name} values, one fp32 absmax per block of {quant_block}"
     if not shape.tensor_count_known:
         return layout + "; a uniform model has no tensor list, so every parameter is quantized"
-    kept = sorted({_unquantized_kind(t) for g in ("embeddings", "layer", "final_norm", "head")
+    kept = sorted({_unquantized_kind(t) for g in ("embeddings", "layer", "final_norm", "head", "vision")
                    for t in shape.tensors(g) if not t.linear})
     return layout + (f"; kept in {get_format(other_format).name}: {', '.join(kept)}" if kept else "")
 
@@ -165,6 +166,8 @@ def _unquantized_kind(tensor) -> str:
         return "router"
     if tensor.component in ("embeddings", "norms", "head"):
         return {"head": "output head"}.get(tensor.component, tensor.component)
+    if tensor.component in ("vision_tower", "projector"):
+        return "the vision tower's and projector's other tensors (patch convolution, positions, norms, biases)"
     return "biases"
 
 
@@ -207,6 +210,7 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
     shape = _needs_heads(resolve_model(shape), "working_set_bytes")
     context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
+    validate.check_sweep_size(context_len=context_len, batch_size=batch_size)
     element_bits = validate.count("element_bits", element_bits, high=32, scalar=True)
     if element_bits not in (8, 16, 32):
         raise ValueError(f"element_bits must be 8, 16 or 32; got {validate.describe(element_bits)}")
@@ -323,6 +327,11 @@ def inference_memory(model, *, weights_format=SERVING_DEFAULTS["weights_format"]
         kv, working = 0, 0
         notes.append(Note("kv_cache_not_estimated",
                           "KV cache and working set not estimated: the model has no layer widths"))
+    if shape.vision is not None:  # a vision-language model (memmath/multimodal.py)
+        notes = list(shape.notes) + notes + [Note(
+            "vision_working_set_not_counted", f"the KV cache and working set are the language model's, over context_len "
+            f"tokens with the image tokens among them; the {shape.vision.label} vision tower's forward pass over the "
+            "images is not counted")]
     return InferenceMemory(weights, constants, kv, working, get_format(weights_format).name,
                            get_format(kv_format).name, tuple(notes),
                            weights_layout=inference_weight_layout(shape, weights_format))

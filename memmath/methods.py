@@ -15,7 +15,8 @@ from .arrays import any_true, is_ndarray, np
 
 from . import validate
 from .formats import get_format
-from .models import GROUPS, ModelShape, ParamTensor, lora_targets
+from .models import GROUPS, LORA_TARGETS, ModelShape, ParamTensor, lora_targets
+from .multimodal import VISION_CHOICES
 from .notes import Note
 from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, Recipe
 
@@ -117,6 +118,63 @@ def _group_weight_bytes(shape: ModelShape, bits: int):
     return validate.ceil_div(shape.n_params * bits, 8)
 
 
+def _with_vision(plan: Plan, shape: ModelShape, method, recipe: Recipe) -> Plan:
+    """The plan with a vision-language model's tower and projector (memmath/multimodal.py), as method.vision says.
+
+    vision="trains": both train; "projector": the projector trains, the tower is frozen; "frozen": neither
+    trains (their weights are in every plan's weight bytes, as the shape's n_params). What trains is a
+    set of its own in the recipe's weight format. Full, Freeze and Adapters train them in place
+    (requires_grad); LoRA and QLoRA as peft's modules_to_save does (peft 0.21 ModulesToSaveWrapper: the
+    frozen original and a trainable copy, so the weights grow by the copy). A trained part needs backward
+    through every block of the language model (to its first block's image positions). A Note says
+    what trains; a text model's plan is returned as it is, and a vision= other than the method's
+    default on a text model is refused by name (there is no tower to set).
+    """
+    vision = method.vision
+    if shape.vision is None:
+        if vision != type(method).vision:
+            raise validate.FieldError("vision", f"vision={vision!r} applies to a vision-language model (a config with "
+                                      f"a vision_config); {shape.name or 'this model'} has no vision tower")
+        return plan
+    if isinstance(method, QLoRA) and vision != "frozen":
+        raise validate.FieldError("vision", f"QLoRA with vision={vision!r}: bitsandbytes quantizes the vision tower's "
+                                  "and projector's nn.Linear weights (transformers converts every one but lm_head), "
+                                  "which cannot train then; QLoRA models vision='frozen' only")
+    notes = [shape.vision.trainable_note(vision)]
+    if isinstance(method, LoRA):
+        notes.append(_vision_lora_note(shape, method))
+    tensors = shape.vision.trainable(vision)
+    if not tensors:
+        return replace(plan, notes=plan.notes + tuple(notes))
+    stats = _stats(tensors)
+    label = "vision tower and projector" if vision == "trains" else "projector"
+    weights = plan.weight_bytes
+    if isinstance(method, LoRA):  # peft's modules_to_save: a trainable copy beside the frozen original
+        weights = weights + validate.ceil_div(stats.params * recipe.weight_bits, 8)
+        module = "vision tower and projector" if vision == "trains" else "projector"
+        notes.append(Note("vision_modules_to_save", f"the {module} trains as peft's modules_to_save keeps it: the "
+                          f"frozen original and a trainable copy ({stats.params:,} parameters more in the weights)"))
+    return replace(plan, weight_bytes=weights, layers_storing=shape.n_layers,
+                   trainable=plan.trainable + (TrainableSet.of(label, stats, recipe.weight_bits),),
+                   notes=plan.notes + tuple(notes))
+
+
+def _vision_lora_note(shape: ModelShape, method) -> Note:
+    """LoRA on a vision-language model: the language model's blocks only, and what peft's plain names would add."""
+    modules = sorted({adapter.module for adapter in shape.lora_adapters(method.targets)})
+    every = set(method.targets) == set(LORA_TARGETS)
+    reached = shape.vision.peft_name_overlap(modules)
+    text = ("LoRA adapts the language model's blocks only, as peft does with target_modules limited to them (e.g. "
+            f"r'.*language_model.*\\.({'|'.join(modules)})')")
+    if every:
+        text += ("; peft's 'all-linear' also adapts every nn.Linear of the vision tower and projector "
+                 f"({len(shape.vision.linear_modules())} more matrices), which memmath does not count")
+    elif reached:
+        text += (f"; the plain names {modules} would also adapt the vision tower's {', '.join(reached)}, which memmath "
+                 "does not count")
+    return Note("lora_language_model_only", text)
+
+
 class Method:
     """Base class: a finetuning method. `describe()` says in one line what trains."""
 
@@ -148,21 +206,33 @@ class Full(Method):
     """Full finetuning: every parameter trains (Nt = N), every block stores activations.
 
     Weights ceil(N x weight_bits / 8) bytes; training.py adds gradients, master copy and optimizer
-    states for all N parameters.
+    states for all N parameters. vision (a vision-language model only): "trains" (the default: the
+    vision tower and projector train too), "projector" (the tower frozen) or "frozen" (the language
+    model alone trains, the usual finetune); see _with_vision.
     """
+
+    vision: str = "trains"
+
+    def __post_init__(self):
+        object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
 
     def plan(self, shape, recipe):
         total = SetStats()
         for group in GROUPS:
+            if group == "vision":  # the tower and projector: as vision= says (_with_vision)
+                continue
             repeat = shape.n_layers if group == "layer" else 1
             total = total + _stats(shape.tensors(group)).times(repeat)
         trainable = TrainableSet.of("all weights", total, recipe.weight_bits)
-        return Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits), quantization_constant_bytes=0,
-                    trainable=(trainable,), adapter_params=0, layers_storing=shape.n_layers,
-                    embeddings_trainable=True)
+        return _with_vision(Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits),
+                                 quantization_constant_bytes=0, trainable=(trainable,), adapter_params=0,
+                                 layers_storing=shape.n_layers, embeddings_trainable=True), shape, self, recipe)
 
     def describe(self):
-        return "full finetuning: every weight trains"
+        return {"trains": "full finetuning: every weight trains",
+                "projector": "full finetuning: every weight but the vision tower's trains (the tower is frozen)",
+                "frozen": "full finetuning of the language model: its every weight trains; the vision tower and "
+                          "projector are frozen"}[self.vision]
 
 
 @dataclass(frozen=True)
@@ -181,8 +251,10 @@ class Freeze(Method):
     train_embeddings: bool = False
     train_final_norm: bool = True
     train_head: bool = True
+    vision: str = "frozen"  # a vision-language model's tower and projector: "frozen", "projector" or "trains"
 
     def __post_init__(self):
+        object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
         if (self.trainable_layers is None) == (self.frozen_layers is None):
             raise ValueError("Freeze needs exactly one of trainable_layers or frozen_layers")
         for name in ("trainable_layers", "frozen_layers"):
@@ -223,9 +295,10 @@ class Freeze(Method):
         if self.train_head and not self.head_trains(shape):
             notes = (Note("tied_head_frozen",
                           "the output head is tied to the frozen token embedding, so it stays frozen too"),)
-        return Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits), quantization_constant_bytes=0,
-                    trainable=(trainable,), adapter_params=0, layers_storing=storing,
-                    embeddings_trainable=self.train_embeddings, notes=notes)
+        return _with_vision(Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits),
+                                 quantization_constant_bytes=0, trainable=(trainable,), adapter_params=0,
+                                 layers_storing=storing, embeddings_trainable=self.train_embeddings, notes=notes),
+                            shape, self, recipe)
 
     def groups(self, shape: ModelShape) -> pd.DataFrame:
         """One row per part of the model: its blocks, its parameters, and whether it trains here.
@@ -265,6 +338,12 @@ class Freeze(Method):
              self.train_final_norm and bool(shape.group_params("final_norm")), norm_note),
             ("output head", "", head_params, self.head_trains(shape) and bool(head_params), head_note),
         ]
+        if shape.vision is not None:  # a vision-language model: its tower and projector first, as vision= says
+            v = shape.vision
+            rows[:0] = [("vision tower", str(v.n_blocks), v.tower_params, self.vision == "trains",
+                         f"the {v.label} tower; frozen unless vision='trains'"),
+                        ("projector", "", v.projector_params, self.vision != "frozen",
+                         "between the tower and the language model; trains with vision='projector' or 'trains'")]
         return pd.DataFrame(rows, columns=["part", "blocks", "params", "trainable", "note"])
 
     def describe(self):
@@ -272,7 +351,17 @@ class Freeze(Method):
                 else f"all but the first {_show(self.frozen_layers)} blocks")
         extras = [name for name, on in (("final norm", self.train_final_norm), ("head", self.train_head),
                                         ("embeddings", self.train_embeddings)) if on]
-        return f"freezing: {what} train" + (f", plus the {' and '.join(extras)}" if extras else "")
+        return (f"freezing: {what} train" + (f", plus the {' and '.join(extras)}" if extras else "")
+                + _vision_words(self.vision, "frozen"))
+
+
+def _vision_words(vision: str, default: str) -> str:
+    """What a method's vision= adds to its description ("" at the method's default)."""
+    if vision == default:
+        return ""
+    return {"trains": "; the vision tower and projector train too",
+            "projector": "; the projector trains, the vision tower is frozen",
+            "frozen": "; the vision tower and projector are frozen"}[vision]
 
 
 def _adapter_tensors(h, m) -> list[ParamTensor]:
@@ -329,8 +418,10 @@ class Adapters(AdapterMethod):
     train_norms: bool = False
     train_head: bool = False
     adapter_format: str | None = None
+    vision: str = "frozen"  # a vision-language model's tower and projector: "frozen", "projector" or "trains"
 
     def __post_init__(self):
+        object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
         object.__setattr__(self, "bottleneck", validate.count("bottleneck", self.bottleneck))
         validate.flag("train_norms", self.train_norms)
         validate.flag("train_head", self.train_head)
@@ -352,12 +443,14 @@ class Adapters(AdapterMethod):
             extra.append(TrainableSet.of("layer norms", _stats(norms).times(L) + _stats(outside), recipe.weight_bits))
         if self.train_head and shape.tensors("head"):
             extra.append(TrainableSet.of("head", _stats(shape.tensors("head")), recipe.weight_bits))
-        return _frozen_base_plus_adapters(shape, recipe, adapter.times(2 * L), self.adapter_bits(recipe), extra)
+        return _with_vision(_frozen_base_plus_adapters(shape, recipe, adapter.times(2 * L), self.adapter_bits(recipe),
+                                                       extra), shape, self, recipe)
 
     def describe(self):
         extras = [n for n, on in (("layer norms", self.train_norms), ("head", self.train_head)) if on]
         return (f"Houlsby adapters: two bottleneck-{_show(self.bottleneck)} adapters per block train"
-                + (f", plus the {' and '.join(extras)}" if extras else "") + "; the base is frozen")
+                + (f", plus the {' and '.join(extras)}" if extras else "") + "; the base is frozen"
+                + _vision_words(self.vision, "frozen"))
 
 
 @dataclass(frozen=True)
@@ -368,13 +461,18 @@ class LoRA(AdapterMethod):
     B: d_out x r). adapter_format defaults to fp32 because peft's get_peft_model keeps adapters in
     fp32 on a 16-bit base (autocast_adapter_dtype=True); None stores them like the base weights.
     Weights: the frozen base at the recipe's bits plus ceil(adapters x adapter bits / 8).
+    On a vision-language model the adapters go on the language model's blocks only (peft's target_modules
+    limited to them) and vision says what of the tower and projector trains: "frozen" (the default),
+    "projector" or "trains", as peft's modules_to_save (_with_vision).
     """
 
     rank: object = 8
     targets: tuple = ("q", "v")
     adapter_format: str | None = "fp32"
+    vision: str = "frozen"
 
     def __post_init__(self):
+        object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
         object.__setattr__(self, "rank", validate.count("rank", self.rank, high=2**16))
         object.__setattr__(self, "targets", lora_targets(self.targets))
         _check_adapter_format(self.adapter_format)
@@ -384,9 +482,9 @@ class LoRA(AdapterMethod):
             raise ValueError(f"{type(self).__name__} needs a model with named matrices (a preset, from_hf_config, "
                              "gpt2_model/llama_model/bert_model); a uniform model has none")
         r, total = self.rank, SetStats()
-        for _module, d_in, d_out in shape.lora_matrices(self.targets):
-            # A: r x d_in, B: d_out x r
-            total = total + SetStats.tensor(r * d_in, r + d_in) + SetStats.tensor(d_out * r, d_out + r)
+        for _module, d_in, d_out, k in shape.lora_adapters(self.targets):
+            # A: k*r x d_in, B: d_out x k*r (k = 1 but for routed experts' 3-D tensors: models.LoraAdapter)
+            total = total + SetStats.tensor(k * r * d_in, k * r + d_in) + SetStats.tensor(d_out * k * r, d_out + k * r)
         return total
 
     def params_per_block(self, shape: ModelShape):
@@ -399,11 +497,36 @@ class LoRA(AdapterMethod):
 
     def plan(self, shape, recipe):
         L = shape.n_layers
-        return _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe))
+        plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe))
+        return _with_vision(replace(plan, notes=plan.notes + _moe_lora_notes(shape, self)), shape, self, recipe)
 
     def describe(self):
         fmt = self.adapter_format or "the base format"
-        return f"LoRA rank {_show(self.rank)} on {', '.join(self.targets)} ({fmt} adapters); the base is frozen"
+        names = ("all (what peft's all-linear adapts)" if lora_targets("all") == self.targets
+                 else ", ".join(self.targets))
+        return (f"LoRA rank {_show(self.rank)} on {names} ({fmt} adapters); the base is frozen"
+                + _vision_words(self.vision, "frozen"))
+
+
+def _moe_lora_notes(shape: ModelShape, method) -> tuple:
+    """For a mixture of experts, a Note saying which tensors the targets adapt (a router and expert tensors
+    are no linear layers, so the target names alone do not say it); () for other models."""
+    if not shape.n_experts:
+        return ()
+    parts = []
+    for module, _d_in, _d_out, k in shape.lora_adapters(method.targets):
+        if module == "gate.weight":
+            parts.append("the router's weight (mlp.gate.weight)")
+        elif module.startswith("experts."):
+            per_expert = "2r" if k == 2 * shape.n_experts else "r"
+            parts.append(f"the routed experts' {module.removeprefix('experts.')} (rank {per_expert} per expert)")
+        elif shape.shared_expert_intermediate_size and module in ("gate_proj", "up_proj", "down_proj"):
+            parts.append(f"shared_expert.{module}")
+        else:
+            parts.append(module)
+    wrapped = any("router" in part or "experts" in part for part in parts)
+    return (Note("lora_moe_tensors", f"LoRA adapts in each block {', '.join(parts)}, as peft 0.21 makes them"
+                 + (" (the router and the expert tensors through its ParamWrapper)" if wrapped else "")),)
 
 
 @dataclass(frozen=True)
@@ -433,8 +556,9 @@ class QLoRA(LoRA):
 
     def __post_init__(self):
         super().__post_init__()
-        validate.choice("quant_type", self.quant_type, QUANT_TYPES)
-        validate.choice("layout", self.layout, QUANT_LAYOUTS)
+        # Stored as checked ("INT8" -> "int8"): plan() and describe() compare the lowercase names.
+        object.__setattr__(self, "quant_type", validate.choice("quant_type", self.quant_type, QUANT_TYPES))
+        object.__setattr__(self, "layout", validate.choice("layout", self.layout, QUANT_LAYOUTS))
         if self.double_quant is None:
             object.__setattr__(self, "double_quant", self.quant_type != "int8")
         validate.flag("double_quant", self.double_quant)
@@ -462,7 +586,7 @@ class QLoRA(LoRA):
                           "(QLoRA(layout='bitsandbytes') counts them)"),)
         plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe),
                                           weight_bytes=weight_bytes, constants=constants)
-        return replace(plan, notes=notes)
+        return _with_vision(replace(plan, notes=notes + _moe_lora_notes(shape, self)), shape, self, recipe)
 
     def describe(self):
         if self.quant_type == "int8":

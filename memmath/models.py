@@ -8,7 +8,7 @@ Dimensions may be numpy arrays where a sweep needs them (the parameter count of 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import json
 import os
@@ -26,8 +26,32 @@ if TYPE_CHECKING:
 
 FAMILIES = ("gpt2", "llama", "bert", "uniform")  # "llama": every rotary decoder, its layout in the options
 COMPONENTS = ("embeddings", "attention", "mlp", "norms", "head")
-GROUPS = ("embeddings", "layer", "final_norm", "head")
-LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+GROUPS = ("embeddings", "layer", "final_norm", "head", "vision")
+# "vision": a vision-language model's vision tower and projector (memmath/multimodal.py), in model.parameters()
+# order; empty for a text model. Their components are "vision_tower" and "projector".
+# LoRA target names. q, k, v, o: attention; gate, up, down: the MLP's matrices (Qwen2-MoE: its shared expert's);
+# router, experts: a mixture of experts' router and routed experts (3-D tensors, which peft 0.21 adapts with its
+# ParamWrapper); shared_gate: Qwen2-MoE's shared_expert_gate. See ModelShape.lora_adapters.
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "router", "experts", "shared_gate")
+# Shorthands lora_targets() expands besides "all" (every name: what peft's "all-linear" adapts).
+LORA_GROUPS = {"attention": ("q", "k", "v", "o")}
+
+
+class _AllTargets(tuple):
+    """What lora_targets("all") returns: every name of LORA_TARGETS, marked as peft's "all-linear", which leaves
+    some targets that exist alone (_NOT_ALL_LINEAR: Qwen2-MoE's router and experts). Equal only to itself, so
+    LoRA(targets="all") and a LoRA that lists every name (and so adapts those too) stay two methods."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return isinstance(other, _AllTargets)
+
+    def __ne__(self, other):
+        return not isinstance(other, _AllTargets)
+
+    def __hash__(self):
+        return hash(("all-linear",) + tuple(self))
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
@@ -57,6 +81,22 @@ class ParamTensor:
         if len(self.shape) == 2:
             return self.shape[0] + self.shape[1]
         return self.numel
+
+
+class LoraAdapter(NamedTuple):
+    """One tensor a block adapts with LoRA: peft adds A, (rank_factor * r) x d_in, and B, d_out x (rank_factor * r).
+
+    rank_factor is 1 for a linear layer and for the router's 2-D weight. A routed experts' 3-D tensor (peft 0.21's
+    ParamWrapper, peft/tuners/lora/layer.py) gets A = nn.Linear(d_in, r * num_experts) and B = nn.Linear(r *
+    num_experts, d_out), one rank-r pair per expert: rank_factor = num_experts, and 2 * num_experts for
+    gate_up_proj, whose rank peft doubles because the gate and up matrices are fused there (the rank_pattern of
+    utils/transformers_weight_conversion.py: r * 2 for the fused w1 + w3 or gate_proj + up_proj).
+    """
+
+    module: str
+    d_in: object
+    d_out: object
+    rank_factor: object = 1
 
 
 @dataclass(frozen=True)
@@ -109,6 +149,13 @@ class ModelShape:
     rotary_dim: int | None = None  # rotated dims of each head (GPT-NeoX partial rotary; None: all head_dim)
     parallel_residual: bool = False  # GPT-NeoX use_parallel_residual: attention and MLP read the block input
     norm_topk_prob: bool = False  # MoE: the top-k routing weights renormalized (Mixtral always; Qwen-MoE config)
+    # config use_cache: a training step without gradient checkpointing runs k and v through transformers'
+    # DynamicCache, whose copies attention keeps (hf_activations._kv_cache). False for the presets and builders
+    # (what the recorded steps ran); from_hf_config reads it as the config states it (save_pretrained writes it)
+    use_cache: bool = False
+    # a vision-language model (from_hf_config of gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): the vision tower and
+    # projector as a multimodal.VisionParts, listed by tensors("vision") and counted in n_params; None for text
+    vision: object = None
 
     # ---- counts -----------------------------------------------------------------------------
     @property
@@ -125,6 +172,8 @@ class ModelShape:
         """The parameter tensors of one group: 'embeddings', 'layer' (one block), 'final_norm', 'head'."""
         if group not in GROUPS:
             raise ValueError(f"group must be one of {', '.join(GROUPS)}; got {validate.describe(group)}")
+        if group == "vision":  # the vision tower and projector, every block listed (none in a text model)
+            return [] if self.vision is None else self.vision.tensors()
         return _TENSOR_BUILDERS[self.family](self, group)
 
     def group_params(self, group: str):
@@ -140,15 +189,17 @@ class ModelShape:
     def n_params(self):
         """Total parameters, each tied matrix counted once (as PyTorch's model.parameters() does)."""
         outside = sum(self.group_params(g) for g in ("embeddings", "final_norm", "head"))
-        return outside + self.n_layers * self.params_per_layer
+        vision = 0 if self.vision is None else self.vision.n_params  # a vision-language model's tower and projector
+        return outside + vision + self.n_layers * self.params_per_layer
 
     def component_params(self) -> dict[str, object]:
-        """Parameters per component (embeddings, attention, mlp, norms, head) over the whole model."""
+        """Parameters per component (embeddings, attention, mlp, norms, head; a vision-language model adds
+        vision_tower and projector) over the whole model."""
         totals = {c: 0 for c in COMPONENTS}
         for group in GROUPS:
             repeat = self.n_layers if group == "layer" else 1
             for tensor in self.tensors(group):
-                totals[tensor.component] = totals[tensor.component] + repeat * tensor.numel
+                totals[tensor.component] = totals.get(tensor.component, 0) + repeat * tensor.numel
         return totals
 
     def breakdown(self) -> pd.DataFrame:
@@ -172,35 +223,57 @@ class ModelShape:
         Names map onto each family's modules: GPT-2's q, k and v live in one fused c_attn matrix,
         which is adapted once; BERT and GPT-2 have no gate matrix. "all" adapts every linear
         matrix the family has (peft's "all-linear"), so it skips gate where there is none.
-        Mixtures of experts: the routed experts are 3-D parameters, not linear layers, so "all" is
-        the attention (and Qwen2-MoE's shared expert), as peft adapts a target_modules list of
-        those names (measured). peft 0.21 maps some names onto the experts themselves
-        (utils/transformers_weight_conversion.py): Qwen3-MoE's gate/up/down, refused here, and
-        Mixtral's w1/w2/w3/gate, which its "all-linear" string also reaches; neither is modelled.
+        Each matrix adds r x (d_in + d_out). A mixture of experts' routed experts are 3-D tensors
+        whose adapters are not one rank-r pair (see lora_adapters): targets that reach them are
+        refused here by name; lora_adapters lists every adapted tensor.
+        """
+        adapters = self.lora_adapters(targets)
+        stacked = [a.module for a in adapters if not (isinstance(a.rank_factor, int) and a.rank_factor == 1)]
+        if stacked:
+            named = lora_targets(targets)
+            named = "all" if isinstance(named, _AllTargets) else ", ".join(named)
+            raise validate.FieldError("targets", f"LoRA targets {named} adapt the routed "
+                                      f"experts' 3-D tensors ({', '.join(stacked)}), whose adapters stack one rank-r "
+                                      "pair per expert: ModelShape.lora_adapters lists them with their rank factor")
+        return [(a.module, a.d_in, a.d_out) for a in adapters]
+
+    def lora_adapters(self, targets) -> list[LoraAdapter]:
+        """Each tensor one block adapts for LoRA targets, as peft 0.21 adapts it on transformers 5.24 (LoraAdapter).
+
+        q, k, v, o, gate, up and down are the linear layers lora_matrices describes. In a mixture of experts
+        (Mixtral, Qwen2-MoE, Qwen3-MoE): gate, up and down are Qwen2-MoE's shared expert's linears (Mixtral and
+        Qwen3-MoE have none: refused, pointing to "experts"); router is the router's E x h weight (peft's
+        ParamWrapper on mlp.gate.weight, A r x h and B E x r); experts are the routed experts' 3-D gate_up_proj
+        (E x 2I x h, rank 2r per expert) and down_proj (E x h x I, rank r per expert), as peft converts the
+        transformers-4 names w1/w3/w2 (Mixtral) or gate_proj/up_proj/down_proj (Qwen3-MoE) onto them
+        (utils/transformers_weight_conversion.py); shared_gate is Qwen2-MoE's shared_expert_gate (1 x h).
+        "all" is what peft's target_modules="all-linear" adapts: every nn.Linear in the blocks and, where peft
+        converts the model type (mixtral, and qwen3_moe, which transformers maps onto qwen2_moe's conversion),
+        the router and both expert tensors. peft 0.21 does not convert qwen2_moe itself (its
+        _MODEL_TO_CONVERSION_PATTERN has no qwen2_moe key), so there "all" is the attention, the shared expert
+        and shared_expert_gate; router and experts there are what peft's target_parameters=["gate.weight",
+        "experts.gate_up_proj", "experts.down_proj"] with rank_pattern {".*\\.gate_up_proj": 2r} adapts.
+        The entries come in the order of the block's parameters() (peft adds lora_A, then lora_B, to each).
         """
         targets = lora_targets(targets)
         table = _LORA_TABLES[self.family](self)
-        every = set(targets) == set(LORA_TARGETS)  # "all": what exists in this family
-        experts = [t for t in targets if t in ("gate", "up", "down")]
-        if self.arch == "qwen3_moe" and experts:
-            # peft 0.21 (utils/transformers_weight_conversion.py) maps qwen3_moe's v4 names gate_proj, up_proj and
-            # down_proj onto the routed experts' 3-D gate_up_proj and down_proj (target_parameters, fused rank
-            # 2r): measured (a held-out Qwen3-MoE case) but not modelled here.
-            raise ValueError(f"LoRA targets {', '.join(experts)} on a qwen3_moe model: peft adapts the routed experts' "
-                             "3-D gate_up_proj and down_proj parameters, which memmath does not model; target q, k, "
-                             "v and o")
-        chosen: dict[str, tuple[int, int]] = {}
+        every = set(targets) == set(LORA_TARGETS)  # every name: what exists in this family
+        skipped = _NOT_ALL_LINEAR.get(self.arch, ()) if isinstance(targets, _AllTargets) else ()  # "all" only
+        chosen: dict[str, LoraAdapter] = {}
         for target in targets:
-            if target not in table and every and table:
+            entry = table.get(target)
+            if target in skipped or (every and (entry is None or isinstance(entry, str))):
                 continue
-            if target not in table:
-                available = ", ".join(t for t in LORA_TARGETS if t in table) or "none"
-                raise ValueError(
-                    f"LoRA target {target!r} does not exist in a {self.family} model; allowed: {available}"
-                )
-            module, d_in, d_out = table[target]
-            chosen[module] = (d_in, d_out)
-        return [(module, d_in, d_out) for module, (d_in, d_out) in chosen.items()]
+            if entry is None or isinstance(entry, str):
+                available = ", ".join(t for t in LORA_TARGETS if t in table and not isinstance(table[t], str))
+                why = f" ({entry})" if isinstance(entry, str) else ""
+                raise validate.FieldError(
+                    "targets", f"LoRA target {target!r} does not exist in a {self.arch or self.family} model{why}; "
+                    f"allowed: {available or 'none'}")
+            for module, *dims in (entry if isinstance(entry, list) else [entry]):
+                chosen[module] = LoraAdapter(module, *dims)
+        order = _lora_order(self)
+        return sorted(chosen.values(), key=lambda a: order.index(a.module) if a.module in order else len(order))
 
     def with_changes(self, **changes) -> "ModelShape":
         """A copy with some fields changed, checked again.
@@ -225,6 +298,12 @@ class ModelShape:
         object.__setattr__(self, "type_vocab_size", validate.count("type_vocab_size", self.type_vocab_size, low=0,
                                                                    scalar=True))
         object.__setattr__(self, "num_labels", validate.count("num_labels", self.num_labels, low=0, scalar=True))
+        if self.vision is not None:
+            from .multimodal import VisionParts  # here: multimodal imports this module
+
+            if not isinstance(self.vision, VisionParts) or self.family != "llama":
+                raise validate.FieldTypeError("vision", "vision must be None or the VisionParts of a rotary decoder "
+                                              f"(family 'llama') read by from_hf_config; got {validate.describe(self.vision)}")
         self._check_options()
         if self.family == "uniform":
             self._check_uniform()
@@ -235,6 +314,7 @@ class ModelShape:
         if self.uniform_params is None:
             raise ValueError("n_params (uniform_params) is required for the uniform family: a whole number of parameters")
         n = validate.count("n_params", self.uniform_params, high=validate.MAX_PARAMS)
+        validate.check_sweep_size(n_params=n, n_layers=self.n_layers)  # arrays that broadcast, to a bounded sweep
         if any_true(n < self.n_layers):
             raise ValueError(f"n_params must be at least n_layers ({self.n_layers}) so every layer holds a parameter")
         object.__setattr__(self, "uniform_params", n)
@@ -283,8 +363,13 @@ class ModelShape:
                 self.family, ""))
         if not isinstance(self.hidden_act, str):
             raise ValueError(f"hidden_act must be an activation name such as 'silu'; got {validate.describe(self.hidden_act)}")
+        # transformers names model types and activations in lowercase (model_type "gemma2", ACT2FN "gelu_new"), and
+        # memmath compares them so: a name spelt otherwise ("Gemma2", "GELU_NEW") is stored as that name, never
+        # counted as another layout.
+        object.__setattr__(self, "hidden_act", self.hidden_act.strip().lower())
+        object.__setattr__(self, "arch", validate.text_field("arch", self.arch).strip().lower())
         for name in ("qkv_bias", "layer_norm", "fused_qkv", "gated_mlp", "fused_gate_up", "shared_expert_gate",
-                     "parallel_residual", "norm_topk_prob"):
+                     "parallel_residual", "norm_topk_prob", "use_cache"):
             validate.flag(name, getattr(self, name))
         for name in ("attn_softcap", "final_softcap"):
             value = getattr(self, name)
@@ -293,8 +378,10 @@ class ModelShape:
         if self.rotary_dim is not None:
             object.__setattr__(self, "rotary_dim", validate.count("rotary_dim", self.rotary_dim, high=validate.MAX_DIM,
                                                                   scalar=True))
-        validate.choice("qk_norm", self.qk_norm, ("", "head", "full"))
-        validate.choice("norm_layout", self.norm_layout, ("pre", "sandwich", "post"))
+        # Stored as checked ("HEAD" -> "head"): the tensor builders compare the lowercase names.
+        object.__setattr__(self, "qk_norm", validate.choice("qk_norm", self.qk_norm, ("", "head", "full")))
+        object.__setattr__(self, "norm_layout", validate.choice("norm_layout", self.norm_layout,
+                                                                ("pre", "sandwich", "post")))
         decoder_options = (self.qkv_bias or self.qk_norm or self.norm_layout != "pre" or self.layer_norm
                            or self.fused_qkv or not self.gated_mlp or self.fused_gate_up or self.n_experts
                            or self.attn_softcap or self.final_softcap or self.rotary_dim or self.parallel_residual)
@@ -368,6 +455,8 @@ def _describe_count(value) -> str:
 
 
 def lora_targets(targets) -> tuple[str, ...]:
+    if isinstance(targets, _AllTargets):
+        return targets
     if isinstance(targets, str):
         targets = (targets,)
     if isinstance(targets, (dict, bytes)) or (is_ndarray(targets) and targets.dtype.kind != "U"):
@@ -382,10 +471,13 @@ def lora_targets(targets) -> tuple[str, ...]:
         if not isinstance(target, str):
             raise TypeError(f"targets must be names from {', '.join(LORA_TARGETS)}; got {validate.describe(target)}")
     if "all" in targets or "all-linear" in targets:
-        return LORA_TARGETS
+        return _AllTargets(LORA_TARGETS)
+    if any(t in LORA_GROUPS for t in targets):  # "attention": q, k, v, o
+        targets = tuple(dict.fromkeys(name for t in targets for name in LORA_GROUPS.get(t, (t,))))
     for target in targets:
         if target not in LORA_TARGETS:
-            raise ValueError(f"LoRA target must be one of {', '.join(LORA_TARGETS)} (or 'all'); got {validate.describe(target)}")
+            raise ValueError(f"LoRA target must be one of {', '.join(LORA_TARGETS)} (or 'all', 'attention'); "
+                             f"got {validate.describe(target)}")
     return targets
 
 
@@ -547,11 +639,22 @@ def _llama_lora_table(m: ModelShape) -> dict:
         table = {"q": ("q_proj", h, a * d), "k": ("k_proj", h, kv * d), "v": ("v_proj", h, kv * d)}
     table["o"] = ("o_proj", a * d, h)
     if m.n_experts:
-        # transformers 5 stores routed experts as 3-D Parameters, which peft's target_modules do not
-        # match; only a shared expert (Qwen2-MoE) has gate_proj/up_proj/down_proj linears.
-        si = m.shared_expert_intermediate_size
+        # transformers 5 stores the routed experts as two 3-D Parameters (modeling_<type>.py's <Type>Experts:
+        # gate_up_proj E x 2I x h, down_proj E x h x I) and the router as a module holding an E x h Parameter:
+        # none is an nn.Linear. peft 0.21 adapts them as Parameters (lora.ParamWrapper): A (r_e * E) x d_in,
+        # B d_out x (r_e * E), d_in and d_out swapped from the stored (E, d_out, d_in) (update_layer), r_e = 2r
+        # for the fused gate_up_proj (the converted config's rank_pattern) and r for down_proj; the router's
+        # 2-D weight gets one rank-r pair. Only Qwen2-MoE has linears in its MLP: the shared expert's
+        # gate_proj/up_proj/down_proj and shared_expert_gate (h -> 1).
+        e, ei, si = m.n_experts, m.expert_intermediate_size, m.shared_expert_intermediate_size
+        table.update(router=("gate.weight", h, e),
+                     experts=[("experts.gate_up_proj", h, 2 * ei, 2 * e), ("experts.down_proj", ei, h, e)])
         if si:
             table.update(gate=("gate_proj", h, si), up=("up_proj", h, si), down=("down_proj", si, h))
+        else:
+            routed = "its MLP is the routed experts, 3-D tensors: target 'experts'"
+            table.update(gate=routed, up=routed, down=routed)
+        table["shared_gate"] = ("shared_expert_gate", h, 1) if m.shared_expert_gate else "it has no shared expert gate"
         return table
     if m.fused_gate_up:
         table.update(gate=("gate_up_proj", h, 2 * inner), up=("gate_up_proj", h, 2 * inner))
@@ -561,8 +664,32 @@ def _llama_lora_table(m: ModelShape) -> dict:
     return table
 
 
+# Targets peft 0.21's "all-linear" leaves alone though they exist: qwen2_moe is not converted (peft's
+# utils/transformers_weight_conversion.py copies transformers' _MODEL_TO_CONVERSION_PATTERN, which maps other
+# types onto qwen2_moe but has no qwen2_moe key, and adds only mixtral), so its router and experts keep no adapter.
+_NOT_ALL_LINEAR = {"qwen2_moe": ("router", "experts")}
+# The order of one MoE block's adapted modules in PyTorch's parameters() (the order each <Type>SparseMoeBlock
+# registers gate, experts, shared_expert and shared_expert_gate; inside the experts peft wraps gate_up_proj first
+# and down_proj around it, so gate_up_proj's adapters come first): measured with peft on the meta device.
+_MOE_ORDER = {
+    "mixtral": ("gate.weight", "experts.gate_up_proj", "experts.down_proj"),
+    "qwen2_moe": ("gate.weight", "experts.gate_up_proj", "experts.down_proj", "gate_proj", "up_proj", "down_proj",
+                  "shared_expert_gate"),
+    "qwen3_moe": ("experts.gate_up_proj", "experts.down_proj", "gate.weight"),
+}
+
+
+def _lora_order(m: ModelShape) -> tuple:
+    """The parameters() order of a block's adapted modules where it is not the order of the targets, else ()."""
+    if m.arch not in _MOE_ORDER:
+        return ()
+    attention = ("qkv_proj",) if m.fused_qkv else ("q_proj", "k_proj", "v_proj")
+    return attention + ("o_proj",) + _MOE_ORDER[m.arch]
+
+
 _LORA_TABLES = {
-    # target -> (module, d_in, d_out); peft adds A (r x d_in) and B (d_out x r) to each module once.
+    # target -> (module, d_in, d_out[, rank_factor]), a list of those, or why the target does not exist there;
+    # peft adds A (rank_factor * r x d_in) and B (d_out x rank_factor * r) to each module once.
     "gpt2": lambda m: {
         "q": ("attn.c_attn", m.hidden_size, 3 * m.hidden_size),
         "k": ("attn.c_attn", m.hidden_size, 3 * m.hidden_size),
@@ -670,6 +797,8 @@ _COMMON_DECODER = {
     "torch_dtype": "checked: float32, bfloat16 or float16 (the step's precision is an argument)",
     "dtype": "as torch_dtype", "quantization_config": "refused: a pre-quantized checkpoint is not modelled",
     "attention_dropout": "dropout_p (one probability where the family has dropout)",
+    "use_cache": "saved activations: true runs k and v through a DynamicCache when training without checkpointing "
+                 "(absent: read as false)",
 }
 CONFIG_FIELDS: dict[str, dict[str, str]] = {
     "gpt2": {"n_layer": "blocks", "n_embd": "width", "n_head": "heads", "n_inner": "MLP width (None: 4h)",
@@ -681,7 +810,7 @@ CONFIG_FIELDS: dict[str, dict[str, str]] = {
              "scale_attn_by_inverse_layer_idx": "refused when true (an extra op on the scores)",
              "reorder_and_upcast_attn": "refused when true (fp32 attention scores)",
              "torch_dtype": _COMMON_DECODER["torch_dtype"], "dtype": "as torch_dtype",
-             "quantization_config": _COMMON_DECODER["quantization_config"]},
+             "quantization_config": _COMMON_DECODER["quantization_config"], "use_cache": _COMMON_DECODER["use_cache"]},
     "bert": {"num_hidden_layers": "blocks", "hidden_size": "width", "num_attention_heads": "heads",
              "intermediate_size": "MLP width", "vocab_size": "word rows", "max_position_embeddings": "position rows",
              "type_vocab_size": "token-type rows", "architectures": "...ForSequenceClassification adds a classifier",
@@ -747,7 +876,7 @@ UNSUPPORTED_EXAMPLES = {
     "add_cross_attention": True, "scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True,
     "position_embedding_type": "relative_key", "is_decoder": True, "use_bidirectional_attention": True,
     "output_router_logits": True, "router_jitter_noise": 0.1, "decoder_sparse_step": 2, "mlp_only_layers": [0],
-    "layer_types": ["chunked_attention"], "attention_dropout": 1.5, "resid_pdrop": -0.1,
+    "layer_types": ["chunked_attention"], "attention_dropout": 1.5, "resid_pdrop": -0.1, "use_cache": "yes",
 }
 
 # The activations each family's MLP may use here (transformers' ACT2FN names).
@@ -782,9 +911,14 @@ def from_hf_config(config) -> ModelShape:
     model_type = config.get("model_type")
     if model_type is None:
         raise ValueError(f"config is missing the field 'model_type' (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
-    if isinstance(model_type, str) and model_type == "gemma3" and isinstance(config.get("text_config"), dict):
-        raise ValueError("model_type 'gemma3' is the multimodal model (a vision tower too); pass its text_config "
-                         "with model_type 'gemma3_text' for the language model alone")
+    if isinstance(model_type, str) and model_type not in SUPPORTED_MODEL_TYPES:
+        # A vision-language config (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): the language model from its
+        # text_config, the vision tower and projector from the rest (memmath/multimodal.py); others refused by name.
+        from .multimodal import MULTIMODAL_MODEL_TYPES, REFUSED_MODEL_TYPES, from_multimodal_config
+
+        if (model_type in MULTIMODAL_MODEL_TYPES or model_type in REFUSED_MODEL_TYPES
+                or isinstance(config.get("vision_config"), dict)):
+            return from_multimodal_config(config)
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
@@ -799,7 +933,7 @@ def from_hf_config(config) -> ModelShape:
             n_layers=get("n_layer"), hidden_size=get("n_embd"), n_heads=get("n_head"),
             vocab_size=get("vocab_size"), max_positions=get("n_positions"),
             intermediate_size=get("n_inner", None), tied_embeddings=get.flag("tie_word_embeddings", True), name=name,
-        ), arch="gpt2", hidden_act=act,
+        ), arch="gpt2", hidden_act=act, use_cache=get.flag("use_cache", False),
             dropout_p=_dropout(get, {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}))
     if model_type in ("bert", "roberta"):
         return _bert_from_config(config, get, model_type, name)
@@ -947,6 +1081,9 @@ def _decoder_from_config(config, get, model_type, name):
     if model_type == "gpt_neox":
         drops.update(hidden_dropout=0.0)
     options["dropout_p"] = _dropout(get, drops)
+    # As stated: save_pretrained writes it (true by default); a config without it is read as false, not as the
+    # config classes' true, so that memmath's presets (their fields without it) are the recorded steps' setting.
+    options["use_cache"] = get.flag("use_cache", False)
     bias = model_type in CONFIG_FIELDS and "attention_bias" in CONFIG_FIELDS[model_type]
     kv = get("num_key_value_heads", None)
     head_dim = get("head_dim", None) if "head_dim" in CONFIG_FIELDS[model_type] else None  # GPT-NeoX: h / a
@@ -1084,20 +1221,40 @@ def _load_config(config) -> dict:
 def _read_config_file(config) -> tuple[Path, str]:
     """The text of a regular .json file (config.json inside a folder), at most MAX_CONFIG_BYTES.
 
-    Symbolic links are refused rather than followed, and nothing but the file's name is quoted back.
+    One rule for symbolic links (sources.py says why): inside the local Hugging Face cache a link is
+    followed while its target stays inside the cache root (huggingface_hub's snapshots/<commit>/config.json
+    links into blobs/); anywhere else a link given as the file or its folder is refused rather than
+    followed. Nothing but the file's name is quoted back.
     """
+    from .sources import LinkOutsideCache, cache_root_holding, follow_inside
+
     hint = "(give a dict, JSON text, a config.json path or the folder that holds it)"
+    folder = None
     try:
         path = Path(config)
-        if path.is_dir() and not path.is_symlink():
-            path = path / "config.json"
-        info = os.lstat(path)
+        root = cache_root_holding(path)
+        if root is None:
+            real = path
+            if path.is_dir() and not path.is_symlink():
+                folder, path = path, path / "config.json"
+                real = path
+        else:
+            real = follow_inside(path, root)
+            if real.is_dir():
+                folder, path = path, path / "config.json"
+                real = follow_inside(path, root)
+        info = os.lstat(real)
+    except LinkOutsideCache:
+        raise
     except (OSError, ValueError) as error:  # missing, a name too long, a NUL byte, no permission
+        if folder is not None and isinstance(error, FileNotFoundError):
+            raise ValueError(f"the folder {validate.describe(str(folder))} holds no config.json {hint}") from None
         raise ValueError(f"config path {validate.describe(str(config))} cannot be read "
                          f"({error.__class__.__name__}) {hint}") from None
     where = f"config path {validate.describe(str(path))}"
     if stat.S_ISLNK(info.st_mode):
-        raise ValueError(f"{where} is a symbolic link, which is not followed; give the file itself {hint}")
+        raise ValueError(f"{where} is a symbolic link, which is not followed outside the Hugging Face cache; "
+                         f"give the file itself {hint}")
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"{where} is not a regular file {hint}")
     if not path.name.endswith(".json"):
@@ -1106,7 +1263,7 @@ def _read_config_file(config) -> tuple[Path, str]:
         raise ValueError(f"{where} holds {info.st_size:,} bytes; a config.json is a few kB and at most "
                          f"{MAX_CONFIG_BYTES:,} bytes (4 MiB) are read")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as file:
             if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # swapped since lstat
                 raise ValueError(f"{where} is not a regular file {hint}")

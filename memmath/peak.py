@@ -119,7 +119,7 @@ class PeakEstimate:
         if not isinstance(self.moments, tuple):
             raise TypeError(f"moments must be a tuple of (phase, moment, bytes); got {validate.describe(self.moments)}")
         validate.notes("notes", self.notes)
-        validate.choice("step", self.step, STEPS)
+        object.__setattr__(self, "step", validate.choice("step", self.step, STEPS))  # stored as checked
 
     @property
     def total(self):
@@ -202,6 +202,12 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     # The block's backward working set: the gradient arriving at it and the MLP-wide gradients alive
     # at once (GPT-2's gelu_new, a chain of plain ops, holds three; GELU and SwiGLU two).
     work_bwd = t * h * e + (3 if shape.family == "gpt2" else 2) * t * inner * e
+    # LoRA on routed experts (peft's ParamWrapper): the MoE block's backward starts at down_proj's grouped_mm,
+    # which gives its weight W + BA a gradient the size of the whole E x h x I tensor, while everything is
+    # still saved (written before the MoE LoRA cases were measured: validation/moe_lora.py).
+    if isinstance(method, LoRA) and shape.n_experts and any(
+            m.module == "experts.down_proj" for m in shape.lora_adapters(method.targets)):
+        work_bwd = work_bwd + shape.n_experts * h * shape.expert_intermediate_size * e
 
     moments = []
     # From the second step on the optimizer states and the fp32 master copy exist before forward
@@ -228,11 +234,12 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
 
     # Forward: the saved tensors pile up; the most alive at once is in the last block or at the loss.
     embeddings_alloc = parts.embeddings - parts.embeddings_batch
-    before_last = embeddings_alloc + parts.blocks - parts.estimate.per_layer + parts.tables
+    # (use_cache: the cache also holds the k and v of the blocks that store nothing, to the end of forward)
+    before_last = embeddings_alloc + parts.blocks - parts.estimate.per_layer + parts.tables + parts.cache_held
     moment("forward", "in the last block: every earlier saved tensor and the block's own, at its fullest",
            before_last + parts.block_live)
     moment("forward", "at the loss: every saved tensor, the logits and their fp32 copy",
-           embeddings_alloc + parts.blocks + parts.tables + parts.head_live)
+           embeddings_alloc + parts.blocks + parts.tables + parts.cache_held + parts.head_live)
     if lm:
         moment("backward", "at the loss: two fp32 gradients over the vocabulary", saved + 8 * t * vocab)
     head_saved = parts.head + parts.loss - (0 if lm else parts.batch)
@@ -286,6 +293,8 @@ def why_no_peak(run: Run) -> str:
         return "without a sequence length and the model's widths there are no activations to place in time"
     if run.sharding != "even" or run.sharded:
         return "the peak estimate does not model ZeRO or FSDP sharding"
+    if run.model.vision is not None:
+        return "the peak estimate does not model a vision-language model (its vision tower's forward and backward)"
     if run.activations != "transformers":
         chosen = "" if "activations" in run.defaulted else ", and activations='textbook' was chosen"
         return f"the peak is modelled with the exact activation model only{chosen} (see the activations note)"
@@ -364,11 +373,12 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
         rank = method.rank
         bits = method.adapter_bits(recipe)
         order = _MODULE_ORDER.get(shape.family, ())
-        modules = sorted(shape.lora_matrices(method.targets),
-                         key=lambda m: order.index(m[0]) if m[0] in order else len(order))
+        modules = shape.lora_adapters(method.targets)  # a mixture of experts': already in parameters() order
+        if not shape.n_experts:
+            modules = sorted(modules, key=lambda m: order.index(m[0]) if m[0] in order else len(order))
         block = []
-        for _, d_in, d_out in modules:
-            block += [_bits_bytes(rank * d_in, bits), _bits_bytes(d_out * rank, bits)]
+        for _, d_in, d_out, k in modules:  # k: rank factor (models.LoraAdapter)
+            block += [_bits_bytes(k * rank * d_in, bits), _bits_bytes(d_out * k * rank, bits)]
         return block * blocks
     if isinstance(method, Adapters):
         # validation/houlsby.py: after the attention's projection, then the MLP's; down (m x h, m), up (h x m, h)

@@ -60,7 +60,7 @@ class Suggestion:
             raise TypeError(f"run must be a Run; got {validate.describe(self.run)}")
         object.__setattr__(self, "fits", validate.flag("fits", self.fits))
         validate.text_field("cost", self.cost)
-        validate.choice("basis", self.basis, BASES)
+        object.__setattr__(self, "basis", validate.choice("basis", self.basis, BASES))  # stored as checked
 
     @property
     def settings(self) -> dict:

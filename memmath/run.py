@@ -86,6 +86,11 @@ class Run:
             values["dropout"] = validate.flag("dropout", self.dropout)
         if self.activations is not None:
             values["activations"] = validate.choice("activations", self.activations, ACTIVATION_MODELS)
+        # Every array of the run (sizes, the method's rank, layers or bottleneck, a uniform model's counts) broadcasts
+        # into one sweep: refused by name past MAX_SWEEP_POINTS points, before anything is computed.
+        validate.check_sweep_size(batch_size=values["batch_size"], seq_len=values["seq_len"],
+                                  **{f.name: getattr(self.method, f.name) for f in fields(self.method)},
+                                  n_params=shape.uniform_params, n_layers=shape.n_layers)
         if shape.from_count and not isinstance(self.method, Full):
             raise validate.FieldError("method", f"{type(self.method).__name__} needs a model with layers: pass a "
                                       "preset, a ModelShape or uniform_model(n_params, n_layers) instead of a plain "
@@ -135,6 +140,20 @@ class Run:
     def is_sweep(self) -> bool:
         """True when the run sweeps an array (see swept): such a run is computed, never cached."""
         return self.swept is not None
+
+    @property
+    def cache_key(self) -> tuple:
+        """What an answer about this run depends on, as a cache's key: the run and what its names stand for now.
+
+        The model is already resolved (a ModelShape, so a reassigned memmath.PRESETS entry is another
+        run), but precision, optimizer and an adapter format are names: memmath.RECIPES, OPTIMIZERS
+        and FORMATS may be reassigned, so the key holds the Recipe, Optimizer and NumberFormat they
+        name at the time of the call.
+        """
+        from .formats import get_format
+
+        adapter_format = getattr(self.method, "adapter_format", None)
+        return (self, self.recipe, self.optimizer_spec, None if adapter_format is None else get_format(adapter_format))
 
     @property
     def sharded(self) -> bool:

@@ -5,6 +5,13 @@ plan_serving judges it against a card with the CUDA context kept back, finds the
 that fits, bounds the decode speed, and ranks the single changes that lower the total (smaller
 weight or KV formats, the longest context or the largest batch that fits). The command line's
 `memmath infer` prints it; lesson 7 and Python users can call it.
+
+A change is judged as plan_training judges its changes: it fits only when it leaves FIT_MARGIN (5%)
+of its total free beside the reserve, so a change offered as fitting always leaves headroom that
+shows (the longest context at the edge of the memory would leave less than one token's KV cache).
+The verdict on the setup itself and longest_context_that_fits are the memory's edge, no margin.
+A context longer than the model was trained on (memmath.trained_context) is counted as asked, with
+a note saying so.
 """
 
 from __future__ import annotations
@@ -13,8 +20,9 @@ from dataclasses import dataclass
 
 from . import validate
 from .formats import FORMATS, get_format
-from .gpus import CUDA_CONTEXT_BYTES, check_fit, get_gpu
+from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
 from .inference import SERVING_DEFAULTS, InferenceMemory, decode_tokens_per_second, inference_memory
+from .notes import Note
 from .presets import resolve_model
 from .search import largest_where
 
@@ -25,7 +33,10 @@ KV_FORMATS_TO_TRY = ("fp8_e4m3",)  # an 8-bit KV cache, as vLLM and TensorRT-LLM
 
 @dataclass(frozen=True)
 class ServingChange:
-    """One change to a serving setup: its name, the new settings, the new total and what it costs."""
+    """One change to a serving setup: its name, the new settings, the new total and what it costs.
+
+    fits: the new total leaves FIT_MARGIN of itself free beside the reserve (as plan_training judges
+    its changes); headroom_bytes: what the card has left over, negative when short."""
 
     change: str
     settings: dict
@@ -53,7 +64,9 @@ class ServingPlan:
     """memory: the replica's parts; fit: the verdict (None without a GPU); longest_context: the most
     tokens per sequence that fit at the same batch and formats (0 when none does; None without a GPU);
     decode_tokens_per_second: the bandwidth bound (None without a GPU or its bandwidth); changes: single
-    changes that lower the total, largest saving first (only when it does not fit)."""
+    changes that lower the total, largest saving first (only when it does not fit), each judged with
+    FIT_MARGIN; notes: the memory's notes, then the planner's (a context past what the model was
+    trained on: kind "context_beyond_positions" for learned positions, "context_beyond_trained")."""
 
     memory: InferenceMemory
     settings: dict
@@ -63,6 +76,7 @@ class ServingPlan:
     longest_context: int | None = None
     decode_tokens_per_second: float | None = None
     changes: tuple = ()
+    notes: tuple = ()
 
 
 def _settings(**settings) -> dict:
@@ -78,11 +92,28 @@ def _settings(**settings) -> dict:
     return settings
 
 
-def _fits_with(shape, gpu, reserved_bytes, settings):
+def _fits_with(shape, gpu, reserved_bytes, settings, margin=0.0):
     def fits(**change) -> bool:
         total = inference_memory(shape, **{**settings, **change}).total
-        return check_fit(total, gpu, reserved_bytes=reserved_bytes).fits
+        return check_fit(total, gpu, reserved_bytes=reserved_bytes, margin=margin).fits
     return fits
+
+
+def _context_notes(shape, context_len) -> tuple:
+    """A note when the context is longer than the model was trained on (planner.trained_context)."""
+    from .planner import trained_context
+
+    trained = trained_context(shape)
+    if trained is None or context_len <= trained:
+        return ()
+    name = shape.name or "the model"
+    if shape.max_positions is not None:
+        return (Note("context_beyond_positions", f"{context_len:,} tokens is more than {name}'s {trained:,} learned "
+                     f"positions: transformers cannot run it (the position embedding has {trained:,} rows); the "
+                     "memory is counted as asked"),)
+    return (Note("context_beyond_trained", f"{context_len:,} tokens is longer than the {trained:,} {name} was "
+                 f"trained on (max_position_embeddings): the memory is counted as asked, but the model reads well "
+                 f"only up to {trained:,} tokens unless its positions are scaled"),)
 
 
 def longest_context_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> int:
@@ -94,12 +125,15 @@ def longest_context_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, 
 
 
 def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> list[ServingChange]:
-    """Single changes to a serving setup that lower its total, largest saving first, each judged with the reserve."""
+    """Single changes to a serving setup that lower its total, largest saving first, each judged with the
+    reserve and FIT_MARGIN: a change fits only when it leaves 5% of its total free, as plan_training
+    judges its changes, so the context and batch offered are the longest and largest that leave that
+    much (the memory's own edge, longest_context_that_fits, would leave less than one token's cache)."""
     shape, gpu = resolve_model(model), get_gpu(gpu)
     reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
     settings = _settings(**settings)
     before = int(inference_memory(shape, **settings).total)
-    fits = _fits_with(shape, gpu, reserved_bytes, settings)
+    fits = _fits_with(shape, gpu, reserved_bytes, settings, margin=FIT_MARGIN)
     bits = {name: f.bits for name, f in FORMATS.items()}
     candidates = []
     for fmt in WEIGHT_FORMATS_TO_TRY:
@@ -123,23 +157,26 @@ def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings
         total = int(inference_memory(shape, **new).total)
         if total >= before:
             continue
-        fit = check_fit(total, gpu, reserved_bytes=reserved_bytes)
+        fit = check_fit(total, gpu, reserved_bytes=reserved_bytes, margin=FIT_MARGIN)
         rows.append(ServingChange(change, new, total, before - total, fit.fits, int(fit.headroom_bytes), cost))
     return sorted(rows, key=lambda r: (-r.saved, r.change))
 
 
 def plan_serving(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> ServingPlan:
-    """The memory of one replica, and with a GPU its verdict, the longest context, the decode bound and the changes."""
+    """The memory of one replica, and with a GPU its verdict, the longest context, the decode bound and the
+    changes (judged with FIT_MARGIN, see serving_changes); notes: the memory's, and one when the context
+    is longer than the model was trained on."""
     shape = resolve_model(model)
     settings = _settings(**settings)
     memory = inference_memory(shape, **settings)
     settings = {**settings, "weights_format": memory.weights_format, "kv_format": memory.kv_format}
+    notes = (*memory.notes, *_context_notes(shape, settings["context_len"]))
     if gpu is None:
-        return ServingPlan(memory, settings, reserved_bytes=reserved_bytes)
+        return ServingPlan(memory, settings, reserved_bytes=reserved_bytes, notes=notes)
     gpu = get_gpu(gpu)
     reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
     fit = check_fit(memory.total, gpu, reserved_bytes=reserved_bytes)
     longest = longest_context_that_fits(shape, gpu, reserved_bytes=reserved_bytes, **settings)
     speed = decode_tokens_per_second(memory, gpu) if gpu.bandwidth_bytes_per_s else None
     changes = () if fit.fits else tuple(serving_changes(shape, gpu, reserved_bytes=reserved_bytes, **settings))
-    return ServingPlan(memory, settings, gpu, reserved_bytes, fit, longest, speed, changes)
+    return ServingPlan(memory, settings, gpu, reserved_bytes, fit, longest, speed, changes, notes)

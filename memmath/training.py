@@ -130,9 +130,11 @@ class TrainingMemory:
         object.__setattr__(self, "activations_estimated",
                            validate.flag("activations_estimated", self.activations_estimated))
         validate.notes("notes", self.notes)
-        validate.choice("activation_model", self.activation_model, ("textbook", "transformers"))
-        validate.choice("attention", self.attention, ATTENTION_KINDS)
-        validate.flag("dropout", self.dropout)
+        # Stored as checked ("SDPA" -> "sdpa"), as every choice is: readers compare the lowercase names.
+        object.__setattr__(self, "activation_model", validate.choice("activation_model", self.activation_model,
+                                                                     ("textbook", "transformers")))
+        object.__setattr__(self, "attention", validate.choice("attention", self.attention, ATTENTION_KINDS))
+        object.__setattr__(self, "dropout", validate.flag("dropout", self.dropout))
 
     @property
     def total(self):
@@ -224,17 +226,17 @@ def step_parts(run: Run):
     """(TrainingMemory, the exact model's ActivationParts or None) of a run, computed once.
 
     peak_memory reads both; a repeated question (the planner asks the same runs again and again)
-    is answered from a cache keyed by the run itself, except for sweeps (numpy arrays), which are
-    computed every time.
+    is answered from a cache keyed by the run and what its names stand for (Run.cache_key), except
+    for sweeps (numpy arrays), which are computed every time.
     """
     if run.is_sweep:
         return _step_parts(run)
-    return _cached_step_parts(run)
+    return _cached_step_parts(run.cache_key)
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_step_parts(run: Run):
-    return _step_parts(run)
+def _cached_step_parts(key: tuple):
+    return _step_parts(key[0])
 
 
 def _step_parts(run: Run):
@@ -242,6 +244,11 @@ def _step_parts(run: Run):
     n_gpus, zero_stage, sharding = run.n_gpus, run.zero_stage, run.sharding
     plan = method.plan(shape, recipe)
     notes = list(plan.notes) + list(run.notes)
+    if shape.vision is not None:  # a vision-language model: what was counted, and that the tower's activations are not
+        from .multimodal import activations_note
+
+        notes = list(shape.notes) + notes + ([activations_note(shape, getattr(method, "vision", "frozen"))]
+                                             if run.seq_len is not None else [])
     gradients, accumulation, master, state_detail = _trainable_parts(plan, recipe, opt, shape, notes)
     states = state_detail.total
     act_estimate, act_bytes, estimated, parts = _activations(shape, plan, recipe, method, notes, run)
@@ -370,8 +377,9 @@ def _engine_sharding(shape, method, recipe, opt, *, sharding, n_gpus, zero_stage
     if n_gpus < 2 or zero_stage != stage:
         raise ValueError(f"sharding={sharding!r} needs n_gpus of 2 or more and zero_stage={stage}; "
                          f"got n_gpus={n_gpus}, zero_stage={zero_stage}")
-    if not isinstance(method, Full):
-        raise ValueError(f"sharding={sharding!r} is modelled for method=Full() only; got {method.describe()}")
+    if not isinstance(method, Full) or (shape.vision is not None and method.vision != "trains"):
+        raise ValueError(f"sharding={sharding!r} is modelled for method=Full() only (every weight training); got "
+                         f"{method.describe()}")
     if recipe.master_bits > recipe.weight_bits or recipe.accum_bits:
         raise ValueError(f"sharding={sharding!r} is modelled for pure fp32 or 16-bit recipes; got precision="
                          f"{recipe.name!r}")

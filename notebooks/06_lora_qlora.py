@@ -81,7 +81,7 @@ def _(matrix_view, mm, mo, model_dropdown, number_view, pd, rank_slider, targets
     _matrices = shape.lora_matrices(targets)
     _per_block = sum(_d_in + _d_out for _, _d_in, _d_out in _matrices)
     _rows = []
-    for _target in mm.LORA_TARGETS:
+    for _target in ("q", "k", "v", "o", "gate", "up", "down"):  # a dense decoder's seven matrices (mm.LORA_TARGETS has MoE names too)
         [(_module, _d_in, _d_out)] = shape.lora_matrices([_target])
         _rows.append({"matrix": _module, "d_in x d_out": f"{_d_in:,} x {_d_out:,}", "adapted": "yes" if _target in targets else "",
                       "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": lora_method.matrix_params(_d_in, _d_out),

@@ -258,7 +258,8 @@ def test_model_missing_from_the_cache_says_where_it_looked_and_how_to_get_it(tmp
     done = run("train", "meta-llama/Llama-3.1-8B", env={"HF_HUB_CACHE": str(tmp_path)}, check_status=2)
     assert done.stdout == "" and len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
     assert str(tmp_path / "models--meta-llama--Llama-3.1-8B") in done.stderr
-    assert "huggingface-cli download meta-llama/Llama-3.1-8B config.json" in done.stderr
+    # huggingface_hub 1.0 removed `huggingface-cli`; its command line is `hf` (`hf download --help`)
+    assert "`hf download meta-llama/Llama-3.1-8B config.json`" in done.stderr and "huggingface-cli" not in done.stderr
     assert "never uses the network" in done.stderr
 
 
@@ -484,6 +485,17 @@ BAD_INPUT = [
     (["infer", "gpt2", "--gpu", "T4", "--reserve", "20GB"], "--reserve"),
     (["infer", "gpt2", "--unit", "parsecs"], "--unit"),
     (["models", "--unit", "GB"], "--unit"),
+    # issue 26: an empty --gpu read as "no GPU" (exit 0, no verdict); sizes past any card, fractions of a byte
+    (["train", "gpt2", "--gpu", ""], "--gpu"),
+    (["train", "gpt2", "--gpu", "   "], "--gpu"),
+    (["infer", "gpt2", "--gpu", ""], "--gpu"),
+    (["train", "gpt2", "--gpu-memory", ""], "--gpu-memory"),
+    (["infer", "gpt2", "--gpu-memory", " "], "--gpu-memory"),
+    (["train", "gpt2", "--gpu-memory", "1e30GB"], "--gpu-memory"),
+    (["train", "gpt2", "--reserve", "0.3B"], "--reserve"),
+    (["train", "gpt2", "--gpu-memory", "1,5GB"], "--gpu-memory"),
+    (["lessons", "--port", "0"], "--port"),
+    (["lessons", "--static", "site", "--headless"], "--headless"),
     (["nonsense"], "COMMAND"),
 ]
 
@@ -644,3 +656,215 @@ def test_hub_cache_lookup_follows_huggingface_hubs_layout_and_settings(tmp_path,
     shape, info = sources.resolve_source("meta-llama/Llama-2-7b-hf")
     assert shape.n_params == LLAMA2_7B_PARAMS and info["source"] == "hugging face cache"
     assert shape.name == "meta-llama/Llama-2-7b-hf"
+
+
+
+# ---- issue 26: the command line's defects ------------------------------------------------------
+@pytest.mark.parametrize("args", [["train", "gpt2", "--gpu", ""], ["train", "gpt2", "--gpu", " \t"],
+                                  ["infer", "gpt2", "--gpu", ""], ["train", "gpt2", "--gpu-memory", ""],
+                                  ["infer", "gpt2", "--gpu-memory", "  "]], ids=repr)
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["text", "json"])
+def test_an_empty_gpu_is_refused_never_read_as_no_gpu(args, json_flag):
+    # `memmath train gpt2 --gpu "$GPU"` with GPU unset exited 0 without a verdict, which a script reads as "fits".
+    done = run(*args, *json_flag)
+    assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout[:200])
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert f"{args[2]}: is empty" in done.stderr
+
+
+def test_resolve_gpu_refuses_an_empty_name_given_through_the_api():
+    class Args:
+        gpu, gpu_memory = "", None
+
+    with pytest.raises(Exception, match="is empty"):
+        cli.resolve_gpu(Args)
+
+
+LONG = "x" * 100_000
+LONG_CASES = [[*prefix, option, value] for prefix, option in (
+    *((["train", "gpt2"], o) for o in ("--method", "--rank", "--targets", "--precision", "--optimizer", "--batch",
+                                        "--seq", "--attention", "--activations", "--gpus", "--zero-stage", "--gpu",
+                                        "--gpu-memory", "--reserve", "--unit")),
+    *((["infer", "gpt2"], o) for o in ("--context", "--weights", "--kv", "--gpu"))) for value in (LONG,)]
+LONG_CASES += [["train", LONG], ["infer", "/tmp/" + LONG + ".json"], ["train", "it's" * 25_000], [LONG],
+               ["train", "gpt2", LONG], ["train", "gpt2", "--" + LONG], ["train", "gpt2", "--gpu", "it's" * 25_000]]
+
+
+@pytest.fixture(scope="module")
+def long_results():
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: run(*args), LONG_CASES))
+
+
+@pytest.mark.parametrize("index", range(len(LONG_CASES)),
+                         ids=[" ".join(a[:-1] + [a[-1][:8] + "..."]) for a in LONG_CASES])
+def test_a_100000_character_value_is_quoted_short(long_results, index):
+    # A value echoed whole made a 100,000-character error line; each is cut as memmath.validate.describe cuts.
+    done = long_results[index]
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 400, (len(done.stderr), done.stderr[:300])
+    args = LONG_CASES[index]
+    option = args[-2] if len(args) > 1 and args[-2].startswith("--") else None
+    if option:
+        assert f"{option}: " in lines[0]
+
+
+def test_a_size_past_any_card_says_the_allowed_range_not_that_it_is_not_a_size():
+    done = run("train", "gpt2", "--gpu-memory", "1e30GB", check_status=2)
+    assert "not a size" not in done.stderr and "must be a size from 1 B to 1,024 PiB" in done.stderr
+    assert "1,152,921,504,606,846,976 bytes" in done.stderr and "about 1e+39 bytes" in done.stderr
+    # An exponent past any size is refused at once, never expanded into a number of a billion digits.
+    for text in ("1e999999999GB", "1e-999999999GB"):
+        done = run("train", "gpt2", "--reserve", text, check_status=2)
+        assert len(done.stderr.splitlines()) == 1 and "--reserve" in done.stderr
+    assert "more than 1e+308 bytes" in run("train", "gpt2", "--reserve", "1e400GB", check_status=2).stderr
+
+
+def test_a_fraction_of_a_byte_is_refused_with_the_exact_bytes_and_a_whole_size_to_give():
+    # memmath.parse_bytes rounds to the nearest byte; the command line refuses instead, saying what was given.
+    done = run("train", "gpt2", "--reserve", "0.3B", check_status=2)
+    assert "'0.3B' is 0.3 bytes, not a whole number of bytes" in done.stderr
+    done = run("train", "gpt2", "--gpu-memory", "23.99GiB", check_status=2)
+    assert "25,759,066,357.76 bytes" in done.stderr and "such as 25759066358B" in done.stderr
+    # Whole sizes are taken exactly, in any unit and with thousands grouped; a comma that groups nothing is refused.
+    report = run_json("train", "gpt2", "--seq", "64", "--gpu-memory", "25759066358B", "--reserve", "1.5GiB")
+    assert report["gpu"]["memory_bytes"] == 25_759_066_358 and report["required"]["reserved_bytes"] == 3 * 2**29
+    report = run_json("train", "gpt2", "--seq", "64", "--gpu-memory", "1,500,000,000B", "--reserve", "0")
+    assert report["gpu"]["memory_bytes"] == 1_500_000_000
+    assert "a comma groups thousands" in run("train", "gpt2", "--gpu-memory", "1,5GB", check_status=2).stderr
+
+
+def test_version_prints_to_stdout():
+    done = run("--version", check_status=0)
+    assert done.stdout == f"memmath {cli._version()}\n" and done.stderr == ""
+
+
+def _closed_pipe(*args):
+    """The command with its stdout a pipe whose reader has already left (`memmath ... | head`, the worst case)."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "memmath", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=environment, cwd=REPO)
+    process.stdout.close()
+    _, stderr = process.communicate(timeout=120)
+    return process.returncode, stderr.decode()
+
+
+@pytest.mark.parametrize("args, status", [
+    (["train", "llama-2-7b", "--seq", "512", "--gpu", "RTX 4090"], 1),
+    (["train", "gpt2", "--seq", "128", "--gpu", "H200"], 0),
+    (["train", "llama-2-7b", "--seq", "512", "--gpu", "RTX 4090", "--json"], 1),
+    (["infer", "llama-3-8b", "--context", "131072", "--gpu", "RTX 4090"], 1),
+    (["models"], 0), (["gpus", "--json"], 0), (["train", "--help"], 0), (["--version"], 0),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else str(value))
+def test_a_reader_that_leaves_early_gets_the_computed_status_and_no_traceback(args, status):
+    # Exit 1 on a broken pipe read as "does not fit"; the verdict was computed before the pipe broke.
+    returncode, stderr = _closed_pipe(*args)
+    assert returncode == status and stderr == "", (returncode, stderr[-500:])
+
+
+def test_zero_on_one_gpu_is_said_in_text_and_json():
+    text = " ".join(run("train", "gpt2", "--seq", "128", "--zero-stage", "3", check_status=0).stdout.split())
+    assert "1 GPU, ZeRO stage 3." in text and "1 GPUs" not in text
+    assert "ZeRO stage 3 on one GPU shards nothing: every part stays whole." in text
+    report = run_json("train", "gpt2", "--seq", "128", "--zero-stage", "3")
+    assert "ZeRO stage 3 on one GPU shards nothing: every part stays whole" in report["assumptions"]["notes"]
+    assert not any("on one GPU" in note for note in run_json("train", "gpt2", "--seq", "128")["assumptions"]["notes"])
+
+
+# ---- the serving planner (memmath/serving.py): a context past the trained one, a change's headroom ----------
+def test_a_context_past_what_the_model_was_trained_on_gets_a_note():
+    # llama-3-8b: max_position_embeddings 8,192 (meta-llama/Meta-Llama-3-8B config.json); gpt2: 1,024 learned positions.
+    plan = mm.plan_serving("llama-3-8b", context_len=8193)
+    assert [n.kind for n in plan.notes] == ["context_beyond_trained"] and "8,192" in str(plan.notes[0])
+    assert mm.plan_serving("llama-3-8b", context_len=8192).notes == ()
+    assert [n.kind for n in mm.plan_serving("gpt2", "T4", context_len=1025).notes] == ["context_beyond_positions"]
+    assert mm.plan_serving("gpt2", "T4", context_len=1024).notes == ()
+    report = run_json("infer", "llama-3-8b", "--context", "16384")
+    assert any("longer than the 8,192 llama-3-8b was trained on" in n for n in report["assumptions"]["notes"])
+    text = " ".join(run("infer", "gpt2", "--context", "2048", check_status=0).stdout.split())
+    assert "2,048 tokens is more than gpt2's 1,024 learned positions: transformers cannot run it" in text
+    assert "learned positions" not in run("infer", "gpt2", "--context", "1024", check_status=0).stdout
+
+
+def test_a_serving_change_that_fits_leaves_the_fit_margin_free():
+    # The longest context at the edge of the memory left +0.00 GB; each change is judged as the training
+    # planner judges its own: 5% of its total free (memmath.FIT_MARGIN) beside the reserve.
+    plan = mm.plan_serving("llama-3-8b", "RTX 4090", context_len=131072, weights_format="nf4")
+    assert not plan.fit.fits and any(c.fits for c in plan.changes)
+    for change in plan.changes:
+        fit = mm.check_fit(change.total, "RTX 4090", margin=mm.FIT_MARGIN)
+        assert change.fits == fit.fits and change.headroom_bytes == fit.headroom_bytes
+        if change.fits:
+            assert change.headroom_bytes >= mm.FIT_MARGIN * change.total
+    context = next(c for c in plan.changes if c.change.startswith("context"))
+    n = context.settings["context_len"]
+    over = mm.inference_memory("llama-3-8b", weights_format="nf4", context_len=n + 1).total
+    assert not mm.check_fit(over, "RTX 4090", margin=mm.FIT_MARGIN).fits  # the longest that keeps the margin
+    assert n < plan.longest_context  # the memory's edge, with nothing to spare
+    text = run("infer", "llama-3-8b", "--context", "131072", "--weights", "nf4", "--gpu", "RTX 4090",
+               check_status=1).stdout
+    rows = [line for line in text.splitlines() if re.match(r"\s+\d+\. ", line)]
+    assert rows and not any(line.rstrip().endswith("+0.00") for line in rows), rows
+
+
+# ---- memmath lessons -----------------------------------------------------------------------------
+def test_lessons_path_is_the_folder_of_the_nine_lessons_and_their_stylesheet():
+    folder = Path(run("lessons", "--path", check_status=0).stdout.strip())
+    assert sorted(p.name for p in folder.glob("[0-9][0-9]_*.py")) == sorted(
+        p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py")) and len(list(folder.glob("0*.py"))) == 9
+    assert (folder / "memmath.css").is_file()
+
+
+def test_lessons_help_names_the_extra_and_no_command_imports_marimo():
+    done = run("lessons", "--help", check_status=0)
+    assert 'pip install "memmath[workbook]"' in " ".join(done.stdout.split())
+    code = ("import sys, io, contextlib, memmath.cli as c\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    c.main(['lessons', '--path']); c.main(['train', 'gpt2', '--seq', '64']); c.main(['models'])\n"
+            "print(sorted(m for m in ('marimo', 'altair', 'pandas', 'anywidget', 'memmath_lessons') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_lessons_without_the_workbook_extra_says_which_extra_to_install(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "WORKBOOK_MODULES", ("marimo", "no_such_module_for_memmath"))
+    assert cli.main(["lessons"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1
+    assert "missing: no_such_module_for_memmath" in captured.err and 'pip install "memmath[workbook]"' in captured.err
+
+
+def test_lessons_static_reports_a_build_refusal_in_one_line(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    done = run("lessons", "--static", str(tmp_path / "link"), check_status=2)
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1 and "symbolic link" in done.stderr
+
+
+@pytest.mark.parametrize("module", ["memmath_lessons", "memmath_site", "memmath_lessons.viz"])
+def test_importing_a_workbook_module_without_the_extra_names_the_extra(module):
+    code = f"import sys\nsys.modules['anywidget'] = None\nimport {module}"  # as if anywidget were not installed
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith("ModuleNotFoundError: ")
+    assert "workbook extra (missing: anywidget)" in last and 'pip install "memmath[workbook]"' in last
+
+
+def test_readme_install_section_and_the_cpu_index_for_torch():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    install = readme.split("## Install\n", 1)[1].split("\n## ", 1)[0]
+    for command in ("pip install memmath ", 'pip install "memmath[workbook]"', "memmath lessons "):
+        assert command in install, command
+    cpu = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    assert cpu in " ".join(install.split())
+    # In requirements-validate.txt the index is advice in a comment: an active --index-url would stop .ci/run
+    # here, where the configured local index serves the CPU wheel.
+    lines = (REPO / "requirements-validate.txt").read_text().splitlines()
+    assert any(cpu in line and line.lstrip().startswith("#") for line in lines)
+    assert not any("index-url" in line for line in lines if not line.lstrip().startswith("#"))
+    assert "torch==2.13.0" in lines
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and (REPO / "LICENSE").read_text().startswith("MIT License")

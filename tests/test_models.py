@@ -370,16 +370,18 @@ def test_lora_names_follow_each_family():
     neox = mm.from_hf_config(PUBLISHED_CONFIGS["pythia-160m"])
     assert [m for m, _, _ in neox.lora_matrices("all")] == ["query_key_value", "dense", "dense_h_to_4h",
                                                             "dense_4h_to_h"]
+    # Mixtures of experts (tests/test_moe_lora.py holds them against peft): lora_matrices lists linear matrices
+    # only, so targets that reach the routed experts' 3-D tensors are refused there, and lora_adapters lists them.
     moe = mm.from_hf_config(PUBLISHED_CONFIGS["Qwen3-30B-A3B"])
-    # peft 0.21 maps qwen3_moe's gate_proj/up_proj/down_proj onto the routed experts' 3-D parameters
-    # (measured: validation/measure.py's qwen3moe-moe LoRA case trained 52,224 parameters, 10,752 of them
-    # in attention): memmath does not model that, and says so.
-    for targets in (("gate",), ("down",), "all"):
+    for targets in (("experts",), "all"):
         with pytest.raises(ValueError, match="routed experts"):
             moe.lora_matrices(targets)
     assert [m for m, _, _ in moe.lora_matrices(("q", "k", "v", "o"))] == ["q_proj", "k_proj", "v_proj", "o_proj"]
-    mixtral = mm.from_hf_config(PUBLISHED_CONFIGS["Mixtral-8x7B-v0.1"])  # peft converts only w1/w2/w3 names here
-    assert [m for m, _, _ in mixtral.lora_matrices("all")] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert [m for m, _, _ in moe.lora_matrices("attention")] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert moe.lora_matrices(("router",)) == [("gate.weight", 2048, 128)]
+    mixtral = mm.from_hf_config(PUBLISHED_CONFIGS["Mixtral-8x7B-v0.1"])
+    assert [a.module for a in mixtral.lora_adapters("all")] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate.weight",
+                                                                "experts.gate_up_proj", "experts.down_proj"]
     shared = mm.from_hf_config(PUBLISHED_CONFIGS["Qwen1.5-MoE-A2.7B"])
     assert shared.lora_matrices(("up",)) == [("up_proj", 2048, 5632)]  # the shared expert's
 

@@ -12,8 +12,9 @@ from validation.published_configs import PUBLISHED_CONFIGS
 def test_every_setting_is_concrete_and_repr_says_what_is_assumed():
     run = mm.Run("gpt2")
     # GPT2Config: attn_pdrop = resid_pdrop = embd_pdrop = 0.1 -> dropout on; transformers picks SDPA.
-    assert repr(run) == ("Run(model='gpt2', precision='bf16', optimizer='adamw', method=Full(), batch_size=1, "
-                         "seq_len=2048, checkpointing=False, attention='sdpa', dropout=True, "
+    # Full()'s vision='trains' says what a vision-language model's tower would do; GPT-2 has none.
+    assert repr(run) == ("Run(model='gpt2', precision='bf16', optimizer='adamw', method=Full(vision='trains'), "
+                         "batch_size=1, seq_len=2048, checkpointing=False, attention='sdpa', dropout=True, "
                          "activations='transformers', device='cuda', n_gpus=1, zero_stage=0, sharding='even', rank=0)")
     assert run.defaulted == {"attention", "dropout", "activations"}
     assert all(value is not None for value in run.settings().values())

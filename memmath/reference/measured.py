@@ -45,6 +45,8 @@ Other groups have their own loaders, with these columns and their own: load_meas
 for ZeRO-1, predict_sharded_peak), load_measured_quantized() (QLoRA on bitsandbytes' 4-bit and
 8-bit layers; predict_case builds QLoRA(..., layout="bitsandbytes")) and load_measured_amp()
 (autocast). measured_qlora() tables recorded QLoRA runs beside memmath's prediction.
+load_measured_moe_lora() reads its own file (measured_moe_lora.json): LoRA on the routers and routed
+experts of mixtures of experts (validation/moe_lora.py).
 """
 
 from __future__ import annotations
@@ -106,10 +108,10 @@ def measured_metadata(name: str = DATA_FILE) -> dict:
 
 # Recorded cases that memmath refuses by name (measured, held out, then found outside what it models),
 # with the words of the refusal: load_measured leaves them out unless refused=True.
-REFUSED_CASES = {
-    # peft 0.21 maps Qwen3-MoE's gate_proj/up_proj/down_proj targets onto the routed experts' 3-D
-    # parameters (measured: 52,224 trainable parameters, 10,752 of them in attention).
-    "qwen3moe-moe/bf16/adamw/lora8-all-fp32/sdpa/nodrop/nockpt/b2s64": "routed experts",
+REFUSED_CASES: dict[str, str] = {
+    # Empty since issue 23: the one refused case, Qwen3-MoE with measure.py's "all" list (which peft 0.21 maps onto
+    # the routed experts' 3-D parameters: 52,224 trainable, 10,752 of them in attention), is modelled now
+    # (ModelShape.lora_adapters, hf_activations._wrapped_weight), written without running it again.
 }
 
 
@@ -159,6 +161,18 @@ def _text(row, key):
     if not isinstance(value, str):
         raise TypeError(f"row column {key!r} must be a string; got {validate.describe(value)}")
     return value
+
+
+MOE_LORA_FILE = "measured_moe_lora.json"
+
+
+def load_measured_moe_lora(name: str = MOE_LORA_FILE) -> pd.DataFrame:
+    """The LoRA cases on mixtures of experts (validation/moe_lora.py: Mixtral, Qwen2-MoE and Qwen3-MoE with peft
+    0.21's adapters on the router and the routed experts, recorded after memmath's model of them was written,
+    all held out), with load_measured's columns; lora_targets is "all-linear" (peft's string, memmath's "all")
+    or memmath target names joined by "+". predict_case(row), predicted_saved_per_layer(row) and
+    predict_peak_case(row) replay them."""
+    return load_measured(name)
 
 
 def load_measured_adapters(name: str = DATA_FILE) -> pd.DataFrame:
@@ -252,17 +266,26 @@ def case_model(row) -> ModelShape:
                   vocab_size=_count(row, "vocab_size", high=validate.MAX_VOCAB), name=_text(row, "shape"))
     if isinstance(row.get("arch"), str):  # shapes recorded since issue 10: read as from_hf_config reads the config
         return replace(_case_from_config(row), name=_text(row, "shape"))
+    # validation/measure.py builds every config with use_cache=False unless the shape's hf_config says otherwise.
     if family == "gpt2":
-        return gpt2_model(max_positions=_count(row, "max_positions", high=validate.MAX_SEQ),
-                          tied_embeddings=_flag(row, "tied_embeddings"), **common)
+        return replace(gpt2_model(max_positions=_count(row, "max_positions", high=validate.MAX_SEQ),
+                                  tied_embeddings=_flag(row, "tied_embeddings"), **common), use_cache=_use_cache(row))
     if family == "llama":
-        return llama_model(n_kv_heads=_count(row, "n_kv_heads"), tied_embeddings=_flag(row, "tied_embeddings"),
-                           **common)
+        return replace(llama_model(n_kv_heads=_count(row, "n_kv_heads"), tied_embeddings=_flag(row, "tied_embeddings"),
+                                   **common), use_cache=_use_cache(row))
     if family == "bert":
         return bert_model(max_positions=_count(row, "max_positions", high=validate.MAX_SEQ),
                           type_vocab_size=_count(row, "type_vocab_size", low=0),
                           num_labels=_count(row, "num_labels", low=0), **common)
     raise ValueError(f"row column 'family' must be gpt2, llama or bert; got {validate.describe(family)}")
+
+
+def _use_cache(row) -> bool:
+    """The use_cache a recorded case ran with: validation/measure.py passes use_cache=False to every config
+    (cases recorded before issue 23) unless the shape's hf_config sets it (the use_cache cases since)."""
+    more = row.get("hf_config")
+    value = more.get("use_cache", False) if isinstance(more, dict) else False
+    return validate.flag("row column 'hf_config' field 'use_cache'", value)
 
 
 def _case_from_config(row) -> ModelShape:
@@ -285,9 +308,9 @@ def _case_from_config(row) -> ModelShape:
         return from_hf_config(dict(model_type=arch, n_layer=_count(row, "n_layers", high=validate.MAX_LAYERS),
                                    n_embd=n("hidden_size"), n_head=n("n_heads"), n_inner=n("intermediate_size"),
                                    vocab_size=n("vocab_size"), n_positions=n("max_positions"), tie_word_embeddings=tied,
-                                   activation_function=_text(row, "hidden_act") if isinstance(act, str) and act
+                                   use_cache=_use_cache(row), activation_function=_text(row, "hidden_act") if isinstance(act, str) and act
                                    else "gelu_new"))
-    extra = {}
+    extra = {"use_cache": False}  # measure.py's default; a shape's hf_config may set it (below)
     for key in ("sliding_window", "head_dim"):  # columns only some shapes have (NaN in the others)
         value = row.get(key)
         if isinstance(value, (int, float)) and value == value:
@@ -301,6 +324,34 @@ def _case_from_config(row) -> ModelShape:
                                vocab_size=n("vocab_size"), tie_word_embeddings=tied, **extra))
 
 
+# measure.py's "all" is a list of module names (its PEFT_TARGETS), not peft's "all-linear": on the mixtures of
+# experts peft 0.21 resolves that list to these (utils/transformers_weight_conversion.py): Mixtral has no module
+# of the MLP names; Qwen2-MoE's are its shared expert's (qwen2_moe is not converted); Qwen3-MoE's
+# gate_proj/up_proj/down_proj are converted onto the routed experts (and "gate", its router, is not in the list).
+_LIST_ALL = {"mixtral": ("q", "k", "v", "o"), "qwen2_moe": ("q", "k", "v", "o", "gate", "up", "down"),
+             "qwen3_moe": ("q", "k", "v", "o", "experts")}
+
+
+def _case_targets(row):
+    """The LoRA targets of a recorded case: "qv"; "all", the module-name list of validation/measure.py;
+    "all-linear", peft's target_modules="all-linear" (memmath's "all"); or memmath target names joined by "+"
+    (validation/moe_lora.py)."""
+    from ..models import LORA_TARGETS
+
+    targets = _text(row, "lora_targets")
+    if targets == "qv":
+        return ("q", "v")
+    if targets == "all":
+        arch = row.get("arch")
+        return _LIST_ALL.get(arch, "all") if isinstance(arch, str) else "all"
+    if targets == "all-linear":
+        return "all"
+    names = tuple(targets.split("+"))
+    for name in names:
+        validate.choice("row column 'lora_targets'", name, ("qv", "all", "all-linear") + LORA_TARGETS)
+    return names
+
+
 def case_method(row):
     """Full(), Freeze(frozen_layers=k) or LoRA(rank, targets, adapter_format) for a recorded case."""
     method = _text(row, "method")
@@ -311,15 +362,14 @@ def case_method(row):
         # untied head train (Freeze's defaults); BERT's pooler and classifier train.
         return Freeze(frozen_layers=_count(row, "frozen_layers", low=0, high=validate.MAX_LAYERS))
     if method == "lora":
-        # "all": every linear matrix in the blocks (GPT-2 and BERT have no gate; peft's lists in measure.py).
-        targets = validate.choice("row column 'lora_targets'", _text(row, "lora_targets"), ("qv", "all"))
+        targets = _case_targets(row)
         if isinstance(row.get("quant_type"), str):  # validation/quantized.py: a bitsandbytes base under peft's LoRA
             from ..methods import QLoRA
 
-            return QLoRA(rank=_count(row, "lora_rank", high=2**16), targets=("q", "v") if targets == "qv" else "all",
+            return QLoRA(rank=_count(row, "lora_rank", high=2**16), targets=targets,
                          adapter_format=_text(row, "adapter_format"), quant_type=_text(row, "quant_type"),
                          double_quant=_flag(row, "double_quant"), layout="bitsandbytes")
-        return LoRA(rank=_count(row, "lora_rank", high=2**16), targets=("q", "v") if targets == "qv" else "all",
+        return LoRA(rank=_count(row, "lora_rank", high=2**16), targets=targets,
                     adapter_format=_text(row, "adapter_format"))
     if method == "houlsby":
         # validation/houlsby.py: two adapters per block in the model's dtype; only they train.
@@ -398,10 +448,16 @@ def predicted_saved_per_layer(row) -> list[int]:
 
         # Houlsby adapters train after the projections only: the first block's q and k need no gradient
         # (its input comes from the frozen embedding), so the rotary tables are saved first by the second.
-        later = (isinstance(arguments["method"], Adapters) and _text(row, "family") == "llama"
+        # So with LoRA that adapts neither q nor k (a mixture of experts' router or experts alone): added after
+        # validation/moe_lora.py's cases measured the tables in the second block (their totals were exact, the
+        # first two blocks off by the tables' bytes), a booking of where the measurement files them only.
+        shape = case_model(row)
+        method = arguments["method"]
+        no_qk = isinstance(method, LoRA) and not ({a.module for a in shape.lora_adapters(method.targets)} & {
+            "q_proj", "k_proj", "qkv_proj", "query_key_value"})
+        later = ((isinstance(method, Adapters) or no_qk) and _text(row, "family") == "llama"
                  and not arguments["checkpointing"] and first + 1 < len(blocks))
         blocks[first + later] += int(parts.tables)
-        shape = case_model(row)
         types = shape.layer_types or ()
         other = next((j for j in range(first, n_layers) if types[j] != types[first]), None) if types else None
         if shape.arch == "gemma3_text" and other is not None and not arguments["checkpointing"]:
