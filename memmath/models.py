@@ -156,6 +156,9 @@ class ModelShape:
     # a vision-language model (from_hf_config of gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): the vision tower and
     # projector as a multimodal.VisionParts, listed by tensors("vision") and counted in n_params; None for text
     vision: object = None
+    # a rotary model's config max_position_embeddings: the context it was trained for (planner.trained_context); no
+    # tensor depends on it, so it takes no part in comparing shapes (a preset built in code leaves it None)
+    trained_context: int | None = field(default=None, compare=False)
 
     # ---- counts -----------------------------------------------------------------------------
     @property
@@ -1084,6 +1087,7 @@ def _decoder_from_config(config, get, model_type, name):
     # As stated: save_pretrained writes it (true by default); a config without it is read as false, not as the
     # config classes' true, so that memmath's presets (their fields without it) are the recorded steps' setting.
     options["use_cache"] = get.flag("use_cache", False)
+    options["trained_context"] = get("max_position_embeddings", None)  # no memory: the planner's context note
     bias = model_type in CONFIG_FIELDS and "attention_bias" in CONFIG_FIELDS[model_type]
     kv = get("num_key_value_heads", None)
     head_dim = get("head_dim", None) if "head_dim" in CONFIG_FIELDS[model_type] else None  # GPT-NeoX: h / a

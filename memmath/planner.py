@@ -363,12 +363,15 @@ TRAINED_CONTEXT = {"llama-65b": 2048, "llama-2-7b": 4096, "llama-2-13b": 4096, "
 
 def trained_context(model, config=None) -> int | None:
     """The longest context a model was trained on, or None when unknown: its learned positions
-    (GPT-2, GPT-3, BERT), a pasted config's max_position_embeddings, or the preset table above."""
+    (GPT-2, GPT-3, BERT), the max_position_embeddings of the config it was read from (or a pasted
+    config dict), or the preset table above."""
     from .presets import resolve_model
 
     shape = resolve_model(model)
     if shape.max_positions is not None:
         return int(shape.max_positions)
+    if shape.trained_context is not None:  # a rotary model read from its config.json
+        return int(shape.trained_context)
     if isinstance(config, dict) and isinstance(config.get("max_position_embeddings"), int) \
             and not isinstance(config.get("max_position_embeddings"), bool) and config["max_position_embeddings"] > 0:
         return config["max_position_embeddings"]

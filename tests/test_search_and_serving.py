@@ -57,3 +57,13 @@ def test_serving_settings_are_checked_by_name():
         mm.plan_serving("gpt2", "T4", seq_len=100)
     with pytest.raises(ValueError, match="context_len"):
         mm.serving_changes("gpt2", "T4", context_len=[1, 2])
+
+
+def test_a_context_past_what_a_config_says_the_model_was_trained_on_gets_a_note():
+    # meta-llama/Meta-Llama-3-8B's config.json: max_position_embeddings 8,192 (rotary: no tensor depends on it).
+    from validation.published_configs import PUBLISHED_CONFIGS
+
+    shape = mm.from_hf_config(PUBLISHED_CONFIGS["Meta-Llama-3-8B"])
+    assert mm.trained_context(shape) == 8192 and shape == mm.PRESETS["llama-3-8b"].with_changes(name=shape.name)
+    assert any("8,192" in str(n) for n in mm.plan_serving(shape, "H200", context_len=16384).notes)
+    assert not mm.plan_serving(shape, "H200", context_len=8192).notes
