@@ -582,7 +582,7 @@ def _write_train(w, style, args, run, source, plan):
         notes.append(_defaults_said(run, args))
     if args.reserve is None:
         notes.append(f"Reserved: {memmath.CUDA_CONTEXT_SOURCE}; set --reserve.")
-    notes += [_sentence(str(n)) for n in plan.memory.notes]
+    notes += [_sentence(str(n)) for n in _notes(plan)]
     w("\n")
     for note in notes:
         w(style.dim("\n".join(_wrap(note))) + "\n")

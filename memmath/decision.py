@@ -68,8 +68,5 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
     why = why_no_peak(run)
     if why:
         return Requirement(int(memory.total), "sum of parts", why, memory, None, run)
-    try:
-        peak = peak_memory(run)
-    except ValueError as error:  # a combination the peak model refuses by name: its words are the reason
-        return Requirement(int(memory.total), "sum of parts", str(error), memory, None, run)
+    peak = peak_memory(run)  # why_no_peak screened every run the peak model refuses
     return Requirement(int(peak.total), "peak", "", memory, peak, run)

@@ -21,7 +21,7 @@ from .methods import LoRA, QLoRA
 from .models import ModelShape, parse_json_config, from_hf_config
 from .recipes import bytes_per_parameter, get_recipe
 from .decision import BASES, Requirement, requirement
-from .run import Run, as_run
+from .run import Run, as_run, sdpa_supported
 from .search import fewest_where, largest_where
 from .units import UNITS, unit_name
 
@@ -107,7 +107,7 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
     if run.seq_len is not None and not run.checkpointing:
         yield ("gradient checkpointing on", run.replace(checkpointing=True),
                "recomputes each block's forward pass during backward: about a third more compute")
-    if run.seq_len is not None and run.attention == "eager":
+    if run.seq_len is not None and run.attention == "eager" and sdpa_supported(run.model):
         yield ("fused attention (sdpa)", run.replace(attention="sdpa"),
                "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
     if run.batch_size > 1 and run.seq_len is not None:
@@ -253,7 +253,9 @@ def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpu
     verdict and the changes that make it fit (suggest_changes, then path_to_fit when none fits alone)."""
     run = as_run(model, **settings)
     need = requirement(run)
-    if gpu is None:
+    if gpu is None:  # no verdict, but the reserve and the GPU count are still checked by name
+        reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=validate.MAX_BYTES, scalar=True)
+        validate.count("max_gpus", max_gpus, high=MAX_GPUS, scalar=True)
         return TrainingPlan(run, need, reserved_bytes=reserved_bytes)
     gpu, reserved_bytes, max_gpus = _checked(gpu, reserved_bytes, max_gpus)
     fit = check_fit(need.bytes, gpu, reserved_bytes=reserved_bytes, margin=FIT_MARGIN)

@@ -96,7 +96,7 @@ class Run:
                                       "preset, a ModelShape or uniform_model(n_params, n_layers) instead of a plain "
                                       "parameter count")
         notes = []
-        resolved = _resolve(shape, self.method, recipe, values["seq_len"], values.get("activations"),
+        resolved = _resolve(shape, self.method, recipe, values["device"], values["seq_len"], values.get("activations"),
                             values.get("attention"), values.get("dropout"), notes)
         defaulted = frozenset(name for name in RESOLVED if given[name] is None)
         for name, value in zip(RESOLVED, resolved):
@@ -153,7 +153,9 @@ class Run:
         from .formats import get_format
 
         adapter_format = getattr(self.method, "adapter_format", None)
-        return (self, self.recipe, self.optimizer_spec, None if adapter_format is None else get_format(adapter_format))
+        # defaulted and notes too: a run that chose what another resolved has other notes (compare=False above)
+        return (self, self.defaulted, self.notes, self.recipe, self.optimizer_spec,
+                None if adapter_format is None else get_format(adapter_format))
 
     @property
     def sharded(self) -> bool:
@@ -195,7 +197,13 @@ def _name(spec, given):
     return spec.name if isinstance(given, str) else given
 
 
-def _resolve(shape: ModelShape, method, recipe, seq_len, activations, attention, dropout, notes) -> tuple:
+def sdpa_supported(shape: ModelShape) -> bool:
+    """Whether transformers runs this model's attention with SDPA: Gemma2PreTrainedModel has no SDPA, and SDPA
+    refuses a softcap (transformers 5.24 integrations/sdpa_attention.py), so softcapped attention runs eager."""
+    return not (shape.arch == "gemma2" or shape.attn_softcap)
+
+
+def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, attention, dropout, notes) -> tuple:
     """(attention, dropout, activations), each left out (None) filled in as transformers trains by default.
 
     A model read from a config (shape.dropout_p known; the presets and gpt2_model, llama_model,
@@ -214,15 +222,13 @@ def _resolve(shape: ModelShape, method, recipe, seq_len, activations, attention,
                                   "activations: the textbook model (Korthikanti et al. 2022), since a model without "
                                   "a config has no layout to trace"))
         return (attention or "eager", True if dropout is None else dropout, activations)
-    if attention is None:
-        # SDPA where the model supports it; Gemma2PreTrainedModel has no SDPA, and SDPA refuses a softcap
-        # (transformers 5.24 integrations/sdpa_attention.py), so softcapped attention runs eager.
-        attention = "eager" if shape.arch == "gemma2" or shape.attn_softcap else "sdpa"
+    if attention is None:  # SDPA where transformers runs it (sdpa_supported), else eager
+        attention = "sdpa" if sdpa_supported(shape) else "eager"
     if dropout is None:
         dropout = shape.dropout_p > 0
     if activations is None:
         activations = "transformers"
-        reason = _why_not_exact(shape, method, recipe, seq_len, attention, dropout)
+        reason = _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout)
         if reason:
             activations = "textbook"
             notes.append(Note("activations_textbook_fallback",
@@ -231,7 +237,7 @@ def _resolve(shape: ModelShape, method, recipe, seq_len, activations, attention,
     return attention, dropout, activations
 
 
-def _why_not_exact(shape, method, recipe, seq_len, attention, dropout) -> str | None:
+def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout) -> str | None:
     """Why the exact activation model does not replay this run (None when it does)."""
     if seq_len is None or not shape.has_shape:
         return "needs a sequence length and a model with widths"
@@ -245,8 +251,8 @@ def _why_not_exact(shape, method, recipe, seq_len, attention, dropout) -> str | 
                                   f"{int(seq_len.max()):,} tokens, across a limit of the exact activation model "
                                   f"(the transformers trace {reason}); sweep the lengths on each side of it in "
                                   "separate calls, or pass activations='textbook'")
-    if not reason and recipe.name == "amp" and attention == "sdpa" and dropout:
-        from .amp_trace import MATH_REFUSAL  # SDPA with dropout: the math kernel on the CPU
+    if not reason and recipe.name == "amp" and attention == "sdpa" and dropout and device == "cpu":
+        from .amp_trace import MATH_REFUSAL  # SDPA with dropout runs PyTorch's math kernel on the CPU only
 
         reason = MATH_REFUSAL
     return reason

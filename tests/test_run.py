@@ -104,3 +104,22 @@ def test_a_preset_and_its_published_config_are_one_run():
                            ("llama-3-8b", "Meta-Llama-3-8B"), ("mistral-7b", "Mistral-7B-v0.1")):
         read = mm.from_hf_config(PUBLISHED_CONFIGS[config]).with_changes(name=preset)
         assert mm.Run(preset, seq_len=1024) == mm.Run(read, seq_len=1024)
+
+
+def test_the_cache_answers_each_run_with_its_own_notes():
+    # A run that chose textbook activations and one that fell back to them are equal as runs (the same bytes), but
+    # their notes say different things: the cache must not hand one the other's.
+    chosen = mm.Run(mm.PRESETS["gemma-2-2b"], seq_len=512, attention="sdpa", activations="textbook")
+    fallen = mm.Run(mm.PRESETS["gemma-2-2b"], seq_len=512, attention="sdpa")
+    assert chosen == fallen and chosen.notes != fallen.notes
+    assert mm.requirement(chosen).reason != mm.requirement(fallen).reason
+    assert mm.training_memory(fallen).run is fallen
+    assert any("attn_logit_softcapping" in str(n) for n in mm.training_memory(fallen).notes)
+
+
+def test_sdpa_is_not_suggested_where_transformers_cannot_run_it():
+    # Gemma 2 softcaps its scores; transformers' SDPA refuses a softcap, so the planner never proposes it there.
+    changes = mm.suggest_changes("gemma-2-2b", "T4", seq_len=4096, batch_size=2)
+    assert "fused attention (sdpa)" not in {s.change for s in changes}
+    assert "fused attention (sdpa)" in {s.change for s in mm.suggest_changes("gpt2", "T4", seq_len=4096,
+                                                                              attention="eager", batch_size=8)}
