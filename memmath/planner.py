@@ -40,7 +40,8 @@ class Suggestion:
     """One change to a training run: what it is, the new run, and what one GPU must hold after it.
 
     total: the new run's requirement per GPU (requirement(): the step's peak where modelled, else
-    the sum of the parts; `basis` says which); saved: bytes per GPU it saves against the run before;
+    the sum of the parts; `basis` says which); saved: bytes per GPU it saves against the run before,
+    on one basis (the sums, where the change moves the decision from the peak to the sum);
     fits: whether the new run fits the GPU as the verdict judges; cost: what it costs besides memory.
     """
 
@@ -158,16 +159,20 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=D
     """
     run = as_run(model, **settings)
     gpu, reserved_bytes, max_gpus = _checked(gpu, reserved_bytes, max_gpus)
-    before = requirement(run).bytes
+    before = requirement(run)
     suggestions = []
     for change, new, cost in _candidates(run, gpu, reserved_bytes, max_gpus):
         try:
             need = requirement(new)
         except ValueError:  # e.g. LoRA on a model without named matrices
             continue
-        if need.bytes < before:
-            suggestions.append(Suggestion(change, new, need.bytes, before - need.bytes,
-                                          _fits(need.bytes, gpu, reserved_bytes), cost, need.basis))
+        # A saving is counted on one basis: where the change moves the decision from the peak to the sum (ZeRO,
+        # whose peak is not modelled), the sums are compared, so the switch itself is never credited as a saving.
+        saved = before.bytes - need.bytes if need.basis == before.basis else \
+            int(before.memory.total) - int(need.memory.total)
+        if saved > 0 and need.bytes < before.bytes:
+            suggestions.append(Suggestion(change, new, need.bytes, saved, _fits(need.bytes, gpu, reserved_bytes),
+                                          cost, need.basis))
     return sorted(suggestions, key=lambda s: (-s.saved, s.change))
 
 

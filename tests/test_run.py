@@ -123,3 +123,11 @@ def test_sdpa_is_not_suggested_where_transformers_cannot_run_it():
     assert "fused attention (sdpa)" not in {s.change for s in changes}
     assert "fused attention (sdpa)" in {s.change for s in mm.suggest_changes("gpt2", "T4", seq_len=4096,
                                                                               attention="eager", batch_size=8)}
+
+
+def test_a_change_that_moves_the_decision_to_the_sum_saves_what_the_sums_differ_by():
+    # GPT-2 at 128 tokens on 2 GPUs: the run is judged on its peak (1.24 GB, above the 1.09 GB sum: the optimizer
+    # step's temporaries); ZeRO stage 1 is judged on its sum. Its saving is the optimizer states it shards,
+    # (2 x 124,439,808 x 2 B + 148 x 4 B) / 2 = 248,879,912 B, not the peak's gap to the sum.
+    [zero] = [s for s in mm.suggest_changes("gpt2", "T4", seq_len=128, n_gpus=2) if s.change.startswith("ZeRO stage 1")]
+    assert zero.basis == "sum of parts" and zero.saved == (2 * 124_439_808 * 2 + 148 * 4) // 2
