@@ -112,11 +112,6 @@ class Run:
 
     # ---- what the fields stand for ------------------------------------------------------
     @property
-    def shape(self) -> ModelShape:
-        """The model, as a ModelShape (the `model` field itself, after construction)."""
-        return self.model
-
-    @property
     def recipe(self) -> Recipe:
         return get_recipe(self.precision)
 
@@ -174,10 +169,6 @@ class Run:
     def settings(self) -> dict:
         """Every setting (all fields but the model) with its concrete value, in field order."""
         return {name: getattr(self, name) for name in SETTINGS}
-
-    def given(self) -> dict:
-        """The settings that were not resolved from the model (what a caller set, or a fixed default)."""
-        return {name: value for name, value in self.settings().items() if name not in self.defaulted}
 
 
 SETTINGS = tuple(f.name for f in fields(Run) if f.name not in ("model", "defaulted", "notes"))
