@@ -243,7 +243,7 @@ def _(context, mm, mo, model_dropdown, unit_radio, viz):
     # Attention, dropout and the activation model as transformers trains this model (memmath.Run's defaults).
     training = mm.training_memory(model_dropdown.value, precision="bf16", optimizer="adam", seq_len=context)
     if training.activation_model == "transformers":
-        _activations = (f"the activations transformers' forward pass saves for the backward pass, with "
+        _activations = (f"the activations that the transformers library's forward pass saves for the backward pass, with "
                         f"{'fused (SDPA)' if training.attention == 'sdpa' else 'eager'} attention and "
                         f"{'dropout' if training.dropout else 'no dropout'}, as the model's config sets them")
     else:  # a layout the exact trace does not replay (a sliding window shorter than the sequence)
@@ -257,8 +257,8 @@ def _(context, mm, mo, model_dropdown, unit_radio, viz):
         Same model, same weights ({mm.format_bytes(serving.weights, _unit)}), but training needs
         {mm.format_bytes(training.total, _unit)} against {mm.format_bytes(serving.total, _unit)} for serving:
         {training.total / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens and
-        bf16 weights; serving keeps a bf16 KV cache and uses fused attention. Training counts {_activations}.
-        Training assumes: {training.assumptions}
+        bf16 weights; serving keeps a bf16 KV cache and uses fused attention. Training counts {_activations}:
+        {mm.format_bytes(training.activations, _unit)} of activations. Training's recipe: {training.assumptions}
         """),
     ])
     return serving, training

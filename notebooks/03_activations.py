@@ -186,7 +186,10 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
     combos_view.update(pd.DataFrame(_rows))
     why_view.update(mo.md(_why))
     # memmath's default model, named (the textbook, with memmath's reason, wherever the exact one does not apply).
-    _exact_model = ("the exact trace of what transformers' GPT-2 code keeps, with the dropout of GPT-2's config"
+    _chosen = ("fused (SDPA)" if attention == "sdpa" else "eager") + " attention" + (
+        " and the checkpointing" if checkpointing else "")
+    _exact_model = (f"the exact trace of what transformers' GPT-2 code keeps, with the {_chosen} chosen above, and "
+                    "the dropout of GPT-2's config"
                     if training_exact.activation_model == "transformers" else
                     "; ".join(n.text for n in training_exact.notes if n.kind == "activations_textbook_fallback"))
     numbers_view.update(mo.md(f"""

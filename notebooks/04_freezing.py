@@ -265,8 +265,9 @@ def _(mo):
     activations of every block from the first trainable one up; and the loss's logits.
 
     The activations are counted as PyTorch stores them when transformers trains the model: memmath's
-    exact model of its forward pass, checked against recorded training steps further down. They are
-    16-bit, at your batch and length, with the model's own attention and dropout.
+    exact model of its forward pass, checked against recorded training steps further down, for pure
+    bf16 training at your batch and length, with the attention and dropout that transformers trains the
+    model with:
     """), "bert": mo.md(r"""
     ## How much must you open? The BERT-large report
 
@@ -382,8 +383,8 @@ def _(alt, mo, pd, reference, viz):
         {"Every number matches memmath's prediction to the byte." if _equal else "Some numbers differ from memmath's prediction (see the table)."}
         Freezing the first {_last["frozen blocks"]} blocks cut the gradients from {_full["gradients, measured (B)"]:,} B to
         {_last["gradients, measured (B)"]:,} B and the saved activations from {_full["saved, measured (B)"]:,} B to
-        {_last["saved, measured (B)"]:,} B: the frozen blocks saved **0 B**. What stays is the set of
-        each trainable block and what comes after the blocks (the final norm or pooler, the head and the loss).
+        {_last["saved, measured (B)"]:,} B: the frozen blocks saved **0 B**. What stays is what
+        each trainable block saves and what comes after the blocks (the final norm or pooler, the head and the loss).
 
         One exception, also measured: with **gradient checkpointing**, transformers makes the embeddings' output
         require a gradient, so every block keeps its checkpointed input, frozen ones too. In the recorded case

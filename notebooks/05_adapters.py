@@ -137,8 +137,8 @@ def _(mo, np, toy_block, viz):
     (`memmath_lessons.toy_block`: width {_width}, {_tokens} tokens, bottleneck {_m}) with the
     up-projection at zero, the output with and without adapters differs by
     **{"exactly 0" if fresh_gap == 0 else f"{fresh_gap:.1e}"}**; once the adapter weights move (small
-    random values standing in for training) by up to **{moved_gap:.4f}**, while every base weight
-    stays as it was.
+    random values standing in for training), it differs by up to **{moved_gap:.4f}**, while every base
+    weight stays as it was.
     """), mo.accordion({"What does each step of the block compute?": mo.vstack([
         mo.md("Every step of that block on one input: the frozen base computation, the adapter, then onward. "
               "Only the two adapter steps hold trainable weights."),
@@ -305,7 +305,7 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     activations are {mm.format_bytes(_adapt.activations, unit)}, {_adapt.activations / _full.activations:.0%} of
     full finetuning's {mm.format_bytes(_full.activations, unit)}: every one of the
     {_adapt.activation_detail.layers_storing} blocks keeps its share, but {_kept}
-    ({mm.format_bytes(_per_adapt, _per_unit)} per block against {mm.format_bytes(_per_full, _per_unit)}).
+    ({viz.readable_size(_per_adapt, unit)} per block against {viz.readable_size(_per_full, unit)}).
     A frozen linear layer keeps no copy of its input, since it computes no gradient for its weight;
     what the gradient needs on its way down stays (the norms' and the attention's inputs, the MLP
     activation's), and the adapters add their own: each keeps its b·s·h input and two b·s·m tensors.
@@ -469,7 +469,10 @@ def _(mo, pd, viz):
     for _, _c in _cases.iterrows():
         _m = predict_case(_c)  # activations="transformers"
         _rows.append({"model": _c["shape"], "precision": _c["precision"], "bottleneck m": int(_c["bottleneck"]),
-                      "optimizer": _c["optimizer"], "adapter parameters (measured)": int(_c["adapter_params"]),
+                      "optimizer": _c["optimizer"],
+                      "run (b × s)": f"{int(_c['batch_size'])} × {int(_c['seq_len'])}, {_c['attention']}"
+                                     + (", dropout" if _c["dropout"] else "") + (", ckpt" if _c["checkpointing"] else ""),
+                      "adapter parameters (measured)": int(_c["adapter_params"]),
                       "memmath": int(_m.trainable_params), "gradients + states, measured (B)":
                       int(_c["grad_bytes"]) + int(_c["optimizer_state_bytes"]),
                       "memmath (B)": int(_m.gradients) + int(_m.optimizer_states),
@@ -480,8 +483,10 @@ def _(mo, pd, viz):
     mo.accordion({"Does PyTorch agree with these counts?": mo.vstack([mo.md(f"""
     **Measured.** Two adapters per block (after the attention's and the MLP's output projection,
     as Houlsby et al. place them), only they train; one real step each with torch {_v["torch"]} and
-    transformers {_v["transformers"]} on the CPU. The counts, the gradients and optimizer states, and
-    the activations the forward pass saved for backward all match memmath to the byte:
+    transformers {_v["transformers"]} on the CPU, on tiny models (3 or 4 blocks, width 64 or 128); the
+    "run" column gives each run's batch b, length s, attention, dropout and checkpointing (ckpt). The
+    counts, the gradients and optimizer states, and the activations the forward pass saved for backward
+    all match memmath to the byte:
     """), viz.plain_table(measured_adapters)])}) if _rows else mo.md("")
     return (measured_adapters,)
 

@@ -95,7 +95,8 @@ def _(matrix_view, mm, mo, model_dropdown, number_view, pd, rank_slider, targets
     **The number.** {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable
     parameters = {rank} × {_per_block:,} (d_in + d_out, summed over the {len(_matrices)} adapted
     {"matrix" if len(_matrices) == 1 else "matrices"} of a block) × {shape.n_layers} blocks, **{lora_trainable / shape.n_params:.3%}**
-    of the model's {shape.n_params:,}. In pure bf16 with AdamW, before activations:
+    of the model's {shape.n_params:,}. In pure bf16 with AdamW, with peft's default fp32 adapters (4 B of weight,
+    4 B of gradient and 8 B of states per adapter parameter), before activations:
 
     | | weights | gradients + optimizer states | total |
     |:---|---:|---:|---:|
@@ -104,12 +105,14 @@ def _(matrix_view, mm, mo, model_dropdown, number_view, pd, rank_slider, targets
     | QLoRA r = {rank} | {_gb(_qlora.weights + _qlora.quantization_constants)} (NF4 + constants) | {_gb(_qlora.trainable_state)} | **{_gb(_qlora.without_activations)}** |
     """))
     matrix_view.update(matrix_table, caption=f"{model_label}, per block:")
+    _share = lora_trainable / shape.n_params
+    _share_words = "a fraction of a percent" if _share < 0.01 else f"{_share:.1%}"
     mo.callout(mo.md(f"""
-    **The takeaway.** The adapters are a fraction of a percent of the model, and so are their
-    gradients and optimizer states: full finetuning's {_gb(_full.trainable_state)} of them shrink to
-    {_gb(_lora.trainable_state)}. What is left is the frozen base, which QLoRA's 4 bits cut from
-    {_gb(_lora.weights)} to {_gb(_qlora.weights + _qlora.quantization_constants)}. Doubling r doubles the adapters
-    and still leaves them small.
+    **The takeaway.** The adapters are {_share_words} of the model, and the gradients and optimizer
+    states shrink with them: full finetuning's {_gb(_full.trainable_state)} of them become
+    {_gb(_lora.trainable_state)}. What is left is the frozen base: QLoRA's 4 bits cut the weights from
+    {_gb(_lora.weights)} to {_gb(_qlora.weights + _qlora.quantization_constants)} (constants and adapters
+    included). Doubling r doubles the adapters and still leaves them small.
     """), kind="info")
     return lora_trainable, model_label, rank, shape, targets
 
