@@ -1266,12 +1266,12 @@ def _read_config_file(config) -> tuple[Path, str]:
     if info.st_size > MAX_CONFIG_BYTES:
         raise ValueError(f"{where} holds {info.st_size:,} bytes; a config.json is a few kB and at most "
                          f"{MAX_CONFIG_BYTES:,} bytes (4 MiB) are read")
+    from .files import NotARegularFile, read_bounded
+
     try:
-        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # swapped since lstat
-                raise ValueError(f"{where} is not a regular file {hint}")
-            data = file.read(MAX_CONFIG_BYTES + 1)
+        data = read_bounded(real, MAX_CONFIG_BYTES)
+    except NotARegularFile:  # swapped since lstat
+        raise ValueError(f"{where} is not a regular file {hint}") from None
     except OSError as error:
         raise ValueError(f"{where} cannot be read ({error.__class__.__name__}) {hint}") from None
     if len(data) > MAX_CONFIG_BYTES:

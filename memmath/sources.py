@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 
 from . import validate
+from .files import NotARegularFile, read_bounded
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?(@[A-Za-z0-9._/-]+)?$")
 # huggingface_hub writes a ref as the commit hash alone, 40 lowercase hex digits (file_download.py:
@@ -125,11 +126,9 @@ def _read_ref(folder: Path, revision: str, cache: Path) -> str | None:
     if info.st_size > MAX_REF_BYTES:
         raise _cache_error(too_big.format(f"{info.st_size:,}"))
     try:
-        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # swapped since lstat
-                raise _cache_error(f"{where} in the Hugging Face cache is not a regular file")
-            data = file.read(MAX_REF_BYTES + 1)
+        data = read_bounded(real, MAX_REF_BYTES)
+    except NotARegularFile:  # swapped since lstat
+        raise _cache_error(f"{where} in the Hugging Face cache is not a regular file") from None
     except OSError as error:
         raise _cache_error(f"{where} in the Hugging Face cache cannot be read ({error.__class__.__name__})") from None
     if len(data) > MAX_REF_BYTES:
