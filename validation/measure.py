@@ -487,20 +487,7 @@ def build(case: Case, device: str = "cpu"):
         raise ValueError(f"unknown method {case.method!r}")
     model.train()
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    if case.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(params, lr=1e-3)
-    elif case.optimizer == "adam_amsgrad":
-        optimizer = torch.optim.Adam(params, lr=1e-3, amsgrad=True)
-    elif case.optimizer == "sgd_momentum":
-        optimizer = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    elif case.optimizer in ("adam8bit", "adamw8bit"):
-        import bitsandbytes as bnb
-
-        # bitsandbytes' defaults: block-wise 8-bit states, min_8bit_size=4096.
-        optimizer = (bnb.optim.Adam8bit if case.optimizer == "adam8bit" else bnb.optim.AdamW8bit)(params, lr=1e-3)
-    else:
-        raise ValueError(f"unknown optimizer {case.optimizer!r}")
+    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], case.optimizer)
 
     generator = torch.Generator().manual_seed(1)
     vocab = SHAPES[case.shape]["vocab_size"]
@@ -833,6 +820,23 @@ def main(argv=None):
     out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}", file=sys.stderr)
 
+
+def make_optimizer(params, name: str):
+    """The optimizer a case names (memmath.OPTIMIZERS keys, and bitsandbytes' 8-bit two), at lr 1e-3."""
+    import torch
+
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3)
+    if name == "adam_amsgrad":
+        return torch.optim.Adam(params, lr=1e-3, amsgrad=True)
+    if name == "sgd_momentum":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    if name in ("adam8bit", "adamw8bit"):
+        import bitsandbytes as bnb
+
+        # bitsandbytes' defaults: block-wise 8-bit states, min_8bit_size=4096.
+        return (bnb.optim.Adam8bit if name == "adam8bit" else bnb.optim.AdamW8bit)(params, lr=1e-3)
+    raise ValueError(f"unknown optimizer {name!r}")
 
 if __name__ == "__main__":
     main()

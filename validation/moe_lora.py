@@ -134,13 +134,7 @@ def build(case: M.Case, device: str = "cpu"):
     # autocast_adapter_dtype=True (peft's default) keeps adapters in fp32 on a 16-bit base.
     model = peft.get_peft_model(model, config, autocast_adapter_dtype=case.adapter_format == "fp32")
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    if case.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(params, lr=1e-3)
-    elif case.optimizer == "sgd_momentum":
-        optimizer = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    else:
-        raise ValueError(f"unknown optimizer {case.optimizer!r}")
+    optimizer = M.make_optimizer([p for p in model.parameters() if p.requires_grad], case.optimizer)
     generator = torch.Generator().manual_seed(1)
     vocab = M.SHAPES[case.shape]["vocab_size"]
     input_ids = torch.randint(1, vocab, (case.batch_size, case.seq_len), generator=generator).to(device)

@@ -198,13 +198,7 @@ def build(case: QuantCase, device: str = "cpu"):
                                   target_modules=M.PEFT_TARGETS[(M._peft_family(case), case.lora_targets)])
     model = peft.get_peft_model(model, lora_config, autocast_adapter_dtype=case.adapter_format == "fp32")
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    if case.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(params, lr=1e-3)
-    elif case.optimizer == "sgd_momentum":
-        optimizer = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    else:
-        raise ValueError(f"validation/quantized.py measures adamw and sgd_momentum; got {case.optimizer!r}")
+    optimizer = M.make_optimizer([p for p in model.parameters() if p.requires_grad], case.optimizer)
     parts = quant_state_parts(model)
     model.resident_tensors = [t for ts in parts.values() for t in ts]
     generator = torch.Generator().manual_seed(1)
