@@ -26,17 +26,15 @@ from .trace import Trace
 AUTOCAST_BYTES = 2  # bf16, the dtype torch.autocast("cpu") and transformers' Trainer(bf16=True) use
 
 
-# The model types the AMP cases measured (validation/amp.py): "" is a ModelShape built in code.
-AMP_ARCHES = {"gpt2": ("", "gpt2"), "llama": ("", "llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2"),
-              "bert": ("", "bert")}
-
-
 def amp_refusal(method, kind=None, shape=None) -> str | None:
     """Why the AMP trace does not model this run (None when it does)."""
     from .methods import Adapters, QLoRA
 
-    if shape is not None and shape.arch not in AMP_ARCHES.get(shape.family, ()):
-        measured = ", ".join(sorted({a for arches in AMP_ARCHES.values() for a in arches if a}))
+    # The model types the AMP cases measured (validation/amp.py): each record's amp_measured.
+    from .architectures import ARCHITECTURES, known
+
+    if shape is not None and not (known(shape) and shape.architecture.amp_measured):
+        measured = ", ".join(sorted(t for t, record in ARCHITECTURES.items() if record.amp_measured))
         return f"models AMP for the model types measured under autocast ({measured}); got {shape.arch!r}"
     if isinstance(method, (Adapters, QLoRA)):
         return f"models AMP for Full(), Freeze(...) and LoRA(...); got {type(method).__name__}"

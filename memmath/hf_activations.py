@@ -103,6 +103,7 @@ from .arrays import any_true, is_ndarray, np, pick
 
 from . import validate
 from .activations import ActivationEstimate
+from .architectures import ARCHITECTURES, known
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 from .trace import Tensor, Trace
@@ -162,11 +163,12 @@ def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Set
         act = tr.gelu_new(fc, "gelu_new") if shape.hidden_act in ("", "gelu_new") else tr.gelu(fc, shape.hidden_act)
         out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
         return tr.add(out, r1)
-    if shape.family == "llama" and shape.arch in GEMMA:
+    block = shape.architecture.block
+    if block == "gemma":
         return _gemma_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables, cache=cache)
-    if shape.family == "llama" and shape.arch == "gpt_neox":
+    if block == "gpt_neox":
         return _neox_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables, cache=cache)
-    if shape.family == "llama" and shape.arch == "olmo2":
+    if block == "olmo2":
         # OLMo 2: no norm before the sublayers; q/k RMSNorm over all heads; a norm on each sublayer's output.
         def norm(y, name, rows=None):
             return tr.rms_norm(y, trainable, name, rows=rows, weight_fp32=True)
@@ -186,7 +188,7 @@ def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Set
         out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
         return tr.add(r1, norm(out, "post_feedforward_layernorm"))
     if shape.family == "llama":
-        phi3 = shape.arch == "phi3"
+        phi3 = shape.architecture.residual_dropout  # Phi-3: fused qkv/gate_up views, dropout on both residuals
         h1 = tr.rms_norm(x, trainable, "input_layernorm")
         if phi3:  # one qkv_proj; q, k and v are slices (views) of its output, one storage
             qkv = tr.linear(h1, t * (a + 2 * kv) * d, trainable, lora("qkv_proj"), "qkv_proj")
@@ -249,9 +251,6 @@ def _houlsby(tr: Trace, x: Tensor, setup: _Setup, name: str) -> Tensor:
     down = tr.linear(x, tr.t * setup.houlsby, True, None, f"{name} adapter down")
     up = tr.linear(tr.gelu(down, f"{name} adapter GELU"), x.numel, True, None, f"{name} adapter up")
     return tr.add(x, up)
-
-
-GEMMA = ("gemma", "gemma2", "gemma3_text")
 
 
 def _gemma_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables, cache):
@@ -477,7 +476,7 @@ def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
             tr.save(total, "router top-k sum (fp32)")
             tr.save(before, "router top-k weights before the in-place division (fp32)")
     weight_elem = 4
-    if shape.arch != "mixtral" and e != 4:  # router_top_value.to(router_logits.dtype)
+    if not shape.architecture.routing_weights_fp32 and e != 4:  # router_top_value.to(router_logits.dtype)
         values = tr.new(rows, e, grad)
         tr.use(values)
         weight_elem = e
@@ -593,17 +592,18 @@ def _embeddings(tr: Trace, shape: ModelShape, setup: _Setup, *, dropout, input_g
         x = tr.add(x, tr.embedding(tr.new(s, INT64), t * h, trains, "wpe position"))
         return tr.dropout(x, dropout, "embedding")
     if shape.family == "llama":
-        x = tr.embedding(ids, t * h, trains, "embed_in" if shape.arch == "gpt_neox" else "embed_tokens")
-        if shape.arch in GEMMA:  # GemmaTextScaledWordEmbedding: * embed_scale, a buffer (0-d, model dtype)
+        record = shape.architecture
+        x = tr.embedding(ids, t * h, trains, record.embedding)
+        if record.scaled_embedding:  # GemmaTextScaledWordEmbedding: * embed_scale, a buffer (0-d, model dtype)
             x = tr.tmp(t * h, tr.e, x)
             x.grad = trains
         x.grad = x.grad or input_grad_hook
-        if shape.arch == "gpt_neox":  # GPTNeoXModel.emb_dropout (hidden_dropout)
+        if record.embedding_dropout:  # GPTNeoXModel.emb_dropout (hidden_dropout)
             return tr.dropout(x, dropout, "embedding")
         return x
     x = tr.embedding(ids, t * h, trains, "word_embeddings")
     x.grad = x.grad or input_grad_hook
-    if shape.arch == "roberta":
+    if shape.architecture.classifier == "classification_head":
         # RobertaEmbeddings: position ids from the token ids (cumsum of ids != padding_idx, one per token,
         # new int64) and the token-type buffer gathered at them (b x s, new): each saved by its embedding.
         positions = tr.new(t, INT64)
@@ -620,7 +620,7 @@ def _head_and_loss(tr: Trace, shape: ModelShape, x: Tensor, setup: _Setup, *, dr
     t, dm = tr.t, _dims(shape)
     if shape.family == "bert":
         first_token = Tensor(tr.b * dm["h"], tr.e, x.grad, x.storage)  # hidden[:, 0] keeps the whole storage
-        if shape.arch == "roberta" and dm["labels"]:
+        if shape.architecture.classifier == "classification_head" and dm["labels"]:
             # RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on features[:, 0, :]
             # (no pooler); without dropout dense keeps the view, so the whole last hidden state.
             x0 = tr.dropout(first_token, dropout, "classifier input")
@@ -639,11 +639,12 @@ def _head_and_loss(tr: Trace, shape: ModelShape, x: Tensor, setup: _Setup, *, dr
             tr.save(tr.new(tr.b, INT64, batch=True), "labels (int64)")
             tr.save(tr.new(1, tr.e), "loss total weight")
         return
-    if shape.family == "gpt2" or shape.arch == "gpt_neox":  # GPT-NeoX's final_layer_norm is a LayerNorm
+    final_norm = shape.architecture.final_norm
+    if final_norm == "layer":  # GPT-2's ln_f, GPT-NeoX's final_layer_norm
         hidden = tr.layer_norm(x, setup.final_norm, "final norm")
-    else:  # OLMo 2's final norm is an Olmo2RMSNorm too, Gemma's a GemmaRMSNorm
-        hidden = tr.rms_norm(x, setup.final_norm, "final norm", weight_fp32=shape.arch == "olmo2",
-                             plus_one=dm["h"] if shape.arch in GEMMA else None)
+    else:  # OLMo 2's final norm is an Olmo2RMSNorm too (fp32 weight), Gemma's a GemmaRMSNorm (1 + w)
+        hidden = tr.rms_norm(x, setup.final_norm, "final norm", weight_fp32=final_norm == "rms_fp32_weight",
+                             plus_one=dm["h"] if final_norm == "rms_plus_one" else None)
     logits = tr.linear(hidden, t * dm["V"], setup.head, None, "lm_head")
     if shape.final_softcap and logits.grad:  # Gemma 2/3: logits / cap, tanh (keeps its output), * cap
         scaled = tr.tmp(t * dm["V"], tr.e, logits)
@@ -681,7 +682,7 @@ def _setup(shape: ModelShape, method, recipe):
 
 def _houlsby_width(shape: ModelShape, method, recipe):
     """The bottleneck of Adapters(...) where the trace places them as validation/houlsby.py does, else ValueError."""
-    if not (shape.family == "bert" or (shape.family == "llama" and shape.arch in ("", "llama"))):
+    if not (known(shape) and shape.architecture.houlsby_placed):
         raise validate.FieldError("activations", f"activations='transformers' places Houlsby adapters in BERT and LLaMA blocks (as "
                          f"validation/houlsby.py measured them); got {shape.arch or shape.family} (use "
                          "activations='textbook')")
@@ -920,14 +921,6 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 # tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; OLMo 2's
 # normalizes q, k and each sublayer's output in fp32), Gemma's, GPT-NeoX's, the MoE decoders', GPT-2's,
 # BERT's and RoBERTa's; each measured (validation/measure.py). Other model_types are refused.
-TRACED_ARCHES = {"gpt2": ("", "gpt2"), "bert": ("", "bert", "roberta"), "llama": ("", "llama", "mistral", "qwen2", "qwen3",
-                                                                               "phi3", "olmo2") + GEMMA + (
-    "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe")}
-# The MLP activation each traced decoder layout is traced with (transformers' ACT2FN names): one F.gelu
-# (gelu_pytorch_tanh or exact) keeps its input as SiLU does.
-_TRACED_ACTS = dict.fromkeys(GEMMA, ("gelu_pytorch_tanh", "gelu")) | {"gpt_neox": ("gelu",)}
-
-
 def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | None:
     """None when this model replays `shape` trained with `method` in `recipe` (and `attention`, when
     given); else why not, in words."""
@@ -967,10 +960,11 @@ def _check_layout(shape: ModelShape, seq_len):
                                   f"{shape.vision.model_type} vision-language model's forward (its vision tower and "
                                   "how the image features join the language model) is not traced "
                                   "(use activations='textbook')")
-    if arch not in TRACED_ARCHES[shape.family]:
-        raise validate.FieldError("activations", f"activations='transformers' replays {', '.join(a for a in TRACED_ARCHES[shape.family] if a)}"
+    if not (known(shape) and shape.architecture.traced):
+        traced = ", ".join(t for t, r in ARCHITECTURES.items() if r.family == shape.family and r.traced)
+        raise validate.FieldError("activations", f"activations='transformers' replays {traced or 'no'}"
                          f" models; model_type {arch!r} is not traced yet (use activations='textbook')")
-    acts = _TRACED_ACTS.get(arch, ("", "silu"))
+    acts = shape.architecture.traced_activations
     if shape.family == "llama" and shape.hidden_act not in acts:
         raise validate.FieldError("activations", f"activations='transformers' models hidden_act {' or '.join(repr(a) for a in acts if a)} for "
                          f"{arch or 'llama'}; got {shape.hidden_act!r} (use activations='textbook')")
@@ -985,7 +979,7 @@ def _extra_rope_pairs(shape: ModelShape, first_storing):
     """Gemma 3: how many more rotary cos/sin pairs than one the storing blocks (from first_storing on) use
     (Gemma3TextModel computes one pair per layer type in config.layer_types); 0 for every other model."""
     types = shape.layer_types
-    if shape.arch != "gemma3_text" or types is None or len(set(types)) < 2:
+    if not shape.architecture.rotary_per_layer_type or types is None or len(set(types)) < 2:
         return 0
 
     def count(first):

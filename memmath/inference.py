@@ -239,7 +239,8 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
         else:
             attn = sbe * (2 * h + 2 * a * d)  # q and the attention output
         mlp = sbe * (3 * h + 3 * inner)  # SwiGLU: act(gate), up, their product
-        if shape.arch == "gpt_neox":
+        record = shape.architecture
+        if record.block == "gpt_neox":
             # GPT-NeoX (validation/inference_working_set.py --new): rotary tables rotary_dim wide; eager keeps the
             # fused qkv output (3h) and the rotated q; the MLP phase holds the input, the attention output (the
             # parallel residual adds it last), the LayerNorm output, and the GELU's input and output (2I).
@@ -248,9 +249,9 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
             attn = (sbe * (5 * h + a * d) + (e + 4 + fp32_copy) * a * b * s * s if eager
                     else sbe * (5 * h + 2 * a * d))
             mlp = sbe * (3 * h + 2 * inner)
-        if eager and shape.arch in ("gemma2", "gemma3_text", "qwen2_moe"):
+        if eager and record.eager_sliding_mask:
             outside = outside + mask  # the sliding-window mask beside the causal one (both always built)
-        if not eager and shape.arch == "qwen2_moe":
+        if not eager and record.sdpa_sliding_mask:
             # Qwen2MoeConfig saves sliding_window 0 without use_sliding_window: its sliding mask is never
             # skipped under SDPA, a (1, 1, s, s) bool tensor (measured).
             outside = outside + s * s
@@ -273,7 +274,7 @@ def _moe_phase(shape: ModelShape, s, b, e):
     dtype when wider: Mixtral keeps them fp32); Qwen2-MoE's shared expert output is alive throughout."""
     t, h = s * b, shape.hidden_size
     n_exp, rows, width = shape.n_experts, s * b * shape.experts_per_tok, shape.expert_intermediate_size
-    w = 4 if shape.arch == "mixtral" else e  # Qwen casts the routing weights to the model dtype
+    w = 4 if shape.architecture.routing_weights_fp32 else e  # Qwen casts the routing weights to the model dtype
     wide = max(w, e)
     # residuals and normed input, logits, top-k weights and int64 indices, the sort's ids and permutation,
     # the sorted weights, histc's fp32 input, histc and offsets

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-import json
-import os
-import stat
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from .arrays import any_true, is_ndarray, is_numpy_str, np
 
@@ -39,7 +35,7 @@ LORA_GROUPS = {"attention": ("q", "k", "v", "o")}
 
 class _AllTargets(tuple):
     """What lora_targets("all") returns: every name of LORA_TARGETS, marked as peft's "all-linear", which leaves
-    some targets that exist alone (_NOT_ALL_LINEAR: Qwen2-MoE's router and experts). Equal only to itself, so
+    some targets that exist alone (a record's not_all_linear: Qwen2-MoE's router and experts). Equal only to itself, so
     LoRA(targets="all") and a LoRA that lists every name (and so adapts those too) stay two methods."""
 
     __slots__ = ()
@@ -125,7 +121,7 @@ class ModelShape:
     from_count: bool = False  # built by resolve_model from a bare parameter count (no layers to choose)
     name: str = ""  # a label for tables and charts
     notes: tuple = field(default=(), compare=False)
-    # ---- the layout of a transformers model_type (see ARCHES); defaults are LLaMA's / GPT-2's / BERT's
+    # ---- the layout of a transformers model_type (its record: memmath/architectures/); defaults LLaMA's, GPT-2's, BERT's
     arch: str = ""  # transformers' model_type ("" = the family's own: gpt2, llama, bert)
     qkv_bias: bool = False  # biases on q, k and v only (Qwen2)
     qk_norm: str = ""  # "" none, "head" RMSNorm over head_dim (Qwen3, Gemma 3), "full" over a*d and kv*d (OLMo 2)
@@ -161,6 +157,13 @@ class ModelShape:
     trained_context: int | None = field(default=None, compare=False)
 
     # ---- counts -----------------------------------------------------------------------------
+    @property
+    def architecture(self):
+        """The record of this model's type (memmath/architectures/), or its family's own; None when uniform."""
+        from .architectures import of
+
+        return of(self)
+
     @property
     def has_shape(self) -> bool:
         """True when width, heads and vocabulary are known (activations can be estimated)."""
@@ -259,9 +262,10 @@ class ModelShape:
         The entries come in the order of the block's parameters() (peft adds lora_A, then lora_B, to each).
         """
         targets = lora_targets(targets)
-        table = _LORA_TABLES[self.family](self)
+        record = self.architecture
+        table = {} if record is None else (record.lora_modules or _decoder_lora_table)(self)
         every = set(targets) == set(LORA_TARGETS)  # every name: what exists in this family
-        skipped = _NOT_ALL_LINEAR.get(self.arch, ()) if isinstance(targets, _AllTargets) else ()  # "all" only
+        skipped = record.not_all_linear if record is not None and isinstance(targets, _AllTargets) else ()
         chosen: dict[str, LoraAdapter] = {}
         for target in targets:
             entry = table.get(target)
@@ -275,7 +279,7 @@ class ModelShape:
                     f"allowed: {available or 'none'}")
             for module, *dims in (entry if isinstance(entry, list) else [entry]):
                 chosen[module] = LoraAdapter(module, *dims)
-        order = _lora_order(self)
+        order = _lora_order(self, record)
         return sorted(chosen.values(), key=lambda a: order.index(a.module) if a.module in order else len(order))
 
     def with_changes(self, **changes) -> "ModelShape":
@@ -524,11 +528,11 @@ def _llama_tensors(m: ModelShape, group: str):
     # gate_up_proj, GPT-NeoX LayerNorm with bias, fused query_key_value and a 2-matrix GELU MLP,
     # Mixtral/Qwen-MoE a router and the experts as two 3-D tensors (gate_up_proj, down_proj).
     h, a, kv, d, inner = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.intermediate_size
-    neox = m.arch == "gpt_neox"
+    record = m.architecture
     if group == "embeddings":
-        return [ParamTensor("embed_in" if neox else "embed_tokens", "embeddings", (m.vocab_size, h))]
+        return [ParamTensor(record.embedding if record else "embed_tokens", "embeddings", (m.vocab_size, h))]
     if group == "final_norm":
-        return _norm("final_layer_norm" if neox else "norm", h, m.layer_norm)
+        return _norm(record.final_norm_module if record else "norm", h, m.layer_norm)
     if group == "head":
         # transformers keeps lm_head out of 4-bit quantization, so it is not marked linear here.
         return [] if m.tied_embeddings else [ParamTensor("lm_head.weight", "head", (m.vocab_size, h))]
@@ -537,6 +541,7 @@ def _llama_tensors(m: ModelShape, group: str):
         return _norm(name, width, m.layer_norm)
 
     ab, mb = m.attention_bias, m.mlp_bias
+    neox = record is not None and record.block == "gpt_neox"  # GPTNeoXLayer's own module names
     if neox:
         attention = (_linear("attention.query_key_value", "attention", h, (a + 2 * kv) * d, ab)
                      + _linear("attention.dense", "attention", a * d, h, ab))
@@ -600,7 +605,7 @@ def _bert_tensors(m: ModelShape, group: str):
                 + _linear("output.dense", "mlp", inner, h, True) + _norm("output.LayerNorm", h, True))
     if group == "final_norm":
         return []
-    if m.arch == "roberta" and m.num_labels:
+    if m.num_labels and m.architecture is not None and m.architecture.classifier == "classification_head":
         # RobertaForSequenceClassification: RobertaModel(add_pooling_layer=False) and a
         # RobertaClassificationHead (dense h x h, tanh, out_proj h -> labels) on the first token.
         return [ParamTensor("classifier.dense.weight", "head", (h, h), linear=True),
@@ -628,13 +633,9 @@ def _uniform_tensors(m: ModelShape, group: str):
 
 _TENSOR_BUILDERS = {"gpt2": _gpt2_tensors, "llama": _llama_tensors, "bert": _bert_tensors, "uniform": _uniform_tensors}
 
-def _llama_lora_table(m: ModelShape) -> dict:
+def _decoder_lora_table(m: ModelShape) -> dict:
     """peft's target names in each rotary decoder: fused matrices are adapted once, as a whole."""
     h, a, kv, d, inner = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.intermediate_size
-    if m.arch == "gpt_neox":
-        qkv = ("query_key_value", h, (a + 2 * kv) * d)
-        return {"q": qkv, "k": qkv, "v": qkv, "o": ("dense", a * d, h),
-                "up": ("dense_h_to_4h", h, inner), "down": ("dense_4h_to_h", inner, h)}
     if m.fused_qkv:
         qkv = ("qkv_proj", h, (a + 2 * kv) * d)
         table = {"q": qkv, "k": qkv, "v": qkv}
@@ -667,51 +668,12 @@ def _llama_lora_table(m: ModelShape) -> dict:
     return table
 
 
-# Targets peft 0.21's "all-linear" leaves alone though they exist: qwen2_moe is not converted (peft's
-# utils/transformers_weight_conversion.py copies transformers' _MODEL_TO_CONVERSION_PATTERN, which maps other
-# types onto qwen2_moe but has no qwen2_moe key, and adds only mixtral), so its router and experts keep no adapter.
-_NOT_ALL_LINEAR = {"qwen2_moe": ("router", "experts")}
-# The order of one MoE block's adapted modules in PyTorch's parameters() (the order each <Type>SparseMoeBlock
-# registers gate, experts, shared_expert and shared_expert_gate; inside the experts peft wraps gate_up_proj first
-# and down_proj around it, so gate_up_proj's adapters come first): measured with peft on the meta device.
-_MOE_ORDER = {
-    "mixtral": ("gate.weight", "experts.gate_up_proj", "experts.down_proj"),
-    "qwen2_moe": ("gate.weight", "experts.gate_up_proj", "experts.down_proj", "gate_proj", "up_proj", "down_proj",
-                  "shared_expert_gate"),
-    "qwen3_moe": ("experts.gate_up_proj", "experts.down_proj", "gate.weight"),
-}
-
-
-def _lora_order(m: ModelShape) -> tuple:
+def _lora_order(m: ModelShape, record) -> tuple:
     """The parameters() order of a block's adapted modules where it is not the order of the targets, else ()."""
-    if m.arch not in _MOE_ORDER:
+    if record is None or not record.lora_order:
         return ()
     attention = ("qkv_proj",) if m.fused_qkv else ("q_proj", "k_proj", "v_proj")
-    return attention + ("o_proj",) + _MOE_ORDER[m.arch]
-
-
-_LORA_TABLES = {
-    # target -> (module, d_in, d_out[, rank_factor]), a list of those, or why the target does not exist there;
-    # peft adds A (rank_factor * r x d_in) and B (d_out x rank_factor * r) to each module once.
-    "gpt2": lambda m: {
-        "q": ("attn.c_attn", m.hidden_size, 3 * m.hidden_size),
-        "k": ("attn.c_attn", m.hidden_size, 3 * m.hidden_size),
-        "v": ("attn.c_attn", m.hidden_size, 3 * m.hidden_size),
-        "o": ("attn.c_proj", m.hidden_size, m.hidden_size),
-        "up": ("mlp.c_fc", m.hidden_size, m.intermediate_size),
-        "down": ("mlp.c_proj", m.intermediate_size, m.hidden_size),
-    },
-    "llama": lambda m: _llama_lora_table(m),
-    "bert": lambda m: {
-        "q": ("query", m.hidden_size, m.hidden_size),
-        "k": ("key", m.hidden_size, m.hidden_size),
-        "v": ("value", m.hidden_size, m.hidden_size),
-        "o": ("attention.output.dense", m.hidden_size, m.hidden_size),
-        "up": ("intermediate.dense", m.hidden_size, m.intermediate_size),
-        "down": ("output.dense", m.intermediate_size, m.hidden_size),
-    },
-    "uniform": lambda m: {},
-}
+    return attention + ("o_proj",) + record.lora_order
 
 
 # ---- constructors ----------------------------------------------------------------------------
@@ -781,533 +743,3 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
             raise ValueError(f"n_params: {error}") from None
     return ModelShape(family="uniform", n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads,
                       vocab_size=vocab_size, uniform_params=n_params, name=name)
-
-
-# ---- transformers config.json ----------------------------------------------------------------
-LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-              "gemma3_text", "phi3", "olmo2", "gpt_neox")
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "bert", "roberta") + LLAMA_LIKE[2:]
-
-# Per model_type, the config fields that change a parameter tensor, a saved activation or the KV
-# cache, and what memmath does with each (read from transformers 5.24's configuration_<type>.py and
-# modeling_<type>.py). Fields not listed (token ids, eps, rope_theta/rope_parameters/rope_scaling,
-# initializer_range, max_position_embeddings of rotary models) change no memory. A value outside
-# what memmath models raises a ValueError naming the field; UNSUPPORTED_EXAMPLES gives one per field.
-_COMMON_DECODER = {
-    "num_hidden_layers": "blocks", "hidden_size": "width", "num_attention_heads": "query heads",
-    "num_key_value_heads": "key/value heads (q, k, v sizes; KV cache)", "intermediate_size": "MLP width",
-    "vocab_size": "embedding and head rows", "tie_word_embeddings": "head shares the embedding matrix",
-    "torch_dtype": "checked: float32, bfloat16 or float16 (the step's precision is an argument)",
-    "dtype": "as torch_dtype", "quantization_config": "refused: a pre-quantized checkpoint is not modelled",
-    "attention_dropout": "dropout_p (one probability where the family has dropout)",
-    "use_cache": "saved activations: true runs k and v through a DynamicCache when training without checkpointing "
-                 "(absent: read as false)",
-}
-CONFIG_FIELDS: dict[str, dict[str, str]] = {
-    "gpt2": {"n_layer": "blocks", "n_embd": "width", "n_head": "heads", "n_inner": "MLP width (None: 4h)",
-             "n_positions": "learned position rows", "vocab_size": "embedding rows",
-             "tie_word_embeddings": "head shares wte",
-             "activation_function": "gelu_new, gelu_pytorch_tanh or gelu (saved activations)",
-             "attn_pdrop": "dropout_p", "resid_pdrop": "dropout_p", "embd_pdrop": "dropout_p",
-             "add_cross_attention": "refused when true (cross-attention blocks)",
-             "scale_attn_by_inverse_layer_idx": "refused when true (an extra op on the scores)",
-             "reorder_and_upcast_attn": "refused when true (fp32 attention scores)",
-             "torch_dtype": _COMMON_DECODER["torch_dtype"], "dtype": "as torch_dtype",
-             "quantization_config": _COMMON_DECODER["quantization_config"], "use_cache": _COMMON_DECODER["use_cache"]},
-    "bert": {"num_hidden_layers": "blocks", "hidden_size": "width", "num_attention_heads": "heads",
-             "intermediate_size": "MLP width", "vocab_size": "word rows", "max_position_embeddings": "position rows",
-             "type_vocab_size": "token-type rows", "architectures": "...ForSequenceClassification adds a classifier",
-             "num_labels": "classifier outputs", "id2label": "classifier outputs", "hidden_act": "gelu",
-             "hidden_dropout_prob": "dropout_p", "attention_probs_dropout_prob": "dropout_p",
-             "classifier_dropout": "dropout_p (None: hidden_dropout_prob)",
-             "position_embedding_type": "absolute only (relative types add a distance embedding)",
-             "is_decoder": "refused when true", "add_cross_attention": "refused when true",
-             "torch_dtype": _COMMON_DECODER["torch_dtype"], "dtype": "as torch_dtype",
-             "quantization_config": _COMMON_DECODER["quantization_config"]},
-}
-CONFIG_FIELDS["roberta"] = dict(CONFIG_FIELDS["bert"], architectures="RobertaForSequenceClassification adds its "
-                                "classification head (dense + out_proj) instead of the pooler")
-for _arch in LLAMA_LIKE:
-    CONFIG_FIELDS[_arch] = dict(_COMMON_DECODER, hidden_act="the MLP activation (saved activations)")
-for _arch in LLAMA_LIKE[:-1]:  # every one but gpt_neox, whose head size is always h / heads
-    CONFIG_FIELDS[_arch]["head_dim"] = "head size (default h / heads; Qwen3 128, Gemma 256)"
-for _arch in ("llama", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "olmo2", "gpt_neox"):
-    CONFIG_FIELDS[_arch]["attention_bias"] = "biases on q, k, v, o (GPT-NeoX: on query_key_value and dense)"
-CONFIG_FIELDS["llama"]["mlp_bias"] = "biases on gate, up, down"
-for _arch in ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text"):
-    CONFIG_FIELDS[_arch]["sliding_window"] = "tokens a sliding layer sees (KV cache)"
-for _arch in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
-    CONFIG_FIELDS[_arch].update(use_sliding_window="sliding attention on (KV cache)",
-                                max_window_layers="blocks from this index slide (qwen2, qwen3)")
-for _arch in ("qwen2", "qwen3", "gemma2", "gemma3_text"):
-    CONFIG_FIELDS[_arch]["layer_types"] = "per block full_attention or sliding_attention (KV cache)"
-CONFIG_FIELDS["gemma"]["hidden_act"] = "the MLP activation ('gelu' is read as gelu_pytorch_tanh, as GemmaConfig does)"
-for _arch in ("gemma2", "gemma3_text"):  # these read hidden_activation; hidden_act is ignored by transformers
-    del CONFIG_FIELDS[_arch]["hidden_act"]
-    CONFIG_FIELDS[_arch]["hidden_activation"] = "the MLP activation (Gemma 2/3's name for it)"
-for _arch in ("gemma2", "gemma3_text"):
-    CONFIG_FIELDS[_arch].update(attn_logit_softcapping="softcapping of the scores (saved activations)",
-                                final_logit_softcapping="softcapping of the logits (saved activations)",
-                                query_pre_attn_scalar="a scale only: no memory")
-CONFIG_FIELDS["gemma3_text"]["use_bidirectional_attention"] = "refused when true"
-CONFIG_FIELDS["gemma3_text"]["sliding_window_pattern"] = "layer_types when not given (every n-th full)"
-CONFIG_FIELDS["qwen2_moe"]["qkv_bias"] = "biases on q, k, v"
-for _arch in ("mixtral", "qwen2_moe", "qwen3_moe"):
-    CONFIG_FIELDS[_arch].update(num_experts_per_tok="experts per token (active parameters)",
-                                output_router_logits="refused when true (the router's auxiliary loss)")
-CONFIG_FIELDS["mixtral"].update(num_local_experts="routed experts", router_jitter_noise="0 only")
-for _arch in ("qwen2_moe", "qwen3_moe"):
-    CONFIG_FIELDS[_arch].update(num_experts="routed experts", moe_intermediate_size="one expert's width",
-                                decoder_sparse_step="1 only (every block sparse)",
-                                mlp_only_layers="empty only (every block sparse)")
-CONFIG_FIELDS["qwen3_moe"]["num_local_experts"] = "routed experts (the name transformers 5 saves for num_experts)"
-CONFIG_FIELDS["qwen2_moe"]["shared_expert_intermediate_size"] = "the shared expert's width (0: none)"
-for _arch in ("qwen2_moe", "qwen3_moe"):
-    CONFIG_FIELDS[_arch]["norm_topk_prob"] = "renormalized top-k routing weights (saved activations)"
-CONFIG_FIELDS["phi3"].update(resid_pdrop="dropout_p", embd_pdrop="unused by Phi3Model (transformers 5.24): no memory")
-CONFIG_FIELDS["gpt_neox"].update(hidden_dropout="dropout_p", use_parallel_residual="saved activations",
-                                 rotary_pct="rotated dims per head (saved activations; no parameters)",
-                                 rope_parameters="partial_rotary_factor as rotary_pct",
-                                 classifier_dropout="no memory for a causal LM")
-for _arch in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"):
-    CONFIG_FIELDS[_arch]["(q_norm, k_norm)"] = "always present in this family: q/k RMSNorm"
-
-# One value per listed field that memmath does not model, for the tests.
-UNSUPPORTED_EXAMPLES = {
-    "torch_dtype": "float8_e4m3fn", "dtype": "int8", "quantization_config": {"quant_method": "gptq"},
-    "activation_function": "relu", "hidden_act": "quick_gelu", "hidden_activation": "relu",
-    "add_cross_attention": True, "scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True,
-    "position_embedding_type": "relative_key", "is_decoder": True, "use_bidirectional_attention": True,
-    "output_router_logits": True, "router_jitter_noise": 0.1, "decoder_sparse_step": 2, "mlp_only_layers": [0],
-    "layer_types": ["chunked_attention"], "attention_dropout": 1.5, "resid_pdrop": -0.1, "use_cache": "yes",
-}
-
-# The activations each family's MLP may use here (transformers' ACT2FN names).
-_ACTIVATIONS = {"gpt2": ("gelu_new", "gelu_pytorch_tanh", "gelu"), "bert": ("gelu",), "roberta": ("gelu",),
-                "gemma": ("gelu_pytorch_tanh", "gelu"), "gemma2": ("gelu_pytorch_tanh",),
-                "gemma3_text": ("gelu_pytorch_tanh",), "gpt_neox": ("gelu",)}
-_DTYPES = ("float32", "bfloat16", "float16")
-
-# Config-class defaults that differ between families (transformers 5.24 configuration_<type>.py).
-_DEFAULTS = {
-    "qwen2": dict(tie_word_embeddings=False), "qwen3": dict(head_dim=128), "qwen3_moe": dict(num_key_value_heads=4),
-    "gemma": dict(head_dim=256, tie_word_embeddings=True),
-    "gemma2": dict(head_dim=256, tie_word_embeddings=True, sliding_window=4096),
-    "gemma3_text": dict(head_dim=256, tie_word_embeddings=True, sliding_window=4096), "mistral": dict(sliding_window=4096),
-    "qwen2_moe": dict(qkv_bias=True), "gpt_neox": dict(attention_bias=True),
-}
-
-
-def from_hf_config(config) -> ModelShape:
-    """A ModelShape from a transformers config: a dict, JSON text, or a path to config.json (or its folder).
-
-    Only JSON is read; nothing is executed. model_type may be any of SUPPORTED_MODEL_TYPES: gpt2
-    (GPT2LMHeadModel), bert and roberta (BertModel/RobertaModel with the pooler, plus the
-    classifier when architectures names a ...ForSequenceClassification; a masked-LM head is not
-    counted), and the rotary decoders llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe,
-    gemma, gemma2, gemma3_text, phi3, olmo2 and gpt_neox (their ...ForCausalLM). CONFIG_FIELDS
-    lists, per model_type, every field that changes memory and what memmath does with it; a value
-    memmath does not model, a missing field, a field of the wrong kind or an unsupported
-    model_type raises ValueError naming it.
-    """
-    config = _load_config(config)
-    model_type = config.get("model_type")
-    if model_type is None:
-        raise ValueError(f"config is missing the field 'model_type' (one of {', '.join(SUPPORTED_MODEL_TYPES)})")
-    if isinstance(model_type, str) and model_type not in SUPPORTED_MODEL_TYPES:
-        # A vision-language config (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): the language model from its
-        # text_config, the vision tower and projector from the rest (memmath/multimodal.py); others refused by name.
-        from .multimodal import MULTIMODAL_MODEL_TYPES, REFUSED_MODEL_TYPES, from_multimodal_config
-
-        if (model_type in MULTIMODAL_MODEL_TYPES or model_type in REFUSED_MODEL_TYPES
-                or isinstance(config.get("vision_config"), dict)):
-            return from_multimodal_config(config)
-    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
-                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    get = _ConfigReader(config, _DEFAULTS.get(model_type, {}))
-    _check_common(config, model_type)
-    name = _config_name(config, model_type)
-    if model_type == "gpt2":
-        for key in ("add_cross_attention", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
-            _refuse_true(get, key)
-        act = _activation(config, model_type, "activation_function", "gelu_new")
-        return replace(gpt2_model(
-            n_layers=get("n_layer"), hidden_size=get("n_embd"), n_heads=get("n_head"),
-            vocab_size=get("vocab_size"), max_positions=get("n_positions"),
-            intermediate_size=get("n_inner", None), tied_embeddings=get.flag("tie_word_embeddings", True), name=name,
-        ), arch="gpt2", hidden_act=act, use_cache=get.flag("use_cache", False),
-            dropout_p=_dropout(get, {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}))
-    if model_type in ("bert", "roberta"):
-        return _bert_from_config(config, get, model_type, name)
-    return _decoder_from_config(config, get, model_type, name)
-
-
-def _check_common(config, model_type):
-    for key in ("torch_dtype", "dtype"):
-        value = config.get(key)
-        if value is not None and value not in _DTYPES:
-            raise ValueError(f"config field {key!r} must be one of {', '.join(_DTYPES)}; got {validate.describe(value)}")
-    if config.get("quantization_config") is not None:
-        raise ValueError("config field 'quantization_config' names a pre-quantized checkpoint, which memmath does "
-                         "not model; remove it and choose the format with weights_format= or QLoRA(...)")
-
-
-def _refuse_true(get, key):
-    if get.flag(key, False):
-        raise ValueError(f"config field {key!r} is true; memmath models only {key}=false")
-
-
-def _activation(config, model_type, key, default):
-    value = config.get(key)
-    value = default if value is None else value
-    allowed = _ACTIVATIONS.get(model_type, ("silu",))
-    if value not in allowed:
-        raise ValueError(f"config field {key!r} is {validate.describe(value)}; memmath models {', '.join(allowed)} for {model_type}")
-    return value
-
-
-def _dropout(get, fields: dict) -> float:
-    """One dropout probability for every place the family has dropout: p = 0 everywhere or p > 0 everywhere."""
-    values = {key: get.probability(key, default) for key, default in fields.items()}
-    on = {key for key, p in values.items() if p > 0}
-    if on and len(on) != len(values):
-        off = ", ".join(sorted(set(values) - on))
-        raise ValueError(f"config fields {', '.join(sorted(on))} are > 0 but {off} is 0; memmath models dropout in "
-                         "every place the family has it or in none (set them alike)")
-    return max(values.values())
-
-
-def _bert_from_config(config, get, model_type, name):
-    # A sequence-classification checkpoint adds a classifier with one output per label.
-    architectures = config.get("architectures") or []
-    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
-        raise ValueError("config field 'architectures' must be a list of class names; "
-                         f"got {validate.describe(architectures)}")
-    for key in ("is_decoder", "add_cross_attention"):
-        _refuse_true(get, key)
-    position = config.get("position_embedding_type") or "absolute"
-    if position != "absolute":
-        raise ValueError(f"config field 'position_embedding_type' is {validate.describe(position)}; memmath models 'absolute' only")
-    _activation(config, model_type, "hidden_act", "gelu")
-    classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
-    labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) else get("num_labels", 2)
-    hidden_p = get.probability("hidden_dropout_prob", 0.1)
-    drops = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
-    if classifier:
-        drops["classifier_dropout"] = hidden_p  # None falls back to hidden_dropout_prob (BertForSequenceClassification)
-    shape = bert_model(
-        n_layers=get("num_hidden_layers"), hidden_size=get("hidden_size"), n_heads=get("num_attention_heads"),
-        intermediate_size=get("intermediate_size"), vocab_size=get("vocab_size"),
-        max_positions=get("max_position_embeddings"),
-        type_vocab_size=get("type_vocab_size", 2 if model_type == "bert" else 1),
-        num_labels=labels if classifier else 0, name=name,
-    )
-    return replace(shape, arch=model_type, hidden_act="gelu", dropout_p=_dropout(get, drops))
-
-
-def _decoder_from_config(config, get, model_type, name):
-    """Every rotary decoder (family 'llama') from its config, with its model_type's layout."""
-    a = get("num_attention_heads")
-    h = get("hidden_size")
-    layers = get("num_hidden_layers")
-    act_key = "hidden_activation" if model_type in ("gemma2", "gemma3_text") else "hidden_act"
-    act = _activation(config, model_type, act_key, "gelu_pytorch_tanh" if model_type.startswith("gemma") else
-                      "gelu" if model_type == "gpt_neox" else "silu")
-    if model_type == "gemma" and act == "gelu":
-        act = "gelu_pytorch_tanh"  # GemmaConfig.__post_init__ replaces the legacy 'gelu' with the tanh form
-    options = dict(arch=model_type, hidden_act=act)
-    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
-        options["qk_norm"] = "head"
-    if model_type == "olmo2":
-        options.update(qk_norm="full", norm_layout="post")
-    if model_type in ("gemma2", "gemma3_text"):
-        options["norm_layout"] = "sandwich"
-        if model_type == "gemma3_text":
-            _refuse_true(get, "use_bidirectional_attention")
-    if model_type == "qwen2":
-        options["qkv_bias"] = True  # Qwen2Attention: bias=True on q, k, v, none on o
-    if model_type == "qwen2_moe":
-        options["qkv_bias"] = get.flag("qkv_bias", True)
-    if model_type == "phi3":
-        options.update(fused_qkv=True, fused_gate_up=True)
-    if model_type == "gpt_neox":
-        options.update(layer_norm=True, fused_qkv=True, gated_mlp=False,
-                       parallel_residual=get.flag("use_parallel_residual", True))
-        # GPTNeoXConfig: rope_parameters' partial_rotary_factor, from rotary_pct (default 0.25); the
-        # attention rotates int(head_size * factor) dims of each head (GPTNeoXAttention.rotary_ndims).
-        rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
-        factor = rope.get("partial_rotary_factor", config.get("rotary_pct", 0.25))
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
-            raise ValueError(f"config field 'rotary_pct' must be a fraction in (0, 1]; got {validate.describe(factor)}")
-        options["rotary_dim"] = max(1, int(get("hidden_size") // get("num_attention_heads") * factor))
-    if model_type in ("gemma2", "gemma3_text"):
-        gemma2 = model_type == "gemma2"  # Gemma2Config caps at 50 / 30 by default, Gemma3TextConfig not at all
-        options.update(attn_softcap=_softcap(config, "attn_logit_softcapping", 50.0 if gemma2 else None),
-                       final_softcap=_softcap(config, "final_logit_softcapping", 30.0 if gemma2 else None))
-    if model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
-        _refuse_true(get, "output_router_logits")
-        if model_type == "mixtral":
-            jitter = get.probability("router_jitter_noise", 0.0)
-            if jitter:
-                raise ValueError(f"config field 'router_jitter_noise' is {jitter}; memmath models 0 only")
-            experts = get("num_local_experts", 8)
-            options["expert_intermediate_size"] = get("intermediate_size")
-        else:
-            # Qwen3MoeConfig (transformers 5.24) maps num_experts onto num_local_experts and saves that name.
-            key = "num_local_experts" if model_type == "qwen3_moe" and config.get("num_local_experts") is not None \
-                else "num_experts"
-            experts = get(key, 60 if model_type == "qwen2_moe" else 128)
-            if key == "num_local_experts" and config.get("num_experts") not in (None, experts):
-                raise ValueError(f"config fields 'num_experts' ({config['num_experts']}) and 'num_local_experts' "
-                                 f"({experts}) disagree; Qwen3MoeConfig keeps one number of routed experts")
-            options["expert_intermediate_size"] = get("moe_intermediate_size", 1408 if model_type == "qwen2_moe" else 768)
-            step = get("decoder_sparse_step", 1)
-            if step != 1:
-                raise ValueError(f"config field 'decoder_sparse_step' is {step}; memmath models 1 only (every "
-                                 "block a mixture of experts)")
-            if config.get("mlp_only_layers"):
-                raise ValueError(f"config field 'mlp_only_layers' is {validate.describe(config['mlp_only_layers'])}; memmath models "
-                                 "an empty list only (every block a mixture of experts)")
-        options.update(n_experts=experts, experts_per_tok=get("num_experts_per_tok", 2 if model_type == "mixtral" else
-                                                              4 if model_type == "qwen2_moe" else 8))
-        # MixtralTopKRouter always renormalizes the top-k weights; Qwen-MoE routers when norm_topk_prob is true.
-        options["norm_topk_prob"] = True if model_type == "mixtral" else get.flag("norm_topk_prob", False)
-        if model_type == "qwen2_moe":
-            shared = get("shared_expert_intermediate_size", 5632, low=0)
-            options.update(shared_expert_intermediate_size=shared, shared_expert_gate=True)
-    window, types = _attention_layout(config, get, model_type, layers)
-    options.update(sliding_window=window, layer_types=types)
-    drops = {"attention_dropout": 0.0}
-    if model_type == "phi3":  # embd_pdrop: Phi3Model (transformers 5.24) builds no embedding dropout
-        drops.update(resid_pdrop=0.0)
-    if model_type == "gpt_neox":
-        drops.update(hidden_dropout=0.0)
-    options["dropout_p"] = _dropout(get, drops)
-    # As stated: save_pretrained writes it (true by default); a config without it is read as false, not as the
-    # config classes' true, so that memmath's presets (their fields without it) are the recorded steps' setting.
-    options["use_cache"] = get.flag("use_cache", False)
-    options["trained_context"] = get("max_position_embeddings", None)  # no memory: the planner's context note
-    bias = model_type in CONFIG_FIELDS and "attention_bias" in CONFIG_FIELDS[model_type]
-    kv = get("num_key_value_heads", None)
-    head_dim = get("head_dim", None) if "head_dim" in CONFIG_FIELDS[model_type] else None  # GPT-NeoX: h / a
-    shape = llama_model(
-        n_layers=layers, hidden_size=h, n_heads=a, n_kv_heads=kv, head_dim=head_dim,
-        intermediate_size=get("intermediate_size"), vocab_size=get("vocab_size"),
-        tied_embeddings=get.flag("tie_word_embeddings", False),
-        attention_bias=get.flag("attention_bias", False) if bias else False,
-        mlp_bias=get.flag("mlp_bias", False) if model_type == "llama" else False, name=name,
-    )
-    return replace(shape, **options)
-
-
-def _attention_layout(config, get, model_type, layers):
-    """(sliding_window, layer_types) as transformers' config classes derive them."""
-    if "sliding_window" not in CONFIG_FIELDS[model_type]:
-        return None, None
-    # An explicit null turns sliding off; a missing field takes the config class's default (_DEFAULTS).
-    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not get.flag("use_sliding_window", False):
-        window = None  # Qwen2Config.__post_init__: sliding_window only with use_sliding_window (Qwen2-MoE saves 0)
-    else:
-        window = None if config.get("sliding_window", 0) is None else get("sliding_window", None)
-    given = config.get("layer_types")
-    if given is not None:
-        if not isinstance(given, list) or len(given) != layers or any(t not in LAYER_TYPES for t in given):
-            raise ValueError(f"config field 'layer_types' must list one of {', '.join(LAYER_TYPES)} per block "
-                             f"({layers}); got {validate.describe(given)}")
-        if window is None:
-            return None, None if "sliding_attention" not in given else _no_window(given)
-        return window, tuple(given)
-    if window is None:
-        return None, None
-    if model_type in ("qwen2", "qwen3"):  # sliding from max_window_layers on
-        first = get("max_window_layers", 28, low=0)
-        return window, tuple("sliding_attention" if i >= first else "full_attention" for i in range(layers))
-    if model_type == "qwen2_moe":  # Qwen2MoeConfig: even blocks (0, 2, ...) below max_window_layers slide
-        first = get("max_window_layers", 28, low=0)
-        return window, tuple("sliding_attention" if (i + 1) % 2 and i < first else "full_attention"
-                             for i in range(layers))
-    if model_type == "gemma2":  # Gemma2Config: even blocks (0, 2, ...) slide
-        return window, tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers))
-    if model_type == "gemma3_text":  # every sliding_window_pattern-th block is full (default 6)
-        pattern = get("sliding_window_pattern", 6)
-        return window, tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
-    # mistral, mixtral, phi3, qwen3_moe: no layer_types, so transformers' cache slides every layer
-    return window, ("sliding_attention",) * layers
-
-
-def _softcap(config, key, default):
-    """A softcapping constant: None (off) or a positive number, as Gemma 2/3's config classes keep it."""
-    value = config.get(key, default)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        raise ValueError(f"config field {key!r} must be a positive number or null (no softcapping); "
-                         f"got {validate.describe(value)}")
-    return None if value is None else float(value)
-
-
-def _no_window(types):
-    raise ValueError("config field 'layer_types' names sliding_attention blocks but sliding_window is null")
-
-
-MAX_NAME = 200  # characters of _name_or_path kept as the model's label
-
-
-def _config_name(config: dict, model_type: str) -> str:
-    """The label from _name_or_path: a string (transformers writes one), cut to MAX_NAME characters."""
-    name = config.get("_name_or_path")
-    if name is None or (isinstance(name, str) and not name):  # never `name or ...`: an array has no truth value
-        name = model_type
-    if not isinstance(name, str):
-        raise ValueError(f"config field '_name_or_path' must be a string; got a {type(name).__name__}")
-    return name if len(name) <= MAX_NAME else name[: MAX_NAME - 3] + "..."
-
-
-# The range of each config field: the range of the ModelShape field it fills (others: 1 to MAX_DIM).
-_CONFIG_LIMITS = {
-    "n_layer": (1, validate.MAX_LAYERS), "num_hidden_layers": (1, validate.MAX_LAYERS),
-    "vocab_size": (1, validate.MAX_VOCAB), "n_positions": (1, validate.MAX_SEQ),
-    "max_position_embeddings": (1, validate.MAX_SEQ), "type_vocab_size": (0, validate.MAX_DIM),
-    "num_labels": (0, validate.MAX_DIM),
-}
-
-
-class _ConfigReader:
-    _MISSING = object()
-
-    def __init__(self, config: dict, defaults: dict | None = None):
-        self.config = config
-        self.defaults = defaults or {}  # the config class's own defaults, where they differ by family
-
-    def __call__(self, key, default=_MISSING, low=1):
-        if key not in self.config or self.config[key] is None:
-            default = self.defaults.get(key, default)
-            if default is self._MISSING:
-                raise ValueError(f"config is missing the field {key!r}")
-            return default
-        value = self.config[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"config field {key!r} must be a whole number; got {validate.describe(value)}")
-        limit_low, high = _CONFIG_LIMITS.get(key, (low, validate.MAX_DIM))
-        return validate.count(f"config field {key!r}", value, low=min(low, limit_low), high=high)
-
-    def probability(self, key, default):
-        value = self.config.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise ValueError(f"config field {key!r} must be a probability in [0, 1); got {validate.describe(value)}")
-        return float(value)
-
-    def flag(self, key, default):
-        default = self.defaults.get(key, default)
-        value = self.config.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise ValueError(f"config field {key!r} must be true or false; got {validate.describe(value)}")
-        return value
-
-
-MAX_CONFIG_BYTES = 4 * 2**20  # a real config.json is a few kB; a file larger than 4 MiB is not one
-
-
-def _load_config(config) -> dict:
-    if isinstance(config, dict):
-        return config
-    if isinstance(config, (str, os.PathLike)):
-        if isinstance(config, str) and config.lstrip().startswith(("{", "[")):
-            return parse_json_config(config, "config")
-        path, text = _read_config_file(config)
-        return parse_json_config(text, f"config file {validate.describe(path.name)}")
-    raise TypeError(f"config must be a dict, JSON text or a path to config.json; got {type(config).__name__}")
-
-
-def _read_config_file(config) -> tuple[Path, str]:
-    """The text of a regular .json file (config.json inside a folder), at most MAX_CONFIG_BYTES.
-
-    One rule for symbolic links (sources.py says why): inside the local Hugging Face cache a link is
-    followed while its target stays inside the cache root (huggingface_hub's snapshots/<commit>/config.json
-    links into blobs/); anywhere else a link given as the file or its folder is refused rather than
-    followed. Nothing but the file's name is quoted back.
-    """
-    from .sources import LinkOutsideCache, cache_root_holding, follow_inside
-
-    hint = "(give a dict, JSON text, a config.json path or the folder that holds it)"
-    folder = None
-    try:
-        path = Path(config)
-        root = cache_root_holding(path)
-        if root is None:
-            real = path
-            if path.is_dir() and not path.is_symlink():
-                folder, path = path, path / "config.json"
-                real = path
-        else:
-            real = follow_inside(path, root)
-            if real.is_dir():
-                folder, path = path, path / "config.json"
-                real = follow_inside(path, root)
-        info = os.lstat(real)
-    except LinkOutsideCache:
-        raise
-    except (OSError, ValueError) as error:  # missing, a name too long, a NUL byte, no permission
-        if folder is not None and isinstance(error, FileNotFoundError):
-            raise ValueError(f"the folder {validate.describe(str(folder))} holds no config.json {hint}") from None
-        raise ValueError(f"config path {validate.describe(str(config))} cannot be read "
-                         f"({error.__class__.__name__}) {hint}") from None
-    where = f"config path {validate.describe(str(path))}"
-    if stat.S_ISLNK(info.st_mode):
-        raise ValueError(f"{where} is a symbolic link, which is not followed outside the Hugging Face cache; "
-                         f"give the file itself {hint}")
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{where} is not a regular file {hint}")
-    if not path.name.endswith(".json"):
-        raise ValueError(f"{where} must name a .json file such as config.json {hint}")
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"{where} holds {info.st_size:,} bytes; a config.json is a few kB and at most "
-                         f"{MAX_CONFIG_BYTES:,} bytes (4 MiB) are read")
-    from .files import NotARegularFile, read_bounded
-
-    try:
-        data = read_bounded(real, MAX_CONFIG_BYTES)
-    except NotARegularFile:  # swapped since lstat
-        raise ValueError(f"{where} is not a regular file {hint}") from None
-    except OSError as error:
-        raise ValueError(f"{where} cannot be read ({error.__class__.__name__}) {hint}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{where} holds more than {MAX_CONFIG_BYTES:,} bytes (4 MiB), more than a config.json")
-    return path, data.decode("utf-8", errors="replace")
-
-
-def _json_hint(error: json.JSONDecodeError) -> str:
-    """A likely cause for a JSON error, in words (Python's messages name the symptom, not the cause)."""
-    text, pos = error.doc, error.pos
-    if pos >= len(text.rstrip()) or error.msg.startswith("Unterminated string"):
-        return "the text ends early: paste the whole file, up to its closing '}'"
-    if pos == len(text) - len(text.lstrip()) and not text.lstrip().startswith(("{", "[")):
-        return "paste the file's contents, which start with '{', not a model name or a path"
-    if error.msg.startswith("Expecting property name enclosed in double quotes"):
-        return "names need double quotes, and no comma may follow the last entry"
-    if error.msg.startswith("Extra data"):
-        return "there is more text after the closing '}'"
-    return ""
-
-
-def parse_json_config(text: str, where: str) -> dict:
-    if len(text) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{where} holds {len(text):,} characters; a config.json is a few kB and at most "
-                         f"{MAX_CONFIG_BYTES:,} (4 MiB) are read")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        hint = _json_hint(error)
-        raise ValueError(f"{where} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
-                         + (f" ({hint})" if hint else "")) from None
-    except RecursionError:
-        raise ValueError(f"{where} nests JSON too deeply to be a transformers config") from None
-    except ValueError:  # Python refuses to read an integer of more than 4,300 digits
-        raise ValueError(f"{where} holds a number too long to read (more than 4,300 digits); "
-                         "a config's sizes are a few digits") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{where} must be a JSON object ({{...}}), got a {type(data).__name__}")
-    return data

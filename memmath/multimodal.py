@@ -8,7 +8,7 @@ and the projector between them, tensor by tensor, as transformers 5.24 builds ..
 
 `from_hf_config` hands every config whose model_type is in MULTIMODAL_MODEL_TYPES (or which carries a
 vision_config) to `from_multimodal_config`. The result is the ModelShape of the language model, read by
-the text reader (models.from_hf_config) from text_config with transformers' config-class defaults for
+the text reader (config_reader.from_hf_config) from text_config with transformers' config-class defaults for
 every field it omits (TEXT_DEFAULTS; transformers saves a sub-config as its difference from those
 defaults, so google/gemma-3-27b-it's text_config has no vocab_size: Gemma3TextConfig's 262,208
 applies), and with `vision` holding a VisionParts: the tower's and the projector's tensors, which the
@@ -174,9 +174,9 @@ _WRAPPERS = {
 }
 
 # Per model_type, the top-level fields that change memory and what memmath does with each (the text_config's
-# fields: models.CONFIG_FIELDS of its model_type; the vision_config's: VISION_FIELDS).
+# fields: config_reader.CONFIG_FIELDS of its model_type; the vision_config's: VISION_FIELDS).
 _COMMON = {
-    "text_config": "the language model (models.CONFIG_FIELDS of its model_type), transformers' defaults filled in",
+    "text_config": "the language model (config_reader.CONFIG_FIELDS of its model_type), transformers' defaults filled in",
     "vision_config": "the vision tower (VISION_FIELDS)",
     "tie_word_embeddings": "lm_head shares the token embedding (this config's, not the text_config's)",
     "torch_dtype": "checked: float32, bfloat16 or float16", "dtype": "as torch_dtype",
@@ -636,7 +636,7 @@ def from_multimodal_config(config: dict) -> ModelShape:
     projector from the top-level fields (MULTIMODAL_FIELDS). A field memmath does not model raises a FieldError
     naming it by its path (text_config..., vision_config...); REFUSED_MODEL_TYPES are refused by name.
     """
-    from .models import from_hf_config
+    from .config_reader import from_hf_config
 
     model_type = config.get("model_type")
     if model_type not in _WRAPPERS:

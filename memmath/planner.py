@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from . import validate
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu, recipe_warning
 from .methods import LoRA, QLoRA
-from .models import ModelShape, parse_json_config, from_hf_config
+from .config_reader import from_hf_config, parse_json_config
+from .models import ModelShape
 from .recipes import bytes_per_parameter, get_recipe
 from .decision import BASES, Requirement, requirement
 from .run import Run, as_run, sdpa_supported

@@ -16,7 +16,8 @@ from .arrays import is_bool, is_ndarray
 from . import validate
 from dataclasses import replace
 
-from .models import ModelShape, bert_model, from_hf_config, gpt2_model, llama_model, uniform_model
+from .config_reader import from_hf_config
+from .models import ModelShape, bert_model, gpt2_model, llama_model, uniform_model
 
 
 def _from_config(name, **fields) -> ModelShape:

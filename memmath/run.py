@@ -191,7 +191,8 @@ def _name(spec, given):
 def sdpa_supported(shape: ModelShape) -> bool:
     """Whether transformers runs this model's attention with SDPA: Gemma2PreTrainedModel has no SDPA, and SDPA
     refuses a softcap (transformers 5.24 integrations/sdpa_attention.py), so softcapped attention runs eager."""
-    return not (shape.arch == "gemma2" or shape.attn_softcap)
+    record = shape.architecture
+    return not ((record is not None and not record.sdpa) or shape.attn_softcap)
 
 
 def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, attention, dropout, notes) -> tuple:

@@ -8,7 +8,7 @@ huggingface_hub's file_download.py): models--owner--name/blobs/<hash> holds each
 snapshots/<commit>/config.json is a symbolic link to ../../blobs/<hash> (`_create_symlink`, relative where
 it can be, else absolute), and refs/<revision> holds the commit hash alone
 (`_cache_commit_hash_for_specific_revision`). One rule for symbolic links, in `follow_inside` and read by
-models._read_config_file for the API and the command line alike: inside the cache root a link is followed
+config_reader._read_config_file for the API and the command line alike: inside the cache root a link is followed
 while its target stays inside the root; elsewhere a link given as the config or its folder is refused.
 """
 
@@ -254,7 +254,7 @@ def resolve_source(text: str):
 def _read_config(path: Path, given: str, source: str | None):
     """Read a config through models' one reader (its rule for links, FIFOs, devices and sizes); source None
     means a path the user gave: "config folder" when the reader looked inside it, else "config file"."""
-    from .models import _read_config_file, from_hf_config, parse_json_config
+    from .config_reader import _read_config_file, from_hf_config, parse_json_config
 
     try:
         config_path, text = _read_config_file(path)

@@ -58,7 +58,8 @@ def _(mm):
     # this text cannot fall behind the reader), and why relabelling another model_type gives a wrong number.
     def nearest_layout(model_type):
         """One or two sentences: the model types memmath reads, and why a relabelled config would mislead."""
-        return (f"memmath reads these model types from a config.json: {', '.join(mm.SUPPORTED_MODEL_TYPES)}. "
+        return (f"memmath reads these model types from a config.json: {', '.join(mm.SUPPORTED_MODEL_TYPES)}, "
+                f"and these vision-language ones: {', '.join(mm.MULTIMODAL_MODEL_TYPES)}. "
                 f"`{model_type}` is not one of them. Relabelling its `model_type` as one of these counts that "
                 "family's tensors, not yours, so the planner refuses it rather than guess.")
 

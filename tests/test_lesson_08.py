@@ -285,7 +285,8 @@ def test_an_unsupported_family_gets_the_list_memmath_reads_and_a_plain_refusal(m
     assert defs["model"] is None and "not supported" in defs["model_error"]
     text = plain(outputs)
     assert "refuses it rather than guess" in text
-    assert f"memmath reads these model types from a config.json: {', '.join(mm.SUPPORTED_MODEL_TYPES)}." in text
+    assert (f"memmath reads these model types from a config.json: {', '.join(mm.SUPPORTED_MODEL_TYPES)}, and these "
+            f"vision-language ones: {', '.join(mm.MULTIMODAL_MODEL_TYPES)}.") in text
 
 
 @pytest.mark.parametrize("name", ["Qwen2.5-0.5B", "gemma-2b", "pythia-160m"])

@@ -290,7 +290,8 @@ def _use_cache(row) -> bool:
 
 def _case_from_config(row) -> ModelShape:
     """The config.json validation/measure.py builds for a shape with a model_type (its _hf_config)."""
-    from ..models import SUPPORTED_MODEL_TYPES, from_hf_config
+    from ..architectures import SUPPORTED_MODEL_TYPES
+    from ..config_reader import from_hf_config
 
     n = lambda key: _count(row, key, high=validate.MAX_VOCAB if key == "vocab_size" else validate.MAX_DIM)  # noqa: E731
     arch = validate.choice("row column 'arch'", _text(row, "arch"), SUPPORTED_MODEL_TYPES)

@@ -1,0 +1,108 @@
+"""The record of one transformers model type: what memmath reads from its config and how its model runs.
+
+transformers keeps one configuration_<type>.py and one modeling_<type>.py per architecture; memmath keeps one
+record per model type (memmath/architectures/<type>.py), read by the config reader (memmath/config_reader.py),
+the tensor builders and LoRA tables (memmath/models.py), the activation trace (memmath/hf_activations.py,
+memmath/amp_trace.py) and the inference working set (memmath/inference.py). Every fact cites the transformers
+5.24 or peft 0.21 file it comes from, or the measurement that found it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+FAMILIES = ("gpt2", "llama", "bert")  # the tensor layouts of memmath/models.py ("llama": every rotary decoder)
+BLOCKS = ("gpt2", "bert", "llama", "gemma", "gpt_neox", "olmo2")  # the traced decoder layers (hf_activations.py)
+FINAL_NORMS = ("layer", "rms", "rms_fp32_weight", "rms_plus_one")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One model type. Its config fields are listed once, here; a field not listed changes no memory."""
+
+    model_type: str  # transformers' model_type, as config.json spells it
+    family: str  # the tensor layout (one of FAMILIES)
+    title: str  # the name a learner reads: "Mistral", "Gemma 2"
+    source: str  # the transformers files the facts below come from
+    # ---- the config: every field that changes a tensor, a saved activation or the cache, and what memmath does
+    fields: Mapping[str, str]
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # the config class's defaults where they differ
+    activation_field: str = "hidden_act"
+    activations: tuple = ("silu",)  # the MLP activations modelled (transformers' ACT2FN names); first = default
+    dropout_fields: Mapping[str, float] = field(default_factory=lambda: {"attention_dropout": 0.0})
+    refused_flags: tuple = ()  # config flags modelled only as false
+    # (config, get) -> ModelShape fields of this type beyond the common decoder's, refusing what it cannot model
+    read_options: Callable[[dict, Any], dict] | None = None
+    # (get, n_layers) -> layer_types when the config names a window but no layer_types (None: every layer slides)
+    derive_layer_types: Callable[[Any, int], tuple] | None = None
+    sliding_needs_flag: bool = False  # Qwen2/Qwen3 configs: sliding_window applies only with use_sliding_window
+    # ---- the forward pass (memmath/hf_activations.py replays it; memmath/amp_trace.py under autocast)
+    block: str = "llama"  # one of BLOCKS
+    embedding: str = "embed_tokens"  # the token embedding's module name
+    scaled_embedding: bool = False  # Gemma's GemmaTextScaledWordEmbedding multiplies by embed_scale
+    embedding_dropout: bool = False  # GPT-NeoX's emb_dropout
+    final_norm: str = "rms"  # one of FINAL_NORMS
+    final_norm_module: str = "norm"  # the final norm's module name
+    classifier: str = "pooler"  # BERT-style encoders: "pooler" (pooler + classifier) or "classification_head"
+    rotary_per_layer_type: bool = False  # Gemma 3 computes one rotary cos/sin pair per layer type
+    residual_dropout: bool = False  # Phi-3's resid_attn_dropout / resid_mlp_dropout
+    traced: bool = True  # the exact model replays its forward pass (else activations='textbook')
+    traced_activations: tuple = ("", "silu")  # the MLP activations it is traced with ("": a model built in code)
+    amp_measured: bool = False  # recorded under torch.autocast (validation/amp.py)
+    houlsby_placed: bool = False  # Houlsby adapters placed as validation/houlsby.py measured them
+    sdpa: bool = True  # transformers runs its attention with SDPA (Gemma2PreTrainedModel has none)
+    routing_weights_fp32: bool = False  # Mixtral keeps the top-k routing weights in fp32 (no cast back)
+    # ---- the inference working set (memmath/inference.py, validation/inference_working_set.py)
+    eager_sliding_mask: bool = False  # eager builds a sliding-window mask beside the causal one
+    sdpa_sliding_mask: bool = False  # SDPA never skips the sliding mask (Qwen2-MoE saves sliding_window 0)
+    # ---- peft (memmath/models.py's LoRA tables)
+    lora_order: tuple = ()  # a MoE block's adapted modules in parameters() order, where it is not the targets'
+    not_all_linear: tuple = ()  # targets that exist but peft's "all-linear" leaves alone
+    # model -> {target: (module, d_in, d_out[, rank factor]), a list of those, or why it does not exist};
+    # None: the rotary decoders' table (memmath/models.py), read from the model's fused and MoE fields
+    lora_modules: Callable | None = None
+
+    def __post_init__(self):
+        if self.family not in FAMILIES or self.block not in BLOCKS or self.final_norm not in FINAL_NORMS:
+            raise ValueError(f"{self.model_type}: family, block or final_norm outside {FAMILIES}, {BLOCKS}, "
+                             f"{FINAL_NORMS}")
+
+    def __repr__(self) -> str:
+        return f"Architecture({self.model_type!r}, {self.title})"
+
+
+# The fields every rotary decoder's config class shares (transformers 5.24 configuration_<type>.py).
+COMMON_DECODER = {
+    "num_hidden_layers": "blocks", "hidden_size": "width", "num_attention_heads": "query heads",
+    "num_key_value_heads": "key/value heads (q, k, v sizes; KV cache)", "intermediate_size": "MLP width",
+    "vocab_size": "embedding and head rows", "tie_word_embeddings": "head shares the embedding matrix",
+    "torch_dtype": "checked: float32, bfloat16 or float16 (the step's precision is an argument)",
+    "dtype": "as torch_dtype", "quantization_config": "refused: a pre-quantized checkpoint is not modelled",
+    "attention_dropout": "dropout_p (one probability where the family has dropout)",
+    "use_cache": "saved activations: true runs k and v through a DynamicCache when training without checkpointing "
+                 "(absent: read as false)",
+    "hidden_act": "the MLP activation (saved activations)",
+    "head_dim": "head size (default h / heads; Qwen3 128, Gemma 256)",
+}
+ATTENTION_BIAS = "biases on q, k, v, o"
+SLIDING_WINDOW = "tokens a sliding layer sees (KV cache)"
+LAYER_TYPES_FIELD = "per block full_attention or sliding_attention (KV cache)"
+QWEN_SLIDING = {"use_sliding_window": "sliding attention on (KV cache)",
+                "max_window_layers": "blocks from this index slide (qwen2, qwen3)"}
+QK_NORM = {"(q_norm, k_norm)": "always present in this family: q/k RMSNorm"}
+MOE = {"num_experts_per_tok": "experts per token (active parameters)",
+       "output_router_logits": "refused when true (the router's auxiliary loss)"}
+
+
+def decoder_fields(extra: Mapping[str, str] | None = None, *, drop=()) -> dict:
+    """The common decoder fields, less `drop`, plus this type's own."""
+    fields = {key: text for key, text in COMMON_DECODER.items() if key not in drop}
+    fields.update(extra or {})
+    return fields
+
+
+def refuse_true(get, key):
+    """A flag memmath models only as false."""
+    if get.flag(key, False):
+        raise ValueError(f"config field {key!r} is true; memmath models only {key}=false")

@@ -1,0 +1,108 @@
+"""One record per model type (memmath/architectures/), each checked against transformers' own classes.
+
+The expected values come from transformers 5.24 itself: its config classes' defaults and attributes, the
+module names and `_supports_sdpa` of the models a published config builds on the meta device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import memmath as mm
+from memmath.architectures import ARCHITECTURES, architecture
+from tests.test_models import _hf_model_on_meta
+from validation.published_configs import PUBLISHED_CONFIGS
+
+FOLDER = Path(mm.__file__).parent / "architectures"
+
+# Fields a record lists that are not attributes of transformers 5.24's config class, and why memmath reads them:
+NOT_ATTRIBUTES = {
+    "torch_dtype", "dtype", "quantization_config", "architectures", "id2label", "num_labels",  # PreTrainedConfig's
+    "use_cache", "rope_parameters", "rotary_pct",  # set or converted in __post_init__ (kwargs, rope standardizing)
+    "(q_norm, k_norm)",  # not a field: the note that the layout always has them
+    "head_dim",  # Qwen2, Qwen2-MoE, Phi-3, OLMo 2: modeling_<type>.py reads getattr(config, "head_dim", h // a)
+    "max_window_layers",  # Qwen3-MoE: a field older checkpoints carry, read as Qwen3's
+    "position_embedding_type",  # BERT/RoBERTa: dropped from the 5.24 class, still in older config.json files
+    "sliding_window_pattern",  # Gemma 3: the legacy name Gemma3TextConfig.__post_init__ turns into layer_types
+}
+
+
+def _config(model_type):
+    import transformers
+
+    return transformers.AutoConfig.for_model(model_type)
+
+
+def _published(model_type):
+    """The first published config.json of this model type (validation/published_configs.py)."""
+    return next(c for c in PUBLISHED_CONFIGS.values() if c["model_type"] == model_type)
+
+
+def test_every_module_in_the_folder_is_one_record_and_every_record_a_module():
+    modules = {p.stem for p in FOLDER.glob("*.py") if p.stem not in ("__init__", "record")}
+    assert modules == set(ARCHITECTURES) == set(mm.SUPPORTED_MODEL_TYPES)
+    assert all(record.model_type == name for name, record in ARCHITECTURES.items())
+
+
+def test_an_unknown_model_type_names_the_supported_ones():
+    with pytest.raises(ValueError, match="'falcon' is not supported; supported: gpt2, llama"):
+        architecture("falcon")
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_each_field_is_one_transformers_reads(transformers, model_type):
+    config = _config(model_type)
+    record = ARCHITECTURES[model_type]
+    missing = [f for f in record.fields if f not in NOT_ATTRIBUTES and not hasattr(config, f)]
+    assert missing == []
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_each_default_is_the_config_classes(transformers, model_type):
+    config = _config(model_type)
+    record = ARCHITECTURES[model_type]
+    assert {k: getattr(config, k) for k in record.defaults} == dict(record.defaults)
+    assert getattr(config, record.activation_field) == record.activations[0]  # the activation a config omits
+    assert {k: getattr(config, k) for k in record.dropout_fields} == dict(record.dropout_fields)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_module_names_and_attention_follow_the_model_transformers_builds(torch, transformers, model_type):
+    record = ARCHITECTURES[model_type]
+    model = _hf_model_on_meta(torch, transformers, _published(model_type))
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    assert record.embedding in names
+    if record.family == "llama":
+        assert record.final_norm_module in names
+    assert record.sdpa == type(model)._supports_sdpa
+    # Every module a LoRA adapter goes on exists in the model (peft matches names by suffix).
+    shape = mm.from_hf_config(_published(model_type))
+    full = {name for name, _ in model.named_modules()} | {name for name, _ in model.named_parameters()}
+    for adapter in shape.lora_adapters(mm.LORA_TARGETS):
+        assert any(n.endswith(adapter.module) for n in full), adapter.module
+
+
+@pytest.mark.live
+def test_gpt_neox_reads_no_key_value_heads_from_its_config(torch, transformers):
+    # GPTNeoXConfig has no num_key_value_heads: a config.json carrying one still builds one k and v per head.
+    # Found when the records were checked against the config classes; the old reader narrowed k and v.
+    config = dict(_published("gpt_neox"), num_key_value_heads=2)
+    shape = mm.from_hf_config(config)
+    model = _hf_model_on_meta(torch, transformers, config)
+    assert shape.n_kv_heads == shape.n_heads
+    assert shape.n_params == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.live
+def test_roberta_without_type_vocab_size_takes_the_config_classes_two_rows(torch, transformers):
+    # RobertaConfig's default is 2 (the old reader assumed roberta-base's 1 for a config that omits it).
+    config = {k: v for k, v in PUBLISHED_CONFIGS["roberta-base"].items() if k != "type_vocab_size"}
+    shape = mm.from_hf_config(config)
+    model = _hf_model_on_meta(torch, transformers, config)
+    assert shape.type_vocab_size == 2
+    assert shape.n_params == sum(p.numel() for p in model.parameters())
