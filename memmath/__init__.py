@@ -37,7 +37,7 @@ _EXPORTS = {
     "CONFIG_FIELDS": "config_reader", "SUPPORTED_MODEL_TYPES": "architectures", "UNSUPPORTED_EXAMPLES": "config_reader",
     "ARCHITECTURES": "architectures", "READABLE_MODEL_TYPES": "config_reader",
     "MULTIMODAL_MODEL_TYPES": "multimodal", "VISION_CHOICES": "multimodal",
-    "PeakEstimate": "peak", "peak_memory": "peak",
+    "PeakEstimate": "peak", "peak_memory": "peak", "step_timeline": "timeline",
     "Suggestion": "planner", "config_from_text": "planner", "path_to_fit": "planner", "step_peak": "planner",
     "suggest_changes": "planner", "suggestions_frame": "planner", "TrainingPlan": "planner", "DEFAULT_MAX_GPUS": "planner",
     "plan_training": "planner", "Requirement": "decision", "requirement": "decision",

@@ -111,6 +111,9 @@ class PeakEstimate:
     moments: tuple
     notes: tuple = ()
     step: str = "steady"
+    # per moment, in the order of `moments`: its bytes by what holds them (weights, inputs and buffers, optimizer
+    # states, gradients, saved activations, working memory); each adds up to that moment's bytes
+    breakdown: tuple = ()
 
     def __post_init__(self):
         # Checked when built: whole, non-negative bytes (ints, or int64 arrays in a sweep).
@@ -209,7 +212,7 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
             m.module == "experts.down_proj" for m in shape.lora_adapters(method.targets)):
         work_bwd = work_bwd + shape.n_experts * h * shape.expert_intermediate_size * e
 
-    moments = []
+    moments, breakdown = [], []
     # From the second step on the optimizer states and the fp32 master copy exist before forward
     # starts (measured: step 2's forward and backward peaks = step 1's + exactly these bytes).
     kept = (memory.optimizer_states + memory.master_weights) if step == "steady" else 0
@@ -227,24 +230,33 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
                                            device)
     held_steady = held if step == "steady" else 0
 
-    def moment(phase, label, value):
+    def moment(phase, label, value, saved=0, gradients=0, states=0):
+        """One moment: value is what the step adds at that moment; saved, gradients and states say how much of
+        it is saved activations, gradients and optimizer states (the rest is working memory)."""
         extra = {"forward": kept + previous_loss + dequant + held_steady, "backward": kept + dequant,
                  "optimizer_step": held}.get(phase, 0)
         moments.append((phase, label, resident + (value + extra) * trains))
+        held_states = kept if phase != "optimizer_step" else 0
+        breakdown.append({
+            "weights": memory.weights + memory.quantization_constants, "inputs and buffers": batch_bytes + buffers,
+            "optimizer states": (states + held_states) * trains, "gradients": gradients * trains,
+            "saved activations": saved * trains,
+            "working memory": (value + extra - saved - gradients - states - held_states) * trains})
 
     # Forward: the saved tensors pile up; the most alive at once is in the last block or at the loss.
     embeddings_alloc = parts.embeddings - parts.embeddings_batch
     # (use_cache: the cache also holds the k and v of the blocks that store nothing, to the end of forward)
     before_last = embeddings_alloc + parts.blocks - parts.estimate.per_layer + parts.tables + parts.cache_held
     moment("forward", "in the last block: every earlier saved tensor and the block's own, at its fullest",
-           before_last + parts.block_live)
+           before_last + parts.block_live, saved=before_last)
     moment("forward", "at the loss: every saved tensor, the logits and their fp32 copy",
-           embeddings_alloc + parts.blocks + parts.tables + parts.cache_held + parts.head_live)
+           embeddings_alloc + parts.blocks + parts.tables + parts.cache_held + parts.head_live,
+           saved=embeddings_alloc + parts.blocks + parts.tables + parts.cache_held)
     if lm:
-        moment("backward", "at the loss: two fp32 gradients over the vocabulary", saved + 8 * t * vocab)
+        moment("backward", "at the loss: two fp32 gradients over the vocabulary", saved + 8 * t * vocab, saved=saved)
     head_saved = parts.head + parts.loss - (0 if lm else parts.batch)
     moment("backward", "entering the last block: saved tensors but the head's, head-side gradients, working set",
-           saved - head_saved + g_head_side + work_bwd)
+           saved - head_saved + g_head_side + work_bwd, saved=saved - head_saved, gradients=g_head_side)
     if checkpointing:
         first = e * t * h + parts.tables + parts.recompute
     else:
@@ -252,16 +264,19 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     # Only when a second block stores: then every later block's gradients exist already.
     two = storing > 1 if is_ndarray(storing) else int(storing > 1)
     moment("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
-           (embeddings_alloc + first + grads - g_embed + tied_embed - g_block + work_bwd) * two)
+           (embeddings_alloc + first + grads - g_embed + tied_embed - g_block + work_bwd) * two,
+           saved=(embeddings_alloc + first) * two, gradients=(grads - g_embed + tied_embed - g_block) * two)
     if checkpointing:
         # Recomputing a block: its forward runs again (saving), over every block input still kept.
         moment("backward", "recomputing the last block: every block input, head-side gradients",
                embeddings_alloc + parts.blocks + parts.tables + g_head_side + t * h * e
-               + parts.recompute_live)
+               + parts.recompute_live, saved=embeddings_alloc + parts.blocks + parts.tables, gradients=g_head_side)
         moment("backward", "recomputing the first block: its input, every later gradient",
                (embeddings_alloc + e * t * h + parts.tables + grads - g_embed + tied_embed - g_block + t * h * e
-                + parts.recompute_live) * two)
-    moment("backward", "at the embeddings: every gradient", embeddings_alloc + grads + tied_embed + leaf)
+                + parts.recompute_live) * two, saved=(embeddings_alloc + e * t * h + parts.tables) * two,
+               gradients=(grads - g_embed + tied_embed - g_block) * two)
+    moment("backward", "at the embeddings: every gradient", embeddings_alloc + grads + tied_embed + leaf,
+           saved=embeddings_alloc, gradients=grads + tied_embed)
     transient, note = optimizer_transient(shape, method, recipe, opt, device)
     states_and_transient = memory.optimizer_states + transient
     if opt.name == "adam8bit" and device == "cpu" and step == "first":
@@ -269,7 +284,9 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
         # all first): the first step peaks at the states made so far plus one tensor's temporaries.
         states_and_transient = _bnb_first_step(shape, method, recipe, opt)
     moment("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
-           grads + memory.master_weights + states_and_transient + leaf)
+           grads + memory.master_weights + states_and_transient + leaf, gradients=grads,
+           states=memory.master_weights + min(memory.optimizer_states, states_and_transient)
+           if not is_ndarray(states_and_transient) else memory.master_weights + memory.optimizer_states)
 
     phases = {}
     for phase in PHASES:
@@ -284,7 +301,8 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
         notes += (Note("cuda_context_excluded",
                        "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)
     return PeakEstimate(forward=phases["forward"], backward=phases["backward"], optimizer_step=phases["optimizer_step"],
-                        resident=resident, moments=tuple(moments), notes=notes, step=step)
+                        resident=resident, moments=tuple(moments), notes=notes, step=step,
+                        breakdown=tuple(breakdown))
 
 
 def why_no_peak(run: Run) -> str:

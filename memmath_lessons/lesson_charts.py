@@ -227,3 +227,39 @@ def recorded_saved(frame, case_id: str):
         tooltip=[alt.Tooltip("source:N"), alt.Tooltip("where:N"), alt.Tooltip("bytes:Q", title="bytes", format=",")],
     ).add_params(alt.param(name="recorded_case", value=case_id)).properties(
         width=460, height=120, title=alt.Title(alt.expr("'Recorded case: ' + recorded_case")))  # the case travels as a param
+
+
+# ---- Lesson 3: a step's memory over time --------------------------------------------------------------
+TIMELINE_COLORS = {"weights": "weights", "inputs and buffers": "quantization_constants",
+                   "optimizer states": "optimizer_states", "gradients": "gradients",
+                   "saved activations": "activations", "working memory": "working_set"}
+
+
+def step_timeline(unit: str, moments: list):
+    """Lesson 3's step over time: one stacked bar per moment (memmath.timeline.step_timeline's frame, with
+    `size` in `unit` and `when`, the moment's short name, in `moments`' order), coloured by what holds it."""
+    categories = list(TIMELINE_COLORS)
+    scale = alt.Scale(domain=categories, range=[viz.PART_COLORS[TIMELINE_COLORS[c]] for c in categories])
+
+    def draw(frame):
+        return alt.Chart(frame).mark_bar().encode(
+            x=alt.X("when:N", title=None, sort=moments, axis=alt.Axis(labelAngle=-35, labelLimit=220)),
+            y=alt.Y("size:Q", title=viz.memory_axis_title(unit), stack="zero", axis=alt.Axis(**viz.MEMORY_AXIS)),
+            color=alt.Color("category:N", title="Held by", scale=scale, sort=categories),
+            order=alt.Order("rank:Q"),
+            tooltip=[alt.Tooltip("moment:N"), alt.Tooltip("category:N"), alt.Tooltip("size:Q", format=",.3~f")],
+        ).properties(width=560, height=300, title="One training step, moment by moment")
+    return draw
+
+
+def measured_timeline(frame):
+    """The recorded CPU steps, one panel each: the measured allocation as a line over the step's time, the
+    predicted moments as points placed evenly inside their phase (frame columns: case, time, MB, kind, phase)."""
+    base = alt.Chart(frame)
+    line = base.transform_filter(alt.datum.kind == "measured").mark_line(color="#4C78A8").encode(
+        x=alt.X("time:Q", title="Time through step 2 (fraction)"), y=alt.Y("MB:Q", title="Allocated (MB)"))
+    points = base.transform_filter(alt.datum.kind == "memmath").mark_point(
+        color="#E45756", filled=True, size=50).encode(
+        x="time:Q", y="MB:Q", tooltip=[alt.Tooltip("phase:N"), alt.Tooltip("MB:Q", format=",.2f")])
+    return alt.layer(line, points).properties(width=260, height=160).facet(
+        facet=alt.Facet("case:N", title=None), columns=2).resolve_scale(y="independent")

@@ -78,3 +78,50 @@ def quantized_parts_frame(case: pd.Series) -> pd.DataFrame:
     return pd.DataFrame([{"part": part, "measured (B)": int(measured), "memmath (B)": int(memmath),
                           "difference": "equal" if int(memmath) == int(measured) else
                           f"{int(memmath) / int(measured) - 1:+.1%}"} for part, measured, memmath in parts])
+
+
+def timeline_frame(recorded: dict):
+    """One recorded timeline (memmath.reference.measured.load_measured_timelines) beside memmath's moments:
+    columns time, MB, kind ("measured" or "memmath"), phase; memmath's moments placed evenly inside their phase."""
+    from memmath.reference.measured import case_arguments, case_model
+    from memmath.timeline import step_timeline
+
+    series = recorded["series"]
+    stride = max(1, len(series) // 50)  # about 50 points a case: the page carries four of them
+    top = max(range(len(series)), key=lambda i: series[i][1])
+    rows = [{"time": t, "MB": b / 1e6, "kind": "measured", "phase": ""}
+            for i, (t, b) in enumerate(series) if i % stride == 0 or i == top]
+    timeline = step_timeline(case_model(recorded["row"]), **case_arguments(recorded["row"]))
+    for phase, (start, end) in recorded["phases"].items():
+        inside = [p for p in timeline.points if p.phase == phase]
+        for i, point in enumerate(inside):
+            rows.append({"time": start + (end - start) * (i + 1) / (len(inside) + 1), "MB": point.total / 1e6,
+                         "kind": "memmath", "phase": point.short})
+    return pd.DataFrame(rows), timeline
+
+
+def timeline_view():
+    """Lesson 3's fold: each recorded CPU step as a line, memmath's moments as points, and a table of peaks."""
+    import marimo as mo
+    from memmath.reference.measured import load_measured_timelines
+    from memmath.units import format_bytes
+
+    from . import lesson_charts, viz
+
+    frames, table = [], []
+    for recorded in load_measured_timelines():
+        frame, timeline = timeline_frame(recorded)
+        case = recorded["row"]["case_id"]
+        frames.append(frame.assign(case=case))
+        measured, predicted = recorded["peak_step2_bytes"], timeline.peak.total
+        table.append({"case": case, "measured peak": format_bytes(measured, "MB"),
+                      "memmath's peak": format_bytes(predicted, "MB"),
+                      "difference": f"{(predicted - measured) / measured:+.2%}"})
+
+    return mo.vstack([mo.md(
+        "Four small models (3 blocks, width 64, a 1,000-token vocabulary; 4 sequences of 128 tokens), each run for "
+        "two training steps on a CPU under the PyTorch profiler, as the rest of memmath's measurements are "
+        "(`validation/timeline.py`). The blue line is what step 2 had allocated at every allocation event; the "
+        "red points are memmath's moments, placed evenly inside the phase they belong to (memmath says how "
+        "high, not exactly when). These were recorded after `memmath.step_timeline` was written."),
+        viz.plain_table(pd.DataFrame(table)), lesson_charts.measured_timeline(pd.concat(frames))])

@@ -544,6 +544,75 @@ def _(lesson_charts, measured_attention_radio, measured_cases, measured_chart, m
 
 
 @app.cell(hide_code=True)
+def _(live_only_notice, mo):
+    timeline_model_dropdown = mo.ui.dropdown(options=["gpt2", "llama-2-7b", "llama-3-8b"], value="llama-2-7b",
+                                             label="Model")
+    timeline_method_radio = mo.ui.radio(options={"full finetuning": "full", "LoRA, rank 16 on q and v": "lora"},
+                                        value="full finetuning", inline=True, label="Method")
+    timeline_checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
+    timeline_batch_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16], value=1, show_value=True, label="Batch size")
+    mo.vstack([mo.md(r"""
+    ## A step's memory over time
+
+    Every number so far is a total. On the card, memory rises and falls inside each step: the
+    forward pass piles up saved activations, the backward pass frees them block by block while
+    gradients appear, and the optimizer step needs its temporaries on top of everything it
+    updates. The chart shows memmath's estimate at each moment that can be the highest, in the
+    order a step reaches them, split by what holds the bytes. The tallest bar is the step's peak,
+    the number the planner (lesson 8) judges. Each run is in pure bf16 with AdamW at 2,048 tokens,
+    a step after the first (the optimizer states already exist).
+    """), live_only_notice(), mo.hstack([timeline_model_dropdown, timeline_batch_slider], justify="start"),
+        mo.hstack([timeline_method_radio, timeline_checkpointing_switch], justify="start")])
+    return (timeline_batch_slider, timeline_checkpointing_switch, timeline_method_radio, timeline_model_dropdown)
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    timeline_chart = live_chart()  # drawn once (this cell reads no control); the cell below sends it new rows
+    timeline_chart
+    return (timeline_chart,)
+
+
+@app.cell
+def _(lesson_charts, mm, timeline_batch_slider, timeline_chart, timeline_checkpointing_switch,
+      timeline_method_radio, timeline_model_dropdown, unit_radio):
+    timeline_run = mm.Run(timeline_model_dropdown.value, batch_size=timeline_batch_slider.value, seq_len=2048,
+                          checkpointing=timeline_checkpointing_switch.value,
+                          method=mm.LoRA(rank=16) if timeline_method_radio.value == "lora" else mm.Full())
+    timeline = mm.step_timeline(timeline_run)
+    _frame = timeline.frame()
+    _frame["size"] = _frame["bytes"] / mm.UNITS[unit_radio.value]
+    _moments = list(dict.fromkeys(_frame["when"]))
+    timeline_chart.update(_frame, draw=lesson_charts.step_timeline(unit_radio.value, _moments),
+                          key=(unit_radio.value, tuple(_moments)))
+    return (timeline, timeline_run)
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, timeline, timeline_run, unit_radio):
+    _peak, _unit = timeline.peak, unit_radio.value
+    _first, _requirement = timeline.points[0], mm.requirement(timeline_run)
+    _saved_top = max(timeline.points, key=lambda p: p.parts["saved activations"])
+    mo.md(f"""
+    Before the step the card holds {mm.format_bytes(_first.total, _unit)}: the weights and the optimizer
+    states the previous step made. The saved activations peak at
+    {mm.format_bytes(_saved_top.parts["saved activations"], _unit)} ({_saved_top.short}); by the end of the
+    backward pass they are gone and the gradients have taken their place. The highest moment is
+    **{_peak.short}, {mm.format_bytes(_peak.total, _unit)}**: {_peak.label}. That is the step's peak, and
+    the planner judges this run on the same {mm.format_bytes(_requirement.bytes, _unit)} (lesson 8). The sum
+    of the parts, {mm.format_bytes(_requirement.memory.total, _unit)}, is a different number: it adds parts
+    that are never all alive at once, and leaves out the temporaries that come on top.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo, recorded):
+    mo.accordion({"Measured: a small model's step on a CPU, beside the prediction": recorded.timeline_view()})
+    return
+
+
+@app.cell(hide_code=True)
 def _(mo):
     mo.callout(mo.md("""
     **Takeaways**

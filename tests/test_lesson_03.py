@@ -301,3 +301,26 @@ def test_the_problems_by_hand(default_run):
     # 4. GPT-2 small, s = 1,024, b = 8: 12 x 2sbh = 150,994,944 B of block inputs against 4sbV = 1,646,821,376 B.
     assert "Block inputs: 12 × 2·s·b·h = 150.99 MB. Logits: 4·s·b·V = 4 × 1,024 × 8 × 50,257 = 1.65 GB, about 11× more." \
         in text
+
+
+def test_the_timeline_section_shows_the_steps_peak_the_planner_judges(default_run):
+    import memmath as mm
+
+    outputs, defs = default_run
+    # Its default: Llama-2-7B, full finetuning, batch 1, 2,048 tokens, pure bf16 with AdamW, no checkpointing.
+    run = mm.Run("llama-2-7b", batch_size=1, seq_len=2048)
+    assert defs["timeline_run"] == run
+    peak = mm.peak_memory(run).total
+    assert defs["timeline"].peak.total == peak == mm.requirement(run).bytes
+    text = lessons.output_text(outputs)
+    assert f"optimizer step, {mm.format_bytes(peak)}" in text  # the highest moment, named, in the prose
+
+
+def test_the_timeline_with_checkpointing_moves_the_saved_activations_away():
+    import marimo as mo
+
+    _, base = lessons.run(NAME)
+    _, defs = lessons.run_with(NAME, timeline_checkpointing_switch=mo.ui.switch(value=True))
+    saved = lambda d: max(p.parts["saved activations"] for p in d["timeline"].points)  # noqa: E731
+    # Checkpointing keeps each block's input only (Chen et al. 2016): far less saved at once.
+    assert saved(defs) < saved(base) / 5

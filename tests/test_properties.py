@@ -380,6 +380,8 @@ CALLS = {
         activations=maybe("textbook"), device=maybe("cuda"), method=maybe(mm.Full()))),
     "peak_memory": (mm.peak_memory, dict(model=maybe(TINY_LLAMA_SHAPE), **TRAIN, method=maybe(mm.LoRA()),
                                          device=maybe("cpu"))),
+    "step_timeline": (mm.step_timeline, dict(model=maybe(TINY_LLAMA_SHAPE), **TRAIN, method=maybe(mm.LoRA()),
+                                             device=maybe("cpu"), step=maybe("first"))),
     "inference_memory": (mm.inference_memory, dict(
         model=maybe("mistral-7b"), weights_format=maybe("nf4"), kv_format=maybe("fp8"), batch_size=maybe(2),
         context_len=maybe(100), attention=maybe("eager"))),

@@ -542,3 +542,19 @@ def measured_qlora(quant_type: str | None = None, max_cases: int = 4, name: str 
                          "predicted": predicted, "equal": measured == predicted, "libraries": libraries})
     return pd.DataFrame(rows, columns=["case_id", "quant_type", "double_quant", "part", "measured", "predicted",
                                        "equal", "libraries"])
+
+
+TIMELINE_FILE = "measured_timeline.json"
+
+
+def load_measured_timelines(name: str = TIMELINE_FILE) -> list[dict]:
+    """Step 2's allocated bytes over time for a few small models (validation/timeline.py, held out from
+    memmath.timeline): each a dict with `row` (the case's columns, for case_model and case_arguments),
+    `series` ([time as a fraction of the step, bytes]), `phases` ({phase: [start, end]}) and the peak."""
+    rows = []
+    for record in _document(name)["cases"]:
+        config = dict(record["case"])
+        row = {**config, **config.pop("model")}
+        rows.append({"row": row, "series": record["series"], "phases": record["phases"],
+                     "peak_step2_bytes": record["peak_step2_bytes"]})
+    return rows

@@ -1,0 +1,70 @@
+"""A step's memory over time (memmath/timeline.py) against the peak model it reads and a measured CPU profile."""
+
+from __future__ import annotations
+
+import pytest
+
+import memmath as mm
+from memmath.reference.measured import case_arguments, case_model, load_measured_timelines
+from memmath.timeline import CATEGORIES
+
+RUNS = [dict(), dict(checkpointing=True), dict(method=mm.LoRA(rank=8)), dict(method=mm.Freeze(trainable_layers=2)),
+        dict(method=mm.QLoRA(rank=8)), dict(batch_size=4, seq_len=512, attention="eager")]
+
+
+@pytest.mark.parametrize("settings", RUNS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "default")
+@pytest.mark.parametrize("step", ["steady", "first"])
+def test_the_highest_point_is_the_steps_peak_and_each_point_adds_up(settings, step):
+    run = mm.Run("gpt2", **settings)
+    timeline = mm.step_timeline(run, step=step)
+    assert timeline.peak.total == mm.peak_memory(run, step=step).total  # one run, one answer
+    for point in timeline.points:
+        assert set(point.parts) == set(CATEGORIES) and all(v >= 0 for v in point.parts.values()), point
+    # The weights are alive at every moment; gradients only in backward and the optimizer step.
+    memory = mm.training_memory(run)
+    assert {p.parts["weights"] for p in timeline.points} == {memory.weights + memory.quantization_constants}
+    assert all(p.parts["gradients"] == 0 for p in timeline.points if p.phase in ("before", "forward", "after"))
+
+
+def test_the_step_rises_through_forward_and_leaves_the_states_behind():
+    # GPT-2, pure bf16, AdamW, a step after the first (by hand: AdamW keeps exp_avg and exp_avg_sq, 2 + 2 bytes a
+    # parameter in bf16, and a 4-byte step per trainable tensor; the weights are 2 bytes a parameter).
+    run = mm.Run("gpt2", batch_size=2, seq_len=256)
+    timeline = mm.step_timeline(run)
+    n, tensors = 124_439_808, 148
+    states = 4 * n + 4 * tensors
+    assert timeline.points[0].parts["optimizer states"] == states
+    assert timeline.points[-1].total == timeline.points[0].total  # zero_grad(set_to_none=True) frees the gradients
+    first = mm.step_timeline(run, step="first")
+    assert first.points[0].parts["optimizer states"] == 0  # no states exist before the first optimizer.step()
+    assert [p.phase for p in timeline.points] == ["before", "forward", "forward", "backward", "backward", "backward",
+                                                  "backward", "optimizer_step", "after"]
+
+
+def test_checkpointing_recomputes_the_last_block_before_the_first():
+    timeline = mm.step_timeline(mm.Run("gpt2", checkpointing=True))
+    order = [p.short for p in timeline.points]
+    assert order.index("recomputing the last block") < order.index("recomputing the first block") \
+        < order.index("backward, first block")
+
+
+def test_a_sweep_is_refused_by_name():
+    import numpy as np
+
+    with pytest.raises(ValueError, match="seq_len"):
+        mm.step_timeline(mm.Run("gpt2", seq_len=np.array([128, 256])))
+
+
+@pytest.mark.parametrize("recorded", load_measured_timelines(), ids=lambda r: r["row"]["case_id"])
+def test_the_recorded_cpu_step_peaks_where_memmath_says(recorded):
+    # validation/timeline.py recorded these after memmath/timeline.py was written (held out).
+    timeline = mm.step_timeline(case_model(recorded["row"]), **case_arguments(recorded["row"]))
+    assert timeline.peak.total == pytest.approx(recorded["peak_step2_bytes"], rel=0.05)
+    # Before the step: what was resident plus the previous step's optimizer states. Nothing measured during the
+    # step falls below it, and the lowest measured point (the forward's first allocation on top) is near it.
+    lowest = min(nbytes for _, nbytes in recorded["series"])
+    assert timeline.points[0].total <= lowest <= 1.1 * timeline.points[0].total
+    # The measured highest point falls in the phase memmath names.
+    top_time = max(recorded["series"], key=lambda p: p[1])[0]
+    phase = next(name for name, (lo, hi) in recorded["phases"].items() if lo <= top_time <= hi)
+    assert phase == timeline.peak.phase
