@@ -231,6 +231,49 @@ def amp_summary() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def moe_lora_summary() -> pd.DataFrame:
+    """LoRA on mixtures of experts (validation/moe_lora.py: routers and routed experts as peft 0.21 adapts them),
+    per model type; every case was recorded after the prediction code (held out)."""
+    from memmath.reference.measured import load_measured_moe_lora, predicted_saved_per_layer
+
+    cases = load_measured_moe_lora()
+    rows = []
+    for arch, sub in cases.groupby("arch", sort=False):
+        exact = saved = peak1 = peak2 = 0
+        for _, case in sub.iterrows():
+            m = memmath.reference.predict_case(case)
+            exact += (int(m.weights), int(m.gradients), int(m.optimizer_states), int(m.trainable_params)) == (
+                case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"], case["trainable_params"])
+            saved += (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
+                      and predicted_saved_per_layer(case) == list(case["saved_per_layer"]))
+            for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
+                ok = abs(int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) \
+                    <= 0.05 * case[column]
+                peak1, peak2 = (peak1 + ok, peak2) if step == "first" else (peak1, peak2 + ok)
+        n = len(sub)
+        rows.append({"group": f"MoE LoRA: {arch}", "held out": "yes" if sub["held_out"].all() else "no", "cases": n,
+                     "static parts exact": f"{exact}/{n}", "saved exact (per block)": f"{saved}/{n}",
+                     "peak within 5% (step 1, 2)": f"{peak1}/{n}, {peak2}/{n}"})
+    return pd.DataFrame(rows)
+
+
+def timeline_summary() -> pd.DataFrame:
+    """Step 2's measured profile (validation/timeline.py) against memmath.step_timeline: its peak, and the phase."""
+    from memmath.reference.measured import case_arguments, case_model, load_measured_timelines
+    from memmath.timeline import step_timeline
+
+    rows = []
+    for recorded in load_measured_timelines():
+        timeline = step_timeline(case_model(recorded["row"]), **case_arguments(recorded["row"]))
+        top = max(recorded["series"], key=lambda p: p[1])[0]
+        phase = next(name for name, (lo, hi) in recorded["phases"].items() if lo <= top <= hi)
+        measured = recorded["peak_step2_bytes"]
+        rows.append({"timeline (held out)": recorded["row"]["case_id"], "measured peak": measured,
+                     "memmath": timeline.peak.total, "error": f"{(timeline.peak.total - measured) / measured:+.2%}",
+                     "peak phase (measured, memmath)": f"{phase}, {timeline.peak.phase}"})
+    return pd.DataFrame(rows)
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per part: cases, exact matches, cases within the test's tolerance, mean and worst error."""
     rows = []
@@ -318,6 +361,17 @@ def main(argv=None):
             print("on a bf16 input and Phi-3's fused outputs were then fixed); the 8 eager ones recorded last were all exact.")
             print("SDPA with dropout (the CPU's math kernel) under AMP is refused by the exact model.")
             print(amp.to_string(index=False))
+        moe = moe_lora_summary()
+        if len(moe):
+            print()
+            print("LoRA on mixtures of experts (validation/moe_lora.py; peft 0.21's ParamWrapper on the routers and the 3-D")
+            print("expert tensors), recorded after the prediction code: held out.")
+            print(moe.to_string(index=False))
+        timelines = timeline_summary()
+        if len(timelines):
+            print()
+            print("A step over time (validation/timeline.py, recorded after memmath/timeline.py): held out.")
+            print(timelines.to_string(index=False))
         sharded = sharded_summary()
         if len(sharded):
             print()
