@@ -75,11 +75,21 @@ class InferenceMemory:
     kv_format: str
     notes: tuple = field(default=())
     weights_layout: str = ""  # how the weights are stored (see inference_weight_layout)
+    # Of weights + constants, the bytes one decode step reads (decode_weight_bytes): all of them for a dense model,
+    # the shared tensors and the routed experts the batch's tokens reach for a mixture of experts. None: all.
+    weights_read: object = None
 
     def __post_init__(self):
         # Checked when built: every part is whole, non-negative bytes (an int, or an int64 array in a sweep).
         for name in ("weights", "quantization_constants", "kv_cache", "working_set"):
             object.__setattr__(self, name, validate.nbytes(name, getattr(self, name)))
+        stored = self.weights + self.quantization_constants
+        if self.weights_read is None:
+            object.__setattr__(self, "weights_read", stored)
+        object.__setattr__(self, "weights_read", validate.nbytes("weights_read", self.weights_read))
+        if any_true(self.weights_read > stored):
+            raise ValueError("weights_read must be at most weights + quantization_constants (a step reads no weight "
+                             "twice and none that is not stored)")
         for name in ("weights_format", "kv_format"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"{name} must be a format name; got {validate.describe(getattr(self, name))}")
@@ -97,6 +107,12 @@ class InferenceMemory:
         # Integer arithmetic on the factor's exact ratio (1.2 = 6/5), so large byte counts stay exact.
         numerator, denominator = Fraction(str(RULE_OF_THUMB_FACTOR)).as_integer_ratio()
         return validate.ceil_div(stored * numerator, denominator)
+
+    @property
+    def read_per_step(self):
+        """Bytes one decode step reads: weights_read (every stored weight, or a mixture of experts' shared
+        tensors and the experts it reaches) + the KV cache of every sequence of the batch."""
+        return self.weights_read + self.kv_cache
 
     def parts(self) -> dict[str, object]:
         """Part name -> bytes."""
@@ -335,7 +351,8 @@ def inference_memory(model, *, weights_format=SERVING_DEFAULTS["weights_format"]
             "images is not counted")]
     return InferenceMemory(weights, constants, kv, working, get_format(weights_format).name,
                            get_format(kv_format).name, tuple(notes),
-                           weights_layout=inference_weight_layout(shape, weights_format))
+                           weights_layout=inference_weight_layout(shape, weights_format),
+                           weights_read=weights + constants - _unread_expert_bytes(shape, weights_format, batch_size))
 
 
 def rule_of_thumb_context_limit(model, *, weights_format="bf16", kv_format="bf16", batch_size=1, attention="sdpa",
@@ -366,12 +383,71 @@ def rule_of_thumb_context_limit(model, *, weights_format="bf16", kv_format="bf16
     return low
 
 
+def routed_experts_reached(shape: ModelShape, batch_size=1):
+    """Distinct routed experts per layer that one decode step reads: min(n_experts, batch_size x experts_per_tok).
+
+    At batch 1 exact: the token goes to its experts_per_tok experts (Mixtral 2 of 8, Qwen3-30B-A3B 8 of
+    128). At a larger batch the B tokens of a step may share experts; we assume they reach distinct ones
+    as far as there are experts, the most a step can read (balanced routing, which the models' load-balancing
+    loss trains for, comes close; a step whose tokens share experts reads less and decodes faster).
+    0 for a dense model. batch_size may be an array.
+    """
+    shape = resolve_model(shape)
+    batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
+    if not shape.n_experts:
+        return 0 * batch_size
+    return _smaller(batch_size * shape.experts_per_tok, shape.n_experts)
+
+
+def decode_weight_bytes(shape: ModelShape, weights_format="bf16", *, batch_size=1, other_format="bf16",
+                        quant_block=64):
+    """Bytes of weights (and quantization constants) one decode step reads, stored as inference_weight_bytes
+    stores them.
+
+    A dense model reads every weight once per step (kipply 2022). A mixture of experts reads its shared
+    tensors (embeddings, attention, norms, router, shared experts, head) and, in each layer, only the routed
+    experts its tokens are sent to (routed_experts_reached: experts_per_tok of n_experts at batch 1), so
+    stored - layers x (n_experts - reached) / n_experts x the routed experts' bytes per layer. Mixtral-8x7B
+    in bf16 at batch 1: its 12,879,925,248 active parameters x 2 B (its model card: 12.9B active).
+    """
+    shape = resolve_model(shape)
+    weights, constants = inference_weight_bytes(shape, weights_format, other_format=other_format,
+                                                quant_block=quant_block)
+    return weights + constants - _unread_expert_bytes(shape, weights_format, batch_size, other_format, quant_block)
+
+
+def _unread_expert_bytes(shape: ModelShape, weights_format, batch_size, other_format="bf16", quant_block=64):
+    """The stored bytes of the routed experts one decode step does not reach, over all layers (0 for a dense model)."""
+    reached = routed_experts_reached(shape, batch_size)
+    if not shape.n_experts or not shape.tensor_count_known:
+        return 0 * reached
+    per_layer = sum(_stored_bytes(t, weights_format, other_format, quant_block)
+                    for t in shape.tensors("layer") if "experts" in t.name)  # the routed experts' 3-D tensors
+    unread = per_layer * (shape.n_experts - reached) // shape.n_experts  # whole experts: exact for (E, ...) tensors
+    return shape.n_layers * unread
+
+
+def _stored_bytes(tensor, weights_format, other_format, quant_block):
+    """One tensor's bytes (values and constants) as inference_weight_bytes stores it."""
+    fmt = get_format(weights_format)
+    if fmt.kind == "float":
+        return validate.ceil_div(tensor.numel * fmt.bits, 8)
+    if not tensor.linear:
+        return validate.ceil_div(tensor.numel * get_format(other_format).bits, 8)
+    if fmt.name == "int8":
+        return tensor.numel + 4 * tensor.shape[0]  # int8 values and one fp32 scale per output row
+    return validate.ceil_div(tensor.numel * fmt.bits, 8) + quant_constant_bytes(
+        tensor.numel, block=quant_block, double_quant=fmt.name == "nf4")
+
+
 def decode_tokens_per_second(memory: InferenceMemory, gpu):
     """Upper bound on decode speed per sequence, in tokens/s: bandwidth / bytes read per step.
 
-    Each generated token reads every weight once and the whole KV cache (kipply 2022). The weights
-    are read once per step for the whole batch, so a batch of B sequences makes B times as many
-    tokens per second in total, each sequence at this rate.
+    Each generated token reads every weight once and the whole KV cache (kipply 2022); a mixture of
+    experts reads its shared tensors and only the routed experts its tokens reach (memory.weights_read,
+    decode_weight_bytes: at batch 1 its active parameters). The weights are read once per step for the
+    whole batch, so a batch of B sequences makes B times as many tokens per second in total, each
+    sequence at this rate.
     """
     if not isinstance(memory, InferenceMemory):
         raise TypeError(f"memory must be the InferenceMemory that inference_memory(...) returns; "
@@ -379,7 +455,7 @@ def decode_tokens_per_second(memory: InferenceMemory, gpu):
     gpu = get_gpu(gpu)
     if not gpu.bandwidth_bytes_per_s:
         raise ValueError(f"gpu: the bandwidth of {gpu.name!r} is not known (0), so no decode speed follows")
-    read_per_step = memory.weights + memory.quantization_constants + memory.kv_cache
+    read_per_step = memory.read_per_step
     if any_true(read_per_step <= 0):
         raise ValueError("memory must hold bytes to read per step: its weights + quantization_constants + "
                          "kv_cache is 0, so no decode speed follows from the bandwidth")

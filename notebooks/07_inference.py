@@ -22,7 +22,8 @@ def _(mo, viz):
     that made {viz.lesson_link("02_full_finetuning", "full finetuning")} so expensive. Instead it keeps
     a **KV cache** that grows with every token of every conversation it serves.
 
-    **The control.** The context: how many tokens each conversation holds.
+    **The control.** The context: how many tokens each conversation holds. The model is a preset or your
+    own `config.json`, pasted as in {viz.lesson_link("08_planner", "the planner")}.
     """)
     return
 
@@ -39,17 +40,39 @@ def _():
     import altair as alt
     import numpy as np
     import pandas as pd
-    from memmath_lessons import site_charts
-    return (alt, literature, live_chart, live_html, live_only_notice, mm, mo, np, pd, site_charts, viz)
+    from memmath_lessons import pasted_config, site_charts
+    return (alt, literature, live_chart, live_html, live_only_notice, mm, mo, np, pasted_config, pd, site_charts, viz)
 
 
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo):
+def _(live_only_notice, mm, mo, pasted_config):
     # Every control in one cell that reads no other control: moving one re-runs only the cell that reads them.
+    # The default run fits the default card (Llama-3-8B at its trained 8,192 tokens on an RTX 4090): the context's
+    # end (128K tokens) makes its cache pass its weights and the run no longer fit.
     context_slider = mo.ui.slider(steps=[2**k for k in range(7, 18)], value=8192, show_value=True,
                                   label="Context (tokens per sequence)")
     _decoders = [name for name, shape in mm.PRESETS.items() if shape.family != "bert"]
-    model_dropdown = mo.ui.dropdown(_decoders, value="llama-2-13b", label="Model")
+    source_radio = mo.ui.radio(list(pasted_config.SOURCES), value="preset", inline=True, label="Model from")
+    model_dropdown = mo.ui.dropdown(_decoders, value="llama-3-8b", label="Preset")
+    # google/gemma-3-1b-pt's config.json (the fields that shape the model): 4 of its 26 layers attend to the whole
+    # context, the other 22 to a sliding window of 512 tokens.
+    config_text_area = mo.ui.text_area(value="""{
+      "model_type": "gemma3_text",
+      "hidden_size": 1152,
+      "intermediate_size": 6912,
+      "num_hidden_layers": 26,
+      "num_attention_heads": 4,
+      "num_key_value_heads": 1,
+      "head_dim": 256,
+      "vocab_size": 262144,
+      "hidden_activation": "gelu_pytorch_tanh",
+      "sliding_window": 512,
+      "sliding_window_pattern": 6,
+      "query_pre_attn_scalar": 256,
+      "max_position_embeddings": 32768,
+      "rope_theta": 1000000,
+      "torch_dtype": "bfloat16"
+    }""", rows=10, full_width=True, label="Your model's config.json (paste it here; edit and click outside to read it)")
     weights_format_dropdown = mo.ui.dropdown(["fp32", "bf16", "fp8_e4m3", "int8", "int4", "nf4"], value="bf16",
                                              label="Weights format")
     kv_format_dropdown = mo.ui.dropdown(["fp32", "bf16", "fp8_e4m3", "int8"], value="bf16", label="KV cache format")
@@ -61,33 +84,102 @@ def _(live_only_notice, mm, mo):
     mo.vstack([
         live_only_notice(), context_slider,
         mo.md("The rest of the run (the whole page follows these):").style({"font-size": "0.9em"}),
-        mo.hstack([model_dropdown, weights_format_dropdown, kv_format_dropdown], justify="start"),
+        mo.hstack([source_radio, model_dropdown], justify="start"),
+        mo.hstack([weights_format_dropdown, kv_format_dropdown], justify="start"),
         mo.hstack([batch_slider, attention_radio], justify="start"),
         mo.hstack([gpu_dropdown, unit_radio], justify="start"),
     ])
-    return (attention_radio, batch_slider, context_slider, gpu_dropdown, kv_format_dropdown, model_dropdown,
-            unit_radio, weights_format_dropdown)
+    return (attention_radio, batch_slider, config_text_area, context_slider, gpu_dropdown, kv_format_dropdown,
+            model_dropdown, source_radio, unit_radio, weights_format_dropdown)
+
+
+@app.cell
+def _(config_text_area, model_dropdown, pasted_config, source_radio):
+    # The model: the preset, or the pasted config.json read as JSON (mm.config_from_text); a paste that cannot be
+    # used gives model None and the reason, shown in the page (next cell), never a traceback.
+    model, model_error = pasted_config.read_model(source_radio.value, model_dropdown.value, config_text_area.value)
+    if model is not None and model.family == "bert":  # an encoder generates no tokens: it keeps no KV cache
+        model, model_error = None, (f"the text describes an encoder ({model.family} layout), which reads text but "
+                                    "generates no tokens, so it keeps no KV cache; this lesson serves decoders")
+    return model, model_error
+
+
+@app.cell(hide_code=True)
+def _(config_text_area, mm, mo, model, model_error, pasted_config, source_radio, viz):
+    # The model's facts: what sets its cache (layers, key/value heads, sliding windows) and, for a mixture of
+    # experts, the parameters a token passes through (ModelShape.active_params). With 'paste config.json' the paste
+    # box shows here too: this cell re-runs on every paste anyway (it reads the model read from it).
+    if model is None:
+        _facts = mo.callout(mo.md(pasted_config.error_markdown(model_error)), kind="danger")
+    else:
+        _name = (f"Your config.json ({pasted_config.pasted_text(model.name)})" if source_radio.value != "preset"
+                 else model.name)
+        _active = (f", of which **{model.active_params:,} ({viz.short_count(model.active_params)}) are active** per "
+                   f"token: the shared tensors and {model.experts_per_tok} of its {model.n_experts} experts in each "
+                   "layer" if model.n_experts else "")
+        _windows = [w for w in model.attention_windows if w is not None]
+        _sizes = " or ".join(f"{w:,}" for w in sorted(set(_windows)))
+        _sliding = (f" {len(_windows)} of its {model.n_layers} layers attend over a **sliding window** of the last "
+                    f"{_sizes} tokens, so their cache stops growing there." if _windows else "")
+        _trained = mm.trained_context(model)
+        _facts = mo.callout(mo.md(
+            f"**{_name}**: {model.n_params:,} parameters ({viz.short_count(model.n_params)}){_active}; "
+            f"{model.n_layers} layers, {model.n_heads} query heads and {model.n_kv_heads} key/value "
+            f"head{'s' if model.n_kv_heads > 1 else ''} of "
+            f"{model.head_dim} values, vocabulary {model.vocab_size:,}"
+            + (f"; trained on up to {_trained:,} tokens." if _trained else ".") + _sliding), kind="info")
+    mo.vstack([config_text_area, _facts]) if source_radio.value != pasted_config.SOURCES[0] else _facts
+    return
 
 
 @app.cell(hide_code=True)
 def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu_dropdown, gqa_view,
-      kv_format_dropdown, literature, mm, mo, model_dropdown, np, pd, run_view, sweep_chart, sweep_draw, unit_radio,
-      viz, weights_format_dropdown):
+      kv_format_dropdown, literature, mm, mo, model, np, pasted_config, pd, run_view, sweep_chart, sweep_draw,
+      unit_radio, viz, weights_format_dropdown):
     # The one cell a control re-runs: it computes the run, hands both live charts their rows and the live views
     # below the numbers, the verdict and the folds' tables (every re-run cell costs marimo ~6-10 ms, and a cell's
     # output is re-rendered whole on every run): it shows only the warnings that apply.
-    model, gpu, unit = mm.PRESETS[model_dropdown.value], mm.get_gpu(gpu_dropdown.value), unit_radio.value
+    gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
+    if model is None:  # a pasted config.json that cannot be used: the model's cell says why; views and charts empty
+        for _view in (run_view, cards_view):
+            _view.update(mo.md("*No model to serve: fix the pasted config.json above, or choose **preset**.*"))
+        bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({}, unit), unit, title="No model to serve"))
+        sweep_chart.update(pd.DataFrame(columns=["kind", "context", "label", "order", "size", "what"]),
+                           draw=sweep_draw(gpu.name, unit), key=(unit, gpu.name))
+    mo.stop(model is None)
+    _name = pasted_config.pasted_text(model.name)  # a pasted config's name shows as typed
     context_len, batch_size = context_slider.value, batch_slider.value
     weights_format, kv_format, attention = weights_format_dropdown.value, kv_format_dropdown.value, attention_radio.value
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+    # A part under a tenth of the unit in a smaller unit (45.09 MB, not 0.05 GB); the same string wherever it shows.
+    _small = lambda n: _f(n) if n >= mm.UNITS[unit] / 10 else viz.readable_size(n, unit)  # noqa: E731
     _seqs = "sequence" if batch_size == 1 else "sequences"
     _serve = dict(weights_format=weights_format, kv_format=kv_format, batch_size=batch_size, attention=attention)
     memory = mm.inference_memory(model, context_len=context_len, **_serve)
+    # Which tensors a quantized format converts: as transformers' bitsandbytes integration does (only nn.Linear).
+    _layout = ("" if mm.get_format(weights_format).kind == "float" else
+               f"The {memory.weights_format} weights are counted as transformers loads a model with bitsandbytes, "
+               f"which converts only its `nn.Linear` layers ({memory.weights_layout}). ")
 
-    # The number and its recipe: kipply 2022, 2 (a key and a value) x layers x kv heads x head dim x bytes per token.
+    # The number and its recipe: kipply 2022, 2 (a key and a value) x kv heads x head dim x bytes, for every token
+    # each layer holds: all of the context in a full-attention layer, at most its window in a sliding-window layer
+    # (mm.kv_cache_bytes: transformers' DynamicSlidingWindowLayer keeps the last sliding_window tokens).
     _kv_bytes = mm.get_format(kv_format).bits / 8
-    _recipe = (f"2 (key and value) x {model.n_layers} layers x {model.n_kv_heads} key/value heads x {model.head_dim} "
-               f"x {_kv_bytes:g} B ({kv_format}) x {context_len:,} tokens x {batch_size:,} {_seqs}")
+    _full = sum(w is None or w >= context_len for w in model.attention_windows)  # layers that hold every token
+    _windows = sorted({w for w in model.attention_windows if w is not None and w < context_len})
+    _groups = ([(_full, "full-attention " if _windows else "", f"{context_len:,} tokens")] if _full else []) + [
+        (sum(x == w for x in model.attention_windows), "sliding-window ", f"{w:,} tokens (the window)") for w in _windows]
+    _per = (f"{model.n_kv_heads:,} key/value head{'s' if model.n_kv_heads > 1 else ''} x {model.head_dim:,} x "
+            f"{_kv_bytes:g} B ({kv_format})")
+    if len(_groups) == 1:  # one kind of layer: 2 x layers x kv heads x head dim x bytes x tokens x sequences
+        _recipe = f"2 (key and value) x {_groups[0][0]:,} {_groups[0][1]}layers x {_per} x {_groups[0][2]}"
+    else:  # full layers hold the context, sliding ones their window: 2 x kv heads x head dim x bytes x the sum
+        _recipe = f"2 (key and value) x {_per} x (" + " + ".join(f"{n:,} {k}layers x {t}" for n, k, t in _groups) + ")"
+    _recipe += f" x {batch_size:,} {_seqs}"
+    _slides = [w for w in model.attention_windows if w is not None]
+    if _slides and not _windows:  # sliding layers whose window holds the whole context
+        _recipe += (f" (its {len(_slides)} sliding-window layers keep the last {max(_slides):,} tokens, which at "
+                    "this context is all of them)")
 
     # The verdict, with the CUDA context reserved as the planner (lesson 8) reserves it.
     _context = literature.REPORTED["cuda_context_v100"]
@@ -105,7 +197,7 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
     _warn = []
     if _trained is not None and context_len > _trained:
         _warn.append(mo.callout(mo.md(
-            f"{model.name} was trained on at most {_trained:,} tokens, so it cannot really read "
+            f"{_name} was trained on at most {_trained:,} tokens, so it cannot really read "
             f"{context_len:,} tokens; the arithmetic still shows what the memory would be."), kind="warn"))
     _largest = max(mm.GPUS.values(), key=lambda g: g.memory_bytes)
     _notes = []
@@ -118,10 +210,13 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
                 f"{context_len:,} x {context_len:,} scores x {batch_size:,} {_seqs}), which grows with the square "
                 f"of the context. With fused attention (sdpa), which never stores them, the working set would be "
                 f"{_f(_fused)}.")
-    if memory.total > _largest.memory_bytes:
-        _notes.append(f"No GPU holds this: {_f(memory.total)} is {memory.total / _largest.memory_bytes:,.0f} times "
-                      f"the largest card in the catalog ({_largest.name}, {_f(_largest.memory_bytes)}). It is what "
-                      "the formula says, not a run anyone could make on one card.")
+    _usable = _largest.memory_bytes - mm.CUDA_CONTEXT_BYTES  # what the largest card leaves after the CUDA context
+    if memory.total > _usable:
+        _times = memory.total / _usable  # above 1 here; "1.4 times", "12 times", never "1 times"
+        _how = ("more than" if _times < 1.05 else f"{_times:,.1f} times" if _times < 10 else f"{_times:,.0f} times")
+        _notes.append(f"No single GPU holds this: {_f(memory.total)} is {_how} what the largest card in the catalog "
+                      f"can use ({_largest.name}: {_f(_usable)} of its {_f(_largest.memory_bytes)}, after the CUDA "
+                      "context). It is what the formula says, not a run anyone could make on one card.")
     if any(f.startswith("fp8") for f in (weights_format, kv_format)) and gpu.computes_fp8 is False:
         _notes.append(f"The {gpu.name} ({gpu.architecture}) has no fp8 arithmetic (fp8 tensor cores start with Ada and "
                       f"Hopper): fp8 values are stored in 8 bits as counted here and converted to 16 bits for each "
@@ -136,18 +231,30 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
     _where = ("It does not cover the cache and working set even for a single token." if rule_limit == 0 else
               f"It covers the cache and working set up to **{rule_limit:,} tokens** per sequence, and no further.")
 
-    # Decode: bandwidth over the bytes each step reads, only on a card that holds the run.
+    # Decode: bandwidth over the bytes each step reads, only on a card that holds the run. A mixture of experts
+    # reads its shared tensors and the experts its tokens reach (memory.weights_read; mm.inference's
+    # routed_experts_reached: k of E per layer at batch 1, at most min(E, batch x k) at a larger batch).
     per_sequence = mm.decode_tokens_per_second(memory, gpu)
     all_sequences = per_sequence * batch_size
     _rate = lambda t: f"{t:,.1f}" if t >= 0.1 else f"{t:.2g}"  # noqa: E731 (0.037 tokens/s, not 0.0)
-    read_per_step = _stored + memory.kv_cache
+    read_per_step = memory.read_per_step
+    _what = "weights and cache"
+    if model.n_experts:
+        _reached = min(model.n_experts, batch_size * model.experts_per_tok)
+        _what = (f"the shared weights and {_reached} of the {model.n_experts} experts in each layer, "
+                 f"{_f(memory.weights_read)} of the {_f(_stored)} of weights, plus the cache")
+        _what += ("" if batch_size == 1 else
+                  f"; we assume the {batch_size} tokens of a step reach min({model.n_experts}, {batch_size} x "
+                  f"{model.experts_per_tok}) = {_reached} distinct experts per layer, the most they can: tokens that "
+                  "share experts read less")
     if _fit.fits:
-        _decode = (f"Decoding on it reads {_f(read_per_step)} per step (weights and cache) at "
+        _decode = (f"Decoding on it reads {_f(read_per_step)} per step ({_what}) at "
                    f"{gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s: at most **{_rate(per_sequence)} tokens/s per sequence**"
                    + (f", {_rate(all_sequences)} tokens/s across the batch of {batch_size}." if batch_size > 1 else "."))
     else:
         _decode = (f"So it does not decode there at all. The bandwidth arithmetic alone, "
-                   f"{gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s over the {_f(read_per_step)} read per step, would "
+                   f"{gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s over the {_f(read_per_step)} read per step "
+                   f"({_what}), would "
                    f"give {_rate(per_sequence)} tokens/s per sequence, but only on a card that holds the run: the first fold "
                    "below gives the bound for those cards only.")
 
@@ -177,8 +284,10 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
     **Grouped-query attention** (GQA; Ainslie et al. 2023) lets several query heads share one key/value
     head. Llama-2-7B and Llama-2-13B keep one key/value head per query head (multi-head attention);
     Llama-3-8B and Mistral-7B keep {_gqa.n_kv_heads} for {_gqa.n_heads} query heads, so their cache per token is
-    {_gqa.n_heads} / {_gqa.n_kv_heads} = {_gqa.n_heads // _gqa.n_kv_heads} times smaller. The table uses this run's
-    context ({context_len:,} tokens), batch ({batch_size:,}) and cache format ({kv_format}).
+    {_gqa.n_heads} / {_gqa.n_kv_heads} = {_gqa.n_heads // _gqa.n_kv_heads} times smaller. Mistral-7B's layers also
+    attend over a sliding window of {mm.PRESETS["mistral-7b"].sliding_window:,} tokens, so past that context its cache
+    stops growing. The table uses this run's context ({context_len:,} tokens), batch ({batch_size:,}) and cache
+    format ({kv_format}).
     """), viz.plain_table(gqa_frame)])
     gqa_view.update(_gqa_fold)
 
@@ -202,15 +311,15 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
 
     # The number, the headline stats and the verdict, into the live view below: this cell shows only warnings.
     run_view.update(mo.Html(mo.md(f"""
-    **The number.** {model.name}'s KV cache at this context: **{_f(memory.kv_cache)}** = {_recipe}.
+    **The number.** {_name}'s KV cache at this context: **{_small(memory.kv_cache)}** = {_recipe}.
     With the weights in {memory.weights_format} and the working set of one forward pass, serving it takes:
     """).text + viz.stat_row([
-            (_f(_stored), "Weights (+ constants)"), (_f(memory.kv_cache), "KV cache"),
-            (_f(memory.working_set), "Working set"), (_f(memory.total), "Total"),
+            (_f(_stored), "Weights (+ constants)"), (_small(memory.kv_cache), "KV cache"),
+            (_small(memory.working_set), "Working set"), (_f(memory.total), "Total"),
             (_f(memory.rule_of_thumb), f"Weights x {mm.RULE_OF_THUMB_FACTOR:g}")]).text + mo.md(f"""
-    Serving **{model.name}** with weights in {memory.weights_format} and the cache in {memory.kv_format},
+    Serving **{_name}** with weights in {memory.weights_format} and the cache in {memory.kv_format},
     {batch_size} {_seqs} of {context_len:,} tokens: the detailed sum is **{_f(memory.total)}**, which
-    {_verdict}. {_reserve} {_decode}
+    {_verdict}. {_layout}{_reserve} {_decode}
 
     The rule of thumb, weights x {mm.RULE_OF_THUMB_FACTOR:g}, says {_f(memory.rule_of_thumb)}: an allowance of
     {_f(memory.rule_of_thumb - _stored)} ({mm.RULE_OF_THUMB_FACTOR - 1:.0%} of {_f(_stored)}) for everything
@@ -259,17 +368,17 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(mm, mo, viz):
     _per_token = mm.kv_cache_bytes("llama-2-13b", context_len=1)
     _article = mm.kv_cache_bytes("llama-2-13b", context_len=8192)
-    _m = mm.PRESETS["llama-2-13b"]
+    _m, _mistral = mm.PRESETS["llama-2-13b"], mm.PRESETS["mistral-7b"]
     mo.md(f"""
     ## Three parts
 
     | part | what it holds | bytes |
     |:---|:---|:---|
     | weights | every parameter in the serving format | parameters x bits / 8, plus one scale per block for integer formats |
-    | KV cache | the key and value vector of every past token, in every layer | 2 x layers x kv_heads x head_dim x bytes x tokens x sequences |
+    | KV cache | the key and value vector of every past token, in every layer | 2 x layers x kv_heads x head_dim x bytes x tokens x sequences (a sliding-window layer: at most its window of tokens) |
     | working set | the tensors one forward pass creates and frees | largest over the model's phases |
 
     The **2** in the KV cache is one key plus one value (kipply 2022). For Llama-2-13B ({_m.n_layers} layers,
@@ -279,36 +388,53 @@ def _(mm, mo):
     **{mm.format_bytes(_article)}** of cache, for one sequence. Each new token attends to every
     earlier one, so a server keeps the keys and values it has computed instead of recomputing them;
     models with grouped-query attention keep fewer key/value heads and a smaller cache (the fold
-    above compares six models).
+    above compares six models). A layer with a **sliding window** (Mistral-7B's {_mistral.n_layers} layers
+    over {_mistral.sliding_window:,} tokens, most of Gemma 2's and 3's, Phi-3's) attends only to the last
+    window of tokens, and transformers keeps only those: such a layer holds min(tokens, window) tokens,
+    so its cache stops growing at the window. The number above adds the layers up that way.
 
     ## Weights in the serving format
 
     The weights are usually the largest part, and the serving format sets their size. Floating
-    formats store every parameter at their width. int8 follows bitsandbytes' LLM.int8 (Dettmers et
+    formats store every parameter at their width. The integer formats here are counted **as
+    transformers loads a model with bitsandbytes**: its `replace_with_bnb_linear`
+    (`transformers/integrations/bitsandbytes.py`) swaps each `nn.Linear` (and GPT-2's `Conv1D`) for a
+    bitsandbytes layer and leaves every other tensor as it was. int8 follows LLM.int8 (Dettmers et
     al. 2022): each linear weight in 8 bits plus one fp32 **scale per output row**, a few bytes per
     thousands of weights. int4 and NF4 store the linear layers' weights in 4 bits plus one **scale
     per block** of 64 values (QLoRA's layout, Dettmers et al. 2023): an fp32 scale per 64 weights
     adds 32 / 64 = 0.5 bit per weight, and NF4's double quantization shrinks that to 8 / 64 +
-    32 / (64 x 256) = 0.127 bit. Embeddings, norms and the output head stay in 16 bits (transformers
-    does not convert them), which is why the effective bits per parameter below sit above the
-    format's own width.
+    32 / (64 x 256) = 0.127 bit. Embeddings, norms and the output head stay in 16 bits, and so do a
+    mixture of experts' router and routed experts, which transformers 5 stores as 3-D parameters, not
+    `nn.Linear`: that is why the effective bits per parameter below sit above the format's own width.
+    {viz.lesson_link("01_weights_and_formats", "Lesson 1")}'s first figure puts **every weight** in the
+    format instead (the last column), the size a model would have if every tensor were quantized.
     """)
     return
 
 
 @app.cell
-def _(mm, model_dropdown, pd, unit_radio, viz):
+def _(mm, mo, model, pasted_config, pd, unit_radio, viz):
     # Reads the model and the unit only: the context and the batch do not re-run it.
-    _model, _unit, _rows = mm.PRESETS[model_dropdown.value], unit_radio.value, []
+    mo.stop(model is None)
+    _unit, _rows = unit_radio.value, []
     for _fmt in ["fp32", "bf16", "fp8_e4m3", "int8", "int4", "nf4"]:
-        _m = mm.inference_memory(_model, weights_format=_fmt, context_len=1)
+        _m = mm.inference_memory(model, weights_format=_fmt, context_len=1)  # as transformers + bitsandbytes store it
+        _every = mm.inference_memory(model.n_params, weights_format=_fmt, context_len=1)  # every weight (lesson 1)
         _rows.append({"format": _fmt, "bits per value": mm.get_format(_fmt).bits,
                       f"weights ({_unit})": round(mm.to_unit(_m.weights, _unit), 2),
                       f"constants ({_unit})": round(mm.to_unit(_m.quantization_constants, _unit), 3),
-                      "effective bits per parameter": round(8 * (_m.weights + _m.quantization_constants) / _model.n_params, 2)})
+                      "effective bits per parameter": round(8 * (_m.weights + _m.quantization_constants) / model.n_params, 2),
+                      f"every weight in the format ({_unit})":
+                          round(mm.to_unit(_every.weights + _every.quantization_constants, _unit), 2)})
     formats_frame = pd.DataFrame(_rows)
-    viz.plain_table(formats_frame)
-    return
+    # A mixture of experts: its routed experts (3-D tensors) are most of it and stay in bf16 through bitsandbytes.
+    _experts = model.n_layers * sum(t.numel for t in model.tensors("layer") if "experts" in t.name)
+    _moe = mo.md(f"The routed experts are {_experts / model.n_params:.0%} of {pasted_config.pasted_text(model.name)}'s "
+                 "parameters, and they stay in bf16 through bitsandbytes: its integer formats shrink it little, unlike "
+                 "the last column.") if model.n_experts else None
+    mo.vstack([viz.plain_table(formats_frame), _moe]) if _moe else viz.plain_table(formats_frame)
+    return (formats_frame,)
 
 
 @app.cell(hide_code=True)
@@ -359,7 +485,9 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(mm, mo):
+    _moe = mm.PRESETS["qwen3-30b-a3b"]
+    _moe_bf16 = mm.inference_memory(_moe, context_len=1)  # its weights_read at batch 1: the active parameters x 2 B
     mo.vstack([mo.md("""
     ## The working set
 
@@ -375,7 +503,7 @@ def _(mo):
     LLaMA models it lands within 0.2% (`validation/inference_working_set.py`). Two details matter:
     LLaMA's eager attention runs its softmax in fp32 (10 bytes per score with bf16 weights), and
     fused attention keeps no score matrix at all.
-    """)}), mo.md("""
+    """)}), mo.md(f"""
     ## How fast can it decode?
 
     Generating one token reads every weight once, and each sequence's whole KV cache. On a GPU
@@ -385,6 +513,15 @@ def _(mo):
     to B times as many tokens in total. Real servers reach a fraction of this bound. Change the
     weights format to nf4 to see why quantized models also decode faster; raise the batch at a long
     context to see the cache eat into the speed.
+
+    A **mixture of experts** reads less. Its router sends each token to {_moe.experts_per_tok} of its
+    {_moe.n_experts} experts per layer (Qwen3-30B-A3B), so one token at batch 1 reads the shared tensors
+    (embeddings, attention, norms, router, output head) and only those experts: its
+    **{_moe.active_params:,} active parameters**, {mm.format_bytes(_moe_bf16.weights_read)} in bf16, not
+    all {mm.format_bytes(_moe_bf16.weights)} of its {_moe.n_params:,} parameters. At a batch of B the
+    step's tokens may go to different experts: the bound here assumes they reach min(experts, B x
+    experts per token) distinct experts in each layer, the most a step can read, so it is the bound
+    for tokens spread over the experts (tokens that share experts read less and decode faster).
     """)])
     return
 
@@ -413,6 +550,10 @@ def _(mm, mo):
     _nf4 = mm.inference_memory("llama-2-7b", weights_format="nf4", context_len=4096)
     _speed = [mm.decode_tokens_per_second(m, "RTX 4090") for m in (_bf16, _nf4)]
     _limits = [mm.rule_of_thumb_context_limit("llama-2-7b", batch_size=b) for b in (1, 8)]
+    _moe = mm.PRESETS["qwen3-30b-a3b"]
+    _moe_runs = [mm.inference_memory(_moe, context_len=4096, batch_size=b) for b in (1, 32)]
+    _moe_speed = [mm.decode_tokens_per_second(m, "H100 80GB") for m in _moe_runs]
+    _h100 = mm.get_gpu("H100 80GB")
     mo.vstack([
         mo.callout(mo.md(f"""
     **Takeaways**
@@ -425,7 +566,8 @@ def _(mm, mo):
     - A card holds a run when the total fits in its memory less the CUDA context
       ({mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back here, as in the planner).
     - Decoding is bounded by bandwidth / bytes read per step: smaller weights and a smaller cache
-      make a model faster as well as smaller.
+      make a model faster as well as smaller. A mixture of experts reads only its active parameters
+      at batch 1 (Qwen3-30B-A3B: {_moe.active_params / _moe.n_params:.0%} of them).
     """), kind="success"),
         mo.md("## Problems"),
         mo.md("**1.** How large is Llama-2-13B's KV cache in 16 bits for one 8,192-token conversation, "
@@ -442,15 +584,27 @@ def _(mm, mo):
         mo.md("**3.** What is the decode bound for Llama-2-7B at 4,096 tokens, one sequence, on an "
               "RTX 4090, in bf16 and in nf4?"),
         mo.accordion({"Answer": mo.md(
-            f"bf16 reads {mm.format_bytes(_bf16.weights + _bf16.kv_cache)} per step: at most "
+            f"bf16 reads {mm.format_bytes(_bf16.read_per_step)} per step: at most "
             f"{_speed[0]:,.1f} tokens/s. nf4 reads "
-            f"{mm.format_bytes(_nf4.weights + _nf4.quantization_constants + _nf4.kv_cache)}: at most "
+            f"{mm.format_bytes(_nf4.read_per_step)}: at most "
             f"{_speed[1]:,.1f} tokens/s.")}),
         mo.md("**4.** Up to which context does \"weights x 1.2\" cover Llama-2-7B in bf16 with one "
               "sequence? With eight?"),
         mo.accordion({"Answer": mo.md(
             f"{_limits[0]:,} tokens with one sequence; {_limits[1]:,} tokens with eight, since the cache "
             "and the working set grow with the batch too.")}),
+        mo.md(f"**5.** Qwen3-30B-A3B ({_moe.n_params:,} parameters, {_moe.experts_per_tok} of {_moe.n_experts} "
+              "experts per token) serves in bf16 at 4,096 tokens on an H100 80GB. What does a decode step read at "
+              "batch 1, and at batch 32, and what bound follows per sequence?"),
+        mo.accordion({"Answer": mo.md(
+            f"At batch 1 the token reads its {_moe.active_params:,} active parameters, "
+            f"{mm.format_bytes(_moe_runs[0].weights_read)}, plus {mm.format_bytes(_moe_runs[0].kv_cache)} of cache: "
+            f"{_h100.bandwidth_bytes_per_s / 1e9:,.0f} GB/s / {mm.format_bytes(_moe_runs[0].read_per_step)} = at "
+            f"most {_moe_speed[0]:,.0f} tokens/s. At batch 32, 32 x {_moe.experts_per_tok} = "
+            f"{32 * _moe.experts_per_tok} routings can reach all {_moe.n_experts} experts of a layer, so a step reads "
+            f"every weight, {mm.format_bytes(_moe_runs[1].weights_read)}, plus "
+            f"{mm.format_bytes(_moe_runs[1].kv_cache)} of cache: at most {_moe_speed[1]:,.1f} tokens/s per sequence, "
+            f"{32 * _moe_speed[1]:,.0f} across the batch.")}),
     ])
     return
 

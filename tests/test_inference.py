@@ -297,3 +297,104 @@ def test_moe_working_set_by_hand():
     outside = 2 * t * h + 2 * 2 * t * 128  # token embeddings, rotary cos and sin
     shape = mm.PRESETS["mixtral-8x7b"]
     assert mm.working_set_bytes(shape, context_len=4096) == outside + moe
+
+
+# ---- a mixture of experts' decode step reads its shared tensors and the experts its tokens reach ------------
+# Qwen/Qwen3-30B-A3B's config.json: hidden 2048, 48 layers, 32 query heads and 4 key/value heads of 128,
+# moe_intermediate_size 768, 128 experts, 8 per token, vocabulary 151,936, untied head.
+QWEN3_MOE_SHARED_PER_LAYER = (
+    2048 * 4096 + 2 * 512 * 2048 + 4096 * 2048  # q (32 x 128 wide), k and v (4 x 128), o
+    + 2 * 2048 + 2 * 128  # the two RMSNorms, q_norm and k_norm
+    + 128 * 2048)  # the router
+QWEN3_MOE_EXPERT = 3 * 2048 * 768  # gate, up and down of one expert
+QWEN3_MOE_OUTSIDE = 2 * 151936 * 2048 + 2048  # embeddings, untied head, final norm
+
+
+def test_qwen3_moe_active_parameters_by_hand():
+    # 48 x (18,874,368 + 4,352 + 262,144 + 8 x 4,718,592) + 622,331,904 = 3,353,032,704: the card's "3.3B activated".
+    active = 48 * (QWEN3_MOE_SHARED_PER_LAYER + 8 * QWEN3_MOE_EXPERT) + QWEN3_MOE_OUTSIDE
+    assert mm.PRESETS["qwen3-30b-a3b"].active_params == active == 3_353_032_704
+
+
+def test_a_moe_token_at_batch_1_reads_its_active_parameters():
+    # bf16: 3,353,032,704 x 2 B = 6,706,065,408 B read per step (6.71 GB), not the 61.06 GB of all its weights;
+    # plus the cache at 2,048 tokens, 2 x 48 x 4 x 128 x 2 B x 2048 = 201,326,592 B. An H200 reads 4.8 TB/s
+    # (NVIDIA's datasheet): 4.8e12 / 6,907,392,000 = 694.9 tokens/s at most.
+    m = mm.inference_memory("qwen3-30b-a3b", context_len=2048)
+    active = 48 * (QWEN3_MOE_SHARED_PER_LAYER + 8 * QWEN3_MOE_EXPERT) + QWEN3_MOE_OUTSIDE
+    assert m.weights_read == 2 * active == 6_706_065_408
+    assert m.weights == 2 * (48 * (QWEN3_MOE_SHARED_PER_LAYER + 128 * QWEN3_MOE_EXPERT) + QWEN3_MOE_OUTSIDE)
+    assert m.kv_cache == 2 * 48 * 4 * 128 * 2 * 2048 == 201_326_592
+    assert m.read_per_step == 6_907_392_000
+    assert mm.decode_tokens_per_second(m, "H200") == pytest.approx(4.8e12 / 6_907_392_000)
+
+
+def test_a_batch_reaches_at_most_batch_x_k_experts_per_layer():
+    # Qwen3-30B-A3B routes each token to 8 of 128 experts: a step of B tokens reads min(128, 8B) experts per
+    # layer at most (distinct experts, the assumption); 16 tokens can reach all 128, and then every weight is read.
+    from memmath.inference import routed_experts_reached
+    batches = np.array([1, 2, 4, 8, 16, 32])
+    assert list(routed_experts_reached("qwen3-30b-a3b", batches)) == [8, 16, 32, 64, 128, 128]
+    assert routed_experts_reached("llama-3-8b", 4) == 0
+    m = mm.inference_memory("qwen3-30b-a3b", context_len=1024, batch_size=batches)
+    stored_outside_experts = 2 * (48 * QWEN3_MOE_SHARED_PER_LAYER + QWEN3_MOE_OUTSIDE)
+    expected = stored_outside_experts + 2 * 48 * np.minimum(128, 8 * batches) * QWEN3_MOE_EXPERT
+    assert list(m.weights_read) == list(expected)
+    assert m.weights_read[-1] == m.weights  # bf16 has no constants: all of it
+    dense = mm.inference_memory("llama-3-8b", weights_format="nf4", batch_size=8)
+    assert dense.weights_read == dense.weights + dense.quantization_constants
+
+
+def test_mixtral_in_nf4_reads_nf4_attention_and_two_bf16_experts_per_layer():
+    # mistralai/Mixtral-8x7B-v0.1: hidden 4096, 32 layers, 8 key/value heads, expert width 14,336, 2 of 8 experts,
+    # vocabulary 32,000. Through transformers + bitsandbytes only q, k, v, o are nn.Linear (nf4, 0.5 B a weight,
+    # and per matrix ceil(n/64) 8-bit constants + 4 B per 256 of them); the experts, router, norms, embeddings and
+    # head stay bf16. Per layer: q and o 4096 x 4096 (262,144 blocks, 1,024 groups: 266,240 B of constants each),
+    # k and v 1024 x 4096 (65,536 blocks: 66,560 B each).
+    attention = (2 * 4096 * 4096 + 2 * 1024 * 4096) // 2 + 2 * 266_240 + 2 * 66_560
+    two_experts = 2 * 2 * 3 * 4096 * 14336
+    norms_and_router = 2 * (2 * 4096 + 8 * 4096)
+    outside = 2 * (2 * 32000 * 4096 + 4096)
+    m = mm.inference_memory("mixtral-8x7b", weights_format="nf4")
+    assert m.weights_read == 32 * (attention + two_experts + norms_and_router) + outside == 23_767_883_776
+    # bf16 at batch 1: the card's 12.9B active parameters, 12,879,925,248 x 2 B.
+    assert mm.inference_memory("mixtral-8x7b").weights_read == 2 * 12_879_925_248
+
+
+def test_the_command_line_gives_the_moe_decode_bound(capsys):
+    # `memmath infer --json` plans with the same memory (plan_serving): 4.8e12 / (6,706,065,408 + 201,326,592).
+    import json
+    from memmath import cli
+    status = cli.main(["infer", "qwen3-30b-a3b", "--gpu", "H200", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert report["decode_tokens_per_second_upper_bound"] == pytest.approx(4.8e12 / 6_907_392_000)
+
+
+def test_weights_read_cannot_exceed_what_is_stored():
+    with pytest.raises(ValueError, match="weights_read"):
+        mm.InferenceMemory(10, 2, 0, 0, "bf16", "bf16", weights_read=13)
+    assert mm.InferenceMemory(10, 2, 5, 0, "bf16", "bf16").read_per_step == 17
+
+
+def test_two_schemes_for_one_model_in_one_format():
+    # Llama-2-13B (meta-llama/Llama-2-13b-hf: hidden 5120, MLP 13,824, 40 layers, vocabulary 32,000, untied head).
+    # Every weight in the format (a bare parameter count, as lesson 1's first figure): nf4 with double-quantized
+    # constants, 13,015,864,320 / 2 + 203,372,880 (blocks of 64) + 4 x 794,426 (groups of 256) = 6,714,482,744 B;
+    # int8 with one fp32 scale per 64 values, 13,015,864,320 + 4 x 203,372,880 = 13,829,355,840 B.
+    n = 13_015_864_320
+    every_nf4 = mm.inference_memory(n, weights_format="nf4")
+    every_int8 = mm.inference_memory(n, weights_format="int8")
+    assert every_nf4.weights + every_nf4.quantization_constants == n // 2 + 203_372_880 + 4 * 794_426 == 6_714_482_744
+    assert every_int8.weights + every_int8.quantization_constants == n + 4 * 203_372_880 == 13_829_355_840
+    # As transformers loads it with bitsandbytes (replace_with_bnb_linear converts nn.Linear only): per layer four
+    # 5120 x 5120 attention matrices and three 5120 x 13,824 MLP matrices (317,194,240 weights); embeddings, head
+    # and norms (328,094,720 values) in bf16. nf4 constants per matrix: ceil(n/64) + 4 x ceil(blocks/256), 416,000 B
+    # for an attention matrix and 1,123,200 B for an MLP one. int8: one fp32 scale per output row.
+    linear, rest = 40 * 317_194_240, 2 * 32000 * 5120 + 40 * 2 * 5120 + 5120
+    loaded_nf4 = mm.inference_memory("llama-2-13b", weights_format="nf4")
+    loaded_int8 = mm.inference_memory("llama-2-13b", weights_format="int8")
+    assert loaded_nf4.weights + loaded_nf4.quantization_constants == (
+        linear // 2 + 2 * rest + 40 * (4 * 416_000 + 3 * 1_123_200)) == 7_201_418_240
+    assert loaded_int8.weights + loaded_int8.quantization_constants == (
+        linear + 2 * rest + 40 * 4 * (4 * 5120 + 2 * 13824 + 5120)) == 13_352_478_720

@@ -1,6 +1,10 @@
 """Lesson 7 (inference memory): it runs, shows the article's and the papers' numbers, survives its extremes."""
 
+import json
+import re
+
 import lessons
+import marimo as mo
 import pytest
 
 import memmath as mm
@@ -13,18 +17,31 @@ def default_run():
     return lessons.run(NAME)
 
 
-def test_kv_cache_of_llama_2_13b_at_8192_tokens_is_6_7_gb(default_run):
+# The default run: Llama-3-8B (meta-llama/Meta-Llama-3-8B's config.json: 32 layers, hidden 4096, 32 query and 8
+# key/value heads of 128, MLP 14,336, vocabulary 128,256; 8,030,261,248 parameters, the presets' count checked
+# against PyTorch) at its trained 8,192 tokens, one sequence, bf16, sdpa, on an RTX 4090.
+LLAMA3_8B = 8_030_261_248
+LLAMA3_8B_KV = 2 * 32 * 8 * 128 * 2 * 8192  # kipply 2022: 1,073,741,824 B = 1.07 GB
+# The prefill working set (working_set_bytes' LLaMA phases, s = 8192, b = 1, e = 2 B): the embeddings and rotary
+# tables (s*e*h + 2*e*s*d = 71,303,168) held all pass, plus the MLP phase, the largest: s*e*(3h + 3I) = 905,969,664.
+LLAMA3_8B_WORKING = 8192 * 2 * 4096 + 2 * 2 * 8192 * 128 + 8192 * 2 * (3 * 4096 + 3 * 14336)
+
+
+def test_the_default_kv_cache_is_the_papers_recipe(default_run):
     outputs, defs = default_run
-    # kipply 2022, Transformer Inference Arithmetic: 2 (K and V) x 40 layers x 40 heads x 128 x 8,192 tokens x 2 B = 6,710,886,400 B = 6.7 GB.
-    expected = 2 * 40 * 40 * 128 * 8192 * 2
-    assert defs["memory"].kv_cache == expected  # the lesson's default is Llama-2-13B at 8,192 tokens, bf16
+    assert defs["memory"].kv_cache == LLAMA3_8B_KV
+    assert "1.07 GB" in lessons.output_text(outputs)
+    # The worked example of the "Three parts" section stays Llama-2-13B at 8,192 tokens (kipply 2022):
+    # 2 x 40 layers x 40 heads x 128 x 8,192 tokens x 2 B = 6,710,886,400 B = 6.71 GB.
     assert "6.71 GB" in lessons.output_text(outputs)
 
 
 def test_weights_are_two_bytes_per_parameter(default_run):
     _, defs = default_run
-    assert defs["memory"].weights == 2 * 13_015_864_320  # Llama-2-13B's count (presets, checked against PyTorch)
-    assert defs["memory"].rule_of_thumb == -(-2 * 13_015_864_320 * 12 // 10)
+    assert defs["memory"].weights == 2 * LLAMA3_8B
+    assert defs["memory"].rule_of_thumb == -(-2 * LLAMA3_8B * 12 // 10)
+    assert defs["memory"].working_set == LLAMA3_8B_WORKING
+    assert defs["memory"].total == 2 * LLAMA3_8B + LLAMA3_8B_KV + LLAMA3_8B_WORKING == 18_111_537_152
 
 
 def test_gqa_cuts_the_cache_by_heads_over_kv_heads(default_run):
@@ -46,8 +63,18 @@ def test_rule_of_thumb_limit_for_llama_2_7b_is_shown(default_run):
 def test_decode_bound_is_bandwidth_over_bytes_read(default_run):
     _, defs = default_run
     # RTX 4090: 1,008 GB/s (NVIDIA datasheet); each step reads the weights and the KV cache.
-    expected = 1008e9 / (2 * 13_015_864_320 + 2 * 40 * 40 * 128 * 8192 * 2)
+    expected = 1008e9 / (2 * LLAMA3_8B + LLAMA3_8B_KV)
     assert defs["per_sequence"] == pytest.approx(expected)
+
+
+def test_the_default_run_fits_and_decodes(default_run):
+    # 18,111,537,152 B against the 4090's 23,221 MiB usable (24,564 reported less the 1,343 MiB CUDA context):
+    # 24,348,983,296 - 18,111,537,152 = 6,237,446,144 B spare.
+    outputs, _ = default_run
+    text = _plain(outputs)
+    assert "fits on one RTX 4090, with 6.24 GB to spare" in text
+    assert "does not fit on one" not in text and "No single GPU" not in text and "does not decode there" not in text
+    assert f"at most {1008e9 / (2 * LLAMA3_8B + LLAMA3_8B_KV):,.1f} tokens/s per sequence" in text
 
 
 def test_every_control_at_both_ends():
@@ -56,21 +83,24 @@ def test_every_control_at_both_ends():
         seen.add(control)
         assert lessons.bad_text(outputs) == [], (control, which)
         assert defs["memory"].total > 0
-    assert {"model_dropdown", "context_slider", "batch_slider", "weights_format_dropdown", "kv_format_dropdown",
-            "attention_radio", "gpu_dropdown", "unit_radio"} <= seen
+        assert not re.search(r"\b1 times\b", _plain(outputs)), (control, which)
+    assert {"model_dropdown", "source_radio", "context_slider", "batch_slider", "weights_format_dropdown",
+            "kv_format_dropdown", "attention_radio", "gpu_dropdown", "unit_radio"} <= seen
 
 
 def _plain(outputs):
-    import html
-    import re
-    text = html.unescape(lessons.output_text(outputs))
-    text = re.sub(r"<[^>]+>", " ", text.replace("data-html='", ">"))
-    return re.sub(r"\s+", " ", html.unescape(text))
+    return lessons.plain_text(outputs)  # the visible words, nested callouts and folds unescaped
 
 
 def _run(**controls):
-    import marimo as mo
     made = {}
+    if "paste" in controls:
+        made["source_radio"] = mo.ui.radio(["preset", "paste config.json"], value="paste config.json")
+        if controls["paste"] is not None:
+            made["config_text_area"] = mo.ui.text_area(value=controls["paste"])
+    if "weights" in controls:
+        made["weights_format_dropdown"] = mo.ui.dropdown(["fp32", "bf16", "fp8_e4m3", "int8", "int4", "nf4"],
+                                                         value=controls["weights"])
     if "context" in controls:
         made["context_slider"] = mo.ui.slider(steps=[2**k for k in range(7, 18)], value=controls["context"])
     if "batch" in controls:
@@ -87,10 +117,12 @@ def _run(**controls):
 def test_an_impossible_working_set_says_what_it_means():
     # Llama-2-13B, 131,072 tokens x 256 sequences, eager attention: 40 heads x 131,072^2 scores x 256
     # sequences x 10 B (bf16 scores plus LLaMA's fp32 softmax) = 1.76e15 B, about 11,700 H200s (150.75 GB).
-    outputs, defs = _run(context=131072, batch=256, attention="eager")
+    outputs, defs = _run(model="llama-2-13b", context=131072, batch=256, attention="eager")
     assert defs["memory"].working_set > 40 * 131072**2 * 256 * 10
     text = _plain(outputs)
-    assert "No GPU holds this" in text and "H200" in text
+    assert "No single GPU holds this" in text and "H200" in text
+    # The H200 reports 143,771 MiB (NVIDIA); less the 1,343 MiB CUDA context, 149,346,140,160 B are usable.
+    assert f"is {defs['memory'].total / (142_428 * 2**20):,.0f} times what the largest card" in text
     assert "eager attention's scores" in text and "40 heads x 131,072 x 131,072 scores x 256 sequences" in text
 
 
@@ -105,9 +137,18 @@ def test_every_model_with_a_known_trained_context_warns_past_it(model, trained):
     assert "was trained on at most" not in _plain(outputs)
 
 
-def test_decode_bound_only_for_cards_the_model_fits(default_run):
-    # The default (Llama-2-13B, bf16, 8,192 tokens: 33.76 GB) does not fit a 4090's 25.76 GB.
-    outputs, defs = default_run
+def test_a_run_just_past_the_largest_card_says_how_many_times():
+    # GPT-3 175B in bf16 (174,604,259,328 parameters, Brown et al. 2020): 349.2 GB of weights alone, over twice the
+    # H200's 149.35 GB usable. The multiple has one decimal below ten: never "1 times".
+    outputs, defs = _run(model="gpt3-175b", context=2048)
+    ratio = defs["memory"].total / (142_428 * 2**20)
+    assert 2 < ratio < 3
+    assert f"is {ratio:,.1f} times what the largest card in the catalog can use" in _plain(outputs)
+
+
+def test_decode_bound_only_for_cards_the_model_fits():
+    # Llama-2-13B in bf16 at 8,192 tokens: 26.03 GB of weights + 6.71 GB of cache, more than a 4090's 24.35 GB usable.
+    outputs, defs = _run(model="llama-2-13b")
     table = defs["fit_frame"]
     assert "does not decode there at all" in _plain(outputs)
     assert set(table["fits"]) == {"yes", "no"}
@@ -135,8 +176,8 @@ def test_core_path_comes_first_claim_control_number_takeaway(default_run):
     text = _plain(outputs)
     places = [text.index(s) for s in ("The claim.", "The control.", "The number.", "The takeaway.", "Three parts")]
     assert places == sorted(places), places
-    # kipply 2022: 2 x 40 layers x 40 kv heads x 128 x 2 B x 8,192 tokens x 1 sequence = 6,710,886,400 B.
-    assert ("6.71 GB = 2 (key and value) x 40 layers x 40 key/value heads x 128 x 2 B (bf16) x 8,192 tokens x 1 sequence"
+    # kipply 2022: 2 x 32 layers x 8 kv heads x 128 x 2 B x 8,192 tokens x 1 sequence = 1,073,741,824 B.
+    assert ("1.07 GB = 2 (key and value) x 32 layers x 8 key/value heads x 128 x 2 B (bf16) x 8,192 tokens x 1 sequence"
             in text)
 
 
@@ -149,8 +190,8 @@ def test_the_verdict_keeps_the_cuda_context_back(default_run):
             "anything") in text
     assert "Model training anatomy" in text and "24.35 GB are usable" in text
     row = defs["fit_frame"].set_index("gpu").loc["RTX 4090"]
-    short = defs["memory"].total - 23_221 * 2**20
-    assert row["headroom (GB)"] == f"{short / 1e9:,.2f} GB short"
+    spare = 23_221 * 2**20 - defs["memory"].total
+    assert row["headroom (GB)"] == f"{spare / 1e9:,.2f} GB spare"
 
 
 def test_every_card_in_the_table_keeps_the_reserve():
@@ -167,3 +208,130 @@ def test_every_card_in_the_table_keeps_the_reserve():
 def test_a_slider_move_reruns_one_cell(control):
     # Issue 15: every re-run cell costs marimo 6-10 ms of its own; one cell computes the run and feeds both charts.
     assert len(lessons.cells_rerun_by(NAME, control)) == 1
+
+
+# ---- sliding windows: the recipe multiplies to the number shown -------------------------------------------
+def _recipe_bytes(text):
+    """The KV cache recipe after "KV cache at this context: SIZE = ", evaluated: its factors multiplied."""
+    recipe = text.split("KV cache at this context:", 1)[1].split(" = ", 1)[1].split(" sequence", 1)[0]
+    recipe = re.sub(r"\((key and value|the window|[a-z0-9_]+)\)", "", recipe).replace(",", "")
+    expression = re.sub(r"[A-Za-z/\-]+", "", recipe.replace(" x ", " * "))
+    return eval(expression)  # digits, *, +, ( and ) only
+
+
+@pytest.mark.parametrize("model, context, expected, shown", [
+    # mistralai/Mistral-7B-v0.1: 32 layers, all sliding over 4,096 tokens, 8 key/value heads of 128:
+    # 2 x 32 x 8 x 128 x 2 B x 4,096 = 536,870,912 B, not the 1.07 GB 8,192 tokens would take.
+    ("mistral-7b", 8192, 2 * 32 * 8 * 128 * 2 * 4096,
+     "0.54 GB = 2 (key and value) x 32 sliding-window layers x 8 key/value heads x 128 x 2 B (bf16) x 4,096 tokens "
+     "(the window) x 1 sequence"),
+    # google/gemma-2-9b: 42 layers alternating sliding (4,096) and full, 8 key/value heads of 256:
+    # 2 x 8 x 256 x 2 B x (21 x 8,192 + 21 x 4,096) = 2,113,929,216 B.
+    ("gemma-2-9b", 8192, 2 * 8 * 256 * 2 * (21 * 8192 + 21 * 4096),
+     "2.11 GB = 2 (key and value) x 8 key/value heads x 256 x 2 B (bf16) x (21 full-attention layers x 8,192 tokens "
+     "+ 21 sliding-window layers x 4,096 tokens (the window)) x 1 sequence"),
+    # microsoft/Phi-3-mini-4k-instruct: 32 layers sliding over 2,047 tokens, 32 key/value heads of 96.
+    ("phi-3-mini", 2048, 2 * 32 * 32 * 96 * 2 * 2047, "0.80 GB = 2 (key and value) x 32 sliding-window layers"),
+])
+def test_a_sliding_window_model_names_its_window_and_its_recipe_adds_up(model, context, expected, shown):
+    outputs, defs = _run(model=model, context=context)
+    text = _plain(outputs)
+    assert defs["memory"].kv_cache == expected
+    assert shown in text and "sliding window" in text
+    assert _recipe_bytes(text) == expected
+
+
+@pytest.mark.parametrize("model", [n for n, s in mm.PRESETS.items() if s.family != "bert" and s.sliding_window])
+@pytest.mark.parametrize("context", [128, 131072])
+def test_every_recipe_multiplies_to_its_cache(model, context):
+    outputs, defs = _run(model=model, context=context)
+    assert _recipe_bytes(_plain(outputs)) == defs["memory"].kv_cache
+
+
+# ---- a mixture of experts: its active parameters and what a decode step reads ------------------------------
+def test_moe_facts_and_decode_bound_read_only_the_active_experts():
+    # Qwen/Qwen3-30B-A3B's config.json (tests/test_inference.py derives it): 3,353,032,704 active parameters,
+    # 8 of 128 experts per layer; at batch 1 a step reads them in bf16 (6,706,065,408 B) plus the cache at 8,192
+    # tokens, 2 x 48 x 4 x 128 x 2 B x 8,192 = 805,306,368 B. H200: 4.8 TB/s (NVIDIA).
+    outputs, defs = _run(model="qwen3-30b-a3b", gpu="H200")
+    text = _plain(outputs)
+    assert "30,532,122,624 parameters (30.5B), of which 3,353,032,704 (3.35B) are active per token" in text
+    assert "8 of its 128 experts in each layer" in text
+    assert defs["read_per_step"] == 6_706_065_408 + 805_306_368
+    assert defs["per_sequence"] == pytest.approx(4.8e12 / (6_706_065_408 + 805_306_368))
+    assert "reads 7.51 GB per step (the shared weights and 8 of the 128 experts in each layer, 6.71 GB" in text
+
+
+def test_moe_at_a_batch_states_its_assumption():
+    # 4 tokens x 8 experts = 32 of 128 experts per layer at most: the lesson says it assumes that many.
+    outputs, defs = _run(model="qwen3-30b-a3b", gpu="H200", batch=4)
+    assert "min(128, 4 x 8) = 32 distinct experts per layer" in _plain(outputs)
+    per_layer_experts = 3 * 2048 * 768 * 2  # bf16 bytes of one expert
+    assert defs["memory"].weights_read == defs["memory"].weights - 48 * (128 - 32) * per_layer_experts
+
+
+# ---- a pasted config.json, as in lesson 8 ---------------------------------------------------------------
+def test_the_default_paste_is_gemma_3_and_its_cache_mixes_windows():
+    # google/gemma-3-1b-pt: 26 layers, every sixth full (4), the others sliding over 512 tokens; 1 key/value head of
+    # 256. At 8,192 tokens: 2 x 1 x 256 x 2 B x (4 x 8,192 + 22 x 512) = 45,088,768 B = 45.09 MB.
+    outputs, defs = _run(paste=None)
+    text = _plain(outputs)
+    assert defs["memory"].kv_cache == 2 * 256 * 2 * (4 * 8192 + 22 * 512) == 45_088_768
+    assert "Your config.json" in text and "999,885,952 parameters" in text  # the model card's 1B, counted by PyTorch
+    assert ("45.09 MB = 2 (key and value) x 1 key/value head x 256 x 2 B (bf16) x (4 full-attention layers x 8,192 "
+            "tokens + 22 sliding-window layers x 512 tokens (the window)) x 1 sequence") in text
+    assert lessons.bad_text(outputs) == []
+
+
+@pytest.mark.parametrize("paste, said", [
+    ("not json", "not valid JSON"),
+    ("", "paste the contents of a transformers config.json"),
+    ('{"model_type": "falcon", "hidden_size": 4544}', "is not supported"),
+    ('{"model_type": "llama", "hidden_size": 4096}', "missing the field"),
+    (json.dumps({"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                 "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512}), "keeps no KV cache"),
+    ('{"model_type": "llama", "hidden_size": -5, "num_hidden_layers": 2, "num_attention_heads": 2, '
+     '"intermediate_size": 8, "vocab_size": 10}', "cannot be used"),
+])
+def test_a_bad_paste_shows_the_error_in_the_page(paste, said):
+    outputs, defs = _run(paste=paste)
+    text = _plain(outputs)
+    assert "This config.json cannot be used" in text and said in text
+    assert "Traceback" not in lessons.output_text(outputs) and lessons.bad_text(outputs) == []
+    assert defs["model"] is None and "No model to serve" in text
+
+
+# ---- one model in one format: lesson 1, lesson 7 and `memmath infer --json` agree -------------------------
+@pytest.mark.parametrize("model, weights", [("llama-2-13b", "int8"), ("llama-2-13b", "nf4"), ("mixtral-8x7b", "nf4")])
+def test_lessons_1_and_7_and_the_command_line_agree_on_a_quantized_model(model, weights, capsys):
+    from memmath import cli
+    assert cli.main(["infer", model, "--weights", weights, "--json"]) == 0
+    parts = json.loads(capsys.readouterr().out)["parts"]
+    loaded = parts["weights"] + parts["quantization_constants"]  # as transformers + bitsandbytes store it
+    _, defs7 = _run(model=model, weights=weights)
+    assert defs7["memory"].weights + defs7["memory"].quantization_constants == loaded
+    row = defs7["formats_frame"].set_index("format").loc[weights]
+    assert row["weights (GB)"] + row["constants (GB)"] == pytest.approx(loaded / 1e9, abs=0.006)
+    # Lesson 1, the same preset and format: both schemes, each named; the bitsandbytes one is the command line's.
+    outputs1, _ = lessons.run_with("01_weights_and_formats",
+                                   preset_dropdown=mo.ui.dropdown({model: model}, value=model),
+                                   format_dropdown=mo.ui.dropdown(["bf16", weights], value=weights))
+    text1 = lessons.plain_text(outputs1)
+    every = mm.inference_memory(mm.PRESETS[model].n_params, weights_format=weights)
+    assert f"{mm.format_bytes(every.weights + every.quantization_constants)} in all" in text1
+    assert f"every weight in {weights}" in text1
+    assert "Loaded through transformers with bitsandbytes" in text1 and f"it takes {mm.format_bytes(loaded)}" in text1
+    # The lesson 7 table's last column is lesson 1's first figure.
+    assert row["every weight in the format (GB)"] == pytest.approx(
+        (every.weights + every.quantization_constants) / 1e9, abs=0.006)
+
+
+def test_problem_five_decodes_a_moe_at_batch_1_and_32(default_run):
+    # Qwen3-30B-A3B on an H100 (3.35 TB/s, NVIDIA) at 4,096 tokens: batch 1 reads 6,706,065,408 B of active weights
+    # + 2 x 48 x 4 x 128 x 2 B x 4,096 = 402,653,184 B of cache; batch 32 sends 256 tokens-to-experts per layer,
+    # enough to reach all 128 experts, so every weight is read (61,064,245,248 B) plus 32 caches.
+    outputs, _ = default_run
+    text = _plain(outputs)
+    assert f"at most {3.35e12 / (6_706_065_408 + 402_653_184):,.0f} tokens/s" in text
+    assert "At batch 32, 32 x 8 = 256 routings can reach all 128 experts of a layer" in text
+    assert f"at most {3.35e12 / (61_064_245_248 + 32 * 402_653_184):,.1f} tokens/s per sequence" in text
