@@ -48,8 +48,8 @@ def _():
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
-    from memmath_lessons import site_charts
-    return (literature, live_chart, live_only_notice, mm, mo, pd, re, site_charts, viz)
+    from memmath_lessons import requirement_view, site_charts
+    return (literature, live_chart, live_only_notice, mm, mo, pd, re, requirement_view, site_charts, viz)
 
 
 @app.cell
@@ -139,11 +139,16 @@ def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio)
         _pasted = source_radio.value != "preset"
         _title = f"Your config.json ({pasted_text(model.name)})" if _pasted else model.name
         _positions = f", {model.max_positions:,} learned positions" if model.max_positions else ""
+        # A mixture of experts routes each token to experts_per_tok of its n_experts experts per block.
+        _active = (f" A mixture of experts: each token is routed to {model.experts_per_tok} of {model.n_experts} "
+                   f"experts per block, so **{model.active_params:,} parameters are active per token** "
+                   f"({model.active_params / model.n_params:.1%}), but a training step holds every expert's weights, so "
+                   "its memory follows the total." if model.n_experts else "")
         _shown = mo.callout(mo.md(
             f"**{_title}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
             f"width {model.hidden_size:,}, {model.n_heads} heads ({model.n_kv_heads} key/value), "
             f"vocabulary {model.vocab_size:,}{_positions}. Weights alone in bf16: "
-            f"{mm.format_bytes(mm.training_memory(model, seq_len=None, method=mm.Full()).weights)}."
+            f"{mm.format_bytes(mm.training_memory(model, seq_len=None, method=mm.Full()).weights)}." + _active
             + (" The planner reads the sizes from the file; the formats come from the recipe you choose below, "
                "not from its `torch_dtype`." if _pasted else "")), kind="info")
     _shown
@@ -217,9 +222,11 @@ def _(literature, live_only_notice, mm, mo):
                                    label="GPUs you could use (for the changes)")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
                                    label="ZeRO stage")
-    _context_gib = mm.CUDA_CONTEXT_BYTES / 2**30  # memmath's default reserve: 1,343 MiB, 1.31 GiB
-    reserved_slider = mo.ui.slider(steps=sorted({0.25 * k for k in range(9)} | {_context_gib}), value=_context_gib,
-                                   show_value=True, label="Reserved for the CUDA context (GiB)")
+    # In whole MiB, as the driver counts: memmath's default reserve is 1,343 MiB exactly (mm.CUDA_CONTEXT_BYTES).
+    _context_mib = mm.CUDA_CONTEXT_BYTES // 2**20
+    _steps = sorted({256 * k for k in range(9)} | {_context_mib})  # none to 2 GiB, by quarters, and the default
+    reserved_slider = mo.ui.slider(steps=_steps, value=_context_mib,
+                                   show_value=True, label="Reserved for the CUDA context (MiB)")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     _context = literature.REPORTED["cuda_context_v100"]
     mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_number, zero_stage_radio], justify="start"),
@@ -227,7 +234,8 @@ def _(literature, live_only_notice, mm, mo):
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
                      f"measured on a V100 ({_context.source}), "
                      f"{mm.format_bytes(mm.parse_bytes(f'{_context.value} {_context.unit}'), 'GiB')}; the slider "
-                     "starts there, memmath's default reserve (mm.CUDA_CONTEXT_BYTES)."
+                     f"starts there, at memmath's default reserve (mm.CUDA_CONTEXT_BYTES), and goes from none to "
+                     f"{mm.format_bytes(_steps[-1] * 2**20, 'GiB')} ({_steps[-1]:,} MiB)."
                      ).style({"font-size": "0.9em"})])
     return gpu_dropdown, max_gpus_number, n_gpus_number, reserved_slider, unit_radio, zero_stage_radio
 
@@ -255,14 +263,19 @@ def _(mm):
 
 
 @app.cell
-def _(literature, mm, mo, pasted_text, pd, viz):
+def _(literature, mm, mo, pasted_text, pd, requirement_view, viz):
     # What the run's cell shows, each from the inputs it depends on.
-    def shown_parts(result, unit):
-        """Your run's parts, in a table."""
-        _table = result.to_frame(unit)
-        _table = _table[_table["bytes"] > 0].reset_index(drop=True)
-        _table = _table.assign(size=_table[unit].round(3), share=(100 * _table["share"]).round(1))[["label", "size", "share"]]
-        return viz.plain_table(_table.rename(columns={"label": "part", "size": f"size ({unit})", "share": "share (%)"}))
+    def shown_parts(requirement, unit):
+        """Your run's parts, their sum, what the step's peak adds, and the requirement: (the frame, the table)."""
+        _frame = requirement_view.requirement_table(requirement, unit)
+        _table = viz.plain_table(_frame)
+        if requirement.basis == "peak":
+            _table = mo.vstack([_table, mo.md(
+                "The parts add to their sum; a step never holds all of them at once and holds temporaries that "
+                "no part counts, so the step's peak differs from the sum. The row before the last is that "
+                "difference, which makes the table add to what the card must hold, the number the verdict, the "
+                "chart's black ticks and the changes judge.").style({"font-size": "0.9em"})])
+        return _frame, _table
 
     def shown_catalog(peak_bytes, reserved, unit):
         """Every card of the catalog against the run's peak, folded."""
@@ -281,12 +294,16 @@ def _(literature, mm, mo, pasted_text, pd, viz):
 
     def shown_comparison(run, unit, methods):
         """The article's comparison of full, partial and PEFT for this run's model and step, and "needed or wanted"."""
-        compared = {name: mm.training_memory(run.replace(method=methods[key]))
-                    for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
-                                      ("PEFT: LoRA", "lora"))}
+        # Each method's requirement (memmath.requirement), the number the verdict above judges its run by.
+        _needs = {name: mm.requirement(run.replace(method=methods[key]))
+                  for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
+                                    ("PEFT: LoRA", "lora"))}
+        compared = {n: need.memory for n, need in _needs.items()}
         comparison_rows = {
             "trainable parameters": {n: f"{r.trainable_params:,} ({r.trainable_fraction:.2%})" for n, r in compared.items()},
-            f"memory per GPU, sum of the parts ({unit})": {n: mm.format_bytes(r.total, unit) for n, r in compared.items()},
+            f"memory per GPU: what the card must hold ({unit})": {
+                n: f"{mm.format_bytes(need.bytes, unit)} ({requirement_view.requirement_words(need)})"
+                for n, need in _needs.items()},
         }
         _r = literature.REPORTED  # each figure with its full source in memmath.reference.literature
         _few = "some PEFT methods do well with a few thousand examples (the article)"
@@ -317,7 +334,7 @@ def _(literature, mm, mo, pasted_text, pd, viz):
         """), _comparison_table]
 
         _serve = mm.inference_memory(run.model, context_len=run.seq_len)
-        _peft = compared["PEFT: LoRA"].total
+        _peft = _needs["PEFT: LoRA"].bytes
         _needed_part = mo.md(f"""
         ## Needed, or only wanted?
 
@@ -326,9 +343,9 @@ def _(literature, mm, mo, pasted_text, pd, viz):
         and a leader may find it hard to tell the two apart. The memory bill does not care why: a
         finetune carries training-side costs whether or not it was needed. Serving {pasted_text(run.model.name)} as it is
         ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
-        {run.seq_len:,} tokens; even the LoRA run above adds up to {mm.format_bytes(_peft, unit)} per GPU,
-        and full finetuning to {mm.format_bytes(compared["full"].total, unit)} (sums of the parts; the verdict
-        above judges the step's peak). If prompting the model as it is
+        {run.seq_len:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
+        and full finetuning {mm.format_bytes(_needs["full"].bytes, unit)} (what the card must hold, as the
+        verdict judges it). If prompting the model as it is
         does the job, the cheapest finetune is the one you do not run.
         """)
 
@@ -355,7 +372,7 @@ def _(live_chart):
 @app.cell(hide_code=True)
 def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
-      pasted_text, pd, peak_moment, planned_limits, precision_dropdown, rank_slider,
+      pasted_text, pd, peak_moment, planned_limits, precision_dropdown, rank_slider, requirement_view,
       reserved_slider, seq_len_slider, targets_dropdown, trainable_layers_slider, unit_radio, viz,
       zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
@@ -375,7 +392,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
                  checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
                  zero_stage=zero_stage_radio.value, attention=attention_radio.value)
     settings = run.settings()
-    gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value * 2**30), unit_radio.value
+    gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value) * 2**20, unit_radio.value
     # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
     max_gpus = max(int(max_gpus_number.value), run.n_gpus)
     plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
@@ -394,25 +411,30 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
              if peak_basis == "peak" else f"as the sum of the parts ({requirement.reason})")
     _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
-    _verdict = (f"**It fits.** {_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: "
-                f"{_f(fit.headroom_bytes)} to spare{_margin}." if fit.fits else
-                f"**It does not fit.** {_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: "
-                f"{_f(fit.headroom_bytes)}{_margin}.")
+    _numbers = (f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: {_f(fit.headroom_bytes)}"
+                + (" to spare" if fit.fits else "") + f"{_margin}.")
+    # One verdict, also where the card cannot compute the recipe (pure bf16 on a T4 or V100): the run as set, then the
+    # run the card would train instead (plan.cannot_run names it), with its own requirement and verdict.
+    _cannot, instead_fit = plan.cannot_run, None
+    if _cannot is None:
+        _verdict = ("**It fits.** " if fit.fits else "**It does not fit.** ") + _numbers
+    else:
+        _instead = mm.requirement(run.replace(precision=_cannot.instead))
+        instead_fit = mm.check_fit(_instead.bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
+        _verdict = (
+            (f"**It would fit, but the {gpu.name} has no {_cannot.needs}.** " if fit.fits else
+             f"**It does not fit, and the {gpu.name} could not run it anyway: it has no {_cannot.needs}.** ")
+            + _numbers + f" The {gpu.name} ({gpu.architecture}) computes in {', '.join(gpu.compute_formats)}: "
+            f"pure bf16 needs {_cannot.needs} arithmetic (Ampere and later). Choose fp16 mixed precision instead "
+            f"(`{_cannot.instead}` as the recipe above: fp16 weights and gradients with loss scaling, an fp32 master "
+            f"copy and fp32 optimizer states): that run needs {_f(_instead.bytes)} {_per} "
+            f"({requirement_view.requirement_words(_instead)}), and "
+            + (f"**it fits**, with {_f(instead_fit.headroom_bytes)} to spare." if instead_fit.fits else
+               f"**it does not fit either**: {_f(instead_fit.headroom_bytes)}{_margin}."))
     _trained = mm.trained_context(model, model_config)  # learned positions, the config's, or the model card's
     _long = _trained is not None and settings["seq_len"] > _trained
     _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} was trained on at most {_trained:,} tokens; a {settings['seq_len']:,}"
                               "-token sequence is arithmetic only."), kind="warn")] if _long else []
-    _cannot = plan.cannot_run
-    if _cannot is not None:
-        _instead = mm.requirement(run.replace(precision=_cannot.instead)).bytes
-        _fits_instead = mm.check_fit(_instead, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN).fits
-        _warn.append(mo.callout(mo.md(
-            f"**This recipe cannot run here.** The {gpu.name} ({gpu.architecture}) computes in "
-            f"{', '.join(gpu.compute_formats)}, not bf16: pure bf16 needs bf16 arithmetic (Ampere and later). "
-            f"It would train in fp16 mixed precision (`{_cannot.instead}`: fp16 weights and gradients with loss "
-            f"scaling, an fp32 master copy and fp32 optimizer states), which needs {_f(_instead)} {_per}: "
-            f"{'it fits' if _fits_instead else 'it does not fit'}. Choose `{_cannot.instead}` as the recipe above "
-            "to plan that run."), kind="warn"))
     if settings["zero_stage"] == 3 and settings["n_gpus"] > 1 and model.tensor_count_known:
         _layer = 2 * model.params_per_layer  # one block's weights in 16 bits
         _warn.append(mo.md(
@@ -433,7 +455,8 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
                 f"{_f(reserved)} kept back for the CUDA context (section 4)"
                 + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
-    _verdict_part = [*_warn, mo.callout(mo.md(_verdict), kind="success" if fit.fits else "danger"),
+    _kind = "warn" if _cannot is not None else "success" if fit.fits else "danger"
+    _verdict_part = [*_warn, mo.callout(mo.md(_verdict), kind=_kind),
                      mo.md(_recipe),
                      mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
                      .style({"font-size": "0.9em"}),
@@ -465,23 +488,18 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
         _lines[2] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
                       f"the changes may use {max_gpus:,}.)")
     if limits["batch"] is None and limits["seq_len"] is None:
-        _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations the run already "
-                      f"needs {mm.format_bytes(result.without_activations, unit)} per GPU.")
+        _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations its other parts "
+                      f"alone add up to {mm.format_bytes(result.without_activations, unit)} per GPU.")
     else:
         _lines += [f"- largest batch that fits {_on}: {_batch};", f"- longest sequence that fits {_on}: {_seq}."]
     _far_part = [mo.md("\n".join(_lines))]
 
-    # ---- the live chart: the run and the first single changes
-    _bars, _peaks = {"your run": result}, {"your run": peak_bytes}
-    for _s in suggestions[:4]:
-        _bars[f"→ {_s.change}"] = mm.training_memory(_s.run)
-        _peaks[f"→ {_s.change}"] = _s.total  # what the planner judges it by: the step's peak where modelled
-    # viz.stacked_bars' drawing as Vega-Lite JSON, into the live chart above: the sliders send it new rows.
-    # The bars add the parts; the black tick is the step's peak, the number the verdict compares with the card.
-    bars_chart.update(viz.stacked_bars_output(
-        viz.breakdown_long(_bars, unit), unit,
-        title="Memory per GPU: the parts (bars) and the step's peak (black tick), your run and single changes",
-        capacity_bytes=fit.available_bytes, capacity_label=gpu.name, peaks=_peaks))
+    # ---- the live chart: the run and the first single changes, each by its requirement (what the verdict and the
+    # changes table judge): the parts, then what the step's peak adds to them, and a black tick at the requirement.
+    _needs = {"your run": requirement, **{f"→ {_s.change}": mm.requirement(_s.run) for _s in suggestions[:4]}}
+    bars_chart.update(requirement_view.bars_output(
+        _needs, unit, title="Memory per GPU, your run and single changes: the parts, what the step's peak adds, "
+        "and what the card must hold (black tick)", capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
 
     # ---- the changes that help
     if not suggestions:
@@ -502,18 +520,22 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     else:
         _path = ("Even all of these changes together do not make it fit: choose a larger GPU, a smaller model, "
                  "or allow more GPUs above.")
+    if _cannot is not None and suggestions:
+        _path += (f" These changes keep the recipe you chose, which the {gpu.name} cannot run: choose "
+                  f"`{_cannot.instead}` above to plan the changes it can.")
     _changes_part = [mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
                      viz.plain_table(mm.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])]
 
-    # ---- the sum, part by part, and every card of the catalog
-    _parts_table = shown_parts(result, unit)
+    # ---- the parts and what the step's peak adds: the table adds to the requirement; every card of the catalog
+    parts_frame, _parts_table = shown_parts(requirement, unit)
     catalog_frame, _catalog_fold = shown_catalog(peak_bytes, reserved, unit)
     # ---- the article's comparison, with this run's numbers, and "needed or wanted"
     compared, _comparison_part = shown_comparison(run, unit, methods)
 
     mo.vstack([*_verdict_part, *_far_part, *_changes_part, parts_heading, _parts_table, _catalog_fold,
                _comparison_part])
-    return compared, fit, limits, max_gpus, path, peak_basis, peak_bytes, plan, result, run, settings, suggestions
+    return (compared, fit, instead_fit, limits, max_gpus, parts_frame, path, peak_basis, peak_bytes, plan, result, run,
+            settings, suggestions)
 
 
 @app.cell(hide_code=True)
@@ -577,19 +599,22 @@ def _(mo, pd, viz):
 
 
 @app.cell
-def _(mo, site_charts):
+def _(mo, requirement_view, site_charts):
     # One control per quantity: live, the controls above move these numbers, so only the static site (where
     # those are frozen and this chart's own inputs are the page's live controls) shows it, and only it builds it
-    # (memmath_lessons.site_charts: code the live page never runs is not parsed with the lesson).
+    # (memmath_lessons.requirement_view: code the live page never runs is not parsed with the lesson).
     mo.vstack([mo.md("""
     ### Five methods at a glance
 
     The chart below plans one common run (pure bf16, AdamW, 512 tokens, one GPU, freezing all but the
     last block, adapters of width 64, LoRA and QLoRA at rank 8 on q and v) for a few models and batch
-    sizes, every method side by side against three card sizes. Its inputs sit under the chart and redraw
-    it in the browser from numbers memmath computed in advance, so they work in this static copy of
-    the workbook, where the planner's own controls above cannot move.
-    """), site_charts.five_methods()]) if site_charts.is_static_export() else None
+    sizes, every method side by side against three card sizes. Each bar stacks the parts and what the
+    step's peak adds to them; the black tick and the number beside the bar are what the card must hold,
+    the number the verdict and the changes above judge. Where a step peaks below the sum of its parts (the
+    activations are freed as the backward pass goes), the bar runs past its tick, faded there. Its inputs sit under the chart and redraw it in the browser from
+    numbers memmath computed in advance, so they work in this static copy of the workbook, where the
+    planner's own controls above cannot move.
+    """), requirement_view.five_methods()]) if site_charts.is_static_export() else None
     return
 @app.cell(hide_code=True)
 def _(mo):
@@ -610,36 +635,49 @@ def _(mo):
 
 @app.cell(hide_code=True)
 def _(literature, mm, mo):
+    # Every answer on one basis, the verdict's: memmath.requirement (the step's peak where memmath models it, else the
+    # sum of the parts), judged on the card as plan_training judges it (the CUDA context reserved, 5% kept free).
     _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
-    _full, _ = mm.step_peak("llama-2-7b", **_s)  # the peak of a step, as the verdict above counts it
-    _path = mm.path_to_fit("llama-2-7b", "RTX 4090", **_s)  # the CUDA context reserved by default
-    _q = mm.training_memory("llama-65b", precision="bf16", optimizer="adamw", method=mm.QLoRA(rank=64, targets="all"),
-                            batch_size=1, seq_len=512, checkpointing=True, attention="sdpa")
-    _a6000 = mm.check_fit(_q, "RTX A6000")
-    _dp = [mm.step_peak("llama-2-7b", **_s, n_gpus=n)[0] for n in (1, 8)]  # problem 1's run, its peak
-    _z3 = mm.training_memory("llama-2-7b", **_s, n_gpus=8, zero_stage=3).total
+    _words = lambda need: ("at the step's peak" if need.basis == "peak" else  # noqa: E731
+                           f"as the sum of the parts ({need.reason})")
+    _full = mm.plan_training("llama-2-7b", "RTX 4090", **_s)  # problem 1's run
+    _reserve = mm.format_bytes(_full.reserved_bytes, "GiB")
+    # QLoRA's repository casts the LoRA layers to bf16 when it trains in bf16 (artidoro/qlora, qlora.py,
+    # get_accelerate_model); peft's default keeps them in fp32.
+    _q = {_fmt: mm.plan_training("llama-65b", "RTX A6000", precision="bf16", optimizer="adamw", batch_size=1,
+                                 seq_len=512, checkpointing=True, attention="sdpa",
+                                 method=mm.QLoRA(rank=64, targets="all", adapter_format=_fmt)) for _fmt in ("bf16", "fp32")}
+    _dp = [mm.requirement("llama-2-7b", **_s, n_gpus=n) for n in (1, 8)]
+    _z3 = mm.requirement("llama-2-7b", **_s, n_gpus=8, zero_stage=3)
     try:
         mm.config_from_text('{"model_type": "falcon", "hidden_size": 4544}')
     except ValueError as _error:
         _falcon = str(_error)
+    _fits = lambda plan: "it fits" if plan.fits else "it does not fit"  # noqa: E731
     mo.vstack([
         mo.md("## Problems"),
+        mo.md("Each answer is what the card must hold, as the verdict above counts it: the step's peak where memmath "
+              "models it, else the sum of the parts, and the answer says which."),
         mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
-              "per GPU, and what is the smallest change that fits it on an RTX 4090 (1.31 GiB reserved)?"),
-        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full)} at the peak of a step. The planner's path: "
-                                      + ", then ".join(f"{s.change} ({mm.format_bytes(s.total)})" for s in _path) + ".")}),
+              f"per GPU, and what is the smallest change that fits it on an RTX 4090 ({_reserve} reserved)?"),
+        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.requirement.bytes)} {_words(_full.requirement)}. "
+                                      "The planner's path: " + ", then ".join(
+                                          f"{s.change} ({mm.format_bytes(s.total)})" for s in _full.path) + ".")}),
         mo.md("**2.** QLoRA's paper finetuned a 65B model on one 48 GB GPU. Plan LLaMA-65B with QLoRA rank 64 on "
-              "all linear layers, batch 1, 512 tokens, checkpointing: does it fit an RTX A6000?"),
-        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_q.total)} against {mm.format_bytes(_a6000.available_bytes)}: "
-                                      f"{'it fits' if _a6000.fits else 'it does not fit'} "
-                                      f"({literature.cite('qlora_65b_gpu')}).")}),
+              "all linear layers, its adapters in bf16 as the QLoRA repository trains them, batch 1, 512 tokens, "
+              "checkpointing: does it fit an RTX A6000?"),
+        mo.accordion({"Answer": mo.md(
+            f"{mm.format_bytes(_q['bf16'].requirement.bytes)} {_words(_q['bf16'].requirement)} against "
+            f"{mm.format_bytes(_q['bf16'].fit.available_bytes)} usable: {_fits(_q['bf16'])} "
+            f"({literature.cite('qlora_65b_gpu')}). With peft's default fp32 adapters the same run needs "
+            f"{mm.format_bytes(_q['fp32'].requirement.bytes)} {_words(_q['fp32'].requirement)}: {_fits(_q['fp32'])}.")}),
         mo.md("**3.** Eight GPUs without ZeRO: does problem 1's run (Llama-2-7B, full finetuning, batch 1, 512 "
               "tokens) need less memory per GPU than on one?"),
-        mo.accordion({"Answer": mo.md(f"No: {mm.format_bytes(_dp[1])} per GPU, as on one ({mm.format_bytes(_dp[0])}). "
-                                      f"Plain data parallelism copies everything; ZeRO stage 3 brings it to "
-                                      f"{mm.format_bytes(_z3)} per GPU, of which the activations "
-                                      f"({mm.format_bytes(mm.training_memory('llama-2-7b', **_s).activations)}) "
-                                      "are not sharded: each GPU keeps its own batch's.")}),
+        mo.accordion({"Answer": mo.md(
+            f"No: {mm.format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, as on one ({mm.format_bytes(_dp[0].bytes)}). "
+            f"Plain data parallelism copies everything; ZeRO stage 3 brings it to {mm.format_bytes(_z3.bytes)} per "
+            f"GPU {_words(_z3)}, of which the activations ({mm.format_bytes(_z3.memory.activations)}) are not "
+            "sharded: each GPU keeps its own batch's.")}),
         mo.md("**4.** Paste `{\"model_type\": \"falcon\", \"hidden_size\": 4544}` as the config. What does the planner say?"),
         mo.accordion({"Answer": mo.md(f"A message, not a crash: \"{_falcon}\".")}),
     ])

@@ -60,6 +60,91 @@ def test_verdict_says_why_lora_and_not_the_largest_saving(default_run):
     assert "the smallest saving that still fits" in text and "LoRA rank 8 on q, v" in text
 
 
+def test_the_comparison_and_the_problems_use_the_verdicts_number(default_run):
+    # The comparison's memory row and the "needed or wanted" paragraph give each method's requirement (the step's
+    # peak here), as the changes table does: LoRA at rank 8 on q, v is the changes table's figure.
+    outputs, defs = default_run
+    text = plain(outputs)
+    lora = mm.requirement(defs["run"].replace(method=mm.LoRA(rank=8, targets=("q", "v"))))
+    [step] = defs["path"]
+    assert lora.bytes == step.total
+    assert f"{mm.format_bytes(lora.bytes)} (the step's peak)" in text
+    assert f"even the LoRA run above needs {mm.format_bytes(lora.bytes)} per GPU" in text
+    assert f"full finetuning {mm.format_bytes(defs['peak_bytes'])} (what the card must hold" in text
+    assert "sum of the parts (GB)" not in text and "sums of the parts" not in text
+    # Problem 2: QLoRA's repository trains the adapters in bf16 (artidoro/qlora, qlora.py casts LoraLayer modules
+    # to bfloat16 with --bf16); judged as the verdict judges, on the step's peak with 5% kept free.
+    q = mm.plan_training("llama-65b", "RTX A6000", precision="bf16", optimizer="adamw", batch_size=1, seq_len=512,
+                         checkpointing=True, attention="sdpa",
+                         method=mm.QLoRA(rank=64, targets="all", adapter_format="bf16"))
+    assert q.requirement.basis == "peak" and q.fits
+    assert f"{mm.format_bytes(q.requirement.bytes)} at the step's peak against " \
+           f"{mm.format_bytes(q.fit.available_bytes)} usable: it fits" in text
+    # Problem 3: ZeRO stage 3's figure is the sum of the parts (memmath does not model its peak), and says so.
+    z3 = mm.requirement("llama-2-7b", seq_len=512, n_gpus=8, zero_stage=3)
+    assert z3.basis == "sum of parts"
+    assert f"{mm.format_bytes(z3.bytes)} per GPU as the sum of the parts ({z3.reason})" in text
+
+
+def test_the_reserve_slider_is_in_whole_mib_and_its_default_is_memmaths():
+    # Hugging Face measured the CUDA context at 1,343 MiB on a V100 (transformers docs, "Model training anatomy");
+    # the slider shows whole MiB (never 1.3115234375) and its value in bytes is MiB x 2**20.
+    outputs, defs = lessons.run(NAME)
+    slider = defs["reserved_slider"]
+    assert slider.value == 1343 and mm.CUDA_CONTEXT_BYTES == 1343 * 2**20
+    assert all(isinstance(step, int) for step in slider.steps) and slider.steps[0] == 0 and slider.steps[-1] == 2048
+    assert "Reserved for the CUDA context (MiB)" in plain(outputs) and "1.3115234375" not in lessons.output_text(outputs)
+    assert defs["fit"].available_bytes == mm.get_gpu("RTX 4090").memory_bytes - 1343 * 2**20
+    _, none = lessons.run_with(NAME, reserved_slider=mo.ui.slider(steps=slider.steps, value=0))
+    assert none["fit"].available_bytes == mm.get_gpu("RTX 4090").memory_bytes
+
+
+@pytest.mark.parametrize("preset, active, experts", [
+    # Mixtral-8x7B (mistralai/Mixtral-8x7B-v0.1 config.json: h 4,096, 32 layers, 8 key/value heads of 128, experts
+    # of 14,336, 8 experts, 2 per token, vocabulary 32,000, untied head). Per block: attention 2 x 4,096^2 +
+    # 2 x 4,096 x 1,024 = 41,943,040, router 4,096 x 8 = 32,768, two norms 8,192, and 2 routed experts of
+    # 3 x 4,096 x 14,336 = 176,160,768 each: 394,305,536; x 32 = 12,617,777,152, plus embeddings and head
+    # 2 x 32,000 x 4,096 = 262,144,000 and the final norm 4,096: 12,879,925,248. Mistral's announcement: 12.9B active
+    # of 46.7B.
+    ("mixtral-8x7b", 12_879_925_248, "2 of 8"),
+    # Qwen3-30B-A3B (Qwen/Qwen3-30B-A3B config.json: h 2,048, 48 layers, 32 query heads and 4 key/value heads of
+    # 128, q/k norms of 128, experts of 768, 128 experts, 8 per token, vocabulary 151,936, untied head). Per block:
+    # attention 2 x 2,048 x 4,096 + 2 x 2,048 x 512 = 18,874,368, q/k norms 256, two norms 4,096, router
+    # 2,048 x 128 = 262,144, and 8 experts of 3 x 2,048 x 768 = 4,718,592: 56,889,600; x 48 = 2,730,700,800, plus
+    # 2 x 151,936 x 2,048 = 622,329,856 and the final norm 2,048: 3,353,032,704. The model card: 3.3B activated.
+    ("qwen3-30b-a3b", 3_353_032_704, "8 of 128"),
+])
+def test_a_mixture_of_experts_shows_its_active_parameters_per_token(preset, active, experts):
+    outputs, defs = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(list(mm.PRESETS), value=preset))
+    text = plain(outputs)
+    assert defs["model"].active_params == active
+    assert f"each token is routed to {experts} experts per block, so {active:,} parameters are active per token" in text
+    assert lessons.bad_text(outputs) == []
+
+
+def test_a_dense_model_shows_no_active_parameter_line(default_run):
+    outputs, _ = default_run
+    assert "active per token" not in plain(outputs)
+
+
+def test_the_static_chart_bars_are_the_requirement_the_changes_table_gives(default_run):
+    # The static site's chart plans the default run's settings (pure bf16, AdamW, 512 tokens, one GPU) for every
+    # method; llama-2-7b at batch 1 with LoRA rank 8 on q, v is the live page's change "LoRA rank 8 on q, v".
+    from memmath_lessons import requirement_view
+
+    _, defs = default_run
+    grid = requirement_view.five_methods_grid()
+    [step] = defs["path"]
+    lora = grid[(grid["model"] == "llama-2-7b") & (grid["batch"] == 1) & (grid["method"] == "LoRA")]
+    assert set(lora["need"]) == {round(step.total / 1e9, 3)} and round(lora["GB"].sum(), 2) == round(step.total / 1e9, 2)
+    full = grid[(grid["model"] == "llama-2-7b") & (grid["batch"] == 1) & (grid["method"] == "full")]
+    assert set(full["need"]) == {round(defs["peak_bytes"] / 1e9, 3)}
+    for _, group in grid.groupby(["model", "batch", "method"]):  # a bar ends at its requirement unless the peak is lower
+        assert abs(group["GB"].sum() - group["need"].iloc[0]) < 0.01 or group["need"].iloc[0] < group["GB"].sum()
+    spec = requirement_view.five_methods().spec
+    assert requirement_view.PEAK_LABEL in spec and '"tick"' in spec and "what the card must hold" in spec
+
+
 def test_comparison_counts_trainable_parameters(default_run):
     _, defs = default_run
     compared = defs["compared"]
@@ -243,7 +328,7 @@ def test_problem_3_counts_the_activations_the_verdict_counts(default_run):
     assert defs["result"].activations > 0 and defs["peak_basis"] == "peak"
     text = plain(outputs)
     assert f"{total} on the GPU" in text
-    assert f"as on one ({total})" in text and f"{total} at the peak of a step" in text
+    assert f"as on one ({total})" in text and f"{total} at the step's peak" in text
 
 
 def test_gpu_counts_stay_within_what_the_learner_allows():
@@ -264,12 +349,40 @@ def test_any_whole_number_of_gpus_and_the_fewest_that_fit_is_stated(default_run)
     assert three["settings"]["n_gpus"] == 3 and three["fit"].fits
 
 
-def test_bf16_on_a_t4_warns_and_names_the_recipe_it_would_use():
-    outputs, defs = lessons.run_with(NAME, gpu_dropdown=mo.ui.dropdown(["RTX 4090", "T4"], value="T4"))
+def _on_a_t4(method="full"):
+    return lessons.run_with(NAME, gpu_dropdown=mo.ui.dropdown(["RTX 4090", "T4"], value="T4"),
+                            method_dropdown=mo.ui.dropdown({"full finetuning": "full", "QLoRA": "qlora"},
+                                                           value={"full": "full finetuning", "qlora": "QLoRA"}[method]))
+
+
+def _verdicts(text):
+    """Each verdict the page states, in order."""
+    return re.findall(r"It fits\.|It does not fit[.,]|It would fit, but|This recipe cannot run here", text)
+
+
+def test_bf16_on_a_t4_is_one_verdict_naming_the_recipe_it_would_use():
+    # The T4 (Turing, compute capability 7.5) has no bf16 arithmetic (NVIDIA's T4 datasheet lists fp16 and int8
+    # tensor cores): pure bf16 cannot run; fp16 mixed precision ("mixed") can. One verdict, never "cannot run here"
+    # above "It fits.": QLoRA at rank 8 on q, v at 512 tokens fits the T4's memory (6.90 GB at the peak of 14.70 GB
+    # usable: 15,360 MiB less 1,343 MiB), so "It would fit, but the T4 has no bf16", then the mixed run's verdict.
+    outputs, defs = _on_a_t4("qlora")
     text = plain(outputs)
-    assert "This recipe cannot run here." in text and "fp16 mixed precision" in text
-    assert "Choose mixed as the recipe" in text
+    assert defs["fit"].fits and _verdicts(text) == ["It would fit, but"]
+    assert "It would fit, but the T4 has no bf16." in text and "Choose fp16 mixed precision instead" in text
+    instead = mm.requirement(defs["run"].replace(precision="mixed"))
+    assert defs["instead_fit"].required_bytes == instead.bytes
+    assert defs["instead_fit"].available_bytes == (15_360 - 1_343) * 2**20
+    assert f"that run needs {mm.format_bytes(instead.bytes)} on the GPU (the step's peak), and it fits" in text
     assert "pure bf16 recipe" not in [s.change for s in defs["suggestions"]]
+    assert "These changes keep the recipe you chose, which the T4 cannot run: choose mixed above" in text
+
+
+def test_a_full_finetune_on_a_t4_does_not_fit_and_could_not_run_either():
+    outputs, defs = _on_a_t4("full")
+    text = plain(outputs)
+    assert not defs["fit"].fits and _verdicts(text) == ["It does not fit,"]
+    assert "It does not fit, and the T4 could not run it anyway: it has no bf16." in text
+    assert not defs["instead_fit"].fits and "and it does not fit either" in text
 
 
 def test_llama_2_13b_past_its_trained_context_is_warned():
@@ -362,16 +475,61 @@ def test_a_setting_returned_to_is_not_traced_again():
     assert again["suggestions"] == base["suggestions"] and again["limits"] == base["limits"]
 
 
-def test_the_chart_marks_the_peak_each_verdict_judges(default_run):
-    # The bars add the parts (56.27 GB for the default 7B run) while the verdict judges the step's peak
-    # (67.38 GB, the optimizer step's temporaries on top): the chart carries that peak as a tick per bar, for
-    # the run and for each change, equal to the bytes its verdict and the planner's table use.
+def _chart_rows(defs):
+    """The live chart's (bars by scenario: bytes per part, ticks by scenario: bytes) as the page draws them."""
+    rows = [row for rows in defs["bars_chart"].rows.values() for row in rows]
+    bars, ticks = {}, {}
+    for row in rows:
+        if "part" in row:
+            bars.setdefault(row["scenario"], {})[row["part"]] = row["bytes"]
+        elif str(row.get("what", "")).startswith("the card must hold"):
+            ticks[row["scenario"]] = row["bytes"]
+    return bars, ticks
+
+
+def test_the_chart_bars_and_ticks_are_the_requirement_each_verdict_judges(default_run):
+    # The parts add to 57.05 GB for the default 7B run (2 + 2 + 4 B per parameter, 291 x 4 B step counters, the
+    # activations) while the step peaks at 67.38 GB (the optimizer step's temporaries on top, the activations
+    # freed): each bar stacks the parts and what the peak adds, so it ends at the requirement, where its tick
+    # is, for the run and for each change, the bytes the verdict and the planner's table use.
     _, defs = default_run
-    ticks = next(rows for rows in defs["bars_chart"].rows.values() if rows and rows[0].get("what") == "peak of the step")
-    by_scenario = {row["scenario"]: row["bytes"] for row in ticks}
-    assert by_scenario["your run"] == defs["peak_bytes"] == mm.peak_memory(defs["run"]).total
+    bars, ticks = _chart_rows(defs)
+    assert ticks["your run"] == defs["peak_bytes"] == mm.peak_memory(defs["run"]).total
+    parts = bars["your run"]
+    assert sum(v for k, v in parts.items() if k != "peak_adds") == 8 * LLAMA_2_7B + 291 * 4 + defs["result"].activations
+    assert parts["peak_adds"] == mm.peak_memory(defs["run"]).total - defs["result"].total > 0
+    assert sum(parts.values()) == ticks["your run"]
     for suggestion in defs["suggestions"][:4]:
-        assert by_scenario[f"→ {suggestion.change}"] == suggestion.total
-    bars_total = sum(row["bytes"] for rows in defs["bars_chart"].rows.values() for row in rows
-                     if row.get("scenario") == "your run" and "part" in row)
-    assert bars_total == defs["result"].total < by_scenario["your run"]
+        name = f"→ {suggestion.change}"
+        assert ticks[name] == suggestion.total == mm.requirement(suggestion.run).bytes
+        if mm.requirement(suggestion.run).bytes >= mm.training_memory(suggestion.run).total:
+            assert sum(bars[name].values()) == suggestion.total
+
+
+def test_the_parts_table_adds_to_what_the_card_must_hold(default_run):
+    # Llama-2-7B in pure bf16 with AdamW at 512 tokens: weights 2 B, gradients 2 B and states 4 B per parameter
+    # plus 4 B step counters for 291 tensors, the activations; their sum, then the peak minus the sum (the peak is
+    # peak_memory's, held to PyTorch's allocator elsewhere); the last row is the verdict's number.
+    _, defs = default_run
+    frame = defs["parts_frame"]
+    by_part = dict(zip(frame["part"], frame["bytes"]))
+    activations = defs["result"].activations
+    assert [by_part[p] for p in ("Weights", "Gradients", "Optimizer states", "Activations")] == \
+        [2 * LLAMA_2_7B, 2 * LLAMA_2_7B, 4 * LLAMA_2_7B + 291 * 4, activations]
+    assert by_part["Sum of the parts"] == 8 * LLAMA_2_7B + 291 * 4 + activations
+    peak = mm.peak_memory("llama-2-7b", seq_len=512).total
+    assert by_part["The step's peak adds (peak − sum, in the optimizer step)"] == peak - by_part["Sum of the parts"]
+    assert by_part["What the card must hold: the step's peak"] == peak == defs["fit"].required_bytes
+    assert frame["bytes"].iloc[-1] == frame["bytes"].iloc[-3] + frame["bytes"].iloc[-2]
+
+
+def test_a_run_whose_peak_is_below_the_sum_says_so_in_the_table():
+    # At batch 8 x 4,096 tokens the activations dominate and are freed as the backward pass goes, so the step's
+    # peak (in the backward pass) is below the sum of the parts: the row is negative and named for it.
+    outputs, defs = lessons.run_with(NAME, batch_slider=mo.ui.slider(steps=[2**k for k in range(0, 9)], value=8),
+                                     seq_len_slider=mo.ui.slider(steps=[2**k for k in range(7, 16)], value=4096))
+    frame = defs["parts_frame"]
+    need = mm.requirement("llama-2-7b", batch_size=8, seq_len=4096)
+    assert need.bytes < need.memory.total and frame["bytes"].iloc[-1] == need.bytes
+    assert frame["part"].iloc[-2].startswith("The step's peak is lower") and frame["bytes"].iloc[-2] < 0
+    assert lessons.bad_text(outputs) == []
