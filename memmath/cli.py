@@ -53,6 +53,7 @@ FIELD_OPTIONS = {
     "gpu": "--gpu", "weights_format": "--weights", "kv_format": "--kv", "format": "--weights/--kv",
     "size": "--gpu-memory", "quant_type": "--quant-type", "layout": "--quant-layout",
     "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus", "vision": "--vision",
+    "LoRA dropout": "--lora-dropout",
 }
 
 
@@ -107,6 +108,23 @@ def _whole(low: int, high: int | None = None):
         return value
     parse.__name__ = "whole number"
     return parse
+
+
+def _probability(text: str) -> float:
+    """--lora-dropout: a probability from 0 up to (not including) 1, as memmath.LoRA(dropout=) takes it."""
+    import math
+
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = None
+    if value is None or math.isnan(value) or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a probability from 0 up to (not including) 1, such as 0.05; "
+                                         f"got {_quote(text)}")
+    return value
+
+
+_probability.__name__ = "probability"
 
 
 def _exact_bytes(text: str, too_large):
@@ -260,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--rank", type=_whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
     m.add_argument("--targets", type=_targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
                    f"{','.join(memmath.LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
+    m.add_argument("--lora-dropout", type=_probability, metavar="P",
+                   help="LoRA/QLoRA: peft's lora_dropout on the adapters' input (default 0, peft's; recipes use "
+                   "0.05-0.1): each adapted matrix then keeps a dropout mask and a dropped copy of its input")
     m.add_argument("--quant-type", type=_choice(("nf4", "fp4", "int8")), metavar="TYPE",
                    help="qlora: the base's format, nf4 (default) or fp4 (bitsandbytes Linear4bit), or int8 "
                    "(Linear8bitLt, LLM.int8)")
@@ -369,8 +390,9 @@ def _build_method(args, shape):
 
     given = {"--rank": args.rank, "--targets": args.targets, "--trainable-layers": args.trainable_layers,
              "--bottleneck": args.bottleneck, "--quant-type": args.quant_type, "--no-double-quant": args.no_double_quant,
-             "--quant-layout": args.quant_layout}
+             "--quant-layout": args.quant_layout, "--lora-dropout": args.lora_dropout}
     applies = {"--rank": ("lora", "qlora"), "--targets": ("lora", "qlora"), "--trainable-layers": ("freeze",),
+               "--lora-dropout": ("lora", "qlora"),
                "--bottleneck": ("adapters",), "--quant-type": ("qlora",), "--no-double-quant": ("qlora",),
                "--quant-layout": ("qlora",)}
     for option, value in given.items():
@@ -388,7 +410,7 @@ def _build_method(args, shape):
         return memmath.Freeze(trainable_layers=args.trainable_layers)
     if args.method == "adapters":
         return memmath.Adapters(**_given(bottleneck=args.bottleneck))
-    lora = _given(rank=args.rank, targets=args.targets)
+    lora = _given(rank=args.rank, targets=args.targets, dropout=args.lora_dropout)
     if args.method == "lora":
         return memmath.LoRA(**lora)
     if args.no_double_quant and args.quant_type == "int8":
@@ -521,10 +543,33 @@ def _train_json(args, run, source, plan, status) -> dict:
                      "reserved_bytes": plan.reserved_bytes, "with_reserve_bytes": plan.needed_bytes},
         "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit),
         "cannot_run": None if plan.cannot_run is None else plan.cannot_run.message,
+        "cannot_run_instead": _instead_json(plan),
         "changes": None if plan.fit is None or plan.fits else [_change_json(s, plan) for s in plan.changes],
         "path_to_fit": None if not plan.path else [_change_json(s, plan) for s in plan.path],
         "unit": args.unit, "exit_status": status,
     }
+
+
+def _instead(plan):
+    """(the recipe the card would run instead, its Requirement, its Fit) where the card cannot run the run's recipe
+    (pure bf16 on a T4 or V100: plan.cannot_run), judged as the verdict is; else None."""
+    import memmath
+
+    if plan.cannot_run is None or plan.fit is None:
+        return None
+    need = memmath.requirement(plan.run.replace(precision=plan.cannot_run.instead))
+    fit = memmath.check_fit(need.bytes, plan.gpu, reserved_bytes=plan.reserved_bytes, margin=memmath.FIT_MARGIN)
+    return plan.cannot_run.instead, need, fit
+
+
+def _instead_json(plan):
+    instead = _instead(plan)
+    if instead is None:
+        return None
+    precision, need, fit = instead
+    return {"precision": precision, "option": f"--precision {precision}", "required_bytes": need.bytes,
+            "basis": _basis(need), "with_reserve_bytes": need.bytes + plan.reserved_bytes, "fits": fit.fits,
+            "headroom_bytes": int(fit.headroom_bytes)}
 
 
 def _change_json(suggestion, plan) -> dict:
@@ -588,13 +633,26 @@ def _write_train(w, style, args, run, source, plan):
         w(style.dim("\n".join(_wrap(note))) + "\n")
     if plan.fit is not None:
         _write_verdict(w, style, plan.fit, need.bytes, plan.reserved_bytes, unit,
-                       "peak" if need.basis == "peak" else "sum of the parts")
-        if plan.cannot_run is not None:
-            w(style.bad("\n".join(_wrap(f"Cannot run this recipe: {plan.cannot_run.message}.", "  "))) + "\n")
+                       "peak" if need.basis == "peak" else "sum of the parts", plan.cannot_run)
+        instead = _instead(plan)
+        if instead is not None:  # the run the card would train instead, judged as the verdict is
+            precision, other, fit = instead
+            verdict = (f"fits, with {_size_text(fit.headroom_bytes, unit)} to spare" if fit.fits else
+                       f"does not fit either: short by {_size_text(-fit.headroom_bytes, unit)}"
+                       if fit.headroom_bytes < 0 else "does not fit either: less than 5% to spare")
+            w("\n".join(_wrap(f"with --precision {precision} instead: needs "
+                              f"{_size_text(other.bytes + plan.reserved_bytes, unit)} (the "
+                              f"{'peak' if other.basis == 'peak' else 'sum of the parts'} "
+                              f"{_size_text(other.bytes, unit)} + {_size_text(plan.reserved_bytes, unit)} reserved): "
+                              f"{verdict}", "  ")) + "\n")
         if not plan.fits:
             rows = [(s.change, s.total, _judged(s, plan).headroom_bytes, s.cost) for s in plan.changes if s.fits]
             path = [(s.change, s.total, _judged(s, plan).headroom_bytes, s.cost) for s in plan.path]
             _write_changes(w, style, rows, path, path and plan.path[-1].fits, unit, plan.reserved_bytes)
+            if instead is not None and (rows or path):
+                w(style.dim("\n".join(_wrap(f"These changes keep the '{plan.cannot_run.precision}' recipe, which the "
+                                            f"{plan.gpu.name} cannot run: add --precision {instead[0]} to plan the "
+                                            "changes it can."))) + "\n")
 
 
 # ---- infer: plan, then print -------------------------------------------------------------------
@@ -692,7 +750,11 @@ def _write_infer(w, style, args, shape, source, plan):
 def run_models(args, out, style) -> int:
     import memmath
 
-    rows = [{"name": name, "family": shape.family, "params": int(shape.n_params), "n_layers": int(shape.n_layers),
+    # active_params: what one token passes through (a mixture of experts routes it to experts_per_tok of n_experts
+    # experts per block); a dense model's is every parameter.
+    rows = [{"name": name, "family": shape.family, "params": int(shape.n_params),
+             "active_params": int(shape.active_params), "n_experts": int(shape.n_experts),
+             "experts_per_tok": int(shape.experts_per_tok), "n_layers": int(shape.n_layers),
              "hidden_size": int(shape.hidden_size), "n_heads": int(shape.n_heads), "n_kv_heads": int(shape.n_kv_heads),
              "vocab_size": int(shape.vocab_size or 0), "source": memmath.PRESET_SOURCES.get(name, "memmath's presets")}
             for name, shape in memmath.PRESETS.items()]
@@ -704,7 +766,12 @@ def run_models(args, out, style) -> int:
         heads = f"{r['n_heads']}" + (f"/{r['n_kv_heads']}" if r["n_kv_heads"] != r["n_heads"] else "")
         line = f"{r['name']:<19}{r['params']:>16,}{r['n_layers']:>7}{heads:>6}  {r['source'].replace(' config.json', '')}"
         out.write(line[:_width()] + "\n")
+        if r["n_experts"]:  # a mixture of experts: its parameters per token, under its total
+            out.write(f"{'':<19}{r['active_params']:>16,} active per token ({r['experts_per_tok']} of "
+                      f"{r['n_experts']} experts)\n")
     out.write(style.dim("\n".join(_wrap("heads: query/key-value heads where they differ (grouped-query attention). "
+                                        "active per token: what a mixture of experts runs for one token (its shared "
+                                        "parts and the experts it is routed to); training still holds every expert. "
                                         "Sources are each model's config.json on the Hub, or the paper. Any other "
                                         "model: pass its config.json, its folder or its Hub id (local cache)."))) + "\n")
     return 0
@@ -868,19 +935,26 @@ def _source_text(source) -> str:
         f"{source['source']} {source['config_path']}"
 
 
-def _write_verdict(w, style, fit, required, reserve, unit, basis):
+def _write_verdict(w, style, fit, required, reserve, unit, basis, cannot=None):
+    """The verdict: fits or not, and why; with `cannot` (a RecipeWarning: the card has no bf16), one verdict that
+    says so ("would fit, but cannot run here"), never "fits" beside a recipe the card cannot run."""
     gpu = fit.gpu
     memory = (f"{gpu.memory_bytes:,} bytes, given by --gpu-memory" if gpu.kind == "custom" else
               f"{_size_text(gpu.memory_bytes, unit)}, {gpu.memory_bytes // 2**20:,} MiB as the driver reports it")
     w("\n" + style.bold(f"{gpu.name}") + f" ({memory}):\n")
-    if fit.fits:
+    if fit.fits and cannot is not None:
+        head = style.bad("would fit") + f", with {_size_text(fit.headroom_bytes, unit)} to spare, " + \
+            style.bad("but cannot run here")
+    elif fit.fits:
         head = style.good("fits") + f", with {_size_text(fit.headroom_bytes, unit)} to spare"
     elif fit.headroom_bytes >= 0:
         head = style.bad("does not fit") + f": {_size_text(fit.headroom_bytes, unit)} to spare is less than the " \
                f"{_size_text(fit.margin_bytes, unit)} kept free (5% of the need, the peak estimate's tolerance)"
     else:
         head = style.bad("does not fit") + f": short by {_size_text(-fit.headroom_bytes, unit)} on {gpu.name}"
-    w(f"  {head}\n")
+    if cannot is not None and not fit.fits:
+        head += ", " + style.bad("nor could it run here")
+    w("\n".join(_wrap(f"{head}" + (f": {cannot.message}." if cannot is not None else ""), "  ")) + "\n")
     w("\n".join(_wrap(f"needs {_size_text(required + reserve, unit)}: the {basis} "
                       f"{_size_text(required, unit)} + {_size_text(reserve, unit)} reserved for the CUDA context",
                       "  ")) + "\n")

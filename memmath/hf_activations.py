@@ -76,6 +76,11 @@ LoRA (peft): each adapted linear keeps A's input, cast to the adapter dtype (a f
     copy per adapted module for fp32 adapters on a 16-bit base, the shared input itself when
     the dtypes agree) and B's input (the r-wide A output, t*r elements); the frozen base linear
     keeps nothing. fp32 adapters on every linear layer can keep more than full finetuning.
+    With lora_dropout p > 0 (LoRA(dropout=p)): lora_A(dropout(x)), so each adapted module keeps the
+    dropout's mask (t*d_in elements of the adapter dtype on the CPU, 1-byte bools on CUDA, assumed; only
+    when x needs a gradient: not in the first block behind frozen embeddings) and A keeps the dropped
+    copy (t*d_in in the adapter dtype) in place of its input: a copy per module even where the dtypes
+    agree (measured: validation/lora_dropout.py). AMP with LoRA dropout is refused by name.
 The KV cache in training (ModelShape.use_cache, the config's use_cache; off under checkpointing): every
     decoder passes k and v through a DynamicCache, and attention keeps its torch.cat copies (_kv_cache):
     GPT-NeoX and Phi-3 no longer keep their fused qkv output through v (per block 2*t*h*e less for
@@ -672,6 +677,11 @@ def _setup(shape: ModelShape, method, recipe):
     if isinstance(method, Freeze):
         return _Setup(method.train_embeddings, method.train_final_norm, method.head_trains(shape), frozenset(), None)
     if isinstance(method, LoRA):
+        if method.dropout and recipe.name == "amp":
+            # AmpTrace.linear casts the adapters' input for autocast's bf16 matmuls without peft's dropout.
+            raise validate.FieldError("LoRA dropout", f"activations='transformers' models LoRA dropout "
+                                      f"({method.dropout:g}) in a forward pass in the weights' own format, not under "
+                                      "AMP's autocast (use activations='textbook')")
         modules = frozenset(adapter.module for adapter in shape.lora_adapters(method.targets))
         return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
     if isinstance(method, Adapters):
@@ -808,12 +818,13 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     blocks_store = _positive(trained) if not (checkpointing or setup.embeddings) else True
 
     int8_base = getattr(method, "quant_type", None) == "int8"  # QLoRA on bitsandbytes' Linear8bitLt
+    lora_dropout = bool(getattr(method, "dropout", 0.0)) if isinstance(method, LoRA) else False  # peft's lora_dropout
     # use_cache: a DynamicCache in the forward pass, which transformers turns off under gradient checkpointing
     # (GradientCheckpointingLayer and merge_with_config_defaults, modeling_layers.py:96-103, utils/generic.py:1134-1146).
     cache = shape.family != "bert" and shape.use_cache and not checkpointing
 
     def new_trace():
-        return trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base)
+        return trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base, lora_dropout=lora_dropout)
 
     def block(tr, region, x, trains, tables):
         tr.region = region
@@ -885,13 +896,14 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     chosen = heads[True] if _positive_any(blocks_store) else heads[False]
     terms += list(chosen.terms("outside")) + list(chosen.terms("loss"))
     # Liveness for peak.py: the most bytes one block (the last) and the head and loss hold at once.
-    live = trace_class(e=e, device=device, b=b, s=s, saving=not checkpointing, int8_base=int8_base)
+    live = trace_class(e=e, device=device, b=b, s=s, saving=not checkpointing, int8_base=int8_base,
+                       lora_dropout=lora_dropout)
     x_in = live.new(b * s * h, e, True)
     x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
     shared = (live.new(s * dm["rd"], e, existing=True), live.new(s * dm["rd"], e, existing=True))
     block(live, "block", x_in, True, shared)
     # Under checkpointing, backward runs each block's forward again, saving this time.
-    again = trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base)
+    again = trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base, lora_dropout=lora_dropout)
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
     block(again, "block", x_again, True, (again.new(s * dm["rd"], e, existing=True),
                                           again.new(s * dm["rd"], e, existing=True)))

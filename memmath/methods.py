@@ -464,18 +464,28 @@ class LoRA(AdapterMethod):
     On a vision-language model the adapters go on the language model's blocks only (peft's target_modules
     limited to them) and vision says what of the tower and projector trains: "frozen" (the default),
     "projector" or "trains", as peft's modules_to_save (_with_vision).
+
+    dropout: peft's lora_dropout, the probability p of the nn.Dropout each adapted module applies to the
+    adapter's input, lora_B(lora_A(dropout(x))) (peft 0.21 tuners/lora/layer.py, Linear.forward). The
+    default 0.0 is peft's LoraConfig default, where the module is an nn.Identity and nothing more is kept;
+    published recipes set 0.05-0.1. With p > 0 every adapted module keeps the dropout's mask and A keeps
+    the dropped copy of its input instead of the input (the exact activation model counts both; the
+    weights, gradients and states do not change). peft's ParamWrapper (a mixture of experts' router and
+    routed experts) refuses lora_dropout != 0, and so does this class for those targets.
     """
 
     rank: object = 8
     targets: tuple = ("q", "v")
     adapter_format: str | None = "fp32"
     vision: str = "frozen"
+    dropout: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
         object.__setattr__(self, "rank", validate.count("rank", self.rank, high=2**16))
         object.__setattr__(self, "targets", lora_targets(self.targets))
         _check_adapter_format(self.adapter_format)
+        object.__setattr__(self, "dropout", lora_dropout(self.dropout))
 
     def _adapter_stats(self, shape):
         if shape.family == "uniform":
@@ -497,6 +507,7 @@ class LoRA(AdapterMethod):
 
     def plan(self, shape, recipe):
         L = shape.n_layers
+        _check_wrapped_dropout(shape, self)
         plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe))
         return _with_vision(replace(plan, notes=plan.notes + _moe_lora_notes(shape, self)), shape, self, recipe)
 
@@ -504,8 +515,51 @@ class LoRA(AdapterMethod):
         fmt = self.adapter_format or "the base format"
         names = ("all (what peft's all-linear adapts)" if lora_targets("all") == self.targets
                  else ", ".join(self.targets))
-        return (f"LoRA rank {_show(self.rank)} on {names} ({fmt} adapters); the base is frozen"
+        drop = f", dropout {self.dropout:g} on the adapters' input" if self.dropout else ""
+        return (f"LoRA rank {_show(self.rank)} on {names} ({fmt} adapters{drop}); the base is frozen"
                 + _vision_words(self.vision, "frozen"))
+
+
+DROPOUT_FIELD = "LoRA dropout"  # the FieldError's field: Run's own `dropout` (the model's dropout) is another
+
+
+def lora_dropout(value) -> float:
+    """LoRA's dropout probability checked: a real number from 0 up to (not including) 1, as a float.
+
+    peft builds nn.Dropout(p=lora_dropout), and torch's dropout takes p in [0, 1]; at p = 1 every input
+    is zeroed, so no adapter ever trains: refused here. A sweep of dropouts is not taken (the masks
+    exist or not, per run). FieldError (field "LoRA dropout") names the field and the range.
+    """
+    if is_ndarray(value) and value.ndim > 0:
+        raise validate.FieldTypeError(DROPOUT_FIELD, "LoRA dropout must be one number from 0 up to (not including) 1 "
+                                      f"(LoRA(dropout=p), peft's lora_dropout), not an array; got {_show(value)}")
+    allowed = "a probability from 0 up to (not including) 1 (LoRA(dropout=p), peft's lora_dropout)"
+    try:
+        p = validate.real(DROPOUT_FIELD, value, low=0.0, high=1.0)
+    except validate.FieldTypeError:
+        raise validate.FieldTypeError(DROPOUT_FIELD, f"LoRA dropout must be {allowed}; got "
+                                      f"{validate.describe(value)}") from None
+    except validate.FieldError:
+        raise validate.FieldError(DROPOUT_FIELD, f"LoRA dropout must be {allowed}; got "
+                                  f"{validate.describe(value)}") from None
+    if p >= 1.0:
+        raise validate.FieldError(DROPOUT_FIELD, f"LoRA dropout must be {allowed}: at 1 every adapter input is "
+                                  f"zeroed and nothing trains; got {p:g}")
+    return p
+
+
+def _check_wrapped_dropout(shape: ModelShape, method) -> None:
+    """peft 0.21's ParamWrapper (the router's and routed experts' parameters) raises for lora_dropout != 0
+    ("does not work with lora_dropout != 0", peft/tuners/lora/layer.py): refused by name here too."""
+    if not (method.dropout and shape.n_experts):
+        return
+    wrapped = sorted({a.module for a in shape.lora_adapters(method.targets)
+                      if a.module == "gate.weight" or a.module.startswith("experts.")})
+    if wrapped:
+        raise validate.FieldError(DROPOUT_FIELD, f"LoRA dropout {method.dropout:g} on {', '.join(wrapped)}: peft "
+                                  "0.21's ParamWrapper, which adapts a mixture of experts' router and routed experts, "
+                                  "does not work with lora_dropout != 0 (it raises); use dropout=0.0, or targets "
+                                  "without the router and the experts")
 
 
 def _moe_lora_notes(shape: ModelShape, method) -> tuple:
@@ -570,6 +624,7 @@ class QLoRA(LoRA):
                              f"(got double_quant={self.double_quant!r}, quant_block={self.quant_block!r})")
 
     def plan(self, shape, recipe):
+        _check_wrapped_dropout(shape, self)
         if self.quant_type == "int8":
             weight_bytes, constants = int8_weight_bytes(shape, recipe.weight_bits)
         else:

@@ -1,9 +1,10 @@
 """The peak of a training step: an estimate of the most bytes allocated at any moment.
 
 By default the steady-state step (step="steady"): every step after the first, when the optimizer
-states and the fp32 master weights made by the first optimizer.step() stay alive through forward
-and backward. step="first" is the first step, before they exist. validation/measure.py runs two
-steps per case and records both peaks (on the CPU, two profiled steps: step 2's forward and
+states made by the first optimizer.step() stay alive through forward and backward. step="first" is
+the first step, before they exist. An fp32 master copy (precision "mixed", "mixed_fp32_grads") is
+alive in both: the frameworks that keep one build it with the optimizer, before the first forward.
+validation/measure.py runs two steps per case and records both peaks (on the CPU, two profiled steps: step 2's forward and
 backward peaks are step 1's plus exactly the optimizer-state bytes).
 
 training_memory() adds up what a step keeps; the allocator's peak is higher, because tensors that
@@ -36,7 +37,9 @@ Backward
     head (its second gradient is added into the first); with checkpointing and frozen embeddings,
     the embedding output transformers turned into a leaf and its gradient, 2*t*h*e
 Optimizer step
-    weights, gradients and every optimizer state, plus the optimizer's temporaries: PyTorch's
+    weights, gradients, the master copy and every optimizer state (with a master copy and no fp32
+    accumulation buffer also the 16-bit gradients copied up to fp32 for the masters, the master's
+    size), plus the optimizer's temporaries (on the fp32 masters where there are any): PyTorch's
     single-tensor Adam (the CPU default) builds denom = sqrt(v)/c + eps as two temporaries of
     one parameter while the previous parameter's denom is still referenced, so the largest of
     2*B[i] + B[i-1] over the parameters in model order; SGD with momentum none; plus the
@@ -46,7 +49,8 @@ Optimizer step
 
 QLoRA (a bitsandbytes base)
     every forward and backward moment adds the largest quantized matrix dequantized to the compute
-    dtype (bitsandbytes builds one per matmul); an 8-bit base's matmul keeps its input as ctx.A
+    dtype (bitsandbytes builds one per matmul; for a 4-bit base not at the loss, where no quantized
+    matmul runs); an 8-bit base's matmul keeps its input as ctx.A
     until the graph is freed, so those inputs stay through the optimizer step and, in the steady
     step, through the next forward. Added after the 100 QLoRA cases of validation/quantized.py were
     measured: before, 183 of their 200 step peaks were within 5%; after, 198.
@@ -160,9 +164,10 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     parts). Measured against PyTorch on the CPU (device="cpu"); device="cuda" rests on the
     assumptions in the module doc.
 
-    step: "steady" (the default) is every step after the first: the optimizer states and master
-    weights made by the first optimizer.step() are alive through forward and backward. "first" is
-    the first step, before they exist. Both are measured (validation/measure.py runs two steps).
+    step: "steady" (the default) is every step after the first: the optimizer states made by the
+    first optimizer.step() are alive through forward and backward. "first" is the first step, before
+    they exist; an fp32 master copy is alive in both (built with the optimizer, before the first
+    forward). Both are measured (validation/measure.py runs two steps).
     """
     step = validate.choice("step", step, STEPS)
     run = as_run(model, **settings)
@@ -211,13 +216,22 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     if isinstance(method, LoRA) and shape.n_experts and any(
             m.module == "experts.down_proj" for m in shape.lora_adapters(method.targets)):
         work_bwd = work_bwd + shape.n_experts * h * shape.expert_intermediate_size * e
+    # LoRA dropout: the dropout's backward (grad * mask) makes the gradient of the adapter's input while the
+    # gradient of the dropped copy (lora_A's input gradient) is still alive: one more t x d_in gradient in the
+    # adapters' dtype, at the widest adapted input (found after validation/lora_dropout.py's checkpointed cases
+    # were recorded: GPT-2 at hidden 256, all linear layers, measured 6.3% above the model without it).
+    if isinstance(method, LoRA) and method.dropout:
+        widest = max(adapter.d_in for adapter in shape.lora_adapters(method.targets))
+        work_bwd = work_bwd + t * widest * method.adapter_bits(recipe) // 8
 
     moments, breakdown = [], []
-    # From the second step on the optimizer states and the fp32 master copy exist before forward
-    # starts (measured: step 2's forward and backward peaks = step 1's + exactly these bytes).
-    kept = (memory.optimizer_states + memory.master_weights) if step == "steady" else 0
+    # From the second step on the optimizer states exist before forward starts (measured: step 2's forward and
+    # backward peaks = step 1's + exactly these bytes). The fp32 master copy exists from the first step: the
+    # frameworks that keep one (DeepSpeed's FP16_Optimizer, Megatron's Float16OptimizerWithFloat16Params, apex)
+    # build it with the optimizer, before the first forward (measured: validation/lora_dropout.py's master cases).
+    kept = memory.master_weights + (memory.optimizer_states if step == "steady" else 0)
     if step == "first" and opt.name == "adam8bit":
-        kept = _bnb_maps(shape, method, recipe, opt)  # made with the optimizer, before the first step
+        kept = memory.master_weights + _bnb_maps(shape, method, recipe, opt)  # made with the optimizer, before step 1
     # And the previous step's loss lives until the new one replaces it, at the end of forward: its
     # value (fp32 for causal LMs, transformers upcasts the logits; BERT's at e) and the checkpointing
     # leaf with its gradient (measured: step 2's forward peak - step 1's = states + these bytes).
@@ -229,11 +243,17 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     dequant, held = _quantized_base_extras(shape, method, recipe, parts, s, b, dropout, attention, checkpointing,
                                            device)
     held_steady = held if step == "steady" else 0
+    four_bit = getattr(method, "quant_type", None) in ("nf4", "fp4")
 
     def moment(phase, label, value, saved=0, gradients=0, states=0):
         """One moment: value is what the step adds at that moment; saved, gradients and states say how much of
         it is saved activations, gradients and optimizer states (the rest is working memory)."""
-        extra = {"forward": kept + previous_loss + dequant + held_steady, "backward": kept + dequant,
+        # At the loss no quantized matmul runs (the head is not converted): a 4-bit base's dequantized matrix,
+        # made and dropped inside each MatMul4Bit, is not alive there (found after validation/lora_dropout.py's
+        # QLoRA cases were recorded: at b x s = 64 they measured one such matrix below the model; no case of
+        # validation/quantized.py changes). An 8-bit base's is kept as it was measured.
+        matrix = 0 if label.startswith("at the loss") and four_bit else dequant
+        extra = {"forward": kept + previous_loss + matrix + held_steady, "backward": kept + matrix,
                  "optimizer_step": held}.get(phase, 0)
         moments.append((phase, label, resident + (value + extra) * trains))
         held_states = kept if phase != "optimizer_step" else 0
@@ -279,12 +299,17 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
            saved=embeddings_alloc, gradients=grads + tied_embed)
     transient, note = optimizer_transient(shape, method, recipe, opt, device)
     states_and_transient = memory.optimizer_states + transient
+    # With a master copy the optimizer steps the fp32 masters, so each 16-bit gradient is first copied up to an
+    # fp32 one (master.grad = grad.float(), for every parameter before the update: DeepSpeed's FP16_Optimizer and
+    # apex flatten them, Megatron copies them one by one), the size of the master copy; an fp32 accumulation
+    # buffer (mixed_fp32_grads) is the masters' gradient itself.
+    master_grads = memory.master_weights if not recipe.accum_bits else 0
     if opt.name == "adam8bit" and device == "cpu" and step == "first":
         # bitsandbytes makes each tensor's states just before updating it (torch's Adam makes them
         # all first): the first step peaks at the states made so far plus one tensor's temporaries.
         states_and_transient = _bnb_first_step(shape, method, recipe, opt)
     moment("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
-           grads + memory.master_weights + states_and_transient + leaf, gradients=grads,
+           grads + master_grads + memory.master_weights + states_and_transient + leaf, gradients=grads + master_grads,
            states=memory.master_weights + min(memory.optimizer_states, states_and_transient)
            if not is_ndarray(states_and_transient) else memory.master_weights + memory.optimizer_states)
 
@@ -422,17 +447,24 @@ def optimizer_transient(shape, method, recipe, opt, device):
         "optimizer_temporaries_assumed", f"{opt.name}'s temporaries assumed like Adam's (not measured)")
     if opt.name == "adam8bit":
         return _bnb_transient(shape, method, recipe, opt, device)
+    # The tensors the optimizer updates: the fp32 masters where the recipe keeps a master copy of 16-bit ones.
+    stored = _bnb_tensor_bits(method, recipe)
+    updated = max(stored, recipe.master_bits)
+
+    def tensor_bytes(blocks):
+        return [size * updated // stored for size in _trainable_tensor_bytes(shape, method, recipe, blocks)]
+
     if device == "cuda":
         # foreach Adam: one list of temporaries as large as every trainable tensor together (assumed).
         blocks = method.layers_trained(shape) if isinstance(method, Freeze) else shape.n_layers
-        outside = sum(_trainable_tensor_bytes(shape, method, recipe, 0))
-        per_block = sum(_trainable_tensor_bytes(shape, method, recipe, 1)) - outside
+        outside = sum(tensor_bytes(0))
+        per_block = sum(tensor_bytes(1)) - outside
         total = outside + per_block * blocks
         return total, note or Note("optimizer_temporaries_assumed",
                                    "foreach Adam's temporaries on CUDA assumed as large as the trainable parameters")
 
     def largest(blocks):
-        sizes = _trainable_tensor_bytes(shape, method, recipe, blocks)
+        sizes = tensor_bytes(blocks)
         previous, best = 0, 0
         for size in sizes:
             best, previous = max(best, 2 * size + previous), size

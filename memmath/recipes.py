@@ -49,15 +49,18 @@ RECIPES: dict[str, Recipe] = {
                    source="the article (16-bit)"),
     "amp": Recipe(name="amp", weight_bits=32, grad_bits=32, master_bits=0, state_bits=32,
                   accum_bits=0, activation_bits=16, states_follow_params=True,
-                  description="PyTorch AMP: fp32 weights, gradients and states; 16-bit activations under autocast.",
+                  description="PyTorch AMP, as transformers' Trainer runs it (bf16=True on an fp32 model): "
+                  "fp32 weights, gradients and states; 16-bit activations under autocast; no master copy (the "
+                  "fp32 weights are the master).",
                   source="torch.autocast documentation"),
     "mixed": Recipe(name="mixed", weight_bits=16, grad_bits=16, master_bits=32, state_bits=32,
                     accum_bits=0, activation_bits=16, states_follow_params=False,
-                    description="Mixed precision: 16-bit weights and gradients, an fp32 master copy and fp32 optimizer states.",
+                    description="Mixed precision with master weights (DeepSpeed, Megatron): 16-bit weights and "
+                    "gradients, an fp32 master copy (built before the first step) and fp32 optimizer states.",
                     source="Micikevicius et al. 2018; Rajbhandari et al. 2020 (ZeRO), section 3.1"),
     "mixed_fp32_grads": Recipe(name="mixed_fp32_grads", weight_bits=16, grad_bits=16, master_bits=32, state_bits=32,
                                accum_bits=32, activation_bits=16, states_follow_params=False,
-                               description="Mixed precision plus an fp32 gradient-accumulation buffer.",
+                               description="Mixed precision with master weights plus an fp32 gradient-accumulation buffer.",
                                source="nanotron; Hugging Face Ultra-Scale Playbook (2025)"),
 }
 PRECISIONS = tuple(RECIPES)
@@ -183,8 +186,8 @@ _PER_PARAMETER_WORDS = {"weights": "weights", "gradients": "gradients", "gradien
 def describe(precision="bf16", optimizer="adamw", *, unfactored: bool = False, per_parameter: bool = True) -> str:
     """The recipe's line followed by what one trainable parameter costs with this optimizer, part by part.
 
-    'Mixed precision plus an fp32 gradient-accumulation buffer. Per trainable parameter: 2 B weights
-    + 2 B gradients + 4 B accumulation buffer + 4 B master copy + 0 B optimizer states = 12 B.' (with SGD).
+    'Mixed precision with master weights plus an fp32 gradient-accumulation buffer. Per trainable parameter: 2 B
+    weights + 2 B gradients + 4 B accumulation buffer + 4 B master copy + 0 B optimizer states = 12 B.' (with SGD).
     The sum is bytes_per_parameter's, plus 8-bit Adam's fp32 constants per block of values; Adafactor's
     factored statistics depend on the matrix shapes and are named, not summed, unless `unfactored`
     (a bare parameter count: one full second moment). Per-tensor step counters are left out (a few bytes).

@@ -42,9 +42,11 @@ class Trace:
     its last use), so peak_live() gives the most bytes alive at once: peak.py uses it.
     """
 
-    def __init__(self, *, e: int, device: str, b, s, saving: bool = True, int8_base: bool = False):
+    def __init__(self, *, e: int, device: str, b, s, saving: bool = True, int8_base: bool = False,
+                 lora_dropout: bool = False):
         self.e, self.device, self.b, self.s, self.t = e, device, b, s, b * s
         self.int8_base = int8_base  # QLoRA(quant_type="int8"): bitsandbytes' 8-bit matmul keeps its input
+        self.lora_dropout = lora_dropout  # LoRA(dropout=p > 0): peft's nn.Dropout on each adapter's input
         self.saving = saving  # False: a checkpointed block's forward, which saves nothing
         self.region = "outside"
         self.saved: dict[int, tuple] = {}
@@ -122,7 +124,13 @@ class Trace:
             # peft casts x to the adapter dtype: a new copy per adapted module when the dtypes differ.
             xa = x if adapter_elem == x.elem else self.new(x.numel, adapter_elem, x.grad)
             self.use(x)
-            self.save(xa, f"{name} LoRA A input" + ("" if xa is x else f" ({adapter_elem}-byte copy)"))
+            copy = "" if xa is x else f" ({adapter_elem}-byte copy)"
+            if self.lora_dropout:
+                # lora_A(dropout(x)): the dropout keeps its mask (when x needs a gradient; CPU: input * a mask of
+                # x's dtype, CUDA's native_dropout: a bool mask) and A keeps the dropped copy, not x (peft 0.21).
+                xa = self.dropout(xa, True, f"{name} LoRA")
+                copy = " (dropped out)"
+            self.save(xa, f"{name} LoRA A input{copy}")
             a_out = self.new(self.t * rank, adapter_elem, True)
             self.use(xa)
             self.save(a_out, f"{name} LoRA B input (rank-wide)")

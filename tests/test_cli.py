@@ -365,6 +365,84 @@ def test_models_lists_every_preset_with_its_source():
     assert "6,738,415,616" in text and "meta-llama/Llama-2-7b-hf" in text
 
 
+# Mixtral-8x7B (mistralai/Mixtral-8x7B-v0.1 config.json: h 4,096, 32 layers, 8 key/value heads of 128, experts of
+# 14,336, 8 experts, 2 per token, vocabulary 32,000, untied head), by hand: per block attention 2 x 4,096^2 +
+# 2 x 4,096 x 1,024 = 41,943,040, router 4,096 x 8 = 32,768, two norms 8,192; one expert 3 x 4,096 x 14,336 =
+# 176,160,768. All: 32 x (41,984,000 + 8 x 176,160,768) + 2 x 32,000 x 4,096 + 4,096 = 46,702,792,704; per token
+# (2 experts): 32 x (41,984,000 + 2 x 176,160,768) + 262,148,096 = 12,879,925,248. Mistral's announcement: 46.7B
+# total, 12.9B active.
+# Qwen3-30B-A3B (Qwen/Qwen3-30B-A3B config.json: h 2,048, 48 layers, 32 query heads and 4 key/value heads of 128,
+# q/k norms, experts of 768, 128 experts, 8 per token, vocabulary 151,936, untied head): per block attention
+# 2 x 2,048 x 4,096 + 2 x 2,048 x 512 = 18,874,368, q/k norms 256, two norms 4,096, router 2,048 x 128 = 262,144;
+# one expert 3 x 2,048 x 768 = 4,718,592. Per token (8 experts): 48 x (19,140,864 + 8 x 4,718,592) +
+# 2 x 151,936 x 2,048 + 2,048 = 3,353,032,704. The model card: 30.5B total, 3.3B activated.
+MOE_ACTIVE = {"mixtral-8x7b": (46_702_792_704, 12_879_925_248, 2, 8),
+              "qwen3-30b-a3b": (30_532_122_624, 3_353_032_704, 8, 128)}
+
+
+def test_models_shows_a_mixture_of_experts_active_parameters_per_token():
+    report = {row["name"]: row for row in run_json("models")["models"]}
+    for name, (total, active, per_token, experts) in MOE_ACTIVE.items():
+        row = report[name]
+        assert (row["params"], row["active_params"], row["experts_per_tok"], row["n_experts"]) == \
+            (total, active, per_token, experts)
+    assert abs(report["mixtral-8x7b"]["active_params"] / 1e9 - 12.9) < 0.05  # Mistral's published 12.9B
+    assert abs(report["qwen3-30b-a3b"]["active_params"] / 1e9 - 3.3) < 0.06  # Qwen's published 3.3B
+    dense = report["llama-2-7b"]
+    assert dense["active_params"] == dense["params"] == LLAMA2_7B_PARAMS and dense["n_experts"] == 0
+    lines = run("models", check_status=0).stdout.splitlines()
+    for name, (total, active, per_token, experts) in MOE_ACTIVE.items():
+        at = next(i for i, line in enumerate(lines) if line.startswith(name + " "))
+        assert f"{total:,}" in lines[at]
+        assert lines[at + 1].split() == [f"{active:,}", "active", "per", "token", f"({per_token}", "of",
+                                         f"{experts}", "experts)"]
+    assert sum("active per token" in line for line in lines) == len(MOE_ACTIVE)  # none for a dense model's row
+
+
+# ---- a card without bf16 (T4, V100): one verdict, the run it would train instead, the same exit status ----------
+# NVIDIA's T4 (Turing, compute capability 7.5) and V100 (Volta, 7.0) have no bf16 arithmetic; memmath's default
+# recipe is pure bf16, so the verdict says the card cannot run it and judges fp16 mixed precision ("mixed") instead.
+def test_bf16_on_a_t4_that_would_fit_says_so_in_one_verdict_and_the_status_stays_0():
+    args = ("train", "llama-2-7b", "--method", "qlora", "--seq", "512", "--gpu", "T4")
+    report = run_json(*args, status=0)
+    plan = mm.plan_training("llama-2-7b", "T4", method=mm.QLoRA(), seq_len=512)
+    instead = mm.requirement(plan.run.replace(precision="mixed"))
+    fit = mm.check_fit(instead.bytes, "T4", reserved_bytes=1343 * MIB, margin=0.05)
+    assert report["verdict"]["fits"] and report["exit_status"] == 0 and plan.fits
+    assert report["cannot_run"] == plan.cannot_run.message and "no bf16 arithmetic" in report["cannot_run"]
+    assert report["cannot_run_instead"] == {
+        "precision": "mixed", "option": "--precision mixed", "required_bytes": instead.bytes,
+        "basis": instead.basis.replace(" ", "_"), "with_reserve_bytes": instead.bytes + 1343 * MIB,
+        "fits": fit.fits, "headroom_bytes": fit.headroom_bytes}
+    text = " ".join(run(*args, check_status=0).stdout.split())
+    verdict = text.split("T4 (16.11 GB, 15,360 MiB as the driver reports it):", 1)[1].strip()
+    assert verdict.startswith(f"would fit, with {mm.format_bytes(plan.fit.headroom_bytes)} to spare, but cannot "
+                              "run here: the T4 (Turing, compute capability 7.5) has no bf16 arithmetic")
+    # one verdict: no plain "fits" about the bf16 run, only about the run it would train instead
+    assert re.findall(r"\b(?:would fit|fits)\b", verdict) == ["would fit", "fits"]
+    assert (f"with --precision mixed instead: needs {mm.format_bytes(instead.bytes + 1343 * MIB)} (the peak "
+            f"{mm.format_bytes(instead.bytes)} + 1.41 GB reserved): fits, with "
+            f"{mm.format_bytes(fit.headroom_bytes)} to spare") in verdict
+
+
+def test_bf16_on_a_v100_that_does_not_fit_says_both_and_the_status_stays_1():
+    args = ("train", "llama-2-13b", "--seq", "512", "--gpu", "V100 32GB")
+    report = run_json(*args, status=1)
+    assert not report["verdict"]["fits"] and report["exit_status"] == 1
+    assert report["cannot_run_instead"]["precision"] == "mixed" and not report["cannot_run_instead"]["fits"]
+    text = " ".join(run(*args, check_status=1).stdout.split())
+    assert "does not fit: short by" in text and "nor could it run here: the V100 32GB (Volta" in text
+    assert "with --precision mixed instead: needs" in text and "does not fit either: short by" in text
+    assert "These changes keep the 'bf16' recipe, which the V100 32GB cannot run: add --precision mixed" in text
+
+
+def test_a_card_with_bf16_gets_no_recipe_warning():
+    report = run_json("train", "llama-2-7b", "--method", "qlora", "--seq", "512", "--gpu", "RTX 4090")
+    assert report["cannot_run"] is None and report["cannot_run_instead"] is None
+    assert "cannot run" not in run("train", "llama-2-7b", "--method", "qlora", "--seq", "512", "--gpu", "RTX 4090",
+                                   check_status=0).stdout
+
+
 def test_gpus_lists_the_catalog_with_the_drivers_memory():
     report = run_json("gpus")
     assert {r["name"]: r["memory_bytes"] for r in report["gpus"]} == {

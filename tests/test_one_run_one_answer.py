@@ -4,7 +4,10 @@ For a grid of runs (presets built in code and read from config fields, a config.
 finetuning, freezing, adapters, LoRA, QLoRA; pure bf16, AMP and mixed precision; ZeRO-3; checkpointing on and
 off), each entry point is given only what the grid sets, every other setting left to its own defaults; the
 parts, what the card must hold (memmath.requirement: the peak where modelled, else the sum), the verdict and the
-planner's changes must agree to the byte. Any default that drifts between them fails here.
+planner's changes must agree to the byte. Any default that drifts between them fails here. Lesson 8's own
+figures are held to the same number: its part table (the parts, then what the step's peak adds) adds to
+memmath.requirement, its chart's bars and ticks are each run's and each change's requirement, and on a card
+without bf16 its one verdict names the run it would train instead with the command line's figures.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ GRID = {
     "qwen3-0.6b, Houlsby adapters": dict(model="qwen3-0.6b", method="adapters", seq=512, gpu="T4"),
     "llama-2-13b, mixed precision on 2 GPUs without ZeRO": dict(model="llama-2-13b", precision="mixed", seq=512,
                                                                   gpus=2, gpu="H100 80GB"),
+    "llama-2-7b, QLoRA r8 on q, v on a V100 (no bf16: it would fit)": dict(
+        model="llama-2-7b", method="qlora", rank=8, targets=("q", "v"), seq=512, gpu="V100 32GB"),
 }
 
 
@@ -143,8 +148,8 @@ def _lesson(case, config_file, lesson_base):
     for var in controls:
         overrides.update({v: base[v] for v in owners[var] if v in base})
     overrides.update(controls)
-    _, defs = lessons.load_app(LESSON).run(defs=overrides)
-    return defs
+    outputs, defs = lessons.load_app(LESSON).run(defs=overrides)
+    return defs, lessons.plain_text(outputs)  # its names, and what the page shows as words
 
 
 @pytest.mark.parametrize("name", GRID)
@@ -152,7 +157,7 @@ def test_the_api_the_command_line_and_lesson_8_give_one_answer(name, config_file
     case = GRID[name]
     api = _api(case, config_file)
     status, report = _cli(case, config_file)
-    lesson = _lesson(case, config_file, lesson_base)
+    lesson, shown = _lesson(case, config_file, lesson_base)
     plan = lesson["plan"]
 
     # One run: every concrete setting the same, defaults included.
@@ -178,6 +183,57 @@ def test_the_api_the_command_line_and_lesson_8_give_one_answer(name, config_file
             [(s.change, s.total, s.fits) for s in api.changes] == [(s.change, s.total, s.fits) for s in plan.changes]
         for change in api.changes:
             assert change.total == mm.requirement(change.run).bytes
+    _lesson_figures_are_the_requirement(lesson, shown, api)
+    # A card without the recipe's arithmetic (pure bf16 on a T4 or V100): one warning, the same everywhere.
+    assert (report["cannot_run"] is None) == (api.cannot_run is None) == (lesson["instead_fit"] is None)
+    if api.cannot_run is not None:
+        instead = mm.requirement(api.run.replace(precision=api.cannot_run.instead))
+        other = report["cannot_run_instead"]
+        assert other["precision"] == api.cannot_run.instead and other["required_bytes"] == instead.bytes
+        assert other["basis"] == instead.basis.replace(" ", "_")
+        assert (other["fits"], other["headroom_bytes"]) == (lesson["instead_fit"].fits, lesson["instead_fit"].headroom_bytes)
+        assert lesson["instead_fit"].required_bytes == instead.bytes
+    else:
+        assert report["cannot_run_instead"] is None
+
+
+def _lesson_figures_are_the_requirement(lesson, shown, api):
+    """Lesson 8's part table, chart bars and chart ticks against memmath.requirement for the same runs."""
+    need = api.requirement
+    parts = {k: int(v) for k, v in api.memory.parts().items() if int(v)}
+    # The table: every part to the byte, then (where the basis is the peak) their sum and the peak minus the sum,
+    # and last what the card must hold, the requirement; the rows add to it.
+    frame = lesson["parts_frame"]
+    rows = list(zip(frame["part"], frame["bytes"]))
+    # ... as the page shows it: the requirement's row, to the byte, and the verdict's figure.
+    assert f"What the card must hold: {rows[-1][0].split(': ', 1)[1]} {need.bytes:,} " in shown
+    assert f"{mm.format_bytes(need.bytes)} on the GPU" in shown or f"{mm.format_bytes(need.bytes)} per GPU" in \
+        shown
+    assert [b for _, b in rows[:len(parts)]] == list(parts.values())
+    assert rows[-1][1] == need.bytes
+    if need.basis == "peak":
+        assert rows[len(parts)] == ("Sum of the parts", int(api.memory.total)) and len(rows) == len(parts) + 3
+        assert rows[-2][1] == need.bytes - int(api.memory.total)
+    else:
+        assert len(rows) == len(parts) + 1 and need.bytes == int(api.memory.total)
+    # The live chart: each bar's parts are its run's, plus what its peak adds above the sum; each tick is the
+    # requirement, for the run and for each change it draws (the changes table's totals).
+    bars, ticks = {}, {}
+    for row in (r for rows in lesson["bars_chart"].rows.values() for r in rows):
+        if "part" in row:
+            bars.setdefault(row["scenario"], {})[row["part"]] = row["bytes"]
+        elif str(row.get("what", "")).startswith("the card must hold"):
+            ticks[row["scenario"]] = row["bytes"]
+    drawn = {"your run": need, **{f"→ {s.change}": mm.requirement(s.run) for s in lesson["suggestions"][:4]}}
+    assert set(ticks) == set(bars) == set(drawn)
+    for name, each in drawn.items():
+        assert ticks[name] == each.bytes
+        stacked = dict(bars[name])
+        adds = stacked.pop("peak_adds", 0)
+        assert stacked == {k: int(v) for k, v in each.memory.parts().items() if int(v)}
+        assert adds == max(0, each.bytes - int(each.memory.total)) if each.basis == "peak" else adds == 0
+    for suggestion in lesson["suggestions"][:4]:
+        assert ticks[f"→ {suggestion.change}"] == suggestion.total
 
 
 def test_the_grid_covers_what_the_suite_promises():
@@ -188,6 +244,8 @@ def test_the_grid_covers_what_the_suite_promises():
     assert {c.get("method", "full") for c in cases} >= {"full", "freeze", "adapters", "lora", "qlora"}
     assert any(c.get("precision") == "amp" for c in cases) and any(c.get("zero") == 3 for c in cases)
     assert {bool(c.get("checkpointing")) for c in cases} == {True, False}
+    # Cards without bf16 (T4, V100: compute capability 7.x), the default recipe pure bf16 on them, fitting or not.
+    assert {c["gpu"] for c in cases if "precision" not in c} >= {"T4", "V100 32GB"}
 
 
 def test_a_preset_built_in_code_and_its_config_json_are_one_run(config_file):

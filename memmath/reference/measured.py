@@ -369,9 +369,9 @@ def case_method(row):
 
             return QLoRA(rank=_count(row, "lora_rank", high=2**16), targets=targets,
                          adapter_format=_text(row, "adapter_format"), quant_type=_text(row, "quant_type"),
-                         double_quant=_flag(row, "double_quant"), layout="bitsandbytes")
+                         double_quant=_flag(row, "double_quant"), layout="bitsandbytes", dropout=_lora_dropout(row))
         return LoRA(rank=_count(row, "lora_rank", high=2**16), targets=targets,
-                    adapter_format=_text(row, "adapter_format"))
+                    adapter_format=_text(row, "adapter_format"), dropout=_lora_dropout(row))
     if method == "houlsby":
         # validation/houlsby.py: two adapters per block in the model's dtype; only they train.
         from ..methods import Adapters
@@ -558,3 +558,31 @@ def load_measured_timelines(name: str = TIMELINE_FILE) -> list[dict]:
         rows.append({"row": row, "series": record["series"], "phases": record["phases"],
                      "peak_step2_bytes": record["peak_step2_bytes"]})
     return rows
+
+
+LORA_DROPOUT_FILE = "measured_lora_dropout.json"
+
+
+def _lora_dropout(row) -> float:
+    """peft's lora_dropout of a recorded case: its lora_dropout column (validation/lora_dropout.py), 0.0 for the
+    cases recorded before it (every other recorder builds LoraConfig(lora_dropout=0.0))."""
+    from ..methods import lora_dropout
+
+    value = row.get("lora_dropout") if hasattr(row, "get") else None
+    if value is None or (isinstance(value, float) and value != value):  # absent, or NaN in a mixed frame
+        return 0.0
+    return lora_dropout(value)
+
+
+def load_measured_lora_dropout(name: str = LORA_DROPOUT_FILE) -> pd.DataFrame:
+    """The cases of validation/lora_dropout.py (measured_lora_dropout.json), every one recorded after the
+    prediction code it tests (held out), with load_measured's columns and:
+
+    lora_dropout   peft's lora_dropout (0.05, 0.1) of the LoRA and QLoRA cases (predict_case builds
+                   LoRA(dropout=...) and, where quant_type is set, QLoRA(..., layout="bitsandbytes"))
+    master         True for mixed precision with fp32 master weights (precision "mixed"): a bf16 model whose
+                   optimizer steps fp32 copies of its 16-bit trainable tensors, built before the first step
+    master_weight_bytes  the bytes of those copies (memmath's master_weights)
+    group          "LoRA dropout", "QLoRA dropout" or "master weights"
+    """
+    return load_measured(name)
