@@ -124,7 +124,11 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
     if not isinstance(method, QLoRA):
         rank = method.rank if isinstance(method, LoRA) else SUGGESTED_RANK
         targets = method.targets if isinstance(method, LoRA) else SUGGESTED_TARGETS
-        yield (f"QLoRA rank {rank} on {', '.join(targets)}", run.replace(method=QLoRA(rank=rank, targets=targets)),
+        # From LoRA: the same adapters (rank, targets, dropout, format, vision tower) on a 4-bit base.
+        kept = dict(dropout=method.dropout, adapter_format=method.adapter_format, vision=method.vision) \
+            if isinstance(method, LoRA) else {}
+        yield (f"QLoRA rank {rank} on {', '.join(targets)}",
+               run.replace(method=QLoRA(rank=rank, targets=targets, **kept)),
                "4-bit NF4 base: weights are dequantized on the fly, so steps are slower (Dettmers et al. 2023)")
     if run.optimizer in ("adam", "adamw"):
         yield ("8-bit Adam", run.replace(optimizer="adam8bit"),

@@ -338,3 +338,12 @@ def test_trained_context_of_presets():
     assert mm.trained_context(mm.config_from_text(json.dumps(LLAMA_2_7B_CONFIG))) is None
     assert mm.trained_context(mm.config_from_text(json.dumps(LLAMA_2_7B_CONFIG)),
                               {**LLAMA_2_7B_CONFIG, "max_position_embeddings": 4096}) == 4096
+
+
+def test_the_qlora_change_keeps_the_lora_runs_adapters():
+    # A LoRA run with peft's lora_dropout 0.1 and bf16 adapters: "QLoRA" changes the base to 4 bits, nothing else.
+    run = mm.Run("llama-2-7b", method=mm.LoRA(rank=16, targets=("q", "k", "v", "o"), dropout=0.1,
+                                              adapter_format="bf16"))
+    [qlora] = [s for s in mm.suggest_changes(run, "RTX 4090") if s.change.startswith("QLoRA")]
+    assert (qlora.run.method.rank, qlora.run.method.targets, qlora.run.method.dropout,
+            qlora.run.method.adapter_format) == (16, ("q", "k", "v", "o"), 0.1, "bf16")
