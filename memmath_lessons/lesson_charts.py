@@ -16,21 +16,23 @@ from . import viz
 
 
 # ---- Lesson 1: weights and formats ---------------------------------------------------------------
-def format_bars(storage_formats):
+def format_bars(storage_formats, unit: str = "GB"):
     """Lesson 1's weights in each format (bars of weights and block scales, a total beside each), for a bound
-    chart (`base`: the rows of one model size)."""
+    chart (`base`: the rows of one model size, sizes in columns named `unit` and "total" + unit)."""
+    total = f"total{unit}"
+
     def draw(base):
         bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)),
+            x=alt.X(f"sum({unit}):Q", title=viz.memory_axis_title(unit), axis=alt.Axis(**viz.MEMORY_AXIS)),
             y=alt.Y("format:N", title=None, sort=storage_formats),
             color=alt.Color("part:N", title="Part", scale=viz.part_scale(["weights", "quantization_constants"])),
             order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.4~f")])
-        totals = base.transform_aggregate(GB="sum(GB)", totalGB="max(totalGB)", groupby=["format"])
+            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("part:N"), alt.Tooltip(f"{unit}:Q", format=",.4~f")])
+        totals = base.transform_aggregate(**{unit: f"sum({unit})", total: f"max({total})"}, groupby=["format"])
         text = totals.mark_text(align="left", dx=4, fontSize=11).encode(
-            x=alt.X("GB:Q"), y=alt.Y("format:N", sort=storage_formats), text=alt.Text("totalGB:Q", format=",.2f"))
+            x=alt.X(f"{unit}:Q"), y=alt.Y("format:N", sort=storage_formats), text=alt.Text(f"{total}:Q", format=",.2f"))
         # An invisible point past the longest bar stretches the axis, so its label has room.
-        room = totals.transform_joinaggregate(longest="max(GB)").transform_calculate(
+        room = totals.transform_joinaggregate(longest=f"max({unit})").transform_calculate(
             room="datum.longest * 1.2").mark_point(opacity=0).encode(x=alt.X("room:Q"))
         return (bars + text + room).properties(width=460, height=240)
 

@@ -219,7 +219,16 @@ def bound_live_chart(draw, *, title: str = "") -> LiveChart:
     `draw(base)` is the bound chart's own function: here `base` is `alt.Chart(rows)` of the rows that
     `update(rows, caption=...)` hands over. The chart is drawn as SVG, as the bound chart is (its
     numbers stay text), titled `title` over the caption line, and has no input of its own.
+
+    A chart whose drawing depends on a control too (the unit in its axis title): make it `live_chart()` and
+    give each update the drawing, `update(rows, draw=bound_live_draw(draw_for(unit), title=...), key=unit,
+    caption=...)`; it draws anew only when the key changes.
     """
+    return LiveChart(bound_live_draw(draw, title=title))
+
+
+def bound_live_draw(draw, *, title: str = ""):
+    """The frame -> chart function behind `bound_live_chart(draw, title=title)` (for `LiveChart.update(draw=...)`)."""
     if not callable(draw):
         raise TypeError(f"bound_live_chart takes the bound chart's draw(base) function; got {draw!r}")
     import altair as alt
@@ -238,7 +247,7 @@ def bound_live_chart(draw, *, title: str = "") -> LiveChart:
         chart["usermeta"] = {**usermeta, "embedOptions": {**usermeta.get("embedOptions", {}), "renderer": "svg"}}
         return chart
 
-    return LiveChart(_draw)
+    return _draw
 
 
 def frame_rows(frame) -> list[dict]:

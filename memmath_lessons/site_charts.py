@@ -19,10 +19,55 @@ import pandas as pd
 import memmath as mm
 
 from . import viz
-from .static_charts import Select, Slider, bound_chart, is_static_export
+from .static_charts import Select, Slider, bound_chart, bound_text, is_static_export
 
 __all__ = ["adapter_shares", "five_methods", "gpt2_activations", "is_static_export", "lora_methods",
-           "serving_sweep", "ten_layers_frozen"]
+           "serving_sweep", "ten_layers_frozen", "weights_sentence", "with_budget_sentence"]
+
+_PARAMS = "format(datum.n, ',.0f')"  # a parameter count as Python's f"{n:,}" writes it
+_GB_AND_GIB = "format(datum.{0}GB, ',.2f') + ' GB (' + format(datum.{0}GiB, ',.2f') + ' GiB)'"
+
+
+def with_budget_sentence(draw):
+    """Lesson 0: its `draw` (loading against one step, rows of one size in billions) with the sentence of its
+    callout under the bars, for the static chart's own slider (the callout says the frozen slider's size)."""
+    b = mm.bytes_per_parameter("bf16", "adam")  # 2 B weight + 2 B gradient + 4 B for Adam's two states
+
+    def draw_with_sentence(base):
+        pick = {f"{what}{unit}": f"datum.scenario === '{scenario}' ? datum.total{unit} : 0"
+                for what, scenario in (("load", "load"), ("step", "step")) for unit in ("GB", "GiB")}
+        one = base.transform_calculate(n="datum.billions * 1e9", **pick).transform_aggregate(
+            billions="max(billions)", n="max(n)", **{name: f"max({name})" for name in pick})
+        return alt.vconcat(draw(base), bound_text(one, [
+            f"datum.billions + ' billion parameters. Loading the weights: ' + {_PARAMS} + ' × {b['weights']:g} B (bf16)'",
+            f"'= ' + {_GB_AND_GIB.format('load')} + '. One step of full finetuning with Adam in pure bf16:'",
+            f"{_PARAMS} + ' × ({b['weights']:g} B weight + {b['gradients']:g} B gradient + {b['optimizer_states']:g} B "
+            "for Adam\\'s two states)'",
+            f"'= ' + {_GB_AND_GIB.format('step')} + ' before activations, ' + floor(datum.stepGB / datum.loadGB) "
+            "+ ' times what loading showed.'"], width=440))
+
+    return draw_with_sentence
+
+
+def with_weights_sentence(draw, weights_format: str):
+    """Lesson 1: its `draw` (weights in each format, the rows of one size position of viz.MODEL_SIZE_STEPS) with its
+    callout's sentence for `weights_format` under the bars, for the static chart's own slider."""
+    fmt = mm.get_format(weights_format)
+    counts = [int(round(b * 10**9)) for b in viz.MODEL_SIZE_STEPS]  # as the lesson's grid counts each position
+    names = {part: mm.PART_LABELS[part] for part in ("weights", "quantization_constants")}
+
+    def draw_with_sentence(base):
+        one = base.transform_filter(alt.datum.format == fmt.name).transform_calculate(
+            w=f"datum.part === '{names['weights']}' ? datum.GB : 0",
+            c=f"datum.part === '{names['quantization_constants']}' ? datum.GB : 0").transform_aggregate(
+            size="max(size)", w="sum(w)", c="sum(c)", total="max(totalGB)").transform_calculate(
+            n=f"{counts}[datum.size]", short=f"{[viz.short_count(n) for n in counts]}[datum.size]")
+        scales = " + (datum.c > 0 ? ', plus ' + format(datum.c, ',.2f') + ' GB of scales: ' + format(datum.total, ',.2f') + ' GB in all' : '')"
+        return alt.vconcat(draw(base), bound_text(one, [
+            f"{_PARAMS} + ' parameters (' + datum.short + ') × {fmt.bits} bits ÷ 8 = ' + format(datum.w, ',.2f') "
+            f"+ ' GB of weights in {fmt.name}'{scales} + '.'"], width=460))
+
+    return draw_with_sentence
 
 
 def gpt2_activations():
@@ -131,7 +176,7 @@ def adapter_shares(models: dict, bottlenecks, houlsby_share: float):
 
 def lora_methods(target_sets: dict):
     """Lesson 6: Llama-2-7B under full finetuning, LoRA and QLoRA for every rank and set of matrices
-    ({menu name: targets}, four of them), pure bf16, AdamW, batch 4 x 512 tokens."""
+    ({menu name: targets}, four of them), pure bf16 with peft's fp32 adapters, AdamW, batch 4 x 512 tokens."""
     ranks, run_args, rows = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256]), dict(batch_size=4, seq_len=512), []
     short = dict(zip(target_sets.values(), ("q, v", "q, k, v, o", "MLP", "all linear")))
     for targets, label in short.items():
@@ -167,7 +212,7 @@ def lora_methods(target_sets: dict):
 
     return viz.chart_output(bound_chart(grid, [Select("rank", "Rank r", value=8, radio=True),
                                                Select("matrices", "Adapted matrices")],
-                                        draw, title="Llama-2-7B, pure bf16, AdamW, batch 4 x 512 tokens"))
+                                        draw, title="Llama-2-7B, pure bf16 base, fp32 adapters (peft's default), AdamW, batch 4 x 512 tokens"))
 
 
 def serving_sweep():

@@ -173,6 +173,23 @@ def bound_chart(grid: pd.DataFrame, controls: Sequence[Slider | Select], draw: C
     return chart
 
 
+def bound_text(one_row, lines: Sequence[str], *, width: int = 460, font_size: int = 12):
+    """Lines of text that a bound chart's inputs rewrite: the sentence under a chart follows its slider.
+
+    `one_row`: the filtered base (`draw`'s `base`), transformed to the one row the sentence reads (an
+    aggregate). `lines`: Vega expressions over that row (`datum.GB`), one per line, e.g.
+    `"format(datum.GB, ',.2f') + ' GB'"`. Put the block under the chart in `draw`
+    (`alt.vconcat(chart, bound_text(...))`): the text is part of the chart, so the page never shows a
+    number that the chart's inputs have left behind.
+    """
+    if not lines:
+        raise ValueError("bound_text needs at least one line (a Vega expression)")
+    line_height = round(font_size * 1.45)
+    return one_row.transform_calculate(__lines="[" + ", ".join(lines) + "]").mark_text(
+        align="left", baseline="top", x=0, y=0, fontSize=font_size, lineHeight=line_height,
+    ).encode(text=alt.Text("__lines:N")).properties(width=width, height=line_height * len(lines))
+
+
 def live_only_notice(text: str | None = None, href: str = LIVE_WORKBOOK_HREF):
     """A callout that the marimo controls beside it need the live workbook, shown only in the static site.
 

@@ -247,10 +247,15 @@ def lesson_link(stem: str, text: str | None = None) -> str:
 def short_count(n) -> str:
     """A parameter count for labels: '124M', '6.74B', '1.20T' (10^6, 10^9, 10^12; three significant digits)."""
     n = int(n)
-    for size, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+    steps = ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K"))
+    for index, (size, suffix) in enumerate(steps):
         if n >= size:
             value = n / size
-            return f"{value:.3g}{suffix}" if value < 1000 else f"{value:,.0f}{suffix}"
+            if value >= 1000 and index == 0:
+                return f"{value:,.0f}{suffix}"
+            if float(f"{value:.3g}") >= 1000:  # 999,885,952 rounds to 1,000M: say 1.00B (three digits), not 1e+03M
+                return f"{n / steps[index - 1][0]:#.3g}{steps[index - 1][1]}"
+            return f"{value:.3g}{suffix}"
     return f"{n:,}"
 
 
@@ -272,6 +277,36 @@ def model_size_controls(value: float = 7):
     options = {NO_PRESET: None} | {f"{k} ({short_count(s.n_params)} parameters)": k for k, s in PRESETS.items()}
     preset_dropdown = mo.ui.dropdown(options=options, value=NO_PRESET, label="or a published model (overrides the slider)")
     return params_slider, preset_dropdown
+
+
+# What a menu shows for each of memmath's precision recipes and optimizers (their descriptions say more):
+# a learner reads "mixed + fp32 gradient accumulation", never the code name mixed_fp32_grads.
+RECIPE_NAMES = {"fp32": "fp32", "bf16": "pure bf16", "fp16": "pure fp16", "amp": "PyTorch AMP",
+                "mixed": "mixed precision (ZeRO)", "mixed_fp32_grads": "mixed + fp32 gradient accumulation"}
+OPTIMIZER_NAMES = {"sgd": "SGD", "sgd_momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
+                   "adam_amsgrad": "Adam (amsgrad)", "adamw_amsgrad": "AdamW (amsgrad)", "adam8bit": "8-bit Adam",
+                   "adafactor": "Adafactor"}
+
+
+def recipe_menu(names=None) -> dict[str, str]:
+    """{what a learner reads: memmath's recipe name} for a dropdown, for `names` (default: every recipe)."""
+    from memmath.recipes import RECIPES
+
+    return {_menu_name(RECIPE_NAMES, RECIPES, n): n for n in (names if names is not None else RECIPES)}
+
+
+def optimizer_menu(names=None) -> dict[str, str]:
+    """{what a learner reads: memmath's optimizer name} for a dropdown, for `names` (default: every optimizer)."""
+    from memmath.recipes import OPTIMIZERS
+
+    return {_menu_name(OPTIMIZER_NAMES, OPTIMIZERS, n): n for n in (names if names is not None else OPTIMIZERS)}
+
+
+def _menu_name(names: dict, known: dict, name: str) -> str:
+    if name not in known:
+        raise ValueError(f"{name!r} is not one of memmath's: {', '.join(known)}")
+    # A recipe or optimizer added to memmath without a name here shows its description's first words.
+    return names.get(name) or known[name].description.split(":")[0]
 
 
 def model_choice(billions, preset):

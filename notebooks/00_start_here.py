@@ -15,6 +15,8 @@ def _(mo, viz):
     mo.md(f"""
     # {viz.LESSONS["00_start_here"]}
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     You are not really doing AI, the running joke goes, until you have seen `RuntimeError: CUDA out of
     memory`. The article this workbook follows starts there: running out of memory is how people
     find out that their plan did not count what the model needs, so **do the accounting before the
@@ -33,11 +35,11 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath_lessons import viz
+    from memmath_lessons import site_charts, viz
     from memmath_lessons.live_chart import bound_live_chart
     from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
 
-    return Slider, alt, bound_chart, bound_live_chart, is_static_export, live_only_notice, mm, mo, pd, viz
+    return Slider, alt, bound_chart, bound_live_chart, is_static_export, live_only_notice, mm, mo, pd, site_charts, viz
 
 
 @app.cell
@@ -50,7 +52,7 @@ def _(live_only_notice, mo):
 
 
 @app.cell
-def _(Slider, alt, bound_chart, bound_live_chart, demo_grid, is_static_export, mo, viz):
+def _(Slider, alt, bound_chart, bound_live_chart, demo_grid, is_static_export, mo, site_charts, viz):
     def _draw(base):
         _parts = ["weights", "gradients", "optimizer_states"]
         _names = "{'load': 'Loading the weights', 'step': 'One training step'}[datum.value]"
@@ -78,15 +80,17 @@ def _(Slider, alt, bound_chart, bound_live_chart, demo_grid, is_static_export, m
     # site, where that slider is frozen, the chart carries its own slider over numbers computed in advance.
     demo_chart = None if is_static_export() else bound_live_chart(_draw, title=_title)
     _about = ("The chart below draws the same two budgets for every position of its own slider, from numbers "
-              "computed in advance (its bars are labelled in GB and in GiB). Its slider keeps working in this "
-              "static copy of the lesson, where the controls above are frozen.")
+              "computed in advance (its bars are labelled in GB and in GiB), and says them under the bars. Its "
+              "slider keeps working in this static copy of the lesson, where the controls above are frozen.")
     (demo_chart if demo_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
-        demo_grid, [Slider("billions", "Parameters (billions)", value=7)], _draw, title=_title))]))
+        # Under the bars, the callout's sentence for the chart's own slider (the callout follows the frozen one).
+        demo_grid, [Slider("billions", "Parameters (billions)", value=7)], site_charts.with_budget_sentence(_draw),
+        title=_title))]))
     return (demo_chart,)
 
 
 @app.cell(hide_code=True)
-def _(demo_chart, demo_grid, demo_params_slider, mm, mo, unit_radio):
+def _(demo_chart, demo_grid, demo_params_slider, is_static_export, mm, mo, unit_radio):
     # The one cell the size slider re-runs: the two budgets, the chart's rows, the sentence that says them.
     _billions, _unit = demo_params_slider.value, unit_radio.value
     demo_params = _billions * 10**9
@@ -95,8 +99,9 @@ def _(demo_chart, demo_grid, demo_params_slider, mm, mo, unit_radio):
     if demo_chart is not None:
         demo_chart.update(demo_grid[demo_grid["billions"] == _billions], caption=f"Parameters (billions): {_billions}")
     _b = mm.bytes_per_parameter("bf16", "adam")
+    # The static page says this under its chart, for the chart's own slider: this slider is frozen there.
     mo.vstack([
-        mo.callout(mo.md(f"""
+        mo.md("") if is_static_export() else mo.callout(mo.md(f"""
         **{_billions} billion parameters.** Loading the weights:
         {demo_params:,} × {_b["weights"]:g} B (bf16) = **{mm.format_bytes(demo_weights, _unit)}**.
         One step of full finetuning with Adam in pure bf16:

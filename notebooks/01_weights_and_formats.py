@@ -15,6 +15,8 @@ def _(mo):
     mo.md(r"""
     # Weights and number formats
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     A model is a long list of numbers, its weights (also called parameters), and every one of them has
     to sit in the GPU's memory before the model can answer or learn anything. The article states the rule
     this whole workbook carries forward: **the bytes needed per parameter set the weight memory, and the
@@ -35,53 +37,57 @@ def _():
 
     import memmath as mm
     from memmath.reference import literature
-    from memmath_lessons import lesson_charts, viz
-    from memmath_lessons.live_chart import bound_live_chart, live_chart
+    from memmath_lessons import lesson_charts, site_charts, viz
+    from memmath_lessons.live_chart import bound_live_draw, live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
 
-    return (alt, bound_chart, bound_live_chart, is_static_export, lesson_charts, literature, live_chart, live_html,
-            live_only_notice, mm, mo, np, pd, Slider, viz)
+    return (alt, bound_chart, bound_live_draw, is_static_export, lesson_charts, literature, live_chart, live_html,
+            live_only_notice, mm, mo, np, pd, site_charts, Slider, viz)
 
 
 @app.cell
 def _(live_only_notice, mo, viz):
     params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
+    START_FORMAT = "bf16"  # the format the page opens on (the static page's sentence says it)
     format_dropdown = mo.ui.dropdown(
-        options=["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"], value="bf16",
+        options=["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nf4"], value=START_FORMAT,
         label="Format of the weights")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
     mo.vstack([live_only_notice(), mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
                mo.hstack([format_dropdown, unit_radio], justify="start", gap=2)])
-    return format_dropdown, params_slider, preset_dropdown, unit_radio
+    return START_FORMAT, format_dropdown, params_slider, preset_dropdown, unit_radio
 
 
 @app.cell(hide_code=True)
-def _(bound_chart, bound_live_chart, formats_grid, is_static_export, lesson_charts, live_html, mo, Slider,
-      STORAGE_FORMATS, viz):
-    _draw = lesson_charts.format_bars(STORAGE_FORMATS)  # the bars, a total beside each
-    _title = "Weights in each format (GB), with the scales of the block formats"
-    # One control per quantity. Live, the size above (slider or preset) moves this chart: drawn once here (this
-    # cell reads no control), the next cell sends it the rows of that size. In the static site, where those are
-    # frozen, the chart carries its own slider over every size the slider offers.
-    formats_chart = None if is_static_export() else bound_live_chart(_draw, title=_title)
-    _about = ("The same sizes in every format, side by side: drag the slider under the chart. Its bars are "
-              "computed in advance for every size the slider above offers, so this slider keeps working in "
-              "this static copy of the page, where the controls above are frozen.")
+def _(bound_chart, formats_grid, is_static_export, lesson_charts, live_chart, live_html, mo, site_charts, Slider,
+      START_FORMAT, STORAGE_FORMATS, viz):
+    # One control per quantity. Live, the size above (slider or preset) and the unit move this chart: drawn here
+    # (this cell reads no control), the next cell sends it the rows of that size in that unit. In the static site,
+    # where those are frozen, the chart carries its own slider over every size the slider offers, in GB.
+    formats_chart = None if is_static_export() else live_chart()
+    _about = ("The same sizes in every format, side by side: drag the slider under the chart. Its bars, and the "
+              f"sentence under them for {START_FORMAT}, the format the menu above is set to, are computed in "
+              "advance for every size the slider above offers, so this slider keeps working in this static copy "
+              "of the page, where the controls above are frozen.")
     _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
-    # The number with its recipe, in the callout under the chart: the next cell fills it on every move.
+    # The number with its recipe, in the callout under the chart: the next cell fills it on every move. The
+    # static page says it under its chart instead, for the chart's own slider (the callout's size is frozen there).
     number_view = live_html()
     mo.vstack([formats_chart if formats_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
         formats_grid, [Slider("size", "Model size", value=viz.MODEL_SIZE_STEPS.index(7), labels=_sizes, show_value=False)],
-        _draw, title=_title))]), mo.callout(number_view, kind="info"),
+        site_charts.with_weights_sentence(lesson_charts.format_bars(STORAGE_FORMATS), START_FORMAT),
+        title="Weights in each format (GB), with the scales of the block formats"))]),
+        mo.md("") if formats_chart is None else mo.callout(number_view, kind="info"),
         mo.md("**Takeaway:** weight memory = parameters × bits per parameter ÷ 8. Halve the bits and you halve "
               "the memory; the number of parameters stays what it is.")], gap=1.25)
     return formats_chart, number_view
 
 
 @app.cell(hide_code=True)
-def _(cards_chart, cards_table_view, cards_verdict_view, context_checkbox, format_dropdown, formats_chart,
-      lesson_charts, mm, mo, number_view, params_slider, pd, preset_dropdown, STORAGE_FORMATS, unit_radio, viz):
+def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, context_checkbox, format_dropdown,
+      formats_chart, lesson_charts, mm, mo, number_view, params_slider, pd, preset_dropdown, STORAGE_FORMATS,
+      unit_radio, viz):
     # The one cell the size, the format, the unit and the box re-run (every re-run cell costs marimo ~6-10 ms): the
     # number with its recipe, the format chart's rows, and the cards' verdicts, chart and table further down, all
     # into live views, so it shows nothing itself.
@@ -95,23 +101,43 @@ def _(cards_chart, cards_table_view, cards_verdict_view, context_checkbox, forma
     weight_bytes = stored.weights + stored.quantization_constants
     if formats_chart is not None:
         _rows = []
-        for _name in STORAGE_FORMATS:  # the grid's rows, for the size chosen above
+        for _name in STORAGE_FORMATS:  # the grid's rows, for the size chosen above, in the chosen unit
             _stored = mm.inference_memory(n_params, weights_format=_name)
             _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
             for _order, _part in enumerate(("weights", "quantization_constants")):
                 if getattr(_stored, _part):
                     _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
-                                  "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
-                                  "totalGB": round(mm.to_unit(_total, "GB"), 2)})
-        formats_chart.update(pd.DataFrame(_rows), caption=f"Model size: {viz.short_count(n_params)} parameters")
+                                  unit: round(mm.to_unit(getattr(_stored, _part), unit), 4),
+                                  f"total{unit}": round(mm.to_unit(_total, unit), 2)})
+        # A new unit draws the chart anew (its axis title and title); a new size sends only the rows.
+        formats_chart.update(pd.DataFrame(_rows), key=unit, caption=f"Model size: {viz.short_count(n_params)} parameters",
+                             draw=bound_live_draw(lesson_charts.format_bars(STORAGE_FORMATS, unit),
+                                                  title=f"Weights in each format ({unit}), with the scales of the block formats"))
     _which = f"**{preset}**:" if preset else "A model of"
     _how = ("one 8-bit scale per 64 values and one fp32 scale per 256 of those: QLoRA's double quantization"
             if weights_format.name == "nf4" else "one fp32 scale per 64 values")
     _scales = (f", plus {mm.format_bytes(stored.quantization_constants, unit)} of scales ({_how}): "
                f"**{mm.format_bytes(weight_bytes, unit)}** in all" if stored.quantization_constants else "")
+    # A published model in an integer format has a second size: transformers' bitsandbytes integration converts
+    # only nn.Linear layers (integrations/bitsandbytes.py, replace_with_bnb_linear), as lesson 7 and `memmath infer`
+    # count it; the figure above puts every weight in the format.
+    _loaded = ""
+    if preset and weights_format.kind != "float":
+        _bnb = mm.inference_memory(preset, weights_format=weights_format.name)
+        _loaded = (f" That is with **every weight** in {weights_format.name}. Loaded through transformers with "
+                   f"bitsandbytes, which converts only the `nn.Linear` layers ({_bnb.weights_layout}), it takes "
+                   f"**{mm.format_bytes(_bnb.weights + _bnb.quantization_constants, unit)}**: the size "
+                   f"{viz.lesson_link('07_inference', 'lesson 7')} and `memmath infer` give.")
+    # A mixture of experts: a token passes through a few experts (memmath's active_params), but all of them are stored.
+    _shape = mm.resolve_model(preset) if preset else None
+    _experts = ("" if _shape is None or not _shape.n_experts else
+                f" {preset} is a mixture of experts: each token passes through **{_shape.active_params:,} parameters "
+                f"({viz.short_count(_shape.active_params)})**, {_shape.experts_per_tok} of the {_shape.n_experts} "
+                f"experts of each layer and the parts every token uses, but every expert's weights sit in memory, so "
+                f"the weights above count all {n_params:,}.")
     number_view.update(mo.md(f"""
     {_which} {n_params:,} parameters ({viz.short_count(n_params)}) × {weights_format.bits} bits ÷ 8
-    = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}.
+    = **{mm.format_bytes(stored.weights, unit)}** of weights in {weights_format.name}{_scales}.{_loaded}{_experts}
     """))
 
     # The cards (the GPU section further down): the verdict per card, its chart and its table, into the views there.
@@ -396,6 +422,8 @@ def _(mm):
     answer_13b_nf4 = mm.get_format("nf4").bytes_for(_n13) + mm.quant_constant_bytes(_n13, double_quant=False)
     _nf4_dq = mm.inference_memory(_n13, weights_format="nf4")  # QLoRA's double quantization
     answer_13b_nf4_dq = _nf4_dq.weights + _nf4_dq.quantization_constants
+    _loaded = mm.inference_memory("llama-2-13b", weights_format="nf4")  # nn.Linear only, as transformers + bitsandbytes
+    answer_13b_nf4_loaded = _loaded.weights + _loaded.quantization_constants
     answer_4090_max_params = mm.GPUS["RTX 4090"].memory_bytes * 8 // mm.get_format("bf16").bits
     answer_fp16_70k = mm.round_to_format(70_000, "fp16")
     answer_bf16_70k = mm.round_to_format(70_000, "bf16")
@@ -403,14 +431,15 @@ def _(mm):
     answer_int8_scaled = mm.round_to_format(0.1, "int8", scale=mm.absmax_scale("int8", 1.0))
     answer_int8_steps = round(answer_int8_scaled / mm.absmax_scale("int8", 1.0))
     answer_bf16_step_70k = mm.float_step("bf16", 70_000)
-    return (answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_4090_max_params, answer_bf16_70k,
+    return (answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_13b_nf4_loaded, answer_4090_max_params,
+            answer_bf16_70k,
             answer_bf16_step_70k, answer_fp16_70k, answer_int8_scaled, answer_int8_steps, answer_int8_unscaled)
 
 
 @app.cell(hide_code=True)
-def _(answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_4090_max_params, answer_bf16_70k,
-      answer_bf16_step_70k, answer_fp16_70k, answer_int8_scaled, answer_int8_steps, answer_int8_unscaled, mm, mo,
-      viz):
+def _(answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_13b_nf4_loaded, answer_4090_max_params,
+      answer_bf16_70k, answer_bf16_step_70k, answer_fp16_70k, answer_int8_scaled, answer_int8_steps,
+      answer_int8_unscaled, mm, mo, viz):
     _n13 = mm.PRESETS["llama-2-13b"].n_params
     _bf16, _nf4 = mm.get_format("bf16"), mm.get_format("nf4")
     _scale_bytes = mm.quant_constant_bytes(64, double_quant=False)
@@ -422,7 +451,10 @@ def _(answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_4090_max_params
             f"bf16: {_n13:,} × {_bf16.bytes:g} B = {mm.format_bytes(answer_13b_bf16)}. nf4: {_nf4.bytes:g} B each "
             f"plus {_scale_bytes} B per 64 weights = {mm.format_bytes(answer_13b_nf4)}, about "
             f"{answer_13b_bf16 / answer_13b_nf4:.1f} times less. QLoRA's double quantization stores those scales "
-            f"in 8 bits (plus one fp32 per 256 of them): {mm.format_bytes(answer_13b_nf4_dq)}.")}),
+            f"in 8 bits (plus one fp32 per 256 of them): {mm.format_bytes(answer_13b_nf4_dq)}, with every weight in "
+            f"nf4. Loaded through transformers with bitsandbytes, only the linear layers become nf4 and the "
+            f"embeddings, norms and output head stay in bf16: {mm.format_bytes(answer_13b_nf4_loaded)}, the size "
+            f"{viz.lesson_link('07_inference', 'lesson 7')} gives.")}),
         mo.md("**2.** An RTX 4090 is sold as 24 GB. What is the largest model whose bf16 weights fit in the "
               "memory its driver reports (ignoring everything else)?"),
         mo.accordion({"Answer": mo.md(

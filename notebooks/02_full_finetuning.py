@@ -15,6 +15,8 @@ def _(article_run, mm, mo, viz):
     mo.md(f"""
     # Full finetuning: gradients and optimizer states
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     The obvious way to adjust a pre-trained model is to let every weight move: **full finetuning**.
     The article's claim: for a 7B model in a 16-bit format it adds up to about
     **{mm.format_bytes(article_run.without_activations)}** before activations are counted, more than most
@@ -50,14 +52,13 @@ def _():
 @app.cell
 def _(live_only_notice, mm, mo, viz):
     params_slider, preset_dropdown = viz.model_size_controls()  # 100M to 1T, or a published model
+    # {what a learner reads: memmath's name} (viz.RECIPE_NAMES, viz.OPTIMIZER_NAMES): no code name in a menu.
     precision_dropdown = mo.ui.dropdown(
-        options={"pure bf16": "bf16", "pure fp16": "fp16", "fp32": "fp32", "PyTorch AMP": "amp",
-                 "mixed precision (ZeRO)": "mixed", "mixed + fp32 gradient accumulation": "mixed_fp32_grads"},
-        value="pure bf16", label="Precision recipe")
+        options=viz.recipe_menu(["bf16", "fp16", "fp32", "amp", "mixed", "mixed_fp32_grads"]),
+        value=viz.RECIPE_NAMES["bf16"], label="Precision recipe")
     optimizer_dropdown = mo.ui.dropdown(
-        options={"SGD": "sgd", "SGD with momentum": "sgd_momentum", "Adam": "adam", "AdamW": "adamw",
-                 "8-bit Adam": "adam8bit", "Adafactor": "adafactor"},
-        value="Adam", label="Optimizer")
+        options=viz.optimizer_menu(["sgd", "sgd_momentum", "adam", "adamw", "adam8bit", "adafactor"]),
+        value=viz.OPTIMIZER_NAMES["adam"], label="Optimizer")
     gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
     mo.vstack([live_only_notice(), mo.hstack([params_slider, preset_dropdown], justify="start", gap=2),
@@ -105,13 +106,10 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
     published_view.update(_shown, caption=f"For {viz.short_count(n_params)} parameters:",
                           wrapped_columns=["what it counts", "source"])
     _rows = []
-    # The menu's names (amsgrad variants are not in the menu: named here the same way).
-    _menu_names = {v: k for k, v in optimizer_dropdown.options.items()} | {"adam_amsgrad": "Adam (amsgrad)",
-                                                                           "adamw_amsgrad": "AdamW (amsgrad)"}
-    for _name, _opt in mm.OPTIMIZERS.items():
+    for _name, _opt in mm.OPTIMIZERS.items():  # every optimizer, named as the menus name them (amsgrad ones too)
         _r = mm.training_memory(model, seq_len=None, precision=precision, optimizer=_name)
         _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
-        _rows.append({"optimizer": _menu_names.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
+        _rows.append({"optimizer": viz.OPTIMIZER_NAMES.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
                       "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
                       f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu, reserved_bytes=0).fits else "no",
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
@@ -328,7 +326,7 @@ def _(mm, mo, pd, reference, viz):
             _predicted = reference.predict_case(_case)  # the matching memmath.training_memory(...) call
             for _part, _column in (("weights", "param_bytes"), ("gradients", "grad_bytes"),
                                    ("optimizer_states", "optimizer_state_bytes")):
-                _rows.append({"precision": _case["precision"], "optimizer": _case["optimizer"],
+                _rows.append({"precision": _case["precision"], "optimizer": viz.OPTIMIZER_NAMES.get(_case["optimizer"], _case["optimizer"]),
                               "part": mm.PART_LABELS[_part], "measured by PyTorch (B)": int(_case[_column]),
                               "memmath (B)": int(getattr(_predicted, _part)),
                               "B per parameter": round(int(_case[_column]) / int(_case["total_params"]), 4)})
@@ -379,12 +377,12 @@ def _(mm, mo, pd, reference, viz):
 
 
 @app.cell
-def _(mm, pd):
+def _(mm, pd, viz):
     # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB. Recipes
     # travel as their short names and sizes as positions 0-10 (the page carries every byte of the grid).
     RECIPE_NAMES = {"bf16": "pure bf16", "fp32": "fp32", "amp": "PyTorch AMP", "mixed": "mixed (ZeRO)",
                     "mixed_fp32_grads": "mixed + fp32 accumulation"}
-    OPTIMIZER_NAMES = {"adam": "Adam", "sgd": "SGD", "sgd_momentum": "SGD with momentum", "adam8bit": "8-bit Adam"}
+    OPTIMIZER_NAMES = {_o: viz.OPTIMIZER_NAMES[_o] for _o in ("adam", "sgd", "sgd_momentum", "adam8bit")}
     RECIPE_SIZES = (0.1, 0.35, 1, 3, 7, 13, 34, 70, 175, 405, 1000)  # billions of parameters
     _rows = []
     for _position, _billions in enumerate(RECIPE_SIZES):

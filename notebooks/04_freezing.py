@@ -15,6 +15,8 @@ def _(mo, viz):
     mo.md(f"""
     # Partial finetuning: freezing layers
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     **The claim.** Instead of letting every weight move, as
     {viz.lesson_link("02_full_finetuning", "full finetuning")} does, train only some and **freeze** the rest:
     a frozen parameter keeps its value for the whole run. Picture a model of ten layers: freeze the first
@@ -64,7 +66,7 @@ def _(get_frozen, layers_slider, live_only_notice, mo, set_frozen):
     frozen_slider = mo.ui.slider(0, layers_slider.value, value=min(_wanted, layers_slider.value), show_value=True,
                                  label="Frozen layers f (the first ones)", on_change=set_frozen)
     _why = (mo.md(f"*Frozen layers shows {layers_slider.value}, not your {_wanted}: a model of "
-                  f"{layers_slider.value} layers has no more to freeze. Add layers and it goes back to {_wanted}.*")
+                  f"{layers_slider.value} layer{'' if layers_slider.value == 1 else 's'} has no more to freeze. Add layers and it goes back to {_wanted}.*")
             if _wanted > layers_slider.value else mo.md(""))
     mo.vstack([live_only_notice(), frozen_slider, _why])
     return (frozen_slider,)
@@ -82,13 +84,21 @@ def _(frozen_slider, layers_chart, layers_slider, lesson_charts, mm, mo, params_
     n_params, n_layers, n_frozen = round(params_slider.value * 10**9), layers_slider.value, frozen_slider.value
     equal_model = mm.uniform_model(n_params, n_layers, name=f"{n_layers} equal layers")
     equal_full = mm.training_memory(equal_model, seq_len=None, precision="bf16", optimizer="adam")
-    equal_frozen = mm.training_memory(equal_model, seq_len=None, precision="bf16", optimizer="adam",
-                                      method=mm.Freeze(frozen_layers=n_frozen))
+    # N // L parameters in each layer; the N mod L left over sit outside the layers (memmath.uniform_model: as its
+    # "embeddings", which Freeze keeps frozen). With no layer frozen every parameter trains: full finetuning.
+    _per_layer, _left_over = divmod(n_params, n_layers)
+    equal_frozen = (equal_full if n_frozen == 0 else mm.training_memory(
+        equal_model, seq_len=None, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=n_frozen)))
     _bpp = mm.bytes_per_parameter("bf16", "adam")
     _w, _g, _o = _bpp["weights"], _bpp["gradients"], _bpp["optimizer_states"]
     _trainable = equal_frozen.trainable_params
     _saved = equal_full.total - equal_frozen.total
     _frozen_text = "With no layer frozen" if n_frozen == 0 else f"With {n_frozen} of {n_layers} layers frozen"
+    _split = "" if not _left_over else (
+        f". {n_params:,} does not split into {n_layers} equal layers: each holds {_per_layer:,} and the "
+        f"{_left_over:,} left over sit outside them, " + (
+            f"frozen with the frozen layers, so {n_layers - n_frozen} × {_per_layer:,} = {_trainable:,} train"
+            if n_frozen else "training with every layer when none is frozen"))
     _saving = ("the same as full finetuning: freeze some layers to see what it saves" if n_frozen == 0 else
                f"against {mm.format_bytes(equal_full.total, unit)} for full finetuning: "
                f"**{mm.format_bytes(_saved, unit)} saved**")
@@ -104,8 +114,8 @@ def _(frozen_slider, layers_chart, layers_slider, lesson_charts, mm, mo, params_
     layers_chart.update(_frame, draw=lesson_charts.frozen_layers(unit), key=unit, every=-(-n_layers // 12))
     mo.md(f"""
     **The number.** {_frozen_text}, **{_trainable:,} of {n_params:,} parameters train:
-    {equal_frozen.trainable_fraction:.1%}**, the share (L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}. The article's ten
-    layers with nine frozen give 10%. In memory, before activations, in pure 16-bit with Adam (the article's
+    {equal_frozen.trainable_fraction:.1%}**, the share (L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}{_split}. The
+    article's ten layers with nine frozen give 10%. In memory, before activations, in pure 16-bit with Adam (the article's
     recipe): every weight costs {_w:g} B whether it trains or not, and each trainable one adds a {_g:g} B gradient
     and {_o:g} B of Adam states, so {n_params:,} × {_w:g} B + {_trainable:,} × ({_g:g} + {_o:g}) B =
     **{mm.format_bytes(equal_frozen.total, unit)}**, {_saving}. The {mm.format_bytes(equal_frozen.weights, unit)}

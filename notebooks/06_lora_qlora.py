@@ -15,6 +15,8 @@ def _(live_only_notice, mo, time_lora_merge, viz):
     _text = mo.md(rf"""
     # LoRA and QLoRA: a low-rank update on a 4-bit base
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     **The claim.** Parameter-efficient finetuning trains far fewer parameters than full finetuning,
     and that is what lets it run on affordable hardware (the article). **LoRA** (Hu et al. 2021)
     does it without the price {viz.lesson_link("05_adapters", "lesson 5")}'s adapters pay on every
@@ -105,14 +107,17 @@ def _(matrix_view, mm, mo, model_dropdown, number_view, pd, rank_slider, targets
     | QLoRA r = {rank} | {_gb(_qlora.weights + _qlora.quantization_constants)} (NF4 + constants) | {_gb(_qlora.trainable_state)} | **{_gb(_qlora.without_activations)}** |
     """))
     matrix_view.update(matrix_table, caption=f"{model_label}, per block:")
+    # The share of this run, as the number above gives it, and at twice the rank (the count is linear in r).
     _share = lora_trainable / shape.n_params
-    _share_words = "a fraction of a percent" if _share < 0.01 else f"{_share:.1%}"
+    _doubled = mm.LoRA(rank=2 * rank, targets=targets).trainable_params(shape) / shape.n_params
+    _share_words = f"{_share:.3%}" + (", a fraction of a percent," if _share < 0.01 else "")
     mo.callout(mo.md(f"""
-    **The takeaway.** The adapters are {_share_words} of the model, and the gradients and optimizer
-    states shrink with them: full finetuning's {_gb(_full.trainable_state)} of them become
-    {_gb(_lora.trainable_state)}. What is left is the frozen base: QLoRA's 4 bits cut the weights from
-    {_gb(_lora.weights)} to {_gb(_qlora.weights + _qlora.quantization_constants)} (constants and adapters
-    included). Doubling r doubles the adapters and still leaves them small.
+    **The takeaway.** At r = {rank} on {", ".join(targets)} the adapters are {_share_words} of the model's
+    parameters, and the gradients and optimizer states shrink with them: full finetuning's
+    {_gb(_full.trainable_state)} of them become {_gb(_lora.trainable_state)} (fp32 adapters on the bf16 base).
+    What is left is the frozen base: QLoRA's 4 bits cut the weights from {_gb(_lora.weights)} to
+    {_gb(_qlora.weights + _qlora.quantization_constants)} (constants and adapters included). Doubling r doubles
+    the adapters: r = {2 * rank} would train {_doubled:.3%}.
     """), kind="info")
     return lora_trainable, model_label, rank, shape, targets
 
@@ -299,9 +304,10 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
 
 
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo):
-    precision_dropdown = mo.ui.dropdown(options=list(mm.RECIPES), value="bf16", label="Precision recipe")
-    optimizer_dropdown = mo.ui.dropdown(options=list(mm.OPTIMIZERS), value="adamw", label="Optimizer")
+def _(live_only_notice, mm, mo, viz):
+    # {what a learner reads: memmath's name}, every recipe and optimizer memmath knows.
+    precision_dropdown = mo.ui.dropdown(options=viz.recipe_menu(), value=viz.RECIPE_NAMES["bf16"], label="Precision recipe")
+    optimizer_dropdown = mo.ui.dropdown(options=viz.optimizer_menu(), value=viz.OPTIMIZER_NAMES["adamw"], label="Optimizer")
     adapter_format_radio = mo.ui.radio(options={"fp32 (peft's default)": "fp32", "same as the base weights": None},
                                        value="fp32 (peft's default)", label="LoRA adapters stored in", inline=True)
     batch_slider = mo.ui.slider(1, 64, value=4, label="Batch size (sequences)", show_value=True)

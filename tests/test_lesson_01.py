@@ -152,3 +152,75 @@ def test_the_cuda_reserve_is_said_with_its_number_and_source(default_run):
     _, off = default_run
     less = off["gpu_fits"].set_index("gpu")["headroom (GB)"] - on["gpu_fits"].set_index("gpu")["headroom (GB)"]
     assert less.round(9).eq(1.408237568).all()
+
+
+def _preset_run(preset, weights_format):
+    return lessons.run_with(LESSON, preset_dropdown=mo.ui.dropdown({preset: preset}, value=preset),
+                            format_dropdown=mo.ui.dropdown(list(dict.fromkeys(["bf16", weights_format])), value=weights_format))
+
+
+def test_a_published_model_in_an_integer_format_names_both_schemes():
+    # mistralai/Mixtral-8x7B-v0.1 in nf4. Every weight in nf4: 46,702,792,704 / 2 B + 729,731,136 blocks of 64 +
+    # 4 B x 2,850,513 groups of 256 = 24,092,529,540 B = 24.09 GB (QLoRA's double quantization).
+    n = 46_702_792_704
+    every = n // 2 + 729_731_136 + 4 * 2_850_513
+    assert mm.inference_memory(n, weights_format="nf4").weights + mm.inference_memory(
+        n, weights_format="nf4").quantization_constants == every
+    # Through transformers + bitsandbytes only nn.Linear becomes nf4 (q, k, v, o: 41,943,040 weights a layer, at 0.5 B,
+    # with 665,600 B of constants); the 3-D experts (1,409,286,144 a layer), router, norms, embeddings and head stay
+    # bf16: 32 x (20,971,520 + 665,600 + 2 x (1,409,286,144 + 32,768 + 8,192)) + 2 x (2 x 131,072,000 + 4,096).
+    loaded = 32 * (20_971_520 + 665_600 + 2 * (1_409_286_144 + 32_768 + 8_192)) + 2 * (2 * 131_072_000 + 4_096)
+    outputs, _ = _preset_run("mixtral-8x7b", "nf4")
+    text = lessons.plain_text(outputs)
+    assert f"{mm.format_bytes(every)} in all. That is with every weight in nf4" in text
+    assert every == 24_092_529_540 and loaded == 91_413_618_688
+    assert "Loaded through transformers with bitsandbytes" in text
+    assert f"it takes {mm.format_bytes(loaded)} : the size lesson 7 and memmath infer give" in text
+    assert "routed experts (3-D tensors, not nn.Linear)" in text
+    assert lessons.bad_text(outputs) == []
+
+
+def test_a_bare_parameter_count_or_a_float_format_has_one_scheme(default_run):
+    outputs, _ = default_run  # 7B parameters, bf16
+    assert "bitsandbytes, which converts only" not in lessons.plain_text(outputs)
+    outputs, _ = _preset_run("llama-2-13b", "bf16")
+    assert "bitsandbytes, which converts only" not in lessons.plain_text(outputs)
+
+
+def test_problem_one_gives_the_bitsandbytes_size_too(default_run):
+    # Llama-2-13B in nf4 through transformers + bitsandbytes: 7,201,418,240 B (tests/test_inference.py derives it).
+    outputs, defs = default_run
+    assert defs["answer_13b_nf4_loaded"] == 7_201_418_240
+    assert "7.20 GB, the size lesson 7 gives" in lessons.plain_text(outputs)
+
+
+def test_the_format_chart_follows_the_unit():
+    # Issue 28: the chart drew GB whatever the Unit said. 7B in bf16 is 14e9 B = 14e9 / 2**30 = 13.0385 GiB;
+    # int8 adds 7e9 / 64 x 4 B = 437,500,000 B of scales: 7.4375e9 B in all = 6.93 GiB.
+    _, defs = lessons.run_with(LESSON, unit_radio=mo.ui.radio(options=["GB", "GiB"], value="GiB"))
+    chart = defs["formats_chart"]
+    (rows,) = chart.rows.values()
+    gib = {(r["format"], r["part"]): r["GiB"] for r in rows}
+    totals = {r["format"]: r["totalGiB"] for r in rows}
+    assert gib[("bf16", "Weights")] == 13.0385 and totals["int8"] == 6.93
+    spec = str(chart.spec)
+    assert "Memory (GiB)" in spec and "Weights in each format (GiB)" in spec and "(GB)" not in spec
+
+
+def test_model_menu_counts_read_as_counts():
+    # Issue 28: gemma-3-1b's 999,885,952 parameters showed as "1e+03M": three significant digits of 0.99989B are 1.00B.
+    options = list(viz.model_size_controls()[1].options)
+    assert "gemma-3-1b (1.00B parameters)" in options
+    assert not [o for o in options if "e+" in o], options
+
+
+def test_a_mixture_of_experts_says_its_active_parameters():
+    # Mixtral-8x7B (model card: 46.7B parameters, 12.9B active per token): 32 layers route each token to 2 of 8
+    # experts of 3 x 4,096 x 14,336 weights, so 32 x 6 x 176,160,768 = 33,822,867,456 of 46,702,792,704 sit idle
+    # for a token: 12,879,925,248 are active.
+    outputs, _ = _preset_run("mixtral-8x7b", "bf16")
+    text = lessons.plain_text(outputs)
+    assert "each token passes through 12,879,925,248 parameters (12.9B) , 2 of the 8 experts of each layer" in text
+    assert "the weights above count all 46,702,792,704" in text
+    outputs, _ = _preset_run("llama-2-13b", "bf16")  # dense: no such sentence
+    assert "mixture of experts" not in lessons.plain_text(outputs)

@@ -5,6 +5,7 @@ import re
 
 import lessons
 import marimo as mo
+import memmath as mm
 import pytest
 
 LESSON = "02_full_finetuning"
@@ -94,13 +95,14 @@ def test_checked_against_pytorch_to_the_byte(default_run):
     _, defs = default_run
     table = defs["fidelity_rows"].set_index(["precision", "optimizer", "part"])
     n, steps = 230_464, 40 * 4
+    # The table names each optimizer as the menus do (issue 28: no code name such as sgd_momentum on the page).
     recorded = {
-        ("fp32", "adamw"): (4 * n, 4 * n, 2 * 4 * n + steps),
-        ("bf16", "adamw"): (2 * n, 2 * n, 2 * 2 * n + steps),
-        ("fp32", "sgd_momentum"): (4 * n, 4 * n, 4 * n),
-        ("fp32", "adam_amsgrad"): (4 * n, 4 * n, 3 * 4 * n + steps),
+        ("fp32", "AdamW"): (4 * n, 4 * n, 2 * 4 * n + steps),
+        ("bf16", "AdamW"): (2 * n, 2 * n, 2 * 2 * n + steps),
+        ("fp32", "SGD with momentum"): (4 * n, 4 * n, 4 * n),
+        ("fp32", "Adam (amsgrad)"): (4 * n, 4 * n, 3 * 4 * n + steps),
     }
-    assert recorded[("fp32", "adamw")] == (921_856, 921_856, 1_843_872)  # the numbers in the data file
+    assert recorded[("fp32", "AdamW")] == (921_856, 921_856, 1_843_872)  # the numbers in the data file
     for (precision, optimizer), values in recorded.items():
         for part, value in zip(("Weights", "Gradients", "Optimizer states"), values):
             row = table.loc[(precision, optimizer, part)]
@@ -238,3 +240,17 @@ def test_the_cards_between_the_weights_and_the_run_are_counted_in_its_sentence(d
             "RTX A6000).") in text
     # The fold's table and the published counts' caption are shown too (in their live views).
     assert "For 7B parameters:" in text and "holds the weights" in text
+
+
+def test_menus_and_tables_show_names_not_code_names(default_run):
+    # Issue 28: a learner reads "SGD with momentum", never sgd_momentum. The optimizer table lists every optimizer
+    # memmath knows (the menu leaves out the amsgrad ones), each by its name.
+    _, defs = default_run
+    for menu in ("precision_dropdown", "optimizer_dropdown"):
+        assert not [o for o in defs[menu].options if "_" in o], list(defs[menu].options)
+    assert defs["precision_dropdown"].options["mixed + fp32 gradient accumulation"] == "mixed_fp32_grads"
+    assert defs["optimizer_dropdown"].options["SGD with momentum"] == "sgd_momentum"
+    assert defs["precision"] == "bf16" and defs["optimizer"] == "adam"  # the article's run
+    names = list(defs["optimizer_table"]["optimizer"])
+    assert len(names) == len(mm.OPTIMIZERS) and not [n for n in names if "_" in n], names
+    assert {"Adam (amsgrad)", "AdamW (amsgrad)"} <= set(names)

@@ -292,3 +292,24 @@ def test_the_pytorch_check_shows_every_recorded_model_and_precision(default_run)
     assert "Do frozen blocks really keep nothing?" in text
     for tab in ("GPT-2, fp32", "GPT-2, bf16", "LLaMA, fp32", "LLaMA, bf16", "BERT, fp32", "BERT, bf16"):
         assert tab in text, tab
+
+
+def test_no_layer_frozen_trains_every_parameter_and_a_remainder_is_said():
+    # Issue 28: "With no layer frozen, 69,999,999,984 of 70,000,000,000 parameters train". 70e9 in 48 equal layers:
+    # 70e9 // 48 = 1,458,333,333 a layer, 48 x 1,458,333,333 = 69,999,999,984, so 16 sit outside the layers.
+    def run(frozen):
+        return lessons.run_with(NAME, params_slider=mo.ui.slider(steps=[0.1, 0.35, 1, 3, 7, 13, 70], value=70),
+                                layers_slider=mo.ui.slider(1, 48, value=48), get_frozen=lambda: frozen)
+
+    outputs, defs = run(0)
+    text = lessons.plain_text(outputs)
+    assert defs["equal_frozen"].trainable_params == 70_000_000_000
+    assert "With no layer frozen, 70,000,000,000 of 70,000,000,000 parameters train: 100.0%" in text
+    assert "does not split into 48 equal layers: each holds 1,458,333,333 and the 16 left over sit outside them" in text
+    outputs, defs = run(47)  # one layer trains: 1,458,333,333 parameters, the 16 stay frozen with the rest
+    text = lessons.plain_text(outputs)
+    assert defs["equal_frozen"].trainable_params == 1_458_333_333
+    assert "With 47 of 48 layers frozen, 1,458,333,333 of 70,000,000,000 parameters train" in text
+    assert "so 1 × 1,458,333,333 = 1,458,333,333 train" in text
+    outputs, _ = lessons.run(NAME)  # the article's 7B in 10 layers divides evenly: no remainder to explain
+    assert "left over" not in lessons.plain_text(outputs)

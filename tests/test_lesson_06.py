@@ -5,6 +5,7 @@ import re
 import pytest
 
 import lessons
+import marimo as mo
 import memmath as mm
 
 LESSON = "06_lora_qlora"
@@ -311,3 +312,32 @@ def test_the_measured_qlora_fold_states_what_the_recorded_runs_show(default_run)
     fold = default_run[1]["qlora_measured_fold"]
     assert "Does bitsandbytes store what QLoRA's count says? (measured)" in text
     assert "bitsandbytes 0.50.2" in lessons.plain_text([fold])
+
+
+def test_the_takeaway_gives_the_share_of_the_run_shown():
+    # Issue 28: at rank 256 on every linear layer the takeaway said "a fraction of a percent". Llama-2-7B: 256 x
+    # (4 x (4,096 + 4,096) + 3 x (4,096 + 11,008)) = 256 x 78,080 = 19,988,480 a block, x 32 = 639,631,360 of
+    # 6,738,415,616 parameters: 9.492%; twice the rank, 1,279,262,720 of them, 18.985%.
+    everything = mo.ui.dropdown(options={"all": ("q", "k", "v", "o", "gate", "up", "down")}, value="all")
+    outputs, defs = lessons.run_with(LESSON, rank_slider=mo.ui.slider(steps=[8, 256], value=256),
+                                     targets_dropdown=everything)
+    text = lessons.plain_text(outputs)
+    assert defs["lora_trainable"] == 639_631_360
+    assert "the adapters are 9.492% of the model's parameters" in text and "fraction of a percent" not in text
+    assert "r = 512 would train 18.985%" in text
+    # The default, r = 8 on q and v: 8 x 2 x 8,192 x 32 = 4,194,304 parameters, 0.062%.
+    outputs, _ = lessons.run(LESSON)
+    assert "the adapters are 0.062%, a fraction of a percent, of the model's parameters" in lessons.plain_text(outputs)
+    assert "(fp32 adapters on the bf16 base)" in lessons.plain_text(outputs)
+
+
+def test_menus_show_names_not_code_names(default_run):
+    # Issue 28: the side-by-side section's menus listed mixed_fp32_grads, sgd_momentum, adam_amsgrad.
+    _, defs = default_run
+    for menu in ("precision_dropdown", "optimizer_dropdown"):
+        assert not [o for o in defs[menu].options if "_" in o], list(defs[menu].options)
+    assert {"mixed + fp32 gradient accumulation", "pure bf16"} <= set(defs["precision_dropdown"].options)
+    assert {"SGD with momentum", "Adam (amsgrad)", "8-bit Adam"} <= set(defs["optimizer_dropdown"].options)
+    assert set(defs["precision_dropdown"].options.values()) == set(mm.RECIPES)
+    assert set(defs["optimizer_dropdown"].options.values()) == set(mm.OPTIMIZERS)
+    assert defs["precision_dropdown"].value == "bf16" and defs["optimizer_dropdown"].value == "adamw"

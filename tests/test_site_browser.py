@@ -323,3 +323,38 @@ def test_a_page_opened_from_disk_says_how_to_serve_it(chromium, built_site, serv
         assert page.locator("[data-memmath-file-note]").is_hidden(), f"{name}, served, shows the file:// note"
     finally:
         page.close()
+
+
+# The sentence under a bound chart (static_charts.bound_text), at each end of the chart's size input: it moves with
+# the chart, where the live callout (which follows the frozen marimo slider) would keep saying the lesson's default.
+# Lesson 0, 1B and 100B in pure bf16 with Adam: N x 2 B to load, N x (2 + 2 + 4) B for one step; 2**30 B to a GiB
+# (1e9 x 2 / 2**30 = 1.8626, 1e9 x 8 / 2**30 = 7.4506, 100e9 x 2 / 2**30 = 186.2645, 100e9 x 8 / 2**30 = 745.0581).
+# Lesson 1, 100M and 1T parameters in bf16 (16 bits / 8 = 2 B each): 0.2 GB and 2,000 GB.
+SENTENCES = {
+    "00_start_here.html": (
+        ["1 billion parameters. Loading the weights: 1,000,000,000 × 2 B (bf16)", "= 2.00 GB (1.86 GiB).",
+         "1,000,000,000 × (2 B weight + 2 B gradient + 4 B for Adam's two states)",
+         "= 8.00 GB (7.45 GiB) before activations, 4 times what loading showed."],
+        ["100 billion parameters. Loading the weights: 100,000,000,000 × 2 B (bf16)", "= 200.00 GB (186.26 GiB).",
+         "= 800.00 GB (745.06 GiB) before activations, 4 times what loading showed."]),
+    "01_weights_and_formats.html": (
+        ["100,000,000 parameters (100M) × 16 bits ÷ 8 = 0.20 GB of weights in bf16."],
+        ["1,000,000,000,000 parameters (1T) × 16 bits ÷ 8 = 2,000.00 GB of weights in bf16."]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SENTENCES), ids=[n[:2] for n in sorted(SENTENCES)])
+def test_the_sentence_under_a_bound_chart_follows_its_input(opened, name):
+    from browser import BOUND_INPUTS, bound_input_ends, chart_of, set_bound_input
+
+    page, _, _ = opened(name)
+    control = page.locator(BOUND_INPUTS).first
+    for end, words in zip(bound_input_ends(control), SENTENCES[name]):
+        before = chart_of(control, page)
+        set_bound_input(control, end)
+        state = chart_of(control, page, previous=before)
+        text = " ".join(state["text"]) if state else ""
+        assert all(w in text for w in words), f"{name}, size input at {end}: {text[-400:]}"
+    # The live callout, which says the frozen slider's size, is not on the static page: one sentence, the chart's.
+    shown = page.evaluate("() => (document.querySelector('#App') || document.body).innerText")
+    assert "7,000,000,000 parameters" not in shown and "7 billion parameters" not in shown, shown[:300]

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from memmath_lessons.static_charts import (
-    HIDDEN_VALUE_SUFFIX, MARKER_ATTRIBUTE, STATIC_EXPORT_ENV, Select, Slider, bound_chart, is_static_export, live_only_notice,
+    HIDDEN_VALUE_SUFFIX, MARKER_ATTRIBUTE, STATIC_EXPORT_ENV, Select, Slider, bound_chart, bound_text, is_static_export,
+    live_only_notice,
 )
 
 
@@ -176,3 +177,21 @@ def test_the_module_docstring_example_runs_and_shows_the_articles_56_gb():
     at_7b = rows[(rows.billions == 7) & (rows.optimizer == "adamw")]
     assert at_7b["GB"].sum() == 56  # the article: 7B in pure 16-bit with Adam, 2 + 2 + 4 bytes per parameter
 
+
+
+def test_bound_text_writes_its_lines_from_the_filtered_rows():
+    # The sentence under a chart, filtered like the bars: one row (bf16's GB at the chosen size), one line each.
+    def draw(base):
+        one = base.transform_filter(alt.datum.format == "bf16").transform_aggregate(GB="max(GB)", billions="max(billions)")
+        return alt.vconcat(_draw(base), bound_text(one, ["datum.billions + 'B parameters'", "format(datum.GB, ',.2f') + ' GB'"]))
+
+    spec = _spec(bound_chart(_grid(), [Slider("billions", "Parameters")], draw))
+    text = spec["vconcat"][1]
+    assert text["mark"]["type"] == "text" and text["encoding"]["text"]["field"] == "__lines"
+    calculate = [t for t in text["transform"] if "calculate" in t][-1]["calculate"]
+    assert calculate == "[datum.billions + 'B parameters', format(datum.GB, ',.2f') + ' GB']"
+    # The text follows the slider: it reads the rows the slider's filter leaves (the filter sits on the base).
+    assert any("filter" in t for t in text["transform"])
+    assert text["height"] == 2 * round(12 * 1.45)
+    with pytest.raises(ValueError, match="at least one line"):
+        bound_text(alt.Chart(_grid()), [])
