@@ -15,6 +15,8 @@ def _(mo, viz):
     mo.md(f"""
     # The planner: will my finetune fit?
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     **The claim.** Running out of memory is how many people find out that their plans did not account
     for what a model needs (the article): a run that does not fit one GPU cannot train at all. Full
     finetuning of a 7B model in a 16-bit format adds up to about 56 GB before activations, more than
@@ -197,9 +199,9 @@ def _(get_trainable_layers, mo, model, pasted_text, set_trainable_layers):
 
 
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo):
-    precision_dropdown = mo.ui.dropdown(list(mm.RECIPES), value="bf16", label="Precision recipe")
-    optimizer_dropdown = mo.ui.dropdown(list(mm.OPTIMIZERS), value="adamw", label="Optimizer")
+def _(live_only_notice, mm, mo, viz):
+    precision_dropdown = mo.ui.dropdown(options=viz.recipe_menu(), value=viz.RECIPE_NAMES["bf16"], label="Precision recipe")
+    optimizer_dropdown = mo.ui.dropdown(options=viz.optimizer_menu(), value=viz.OPTIMIZER_NAMES["adamw"], label="Optimizer")
     batch_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=1, show_value=True, label="Batch (sequences)")
     seq_len_slider = mo.ui.slider(steps=[2**k for k in range(7, 16)], value=512, show_value=True,
                                   label="Sequence length (tokens)")
@@ -328,7 +330,7 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, viz):
         ## Full, partial or PEFT: the article's comparison, with your numbers
 
         The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
-        settings for your model: the same recipe ({precision_dropdown.value}), optimizer ({optimizer_dropdown.value}),
+        settings for your model: the same recipe ({precision_dropdown.selected_key}), optimizer ({optimizer_dropdown.selected_key}),
         batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
         and data are what the papers and the article report, with their sources.
         """), _comparison_table]
