@@ -226,6 +226,8 @@ LESSONS: dict[str, str] = {
     "06_lora_qlora": "LoRA and QLoRA",
     "07_inference": "Inference memory",
     "08_planner": "The planner: will my finetune fit?",
+    "09_notation": "Notation and glossary",
+    "10_problems": "Problems that chain the lessons",
 }
 
 

@@ -16,6 +16,8 @@ def _(mm, mo, viz):
     mo.md(f"""
     # Activations: what training keeps for the backward pass
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     **The claim.** The article's 7B model needs about {mm.format_bytes(_article.without_activations)} to
     finetune in pure 16-bit *before activations are counted*
     ({viz.lesson_link("02_full_finetuning", "lesson 2")}). Activations are what the forward pass keeps

@@ -16,6 +16,8 @@ def _(literature, mo, viz):
     mo.md(f"""
     # Adapters: train small modules, leave the model alone
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     **The claim.** Houlsby and colleagues (2019) kept every weight of BERT unchanged, put two small
     new modules, **adapters**, inside each transformer block and trained only those. On GLUE this came
     within **{_gap.value}%** of full finetuning while training only **{_share.value}%** of the parameters

@@ -15,6 +15,8 @@ def _(mo, viz):
     mo.md(f"""
     # Inference memory
 
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
     **The claim.** Serving a model and training it are **two separate memory calculations**: the
     article points to EleutherAI's *Transformer Math 101* (Anthony et al., 2023) for training and to
     Carol Chen's *Transformer Inference Arithmetic* (kipply's blog, 2022) for inference. A served

@@ -46,6 +46,11 @@ HEADLINES = {
     # for the run (the step's peak, 67.38 GB = the parts' 57.05 GB + the optimizer step's 10.34 GB) and for its
     # path's LoRA change (16.42 GB, the changes table's, the comparison's and the static chart's)
     "08_planner": ["53.91 GB", "57.05 GB", "13.80 GB", "1.31 GiB", "67.38 GB", "16.42 GB"],  # 93.15 GB left: peak since issue 10
+    # Llama-3-8B worked through in the symbols: 8,030,261,248 x 2 B = 16.06 GB of bf16 weights (tests/test_lesson_09.py)
+    "09_notation": ["16.06 GB", "0.27 GB", "0.96 GB", "1.05 GB", "4.20 GB"],
+    # the chained problems' answers, each derived by hand in tests/test_lesson_10.py: Llama-3-8B with ZeRO-3 on 8 GPUs
+    # (65.15 GB) and without (113.71 GB), Qwen3-30B-A3B's QLoRA weights (59.72 GB), Gemma 2 9B's cache (8.46 GB)
+    "10_problems": ["65.15 GB", "113.71 GB", "59.72 GB", "76.37 GB", "8.46 GB", "22.39 GB"],
 }
 
 

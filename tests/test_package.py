@@ -88,7 +88,8 @@ def test_the_wheel_carries_the_lessons_their_stylesheet_the_license_and_the_data
         info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
         metadata = email.message_from_bytes(archive.read(f"{info}/METADATA"))
         license_text = archive.read(f"{info}/licenses/LICENSE").decode()
-    assert len(LESSONS) == 9
+    assert len(LESSONS) == 11
+    assert "memmath/architectures/gpt2.py" in names and "memmath/architectures/record.py" in names
     assert "memmath/reference/data/measured_cpu.json" in names
     assert any(n.startswith("memmath_lessons/static/vega-") for n in names)
     assert metadata["License-Expression"] == "MIT" and "memmath developers" in license_text
