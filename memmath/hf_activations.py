@@ -66,6 +66,15 @@ Attention, per block (n = b*a*s*d elements, that is t*h when a*d = h)
     even for 16-bit inputs: q, k^T, v copies 4*n each, softmax, mask and dropped probabilities
     4*a*s^2*b each, then the merged heads back in e. On CUDA the fused kernels keep dropout
     (assumed here, not measured: no s x s tensor)
+Attention masks (masking_utils.py; see _masks_built): the base model builds one mask per layer type once per forward
+    pass, alive until its forward returns (the last block's forward peak counts them, with the embedding output it
+    keeps as inputs_embeds): eager b x s x s in the model dtype at any length, added to the scores, saved by nothing;
+    under SDPA the causal mask is skipped, a sliding-window one only below the window. At or past it each sliding
+    block's SDPA call gets the boolean (1, 1, s, s) mask (s^2 bytes alive), keeps it converted to e*b*s^2, and keeps
+    k and v repeated to every query head (2*t*a*d*e instead of 2*t*k*d*e; with one key/value head repeat_kv is a
+    view and nothing more is kept; eager's matmuls keep such a k and v as they are at b = 1). With blocks of both
+    types the estimate counts each block without the mask and what the masked ones save more with the shared
+    tables (ActivationParts.block_extras). Measured: validation/sliding.py.
 The loss (causal LMs): the head's logits upcast to fp32, log-softmax output 4*t*V, the shifted
     labels 8*t and a 4-byte total weight; at V >> h this dominates small models.
 Frozen weights: a frozen linear saves nothing for its weight's gradient, so a frozen block whose
@@ -746,7 +755,9 @@ class ActivationParts:
     (checkpointing). The most bytes alive at once: block_live in the last block's forward,
     head_live in the head and loss, recompute_live in a block's recomputation (0 without
     checkpointing); cache_held: the k and v copies transformers' DynamicCache holds for blocks that
-    store nothing, alive to the end of the forward pass (0 without the cache).
+    store nothing, alive to the end of the forward pass (0 without the cache). block_extras: with blocks of both
+    layer types past the sliding window under SDPA, per block the bytes it saves beyond per_layer (or
+    frozen_per_layer) that `tables` counts (its mask tensor and repeated k and v); () when none are.
     """
 
     estimate: ActivationEstimate
@@ -764,6 +775,7 @@ class ActivationParts:
     head_live: object
     recompute_live: object
     cache_held: object = 0
+    block_extras: tuple = ()
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -787,6 +799,20 @@ def scalar_methods(method, shape: ModelShape) -> tuple:
 def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,
                      device) -> ActivationParts:
     """The estimate and its pieces by place, for peak.py (see ActivationParts)."""
+    arguments = dict(recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size, dropout=dropout,
+                     attention=attention, checkpointing=checkpointing, device=device)
+    over = _past_window(shape, seq_len, _attention_kind(attention, device, dropout))
+    if over is None:
+        return _parts_at(shape, **arguments)
+    # A sweep across the sliding window: the blocks' SDPA calls get a mask from the window on (_sdpa_masked_blocks),
+    # a different set of saved tensors; each side is traced as such and the points take theirs.
+    return _pick_parts(over, _parts_at(shape, past=True, **arguments), _parts_at(shape, past=False, **arguments))
+
+
+def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing, device,
+              past=None) -> ActivationParts:
+    """activation_parts for sequence lengths on one side of the sliding window (past: which side, for a sweep
+    across it; None: read from seq_len)."""
     if shape.family not in FAMILIES:
         raise validate.FieldError("activations", f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
@@ -826,8 +852,13 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     def new_trace():
         return trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base, lora_dropout=lora_dropout)
 
-    def block(tr, region, x, trains, tables):
+    masked = _sdpa_masked_blocks(shape, seq_len, kind, past)  # per block: its SDPA call gets a mask tensor
+    _check_masked(recipe, masked)
+    masks = _forward_masks(shape, b, s, e, kind, past)  # (numel, bytes each) alive through the forward
+
+    def block(tr, region, x, trains, tables, mask=False):
         tr.region = region
+        tr.sdpa_mask = mask
         out = _block(tr, shape, x, trains and not is_lora, setup, kind=kind, dropout=dropout, tables=tables,
                      cache=cache)
         tr.region = "outside"
@@ -837,11 +868,13 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     emb = new_trace()
     x = _embeddings(emb, shape, setup, dropout=dropout, input_grad_hook=checkpointing)
     embeddings, terms = emb.bytes_in("outside"), list(emb.terms("outside"))
+    inputs_embeds = x  # the decoders' forward keeps it as a local to the end (below: held unless saved anyway)
 
     # The blocks.
     tr = new_trace()
     rope = (tr.new(s * dm["rd"], e, shared=True), tr.new(s * dm["rd"], e, shared=True))
     first_layer, frozen_per, frozen_storing, recompute = None, 0, 0, 0
+    sliding_extra, block_extras = 0, ()
     if checkpointing:
         tr.region = "block"
         tr.save(x, "block input (checkpoint)")
@@ -852,29 +885,67 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         # Backward recomputes one block at a time, its input needing a gradient, and saves its set again.
         re = new_trace()
         existing = (re.new(s * dm["rd"], e, existing=True), re.new(s * dm["rd"], e, existing=True))
-        block(re, "block", re.new(b * s * h, e, True, existing=True), True, existing)
+        # (with layer types of both kinds, the one whose SDPA call gets the mask: the most a block saves again)
+        block(re, "block", re.new(b * s * h, e, True, existing=True), True, existing, any(masked))
         recompute = re.bytes_in("block")
         if isinstance(method, Freeze):
             re_frozen = new_trace()
-            block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing)
+            block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing, any(masked))
             recompute = pick(_positive(trained), recompute, re_frozen.bytes_in("block"))
         terms += [("recomputed block", what, n) for _, what, n in re.terms("block")]
     else:
-        if isinstance(method, Freeze) and setup.embeddings and _positive_any(frozen):
-            x = block(tr, "frozen block", x, False, rope)
-            x = block(tr, "each frozen block", x, False, rope)
-            frozen_per, frozen_storing = tr.bytes_in("each frozen block"), frozen
+        frozen_blocks_store = isinstance(method, Freeze) and setup.embeddings and _positive_any(frozen)
+
+        def stored_blocks(tr, rope, mask):
+            """(each frozen block, each block, first block): the bytes saved, each block traced with or without
+            its SDPA mask tensor."""
+            y = x
+            if frozen_blocks_store:
+                y = block(tr, "frozen block", y, False, rope, mask)
+                y = block(tr, "each frozen block", y, False, rope, mask)
+            y = block(tr, "first block", y, True, rope, mask)
+            block(tr, "each block", y, True, rope, mask)
+            return tr.bytes_in("each frozen block"), tr.bytes_in("each block"), tr.bytes_in("first block")
+
+        uniform = len(set(masked)) == 1
+        frozen_per, per_layer, first = stored_blocks(tr, rope, masked[0] and uniform)
+        first_terms = tr.terms("first block")
+        if frozen_blocks_store:
+            frozen_storing = frozen
             terms += tr.terms("each frozen block")
-        x = block(tr, "first block", x, True, rope)
-        block(tr, "each block", x, True, rope)
-        per_layer, layers_storing = tr.bytes_in("each block"), trained
-        first = tr.bytes_in("first block")
+        layers_storing = trained
+        if not uniform:
+            # Blocks of both kinds (Gemma 3, Qwen2 with max_window_layers): per_layer and frozen_per_layer count a
+            # block without the mask tensor; the first trained block is counted as what it is; what the other
+            # masked blocks save more goes with the shared tables (and block_extras says whose it is).
+            with_mask = new_trace()
+            frozen1, per1, first1 = stored_blocks(with_mask, (with_mask.new(s * dm["rd"], e, shared=True),
+                                                              with_mask.new(s * dm["rd"], e, shared=True)), True)
+            flags = np.array(masked + (False,))
+            before = np.concatenate(([0], np.cumsum(flags)))  # before[i]: masked blocks among the first i
+            at = n_layers - np.asarray(trained) if is_ndarray(trained) else n_layers - trained  # first trained
+            first_masked = flags[at]
+            if _positive_any(first_masked):
+                first = pick(first_masked, first1, first)
+                first_terms = with_mask.terms("first block") if not is_ndarray(first_masked) else first_terms
+            sliding_extra = (per1 - per_layer) * (before[n_layers] - before[np.minimum(at + 1, n_layers)])
+            if frozen_blocks_store:
+                sliding_extra = sliding_extra + (frozen1 - frozen_per) * before[at]
+            sliding_extra = int(sliding_extra) if not is_ndarray(sliding_extra) else sliding_extra.astype(np.int64)
+            if not validate.is_array(trained, s, b):  # per block, for the measurement's booking
+                block_extras = tuple(
+                    0 if not masked[i] or i == at else (per1 - per_layer) if i > at else
+                    (frozen1 - frozen_per) if frozen_blocks_store else 0 for i in range(n_layers))
         if not _same(first, per_layer):
             first_layer = first
-            terms += tr.terms("first block")
+            terms += first_terms
         terms += tr.terms("each block")
     tables = tr.bytes_in("outside") * blocks_store  # rotary tables (first storing block) or the shared mask
     terms += tr.terms("outside")
+    if not checkpointing and _positive_any(sliding_extra):
+        tables = tables + sliding_extra
+        terms.append(("outside", "sliding-window blocks' SDPA mask and k/v repeated to every head, past the "
+                                 "first storing block (each saves its own; counted here)", sliding_extra))
     if not checkpointing:
         # Gemma 3 computes one cos/sin pair per layer type: a second pair is saved by the first storing block
         # of the other type (counted here with the shared tables; the measurement files it in that block).
@@ -901,12 +972,22 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     x_in = live.new(b * s * h, e, True)
     x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
     shared = (live.new(s * dm["rd"], e, existing=True), live.new(s * dm["rd"], e, existing=True))
-    block(live, "block", x_in, True, shared)
+    _hold_masks(live, masks)  # the model's masks, built before the first block, live to the end of the forward
+    if shape.family != "bert" and not inputs_embeds.storage.kept:
+        # The decoders' base model keeps `inputs_embeds` (the embedding output, which the masks are built from) as
+        # a local until its forward returns (modeling_llama.py, modeling_gpt2.py, ...); found measuring Phi-3 with
+        # fp32 LoRA adapters, whose forward peak (in the last block's MLP) missed it.
+        _hold_masks(live, ((inputs_embeds.numel, inputs_embeds.elem),))
+    block(live, "block", x_in, True, shared, masked[-1])
     # Under checkpointing, backward runs each block's forward again, saving this time.
     again = trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base, lora_dropout=lora_dropout)
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
+    if shape.family != "gpt2":
+        # The masks reach each block as keyword arguments: GradientCheckpointingLayer's partial(forward, **kwargs)
+        # (modeling_layers.py) holds them for the recomputation (GPT-2's eager mask is a checkpoint input, saved).
+        _hold_masks(again, masks)
     block(again, "block", x_again, True, (again.new(s * dm["rd"], e, existing=True),
-                                          again.new(s * dm["rd"], e, existing=True)))
+                                          again.new(s * dm["rd"], e, existing=True)), any(masked))
     # The cache also holds the k and v of the blocks that store nothing (frozen, their input needing no gradient)
     # until the forward pass returns (measured: LLaMA with 2 of 3 blocks frozen peaked 2 x 2 x t x h x e higher).
     cache_held = 0
@@ -926,7 +1007,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
         head=head, loss=loss, batch=emb.batch_bytes + chosen.batch_bytes,
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
-        recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held)
+        recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras)
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
@@ -947,20 +1028,31 @@ def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | 
 
             if amp_refusal(method, shape=shape):
                 return amp_refusal(method, shape=shape)
+            if attention not in (None, "eager"):
+                _check_masked(recipe, _sdpa_masked_blocks(shape, seq_len, "flash"))
         elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
             return f"models a forward pass in the weights' own format, not precision {recipe.name!r}"
         _setup(shape, method, recipe)
     except ValueError as error:
+        if getattr(error, "field", None) == "attention":
+            return f"does not apply: {error}"
         return str(error).removeprefix("activations='transformers' ").split(" (use activations")[0]
     return None
 
 
 def _check_attention(shape: ModelShape, attention):
-    if shape.attn_softcap and attention != "eager":
-        # integrations/sdpa_attention.py raises for a softcap; Gemma2PreTrainedModel picks eager (no SDPA).
-        raise validate.FieldError("activations", f"activations='transformers' with attention={attention!r}: transformers' SDPA attention "
-                         f"does not support attn_logit_softcapping ({shape.attn_softcap}); a softcapped model runs "
-                         "attention='eager' (use activations='textbook')")
+    """SDPA where transformers 5.24 has none: Gemma2PreTrainedModel sets _supports_sdpa = False, so loading a Gemma 2
+    model with attn_implementation="sdpa" raises ValueError (checked: with attn_logit_softcapping None too), and
+    sdpa_attention_forward (integrations/sdpa_attention.py) raises for any other softcapped model."""
+    if attention == "eager":
+        return
+    no_sdpa = known(shape) and not shape.architecture.sdpa
+    if no_sdpa or shape.attn_softcap:
+        why = (f"transformers 5.24 has no SDPA path for {shape.architecture.title} (its PreTrainedModel's "
+               "_supports_sdpa is False)" if no_sdpa else "transformers' SDPA attention refuses a softcap")
+        cap = f", attn_logit_softcapping {shape.attn_softcap}" if shape.attn_softcap else ""
+        raise validate.FieldError("attention", f"attention {attention!r} does not run here: {why}{cap}; this model "
+                                  "trains with eager attention")
 
 
 def _check_layout(shape: ModelShape, seq_len):
@@ -980,11 +1072,119 @@ def _check_layout(shape: ModelShape, seq_len):
     if shape.family == "llama" and shape.hidden_act not in acts:
         raise validate.FieldError("activations", f"activations='transformers' models hidden_act {' or '.join(repr(a) for a in acts if a)} for "
                          f"{arch or 'llama'}; got {shape.hidden_act!r} (use activations='textbook')")
-    windows = [w for w in shape.attention_windows if w is not None]
-    # masking_utils skips the mask only while kv_length < the window (sdpa_mask's _ignore_causal_mask_sdpa).
-    if windows and any_true(seq_len >= min(windows)):
-        raise validate.FieldError("activations", f"activations='transformers' does not model sliding-window attention masks: seq_len must "
-                         f"be below sliding_window ({min(windows)}) (use activations='textbook')")
+    # Sliding windows at any length: the masks transformers builds are traced (_sdpa_masked_blocks, _forward_masks).
+
+
+# ---- attention masks (transformers 5.24 masking_utils.py, integrations/sdpa_attention.py; torch 2.13's SDPA) ----
+# Which masks a model's forward builds, once per forward pass, in its base model's forward (a local that lives until
+# that forward returns, before the head and the loss): one per layer type. Per model type (its record's
+# both_masks_always, causal_mask_always, window_zero_without_sliding): Gemma2Model, Gemma3TextModel and Qwen2MoeModel build the causal and the sliding-window mask
+# whatever layer_types holds (modeling_gemma2.py:431-433, modeling_gemma3.py:525-527, modeling_qwen2_moe.py:486-488;
+# Qwen2MoeConfig keeps sliding_window 0 without use_sliding_window); Qwen2Model and Qwen3Model the causal one always
+# and the sliding one when a layer slides (modeling_qwen2.py:371-376); the others one mask, sliding-window when
+# config.sliding_window is set (modeling_mistral.py:355, modeling_phi3.py:386, modeling_mixtral.py:444).
+
+
+def _masks_built(shape: ModelShape) -> tuple:
+    """The windows of the masks the forward builds: None the causal mask, w a sliding-window one over w tokens."""
+    if shape.family == "bert":  # create_bidirectional_mask skips it without padding (no mask at all)
+        return ()
+    windows = set(shape.attention_windows)
+    record = shape.architecture
+    if record.both_masks_always:
+        window = shape.sliding_window
+        if window is None and record.window_zero_without_sliding:
+            window = 0  # Qwen2MoeConfig.__post_init__: sliding_window 0 without use_sliding_window
+        windows = {None, window}
+    elif record.causal_mask_always:
+        windows.add(None)
+    return tuple(sorted(windows, key=lambda w: -1 if w is None else w))
+
+
+def _materialized(window, seq_len, past=None) -> bool:
+    """Whether sdpa_mask returns a tensor for this mask: a causal one is skipped (SDPA's is_causal, no padding here),
+    a sliding-window one only while kv_length < the window (_ignore_causal_mask_sdpa's local_attention_size check);
+    Qwen2-MoE's window 0 never. past: the side of the window a sweep is on (None: read from seq_len)."""
+    if window is None:
+        return False
+    if window == 0:
+        return True
+    return bool(past) if past is not None else any_true(seq_len >= window)
+
+
+def _sdpa_masked_blocks(shape: ModelShape, seq_len, kind, past=None) -> tuple:
+    """Per block: whether its SDPA call gets a mask tensor (Trace.sdpa_mask). Eager attention gets its mask always,
+    added to the scores (attn_weights + causal_mask saves nothing), so no eager block is flagged."""
+    if kind == "eager":
+        return (False,) * shape.n_layers
+    return tuple(_materialized(w, seq_len, past) for w in shape.attention_windows)
+
+
+def _forward_masks(shape: ModelShape, b, s, e, kind, past=None) -> tuple:
+    """(elements, bytes each) of every mask tensor alive through the forward pass. eager_mask converts sdpa_mask's
+    boolean (1, 1, s, s) pattern, expanded to (b, 1, s, s), with torch.where(mask, 0, finfo.min) in the embeddings'
+    dtype: a whole b x s x s tensor per mask, built even below the window. Under SDPA a materialized mask stays
+    that boolean (1, 1, s, s) tensor, s x s bytes (the expand is a view)."""
+    out = []
+    for window in _masks_built(shape):
+        if kind == "eager":
+            out.append((b * s * s, e))
+        elif _materialized(window, s, past):
+            out.append((s * s, 1))
+    return tuple(out)
+
+
+def _hold_masks(tr: Trace, masks):
+    for numel, elem in masks:
+        tr.new(numel, elem).storage.kept = True  # alive from before the first block to the forward's end
+
+
+def _check_masked(recipe, masked):
+    if recipe.name == "amp" and any(masked):
+        raise validate.FieldError("activations", "activations='transformers' models AMP with SDPA without a mask "
+                                  "tensor: at or past the sliding window transformers gives SDPA one, which the "
+                                  "autocast trace (memmath/amp_trace.py) does not follow")
+
+
+def _past_window(shape: ModelShape, seq_len, kind):
+    """Where a sweep of lengths across the sliding window is at or past it (SDPA only); None when it is not one."""
+    windows = {w for w in shape.attention_windows if w}
+    if kind == "eager" or not is_ndarray(seq_len) or not windows:
+        return None
+    over = np.asarray(seq_len) >= min(windows)  # one sliding_window per model
+    return over if over.any() and not over.all() else None
+
+
+def _pick_parts(over, above: ActivationParts, below: ActivationParts) -> ActivationParts:
+    """Each point of a sweep from the trace of its side of the sliding window (pick elementwise)."""
+    from dataclasses import fields
+
+    def merged_terms(x, y):
+        rows: dict = {}
+        for where, what, n in x:
+            rows[(where, what)] = [n, 0]
+        for where, what, n in y:
+            rows.setdefault((where, what), [0, 0])[1] = n
+        return tuple((where, what, pick(over, n1, n0)) for (where, what), (n1, n0) in rows.items())
+
+    ea, eb = above.estimate, below.estimate
+    estimate = {}
+    for f in fields(ActivationEstimate):
+        x, y = getattr(ea, f.name), getattr(eb, f.name)
+        if f.name == "terms":
+            estimate[f.name] = merged_terms(x, y)
+        elif f.name == "model":
+            estimate[f.name] = x
+        elif f.name == "first_layer":
+            estimate[f.name] = None if x is None and y is None else pick(
+                over, ea.per_layer if x is None else x, eb.per_layer if y is None else y)
+        else:
+            estimate[f.name] = pick(over, x, y)
+    parts = {"estimate": ActivationEstimate(**estimate), "element_bytes": above.element_bytes, "block_extras": ()}
+    for f in fields(ActivationParts):
+        if f.name not in parts:
+            parts[f.name] = pick(over, getattr(above, f.name), getattr(below, f.name))
+    return ActivationParts(**parts)
 
 
 def _extra_rope_pairs(shape: ModelShape, first_storing):

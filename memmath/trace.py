@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .arrays import is_ndarray, np, pick
+from .arrays import any_true, is_ndarray, np, pick
 
 
 @dataclass(eq=False)
@@ -53,6 +53,9 @@ class Trace:
         self.batch_bytes = 0
         self.clock = 0
         self._alive: list[Storage] = []
+        # This block's SDPA call gets a mask tensor (transformers materializes a sliding-window mask once the
+        # sequence reaches the window): hf_activations sets it before each block; eager attention ignores it.
+        self.sdpa_mask = False
 
     # ---- bookkeeping ----
     def new(self, numel, elem=None, grad=False, *, shared=False, existing=False, batch=False) -> Tensor:
@@ -136,10 +139,11 @@ class Trace:
             self.save(a_out, f"{name} LoRA B input (rank-wide)")
             b_out = self.tmp(out_numel, adapter_elem, a_out)
             scaled = self.tmp(out_numel, adapter_elem, b_out)  # * scaling
+            base = out  # peft's `result`, alive until `result = result + lora` returns
             if adapter_elem != self.e:  # result + lora in mixed dtypes: the CPU first copies result up
                 out = self.tmp(out_numel, adapter_elem, out)
             total = self.new(out_numel, max(adapter_elem, self.e), True)  # result + lora
-            self.use(out, scaled)
+            self.use(out, scaled, base)
             if total.elem != self.e:  # result.to(torch_result_dtype)
                 out = self.new(out_numel, self.e, True)
                 self.use(total)
@@ -277,6 +281,44 @@ class Trace:
         self.use(times_cos, times_sin)
         return out
 
+    def _sdpa_mask_inputs(self, k, v, n, one_kv):
+        """(k, v, mask) as SDPA gets them when this block's call carries a mask (self.sdpa_mask), else (k, v, None).
+
+        With a mask transformers stops sharing key/value heads: sdpa_attention_forward (integrations/
+        sdpa_attention.py) sets enable_gqa only when use_gqa_in_sdpa(), which is false once a mask is given on the
+        CPU and CUDA, so repeat_kv copies k and v to every query head (expand + reshape: new a-head tensors, which
+        SDPA keeps). torch's SDPA then turns the boolean (b, 1, s, s) mask, an expanded view of one (1, 1, s, s)
+        tensor, into an additive one in the query's dtype: convert_boolean_attn_mask's at::where(mask, 0, -inf)
+        allocates the whole b x s x s tensor in every call, one per block, and the CPU flash kernel saves it for
+        backward (ScaledDotProductFlashAttentionForCpuBackward0 holds attn_mask_). The math kernel only adds it."""
+        if not self.sdpa_mask:
+            return k, v, None
+        # num_key_value_groups > 1: repeat_kv copies, but with one key/value head (multi-query attention, Gemma 3
+        # 1B) its expand(b, 1, a, s, d).reshape(b, a, s, d) merges a size-1 dim with the stride-0 one: a view of k
+        # itself, at every b (measured: Gemma 3 with one key/value head kept no a-head copy past the window).
+        if any_true(k.numel != n) and not one_kv:
+            k, v = (self._copy(x, n) for x in (k, v))
+        return k, v, self.new(self.b * self.s * self.s, self.e)
+
+    def _kv_operand(self, x, n, elem, kind, one_kv):
+        """What eager's matmul keeps of k (for QK^T) or v (for PV): a contiguous a-head copy, the repeat_kv copy or
+        torch.matmul's reshape of the (b, a, ...) operand into (b * a, ...). With one key/value head repeat_kv is a
+        stride-0 view, and matmul's reshape merges b with that stride-0 dim as a view only at b = 1: there it keeps
+        x itself (found measuring Gemma 3 with one key/value head at b = 1: 2 x t x (a - 1) x d x e per block less
+        than a-head copies); at b > 1, a copy."""
+        if kind != "eager" or not one_kv or x.elem != elem:
+            return self.new(n, elem, x.grad)
+        if not is_ndarray(self.b):
+            return x if self.b == 1 else self.new(n, elem, x.grad)
+        copy = self.new(n, elem, x.grad)
+        copy.storage.nbytes = pick(np.asarray(self.b) == 1, x.storage.nbytes, copy.storage.nbytes)
+        return copy
+
+    def _copy(self, x, numel):
+        out = self.new(numel, x.elem, x.grad)
+        self.use(x)
+        return out
+
     def attention(self, q, k, v, *, heads, head_dim, kind, dropout, softmax_fp32, name, softcap=None,
                   v_view=False, q_view=False, kv_contiguous=False):
         """v_view (GPT-NeoX, Phi-3 without the cache): v is a view into the fused qkv output. Eager probs @ v
@@ -287,17 +329,24 @@ class Trace:
         as views, so the matmuls keep the cache's tensors themselves, where no GQA repeat copies them."""
         n = self.t * heads * head_dim
         scores = self.b * heads * self.s * self.s
+        given = (k, v)  # the attention module's own k and v, alive until it returns
+        one_kv = heads > 1 and any_true(k.numel * heads == n)  # one key/value head for every query head
+        mask = None
+        if kind != "eager":
+            k, v, mask = self._sdpa_mask_inputs(k, v, n, one_kv)
         if kind == "flash":
             grad = q.grad or k.grad or v.grad
             out = self.new(n, self.e, grad)
             lse = self.new(self.b * heads * self.s, 4)
-            self.use(q, k, v, lse)
+            self.use(q, k, v, lse, mask, *given)
             if grad:
                 self.save(q, f"{name} q (SDPA input)")
-                self.save(k, f"{name} k (SDPA input)")
-                self.save(v, f"{name} v (SDPA input)")
+                self.save(k, f"{name} k (SDPA input)" + (" repeated to every query head" if k is not given[0] else ""))
+                self.save(v, f"{name} v (SDPA input)" + (" repeated to every query head" if v is not given[1] else ""))
                 self.save(lse, f"{name} log-sum-exp (fp32)")
                 self.save(out, f"{name} SDPA output")
+                if mask is not None:
+                    self.save(mask, f"{name} mask in the query's dtype (SDPA input, b x s x s)")
             return out  # the output projection reads it through a view
         elem = 4 if kind == "math" else self.e  # the CPU math kernel upcasts 16-bit inputs to fp32
         what = "fp32 " if kind == "math" and self.e != 4 else ""
@@ -306,8 +355,9 @@ class Trace:
             held = tuple(self.new(n, elem, x.grad) for x in (q, k, v))
             self.use(q, k, v)
             q, k, v = held
+            held += tuple(x for x in (mask,) + given if x is not None)  # read until the kernel returns
         qc = self.new(n, elem, q.grad)
-        kc = k if kv_contiguous and k.numel == n and k.elem == elem else self.new(n, elem, k.grad)
+        kc = k if kv_contiguous and k.numel == n and k.elem == elem else self._kv_operand(k, n, elem, kind, one_kv)
         if q_view and kind == "eager":
             qc.storage.nbytes = pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
                                       q.storage.nbytes, qc.storage.nbytes)
@@ -318,7 +368,7 @@ class Trace:
             self.save(kc, f"{name} k^T {what}copy (QK^T)")
         grad = q.grad or k.grad
         raw = self.tmp(scores, elem, qc, kc)  # q @ k^T
-        raw = self.tmp(scores, elem, raw)  # * scaling (and + mask)
+        raw = self.tmp(scores, elem, raw, mask)  # * scaling (and + mask)
         if softcap:  # Gemma 2/3's eager attention: scores / cap, tanh (which keeps its output), * cap
             raw = self.tmp(scores, elem, raw)
             capped = self.new(scores, elem, grad)
@@ -342,8 +392,8 @@ class Trace:
             if grad:
                 self.save(probs, f"{name} softmax output")
         probs = self.dropout(probs, dropout, f"{name} attention")
-        vc = v if kv_contiguous and v.numel == n and v.elem == elem else self.new(n, elem, v.grad)
-        if v_view and kind == "eager":
+        vc = v if kv_contiguous and v.numel == n and v.elem == elem else self._kv_operand(v, n, elem, kind, one_kv)
+        if v_view and kind == "eager" and vc is not v:
             vc.storage.nbytes = pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
                                       v.storage.nbytes, vc.storage.nbytes)
         self.use(v)

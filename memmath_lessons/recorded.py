@@ -125,3 +125,15 @@ def timeline_view():
         "red points are memmath's moments, placed evenly inside the phase they belong to (memmath says how "
         "high, not exactly when). These were recorded after `memmath.step_timeline` was written."),
         viz.plain_table(pd.DataFrame(table)), lesson_charts.measured_timeline(pd.concat(frames))])
+
+
+def quantized_peaks_within(cases: pd.DataFrame, tolerance: float = 0.05) -> tuple[int, int]:
+    """(steps whose predicted peak is within `tolerance` of the measured one, steps) over both steps of every
+    recorded QLoRA run (validation/quantized.py), as tests/test_fidelity.py holds them."""
+    within = total = 0
+    for _, row in cases.iterrows():
+        for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
+            predicted = int(predict_peak_case(row, step=step).total)
+            within += abs(predicted - row[column]) <= tolerance * row[column]
+            total += 1
+    return within, total

@@ -557,6 +557,7 @@ def _(mo, recorded, viz):
 
     _cases = load_measured_quantized()
     _meta = measured_metadata()
+    _peaks_within = recorded.quantized_peaks_within(_cases)  # (steps within 5%, steps), both steps of every run
     _v = _meta.get("versions_quantized_cases", _meta["versions"])
     _kinds = {("nf4", True): "NF4, double quantization", ("nf4", False): "NF4", ("fp4", True): "FP4, double quantization",
               ("fp4", False): "FP4", ("int8", False): "8-bit base (LLM.int8)"}
@@ -581,7 +582,7 @@ def _(mo, recorded, viz):
 
     In every one of the {len(_cases)} runs the weights, constants, gradients, optimizer states and saved
     activations (for the 8-bit base, with the inputs its matmul keeps itself) equal memmath's count to the byte (`tests/test_fidelity.py` checks each run; `python -m
-    validation.report` prints the table). The peak of a step is within 5% in 198 of the 200 steps. Three of them:
+    validation.report` prints the table). The peak of a step is within 5% in {_peaks_within[0]} of the {_peaks_within[1]} steps. Three of them:
     """), *_tables])
     return (qlora_measured_fold,)
 

@@ -89,19 +89,20 @@ def test_llama_2_7b_training_budget_by_hand(default_run):
     assert "with fused (SDPA) attention and no dropout, as the model's config sets them" in text
 
 
-def test_a_model_the_trace_does_not_replay_says_so():
-    # Phi-3-mini's sliding window is 2,047 tokens (its config.json): at 2,048 the exact trace does not apply, so the
-    # training side counts the textbook formula and the sentence says why.
+def test_every_model_lesson_0_offers_is_traced_exactly():
+    # Since issue 24 the exact activation model traces sliding windows at any length (Phi-3-mini's window is 2,047
+    # tokens, its config.json: the default 2,048 was the textbook's before), so every preset lesson 0 offers is
+    # counted as transformers runs it, and its sentence names no fallback.
     import marimo as mo
 
     import memmath as mm
 
     options = [k for k, s in mm.PRESETS.items() if s.family != "bert"]
     outputs, defs = lessons.run_with(LESSON, model_dropdown=mo.ui.dropdown(options=options, value="phi-3-mini"))
-    assert defs["training"].activation_model == "textbook"
-    text = lessons.plain_text(outputs)
-    assert "Training counts the activations with the textbook model (Korthikanti et al. 2022), since" in text
-    assert "sliding_window (2047)" in text
+    assert defs["training"].activation_model == "transformers"
+    assert "textbook model (Korthikanti et al. 2022), since" not in lessons.plain_text(outputs)
+    for name in options:
+        assert mm.Run(name).activations == "transformers", name
 
 
 def test_every_control_at_its_extremes():

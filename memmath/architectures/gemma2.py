@@ -40,4 +40,5 @@ ARCHITECTURE = Architecture(
     activation_field="hidden_activation", activations=("gelu_pytorch_tanh",),
     read_options=read_options, derive_layer_types=even_blocks_slide,
     block="gemma", traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one", sdpa=False, eager_sliding_mask=True,
+    both_masks_always=True,  # modeling_gemma2.py:431-433
 )

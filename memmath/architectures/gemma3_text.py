@@ -29,4 +29,5 @@ ARCHITECTURE = Architecture(
     activation_field="hidden_activation", activations=("gelu_pytorch_tanh",),
     read_options=read_options, derive_layer_types=every_nth_full, rotary_per_layer_type=True,
     block="gemma", traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one", eager_sliding_mask=True,
+    both_masks_always=True,  # modeling_gemma3.py:525-527
 )

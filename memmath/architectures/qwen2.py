@@ -19,4 +19,5 @@ ARCHITECTURE = Architecture(
     fields=decoder_fields({"sliding_window": SLIDING_WINDOW, **QWEN_SLIDING, "layer_types": LAYER_TYPES_FIELD}),
     defaults={"tie_word_embeddings": False}, read_options=read_options,
     derive_layer_types=slide_from_max_window_layers, sliding_needs_flag=True, amp_measured=True,
+    causal_mask_always=True,  # modeling_qwen2.py:371-376
 )

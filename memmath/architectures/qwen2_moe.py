@@ -53,6 +53,7 @@ ARCHITECTURE = Architecture(
     # saves sliding_window 0 without use_sliding_window: a (1, 1, s, s) bool tensor (measured,
     # validation/inference_working_set.py)
     eager_sliding_mask=True, sdpa_sliding_mask=True,
+    both_masks_always=True, window_zero_without_sliding=True,  # modeling_qwen2_moe.py:486-488
     lora_order=("gate.weight", "experts.gate_up_proj", "experts.down_proj", "gate_proj", "up_proj", "down_proj",
                 "shared_expert_gate"),
     # peft 0.21 does not convert qwen2_moe (its utils/transformers_weight_conversion.py copies transformers'

@@ -54,6 +54,11 @@ class Architecture:
     sdpa: bool = True  # transformers runs its attention with SDPA (Gemma2PreTrainedModel has none)
     routing_weights_fp32: bool = False  # Mixtral keeps the top-k routing weights in fp32 (no cast back)
     # ---- the inference working set (memmath/inference.py, validation/inference_working_set.py)
+    # the masks its base model builds once per forward (masking_utils.py): both the causal and the sliding-window
+    # mask whatever layer_types holds (Gemma 2/3, Qwen2-MoE), or the causal one always beside a sliding one (Qwen2/3)
+    both_masks_always: bool = False
+    causal_mask_always: bool = False
+    window_zero_without_sliding: bool = False  # Qwen2MoeConfig keeps sliding_window 0 without use_sliding_window
     eager_sliding_mask: bool = False  # eager builds a sliding-window mask beside the causal one
     sdpa_sliding_mask: bool = False  # SDPA never skips the sliding mask (Qwen2-MoE saves sliding_window 0)
     # ---- peft (memmath/models.py's LoRA tables)
