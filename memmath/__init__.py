@@ -30,6 +30,7 @@ _EXPORTS = {
     "rule_of_thumb_context_limit": "inference", "working_set_bytes": "inference",
     "Adapters": "methods", "Freeze": "methods", "Full": "methods", "LoRA": "methods", "Method": "methods",
     "QLoRA": "methods", "quant_constant_bytes": "methods", "AdapterMethod": "methods",
+    "DPO": "preference",
     "bits_per_weight": "methods", "quant_constant_bits": "methods",
     "Note": "notes",
     "LORA_TARGETS": "models", "LORA_GROUPS": "models", "ModelShape": "models", "bert_model": "models", "from_hf_config": "config_reader",

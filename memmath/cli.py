@@ -36,7 +36,8 @@ COMMAND_CHOICES = "{train,infer,models,gpus,lessons}"
 # The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
 WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
 WORKBOOK_INSTALL = 'pip install "memmath[workbook]"'
-METHODS = ("full", "freeze", "adapters", "lora", "qlora")
+METHODS = ("full", "freeze", "adapters", "lora", "qlora", "dpo")
+DPO_BASES = ("full", "freeze", "adapters", "lora", "qlora")  # --method dpo: the policy's method (--dpo-base)
 ATTENTION = ("sdpa", "eager")
 UNIT_CHOICES = ("GB", "GiB", "MB", "MiB", "TB", "TiB")
 WIDTH = 80
@@ -53,7 +54,10 @@ FIELD_OPTIONS = {
     "gpu": "--gpu", "weights_format": "--weights", "kv_format": "--kv", "format": "--weights/--kv",
     "size": "--gpu-memory", "quant_type": "--quant-type", "layout": "--quant-layout",
     "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus", "vision": "--vision",
-    "LoRA dropout": "--lora-dropout",
+    "LoRA dropout": "--lora-dropout", "grad_accum_steps": "--grad-accum",
+    "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "sequence_parallel": "--sequence-parallel",
+    "pp_schedule": "--pp-schedule", "micro_batches": "--micro-batches",
+    "reference": "--reference", "beta": "--beta",
 }
 
 
@@ -274,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("model", metavar="MODEL", help=model_help)
     m = train.add_argument_group("the method")
     m.add_argument("--method", type=_choice(METHODS), default="full", metavar="NAME",
-                   help="full (default), freeze, adapters, lora or qlora")
+                   help="full (default), freeze, adapters, lora, qlora, or dpo (preference training: --dpo-base, "
+                   "--reference)")
     m.add_argument("--rank", type=_whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
     m.add_argument("--targets", type=_targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
                    f"{','.join(memmath.LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
@@ -292,6 +297,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--trainable-layers", type=_whole(0), metavar="K",
                    help="freeze: how many of the last blocks train (required with --method freeze)")
     m.add_argument("--bottleneck", type=_whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
+    m.add_argument("--dpo-base", type=_choice(DPO_BASES), metavar="NAME",
+                   help="dpo: the policy's method, full, freeze, adapters, lora (default) or qlora, with its own "
+                   "options (--rank, --targets, ...); chosen and rejected sequences double --batch")
+    m.add_argument("--reference", type=_choice(("copy", "adapters_off", "precomputed")), metavar="KIND",
+                   help="dpo: the reference log-probs from a frozen copy of the model (copy), the "
+                   "policy with its adapters disabled (adapters_off: lora/qlora), or precomputed; default as TRL: "
+                   "adapters_off for lora/qlora, else copy")
+    m.add_argument("--beta", type=float, metavar="B", help="dpo: the loss's beta (default 0.1; no byte depends on it)")
     m.add_argument("--vision", type=_choice(("frozen", "projector", "trains")), metavar="PART",
                    help="a vision-language model (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): frozen (the vision "
                    "tower and projector stay frozen: the language model alone trains), projector (the projector "
@@ -302,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--optimizer", type=_choice(list(memmath.OPTIMIZERS)), metavar="NAME",
                    help=f"{', '.join(memmath.OPTIMIZERS)} (default adamw)")
     s.add_argument("--batch", type=_whole(1), metavar="B", help="micro-batch per GPU (default 1)")
+    s.add_argument("--grad-accum", type=_whole(1), metavar="K",
+                   help="micro-batches per optimizer step, gradients accumulated (default 1); the effective batch "
+                   "is B x K")
     s.add_argument("--seq", type=_whole(1), metavar="S",
                    help=f"tokens per sequence (default {memmath.DEFAULT_SEQ_LEN:,}, said so in the output)")
     s.add_argument("--checkpointing", action="store_true", default=None, help="gradient checkpointing on")
@@ -315,6 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus", type=_whole(1), metavar="N", help="data-parallel GPUs (default 1)")
     s.add_argument("--zero-stage", type=_choice(("0", "1", "2", "3")), metavar="S",
                    help="ZeRO stage 0-3 across the --gpus (3 = FSDP full sharding; default 0)")
+    s.add_argument("--tp", type=_whole(1), metavar="T", help="tensor-parallel degree: heads and MLP width split "
+                   "across T GPUs (default 1); --gpus is the total, data parallel = gpus / (tp x pp x cp)")
+    s.add_argument("--pp", type=_whole(1), metavar="P", help="pipeline-parallel stages (default 1)")
+    s.add_argument("--cp", type=_whole(1), metavar="C", help="context-parallel degree: the sequence split (default 1)")
+    s.add_argument("--ep", type=_whole(1), metavar="E", help="expert-parallel degree: routed experts split (default 1)")
+    s.add_argument("--sequence-parallel", action="store_true", default=None,
+                   help="with --tp: norms and dropout on seq / tp tokens")
+    s.add_argument("--pp-schedule", type=_choice(("1f1b", "gpipe")), metavar="S",
+                   help="pipeline schedule: 1f1b (default) or gpipe")
+    s.add_argument("--micro-batches", type=_whole(1), metavar="M", help="micro-batches per pipeline step (with --pp)")
+    s.add_argument("--plan-layout", action="store_true", default=None,
+                   help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
     s.add_argument("--max-gpus", type=_whole(1), metavar="N", help="how many GPUs the suggested changes may use "
                    f"(default {memmath.DEFAULT_MAX_GPUS})")
     gpu_options(train)
@@ -388,6 +416,19 @@ def _given(**options) -> dict:
 def _build_method(args, shape):
     import memmath
 
+    dpo = {"--dpo-base": args.dpo_base, "--reference": args.reference, "--beta": args.beta}
+    if args.method != "dpo":
+        for option, value in dpo.items():
+            if value is not None:
+                raise BadInput(option, f"applies to --method dpo, not {args.method}")
+    else:  # preference training (memmath/preference.py): the policy's method, then DPO around it
+        try:
+            base = _build_method(argparse.Namespace(**{**vars(args), "method": args.dpo_base or "lora",
+                                                       "dpo_base": None, "reference": None, "beta": None}), shape)
+        except BadInput as error:  # the policy's options: they apply to a --dpo-base, not to --method dpo
+            raise BadInput("", str(error).replace("--method", "--dpo-base")) from None
+        return memmath.DPO(base=base, **_given(reference=args.reference, beta=args.beta))
+
     given = {"--rank": args.rank, "--targets": args.targets, "--trainable-layers": args.trainable_layers,
              "--bottleneck": args.bottleneck, "--quant-type": args.quant_type, "--no-double-quant": args.no_double_quant,
              "--quant-layout": args.quant_layout, "--lora-dropout": args.lora_dropout}
@@ -431,10 +472,12 @@ def _train_run(args):
         method = dataclasses.replace(method, vision=args.vision)
     run = memmath.Run(shape, method=method, **_given(
         precision=args.precision, optimizer=args.optimizer, batch_size=args.batch, seq_len=args.seq,
-        checkpointing=args.checkpointing, attention=args.attention,
+        grad_accum_steps=args.grad_accum, checkpointing=args.checkpointing, attention=args.attention,
         dropout=False if args.no_dropout else None,
         activations=None if args.activations in (None, "auto") else args.activations,
-        n_gpus=args.gpus, zero_stage=None if args.zero_stage is None else int(args.zero_stage)))
+        n_gpus=args.gpus, zero_stage=None if args.zero_stage is None else int(args.zero_stage),
+        tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, sequence_parallel=args.sequence_parallel,
+        pp_schedule=args.pp_schedule, micro_batches=args.micro_batches))
     return run, source
 
 
@@ -483,6 +526,8 @@ def run_train(args, out, style) -> int:
 
     run, source = _train_run(args)
     gpu, reserve = _gpu_and_reserve(args)
+    if args.plan_layout:
+        return _run_plan_layout(args, out, style, run, gpu, reserve)
     plan = memmath.plan_training(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
     status = 0 if plan.fits is not False else 1
     if args.json:
@@ -490,6 +535,51 @@ def run_train(args, out, style) -> int:
     else:
         _write_train(out.write, style, args, run, source, plan)
     return status
+
+
+def _run_plan_layout(args, out, style, run, gpu, reserve) -> int:
+    """--plan-layout: the fewest GPUs and their layout that fit the run (memmath.planner.plan_layout)."""
+    from memmath.planner import plan_layout
+
+    if gpu is None:
+        raise BadInput("--plan-layout", "needs a card: add --gpu (or --gpu-memory)")
+    plan = plan_layout(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
+    if args.json:
+        worst = plan.worst
+        out.write(json.dumps({
+            "command": "train --plan-layout", "run": repr(run), "gpu": _gpu_json(gpu), "fits": plan.fits,
+            "layouts_tried": plan.tried, "usable_bytes": plan.usable_bytes,
+            "layout": None if not plan.fits else {"n_gpus": plan.layout.n_gpus, "dp": plan.layout.dp,
+                                                  "tp": plan.layout.tp, "pp": plan.layout.pp,
+                                                  "micro_batches": plan.run.micro_batches},
+            "worst_rank": None if not plan.fits else {
+                "rank": worst.rank, "parts": {k: int(v) for k, v in worst.memory.parts().items()},
+                "buffers": worst.buffers, "total": worst.total},
+            "trade_offs": list(plan.trade_offs), "unit": args.unit}, indent=2) + "\n")
+        return 0 if plan.fits else 1
+    w = out.write
+    if not plan.fits:
+        w(f"No layout up to {args.max_gpus or 1024} GPUs fits {run.model.name} on the {gpu.name} "
+          f"({plan.tried} tried).\n")
+        return 1
+    lay = plan.layout
+    w(style.bold(f"{run.model.name} on {gpu.name}: {lay.n_gpus} GPUs, {lay.describe()}") + "\n")
+    w(f"  the rank that holds the most (rank {plan.worst.rank}):\n")
+    for part, value in plan.worst.memory.parts().items():
+        w(_table_row(memmath_label(part), int(value), args.unit) + "\n")
+    for label, value in plan.worst.buffers.items():
+        w(_table_row(f"{label} (derived)"[:36], int(value), args.unit) + "\n")
+    w(_table_row("Sum of the parts and buffers", plan.worst.total, args.unit) + "\n")
+    w(_table_row("Usable on the card", plan.usable_bytes, args.unit) + "\n")
+    for line in plan.trade_offs:
+        w("\n".join(_wrap(line, "  ")) + "\n")
+    return 0
+
+
+def memmath_label(part: str) -> str:
+    import memmath
+
+    return memmath.PART_LABELS[part]
 
 
 def _basis(requirement) -> str:
@@ -526,7 +616,8 @@ def _train_json(args, run, source, plan, status) -> dict:
                   "adapter_params": int(memory.adapter_params)},
         "run": repr(run),
         "settings": {**{k: _jsonable(v) for k, v in run.settings().items() if k != "method"},
-                     "method": _method_json(run.method), "seq_len_default": args.seq is None},
+                     "method": _method_json(run.method), "seq_len_default": args.seq is None,
+                     "effective_batch": int(run.effective_batch)},
         "assumptions": {"recipe": memory.recipe.description, "optimizer": memory.optimizer.description,
                         "method": run.method.describe(), "activations": run.activations, "attention": run.attention,
                         "seq_len": (f"{run.seq_len} tokens, the default (--seq not given)" if args.seq is None
@@ -601,11 +692,18 @@ def _write_train(w, style, args, run, source, plan):
     memory, need, shape, unit = plan.memory, plan.requirement, run.model, args.unit
     sharding = (f"; {run.n_gpus} GPU{'s' if run.n_gpus > 1 else ''}, ZeRO stage {run.zero_stage}"
                 if run.n_gpus > 1 or run.zero_stage else "")
+    if run.tp > 1 or run.pp > 1 or run.cp > 1 or run.ep > 1:  # the layout (memmath/parallel.py)
+        from memmath.parallel import layout
+
+        sharding += (f" ({layout(run).describe()}" + (", sequence parallel" if run.sequence_parallel else "")
+                     + (f", {run.pp_schedule} with {run.micro_batches} micro-batches" if run.pp > 1 else "") + ")")
     lines = [f"{shape.name} ({_source_text(source)}): {memory.total_params:,} parameters, {shape.n_layers} layers.",
              f"Method: {run.method.describe()}; {memory.trainable_params:,} trainable.",
              f"Recipe: {memory.recipe.description} {memory.optimizer.description}",
              f"Step: batch {run.batch_size} x {run.seq_len:,} tokens"
              + (" (the default length; set --seq)" if args.seq is None else "")
+             + (f", {run.grad_accum_steps} micro-batches per optimizer step (effective batch "
+                f"{run.effective_batch:,})" if run.grad_accum_steps > 1 else "")
              + f", {run.attention} attention, dropout {'on' if run.dropout else 'off'}, checkpointing "
              f"{'on' if run.checkpointing else 'off'}, activations: {run.activations} model{sharding}."]
     w(style.bold("\n".join(_wrap(lines[0]))) + "\n")
@@ -616,6 +714,8 @@ def _write_train(w, style, args, run, source, plan):
         w(_table_row(memmath.PART_LABELS[part], int(value), unit) + "\n")
     w("  " + "-" * 72 + "\n")
     w(_table_row("Sum of the parts", int(memory.total), unit) + "\n")
+    if need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
+        w(_table_row("Communication buffers (derived)", need.bytes - int(memory.total), unit) + "\n")
     if need.peak is not None:
         w(_table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", int(need.peak.total), unit) + "\n")
     w(_table_row("CUDA context reserved" + (" (default)" if args.reserve is None else ""), plan.reserved_bytes,

@@ -64,6 +64,16 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
     from .peak import peak_memory, why_no_peak
     from .training import training_memory
 
+    from .parallel import is_parallel
+
+    if is_parallel(run):  # tensor, pipeline, context or expert parallelism: the rank that holds the most
+        from .parallel import worst_rank
+
+        worst = worst_rank(run)
+        buffers = f" plus its communication buffers ({worst.buffer_bytes:,} B, derived)" if worst.buffers else ""
+        return Requirement(worst.total, "sum of parts", f"{worst.layout.describe()}: the sum of the parts of the rank "
+                           f"that holds the most (rank {worst.rank}, pipeline stage {worst.coordinates['pp']}){buffers}; "
+                           "the peak estimate models one GPU", worst.memory, None, run)
     memory = training_memory(run)
     why = why_no_peak(run)
     if why:

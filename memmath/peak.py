@@ -47,6 +47,18 @@ Optimizer step
     foreach Adam, assumed here to hold one temporary the size of every trainable parameter (not
     measured).
 
+Gradient accumulation (run.grad_accum_steps = k > 1: k micro-batches of batch_size per optimizer step)
+    the first micro-batch is the step above; from the second on every gradient exists (.grad, made by the
+    first backward) through the forward and backward, and the previous micro-batch's loss (and graph: the
+    checkpointing leaf, an 8-bit base's held inputs) lives until the new loss replaces it, in step 1 too.
+    autograd still makes each parameter's gradient afresh and adds it into .grad in place (measured: from
+    the second micro-batch on each AccumulateGrad allocates nothing and frees one gradient), so a later
+    micro-batch's moment is the first one's plus the gradients the first had not yet put into .grad at
+    that moment: all of them in forward and at the loss, all but the head side's entering the last block,
+    the embeddings' and the first block's in the first block, the embeddings' at the embeddings. Those
+    moments are the phases' (they are never below the first micro-batch's); the optimizer step is
+    unchanged. Recorded after it was written: validation/grad_accum.py's 26 cases, k = 1, 2, 4 and 8.
+
 QLoRA (a bitsandbytes base)
     every forward and backward moment adds the largest quantized matrix dequantized to the compute
     dtype (bitsandbytes builds one per matmul; for a 4-bit base not at the loss, where no quantized
@@ -87,6 +99,8 @@ if TYPE_CHECKING:
 
 
 PHASES = ("forward", "backward", "optimizer_step")
+# With gradient accumulation the forward and backward moments are a later micro-batch's (the label says so).
+LATER_MICRO_BATCH = " (a later micro-batch: the earlier ones' gradients held)"
 STEPS = ("steady", "first")  # peak_memory(step=...): every step after the first, or the first
 INT64 = 8
 # PyTorch's parameters() order of one block's adapted modules (peft adds lora_A, then lora_B, to each).
@@ -167,7 +181,8 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     step: "steady" (the default) is every step after the first: the optimizer states made by the
     first optimizer.step() are alive through forward and backward. "first" is the first step, before
     they exist; an fp32 master copy is alive in both (built with the optimizer, before the first
-    forward). Both are measured (validation/measure.py runs two steps).
+    forward). Both are measured (validation/measure.py runs two steps). With run.grad_accum_steps > 1 the forward
+    and backward phases are a later micro-batch's, every gradient of the earlier ones held (validation/grad_accum.py).
     """
     step = validate.choice("step", step, STEPS)
     run = as_run(model, **settings)
@@ -186,6 +201,11 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
         for top in scalar_methods(method, shape):
             largest = peak_memory(run.replace(method=top, batch_size=validate.largest(b), seq_len=validate.largest(s)))
             validate.check_sweep("peak (from seq_len and batch_size)", largest.total)
+    from . import preference
+
+    dpo = run if isinstance(method, preference.DPO) else None
+    if dpo is not None:  # preference training: the policy's method over chosen and rejected sequences (2b)
+        method, b = method.base, 2 * b
     e, t = parts.element_bytes, b * s
     h, inner, vocab = shape.hidden_size, shape.intermediate_size, shape.vocab_size or 0
     lm = shape.family != "bert"
@@ -195,6 +215,9 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     batch_bytes = INT64 * t + (INT64 * t if lm else INT64 * b)
     buffers = 2 * INT64 * shape.max_positions if shape.family == "bert" else (
         shape.head_dim * e if shape.family == "llama" else 0)
+    if dpo is not None:  # the reference log-probabilities (2b fp32) and the reference copy's buffers
+        batch_bytes = batch_bytes + preference.batch_extra(dpo)
+        buffers = buffers + preference.reference_resident(dpo, parts)
     resident = memory.weights + memory.quantization_constants + batch_bytes + buffers
     saved = (parts.estimate.saved_by_forward - parts.batch) * trains
 
@@ -244,10 +267,20 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
                                            device)
     held_steady = held if step == "steady" else 0
     four_bit = getattr(method, "quant_type", None) in ("nf4", "fp4")
+    # Gradient accumulation (run.grad_accum_steps > 1): the step's peak is a later micro-batch's, whose forward
+    # and backward run with every gradient of the earlier ones held (see the module doc). Its forward also starts
+    # with the previous micro-batch's loss and graph alive (its loss value, the checkpointing leaf, an 8-bit
+    # base's held inputs), in the first step as in the steady one.
+    later = run.grad_accum_steps > 1
+    if later:
+        previous_loss, held_steady = (4 if lm else e) + leaf, held
 
-    def moment(phase, label, value, saved=0, gradients=0, states=0):
+    def moment(phase, label, value, saved=0, gradients=0, states=0, unset=0):
         """One moment: value is what the step adds at that moment; saved, gradients and states say how much of
-        it is saved activations, gradients and optimizer states (the rest is working memory)."""
+        it is saved activations, gradients and optimizer states (the rest is working memory). unset: the gradients
+        the first micro-batch has not yet put into .grad at this moment, which a later micro-batch holds."""
+        if later and phase != "optimizer_step":
+            value, gradients, label = value + unset, gradients + unset, label + LATER_MICRO_BATCH
         # At the loss no quantized matmul runs (the head is not converted): a 4-bit base's dequantized matrix,
         # made and dropped inside each MatMul4Bit, is not alive there (found after validation/lora_dropout.py's
         # QLoRA cases were recorded: at b x s = 64 they measured one such matrix below the model; no case of
@@ -267,16 +300,20 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     embeddings_alloc = parts.embeddings - parts.embeddings_batch
     # (use_cache: the cache also holds the k and v of the blocks that store nothing, to the end of forward)
     before_last = embeddings_alloc + parts.blocks - parts.estimate.per_layer + parts.tables + parts.cache_held
+    for label, value in (preference.reference_moments(dpo, parts) if dpo is not None else ()):
+        moment("forward", label, value, unset=grads)  # under no_grad, before the policy's forward: nothing saved
     moment("forward", "in the last block: every earlier saved tensor and the block's own, at its fullest",
-           before_last + parts.block_live, saved=before_last)
+           before_last + parts.block_live, saved=before_last, unset=grads)
     moment("forward", "at the loss: every saved tensor, the logits and their fp32 copy",
            embeddings_alloc + parts.blocks + parts.tables + parts.cache_held + parts.head_live,
-           saved=embeddings_alloc + parts.blocks + parts.tables + parts.cache_held)
+           saved=embeddings_alloc + parts.blocks + parts.tables + parts.cache_held, unset=grads)
     if lm:
-        moment("backward", "at the loss: two fp32 gradients over the vocabulary", saved + 8 * t * vocab, saved=saved)
+        moment("backward", "at the loss: two fp32 gradients over the vocabulary", saved + 8 * t * vocab, saved=saved,
+               unset=grads)
     head_saved = parts.head + parts.loss - (0 if lm else parts.batch)
     moment("backward", "entering the last block: saved tensors but the head's, head-side gradients, working set",
-           saved - head_saved + g_head_side + work_bwd, saved=saved - head_saved, gradients=g_head_side)
+           saved - head_saved + g_head_side + work_bwd, saved=saved - head_saved, gradients=g_head_side,
+           unset=grads - g_head)
     if checkpointing:
         first = e * t * h + parts.tables + parts.recompute
     else:
@@ -285,18 +322,20 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     two = storing > 1 if is_ndarray(storing) else int(storing > 1)
     moment("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
            (embeddings_alloc + first + grads - g_embed + tied_embed - g_block + work_bwd) * two,
-           saved=(embeddings_alloc + first) * two, gradients=(grads - g_embed + tied_embed - g_block) * two)
+           saved=(embeddings_alloc + first) * two, gradients=(grads - g_embed + tied_embed - g_block) * two,
+           unset=(g_embed + g_block) * two)
     if checkpointing:
         # Recomputing a block: its forward runs again (saving), over every block input still kept.
         moment("backward", "recomputing the last block: every block input, head-side gradients",
                embeddings_alloc + parts.blocks + parts.tables + g_head_side + t * h * e
-               + parts.recompute_live, saved=embeddings_alloc + parts.blocks + parts.tables, gradients=g_head_side)
+               + parts.recompute_live, saved=embeddings_alloc + parts.blocks + parts.tables, gradients=g_head_side,
+               unset=grads - g_head)
         moment("backward", "recomputing the first block: its input, every later gradient",
                (embeddings_alloc + e * t * h + parts.tables + grads - g_embed + tied_embed - g_block + t * h * e
                 + parts.recompute_live) * two, saved=(embeddings_alloc + e * t * h + parts.tables) * two,
-               gradients=(grads - g_embed + tied_embed - g_block) * two)
+               gradients=(grads - g_embed + tied_embed - g_block) * two, unset=(g_embed + g_block) * two)
     moment("backward", "at the embeddings: every gradient", embeddings_alloc + grads + tied_embed + leaf,
-           saved=embeddings_alloc, gradients=grads + tied_embed)
+           saved=embeddings_alloc, gradients=grads + tied_embed, unset=g_embed)
     transient, note = optimizer_transient(shape, method, recipe, opt, device)
     states_and_transient = memory.optimizer_states + transient
     # With a master copy the optimizer steps the fp32 masters, so each 16-bit gradient is first copied up to an
@@ -322,6 +361,12 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
                 else max(result, value)
         phases[phase] = result
     notes = () if note is None else (note,)
+    if later:
+        notes += (Note("grad_accum_peak",
+                       f"gradient accumulation over {run.grad_accum_steps} micro-batches"
+                       + ("" if is_ndarray(b) else f" of {b} (an effective batch of {run.effective_batch})")
+                       + ": the peak is a later micro-batch's, whose forward and backward run with the earlier "
+                       "ones' gradients held"),)
     if device == "cuda":
         notes += (Note("cuda_context_excluded",
                        "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)
@@ -334,6 +379,9 @@ def why_no_peak(run: Run) -> str:
     """Why the peak of this run is not modelled, in words; "" when peak_memory answers it."""
     if run.seq_len is None or not run.model.has_shape:
         return "without a sequence length and the model's widths there are no activations to place in time"
+    if run.tp > 1 or run.pp > 1 or run.cp > 1 or run.ep > 1:
+        return ("the peak estimate (peak_memory) models one GPU; a tensor, pipeline, context or expert parallel rank's "
+                "is memmath.parallel.parallel_peak")
     if run.sharding != "even" or run.sharded:
         return "the peak estimate does not model ZeRO or FSDP sharding"
     if run.model.vision is not None:

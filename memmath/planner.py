@@ -22,7 +22,7 @@ from .config_reader import from_hf_config, parse_json_config
 from .models import ModelShape
 from .recipes import bytes_per_parameter, get_recipe
 from .decision import BASES, Requirement, requirement
-from .run import Run, as_run, sdpa_supported
+from .run import MAX_GRAD_ACCUM, Run, as_run, sdpa_supported
 from .search import fewest_where, largest_where
 from .units import UNITS, unit_name
 
@@ -105,7 +105,15 @@ def _keeps_more_than_pure_bf16(precision) -> bool:
 
 def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
     """(change, new run, cost) for every change that applies to this run."""
+    from .parallel import is_parallel
+
+    if is_parallel(run):  # a model split across GPUs (memmath/parallel.py): the changes that keep its layout
+        yield from _parallel_candidates(run, gpu, reserved_bytes, max_gpus)
+        return
     method, fits = run.method, _fits_run(gpu, reserved_bytes)
+    from .preference import rewrapper
+
+    method, rewrap = rewrapper(method)  # preference training: the changes are its policy's, the reference kept
     if run.seq_len is not None and not run.checkpointing:
         yield ("gradient checkpointing on", run.replace(checkpointing=True),
                "recomputes each block's forward pass during backward: about a third more compute")
@@ -113,13 +121,18 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
         yield ("fused attention (sdpa)", run.replace(attention="sdpa"),
                "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
     if run.batch_size > 1 and run.seq_len is not None:
-        smaller = largest_where(lambda b: fits(run.replace(batch_size=b)), 1, run.batch_size - 1) or 1
-        steps = -(-run.batch_size // smaller)
-        yield (f"batch size {smaller}", run.replace(batch_size=smaller),
-               f"accumulate gradients over {steps} steps for the same effective batch: slower steps")
+        # A smaller micro-batch accumulated to the same effective batch (batch_size x grad_accum_steps): the largest
+        # divisor of the batch that fits, else 1, judged by its own peak (a later micro-batch holds the gradients).
+        sizes = [d for d in _divisors(run.batch_size) if d < run.batch_size
+                 and run.grad_accum_steps * (run.batch_size // d) <= MAX_GRAD_ACCUM]
+        best = largest_where(lambda i: fits(_accumulated(run, sizes[i])), 0, len(sizes) - 1) or 0
+        new = _accumulated(run, sizes[best])
+        yield (f"batch size {new.batch_size}, accumulate {new.grad_accum_steps}", new,
+               f"{new.grad_accum_steps} forward and backward passes per optimizer step for the same effective batch "
+               f"of {run.effective_batch}: slower steps")
     if not isinstance(method, (LoRA, QLoRA)):
         yield (f"LoRA rank {SUGGESTED_RANK} on {', '.join(SUGGESTED_TARGETS)}",
-               run.replace(method=LoRA(rank=SUGGESTED_RANK, targets=SUGGESTED_TARGETS)),
+               run.replace(method=rewrap(LoRA(rank=SUGGESTED_RANK, targets=SUGGESTED_TARGETS))),
                "trains far fewer parameters; quality close to full finetuning on many tasks (Hu et al. 2021)")
     if not isinstance(method, QLoRA):
         rank = method.rank if isinstance(method, LoRA) else SUGGESTED_RANK
@@ -128,7 +141,7 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
         kept = dict(dropout=method.dropout, adapter_format=method.adapter_format, vision=method.vision) \
             if isinstance(method, LoRA) else {}
         yield (f"QLoRA rank {rank} on {', '.join(targets)}",
-               run.replace(method=QLoRA(rank=rank, targets=targets, **kept)),
+               run.replace(method=rewrap(QLoRA(rank=rank, targets=targets, **kept))),
                "4-bit NF4 base: weights are dequantized on the fly, so steps are slower (Dettmers et al. 2023)")
     if run.optimizer in ("adam", "adamw"):
         yield ("8-bit Adam", run.replace(optimizer="adam8bit"),
@@ -150,13 +163,64 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
                "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
 
 
+def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus):
+    """The changes to a tensor/pipeline parallel run that keep its degrees: checkpointing, fused attention,
+    8-bit Adam, ZeRO on the data axis, and more data-parallel copies with ZeRO stage 3."""
+    from .parallel import layout
+
+    fits = _fits_run(gpu, reserved_bytes)
+    if run.seq_len is not None and not run.checkpointing:
+        yield ("gradient checkpointing on", run.replace(checkpointing=True),
+               "recomputes each block's forward pass during backward: about a third more compute")
+    if run.seq_len is not None and run.attention == "eager" and sdpa_supported(run.model):
+        yield ("fused attention (sdpa)", run.replace(attention="sdpa"),
+               "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
+    if run.optimizer in ("adam", "adamw"):
+        yield ("8-bit Adam", run.replace(optimizer="adam8bit"),
+               "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
+    split = run.tp * run.pp * run.cp
+    if layout(run).dp > 1 and run.zero_stage < 3:
+        staged = [run.replace(zero_stage=k) for k in range(run.zero_stage + 1, 4)]
+        new = next((r for r in staged if fits(r)), staged[-1])
+        yield (f"ZeRO stage {new.zero_stage} on the {layout(run).dp} data-parallel copies", new,
+               "shards states, gradients and weights across the data axis: more communication per step")
+    if run.n_gpus + split <= max_gpus:
+        stage = max(run.zero_stage, 3)
+        counts = [n for n in range(run.n_gpus + split, max_gpus + 1, split)]
+        index = fewest_where(lambda i: fits(run.replace(n_gpus=counts[i], zero_stage=stage)), 0, len(counts) - 1)
+        new = run.replace(n_gpus=counts[len(counts) - 1 if index is None else index], zero_stage=stage)
+        yield (f"{new.n_gpus} GPUs ({layout(new).dp} data-parallel copies) with ZeRO stage {stage}", new,
+               "more cards on the data axis; ZeRO shards the states of each tensor/pipeline share")
+
+
+def plan_layout(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=MAX_GPUS, max_tp=8, **settings):
+    """The fewest GPUs and the layout (data x tensor x pipeline) that fit this run on this card, with the
+    trade-off of each axis in one line: memmath.parallel.fewest_gpus_layout (a LayoutPlan)."""
+    from .parallel import fewest_gpus_layout
+
+    return fewest_gpus_layout(model, gpu, max_gpus=max_gpus, max_tp=max_tp, reserved_bytes=reserved_bytes, **settings)
+
+
+def _divisors(n: int) -> list[int]:
+    """Every whole number that divides n, smallest first."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _accumulated(run: Run, micro: int) -> Run:
+    """The run with micro-batches of `micro` sequences (a divisor of its batch), accumulated to the same effective
+    batch."""
+    return run.replace(batch_size=micro, grad_accum_steps=run.grad_accum_steps * (run.batch_size // micro))
+
+
 def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, **settings) -> list[Suggestion]:
     """Single changes that lower a training run's memory per GPU, the largest saving first.
 
     model: a Run, or a model with Run's keyword settings. Memory is requirement()'s (the
     steady-state peak where modelled); a change fits when it leaves FIT_MARGIN (5%) of its
     requirement free after reserved_bytes (the CUDA context by default). Each candidate changes
-    one thing: checkpointing on, fused attention, the largest smaller batch that fits (else 1),
+    one thing: checkpointing on, fused attention, a smaller micro-batch accumulated to the same
+    effective batch (batch_size x grad_accum_steps: the largest divisor of the batch that fits, else 1),
     LoRA or QLoRA (rank 8 on q, v unless LoRA is already set), 8-bit Adam, a pure bf16 recipe, a
     higher ZeRO stage on the same GPUs (the lowest that fits, else 3), or more GPUs with ZeRO stage
     3 (the fewest, any whole number up to max_gpus, that fit; else max_gpus). Only changes that save

@@ -32,6 +32,8 @@ ACTIVATION_MODELS = ("transformers", "textbook")
 DEVICES = ("cuda", "cpu")
 SHARDINGS = ("even", "fsdp2", "zero_redundancy")
 
+# Micro-batches per optimizer step: up to as many as the largest batch (validate.MAX_BATCH) has sequences.
+MAX_GRAD_ACCUM = validate.MAX_BATCH
 DEFAULT_SEQ_LEN = 2048  # tokens per sequence: a common finetuning length (Llama 2's context was 4,096)
 # The fields that depend on the model and are resolved from it when left out (None).
 RESOLVED = ("attention", "dropout", "activations")
@@ -46,6 +48,9 @@ class Run:
     optimizer: object = "adamw"  # AdamW: what transformers' Trainer and most finetuning recipes use
     method: Method = field(default_factory=Full)  # full finetuning: every weight trains (the article's start)
     batch_size: object = 1  # sequences per GPU per step: the smallest step, the one most runs must fit first
+    # micro-batches of batch_size per optimizer step (gradient accumulation): 1, transformers' Trainer default
+    # (gradient_accumulation_steps=1); each micro-batch's forward and backward runs with the gradients held
+    grad_accum_steps: int = 1
     seq_len: object = DEFAULT_SEQ_LEN  # None leaves the activations out (weights, gradients and states only)
     checkpointing: bool = False  # transformers' default: gradient checkpointing is opt-in
     attention: str | None = None  # None: what transformers picks (SDPA; eager where SDPA cannot run the model)
@@ -56,6 +61,14 @@ class Run:
     zero_stage: int = 0  # ZeRO stage 0-3 across the n_gpus (3 = FSDP full sharding)
     sharding: str = "even"  # "even": ZeRO's division; "fsdp2"/"zero_redundancy": what that engine stores
     rank: int = 0  # which GPU's share an engine's sharding reports (0 to n_gpus - 1)
+    # Splitting the model itself (memmath/parallel.py): n_gpus = data x tp x pp x cp; 1 each, one GPU's model whole.
+    tp: int = 1  # tensor parallelism: heads and MLP width split across tp GPUs (Megatron-LM)
+    pp: int = 1  # pipeline parallelism: the blocks split into pp stages
+    cp: int = 1  # context parallelism: the sequence split across cp GPUs (ring attention)
+    ep: int = 1  # expert parallelism: a mixture of experts' routed experts split across ep GPUs
+    sequence_parallel: bool = False  # with tp: norms and dropout on seq_len / tp tokens (Korthikanti et al. 2022)
+    pp_schedule: str = "1f1b"  # "1f1b" (Megatron-LM's default, fewest micro-batches in flight) or "gpipe"
+    micro_batches: int = 1  # micro-batches of batch_size per pipeline step (m; pp >= 2 only)
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -72,6 +85,8 @@ class Run:
             precision=_name(recipe, self.precision),
             optimizer=_name(optimizer, self.optimizer),
             batch_size=validate.count("batch_size", self.batch_size, high=validate.MAX_BATCH),
+            grad_accum_steps=validate.count("grad_accum_steps", self.grad_accum_steps, high=MAX_GRAD_ACCUM,
+                                            scalar=True),
             seq_len=None if self.seq_len is None else validate.count("seq_len", self.seq_len, high=validate.MAX_SEQ),
             checkpointing=validate.flag("checkpointing", self.checkpointing),
             device=validate.choice("device", self.device, DEVICES),
@@ -80,6 +95,14 @@ class Run:
             sharding=validate.choice("sharding", self.sharding, SHARDINGS),
         )
         values["rank"] = validate.count("rank", self.rank, low=0, high=max(values["n_gpus"] - 1, 0), scalar=True)
+        from .parallel import DEGREES, SCHEDULES, check as check_parallel
+
+        for degree in DEGREES:
+            values[degree] = validate.count(degree, getattr(self, degree), high=validate.MAX_GPUS, scalar=True)
+        values["sequence_parallel"] = validate.flag("sequence_parallel", self.sequence_parallel)
+        values["pp_schedule"] = validate.choice("pp_schedule", self.pp_schedule, SCHEDULES)
+        values["micro_batches"] = validate.count("micro_batches", self.micro_batches, high=validate.MAX_BATCH, scalar=True)
+        check_parallel(values, shape, self.method)
         if self.attention is not None:
             values["attention"] = validate.choice("attention", self.attention, ATTENTION_KINDS)
         if self.dropout is not None:
@@ -118,6 +141,12 @@ class Run:
     @property
     def optimizer_spec(self) -> Optimizer:
         return get_optimizer(self.optimizer)
+
+    @property
+    def effective_batch(self):
+        """Sequences per optimizer step on one GPU: batch_size x grad_accum_steps (times n_gpus for the whole
+        data-parallel step). Memory follows batch_size, the micro-batch; the update sees this many sequences."""
+        return self.batch_size * self.grad_accum_steps
 
     @property
     def swept(self) -> str | None:
@@ -231,6 +260,10 @@ def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, at
 
 def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout) -> str | None:
     """Why the exact activation model does not replay this run (None when it does)."""
+    from .preference import DPO
+
+    if isinstance(method, DPO):  # preference training: the policy's method decides (memmath/preference.py)
+        method = method.base
     if seq_len is None or not shape.has_shape:
         return "needs a sequence length and a model with widths"
     from .hf_activations import traces

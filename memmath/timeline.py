@@ -61,10 +61,10 @@ class Timeline:
 # The moments of peak.py in the order a step reaches them: backward runs from the loss to the embeddings, and
 # with checkpointing each block is recomputed just before its backward (so the last block's recomputation
 # comes before the first block's backward).
-_ORDER = ("forward:in the last block", "forward:at the loss", "backward:at the loss", "backward:entering the last",
+_ORDER = ("forward:reference forward", "forward:in the last block", "forward:at the loss", "backward:at the loss", "backward:entering the last",
           "backward:recomputing the last", "backward:recomputing the first", "backward:in the first",
           "backward:at the embeddings", "optimizer_step:")
-_SHORT = ("forward, last block", "forward, at the loss", "backward, at the loss", "backward, last block",
+_SHORT = ("reference forward (DPO)", "forward, last block", "forward, at the loss", "backward, at the loss", "backward, last block",
           "recomputing the last block", "recomputing the first block", "backward, first block",
           "backward, embeddings", "optimizer step")
 

@@ -240,6 +240,10 @@ def _cached_step_parts(key: tuple):
 
 
 def _step_parts(run: Run):
+    from .preference import DPO, step_parts as preference_step_parts
+
+    if isinstance(run.method, DPO):  # preference training: the policy at batch 2b, a reference (memmath/preference.py)
+        return preference_step_parts(run)
     shape, method, recipe, opt = run.model, run.method, run.recipe, run.optimizer_spec
     n_gpus, zero_stage, sharding = run.n_gpus, run.zero_stage, run.sharding
     plan = method.plan(shape, recipe)
@@ -271,6 +275,11 @@ def _step_parts(run: Run):
     if zero_stage and n_gpus == 1:
         notes.append(Note("zero_on_one_gpu", f"ZeRO stage {zero_stage} on one GPU shards nothing: every part stays whole"))
 
+    if _splits_model(run):  # tensor, pipeline, context or expert parallelism: one rank's parts (memmath/parallel.py)
+        from .parallel import rank_step_parts
+
+        (weights, constants, gradients, accumulation, master, states, state_detail, act_bytes, act_estimate, parts,
+         notes) = rank_step_parts(run, notes, act_estimate)
     memory = TrainingMemory(
         weights=weights, quantization_constants=constants, gradients=gradients, gradient_accumulation=accumulation,
         master_weights=master, optimizer_states=states, activations=act_bytes,
@@ -282,6 +291,11 @@ def _step_parts(run: Run):
         activation_model=run.activations, attention=run.attention, dropout=run.dropout, run=run,
     )
     return memory, parts
+
+
+def _splits_model(run: Run) -> bool:
+    """Whether any of the run's tensor, pipeline, context or expert degrees is above 1."""
+    return run.tp > 1 or run.pp > 1 or run.cp > 1 or run.ep > 1
 
 
 def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):

@@ -127,7 +127,7 @@ def test_train_qlora_json_and_the_changes_are_judged_on_their_peak():
         s = change["settings"]
         redo = api_settings(method=mm.QLoRA(rank=8, targets=("q", "v")), batch_size=s["batch_size"],
                             checkpointing=s["checkpointing"], attention=s["attention"], optimizer=s["optimizer"],
-                            precision=s["precision"])
+                            precision=s["precision"], grad_accum_steps=s.get("grad_accum_steps", 1))
         if s["n_gpus"] > 1 or s["method"]["name"] != "qlora":
             continue
         peak = peak_of("llama-3-8b", redo).total
@@ -890,10 +890,11 @@ def test_a_serving_change_that_fits_leaves_the_fit_margin_free():
 
 
 # ---- memmath lessons -----------------------------------------------------------------------------
-def test_lessons_path_is_the_folder_of_the_nine_lessons_and_their_stylesheet():
+def test_lessons_path_is_the_folder_of_the_eleven_lessons_and_their_stylesheet():
     folder = Path(run("lessons", "--path", check_status=0).stdout.strip())
     assert sorted(p.name for p in folder.glob("[0-9][0-9]_*.py")) == sorted(
-        p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py")) and len(list(folder.glob("0*.py"))) == 9
+        p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py"))
+    assert len(list(folder.glob("[0-9][0-9]_*.py"))) == 11  # 00-08 in the article's order, 09 notation, 10 problems
     assert (folder / "memmath.css").is_file()
 
 
@@ -949,3 +950,23 @@ def test_readme_install_section_and_the_cpu_index_for_torch():
     assert "torch==2.13.0" in lines
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["license"] == "MIT" and (REPO / "LICENSE").read_text().startswith("MIT License")
+
+
+@pytest.mark.parametrize("args, seq", [
+    (("phi-3-mini", "--method", "lora", "--rank", "16", "--targets", "all"), 2048),  # its window is 2,047
+    (("mistral-7b", "--seq", "4096"), 4096),  # its window is 4,096
+])
+def test_sliding_window_models_at_their_usual_lengths_are_traced_not_refused(args, seq):
+    # The exact model follows transformers' sliding-window masks (tests/test_sliding_window.py): the default run and
+    # an explicit --activations transformers both answer with it, with the peak.
+    report = run_json("train", *args)
+    assert report["settings"]["activations"] == "transformers" and report["settings"]["seq_len"] == seq
+    assert report["peak"] is not None
+    run("train", *args, "--activations", "transformers", check_status=0)
+
+
+def test_a_refused_attention_names_its_option_not_a_python_argument():
+    # Gemma 2 has no SDPA in transformers 5.24 (Gemma2PreTrainedModel._supports_sdpa is False).
+    done = run("train", "gemma-2-2b", "--attention", "sdpa", "--activations", "transformers", check_status=2)
+    assert done.stderr.startswith("memmath train: error: --attention: 'sdpa' does not run here")
+    assert "eager attention" in done.stderr and "attention=" not in done.stderr and "activations=" not in done.stderr

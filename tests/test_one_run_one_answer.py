@@ -256,3 +256,30 @@ def test_a_preset_built_in_code_and_its_config_json_are_one_run(config_file):
     assert built.settings() == read.settings()
     assert mm.requirement(built).bytes == mm.requirement(read).bytes
     assert mm.training_memory(built).parts() == mm.training_memory(read).parts()
+
+
+def test_a_run_with_gradient_accumulation_is_one_answer_in_the_api_and_the_command_line():
+    # Llama-2-7B, LoRA r16 on every linear layer, micro-batches of 4 x 1,024 tokens accumulated 8 times (an
+    # effective batch of 32), on an RTX 4090: the API and --json give the same run, parts, peak and changes.
+    args = ["train", "llama-2-7b", "--method", "lora", "--rank", "16", "--targets", "all", "--batch", "4",
+            "--seq", "1024", "--grad-accum", "8", "--gpu", "RTX 4090", "--json"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = cli.main(args)
+    report = json.loads(out.getvalue())
+    api = mm.plan_training("llama-2-7b", "RTX 4090", method=mm.LoRA(rank=16, targets=("all",)), batch_size=4,
+                           seq_len=1024, grad_accum_steps=8)
+    assert report["run"] == repr(api.run) and "grad_accum_steps=8" in report["run"]
+    assert report["settings"]["grad_accum_steps"] == 8 and report["settings"]["effective_batch"] == 32 == \
+        api.run.effective_batch
+    assert report["parts"] == {k: int(v) for k, v in api.memory.parts().items()}
+    assert report["required"]["bytes"] == api.requirement.bytes and report["required"]["basis"] == "peak"
+    assert report["peak"]["total"] == int(api.requirement.peak.total)
+    # The held gradients are in that number: above the same micro-batch without accumulation.
+    assert api.requirement.bytes > mm.requirement(api.run.replace(grad_accum_steps=1)).bytes
+    assert status == (0 if api.fits else 1)
+    if not api.fits:
+        assert [(c["change"], c["required_bytes"], c["fits"]) for c in report["changes"]] == \
+            [(s.change, s.total, s.fits) for s in api.changes]
+    # The planner's smaller micro-batch keeps the 32 sequences per optimizer step: 1 x 32 (nothing larger fits).
+    assert "batch size 1, accumulate 32" in [c["change"] for c in report["changes"]]

@@ -119,15 +119,19 @@ def _fits(total):
 
 
 def test_smaller_batch_is_the_largest_that_fits():
+    # A smaller micro-batch accumulated to the same effective batch: 16 sequences per optimizer step, so a divisor
+    # of 16 (8, 4, 2, 1) with 16 / b micro-batches, judged by the accumulated run's own peak.
     settings = dict(precision="bf16", optimizer="adamw", method=mm.LoRA(rank=8), seq_len=2048, batch_size=16,
                     attention="sdpa", checkpointing=True)
     batch = by_change(mm.suggest_changes("llama-2-7b", "RTX 4090", **settings))
     [(change, suggestion)] = [(c, s) for c, s in batch.items() if c.startswith("batch size")]
-    b = suggestion.settings["batch_size"]
-    assert 1 < b < 16
-    assert _fits(mm.peak_memory("llama-2-7b", **{**settings, "batch_size": b}).total)
-    assert not _fits(mm.peak_memory("llama-2-7b", **{**settings, "batch_size": b + 1}).total)
-    assert f"over {-(-16 // b)} steps" in suggestion.cost
+    b, k = suggestion.settings["batch_size"], suggestion.settings["grad_accum_steps"]
+    assert b in (2, 4, 8) and b * k == 16 and change == f"batch size {b}, accumulate {k}"
+    assert suggestion.run.effective_batch == 16 and "effective batch of 16" in suggestion.cost
+    chosen = {**settings, "batch_size": b, "grad_accum_steps": k}
+    assert _fits(mm.peak_memory("llama-2-7b", **chosen).total)
+    assert not _fits(mm.peak_memory("llama-2-7b", **{**settings, "batch_size": 2 * b, "grad_accum_steps": k // 2}).total)
+    assert suggestion.total == mm.requirement("llama-2-7b", **chosen).bytes
 
 
 def test_only_savings_are_suggested_and_none_when_nothing_applies():
@@ -322,7 +326,8 @@ def test_path_to_fit_tries_a_smaller_batch_before_more_gpus():
     reserved = int(1.25 * 2**30)
     path = mm.path_to_fit("llama-2-70b", "RTX 4090", max_gpus=8, reserved_bytes=reserved, **settings)
     changes = [s.change for s in path]
-    assert changes[-2] == "batch size 1" and changes[-1].endswith("GPUs with ZeRO stage 3") and path[-1].fits
+    assert changes[-2] == "batch size 1, accumulate 64" and changes[-1].endswith("GPUs with ZeRO stage 3")
+    assert path[-1].fits and path[-1].run.effective_batch == 64
     assert not any("GPUs with" in c for c in changes[:-1])
     n = path[-1].settings["n_gpus"]
     assert 1 < n <= 8
@@ -347,3 +352,29 @@ def test_the_qlora_change_keeps_the_lora_runs_adapters():
     [qlora] = [s for s in mm.suggest_changes(run, "RTX 4090") if s.change.startswith("QLoRA")]
     assert (qlora.run.method.rank, qlora.run.method.targets, qlora.run.method.dropout,
             qlora.run.method.adapter_format) == (16, ("q", "k", "v", "o"), 0.1, "bf16")
+
+
+def test_batch_1_accumulate_k_keeps_the_effective_batch_and_is_judged_by_its_own_peak():
+    # Full finetuning of GPT-2 at 8 x 1,024 tokens in fp16 mixed precision on a T4 with 12e9 B kept back: about 4.1e9
+    # B left, where a micro-batch of 1 fits and one of 2 does not, so the change is 1 sequence per micro-batch, 8
+    # micro-batches per step (8 x 1 = the 8 sequences of before).
+    run = mm.Run("gpt2", precision="mixed", batch_size=8, seq_len=1024)
+    [batch] = [s for s in mm.suggest_changes(run, "T4", reserved_bytes=12 * 10**9) if s.change.startswith("batch")]
+    assert batch.change == "batch size 1, accumulate 8" and batch.run.effective_batch == run.effective_batch == 8
+    assert (batch.run.batch_size, batch.run.grad_accum_steps) == (1, 8)
+    # Its number is the accumulated run's peak, in which a later micro-batch runs with every gradient held: above
+    # batch 1 without accumulation (which would understate it), below batch 8.
+    accumulated = mm.requirement("gpt2", precision="mixed", batch_size=1, grad_accum_steps=8, seq_len=1024)
+    alone = mm.requirement("gpt2", precision="mixed", batch_size=1, seq_len=1024)
+    assert batch.total == accumulated.bytes and accumulated.basis == "peak"
+    assert alone.bytes < batch.total < mm.requirement(run).bytes
+
+
+def test_an_accumulating_run_keeps_its_effective_batch_and_a_batch_of_1_offers_none():
+    # Already 6 x 2 = 12 sequences per step: a smaller micro-batch is a divisor of 6 (3, 2 or 1), 12 / b of them.
+    run = mm.Run("llama-2-7b", method=mm.LoRA(rank=8), batch_size=6, grad_accum_steps=2, seq_len=4096)
+    [batch] = [s for s in mm.suggest_changes(run, "RTX 4090") if s.change.startswith("batch")]
+    b, k = batch.run.batch_size, batch.run.grad_accum_steps
+    assert b in (1, 2, 3) and b * k == 12 and batch.change == f"batch size {b}, accumulate {k}"
+    one = mm.Run("llama-2-7b", method=mm.LoRA(rank=8), grad_accum_steps=4, seq_len=4096)
+    assert not [s for s in mm.suggest_changes(one, "RTX 4090") if s.change.startswith("batch")]

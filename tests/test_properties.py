@@ -498,6 +498,7 @@ CALLS = {
     "FieldError": (mm.FieldError, dict(field=maybe("batch_size"), message=maybe("batch_size must be ..."))),
     "Freeze": (mm.Freeze, dict(trainable_layers=maybe(1), train_embeddings=maybe(False), train_head=maybe(True))),
     "LoRA": (mm.LoRA, dict(rank=maybe(8), targets=maybe(("q", "v")), adapter_format=maybe("fp32"))),
+    "DPO": (mm.DPO, dict(base=maybe(mm.LoRA()), reference=maybe("adapters_off"), beta=maybe(0.1))),
     "QLoRA": (mm.QLoRA, dict(rank=maybe(8), targets=maybe("all"), double_quant=maybe(True), quant_block=maybe(64),
                              quant_type=maybe("nf4"), layout=maybe("bitsandbytes"))),
     "measured_qlora": (mm.measured_qlora, dict(quant_type=maybe("int8"), max_cases=maybe(1))),

@@ -14,8 +14,10 @@ def test_every_setting_is_concrete_and_repr_says_what_is_assumed():
     # GPT2Config: attn_pdrop = resid_pdrop = embd_pdrop = 0.1 -> dropout on; transformers picks SDPA.
     # Full()'s vision='trains' says what a vision-language model's tower would do; GPT-2 has none.
     assert repr(run) == ("Run(model='gpt2', precision='bf16', optimizer='adamw', method=Full(vision='trains'), "
-                         "batch_size=1, seq_len=2048, checkpointing=False, attention='sdpa', dropout=True, "
-                         "activations='transformers', device='cuda', n_gpus=1, zero_stage=0, sharding='even', rank=0)")
+                         "batch_size=1, grad_accum_steps=1, seq_len=2048, checkpointing=False, attention='sdpa', "
+                         "dropout=True, "
+                         "activations='transformers', device='cuda', n_gpus=1, zero_stage=0, sharding='even', rank=0, "
+                         "tp=1, pp=1, cp=1, ep=1, sequence_parallel=False, pp_schedule='1f1b', micro_batches=1)")
     assert run.defaulted == {"attention", "dropout", "activations"}
     assert all(value is not None for value in run.settings().values())
 
@@ -56,7 +58,9 @@ def test_a_run_is_a_frozen_hashable_value():
     (dict(batch_size=0), "batch_size"), (dict(seq_len=2.5), "seq_len"), (dict(precision="bf17"), "precision"),
     (dict(attention="flash"), "attention"), (dict(dropout="yes"), "dropout"), (dict(n_gpus=2, rank=2), "rank"),
     (dict(zero_stage=4), "zero_stage"), (dict(activations="exact"), "activations"), (dict(device="tpu"), "device"),
-    (dict(sharding="ddp"), "sharding"), (dict(method="lora"), "method"),
+    (dict(sharding="ddp"), "sharding"), (dict(method="lora"), "method"), (dict(grad_accum_steps=0), "grad_accum_steps"),
+    (dict(grad_accum_steps=1.5), "grad_accum_steps"), (dict(grad_accum_steps=True), "grad_accum_steps"),
+    (dict(grad_accum_steps=2**20 + 1), "grad_accum_steps"), (dict(grad_accum_steps="4"), "grad_accum_steps"),
 ])
 def test_bad_input_names_the_field_once_on_construction(settings, field):
     with pytest.raises((ValueError, TypeError)) as error:
@@ -131,3 +135,41 @@ def test_a_change_that_moves_the_decision_to_the_sum_saves_what_the_sums_differ_
     # (2 x 124,439,808 x 2 B + 148 x 4 B) / 2 = 248,879,912 B, not the peak's gap to the sum.
     [zero] = [s for s in mm.suggest_changes("gpt2", "T4", seq_len=128, n_gpus=2) if s.change.startswith("ZeRO stage 1")]
     assert zero.basis == "sum of parts" and zero.saved == (2 * 124_439_808 * 2 + 148 * 4) // 2
+
+
+def test_gradient_accumulation_is_a_setting_and_the_effective_batch_its_product():
+    # transformers' TrainingArguments: gradient_accumulation_steps defaults to 1; the update sees
+    # per_device_train_batch_size x gradient_accumulation_steps sequences per device.
+    assert mm.Run("gpt2").grad_accum_steps == 1 and mm.Run("gpt2").effective_batch == 1
+    run = mm.Run("gpt2", batch_size=4, grad_accum_steps=8)
+    assert (run.batch_size, run.grad_accum_steps, run.effective_batch) == (4, 8, 32)
+    assert "batch_size=4, grad_accum_steps=8," in repr(run) and run.settings()["grad_accum_steps"] == 8
+    # Another run (and another cache key) than the same micro-batch stepped after each batch, and replace keeps it.
+    assert run != run.replace(grad_accum_steps=1) and run.cache_key != run.replace(grad_accum_steps=1).cache_key
+    assert run.replace(batch_size=2).grad_accum_steps == 8
+    # A sweep over the micro-batch gives an array of effective batches; the accumulation itself is one number.
+    assert list(mm.Run("gpt2", batch_size=np.array([1, 2]), grad_accum_steps=3).effective_batch) == [3, 6]
+    with pytest.raises(ValueError) as error:
+        mm.Run("gpt2", grad_accum_steps=np.array([1, 2]))
+    assert error.value.field == "grad_accum_steps"
+
+
+def test_accumulation_changes_the_peak_not_the_parts():
+    # training_memory adds up what a step keeps: weights, gradients, states and one micro-batch's activations, the
+    # same with or without accumulation. The peak is higher: a later micro-batch runs its forward with every
+    # gradient alive, and with the previous micro-batch's loss (one fp32 value, 4 B) until this one replaces it.
+    # Measured (validation/grad_accum.py, every full-finetuning case): the second micro-batch's forward peak is the
+    # first's plus exactly the gradients' bytes + 4.
+    one, four = mm.Run("llama-2-7b", batch_size=2, seq_len=512), mm.Run("llama-2-7b", batch_size=2, seq_len=512,
+                                                                         grad_accum_steps=4)
+    assert mm.training_memory(one).parts() == mm.training_memory(four).parts()
+    gradients = int(mm.training_memory(one).gradients)
+    assert gradients == 2 * 6_738_415_616  # Llama-2-7B's parameters, 2 B each in pure bf16
+    first_one, first_four = mm.peak_memory(one, step="first"), mm.peak_memory(four, step="first")
+    assert first_four.forward == first_one.forward + gradients + 4
+    assert any(n.kind == "grad_accum_peak" and "effective batch of 8" in str(n) for n in first_four.notes)
+    # In the steady step forward and backward are higher too (here the optimizer step, weights, gradients and
+    # states, is higher still, the same in both).
+    steady_one, steady_four = mm.peak_memory(one), mm.peak_memory(four)
+    assert steady_four.backward > steady_one.backward and steady_four.optimizer_step == steady_one.optimizer_step
+

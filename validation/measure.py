@@ -627,7 +627,10 @@ def measure(case: Case, device: str = "cpu", explain: bool = False, build_fn=Non
     """Run two training steps of `case` and return what they allocated (see the module docstring).
 
     The loop is the usual one: loss = model(**batch).loss; loss.backward(); optimizer.step();
-    optimizer.zero_grad(set_to_none=True), the loss kept until the next step replaces it.
+    optimizer.zero_grad(set_to_none=True), the loss kept until the next step replaces it. A case with
+    grad_accum_steps = k > 1 (validation/grad_accum.py) runs k forward and backward passes of its batch before each
+    optimizer.step(), each loss divided by k; peak_step{n}_micro{j}_{phase}_bytes records each pass and
+    peak_step{n}_{phase}_bytes the highest of them.
     """
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -646,7 +649,15 @@ def measure(case: Case, device: str = "cpu", explain: bool = False, build_fn=Non
     resident = _unique_bytes(itertools.chain(params, model.buffers(), batch.values(), made_by_optimizer, made_by_build))
     recorder = SavedTensorRecorder(model, blocks)
     phases = ("forward", "backward", "optimizer_step")
-    names = [f"step{k}/{phase}" for k in range(1, STEPS + 1) for phase in phases]
+    # Gradient accumulation (validation/grad_accum.py's cases): `micro` micro-batches of the batch per optimizer step,
+    # each loss divided by micro and backward adding into .grad; each micro-batch's pass is profiled apart.
+    micro = getattr(case, "grad_accum_steps", 1)
+
+    def label(k, j, phase):
+        return f"step{k}/{phase}" if micro == 1 or phase == "optimizer_step" else f"step{k}/micro{j}/{phase}"
+
+    names = list(dict.fromkeys(label(k, j, phase) for k in range(1, STEPS + 1) for j in range(1, micro + 1)
+                               for phase in phases))
 
     if device == "cuda":
         torch.cuda.synchronize()
@@ -659,11 +670,14 @@ def measure(case: Case, device: str = "cpu", explain: bool = False, build_fn=Non
     loss = None
     with prof_context as prof:
         for k in range(1, STEPS + 1):
-            hooks = recorder.hooks() if k == 1 else contextlib.nullcontext()
-            with record_function(f"step{k}/forward"), hooks:
-                loss = model(**batch).loss  # the logits go at once, as in a loop that keeps the loss only
-            with record_function(f"step{k}/backward"):
-                loss.backward()
+            for j in range(1, micro + 1):
+                hooks = recorder.hooks() if k == 1 and j == 1 else contextlib.nullcontext()
+                with record_function(label(k, j, "forward")), hooks:
+                    loss = model(**batch).loss  # the logits go at once, as in a loop that keeps the loss only
+                    if micro > 1:
+                        loss = loss / micro
+                with record_function(label(k, j, "backward")):
+                    loss.backward()
             with record_function(f"step{k}/optimizer_step"):
                 optimizer.step()
             if k == 1:
@@ -712,6 +726,12 @@ def measure(case: Case, device: str = "cpu", explain: bool = False, build_fn=Non
         peaks, _ = phase_peaks(prof, names)
         for k in range(1, STEPS + 1):
             for phase in phases:
+                if micro > 1 and phase != "optimizer_step":  # the step's phase: its highest micro-batch
+                    for j in range(1, micro + 1):
+                        result[f"peak_step{k}_micro{j}_{phase}_bytes"] = resident + peaks[label(k, j, phase)]
+                    result[f"peak_step{k}_{phase}_bytes"] = max(
+                        result[f"peak_step{k}_micro{j}_{phase}_bytes"] for j in range(1, micro + 1))
+                    continue
                 result[f"peak_step{k}_{phase}_bytes"] = resident + peaks[f"step{k}/{phase}"]
             result[f"peak_step{k}_bytes"] = max(result[f"peak_step{k}_{phase}_bytes"] for phase in phases)
         # The steady-state peak (every step after the first): what memmath.peak_memory predicts by default.

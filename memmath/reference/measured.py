@@ -46,7 +46,10 @@ for ZeRO-1, predict_sharded_peak), load_measured_quantized() (QLoRA on bitsandby
 8-bit layers; predict_case builds QLoRA(..., layout="bitsandbytes")) and load_measured_amp()
 (autocast). measured_qlora() tables recorded QLoRA runs beside memmath's prediction.
 load_measured_moe_lora() reads its own file (measured_moe_lora.json): LoRA on the routers and routed
-experts of mixtures of experts (validation/moe_lora.py).
+experts of mixtures of experts (validation/moe_lora.py); load_measured_sliding() its own
+(measured_sliding.json): sliding-window models below, at and past the window (validation/sliding.py).
+load_measured_grad_accum() reads measured_grad_accum.json: gradient accumulation over k micro-batches
+(validation/grad_accum.py).
 """
 
 from __future__ import annotations
@@ -173,6 +176,37 @@ def load_measured_moe_lora(name: str = MOE_LORA_FILE) -> pd.DataFrame:
     or memmath target names joined by "+". predict_case(row), predicted_saved_per_layer(row) and
     predict_peak_case(row) replay them."""
     return load_measured(name)
+
+
+SLIDING_FILE = "measured_sliding.json"
+
+
+def load_measured_sliding(name: str = SLIDING_FILE) -> pd.DataFrame:
+    """The sliding-window cases (validation/sliding.py: Mistral, Phi-3, Gemma 2, Gemma 3 and Qwen2 with
+    use_sliding_window, a 64-token window, sequences below, at and past it; SDPA and eager; recorded after memmath's
+    model of the masks was written, all held out), with load_measured's columns. predict_case(row),
+    predicted_saved_per_block(row) and predict_peak_case(row) replay them."""
+    return load_measured(name)
+
+
+def predicted_saved_per_block(row) -> list[int]:
+    """predicted_saved_per_layer(row), with what blocks of the other layer type save more past the sliding window
+    (their SDPA mask and repeated k and v, which the estimate counts with the shared tables: ActivationParts.
+    block_extras) booked in the blocks that save it, as the measurement books it."""
+    from ..hf_activations import activation_parts
+    from ..recipes import get_recipe
+
+    blocks = predicted_saved_per_layer(row)
+    arguments = case_arguments(row)
+    extras = activation_parts(case_model(row), recipe=get_recipe(arguments["precision"]), method=arguments["method"],
+                              seq_len=arguments["seq_len"], batch_size=arguments["batch_size"],
+                              dropout=arguments["dropout"], attention=arguments["attention"],
+                              checkpointing=arguments["checkpointing"], device=arguments["device"]).block_extras
+    if extras and sum(extras):
+        first = next(i for i, n in enumerate(blocks) if n)  # where predicted_saved_per_layer put the tables
+        blocks[first] -= sum(extras)
+        blocks = [n + int(extra) for n, extra in zip(blocks, extras)]
+    return blocks
 
 
 def load_measured_adapters(name: str = DATA_FILE) -> pd.DataFrame:
@@ -354,7 +388,14 @@ def _case_targets(row):
 
 
 def case_method(row):
-    """Full(), Freeze(frozen_layers=k) or LoRA(rank, targets, adapter_format) for a recorded case."""
+    """Full(), Freeze(frozen_layers=k) or LoRA(rank, targets, adapter_format) for a recorded case; a preference case
+    (validation/preference.py: a `reference` column) gets DPO(base=that method, reference=...)."""
+    reference = row.get("reference") if hasattr(row, "get") else None
+    if isinstance(reference, str):
+        from ..preference import DPO
+
+        base = {key: value for key, value in dict(row).items() if key != "reference"}
+        return DPO(base=case_method(base), reference=reference, beta=float(row.get("beta", 0.1)))
     method = _text(row, "method")
     if method == "full":
         return Full()
@@ -395,7 +436,7 @@ def case_arguments(row, activations: str = "transformers") -> dict:
                 batch_size=_count(row, "batch_size", high=validate.MAX_BATCH),
                 seq_len=_count(row, "seq_len", high=validate.MAX_SEQ), checkpointing=_flag(row, "checkpointing"),
                 attention=validate.choice("row column 'attention'", _text(row, "attention"), ATTENTION_KINDS),
-                dropout=_flag(row, "dropout"),
+                dropout=_flag(row, "dropout"), grad_accum_steps=_grad_accum_steps(row),
                 activations=validate.choice("activations", activations, ACTIVATION_MODELS), device="cpu")
 
 
@@ -586,3 +627,96 @@ def load_measured_lora_dropout(name: str = LORA_DROPOUT_FILE) -> pd.DataFrame:
     group          "LoRA dropout", "QLoRA dropout" or "master weights"
     """
     return load_measured(name)
+
+
+GRAD_ACCUM_FILE = "measured_grad_accum.json"
+
+
+def _grad_accum_steps(row) -> int:
+    """Micro-batches per optimizer step of a recorded case: its grad_accum_steps column (validation/grad_accum.py),
+    1 for the cases recorded before it (every other recorder steps after each batch)."""
+    from ..run import MAX_GRAD_ACCUM
+
+    value = row.get("grad_accum_steps") if hasattr(row, "get") else None
+    if value is None or (isinstance(value, float) and value != value):  # absent, or NaN in a mixed frame
+        return 1
+    return validate.count("row column 'grad_accum_steps'", value, high=MAX_GRAD_ACCUM, scalar=True)
+
+
+def load_measured_grad_accum(name: str = GRAD_ACCUM_FILE) -> pd.DataFrame:
+    """The cases of validation/grad_accum.py (measured_grad_accum.json), every one recorded after the prediction
+    code it tests (held out), with load_measured's columns and:
+
+    grad_accum_steps   micro-batches of batch_size per optimizer step (1 for the control cases); predict_case
+                       and predict_peak_case pass it as Run.grad_accum_steps
+    peak_step{n}_micro{j}_{phase}_bytes   each micro-batch's forward and backward peak (k > 1); the step's
+                       peak_step{n}_{phase}_bytes is the highest of them
+    group              "gradient accumulation"
+    """
+    return load_measured(name)
+
+
+PARALLEL_FILE = "measured_parallel.json"
+
+
+def load_measured_parallel(name: str = PARALLEL_FILE) -> pd.DataFrame:
+    """The tensor- and pipeline-parallel runs (validation/parallel.py, gloo on one CPU, recorded after
+    memmath/parallel.py was written: held out): configuration columns (engine: tp, tp-sp or pp; world_size;
+    schedule and micro_batches for pp), then per-rank lists (param_bytes_per_rank, grad_bytes_per_rank,
+    optimizer_state_bytes_per_rank, saved_bytes_per_rank: autograd's saved storages in step 1, a stage's
+    micro-batches together, peak_step1_bytes_per_rank, peak_step2_bytes_per_rank, ...)."""
+    import pandas as pd  # only here: `import memmath` stays numpy-only
+    rows = []
+    for record in _document(name).get("parallel_cases", []):
+        config = dict(record["config"])
+        model = config.pop("model")
+        rows.append({**config, **model, **record["measured"]})
+    return pd.DataFrame(rows)
+
+
+def parallel_run(row, rank: int = 0):
+    """The memmath.Run of one rank of a recorded parallel case."""
+    from ..run import Run
+
+    engine = _text(row, "engine")
+    world = _count(row, "world_size", low=2, high=validate.MAX_GPUS)
+    degrees = {"tp": dict(tp=world), "tp-sp": dict(tp=world, sequence_parallel=True),
+               "pp": dict(pp=world, pp_schedule=_text(row, "schedule"),
+                          micro_batches=_count(row, "micro_batches", high=validate.MAX_BATCH))}
+    if engine not in degrees:
+        raise ValueError(f"row column 'engine' must be tp, tp-sp or pp; got {validate.describe(engine)}")
+    return Run(case_model(row), n_gpus=world, rank=rank, **degrees[engine], **case_arguments(row))
+
+
+def predict_parallel_case(row, rank: int):
+    """memmath.training_memory(...) of one rank of a recorded parallel case (memmath/parallel.py)."""
+    from ..training import training_memory
+
+    return training_memory(parallel_run(row, rank))
+
+
+def predict_parallel_peak(row, rank: int, step: str = "steady") -> dict:
+    """memmath.parallel.parallel_peak of one rank of a recorded parallel case: forward, backward,
+    optimizer_step, total bytes (the measured: peak_step2_bytes_per_rank for "steady", step 1 for "first")."""
+    from ..parallel import parallel_peak
+
+    return parallel_peak(parallel_run(row, rank), step=step)
+
+
+PREFERENCE_FILE = "measured_preference.json"
+
+
+def load_measured_preference(name: str = PREFERENCE_FILE) -> pd.DataFrame:
+    """The cases of validation/preference.py (measured_preference.json): DPO with a frozen reference model, every one
+    recorded after memmath/preference.py was written (held out), with load_measured's columns and:
+
+    reference      copy (a frozen copy of the model), adapters_off (the LoRA policy with peft's adapters disabled)
+                   or precomputed (2 x batch_size fp32 reference log-probs in the batch); predict_case builds
+                   DPO(base=the method columns' method, reference=...)
+    batch_size     prompts: the policy runs sequences = 2 x batch_size (chosen and rejected)
+    reference_param_bytes  the reference copy's parameters (0 for adapters_off and precomputed); param_bytes
+                   counts them too
+    group          "preference (DPO)"
+    """
+    return load_measured(name)
+

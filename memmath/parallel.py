@@ -1,0 +1,739 @@
+"""Many GPUs, as people split a model: data, tensor, sequence, pipeline, context and expert parallelism.
+
+A Run's degrees (memmath/run.py): tp (tensor), pp (pipeline, with pp_schedule "1f1b" or "gpipe" and
+micro_batches in the step), cp (context), ep (expert), sequence_parallel (on top of tp), and n_gpus,
+which stays the number of GPUs in all: the data-parallel degree is dp = n_gpus / (tp x pp x cp), so
+n_gpus must be a multiple of tp x pp x cp (ep is carved out of the dp x cp ranks, as in Megatron-LM's
+expert parallelism, so it must divide dp x cp). ZeRO (zero_stage) shards on the data axis: over the
+dp x cp ranks that hold the same weights (Megatron's distributed optimizer shards over that group);
+expert tensors over dp x cp / ep. batch_size is one micro-batch, seq_len the whole sequence.
+
+Ranks are numbered tensor fastest, then context, then data, then pipeline stage (Megatron's default
+order), so rank r is tensor rank r % tp, context rank (r // tp) % cp, data rank (r // (tp cp)) % dp,
+stage r // (tp cp dp); `run.rank` picks which one training_memory reports.
+
+What each rank stores, and where the numbers come from:
+
+- Weights, gradients, optimizer states (exact for the tensors torch splits this way; measured over gloo
+  by validation/parallel.py): tensor parallelism splits q, k, v, gate and up (and fused qkv / gate_up)
+  by output rows (ColwiseParallel), o_proj and down_proj by input columns (RowwiseParallel, their
+  biases whole), the token embedding and the head by vocabulary rows (vocab parallel), each into
+  torch.chunk pieces of ceil(rows / tp) (DTensor's Shard); norms, position embeddings and the router
+  stay whole on every rank. Expert parallelism splits routed experts' 3-D tensors along the expert
+  axis (ep), and tensor parallelism splits each expert's width. A pipeline stage holds its
+  n_layers / pp blocks, the first stage the embeddings, the last the final norm and the head (a
+  tied head keeps a copy of the embedding on the last stage, as Megatron-LM does: derived).
+  Context parallelism keeps whole weights.
+- Activations: where the exact activation model (memmath/hf_activations.py) applies (a LLaMA-layout
+  decoder, full finetuning, no context parallelism), it traces one rank's local model: a/tp heads,
+  k/tp key/value heads, I/tp MLP width, its vocabulary piece (the vocab-parallel loss, torch's
+  loss_parallel); with sequence_parallel every norm's tensors keep s/tp tokens (torch's
+  SequenceParallel; the linear layers after it save the all-gathered input, unlike Megatron-LM,
+  which saves the s/tp piece and gathers again in backward). A stage keeps its blocks' tensors for
+  every micro-batch in flight: GPipe all m, 1F1B min(m, pp - stage) (torch.distributed.pipelining's
+  Schedule1F1B: "first stage num_stages warmups"). Elsewhere (context or expert parallelism, other
+  layouts) the per-block bytes are derived from Korthikanti et al. 2022, "Reducing Activation
+  Recomputation in Large Transformer Models", generalised in e and m: sbh(10 + 24/t + 5as/(ht)) with
+  tensor parallelism and sbh(34/t + 5as/(ht)) with sequence parallelism at e = 2, m = 1, with s the
+  sequence piece s / cp, and a Note says so.
+- Communication buffers (derived, not measured): pipeline send/receive buffers of a micro-batch's
+  hidden states, the ring-attention key/value chunks of context parallelism, expert parallelism's
+  all-to-all dispatch and combine buffers, tensor parallelism's all-gather output under sequence
+  parallelism. ParallelMemory.buffers; requirement() adds them to the sum of the parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import validate
+from .notes import Note
+
+SCHEDULES = ("1f1b", "gpipe")
+DEGREES = ("tp", "pp", "cp", "ep")
+# The tensors torch's ColwiseParallel / RowwiseParallel split (by the end of their names), and how.
+_COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj", "gate_up_proj", "query_key_value",
+            "attn.c_attn", "mlp.c_fc", "query", "key", "value", "intermediate.dense", "dense_h_to_4h")
+_ROWWISE = ("o_proj", "down_proj", "attn.c_proj", "mlp.c_proj", "attention.output.dense", "output.dense",
+            "attention.dense", "dense_4h_to_h")
+_VOCAB = ("embed_tokens", "wte", "word_embeddings", "embed_in", "lm_head", "embed_out")
+_EXPERTS = ("experts.gate_up_proj", "experts.down_proj")
+_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+# LLaMA layouts the exact trace replays on one tensor-parallel rank's local widths (separate q/k/v, gate/up).
+_EXACT_ARCHS = ("", "llama", "mistral", "qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The degrees of a run: dp x tp x pp x cp = n_gpus; ep inside dp x cp."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+
+    @property
+    def n_gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def coordinates(self, rank: int) -> dict:
+        """Rank -> its place on each axis (tensor fastest, then context, data, pipeline stage)."""
+        return {"tp": rank % self.tp, "cp": (rank // self.tp) % self.cp, "dp": (rank // (self.tp * self.cp)) % self.dp,
+                "pp": rank // (self.tp * self.cp * self.dp),
+                "ep": ((rank // self.tp) % (self.cp * self.dp)) % self.ep}
+
+    def describe(self) -> str:
+        return f"{self.dp} data x {self.tp} tensor x {self.pp} pipeline" + (
+            f" x {self.cp} context" if self.cp > 1 else "") + (f", {self.ep} expert" if self.ep > 1 else "")
+
+
+def layout(run) -> Layout:
+    """The Layout of a run (n_gpus = dp x tp x pp x cp, checked by Run)."""
+    return Layout(dp=run.n_gpus // (run.tp * run.pp * run.cp), tp=run.tp, pp=run.pp, cp=run.cp, ep=run.ep)
+
+
+def is_parallel(run) -> bool:
+    """True when the run splits the model itself (any of tp, pp, cp, ep above 1)."""
+    return any(getattr(run, name, 1) > 1 for name in DEGREES)
+
+
+def check(values: dict, shape, method) -> None:
+    """Raise a FieldError naming the field when the degrees do not fit the model or each other."""
+    from .methods import Full
+
+    tp, pp, cp, ep, n = values["tp"], values["pp"], values["cp"], values["ep"], values["n_gpus"]
+    split = tp * pp * cp
+    if n % split:
+        raise validate.FieldError("n_gpus", f"n_gpus ({n:,}) must be a multiple of tp x pp x cp = {tp} x {pp} x {cp} = "
+                                  f"{split:,}: the data-parallel degree is n_gpus / (tp x pp x cp)")
+    dp = n // split
+    if values["sequence_parallel"] and tp < 2:
+        raise validate.FieldError("sequence_parallel", "sequence_parallel splits along the sequence what tensor "
+                                  "parallelism keeps whole (norms, dropout): it needs tp of 2 or more")
+    if values["micro_batches"] > 1 and pp < 2:
+        raise validate.FieldError("micro_batches", f"micro_batches ({values['micro_batches']}) splits a pipeline "
+                                  "step: it needs pp of 2 or more (1 for a run without pipeline parallelism)")
+    if not (tp > 1 or pp > 1 or cp > 1 or ep > 1):
+        return
+    if (dp * cp) % ep:
+        raise validate.FieldError("ep", f"ep ({ep}) must divide dp x cp = {dp} x {cp}: expert parallelism spreads the "
+                                  "experts over ranks that hold the same dense weights")
+    name = next(d for d in DEGREES if values[d] > 1)
+    if not isinstance(method, Full):
+        raise validate.FieldError("method", f"{name} > 1 is modelled for full finetuning (method=Full()) only; got "
+                                  f"{method.describe()}")
+    if values["sharding"] != "even":
+        raise validate.FieldError("sharding", f"sharding={values['sharding']!r} models one engine's data-parallel "
+                                  f"sharding; with {name} > 1 use sharding='even' (ZeRO on the data axis)")
+    if not shape.tensor_count_known or not shape.has_shape:
+        raise validate.FieldError(name, f"{name} > 1 needs the model's tensors: pass a preset or a ModelShape with "
+                                  "layers, not a parameter count or a uniform model")
+    if shape.vision is not None:
+        raise validate.FieldError(name, f"{name} > 1 is not modelled for a vision-language model")
+    if tp > 1:
+        kv = shape.n_kv_heads or shape.n_heads
+        for label, size in (("attention heads", shape.n_heads), ("key/value heads", kv),
+                            ("the MLP width", shape.intermediate_size if not shape.n_experts else None),
+                            ("an expert's width", shape.expert_intermediate_size if shape.n_experts else None),
+                            ("the shared expert's width", shape.shared_expert_intermediate_size or None)):
+            if size is not None and size % tp:
+                raise validate.FieldError("tp", f"tp ({tp}) must divide {label} ({size:,}): tensor parallelism "
+                                          "gives each rank whole heads and an equal share of the width")
+        if shape.qk_norm == "full":
+            raise validate.FieldError("tp", "tp > 1 is not modelled for OLMo 2's q/k norms over all heads")
+    if pp > 1 and shape.n_layers % pp:
+        raise validate.FieldError("pp", f"pp ({pp}) must divide the model's {shape.n_layers:,} blocks: each stage "
+                                  "holds n_layers / pp of them")
+    if ep > 1:
+        if not shape.n_experts:
+            raise validate.FieldError("ep", f"ep ({ep}) splits a mixture of experts' routed experts; "
+                                      f"{shape.name or 'this model'} is dense (ep must be 1)")
+        if shape.n_experts % ep:
+            raise validate.FieldError("ep", f"ep ({ep}) must divide the {shape.n_experts} routed experts")
+    seq_len = values["seq_len"]
+    if cp > 1 and seq_len is not None:
+        if validate.is_array(seq_len):
+            raise validate.FieldError("seq_len", "seq_len must be a single value with cp > 1")
+        if seq_len % cp:
+            raise validate.FieldError("cp", f"cp ({cp}) must divide seq_len ({seq_len:,}): each rank keeps "
+                                      "seq_len / cp tokens")
+    if validate.is_array(values["batch_size"]) or validate.is_array(seq_len):
+        raise validate.FieldError("batch_size" if validate.is_array(values["batch_size"]) else "seq_len",
+                                  f"a run with {name} > 1 takes single sizes, not sweeps")
+
+
+# ---- one rank's tensors -----------------------------------------------------------------------------
+def _piece(rows: int, parts: int, index: int) -> int:
+    """Rows of piece `index` when torch.chunk cuts `rows` into `parts` (DTensor's Shard): ceil(rows / parts)
+    each, the last ones shorter or empty."""
+    size = -(-rows // parts)
+    return max(0, min(size, rows - index * size))
+
+
+def _ends(name: str, suffixes) -> bool:
+    base = name.removesuffix(".weight").removesuffix(".bias")
+    return any(base == s or base.endswith("." + s) for s in suffixes)
+
+
+def _split(name: str, dims: tuple, family: str, lay: Layout, at: dict) -> tuple:
+    """(local dims of one tensor on the rank at coordinates `at`, whether it is an expert tensor)."""
+    tp, t = lay.tp, at["tp"]
+    dims = tuple(dims)
+    if any(name.endswith(s) for s in _EXPERTS):  # (E, 2I, h) / (E, h, I): experts by ep, widths by tp
+        local = [dims[0] // lay.ep, dims[1], dims[2]]
+        width = 1 if name.endswith("gate_up_proj") else 2
+        local[width] = local[width] // tp
+        return tuple(local), True
+    if tp == 1:
+        return dims, False
+    conv1d = family == "gpt2" and name in _CONV1D  # stored (in, out)
+    if _ends(name, _VOCAB) and not name.startswith("wpe"):
+        return (_piece(dims[0], tp, t), *dims[1:]), False
+    if _ends(name, _COLWISE):
+        if len(dims) == 1:
+            return (dims[0] // tp,), False
+        return ((dims[0], dims[1] // tp) if conv1d else (dims[0] // tp, dims[1])), False
+    if _ends(name, _ROWWISE):
+        if len(dims) == 1:
+            return dims, False
+        return ((dims[0] // tp, dims[1]) if conv1d else (dims[0], dims[1] // tp)), False
+    if len(dims) >= 2 and not _whole(name):
+        raise validate.FieldError("tp", f"tp > 1: memmath does not know how tensor parallelism splits {name} "
+                                  f"{dims}")
+    return dims, False
+
+
+def _whole(name: str) -> bool:
+    """Tensors every tensor-parallel rank keeps whole: position and token-type embeddings, the router, BERT's
+    pooler and classifier, the shared expert's gate."""
+    return any(key in name for key in ("wpe", "position_embeddings", "token_type_embeddings", "mlp.gate.weight",
+                                       "shared_expert_gate", "pooler", "classifier", "router"))
+
+
+def rank_tensors(run, rank: int | None = None) -> list[tuple]:
+    """(name, local dims, expert tensor?) of every parameter tensor `rank` holds, in parameters() order."""
+    from .sharding import torch_tensors
+
+    shape, lay = run.model, layout(run)
+    rank = run.rank if rank is None else rank
+    at = lay.coordinates(rank)
+    per_stage = shape.n_layers // lay.pp
+    stage, last = at["pp"], lay.pp - 1
+    tensors = torch_tensors(shape)
+    groups = {g: [t.name for t in shape.tensors(g)] for g in ("embeddings", "final_norm", "head")}
+    n_embed = len(groups["embeddings"])
+    n_layer = len(shape.tensors("layer"))
+    out = []
+    for index, (name, dims) in enumerate(tensors):
+        if index < n_embed:
+            where = "first"
+        elif index < n_embed + n_layer * shape.n_layers:
+            block = (index - n_embed) // n_layer
+            where = "block" if block // per_stage == stage else None
+        else:
+            where = "last"
+        if where == "first" and stage != 0 or where == "last" and stage != last or where is None:
+            continue
+        local, expert = _split(name, dims, shape.family, lay, at)
+        out.append((name, local, expert))
+    if shape.tied_embeddings and lay.pp > 1 and stage == last:
+        # Megatron-LM keeps the tied word embedding on the last stage too (its gradient all-reduced with the first's).
+        name, dims = tensors[0]
+        local, expert = _split(name, dims, shape.family, lay, at)
+        out.append((name + " (tied copy on the last stage)", local, expert))
+    return out
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+# ---- one rank's weights, gradients, states -----------------------------------------------------------
+def rank_parts(run, rank: int | None = None) -> dict:
+    """Weights, gradients, gradient accumulation, master weights and optimizer states of one rank (ZeRO on the
+    data axis), with its parameter and tensor counts and the OptimizerStates detail."""
+    from .methods import Plan, SetStats, TrainableSet
+    from .training import _shard, _trainable_parts
+
+    lay = layout(run)
+    recipe, opt = run.recipe, run.optimizer_spec
+    tensors = rank_tensors(run, rank)
+    result = {"weights": 0, "gradients": 0, "gradient_accumulation": 0, "master_weights": 0, "optimizer_states": 0,
+              "params": 0, "tensors": len(tensors)}
+    detail = None
+    for expert in (False, True):
+        group = [dims for _, dims, e in tensors if e == expert]
+        if not group:
+            continue
+        stats = SetStats()
+        for dims in group:
+            n = _numel(dims)
+            stats = stats + SetStats.tensor(n, dims[0] + dims[1] if len(dims) == 2 else n)
+        trainable = TrainableSet.of("expert weights" if expert else "weights", stats, recipe.weight_bits)
+        plan = Plan(weight_bytes=validate.ceil_div(stats.params * recipe.weight_bits, 8), quantization_constant_bytes=0,
+                    trainable=(trainable,), adapter_params=0, layers_storing=0, embeddings_trainable=True)
+        grads, accumulation, master, states = _trainable_parts(plan, recipe, opt, run.model, [])
+        weights, state_bytes = plan.weight_bytes, states.total
+        group_size = lay.dp * lay.cp // (lay.ep if expert else 1)  # the ranks that hold the same tensors
+        if group_size > 1 and run.zero_stage:
+            state_bytes, master = _shard(state_bytes, group_size), _shard(master, group_size)
+            if run.zero_stage >= 2:
+                grads, accumulation = _shard(grads, group_size), _shard(accumulation, group_size)
+            if run.zero_stage >= 3:
+                weights = _shard(weights, group_size)
+        detail = states if detail is None else detail + states
+        for key, value in (("weights", weights), ("gradients", grads), ("gradient_accumulation", accumulation),
+                           ("master_weights", master), ("optimizer_states", state_bytes), ("params", stats.params)):
+            result[key] += value
+    at = lay.coordinates(run.rank if rank is None else rank)
+    if lay.tp > 1 and at["pp"] == 0:
+        # torch 2.13's RowwiseParallel on nn.Embedding: the vocabulary-sharded weight's gradient is the whole V x h on
+        # every rank (measured by validation/parallel.py; Megatron-LM's VocabParallelEmbedding keeps V / tp rows).
+        name, dims = next(((n, d) for n, d, _ in tensors if _ends(n, _VOCAB)), (None, None))
+        if name is not None:
+            full = run.model.vocab_size * _numel(dims[1:])
+            extra = validate.ceil_div((full - _numel(dims)) * run.recipe.grad_bits, 8)
+            if run.zero_stage >= 2 and lay.dp * lay.cp > 1:
+                extra = validate.ceil_div(extra, lay.dp * lay.cp)
+            result["gradients"] += extra
+            result["embedding_gradient_extra"] = extra
+    result["optimizer_state_detail"] = detail
+    return result
+
+
+# ---- activations ------------------------------------------------------------------------------------
+def in_flight(schedule: str, pp: int, micro_batches: int, stage: int) -> int:
+    """Micro-batches whose activations a stage keeps at once: GPipe all m (every forward before any backward);
+    1F1B min(m, pp - stage) (torch.distributed.pipelining Schedule1F1B's warm-up: the first stage runs pp
+    forwards before its first backward, the last one)."""
+    if pp == 1:
+        return 1
+    return micro_batches if schedule == "gpipe" else min(micro_batches, pp - stage)
+
+
+def bubble(schedule: str, pp: int, micro_batches: int) -> float:
+    """The pipeline's idle fraction (pp - 1) / (m + pp - 1), for GPipe (Huang et al. 2019) and 1F1B alike
+    (Narayanan et al. 2021: 1F1B keeps GPipe's bubble and holds fewer micro-batches)."""
+    return (pp - 1) / (micro_batches + pp - 1)
+
+
+def exact_applies(run) -> str:
+    """"" when the exact activation model replays one rank of this run, else why not."""
+    shape = run.model
+    if run.activations != "transformers":
+        return "the run uses the textbook activation model"
+    if run.cp > 1:
+        return "context parallelism splits attention across ranks (ring attention), which the trace does not replay"
+    if run.tp > 1 and (shape.family != "llama" or shape.arch not in _EXACT_ARCHS or shape.n_experts
+                       or shape.fused_qkv or shape.fused_gate_up):
+        return ("the trace replays one tensor-parallel rank only for a dense LLaMA layout with separate q/k/v and "
+                "gate/up projections")
+    if run.ep > 1:
+        return "expert parallelism's all-to-all dispatch is not traced"
+    return ""
+
+
+def local_shape(run, rank: int | None = None):
+    """The ModelShape of one tensor-parallel rank's local model: a/tp heads, k/tp key/value heads, I/tp MLP width,
+    its piece of the vocabulary (the exact trace of it is that rank's activations)."""
+    shape, lay = run.model, layout(run)
+    rank = run.rank if rank is None else rank
+    tp = lay.tp
+    if tp == 1:
+        return shape
+    t = lay.coordinates(rank)["tp"]
+    kv = shape.n_kv_heads or shape.n_heads
+    return replace(shape, n_heads=shape.n_heads // tp, n_kv_heads=kv // tp, head_dim=shape.head_dim,
+                   intermediate_size=shape.intermediate_size // tp, vocab_size=max(1, _piece(shape.vocab_size, tp, t)),
+                   name=f"{shape.name} (tensor rank {t} of {tp})" if shape.name else "")
+
+
+def _sp_share(terms, tp: int) -> int:
+    """Bytes of one micro-batch's saved norm tensors (each block's and the final norm's) that sequence parallelism
+    leaves on s/tp tokens: (1 - 1/tp) of them are not kept."""
+    norm = sum(b for place, label, b in terms if "layernorm" in label or "final norm" in label)
+    return norm - validate.ceil_div(norm, tp)
+
+
+def stage_activations(run, rank: int | None = None) -> dict:
+    """One rank's activations: {"total", "per_micro_batch", "in_flight", "exact", "notes", "parts", "local_run"}.
+
+    exact: the exact trace of the rank's local model (see the module doc); else derived from Korthikanti et al."""
+    from .run import Run
+
+    lay = layout(run)
+    rank = run.rank if rank is None else rank
+    at = lay.coordinates(rank)
+    stage, per_stage = at["pp"], run.model.n_layers // lay.pp
+    flight = in_flight(run.pp_schedule, lay.pp, run.micro_batches, stage)
+    first, last = stage == 0, stage == lay.pp - 1
+    why = exact_applies(run)
+    notes = []
+    if run.seq_len is None:
+        return {"total": 0, "per_micro_batch": 0, "in_flight": flight, "exact": False, "notes": notes, "parts": None,
+                "local_run": None}
+    if not why:
+        local = Run(local_shape(run, rank), precision=run.precision, optimizer=run.optimizer, batch_size=run.batch_size,
+                    seq_len=run.seq_len, checkpointing=run.checkpointing, attention=run.attention, dropout=run.dropout,
+                    activations="transformers", device=run.device)
+        from .training import step_parts
+
+        _, parts = step_parts(local)
+        est = parts.estimate
+        first_block = est.first_layer if est.first_layer is not None else est.per_layer
+        blocks = est.per_layer * per_stage + ((first_block - est.per_layer) if first else 0)
+        outside = (parts.embeddings if first else 0) + parts.tables + ((parts.head + parts.loss) if last else 0)
+        one = blocks + outside
+        if run.sequence_parallel:
+            sp_terms = [t for t in est.terms if t[0] == "each block" or (last and t[0] == "outside")]
+            cut = _sp_share([t for t in sp_terms if t[0] == "each block"], lay.tp) * per_stage + (
+                _sp_share([t for t in sp_terms if t[0] == "outside"], lay.tp) if last else 0)
+            one -= cut
+        return {"total": one * flight, "per_micro_batch": one, "in_flight": flight, "exact": True, "notes": notes,
+                "parts": parts, "local_run": local}
+    notes.append(Note("parallel_activations_derived",
+                      f"activations per rank derived from Korthikanti et al. 2022 (tensor {lay.tp}, sequence parallel "
+                      f"{'on' if run.sequence_parallel else 'off'}, context {lay.cp}), not traced: {why}"))
+    one = derived_stage_bytes(run, first=first, last=last, layers=per_stage)
+    return {"total": one * flight, "per_micro_batch": one, "in_flight": flight, "exact": False, "notes": notes,
+            "parts": None, "local_run": None}
+
+
+def korthikanti_parallel_per_layer(*, seq_len, batch_size, hidden_size, n_heads, tp=1, sequence_parallel=False,
+                                   cp=1, intermediate_size=None, element_bytes=2, mask_bytes=1, dropout=True,
+                                   attention="eager") -> int:
+    """Bytes one block keeps on one rank (Korthikanti et al. 2022, section 4, generalised in e and m).
+
+    Unsplit by tensor parallelism: the norms' inputs 2e, the attention and MLP inputs e + e, two dropout masks
+    2m, per sbh; split: q k v and the attention output 4e, and the MLP's two wide tensors 2e I/h (8e at
+    I = 4h), per sbh; the scores a s^2 b (e + e + m) with eager attention, 4 a s b with fused attention.
+    At e = 2, m = 1, I = 4h, eager: sbh(10 + 24/t + 5as/(ht)); with sequence parallelism everything / t:
+    sbh(34/t + 5as/(ht)). Context parallelism keeps s / cp query tokens against all s keys.
+    """
+    s, b, h, a, e, t = seq_len // cp, batch_size, hidden_size, n_heads, element_bytes, tp
+    inner = intermediate_size or 4 * h
+    m = mask_bytes if dropout else 0
+    whole = s * b * h * (4 * e + 2 * m)
+    split = s * b * (4 * e * h + 2 * e * inner)
+    if attention == "eager":
+        split += a * s * seq_len * b * (e + ((e + m) if dropout else 0))
+    else:
+        split += 4 * a * s * b
+    return (whole + split) // t if sequence_parallel else whole + split // t
+
+
+def derived_stage_bytes(run, *, first: bool, last: bool, layers: int) -> int:
+    """One micro-batch's activations on one stage, derived (Korthikanti et al. 2022): its blocks, the token ids
+    and embedding dropout mask on the first stage, the final norm, head input and the vocab-parallel loss
+    (the fp32 logits and their log-softmax, 8 s b V / t) on the last."""
+    shape, lay = run.model, layout(run)
+    e = run.recipe.activation_bits // 8
+    m = (1 if run.device == "cuda" else e) if run.dropout else 0
+    s, b, h = run.seq_len // lay.cp, run.batch_size, shape.hidden_size
+    inner = (shape.experts_per_tok * shape.expert_intermediate_size + shape.shared_expert_intermediate_size
+             if shape.n_experts else shape.intermediate_size)
+    per_layer = korthikanti_parallel_per_layer(
+        seq_len=run.seq_len, batch_size=b, hidden_size=h, n_heads=shape.n_heads, tp=lay.tp,
+        sequence_parallel=run.sequence_parallel, cp=lay.cp, intermediate_size=inner, element_bytes=e, mask_bytes=m,
+        dropout=run.dropout, attention=run.attention)
+    if run.checkpointing:
+        per_layer = e * s * b * h // (lay.tp if run.sequence_parallel else 1)
+    sp = lay.tp if run.sequence_parallel else 1
+    out = per_layer * layers
+    if first:
+        out += 8 * s * b + m * s * b * h // sp
+    if last:
+        out += 2 * e * s * b * h // sp + e * s * b * h + validate.ceil_div(8 * s * b * (shape.vocab_size or 0), lay.tp)
+    return out
+
+
+def rank_step_parts(run, notes: list, single_estimate) -> tuple:
+    """What training._step_parts keeps for one rank of a parallel run: (weights, quantization constants,
+    gradients, accumulation, master weights, optimizer states, their detail, activations, the activation
+    estimate, None for the exact model's ActivationParts (peak_memory models one GPU), notes)."""
+    lay = layout(run)
+    parts = rank_parts(run)
+    acts = stage_activations(run)
+    at = lay.coordinates(run.rank)
+    kept = [n for n in notes if n.kind not in ("data_parallel_full_copy", "zero_on_one_gpu", "engine_sharding")]
+    kept.append(Note("parallel_layout", f"{lay.describe()} on {lay.n_gpus:,} GPUs: rank {run.rank} is tensor rank "
+                     f"{at['tp']}, pipeline stage {at['pp']}" + (f", context rank {at['cp']}" if lay.cp > 1 else "")
+                     + (f", expert rank {at['ep']}" if lay.ep > 1 else "") + " (memmath/parallel.py)"))
+    if lay.pp > 1:
+        kept.append(Note("pipeline_in_flight", f"{run.pp_schedule}: this stage keeps {acts['in_flight']} of "
+                         f"{run.micro_batches} micro-batches' activations at once; the bubble idles "
+                         f"{bubble(run.pp_schedule, lay.pp, run.micro_batches):.0%} of the step"))
+    if run.zero_stage and lay.dp * lay.cp == 1:
+        kept.append(Note("zero_on_one_gpu", f"ZeRO stage {run.zero_stage} with one data-parallel rank shards nothing"))
+    if lay.dp > 1 and not run.zero_stage:
+        kept.append(Note("data_parallel_full_copy", "data parallel without ZeRO: every data-parallel rank holds a "
+                         "full copy of its tensor/pipeline share"))
+    if run.model.tied_embeddings and lay.pp > 1 and at["pp"] == lay.pp - 1:
+        kept.append(Note("tied_copy_last_stage", "the tied embedding is kept on the last stage too (Megatron-LM), "
+                         "derived"))
+    if buffers(run):
+        kept.append(Note("parallel_buffers", "communication buffers (derived, not measured) are not a part: "
+                         "requirement() adds them to the sum of the parts"))
+    kept += acts["notes"]
+    estimate = single_estimate if run.seq_len is not None else None
+    return (parts["weights"], 0, parts["gradients"], parts["gradient_accumulation"], parts["master_weights"],
+            parts["optimizer_states"], parts["optimizer_state_detail"], acts["total"], estimate, None, kept)
+
+
+# ---- communication buffers (derived) ----------------------------------------------------------------
+def buffers(run, rank: int | None = None) -> dict:
+    """Communication buffers one rank holds at once (derived from what each collective moves, not measured)."""
+    shape, lay = run.model, layout(run)
+    rank = run.rank if rank is None else rank
+    at = lay.coordinates(rank)
+    out = {}
+    if run.seq_len is None or not shape.has_shape:
+        return out
+    e = run.recipe.activation_bits // 8
+    s, b, h = run.seq_len // lay.cp, run.batch_size, shape.hidden_size
+    sp = lay.tp if run.sequence_parallel else 1
+    hidden = e * s * b * h // sp
+    if lay.pp > 1:
+        # torch.distributed.pipelining's PipelineStage makes one receive buffer per micro-batch and keeps them across
+        # steps (stage.py _prepare_forward_infra): a stage after the first receives each micro-batch's hidden states,
+        # a stage before the last each micro-batch's gradient of its output.
+        if at["pp"] > 0:
+            out["pipeline activation receive buffers"] = run.micro_batches * hidden
+        if at["pp"] < lay.pp - 1:
+            out["pipeline gradient receive buffers"] = run.micro_batches * hidden
+    if lay.tp > 1 and run.sequence_parallel:  # the all-gathered block input, the size of the whole sequence
+        out["sequence-parallel all-gather"] = e * s * b * h
+    if lay.cp > 1:  # ring attention: the key/value chunk being received while the current one is used
+        kv = (shape.n_kv_heads or shape.n_heads) // lay.tp * shape.head_dim
+        out["context-parallel key/value chunks"] = 2 * 2 * e * s * b * kv
+    if lay.ep > 1:  # the routed tokens' hidden states, dispatched and combined
+        out["expert all-to-all"] = 2 * e * s * b * shape.experts_per_tok * h
+    return out
+
+
+# ---- one rank's peak (derived) ---------------------------------------------------------------------
+def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
+    """Estimated peak of one rank's step, per phase and in all ({"forward", "backward", "optimizer_step",
+    "total", "basis"}), communication buffers included.
+
+    Tensor parallelism alone (pp = cp = ep = 1, no ZeRO, a layout the exact trace replays): peak_memory of
+    the rank's local model (local_shape), less what sequence parallelism keeps on s/tp tokens, plus the
+    buffers. Otherwise derived from the parts, moment by moment: forward, weights + batch + the kept
+    optimizer states + every in-flight micro-batch's activations (+ the gradients when 1F1B runs forwards
+    after its first backward, m > in flight) + one micro-batch's block working set; backward, the same with
+    the gradients and the block's backward working set (the gradient arriving, two MLP-wide gradients: t h e +
+    2 t I/tp e); the optimizer step, weights + gradients + states + Adam's temporaries (2 x the largest local
+    tensor + the one before it, in fp32 where a master copy is kept). A pipeline's last stage also keeps every
+    micro-batch's logits (Schedule.step returns the outputs by default) and concatenates them at the end, and
+    every stage its receive buffers (buffers()). Written before validation/parallel.py's runs were recorded,
+    except those pipeline terms and the tensor-parallel embedding's whole-vocabulary gradient (rank_parts),
+    added after two trial pipeline runs and the first tensor-parallel run were seen.
+    """
+    from .peak import peak_memory
+    from .training import training_memory
+
+    rank = run.rank if rank is None else rank
+    if rank != run.rank:
+        run = run.replace(rank=rank)
+    lay = layout(run)
+    memory = training_memory(run)
+    acts = stage_activations(run)
+    extra = sum(buffers(run).values())
+    if lay.pp == lay.cp == lay.ep == 1 and acts["exact"] and not (run.zero_stage and lay.dp > 1):
+        single = peak_memory(acts["local_run"], step=step)
+        cut = (acts["parts"].estimate.total - acts["per_micro_batch"])  # sequence parallelism's s/tp share
+        grad = rank_parts(run).get("embedding_gradient_extra", 0)  # the whole-vocabulary embedding gradient
+        phases = {"forward": int(single.forward) - cut + extra, "backward": int(single.backward) - cut + grad + extra,
+                  "optimizer_step": int(single.optimizer_step) + grad + extra}
+        return {**phases, "total": max(phases.values()), "basis": "peak_memory of the rank's local model"}
+    at = lay.coordinates(rank)
+    first, last = at["pp"] == 0, at["pp"] == lay.pp - 1
+    shape = run.model
+    e = run.recipe.activation_bits // 8
+    s, b = (run.seq_len or 0) // lay.cp, run.batch_size
+    t = s * b
+    batch = 8 * t * run.micro_batches * (int(first) + int(last))  # the step's token ids (first), labels (last)
+    rotary = shape.head_dim * e if shape.family == "llama" else 0
+    resident = int(memory.weights) + batch + rotary
+    kept = int(memory.master_weights) + (int(memory.optimizer_states) if step == "steady" else 0)
+    grads = int(memory.gradients) + int(memory.gradient_accumulation)
+    saved = int(memory.activations)
+    inner = (shape.intermediate_size if not shape.n_experts else shape.expert_intermediate_size) // lay.tp
+    work = t * shape.hidden_size * e + 2 * t * inner * e
+    live = 2 * t * inner * e  # the MLP's wide temporaries of the block running forward
+    if last and shape.vocab_size:  # the vocab-parallel logits and their fp32 copy, alive at the loss
+        live = max(live, t * validate.ceil_div(shape.vocab_size, lay.tp) * (e + 4))
+    overlap = grads if run.pp_schedule == "1f1b" and run.micro_batches > acts["in_flight"] else 0
+    if not first and e == 4 and shape.family == "llama":
+        # an fp32 stage's first RMSNorm saves its input as it is (.to(float32) copies nothing): the receive buffer
+        saved -= acts["in_flight"] * e * t * shape.hidden_size
+    forward = resident + kept + saved + overlap + live + extra
+    backward = resident + kept + grads + saved + work + extra
+    merged = 0
+    if last and lay.pp > 1 and shape.vocab_size:
+        # Schedule.step(return_outputs=True, torch's default): the last stage keeps every micro-batch's output (the
+        # logits) and concatenates them when the step ends, both alive at once, with every gradient.
+        logits = run.micro_batches * t * validate.ceil_div(shape.vocab_size, lay.tp) * e
+        forward += logits * (acts["in_flight"] - 1) // max(run.micro_batches, 1)
+        backward += logits
+        merged = resident + kept + grads + 2 * logits + extra
+    sizes = [validate.ceil_div(_numel(dims) * max(run.recipe.weight_bits, run.recipe.master_bits), 8)
+             for _, dims, _ in rank_tensors(run)]
+    transient, previous = 0, 0
+    for size in sizes:
+        transient, previous = max(transient, 2 * size + previous), size
+    optimizer = resident + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient + extra
+    phases = {"forward": forward, "backward": max(backward, merged), "optimizer_step": optimizer}
+    return {**phases, "total": max(phases.values()), "basis": "derived from the parts"}
+
+
+# ---- one rank, and the worst rank ------------------------------------------------------------------
+@dataclass(frozen=True)
+class ParallelMemory:
+    """One rank of a parallel run: its TrainingMemory, its communication buffers (derived) and where it sits.
+
+    total: the sum of the parts plus the buffers; activations_exact: the exact trace (else derived);
+    in_flight: micro-batches whose activations the rank keeps; bubble: the pipeline's idle fraction."""
+
+    memory: object
+    buffers: dict
+    rank: int
+    coordinates: dict
+    layout: Layout
+    in_flight: int
+    activations_exact: bool
+    bubble: float
+
+    @property
+    def buffer_bytes(self) -> int:
+        return sum(self.buffers.values())
+
+    @property
+    def total(self) -> int:
+        return int(self.memory.total) + self.buffer_bytes
+
+
+def parallel_memory(model, **settings) -> ParallelMemory:
+    """One rank (run.rank) of a parallel run: training_memory's parts and the communication buffers."""
+    from .run import as_run
+    from .training import training_memory
+
+    run = as_run(model, **settings)
+    lay = layout(run)
+    memory = training_memory(run)
+    acts = stage_activations(run) if is_parallel(run) else None
+    return ParallelMemory(memory=memory, buffers=buffers(run), rank=run.rank, coordinates=lay.coordinates(run.rank),
+                          layout=lay, in_flight=acts["in_flight"] if acts else 1,
+                          activations_exact=bool(acts and acts["exact"]),
+                          bubble=bubble(run.pp_schedule, lay.pp, run.micro_batches))
+
+
+def representative_ranks(run) -> list[int]:
+    """One rank per distinct position that changes what a rank stores: each stage, each tensor rank (the
+    vocabulary's last piece may be shorter); data and context ranks store alike."""
+    lay = layout(run)
+    step = lay.tp * lay.cp * lay.dp
+    return [stage * step + t for stage in range(lay.pp) for t in range(lay.tp)]
+
+
+def worst_rank(run) -> ParallelMemory:
+    """The rank that holds the most (sum of the parts plus buffers): the one the card must fit."""
+    best = None
+    for rank in representative_ranks(run):
+        candidate = parallel_memory(run.replace(rank=rank))
+        if best is None or candidate.total > best.total:
+            best = candidate
+    return best
+
+
+# ---- the layout planner -----------------------------------------------------------------------------
+TRADE_OFFS = {
+    "dp": "data parallelism copies the model: it adds GPUs for speed, not room (ZeRO shards the copies' states)",
+    "tp": "tensor parallelism all-reduces every block's activations: it wants NVLink inside a node (tp <= 8)",
+    "pp": "pipeline parallelism idles (pp - 1) / (m + pp - 1) of the step (the bubble) and passes activations between "
+          "stages",
+}
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    """The fewest GPUs (and their layout) that fit a run on a card, or None when nothing up to max_gpus fits."""
+
+    run: object  # the run with the layout's degrees, or None
+    layout: Layout | None
+    worst: ParallelMemory | None
+    usable_bytes: int
+    gpu: str
+    tried: int
+    trade_offs: tuple
+
+    @property
+    def fits(self) -> bool:
+        return self.layout is not None
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, reserved_bytes=None,
+                       **settings) -> LayoutPlan:
+    """The fewest GPUs, and the layout (data x tensor x pipeline), whose worst rank fits `gpu`.
+
+    Tries n = 1, 2, ... up to max_gpus (powers of two and their multiples of 3, as clusters are built), and for
+    each every tp (a divisor of the heads, at most max_tp: one node) and pp (a divisor of the blocks) with
+    dp = n / (tp pp); ZeRO stays as the run has it, on the dp axis. Among the layouts of the fewest GPUs it
+    prefers the least pipeline (no bubble), then the least tensor parallelism. A layout fits when its worst
+    rank's sum of parts plus buffers fits the card as check_fit judges (the CUDA context reserved,
+    FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B).
+    """
+    from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
+    from .run import as_run
+
+    run = as_run(model, **settings)
+    card = get_gpu(gpu)
+    reserved = CUDA_CONTEXT_BYTES if reserved_bytes is None else reserved_bytes
+    max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
+    shape = run.model
+    heads = _divisors(shape.n_heads, max_tp) if shape.n_heads else [1]
+    kv = shape.n_kv_heads or shape.n_heads or 1
+    sizes = sorted({n for k in range(0, 21) for n in (2 ** k, 3 * 2 ** k) if n <= max_gpus})
+    tried = 0
+    for n in sizes:
+        fits = []
+        for pp in _divisors(shape.n_layers, n):
+            for tp in heads:
+                if n % (tp * pp) or kv % tp:
+                    continue
+                m = run.micro_batches if run.micro_batches > 1 or pp == 1 else pp
+                try:
+                    candidate = run.replace(n_gpus=n, tp=tp, pp=pp, cp=1, ep=1, micro_batches=m, rank=0,
+                                            sequence_parallel=run.sequence_parallel and tp > 1)
+                except validate.FieldError:
+                    continue
+                tried += 1
+                worst = worst_rank(candidate) if is_parallel(candidate) else parallel_memory(candidate)
+                if check_fit(worst.total, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
+                    fits.append((pp, tp, candidate, worst))
+        if fits:
+            pp, tp, candidate, worst = min(fits, key=lambda f: (f[0], f[1]))
+            return LayoutPlan(run=candidate, layout=layout(candidate), worst=worst,
+                              usable_bytes=int(card.memory_bytes) - reserved, gpu=card.name, tried=tried,
+                              trade_offs=_trade_offs(layout(candidate), candidate))
+    return LayoutPlan(run=None, layout=None, worst=None, usable_bytes=int(card.memory_bytes) - reserved,
+                      gpu=card.name, tried=tried, trade_offs=())
+
+
+def _trade_offs(lay: Layout, run) -> tuple:
+    lines = []
+    for axis in ("dp", "tp", "pp"):
+        degree = getattr(lay, axis)
+        text = TRADE_OFFS[axis]
+        if axis == "pp" and degree > 1:
+            text += f": here {bubble(run.pp_schedule, degree, run.micro_batches):.0%} with m = {run.micro_batches}"
+        lines.append(f"{axis} = {degree}: {text}")
+    return tuple(lines)

@@ -1,0 +1,231 @@
+"""Preference training with a frozen reference model (DPO; Rafailov et al. 2023, "Direct Preference Optimization").
+
+Each prompt gives two sequences, the chosen and the rejected answer, so a step's batch of b prompts runs 2b
+sequences through the policy. The policy trains with an existing method (Full(), Freeze(...), LoRA(...),
+QLoRA(...), Adapters(...)); the loss compares its log-probabilities of the two sequences with a reference's:
+
+    loss = -logsigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r)))
+
+where pi_c is the policy's summed log-probability of the chosen sequence's tokens (log_softmax over the
+vocabulary, gathered at the labels, summed per sequence) and ref_c the reference's. The reference comes from:
+
+  "copy"          a frozen copy of the model in the policy's weight format (no gradients, no optimizer states):
+                  its weights are counted in the `weights` part (a Note says so; a quantized base's constants in
+                  `quantization_constants`), and its forward runs under torch.no_grad before the policy's
+  "adapters_off"  the policy itself with its adapters disabled (LoRA/QLoRA: peft's `with model.disable_adapter():`,
+                  as TRL does): no extra weights, the same no-grad forward
+  "precomputed"   the reference log-probabilities computed beforehand: 2 x b fp32 values in the batch
+
+What it changes in memory, per step (memmath/training.py and memmath/peak.py read these):
+
+  weights        + the reference copy ("copy"), ceil(N x weight_bits / 8) (a quantized base: its quantized bytes)
+  activations    the policy's method at batch 2b; the loss saves its fp32 log-softmax output (4 t V, t = 2b s
+                 tokens), the gather's index (the labels: a batch tensor, 8 t) and logsigmoid's input and buffer
+                 (b fp32 each on the CPU; the CUDA kernel keeps an empty buffer): SFT's shifted labels and total
+                 weight are not made (the loss variant of hf_activations' trace, replaced here)
+  peak           the reference forward is a moment of the forward phase ("reference forward", under no_grad: a
+                 block at its fullest without saving, or the logits with their fp32 copy and log-softmax output),
+                 before the policy's forward; the reference log-probabilities (2b fp32) stay for the step
+
+Measured on the CPU by validation/preference.py (memmath/reference/data/measured_preference.json), recorded after
+this module was written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+from .arrays import is_ndarray
+
+from . import validate
+from .methods import LoRA, Method, Plan, QLoRA, _group_weight_bytes
+from .models import ModelShape
+from .notes import Note
+
+REFERENCES = ("copy", "adapters_off", "precomputed")
+REFERENCE_FIELD = "reference"  # the FieldError's field (the command line's --reference)
+INT64, FP32 = 8, 4
+
+
+def _default_base():
+    return LoRA()  # LoRA's own defaults (rank 8, q and v), as the command line's --method dpo builds it
+
+
+@dataclass(frozen=True)
+class DPO(Method):
+    """Preference training (DPO): `base` trains the policy on chosen and rejected sequences (the batch doubles);
+    `reference` is "copy", "adapters_off" (LoRA/QLoRA only) or "precomputed"; left out, what TRL's DPOTrainer does
+    without a ref_model: the adapters disabled for a LoRA/QLoRA policy, else a frozen copy (stored resolved). beta:
+    the loss's temperature (it changes no byte). See the module docstring."""
+
+    base: Method = field(default_factory=_default_base)
+    reference: str | None = None
+    beta: float = 0.1
+
+    def __post_init__(self):
+        if not isinstance(self.base, Method) or type(self.base) is Method or isinstance(self.base, DPO):
+            raise validate.FieldTypeError("method", "DPO's base must be Full(), Freeze(...), Adapters(...), LoRA(...) or "
+                                          f"QLoRA(...); got {validate.describe(self.base)}")
+        if any(is_ndarray(getattr(self.base, f.name)) for f in fields(self.base)):
+            raise validate.FieldError("method", "DPO's base must be one method, not a sweep of ranks or layers: "
+                                      "sweep batch_size or seq_len, or make one DPO(...) per setting")
+        if self.reference is None:
+            object.__setattr__(self, "reference", "adapters_off" if isinstance(self.base, LoRA) else "copy")
+        object.__setattr__(self, "reference", validate.choice(REFERENCE_FIELD, self.reference, REFERENCES))
+        if self.reference == "adapters_off" and not isinstance(self.base, LoRA):
+            raise validate.FieldError(REFERENCE_FIELD, "reference 'adapters_off' runs the policy with its adapters "
+                                      "disabled (peft's disable_adapter), so it needs base=LoRA(...) or QLoRA(...); "
+                                      f"got {type(self.base).__name__}: use reference 'copy' or 'precomputed'")
+        object.__setattr__(self, "beta", validate.real("beta", self.beta, low=1e-6, high=1e6))
+
+    # ---- the Method interface -------------------------------------------------------------------------------
+    def plan(self, shape: ModelShape, recipe) -> Plan:
+        """The base method's plan; with reference "copy" the copy's weights added, and Notes saying the reference."""
+        plan = self.base.plan(shape, recipe)
+        weights, constants = reference_copy_bytes(self, shape, recipe)
+        return replace(plan, weight_bytes=plan.weight_bytes + weights,
+                       quantization_constant_bytes=plan.quantization_constant_bytes + constants,
+                       notes=plan.notes + reference_notes(self, shape, recipe))
+
+    def describe(self) -> str:
+        reference = {"copy": "a frozen reference copy of the model",
+                     "adapters_off": "the policy with its adapters disabled as the reference",
+                     "precomputed": "precomputed reference log-probabilities"}[self.reference]
+        return (f"DPO preference training (beta {self.beta:g}) with {reference}, chosen and rejected sequences "
+                f"doubling the batch; the policy: {self.base.describe()}")
+
+    def head_trains(self, shape: ModelShape) -> bool:
+        return self.base.head_trains(shape)
+
+    @property
+    def vision(self):  # a vision-language model's setting is the base's
+        return getattr(self.base, "vision", "frozen")
+
+    def layers_trained(self, shape: ModelShape):
+        return self.base.layers_trained(shape) if hasattr(self.base, "layers_trained") else shape.n_layers
+
+
+def reference_copy_bytes(method: DPO, shape: ModelShape, recipe) -> tuple:
+    """(weight bytes, quantization-constant bytes) of the frozen reference copy: (0, 0) unless reference "copy".
+
+    The copy is the base model in the policy's weight format, without adapters: ceil(N x weight_bits / 8), or for
+    QLoRA the quantized base (its linear weights in 4 or 8 bits and their constants, as the policy's base)."""
+    if method.reference != "copy":
+        return 0, 0
+    base = method.base
+    if isinstance(base, QLoRA):
+        from .methods import int8_weight_bytes, quantized_weight_bytes
+
+        if base.quant_type == "int8":
+            return int8_weight_bytes(shape, recipe.weight_bits)
+        return quantized_weight_bytes(shape, "nf4", recipe.weight_bits, block=base.quant_block,
+                                      double_quant=base.double_quant)
+    return _group_weight_bytes(shape, recipe.weight_bits), 0
+
+
+def reference_notes(method: DPO, shape: ModelShape, recipe) -> tuple:
+    if method.reference == "copy":
+        weights, constants = reference_copy_bytes(method, shape, recipe)
+        extra = f" and quantization constants include its {constants:,} B" if constants else ""
+        return (Note("dpo_reference_copy", f"weights include the frozen reference copy ({weights:,} B, the base model "
+                     f"in the policy's weight format: no gradients, no optimizer states){extra}"),)
+    if method.reference == "adapters_off":
+        return (Note("dpo_reference_adapters_off", "the reference is the policy with its adapters disabled (peft's "
+                     "disable_adapter): no extra weights, one more forward under no_grad"),)
+    return (Note("dpo_reference_precomputed", "the reference log-probabilities are precomputed: 2 x batch fp32 "
+                 "values in the batch, no reference forward"),)
+
+
+def rewrapper(method):
+    """(the policy's method, a function wrapping another policy method as this run's DPO) for the planner: a DPO
+    method's base and DPO(new base, the same reference and beta); any other method and the identity."""
+    if not isinstance(method, DPO):
+        return method, lambda new: new
+    return method.base, lambda new: replace(method, base=new)
+
+
+# ---- what training.py and peak.py call --------------------------------------------------------------------
+def policy_run(run):
+    """The run of the policy alone: the base method over chosen and rejected sequences (batch 2b)."""
+    return run.replace(method=run.method.base, batch_size=2 * run.batch_size)
+
+
+def dpo_loss_bytes(run, grad) -> object:
+    """Bytes the DPO loss saves for backward (the trace's loss region), when the logits need a gradient (grad):
+    the fp32 log-softmax output (4 t V), the gather's index (the labels, a batch tensor: 8 t) and logsigmoid's
+    input and CPU buffer (b fp32 each; on CUDA the buffer is empty). t = 2 b s."""
+    b, s, vocab = run.batch_size, run.seq_len, run.model.vocab_size
+    t = 2 * b * s
+    logsigmoid = FP32 * b * (2 if run.device == "cpu" else 1)
+    return (FP32 * t * vocab + INT64 * t + logsigmoid) * grad
+
+
+def step_parts(run):
+    """(TrainingMemory, ActivationParts or None) of a DPO run: the policy's at batch 2b, its loss the DPO loop's,
+    the reference copy's weights (and constants) added. Called by training.step_parts for a DPO method."""
+    from .training import step_parts as training_step_parts
+
+    method = run.method
+    shape = run.model
+    if shape.family == "bert" or not shape.vocab_size:
+        raise validate.FieldError("method", "DPO trains a causal language model (log-probabilities of the labels over "
+                                  f"the vocabulary); {shape.name or 'this model'} is a {shape.family} encoder")
+    memory, parts = training_step_parts(policy_run(run))
+    weights, constants = reference_copy_bytes(method, shape, run.recipe)
+    if run.n_gpus > 1 and run.zero_stage >= 3:  # the reference copy is sharded as the policy's weights are
+        weights, constants = validate.ceil_div(weights, run.n_gpus), validate.ceil_div(constants, run.n_gpus)
+    notes = list(memory.notes) + list(reference_notes(method, shape, run.recipe))
+    activations, detail = memory.activations, memory.activation_detail
+    if parts is not None:
+        grad = parts.loss > 0  # the logits need a gradient (some block stores)
+        loss = dpo_loss_bytes(run, grad)
+        batch_labels = INT64 * 2 * run.batch_size * run.seq_len * grad
+        terms = tuple(term for term in parts.estimate.terms if term[0] != "loss") + (
+            ("loss", "DPO: log-softmax output (fp32)", FP32 * 2 * run.batch_size * run.seq_len * shape.vocab_size * grad),
+            ("loss", "DPO: gather index (the labels, int64)", batch_labels),
+            ("loss", "DPO: logsigmoid input and buffer (fp32)", loss - FP32 * 2 * run.batch_size * run.seq_len
+             * shape.vocab_size * grad - batch_labels))
+        estimate = replace(parts.estimate, loss=loss, terms=terms)
+        parts = replace(parts, estimate=estimate, loss=loss, batch=parts.batch + batch_labels)
+        trains = memory.trainable_params > 0
+        activations, detail = estimate.total * trains, estimate
+    else:
+        notes.append(Note("dpo_textbook_loss", "activations: the textbook model at batch 2b; the DPO loss's own "
+                          "tensors are the exact model's only"))
+    memory = replace(memory, weights=memory.weights + weights,
+                     quantization_constants=memory.quantization_constants + constants, activations=activations,
+                     activation_detail=detail, method=method, notes=tuple(notes), run=run)
+    return memory, parts
+
+
+def batch_extra(run) -> int:
+    """Bytes alive through the step besides ids and labels: the reference log-probabilities, 2b fp32 (precomputed:
+    in the batch; otherwise made by the reference forward and held to the loss, the previous step's until then)."""
+    return FP32 * 2 * run.batch_size
+
+
+def reference_resident(run, parts) -> int:
+    """Buffers of the reference copy (LLaMA's rotary inv_freq, as peak.py counts the policy's); 0 otherwise."""
+    if run.method.reference != "copy" or run.model.family != "llama":
+        return 0
+    return run.model.head_dim * parts.element_bytes
+
+
+def reference_moments(run, parts) -> list:
+    """(label, bytes over what is alive before the step, saved, gradients) of the reference forward, under
+    torch.no_grad before the policy's forward: nothing is saved, so its transients alone: the last block at its
+    fullest with the decoder's inputs_embeds held (the policy's checkpointed-forward liveness: a block run without
+    saving), and the logits (e t V), their fp32 copy (4 t V for a 16-bit model) and the fp32 log-softmax output."""
+    if run.method.reference == "precomputed":
+        return []
+    from .hf_activations import activation_parts
+
+    policy = policy_run(run)
+    e, t, h, vocab = parts.element_bytes, 2 * run.batch_size * run.seq_len, run.model.hidden_size, run.model.vocab_size
+    unsaved = activation_parts(run.model, recipe=run.recipe, method=run.method.base, seq_len=run.seq_len,
+                               batch_size=policy.batch_size, dropout=False, attention=run.attention,
+                               checkpointing=True, device=run.device)
+    block = unsaved.block_live + e * t * h
+    head = e * t * vocab + (FP32 * t * vocab if e != FP32 else 0) + FP32 * t * vocab
+    return [("reference forward (no grad): the last block at its fullest, nothing saved", block),
+            ("reference forward (no grad): the logits, their fp32 copy and the log-softmax output", head)]
