@@ -61,8 +61,9 @@ def api_settings(**changes):
 
 
 def peak_of(model, settings):
-    keys = ("precision", "optimizer", "method", "batch_size", "seq_len", "checkpointing", "attention", "dropout")
-    return mm.peak_memory(model, **{k: settings[k] for k in keys})
+    keys = ("precision", "optimizer", "method", "batch_size", "seq_len", "checkpointing", "attention", "dropout",
+            "grad_accum_steps")
+    return mm.peak_memory(model, **{k: settings[k] for k in keys if k in settings})
 
 
 # ---- train: the numbers are the API's, and the hand-derived ones ---------------------------------
