@@ -74,19 +74,26 @@ def _frame(needs: dict, unit: str) -> pd.DataFrame:
     return pd.concat([frame, pd.DataFrame(extra, columns=frame.columns)], ignore_index=True) if extra else frame
 
 
+VEILED_NOTE = "black tick: what the card must hold; faded past a tick: parts not all alive at the step's peak"
+
+
 def bars_output(needs: dict, unit: str = "GB", *, title: str = "", capacity_bytes=None, capacity_label: str = ""):
     """viz.stacked_bars_output of each run's parts plus what its peak adds, and a black tick at its requirement.
 
     needs: {scenario: memmath.Requirement}. A bar ends at its requirement wherever the peak is at or above the
     sum; where it is below, the bar of parts runs past the tick and that stretch is veiled (white, translucent).
+    The spec is the same whichever runs have a peak segment or a veiled stretch (the legend always names the
+    peak's segment, the veil's layer is always there, empty or not), so that a live chart takes only new rows
+    when a slider moves a run from one case to the other.
     """
     frame = _frame(needs, unit)
-    output = viz.stacked_bars_output(frame, unit, title=title, capacity_bytes=capacity_bytes,
-                                     capacity_label=capacity_label, peaks={n: r.bytes for n, r in needs.items()})
+    output = viz.stacked_bars_output(frame, unit, title=[title, VEILED_NOTE] if title else "",
+                                     capacity_bytes=capacity_bytes, capacity_label=capacity_label,
+                                     peaks={n: r.bytes for n, r in needs.items()})
     spec = output.spec
     layers = spec["layer"]  # bars, the card's line and its label, the ticks (peaks= always draws them)
     color = layers[0]["encoding"]["color"]
-    if PEAK_PART in set(frame["part"]):  # stacked_bars_output colours the parts it knows; add the peak's segment
+    if PEAK_LABEL not in color["scale"]["domain"]:  # stacked_bars_output colours the parts it knows; add the peak's
         color["scale"] = {"domain": [*color["scale"]["domain"], PEAK_LABEL],
                           "range": [*color["scale"]["range"], PEAK_COLOR]}
         color["sort"] = [*color["sort"], PEAK_LABEL]
@@ -98,14 +105,12 @@ def bars_output(needs: dict, unit: str = "GB", *, title: str = "", capacity_byte
     veiled = [{"scenario": name, "start": need.bytes / per_unit, "end": int(need.memory.total) / per_unit,
                "bytes": int(need.memory.total) - need.bytes, "what": "parts not alive at the step's peak"}
               for name, need in needs.items() if peak_adds(need) < 0]
-    if veiled:
-        spec["title"] = [title, "faded: the parts past a tick, not all alive when that step peaks"] if title else title
-        layers.insert(len(layers) - 1, {
-            "data": {"values": veiled}, "mark": {"type": "bar", "color": "white", "opacity": 0.6},
-            "encoding": {"x": {"field": "start", "type": "quantitative"}, "x2": {"field": "end"},
-                         "y": {"field": "scenario", "sort": ticks["encoding"]["y"]["sort"], "type": "nominal"},
-                         "tooltip": [{"field": "scenario", "type": "nominal"}, {"field": "what", "type": "nominal"},
-                                     {"field": "bytes", "format": ",", "title": "bytes", "type": "quantitative"}]}})
+    layers.insert(len(layers) - 1, {
+        "data": {"values": veiled}, "mark": {"type": "bar", "color": "white", "opacity": 0.6},
+        "encoding": {"x": {"field": "start", "type": "quantitative"}, "x2": {"field": "end"},
+                     "y": {"field": "scenario", "sort": ticks["encoding"]["y"]["sort"], "type": "nominal"},
+                     "tooltip": [{"field": "scenario", "type": "nominal"}, {"field": "what", "type": "nominal"},
+                                 {"field": "bytes", "format": ",", "title": "bytes", "type": "quantitative"}]}})
     return viz.SpecOutput(spec)
 
 

@@ -39,12 +39,12 @@ def _():
 
     import memmath as mm
     from memmath.reference import literature, paper_setups
-    from memmath_lessons import diagrams, site_charts, toy_block, viz
+    from memmath_lessons import diagrams, requirement_view, site_charts, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
 
-    return (alt, diagrams, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd, site_charts,
-            toy_block, viz)
+    return (alt, diagrams, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
+            requirement_view, site_charts, toy_block, viz)
 
 
 @app.cell
@@ -256,7 +256,7 @@ def _(live_chart):
 
 @app.cell(hide_code=True)
 def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_model_dropdown, mm, mo, pd,
-      seq_len_slider, unit_radio, viz):
+      requirement_view, seq_len_slider, unit_radio, viz):
     # The memory section in one cell: a move of any of its controls re-runs this cell alone (and the chart takes rows).
     unit = unit_radio.value
     gpu = mm.get_gpu(gpu_dropdown.value)
@@ -266,25 +266,34 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
         "Freeze: last block trains": mm.training_memory(memory_model_dropdown.value, method=mm.Freeze(trainable_layers=1), **_setup),
         f"Adapters, m = {bottleneck}": mm.training_memory(memory_model_dropdown.value, method=mm.Adapters(bottleneck=bottleneck), **_setup),
     }
+    # What each run needs of the card: memmath.requirement, the number the command line and the planner judge
+    # (the step's peak where memmath models it, else the sum of the parts).
+    _methods = (mm.Full(), mm.Freeze(trainable_layers=1), mm.Adapters(bottleneck=bottleneck))
+    needs = {name: mm.requirement(memory_model_dropdown.value, method=_m, **_setup)
+             for name, _m in zip(scenarios, _methods)}
     # What a card offers: its memory less the CUDA context, the default reserve of check_fit and fit_table.
     _context = literature.REPORTED["cuda_context_v100"]
     usable_bytes = gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES
-    bars_chart.update(viz.stacked_bars_output(
-        viz.breakdown_long(scenarios, unit), unit, title="Memory of one training step", capacity_bytes=usable_bytes,
+    bars_chart.update(requirement_view.bars_output(
+        needs, unit, title="Memory of one training step", capacity_bytes=usable_bytes,
         capacity_label=f"{gpu.name} less the CUDA context ({mm.format_bytes(usable_bytes, unit)})"))
 
-    def _smallest_fit(result):
-        # The smallest card (as fit_table orders them) that holds it, the CUDA context reserved (check_fit's default);
-        # check_fit card by card costs ~1 ms here against ~5 ms for fit_table's DataFrame, on every slider move.
+    def _fits(need, card):
+        # As the command line judges a run: its requirement, the CUDA context reserved, FIT_MARGIN of it kept free.
+        return mm.check_fit(need.bytes, card, margin=mm.FIT_MARGIN).fits
+
+    def _smallest_fit(need):
+        # The smallest card (as fit_table orders them) that holds it; check_fit card by card costs ~1 ms here.
         _cards = sorted(mm.GPUS.values(), key=lambda g: g.memory_bytes)
-        return next((g.name for g in _cards if mm.check_fit(result, g).fits), "none listed")
+        return next((g.name for g in _cards if _fits(need, g)), "none listed")
 
     memory_table = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
                            f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
                            f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
-                           f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
-                           "smallest GPU": _smallest_fit(r)} for name, r in scenarios.items()])
+                           f"sum of the parts ({unit})": round(mm.to_unit(r.total, unit), 2),
+                           f"the card must hold ({unit})": round(mm.to_unit(needs[name].bytes, unit), 2),
+                           "smallest GPU": _smallest_fit(needs[name])} for name, r in scenarios.items()])
     _full, _freeze, _adapt = scenarios.values()
     _saved = _full.trainable_state - _adapt.trainable_state
     _per_adapt, _per_full = _adapt.activation_detail.per_layer, _full.activation_detail.per_layer
@@ -297,9 +306,12 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     _warn = [mo.callout(mo.md(f"{memory_model_dropdown.selected_key} learned only {_shape.max_positions:,} positions, "
                               f"so it cannot read {seq_len_slider.value:,} tokens; the arithmetic still shows "
                               "what the memory would be."), kind="warn")] if _long else []
-    _verdicts = ", ".join(f"{what} {yes if mm.check_fit(r, gpu).fits else no}" for (what, yes, no), r in zip(
+    _bases = {requirement_view.requirement_words(n) for n in needs.values()}
+    _basis = ("the step's peak, the most allocated at one moment" if _bases == {"the step's peak"}
+              else "the step's peak where memmath models it, else the sum of the parts")
+    _verdicts = ", ".join(f"{what} {yes if _fits(r, gpu) else no}" for (what, yes, no), r in zip(
         (("full finetuning", "fits", "does not fit"), ("freezing all but the last block", "fits", "does not fit"),
-         ("adapters", "fit", "do not fit")), scenarios.values()))
+         ("adapters", "fit", "do not fit")), needs.values()))
     mo.vstack([viz.plain_table(memory_table)] + _warn + [mo.md(f"""
     Against full finetuning, adapters save **{mm.format_bytes(_saved, unit)}** of gradients and
     optimizer states. Their weights are the base model's {mm.format_bytes(_full.weights, unit)} plus
@@ -313,17 +325,20 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     activation's), and the adapters add their own: each keeps its b·s·h input and two b·s·m tensors.
     Freezing all but the last block keeps only {mm.format_bytes(_freeze.activations, unit)}.
 
-    **Does it fit?** A run fits a card when it fits in the card's capacity less the CUDA context
+    **Does it fit?** Not every part is alive at once, and a step holds temporaries no part counts, so a
+    card must hold {_basis} (the black tick on each bar, the table's "the card must hold"), not the sum
+    of the parts. A run fits when that and {mm.FIT_MARGIN:.0%} of it kept free (the command line's margin)
+    fit in the card's capacity less the CUDA context
     ({_context.value:,} {_context.unit}, measured on a V100: {_context.source}): the memory the driver takes
-    for the CUDA context and its kernels before PyTorch allocates any tensor. The {gpu.name} reports
-    {mm.format_bytes(gpu.memory_bytes, unit)}, so {mm.format_bytes(usable_bytes, unit)} is left (the dashed
-    line); on it {_verdicts}. The "smallest GPU" column judges every card the same way.
+    for the CUDA context and its kernels before PyTorch allocates any tensor. The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}, so
+    {mm.format_bytes(usable_bytes, unit)} is left (the dashed line); on it {_verdicts}, as
+    `memmath train` says. The "smallest GPU" column judges every card the same way.
     """), mo.accordion({"What does this estimate assume?": mo.md(
         f"Recipe: {_adapt.assumptions} Activations: what transformers' PyTorch code for this model saves for "
         f"backward, tensor by tensor (`activations=\"{_adapt.activation_model}\"`, checked against PyTorch "
         f"on small BERT and LLaMA models below), with {'SDPA' if _adapt.attention == 'sdpa' else 'eager'} attention and "
         f"{_dropout}.")})])
-    return gpu, memory_table, scenarios, unit, usable_bytes
+    return gpu, memory_table, needs, scenarios, unit, usable_bytes
 
 
 @app.cell(hide_code=True)
