@@ -85,6 +85,10 @@ def test_the_wheel_carries_the_lessons_their_stylesheet_the_license_and_the_data
         for lesson in LESSONS:
             for css in set(re.findall(r'css_file="([^"]+)"', (REPO / "notebooks" / lesson).read_text())):
                 assert archive.read(f"memmath_lessons/notebooks/{css}") == (REPO / "notebooks" / css).read_bytes()
+        # and the picture of its card on the first page, where marimo's gallery looks for it
+        for lesson in LESSONS:
+            picture = f"__marimo__/assets/{lesson[:-3]}/opengraph.png"
+            assert archive.read(f"memmath_lessons/notebooks/{picture}") == (REPO / "notebooks" / picture).read_bytes()
         info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
         metadata = email.message_from_bytes(archive.read(f"{info}/METADATA"))
         license_text = archive.read(f"{info}/licenses/LICENSE").decode()
