@@ -50,7 +50,14 @@ def _run(command, *, cwd, env=None, timeout=300, check=True):
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     source = tmp_path_factory.mktemp("source")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "__marimo__", "*.egg-info", "build")
+    caches = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+
+    def ignore(folder, names):  # a clean checkout: marimo's caches stay out, the gallery's pictures (committed) in
+        skipped = set(caches(folder, names))
+        if Path(folder).name == "__marimo__":
+            skipped |= {n for n in names if n != "assets"}
+        return skipped
+
     for name in SOURCES:
         path = REPO / name
         if path.is_dir():
