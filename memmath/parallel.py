@@ -44,6 +44,7 @@ What each rank stores, and where the numbers come from:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from . import validate
@@ -171,6 +172,7 @@ def _piece(rows: int, parts: int, index: int) -> int:
     return max(0, min(size, rows - index * size))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # every rank asks it of the same names: a 70B model has 723 tensors
 def _ends(name: str, suffixes) -> bool:
     base = name.removesuffix(".weight").removesuffix(".bias")
     return any(base == s or base.endswith("." + s) for s in suffixes)
@@ -641,9 +643,15 @@ def representative_ranks(run) -> list[int]:
 
 
 def worst_rank(run) -> ParallelMemory:
-    """The rank that holds the most (sum of the parts plus buffers): the one the card must fit."""
+    """The rank that holds the most (sum of the parts plus buffers): the one the card must fit.
+
+    Within a stage, tensor rank 0 holds the most: the tensor ranks differ only in their vocabulary piece (and the
+    vocab-parallel loss's), and torch.chunk gives the first piece the most rows. So each stage's first rank is
+    compared (a 64-rank layout costs 8 ranks' arithmetic, not 64).
+    """
     best = None
-    for rank in representative_ranks(run):
+    lay = layout(run)
+    for rank in representative_ranks(run)[::lay.tp]:
         candidate = parallel_memory(run.replace(rank=rank))
         if best is None or candidate.total > best.total:
             best = candidate
