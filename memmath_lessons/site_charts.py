@@ -21,7 +21,7 @@ import memmath as mm
 from . import viz
 from .static_charts import Select, Slider, bound_chart, bound_text, is_static_export
 
-__all__ = ["adapter_shares", "five_methods", "gpt2_activations", "is_static_export", "lora_methods",
+__all__ = ["adapter_shares", "five_methods", "gpt2_activations", "is_static_export", "lora_methods", "many_gpus_grid",
            "serving_sweep", "ten_layers_frozen", "weights_sentence", "with_budget_sentence"]
 
 _PARAMS = "format(datum.n, ',.0f')"  # a parameter count as Python's f"{n:,}" writes it
@@ -291,3 +291,57 @@ def five_methods():
     return viz.chart_output(bound_chart(grid, [Select("model", "Model", value="llama-2-7b"),
                                                Select("batch", "Batch (sequences)", radio=True)],
                                         draw, title="Pure bf16, AdamW, 512 tokens, one GPU, against three cards"))
+
+
+def many_gpus_grid():
+    """Lesson 11: Llama-3-70B, pure bf16 with AdamW, batch 1 x 2,048 tokens, for every tensor and pipeline degree
+    (1, 2, 4, 8; one data-parallel copy; 1F1B with as many micro-batches as stages): the parts of the GPU that
+    holds the most, beside an H100 80GB less its CUDA context."""
+    from memmath import parallel
+
+    degrees = (1, 2, 4, 8)
+    card = mm.get_gpu("H100 80GB")
+    usable_gb = round((card.memory_bytes - mm.CUDA_CONTEXT_BYTES) / 1e9, 2)
+    rows = []
+    for tp in degrees:
+        for pp in degrees:
+            run = mm.Run("llama-3-70b", n_gpus=tp * pp, tp=tp, pp=pp, micro_batches=pp)
+            need = mm.requirement(run)
+            one = parallel.worst_rank(run) if parallel.is_parallel(run) else None
+            parts = (one.memory if one else need.memory).parts()
+            held = {"weights": parts["weights"], "gradients": parts["gradients"],
+                    "optimizer_states": parts["optimizer_states"], "activations": parts["activations"]}
+            if one is None:  # one GPU: the card must hold the step's peak; what it adds above the parts, its own bar
+                held["peak"] = max(need.bytes - int(need.memory.total), 0)
+            else:
+                held["buffers"] = one.buffer_bytes
+            for order, (part, nbytes) in enumerate(held.items()):
+                if nbytes:
+                    label = {"peak": "Step's peak adds", "buffers": "Communication buffers"}.get(
+                        part, mm.PART_LABELS.get(part, part))
+                    rows.append({"tp": tp, "pp": pp, "part": label, "order": order,
+                                 "GB": round(nbytes / 1e9, 2), "gpus": tp * pp,
+                                 "total": round(need.bytes / 1e9, 2)})
+    grid = pd.DataFrame(rows)
+    labels = [mm.PART_LABELS[p] for p in ("weights", "gradients", "optimizer_states", "activations")]
+    colors = [viz.PART_COLORS[p] for p in ("weights", "gradients", "optimizer_states", "activations")]
+    domain, palette = labels + ["Communication buffers", "Step's peak adds"], colors + ["#EECA3B", "#79706E"]
+
+    def draw(base):
+        bars = base.mark_bar(size=28, yOffset=14).encode(
+            x=alt.X("sum(GB):Q", title="Memory of the GPU that holds the most (GB)"),
+            y=alt.Y("gpus:O", title="GPUs (t x p)"),
+            color=alt.Color("part:N", title="Part", scale=alt.Scale(domain=domain, range=palette), sort=domain),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("part:N"), alt.Tooltip("GB:Q", format=",.2f"), alt.Tooltip("total:Q", title="GB in all")],
+        ).properties(width=460, height=96)
+        line = alt.Chart(pd.DataFrame({"GB": [usable_gb]})).mark_rule(color="black", strokeDash=[6, 4], size=2).encode(
+            x="GB:Q")
+        total = base.transform_aggregate(total="max(total)", groupby=["gpus"]).transform_calculate(
+            said="'the card must hold ' + format(datum.total, ',.2f') + ' GB'").mark_text(
+            align="left", dy=-20, fontWeight="bold").encode(x=alt.value(2), y=alt.Y("gpus:O"), text="said:N")
+        return alt.layer(bars, line, total)
+
+    return viz.chart_output(bound_chart(
+        grid, [Select("tp", "Tensor t", value=8), Select("pp", "Pipeline p", value=2)], draw,
+        title=f"Llama-3-70B per GPU; dashed: H100 80GB less the CUDA context ({usable_gb:.2f} GB)"))

@@ -228,6 +228,7 @@ LESSONS: dict[str, str] = {
     "08_planner": "The planner: will my finetune fit?",
     "09_notation": "Notation and glossary",
     "10_problems": "Problems that chain the lessons",
+    "11_many_gpus": "Many GPUs: how a model is split",
 }
 
 

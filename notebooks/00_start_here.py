@@ -285,6 +285,7 @@ def _(mm, mo, viz):
         "08_planner": "put it all together for your model and your GPU.",
         "09_notation": "the symbols every lesson uses, the formulas in them, and the words, each with where it is taught.",
         "10_problems": "harder problems that chain the lessons, and a two-step measurement on your own CPU.",
+        "11_many_gpus": "when no card is enough: what data, ZeRO, tensor, pipeline, context and expert parallelism split.",
     }
     _rows = [f"| {i} | {viz.lesson_link(stem)} | {_lines[stem]} |" for i, stem in enumerate(viz.LESSONS)]
     mo.md("\n".join(["## The map", "", f"{len(viz.LESSONS)} lessons, one concept each, in the article's order:", "",

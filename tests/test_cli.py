@@ -891,11 +891,11 @@ def test_a_serving_change_that_fits_leaves_the_fit_margin_free():
 
 
 # ---- memmath lessons -----------------------------------------------------------------------------
-def test_lessons_path_is_the_folder_of_the_eleven_lessons_and_their_stylesheet():
+def test_lessons_path_is_the_folder_of_the_twelve_lessons_and_their_stylesheet():
     folder = Path(run("lessons", "--path", check_status=0).stdout.strip())
     assert sorted(p.name for p in folder.glob("[0-9][0-9]_*.py")) == sorted(
         p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py"))
-    assert len(list(folder.glob("[0-9][0-9]_*.py"))) == 11  # 00-08 in the article's order, 09 notation, 10 problems
+    assert len(list(folder.glob("[0-9][0-9]_*.py"))) == 12  # 00-08 in the article's order, 09 notation, 10 problems, 11 many GPUs
     assert (folder / "memmath.css").is_file()
 
 

@@ -99,7 +99,7 @@ def test_the_wheel_carries_the_lessons_their_stylesheet_the_license_and_the_data
         info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
         metadata = email.message_from_bytes(archive.read(f"{info}/METADATA"))
         license_text = archive.read(f"{info}/licenses/LICENSE").decode()
-    assert len(LESSONS) == 11
+    assert len(LESSONS) == 12
     assert "memmath/architectures/gpt2.py" in names and "memmath/architectures/record.py" in names
     assert "memmath/reference/data/measured_cpu.json" in names
     assert any(n.startswith("memmath_lessons/static/vega-") for n in names)

@@ -1,0 +1,333 @@
+# /// script
+# requires-python = ">=3.11"
+# [tool.marimo.opengraph]
+# title = "11. Many GPUs"
+# description = "When a model outgrows one card: what data, ZeRO, tensor, sequence, pipeline, context and expert parallelism each split, and one GPU's memory for any layout."
+# ///
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="Many GPUs: how a model is split", css_file="memmath.css")
+
+
+@app.cell(hide_code=True)
+def _(headline, mm, mo, viz):
+    mo.md(f"""
+    # {viz.LESSONS["11_many_gpus"]}
+
+    Symbols and words: [Notation and glossary](?file=09_notation.py).
+
+    Some runs fit no card. Full finetuning of Llama-3-70B in pure bf16 with AdamW, one sequence of
+    2,048 tokens, must hold **{mm.format_bytes(headline["one"].bytes)}** at its step's peak: that is
+    {headline["one"].bytes / headline["gpu"].memory_bytes:.1f} times the
+    {mm.format_bytes(headline["gpu"].memory_bytes)} an {headline["gpu"].name} reports. More cards help
+    only when they split what a card holds. Copying the model onto 8 cards (data parallelism) leaves
+    every copy as large; splitting each block's matrices over 8 cards and the layers over 2 stages
+    (**{headline["plan"].layout.describe()}**, 16 GPUs) leaves
+    **{mm.format_bytes(headline["plan"].worst.total)}** on the GPU that holds the most, and it fits.
+
+    This lesson shows what each way of splitting takes off a card and what it leaves, then lets you
+    lay out a run yourself. {viz.lesson_link("08_planner", "Lesson 8")} plans one card;
+    {viz.lesson_link("02_full_finetuning", "lesson 2")} explains the parts.
+    """)
+    return
+
+
+@app.cell
+def _():
+    import altair as alt
+    import marimo as mo
+    import pandas as pd
+
+    import memmath as mm
+    from memmath import parallel
+    from memmath_lessons import many_gpus, requirement_view, site_charts, viz
+    from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.static_charts import live_only_notice
+
+    return alt, live_chart, live_only_notice, many_gpus, mm, mo, parallel, pd, requirement_view, site_charts, viz
+
+
+@app.cell
+def _(mm):
+    # The page's opening numbers: the run on one card, and the fewest cards the planner finds for it.
+    headline = {"gpu": mm.get_gpu("H100 80GB"), "one": mm.requirement("llama-3-70b"),
+                "plan": mm.plan_layout("llama-3-70b", "H100 80GB")}
+    return (headline,)
+
+
+@app.cell(hide_code=True)
+def _(many_gpus, mm, mo, viz):
+    axis_frame = many_gpus.axis_table("llama-3-70b")
+    _one, _z3, _tp = (axis_frame.set_index("layout").loc[k] for k in ("1 GPU", "data x 8, ZeRO-3", "tensor x 8"))
+    mo.vstack([mo.md(f"""
+    ## What each axis splits
+
+    Every row is Llama-3-70B on 8 GPUs (one on the first row), pure bf16 with AdamW, batch 1 x 2,048
+    tokens, no checkpointing, and the numbers are the GPU that holds the most:
+
+    - **Data parallelism** gives each GPU its own sequences and a whole copy of the model: it adds
+      speed, not room. **ZeRO** (Rajbhandari et al. 2020) then shards the copies' optimizer states
+      (stage 1), gradients (stage 2) and weights (stage 3) over the data-parallel GPUs. Stage 3 brings
+      the weights to {_z3["weights (GB)"]:.2f} GB a GPU (one eighth of {_one["weights (GB)"]:.2f} GB),
+      but every GPU still runs its micro-batch through every layer: the activations stay.
+    - **Tensor parallelism** (Megatron-LM, Shoeybi et al. 2019) splits each block's matrices: the
+      attention heads and the MLP's width over t GPUs, and the vocabulary of the embedding and the
+      head. Weights, gradients and states shrink by t, and so do most activations
+      ({_one["activations (GB)"]:.2f} to {_tp["activations (GB)"]:.2f} GB): only the norms and the
+      residual stream between blocks stay whole. **Sequence parallelism** (Korthikanti et al. 2022)
+      splits those along the sequence too. The gradients stay a little above the weights here:
+      torch 2.13's vocabulary-sharded embedding keeps a whole-vocabulary gradient on every rank
+      (measured over gloo; Megatron-LM keeps a slice).
+    - **Pipeline parallelism** (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021) gives each GPU
+      a stage of consecutive layers. A stage holds its layers' weights, gradients and states, but
+      keeps the activations of every micro-batch in flight: with 1F1B the first stage keeps as many
+      as there are stages.
+    - **Context parallelism** splits the sequence of a long run over GPUs that exchange keys and
+      values (ring attention); **expert parallelism** puts a mixture of experts' experts on different
+      GPUs. Both are in the controls below.
+    """), viz.plain_table(axis_frame, wrapped_columns=["takes off each GPU"]),
+        mo.md("The last numbers column is what the card must hold: the step's peak on one GPU or with plain "
+              "data parallelism (the most allocated at one moment), and the sum of the parts of the GPU that "
+              "holds the most once the model is split, plus its communication buffers.")])
+    return (axis_frame,)
+
+
+@app.cell(hide_code=True)
+def _(live_only_notice, mm, mo):
+    model_dropdown = mo.ui.dropdown(options={"Llama-3-70B": "llama-3-70b", "Llama-3-8B": "llama-3-8b",
+                                             "Mixtral-8x7B (8 experts)": "mixtral-8x7b",
+                                             "Qwen3-30B-A3B (128 experts)": "qwen3-30b-a3b"},
+                                    value="Llama-3-70B", label="Model")
+    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="H100 80GB", label="GPU")
+    unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
+    _degrees = {"1": 1, "2": 2, "4": 4, "8": 8}
+    tp_dropdown = mo.ui.dropdown(options=_degrees, value="8", label="Tensor t")
+    pp_dropdown = mo.ui.dropdown(options=_degrees, value="2", label="Pipeline p")
+    dp_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64], value=1, label="Data d", show_value=True)
+    cp_dropdown = mo.ui.dropdown(options={"1": 1, "2": 2, "4": 4}, value="1", label="Context c")
+    ep_dropdown = mo.ui.dropdown(options=_degrees, value="1", label="Expert (MoE only)")
+    zero_radio = mo.ui.radio(options={"0": 0, "1": 1, "2": 2, "3": 3}, value="0", inline=True, label="ZeRO stage")
+    sequence_parallel_checkbox = mo.ui.checkbox(value=False, label="sequence parallelism (t ≥ 2)")
+    schedule_dropdown = mo.ui.dropdown(options={"1F1B": "1f1b", "GPipe": "gpipe"}, value="1F1B",
+                                       label="Pipeline schedule")
+    micro_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32], value=2, label="Micro-batches m (pipeline)",
+                                show_value=True)
+    batch_slider = mo.ui.slider(1, 8, value=1, label="Batch (sequences per micro-batch)", show_value=True)
+    seq_slider = mo.ui.slider(steps=[512, 1024, 2048, 4096, 8192, 16384, 32768], value=2048,
+                              label="Sequence length (tokens)", show_value=True)
+    checkpointing_checkbox = mo.ui.checkbox(value=False, label="gradient checkpointing")
+    mo.vstack([mo.md("""
+    ## Lay out a run
+
+    Pick the degrees: the run uses d x t x p x c GPUs. Expert parallelism splits a mixture of
+    experts' experts over e of the d x c data-parallel GPUs, so e must divide d x c. ZeRO shards
+    on the data axis. The chart shows one GPU of each pipeline stage (the one with the most), against
+    the card less its CUDA context.
+    """), live_only_notice(),
+        mo.hstack([model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
+        mo.hstack([tp_dropdown, pp_dropdown, dp_slider, cp_dropdown, ep_dropdown], justify="start", gap=1.5),
+        mo.hstack([zero_radio, sequence_parallel_checkbox, schedule_dropdown, micro_slider], justify="start", gap=1.5),
+        mo.hstack([batch_slider, seq_slider, checkpointing_checkbox], justify="start", gap=1.5)])
+    return (batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown, gpu_dropdown, micro_slider,
+            model_dropdown, pp_dropdown, schedule_dropdown, seq_slider, sequence_parallel_checkbox, tp_dropdown,
+            unit_radio, zero_radio)
+
+
+@app.cell(hide_code=True)
+def _(live_chart):
+    rank_chart = live_chart()  # drawn once; the next cell sends it new rows
+    rank_chart
+    return (rank_chart,)
+
+
+@app.cell(hide_code=True)
+def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown, gpu_dropdown, many_gpus,
+      micro_slider, mm, mo, model_dropdown, parallel, pp_dropdown, rank_chart, requirement_view, schedule_dropdown,
+      seq_slider, sequence_parallel_checkbox, tp_dropdown, unit_radio, zero_radio):
+    # The one cell the layout's controls re-run: the Run, each stage's GPU, the verdict, the command line's words.
+    unit, gpu = unit_radio.value, mm.get_gpu(gpu_dropdown.value)
+    usable = gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES
+    _t, _p, _d, _c = tp_dropdown.value, pp_dropdown.value, dp_slider.value, cp_dropdown.value
+    try:
+        layout_run = mm.Run(model_dropdown.value, batch_size=batch_slider.value, seq_len=seq_slider.value,
+                            checkpointing=checkpointing_checkbox.value, n_gpus=_d * _t * _p * _c, tp=_t, pp=_p, cp=_c,
+                            ep=ep_dropdown.value, zero_stage=zero_radio.value,
+                            sequence_parallel=sequence_parallel_checkbox.value, pp_schedule=schedule_dropdown.value,
+                            micro_batches=micro_slider.value if _p > 1 else 1)
+        layout_need = mm.requirement(layout_run)
+        layout_error = None
+    except ValueError as _error:  # memmath names the field and what it allows
+        layout_run, layout_need, layout_error = None, None, str(_error)
+    layout_command = many_gpus.cli_command(layout_run, gpu.name) if layout_run else None
+    if layout_error:
+        rank_chart.update(many_gpus.stage_bars({}, unit, title="No such layout", capacity_bytes=usable,
+                                               capacity_label=f"{gpu.name} less the CUDA context"))
+        _shown = mo.callout(mo.md(f"This layout cannot run: {layout_error}"), kind="warn")
+    else:
+        _parallel = parallel.is_parallel(layout_run)
+        _stages = many_gpus.stage_memories(layout_run)
+        _label = f"{gpu.name} less the CUDA context ({mm.format_bytes(usable, unit)})"
+        if _parallel:
+            rank_chart.update(many_gpus.stage_bars(_stages, unit, title="One GPU of each pipeline stage",
+                                                   capacity_bytes=usable, capacity_label=_label))
+        else:  # one GPU, or data parallelism (ZeRO): the step's peak, as lesson 8 draws it
+            rank_chart.update(requirement_view.bars_output({"each GPU": layout_need}, unit, title="Each GPU",
+                                                           capacity_bytes=usable, capacity_label=_label))
+        _fit = mm.check_fit(layout_need.bytes, gpu, margin=mm.FIT_MARGIN)
+        _worst = parallel.worst_rank(layout_run) if _parallel else None
+        _lay = parallel.layout(layout_run)
+        _where = (f"GPU {_worst.rank} (pipeline stage {_worst.coordinates['pp']}) holds the most: the sum of its "
+                  f"parts{' and buffers' if _worst.buffer_bytes else ''}" if _parallel
+                  else "each GPU holds the same; the card must hold the step's peak")
+        _pipe = (f" The {schedule_dropdown.selected_key} schedule keeps {_worst.in_flight} of "
+                 f"{layout_run.micro_batches} micro-batches' activations on that stage and idles "
+                 f"{_worst.bubble:.0%} of the step, (p − 1) / (m + p − 1)." if _lay.pp > 1 else "")
+        _verdict = ("fits" if _fit.fits else f"does not fit: {mm.format_bytes(-_fit.headroom_bytes + _fit.margin_bytes, unit)} short, "
+                    "the 5% margin included")
+        _shown = mo.callout(mo.md(f"""
+        **{_lay.n_gpus} GPUs, {_lay.describe()}**: {_where}, **{mm.format_bytes(layout_need.bytes, unit)}**.
+        The {gpu.name} leaves {mm.format_bytes(usable, unit)} after the CUDA context; with
+        {mm.FIT_MARGIN:.0%} of the requirement kept free, the run **{_verdict}**.{_pipe}
+
+        The command line says the same: `{layout_command}`
+        """), kind="success" if _fit.fits else "danger")
+    _shown
+    return layout_command, layout_error, layout_need, layout_run
+
+
+@app.cell(hide_code=True)
+def _(batch_slider, checkpointing_checkbox, gpu_dropdown, mo, model_dropdown, seq_slider):
+    fewest_button = mo.ui.run_button(kind="success", label="Find the fewest GPUs")
+    mo.vstack([mo.md(f"""
+    ## The fewest GPUs
+
+    The planner tries 1, 2, 3, 4, 6, 8 ... GPUs, and for each every tensor degree up to 8 (one node)
+    and every pipeline degree that divides the layers, and stops at the fewest that fit: for
+    {model_dropdown.selected_key} on the {gpu_dropdown.value}, batch {batch_slider.value} x
+    {seq_slider.value:,} tokens{", checkpointing" if checkpointing_checkbox.value else ""}. It can take a
+    few seconds when nothing small fits.
+    """), fewest_button])
+    return (fewest_button,)
+
+
+@app.cell(hide_code=True)
+def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo, model_dropdown, seq_slider,
+      unit_radio):
+    if not fewest_button.value:
+        _shown = mo.md("Press the button to search.")
+    else:
+        fewest_plan = mm.plan_layout(model_dropdown.value, gpu_dropdown.value, batch_size=batch_slider.value,
+                                     seq_len=seq_slider.value, checkpointing=checkpointing_checkbox.value)
+        if not fewest_plan.fits:
+            _shown = mo.callout(mo.md(f"No layout of up to 1,024 GPUs fits the {fewest_plan.gpu} (tried "
+                                      f"{fewest_plan.tried:,}). Turn on checkpointing or shorten the sequences."),
+                                kind="warn")
+        else:
+            _lines = "\n".join(f"- {line}" for line in fewest_plan.trade_offs)
+            _shown = mo.callout(mo.md(f"""
+            **{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}**. The GPU that holds the most keeps
+            {mm.format_bytes(fewest_plan.worst.total, unit_radio.value)} of the
+            {mm.format_bytes(fewest_plan.usable_bytes, unit_radio.value)} the card leaves ({fewest_plan.tried} layouts
+            tried). What each axis costs:
+
+            {_lines}
+            """), kind="success")
+    _shown
+    return
+
+
+@app.cell(hide_code=True)
+def _(many_gpus, mm, mo, viz):
+    _table, _widget, _one = many_gpus.playbook_table()
+    _p = many_gpus.PLAYBOOK_70B
+    mo.accordion({"How does this compare with the Ultra-Scale Playbook's memory widget?": mo.vstack([mo.md(f"""
+    The Ultra-Scale Playbook (Hugging Face, 2025) teaches these axes with a memory widget. Its preset
+    "Llama 3 70B" is: {_p["a"]} heads, width h = {_p["h"]:,}, feed-forward width {_p["h_ff"]:,},
+    {_p["L"]} layers, micro-batch {_p["b"]} x {_p["s"]} tokens, vocabulary {_p["v"]:,}, t = {_p["tp"]},
+    d = {_p["dp"]}, ZeRO-{_p["zero"]}, mixed precision, no recomputation. Its formulas (the page's
+    `paramGradsOpt` and `activationMemory`, reproduced in `memmath_lessons.many_gpus.playbook_widget`)
+    give {mm.format_bytes(sum(_widget[k] for k in ("Parameters", "Gradients", "OptimizerAverages", "Activations")))}
+    per GPU. memmath, for the same run on the real Llama-3-70B (its config.json: grouped-query
+    attention, SwiGLU of width 28,672, vocabulary 128,256, an untied head), gives
+    {mm.format_bytes(_one.total)}:
+    """), viz.plain_table(_table), mo.md(f"""
+    Where they differ, and why:
+
+    - **The widget does not split weights, gradients or optimizer states across tensor ranks**: its
+      `paramGradsOpt` takes no t. Megatron-LM and torch's tensor parallelism give each rank 1/t of
+      every block matrix, so memmath's weights are one eighth of the widget's.
+    - **It counts {_widget["parameters counted"]:,} parameters**: 12h² + 13h per layer is multi-head
+      attention (4h²) and an MLP of two h x 4h matrices (8h²). It never reads the feed-forward width
+      for the parameters, so SwiGLU's third matrix and grouped-query attention's smaller k and v are
+      not there, and h(v + s) is one embedding with learned positions, no separate head.
+    - **Its activations** follow Korthikanti et al. 2022 for a GPT-style block with dropout; memmath
+      traces what transformers' LLaMA keeps, tensor by tensor, with a 128,256-word vocabulary (the
+      loss's fp32 logits are large at 32 x 256 tokens).
+    - **It divides by 1024³ and prints "GB"**: the table's middle column is what it shows, in GiB
+      under the name GB, 7% below the GB of the first column.
+    """)])})
+    return
+
+
+@app.cell
+def _(mo, site_charts):
+    # The static site's own chart: its inputs keep working where the marimo controls above are frozen.
+    mo.vstack([mo.md("""
+    The next chart is Llama-3-70B (pure bf16, AdamW, batch 1 x 2,048 tokens, 1F1B with as many
+    micro-batches as stages) for every tensor and pipeline degree, one data-parallel copy, computed in
+    advance. Its inputs keep working in this static copy of the page.
+    """), site_charts.many_gpus_grid()]) if site_charts.is_static_export() else None
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.callout(mo.md(r"""
+    **Takeaways**
+
+    - Data parallelism adds GPUs for speed, not room: each holds the whole model until ZeRO shards
+      the states (1), the gradients (2) and the weights (3). Activations never shard that way.
+    - Tensor parallelism splits each block's matrices and most of their activations by t; it talks
+      at every block, so it stays inside a node (t ≤ 8, NVLink).
+    - Pipeline parallelism splits the layers; each stage keeps the activations of every micro-batch
+      in flight, and (p − 1) / (m + p − 1) of the step idles.
+    - Plan for the GPU that holds the most: the first pipeline stage (embeddings, the most
+      micro-batches in flight) or the last (the head and the loss).
+    """), kind="success")
+    return
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, parallel):
+    # Problem answers, computed with memmath (tests/test_lesson_11.py derives each by hand).
+    _plan = mm.plan_layout("llama-3-70b", "H100 80GB")
+    _params = mm.resolve_model("llama-3-70b").n_params
+    _z3 = mm.training_memory(mm.Run("llama-3-70b", seq_len=None, n_gpus=8, zero_stage=3))
+    _gpipe, _1f1b = (parallel.in_flight(s, 4, 8, 0) for s in ("gpipe", "1f1b"))
+    mo.vstack([
+        mo.md("## Problems"),
+        mo.md(f"**1.** Llama-3-70B has {_params:,} parameters. Full finetuning in pure bf16 over 8 GPUs with "
+              "ZeRO-3: how many bytes of weights does each GPU hold between steps?"),
+        mo.accordion({"Answer": mo.md(
+            f"{_params:,} x 2 B / 8 = {_z3.weights:,} B = {mm.format_bytes(_z3.weights)}: ZeRO-3 shards the "
+            "weights over the data-parallel GPUs (each gathers a layer's weights only while it computes).")}),
+        mo.md("**2.** A pipeline of 4 stages runs 8 micro-batches a step. How many micro-batches' activations does "
+              "the first stage keep at once with GPipe, and with 1F1B? What share of the step idles?"),
+        mo.accordion({"Answer": mo.md(
+            f"GPipe runs all 8 forwards first: {_gpipe}. 1F1B starts backwards once the pipeline is full: "
+            f"{_1f1b}, one per stage. Either way (p − 1) / (m + p − 1) = 3 / 11 = "
+            f"{parallel.bubble('1f1b', 4, 8):.0%} of the step idles.")}),
+        mo.md("**3.** What is the fewest number of H100 80GB cards for Llama-3-70B full finetuning in pure bf16 "
+              "with AdamW, batch 1 x 2,048 tokens, and how are they laid out?"),
+        mo.accordion({"Answer": mo.md(
+            f"{_plan.layout.n_gpus} GPUs, {_plan.layout.describe()}: the GPU that holds the most keeps "
+            f"{mm.format_bytes(_plan.worst.total)} of {mm.format_bytes(_plan.usable_bytes)}. With tensor "
+            "parallelism alone (8 GPUs) it is too much; `memmath train llama-3-70b --gpu \"H100 80GB\" "
+            "--plan-layout` says the same.")}),
+    ])
+    return
+
+
+if __name__ == "__main__":
+    app.run()
