@@ -388,15 +388,22 @@ def _judge(model, gpu, reserved_bytes, settings, searched):
 
 
 def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=MAX_GPUS, **settings) -> int | None:
-    """The fewest GPUs (any whole number from 1 to max_gpus) on which the run fits per GPU, else None.
+    """The fewest GPUs (any whole number from 1 to max_gpus; a multiple of tp x pp x cp when the run splits the
+    model) on which the run fits per GPU, else None.
 
     The run's zero_stage is kept (n_gpus is what is searched). Without ZeRO every GPU holds a full
     copy, so more GPUs never help: 1 or None. ZeRO divides sharded parts by the GPU count (rounded
     up), so memory per GPU never grows with more GPUs and a bisection over the count is exact.
     """
-    _, fits_at = _judge(model, gpu, reserved_bytes, settings, "n_gpus")
+    run, fits_at = _judge(model, gpu, reserved_bytes, settings, "n_gpus")
     max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
-    return fewest_where(fits_at, 1, max_gpus)
+    split = run.tp * run.pp * run.cp  # a model split t x p x c ways: the GPU count is a multiple of that
+    if split == 1:
+        return fewest_where(fits_at, 1, max_gpus)
+    if max_gpus < split:
+        return None
+    copies = fewest_where(lambda d: fits_at(d * split), 1, max_gpus // split)  # data-parallel copies
+    return None if copies is None else copies * split
 
 
 def largest_batch_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_batch=validate.MAX_BATCH,

@@ -74,7 +74,7 @@ def _frame(needs: dict, unit: str) -> pd.DataFrame:
     return pd.concat([frame, pd.DataFrame(extra, columns=frame.columns)], ignore_index=True) if extra else frame
 
 
-VEILED_NOTE = "black tick: what the card must hold; faded past a tick: parts not all alive at the step's peak"
+VEILED_NOTE = "faded past a black tick: parts not all alive at the step's peak"
 
 
 def bars_output(needs: dict, unit: str = "GB", *, title: str = "", capacity_bytes=None, capacity_label: str = ""):

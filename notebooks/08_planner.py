@@ -217,13 +217,17 @@ def _(live_only_notice, mm, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(literature, live_only_notice, mm, mo):
+def _(literature, live_only_notice, mm, mo, viz):
     gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
     n_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=1, label="GPUs")
     max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=mm.DEFAULT_MAX_GPUS,
                                    label="GPUs you could use (for the changes)")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
                                    label="ZeRO stage")
+    # Splitting the model itself (lesson 11): GPUs = data x tensor x pipeline; 1F1B with as many micro-batches as stages.
+    _degrees = {"1": 1, "2": 2, "4": 4, "8": 8}
+    tp_dropdown = mo.ui.dropdown(_degrees, value="1", label="Tensor parallel t")
+    pp_dropdown = mo.ui.dropdown(_degrees, value="1", label="Pipeline stages p")
     # In whole MiB, as the driver counts: memmath's default reserve is 1,343 MiB exactly (mm.CUDA_CONTEXT_BYTES).
     _context_mib = mm.CUDA_CONTEXT_BYTES // 2**20
     _steps = sorted({256 * k for k in range(9)} | {_context_mib})  # none to 2 GiB, by quarters, and the default
@@ -232,6 +236,9 @@ def _(literature, live_only_notice, mm, mo):
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     _context = literature.REPORTED["cuda_context_v100"]
     mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_number, zero_stage_radio], justify="start"),
+               mo.hstack([tp_dropdown, pp_dropdown, mo.md(
+                   f"The GPUs split the model t x p ways ({viz.lesson_link('11_many_gpus', 'lesson 11')}); the rest "
+                   "copy it (data parallelism)").style({"font-size": "0.9em"})], justify="start"),
                mo.hstack([max_gpus_number, reserved_slider, unit_radio], justify="start"),
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
                      f"measured on a V100 ({_context.source}), "
@@ -239,7 +246,7 @@ def _(literature, live_only_notice, mm, mo):
                      f"starts there, at memmath's default reserve (mm.CUDA_CONTEXT_BYTES), and goes from none to "
                      f"{mm.format_bytes(_steps[-1] * 2**20, 'GiB')} ({_steps[-1]:,} MiB)."
                      ).style({"font-size": "0.9em"})])
-    return gpu_dropdown, max_gpus_number, n_gpus_number, reserved_slider, unit_radio, zero_stage_radio
+    return gpu_dropdown, max_gpus_number, n_gpus_number, pp_dropdown, reserved_slider, tp_dropdown, unit_radio, zero_stage_radio
 
 
 @app.cell
@@ -296,7 +303,10 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, viz):
 
     def shown_comparison(run, unit, methods):
         """The article's comparison of full, partial and PEFT for this run's model and step, and "needed or wanted"."""
-        # Each method's requirement (memmath.requirement), the number the verdict above judges its run by.
+        # Each method's requirement (memmath.requirement), the number the verdict above judges its run by. memmath
+        # splits a model t x p ways for full finetuning only: a split run is compared with every GPU holding a copy.
+        _split = run.tp * run.pp > 1
+        run = run.replace(tp=1, pp=1, micro_batches=1) if _split else run
         _needs = {name: mm.requirement(run.replace(method=methods[key]))
                   for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
                                     ("PEFT: LoRA", "lora"))}
@@ -326,13 +336,15 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, viz):
         comparison_frame = pd.DataFrame(_rows).T
         _comparison_table = viz.plain_table(comparison_frame.reset_index(names="").astype(str),
                                             wrapped_columns=list(comparison_frame.columns))
+        _unsplit = (" The model is not split here (t = p = 1, every GPU a whole copy): memmath models tensor and "
+                    "pipeline parallelism for full finetuning only." if _split else "")
         _comparison_part = [mo.md(f"""
         ## Full, partial or PEFT: the article's comparison, with your numbers
 
         The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
         settings for your model: the same recipe ({precision_dropdown.selected_key}), optimizer ({optimizer_dropdown.selected_key}),
         batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
-        and data are what the papers and the article report, with their sources.
+        and data are what the papers and the article report, with their sources.{_unsplit}
         """), _comparison_table]
 
         _serve = mm.inference_memory(run.model, context_len=run.seq_len)
@@ -375,8 +387,8 @@ def _(live_chart):
 def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
       pasted_text, pd, peak_moment, planned_limits, precision_dropdown, rank_slider, requirement_view,
-      reserved_slider, seq_len_slider, targets_dropdown, trainable_layers_slider, unit_radio, viz,
-      zero_stage_radio):
+      pp_dropdown, reserved_slider, seq_len_slider, targets_dropdown, tp_dropdown, trainable_layers_slider, unit_radio,
+      viz, zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
     # into one memmath.Run, asks the planner (memmath caches each run's answer, so a setting the learner returns to
     # costs nothing), hands the live chart above its rows and shows every section that follows from the run.
@@ -389,10 +401,17 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     }
     # The run: what the controls set; attention (unless chosen), dropout and the activation model as memmath.Run
     # resolves them from the model, the same run the command line and the API make of these settings.
-    run = mm.Run(model, method=methods[method_dropdown.value], precision=precision_dropdown.value,
-                 optimizer=optimizer_dropdown.value, batch_size=batch_slider.value, seq_len=seq_len_slider.value,
-                 checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
-                 zero_stage=zero_stage_radio.value, attention=attention_radio.value)
+    _run_settings = dict(method=methods[method_dropdown.value], precision=precision_dropdown.value,
+                         optimizer=optimizer_dropdown.value, batch_size=batch_slider.value, seq_len=seq_len_slider.value,
+                         checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
+                         zero_stage=zero_stage_radio.value, attention=attention_radio.value)
+    _tp, _pp = tp_dropdown.value, pp_dropdown.value
+    layout_refused = None
+    try:  # the model split t x p ways: memmath refuses by name what it does not model (LoRA with t > 1, say)
+        run = mm.Run(model, **_run_settings, tp=_tp, pp=_pp, micro_batches=_pp)
+    except mm.FieldError as _refused:
+        layout_refused = str(_refused)
+        run = mm.Run(model, **_run_settings)
     settings = run.settings()
     gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value) * 2**20, unit_radio.value
     # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
@@ -408,7 +427,11 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
 
     # ---- the verdict: the number, its recipe, what the card keeps back
-    _per = f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU"
+    _split = run.tp * run.pp > 1
+    from memmath import parallel as _parallel  # what a layout's degrees read as: "1 data x 8 tensor x 2 pipeline"
+
+    _per = (f"on the GPU that holds the most ({settings['n_gpus']} GPUs: {_parallel.layout(run).describe()})" if _split else
+            f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU")
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
              if peak_basis == "peak" else f"as the sum of the parts ({requirement.reason})")
@@ -437,6 +460,10 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _long = _trained is not None and settings["seq_len"] > _trained
     _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} was trained on at most {_trained:,} tokens; a {settings['seq_len']:,}"
                               "-token sequence is arithmetic only."), kind="warn")] if _long else []
+    if layout_refused:
+        _warn.append(mo.callout(mo.md(f"The model cannot be split {_tp} x {_pp} ways here: {pasted_text(layout_refused)} "
+                                      "This page shows the run with every GPU holding a whole copy (t = p = 1)."),
+                                kind="warn"))
     if settings["zero_stage"] == 3 and settings["n_gpus"] > 1 and model.tensor_count_known:
         _layer = 2 * model.params_per_layer  # one block's weights in 16 bits
         _warn.append(mo.md(

@@ -533,3 +533,42 @@ def test_a_run_whose_peak_is_below_the_sum_says_so_in_the_table():
     assert need.bytes < need.memory.total and frame["bytes"].iloc[-1] == need.bytes
     assert frame["part"].iloc[-2].startswith("The step's peak is lower") and frame["bytes"].iloc[-2] < 0
     assert lessons.bad_text(outputs) == []
+
+
+# ---- issue 25: the degrees of a split model, as the command line takes them -------------------------------------
+DEGREES = {"1": 1, "2": 2, "4": 4, "8": 8}
+
+
+def test_a_split_model_is_judged_as_the_command_line_judges_it():
+    import contextlib
+    import io
+    import json
+
+    from memmath import cli
+
+    outputs, defs = lessons.run_with(
+        "08_planner", tp_dropdown=mo.ui.dropdown(DEGREES, value="2"), pp_dropdown=mo.ui.dropdown(DEGREES, value="2"),
+        n_gpus_number=mo.ui.number(start=1, stop=1024, value=4))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        # The page's defaults: batch 1 x 512 tokens, pure bf16 with AdamW.
+        status = cli.main(["train", "llama-2-7b", "--gpus", "4", "--tp", "2", "--pp", "2", "--micro-batches", "2",
+                           "--batch", "1", "--seq", "512", "--gpu", "RTX 4090", "--json"])
+    verdict = json.loads(out.getvalue())["verdict"]
+    assert defs["layout_refused"] is None and (defs["run"].tp, defs["run"].pp) == (2, 2)
+    assert defs["requirement"].bytes == verdict["required_bytes"]
+    page = lessons.plain_text(outputs)
+    assert f"{verdict['required_bytes'] / 1e9:,.2f} GB on the GPU that holds the most (4 GPUs: 1 data x 2 tensor x 2 " \
+           "pipeline)" in page
+    assert ("It fits." in page) == verdict["fits"] == (status == 0)
+
+
+def test_a_split_memmath_does_not_model_is_refused_by_name_and_the_page_goes_on():
+    # LoRA with tensor parallelism: memmath refuses it by name (method); the page says so and shows t = p = 1.
+    outputs, defs = lessons.run_with(
+        "08_planner", tp_dropdown=mo.ui.dropdown(DEGREES, value="2"), n_gpus_number=mo.ui.number(start=1, stop=1024,
+                                                                                                 value=2),
+        method_dropdown=mo.ui.dropdown({"LoRA": "lora"}, value="LoRA"))
+    assert "method" in defs["layout_refused"] and defs["run"].tp == 1
+    page = lessons.plain_text(outputs)
+    assert "The model cannot be split 2 x 1 ways here" in page and lessons.bad_text(outputs) == []
