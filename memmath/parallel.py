@@ -649,6 +649,11 @@ def worst_rank(run) -> ParallelMemory:
     vocab-parallel loss's), and torch.chunk gives the first piece the most rows. So each stage's first rank is
     compared (a 64-rank layout costs 8 ranks' arithmetic, not 64).
     """
+    from .run import as_run
+
+    run = as_run(run)  # a Run, or a model whose default run is asked
+    if run.is_sweep:
+        raise validate.FieldError(run.swept, f"{run.swept} must be a single value: one run has one worst rank")
     best = None
     lay = layout(run)
     for rank in representative_ranks(run)[::lay.tp]:
@@ -706,6 +711,9 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
     card = get_gpu(gpu)
     reserved = CUDA_CONTEXT_BYTES if reserved_bytes is None else reserved_bytes
     max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
+    max_tp = validate.count("max_tp", max_tp, high=validate.MAX_GPUS, scalar=True)
+    if run.is_sweep:
+        raise validate.FieldError(run.swept, f"{run.swept} must be a single value: the planner lays out one run")
     shape = run.model
     heads = _divisors(shape.n_heads, max_tp) if shape.n_heads else [1]
     kv = shape.n_kv_heads or shape.n_heads or 1

@@ -347,8 +347,14 @@ def test_the_prediction_is_shown_before_any_measurement(default_run):
 
 
 def test_without_torch_the_lesson_says_how_to_install_it(monkeypatch):
+    from marimo._output.formatters import formatters
+
     from memmath_lessons import measure_yourself
 
+    # marimo's app.run registers its PyTorch formatter whenever "torch" is a key of sys.modules, and the None below
+    # would make that import fail (seen when another test file imported torch in this process first): without torch
+    # installed marimo registers none, so take it out of marimo's list for this test.
+    monkeypatch.delitem(formatters.THIRD_PARTY_FACTORIES, "torch", raising=False)
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError, as without torch
     assert measure_yourself.missing_packages() == ["torch"]
     result = measure_yourself.measure(measure_yourself.Setup())

@@ -503,6 +503,11 @@ CALLS = {
                              quant_type=maybe("nf4"), layout=maybe("bitsandbytes"))),
     "measured_qlora": (mm.measured_qlora, dict(quant_type=maybe("int8"), max_cases=maybe(1))),
     "Adapters": (mm.Adapters, dict(bottleneck=maybe(16), train_norms=maybe(False), adapter_format=maybe(None))),
+    "parallel_memory": (mm.parallel_memory, dict(model=maybe("gpt2"), n_gpus=maybe(4), tp=maybe(2), pp=maybe(2),
+                                                 micro_batches=maybe(2), seq_len=maybe(64), rank=maybe(3))),
+    "worst_rank": (mm.worst_rank, dict(run=maybe(mm.Run("gpt2", n_gpus=2, tp=2, seq_len=64)))),
+    "plan_layout": (mm.plan_layout, dict(model=maybe("gpt2"), gpu=maybe("T4"), max_gpus=maybe(4), max_tp=maybe(2),
+                                         seq_len=maybe(64))),
 }
 # What a message may call a field besides its own name: the words each function's checks use for it.
 FIELD_WORDS = {
@@ -512,6 +517,7 @@ FIELD_WORDS = {
     "memory": ("InferenceMemory",), "gpu": ("gpu",), "targets": ("LoRA target",),
     "trainable_layers": ("trainable_layers",), "suggestions": ("Suggestion",),
     "name": ("name", "format", "precision", "optimizer", "gpu"),
+    "run": ("model", "parameter count", "n_params", "Run"),
 }
 NOT_FUZZED: set = set()  # every public callable is fuzzed
 
