@@ -107,3 +107,14 @@ def built_site(tmp_path_factory):
                           text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 0, f"the export command failed:\n{done.stdout}\n{done.stderr}"
     return out, done.stdout
+
+
+# The slowest files first (seconds on 2 cores, one process): with two workers each taking a file at a time
+# (pyproject's `-n 2 --dist loadfile`), the long browser files start at once instead of being left for last.
+SLOW_FILES = ("test_lessons_browser.py", "test_site_browser.py", "test_site_build.py", "test_lesson_08.py",
+              "test_moe_lora.py", "test_lesson_07.py", "test_lesson_03.py", "test_lesson_06.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: index for index, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable: file order kept otherwise
