@@ -56,7 +56,8 @@ FIELD_OPTIONS = {
     "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus", "vision": "--vision",
     "LoRA dropout": "--lora-dropout", "grad_accum_steps": "--grad-accum",
     "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "sequence_parallel": "--sequence-parallel",
-    "pp_schedule": "--pp-schedule", "micro_batches": "--micro-batches",
+    "pp_schedule": "--pp-schedule", "micro_batches": "--micro-batches", "padded": "--padded",
+    "packed": "--packed",
     "reference": "--reference", "beta": "--beta",
 }
 
@@ -341,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pp-schedule", type=_choice(("1f1b", "gpipe")), metavar="S",
                    help="pipeline schedule: 1f1b (default) or gpipe")
     s.add_argument("--micro-batches", type=_whole(1), metavar="M", help="micro-batches per pipeline step (with --pp)")
+    s.add_argument("--padded", action="store_true", default=None,
+                   help="a right-padded batch: an attention mask with zeros, which every attention call then gets")
+    s.add_argument("--packed", action="store_true", default=None,
+                   help="sequences packed into each row with their own position ids (no padding)")
     s.add_argument("--plan-layout", action="store_true", default=None,
                    help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
     s.add_argument("--max-gpus", type=_whole(1), metavar="N", help="how many GPUs the suggested changes may use "
@@ -477,7 +482,8 @@ def _train_run(args):
         activations=None if args.activations in (None, "auto") else args.activations,
         n_gpus=args.gpus, zero_stage=None if args.zero_stage is None else int(args.zero_stage),
         tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, sequence_parallel=args.sequence_parallel,
-        pp_schedule=args.pp_schedule, micro_batches=args.micro_batches))
+        pp_schedule=args.pp_schedule, micro_batches=args.micro_batches, padded=args.padded,
+        packed=args.packed))
     return run, source
 
 
@@ -702,6 +708,8 @@ def _write_train(w, style, args, run, source, plan):
              f"Recipe: {memory.recipe.description} {memory.optimizer.description}",
              f"Step: batch {run.batch_size} x {run.seq_len:,} tokens"
              + (" (the default length; set --seq)" if args.seq is None else "")
+             + (", right-padded (an attention mask with zeros)" if run.padded else "")
+             + (", packed sequences (their own position ids)" if run.packed else "")
              + (f", {run.grad_accum_steps} micro-batches per optimizer step (effective batch "
                 f"{run.effective_batch:,})" if run.grad_accum_steps > 1 else "")
              + f", {run.attention} attention, dropout {'on' if run.dropout else 'off'}, checkpointing "

@@ -718,7 +718,7 @@ def _houlsby_width(shape: ModelShape, method, recipe):
 
 
 def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len, batch_size, dropout, attention,
-                             checkpointing, device) -> ActivationParts:
+                             checkpointing, device, padded=False, packed=False) -> ActivationParts:
     """Bytes the transformers implementation of `shape` saves for backward (see the module docstring), as
     ActivationParts (its `estimate` is the ActivationEstimate; the pieces are peak.py's).
 
@@ -736,10 +736,11 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
             largest = transformers_activations(
                 shape, plan=plan, recipe=recipe, method=top, seq_len=validate.largest(seq_len),
                 batch_size=validate.largest(batch_size), dropout=dropout, attention=attention,
-                checkpointing=checkpointing, device=device)
+                checkpointing=checkpointing, device=device, padded=padded, packed=packed)
             validate.check_sweep("activations (from seq_len and batch_size)", largest.estimate.total)
     return activation_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
-                            dropout=dropout, attention=attention, checkpointing=checkpointing, device=device)
+                            dropout=dropout, attention=attention, checkpointing=checkpointing, device=device,
+                            padded=padded, packed=packed)
 
 
 @dataclass(frozen=True)
@@ -797,11 +798,14 @@ def scalar_methods(method, shape: ModelShape) -> tuple:
 
 
 def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,
-                     device) -> ActivationParts:
-    """The estimate and its pieces by place, for peak.py (see ActivationParts)."""
+                     device, padded=False, packed=False) -> ActivationParts:
+    """The estimate and its pieces by place, for peak.py (see ActivationParts). padded: a right-padded batch, whose
+    masks every attention call gets (_sdpa_masked_blocks, _forward_masks); packed: sequences packed into each row
+    with their own position ids, whose block-diagonal masks every call gets too, and whose rotary tables are per
+    sequence (b x s x d, not 1 x s x d)."""
     arguments = dict(recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size, dropout=dropout,
-                     attention=attention, checkpointing=checkpointing, device=device)
-    over = _past_window(shape, seq_len, _attention_kind(attention, device, dropout))
+                     attention=attention, checkpointing=checkpointing, device=device, padded=padded, packed=packed)
+    over = None if padded or packed else _past_window(shape, seq_len, _attention_kind(attention, device, dropout))
     if over is None:
         return _parts_at(shape, **arguments)
     # A sweep across the sliding window: the blocks' SDPA calls get a mask from the window on (_sdpa_masked_blocks),
@@ -810,7 +814,7 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
 
 
 def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing, device,
-              past=None) -> ActivationParts:
+              past=None, padded=False, packed=False) -> ActivationParts:
     """activation_parts for sequence lengths on one side of the sliding window (past: which side, for a sweep
     across it; None: read from seq_len)."""
     if shape.family not in FAMILIES:
@@ -852,9 +856,13 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     def new_trace():
         return trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base, lora_dropout=lora_dropout)
 
-    masked = _sdpa_masked_blocks(shape, seq_len, kind, past)  # per block: its SDPA call gets a mask tensor
+    batch_mask = padded or packed  # a mask from the batch: pads, or packed sequences' block-diagonal mask
+    masked = _sdpa_masked_blocks(shape, seq_len, kind, past, batch_mask)  # per block: its SDPA call gets a mask tensor
     _check_masked(recipe, masked)
-    masks = _forward_masks(shape, b, s, e, kind, past)  # (numel, bytes each) alive through the forward
+    masks = _forward_masks(shape, b, s, e, kind, past, batch_mask)  # (numel, bytes each) alive through the forward
+    # The rotary cos and sin: computed from the position ids, (1, s, d) for the default ones, (b, s, d) for packed
+    # sequences' own (LlamaRotaryEmbedding.forward on position_ids of shape (b, s); measured: validation/padding.py).
+    rope_rows = b * s if packed else s
 
     def block(tr, region, x, trains, tables, mask=False):
         tr.region = region
@@ -872,7 +880,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
 
     # The blocks.
     tr = new_trace()
-    rope = (tr.new(s * dm["rd"], e, shared=True), tr.new(s * dm["rd"], e, shared=True))
+    rope = (tr.new(rope_rows * dm["rd"], e, shared=True), tr.new(rope_rows * dm["rd"], e, shared=True))
     first_layer, frozen_per, frozen_storing, recompute = None, 0, 0, 0
     sliding_extra, block_extras = 0, ()
     if checkpointing:
@@ -884,7 +892,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         terms += tr.terms("block", "each block")
         # Backward recomputes one block at a time, its input needing a gradient, and saves its set again.
         re = new_trace()
-        existing = (re.new(s * dm["rd"], e, existing=True), re.new(s * dm["rd"], e, existing=True))
+        existing = (re.new(rope_rows * dm["rd"], e, existing=True), re.new(rope_rows * dm["rd"], e, existing=True))
         # (with layer types of both kinds, the one whose SDPA call gets the mask: the most a block saves again)
         block(re, "block", re.new(b * s * h, e, True, existing=True), True, existing, any(masked))
         recompute = re.bytes_in("block")
@@ -919,8 +927,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
             # block without the mask tensor; the first trained block is counted as what it is; what the other
             # masked blocks save more goes with the shared tables (and block_extras says whose it is).
             with_mask = new_trace()
-            frozen1, per1, first1 = stored_blocks(with_mask, (with_mask.new(s * dm["rd"], e, shared=True),
-                                                              with_mask.new(s * dm["rd"], e, shared=True)), True)
+            frozen1, per1, first1 = stored_blocks(with_mask, (with_mask.new(rope_rows * dm["rd"], e, shared=True),
+                                                              with_mask.new(rope_rows * dm["rd"], e, shared=True)), True)
             flags = np.array(masked + (False,))
             before = np.concatenate(([0], np.cumsum(flags)))  # before[i]: masked blocks among the first i
             at = n_layers - np.asarray(trained) if is_ndarray(trained) else n_layers - trained  # first trained
@@ -950,7 +958,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         # Gemma 3 computes one cos/sin pair per layer type: a second pair is saved by the first storing block
         # of the other type (counted here with the shared tables; the measurement files it in that block).
         first_storing = 0 if (isinstance(method, Freeze) and setup.embeddings) else n_layers - trained
-        extra = _extra_rope_pairs(shape, first_storing) * 2 * s * dm["rd"] * e
+        extra = _extra_rope_pairs(shape, first_storing) * 2 * rope_rows * dm["rd"] * e
         if _positive_any(extra):
             tables = tables + extra * blocks_store
             terms.append(("outside", "rotary cos and sin tables of the second layer type", extra))
@@ -971,7 +979,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
                        lora_dropout=lora_dropout)
     x_in = live.new(b * s * h, e, True)
     x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
-    shared = (live.new(s * dm["rd"], e, existing=True), live.new(s * dm["rd"], e, existing=True))
+    shared = (live.new(rope_rows * dm["rd"], e, existing=True), live.new(rope_rows * dm["rd"], e, existing=True))
     _hold_masks(live, masks)  # the model's masks, built before the first block, live to the end of the forward
     if shape.family != "bert" and not inputs_embeds.storage.kept:
         # The decoders' base model keeps `inputs_embeds` (the embedding output, which the masks are built from) as
@@ -986,15 +994,15 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         # The masks reach each block as keyword arguments: GradientCheckpointingLayer's partial(forward, **kwargs)
         # (modeling_layers.py) holds them for the recomputation (GPT-2's eager mask is a checkpoint input, saved).
         _hold_masks(again, masks)
-    block(again, "block", x_again, True, (again.new(s * dm["rd"], e, existing=True),
-                                          again.new(s * dm["rd"], e, existing=True)), any(masked))
+    block(again, "block", x_again, True, (again.new(rope_rows * dm["rd"], e, existing=True),
+                                          again.new(rope_rows * dm["rd"], e, existing=True)), any(masked))
     # The cache also holds the k and v of the blocks that store nothing (frozen, their input needing no gradient)
     # until the forward pass returns (measured: LLaMA with 2 of 3 blocks frozen peaked 2 x 2 x t x h x e higher).
     cache_held = 0
     if cache:
         idle = new_trace()
         block(idle, "block", idle.new(b * s * h, e, existing=True), False,
-              (idle.new(s * dm["rd"], e, existing=True), idle.new(s * dm["rd"], e, existing=True)))
+              (idle.new(rope_rows * dm["rd"], e, existing=True), idle.new(rope_rows * dm["rd"], e, existing=True)))
         cache_held = (n_layers - layers_storing - frozen_storing) * sum(
             (st.nbytes for st in getattr(idle, "kv_copies", ())), 0)
     estimate = ActivationEstimate(per_layer=per_layer, layers_storing=layers_storing,
@@ -1112,23 +1120,28 @@ def _materialized(window, seq_len, past=None) -> bool:
     return bool(past) if past is not None else any_true(seq_len >= window)
 
 
-def _sdpa_masked_blocks(shape: ModelShape, seq_len, kind, past=None) -> tuple:
+def _sdpa_masked_blocks(shape: ModelShape, seq_len, kind, past=None, padded=False) -> tuple:
     """Per block: whether its SDPA call gets a mask tensor (Trace.sdpa_mask). Eager attention gets its mask always,
-    added to the scores (attn_weights + causal_mask saves nothing), so no eager block is flagged."""
+    added to the scores (attn_weights + causal_mask saves nothing), so no eager block is flagged. A padded batch
+    gives every SDPA call one (sdpa_mask skips a mask only when the attention mask has no zero)."""
     if kind == "eager":
         return (False,) * shape.n_layers
+    if padded:
+        return (True,) * shape.n_layers
     return tuple(_materialized(w, seq_len, past) for w in shape.attention_windows)
 
 
-def _forward_masks(shape: ModelShape, b, s, e, kind, past=None) -> tuple:
+def _forward_masks(shape: ModelShape, b, s, e, kind, past=None, padded=False) -> tuple:
     """(elements, bytes each) of every mask tensor alive through the forward pass. eager_mask converts sdpa_mask's
     boolean (1, 1, s, s) pattern, expanded to (b, 1, s, s), with torch.where(mask, 0, finfo.min) in the embeddings'
     dtype: a whole b x s x s tensor per mask, built even below the window. Under SDPA a materialized mask stays
-    that boolean (1, 1, s, s) tensor, s x s bytes (the expand is a view)."""
+    that boolean (1, 1, s, s) tensor, s x s bytes (the expand is a view); a padded batch's is (b, 1, s, s)."""
     out = []
     for window in _masks_built(shape):
         if kind == "eager":
             out.append((b * s * s, e))
+        elif padded:  # the padding mask differs per sequence: a whole boolean (b, 1, s, s) tensor, no view
+            out.append((b * s * s, 1))
         elif _materialized(window, s, past):
             out.append((s * s, 1))
     return tuple(out)

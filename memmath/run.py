@@ -69,6 +69,12 @@ class Run:
     sequence_parallel: bool = False  # with tp: norms and dropout on seq_len / tp tokens (Korthikanti et al. 2022)
     pp_schedule: str = "1f1b"  # "1f1b" (Megatron-LM's default, fewest micro-batches in flight) or "gpipe"
     micro_batches: int = 1  # micro-batches of batch_size per pipeline step (m; pp >= 2 only)
+    # A right-padded batch (sequences of different lengths): its attention mask has zeros, so transformers gives
+    # every attention call a mask tensor (masking_utils.py), and under SDPA k and v lose grouped-query sharing.
+    padded: bool = False
+    # Sequences packed into each row without padding, each with its own position ids (a packing collator's
+    # position_ids): transformers builds a block-diagonal mask from them, which every attention call then gets.
+    packed: bool = False
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -102,6 +108,14 @@ class Run:
         values["sequence_parallel"] = validate.flag("sequence_parallel", self.sequence_parallel)
         values["pp_schedule"] = validate.choice("pp_schedule", self.pp_schedule, SCHEDULES)
         values["micro_batches"] = validate.count("micro_batches", self.micro_batches, high=validate.MAX_BATCH, scalar=True)
+        values["padded"] = validate.flag("padded", self.padded)
+        values["packed"] = validate.flag("packed", self.packed)
+        if values["padded"] and values["packed"]:
+            raise validate.FieldError("packed", "packed=True packs sequences so that no row needs padding: pass "
+                                      "padded=True or packed=True, not both")
+        for name in ("padded", "packed"):
+            if values[name]:
+                _check_padded(shape, self.method, name)
         check_parallel(values, shape, self.method)
         if self.attention is not None:
             values["attention"] = validate.choice("attention", self.attention, ATTENTION_KINDS)
@@ -201,6 +215,22 @@ class Run:
 
 
 SETTINGS = tuple(f.name for f in fields(Run) if f.name not in ("model", "defaulted", "notes"))
+
+
+def _check_padded(shape: ModelShape, method, name: str = "padded") -> None:
+    """A padded or packed batch is modelled for LLaMA-layout decoders (the masks memmath/hf_activations.py traces);
+    refused by name elsewhere rather than counted as a batch without a mask."""
+    from .methods import QLoRA
+    from .preference import DPO
+
+    if shape.family != "llama" or shape.vision is not None:
+        raise validate.FieldError(name, f"{name}=True is modelled for LLaMA-layout decoders (Llama, Mistral, Qwen, "
+                                  f"Gemma, Phi-3); got a {shape.family} model")
+    if isinstance(method, DPO):
+        raise validate.FieldError(name, f"{name}=True is not modelled for DPO yet (its chosen and rejected "
+                                  "sequences' masks are not traced)")
+    if isinstance(method, QLoRA) and method.quant_type == "int8":
+        raise validate.FieldError(name, f"{name}=True is not modelled for QLoRA on an int8 base yet")
 
 
 def as_run(model, **settings) -> Run:

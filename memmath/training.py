@@ -365,9 +365,14 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
         parts = transformers_activations(
             shape, plan=plan, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
             dropout=run.dropout, attention=run.attention, checkpointing=run.checkpointing, device=run.device,
+            padded=run.padded, packed=run.packed,
         )
         estimate = parts.estimate
     else:
+        if run.padded or run.packed:
+            notes.append(Note("padded_not_in_textbook", "a padded or packed batch's attention masks (and, under SDPA, the key and "
+                              "value heads repeated for them) are not in Korthikanti et al.'s formula: "
+                              "activations='transformers' traces them"))
         # Dropout masks are 1-byte bools on CUDA; on the CPU PyTorch keeps them at the element size.
         estimate = textbook_activations(
             shape, seq_len=seq_len, batch_size=batch_size, activation_bits=recipe.activation_bits,

@@ -453,6 +453,35 @@ def sliding_summary() -> tuple[pd.DataFrame, list[str]]:
     return pd.DataFrame(rows), misses
 
 
+def padding_summary() -> pd.DataFrame:
+    """Right-padded batches and packed sequences (validation/padding.py) per group and attention kind: static parts, saved activations
+    block by block, each step's peak within 5%."""
+    from memmath.reference.measured import load_measured_padding, predicted_saved_per_block
+
+    cases = load_measured_padding()
+    rows = []
+    for (group, attention), sub in cases.groupby(["group", "attention"], sort=False):
+        static = saved = peak1 = peak2 = 0
+        worst = 0.0
+        for _, case in sub.iterrows():
+            m = memmath.reference.predict_case(case)
+            static += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
+                case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
+            saved += (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
+                      and predicted_saved_per_block(case) == list(case["saved_per_layer"]))
+            for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
+                error = (int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
+                worst = max(worst, abs(error))
+                ok = abs(error) <= 0.05
+                peak1, peak2 = (peak1 + ok, peak2) if step == "first" else (peak1, peak2 + ok)
+        n = len(sub)
+        held = int(sub["held_out"].sum())
+        rows.append({"group": f"{group}: {attention}", "held out": "yes" if held == n else f"{held} of {n}", "cases": n,
+                     "static parts exact": f"{static}/{n}", "saved exact (by block)": f"{saved}/{n}",
+                     "peak within 5% (step 1, 2)": f"{peak1}/{n}, {peak2}/{n}", "worst peak error": f"{worst:.1%}"})
+    return pd.DataFrame(rows)
+
+
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per part: cases, exact matches, cases within the test's tolerance, mean and worst error."""
     rows = []
@@ -592,6 +621,14 @@ def main(argv=None):
             print(sliding.to_string(index=False))
             for line in sliding_misses:
                 print(f"  miss: {line}")
+        padded = padding_summary()
+        if len(padded):
+            print()
+            print("Right-padded batches and packed sequences (validation/padding.py; measured_padding.json), LLaMA with")
+            print("grouped-query attention, recorded after Run(padded=True) and Run(packed=True) were written. The packed")
+            print("runs' rotary tables per sequence came from a probe of three packed settings first: those three cases")
+            print("are not held out.")
+            print(padded.to_string(index=False))
         sharded = sharded_summary()
         if len(sharded):
             print()

@@ -201,7 +201,8 @@ def predicted_saved_per_block(row) -> list[int]:
     extras = activation_parts(case_model(row), recipe=get_recipe(arguments["precision"]), method=arguments["method"],
                               seq_len=arguments["seq_len"], batch_size=arguments["batch_size"],
                               dropout=arguments["dropout"], attention=arguments["attention"],
-                              checkpointing=arguments["checkpointing"], device=arguments["device"]).block_extras
+                              checkpointing=arguments["checkpointing"], device=arguments["device"],
+                              padded=arguments["padded"], packed=arguments["packed"]).block_extras
     if extras and sum(extras):
         first = next(i for i, n in enumerate(blocks) if n)  # where predicted_saved_per_layer put the tables
         blocks[first] -= sum(extras)
@@ -436,7 +437,8 @@ def case_arguments(row, activations: str = "transformers") -> dict:
                 batch_size=_count(row, "batch_size", high=validate.MAX_BATCH),
                 seq_len=_count(row, "seq_len", high=validate.MAX_SEQ), checkpointing=_flag(row, "checkpointing"),
                 attention=validate.choice("row column 'attention'", _text(row, "attention"), ATTENTION_KINDS),
-                dropout=_flag(row, "dropout"), grad_accum_steps=_grad_accum_steps(row),
+                dropout=_flag(row, "dropout"), grad_accum_steps=_grad_accum_steps(row), padded=_padded(row),
+                packed=_padded(row, "packed"),
                 activations=validate.choice("activations", activations, ACTIVATION_MODELS), device="cpu")
 
 
@@ -475,7 +477,8 @@ def predicted_saved_per_layer(row) -> list[int]:
     parts = activation_parts(case_model(row), recipe=get_recipe(arguments["precision"]), method=arguments["method"],
                              seq_len=arguments["seq_len"], batch_size=arguments["batch_size"],
                              dropout=arguments["dropout"], attention=arguments["attention"],
-                             checkpointing=arguments["checkpointing"], device=arguments["device"])
+                             checkpointing=arguments["checkpointing"], device=arguments["device"],
+                             padded=arguments["padded"], packed=arguments["packed"])
     estimate = parts.estimate
     n_layers = _count(row, "n_layers", high=validate.MAX_LAYERS)
     storing, frozen_storing = int(estimate.layers_storing), int(estimate.frozen_layers_storing)
@@ -626,6 +629,27 @@ def load_measured_lora_dropout(name: str = LORA_DROPOUT_FILE) -> pd.DataFrame:
     master_weight_bytes  the bytes of those copies (memmath's master_weights)
     group          "LoRA dropout", "QLoRA dropout" or "master weights"
     """
+    return load_measured(name)
+
+
+PADDING_FILE = "measured_padding.json"
+
+
+def _padded(row, column: str = "padded") -> bool:
+    """Whether a recorded case's batch is right-padded (column "padded") or packed with position ids ("packed"):
+    validation/padding.py's columns, False for the cases recorded before it (no other recorder's batch has a mask)."""
+    value = row.get(column) if hasattr(row, "get") else None
+    if value is None or (isinstance(value, float) and value != value):  # absent, or NaN in a mixed frame
+        return False
+    if isinstance(value, str) or value not in (True, False):  # a bool, numpy's too (pandas reads the column so)
+        raise validate.FieldError(column, f"row column {column!r} must be true or false; got {value!r}")
+    return bool(value)
+
+
+def load_measured_padding(name: str = PADDING_FILE) -> pd.DataFrame:
+    """The cases of validation/padding.py (measured_padding.json): right-padded batches on LLaMA with grouped-query
+    attention, SDPA and eager, every one recorded after the prediction code it tests (held out), with
+    load_measured's columns and padded (True: predict_case builds Run(padded=True))."""
     return load_measured(name)
 
 
