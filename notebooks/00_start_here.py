@@ -247,6 +247,8 @@ def _(context, mm, mo, model_dropdown, unit_radio, viz):
     serving = mm.inference_memory(model_dropdown.value, weights_format="bf16", context_len=context)
     # Attention, dropout and the activation model as transformers trains this model (memmath.Run's defaults).
     training = mm.training_memory(model_dropdown.value, precision="bf16", optimizer="adam", seq_len=context)
+    # What the card must hold for it (memmath.requirement, as `memmath train` and lesson 8 judge it).
+    training_need = mm.requirement(model_dropdown.value, precision="bf16", optimizer="adam", seq_len=context)
     if training.activation_model == "transformers":
         _activations = (f"the activations that the transformers library's forward pass saves for the backward pass, with "
                         f"{'fused (SDPA)' if training.attention == 'sdpa' else 'eager'} attention and "
@@ -254,19 +256,25 @@ def _(context, mm, mo, model_dropdown, unit_radio, viz):
     else:  # a layout the exact trace does not replay (a sliding window shorter than the sequence)
         _activations = "the activations with " + "; ".join(n.text.removeprefix("activations: ") for n in training.notes
                                                              if n.kind == "activations_textbook_fallback")
+    _need_words = (f"Its parts add to {mm.format_bytes(training.total, _unit)} (the bar); the card must hold the "
+                   f"step's peak, the most allocated at one moment, {mm.format_bytes(training_need.bytes, _unit)}: "
+                   "not every part is alive at once, and the step holds temporaries no part counts "
+                   f"({viz.lesson_link('08_planner', 'lesson 8')})." if training_need.basis == "peak" else
+                   f"The card must hold the sum of the parts ({training_need.reason}).")
     mo.vstack([
         viz.chart_output(viz.stacked_bars(viz.breakdown_long(
             {"Inference (serving)": serving, "Training (full finetuning)": training}, _unit), _unit,
             title=f"{model_dropdown.value}: two different budgets")),
         mo.md(f"""
         Same model, same weights ({mm.format_bytes(serving.weights, _unit)}), but training needs
-        {mm.format_bytes(training.total, _unit)} against {mm.format_bytes(serving.total, _unit)} for serving:
-        {training.total / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens and
+        {mm.format_bytes(training_need.bytes, _unit)} against {mm.format_bytes(serving.total, _unit)} for serving:
+        {training_need.bytes / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens and
         bf16 weights; serving keeps a bf16 KV cache and uses fused attention. Training counts {_activations}:
-        {mm.format_bytes(training.activations, _unit)} of activations. Training's recipe: {training.assumptions}
+        {mm.format_bytes(training.activations, _unit)} of activations. {_need_words} Training's recipe:
+        {training.assumptions}
         """),
     ])
-    return serving, training
+    return serving, training, training_need
 
 
 @app.cell(hide_code=True)

@@ -122,12 +122,15 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
     # only nn.Linear layers (integrations/bitsandbytes.py, replace_with_bnb_linear), as lesson 7 and `memmath infer`
     # count it; the figure above puts every weight in the format.
     _loaded = ""
+    card_bytes = weight_bytes  # what the cards below judge: the size as it would be loaded
     if preset and weights_format.kind != "float":
         _bnb = mm.inference_memory(preset, weights_format=weights_format.name)
         _loaded = (f" That is with **every weight** in {weights_format.name}. Loaded through transformers with "
                    f"bitsandbytes, which converts only the `nn.Linear` layers ({_bnb.weights_layout}), it takes "
                    f"**{mm.format_bytes(_bnb.weights + _bnb.quantization_constants, unit)}**: the size "
-                   f"{viz.lesson_link('07_inference', 'lesson 7')} and `memmath infer` give.")
+                   f"{viz.lesson_link('07_inference', 'lesson 7')} and `memmath infer` give, and the cards below "
+                   "judge.")
+        card_bytes = _bnb.weights + _bnb.quantization_constants
     # A mixture of experts: a token passes through a few experts (memmath's active_params), but all of them are stored.
     _shape = mm.resolve_model(preset) if preset else None
     _experts = ("" if _shape is None or not _shape.n_experts else
@@ -142,9 +145,9 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
 
     # The cards (the GPU section further down): the verdict per card, its chart and its table, into the views there.
     reserved_bytes = mm.CUDA_CONTEXT_BYTES if context_checkbox.value else 0  # 1,343 MiB, memmath/gpus.py
-    gpu_fits = mm.fit_table(weight_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
+    gpu_fits = mm.fit_table(card_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
     _mem, _head = f"memory ({unit})", f"headroom ({unit})"
-    _need = (weight_bytes + reserved_bytes) / mm.UNITS[unit]
+    _need = (card_bytes + reserved_bytes) / mm.UNITS[unit]
     _unit = unit
 
     # One table for the three layers (the cards, then the line at what the weights need), given once to the layer;
@@ -166,12 +169,12 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
     _holding = gpu_fits[gpu_fits["fits"]]
     cards_verdict_view.update(mo.md(f"""
     {len(_holding)} of the {len(gpu_fits)} cards hold these weights
-    ({mm.format_bytes(weight_bytes, unit)}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
+    ({mm.format_bytes(card_bytes, unit)}{" as bitsandbytes loads them" if card_bytes != weight_bytes else ""}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
 
     {viz.cuda_reserve_sentence(reserved_bytes, unit)}
     """))
     cards_table_view.update(fit_rows)
-    return fit_rows, gpu_fits, n_params, preset, reserved_bytes, stored, unit, weight_bytes, weights_format
+    return card_bytes, fit_rows, gpu_fits, n_params, preset, reserved_bytes, stored, unit, weight_bytes, weights_format
 
 
 @app.cell

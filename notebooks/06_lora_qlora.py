@@ -54,14 +54,14 @@ def _():
 
     import memmath as mm
     from memmath.reference import literature, paper_setups
-    from memmath_lessons import blockwise, recorded, toy_block, viz
+    from memmath_lessons import blockwise, recorded, requirement_view, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons import lesson_charts, site_charts
 
     return (blockwise, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, paper_setups,
-            pd, recorded, site_charts, toy_block, viz)
+            pd, recorded, requirement_view, site_charts, toy_block, viz)
 
 
 @app.cell(hide_code=True)
@@ -346,8 +346,8 @@ def _(live_html, mo):
 
 @app.cell(hide_code=True)
 def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gpu_dropdown, literature, mm, mo,
-      model_label, optimizer_dropdown, pd, precision_dropdown, rank, sbs_prose_view, sbs_table_view, seq_len_slider,
-      shape, targets, unit_radio, viz):
+      model_label, optimizer_dropdown, pd, precision_dropdown, rank, requirement_view, sbs_prose_view, sbs_table_view,
+      seq_len_slider, shape, targets, unit_radio, viz):
     # The one cell this section's controls re-run: the three runs, the chart's new rows, the table and the text (into
     # the live views above: this cell shows nothing, so a move re-renders no output).
     unit, gpu, adapter_format = unit_radio.value, mm.get_gpu(gpu_dropdown.value), adapter_format_radio.value
@@ -360,19 +360,25 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
     }
     lora_fp32 = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format="fp32"), **_run)
     lora_base = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format=None), **_run)
-    # A card holds a run when the run fits beside the CUDA context, as in the planner (lesson 8).
-    _fits = {name: mm.check_fit(r, gpu, reserved_bytes=mm.CUDA_CONTEXT_BYTES) for name, r in side_by_side.items()}
+    # A card holds a run as the planner and `memmath train` judge it (lesson 8): what the card must hold
+    # (memmath.requirement: the step's peak where memmath models it) beside the CUDA context, 5% of it kept free.
+    _methods = {"Full finetuning": mm.Full(), f"LoRA r={rank}": mm.LoRA(rank=rank, targets=targets, adapter_format=adapter_format),
+                f"QLoRA r={rank}": mm.QLoRA(rank=rank, targets=targets, adapter_format=adapter_format)}
+    side_by_side_needs = {name: mm.requirement(shape, method=_m, **_run) for name, _m in _methods.items()}
+    _fits = {name: mm.check_fit(n.bytes, gpu, reserved_bytes=mm.CUDA_CONTEXT_BYTES, margin=mm.FIT_MARGIN)
+             for name, n in side_by_side_needs.items()}
     _usable = _fits["Full finetuning"].available_bytes
     # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
-    # The card's line stands where its usable memory ends, so a bar past it is a run that does not fit.
-    bars_chart.update(viz.stacked_bars_output(
-        viz.breakdown_long(side_by_side, unit), unit, title=f"{model_label}: memory of one training step",
+    # The card's line stands where its usable memory ends; each bar's black tick is what the card must hold.
+    bars_chart.update(requirement_view.bars_output(
+        side_by_side_needs, unit, title=f"{model_label}: memory of one training step",
         capacity_bytes=_usable, capacity_label=f"{gpu.name}: {mm.format_bytes(_usable, unit)} usable"))
     _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
                            f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
                            f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
                            f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
-                           f"total ({unit})": round(mm.to_unit(r.total, unit), 2),
+                           f"sum of the parts ({unit})": round(mm.to_unit(r.total, unit), 2),
+                           f"the card must hold ({unit})": round(mm.to_unit(side_by_side_needs[name].bytes, unit), 2),
                            f"fits {gpu.name}?": "yes" if _fits[name].fits else "no"} for name, r in side_by_side.items()])
     _full, _lora, _qlora = side_by_side.values()
     _fmt = lambda n: viz.readable_size(n, unit)  # noqa: E731  (33.55 MB, not 0.03 GB)
@@ -427,7 +433,7 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
     """)
     sbs_table_view.update(_rows)
     sbs_prose_view.update(_prose)
-    return gpu, lora_base, lora_fp32, side_by_side, unit
+    return gpu, lora_base, lora_fp32, side_by_side, side_by_side_needs, unit
 
 
 @app.cell
@@ -473,12 +479,15 @@ def _(live_chart):
 
 @app.cell(hide_code=True)
 def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_checkpointing_checkbox,
-      q65_optimizer_dropdown, q65_seq_slider, viz):
+      q65_optimizer_dropdown, q65_seq_slider, requirement_view, viz):
     # The one cell this section's controls re-run: the run, the chart's new rows and the verdict.
     a6000 = mm.get_gpu("RTX A6000")
     _run = dict(batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, optimizer=q65_optimizer_dropdown.value)
-    guanaco = paper_setups.get_setup("qlora_guanaco_65b").memory(checkpointing=q65_checkpointing_checkbox.value, **_run)
-    guanaco_fit = mm.check_fit(guanaco, a6000, reserved_bytes=mm.CUDA_CONTEXT_BYTES)
+    _setup = paper_setups.get_setup("qlora_guanaco_65b")
+    guanaco = _setup.memory(checkpointing=q65_checkpointing_checkbox.value, **_run)
+    # What the card must hold (memmath.requirement, as `memmath train` and lesson 8 judge a run), 5% of it kept free.
+    guanaco_need = mm.requirement(_setup.run(checkpointing=q65_checkpointing_checkbox.value, **_run))
+    guanaco_fit = mm.check_fit(guanaco_need.bytes, a6000, reserved_bytes=mm.CUDA_CONTEXT_BYTES, margin=mm.FIT_MARGIN)
     guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(checkpointing=False, **_run)
     _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
         viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=guanaco_fit.available_bytes,
@@ -490,9 +499,10 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
                  f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
                  if guanaco.activation_model == "transformers" else " (the textbook formula)")
     mo.callout(mo.md(f"""
-    This run needs **{mm.format_bytes(guanaco.total)}** ({mm.format_bytes(guanaco.total, "GiB")}): it
+    This run needs **{mm.format_bytes(guanaco_need.bytes)}** ({mm.format_bytes(guanaco_need.bytes, "GiB")}),
+    {requirement_view.requirement_words(guanaco_need)} (its parts add to {mm.format_bytes(guanaco.total)}): it
     **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
-    {"to spare" if guanaco_fit.fits else "missing"}, after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
+    {"to spare" if guanaco_fit.fits else "missing"} and {mm.FIT_MARGIN:.0%} of it kept free, after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
     CUDA context, which the driver takes before PyTorch allocates anything (measured on a V100:
     {_context.source}), and before paging moves anything to the CPU. Weights and constants take
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
@@ -502,7 +512,7 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     {f"Without gradient checkpointing the same run would need {mm.format_bytes(guanaco_no_checkpointing.total)}."
      if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
     """), kind="success" if guanaco_fit.fits else "danger")
-    return guanaco, guanaco_fit, guanaco_no_checkpointing
+    return guanaco, guanaco_fit, guanaco_need, guanaco_no_checkpointing
 
 
 @app.cell(hide_code=True)

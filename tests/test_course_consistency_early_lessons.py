@@ -119,14 +119,16 @@ def _l0(model):
 def test_lesson_0_training_against_serving_is_the_command_lines(model):
     page, train, serve = _l0(model)
     assert serve["parts"]["weights"] == train["parts"]["weights"]  # "same model, same weights"
-    ratio = train["sum_of_parts"] / serve["total"]
+    ratio = train["required"]["bytes"] / serve["total"]
     assert (f"Same model, same weights ({f(serve['parts']['weights'])}), but training needs "
-            f"{f(train['sum_of_parts'])} against {f(serve['total'])} for serving: {ratio:.1f} times as much") in page
+            f"{f(train['required']['bytes'])} against {f(serve['total'])} for serving: {ratio:.1f} times as "
+            "much") in page
+    assert f"Its parts add to {f(train['sum_of_parts'])} (the bar)" in page
     assert f": {f(train['parts']['activations'])} of activations." in page
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28: lesson 0 says training 'needs' the sum of the parts (66.46 GB "
-                                       "for llama-2-7b); `memmath train` requires the step's peak (67.38 GB)")
+# Found (issue 28): lesson 0 said training "needs" the sum of the parts (66.46 GB for llama-2-7b) where `memmath train`
+# requires the step's peak (67.38 GB); the page now says both, and needs the peak.
 def test_lesson_0_training_needs_what_the_command_line_requires():
     page, train, _ = _l0("llama-2-7b")
     assert train["required"]["basis"] == "peak"
@@ -189,15 +191,14 @@ def test_lesson_1_published_model_loaded_in_nf4_is_memmath_infer(model):
             in page)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28: with a published model in nf4, lesson 1's cards judge every "
-                                       "weight in nf4 (mixtral-8x7b: 24.09 GB, 'held' by an RTX 4090); `memmath "
-                                       "infer --weights nf4` loads it at 91.41 GB (its experts stay bf16)")
+# Found (issue 28): with a published model in nf4 the cards judged every weight in nf4 (mixtral-8x7b: 24.09 GB, "held"
+# by an RTX 4090) where `memmath infer --weights nf4` loads it at 91.41 GB (its experts stay bf16).
 def test_lesson_1_cards_judge_the_weights_memmath_infer_loads():
     _, page = _l1_nf4("mixtral-8x7b")
     _, report = _cli("infer", "mixtral-8x7b", "--weights", "nf4")
     loaded = report["parts"]["weights"] + report["parts"]["quantization_constants"]
     count, _ = _holding(loaded)
-    assert f"{count} of the {len(_cards())} cards hold these weights ({f(loaded)})" in page
+    assert f"{count} of the {len(_cards())} cards hold these weights ({f(loaded)} as bitsandbytes loads them)" in page
 
 
 # ---- lesson 2: full finetuning ---------------------------------------------------------------------------
@@ -376,7 +377,8 @@ def _l6_rows(state):
         state_bytes = p["gradients"] + p["gradient_accumulation"] + p["master_weights"] + p["optimizer_states"]
         # The table's cells: GB rounded (grads + states to 3 decimals) and printed as viz.plain_table prints them.
         cells = [round((p["weights"] + p["quantization_constants"]) / GB, 2), round(state_bytes / GB, 3),
-                 round(p["activations"] / GB, 2), round(r["sum_of_parts"] / GB, 2)]
+                 round(p["activations"] / GB, 2), round(r["sum_of_parts"] / GB, 2),
+                 round(r["verdict"]["required_bytes"] / GB, 2)]  # and what the card must hold
         rows[key] = " ".join([names[key], f"{r['model']['trainable_params']:,}", *map(viz.format_number, cells)])
     return page, runs, rows
 
@@ -392,10 +394,9 @@ def test_lesson_6_side_by_side_numbers_are_memmath_train(state):
 
 @pytest.mark.parametrize("state", [
     "defaults: Llama-2-7B, r = 8 on q, v",
-    pytest.param("defaults at batch 7", marks=pytest.mark.xfail(
-        strict=True, reason="issue 28: lesson 6's 'fits RTX 4090?' judges each run's sum of the parts with no margin; "
-                            "`memmath train --gpu` judges the step's peak with 5% kept free: at batch 7 the QLoRA row "
-                            "says yes (23.26 GB), the command line no (peak 24.16 GB + 5%)"))])
+    # Found (issue 28) when the page judged each run's sum of the parts with no margin: at batch 7 the QLoRA row said
+    # yes (23.26 GB), `memmath train --gpu` no (peak 24.16 GB + 5%).
+    "defaults at batch 7"])
 def test_lesson_6_side_by_side_verdicts_are_memmath_trains(state):
     page, runs, rows = _l6_rows(state)
     for key, r in runs.items():
@@ -436,9 +437,8 @@ def test_lesson_6_guanaco_parts_are_the_api():
             f"{f(m.trainable_state)} of gradients and optimizer states; activations are {f(m.activations)}") in page
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28: lesson 6 says QLoRA's 65B run 'needs' the sum of its parts "
-                                       "(47.88 GB, 2.24 GB to spare on the RTX A6000); memmath.requirement, what "
-                                       "`memmath train` and lesson 8 judge, is the step's peak (46.48 GB)")
+# Found (issue 28): lesson 6 said QLoRA's 65B run "needs" the sum of its parts (47.88 GB, 2.24 GB to spare on the RTX
+# A6000) where memmath.requirement, what `memmath train` and lesson 8 judge, is the step's peak (46.48 GB).
 def test_lesson_6_guanaco_needs_the_requirement():
     _, page = _lesson("06_lora_qlora")
     need = _guanaco()

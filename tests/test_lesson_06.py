@@ -188,16 +188,20 @@ def test_guanaco_65b_by_hand(default_run):
     assert guanaco.activations == saved == 3_828_270_340
     total = weights + constants + state + saved
     assert guanaco.total == total == 47_881_672_324
-    # An RTX A6000 reports 49,140 MiB; less the 1,343 MiB CUDA context, 47,797 MiB.
-    headroom = 47_797 * 2**20 - total
-    assert fit.fits and fit.headroom_bytes == headroom == 2_237_114_748
+    # An RTX A6000 reports 49,140 MiB; less the 1,343 MiB CUDA context, 47,797 MiB. The card must hold the step's
+    # peak (memmath.requirement, as `memmath train` judges a run; not all the parts are alive at once), with 5% of
+    # it kept free.
+    need = defs["guanaco_need"]
+    assert need.basis == "peak" and need.bytes < total
+    headroom = 47_797 * 2**20 - need.bytes
+    assert fit.fits and fit.headroom_bytes == headroom and fit.margin_bytes == -(-need.bytes * 5 // 100)
     # Without checkpointing every block keeps the whole block (the first one's RMSNorm nothing: the embeddings are
     # frozen) and the rotary cos and sin tables, e*s*d each, are kept once.
     unchecked = L * block - norm + 2 * e * s * 128 + norm + _loss(b, s, V)
     assert defs["guanaco_no_checkpointing"].total == weights + constants + state + unchecked
     text = _plain(outputs)
-    assert f"This run needs {total / 1e9:.2f} GB" in text  # 47.88 GB
-    assert f"with {headroom / 1e9:.2f} GB to spare" in text  # 2.24 GB
+    assert f"This run needs {need.bytes / 1e9:.2f} GB" in text and f"its parts add to {total / 1e9:.2f} GB" in text
+    assert f"with {headroom / 1e9:.2f} GB to spare and 5% of it kept free" in text
     assert f"activations are {saved / 1e9:.2f} GB, what transformers' forward pass saves" in text
     assert f"the same run would need {(weights + constants + state + unchecked) / 1e9:.2f} GB" in text
 

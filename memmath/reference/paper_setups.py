@@ -42,10 +42,15 @@ class Setup:
 
     def memory(self, **changes) -> TrainingMemory:
         """The TrainingMemory of this setup; keyword arguments replace fields (method=, batch_size=, ...)."""
+        return training_memory(self.run(**changes))
+
+    def run(self, **changes):
+        """The memmath.Run of this setup (what memmath.requirement judges); keyword arguments replace fields."""
+        from ..run import Run
+
         setup = replace(self, **changes) if changes else self
-        return training_memory(setup.model, precision=setup.precision, optimizer=setup.optimizer,
-                               method=setup.method, batch_size=setup.batch_size, seq_len=setup.seq_len,
-                               checkpointing=setup.checkpointing)
+        return Run(setup.model, precision=setup.precision, optimizer=setup.optimizer, method=setup.method,
+                   batch_size=setup.batch_size, seq_len=setup.seq_len, checkpointing=setup.checkpointing)
 
 
 SETUPS: dict[str, Setup] = {
