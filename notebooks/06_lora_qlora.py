@@ -502,14 +502,15 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     This run needs **{mm.format_bytes(guanaco_need.bytes)}** ({mm.format_bytes(guanaco_need.bytes, "GiB")}),
     {requirement_view.requirement_words(guanaco_need)} (its parts add to {mm.format_bytes(guanaco.total)}): it
     **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
-    {"to spare" if guanaco_fit.fits else "missing"} and {mm.FIT_MARGIN:.0%} of it kept free, after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
+    {"to spare" if guanaco_fit.fits else "missing"} (the command line keeps {mm.FIT_MARGIN:.0%} of the requirement
+    free: {mm.format_bytes(guanaco_fit.margin_bytes)}), after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
     CUDA context, which the driver takes before PyTorch allocates anything (measured on a V100:
     {_context.source}), and before paging moves anything to the CPU. Weights and constants take
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
     head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
     {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
     activations are {mm.format_bytes(guanaco.activations)}{_saved_as}.
-    {f"Without gradient checkpointing the same run would need {mm.format_bytes(guanaco_no_checkpointing.total)}."
+    {f"Without gradient checkpointing the same run would need {mm.format_bytes(mm.requirement(_setup.run(checkpointing=False, **_run)).bytes)} (its parts: {mm.format_bytes(guanaco_no_checkpointing.total)})."
      if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
     """), kind="success" if guanaco_fit.fits else "danger")
     return guanaco, guanaco_fit, guanaco_need, guanaco_no_checkpointing
