@@ -750,6 +750,45 @@ def versions() -> dict:
             "bitsandbytes": bitsandbytes.__version__, "python": platform.python_version()}
 
 
+def recorder_main(doc: str, grid_fn, run_fn, default_out: Path, description: str, shapes: dict, argv=None, *,
+                  appendable: bool = False) -> None:
+    """The command line of a script that measures its own group of cases into its own data file (validation/
+    sliding.py, padding.py): --out, --only, --print, --explain (and --append, keeping the file's other records, where
+    appendable). grid_fn() gives the cases, run_fn(cases, explain=) their records; the file holds `description`,
+    the machine's versions and the shapes the cases use (from `shapes`)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
+    parser.add_argument("--print", action="store_true", help="print the records instead of writing a file")
+    parser.add_argument("--explain", action="store_true", help="list every saved storage (to stderr)")
+    if appendable:
+        parser.add_argument("--append", action="store_true", help="keep the file's other records, replace these")
+    args = parser.parse_args(argv)
+
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    cases = [c for c in grid_fn() if not args.only or args.only in c.case_id]
+    records = run_fn(cases, explain=args.explain)
+    if args.print:
+        json.dump(records, sys.stdout, indent=1)
+        return
+    document = {"schema": SCHEMA_VERSION, "description": description, "device": "cpu", "threads": 1,
+                "versions": versions(), "dropout_p": DROPOUT_P, "lora_alpha": LORA_ALPHA,
+                "shapes": {name: dict(shapes[name]) for name in sorted({c.shape for c in cases})}, "cases": records}
+    if appendable and args.append and args.out.exists():
+        old = json.loads(args.out.read_text(encoding="utf-8"))
+        new_ids = {r["config"]["case_id"] for r in records}
+        document["cases"] = [r for r in old["cases"] if r["config"]["case_id"] not in new_ids] + records
+        document["shapes"] = {**old.get("shapes", {}), **document["shapes"]}
+        document["versions"] = old["versions"]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
 def run(cases, device="cpu", progress=True, explain=False) -> list[dict]:
     configure_torch()
     records = []

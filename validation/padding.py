@@ -24,8 +24,6 @@ torch and transformers are imported here only.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -127,42 +125,14 @@ def run(cases, explain=False) -> list[dict]:
     return records
 
 
+DESCRIPTION = ("Right-padded batches (an attention mask with zeros: SDPA's mask tensor, eager's mask) and packed "
+               "sequences (their own position ids), two training steps per case, measured by validation/padding.py; see "
+               "memmath/reference/measured.py (load_measured_padding). Recorded after the prediction code; three packed "
+               "cases repeat the probe that found the rotary term (held_out false).")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
-    parser.add_argument("--print", action="store_true", help="print the records instead of writing a file")
-    parser.add_argument("--explain", action="store_true", help="list every saved storage (to stderr)")
-    args = parser.parse_args(argv)
-
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    cases = [c for c in grid() if not args.only or args.only in c.case_id]
-    records = run(cases, explain=args.explain)
-    if args.print:
-        json.dump(records, sys.stdout, indent=1)
-        return
-    document = {
-        "schema": M.SCHEMA_VERSION,
-        "description": "Right-padded batches (an attention mask with zeros: SDPA's mask tensor, eager's mask) and "
-                       "packed sequences (their own position ids), two training steps per case, measured by "
-                       "validation/padding.py; see memmath/reference/measured.py (load_measured_padding). Recorded "
-                       "after the prediction code; three packed cases repeat the probe that found the rotary term "
-                       "(held_out false).",
-        "device": "cpu",
-        "threads": 1,
-        "versions": M.versions(),
-        "dropout_p": M.DROPOUT_P,
-        "lora_alpha": M.LORA_ALPHA,
-        "shapes": {name: dict(M.SHAPES[name]) for name in sorted({c.shape for c in cases})},
-        "cases": records,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
+    M.recorder_main(__doc__, grid, run, DEFAULT_OUT, DESCRIPTION, M.SHAPES, argv)
 
 
 if __name__ == "__main__":

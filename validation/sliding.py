@@ -20,8 +20,6 @@ held out. torch, transformers and peft are imported here only.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -129,48 +127,13 @@ def run(cases, explain=False) -> list[dict]:
     return records
 
 
+DESCRIPTION = ("Sliding-window models below, at and past the window (SDPA's mask tensor, eager's masks), two training "
+               "steps per case, measured by validation/sliding.py; see memmath/reference/measured.py "
+               "(load_measured_sliding). Every case held out: recorded after the prediction code.")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
-    parser.add_argument("--print", action="store_true", help="print the records instead of writing a file")
-    parser.add_argument("--explain", action="store_true", help="list every saved storage (to stderr)")
-    parser.add_argument("--append", action="store_true", help="keep the file's other records, replace these")
-    args = parser.parse_args(argv)
-
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    cases = [c for c in grid() if not args.only or args.only in c.case_id]
-    records = run(cases, explain=args.explain)
-    if args.print:
-        json.dump(records, sys.stdout, indent=1)
-        return
-    document = {
-        "schema": M.SCHEMA_VERSION,
-        "description": "Sliding-window models below, at and past the window (SDPA's mask tensor, eager's masks), "
-                       "two training steps per case, measured by validation/sliding.py; see "
-                       "memmath/reference/measured.py (load_measured_sliding). Every case held out: recorded after "
-                       "the prediction code.",
-        "device": "cpu",
-        "threads": 1,
-        "versions": M.versions(),
-        "dropout_p": M.DROPOUT_P,
-        "lora_alpha": M.LORA_ALPHA,
-        "shapes": {name: dict(SHAPES[name]) for name in sorted({c.shape for c in cases})},
-        "cases": records,
-    }
-    if args.append and args.out.exists():
-        old = json.loads(args.out.read_text(encoding="utf-8"))
-        new_ids = {r["config"]["case_id"] for r in records}
-        document["cases"] = [r for r in old["cases"] if r["config"]["case_id"] not in new_ids] + records
-        document["shapes"] = {**old.get("shapes", {}), **document["shapes"]}
-        document["versions"] = old["versions"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
+    M.recorder_main(__doc__, grid, run, DEFAULT_OUT, DESCRIPTION, SHAPES, argv, appendable=True)
 
 
 if __name__ == "__main__":
