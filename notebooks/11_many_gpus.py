@@ -224,15 +224,13 @@ def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo,
                                       f"{fewest_plan.tried:,}). Turn on checkpointing or shorten the sequences."),
                                 kind="warn")
         else:
-            _lines = "\n".join(f"- {line}" for line in fewest_plan.trade_offs)
-            _shown = mo.callout(mo.md(f"""
-            **{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}**. The GPU that holds the most keeps
-            {mm.format_bytes(fewest_plan.worst.total, unit_radio.value)} of the
-            {mm.format_bytes(fewest_plan.usable_bytes, unit_radio.value)} the card leaves ({fewest_plan.tried} layouts
-            tried). What each axis costs:
-
-            {_lines}
-            """), kind="success")
+            # Lines joined without indentation: markdown would read an indented block as code.
+            _shown = mo.callout(mo.md("\n".join([
+                f"**{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}**. The GPU that holds the most "
+                f"keeps {mm.format_bytes(fewest_plan.worst.total, unit_radio.value)} of the "
+                f"{mm.format_bytes(fewest_plan.usable_bytes, unit_radio.value)} the card leaves "
+                f"({fewest_plan.tried} layouts tried). What each axis costs:", "",
+                *(f"- {line}" for line in fewest_plan.trade_offs)])), kind="success")
     _shown
     return
 

@@ -194,6 +194,14 @@ def test_the_fewest_gpus_button(default_run):
     outputs, _ = lessons.run_with(LESSON, fewest_button=SimpleNamespace(value=True))
     pressed = lessons.plain_text(outputs)
     assert "16 GPUs: 1 data x 8 tensor x 2 pipeline" in pressed and "tp = 8: tensor parallelism" in pressed
+    # Rendered as prose and a list, not as a code block (an indented markdown block was shown as code once).
+    import html
+
+    raw = lessons.output_text(outputs)
+    for _ in range(3):  # the callout's HTML sits escaped in an attribute, inside a JSON string
+        raw = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), html.unescape(raw))
+    assert "<li>dp = 1: data parallelism" in raw
+    assert "**16 GPUs" not in pressed
 
 
 def test_every_control_at_its_extremes():
