@@ -24,8 +24,6 @@ gradients the first one had not yet put into .grad. Every case was recorded afte
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -108,45 +106,14 @@ def run(cases) -> list[dict]:
     return records
 
 
+DESCRIPTION = ("Gradient accumulation over k micro-batches (grad_accum_steps), two optimizer steps per case, measured "
+               "by validation/grad_accum.py; see memmath/reference/measured.py (load_measured_grad_accum). Every case "
+               "held out: recorded after the prediction code.")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
-    parser.add_argument("--print", action="store_true", help="print the records instead of writing a file")
-    args = parser.parse_args(argv)
-
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-    except Exception:  # pragma: no cover
-        pass
-    cases = [c for c in grid() if not args.only or args.only in c.case_id]
-    records = run(cases)
-    if args.print:
-        json.dump(records, sys.stdout, indent=1)
-        return
-    document = {
-        "schema": M.SCHEMA_VERSION,
-        "description": "Gradient accumulation over k micro-batches (grad_accum_steps), two optimizer steps per case, "
-                       "measured by validation/grad_accum.py; see memmath/reference/measured.py "
-                       "(load_measured_grad_accum). Every case held out: recorded after the prediction code.",
-        "device": "cpu",
-        "threads": 1,
-        "versions": M.versions(),
-        "dropout_p": M.DROPOUT_P,
-        "lora_alpha": M.LORA_ALPHA,
-        "shapes": {name: dict(SHAPES.get(name) or M.SHAPES[name]) for name in sorted({c.shape for c in cases})},
-        "cases": records,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
+    M.recorder_main(__doc__, grid, lambda cases, explain=False: run(cases), DEFAULT_OUT, DESCRIPTION,
+                    {**M.SHAPES, **SHAPES}, argv)
 
 
 if __name__ == "__main__":

@@ -751,11 +751,11 @@ def versions() -> dict:
 
 
 def recorder_main(doc: str, grid_fn, run_fn, default_out: Path, description: str, shapes: dict, argv=None, *,
-                  appendable: bool = False) -> None:
+                  appendable: bool = False, extra: dict | None = None) -> None:
     """The command line of a script that measures its own group of cases into its own data file (validation/
     sliding.py, padding.py): --out, --only, --print, --explain (and --append, keeping the file's other records, where
     appendable). grid_fn() gives the cases, run_fn(cases, explain=) their records; the file holds `description`,
-    the machine's versions and the shapes the cases use (from `shapes`)."""
+    the machine's versions, the shapes the cases use (from `shapes`) and any `extra` keys (a loss's beta)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=default_out)
     parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
@@ -770,13 +770,19 @@ def recorder_main(doc: str, grid_fn, run_fn, default_out: Path, description: str
 
     warnings.filterwarnings("ignore")
     logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except Exception:  # pragma: no cover
+        pass
     cases = [c for c in grid_fn() if not args.only or args.only in c.case_id]
     records = run_fn(cases, explain=args.explain)
     if args.print:
         json.dump(records, sys.stdout, indent=1)
         return
     document = {"schema": SCHEMA_VERSION, "description": description, "device": "cpu", "threads": 1,
-                "versions": versions(), "dropout_p": DROPOUT_P, "lora_alpha": LORA_ALPHA,
+                "versions": versions(), "dropout_p": DROPOUT_P, "lora_alpha": LORA_ALPHA, **(extra or {}),
                 "shapes": {name: dict(shapes[name]) for name in sorted({c.shape for c in cases})}, "cases": records}
     if appendable and args.append and args.out.exists():
         old = json.loads(args.out.read_text(encoding="utf-8"))

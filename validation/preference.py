@@ -24,11 +24,9 @@ recorded after memmath/preference.py was written: all held out. torch, transform
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import itertools
-import json
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -224,42 +222,14 @@ def run(cases, explain=False) -> list[dict]:
     return records
 
 
+DESCRIPTION = ("Preference training (DPO) with a frozen reference copy, the policy with its adapters off, or "
+               "precomputed reference log-probs; two training steps per case, measured by validation/preference.py; "
+               "see memmath/reference/measured.py (load_measured_preference). Every case held out: recorded after "
+               "memmath/preference.py was written.")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
-    parser.add_argument("--print", action="store_true", help="print the records instead of writing a file")
-    parser.add_argument("--explain", action="store_true", help="list every saved storage (to stderr)")
-    args = parser.parse_args(argv)
-
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    cases = [c for c in grid() if not args.only or args.only in c.case_id]
-    records = run(cases, explain=args.explain)
-    if args.print:
-        json.dump(records, sys.stdout, indent=1)
-        return
-    document = {
-        "schema": M.SCHEMA_VERSION,
-        "description": "Preference training (DPO) with a frozen reference copy, the policy with its adapters off, "
-                       "or precomputed reference log-probs; two training steps per case, measured by "
-                       "validation/preference.py; see memmath/reference/measured.py (load_measured_preference). "
-                       "Every case held out: recorded after memmath/preference.py was written.",
-        "device": "cpu",
-        "threads": 1,
-        "versions": M.versions(),
-        "dropout_p": M.DROPOUT_P,
-        "lora_alpha": M.LORA_ALPHA,
-        "beta": BETA,
-        "shapes": {name: dict(M.SHAPES[name]) for name in sorted({c.shape for c in cases})},
-        "cases": records,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
+    M.recorder_main(__doc__, grid, run, DEFAULT_OUT, DESCRIPTION, M.SHAPES, argv, extra={"beta": BETA})
 
 
 if __name__ == "__main__":
