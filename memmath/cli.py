@@ -57,6 +57,7 @@ FIELD_OPTIONS = {
     "LoRA dropout": "--lora-dropout", "grad_accum_steps": "--grad-accum",
     "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "sequence_parallel": "--sequence-parallel",
     "pp_schedule": "--pp-schedule", "micro_batches": "--micro-batches", "padded": "--padded",
+    "checkpointing": "--checkpointing",
     "packed": "--packed",
     "reference": "--reference", "beta": "--beta",
 }

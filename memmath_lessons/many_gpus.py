@@ -96,22 +96,18 @@ def stage_bars(stages: dict, unit: str = "GB", *, title: str = "", capacity_byte
 
 
 def cli_command(run, gpu: str) -> str:
-    """The `memmath train` line that asks the command line about the same run on `gpu`."""
+    """The `memmath train` line that asks the command line about the same run on `gpu` (its options are the ones
+    memmath.cli names for each Run field, FIELD_OPTIONS; a setting at its default is left out)."""
+    from memmath.cli import FIELD_OPTIONS
+
     words = ["memmath", "train", run.model.name]
-    options = [("--gpus", run.n_gpus, 1), ("--zero-stage", run.zero_stage, 0), ("--tp", run.tp, 1),
-               ("--pp", run.pp, 1), ("--cp", run.cp, 1), ("--ep", run.ep, 1),
-               ("--micro-batches", run.micro_batches, 1)]
-    for flag, value, default in options:
-        if value != default:
-            words += [flag, str(value)]
-    if run.sequence_parallel:
-        words.append("--sequence-parallel")
-    if run.pp > 1 and run.pp_schedule != "1f1b":  # the Run's default, and the command line's
-        words += ["--pp-schedule", run.pp_schedule]
-    words += ["--batch", str(run.batch_size), "--seq", str(run.seq_len)]
-    if run.checkpointing:
-        words.append("--checkpointing")
-    words += ["--gpu", gpu]
+    for field, default in (("n_gpus", 1), ("zero_stage", 0), ("tp", 1), ("pp", 1), ("cp", 1), ("ep", 1),
+                           ("micro_batches", 1), ("pp_schedule", "1f1b")):
+        if getattr(run, field) != default:
+            words += [FIELD_OPTIONS[field], str(getattr(run, field))]
+    words += [FIELD_OPTIONS[flag] for flag in ("sequence_parallel", "checkpointing") if getattr(run, flag)]
+    words += [FIELD_OPTIONS["batch_size"], str(run.batch_size), FIELD_OPTIONS["seq_len"], str(run.seq_len),
+              FIELD_OPTIONS["gpu"], gpu]
     return " ".join(shlex.quote(w) for w in words)
 
 

@@ -35,9 +35,7 @@ def _(headline, mm, mo, viz):
 
 @app.cell
 def _():
-    import altair as alt
     import marimo as mo
-    import pandas as pd
 
     import memmath as mm
     from memmath import parallel
@@ -45,7 +43,7 @@ def _():
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.static_charts import live_only_notice
 
-    return alt, live_chart, live_only_notice, many_gpus, mm, mo, parallel, pd, requirement_view, site_charts, viz
+    return live_chart, live_only_notice, many_gpus, mm, mo, parallel, requirement_view, site_charts, viz
 
 
 @app.cell
@@ -297,9 +295,9 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, parallel):
-    # Problem answers, computed with memmath (tests/test_lesson_11.py derives each by hand).
-    _plan = mm.plan_layout("llama-3-70b", "H100 80GB")
+def _(headline, mm, mo, parallel):
+    # Problem answers, computed with memmath (tests/test_lesson_11.py derives each by hand); problem 3 is the opening's run.
+    _plan = headline["plan"]
     _params = mm.resolve_model("llama-3-70b").n_params
     _z3 = mm.training_memory(mm.Run("llama-3-70b", seq_len=None, n_gpus=8, zero_stage=3))
     _gpipe, _1f1b = (parallel.in_flight(s, 4, 8, 0) for s in ("gpipe", "1f1b"))
