@@ -296,7 +296,7 @@ def _(mm, mo, viz):
         "11_many_gpus": "when no card is enough: what data, ZeRO, tensor, pipeline, context and expert parallelism split.",
     }
     _rows = [f"| {i} | {viz.lesson_link(stem)} | {_lines[stem]} |" for i, stem in enumerate(viz.LESSONS)]
-    mo.md("\n".join(["## The map", "", f"{len(viz.LESSONS)} lessons, one concept each, in the article's order:", "",
+    mo.md("\n".join(["## The map", "", f"{len(viz.LESSONS)} lessons, one concept each: 0 to 8 in the article's order, then notation, chained problems and many GPUs:", "",
                       "| # | lesson | what it teaches |", "|:--|:--|:--|", *_rows]))
     return
 
