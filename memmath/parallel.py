@@ -518,6 +518,22 @@ def buffers(run, rank: int | None = None) -> dict:
 
 
 # ---- one rank's peak (derived) ---------------------------------------------------------------------
+def loss_parallel_extra(run, rank: int | None = None) -> int:
+    """What torch's loss_parallel holds at the loss beyond one GPU's cross-entropy, on a tensor rank with its
+    vocabulary piece V/t: one more fp32 t x V/t tensor, forward and backward (torch/distributed/tensor/parallel/
+    loss.py: _log_softmax keeps `shifted = x - max` alive beside exp(shifted) and its result, three where
+    log_softmax has two; _nll_loss_and_log_softmax_backward computes (zeros_like(x) + exp(x)) * grad_output,
+    three fp32 tensors beside the saved log-softmax where log_softmax_backward has two). Found after
+    validation/parallel.py's tensor-parallel runs were recorded (a profiler trace of one showed its peak in
+    NllLossBackward), so those runs are not held out for it."""
+    lay = layout(run)
+    if lay.tp == 1 or not run.model.vocab_size or run.seq_len is None:
+        return 0
+    piece = _piece(run.model.vocab_size, lay.tp, lay.coordinates(run.rank if rank is None else rank)["tp"])
+    tokens = run.seq_len // lay.cp * run.batch_size
+    return 4 * tokens * piece
+
+
 def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
     """Estimated peak of one rank's step, per phase and in all ({"forward", "backward", "optimizer_step",
     "total", "basis"}), communication buffers included.
@@ -549,48 +565,142 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
         single = peak_memory(acts["local_run"], step=step)
         cut = (acts["parts"].estimate.total - acts["per_micro_batch"])  # sequence parallelism's s/tp share
         grad = rank_parts(run).get("embedding_gradient_extra", 0)  # the whole-vocabulary embedding gradient
-        phases = {"forward": int(single.forward) - cut + extra, "backward": int(single.backward) - cut + grad + extra,
-                  "optimizer_step": int(single.optimizer_step) + grad + extra}
+        loss = loss_parallel_extra(run, rank)
+        phases = {phase: 0 for phase in ("forward", "backward", "optimizer_step")}
+        for phase, label, value in single.moments:
+            value = int(value) + extra + (loss if label.startswith("at the loss") else 0)
+            # the embedding's whole-vocabulary gradient exists from the embeddings' backward on
+            value += (grad if phase == "optimizer_step" or label.startswith("at the embeddings") else 0) - (
+                cut if phase != "optimizer_step" else 0)
+            phases[phase] = max(phases[phase], value)
         return {**phases, "total": max(phases.values()), "basis": "peak_memory of the rank's local model"}
+    phases = _schedule_phases(run, rank, step, memory, acts, extra)
+    return {**phases, "total": max(phases.values()),
+            "basis": "the stage's schedule replayed over " + ("its traced" if acts["exact"] else "derived") + " parts"}
+
+
+def schedule_order(schedule: str, pp: int, micro_batches: int, stage: int) -> list[tuple]:
+    """The stage's actions in order, ("F", i) and ("B", i): GPipe every forward, then every backward
+    (torch.distributed.pipelining ScheduleGPipe); 1F1B min(m, pp - stage) forwards, then one backward and one
+    forward by turns, then the remaining backwards (Schedule1F1B._step_microbatches: warm-up, 1B1F, cool-down)."""
+    m = micro_batches
+    if schedule == "gpipe" or pp == 1:
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warm = min(m, pp - stage)
+    order, forward, backward = [("F", i) for i in range(warm)], warm, 0
+    while True:
+        order.append(("B", backward))
+        backward += 1
+        if forward == m:
+            break
+        order.append(("F", forward))
+        forward += 1
+    return order + [("B", i) for i in range(backward, m)]
+
+
+def _stage_terms(run, rank, acts) -> dict:
+    """What one micro-batch adds on a stage, for _schedule_phases: saved (A), the head's and loss's share of it,
+    the last block at its fullest, the loss forward and backward, the block's backward working set."""
+    shape, lay = run.model, layout(run)
     at = lay.coordinates(rank)
     first, last = at["pp"] == 0, at["pp"] == lay.pp - 1
+    e = run.recipe.activation_bits // 8
+    t = (run.seq_len or 0) // lay.cp * run.batch_size
+    h = shape.hidden_size
+    sp = lay.tp if run.sequence_parallel else 1
+    inner = (shape.intermediate_size if not shape.n_experts else shape.expert_intermediate_size) // lay.tp
+    vocab = validate.ceil_div(shape.vocab_size or 0, lay.tp)
+    parts = acts["parts"]
+    if acts["exact"]:
+        est = parts.estimate
+        saved = acts["per_micro_batch"] - (parts.embeddings_batch if first else 0)  # the token ids are resident
+        head = (parts.head + parts.loss) if last else 0
+        block = saved - head - est.per_layer + parts.block_live
+        loss_forward = saved - head + parts.head_live
+    else:
+        saved = acts["per_micro_batch"]
+        head = (2 * e * t * h // sp + e * t * h + validate.ceil_div(8 * t * (shape.vocab_size or 0), lay.tp)) if last \
+            else 0
+        block = saved - head + 2 * t * inner * e  # the MLP's wide temporaries of the block running forward
+        loss_forward = saved - head + t * vocab * (e + 8)  # the logits, their fp32 copy, the log-softmax output
+    if not first and e == 4 and shape.family == "llama":
+        # an fp32 stage's first RMSNorm saves its input as it is (.to(float32) copies nothing): the receive buffer,
+        # which buffers() counts already
+        saved, block, loss_forward = saved - e * t * h, block - e * t * h, loss_forward - e * t * h
+    loss = loss_parallel_extra(run, rank)
+    return {"saved": saved, "head": head, "block": block, "loss_forward": loss_forward + loss,
+            "loss_backward": saved + 8 * t * vocab + loss,  # two fp32 gradients over the vocabulary (piece)
+            "work": t * h * e + 2 * t * inner * e,  # the gradient arriving at a block and two MLP-wide gradients
+            "hidden": e * t * h // sp, "logits": t * vocab * e, "first": first, "last": last}
+
+
+def _schedule_phases(run, rank, step, memory, acts, extra) -> dict:
+    """One rank's peak per phase, replaying its pipeline stage's schedule (schedule_order) micro-batch by
+    micro-batch over what each keeps, as torch.distributed.pipelining's PipelineStage keeps it (stage.py):
+
+    - each micro-batch's saved tensors (A) from its forward to its backward, and on a stage before the last its
+      output (fwd_cache, popped by the backward);
+    - on the last stage every micro-batch's logits (output_chunks, for Schedule.step's return_outputs=True), to
+      the next step's start, and concatenated into one tensor when the step ends (_merge_outputs);
+    - on a stage after the first each backward's input gradient, from that backward until its send completes: the
+      next backward's sends are prepared before it waits on them (_backward.py stage_backward: "the memory of
+      gradients will be returned to the allocator as soon as the next micro batch's get_bwd_send_ops comes and
+      current asynchronous send completes"), so one is alive through the next backward;
+    - the gradients from the first backward on (that backward adds the head's before it enters the last block).
+
+    The moments of each forward are the last block at its fullest and (last stage) the loss; of each backward the
+    loss's two fp32 vocabulary gradients, entering the last block with its working set, and leaving the stage.
+    Without a pipeline (pp = 1: context or expert parallelism, or ZeRO beside tensor parallelism) the order is
+    one forward and one backward. The output, logits and input-gradient terms were found after validation/
+    parallel.py's pipeline runs were recorded (by profiler traces of two of them), so those runs are not held
+    out for them; the replay itself follows the schedules' source."""
+    lay = layout(run)
+    terms = _stage_terms(run, rank, acts)
+    first, last, pipeline = terms["first"], terms["last"], lay.pp > 1
     shape = run.model
     e = run.recipe.activation_bits // 8
-    s, b = (run.seq_len or 0) // lay.cp, run.batch_size
-    t = s * b
-    batch = 8 * t * run.micro_batches * (int(first) + int(last))  # the step's token ids (first), labels (last)
+    t = (run.seq_len or 0) // lay.cp * run.batch_size
+    m = run.micro_batches
+    batch = 8 * t * m * (int(first) + int(last))  # the step's token ids (first), labels (last)
     rotary = shape.head_dim * e if shape.family == "llama" else 0
-    resident = int(memory.weights) + batch + rotary
+    resident = int(memory.weights) + batch + rotary + extra
     kept = int(memory.master_weights) + (int(memory.optimizer_states) if step == "steady" else 0)
     grads = int(memory.gradients) + int(memory.gradient_accumulation)
-    saved = int(memory.activations)
-    inner = (shape.intermediate_size if not shape.n_experts else shape.expert_intermediate_size) // lay.tp
-    work = t * shape.hidden_size * e + 2 * t * inner * e
-    live = 2 * t * inner * e  # the MLP's wide temporaries of the block running forward
-    if last and shape.vocab_size:  # the vocab-parallel logits and their fp32 copy, alive at the loss
-        live = max(live, t * validate.ceil_div(shape.vocab_size, lay.tp) * (e + 4))
-    overlap = grads if run.pp_schedule == "1f1b" and run.micro_batches > acts["in_flight"] else 0
-    if not first and e == 4 and shape.family == "llama":
-        # an fp32 stage's first RMSNorm saves its input as it is (.to(float32) copies nothing): the receive buffer
-        saved -= acts["in_flight"] * e * t * shape.hidden_size
-    forward = resident + kept + saved + overlap + live + extra
-    backward = resident + kept + grads + saved + work + extra
-    merged = 0
-    if last and lay.pp > 1 and shape.vocab_size:
-        # Schedule.step(return_outputs=True, torch's default): the last stage keeps every micro-batch's output (the
-        # logits) and concatenates them when the step ends, both alive at once, with every gradient.
-        logits = run.micro_batches * t * validate.ceil_div(shape.vocab_size, lay.tp) * e
-        forward += logits * (acts["in_flight"] - 1) // max(run.micro_batches, 1)
-        backward += logits
-        merged = resident + kept + grads + 2 * logits + extra
+    head_names = {t.name for g in ("final_norm", "head") for t in shape.tensors(g)}
+    head_grads = sum(validate.ceil_div(_numel(dims) * run.recipe.grad_bits, 8)
+                     for name, dims, _ in rank_tensors(run, rank) if name in head_names) if last else 0
+    a, out = terms["saved"], (terms["hidden"] if pipeline and not last else 0)
+    logits = terms["logits"] if pipeline and last else 0
+    input_grad = terms["hidden"] if pipeline and not first else 0
+    saved = outputs = backwards = 0
+    forward = backward = 0
+    for kind, _ in schedule_order(run.pp_schedule, lay.pp, m, lay.coordinates(rank)["pp"]):
+        base = resident + kept + outputs * logits
+        if kind == "F":
+            held = base + (grads if backwards else 0)
+            forward = max(forward, held + saved * (a + out) + terms["block"])
+            if last:
+                forward = max(forward, held + saved * a + terms["loss_forward"])
+            saved, outputs = saved + 1, outputs + int(bool(logits))
+            continue
+        others = (saved - 1) * (a + out)
+        base = resident + kept + outputs * logits + (input_grad if backwards else 0)  # the previous one's, being sent
+        if last:
+            backward = max(backward, base + others + terms["loss_backward"] + (grads if backwards else 0))
+        backward = max(backward, base + others + a - terms["head"] + out + terms["work"]
+                       + (grads if backwards else head_grads))
+        backward = max(backward, base + others + grads + input_grad)
+        saved, backwards = saved - 1, backwards + 1
+    after = resident + outputs * logits  # held to the next step's start
+    if logits:  # _merge_outputs: every micro-batch's logits and their concatenation, with every gradient
+        backward = max(backward, after + kept + grads + outputs * logits)
     sizes = [validate.ceil_div(_numel(dims) * max(run.recipe.weight_bits, run.recipe.master_bits), 8)
-             for _, dims, _ in rank_tensors(run)]
+             for _, dims, _ in rank_tensors(run, rank)]
     transient, previous = 0, 0
     for size in sizes:
         transient, previous = max(transient, 2 * size + previous), size
-    optimizer = resident + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient + extra
-    phases = {"forward": forward, "backward": max(backward, merged), "optimizer_step": optimizer}
-    return {**phases, "total": max(phases.values()), "basis": "derived from the parts"}
+    optimizer = after + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient
+    return {"forward": forward, "backward": backward, "optimizer_step": optimizer}
 
 
 # ---- one rank, and the worst rank ------------------------------------------------------------------

@@ -17,6 +17,13 @@ validation/measure.py (same config, same seed), splits it, and runs two AdamW st
 - pp: torch.distributed.pipelining's PipelineStage over a manual split (stage 0: the embedding and its
   blocks; the last: its blocks, the final norm and the head; each stage computes its own rotary tables)
   with ScheduleGPipe or Schedule1F1B, `micro_batches` micro-batches of `batch_size` sequences.
+- tp-pp (tensor x pipeline, 4 ranks): a 2-D DeviceMesh (pp, tp); every stage's blocks tensor parallel as in tp on
+  its tp row, the stages over the pp column's group, the last stage's loss under loss_parallel through the
+  schedule's backward.
+- dp-tp (data x tensor, 4 ranks): a 2-D DeviceMesh (dp, tp); tp on each row, every gradient then averaged in
+  place over the dp column (DDP's all-reduce, without DDP's bucket copies).
+
+Ranks are numbered as memmath numbers them: tensor fastest, then data, then pipeline stage.
 
 Per rank: parameter, gradient and optimizer-state bytes (local shards, each storage once), the bytes
 autograd saved during step 1 (local storages, parameters left out; for a pipeline stage all its
@@ -45,12 +52,17 @@ SHAPES = {
     "llama-gqa": measure.SHAPES["llama-gqa"],
     "llama-wide": measure.SHAPES["llama-wide"],
     "llama-mha4": dict(measure.SHAPES["llama-mha"], n_layers=4),
+    # Recorded after memmath's pipeline peak model was written (round 2): grouped-query attention over 4 blocks.
+    "llama-gqa4": dict(measure.SHAPES["llama-gqa"], n_layers=4),
 }
 
 
 @dataclass(frozen=True)
 class ParallelCase:
-    """One run: `engine` ("tp", "tp-sp", "pp") on `world_size` ranks."""
+    """One run: `engine` ("tp", "tp-sp", "pp", "tp-pp", "dp-tp") on `world_size` ranks; `tp` is the tensor degree
+    of tp-pp (the rest of the ranks pipeline stages) and dp-tp (the rest data-parallel copies). round 1: recorded
+    before memmath's peak model of split runs was written (its pipeline and loss_parallel terms were found on
+    these runs); round 2: recorded after it, held out for the peak too."""
 
     shape: str
     precision: str = "fp32"
@@ -60,10 +72,17 @@ class ParallelCase:
     seq_len: int = 64
     schedule: str = ""  # pp: "gpipe" or "1f1b"
     micro_batches: int = 1
+    tp: int = 0
+    round: int = 1
+
+    @property
+    def stages(self) -> int:
+        return self.world_size // self.tp if self.engine == "tp-pp" else self.world_size
 
     @property
     def case_id(self) -> str:
-        engine = self.engine + (f"-{self.schedule}-m{self.micro_batches}" if self.engine == "pp" else "")
+        engine = {"tp-pp": f"tp{self.tp}-pp", "dp-tp": f"dp-tp{self.tp}"}.get(self.engine, self.engine) + (
+            f"-{self.schedule}-m{self.micro_batches}" if self.engine in ("pp", "tp-pp") else "")
         return "/".join([self.shape, self.precision, "adamw", "full", "sdpa", "nodrop", "nockpt",
                          f"b{self.batch_size}s{self.seq_len}", f"{engine}x{self.world_size}"])
 
@@ -74,7 +93,8 @@ class ParallelCase:
     def config(self) -> dict:
         return {"case_id": self.case_id, **asdict(self.base()), "shape": self.shape, "engine": self.engine,
                 "world_size": self.world_size, "schedule": self.schedule, "micro_batches": self.micro_batches,
-                "held_out": True, "model": dict(SHAPES[self.shape])}
+                "tp": self.tp or None, "held_out": True, "peak_held_out": self.round == 2,
+                "model": dict(SHAPES[self.shape])}
 
 
 def grid() -> list[ParallelCase]:
@@ -91,7 +111,28 @@ def grid() -> list[ParallelCase]:
                 cases.append(ParallelCase(shape, precision=("fp32", "bf16")[(k + m // 2) % 2], engine="pp",
                                           world_size=world, schedule=schedule, micro_batches=m,
                                           batch_size=1 if m == 8 else 2))
-    return cases
+    return cases + round_two()
+
+
+def round_two() -> list[ParallelCase]:
+    """Recorded after memmath's peak model of split runs (memmath/parallel.py: _schedule_phases,
+    loss_parallel_extra) was written: tensor x pipeline and data x tensor layouts on 4 ranks, and pipelines of a
+    shape the first round did not have."""
+    two = dict(round=2, tp=2, world_size=4)
+    return [
+        ParallelCase("llama-mha4", precision="bf16", engine="tp-pp", schedule="gpipe", micro_batches=2, **two),
+        ParallelCase("llama-mha4", precision="fp32", engine="tp-pp", schedule="1f1b", micro_batches=2, **two),
+        ParallelCase("llama-mha4", precision="bf16", engine="tp-pp", schedule="1f1b", micro_batches=4, **two),
+        ParallelCase("llama-gqa4", precision="fp32", engine="tp-pp", schedule="gpipe", micro_batches=4, **two),
+        ParallelCase("llama-gqa4", precision="bf16", engine="tp-pp", schedule="1f1b", micro_batches=3, **two),
+        ParallelCase("llama-gqa", precision="fp32", engine="dp-tp", **two),
+        ParallelCase("llama-mha", precision="bf16", engine="dp-tp", **two),
+        ParallelCase("llama-gqa4", precision="bf16", engine="dp-tp", seq_len=128, **two),
+        ParallelCase("llama-gqa4", precision="bf16", engine="pp", schedule="1f1b", micro_batches=4, round=2),
+        ParallelCase("llama-gqa4", precision="fp32", engine="pp", schedule="gpipe", micro_batches=3, round=2),
+        ParallelCase("llama-gqa", precision="fp32", engine="pp", schedule="1f1b", micro_batches=4, world_size=3,
+                     batch_size=1, seq_len=128, round=2),
+    ]
 
 
 def _free_port() -> int:
@@ -136,7 +177,10 @@ class _Saved:
             return t
         if ptr not in self.skip and storage.nbytes():
             self.seen[ptr] = storage.nbytes()
-        return t
+        # A detached alias, not t itself: a saved output returned as it is would hold its own grad_fn, a reference
+        # cycle that outlives a graph dropped without a backward (torch.distributed.pipelining's metadata
+        # inference drops one in the first step) until Python's gc runs: 0.55 MB more on a recorded stage 0.
+        return t.detach()
 
     @property
     def total(self) -> int:
@@ -224,12 +268,17 @@ def _worker(rank, case: ParallelCase, port, out_dir):
         model, _, batch = measure.build(base)
         ids = batch["input_ids"]
         labels = torch.nn.functional.pad(ids, (0, 1), value=-100)[:, 1:].contiguous()
-        if case.engine.startswith("tp"):
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.tensor.parallel import loss_parallel
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import loss_parallel
 
-            mesh = init_device_mesh("cpu", (case.world_size,))
-            module = _tp_model(model, case, mesh)
+        split = case.engine in ("tp", "tp-sp", "dp-tp")  # one model on every rank, tensor parallel
+        if case.engine in ("tp", "tp-sp"):
+            module = _tp_model(model, case, init_device_mesh("cpu", (case.world_size,)))
+        elif case.engine == "dp-tp":  # data x tensor: rank = data rank x tp + tensor rank, as memmath numbers them
+            mesh = init_device_mesh("cpu", (case.world_size // case.tp, case.tp), mesh_dim_names=("dp", "tp"))
+            module = _tp_model(model, case, mesh["tp"])
+            data_group = mesh["dp"].get_group()
+        if split:
             params = list(module.parameters())
             batch_tensors = [ids, labels]
 
@@ -241,21 +290,35 @@ def _worker(rank, case: ParallelCase, port, out_dir):
                 del logits
                 with loss_parallel():
                     loss.backward()
+                if case.engine == "dp-tp":  # the data axis: every gradient averaged in place (DDP's all-reduce)
+                    for p in params:
+                        local = _local(p.grad)
+                        dist.all_reduce(local, group=data_group)
+                        local.div_(case.world_size // case.tp)
                 return loss
         else:
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-            module = _stage_module(model, rank, case.world_size)
+            group = None
+            index, stages = rank, case.world_size
+            if case.engine == "tp-pp":  # tensor x pipeline: rank = stage x tp + tensor rank, as memmath numbers them
+                stages = case.stages
+                mesh = init_device_mesh("cpu", (stages, case.tp), mesh_dim_names=("pp", "tp"))
+                model = _tp_model(model, case, mesh["tp"])
+                index, group = rank // case.tp, mesh["pp"].get_group()
+            module = _stage_module(model, index, stages)
             del model
             params = list(module.parameters())
-            stage = PipelineStage(module, rank, case.world_size, torch.device("cpu"))
+            stage = PipelineStage(module, index, stages, torch.device("cpu"), group=group)
             schedule_class = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[case.schedule]
             schedule = schedule_class(stage, n_microbatches=case.micro_batches, loss_fn=_loss)
-            first, last = rank == 0, rank == case.world_size - 1
+            first, last = index == 0, index == stages - 1
             batch_tensors = ([ids] if first else []) + ([labels] if last else [])
+            # the vocab-parallel loss of a tensor-parallel last stage, through its backward (the schedule's)
+            vocab_parallel = loss_parallel if case.engine == "tp-pp" else contextlib.nullcontext
 
             def forward_backward(saved=None):
-                with saved.hooks if saved else contextlib.nullcontext():
+                with saved.hooks if saved else contextlib.nullcontext(), vocab_parallel():
                     losses = [] if last else None
                     args = (ids,) if first else ()
                     kwargs = {"target": labels, "losses": losses} if last else {}
@@ -267,17 +330,18 @@ def _worker(rank, case: ParallelCase, port, out_dir):
         # module on a micro-batch (the hidden states, requiring grad, on a stage after the first).
         probe = _Saved(params)
         with probe.hooks:
-            if case.engine.startswith("tp"):
+            if split:
                 with loss_parallel():
                     out = _loss(module(input_ids=ids).logits, labels)
             else:
                 mb = slice(0, case.batch_size)
                 width = SHAPES[case.shape]["hidden_size"]
-                x = ids[mb] if rank == 0 else torch.randn(case.batch_size, case.seq_len, width, dtype=params[0].dtype,
-                                                         requires_grad=True)
+                x = ids[mb] if first else torch.randn(case.batch_size, case.seq_len, width, dtype=params[0].dtype,
+                                                     requires_grad=True)
                 out = module(x)
-                if rank == case.world_size - 1:
-                    out = _loss(out, labels[mb])
+                if last:
+                    with vocab_parallel():
+                        out = _loss(out, labels[mb])
         del out
         saved_per_micro_batch = probe.total
         resident = _storage_bytes(params) + _storage_bytes(module.buffers()) + _storage_bytes(batch_tensors)
@@ -364,9 +428,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
     parser.add_argument("--print", action="store_true", help="print the records instead of writing them")
+    parser.add_argument("--round", type=int, default=None, help="measure only this round's cases (1 or 2)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the data file to update")
     args = parser.parse_args(argv)
-    cases = [c for c in grid() if not args.only or args.only in c.case_id]
+    cases = [c for c in grid() if (not args.only or args.only in c.case_id) and args.round in (None, c.round)]
     if args.print:
         json.dump(run(cases), sys.stdout, indent=1)
         return

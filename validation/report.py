@@ -135,7 +135,11 @@ def parallel_summary() -> pd.DataFrame:
     except ValueError:  # the data file is not there
         return pd.DataFrame()
     rows = []
-    for (engine, schedule, world), sub in cases.groupby(["engine", "schedule", "world_size"], sort=False):
+    if "peak_held_out" not in cases:
+        cases["peak_held_out"] = False
+    cases["peak_held_out"] = cases["peak_held_out"].fillna(False).astype(bool)
+    for (peak_held_out, engine, schedule, world), sub in cases.groupby(
+            ["peak_held_out", "engine", "schedule", "world_size"], sort=False):
         ranks = exact = saved_ok = 0
         within = {"first": 0, "steady": 0}
         worst_saved, worst_peak = 0.0, 0.0
@@ -155,8 +159,10 @@ def parallel_summary() -> pd.DataFrame:
                     within[step] += abs(error) <= 0.05
                     worst_peak = error if abs(error) > abs(worst_peak) else worst_peak
         label = {"tp": "tensor parallel (DTensor)", "tp-sp": "tensor + sequence parallel (DTensor)",
-                 "pp": f"pipeline ({schedule})"}[engine]
-        rows.append({"group": f"parallel: {label}", "ranks": f"x {world}", "held out": "yes", "cases": len(sub),
+                 "pp": f"pipeline ({schedule})", "tp-pp": f"tensor x pipeline ({schedule})",
+                 "dp-tp": "data x tensor"}[engine]
+        rows.append({"group": f"parallel: {label}", "ranks": f"x {world}",
+                     "held out": "yes" if peak_held_out else "parts yes, peak no", "cases": len(sub),
                      "ranks: static parts exact": f"{exact}/{ranks}",
                      "saved per micro-batch within 5%": f"{saved_ok}/{ranks} (worst {worst_saved:+.1%})",
                      "peak within 5% (step 1, step 2)": f"{within['first']}/{ranks}, {within['steady']}/{ranks} "
@@ -638,10 +644,12 @@ def main(argv=None):
         parallel_runs = parallel_summary()
         if len(parallel_runs):
             print()
-            print("Tensor- and pipeline-parallel runs, per rank (validation/parallel.py, gloo on one CPU; its own data file),")
-            print("recorded after memmath/parallel.py was written: held out, except two terms added after the first runs were")
-            print("seen (the whole-vocabulary embedding gradient of DTensor's RowwiseParallel embedding, and the pipeline's")
-            print("kept outputs and receive buffers), so for those parts the held-out flag overstates.")
+            print("Tensor-, pipeline-, tensor x pipeline and data x tensor runs, per rank (validation/parallel.py, gloo on one")
+            print("CPU; its own data file). The first round was recorded after memmath/parallel.py's parts were written (held")
+            print("out for them, except the whole-vocabulary embedding gradient of DTensor's RowwiseParallel embedding and the")
+            print("pipeline's receive buffers, added after the first runs); the peak model of split runs (the schedule replay,")
+            print("torch's loss_parallel terms) was written after profiler traces of those runs, so for peaks they are not held")
+            print("out. The second round was recorded after that model: held out for everything.")
             print(parallel_runs.to_string(index=False))
 
 

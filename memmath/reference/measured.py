@@ -685,8 +685,8 @@ PARALLEL_FILE = "measured_parallel.json"
 
 def load_measured_parallel(name: str = PARALLEL_FILE) -> pd.DataFrame:
     """The tensor- and pipeline-parallel runs (validation/parallel.py, gloo on one CPU, recorded after
-    memmath/parallel.py was written: held out): configuration columns (engine: tp, tp-sp or pp; world_size;
-    schedule and micro_batches for pp), then per-rank lists (param_bytes_per_rank, grad_bytes_per_rank,
+    memmath/parallel.py was written: held out): configuration columns (engine: tp, tp-sp, pp, tp-pp or dp-tp;
+    world_size; schedule and micro_batches for a pipeline; tp, the tensor degree of tp-pp and dp-tp), then per-rank lists (param_bytes_per_rank, grad_bytes_per_rank,
     optimizer_state_bytes_per_rank, saved_bytes_per_rank: autograd's saved storages in step 1, a stage's
     micro-batches together, peak_step1_bytes_per_rank, peak_step2_bytes_per_rank, ...)."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
@@ -704,11 +704,15 @@ def parallel_run(row, rank: int = 0):
 
     engine = _text(row, "engine")
     world = _count(row, "world_size", low=2, high=validate.MAX_GPUS)
-    degrees = {"tp": dict(tp=world), "tp-sp": dict(tp=world, sequence_parallel=True),
-               "pp": dict(pp=world, pp_schedule=_text(row, "schedule"),
-                          micro_batches=_count(row, "micro_batches", high=validate.MAX_BATCH))}
+    schedule = dict(pp_schedule=_text(row, "schedule"), micro_batches=_count(row, "micro_batches", high=validate.MAX_BATCH)) \
+        if engine in ("pp", "tp-pp") else {}
+    # the combined layouts name their tensor degree (column tp); the rest of the ranks are pipeline stages (tp-pp) or
+    # data-parallel copies (dp-tp)
+    tp = _count(row, "tp", low=2, high=world) if engine in ("tp-pp", "dp-tp") else world
+    degrees = {"tp": dict(tp=world), "tp-sp": dict(tp=world, sequence_parallel=True), "pp": dict(pp=world, **schedule),
+               "tp-pp": dict(tp=tp, pp=world // tp, **schedule), "dp-tp": dict(tp=tp)}
     if engine not in degrees:
-        raise ValueError(f"row column 'engine' must be tp, tp-sp or pp; got {validate.describe(engine)}")
+        raise ValueError(f"row column 'engine' must be tp, tp-sp, pp, tp-pp or dp-tp; got {validate.describe(engine)}")
     return Run(case_model(row), n_gpus=world, rank=rank, **degrees[engine], **case_arguments(row))
 
 
