@@ -66,14 +66,19 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
 
     from .parallel import is_parallel
 
-    if is_parallel(run):  # tensor, pipeline, context or expert parallelism: the rank that holds the most
-        from .parallel import worst_rank
+    if is_parallel(run):  # tensor, pipeline, context or expert parallelism: the rank that needs the most
+        from .parallel import parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 
+        why = peak_why_not(run)
+        if not why:  # the peak of the rank whose peak is highest (validation/parallel.py measures these engines)
+            peak = worst_rank_peak(run)
+            memory = parallel_memory(run.replace(rank=peak["rank"])).memory
+            return Requirement(int(peak["total"]), "peak", "", memory, peak_estimate(run, peak), run)
         worst = worst_rank(run)
         buffers = f" plus its communication buffers ({worst.buffer_bytes:,} B, derived)" if worst.buffers else ""
         return Requirement(worst.total, "sum of parts", f"{worst.layout.describe()}: the sum of the parts of the rank "
                            f"that holds the most (rank {worst.rank}, pipeline stage {worst.coordinates['pp']}){buffers}; "
-                           "the peak estimate models one GPU", worst.memory, None, run)
+                           f"{why}", worst.memory, None, run)
     memory = training_memory(run)
     why = why_no_peak(run)
     if why:

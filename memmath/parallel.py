@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 from . import validate
 from .notes import Note
 
+
 SCHEDULES = ("1f1b", "gpipe")
 DEGREES = ("tp", "pp", "cp", "ep")
 # The tensors torch's ColwiseParallel / RowwiseParallel split (by the end of their names), and how.
@@ -162,6 +163,11 @@ def check(values: dict, shape, method) -> None:
     if validate.is_array(values["batch_size"]) or validate.is_array(seq_len):
         raise validate.FieldError("batch_size" if validate.is_array(values["batch_size"]) else "seq_len",
                                   f"a run with {name} > 1 takes single sizes, not sweeps")
+    for field_name in ("padded", "packed"):
+        if values.get(field_name):
+            raise validate.FieldError(field_name, f"a {field_name} batch is modelled on one GPU or data parallel only "
+                                      f"(validation/padding.py measured no split run); with {name} > 1 use "
+                                      f"{field_name}=False")
 
 
 # ---- one rank's tensors -----------------------------------------------------------------------------
@@ -381,7 +387,7 @@ def stage_activations(run, rank: int | None = None) -> dict:
     if not why:
         local = Run(local_shape(run, rank), precision=run.precision, optimizer=run.optimizer, batch_size=run.batch_size,
                     seq_len=run.seq_len, checkpointing=run.checkpointing, attention=run.attention, dropout=run.dropout,
-                    activations="transformers", device=run.device)
+                    activations="transformers", device=run.device, grad_accum_steps=run.grad_accum_steps)
         from .training import step_parts
 
         _, parts = step_parts(local)
@@ -534,22 +540,63 @@ def loss_parallel_extra(run, rank: int | None = None) -> int:
     return 4 * tokens * piece
 
 
+def peak_why_not(run) -> str:
+    """"" when parallel_peak models this split run on measured ground (validation/parallel.py's engines), else why
+    not, in words: then requirement() judges the worst rank's sum of the parts plus its buffers."""
+    from .peak import why_no_peak
+
+    lay = layout(run)
+    if run.seq_len is None:
+        return "no sequence length: the activations are left out"
+    why = exact_applies(run)
+    if why:
+        return f"no peak model of this split run: {why}"
+    if run.zero_stage and lay.dp * lay.cp > 1:
+        return ("no peak model of ZeRO beside tensor or pipeline parallelism (its gathers and reduce-scatters are not "
+                "replayed moment by moment)")
+    if lay.pp > 1 and run.grad_accum_steps > 1:
+        return "no peak model of gradient accumulation over pipeline steps (micro_batches accumulate within one)"
+    if lay.pp == 1:
+        local = stage_activations(run)["local_run"]
+        why = why_no_peak(local) if local is not None else "no traced local model"
+        if why:
+            return f"no peak model of the rank's local model: {why}"
+    return ""
+
+
+def worst_rank_peak(run) -> dict:
+    """parallel_peak of the rank whose peak is highest (each stage's first tensor rank, as worst_rank compares),
+    with "rank": that rank. For a run peak_why_not accepts."""
+    lay = layout(run)
+    best = None
+    for rank in representative_ranks(run)[::lay.tp]:
+        candidate = parallel_peak(run, rank)
+        if best is None or candidate["total"] > best["total"]:
+            best = {**candidate, "rank": rank}
+    return best
+
+
+def peak_estimate(run, peak: dict):
+    """parallel_peak's dict as a PeakEstimate (the one the Requirement carries, as for one GPU)."""
+    from .peak import PeakEstimate
+
+    return PeakEstimate(forward=peak["forward"], backward=peak["backward"], optimizer_step=peak["optimizer_step"],
+                        resident=peak["resident"], moments=tuple(peak["moments"]),
+                        notes=(Note("parallel_peak", f"rank {peak['rank']}'s step: {peak['basis']} "
+                                    "(memmath/parallel.py, measured by validation/parallel.py)"), *peak["notes"]))
+
+
 def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
     """Estimated peak of one rank's step, per phase and in all ({"forward", "backward", "optimizer_step",
-    "total", "basis"}), communication buffers included.
+    "total", "basis", "moments"}: each moment (phase, label, bytes)), communication buffers included.
 
-    Tensor parallelism alone (pp = cp = ep = 1, no ZeRO, a layout the exact trace replays): peak_memory of
-    the rank's local model (local_shape), less what sequence parallelism keeps on s/tp tokens, plus the
-    buffers. Otherwise derived from the parts, moment by moment: forward, weights + batch + the kept
-    optimizer states + every in-flight micro-batch's activations (+ the gradients when 1F1B runs forwards
-    after its first backward, m > in flight) + one micro-batch's block working set; backward, the same with
-    the gradients and the block's backward working set (the gradient arriving, two MLP-wide gradients: t h e +
-    2 t I/tp e); the optimizer step, weights + gradients + states + Adam's temporaries (2 x the largest local
-    tensor + the one before it, in fp32 where a master copy is kept). A pipeline's last stage also keeps every
-    micro-batch's logits (Schedule.step returns the outputs by default) and concatenates them at the end, and
-    every stage its receive buffers (buffers()). Written before validation/parallel.py's runs were recorded,
-    except those pipeline terms and the tensor-parallel embedding's whole-vocabulary gradient (rank_parts),
-    added after two trial pipeline runs and the first tensor-parallel run were seen.
+    Tensor parallelism alone (pp = cp = ep = 1, no ZeRO, a layout the exact trace replays): peak_memory's moments
+    of the rank's local model (local_shape), less what sequence parallelism keeps on s/tp tokens, plus torch's
+    loss_parallel tensor at the loss (loss_parallel_extra), the embedding's whole-vocabulary gradient from the
+    embeddings on, and the buffers. Otherwise the stage's schedule replayed micro-batch by micro-batch
+    (_schedule_phases), over the traced parts where the exact model applies, else over Korthikanti et al.'s.
+    validation/parallel.py's round-1 runs were recorded before these terms were written (see _schedule_phases
+    and loss_parallel_extra: they are not held out for peaks); round 2 after.
     """
     from .peak import peak_memory
     from .training import training_memory
@@ -566,17 +613,25 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
         cut = (acts["parts"].estimate.total - acts["per_micro_batch"])  # sequence parallelism's s/tp share
         grad = rank_parts(run).get("embedding_gradient_extra", 0)  # the whole-vocabulary embedding gradient
         loss = loss_parallel_extra(run, rank)
-        phases = {phase: 0 for phase in ("forward", "backward", "optimizer_step")}
+        moments = []
         for phase, label, value in single.moments:
             value = int(value) + extra + (loss if label.startswith("at the loss") else 0)
             # the embedding's whole-vocabulary gradient exists from the embeddings' backward on
             value += (grad if phase == "optimizer_step" or label.startswith("at the embeddings") else 0) - (
                 cut if phase != "optimizer_step" else 0)
-            phases[phase] = max(phases[phase], value)
-        return {**phases, "total": max(phases.values()), "basis": "peak_memory of the rank's local model"}
-    phases = _schedule_phases(run, rank, step, memory, acts, extra)
-    return {**phases, "total": max(phases.values()),
-            "basis": "the stage's schedule replayed over " + ("its traced" if acts["exact"] else "derived") + " parts"}
+            moments.append((phase, label, value))
+        basis = "peak_memory of the rank's local model"
+        resident, notes = int(single.resident) + extra, tuple(single.notes)
+    else:
+        moments, resident = _schedule_phases(run, rank, step, memory, acts, extra)
+        from .peak import optimizer_transient
+
+        _, note = optimizer_transient(run.model, run.method, run.recipe, run.optimizer_spec, run.device)
+        notes = (note,) if note is not None else ()
+        basis = "the stage's schedule replayed over " + ("its traced" if acts["exact"] else "derived") + " parts"
+    phases = {phase: max(v for p, _, v in moments if p == phase) for phase in ("forward", "backward", "optimizer_step")}
+    return {**phases, "total": max(phases.values()), "basis": basis, "moments": tuple(moments), "resident": resident,
+            "notes": notes}
 
 
 def schedule_order(schedule: str, pp: int, micro_batches: int, stage: int) -> list[tuple]:
@@ -617,12 +672,17 @@ def _stage_terms(run, rank, acts) -> dict:
         head = (parts.head + parts.loss) if last else 0
         block = saved - head - est.per_layer + parts.block_live
         loss_forward = saved - head + parts.head_live
+        recompute = parts.recompute_live
     else:
         saved = acts["per_micro_batch"]
         head = (2 * e * t * h // sp + e * t * h + validate.ceil_div(8 * t * (shape.vocab_size or 0), lay.tp)) if last \
             else 0
         block = saved - head + 2 * t * inner * e  # the MLP's wide temporaries of the block running forward
         loss_forward = saved - head + t * vocab * (e + 8)  # the logits, their fp32 copy, the log-softmax output
+        recompute = korthikanti_parallel_per_layer(
+            seq_len=run.seq_len, batch_size=run.batch_size, hidden_size=h, n_heads=shape.n_heads, tp=lay.tp,
+            sequence_parallel=run.sequence_parallel, cp=lay.cp, intermediate_size=inner * lay.tp, element_bytes=e,
+            dropout=run.dropout, attention=run.attention) + 2 * t * inner * e
     if not first and e == 4 and shape.family == "llama":
         # an fp32 stage's first RMSNorm saves its input as it is (.to(float32) copies nothing): the receive buffer,
         # which buffers() counts already
@@ -631,11 +691,12 @@ def _stage_terms(run, rank, acts) -> dict:
     return {"saved": saved, "head": head, "block": block, "loss_forward": loss_forward + loss,
             "loss_backward": saved + 8 * t * vocab + loss,  # two fp32 gradients over the vocabulary (piece)
             "work": t * h * e + 2 * t * inner * e,  # the gradient arriving at a block and two MLP-wide gradients
-            "hidden": e * t * h // sp, "logits": t * vocab * e, "first": first, "last": last}
+            "hidden": e * t * h // sp, "logits": t * vocab * e, "first": first, "last": last,
+            "recompute": recompute if run.checkpointing else 0}
 
 
-def _schedule_phases(run, rank, step, memory, acts, extra) -> dict:
-    """One rank's peak per phase, replaying its pipeline stage's schedule (schedule_order) micro-batch by
+def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
+    """One rank's moments (phase, label, bytes) and what is alive before its step, replaying its pipeline stage's schedule (schedule_order) micro-batch by
     micro-batch over what each keeps, as torch.distributed.pipelining's PipelineStage keeps it (stage.py):
 
     - each micro-batch's saved tensors (A) from its forward to its backward, and on a stage before the last its
@@ -649,7 +710,9 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> dict:
     - the gradients from the first backward on (that backward adds the head's before it enters the last block).
 
     The moments of each forward are the last block at its fullest and (last stage) the loss; of each backward the
-    loss's two fp32 vocabulary gradients, entering the last block with its working set, and leaving the stage.
+    loss's two fp32 vocabulary gradients, entering the last block with its working set, (with checkpointing)
+    recomputing the last block over every kept block input, and leaving the stage. The recomputation moment was
+    written before any checkpointed split run was recorded (validation/parallel.py round 3).
     Without a pipeline (pp = 1: context or expert parallelism, or ZeRO beside tensor parallelism) the order is
     one forward and one backward. The output, logits and input-gradient terms were found after validation/
     parallel.py's pipeline runs were recorded (by profiler traces of two of them), so those runs are not held
@@ -673,34 +736,52 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> dict:
     logits = terms["logits"] if pipeline and last else 0
     input_grad = terms["hidden"] if pipeline and not first else 0
     saved = outputs = backwards = 0
-    forward = backward = 0
-    for kind, _ in schedule_order(run.pp_schedule, lay.pp, m, lay.coordinates(rank)["pp"]):
+    moments = []
+    which = (lambda i: f" of micro-batch {i + 1} of {m}") if m > 1 else (lambda i: "")
+    for kind, i in schedule_order(run.pp_schedule, lay.pp, m, lay.coordinates(rank)["pp"]):
         base = resident + kept + outputs * logits
         if kind == "F":
             held = base + (grads if backwards else 0)
-            forward = max(forward, held + saved * (a + out) + terms["block"])
+            moments.append(("forward", f"forward{which(i)}, in the stage's last block at its fullest, {saved} other "
+                            "micro-batches' tensors kept", held + saved * (a + out) + terms["block"]))
             if last:
-                forward = max(forward, held + saved * a + terms["loss_forward"])
+                moments.append(("forward", f"forward{which(i)}, at the loss: the logits and their fp32 copy",
+                                held + saved * a + terms["loss_forward"]))
             saved, outputs = saved + 1, outputs + int(bool(logits))
             continue
         others = (saved - 1) * (a + out)
         base = resident + kept + outputs * logits + (input_grad if backwards else 0)  # the previous one's, being sent
         if last:
-            backward = max(backward, base + others + terms["loss_backward"] + (grads if backwards else 0))
-        backward = max(backward, base + others + a - terms["head"] + out + terms["work"]
-                       + (grads if backwards else head_grads))
-        backward = max(backward, base + others + grads + input_grad)
+            moments.append(("backward", f"backward{which(i)}, at the loss: two fp32 gradients over the vocabulary",
+                            base + others + terms["loss_backward"] + (grads if backwards else 0)))
+        moments.append(("backward", f"backward{which(i)}, entering the stage's last block with its working set",
+                        base + others + a - terms["head"] + out + terms["work"] + (grads if backwards else head_grads)))
+        if run.checkpointing:  # as peak.py's "recomputing the last block", over this stage's kept block inputs
+            moments.append(("backward", f"backward{which(i)}, recomputing the stage's last block",
+                            base + others + a - terms["head"] + out + terms["hidden"] + terms["recompute"]
+                            + (grads if backwards else head_grads)))
+        moments.append(("backward", f"backward{which(i)}, leaving the stage: every gradient",
+                        base + others + grads + input_grad))
         saved, backwards = saved - 1, backwards + 1
     after = resident + outputs * logits  # held to the next step's start
     if logits:  # _merge_outputs: every micro-batch's logits and their concatenation, with every gradient
-        backward = max(backward, after + kept + grads + outputs * logits)
+        moments.append(("backward", "the step's end: every micro-batch's logits concatenated (return_outputs)",
+                        after + kept + grads + outputs * logits))
     sizes = [validate.ceil_div(_numel(dims) * max(run.recipe.weight_bits, run.recipe.master_bits), 8)
              for _, dims, _ in rank_tensors(run, rank)]
     transient, previous = 0, 0
-    for size in sizes:
-        transient, previous = max(transient, 2 * size + previous), size
-    optimizer = after + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient
-    return {"forward": forward, "backward": backward, "optimizer_step": optimizer}
+    from .peak import ADAM_LIKE
+
+    if run.optimizer_spec.name not in ADAM_LIKE:
+        pass  # SGD with momentum updates in place
+    elif run.device == "cuda":  # foreach Adam: temporaries as large as every trainable tensor together (as peak.py)
+        transient = sum(sizes)
+    else:  # the CPU's single-tensor Adam: 2 x a tensor's denominator beside the previous one's (as peak.py)
+        for size in sizes:
+            transient, previous = max(transient, 2 * size + previous), size
+    moments.append(("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
+                    after + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient))
+    return moments, resident
 
 
 # ---- one rank, and the worst rank ------------------------------------------------------------------
@@ -788,11 +869,12 @@ class LayoutPlan:
 
     run: object  # the run with the layout's degrees, or None
     layout: Layout | None
-    worst: ParallelMemory | None
+    worst: ParallelMemory | None  # the rank that holds the most (its parts and buffers)
     usable_bytes: int
     gpu: str
     tried: int
     trade_offs: tuple
+    need: object = None  # the layout's Requirement (requirement(run)): what the card was judged against
 
     @property
     def fits(self) -> bool:
@@ -810,10 +892,12 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
     Tries n = 1, 2, ... up to max_gpus (powers of two and their multiples of 3, as clusters are built), and for
     each every tp (a divisor of the heads, at most max_tp: one node) and pp (a divisor of the blocks) with
     dp = n / (tp pp); ZeRO stays as the run has it, on the dp axis. Among the layouts of the fewest GPUs it
-    prefers the least pipeline (no bubble), then the least tensor parallelism. A layout fits when its worst
-    rank's sum of parts plus buffers fits the card as check_fit judges (the CUDA context reserved,
+    prefers the least pipeline (no bubble), then the least tensor parallelism. A layout fits when its
+    requirement (requirement(): the peak of the rank whose peak is highest where memmath models it, else the
+    worst rank's sum of parts plus buffers) fits the card as check_fit judges (the CUDA context reserved,
     FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B).
     """
+    from .decision import requirement
     from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
     from .run import as_run
 
@@ -842,14 +926,15 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
                 except validate.FieldError:
                     continue
                 tried += 1
-                worst = worst_rank(candidate) if is_parallel(candidate) else parallel_memory(candidate)
-                if check_fit(worst.total, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
-                    fits.append((pp, tp, candidate, worst))
+                need = requirement(candidate)
+                if check_fit(need.bytes, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
+                    fits.append((pp, tp, candidate, need))
         if fits:
-            pp, tp, candidate, worst = min(fits, key=lambda f: (f[0], f[1]))
+            pp, tp, candidate, need = min(fits, key=lambda f: (f[0], f[1]))
+            worst = worst_rank(candidate) if is_parallel(candidate) else parallel_memory(candidate)
             return LayoutPlan(run=candidate, layout=layout(candidate), worst=worst,
                               usable_bytes=int(card.memory_bytes) - reserved, gpu=card.name, tried=tried,
-                              trade_offs=_trade_offs(layout(candidate), candidate))
+                              trade_offs=_trade_offs(layout(candidate), candidate), need=need)
     return LayoutPlan(run=None, layout=None, worst=None, usable_bytes=int(card.memory_bytes) - reserved,
                       gpu=card.name, tried=tried, trade_offs=())
 

@@ -74,6 +74,7 @@ class ParallelCase:
     micro_batches: int = 1
     tp: int = 0
     round: int = 1
+    checkpointing: bool = False
 
     @property
     def stages(self) -> int:
@@ -83,17 +84,19 @@ class ParallelCase:
     def case_id(self) -> str:
         engine = {"tp-pp": f"tp{self.tp}-pp", "dp-tp": f"dp-tp{self.tp}"}.get(self.engine, self.engine) + (
             f"-{self.schedule}-m{self.micro_batches}" if self.engine in ("pp", "tp-pp") else "")
-        return "/".join([self.shape, self.precision, "adamw", "full", "sdpa", "nodrop", "nockpt",
+        return "/".join([self.shape, self.precision, "adamw", "full", "sdpa", "nodrop",
+                         "ckpt" if self.checkpointing else "nockpt",
                          f"b{self.batch_size}s{self.seq_len}", f"{engine}x{self.world_size}"])
 
     def base(self) -> measure.Case:
         return measure.Case(self.shape if self.shape in measure.SHAPES else "llama-mha", precision=self.precision,
-                            batch_size=self.batch_size, seq_len=self.seq_len, group="parallel")
+                            batch_size=self.batch_size, seq_len=self.seq_len, checkpointing=self.checkpointing,
+                            group="parallel")
 
     def config(self) -> dict:
         return {"case_id": self.case_id, **asdict(self.base()), "shape": self.shape, "engine": self.engine,
                 "world_size": self.world_size, "schedule": self.schedule, "micro_batches": self.micro_batches,
-                "tp": self.tp or None, "held_out": True, "peak_held_out": self.round == 2,
+                "tp": self.tp or None, "held_out": True, "peak_held_out": self.round >= 2,
                 "model": dict(SHAPES[self.shape])}
 
 
@@ -111,7 +114,7 @@ def grid() -> list[ParallelCase]:
                 cases.append(ParallelCase(shape, precision=("fp32", "bf16")[(k + m // 2) % 2], engine="pp",
                                           world_size=world, schedule=schedule, micro_batches=m,
                                           batch_size=1 if m == 8 else 2))
-    return cases + round_two()
+    return cases + round_two() + round_three()
 
 
 def round_two() -> list[ParallelCase]:
@@ -132,6 +135,21 @@ def round_two() -> list[ParallelCase]:
         ParallelCase("llama-gqa4", precision="fp32", engine="pp", schedule="gpipe", micro_batches=3, round=2),
         ParallelCase("llama-gqa", precision="fp32", engine="pp", schedule="1f1b", micro_batches=4, world_size=3,
                      batch_size=1, seq_len=128, round=2),
+    ]
+
+
+def round_three() -> list[ParallelCase]:
+    """Checkpointing (transformers' gradient_checkpointing_enable) in split runs, recorded after memmath's
+    recomputation moment of a pipeline stage was written: held out for everything (round 3 counts as 2)."""
+    three = dict(round=3, checkpointing=True)
+    return [
+        ParallelCase("llama-mha", precision="fp32", engine="tp", **three),
+        ParallelCase("llama-gqa", precision="bf16", engine="tp-sp", **three),
+        ParallelCase("llama-mha4", precision="bf16", engine="pp", schedule="gpipe", micro_batches=2, **three),
+        ParallelCase("llama-wide", precision="fp32", engine="pp", schedule="1f1b", micro_batches=4, **three),
+        ParallelCase("llama-gqa4", precision="bf16", engine="tp-pp", schedule="1f1b", micro_batches=2, tp=2,
+                     world_size=4, **three),
+        ParallelCase("llama-mha", precision="bf16", engine="dp-tp", tp=2, world_size=4, **three),
     ]
 
 
@@ -264,7 +282,7 @@ def _worker(rank, case: ParallelCase, port, out_dir):
         base = case.base()
         measure.SHAPES.setdefault(case.shape, SHAPES[case.shape])
         base = measure.Case(case.shape, precision=case.precision, batch_size=case.batch_size * case.micro_batches,
-                            seq_len=case.seq_len, group="parallel")
+                            seq_len=case.seq_len, checkpointing=case.checkpointing, group="parallel")
         model, _, batch = measure.build(base)
         ids = batch["input_ids"]
         labels = torch.nn.functional.pad(ids, (0, 1), value=-100)[:, 1:].contiguous()
@@ -428,7 +446,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
     parser.add_argument("--print", action="store_true", help="print the records instead of writing them")
-    parser.add_argument("--round", type=int, default=None, help="measure only this round's cases (1 or 2)")
+    parser.add_argument("--round", type=int, default=None, help="measure only this round's cases (1, 2 or 3)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the data file to update")
     args = parser.parse_args(argv)
     cases = [c for c in grid() if (not args.only or args.only in c.case_id) and args.round in (None, c.round)]
