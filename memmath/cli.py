@@ -562,6 +562,8 @@ def _run_plan_layout(args, out, style, run, gpu, reserve) -> int:
             "worst_rank": None if not plan.fits else {
                 "rank": worst.rank, "parts": {k: int(v) for k, v in worst.memory.parts().items()},
                 "buffers": worst.buffers, "total": worst.total},
+            "required": None if not plan.fits else {"bytes": plan.need.bytes, "basis": _basis(plan.need),
+                                                    "reason": plan.need.reason},
             "trade_offs": list(plan.trade_offs), "unit": args.unit}, indent=2) + "\n")
         return 0 if plan.fits else 1
     w = out.write
@@ -571,12 +573,17 @@ def _run_plan_layout(args, out, style, run, gpu, reserve) -> int:
         return 1
     lay = plan.layout
     w(style.bold(f"{run.model.name} on {gpu.name}: {lay.n_gpus} GPUs, {lay.describe()}") + "\n")
-    w(f"  the rank that holds the most (rank {plan.worst.rank}):\n")
+    w(f"  the rank that needs the most (rank {plan.worst.rank}, pipeline stage {plan.worst.coordinates['pp']}):\n")
     for part, value in plan.worst.memory.parts().items():
         w(_table_row(memmath_label(part), int(value), args.unit) + "\n")
     for label, value in plan.worst.buffers.items():
         w(_table_row(f"{label} (derived)"[:36], int(value), args.unit) + "\n")
     w(_table_row("Sum of the parts and buffers", plan.worst.total, args.unit) + "\n")
+    need = plan.need
+    if need.basis == "peak":
+        w(_table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", need.bytes, args.unit) + "\n")
+    w(_table_row("The card must hold (" + ("peak" if need.basis == "peak" else "sum") + ")", need.bytes, args.unit)
+      + "\n")
     w(_table_row("Usable on the card", plan.usable_bytes, args.unit) + "\n")
     for line in plan.trade_offs:
         w("\n".join(_wrap(line, "  ")) + "\n")
@@ -613,6 +620,8 @@ def _defaults_said(run, args) -> str:
 
 
 def _train_json(args, run, source, plan, status) -> dict:
+    from memmath import parallel
+
     memory, need = plan.memory, plan.requirement
     peak = need.peak
     shape = run.model
@@ -635,6 +644,9 @@ def _train_json(args, run, source, plan, status) -> dict:
                         "notes": [str(n) for n in _notes(plan)]},
         "parts": {k: int(v) for k, v in memory.parts().items()},
         "sum_of_parts": int(memory.total),
+        # a split run: the communication buffers (derived) of the rank the requirement judges
+        "buffers": {k: int(v) for k, v in parallel.buffers(need.memory.run).items()}
+        if parallel.is_parallel(run) else {},
         "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,
                                            **{k: int(v) for k, v in peak.parts().items()}},
         "required": {"bytes": need.bytes, "basis": _basis(need), "why_not_peak": need.reason or None,

@@ -17,7 +17,7 @@ from memmath.units import UNITS, unit_name
 from . import viz
 
 __all__ = ["AXIS_ROWS", "BUFFER_COLOR", "BUFFER_LABEL", "PLAYBOOK_70B", "axis_table", "cli_command", "playbook_table",
-           "playbook_widget", "stage_bars", "stage_memories"]
+           "playbook_widget", "stage_bars", "stage_memories", "stage_needs"]
 
 BUFFER_PART = "buffers"
 BUFFER_LABEL = "Communication buffers"
@@ -44,8 +44,8 @@ def _memory(run) -> parallel.ParallelMemory:
 
 def axis_table(model: str, unit: str = "GB", **settings) -> pd.DataFrame:
     """One row per layout of AXIS_ROWS for `model`: the parts of the rank that holds the most, in `unit`, and what
-    the card must hold (memmath.requirement: the step's peak on one GPU or plain data parallelism, the worst rank's
-    sum of parts plus buffers when the model is split)."""
+    the card must hold (memmath.requirement: the step's peak where memmath models it, of the rank whose peak is
+    highest when the model is split; else the worst rank's sum of parts plus buffers)."""
     per_unit = UNITS[unit_name(unit)]
     rows = []
     for label, layout, splits in AXIS_ROWS:
@@ -72,8 +72,21 @@ def stage_memories(run) -> dict:
             for stage in range(lay.pp)}
 
 
-def stage_bars(stages: dict, unit: str = "GB", *, title: str = "", capacity_bytes=None, capacity_label: str = ""):
-    """viz.stacked_bars_output of each stage's parts, its communication buffers one more segment.
+def stage_needs(run) -> dict:
+    """{"stage s (rank r)": bytes} what the card must hold for each stage's first tensor rank, as requirement()
+    judges the run: that rank's step peak (memmath.parallel.parallel_peak) where memmath models the run's peak,
+    else its sum of parts plus buffers. The largest is requirement(run).bytes."""
+    stages = stage_memories(run)
+    if not parallel.is_parallel(run):
+        return {name: mm.requirement(run).bytes for name in stages}
+    peak = not parallel.peak_why_not(run)
+    return {name: parallel.parallel_peak(run, one.rank)["total"] if peak else one.total for name, one in stages.items()}
+
+
+def stage_bars(stages: dict, unit: str = "GB", *, title: str = "", capacity_bytes=None, capacity_label: str = "",
+               needs: dict | None = None):
+    """viz.stacked_bars_output of each stage's parts, its communication buffers one more segment, and a black
+    tick at what the card must hold for it (needs: stage_needs(run); the sum of parts and buffers when None).
 
     The colour scale always names the buffers' segment, so that the spec stays the same whichever layout has
     buffers (a live chart then takes only new rows)."""
@@ -84,14 +97,18 @@ def stage_bars(stages: dict, unit: str = "GB", *, title: str = "", capacity_byte
              for name, one in stages.items() if one.buffer_bytes]
     if extra:
         frame = pd.concat([frame, pd.DataFrame(extra, columns=frame.columns)], ignore_index=True)
+    needs = {name: one.total for name, one in stages.items()} if needs is None else needs
     output = viz.stacked_bars_output(frame, unit, title=title, capacity_bytes=capacity_bytes,
-                                     capacity_label=capacity_label)
+                                     capacity_label=capacity_label, peaks=needs)
     spec = output.spec
     bars = spec["layer"][0] if "layer" in spec else spec
     color = bars["encoding"]["color"]
     color["scale"] = {"domain": [*color["scale"]["domain"], BUFFER_LABEL],
                       "range": [*color["scale"]["range"], BUFFER_COLOR]}
     color["sort"] = [*color["sort"], BUFFER_LABEL]
+    if needs and "layer" in spec:  # the ticks (stacked_bars_output draws them last): what each marks
+        for row in spec["layer"][-1]["data"]["values"]:
+            row["what"] = "what the card must hold for this stage"
     return viz.SpecOutput(spec)
 
 

@@ -295,8 +295,10 @@ def five_methods():
 
 def many_gpus_grid():
     """Lesson 11: Llama-3-70B, pure bf16 with AdamW, batch 1 x 2,048 tokens, for every tensor and pipeline degree
-    (1, 2, 4, 8; one data-parallel copy; 1F1B with as many micro-batches as stages): the parts of the GPU that
-    holds the most, beside an H100 80GB less its CUDA context."""
+    (1, 2, 4, 8; one data-parallel copy; 1F1B with as many micro-batches as stages): the parts of the GPU the
+    requirement judges (memmath.requirement: the one whose step peak is highest, where memmath models the peak),
+    what its peak adds above them, and a tick at what the card must hold, beside an H100 80GB less its CUDA
+    context. Where the peak is below the parts' sum the bar runs past the tick: not every part is alive at once."""
     from memmath import parallel
 
     degrees = (1, 2, 4, 8)
@@ -307,14 +309,19 @@ def many_gpus_grid():
         for pp in degrees:
             run = mm.Run("llama-3-70b", n_gpus=tp * pp, tp=tp, pp=pp, micro_batches=pp)
             need = mm.requirement(run)
-            one = parallel.worst_rank(run) if parallel.is_parallel(run) else None
+            if not parallel.is_parallel(run):
+                one = None
+            elif need.basis == "peak":  # the rank whose peak the card must hold
+                one = parallel.parallel_memory(run.replace(rank=need.memory.run.rank))
+            else:
+                one = parallel.worst_rank(run)
             parts = (one.memory if one else need.memory).parts()
             held = {"weights": parts["weights"], "gradients": parts["gradients"],
                     "optimizer_states": parts["optimizer_states"], "activations": parts["activations"]}
-            if one is None:  # one GPU: the card must hold the step's peak; what it adds above the parts, its own bar
-                held["peak"] = max(need.bytes - int(need.memory.total), 0)
-            else:
+            if one is not None:
                 held["buffers"] = one.buffer_bytes
+            if need.basis == "peak":  # what the step's peak adds above the parts (and buffers), its own segment
+                held["peak"] = max(need.bytes - int(need.memory.total) - (one.buffer_bytes if one else 0), 0)
             for order, (part, nbytes) in enumerate(held.items()):
                 if nbytes:
                     label = {"peak": "Step's peak adds", "buffers": "Communication buffers"}.get(
@@ -329,7 +336,7 @@ def many_gpus_grid():
 
     def draw(base):
         bars = base.mark_bar(size=28, yOffset=14).encode(
-            x=alt.X("sum(GB):Q", title="Memory of the GPU that holds the most (GB)"),
+            x=alt.X("sum(GB):Q", title="Memory of the GPU that needs the most (GB)"),
             y=alt.Y("gpus:O", title="GPUs (t x p)"),
             color=alt.Color("part:N", title="Part", scale=alt.Scale(domain=domain, range=palette), sort=domain),
             order=alt.Order("order:Q"),
@@ -340,7 +347,10 @@ def many_gpus_grid():
         total = base.transform_aggregate(total="max(total)", groupby=["gpus"]).transform_calculate(
             said="'the card must hold ' + format(datum.total, ',.2f') + ' GB'").mark_text(
             align="left", dy=-20, fontWeight="bold").encode(x=alt.value(2), y=alt.Y("gpus:O"), text="said:N")
-        return alt.layer(bars, line, total)
+        need = base.transform_aggregate(total="max(total)", groupby=["gpus"]).mark_tick(
+            color="black", thickness=3, size=34, yOffset=14).encode(
+            x="total:Q", y=alt.Y("gpus:O"), tooltip=[alt.Tooltip("total:Q", title="the card must hold (GB)")])
+        return alt.layer(bars, line, total, need)
 
     return viz.chart_output(bound_chart(
         grid, [Select("tp", "Tensor t", value=8), Select("pp", "Pipeline p", value=2)], draw,

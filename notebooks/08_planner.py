@@ -430,7 +430,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _split = run.tp * run.pp > 1
     from memmath import parallel as _parallel  # what a layout's degrees read as: "1 data x 8 tensor x 2 pipeline"
 
-    _per = (f"on the GPU that holds the most ({settings['n_gpus']} GPUs: {_parallel.layout(run).describe()})" if _split else
+    _per = (f"on the GPU that needs the most ({settings['n_gpus']} GPUs: {_parallel.layout(run).describe()})" if _split else
             f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU")
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"

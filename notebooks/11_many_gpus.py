@@ -24,7 +24,8 @@ def _(headline, mm, mo, viz):
     only when they split what a card holds. Copying the model onto 8 cards (data parallelism) leaves
     every copy as large; splitting each block's matrices over 8 cards and the layers over 2 stages
     (**{headline["plan"].layout.describe()}**, 16 GPUs) leaves
-    **{mm.format_bytes(headline["plan"].worst.total)}** on the GPU that holds the most, and it fits.
+    **{mm.format_bytes(headline["plan"].need.bytes)}** at the step's peak on the GPU that needs the most, and
+    it fits.
 
     This lesson shows what each way of splitting takes off a card and what it leaves, then lets you
     lay out a run yourself. {viz.lesson_link("08_planner", "Lesson 8")} plans one card;
@@ -85,9 +86,10 @@ def _(many_gpus, mm, mo, viz):
       values (ring attention); **expert parallelism** puts a mixture of experts' experts on different
       GPUs. Both are in the controls below.
     """), viz.plain_table(axis_frame, wrapped_columns=["takes off each GPU"]),
-        mo.md("The last numbers column is what the card must hold: the step's peak on one GPU or with plain "
-              "data parallelism (the most allocated at one moment), and the sum of the parts of the GPU that "
-              "holds the most once the model is split, plus its communication buffers.")])
+        mo.md("The last numbers column is what the card must hold: the step's peak (the most allocated at one "
+              "moment), of the GPU whose peak is highest once the model is split. Where memmath has no peak model "
+              "of a split (ZeRO beside it, context or expert parallelism) it is the sum of the parts of the GPU "
+              "that holds the most, plus its communication buffers.")])
     return (axis_frame,)
 
 
@@ -166,18 +168,22 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         _parallel = parallel.is_parallel(layout_run)
         _stages = many_gpus.stage_memories(layout_run)
         _label = f"{gpu.name} less the CUDA context ({mm.format_bytes(usable, unit)})"
+        _needs = many_gpus.stage_needs(layout_run)
         if _parallel:
             rank_chart.update(many_gpus.stage_bars(_stages, unit, title="One GPU of each pipeline stage",
-                                                   capacity_bytes=usable, capacity_label=_label))
+                                                   capacity_bytes=usable, capacity_label=_label, needs=_needs))
         else:  # one GPU, or data parallelism (ZeRO): the step's peak, as lesson 8 draws it
             rank_chart.update(requirement_view.bars_output({"each GPU": layout_need}, unit, title="Each GPU",
                                                            capacity_bytes=usable, capacity_label=_label))
         _fit = mm.check_fit(layout_need.bytes, gpu, margin=mm.FIT_MARGIN)
         _worst = parallel.worst_rank(layout_run) if _parallel else None
         _lay = parallel.layout(layout_run)
-        _where = (f"GPU {_worst.rank} (pipeline stage {_worst.coordinates['pp']}) holds the most: the sum of its "
-                  f"parts{' and buffers' if _worst.buffer_bytes else ''}" if _parallel
-                  else "each GPU holds the same; the card must hold the step's peak")
+        _needer = max(_needs, key=_needs.get)  # the stage whose GPU needs the most, as requirement() judges
+        _where = ((f"the GPU of {_needer} needs the most: its step's peak" if layout_need.basis == "peak" else
+                   f"the GPU of {_needer} holds the most: the sum of its parts"
+                   f"{' and buffers' if _worst.buffer_bytes else ''} ({layout_need.reason.split('; ')[-1]})")
+                  if _parallel else f"each GPU holds the same; the card must hold "
+                  f"{requirement_view.requirement_words(layout_need)}")
         _pipe = (f" The {schedule_dropdown.selected_key} schedule keeps {_worst.in_flight} of "
                  f"{layout_run.micro_batches} micro-batches' activations on that stage and idles "
                  f"{_worst.bubble:.0%} of the step, (p − 1) / (m + p − 1)." if _lay.pp > 1 else "")
@@ -210,8 +216,8 @@ def _(batch_slider, checkpointing_checkbox, gpu_dropdown, mo, model_dropdown, se
 
 
 @app.cell(hide_code=True)
-def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo, model_dropdown, seq_slider,
-      unit_radio):
+def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo, model_dropdown, requirement_view,
+      seq_slider, unit_radio):
     if not fewest_button.value:
         _shown = mo.md("Press the button to search.")
     else:
@@ -224,8 +230,9 @@ def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo,
         else:
             # Lines joined without indentation: markdown would read an indented block as code.
             _shown = mo.callout(mo.md("\n".join([
-                f"**{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}**. The GPU that holds the most "
-                f"keeps {mm.format_bytes(fewest_plan.worst.total, unit_radio.value)} of the "
+                f"**{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}**. The GPU that needs the most "
+                f"must hold {mm.format_bytes(fewest_plan.need.bytes, unit_radio.value)} "
+                f"({requirement_view.requirement_words(fewest_plan.need)}) of the "
                 f"{mm.format_bytes(fewest_plan.usable_bytes, unit_radio.value)} the card leaves "
                 f"({fewest_plan.tried} layouts tried). What each axis costs:", "",
                 *(f"- {line}" for line in fewest_plan.trade_offs)])), kind="success")
@@ -288,8 +295,8 @@ def _(mo):
       at every block, so it stays inside a node (t ≤ 8, NVLink).
     - Pipeline parallelism splits the layers; each stage keeps the activations of every micro-batch
       in flight, and (p − 1) / (m + p − 1) of the step idles.
-    - Plan for the GPU that holds the most: the first pipeline stage (embeddings, the most
-      micro-batches in flight) or the last (the head and the loss).
+    - Plan for the GPU that needs the most: the first pipeline stage (embeddings, the most
+      micro-batches in flight) or the last (the head, the loss and every micro-batch's logits).
     """), kind="success")
     return
 
@@ -317,8 +324,8 @@ def _(headline, mm, mo, parallel):
         mo.md("**3.** What is the fewest number of H100 80GB cards for Llama-3-70B full finetuning in pure bf16 "
               "with AdamW, batch 1 x 2,048 tokens, and how are they laid out?"),
         mo.accordion({"Answer": mo.md(
-            f"{_plan.layout.n_gpus} GPUs, {_plan.layout.describe()}: the GPU that holds the most keeps "
-            f"{mm.format_bytes(_plan.worst.total)} of {mm.format_bytes(_plan.usable_bytes)}. With tensor "
+            f"{_plan.layout.n_gpus} GPUs, {_plan.layout.describe()}: the GPU that needs the most must hold "
+            f"{mm.format_bytes(_plan.need.bytes)} at its step's peak, of {mm.format_bytes(_plan.usable_bytes)}. With tensor "
             "parallelism alone (8 GPUs) it is too much; `memmath train llama-3-70b --gpu \"H100 80GB\" "
             "--plan-layout` says the same.")}),
     ])

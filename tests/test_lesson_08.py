@@ -558,7 +558,7 @@ def test_a_split_model_is_judged_as_the_command_line_judges_it():
     assert defs["layout_refused"] is None and (defs["run"].tp, defs["run"].pp) == (2, 2)
     assert defs["requirement"].bytes == verdict["required_bytes"]
     page = lessons.plain_text(outputs)
-    assert f"{verdict['required_bytes'] / 1e9:,.2f} GB on the GPU that holds the most (4 GPUs: 1 data x 2 tensor x 2 " \
+    assert f"{verdict['required_bytes'] / 1e9:,.2f} GB on the GPU that needs the most (4 GPUs: 1 data x 2 tensor x 2 " \
            "pipeline)" in page
     assert ("It fits." in page) == verdict["fits"] == (status == 0)
 

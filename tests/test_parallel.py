@@ -110,27 +110,37 @@ def test_context_and_expert_activations_are_labelled_derived():
 
 
 # ---- the planner -------------------------------------------------------------------------------------------
-def test_llama_3_70b_full_finetuning_needs_eight_h100s():
-    # Pure bf16 with AdamW keeps 2 + 2 + 4 = 8 B per parameter: 70.55e9 x 8 = 564 GB, over 80 GB cards at
-    # least 564 / 80 > 7 of them before activations, so no layout of 4 or 6 can fit; the planner tries cluster
-    # sizes 1, 2, 3, 4, 6, 8, ... and a layout of 8 (tensor parallel within a node) fits with checkpointing.
+def test_llama_3_70b_full_finetuning_needs_sixteen_h100s():
+    # Pure bf16 with AdamW keeps 2 + 2 + 4 = 8 B per parameter, and at its optimizer step CUDA's foreach AdamW
+    # holds one more temporary as large as the parameters (2 B; torch/optim/adamw.py _multi_tensor_adamw's
+    # _foreach_sqrt over exp_avg_sq): 70.55e9 x 10 B = 705.5 GB. On 8 GPUs every layout without ZeRO keeps
+    # 705.5 / 8 = 88.2 GB on a rank, over an 80 GB card, so 8 cannot fit (nor 4 or 6). On 16, a data-parallel
+    # copy keeps the same 88.2 GB; tensor 8 x pipeline 2 keeps 705.5 / 16 = 44.1 GB plus its activations. The
+    # planner prefers the least pipeline, then the least tensor parallelism, so: 1 data x 8 tensor x 2 pipeline.
     from memmath.planner import plan_layout
 
     plan = plan_layout("llama-3-70b", "H100 80GB", seq_len=4096, checkpointing=True)
-    assert plan.fits and plan.layout.n_gpus == 8
-    assert plan.layout.dp * plan.layout.tp * plan.layout.pp == 8
+    assert plan.fits and plan.layout.n_gpus == 16
+    assert (plan.layout.dp, plan.layout.tp, plan.layout.pp) == (1, 8, 2)
     assert len(plan.trade_offs) == 3 and "NVLink" in plan.trade_offs[1]
-    assert plan.worst.total <= plan.usable_bytes
-    four = memmath.requirement("llama-3-70b", n_gpus=4, tp=4, seq_len=4096, checkpointing=True)
-    assert four.bytes > 80 * 10**9
+    assert plan.need.basis == "peak" and plan.need.bytes <= plan.usable_bytes
+    assert plan.need.bytes == memmath.requirement(plan.run).bytes  # one run, one answer
+    eight = memmath.requirement("llama-3-70b", n_gpus=8, tp=8, seq_len=4096, checkpointing=True)
+    assert eight.basis == "peak" and eight.peak.phase == "optimizer_step" and eight.bytes > 80 * 10**9
 
 
-def test_requirement_is_the_worst_rank_with_its_buffers():
+def test_requirement_is_the_highest_rank_peak_where_modelled_else_the_worst_rank_with_its_buffers():
     run = memmath.Run("llama-3-8b", n_gpus=4, pp=4, micro_batches=8, seq_len=2048)
     need = memmath.requirement(run)
-    worst = parallel.worst_rank(run)
+    assert need.basis == "peak"
+    assert need.bytes == max(parallel.parallel_peak(run, r)["total"] for r in range(4))
+    # ZeRO beside a pipeline has no peak model: the rank that holds the most, its parts and buffers
+    zero = run.replace(n_gpus=8, zero_stage=1)
+    need = memmath.requirement(zero)
+    worst = parallel.worst_rank(zero)
+    assert need.basis == "sum of parts" and "ZeRO" in need.reason
     assert need.bytes == int(worst.memory.total) + worst.buffer_bytes
-    assert need.bytes == max(parallel.parallel_memory(run.replace(rank=r)).total for r in range(4))
+    assert need.bytes == max(parallel.parallel_memory(zero.replace(rank=r)).total for r in range(8))
 
 
 def test_the_planner_keeps_a_parallel_runs_layout():
@@ -162,7 +172,9 @@ def test_command_line_plans_a_layout_and_refuses_bad_degrees():
                   "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["layout"]["n_gpus"] == 8 and len(data["trade_offs"]) == 3
+    assert data["layout"]["n_gpus"] == 16 and len(data["trade_offs"]) == 3  # as the API's plan (test above)
+    assert data["required"]["bytes"] == memmath.plan_layout("llama-3-70b", "H100 80GB", seq_len=4096,
+                                                            checkpointing=True).need.bytes
     bad = _cli("train", "llama-3-70b", "--gpus", "3", "--tp", "3")
     assert bad.returncode == 2 and "--tp" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -224,10 +236,6 @@ def test_loss_parallel_holds_one_more_vocabulary_piece():
     assert parallel.loss_parallel_extra(run.replace(tp=1, n_gpus=1)) == 0
 
 
-# One tensor + sequence parallel rank measures 6.1% above its estimate in step 1 (its steady step is within 5%).
-STEP_ONE_WIDER = {("llama-wide/bf16/adamw/full/sdpa/nodrop/nockpt/b2s64/tp-spx2", 0)}
-
-
 @pytest.mark.parametrize("case_id", IDS)
 def test_each_ranks_peak_within_5_percent(case_id):
     row = _row(case_id)
@@ -235,5 +243,4 @@ def test_each_ranks_peak_within_5_percent(case_id):
         for step, column in (("steady", "peak_step2_bytes_per_rank"), ("first", "peak_step1_bytes_per_rank")):
             predicted = predict_parallel_peak(row, rank, step)["total"]
             measured = row[column][rank]
-            limit = 0.07 if step == "first" and (case_id, rank) in STEP_ONE_WIDER else 0.05
-            assert abs(predicted - measured) <= limit * measured, (rank, step, predicted, measured)
+            assert abs(predicted - measured) <= 0.05 * measured, (rank, step, predicted, measured)

@@ -187,10 +187,13 @@ class _Saved:
 
     def pack(self, t):
         local = getattr(t, "_local_tensor", t)  # a DTensor's local shard
+        # a functional collective's result (AsyncCollectiveTensor, e.g. the all-reduced output of RowwiseParallel)
+        # has no storage of its own: its tensor is .elem (torch/distributed/_functional_collectives.py)
+        local = getattr(local, "elem", local)
         try:
             storage = local.untyped_storage()
             ptr = storage.data_ptr()
-        except RuntimeError:  # a tensor subclass without storage of its own: its shard is counted where saved
+        except RuntimeError:  # another tensor subclass without storage: counted, and recorded as unreadable
             self.unreadable += 1
             return t
         if ptr not in self.skip and storage.nbytes():
@@ -389,6 +392,7 @@ def _worker(rank, case: ParallelCase, port, out_dir):
         result = {"rank": rank, "param_bytes": _storage_bytes(params), "grad_bytes": grad_bytes,
                   "optimizer_state_bytes": sum(states.values()), "trainable_tensors": len(params),
                   "saved_bytes": saved.total, "saved_per_micro_batch_bytes": saved_per_micro_batch,
+                  "saved_unreadable_tensors": probe.unreadable,
                   "resident_before_bytes": resident,
                   "total_params": sum(_local(p).numel() for p in params)}
         for k in (1, 2):
