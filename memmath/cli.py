@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ep", type=_whole(1), metavar="E", help="expert-parallel degree: routed experts split (default 1)")
     s.add_argument("--sequence-parallel", action="store_true", default=None,
                    help="with --tp: norms and dropout on seq / tp tokens")
-    s.add_argument("--pp-schedule", type=_choice(("1f1b", "gpipe")), metavar="S",
+    s.add_argument("--pp-schedule", type=str, metavar="S",
                    help="pipeline schedule: 1f1b (default) or gpipe")
     s.add_argument("--micro-batches", type=_whole(1), metavar="M", help="micro-batches per pipeline step (with --pp)")
     s.add_argument("--padded", action="store_true", default=None,

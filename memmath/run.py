@@ -106,6 +106,10 @@ class Run:
         for degree in DEGREES:
             values[degree] = validate.count(degree, getattr(self, degree), high=validate.MAX_GPUS, scalar=True)
         values["sequence_parallel"] = validate.flag("sequence_parallel", self.sequence_parallel)
+        if isinstance(self.pp_schedule, str) and self.pp_schedule.lower().replace("-", "").startswith("interleaved"):
+            raise validate.FieldError("pp_schedule", f"pp_schedule must be one of {', '.join(SCHEDULES)}; the interleaved "
+                                      "1F1B schedule (virtual stages per GPU) is not modelled yet; got "
+                                      f"{self.pp_schedule!r}")
         values["pp_schedule"] = validate.choice("pp_schedule", self.pp_schedule, SCHEDULES)
         values["micro_batches"] = validate.count("micro_batches", self.micro_batches, high=validate.MAX_BATCH, scalar=True)
         values["padded"] = validate.flag("padded", self.padded)

@@ -94,6 +94,7 @@ def test_1f1b_holds_fewer_activations_than_gpipe():
     (dict(n_gpus=2, tp=2, zero_stage=3, sharding="fsdp2"), "sharding"),
     (dict(n_gpus=2, cp=2, seq_len=1001), "cp"),
     (dict(pp_schedule="zero-bubble"), "pp_schedule"),
+    (dict(pp_schedule="interleaved-1f1b"), "pp_schedule"),  # refused by name: virtual stages are not modelled
 ])
 def test_degrees_that_do_not_fit_are_refused_by_name(settings, field):
     with pytest.raises(FieldError) as error:
