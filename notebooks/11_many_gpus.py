@@ -123,7 +123,8 @@ def _(live_only_notice, mm, mo):
     Pick the degrees: the run uses d x t x p x c GPUs. Expert parallelism splits a mixture of
     experts' experts over e of the d x c data-parallel GPUs, so e must divide d x c. ZeRO shards
     on the data axis. The chart shows one GPU of each pipeline stage (the one with the most), against
-    the card less its CUDA context.
+    the card less its CUDA context: its parts as bars, and a black tick at what the card must hold for
+    it (its step's peak, which a bar of parts may pass: not every part is alive at once).
     """), live_only_notice(),
         mo.hstack([model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
         mo.hstack([tp_dropdown, pp_dropdown, dp_slider, cp_dropdown, ep_dropdown], justify="start", gap=1.5),
