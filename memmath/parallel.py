@@ -51,7 +51,7 @@ from . import validate
 from .notes import Note
 
 
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
 DEGREES = ("tp", "pp", "cp", "ep")
 # The tensors torch's ColwiseParallel / RowwiseParallel split (by the end of their names), and how.
 _COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj", "gate_up_proj", "query_key_value",
@@ -113,6 +113,23 @@ def check(values: dict, shape, method) -> None:
     if values["sequence_parallel"] and tp < 2:
         raise validate.FieldError("sequence_parallel", "sequence_parallel splits along the sequence what tensor "
                                   "parallelism keeps whole (norms, dropout): it needs tp of 2 or more")
+    v = values.get("virtual_stages", 1)
+    if values["pp_schedule"] == "interleaved":
+        if pp < 2:
+            raise validate.FieldError("pp", "pp_schedule='interleaved' runs several stages on each of pp >= 2 GPUs")
+        if v < 2:
+            raise validate.FieldError("virtual_stages", f"virtual_stages ({v}) must be 2 or more with "
+                                      "pp_schedule='interleaved': the stages each GPU runs")
+        if shape.n_layers % (pp * v):
+            raise validate.FieldError("virtual_stages", f"pp x virtual_stages = {pp} x {v} must divide the model's "
+                                      f"{shape.n_layers:,} blocks: each of the pp x v stages holds as many")
+        m = values["micro_batches"]
+        rounds = max(1, m // pp)
+        if m % rounds:  # torch's ScheduleInterleaved1F1B: "a multiple of the number of rounds"
+            raise validate.FieldError("micro_batches", f"micro_batches ({m}) must be a multiple of max(1, m // pp) = "
+                                      f"{rounds} for torch's interleaved 1F1B")
+    elif v > 1:
+        raise validate.FieldError("virtual_stages", f"virtual_stages ({v}) > 1 needs pp_schedule='interleaved'")
     if values["micro_batches"] > 1 and pp < 2:
         raise validate.FieldError("micro_batches", f"micro_batches ({values['micro_batches']}) splits a pipeline "
                                   "step: it needs pp of 2 or more (1 for a run without pipeline parallelism)")
@@ -221,12 +238,19 @@ def _whole(name: str) -> bool:
 
 def rank_tensors(run, rank: int | None = None) -> list[tuple]:
     """(name, local dims, expert tensor?) of every parameter tensor `rank` holds, in parameters() order."""
+    return [t[:3] for t in _rank_tensors(run, rank)]
+
+
+def _rank_tensors(run, rank: int | None = None) -> list[tuple]:
+    """rank_tensors with each tensor's chunk: (name, local dims, expert tensor?, chunk). A GPU runs pipeline stages
+    chunk x pp + its pipeline coordinate, chunk 0 to virtual_stages - 1 (one chunk but for interleaved 1F1B)."""
     from .sharding import torch_tensors
 
     shape, lay = run.model, layout(run)
     rank = run.rank if rank is None else rank
     at = lay.coordinates(rank)
-    per_stage = shape.n_layers // lay.pp
+    v = run.virtual_stages
+    per_stage = shape.n_layers // (lay.pp * v)
     stage, last = at["pp"], lay.pp - 1
     tensors = torch_tensors(shape)
     groups = {g: [t.name for t in shape.tensors(g)] for g in ("embeddings", "final_norm", "head")}
@@ -238,18 +262,19 @@ def rank_tensors(run, rank: int | None = None) -> list[tuple]:
             where = "first"
         elif index < n_embed + n_layer * shape.n_layers:
             block = (index - n_embed) // n_layer
-            where = "block" if block // per_stage == stage else None
+            where = "block" if (block // per_stage) % lay.pp == stage else None
         else:
             where = "last"
         if where == "first" and stage != 0 or where == "last" and stage != last or where is None:
             continue
+        chunk = 0 if where == "first" else v - 1 if where == "last" else block // per_stage // lay.pp
         local, expert = _split(name, dims, shape.family, lay, at)
-        out.append((name, local, expert))
+        out.append((name, local, expert, chunk))
     if shape.tied_embeddings and lay.pp > 1 and stage == last:
         # Megatron-LM keeps the tied word embedding on the last stage too (its gradient all-reduced with the first's).
         name, dims = tensors[0]
         local, expert = _split(name, dims, shape.family, lay, at)
-        out.append((name + " (tied copy on the last stage)", local, expert))
+        out.append((name + " (tied copy on the last stage)", local, expert, v - 1))
     return out
 
 
@@ -323,10 +348,12 @@ def in_flight(schedule: str, pp: int, micro_batches: int, stage: int) -> int:
     return micro_batches if schedule == "gpipe" else min(micro_batches, pp - stage)
 
 
-def bubble(schedule: str, pp: int, micro_batches: int) -> float:
+def bubble(schedule: str, pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
     """The pipeline's idle fraction (pp - 1) / (m + pp - 1), for GPipe (Huang et al. 2019) and 1F1B alike
-    (Narayanan et al. 2021: 1F1B keeps GPipe's bubble and holds fewer micro-batches)."""
-    return (pp - 1) / (micro_batches + pp - 1)
+    (Narayanan et al. 2021: 1F1B keeps GPipe's bubble and holds fewer micro-batches); interleaved 1F1B over v
+    stages per GPU shrinks the bubble's time v-fold (Narayanan et al. 2021, section 2.2): (pp - 1) / (v m + pp - 1)."""
+    v = virtual_stages if schedule == "interleaved" else 1
+    return (pp - 1) / (v * micro_batches + pp - 1)
 
 
 def exact_applies(run) -> str:
@@ -370,23 +397,97 @@ def _sp_share(terms, tp: int) -> int:
     return norm - validate.ceil_div(norm, tp)
 
 
-def stage_activations(run, rank: int | None = None) -> dict:
-    """One rank's activations: {"total", "per_micro_batch", "in_flight", "exact", "notes", "parts", "local_run"}.
+def rank_chunks(run, rank: int | None = None) -> list[dict]:
+    """The pipeline stages one GPU runs, as {"chunk", "stage", "first", "last", "layers"}: one (its pipeline
+    coordinate) but for interleaved 1F1B, where chunk c is stage c x pp + the coordinate of pp x v stages."""
+    lay = layout(run)
+    at = lay.coordinates(run.rank if rank is None else rank)
+    v = run.virtual_stages
+    stages = lay.pp * v
+    return [{"chunk": c, "stage": c * lay.pp + at["pp"], "first": c * lay.pp + at["pp"] == 0,
+             "last": c * lay.pp + at["pp"] == stages - 1, "layers": run.model.n_layers // stages} for c in range(v)]
 
-    exact: the exact trace of the rank's local model (see the module doc); else derived from Korthikanti et al."""
+
+def rank_order(run, rank: int | None = None) -> list[tuple]:
+    """The GPU's actions in order, ("F" or "B", micro-batch, chunk): schedule_order's for GPipe and 1F1B (chunk 0),
+    interleaved_order's for interleaved 1F1B."""
+    lay = layout(run)
+    at = lay.coordinates(run.rank if rank is None else rank)
+    if run.pp_schedule == "interleaved" and lay.pp > 1:
+        return interleaved_order(lay.pp, run.virtual_stages, run.micro_batches, at["pp"])
+    return [(kind, i, 0) for kind, i in schedule_order(run.pp_schedule, lay.pp, run.micro_batches, at["pp"])]
+
+
+def interleaved_order(pp: int, virtual_stages: int, micro_batches: int, rank: int) -> list[tuple]:
+    """ScheduleInterleaved1F1B's actions on pipeline rank `rank`, ("F" or "B", micro-batch, chunk), as torch 2.13
+    computes them (schedules.py _get_warmup_ops and _get_1f1b_rank_ops, without the idle slots): (v - 1) x m/r
+    + 2 (pp - 1 - rank) warm-up forwards (r = max(1, m // pp) rounds of m/r micro-batches), then a forward and a
+    backward by turns, then the remaining backwards; forward k runs chunk (k // (m/r)) % v, backward k after the
+    warm-up chunk v - 1 - ((k - warm-up) // (m/r)) % v."""
+    v, m = virtual_stages, micro_batches
+    per_round = m // max(1, m // pp)
+    total = v * m
+    warm = min((v - 1) * per_round + 2 * (pp - 1 - rank), total)
+    forward_chunk = lambda step: (step // per_round) % v  # noqa: E731
+    backward_chunk = lambda step: v - 1 - ((step - warm) // per_round) % v  # noqa: E731
+    done_f, done_b, order = [0] * v, [0] * v, []
+    for op in range(total + warm):
+        if op < total:
+            c = forward_chunk(op)
+            order.append(("F", done_f[c], c))
+            done_f[c] += 1
+        if op >= warm:
+            c = backward_chunk(op)
+            order.append(("B", done_b[c], c))
+            done_b[c] += 1
+    return order
+
+
+def _chunk_activations(run, rank, chunk: dict, parts, est, tp: int) -> tuple:
+    """(bytes one micro-batch keeps on this chunk, sequence parallelism's cut of them), from the traced parts."""
+    first, last, layers = chunk["first"], chunk["last"], chunk["layers"]
+    first_block = est.first_layer if est.first_layer is not None else est.per_layer
+    blocks = est.per_layer * layers + ((first_block - est.per_layer) if first else 0)
+    outside = (parts.embeddings if first else 0) + parts.tables + ((parts.head + parts.loss) if last else 0)
+    cut = 0
+    if run.sequence_parallel:
+        cut = _sp_share([t for t in est.terms if t[0] == "each block"], tp) * layers + (
+            _sp_share([t for t in est.terms if t[0] == "outside"], tp) if last else 0)
+    return blocks + outside - cut, cut
+
+
+def _most_alive(order, per_chunk: list) -> tuple:
+    """Replaying `order`: (the most bytes of saved activations alive at once, the most micro-batch chunks alive)."""
+    alive, most, count, most_count = 0, 0, 0, 0
+    for kind, _, c in order:
+        if kind == "F":
+            alive, count = alive + per_chunk[c], count + 1
+            most, most_count = max(most, alive), max(most_count, count)
+        else:
+            alive, count = alive - per_chunk[c], count - 1
+    return most, most_count
+
+
+def stage_activations(run, rank: int | None = None) -> dict:
+    """One rank's activations: {"total", "per_micro_batch", "in_flight", "exact", "notes", "parts", "local_run",
+    "chunks", "per_chunk", "sequence_parallel_cut"}.
+
+    per_micro_batch: what one micro-batch keeps on every stage the GPU runs (one but for interleaved 1F1B);
+    per_chunk: the same per stage; total: the most alive at once as the schedule runs (rank_order); in_flight: the
+    most micro-batches (micro-batch stages, interleaved) alive at once. exact: the exact trace of the rank's local
+    model (see the module doc); else derived from Korthikanti et al."""
     from .run import Run
 
     lay = layout(run)
     rank = run.rank if rank is None else rank
-    at = lay.coordinates(rank)
-    stage, per_stage = at["pp"], run.model.n_layers // lay.pp
-    flight = in_flight(run.pp_schedule, lay.pp, run.micro_batches, stage)
-    first, last = stage == 0, stage == lay.pp - 1
+    chunks = rank_chunks(run, rank)
+    order = rank_order(run, rank)
     why = exact_applies(run)
     notes = []
     if run.seq_len is None:
+        flight = _most_alive(order, [0] * len(chunks))[1] if lay.pp > 1 else 1
         return {"total": 0, "per_micro_batch": 0, "in_flight": flight, "exact": False, "notes": notes, "parts": None,
-                "local_run": None}
+                "local_run": None, "chunks": chunks, "per_chunk": [0] * len(chunks), "sequence_parallel_cut": 0}
     if not why:
         local = Run(local_shape(run, rank), precision=run.precision, optimizer=run.optimizer, batch_size=run.batch_size,
                     seq_len=run.seq_len, checkpointing=run.checkpointing, attention=run.attention, dropout=run.dropout,
@@ -394,25 +495,18 @@ def stage_activations(run, rank: int | None = None) -> dict:
         from .training import step_parts
 
         _, parts = step_parts(local)
-        est = parts.estimate
-        first_block = est.first_layer if est.first_layer is not None else est.per_layer
-        blocks = est.per_layer * per_stage + ((first_block - est.per_layer) if first else 0)
-        outside = (parts.embeddings if first else 0) + parts.tables + ((parts.head + parts.loss) if last else 0)
-        one = blocks + outside
+        pieces = [_chunk_activations(run, rank, chunk, parts, parts.estimate, lay.tp) for chunk in chunks]
+        per_chunk, cut = [one for one, _ in pieces], sum(c for _, c in pieces)
+    else:
+        notes.append(Note("parallel_activations_derived",
+                          f"activations per rank derived from Korthikanti et al. 2022 (tensor {lay.tp}, sequence "
+                          f"parallel {'on' if run.sequence_parallel else 'off'}, context {lay.cp}), not traced: {why}"))
+        parts = local = None
+        per_chunk = [derived_stage_bytes(run, first=c["first"], last=c["last"], layers=c["layers"]) for c in chunks]
         cut = 0
-        if run.sequence_parallel:
-            sp_terms = [t for t in est.terms if t[0] == "each block" or (last and t[0] == "outside")]
-            cut = _sp_share([t for t in sp_terms if t[0] == "each block"], lay.tp) * per_stage + (
-                _sp_share([t for t in sp_terms if t[0] == "outside"], lay.tp) if last else 0)
-            one -= cut
-        return {"total": one * flight, "per_micro_batch": one, "in_flight": flight, "exact": True, "notes": notes,
-                "parts": parts, "local_run": local, "sequence_parallel_cut": cut}
-    notes.append(Note("parallel_activations_derived",
-                      f"activations per rank derived from Korthikanti et al. 2022 (tensor {lay.tp}, sequence parallel "
-                      f"{'on' if run.sequence_parallel else 'off'}, context {lay.cp}), not traced: {why}"))
-    one = derived_stage_bytes(run, first=first, last=last, layers=per_stage)
-    return {"total": one * flight, "per_micro_batch": one, "in_flight": flight, "exact": False, "notes": notes,
-            "parts": None, "local_run": None}
+    total, flight = _most_alive(order, per_chunk) if lay.pp > 1 else (per_chunk[0], 1)
+    return {"total": total, "per_micro_batch": sum(per_chunk), "in_flight": flight, "exact": not why, "notes": notes,
+            "parts": parts, "local_run": local, "chunks": chunks, "per_chunk": per_chunk, "sequence_parallel_cut": cut}
 
 
 def korthikanti_parallel_per_layer(*, seq_len, batch_size, hidden_size, n_heads, tp=1, sequence_parallel=False,
@@ -476,9 +570,16 @@ def rank_step_parts(run, notes: list, single_estimate) -> tuple:
                      f"{at['tp']}, pipeline stage {at['pp']}" + (f", context rank {at['cp']}" if lay.cp > 1 else "")
                      + (f", expert rank {at['ep']}" if lay.ep > 1 else "") + " (memmath/parallel.py)"))
     if lay.pp > 1:
-        kept.append(Note("pipeline_in_flight", f"{run.pp_schedule}: this stage keeps {acts['in_flight']} of "
-                         f"{run.micro_batches} micro-batches' activations at once; the bubble idles "
-                         f"{bubble(run.pp_schedule, lay.pp, run.micro_batches):.0%} of the step"))
+        idle = bubble(run.pp_schedule, lay.pp, run.micro_batches, run.virtual_stages)
+        if run.pp_schedule == "interleaved":
+            kept.append(Note("pipeline_in_flight", f"interleaved 1F1B, {run.virtual_stages} stages per GPU: this GPU "
+                             f"keeps at most {acts['in_flight']} micro-batch stages' activations at once (of "
+                             f"{run.micro_batches} micro-batches x {run.virtual_stages} stages); the bubble idles "
+                             f"{idle:.0%} of the step"))
+        else:
+            kept.append(Note("pipeline_in_flight", f"{run.pp_schedule}: this stage keeps {acts['in_flight']} of "
+                             f"{run.micro_batches} micro-batches' activations at once; the bubble idles "
+                             f"{idle:.0%} of the step"))
     if run.zero_stage and lay.dp * lay.cp == 1:
         kept.append(Note("zero_on_one_gpu", f"ZeRO stage {run.zero_stage} with one data-parallel rank shards nothing"))
     if lay.dp > 1 and not run.zero_stage:
@@ -513,10 +614,12 @@ def buffers(run, rank: int | None = None) -> dict:
         # torch.distributed.pipelining's PipelineStage makes one receive buffer per micro-batch and keeps them across
         # steps (stage.py _prepare_forward_infra): a stage after the first receives each micro-batch's hidden states,
         # a stage before the last each micro-batch's gradient of its output.
-        if at["pp"] > 0:
-            out["pipeline activation receive buffers"] = run.micro_batches * hidden
-        if at["pp"] < lay.pp - 1:
-            out["pipeline gradient receive buffers"] = run.micro_batches * hidden
+        # (each stage it runs: interleaved 1F1B runs several)
+        chunks = rank_chunks(run, rank)
+        if any(not c["first"] for c in chunks):
+            out["pipeline activation receive buffers"] = sum(not c["first"] for c in chunks) * run.micro_batches * hidden
+        if any(not c["last"] for c in chunks):
+            out["pipeline gradient receive buffers"] = sum(not c["last"] for c in chunks) * run.micro_batches * hidden
     if lay.tp > 1 and run.sequence_parallel:  # the all-gathered block input, the size of the whole sequence
         out["sequence-parallel all-gather"] = e * s * b * h
     if lay.cp > 1:  # ring attention: the key/value chunk being received while the current one is used
@@ -659,12 +762,12 @@ def schedule_order(schedule: str, pp: int, micro_batches: int, stage: int) -> li
     return order + [("B", i) for i in range(backward, m)]
 
 
-def _stage_terms(run, rank, acts) -> dict:
-    """What one micro-batch adds on a stage, for _schedule_phases: saved (A), the head's and loss's share of it,
-    the last block at its fullest, the loss forward and backward, the block's backward working set."""
+def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
+    """What one micro-batch adds on one stage the GPU runs (chunk), for _schedule_phases: saved (A), the head's and
+    loss's share of it, the last block at its fullest, the loss forward and backward, the block's backward working
+    set."""
     shape, lay = run.model, layout(run)
-    at = lay.coordinates(rank)
-    first, last = at["pp"] == 0, at["pp"] == lay.pp - 1
+    first, last = acts["chunks"][chunk]["first"], acts["chunks"][chunk]["last"]
     e = run.recipe.activation_bits // 8
     t = (run.seq_len or 0) // lay.cp * run.batch_size
     h = shape.hidden_size
@@ -674,13 +777,13 @@ def _stage_terms(run, rank, acts) -> dict:
     parts = acts["parts"]
     if acts["exact"]:
         est = parts.estimate
-        saved = acts["per_micro_batch"] - (parts.embeddings_batch if first else 0)  # the token ids are resident
+        saved = acts["per_chunk"][chunk] - (parts.embeddings_batch if first else 0)  # the token ids are resident
         head = (parts.head + parts.loss) if last else 0
         block = saved - head - est.per_layer + parts.block_live
         loss_forward = saved - head + parts.head_live
         recompute = parts.recompute_live
     else:
-        saved = acts["per_micro_batch"]
+        saved = acts["per_chunk"][chunk]
         head = (2 * e * t * h // sp + e * t * h + validate.ceil_div(8 * t * (shape.vocab_size or 0), lay.tp)) if last \
             else 0
         block = saved - head + 2 * t * inner * e  # the MLP's wide temporaries of the block running forward
@@ -693,7 +796,7 @@ def _stage_terms(run, rank, acts) -> dict:
         # an fp32 stage's first RMSNorm saves its input as it is (.to(float32) copies nothing): the receive buffer,
         # which buffers() counts already
         saved, block, loss_forward = saved - e * t * h, block - e * t * h, loss_forward - e * t * h
-    loss = loss_parallel_extra(run, rank)
+    loss = loss_parallel_extra(run, rank) if last else 0
     return {"saved": saved, "head": head, "block": block, "loss_forward": loss_forward + loss,
             "loss_backward": saved + 8 * t * vocab + loss,  # two fp32 gradients over the vocabulary (piece)
             "work": t * h * e + 2 * t * inner * e,  # the gradient arriving at a block and two MLP-wide gradients
@@ -724,8 +827,9 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
     parallel.py's pipeline runs were recorded (by profiler traces of two of them), so those runs are not held
     out for them; the replay itself follows the schedules' source."""
     lay = layout(run)
-    terms = _stage_terms(run, rank, acts)
-    first, last, pipeline = terms["first"], terms["last"], lay.pp > 1
+    chunks = acts["chunks"]
+    terms = [_stage_terms(run, rank, acts, c) for c in range(len(chunks))]
+    first, last, pipeline = chunks[0]["first"], chunks[-1]["last"], lay.pp > 1
     shape = run.model
     e = run.recipe.activation_bits // 8
     t = (run.seq_len or 0) // lay.cp * run.batch_size
@@ -738,37 +842,54 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
     head_names = {t.name for g in ("final_norm", "head") for t in shape.tensors(g)}
     head_grads = sum(validate.ceil_div(_numel(dims) * run.recipe.grad_bits, 8)
                      for name, dims, _ in rank_tensors(run, rank) if name in head_names) if last else 0
-    a, out = terms["saved"], (terms["hidden"] if pipeline and not last else 0)
-    logits = terms["logits"] if pipeline and last else 0
-    input_grad = terms["hidden"] if pipeline and not first else 0
-    saved = outputs = backwards = 0
+    v = len(chunks)
+    if v == 1:
+        chunk_grads = [grads]
+    else:  # each stage's gradients exist from its own first backward on (interleaved 1F1B)
+        chunk_grads = [0] * v
+        for name, dims, _, c in _rank_tensors(run, rank):
+            chunk_grads[c] += validate.ceil_div(_numel(dims) * run.recipe.grad_bits, 8)
+        chunk_grads[0] += grads - sum(chunk_grads)  # the embedding's whole-vocabulary gradient (tp > 1)
+    a = [tm["saved"] for tm in terms]
+    out = [tm["hidden"] if pipeline and not tm["last"] else 0 for tm in terms]
+    logits = terms[-1]["logits"] if pipeline and last else 0
+    input_grad = terms[0]["hidden"] if pipeline and not all(c["first"] for c in chunks) else 0
+    saved, outputs, backwards, grads_made = [0] * v, 0, 0, [False] * v
     moments = []
-    which = (lambda i: f" of micro-batch {i + 1} of {m}") if m > 1 else (lambda i: "")
-    for kind, i in schedule_order(run.pp_schedule, lay.pp, m, lay.coordinates(rank)["pp"]):
+    where = (lambda c: f" on its stage {chunks[c]['stage']}") if v > 1 else (lambda c: "")
+    which = (lambda i, c: f" of micro-batch {i + 1} of {m}{where(c)}") if m > 1 or v > 1 else (lambda i, c: "")
+    for kind, i, c in rank_order(run, rank):
+        made = sum(g for g, done in zip(chunk_grads, grads_made) if done)
+        kept_saved = sum(n * (a[k] + out[k]) for k, n in enumerate(saved))
         base = resident + kept + outputs * logits
+        tm = terms[c]
         if kind == "F":
-            held = base + (grads if backwards else 0)
-            moments.append(("forward", f"forward{which(i)}, in the stage's last block at its fullest, {saved} other "
-                            "micro-batches' tensors kept", held + saved * (a + out) + terms["block"]))
-            if last:
-                moments.append(("forward", f"forward{which(i)}, at the loss: the logits and their fp32 copy",
-                                held + saved * a + terms["loss_forward"]))
-            saved, outputs = saved + 1, outputs + int(bool(logits))
+            held = base + made
+            moments.append(("forward", f"forward{which(i, c)}, in the stage's last block at its fullest, "
+                            f"{sum(saved)} other micro-batches' tensors kept", held + kept_saved + tm["block"]))
+            if tm["last"]:
+                moments.append(("forward", f"forward{which(i, c)}, at the loss: the logits and their fp32 copy",
+                                held + kept_saved - saved[c] * out[c] + tm["loss_forward"]))
+            saved[c] += 1
+            outputs += int(bool(logits) and tm["last"])
             continue
-        others = (saved - 1) * (a + out)
+        others = kept_saved - (a[c] + out[c])
         base = resident + kept + outputs * logits + (input_grad if backwards else 0)  # the previous one's, being sent
-        if last:
-            moments.append(("backward", f"backward{which(i)}, at the loss: two fp32 gradients over the vocabulary",
-                            base + others + terms["loss_backward"] + (grads if backwards else 0)))
-        moments.append(("backward", f"backward{which(i)}, entering the stage's last block with its working set",
-                        base + others + a - terms["head"] + out + terms["work"] + (grads if backwards else head_grads)))
+        head = made if grads_made[c] else made + (head_grads if tm["last"] else 0)
+        if tm["last"]:
+            moments.append(("backward", f"backward{which(i, c)}, at the loss: two fp32 gradients over the vocabulary",
+                            base + others + tm["loss_backward"] + made))
+        moments.append(("backward", f"backward{which(i, c)}, entering the stage's last block with its working set",
+                        base + others + a[c] - tm["head"] + out[c] + tm["work"] + head))
         if run.checkpointing:  # as peak.py's "recomputing the last block", over this stage's kept block inputs
-            moments.append(("backward", f"backward{which(i)}, recomputing the stage's last block",
-                            base + others + a - terms["head"] + out + terms["hidden"] + terms["recompute"]
-                            + (grads if backwards else head_grads)))
-        moments.append(("backward", f"backward{which(i)}, leaving the stage: every gradient",
-                        base + others + grads + input_grad))
-        saved, backwards = saved - 1, backwards + 1
+            moments.append(("backward", f"backward{which(i, c)}, recomputing the stage's last block",
+                            base + others + a[c] - tm["head"] + out[c] + tm["hidden"] + tm["recompute"] + head))
+        grads_made[c] = True
+        made = sum(g for g, done in zip(chunk_grads, grads_made) if done)
+        moments.append(("backward", f"backward{which(i, c)}, leaving the stage: every gradient so far",
+                        base + others + made + (input_grad if not chunks[c]["first"] else 0)))
+        saved[c] -= 1
+        backwards += 1
     after = resident + outputs * logits  # held to the next step's start
     if logits:  # _merge_outputs: every micro-batch's logits and their concatenation, with every gradient
         moments.append(("backward", "the step's end: every micro-batch's logits concatenated (return_outputs)",
@@ -828,7 +949,7 @@ def parallel_memory(model, **settings) -> ParallelMemory:
     return ParallelMemory(memory=memory, buffers=buffers(run), rank=run.rank, coordinates=lay.coordinates(run.rank),
                           layout=lay, in_flight=acts["in_flight"] if acts else 1,
                           activations_exact=bool(acts and acts["exact"]),
-                          bubble=bubble(run.pp_schedule, lay.pp, run.micro_batches))
+                          bubble=bubble(run.pp_schedule, lay.pp, run.micro_batches, run.virtual_stages))
 
 
 def representative_ranks(run) -> list[int]:
@@ -956,6 +1077,7 @@ def _trade_offs(lay: Layout, run) -> tuple:
         degree = getattr(lay, axis)
         text = TRADE_OFFS[axis]
         if axis == "pp" and degree > 1:
-            text += f": here {bubble(run.pp_schedule, degree, run.micro_batches):.0%} with m = {run.micro_batches}"
+            text += (f": here {bubble(run.pp_schedule, degree, run.micro_batches, run.virtual_stages):.0%} with "
+                     f"m = {run.micro_batches}")
         lines.append(f"{axis} = {degree}: {text}")
     return tuple(lines)

@@ -67,8 +67,9 @@ class Run:
     cp: int = 1  # context parallelism: the sequence split across cp GPUs (ring attention)
     ep: int = 1  # expert parallelism: a mixture of experts' routed experts split across ep GPUs
     sequence_parallel: bool = False  # with tp: norms and dropout on seq_len / tp tokens (Korthikanti et al. 2022)
-    pp_schedule: str = "1f1b"  # "1f1b" (Megatron-LM's default, fewest micro-batches in flight) or "gpipe"
+    pp_schedule: str = "1f1b"  # "1f1b" (Megatron-LM's default), "gpipe", or "interleaved" (interleaved 1F1B)
     micro_batches: int = 1  # micro-batches of batch_size per pipeline step (m; pp >= 2 only)
+    virtual_stages: int = 1  # interleaved 1F1B: stages per GPU (v >= 2), the blocks cut into pp x v stages
     # A right-padded batch (sequences of different lengths): its attention mask has zeros, so transformers gives
     # every attention call a mask tensor (masking_utils.py), and under SDPA k and v lose grouped-query sharing.
     padded: bool = False
@@ -106,12 +107,10 @@ class Run:
         for degree in DEGREES:
             values[degree] = validate.count(degree, getattr(self, degree), high=validate.MAX_GPUS, scalar=True)
         values["sequence_parallel"] = validate.flag("sequence_parallel", self.sequence_parallel)
-        if isinstance(self.pp_schedule, str) and self.pp_schedule.lower().replace("-", "").startswith("interleaved"):
-            raise validate.FieldError("pp_schedule", f"pp_schedule must be one of {', '.join(SCHEDULES)}; the interleaved "
-                                      "1F1B schedule (virtual stages per GPU) is not modelled yet; got "
-                                      f"{self.pp_schedule!r}")
         values["pp_schedule"] = validate.choice("pp_schedule", self.pp_schedule, SCHEDULES)
         values["micro_batches"] = validate.count("micro_batches", self.micro_batches, high=validate.MAX_BATCH, scalar=True)
+        values["virtual_stages"] = validate.count("virtual_stages", self.virtual_stages, high=validate.MAX_GPUS,
+                                                  scalar=True)
         values["padded"] = validate.flag("padded", self.padded)
         values["packed"] = validate.flag("packed", self.packed)
         if values["padded"] and values["packed"]:

@@ -54,6 +54,8 @@ SHAPES = {
     "llama-mha4": dict(measure.SHAPES["llama-mha"], n_layers=4),
     # Recorded after memmath's pipeline peak model was written (round 2): grouped-query attention over 4 blocks.
     "llama-gqa4": dict(measure.SHAPES["llama-gqa"], n_layers=4),
+    # Round 4 (interleaved 1F1B): 8 blocks, for 2 GPUs x 4 stages and 4 GPUs x 2 stages.
+    "llama-gqa8": dict(measure.SHAPES["llama-gqa"], n_layers=8),
 }
 
 
@@ -75,6 +77,7 @@ class ParallelCase:
     tp: int = 0
     round: int = 1
     checkpointing: bool = False
+    virtual_stages: int = 1  # interleaved 1F1B (schedule "interleaved"): stages per rank
 
     @property
     def stages(self) -> int:
@@ -83,7 +86,8 @@ class ParallelCase:
     @property
     def case_id(self) -> str:
         engine = {"tp-pp": f"tp{self.tp}-pp", "dp-tp": f"dp-tp{self.tp}"}.get(self.engine, self.engine) + (
-            f"-{self.schedule}-m{self.micro_batches}" if self.engine in ("pp", "tp-pp") else "")
+            f"-{self.schedule}-m{self.micro_batches}" if self.engine in ("pp", "tp-pp") else "") + (
+            f"-v{self.virtual_stages}" if self.virtual_stages > 1 else "")
         return "/".join([self.shape, self.precision, "adamw", "full", "sdpa", "nodrop",
                          "ckpt" if self.checkpointing else "nockpt",
                          f"b{self.batch_size}s{self.seq_len}", f"{engine}x{self.world_size}"])
@@ -96,7 +100,7 @@ class ParallelCase:
     def config(self) -> dict:
         return {"case_id": self.case_id, **asdict(self.base()), "shape": self.shape, "engine": self.engine,
                 "world_size": self.world_size, "schedule": self.schedule, "micro_batches": self.micro_batches,
-                "tp": self.tp or None, "held_out": True, "peak_held_out": self.round >= 2,
+                "tp": self.tp or None, "virtual_stages": self.virtual_stages, "held_out": True, "peak_held_out": self.round >= 2,
                 "model": dict(SHAPES[self.shape])}
 
 
@@ -114,7 +118,7 @@ def grid() -> list[ParallelCase]:
                 cases.append(ParallelCase(shape, precision=("fp32", "bf16")[(k + m // 2) % 2], engine="pp",
                                           world_size=world, schedule=schedule, micro_batches=m,
                                           batch_size=1 if m == 8 else 2))
-    return cases + round_two() + round_three()
+    return cases + round_two() + round_three() + round_four()
 
 
 def round_two() -> list[ParallelCase]:
@@ -150,6 +154,21 @@ def round_three() -> list[ParallelCase]:
         ParallelCase("llama-gqa4", precision="bf16", engine="tp-pp", schedule="1f1b", micro_batches=2, tp=2,
                      world_size=4, **three),
         ParallelCase("llama-mha", precision="bf16", engine="dp-tp", tp=2, world_size=4, **three),
+    ]
+
+
+def round_four() -> list[ParallelCase]:
+    """Interleaved 1F1B (torch's ScheduleInterleaved1F1B, several stages per rank), recorded after memmath's model
+    of it (memmath/parallel.py interleaved_order, rank_chunks) was written: held out for everything."""
+    four = dict(round=4, engine="pp", schedule="interleaved")
+    return [
+        ParallelCase("llama-mha4", precision="bf16", micro_batches=2, virtual_stages=2, **four),
+        ParallelCase("llama-mha4", precision="fp32", micro_batches=4, virtual_stages=2, **four),
+        ParallelCase("llama-gqa8", precision="bf16", micro_batches=4, virtual_stages=4, **four),
+        ParallelCase("llama-gqa8", precision="fp32", micro_batches=4, virtual_stages=2, world_size=4, **four),
+        ParallelCase("llama-gqa8", precision="bf16", micro_batches=8, virtual_stages=2, world_size=4, batch_size=1,
+                     **four),
+        ParallelCase("llama-mha4", precision="bf16", micro_batches=4, virtual_stages=2, checkpointing=True, **four),
     ]
 
 
@@ -327,13 +346,22 @@ def _worker(rank, case: ParallelCase, port, out_dir):
                 mesh = init_device_mesh("cpu", (stages, case.tp), mesh_dim_names=("pp", "tp"))
                 model = _tp_model(model, case, mesh["tp"])
                 index, group = rank // case.tp, mesh["pp"].get_group()
-            module = _stage_module(model, index, stages)
+            v = case.virtual_stages
+            # the stages this rank runs: index, index + pp, ... of pp x v (one but for interleaved 1F1B)
+            modules = [_stage_module(model, index + c * stages, stages * v) for c in range(v)]
             del model
+            module = torch.nn.ModuleList(modules)
             params = list(module.parameters())
-            stage = PipelineStage(module, index, stages, torch.device("cpu"), group=group)
-            schedule_class = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[case.schedule]
-            schedule = schedule_class(stage, n_microbatches=case.micro_batches, loss_fn=_loss)
-            first, last = index == 0, index == stages - 1
+            pipe = [PipelineStage(mod, index + c * stages, stages * v, torch.device("cpu"), group=group)
+                    for c, mod in enumerate(modules)]
+            if case.schedule == "interleaved":
+                from torch.distributed.pipelining import ScheduleInterleaved1F1B
+
+                schedule = ScheduleInterleaved1F1B(pipe, n_microbatches=case.micro_batches, loss_fn=_loss)
+            else:
+                schedule_class = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[case.schedule]
+                schedule = schedule_class(pipe[0], n_microbatches=case.micro_batches, loss_fn=_loss)
+            first, last = index == 0, index == stages - 1  # runs stage 0, runs the last stage
             batch_tensors = ([ids] if first else []) + ([labels] if last else [])
             # the vocab-parallel loss of a tensor-parallel last stage, through its backward (the schedule's)
             vocab_parallel = loss_parallel if case.engine == "tp-pp" else contextlib.nullcontext
@@ -357,12 +385,16 @@ def _worker(rank, case: ParallelCase, port, out_dir):
             else:
                 mb = slice(0, case.batch_size)
                 width = SHAPES[case.shape]["hidden_size"]
-                x = ids[mb] if first else torch.randn(case.batch_size, case.seq_len, width, dtype=params[0].dtype,
-                                                     requires_grad=True)
-                out = module(x)
-                if last:
-                    with vocab_parallel():
-                        out = _loss(out, labels[mb])
+                outs = []
+                for c, mod in enumerate(modules):  # one forward of each stage the rank runs
+                    x = ids[mb] if first and c == 0 else torch.randn(case.batch_size, case.seq_len, width,
+                                                                     dtype=params[0].dtype, requires_grad=True)
+                    y = mod(x)
+                    if last and c == v - 1:
+                        with vocab_parallel():
+                            y = _loss(y, labels[mb])
+                    outs.append(y)
+                out = outs
         del out
         saved_per_micro_batch = probe.total
         resident = _storage_bytes(params) + _storage_bytes(module.buffers()) + _storage_bytes(batch_tensors)

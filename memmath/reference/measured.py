@@ -706,6 +706,8 @@ def parallel_run(row, rank: int = 0):
     world = _count(row, "world_size", low=2, high=validate.MAX_GPUS)
     schedule = dict(pp_schedule=_text(row, "schedule"), micro_batches=_count(row, "micro_batches", high=validate.MAX_BATCH)) \
         if engine in ("pp", "tp-pp") else {}
+    if schedule.get("pp_schedule") == "interleaved":  # several stages per rank (round 4)
+        schedule["virtual_stages"] = _count(row, "virtual_stages", low=2, high=world * validate.MAX_GPUS)
     # the combined layouts name their tensor degree (column tp); the rest of the ranks are pipeline stages (tp-pp) or
     # data-parallel copies (dp-tp)
     tp = _count(row, "tp", low=2, high=world) if engine in ("tp-pp", "dp-tp") else world
