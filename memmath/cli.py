@@ -56,7 +56,8 @@ FIELD_OPTIONS = {
     "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus", "vision": "--vision",
     "LoRA dropout": "--lora-dropout", "grad_accum_steps": "--grad-accum",
     "tp": "--tp", "pp": "--pp", "cp": "--cp", "ep": "--ep", "sequence_parallel": "--sequence-parallel",
-    "pp_schedule": "--pp-schedule", "micro_batches": "--micro-batches", "padded": "--padded",
+    "pp_schedule": "--pp-schedule", "micro_batches": "--micro-batches", "virtual_stages": "--virtual-stages",
+    "padded": "--padded",
     "checkpointing": "--checkpointing",
     "packed": "--packed",
     "reference": "--reference", "beta": "--beta",
@@ -341,8 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sequence-parallel", action="store_true", default=None,
                    help="with --tp: norms and dropout on seq / tp tokens")
     s.add_argument("--pp-schedule", type=str, metavar="S",
-                   help="pipeline schedule: 1f1b (default) or gpipe")
+                   help="pipeline schedule: 1f1b (default), gpipe or interleaved (interleaved 1F1B)")
     s.add_argument("--micro-batches", type=_whole(1), metavar="M", help="micro-batches per pipeline step (with --pp)")
+    s.add_argument("--virtual-stages", type=_whole(1), metavar="V",
+                   help="with --pp-schedule interleaved: pipeline stages per GPU (2 or more)")
     s.add_argument("--padded", action="store_true", default=None,
                    help="a right-padded batch: an attention mask with zeros, which every attention call then gets")
     s.add_argument("--packed", action="store_true", default=None,
@@ -483,8 +486,8 @@ def _train_run(args):
         activations=None if args.activations in (None, "auto") else args.activations,
         n_gpus=args.gpus, zero_stage=None if args.zero_stage is None else int(args.zero_stage),
         tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, sequence_parallel=args.sequence_parallel,
-        pp_schedule=args.pp_schedule, micro_batches=args.micro_batches, padded=args.padded,
-        packed=args.packed))
+        pp_schedule=args.pp_schedule, micro_batches=args.micro_batches, virtual_stages=args.virtual_stages,
+        padded=args.padded, packed=args.packed))
     return run, source
 
 
@@ -715,7 +718,8 @@ def _write_train(w, style, args, run, source, plan):
         from memmath.parallel import layout
 
         sharding += (f" ({layout(run).describe()}" + (", sequence parallel" if run.sequence_parallel else "")
-                     + (f", {run.pp_schedule} with {run.micro_batches} micro-batches" if run.pp > 1 else "") + ")")
+                     + (f", {run.pp_schedule} with {run.micro_batches} micro-batches" if run.pp > 1 else "")
+                     + (f" and {run.virtual_stages} stages per GPU" if run.virtual_stages > 1 else "") + ")")
     lines = [f"{shape.name} ({_source_text(source)}): {memory.total_params:,} parameters, {shape.n_layers} layers.",
              f"Method: {run.method.describe()}; {memory.trainable_params:,} trainable.",
              f"Recipe: {memory.recipe.description} {memory.optimizer.description}",

@@ -118,8 +118,8 @@ def check(values: dict, shape, method) -> None:
         if pp < 2:
             raise validate.FieldError("pp", "pp_schedule='interleaved' runs several stages on each of pp >= 2 GPUs")
         if v < 2:
-            raise validate.FieldError("virtual_stages", f"virtual_stages ({v}) must be 2 or more with "
-                                      "pp_schedule='interleaved': the stages each GPU runs")
+            raise validate.FieldError("virtual_stages", "pp_schedule='interleaved' needs virtual_stages of 2 or more "
+                                      f"(the stages each GPU runs); got {v}")
         if shape.n_layers % (pp * v):
             raise validate.FieldError("virtual_stages", f"pp x virtual_stages = {pp} x {v} must divide the model's "
                                       f"{shape.n_layers:,} blocks: each of the pp x v stages holds as many")
@@ -590,7 +590,8 @@ def rank_step_parts(run, notes: list, single_estimate) -> tuple:
                          "derived"))
     if buffers(run):
         kept.append(Note("parallel_buffers", "communication buffers (derived, not measured) are not a part: "
-                         "requirement() adds them to the sum of the parts"))
+                         "requirement() counts them, in the step's peak where memmath models it, else added to the "
+                         "sum of the parts"))
     kept += acts["notes"]
     estimate = single_estimate if run.seq_len is not None else None
     return (parts["weights"], 0, parts["gradients"], parts["gradient_accumulation"], parts["master_weights"],

@@ -119,7 +119,7 @@ def cli_command(run, gpu: str) -> str:
 
     words = ["memmath", "train", run.model.name]
     for field, default in (("n_gpus", 1), ("zero_stage", 0), ("tp", 1), ("pp", 1), ("cp", 1), ("ep", 1),
-                           ("micro_batches", 1), ("pp_schedule", "1f1b")):
+                           ("micro_batches", 1), ("pp_schedule", "1f1b"), ("virtual_stages", 1)):
         if getattr(run, field) != default:
             words += [FIELD_OPTIONS[field], str(getattr(run, field))]
     words += [FIELD_OPTIONS[flag] for flag in ("sequence_parallel", "checkpointing") if getattr(run, flag)]

@@ -109,8 +109,10 @@ def _(live_only_notice, mm, mo):
     ep_dropdown = mo.ui.dropdown(options=_degrees, value="1", label="Expert (MoE only)")
     zero_radio = mo.ui.radio(options={"0": 0, "1": 1, "2": 2, "3": 3}, value="0", inline=True, label="ZeRO stage")
     sequence_parallel_checkbox = mo.ui.checkbox(value=False, label="sequence parallelism (t ≥ 2)")
-    schedule_dropdown = mo.ui.dropdown(options={"1F1B": "1f1b", "GPipe": "gpipe"}, value="1F1B",
-                                       label="Pipeline schedule")
+    # (schedule, stages per GPU): interleaved 1F1B runs v stages on each GPU
+    schedule_dropdown = mo.ui.dropdown(options={"1F1B": ("1f1b", 1), "GPipe": ("gpipe", 1),
+                                                "Interleaved 1F1B, 2 stages a GPU": ("interleaved", 2)},
+                                       value="1F1B", label="Pipeline schedule")
     micro_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32], value=2, label="Micro-batches m (pipeline)",
                                 show_value=True)
     batch_slider = mo.ui.slider(1, 8, value=1, label="Batch (sequences per micro-batch)", show_value=True)
@@ -154,7 +156,9 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         layout_run = mm.Run(model_dropdown.value, batch_size=batch_slider.value, seq_len=seq_slider.value,
                             checkpointing=checkpointing_checkbox.value, n_gpus=_d * _t * _p * _c, tp=_t, pp=_p, cp=_c,
                             ep=ep_dropdown.value, zero_stage=zero_radio.value,
-                            sequence_parallel=sequence_parallel_checkbox.value, pp_schedule=schedule_dropdown.value,
+                            sequence_parallel=sequence_parallel_checkbox.value,
+                            pp_schedule=schedule_dropdown.value[0] if _p > 1 else "1f1b",
+                            virtual_stages=schedule_dropdown.value[1] if _p > 1 else 1,
                             micro_batches=micro_slider.value if _p > 1 else 1)
         layout_need = mm.requirement(layout_run)
         layout_error = None
@@ -185,9 +189,18 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
                    f"{' and buffers' if _worst.buffer_bytes else ''} ({layout_need.reason.split('; ')[-1]})")
                   if _parallel else f"each GPU holds the same; the card must hold "
                   f"{requirement_view.requirement_words(layout_need)}")
-        _pipe = (f" The {schedule_dropdown.selected_key} schedule keeps {_worst.in_flight} of "
-                 f"{layout_run.micro_batches} micro-batches' activations on that stage and idles "
-                 f"{_worst.bubble:.0%} of the step, (p − 1) / (m + p − 1)." if _lay.pp > 1 else "")
+        if _lay.pp > 1 and layout_run.virtual_stages > 1:
+            _pipe = (f" Interleaved 1F1B runs {layout_run.virtual_stages} stages on each GPU: GPU {_worst.rank} keeps up to "
+                     f"{_worst.in_flight} micro-batch stages' activations at once (of {layout_run.micro_batches} "
+                     f"micro-batches x {layout_run.virtual_stages} stages), each a {layout_run.virtual_stages}th as "
+                     f"large, and the bubble shrinks to {_worst.bubble:.0%} of the step, (p − 1) / (v m + p − 1) "
+                     "(Narayanan et al. 2021).")
+        elif _lay.pp > 1:
+            _pipe = (f" The {schedule_dropdown.selected_key} schedule keeps {_worst.in_flight} of "
+                     f"{layout_run.micro_batches} micro-batches' activations on that stage and idles "
+                     f"{_worst.bubble:.0%} of the step, (p − 1) / (m + p − 1).")
+        else:
+            _pipe = ""
         _verdict = ("fits" if _fit.fits else f"does not fit: {mm.format_bytes(-_fit.headroom_bytes + _fit.margin_bytes, unit)} short, "
                     "the 5% margin included")
         _shown = mo.callout(mo.md(f"""

@@ -116,7 +116,9 @@ def _run_layout(model="Llama-3-70B", tp="8", pp="2", dp=1, micro=2, zero="0", ep
         micro_slider=mo.ui.slider(steps=[1, 2, 4, 8, 16, 32], value=micro),
         zero_radio=mo.ui.radio(options={"0": 0, "1": 1, "2": 2, "3": 3}, value=zero),
         ep_dropdown=mo.ui.dropdown(options=degrees, value=ep),
-        schedule_dropdown=mo.ui.dropdown(options={"1F1B": "1f1b", "GPipe": "gpipe"}, value=schedule),
+        schedule_dropdown=mo.ui.dropdown(options={"1F1B": ("1f1b", 1), "GPipe": ("gpipe", 1),
+                                                  "Interleaved 1F1B, 2 stages a GPU": ("interleaved", 2)},
+                                         value=schedule),
         gpu_dropdown=mo.ui.dropdown(options=[gpu], value=gpu))
     return defs, lessons.plain_text(outputs), models[model]
 
@@ -148,6 +150,12 @@ def test_the_pipeline_sentence_by_hand():
     assert "GPipe schedule keeps 8 of 8 micro-batches' activations on that stage and idles 27% of the step" in page
     _, page, _ = _run_layout(tp="4", pp="4", micro=8)
     assert "1F1B schedule keeps 4 of 8 micro-batches' activations" in page  # min(m, p - stage) on stage 0
+    # Interleaved, 2 stages a GPU (torch's ScheduleInterleaved1F1B): r = max(1, m // p) = 2 rounds of m/r = 4, so
+    # GPU 0 runs (v - 1) x m/r + 2 (p - 1) = 4 + 6 = 10 warm-up forwards of its 16 micro-batch stages, then a forward
+    # (11 alive) and a backward by turns: at most 11 at once; bubble 3 / (2 x 8 + 3) = 3 / 19.
+    _, page, _ = _run_layout(tp="4", pp="4", micro=8, schedule="Interleaved 1F1B, 2 stages a GPU")
+    assert "GPU 0 keeps up to 11 micro-batch stages' activations at once (of 8 micro-batches x 2 stages)" in page
+    assert "the bubble shrinks to 16% of the step" in page  # 3 / 19 = 15.8%
 
 
 def test_a_layout_that_cannot_run_says_why_and_names_the_field():

@@ -656,9 +656,9 @@ def main(argv=None):
             print("out for them, except the whole-vocabulary embedding gradient of DTensor's RowwiseParallel embedding and the")
             print("pipeline's receive buffers, added after the first runs); the peak model of split runs (the schedule replay,")
             print("torch's loss_parallel terms) was written after profiler traces of those runs, so for peaks they are not held")
-            print("out. The second round (tensor x pipeline, data x tensor) and the third (checkpointing) were recorded after")
-            print("that model: held out, except round 3's checkpointed runs without a pipeline, whose tensor-parallel share")
-            print("was mended after they were recorded (not held out for peaks).")
+            print("out. The second round (tensor x pipeline, data x tensor), the third (checkpointing) and the fourth")
+            print("(interleaved 1F1B) were recorded after the model they test: held out, except round 3's checkpointed runs")
+            print("without a pipeline, whose tensor-parallel share was mended after they were recorded (not held out for peaks).")
             print(parallel_runs.to_string(index=False))
 
 
