@@ -618,7 +618,8 @@ def buffers(run, rank: int | None = None) -> dict:
         # (each stage it runs: interleaved 1F1B runs several)
         chunks = rank_chunks(run, rank)
         if any(not c["first"] for c in chunks):
-            out["pipeline activation receive buffers"] = sum(not c["first"] for c in chunks) * run.micro_batches * hidden
+            receiving = sum(not c["first"] for c in chunks)
+            out["pipeline activation receive buffers"] = receiving * run.micro_batches * hidden
         if any(not c["last"] for c in chunks):
             out["pipeline gradient receive buffers"] = sum(not c["last"] for c in chunks) * run.micro_batches * hidden
     if lay.tp > 1 and run.sequence_parallel:  # the all-gathered block input, the size of the whole sequence
@@ -806,8 +807,9 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
 
 
 def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
-    """One rank's moments (phase, label, bytes) and what is alive before its step, replaying its pipeline stage's schedule (schedule_order) micro-batch by
-    micro-batch over what each keeps, as torch.distributed.pipelining's PipelineStage keeps it (stage.py):
+    """One rank's moments (phase, label, bytes) and what is alive before its step, replaying the schedule of the
+    stages it runs (rank_order) micro-batch by micro-batch over what each keeps, as torch.distributed.pipelining's
+    PipelineStage keeps it (stage.py):
 
     - each micro-batch's saved tensors (A) from its forward to its backward, and on a stage before the last its
       output (fwd_cache, popped by the backward);

@@ -192,8 +192,8 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         if _lay.pp > 1 and layout_run.virtual_stages > 1:
             _pipe = (f" Interleaved 1F1B runs {layout_run.virtual_stages} stages on each GPU: GPU {_worst.rank} keeps up to "
                      f"{_worst.in_flight} micro-batch stages' activations at once (of {layout_run.micro_batches} "
-                     f"micro-batches x {layout_run.virtual_stages} stages), each a {layout_run.virtual_stages}th as "
-                     f"large, and the bubble shrinks to {_worst.bubble:.0%} of the step, (p − 1) / (v m + p − 1) "
+                     f"micro-batches x {layout_run.virtual_stages} stages, each stage 1/{layout_run.virtual_stages} of "
+                     f"the GPU's blocks), and the bubble shrinks to {_worst.bubble:.0%} of the step, (p − 1) / (v m + p − 1) "
                      "(Narayanan et al. 2021).")
         elif _lay.pp > 1:
             _pipe = (f" The {schedule_dropdown.selected_key} schedule keeps {_worst.in_flight} of "

@@ -154,7 +154,8 @@ def test_the_pipeline_sentence_by_hand():
     # GPU 0 runs (v - 1) x m/r + 2 (p - 1) = 4 + 6 = 10 warm-up forwards of its 16 micro-batch stages, then a forward
     # (11 alive) and a backward by turns: at most 11 at once; bubble 3 / (2 x 8 + 3) = 3 / 19.
     _, page, _ = _run_layout(tp="4", pp="4", micro=8, schedule="Interleaved 1F1B, 2 stages a GPU")
-    assert "GPU 0 keeps up to 11 micro-batch stages' activations at once (of 8 micro-batches x 2 stages)" in page
+    assert "GPU 0 keeps up to 11 micro-batch stages' activations at once (of 8 micro-batches x 2 stages, each " \
+           "stage 1/2 of the GPU's blocks)" in page
     assert "the bubble shrinks to 16% of the step" in page  # 3 / 19 = 15.8%
 
 
