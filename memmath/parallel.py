@@ -584,7 +584,9 @@ def rank_step_parts(run, notes: list, single_estimate) -> tuple:
         kept.append(Note("zero_on_one_gpu", f"ZeRO stage {run.zero_stage} with one data-parallel rank shards nothing"))
     if lay.dp > 1 and not run.zero_stage:
         kept.append(Note("data_parallel_full_copy", "data parallel without ZeRO: every data-parallel rank holds a "
-                         "full copy of its tensor/pipeline share"))
+                         "full copy of its tensor/pipeline share (gradients averaged in place, as measured; PyTorch "
+                         "DDP's default all-reduce buckets, a second copy of the gradients, are not counted: "
+                         "DDP(gradient_as_bucket_view=True) avoids them)"))
     if run.model.tied_embeddings and lay.pp > 1 and at["pp"] == lay.pp - 1:
         kept.append(Note("tied_copy_last_stage", "the tied embedding is kept on the last stage too (Megatron-LM), "
                          "derived"))
