@@ -792,7 +792,7 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
             else 0
         block = saved - head + 2 * t * inner * e  # the MLP's wide temporaries of the block running forward
         loss_forward = saved - head + t * vocab * (e + 8)  # the logits, their fp32 copy, the log-softmax output
-        recompute = korthikanti_parallel_per_layer(
+        recompute = 0 if run.seq_len is None else korthikanti_parallel_per_layer(
             seq_len=run.seq_len, batch_size=run.batch_size, hidden_size=h, n_heads=shape.n_heads, tp=lay.tp,
             sequence_parallel=run.sequence_parallel, cp=lay.cp, intermediate_size=inner * lay.tp, element_bytes=e,
             dropout=run.dropout, attention=run.attention) + 2 * t * inner * e
@@ -851,10 +851,11 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
     if v == 1:
         chunk_grads = [grads]
     else:  # each stage's gradients exist from its own first backward on (interleaved 1F1B)
-        chunk_grads = [0] * v
+        chunk_grads = [0] * v  # each tensor's gradient and its share of an fp32 accumulation buffer, per stage
+        bits = run.recipe.grad_bits + (run.recipe.accum_bits or 0) * bool(int(memory.gradient_accumulation))
         for name, dims, _, c in _rank_tensors(run, rank):
-            chunk_grads[c] += validate.ceil_div(_numel(dims) * run.recipe.grad_bits, 8)
-        chunk_grads[0] += grads - sum(chunk_grads)  # the embedding's whole-vocabulary gradient (tp > 1)
+            chunk_grads[c] += validate.ceil_div(_numel(dims) * bits, 8)
+        chunk_grads[0] += max(grads - sum(chunk_grads), 0)  # the embedding's whole-vocabulary gradient (tp > 1)
     a = [tm["saved"] for tm in terms]
     out = [tm["hidden"] if pipeline and not tm["last"] else 0 for tm in terms]
     logits = terms[-1]["logits"] if pipeline and last else 0
@@ -1027,7 +1028,8 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
     prefers the least pipeline (no bubble), then the least tensor parallelism. A layout fits when its
     requirement (requirement(): the peak of the rank whose peak is highest where memmath models it, else the
     worst rank's sum of parts plus buffers) fits the card as check_fit judges (the CUDA context reserved,
-    FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B).
+    FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B); a
+    layout without a pipeline runs the run's micro-batches as gradient accumulation steps.
     """
     from .decision import requirement
     from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
@@ -1051,9 +1053,13 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
             for tp in heads:
                 if n % (tp * pp) or kv % tp:
                     continue
-                m = run.micro_batches if run.micro_batches > 1 or pp == 1 else pp
+                m = 1 if pp == 1 else run.micro_batches if run.micro_batches > 1 else pp
                 try:
-                    candidate = run.replace(n_gpus=n, tp=tp, pp=pp, cp=1, ep=1, micro_batches=m, rank=0,
+                    # without a pipeline there is no schedule: a pipeline's micro-batches become gradient
+                    # accumulation steps (the same effective batch), and an interleaved schedule plain 1F1B
+                    plain = dict(pp_schedule="1f1b", virtual_stages=1, micro_batches=1,
+                                 grad_accum_steps=run.grad_accum_steps * run.micro_batches) if pp == 1 else {}
+                    candidate = run.replace(**{"micro_batches": m, **plain}, n_gpus=n, tp=tp, pp=pp, cp=1, ep=1, rank=0,
                                             sequence_parallel=run.sequence_parallel and tp > 1)
                 except validate.FieldError:
                     continue

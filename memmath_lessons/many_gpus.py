@@ -37,20 +37,16 @@ AXIS_ROWS = (
 )
 
 
-def _memory(run) -> parallel.ParallelMemory:
-    """The rank a card must fit: the worst rank of a parallel run, the one GPU's memory otherwise."""
-    return parallel.worst_rank(run) if parallel.is_parallel(run) else parallel.parallel_memory(run)
-
-
 def axis_table(model: str, unit: str = "GB", **settings) -> pd.DataFrame:
-    """One row per layout of AXIS_ROWS for `model`: the parts of the rank that holds the most, in `unit`, and what
+    """One row per layout of AXIS_ROWS for `model`: the parts of the GPU the requirement judges, in `unit`, and what
     the card must hold (memmath.requirement: the step's peak where memmath models it, of the rank whose peak is
     highest when the model is split; else the worst rank's sum of parts plus buffers)."""
     per_unit = UNITS[unit_name(unit)]
     rows = []
     for label, layout, splits in AXIS_ROWS:
         run = mm.Run(model, **settings, **layout)
-        parts, need = _memory(run).memory.parts(), mm.requirement(run)
+        need = mm.requirement(run)
+        parts = need.memory.parts()  # the parts of the GPU whose requirement is the run's
         held = parts["gradients"] + parts["gradient_accumulation"]
         states = parts["master_weights"] + parts["optimizer_states"]
         rows.append({"layout": label, f"weights ({unit})": round(parts["weights"] / per_unit, 2),

@@ -63,7 +63,7 @@ def _(many_gpus, mm, mo, viz):
     ## What each axis splits
 
     Every row is Llama-3-70B on 8 GPUs (one on the first row), pure bf16 with AdamW, batch 1 x 2,048
-    tokens, no checkpointing, and the numbers are the GPU that holds the most:
+    tokens, no checkpointing, and the numbers are the GPU that needs the most:
 
     - **Data parallelism** gives each GPU its own sequences and a whole copy of the model: it adds
       speed, not room. **ZeRO** (Rajbhandari et al. 2020) then shards the copies' optimizer states
@@ -181,7 +181,8 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
             rank_chart.update(requirement_view.bars_output({"each GPU": layout_need}, unit, title="Each GPU",
                                                            capacity_bytes=usable, capacity_label=_label))
         _fit = mm.check_fit(layout_need.bytes, gpu, margin=mm.FIT_MARGIN)
-        _worst = parallel.worst_rank(layout_run) if _parallel else None
+        # the GPU the verdict judges: the one whose requirement is the run's (its peak, or its parts and buffers)
+        _worst = parallel.parallel_memory(layout_run.replace(rank=layout_need.memory.run.rank)) if _parallel else None
         _lay = parallel.layout(layout_run)
         _needer = max(_needs, key=_needs.get)  # the stage whose GPU needs the most, as requirement() judges
         _where = ((f"the GPU of {_needer} needs the most: its step's peak" if layout_need.basis == "peak" else

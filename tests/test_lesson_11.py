@@ -159,6 +159,14 @@ def test_the_pipeline_sentence_by_hand():
     assert "the bubble shrinks to 16% of the step" in page  # 3 / 19 = 15.8%
 
 
+def test_the_sentence_speaks_of_the_gpu_the_verdict_judges():
+    # Llama-3-70B, 2 stages, 1F1B, 2 micro-batches: the last stage (the head, the loss and every micro-batch's logits)
+    # needs the most; 1F1B keeps min(m, p - stage) = min(2, 2 - 1) = 1 micro-batch there, not the first stage's 2.
+    _, page, _ = _run_layout(tp="1", pp="2", micro=2)
+    assert "the GPU of stage 1 (rank 1) needs the most" in page
+    assert "The 1F1B schedule keeps 1 of 2 micro-batches' activations on that stage" in page
+
+
 def test_a_layout_that_cannot_run_says_why_and_names_the_field():
     # Expert parallelism on a dense model: memmath refuses it by name; the page shows that, not a traceback.
     defs, page, _ = _run_layout(tp="8", pp="1", ep="2")

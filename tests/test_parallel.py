@@ -278,3 +278,36 @@ def test_each_ranks_peak_within_5_percent(case_id):
             measured = row[column][rank]
             limit = PEAK_MISSES.get((case_id, rank), 0.05)
             assert abs(predicted - measured) <= limit * measured, (rank, step, predicted, measured)
+
+
+def test_an_interleaved_stage_gets_its_share_of_the_fp32_accumulation_buffer_at_its_first_backward():
+    # mixed_fp32_grads keeps an fp32 accumulation buffer per tensor; with interleaved 1F1B a stage's gradients (and
+    # its share of the buffer) exist from that stage's first backward. Booking the whole buffer on chunk 0 (whose first
+    # backward comes last) would leave the other stages' share out of the moments before it: the requirement must not
+    # be below the same run whose buffer bits are spread as plain gradient bits (the same bytes, per tensor).
+    import dataclasses
+
+    run = memmath.Run("qwen2.5-0.5b", precision="mixed_fp32_grads", n_gpus=2, pp=2, micro_batches=2,
+                      pp_schedule="interleaved", virtual_stages=2)
+    assert int(memmath.training_memory(run.replace(rank=1)).gradient_accumulation) > 0
+    # the same bytes per tensor as plain gradients: 16 + 32 = 48 bits each, no separate buffer
+    spread = dataclasses.replace(run.recipe, grad_bits=run.recipe.grad_bits + run.recipe.accum_bits, accum_bits=0)
+    for rank in (0, 1):
+        assert parallel.parallel_peak(run, rank)["total"] == parallel.parallel_peak(run.replace(precision=spread),
+                                                                                   rank)["total"], rank
+
+
+def test_a_peak_without_a_sequence_length_is_the_static_parts():
+    # seq_len=None leaves the activations out; the peak replay must still run (it is public API)
+    for settings in (dict(n_gpus=2, pp=2, micro_batches=2), dict(n_gpus=2, tp=2)):
+        run = memmath.Run("llama-3-8b", seq_len=None, **settings)
+        peak = parallel.parallel_peak(run)
+        assert peak["total"] >= int(memmath.training_memory(run).without_activations)
+
+
+def test_the_planner_tries_no_pipeline_for_a_pipelined_run():
+    # GPT-2 (124M parameters, about 2 GB for full finetuning) fits one H100: a run given as an interleaved pipeline
+    # of 2 GPUs still gets 1 GPU, its 2 micro-batches run as 2 gradient accumulation steps (the same batch).
+    plan = memmath.plan_layout("gpt2", "H100 80GB", n_gpus=2, pp=2, micro_batches=2, pp_schedule="interleaved",
+                               virtual_stages=2)
+    assert plan.layout.n_gpus == 1 and plan.run.grad_accum_steps == 2 and plan.run.effective_batch == 2
