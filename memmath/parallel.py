@@ -244,12 +244,19 @@ def rank_tensors(run, rank: int | None = None) -> list[tuple]:
 def _rank_tensors(run, rank: int | None = None) -> list[tuple]:
     """rank_tensors with each tensor's chunk: (name, local dims, expert tensor?, chunk). A GPU runs pipeline stages
     chunk x pp + its pipeline coordinate, chunk 0 to virtual_stages - 1 (one chunk but for interleaved 1F1B)."""
+    rank = run.rank if rank is None else rank
+    # only the model and the degrees matter: one cached answer for every run of the same layout (the planner and a
+    # rank's peak ask it many times)
+    return _layout_tensors(run.model, run.tp, run.pp, run.cp, run.ep, run.n_gpus, run.virtual_stages, rank)
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout_tensors(shape, tp, pp, cp, ep, n_gpus, virtual_stages, rank) -> tuple:
     from .sharding import torch_tensors
 
-    shape, lay = run.model, layout(run)
-    rank = run.rank if rank is None else rank
+    lay = Layout(dp=n_gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, ep=ep)
     at = lay.coordinates(rank)
-    v = run.virtual_stages
+    v = virtual_stages
     per_stage = shape.n_layers // (lay.pp * v)
     stage, last = at["pp"], lay.pp - 1
     tensors = torch_tensors(shape)
@@ -275,7 +282,7 @@ def _rank_tensors(run, rank: int | None = None) -> list[tuple]:
         name, dims = tensors[0]
         local, expert = _split(name, dims, shape.family, lay, at)
         out.append((name + " (tied copy on the last stage)", local, expert, v - 1))
-    return out
+    return tuple(out)
 
 
 def _numel(dims) -> int:
@@ -289,6 +296,12 @@ def _numel(dims) -> int:
 def rank_parts(run, rank: int | None = None) -> dict:
     """Weights, gradients, gradient accumulation, master weights and optimizer states of one rank (ZeRO on the
     data axis), with its parameter and tensor counts and the OptimizerStates detail."""
+    return dict(_rank_parts(run.cache_key, run.rank if rank is None else rank))
+
+
+@functools.lru_cache(maxsize=4096)  # a rank's peak, its memory and the planner ask it of the same run many times
+def _rank_parts(key: tuple, rank: int) -> dict:
+    run = key[0]
     from .methods import Plan, SetStats, TrainableSet
     from .training import _shard, _trainable_parts
 
@@ -303,9 +316,12 @@ def rank_parts(run, rank: int | None = None) -> dict:
         if not group:
             continue
         stats = SetStats()
+        counts = {}  # the same shapes repeat in every block: add each shape's statistics once, times its count
         for dims in group:
+            counts[tuple(dims)] = counts.get(tuple(dims), 0) + 1
+        for dims, k in counts.items():
             n = _numel(dims)
-            stats = stats + SetStats.tensor(n, dims[0] + dims[1] if len(dims) == 2 else n)
+            stats = stats + SetStats.tensor(n, dims[0] + dims[1] if len(dims) == 2 else n).times(k)
         trainable = TrainableSet.of("expert weights" if expert else "weights", stats, recipe.weight_bits)
         plan = Plan(weight_bytes=validate.ceil_div(stats.params * recipe.weight_bits, 8), quantization_constant_bytes=0,
                     trainable=(trainable,), adapter_params=0, layers_storing=0, embeddings_trainable=True)
@@ -1025,7 +1041,8 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
     Tries n = 1, 2, ... up to max_gpus (powers of two and their multiples of 3, as clusters are built), and for
     each every tp (a divisor of the heads, at most max_tp: one node) and pp (a divisor of the blocks) with
     dp = n / (tp pp); ZeRO stays as the run has it, on the dp axis. Among the layouts of the fewest GPUs it
-    prefers the least pipeline (no bubble), then the least tensor parallelism. A layout fits when its
+    takes the first that fits in the order of preference: the least pipeline (no bubble), then the least tensor
+    parallelism. A layout fits when its
     requirement (requirement(): the peak of the rank whose peak is highest where memmath models it, else the
     worst rank's sum of parts plus buffers) fits the card as check_fit judges (the CUDA context reserved,
     FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B); a
@@ -1049,26 +1066,34 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
     tried = 0
     for n in sizes:
         fits = []
-        for pp in _divisors(shape.n_layers, n):
-            for tp in heads:
-                if n % (tp * pp) or kv % tp:
-                    continue
-                m = 1 if pp == 1 else run.micro_batches if run.micro_batches > 1 else pp
-                try:
-                    # without a pipeline there is no schedule: a pipeline's micro-batches become gradient
-                    # accumulation steps (the same effective batch), and an interleaved schedule plain 1F1B
-                    plain = dict(pp_schedule="1f1b", virtual_stages=1, micro_batches=1,
-                                 grad_accum_steps=run.grad_accum_steps * run.micro_batches) if pp == 1 else {}
-                    candidate = run.replace(**{"micro_batches": m, **plain}, n_gpus=n, tp=tp, pp=pp, cp=1, ep=1, rank=0,
-                                            sequence_parallel=run.sequence_parallel and tp > 1)
-                except validate.FieldError:
-                    continue
-                tried += 1
-                need = requirement(candidate)
-                if check_fit(need.bytes, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
-                    fits.append((pp, tp, candidate, need))
+        # in the order of preference (the least pipeline, then the least tensor parallelism): the first that fits
+        for pp, tp in sorted((pp, tp) for pp in _divisors(shape.n_layers, n) for tp in heads):
+            if n % (tp * pp) or kv % tp:
+                continue
+            m = 1 if pp == 1 else run.micro_batches if run.micro_batches > 1 else pp
+            try:
+                # without a pipeline there is no schedule: a pipeline's micro-batches become gradient
+                # accumulation steps (the same effective batch), and an interleaved schedule plain 1F1B
+                plain = dict(pp_schedule="1f1b", virtual_stages=1, micro_batches=1,
+                             grad_accum_steps=run.grad_accum_steps * run.micro_batches) if pp == 1 else {}
+                candidate = run.replace(**{"micro_batches": m, **plain}, n_gpus=n, tp=tp, pp=pp, cp=1, ep=1, rank=0,
+                                        sequence_parallel=run.sequence_parallel and tp > 1)
+            except validate.FieldError:
+                continue
+            tried += 1
+            # A cheap bound first: rank 0's weights, gradients and optimizer states are alive together at its
+            # optimizer step, so no requirement of this layout is below them (peak or sum of parts alike).
+            static = rank_parts(candidate, 0)
+            floor = sum(int(static[k]) for k in ("weights", "gradients", "gradient_accumulation",
+                                                 "master_weights", "optimizer_states"))
+            if not check_fit(floor, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
+                continue
+            need = requirement(candidate)
+            if check_fit(need.bytes, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
+                fits.append((pp, tp, candidate, need))
+                break
         if fits:
-            pp, tp, candidate, need = min(fits, key=lambda f: (f[0], f[1]))
+            pp, tp, candidate, need = fits[0]
             if not is_parallel(candidate):
                 worst = parallel_memory(candidate)
             elif need.basis == "peak":  # the rank whose peak is the requirement
