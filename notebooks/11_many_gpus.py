@@ -294,7 +294,9 @@ def _(mo, site_charts):
     mo.vstack([mo.md("""
     The next chart is Llama-3-70B (pure bf16, AdamW, batch 1 x 2,048 tokens, 1F1B with as many
     micro-batches as stages) for every tensor and pipeline degree, one data-parallel copy, computed in
-    advance. Its inputs keep working in this static copy of the page.
+    advance. Its inputs keep working in this static copy of the page. The bar is the parts of the GPU
+    that needs the most; the black tick is what the card must hold, its step's peak. Where the bar runs
+    past the tick, not every part is alive at once.
     """), site_charts.many_gpus_grid()]) if site_charts.is_static_export() else None
     return
 
