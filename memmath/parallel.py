@@ -355,12 +355,16 @@ def _rank_parts(key: tuple, rank: int) -> dict:
 
 
 # ---- activations ------------------------------------------------------------------------------------
-def in_flight(schedule: str, pp: int, micro_batches: int, stage: int) -> int:
+def in_flight(schedule: str, pp: int, micro_batches: int, stage: int, virtual_stages: int = 1) -> int:
     """Micro-batches whose activations a stage keeps at once: GPipe all m (every forward before any backward);
     1F1B min(m, pp - stage) (torch.distributed.pipelining Schedule1F1B's warm-up: the first stage runs pp
-    forwards before its first backward, the last one)."""
+    forwards before its first backward, the last one); interleaved 1F1B, the most micro-batch stages alive at
+    once on pipeline rank `stage` as interleaved_order runs them."""
     if pp == 1:
         return 1
+    if schedule == "interleaved":
+        order = interleaved_order(pp, virtual_stages, micro_batches, stage)
+        return _most_alive(order, [1] * virtual_stages)[1]
     return micro_batches if schedule == "gpipe" else min(micro_batches, pp - stage)
 
 

@@ -249,6 +249,9 @@ def test_the_interleaved_order_is_torchs():
     assert show(parallel.interleaved_order(2, 2, 2, 1)) == "F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 B0c0 B1c0"
     # the bubble: (p - 1) / (v m + p - 1) (Narayanan et al. 2021), 3 / (2 x 8 + 3) for p = 4, m = 8, v = 2
     assert parallel.bubble("interleaved", 4, 8, 2) == pytest.approx(3 / 19)
+    # rank 0 of 4, 8 micro-batches, 2 stages a GPU: r = 2 rounds of 4, warm-up (2 - 1) x 4 + 2 x 3 = 10 forwards,
+    # then one more forward before the first backward: 11 micro-batch stages at most
+    assert parallel.in_flight("interleaved", 4, 8, 0, virtual_stages=2) == 11
 
 
 def test_an_interleaved_gpu_holds_its_stages_blocks():
