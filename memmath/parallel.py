@@ -625,7 +625,6 @@ def buffers(run, rank: int | None = None) -> dict:
     """Communication buffers one rank holds at once (derived from what each collective moves, not measured)."""
     shape, lay = run.model, layout(run)
     rank = run.rank if rank is None else rank
-    at = lay.coordinates(rank)
     out = {}
     if run.seq_len is None or not shape.has_shape:
         return out

@@ -24,7 +24,6 @@ gradients the first one had not yet put into .grad. Every case was recorded afte
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,9 +98,7 @@ def run(cases) -> list[dict]:
         for i, case in enumerate(cases, 1):
             started = time.perf_counter()
             measured = M.measure(case, "cpu")
-            print(f"[{i:3d}/{len(cases)}] {case.case_id}  saved {measured['saved_bytes']:,} B  peak "
-                  f"{measured['peak_step1_bytes']:,} / {measured['peak_bytes']:,} B"
-                  f"  ({time.perf_counter() - started:.2f} s)", file=sys.stderr)
+            M.report_progress(i, len(cases), case, measured, started)
             records.append({"config": case.config(), "measured": measured})
     return records
 

@@ -224,9 +224,7 @@ def run(cases, explain=False) -> list[dict]:
             if explain:
                 M.measure(case, "cpu", explain=True, build_fn=build)
             measured = measure_case(case)
-            print(f"[{i:3d}/{len(cases)}] {case.case_id}  saved {measured['saved_bytes']:,} B  peak "
-                  f"{measured['peak_step1_bytes']:,} / {measured['peak_bytes']:,} B"
-                  f"  ({time.perf_counter() - started:.2f} s)", file=sys.stderr)
+            M.report_progress(i, len(cases), case, measured, started)
             records.append({"config": case.config(), "measured": measured})
     return records
 

@@ -588,6 +588,28 @@ def phase_peaks(prof, phases):
     return peaks, running
 
 
+def report_progress(i: int, n: int, case, measured: dict, started: float) -> None:
+    """One line on stderr per recorded case: its saved bytes and both step peaks, and how long it took."""
+    print(f"[{i:3d}/{n}] {case.case_id}  saved {measured['saved_bytes']:,} B  peak "
+          f"{measured.get('peak_step1_bytes', 0):,} / {measured.get('peak_bytes', 0):,} B  "
+          f"({time.perf_counter() - started:.2f} s)", file=sys.stderr)
+
+
+def quiet_libraries() -> None:
+    """Warnings off and transformers' logging at errors only, for a recording's output to stay readable."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except Exception:  # pragma: no cover
+        pass
+
+
 STEPS = 2  # step 1 builds the optimizer states; from step 2 on they exist during forward and backward
 
 
@@ -765,17 +787,7 @@ def recorder_main(doc: str, grid_fn, run_fn, default_out: Path, description: str
         parser.add_argument("--append", action="store_true", help="keep the file's other records, replace these")
     args = parser.parse_args(argv)
 
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-    except Exception:  # pragma: no cover
-        pass
+    quiet_libraries()
     cases = [c for c in grid_fn() if not args.only or args.only in c.case_id]
     records = run_fn(cases, explain=args.explain)
     if args.print:
@@ -802,9 +814,7 @@ def run(cases, device="cpu", progress=True, explain=False) -> list[dict]:
         started = time.perf_counter()
         measured = measure(case, device, explain=explain)
         if progress:
-            print(f"[{i:3d}/{len(cases)}] {case.case_id}  saved {measured['saved_bytes']:,} B  "
-                  f"peak {measured.get('peak_step1_bytes', 0):,} / {measured.get('peak_bytes', 0):,} B  "
-                  f"({time.perf_counter() - started:.2f} s)", file=sys.stderr)
+            report_progress(i, len(cases), case, measured, started)
         records.append({"config": case.config(), "measured": measured})
     return records
 
@@ -823,17 +833,7 @@ def main(argv=None):
                         help="accepted for older scripts: the sharded runs are python -m validation.sharded's, always kept")
     args = parser.parse_args(argv)
 
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-    except Exception:  # pragma: no cover
-        pass
+    quiet_libraries()
 
     cases = grid()
     if args.only:

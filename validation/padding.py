@@ -24,7 +24,6 @@ torch and transformers are imported here only.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,9 +117,7 @@ def run(cases, explain=False) -> list[dict]:
     for i, case in enumerate(cases, 1):
         started = time.perf_counter()
         measured = M.measure(case, "cpu", explain=explain, build_fn=build)
-        print(f"[{i:3d}/{len(cases)}] {case.case_id}  saved {measured['saved_bytes']:,} B  "
-              f"peak {measured['peak_step1_bytes']:,} / {measured['peak_bytes']:,} B"
-              f"  ({time.perf_counter() - started:.2f} s)", file=sys.stderr)
+        M.report_progress(i, len(cases), case, measured, started)
         records.append({"config": case.config(), "measured": measured})
     return records
 

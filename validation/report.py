@@ -363,6 +363,20 @@ def lora_dropout_summary() -> tuple[pd.DataFrame, list[str]]:
     return pd.DataFrame(rows), misses
 
 
+def _recorded_case(case, saved_per_block, saved_case=None) -> tuple:
+    """One recorded single-GPU case against memmath: (parameters, gradients and states exact, saved activations exact
+    in all and block by block, {"first": step 1's peak error, "steady": step 2's}). saved_per_block: measured.py's
+    predicted_saved_per_layer or predicted_saved_per_block; saved_case: the case it is asked of, when not `case`."""
+    m = memmath.reference.predict_case(case)
+    static = (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
+        case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
+    saved = (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
+             and saved_per_block(case if saved_case is None else saved_case) == list(case["saved_per_layer"]))
+    errors = {step: (int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
+              for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes"))}
+    return static, saved, errors
+
+
 def preference_summary() -> tuple[pd.DataFrame, list[str]]:
     """Preference training (validation/preference.py, its own file; every case held out) per reference and step:
     parameters (the reference copy's too), gradients and states exact, saved activations exact block by block (the
@@ -375,14 +389,10 @@ def preference_summary() -> tuple[pd.DataFrame, list[str]]:
         exact = saved = 0
         errors = {"first": [], "steady": []}
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case)
-            exact += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
-                case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
             policy = {**case.to_dict(), "reference": None, "batch_size": 2 * int(case["batch_size"])}
-            saved += (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
-                      and predicted_saved_per_layer(policy) == list(case["saved_per_layer"]))
-            for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-                error = (int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
+            static_ok, saved_ok, case_errors = _recorded_case(case, predicted_saved_per_layer, policy)
+            exact, saved = exact + static_ok, saved + saved_ok
+            for step, error in case_errors.items():
                 errors[step].append(error)
                 if abs(error) > 0.05:
                     misses.append(f"{case['case_id']} ({step} step): {error:+.2%}")
@@ -408,13 +418,9 @@ def grad_accum_summary() -> tuple[pd.DataFrame, list[str]]:
         exact = saved = 0
         errors = {"first": [], "steady": []}
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case)
-            exact += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
-                case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
-            saved += (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
-                      and predicted_saved_per_layer(case) == list(case["saved_per_layer"]))
-            for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-                error = (int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
+            static_ok, saved_ok, case_errors = _recorded_case(case, predicted_saved_per_layer)
+            exact, saved = exact + static_ok, saved + saved_ok
+            for step, error in case_errors.items():
                 errors[step].append(error)
                 if abs(error) > 0.05:
                     misses.append(f"{case['case_id']} ({step} step): {error:+.2%}")
@@ -445,13 +451,9 @@ def sliding_summary() -> tuple[pd.DataFrame, list[str]]:
     for (arch, attention), sub in cases.groupby(["arch", "attention"], sort=False):
         static = saved = peak1 = peak2 = 0
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case)
-            static += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
-                case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
-            saved += (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
-                      and predicted_saved_per_block(case) == list(case["saved_per_layer"]))
-            for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-                error = (int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
+            static_ok, saved_ok, case_errors = _recorded_case(case, predicted_saved_per_block)
+            static, saved = static + static_ok, saved + saved_ok
+            for step, error in case_errors.items():
                 ok = abs(error) <= 0.05
                 peak1, peak2 = (peak1 + ok, peak2) if step == "first" else (peak1, peak2 + ok)
                 if not ok:
@@ -477,13 +479,9 @@ def padding_summary() -> pd.DataFrame:
         static = saved = peak1 = peak2 = 0
         worst = 0.0
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case)
-            static += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
-                case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
-            saved += (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
-                      and predicted_saved_per_block(case) == list(case["saved_per_layer"]))
-            for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-                error = (int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
+            static_ok, saved_ok, case_errors = _recorded_case(case, predicted_saved_per_block)
+            static, saved = static + static_ok, saved + saved_ok
+            for step, error in case_errors.items():
                 worst = max(worst, abs(error))
                 ok = abs(error) <= 0.05
                 peak1, peak2 = (peak1 + ok, peak2) if step == "first" else (peak1, peak2 + ok)
