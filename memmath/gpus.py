@@ -23,7 +23,7 @@ architecture whitepaper introduces BF16, and PyTorch's torch.cuda.is_bf16_suppor
 compute capability 8.0), fp8 (E4M3/E5M2) from Ada and Hopper on (sm_89 and sm_90: the Ada and Hopper
 whitepapers' fourth-generation tensor cores). AMD cards have no compute capability; their formats
 follow their instruction set (gfx942: CDNA 3, gfx950: CDNA 4), whose matrix cores compute bf16 and
-fp8 (AMD CDNA 3 and CDNA 4 instruction set architecture references).
+fp8 (AMD's CDNA 3 and CDNA 4 instruction set architecture references).
 """
 
 from __future__ import annotations
@@ -119,8 +119,9 @@ class GPU:
 _ARCHITECTURES = {(7, 0): "Volta", (7, 5): "Turing", (8, 0): "Ampere", (8, 6): "Ampere", (8, 9): "Ada",
                   (9, 0): "Hopper", (10, 0): "Blackwell", (10, 3): "Blackwell", (12, 0): "Blackwell",
                   (12, 1): "Blackwell"}
-# AMD's instruction sets: the formats their matrix cores compute in (AMD Instinct MI300 ISA reference for
-# gfx942, CDNA 3; AMD Instinct MI355X ISA reference for gfx950, CDNA 4: bf16 and fp8 matrix instructions).
+# AMD's instruction sets: the formats their matrix cores compute in (AMD's "AMD Instinct MI300 Instruction Set
+# Architecture" reference for gfx942, CDNA 3, and "AMD Instinct CDNA 4 Instruction Set Architecture" for gfx950:
+# bf16 and fp8 matrix instructions in both).
 _ISA_FORMATS = {"gfx942": ("fp16", "bf16", "fp8"), "gfx950": ("fp16", "bf16", "fp8")}
 _ISA_ARCHITECTURES = {"gfx942": "CDNA 3", "gfx950": "CDNA 4"}
 GIB_IN_MIB = 1024
