@@ -8,12 +8,22 @@ nvidia-smi in public logs (H200 143771, RTX 5090 32607, RTX 4080 16376, RTX A600
 RTX 3090 24576). Bandwidth and bf16 dense tensor throughput come from NVIDIA's datasheets (no
 sparsity). Cards without bf16 (T4, V100) list their fp16 throughput and say so.
 
+Blackwell and AMD Instinct cards (each figure's source beside its entry): memory as nvidia-smi or
+rocm-smi printed it where a public log shows it (B200, MI300X), else the vendor's datasheet size read
+in binary units, as the memory is built (the driver then reports up to about 0.5% less: an H100 80GB
+shows 81,559 of 81,920 MiB, a B200 183,359 of 184,320, an MI300X 196,592 of 196,608), well inside
+the planner's 5% margin. A DGX Spark's GB10 has no memory of its own: it shares 128 GB with the CPU,
+nvidia-smi prints N/A, and CUDA's total is the system's MemTotal.
+
 compute_capability is NVIDIA's (developer.nvidia.com/cuda-gpus): Volta 7.0 (V100), Turing 7.5 (T4),
 Ampere 8.0/8.6 (A100; RTX 30, A10G, RTX A6000), Ada 8.9 (RTX 40, L4, L40S), Hopper 9.0 (H100, H200),
-Blackwell 12.0 (RTX 5090). The formats a card computes in follow from it: bf16 tensor-core math
-from Ampere on (sm_80; the Ampere architecture whitepaper introduces BF16, and PyTorch's
-torch.cuda.is_bf16_supported() asks for compute capability 8.0), fp8 (E4M3/E5M2) from Ada and
-Hopper on (sm_89 and sm_90: the Ada and Hopper whitepapers' fourth-generation tensor cores).
+Blackwell 10.0 (B200, GB200), 10.3 (B300), 12.0 (RTX 5090, RTX PRO 6000) and 12.1 (GB10). The formats
+a card computes in follow from it: bf16 tensor-core math from Ampere on (sm_80; the Ampere
+architecture whitepaper introduces BF16, and PyTorch's torch.cuda.is_bf16_supported() asks for
+compute capability 8.0), fp8 (E4M3/E5M2) from Ada and Hopper on (sm_89 and sm_90: the Ada and Hopper
+whitepapers' fourth-generation tensor cores). AMD cards have no compute capability; their formats
+follow their instruction set (gfx942: CDNA 3, gfx950: CDNA 4), whose matrix cores compute bf16 and
+fp8 (AMD's CDNA 3 and CDNA 4 instruction set architecture references).
 """
 
 from __future__ import annotations
@@ -54,17 +64,33 @@ class GPU:
     marketed: str  # the size on the box
     note: str = ""
     compute_capability: tuple | None = None  # NVIDIA's compute capability (major, minor); None: unknown
-    architecture: str = ""  # Volta, Turing, Ampere, Ada, Hopper, Blackwell
+    architecture: str = ""  # Volta, Turing, Ampere, Ada, Hopper, Blackwell; CDNA 3, CDNA 4
+    isa: str = ""  # an AMD card's instruction set (gfx942, gfx950), which sets its formats as cc does NVIDIA's
 
     @property
     def computes_bf16(self) -> bool | None:
-        """bf16 tensor-core arithmetic: compute capability 8.0 (Ampere) and later; None when unknown."""
+        """bf16 tensor-core arithmetic: compute capability 8.0 (Ampere) and later, or an AMD instruction set
+        with bf16 matrix math; None when unknown."""
+        if self.isa in _ISA_FORMATS:
+            return "bf16" in _ISA_FORMATS[self.isa]
         return None if self.compute_capability is None else tuple(self.compute_capability) >= (8, 0)
 
     @property
     def computes_fp8(self) -> bool | None:
-        """fp8 (E4M3, E5M2) tensor-core arithmetic: compute capability 8.9 (Ada) and later; None when unknown."""
+        """fp8 (E4M3, E5M2) tensor-core arithmetic: compute capability 8.9 (Ada) and later, or an AMD
+        instruction set with fp8 matrix math; None when unknown."""
+        if self.isa in _ISA_FORMATS:
+            return "fp8" in _ISA_FORMATS[self.isa]
         return None if self.compute_capability is None else tuple(self.compute_capability) >= (8, 9)
+
+    @property
+    def capability(self) -> str:
+        """How the card's formats are known: 'compute capability 8.0' (NVIDIA) or 'gfx942' (AMD); '' if unknown."""
+        if self.isa:
+            return self.isa
+        if self.compute_capability is None:
+            return ""
+        return "compute capability " + ".".join(str(n) for n in self.compute_capability)
 
     @property
     def compute_formats(self) -> tuple:
@@ -73,7 +99,7 @@ class GPU:
 
     def __post_init__(self):
         # Checked when built, so get_gpu never hands on a card with negative memory.
-        for name in ("name", "marketed", "note"):
+        for name in ("name", "marketed", "note", "isa"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"{name} must be a string; got {validate.describe(getattr(self, name))}")
         if not self.name.strip():
@@ -91,12 +117,20 @@ class GPU:
 
 
 _ARCHITECTURES = {(7, 0): "Volta", (7, 5): "Turing", (8, 0): "Ampere", (8, 6): "Ampere", (8, 9): "Ada",
-                  (9, 0): "Hopper", (12, 0): "Blackwell"}
+                  (9, 0): "Hopper", (10, 0): "Blackwell", (10, 3): "Blackwell", (12, 0): "Blackwell",
+                  (12, 1): "Blackwell"}
+# AMD's instruction sets: the formats their matrix cores compute in (AMD's "AMD Instinct MI300 Instruction Set
+# Architecture" reference for gfx942, CDNA 3, and "AMD Instinct CDNA 4 Instruction Set Architecture" for gfx950:
+# bf16 and fp8 matrix instructions in both).
+_ISA_FORMATS = {"gfx942": ("fp16", "bf16", "fp8"), "gfx950": ("fp16", "bf16", "fp8")}
+_ISA_ARCHITECTURES = {"gfx942": "CDNA 3", "gfx950": "CDNA 4"}
+GIB_IN_MIB = 1024
 
 
-def _gpu(name, mib, bandwidth_gb_s, tflops, kind, marketed, note="", *, cc):
+def _gpu(name, mib, bandwidth_gb_s, tflops, kind, marketed, note="", *, cc=None, isa=""):
+    architecture = _ISA_ARCHITECTURES[isa] if isa else _ARCHITECTURES[cc]
     return GPU(name, mib * MIB, int(bandwidth_gb_s * 10**9), tflops, kind, marketed, note,
-               compute_capability=cc, architecture=_ARCHITECTURES[cc])
+               compute_capability=cc, architecture=architecture, isa=isa)
 
 
 GPUS: dict[str, GPU] = {
@@ -119,6 +153,36 @@ GPUS: dict[str, GPU] = {
         _gpu("A100 80GB", 81920, 2039, 312, "datacenter", "80 GB", cc=(8, 0)),  # 81920 MiB in nvidia-smi
         _gpu("H100 80GB", 81559, 3350, 989, "datacenter", "80 GB", cc=(9, 0)),
         _gpu("H200", 143771, 4800, 989, "datacenter", "141 GB", cc=(9, 0)),
+        # RTX PRO 6000 Blackwell (Workstation and Server Edition): NVIDIA RTX PRO 6000 Blackwell datasheet,
+        # nvidia.com/en-us/products/workstations/professional-desktop-gpus/rtx-pro-6000/: 96 GB GDDR7, 1,792 GB/s,
+        # 4,000 AI TOPS (fp4 with sparsity): halved for dense, then halved twice for fp8 and 16-bit, 500 TFLOP/s.
+        _gpu("RTX PRO 6000", 96 * GIB_IN_MIB, 1792, 500, "datacenter", "96 GB", cc=(12, 0)),
+        # DGX Spark (GB10): NVIDIA DGX Spark datasheet, nvidia.com/en-us/products/workstations/dgx-spark/: 128 GB
+        # LPDDR5x shared with the CPU, 273 GB/s, 1 PFLOP of fp4 with sparsity (125 TFLOP/s 16-bit dense, halved as
+        # above). nvidia-smi prints N/A for its memory; CUDA's total is the system's MemTotal, 127,600,748 kB on a
+        # DGX Spark with driver 580.173.02 (XuehaiPan/nvitop pull request 208): 124,610 MiB, rounded down.
+        _gpu("DGX Spark", 124610, 273, 125, "consumer", "128 GB", cc=(12, 1)),
+        # B200: nvidia-smi prints 183359MiB (NVIDIA B200, driver 580.95.05, NVIDIA/TensorRT-LLM issue 10278). NVIDIA
+        # DGX B200 datasheet, nvidia.com/en-us/data-center/dgx-b200/: 1,440 GB and 64 TB/s over 8 GPUs (180 GB, 8 TB/s
+        # each), 72 PFLOPS of fp8 training with sparsity over 8: 4.5 dense fp8, 2,250 TFLOP/s 16-bit dense per GPU.
+        _gpu("B200", 183359, 8000, 2250, "datacenter", "180 GB", cc=(10, 0)),
+        # B300 (Blackwell Ultra): NVIDIA HGX B300 datasheet, nvidia.com/en-us/data-center/hgx/: 2.3 TB over 8 GPUs
+        # (288 GB each), 8 TB/s per GPU, 36 PFLOPS 16-bit with sparsity over 8: 2,250 TFLOP/s dense per GPU.
+        _gpu("B300", 288 * GIB_IN_MIB, 8000, 2250, "datacenter", "288 GB", cc=(10, 3)),
+        # GB200, one of its two Blackwell GPUs: NVIDIA GB200 NVL72 datasheet, nvidia.com/en-us/data-center/gb200-nvl72/:
+        # per superchip 372 GB HBM3e at 16 TB/s and 10 PFLOPS 16-bit with sparsity, so 186 GB, 8 TB/s and 2,500
+        # TFLOP/s dense per GPU.
+        _gpu("GB200", 186 * GIB_IN_MIB, 8000, 2500, "datacenter", "186 GB", cc=(10, 0)),
+        # MI300X: rocm-smi prints "VRAM Total Memory (B): 206141652992" = 196,592 MiB (ROCm/legacy-rocm-build issue
+        # 4750). AMD Instinct MI300X datasheet, amd.com/en/products/accelerators/instinct/mi300/mi300x.html: 192 GB
+        # HBM3, 5.3 TB/s, 1,307.4 TFLOP/s bf16 dense.
+        _gpu("MI300X", 196592, 5300, 1307.4, "datacenter", "192 GB", isa="gfx942"),
+        # MI325X: AMD Instinct MI325X datasheet, amd.com/en/products/accelerators/instinct/mi300/mi325x.html: 256 GB
+        # HBM3E, 6 TB/s, 1,307.4 TFLOP/s bf16 dense.
+        _gpu("MI325X", 256 * GIB_IN_MIB, 6000, 1307.4, "datacenter", "256 GB", isa="gfx942"),
+        # MI355X: AMD Instinct MI355X datasheet, amd.com/en/products/accelerators/instinct/mi350/mi355x.html: 288 GB
+        # HBM3E, 8 TB/s, 2,516.6 TFLOP/s bf16 dense.
+        _gpu("MI355X", 288 * GIB_IN_MIB, 8000, 2516.6, "datacenter", "288 GB", isa="gfx950"),
     )
 }
 
@@ -164,11 +228,10 @@ def recipe_warning(precision, gpu) -> RecipeWarning | None:
     gpu = get_gpu(gpu)
     name = getattr(precision, "name", None) or get_recipe(precision).name
     needs = RECIPE_NEEDS.get(name)
-    if needs is None or needs in gpu.compute_formats or gpu.compute_capability is None:
+    if needs is None or needs in gpu.compute_formats or not gpu.capability:
         return None
     instead = RECIPE_INSTEAD[name]
-    cc = ".".join(str(n) for n in gpu.compute_capability)
-    message = (f"the {gpu.name} ({gpu.architecture}, compute capability {cc}) has no {needs} arithmetic "
+    message = (f"the {gpu.name} ({gpu.architecture}, {gpu.capability}) has no {needs} arithmetic "
                f"(it computes in {', '.join(gpu.compute_formats)}): the '{name}' recipe cannot run on it; "
                f"use '{instead}' (fp16 mixed precision with loss scaling) instead")
     return RecipeWarning(gpu=gpu, precision=name, needs=needs, instead=instead, message=message)

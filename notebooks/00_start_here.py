@@ -15,12 +15,13 @@ def _(mo, viz):
     mo.md(f"""
     # {viz.LESSONS["00_start_here"]}
 
-    Symbols and words: [Notation and glossary](?file=09_notation.py).
+    Symbols and words: [Notation and glossary](?file=09_notation.py). The manual for the `memmath` command
+    line and its Python API: `docs/README.md` in the repository.
 
     You are not really doing AI, the running joke goes, until you have seen `RuntimeError: CUDA out of
-    memory`. The article this workbook follows starts there: running out of memory is how people
-    find out that their plan did not count what the model needs, so **do the accounting before the
-    error appears**. The first thing it shows: a model that loads without complaint can still crash at
+    memory`. The article this workbook follows, "Memory Math for Model Training", starts there: running
+    out of memory is how people find out that their plan did not count what the model needs, so **do the
+    accounting before the error appears**. The first thing it shows: a model that loads without complaint can still crash at
     its first training step, because training keeps far more than the weights.
 
     Move the slider to a model size (in billions of parameters) and compare the two budgets:

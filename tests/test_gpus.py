@@ -68,7 +68,7 @@ def test_catalog_knows_which_formats_each_card_computes_in(name, cc, formats):
 
 
 def test_every_catalog_card_has_an_architecture():
-    assert all(g.compute_capability and g.architecture for g in mm.GPUS.values())
+    assert all(g.capability and g.architecture for g in mm.GPUS.values())
 
 
 @pytest.mark.parametrize("name", ["T4", "V100 32GB"])
@@ -86,7 +86,7 @@ def test_recipes_that_run_in_fp16_give_no_warning_on_a_t4(precision):
 
 
 def test_bf16_on_ampere_and_later_gives_no_warning():
-    assert all(mm.recipe_warning("bf16", g) is None for g in mm.GPUS.values() if g.compute_capability >= (8, 0))
+    assert all(mm.recipe_warning("bf16", g) is None for g in mm.GPUS.values() if g.computes_bf16)
     # A card built by hand with no capability: nothing is claimed.
     custom = mm.GPU("custom", 16 * MIB * 1024, 10**11, 10.0, "datacenter", "16 GB")
     assert mm.recipe_warning("bf16", custom) is None
@@ -97,3 +97,83 @@ def test_planner_does_not_suggest_pure_bf16_to_a_t4():
     assert "pure bf16 recipe" not in changes
     assert "pure bf16 recipe" in [s.change for s in mm.suggest_changes("gpt2-xl", "L4", precision="mixed",
                                                                        optimizer="adamw")]
+
+
+# ---- today's cards: each figure from the source its entry cites -----------------------------------------------------
+@pytest.mark.parametrize("name, memory_bytes", [
+    # nvidia-smi on a B200 (driver 580.95.05): "183359MiB" total.
+    ("B200", 183_359 * MIB),
+    # rocm-smi on an MI300X: "VRAM Total Memory (B): 206141652992", which is 196,592 MiB exactly.
+    ("MI300X", 206_141_652_992),
+    # DGX Spark: nvidia-smi prints N/A; CUDA's total is MemTotal, 127,600,748 kB = 130,663,165,952 B,
+    # rounded down to whole MiB: 124,610 MiB.
+    ("DGX Spark", 127_600_748 * 1024 // MIB * MIB),
+    # Datasheet sizes, read in binary units as HBM and GDDR7 are built: NVIDIA HGX B300 288 GB, GB200 NVL72
+    # 372 GB per two-GPU superchip, RTX PRO 6000 Blackwell 96 GB, AMD MI325X 256 GB and MI355X 288 GB.
+    ("B300", 288 * GIB), ("GB200", 372 * GIB // 2), ("RTX PRO 6000", 96 * GIB),
+    ("MI325X", 256 * GIB), ("MI355X", 288 * GIB),
+])
+def test_todays_cards_hold_what_their_source_says(name, memory_bytes):
+    assert mm.get_gpu(name).memory_bytes == memory_bytes
+
+
+def test_the_datasheet_sizes_are_within_half_a_percent_of_what_a_driver_reports():
+    # Where both are known the driver reports a little less than the binary size on the box: an H100 81,559 of
+    # 81,920 MiB, a B200 183,359 of 180 x 1,024 = 184,320 MiB, an MI300X 196,592 of 196,608. The entries taken from
+    # a datasheet can overstate by that much at most, a tenth of the planner's 5% margin.
+    for reported, binary in ((81_559, 81_920), (183_359, 184_320), (196_592, 196_608)):
+        assert 0.994 * binary < reported <= binary
+
+
+@pytest.mark.parametrize("name, bandwidth, tflops", [
+    # NVIDIA datasheets: DGX B200 64 TB/s over 8 GPUs; HGX B300 8 TB/s per GPU; GB200 16 TB/s per two GPUs;
+    # RTX PRO 6000 1,792 GB/s; DGX Spark 273 GB/s. AMD: MI300X 5.3 TB/s, MI325X 6 TB/s, MI355X 8 TB/s.
+    # Dense 16-bit TFLOP/s: B200 72 PFLOPS fp8 sparse / 8 GPUs / 2 (dense) / 2 (16-bit) = 2,250; HGX B300
+    # 36 PFLOPS 16-bit sparse / 8 / 2 = 2,250; GB200 10 PFLOPS sparse per superchip / 2 GPUs / 2 = 2,500;
+    # RTX PRO 6000 4,000 fp4 TOPS sparse / 2 / 2 / 2 = 500; DGX Spark 1,000 / 8 = 125; AMD's bf16 dense figures.
+    ("B200", 64e12 / 8, 72e3 / 8 / 4), ("B300", 8e12, 36e3 / 8 / 2), ("GB200", 16e12 / 2, 10e3 / 2 / 2),
+    ("RTX PRO 6000", 1792e9, 4000 / 8), ("DGX Spark", 273e9, 1000 / 8),
+    ("MI300X", 5.3e12, 1307.4), ("MI325X", 6e12, 1307.4), ("MI355X", 8e12, 2516.6),
+])
+def test_todays_cards_bandwidth_and_throughput_from_their_datasheets(name, bandwidth, tflops):
+    gpu = mm.get_gpu(name)
+    assert gpu.bandwidth_bytes_per_s == bandwidth and gpu.bf16_tflops == pytest.approx(tflops)
+
+
+@pytest.mark.parametrize("name, architecture, capability", [
+    # NVIDIA's compute capabilities: B200 and GB200 10.0, B300 10.3, RTX PRO 6000 12.0, GB10 12.1 (Blackwell).
+    ("B200", "Blackwell", "compute capability 10.0"), ("GB200", "Blackwell", "compute capability 10.0"),
+    ("B300", "Blackwell", "compute capability 10.3"), ("RTX PRO 6000", "Blackwell", "compute capability 12.0"),
+    ("DGX Spark", "Blackwell", "compute capability 12.1"),
+    # AMD: MI300X and MI325X are gfx942 (CDNA 3), MI355X gfx950 (CDNA 4); all compute bf16 and fp8.
+    ("MI300X", "CDNA 3", "gfx942"), ("MI325X", "CDNA 3", "gfx942"), ("MI355X", "CDNA 4", "gfx950"),
+])
+def test_todays_cards_compute_bf16_and_fp8(name, architecture, capability):
+    gpu = mm.get_gpu(name)
+    assert (gpu.architecture, gpu.capability) == (architecture, capability)
+    assert gpu.compute_formats == ("fp16", "bf16", "fp8") and gpu.note == ""  # a note flags a card without bf16
+    assert mm.recipe_warning("bf16", gpu) is None
+
+
+def test_cards_without_bf16_are_still_flagged():
+    flagged = {g.name for g in mm.GPUS.values() if g.note}
+    assert flagged == {name for name, g in mm.GPUS.items() if not g.computes_bf16} == {"T4", "V100 32GB"}
+
+
+def test_the_command_line_lists_and_judges_todays_cards(capsys):
+    from memmath import cli
+
+    assert cli.main(["gpus"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("B200", "B300", "GB200", "RTX PRO 6000", "DGX Spark", "MI300X", "MI325X", "MI355X"):
+        assert name in listing
+    # A full finetune of GPT-2 (124M) fits an MI300X's 192 GB; the verdict names it.
+    assert cli.main(["train", "gpt2", "--seq", "512", "--gpu", "mi300x"]) == 0
+    assert "MI300X" in capsys.readouterr().out
+
+
+def test_the_lessons_gpu_table_takes_todays_cards():
+    table = mm.fit_table(100 * GB)
+    fits = dict(zip(table["gpu"], table["fits"]))
+    assert fits["B200"] and fits["MI355X"] and not fits["RTX 4090"]
+    assert table["gpu"].iloc[-1] in ("B300", "MI355X")  # the two largest: 288 GiB each

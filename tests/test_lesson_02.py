@@ -231,11 +231,12 @@ def test_every_measured_model_is_shown_and_matches_to_the_byte(default_run):
 def test_the_cards_between_the_weights_and_the_run_are_counted_in_its_sentence(default_run):
     # The sentence between the GPU prose and its fold (a live html the run's cell fills). At the defaults the weights
     # are 14e9 B and the step 56e9 B; the cards whose driver memory lies between the two (nvidia-smi totals:
-    # T4 15,360 MiB up to RTX A6000 49,140 MiB = 51.5e9 B) hold the weights and fail the run: 12 of the 16 in the
-    # catalog. The RTX 3060 (12,288 MiB = 12.9e9 B) holds neither; the H100, A100 80GB and H200 hold both.
+    # T4 15,360 MiB up to RTX A6000 49,140 MiB = 51.5e9 B) hold the weights and fail the run: 12 of the 24 in the
+    # catalog. The RTX 3060 (12,288 MiB = 12.9e9 B) holds neither; the H100, A100 80GB, H200 and every card from
+    # the RTX PRO 6000 (96 GiB) up hold both.
     outputs, _ = default_run
     text = lessons.plain_text(outputs)
-    assert ("With your settings, 12 of the 16 cards hold the weights but fail the run before activations (T4, "
+    assert ("With your settings, 12 of the 24 cards hold the weights but fail the run before activations (T4, "
             "RTX 4080, RTX 4060 Ti 16GB, A10G, L4, RTX 4090, RTX 3090, V100 32GB, RTX 5090, A100 40GB, L40S, "
             "RTX A6000).") in text
     # The fold's table and the published counts' caption are shown too (in their live views).

@@ -116,13 +116,14 @@ def _run(**controls):
 
 def test_an_impossible_working_set_says_what_it_means():
     # Llama-2-13B, 131,072 tokens x 256 sequences, eager attention: 40 heads x 131,072^2 scores x 256
-    # sequences x 10 B (bf16 scores plus LLaMA's fp32 softmax) = 1.76e15 B, about 11,700 H200s (150.75 GB).
+    # sequences x 10 B (bf16 scores plus LLaMA's fp32 softmax) = 1.76e15 B, about 5,700 of the largest cards.
     outputs, defs = _run(model="llama-2-13b", context=131072, batch=256, attention="eager")
     assert defs["memory"].working_set > 40 * 131072**2 * 256 * 10
     text = _plain(outputs)
-    assert "No single GPU holds this" in text and "H200" in text
-    # The H200 reports 143,771 MiB (NVIDIA); less the 1,343 MiB CUDA context, 149,346,140,160 B are usable.
-    assert f"is {defs['memory'].total / (142_428 * 2**20):,.0f} times what the largest card" in text
+    assert "No single GPU holds this" in text and "B300" in text
+    # The largest cards hold 288 GiB = 294,912 MiB (NVIDIA HGX B300, AMD MI355X datasheets; the B300 comes first in
+    # the catalog); less the 1,343 MiB CUDA context, 293,569 MiB are usable.
+    assert f"is {defs['memory'].total / (293_569 * 2**20):,.0f} times what the largest card" in text
     assert "eager attention's scores" in text and "40 heads x 131,072 x 131,072 scores x 256 sequences" in text
 
 
@@ -138,11 +139,11 @@ def test_every_model_with_a_known_trained_context_warns_past_it(model, trained):
 
 
 def test_a_run_just_past_the_largest_card_says_how_many_times():
-    # GPT-3 175B in bf16 (174,604,259,328 parameters, Brown et al. 2020): 349.2 GB of weights alone, over twice the
-    # H200's 149.35 GB usable. The multiple has one decimal below ten: never "1 times".
+    # GPT-3 175B in bf16 (174,604,259,328 parameters, Brown et al. 2020): 349.2 GB of weights alone, more than the
+    # B300's 307.83 GB usable (293,569 MiB). The multiple has one decimal below ten: never "1 times".
     outputs, defs = _run(model="gpt3-175b", context=2048)
-    ratio = defs["memory"].total / (142_428 * 2**20)
-    assert 2 < ratio < 3
+    ratio = defs["memory"].total / (293_569 * 2**20)
+    assert 1 < ratio < 2
     assert f"is {ratio:,.1f} times what the largest card in the catalog can use" in _plain(outputs)
 
 

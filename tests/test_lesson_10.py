@@ -342,8 +342,11 @@ def test_the_prediction_is_shown_before_any_measurement(default_run):
     block = 64 * 192 + 192 + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64 + 4 * 64
     assert 64_000 + 16_384 + 3 * block + 128 == 230_464
     assert defs["measure_prediction"]["param_bytes"] == 2 * 230_464
-    html = defs["measure_view"].html
-    assert "460,928" in html and "Press the button to measure" in html
+    assert "460,928" in defs["measure_view"].html  # with or without torch
+
+
+def test_with_torch_the_lesson_offers_the_measurement(default_run, transformers):
+    assert "Press the button to measure" in default_run[1]["measure_view"].html
 
 
 def test_without_torch_the_lesson_says_how_to_install_it(monkeypatch):
@@ -356,7 +359,8 @@ def test_without_torch_the_lesson_says_how_to_install_it(monkeypatch):
     # installed marimo registers none, so take it out of marimo's list for this test.
     monkeypatch.delitem(formatters.THIRD_PARTY_FACTORIES, "torch", raising=False)
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError, as without torch
-    assert measure_yourself.missing_packages() == ["torch"]
+    monkeypatch.setitem(sys.modules, "transformers", None)  # and transformers, installed or not
+    assert measure_yourself.missing_packages() == ["torch", "transformers"]
     result = measure_yourself.measure(measure_yourself.Setup())
     assert result.measured is None and measure_yourself.INSTALL_COMMAND in result.message
     outputs, defs = lessons.run_with(LESSON, measure_button=PRESSED)

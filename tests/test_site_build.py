@@ -135,9 +135,9 @@ def test_links_between_lessons_become_links_between_pages():
 def test_readme_gives_the_commands_the_site_and_its_index_use():
     from memmath_site.build import BUILD_COMMAND, LIVE_COMMAND, SERVE_COMMAND
 
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "README.md", REPO / "docs" / "teaching.md"))
     for command in (BUILD_COMMAND, SERVE_COMMAND, LIVE_COMMAND):
-        assert command in readme, f"README.md does not give the command {command!r}"
+        assert command in readme, f"README.md and docs/teaching.md do not give the command {command!r}"
 
 
 PASSING_LESSON = '''
@@ -317,7 +317,7 @@ def test_a_non_empty_folder_that_is_not_a_build_is_refused(sandbox):
 
 
 def test_readme_says_marimo_run_is_local_and_how_to_serve_a_class_with_a_token(tmp_path):
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "teaching.md").read_text(encoding="utf-8")  # the manual's page on serving a class
     assert "127.0.0.1" in readme and "no token" in readme
     network = [line.strip() for line in readme.splitlines() if "--host 0.0.0.0" in line and "marimo run" in line]
     assert network and all("--token" in line for line in network), network  # never bare
