@@ -365,9 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--context", type=_whole(1), metavar="N", help="tokens per sequence, prompt and output (default "
                    f"{defaults['context_len']:,}, said so in the output)")
     i.add_argument("--batch", type=_whole(1), metavar="B", help=f"sequences at once (default {defaults['batch_size']})")
-    i.add_argument("--weights", type=_choice(list(memmath.FORMATS)), metavar="FORMAT",
-                   help=f"serving format of the weights: {', '.join(memmath.FORMATS)} (default "
-                   f"{defaults['weights_format']})")
+    weights = [*memmath.FORMATS, "fp8", *memmath.STORED_FORMATS]  # fp8: fp8_e4m3; stored: memmath/checkpoints.py
+    i.add_argument("--weights", type=_choice(weights), metavar="FORMAT",
+                   help=f"serving format of the weights: {', '.join(weights)} (default: as the checkpoint stores "
+                   f"them, else {defaults['weights_format']})")
     i.add_argument("--kv", type=_choice(list(memmath.FORMATS)), metavar="FORMAT",
                    help=f"format of the KV cache (default {defaults['kv_format']})")
     i.add_argument("--attention", type=_choice(ATTENTION), metavar="KIND",
