@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 
 from .arrays import is_ndarray, np
 
+from . import validate
+
 LOSSES = ("transformers", "chunked", "fused")
 TILE_TOKENS = 4096  # TRL 1.15's tiled log-probabilities: tokens per tile
 TILE_VOCAB = 32768  # and vocabulary columns per tile
@@ -147,3 +149,19 @@ def reference_log_probs_live(run, t, element_bytes):
     and their fp32 copy, and the per-token results (fp32 log-sum-exp and log-probability)."""
     new = loss_bytes(run.loss, head_trains=False, **_dpo_sizes(run, t, element_bytes))
     return new.forward_live - new.saved + 2 * FP32 * t
+
+
+def check_loss(values: dict) -> None:
+    """A run's loss other than transformers' own is modelled on the exact activation model of one GPU's whole model:
+    refused by name with the textbook model or split models, whose loss terms assume materialized logits."""
+    loss = values["loss"]
+    if loss == "transformers" or values["seq_len"] is None:  # no sequence, no activations: nothing to model
+        return
+    if values["activations"] != "transformers":
+        raise validate.FieldError("loss", f"loss={loss!r} is modelled with the exact activation model "
+                                  "(activations='transformers'); the textbook model assumes materialized logits")
+    split = [name for name in ("tp", "pp", "cp", "ep") if values[name] > 1]
+    if split:
+        raise validate.FieldError("loss", f"loss={loss!r} is modelled for a whole model on each GPU; with "
+                                  f"{', '.join(split)} > 1 the loss is the vocabulary-parallel one: use "
+                                  "loss='transformers'")

@@ -23,7 +23,7 @@ from .arrays import is_ndarray
 from . import validate
 from .activations import ATTENTION_KINDS
 from .checkpoints import check_kbit_prep, check_trainable
-from .loss import LOSSES
+from .loss import LOSSES, check_loss
 from .methods import Full, Method
 from .models import ModelShape
 from .notes import Note
@@ -153,6 +153,7 @@ class Run:
         defaulted = frozenset(name for name in RESOLVED if given[name] is None)
         for name, value in zip(RESOLVED, resolved):
             values[name] = value
+        check_loss(values)
         for name, value in values.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "defaulted", defaulted)

@@ -88,3 +88,11 @@ def test_the_loss_setting_is_checked_and_shown(capsys):
     assert "chunked loss" in capsys.readouterr().out
     assert cli.main(["train", "llama-3-8b", "--loss", "tiled"]) == 2
     assert "--loss" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("settings, words", [(dict(activations="textbook"), "exact activation model"),
+                                             (dict(tp=2, n_gpus=2), "tp > 1")])
+def test_another_loss_is_refused_where_it_is_not_modelled(settings, words):
+    with pytest.raises(ValueError, match=words):
+        mm.Run("llama-3-8b", loss="fused", **settings)
+    assert mm.Run("llama-3-8b", loss="fused", seq_len=None).loss == "fused"  # no activations: nothing to refuse
