@@ -33,8 +33,9 @@ from dataclasses import dataclass, replace
 
 from . import validate
 from .formats import get_format
-from .methods import quant_constant_bytes
+from .methods import Full, QLoRA, quant_constant_bytes
 from .notes import Note
+from .preference import DPO
 
 SCHEMES = ("mx", "block", "channel", "tensor", "absmax", "row", "gptq", "awq")
 OTHER_BITS = 16  # what the quantizers leave alone is stored in the checkpoint's 16-bit dtype (bf16 or fp16)
@@ -292,9 +293,6 @@ def check_trainable(shape, method) -> None:
     adapters (Mxfp4HfQuantizer/FbgemmFp8HfQuantizer.is_trainable is False), and memmath models adapters on a
     bitsandbytes 4/8-bit base as QLoRA(...) only.
     """
-    from .methods import Full, QLoRA
-    from .preference import DPO
-
     fmt = getattr(shape, "stored_format", None)
     if fmt is None:
         return
@@ -372,9 +370,6 @@ def weight_bits(weights_format) -> int:
 # ---- peft's prepare_model_for_kbit_training ----------------------------------------------------------------
 def check_kbit_prep(kbit_prep: bool, method) -> bool:
     """kbit_prep as given, refused by name unless the method trains adapters on a quantized base (QLoRA)."""
-    from .methods import QLoRA
-    from .preference import DPO
-
     base = method.base if isinstance(method, DPO) else method
     if kbit_prep and not isinstance(base, QLoRA):
         raise validate.FieldError("kbit_prep", "kbit_prep=True is peft's prepare_model_for_kbit_training, which "
@@ -407,5 +402,6 @@ def kbit_prep_note(shape, recipe, applied: bool) -> Note:
         return Note("kbit_prep", f"weights: peft's prepare_model_for_kbit_training cast the base's unquantized "
                     f"parameters (embeddings, norms, head, biases) to fp32, {extra:,} B more than as loaded")
     return Note("kbit_prep_not_applied", f"weights: the quantized base as loaded, its unquantized parameters "
-                f"(embeddings, norms, head, biases) in {recipe.weight_bits}-bit; peft's prepare_model_for_kbit_training "
-                f"would cast them to fp32, {extra:,} B more (kbit_prep=True, --kbit-prep)")
+                f"(embeddings, norms, head, biases) in {recipe.weight_bits}-bit; peft's "
+                f"prepare_model_for_kbit_training would cast them to fp32, {extra:,} B more (kbit_prep=True, "
+                "--kbit-prep)")

@@ -14,7 +14,8 @@ from .arrays import any_true, is_ndarray, np
 
 from . import validate
 from .activations import ATTENTION_KINDS
-from .checkpoints import StoredFormat, compute_bits, get_weights_name, serving_format, stored_layout, stored_weight_bytes
+from .checkpoints import (StoredFormat, compute_bits, get_weights_name, serving_format, stored_layout,
+                          stored_weight_bytes)
 from .formats import FORMATS, get_format
 from .gpus import get_gpu
 from .methods import quant_constant_bytes, quantized_weight_bytes

@@ -29,7 +29,8 @@ LLAMA3_CONFIG = {  # meta-llama/Meta-Llama-3-8B config.json, the fields that siz
     "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
 }
 # DeepSeek-V3's config.json quantization_config (deepseek-ai/DeepSeek-V3).
-DEEPSEEK_V3_FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+DEEPSEEK_V3_FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                   "weight_block_size": [128, 128]}
 # gpt-oss-20b's config.json quantization_config (openai/gpt-oss-20b).
 GPT_OSS_MXFP4 = {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
                                             "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"}

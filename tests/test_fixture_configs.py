@@ -36,8 +36,9 @@ def test_gpt_oss_checkpoints_store_their_experts_in_mxfp4(name, layers, experts)
     # everything else (attention, router, biases, sinks, norms, embeddings, head) in bf16
     rest = COUNTS[name]["params"] - layers * per_layer
     total = layers * stored + 2 * rest
-    if name == "gpt-oss-20b":  # the published checkpoint's size: model.safetensors.index.json's metadata.total_size
-        assert total == 13_761_264_768  # (https://huggingface.co/openai/gpt-oss-20b/blob/main/model.safetensors.index.json)
+    if name == "gpt-oss-20b":  # the published checkpoint's size: its model.safetensors.index.json's metadata.total_size
+        # (https://huggingface.co/openai/gpt-oss-20b/blob/main/model.safetensors.index.json)
+        assert total == 13_761_264_768
 
 
 def test_kimi_k2_fp8_checkpoint_is_its_published_size():
@@ -59,7 +60,8 @@ def test_kimi_k2_fp8_checkpoint_is_its_published_size():
         ("self_attn.kv_a_layernorm.weight", (512,), False, layers),
         ("self_attn.q_a_layernorm.weight", (1536,), False, layers),
         ("self_attn.kv_a_proj_with_mqa.weight", (576, 7168), True, layers),
-        ("self_attn.kv_b_proj.weight", (16384, 512), True, layers), ("self_attn.o_proj.weight", (7168, 8192), True, layers),
+        ("self_attn.kv_b_proj.weight", (16384, 512), True, layers),
+        ("self_attn.o_proj.weight", (7168, 8192), True, layers),
         ("self_attn.q_a_proj.weight", (1536, 7168), True, layers),
         ("self_attn.q_b_proj.weight", (12288, 1536), True, layers),
         ("mlp.down_proj.weight", (7168, 18432), True, 1), ("mlp.gate_proj.weight", (18432, 7168), True, 1),
