@@ -400,7 +400,9 @@ def kbit_prep_note(shape, recipe, applied: bool) -> Note:
     extra = kbit_prep_bytes(shape, recipe)
     if applied:
         return Note("kbit_prep", f"weights: peft's prepare_model_for_kbit_training cast the base's unquantized "
-                    f"parameters (embeddings, norms, head, biases) to fp32, {extra:,} B more than as loaded")
+                    f"parameters (embeddings, norms, head, biases) to fp32, {extra:,} B more than as loaded. "
+                    "Activations are counted as the base's own dtypes make them: after these casts the fp32 "
+                    "embeddings and norms carry the residual stream in fp32, which is not counted yet")
     return Note("kbit_prep_not_applied", f"weights: the quantized base as loaded, its unquantized parameters "
                 f"(embeddings, norms, head, biases) in {recipe.weight_bits}-bit; peft's "
                 f"prepare_model_for_kbit_training would cast them to fp32, {extra:,} B more (kbit_prep=True, "
