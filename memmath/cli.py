@@ -373,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--weights", type=_choice(weights), metavar="FORMAT",
                    help=f"serving format of the weights: {', '.join(weights)} (default: as the checkpoint stores "
                    f"them, else {defaults['weights_format']})")
-    i.add_argument("--kv", type=_choice(list(memmath.FORMATS)), metavar="FORMAT",
+    i.add_argument("--kv", type=_choice([*memmath.FORMATS, "fp8"]), metavar="FORMAT",
                    help=f"format of the KV cache (default {defaults['kv_format']})")
     i.add_argument("--attention", type=_choice(ATTENTION), metavar="KIND",
                    help=f"sdpa or eager (default {defaults['attention']})")

@@ -5,6 +5,7 @@ from peft's function run on a small real model, or from hand derivations written
 """
 
 import copy
+import json
 
 import pytest
 
@@ -197,8 +198,11 @@ def test_stored_formats_by_name_and_on_the_command_line(capsys):
     assert get_stored_format("FP8_BLOCK") is FP8_BLOCK and set(STORED_FORMATS) <= set(mm.STORED_FORMATS)
     with pytest.raises(ValueError, match="weights_format"):
         get_stored_format("fp9")
-    assert cli.main(["infer", "llama-3-8b", "--weights", "fp8", "--json"]) == 0
-    assert '"weights_format": "fp8_e4m3"' in capsys.readouterr().out.replace(": ", ": ")
+    assert cli.main(["infer", "llama-3-8b", "--weights", "fp8", "--kv", "fp8", "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)["settings"]
+    assert (settings["weights_format"], settings["kv_format"]) == ("fp8_e4m3", "fp8_e4m3")
+    assert cli.main(["infer", "llama-3-8b", "--weights", "mxfp4", "--json"]) == 0  # a stored format by its name
+    assert json.loads(capsys.readouterr().out)["settings"]["weights_format"] == "mxfp4"
 
 
 # ---- prepare_model_for_kbit_training -----------------------------------------------------------------------------
