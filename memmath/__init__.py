@@ -22,6 +22,7 @@ _EXPORTS = {
     "korthikanti_per_layer": "activations", "korthikanti_terms": "activations",
     "FORMATS": "formats", "NF4_LEVELS": "formats", "NumberFormat": "formats", "absmax_scale": "formats",
     "float_step": "formats", "get_format": "formats", "round_to_format": "formats",
+    "STORED_FORMATS": "checkpoints", "stored_format": "checkpoints", "parameter_counts": "counts",
     "CUDA_CONTEXT_BYTES": "gpus", "CUDA_CONTEXT_SOURCE": "gpus", "FIT_MARGIN": "gpus",
     "Fit": "gpus", "GPU": "gpus", "GPUS": "gpus", "check_fit": "gpus", "fit_table": "gpus", "get_gpu": "gpus",
     "RecipeWarning": "gpus", "recipe_warning": "gpus",

@@ -59,7 +59,7 @@ FIELD_OPTIONS = {
     "pp_schedule": "--pp-schedule", "micro_batches": "--micro-batches", "virtual_stages": "--virtual-stages",
     "padded": "--padded",
     "checkpointing": "--checkpointing",
-    "packed": "--packed",
+    "packed": "--packed", "kbit_prep": "--kbit-prep", "loss": "--loss",
     "reference": "--reference", "beta": "--beta",
 }
 
@@ -350,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a right-padded batch: an attention mask with zeros, which every attention call then gets")
     s.add_argument("--packed", action="store_true", default=None,
                    help="sequences packed into each row with their own position ids (no padding)")
+    s.add_argument("--kbit-prep", action="store_true", default=None,
+                   help="QLoRA: peft's prepare_model_for_kbit_training casts the base's unquantized parameters to fp32")
+    s.add_argument("--loss", type=str, metavar="L", help="the loss: transformers (default, materialized logits), "
+                   "chunked (TRL's tiled log-probabilities) or fused (Liger's fused linear cross-entropy)")
     s.add_argument("--plan-layout", action="store_true", default=None,
                    help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
     s.add_argument("--max-gpus", type=_whole(1), metavar="N", help="how many GPUs the suggested changes may use "
@@ -365,17 +369,20 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--context", type=_whole(1), metavar="N", help="tokens per sequence, prompt and output (default "
                    f"{defaults['context_len']:,}, said so in the output)")
     i.add_argument("--batch", type=_whole(1), metavar="B", help=f"sequences at once (default {defaults['batch_size']})")
-    i.add_argument("--weights", type=_choice(list(memmath.FORMATS)), metavar="FORMAT",
-                   help=f"serving format of the weights: {', '.join(memmath.FORMATS)} (default "
-                   f"{defaults['weights_format']})")
-    i.add_argument("--kv", type=_choice(list(memmath.FORMATS)), metavar="FORMAT",
+    weights = [*memmath.FORMATS, "fp8", *memmath.STORED_FORMATS]  # fp8: fp8_e4m3; stored: memmath/checkpoints.py
+    i.add_argument("--weights", type=_choice(weights), metavar="FORMAT",
+                   help=f"serving format of the weights: {', '.join(weights)} (default: as the checkpoint stores "
+                   f"them, else {defaults['weights_format']})")
+    i.add_argument("--kv", type=_choice([*memmath.FORMATS, "fp8"]), metavar="FORMAT",
                    help=f"format of the KV cache (default {defaults['kv_format']})")
     i.add_argument("--attention", type=_choice(ATTENTION), metavar="KIND",
                    help=f"sdpa or eager (default {defaults['attention']})")
     gpu_options(infer)
 
-    sub.add_parser("models", parents=[common], help="the presets and where their shapes come from",
-                   description="The model presets, with their parameter counts and sources.")
+    models = sub.add_parser("models", parents=[common], help="the presets and where their shapes come from",
+                            description="The model presets, with their parameter counts and sources; or one model's "
+                                        "counts, total and active per token (a config.json, its folder or a Hub id).")
+    models.add_argument("model", nargs="?", metavar="MODEL", help="one model: a preset, config.json, folder or Hub id")
     sub.add_parser("gpus", parents=[common], help="the GPU catalog and its sources",
                    description="The GPUs --gpu knows, with their memory as the driver reports it.")
     lessons = sub.add_parser(
@@ -487,7 +494,7 @@ def _train_run(args):
         n_gpus=args.gpus, zero_stage=None if args.zero_stage is None else int(args.zero_stage),
         tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, sequence_parallel=args.sequence_parallel,
         pp_schedule=args.pp_schedule, micro_batches=args.micro_batches, virtual_stages=args.virtual_stages,
-        padded=args.padded, packed=args.packed))
+        padded=args.padded, packed=args.packed, kbit_prep=args.kbit_prep, loss=args.loss))
     return run, source
 
 
@@ -727,6 +734,7 @@ def _write_train(w, style, args, run, source, plan):
              + (" (the default length; set --seq)" if args.seq is None else "")
              + (", right-padded (an attention mask with zeros)" if run.padded else "")
              + (", packed sequences (their own position ids)" if run.packed else "")
+             + (f", {run.loss} loss" if run.loss != "transformers" else "")
              + (f", {run.grad_accum_steps} micro-batches per optimizer step (effective batch "
                 f"{run.effective_batch:,})" if run.grad_accum_steps > 1 else "")
              + f", {run.attention} attention, dropout {'on' if run.dropout else 'off'}, checkpointing "
@@ -874,6 +882,17 @@ def _write_infer(w, style, args, shape, source, plan):
 # ---- models and gpus ----------------------------------------------------------------------
 def run_models(args, out, style) -> int:
     import memmath
+
+    if getattr(args, "model", None):  # one model's counts (memmath/counts.py)
+        counts = memmath.parameter_counts(args.model)
+        if args.json:
+            out.write(json.dumps({"command": "models", "model": counts}, indent=2) + "\n")
+            return 0
+        experts = (f" ({counts['experts_per_tok']} of {counts['n_experts']} experts)" if counts["n_experts"] else
+                   " (a dense model: every parameter)")
+        out.write(f"{counts['name']}: {counts['params']:,} parameters; {counts['active_params']:,} active per token"
+                  f"{experts}, {counts['active_params_without_embeddings']:,} without the input embedding\n")
+        return 0
 
     # active_params: what one token passes through (a mixture of experts routes it to experts_per_tok of n_experts
     # experts per block); a dense model's is every parameter.

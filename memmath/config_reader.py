@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import validate
 from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, Architecture
+from .checkpoints import stored_format
 from .models import LAYER_TYPES, ModelShape, bert_model, gpt2_model, llama_model
 from .multimodal import MULTIMODAL_MODEL_TYPES
 
@@ -30,7 +31,7 @@ CONFIG_FIELDS: dict[str, dict[str, str]] = {t: dict(record.fields) for t, record
 
 # One value per listed field that memmath does not model, for the tests.
 UNSUPPORTED_EXAMPLES = {
-    "torch_dtype": "float8_e4m3fn", "dtype": "int8", "quantization_config": {"quant_method": "gptq"},
+    "torch_dtype": "float8_e4m3fn", "dtype": "int8", "quantization_config": {"quant_method": "hqq"},
     "activation_function": "relu", "hidden_act": "quick_gelu", "hidden_activation": "relu",
     "add_cross_attention": True, "scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True,
     "position_embedding_type": "relative_key", "is_decoder": True, "use_bidirectional_attention": True,
@@ -76,7 +77,7 @@ def from_hf_config(config) -> ModelShape:
             raise ValueError(f"config field {key!r} is true; memmath models only {key}=false")
     name = _config_name(config, model_type)
     reader = {"gpt2": _gpt2_from_config, "bert": _bert_from_config, "llama": _decoder_from_config}[record.family]
-    return reader(config, get, record, name)
+    return _as_stored(reader(config, get, record, name), config)
 
 
 def _check_common(config):
@@ -85,8 +86,13 @@ def _check_common(config):
         if value is not None and value not in _DTYPES:
             raise ValueError(f"config field {key!r} must be one of {', '.join(_DTYPES)}; got {validate.describe(value)}")
     if config.get("quantization_config") is not None:
-        raise ValueError("config field 'quantization_config' names a pre-quantized checkpoint, which memmath does "
-                         "not model; remove it and choose the format with weights_format= or QLoRA(...)")
+        stored_format(config["quantization_config"])  # a format memmath does not read is refused before the rest
+
+
+def _as_stored(shape: ModelShape, config: dict) -> ModelShape:
+    """The shape with the checkpoint's storage when its config names a quantization_config (checkpoints.py)."""
+    quantization = config.get("quantization_config")
+    return shape if quantization is None else replace(shape, stored_format=stored_format(quantization))
 
 
 

@@ -14,7 +14,9 @@ from .arrays import any_true, is_ndarray, np
 
 from . import validate
 from .activations import ATTENTION_KINDS
-from .formats import get_format
+from .checkpoints import (StoredFormat, compute_bits, get_weights_name, serving_format, stored_layout,
+                          stored_weight_bytes)
+from .formats import FORMATS, get_format
 from .gpus import get_gpu
 from .methods import quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape
@@ -134,6 +136,11 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
     (a mixture of experts' router and its 3-D expert tensors). A uniform model has no tensor list,
     so all of its parameters are quantized, with blocks of quant_block values for int8 too (no rows).
     """
+    stored = serving_format(weights_format)
+    # As a checkpoint stores it: MXFP4, FP8 with scales, GPTQ, AWQ (memmath/checkpoints.py); a uniform model has no
+    # tensors to keep in 16 bits, so its FP8 is every parameter in 8 bits.
+    if stored is not None and (shape.tensor_count_known or stored.name not in FORMATS):
+        return stored_weight_bytes(shape, stored)
     fmt = get_format(weights_format)
     double_quant = fmt.name == "nf4"
     if fmt.kind == "float":
@@ -159,6 +166,9 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
 
 def inference_weight_layout(shape: ModelShape, weights_format="bf16", *, other_format="bf16", quant_block=64) -> str:
     """In words, how inference_weight_bytes stores the weights: the layout and what stays unquantized."""
+    stored = serving_format(weights_format)
+    if stored is not None and shape.tensor_count_known:
+        return stored_layout(shape, stored)
     fmt = get_format(weights_format)
     if fmt.kind == "float":
         return f"every tensor in {fmt.name}"
@@ -321,7 +331,7 @@ SERVING_DEFAULTS = dict(
 )
 
 
-def inference_memory(model, *, weights_format=SERVING_DEFAULTS["weights_format"],
+def inference_memory(model, *, weights_format=None,
                      kv_format=SERVING_DEFAULTS["kv_format"], batch_size=SERVING_DEFAULTS["batch_size"],
                      context_len=SERVING_DEFAULTS["context_len"],
                      attention=SERVING_DEFAULTS["attention"]) -> InferenceMemory:
@@ -329,8 +339,12 @@ def inference_memory(model, *, weights_format=SERVING_DEFAULTS["weights_format"]
     quantization constants, see inference_weight_bytes), the KV cache in kv_format for batch_size
     sequences of context_len tokens (kv_cache_bytes: 2 x layers x kv_heads x head_dim x tokens x
     bytes), and a prefill working set (working_set_bytes). .total is their sum; .rule_of_thumb the
-    "weights x 1.2" estimate. batch_size and context_len may be numpy arrays."""
+    "weights x 1.2" estimate. batch_size and context_len may be numpy arrays. weights_format None: as the
+    checkpoint stores them (a config's quantization_config, memmath/checkpoints.py), else bf16."""
     shape = resolve_model(model)
+    if weights_format is None:  # as the checkpoint stores them: its quantization_config's format, else bf16
+        weights_format = shape.stored_format or "bf16"
+    name = weights_format.name if isinstance(weights_format, StoredFormat) else get_weights_name(weights_format)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
     attention = validate.choice("attention", attention, ATTENTION_KINDS)
@@ -339,7 +353,7 @@ def inference_memory(model, *, weights_format=SERVING_DEFAULTS["weights_format"]
     if shape.has_shape:
         kv = kv_cache_bytes(shape, context_len=context_len, batch_size=batch_size, kv_format=kv_format)
         working = working_set_bytes(shape, context_len=context_len, batch_size=batch_size, attention=attention,
-                                    element_bits=max(16, min(32, get_format(weights_format).bits)))
+                                    element_bits=compute_bits(weights_format))
     else:
         kv, working = 0, 0
         notes.append(Note("kv_cache_not_estimated",
@@ -349,7 +363,7 @@ def inference_memory(model, *, weights_format=SERVING_DEFAULTS["weights_format"]
             "vision_working_set_not_counted", f"the KV cache and working set are the language model's, over context_len "
             f"tokens with the image tokens among them; the {shape.vision.label} vision tower's forward pass over the "
             "images is not counted")]
-    return InferenceMemory(weights, constants, kv, working, get_format(weights_format).name,
+    return InferenceMemory(weights, constants, kv, working, name,
                            get_format(kv_format).name, tuple(notes),
                            weights_layout=inference_weight_layout(shape, weights_format),
                            weights_read=weights + constants - _unread_expert_bytes(shape, weights_format, batch_size))
@@ -429,6 +443,9 @@ def _unread_expert_bytes(shape: ModelShape, weights_format, batch_size, other_fo
 
 def _stored_bytes(tensor, weights_format, other_format, quant_block):
     """One tensor's bytes (values and constants) as inference_weight_bytes stores it."""
+    stored = serving_format(weights_format)
+    if stored is not None:
+        return sum(stored.tensor_bytes(tensor))
     fmt = get_format(weights_format)
     if fmt.kind == "float":
         return validate.ceil_div(tensor.numel * fmt.bits, 8)

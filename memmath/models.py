@@ -155,6 +155,9 @@ class ModelShape:
     # a rotary model's config max_position_embeddings: the context it was trained for (planner.trained_context); no
     # tensor depends on it, so it takes no part in comparing shapes (a preset built in code leaves it None)
     trained_context: int | None = field(default=None, compare=False)
+    # a pre-quantized checkpoint's storage (checkpoints.StoredFormat, from its config's quantization_config); None:
+    # the weights are stored in 16 bits
+    stored_format: object = None
 
     # ---- counts -----------------------------------------------------------------------------
     @property

@@ -89,6 +89,7 @@ from .arrays import is_ndarray, np
 
 from . import validate
 from .hf_activations import activation_parts, scalar_methods
+from .loss import backward_at_loss
 from .methods import Adapters, Freeze, Full, LoRA
 from .notes import Note
 from .run import Run, as_run
@@ -308,7 +309,8 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
            embeddings_alloc + parts.blocks + parts.tables + parts.cache_held + parts.head_live,
            saved=embeddings_alloc + parts.blocks + parts.tables + parts.cache_held, unset=grads)
     if lm:
-        moment("backward", "at the loss: two fp32 gradients over the vocabulary", saved + 8 * t * vocab, saved=saved,
+        moment("backward", "at the loss: two fp32 gradients over the vocabulary",  # run.loss's: memmath/loss.py
+               saved + backward_at_loss(run, t, vocab, e, head_trains=g_head > 0), saved=saved,
                unset=grads)
     head_saved = parts.head + parts.loss - (0 if lm else parts.batch)
     moment("backward", "entering the last block: saved tensors but the head's, head-side gradients, working set",

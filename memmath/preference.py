@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, fields, replace
 from .arrays import is_ndarray
 
 from . import validate
+from .loss import applies, dpo_log_probs, reference_log_probs_live
 from .methods import LoRA, Method, Plan, QLoRA, _group_weight_bytes
 from .models import ModelShape
 from .notes import Note
@@ -157,6 +158,8 @@ def dpo_loss_bytes(run, grad) -> object:
     b, s, vocab = run.batch_size, run.seq_len, run.model.vocab_size
     t = 2 * b * s
     logsigmoid = FP32 * b * (2 if run.device == "cpu" else 1)
+    if applies(run):  # the policy's log-probabilities as run.loss computes them (memmath/loss.py)
+        return (dpo_log_probs(run, t) + logsigmoid) * grad
     return (FP32 * t * vocab + INT64 * t + logsigmoid) * grad
 
 
@@ -227,5 +230,7 @@ def reference_moments(run, parts) -> list:
                                checkpointing=True, device=run.device)
     block = unsaved.block_live + e * t * h
     head = e * t * vocab + (FP32 * t * vocab if e != FP32 else 0) + FP32 * t * vocab
+    if applies(run):  # the reference log-probabilities as run.loss computes them: one tile or chunk at a time
+        head = reference_log_probs_live(run, t, e)
     return [("reference forward (no grad): the last block at its fullest, nothing saved", block),
             ("reference forward (no grad): the logits, their fp32 copy and the log-softmax output", head)]

@@ -22,6 +22,8 @@ from .arrays import is_ndarray
 
 from . import validate
 from .activations import ATTENTION_KINDS
+from .checkpoints import check_kbit_prep, check_trainable
+from .loss import LOSSES, check_loss
 from .methods import Full, Method
 from .models import ModelShape
 from .notes import Note
@@ -76,6 +78,13 @@ class Run:
     # Sequences packed into each row without padding, each with its own position ids (a packing collator's
     # position_ids): transformers builds a block-diagonal mask from them, which every attention call then gets.
     packed: bool = False
+    # QLoRA: peft's prepare_model_for_kbit_training run on the quantized base, which casts every parameter it left in
+    # 16 bits (norms, embeddings, head) to fp32 (memmath/checkpoints.py kbit_prep_bytes). False: the base as loaded.
+    kbit_prep: bool = False
+    # The causal LM loss (memmath/loss.py): "transformers" (its default cross-entropy over materialized logits),
+    # "chunked" (TRL 1.15+'s tiled log-probabilities) or "fused" (Liger's fused linear cross-entropy, cut
+    # cross-entropy): the logits never built whole.
+    loss: str = "transformers"
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -119,6 +128,9 @@ class Run:
         for name in ("padded", "packed"):
             if values[name]:
                 _check_padded(shape, self.method, name)
+        values["kbit_prep"] = check_kbit_prep(validate.flag("kbit_prep", self.kbit_prep), self.method)
+        values["loss"] = validate.choice("loss", self.loss, LOSSES)
+        check_trainable(shape, self.method)
         check_parallel(values, shape, self.method)
         if self.attention is not None:
             values["attention"] = validate.choice("attention", self.attention, ATTENTION_KINDS)
@@ -141,6 +153,7 @@ class Run:
         defaulted = frozenset(name for name in RESOLVED if given[name] is None)
         for name, value in zip(RESOLVED, resolved):
             values[name] = value
+        check_loss(values)
         for name, value in values.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "defaulted", defaulted)

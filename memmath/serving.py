@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import validate
+from .checkpoints import weight_bits
 from .formats import FORMATS, get_format
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
 from .inference import SERVING_DEFAULTS, InferenceMemory, decode_tokens_per_second, inference_memory
@@ -137,7 +138,7 @@ def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings
     bits = {name: f.bits for name, f in FORMATS.items()}
     candidates = []
     for fmt in WEIGHT_FORMATS_TO_TRY:
-        if bits[fmt] < bits[get_format(settings["weights_format"]).name]:
+        if bits[fmt] < weight_bits(settings["weights_format"]):
             candidates.append((f"weights in {fmt}", {"weights_format": fmt},
                                "quantized weights: some loss of quality, kernels that dequantize"))
     for fmt in KV_FORMATS_TO_TRY:
@@ -167,6 +168,8 @@ def plan_serving(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settin
     changes (judged with FIT_MARGIN, see serving_changes); notes: the memory's, and one when the context
     is longer than the model was trained on."""
     shape = resolve_model(model)
+    if shape.stored_format is not None:  # a quantized checkpoint is served as it is stored unless told otherwise
+        settings = {"weights_format": shape.stored_format.name, **settings}
     settings = _settings(**settings)
     memory = inference_memory(shape, **settings)
     settings = {**settings, "weights_format": memory.weights_format, "kv_format": memory.kv_format}

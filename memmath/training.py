@@ -16,7 +16,9 @@ from .arrays import is_ndarray, np
 
 from . import validate
 from .activations import ATTENTION_KINDS, ActivationEstimate, textbook_activations
-from .methods import Full, Method, Plan
+from .checkpoints import kbit_prep_bytes, kbit_prep_note
+from .loss import with_loss
+from .methods import Full, Method, Plan, QLoRA
 from .models import ModelShape
 from .notes import Note
 from .recipes import Optimizer, Recipe
@@ -258,6 +260,9 @@ def _step_parts(run: Run):
     act_estimate, act_bytes, estimated, parts = _activations(shape, plan, recipe, method, notes, run)
 
     weights, constants = plan.weight_bytes, plan.quantization_constant_bytes
+    if isinstance(method, QLoRA):  # peft's prepare_model_for_kbit_training, applied (run.kbit_prep) or not: said
+        weights = weights + kbit_prep_bytes(shape, recipe) * run.kbit_prep
+        notes.append(kbit_prep_note(shape, recipe, run.kbit_prep))
     if sharding != "even":
         weights, gradients, states = _engine_sharding(shape, method, recipe, opt, sharding=sharding, n_gpus=n_gpus,
                                                       zero_stage=zero_stage, rank=run.rank)
@@ -372,6 +377,7 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
             dropout=run.dropout, attention=run.attention, checkpointing=run.checkpointing, device=run.device,
             padded=run.padded, packed=run.packed,
         )
+        parts = with_loss(parts, run, method.head_trains(shape))  # run.loss: memmath/loss.py (transformers': as traced)
         estimate = parts.estimate
     else:
         if run.padded or run.packed:

@@ -123,10 +123,12 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
     # count it; the figure above puts every weight in the format.
     _loaded = ""
     card_bytes = weight_bytes  # what the cards below judge: the size as it would be loaded
-    if preset and weights_format.kind != "float":
+    if preset and (weights_format.kind != "float" or weights_format.bits == 8):  # FP8: as FP8 checkpoints store it
         _bnb = mm.inference_memory(preset, weights_format=weights_format.name)
-        _loaded = (f" That is with **every weight** in {weights_format.name}. Loaded through transformers with "
-                   f"bitsandbytes, which converts only the `nn.Linear` layers ({_bnb.weights_layout}), it takes "
+        _how = ("through transformers with bitsandbytes, which converts only the `nn.Linear` layers"
+                if weights_format.kind != "float" else "as FP8 checkpoints store it")
+        _loaded = (f" That is with **every weight** in {weights_format.name}. Loaded {_how} "
+                   f"({_bnb.weights_layout}), it takes "
                    f"**{mm.format_bytes(_bnb.weights + _bnb.quantization_constants, unit)}**: the size "
                    f"{viz.lesson_link('07_inference', 'lesson 7')} and `memmath infer` give, and the cards below "
                    "judge.")
