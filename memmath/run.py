@@ -22,6 +22,8 @@ from .arrays import is_ndarray
 
 from . import validate
 from .activations import ATTENTION_KINDS
+from .formats import get_format
+from .inference import SERVING_DEFAULTS
 from .methods import Full, Method
 from .models import ModelShape
 from .notes import Note
@@ -243,6 +245,72 @@ def as_run(model, **settings) -> Run:
             raise TypeError(f"pass either a Run or a model with settings, not both (got {', '.join(settings)})")
         return model
     return Run(model, **settings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Serve:
+    """One replica serving a model: what memmath.plan_serving, `memmath infer` and lesson 7 ask about.
+
+    Each default is memmath.SERVING_DEFAULTS' (the reason beside it in memmath/inference.py). The
+    planner judges one setup, so the sizes are single whole numbers (a sweep of contexts goes to
+    memmath.inference_memory). The model is resolved to a ModelShape and the formats to their
+    names, so the same question is the same (hashable) value."""
+
+    model: object = field(kw_only=False)  # a preset name, a ModelShape or a parameter count; kept as a ModelShape
+    weights_format: object = SERVING_DEFAULTS["weights_format"]
+    kv_format: object = SERVING_DEFAULTS["kv_format"]
+    batch_size: int = SERVING_DEFAULTS["batch_size"]  # sequences decoded at once
+    context_len: int = SERVING_DEFAULTS["context_len"]  # tokens per sequence: the prompt and what is generated
+    attention: str = SERVING_DEFAULTS["attention"]
+
+    def __post_init__(self):
+        values = dict(
+            model=resolve_model(self.model),
+            weights_format=_format_name(self.weights_format),
+            kv_format=_format_name(self.kv_format),
+            batch_size=validate.count("batch_size", self.batch_size, high=validate.MAX_BATCH, scalar=True),
+            context_len=validate.count("context_len", self.context_len, high=validate.MAX_SEQ, scalar=True),
+            attention=validate.choice("attention", self.attention, ATTENTION_KINDS),
+        )
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        model = repr(self.model.name) if self.model.name else repr(self.model)
+        return "Serve(" + ", ".join([f"model={model}"] + [f"{k}={v!r}" for k, v in self.settings().items()]) + ")"
+
+    def settings(self) -> dict:
+        """Every setting but the model, as memmath.inference_memory takes them."""
+        return {name: getattr(self, name) for name in SERVE_SETTINGS}
+
+    def replace(self, **changes) -> Serve:
+        """A new serving setup with `changes`."""
+        unknown = set(changes) - set(SERVE_SETTINGS) - {"model"}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise validate.FieldTypeError(name, f"{name} is not a serving setting; settings: {', '.join(SERVE_SETTINGS)}")
+        return Serve(**{"model": self.model, **self.settings(), **changes})
+
+
+SERVE_SETTINGS = tuple(f.name for f in fields(Serve) if f.name != "model")
+
+
+def _format_name(value):
+    """A registered number format by its name (get_format's spellings: "bfloat16" is "bf16"); a custom one as itself."""
+    return get_format(value).name if isinstance(value, str) else get_format(value)
+
+
+def as_serve(model, **settings) -> Serve:
+    """A Serve from a Serve (with no other settings) or from a model and keyword settings (the keyword forms)."""
+    if isinstance(model, Serve):
+        if settings:
+            raise TypeError(f"pass either a Serve or a model with settings, not both (got {', '.join(settings)})")
+        return model
+    unknown = set(settings) - set(SERVE_SETTINGS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise validate.FieldTypeError(name, f"{name} is not a serving setting; settings: {', '.join(SERVE_SETTINGS)}")
+    return Serve(model, **settings)
 
 
 def _name(spec, given):
