@@ -663,23 +663,11 @@ def _train_json(args, run, source, plan, status) -> dict:
     }
 
 
-def _instead(plan):
-    """(the recipe the card would run instead, its Requirement, its Fit) where the card cannot run the run's recipe
-    (pure bf16 on a T4 or V100: plan.cannot_run), judged as the verdict is; else None."""
-    import memmath
-
-    if plan.cannot_run is None or plan.fit is None:
-        return None
-    need = memmath.requirement(plan.run.replace(precision=plan.cannot_run.instead))
-    fit = memmath.check_fit(need.bytes, plan.gpu, reserved_bytes=plan.reserved_bytes, margin=memmath.FIT_MARGIN)
-    return plan.cannot_run.instead, need, fit
-
-
 def _instead_json(plan):
-    instead = _instead(plan)
+    instead = plan.recipe_instead
     if instead is None:
         return None
-    precision, need, fit = instead
+    precision, need, fit = instead.precision, instead.requirement, instead.fit
     return {"precision": precision, "option": f"--precision {precision}", "required_bytes": need.bytes,
             "basis": _basis(need), "with_reserve_bytes": need.bytes + plan.reserved_bytes, "fits": fit.fits,
             "headroom_bytes": int(fit.headroom_bytes)}
@@ -759,9 +747,9 @@ def _write_train(w, style, args, run, source, plan):
     if plan.fit is not None:
         _write_verdict(w, style, plan.fit, need.bytes, plan.reserved_bytes, unit,
                        "peak" if need.basis == "peak" else "sum of the parts", plan.cannot_run)
-        instead = _instead(plan)
+        instead = plan.recipe_instead
         if instead is not None:  # the run the card would train instead, judged as the verdict is
-            precision, other, fit = instead
+            precision, other, fit = instead.precision, instead.requirement, instead.fit
             verdict = (f"fits, with {_size_text(fit.headroom_bytes, unit)} to spare" if fit.fits else
                        f"does not fit either: short by {_size_text(-fit.headroom_bytes, unit)}"
                        if fit.headroom_bytes < 0 else "does not fit either: less than 5% to spare")
@@ -776,7 +764,7 @@ def _write_train(w, style, args, run, source, plan):
             _write_changes(w, style, rows, path, path and plan.path[-1].fits, unit, plan.reserved_bytes)
             if instead is not None and (rows or path):
                 w(style.dim("\n".join(_wrap(f"These changes keep the '{plan.cannot_run.precision}' recipe, which the "
-                                            f"{plan.gpu.name} cannot run: add --precision {instead[0]} to plan the "
+                                            f"{plan.gpu.name} cannot run: add --precision {instead.precision} to plan the "
                                             "changes it can."))) + "\n")
 
 

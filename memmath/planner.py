@@ -11,6 +11,7 @@ and FIT_MARGIN of the requirement left free.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
@@ -288,6 +289,21 @@ def _tier(new: Run, old: Run) -> int:
 
 
 @dataclass(frozen=True)
+class RecipeInstead:
+    """The run a card that cannot compute the plan's recipe would train instead (TrainingPlan.cannot_run.instead:
+    fp16 mixed precision for pure bf16 on a T4 or V100), its requirement and its verdict, judged as the plan's own
+    (the same card, reserve and FIT_MARGIN)."""
+
+    precision: str
+    requirement: Requirement
+    fit: object
+
+    @property
+    def fits(self) -> bool:
+        return self.fit.fits
+
+
+@dataclass(frozen=True)
 class TrainingPlan:
     """Everything the planner says about one run on one card: the parts, what the card must hold, the
     verdict, and the changes; what the command line prints and lesson 8 shows.
@@ -320,6 +336,16 @@ class TrainingPlan:
     def needed_bytes(self) -> int:
         """The requirement plus the CUDA context kept back: what the card must have."""
         return self.requirement.bytes + self.reserved_bytes
+
+    @functools.cached_property
+    def recipe_instead(self) -> RecipeInstead | None:
+        """Where the card cannot compute the run's recipe (cannot_run), the run it would train instead and that run's
+        verdict; else None."""
+        if self.cannot_run is None or self.fit is None:
+            return None
+        need = requirement(self.run.replace(precision=self.cannot_run.instead))
+        fit = check_fit(need.bytes, self.gpu, reserved_bytes=self.reserved_bytes, margin=FIT_MARGIN)
+        return RecipeInstead(self.cannot_run.instead, need, fit)
 
 
 def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, **settings) -> TrainingPlan:
