@@ -25,6 +25,7 @@ from .recipes import bytes_per_parameter, get_recipe
 from .decision import BASES, Requirement, requirement
 from .run import MAX_GRAD_ACCUM, Run, as_run, sdpa_supported
 from .search import fewest_where, largest_where
+from .plan_text import training_text
 from .units import UNITS, unit_name
 
 if TYPE_CHECKING:
@@ -336,6 +337,12 @@ class TrainingPlan:
     def needed_bytes(self) -> int:
         """The requirement plus the CUDA context kept back: what the card must have."""
         return self.requirement.bytes + self.reserved_bytes
+
+    def __str__(self) -> str:  # what `memmath train` prints
+        return training_text(self)
+
+    def _repr_markdown_(self) -> str:  # a notebook shows the same text
+        return "```text\n" + training_text(self) + "```"
 
     @functools.cached_property
     def recipe_instead(self) -> RecipeInstead | None:

@@ -23,6 +23,7 @@ from .formats import FORMATS, get_format
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
 from .inference import SERVING_DEFAULTS, InferenceMemory, decode_tokens_per_second, inference_memory
 from .notes import Note
+from .plan_text import serving_text
 from .run import Serve, as_serve
 from .search import largest_where
 
@@ -83,6 +84,12 @@ class ServingPlan:
     def fits(self) -> bool | None:
         """The verdict: True or False on a card, None without one."""
         return None if self.fit is None else self.fit.fits
+
+    def __str__(self) -> str:  # what `memmath infer` prints
+        return serving_text(self)
+
+    def _repr_markdown_(self) -> str:  # a notebook shows the same text
+        return "```text\n" + serving_text(self) + "```"
 
     @property
     def instead(self) -> tuple:

@@ -1,4 +1,4 @@
-"""The command line (memmath/cli.py), run as a user runs it: `python -m memmath ...` in a subprocess.
+"""The command line (memmath/cli), run as a user runs it: `python -m memmath ...` in a subprocess.
 
 Each MODEL form (preset, config.json, folder, a Hub id in a fake Hugging Face cache), each command,
 --json checked against the Python API for the same run (and against numbers derived by hand), the
