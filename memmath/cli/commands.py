@@ -332,14 +332,12 @@ def run_models(args, out, style) -> int:
     if args.json:
         out.write(json.dumps({"command": "models", "models": rows}, indent=2) + "\n")
         return 0
-    name_width = max(19, *(len(r["name"]) + 2 for r in rows))  # a name is never cut
+    name_width = max(19, *(len(r["name"]) + 2 for r in rows))
     out.write(style.bold(f"{'preset':<{name_width}}{'parameters':>16}{'layers':>7}{'heads':>6}  source") + "\n")
     for r in rows:
         heads = f"{r['n_heads']}" + (f"/{r['n_kv_heads']}" if r["n_kv_heads"] != r["n_heads"] else "")
-        line = f"{r['name']:<{name_width}}{r['params']:>16,}{r['n_layers']:>7}{heads:>6}"
-        source = r["source"].replace(" config.json", "")
-        room = width() - len(line) - 2  # the source is cut to the line, never the name
-        out.write(line + "  " + (source if len(source) <= room else source[:max(room - 3, 0)] + "...") + "\n")
+        out.write(f"{r['name']:<{name_width}}{r['params']:>16,}{r['n_layers']:>7}{heads:>6}  "  # never cut: a Hub id
+                  f"{r['source'].replace(' config.json', '')}\n")
         if r["n_experts"]:  # a mixture of experts: its parameters per token, under its total
             out.write(f"{'':<{name_width}}{r['active_params']:>16,} active per token ({r['experts_per_tok']} of "
                       f"{r['n_experts']} experts)\n")
