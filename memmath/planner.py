@@ -25,7 +25,7 @@ from .recipes import bytes_per_parameter, get_recipe
 from .decision import BASES, Requirement, requirement
 from .run import MAX_GRAD_ACCUM, Run, as_run, sdpa_supported
 from .search import fewest_where, largest_where
-from .plan_text import training_text
+from .report import training_text
 from .units import UNITS, unit_name
 
 if TYPE_CHECKING:

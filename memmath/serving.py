@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from . import validate
 from .formats import FORMATS, get_format
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
-from .inference import SERVING_DEFAULTS, InferenceMemory, decode_tokens_per_second, inference_memory
+from .inference import InferenceMemory, decode_tokens_per_second, inference_memory
 from .notes import Note
-from .plan_text import serving_text
+from .report import serving_text
 from .run import Serve, as_serve
 from .search import largest_where
 

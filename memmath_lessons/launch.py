@@ -14,6 +14,7 @@ from pathlib import Path
 
 import memmath_site
 
+PROG = "memmath lessons"
 # What a static build reports as a refusal (one line) or a lesson that failed to export (its cells' errors follow).
 BUILD_ERRORS = (memmath_site.BuildError, memmath_site.AssetLayoutError, OSError)
 
@@ -52,3 +53,25 @@ def build_static(site, folder: Path) -> Path:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return site
+
+
+def run(folder: Path, *, static=None, port=None, headless=False, out=sys.stdout) -> int:
+    """Open the workbook (marimo's exit status), or with `static` build the site into that folder: 0 built, 2 a
+    lesson that failed to export (its cells' errors on stderr). A refusal raises ValueError naming the option."""
+    if static is None:
+        return open_workbook(folder, port=port, headless=headless)
+    for option, value in (("--port", port), ("--headless", headless or None)):
+        if value is not None:
+            raise ValueError(f"{option}: applies to opening the workbook (marimo run), not to --static")
+    try:
+        site = build_static(static, folder)
+    except BUILD_ERRORS as error:
+        first, *details = str(error).strip().splitlines() or [type(error).__name__]
+        if not details:
+            raise ValueError(f"--static: {first}") from None
+        # a lesson that failed to export: its cells' errors follow the one-line verdict
+        sys.stderr.write(f"{PROG}: error: --static: {first[:900]}\n" + "".join(f"  {line}\n" for line in details
+                                                                               if line.strip()))
+        return 2
+    out.write(f"Built {site}/. Serve it with: python -m http.server -d {site} 8000\n")
+    return 0

@@ -7,7 +7,7 @@
 
 A projection of memmath.Run and memmath.Serve: the options of their fields are written beside the
 fields (memmath.run.option) and generated here (options.py); the library plans the question
-(plan_training, plan_serving) and memmath.plan_text writes the plan, or commands.py writes one JSON
+(plan_training, plan_serving) and memmath.report writes the plan, or commands.py writes one JSON
 object (--json). It decides nothing and holds no default of its own: an option left out is left to
 the Run or Serve, whose resolved values the output shows. Errors from the library name their field;
 field_flags() says which option sets it.
@@ -26,7 +26,7 @@ import io
 import os
 import sys
 
-from memmath.plan_text import Style
+from memmath.report import Style
 
 from .commands import COMMANDS, WORKBOOK_MODULES, lessons_folder, resolve_gpu
 from .options import (COMMAND_CHOICES, EPILOG, METHODS, MODEL_HELP, PROG, UNIT_CHOICES, WORKBOOK_INSTALL,

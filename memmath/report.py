@@ -1,18 +1,21 @@
-"""A plan as the text `memmath train` and `memmath infer` print: tables of bytes, the verdict, the changes.
+"""A plan as `memmath train` and `memmath infer` print it: as text (tables of bytes, the verdict, the changes)
+or as one JSON object (every size in integer bytes).
 
-The command line writes these for a terminal (with colour, memmath.cli); str(plan) and a notebook's
+The command line writes these (with colour on a terminal, memmath.cli); str(plan) and a notebook's
 rendering of a TrainingPlan or ServingPlan read the same, so a plan printed in Python says what the
-command line says. Every string a config.json or a path provides passes through printable() first:
+command line says, and the JSON is the API's numbers. Every string a config.json or a path provides passes through printable() first:
 a model's name is data, never a terminal escape code or a line of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import textwrap
 
-from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, check_fit
-from .parallel import layout
+from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit
+from .parallel import buffers, is_parallel, layout
+from .presets import PRESET_SOURCES, PRESETS
 from .training import PART_LABELS
 from .units import format_bytes, to_unit
 
@@ -20,6 +23,13 @@ WIDTH = 80
 MAX_SHOWN = 120  # characters of a config-provided string shown (a name, a path)
 WORKING_SET_NOTE = ("the peak of one prefill over the whole context (transformers' implementations; serving engines "
                     "that fuse or chunk keep less)")
+ACTIVATION_DESCRIPTIONS = {
+    "transformers": "what the transformers PyTorch models keep for backward, tensor by tensor (memmath's "
+                    "hf_activations, checked against PyTorch on the CPU)",
+    "textbook": "Korthikanti et al. 2022's per-layer formula plus the loss's fp32 log-softmax",
+}
+GPU_SOURCES = ("memory: what nvidia-smi reports (MiB x 2**20), less than the size on the box; "
+               "bandwidth and dense bf16 TFLOP/s: NVIDIA's datasheets (T4 and V100: fp16, no bf16)")
 SERVING_LABELS = {"weights": "Weights", "quantization_constants": "Quantization constants", "kv_cache": "KV cache",
                   "working_set": "Prefill working set"}
 
@@ -292,4 +302,207 @@ def serving_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, cont
         rows = [(c.change, c.total, c.headroom_bytes, c.cost) for c in plan.instead]
         changes(w, rows, [], False, unit, plan.reserved_bytes,
                 none="No single change of format, context or batch makes it fit with 5% to spare.")
+    return w.text()
+
+
+def layout_text(plan, run, gpu, *, unit="GB", style=PLAIN, width=WIDTH, max_gpus=None) -> str:
+    """A LayoutPlan (memmath.plan_layout) of `run` on `gpu` as `memmath train --plan-layout` prints it."""
+    w, name = Writer(style, width), printable(run.model.name)
+    if not plan.fits:
+        return f"No layout up to {max_gpus or 1024} GPUs fits {name} on the {gpu.name} ({plan.tried} tried).\n"
+    lay, need, worst = plan.layout, plan.need, plan.worst
+    w(style.bold(f"{name} on {gpu.name}: {lay.n_gpus} GPUs, {lay.describe()}") + "\n")
+    w(f"  the rank that needs the most (rank {worst.rank}, pipeline stage {worst.coordinates['pp']}):\n")
+    for part, value in worst.memory.parts().items():
+        w(table_row(PART_LABELS[part], int(value), unit) + "\n")
+    for label, value in worst.buffers.items():
+        w(table_row(f"{label} (derived)"[:36], int(value), unit) + "\n")
+    w(table_row("Sum of the parts and buffers", worst.total, unit) + "\n")
+    if need.basis == "peak":
+        w(table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", need.bytes, unit) + "\n")
+    w(table_row("The card must hold (" + ("peak" if need.basis == "peak" else "sum") + ")", need.bytes, unit) + "\n")
+    w(table_row("Usable on the card", plan.usable_bytes, unit) + "\n")
+    for line in plan.trade_offs:
+        w.para(line, "  ")
+    return w.text()
+
+
+# ---- JSON: every size in integer bytes ------------------------------------------------------------------
+def _basis(need) -> str:
+    """The decision's basis as the JSON names it: peak, or sum_of_parts."""
+    return need.basis.replace(" ", "_")
+
+
+def _jsonable(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        return value.item()
+    return value
+
+
+def _method_json(method) -> dict:
+    return {"name": type(method).__name__.lower(), "description": method.describe(), **_jsonable(method)}
+
+
+def _gpu_json(gpu):
+    return None if gpu is None else {"name": gpu.name, "memory_bytes": int(gpu.memory_bytes), "marketed": gpu.marketed,
+                                     "kind": gpu.kind}
+
+
+def _verdict_json(fit):
+    if fit is None:
+        return None
+    return {"fits": fit.fits, "required_bytes": int(fit.required_bytes), "available_bytes": int(fit.available_bytes),
+            "headroom_bytes": int(fit.headroom_bytes), "margin_bytes": int(fit.margin_bytes),
+            "gpu_memory_bytes": int(fit.gpu.memory_bytes),
+            "reserved_bytes": int(fit.gpu.memory_bytes - fit.available_bytes)}
+
+
+def _reserve_json(reserve, default) -> dict:
+    return {"bytes": reserve, "default": default, "what": CUDA_CONTEXT_SOURCE if default else "given by --reserve"}
+
+
+def layout_json(plan, run, gpu, *, unit="GB") -> dict:
+    """A LayoutPlan (memmath.plan_layout) of `run` on `gpu` as `memmath train --plan-layout --json` prints it."""
+    worst, lay = plan.worst, plan.layout
+    return {"command": "train --plan-layout", "run": repr(run), "gpu": _gpu_json(gpu), "fits": plan.fits, "layouts_tried": plan.tried, "usable_bytes": plan.usable_bytes,
+            "layout": None if not plan.fits else {"n_gpus": lay.n_gpus, "dp": lay.dp, "tp": lay.tp, "pp": lay.pp,
+                                                  "micro_batches": plan.run.micro_batches},
+            "worst_rank": None if not plan.fits else {
+                "rank": worst.rank, "parts": {k: int(v) for k, v in worst.memory.parts().items()},
+                "buffers": worst.buffers, "total": worst.total},
+            "required": None if not plan.fits else {"bytes": plan.need.bytes, "basis": _basis(plan.need),
+                                                    "reason": plan.need.reason},
+            "trade_offs": list(plan.trade_offs), "unit": unit}
+
+
+def training_json(plan, *, source=None, unit="GB", seq_default=False, reserve_default=True, status=None) -> dict:
+    """A TrainingPlan as `memmath train --json` prints it."""
+    run, memory, need = plan.run, plan.memory, plan.requirement
+    shape, peak, instead = run.model, need.peak, plan.recipe_instead
+
+    def change(s) -> dict:
+        fit = check_fit(s.total, plan.gpu, reserved_bytes=plan.reserved_bytes, margin=FIT_MARGIN)
+        return {"change": s.change, "required_bytes": s.total, "basis": _basis(s), "saved_bytes": s.saved,
+                "fits": s.fits, "headroom_bytes": int(fit.headroom_bytes), "cost": s.cost, "run": repr(s.run),
+                "settings": {k: (_method_json(v) if k == "method" else _jsonable(v))
+                             for k, v in s.run.settings().items()}}
+    return {
+        "command": "train",
+        "model": {**(source or {}), "name": shape.name, "family": shape.family, "n_layers": int(shape.n_layers),
+                  "total_params": int(memory.total_params), "trainable_params": int(memory.trainable_params),
+                  "adapter_params": int(memory.adapter_params)},
+        "run": repr(run),
+        "settings": {**{k: _jsonable(v) for k, v in run.settings().items() if k != "method"},
+                     "method": _method_json(run.method), "seq_len_default": seq_default,
+                     "effective_batch": int(run.effective_batch)},
+        "assumptions": {"recipe": memory.recipe.description, "optimizer": memory.optimizer.description,
+                        "method": run.method.describe(), "activations": run.activations, "attention": run.attention,
+                        "seq_len": (f"{run.seq_len} tokens, the default (--seq not given)" if seq_default
+                                    else f"{run.seq_len} tokens (--seq)"),
+                        "resolved_from_the_model": sorted(run.defaulted), "summary": memory.assumptions,
+                        "reserved": _reserve_json(plan.reserved_bytes, reserve_default),
+                        "activations_model": ACTIVATION_DESCRIPTIONS[run.activations],
+                        "notes": [str(n) for n in plan_notes(plan)]},
+        "parts": {k: int(v) for k, v in memory.parts().items()},
+        "sum_of_parts": int(memory.total),
+        # a split run: the communication buffers (derived) of the rank the requirement judges
+        "buffers": {k: int(v) for k, v in buffers(need.memory.run).items()} if is_parallel(run) else {},
+        "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,
+                                           **{k: int(v) for k, v in peak.parts().items()}},
+        "required": {"bytes": need.bytes, "basis": _basis(need), "why_not_peak": need.reason or None,
+                     "reserved_bytes": plan.reserved_bytes, "with_reserve_bytes": plan.needed_bytes},
+        "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit),
+        "cannot_run": None if plan.cannot_run is None else plan.cannot_run.message,
+        "cannot_run_instead": None if instead is None else {
+            "precision": instead.precision, "option": f"--precision {instead.precision}",
+            "required_bytes": instead.requirement.bytes, "basis": _basis(instead.requirement),
+            "with_reserve_bytes": instead.requirement.bytes + plan.reserved_bytes, "fits": instead.fit.fits,
+            "headroom_bytes": int(instead.fit.headroom_bytes)},
+        "changes": None if plan.fit is None or plan.fits else [change(s) for s in plan.changes],
+        "path_to_fit": None if not plan.path else [change(s) for s in plan.path],
+        "unit": unit, "exit_status": status,
+    }
+
+
+def serving_json(plan, *, source=None, unit="GB", context_default=False, reserve_default=True, status=None) -> dict:
+    """A ServingPlan as `memmath infer --json` prints it."""
+    memory, settings, total, shape = plan.memory, plan.settings, int(plan.memory.total), plan.serve.model
+    return {
+        "command": "infer",
+        "model": {**(source or {}), "name": shape.name, "family": shape.family, "n_layers": int(shape.n_layers),
+                  "total_params": int(shape.n_params)},
+        "settings": {**settings, "context_len_default": context_default},
+        "assumptions": {"context_len": (f"{settings['context_len']} tokens, the default (--context not given)"
+                                        if context_default else f"{settings['context_len']} tokens (--context)"),
+                        "attention": settings["attention"], "working_set": WORKING_SET_NOTE,
+                        "reserved": _reserve_json(plan.reserved_bytes, reserve_default),
+                        "notes": [str(n) for n in plan.notes]},
+        "parts": {k: int(v) for k, v in memory.parts().items()},
+        "total": total, "rule_of_thumb": int(memory.rule_of_thumb),
+        "required": {"bytes": total, "basis": "total", "reserved_bytes": plan.reserved_bytes,
+                     "with_reserve_bytes": total + plan.reserved_bytes},
+        "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit),
+        "longest_context_that_fits": plan.longest_context,
+        "decode_tokens_per_second_upper_bound": plan.decode_tokens_per_second,
+        "changes": None if plan.fit is None or plan.fit.fits else [
+            {"change": c.change, "required_bytes": c.total, "saved_bytes": c.saved, "fits": c.fits,
+             "headroom_bytes": c.headroom_bytes, "cost": c.cost, "settings": c.settings} for c in plan.changes],
+        "unit": unit, "exit_status": status,
+    }
+
+
+# ---- the catalogs: `memmath models` and `memmath gpus` ------------------------------------------------------
+def presets_rows() -> list:
+    """Each preset's facts; active_params: what one token passes through (a mixture of experts routes it to
+    experts_per_tok of n_experts experts per block), a dense model's every parameter."""
+    return [{"name": name, "family": shape.family, "params": int(shape.n_params),
+             "active_params": int(shape.active_params), "n_experts": int(shape.n_experts),
+             "experts_per_tok": int(shape.experts_per_tok), "n_layers": int(shape.n_layers),
+             "hidden_size": int(shape.hidden_size), "n_heads": int(shape.n_heads), "n_kv_heads": int(shape.n_kv_heads),
+             "vocab_size": int(shape.vocab_size or 0), "source": PRESET_SOURCES.get(name, "memmath's presets")}
+            for name, shape in PRESETS.items()]
+
+
+def presets_text(rows, *, style=PLAIN, width=WIDTH) -> str:
+    """The presets as a table; a name or a source (a Hub id) is never cut."""
+    name_width = max(19, *(len(r["name"]) + 2 for r in rows))
+    w = Writer(style, width)
+    w(style.bold(f"{'preset':<{name_width}}{'parameters':>16}{'layers':>7}{'heads':>6}  source") + "\n")
+    for r in rows:
+        heads = f"{r['n_heads']}" + (f"/{r['n_kv_heads']}" if r["n_kv_heads"] != r["n_heads"] else "")
+        line, source = f"{r['name']:<{name_width}}{r['params']:>16,}{r['n_layers']:>7}{heads:>6}", \
+            r["source"].replace(" config.json", "")
+        w(line + ("  " if len(line) + 2 + len(source) <= w.width else "\n" + " " * (w.width - len(source))) + source
+          + "\n")  # a source too long for the line goes under it, right-aligned, never cut
+        if r["n_experts"]:  # a mixture of experts: its parameters per token, under its total
+            w(f"{'':<{name_width}}{r['active_params']:>16,} active per token ({r['experts_per_tok']} of "
+              f"{r['n_experts']} experts)\n")
+    w.para("heads: query/key-value heads where they differ (grouped-query attention). active per token: what a mixture "
+           "of experts runs for one token (its shared parts and the experts it is routed to); training still holds "
+           "every expert. Sources are each model's config.json on the Hub, or the paper. Any other model: pass its "
+           "config.json, its folder or its Hub id (local cache).", how=style.dim)
+    return w.text()
+
+
+def gpus_rows() -> list:
+    return [{"name": g.name, "marketed": g.marketed, "memory_bytes": int(g.memory_bytes),
+             "memory_mib": g.memory_bytes // 2**20, "bandwidth_bytes_per_s": int(g.bandwidth_bytes_per_s),
+             "bf16_tflops": g.bf16_tflops, "kind": g.kind, "note": g.note} for g in GPUS.values()]
+
+
+def gpus_text(rows, *, style=PLAIN, width=WIDTH) -> str:
+    w = Writer(style, width)
+    w(style.bold(f"{'gpu':<17}{'on the box':>10}{'MiB':>9}{'GB':>8}{'GiB':>8}{'GB/s':>7}{'TFLOP/s':>9}  kind") + "\n")
+    for r in rows:
+        tflops = f"{r['bf16_tflops']:g}" + ("*" if r["note"] else "")
+        w(f"{r['name']:<17}{r['marketed']:>10}{r['memory_mib']:>9,}{r['memory_bytes'] / 1e9:>8.2f}"
+          f"{r['memory_bytes'] / 2**30:>8.2f}{r['bandwidth_bytes_per_s'] / 1e9:>7,.0f}{tflops:>9}  {r['kind']}\n")
+    w.para("* no bf16: fp16 throughput. " + GPU_SOURCES[0].upper() + GPU_SOURCES[1:] + ". Any other card: "
+           "--gpu-memory 24GiB.", how=style.dim)
     return w.text()
