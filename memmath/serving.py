@@ -46,6 +46,7 @@ class ServingChange:
     fits: bool
     headroom_bytes: int  # negative when short
     cost: str
+    serve: Serve | None = None  # the changed question as one value (serving_changes sets it)
 
     def __post_init__(self):
         validate.text_field("change", self.change)
@@ -170,7 +171,8 @@ def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings
         if total >= before:
             continue
         fit = check_fit(total, gpu, reserved_bytes=reserved_bytes, margin=FIT_MARGIN)
-        rows.append(ServingChange(change, new, total, before - total, fit.fits, int(fit.headroom_bytes), cost))
+        rows.append(ServingChange(change, new, total, before - total, fit.fits, int(fit.headroom_bytes), cost,
+                                  Serve(shape, **new)))
     return sorted(rows, key=lambda r: (-r.saved, r.change))
 
 

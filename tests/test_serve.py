@@ -59,6 +59,9 @@ def test_plan_fit_and_plan_instead_answer_the_lessons_question():
     assert [c.change for c in plan.instead] == ["weights in nf4", "weights in int8"]
     for change in plan.instead:
         assert change.total * (1 + mm.FIT_MARGIN) <= RTX_4090 - RESERVE
+        assert change.serve == plan.serve.replace(**{k: v for k, v in change.settings.items()
+                                                      if v != plan.settings[k]})
+        assert mm.plan_serving(change.serve, "RTX 4090").memory.total == change.total
     assert all(not c.fits for c in plan.changes if c not in plan.instead)
     # A setup that fits needs nothing instead; without a card there is no verdict.
     fits = mm.plan_serving(mm.Serve("gpt2"), "H200")

@@ -33,16 +33,14 @@ from .options import (COMMAND_CHOICES, EPILOG, METHODS, MODEL_HELP, PROG, UNIT_C
                       BadInput, Parser, add_field_options, choice, field_flags, gpu_name, non_empty_path,
                       probability, shorten, size, targets, whole)
 
-__all__ = ["main", "build_parser", "FIELD_OPTIONS", "Style", "resolve_gpu", "lessons_folder", "WORKBOOK_MODULES"]
-
-
 def __getattr__(name: str):
     if name == "FIELD_OPTIONS":  # each library field -> its option, from the fields' metadata
         return field_flags()
     raise AttributeError(f"module 'memmath.cli' has no attribute {name!r}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `command`, only that command's options are built (the others answer --help alone)."""
     from memmath.gpus import CUDA_CONTEXT_BYTES
     from memmath.models import LORA_TARGETS
     from memmath.planner import DEFAULT_MAX_GPUS
@@ -69,61 +67,73 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_argument("--unit", type=choice(UNIT_CHOICES), default="GB", metavar="UNIT",
                            help="unit for display: GB (10**9 B, default) or GiB (2**30 B), also MB, MiB, TB, TiB")
 
-    train = sub.add_parser("train", parents=[common], help="memory of one training step, and the fit", epilog=EPILOG,
-                           description="The memory of one training step, part by part, its peak, and "
-                           "(with --gpu) whether it fits and which changes make it fit.")
-    train.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-    m = train.add_argument_group("the method")
-    m.add_argument("--method", type=choice(METHODS), default="full", metavar="NAME", help="full (default), freeze, "
-                   "adapters, lora, qlora, or dpo (preference training: --dpo-base, --reference)")
-    m.add_argument("--rank", type=whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
-    m.add_argument("--targets", type=targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
-                   f"{','.join(LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
-    m.add_argument("--lora-dropout", type=probability, metavar="P",
-                   help="LoRA/QLoRA: peft's lora_dropout on the adapters' input (default 0, peft's; recipes use "
-                   "0.05-0.1): each adapted matrix then keeps a dropout mask and a dropped copy of its input")
-    m.add_argument("--quant-type", type=choice(("nf4", "fp4", "int8")), metavar="TYPE", help="qlora: the base's "
-                   "format, nf4 (default) or fp4 (bitsandbytes Linear4bit), or int8 (Linear8bitLt, LLM.int8)")
-    m.add_argument("--no-double-quant", action="store_true", default=None,
-                   help="qlora with nf4/fp4: fp32 absmax constants, without QLoRA's double quantization")
-    m.add_argument("--quant-layout", type=choice(("paper", "bitsandbytes")), metavar="LAYOUT", help="qlora: count "
-                   "the constants as the QLoRA paper does (default) or as bitsandbytes stores them (adds each "
-                   "matrix's code maps)")
-    m.add_argument("--trainable-layers", type=whole(0), metavar="K",
-                   help="freeze: how many of the last blocks train (required with --method freeze)")
-    m.add_argument("--bottleneck", type=whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
-    m.add_argument("--dpo-base", type=choice(METHODS[:-1]), metavar="NAME", help="dpo: the policy's method, full, "
-                   "freeze, adapters, lora (default) or qlora, with its own options (--rank, --targets, ...); chosen "
-                   "and rejected sequences double --batch")
-    m.add_argument("--reference", type=choice(("copy", "adapters_off", "precomputed")), metavar="KIND",
-                   help="dpo: the reference log-probs from a frozen copy of the model (copy), the policy with its "
-                   "adapters disabled (adapters_off: lora/qlora), or precomputed; default as TRL: adapters_off for "
-                   "lora/qlora, else copy")
-    m.add_argument("--beta", type=float, metavar="B", help="dpo: the loss's beta (default 0.1; no byte depends on it)")
-    m.add_argument("--vision", type=choice(("frozen", "projector", "trains")), metavar="PART",
-                   help="a vision-language model (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): frozen (the vision "
-                   "tower and projector stay frozen: the language model alone trains), projector (the projector "
-                   "trains too) or trains (both train too); default trains for full, frozen for the others")
-    s = train.add_argument_group("the training step (each default is memmath.Run's, said in the output)")
-    add_field_options(s, Run)
-    s.add_argument("--plan-layout", action="store_true", default=None,
-                   help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
-    s.add_argument("--max-gpus", type=whole(1), metavar="N", help="how many GPUs the suggested changes may use "
-                   f"(default {DEFAULT_MAX_GPUS})")
-    gpu_options(train)
+    def train_options(train):
+        train.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+        m = train.add_argument_group("the method")
+        m.add_argument("--method", type=choice(METHODS), default="full", metavar="NAME", help="full (default), freeze, "
+                       "adapters, lora, qlora, or dpo (preference training: --dpo-base, --reference)")
+        m.add_argument("--rank", type=whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
+        m.add_argument("--targets", type=targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
+                       f"{','.join(LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
+        m.add_argument("--lora-dropout", type=probability, metavar="P",
+                       help="LoRA/QLoRA: peft's lora_dropout on the adapters' input (default 0, peft's; recipes use "
+                       "0.05-0.1): each adapted matrix then keeps a dropout mask and a dropped copy of its input")
+        m.add_argument("--quant-type", type=choice(("nf4", "fp4", "int8")), metavar="TYPE", help="qlora: the base's "
+                       "format, nf4 (default) or fp4 (bitsandbytes Linear4bit), or int8 (Linear8bitLt, LLM.int8)")
+        m.add_argument("--no-double-quant", action="store_true", default=None,
+                       help="qlora with nf4/fp4: fp32 absmax constants, without QLoRA's double quantization")
+        m.add_argument("--quant-layout", type=choice(("paper", "bitsandbytes")), metavar="LAYOUT", help="qlora: count "
+                       "the constants as the QLoRA paper does (default) or as bitsandbytes stores them (adds each "
+                       "matrix's code maps)")
+        m.add_argument("--trainable-layers", type=whole(0), metavar="K",
+                       help="freeze: how many of the last blocks train (required with --method freeze)")
+        m.add_argument("--bottleneck", type=whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
+        m.add_argument("--dpo-base", type=choice(METHODS[:-1]), metavar="NAME", help="dpo: the policy's method, full, "
+                       "freeze, adapters, lora (default) or qlora, with its own options (--rank, --targets, ...); chosen "
+                       "and rejected sequences double --batch")
+        m.add_argument("--reference", type=choice(("copy", "adapters_off", "precomputed")), metavar="KIND",
+                       help="dpo: the reference log-probs from a frozen copy of the model (copy), the policy with its "
+                       "adapters disabled (adapters_off: lora/qlora), or precomputed; default as TRL: adapters_off for "
+                       "lora/qlora, else copy")
+        m.add_argument("--beta", type=float, metavar="B", help="dpo: the loss's beta (default 0.1; no byte depends on it)")
+        m.add_argument("--vision", type=choice(("frozen", "projector", "trains")), metavar="PART",
+                       help="a vision-language model (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): frozen (the vision "
+                       "tower and projector stay frozen: the language model alone trains), projector (the projector "
+                       "trains too) or trains (both train too); default trains for full, frozen for the others")
+        s = train.add_argument_group("the training step (each default is memmath.Run's, said in the output)")
+        add_field_options(s, Run)
+        s.add_argument("--plan-layout", action="store_true", default=None,
+                       help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
+        s.add_argument("--max-gpus", type=whole(1), metavar="N", help="how many GPUs the suggested changes may use "
+                       f"(default {DEFAULT_MAX_GPUS})")
+        gpu_options(train)
 
-    infer = sub.add_parser("infer", parents=[common], help="memory to serve a model at a context length", epilog=EPILOG,
-                           description="The memory to serve one replica: weights in the serving format, "
-                           "the KV cache, the prefill working set; with --gpu, whether it fits.")
-    infer.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-    add_field_options(infer.add_argument_group("the serving setup (each default is memmath.Serve's)"), Serve)
-    gpu_options(infer)
+    def infer_options(infer):
+        infer.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+        add_field_options(infer.add_argument_group("the serving setup (each default is memmath.Serve's)"), Serve)
+        gpu_options(infer)
 
+    def lessons_options(lessons):
+        lessons.add_argument("--static", metavar="DIR", type=non_empty_path, help="build the static site into DIR (new, "
+                             "empty or an earlier build) instead of opening the workbook; serve it with python -m "
+                             "http.server -d DIR")
+        lessons.add_argument("--port", type=whole(1, 65535), metavar="PORT", help="marimo run's port (default: marimo's, "
+                             "2718)")
+        lessons.add_argument("--headless", action="store_true", help="do not open a browser")
+        lessons.add_argument("--path", action="store_true",
+                             help="print the folder that holds the installed lessons and exit (for marimo edit)")
+
+    sub.add_parser("train", parents=[common], help="memory of one training step, and the fit", epilog=EPILOG,
+                   description="The memory of one training step, part by part, its peak, and (with --gpu) whether it "
+                   "fits and which changes make it fit.")
+    sub.add_parser("infer", parents=[common], help="memory to serve a model at a context length", epilog=EPILOG,
+                   description="The memory to serve one replica: weights in the serving format, the KV cache, the "
+                   "prefill working set; with --gpu, whether it fits.")
     sub.add_parser("models", parents=[common], help="the presets and where their shapes come from",
                    description="The model presets, with their parameter counts and sources.")
     sub.add_parser("gpus", parents=[common], help="the GPU catalog and its sources",
                    description="The GPUs --gpu knows, with their memory as the driver reports it.")
-    lessons = sub.add_parser(
+    sub.add_parser(
         "lessons", help="open the workbook (marimo run), or build it as a static site",
         description="Open the workbook's lessons, as installed with the package, in your browser (marimo run, on "
         "127.0.0.1 only, no token), or build them as a static site that works offline; the same as python -m "
@@ -131,14 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: marimo's own while it runs; 0 built; 2 the workbook extra is missing or the build "
         "failed (one line on stderr, then the cells' errors of a lesson that failed to export). To serve a class, "
         "run marimo yourself on the folder --path prints, with --token (README, 'On a fresh machine').")
-    lessons.add_argument("--static", metavar="DIR", type=non_empty_path, help="build the static site into DIR (new, "
-                         "empty or an earlier build) instead of opening the workbook; serve it with python -m "
-                         "http.server -d DIR")
-    lessons.add_argument("--port", type=whole(1, 65535), metavar="PORT", help="marimo run's port (default: marimo's, "
-                         "2718)")
-    lessons.add_argument("--headless", action="store_true", help="do not open a browser")
-    lessons.add_argument("--path", action="store_true",
-                         help="print the folder that holds the installed lessons and exit (for marimo edit)")
+    for name, add_options in (("train", train_options), ("infer", infer_options), ("lessons", lessons_options)):
+        if command is None or command == name:  # a command's options, built only when it may run
+            add_options(sub.choices[name])
     return parser
 
 
@@ -169,9 +174,10 @@ def main(argv=None) -> int:
     The answer is computed whole into a buffer, then written: on an error nothing reaches stdout, and
     when the reader leaves early (`memmath ... | head`, a broken pipe) the status is still the one the
     command computed, with no traceback."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(next((word for word in words if not word.startswith("-")), ""))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit:  # --help, --version or a bad option: argparse has written; flush it here, quietly
         _flush_stdout()
         raise
