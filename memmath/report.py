@@ -34,10 +34,15 @@ SERVING_LABELS = {"weights": "Weights", "quantization_constants": "Quantization 
                   "working_set": "Prefill working set"}
 
 
+def printable_prose(text) -> str:
+    """Text with every character that is not printable (escape codes, line breaks, bidirectional controls) written
+    as its Python escape: a name from a config.json inside a sentence is data, never a terminal command."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+
+
 def printable(text) -> str:
-    """A string from a config or a path, as printed: each character that is not printable (escape codes, line
-    breaks, bidirectional controls) written as its Python escape, and at most MAX_SHOWN characters."""
-    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+    """A string from a config or a path, as printed: printable_prose, and at most MAX_SHOWN characters."""
+    text = printable_prose(text)
     return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
 
 
@@ -114,11 +119,6 @@ class Writer:
 
     def text(self) -> str:
         return "".join(self.parts)
-
-
-def printable_prose(text: str) -> str:
-    """Prose with every non-printable character written as its escape (a name inside a note is data)."""
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None) -> None:

@@ -15,8 +15,7 @@ Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on 
 is written once it is whole, so a reader that leaves early (`memmath models | head -1`) still gets
 the status the command computed, and nothing reaches stdout on an error.
 
-Only the standard library and the options' fields are imported to parse; the calculator's modules
-load as a command needs them, and the workbook only for `memmath lessons`.
+The workbook (marimo, the site builder) is imported only for `memmath lessons`.
 """
 
 from __future__ import annotations
@@ -26,7 +25,11 @@ import io
 import os
 import sys
 
+from memmath.gpus import CUDA_CONTEXT_BYTES
+from memmath.models import LORA_TARGETS
+from memmath.planner import DEFAULT_MAX_GPUS
 from memmath.report import Style
+from memmath.run import Run, Serve
 
 from .commands import COMMANDS, WORKBOOK_MODULES, lessons_folder, resolve_gpu
 from .options import (COMMAND_CHOICES, EPILOG, METHODS, MODEL_HELP, PROG, UNIT_CHOICES, WORKBOOK_INSTALL,
@@ -41,11 +44,6 @@ def __getattr__(name: str):
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `command`, only that command's options are built (the others answer --help alone)."""
-    from memmath.gpus import CUDA_CONTEXT_BYTES
-    from memmath.models import LORA_TARGETS
-    from memmath.planner import DEFAULT_MAX_GPUS
-    from memmath.run import Run, Serve
-
     parser = Parser(prog=PROG, description="The memory of training and serving a model, exact to the byte: will it "
                     "fit on this GPU, and what to change if not. Never uses the network.", epilog=EPILOG)
     parser.add_argument("--version", action=_Version, nargs=0, help="print memmath's version and exit")

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import re
 import shutil
 import sys
+from pathlib import Path
 
-from memmath import report
+from memmath import methods, report
+from memmath.gpus import CUDA_CONTEXT_BYTES, GPU, GPUS
+from memmath.planner import plan_layout, plan_training
+from memmath.preference import DPO
+from memmath.run import Run, Serve
+from memmath.serving import plan_serving
+from memmath.sources import resolve_source
+from memmath.units import format_bytes
 
 from .options import PROG, WORKBOOK_INSTALL, BadInput, gpu_name, given_fields, quote, shorten
 
@@ -28,9 +37,6 @@ def _given(**options) -> dict:
 
 
 def build_method(args, shape):
-    from memmath import methods
-    from memmath.preference import DPO
-
     dpo = {"--dpo-base": args.dpo_base, "--reference": args.reference, "--beta": args.beta}
     if args.method != "dpo":
         for option, value in dpo.items():
@@ -71,9 +77,6 @@ def build_method(args, shape):
 
 def resolve_gpu(args):
     """The GPU from --gpu (catalog, forgiving case and spacing, or a unique part of a name) or --gpu-memory."""
-    from memmath.gpus import GPU, GPUS
-    from memmath.units import format_bytes
-
     if getattr(args, "gpu_memory", None) is not None:
         if args.gpu_memory <= 0:
             raise BadInput("--gpu-memory", "must be a size above 0, such as 24GiB")
@@ -97,8 +100,6 @@ def resolve_gpu(args):
 
 
 def gpu_and_reserve(args):
-    from memmath.gpus import CUDA_CONTEXT_BYTES
-
     gpu = resolve_gpu(args)
     reserve = CUDA_CONTEXT_BYTES if args.reserve is None else args.reserve
     if gpu is not None and reserve >= gpu.memory_bytes:
@@ -109,10 +110,6 @@ def gpu_and_reserve(args):
 
 # ---- train ----------------------------------------------------------------------------------------
 def run_train(args, out, style) -> int:
-    from memmath.planner import plan_training
-    from memmath.run import Run
-    from memmath.sources import resolve_source
-
     shape, source = resolve_source(args.model)
     method = build_method(args, shape)
     if args.vision is not None:  # the method's vision= (memmath/multimodal.py); a text model refuses it by name
@@ -133,8 +130,6 @@ def run_train(args, out, style) -> int:
 
 def _plan_layout(args, out, style, run, gpu, reserve) -> int:
     """--plan-layout: the fewest GPUs and their layout that fit the run (memmath.planner.plan_layout)."""
-    from memmath.planner import plan_layout
-
     if gpu is None:
         raise BadInput("--plan-layout", "needs a card: add --gpu (or --gpu-memory)")
     plan = plan_layout(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
@@ -145,10 +140,6 @@ def _plan_layout(args, out, style, run, gpu, reserve) -> int:
 
 # ---- infer ----------------------------------------------------------------------------------------
 def run_infer(args, out, style) -> int:
-    from memmath.run import Serve
-    from memmath.serving import plan_serving
-    from memmath.sources import resolve_source
-
     shape, source = resolve_source(args.model)
     gpu, reserve = gpu_and_reserve(args)
     plan = plan_serving(Serve(shape, **given_fields(args, Serve)), gpu, reserved_bytes=reserve)
@@ -181,9 +172,6 @@ def run_gpus(args, out, style) -> int:
 def lessons_folder():
     """The folder of the lessons: memmath_lessons/notebooks in an installed wheel, notebooks/ beside the
     package in a checkout (an editable install), found without importing memmath_lessons."""
-    import importlib.util
-    from pathlib import Path
-
     spec = importlib.util.find_spec("memmath_lessons")
     if spec is None or not spec.origin:
         raise BadInput("", f"memmath_lessons is not installed; reinstall memmath with the workbook: {WORKBOOK_INSTALL}")
@@ -197,8 +185,6 @@ def lessons_folder():
 
 def run_lessons(args, out, style) -> int:
     """Open the lessons with `marimo run` (its exit status), or build the static site (memmath_lessons.launch)."""
-    import importlib.util
-
     folder = lessons_folder()
     if args.path:
         out.write(f"{folder}\n")

@@ -12,7 +12,14 @@ import argparse
 import math
 import re
 from dataclasses import MISSING, fields
+from decimal import Decimal, localcontext
 from fractions import Fraction
+
+from memmath import validate
+from memmath.gpus import GPUS, MAX_GPU_BYTES
+from memmath.models import LORA_GROUPS, LORA_TARGETS
+from memmath.run import Run, Serve
+from memmath.units import _NUMBER, UNITS, unit_name  # the grammar memmath.parse_bytes reads
 
 PROG = "memmath"
 COMMAND_CHOICES = "{train,infer,models,gpus,lessons}"
@@ -42,8 +49,6 @@ class BadInput(Exception):
 
 def quote(value) -> str:
     """A value as a message echoes it: a short quotation (at most 60 characters, memmath.validate.describe)."""
-    from memmath import validate
-
     return validate.describe(value)
 
 
@@ -113,8 +118,6 @@ def _exact_bytes(text: str, too_large):
     """The size a text names, as an exact Fraction of bytes; None when it is not a size such as 24GiB.
     too_large(approx) is raised for a size past any card, before an exponent such as 1e999999999
     is expanded; a comma that does not group thousands (1,5GB) is refused, never read as 15GB."""
-    from memmath.units import _NUMBER, UNITS, unit_name  # the grammar memmath.parse_bytes reads
-
     match = re.fullmatch(_NUMBER + r"\s*([a-z]+)", text.strip().lower())
     if not match:
         return None
@@ -139,9 +142,6 @@ def size(low: int = 0):
     """Bytes from '24GiB', '1.5 GB', '1343MiB' (or '0'): a whole number of bytes from `low` to the
     largest card memmath.GPU holds (2**60 bytes), never rounded: a fraction of a byte is refused."""
     def parse(text: str) -> int:
-        from memmath.gpus import MAX_GPU_BYTES
-        from memmath.units import UNITS
-
         allowed = (f"a size from {'1 B' if low else '0'} to {MAX_GPU_BYTES // 2**50:,} PiB ({MAX_GPU_BYTES:,} bytes), "
                    "such as 24GiB, 1.5GB or 1343MiB")
 
@@ -167,8 +167,6 @@ def size(low: int = 0):
 def bytes_text(exact) -> str:
     """An exact size in bytes as text: '1,363,148.8 bytes' (every digit), 'about 1e+39 bytes' when huge,
     'less than 1e-30 bytes' when tiny."""
-    from decimal import Decimal, localcontext
-
     exact = Fraction(exact)
     if exact > 10**24:
         return f"about {float(exact):.3g} bytes"
@@ -183,16 +181,12 @@ def bytes_text(exact) -> str:
 def gpu_name(text: str) -> str:
     """--gpu: a card's name; an empty or blank name is refused here (it would read as no GPU)."""
     if not text.strip():
-        from memmath.gpus import GPUS
-
         raise argparse.ArgumentTypeError(f"is empty; give a card from `memmath gpus` ({', '.join(GPUS)}) "
                                          "or --gpu-memory 24GiB")
     return text
 
 
 def targets(text: str) -> tuple:
-    from memmath.models import LORA_GROUPS, LORA_TARGETS
-
     names = tuple(t.strip().lower() for t in text.split(",") if t.strip())
     if names in (("all",), ("all-linear",)):
         return ("all",)  # LoRA's "all": what peft's all-linear adapts
@@ -236,8 +230,6 @@ def add_field_options(group, cls) -> None:
 
 def field_flags() -> dict:
     """Each library field name -> the option that sets it: the generated ones, then OTHER_OPTIONS."""
-    from memmath.run import Run, Serve
-
     return {**{name: spec["flag"] for cls in (Serve, Run) for name, spec in field_options(cls)}, **OTHER_OPTIONS}
 
 
