@@ -3,8 +3,8 @@ or as one JSON object (every size in integer bytes).
 
 The command line writes these (with colour on a terminal, memmath.cli); str(plan) and a notebook's
 rendering of a TrainingPlan or ServingPlan read the same, so a plan printed in Python says what the
-command line says, and the JSON is the API's numbers. Every string a config.json or a path provides passes through printable() first:
-a model's name is data, never a terminal escape code or a line of its own.
+command line says, and the JSON is the API's numbers. Every string a config.json or a path provides
+passes through printable() first: a model's name is data, never a terminal escape code or a line.
 """
 
 from __future__ import annotations

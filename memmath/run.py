@@ -11,7 +11,9 @@ that model by default, so every field of a Run is concrete and `repr(run)` says 
 assumed. Bad input raises a ValueError (or TypeError) naming the field and its allowed values
 (validate.FieldError carries the field's name as `.field`). A Run is frozen and hashable (unless
 it sweeps numpy arrays), so the same question is the same key: `run.replace(...)` makes a new run,
-resolving again whatever the caller left to the defaults.
+resolving again whatever the caller left to the defaults. A Serve is the same for serving one replica.
+Each field the command line sets carries its flag and help beside it (option()); memmath.cli
+generates its options from them.
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def run_train(args, out, style) -> int:
                                               reserve_default=args.reserve is None, status=status), indent=2) + "\n"
               if args.json else
               report.training_text(plan, source=source, unit=args.unit, style=style, width=width(),
-                                      seq_default=args.seq_len is None, reserve_default=args.reserve is None))
+                                   seq_default=args.seq_len is None, reserve_default=args.reserve is None))
     return status
 
 
@@ -149,7 +149,7 @@ def run_infer(args, out, style) -> int:
                                              reserve_default=args.reserve is None, status=status), indent=2) + "\n"
               if args.json else
               report.serving_text(plan, source=source, unit=args.unit, style=style, width=width(),
-                                     context_default=args.context_len is None, reserve_default=args.reserve is None))
+                                  context_default=args.context_len is None, reserve_default=args.reserve is None))
     return status
 
 
@@ -189,7 +189,7 @@ def run_lessons(args, out, style) -> int:
     if args.path:
         out.write(f"{folder}\n")
         return 0
-    needed = sys.modules[__package__].WORKBOOK_MODULES  # memmath.cli's, which a test may narrow
+    needed = sys.modules[__package__].WORKBOOK_MODULES  # read from memmath.cli, where a caller may narrow it
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         raise BadInput("", f"the workbook needs the workbook extra (missing: {', '.join(missing)}): {WORKBOOK_INSTALL}")
