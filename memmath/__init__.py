@@ -46,7 +46,7 @@ _EXPORTS = {
     "parallel_memory": "parallel", "worst_rank": "parallel",
     "ServingChange": "serving", "ServingPlan": "serving", "longest_context_that_fits": "serving",
     "plan_serving": "serving", "serving_changes": "serving", "SERVING_DEFAULTS": "inference",
-    "Run": "run", "DEFAULT_SEQ_LEN": "run", "FieldError": "validate",
+    "Run": "run", "Serve": "run", "DEFAULT_SEQ_LEN": "run", "FieldError": "validate",
     "TRAINED_CONTEXT": "planner", "fewest_gpus_that_fit": "planner", "largest_batch_that_fits": "planner",
     "longest_sequence_that_fits": "planner", "trained_context": "planner",
     "PRESETS": "presets", "PRESET_SOURCES": "presets", "resolve_model": "presets",

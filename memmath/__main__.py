@@ -1,4 +1,4 @@
-"""`python -m memmath ...`: the same command line as the `memmath` console script (memmath/cli.py)."""
+"""`python -m memmath ...`: the same command line as the `memmath` console script (memmath/cli)."""
 
 import sys
 

@@ -11,6 +11,7 @@ and FIT_MARGIN of the requirement left free.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from .recipes import bytes_per_parameter, get_recipe
 from .decision import BASES, Requirement, requirement
 from .run import MAX_GRAD_ACCUM, Run, as_run, sdpa_supported
 from .search import fewest_where, largest_where
+from .report import training_text
 from .units import UNITS, unit_name
 
 if TYPE_CHECKING:
@@ -288,6 +290,21 @@ def _tier(new: Run, old: Run) -> int:
 
 
 @dataclass(frozen=True)
+class RecipeInstead:
+    """The run a card that cannot compute the plan's recipe would train instead (TrainingPlan.cannot_run.instead:
+    fp16 mixed precision for pure bf16 on a T4 or V100), its requirement and its verdict, judged as the plan's own
+    (the same card, reserve and FIT_MARGIN)."""
+
+    precision: str
+    requirement: Requirement
+    fit: object
+
+    @property
+    def fits(self) -> bool:
+        return self.fit.fits
+
+
+@dataclass(frozen=True)
 class TrainingPlan:
     """Everything the planner says about one run on one card: the parts, what the card must hold, the
     verdict, and the changes; what the command line prints and lesson 8 shows.
@@ -320,6 +337,22 @@ class TrainingPlan:
     def needed_bytes(self) -> int:
         """The requirement plus the CUDA context kept back: what the card must have."""
         return self.requirement.bytes + self.reserved_bytes
+
+    def __str__(self) -> str:  # what `memmath train` prints
+        return training_text(self)
+
+    def _repr_markdown_(self) -> str:  # a notebook shows the same text
+        return "```text\n" + training_text(self) + "```"
+
+    @functools.cached_property
+    def recipe_instead(self) -> RecipeInstead | None:
+        """Where the card cannot compute the run's recipe (cannot_run), the run it would train instead and that run's
+        verdict; else None."""
+        if self.cannot_run is None or self.fit is None:
+            return None
+        need = requirement(self.run.replace(precision=self.cannot_run.instead))
+        fit = check_fit(need.bytes, self.gpu, reserved_bytes=self.reserved_bytes, margin=FIT_MARGIN)
+        return RecipeInstead(self.cannot_run.instead, need, fit)
 
 
 def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, **settings) -> TrainingPlan:

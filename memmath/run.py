@@ -11,7 +11,9 @@ that model by default, so every field of a Run is concrete and `repr(run)` says 
 assumed. Bad input raises a ValueError (or TypeError) naming the field and its allowed values
 (validate.FieldError carries the field's name as `.field`). A Run is frozen and hashable (unless
 it sweeps numpy arrays), so the same question is the same key: `run.replace(...)` makes a new run,
-resolving again whatever the caller left to the defaults.
+resolving again whatever the caller left to the defaults. A Serve is the same for serving one replica.
+Each field the command line sets carries its flag and help beside it (option()); memmath.cli
+generates its options from them.
 """
 
 from __future__ import annotations
@@ -22,17 +24,27 @@ from .arrays import is_ndarray
 
 from . import validate
 from .activations import ATTENTION_KINDS
-from .checkpoints import check_kbit_prep, check_trainable
+from .checkpoints import STORED_FORMATS, check_kbit_prep, check_trainable, get_weights_name
+from .formats import FORMATS, get_format
+from .inference import SERVING_DEFAULTS
 from .loss import LOSSES, check_loss
 from .methods import Full, Method
 from .models import ModelShape
 from .notes import Note
 from .presets import resolve_model
-from .recipes import Optimizer, Recipe, get_optimizer, get_recipe
+from .recipes import OPTIMIZERS, RECIPES, Optimizer, Recipe, get_optimizer, get_recipe
 
 ACTIVATION_MODELS = ("transformers", "textbook")
 DEVICES = ("cuda", "cpu")
 SHARDINGS = ("even", "fsdp2", "zero_redundancy")
+
+
+def option(flag: str, help: str, metavar: str | None = None, **how) -> dict:
+    """A field's command-line option, written once beside the field; memmath.cli builds its parser from these.
+    how: choices (the allowed words, or a function giving them), low/high (a whole number's range), value (what a
+    flag stores), auto (the word that leaves the field to its default). A bool field is a flag, an int field a whole
+    number from 1; "{choices}" in the help is replaced by the allowed words."""
+    return {"option": {"flag": flag, "help": help, "metavar": metavar, **how}}
 
 # Micro-batches per optimizer step: up to as many as the largest batch (validate.MAX_BATCH) has sequences.
 MAX_GRAD_ACCUM = validate.MAX_BATCH
@@ -46,45 +58,93 @@ class Run:
     """One training step's settings, each concrete after construction (see the module docstring)."""
 
     model: object = field(kw_only=False)  # a preset name, a ModelShape or a parameter count; kept as a ModelShape
-    precision: object = "bf16"  # pure bf16: the article's 16-bit recipe, 2 B per weight, gradient and state
-    optimizer: object = "adamw"  # AdamW: what transformers' Trainer and most finetuning recipes use
+    # pure bf16: the article's 16-bit recipe, 2 B per weight, gradient and state
+    precision: object = field(default="bf16", metadata=option(
+        "--precision", "{choices} (default bf16: pure bf16, the article's 8 B/param with Adam)", "RECIPE",
+        choices=lambda: list(RECIPES)))
+    # AdamW: what transformers' Trainer and most finetuning recipes use
+    optimizer: object = field(default="adamw", metadata=option(
+        "--optimizer", "{choices} (default adamw)", "NAME", choices=lambda: list(OPTIMIZERS)))
     method: Method = field(default_factory=Full)  # full finetuning: every weight trains (the article's start)
-    batch_size: object = 1  # sequences per GPU per step: the smallest step, the one most runs must fit first
+    # sequences per GPU per step: the smallest step, the one most runs must fit first
+    batch_size: object = field(default=1, metadata=option("--batch", "micro-batch per GPU (default 1)", "B"))
     # micro-batches of batch_size per optimizer step (gradient accumulation): 1, transformers' Trainer default
     # (gradient_accumulation_steps=1); each micro-batch's forward and backward runs with the gradients held
-    grad_accum_steps: int = 1
-    seq_len: object = DEFAULT_SEQ_LEN  # None leaves the activations out (weights, gradients and states only)
-    checkpointing: bool = False  # transformers' default: gradient checkpointing is opt-in
-    attention: str | None = None  # None: what transformers picks (SDPA; eager where SDPA cannot run the model)
-    dropout: bool | None = None  # None: the config's dropout probability > 0 (a model built in code: True)
-    activations: str | None = None  # None: the exact "transformers" model where it applies, else "textbook"
+    grad_accum_steps: int = field(default=1, metadata=option(
+        "--grad-accum", "micro-batches per optimizer step, gradients accumulated (default 1); the effective batch is "
+        "B x K", "K"))
+    # None leaves the activations out (weights, gradients and states only)
+    seq_len: object = field(default=DEFAULT_SEQ_LEN, metadata=option(
+        "--seq", f"tokens per sequence (default {DEFAULT_SEQ_LEN:,}, said so in the output)", "S"))
+    # transformers' default: gradient checkpointing is opt-in
+    checkpointing: bool = field(default=False, metadata=option("--checkpointing", "gradient checkpointing on"))
+    # None: what transformers picks (SDPA; eager where SDPA cannot run the model)
+    attention: str | None = field(default=None, metadata=option(
+        "--attention", "sdpa (fused) or eager (keeps the s x s scores); default: what transformers picks", "KIND",
+        choices=("sdpa", "eager")))
+    # None: the config's dropout probability > 0 (a model built in code: True)
+    dropout: bool | None = field(default=None, metadata=option(
+        "--no-dropout", "no dropout masks kept (default: the config's dropout probability)", value=False))
+    # None: the exact "transformers" model where it applies, else "textbook"
+    activations: str | None = field(default=None, metadata=option(
+        "--activations", "activation model: transformers (what the PyTorch models keep; auto, the default, picks it "
+        "where it applies) or textbook (Korthikanti et al. 2022)", "MODEL", choices=("auto", *ACTIVATION_MODELS),
+        auto="auto"))
     device: str = "cuda"  # what users plan for; "cpu" is what validation/measure.py measures
-    n_gpus: int = 1  # data-parallel GPUs; each holds a full copy unless ZeRO shards it
-    zero_stage: int = 0  # ZeRO stage 0-3 across the n_gpus (3 = FSDP full sharding)
-    sharding: str = "even"  # "even": ZeRO's division; "fsdp2"/"zero_redundancy": what that engine stores
+    # data-parallel GPUs; each holds a full copy unless ZeRO shards it
+    n_gpus: int = field(default=1, metadata=option("--gpus", "data-parallel GPUs (default 1)", "N"))
+    # ZeRO stage 0-3 across the n_gpus (3 = FSDP full sharding)
+    zero_stage: int = field(default=0, metadata=option(
+        "--zero-stage", "ZeRO stage 0-3 across the --gpus (3 = FSDP full sharding; default 0)", "S", low=0, high=3))
+    # "even": ZeRO's division; "fsdp2"/"zero_redundancy": what that engine stores
+    sharding: str = field(default="even", metadata=option(
+        "--sharding", "what each GPU stores of a sharded part: even (ZeRO's division, default), fsdp2 (PyTorch FSDP2's "
+        "per-tensor shards, with --zero-stage 3) or zero_redundancy (PyTorch's ZeroRedundancyOptimizer, with "
+        "--zero-stage 1)", "ENGINE", choices=SHARDINGS))
     rank: int = 0  # which GPU's share an engine's sharding reports (0 to n_gpus - 1)
     # Splitting the model itself (memmath/parallel.py): n_gpus = data x tp x pp x cp; 1 each, one GPU's model whole.
-    tp: int = 1  # tensor parallelism: heads and MLP width split across tp GPUs (Megatron-LM)
-    pp: int = 1  # pipeline parallelism: the blocks split into pp stages
-    cp: int = 1  # context parallelism: the sequence split across cp GPUs (ring attention)
-    ep: int = 1  # expert parallelism: a mixture of experts' routed experts split across ep GPUs
-    sequence_parallel: bool = False  # with tp: norms and dropout on seq_len / tp tokens (Korthikanti et al. 2022)
-    pp_schedule: str = "1f1b"  # "1f1b" (Megatron-LM's default), "gpipe", or "interleaved" (interleaved 1F1B)
-    micro_batches: int = 1  # micro-batches of batch_size per pipeline step (m; pp >= 2 only)
-    virtual_stages: int = 1  # interleaved 1F1B: stages per GPU (v >= 2), the blocks cut into pp x v stages
+    # tensor parallelism: heads and MLP width split across tp GPUs (Megatron-LM)
+    tp: int = field(default=1, metadata=option(
+        "--tp", "tensor-parallel degree: heads and MLP width split across T GPUs (default 1); --gpus is the total, "
+        "data parallel = gpus / (tp x pp x cp)", "T"))
+    # pipeline parallelism: the blocks split into pp stages
+    pp: int = field(default=1, metadata=option("--pp", "pipeline-parallel stages (default 1)", "P"))
+    # context parallelism: the sequence split across cp GPUs (ring attention)
+    cp: int = field(default=1, metadata=option(
+        "--cp", "context-parallel degree: the sequence split (default 1)", "C"))
+    # expert parallelism: a mixture of experts' routed experts split across ep GPUs
+    ep: int = field(default=1, metadata=option(
+        "--ep", "expert-parallel degree: routed experts split (default 1)", "E"))
+    # with tp: norms and dropout on seq_len / tp tokens (Korthikanti et al. 2022)
+    sequence_parallel: bool = field(default=False, metadata=option(
+        "--sequence-parallel", "with --tp: norms and dropout on seq / tp tokens"))
+    # "1f1b" (Megatron-LM's default), "gpipe", or "interleaved" (interleaved 1F1B)
+    pp_schedule: str = field(default="1f1b", metadata=option(
+        "--pp-schedule", "pipeline schedule: 1f1b (default), gpipe or interleaved (interleaved 1F1B)", "S"))
+    # micro-batches of batch_size per pipeline step (m; pp >= 2 only)
+    micro_batches: int = field(default=1, metadata=option(
+        "--micro-batches", "micro-batches per pipeline step (with --pp)", "M"))
+    # interleaved 1F1B: stages per GPU (v >= 2), the blocks cut into pp x v stages
+    virtual_stages: int = field(default=1, metadata=option(
+        "--virtual-stages", "with --pp-schedule interleaved: pipeline stages per GPU (2 or more)", "V"))
     # A right-padded batch (sequences of different lengths): its attention mask has zeros, so transformers gives
     # every attention call a mask tensor (masking_utils.py), and under SDPA k and v lose grouped-query sharing.
-    padded: bool = False
+    padded: bool = field(default=False, metadata=option(
+        "--padded", "a right-padded batch: an attention mask with zeros, which every attention call then gets"))
     # Sequences packed into each row without padding, each with its own position ids (a packing collator's
     # position_ids): transformers builds a block-diagonal mask from them, which every attention call then gets.
-    packed: bool = False
+    packed: bool = field(default=False, metadata=option(
+        "--packed", "sequences packed into each row with their own position ids (no padding)"))
     # QLoRA: peft's prepare_model_for_kbit_training run on the quantized base, which casts every parameter it left in
     # 16 bits (norms, embeddings, head) to fp32 (memmath/checkpoints.py kbit_prep_bytes). False: the base as loaded.
-    kbit_prep: bool = False
+    kbit_prep: bool = field(default=False, metadata=option(
+        "--kbit-prep", "QLoRA: peft's prepare_model_for_kbit_training casts the base's unquantized parameters to fp32"))
     # The causal LM loss (memmath/loss.py): "transformers" (its default cross-entropy over materialized logits),
     # "chunked" (TRL 1.15+'s tiled log-probabilities) or "fused" (Liger's fused linear cross-entropy, cut
     # cross-entropy): the logits never built whole.
-    loss: str = "transformers"
+    loss: str = field(default="transformers", metadata=option(
+        "--loss", "the loss: {choices} (transformers, the default: materialized logits; chunked: TRL's tiled "
+        "log-probabilities; fused: Liger's fused linear cross-entropy)", "L", choices=lambda: list(LOSSES)))
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -204,7 +264,7 @@ class Run:
         and FORMATS may be reassigned, so the key holds the Recipe, Optimizer and NumberFormat they
         name at the time of the call.
         """
-        from .formats import get_format
+        from .formats import FORMATS, get_format
 
         adapter_format = getattr(self.method, "adapter_format", None)
         # defaulted and notes too: a run that chose what another resolved has other notes (compare=False above)
@@ -256,6 +316,85 @@ def as_run(model, **settings) -> Run:
             raise TypeError(f"pass either a Run or a model with settings, not both (got {', '.join(settings)})")
         return model
     return Run(model, **settings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Serve:
+    """One replica serving a model: what memmath.plan_serving, `memmath infer` and lesson 7 ask about.
+
+    Each default is memmath.SERVING_DEFAULTS' (the reason beside it in memmath/inference.py). The
+    planner judges one setup, so the sizes are single whole numbers (a sweep of contexts goes to
+    memmath.inference_memory). The model is resolved to a ModelShape and the formats to their
+    names, so the same question is the same (hashable) value."""
+
+    model: object = field(kw_only=False)  # a preset name, a ModelShape or a parameter count; kept as a ModelShape
+    # None: as the checkpoint stores them (its quantization_config, memmath/checkpoints.py), else the default
+    weights_format: object = field(default=None, metadata=option(
+        "--weights", "serving format of the weights: {choices} (default: as the checkpoint stores them, else "
+        f"{SERVING_DEFAULTS['weights_format']})", "FORMAT", choices=lambda: [*FORMATS, "fp8", *STORED_FORMATS]))
+    kv_format: object = field(default=SERVING_DEFAULTS["kv_format"], metadata=option(
+        "--kv", f"format of the KV cache (default {SERVING_DEFAULTS['kv_format']})", "FORMAT",
+        choices=lambda: [*FORMATS, "fp8"]))
+    batch_size: int = field(default=SERVING_DEFAULTS["batch_size"], metadata=option(
+        "--batch", f"sequences at once (default {SERVING_DEFAULTS['batch_size']})", "B"))
+    context_len: int = field(default=SERVING_DEFAULTS["context_len"], metadata=option(
+        "--context", f"tokens per sequence, prompt and output (default {SERVING_DEFAULTS['context_len']:,}, said so in "
+        "the output)", "N"))
+    attention: str = field(default=SERVING_DEFAULTS["attention"], metadata=option(
+        "--attention", f"sdpa or eager (default {SERVING_DEFAULTS['attention']})", "KIND", choices=("sdpa", "eager")))
+
+    def __post_init__(self):
+        model = resolve_model(self.model)
+        weights = self.weights_format
+        if weights is None:
+            weights = model.stored_format or SERVING_DEFAULTS["weights_format"]
+        values = dict(
+            model=model,
+            weights_format=get_weights_name(weights) if isinstance(weights, str) else weights,
+            kv_format=_format_name(self.kv_format),
+            batch_size=validate.count("batch_size", self.batch_size, high=validate.MAX_BATCH, scalar=True),
+            context_len=validate.count("context_len", self.context_len, high=validate.MAX_SEQ, scalar=True),
+            attention=validate.choice("attention", self.attention, ATTENTION_KINDS),
+        )
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        model = repr(self.model.name) if self.model.name else repr(self.model)
+        return "Serve(" + ", ".join([f"model={model}"] + [f"{k}={v!r}" for k, v in self.settings().items()]) + ")"
+
+    def settings(self) -> dict:
+        """Every setting but the model, as memmath.inference_memory takes them."""
+        return {name: getattr(self, name) for name in SERVE_SETTINGS}
+
+    def replace(self, **changes) -> Serve:
+        """A new serving setup with `changes`."""
+        unknown = set(changes) - set(SERVE_SETTINGS) - {"model"}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise validate.FieldTypeError(name, f"{name} is not a serving setting; settings: {', '.join(SERVE_SETTINGS)}")
+        return Serve(**{"model": self.model, **self.settings(), **changes})
+
+
+SERVE_SETTINGS = tuple(f.name for f in fields(Serve) if f.name != "model")
+
+
+def _format_name(value):
+    """A registered number format by its name (get_format's spellings: "bfloat16" is "bf16"); a custom one as itself."""
+    return get_format(value).name if isinstance(value, str) else get_format(value)
+
+
+def as_serve(model, **settings) -> Serve:
+    """A Serve from a Serve (with no other settings) or from a model and keyword settings (the keyword forms)."""
+    if isinstance(model, Serve):
+        if settings:
+            raise TypeError(f"pass either a Serve or a model with settings, not both (got {', '.join(settings)})")
+        return model
+    unknown = set(settings) - set(SERVE_SETTINGS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise validate.FieldTypeError(name, f"{name} is not a serving setting; settings: {', '.join(SERVE_SETTINGS)}")
+    return Serve(model, **settings)
 
 
 def _name(spec, given):

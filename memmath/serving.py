@@ -22,9 +22,10 @@ from . import validate
 from .checkpoints import weight_bits
 from .formats import FORMATS, get_format
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
-from .inference import SERVING_DEFAULTS, InferenceMemory, decode_tokens_per_second, inference_memory
+from .inference import InferenceMemory, decode_tokens_per_second, inference_memory
 from .notes import Note
-from .presets import resolve_model
+from .report import serving_text
+from .run import Serve, as_serve
 from .search import largest_where
 
 MAX_CONTEXT = 2**22  # tokens: the longest context the search tries (validate.MAX_SEQ)
@@ -46,6 +47,7 @@ class ServingChange:
     fits: bool
     headroom_bytes: int  # negative when short
     cost: str
+    serve: Serve | None = None  # the changed question as one value (serving_changes sets it)
 
     def __post_init__(self):
         validate.text_field("change", self.change)
@@ -78,19 +80,31 @@ class ServingPlan:
     decode_tokens_per_second: float | None = None
     changes: tuple = ()
     notes: tuple = ()
+    serve: Serve | None = None  # the question asked (plan_serving sets it)
+
+    @property
+    def fits(self) -> bool | None:
+        """The verdict: True or False on a card, None without one."""
+        return None if self.fit is None else self.fit.fits
+
+    def __str__(self) -> str:  # what `memmath infer` prints
+        return serving_text(self)
+
+    def _repr_markdown_(self) -> str:  # a notebook shows the same text
+        return "```text\n" + serving_text(self) + "```"
+
+    @property
+    def instead(self) -> tuple:
+        """The changes that fit on their own (each leaves FIT_MARGIN free), largest saving first; () when the setup
+        fits or no GPU was given."""
+        return tuple(change for change in self.changes if change.fits)
 
 
-def _settings(**settings) -> dict:
-    """inference_memory's settings, each one left out taken from SERVING_DEFAULTS."""
-    unknown = set(settings) - set(SERVING_DEFAULTS)
-    if unknown:
-        name = sorted(unknown)[0]
-        raise validate.FieldTypeError(name, f"{name} is not a serving setting; settings: {', '.join(SERVING_DEFAULTS)}")
-    settings = {**SERVING_DEFAULTS, **settings}
-    # The planner judges one setup: single sizes (a sweep goes to inference_memory itself).
-    settings["batch_size"] = validate.count("batch_size", settings["batch_size"], high=validate.MAX_BATCH, scalar=True)
-    settings["context_len"] = validate.count("context_len", settings["context_len"], high=validate.MAX_SEQ, scalar=True)
-    return settings
+def _settings(model, **settings) -> tuple:
+    """(the model's shape, inference_memory's settings) of a Serve, or of a model and keyword settings (each one
+    left out taken from SERVING_DEFAULTS)."""
+    serve = as_serve(model, **settings)
+    return serve.model, serve.settings()
 
 
 def _fits_with(shape, gpu, reserved_bytes, settings, margin=0.0):
@@ -119,9 +133,9 @@ def _context_notes(shape, context_len) -> tuple:
 
 def longest_context_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> int:
     """The longest context (tokens per sequence) whose total fits at the same batch and formats, 0 if none."""
-    shape, gpu = resolve_model(model), get_gpu(gpu)
+    (shape, settings), gpu = _settings(model, **settings), get_gpu(gpu)
     reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
-    fits = _fits_with(shape, gpu, reserved_bytes, _settings(**settings))
+    fits = _fits_with(shape, gpu, reserved_bytes, settings)
     return largest_where(lambda n: fits(context_len=n), 1, MAX_CONTEXT) or 0
 
 
@@ -130,9 +144,8 @@ def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings
     reserve and FIT_MARGIN: a change fits only when it leaves 5% of its total free, as plan_training
     judges its changes, so the context and batch offered are the longest and largest that leave that
     much (the memory's own edge, longest_context_that_fits, would leave less than one token's cache)."""
-    shape, gpu = resolve_model(model), get_gpu(gpu)
+    (shape, settings), gpu = _settings(model, **settings), get_gpu(gpu)
     reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
-    settings = _settings(**settings)
     before = int(inference_memory(shape, **settings).total)
     fits = _fits_with(shape, gpu, reserved_bytes, settings, margin=FIT_MARGIN)
     bits = {name: f.bits for name, f in FORMATS.items()}
@@ -159,7 +172,8 @@ def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings
         if total >= before:
             continue
         fit = check_fit(total, gpu, reserved_bytes=reserved_bytes, margin=FIT_MARGIN)
-        rows.append(ServingChange(change, new, total, before - total, fit.fits, int(fit.headroom_bytes), cost))
+        rows.append(ServingChange(change, new, total, before - total, fit.fits, int(fit.headroom_bytes), cost,
+                                  Serve(shape, **new)))
     return sorted(rows, key=lambda r: (-r.saved, r.change))
 
 
@@ -167,19 +181,17 @@ def plan_serving(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settin
     """The memory of one replica, and with a GPU its verdict, the longest context, the decode bound and the
     changes (judged with FIT_MARGIN, see serving_changes); notes: the memory's, and one when the context
     is longer than the model was trained on."""
-    shape = resolve_model(model)
-    if shape.stored_format is not None:  # a quantized checkpoint is served as it is stored unless told otherwise
-        settings = {"weights_format": shape.stored_format.name, **settings}
-    settings = _settings(**settings)
+    serve = as_serve(model, **settings)
+    shape, settings = serve.model, serve.settings()
     memory = inference_memory(shape, **settings)
     settings = {**settings, "weights_format": memory.weights_format, "kv_format": memory.kv_format}
     notes = (*memory.notes, *_context_notes(shape, settings["context_len"]))
     if gpu is None:
-        return ServingPlan(memory, settings, reserved_bytes=reserved_bytes, notes=notes)
+        return ServingPlan(memory, settings, reserved_bytes=reserved_bytes, notes=notes, serve=serve)
     gpu = get_gpu(gpu)
     reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
     fit = check_fit(memory.total, gpu, reserved_bytes=reserved_bytes)
     longest = longest_context_that_fits(shape, gpu, reserved_bytes=reserved_bytes, **settings)
     speed = decode_tokens_per_second(memory, gpu) if gpu.bandwidth_bytes_per_s else None
     changes = () if fit.fits else tuple(serving_changes(shape, gpu, reserved_bytes=reserved_bytes, **settings))
-    return ServingPlan(memory, settings, gpu, reserved_bytes, fit, longest, speed, changes, notes)
+    return ServingPlan(memory, settings, gpu, reserved_bytes, fit, longest, speed, changes, notes, serve)

@@ -237,18 +237,22 @@ def resolve_source(text: str):
             return shape.with_changes(name=repo.partition("@")[0]), info
         cache, chosen = hf_cache_dir()
         name, _, revision = repo.partition("@")
+        # a preset takes no revision: llama-2-7b@main means llama-2-7b
+        guess = f"did you mean {PRESETS[name.lower()].name or name.lower()}?" if name.lower() in PRESETS else \
+            _did_you_mean(name, PRESETS)
+        if "/" not in name:  # no Hub id (owner/name): no download to advise
+            raise validate.FieldError("model", (f"{guess} " if guess else "") + f"{text!r} is not a preset (memmath "
+                                      "models lists them), a config.json, a folder holding one, or a Hub id "
+                                      "(owner/name) in the local Hugging Face cache")
         # huggingface_hub 1.0 removed `huggingface-cli`; its command line is `hf` (`hf download --help`).
         command = f"hf download {name} config.json" + (f" --revision {revision}" if revision else "")
-        guess = _did_you_mean(name, PRESETS)
-        raise validate.FieldError("model", (f"{text!r}: {guess} It is" if guess else f"{text!r} is") + " not a "
-                                  "preset, a file or a folder, and not in the local Hugging Face cache (looked in "
-                                  f"{folder} for snapshots/*/config.json; cache from {chosen}). memmath never uses "
-                                  f"the network: get the file with `{command}`, or pass a config.json path. Presets: "
-                                  + ", ".join(PRESETS))
+        raise validate.FieldError("model", (f"{guess} " if guess else "") + f"{text!r} is not in the local Hugging "
+                                  f"Face cache (looked in {folder} for snapshots/*/config.json; cache from {chosen}). "
+                                  f"memmath never uses the network: get the file with `{command}`, or pass a "
+                                  "config.json path")
     guess = _did_you_mean(text.strip(), PRESETS)
-    raise validate.FieldError("model", f"no such file or folder: {text!r} (" + (f"{guess} Or g" if guess else "g")
-                              + "ive a preset, a config.json, a folder holding one, or a Hub repo id in the local "
-                              "cache)")
+    raise validate.FieldError("model", (f"{guess} " if guess else "") + f"no such file or folder: {text!r} (give a "
+                              "preset, a config.json, a folder holding one, or a Hub repo id in the local cache)")
 
 
 def _read_config(path: Path, given: str, source: str | None):

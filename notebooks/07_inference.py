@@ -156,8 +156,12 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
     # A part under a tenth of the unit in a smaller unit (45.09 MB, not 0.05 GB); the same string wherever it shows.
     _small = lambda n: _f(n) if n >= mm.UNITS[unit] / 10 else viz.readable_size(n, unit)  # noqa: E731
     _seqs = "sequence" if batch_size == 1 else "sequences"
-    _serve = dict(weights_format=weights_format, kv_format=kv_format, batch_size=batch_size, attention=attention)
-    memory = mm.inference_memory(model, context_len=context_len, **_serve)
+    # The question as one value (mm.Serve), planned as `memmath infer` plans it: the memory, the verdict, what fits instead.
+    serve = mm.Serve(model, weights_format=weights_format, kv_format=kv_format, batch_size=batch_size,
+                     context_len=context_len, attention=attention)
+    plan = mm.plan_serving(serve, gpu)
+    memory = plan.memory
+    _serve = {_k: _v for _k, _v in serve.settings().items() if _k != "context_len"}  # the sweep below varies the context
     # Which tensors a quantized format converts: as transformers' bitsandbytes integration does (only nn.Linear).
     _layout = ("" if mm.get_format(weights_format).kind == "float" else
                f"The {memory.weights_format} weights are counted as transformers loads a model with bitsandbytes, "
@@ -185,9 +189,11 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
 
     # The verdict, with the CUDA context reserved as the planner (lesson 8) reserves it.
     _context = literature.REPORTED["cuda_context_v100"]
-    _fit = mm.check_fit(memory.total, gpu, reserved_bytes=mm.CUDA_CONTEXT_BYTES)
-    _verdict = (f"fits on one {gpu.name}, with {_f(_fit.headroom_bytes)} to spare" if _fit.fits else
-                f"does **not** fit on one {gpu.name}: {_f(-_fit.headroom_bytes)} short")
+    _fit = plan.fit
+    _instead = " or ".join(f"{_c.change} ({_f(_c.total)})" for _c in plan.instead)
+    _verdict = (f"fits on one {gpu.name}, with {_f(_fit.headroom_bytes)} to spare" if plan.fits else
+                f"does **not** fit on one {gpu.name}: {_f(-_fit.headroom_bytes)} short"
+                + (f"; what fits instead, with 5% to spare: {_instead}" if _instead else ""))
     _reserve = (f"Of the card's {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it), "
                 f"{mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB ({mm.format_bytes(mm.CUDA_CONTEXT_BYTES, 'GiB')}) are kept "
                 f"back for the CUDA context, which the driver takes before PyTorch allocates anything "
@@ -249,7 +255,7 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
                   f"; we assume the {batch_size} tokens of a step reach min({model.n_experts}, {batch_size} x "
                   f"{model.experts_per_tok}) = {_reached} distinct experts per layer, the most they can: tokens that "
                   "share experts read less")
-    if _fit.fits:
+    if plan.fits:
         _decode = (f"Decoding on it reads {_f(read_per_step)} per step ({_what}) at "
                    f"{gpu.bandwidth_bytes_per_s / 1e9:,.0f} GB/s: at most **{_rate(per_sequence)} tokens/s per sequence**"
                    + (f", {_rate(all_sequences)} tokens/s across the batch of {batch_size}." if batch_size > 1 else "."))
@@ -329,7 +335,7 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
     """).text))
     mo.vstack(_warn) if _warn else None
     return (all_sequences, attention, batch_size, context_len, fit_frame, gpu, gqa_frame, kv_format, memory, model,
-            per_sequence, read_per_step, rule_limit, unit, weights_format)
+            per_sequence, plan, read_per_step, rule_limit, serve, unit, weights_format)
 
 
 @app.cell(hide_code=True)

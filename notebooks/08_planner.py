@@ -444,8 +444,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     if _cannot is None:
         _verdict = ("**It fits.** " if fit.fits else "**It does not fit.** ") + _numbers
     else:
-        _instead = mm.requirement(run.replace(precision=_cannot.instead))
-        instead_fit = mm.check_fit(_instead.bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
+        _instead, instead_fit = plan.recipe_instead.requirement, plan.recipe_instead.fit  # judged as the verdict is
         _verdict = (
             (f"**It would fit, but the {gpu.name} has no {_cannot.needs}.** " if fit.fits else
              f"**It does not fit, and the {gpu.name} could not run it anyway: it has no {_cannot.needs}.** ")

@@ -1,4 +1,4 @@
-"""The command line (memmath/cli.py), run as a user runs it: `python -m memmath ...` in a subprocess.
+"""The command line (memmath/cli), run as a user runs it: `python -m memmath ...` in a subprocess.
 
 Each MODEL form (preset, config.json, folder, a Hub id in a fake Hugging Face cache), each command,
 --json checked against the Python API for the same run (and against numbers derived by hand), the
@@ -415,6 +415,11 @@ def test_bf16_on_a_t4_that_would_fit_says_so_in_one_verdict_and_the_status_stays
         "precision": "mixed", "option": "--precision mixed", "required_bytes": instead.bytes,
         "basis": instead.basis.replace(" ", "_"), "with_reserve_bytes": instead.bytes + 1343 * MIB,
         "fits": fit.fits, "headroom_bytes": fit.headroom_bytes}
+    # the API judges it once (plan.recipe_instead); the command line and lesson 8 print that judgement
+    assert (plan.recipe_instead.precision, plan.recipe_instead.requirement, plan.recipe_instead.fit) == (
+        "mixed", instead, fit)
+    assert mm.plan_training("llama-2-7b", "RTX 4090").recipe_instead is None
+    assert mm.plan_training("llama-2-7b", method=mm.QLoRA()).recipe_instead is None  # no card, no verdict
     text = " ".join(run(*args, check_status=0).stdout.split())
     verdict = text.split("T4 (16.11 GB, 15,360 MiB as the driver reports it):", 1)[1].strip()
     assert verdict.startswith(f"would fit, with {mm.format_bytes(plan.fit.headroom_bytes)} to spare, but cannot "

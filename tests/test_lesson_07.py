@@ -336,3 +336,19 @@ def test_problem_five_decodes_a_moe_at_batch_1_and_32(default_run):
     assert f"at most {3.35e12 / (6_706_065_408 + 402_653_184):,.0f} tokens/s" in text
     assert "At batch 32, 32 x 8 = 256 routings can reach all 128 experts of a layer" in text
     assert f"at most {3.35e12 / (61_064_245_248 + 32 * 402_653_184):,.1f} tokens/s per sequence" in text
+
+
+def test_the_verdict_names_what_fits_instead_as_the_command_line_does(capsys):
+    # Llama-2-13B in bf16 at 8,192 tokens on an RTX 4090 (26.03 GB of weights alone, 24.35 GB usable): the lesson reads
+    # plan.instead, the changes `memmath infer` lists as fitting, each at the command line's total.
+    from memmath import cli
+
+    assert cli.main(["infer", "llama-2-13b", "--context", "8192", "--gpu", "RTX 4090", "--json"]) == 1
+    fitting = [c for c in json.loads(capsys.readouterr().out)["changes"] if c["fits"]]
+    assert [c["change"] for c in fitting] == ["weights in nf4", "weights in int8"]
+    outputs, defs = _run(model="llama-2-13b", context=8192, gpu="RTX 4090")
+    assert defs["plan"].fits is False and defs["plan"].serve == mm.Serve("llama-2-13b", context_len=8192)
+    shown = " or ".join(f"{c['change']} ({mm.format_bytes(c['required_bytes'])})" for c in fitting)
+    assert f"what fits instead, with 5% to spare: {shown}" in " ".join(_plain(outputs).split())
+    outputs, defs = _run(model="llama-2-7b", context=2048, gpu="RTX 4090")
+    assert defs["plan"].fits and "what fits instead" not in _plain(outputs)

@@ -1,0 +1,233 @@
+"""memmath on the command line: will this finetune (or this model at this context) fit on this GPU?
+
+    memmath train MODEL [--method qlora --batch 4 --seq 2048 --gpu "RTX 4090" ...]
+    memmath infer MODEL [--context 32768 --weights nf4 --kv bf16 --gpu "RTX 4090" ...]
+    memmath models | memmath gpus
+    memmath lessons [--static DIR]     (the workbook, python -m memmath_lessons: needs pip install "memmath[workbook]")
+
+A projection of memmath.Run and memmath.Serve: the options of their fields are written beside the
+fields (memmath.run.option) and generated here (options.py); the library plans the question
+(plan_training, plan_serving) and memmath.report writes the plan, or commands.py writes one JSON
+object (--json). It decides nothing and holds no default of its own: an option left out is left to
+the Run or Serve, whose resolved values the output shows. Errors from the library name their field;
+field_flags() says which option sets it.
+Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on stderr). The answer
+is written once it is whole, so a reader that leaves early (`memmath models | head -1`) still gets
+the status the command computed, and nothing reaches stdout on an error.
+
+The workbook (marimo, the site builder) is imported only for `memmath lessons`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+
+from memmath.gpus import CUDA_CONTEXT_BYTES
+from memmath.models import LORA_TARGETS
+from memmath.planner import DEFAULT_MAX_GPUS
+from memmath.report import Style
+from memmath.run import Run, Serve
+
+from .commands import COMMANDS, WORKBOOK_MODULES, lessons_folder, resolve_gpu
+from .options import (COMMAND_CHOICES, EPILOG, METHODS, MODEL_HELP, PROG, UNIT_CHOICES, WORKBOOK_INSTALL,
+                      BadInput, Parser, add_field_options, choice, field_flags, gpu_name, non_empty_path,
+                      probability, shorten, size, targets, whole)
+
+def __getattr__(name: str):
+    if name == "FIELD_OPTIONS":  # each library field -> its option, from the fields' metadata
+        return field_flags()
+    raise AttributeError(f"module 'memmath.cli' has no attribute {name!r}")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `command`, only that command's options are built (the others answer --help alone)."""
+    parser = Parser(prog=PROG, description="The memory of training and serving a model, exact to the byte: will it "
+                    "fit on this GPU, and what to change if not. Never uses the network.", epilog=EPILOG)
+    parser.add_argument("--version", action=_Version, nargs=0, help="print memmath's version and exit")
+    sub = parser.add_subparsers(dest="command", metavar=COMMAND_CHOICES)
+    common = Parser(add_help=False)
+    common.add_argument("--json", action="store_true",
+                        help="print one JSON object (every size in integer bytes) instead of tables")
+
+    def gpu_options(p):
+        group = p.add_argument_group("the GPU (gives a verdict, and exit status 1 when it does not fit)")
+        exclusive = group.add_mutually_exclusive_group()
+        exclusive.add_argument("--gpu", metavar="NAME", type=gpu_name, help="a card from `memmath gpus` (case "
+                               "and spaces forgiven: rtx4090, a100-80gb, h100)")
+        exclusive.add_argument("--gpu-memory", metavar="SIZE", type=size(low=1),
+                               help="any card, by its memory as the driver reports it (24GiB, 24564MiB), in whole bytes")
+        group.add_argument("--reserve", metavar="SIZE", type=size(), help="memory the CUDA context takes before "
+                           f"any tensor (default {CUDA_CONTEXT_BYTES // 2**20}MiB, measured on a V100 by Hugging Face; "
+                           "0 for none)")
+        group.add_argument("--unit", type=choice(UNIT_CHOICES), default="GB", metavar="UNIT",
+                           help="unit for display: GB (10**9 B, default) or GiB (2**30 B), also MB, MiB, TB, TiB")
+
+    def train_options(train):
+        train.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+        m = train.add_argument_group("the method")
+        m.add_argument("--method", type=choice(METHODS), default="full", metavar="NAME", help="full (default), freeze, "
+                       "adapters, lora, qlora, or dpo (preference training: --dpo-base, --reference)")
+        m.add_argument("--rank", type=whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
+        m.add_argument("--targets", type=targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
+                       f"{','.join(LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
+        m.add_argument("--lora-dropout", type=probability, metavar="P",
+                       help="LoRA/QLoRA: peft's lora_dropout on the adapters' input (default 0, peft's; recipes use "
+                       "0.05-0.1): each adapted matrix then keeps a dropout mask and a dropped copy of its input")
+        m.add_argument("--quant-type", type=choice(("nf4", "fp4", "int8")), metavar="TYPE", help="qlora: the base's "
+                       "format, nf4 (default) or fp4 (bitsandbytes Linear4bit), or int8 (Linear8bitLt, LLM.int8)")
+        m.add_argument("--no-double-quant", action="store_true", default=None,
+                       help="qlora with nf4/fp4: fp32 absmax constants, without QLoRA's double quantization")
+        m.add_argument("--quant-layout", type=choice(("paper", "bitsandbytes")), metavar="LAYOUT", help="qlora: count "
+                       "the constants as the QLoRA paper does (default) or as bitsandbytes stores them (adds each "
+                       "matrix's code maps)")
+        m.add_argument("--trainable-layers", type=whole(0), metavar="K",
+                       help="freeze: how many of the last blocks train (required with --method freeze)")
+        m.add_argument("--bottleneck", type=whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
+        m.add_argument("--dpo-base", type=choice(METHODS[:-1]), metavar="NAME", help="dpo: the policy's method, full, "
+                       "freeze, adapters, lora (default) or qlora, with its own options (--rank, --targets, ...); chosen "
+                       "and rejected sequences double --batch")
+        m.add_argument("--reference", type=choice(("copy", "adapters_off", "precomputed")), metavar="KIND",
+                       help="dpo: the reference log-probs from a frozen copy of the model (copy), the policy with its "
+                       "adapters disabled (adapters_off: lora/qlora), or precomputed; default as TRL: adapters_off for "
+                       "lora/qlora, else copy")
+        m.add_argument("--beta", type=float, metavar="B", help="dpo: the loss's beta (default 0.1; no byte depends on it)")
+        m.add_argument("--vision", type=choice(("frozen", "projector", "trains")), metavar="PART",
+                       help="a vision-language model (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): frozen (the vision "
+                       "tower and projector stay frozen: the language model alone trains), projector (the projector "
+                       "trains too) or trains (both train too); default trains for full, frozen for the others")
+        s = train.add_argument_group("the training step (each default is memmath.Run's, said in the output)")
+        add_field_options(s, Run)
+        s.add_argument("--plan-layout", action="store_true", default=None,
+                       help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
+        s.add_argument("--max-gpus", type=whole(1), metavar="N", help="how many GPUs the suggested changes may use "
+                       f"(default {DEFAULT_MAX_GPUS})")
+        gpu_options(train)
+
+    def infer_options(infer):
+        infer.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+        add_field_options(infer.add_argument_group("the serving setup (each default is memmath.Serve's)"), Serve)
+        gpu_options(infer)
+
+    def lessons_options(lessons):
+        lessons.add_argument("--static", metavar="DIR", type=non_empty_path, help="build the static site into DIR (new, "
+                             "empty or an earlier build) instead of opening the workbook; serve it with python -m "
+                             "http.server -d DIR")
+        lessons.add_argument("--port", type=whole(1, 65535), metavar="PORT", help="marimo run's port (default: marimo's, "
+                             "2718)")
+        lessons.add_argument("--headless", action="store_true", help="do not open a browser")
+        lessons.add_argument("--path", action="store_true",
+                             help="print the folder that holds the installed lessons and exit (for marimo edit)")
+
+    sub.add_parser("train", parents=[common], help="memory of one training step, and the fit", epilog=EPILOG,
+                   description="The memory of one training step, part by part, its peak, and (with --gpu) whether it "
+                   "fits and which changes make it fit.")
+    sub.add_parser("infer", parents=[common], help="memory to serve a model at a context length", epilog=EPILOG,
+                   description="The memory to serve one replica: weights in the serving format, the KV cache, the "
+                   "prefill working set; with --gpu, whether it fits.")
+    models = sub.add_parser("models", parents=[common], help="the presets and where their shapes come from",
+                            description="The model presets, with their parameter counts and sources; or one model's "
+                                        "counts, total and active per token (a config.json, its folder or a Hub id).")
+    models.add_argument("model", nargs="?", metavar="MODEL", help="one model: a preset, config.json, folder or Hub id")
+    sub.add_parser("gpus", parents=[common], help="the GPU catalog and its sources",
+                   description="The GPUs --gpu knows, with their memory as the driver reports it.")
+    sub.add_parser(
+        "lessons", help="open the workbook (marimo run), or build it as a static site",
+        description="Open the workbook's lessons, as installed with the package, in your browser (marimo run, on "
+        "127.0.0.1 only, no token), or build them as a static site that works offline; the same as python -m "
+        f"memmath_lessons. Needs the workbook extra: {WORKBOOK_INSTALL}.",
+        epilog="Exit status: marimo's own while it runs; 0 built; 2 the workbook extra is missing or the build "
+        "failed (one line on stderr, then the cells' errors of a lesson that failed to export). To serve a class, "
+        "run marimo yourself on the folder --path prints, with --token (README, 'On a fresh machine').")
+    for name, add_options in (("train", train_options), ("infer", infer_options), ("lessons", lessons_options)):
+        if command is None or command == name:  # a command's options, built only when it may run
+            add_options(sub.choices[name])
+    return parser
+
+
+class _Version(argparse.Action):
+    """--version, looked up only when asked for (importlib.metadata costs some 20 ms to import)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:  # to stdout, as --help is: `memmath --version | cut ...`
+            sys.stdout.write(f"memmath {_version()}\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+        parser.exit(0)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("memmath")
+    except Exception:  # not installed (run from a checkout)
+        return "unknown"
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit status (0 fits or no GPU, 1 does not fit, 2 bad input).
+
+    The answer is computed whole into a buffer, then written: on an error nothing reaches stdout, and
+    when the reader leaves early (`memmath ... | head`, a broken pipe) the status is still the one the
+    command computed, with no traceback."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(next((word for word in words if not word.startswith("-")), ""))
+    try:
+        args = parser.parse_args(words)
+    except SystemExit:  # --help, --version or a bad option: argparse has written; flush it here, quietly
+        _flush_stdout()
+        raise
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    prog = f"{PROG} {args.command}"
+    answer = io.StringIO()
+    try:
+        status = COMMANDS[args.command](args, answer, Style(sys.stdout))
+    except (BadInput, ValueError, TypeError) as error:
+        sys.stderr.write(shorten(f"{prog}: error: {_message(error)} (see {prog} --help)") + "\n")
+        return 2
+    except OSError as error:  # a MODEL path the system cannot even look at (a name too long, no permission)
+        where = "MODEL: " if args.command in ("train", "infer") else ""
+        sys.stderr.write(shorten(f"{prog}: error: {where}{error.strerror or error}: {error.filename!r} "
+                                 f"(see {prog} --help)") + "\n")
+        return 2
+    try:
+        sys.stdout.write(answer.getvalue())
+    except BrokenPipeError:
+        _quiet_stdout()
+        return status
+    _flush_stdout()
+    return status
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+
+
+def _quiet_stdout() -> None:
+    """The reader left (`| head`): point stdout at /dev/null so the exit's flush says nothing (Python docs' recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # a stdout with no file descriptor (a StringIO)
+        pass
+
+
+def _message(error: Exception) -> str:
+    """One line for stderr: a library error as the option that sets its field (field_flags)."""
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    field = getattr(error, "field", None)
+    option = field_flags().get(field) if field is not None else None
+    if option is None:
+        return text
+    if field != "model" and text.startswith(field + " "):
+        text = text[len(field) + 1:]
+    return f"{option}: {text}"

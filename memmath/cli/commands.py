@@ -1,0 +1,207 @@
+"""The commands: the options become a Run or a Serve, the library plans it, the plan is written as text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from memmath import methods, report
+from memmath.counts import parameter_counts
+from memmath.gpus import CUDA_CONTEXT_BYTES, GPU, GPUS
+from memmath.planner import plan_layout, plan_training
+from memmath.preference import DPO
+from memmath.run import Run, Serve
+from memmath.serving import plan_serving
+from memmath.sources import resolve_source
+from memmath.units import format_bytes
+
+from .options import PROG, WORKBOOK_INSTALL, BadInput, gpu_name, given_fields, quote, shorten
+
+WIDTH = 80
+# The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
+WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
+
+
+def width() -> int:
+    return max(60, min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns))
+
+
+# ---- the method and the GPU: options that set no field of a Run ------------------------------------
+def _given(**options) -> dict:
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def build_method(args, shape):
+    dpo = {"--dpo-base": args.dpo_base, "--reference": args.reference, "--beta": args.beta}
+    if args.method != "dpo":
+        for option, value in dpo.items():
+            if value is not None:
+                raise BadInput(option, f"applies to --method dpo, not {args.method}")
+    else:  # preference training (memmath/preference.py): the policy's method, then DPO around it
+        try:
+            base = build_method(argparse.Namespace(**{**vars(args), "method": args.dpo_base or "lora",
+                                                      "dpo_base": None, "reference": None, "beta": None}), shape)
+        except BadInput as error:  # the policy's options: they apply to a --dpo-base, not to --method dpo
+            raise BadInput("", str(error).replace("--method", "--dpo-base")) from None
+        return DPO(base=base, **_given(reference=args.reference, beta=args.beta))
+    applies = {"--rank": ("lora", "qlora"), "--targets": ("lora", "qlora"), "--trainable-layers": ("freeze",),
+               "--lora-dropout": ("lora", "qlora"), "--bottleneck": ("adapters",), "--quant-type": ("qlora",),
+               "--no-double-quant": ("qlora",), "--quant-layout": ("qlora",)}
+    for option, methods_it_applies_to in applies.items():
+        if getattr(args, option[2:].replace("-", "_")) is not None and args.method not in methods_it_applies_to:
+            raise BadInput(option, f"applies to --method {' or '.join(methods_it_applies_to)}, not {args.method}")
+    if args.method == "full":
+        return methods.Full()
+    if args.method == "freeze":
+        if args.trainable_layers is None or args.trainable_layers > shape.n_layers:
+            raise BadInput("--trainable-layers", (f"--method freeze needs it: how many of the last blocks train, "
+                                                  f"from 0 to {shape.n_layers}") if args.trainable_layers is None else
+                           f"must be from 0 to {shape.n_layers} (the model's blocks); got {args.trainable_layers}")
+        return methods.Freeze(trainable_layers=args.trainable_layers)
+    if args.method == "adapters":
+        return methods.Adapters(**_given(bottleneck=args.bottleneck))
+    lora = _given(rank=args.rank, targets=args.targets, dropout=args.lora_dropout)
+    if args.method == "lora":
+        return methods.LoRA(**lora)
+    if args.no_double_quant and args.quant_type == "int8":
+        raise BadInput("--no-double-quant", "applies to --quant-type nf4 or fp4; int8 (Linear8bitLt) keeps one fp32 "
+                       "scale per row and no double quantization")
+    return methods.QLoRA(**lora, **_given(quant_type=args.quant_type, layout=args.quant_layout,
+                                          double_quant=False if args.no_double_quant else None))
+
+
+def resolve_gpu(args):
+    """The GPU from --gpu (catalog, forgiving case and spacing, or a unique part of a name) or --gpu-memory."""
+    if getattr(args, "gpu_memory", None) is not None:
+        if args.gpu_memory <= 0:
+            raise BadInput("--gpu-memory", "must be a size above 0, such as 24GiB")
+        label = format_bytes(args.gpu_memory, "GiB")
+        return GPU(f"{label} GPU", args.gpu_memory, 0, 0.0, "custom", label, "given by --gpu-memory")
+    if getattr(args, "gpu", None) is None:
+        return None
+    if not args.gpu.strip():  # an empty --gpu "" (an unset variable in a script) must not read as "no GPU"
+        gpu_name(args.gpu)
+
+    def squash(name):
+        return re.sub(r"[\s_\-]+", "", name.lower())
+    wanted = squash(args.gpu)
+    exact = [g for g in GPUS.values() if squash(g.name) == wanted]
+    partial = [g for g in GPUS.values() if wanted and wanted in squash(g.name)]
+    if exact or len(partial) == 1:
+        return (exact or partial)[0]
+    if len(partial) > 1:
+        raise BadInput("--gpu", f"{quote(args.gpu)} could be {', '.join(g.name for g in partial)}; say which")
+    raise BadInput("--gpu", f"must be one of {', '.join(GPUS)} (or give --gpu-memory 24GiB); got {quote(args.gpu)}")
+
+
+def gpu_and_reserve(args):
+    gpu = resolve_gpu(args)
+    reserve = CUDA_CONTEXT_BYTES if args.reserve is None else args.reserve
+    if gpu is not None and reserve >= gpu.memory_bytes:
+        raise BadInput("--reserve", f"must be less than the GPU's memory ({gpu.name}: {gpu.memory_bytes:,} bytes); "
+                       f"got {reserve:,} bytes")
+    return gpu, reserve
+
+
+# ---- train ----------------------------------------------------------------------------------------
+def run_train(args, out, style) -> int:
+    shape, source = resolve_source(args.model)
+    method = build_method(args, shape)
+    if args.vision is not None:  # the method's vision= (memmath/multimodal.py); a text model refuses it by name
+        method = dataclasses.replace(method, vision=args.vision)
+    run = Run(shape, method=method, **given_fields(args, Run))
+    gpu, reserve = gpu_and_reserve(args)
+    if args.plan_layout:
+        return _plan_layout(args, out, style, run, gpu, reserve)
+    plan = plan_training(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
+    status = 0 if plan.fits is not False else 1
+    out.write(json.dumps(report.training_json(plan, source=source, unit=args.unit, seq_default=args.seq_len is None,
+                                              reserve_default=args.reserve is None, status=status), indent=2) + "\n"
+              if args.json else
+              report.training_text(plan, source=source, unit=args.unit, style=style, width=width(),
+                                   seq_default=args.seq_len is None, reserve_default=args.reserve is None))
+    return status
+
+
+def _plan_layout(args, out, style, run, gpu, reserve) -> int:
+    """--plan-layout: the fewest GPUs and their layout that fit the run (memmath.planner.plan_layout)."""
+    if gpu is None:
+        raise BadInput("--plan-layout", "needs a card: add --gpu (or --gpu-memory)")
+    plan = plan_layout(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
+    out.write(json.dumps(report.layout_json(plan, run, gpu, unit=args.unit), indent=2) + "\n" if args.json else
+              report.layout_text(plan, run, gpu, unit=args.unit, style=style, width=width(), max_gpus=args.max_gpus))
+    return 0 if plan.fits else 1
+
+
+# ---- infer ----------------------------------------------------------------------------------------
+def run_infer(args, out, style) -> int:
+    shape, source = resolve_source(args.model)
+    gpu, reserve = gpu_and_reserve(args)
+    plan = plan_serving(Serve(shape, **given_fields(args, Serve)), gpu, reserved_bytes=reserve)
+    status = 0 if plan.fit is None or plan.fit.fits else 1
+    out.write(json.dumps(report.serving_json(plan, source=source, unit=args.unit,
+                                             context_default=args.context_len is None,
+                                             reserve_default=args.reserve is None, status=status), indent=2) + "\n"
+              if args.json else
+              report.serving_text(plan, source=source, unit=args.unit, style=style, width=width(),
+                                  context_default=args.context_len is None, reserve_default=args.reserve is None))
+    return status
+
+
+# ---- models and gpus: the catalogs ------------------------------------------------------------------
+def run_models(args, out, style) -> int:
+    if getattr(args, "model", None):  # one model's counts (memmath/counts.py)
+        counts = parameter_counts(args.model)
+        out.write(json.dumps({"command": "models", "model": counts}, indent=2) + "\n" if args.json else
+                  report.counts_text(counts))
+        return 0
+    rows = report.presets_rows()
+    out.write(json.dumps({"command": "models", "models": rows}, indent=2) + "\n" if args.json else
+              report.presets_text(rows, style=style, width=width()))
+    return 0
+
+
+def run_gpus(args, out, style) -> int:
+    rows = report.gpus_rows()
+    out.write(json.dumps({"command": "gpus", "gpus": rows, "sources": report.GPU_SOURCES}, indent=2) + "\n"
+              if args.json else report.gpus_text(rows, style=style, width=width()))
+    return 0
+
+
+# ---- lessons: a thin delegate to memmath_lessons, imported only here ---------------------------------
+def lessons_folder():
+    """The folder of the lessons: memmath_lessons/notebooks in an installed wheel, notebooks/ beside the
+    package in a checkout (an editable install), found without importing memmath_lessons."""
+    spec = importlib.util.find_spec("memmath_lessons")
+    if spec is None or not spec.origin:
+        raise BadInput("", f"memmath_lessons is not installed; reinstall memmath with the workbook: {WORKBOOK_INSTALL}")
+    package = Path(spec.origin).parent
+    for folder in (package / "notebooks", package.parent / "notebooks"):
+        if (folder / "00_start_here.py").is_file():
+            return folder
+    raise BadInput("", f"the lessons are missing from {package} (no notebooks/00_start_here.py); reinstall memmath: "
+                   f"{WORKBOOK_INSTALL}")
+
+
+def run_lessons(args, out, style) -> int:
+    """Open the lessons with `marimo run` (its exit status), or build the static site (memmath_lessons.launch)."""
+    folder = lessons_folder()
+    if args.path:
+        out.write(f"{folder}\n")
+        return 0
+    needed = sys.modules[__package__].WORKBOOK_MODULES  # read from memmath.cli, where a caller may narrow it
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BadInput("", f"the workbook needs the workbook extra (missing: {', '.join(missing)}): {WORKBOOK_INSTALL}")
+    from memmath_lessons import launch  # the workbook: marimo, and the site builder for --static
+
+    return launch.run(folder, static=args.static, port=args.port, headless=args.headless, out=out)
+
+
+COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons}

@@ -1,0 +1,243 @@
+"""The command line's options: each failure names the allowed values; the parser, generated where it can be.
+
+A Run or Serve field that the command line sets carries its flag, metavar and help beside it
+(memmath.run.option); fields_options() turns those into argparse options, so a new field with an
+option needs no line here. The method's options (--rank, --targets, ...) and the card's are written
+here, as they set no field of a Run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import MISSING, fields
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+from memmath import validate
+from memmath.gpus import GPUS, MAX_GPU_BYTES
+from memmath.models import LORA_GROUPS, LORA_TARGETS
+from memmath.run import Run, Serve
+from memmath.units import _NUMBER, UNITS, unit_name  # the grammar memmath.parse_bytes reads
+
+PROG = "memmath"
+COMMAND_CHOICES = "{train,infer,models,gpus,lessons}"
+WORKBOOK_INSTALL = 'pip install "memmath[workbook]"'
+METHODS = ("full", "freeze", "adapters", "lora", "qlora", "dpo")
+DPO_BASES = ("full", "freeze", "adapters", "lora", "qlora")  # --method dpo: the policy's method (--dpo-base)
+UNIT_CHOICES = ("GB", "GiB", "MB", "MiB", "TB", "TiB")
+EPILOG = "Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input."
+MODEL_HELP = ("a preset (`memmath models`), a config.json, a folder holding one, or a Hub repo id (owner/name) found "
+              "in the local Hugging Face cache")
+# The options that set no field of a Run or Serve, by the name the library's errors give (validate.FieldError).
+OTHER_OPTIONS = {
+    "model": "MODEL", "rank": "--rank", "targets": "--targets", "LoRA target": "--targets",
+    "bottleneck": "--bottleneck", "trainable_layers": "--trainable-layers", "reserved_bytes": "--reserve",
+    "unit": "--unit", "gpu": "--gpu", "format": "--weights/--kv", "size": "--gpu-memory", "quant_type": "--quant-type",
+    "layout": "--quant-layout", "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus",
+    "vision": "--vision", "LoRA dropout": "--lora-dropout", "reference": "--reference", "beta": "--beta",
+}
+
+
+class BadInput(Exception):
+    """Bad input from the command line: one line for stderr, exit status 2."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}" if option else message)
+
+
+def quote(value) -> str:
+    """A value as a message echoes it: a short quotation (at most 60 characters, memmath.validate.describe)."""
+    return validate.describe(value)
+
+
+# A value too long to echo: a quoted one (argparse's "invalid choice: %r", the library's reprs) or a run without
+# spaces (argparse's "unrecognized arguments"), each over 300 characters: longer than any path or sentence a
+# message names, short enough that a message stays readable.
+_LONG_QUOTED = re.compile(r"""'([^'\n]{301,})'|"([^"\n]{301,})"|(?<![\w'"])([^\s'"]{301,})""")
+
+
+def shorten(message: str) -> str:
+    """A message with every long value cut to a short quotation, and at most 1,000 characters in all."""
+    def cut(match):
+        quoted = match.group(1) if match.group(1) is not None else match.group(2)
+        return quote(quoted) if quoted is not None else match.group(3)[:40] + "..."
+    message = _LONG_QUOTED.sub(cut, message)
+    return message if len(message) <= 1000 else message[:997] + "..."
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad option in one line (no usage block) and exits with status 2."""
+
+    def error(self, message):
+        message = re.sub(r"^argument ", "", message).replace(COMMAND_CHOICES, "COMMAND")
+        self.exit(2, shorten(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
+
+
+# ---- option types -------------------------------------------------------------------------------
+def whole(low: int, high: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace(",", "").replace("_", ""))
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            allowed = f"from {low:,} up" if high is None else f"from {low:,} to {high:,}"
+            raise argparse.ArgumentTypeError(f"must be a whole number {allowed}; got {quote(text)}")
+        return value
+    parse.__name__ = "whole number"
+    return parse
+
+
+def probability(text: str) -> float:
+    """--lora-dropout: a probability from 0 up to (not including) 1, as memmath.LoRA(dropout=) takes it."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = None
+    if value is None or math.isnan(value) or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a probability from 0 up to (not including) 1, such as 0.05; "
+                                         f"got {quote(text)}")
+    return value
+
+
+def choice(choices, what="one of"):
+    lower = {str(c).lower(): c for c in choices}
+
+    def parse(text: str) -> str:
+        key = text.strip().lower()
+        if key not in lower:
+            raise argparse.ArgumentTypeError(f"must be {what} {', '.join(map(str, choices))}; got {quote(text)}")
+        return lower[key]
+    parse.__name__ = "choice"
+    return parse
+
+
+def _exact_bytes(text: str, too_large):
+    """The size a text names, as an exact Fraction of bytes; None when it is not a size such as 24GiB.
+    too_large(approx) is raised for a size past any card, before an exponent such as 1e999999999
+    is expanded; a comma that does not group thousands (1,5GB) is refused, never read as 15GB."""
+    match = re.fullmatch(_NUMBER + r"\s*([a-z]+)", text.strip().lower())
+    if not match:
+        return None
+    try:
+        unit = UNITS[unit_name(match.group(2))]
+    except ValueError:
+        return None
+    number = match.group(1).replace("_", "")
+    if "," in number and not re.fullmatch(r"[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?(e[+-]?[0-9]+)?", number):
+        raise argparse.ArgumentTypeError(f"{quote(text)}: a comma groups thousands (1,343MiB); for a fraction write "
+                                         "a point (1.5GB)")
+    number = number.replace(",", "")
+    mantissa, _, exponent = number.partition("e")
+    if exponent and abs(int(exponent)) > 64 and Fraction(mantissa) != 0:
+        if int(exponent) > 0:
+            raise too_large(float(mantissa) * 10.0 ** min(int(exponent), 308) * unit)
+        return Fraction(1, 10**65)  # far below a byte: refused as a fraction of one
+    return Fraction(0) if exponent and Fraction(mantissa) == 0 else Fraction(number) * unit
+
+
+def size(low: int = 0):
+    """Bytes from '24GiB', '1.5 GB', '1343MiB' (or '0'): a whole number of bytes from `low` to the
+    largest card memmath.GPU holds (2**60 bytes), never rounded: a fraction of a byte is refused."""
+    def parse(text: str) -> int:
+        allowed = (f"a size from {'1 B' if low else '0'} to {MAX_GPU_BYTES // 2**50:,} PiB ({MAX_GPU_BYTES:,} bytes), "
+                   "such as 24GiB, 1.5GB or 1343MiB")
+
+        def out_of_range(approx):
+            return argparse.ArgumentTypeError(f"must be {allowed}; got {quote(text)}, " + (
+                bytes_text(approx) if not isinstance(approx, float) else f"about {approx:.3g} bytes"
+                if approx < float("inf") else "more than 1e+308 bytes"))
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"is empty; give {allowed}")
+        exact = 0 if text.strip() in ("0", "0.0") else _exact_bytes(text, out_of_range)
+        if exact is None:
+            raise argparse.ArgumentTypeError(f"must be {allowed} (units {', '.join(UNITS)}); got {quote(text)}")
+        if exact > MAX_GPU_BYTES or exact < low:
+            raise out_of_range(exact)
+        if exact.denominator != 1:
+            raise argparse.ArgumentTypeError(f"{quote(text)} is {bytes_text(exact)}, not a whole number of bytes; "
+                                             f"give whole bytes, such as {round(exact)}B")
+        return int(exact)
+    parse.__name__ = "size"
+    return parse
+
+
+def bytes_text(exact) -> str:
+    """An exact size in bytes as text: '1,363,148.8 bytes' (every digit), 'about 1e+39 bytes' when huge,
+    'less than 1e-30 bytes' when tiny."""
+    exact = Fraction(exact)
+    if exact > 10**24:
+        return f"about {float(exact):.3g} bytes"
+    if 0 < exact < Fraction(1, 10**30):
+        return "less than 1e-30 bytes"
+    with localcontext() as context:
+        context.prec = 60
+        value = (Decimal(exact.numerator) / Decimal(exact.denominator)).normalize()
+    return f"{value:,f} bytes"
+
+
+def gpu_name(text: str) -> str:
+    """--gpu: a card's name; an empty or blank name is refused here (it would read as no GPU)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"is empty; give a card from `memmath gpus` ({', '.join(GPUS)}) "
+                                         "or --gpu-memory 24GiB")
+    return text
+
+
+def targets(text: str) -> tuple:
+    names = tuple(t.strip().lower() for t in text.split(",") if t.strip())
+    if names in (("all",), ("all-linear",)):
+        return ("all",)  # LoRA's "all": what peft's all-linear adapts
+    if not names or any(name not in LORA_TARGETS and name not in LORA_GROUPS for name in names):
+        raise argparse.ArgumentTypeError(f"must be matrices from {', '.join(LORA_TARGETS)} separated by commas (such "
+                                         f"as q,v), or all, or attention; got {quote(text)}")
+    return tuple(dict.fromkeys(n for name in names for n in LORA_GROUPS.get(name, (name,))))
+
+
+def non_empty_path(text: str) -> str:
+    """--static: a folder to build into; an empty path would build into the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give the folder to build the site into, such as site/")
+    return text
+
+
+# ---- options generated from the fields of a Run or Serve ---------------------------------------------
+def field_options(cls) -> list:
+    """(field name, its option metadata) for each field of cls that the command line sets, in field order."""
+    return [(f.name, f.metadata["option"]) for f in fields(cls) if "option" in f.metadata]
+
+
+def add_field_options(group, cls) -> None:
+    """Add an option for each field of cls that carries one (memmath.run.option): a flag for a bool, a whole number
+    for an int, one of its choices, or the text itself; left out, it is None (the library's default)."""
+    for f in fields(cls):
+        spec = f.metadata.get("option")
+        if spec is None:
+            continue
+        choices = spec.get("choices")
+        choices = choices() if callable(choices) else choices
+        help_text = spec["help"].replace("{choices}", ", ".join(choices or ()))
+        if "value" in spec or (f.default is not MISSING and isinstance(f.default, bool)):
+            group.add_argument(spec["flag"], dest=f.name, action="store_const", const=spec.get("value", True),
+                               default=None, help=help_text)
+            continue
+        kind = (choice(list(choices)) if choices else
+                whole(spec.get("low", 1), spec.get("high")) if isinstance(f.default, int) else str)
+        group.add_argument(spec["flag"], dest=f.name, type=kind, metavar=spec["metavar"], help=help_text)
+
+
+def field_flags() -> dict:
+    """Each library field name -> the option that sets it: the generated ones, then OTHER_OPTIONS."""
+    return {**{name: spec["flag"] for cls in (Serve, Run) for name, spec in field_options(cls)}, **OTHER_OPTIONS}
+
+
+def given_fields(args, cls) -> dict:
+    """The fields of cls given on the command line (not None), each as the library takes it."""
+    values = {}
+    for name, spec in field_options(cls):
+        value = getattr(args, name, None)
+        if value is not None and value != spec.get("auto"):
+            values[name] = value
+    return values
