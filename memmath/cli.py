@@ -31,6 +31,9 @@ import shutil
 import sys
 import textwrap
 
+from .offload import COMPILE_NOTE, parse_cli as parse_offload
+from .sharding import SHARDINGS
+
 PROG = "memmath"
 COMMAND_CHOICES = "{train,infer,models,gpus,lessons}"
 # The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
@@ -61,6 +64,7 @@ FIELD_OPTIONS = {
     "checkpointing": "--checkpointing",
     "packed": "--packed",
     "reference": "--reference", "beta": "--beta",
+    "offload": "--offload", "sharding": "--sharding", "pin_memory": "--no-pin-memory", "compile": "--compile",
 }
 
 
@@ -350,6 +354,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a right-padded batch: an attention mask with zeros, which every attention call then gets")
     s.add_argument("--packed", action="store_true", default=None,
                    help="sequences packed into each row with their own position ids (no padding)")
+    s.add_argument("--offload", action="append", metavar="PARTS",
+                   help="parts kept in host memory: optimizer (DeepSpeed ZeRO-Offload), params (ZeRO-Infinity; "
+                   "FSDP2's CPUOffloadPolicy with --sharding fsdp2), activations (save_on_cpu); repeat it or "
+                   "give a comma list (default: none)")
+    s.add_argument("--sharding", type=_choice(SHARDINGS), metavar="ENGINE",
+                   help="who shards: even (ZeRO's division, the default), fsdp2 (--zero-stage 3), zero_redundancy "
+                   "(--zero-stage 1)")
+    s.add_argument("--no-pin-memory", action="store_true", default=None,
+                   help="offloaded parts in pageable host memory (default: pinned)")
+    s.add_argument("--compile", action="store_true", default=None,
+                   help="torch.compile: noted; the activations stay eager mode's count")
     s.add_argument("--plan-layout", action="store_true", default=None,
                    help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
     s.add_argument("--max-gpus", type=_whole(1), metavar="N", help="how many GPUs the suggested changes may use "
@@ -487,7 +502,8 @@ def _train_run(args):
         n_gpus=args.gpus, zero_stage=None if args.zero_stage is None else int(args.zero_stage),
         tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, sequence_parallel=args.sequence_parallel,
         pp_schedule=args.pp_schedule, micro_batches=args.micro_batches, virtual_stages=args.virtual_stages,
-        padded=args.padded, packed=args.packed))
+        padded=args.padded, packed=args.packed, offload=parse_offload(args.offload) if args.offload else None,
+        sharding=args.sharding, pin_memory=False if args.no_pin_memory else None, compile=args.compile))
     return run, source
 
 
@@ -644,9 +660,10 @@ def _train_json(args, run, source, plan, status) -> dict:
                         "resolved_from_the_model": sorted(run.defaulted), "summary": memory.assumptions,
                         "reserved": _reserve_json(args, plan.reserved_bytes),
                         "activations_model": ACTIVATION_DESCRIPTIONS[run.activations],
-                        "notes": [str(n) for n in _notes(plan)]},
+                        "notes": [str(n) for n in _notes(plan)], "torch_compile": COMPILE_NOTE},
         "parts": {k: int(v) for k, v in memory.parts().items()},
         "sum_of_parts": int(memory.total),
+        "host": None if memory.host is None else memory.host.to_dict(),  # offloaded parts (memmath/offload.py)
         # a split run: the communication buffers (derived) of the rank the requirement judges
         "buffers": {k: int(v) for k, v in parallel.buffers(need.memory.run).items()}
         if parallel.is_parallel(run) else {},
@@ -739,6 +756,8 @@ def _write_train(w, style, args, run, source, plan):
         w(_table_row(memmath.PART_LABELS[part], int(value), unit) + "\n")
     w("  " + "-" * 72 + "\n")
     w(_table_row("Sum of the parts", int(memory.total), unit) + "\n")
+    if memory.host is not None:  # what offloading keeps in host memory
+        w("\n".join(_wrap(memory.host.describe(lambda n: _size_text(n, unit)), "  ")) + "\n")
     if need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
         w(_table_row("Communication buffers (derived)", need.bytes - int(memory.total), unit) + "\n")
     if need.peak is not None:

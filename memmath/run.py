@@ -25,6 +25,7 @@ from .activations import ATTENTION_KINDS
 from .methods import Full, Method
 from .models import ModelShape
 from .notes import Note
+from .offload import check as check_offload, compile_notes
 from .presets import resolve_model
 from .recipes import Optimizer, Recipe, get_optimizer, get_recipe
 
@@ -76,6 +77,12 @@ class Run:
     # Sequences packed into each row without padding, each with its own position ids (a packing collator's
     # position_ids): transformers builds a block-diagonal mask from them, which every attention call then gets.
     packed: bool = False
+    # Parts kept in host memory (memmath/offload.py): "optimizer" (DeepSpeed ZeRO-Offload), "params" (ZeRO-Infinity's
+    # offload_param; FSDP2's CPUOffloadPolicy with sharding="fsdp2"), "activations" (torch's save_on_cpu); () keeps
+    # every part on the GPU, as PyTorch, DeepSpeed and FSDP2 do by default.
+    offload: tuple = ()
+    pin_memory: bool = True  # offloaded parts in page-locked host memory: FSDP2's CPUOffloadPolicy default
+    compile: bool = False  # torch.compile: noted, since the activations are counted as eager mode saves them
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -120,6 +127,9 @@ class Run:
             if values[name]:
                 _check_padded(shape, self.method, name)
         check_parallel(values, shape, self.method)
+        values["pin_memory"] = validate.flag("pin_memory", self.pin_memory)
+        values["compile"] = validate.flag("compile", self.compile)
+        values["offload"] = check_offload(self.offload, values, shape, self.method)
         if self.attention is not None:
             values["attention"] = validate.choice("attention", self.attention, ATTENTION_KINDS)
         if self.dropout is not None:
@@ -135,7 +145,7 @@ class Run:
             raise validate.FieldError("method", f"{type(self.method).__name__} needs a model with layers: pass a "
                                       "preset, a ModelShape or uniform_model(n_params, n_layers) instead of a plain "
                                       "parameter count")
-        notes = []
+        notes = compile_notes(values["compile"])
         resolved = _resolve(shape, self.method, recipe, values["device"], values["seq_len"], values.get("activations"),
                             values.get("attention"), values.get("dropout"), notes)
         defaulted = frozenset(name for name in RESOLVED if given[name] is None)
