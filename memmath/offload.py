@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import validate
+from .arrays import np
 from .notes import Note
 
 OFFLOADS = ("optimizer", "params", "activations")
@@ -77,12 +78,6 @@ def check(offload, values: dict, shape, method) -> tuple:
             raise validate.FieldError("offload", "DeepSpeed's ZeRO-Offload keeps fp32 master weights in host memory "
                                       "beside 16-bit weights on the GPU: pass precision='mixed' or "
                                       f"'mixed_fp32_grads' (got {recipe.name!r})")
-        if stage == 3 and not shape.tensor_count_known:
-            raise validate.FieldError("offload", "ZeRO stage 3's GPU share holds the largest layer: pass a preset or "
-                                      "a ModelShape, not a parameter count")
-    if "activations" in names and values["checkpointing"]:
-        raise validate.FieldError("offload", "offload='activations' with checkpointing=True is not modelled (the "
-                                  "checkpoints' recompute would be copied back and forth)")
     return names
 
 
@@ -197,10 +192,13 @@ def offload_parts(run, parts: tuple, act_estimate, notes: list):
             host["weights"] = weights
             pinned += weights * run.pin_memory
             weights = 0
-        if stage == 3:
+        if stage == 3 and run.model.tensor_count_known:
             layer = largest_layer_params(run.model)
             weight_bytes = run.recipe.weight_bits // 8
             weights, gradients = weights + weight_bytes * layer, weight_bytes * layer
+        elif stage == 3:
+            notes.append(Note("offload_largest_layer_not_counted", "ZeRO stage 3 gathers the largest layer's 16-bit "
+                              "weights and gradients on the GPU: not counted, since a parameter count has no layers"))
         notes.append(Note("offload_optimizer", "DeepSpeed ZeRO-Offload: fp32 master weights, optimizer states and an "
                           "fp32 copy of the gradients in host memory" + (", the 16-bit weights too (offload_param)"
                                                                          if "params" in run.offload else "")
@@ -208,13 +206,17 @@ def offload_parts(run, parts: tuple, act_estimate, notes: list):
                           "estimate_zero2_model_states_mem_needs) are not counted"))
     if "activations" in run.offload and act_estimate is not None:
         engine.append("save_on_cpu")
-        host["activations"] = act_bytes
-        pinned += act_bytes * run.pin_memory
-        act_bytes = min(act_bytes, on_gpu_activations(act_estimate))
+        trains = act_bytes > 0  # a run training nothing saves nothing
+        saved = act_estimate.saved_by_forward * trains
+        host["activations"] = saved
+        pinned += saved * run.pin_memory
+        act_bytes = np.minimum(act_bytes, on_gpu_activations(act_estimate) * trains)
+        recompute = (" and, with checkpointing, the block recomputed during backward (its tensors not offloaded)"
+                     if run.checkpointing else "")
         notes.append(Note("offload_activations", "activations offloaded (torch.autograd.graph.save_on_cpu): every "
-                          "saved tensor in host memory; the GPU keeps one block's saved tensors, those outside the "
-                          "blocks and the loss's. save_on_cpu also copies each parameter a layer saves (a Linear's "
-                          "weight) to the host: not counted"))
+                          "tensor saved in forward in host memory; the GPU keeps one block's saved tensors, those "
+                          f"outside the blocks and the loss's{recompute}. save_on_cpu also copies each parameter a "
+                          "layer saves (a Linear's weight) to the host: not counted"))
     gpu = (weights, constants, gradients, accumulation, master, states, act_bytes)
     return gpu, HostMemory(engine=" + ".join(engine) or "none", pinned=pinned, n_gpus=n, **host)
 
@@ -223,10 +225,12 @@ def _trainable(run):
     return run.method.plan(run.model, run.recipe).trainable_params
 
 
-def on_gpu_activations(estimate) -> int:
-    """What save_on_cpu leaves on the GPU: the largest block's saved tensors, those outside the blocks and the loss's."""
-    block = max(int(estimate.per_layer), int(estimate.first_layer or 0))
-    return block + int(estimate.outside_layers) + int(estimate.loss)
+def on_gpu_activations(estimate):
+    """What save_on_cpu leaves on the GPU: the largest block's saved tensors (copied back for its backward), those
+    outside the blocks, the loss's and the recompute peak of a checkpointed block."""
+    first = estimate.per_layer if estimate.first_layer is None else estimate.first_layer
+    block = np.maximum(np.maximum(estimate.per_layer, first), estimate.frozen_per_layer)
+    return block + estimate.recompute_peak + estimate.outside_layers + estimate.loss
 
 
 def largest_layer_params(shape) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 import memmath as mm
@@ -181,7 +183,6 @@ def test_compile_is_noted_never_ignored():
     (dict(offload="params", precision="mixed", zero_stage=2), "offload", ["zero_stage=3", "optimizer,params"]),
     (dict(offload="optimizer", n_gpus=2, zero_stage=3, sharding="fsdp2"), "offload", ["offload='params'"]),
     (dict(offload="optimizer", n_gpus=2, zero_stage=1, sharding="zero_redundancy"), "offload", ["fsdp2"]),
-    (dict(offload="activations", checkpointing=True), "offload", ["checkpointing"]),
     (dict(offload="activations", n_gpus=2, tp=2), "offload", ["data parallelism"]),
     (dict(compile="yes"), "compile", ["True or False"]),
     (dict(pin_memory=1.5), "pin_memory", ["True or False"]),
@@ -199,9 +200,37 @@ def test_a_value_of_the_wrong_kind_is_a_type_error():
         mm.Run("gpt2", offload=3)
 
 
-def test_zero_stage_3_offload_needs_the_models_tensors():
-    with pytest.raises(ValueError, match="largest layer"):
-        mm.Run(P_7B, precision="mixed", zero_stage=3, offload="optimizer")
+def test_zero_stage_3_on_a_parameter_count_says_the_largest_layer_is_not_counted():
+    memory, gpu, host = model_states(P_7B, zero_stage=3, offload="optimizer")
+    assert gpu == 2 * P_7B and host.total == 16 * P_7B
+    assert "offload_largest_layer_not_counted" in [n.kind for n in memory.notes]
+
+
+def test_with_checkpointing_the_recomputed_block_stays_on_the_gpu():
+    plain = mm.training_memory("gpt2", batch_size=4, seq_len=512, checkpointing=True)
+    moved = mm.training_memory("gpt2", batch_size=4, seq_len=512, checkpointing=True, offload="activations")
+    estimate = plain.activation_detail
+    assert estimate.recompute_peak > 0
+    # the checkpoints (each block's input) go to the host; the recomputed block's tensors are made during backward
+    assert moved.host.activations == plain.activations - estimate.recompute_peak
+    assert moved.activations == (max(estimate.per_layer, estimate.first_layer or 0) + estimate.recompute_peak
+                                 + estimate.outside_layers + estimate.loss)
+
+
+def test_a_sweep_offloads_point_by_point():
+    lengths = np.array([256, 512])
+    swept = mm.training_memory("gpt2", seq_len=lengths, offload="activations")
+    for i, length in enumerate(lengths):
+        single = mm.training_memory("gpt2", seq_len=int(length), offload="activations")
+        assert (swept.activations[i], swept.host.activations[i]) == (single.activations, single.host.activations)
+
+
+def test_the_planner_keeps_deepspeeds_fp32_master_copy():
+    run = mm.Run("llama-2-7b", precision="mixed", zero_stage=2, offload="optimizer,activations", seq_len=4096,
+                 batch_size=8)
+    plan = mm.plan_training(run, "RTX 4090")
+    assert plan.fits is False and plan.changes
+    assert all(s.run.precision == "mixed" and s.run.offload == run.offload for s in plan.changes)
 
 
 # ---- the command line ------------------------------------------------------------------------
