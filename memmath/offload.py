@@ -54,9 +54,12 @@ def check(offload, values: dict, shape, method) -> tuple:
     names = _names(offload)
     if not names:
         return ()
+    from .preference import DPO  # here: preference imports the Run this check serves
     from .recipes import get_recipe
 
     recipe = get_recipe(values["precision"])
+    if isinstance(method, DPO):
+        raise validate.FieldError("offload", "offload is not modelled for DPO (its policy and reference models)")
     if any(values[d] > 1 for d in ("tp", "pp", "cp", "ep")):
         raise validate.FieldError("offload", "offload is modelled for data parallelism only (tp, pp, cp and ep of 1)")
     sharding, stage = values["sharding"], values["zero_stage"]
@@ -263,5 +266,5 @@ def fsdp2_unsharded(run) -> tuple[int, int]:
             total += padded * n
         return total * size
 
-    root = unsharded("embeddings") + unsharded("final_norm") + unsharded("head")
+    root = unsharded("vision") + unsharded("embeddings") + unsharded("final_norm") + unsharded("head")
     return root, unsharded("layer")

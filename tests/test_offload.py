@@ -184,6 +184,7 @@ def test_compile_is_noted_never_ignored():
     (dict(offload="optimizer", n_gpus=2, zero_stage=3, sharding="fsdp2"), "offload", ["offload='params'"]),
     (dict(offload="optimizer", n_gpus=2, zero_stage=1, sharding="zero_redundancy"), "offload", ["fsdp2"]),
     (dict(offload="activations", n_gpus=2, tp=2), "offload", ["data parallelism"]),
+    (dict(offload="activations", method=mm.DPO()), "offload", ["DPO"]),
     (dict(compile="yes"), "compile", ["True or False"]),
     (dict(pin_memory=1.5), "pin_memory", ["True or False"]),
 ])
