@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from . import validate
 from .notes import Note
-from .offload import why_no_peak as offload_why_no_peak
 from .run import Run, as_run
 
 BASES = ("peak", "sum of parts")
@@ -81,7 +80,7 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
                            f"that holds the most (rank {worst.rank}, pipeline stage {worst.coordinates['pp']}){buffers}; "
                            f"{why}", worst.memory, None, run)
     memory = training_memory(run)
-    why = offload_why_no_peak(run) or why_no_peak(run)
+    why = why_no_peak(run)
     if why:
         return Requirement(int(memory.total), "sum of parts", why, memory, None, run)
     peak = peak_memory(run)  # why_no_peak screened every run the peak model refuses

@@ -288,3 +288,8 @@ class _no_raise:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_the_peak_model_refuses_an_offloading_run_by_name():
+    with pytest.raises(ValueError, match="offloading"):
+        mm.peak_memory(mm.Run("gpt2", batch_size=4, seq_len=512, offload="activations"))
