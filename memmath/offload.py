@@ -150,7 +150,8 @@ class HostMemory:
     def describe(self, size) -> str:
         """One sentence naming the host RAM; size formats bytes (the command line's unit)."""
         kept = ", ".join(f"{part.replace('_', ' ')} {size(int(v))}" for part, v in self.parts().items() if v)
-        every = f"; {size(int(self.total) * self.n_gpus)} for all {self.n_gpus} GPUs' processes" if self.n_gpus > 1 else ""
+        every = (f"; {size(int(self.total) * self.n_gpus)} for all {self.n_gpus} GPUs' processes"
+                 if self.n_gpus > 1 else "")
         return (f"Host RAM ({self.engine}): {size(int(self.total))} per GPU ({kept}), {size(int(self.pinned))} of it "
                 f"pinned{every}.")
 
@@ -184,7 +185,7 @@ def offload_parts(run, parts: tuple, act_estimate, notes: list):
                           "host memory; the GPU holds the root's parameters, two blocks all-gathered (the one running "
                           "and the one prefetched) and the root's and one block's unsharded gradients"))
     elif "optimizer" in run.offload:
-        engine.append(ENGINES["even"])
+        engine.append("DeepSpeed ZeRO-Infinity" if "params" in run.offload else ENGINES["even"])
         fp32_grads = validate.ceil_div(_trainable(run) * FP32_BYTES, n)
         host.update(master_weights=master, optimizer_states=states, gradients=fp32_grads)
         pinned += master + fp32_grads * run.pin_memory

@@ -80,7 +80,8 @@ def test_zero2_offload_matches_deepspeeds_estimator(n_gpus):
     memory, gpu, host = model_states(P_7B, zero_stage=2, n_gpus=n_gpus, offload="optimizer")
     cpu_mem, gpu_mem = ds_zero2(P_7B, num_gpus_per_node=n_gpus)
     assert gpu == gpu_mem == 2 * P_7B  # the 16-bit weights alone
-    # up to 4 GPUs DeepSpeed's max(4 x GPUs, 16) is 16 B per parameter on the node: fp32 master, fp32 gradients, Adam's two
+    # up to 4 GPUs DeepSpeed's max(4 x GPUs, 16) is 16 B per parameter on the node: fp32 master, fp32 gradients,
+    # Adam's two moments
     assert int(host.total) * n_gpus * 1.5 == cpu_mem
     assert (host.master_weights, host.gradients, host.optimizer_states) == (4 * P_7B // n_gpus, 4 * P_7B // n_gpus,
                                                                              8 * P_7B // n_gpus)
@@ -151,7 +152,8 @@ def test_activation_offloading_moves_the_saved_tensors_to_the_host():
     assert moved.host.activations == plain.activations > 0 and moved.host.pinned == 0
     estimate = plain.activation_detail
     # one block of GPT-2's twelve stays, with what is saved outside the blocks and the loss's
-    assert moved.activations == max(estimate.per_layer, estimate.first_layer or 0) + estimate.outside_layers + estimate.loss
+    assert moved.activations == (max(estimate.per_layer, estimate.first_layer or 0) + estimate.outside_layers
+                                 + estimate.loss)
     assert moved.activations < plain.activations  # GPT-2 at 4 x 512 tokens: its 50,257-wide logits dominate what stays
     assert moved.weights == plain.weights and moved.optimizer_states == plain.optimizer_states
 
