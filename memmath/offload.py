@@ -220,9 +220,14 @@ def offload_parts(run, parts: tuple, act_estimate, notes: list):
         notes.append(Note("offload_activations", "activations offloaded (torch.autograd.graph.save_on_cpu): every "
                           "tensor saved in forward in host memory; the GPU keeps one block's saved tensors, those "
                           f"outside the blocks and the loss's{recompute}. save_on_cpu also copies each parameter a "
-                          "layer saves (a Linear's weight) to the host: not counted"))
+                          "layer saves for backward (a Linear's weight, a norm's scale) to the host: not counted, up "
+                          f"to the weights' {int(validate.largest(_weight_bytes(run))):,} B more"))
     gpu = (weights, constants, gradients, accumulation, master, states, act_bytes)
     return gpu, HostMemory(engine=" + ".join(engine) or "none", pinned=pinned, n_gpus=n, **host)
+
+
+def _weight_bytes(run):
+    return run.method.plan(run.model, run.recipe).weight_bytes
 
 
 def _trainable(run):

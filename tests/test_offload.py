@@ -295,3 +295,20 @@ class _no_raise:
 def test_the_peak_model_refuses_an_offloading_run_by_name():
     with pytest.raises(ValueError, match="offloading"):
         mm.peak_memory(mm.Run("gpt2", batch_size=4, seq_len=512, offload="activations"))
+
+
+def test_save_on_cpu_packs_a_linears_weight_too():
+    # the note's warning: autograd's pack hook (which save_on_cpu installs) sees the weight a Linear saves
+    torch = pytest.importorskip("torch")
+    linear = torch.nn.Linear(8, 16)
+    packed = []
+
+    def pack(tensor):
+        packed.append(tensor.data_ptr() == linear.weight.data_ptr())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        linear(torch.randn(4, 8, requires_grad=True)).sum()
+    assert any(packed)
+    note = [str(n) for n in mm.training_memory("gpt2", offload="activations").notes if n.kind == "offload_activations"]
+    assert "weights' 248,879,616 B" in note[0]  # GPT-2's 124,439,808 parameters in bf16
