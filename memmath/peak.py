@@ -92,6 +92,7 @@ from .hf_activations import activation_parts, scalar_methods
 from .loss import backward_at_loss
 from .methods import Adapters, Freeze, Full, LoRA
 from .notes import Note
+from .offload import why_no_peak as offload_why_no_peak
 from .run import Run, as_run
 from .training import BNB_QMAP_BYTES, step_parts
 
@@ -381,6 +382,8 @@ def why_no_peak(run: Run) -> str:
     """Why the peak of this run is not modelled, in words; "" when peak_memory answers it."""
     if run.seq_len is None or not run.model.has_shape:
         return "without a sequence length and the model's widths there are no activations to place in time"
+    if run.offload:
+        return offload_why_no_peak(run)
     if run.tp > 1 or run.pp > 1 or run.cp > 1 or run.ep > 1:
         return ("the peak estimate (peak_memory) models one GPU; a tensor, pipeline, context or expert parallel rank's "
                 "is memmath.parallel.parallel_peak")

@@ -148,7 +148,8 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
     if run.optimizer in ("adam", "adamw"):
         yield ("8-bit Adam", run.replace(optimizer="adam8bit"),
                "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
-    if _keeps_more_than_pure_bf16(run.precision) and gpu.computes_bf16 is not False:  # a T4 or V100 cannot run it
+    # a T4 or V100 cannot run it; DeepSpeed's ZeRO-Offload keeps its fp32 master copy (memmath/offload.py)
+    if _keeps_more_than_pure_bf16(run.precision) and gpu.computes_bf16 is not False and "optimizer" not in run.offload:
         yield ("pure bf16 recipe", run.replace(precision=PURE_BF16),
                "no fp32 master copy: small updates can round away; watch the loss (or use Kahan summation)")
     if run.n_gpus > 1 and run.zero_stage < 3 and run.sharding == "even":

@@ -14,6 +14,7 @@ import os
 import textwrap
 
 from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit
+from .offload import COMPILE_NOTE
 from .parallel import buffers, is_parallel, layout
 from .presets import PRESET_SOURCES, PRESETS
 from .training import PART_LABELS
@@ -223,6 +224,8 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
         w(table_row(PART_LABELS[part], int(value), unit) + "\n")
     w("  " + "-" * 72 + "\n")
     w(table_row("Sum of the parts", int(memory.total), unit) + "\n")
+    if memory.host is not None:  # what offloading keeps in host memory (memmath/offload.py)
+        w(wrap(memory.host.describe(lambda n: format_bytes(n, unit)), "  ", width) + "\n")
     if need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
         w(table_row("Communication buffers (derived)", need.bytes - int(memory.total), unit) + "\n")
     if need.peak is not None:
@@ -409,9 +412,10 @@ def training_json(plan, *, source=None, unit="GB", seq_default=False, reserve_de
                         "resolved_from_the_model": sorted(run.defaulted), "summary": memory.assumptions,
                         "reserved": _reserve_json(plan.reserved_bytes, reserve_default),
                         "activations_model": ACTIVATION_DESCRIPTIONS[run.activations],
-                        "notes": [str(n) for n in plan_notes(plan)]},
+                        "notes": [str(n) for n in plan_notes(plan)], "torch_compile": COMPILE_NOTE},
         "parts": {k: int(v) for k, v in memory.parts().items()},
         "sum_of_parts": int(memory.total),
+        "host": None if memory.host is None else memory.host.to_dict(),  # offloaded parts (memmath/offload.py)
         # a split run: the communication buffers (derived) of the rank the requirement judges
         "buffers": {k: int(v) for k, v in buffers(need.memory.run).items()} if is_parallel(run) else {},
         "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,

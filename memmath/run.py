@@ -31,6 +31,7 @@ from .loss import LOSSES, check_loss
 from .methods import Full, Method
 from .models import ModelShape
 from .notes import Note
+from .offload import check as check_offload, compile_notes, parse_cli as parse_offload
 from .presets import resolve_model
 from .recipes import OPTIMIZERS, RECIPES, Optimizer, Recipe, get_optimizer, get_recipe
 
@@ -145,6 +146,19 @@ class Run:
     loss: str = field(default="transformers", metadata=option(
         "--loss", "the loss: {choices} (transformers, the default: materialized logits; chunked: TRL's tiled "
         "log-probabilities; fused: Liger's fused linear cross-entropy)", "L", choices=lambda: list(LOSSES)))
+    # Parts kept in host memory (memmath/offload.py): "optimizer" (DeepSpeed ZeRO-Offload), "params" (ZeRO-Infinity's
+    # offload_param; FSDP2's CPUOffloadPolicy with sharding="fsdp2"), "activations" (torch's save_on_cpu); () keeps
+    # every part on the GPU, as PyTorch, DeepSpeed and FSDP2 do by default.
+    offload: tuple = field(default=(), metadata=option(
+        "--offload", "parts kept in host memory: optimizer (DeepSpeed ZeRO-Offload), params (ZeRO-Infinity; FSDP2's "
+        "CPUOffloadPolicy with --sharding fsdp2), activations (save_on_cpu); repeat it or give a comma list "
+        "(default: none)", "PARTS", append=True, parse=parse_offload))
+    # offloaded parts in page-locked host memory: FSDP2's CPUOffloadPolicy default
+    pin_memory: bool = field(default=True, metadata=option(
+        "--no-pin-memory", "offloaded parts in pageable host memory (default: pinned)", value=False))
+    # torch.compile: noted, since the activations are counted as eager mode saves them
+    compile: bool = field(default=False, metadata=option(
+        "--compile", "torch.compile: noted; the activations stay eager mode's count"))
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -192,6 +206,9 @@ class Run:
         values["loss"] = validate.choice("loss", self.loss, LOSSES)
         check_trainable(shape, self.method)
         check_parallel(values, shape, self.method)
+        values["pin_memory"] = validate.flag("pin_memory", self.pin_memory)
+        values["compile"] = validate.flag("compile", self.compile)
+        values["offload"] = check_offload(self.offload, values, shape, self.method)
         if self.attention is not None:
             values["attention"] = validate.choice("attention", self.attention, ATTENTION_KINDS)
         if self.dropout is not None:
@@ -207,7 +224,7 @@ class Run:
             raise validate.FieldError("method", f"{type(self.method).__name__} needs a model with layers: pass a "
                                       "preset, a ModelShape or uniform_model(n_params, n_layers) instead of a plain "
                                       "parameter count")
-        notes = []
+        notes = compile_notes(values["compile"])
         resolved = _resolve(shape, self.method, recipe, values["device"], values["seq_len"], values.get("activations"),
                             values.get("attention"), values.get("dropout"), notes)
         defaulted = frozenset(name for name in RESOLVED if given[name] is None)

@@ -21,6 +21,7 @@ from .loss import with_loss
 from .methods import Full, Method, Plan, QLoRA
 from .models import ModelShape
 from .notes import Note
+from .offload import offload_parts
 from .recipes import Optimizer, Recipe
 from .run import Run, as_run
 from .units import UNITS, unit_name
@@ -108,6 +109,7 @@ class TrainingMemory:
     attention: str = "eager"  # the attention implementation they assumed: "eager" or "sdpa"
     dropout: bool = True  # whether they kept dropout masks
     run: object = field(default=None, compare=False, repr=False)  # the Run these numbers answer
+    host: object = None  # offload.HostMemory: the host RAM an offloading run needs (None: nothing offloaded)
 
     def __post_init__(self):
         # Checked when built: whole, non-negative bytes and counts (ints, or int64 arrays in a sweep).
@@ -290,6 +292,10 @@ def _step_parts(run: Run):
 
         (weights, constants, gradients, accumulation, master, states, state_detail, act_bytes, act_estimate, parts,
          notes) = rank_step_parts(run, notes, act_estimate)
+    host = None
+    if run.offload:  # parts kept in host memory: the GPU's share stays in the parts (memmath/offload.py)
+        (weights, constants, gradients, accumulation, master, states, act_bytes), host = offload_parts(
+            run, (weights, constants, gradients, accumulation, master, states, act_bytes), act_estimate, notes)
     memory = TrainingMemory(
         weights=weights, quantization_constants=constants, gradients=gradients, gradient_accumulation=accumulation,
         master_weights=master, optimizer_states=states, activations=act_bytes,
@@ -298,7 +304,7 @@ def _step_parts(run: Run):
         activations_estimated=estimated, activation_detail=act_estimate, notes=tuple(notes),
         trainable_tensors=sum((s.tensors for s in plan.trainable), 0) if shape.tensor_count_known else 0,
         optimizer_state_detail=state_detail,
-        activation_model=run.activations, attention=run.attention, dropout=run.dropout, run=run,
+        activation_model=run.activations, attention=run.attention, dropout=run.dropout, run=run, host=host,
     )
     return memory, parts
 

@@ -219,6 +219,9 @@ def add_field_options(group, cls) -> None:
         choices = spec.get("choices")
         choices = choices() if callable(choices) else choices
         help_text = spec["help"].replace("{choices}", ", ".join(choices or ()))
+        if spec.get("append"):  # repeatable; the words are collected and read by spec["parse"] in given_fields
+            group.add_argument(spec["flag"], dest=f.name, action="append", metavar=spec["metavar"], help=help_text)
+            continue
         if "value" in spec or (f.default is not MISSING and isinstance(f.default, bool)):
             group.add_argument(spec["flag"], dest=f.name, action="store_const", const=spec.get("value", True),
                                default=None, help=help_text)
@@ -239,5 +242,5 @@ def given_fields(args, cls) -> dict:
     for name, spec in field_options(cls):
         value = getattr(args, name, None)
         if value is not None and value != spec.get("auto"):
-            values[name] = value
+            values[name] = spec["parse"](value) if "parse" in spec else value
     return values
