@@ -20,7 +20,9 @@ dropout (the CPU's math kernel), Houlsby adapters and quantized bases under AMP 
 from __future__ import annotations
 
 from . import validate
+from .architectures import ARCHITECTURES, known
 from .arrays import np, pick
+from .methods import Adapters, QLoRA
 from .trace import Trace
 
 AUTOCAST_BYTES = 2  # bf16, the dtype torch.autocast("cpu") and transformers' Trainer(bf16=True) use
@@ -28,11 +30,7 @@ AUTOCAST_BYTES = 2  # bf16, the dtype torch.autocast("cpu") and transformers' Tr
 
 def amp_refusal(method, kind=None, shape=None) -> str | None:
     """Why the AMP trace does not model this run (None when it does)."""
-    from .methods import Adapters, QLoRA
-
     # The model types the AMP cases measured (validation/amp.py): each record's amp_measured.
-    from .architectures import ARCHITECTURES, known
-
     if shape is not None and not (known(shape) and shape.architecture.amp_measured):
         measured = ", ".join(sorted(t for t, record in ARCHITECTURES.items() if record.amp_measured))
         return f"models AMP for the model types measured under autocast ({measured}); got {shape.arch!r}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from . import _decoder
 from .record import Architecture
 
 # The order models are listed in (the families first, then the rotary decoders as transformers added them).
@@ -60,4 +61,12 @@ def known(shape) -> bool:
     return record is not None and record.family == shape.family
 
 
-__all__ = ["ARCHITECTURES", "Architecture", "SUPPORTED_MODEL_TYPES", "architecture", "known", "of"]
+def kv_cache_values(shape, *, context_len, batch_size, after_prefill=False):
+    """Values a shape's cache holds for batch_size sequences of context_len tokens: its record's rule, the rotary
+    decoder's for a shape without one (the uniform family)."""
+    record = of(shape)
+    rule = _decoder.kv_cache_values if record is None else record.kv_cache_values
+    return rule(shape, context_len=context_len, batch_size=batch_size, after_prefill=after_prefill)
+
+
+__all__ = ["ARCHITECTURES", "Architecture", "SUPPORTED_MODEL_TYPES", "architecture", "known", "kv_cache_values", "of"]

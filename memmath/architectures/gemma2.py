@@ -1,6 +1,7 @@
 """Gemma 2 (transformers 5.24 configuration_gemma2.py, modeling_gemma2.py): Gemma's layers with four norms per
 block, softcapped scores (50) and logits (30), even blocks sliding; Gemma2PreTrainedModel has no SDPA."""
 
+from . import gemma
 from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, SLIDING_WINDOW, Architecture, decoder_fields
 
 GEMMA_FIELDS = {"attention_bias": ATTENTION_BIAS, "sliding_window": SLIDING_WINDOW, "layer_types": LAYER_TYPES_FIELD,
@@ -39,6 +40,6 @@ ARCHITECTURE = Architecture(
     defaults={"head_dim": 256, "tie_word_embeddings": True, "sliding_window": 4096},
     activation_field="hidden_activation", activations=("gelu_pytorch_tanh",),
     read_options=read_options, derive_layer_types=even_blocks_slide,
-    block="gemma", traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one", sdpa=False, eager_sliding_mask=True,
+    trace_block=gemma.block, traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one", sdpa=False, eager_sliding_mask=True,
     both_masks_always=True,  # modeling_gemma2.py:431-433
 )
