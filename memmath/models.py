@@ -16,6 +16,7 @@ from .arrays import any_true, is_ndarray, is_numpy_str, np
 
 from . import validate
 from .architectures import of
+from .units import parse_count
 from .architectures._parts import LoraAdapter, ParamTensor
 
 if TYPE_CHECKING:
@@ -293,8 +294,9 @@ class ModelShape:
             self._check_heads()
 
     def _check_transformer(self):
+        record = self.architecture
         required = ["hidden_size", "n_heads", "intermediate_size", "vocab_size"]
-        if self.family in ("gpt2", "bert"):
+        if not record.rotary:  # learned position embeddings (GPT-2, BERT): max_positions rows
             required.append("max_positions")
         for name in required:
             if getattr(self, name) is None:
@@ -314,7 +316,7 @@ class ModelShape:
             raise ValueError("attention_bias and mlp_bias are LLaMA options; GPT-2 and BERT always have biases")
         if self.family != "bert" and (self.type_vocab_size or self.num_labels):
             raise ValueError("type_vocab_size and num_labels apply to BERT models only")
-        if self.family == "bert" and self.tied_embeddings:
+        if not record.causal and self.tied_embeddings:
             raise ValueError("tied_embeddings does not apply to BERT here: its pooler/classifier head has no vocabulary matrix")
         if any_true(self.n_params > validate.MAX_PARAMS):
             raise ValueError(f"the shape has {_describe_count(self.n_params)} parameters; at most "
@@ -410,7 +412,8 @@ class ModelShape:
         kv = self.n_kv_heads
         if kv > a or a % kv:
             raise ValueError(f"n_kv_heads ({kv}) must divide n_heads ({a})")
-        if self.family in ("gpt2", "bert") and (kv != a or self.head_dim * a != h):
+        record = self.architecture
+        if record is not None and not record.grouped_query and (kv != a or self.head_dim * a != h):
             raise ValueError(f"{self.family} models use n_kv_heads = n_heads and head_dim = hidden_size / n_heads")
 
 
@@ -518,8 +521,6 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
     counters are not counted and LoRA/QLoRA need a real shape.
     """
     if isinstance(n_params, str):
-        from .units import parse_count
-
         try:
             n_params = parse_count(n_params)
         except ValueError as error:

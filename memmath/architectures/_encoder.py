@@ -124,4 +124,5 @@ def head_and_loss(tr: Trace, shape, x: Tensor, *, final_norm_trains, head_trains
 # The behaviour every encoder record names (bert.py, roberta.py: Architecture(..., **RECORD)).
 RECORD = dict(tensors=tensors, lora_modules=lora_modules, trace_embeddings=embeddings, trace_block=block,
               trace_head=head_and_loss, module_order=MODULE_ORDER, tp_plan=TP_PLAN, causal=False, prefill_phases=None,
-              traced_activations=())
+              traced_activations=(), rotary=False, position_id_buffers=True, norms_last=False,
+              grouped_query=False)

@@ -58,6 +58,6 @@ ARCHITECTURE = Architecture(
                                          "does)"}),
     defaults={"head_dim": 256, "tie_word_embeddings": True},
     # GemmaConfig.__post_init__ replaces the legacy 'gelu' with the tanh form (config_reader reads it so)
-    activations=("gelu_pytorch_tanh", "gelu"),
+    activations=("gelu_pytorch_tanh", "gelu"), activation_aliases={"gelu": "gelu_pytorch_tanh"},
     trace_block=block, traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one",
 )

@@ -1,6 +1,7 @@
 """Gemma 2 (transformers 5.24 configuration_gemma2.py, modeling_gemma2.py): Gemma's layers with four norms per
 block, softcapped scores (50) and logits (30), even blocks sliding; Gemma2PreTrainedModel has no SDPA."""
 
+from .. import validate
 from . import gemma
 from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, SLIDING_WINDOW, Architecture, decoder_fields
 
@@ -15,8 +16,6 @@ def softcap(config, key, default):
     """A softcapping constant: None (off) or a positive number, as Gemma 2/3's config classes keep it."""
     value = config.get(key, default)
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        from .. import validate
-
         raise ValueError(f"config field {key!r} must be a positive number or null (no softcapping); "
                          f"got {validate.describe(value)}")
     return None if value is None else float(value)

@@ -106,5 +106,6 @@ ARCHITECTURE = Architecture(
     embedding="wte", final_norm="layer", amp_measured=True,
     tensors=tensors, trace_embeddings=embeddings, trace_block=block, lora_modules=lora_modules,
     module_order=MODULE_ORDER, tp_plan=TP_PLAN, conv1d=CONV1D, traced_activations=(),
-    mask_is_checkpoint_input=True, prefill_phases=prefill_phases,
+    mask_is_checkpoint_input=True, prefill_phases=prefill_phases, rotary=False, norms_last=False, grouped_query=False,
+    mlp_backward_widths=3,  # gelu_new, a chain of plain ops, holds three
 )

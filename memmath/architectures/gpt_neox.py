@@ -3,6 +3,7 @@ query_key_value, a GELU MLP (no gate), a parallel residual, rotary on part of ea
 
 from functools import partial
 
+from .. import validate
 from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import linear
@@ -15,8 +16,6 @@ TP_PLAN = {"layers.*.attention.query_key_value": "colwise", "layers.*.attention.
 
 
 def read_options(config, get):
-    from .. import validate
-
     # GPTNeoXConfig: rope_parameters' partial_rotary_factor, from rotary_pct (default 0.25); the attention
     # rotates int(head_size * factor) dims of each head (GPTNeoXAttention.rotary_ndims).
     rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}

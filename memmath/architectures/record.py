@@ -33,6 +33,7 @@ class Architecture:
     defaults: Mapping[str, Any] = field(default_factory=dict)  # the config class's defaults where they differ
     activation_field: str = "hidden_act"
     activations: tuple = ("silu",)  # the MLP activations modelled (transformers' ACT2FN names); first = default
+    activation_aliases: Mapping[str, str] = field(default_factory=dict)  # a legacy name the config class rewrites
     dropout_fields: Mapping[str, float] = field(default_factory=lambda: {"attention_dropout": 0.0})
     refused_flags: tuple = ()  # config flags modelled only as false
     # (config, get) -> ModelShape fields of this type beyond the common decoder's, refusing what it cannot model
@@ -46,11 +47,19 @@ class Architecture:
     lora_modules: Callable = _decoder.lora_table
     module_order: tuple = _decoder.MODULE_ORDER  # a block's adapted modules in parameters() order
     norms_last: bool = True  # the block registers its norms after its sublayers (LlamaDecoderLayer)
+    # rotary positions: each block rotates q and k by cos/sin tables computed from an inv_freq buffer (the rotary
+    # decoders; GPT-2 and the encoders learn position embeddings)
+    rotary: bool = True
+    # BertEmbeddings registers position_ids and token_type_ids, int64 buffers max_positions long
+    position_id_buffers: bool = False
+    grouped_query: bool = True  # n_kv_heads and head_dim free (GPT-2, BERT: n_kv_heads = n_heads, d = h / a)
+    mlp_backward_widths: int = 2  # MLP-wide gradients alive at once in a block's backward (GELU and SwiGLU: 2)
     # ---- tensor parallelism (memmath/parallel.py): module -> "colwise" or "rowwise", named the way
     # transformers' base_model_tp_plan names them ("layers.*.self_attn.q_proj"); conv1d: GPT-2's Conv1D modules,
     # whose weights are stored (in, out)
     tp_plan: Mapping[str, str] = field(default_factory=lambda: dict(_decoder.TP_PLAN))
     conv1d: tuple = ()
+    tp_traced: bool = False  # hf_activations replays one tensor-parallel rank's local widths (LLaMA's layout)
     # ---- the forward pass (memmath/hf_activations.py replays it; memmath/amp_trace.py under autocast):
     # trace_embeddings(tr, shape, trains, *, dropout, input_grad_hook) -> the first block's input;
     # trace_block(tr, shape, x, trainable, Pass) -> the block's output (_steps.Pass: what every block shares);
@@ -99,6 +108,10 @@ class Architecture:
     def adapter_order(self, shape) -> tuple:
         """A block's adapted modules in parameters() order where it is not the targets' order (lora_order), else ()."""
         return _decoder.lora_order(shape, self)
+
+    def is_conv1d(self, name: str) -> bool:
+        """Whether `name` is a Conv1D weight, stored (in, out), the transpose of nn.Linear's (out, in)."""
+        return name.endswith(".weight") and name.removesuffix(".weight") in self.conv1d
 
     def tp_style(self, name: str) -> str | None:
         """"colwise" or "rowwise" for a block tensor this record's tp_plan splits (by the end of its name), else None."""
