@@ -120,14 +120,12 @@ from .arrays import any_true, is_ndarray, np, pick
 
 from . import validate
 from .activations import ActivationEstimate
-from .amp_trace import AmpTrace, amp_refusal
+from .amp_trace import AUTOCAST_BYTES, amp_refusal
 from .architectures import ARCHITECTURES, known
 from .architectures._steps import Pass, dims
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 from .trace import Trace
-
-FAMILIES = ("gpt2", "llama", "bert")
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,7 @@ def _setup(shape: ModelShape, method, recipe):
         return _Setup(method.train_embeddings, method.train_final_norm, method.head_trains(shape), frozenset(), None)
     if isinstance(method, LoRA):
         if method.dropout and recipe.name == "amp":
-            # AmpTrace.linear casts the adapters' input for autocast's bf16 matmuls without peft's dropout.
+            # the autocast trace casts the adapters' input for autocast's bf16 matmuls without peft's dropout.
             raise validate.FieldError("LoRA dropout", f"activations='transformers' models LoRA dropout "
                                       f"({method.dropout:g}) in a forward pass in the weights' own format, not under "
                                       "AMP's autocast (use activations='textbook')")
@@ -287,7 +285,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
               past=None, padded=False, packed=False) -> ActivationParts:
     """activation_parts for sequence lengths on one side of the sliding window (past: which side, for a sweep
     across it; None: read from seq_len)."""
-    if shape.family not in FAMILIES:
+    if shape.architecture is None:  # the uniform family: layers without tensors
         raise validate.FieldError("activations", f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
     _check_layout(shape, seq_len)
@@ -295,7 +293,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     trace_class = Trace
     record = shape.architecture
     if recipe.name == "amp":  # fp32 weights, the forward under torch.autocast(bfloat16): memmath/amp_trace.py
-        trace_class = partial(AmpTrace, causal_mask=record.causal)
+        trace_class = partial(Trace, autocast=AUTOCAST_BYTES, causal_mask=record.causal)
         refusal = amp_refusal(method, _attention_kind(attention, device, dropout), shape)
         if refusal:
             raise validate.FieldError("activations", f"activations='transformers' {refusal} (use activations='textbook')")
@@ -497,7 +495,7 @@ def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | 
     """None when this model replays `shape` trained with `method` in `recipe` (and `attention`, when
     given); else why not, in words."""
     try:
-        if shape.family not in FAMILIES:
+        if shape.architecture is None:
             return f"knows the gpt2, llama and bert families, not {shape.family}"
         _check_layout(shape, seq_len)
         if attention is not None:

@@ -312,9 +312,9 @@ class ModelShape:
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         self._check_heads()
-        if self.family != "llama" and (self.attention_bias or self.mlp_bias):
+        if not record.rotary and (self.attention_bias or self.mlp_bias):
             raise ValueError("attention_bias and mlp_bias are LLaMA options; GPT-2 and BERT always have biases")
-        if self.family != "bert" and (self.type_vocab_size or self.num_labels):
+        if record.causal and (self.type_vocab_size or self.num_labels):
             raise ValueError("type_vocab_size and num_labels apply to BERT models only")
         if not record.causal and self.tied_embeddings:
             raise ValueError("tied_embeddings does not apply to BERT here: its pooler/classifier head has no vocabulary matrix")
@@ -351,7 +351,7 @@ class ModelShape:
         decoder_options = (self.qkv_bias or self.qk_norm or self.norm_layout != "pre" or self.layer_norm
                            or self.fused_qkv or not self.gated_mlp or self.fused_gate_up or self.n_experts
                            or self.attn_softcap or self.final_softcap or self.rotary_dim or self.parallel_residual)
-        if decoder_options and self.family != "llama":
+        if decoder_options and not getattr(self.architecture, "rotary", False):
             raise ValueError("qkv_bias, qk_norm, norm_layout, layer_norm, fused_qkv, gated_mlp, fused_gate_up, "
                              "n_experts, softcapping, rotary_dim and parallel_residual describe rotary decoders "
                              "(family 'llama'); got a "

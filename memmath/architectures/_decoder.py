@@ -167,62 +167,65 @@ def head_and_loss(tr: Trace, shape, x: Tensor, *, final_norm_trains, head_trains
         tr.save(tr.new(1, 4), "loss total weight")
 
 
-def qkv(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass):
-    """q, k and v from the normalized input: three projections, or (Phi-3) slices of one qkv_proj output, views of
-    one storage."""
+def qkv(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass, *, fused=False):
+    """q, k and v from the normalized input: three projections, or (fused: Phi-3) slices of one qkv_proj output,
+    views of one storage."""
     t, dm = tr.t, dims(shape)
     a, kv, d = dm["a"], dm["k"], dm["d"]
-    if shape.architecture.residual_dropout:  # Phi-3: one qkv_proj
-        fused = tr.linear(x, t * (a + 2 * kv) * d, trainable, p.lora_of("qkv_proj"), "qkv_proj")
-        return tuple(Tensor(t * n * d, fused.elem, fused.grad, fused.storage) for n in (a, kv, kv))
+    if fused:
+        whole = tr.linear(x, t * (a + 2 * kv) * d, trainable, p.lora_of("qkv_proj"), "qkv_proj")
+        return tuple(Tensor(t * n * d, whole.elem, whole.grad, whole.storage) for n in (a, kv, kv))
     return (tr.linear(x, t * a * d, trainable, p.lora_of("q_proj"), "q_proj"),
             tr.linear(x, t * kv * d, trainable, p.lora_of("k_proj"), "k_proj"),
             tr.linear(x, t * kv * d, trainable, p.lora_of("v_proj"), "v_proj"))
 
 
-def gate_up(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass):
-    """gate and up from the normalized input: two projections, or (Phi-3) one gate_up_proj chunked into two views."""
-    t, inner = tr.t, shape.intermediate_size
-    if shape.architecture.residual_dropout:
-        fused = tr.linear(x, t * 2 * inner, trainable, p.lora_of("gate_up_proj"), "gate_up_proj")
-        return tuple(Tensor(t * inner, fused.elem, fused.grad, fused.storage) for _ in range(2))
-    return (tr.linear(x, t * inner, trainable, p.lora_of("gate_proj"), "gate_proj"),
-            tr.linear(x, t * inner, trainable, p.lora_of("up_proj"), "up_proj"))
-
-
-def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
-    """LlamaDecoderLayer (modeling_llama.py) and its clones: Mistral, Qwen2 (biases change no saved tensor), Qwen3
-    (q/k RMSNorm over each head before the rotation), Phi-3 (fused qkv and gate_up views, dropout on both residuals),
-    Mixtral and Qwen-MoE (the sparse MoE block for the MLP, _moe.py). Returns the block's output."""
+def attention(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass, *, fused=False) -> Tensor:
+    """LlamaAttention on the normalized input, through o_proj (and a Houlsby adapter): q, k, v (Qwen3: q/k RMSNorm
+    over each head before the rotation), rotary, the DynamicCache, the attention kernel. fused: Phi-3's qkv_proj."""
     t, dm = tr.t, dims(shape)
     h, a, kv, d = dm["h"], dm["a"], dm["k"], dm["d"]
-    phi3 = shape.architecture.residual_dropout
-    h1 = tr.rms_norm(x, trainable, "input_layernorm")
-    q, k, v = qkv(tr, shape, h1, trainable, p)
+    q, k, v = qkv(tr, shape, x, trainable, p, fused=fused)
     if shape.qk_norm == "head":  # Qwen3: Qwen3RMSNorm over each head's d values, before the rotation
         q = tr.rms_norm(q, trainable, "q_norm", rows=t * a)
         k = tr.rms_norm(k, trainable, "k_norm", rows=t * kv)
     q, k = tr.rotary(q, p.tables), tr.rotary(k, p.tables)
-    if p.cache:  # cache.update(key_states, value_states) (modeling_phi3.py:233; llama:252): Phi-3's v no slice
+    if p.cache:  # cache.update(key_states, value_states) (modeling_llama.py:252; phi3:233): Phi-3's v no slice
         k, v = kv_cache(tr, k, v)
     # Phi-3 without the cache, one key/value head per query head: repeat_kv returns v itself (a view of
     # the qkv output), which eager probs @ v keeps whole at b = 1 (found measuring the use_cache cases).
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
-                       name="attention", v_view=phi3 and not p.cache and kv == a, kv_contiguous=p.cache)
-    if phi3 and p.kind == "flash":
+                       name="attention", v_view=fused and not p.cache and kv == a, kv_contiguous=p.cache)
+    if fused and p.kind == "flash":
         # Phi-3's rotary ends in torch.cat, so q is contiguous as (b, a, s, d) and so is the SDPA output:
         # transpose(1, 2).contiguous() copies it for o_proj (LLaMA's q keeps q_proj's (b, s, a, d) layout,
         # and the copy is a no-op there). Found when a held-out Phi-3 case measured 16,384 B per block more.
         ctx = merged_copy(tr, ctx)
-    out = houlsby(tr, tr.linear(ctx, t * h, trainable, p.lora_of("o_proj"), "o_proj"), p, "attention")
-    r1 = tr.add(x, tr.dropout(out, p.dropout, "residual") if phi3 else out)  # Phi-3: resid_attn_dropout
-    h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
+    return houlsby(tr, tr.linear(ctx, t * h, trainable, p.lora_of("o_proj"), "o_proj"), p, "attention")
+
+
+def mlp(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass, *, fused=False) -> Tensor:
+    """LlamaMLP on the normalized input, through down_proj (and a Houlsby adapter): silu(gate) * up, gate and up
+    two projections or (fused: Phi-3) one gate_up_proj chunked into two views; the sparse MoE block (_moe.py)
+    where the shape has experts."""
+    t, h, inner = tr.t, shape.hidden_size, shape.intermediate_size
     if shape.n_experts:  # Mixtral, Qwen2-MoE, Qwen3-MoE: the sparse MoE block instead of the MLP
-        return tr.add(r1, _moe.trace(tr, shape, h2, trainable, p.lora_of))
-    gate, up = gate_up(tr, shape, h2, trainable, p)
+        return _moe.trace(tr, shape, x, trainable, p.lora_of)
+    if fused:
+        whole = tr.linear(x, t * 2 * inner, trainable, p.lora_of("gate_up_proj"), "gate_up_proj")
+        gate, up = (Tensor(t * inner, whole.elem, whole.grad, whole.storage) for _ in range(2))
+    else:
+        gate = tr.linear(x, t * inner, trainable, p.lora_of("gate_proj"), "gate_proj")
+        up = tr.linear(x, t * inner, trainable, p.lora_of("up_proj"), "up_proj")
     prod = tr.silu_times(gate, up, "SwiGLU")
-    out = houlsby(tr, tr.linear(prod, t * h, trainable, p.lora_of("down_proj"), "down_proj"), p, "MLP")
-    return tr.add(r1, tr.dropout(out, p.dropout, "MLP residual") if phi3 else out)  # Phi-3: resid_mlp_dropout
+    return houlsby(tr, tr.linear(prod, t * h, trainable, p.lora_of("down_proj"), "down_proj"), p, "MLP")
+
+
+def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """LlamaDecoderLayer (modeling_llama.py) and its clones: Mistral, Qwen2 (biases change no saved tensor), Qwen3
+    (q/k RMSNorm), Mixtral and Qwen-MoE (the sparse MoE block for the MLP). Returns the block's output."""
+    r1 = tr.add(x, attention(tr, shape, tr.rms_norm(x, trainable, "input_layernorm"), trainable, p))
+    return tr.add(r1, mlp(tr, shape, tr.rms_norm(r1, trainable, "post_attention_layernorm"), trainable, p))
 
 
 # ---- serving: the KV cache and a prefill's working set (memmath/inference.py asks these) -----------------------

@@ -11,9 +11,9 @@ from ._steps import INT64, Pass, dims, houlsby
 # BertLayer's adapted modules in parameters() order
 MODULE_ORDER = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
 # The tensor-parallel split (BertConfig has no base_model_tp_plan; Megatron-LM's column- and row-parallel layers)
-TP_PLAN = {"layers.*.attention.self.query": "colwise", "layers.*.attention.self.key": "colwise",
-           "layers.*.attention.self.value": "colwise", "layers.*.attention.output.dense": "rowwise",
-           "layers.*.intermediate.dense": "colwise", "layers.*.output.dense": "rowwise"}
+TP_PLAN = {"encoder.layer.*.attention.self.query": "colwise", "encoder.layer.*.attention.self.key": "colwise",
+           "encoder.layer.*.attention.self.value": "colwise", "encoder.layer.*.attention.output.dense": "rowwise",
+           "encoder.layer.*.intermediate.dense": "colwise", "encoder.layer.*.output.dense": "rowwise"}
 
 
 def tensors(m, group: str) -> list:
@@ -98,20 +98,21 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
 
 
 def head_and_loss(tr: Trace, shape, x: Tensor, *, final_norm_trains, head_trains, dropout):
-    """The pooler (or RoBERTa's classification head), the classifier and its cross-entropy (region "loss")."""
+    """The pooler (or RoBERTa's classification head), the classifier and its cross-entropy (region "loss"); each
+    matmul reads one token a sequence (rows b)."""
     dm = dims(shape)
     first_token = Tensor(tr.b * dm["h"], tr.e, x.grad, x.storage)  # hidden[:, 0] keeps the whole storage
     if shape.architecture.classifier == "classification_head" and dm["labels"]:
         # RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on features[:, 0, :]
         # (no pooler); without dropout dense keeps the view, so the whole last hidden state.
         x0 = tr.dropout(first_token, dropout, "classifier input")
-        act = tr.tanh(tr.linear(x0, tr.b * dm["h"], head_trains, None, "classifier.dense"), "classifier")
+        act = tr.tanh(tr.linear(x0, tr.b * dm["h"], head_trains, None, "classifier.dense", rows=tr.b), "classifier")
         act = tr.dropout(act, dropout, "classifier")
-        logits = tr.linear(act, tr.b * dm["labels"], head_trains, None, "classifier.out_proj")
+        logits = tr.linear(act, tr.b * dm["labels"], head_trains, None, "classifier.out_proj", rows=tr.b)
     else:
-        pooled = tr.tanh(tr.linear(first_token, tr.b * dm["h"], head_trains, None, "pooler dense"), "pooler")
+        pooled = tr.tanh(tr.linear(first_token, tr.b * dm["h"], head_trains, None, "pooler dense", rows=tr.b), "pooler")
         pooled = tr.dropout(pooled, dropout, "classifier")
-        logits = tr.linear(pooled, tr.b * dm["labels"], head_trains, None, "classifier")
+        logits = tr.linear(pooled, tr.b * dm["labels"], head_trains, None, "classifier", rows=tr.b)
     tr.region = "loss"
     if logits.grad:  # CrossEntropyLoss in the logits' dtype
         log_softmax = tr.new(tr.b * dm["labels"], tr.e)

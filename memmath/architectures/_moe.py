@@ -10,6 +10,12 @@ from ._parts import ParamTensor, linear
 from ._steps import INT64, larger
 
 
+# The attention's split in a MoE decoder (MixtralConfig.base_model_tp_plan, configuration_mixtral.py); the routed
+# experts (mlp.experts.gate_up_proj, mlp.experts.down_proj) split by ep and their widths by tp (memmath/parallel.py)
+TP_PLAN = {"layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise",
+           "layers.*.self_attn.v_proj": "colwise", "layers.*.self_attn.o_proj": "rowwise"}
+
+
 def tensors(m) -> list:
     """The MoE block's parameters in parameters() order (modeling_<type>.py's <Type>SparseMoeBlock)."""
     h, e, ei = m.hidden_size, m.n_experts, m.expert_intermediate_size

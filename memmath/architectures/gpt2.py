@@ -9,8 +9,8 @@ from .record import Architecture
 MODULE_ORDER = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 # The tensor-parallel split (GPT2Config has no base_model_tp_plan; Megatron-LM's column- and row-parallel layers);
 # Conv1D stores its weight (in, out), the transpose of nn.Linear's
-TP_PLAN = {"layers.*.attn.c_attn": "colwise", "layers.*.attn.c_proj": "rowwise", "layers.*.mlp.c_fc": "colwise",
-           "layers.*.mlp.c_proj": "rowwise"}
+TP_PLAN = {"h.*.attn.c_attn": "colwise", "h.*.attn.c_proj": "rowwise", "h.*.mlp.c_fc": "colwise",
+           "h.*.mlp.c_proj": "rowwise"}
 CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 

@@ -2,7 +2,7 @@
 experts plus a shared expert with its sigmoid gate; even blocks below max_window_layers slide."""
 
 from .. import validate
-from . import _decoder
+from . import _moe
 from .record import MOE, QWEN_SLIDING, SLIDING_WINDOW, Architecture, decoder_fields, refuse_true
 
 QWEN_MOE = {"num_experts": "routed experts", "moe_intermediate_size": "one expert's width",
@@ -13,7 +13,7 @@ QWEN_MOE = {"num_experts": "routed experts", "moe_intermediate_size": "one exper
 # the attention as LLaMA's and the shared expert's SwiGLU (Qwen2MoeConfig.base_model_tp_plan, configuration_qwen2_moe.py,
 # names it mlp.gate_proj ...; the module is mlp.shared_expert.gate_proj); the routed experts split by ep and their
 # widths by tp (memmath/parallel.py)
-TP_PLAN = {**_decoder.TP_PLAN, "layers.*.mlp.shared_expert.gate_proj": "colwise",
+TP_PLAN = {**_moe.TP_PLAN, "layers.*.mlp.shared_expert.gate_proj": "colwise",
            "layers.*.mlp.shared_expert.up_proj": "colwise", "layers.*.mlp.shared_expert.down_proj": "rowwise"}
 
 

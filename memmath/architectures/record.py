@@ -55,7 +55,8 @@ class Architecture:
     grouped_query: bool = True  # n_kv_heads and head_dim free (GPT-2, BERT: n_kv_heads = n_heads, d = h / a)
     mlp_backward_widths: int = 2  # MLP-wide gradients alive at once in a block's backward (GELU and SwiGLU: 2)
     # ---- tensor parallelism (memmath/parallel.py): module -> "colwise" or "rowwise", named the way
-    # transformers' base_model_tp_plan names them ("layers.*.self_attn.q_proj"); conv1d: GPT-2's Conv1D modules,
+    # transformers' base_model_tp_plan names them, from the base model ("layers.*.self_attn.q_proj", GPT-2's
+    # "h.*.attn.c_attn", BERT's "encoder.layer.*.attention.self.query"); conv1d: GPT-2's Conv1D modules,
     # whose weights are stored (in, out)
     tp_plan: Mapping[str, str] = field(default_factory=lambda: dict(_decoder.TP_PLAN))
     conv1d: tuple = ()
@@ -76,7 +77,6 @@ class Architecture:
     final_norm_module: str = "norm"  # the final norm's module name
     classifier: str = "pooler"  # BERT-style encoders: "pooler" (pooler + classifier) or "classification_head"
     rotary_per_layer_type: bool = False  # Gemma 3 computes one rotary cos/sin pair per layer type
-    residual_dropout: bool = False  # Phi-3's resid_attn_dropout / resid_mlp_dropout
     traced: bool = True  # the exact model replays its forward pass (else activations='textbook')
     # the MLP activations it is traced with ("": a model built in code); (): every one of `activations`
     traced_activations: tuple = ("", "silu")
@@ -117,7 +117,7 @@ class Architecture:
         """"colwise" or "rowwise" for a block tensor this record's tp_plan splits (by the end of its name), else None."""
         base = name.removesuffix(".weight").removesuffix(".bias")
         for module, style in self.tp_plan.items():
-            module = module.removeprefix("layers.*.")
+            module = module.split("*.", 1)[-1]  # the module inside a block: "layers.*.self_attn.q_proj" -> q_proj's
             if base == module or base.endswith("." + module):
                 return style
         return None
