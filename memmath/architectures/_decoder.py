@@ -204,20 +204,25 @@ def attention(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass, *, fused=Fa
     return houlsby(tr, tr.linear(ctx, t * h, trainable, p.lora_of("o_proj"), "o_proj"), p, "attention")
 
 
+def gate_up(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass, *, fused=False):
+    """gate and up from the normalized input: two projections, or (fused: Phi-3) one gate_up_proj chunked into two
+    views of one storage."""
+    t, inner = tr.t, shape.intermediate_size
+    if fused:
+        whole = tr.linear(x, t * 2 * inner, trainable, p.lora_of("gate_up_proj"), "gate_up_proj")
+        return tuple(Tensor(t * inner, whole.elem, whole.grad, whole.storage) for _ in range(2))
+    return (tr.linear(x, t * inner, trainable, p.lora_of("gate_proj"), "gate_proj"),
+            tr.linear(x, t * inner, trainable, p.lora_of("up_proj"), "up_proj"))
+
+
 def mlp(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass, *, fused=False) -> Tensor:
     """LlamaMLP on the normalized input, through down_proj (and a Houlsby adapter): silu(gate) * up, gate and up
     two projections or (fused: Phi-3) one gate_up_proj chunked into two views; the sparse MoE block (_moe.py)
     where the shape has experts."""
-    t, h, inner = tr.t, shape.hidden_size, shape.intermediate_size
+    t, h = tr.t, shape.hidden_size
     if shape.n_experts:  # Mixtral, Qwen2-MoE, Qwen3-MoE: the sparse MoE block instead of the MLP
         return _moe.trace(tr, shape, x, trainable, p.lora_of)
-    if fused:
-        whole = tr.linear(x, t * 2 * inner, trainable, p.lora_of("gate_up_proj"), "gate_up_proj")
-        gate, up = (Tensor(t * inner, whole.elem, whole.grad, whole.storage) for _ in range(2))
-    else:
-        gate = tr.linear(x, t * inner, trainable, p.lora_of("gate_proj"), "gate_proj")
-        up = tr.linear(x, t * inner, trainable, p.lora_of("up_proj"), "up_proj")
-    prod = tr.silu_times(gate, up, "SwiGLU")
+    prod = tr.silu_times(*gate_up(tr, shape, x, trainable, p, fused=fused), "SwiGLU")
     return houlsby(tr, tr.linear(prod, t * h, trainable, p.lora_of("down_proj"), "down_proj"), p, "MLP")
 
 

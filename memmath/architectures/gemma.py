@@ -2,6 +2,7 @@
 embeddings scaled by sqrt(h), RMSNorm weights applied as (1 + w)."""
 
 from ..trace import Tensor, Trace
+from . import _decoder
 from ._steps import Pass, dims, kv_cache
 from .record import ATTENTION_BIAS, Architecture, decoder_fields
 
@@ -14,17 +15,14 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     and may softcap the eager scores (tanh). Gemma 3's q/k norms run over each head before the rotation.
     """
     dm, t = dims(shape), tr.t
-    h, a, kv, d, inner = dm["h"], dm["a"], dm["k"], dm["d"], dm["I"]
+    h, a, kv, d = dm["h"], dm["a"], dm["k"], dm["d"]
     sandwich = shape.norm_layout == "sandwich"
     lora = p.lora_of
 
     def norm(y, name, rows=None, width=h):
         return tr.rms_norm(y, trainable, name, rows=rows, plus_one=width)
 
-    h1 = norm(x, "input_layernorm")
-    q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
-    k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
-    v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
+    q, k, v = _decoder.qkv(tr, shape, norm(x, "input_layernorm"), trainable, p)
     if shape.qk_norm == "head":  # Gemma3RMSNorm over each head's d values
         q = norm(q, "q_norm", rows=t * a, width=d)
         k = norm(k, "k_norm", rows=t * kv, width=d)
@@ -38,9 +36,7 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
         out = norm(out, "post_attention_layernorm")
     r1 = tr.add(x, out)
     h2 = norm(r1, "pre_feedforward_layernorm" if sandwich else "post_attention_layernorm")
-    gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
-    up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
-    prod = tr.silu_times(gate, up, "GeGLU", act_name=shape.hidden_act)
+    prod = tr.silu_times(*_decoder.gate_up(tr, shape, h2, trainable, p), "GeGLU", act_name=shape.hidden_act)
     out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
     if sandwich:
         out = norm(out, "post_feedforward_layernorm")

@@ -2,6 +2,7 @@
 after each, q/k RMSNorm over all heads, norm weights kept in fp32, rotary tables in fp32."""
 
 from ..trace import Tensor, Trace
+from . import _decoder
 from ._steps import Pass, dims, kv_cache
 from .record import ATTENTION_BIAS, QK_NORM, Architecture, decoder_fields
 
@@ -37,7 +38,7 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     """Olmo2DecoderLayer: no norm before the sublayers; q/k RMSNorm over all heads; a norm on each sublayer's
     output (Olmo2RMSNorm: (weight * x_normed).to(dtype), its fp32 normed kept)."""
     dm, t = dims(shape), tr.t
-    h, a, kv, d, inner = dm["h"], dm["a"], dm["k"], dm["d"], dm["I"]
+    h, a, kv, d = dm["h"], dm["a"], dm["k"], dm["d"]
     lora = p.lora_of
 
     def norm(y, name, rows=None):
@@ -52,9 +53,7 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
                        name="attention", kv_contiguous=p.cache)
     r1 = tr.add(x, norm(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm"))
-    gate = tr.linear(r1, t * inner, trainable, lora("gate_proj"), "gate_proj")
-    up = tr.linear(r1, t * inner, trainable, lora("up_proj"), "up_proj")
-    prod = tr.silu_times(gate, up, "SwiGLU")
+    prod = tr.silu_times(*_decoder.gate_up(tr, shape, r1, trainable, p), "SwiGLU")
     out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
     return tr.add(r1, norm(out, "post_feedforward_layernorm"))
 

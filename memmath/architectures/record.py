@@ -61,7 +61,7 @@ class Architecture:
     tp_plan: Mapping[str, str] = field(default_factory=lambda: dict(_decoder.TP_PLAN))
     conv1d: tuple = ()
     tp_traced: bool = False  # hf_activations replays one tensor-parallel rank's local widths (LLaMA's layout)
-    # ---- the forward pass (memmath/hf_activations.py replays it; memmath/amp_trace.py under autocast):
+    # ---- the forward pass (memmath/hf_activations.py replays it on memmath/trace.py, autocast included):
     # trace_embeddings(tr, shape, trains, *, dropout, input_grad_hook) -> the first block's input;
     # trace_block(tr, shape, x, trainable, Pass) -> the block's output (_steps.Pass: what every block shares);
     # trace_head(tr, shape, x, *, final_norm_trains, head_trains, dropout): final norm, head and loss
