@@ -148,7 +148,8 @@ def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_b
         recompute = full_layer * (layers_storing > 0)  # one block rebuilt at a time during backward
     else:
         per_layer, recompute = full_layer, 0
-    if shape.family == "bert":
+    record = shape.architecture  # None for the uniform family: counted as a causal LM
+    if record is not None and not record.causal:
         outside = e * b * h  # the pooler's input (first token); BERT has no final norm
         loss = 4 * b * shape.num_labels
     else:

@@ -157,8 +157,7 @@ def _decoder_from_config(config, get, record, name):
     """Every rotary decoder (family 'llama') from its config: the fields they share here, the rest by its record."""
     layers = get("num_hidden_layers")
     act = _activation(config, record)
-    if record.model_type == "gemma" and act == "gelu":
-        act = "gelu_pytorch_tanh"  # GemmaConfig.__post_init__ replaces the legacy 'gelu' with the tanh form
+    act = record.activation_aliases.get(act, act)  # GemmaConfig.__post_init__: the legacy 'gelu' is the tanh form
     options = dict(arch=record.model_type, hidden_act=act)
     if record.read_options is not None:
         options.update(record.read_options(config, get))

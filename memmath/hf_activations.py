@@ -44,12 +44,12 @@ GPT-NeoX (LayerNorms, fused query_key_value, partial rotary, GELU MLP, parallel 
     new (b, a, s, d) tensors, so SDPA's output is copied for dense; v stays a view of the qkv output
     (SDPA keeps the whole 3*t*h storage; eager at b = 1 too); the parallel second LayerNorm reads the
     block input again (saved once) and keeps only its stats
-Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; transformers' default grouped_mm experts), see _moe:
+Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; transformers' default grouped_mm experts), see architectures/_moe.py:
     router fp32 softmax t*E, int64 top-k indices, the renormalization's sum and pre-division copy;
     t*k rows through the experts in all: gathered input, gate_up output, SiLU output and product, down
     output, routing weights, three int64 index vectors and the int32 offsets; Qwen2-MoE's shared
     expert and its sigmoid gate. LoRA on the router or the experts (peft 0.21's ParamWrapper, see
-    _wrapped_weight): the module reads W + scaling * B A, a new tensor, which the matmul keeps (E*h*e for
+    _moe.wrapped_weight): the module reads W + scaling * B A, a new tensor, which the matmul keeps (E*h*e for
     the router, E*2I*h*e and E*h*I*e for the experts: the size of the frozen weights, whatever the batch)
     with its input (x e*t*h; the S x h and S x I expert inputs), plus B and A cast to e for the experts
     (fp32 adapters on a 16-bit base) or, on the CPU, the router's 16-bit A and B upcast to fp32
@@ -91,7 +91,7 @@ LoRA (peft): each adapted linear keeps A's input, cast to the adapter dtype (a f
     copy (t*d_in in the adapter dtype) in place of its input: a copy per module even where the dtypes
     agree (measured: validation/lora_dropout.py). AMP with LoRA dropout is refused by name.
 The KV cache in training (ModelShape.use_cache, the config's use_cache; off under checkpointing): every
-    decoder passes k and v through a DynamicCache, and attention keeps its torch.cat copies (_kv_cache):
+    decoder passes k and v through a DynamicCache, and attention keeps its torch.cat copies (architectures/_steps.kv_cache):
     GPT-NeoX and Phi-3 no longer keep their fused qkv output through v (per block 2*t*h*e less for
     GPT-NeoX, e*t*(a+k)*d for Phi-3), GPT-2 keeps k and v beside the c_attn output q still views
     (2*t*h*e more); frozen blocks' copies live until the forward pass returns.
@@ -104,26 +104,28 @@ Where the bytes go in the estimate: per_layer and first_layer are the blocks; ou
     the embeddings' tensors, the tables all blocks share (rotary cos/sin, GPT-2's checkpointed mask;
     the measurement finds them in the first block that saves them), the final norm and the head;
     loss the cross-entropy's. terms lists every kind of saved tensor with its bytes.
+Each model type's embeddings, block and head are its record's (memmath/architectures/: trace_embeddings,
+trace_block, trace_head; the shared decoder steps in _decoder.py, _moe.py and _steps.py); this module runs them
+over the whole model: which blocks store, the masks, checkpointing, the liveness peak.py reads.
 The trace also follows when each storage is allocated and last read (a temporary dies after its
     last use, a saved tensor lives until backward), which peak.py uses for the forward pass's peak.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import partial
 
 from .arrays import any_true, is_ndarray, np, pick
 
 from . import validate
 from .activations import ActivationEstimate
+from .amp_trace import AUTOCAST_BYTES, amp_refusal
 from .architectures import ARCHITECTURES, known
+from .architectures._steps import Pass, dims
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
-from .trace import Tensor, Trace
-
-FAMILIES = ("gpt2", "llama", "bert")
-INT64 = 8  # token ids, position ids and labels are int64
+from .trace import Trace
 
 
 @dataclass(frozen=True)
@@ -138,545 +140,11 @@ class _Setup:
     houlsby: object = None  # Adapters: the bottleneck m of the two Houlsby adapters per block
 
 
-def _dims(shape: ModelShape):
-    a, d = shape.n_heads, shape.head_dim
-    return dict(h=shape.hidden_size, a=a, k=shape.n_kv_heads or a, d=d, I=shape.intermediate_size,
-                V=shape.vocab_size, labels=shape.num_labels, rd=shape.rotary_dim or d)
-
-
 def _attention_kind(attention, device, dropout):
     if attention == "eager":
         return "eager"
     # CPU FlashAttention has no dropout: PyTorch falls back to the math kernel (measured).
     return "math" if (device == "cpu" and dropout) else "flash"
-
-
-def _block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, setup: _Setup, *, kind, dropout, tables,
-           cache=False):
-    """One transformer block's forward pass; returns its output. cache: k and v go through transformers'
-    DynamicCache first (_kv_cache)."""
-    dm, t, e = _dims(shape), tr.t, tr.e
-    h, a, kv, d, inner = dm["h"], dm["a"], dm["k"], dm["d"], dm["I"]
-
-    def lora(module):
-        return setup.lora if module in setup.lora_modules else None
-
-    if shape.family == "gpt2":
-        h1 = tr.layer_norm(x, trainable, "ln_1")
-        qkv = tr.linear(h1, 3 * t * h, trainable, lora("attn.c_attn"), "c_attn")
-        q = k = v = qkv
-        if cache:  # curr_cache.update (modeling_gpt2.py:198) copies k and v; q stays a view of c_attn's output
-            k, v = _kv_cache(tr, *(Tensor(t * h, e, qkv.grad, qkv.storage) for _ in range(2)))
-        ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=False,
-                           name="attention", q_view=cache, kv_contiguous=cache)
-        out = tr.dropout(tr.linear(ctx, t * h, trainable, lora("attn.c_proj"), "attn.c_proj"), dropout, "residual")
-        r1 = tr.add(out, x)
-        h2 = tr.layer_norm(r1, trainable, "ln_2")
-        fc = tr.linear(h2, t * inner, trainable, lora("mlp.c_fc"), "mlp.c_fc")
-        # gelu_new is written in plain ops; gelu_pytorch_tanh and gelu are one F.gelu, which keeps its input.
-        act = tr.gelu_new(fc, "gelu_new") if shape.hidden_act in ("", "gelu_new") else tr.gelu(fc, shape.hidden_act)
-        out = tr.dropout(tr.linear(act, t * h, trainable, lora("mlp.c_proj"), "mlp.c_proj"), dropout, "MLP")
-        return tr.add(out, r1)
-    block = shape.architecture.block
-    if block == "gemma":
-        return _gemma_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables, cache=cache)
-    if block == "gpt_neox":
-        return _neox_block(tr, shape, x, trainable, lora, kind=kind, dropout=dropout, tables=tables, cache=cache)
-    if block == "olmo2":
-        # OLMo 2: no norm before the sublayers; q/k RMSNorm over all heads; a norm on each sublayer's output.
-        def norm(y, name, rows=None):
-            return tr.rms_norm(y, trainable, name, rows=rows, weight_fp32=True)
-
-        q = norm(tr.linear(x, t * a * d, trainable, lora("q_proj"), "q_proj"), "q_norm")
-        k = norm(tr.linear(x, t * kv * d, trainable, lora("k_proj"), "k_proj"), "k_norm")
-        v = tr.linear(x, t * kv * d, trainable, lora("v_proj"), "v_proj")
-        q, k = _olmo2_rotary(tr, q, tables), _olmo2_rotary(tr, k, tables)
-        if cache:
-            k, v = _kv_cache(tr, k, v)
-        ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
-                           name="attention", kv_contiguous=cache)
-        r1 = tr.add(x, norm(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm"))
-        gate = tr.linear(r1, t * inner, trainable, lora("gate_proj"), "gate_proj")
-        up = tr.linear(r1, t * inner, trainable, lora("up_proj"), "up_proj")
-        prod = tr.silu_times(gate, up, "SwiGLU")
-        out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
-        return tr.add(r1, norm(out, "post_feedforward_layernorm"))
-    if shape.family == "llama":
-        phi3 = shape.architecture.residual_dropout  # Phi-3: fused qkv/gate_up views, dropout on both residuals
-        h1 = tr.rms_norm(x, trainable, "input_layernorm")
-        if phi3:  # one qkv_proj; q, k and v are slices (views) of its output, one storage
-            qkv = tr.linear(h1, t * (a + 2 * kv) * d, trainable, lora("qkv_proj"), "qkv_proj")
-            q, k, v = (Tensor(t * n * d, qkv.elem, qkv.grad, qkv.storage) for n in (a, kv, kv))
-        else:
-            q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
-            k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
-            v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
-        if shape.qk_norm == "head":  # Qwen3: Qwen3RMSNorm over each head's d values, before the rotation
-            q = tr.rms_norm(q, trainable, "q_norm", rows=t * a)
-            k = tr.rms_norm(k, trainable, "k_norm", rows=t * kv)
-        q, k = tr.rotary(q, tables), tr.rotary(k, tables)
-        if cache:  # cache.update(key_states, value_states) (modeling_phi3.py:233; llama:252): Phi-3's v no slice
-            k, v = _kv_cache(tr, k, v)
-        # Phi-3 without the cache, one key/value head per query head: repeat_kv returns v itself (a view of
-        # the qkv output), which eager probs @ v keeps whole at b = 1 (found measuring the use_cache cases).
-        ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
-                           name="attention", v_view=phi3 and not cache and kv == a, kv_contiguous=cache)
-        if phi3 and kind == "flash":
-            # Phi-3's rotary ends in torch.cat, so q is contiguous as (b, a, s, d) and so is the SDPA output:
-            # transpose(1, 2).contiguous() copies it for o_proj (LLaMA's q keeps q_proj's (b, s, a, d) layout,
-            # and the copy is a no-op there). Found when a held-out Phi-3 case measured 16,384 B per block more.
-            merged = tr.new(ctx.numel, ctx.elem, ctx.grad)
-            tr.use(ctx)
-            ctx = merged
-        out = _houlsby(tr, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), setup, "attention")
-        r1 = tr.add(x, tr.dropout(out, dropout, "residual") if phi3 else out)  # Phi-3: resid_attn_dropout
-        h2 = tr.rms_norm(r1, trainable, "post_attention_layernorm")
-        if shape.n_experts:  # Mixtral, Qwen2-MoE, Qwen3-MoE: the sparse MoE block instead of the MLP
-            return tr.add(r1, _moe(tr, shape, h2, trainable, lora))
-        if phi3:  # one gate_up_proj, chunked into two views: gate and up share its storage
-            gu = tr.linear(h2, t * 2 * inner, trainable, lora("gate_up_proj"), "gate_up_proj")
-            gate, up = (Tensor(t * inner, gu.elem, gu.grad, gu.storage) for _ in range(2))
-        else:
-            gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
-            up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
-        prod = tr.silu_times(gate, up, "SwiGLU")
-        out = _houlsby(tr, tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), setup, "MLP")
-        return tr.add(r1, tr.dropout(out, dropout, "MLP residual") if phi3 else out)  # Phi-3: resid_mlp_dropout
-    # BERT
-    q = tr.linear(x, t * h, trainable, lora("query"), "query")
-    k = tr.linear(x, t * h, trainable, lora("key"), "key")
-    v = tr.linear(x, t * h, trainable, lora("value"), "value")
-    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=False,
-                       name="attention")
-    out = _houlsby(tr, tr.linear(ctx, t * h, trainable, lora("attention.output.dense"), "attention.output.dense"),
-                   setup, "attention")
-    h1 = tr.layer_norm(tr.add(tr.dropout(out, dropout, "attention output"), x), trainable, "attention LayerNorm")
-    act = tr.gelu(tr.linear(h1, t * inner, trainable, lora("intermediate.dense"), "intermediate.dense"), "GELU")
-    out = tr.dropout(_houlsby(tr, tr.linear(act, t * h, trainable, lora("output.dense"), "output.dense"), setup,
-                              "MLP"), dropout, "output")
-    return tr.layer_norm(tr.add(out, h1), trainable, "output LayerNorm")
-
-
-def _houlsby(tr: Trace, x: Tensor, setup: _Setup, name: str) -> Tensor:
-    """x + up(gelu(down(x))) after a projection when Houlsby adapters train (validation/houlsby.py; Houlsby et
-    al. 2019, figure 2): each trainable linear keeps its input, F.gelu keeps its own."""
-    if setup.houlsby is None:
-        return x
-    down = tr.linear(x, tr.t * setup.houlsby, True, None, f"{name} adapter down")
-    up = tr.linear(tr.gelu(down, f"{name} adapter GELU"), x.numel, True, None, f"{name} adapter up")
-    return tr.add(x, up)
-
-
-def _gemma_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables, cache):
-    """GemmaDecoderLayer (Gemma2/Gemma3 with four norms, Gemma 3 with q/k norms), from modeling_gemma*.py.
-
-    Every norm is a GemmaRMSNorm ((1 + weight) in fp32, rms_norm's plus_one); the MLP is
-    gelu_pytorch_tanh(gate) * up; Gemma 2/3 normalize each sublayer's output before the residual add
-    and may softcap the eager scores (tanh). Gemma 3's q/k norms run over each head before the rotation.
-    """
-    dm, t = _dims(shape), tr.t
-    h, a, kv, d, inner = dm["h"], dm["a"], dm["k"], dm["d"], dm["I"]
-    sandwich = shape.norm_layout == "sandwich"
-
-    def norm(y, name, rows=None, width=h):
-        return tr.rms_norm(y, trainable, name, rows=rows, plus_one=width)
-
-    h1 = norm(x, "input_layernorm")
-    q = tr.linear(h1, t * a * d, trainable, lora("q_proj"), "q_proj")
-    k = tr.linear(h1, t * kv * d, trainable, lora("k_proj"), "k_proj")
-    v = tr.linear(h1, t * kv * d, trainable, lora("v_proj"), "v_proj")
-    if shape.qk_norm == "head":  # Gemma3RMSNorm over each head's d values
-        q = norm(q, "q_norm", rows=t * a, width=d)
-        k = norm(k, "k_norm", rows=t * kv, width=d)
-    q, k = tr.rotary(q, tables), tr.rotary(k, tables)
-    if cache:
-        k, v = _kv_cache(tr, k, v)
-    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
-                       name="attention", softcap=shape.attn_softcap, kv_contiguous=cache)
-    out = tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj")
-    if sandwich:
-        out = norm(out, "post_attention_layernorm")
-    r1 = tr.add(x, out)
-    h2 = norm(r1, "pre_feedforward_layernorm" if sandwich else "post_attention_layernorm")
-    gate = tr.linear(h2, t * inner, trainable, lora("gate_proj"), "gate_proj")
-    up = tr.linear(h2, t * inner, trainable, lora("up_proj"), "up_proj")
-    prod = tr.silu_times(gate, up, "GeGLU", act_name=shape.hidden_act)
-    out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
-    if sandwich:
-        out = norm(out, "post_feedforward_layernorm")
-    return tr.add(r1, out)
-
-
-def _neox_block(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora, *, kind, dropout, tables, cache):
-    """GPTNeoXLayer (modeling_gpt_neox.py): LayerNorms, one query_key_value, partial rotary, GELU MLP,
-    dropout after each sublayer, and (use_parallel_residual, the default) attention and MLP both reading
-    the block input: the second LayerNorm saves the same input again (one storage) and its own stats."""
-    dm, t, e = _dims(shape), tr.t, tr.e
-    h, a, d, rd, inner = dm["h"], dm["a"], dm["d"], dm["rd"], dm["I"]
-    h1 = tr.layer_norm(x, trainable, "input_layernorm")
-    qkv = tr.linear(h1, 3 * t * h, trainable, lora("query_key_value"), "query_key_value")
-    q, k, v = (Tensor(t * a * d, e, qkv.grad, qkv.storage) for _ in range(3))  # chunk(3): views of one storage
-    q, k = _partial_rotary(tr, q, tables, t * a * rd), _partial_rotary(tr, k, tables, t * a * rd)
-    if cache:  # layer_past.update(key_states, value_states) (modeling_gpt_neox.py:203): v is no chunk of qkv now
-        k, v = _kv_cache(tr, k, v)
-    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=kind, dropout=dropout, softmax_fp32=True,
-                       name="attention", v_view=not cache, kv_contiguous=cache)
-    if kind == "flash":  # q from torch.cat is contiguous as (b, a, s, d): so is the SDPA output, copied for dense
-        merged = tr.new(ctx.numel, e, ctx.grad)
-        tr.use(ctx)
-        ctx = merged
-    attn = tr.dropout(tr.linear(ctx, t * h, trainable, lora("dense"), "attention.dense"), dropout, "post_attention")
-    if shape.parallel_residual:
-        h2 = tr.layer_norm(x, trainable, "post_attention_layernorm")
-    else:
-        x = tr.add(attn, x)
-        h2 = tr.layer_norm(x, trainable, "post_attention_layernorm")
-    fc = tr.linear(h2, t * inner, trainable, lora("dense_h_to_4h"), "dense_h_to_4h")
-    act = tr.gelu(fc, shape.hidden_act)
-    out = tr.dropout(tr.linear(act, t * h, trainable, lora("dense_4h_to_h"), "dense_4h_to_h"), dropout, "post_mlp")
-    if shape.parallel_residual:
-        return tr.add(tr.add(out, attn), x)
-    return tr.add(out, x)
-
-
-def _kv_cache(tr: Trace, k: Tensor, v: Tensor):
-    """transformers' DynamicCache in a training forward: with config.use_cache (every config class's default)
-    and no gradient checkpointing, each decoder model builds one (modeling_gpt_neox.py:328-329,
-    modeling_phi3.py:378-379, ...) and attention reads k and v back from cache.update(), which returns
-    torch.cat([self.keys, key_states], dim=-2) and the same for values (cache_utils.py:136-137): new contiguous
-    copies, held by the cache until the forward returns. What was a view of a fused projection (GPT-2's c_attn,
-    GPT-NeoX's query_key_value, Phi-3's qkv_proj) is no longer what attention keeps: found when GPT-NeoX and
-    Phi-3 configs with transformers' defaults measured 2 x t x h x e per block less than the trace without it."""
-    copies = []
-    for x in (k, v):
-        copy = tr.new(x.numel, x.elem, x.grad)
-        tr.use(x)
-        copy.storage.kept = True  # the cache holds it to the end of the forward pass, saved or not
-        copies.append(copy)
-    tr.__dict__.setdefault("kv_copies", []).extend(copy.storage for copy in copies)
-    return tuple(copies)
-
-
-def _partial_rotary(tr: Trace, x: Tensor, tables, rotated):
-    """GPT-NeoX's apply_rotary_pos_emb: the first rotary_ndims of each head rotate (keeping cos and sin,
-    rotary_ndims wide), then torch.cat([rotated, passed]) makes a new contiguous (b, a, s, d) tensor."""
-    if x.grad:
-        tr.save(tables[0], "rotary cos table")
-        tr.save(tables[1], "rotary sin table")
-    times_cos = tr.tmp(rotated, tr.e, x, tables[0])
-    turned = tr.tmp(rotated, tr.e, x)  # rotate_half
-    times_sin = tr.tmp(rotated, tr.e, turned, tables[1])
-    summed = tr.tmp(rotated, tr.e, times_cos, times_sin)
-    out = tr.new(x.numel, tr.e, x.grad)  # torch.cat
-    tr.use(summed, x)
-    return out
-
-
-def _wrapped_weight(tr: Trace, lora, experts, d_out, d_in, name, build=True):
-    """The weight a module reads under peft 0.21's ParamWrapper (peft/tuners/lora/layer.py): W + scaling * B A,
-    a new tensor that requires grad (W: experts x d_out x d_in, or d_out x d_in for experts = 1, frozen).
-
-    lora: (per-expert rank, adapter bytes per element). _activate_lora builds the parametrization:
-    - experts > 1, one adapter (_LoraFactorsProxy): get_delta_factors reshapes B to (E, d_out, r) and A to
-      (E, r, d_in), views, and casts them to W's dtype: copies when the adapters are stored otherwise (peft's
-      fp32 adapters on a 16-bit base), else the adapters' own storages; the weight is baddbmm(W, B, A,
-      alpha=scaling), which keeps both factors (the copies are activations; the adapters' storages are not);
-    - experts = 1, the router (_LoraParameterProxy): get_delta_weight is Linear.get_delta_weight's
-      (B @ A) * scaling, in fp32 on the CPU for 16-bit adapters (A.float() and B.float(): copies the matmul
-      keeps), cast back to the adapters' dtype, then to W's (.to(param.dtype)); the weight is W + delta;
-    - torch's register_parametrization (unsafe=False) evaluates the parametrization once to check its shape
-      and dtype: a temporary the size of W, dropped at once;
-    - the module's forward reads the parameter inside parametrize.cached(): computed once there.
-    build=False returns a function that computes the weight (read later in the forward pass) after the rest.
-    """
-    rank, adapter_elem = lora
-    e, n = tr.e, experts * d_out * d_in
-    if experts > 1:
-        factors = []
-        if adapter_elem != e:
-            for numel, what in ((experts * d_out * rank, "B"), (experts * rank * d_in, "A")):
-                copy = tr.new(numel, e, True)
-                tr.save(copy, f"{name} LoRA {what} cast to the weights' dtype (baddbmm input)")
-                factors.append(copy)
-        tr.tmp(n, e, *factors)  # register_parametrization's check
-
-        def weight():
-            out = tr.new(n, e, True)  # baddbmm(W, lhs, rhs)
-            tr.use(*factors)
-            return out
-    else:
-        low = tr.device == "cpu" and adapter_elem == 2  # Linear.get_delta_weight's cast_to_fp32
-        factors = ()
-        if low:
-            factors = (tr.new(rank * d_in, 4, True), tr.new(d_out * rank, 4, True))
-            tr.save(factors[0], f"{name} LoRA A in fp32 (CPU delta weight)")
-            tr.save(factors[1], f"{name} LoRA B in fp32 (CPU delta weight)")
-        elem = 4 if low else adapter_elem
-        delta = tr.new(n, elem, True)  # B @ A
-        tr.use(*factors)
-        delta = tr.tmp(n, elem, delta)  # * scaling
-        delta.grad = True
-        for cast in (adapter_elem, e):  # back to the adapters' dtype, then W's: no-ops where it already is
-            if delta.elem != cast:
-                delta = tr.tmp(n, cast, delta)
-                delta.grad = True
-        tr.tmp(n, e, delta)  # register_parametrization's check
-
-        def weight():
-            out = tr.new(n, e, True)  # W + delta
-            tr.use(delta)
-            return out
-    return weight() if build else weight
-
-
-def _moe(tr: Trace, shape: ModelShape, x: Tensor, trainable: bool, lora):
-    """The sparse MoE block as transformers 5.24 runs it by default (experts_implementation "grouped_mm",
-    integrations/moe.py's grouped_mm_experts_forward), on the normalized input x (t x h).
-
-    Router (Mixtral/Qwen2-MoE/Qwen3-MoE TopKRouter): logits = x W^T keeps x; softmax in fp32 keeps its
-    output (t x E); topk keeps its int64 indices (t x k); renormalizing the top-k weights in place
-    (Mixtral always, Qwen when norm_topk_prob) keeps the sum and a copy of the weights before the
-    division; Qwen casts the weights back to the model dtype, Mixtral keeps them in fp32.
-    Experts, S = t x k rows, one per (token, chosen expert): the gather x[perm // k] keeps its int64
-    indices; the weights' gather keeps the sort permutation; grouped_mm keeps its input (S x h, then
-    S x I) when the expert weights train, and the int32 offsets; SiLU(gate) * up keeps the S x 2I
-    gate_up output and the S x I SiLU output; the routing-weight product keeps the S x h down output
-    and the weights (the product takes the wider dtype); the unsort keeps its int64 inverse permutation.
-    Qwen2-MoE's shared expert (a SwiGLU MLP on x) and its sigmoid gate (keeps the t x 1 sigmoid output
-    and the shared output) add to it. LoRA on the router or the experts (peft's ParamWrapper, _wrapped_weight):
-    the router's F.linear and the grouped_mm read W + BA, which requires grad, so they keep their input and,
-    when the input needs a gradient, that weight (measured: validation/moe_lora.py, every case held out).
-    Where torch's grouped_mm cannot run (CUDA below sm80, CPU torch <=
-    2.10 with unaligned weights) transformers falls back to its own op, which keeps the input even for
-    frozen experts: assumed not to happen (measured on the CPU with torch 2.13).
-    """
-    t, e = tr.t, tr.e
-    h = shape.hidden_size
-    n_exp, top, width = shape.n_experts, shape.experts_per_tok, shape.expert_intermediate_size
-    rows = t * top
-    shared = None
-    if shape.shared_expert_intermediate_size:  # Qwen2MoeSparseMoeBlock runs the shared expert first
-        si = shape.shared_expert_intermediate_size
-        gate = tr.linear(x, t * si, trainable, lora("gate_proj"), "shared_expert.gate_proj")
-        up = tr.linear(x, t * si, trainable, lora("up_proj"), "shared_expert.up_proj")
-        prod = tr.silu_times(gate, up, "shared expert SwiGLU")
-        shared = tr.linear(prod, t * h, trainable, lora("down_proj"), "shared_expert.down_proj")
-    router_lora = lora("gate.weight")
-    if router_lora is None:
-        logits = tr.linear(x, t * n_exp, trainable, None, "router")
-    else:  # peft's ParamWrapper: F.linear(x, W + delta) with the sum a tensor that requires grad
-        weight = _wrapped_weight(tr, router_lora, 1, n_exp, h, "router")
-        logits = tr.new(t * n_exp, e, True)
-        tr.use(x, weight)
-        tr.save(x, "router input")
-        if x.grad:
-            tr.save(weight, "router weight W + BA (peft ParamWrapper)")
-    grad = logits.grad
-    logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # .float() / softmax(dtype=float)
-    probs = tr.new(t * n_exp, 4, grad)
-    tr.use(logits32)
-    if grad:
-        tr.save(probs, "router softmax output (fp32)")
-    values = tr.new(rows, 4, grad)
-    indices = tr.new(rows, INT64)
-    tr.use(probs)
-    if grad:
-        tr.save(indices, "router top-k indices (int64)")
-    if shape.norm_topk_prob:  # router_top_value /= router_top_value.sum(dim=-1, keepdim=True), in place
-        total = tr.new(t, 4, grad)
-        before = tr.new(rows, 4)  # autograd's copy of the divided tensor before the in-place division
-        tr.use(values)
-        if grad:
-            tr.save(total, "router top-k sum (fp32)")
-            tr.save(before, "router top-k weights before the in-place division (fp32)")
-    weight_elem = 4
-    if not shape.architecture.routing_weights_fp32 and e != 4:  # router_top_value.to(router_logits.dtype)
-        values = tr.new(rows, e, grad)
-        tr.use(values)
-        weight_elem = e
-    experts_lora = lora("experts.gate_up_proj")  # "experts" adapts gate_up_proj and down_proj together
-    if experts_lora is not None:
-        # peft nests two ParamWrappers: down_proj's outside, gate_up_proj's inside; each prepares its factors and
-        # registers its parametrization (with its check) before the experts' forward runs. gate_up_proj's
-        # rank is 2r per expert (peft's rank_pattern for the fused gate and up), down_proj's r.
-        rank, adapter_elem = experts_lora
-        down_pre = _wrapped_weight(tr, experts_lora, n_exp, h, width, "experts down_proj", build=False)
-        gate_up_pre = _wrapped_weight(tr, (2 * rank, adapter_elem), n_exp, 2 * width, h, "experts gate_up_proj",
-                                      build=False)
-    weights_grad = trainable or experts_lora is not None  # the weights grouped_mm reads require grad
-    # grouped_mm_experts_forward: sort by expert, gather, two grouped matmuls, weight, unsort, sum over k.
-    token_index = tr.new(rows, INT64)  # perm // top_k
-    selected = tr.new(rows * h, e, x.grad)
-    tr.use(x, token_index)
-    if x.grad:
-        tr.save(token_index, "expert token indices (int64)")
-    perm = tr.new(rows, INT64)
-    weights = tr.new(rows, weight_elem, grad)
-    tr.use(values, perm)
-    if grad:
-        tr.save(perm, "expert sort permutation (int64)")
-    offsets = tr.new(n_exp, 4)  # cumsum(histc(...), dtype=int32)
-    gate_up_weight = None
-    if experts_lora is not None:  # self.gate_up_proj: the parametrization, computed and cached at first read
-        gate_up_weight = gate_up_pre()
-    if weights_grad:
-        tr.save(selected, "experts gate_up input (S x h)")
-    if selected.grad or weights_grad:
-        tr.save(offsets, "grouped_mm offsets (int32)")
-    if gate_up_weight is not None and selected.grad:  # grouped_mm keeps the weight for its input's gradient
-        tr.save(gate_up_weight, "experts gate_up_proj W + BA (peft ParamWrapper)")
-    gate_up = tr.new(rows * 2 * width, e, selected.grad or weights_grad)
-    tr.use(selected, offsets, gate_up_weight)
-    gate, up = (Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
-    prod = tr.silu_times(gate, up, "experts SwiGLU")
-    down_weight = None
-    if experts_lora is not None:  # self.down_proj, read after the gate
-        down_weight = down_pre()
-    if weights_grad:
-        tr.save(prod, "experts down input (S x I)")
-    if down_weight is not None and prod.grad:
-        tr.save(down_weight, "experts down_proj W + BA (peft ParamWrapper)")
-    down = tr.new(rows * h, e, prod.grad or weights_grad)
-    tr.use(prod, offsets, down_weight)
-    out_elem = max(e, weight_elem)
-    weighted = tr.new(rows * h, out_elem, down.grad or weights.grad)
-    tr.use(down, weights)
-    if weights.grad:
-        tr.save(down, "experts output (S x h)")
-    if down.grad:
-        tr.save(weights, "routing weights, sorted")
-    inverse = tr.new(rows, INT64)
-    unsorted = tr.new(rows * h, out_elem, weighted.grad)
-    tr.use(weighted, inverse)
-    if weighted.grad:
-        tr.save(inverse, "expert inverse permutation (int64)")
-    out = tr.new(t * h, out_elem, unsorted.grad)  # .view(t, k, h).sum(dim=1)
-    tr.use(unsorted)
-    if out_elem != e:
-        out = tr.tmp(t * h, e, out)  # .to(hidden_states.dtype)
-        out.grad = unsorted.grad
-    tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
-    if shared is None:
-        return out
-    gate_logit = tr.linear(x, t, trainable, lora("shared_expert_gate"), "shared_expert_gate")
-    sig = tr.new(t, e, gate_logit.grad)
-    tr.use(gate_logit)
-    if gate_logit.grad:
-        tr.save(sig, "shared expert gate sigmoid output")
-    if sig.grad:
-        tr.save(shared, "shared expert output")
-    if shared.grad:
-        tr.save(sig, "shared expert gate sigmoid output")
-    gated = tr.new(t * h, e, sig.grad or shared.grad)
-    tr.use(sig, shared)
-    return tr.add(out, gated)
-
-
-def _olmo2_rotary(tr: Trace, x: Tensor, tables):
-    """Olmo2RotaryEmbedding returns cos and sin in fp32 (no cast to the model dtype): q * cos runs in fp32
-    and apply_rotary_pos_emb casts the result back. The fp32 tables, one pair per trace, are what is saved.
-    Found when the first held-out OLMo 2 cases in bf16 measured 4,096 B more than the bf16 tables."""
-    fp32 = getattr(tr, "_olmo2_tables", None)
-    if fp32 is None:
-        fp32 = tuple(tr.new(t.numel, 4, shared=t.storage.shared, existing=t.storage.existing) for t in tables)
-        tr._olmo2_tables = fp32
-    if x.grad:
-        tr.save(fp32[0], "rotary cos table (fp32)")
-        tr.save(fp32[1], "rotary sin table (fp32)")
-    times_cos = tr.tmp(x.numel, 4, x, fp32[0])  # promoted to fp32
-    rotated = tr.tmp(x.numel, tr.e, x)  # rotate_half, in the model dtype
-    times_sin = tr.tmp(x.numel, 4, rotated, fp32[1])
-    summed = tr.new(x.numel, 4, x.grad)
-    tr.use(times_cos, times_sin)
-    if tr.e == 4:
-        return summed
-    out = tr.new(x.numel, tr.e, x.grad)  # q_embed.to(q_type)
-    tr.use(summed)
-    return out
-
-
-def _embeddings(tr: Trace, shape: ModelShape, setup: _Setup, *, dropout, input_grad_hook):
-    """The embedding layer's forward pass; returns the first block's input."""
-    t, s, h = tr.t, tr.s, _dims(shape)["h"]
-    ids = tr.new(t, INT64, batch=True)  # the batch's token ids
-    trains = setup.embeddings
-    if shape.family == "gpt2":
-        x = tr.embedding(ids, t * h, trains, "wte")
-        x.grad = x.grad or input_grad_hook
-        x = tr.add(x, tr.embedding(tr.new(s, INT64), t * h, trains, "wpe position"))
-        return tr.dropout(x, dropout, "embedding")
-    if shape.family == "llama":
-        record = shape.architecture
-        x = tr.embedding(ids, t * h, trains, record.embedding)
-        if record.scaled_embedding:  # GemmaTextScaledWordEmbedding: * embed_scale, a buffer (0-d, model dtype)
-            x = tr.tmp(t * h, tr.e, x)
-            x.grad = trains
-        x.grad = x.grad or input_grad_hook
-        if record.embedding_dropout:  # GPTNeoXModel.emb_dropout (hidden_dropout)
-            return tr.dropout(x, dropout, "embedding")
-        return x
-    x = tr.embedding(ids, t * h, trains, "word_embeddings")
-    x.grad = x.grad or input_grad_hook
-    if shape.architecture.classifier == "classification_head":
-        # RobertaEmbeddings: position ids from the token ids (cumsum of ids != padding_idx, one per token,
-        # new int64) and the token-type buffer gathered at them (b x s, new): each saved by its embedding.
-        positions = tr.new(t, INT64)
-        x = tr.add(x, tr.embedding(tr.new(t, INT64), t * h, trains, "token_type"))
-        x = tr.add(x, tr.embedding(positions, t * h, trains, "position"))
-        return tr.dropout(tr.layer_norm(x, trains, "embeddings LayerNorm"), dropout, "embedding")
-    x = tr.add(x, tr.embedding(tr.new(s, INT64), t * h, trains, "token_type"))  # gathered from a buffer: new
-    x = tr.add(x, tr.embedding(tr.new(s, INT64, existing=True), t * h, trains, "position"))  # a buffer slice
-    return tr.dropout(tr.layer_norm(x, trains, "embeddings LayerNorm"), dropout, "embedding")
-
-
-def _head_and_loss(tr: Trace, shape: ModelShape, x: Tensor, setup: _Setup, *, dropout):
-    """Final norm, head and loss; the loss's own tensors go to the region "loss"."""
-    t, dm = tr.t, _dims(shape)
-    if shape.family == "bert":
-        first_token = Tensor(tr.b * dm["h"], tr.e, x.grad, x.storage)  # hidden[:, 0] keeps the whole storage
-        if shape.architecture.classifier == "classification_head" and dm["labels"]:
-            # RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on features[:, 0, :]
-            # (no pooler); without dropout dense keeps the view, so the whole last hidden state.
-            x0 = tr.dropout(first_token, dropout, "classifier input")
-            act = tr.tanh(tr.linear(x0, tr.b * dm["h"], setup.head, None, "classifier.dense"), "classifier")
-            act = tr.dropout(act, dropout, "classifier")
-            logits = tr.linear(act, tr.b * dm["labels"], setup.head, None, "classifier.out_proj")
-        else:
-            pooled = tr.tanh(tr.linear(first_token, tr.b * dm["h"], setup.head, None, "pooler dense"), "pooler")
-            pooled = tr.dropout(pooled, dropout, "classifier")
-            logits = tr.linear(pooled, tr.b * dm["labels"], setup.head, None, "classifier")
-        tr.region = "loss"
-        if logits.grad:  # CrossEntropyLoss in the logits' dtype
-            log_softmax = tr.new(tr.b * dm["labels"], tr.e)
-            tr.use(logits)
-            tr.save(log_softmax, "log-softmax output")
-            tr.save(tr.new(tr.b, INT64, batch=True), "labels (int64)")
-            tr.save(tr.new(1, tr.e), "loss total weight")
-        return
-    final_norm = shape.architecture.final_norm
-    if final_norm == "layer":  # GPT-2's ln_f, GPT-NeoX's final_layer_norm
-        hidden = tr.layer_norm(x, setup.final_norm, "final norm")
-    else:  # OLMo 2's final norm is an Olmo2RMSNorm too (fp32 weight), Gemma's a GemmaRMSNorm (1 + w)
-        hidden = tr.rms_norm(x, setup.final_norm, "final norm", weight_fp32=final_norm == "rms_fp32_weight",
-                             plus_one=dm["h"] if final_norm == "rms_plus_one" else None)
-    logits = tr.linear(hidden, t * dm["V"], setup.head, None, "lm_head")
-    if shape.final_softcap and logits.grad:  # Gemma 2/3: logits / cap, tanh (keeps its output), * cap
-        scaled = tr.tmp(t * dm["V"], tr.e, logits)
-        capped = tr.new(t * dm["V"], tr.e, True)
-        tr.use(scaled)
-        tr.save(capped, "final logit softcapping tanh output")
-        logits = tr.new(t * dm["V"], tr.e, True)
-        tr.use(capped)
-    tr.region = "loss"
-    if logits.grad:  # ForCausalLMLoss: logits.float(), cross_entropy over the vocabulary
-        logits32 = logits if tr.e == 4 else tr.tmp(t * dm["V"], 4, logits)
-        log_softmax = tr.new(t * dm["V"], 4)
-        tr.use(logits32, logits)  # the caller still holds the logits while the loss is computed
-        tr.save(log_softmax, "log-softmax output (fp32)")
-        # pad(labels, (0, 1))[..., 1:].contiguous(): at b = 1 the slice is already contiguous and keeps
-        # the padded storage, one label longer.
-        tr.save(tr.new(t + (tr.b == 1), INT64), "shifted labels (int64)")
-        tr.save(tr.new(1, 4), "loss total weight")
 
 
 def _setup(shape: ModelShape, method, recipe):
@@ -687,7 +155,7 @@ def _setup(shape: ModelShape, method, recipe):
         return _Setup(method.train_embeddings, method.train_final_norm, method.head_trains(shape), frozenset(), None)
     if isinstance(method, LoRA):
         if method.dropout and recipe.name == "amp":
-            # AmpTrace.linear casts the adapters' input for autocast's bf16 matmuls without peft's dropout.
+            # the autocast trace casts the adapters' input for autocast's bf16 matmuls without peft's dropout.
             raise validate.FieldError("LoRA dropout", f"activations='transformers' models LoRA dropout "
                                       f"({method.dropout:g}) in a forward pass in the weights' own format, not under "
                                       "AMP's autocast (use activations='textbook')")
@@ -817,16 +285,15 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
               past=None, padded=False, packed=False) -> ActivationParts:
     """activation_parts for sequence lengths on one side of the sliding window (past: which side, for a sweep
     across it; None: read from seq_len)."""
-    if shape.family not in FAMILIES:
+    if shape.architecture is None:  # the uniform family: layers without tensors
         raise validate.FieldError("activations", f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
     _check_layout(shape, seq_len)
     _check_attention(shape, attention)
     trace_class = Trace
+    record = shape.architecture
     if recipe.name == "amp":  # fp32 weights, the forward under torch.autocast(bfloat16): memmath/amp_trace.py
-        from .amp_trace import AmpTrace, amp_refusal
-
-        trace_class = partial(AmpTrace, causal_mask=shape.family != "bert")
+        trace_class = partial(Trace, autocast=AUTOCAST_BYTES, causal_mask=record.causal)
         refusal = amp_refusal(method, _attention_kind(attention, device, dropout), shape)
         if refusal:
             raise validate.FieldError("activations", f"activations='transformers' {refusal} (use activations='textbook')")
@@ -835,7 +302,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
                          f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
                          "(use activations='textbook')")
     setup = _setup(shape, method, recipe)
-    e, dm = recipe.weight_bits // 8, _dims(shape)
+    e, dm = recipe.weight_bits // 8, dims(shape)
     b, s, h = batch_size, seq_len, dm["h"]
     kind = _attention_kind(attention, device, dropout)
     is_lora = isinstance(method, (LoRA, Adapters))  # a frozen base with trainable adapters
@@ -851,7 +318,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     lora_dropout = bool(getattr(method, "dropout", 0.0)) if isinstance(method, LoRA) else False  # peft's lora_dropout
     # use_cache: a DynamicCache in the forward pass, which transformers turns off under gradient checkpointing
     # (GradientCheckpointingLayer and merge_with_config_defaults, modeling_layers.py:96-103, utils/generic.py:1134-1146).
-    cache = shape.family != "bert" and shape.use_cache and not checkpointing
+    cache = record.causal and shape.use_cache and not checkpointing
 
     def new_trace():
         return trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base, lora_dropout=lora_dropout)
@@ -867,14 +334,15 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     def block(tr, region, x, trains, tables, mask=False):
         tr.region = region
         tr.sdpa_mask = mask
-        out = _block(tr, shape, x, trains and not is_lora, setup, kind=kind, dropout=dropout, tables=tables,
-                     cache=cache)
+        step = Pass(kind=kind, dropout=dropout, tables=tables, cache=cache, lora_modules=setup.lora_modules,
+                    lora=setup.lora, houlsby=setup.houlsby)
+        out = record.trace_block(tr, shape, x, trains and not is_lora, step)
         tr.region = "outside"
         return out
 
     # Outside the blocks, before them: the embeddings (with transformers' input-grad hook under checkpointing).
     emb = new_trace()
-    x = _embeddings(emb, shape, setup, dropout=dropout, input_grad_hook=checkpointing)
+    x = record.trace_embeddings(emb, shape, setup.embeddings, dropout=dropout, input_grad_hook=checkpointing)
     embeddings, terms = emb.bytes_in("outside"), list(emb.terms("outside"))
     inputs_embeds = x  # the decoders' forward keeps it as a local to the end (below: held unless saved anyway)
 
@@ -886,7 +354,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     if checkpointing:
         tr.region = "block"
         tr.save(x, "block input (checkpoint)")
-        if shape.family == "gpt2" and attention == "eager":
+        if record.mask_is_checkpoint_input and attention == "eager":
             tr.save(tr.new(b * s * s, e, shared=True), "4-D attention mask (checkpoint input, one for all blocks)")
         per_layer, layers_storing = tr.bytes_in("block"), n_layers  # every block, frozen ones too
         terms += tr.terms("block", "each block")
@@ -968,7 +436,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     heads = {}
     for grad in (True, False):
         hl = new_trace()
-        _head_and_loss(hl, shape, hl.new(b * s * h, e, grad), setup, dropout=dropout)
+        record.trace_head(hl, shape, hl.new(b * s * h, e, grad), final_norm_trains=setup.final_norm,
+                          head_trains=setup.head, dropout=dropout)
         heads[grad] = hl
     head = pick(blocks_store, heads[True].bytes_in("outside"), heads[False].bytes_in("outside"))
     loss = pick(blocks_store, heads[True].bytes_in("loss"), heads[False].bytes_in("loss"))
@@ -981,7 +450,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     x_in.storage.kept = checkpointing  # a checkpointed block's input is what it keeps
     shared = (live.new(rope_rows * dm["rd"], e, existing=True), live.new(rope_rows * dm["rd"], e, existing=True))
     _hold_masks(live, masks)  # the model's masks, built before the first block, live to the end of the forward
-    if shape.family != "bert" and not inputs_embeds.storage.kept:
+    if record.causal and not inputs_embeds.storage.kept:
         # The decoders' base model keeps `inputs_embeds` (the embedding output, which the masks are built from) as
         # a local until its forward returns (modeling_llama.py, modeling_gpt2.py, ...); found measuring Phi-3 with
         # fp32 LoRA adapters, whose forward peak (in the last block's MLP) missed it.
@@ -990,7 +459,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     # Under checkpointing, backward runs each block's forward again, saving this time.
     again = trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base, lora_dropout=lora_dropout)
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
-    if shape.family != "gpt2":
+    if not record.mask_is_checkpoint_input:
         # The masks reach each block as keyword arguments: GradientCheckpointingLayer's partial(forward, **kwargs)
         # (modeling_layers.py) holds them for the recomputation (GPT-2's eager mask is a checkpoint input, saved).
         _hold_masks(again, masks)
@@ -1026,14 +495,12 @@ def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | 
     """None when this model replays `shape` trained with `method` in `recipe` (and `attention`, when
     given); else why not, in words."""
     try:
-        if shape.family not in FAMILIES:
+        if shape.architecture is None:
             return f"knows the gpt2, llama and bert families, not {shape.family}"
         _check_layout(shape, seq_len)
         if attention is not None:
             _check_attention(shape, attention)
         if recipe.name == "amp":  # fp32 weights under autocast: memmath/amp_trace.py
-            from .amp_trace import amp_refusal
-
             if amp_refusal(method, shape=shape):
                 return amp_refusal(method, shape=shape)
             if attention not in (None, "eager"):
@@ -1077,7 +544,7 @@ def _check_layout(shape: ModelShape, seq_len):
         raise validate.FieldError("activations", f"activations='transformers' replays {traced or 'no'}"
                          f" models; model_type {arch!r} is not traced yet (use activations='textbook')")
     acts = shape.architecture.traced_activations
-    if shape.family == "llama" and shape.hidden_act not in acts:
+    if acts and shape.hidden_act not in acts:
         raise validate.FieldError("activations", f"activations='transformers' models hidden_act {' or '.join(repr(a) for a in acts if a)} for "
                          f"{arch or 'llama'}; got {shape.hidden_act!r} (use activations='textbook')")
     # Sliding windows at any length: the masks transformers builds are traced (_sdpa_masked_blocks, _forward_masks).
@@ -1095,10 +562,10 @@ def _check_layout(shape: ModelShape, seq_len):
 
 def _masks_built(shape: ModelShape) -> tuple:
     """The windows of the masks the forward builds: None the causal mask, w a sliding-window one over w tokens."""
-    if shape.family == "bert":  # create_bidirectional_mask skips it without padding (no mask at all)
+    record = shape.architecture
+    if not record.causal:  # create_bidirectional_mask skips it without padding (no mask at all)
         return ()
     windows = set(shape.attention_windows)
-    record = shape.architecture
     if record.both_masks_always:
         window = shape.sliding_window
         if window is None and record.window_zero_without_sliding:
@@ -1170,8 +637,6 @@ def _past_window(shape: ModelShape, seq_len, kind):
 
 def _pick_parts(over, above: ActivationParts, below: ActivationParts) -> ActivationParts:
     """Each point of a sweep from the trace of its side of the sliding window (pick elementwise)."""
-    from dataclasses import fields
-
     def merged_terms(x, y):
         rows: dict = {}
         for where, what, n in x:

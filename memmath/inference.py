@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from .arrays import any_true, is_ndarray, np
 
-from . import validate
+from . import architectures, validate
 from .activations import ATTENTION_KINDS
 from .checkpoints import (StoredFormat, compute_bits, get_weights_name, serving_format, stored_layout,
                           stored_weight_bytes)
@@ -50,10 +50,8 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_
         validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
             shape, context_len=validate.largest(context_len), batch_size=validate.largest(batch_size),
             kv_format=kv_format, after_prefill=after_prefill))
-    tokens = 0
-    for window in shape.attention_windows:
-        tokens = tokens + (context_len if window is None or after_prefill else _smaller(context_len, window))
-    values = 2 * shape.n_kv_heads * shape.head_dim * tokens * batch_size
+    values = architectures.kv_cache_values(shape, context_len=context_len, batch_size=batch_size,
+                                           after_prefill=after_prefill)
     return validate.ceil_div(values * bits, 8)
 
 
@@ -227,7 +225,8 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
     differently (measured the same way, validation/inference_working_set.py --new, within 1%; these
     terms were fitted to those measurements): GPT-NeoX's narrower rotary tables, fused qkv output and
     2I GELU MLP; Gemma 2/3 (and Qwen2-MoE) build a sliding-window mask beside the causal one (eager;
-    Qwen2-MoE also a bool s x s mask under SDPA); the MoE block, see _moe_phase.
+    Qwen2-MoE also a bool s x s mask under SDPA); the MoE block, see architectures/_moe.prefill_phase. Each
+    model type's phases are its record's prefill_phases (memmath/architectures/).
 
     Other families (BERT, uniform) get the plain estimate e*s*b*(2h + widest intermediate) +
     (eager) 2*e*a*s^2*b + 4*b*V. Serving engines that fuse kernels or prefill in chunks keep less.
@@ -250,68 +249,14 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
     inner = shape.intermediate_size or 4 * h
     eager = attention == "eager"
     sbe = s * b * e
-    mask = e * b * s * s if eager else 0  # eager's causal mask, built once and held all pass
-    if shape.family == "gpt2":
-        outside = sbe * h + e * s * h + mask  # token embeddings per sequence, positions shared by the batch
-        attn = sbe * 5 * h + (2 * e * a * b * s * s if eager else sbe * a * d)  # block input, normed, qkv
-        # gelu_new: input, 0.5 * x and two tanh-formula temporaries; eager's returned probabilities stay alive.
-        mlp = sbe * (4 * h + 4 * inner) + (e * a * b * s * s if eager else 0)
-    elif shape.family == "llama":
-        outside = sbe * h + 2 * e * s * d + mask  # token embeddings; rotary cos and sin shared by the batch
-        if eager:
-            repeated = 2 * a * d if shape.n_kv_heads < a else 0  # repeat_kv copies k and v to every head
-            fp32_copy = 4 if e != 4 else 0  # softmax(dtype=float32) copies a 16-bit input first
-            attn = sbe * (2 * h + a * d + repeated) + (e + 4 + fp32_copy) * a * b * s * s
-        else:
-            attn = sbe * (2 * h + 2 * a * d)  # q and the attention output
-        mlp = sbe * (3 * h + 3 * inner)  # SwiGLU: act(gate), up, their product
-        record = shape.architecture
-        if record.block == "gpt_neox":
-            # GPT-NeoX (validation/inference_working_set.py --new): rotary tables rotary_dim wide; eager keeps the
-            # fused qkv output (3h) and the rotated q; the MLP phase holds the input, the attention output (the
-            # parallel residual adds it last), the LayerNorm output, and the GELU's input and output (2I).
-            outside = sbe * h + 2 * e * s * (shape.rotary_dim or d) + mask
-            fp32_copy = 4 if e != 4 else 0
-            attn = (sbe * (5 * h + a * d) + (e + 4 + fp32_copy) * a * b * s * s if eager
-                    else sbe * (5 * h + 2 * a * d))
-            mlp = sbe * (3 * h + 2 * inner)
-        if eager and record.eager_sliding_mask:
-            outside = outside + mask  # the sliding-window mask beside the causal one (both always built)
-        if not eager and record.sdpa_sliding_mask:
-            # Qwen2MoeConfig saves sliding_window 0 without use_sliding_window: its sliding mask is never
-            # skipped under SDPA, a (1, 1, s, s) bool tensor (measured).
-            outside = outside + s * s
-        if shape.n_experts:
-            mlp = _moe_phase(shape, s, b, e)
-    else:
+    record = shape.architecture
+    if record is None or record.prefill_phases is None:
         qkv = (a + 2 * shape.n_kv_heads) * d
         widest = _larger(qkv, 2 * inner)
         return sbe * (2 * h + widest) + (2 * e * a * s * s * b if eager else 0) + 4 * b * (shape.vocab_size or 0)
+    outside, attn, mlp = record.prefill_phases(shape, s, b, e, eager)
     head = 2 * sbe * h + 4 * b * (shape.vocab_size or 0)
     return outside + _larger(_larger(attn, mlp), head)
-
-
-def _moe_phase(shape: ModelShape, s, b, e):
-    """The MoE block's prefill peak (transformers' grouped_mm experts; measured with
-    validation/inference_working_set.py --new): the block input, residual and normed input (3h per
-    token) and the router's logits, top-k weights and indices, then S = t x k rows: the larger of the
-    SwiGLU moment (gathered input S x h, gate_up S x 2I, SiLU and product S x I) and the unsort moment
-    (gathered input, down output, the weighted rows and their unsorted copy, in the routing weights'
-    dtype when wider: Mixtral keeps them fp32); Qwen2-MoE's shared expert output is alive throughout."""
-    t, h = s * b, shape.hidden_size
-    n_exp, rows, width = shape.n_experts, s * b * shape.experts_per_tok, shape.expert_intermediate_size
-    w = 4 if shape.architecture.routing_weights_fp32 else e  # Qwen casts the routing weights to the model dtype
-    wide = max(w, e)
-    # residuals and normed input, logits, top-k weights and int64 indices, the sort's ids and permutation,
-    # the sorted weights, histc's fp32 input, histc and offsets
-    common = e * t * 3 * h + e * t * n_exp + 8 * rows + w * rows + 16 * rows + w * rows + 4 * rows + 8 * n_exp
-    swiglu = common + e * rows * h + e * rows * 4 * width
-    unsort = common + 2 * e * rows * h + 2 * wide * rows * h + 8 * rows
-    phase = _larger(swiglu, unsort)
-    si = shape.shared_expert_intermediate_size
-    if si:  # the shared expert runs first (SwiGLU over every token), then its output waits for the experts
-        phase = _larger(phase + e * t * h, e * t * (3 * h + 3 * si))
-    return phase
 
 
 def _larger(x, y):

@@ -8,13 +8,16 @@ Dimensions may be numpy arrays where a sweep needs them (the parameter count of 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field, replace
 
 from .arrays import any_true, is_ndarray, is_numpy_str, np
 
 from . import validate
+from .architectures import of
+from .units import parse_count
+from .architectures._parts import LoraAdapter, ParamTensor
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,50 +52,6 @@ class _AllTargets(tuple):
     def __hash__(self):
         return hash(("all-linear",) + tuple(self))
 LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
-@dataclass(frozen=True)
-class ParamTensor:
-    """One parameter tensor: its path key, the component it belongs to, its shape.
-
-    linear: a weight matrix of a linear layer (what bitsandbytes quantizes to 4 bit in QLoRA).
-    """
-
-    name: str
-    component: str
-    shape: tuple
-    linear: bool = False
-
-    @property
-    def numel(self):
-        """Number of elements: the product of the shape."""
-        result = 1
-        for dim in self.shape:
-            result = result * dim
-        return result
-
-    @property
-    def factored_size(self):
-        """Adafactor's second-moment size: rows + cols for a matrix, numel for a vector (Shazeer & Stern 2018)."""
-        if len(self.shape) == 2:
-            return self.shape[0] + self.shape[1]
-        return self.numel
-
-
-class LoraAdapter(NamedTuple):
-    """One tensor a block adapts with LoRA: peft adds A, (rank_factor * r) x d_in, and B, d_out x (rank_factor * r).
-
-    rank_factor is 1 for a linear layer and for the router's 2-D weight. A routed experts' 3-D tensor (peft 0.21's
-    ParamWrapper, peft/tuners/lora/layer.py) gets A = nn.Linear(d_in, r * num_experts) and B = nn.Linear(r *
-    num_experts, d_out), one rank-r pair per expert: rank_factor = num_experts, and 2 * num_experts for
-    gate_up_proj, whose rank peft doubles because the gate and up matrices are fused there (the rank_pattern of
-    utils/transformers_weight_conversion.py: r * 2 for the fused w1 + w3 or gate_proj + up_proj).
-    """
-
-    module: str
-    d_in: object
-    d_out: object
-    rank_factor: object = 1
 
 
 @dataclass(frozen=True)
@@ -163,8 +122,6 @@ class ModelShape:
     @property
     def architecture(self):
         """The record of this model's type (memmath/architectures/), or its family's own; None when uniform."""
-        from .architectures import of
-
         return of(self)
 
     @property
@@ -183,7 +140,8 @@ class ModelShape:
             raise ValueError(f"group must be one of {', '.join(GROUPS)}; got {validate.describe(group)}")
         if group == "vision":  # the vision tower and projector, every block listed (none in a text model)
             return [] if self.vision is None else self.vision.tensors()
-        return _TENSOR_BUILDERS[self.family](self, group)
+        record = self.architecture
+        return _uniform_tensors(self, group) if record is None else record.tensors(self, group)
 
     def group_params(self, group: str):
         """Parameters in one group (for 'layer': in one block)."""
@@ -266,7 +224,7 @@ class ModelShape:
         """
         targets = lora_targets(targets)
         record = self.architecture
-        table = {} if record is None else (record.lora_modules or _decoder_lora_table)(self)
+        table = {} if record is None else record.lora_modules(self)
         every = set(targets) == set(LORA_TARGETS)  # every name: what exists in this family
         skipped = record.not_all_linear if record is not None and isinstance(targets, _AllTargets) else ()
         chosen: dict[str, LoraAdapter] = {}
@@ -282,7 +240,7 @@ class ModelShape:
                     f"allowed: {available or 'none'}")
             for module, *dims in (entry if isinstance(entry, list) else [entry]):
                 chosen[module] = LoraAdapter(module, *dims)
-        order = _lora_order(self, record)
+        order = () if record is None else record.adapter_order(self)
         return sorted(chosen.values(), key=lambda a: order.index(a.module) if a.module in order else len(order))
 
     def with_changes(self, **changes) -> "ModelShape":
@@ -339,8 +297,9 @@ class ModelShape:
             self._check_heads()
 
     def _check_transformer(self):
+        record = self.architecture
         required = ["hidden_size", "n_heads", "intermediate_size", "vocab_size"]
-        if self.family in ("gpt2", "bert"):
+        if not record.rotary:  # learned position embeddings (GPT-2, BERT): max_positions rows
             required.append("max_positions")
         for name in required:
             if getattr(self, name) is None:
@@ -356,11 +315,11 @@ class ModelShape:
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         self._check_heads()
-        if self.family != "llama" and (self.attention_bias or self.mlp_bias):
+        if not record.rotary and (self.attention_bias or self.mlp_bias):
             raise ValueError("attention_bias and mlp_bias are LLaMA options; GPT-2 and BERT always have biases")
-        if self.family != "bert" and (self.type_vocab_size or self.num_labels):
+        if record.causal and (self.type_vocab_size or self.num_labels):
             raise ValueError("type_vocab_size and num_labels apply to BERT models only")
-        if self.family == "bert" and self.tied_embeddings:
+        if not record.causal and self.tied_embeddings:
             raise ValueError("tied_embeddings does not apply to BERT here: its pooler/classifier head has no vocabulary matrix")
         if any_true(self.n_params > validate.MAX_PARAMS):
             raise ValueError(f"the shape has {_describe_count(self.n_params)} parameters; at most "
@@ -395,7 +354,7 @@ class ModelShape:
         decoder_options = (self.qkv_bias or self.qk_norm or self.norm_layout != "pre" or self.layer_norm
                            or self.fused_qkv or not self.gated_mlp or self.fused_gate_up or self.n_experts
                            or self.attn_softcap or self.final_softcap or self.rotary_dim or self.parallel_residual)
-        if decoder_options and self.family != "llama":
+        if decoder_options and not getattr(self.architecture, "rotary", False):
             raise ValueError("qkv_bias, qk_norm, norm_layout, layer_norm, fused_qkv, gated_mlp, fused_gate_up, "
                              "n_experts, softcapping, rotary_dim and parallel_residual describe rotary decoders "
                              "(family 'llama'); got a "
@@ -456,7 +415,8 @@ class ModelShape:
         kv = self.n_kv_heads
         if kv > a or a % kv:
             raise ValueError(f"n_kv_heads ({kv}) must divide n_heads ({a})")
-        if self.family in ("gpt2", "bert") and (kv != a or self.head_dim * a != h):
+        record = self.architecture
+        if record is not None and not record.grouped_query and (kv != a or self.head_dim * a != h):
             raise ValueError(f"{self.family} models use n_kv_heads = n_heads and head_dim = hidden_size / n_heads")
 
 
@@ -491,136 +451,7 @@ def lora_targets(targets) -> tuple[str, ...]:
     return targets
 
 
-# ---- tensors of each family ------------------------------------------------------------------
-def _linear(name, component, d_in, d_out, bias):
-    """A linear layer's weight (d_out x d_in, as nn.Linear stores it) and optional bias."""
-    tensors = [ParamTensor(f"{name}.weight", component, (d_out, d_in), linear=True)]
-    if bias:
-        tensors.append(ParamTensor(f"{name}.bias", component, (d_out,)))
-    return tensors
-
-
-def _norm(name, h, bias):
-    tensors = [ParamTensor(f"{name}.weight", "norms", (h,))]
-    if bias:
-        tensors.append(ParamTensor(f"{name}.bias", "norms", (h,)))
-    return tensors
-
-
-def _gpt2_tensors(m: ModelShape, group: str):
-    # GPT-2 (Radford et al. 2019; transformers GPT2LMHeadModel): learned positions, LayerNorm with
-    # bias, fused qkv, 4h MLP; per block 12h^2 + 13h parameters when the MLP is 4h wide.
-    h, inner, vocab = m.hidden_size, m.intermediate_size, m.vocab_size
-    if group == "embeddings":
-        return [ParamTensor("wte", "embeddings", (vocab, h)), ParamTensor("wpe", "embeddings", (m.max_positions, h))]
-    if group == "layer":
-        return (_norm("ln_1", h, True) + _linear("attn.c_attn", "attention", h, 3 * h, True)
-                + _linear("attn.c_proj", "attention", h, h, True) + _norm("ln_2", h, True)
-                + _linear("mlp.c_fc", "mlp", h, inner, True) + _linear("mlp.c_proj", "mlp", inner, h, True))
-    if group == "final_norm":
-        return _norm("ln_f", h, True)
-    return [] if m.tied_embeddings else [ParamTensor("lm_head.weight", "head", (vocab, h), linear=False)]
-
-
-def _llama_tensors(m: ModelShape, group: str):
-    # LLaMA (Touvron et al. 2023; transformers LlamaForCausalLM): RMSNorm without bias, SwiGLU MLP,
-    # grouped-query attention, rotary positions (no parameters), optional untied head. The other rotary
-    # decoders differ in the options of ModelShape, read from each transformers modeling_<type>.py:
-    # Qwen2 q/k/v biases, Qwen3/Gemma 3 q/k RMSNorm over head_dim, OLMo 2 q/k RMSNorm over all heads and
-    # norms after attention and MLP only, Gemma 2/3 four norms per block, Phi-3 fused qkv_proj and
-    # gate_up_proj, GPT-NeoX LayerNorm with bias, fused query_key_value and a 2-matrix GELU MLP,
-    # Mixtral/Qwen-MoE a router and the experts as two 3-D tensors (gate_up_proj, down_proj).
-    h, a, kv, d, inner = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.intermediate_size
-    record = m.architecture
-    if group == "embeddings":
-        return [ParamTensor(record.embedding if record else "embed_tokens", "embeddings", (m.vocab_size, h))]
-    if group == "final_norm":
-        return _norm(record.final_norm_module if record else "norm", h, m.layer_norm)
-    if group == "head":
-        # transformers keeps lm_head out of 4-bit quantization, so it is not marked linear here.
-        return [] if m.tied_embeddings else [ParamTensor("lm_head.weight", "head", (m.vocab_size, h))]
-
-    def norm(name, width=h):
-        return _norm(name, width, m.layer_norm)
-
-    ab, mb = m.attention_bias, m.mlp_bias
-    neox = record is not None and record.block == "gpt_neox"  # GPTNeoXLayer's own module names
-    if neox:
-        attention = (_linear("attention.query_key_value", "attention", h, (a + 2 * kv) * d, ab)
-                     + _linear("attention.dense", "attention", a * d, h, ab))
-    elif m.fused_qkv:
-        attention = (_linear("self_attn.qkv_proj", "attention", h, (a + 2 * kv) * d, ab)
-                     + _linear("self_attn.o_proj", "attention", a * d, h, ab))
-    else:
-        qkv = ab or m.qkv_bias
-        attention = (_linear("self_attn.q_proj", "attention", h, a * d, qkv)
-                     + _linear("self_attn.k_proj", "attention", h, kv * d, qkv)
-                     + _linear("self_attn.v_proj", "attention", h, kv * d, qkv)
-                     + _linear("self_attn.o_proj", "attention", a * d, h, ab))
-    if m.qk_norm == "head":
-        attention += norm("self_attn.q_norm", d) + norm("self_attn.k_norm", d)
-    elif m.qk_norm == "full":
-        attention += norm("self_attn.q_norm", a * d) + norm("self_attn.k_norm", kv * d)
-    if m.n_experts:
-        e, ei = m.n_experts, m.expert_intermediate_size
-        mlp = [ParamTensor("mlp.gate.weight", "mlp", (e, h)),  # the router: a Parameter, not an nn.Linear
-               ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, 2 * ei, h)),
-               ParamTensor("mlp.experts.down_proj", "mlp", (e, h, ei))]
-        if m.shared_expert_intermediate_size:
-            si = m.shared_expert_intermediate_size
-            mlp += (_linear("mlp.shared_expert.gate_proj", "mlp", h, si, False)
-                    + _linear("mlp.shared_expert.up_proj", "mlp", h, si, False)
-                    + _linear("mlp.shared_expert.down_proj", "mlp", si, h, False))
-        if m.shared_expert_gate:
-            mlp += _linear("mlp.shared_expert_gate", "mlp", h, 1, False)
-    elif not m.gated_mlp:
-        mlp = _linear("mlp.dense_h_to_4h", "mlp", h, inner, True) + _linear("mlp.dense_4h_to_h", "mlp", inner, h, True)
-    elif m.fused_gate_up:
-        mlp = _linear("mlp.gate_up_proj", "mlp", h, 2 * inner, mb) + _linear("mlp.down_proj", "mlp", inner, h, mb)
-    else:
-        mlp = (_linear("mlp.gate_proj", "mlp", h, inner, mb) + _linear("mlp.up_proj", "mlp", h, inner, mb)
-               + _linear("mlp.down_proj", "mlp", inner, h, mb))
-    if m.norm_layout == "post":  # OLMo 2: normalize each sublayer's output before the residual add
-        return attention + norm("post_attention_layernorm") + mlp + norm("post_feedforward_layernorm")
-    if m.norm_layout == "sandwich":  # Gemma 2/3: a norm before and after each sublayer
-        return (norm("input_layernorm") + attention + norm("post_attention_layernorm")
-                + norm("pre_feedforward_layernorm") + mlp + norm("post_feedforward_layernorm"))
-    return norm("input_layernorm") + attention + norm("post_attention_layernorm") + mlp
-
-
-def _bert_tensors(m: ModelShape, group: str):
-    # BERT (Devlin et al. 2019; transformers BertModel + optional classifier): word, position and
-    # token-type embeddings with a LayerNorm, post-norm blocks, a tanh pooler.
-    h, inner = m.hidden_size, m.intermediate_size
-    if group == "embeddings":
-        tensors = [ParamTensor("word_embeddings", "embeddings", (m.vocab_size, h)),
-                   ParamTensor("position_embeddings", "embeddings", (m.max_positions, h))]
-        if m.type_vocab_size:
-            tensors.append(ParamTensor("token_type_embeddings", "embeddings", (m.type_vocab_size, h)))
-        return tensors + _norm("embeddings.LayerNorm", h, True)
-    if group == "layer":
-        return (_linear("attention.self.query", "attention", h, h, True)
-                + _linear("attention.self.key", "attention", h, h, True)
-                + _linear("attention.self.value", "attention", h, h, True)
-                + _linear("attention.output.dense", "attention", h, h, True)
-                + _norm("attention.output.LayerNorm", h, True)
-                + _linear("intermediate.dense", "mlp", h, inner, True)
-                + _linear("output.dense", "mlp", inner, h, True) + _norm("output.LayerNorm", h, True))
-    if group == "final_norm":
-        return []
-    if m.num_labels and m.architecture is not None and m.architecture.classifier == "classification_head":
-        # RobertaForSequenceClassification: RobertaModel(add_pooling_layer=False) and a
-        # RobertaClassificationHead (dense h x h, tanh, out_proj h -> labels) on the first token.
-        return [ParamTensor("classifier.dense.weight", "head", (h, h), linear=True),
-                ParamTensor("classifier.dense.bias", "head", (h,)),
-                ParamTensor("classifier.out_proj.weight", "head", (m.num_labels, h)),
-                ParamTensor("classifier.out_proj.bias", "head", (m.num_labels,))]
-    head = [ParamTensor("pooler.dense.weight", "head", (h, h), linear=True), ParamTensor("pooler.dense.bias", "head", (h,))]
-    if m.num_labels:
-        head += [ParamTensor("classifier.weight", "head", (m.num_labels, h)), ParamTensor("classifier.bias", "head", (m.num_labels,))]
-    return head
-
-
+# ---- the uniform family's tensors (every other family's are its record's: memmath/architectures/) ----
 def _uniform_tensors(m: ModelShape, group: str):
     # "N parameters in L equal layers": each layer one block of N // L weights; the remainder of an
     # uneven split sits outside the layers, with the embeddings.
@@ -632,51 +463,6 @@ def _uniform_tensors(m: ModelShape, group: str):
         if is_ndarray(rest) or rest:
             return [ParamTensor("rest", "embeddings", (rest,))]
     return []
-
-
-_TENSOR_BUILDERS = {"gpt2": _gpt2_tensors, "llama": _llama_tensors, "bert": _bert_tensors, "uniform": _uniform_tensors}
-
-def _decoder_lora_table(m: ModelShape) -> dict:
-    """peft's target names in each rotary decoder: fused matrices are adapted once, as a whole."""
-    h, a, kv, d, inner = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.intermediate_size
-    if m.fused_qkv:
-        qkv = ("qkv_proj", h, (a + 2 * kv) * d)
-        table = {"q": qkv, "k": qkv, "v": qkv}
-    else:
-        table = {"q": ("q_proj", h, a * d), "k": ("k_proj", h, kv * d), "v": ("v_proj", h, kv * d)}
-    table["o"] = ("o_proj", a * d, h)
-    if m.n_experts:
-        # transformers 5 stores the routed experts as two 3-D Parameters (modeling_<type>.py's <Type>Experts:
-        # gate_up_proj E x 2I x h, down_proj E x h x I) and the router as a module holding an E x h Parameter:
-        # none is an nn.Linear. peft 0.21 adapts them as Parameters (lora.ParamWrapper): A (r_e * E) x d_in,
-        # B d_out x (r_e * E), d_in and d_out swapped from the stored (E, d_out, d_in) (update_layer), r_e = 2r
-        # for the fused gate_up_proj (the converted config's rank_pattern) and r for down_proj; the router's
-        # 2-D weight gets one rank-r pair. Only Qwen2-MoE has linears in its MLP: the shared expert's
-        # gate_proj/up_proj/down_proj and shared_expert_gate (h -> 1).
-        e, ei, si = m.n_experts, m.expert_intermediate_size, m.shared_expert_intermediate_size
-        table.update(router=("gate.weight", h, e),
-                     experts=[("experts.gate_up_proj", h, 2 * ei, 2 * e), ("experts.down_proj", ei, h, e)])
-        if si:
-            table.update(gate=("gate_proj", h, si), up=("up_proj", h, si), down=("down_proj", si, h))
-        else:
-            routed = "its MLP is the routed experts, 3-D tensors: target 'experts'"
-            table.update(gate=routed, up=routed, down=routed)
-        table["shared_gate"] = ("shared_expert_gate", h, 1) if m.shared_expert_gate else "it has no shared expert gate"
-        return table
-    if m.fused_gate_up:
-        table.update(gate=("gate_up_proj", h, 2 * inner), up=("gate_up_proj", h, 2 * inner))
-    else:
-        table.update(gate=("gate_proj", h, inner), up=("up_proj", h, inner))
-    table["down"] = ("down_proj", inner, h)
-    return table
-
-
-def _lora_order(m: ModelShape, record) -> tuple:
-    """The parameters() order of a block's adapted modules where it is not the order of the targets, else ()."""
-    if record is None or not record.lora_order:
-        return ()
-    attention = ("qkv_proj",) if m.fused_qkv else ("q_proj", "k_proj", "v_proj")
-    return attention + ("o_proj",) + record.lora_order
 
 
 # ---- constructors ----------------------------------------------------------------------------
@@ -738,8 +524,6 @@ def uniform_model(n_params, n_layers, *, hidden_size=None, n_heads=None, vocab_s
     counters are not counted and LoRA/QLoRA need a real shape.
     """
     if isinstance(n_params, str):
-        from .units import parse_count
-
         try:
             n_params = parse_count(n_params)
         except ValueError as error:

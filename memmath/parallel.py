@@ -48,21 +48,16 @@ import functools
 from dataclasses import dataclass, replace
 
 from . import validate
+from .architectures import known
 from .notes import Note
 
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 DEGREES = ("tp", "pp", "cp", "ep")
-# The tensors torch's ColwiseParallel / RowwiseParallel split (by the end of their names), and how.
-_COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj", "gate_up_proj", "query_key_value",
-            "attn.c_attn", "mlp.c_fc", "query", "key", "value", "intermediate.dense", "dense_h_to_4h")
-_ROWWISE = ("o_proj", "down_proj", "attn.c_proj", "mlp.c_proj", "attention.output.dense", "output.dense",
-            "attention.dense", "dense_4h_to_h")
+# The tensors torch's ColwiseParallel / RowwiseParallel split are each model type's record's tp_plan
+# (memmath/architectures/); these are what every type shares.
 _VOCAB = ("embed_tokens", "wte", "word_embeddings", "embed_in", "lm_head", "embed_out")
 _EXPERTS = ("experts.gate_up_proj", "experts.down_proj")
-_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-# LLaMA layouts the exact trace replays on one tensor-parallel rank's local widths (separate q/k/v, gate/up).
-_EXACT_ARCHS = ("", "llama", "mistral", "qwen2", "qwen3")
 
 
 @dataclass(frozen=True)
@@ -201,7 +196,7 @@ def _ends(name: str, suffixes) -> bool:
     return any(base == s or base.endswith("." + s) for s in suffixes)
 
 
-def _split(name: str, dims: tuple, family: str, lay: Layout, at: dict) -> tuple:
+def _split(name: str, dims: tuple, record, lay: Layout, at: dict) -> tuple:
     """(local dims of one tensor on the rank at coordinates `at`, whether it is an expert tensor)."""
     tp, t = lay.tp, at["tp"]
     dims = tuple(dims)
@@ -212,14 +207,15 @@ def _split(name: str, dims: tuple, family: str, lay: Layout, at: dict) -> tuple:
         return tuple(local), True
     if tp == 1:
         return dims, False
-    conv1d = family == "gpt2" and name in _CONV1D  # stored (in, out)
+    conv1d = record is not None and record.is_conv1d(name)  # stored (in, out)
     if _ends(name, _VOCAB) and not name.startswith("wpe"):
         return (_piece(dims[0], tp, t), *dims[1:]), False
-    if _ends(name, _COLWISE):
+    style = None if record is None else record.tp_style(name)
+    if style == "colwise":
         if len(dims) == 1:
             return (dims[0] // tp,), False
         return ((dims[0], dims[1] // tp) if conv1d else (dims[0] // tp, dims[1])), False
-    if _ends(name, _ROWWISE):
+    if style == "rowwise":
         if len(dims) == 1:
             return dims, False
         return ((dims[0] // tp, dims[1]) if conv1d else (dims[0], dims[1] // tp)), False
@@ -275,12 +271,12 @@ def _layout_tensors(shape, tp, pp, cp, ep, n_gpus, virtual_stages, rank) -> tupl
         if where == "first" and stage != 0 or where == "last" and stage != last or where is None:
             continue
         chunk = 0 if where == "first" else v - 1 if where == "last" else block // per_stage // lay.pp
-        local, expert = _split(name, dims, shape.family, lay, at)
+        local, expert = _split(name, dims, shape.architecture, lay, at)
         out.append((name, local, expert, chunk))
     if shape.tied_embeddings and lay.pp > 1 and stage == last:
         # Megatron-LM keeps the tied word embedding on the last stage too (its gradient all-reduced with the first's).
         name, dims = tensors[0]
-        local, expert = _split(name, dims, shape.family, lay, at)
+        local, expert = _split(name, dims, shape.architecture, lay, at)
         out.append((name + " (tied copy on the last stage)", local, expert, v - 1))
     return tuple(out)
 
@@ -383,7 +379,7 @@ def exact_applies(run) -> str:
         return "the run uses the textbook activation model"
     if run.cp > 1:
         return "context parallelism splits attention across ranks (ring attention), which the trace does not replay"
-    if run.tp > 1 and (shape.family != "llama" or shape.arch not in _EXACT_ARCHS or shape.n_experts
+    if run.tp > 1 and (not (known(shape) and shape.architecture.tp_traced) or shape.n_experts
                        or shape.fused_qkv or shape.fused_gate_up):
         return ("the trace replays one tensor-parallel rank only for a dense LLaMA layout with separate q/k/v and "
                 "gate/up projections")
@@ -815,7 +811,7 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
             seq_len=run.seq_len, batch_size=run.batch_size, hidden_size=h, n_heads=shape.n_heads, tp=lay.tp,
             sequence_parallel=run.sequence_parallel, cp=lay.cp, intermediate_size=inner * lay.tp, element_bytes=e,
             dropout=run.dropout, attention=run.attention) + 2 * t * inner * e
-    if not first and e == 4 and shape.family == "llama":
+    if not first and e == 4 and getattr(shape.architecture, "rotary", False):
         # an fp32 stage's first RMSNorm saves its input as it is (.to(float32) copies nothing): the receive buffer,
         # which buffers() counts already
         saved, block, loss_forward = saved - e * t * h, block - e * t * h, loss_forward - e * t * h
@@ -859,7 +855,7 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
     t = (run.seq_len or 0) // lay.cp * run.batch_size
     m = run.micro_batches
     batch = 8 * t * m * (int(first) + int(last))  # the step's token ids (first), labels (last)
-    rotary = shape.head_dim * e if shape.family == "llama" else 0
+    rotary = shape.head_dim * e if getattr(shape.architecture, "rotary", False) else 0
     resident = int(memory.weights) + batch + rotary + extra
     kept = int(memory.master_weights) + (int(memory.optimizer_states) if step == "steady" else 0)
     grads = int(memory.gradients) + int(memory.gradient_accumulation)

@@ -105,12 +105,6 @@ PHASES = ("forward", "backward", "optimizer_step")
 LATER_MICRO_BATCH = " (a later micro-batch: the earlier ones' gradients held)"
 STEPS = ("steady", "first")  # peak_memory(step=...): every step after the first, or the first
 INT64 = 8
-# PyTorch's parameters() order of one block's adapted modules (peft adds lora_A, then lora_B, to each).
-_MODULE_ORDER = {
-    "gpt2": ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"),
-    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-    "bert": ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"),
-}
 ADAM_LIKE = ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad", "adam8bit", "adafactor")
 
 
@@ -210,13 +204,14 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
         method, b = method.base, 2 * b
     e, t = parts.element_bytes, b * s
     h, inner, vocab = shape.hidden_size, shape.intermediate_size, shape.vocab_size or 0
-    lm = shape.family != "bert"
+    record = shape.architecture  # the model type's facts (memmath/architectures/); None for the uniform family
+    lm = record is None or record.causal
     trains = memory.trainable_params > 0
 
     # Alive before the step: weights (adapters included), the batch, the buffers.
     batch_bytes = INT64 * t + (INT64 * t if lm else INT64 * b)
-    buffers = 2 * INT64 * shape.max_positions if shape.family == "bert" else (
-        shape.head_dim * e if shape.family == "llama" else 0)
+    buffers = 2 * INT64 * shape.max_positions if record is not None and record.position_id_buffers else (
+        shape.head_dim * e if record is not None and record.rotary else 0)
     if dpo is not None:  # the reference log-probabilities (2b fp32) and the reference copy's buffers
         batch_bytes = batch_bytes + preference.batch_extra(dpo)
         buffers = buffers + preference.reference_resident(dpo, parts)
@@ -234,7 +229,7 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     leaf = 2 * e * t * h if checkpointing and g_embed == 0 else 0
     # The block's backward working set: the gradient arriving at it and the MLP-wide gradients alive
     # at once (GPT-2's gelu_new, a chain of plain ops, holds three; GELU and SwiGLU two).
-    work_bwd = t * h * e + (3 if shape.family == "gpt2" else 2) * t * inner * e
+    work_bwd = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * inner * e
     # LoRA on routed experts (peft's ParamWrapper): the MoE block's backward starts at down_proj's grouped_mm,
     # which gives its weight W + BA a gradient the size of the whole E x h x I tensor, while everything is
     # still saved (written before the MoE LoRA cases were measured: validation/moe_lora.py).
@@ -463,12 +458,13 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
         return [_bits_bytes(t.numel, bits) for t in tensors]
 
     layer = shape.tensors("layer")
-    if shape.family == "llama":  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
+    record = shape.architecture
+    if record is not None and record.norms_last:  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
         layer = [t for t in layer if t.component != "norms"] + [t for t in layer if t.component == "norms"]
     if isinstance(method, LoRA):
         rank = method.rank
         bits = method.adapter_bits(recipe)
-        order = _MODULE_ORDER.get(shape.family, ())
+        order = () if record is None else record.module_order
         modules = shape.lora_adapters(method.targets)  # a mixture of experts': already in parameters() order
         if not shape.n_experts:
             modules = sorted(modules, key=lambda m: order.index(m[0]) if m[0] in order else len(order))

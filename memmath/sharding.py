@@ -25,23 +25,23 @@ import heapq
 from .models import ModelShape
 
 SHARDINGS = ("even", "fsdp2", "zero_redundancy")
-# GPT-2's attention and MLP projections are transformers' Conv1D: its weight is stored (in, out).
-_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 def torch_tensors(shape: ModelShape) -> list[tuple]:
     """The shapes of model.parameters() in PyTorch's order, each tied tensor once."""
+    record = shape.architecture
+
     def group(name):
         out = []
         for t in shape.tensors(name):
             dims = tuple(int(d) for d in t.shape)
-            if shape.family == "gpt2" and t.name in _CONV1D:
+            if record is not None and record.is_conv1d(t.name):  # GPT-2's Conv1D stores its weight (in, out)
                 dims = dims[::-1]
             out.append((t.name, dims))
         return out
 
     layer = group("layer")
-    if shape.family == "llama":  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
+    if record is not None and record.norms_last:  # LlamaDecoderLayer registers self_attn, mlp, then the norms
         norms = [t for t in layer if "layernorm" in t[0]]
         layer = [t for t in layer if "layernorm" not in t[0]] + norms
     # A vision-language model's ...ForConditionalGeneration registers its vision tower and projector before the

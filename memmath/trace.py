@@ -1,15 +1,29 @@
 """The symbolic forward pass that the exact activation model replays: tensors as sizes and flags.
 
 A Trace allocates Tensors (element count, bytes per element, requires-grad) on Storages and saves
-them for backward as autograd would; hf_activations drives it through each transformers block,
-amp_trace.AmpTrace changes its dtype rules to autocast's. Kept apart from both so that each
-imports it and neither imports the other's internals.
+them for backward as autograd would; hf_activations drives it through each transformers block (the
+records' trace steps, memmath/architectures/).
+
+Its dtypes follow one of two rules. Without autocast every activation is in the model's dtype (e bytes), an op
+upcasting only where transformers does (fp32 softmax, RMSNorm, the loss). Under torch.autocast (Trace(autocast=2):
+fp32 weights, the forward in bfloat16; torch/csrc/autograd/autocast_mode / aten/src/ATen/autocast_mode.cpp,
+measured on the CPU by validation/amp.py, refusals in memmath/amp_trace.py):
+
+- a matmul (nn.Linear, GPT-2's Conv1D addmm, SDPA) runs in bf16: each call casts its fp32 input to
+  a new bf16 copy, kept for backward when the weight trains, and the weight to a bf16 copy, kept
+  when the input needs a gradient (autocast caches a trainable weight's copy for the region; each
+  weight is read once per forward, so one copy per weight); its output is bf16;
+- SDPA casts fp32 q, k, v (LLaMA's, after the fp32 rotary tables) to bf16 copies, which it keeps;
+- elementwise ops follow their inputs (GELU, SiLU, tanh on the bf16 matmul outputs stay bf16; a
+  residual sum with the fp32 stream is fp32), norms run on the fp32 residual stream in fp32, and
+  the loss (log-softmax, cross-entropy) in fp32.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import validate
 from .arrays import any_true, is_ndarray, np, pick
 
 
@@ -33,6 +47,7 @@ class Tensor:
 
 
 UNQUANTIZED = ("lm_head", "classifier")  # linears transformers' bitsandbytes integration leaves in 16/32 bits
+MATH_REFUSAL = "models AMP with SDPA without dropout or eager attention (not SDPA's math kernel, with dropout)"
 
 
 class Trace:
@@ -43,8 +58,15 @@ class Trace:
     """
 
     def __init__(self, *, e: int, device: str, b, s, saving: bool = True, int8_base: bool = False,
-                 lora_dropout: bool = False):
+                 lora_dropout: bool = False, autocast: int | None = None, causal_mask: bool = False):
         self.e, self.device, self.b, self.s, self.t = e, device, b, s, b * s
+        # torch.autocast's compute dtype in bytes (2: bfloat16), None without autocast: matmuls then compute in e
+        self.autocast = autocast
+        self.compute = autocast or e
+        # Under autocast the model adds its fp32 causal mask to the attention scores (GPT-2 and the LLaMA family;
+        # BERT without padding adds none), which promotes the bf16 scores to fp32 before softmax; without autocast
+        # the mask is in the model's dtype.
+        self.score_mask_elem = (4 if causal_mask else 0) if autocast else e
         self.int8_base = int8_base  # QLoRA(quant_type="int8"): bitsandbytes' 8-bit matmul keeps its input
         self.lora_dropout = lora_dropout  # LoRA(dropout=p > 0): peft's nn.Dropout on each adapter's input
         self.saving = saving  # False: a checkpointed block's forward, which saves nothing
@@ -110,42 +132,72 @@ class Trace:
         self.use(*reads)
         return out
 
-    # ---- ops ----
-    def linear(self, x, out_numel, trainable, lora, name):
-        """x @ W (+ LoRA's B(A(x)) * scale): saves x only for a trainable W."""
+    # ---- the dtype rule ----
+    def _src(self, x) -> int:
+        """The dtype an elementwise op on x computes in: the model's without autocast, x's own under it."""
+        return x.elem if self.autocast else self.e
+
+    def _promoted(self, *xs) -> int:
+        """A binary op's result dtype: the model's without autocast, type promotion of its inputs under it."""
+        return max(x.elem for x in xs) if self.autocast else self.e
+
+    def _cast(self, x):
+        """autocast's copy of x in its compute dtype for a matmul (x itself without autocast or already so)."""
+        if not self.autocast or x.elem == self.autocast:
+            return x
+        copy = self.new(x.numel, self.autocast, x.grad)
+        self.use(x)
+        return copy
+
+    def _matmul(self, x, out_numel, trainable, name, label, rows=None):
+        """x @ W's input: saves (the matmul's copy of) x for a trainable W; under autocast also
+        the weight's bf16 copy when x needs a gradient (rows: the rows x has, t unless given)."""
+        xm = self._cast(x)
         if trainable:
-            self.save(x, f"{name} input")
+            self.save(xm, label)
+        if self.autocast and x.grad:  # the weight's copy in the compute dtype, for the input's gradient
+            rows = self.t if rows is None else rows
+            self.save(self.new((x.numel // rows) * (out_numel // rows), self.autocast), f"{name} weight (bf16 cast)")
+        return xm
+
+    # ---- ops ----
+    def linear(self, x, out_numel, trainable, lora, name, rows=None):
+        """x @ W (+ LoRA's B(A(x)) * scale): saves x only for a trainable W. rows: the rows x has (t unless given:
+        BERT's pooler and classifier read one token a sequence)."""
+        cast = " (bf16 cast)" if self.autocast else ""
+        xm = self._matmul(x, out_numel, trainable, name, f"{name} input{cast}", rows)
         if self.int8_base and x.grad and name not in UNQUANTIZED:
             # bitsandbytes 0.50 MatMul8bitFp (CPU) and MatMul8bitLt keep the input as ctx.A / ctx.tensors
             # until backward (autograd/_functions.py), outside saved_tensors (validation/quantized.py)
             self.save(x, f"{name} input (kept by bitsandbytes' 8-bit matmul)")
         grad = x.grad or trainable or lora is not None
-        out = self.new(out_numel, self.e, grad)
-        self.use(x)
+        out = self.new(out_numel, self.compute, grad)
+        self.use(xm)
         if lora is not None:
             rank, adapter_elem = lora
-            # peft casts x to the adapter dtype: a new copy per adapted module when the dtypes differ.
+            # peft casts x to the adapter dtype: a new copy per adapted module when the dtypes differ (under
+            # autocast a bf16 SDPA output becomes an fp32 copy, which autocast casts back for A: a copy of its own).
             xa = x if adapter_elem == x.elem else self.new(x.numel, adapter_elem, x.grad)
             self.use(x)
-            copy = "" if xa is x else f" ({adapter_elem}-byte copy)"
+            copy = cast or ("" if xa is x else f" ({adapter_elem}-byte copy)")
             if self.lora_dropout:
                 # lora_A(dropout(x)): the dropout keeps its mask (when x needs a gradient; CPU: input * a mask of
                 # x's dtype, CUDA's native_dropout: a bool mask) and A keeps the dropped copy, not x (peft 0.21).
                 xa = self.dropout(xa, True, f"{name} LoRA")
                 copy = " (dropped out)"
-            self.save(xa, f"{name} LoRA A input{copy}")
-            a_out = self.new(self.t * rank, adapter_elem, True)
+            xa = self._matmul(xa, self.t * rank, True, f"{name} LoRA A", f"{name} LoRA A input{copy}")
+            a_out = self.new(self.t * rank, self.autocast or adapter_elem, True)
             self.use(xa)
-            self.save(a_out, f"{name} LoRA B input (rank-wide)")
-            b_out = self.tmp(out_numel, adapter_elem, a_out)
-            scaled = self.tmp(out_numel, adapter_elem, b_out)  # * scaling
+            self._matmul(a_out, out_numel, True, f"{name} LoRA B", f"{name} LoRA B input" + (cast or " (rank-wide)"))
+            b_out = self.tmp(out_numel, a_out.elem, a_out)
+            scaled = self.tmp(out_numel, b_out.elem, b_out)  # * scaling
             base = out  # peft's `result`, alive until `result = result + lora` returns
-            if adapter_elem != self.e:  # result + lora in mixed dtypes: the CPU first copies result up
-                out = self.tmp(out_numel, adapter_elem, out)
-            total = self.new(out_numel, max(adapter_elem, self.e), True)  # result + lora
+            if scaled.elem != base.elem:  # result + lora in mixed dtypes: the CPU first copies result up
+                out = self.tmp(out_numel, scaled.elem, out)
+            total = self.new(out_numel, max(scaled.elem, base.elem), True)  # result + lora
             self.use(out, scaled, base)
-            if total.elem != self.e:  # result.to(torch_result_dtype)
-                out = self.new(out_numel, self.e, True)
+            if total.elem != base.elem:  # result.to(torch_result_dtype)
+                out = self.new(out_numel, base.elem, True)
                 self.use(total)
             else:
                 out = total
@@ -153,8 +205,10 @@ class Trace:
 
     def layer_norm(self, x, trainable, name):
         """torch.nn.LayerNorm saves input, mean and rstd whenever it is differentiated at all."""
-        out = self.new(x.numel, self.e, x.grad or trainable)
-        stat = self.e if self.device == "cpu" else 4  # CPU keeps the stats in the input dtype
+        src = self._src(x)
+        out = self.new(x.numel, src, x.grad or trainable)
+        # the CPU keeps the stats in the input dtype (the autocast trace follows the CPU, where it was measured)
+        stat = src if self.device == "cpu" or self.autocast else 4
         mean, rstd = self.new(self.t, stat), self.new(self.t, stat)
         self.use(x, mean, rstd)
         if out.grad:
@@ -164,15 +218,22 @@ class Trace:
         return out
 
     def rms_norm(self, x, trainable, name, rows=None, weight_fp32=False, plus_one=None):
-        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the model dtype, times the weight.
+        """LlamaRMSNorm: x.to(fp32) * rsqrt(mean(x^2) + eps), back to the input dtype, times the weight.
 
         rows: how many vectors it normalizes (t for the residual; t x heads for Qwen3's q/k norms).
         weight_fp32: Olmo2RMSNorm's (weight * x_normed).to(dtype), whose product keeps the fp32 normed x.
         plus_one: the width of GemmaRMSNorm's weight (Gemma, Gemma 2, Gemma 3): normed * (1.0 +
         weight.float()), in fp32, then type_as(x); the product keeps the fp32 normed x (when the weight
         trains) and the fresh fp32 (1 + weight) vector (when x needs a gradient).
+        Under autocast (on a bf16 input too: Qwen3's q/k norms, OLMo 2's norms of the sublayers' outputs) the
+        normed x times the fp32 weight is fp32 (OLMo 2: cast to the input's dtype); GemmaRMSNorm is not measured
+        under autocast (amp_refusal refuses the Gemma model types before a trace starts).
         """
-        x32 = x if self.e == 4 else self.tmp(x.numel, 4, x)
+        if plus_one is not None and self.autocast:
+            raise validate.FieldError("activations", "activations='transformers' models AMP without GemmaRMSNorm "
+                                      "(use activations='textbook')")
+        src = self._src(x)
+        x32 = x if src == 4 else self.tmp(x.numel, 4, x)
         square = self.tmp(x.numel, 4, x32)
         rsqrt = self.tmp(self.t if rows is None else rows, 4, square)
         y = self.new(x.numel, 4, x.grad)
@@ -180,7 +241,7 @@ class Trace:
         if x.grad:
             self.save(x32, f"{name} input in fp32")
             self.save(rsqrt, f"{name} rsqrt")
-        normed = y if self.e == 4 or weight_fp32 or plus_one else self.tmp(x.numel, self.e, y)
+        normed = y if src == 4 or weight_fp32 or plus_one else self.tmp(x.numel, src, y)
         normed.grad = x.grad
         if trainable:
             self.save(normed, f"{name} normalized input" + (" (fp32)" if plus_one and self.e != 4 else ""))
@@ -195,7 +256,7 @@ class Trace:
             out = self.new(x.numel, self.e, prod.grad)  # type_as(x)
             self.use(prod)
             return out
-        out = self.new(x.numel, self.e, x.grad or trainable)
+        out = self.new(x.numel, src if weight_fp32 else max(normed.elem, self.e), x.grad or trainable)  # * weight
         self.use(normed)
         return out
 
@@ -211,7 +272,7 @@ class Trace:
         return out
 
     def add(self, x, y):
-        out = self.new(x.numel, self.e, x.grad or y.grad)
+        out = self.new(x.numel, self._promoted(x, y), x.grad or y.grad)
         self.use(x, y)
         return out
 
@@ -224,15 +285,16 @@ class Trace:
 
     def gelu_new(self, x, name):
         """GPT-2's 0.5*x*(1 + tanh(c*(x + 0.044715*x^3))) in plain ops: x, tanh, 1 + tanh and 0.5*x saved."""
-        half = self.new(x.numel, self.e, x.grad)  # 0.5 * x, evaluated first
-        inner = self.tmp(x.numel, self.e, x)  # x ** 3
+        elem = self._src(x)
+        half = self.new(x.numel, elem, x.grad)  # 0.5 * x, evaluated first
+        inner = self.tmp(x.numel, elem, x)  # x ** 3
         for _ in range(3):  # 0.044715 * ., x + ., c * .
-            inner = self.tmp(x.numel, self.e, inner, x)
-        tanh = self.new(x.numel, self.e, x.grad)
+            inner = self.tmp(x.numel, elem, inner, x)
+        tanh = self.new(x.numel, elem, x.grad)
         self.use(inner)
-        one_plus = self.new(x.numel, self.e, x.grad)
+        one_plus = self.new(x.numel, elem, x.grad)
         self.use(tanh)
-        out = self.new(x.numel, self.e, x.grad)
+        out = self.new(x.numel, elem, x.grad)
         self.use(half, one_plus)
         if x.grad:
             self.save(x, f"{name} input (pow)")
@@ -244,40 +306,42 @@ class Trace:
     def gelu(self, x, name):
         if x.grad:
             self.save(x, f"{name} input")
-        out = self.new(x.numel, self.e, x.grad)
+        out = self.new(x.numel, self._src(x), x.grad)
         self.use(x)
         return out
 
     def silu_times(self, gate, up, name, act_name="SiLU"):
         """LLaMA's silu(gate) * up: silu keeps gate; the product keeps each factor the other needs.
         Gemma's gelu_pytorch_tanh (one F.gelu) keeps its input just as SiLU does: the same three tensors."""
-        act = self.new(gate.numel, self.e, gate.grad)
+        act = self.new(gate.numel, self._src(gate), gate.grad)
         self.use(gate)
         if gate.grad:
             self.save(gate, f"{name} gate output ({act_name} input)")
             self.save(up, f"{name} up output")
         if up.grad:
             self.save(act, f"{name} {act_name} output")
-        out = self.new(gate.numel, self.e, act.grad or up.grad)
+        out = self.new(gate.numel, self._promoted(gate, up), act.grad or up.grad)
         self.use(act, up)
         return out
 
     def tanh(self, x, name):
-        out = self.new(x.numel, self.e, x.grad)
+        out = self.new(x.numel, self._src(x), x.grad)
         self.use(x)
         if x.grad:
             self.save(out, f"{name} tanh output")
         return out
 
     def rotary(self, x, tables):
-        """q*cos + rotate_half(q)*sin keeps only the cos and sin tables (shared by every block)."""
+        """q*cos + rotate_half(q)*sin keeps only the cos and sin tables (shared by every block). Under autocast
+        bf16 q times the fp32 tables is fp32 (type promotion)."""
         if x.grad:
             self.save(tables[0], "rotary cos table")
             self.save(tables[1], "rotary sin table")
-        times_cos = self.tmp(x.numel, self.e, x, tables[0])
-        rotated = self.tmp(x.numel, self.e, x)  # rotate_half: cat of the two halves, one negated
-        times_sin = self.tmp(x.numel, self.e, rotated, tables[1])
-        out = self.new(x.numel, self.e, x.grad)
+        elem = self._promoted(x, tables[0])
+        times_cos = self.tmp(x.numel, elem, x, tables[0])
+        rotated = self.tmp(x.numel, self._src(x), x)  # rotate_half: cat of the two halves, one negated
+        times_sin = self.tmp(x.numel, elem, rotated, tables[1])
+        out = self.new(x.numel, elem, x.grad)
         self.use(times_cos, times_sin)
         return out
 
@@ -306,7 +370,7 @@ class Trace:
         stride-0 view, and matmul's reshape merges b with that stride-0 dim as a view only at b = 1: there it keeps
         x itself (found measuring Gemma 3 with one key/value head at b = 1: 2 x t x (a - 1) x d x e per block less
         than a-head copies); at b > 1, a copy."""
-        if kind != "eager" or not one_kv or x.elem != elem:
+        if kind != "eager" or not one_kv or x.elem != elem or self.autocast:  # autocast copies its operands
             return self.new(n, elem, x.grad)
         if not is_ndarray(self.b):
             return x if self.b == 1 else self.new(n, elem, x.grad)
@@ -326,30 +390,43 @@ class Trace:
         (found when the first held-out GPT-NeoX eager case, b = 1, measured 2 x t x h x e more per block).
         q_view (GPT-2 with the cache): q @ k^T keeps q's whole storage at b = 1 the same way.
         kv_contiguous (the cache's k and v, contiguous (b, heads, s, d) copies): eager's k^T and v reshape
-        as views, so the matmuls keep the cache's tensors themselves, where no GQA repeat copies them."""
+        as views, so the matmuls keep the cache's tensors themselves, where no GQA repeat copies them.
+        Under autocast both matmuls (or SDPA) run in bf16 on bf16 copies of their operands, which they keep; the
+        fp32 causal mask makes GPT-2's and LLaMA's eager softmax fp32; LLaMA's .to(q.dtype) keeps it fp32 (its q
+        is fp32 after the fp32 rotary tables), so its dropout mask is fp32 and the probabilities get a bf16 copy
+        for the second matmul; GPT-2 casts them to bf16; BERT's softmax runs on the bf16 scores. v_view and
+        q_view hold there for an operand already in bf16, assumed (not measured under autocast)."""
         n = self.t * heads * head_dim
         scores = self.b * heads * self.s * self.s
+        if self.autocast and kind == "math":
+            raise validate.FieldError("activations", f"activations='transformers' {MATH_REFUSAL} "
+                                      "(use activations='textbook')")
         given = (k, v)  # the attention module's own k and v, alive until it returns
         one_kv = heads > 1 and any_true(k.numel * heads == n)  # one key/value head for every query head
         mask = None
         if kind != "eager":
             k, v, mask = self._sdpa_mask_inputs(k, v, n, one_kv)
+        bf16 = ", bf16" if self.autocast else ""
         if kind == "flash":
             grad = q.grad or k.grad or v.grad
-            out = self.new(n, self.e, grad)
+            repeated = (k is not given[0], v is not given[1])
+            q, k, v = self._cast(q), self._cast(k), self._cast(v)
+            out = self.new(n, self.compute, grad)
             lse = self.new(self.b * heads * self.s, 4)
-            self.use(q, k, v, lse, mask, *given)
+            # (under autocast the casts read the module's k and v: measured so, validation/amp.py)
+            self.use(q, k, v, lse, mask, *(() if self.autocast else given))
             if grad:
-                self.save(q, f"{name} q (SDPA input)")
-                self.save(k, f"{name} k (SDPA input)" + (" repeated to every query head" if k is not given[0] else ""))
-                self.save(v, f"{name} v (SDPA input)" + (" repeated to every query head" if v is not given[1] else ""))
+                self.save(q, f"{name} q (SDPA input{bf16})")
+                self.save(k, f"{name} k (SDPA input{bf16})" + (" repeated to every query head" if repeated[0] else ""))
+                self.save(v, f"{name} v (SDPA input{bf16})" + (" repeated to every query head" if repeated[1] else ""))
                 self.save(lse, f"{name} log-sum-exp (fp32)")
                 self.save(out, f"{name} SDPA output")
                 if mask is not None:
                     self.save(mask, f"{name} mask in the query's dtype (SDPA input, b x s x s)")
             return out  # the output projection reads it through a view
-        elem = 4 if kind == "math" else self.e  # the CPU math kernel upcasts 16-bit inputs to fp32
-        what = "fp32 " if kind == "math" and self.e != 4 else ""
+        elem = 4 if kind == "math" else self.compute  # the CPU math kernel upcasts 16-bit inputs to fp32
+        what = "bf16 " if self.autocast else "fp32 " if kind == "math" and self.e != 4 else ""
+        contiguous = kv_contiguous and not self.autocast  # autocast copies its operands whatever their layout
         held = ()
         if kind == "math":  # q, k, v upcast (and scaled): locals of the math kernel until it returns
             held = tuple(self.new(n, elem, x.grad) for x in (q, k, v))
@@ -357,8 +434,8 @@ class Trace:
             q, k, v = held
             held += tuple(x for x in (mask,) + given if x is not None)  # read until the kernel returns
         qc = self.new(n, elem, q.grad)
-        kc = k if kv_contiguous and k.numel == n and k.elem == elem else self._kv_operand(k, n, elem, kind, one_kv)
-        if q_view and kind == "eager":
+        kc = k if contiguous and k.numel == n and k.elem == elem else self._kv_operand(k, n, elem, kind, one_kv)
+        if q_view and kind == "eager" and q.elem == elem:
             qc.storage.nbytes = pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
                                       q.storage.nbytes, qc.storage.nbytes)
         self.use(q, k)
@@ -368,7 +445,7 @@ class Trace:
             self.save(kc, f"{name} k^T {what}copy (QK^T)")
         grad = q.grad or k.grad
         raw = self.tmp(scores, elem, qc, kc)  # q @ k^T
-        raw = self.tmp(scores, elem, raw, mask)  # * scaling (and + mask)
+        raw = self.tmp(scores, max(elem, self.score_mask_elem), raw, mask)  # * scaling (and + mask)
         if softcap:  # Gemma 2/3's eager attention: scores / cap, tanh (which keeps its output), * cap
             raw = self.tmp(scores, elem, raw)
             capped = self.new(scores, elem, grad)
@@ -376,34 +453,31 @@ class Trace:
             if grad:
                 self.save(capped, f"{name} softcapping tanh output")
             raw = self.tmp(scores, elem, capped)
-        if kind == "eager" and softmax_fp32:
-            probs32 = self.new(scores, 4, grad)
-            self.use(raw)
-            if grad:
-                self.save(probs32, f"{name} softmax output (fp32)")
-            if self.e == 4:
-                probs = probs32
-            else:
-                probs = self.new(scores, self.e, grad)
-                self.use(probs32)
-        else:
-            probs = self.new(scores, elem, grad)
-            self.use(raw)
-            if grad:
-                self.save(probs, f"{name} softmax output")
+        fp32_softmax = kind == "eager" and softmax_fp32  # softmax(dtype=float32)
+        probs = self.new(scores, 4 if fp32_softmax else raw.elem, grad)
+        self.use(raw)
+        if grad:
+            self.save(probs, f"{name} softmax output" + (" (fp32)" if fp32_softmax else ""))
+        # LLaMA: .to(query.dtype); GPT-2: .type(value.dtype), under autocast bf16; BERT: as it is
+        target = q.elem if fp32_softmax else (self.autocast or probs.elem)
+        if probs.elem != target:
+            cast = self.new(scores, target, grad)
+            self.use(probs)
+            probs = cast
         probs = self.dropout(probs, dropout, f"{name} attention")
-        vc = v if kv_contiguous and v.numel == n and v.elem == elem else self._kv_operand(v, n, elem, kind, one_kv)
-        if v_view and kind == "eager" and vc is not v:
+        pc = self._cast(probs)  # autocast's bf16 copy for probs @ v
+        vc = v if contiguous and v.numel == n and v.elem == elem else self._kv_operand(v, n, elem, kind, one_kv)
+        if v_view and kind == "eager" and vc is not v and v.elem == elem:
             vc.storage.nbytes = pick(np.asarray(self.b) == 1 if isinstance(self.b, np.ndarray) else self.b == 1,
                                       v.storage.nbytes, vc.storage.nbytes)
         self.use(v)
         if v.grad:
-            self.save(probs, f"{name} attention probabilities (PV)")
-        if probs.grad:
+            self.save(pc, f"{name} attention probabilities (PV{bf16})")
+        if pc.grad:
             self.save(vc, f"{name} v {what}copy (PV)")
-        out = self.tmp(n, elem, probs, vc)  # probs @ v
-        if elem != self.e:
+        out = self.tmp(n, elem, pc, vc)  # probs @ v
+        if elem != self.compute:
             out = self.tmp(n, self.e, out)  # back to the model dtype
-        ctx = self.new(n, self.e, probs.grad or v.grad)  # heads merged: transpose + contiguous copies
+        ctx = self.new(n, self.compute, pc.grad or v.grad)  # heads merged: transpose + contiguous copies
         self.use(out, *held)
         return ctx

@@ -283,3 +283,20 @@ def test_use_cache_swaps_the_fused_qkv_storage_for_the_caches_copies():
     # Gradient checkpointing turns the cache off (GradientCheckpointingLayer, merge_with_config_defaults).
     assert (_exact(dict(pythia, use_cache=True), checkpointing=True)[1].total
             == _exact(dict(pythia, use_cache=False), checkpointing=True)[1].total)
+
+
+def test_autocast_is_a_dtype_rule_of_the_one_tracer():
+    """Under torch.autocast an nn.Linear on an fp32 input computes in bf16: it keeps a bf16 copy of its input (for
+    the weight's gradient) and of its weight (for the input's gradient) and returns bf16; without autocast it keeps
+    the input itself. By hand: t = 6 rows of 8 values into 16."""
+    from memmath.trace import Trace
+
+    amp = Trace(e=4, device="cpu", b=2, s=3, autocast=2)
+    out = amp.linear(amp.new(6 * 8, 4, True), 6 * 16, True, None, "fc")
+    assert out.elem == 2
+    assert amp.bytes_in("outside") == 6 * 8 * 2 + 8 * 16 * 2  # input copy 96 B, weight copy 256 B
+    plain = Trace(e=4, device="cpu", b=2, s=3)
+    assert plain.linear(plain.new(6 * 8, 4, True), 6 * 16, True, None, "fc").elem == 4
+    assert plain.bytes_in("outside") == 6 * 8 * 4  # the fp32 input itself, 192 B
+    # a residual sum of the fp32 stream and a bf16 output promotes to fp32; without autocast it stays e
+    assert amp.add(amp.new(10, 4), amp.new(10, 2)).elem == 4

@@ -41,7 +41,8 @@ def _published(model_type):
 
 
 def test_every_module_in_the_folder_is_one_record_and_every_record_a_module():
-    modules = {p.stem for p in FOLDER.glob("*.py") if p.stem not in ("__init__", "record")}
+    # the private modules (_decoder.py, _moe.py, ...) are the pieces records share, not records
+    modules = {p.stem for p in FOLDER.glob("*.py") if p.stem != "record" and not p.stem.startswith("_")}
     assert modules == set(ARCHITECTURES) == set(mm.SUPPORTED_MODEL_TYPES)
     assert all(record.model_type == name for name, record in ARCHITECTURES.items())
 
@@ -106,3 +107,20 @@ def test_roberta_without_type_vocab_size_takes_the_config_classes_two_rows(torch
     model = _hf_model_on_meta(torch, transformers, config)
     assert shape.type_vocab_size == 2
     assert shape.n_params == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_tp_plan_names_modules_of_the_model_transformers_builds(torch, transformers, model_type):
+    """Each module a record's tensor-parallel plan splits exists in the model transformers builds, and where the
+    config class has a base_model_tp_plan for that module, the split is the same kind (colwise, rowwise)."""
+    record = ARCHITECTURES[model_type]
+    model = _hf_model_on_meta(torch, transformers, _published(model_type))
+    names = [name for name, _ in model.named_modules()]
+    for key, style in record.tp_plan.items():
+        assert style in ("colwise", "rowwise"), key
+        assert any(n.endswith(key.replace("*", "0")) for n in names), key
+    theirs = getattr(type(model.config), "base_model_tp_plan", None) or {}
+    for key, style in theirs.items():
+        if key in record.tp_plan:  # colwise_gather_output / rowwise_split_input split the weights as these do
+            assert style.split("_")[0] == record.tp_plan[key], key

@@ -1,9 +1,37 @@
-"""One record per transformers model type (memmath/architectures/<model_type>.py), found by listing this folder.
+"""One module per transformers model type (memmath/architectures/<model_type>.py), found by listing this folder.
 
-Adding a model type is one new module here whose ARCHITECTURE is an `Architecture` (record.py), and its tests:
-the config reader, the tensor builders, the LoRA tables, the activation trace and the inference working set
-read everything type-specific from the record. Vision-language wrappers (gemma3, llava, mistral3, qwen2_vl,
-...) read their language model through these records; their own fields live in memmath/multimodal.py.
+Each module holds one `Architecture` (record.py) named ARCHITECTURE: the config fields the type reads and what
+they change, and its behaviour as functions the record names. The generic modules only ask the record:
+
+- models.py: `record.tensors(shape, group)` lists the parameter tensors ("embeddings", "layer", "final_norm",
+  "head"), `record.lora_modules(shape)` maps peft's targets onto its modules, `record.module_order` orders them;
+- hf_activations.py: `record.trace_embeddings`, `record.trace_block` and `record.trace_head` replay the forward pass
+  on memmath/trace.py's tracer (one block gets a `_steps.Pass`: attention kind, dropout, rotary tables, cache, LoRA);
+- parallel.py and sharding.py: `record.tp_plan` (transformers' base_model_tp_plan names) and `record.conv1d`;
+- inference.py: `record.kv_cache_values` and `record.prefill_phases`;
+- peak.py, the config reader and ModelShape's checks: facts such as `causal`, `rotary`, `norms_last`.
+
+The private modules are the pieces records share, each once, as both tensors and trace steps: _decoder.py (the rotary
+decoder: attention, SwiGLU MLP, RMSNorms, embeddings, the causal LM head and loss, its KV cache and prefill),
+_moe.py (a sparse mixture of experts), _encoder.py (BERT's encoder, used by BERT and RoBERTa), _steps.py (what
+every block shares: Pass, the DynamicCache copies, Houlsby adapters), _parts.py (ParamTensor, LoraAdapter).
+
+To add a model type:
+1. A LLaMA clone (new config fields, the same layers): copy mistral.py or qwen2.py, list its fields with
+   decoder_fields(...), read its options in read_options, and name the facts that differ (sliding windows, masks,
+   biases). Nothing else changes: the defaults are the rotary decoder's.
+2. A new attention kind, MLP, MoE variant or norm placement: write its tensors and its trace step in the type's
+   module (see gpt_neox.py: its attention tensors composed into _decoder.tensors, its own block; olmo2.py: its own
+   rotary and block), composing _decoder's and _steps' pieces; a variant several types share (an MoE router, a
+   latent attention) goes in a private module of its own, like _moe.py. Name the functions in the record:
+   tensors=partial(_decoder.tensors, attention=...), trace_block=..., lora_modules=..., tp_plan=...
+3. A recurrent state (Mamba-style layers) or a cache of another shape: give the record its own kv_cache_values
+   (the values the state holds for a batch and context) and prefill_phases.
+4. Tests: its parameter count against transformers' on the meta device (tests/test_architectures.py), its LoRA
+   targets against peft, and, before `traced=True`, its activations against a recorded PyTorch measurement
+   (validation/measure.py, tests/test_fidelity.py). Until measured, set traced=False (activations='textbook').
+Add the type to _ORDER below to place it in listings. Vision-language wrappers (gemma3, llava, mistral3,
+qwen2_vl, ...) read their language model through these records; their own fields live in memmath/multimodal.py.
 """
 
 from __future__ import annotations
@@ -11,6 +39,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from . import _decoder
 from .record import Architecture
 
 # The order models are listed in (the families first, then the rotary decoders as transformers added them).
@@ -60,4 +89,12 @@ def known(shape) -> bool:
     return record is not None and record.family == shape.family
 
 
-__all__ = ["ARCHITECTURES", "Architecture", "SUPPORTED_MODEL_TYPES", "architecture", "known", "of"]
+def kv_cache_values(shape, *, context_len, batch_size, after_prefill=False):
+    """Values a shape's cache holds for batch_size sequences of context_len tokens: its record's rule, the rotary
+    decoder's for a shape without one (the uniform family)."""
+    record = of(shape)
+    rule = _decoder.kv_cache_values if record is None else record.kv_cache_values
+    return rule(shape, context_len=context_len, batch_size=batch_size, after_prefill=after_prefill)
+
+
+__all__ = ["ARCHITECTURES", "Architecture", "SUPPORTED_MODEL_TYPES", "architecture", "known", "kv_cache_values", "of"]

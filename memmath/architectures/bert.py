@@ -1,6 +1,7 @@
 """BERT (transformers 5.24 configuration_bert.py, modeling_bert.py: BertModel with its pooler, plus
 BertForSequenceClassification's classifier when `architectures` names it; a masked-LM head is not counted)."""
 
+from . import _encoder
 from .record import Architecture
 
 FIELDS = {"num_hidden_layers": "blocks", "hidden_size": "width", "num_attention_heads": "heads",
@@ -15,18 +16,11 @@ FIELDS = {"num_hidden_layers": "blocks", "hidden_size": "width", "num_attention_
           "dtype": "as torch_dtype", "quantization_config": "refused: a pre-quantized checkpoint is not modelled"}
 
 
-def lora_modules(m):
-    """peft's target names in a BERT layer (BertSelfAttention's query/key/value, the two output denses)."""
-    h, inner = m.hidden_size, m.intermediate_size
-    return {"q": ("query", h, h), "k": ("key", h, h), "v": ("value", h, h), "o": ("attention.output.dense", h, h),
-            "up": ("intermediate.dense", h, inner), "down": ("output.dense", inner, h)}
-
-
 ARCHITECTURE = Architecture(
     model_type="bert", family="bert", title="BERT", source="configuration_bert.py, modeling_bert.py",
     fields=FIELDS, defaults={"type_vocab_size": 2}, activations=("gelu",),
     dropout_fields={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
     refused_flags=("is_decoder", "add_cross_attention"),
-    block="bert", embedding="word_embeddings", final_norm="layer", amp_measured=True, houlsby_placed=True,
-    lora_modules=lora_modules,
+    embedding="word_embeddings", final_norm="layer", amp_measured=True, houlsby_placed=True,
+    **_encoder.RECORD,
 )

@@ -1,6 +1,8 @@
 """Gemma 2 (transformers 5.24 configuration_gemma2.py, modeling_gemma2.py): Gemma's layers with four norms per
 block, softcapped scores (50) and logits (30), even blocks sliding; Gemma2PreTrainedModel has no SDPA."""
 
+from .. import validate
+from . import gemma
 from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, SLIDING_WINDOW, Architecture, decoder_fields
 
 GEMMA_FIELDS = {"attention_bias": ATTENTION_BIAS, "sliding_window": SLIDING_WINDOW, "layer_types": LAYER_TYPES_FIELD,
@@ -14,8 +16,6 @@ def softcap(config, key, default):
     """A softcapping constant: None (off) or a positive number, as Gemma 2/3's config classes keep it."""
     value = config.get(key, default)
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        from .. import validate
-
         raise ValueError(f"config field {key!r} must be a positive number or null (no softcapping); "
                          f"got {validate.describe(value)}")
     return None if value is None else float(value)
@@ -39,6 +39,6 @@ ARCHITECTURE = Architecture(
     defaults={"head_dim": 256, "tie_word_embeddings": True, "sliding_window": 4096},
     activation_field="hidden_activation", activations=("gelu_pytorch_tanh",),
     read_options=read_options, derive_layer_types=even_blocks_slide,
-    block="gemma", traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one", sdpa=False, eager_sliding_mask=True,
+    trace_block=gemma.block, traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one", sdpa=False, eager_sliding_mask=True,
     both_masks_always=True,  # modeling_gemma2.py:431-433
 )

@@ -2,6 +2,7 @@
 Gemma 2's layers with q/k norms, no softcapping by default, every sliding_window_pattern-th block full."""
 
 from .gemma2 import GEMMA_FIELDS, softcap
+from . import gemma
 from .record import QK_NORM, Architecture, decoder_fields, refuse_true
 
 
@@ -28,6 +29,6 @@ ARCHITECTURE = Architecture(
     defaults={"head_dim": 256, "tie_word_embeddings": True, "sliding_window": 4096},
     activation_field="hidden_activation", activations=("gelu_pytorch_tanh",),
     read_options=read_options, derive_layer_types=every_nth_full, rotary_per_layer_type=True,
-    block="gemma", traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one", eager_sliding_mask=True,
+    trace_block=gemma.block, traced_activations=("gelu_pytorch_tanh", "gelu"), scaled_embedding=True, final_norm="rms_plus_one", eager_sliding_mask=True,
     both_masks_always=True,  # modeling_gemma3.py:525-527
 )

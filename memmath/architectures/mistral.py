@@ -7,4 +7,5 @@ ARCHITECTURE = Architecture(
     model_type="mistral", family="llama", title="Mistral", source="configuration_mistral.py, modeling_mistral.py",
     fields=decoder_fields({"sliding_window": SLIDING_WINDOW}), defaults={"sliding_window": 4096},
     amp_measured=True,
+    tp_traced=True,  # one tensor-parallel rank traced (validation/parallel.py)
 )

@@ -1,6 +1,7 @@
 """Mixtral (transformers 5.24 configuration_mixtral.py, modeling_mixtral.py): Mistral's attention, a sparse MoE
 block per layer (MixtralTopKRouter, experts as two 3-D Parameters), routing weights kept in fp32."""
 
+from . import _moe
 from .record import MOE, SLIDING_WINDOW, Architecture, decoder_fields, refuse_true
 
 
@@ -22,4 +23,5 @@ ARCHITECTURE = Architecture(
     # one MoE block's adapted modules in parameters() order (MixtralSparseMoeBlock registers gate, then experts;
     # peft wraps gate_up_proj first): measured with peft 0.21 on the meta device
     lora_order=("gate.weight", "experts.gate_up_proj", "experts.down_proj"),
+    tp_plan=_moe.TP_PLAN,
 )

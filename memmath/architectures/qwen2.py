@@ -20,4 +20,5 @@ ARCHITECTURE = Architecture(
     defaults={"tie_word_embeddings": False}, read_options=read_options,
     derive_layer_types=slide_from_max_window_layers, sliding_needs_flag=True, amp_measured=True,
     causal_mask_always=True,  # modeling_qwen2.py:371-376
+    tp_traced=True,  # one tensor-parallel rank traced (validation/parallel.py)
 )

@@ -1,6 +1,8 @@
 """Qwen2-MoE (transformers 5.24 configuration_qwen2_moe.py, modeling_qwen2_moe.py): Qwen2's attention, routed
 experts plus a shared expert with its sigmoid gate; even blocks below max_window_layers slide."""
 
+from .. import validate
+from . import _moe
 from .record import MOE, QWEN_SLIDING, SLIDING_WINDOW, Architecture, decoder_fields, refuse_true
 
 QWEN_MOE = {"num_experts": "routed experts", "moe_intermediate_size": "one expert's width",
@@ -8,10 +10,15 @@ QWEN_MOE = {"num_experts": "routed experts", "moe_intermediate_size": "one exper
             "norm_topk_prob": "renormalized top-k routing weights (saved activations)"}
 
 
+# the attention as LLaMA's and the shared expert's SwiGLU (Qwen2MoeConfig.base_model_tp_plan, configuration_qwen2_moe.py,
+# names it mlp.gate_proj ...; the module is mlp.shared_expert.gate_proj); the routed experts split by ep and their
+# widths by tp (memmath/parallel.py)
+TP_PLAN = {**_moe.TP_PLAN, "layers.*.mlp.shared_expert.gate_proj": "colwise",
+           "layers.*.mlp.shared_expert.up_proj": "colwise", "layers.*.mlp.shared_expert.down_proj": "rowwise"}
+
+
 def read_qwen_moe(config, get, *, experts_key, experts_default, width_default, k_default):
     """The MoE fields Qwen2-MoE and Qwen3-MoE share."""
-    from .. import validate
-
     refuse_true(get, "output_router_logits")
     experts = get(experts_key, experts_default)
     step = get("decoder_sparse_step", 1)
@@ -58,5 +65,5 @@ ARCHITECTURE = Architecture(
                 "shared_expert_gate"),
     # peft 0.21 does not convert qwen2_moe (its utils/transformers_weight_conversion.py copies transformers'
     # _MODEL_TO_CONVERSION_PATTERN, which has no qwen2_moe key), so "all-linear" leaves the router and experts
-    not_all_linear=("router", "experts"),
+    not_all_linear=("router", "experts"), tp_plan=TP_PLAN,
 )

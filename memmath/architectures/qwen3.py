@@ -17,4 +17,5 @@ ARCHITECTURE = Architecture(
     defaults={"head_dim": 128}, read_options=read_options,
     derive_layer_types=slide_from_max_window_layers, sliding_needs_flag=True, amp_measured=True,
     causal_mask_always=True,  # modeling_qwen3.py, as Qwen2's
+    tp_traced=True,  # one tensor-parallel rank traced (validation/parallel.py)
 )

@@ -2,6 +2,7 @@
 norms), routed experts only; Qwen3MoeConfig maps num_experts onto num_local_experts and saves that name."""
 
 from .qwen2_moe import QWEN_MOE, read_qwen_moe
+from . import _moe
 from .record import ATTENTION_BIAS, MOE, QK_NORM, QWEN_SLIDING, SLIDING_WINDOW, Architecture, decoder_fields
 
 
@@ -23,4 +24,5 @@ ARCHITECTURE = Architecture(
                            "num_local_experts": "routed experts (the name transformers 5 saves for num_experts)"}),
     defaults={"num_key_value_heads": 4}, read_options=read_options, sliding_needs_flag=True,
     lora_order=("experts.gate_up_proj", "experts.down_proj", "gate.weight"),
+    tp_plan=_moe.TP_PLAN,
 )

@@ -1,10 +1,12 @@
 """The record of one transformers model type: what memmath reads from its config and how its model runs.
 
 transformers keeps one configuration_<type>.py and one modeling_<type>.py per architecture; memmath keeps one
-record per model type (memmath/architectures/<type>.py), read by the config reader (memmath/config_reader.py),
-the tensor builders and LoRA tables (memmath/models.py), the activation trace (memmath/hf_activations.py,
-memmath/amp_trace.py) and the inference working set (memmath/inference.py). Every fact cites the transformers
-5.24 or peft 0.21 file it comes from, or the measurement that found it.
+record per model type (memmath/architectures/<type>.py). Its facts are fields; its behaviour is code the record
+names: its parameter tensors, its peft target names, its embeddings, block and head in the forward-pass trace,
+its tensor-parallel plan. The generic modules ask the record (models.py: `record.tensors(shape, group)`;
+hf_activations.py: `record.trace_block(...)`; parallel.py: `record.tp_style(name)`) and never branch on the type.
+The defaults are the rotary decoder's (_decoder.py); GPT-2 and the encoders name their own. Every fact cites the
+transformers 5.24 or peft 0.21 file it comes from, or the measurement that found it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from . import _decoder
+
 FAMILIES = ("gpt2", "llama", "bert")  # the tensor layouts of memmath/models.py ("llama": every rotary decoder)
-BLOCKS = ("gpt2", "bert", "llama", "gemma", "gpt_neox", "olmo2")  # the traced decoder layers (hf_activations.py)
 FINAL_NORMS = ("layer", "rms", "rms_fp32_weight", "rms_plus_one")
 
 
@@ -30,6 +33,7 @@ class Architecture:
     defaults: Mapping[str, Any] = field(default_factory=dict)  # the config class's defaults where they differ
     activation_field: str = "hidden_act"
     activations: tuple = ("silu",)  # the MLP activations modelled (transformers' ACT2FN names); first = default
+    activation_aliases: Mapping[str, str] = field(default_factory=dict)  # a legacy name the config class rewrites
     dropout_fields: Mapping[str, float] = field(default_factory=lambda: {"attention_dropout": 0.0})
     refused_flags: tuple = ()  # config flags modelled only as false
     # (config, get) -> ModelShape fields of this type beyond the common decoder's, refusing what it cannot model
@@ -37,8 +41,35 @@ class Architecture:
     # (get, n_layers) -> layer_types when the config names a window but no layer_types (None: every layer slides)
     derive_layer_types: Callable[[Any, int], tuple] | None = None
     sliding_needs_flag: bool = False  # Qwen2/Qwen3 configs: sliding_window applies only with use_sliding_window
-    # ---- the forward pass (memmath/hf_activations.py replays it; memmath/amp_trace.py under autocast)
-    block: str = "llama"  # one of BLOCKS
+    # ---- its tensors and peft names (memmath/models.py asks these)
+    tensors: Callable = _decoder.tensors  # (shape, group) -> [ParamTensor] of "embeddings", "layer", ...
+    # shape -> {target: (module, d_in, d_out[, rank factor]), a list of those, or why it does not exist}
+    lora_modules: Callable = _decoder.lora_table
+    module_order: tuple = _decoder.MODULE_ORDER  # a block's adapted modules in parameters() order
+    norms_last: bool = True  # the block registers its norms after its sublayers (LlamaDecoderLayer)
+    # rotary positions: each block rotates q and k by cos/sin tables computed from an inv_freq buffer (the rotary
+    # decoders; GPT-2 and the encoders learn position embeddings)
+    rotary: bool = True
+    # BertEmbeddings registers position_ids and token_type_ids, int64 buffers max_positions long
+    position_id_buffers: bool = False
+    grouped_query: bool = True  # n_kv_heads and head_dim free (GPT-2, BERT: n_kv_heads = n_heads, d = h / a)
+    mlp_backward_widths: int = 2  # MLP-wide gradients alive at once in a block's backward (GELU and SwiGLU: 2)
+    # ---- tensor parallelism (memmath/parallel.py): module -> "colwise" or "rowwise", named the way
+    # transformers' base_model_tp_plan names them, from the base model ("layers.*.self_attn.q_proj", GPT-2's
+    # "h.*.attn.c_attn", BERT's "encoder.layer.*.attention.self.query"); conv1d: GPT-2's Conv1D modules,
+    # whose weights are stored (in, out)
+    tp_plan: Mapping[str, str] = field(default_factory=lambda: dict(_decoder.TP_PLAN))
+    conv1d: tuple = ()
+    tp_traced: bool = False  # hf_activations replays one tensor-parallel rank's local widths (LLaMA's layout)
+    # ---- the forward pass (memmath/hf_activations.py replays it on memmath/trace.py, autocast included):
+    # trace_embeddings(tr, shape, trains, *, dropout, input_grad_hook) -> the first block's input;
+    # trace_block(tr, shape, x, trainable, Pass) -> the block's output (_steps.Pass: what every block shares);
+    # trace_head(tr, shape, x, *, final_norm_trains, head_trains, dropout): final norm, head and loss
+    trace_embeddings: Callable = _decoder.embeddings
+    trace_block: Callable = _decoder.block
+    trace_head: Callable = _decoder.head_and_loss
+    causal: bool = True  # a causal LM: causal masks, the DynamicCache, the shifted-label loss (BERT: False)
+    mask_is_checkpoint_input: bool = False  # GPT-2 passes its eager 4-D mask to each checkpointed block
     embedding: str = "embed_tokens"  # the token embedding's module name
     scaled_embedding: bool = False  # Gemma's GemmaTextScaledWordEmbedding multiplies by embed_scale
     embedding_dropout: bool = False  # GPT-NeoX's emb_dropout
@@ -46,14 +77,19 @@ class Architecture:
     final_norm_module: str = "norm"  # the final norm's module name
     classifier: str = "pooler"  # BERT-style encoders: "pooler" (pooler + classifier) or "classification_head"
     rotary_per_layer_type: bool = False  # Gemma 3 computes one rotary cos/sin pair per layer type
-    residual_dropout: bool = False  # Phi-3's resid_attn_dropout / resid_mlp_dropout
     traced: bool = True  # the exact model replays its forward pass (else activations='textbook')
-    traced_activations: tuple = ("", "silu")  # the MLP activations it is traced with ("": a model built in code)
+    # the MLP activations it is traced with ("": a model built in code); (): every one of `activations`
+    traced_activations: tuple = ("", "silu")
     amp_measured: bool = False  # recorded under torch.autocast (validation/amp.py)
     houlsby_placed: bool = False  # Houlsby adapters placed as validation/houlsby.py measured them
     sdpa: bool = True  # transformers runs its attention with SDPA (Gemma2PreTrainedModel has none)
     routing_weights_fp32: bool = False  # Mixtral keeps the top-k routing weights in fp32 (no cast back)
-    # ---- the inference working set (memmath/inference.py, validation/inference_working_set.py)
+    # ---- serving (memmath/inference.py, validation/inference_working_set.py): the KV cache (or, for a model with
+    # recurrent state, that state) as values, kv_cache_values(shape, *, context_len, batch_size, after_prefill);
+    # the prefill's (outside, attention phase, MLP phase) bytes, prefill_phases(shape, s, b, e, eager), or None
+    # for the plain estimate (the encoders)
+    kv_cache_values: Callable = _decoder.kv_cache_values
+    prefill_phases: Callable | None = _decoder.prefill_phases
     # the masks its base model builds once per forward (masking_utils.py): both the causal and the sliding-window
     # mask whatever layer_types holds (Gemma 2/3, Qwen2-MoE), or the causal one always beside a sliding one (Qwen2/3)
     both_masks_always: bool = False
@@ -64,14 +100,27 @@ class Architecture:
     # ---- peft (memmath/models.py's LoRA tables)
     lora_order: tuple = ()  # a MoE block's adapted modules in parameters() order, where it is not the targets'
     not_all_linear: tuple = ()  # targets that exist but peft's "all-linear" leaves alone
-    # model -> {target: (module, d_in, d_out[, rank factor]), a list of those, or why it does not exist};
-    # None: the rotary decoders' table (memmath/models.py), read from the model's fused and MoE fields
-    lora_modules: Callable | None = None
 
     def __post_init__(self):
-        if self.family not in FAMILIES or self.block not in BLOCKS or self.final_norm not in FINAL_NORMS:
-            raise ValueError(f"{self.model_type}: family, block or final_norm outside {FAMILIES}, {BLOCKS}, "
-                             f"{FINAL_NORMS}")
+        if self.family not in FAMILIES or self.final_norm not in FINAL_NORMS:
+            raise ValueError(f"{self.model_type}: family or final_norm outside {FAMILIES}, {FINAL_NORMS}")
+
+    def adapter_order(self, shape) -> tuple:
+        """A block's adapted modules in parameters() order where it is not the targets' order (lora_order), else ()."""
+        return _decoder.lora_order(shape, self)
+
+    def is_conv1d(self, name: str) -> bool:
+        """Whether `name` is a Conv1D weight, stored (in, out), the transpose of nn.Linear's (out, in)."""
+        return name.endswith(".weight") and name.removesuffix(".weight") in self.conv1d
+
+    def tp_style(self, name: str) -> str | None:
+        """"colwise" or "rowwise" for a block tensor this record's tp_plan splits (by the end of its name), else None."""
+        base = name.removesuffix(".weight").removesuffix(".bias")
+        for module, style in self.tp_plan.items():
+            module = module.split("*.", 1)[-1]  # the module inside a block: "layers.*.self_attn.q_proj" -> q_proj's
+            if base == module or base.endswith("." + module):
+                return style
+        return None
 
     def __repr__(self) -> str:
         return f"Architecture({self.model_type!r}, {self.title})"

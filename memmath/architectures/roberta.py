@@ -1,7 +1,7 @@
 """RoBERTa (transformers 5.24 configuration_roberta.py, modeling_roberta.py): BERT's layers, position ids from
 the token ids, and RobertaClassificationHead (dense + out_proj, no pooler) for sequence classification."""
 
-from . import bert
+from . import _encoder, bert
 from .record import Architecture
 
 ARCHITECTURE = Architecture(
@@ -12,7 +12,7 @@ ARCHITECTURE = Architecture(
     defaults={"type_vocab_size": 2}, activations=("gelu",),
     dropout_fields={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
     refused_flags=("is_decoder", "add_cross_attention"),
-    block="bert", embedding="word_embeddings", final_norm="layer", classifier="classification_head",
+    embedding="word_embeddings", final_norm="layer", classifier="classification_head",
     houlsby_placed=True,  # BERT's layers, where validation/houlsby.py placed the adapters
-    lora_modules=bert.lora_modules,
+    **_encoder.RECORD,
 )

@@ -1,0 +1,278 @@
+"""A sparse mixture of experts as transformers 5.24 stores and runs it (Mixtral, Qwen2-MoE, Qwen3-MoE): a router
+(an E x h Parameter), the routed experts as two 3-D Parameters, and Qwen2-MoE's shared expert with its sigmoid
+gate. Its tensors, its peft target names and its forward-pass trace; a decoder's MLP is this block when the shape
+has n_experts (memmath/architectures/_decoder.py)."""
+
+from __future__ import annotations
+
+from ..trace import Tensor, Trace
+from ._parts import ParamTensor, linear
+from ._steps import INT64, larger
+
+
+# The attention's split in a MoE decoder (MixtralConfig.base_model_tp_plan, configuration_mixtral.py); the routed
+# experts (mlp.experts.gate_up_proj, mlp.experts.down_proj) split by ep and their widths by tp (memmath/parallel.py)
+TP_PLAN = {"layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise",
+           "layers.*.self_attn.v_proj": "colwise", "layers.*.self_attn.o_proj": "rowwise"}
+
+
+def tensors(m) -> list:
+    """The MoE block's parameters in parameters() order (modeling_<type>.py's <Type>SparseMoeBlock)."""
+    h, e, ei = m.hidden_size, m.n_experts, m.expert_intermediate_size
+    mlp = [ParamTensor("mlp.gate.weight", "mlp", (e, h)),  # the router: a Parameter, not an nn.Linear
+           ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, 2 * ei, h)),
+           ParamTensor("mlp.experts.down_proj", "mlp", (e, h, ei))]
+    if m.shared_expert_intermediate_size:
+        si = m.shared_expert_intermediate_size
+        mlp += (linear("mlp.shared_expert.gate_proj", "mlp", h, si, False)
+                + linear("mlp.shared_expert.up_proj", "mlp", h, si, False)
+                + linear("mlp.shared_expert.down_proj", "mlp", si, h, False))
+    if m.shared_expert_gate:
+        mlp += linear("mlp.shared_expert_gate", "mlp", h, 1, False)
+    return mlp
+
+
+def lora_table(m) -> dict:
+    """peft's target names in the MoE block.
+
+    transformers 5 stores the routed experts as two 3-D Parameters (modeling_<type>.py's <Type>Experts:
+    gate_up_proj E x 2I x h, down_proj E x h x I) and the router as a module holding an E x h Parameter:
+    none is an nn.Linear. peft 0.21 adapts them as Parameters (lora.ParamWrapper): A (r_e * E) x d_in,
+    B d_out x (r_e * E), d_in and d_out swapped from the stored (E, d_out, d_in) (update_layer), r_e = 2r
+    for the fused gate_up_proj (the converted config's rank_pattern) and r for down_proj; the router's
+    2-D weight gets one rank-r pair. Only Qwen2-MoE has linears in its MLP: the shared expert's
+    gate_proj/up_proj/down_proj and shared_expert_gate (h -> 1)."""
+    h = m.hidden_size
+    e, ei, si = m.n_experts, m.expert_intermediate_size, m.shared_expert_intermediate_size
+    table = dict(router=("gate.weight", h, e),
+                 experts=[("experts.gate_up_proj", h, 2 * ei, 2 * e), ("experts.down_proj", ei, h, e)])
+    if si:
+        table.update(gate=("gate_proj", h, si), up=("up_proj", h, si), down=("down_proj", si, h))
+    else:
+        routed = "its MLP is the routed experts, 3-D tensors: target 'experts'"
+        table.update(gate=routed, up=routed, down=routed)
+    table["shared_gate"] = ("shared_expert_gate", h, 1) if m.shared_expert_gate else "it has no shared expert gate"
+    return table
+
+
+def wrapped_weight(tr: Trace, lora, experts, d_out, d_in, name, build=True):
+    """The weight a module reads under peft 0.21's ParamWrapper (peft/tuners/lora/layer.py): W + scaling * B A,
+    a new tensor that requires grad (W: experts x d_out x d_in, or d_out x d_in for experts = 1, frozen).
+
+    lora: (per-expert rank, adapter bytes per element). _activate_lora builds the parametrization:
+    - experts > 1, one adapter (_LoraFactorsProxy): get_delta_factors reshapes B to (E, d_out, r) and A to
+      (E, r, d_in), views, and casts them to W's dtype: copies when the adapters are stored otherwise (peft's
+      fp32 adapters on a 16-bit base), else the adapters' own storages; the weight is baddbmm(W, B, A,
+      alpha=scaling), which keeps both factors (the copies are activations; the adapters' storages are not);
+    - experts = 1, the router (_LoraParameterProxy): get_delta_weight is Linear.get_delta_weight's
+      (B @ A) * scaling, in fp32 on the CPU for 16-bit adapters (A.float() and B.float(): copies the matmul
+      keeps), cast back to the adapters' dtype, then to W's (.to(param.dtype)); the weight is W + delta;
+    - torch's register_parametrization (unsafe=False) evaluates the parametrization once to check its shape
+      and dtype: a temporary the size of W, dropped at once;
+    - the module's forward reads the parameter inside parametrize.cached(): computed once there.
+    build=False returns a function that computes the weight (read later in the forward pass) after the rest.
+    """
+    rank, adapter_elem = lora
+    e, n = tr.e, experts * d_out * d_in
+    if experts > 1:
+        factors = []
+        if adapter_elem != e:
+            for numel, what in ((experts * d_out * rank, "B"), (experts * rank * d_in, "A")):
+                copy = tr.new(numel, e, True)
+                tr.save(copy, f"{name} LoRA {what} cast to the weights' dtype (baddbmm input)")
+                factors.append(copy)
+        tr.tmp(n, e, *factors)  # register_parametrization's check
+
+        def weight():
+            out = tr.new(n, e, True)  # baddbmm(W, lhs, rhs)
+            tr.use(*factors)
+            return out
+    else:
+        low = tr.device == "cpu" and adapter_elem == 2  # Linear.get_delta_weight's cast_to_fp32
+        factors = ()
+        if low:
+            factors = (tr.new(rank * d_in, 4, True), tr.new(d_out * rank, 4, True))
+            tr.save(factors[0], f"{name} LoRA A in fp32 (CPU delta weight)")
+            tr.save(factors[1], f"{name} LoRA B in fp32 (CPU delta weight)")
+        elem = 4 if low else adapter_elem
+        delta = tr.new(n, elem, True)  # B @ A
+        tr.use(*factors)
+        delta = tr.tmp(n, elem, delta)  # * scaling
+        delta.grad = True
+        for cast in (adapter_elem, e):  # back to the adapters' dtype, then W's: no-ops where it already is
+            if delta.elem != cast:
+                delta = tr.tmp(n, cast, delta)
+                delta.grad = True
+        tr.tmp(n, e, delta)  # register_parametrization's check
+
+        def weight():
+            out = tr.new(n, e, True)  # W + delta
+            tr.use(delta)
+            return out
+    return weight() if build else weight
+
+
+def trace(tr: Trace, shape, x: Tensor, trainable: bool, lora):
+    """The sparse MoE block as transformers 5.24 runs it by default (experts_implementation "grouped_mm",
+    integrations/moe.py's grouped_mm_experts_forward), on the normalized input x (t x h).
+
+    Router (Mixtral/Qwen2-MoE/Qwen3-MoE TopKRouter): logits = x W^T keeps x; softmax in fp32 keeps its
+    output (t x E); topk keeps its int64 indices (t x k); renormalizing the top-k weights in place
+    (Mixtral always, Qwen when norm_topk_prob) keeps the sum and a copy of the weights before the
+    division; Qwen casts the weights back to the model dtype, Mixtral keeps them in fp32.
+    Experts, S = t x k rows, one per (token, chosen expert): the gather x[perm // k] keeps its int64
+    indices; the weights' gather keeps the sort permutation; grouped_mm keeps its input (S x h, then
+    S x I) when the expert weights train, and the int32 offsets; SiLU(gate) * up keeps the S x 2I
+    gate_up output and the S x I SiLU output; the routing-weight product keeps the S x h down output
+    and the weights (the product takes the wider dtype); the unsort keeps its int64 inverse permutation.
+    Qwen2-MoE's shared expert (a SwiGLU MLP on x) and its sigmoid gate (keeps the t x 1 sigmoid output
+    and the shared output) add to it. LoRA on the router or the experts (peft's ParamWrapper, wrapped_weight):
+    the router's F.linear and the grouped_mm read W + BA, which requires grad, so they keep their input and,
+    when the input needs a gradient, that weight (measured: validation/moe_lora.py, every case held out).
+    Where torch's grouped_mm cannot run (CUDA below sm80, CPU torch <=
+    2.10 with unaligned weights) transformers falls back to its own op, which keeps the input even for
+    frozen experts: assumed not to happen (measured on the CPU with torch 2.13).
+    """
+    t, e = tr.t, tr.e
+    h = shape.hidden_size
+    n_exp, top, width = shape.n_experts, shape.experts_per_tok, shape.expert_intermediate_size
+    rows = t * top
+    shared = None
+    if shape.shared_expert_intermediate_size:  # Qwen2MoeSparseMoeBlock runs the shared expert first
+        si = shape.shared_expert_intermediate_size
+        gate = tr.linear(x, t * si, trainable, lora("gate_proj"), "shared_expert.gate_proj")
+        up = tr.linear(x, t * si, trainable, lora("up_proj"), "shared_expert.up_proj")
+        prod = tr.silu_times(gate, up, "shared expert SwiGLU")
+        shared = tr.linear(prod, t * h, trainable, lora("down_proj"), "shared_expert.down_proj")
+    router_lora = lora("gate.weight")
+    if router_lora is None:
+        logits = tr.linear(x, t * n_exp, trainable, None, "router")
+    else:  # peft's ParamWrapper: F.linear(x, W + delta) with the sum a tensor that requires grad
+        weight = wrapped_weight(tr, router_lora, 1, n_exp, h, "router")
+        logits = tr.new(t * n_exp, e, True)
+        tr.use(x, weight)
+        tr.save(x, "router input")
+        if x.grad:
+            tr.save(weight, "router weight W + BA (peft ParamWrapper)")
+    grad = logits.grad
+    logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # .float() / softmax(dtype=float)
+    probs = tr.new(t * n_exp, 4, grad)
+    tr.use(logits32)
+    if grad:
+        tr.save(probs, "router softmax output (fp32)")
+    values = tr.new(rows, 4, grad)
+    indices = tr.new(rows, INT64)
+    tr.use(probs)
+    if grad:
+        tr.save(indices, "router top-k indices (int64)")
+    if shape.norm_topk_prob:  # router_top_value /= router_top_value.sum(dim=-1, keepdim=True), in place
+        total = tr.new(t, 4, grad)
+        before = tr.new(rows, 4)  # autograd's copy of the divided tensor before the in-place division
+        tr.use(values)
+        if grad:
+            tr.save(total, "router top-k sum (fp32)")
+            tr.save(before, "router top-k weights before the in-place division (fp32)")
+    weight_elem = 4
+    if not shape.architecture.routing_weights_fp32 and e != 4:  # router_top_value.to(router_logits.dtype)
+        values = tr.new(rows, e, grad)
+        tr.use(values)
+        weight_elem = e
+    experts_lora = lora("experts.gate_up_proj")  # "experts" adapts gate_up_proj and down_proj together
+    if experts_lora is not None:
+        # peft nests two ParamWrappers: down_proj's outside, gate_up_proj's inside; each prepares its factors and
+        # registers its parametrization (with its check) before the experts' forward runs. gate_up_proj's
+        # rank is 2r per expert (peft's rank_pattern for the fused gate and up), down_proj's r.
+        rank, adapter_elem = experts_lora
+        down_pre = wrapped_weight(tr, experts_lora, n_exp, h, width, "experts down_proj", build=False)
+        gate_up_pre = wrapped_weight(tr, (2 * rank, adapter_elem), n_exp, 2 * width, h, "experts gate_up_proj",
+                                      build=False)
+    weights_grad = trainable or experts_lora is not None  # the weights grouped_mm reads require grad
+    # grouped_mm_experts_forward: sort by expert, gather, two grouped matmuls, weight, unsort, sum over k.
+    token_index = tr.new(rows, INT64)  # perm // top_k
+    selected = tr.new(rows * h, e, x.grad)
+    tr.use(x, token_index)
+    if x.grad:
+        tr.save(token_index, "expert token indices (int64)")
+    perm = tr.new(rows, INT64)
+    weights = tr.new(rows, weight_elem, grad)
+    tr.use(values, perm)
+    if grad:
+        tr.save(perm, "expert sort permutation (int64)")
+    offsets = tr.new(n_exp, 4)  # cumsum(histc(...), dtype=int32)
+    gate_up_weight = None
+    if experts_lora is not None:  # self.gate_up_proj: the parametrization, computed and cached at first read
+        gate_up_weight = gate_up_pre()
+    if weights_grad:
+        tr.save(selected, "experts gate_up input (S x h)")
+    if selected.grad or weights_grad:
+        tr.save(offsets, "grouped_mm offsets (int32)")
+    if gate_up_weight is not None and selected.grad:  # grouped_mm keeps the weight for its input's gradient
+        tr.save(gate_up_weight, "experts gate_up_proj W + BA (peft ParamWrapper)")
+    gate_up = tr.new(rows * 2 * width, e, selected.grad or weights_grad)
+    tr.use(selected, offsets, gate_up_weight)
+    gate, up = (Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
+    prod = tr.silu_times(gate, up, "experts SwiGLU")
+    down_weight = None
+    if experts_lora is not None:  # self.down_proj, read after the gate
+        down_weight = down_pre()
+    if weights_grad:
+        tr.save(prod, "experts down input (S x I)")
+    if down_weight is not None and prod.grad:
+        tr.save(down_weight, "experts down_proj W + BA (peft ParamWrapper)")
+    down = tr.new(rows * h, e, prod.grad or weights_grad)
+    tr.use(prod, offsets, down_weight)
+    out_elem = max(e, weight_elem)
+    weighted = tr.new(rows * h, out_elem, down.grad or weights.grad)
+    tr.use(down, weights)
+    if weights.grad:
+        tr.save(down, "experts output (S x h)")
+    if down.grad:
+        tr.save(weights, "routing weights, sorted")
+    inverse = tr.new(rows, INT64)
+    unsorted = tr.new(rows * h, out_elem, weighted.grad)
+    tr.use(weighted, inverse)
+    if weighted.grad:
+        tr.save(inverse, "expert inverse permutation (int64)")
+    out = tr.new(t * h, out_elem, unsorted.grad)  # .view(t, k, h).sum(dim=1)
+    tr.use(unsorted)
+    if out_elem != e:
+        out = tr.tmp(t * h, e, out)  # .to(hidden_states.dtype)
+        out.grad = unsorted.grad
+    tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
+    if shared is None:
+        return out
+    gate_logit = tr.linear(x, t, trainable, lora("shared_expert_gate"), "shared_expert_gate")
+    sig = tr.new(t, e, gate_logit.grad)
+    tr.use(gate_logit)
+    if gate_logit.grad:
+        tr.save(sig, "shared expert gate sigmoid output")
+    if sig.grad:
+        tr.save(shared, "shared expert output")
+    if shared.grad:
+        tr.save(sig, "shared expert gate sigmoid output")
+    gated = tr.new(t * h, e, sig.grad or shared.grad)
+    tr.use(sig, shared)
+    return tr.add(out, gated)
+
+
+def prefill_phase(shape, s, b, e):
+    """The MoE block's prefill peak (transformers' grouped_mm experts; measured with
+    validation/inference_working_set.py --new): the block input, residual and normed input (3h per
+    token) and the router's logits, top-k weights and indices, then S = t x k rows: the larger of the
+    SwiGLU moment (gathered input S x h, gate_up S x 2I, SiLU and product S x I) and the unsort moment
+    (gathered input, down output, the weighted rows and their unsorted copy, in the routing weights'
+    dtype when wider: Mixtral keeps them fp32); Qwen2-MoE's shared expert output is alive throughout."""
+    t, h = s * b, shape.hidden_size
+    n_exp, rows, width = shape.n_experts, s * b * shape.experts_per_tok, shape.expert_intermediate_size
+    w = 4 if shape.architecture.routing_weights_fp32 else e  # Qwen casts the routing weights to the model dtype
+    wide = max(w, e)
+    # residuals and normed input, logits, top-k weights and int64 indices, the sort's ids and permutation,
+    # the sorted weights, histc's fp32 input, histc and offsets
+    common = e * t * 3 * h + e * t * n_exp + 8 * rows + w * rows + 16 * rows + w * rows + 4 * rows + 8 * n_exp
+    swiglu = common + e * rows * h + e * rows * 4 * width
+    unsort = common + 2 * e * rows * h + 2 * wide * rows * h + 8 * rows
+    phase = larger(swiglu, unsort)
+    si = shape.shared_expert_intermediate_size
+    if si:  # the shared expert runs first (SwiGLU over every token), then its output waits for the experts
+        phase = larger(phase + e * t * h, e * t * (3 * h + 3 * si))
+    return phase

@@ -1,0 +1,67 @@
+"""The pieces every record's tensor list is made of: a parameter tensor, a LoRA adapter entry, a linear layer's and
+a norm's tensors. Below the records and memmath/models.py (which re-exports ParamTensor and LoraAdapter)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One parameter tensor: its path key, the component it belongs to, its shape.
+
+    linear: a weight matrix of a linear layer (what bitsandbytes quantizes to 4 bit in QLoRA).
+    """
+
+    name: str
+    component: str
+    shape: tuple
+    linear: bool = False
+
+    @property
+    def numel(self):
+        """Number of elements: the product of the shape."""
+        result = 1
+        for dim in self.shape:
+            result = result * dim
+        return result
+
+    @property
+    def factored_size(self):
+        """Adafactor's second-moment size: rows + cols for a matrix, numel for a vector (Shazeer & Stern 2018)."""
+        if len(self.shape) == 2:
+            return self.shape[0] + self.shape[1]
+        return self.numel
+
+
+class LoraAdapter(NamedTuple):
+    """One tensor a block adapts with LoRA: peft adds A, (rank_factor * r) x d_in, and B, d_out x (rank_factor * r).
+
+    rank_factor is 1 for a linear layer and for the router's 2-D weight. A routed experts' 3-D tensor (peft 0.21's
+    ParamWrapper, peft/tuners/lora/layer.py) gets A = nn.Linear(d_in, r * num_experts) and B = nn.Linear(r *
+    num_experts, d_out), one rank-r pair per expert: rank_factor = num_experts, and 2 * num_experts for
+    gate_up_proj, whose rank peft doubles because the gate and up matrices are fused there (the rank_pattern of
+    utils/transformers_weight_conversion.py: r * 2 for the fused w1 + w3 or gate_proj + up_proj).
+    """
+
+    module: str
+    d_in: object
+    d_out: object
+    rank_factor: object = 1
+
+
+def linear(name, component, d_in, d_out, bias):
+    """A linear layer's weight (d_out x d_in, as nn.Linear stores it) and optional bias."""
+    tensors = [ParamTensor(f"{name}.weight", component, (d_out, d_in), linear=True)]
+    if bias:
+        tensors.append(ParamTensor(f"{name}.bias", component, (d_out,)))
+    return tensors
+
+
+def norm(name, h, bias):
+    """A norm's weight (and LayerNorm's bias)."""
+    tensors = [ParamTensor(f"{name}.weight", "norms", (h,))]
+    if bias:
+        tensors.append(ParamTensor(f"{name}.bias", "norms", (h,)))
+    return tensors
