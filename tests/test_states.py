@@ -121,16 +121,8 @@ BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_attention_h
             num_hidden_layers=2)
 
 
-def _run(torch, transformers, model_type, steps=STEPS, **config):
-    """The DynamicCache of a tiny bf16 model after the prompt and `steps` decode steps, and its bytes per layer:
-    the storages behind its keys, values, conv and recurrent states (each storage counted once)."""
-    hf_config = transformers.AutoConfig.for_model(model_type, **config)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config).eval().to(torch.bfloat16)
-    with torch.no_grad():
-        cache = model(torch.randint(0, 64, (BATCH, PROMPT)), use_cache=True).past_key_values
-        for _ in range(steps):
-            cache = model(torch.randint(0, 64, (BATCH, 1)), cache=cache, use_cache=True).past_key_values
+def _stored(torch, cache):
+    """Bytes per layer of the storages behind a cache's keys, values, conv and recurrent states (each once)."""
     seen, per_layer = set(), []
     for layer in cache.layers:
         tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
@@ -142,7 +134,21 @@ def _run(torch, transformers, model_type, steps=STEPS, **config):
                 seen.add(tensor.untyped_storage().data_ptr())
                 total += tensor.untyped_storage().nbytes()
         per_layer.append(total)
-    return cache, per_layer
+    return per_layer
+
+
+def _run(torch, transformers, model_type, **config):
+    """A tiny bf16 model's DynamicCache after the prompt and STEPS decode steps, with its bytes per layer right
+    after the prefill and at the end."""
+    hf_config = transformers.AutoConfig.for_model(model_type, **config)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config).eval().to(torch.bfloat16)
+    with torch.no_grad():
+        cache = model(torch.randint(0, 64, (BATCH, PROMPT)), use_cache=True).past_key_values
+        after_prefill = _stored(torch, cache)
+        for _ in range(STEPS):
+            cache = model(torch.randint(0, 64, (BATCH, 1)), cache=cache, use_cache=True).past_key_values
+    return cache, after_prefill, _stored(torch, cache)
 
 
 def _predicted(layers, tokens=PROMPT + STEPS, after_prefill=False):
@@ -157,7 +163,7 @@ def _predicted(layers, tokens=PROMPT + STEPS, after_prefill=False):
 ])
 def test_latent_attention_matches_transformers(torch, transformers, model_type, extra):
     # cache.update receives the latent [2, 1, 12, kv_lora_rank] and the rotary key [2, 1, 12, qk_rope_head_dim].
-    cache, measured = _run(torch, transformers, model_type, **{**BASE, "num_key_value_heads": 4}, kv_lora_rank=16,
+    cache, _, measured = _run(torch, transformers, model_type, **{**BASE, "num_key_value_heads": 4}, kv_lora_rank=16,
                            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, moe_intermediate_size=16,
                            n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
                            **extra)
@@ -198,8 +204,9 @@ MAMBA = dict(mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_d_conv=4, 
       FullAttention(kv_heads=2, head_dim=8)]),
 ])
 def test_recurrent_states_match_transformers(torch, transformers, model_type, extra, layers):
-    cache, measured = _run(torch, transformers, model_type, **{**BASE, **extra})
+    cache, after_prefill, measured = _run(torch, transformers, model_type, **{**BASE, **extra})
     assert measured == _predicted(layers)
+    assert after_prefill == _predicted(layers, tokens=PROMPT)  # the states the same size, attention 10 tokens
     # The conv state is in the model's dtype, the recurrent state in fp32.
     state_layer = cache.layers[0]
     assert state_layer.conv_states[0].dtype == torch.bfloat16
@@ -227,9 +234,8 @@ SLIDING = dict(BASE, num_hidden_layers=4, head_dim=8)
      + [NoCache("shared KV"), NoCache("shared KV")]),
 ])
 def test_windows_chunks_and_shared_layers_match_transformers(torch, transformers, model_type, extra, layers):
-    cache, measured = _run(torch, transformers, model_type, **{**SLIDING, **extra})
+    cache, after_prefill, measured = _run(torch, transformers, model_type, **{**SLIDING, **extra})
     assert measured == _predicted(layers)
     # A sliding layer shows window - 1 = 3 tokens: a view of the 4-token storage of its last torch.cat.
     assert cache.layers[0].keys.shape[-2] == 3
-    _, after_prefill = _run(torch, transformers, model_type, steps=0, **{**SLIDING, **extra})
     assert after_prefill == _predicted(layers, tokens=PROMPT, after_prefill=True)
