@@ -307,6 +307,66 @@ class Hybrid:
                                after_prefill=after_prefill) for part in self.parts)
 
 
+# transformers 5.24's layer_types names (cache_utils.py DYNAMIC_LAYER_TYPE_MAPPING; configuration_utils.py
+# _LEGACY_LAYER_TYPE_REMAP turns "mamba" into "linear_attention" and "attention" into "full_attention").
+_ATTENTION_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
+                    "chunked_attention": "chunked"}
+_STATE_TYPES = ("linear_attention", "mamba", "conv")
+_NO_CACHE_TYPES = ("moe", "mlp", "dummy")
+_HYBRID_TYPES = {"hybrid": "full", "hybrid_sliding": "sliding"}
+
+
+def layers_from_layer_types(layer_types, *, full=None, sliding=None, chunked=None, linear=None,
+                            kv_sharing_modes=None) -> list:
+    """The layer records for a config's layer_types, picked as transformers 5.24 picks each cache layer
+    (cache_utils.get_layer_types_and_kwargs): full (a FullAttention or LatentAttention) for "full_attention",
+    sliding for "sliding_attention", chunked for "chunked_attention", linear (a Mamba2 or GatedDeltaNet) for
+    "linear_attention", both in one layer for "hybrid" (linear + full) and "hybrid_sliding" (linear + sliding), and
+    NoCache for "moe", "mlp" and every layer whose kv_sharing_modes entry is "reuse" (Gemma 3n's shared layers).
+
+        layers_from_layer_types(config["layer_types"], full=FullAttention(8, 64),
+                                sliding=SlidingAttention(8, 64, window=128))     # gpt-oss-20b
+    """
+    if isinstance(layer_types, (str, bytes)) or not hasattr(layer_types, "__iter__"):
+        raise TypeError(f"layer_types must be a list of layer type names; got {validate.describe(layer_types)}")
+    layer_types = list(layer_types)
+    if not layer_types:
+        raise ValueError("layer_types must name at least one layer")
+    if kv_sharing_modes is not None:
+        kv_sharing_modes = list(kv_sharing_modes)
+        if len(kv_sharing_modes) != len(layer_types):
+            raise ValueError(f"kv_sharing_modes must have one entry per layer ({len(layer_types)}); "
+                             f"got {len(kv_sharing_modes)}")
+    records = {"full": full, "sliding": sliding, "chunked": chunked, "linear": linear}
+    for name, record in records.items():
+        if record is not None and not isinstance(record, LAYER_KINDS):
+            raise TypeError(f"{name} must be a layer record ({', '.join(k.__name__ for k in LAYER_KINDS)}); "
+                            f"got {validate.describe(record)}")
+
+    def needed(name, layer_type):
+        if records[name] is None:
+            raise ValueError(f"layer_types has {layer_type!r}: pass {name}= with its layer record")
+        return records[name]
+
+    layers = []
+    for index, layer_type in enumerate(layer_types):
+        if kv_sharing_modes is not None and kv_sharing_modes[index] == "reuse":
+            layers.append(NoCache("reuses an earlier layer's keys and values"))
+        elif layer_type in _ATTENTION_TYPES:
+            layers.append(needed(_ATTENTION_TYPES[layer_type], layer_type))
+        elif layer_type in _STATE_TYPES:
+            layers.append(needed("linear", layer_type))
+        elif layer_type in _HYBRID_TYPES:
+            layers.append(Hybrid((needed("linear", layer_type), needed(_HYBRID_TYPES[layer_type], layer_type))))
+        elif layer_type in _NO_CACHE_TYPES:
+            layers.append(NoCache("no attention"))
+        else:
+            known = sorted({*_ATTENTION_TYPES, *_STATE_TYPES, *_HYBRID_TYPES, *_NO_CACHE_TYPES})
+            raise ValueError(f"layer_types[{index}] is {validate.describe(layer_type)}, whose cache is not modelled "
+                             f"(an indexer's keys or a compressed attention); the modelled types are {', '.join(known)}")
+    return layers
+
+
 def cache_parts(layers, *, tokens, batch=1, dtype="bf16", state_dtype=RECURRENT_STATE_FORMAT,
                 after_prefill=False) -> dict[str, int]:
     """Bytes of a model's cache by layer kind ("full_attention", "mamba2", ...; a hybrid layer's parts apart), for

@@ -11,7 +11,8 @@ import pytest
 from memmath.states import (
     ChunkedAttention, FullAttention, GatedDeltaNet, Hybrid, LatentAttention, Mamba2, NoCache, SlidingAttention,
     cache_bytes, cache_parts, chunked_attention_bytes, decompressed_latent_attention_bytes, full_attention_bytes,
-    gated_deltanet_state_bytes, latent_attention_bytes, mamba2_state_bytes, sliding_attention_bytes, window_tokens,
+    gated_deltanet_state_bytes, latent_attention_bytes, layers_from_layer_types, mamba2_state_bytes,
+    sliding_attention_bytes, window_tokens,
 )
 from memmath.validate import FieldError
 
@@ -103,6 +104,25 @@ def test_bad_input_names_the_field(call, field):
     assert error.value.field == field
 
 
+def test_layer_types_pick_the_cache_layer_transformers_picks():
+    full, sliding = FullAttention(kv_heads=8, head_dim=64), SlidingAttention(kv_heads=8, head_dim=64, window=128)
+    mamba = Mamba2(heads=4, head_dim=16, state_size=8, n_groups=1, conv_kernel=4)
+    # Legacy names ("mamba", "attention") as configuration_utils.py remaps them; "moe" and "mlp" hold nothing.
+    layers = layers_from_layer_types(["mamba", "attention", "moe", "hybrid", "hybrid_sliding"], full=full,
+                                     sliding=sliding, linear=mamba)
+    assert layers == [mamba, full, NoCache("no attention"), Hybrid((mamba, full)), Hybrid((mamba, sliding))]
+    # Gemma 3n's kv_sharing_modes: "reuse" layers hold nothing, whatever their type.
+    shared = layers_from_layer_types(["sliding_attention", "full_attention"] * 2, full=full, sliding=sliding,
+                                     kv_sharing_modes=[None, None, "reuse", "reuse"])
+    assert [layer.kind for layer in shared] == ["sliding_attention", "full_attention", "no_cache", "no_cache"]
+    with pytest.raises(ValueError, match="pass sliding="):
+        layers_from_layer_types(["sliding_attention"], full=full)
+    with pytest.raises(ValueError, match="not modelled"):
+        layers_from_layer_types(["indexed_attention"], full=full)
+    with pytest.raises(ValueError, match="one entry per layer"):
+        layers_from_layer_types(["full_attention"], full=full, kv_sharing_modes=[None, "reuse"])
+
+
 def test_bad_layers_and_formats_are_refused():
     with pytest.raises(ValueError, match="at least one"):
         cache_bytes([], tokens=10)
@@ -138,8 +158,8 @@ def _stored(torch, cache):
 
 
 def _run(torch, transformers, model_type, **config):
-    """A tiny bf16 model's DynamicCache after the prompt and STEPS decode steps, with its bytes per layer right
-    after the prefill and at the end."""
+    """A tiny bf16 model's config and DynamicCache after the prompt and STEPS decode steps, with the cache's bytes per
+    layer right after the prefill and at the end."""
     hf_config = transformers.AutoConfig.for_model(model_type, **config)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(hf_config).eval().to(torch.bfloat16)
@@ -148,7 +168,22 @@ def _run(torch, transformers, model_type, **config):
         after_prefill = _stored(torch, cache)
         for _ in range(STEPS):
             cache = model(torch.randint(0, 64, (BATCH, 1)), cache=cache, use_cache=True).past_key_values
-    return cache, after_prefill, _stored(torch, cache)
+    return hf_config, cache, after_prefill, _stored(torch, cache)
+
+
+def _mapped(hf_config, layers):
+    """layers_from_layer_types on the config transformers built, given the records of `layers` by kind: the
+    mapping from layer_types names to cache layers, checked against the cache transformers picked."""
+    parts = [part for layer in layers for part in (layer.parts if isinstance(layer, Hybrid) else (layer,))]
+
+    def pick(kinds):
+        return next((part for part in parts if isinstance(part, kinds)), None)
+
+    # A config without layer_types (DeepSeek's) is all full attention (cache_utils.get_layer_types_and_kwargs).
+    layer_types = getattr(hf_config, "layer_types", None) or ["full_attention"] * hf_config.num_hidden_layers
+    return layers_from_layer_types(layer_types, kv_sharing_modes=getattr(hf_config, "kv_sharing_modes", None),
+                                   full=pick((FullAttention, LatentAttention)), sliding=pick(SlidingAttention),
+                                   chunked=pick(ChunkedAttention), linear=pick((Mamba2, GatedDeltaNet)))
 
 
 def _predicted(layers, tokens=PROMPT + STEPS, after_prefill=False):
@@ -163,12 +198,13 @@ def _predicted(layers, tokens=PROMPT + STEPS, after_prefill=False):
 ])
 def test_latent_attention_matches_transformers(torch, transformers, model_type, extra):
     # cache.update receives the latent [2, 1, 12, kv_lora_rank] and the rotary key [2, 1, 12, qk_rope_head_dim].
-    cache, _, measured = _run(torch, transformers, model_type, **{**BASE, "num_key_value_heads": 4}, kv_lora_rank=16,
-                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, moe_intermediate_size=16,
-                           n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
-                           **extra)
+    hf_config, cache, _, measured = _run(
+        torch, transformers, model_type, **{**BASE, "num_key_value_heads": 4}, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=8, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
+        n_shared_experts=1, first_k_dense_replace=1, **extra)
     assert tuple(cache.layers[0].keys.shape) == (2, 1, 12, 16) and tuple(cache.layers[0].values.shape) == (2, 1, 12, 8)
-    assert measured == _predicted([LatentAttention(kv_lora_rank=16, rope_head_dim=8)] * 2)
+    layers = [LatentAttention(kv_lora_rank=16, rope_head_dim=8)] * 2
+    assert measured == _predicted(layers) == _predicted(_mapped(hf_config, layers))
     # The heads the releases up to 5.14 cached would take 4 x (8 + 8 + 8) / (16 + 8) = 4 times as much here.
     assert sum(measured) * 4 == 2 * decompressed_latent_attention_bytes(
         heads=4, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, tokens=12, batch=2)
@@ -204,8 +240,8 @@ MAMBA = dict(mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_d_conv=4, 
       FullAttention(kv_heads=2, head_dim=8)]),
 ])
 def test_recurrent_states_match_transformers(torch, transformers, model_type, extra, layers):
-    cache, after_prefill, measured = _run(torch, transformers, model_type, **{**BASE, **extra})
-    assert measured == _predicted(layers)
+    hf_config, cache, after_prefill, measured = _run(torch, transformers, model_type, **{**BASE, **extra})
+    assert measured == _predicted(layers) == _predicted(_mapped(hf_config, layers))
     assert after_prefill == _predicted(layers, tokens=PROMPT)  # the states the same size, attention 10 tokens
     # The conv state is in the model's dtype, the recurrent state in fp32.
     state_layer = cache.layers[0]
@@ -234,8 +270,8 @@ SLIDING = dict(BASE, num_hidden_layers=4, head_dim=8)
      + [NoCache("shared KV"), NoCache("shared KV")]),
 ])
 def test_windows_chunks_and_shared_layers_match_transformers(torch, transformers, model_type, extra, layers):
-    cache, after_prefill, measured = _run(torch, transformers, model_type, **{**SLIDING, **extra})
-    assert measured == _predicted(layers)
+    hf_config, cache, after_prefill, measured = _run(torch, transformers, model_type, **{**SLIDING, **extra})
+    assert measured == _predicted(layers) == _predicted(_mapped(hf_config, layers))
     # A sliding layer shows window - 1 = 3 tokens: a view of the 4-token storage of its last torch.cat.
     assert cache.layers[0].keys.shape[-2] == 3
     assert after_prefill == _predicted(layers, tokens=PROMPT, after_prefill=True)
