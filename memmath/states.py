@@ -152,6 +152,15 @@ def gated_deltanet_state_bytes(*, key_heads, value_heads, key_head_dim, value_he
 # Layer records: one per decoder layer, so a model lists its layers and cache_bytes sums them.
 
 
+def _check_dims(record, names, optional=()):
+    """Each named field a whole number from 1 to MAX_DIM (an optional one may be None), stored as a Python int."""
+    for name in names + optional:
+        value = getattr(record, name)
+        if value is None and name in optional:
+            continue
+        object.__setattr__(record, name, _dim(name, value))
+
+
 @dataclass(frozen=True)
 class FullAttention:
     """A full-attention layer: every token's keys and values."""
@@ -162,9 +171,7 @@ class FullAttention:
     kind = "full_attention"
 
     def __post_init__(self):
-        _dim("kv_heads", self.kv_heads), _dim("head_dim", self.head_dim)
-        if self.value_head_dim is not None:
-            _dim("value_head_dim", self.value_head_dim)
+        _check_dims(self, ("kv_heads", "head_dim"), optional=("value_head_dim",))
 
     def nbytes(self, *, tokens, batch=1, dtype="bf16", state_dtype=RECURRENT_STATE_FORMAT, after_prefill=False):
         return full_attention_bytes(kv_heads=self.kv_heads, head_dim=self.head_dim, value_head_dim=self.value_head_dim,
@@ -181,7 +188,7 @@ class SlidingAttention:
     kind = "sliding_attention"
 
     def __post_init__(self):
-        _dim("kv_heads", self.kv_heads), _dim("head_dim", self.head_dim), _dim("window", self.window)
+        _check_dims(self, ("kv_heads", "head_dim", "window"))
 
     def nbytes(self, *, tokens, batch=1, dtype="bf16", state_dtype=RECURRENT_STATE_FORMAT, after_prefill=False):
         return sliding_attention_bytes(kv_heads=self.kv_heads, head_dim=self.head_dim, window=self.window,
@@ -198,7 +205,7 @@ class ChunkedAttention:
     kind = "chunked_attention"
 
     def __post_init__(self):
-        _dim("kv_heads", self.kv_heads), _dim("head_dim", self.head_dim), _dim("chunk", self.chunk)
+        _check_dims(self, ("kv_heads", "head_dim", "chunk"))
 
     def nbytes(self, *, tokens, batch=1, dtype="bf16", state_dtype=RECURRENT_STATE_FORMAT, after_prefill=False):
         return chunked_attention_bytes(kv_heads=self.kv_heads, head_dim=self.head_dim, chunk=self.chunk,
@@ -214,7 +221,7 @@ class LatentAttention:
     kind = "latent_attention"
 
     def __post_init__(self):
-        _dim("kv_lora_rank", self.kv_lora_rank), _dim("rope_head_dim", self.rope_head_dim)
+        _check_dims(self, ("kv_lora_rank", "rope_head_dim"))
 
     def nbytes(self, *, tokens, batch=1, dtype="bf16", state_dtype=RECURRENT_STATE_FORMAT, after_prefill=False):
         return latent_attention_bytes(kv_lora_rank=self.kv_lora_rank, rope_head_dim=self.rope_head_dim,
@@ -233,8 +240,7 @@ class Mamba2:
     kind = "mamba2"
 
     def __post_init__(self):
-        for name in ("heads", "head_dim", "state_size", "n_groups", "conv_kernel"):
-            _dim(name, getattr(self, name))
+        _check_dims(self, ("heads", "head_dim", "state_size", "n_groups", "conv_kernel"))
 
     def nbytes(self, *, tokens, batch=1, dtype="bf16", state_dtype=RECURRENT_STATE_FORMAT, after_prefill=False):
         validate.count("tokens", tokens, high=validate.MAX_SEQ, scalar=True)
@@ -256,8 +262,7 @@ class GatedDeltaNet:
     kind = "gated_deltanet"
 
     def __post_init__(self):
-        for name in ("key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_kernel"):
-            _dim(name, getattr(self, name))
+        _check_dims(self, ("key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_kernel"))
 
     def nbytes(self, *, tokens, batch=1, dtype="bf16", state_dtype=RECURRENT_STATE_FORMAT, after_prefill=False):
         validate.count("tokens", tokens, high=validate.MAX_SEQ, scalar=True)
@@ -363,7 +368,8 @@ def layers_from_layer_types(layer_types, *, full=None, sliding=None, chunked=Non
         else:
             known = sorted({*_ATTENTION_TYPES, *_STATE_TYPES, *_HYBRID_TYPES, *_NO_CACHE_TYPES})
             raise ValueError(f"layer_types[{index}] is {validate.describe(layer_type)}, whose cache is not modelled "
-                             f"(an indexer's keys or a compressed attention); the modelled types are {', '.join(known)}")
+                             f"(DeepSeek-V3.2's indexed attention is not, for one); the modelled types are "
+                             f"{', '.join(known)}")
     return layers
 
 

@@ -130,6 +130,9 @@ def test_bad_layers_and_formats_are_refused():
         cache_bytes(["full_attention"], tokens=10)
     with pytest.raises(TypeError, match="list of layer records"):
         cache_bytes("full_attention", tokens=10)
+    with pytest.raises(TypeError, match="layer records"):
+        Hybrid((FullAttention(2, 8), "mamba"))
+    assert FullAttention(kv_heads=2.0, head_dim=8).kv_heads == 2 and type(FullAttention(2.0, 8).kv_heads) is int
     with pytest.raises(ValueError, match="format must be one of"):
         cache_bytes([FullAttention(2, 8)], tokens=10, dtype="bf17")
 
