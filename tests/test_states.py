@@ -241,6 +241,12 @@ MAMBA = dict(mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_d_conv=4, 
                         moe_intermediate_size=16, shared_expert_intermediate_size=16),
      [GatedDeltaNet(key_heads=2, value_heads=4, key_head_dim=8, value_head_dim=16, conv_kernel=4),
       FullAttention(kv_heads=2, head_dim=8)]),
+    # Qwen3.5's text model: the same gated DeltaNet cache.
+    ("qwen3_5_text", dict(linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+                          linear_value_head_dim=16, linear_conv_kernel_dim=4, head_dim=8,
+                          layer_types=["linear_attention", "full_attention"]),
+     [GatedDeltaNet(key_heads=2, value_heads=4, key_head_dim=8, value_head_dim=16, conv_kernel=4),
+      FullAttention(kv_heads=2, head_dim=8)]),
 ])
 def test_recurrent_states_match_transformers(torch, transformers, model_type, extra, layers):
     hf_config, cache, after_prefill, measured = _run(torch, transformers, model_type, **{**BASE, **extra})
