@@ -6,6 +6,8 @@ A model describes its decoder layers as a list of the records below and `cache_b
              + [FullAttention(kv_heads=8, head_dim=128)]
     cache_bytes(layers, tokens=32_768, batch=1, dtype="bf16")
 
+or, from a config's own layer_types, `layers_from_layer_types(config["layer_types"], full=..., linear=...)`.
+
 What each kind holds (transformers 5.24, cache_utils.py: DYNAMIC_LAYER_TYPE_MAPPING picks a cache layer per
 entry of config.layer_types; measured on the CPU on tiny configs in tests/test_states.py):
 
@@ -14,12 +16,14 @@ entry of config.layer_types; measured on the CPU on tiny configs in tests/test_s
   with sliding_window = attention_chunk_size): a view of the last window - 1 tokens of torch.cat(old, new), whose
   storage holds min(tokens, window) tokens once decoding, and the whole prompt right after the prefill;
 - multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the normed compressed key/value (kv_lora_rank) as the
-  "keys" and the rotary key (qk_rope_head_dim) as the "values" of one head, expanded to every head after the read;
+  "keys" and the rotary key (qk_rope_head_dim) as the "values" of one head, expanded to every head after the read
+  (releases up to 5.14 cached the expanded heads: decompressed_latent_attention_bytes);
 - Mamba-2 and gated DeltaNet (LinearAttentionLayer): a conv state of conv_kernel columns in the model's dtype and a
   recurrent state in fp32 (the PyTorch paths compute it in fp32 and the cache keeps zeros_like of it), a fixed size
   per sequence whatever the context;
-- a layer that reuses an earlier layer's keys and values (Gemma 3n's last num_kv_shared_layers) or has no
-  attention (Nemotron-H's MLP layers) is a DummyLayer and holds nothing.
+- a layer that reuses an earlier layer's keys and values (Gemma 3n's last num_kv_shared_layers, which read them
+  from the forward pass's KVSharingDict) or has no attention (Nemotron-H's MLP layers) is a DummyLayer and holds
+  nothing.
 
 Bytes follow memmath.inference: ceil(values x bits / 8), one format name per dtype ("bf16", "fp32", "fp8").
 Every function takes Python ints and returns an exact Python int.
@@ -106,8 +110,9 @@ def latent_attention_bytes(*, kv_lora_rank, rope_head_dim, tokens, batch=1, dtyp
 def decompressed_latent_attention_bytes(*, heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, tokens, batch=1,
                                         dtype="bf16") -> int:
     """What releases of transformers up to 5.14 cached for the same layer: the decompressed keys
-    (qk_nope_head_dim + qk_rope_head_dim per head) and values (v_head_dim per head) of every head, before
-    huggingface/transformers pull request 47761 moved the cache update ahead of the expansion. DeepSeek-V2-Lite
+    (qk_nope_head_dim + qk_rope_head_dim per head) and values (v_head_dim per head) of every head, before the cache
+    update moved ahead of the expansion (huggingface/transformers pull request 47761 for DeepseekV3Attention, whose
+    thread says the latents are cached "since #47761"). DeepSeek-V2-Lite
     (16 heads, 128 + 64 and 128) at 32,768 tokens in bf16: 27 x 32,768 x 16 x 320 x 2 B = 9.06 GB."""
     tokens, batch = _tokens(tokens, batch)
     key = _dim("qk_nope_head_dim", qk_nope_head_dim) + _dim("qk_rope_head_dim", qk_rope_head_dim)
