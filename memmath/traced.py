@@ -27,6 +27,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -271,15 +272,22 @@ def _signature(block) -> tuple:
     return (type(block).__name__,) + tuple((n, tuple(p.shape), str(p.dtype)) for n, p in block.named_parameters())
 
 
-def layer_kinds(blocks, frozen: int) -> list[tuple]:
-    """Each block's kind: its class, its parameters' shapes and dtypes, and whether it is frozen."""
-    return [(_signature(b), i < frozen) for i, b in enumerate(blocks)]
+def layer_kinds(blocks, frozen: int, hf=None) -> list[tuple]:
+    """Each block's kind: its class, its parameters' shapes and dtypes, its attention type (the config's
+    layer_types: sliding and full attention share their weights but not their masks) and whether it is frozen."""
+    types = getattr(hf, "layer_types", None)
+    types = list(types) if isinstance(types, (list, tuple)) and len(types) == len(blocks) else [None] * len(blocks)
+    return [(_signature(b) + ((types[i] or getattr(b, "attention_type", None)),), i < frozen)
+            for i, b in enumerate(blocks)]
 
 
 def _kind_label(kind, labels: dict) -> str:
     signature, frozen = kind
-    return labels.setdefault(kind, f"{signature[0]}{' (frozen)' if frozen else ''}"
-                             + (f" #{len(labels) + 1}" if any(k[0][0] == signature[0] for k in labels) else ""))
+    attention = f" {signature[-1]}" if isinstance(signature[-1], str) else ""
+    label = f"{signature[0]}{attention}{' (frozen)' if frozen else ''}"
+    if any(other == label for other in labels.values()):
+        label += f" #{len(labels) + 1}"
+    return labels.setdefault(kind, label)
 
 
 def apply_method(model, settings: TraceSettings, blocks, frozen_count: int | None = None):
@@ -337,6 +345,16 @@ def _reduced(meta_model, owner, name, picked: list[int]):
         small = copy.deepcopy(meta_model)
     finally:
         setattr(owner, name, full)
+    config = getattr(small, "config", None)  # one copy, shared by every submodule that holds it
+    types = getattr(config, "layer_types", None)
+    if isinstance(types, (list, tuple)) and len(types) == len(full):
+        config.layer_types = [types[i] for i in picked]  # a model that looks up layer_types[i] by position
+    if config is not None and getattr(config, "num_hidden_layers", None) == len(full):
+        config.num_hidden_layers = len(picked)
+    for position, block in enumerate(blocks_of(small)[0]):  # the cache of a use_cache=True forward, by position
+        for module in block.modules():
+            if isinstance(getattr(module, "layer_idx", None), int):
+                module.layer_idx = position
     return small
 
 
@@ -423,11 +441,9 @@ def versions() -> dict:
     torch, transformers = require_torch()
     found = {"torch": torch.__version__, "transformers": transformers.__version__,
              "python": platform.python_version()}
-    try:
-        import peft
-
-        found["peft"] = peft.__version__
-    except ImportError:
+    try:  # the distribution's version, without importing peft (seconds)
+        found["peft"] = importlib.metadata.version("peft")
+    except importlib.metadata.PackageNotFoundError:
         pass
     return found
 
@@ -454,15 +470,15 @@ def traced_training(config, run=None, *, cache: bool = True, progress=None, full
             pass  # an unreadable entry is traced again and overwritten
     started = time.perf_counter()
     say = progress or (lambda line: None)
-    hf = hf_config(config, settings)
     _quiet_transformers()
+    hf = hf_config(config, settings)
     meta = build_meta(hf, settings)
     blocks, _, _ = blocks_of(meta)
     if settings.method == "freeze" and settings.frozen_layers > len(blocks):
         raise validate.FieldError("frozen_layers", f"frozen_layers must be at most the model's {len(blocks)} "
                                   f"blocks; got {settings.frozen_layers}")
     counted = count(_with_method(meta, settings), settings)
-    kinds = layer_kinds(blocks, settings.frozen_layers if settings.method == "freeze" else 0)
+    kinds = layer_kinds(blocks, settings.frozen_layers if settings.method == "freeze" else 0, hf)
     first: dict = {}
     for i, kind in enumerate(kinds):
         first.setdefault(kind, i)
