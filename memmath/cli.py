@@ -32,7 +32,7 @@ import sys
 import textwrap
 
 PROG = "memmath"
-COMMAND_CHOICES = "{train,infer,models,gpus,lessons}"
+COMMAND_CHOICES = "{train,infer,models,gpus,lessons,measure}"
 # The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
 WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
 WORKBOOK_INSTALL = 'pip install "memmath[workbook]"'
@@ -354,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
     s.add_argument("--max-gpus", type=_whole(1), metavar="N", help="how many GPUs the suggested changes may use "
                    f"(default {memmath.DEFAULT_MAX_GPUS})")
+    train.add_argument("--traced", action="store_true", help="PyTorch's trace of the step under fake tensors, for "
+                       "any model transformers can build (needs memmath[torch]; memmath/traced.py)")
     gpu_options(train)
 
     infer = sub.add_parser("infer", parents=[common], help="memory to serve a model at a context length", epilog=epilog,
@@ -392,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     lessons.add_argument("--headless", action="store_true", help="do not open a browser")
     lessons.add_argument("--path", action="store_true",
                          help="print the folder that holds the installed lessons and exit (for marimo edit)")
+    from memmath import measure  # imports no torch until a measurement runs
+
+    measure.add_parser(sub)
     return parser
 
 
@@ -533,6 +538,10 @@ def resolve_gpu(args):
 # ---- train: plan, then print -------------------------------------------------------------------
 def run_train(args, out, style) -> int:
     import memmath
+    from memmath import traced
+
+    if traced.wants_trace(args):  # --traced, or a model type without a record while torch is installed
+        return traced.run_train(args, out, style)
 
     run, source = _train_run(args)
     gpu, reserve = _gpu_and_reserve(args)
@@ -1141,7 +1150,8 @@ def _reserve_json(args, reserve) -> dict:
             "what": memmath.CUDA_CONTEXT_SOURCE if args.reserve is None else "given by --reserve"}
 
 
-COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons}
+COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons,
+            "measure": lambda args, out, style: __import__("memmath.measure").measure.run(args, out, style)}
 
 
 def main(argv=None) -> int:

@@ -546,3 +546,86 @@ def _quiet_transformers():
 
 def stderr_progress(line: str) -> None:
     print(f"memmath: {line} ...", file=sys.stderr, flush=True)
+
+
+# ---- the command line: `memmath train CONFIG --traced`, and the fallback for a model type without a record ----
+_TRAIN_OPTIONS_TRACED = {"precision", "optimizer", "batch", "seq", "checkpointing", "attention", "method", "rank",
+                         "targets", "trainable_layers", "json", "gpu", "gpu_memory", "reserve", "unit", "model",
+                         "command", "traced"}
+
+
+def wants_trace(args) -> bool:
+    """Whether `memmath train`/`infer` should answer by tracing: --traced, or a config whose model_type memmath has
+    no record for while torch and transformers are installed (never for a preset)."""
+    if getattr(args, "traced", False):
+        return True
+    from .architectures import ARCHITECTURES
+    from .multimodal import MULTIMODAL_MODEL_TYPES
+    from .presets import PRESETS
+
+    if args.model.strip().lower() in PRESETS or not torch_available():
+        return False
+    try:
+        model_type = read_config(args.model).get("model_type")
+    except (ValueError, TypeError, OSError):
+        return False  # the exact reader says what is wrong with it
+    return model_type not in ARCHITECTURES and model_type not in MULTIMODAL_MODEL_TYPES
+
+
+def settings_from_train_args(args, config: dict) -> TraceSettings:
+    """TraceSettings from `memmath train`'s options; an option the trace cannot honour is refused by name."""
+    for name, value in vars(args).items():
+        if name not in _TRAIN_OPTIONS_TRACED and value not in (None, False, "full", "auto"):
+            option = "--" + name.replace("_", "-")
+            raise validate.FieldError("model", f"{option} has no traced answer; a trace takes --precision (fp32, bf16, "
+                                      "fp16), --optimizer, --method full|freeze|lora, --batch, --seq, --checkpointing "
+                                      "and --attention, on one GPU")
+    method = args.method or "full"
+    values = dict(method=method)
+    if method == "freeze":
+        layers = config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers")
+        if args.trainable_layers is None or not isinstance(layers, int):
+            raise validate.FieldError("model", "--method freeze needs --trainable-layers K (and a config with "
+                                      "num_hidden_layers)")
+        values["frozen_layers"] = max(layers - args.trainable_layers, 0)
+    if method == "lora":
+        if args.rank is not None:
+            values["lora_rank"] = args.rank
+        if args.targets is not None:
+            values["lora_targets"] = tuple(args.targets)
+    for option, key in (("precision", "precision"), ("optimizer", "optimizer"), ("batch", "batch_size"),
+                        ("seq", "seq_len"), ("checkpointing", "checkpointing"), ("attention", "attention")):
+        value = getattr(args, option, None)
+        if value is not None:
+            values[key] = value
+    values.setdefault("seq_len", 2048)
+    return TraceSettings(**values)
+
+
+def run_train(args, out, style=None) -> int:
+    """`memmath train CONFIG --traced`: the traced answer as text or JSON; with a GPU, whether its peak fits."""
+    try:
+        config = read_config(args.model)
+        settings = settings_from_train_args(args, config)
+        answer = traced_training(config, settings, progress=stderr_progress)
+    except TorchMissing as error:
+        raise ValueError(str(error)) from None
+    from .cli import resolve_gpu
+    from .gpus import CUDA_CONTEXT_BYTES
+
+    gpu = resolve_gpu(args)
+    reserve = CUDA_CONTEXT_BYTES if getattr(args, "reserve", None) is None else args.reserve
+    fits = None if gpu is None else answer.peak_step2_bytes + reserve <= gpu.memory_bytes
+    if args.json:
+        data = answer.as_dict()
+        if gpu is not None:
+            data["gpu"] = {"name": gpu.name, "memory_bytes": gpu.memory_bytes, "reserve_bytes": reserve,
+                           "fits": fits}
+        out.write(json.dumps(data, indent=2) + "\n")
+    else:
+        out.write(answer.text())
+        if gpu is not None:
+            need = answer.peak_step2_bytes + reserve
+            out.write(f"  {gpu.name} ({gpu.memory_bytes:,} B): {'fits' if fits else 'does not fit'} "
+                      f"(peak {answer.peak_step2_bytes:,} B + {reserve:,} B for the CUDA context = {need:,} B)\n")
+    return 1 if fits is False else 0
