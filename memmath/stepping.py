@@ -115,7 +115,8 @@ class SavedTensorRecorder:
 
 
 def phase_peaks(prof, phases):
-    """Highest net allocation (bytes over the start of profiling) inside each record_function phase."""
+    """(highest net allocation, in bytes over the start of profiling, inside each record_function phase; the net
+    allocation at the end)."""
     events = prof.profiler.kineto_results.events()
     memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
     ranges = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name() in phases}
@@ -126,7 +127,7 @@ def phase_peaks(prof, phases):
         for name, (lo, hi) in ranges.items():
             if lo <= start <= hi and running > peaks[name]:
                 peaks[name] = running
-    return peaks
+    return peaks, running
 
 
 def _phase_tracker():
@@ -153,11 +154,11 @@ def _phase_tracker():
             return super()._track_module_params_and_buffers(module, install_grad_hooks=False)
 
         def _update_peak_stats(self, peak_state):
-            super()._update_peak_stats(peak_state)
-            if self.phase is not None:
-                total = self.total()
-                if total > self.phase_peaks[self.phase]:
-                    self.phase_peaks[self.phase] = total
+            # The step's and the phase's peaks only: MemTracker's per-module peaks (a walk over every module at
+            # every operation, most of a trace's time) are not read here.
+            total = self.total()
+            if self.phase is not None and total > self.phase_peaks[self.phase]:
+                self.phase_peaks[self.phase] = total
 
     return PhaseTracker()
 
@@ -269,7 +270,7 @@ def step_twice(model, optimizer, batch, blocks, *, mode: str = "cpu", loss_of=No
     elif mode == "fake":
         peaks = {name: tracker.phase_peaks[name] - base for name in names}
     else:
-        peaks = phase_peaks(prof, names)
+        peaks, _ = phase_peaks(prof, names)
     for k in range(1, STEPS + 1):
         for name in PHASES:
             result[f"peak_step{k}_{name}_bytes"] = resident + peaks[f"step{k}/{name}"]

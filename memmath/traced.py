@@ -98,7 +98,7 @@ class TraceSettings:
         object.__setattr__(self, "checkpointing", validate.flag("checkpointing", self.checkpointing))
         targets = (self.lora_targets,) if isinstance(self.lora_targets, str) else tuple(self.lora_targets)
         for target in targets:
-            validate.choice("lora_targets", target, tuple(LORA_MODULES))
+            validate.choice("lora_targets", target, tuple(LORA_MODULES) + ("all-linear",))
         object.__setattr__(self, "lora_targets", targets)
 
 
@@ -310,7 +310,9 @@ def apply_method(model, settings: TraceSettings, blocks, frozen_count: int | Non
         return model
     import peft
 
-    targets = [LORA_MODULES[t] for t in settings.lora_targets]
+    # "all-linear": peft's own choice, every linear layer but the output head (any module names).
+    targets = ("all-linear" if settings.lora_targets == ("all-linear",)
+               else [LORA_MODULES[t] for t in settings.lora_targets])
     config = peft.LoraConfig(r=settings.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, bias="none",
                              target_modules=targets)
     return peft.get_peft_model(model, config, autocast_adapter_dtype=settings.lora_format == "fp32")
@@ -448,19 +450,20 @@ def versions() -> dict:
     return found
 
 
-def traced_training(config, run=None, *, cache: bool = True, progress=None, full_trace: bool = False,
+def traced_training(config, run=None, *, cache: bool = True, progress=None, full_trace: bool | None = None,
                     **settings) -> TracedMemory:
     """The traced memory of one training step of the model a config.json describes (see the module docstring).
 
     run: a memmath.Run (its precision, optimizer, method, batch and sequence), a dict of TraceSettings' fields,
     or None; keyword settings override it. progress: a callable given one line per trace (the command line
-    writes it to stderr). full_trace=True steps the whole model instead of composing blocks (slow; the check).
+    writes it to stderr). full_trace=True steps the whole model instead of composing blocks (the check of the
+    composition); None (the default) composes unless the whole model has no more blocks than the composed traces.
     """
     torch, _ = require_torch()
     settings = settings_of(run, **settings)
     config = read_config(config)
     found_versions = versions()
-    key = config_key(config, settings, found_versions) + ("-full" if full_trace else "")
+    key = config_key(config, settings, found_versions) + {True: "-full", False: "-composed"}.get(full_trace, "")
     path = cache_dir() / f"{key}.json"
     if cache and path.is_file():
         try:
@@ -490,12 +493,15 @@ def traced_training(config, run=None, *, cache: bool = True, progress=None, full
     def frozen_in(picked):
         return sum(1 for i in picked if kinds[i][1])
 
+    repeated = [i for i in base_picked if counts[i] > 1]
+    if full_trace is None:  # composing costs len(base) blocks once plus len(base) + 1 per repeated kind
+        full_trace = len(blocks) <= len(base_picked) * (1 + len(repeated)) + len(repeated)
+
     if full_trace:
         say(f"tracing {config['model_type']}: all {len(blocks)} blocks")
         whole = trace_reduced(meta, hf, settings, list(range(len(blocks))), frozen_in(range(len(blocks))))
         composed, traces = {key: whole[key] for key in COMPOSED}, 1
     else:
-        repeated = [i for i in base_picked if counts[i] > 1]
         traces = 1 + len(repeated)
         say(f"tracing {config['model_type']}: {len(base_picked)} block kind(s), trace 1 of {traces}")
         base = trace_reduced(meta, hf, settings, base_picked, frozen_in(base_picked))
