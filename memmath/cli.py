@@ -540,7 +540,7 @@ def run_train(args, out, style) -> int:
     import memmath
     from memmath import traced
 
-    if traced.wants_trace(args):  # --traced, or a model type without a record while torch is installed
+    if traced.wants_trace(args):  # --traced: PyTorch's trace under fake tensors (memmath/traced.py)
         return traced.run_train(args, out, style)
 
     run, source = _train_run(args)

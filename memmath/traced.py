@@ -64,13 +64,6 @@ def require_torch():
     return torch, transformers
 
 
-def torch_available() -> bool:
-    """Whether torch and transformers can be found, without importing them."""
-    import importlib.util
-
-    return all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))
-
-
 @dataclass(frozen=True)
 class TraceSettings:
     """The training step to trace, in memmath.Run's words (pure formats; one GPU's micro-batch)."""
@@ -561,21 +554,10 @@ _TRAIN_OPTIONS_TRACED = {"precision", "optimizer", "batch", "seq", "checkpointin
 
 
 def wants_trace(args) -> bool:
-    """Whether `memmath train`/`infer` should answer by tracing: --traced, or a config whose model_type memmath has
-    no record for while torch and transformers are installed (never for a preset)."""
-    if getattr(args, "traced", False):
-        return True
-    from .architectures import ARCHITECTURES
-    from .multimodal import MULTIMODAL_MODEL_TYPES
-    from .presets import PRESETS
-
-    if args.model.strip().lower() in PRESETS or not torch_available():
-        return False
-    try:
-        model_type = read_config(args.model).get("model_type")
-    except (ValueError, TypeError, OSError):
-        return False  # the exact reader says what is wrong with it
-    return model_type not in ARCHITECTURES and model_type not in MULTIMODAL_MODEL_TYPES
+    """Whether `memmath train` should answer by tracing: --traced. A model type without a record is otherwise
+    refused by the exact reader, whose message names --traced and the memmath[torch] extra (the command line's
+    answer does not change with what else is installed)."""
+    return bool(getattr(args, "traced", False))
 
 
 def settings_from_train_args(args, config: dict) -> TraceSettings:

@@ -125,12 +125,15 @@ def test_memmath_train_traced_on_the_command_line(transformers, tmp_path, capsys
     folder = tmp_path / "olmo3"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(dict(model_type="olmo3", **SMALL, layer_types=TWO_KINDS)))
-    # A type without a record is traced without --traced; the progress line goes to stderr.
-    assert main(["train", str(folder), "--batch", "1", "--seq", "8", "--json"]) == 0
+    # Without --traced a type without a record is refused, naming the way to an answer.
+    assert main(["train", str(folder), "--seq", "8"]) == 2
+    assert "memmath train CONFIG --traced" in capsys.readouterr().err
+    # With it, the trace answers; its progress line goes to stderr.
+    assert main(["train", str(folder), "--batch", "1", "--seq", "8", "--json", "--traced"]) == 0
     out, err = capsys.readouterr()
     data = json.loads(out)
     assert data["basis"] == "traced" and data["settings"]["seq_len"] == 8 and "tracing olmo3" in err
-    assert main(["train", str(folder), "--seq", "8", "--tp", "2"]) == 2
+    assert main(["train", str(folder), "--seq", "8", "--tp", "2", "--traced"]) == 2
     assert "--tp has no traced answer" in capsys.readouterr().err
 
 
