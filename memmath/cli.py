@@ -374,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"format of the KV cache (default {defaults['kv_format']})")
     i.add_argument("--attention", type=_choice(ATTENTION), metavar="KIND",
                    help=f"sdpa or eager (default {defaults['attention']})")
+    infer.add_argument("--traced", action="store_true", help="PyTorch's trace of one prefill under fake tensors, for "
+                       "any model transformers can build (needs memmath[torch]; memmath/traced.py)")
     gpu_options(infer)
 
     sub.add_parser("models", parents=[common], help="the presets and where their shapes come from",
@@ -793,7 +795,11 @@ def _write_train(w, style, args, run, source, plan):
 def run_infer(args, out, style) -> int:
     import memmath
 
+    from memmath import traced
     from memmath.sources import resolve_source
+
+    if traced.wants_trace(args):  # --traced: PyTorch's trace under fake tensors (memmath/traced.py)
+        return traced.run_infer(args, out, style)
 
     shape, source = resolve_source(args.model)
     gpu, reserve = _gpu_and_reserve(args)

@@ -279,3 +279,29 @@ def step_twice(model, optimizer, batch, blocks, *, mode: str = "cpu", loss_of=No
     result["peak_bytes"] = result[f"peak_step{STEPS}_bytes"]
     del loss
     return result
+
+
+def prefill(model, batch) -> dict:
+    """One forward of the whole prompt with the KV cache on, under no_grad (what serving's first step runs), under a
+    FakeTensorMode the caller entered: the highest total during it and what stays alive after it (the cache, and
+    the last position's logits when the model's forward takes logits_to_keep), over what was alive before."""
+    import inspect
+
+    import torch
+
+    tracker = _phase_tracker()
+    tracker.track_external(model)
+    resident = StorageSet(itertools.chain(model.parameters(), model.buffers(), batch.values())).nbytes
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    with tracker, torch.no_grad():
+        base = tracker.total()
+        tracker.start("prefill")
+        output = model(**batch, use_cache=True, **keep)
+        tracker.phase = None
+        held = tracker.total() - base
+    peak = tracker.phase_peaks["prefill"] - base
+    logits = getattr(output, "logits", None)
+    logits_bytes = unique_bytes([logits]) if logits is not None else 0
+    del output
+    return {"resident_before_bytes": resident, "prefill_peak_bytes": resident + peak,
+            "cache_bytes": held - logits_bytes, "logits_bytes": logits_bytes}

@@ -364,8 +364,10 @@ def _batch(torch, hf, model, settings: TraceSettings):
     return {"input_ids": input_ids, "labels": labels}
 
 
-def trace_reduced(meta_model, hf, settings: TraceSettings, picked: list[int], frozen_in_picked: int) -> dict:
-    """Two fake-tensor steps of the meta model cut to the blocks at `picked`: memmath.stepping's record."""
+def trace_reduced(meta_model, hf, settings: TraceSettings, picked: list[int], frozen_in_picked: int,
+                  serve: bool = False) -> dict:
+    """Two fake-tensor training steps of the meta model cut to the blocks at `picked` (memmath.stepping's record),
+    or with serve=True one prefill of the batch with the KV cache on (memmath.stepping.prefill's)."""
     torch, _ = require_torch()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -373,13 +375,20 @@ def trace_reduced(meta_model, hf, settings: TraceSettings, picked: list[int], fr
 
     blocks, owner, name = blocks_of(meta_model)
     small = _reduced(meta_model, owner, name, picked)
-    if settings.checkpointing:
+    if settings.checkpointing and not serve:
         small.gradient_checkpointing_enable()
-    small = apply_method(small, settings, blocks_of(small)[0], frozen_in_picked)  # on meta: peft cannot move fakes
+    if not serve:  # the method on meta tensors: peft cannot move fake ones
+        small = apply_method(small, settings, blocks_of(small)[0], frozen_in_picked)
     with FakeTensorMode(allow_non_fake_inputs=True), _as_real_tensors():
         small.to_empty(device="cpu")
         base = small.get_base_model() if hasattr(small, "get_base_model") else small
         base.tie_weights()  # to_empty makes a new tensor per module: the tied head shares the embedding again
+        if serve:
+            from .stepping import prefill
+
+            small.eval()
+            batch = _batch(torch, hf, small, settings)
+            return prefill(small, {"input_ids": batch["input_ids"]})
         small.train()
         small_blocks, _, _ = blocks_of(small)
         optimizer = make_optimizer([p for p in small.parameters() if p.requires_grad], settings.optimizer)
@@ -422,10 +431,13 @@ COMPOSED = ("grad_bytes", "optimizer_state_bytes", "saved_bytes") + tuple(
     f"peak_step{k}_{phase}_bytes" for k in (1, 2) for phase in ("forward", "backward", "optimizer_step"))
 
 
-def compose(base: dict, extra: dict[int, dict], counts: dict[int, int]) -> dict:
+SERVE_COMPOSED = ("prefill_peak_bytes", "cache_bytes")
+
+
+def compose(base: dict, extra: dict[int, dict], counts: dict[int, int], keys=COMPOSED) -> dict:
     """Each quantity of the whole model: the base trace plus (count - 1) x each repeated kind's difference."""
     out = {}
-    for key in COMPOSED:
+    for key in keys:
         out[key] = base[key] + sum((counts[k] - 1) * (extra[k][key] - base[key]) for k in extra)
     return out
 
@@ -475,36 +487,7 @@ def traced_training(config, run=None, *, cache: bool = True, progress=None, full
                                   f"blocks; got {settings.frozen_layers}")
     counted = count(_with_method(meta, settings), settings)
     kinds = layer_kinds(blocks, settings.frozen_layers if settings.method == "freeze" else 0, hf)
-    first: dict = {}
-    for i, kind in enumerate(kinds):
-        first.setdefault(kind, i)
-    counts = {first[k]: sum(1 for other in kinds if other == k) for k in first}
-    labels: dict = {}
-    kind_counts = {_kind_label(k, labels): counts[first[k]] for k in first}
-    base_picked = sorted(first.values())
-
-    def frozen_in(picked):
-        return sum(1 for i in picked if kinds[i][1])
-
-    repeated = [i for i in base_picked if counts[i] > 1]
-    if full_trace is None:  # composing costs len(base) blocks once plus len(base) + 1 per repeated kind
-        full_trace = len(blocks) <= len(base_picked) * (1 + len(repeated)) + len(repeated)
-
-    if full_trace:
-        say(f"tracing {config['model_type']}: all {len(blocks)} blocks")
-        whole = trace_reduced(meta, hf, settings, list(range(len(blocks))), frozen_in(range(len(blocks))))
-        composed, traces = {key: whole[key] for key in COMPOSED}, 1
-    else:
-        traces = 1 + len(repeated)
-        say(f"tracing {config['model_type']}: {len(base_picked)} block kind(s), trace 1 of {traces}")
-        base = trace_reduced(meta, hf, settings, base_picked, frozen_in(base_picked))
-        extra = {}
-        for n, i in enumerate(repeated, 2):
-            say(f"tracing {config['model_type']}: trace {n} of {traces}")
-            second = next(j for j in range(i + 1, len(kinds)) if kinds[j] == kinds[i])
-            picked = sorted(base_picked + [second])
-            extra[i] = trace_reduced(meta, hf, settings, picked, frozen_in(picked))
-        composed = compose(base, extra, counts)
+    composed, traces = _traced_blocks(meta, hf, settings, kinds, full_trace, say, config["model_type"])
     phase_peaks = {f"step{k}": {phase: composed[f"peak_step{k}_{phase}_bytes"]
                                 for phase in ("forward", "backward", "optimizer_step")} for k in (1, 2)}
     peaks = {k: max(phase_peaks[f"step{k}"].items(), key=lambda item: item[1]) for k in (1, 2)}
@@ -515,7 +498,7 @@ def traced_training(config, run=None, *, cache: bool = True, progress=None, full
         grad_bytes=composed["grad_bytes"], optimizer_state_bytes=composed["optimizer_state_bytes"],
         saved_bytes=composed["saved_bytes"], peak_step1_bytes=peaks[1][1], peak_step2_bytes=peaks[2][1],
         peak_step1_phase=peaks[1][0], peak_step2_phase=peaks[2][0], phase_peaks=phase_peaks,
-        layer_kinds=kind_counts, traces=traces, seconds=round(time.perf_counter() - started, 2),
+        layer_kinds=_kind_counts(kinds), traces=traces, seconds=round(time.perf_counter() - started, 2),
         versions=found_versions)
     if cache:
         try:
@@ -524,6 +507,113 @@ def traced_training(config, run=None, *, cache: bool = True, progress=None, full
         except OSError:
             pass  # a read-only home: the answer stands, uncached
     return answer
+
+
+def _kind_counts(kinds) -> dict:
+    """{kind label: how many blocks}, in the order the kinds first appear."""
+    labels: dict = {}
+    counts: dict = {}
+    for kind in kinds:
+        label = _kind_label(kind, labels)
+        counts[label] = counts.get(label, 0) + 1
+    return counts
+
+
+def _traced_blocks(meta, hf, settings, kinds, full_trace, say, model_type, serve=False):
+    """(the composed quantities, how many reduced models were traced): one block of each kind, then one more of each
+    kind that repeats (or the whole model, where that is no more work or full_trace asks for it)."""
+    first: dict = {}
+    for i, kind in enumerate(kinds):
+        first.setdefault(kind, i)
+    counts = {first[k]: sum(1 for other in kinds if other == k) for k in first}
+    base_picked = sorted(first.values())
+    keys = SERVE_COMPOSED if serve else COMPOSED
+
+    def frozen_in(picked):
+        return sum(1 for i in picked if kinds[i][1])
+
+    # Serving's peak grows block by block only from the second block of a kind on (the first block's input is the
+    # embedding's output): its base holds two of each repeated kind, training's one.
+    start = 2 if serve else 1
+    repeated = [i for i in base_picked if counts[i] > start]
+    base_picked = sorted(base_picked + [_nth(kinds, i, 2) for i in base_picked if start == 2 and counts[i] > 1])
+    if full_trace is None:  # composing costs the base once plus the base and one block per repeated kind
+        full_trace = len(kinds) <= len(base_picked) * (1 + len(repeated)) + len(repeated)
+    if full_trace:
+        say(f"tracing {model_type}: all {len(kinds)} blocks")
+        every = list(range(len(kinds)))
+        whole = trace_reduced(meta, hf, settings, every, frozen_in(every), serve=serve)
+        return {key: whole[key] for key in keys}, 1
+    traces = 1 + len(repeated)
+    say(f"tracing {model_type}: {len(first)} block kind(s), trace 1 of {traces}")
+    base = trace_reduced(meta, hf, settings, base_picked, frozen_in(base_picked), serve=serve)
+    extra = {}
+    for n, i in enumerate(repeated, 2):
+        say(f"tracing {model_type}: trace {n} of {traces}")
+        picked = sorted(base_picked + [_nth(kinds, i, start + 1)])
+        extra[i] = trace_reduced(meta, hf, settings, picked, frozen_in(picked), serve=serve)
+    return compose(base, extra, {i: counts[i] - start + 1 for i in counts}, keys), traces
+
+
+def _nth(kinds, first: int, n: int) -> int:
+    """The index of the n-th block (1 = the first) of the kind of block `first`."""
+    return [j for j in range(first, len(kinds)) if kinds[j] == kinds[first]][n - 1]
+
+
+@dataclass(frozen=True)
+class TracedServing:
+    """A traced prefill: the weights, the KV cache the prompt leaves, and the highest allocation while it runs."""
+
+    model_type: str
+    precision: str
+    batch_size: int
+    context_len: int
+    total_params: int
+    param_bytes: int
+    cache_bytes: int  # what the forward leaves alive besides the last position's logits: the KV cache
+    prefill_peak_bytes: int  # weights, buffers, the prompt and the forward's own tensors at their highest
+    layer_kinds: dict
+    traces: int
+    seconds: float
+    versions: dict
+    basis: str = "traced"
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def text(self) -> str:
+        kinds = ", ".join(f"{n} x {kind}" for kind, n in self.layer_kinds.items())
+        rows = [("Weights", self.param_bytes), ("KV cache after the prompt", self.cache_bytes),
+                ("Peak while the prompt runs (prefill)", self.prefill_peak_bytes)]
+        lines = [f"{self.model_type}: traced by PyTorch under fake tensors (not memmath's model, not a measurement)",
+                 f"  {self.precision} weights and cache, batch {self.batch_size} x {self.context_len} tokens, one "
+                 "forward with use_cache=True under no_grad",
+                 f"  {self.total_params:,} parameters; blocks: {kinds}"]
+        lines += [f"  {label:<40s} {n:>20,} B" for label, n in rows]
+        return "\n".join(lines) + "\n"
+
+
+def traced_inference(config, *, batch_size: int = 1, context_len: int = 4096, precision: str = "bf16",
+                     attention: str = "sdpa", progress=None, full_trace: bool | None = None) -> TracedServing:
+    """The traced memory of serving the config's model: one prefill of batch_size x context_len tokens with the KV
+    cache on, under fake tensors (weights and cache in `precision`; the decode steps then add one token each)."""
+    require_torch()
+    settings = TraceSettings(precision=precision, batch_size=batch_size, seq_len=context_len, attention=attention)
+    config = read_config(config)
+    started = time.perf_counter()
+    _quiet_transformers()
+    hf = hf_config(config, settings)
+    meta = build_meta(hf, settings)
+    blocks, _, _ = blocks_of(meta)
+    counted = count(meta, settings)
+    kinds = layer_kinds(blocks, 0, hf)
+    composed, traces = _traced_blocks(meta, hf, settings, kinds, full_trace, progress or (lambda line: None),
+                                      config["model_type"], serve=True)
+    return TracedServing(model_type=config["model_type"], precision=settings.precision, batch_size=batch_size,
+                         context_len=context_len, total_params=counted["total_params"],
+                         param_bytes=counted["param_bytes"], cache_bytes=composed["cache_bytes"],
+                         prefill_peak_bytes=composed["prefill_peak_bytes"], layer_kinds=_kind_counts(kinds),
+                         traces=traces, seconds=round(time.perf_counter() - started, 2), versions=versions())
 
 
 def _with_method(meta, settings):
@@ -590,20 +680,28 @@ def settings_from_train_args(args, config: dict) -> TraceSettings:
     return TraceSettings(**values)
 
 
-def run_train(args, out, style=None) -> int:
-    """`memmath train CONFIG --traced`: the traced answer as text or JSON; with a GPU, whether its peak fits."""
+def run_infer(args, out, style=None) -> int:
+    """`memmath infer CONFIG --traced`: one traced prefill (weights, KV cache, its peak); with a GPU, whether it fits."""
+    weights = args.weights or "bf16"
+    if weights not in PRECISIONS or (args.kv or weights) != weights:
+        raise validate.FieldError("model", f"a traced answer serves in {', '.join(PRECISIONS)}, the weights and the "
+                                  f"KV cache in one format; got --weights {weights} --kv {args.kv or weights}")
     try:
-        config = read_config(args.model)
-        settings = settings_from_train_args(args, config)
-        answer = traced_training(config, settings, progress=stderr_progress)
+        answer = traced_inference(args.model, batch_size=args.batch or 1, context_len=args.context or 4096,
+                                  precision=weights, attention=args.attention or "sdpa", progress=stderr_progress)
     except TorchMissing as error:
         raise ValueError(str(error)) from None
+    return _write_traced(args, out, answer, answer.prefill_peak_bytes)
+
+
+def _write_traced(args, out, answer, peak: int) -> int:
+    """The traced answer as text or JSON, and with --gpu or --gpu-memory whether its peak and the CUDA context fit."""
     from .cli import resolve_gpu
     from .gpus import CUDA_CONTEXT_BYTES
 
     gpu = resolve_gpu(args)
     reserve = CUDA_CONTEXT_BYTES if getattr(args, "reserve", None) is None else args.reserve
-    fits = None if gpu is None else answer.peak_step2_bytes + reserve <= gpu.memory_bytes
+    fits = None if gpu is None else peak + reserve <= gpu.memory_bytes
     if args.json:
         data = answer.as_dict()
         if gpu is not None:
@@ -613,7 +711,17 @@ def run_train(args, out, style=None) -> int:
     else:
         out.write(answer.text())
         if gpu is not None:
-            need = answer.peak_step2_bytes + reserve
             out.write(f"  {gpu.name} ({gpu.memory_bytes:,} B): {'fits' if fits else 'does not fit'} "
-                      f"(peak {answer.peak_step2_bytes:,} B + {reserve:,} B for the CUDA context = {need:,} B)\n")
+                      f"(peak {peak:,} B + {reserve:,} B for the CUDA context = {peak + reserve:,} B)\n")
     return 1 if fits is False else 0
+
+
+def run_train(args, out, style=None) -> int:
+    """`memmath train CONFIG --traced`: the traced answer as text or JSON; with a GPU, whether its peak fits."""
+    try:
+        config = read_config(args.model)
+        settings = settings_from_train_args(args, config)
+        answer = traced_training(config, settings, progress=stderr_progress)
+    except TorchMissing as error:
+        raise ValueError(str(error)) from None
+    return _write_traced(args, out, answer, answer.peak_step2_bytes)

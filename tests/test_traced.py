@@ -152,3 +152,16 @@ def test_bad_settings_name_the_field():
         traced.TraceSettings(method="lora", lora_targets=("qkv",))
     with pytest.raises(ValueError, match="seq_len"):
         traced.TraceSettings(seq_len=0)
+
+
+def test_a_traced_prefill_keeps_memmaths_kv_cache_and_composes_exactly(transformers):
+    # Qwen3, 4 blocks: the cache is 2 (k, v) x 4 blocks x batch 2 x 2 kv heads x 64 tokens x 16 dims x 2 B = 65,536 B,
+    # memmath's kv_cache_bytes for the same config (Pope et al. 2022's count).
+    config = dict(model_type="qwen3", **{**SMALL, "num_hidden_layers": 4}, head_dim=16, tie_word_embeddings=True)
+    composed = traced.traced_inference(config, batch_size=2, context_len=64, full_trace=False)
+    whole = traced.traced_inference(config, batch_size=2, context_len=64, full_trace=True)
+    assert 2 * 4 * 2 * 2 * 64 * 16 * 2 == 65_536
+    assert composed.cache_bytes == whole.cache_bytes == 65_536
+    expected = memmath.inference_memory(memmath.from_hf_config(config), batch_size=2, context_len=64)
+    assert composed.cache_bytes == expected.kv_cache and composed.param_bytes == expected.weights
+    assert composed.traces == 2 and composed.prefill_peak_bytes == whole.prefill_peak_bytes
