@@ -306,7 +306,7 @@ def add_parser(subparsers):
 
 
 def add_step_options(parser):
-    """The step's options, shared by `memmath measure` and `memmath train --traced`-style commands."""
+    """The measured step's options: the method, the precision, the optimizer, the batch and the sequence."""
     from .traced import ATTENTION, METHODS, OPTIMIZERS
 
     group = parser.add_argument_group("the training step")

@@ -133,6 +133,11 @@ def test_memmath_train_traced_on_the_command_line(transformers, tmp_path, capsys
     out, err = capsys.readouterr()
     data = json.loads(out)
     assert data["basis"] == "traced" and data["settings"]["seq_len"] == 8 and "tracing olmo3" in err
+    # Freezing by memmath train's own option: the last block trains, the first and the embeddings do not.
+    assert main(["train", str(folder), "--seq", "8", "--method", "freeze", "--trainable-layers", "1", "--traced",
+                 "--json"]) == 0
+    frozen = json.loads(capsys.readouterr().out)
+    assert frozen["settings"]["frozen_layers"] == 1 and 0 < frozen["trainable_params"] < frozen["total_params"]
     assert main(["train", str(folder), "--seq", "8", "--tp", "2", "--traced"]) == 2
     assert "--tp has no traced answer" in capsys.readouterr().err
 
