@@ -144,7 +144,7 @@ def build_real(config: dict, settings: TraceSettings, device: str, seed: int = 0
 
 def measure_config(config, settings=None, device: str | None = None) -> dict:
     """Two real training steps of the config's model: memmath.stepping's record (integer bytes by key)."""
-    torch, transformers = require_torch()
+    torch, _ = require_torch()
     from .stepping import step_twice
     from .traced import _quiet_transformers
 

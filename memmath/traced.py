@@ -285,7 +285,7 @@ def _kind_label(kind, labels: dict) -> str:
 
 def apply_method(model, settings: TraceSettings, blocks, frozen_count: int | None = None):
     """Full, Freeze (first k blocks and the embeddings frozen; final norm and an untied head train) or LoRA."""
-    torch, _ = require_torch()
+    require_torch()
     if settings.method == "full":
         return model
     if settings.method == "freeze":
@@ -464,7 +464,7 @@ def traced_training(config, run=None, *, cache: bool = True, progress=None, full
     writes it to stderr). full_trace=True steps the whole model instead of composing blocks (the check of the
     composition); None (the default) composes unless the whole model has no more blocks than the composed traces.
     """
-    torch, _ = require_torch()
+    require_torch()
     settings = settings_of(run, **settings)
     config = read_config(config)
     found_versions = versions()
