@@ -350,6 +350,8 @@ def _run(args, out) -> int:
     if not args.model:
         raise validate.FieldError("model", "MODEL is required (a config.json, its folder or a cached repo id), or "
                                   "give --snapshot FILE")
+    print(f"memmath: building the model and measuring two training steps on "
+          f"{args.device or 'this machine (CUDA when torch sees a GPU, else the CPU)'} ...", file=sys.stderr, flush=True)
     comparison = measure_run(args.model, settings_from_args(args), device=args.device)
     out.write(json.dumps(comparison.as_dict(), indent=2) + "\n" if args.json else comparison.text())
     return 0
