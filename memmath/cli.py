@@ -540,10 +540,10 @@ def resolve_gpu(args):
 # ---- train: plan, then print -------------------------------------------------------------------
 def run_train(args, out, style) -> int:
     import memmath
-    from memmath import traced
+    from memmath import traced_cli
 
-    if traced.wants_trace(args):  # --traced: PyTorch's trace under fake tensors (memmath/traced.py)
-        return traced.run_train(args, out, style)
+    if traced_cli.wants_trace(args):  # --traced: PyTorch's trace under fake tensors (memmath/traced.py)
+        return traced_cli.run_train(args, out, style)
 
     run, source = _train_run(args)
     gpu, reserve = _gpu_and_reserve(args)
@@ -795,11 +795,11 @@ def _write_train(w, style, args, run, source, plan):
 def run_infer(args, out, style) -> int:
     import memmath
 
-    from memmath import traced
+    from memmath import traced_cli
     from memmath.sources import resolve_source
 
-    if traced.wants_trace(args):  # --traced: PyTorch's trace under fake tensors (memmath/traced.py)
-        return traced.run_infer(args, out, style)
+    if traced_cli.wants_trace(args):  # --traced: PyTorch's trace under fake tensors (memmath/traced.py)
+        return traced_cli.run_infer(args, out, style)
 
     shape, source = resolve_source(args.model)
     gpu, reserve = _gpu_and_reserve(args)
