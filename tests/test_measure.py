@@ -70,10 +70,10 @@ def test_memmath_measure_on_the_command_line(transformers, tmp_path, capsys):
     assert "MODEL is required" in capsys.readouterr().err
 
 
-def test_the_trainer_callback_measures_the_static_parts(transformers, tmp_path):
+def test_the_trainer_callback_measures_the_static_parts(torch, transformers, require, tmp_path):
     from memmath.measure import trainer_callback
 
-    torch = pytest.importorskip("torch")
+    require("accelerate")  # transformers' Trainer needs it (installed with peft, which depends on it)
     _, config = _case_config(LLAMA_CASE)
     hf = transformers.AutoConfig.for_model("llama", **{k: v for k, v in config.items() if k != "model_type"})
     torch.manual_seed(0)
