@@ -343,7 +343,8 @@ def _reduced(meta_model, owner, name, picked: list[int]):
     config = getattr(small, "config", None)  # one copy, shared by every submodule that holds it
     types = getattr(config, "layer_types", None)
     if isinstance(types, (list, tuple)) and len(types) == len(full):
-        config.layer_types = [types[i] for i in picked]  # a model that looks up layer_types[i] by position
+        with contextlib.suppress(AttributeError):  # a config that derives layer_types (Jamba's property) keeps it
+            config.layer_types = [types[i] for i in picked]  # a model that looks up layer_types[i] by position
     if config is not None and getattr(config, "num_hidden_layers", None) == len(full):
         config.num_hidden_layers = len(picked)
     for position, block in enumerate(blocks_of(small)[0]):  # the cache of a use_cache=True forward, by position
@@ -480,7 +481,7 @@ def traced_training(config, run=None, *, cache: bool = True, progress=None, full
     say = progress or (lambda line: None)
     _quiet_transformers()
     hf = hf_config(config, settings)
-    meta = build_meta(hf, settings)
+    meta = _untraceable(config["model_type"], build_meta, hf, settings)
     blocks, _, _ = blocks_of(meta)
     if settings.method == "freeze" and settings.frozen_layers > len(blocks):
         raise validate.FieldError("frozen_layers", f"frozen_layers must be at most the model's {len(blocks)} "
@@ -542,17 +543,31 @@ def _traced_blocks(meta, hf, settings, kinds, full_trace, say, model_type, serve
     if full_trace:
         say(f"tracing {model_type}: all {len(kinds)} blocks")
         every = list(range(len(kinds)))
-        whole = trace_reduced(meta, hf, settings, every, frozen_in(every), serve=serve)
+        whole = _untraceable(model_type, trace_reduced, meta, hf, settings, every, frozen_in(every), serve=serve)
         return {key: whole[key] for key in keys}, 1
     traces = 1 + len(repeated)
     say(f"tracing {model_type}: {len(first)} block kind(s), trace 1 of {traces}")
-    base = trace_reduced(meta, hf, settings, base_picked, frozen_in(base_picked), serve=serve)
+    base = _untraceable(model_type, trace_reduced, meta, hf, settings, base_picked, frozen_in(base_picked),
+                        serve=serve)
     extra = {}
     for n, i in enumerate(repeated, 2):
         say(f"tracing {model_type}: trace {n} of {traces}")
         picked = sorted(base_picked + [_nth(kinds, i, start + 1)])
-        extra[i] = trace_reduced(meta, hf, settings, picked, frozen_in(picked), serve=serve)
+        extra[i] = _untraceable(model_type, trace_reduced, meta, hf, settings, picked, frozen_in(picked), serve=serve)
     return compose(base, extra, {i: counts[i] - start + 1 for i in counts}, keys), traces
+
+
+def _untraceable(model_type, function, *args, **kwargs):
+    """function(*args, **kwargs); a failure inside PyTorch or transformers (an operation whose output shape depends
+    on tensor values, such as a mixture of experts' routing in some implementations) as a ValueError that says so."""
+    try:
+        return function(*args, **kwargs)
+    except (ValueError, TypeError, validate.FieldError):
+        raise
+    except Exception as error:  # torch's fake-tensor exceptions have no common base outside RuntimeError
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"PyTorch could not build or trace {model_type} on the meta device or under fake tensors "
+                         f"({type(error).__name__}: {first}); memmath measure CONFIG runs it for real") from error
 
 
 def _nth(kinds, first: int, n: int) -> int:
@@ -603,7 +618,7 @@ def traced_inference(config, *, batch_size: int = 1, context_len: int = 4096, pr
     started = time.perf_counter()
     _quiet_transformers()
     hf = hf_config(config, settings)
-    meta = build_meta(hf, settings)
+    meta = _untraceable(config["model_type"], build_meta, hf, settings)
     blocks, _, _ = blocks_of(meta)
     counted = count(meta, settings)
     kinds = layer_kinds(blocks, 0, hf)
