@@ -170,3 +170,16 @@ def test_a_traced_prefill_keeps_memmaths_kv_cache_and_composes_exactly(transform
     expected = memmath.inference_memory(memmath.from_hf_config(config), batch_size=2, context_len=64)
     assert composed.cache_bytes == expected.kv_cache and composed.param_bytes == expected.weights
     assert composed.traces == 2 and composed.prefill_peak_bytes == whole.prefill_peak_bytes
+
+
+def test_a_model_transformers_cannot_build_is_refused_in_one_line(transformers, tmp_path, capsys):
+    from memmath.cli import main
+
+    # nn.Embedding asserts that padding_idx lies inside the vocabulary: 50 does not in 10 words.
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(SMALL, model_type="llama", vocab_size=10, pad_token_id=50)))
+    with pytest.raises(ValueError, match="could not build or trace llama"):
+        traced.traced_training(str(path), cache=False)
+    assert main(["train", str(path), "--traced", "--seq", "8"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
