@@ -184,18 +184,30 @@ def read_config(config) -> dict:
     from .config_reader import _load_config
     from .sources import find_in_hf_cache
 
-    if isinstance(config, str) and not config.lstrip().startswith("{") and not Path(config).expanduser().exists():
-        found, folder = find_in_hf_cache(config.strip())
+    text = isinstance(config, str) and not config.lstrip().startswith("{")
+    if text and not _exists(config):
+        try:
+            found, folder = find_in_hf_cache(config.strip())
+        except OSError:  # a name the system cannot look up (too long)
+            found, folder = None, "the Hugging Face cache"
         if found is None:
             raise validate.FieldError("config", f"{config!r} is not a file or folder, and not in the local Hugging "
                                       f"Face cache (looked in {folder}); memmath never downloads")
         config = found
-    data = _load_config(Path(config).expanduser() if isinstance(config, str) and not
-                        config.lstrip().startswith("{") else config)
+    elif text:
+        config = Path(config).expanduser()
+    data = _load_config(config)
     if not isinstance(data.get("model_type"), str):
         raise validate.FieldError("config", "config is missing the field 'model_type' (transformers needs it to "
                                   "know which model to build)")
     return data
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        return False
 
 
 def config_key(config: dict, settings: TraceSettings, versions: dict) -> str:
