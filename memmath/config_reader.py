@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import validate
-from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, Architecture
+from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRACED_HINT, Architecture
 from .checkpoints import stored_format
 from .models import LAYER_TYPES, ModelShape, bert_model, gpt2_model, llama_model
 from .multimodal import MULTIMODAL_MODEL_TYPES
@@ -68,7 +68,7 @@ def from_hf_config(config) -> ModelShape:
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)} (text) and "
-                         f"{', '.join(MULTIMODAL_MODEL_TYPES)} (vision-language)")
+                         f"{', '.join(MULTIMODAL_MODEL_TYPES)} (vision-language); {TRACED_HINT}")
     record = ARCHITECTURES[model_type]
     get = _ConfigReader(config, record.defaults)
     _check_common(config)

@@ -1,39 +1,57 @@
-"""Measure it yourself: two training steps of a tiny GPT-2 on this computer's CPU, beside memmath's prediction.
+"""Measure it yourself: two training steps of a small model on this machine, beside memmath's prediction.
 
-Lesson 10's last section calls this module. The measurement is the project's own: the model, the two
-steps and the counting are `validation/measure.py`'s (its `Case`, `build`, `measure` and
-`configure_torch`), run on its "gpt2" shape (3 blocks of width 64, 4 heads, a 1,000-token vocabulary:
-230,464 parameters), and the prediction is `memmath.reference.predict_case` / `predict_peak_case` for
-the same case, as `tests/test_fidelity_live.py` compares them: parameters, gradients and optimizer
-states equal to the byte, saved activations within 1%, each step's peak within 5%.
+Lesson 10's last section calls this module. The measurement is `memmath measure`'s (memmath.measure, installed with
+the package, measuring as validation/measure.py recorded the measurements memmath is tested against): the model is built with
+random weights from one of the small configs below, its two steps run on this machine's GPU when torch sees one,
+else on its CPU (one thread, as the recordings), and each part is held to memmath's prediction for the same run as
+tests/test_fidelity.py holds the recordings: parameters, gradients and optimizer states to the byte, saved
+activations within 1%, each step's peak within 5%.
 
-Nothing here imports torch until `measure(...)` is called (a button press in the lesson), so the
-lesson opens, and the static site exports, without it. Without torch or transformers, or without the
-repository's `validation/` folder (an installed wheel does not carry it), `measure` returns a message
-that says what to install or where to run it, never an exception.
+Nothing here imports torch until `measure(...)` is called (a button press in the lesson), so the lesson opens, and
+the static site exports, without it. Without torch or transformers `measure` returns a message that says what to
+install, never an exception.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-INSTALL_COMMAND = "pip install torch==2.13.0 transformers"
-"""What the lesson tells a learner without torch (the CPU wheel: README's install section has the index)."""
-SHAPE = "gpt2"
-"""validation/measure.py's SHAPES key of the model measured: a GPT-2 of a few hundred thousand parameters."""
+INSTALL_COMMAND = 'pip install "memmath[torch]"'
+"""What the lesson tells a learner without torch (the extra pins torch, transformers and peft)."""
 NEEDED = ("torch", "transformers")
-REPO = Path(__file__).resolve().parent.parent
+
+# The models to pick from: config.json dicts of small widths (nothing is downloaded), each a recorded model type, so
+# memmath's prediction shows before anything is measured.
+MODELS = {
+    # GPT-2 (validation/measure.py's "gpt2" shape): 3 blocks of width 64, 4 heads, MLP 256, a 1,000-token
+    # vocabulary, 256 learned positions, tied head: 230,464 parameters.
+    "gpt2": dict(model_type="gpt2", n_layer=3, n_embd=64, n_head=4, n_inner=256, vocab_size=1000,
+                                   n_positions=256, tie_word_embeddings=True, resid_pdrop=0.0, embd_pdrop=0.0,
+                                   attn_pdrop=0.0, use_cache=False, bos_token_id=0, eos_token_id=0,
+                                   activation_function="gelu_new"),
+    # LLaMA with grouped-query attention (2 key/value heads for 4 query heads), untied head: 266,688 parameters.
+    "llama": dict(
+        model_type="llama", num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=176, vocab_size=1000, tie_word_embeddings=False, attention_dropout=0.0,
+        max_position_embeddings=256, use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=0),
+    # Qwen3 (q/k RMSNorm over each head), tied head.
+    "qwen3": dict(
+        model_type="qwen3", num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=176, vocab_size=1000, tie_word_embeddings=True, attention_dropout=0.0,
+        max_position_embeddings=256, use_cache=False, bos_token_id=0, eos_token_id=0, pad_token_id=0),
+}
+DEFAULT_MODEL = "gpt2"
+MODEL_LABELS = {"gpt2": "GPT-2 (230,464 parameters)", "llama": "LLaMA, grouped-query (266,688 parameters)",
+                "qwen3": "Qwen3, q/k norms (202,784 parameters)"}
 
 BATCH_RANGE = (1, 8)
-SEQ_RANGE = (16, 256)  # the shape's n_positions is 256: GPT-2's learned positions stop there
+SEQ_RANGE = (16, 256)  # GPT-2's learned positions stop at 256
 PRECISIONS = ("fp32", "bf16")
 
-# Each quantity, its key in validation/measure.py's result, and how closely tests/test_fidelity_live.py holds
-# memmath to it (bytes: 0 = to the byte).
+# Each quantity, its key in memmath.measure's record, and how closely the recorded groups hold memmath to it
+# (bytes: 0 = to the byte).
 QUANTITIES = (
     ("Parameters", "param_bytes", 0.0),
     ("Gradients", "grad_bytes", 0.0),
@@ -46,12 +64,13 @@ QUANTITIES = (
 
 @dataclass(frozen=True)
 class Setup:
-    """What the learner picks: the batch, the sequence length, the precision and checkpointing."""
+    """What the learner picks: the model, the batch, the sequence length, the precision and checkpointing."""
 
     batch_size: int = 2
     seq_len: int = 64
     precision: str = "bf16"
     checkpointing: bool = False
+    model: str = DEFAULT_MODEL
 
     def __post_init__(self):
         from memmath import validate
@@ -62,15 +81,26 @@ class Setup:
         low, high = SEQ_RANGE
         object.__setattr__(self, "seq_len", validate.count("seq_len", self.seq_len, low=low, high=high, scalar=True))
         validate.choice("precision", self.precision, PRECISIONS)
+        object.__setattr__(self, "model", validate.choice("model", self.model, tuple(MODELS)))
         object.__setattr__(self, "checkpointing", validate.flag("checkpointing", self.checkpointing))
+
+    def settings(self):
+        """memmath.measure's settings for this setup: full finetuning with AdamW and SDPA."""
+        from memmath.traced import TraceSettings
+
+        return TraceSettings(precision=self.precision, optimizer="adamw", method="full", batch_size=self.batch_size,
+                             seq_len=self.seq_len, checkpointing=self.checkpointing, attention="sdpa")
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """A measurement's outcome: `measured` (validation/measure.py's result) or `message` (why there is none)."""
+    """A measurement's outcome: `measured` (memmath.measure's record), the prediction for the device it ran on,
+    and the device; or `message` (why there is none)."""
 
     measured: dict | None = None
     message: str = ""
+    predicted: dict | None = None
+    device: str = ""
 
 
 def missing_packages() -> list[str]:
@@ -98,90 +128,31 @@ def install_message(missing) -> str:
             "the button again. memmath's prediction above needs neither.")
 
 
-def load_measure():
-    """validation/measure.py as a module (it imports torch only inside its functions), or None where the
-    repository's validation/ folder is not here (an installed wheel)."""
-    existing = sys.modules.get("validation.measure")
-    if existing is not None:
-        return existing
-    folder = REPO / "validation"
-    if not (folder / "measure.py").is_file():
-        return None
-    if "validation" not in sys.modules:  # the repository root need not be on sys.path (marimo run notebooks)
-        spec = importlib.util.spec_from_file_location("validation", folder / "__init__.py",
-                                                      submodule_search_locations=[str(folder)])
-        package = importlib.util.module_from_spec(spec)
-        sys.modules["validation"] = package
-        spec.loader.exec_module(package)
-    return importlib.import_module("validation.measure")
+def predicted(setup: Setup, device: str = "cpu") -> dict:
+    """memmath's prediction for the setup on `device`, by memmath.measure's keys (integer bytes); no torch needed."""
+    from memmath.measure import predict
 
-
-NO_VALIDATION = ("**The measurement reuses the repository's `validation/measure.py`**, which an installed "
-                 "package does not carry: run the workbook from a clone of the repository "
-                 "(`.venv/bin/marimo run notebooks --include-code`) to measure.")
-
-
-def case_and_row(setup: Setup, measure_module=None):
-    """(validation Case, the recorded-case row memmath.reference reads) for `setup` on the tiny GPT-2."""
-    measure_module = measure_module or load_measure()
-    if measure_module is None:
-        raise LookupError(NO_VALIDATION)
-    case = measure_module.Case(SHAPE, precision=setup.precision, optimizer="adamw", method="full",
-                               attention="sdpa", dropout=False, checkpointing=setup.checkpointing,
-                               batch_size=setup.batch_size, seq_len=setup.seq_len)
-    config = case.config()
-    row = {**{k: v for k, v in config.items() if k != "model"}, **config["model"]}  # as load_measured flattens it
-    return case, row
-
-
-def predicted(setup: Setup) -> dict:
-    """memmath's prediction for the case, by validation/measure.py's result keys (integer bytes)."""
-    import memmath.reference as reference
-
-    _, row = case_and_row(setup)
-    memory = reference.predict_case(row)
-    return {"param_bytes": int(memory.weights), "grad_bytes": int(memory.gradients),
-            "optimizer_state_bytes": int(memory.optimizer_states),
-            "saved_bytes": int(memory.activation_detail.saved_by_forward),
-            "peak_step1_bytes": int(reference.predict_peak_case(row, step="first").total),
-            "peak_step2_bytes": int(reference.predict_peak_case(row, step="steady").total)}
+    prediction, _ = predict(MODELS[setup.model], setup.settings(), device)
+    return prediction
 
 
 def measure(setup: Setup) -> Measurement:
-    """Two training steps of the case on this CPU, as validation/measure.py records them; or why not."""
+    """Two training steps of the setup on this machine (its GPU, else its CPU), by memmath.measure; or why not."""
     missing = missing_packages()
     if missing:
         return Measurement(message=install_message(missing))
-    measure_module = load_measure()
-    if measure_module is None:
-        return Measurement(message=NO_VALIDATION)
-    try:
-        import torch
-        import transformers
-    except ImportError as error:  # found but broken (a partial install)
-        return Measurement(message=install_message([getattr(error, "name", None) or "torch"]))
-    import logging
-    import warnings
+    from memmath.measure import measure_run
+    from memmath.traced import TorchMissing
 
-    case, _ = case_and_row(setup, measure_module)
-    threads, onednn = torch.get_num_threads(), torch.backends.mkldnn.enabled
-    verbosity = transformers.logging.get_verbosity()
     try:
-        transformers.logging.set_verbosity_error()
-        logging.getLogger("transformers").setLevel(logging.ERROR)
-        measure_module.configure_torch()  # as the recording did: one thread, oneDNN off (its docstring says why)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            measured = measure_module.measure(case)
-    finally:
-        torch.set_num_threads(threads)
-        torch.backends.mkldnn.enabled = onednn
-        transformers.logging.set_verbosity(verbosity)
-    return Measurement(measured=measured)
+        comparison = measure_run(MODELS[setup.model], setup.settings())
+    except TorchMissing as error:  # found but broken (a partial install)
+        return Measurement(message=install_message([getattr(error, "name", None) or "torch"]))
+    return Measurement(measured=comparison.measured, predicted=comparison.predicted, device=comparison.device)
 
 
 def within(predicted_bytes: int, measured_bytes: int, tolerance: float) -> bool:
-    """Whether a prediction is as close as tests/test_fidelity_live.py requires (tolerance 0: to the byte)."""
+    """Whether a prediction is as close as the recorded groups require (tolerance 0: to the byte)."""
     return abs(predicted_bytes - measured_bytes) <= tolerance * measured_bytes
 
 

@@ -354,11 +354,12 @@ def _(mo):
     mo.md(r"""
     ## Measure it yourself
 
-    Every number above is a prediction. The workbook's predictions are checked against PyTorch on a CPU
-    (`validation/measure.py`); here you can run that check yourself, on a GPT-2 of a few hundred thousand
-    parameters, for two training steps on your own computer's CPU. Pick the run; memmath's prediction shows at
-    once, and the measurement runs only when you press the button (it needs torch: without it the table says
-    how to install it).
+    Every number above is a prediction. memmath's predictions are checked against PyTorch, and the tool that does
+    it ships with memmath: `memmath measure CONFIG` builds a model from its config.json with random weights, runs
+    two training steps on your machine (its GPU when PyTorch sees one, else its CPU) and prints each part beside
+    memmath's prediction. Here you can run it on a small GPT-2, LLaMA or Qwen3 of a few hundred thousand
+    parameters. Pick the run; memmath's prediction shows at once, and the measurement runs only when you press the
+    button (it needs torch: without it the table says how to install it, `pip install "memmath[torch]"`).
     """)
     return
 
@@ -374,34 +375,35 @@ def _(live_html, live_only_notice, measure_yourself, mo):
     measure_precision_radio = mo.ui.radio(options=list(measure_yourself.PRECISIONS), value="bf16", inline=True,
                                           label="Precision")
     measure_checkpointing_checkbox = mo.ui.checkbox(value=False, label="Gradient checkpointing")
-    measure_button = mo.ui.run_button(kind="success", label="Measure two steps on this CPU")
+    measure_model_radio = mo.ui.radio(options={label: key for key, label in measure_yourself.MODEL_LABELS.items()},
+                                      value=measure_yourself.MODEL_LABELS[measure_yourself.DEFAULT_MODEL],
+                                      label="Model")
+    measure_button = mo.ui.run_button(kind="success", label="Measure two steps on this machine")
     measure_view = live_html()
     # Shown open, not in a fold: a static page can only fade the frozen controls it has drawn.
     mo.vstack([live_only_notice(),
+               measure_model_radio,
                mo.hstack([measure_batch_slider, measure_seq_slider], justify="start", gap=2),
                mo.hstack([measure_precision_radio, measure_checkpointing_checkbox, measure_button], justify="start",
                          gap=2),
                measure_view])
-    return (measure_batch_slider, measure_button, measure_checkpointing_checkbox, measure_precision_radio,
-            measure_seq_slider, measure_view)
+    return (measure_batch_slider, measure_button, measure_checkpointing_checkbox, measure_model_radio,
+            measure_precision_radio, measure_seq_slider, measure_view)
 
 
 @app.cell
-def _(measure_batch_slider, measure_button, measure_checkpointing_checkbox, measure_precision_radio, measure_seq_slider,
-      measure_view, measure_yourself, mo, viz):
+def _(measure_batch_slider, measure_button, measure_checkpointing_checkbox, measure_model_radio, measure_precision_radio,
+      measure_seq_slider, measure_view, measure_yourself, mo, viz):
     # memmath's prediction at once; the measurement (torch, a few seconds) only when the button is pressed.
     measure_setup = measure_yourself.Setup(batch_size=measure_batch_slider.value, seq_len=measure_seq_slider.value,
                                            precision=measure_precision_radio.value,
-                                           checkpointing=measure_checkpointing_checkbox.value)
-    try:
-        measure_prediction = measure_yourself.predicted(measure_setup)
-    except LookupError as _error:  # no validation/ folder: an installed package
-        measure_prediction = None
-        _note = str(_error)
+                                           checkpointing=measure_checkpointing_checkbox.value,
+                                           model=measure_model_radio.value)
     measure_result = measure_yourself.measure(measure_setup) if measure_button.value else None
-    if measure_prediction is None:
-        measure_view.update(mo.md(_note))
-    elif measure_result is None:
+    # The prediction for the device measured (a GPU's CUDA context is not in it: only what the step allocates).
+    measure_prediction = (measure_result.predicted if measure_result is not None and measure_result.predicted
+                          else measure_yourself.predicted(measure_setup))
+    if measure_result is None:
         _missing = measure_yourself.missing_packages()
         _how = (measure_yourself.install_message(_missing) if _missing else
                 "Press the button to measure (a few seconds the first time, while torch loads).")
@@ -411,21 +413,24 @@ def _(measure_batch_slider, measure_button, measure_checkpointing_checkbox, meas
         measure_view.update(mo.md(measure_result.message))
     else:
         measure_view.update(measure_yourself.comparison_frame(measure_prediction, measure_result.measured),
-                            caption="Measured just now by validation/measure.py on this CPU (torch, one thread), "
-                                    "beside memmath.reference.predict_case for the same run.")
+                            caption=f"Measured just now by memmath.measure on this machine's {measure_result.device} "
+                                    "(the CPU with one thread), beside memmath's prediction for the same run.")
     return measure_prediction, measure_result, measure_setup
 
 
 @app.cell(hide_code=True)
 def _(mo):
     mo.accordion({"How is it measured, and how close must memmath be?": mo.md(r"""
-    The model is `validation/measure.py`'s "gpt2" shape (3 blocks of width 64, 4 heads, a 1,000-token
-    vocabulary), built from a transformers `GPT2Config`, trained for two steps with AdamW. Parameters,
-    gradients and optimizer states are counted tensor by tensor after the first step; saved activations
-    through autograd's saved-tensor hooks; each step's peak from PyTorch's profiler. The project holds memmath
-    to the byte for the first three, to 1% for the saved activations and to 5% for the peaks
-    (`tests/test_fidelity_live.py`). Step 1 peaks lower: Adam's states do not exist until its first update.
-    Pressing the button imports torch and transformers in this workbook's Python (a few seconds the first time) and
+    Each model is built from a small config.json (GPT-2: 3 blocks of width 64, 4 heads, a 1,000-token
+    vocabulary, 230,464 parameters; the LLaMA and Qwen3 ones of the same width) with random weights, and trained
+    for two steps with AdamW by `memmath.measure`, which measures as the project's recordings were measured.
+    Parameters, gradients and optimizer states are counted tensor by tensor after the first step; saved
+    activations through autograd's saved-tensor hooks; each step's peak from PyTorch's profiler on a CPU, from
+    `torch.cuda.max_memory_allocated` on a GPU. The project holds memmath to the byte for the first three, to 1%
+    for the saved activations and to 5% for the peaks (`tests/test_fidelity.py`). Step 1 peaks lower: Adam's
+    states do not exist until its first update. The same check runs from a terminal on your own model:
+    `memmath measure config.json --batch 2 --seq 512`.
+    Pressing the button imports torch and transformers in this workbook's Python (a few seconds the first time); on a CPU it
     sets torch to one thread with oneDNN off while it measures, as the recording did; both are put back after.
     """)})
     return

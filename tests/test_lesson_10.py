@@ -366,20 +366,21 @@ def test_without_torch_the_lesson_says_how_to_install_it(monkeypatch):
     outputs, defs = lessons.run_with(LESSON, measure_button=PRESSED)
     assert lessons.bad_text(outputs) == []
     html = defs["measure_view"].html
-    assert "pip install torch==2.13.0 transformers" in html and "Traceback" not in html
+    assert "memmath[torch]" in html and "Traceback" not in html
     _, unpressed = lessons.run(LESSON)
-    assert "pip install torch==2.13.0 transformers" in unpressed["measure_view"].html  # said before a press too
+    assert "memmath[torch]" in unpressed["measure_view"].html  # said before a press too
 
 
-def test_without_the_validation_folder_the_lesson_says_where_to_measure(monkeypatch, tmp_path):
+def test_each_model_choice_is_predicted_without_torch(monkeypatch):
     from memmath_lessons import measure_yourself
 
-    monkeypatch.setattr(measure_yourself, "REPO", tmp_path)  # an installed wheel: no validation/ beside the package
-    monkeypatch.delitem(sys.modules, "validation.measure", raising=False)
-    monkeypatch.delitem(sys.modules, "validation", raising=False)
-    assert measure_yourself.load_measure() is None
-    outputs, defs = lessons.run_with(LESSON, measure_button=PRESSED)
-    assert lessons.bad_text(outputs) == [] and "from a clone of the repository" in defs["measure_view"].html
+    monkeypatch.setitem(sys.modules, "torch", None)
+    # Qwen3 of width 64: embedding 64,000 (tied head) + 3 x (q 64·64, k and v 64·32 each, o 64·64, q/k norms 16 each,
+    # MLP 3·64·176, two norms 2·64 = 46,240) + final norm 64 = 202,784 parameters, 2 B each in bf16.
+    assert 64_000 + 3 * (4096 + 2 * 2048 + 4096 + 32 + 3 * 64 * 176 + 128) + 64 == 202_784
+    assert measure_yourself.predicted(measure_yourself.Setup(model="qwen3"))["param_bytes"] == 2 * 202_784
+    with pytest.raises(ValueError, match="model"):
+        measure_yourself.Setup(model="gpt-5")
 
 
 @pytest.mark.parametrize("field, value", [("batch_size", 0), ("seq_len", 257), ("precision", "fp8")])
@@ -390,9 +391,12 @@ def test_a_setup_out_of_range_is_refused_by_name(field, value):
         measure_yourself.Setup(**{field: value})
 
 
-def test_with_torch_the_measurement_agrees_as_the_validation_does():
+def test_with_torch_the_measurement_agrees_as_the_validation_does(monkeypatch):
     from memmath_lessons import measure_yourself
 
+    # An installed wheel: the repository's validation/ package is not importable, and not needed.
+    monkeypatch.setitem(sys.modules, "validation", None)
+    monkeypatch.setitem(sys.modules, "validation.measure", None)
     if measure_yourself.missing_packages():
         reason = f"torch is not installed ({', '.join(measure_yourself.missing_packages())})"
         if os.environ.get("MEMMATH_REQUIRE_TORCH") == "1":

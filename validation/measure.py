@@ -44,6 +44,10 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+# The counting and the phase peaks are memmath's own (memmath.stepping, what `memmath measure` runs): one engine
+# for the recorded measurements and for a user's. It imports torch only inside its functions.
+from memmath.stepping import phase_peaks, unique_bytes as _unique_bytes
+
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "memmath" / "reference" / "data" / "measured_cpu.json"
 SCHEMA_VERSION = 2
 
@@ -505,16 +509,6 @@ def _storage_key(t):
     return storage.data_ptr(), storage.nbytes()
 
 
-def _unique_bytes(tensors) -> int:
-    """Bytes of the distinct storages behind `tensors` (tied or shared tensors counted once)."""
-    seen = {}
-    for t in tensors:
-        if t is not None and t.numel():
-            ptr, nbytes = _storage_key(t)
-            seen[ptr] = nbytes
-    return sum(seen.values())
-
-
 class SavedTensorRecorder:
     """Records every storage that autograd saves for backward while active, once, by block.
 
@@ -571,21 +565,6 @@ class SavedTensorRecorder:
     def close(self):
         for handle in self.handles:
             handle.remove()
-
-
-def phase_peaks(prof, phases):
-    """Highest net allocation (bytes over the start of profiling) inside each record_function phase."""
-    events = prof.profiler.kineto_results.events()
-    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
-    ranges = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name() in phases}
-    peaks = {name: 0 for name in phases}
-    running = 0
-    for start, delta in memory:
-        running += delta
-        for name, (lo, hi) in ranges.items():
-            if lo <= start <= hi and running > peaks[name]:
-                peaks[name] = running
-    return peaks, running
 
 
 def report_progress(i: int, n: int, case, measured: dict, started: float) -> None:

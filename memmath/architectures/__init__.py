@@ -66,11 +66,16 @@ SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 _FAMILY_DEFAULT = {"gpt2": "gpt2", "llama": "llama", "bert": "bert"}
 
 
+# Where memmath has no record, PyTorch can still step the model under fake tensors (memmath/traced.py).
+TRACED_HINT = 'install memmath[torch] to get a traced answer: memmath train CONFIG --traced'
+
+
 def architecture(model_type: str) -> Architecture:
     """The record of a model type; a ValueError naming the supported ones for any other."""
     record = ARCHITECTURES.get(model_type)
     if record is None:
-        raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+        raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}; "
+                         f"{TRACED_HINT}")
     return record
 
 

@@ -3,6 +3,7 @@
     memmath train MODEL [--method qlora --batch 4 --seq 2048 --gpu "RTX 4090" ...]
     memmath infer MODEL [--context 32768 --weights nf4 --kv bf16 --gpu "RTX 4090" ...]
     memmath models | memmath gpus
+    memmath measure CONFIG [--method lora ...]   (two real steps beside the prediction: needs memmath[torch])
     memmath lessons [--static DIR]     (the workbook, python -m memmath_lessons: needs pip install "memmath[workbook]")
 
 A projection of memmath.Run and memmath.Serve: the options of their fields are written beside the
@@ -104,11 +105,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
         s.add_argument("--max-gpus", type=whole(1), metavar="N", help="how many GPUs the suggested changes may use "
                        f"(default {DEFAULT_MAX_GPUS})")
+        train.add_argument("--traced", action="store_true", help="PyTorch's trace of the step under fake tensors, "
+                           "for any model transformers can build (needs memmath[torch]; memmath/traced.py)")
         gpu_options(train)
 
     def infer_options(infer):
         infer.add_argument("model", metavar="MODEL", help=MODEL_HELP)
         add_field_options(infer.add_argument_group("the serving setup (each default is memmath.Serve's)"), Serve)
+        infer.add_argument("--traced", action="store_true", help="PyTorch's trace of one prefill under fake tensors, "
+                           "for any model transformers can build (needs memmath[torch]; memmath/traced.py)")
         gpu_options(infer)
 
     def lessons_options(lessons):
@@ -141,6 +146,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog="Exit status: marimo's own while it runs; 0 built; 2 the workbook extra is missing or the build "
         "failed (one line on stderr, then the cells' errors of a lesson that failed to export). To serve a class, "
         "run marimo yourself on the folder --path prints, with --token (README, 'On a fresh machine').")
+    if command is None or command == "measure":  # the torch extra's module, imported only where it may run
+        from memmath import measure
+
+        measure.add_parser(sub)
     for name, add_options in (("train", train_options), ("infer", infer_options), ("lessons", lessons_options)):
         if command is None or command == name:  # a command's options, built only when it may run
             add_options(sub.choices[name])

@@ -6,22 +6,20 @@ import argparse
 import dataclasses
 import importlib.util
 import json
-import re
 import shutil
 import sys
 from pathlib import Path
 
 from memmath import methods, report
 from memmath.counts import parameter_counts
-from memmath.gpus import CUDA_CONTEXT_BYTES, GPU, GPUS
+from memmath.gpus import CUDA_CONTEXT_BYTES
 from memmath.planner import plan_layout, plan_training
 from memmath.preference import DPO
 from memmath.run import Run, Serve
 from memmath.serving import plan_serving
 from memmath.sources import resolve_source
-from memmath.units import format_bytes
 
-from .options import PROG, WORKBOOK_INSTALL, BadInput, gpu_name, given_fields, quote, shorten
+from .options import WORKBOOK_INSTALL, BadInput, given_fields, resolve_gpu
 
 WIDTH = 80
 # The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
@@ -76,30 +74,6 @@ def build_method(args, shape):
                                           double_quant=False if args.no_double_quant else None))
 
 
-def resolve_gpu(args):
-    """The GPU from --gpu (catalog, forgiving case and spacing, or a unique part of a name) or --gpu-memory."""
-    if getattr(args, "gpu_memory", None) is not None:
-        if args.gpu_memory <= 0:
-            raise BadInput("--gpu-memory", "must be a size above 0, such as 24GiB")
-        label = format_bytes(args.gpu_memory, "GiB")
-        return GPU(f"{label} GPU", args.gpu_memory, 0, 0.0, "custom", label, "given by --gpu-memory")
-    if getattr(args, "gpu", None) is None:
-        return None
-    if not args.gpu.strip():  # an empty --gpu "" (an unset variable in a script) must not read as "no GPU"
-        gpu_name(args.gpu)
-
-    def squash(name):
-        return re.sub(r"[\s_\-]+", "", name.lower())
-    wanted = squash(args.gpu)
-    exact = [g for g in GPUS.values() if squash(g.name) == wanted]
-    partial = [g for g in GPUS.values() if wanted and wanted in squash(g.name)]
-    if exact or len(partial) == 1:
-        return (exact or partial)[0]
-    if len(partial) > 1:
-        raise BadInput("--gpu", f"{quote(args.gpu)} could be {', '.join(g.name for g in partial)}; say which")
-    raise BadInput("--gpu", f"must be one of {', '.join(GPUS)} (or give --gpu-memory 24GiB); got {quote(args.gpu)}")
-
-
 def gpu_and_reserve(args):
     gpu = resolve_gpu(args)
     reserve = CUDA_CONTEXT_BYTES if args.reserve is None else args.reserve
@@ -111,6 +85,10 @@ def gpu_and_reserve(args):
 
 # ---- train ----------------------------------------------------------------------------------------
 def run_train(args, out, style) -> int:
+    if args.traced:  # PyTorch's trace under fake tensors (the torch extra, imported only when asked)
+        from . import traced
+
+        return traced.run_train(args, out, style)
     shape, source = resolve_source(args.model)
     method = build_method(args, shape)
     if args.vision is not None:  # the method's vision= (memmath/multimodal.py); a text model refuses it by name
@@ -141,6 +119,10 @@ def _plan_layout(args, out, style, run, gpu, reserve) -> int:
 
 # ---- infer ----------------------------------------------------------------------------------------
 def run_infer(args, out, style) -> int:
+    if args.traced:  # PyTorch's trace of one prefill under fake tensors (the torch extra, imported only when asked)
+        from . import traced
+
+        return traced.run_infer(args, out, style)
     shape, source = resolve_source(args.model)
     gpu, reserve = gpu_and_reserve(args)
     plan = plan_serving(Serve(shape, **given_fields(args, Serve)), gpu, reserved_bytes=reserve)
@@ -204,4 +186,12 @@ def run_lessons(args, out, style) -> int:
     return launch.run(folder, static=args.static, port=args.port, headless=args.headless, out=out)
 
 
-COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons}
+def run_measure(args, out, style) -> int:
+    """`memmath measure`: two real steps beside the prediction (the torch extra, imported only when asked)."""
+    from memmath import measure
+
+    return measure.run(args, out, style)
+
+
+COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons,
+            "measure": run_measure}

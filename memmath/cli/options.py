@@ -16,13 +16,13 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 
 from memmath import validate
-from memmath.gpus import GPUS, MAX_GPU_BYTES
+from memmath.gpus import GPU, GPUS, MAX_GPU_BYTES
 from memmath.models import LORA_GROUPS, LORA_TARGETS
 from memmath.run import Run, Serve
-from memmath.units import _NUMBER, UNITS, unit_name  # the grammar memmath.parse_bytes reads
+from memmath.units import _NUMBER, UNITS, format_bytes, unit_name  # the grammar memmath.parse_bytes reads
 
 PROG = "memmath"
-COMMAND_CHOICES = "{train,infer,models,gpus,lessons}"
+COMMAND_CHOICES = "{train,infer,models,gpus,lessons,measure}"
 WORKBOOK_INSTALL = 'pip install "memmath[workbook]"'
 METHODS = ("full", "freeze", "adapters", "lora", "qlora", "dpo")
 DPO_BASES = ("full", "freeze", "adapters", "lora", "qlora")  # --method dpo: the policy's method (--dpo-base)
@@ -244,3 +244,27 @@ def given_fields(args, cls) -> dict:
         if value is not None and value != spec.get("auto"):
             values[name] = spec["parse"](value) if "parse" in spec else value
     return values
+
+
+def resolve_gpu(args):
+    """The GPU from --gpu (catalog, forgiving case and spacing, or a unique part of a name) or --gpu-memory."""
+    if getattr(args, "gpu_memory", None) is not None:
+        if args.gpu_memory <= 0:
+            raise BadInput("--gpu-memory", "must be a size above 0, such as 24GiB")
+        label = format_bytes(args.gpu_memory, "GiB")
+        return GPU(f"{label} GPU", args.gpu_memory, 0, 0.0, "custom", label, "given by --gpu-memory")
+    if getattr(args, "gpu", None) is None:
+        return None
+    if not args.gpu.strip():  # an empty --gpu "" (an unset variable in a script) must not read as "no GPU"
+        gpu_name(args.gpu)
+
+    def squash(name):
+        return re.sub(r"[\s_\-]+", "", name.lower())
+    wanted = squash(args.gpu)
+    exact = [g for g in GPUS.values() if squash(g.name) == wanted]
+    partial = [g for g in GPUS.values() if wanted and wanted in squash(g.name)]
+    if exact or len(partial) == 1:
+        return (exact or partial)[0]
+    if len(partial) > 1:
+        raise BadInput("--gpu", f"{quote(args.gpu)} could be {', '.join(g.name for g in partial)}; say which")
+    raise BadInput("--gpu", f"must be one of {', '.join(GPUS)} (or give --gpu-memory 24GiB); got {quote(args.gpu)}")
