@@ -288,14 +288,8 @@ def trainer_callback(prediction: dict | None = None, out=None):
 
 
 # ---- the command line --------------------------------------------------------------------------------
-def add_parser(subparsers):
-    """`memmath measure`: its options on the CLI's subparsers."""
-    parser = subparsers.add_parser(
-        "measure", help="two real training steps on this machine, part by part, beside memmath's prediction",
-        description="Build the model from its config.json (never downloaded) with random weights, run two training "
-                    "steps on this machine (CUDA when present, else the CPU) and print what each part took beside "
-                    f"memmath's prediction; or read a PyTorch memory snapshot by part. Needs {EXTRA}.",
-        epilog="Exit status: 0 measured, 2 bad input or torch missing.")
+def add_options(parser):
+    """`memmath measure`'s options on its parser (the command line registers the command itself)."""
     parser.add_argument("model", metavar="MODEL", nargs="?",
                         help="a config.json, a folder holding one, or a repo id in the local Hugging Face cache")
     add_step_options(parser)

@@ -146,10 +146,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog="Exit status: marimo's own while it runs; 0 built; 2 the workbook extra is missing or the build "
         "failed (one line on stderr, then the cells' errors of a lesson that failed to export). To serve a class, "
         "run marimo yourself on the folder --path prints, with --token (README, 'On a fresh machine').")
+    measure = sub.add_parser(
+        "measure", help="two real training steps on this machine, part by part, beside memmath's prediction",
+        description="Build the model from its config.json (never downloaded) with random weights, run two training "
+        "steps on this machine (CUDA when present, else the CPU) and print what each part took beside memmath's "
+        "prediction; or read a PyTorch memory snapshot by part. Needs pip install \"memmath[torch]\".",
+        epilog="Exit status: 0 measured, 2 bad input or torch missing.")
     if command is None or command == "measure":  # the torch extra's module, imported only where it may run
-        from memmath import measure
+        from memmath import measure as measuring
 
-        measure.add_parser(sub)
+        measuring.add_options(measure)
     for name, add_options in (("train", train_options), ("infer", infer_options), ("lessons", lessons_options)):
         if command is None or command == name:  # a command's options, built only when it may run
             add_options(sub.choices[name])
