@@ -51,7 +51,9 @@ def _():
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons import requirement_view, site_charts
-    return (literature, live_chart, live_only_notice, mm, mo, pd, re, requirement_view, site_charts, viz)
+    from memmath.verdict import verdict_of, verdict_of_fit
+    return (literature, live_chart, live_only_notice, mm, mo, pd, re, requirement_view, site_charts, verdict_of,
+            verdict_of_fit, viz)
 
 
 @app.cell
@@ -243,7 +245,7 @@ def _(literature, live_only_notice, mm, mo, viz):
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
                      f"measured on a V100 ({_context.source}), "
                      f"{mm.format_bytes(mm.parse_bytes(f'{_context.value} {_context.unit}'), 'GiB')}; the slider "
-                     f"starts there, at memmath's default reserve (mm.CUDA_CONTEXT_BYTES), and goes from none to "
+                     f"starts there, at memmath's default reserve ({_context_mib:,} MiB), and goes from none to "
                      f"{mm.format_bytes(_steps[-1] * 2**20, 'GiB')} ({_steps[-1]:,} MiB)."
                      ).style({"font-size": "0.9em"})])
     return gpu_dropdown, max_gpus_number, n_gpus_number, pp_dropdown, reserved_slider, tp_dropdown, unit_radio, zero_stage_radio
@@ -272,7 +274,7 @@ def _(mm):
 
 
 @app.cell
-def _(literature, mm, mo, pasted_text, pd, requirement_view, viz):
+def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
     # What the run's cell shows, each from the inputs it depends on.
     def shown_parts(requirement, unit):
         """Your run's parts, their sum, what the step's peak adds, and the requirement: (the frame, the table)."""
@@ -289,14 +291,17 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, viz):
     def shown_catalog(peak_bytes, reserved, unit):
         """Every card of the catalog against the run's peak, folded."""
         _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
-        catalog_frame = mm.fit_table(peak_bytes, reserved_bytes=reserved, unit=unit)
-        _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
-        catalog_frame = catalog_frame.assign(**{
-            f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
-            "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
+        # Each card judged by the one rule the verdict above uses (memmath.verdict: the reserve, 5% kept free).
+        _verdicts = [verdict_of(peak_bytes, _g, reserved_bytes=reserved)
+                     for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)]
+        catalog_frame = pd.DataFrame([{
+            "gpu": _v.gpu_name, "marketed": mm.GPUS[_v.gpu_name].marketed,
+            f"memory ({unit})": round(_v.memory_bytes / mm.UNITS[unit], 2),
+            f"to spare or short ({unit})": f"{_f(_v.spare)} to spare" if _v.fits else f"short by {_f(_v.short_by)}",
+            "fits": "yes" if _v.fits else "no"} for _v in _verdicts])
         return catalog_frame, mo.accordion({"Which cards in the catalog would hold this run?": mo.vstack([mo.md(f"""
         The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {_f(reserved)} reserved for the
-        CUDA context on each (section 4). "marketed" is the size on the box, in binary units (GiB); "memory" is what the
+        CUDA context on each (section 4) and {mm.FIT_MARGIN:.0%} of the requirement kept free, as the verdict judges. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
         driver reports, the same or a little less.
         """), viz.plain_table(catalog_frame)])})
 
@@ -388,7 +393,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
       pasted_text, pd, peak_moment, planned_limits, precision_dropdown, rank_slider, requirement_view,
       pp_dropdown, reserved_slider, seq_len_slider, targets_dropdown, tp_dropdown, trainable_layers_slider, unit_radio,
-      viz, zero_stage_radio):
+      verdict_of_fit, viz, zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
     # into one memmath.Run, asks the planner (memmath caches each run's answer, so a setting the learner returns to
     # costs nothing), hands the live chart above its rows and shows every section that follows from the run.
@@ -436,13 +441,14 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
              if peak_basis == "peak" else f"as the sum of the parts ({requirement.reason})")
     _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
-    _numbers = (f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: {_f(fit.headroom_bytes)}"
-                + (" to spare" if fit.fits else "") + f"{_margin}.")
+    verdict = verdict_of_fit(fit)  # memmath.verdict: the one rule for "fits", "to spare" and "short by"
+    _facts = f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}"
+    _numbers = f"{_facts}: the run {verdict.sentence(unit)}."
     # One verdict, also where the card cannot compute the recipe (pure bf16 on a T4 or V100): the run as set, then the
     # run the card would train instead (plan.cannot_run names it), with its own requirement and verdict.
     _cannot, instead_fit = plan.cannot_run, None
     if _cannot is None:
-        _verdict = ("**It fits.** " if fit.fits else "**It does not fit.** ") + _numbers
+        _verdict = f"**{verdict.headline(unit)}** {_facts}. {verdict.why(unit)}"
     else:
         _instead = mm.requirement(run.replace(precision=_cannot.instead))
         instead_fit = mm.check_fit(_instead.bytes, gpu, reserved_bytes=reserved, margin=mm.FIT_MARGIN)
@@ -499,7 +505,9 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
                  "each GPU keeps its own batch's)")
     else:
         _stage = ("" if settings["zero_stage"] == limits["stage"] else
-                  f" with ZeRO stage {limits['stage']}; without ZeRO every GPU keeps a full copy, so more GPUs never help")
+                  f" with ZeRO stage {limits['stage']}; without ZeRO each data-parallel GPU keeps "
+                  + ("the whole model" if not _split else f"its whole 1/{run.tp * run.pp} share of the t x p split")
+                  + ", so more data-parallel GPUs never help")
         _gpus = f"**{limits['gpus']:,}** {gpu.name}{'s' if limits['gpus'] > 1 else ''}{_stage}"
     _on = f"on {settings['n_gpus']:,} GPUs, ZeRO stage {settings['zero_stage']}" if settings["n_gpus"] > 1 else "on one GPU"
     _batch = ("not even one sequence" if limits["batch"] is None else
@@ -564,7 +572,50 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     mo.vstack([*_verdict_part, *_far_part, *_changes_part, parts_heading, _parts_table, _catalog_fold,
                _comparison_part])
     return (compared, fit, instead_fit, limits, max_gpus, parts_frame, path, peak_basis, peak_bytes, plan, result, run,
-            settings, suggestions)
+            settings, suggestions, verdict)
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, verdict_of):
+    # What a real GPU adds beside the requirement: cited, not measured (the numbers are the sources' defaults).
+    _need = mm.requirement("llama-2-7b", batch_size=1, seq_len=512, precision="bf16", optimizer="adamw")
+    _v = verdict_of(_need, "RTX 4090")
+    _cublas = 4096 * 2**10 * 2 + 16 * 2**10 * 8  # CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8", in bytes
+    _nccl = 4 * 2**20  # NCCL_BUFFSIZE's default, 4 MiB
+    real_gpu_fold = mo.accordion({"What a real GPU adds: the allocator, its workspaces and buffers (cited)": mo.md(f"""
+    memmath's requirement is what PyTorch's caching allocator hands to live tensors at the step's highest moment
+    (`torch.cuda.max_memory_allocated()`, what its fidelity tests measure). A real card holds more:
+
+    - **Allocated against reserved.** The allocator keeps freed blocks for reuse instead of returning them to the
+      driver: `memory_allocated()` counts live tensors, `memory_reserved()` everything it holds, and `nvidia-smi`
+      shows the reserved memory plus the CUDA context (PyTorch, *CUDA semantics*, "Memory management").
+    - **Fragmentation.** A request can fail while enough memory is reserved in total, when no single free block is
+      large enough. The out-of-memory message says so in its numbers: "Tried to allocate X" is the one request that
+      failed; "total capacity Y" is the card as the driver reports it (memmath's memory); "Z is allocated by
+      PyTorch" is the live tensors, the figure memmath predicts; "W is reserved by PyTorch but unallocated" (older
+      releases: "W reserved in total by PyTorch", allocated included) is the cache. A large W is fragmentation.
+    - **`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`** lets the allocator grow a segment in place instead of
+      reserving new ones of fixed sizes, which cuts fragmentation when sizes change from step to step (the same
+      page, "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF").
+    - **The cuBLAS workspace.** Each cuBLAS handle and stream that runs a matrix product keeps a workspace, by
+      default 4,096 KiB x 2 + 16 KiB x 8 = {_cublas:,} B ({mm.format_bytes(_cublas, "MiB")}; PyTorch, "cuBLAS
+      workspaces", `CUBLAS_WORKSPACE_CONFIG`); cuBLASLt's is 32 MiB on Hopper and 4 MiB before it (NVIDIA, cuBLAS
+      documentation, `cublasSetWorkspace`).
+    - **NCCL's buffers.** With more than one GPU, NCCL allocates its own buffers outside PyTorch's allocator:
+      {mm.format_bytes(_nccl, "MiB")} per channel and peer by default (NVIDIA, NCCL documentation, `NCCL_BUFFSIZE`),
+      and ZeRO-3 or FSDP add the buffers of their gathers.
+
+    **How memmath's reserve and margin stand against them.** The reserve ({mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB)
+    is the CUDA context measured on one V100; newer drivers and cards differ, so set section 4's slider to what
+    `nvidia-smi` shows for an idle process on yours. The margin is 5% of the requirement: for llama-2-7b at
+    1 x 512 tokens it is {mm.format_bytes(_v.margin_bytes)} of {mm.format_bytes(_need.bytes)}, far more than the
+    cuBLAS workspace ({_cublas / _v.margin_bytes:.2%} of it) or a few NCCL channels, and it is first meant for the
+    estimate's own error (held within 5% of PyTorch's measured peak). Fragmentation has no formula: a run judged
+    "fits" with little to spare can still fail on a real card, and a run that fails with a large "reserved but
+    unallocated" figure is the case for `expandable_segments`. These sources are cited here, not measured.
+    """).style({"font-size": "0.95em"})})
+    real_gpu_fold
+    return (real_gpu_fold,)
 
 
 @app.cell(hide_code=True)

@@ -560,7 +560,7 @@ def test_a_split_model_is_judged_as_the_command_line_judges_it():
     page = lessons.plain_text(outputs)
     assert f"{verdict['required_bytes'] / 1e9:,.2f} GB on the GPU that needs the most (4 GPUs: 1 data x 2 tensor x 2 " \
            "pipeline)" in page
-    assert ("It fits." in page) == verdict["fits"] == (status == 0)
+    assert ("It fits, with" in page) == verdict["fits"] == (status == 0)
 
 
 def test_a_split_memmath_does_not_model_is_refused_by_name_and_the_page_goes_on():
