@@ -543,8 +543,8 @@ def _(mm, mo, np, toy_block):
         mo.md("**1.** BERT-base has width 768 and 12 blocks. How many parameters do adapters with bottleneck 64 "
               "add to the whole model?"),
         mo.accordion({"Answer": mo.md(f"""Per adapter 2 × 64 × 768 + 64 + 768 = {_per_block // 2:,}; two per
-        block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, computed by
-        `mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"]) * 12`.""")}),
+        block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, the count memmath's
+        adapters give for bert-base-uncased at m = 64.""")}),
         mo.md("**2.** Which is the smallest bottleneck that makes adapters 1% of Llama-2-7B? Why is it larger "
               "than the one that gives 1% on BERT-base?"),
         mo.accordion({"Answer": mo.md(f"""**m = {_first}** (the share is {_share[_first - 1]:.3%}); on

@@ -587,7 +587,7 @@ def _(mo, recorded, viz):
     4-bit (`Linear4bit`, NF4 and FP4, with and without double quantization) and 8-bit (`Linear8bitLt`)
     layers in place of every linear of small LLaMA, GPT-2 and BERT models, peft {_v.get("peft", "?")}'s LoRA
     on top, two training steps each on the CPU (torch {_v.get("torch", "?")}), {len(_cases)} runs in all. memmath's
-    prediction uses `QLoRA(..., layout="bitsandbytes")`, which also counts the code maps bitsandbytes keeps
+    prediction uses QLoRA as bitsandbytes lays it out, which also counts the code maps bitsandbytes keeps
     with each matrix (64 B, and 1,028 B more with double quantization); the paper's count, this lesson's
     default, leaves those few bytes out.
 

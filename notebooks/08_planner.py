@@ -129,7 +129,7 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio):
+def _(bars_chart, mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
@@ -138,7 +138,13 @@ def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio)
         if _type:
             _hint = nearest_layout(_type.group(1)) + " " + _hint
         _why = pasted_text(model_error.replace("the pasted config.json", "the text", 1))
-        _shown = mo.callout(mo.md(f"**This config.json cannot be used:** {_why}. {_hint}"), kind="danger")
+        _shown = mo.callout(mo.md(f"**This config.json cannot be used:** {_why}. {_hint} Until it can, there is no "
+                                  "run to judge: the sections below wait for a model."), kind="danger")
+        # No run: the verdict's chart says so instead of keeping the last run's bars unmarked.
+        bars_chart.update({"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "width": 420, "height": 40,
+                           "data": {"values": [{"text": "No run: the pasted config.json cannot be used (section 1)."}]},
+                           "mark": {"type": "text", "align": "left", "x": 0, "fontSize": 13},
+                           "encoding": {"text": {"field": "text", "type": "nominal"}}})
     else:
         _pasted = source_radio.value != "preset"
         _title = f"Your config.json ({pasted_text(model.name)})" if _pasted else model.name
@@ -493,7 +499,8 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _kind = "warn" if _cannot is not None else "success" if fit.fits else "danger"
     _verdict_part = [*_warn, mo.callout(mo.md(_verdict), kind=_kind),
                      mo.md(_recipe),
-                     mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
+                     mo.md(f"*Assumptions:* {pasted_text(result.assumptions)} "
+                           + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
                      .style({"font-size": "0.9em"}),
                      takeaway_note]
 
@@ -668,9 +675,8 @@ def _(mo, pd, viz):
     **Measured, per rank.** The engines do not divide evenly. PyTorch {_torch}'s FSDP2 (`fully_shard`)
     cuts every tensor along its first dimension and pads the pieces to the same size, so BERT's
     2-row classifier costs every one of 4 ranks a row; `ZeroRedundancyOptimizer` (ZeRO-1) gives
-    whole tensors' states to ranks, largest first, so the ranks differ. memmath follows both with
-    `training_memory(..., sharding="fsdp2"` or `"zero_redundancy", rank=r)`; a small BERT on the CPU
-    over gloo:
+    whole tensors' states to ranks, largest first, so the ranks differ. memmath follows both, rank by rank,
+    with the engine's own way of cutting; a small BERT on the CPU over gloo:
     """), viz.plain_table(_table)])
     # Folded: the measurement serves the careful reader, not the lesson's path (shown under the sum, per GPU).
     fsdp_fold = mo.accordion({"What do FSDP2 and ZeRO-1 really store on each GPU? (measured with PyTorch)": _shown}) if len(

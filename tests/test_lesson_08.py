@@ -189,6 +189,9 @@ def test_bad_config_gives_a_message_not_a_traceback(text, message):
     assert defs["model"] is None and message in defs["model_error"]
     assert "cannot be used" in shown and message in shown
     assert lessons.bad_text(outputs) == []
+    # No run: the chart says so instead of keeping the last run's bars unmarked.
+    assert "No run: the pasted config.json cannot be used" in json.dumps(defs["bars_chart"].rows)
+    assert "there is no run to judge" in shown
 
 
 def test_every_control_at_both_ends():
