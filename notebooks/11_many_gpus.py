@@ -90,7 +90,8 @@ def _(many_gpus, mm, mo, viz):
         mo.md("The last numbers column is what the card must hold: the step's peak (the most allocated at one "
               "moment), of the GPU whose peak is highest once the model is split. Where memmath has no peak model "
               "of a split (ZeRO beside it, context or expert parallelism) it is the sum of the parts of the GPU "
-              "that holds the most, plus its communication buffers.")])
+              "that holds the most, plus its communication buffers; \"judged on\" says which. A peak and a sum "
+              "do not compare: set the rows side by side on the sum of the parts, which every row has.")])
     return (axis_frame,)
 
 
@@ -175,7 +176,7 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         _parallel = parallel.is_parallel(layout_run)
         _stages = many_gpus.stage_memories(layout_run)
         _label = f"{gpu.name} less the CUDA context ({mm.format_bytes(usable, unit)})"
-        _needs = many_gpus.stage_needs(layout_run)
+        _needs = many_gpus.stage_needs(layout_run, _stages)
         if _parallel:
             rank_chart.update(many_gpus.stage_bars(_stages, unit, title="One GPU of each pipeline stage",
                                                    capacity_bytes=usable, capacity_label=_label, needs=_needs))
@@ -216,18 +217,17 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
 
 
 @app.cell(hide_code=True)
-def _(batch_slider, checkpointing_checkbox, gpu_dropdown, mo, model_dropdown, seq_slider):
+def _(mo):
+    # Reads no control: a slider's move re-runs one cell fewer, and the button is drawn once.
     fewest_button = mo.ui.run_button(kind="success", label="Find the fewest GPUs")
-    mo.vstack([mo.md(f"""
+    mo.vstack([mo.md("""
     ## The fewest GPUs
 
     The planner tries 1, 2, 3, 4, 6, 8 ... GPUs, and for each every tensor degree up to 8 (one node)
     and every pipeline degree that divides the layers, with as many micro-batches as stages and, when
     that does not fit, half as many and so on down to one (fewer in flight, a larger bubble). It stops
-    at the fewest GPUs that fit: for
-    {model_dropdown.selected_key} on the {gpu_dropdown.value}, batch {batch_slider.value} x
-    {seq_slider.value:,} tokens{", checkpointing" if checkpointing_checkbox.value else ""}. It can take a
-    few seconds when nothing small fits.
+    at the fewest GPUs that fit the model, card, batch, sequence length and checkpointing set above.
+    It can take a few seconds when nothing small fits.
     """), fewest_button])
     return (fewest_button,)
 
@@ -241,12 +241,15 @@ def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo,
         fewest_plan = mm.plan_layout(model_dropdown.value, gpu_dropdown.value, batch_size=batch_slider.value,
                                      seq_len=seq_slider.value, checkpointing=checkpointing_checkbox.value)
         if not fewest_plan.fits:
-            _shown = mo.callout(mo.md(f"No layout of up to 1,024 GPUs fits the {fewest_plan.gpu} (tried "
+            _shown = mo.callout(mo.md(f"No layout of up to 1,024 GPUs fits {model_dropdown.selected_key} at batch "
+                                      f"{batch_slider.value} x {seq_slider.value:,} on the {fewest_plan.gpu} (tried "
                                       f"{fewest_plan.tried:,}). Turn on checkpointing or shorten the sequences."),
                                 kind="warn")
         else:
             # Lines joined without indentation: markdown would read an indented block as code.
             _shown = mo.callout(mo.md("\n".join([
+                f"For {model_dropdown.selected_key} on the {gpu_dropdown.value}, batch {batch_slider.value} x "
+                f"{seq_slider.value:,} tokens{', checkpointing' if checkpointing_checkbox.value else ''}: "
                 f"**{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}"
                 + (f", {fewest_plan.run.micro_batches} micro-batch{'es' if fewest_plan.run.micro_batches > 1 else ''}"
                    if fewest_plan.layout.pp > 1 else "") + "**. The GPU that needs the most "
