@@ -174,7 +174,8 @@ def test_lesson_1_published_model_in_bf16_is_memmath_infer():
     rooms = {c["name"]: c["memory_bytes"] - weights for c in _cards()}
     for row in defs["fit_rows"].itertuples(index=False):
         room = rooms[row.gpu]
-        assert row.verdict == (f"fits, {f(room)} spare" if room >= 0 else f"short by {f(-room)}"), row.gpu
+        assert row.verdict == (f"fits, with {f(room)} to spare" if room >= 0 else f"does not fit: short by {f(-room)}"), \
+            row.gpu
 
 
 def _l1_nf4(model):
