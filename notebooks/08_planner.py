@@ -270,13 +270,30 @@ def _(mm):
             batch=mm.largest_batch_that_fits(run, gpu, reserved_bytes=reserved, max_batch=2**16),
             seq_len=mm.longest_sequence_that_fits(run, gpu, reserved_bytes=reserved, max_seq_len=2**20))
 
+    _plans = {}
+
+    def planned(run, gpu, reserved, max_gpus):
+        """(plan, changes, path, limits) of one run on one card, kept for the settings a learner returns to: a
+        slider moved back and forth asks the same questions, and memmath caches each run's requirement but not
+        the planner's search over the changes and the limits, which builds hundreds of Runs."""
+        key = (run.cache_key, gpu.name, gpu.memory_bytes, reserved, max_gpus)
+        if key not in _plans:
+            if len(_plans) >= 256:  # a bound, as memmath's own caches have
+                _plans.clear()
+            plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
+            # Shown even when the run fits: the changes that would free memory for a larger batch or longer sequences.
+            changes = list(plan.changes) if not plan.fit.fits else mm.suggest_changes(
+                run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
+            _plans[key] = (plan, changes, list(plan.path), planned_limits(run, gpu, reserved, max_gpus))
+        return _plans[key]
+
     def peak_moment(peak):
         """(phase, moment) where the step's peak falls, for a run whose peak memmath models."""
         _phase, _moment, _ = max(peak.moments, key=lambda m: m[2])
         return {"forward": "the forward pass", "backward": "the backward pass",
                 "optimizer_step": "the optimizer step"}.get(_phase, _phase), _moment
 
-    return peak_moment, planned_limits
+    return peak_moment, planned, planned_limits
 
 
 @app.cell
@@ -397,7 +414,7 @@ def _(live_chart):
 @app.cell(hide_code=True)
 def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
-      pasted_text, pd, peak_moment, planned_limits, precision_dropdown, rank_slider, requirement_view,
+      pasted_text, pd, peak_moment, planned, precision_dropdown, rank_slider, requirement_view,
       pp_dropdown, reserved_slider, seq_len_slider, targets_dropdown, tp_dropdown, trainable_layers_slider, unit_radio,
       verdict_of_fit, viz, zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
@@ -427,14 +444,9 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value) * 2**20, unit_radio.value
     # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
     max_gpus = max(int(max_gpus_number.value), run.n_gpus)
-    plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
+    plan, suggestions, path, limits = planned(run, gpu, reserved, max_gpus)  # kept per run (the cell above)
     result, requirement, fit = plan.memory, plan.requirement, plan.fit
     peak_bytes, peak_basis = requirement.bytes, requirement.basis
-    # Shown even when the run fits: the changes that would free memory for a larger batch or longer sequences.
-    suggestions = list(plan.changes) if not fit.fits else mm.suggest_changes(run, gpu, reserved_bytes=reserved,
-                                                                             max_gpus=max_gpus)
-    path = list(plan.path)
-    limits = planned_limits(run, gpu, reserved, max_gpus)
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
 
     # ---- the verdict: the number, its recipe, what the card keeps back
