@@ -138,3 +138,12 @@ def test_lesson_6_near_fit_names_the_margin():
         assert f"short by {mm.format_bytes(need + -(-need * 5 // 100) - (A6000 - RESERVE))}" in text
         assert "only the margin fails" in text
     assert "missing" not in text.split("This run needs")[1][:600]
+
+
+def test_the_site_s_teacher_section_states_the_rule_the_pages_use():
+    # The static site's front page tells a teacher how every page judges a run: the words of memmath.verdict.
+    from memmath_site.build import index_page
+
+    page = index_page([])
+    assert 'id="teaching"' in page and f"plus {mm.FIT_MARGIN:.0%} of it" in page
+    assert '"short by" always counts those 5%' in page and "CUDA context" in page
