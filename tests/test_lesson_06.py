@@ -362,3 +362,17 @@ def test_menus_show_names_not_code_names(default_run):
     assert set(defs["precision_dropdown"].options.values()) == set(mm.RECIPES)
     assert set(defs["optimizer_dropdown"].options.values()) == set(mm.OPTIMIZERS)
     assert defs["precision_dropdown"].value == "bf16" and defs["optimizer_dropdown"].value == "adamw"
+
+
+def test_the_static_chart_marks_what_the_card_must_hold_beside_the_parts():
+    # The static site's chart (its own rank and matrix inputs) drew each method's sum of the parts while the live
+    # table beside it judges the step's peak: each bar now carries memmath.requirement's number as a tick and label.
+    import memmath as mm
+    from memmath_lessons import site_charts
+
+    targets = {"q, v": ("q", "v"), "q, k, v, o": ("q", "k", "v", "o"), "MLP": ("gate", "up", "down"),
+               "all linear": ("all",)}
+    spec = site_charts.lora_methods(targets).spec  # JSON text
+    need = mm.requirement("llama-2-7b", method=mm.LoRA(rank=8, targets=("q", "v")), batch_size=4, seq_len=512)
+    assert need.basis == "peak" and str(round(need.bytes / 1e9, 2)) in spec
+    assert "what the card must hold (the step's peak)" in spec and '"tick"' in spec
