@@ -75,11 +75,11 @@ class Verdict:
     def sentence(self, unit="GB") -> str:
         """The verdict as a clause, no subject: "fits, with 3.64 GB to spare (...)" or "does not fit: short by ..."."""
         why = self.why(unit)
-        return self._clause(unit) + (f" ({why[0].lower()}{why[1:-1]})" if why else "")
+        return self.clause(unit) + (f" ({why[0].lower()}{why[1:-1]})" if why else "")
 
     def headline(self, unit="GB") -> str:
         """The verdict alone, as a sentence: "It fits, with 3.64 GB to spare." or "It does not fit: short by 0.61 GB."."""
-        return f"It {self._clause(unit)}."
+        return f"It {self.clause(unit)}."
 
     def why(self, unit="GB") -> str:
         """The sentence after the headline: what the margin is and, when the run does not fit, what fails."""
@@ -94,7 +94,8 @@ class Verdict:
         return (f"The requirement is {f(self.required_bytes - self.usable_bytes)} more than the usable memory, "
                 f"and {kept} must stay free.")
 
-    def _clause(self, unit):
+    def clause(self, unit="GB") -> str:
+        """The verdict alone, no subject: "fits, with 3.64 GB to spare" or "does not fit: short by 0.61 GB"."""
         f = lambda n: format_bytes(n, unit)  # noqa: E731
         return f"fits, with {f(self.spare)} to spare" if self.fits else f"does not fit: short by {f(self.short_by)}"
 

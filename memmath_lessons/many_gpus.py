@@ -57,7 +57,7 @@ def axis_table(model: str, unit: str = "GB", **settings) -> pd.DataFrame:
                      # sum (no peak model) can be set side by side on the same footing.
                      f"sum of the parts ({unit})": round(int(need.memory.total) / per_unit, 2),
                      f"the card must hold ({unit})": round(need.bytes / per_unit, 2),
-                     "judged on": "the step's peak" if need.basis == "peak" else "the sum (no peak model)",
+                     "judged on": "peak" if need.basis == "peak" else "sum",
                      "takes off each GPU": splits})
     return pd.DataFrame(rows)
 

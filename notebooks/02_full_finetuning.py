@@ -87,15 +87,15 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
     gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
     # Full finetuning, one step, before activations (no seq_len): every part in integer bytes.
     run = mm.training_memory(model, seq_len=None, precision=precision, optimizer=optimizer)
+    # Judged as every lesson judges (memmath.verdict): the CUDA context reserved, 5% of the figure kept free.
+    _holds, _runs = verdict_of(run.weights, gpu), verdict_of(run.total, gpu)
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
     # viz.stacked_bars as Vega-Lite JSON, into the live chart above: only its rows travel when the size moves.
     bars_chart.update(viz.stacked_bars_output(
-        pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
-        capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
+        pd.concat([_weights_alone, _frame]), unit, capacity_bytes=_runs.usable_bytes,
+        capacity_label=f"{gpu.name}: {mm.format_bytes(_runs.usable_bytes, unit)} usable (less the CUDA context)",
         title="What the GPU must hold (activations come on top: lesson 3)"))
-    # Judged as every lesson judges (memmath.verdict): the CUDA context reserved, 5% of the figure kept free.
-    _holds, _runs = verdict_of(run.weights, gpu), verdict_of(run.total, gpu)
     _verdict = _runs.sentence(unit)
     # The step itself: the optimizer builds temporaries as it updates (PyTorch's Adam), so what the card must hold at
     # once is the step's peak (memmath.requirement, at batch 1 x 512 tokens; activations are gone by the optimizer step).
@@ -291,7 +291,7 @@ def _(alt, mm, mo, pd, published, viz):
 
 
 @app.cell(hide_code=True)
-def _(live_html, mo):
+def _(live_html, mm, mo):
     # Rendered once (reads no control): the prose and the folds; the run's cell near the top hands the folds' tables
     # new rows in place, so a move re-renders one sentence instead of this section.
     published_view, optimizer_view, gap_view, gpu_view = live_html(), live_html(), live_html(), live_html()
@@ -312,11 +312,12 @@ def _(live_html, mo):
         memmath cannot factor anything and counts a full second moment, so pick a published model to see it.
         """),
         mo.accordion({"How much does each optimizer keep for your model and recipe?": optimizer_view}),
-        mo.md(r"""
+        mo.md(f"""
         ## A GPU that holds the weights can still fail the run
 
         A card must hold the whole step, not the weights alone; activations, the next lesson, widen the gap.
-        Nothing is reserved for the CUDA context in these verdicts, as the verdict above says.
+        Every verdict here judges as the one above: the card less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB for the
+        CUDA context, with {mm.FIT_MARGIN:.0%} of the figure kept free.
         """),
         gap_view,
         mo.accordion({"Which cards hold the weights, and which run the step?": gpu_view}),

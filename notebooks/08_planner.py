@@ -171,7 +171,8 @@ def _(live_only_notice, mo):
     # only the freeze slider's range follows the model, and it remembers the value asked for (next cells). They show
     # here, in the cell that makes them: a cell that shows a control re-runs whenever that control moves.
     method_dropdown = mo.ui.dropdown({"full finetuning": "full", "partial (freeze)": "freeze",
-                                      "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora"},
+                                      "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora",
+                                      "DPO (preference pairs, a LoRA policy)": "dpo"},
                                      value="full finetuning", label="Method")
     bottleneck_slider = mo.ui.slider(steps=[2**k for k in range(3, 11)], value=64, show_value=True,
                                      label="Adapters: bottleneck width")
@@ -214,13 +215,17 @@ def _(live_only_notice, mm, mo, viz):
     seq_len_slider = mo.ui.slider(steps=[2**k for k in range(7, 16)], value=512, show_value=True,
                                   label="Sequence length (tokens)")
     checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
+    # Micro-batches of `batch` sequences summed into one optimizer step: the gradients of the earlier ones are held
+    # while the next runs forward and backward (memmath.peak; validation/grad_accum.py measures it).
+    accum_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64], value=1, show_value=True,
+                                label="Gradient accumulation steps")
     # None: what transformers picks for the model (SDPA; eager for Gemma 2, whose softcap SDPA refuses).
     attention_radio = mo.ui.radio({"as transformers picks": None, "sdpa": "sdpa", "eager": "eager"},
                                   value="as transformers picks", inline=True, label="Attention")
     mo.vstack([mo.md("## 3. The training step"), live_only_notice(), mo.hstack([precision_dropdown, optimizer_dropdown], justify="start"),
-               mo.hstack([batch_slider, seq_len_slider], justify="start"),
+               mo.hstack([batch_slider, seq_len_slider, accum_slider], justify="start"),
                mo.hstack([checkpointing_switch, attention_radio], justify="start")])
-    return (attention_radio, batch_slider, checkpointing_switch, optimizer_dropdown, precision_dropdown,
+    return (accum_slider, attention_radio, batch_slider, checkpointing_switch, optimizer_dropdown, precision_dropdown,
             seq_len_slider)
 
 
@@ -412,7 +417,7 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
+def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
       pasted_text, pd, peak_moment, planned, precision_dropdown, rank_slider, requirement_view,
       pp_dropdown, reserved_slider, seq_len_slider, targets_dropdown, tp_dropdown, trainable_layers_slider, unit_radio,
@@ -426,11 +431,15 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
         "adapters": mm.Adapters(bottleneck=bottleneck_slider.value),
         "lora": mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value),
         "qlora": mm.QLoRA(rank=rank_slider.value, targets=targets_dropdown.value),
+        # DPO (Rafailov et al. 2023): chosen and rejected answers double the batch; with a LoRA policy TRL's
+        # reference is the policy with its adapters off (no second copy of the weights).
+        "dpo": mm.DPO(base=mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value)),
     }
     # The run: what the controls set; attention (unless chosen), dropout and the activation model as memmath.Run
     # resolves them from the model, the same run the command line and the API make of these settings.
     _run_settings = dict(method=methods[method_dropdown.value], precision=precision_dropdown.value,
                          optimizer=optimizer_dropdown.value, batch_size=batch_slider.value, seq_len=seq_len_slider.value,
+                         grad_accum_steps=accum_slider.value,
                          checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
                          zero_stage=zero_stage_radio.value, attention=attention_radio.value)
     _tp, _pp = tp_dropdown.value, pp_dropdown.value
@@ -505,6 +514,14 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
         _phase, _moment = peak_moment(requirement.peak)
         _recipe += (f" Not all of them are alive at once, and the step holds temporaries too: it peaks at "
                     f"**{_f(peak_bytes)}** in {_phase} ({_moment}).")
+        if not _split:  # the first step, before the optimizer's states exist (memmath.peak_memory, step="first")
+            _first = mm.peak_memory(run, step="first")
+            _fphase, _fmoment = peak_moment(_first)
+            _recipe += (f" The first step, before the optimizer's states exist, peaks at {_f(_first.total)} in "
+                        f"{_fphase} ({_fmoment})" + (": the same figure, so the first step is as tight as the rest."
+                                                     if _first.total == peak_bytes else
+                                                     f"; every later step needs {_f(peak_bytes - _first.total)} more."
+                                                     if _first.total < peak_bytes else "."))
     _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
                 f"{_f(reserved)} kept back for the CUDA context (section 4)"
                 + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))

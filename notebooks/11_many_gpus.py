@@ -90,8 +90,8 @@ def _(many_gpus, mm, mo, viz):
         mo.md("The last numbers column is what the card must hold: the step's peak (the most allocated at one "
               "moment), of the GPU whose peak is highest once the model is split. Where memmath has no peak model "
               "of a split (ZeRO beside it, context or expert parallelism) it is the sum of the parts of the GPU "
-              "that holds the most, plus its communication buffers; \"judged on\" says which. A peak and a sum "
-              "do not compare: set the rows side by side on the sum of the parts, which every row has.")])
+              "that holds the most, plus its communication buffers; \"judged on\" says which (peak or sum). A peak and "
+              "a sum do not compare: set the rows side by side on the sum of the parts, which every row has.")])
     return (axis_frame,)
 
 
@@ -208,7 +208,7 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         _shown = mo.callout(mo.md(f"""
         **{_lay.n_gpus} GPUs, {_lay.describe()}**: {_where}, **{mm.format_bytes(layout_need.bytes, unit)}**.
         The {gpu.name} leaves {mm.format_bytes(usable, unit)} after the CUDA context: the run
-        **{layout_verdict.sentence(unit)}**.{_pipe}
+        **{layout_verdict.clause(unit)}**. {layout_verdict.why(unit)}{_pipe}
 
         The command line says the same: `{layout_command}`
         """), kind="success" if layout_verdict.fits else "danger")
