@@ -234,8 +234,10 @@ def _(mm, mo, viz):
              "of values to map them back", _l("01_weights_and_formats", "1")),
             ("CUDA context (reserve)", f"what the driver and kernels take before any tensor; memmath reserves "
              f"{_reserve // mm.UNITS['MiB']:,} MiB by default", _l("08_planner", "8")),
-            ("headroom, margin", f"memory left on the card after the run; the planner keeps {mm.FIT_MARGIN:.0%} of the "
-             "requirement free", _l("08_planner", "8")),
+            ("fits, to spare, short by, margin", f"every lesson's verdict: a run fits when what the card must hold "
+             f"plus {mm.FIT_MARGIN:.0%} of it (the margin) is at most the card less the CUDA context; \"to spare\" is "
+             "what the card has left after the requirement, \"short by\" what must be freed before the run fits, "
+             "the margin always in it", _l("08_planner", "8")),
         ],
         "A training step": [
             ("parameter, weight", "one number the model learns; N of them", _l("01_weights_and_formats", "1")),
