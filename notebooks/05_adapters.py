@@ -42,9 +42,10 @@ def _():
     from memmath_lessons import diagrams, requirement_view, site_charts, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath.verdict import verdict_of
 
     return (alt, diagrams, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
-            requirement_view, site_charts, toy_block, viz)
+            requirement_view, site_charts, toy_block, verdict_of, viz)
 
 
 @app.cell
@@ -256,7 +257,7 @@ def _(live_chart):
 
 @app.cell(hide_code=True)
 def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_model_dropdown, mm, mo, pd,
-      requirement_view, seq_len_slider, unit_radio, viz):
+      requirement_view, seq_len_slider, unit_radio, verdict_of, viz):
     # The memory section in one cell: a move of any of its controls re-runs this cell alone (and the chart takes rows).
     unit = unit_radio.value
     gpu = mm.get_gpu(gpu_dropdown.value)
@@ -279,8 +280,8 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
         capacity_label=f"{gpu.name} less the CUDA context ({mm.format_bytes(usable_bytes, unit)})"))
 
     def _fits(need, card):
-        # As the command line judges a run: its requirement, the CUDA context reserved, FIT_MARGIN of it kept free.
-        return mm.check_fit(need.bytes, card, margin=mm.FIT_MARGIN).fits
+        # The one rule (memmath.verdict): its requirement, the CUDA context reserved, 5% of it kept free.
+        return verdict_of(need, card).fits
 
     def _smallest_fit(need):
         # The smallest card (as fit_table orders them) that holds it; check_fit card by card costs ~1 ms here.
