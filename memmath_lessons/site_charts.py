@@ -204,7 +204,7 @@ def lora_methods(target_sets: dict):
 
     def draw(base):
         bars = base.mark_bar().encode(
-            x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, most * 1.35]),
+            x=alt.X("sum(GB):Q", title="Memory (GB)", scale=alt.Scale(domain=[0, most * 1.6]),
                     axis=alt.Axis(**viz.MEMORY_AXIS)), y=y,
             color=alt.Color("part:N", title="Part", scale=viz.part_scale([p for p in viz.PART_COLORS if viz.ALL_LABELS[p] in shown])),
             order=alt.Order("order:Q"))
@@ -214,15 +214,14 @@ def lora_methods(target_sets: dict):
         ticks = needs.mark_tick(color="black", thickness=2, size=22).encode(x=alt.X("needGB:Q"), y=y)
         labels = needs.transform_calculate(
             right="max(datum.total, datum.needGB)",
-            text="format(datum.needGB, '.2f') + ' GB to hold (the peak), ' "
+            text="format(datum.needGB, '.2f') + ' GB at the peak, ' "
                  "+ replace(format(datum.trainable, '.3~s'), 'G', 'B') + ' trainable'"
         ).mark_text(align="left", dx=6, fontSize=11).encode(x=alt.X("right:Q"), y=y, text=alt.Text("text:N"))
         return alt.layer(bars, ticks, labels).properties(width=520, height=130)
 
     return viz.chart_output(bound_chart(grid, [Select("rank", "Rank r", value=8, radio=True),
                                                Select("matrices", "Adapted matrices")],
-                                        draw, title=["Llama-2-7B, pure bf16 base, fp32 adapters (peft's default), AdamW, batch 4 x 512 tokens",
-                                                     "bars: the parts; black tick: what the card must hold (the step's peak)"]))
+                                        draw, title="Llama-2-7B, pure bf16 base, fp32 adapters (peft's default), AdamW, batch 4 x 512 tokens"))
 
 
 def serving_sweep():

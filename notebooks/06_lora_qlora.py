@@ -446,7 +446,8 @@ def _(TARGET_SETS, mo, site_charts):
     The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
     AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
     Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
-    every combination in advance, so they work in this static copy of the workbook.
+    every combination in advance, so they work in this static copy of the workbook. Each bar is the
+    parts; its black tick and its label are what the card must hold, the step's peak, as in the table.
     """), site_charts.lora_methods(TARGET_SETS)]) if site_charts.is_static_export() else None
     return
 @app.cell(hide_code=True)

@@ -375,4 +375,4 @@ def test_the_static_chart_marks_what_the_card_must_hold_beside_the_parts():
     spec = site_charts.lora_methods(targets).spec  # JSON text
     need = mm.requirement("llama-2-7b", method=mm.LoRA(rank=8, targets=("q", "v")), batch_size=4, seq_len=512)
     assert need.basis == "peak" and str(round(need.bytes / 1e9, 2)) in spec
-    assert "what the card must hold (the step's peak)" in spec and '"tick"' in spec
+    assert "GB at the peak" in spec and '"tick"' in spec
