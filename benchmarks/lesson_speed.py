@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/lesson_speed.py [--rounds 3] [--presses 4] [lessons...]
 
-Per notebook (the reference benchmarks/reference_one_slider.py, then every notebooks/NN_*.py),
+Per notebook (the reference benchmarks/reference_one_slider.py, its text-only twin
+benchmarks/reference_text_slider.py, then every notebooks/NN_*.py),
 measured in rounds that take every notebook in turn, so a slow moment of a shared machine hits
 them all alike. Timings on a shared machine only ever gain noise, so cold start and export take
 the fastest round (as timeit does); slider latency takes the median of every press:
@@ -44,6 +45,7 @@ from memmath_site import assets  # noqa: E402
 from memmath_site.build import LESSON_PATTERN, Lesson, export_lesson  # noqa: E402
 
 REFERENCE = REPO / "benchmarks" / "reference_one_slider.py"
+TEXT_REFERENCE = REPO / "benchmarks" / "reference_text_slider.py"  # the same without its chart: the text floor
 TARGETS = {"slider": 1.15, "cold": 1.3, "export": 1.3}
 
 
@@ -135,8 +137,9 @@ def main(argv=None) -> int:
     from browser import launch
 
     lessons = args.lessons or sorted(p for p in (REPO / "notebooks").glob("*.py") if LESSON_PATTERN.match(p.name))
-    notebooks = [REFERENCE, *lessons]
-    results = {nb: Measured("reference (one slider)" if nb == REFERENCE else nb.stem) for nb in notebooks}
+    notebooks = [REFERENCE, TEXT_REFERENCE, *lessons]
+    names = {REFERENCE: "reference (one slider)", TEXT_REFERENCE: "reference (text only)"}
+    results = {nb: Measured(names.get(nb, nb.stem)) for nb in notebooks}
     started = time.perf_counter()
     with sync_playwright() as playwright, tempfile.TemporaryDirectory() as scratch:
         browser = launch(playwright)

@@ -1044,8 +1044,9 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
     parallelism. A layout fits when its
     requirement (requirement(): the peak of the rank whose peak is highest where memmath models it, else the
     worst rank's sum of parts plus buffers) fits the card as check_fit judges (the CUDA context reserved,
-    FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B); a
-    layout without a pipeline runs the run's micro-batches as gradient accumulation steps.
+    FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B), and
+    when that does not fit, each half of it down to 1 (fewer in flight, a larger bubble); a layout without a
+    pipeline runs the run's micro-batches as gradient accumulation steps.
     """
     from .decision import requirement
     from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
@@ -1069,27 +1070,32 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
         for pp, tp in sorted((pp, tp) for pp in _divisors(shape.n_layers, n) for tp in heads):
             if n % (tp * pp) or kv % tp:
                 continue
-            m = 1 if pp == 1 else run.micro_batches if run.micro_batches > 1 else pp
-            try:
-                # without a pipeline there is no schedule: a pipeline's micro-batches become gradient
-                # accumulation steps (the same effective batch), and an interleaved schedule plain 1F1B
-                plain = dict(pp_schedule="1f1b", virtual_stages=1, micro_batches=1,
-                             grad_accum_steps=run.grad_accum_steps * run.micro_batches) if pp == 1 else {}
-                candidate = run.replace(**{"micro_batches": m, **plain}, n_gpus=n, tp=tp, pp=pp, cp=1, ep=1, rank=0,
-                                        sequence_parallel=run.sequence_parallel and tp > 1)
-            except validate.FieldError:
-                continue
-            tried += 1
-            # A cheap bound first: rank 0's weights, gradients and optimizer states are alive together at its
-            # optimizer step, so no requirement of this layout is below them (peak or sum of parts alike).
-            static = rank_parts(candidate, 0)
-            floor = sum(int(static[k]) for k in ("weights", "gradients", "gradient_accumulation",
-                                                 "master_weights", "optimizer_states"))
-            if not check_fit(floor, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
-                continue
-            need = requirement(candidate)
-            if check_fit(need.bytes, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
-                fits.append((pp, tp, candidate, need))
+            first = 1 if pp == 1 else run.micro_batches if run.micro_batches > 1 else pp
+            # The micro-batch counts that fit are tried too, the most first (the smallest bubble): fewer micro-batches
+            # keep fewer in flight on the first stage (1F1B holds min(m, p) of them: Narayanan et al. 2021).
+            for m in sorted({first} | {first >> k for k in range(first.bit_length())} - {0}, reverse=True):
+                try:
+                    # without a pipeline there is no schedule: a pipeline's micro-batches become gradient
+                    # accumulation steps (the same effective batch), and an interleaved schedule plain 1F1B
+                    plain = dict(pp_schedule="1f1b", virtual_stages=1, micro_batches=1,
+                                 grad_accum_steps=run.grad_accum_steps * run.micro_batches) if pp == 1 else {}
+                    candidate = run.replace(**{"micro_batches": m, **plain}, n_gpus=n, tp=tp, pp=pp, cp=1, ep=1,
+                                            rank=0, sequence_parallel=run.sequence_parallel and tp > 1)
+                except validate.FieldError:
+                    continue
+                tried += 1
+                # A cheap bound first: rank 0's weights, gradients and optimizer states are alive together at its
+                # optimizer step, so no requirement of this layout is below them (peak or sum of parts alike).
+                static = rank_parts(candidate, 0)
+                floor = sum(int(static[k]) for k in ("weights", "gradients", "gradient_accumulation",
+                                                     "master_weights", "optimizer_states"))
+                if not check_fit(floor, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
+                    break  # the floor does not depend on the micro-batches: no count fits this layout
+                need = requirement(candidate)
+                if check_fit(need.bytes, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
+                    fits.append((pp, tp, candidate, need))
+                    break
+            if fits:
                 break
         if fits:
             pp, tp, candidate, need = fits[0]

@@ -19,6 +19,7 @@ from .parallel import buffers, is_parallel, layout
 from .presets import PRESET_SOURCES, PRESETS
 from .training import PART_LABELS
 from .units import format_bytes, to_unit
+from .verdict import verdict_of_fit
 
 WIDTH = 80
 MAX_SHOWN = 120  # characters of a config-provided string shown (a name, a path)
@@ -129,16 +130,19 @@ def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None) -> None
     memory = (f"{gpu.memory_bytes:,} bytes, given by --gpu-memory" if gpu.kind == "custom" else
               f"{format_bytes(gpu.memory_bytes, unit)}, {gpu.memory_bytes // 2**20:,} MiB as the driver reports it")
     w("\n" + style.bold(f"{gpu.name}") + f" ({memory}):\n")
-    spare = format_bytes(fit.headroom_bytes, unit)
+    said = verdict_of_fit(fit, FIT_MARGIN)  # the one verdict rule (memmath/verdict.py): short by includes the margin
+    spare = format_bytes(said.spare, unit)
     if fit.fits and cannot is not None:
         head = style.bad("would fit") + f", with {spare} to spare, " + style.bad("but cannot run here")
     elif fit.fits:
         head = style.good("fits") + f", with {spare} to spare"
-    elif fit.headroom_bytes >= 0:
-        head = style.bad("does not fit") + f": {spare} to spare is less than the " \
-               f"{format_bytes(fit.margin_bytes, unit)} kept free (5% of the need, the peak estimate's tolerance)"
+    elif said.what_fails == "the margin":
+        head = style.bad("does not fit") + f": short by {format_bytes(said.short_by, unit)}; only the margin " \
+               f"fails: {spare} to spare is less than the {format_bytes(fit.margin_bytes, unit)} kept free (5% of " \
+               "the need, the peak estimate's tolerance)"
     else:
-        head = style.bad("does not fit") + f": short by {format_bytes(-fit.headroom_bytes, unit)} on {gpu.name}"
+        head = style.bad("does not fit") + f": short by {format_bytes(said.short_by, unit)} on {gpu.name}, the " \
+               f"{format_bytes(fit.margin_bytes, unit)} kept free included"
     if cannot is not None and not fit.fits:
         head += ", " + style.bad("nor could it run here")
     w(wrap(head + (f": {cannot.message}." if cannot is not None else ""), "  ", w.width) + "\n")
@@ -247,9 +251,9 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
     instead = plan.recipe_instead
     if instead is not None:  # the run the card would train instead, judged as the verdict is
         fit, other = instead.fit, instead.requirement
-        said = (f"fits, with {format_bytes(fit.headroom_bytes, unit)} to spare" if fit.fits else
-                f"does not fit either: short by {format_bytes(-fit.headroom_bytes, unit)}"
-                if fit.headroom_bytes < 0 else "does not fit either: less than 5% to spare")
+        judged = verdict_of_fit(fit)  # the one verdict rule: short by includes the margin
+        said = (f"fits, with {format_bytes(judged.spare, unit)} to spare" if fit.fits else
+                f"does not fit either: short by {format_bytes(judged.short_by, unit)}")
         w.para(f"with --precision {instead.precision} instead: needs "
                f"{format_bytes(other.bytes + plan.reserved_bytes, unit)} (the {basis_words(other)} "
                f"{format_bytes(other.bytes, unit)} + {format_bytes(plan.reserved_bytes, unit)} reserved): {said}", "  ")
@@ -364,7 +368,9 @@ def _verdict_json(fit):
     return {"fits": fit.fits, "required_bytes": int(fit.required_bytes), "available_bytes": int(fit.available_bytes),
             "headroom_bytes": int(fit.headroom_bytes), "margin_bytes": int(fit.margin_bytes),
             "gpu_memory_bytes": int(fit.gpu.memory_bytes),
-            "reserved_bytes": int(fit.gpu.memory_bytes - fit.available_bytes)}
+            "reserved_bytes": int(fit.gpu.memory_bytes - fit.available_bytes),
+            # the one verdict rule's words (memmath/verdict.py), as the lessons say them
+            **{key: getattr(said, key) for key in ("spare", "short_by", "what_fails") for said in [verdict_of_fit(fit)]}}
 
 
 def _reserve_json(reserve, default) -> dict:

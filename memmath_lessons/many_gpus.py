@@ -53,7 +53,11 @@ def axis_table(model: str, unit: str = "GB", **settings) -> pd.DataFrame:
                      f"gradients ({unit})": round(held / per_unit, 2),
                      f"optimizer states ({unit})": round(states / per_unit, 2),
                      f"activations ({unit})": round(parts["activations"] / per_unit, 2),
+                     # Every row's sum on one basis, so that a row judged on its peak and a ZeRO row judged on its
+                     # sum (no peak model) can be set side by side on the same footing.
+                     f"sum of the parts ({unit})": round(int(need.memory.total) / per_unit, 2),
                      f"the card must hold ({unit})": round(need.bytes / per_unit, 2),
+                     "judged on": "peak" if need.basis == "peak" else "sum",
                      "takes off each GPU": splits})
     return pd.DataFrame(rows)
 
@@ -68,11 +72,12 @@ def stage_memories(run) -> dict:
             for stage in range(lay.pp)}
 
 
-def stage_needs(run) -> dict:
+def stage_needs(run, stages: dict | None = None) -> dict:
     """{"stage s (rank r)": bytes} what the card must hold for each stage's first tensor rank, as requirement()
     judges the run: that rank's step peak (memmath.parallel.parallel_peak) where memmath models the run's peak,
-    else its sum of parts plus buffers. The largest is requirement(run).bytes."""
-    stages = stage_memories(run)
+    else its sum of parts plus buffers. The largest is requirement(run).bytes. stages: stage_memories(run), when
+    the caller has it already (a slider's move then builds each stage's memory once)."""
+    stages = stage_memories(run) if stages is None else stages
     if not parallel.is_parallel(run):
         return {name: mm.requirement(run).bytes for name in stages}
     peak = not parallel.peak_why_not(run)

@@ -461,6 +461,24 @@ def index_page(lessons: list[Lesson]) -> str:
   <pre><code>{html.escape(SETUP_COMMAND)}
 {html.escape(LIVE_COMMAND)}</code></pre>
   <p>The repository's README.md says more.</p>
+  <h2 id="teaching">Teaching a class</h2>
+  <p>A path for one session of about 45 minutes: lesson 0 (the question, and one run's answer), 1 (bytes per
+  parameter), 2 (gradients, optimizer states and the optimizer's temporaries), 3 (activations and the step's
+  peak) and 8 (the planner on the learners' own model and card). Lessons 4 to 7 and 11 are for a second
+  session; 9 is the page to keep open beside the others, and 10 holds problems that chain the lessons.</p>
+  <ul>
+    <li><b>Any number of learners:</b> these static pages, on any web host. Nothing runs per learner; the inputs
+    under the charts work, the other controls are frozen.</li>
+    <li><b>Live, on your network:</b> one <code>marimo run</code> with a token (the README's command). Its kernels
+    share one core, about 20 slider moves a second: measured on lesson 8, 10 learners got a median move of about
+    50 ms and 20 learners about 100 ms; at 30 the moves queue (a median of 300 to 700 ms). Have the class open lesson 8 a few at a time, or before the class starts: opening it runs the
+    whole lesson for each learner. Use Python 3.11.8 or later.</li>
+    <li><b>More learners live:</b> several <code>marimo run</code> processes, each under its own path, behind a
+    proxy that authenticates (the README, "Serving a class").</li>
+    <li><b>What to say about the verdicts:</b> every page judges a run the same way: it fits when what the card must
+    hold plus 5% of it stays within the card's memory less the CUDA context; "short by" always counts those 5%.
+    Lesson 8's fold "What a real GPU adds" says what a real card holds beyond that.</li>
+  </ul>
 </body>
 </html>
 """

@@ -41,9 +41,10 @@ def _():
     from memmath_lessons.live_chart import bound_live_draw, live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
+    from memmath.verdict import verdict_of
 
     return (alt, bound_chart, bound_live_draw, is_static_export, lesson_charts, literature, live_chart, live_html,
-            live_only_notice, mm, mo, np, pd, site_charts, Slider, viz)
+            live_only_notice, mm, mo, np, pd, site_charts, Slider, verdict_of, viz)
 
 
 @app.cell
@@ -87,7 +88,7 @@ def _(bound_chart, formats_grid, is_static_export, lesson_charts, live_chart, li
 @app.cell(hide_code=True)
 def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, context_checkbox, format_dropdown,
       formats_chart, lesson_charts, mm, mo, number_view, params_slider, pd, preset_dropdown, STORAGE_FORMATS,
-      unit_radio, viz):
+      unit_radio, verdict_of, viz):
     # The one cell the size, the format, the unit and the box re-run (every re-run cell costs marimo ~6-10 ms): the
     # number with its recipe, the format chart's rows, and the cards' verdicts, chart and table further down, all
     # into live views, so it shows nothing itself.
@@ -165,8 +166,8 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
     # Compare the cards: what the weights (and the context, if set aside) need as a share of each card.
     fit_rows = pd.DataFrame([{
         "gpu": _g, "marketed": _m, _mem: round(_size, 2), "needs (% of the card)": round(100 * (_size - _h) / _size, 1),
-        "verdict": (f"fits, {mm.format_bytes(_h * mm.UNITS[unit], unit)} spare" if _f
-                    else f"short by {mm.format_bytes(-_h * mm.UNITS[unit], unit)}"),
+        # The words of memmath.verdict, every lesson's; holding the weights keeps no margin (no step runs).
+        "verdict": verdict_of(card_bytes, _g, reserved_bytes=reserved_bytes, margin=0).sentence(unit),
     } for _g, _m, _size, _h, _f in gpu_fits[["gpu", "marketed", _mem, _head, "fits"]].itertuples(index=False)])
     _holding = gpu_fits[gpu_fits["fits"]]
     cards_verdict_view.update(mo.md(f"""

@@ -44,9 +44,10 @@ def _():
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons.static_charts import Select, Slider, bound_chart, is_static_export, live_only_notice
+    from memmath.verdict import verdict_of
 
     return (Select, Slider, alt, bound_chart, is_static_export, json, live_chart, live_only_notice, live_html, mm, mo,
-            pd, published, reference, viz)
+            pd, published, reference, verdict_of, viz)
 
 
 @app.cell
@@ -76,7 +77,7 @@ def _(live_chart):
 
 @app.cell(hide_code=True)
 def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, optimizer_view, params_slider, pd,
-      precision_dropdown, preset_dropdown, published, published_view, unit_radio, viz):
+      precision_dropdown, preset_dropdown, published, published_view, unit_radio, verdict_of, viz):
     # The one cell every control of the run re-runs (each re-run cell costs marimo ~6-10 ms): the run, its chart's
     # rows and the verdict that says them, then the tables further down that apply the run to your model.
     preset = preset_dropdown.value
@@ -86,15 +87,30 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
     gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
     # Full finetuning, one step, before activations (no seq_len): every part in integer bytes.
     run = mm.training_memory(model, seq_len=None, precision=precision, optimizer=optimizer)
+    # Judged as every lesson judges (memmath.verdict): the CUDA context reserved, 5% of the figure kept free.
+    _holds, _runs = verdict_of(run.weights, gpu), verdict_of(run.total, gpu)
     _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
     _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
     # viz.stacked_bars as Vega-Lite JSON, into the live chart above: only its rows travel when the size moves.
     bars_chart.update(viz.stacked_bars_output(
-        pd.concat([_weights_alone, _frame]), unit, capacity_bytes=gpu.memory_bytes,
-        capacity_label=f"{gpu.name}: {mm.format_bytes(gpu.memory_bytes, unit)} (driver)",
+        pd.concat([_weights_alone, _frame]), unit, capacity_bytes=_runs.usable_bytes,
+        capacity_label=f"{gpu.name}: {mm.format_bytes(_runs.usable_bytes, unit)} usable (less the CUDA context)",
         title="What the GPU must hold (activations come on top: lesson 3)"))
-    _holds, _runs = mm.check_fit(run.weights, gpu, reserved_bytes=0), mm.check_fit(run.total, gpu, reserved_bytes=0)
-    _verdict = ("fits" if _runs.fits else f"does not fit: it is short by {mm.format_bytes(-_runs.headroom_bytes, unit)}")
+    _verdict = _runs.sentence(unit)
+    # The step itself: the optimizer builds temporaries as it updates (PyTorch's Adam), so what the card must hold at
+    # once is the step's peak (memmath.requirement, at batch 1 x 512 tokens; activations are gone by the optimizer step).
+    step_need = mm.requirement(model, batch_size=1, seq_len=512, precision=precision, optimizer=optimizer)
+    if step_need.basis == "peak" and step_need.bytes > run.total:
+        _peak_words = (f"The optimizer's step also builds temporaries as it updates the weights (PyTorch's Adam keeps "
+                       f"one for every trainable tensor at once): at batch 1 x 512 tokens the step peaks at "
+                       f"**{mm.format_bytes(step_need.bytes, unit)}**, the figure lessons 0 and 8 judge a card by "
+                       f"({mm.format_bytes(step_need.bytes - run.total, unit)} above the parts before activations).")
+    elif step_need.basis == "peak":
+        _peak_words = (f"At batch 1 x 512 tokens the step peaks at {mm.format_bytes(step_need.bytes, unit)} "
+                       "(the figure lessons 0 and 8 judge a card by).")
+    else:
+        _peak_words = ("A bare parameter count has no layers to place in time, so memmath cannot find the step's peak "
+                       "here: pick a published model to see it (lesson 8 judges by it).")
     _kind = "success" if _runs.fits else ("warn" if _holds.fits else "danger")
     _notes = [n.text for n in run.notes if n.kind != "activations_not_estimated"]
     _names = {v: k for k, v in optimizer_dropdown.options.items()}
@@ -111,17 +127,17 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
         _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
         _rows.append({"optimizer": viz.OPTIMIZER_NAMES.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
                       "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
-                      f"fits the {gpu.name}": "yes" if mm.check_fit(_r.total, gpu, reserved_bytes=0).fits else "no",
+                      f"fits the {gpu.name}": "yes" if verdict_of(_r.total, gpu).fits else "no",
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
     optimizer_view.update(optimizer_table, caption=f"For {viz.short_count(n_params)} parameters in your recipe:",
                           wrapped_columns=["what it keeps"])
-    # Every card as the driver reports it, smallest first (as mm.fit_table lists them), judged twice by mm.check_fit.
+    # Every card as the driver reports it, smallest first (as mm.fit_table lists them), judged twice by the one rule.
     gpu_rows = pd.DataFrame([{
         "gpu": _g.name, "marketed": _g.marketed, f"memory ({unit})": round(_g.memory_bytes / mm.UNITS[unit], 2),
-        "holds the weights": "yes" if mm.check_fit(run.weights, _g, reserved_bytes=0).fits else "no",
-        "runs full finetuning": "yes" if mm.check_fit(run.total, _g, reserved_bytes=0).fits else "no",
+        "holds the weights": "yes" if verdict_of(run.weights, _g).fits else "no",
+        "runs full finetuning": "yes" if verdict_of(run.total, _g).fits else "no",
     } for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)])
     gpu_view.update(gpu_rows)
     _gap = gpu_rows[(gpu_rows["holds the weights"] == "yes") & (gpu_rows["runs full finetuning"] == "no")]
@@ -136,8 +152,10 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
         {n_params:,} parameters × {run.total / n_params:.2f} B per parameter, of which {mm.format_bytes(run.weights, unit)} are weights.
         The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}: it
         {"holds" if _holds.fits else "cannot even hold"} the weights, and the run {_verdict}.
+        {_peak_words}
 
-        {viz.cuda_reserve_sentence(0, unit)}
+        {viz.cuda_reserve_sentence(mm.CUDA_CONTEXT_BYTES, unit)} Each verdict also keeps {mm.FIT_MARGIN:.0%} of the
+        figure free, as the planner does.
 
         *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
         """), kind=_kind),
@@ -145,7 +163,8 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
               "optimizer's states: in pure 16-bit with Adam 8 bytes per parameter, four times the weights alone. "
               "Holding the weights is not running the step."),
     ])
-    return gpu, gpu_rows, model, n_params, optimizer, optimizer_table, precision, preset, published_rows, run, unit
+    return (gpu, gpu_rows, model, n_params, optimizer, optimizer_table, precision, preset, published_rows, run,
+            step_need, unit)
 
 
 @app.cell(hide_code=True)
@@ -272,7 +291,7 @@ def _(alt, mm, mo, pd, published, viz):
 
 
 @app.cell(hide_code=True)
-def _(live_html, mo):
+def _(live_html, mm, mo):
     # Rendered once (reads no control): the prose and the folds; the run's cell near the top hands the folds' tables
     # new rows in place, so a move re-renders one sentence instead of this section.
     published_view, optimizer_view, gap_view, gpu_view = live_html(), live_html(), live_html(), live_html()
@@ -293,11 +312,12 @@ def _(live_html, mo):
         memmath cannot factor anything and counts a full second moment, so pick a published model to see it.
         """),
         mo.accordion({"How much does each optimizer keep for your model and recipe?": optimizer_view}),
-        mo.md(r"""
+        mo.md(f"""
         ## A GPU that holds the weights can still fail the run
 
         A card must hold the whole step, not the weights alone; activations, the next lesson, widen the gap.
-        Nothing is reserved for the CUDA context in these verdicts, as the verdict above says.
+        Every verdict here judges as the one above: the card less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB for the
+        CUDA context, with {mm.FIT_MARGIN:.0%} of the figure kept free.
         """),
         gap_view,
         mo.accordion({"Which cards hold the weights, and which run the step?": gpu_view}),
@@ -419,7 +439,7 @@ def _(article_bpp, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(mm, mo, verdict_of):
     # Problem answers, computed with memmath.
     answer_mixed_7b = mm.training_memory(7_000_000_000, seq_len=None, precision="mixed", optimizer="adam")
     answer_8bit_7b = mm.training_memory(7_000_000_000, seq_len=None, precision="bf16", optimizer="adam8bit")
@@ -427,10 +447,13 @@ def _(mm, mo):
     answer_frozen = mm.training_memory(mm.uniform_model(7_000_000_000, 10), seq_len=None, precision="bf16", optimizer="adam",
                                        method=mm.Freeze(trainable_layers=1))
     _llama = mm.training_memory("llama-2-7b", seq_len=None, precision="bf16", optimizer="adam")
-    _fits = mm.fit_table(_llama.total, reserved_bytes=0)
-    answer_llama_gpu = _fits[_fits["fits"]].iloc[0]["gpu"]
     answer_llama_total = _llama.total
-    _reserved = mm.fit_table(_llama.total)  # the default reserve: memmath.CUDA_CONTEXT_BYTES
+    # What the card must hold: the step's peak at batch 1 x 512 tokens, the optimizer's temporaries in it (lesson 8's
+    # figure), judged by the one rule (memmath.verdict: the CUDA context reserved, 5% of it kept free).
+    answer_llama_need = mm.requirement("llama-2-7b", batch_size=1, seq_len=512, precision="bf16", optimizer="adam")
+    _cards = sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)
+    answer_llama_verdict = next(_v for _v in (verdict_of(answer_llama_need, _g) for _g in _cards) if _v.fits)
+    answer_llama_gpu = answer_llama_verdict.gpu_name
     _b = mm.bytes_per_parameter("mixed", "adam")
     _a8 = mm.OPTIMIZERS["adam8bit"]
     mo.vstack([
@@ -455,14 +478,15 @@ def _(mm, mo):
             f"{mm.format_bytes(answer_frozen.optimizer_states)}: {answer_frozen.trainable_fraction:.0%} of the "
             f"parameters train. Total: {mm.format_bytes(answer_frozen.total)}. Lesson 4 goes further.")}),
         mo.md("**4.** Which is the smallest card in the catalog that holds one step of full finetuning of "
-              "llama-2-7b in pure bf16 with Adam (before activations)?"),
+              "llama-2-7b in pure bf16 with Adam, at batch 1 x 512 tokens?"),
         mo.accordion({"Answer": mo.md(
-            f"The run needs {mm.format_bytes(answer_llama_total)} ({mm.format_bytes(answer_llama_total, 'GiB')}): "
-            f"the smallest card that reports enough is the **{answer_llama_gpu}** "
-            f"({mm.format_bytes(mm.GPUS[answer_llama_gpu].memory_bytes, 'GiB')}), reserving nothing for the CUDA "
-            f"context; with its {mm.CUDA_CONTEXT_BYTES // mm.UNITS['MiB']:,} MiB set aside "
-            + ("the answer stays the same." if _reserved[_reserved["fits"]].iloc[0]["gpu"] == answer_llama_gpu
-               else f"it is the **{_reserved[_reserved['fits']].iloc[0]['gpu']}**."))}),
+            f"Its parts add to {mm.format_bytes(answer_llama_total)} before activations, but the optimizer's step "
+            f"builds temporaries on top: at batch 1 x 512 tokens the step peaks at "
+            f"**{mm.format_bytes(answer_llama_need.bytes)}** ({mm.format_bytes(answer_llama_need.bytes, 'GiB')}), "
+            f"what the card must hold. With {mm.CUDA_CONTEXT_BYTES // mm.UNITS['MiB']:,} MiB kept back for the CUDA "
+            f"context and {mm.FIT_MARGIN:.0%} of the need kept free, the smallest card is the **{answer_llama_gpu}** "
+            f"({mm.format_bytes(mm.GPUS[answer_llama_gpu].memory_bytes, 'GiB')}): it "
+            f"{answer_llama_verdict.sentence()}.")}),
     ])
     return
 

@@ -42,9 +42,10 @@ def _():
     from memmath_lessons import diagrams, requirement_view, site_charts, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath.verdict import verdict_of
 
     return (alt, diagrams, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
-            requirement_view, site_charts, toy_block, viz)
+            requirement_view, site_charts, toy_block, verdict_of, viz)
 
 
 @app.cell
@@ -256,7 +257,7 @@ def _(live_chart):
 
 @app.cell(hide_code=True)
 def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_model_dropdown, mm, mo, pd,
-      requirement_view, seq_len_slider, unit_radio, viz):
+      requirement_view, seq_len_slider, unit_radio, verdict_of, viz):
     # The memory section in one cell: a move of any of its controls re-runs this cell alone (and the chart takes rows).
     unit = unit_radio.value
     gpu = mm.get_gpu(gpu_dropdown.value)
@@ -279,8 +280,8 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
         capacity_label=f"{gpu.name} less the CUDA context ({mm.format_bytes(usable_bytes, unit)})"))
 
     def _fits(need, card):
-        # As the command line judges a run: its requirement, the CUDA context reserved, FIT_MARGIN of it kept free.
-        return mm.check_fit(need.bytes, card, margin=mm.FIT_MARGIN).fits
+        # The one rule (memmath.verdict): its requirement, the CUDA context reserved, 5% of it kept free.
+        return verdict_of(need, card).fits
 
     def _smallest_fit(need):
         # The smallest card (as fit_table orders them) that holds it; check_fit card by card costs ~1 ms here.
@@ -543,8 +544,8 @@ def _(mm, mo, np, toy_block):
         mo.md("**1.** BERT-base has width 768 and 12 blocks. How many parameters do adapters with bottleneck 64 "
               "add to the whole model?"),
         mo.accordion({"Answer": mo.md(f"""Per adapter 2 × 64 × 768 + 64 + 768 = {_per_block // 2:,}; two per
-        block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, computed by
-        `mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"]) * 12`.""")}),
+        block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, the count memmath's
+        adapters give for bert-base-uncased at m = 64.""")}),
         mo.md("**2.** Which is the smallest bottleneck that makes adapters 1% of Llama-2-7B? Why is it larger "
               "than the one that gives 1% on BERT-base?"),
         mo.accordion({"Answer": mo.md(f"""**m = {_first}** (the share is {_share[_first - 1]:.3%}); on

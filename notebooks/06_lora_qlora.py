@@ -59,9 +59,10 @@ def _():
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons import lesson_charts, site_charts
+    from memmath.verdict import verdict_of
 
     return (blockwise, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, paper_setups,
-            pd, recorded, requirement_view, site_charts, toy_block, viz)
+            pd, recorded, requirement_view, site_charts, toy_block, verdict_of, viz)
 
 
 @app.cell(hide_code=True)
@@ -129,7 +130,7 @@ def _(matrix_view, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(mm, mo, requirement_view, verdict_of):
     _shape = mm.PRESETS["llama-2-7b"]
     _h, _L = _shape.hidden_size, _shape.n_layers
     _lora = mm.LoRA(rank=8, targets=("q", "v"))
@@ -445,7 +446,8 @@ def _(TARGET_SETS, mo, site_charts):
     The chart below keeps the comparison for Llama-2-7B at this section's starting run (pure bf16,
     AdamW, 4 sequences of 512 tokens, fp32 adapters) and lets you change the rank and the matrices.
     Its inputs sit under the chart and redraw it in the browser from numbers memmath computed for
-    every combination in advance, so they work in this static copy of the workbook.
+    every combination in advance, so they work in this static copy of the workbook. Each bar is the
+    parts; its black tick and its label are what the card must hold, the step's peak, as in the table.
     """), site_charts.lora_methods(TARGET_SETS)]) if site_charts.is_static_export() else None
     return
 @app.cell(hide_code=True)
@@ -479,7 +481,7 @@ def _(live_chart):
 
 @app.cell(hide_code=True)
 def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_checkpointing_checkbox,
-      q65_optimizer_dropdown, q65_seq_slider, requirement_view, viz):
+      q65_optimizer_dropdown, q65_seq_slider, requirement_view, verdict_of, viz):
     # The one cell this section's controls re-run: the run, the chart's new rows and the verdict.
     a6000 = mm.get_gpu("RTX A6000")
     _run = dict(batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, optimizer=q65_optimizer_dropdown.value)
@@ -494,16 +496,15 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
         capacity_label=f"{a6000.name}: {mm.format_bytes(guanaco_fit.available_bytes)} usable", height=70).spec
     guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
     _context = literature.REPORTED["cuda_context_v100"]
-    _verdict = "fits" if guanaco_fit.fits else "does not fit"
+    guanaco_verdict = verdict_of(guanaco_need, a6000)  # memmath.verdict: the CUDA reserve, 5% kept free
     _saved_as = (f", what transformers' forward pass saves for the backward pass ({guanaco.attention.upper()} attention, "
                  f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
                  if guanaco.activation_model == "transformers" else " (the textbook formula)")
     mo.callout(mo.md(f"""
     This run needs **{mm.format_bytes(guanaco_need.bytes)}** ({mm.format_bytes(guanaco_need.bytes, "GiB")}),
     {requirement_view.requirement_words(guanaco_need)} (its parts add to {mm.format_bytes(guanaco.total)}): it
-    **{_verdict}** on the {guanaco_fit.gpu.name} with {mm.format_bytes(abs(guanaco_fit.headroom_bytes))}
-    {"to spare" if guanaco_fit.fits else "missing"} (the command line keeps {mm.FIT_MARGIN:.0%} of the requirement
-    free: {mm.format_bytes(guanaco_fit.margin_bytes)}), after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
+    **{guanaco_verdict.sentence()}** on the {guanaco_fit.gpu.name}: {mm.format_bytes(guanaco_fit.available_bytes)}
+    usable, after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
     CUDA context, which the driver takes before PyTorch allocates anything (measured on a V100:
     {_context.source}), and before paging moves anything to the CPU. Weights and constants take
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
@@ -513,7 +514,7 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     {f"Without gradient checkpointing the same run would need {mm.format_bytes(mm.requirement(_setup.run(checkpointing=False, **_run)).bytes)} (its parts: {mm.format_bytes(guanaco_no_checkpointing.total)})."
      if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
     """), kind="success" if guanaco_fit.fits else "danger")
-    return guanaco, guanaco_fit, guanaco_need, guanaco_no_checkpointing
+    return guanaco, guanaco_fit, guanaco_need, guanaco_no_checkpointing, guanaco_verdict
 
 
 @app.cell(hide_code=True)
@@ -587,7 +588,7 @@ def _(mo, recorded, viz):
     4-bit (`Linear4bit`, NF4 and FP4, with and without double quantization) and 8-bit (`Linear8bitLt`)
     layers in place of every linear of small LLaMA, GPT-2 and BERT models, peft {_v.get("peft", "?")}'s LoRA
     on top, two training steps each on the CPU (torch {_v.get("torch", "?")}), {len(_cases)} runs in all. memmath's
-    prediction uses `QLoRA(..., layout="bitsandbytes")`, which also counts the code maps bitsandbytes keeps
+    prediction uses QLoRA as bitsandbytes lays it out, which also counts the code maps bitsandbytes keeps
     with each matrix (64 B, and 1,028 B more with double quantization); the paper's count, this lesson's
     default, leaves those few bytes out.
 
@@ -624,7 +625,7 @@ def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, papers_fold, qlora
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(mm, mo, requirement_view, verdict_of):
     _shape = mm.PRESETS["llama-2-7b"]
     _all = mm.LoRA(rank=16, targets="all").trainable_params(_shape)
     _plain, _dq = (mm.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
@@ -634,7 +635,10 @@ def _(mm, mo):
     problem_lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
     problem_qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
     _gpu = mm.get_gpu("RTX 4090")
-    _fits = ["fits" if mm.check_fit(r, _gpu).fits else "does not fit" for r in (problem_lora, problem_qlora)]  # the CUDA context reserved
+    # Judged as every lesson judges a run (memmath.verdict): what the card must hold, the CUDA context, 5% kept free.
+    problem_needs = [mm.requirement("llama-2-13b", method=_m, **_args)
+                     for _m in (mm.LoRA(rank=8, targets=("q", "v")), mm.QLoRA(rank=8, targets=("q", "v")))]
+    problem_verdicts = [verdict_of(_n, _gpu) for _n in problem_needs]
     # Problem 4 sets activations aside: seq_len=None.
     _adapters = dict(seq_len=None, precision="bf16", optimizer="adamw")
     problem_fp32 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), **_adapters)
@@ -644,8 +648,8 @@ def _(mm, mo):
         mo.md("""**1.** Llama-2-7B: q, k, v, o are 4,096 × 4,096; gate and up 4,096 → 11,008; down
         11,008 → 4,096. How many parameters does LoRA with r = 16 on all seven matrices train over 32 blocks?"""),
         mo.accordion({"Answer": mo.md(f"""16 × (4 × (4,096 + 4,096) + 3 × (4,096 + 11,008)) =
-        16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**
-        (`mm.LoRA(rank=16, targets="all").trainable_params(shape)`).""")}),
+        16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**,
+        the count memmath's LoRA gives for r = 16 on every linear layer.""")}),
         mo.md("""**2.** Derive QLoRA's 0.5 and 0.127 bits per parameter. About how many GB does double
         quantization save on a 65B model?"""),
         mo.accordion({"Answer": mo.md(f"""32 / 64 = **{_plain:.3f}** bits with one fp32 constant per 64
@@ -654,11 +658,13 @@ def _(mm, mo):
         **{mm.format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
         mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
         pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
-        mo.accordion({"Answer": mo.md(f"""LoRA: {mm.format_bytes(problem_lora.total)}, which {_fits[0]} the
-        card's {mm.format_bytes(_gpu.memory_bytes)} less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB for the CUDA context
-        ({mm.format_bytes(_gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES)} usable): the 16-bit weights alone are
-        {mm.format_bytes(problem_lora.weights)}.
-        QLoRA: {mm.format_bytes(problem_qlora.total)}, which {_fits[1]}. Both keep
+        mo.accordion({"Answer": mo.md(f"""LoRA: the card must hold {mm.format_bytes(problem_needs[0].bytes)}
+        ({requirement_view.requirement_words(problem_needs[0])}; the parts add to {mm.format_bytes(problem_lora.total)}).
+        On the card's {mm.format_bytes(_gpu.memory_bytes)} less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB for the CUDA context
+        ({mm.format_bytes(_gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES)} usable) it **{problem_verdicts[0].sentence()}**:
+        the 16-bit weights alone are {mm.format_bytes(problem_lora.weights)}.
+        QLoRA: the card must hold {mm.format_bytes(problem_needs[1].bytes)}, and it
+        **{problem_verdicts[1].sentence()}**. Both keep
         {mm.format_bytes(problem_lora.activations)} of activations: with checkpointing each block keeps only its
         input, one block at a time is recomputed, and the loss's fp32 log-softmax over the
         {mm.PRESETS["llama-2-13b"].vocab_size:,}-token vocabulary comes on top.""")}),
@@ -668,7 +674,7 @@ def _(mm, mo):
         (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(problem_fp32.total - problem_bf16.total)}**
         more ({mm.format_bytes(problem_fp32.total)} against {mm.format_bytes(problem_bf16.total)}).""")}),
     ])
-    return problem_bf16, problem_fp32, problem_lora, problem_qlora
+    return problem_bf16, problem_fp32, problem_lora, problem_needs, problem_qlora, problem_verdicts
 
 
 if __name__ == "__main__":

@@ -51,7 +51,9 @@ def _():
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons import requirement_view, site_charts
-    return (literature, live_chart, live_only_notice, mm, mo, pd, re, requirement_view, site_charts, viz)
+    from memmath.verdict import verdict_of, verdict_of_fit
+    return (literature, live_chart, live_only_notice, mm, mo, pd, re, requirement_view, site_charts, verdict_of,
+            verdict_of_fit, viz)
 
 
 @app.cell
@@ -127,7 +129,7 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio):
+def _(bars_chart, mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
@@ -136,7 +138,13 @@ def _(mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio)
         if _type:
             _hint = nearest_layout(_type.group(1)) + " " + _hint
         _why = pasted_text(model_error.replace("the pasted config.json", "the text", 1))
-        _shown = mo.callout(mo.md(f"**This config.json cannot be used:** {_why}. {_hint}"), kind="danger")
+        _shown = mo.callout(mo.md(f"**This config.json cannot be used:** {_why}. {_hint} Until it can, there is no "
+                                  "run to judge: the sections below wait for a model."), kind="danger")
+        # No run: the verdict's chart says so instead of keeping the last run's bars unmarked.
+        bars_chart.update({"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "width": 420, "height": 40,
+                           "data": {"values": [{"text": "No run: the pasted config.json cannot be used (section 1)."}]},
+                           "mark": {"type": "text", "align": "left", "x": 0, "fontSize": 13},
+                           "encoding": {"text": {"field": "text", "type": "nominal"}}})
     else:
         _pasted = source_radio.value != "preset"
         _title = f"Your config.json ({pasted_text(model.name)})" if _pasted else model.name
@@ -163,7 +171,8 @@ def _(live_only_notice, mo):
     # only the freeze slider's range follows the model, and it remembers the value asked for (next cells). They show
     # here, in the cell that makes them: a cell that shows a control re-runs whenever that control moves.
     method_dropdown = mo.ui.dropdown({"full finetuning": "full", "partial (freeze)": "freeze",
-                                      "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora"},
+                                      "adapters (Houlsby)": "adapters", "LoRA": "lora", "QLoRA": "qlora",
+                                      "DPO (preference pairs, a LoRA policy)": "dpo"},
                                      value="full finetuning", label="Method")
     bottleneck_slider = mo.ui.slider(steps=[2**k for k in range(3, 11)], value=64, show_value=True,
                                      label="Adapters: bottleneck width")
@@ -206,13 +215,17 @@ def _(live_only_notice, mm, mo, viz):
     seq_len_slider = mo.ui.slider(steps=[2**k for k in range(7, 16)], value=512, show_value=True,
                                   label="Sequence length (tokens)")
     checkpointing_switch = mo.ui.switch(value=False, label="Gradient checkpointing")
+    # Micro-batches of `batch` sequences summed into one optimizer step: the gradients of the earlier ones are held
+    # while the next runs forward and backward (memmath.peak; validation/grad_accum.py measures it).
+    accum_slider = mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64], value=1, show_value=True,
+                                label="Gradient accumulation steps")
     # None: what transformers picks for the model (SDPA; eager for Gemma 2, whose softcap SDPA refuses).
     attention_radio = mo.ui.radio({"as transformers picks": None, "sdpa": "sdpa", "eager": "eager"},
                                   value="as transformers picks", inline=True, label="Attention")
     mo.vstack([mo.md("## 3. The training step"), live_only_notice(), mo.hstack([precision_dropdown, optimizer_dropdown], justify="start"),
-               mo.hstack([batch_slider, seq_len_slider], justify="start"),
+               mo.hstack([batch_slider, seq_len_slider, accum_slider], justify="start"),
                mo.hstack([checkpointing_switch, attention_radio], justify="start")])
-    return (attention_radio, batch_slider, checkpointing_switch, optimizer_dropdown, precision_dropdown,
+    return (accum_slider, attention_radio, batch_slider, checkpointing_switch, optimizer_dropdown, precision_dropdown,
             seq_len_slider)
 
 
@@ -243,7 +256,7 @@ def _(literature, live_only_notice, mm, mo, viz):
                mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
                      f"measured on a V100 ({_context.source}), "
                      f"{mm.format_bytes(mm.parse_bytes(f'{_context.value} {_context.unit}'), 'GiB')}; the slider "
-                     f"starts there, at memmath's default reserve (mm.CUDA_CONTEXT_BYTES), and goes from none to "
+                     f"starts there, at memmath's default reserve ({_context_mib:,} MiB), and goes from none to "
                      f"{mm.format_bytes(_steps[-1] * 2**20, 'GiB')} ({_steps[-1]:,} MiB)."
                      ).style({"font-size": "0.9em"})])
     return gpu_dropdown, max_gpus_number, n_gpus_number, pp_dropdown, reserved_slider, tp_dropdown, unit_radio, zero_stage_radio
@@ -262,17 +275,34 @@ def _(mm):
             batch=mm.largest_batch_that_fits(run, gpu, reserved_bytes=reserved, max_batch=2**16),
             seq_len=mm.longest_sequence_that_fits(run, gpu, reserved_bytes=reserved, max_seq_len=2**20))
 
+    _plans = {}
+
+    def planned(run, gpu, reserved, max_gpus):
+        """(plan, changes, path, limits) of one run on one card, kept for the settings a learner returns to: a
+        slider moved back and forth asks the same questions, and memmath caches each run's requirement but not
+        the planner's search over the changes and the limits, which builds hundreds of Runs."""
+        key = (run.cache_key, gpu.name, gpu.memory_bytes, reserved, max_gpus)
+        if key not in _plans:
+            if len(_plans) >= 256:  # a bound, as memmath's own caches have
+                _plans.clear()
+            plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
+            # Shown even when the run fits: the changes that would free memory for a larger batch or longer sequences.
+            changes = list(plan.changes) if not plan.fit.fits else mm.suggest_changes(
+                run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
+            _plans[key] = (plan, changes, list(plan.path), planned_limits(run, gpu, reserved, max_gpus))
+        return _plans[key]
+
     def peak_moment(peak):
         """(phase, moment) where the step's peak falls, for a run whose peak memmath models."""
         _phase, _moment, _ = max(peak.moments, key=lambda m: m[2])
         return {"forward": "the forward pass", "backward": "the backward pass",
                 "optimizer_step": "the optimizer step"}.get(_phase, _phase), _moment
 
-    return peak_moment, planned_limits
+    return peak_moment, planned, planned_limits
 
 
 @app.cell
-def _(literature, mm, mo, pasted_text, pd, requirement_view, viz):
+def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
     # What the run's cell shows, each from the inputs it depends on.
     def shown_parts(requirement, unit):
         """Your run's parts, their sum, what the step's peak adds, and the requirement: (the frame, the table)."""
@@ -289,14 +319,17 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, viz):
     def shown_catalog(peak_bytes, reserved, unit):
         """Every card of the catalog against the run's peak, folded."""
         _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
-        catalog_frame = mm.fit_table(peak_bytes, reserved_bytes=reserved, unit=unit)
-        _gaps = [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}" for h in catalog_frame[f"headroom ({unit})"]]
-        catalog_frame = catalog_frame.assign(**{
-            f"memory ({unit})": catalog_frame[f"memory ({unit})"].round(2), f"headroom ({unit})": _gaps,
-            "fits": catalog_frame["fits"].map({True: "yes", False: "no"})}).drop(columns=["kind"])
+        # Each card judged by the one rule the verdict above uses (memmath.verdict: the reserve, 5% kept free).
+        _verdicts = [verdict_of(peak_bytes, _g, reserved_bytes=reserved)
+                     for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)]
+        catalog_frame = pd.DataFrame([{
+            "gpu": _v.gpu_name, "marketed": mm.GPUS[_v.gpu_name].marketed,
+            f"memory ({unit})": round(_v.memory_bytes / mm.UNITS[unit], 2),
+            f"to spare or short ({unit})": f"{_f(_v.spare)} to spare" if _v.fits else f"short by {_f(_v.short_by)}",
+            "fits": "yes" if _v.fits else "no"} for _v in _verdicts])
         return catalog_frame, mo.accordion({"Which cards in the catalog would hold this run?": mo.vstack([mo.md(f"""
         The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {_f(reserved)} reserved for the
-        CUDA context on each (section 4). "marketed" is the size on the box, in binary units (GiB); "memory" is what the
+        CUDA context on each (section 4) and {mm.FIT_MARGIN:.0%} of the requirement kept free, as the verdict judges. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
         driver reports, the same or a little less.
         """), viz.plain_table(catalog_frame)])})
 
@@ -384,11 +417,11 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
+def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
       literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
-      pasted_text, pd, peak_moment, planned_limits, precision_dropdown, rank_slider, requirement_view,
+      pasted_text, pd, peak_moment, planned, precision_dropdown, rank_slider, requirement_view,
       pp_dropdown, reserved_slider, seq_len_slider, targets_dropdown, tp_dropdown, trainable_layers_slider, unit_radio,
-      viz, zero_stage_radio):
+      verdict_of_fit, viz, zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
     # into one memmath.Run, asks the planner (memmath caches each run's answer, so a setting the learner returns to
     # costs nothing), hands the live chart above its rows and shows every section that follows from the run.
@@ -398,11 +431,15 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
         "adapters": mm.Adapters(bottleneck=bottleneck_slider.value),
         "lora": mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value),
         "qlora": mm.QLoRA(rank=rank_slider.value, targets=targets_dropdown.value),
+        # DPO (Rafailov et al. 2023): chosen and rejected answers double the batch; with a LoRA policy TRL's
+        # reference is the policy with its adapters off (no second copy of the weights).
+        "dpo": mm.DPO(base=mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value)),
     }
     # The run: what the controls set; attention (unless chosen), dropout and the activation model as memmath.Run
     # resolves them from the model, the same run the command line and the API make of these settings.
     _run_settings = dict(method=methods[method_dropdown.value], precision=precision_dropdown.value,
                          optimizer=optimizer_dropdown.value, batch_size=batch_slider.value, seq_len=seq_len_slider.value,
+                         grad_accum_steps=accum_slider.value,
                          checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
                          zero_stage=zero_stage_radio.value, attention=attention_radio.value)
     _tp, _pp = tp_dropdown.value, pp_dropdown.value
@@ -416,14 +453,9 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value) * 2**20, unit_radio.value
     # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
     max_gpus = max(int(max_gpus_number.value), run.n_gpus)
-    plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
+    plan, suggestions, path, limits = planned(run, gpu, reserved, max_gpus)  # kept per run (the cell above)
     result, requirement, fit = plan.memory, plan.requirement, plan.fit
     peak_bytes, peak_basis = requirement.bytes, requirement.basis
-    # Shown even when the run fits: the changes that would free memory for a larger batch or longer sequences.
-    suggestions = list(plan.changes) if not fit.fits else mm.suggest_changes(run, gpu, reserved_bytes=reserved,
-                                                                             max_gpus=max_gpus)
-    path = list(plan.path)
-    limits = planned_limits(run, gpu, reserved, max_gpus)
     _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
 
     # ---- the verdict: the number, its recipe, what the card keeps back
@@ -436,13 +468,14 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
              if peak_basis == "peak" else f"as the sum of the parts ({requirement.reason})")
     _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
-    _numbers = (f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: {_f(fit.headroom_bytes)}"
-                + (" to spare" if fit.fits else "") + f"{_margin}.")
+    verdict = verdict_of_fit(fit)  # memmath.verdict: the one rule for "fits", "to spare" and "short by"
+    _facts = f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}"
+    _numbers = f"{_facts}: the run {verdict.sentence(unit)}."
     # One verdict, also where the card cannot compute the recipe (pure bf16 on a T4 or V100): the run as set, then the
     # run the card would train instead (plan.cannot_run names it), with its own requirement and verdict.
     _cannot, instead_fit = plan.cannot_run, None
     if _cannot is None:
-        _verdict = ("**It fits.** " if fit.fits else "**It does not fit.** ") + _numbers
+        _verdict = f"**{verdict.headline(unit)}** {_facts}. {verdict.why(unit)}"
     else:
         _instead, instead_fit = plan.recipe_instead.requirement, plan.recipe_instead.fit  # judged as the verdict is
         _verdict = (
@@ -480,13 +513,22 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
         _phase, _moment = peak_moment(requirement.peak)
         _recipe += (f" Not all of them are alive at once, and the step holds temporaries too: it peaks at "
                     f"**{_f(peak_bytes)}** in {_phase} ({_moment}).")
+        if not _split:  # the first step, before the optimizer's states exist (memmath.peak_memory, step="first")
+            _first = mm.peak_memory(run, step="first")
+            _fphase, _fmoment = peak_moment(_first)
+            _recipe += (f" The first step, before the optimizer's states exist, peaks at {_f(_first.total)} in "
+                        f"{_fphase} ({_fmoment})" + (": the same figure, so the first step is as tight as the rest."
+                                                     if _first.total == peak_bytes else
+                                                     f"; every later step needs {_f(peak_bytes - _first.total)} more."
+                                                     if _first.total < peak_bytes else "."))
     _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
                 f"{_f(reserved)} kept back for the CUDA context (section 4)"
                 + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
     _kind = "warn" if _cannot is not None else "success" if fit.fits else "danger"
     _verdict_part = [*_warn, mo.callout(mo.md(_verdict), kind=_kind),
                      mo.md(_recipe),
-                     mo.md(f"*Assumptions:* {result.assumptions} " + " ".join(f"Note: {n}." for n in result.notes))
+                     mo.md(f"*Assumptions:* {pasted_text(result.assumptions)} "
+                           + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
                      .style({"font-size": "0.9em"}),
                      takeaway_note]
 
@@ -498,7 +540,9 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
                  "each GPU keeps its own batch's)")
     else:
         _stage = ("" if settings["zero_stage"] == limits["stage"] else
-                  f" with ZeRO stage {limits['stage']}; without ZeRO every GPU keeps a full copy, so more GPUs never help")
+                  f" with ZeRO stage {limits['stage']}; without ZeRO each data-parallel GPU keeps "
+                  + ("the whole model" if not _split else f"its whole 1/{run.tp * run.pp} share of the t x p split")
+                  + ", so more data-parallel GPUs never help")
         _gpus = f"**{limits['gpus']:,}** {gpu.name}{'s' if limits['gpus'] > 1 else ''}{_stage}"
     _on = f"on {settings['n_gpus']:,} GPUs, ZeRO stage {settings['zero_stage']}" if settings["n_gpus"] > 1 else "on one GPU"
     _batch = ("not even one sequence" if limits["batch"] is None else
@@ -563,7 +607,50 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
     mo.vstack([*_verdict_part, *_far_part, *_changes_part, parts_heading, _parts_table, _catalog_fold,
                _comparison_part])
     return (compared, fit, instead_fit, limits, max_gpus, parts_frame, path, peak_basis, peak_bytes, plan, result, run,
-            settings, suggestions)
+            settings, suggestions, verdict)
+
+
+@app.cell(hide_code=True)
+def _(mm, mo, verdict_of):
+    # What a real GPU adds beside the requirement: cited, not measured (the numbers are the sources' defaults).
+    _need = mm.requirement("llama-2-7b", batch_size=1, seq_len=512, precision="bf16", optimizer="adamw")
+    _v = verdict_of(_need, "RTX 4090")
+    _cublas = 4096 * 2**10 * 2 + 16 * 2**10 * 8  # CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8", in bytes
+    _nccl = 4 * 2**20  # NCCL_BUFFSIZE's default, 4 MiB
+    real_gpu_fold = mo.accordion({"What a real GPU adds: the allocator, its workspaces and buffers (cited)": mo.md(f"""
+    memmath's requirement is what PyTorch's caching allocator hands to live tensors at the step's highest moment
+    (`torch.cuda.max_memory_allocated()`, what its fidelity tests measure). A real card holds more:
+
+    - **Allocated against reserved.** The allocator keeps freed blocks for reuse instead of returning them to the
+      driver: `memory_allocated()` counts live tensors, `memory_reserved()` everything it holds, and `nvidia-smi`
+      shows the reserved memory plus the CUDA context (PyTorch, *CUDA semantics*, "Memory management").
+    - **Fragmentation.** A request can fail while enough memory is reserved in total, when no single free block is
+      large enough. The out-of-memory message says so in its numbers: "Tried to allocate X" is the one request that
+      failed; "total capacity Y" is the card as the driver reports it (memmath's memory); "Z is allocated by
+      PyTorch" is the live tensors, the figure memmath predicts; "W is reserved by PyTorch but unallocated" (older
+      releases: "W reserved in total by PyTorch", allocated included) is the cache. A large W is fragmentation.
+    - **`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`** lets the allocator grow a segment in place instead of
+      reserving new ones of fixed sizes, which cuts fragmentation when sizes change from step to step (the same
+      page, "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF").
+    - **The cuBLAS workspace.** Each cuBLAS handle and stream that runs a matrix product keeps a workspace, by
+      default 4,096 KiB x 2 + 16 KiB x 8 = {_cublas:,} B ({mm.format_bytes(_cublas, "MiB")}; PyTorch, "cuBLAS
+      workspaces", `CUBLAS_WORKSPACE_CONFIG`); cuBLASLt's is 32 MiB on Hopper and 4 MiB before it (NVIDIA, cuBLAS
+      documentation, `cublasSetWorkspace`).
+    - **NCCL's buffers.** With more than one GPU, NCCL allocates its own buffers outside PyTorch's allocator:
+      {mm.format_bytes(_nccl, "MiB")} per channel and peer by default (NVIDIA, NCCL documentation, `NCCL_BUFFSIZE`),
+      and ZeRO-3 or FSDP add the buffers of their gathers.
+
+    **How memmath's reserve and margin stand against them.** The reserve ({mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB)
+    is the CUDA context measured on one V100; newer drivers and cards differ, so set section 4's slider to what
+    `nvidia-smi` shows for an idle process on yours. The margin is 5% of the requirement: for llama-2-7b at
+    1 x 512 tokens it is {mm.format_bytes(_v.margin_bytes)} of {mm.format_bytes(_need.bytes)}, far more than the
+    cuBLAS workspace ({_cublas / _v.margin_bytes:.2%} of it) or a few NCCL channels, and it is first meant for the
+    estimate's own error (held within 5% of PyTorch's measured peak). Fragmentation has no formula: a run judged
+    "fits" with little to spare can still fail on a real card, and a run that fails with a large "reserved but
+    unallocated" figure is the case for `expandable_segments`. These sources are cited here, not measured.
+    """).style({"font-size": "0.95em"})})
+    real_gpu_fold
+    return (real_gpu_fold,)
 
 
 @app.cell(hide_code=True)
@@ -616,9 +703,8 @@ def _(mo, pd, viz):
     **Measured, per rank.** The engines do not divide evenly. PyTorch {_torch}'s FSDP2 (`fully_shard`)
     cuts every tensor along its first dimension and pads the pieces to the same size, so BERT's
     2-row classifier costs every one of 4 ranks a row; `ZeroRedundancyOptimizer` (ZeRO-1) gives
-    whole tensors' states to ranks, largest first, so the ranks differ. memmath follows both with
-    `training_memory(..., sharding="fsdp2"` or `"zero_redundancy", rank=r)`; a small BERT on the CPU
-    over gloo:
+    whole tensors' states to ranks, largest first, so the ranks differ. memmath follows both, rank by rank,
+    with the engine's own way of cutting; a small BERT on the CPU over gloo:
     """), viz.plain_table(_table)])
     # Folded: the measurement serves the careful reader, not the lesson's path (shown under the sum, per GPU).
     fsdp_fold = mo.accordion({"What do FSDP2 and ZeRO-1 really store on each GPU? (measured with PyTorch)": _shown}) if len(

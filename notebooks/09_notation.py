@@ -83,6 +83,12 @@ def _(example, example_bytes, example_run, mm, mo, viz):
         ("r", "LoRA's rank: the width of its two thin matrices", "values", f"{mm.LoRA().rank} (memmath's default)",
          _l("06_lora_qlora", "6")),
         ("n_gpus", "GPUs that share the run (data parallel, ZeRO)", "GPUs", f"{example_run.n_gpus}", _l("08_planner", "8")),
+        ("d, t, p, c, e (lesson 11)", "degrees of data, tensor, pipeline, context and expert parallelism: the run "
+         "uses d·t·p·c GPUs, and e of the d·c data GPUs split a mixture of experts' experts", "GPUs", "1 each",
+         _l("11_many_gpus", "11")),
+        ("m (lesson 11)", "micro-batches a pipeline runs in one step, each of b sequences", "micro-batches", "1",
+         _l("11_many_gpus", "11")),
+        ("v (lesson 11)", "pipeline stages each GPU runs with interleaved 1F1B", "stages", "1", _l("11_many_gpus", "11")),
     ]
     _table = "\n    ".join(f"| {sym} | {means} | {unit} | {value} | {where} |" for sym, means, unit, value, where in _rows)
     mo.md(f"""
@@ -93,8 +99,10 @@ def _(example, example_bytes, example_run, mm, mo, viz):
     {_table}
 
     Where the lessons still differ: lesson 3's folded formula writes a dropout mask's byte as *m* (1 B),
-    where lesson 5's *m* is the bottleneck; lesson 4 counts the frozen blocks as *f*, so L − f = k train;
-    and lesson 6 names a matrix's sides *d_in* and *d_out* (h and I for the MLP's matrices).
+    where lesson 5's *m* is the bottleneck and lesson 11's *m* counts micro-batches; lesson 11's *t* is the
+    tensor-parallel degree, not the tokens b·s, and its *e* the expert-parallel degree, not bytes per value;
+    lesson 4 counts the frozen blocks as *f*, so L − f = k train; and lesson 6 names a matrix's sides *d_in*
+    and *d_out* (h and I for the MLP's matrices).
     """)
     return
 
@@ -157,12 +165,14 @@ def _(mm, mo, pd, viz):
 
 @app.cell
 def _(mm, pd, viz):
-    # N x bits / 8 for every model size the lessons offer and each format; the label in GB and in GiB.
+    # N x bits / 8 for every model size the lessons offer and each format, plus the block formats' scales (one fp32
+    # per 64 for int8, QLoRA's double quantization for nf4): memmath.inference_memory's weights, as lesson 1 draws them.
     WEIGHT_FORMATS = ["fp32", "bf16", "fp8_e4m3", "int8", "nf4"]
     _rows = []
     for _b in viz.MODEL_SIZE_STEPS:
         for _f in WEIGHT_FORMATS:
-            _bytes = mm.get_format(_f).bytes_for(round(_b * 10**9))
+            _stored = mm.inference_memory(round(_b * 10**9), weights_format=_f)
+            _bytes = _stored.weights + _stored.quantization_constants
             _rows.append({"billions": _b, "format": _f, "GB": round(_bytes / mm.UNITS["GB"], 2),
                           "label": f"{mm.format_bytes(_bytes, 'GB')} = {mm.format_bytes(_bytes, 'GiB')}"})
     weights_grid = pd.DataFrame(_rows)
@@ -188,7 +198,7 @@ def _(Slider, WEIGHT_FORMATS, alt, bound_chart, bound_live_chart, is_static_expo
         _text = base.mark_text(align="left", dx=4, fontSize=11).encode(x=alt.X("GB:Q"), y=_y, text=alt.Text("label:N"))
         return (_bars + _text).properties(width=420, height=150)
 
-    _title = "Weights = N × bits ÷ 8, in each format"
+    _title = "Weights = N × bits ÷ 8 (plus the block formats' scales), in each format"
     # Live, the slider above moves this chart (memmath_lessons.live_chart); in the static site, where that slider is
     # frozen, the chart carries its own slider over numbers computed in advance.
     weights_chart = None if is_static_export() else bound_live_chart(_draw, title=_title)
@@ -224,8 +234,10 @@ def _(mm, mo, viz):
              "of values to map them back", _l("01_weights_and_formats", "1")),
             ("CUDA context (reserve)", f"what the driver and kernels take before any tensor; memmath reserves "
              f"{_reserve // mm.UNITS['MiB']:,} MiB by default", _l("08_planner", "8")),
-            ("headroom, margin", f"memory left on the card after the run; the planner keeps {mm.FIT_MARGIN:.0%} of the "
-             "requirement free", _l("08_planner", "8")),
+            ("fits, to spare, short by, margin", f"every lesson's verdict: a run fits when what the card must hold "
+             f"plus {mm.FIT_MARGIN:.0%} of it (the margin) is at most the card less the CUDA context; \"to spare\" is "
+             "what the card has left after the requirement, \"short by\" what must be freed before the run fits, "
+             "the margin always in it", _l("08_planner", "8")),
         ],
         "A training step": [
             ("parameter, weight", "one number the model learns; N of them", _l("01_weights_and_formats", "1")),

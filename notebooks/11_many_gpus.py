@@ -43,8 +43,9 @@ def _():
     from memmath_lessons import many_gpus, requirement_view, site_charts, viz
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.static_charts import live_only_notice
+    from memmath.verdict import verdict_of
 
-    return live_chart, live_only_notice, many_gpus, mm, mo, parallel, requirement_view, site_charts, viz
+    return live_chart, live_only_notice, many_gpus, mm, mo, parallel, requirement_view, site_charts, verdict_of, viz
 
 
 @app.cell
@@ -89,7 +90,8 @@ def _(many_gpus, mm, mo, viz):
         mo.md("The last numbers column is what the card must hold: the step's peak (the most allocated at one "
               "moment), of the GPU whose peak is highest once the model is split. Where memmath has no peak model "
               "of a split (ZeRO beside it, context or expert parallelism) it is the sum of the parts of the GPU "
-              "that holds the most, plus its communication buffers.")])
+              "that holds the most, plus its communication buffers; \"judged on\" says which (peak or sum). A peak and "
+              "a sum do not compare: set the rows side by side on the sum of the parts, which every row has.")])
     return (axis_frame,)
 
 
@@ -147,7 +149,7 @@ def _(live_chart):
 @app.cell(hide_code=True)
 def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown, gpu_dropdown, many_gpus,
       micro_slider, mm, mo, model_dropdown, parallel, pp_dropdown, rank_chart, requirement_view, schedule_dropdown,
-      seq_slider, sequence_parallel_checkbox, tp_dropdown, unit_radio, zero_radio):
+      seq_slider, sequence_parallel_checkbox, tp_dropdown, unit_radio, verdict_of, zero_radio):
     # The one cell the layout's controls re-run: the Run, each stage's GPU, the verdict, the command line's words.
     unit, gpu = unit_radio.value, mm.get_gpu(gpu_dropdown.value)
     usable = gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES
@@ -164,6 +166,7 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         layout_error = None
     except ValueError as _error:  # memmath names the field and what it allows
         layout_run, layout_need, layout_error = None, None, str(_error)
+    layout_verdict = None
     layout_command = many_gpus.cli_command(layout_run, gpu.name) if layout_run else None
     if layout_error:
         rank_chart.update(many_gpus.stage_bars({}, unit, title="No such layout", capacity_bytes=usable,
@@ -173,14 +176,14 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         _parallel = parallel.is_parallel(layout_run)
         _stages = many_gpus.stage_memories(layout_run)
         _label = f"{gpu.name} less the CUDA context ({mm.format_bytes(usable, unit)})"
-        _needs = many_gpus.stage_needs(layout_run)
+        _needs = many_gpus.stage_needs(layout_run, _stages)
         if _parallel:
             rank_chart.update(many_gpus.stage_bars(_stages, unit, title="One GPU of each pipeline stage",
                                                    capacity_bytes=usable, capacity_label=_label, needs=_needs))
         else:  # one GPU, or data parallelism (ZeRO): the step's peak, as lesson 8 draws it
             rank_chart.update(requirement_view.bars_output({"each GPU": layout_need}, unit, title="Each GPU",
                                                            capacity_bytes=usable, capacity_label=_label))
-        _fit = mm.check_fit(layout_need.bytes, gpu, margin=mm.FIT_MARGIN)
+        layout_verdict = verdict_of(layout_need, gpu)  # memmath.verdict: the CUDA reserve, 5% of the requirement kept free
         # the GPU the verdict judges: the one whose requirement is the run's (its peak, or its parts and buffers)
         _worst = parallel.parallel_memory(layout_run.replace(rank=layout_need.memory.run.rank)) if _parallel else None
         _lay = parallel.layout(layout_run)
@@ -202,30 +205,29 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
                      f"{_worst.bubble:.0%} of the step, (p − 1) / (m + p − 1).")
         else:
             _pipe = ""
-        _verdict = ("fits" if _fit.fits else f"does not fit: {mm.format_bytes(-_fit.headroom_bytes + _fit.margin_bytes, unit)} short, "
-                    "the 5% margin included")
         _shown = mo.callout(mo.md(f"""
         **{_lay.n_gpus} GPUs, {_lay.describe()}**: {_where}, **{mm.format_bytes(layout_need.bytes, unit)}**.
-        The {gpu.name} leaves {mm.format_bytes(usable, unit)} after the CUDA context; with
-        {mm.FIT_MARGIN:.0%} of the requirement kept free, the run **{_verdict}**.{_pipe}
+        The {gpu.name} leaves {mm.format_bytes(usable, unit)} after the CUDA context: the run
+        **{layout_verdict.clause(unit)}**. {layout_verdict.why(unit)}{_pipe}
 
         The command line says the same: `{layout_command}`
-        """), kind="success" if _fit.fits else "danger")
+        """), kind="success" if layout_verdict.fits else "danger")
     _shown
-    return layout_command, layout_error, layout_need, layout_run
+    return layout_command, layout_error, layout_need, layout_run, layout_verdict
 
 
 @app.cell(hide_code=True)
-def _(batch_slider, checkpointing_checkbox, gpu_dropdown, mo, model_dropdown, seq_slider):
+def _(mo):
+    # Reads no control: a slider's move re-runs one cell fewer, and the button is drawn once.
     fewest_button = mo.ui.run_button(kind="success", label="Find the fewest GPUs")
-    mo.vstack([mo.md(f"""
+    mo.vstack([mo.md("""
     ## The fewest GPUs
 
     The planner tries 1, 2, 3, 4, 6, 8 ... GPUs, and for each every tensor degree up to 8 (one node)
-    and every pipeline degree that divides the layers, and stops at the fewest that fit: for
-    {model_dropdown.selected_key} on the {gpu_dropdown.value}, batch {batch_slider.value} x
-    {seq_slider.value:,} tokens{", checkpointing" if checkpointing_checkbox.value else ""}. It can take a
-    few seconds when nothing small fits.
+    and every pipeline degree that divides the layers, with as many micro-batches as stages and, when
+    that does not fit, half as many and so on down to one (fewer in flight, a larger bubble). It stops
+    at the fewest GPUs that fit the model, card, batch, sequence length and checkpointing set above.
+    It can take a few seconds when nothing small fits.
     """), fewest_button])
     return (fewest_button,)
 
@@ -239,13 +241,18 @@ def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo,
         fewest_plan = mm.plan_layout(model_dropdown.value, gpu_dropdown.value, batch_size=batch_slider.value,
                                      seq_len=seq_slider.value, checkpointing=checkpointing_checkbox.value)
         if not fewest_plan.fits:
-            _shown = mo.callout(mo.md(f"No layout of up to 1,024 GPUs fits the {fewest_plan.gpu} (tried "
+            _shown = mo.callout(mo.md(f"No layout of up to 1,024 GPUs fits {model_dropdown.selected_key} at batch "
+                                      f"{batch_slider.value} x {seq_slider.value:,} on the {fewest_plan.gpu} (tried "
                                       f"{fewest_plan.tried:,}). Turn on checkpointing or shorten the sequences."),
                                 kind="warn")
         else:
             # Lines joined without indentation: markdown would read an indented block as code.
             _shown = mo.callout(mo.md("\n".join([
-                f"**{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}**. The GPU that needs the most "
+                f"For {model_dropdown.selected_key} on the {gpu_dropdown.value}, batch {batch_slider.value} x "
+                f"{seq_slider.value:,} tokens{', checkpointing' if checkpointing_checkbox.value else ''}: "
+                f"**{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}"
+                + (f", {fewest_plan.run.micro_batches} micro-batch{'es' if fewest_plan.run.micro_batches > 1 else ''}"
+                   if fewest_plan.layout.pp > 1 else "") + "**. The GPU that needs the most "
                 f"must hold {mm.format_bytes(fewest_plan.need.bytes, unit_radio.value)} "
                 f"({requirement_view.requirement_words(fewest_plan.need)}) of the "
                 f"{mm.format_bytes(fewest_plan.usable_bytes, unit_radio.value)} the card leaves "

@@ -82,7 +82,10 @@ def test_train_preset_json_carries_the_api_numbers_and_the_verdict():
     assert report["verdict"] == {"fits": False, "required_bytes": fit.required_bytes,
                                  "available_bytes": fit.available_bytes, "headroom_bytes": fit.headroom_bytes,
                                  "margin_bytes": -(-peak.total * 5 // 100),
-                                 "gpu_memory_bytes": 24564 * MIB, "reserved_bytes": 1343 * MIB}
+                                 "gpu_memory_bytes": 24564 * MIB, "reserved_bytes": 1343 * MIB,
+                                 # short by: the requirement and its 5% margin less the usable memory
+                                 "spare": 0, "short_by": peak.total + -(-peak.total * 5 // 100) - fit.available_bytes,
+                                 "what_fails": "the card"}
     assert report["exit_status"] == 1 and report["gpu"]["name"] == "RTX 4090"
     assert report["model"]["source"] == "preset" and report["model"]["total_params"] == LLAMA2_7B_PARAMS
     assert report["settings"]["seq_len"] == 512 and report["settings"]["seq_len_default"] is False

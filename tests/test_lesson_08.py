@@ -189,6 +189,9 @@ def test_bad_config_gives_a_message_not_a_traceback(text, message):
     assert defs["model"] is None and message in defs["model_error"]
     assert "cannot be used" in shown and message in shown
     assert lessons.bad_text(outputs) == []
+    # No run: the chart says so instead of keeping the last run's bars unmarked.
+    assert "No run: the pasted config.json cannot be used" in json.dumps(defs["bars_chart"].rows)
+    assert "there is no run to judge" in shown
 
 
 def test_every_control_at_both_ends():
@@ -560,7 +563,7 @@ def test_a_split_model_is_judged_as_the_command_line_judges_it():
     page = lessons.plain_text(outputs)
     assert f"{verdict['required_bytes'] / 1e9:,.2f} GB on the GPU that needs the most (4 GPUs: 1 data x 2 tensor x 2 " \
            "pipeline)" in page
-    assert ("It fits." in page) == verdict["fits"] == (status == 0)
+    assert ("It fits, with" in page) == verdict["fits"] == (status == 0)
 
 
 def test_a_split_memmath_does_not_model_is_refused_by_name_and_the_page_goes_on():
@@ -572,3 +575,41 @@ def test_a_split_memmath_does_not_model_is_refused_by_name_and_the_page_goes_on(
     assert "method" in defs["layout_refused"] and defs["run"].tp == 1
     page = lessons.plain_text(outputs)
     assert "The model cannot be split 2 x 1 ways here" in page and lessons.bad_text(outputs) == []
+
+
+METHOD_MENU = {"full finetuning": "full", "partial (freeze)": "freeze", "adapters (Houlsby)": "adapters", "LoRA": "lora",
+               "QLoRA": "qlora", "DPO (preference pairs, a LoRA policy)": "dpo"}
+
+
+def _train_json(*args):
+    import contextlib
+    import io
+
+    from memmath import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.main(["train", *args, "--json"])
+    return json.loads(out.getvalue())
+
+
+def test_dpo_and_gradient_accumulation_are_the_command_line_s_run():
+    # DPO with a LoRA policy (rank 8 on q, v; TRL's reference: the adapters off) and 8 accumulation steps: what the
+    # card must hold and the verdict are `memmath train --method dpo --grad-accum 8`'s, to the byte.
+    outputs, defs = lessons.run_with(NAME, method_dropdown=mo.ui.dropdown(METHOD_MENU, value="DPO (preference pairs, "
+                                                                                          "a LoRA policy)"),
+                                     accum_slider=mo.ui.slider(steps=[1, 2, 4, 8, 16, 32, 64], value=8))
+    report = _train_json("llama-2-7b", "--method", "dpo", "--grad-accum", "8", "--seq", "512", "--gpu", "RTX 4090")
+    assert defs["run"].grad_accum_steps == 8 and type(defs["run"].method).__name__ == "DPO"
+    assert defs["requirement"].bytes == report["required"]["bytes"]
+    assert defs["verdict"].fits == report["verdict"]["fits"]
+    assert lessons.bad_text(outputs) == []
+
+
+def test_the_first_step_s_peak_is_said_beside_the_steady_one(default_run):
+    # llama-2-7b, full finetuning, AdamW, 1 x 512 on an RTX 4090: the first step's peak is memmath.peak_memory's,
+    # step="first" (before the optimizer's states exist; validation/measure.py records both steps).
+    outputs, defs = default_run
+    first = mm.peak_memory(defs["run"], step="first")
+    assert f"The first step, before the optimizer's states exist, peaks at {mm.format_bytes(first.total)}" in \
+        plain(outputs)

@@ -60,8 +60,10 @@ def test_bytes_per_format_and_the_bound_chart(default_run):
     assert (formats["fp32"], formats["bf16"], formats["int8"], formats["nf4"]) == (4, 2, 1, 0.5)  # bits / 8
     grid = defs["weights_grid"]
     seven = grid[grid.billions == 7].set_index("format")
-    # The article's 7B: 7e9 x 4 B = 28 GB in fp32, x 2 B = 14 GB in bf16, x 0.5 B = 3.5 GB in nf4.
-    assert tuple(seven.loc[["fp32", "bf16", "int8", "nf4"], "GB"]) == (28.0, 14.0, 7.0, 3.5)
+    # The article's 7B: 7e9 x 4 B = 28 GB in fp32, x 2 B = 14 GB in bf16; int8 adds one fp32 scale per 64 values
+    # (7e9 / 64 x 4 B = 0.4375 GB: 7.44 GB); nf4 is 3.5 GB plus QLoRA's double-quantized scales, one 8-bit per 64
+    # and one fp32 per 256 of those (7e9 / 64 x 1 B + 7e9 / 16,384 x 4 B = 0.111 GB: 3.61 GB, lesson 1's figure).
+    assert tuple(seven.loc[["fp32", "bf16", "int8", "nf4"], "GB"]) == (28.0, 14.0, 7.44, 3.61)
     assert seven.loc["bf16", "label"] == "14.00 GB = 13.04 GiB"  # 14e9 / 2**30
 
 

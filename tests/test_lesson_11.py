@@ -73,6 +73,9 @@ def test_each_axis_row_is_the_command_lines(default_run):
         assert row["the card must hold (GB)"] == round(report["verdict"]["required_bytes"] / GB, 2), label
         assert row["weights (GB)"] == round(parts["weights"] / GB, 2), label
         assert row["activations (GB)"] == round(parts["activations"] / GB, 2), label
+        # One basis for comparisons: every row's sum of the parts, and which number the card is judged on.
+        assert row["sum of the parts (GB)"] == round(report["sum_of_parts"] / GB, 2), label
+        assert row["judged on"] == ("peak" if report["required"]["basis"] == "peak" else "sum"), label
 
 
 def test_what_zero_and_tensor_parallelism_split_by_hand(default_run):
@@ -216,7 +219,7 @@ def test_the_fewest_gpus_button(default_run):
     assert "Press the button to search." in page
     outputs, _ = lessons.run_with(LESSON, fewest_button=SimpleNamespace(value=True))
     pressed = lessons.plain_text(outputs)
-    assert "16 GPUs: 1 data x 8 tensor x 2 pipeline" in pressed and "tp = 8: tensor parallelism" in pressed
+    assert "16 GPUs: 1 data x 8 tensor x 2 pipeline, 2 micro-batches" in pressed and "tp = 8: tensor parallelism" in pressed
     # Rendered as prose and a list, not as a code block (an indented markdown block was shown as code once).
     import html
 
@@ -225,6 +228,24 @@ def test_the_fewest_gpus_button(default_run):
         raw = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), html.unescape(raw))
     assert "<li>dp = 1: data parallelism" in raw
     assert "**16 GPUs" not in pressed
+
+
+def test_the_fewest_gpus_tries_fewer_micro_batches_than_stages():
+    # Llama-3-70B at 1 x 2,048 on an RTX 3060 (12,288 MiB less 1,343 MiB reserved = 11,476,664,320 B usable): with
+    # p micro-batches 1F1B keeps p in flight on the first stage and no layout fits; with fewer, t = 8 x p = 16 does.
+    import memmath as mm
+
+    usable = 12288 * 2**20 - 1343 * 2**20
+    one = mm.Run("llama-3-70b", batch_size=1, seq_len=2048, n_gpus=128, tp=8, pp=16, micro_batches=1)
+    assert mm.requirement(one).bytes * 1.05 <= usable  # memmath's own requirement: the layout fits at m = 1
+    outputs, _ = lessons.run_with(LESSON, fewest_button=SimpleNamespace(value=True),
+                                  gpu_dropdown=mo.ui.dropdown(list(mm.GPUS), value="RTX 3060"))
+    pressed = lessons.plain_text(outputs)
+    plan = mm.plan_layout("llama-3-70b", "RTX 3060", batch_size=1, seq_len=2048)
+    assert plan.fits and plan.layout.n_gpus <= 128 and plan.run.micro_batches < plan.layout.pp
+    assert mm.requirement(plan.run).bytes + -(-mm.requirement(plan.run).bytes * 5 // 100) <= usable
+    assert f"{plan.layout.n_gpus} GPUs: {plan.layout.describe()}, {plan.run.micro_batches} micro-batch" in pressed
+    assert "No layout" not in pressed
 
 
 def test_every_control_at_its_extremes():
