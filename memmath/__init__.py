@@ -48,7 +48,7 @@ _EXPORTS = {
     "Run": "run", "DEFAULT_SEQ_LEN": "run", "FieldError": "validate",
     "TRAINED_CONTEXT": "planner", "fewest_gpus_that_fit": "planner", "largest_batch_that_fits": "planner",
     "longest_sequence_that_fits": "planner", "trained_context": "planner",
-    "PRESETS": "presets", "PRESET_SOURCES": "presets", "resolve_model": "presets",
+    "PRESETS": "presets", "PRESET_SOURCES": "presets", "resolve_model": "sources",
     "OPTIMIZERS": "recipes", "RECIPES": "recipes", "bytes_per_parameter": "recipes",
     "get_optimizer": "recipes", "get_recipe": "recipes",
     "PARTS": "training", "PART_LABELS": "training", "TrainingMemory": "training", "OptimizerStates": "training",

@@ -24,6 +24,7 @@ from .recipes import bytes_per_parameter, get_recipe
 from .decision import BASES, Requirement, requirement
 from .run import MAX_GRAD_ACCUM, Run, as_run, sdpa_supported
 from .search import fewest_where, largest_where
+from .sources import resolve_model
 from .units import UNITS, unit_name
 
 if TYPE_CHECKING:
@@ -448,8 +449,6 @@ def trained_context(model, config=None) -> int | None:
     """The longest context a model was trained on, or None when unknown: its learned positions
     (GPT-2, GPT-3, BERT), the max_position_embeddings of the config it was read from (or a pasted
     config dict), or the preset table above."""
-    from .presets import resolve_model
-
     shape = resolve_model(model)
     if shape.max_positions is not None:
         return int(shape.max_positions)

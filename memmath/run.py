@@ -25,7 +25,7 @@ from .activations import ATTENTION_KINDS
 from .methods import Full, Method
 from .models import ModelShape
 from .notes import Note
-from .presets import resolve_model
+from .sources import resolve_model
 from .recipes import Optimizer, Recipe, get_optimizer, get_recipe
 
 ACTIVATION_MODELS = ("transformers", "textbook")

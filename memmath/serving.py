@@ -23,7 +23,7 @@ from .formats import FORMATS, get_format
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
 from .inference import SERVING_DEFAULTS, InferenceMemory, decode_tokens_per_second, inference_memory
 from .notes import Note
-from .presets import resolve_model
+from .sources import resolve_model
 from .search import largest_where
 
 MAX_CONTEXT = 2**22  # tokens: the longest context the search tries (validate.MAX_SEQ)
