@@ -52,7 +52,7 @@ _EXPORTS = {
     "OPTIMIZERS": "recipes", "RECIPES": "recipes", "bytes_per_parameter": "recipes",
     "get_optimizer": "recipes", "get_recipe": "recipes",
     "PARTS": "training", "PART_LABELS": "training", "TrainingMemory": "training", "OptimizerStates": "training",
-    "training_memory": "training",
+    "training_memory": "memory",
     "UNITS": "units", "format_bytes": "units", "parse_bytes": "units", "parse_count": "units",
     "to_unit": "units",
     "measured_qlora": "reference.measured",

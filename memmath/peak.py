@@ -83,13 +83,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .arrays import is_ndarray, np
 
-from . import validate
+from . import preference, validate
 from .hf_activations import activation_parts, scalar_methods
-from .methods import Adapters, Freeze, Full, LoRA
+from .methods import Adapters, Freeze, Full, LoRA, QLoRA
 from .notes import Note
 from .run import Run, as_run
 from .training import BNB_QMAP_BYTES, step_parts
@@ -201,8 +201,6 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
         for top in scalar_methods(method, shape):
             largest = peak_memory(run.replace(method=top, batch_size=validate.largest(b), seq_len=validate.largest(s)))
             validate.check_sweep("peak (from seq_len and batch_size)", largest.total)
-    from . import preference
-
     dpo = run if isinstance(method, preference.DPO) else None
     if dpo is not None:  # preference training: the policy's method over chosen and rejected sequences (2b)
         method, b = method.base, 2 * b
@@ -400,10 +398,6 @@ def _quantized_base_extras(shape, method, recipe, parts, s, b, dropout, attentio
     each build one before the matmul (bitsandbytes 0.50 autograd/_functions.py). The held inputs:
     what the exact activation model adds for an 8-bit base, the same trace with a 4-bit base taken off.
     """
-    from dataclasses import replace
-
-    from .methods import QLoRA
-
     if not isinstance(method, QLoRA):
         return 0, 0
     largest = max((t.numel for group in ("layer", "head") for t in shape.tensors(group) if t.linear), default=0)

@@ -233,7 +233,7 @@ def predict_sharded_case(row, rank: int):
     """memmath.training_memory(...) of one rank of a sharded case: sharding="fsdp2" with zero_stage=3
     (FSDP2, resharded after forward or not: the same storage between steps) or "zero_redundancy"
     with zero_stage=1."""
-    from ..training import training_memory
+    from ..memory import training_memory
 
     arguments = case_arguments(row)
     engine = str(row["engine"])
@@ -444,7 +444,7 @@ def case_arguments(row, activations: str = "transformers") -> dict:
 
 def predict_case(row, activations: str = "transformers"):
     """memmath.training_memory(...) for a recorded case: the prediction to hold against its measurement."""
-    from ..training import training_memory
+    from ..memory import training_memory
 
     return training_memory(case_model(row), **case_arguments(row, activations))
 
@@ -720,7 +720,7 @@ def parallel_run(row, rank: int = 0):
 
 def predict_parallel_case(row, rank: int):
     """memmath.training_memory(...) of one rank of a recorded parallel case (memmath/parallel.py)."""
-    from ..training import training_memory
+    from ..memory import training_memory
 
     return training_memory(parallel_run(row, rank))
 

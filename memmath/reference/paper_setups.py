@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 from ..methods import Full, LoRA, Method, QLoRA
 from ..recipes import Recipe
-from ..training import TrainingMemory, training_memory
+from ..memory import training_memory
+from ..training import TrainingMemory
 
 # bitsandbytes' 32-bit (paged) AdamW on a bf16 model: 16-bit weights and gradients, fp32 optimizer
 # states, no fp32 master copy: 2 + 2 + 2 x 4 = 12 B per trainable parameter with Adam.
