@@ -52,7 +52,8 @@ from .layout import (DEGREES, SCHEDULES, Layout, bubble, check, in_flight, inter
                      most_alive, rank_chunks, rank_order, representative_ranks, schedule_order)
 from .methods import Plan, SetStats, TrainableSet
 from .notes import Note
-from .peak import ADAM_LIKE, PeakEstimate, optimizer_transient, peak_memory, why_no_peak
+from .peak import PeakEstimate, optimizer_transient, peak_memory, why_no_peak
+from .recipes import update_temporaries
 from .run import Run, as_run
 from .sharding import torch_tensors
 from .training import TrainingMemory
@@ -708,14 +709,8 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
                         after + kept + grads + outputs * logits))
     sizes = [validate.ceil_div(_numel(dims) * max(run.recipe.weight_bits, run.recipe.master_bits), 8)
              for _, dims, _ in rank_tensors(run, rank)]
-    transient, previous = 0, 0
-    if run.optimizer_spec.name not in ADAM_LIKE:
-        pass  # SGD with momentum updates in place
-    elif run.device == "cuda":  # foreach Adam: temporaries as large as every trainable tensor together (as peak.py)
-        transient = sum(sizes)
-    else:  # the CPU's single-tensor Adam: 2 x a tensor's denominator beside the previous one's (as peak.py)
-        for size in sizes:
-            transient, previous = max(transient, 2 * size + previous), size
+    # the optimizer's temporaries by its entry's rule (recipes.TEMPORARIES); bitsandbytes' update is taken as Adam's
+    transient = 0 if run.optimizer_spec.temporaries == "none" else update_temporaries(sizes, run.device)
     moments.append(("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
                     after + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient))
     return moments, resident

@@ -91,6 +91,7 @@ from . import preference, validate
 from .hf_activations import activation_parts, scalar_methods
 from .methods import Adapters, Freeze, Full, LoRA, QLoRA
 from .notes import Note
+from .recipes import update_temporaries
 from .run import Run, as_run
 from .training import BNB_QMAP_BYTES, step_parts
 
@@ -109,7 +110,6 @@ _MODULE_ORDER = {
     "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
     "bert": ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"),
 }
-ADAM_LIKE = ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad", "adam8bit", "adafactor")
 
 
 @dataclass(frozen=True)
@@ -482,12 +482,13 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
 
 
 def optimizer_transient(shape, method, recipe, opt, device):
-    """Bytes of the optimizer's temporaries at its highest moment, and a Note when assumed (else None)."""
-    if opt.name not in ADAM_LIKE:
-        return 0, None  # SGD with momentum updates in place (its buffer starts as a clone of the gradient)
-    note = None if opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad", "adam8bit") else Note(
+    """Bytes of the optimizer's temporaries at its highest moment, and a Note when assumed (else None): the rule
+    its registry entry names (recipes.TEMPORARIES)."""
+    if opt.temporaries == "none":
+        return 0, None
+    note = None if opt.temporaries_measured else Note(
         "optimizer_temporaries_assumed", f"{opt.name}'s temporaries assumed like Adam's (not measured)")
-    if opt.name == "adam8bit":
+    if opt.temporaries == "bitsandbytes":
         return _bnb_transient(shape, method, recipe, opt, device)
     # The tensors the optimizer updates: the fp32 masters where the recipe keeps a master copy of 16-bit ones.
     stored = _bnb_tensor_bits(method, recipe)
@@ -505,12 +506,8 @@ def optimizer_transient(shape, method, recipe, opt, device):
         return total, note or Note("optimizer_temporaries_assumed",
                                    "foreach Adam's temporaries on CUDA assumed as large as the trainable parameters")
 
-    def largest(blocks):
-        sizes = tensor_bytes(blocks)
-        previous, best = 0, 0
-        for size in sizes:
-            best, previous = max(best, 2 * size + previous), size
-        return best
+    def largest(blocks):  # the CPU's single-tensor Adam over the first blocks: the pattern repeats after them
+        return update_temporaries(tensor_bytes(blocks), device)
 
     if isinstance(method, Freeze):
         k = method.layers_trained(shape)

@@ -1,5 +1,7 @@
 """Training memory: the article's numbers, the recipes table, ZeRO, and PyTorch's own bookkeeping."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -469,3 +471,16 @@ def test_a_length_sweep_across_a_sliding_window_answers_each_length_exactly():
     assert swept.activation_model == "transformers"
     assert [int(v) for v in swept.activations] == [int(mm.training_memory(gemma, seq_len=s, **run).activations)
                                                    for s in (256, 1024)]
+
+def test_an_optimizer_entry_carries_its_label_and_its_update_rule():
+    """One entry per optimizer: the lessons' menus, peak.py and parallel.py read its label and temporaries."""
+    from memmath.recipes import OPTIMIZERS, TEMPORARIES, update_temporaries
+
+    assert all(opt.label and opt.temporaries in TEMPORARIES for opt in OPTIMIZERS.values())
+    # torch.optim.SGD updates in place; Adam's denominators are temporaries (torch/optim/adam.py)
+    assert OPTIMIZERS["sgd_momentum"].temporaries == "none" and OPTIMIZERS["adamw"].temporaries == "adam"
+    # CPU single-tensor Adam, hand-derived: tensors of 10, 30, 20 B -> max(2*10, 2*30 + 10, 2*20 + 30) = 70 B
+    assert update_temporaries([10, 30, 20], "cpu") == 70
+    assert update_temporaries([10, 30, 20], "cuda") == 60  # foreach: all of them together
+    with pytest.raises(ValueError, match="temporaries"):
+        dataclasses.replace(OPTIMIZERS["adamw"], temporaries="fused")
