@@ -4,7 +4,7 @@ Both read the same config.json (Llama-3-8B's shape, written to a temporary folde
 otherwise try the network) and answer "LoRA rank 8, batch 4 x 2048 tokens, on an RTX 4090?"; a
 second question asks the same of full finetuning. Each command runs as a fresh process, the
 commands interleaved round by round, and the median wall time of each is printed with its ratio
-to vramcalc's. Target (issue 12): memmath at most 2x vramcalc's wall time.
+to vramcalc's. Target: memmath at most 2x vramcalc's wall time.
 
 Runs this checkout's memmath (PYTHONPATH) with the bytecode cache on (as an installed package has it), as `python -m memmath` and through the console script
 (the `memmath` next to this Python when installed, else the launcher pip writes, run with -c).

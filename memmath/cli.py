@@ -165,7 +165,7 @@ def _exact_bytes(text: str, too_large):
 
 def _size(low: int = 0):
     """Bytes from '24GiB', '1.5 GB', '1343MiB' (or '0'): a whole number of bytes from `low` to the
-    largest card memmath.GPU holds (2**60 bytes), never rounded: a fraction of a byte is refused."""
+    largest card memmath.gpus.GPU holds (2**60 bytes), never rounded: a fraction of a byte is refused."""
     def parse(text: str) -> int:
         import memmath
         from memmath.gpus import MAX_GPU_BYTES
@@ -236,13 +236,13 @@ def _targets(text: str) -> tuple:
     import memmath
 
     names = tuple(t.strip().lower() for t in text.split(",") if t.strip())
-    allowed = ", ".join(memmath.LORA_TARGETS)
+    allowed = ", ".join(memmath.models.LORA_TARGETS)
     if names in (("all",), ("all-linear",)):
         return ("all",)  # LoRA's "all": what peft's all-linear adapts
-    if not names or any(name not in memmath.LORA_TARGETS and name not in memmath.LORA_GROUPS for name in names):
+    if not names or any(name not in memmath.models.LORA_TARGETS and name not in memmath.models.LORA_GROUPS for name in names):
         raise argparse.ArgumentTypeError(f"must be matrices from {allowed} separated by commas (such as q,v), "
                                          f"or all, or attention; got {_quote(text)}")
-    return tuple(dict.fromkeys(n for name in names for n in memmath.LORA_GROUPS.get(name, (name,))))
+    return tuple(dict.fromkeys(n for name in names for n in memmath.models.LORA_GROUPS.get(name, (name,))))
 
 
 # ---- the parser: an option left out is None, left to the library's defaults ----------------------
@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "--reference)")
     m.add_argument("--rank", type=_whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
     m.add_argument("--targets", type=_targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
-                   f"{','.join(memmath.LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
+                   f"{','.join(memmath.models.LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
     m.add_argument("--lora-dropout", type=_probability, metavar="P",
                    help="LoRA/QLoRA: peft's lora_dropout on the adapters' input (default 0, peft's; recipes use "
                    "0.05-0.1): each adapted matrix then keeps a dropout mask and a dropped copy of its input")
@@ -322,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="micro-batches per optimizer step, gradients accumulated (default 1); the effective batch "
                    "is B x K")
     s.add_argument("--seq", type=_whole(1), metavar="S",
-                   help=f"tokens per sequence (default {memmath.DEFAULT_SEQ_LEN:,}, said so in the output)")
+                   help=f"tokens per sequence (default {memmath.run.DEFAULT_SEQ_LEN:,}, said so in the output)")
     s.add_argument("--checkpointing", action="store_true", default=None, help="gradient checkpointing on")
     s.add_argument("--attention", type=_choice(ATTENTION), metavar="KIND",
                    help="sdpa (fused) or eager (keeps the s x s scores); default: what transformers picks")
@@ -353,15 +353,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plan-layout", action="store_true", default=None,
                    help="with --gpu: the fewest GPUs and the layout (data x tensor x pipeline) that fit the run")
     s.add_argument("--max-gpus", type=_whole(1), metavar="N", help="how many GPUs the suggested changes may use "
-                   f"(default {memmath.DEFAULT_MAX_GPUS})")
+                   f"(default {memmath.planner.DEFAULT_MAX_GPUS})")
     gpu_options(train)
 
     infer = sub.add_parser("infer", parents=[common], help="memory to serve a model at a context length", epilog=epilog,
                            description="The memory to serve one replica: weights in the serving format, "
                            "the KV cache, the prefill working set; with --gpu, whether it fits.")
     infer.add_argument("model", metavar="MODEL", help=model_help)
-    i = infer.add_argument_group("the serving setup (each default is memmath.SERVING_DEFAULTS')")
-    defaults = memmath.SERVING_DEFAULTS
+    i = infer.add_argument_group("the serving setup (each default is memmath.inference.SERVING_DEFAULTS')")
+    defaults = memmath.inference.SERVING_DEFAULTS
     i.add_argument("--context", type=_whole(1), metavar="N", help="tokens per sequence, prompt and output (default "
                    f"{defaults['context_len']:,}, said so in the output)")
     i.add_argument("--batch", type=_whole(1), metavar="B", help=f"sequences at once (default {defaults['batch_size']})")
@@ -514,7 +514,7 @@ def resolve_gpu(args):
         if args.gpu_memory <= 0:
             raise BadInput("--gpu-memory", "must be a size above 0, such as 24GiB")
         label = memmath.format_bytes(args.gpu_memory, "GiB")
-        return memmath.GPU(f"{label} GPU", args.gpu_memory, 0, 0.0, "custom", label, "given by --gpu-memory")
+        return memmath.gpus.GPU(f"{label} GPU", args.gpu_memory, 0, 0.0, "custom", label, "given by --gpu-memory")
     if getattr(args, "gpu", None) is None:
         return None
     if not args.gpu.strip():  # an empty --gpu "" (an unset variable in a script) must not read as "no GPU"
@@ -596,7 +596,7 @@ def _run_plan_layout(args, out, style, run, gpu, reserve) -> int:
 def memmath_label(part: str) -> str:
     import memmath
 
-    return memmath.PART_LABELS[part]
+    return memmath.training.PART_LABELS[part]
 
 
 def _basis(requirement) -> str:
@@ -736,7 +736,7 @@ def _write_train(w, style, args, run, source, plan):
         w("\n".join(_wrap(line)) + "\n")
     w("\n" + style.bold(f"  {'per GPU':<36}{'bytes':>22} {unit:>12}") + "\n")
     for part, value in memory.parts().items():
-        w(_table_row(memmath.PART_LABELS[part], int(value), unit) + "\n")
+        w(_table_row(memmath.training.PART_LABELS[part], int(value), unit) + "\n")
     w("  " + "-" * 72 + "\n")
     w(_table_row("Sum of the parts", int(memory.total), unit) + "\n")
     if need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
@@ -751,7 +751,7 @@ def _write_train(w, style, args, run, source, plan):
     if _defaults_said(run, args):
         notes.append(_defaults_said(run, args))
     if args.reserve is None:
-        notes.append(f"Reserved: {memmath.CUDA_CONTEXT_SOURCE}; set --reserve.")
+        notes.append(f"Reserved: {memmath.gpus.CUDA_CONTEXT_SOURCE}; set --reserve.")
     notes += [_sentence(str(n)) for n in _notes(plan)]
     w("\n")
     for note in notes:
@@ -851,7 +851,7 @@ def _write_infer(w, style, args, shape, source, plan):
     notes = ["The working set is one prefill's peak as transformers computes it; engines that fuse or chunk the "
              "prefill keep less."]
     if args.reserve is None:
-        notes.append(f"Reserved: {memmath.CUDA_CONTEXT_SOURCE}; set --reserve.")
+        notes.append(f"Reserved: {memmath.gpus.CUDA_CONTEXT_SOURCE}; set --reserve.")
     w("\n")
     for note in notes + [_sentence(str(n)) for n in plan.notes]:
         w(style.dim("\n".join(_wrap(note))) + "\n")
@@ -881,7 +881,7 @@ def run_models(args, out, style) -> int:
              "active_params": int(shape.active_params), "n_experts": int(shape.n_experts),
              "experts_per_tok": int(shape.experts_per_tok), "n_layers": int(shape.n_layers),
              "hidden_size": int(shape.hidden_size), "n_heads": int(shape.n_heads), "n_kv_heads": int(shape.n_kv_heads),
-             "vocab_size": int(shape.vocab_size or 0), "source": memmath.PRESET_SOURCES.get(name, "memmath's presets")}
+             "vocab_size": int(shape.vocab_size or 0), "source": memmath.presets.PRESET_SOURCES.get(name, "memmath's presets")}
             for name, shape in memmath.PRESETS.items()]
     if args.json:
         out.write(json.dumps({"command": "models", "models": rows}, indent=2) + "\n")
@@ -1138,7 +1138,7 @@ def _reserve_json(args, reserve) -> dict:
     import memmath
 
     return {"bytes": reserve, "default": args.reserve is None,
-            "what": memmath.CUDA_CONTEXT_SOURCE if args.reserve is None else "given by --reserve"}
+            "what": memmath.gpus.CUDA_CONTEXT_SOURCE if args.reserve is None else "given by --reserve"}
 
 
 COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons}

@@ -272,8 +272,8 @@ def local_shape(run, rank: int | None = None):
 def _sp_share(terms, tp: int) -> int:
     """Bytes of one micro-batch's saved norm tensors (each block's and the final norm's) that sequence parallelism
     leaves on s/tp tokens: (1 - 1/tp) of them are not kept."""
-    # with checkpointing a block keeps only its input, which sequence parallelism leaves Shard(1) too (found after
-    # validation/parallel.py's round 3 recorded a checkpointed tensor + sequence parallel run: not held out for it)
+    # with checkpointing a block keeps only its input, which sequence parallelism leaves Shard(1) too (read off a
+    # recorded checkpointed tensor + sequence parallel run of validation/parallel.py, so that run is not held out)
     norm = sum(b for place, label, b in terms if "layernorm" in label or "final norm" in label
                or label == "block input (checkpoint)")
     return norm - validate.ceil_div(norm, tp)
@@ -537,8 +537,8 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
     loss_parallel tensor at the loss (loss_parallel_extra), the embedding's whole-vocabulary gradient from the
     embeddings on, and the buffers. Otherwise the stage's schedule replayed micro-batch by micro-batch
     (_schedule_phases), over the traced parts where the exact model applies, else over Korthikanti et al.'s.
-    validation/parallel.py's round-1 runs were recorded before these terms were written (see _schedule_phases
-    and loss_parallel_extra: they are not held out for peaks); round 2 after.
+    Some of validation/parallel.py's runs were read to find these terms (see _schedule_phases and
+    loss_parallel_extra), so only the runs it marks peak_held_out test the peak independently.
     """
     rank = run.rank if rank is None else rank
     if rank != run.rank:
@@ -550,7 +550,7 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
     if lay.pp == lay.cp == lay.ep == 1 and acts["exact"] and not (run.zero_stage and lay.dp > 1):
         single = peak_memory(acts["local_run"], step=step)
         # sequence parallelism's s/tp share of the norms' tensors (not the estimate's total less the per-micro-batch
-        # bytes: with checkpointing that total holds a recomputed block too, found by round 3's held-out runs)
+        # bytes: with checkpointing that total holds a recomputed block too, as the checkpointed split runs show)
         cut = acts["sequence_parallel_cut"]
         grad = rank_parts(run).get("embedding_gradient_extra", 0)  # the whole-vocabulary embedding gradient
         loss = loss_parallel_extra(run, rank)
@@ -632,8 +632,8 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
 
     The moments of each forward are the last block at its fullest and (last stage) the loss; of each backward the
     loss's two fp32 vocabulary gradients, entering the last block with its working set, (with checkpointing)
-    recomputing the last block over every kept block input, and leaving the stage. The recomputation moment was
-    written before any checkpointed split run was recorded (validation/parallel.py round 3).
+    recomputing the last block over every kept block input, and leaving the stage. The checkpointed split runs of
+    validation/parallel.py were not read to write the recomputation moment: they test it.
     Without a pipeline (pp = 1: context or expert parallelism, or ZeRO beside tensor parallelism) the order is
     one forward and one backward. The output, logits and input-gradient terms were found after validation/
     parallel.py's pipeline runs were recorded (by profiler traces of two of them), so those runs are not held

@@ -305,7 +305,7 @@ def _trade_offs(lay: Layout, run) -> tuple:
 
 def plan_layout(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=MAX_GPUS, max_tp=8, **settings):
     """The fewest GPUs and the layout (data x tensor x pipeline) that fit this run on this card, with the
-    trade-off of each axis in one line: memmath.parallel.fewest_gpus_layout (a LayoutPlan)."""
+    trade-off of each axis in one line: fewest_gpus_layout above (a LayoutPlan)."""
     return fewest_gpus_layout(model, gpu, max_gpus=max_gpus, max_tp=max_tp, reserved_bytes=reserved_bytes, **settings)
 
 

@@ -27,7 +27,7 @@ What it changes in memory, per step (memmath/training.py and memmath/peak.py rea
                  block at its fullest without saving, or the logits with their fp32 copy and log-softmax output),
                  before the policy's forward; the reference log-probabilities (2b fp32) stay for the step
 
-Measured on the CPU by validation/preference.py (memmath/reference/data/measured_preference.json), recorded after
+Measured on the CPU by validation/preference.py (memmath_lessons/reference/data/measured_preference.json), recorded after
 this module was written.
 """
 

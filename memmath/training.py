@@ -1,7 +1,10 @@
-"""Training memory: every part a training step keeps, in integer bytes, per GPU.
+"""Training memory: every part a training step keeps on one GPU, in integer bytes.
 
 weights + quantization constants + gradients + gradient accumulation + master weights +
-optimizer states + activations = total. The article's example: 7B parameters in pure 16-bit with
+optimizer states + activations = total, for one GPU, data parallelism (ZeRO, FSDP2, ZeroRedundancyOptimizer)
+and preference training (DPO: the policy at batch 2b and its reference). A model split by tensor, pipeline,
+context or expert parallelism is one rank's arithmetic above this (memmath/parallel.py); memory.training_memory
+answers any run. The article's example: 7B parameters in pure 16-bit with
 Adam keep 2 + 2 + 4 = 8 bytes per parameter, 56 GB before activations.
 """
 

@@ -3,7 +3,7 @@
 Lesson 10's last section calls this module. The measurement is the project's own: the model, the two
 steps and the counting are `validation/measure.py`'s (its `Case`, `build`, `measure` and
 `configure_torch`), run on its "gpt2" shape (3 blocks of width 64, 4 heads, a 1,000-token vocabulary:
-230,464 parameters), and the prediction is `memmath.reference.predict_case` / `predict_peak_case` for
+230,464 parameters), and the prediction is `memmath_lessons.reference.predict_case` / `predict_peak_case` for
 the same case, as `tests/test_fidelity_live.py` compares them: parameters, gradients and optimizer
 states equal to the byte, saved activations within 1%, each step's peak within 5%.
 
@@ -122,7 +122,7 @@ NO_VALIDATION = ("**The measurement reuses the repository's `validation/measure.
 
 
 def case_and_row(setup: Setup, measure_module=None):
-    """(validation Case, the recorded-case row memmath.reference reads) for `setup` on the tiny GPT-2."""
+    """(validation Case, the recorded-case row memmath_lessons.reference reads) for `setup` on the tiny GPT-2."""
     measure_module = measure_module or load_measure()
     if measure_module is None:
         raise LookupError(NO_VALIDATION)
@@ -136,7 +136,7 @@ def case_and_row(setup: Setup, measure_module=None):
 
 def predicted(setup: Setup) -> dict:
     """memmath's prediction for the case, by validation/measure.py's result keys (integer bytes)."""
-    import memmath.reference as reference
+    import memmath_lessons.reference as reference
 
     _, row = case_and_row(setup)
     memory = reference.predict_case(row)

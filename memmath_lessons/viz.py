@@ -329,7 +329,7 @@ def readable_size(n_bytes, unit: str = "GB") -> str:
 def cuda_reserve_sentence(reserved_bytes: int, unit: str = "GB") -> str:
     """One sentence on what a fit verdict reserves for the CUDA context, and why: the same in every lesson (1, 2)."""
     from memmath.gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN
-    from memmath.reference.literature import REPORTED
+    from memmath_lessons.reference.literature import REPORTED
 
     measured = REPORTED["cuda_context_v100"]  # 1,343 MiB: what memmath.CUDA_CONTEXT_BYTES holds
     why = (f"the memory the driver takes for its context and kernels before PyTorch allocates any tensor "
