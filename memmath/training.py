@@ -232,12 +232,11 @@ def _step_parts(run: Run):
                                              if run.seq_len is not None else [])
     gradients, accumulation, master, state_detail = trainable_parts(plan, recipe, opt, shape, notes)
     states = state_detail.total
-    act_estimate, act_bytes, estimated, parts = _activations(shape, plan, recipe, method, notes, run)
+    act_estimate, act_bytes, estimated, parts = _activations(run, plan, notes)
 
     weights, constants = plan.weight_bytes, plan.quantization_constant_bytes
     if sharding != "even":
-        weights, gradients, states = _engine_sharding(shape, method, recipe, opt, sharding=sharding, n_gpus=n_gpus,
-                                                      zero_stage=zero_stage, rank=run.rank)
+        weights, gradients, states = _engine_sharding(run)
         notes.append(Note("engine_sharding", f"{sharding} on {n_gpus} GPUs: what rank {run.rank} stores, tensor by "
                           "tensor (memmath/sharding.py)"))
     elif n_gpus > 1 and zero_stage:
@@ -354,8 +353,9 @@ def trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShap
     return gradients, accumulation, master, states
 
 
-def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, notes: list, run: Run):
-    """(estimate, bytes, estimated?, the exact model's ActivationParts or None)."""
+def _activations(run: Run, plan: Plan, notes: list):
+    """(estimate, bytes, estimated?, the exact model's ActivationParts or None) of the run under the method's plan."""
+    shape, recipe, method = run.model, run.recipe, run.method
     seq_len, batch_size = run.seq_len, run.batch_size
     if seq_len is None:
         notes.append(Note("activations_not_estimated",
@@ -394,8 +394,10 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
     return estimate, estimate.total * trains, True, parts
 
 
-def _engine_sharding(shape, method, recipe, opt, *, sharding, n_gpus, zero_stage, rank):
-    """Weights, gradients and states of one rank as FSDP2 or ZeroRedundancyOptimizer store them."""
+def _engine_sharding(run: Run):
+    """Weights, gradients and states of rank run.rank as FSDP2 or ZeroRedundancyOptimizer store them."""
+    shape, method, recipe, opt = run.model, run.method, run.recipe, run.optimizer_spec
+    sharding, n_gpus, zero_stage, rank = run.sharding, run.n_gpus, run.zero_stage, run.rank
     stage = {"fsdp2": 3, "zero_redundancy": 1}[sharding]
     if n_gpus < 2 or zero_stage != stage:
         raise ValueError(f"sharding={sharding!r} needs n_gpus of 2 or more and zero_stage={stage}; "
