@@ -944,8 +944,8 @@ def test_readme_install_section_and_the_cpu_index_for_torch():
         assert command in install, command
     cpu = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
     assert cpu in " ".join(install.split())
-    # In requirements-validate.txt the index is advice in a comment: an active --index-url would stop .ci/run
-    # here, where the configured local index serves the CPU wheel.
+    # In requirements-validate.txt the index is advice in a comment: an active --index-url would override the
+    # index pip is configured with, which .ci/run relies on.
     lines = (REPO / "requirements-validate.txt").read_text().splitlines()
     assert any(cpu in line and line.lstrip().startswith("#") for line in lines)
     assert not any("index-url" in line for line in lines if not line.lstrip().startswith("#"))
