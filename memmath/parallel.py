@@ -48,8 +48,9 @@ import functools
 from dataclasses import dataclass, replace
 
 from . import training, validate
-from .layout import (DEGREES, SCHEDULES, Layout, bubble, check, in_flight, interleaved_order, is_parallel, layout,
-                     most_alive, rank_chunks, rank_order, representative_ranks, schedule_order)
+# The layout's facts (memmath/layout.py), read here and by the lessons as parallel.layout, parallel.bubble, ...
+from .layout import (DEGREES, SCHEDULES, Layout, bubble, check, in_flight, interleaved_order,  # noqa: F401
+                     is_parallel, layout, most_alive, rank_chunks, rank_order, representative_ranks, schedule_order)
 from .methods import Plan, SetStats, TrainableSet
 from .notes import Note
 from .peak import PeakEstimate, optimizer_transient, peak_memory, why_no_peak
@@ -57,10 +58,6 @@ from .recipes import update_temporaries
 from .run import Run, as_run
 from .sharding import torch_tensors
 from .training import TrainingMemory
-
-# The layout's facts (memmath/layout.py) are read here too, as parallel.layout, parallel.bubble, ...
-__all__ = ["DEGREES", "SCHEDULES", "Layout", "bubble", "check", "in_flight", "interleaved_order", "is_parallel",
-           "layout", "most_alive", "rank_chunks", "rank_order", "representative_ranks", "schedule_order"]
 
 
 # The tensors torch's ColwiseParallel / RowwiseParallel split (by the end of their names), and how.

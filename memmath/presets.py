@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .config_reader import from_hf_config
-from .models import ModelShape, bert_model, gpt2_model, llama_model, uniform_model
+from .models import ModelShape, bert_model, gpt2_model, llama_model
 
 
 def _from_config(name, **fields) -> ModelShape:
