@@ -3,7 +3,7 @@
 
 The loop runs on a random subset of the grid and is extrapolated; both are measured side by side,
 interleaved, in this one run, and the loop's answers are checked against the grid's (exactness).
-Target (issue 2): at least 1,000,000 configurations per second for the vectorized sweep.
+Target: at least 1,000,000 configurations per second for the vectorized sweep.
 
     python benchmarks/sweep.py [--side 100] [--loop-points 2000] [--rounds 3]
 """

@@ -1,73 +1,58 @@
 """memmath: the memory math of training and serving neural networks, in integer bytes.
 
 The calculator only: numpy is its one dependency, and it is imported only when an array is in play
-(a sweep; memmath/arrays.py), pandas only inside the functions that build a DataFrame. What it is checked against lives in `memmath.reference`; the workbook's charts
-and controls live in the separate `memmath_lessons` package.
+(a sweep; memmath/arrays.py), pandas only inside the functions that build a DataFrame. What it is checked
+against (the recorded PyTorch measurements and the literature) lives in `memmath_lessons.reference`; the
+workbook's charts and controls live in the separate `memmath_lessons` package.
 
     >>> import memmath
     >>> m = memmath.training_memory(memmath.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
     >>> memmath.format_bytes(m.weights), memmath.format_bytes(m.without_activations)
     ('14.00 GB', '56.00 GB')
+
+`memmath.X` names the few things most questions need (__all__); everything else is importable from the
+module that defines it, and reachable as `memmath.<module>.X` (memmath.planner.largest_batch_that_fits).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 
 # Public name -> the module that defines it. Modules load on first use (PEP 562), so `import memmath`
 # costs almost nothing (benchmarks/import_speed.py) and a command line pays only for what it uses.
 _EXPORTS = {
-    "ActivationEstimate": "activations", "ActivationTerm": "activations",
-    "korthikanti_per_layer": "activations", "korthikanti_terms": "activations",
-    "FORMATS": "formats", "NF4_LEVELS": "formats", "NumberFormat": "formats", "absmax_scale": "formats",
-    "float_step": "formats", "get_format": "formats", "round_to_format": "formats",
-    "STORED_FORMATS": "checkpoints", "stored_format": "checkpoints", "parameter_counts": "counts",
-    "CUDA_CONTEXT_BYTES": "gpus", "CUDA_CONTEXT_SOURCE": "gpus", "FIT_MARGIN": "gpus",
-    "Fit": "gpus", "GPU": "gpus", "GPUS": "gpus", "check_fit": "gpus", "fit_table": "gpus", "get_gpu": "gpus",
-    "RecipeWarning": "gpus", "recipe_warning": "gpus",
-    "InferenceMemory": "inference", "RULE_OF_THUMB_FACTOR": "inference",
-    "decode_tokens_per_second": "inference", "inference_memory": "inference", "kv_cache_bytes": "inference",
-    "rule_of_thumb_context_limit": "inference", "working_set_bytes": "inference",
-    "Adapters": "methods", "Freeze": "methods", "Full": "methods", "LoRA": "methods", "Method": "methods",
-    "QLoRA": "methods", "quant_constant_bytes": "methods", "AdapterMethod": "methods",
-    "DPO": "preference",
-    "bits_per_weight": "methods", "quant_constant_bits": "methods",
-    "Note": "notes",
-    "LORA_TARGETS": "models", "LORA_GROUPS": "models", "ModelShape": "models", "bert_model": "models", "from_hf_config": "config_reader",
-    "gpt2_model": "models", "llama_model": "models", "uniform_model": "models",
-    "CONFIG_FIELDS": "config_reader", "SUPPORTED_MODEL_TYPES": "architectures", "UNSUPPORTED_EXAMPLES": "config_reader",
-    "ARCHITECTURES": "architectures", "READABLE_MODEL_TYPES": "config_reader",
-    "MULTIMODAL_MODEL_TYPES": "multimodal", "VISION_CHOICES": "multimodal",
-    "PeakEstimate": "peak", "peak_memory": "peak", "step_timeline": "timeline",
-    "Suggestion": "planner", "config_from_text": "planner", "path_to_fit": "planner", "step_peak": "planner",
-    "suggest_changes": "planner", "suggestions_frame": "planner", "TrainingPlan": "planner", "DEFAULT_MAX_GPUS": "planner",
-    "plan_training": "planner", "plan_layout": "planner", "Requirement": "decision", "requirement": "decision",
-    "parallel_memory": "parallel", "worst_rank": "parallel",
-    "ServingChange": "serving", "ServingPlan": "serving", "longest_context_that_fits": "serving",
-    "plan_serving": "serving", "serving_changes": "serving", "SERVING_DEFAULTS": "inference",
-    "Run": "run", "Serve": "run", "DEFAULT_SEQ_LEN": "run", "FieldError": "validate",
-    "TRAINED_CONTEXT": "planner", "fewest_gpus_that_fit": "planner", "largest_batch_that_fits": "planner",
-    "longest_sequence_that_fits": "planner", "trained_context": "planner",
-    "PRESETS": "presets", "PRESET_SOURCES": "presets", "resolve_model": "presets",
-    "OPTIMIZERS": "recipes", "RECIPES": "recipes", "bytes_per_parameter": "recipes",
-    "get_optimizer": "recipes", "get_recipe": "recipes",
-    "PARTS": "training", "PART_LABELS": "training", "TrainingMemory": "training", "OptimizerStates": "training",
-    "training_memory": "training",
-    "UNITS": "units", "format_bytes": "units", "parse_bytes": "units", "parse_count": "units",
-    "to_unit": "units",
-    "measured_qlora": "reference.measured",
+    # a training run and what it needs
+    "Run": "run", "Serve": "run", "training_memory": "memory", "peak_memory": "peak", "requirement": "decision",
+    "step_timeline": "timeline", "plan_training": "planner",
+    # serving
+    "inference_memory": "inference", "kv_cache_bytes": "inference", "plan_serving": "serving",
+    # the card
+    "GPUS": "gpus", "get_gpu": "gpus", "check_fit": "gpus", "CUDA_CONTEXT_BYTES": "gpus", "FIT_MARGIN": "gpus",
+    # the model
+    "ModelShape": "models", "parameter_counts": "counts", "uniform_model": "models", "from_hf_config": "config_reader", "PRESETS": "presets",
+    "resolve_model": "sources",
+    # what trains, in which formats
+    "Full": "methods", "Freeze": "methods", "LoRA": "methods", "QLoRA": "methods", "Adapters": "methods",
+    "DPO": "preference", "RECIPES": "recipes", "OPTIMIZERS": "recipes", "FORMATS": "formats", "get_format": "formats",
+    # bytes as people write them
+    "UNITS": "units", "format_bytes": "units", "parse_bytes": "units", "to_unit": "units",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    """Load the module that defines a public name on first use, and keep the name here."""
+    """Load the module that defines a public name on first use, and keep the name here; a submodule's name
+    (memmath.planner) loads that module."""
     module = _EXPORTS.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
         raise AttributeError(f"module 'memmath' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 

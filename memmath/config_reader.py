@@ -16,8 +16,10 @@ from pathlib import Path
 from . import validate
 from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRACED_HINT, Architecture
 from .checkpoints import stored_format
+from .files import NotARegularFile, read_bounded
+from .hf_cache import LinkOutsideCache, cache_root_holding, follow_inside
 from .models import LAYER_TYPES, ModelShape, bert_model, gpt2_model, llama_model
-from .multimodal import MULTIMODAL_MODEL_TYPES
+from .multimodal import MULTIMODAL_MODEL_TYPES, REFUSED_MODEL_TYPES, from_multimodal_config
 
 # Every model_type a config.json may name: the text models' records, then the vision-language wrappers.
 READABLE_MODEL_TYPES = SUPPORTED_MODEL_TYPES + MULTIMODAL_MODEL_TYPES
@@ -60,11 +62,9 @@ def from_hf_config(config) -> ModelShape:
     if isinstance(model_type, str) and model_type not in ARCHITECTURES:
         # A vision-language config (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): the language model from its
         # text_config, the vision tower and projector from the rest (memmath/multimodal.py); others refused by name.
-        from .multimodal import REFUSED_MODEL_TYPES, from_multimodal_config
-
         if (model_type in MULTIMODAL_MODEL_TYPES or model_type in REFUSED_MODEL_TYPES
                 or isinstance(config.get("vision_config"), dict)):
-            return from_multimodal_config(config)
+            return from_multimodal_config(config, read_text=from_hf_config)
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)} (text) and "
@@ -278,21 +278,19 @@ def _load_config(config) -> dict:
     if isinstance(config, (str, os.PathLike)):
         if isinstance(config, str) and config.lstrip().startswith(("{", "[")):
             return parse_json_config(config, "config")
-        path, text = _read_config_file(config)
+        path, text = read_config_file(config)
         return parse_json_config(text, f"config file {validate.describe(path.name)}")
     raise TypeError(f"config must be a dict, JSON text or a path to config.json; got {type(config).__name__}")
 
 
-def _read_config_file(config) -> tuple[Path, str]:
+def read_config_file(config) -> tuple[Path, str]:
     """The text of a regular .json file (config.json inside a folder), at most MAX_CONFIG_BYTES.
 
-    One rule for symbolic links (sources.py says why): inside the local Hugging Face cache a link is
+    One rule for symbolic links (hf_cache.py says why): inside the local Hugging Face cache a link is
     followed while its target stays inside the cache root (huggingface_hub's snapshots/<commit>/config.json
     links into blobs/); anywhere else a link given as the file or its folder is refused rather than
     followed. Nothing but the file's name is quoted back.
     """
-    from .sources import LinkOutsideCache, cache_root_holding, follow_inside
-
     hint = "(give a dict, JSON text, a config.json path or the folder that holds it)"
     folder = None
     try:
@@ -327,8 +325,6 @@ def _read_config_file(config) -> tuple[Path, str]:
     if info.st_size > MAX_CONFIG_BYTES:
         raise ValueError(f"{where} holds {info.st_size:,} bytes; a config.json is a few kB and at most "
                          f"{MAX_CONFIG_BYTES:,} bytes (4 MiB) are read")
-    from .files import NotARegularFile, read_bounded
-
     try:
         data = read_bounded(real, MAX_CONFIG_BYTES)
     except NotARegularFile:  # swapped since lstat

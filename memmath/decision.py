@@ -10,7 +10,10 @@ import functools
 from dataclasses import dataclass
 
 from . import validate
+from .memory import training_memory
 from .notes import Note
+from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
+from .peak import peak_memory, why_no_peak
 from .run import Run, as_run
 
 BASES = ("peak", "sum of parts")
@@ -61,14 +64,7 @@ def requirement(model, **settings) -> Requirement:
 @functools.lru_cache(maxsize=1024)
 def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what its names stand for now
     run = key[0]
-    from .peak import peak_memory, why_no_peak
-    from .training import training_memory
-
-    from .parallel import is_parallel
-
     if is_parallel(run):  # tensor, pipeline, context or expert parallelism: the rank that needs the most
-        from .parallel import parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
-
         why = peak_why_not(run)
         if not why:  # the peak of the rank whose peak is highest (validation/parallel.py measures these engines)
             peak = worst_rank_peak(run)

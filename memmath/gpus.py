@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
 from . import validate
+from .recipes import get_recipe
+from .units import UNITS, unit_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -223,8 +225,6 @@ class RecipeWarning:
 def recipe_warning(precision, gpu) -> RecipeWarning | None:
     """None when `gpu` computes in the format the training recipe needs (or its capability is unknown);
     else a RecipeWarning naming the recipe to use instead (pure bf16 on a T4 or V100: fp16 mixed precision)."""
-    from .recipes import get_recipe
-
     gpu = get_gpu(gpu)
     name = getattr(precision, "name", None) or get_recipe(precision).name
     needs = RECIPE_NEEDS.get(name)
@@ -293,7 +293,6 @@ def fit_table(required_bytes, *, reserved_bytes=CUDA_CONTEXT_BYTES, gpus=None, u
     reserved - required) in `unit` (labelled in the column names) and whether it fits. Pass the
     step's peak (peak_memory); reserved_bytes defaults to CUDA_CONTEXT_BYTES, as in check_fit."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
-    from .units import UNITS, unit_name
 
     unit = unit_name(unit)
     rows = []

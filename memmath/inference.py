@@ -21,7 +21,7 @@ from .gpus import get_gpu
 from .methods import quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape
 from .notes import Note
-from .presets import resolve_model
+from .sources import resolve_model
 
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
 

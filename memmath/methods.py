@@ -18,7 +18,8 @@ from .formats import get_format
 from .models import GROUPS, LORA_TARGETS, ModelShape, ParamTensor, lora_targets
 from .multimodal import VISION_CHOICES
 from .notes import Note
-from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, Recipe
+from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, RECIPES, Recipe
+from .sources import resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -189,9 +190,6 @@ class Method:
     def trainable_params(self, model):
         """Parameters this method trains on `model` (a ModelShape or a preset name), adapters
         included; an array when a setting is an array (LoRA(rank=np.array([...])))."""
-        from .presets import resolve_model
-        from .recipes import RECIPES
-
         # The count does not depend on the storage format: any recipe's plan has the same count.
         return self.plan(resolve_model(model), RECIPES["bf16"]).trainable_params
 

@@ -628,16 +628,16 @@ def _tie(config: dict, spec: _Wrapper, text: dict, notes: list, model_type: str)
     return tie
 
 
-def from_multimodal_config(config: dict) -> ModelShape:
+def from_multimodal_config(config: dict, read_text) -> ModelShape:
     """The ModelShape of a vision-language config.json (a dict): the language model, with `vision` (VisionParts).
 
     The language model is read by from_hf_config from text_config (Qwen2-VL's top-level text fields when it has
     none) with TEXT_DEFAULTS for the fields it omits; the tower from vision_config with VISION_DEFAULTS; the
     projector from the top-level fields (MULTIMODAL_FIELDS). A field memmath does not model raises a FieldError
     naming it by its path (text_config..., vision_config...); REFUSED_MODEL_TYPES are refused by name.
+    read_text: the text reader (config_reader.from_hf_config, which calls this; passed in so that the records
+    stay below the reader that reads them).
     """
-    from .config_reader import from_hf_config
-
     model_type = config.get("model_type")
     if model_type not in _WRAPPERS:
         _refuse(model_type)
@@ -650,7 +650,7 @@ def from_multimodal_config(config: dict) -> ModelShape:
     text["model_type"] = _READER.get(text_type, text_type)
     text.pop("_name_or_path", None)
     try:
-        language = from_hf_config(text)
+        language = read_text(text)
     except (ValueError, TypeError) as error:  # the text reader names the field inside text_config
         raise validate.FieldError("text_config", f"text_config: {error}") from None
     embeddings, block, post, n_blocks = _TOWERS[tower](vision)

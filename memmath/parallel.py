@@ -47,139 +47,24 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from . import validate
+from . import training, validate
 from .architectures import known
+# The layout's facts (memmath/layout.py), read here and by the lessons as parallel.layout, parallel.bubble, ...
+from .layout import (DEGREES, SCHEDULES, Layout, bubble, check, in_flight, interleaved_order,  # noqa: F401
+                     is_parallel, layout, most_alive, rank_chunks, rank_order, representative_ranks, schedule_order)
+from .methods import Plan, SetStats, TrainableSet
 from .notes import Note
+from .peak import PeakEstimate, optimizer_transient, peak_memory, why_no_peak
+from .recipes import update_temporaries
+from .run import Run, as_run
+from .sharding import torch_tensors
+from .training import TrainingMemory
 
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
-DEGREES = ("tp", "pp", "cp", "ep")
 # The tensors torch's ColwiseParallel / RowwiseParallel split are each model type's record's tp_plan
 # (memmath/architectures/); these are what every type shares.
 _VOCAB = ("embed_tokens", "wte", "word_embeddings", "embed_in", "lm_head", "embed_out")
 _EXPERTS = ("experts.gate_up_proj", "experts.down_proj")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The degrees of a run: dp x tp x pp x cp = n_gpus; ep inside dp x cp."""
-
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-
-    @property
-    def n_gpus(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
-
-    def coordinates(self, rank: int) -> dict:
-        """Rank -> its place on each axis (tensor fastest, then context, data, pipeline stage)."""
-        return {"tp": rank % self.tp, "cp": (rank // self.tp) % self.cp, "dp": (rank // (self.tp * self.cp)) % self.dp,
-                "pp": rank // (self.tp * self.cp * self.dp),
-                "ep": ((rank // self.tp) % (self.cp * self.dp)) % self.ep}
-
-    def describe(self) -> str:
-        return f"{self.dp} data x {self.tp} tensor x {self.pp} pipeline" + (
-            f" x {self.cp} context" if self.cp > 1 else "") + (f", {self.ep} expert" if self.ep > 1 else "")
-
-
-def layout(run) -> Layout:
-    """The Layout of a run (n_gpus = dp x tp x pp x cp, checked by Run)."""
-    return Layout(dp=run.n_gpus // (run.tp * run.pp * run.cp), tp=run.tp, pp=run.pp, cp=run.cp, ep=run.ep)
-
-
-def is_parallel(run) -> bool:
-    """True when the run splits the model itself (any of tp, pp, cp, ep above 1)."""
-    return any(getattr(run, name, 1) > 1 for name in DEGREES)
-
-
-def check(values: dict, shape, method) -> None:
-    """Raise a FieldError naming the field when the degrees do not fit the model or each other."""
-    from .methods import Full
-
-    tp, pp, cp, ep, n = values["tp"], values["pp"], values["cp"], values["ep"], values["n_gpus"]
-    split = tp * pp * cp
-    if n % split:
-        raise validate.FieldError("n_gpus", f"n_gpus ({n:,}) must be a multiple of tp x pp x cp = {tp} x {pp} x {cp} = "
-                                  f"{split:,}: the data-parallel degree is n_gpus / (tp x pp x cp)")
-    dp = n // split
-    if values["sequence_parallel"] and tp < 2:
-        raise validate.FieldError("sequence_parallel", "sequence_parallel splits along the sequence what tensor "
-                                  "parallelism keeps whole (norms, dropout): it needs tp of 2 or more")
-    v = values.get("virtual_stages", 1)
-    if values["pp_schedule"] == "interleaved":
-        if pp < 2:
-            raise validate.FieldError("pp", "pp_schedule='interleaved' runs several stages on each of pp >= 2 GPUs")
-        if v < 2:
-            raise validate.FieldError("virtual_stages", "pp_schedule='interleaved' needs virtual_stages of 2 or more "
-                                      f"(the stages each GPU runs); got {v}")
-        if shape.n_layers % (pp * v):
-            raise validate.FieldError("virtual_stages", f"pp x virtual_stages = {pp} x {v} must divide the model's "
-                                      f"{shape.n_layers:,} blocks: each of the pp x v stages holds as many")
-        m = values["micro_batches"]
-        rounds = max(1, m // pp)
-        if m % rounds:  # torch's ScheduleInterleaved1F1B: "a multiple of the number of rounds"
-            raise validate.FieldError("micro_batches", f"micro_batches ({m}) must be a multiple of max(1, m // pp) = "
-                                      f"{rounds} for torch's interleaved 1F1B")
-    elif v > 1:
-        raise validate.FieldError("virtual_stages", f"virtual_stages ({v}) > 1 needs pp_schedule='interleaved'")
-    if values["micro_batches"] > 1 and pp < 2:
-        raise validate.FieldError("micro_batches", f"micro_batches ({values['micro_batches']}) splits a pipeline "
-                                  "step: it needs pp of 2 or more (1 for a run without pipeline parallelism)")
-    if not (tp > 1 or pp > 1 or cp > 1 or ep > 1):
-        return
-    if (dp * cp) % ep:
-        raise validate.FieldError("ep", f"ep ({ep}) must divide dp x cp = {dp} x {cp}: expert parallelism spreads the "
-                                  "experts over ranks that hold the same dense weights")
-    name = next(d for d in DEGREES if values[d] > 1)
-    if not isinstance(method, Full):
-        raise validate.FieldError("method", f"{name} > 1 is modelled for full finetuning (method=Full()) only; got "
-                                  f"{method.describe()}")
-    if values["sharding"] != "even":
-        raise validate.FieldError("sharding", f"sharding={values['sharding']!r} models one engine's data-parallel "
-                                  f"sharding; with {name} > 1 use sharding='even' (ZeRO on the data axis)")
-    if not shape.tensor_count_known or not shape.has_shape:
-        raise validate.FieldError(name, f"{name} > 1 needs the model's tensors: pass a preset or a ModelShape with "
-                                  "layers, not a parameter count or a uniform model")
-    if shape.vision is not None:
-        raise validate.FieldError(name, f"{name} > 1 is not modelled for a vision-language model")
-    if tp > 1:
-        kv = shape.n_kv_heads or shape.n_heads
-        for label, size in (("attention heads", shape.n_heads), ("key/value heads", kv),
-                            ("the MLP width", shape.intermediate_size if not shape.n_experts else None),
-                            ("an expert's width", shape.expert_intermediate_size if shape.n_experts else None),
-                            ("the shared expert's width", shape.shared_expert_intermediate_size or None)):
-            if size is not None and size % tp:
-                raise validate.FieldError("tp", f"tp ({tp}) must divide {label} ({size:,}): tensor parallelism "
-                                          "gives each rank whole heads and an equal share of the width")
-        if shape.qk_norm == "full":
-            raise validate.FieldError("tp", "tp > 1 is not modelled for OLMo 2's q/k norms over all heads")
-    if pp > 1 and shape.n_layers % pp:
-        raise validate.FieldError("pp", f"pp ({pp}) must divide the model's {shape.n_layers:,} blocks: each stage "
-                                  "holds n_layers / pp of them")
-    if ep > 1:
-        if not shape.n_experts:
-            raise validate.FieldError("ep", f"ep ({ep}) splits a mixture of experts' routed experts; "
-                                      f"{shape.name or 'this model'} is dense (ep must be 1)")
-        if shape.n_experts % ep:
-            raise validate.FieldError("ep", f"ep ({ep}) must divide the {shape.n_experts} routed experts")
-    seq_len = values["seq_len"]
-    if cp > 1 and seq_len is not None:
-        if validate.is_array(seq_len):
-            raise validate.FieldError("seq_len", "seq_len must be a single value with cp > 1")
-        if seq_len % cp:
-            raise validate.FieldError("cp", f"cp ({cp}) must divide seq_len ({seq_len:,}): each rank keeps "
-                                      "seq_len / cp tokens")
-    if validate.is_array(values["batch_size"]) or validate.is_array(seq_len):
-        raise validate.FieldError("batch_size" if validate.is_array(values["batch_size"]) else "seq_len",
-                                  f"a run with {name} > 1 takes single sizes, not sweeps")
-    for field_name in ("padded", "packed"):
-        if values.get(field_name):
-            raise validate.FieldError(field_name, f"a {field_name} batch is modelled on one GPU or data parallel only "
-                                      f"(validation/padding.py measured no split run); with {name} > 1 use "
-                                      f"{field_name}=False")
 
 
 # ---- one rank's tensors -----------------------------------------------------------------------------
@@ -248,8 +133,6 @@ def _rank_tensors(run, rank: int | None = None) -> list[tuple]:
 
 @functools.lru_cache(maxsize=4096)
 def _layout_tensors(shape, tp, pp, cp, ep, n_gpus, virtual_stages, rank) -> tuple:
-    from .sharding import torch_tensors
-
     lay = Layout(dp=n_gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, ep=ep)
     at = lay.coordinates(rank)
     v = virtual_stages
@@ -298,9 +181,6 @@ def rank_parts(run, rank: int | None = None) -> dict:
 @functools.lru_cache(maxsize=4096)  # a rank's peak, its memory and the planner ask it of the same run many times
 def _rank_parts(key: tuple, rank: int) -> dict:
     run = key[0]
-    from .methods import Plan, SetStats, TrainableSet
-    from .training import _shard, _trainable_parts
-
     lay = layout(run)
     recipe, opt = run.recipe, run.optimizer_spec
     tensors = rank_tensors(run, rank)
@@ -321,15 +201,15 @@ def _rank_parts(key: tuple, rank: int) -> dict:
         trainable = TrainableSet.of("expert weights" if expert else "weights", stats, recipe.weight_bits)
         plan = Plan(weight_bytes=validate.ceil_div(stats.params * recipe.weight_bits, 8), quantization_constant_bytes=0,
                     trainable=(trainable,), adapter_params=0, layers_storing=0, embeddings_trainable=True)
-        grads, accumulation, master, states = _trainable_parts(plan, recipe, opt, run.model, [])
+        grads, accumulation, master, states = training.trainable_parts(plan, recipe, opt, run.model, [])
         weights, state_bytes = plan.weight_bytes, states.total
         group_size = lay.dp * lay.cp // (lay.ep if expert else 1)  # the ranks that hold the same tensors
         if group_size > 1 and run.zero_stage:
-            state_bytes, master = _shard(state_bytes, group_size), _shard(master, group_size)
+            state_bytes, master = training.shard(state_bytes, group_size), training.shard(master, group_size)
             if run.zero_stage >= 2:
-                grads, accumulation = _shard(grads, group_size), _shard(accumulation, group_size)
+                grads, accumulation = training.shard(grads, group_size), training.shard(accumulation, group_size)
             if run.zero_stage >= 3:
-                weights = _shard(weights, group_size)
+                weights = training.shard(weights, group_size)
         detail = states if detail is None else detail + states
         for key, value in (("weights", weights), ("gradients", grads), ("gradient_accumulation", accumulation),
                            ("master_weights", master), ("optimizer_states", state_bytes), ("params", stats.params)):
@@ -351,27 +231,6 @@ def _rank_parts(key: tuple, rank: int) -> dict:
 
 
 # ---- activations ------------------------------------------------------------------------------------
-def in_flight(schedule: str, pp: int, micro_batches: int, stage: int, virtual_stages: int = 1) -> int:
-    """Micro-batches whose activations a stage keeps at once: GPipe all m (every forward before any backward);
-    1F1B min(m, pp - stage) (torch.distributed.pipelining Schedule1F1B's warm-up: the first stage runs pp
-    forwards before its first backward, the last one); interleaved 1F1B, the most micro-batch stages alive at
-    once on pipeline rank `stage` as interleaved_order runs them."""
-    if pp == 1:
-        return 1
-    if schedule == "interleaved":
-        order = interleaved_order(pp, virtual_stages, micro_batches, stage)
-        return _most_alive(order, [1] * virtual_stages)[1]
-    return micro_batches if schedule == "gpipe" else min(micro_batches, pp - stage)
-
-
-def bubble(schedule: str, pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
-    """The pipeline's idle fraction (pp - 1) / (m + pp - 1), for GPipe (Huang et al. 2019) and 1F1B alike
-    (Narayanan et al. 2021: 1F1B keeps GPipe's bubble and holds fewer micro-batches); interleaved 1F1B over v
-    stages per GPU shrinks the bubble's time v-fold (Narayanan et al. 2021, section 2.2): (pp - 1) / (v m + pp - 1)."""
-    v = virtual_stages if schedule == "interleaved" else 1
-    return (pp - 1) / (v * micro_batches + pp - 1)
-
-
 def exact_applies(run) -> str:
     """"" when the exact activation model replays one rank of this run, else why not."""
     shape = run.model
@@ -406,57 +265,11 @@ def local_shape(run, rank: int | None = None):
 def _sp_share(terms, tp: int) -> int:
     """Bytes of one micro-batch's saved norm tensors (each block's and the final norm's) that sequence parallelism
     leaves on s/tp tokens: (1 - 1/tp) of them are not kept."""
-    # with checkpointing a block keeps only its input, which sequence parallelism leaves Shard(1) too (found after
-    # validation/parallel.py's round 3 recorded a checkpointed tensor + sequence parallel run: not held out for it)
+    # with checkpointing a block keeps only its input, which sequence parallelism leaves Shard(1) too (read off a
+    # recorded checkpointed tensor + sequence parallel run of validation/parallel.py, so that run is not held out)
     norm = sum(b for place, label, b in terms if "layernorm" in label or "final norm" in label
                or label == "block input (checkpoint)")
     return norm - validate.ceil_div(norm, tp)
-
-
-def rank_chunks(run, rank: int | None = None) -> list[dict]:
-    """The pipeline stages one GPU runs, as {"chunk", "stage", "first", "last", "layers"}: one (its pipeline
-    coordinate) but for interleaved 1F1B, where chunk c is stage c x pp + the coordinate of pp x v stages."""
-    lay = layout(run)
-    at = lay.coordinates(run.rank if rank is None else rank)
-    v = run.virtual_stages
-    stages = lay.pp * v
-    return [{"chunk": c, "stage": c * lay.pp + at["pp"], "first": c * lay.pp + at["pp"] == 0,
-             "last": c * lay.pp + at["pp"] == stages - 1, "layers": run.model.n_layers // stages} for c in range(v)]
-
-
-def rank_order(run, rank: int | None = None) -> list[tuple]:
-    """The GPU's actions in order, ("F" or "B", micro-batch, chunk): schedule_order's for GPipe and 1F1B (chunk 0),
-    interleaved_order's for interleaved 1F1B."""
-    lay = layout(run)
-    at = lay.coordinates(run.rank if rank is None else rank)
-    if run.pp_schedule == "interleaved" and lay.pp > 1:
-        return interleaved_order(lay.pp, run.virtual_stages, run.micro_batches, at["pp"])
-    return [(kind, i, 0) for kind, i in schedule_order(run.pp_schedule, lay.pp, run.micro_batches, at["pp"])]
-
-
-def interleaved_order(pp: int, virtual_stages: int, micro_batches: int, rank: int) -> list[tuple]:
-    """ScheduleInterleaved1F1B's actions on pipeline rank `rank`, ("F" or "B", micro-batch, chunk), as torch 2.13
-    computes them (schedules.py _get_warmup_ops and _get_1f1b_rank_ops, without the idle slots): (v - 1) x m/r
-    + 2 (pp - 1 - rank) warm-up forwards (r = max(1, m // pp) rounds of m/r micro-batches), then a forward and a
-    backward by turns, then the remaining backwards; forward k runs chunk (k // (m/r)) % v, backward k after the
-    warm-up chunk v - 1 - ((k - warm-up) // (m/r)) % v."""
-    v, m = virtual_stages, micro_batches
-    per_round = m // max(1, m // pp)
-    total = v * m
-    warm = min((v - 1) * per_round + 2 * (pp - 1 - rank), total)
-    forward_chunk = lambda step: (step // per_round) % v  # noqa: E731
-    backward_chunk = lambda step: v - 1 - ((step - warm) // per_round) % v  # noqa: E731
-    done_f, done_b, order = [0] * v, [0] * v, []
-    for op in range(total + warm):
-        if op < total:
-            c = forward_chunk(op)
-            order.append(("F", done_f[c], c))
-            done_f[c] += 1
-        if op >= warm:
-            c = backward_chunk(op)
-            order.append(("B", done_b[c], c))
-            done_b[c] += 1
-    return order
 
 
 def _chunk_activations(run, rank, chunk: dict, parts, est, tp: int) -> tuple:
@@ -472,18 +285,6 @@ def _chunk_activations(run, rank, chunk: dict, parts, est, tp: int) -> tuple:
     return blocks + outside - cut, cut
 
 
-def _most_alive(order, per_chunk: list) -> tuple:
-    """Replaying `order`: (the most bytes of saved activations alive at once, the most micro-batch chunks alive)."""
-    alive, most, count, most_count = 0, 0, 0, 0
-    for kind, _, c in order:
-        if kind == "F":
-            alive, count = alive + per_chunk[c], count + 1
-            most, most_count = max(most, alive), max(most_count, count)
-        else:
-            alive, count = alive - per_chunk[c], count - 1
-    return most, most_count
-
-
 def stage_activations(run, rank: int | None = None) -> dict:
     """One rank's activations: {"total", "per_micro_batch", "in_flight", "exact", "notes", "parts", "local_run",
     "chunks", "per_chunk", "sequence_parallel_cut"}.
@@ -492,8 +293,6 @@ def stage_activations(run, rank: int | None = None) -> dict:
     per_chunk: the same per stage; total: the most alive at once as the schedule runs (rank_order); in_flight: the
     most micro-batches (micro-batch stages, interleaved) alive at once. exact: the exact trace of the rank's local
     model (see the module doc); else derived from Korthikanti et al."""
-    from .run import Run
-
     lay = layout(run)
     rank = run.rank if rank is None else rank
     chunks = rank_chunks(run, rank)
@@ -501,16 +300,14 @@ def stage_activations(run, rank: int | None = None) -> dict:
     why = exact_applies(run)
     notes = []
     if run.seq_len is None:
-        flight = _most_alive(order, [0] * len(chunks))[1] if lay.pp > 1 else 1
+        flight = most_alive(order, [0] * len(chunks))[1] if lay.pp > 1 else 1
         return {"total": 0, "per_micro_batch": 0, "in_flight": flight, "exact": False, "notes": notes, "parts": None,
                 "local_run": None, "chunks": chunks, "per_chunk": [0] * len(chunks), "sequence_parallel_cut": 0}
     if not why:
         local = Run(local_shape(run, rank), precision=run.precision, optimizer=run.optimizer, batch_size=run.batch_size,
                     seq_len=run.seq_len, checkpointing=run.checkpointing, attention=run.attention, dropout=run.dropout,
                     activations="transformers", device=run.device, grad_accum_steps=run.grad_accum_steps)
-        from .training import step_parts
-
-        _, parts = step_parts(local)
+        _, parts = training.step_parts(local)
         pieces = [_chunk_activations(run, rank, chunk, parts, parts.estimate, lay.tp) for chunk in chunks]
         per_chunk, cut = [one for one, _ in pieces], sum(c for _, c in pieces)
     else:
@@ -520,7 +317,7 @@ def stage_activations(run, rank: int | None = None) -> dict:
         parts = local = None
         per_chunk = [derived_stage_bytes(run, first=c["first"], last=c["last"], layers=c["layers"]) for c in chunks]
         cut = 0
-    total, flight = _most_alive(order, per_chunk) if lay.pp > 1 else (per_chunk[0], 1)
+    total, flight = most_alive(order, per_chunk) if lay.pp > 1 else (per_chunk[0], 1)
     return {"total": total, "per_micro_batch": sum(per_chunk), "in_flight": flight, "exact": not why, "notes": notes,
             "parts": parts, "local_run": local, "chunks": chunks, "per_chunk": per_chunk, "sequence_parallel_cut": cut}
 
@@ -573,11 +370,26 @@ def derived_stage_bytes(run, *, first: bool, last: bool, layers: int) -> int:
     return out
 
 
-def rank_step_parts(run, notes: list, single_estimate) -> tuple:
-    """What training._step_parts keeps for one rank of a parallel run: (weights, quantization constants,
-    gradients, accumulation, master weights, optimizer states, their detail, activations, the activation
-    estimate, None for the exact model's ActivationParts (peak_memory models one GPU), notes)."""
+def rank_memory(run) -> TrainingMemory:
+    """The TrainingMemory of one rank (run.rank): its weights, gradients, states and activations, the model's
+    parameter counts and the whole model's activation estimate kept; a run that splits nothing is its one GPU's
+    (training.step_parts). What training_memory answers for any run."""
+    if not is_parallel(run):
+        return training.step_parts(run)[0]
+    if run.is_sweep:
+        return _rank_memory(run)
+    return _cached_rank_memory(run.cache_key)
+
+
+@functools.lru_cache(maxsize=512)  # the planner and a layout's peak ask the same ranks again and again
+def _cached_rank_memory(key: tuple) -> TrainingMemory:  # Run.cache_key: the run and what its names stand for now
+    return _rank_memory(key[0])
+
+
+def _rank_memory(run) -> TrainingMemory:
+    whole = training.step_parts(run)[0]  # the model whole: its parameter counts, notes and activation estimate
     lay = layout(run)
+    notes = whole.notes
     parts = rank_parts(run)
     acts = stage_activations(run)
     at = lay.coordinates(run.rank)
@@ -611,9 +423,10 @@ def rank_step_parts(run, notes: list, single_estimate) -> tuple:
                          "requirement() counts them, in the step's peak where memmath models it, else added to the "
                          "sum of the parts"))
     kept += acts["notes"]
-    estimate = single_estimate if run.seq_len is not None else None
-    return (parts["weights"], 0, parts["gradients"], parts["gradient_accumulation"], parts["master_weights"],
-            parts["optimizer_states"], parts["optimizer_state_detail"], acts["total"], estimate, None, kept)
+    return replace(whole, weights=parts["weights"], quantization_constants=0, gradients=parts["gradients"],
+                   gradient_accumulation=parts["gradient_accumulation"], master_weights=parts["master_weights"],
+                   optimizer_states=parts["optimizer_states"], optimizer_state_detail=parts["optimizer_state_detail"],
+                   activations=acts["total"], notes=tuple(kept))
 
 
 # ---- communication buffers (derived) ----------------------------------------------------------------
@@ -669,8 +482,6 @@ def loss_parallel_extra(run, rank: int | None = None) -> int:
 def peak_why_not(run) -> str:
     """"" when parallel_peak models this split run on measured ground (validation/parallel.py's engines), else why
     not, in words: then requirement() judges the worst rank's sum of the parts plus its buffers."""
-    from .peak import why_no_peak
-
     lay = layout(run)
     if run.seq_len is None:
         return "no sequence length: the activations are left out"
@@ -704,8 +515,6 @@ def worst_rank_peak(run) -> dict:
 
 def peak_estimate(run, peak: dict):
     """parallel_peak's dict as a PeakEstimate (the one the Requirement carries, as for one GPU)."""
-    from .peak import PeakEstimate
-
     return PeakEstimate(forward=peak["forward"], backward=peak["backward"], optimizer_step=peak["optimizer_step"],
                         resident=peak["resident"], moments=tuple(peak["moments"]),
                         notes=(Note("parallel_peak", f"rank {peak['rank']}'s step: {peak['basis']} "
@@ -721,23 +530,20 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
     loss_parallel tensor at the loss (loss_parallel_extra), the embedding's whole-vocabulary gradient from the
     embeddings on, and the buffers. Otherwise the stage's schedule replayed micro-batch by micro-batch
     (_schedule_phases), over the traced parts where the exact model applies, else over Korthikanti et al.'s.
-    validation/parallel.py's round-1 runs were recorded before these terms were written (see _schedule_phases
-    and loss_parallel_extra: they are not held out for peaks); round 2 after.
+    Some of validation/parallel.py's runs were read to find these terms (see _schedule_phases and
+    loss_parallel_extra), so only the runs it marks peak_held_out test the peak independently.
     """
-    from .peak import peak_memory
-    from .training import training_memory
-
     rank = run.rank if rank is None else rank
     if rank != run.rank:
         run = run.replace(rank=rank)
     lay = layout(run)
-    memory = training_memory(run)
+    memory = rank_memory(run)
     acts = stage_activations(run)
     extra = sum(buffers(run).values())
     if lay.pp == lay.cp == lay.ep == 1 and acts["exact"] and not (run.zero_stage and lay.dp > 1):
         single = peak_memory(acts["local_run"], step=step)
         # sequence parallelism's s/tp share of the norms' tensors (not the estimate's total less the per-micro-batch
-        # bytes: with checkpointing that total holds a recomputed block too, found by round 3's held-out runs)
+        # bytes: with checkpointing that total holds a recomputed block too, as the checkpointed split runs show)
         cut = acts["sequence_parallel_cut"]
         grad = rank_parts(run).get("embedding_gradient_extra", 0)  # the whole-vocabulary embedding gradient
         loss = loss_parallel_extra(run, rank)
@@ -752,33 +558,12 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
         resident, notes = int(single.resident) + extra, tuple(single.notes)
     else:
         moments, resident = _schedule_phases(run, rank, step, memory, acts, extra)
-        from .peak import optimizer_transient
-
         _, note = optimizer_transient(run.model, run.method, run.recipe, run.optimizer_spec, run.device)
         notes = (note,) if note is not None else ()
         basis = "the stage's schedule replayed over " + ("its traced" if acts["exact"] else "derived") + " parts"
     phases = {phase: max(v for p, _, v in moments if p == phase) for phase in ("forward", "backward", "optimizer_step")}
     return {**phases, "total": max(phases.values()), "basis": basis, "moments": tuple(moments), "resident": resident,
             "notes": notes}
-
-
-def schedule_order(schedule: str, pp: int, micro_batches: int, stage: int) -> list[tuple]:
-    """The stage's actions in order, ("F", i) and ("B", i): GPipe every forward, then every backward
-    (torch.distributed.pipelining ScheduleGPipe); 1F1B min(m, pp - stage) forwards, then one backward and one
-    forward by turns, then the remaining backwards (Schedule1F1B._step_microbatches: warm-up, 1B1F, cool-down)."""
-    m = micro_batches
-    if schedule == "gpipe" or pp == 1:
-        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-    warm = min(m, pp - stage)
-    order, forward, backward = [("F", i) for i in range(warm)], warm, 0
-    while True:
-        order.append(("B", backward))
-        backward += 1
-        if forward == m:
-            break
-        order.append(("F", forward))
-        forward += 1
-    return order + [("B", i) for i in range(backward, m)]
 
 
 def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
@@ -840,8 +625,8 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
 
     The moments of each forward are the last block at its fullest and (last stage) the loss; of each backward the
     loss's two fp32 vocabulary gradients, entering the last block with its working set, (with checkpointing)
-    recomputing the last block over every kept block input, and leaving the stage. The recomputation moment was
-    written before any checkpointed split run was recorded (validation/parallel.py round 3).
+    recomputing the last block over every kept block input, and leaving the stage. The checkpointed split runs of
+    validation/parallel.py were not read to write the recomputation moment: they test it.
     Without a pipeline (pp = 1: context or expert parallelism, or ZeRO beside tensor parallelism) the order is
     one forward and one backward. The output, logits and input-gradient terms were found after validation/
     parallel.py's pipeline runs were recorded (by profiler traces of two of them), so those runs are not held
@@ -917,16 +702,8 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
                         after + kept + grads + outputs * logits))
     sizes = [validate.ceil_div(_numel(dims) * max(run.recipe.weight_bits, run.recipe.master_bits), 8)
              for _, dims, _ in rank_tensors(run, rank)]
-    transient, previous = 0, 0
-    from .peak import ADAM_LIKE
-
-    if run.optimizer_spec.name not in ADAM_LIKE:
-        pass  # SGD with momentum updates in place
-    elif run.device == "cuda":  # foreach Adam: temporaries as large as every trainable tensor together (as peak.py)
-        transient = sum(sizes)
-    else:  # the CPU's single-tensor Adam: 2 x a tensor's denominator beside the previous one's (as peak.py)
-        for size in sizes:
-            transient, previous = max(transient, 2 * size + previous), size
+    # the optimizer's temporaries by its entry's rule (recipes.TEMPORARIES); bitsandbytes' update is taken as Adam's
+    transient = 0 if run.optimizer_spec.temporaries == "none" else update_temporaries(sizes, run.device)
     moments.append(("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
                     after + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient))
     return moments, resident
@@ -959,26 +736,15 @@ class ParallelMemory:
 
 
 def parallel_memory(model, **settings) -> ParallelMemory:
-    """One rank (run.rank) of a parallel run: training_memory's parts and the communication buffers."""
-    from .run import as_run
-    from .training import training_memory
-
+    """One rank (run.rank) of a parallel run: its parts (rank_memory) and the communication buffers."""
     run = as_run(model, **settings)
     lay = layout(run)
-    memory = training_memory(run)
+    memory = rank_memory(run)
     acts = stage_activations(run) if is_parallel(run) else None
     return ParallelMemory(memory=memory, buffers=buffers(run), rank=run.rank, coordinates=lay.coordinates(run.rank),
                           layout=lay, in_flight=acts["in_flight"] if acts else 1,
                           activations_exact=bool(acts and acts["exact"]),
                           bubble=bubble(run.pp_schedule, lay.pp, run.micro_batches, run.virtual_stages))
-
-
-def representative_ranks(run) -> list[int]:
-    """One rank per distinct position that changes what a rank stores: each stage, each tensor rank (the
-    vocabulary's last piece may be shorter); data and context ranks store alike."""
-    lay = layout(run)
-    step = lay.tp * lay.cp * lay.dp
-    return [stage * step + t for stage in range(lay.pp) for t in range(lay.tp)]
 
 
 def worst_rank(run) -> ParallelMemory:
@@ -988,8 +754,6 @@ def worst_rank(run) -> ParallelMemory:
     vocab-parallel loss's), and torch.chunk gives the first piece the most rows. So each stage's first rank is
     compared (a 64-rank layout costs 8 ranks' arithmetic, not 64).
     """
-    from .run import as_run
-
     run = as_run(run)  # a Run, or a model whose default run is asked
     if run.is_sweep:
         raise validate.FieldError(run.swept, f"{run.swept} must be a single value: one run has one worst rank")
@@ -1000,125 +764,3 @@ def worst_rank(run) -> ParallelMemory:
         if best is None or candidate.total > best.total:
             best = candidate
     return best
-
-
-# ---- the layout planner -----------------------------------------------------------------------------
-TRADE_OFFS = {
-    "dp": "data parallelism copies the model: it adds GPUs for speed, not room (ZeRO shards the copies' states)",
-    "tp": "tensor parallelism all-reduces every block's activations: it wants NVLink inside a node (tp <= 8)",
-    "pp": "pipeline parallelism idles (pp - 1) / (m + pp - 1) of the step (the bubble) and passes activations between "
-          "stages",
-}
-
-
-@dataclass(frozen=True)
-class LayoutPlan:
-    """The fewest GPUs (and their layout) that fit a run on a card, or None when nothing up to max_gpus fits."""
-
-    run: object  # the run with the layout's degrees, or None
-    layout: Layout | None
-    worst: ParallelMemory | None  # the rank the requirement judges: its parts and buffers
-    usable_bytes: int
-    gpu: str
-    tried: int
-    trade_offs: tuple
-    need: object = None  # the layout's Requirement (requirement(run)): what the card was judged against
-
-    @property
-    def fits(self) -> bool:
-        return self.layout is not None
-
-
-def _divisors(n: int, limit: int) -> list[int]:
-    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
-
-
-def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, reserved_bytes=None,
-                       **settings) -> LayoutPlan:
-    """The fewest GPUs, and the layout (data x tensor x pipeline), whose worst rank fits `gpu`.
-
-    Tries n = 1, 2, ... up to max_gpus (powers of two and their multiples of 3, as clusters are built), and for
-    each every tp (a divisor of the heads, at most max_tp: one node) and pp (a divisor of the blocks) with
-    dp = n / (tp pp); ZeRO stays as the run has it, on the dp axis. Among the layouts of the fewest GPUs it
-    takes the first that fits in the order of preference: the least pipeline (no bubble), then the least tensor
-    parallelism. A layout fits when its
-    requirement (requirement(): the peak of the rank whose peak is highest where memmath models it, else the
-    worst rank's sum of parts plus buffers) fits the card as check_fit judges (the CUDA context reserved,
-    FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B), and
-    when that does not fit, each half of it down to 1 (fewer in flight, a larger bubble); a layout without a
-    pipeline runs the run's micro-batches as gradient accumulation steps.
-    """
-    from .decision import requirement
-    from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
-    from .run import as_run
-
-    run = as_run(model, **settings)
-    card = get_gpu(gpu)
-    reserved = CUDA_CONTEXT_BYTES if reserved_bytes is None else reserved_bytes
-    max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
-    max_tp = validate.count("max_tp", max_tp, high=validate.MAX_GPUS, scalar=True)
-    if run.is_sweep:
-        raise validate.FieldError(run.swept, f"{run.swept} must be a single value: the planner lays out one run")
-    shape = run.model
-    heads = _divisors(shape.n_heads, max_tp) if shape.n_heads else [1]
-    kv = shape.n_kv_heads or shape.n_heads or 1
-    sizes = sorted({n for k in range(0, 21) for n in (2 ** k, 3 * 2 ** k) if n <= max_gpus})
-    tried = 0
-    for n in sizes:
-        fits = []
-        # in the order of preference (the least pipeline, then the least tensor parallelism): the first that fits
-        for pp, tp in sorted((pp, tp) for pp in _divisors(shape.n_layers, n) for tp in heads):
-            if n % (tp * pp) or kv % tp:
-                continue
-            first = 1 if pp == 1 else run.micro_batches if run.micro_batches > 1 else pp
-            # The micro-batch counts that fit are tried too, the most first (the smallest bubble): fewer micro-batches
-            # keep fewer in flight on the first stage (1F1B holds min(m, p) of them: Narayanan et al. 2021).
-            for m in sorted({first} | {first >> k for k in range(first.bit_length())} - {0}, reverse=True):
-                try:
-                    # without a pipeline there is no schedule: a pipeline's micro-batches become gradient
-                    # accumulation steps (the same effective batch), and an interleaved schedule plain 1F1B
-                    plain = dict(pp_schedule="1f1b", virtual_stages=1, micro_batches=1,
-                                 grad_accum_steps=run.grad_accum_steps * run.micro_batches) if pp == 1 else {}
-                    candidate = run.replace(**{"micro_batches": m, **plain}, n_gpus=n, tp=tp, pp=pp, cp=1, ep=1,
-                                            rank=0, sequence_parallel=run.sequence_parallel and tp > 1)
-                except validate.FieldError:
-                    continue
-                tried += 1
-                # A cheap bound first: rank 0's weights, gradients and optimizer states are alive together at its
-                # optimizer step, so no requirement of this layout is below them (peak or sum of parts alike).
-                static = rank_parts(candidate, 0)
-                floor = sum(int(static[k]) for k in ("weights", "gradients", "gradient_accumulation",
-                                                     "master_weights", "optimizer_states"))
-                if not check_fit(floor, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
-                    break  # the floor does not depend on the micro-batches: no count fits this layout
-                need = requirement(candidate)
-                if check_fit(need.bytes, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
-                    fits.append((pp, tp, candidate, need))
-                    break
-            if fits:
-                break
-        if fits:
-            pp, tp, candidate, need = fits[0]
-            if not is_parallel(candidate):
-                worst = parallel_memory(candidate)
-            elif need.basis == "peak":  # the rank whose peak is the requirement
-                worst = parallel_memory(candidate.replace(rank=need.memory.run.rank))
-            else:
-                worst = worst_rank(candidate)
-            return LayoutPlan(run=candidate, layout=layout(candidate), worst=worst,
-                              usable_bytes=int(card.memory_bytes) - reserved, gpu=card.name, tried=tried,
-                              trade_offs=_trade_offs(layout(candidate), candidate), need=need)
-    return LayoutPlan(run=None, layout=None, worst=None, usable_bytes=int(card.memory_bytes) - reserved,
-                      gpu=card.name, tried=tried, trade_offs=())
-
-
-def _trade_offs(lay: Layout, run) -> tuple:
-    lines = []
-    for axis in ("dp", "tp", "pp"):
-        degree = getattr(lay, axis)
-        text = TRADE_OFFS[axis]
-        if axis == "pp" and degree > 1:
-            text += (f": here {bubble(run.pp_schedule, degree, run.micro_batches, run.virtual_stages):.0%} with "
-                     f"m = {run.micro_batches}")
-        lines.append(f"{axis} = {degree}: {text}")
-    return tuple(lines)

@@ -83,16 +83,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .arrays import is_ndarray, np
 
-from . import validate
+from . import preference, validate
 from .hf_activations import activation_parts, scalar_methods
+from .methods import Adapters, Freeze, Full, LoRA, QLoRA
 from .loss import backward_at_loss
-from .methods import Adapters, Freeze, Full, LoRA
 from .notes import Note
 from .offload import why_no_peak as offload_why_no_peak
+from .recipes import update_temporaries
 from .run import Run, as_run
 from .training import BNB_QMAP_BYTES, step_parts
 
@@ -105,7 +106,6 @@ PHASES = ("forward", "backward", "optimizer_step")
 LATER_MICRO_BATCH = " (a later micro-batch: the earlier ones' gradients held)"
 STEPS = ("steady", "first")  # peak_memory(step=...): every step after the first, or the first
 INT64 = 8
-ADAM_LIKE = ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad", "adam8bit", "adafactor")
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,9 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     they exist; an fp32 master copy is alive in both (built with the optimizer, before the first
     forward). Both are measured (validation/measure.py runs two steps). With run.grad_accum_steps > 1 the forward
     and backward phases are a later micro-batch's, every gradient of the earlier ones held (validation/grad_accum.py).
+
+    The step is three named phases over one set of terms (_StepTerms): forward, backward and the optimizer
+    step, each adding its moments (phase, label, bytes) in the order the step reaches them.
     """
     step = validate.choice("step", step, STEPS)
     run = as_run(model, **settings)
@@ -187,190 +190,289 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
         fallback = next((str(n) for n in run.notes if n.kind == "activations_textbook_fallback"), "")
         raise ValueError(f"no peak model for this run: {why.removesuffix(' (see the activations note)')}"
                          + (f"; {fallback}" if fallback else ""))
-    memory, parts = step_parts(run)
-    shape, method = run.model, run.method
-    recipe, opt = run.recipe, run.optimizer_spec
-    b, s = run.batch_size, run.seq_len
-    checkpointing, attention, dropout, device = run.checkpointing, run.attention, run.dropout, run.device
     if run.is_sweep:
         # A sweep computes in int64: its largest points, evaluated exactly with Python ints, must fit.
-        for top in scalar_methods(method, shape):
-            largest = peak_memory(run.replace(method=top, batch_size=validate.largest(b), seq_len=validate.largest(s)))
+        for top in scalar_methods(run.method, run.model):
+            largest = peak_memory(run.replace(method=top, batch_size=validate.largest(run.batch_size),
+                                              seq_len=validate.largest(run.seq_len)))
             validate.check_sweep("peak (from seq_len and batch_size)", largest.total)
-    from . import preference
+    terms = _StepTerms.of(run, step)
+    moments = _Moments(terms)
+    _forward(terms, moments)
+    _backward(terms, moments)
+    note = _optimizer_step(terms, moments)
+    return moments.estimate(note)
 
-    dpo = run if isinstance(method, preference.DPO) else None
-    if dpo is not None:  # preference training: the policy's method over chosen and rejected sequences (2b)
-        method, b = method.base, 2 * b
-    e, t = parts.element_bytes, b * s
-    h, inner, vocab = shape.hidden_size, shape.intermediate_size, shape.vocab_size or 0
-    record = shape.architecture  # the model type's facts (memmath/architectures/); None for the uniform family
-    lm = record is None or record.causal
-    trains = memory.trainable_params > 0
 
-    # Alive before the step: weights (adapters included), the batch, the buffers.
-    batch_bytes = INT64 * t + (INT64 * t if lm else INT64 * b)
-    buffers = 2 * INT64 * shape.max_positions if record is not None and record.position_id_buffers else (
-        shape.head_dim * e if record is not None and record.rotary else 0)
-    if dpo is not None:  # the reference log-probabilities (2b fp32) and the reference copy's buffers
-        batch_bytes = batch_bytes + preference.batch_extra(dpo)
-        buffers = buffers + preference.reference_resident(dpo, parts)
-    resident = memory.weights + memory.quantization_constants + batch_bytes + buffers
-    saved = (parts.estimate.saved_by_forward - parts.batch) * trains
+@dataclass(frozen=True)
+class _StepTerms:
+    """The bytes every moment of one step is built from, read once from the run and its parts.
 
-    grads = memory.gradients + memory.gradient_accumulation
-    g_embed, g_head = _group_gradients(shape, method, recipe)
-    tied_embed = _embedding_bytes(shape, recipe) if shape.tied_embeddings and g_embed > 0 else 0
-    g_head_side = g_head + tied_embed  # a tied embedding gets its first gradient at the head
-    g_block = _block_gradients(shape, method, recipe)
-    storing = parts.estimate.layers_storing
-    # With checkpointing transformers makes the embedding output a leaf that requires grad: the
-    # graph's AccumulateGrad node keeps it, and backward gives it a gradient, while the loss lives.
-    leaf = 2 * e * t * h if checkpointing and g_embed == 0 else 0
-    # The block's backward working set: the gradient arriving at it and the MLP-wide gradients alive
-    # at once (GPT-2's gelu_new, a chain of plain ops, holds three; GELU and SwiGLU two).
-    work_bwd = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * inner * e
+    method and b are the policy's (a DPO run trains its base method over chosen and rejected sequences, 2b);
+    resident is what is alive before the step (weights, batch, buffers); kept, previous_loss, held_steady what the
+    step before left alive (see _StepTerms.of); the rest are the module doc's terms by name.
+    """
+
+    run: Run
+    step: str
+    memory: object
+    parts: object
+    method: object
+    b: object
+    t: object
+    e: int
+    batch_bytes: object
+    buffers: object
+    resident: object
+    trains: object
+    saved: object
+    embeddings_alloc: object
+    grads: object
+    g_embed: object
+    g_head: object
+    tied_embed: object
+    g_block: object
+    leaf: object
+    work_bwd: object
+    kept: object
+    previous_loss: object
+    dequant: object
+    held: object
+    held_steady: object
+
+    @property
+    def dpo(self):
+        """The run when it is preference training (DPO), else None."""
+        return self.run if isinstance(self.run.method, preference.DPO) else None
+
+    @property
+    def lm(self) -> bool:
+        """A causal language model (a loss over the vocabulary), not BERT (the uniform family counts as one)."""
+        record = self.run.model.architecture  # the model type's facts (memmath/architectures/)
+        return record is None or record.causal
+
+    @property
+    def later(self) -> bool:
+        """Gradient accumulation: the forward and backward moments are a later micro-batch's."""
+        return self.run.grad_accum_steps > 1
+
+    @property
+    def g_head_side(self):
+        """The head side's gradients: a tied embedding gets its first gradient at the head."""
+        return self.g_head + self.tied_embed
+
+    @classmethod
+    def of(cls, run: Run, step: str) -> _StepTerms:
+        memory, parts = step_parts(run)
+        shape, recipe, opt = run.model, run.recipe, run.optimizer_spec
+        method, b = run.method, run.batch_size
+        dpo = isinstance(method, preference.DPO)
+        if dpo:  # preference training: the policy's method over chosen and rejected sequences (2b)
+            method, b = method.base, 2 * b
+        e, t, h = parts.element_bytes, b * run.seq_len, shape.hidden_size
+        record = shape.architecture  # the model type's facts (memmath/architectures/); None for the uniform family
+        lm = record is None or record.causal
+        trains = memory.trainable_params > 0
+
+        # Alive before the step: weights (adapters included), the batch, the buffers.
+        batch_bytes = INT64 * t + (INT64 * t if lm else INT64 * b)
+        buffers = 2 * INT64 * shape.max_positions if record is not None and record.position_id_buffers else (
+            shape.head_dim * e if record is not None and record.rotary else 0)
+        if dpo:  # the reference log-probabilities (2b fp32) and the reference copy's buffers
+            batch_bytes = batch_bytes + preference.batch_extra(run)
+            buffers = buffers + preference.reference_resident(run, parts)
+        resident = memory.weights + memory.quantization_constants + batch_bytes + buffers
+
+        g_embed, g_head = _group_gradients(shape, method, recipe)
+        # With checkpointing transformers makes the embedding output a leaf that requires grad: the
+        # graph's AccumulateGrad node keeps it, and backward gives it a gradient, while the loss lives.
+        leaf = 2 * e * t * h if run.checkpointing and g_embed == 0 else 0
+        # From the second step on the optimizer states exist before forward starts (measured: step 2's forward and
+        # backward peaks = step 1's + exactly these bytes). The fp32 master copy exists from the first step: the
+        # frameworks that keep one (DeepSpeed's FP16_Optimizer, Megatron's Float16OptimizerWithFloat16Params, apex)
+        # build it with the optimizer, before the first forward (measured: validation/lora_dropout.py's master cases).
+        kept = memory.master_weights + (memory.optimizer_states if step == "steady" else 0)
+        if step == "first" and opt.name == "adam8bit":
+            kept = memory.master_weights + _bnb_maps(shape, method, recipe, opt)  # made with the optimizer, before step 1
+        # And the previous step's loss lives until the new one replaces it, at the end of forward: its
+        # value (fp32 for causal LMs, transformers upcasts the logits; BERT's at e) and the checkpointing
+        # leaf with its gradient (measured: step 2's forward peak - step 1's = states + these bytes).
+        previous_loss = ((4 if lm else e) + leaf) if step == "steady" else 0
+        # A quantized base (QLoRA): bitsandbytes dequantizes a whole matrix for each matmul, forward and
+        # backward; an 8-bit base's matmul keeps its input (ctx.A) until the graph goes, i.e. through the
+        # optimizer step and the next forward (measured by validation/quantized.py).
+        dequant, held = _quantized_base_extras(run, method, b, parts)
+        held_steady = held if step == "steady" else 0
+        if run.grad_accum_steps > 1:
+            # Gradient accumulation: a later micro-batch's forward also starts with the previous micro-batch's
+            # loss and graph alive (its loss value, the checkpointing leaf, an 8-bit base's held inputs), in the
+            # first step as in the steady one.
+            previous_loss, held_steady = (4 if lm else e) + leaf, held
+        return cls(run=run, step=step, memory=memory, parts=parts, method=method, b=b, t=t, e=e,
+                   batch_bytes=batch_bytes, buffers=buffers, resident=resident, trains=trains,
+                   saved=(parts.estimate.saved_by_forward - parts.batch) * trains,
+                   embeddings_alloc=parts.embeddings - parts.embeddings_batch,
+                   grads=memory.gradients + memory.gradient_accumulation, g_embed=g_embed, g_head=g_head,
+                   tied_embed=_embedding_bytes(shape, recipe) if shape.tied_embeddings and g_embed > 0 else 0,
+                   g_block=_block_gradients(shape, method, recipe), leaf=leaf,
+                   work_bwd=_backward_working_set(run, method, t, e), kept=kept, previous_loss=previous_loss,
+                   dequant=dequant, held=held, held_steady=held_steady)
+
+
+def _backward_working_set(run: Run, method, t, e):
+    """The block's backward working set: the gradient arriving at it and the MLP-wide gradients alive at once
+    (GPT-2's gelu_new, a chain of plain ops, holds three; GELU and SwiGLU two), and what LoRA adds to it."""
+    shape, h = run.model, run.model.hidden_size
+    record = shape.architecture
+    work = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * shape.intermediate_size * e
     # LoRA on routed experts (peft's ParamWrapper): the MoE block's backward starts at down_proj's grouped_mm,
     # which gives its weight W + BA a gradient the size of the whole E x h x I tensor, while everything is
     # still saved (written before the MoE LoRA cases were measured: validation/moe_lora.py).
     if isinstance(method, LoRA) and shape.n_experts and any(
             m.module == "experts.down_proj" for m in shape.lora_adapters(method.targets)):
-        work_bwd = work_bwd + shape.n_experts * h * shape.expert_intermediate_size * e
+        work = work + shape.n_experts * h * shape.expert_intermediate_size * e
     # LoRA dropout: the dropout's backward (grad * mask) makes the gradient of the adapter's input while the
     # gradient of the dropped copy (lora_A's input gradient) is still alive: one more t x d_in gradient in the
     # adapters' dtype, at the widest adapted input (found after validation/lora_dropout.py's checkpointed cases
     # were recorded: GPT-2 at hidden 256, all linear layers, measured 6.3% above the model without it).
     if isinstance(method, LoRA) and method.dropout:
         widest = max(adapter.d_in for adapter in shape.lora_adapters(method.targets))
-        work_bwd = work_bwd + t * widest * method.adapter_bits(recipe) // 8
+        work = work + t * widest * method.adapter_bits(run.recipe) // 8
+    return work
 
-    moments, breakdown = [], []
-    # From the second step on the optimizer states exist before forward starts (measured: step 2's forward and
-    # backward peaks = step 1's + exactly these bytes). The fp32 master copy exists from the first step: the
-    # frameworks that keep one (DeepSpeed's FP16_Optimizer, Megatron's Float16OptimizerWithFloat16Params, apex)
-    # build it with the optimizer, before the first forward (measured: validation/lora_dropout.py's master cases).
-    kept = memory.master_weights + (memory.optimizer_states if step == "steady" else 0)
-    if step == "first" and opt.name == "adam8bit":
-        kept = memory.master_weights + _bnb_maps(shape, method, recipe, opt)  # made with the optimizer, before step 1
-    # And the previous step's loss lives until the new one replaces it, at the end of forward: its
-    # value (fp32 for causal LMs, transformers upcasts the logits; BERT's at e) and the checkpointing
-    # leaf with its gradient (measured: step 2's forward peak - step 1's = states + these bytes).
-    previous_loss = ((4 if lm else e) + leaf) if step == "steady" else 0
 
-    # A quantized base (QLoRA): bitsandbytes dequantizes a whole matrix for each matmul, forward and
-    # backward; an 8-bit base's matmul keeps its input (ctx.A) until the graph goes, i.e. through the
-    # optimizer step and the next forward (measured by validation/quantized.py).
-    dequant, held = _quantized_base_extras(shape, method, recipe, parts, s, b, dropout, attention, checkpointing,
-                                           device)
-    held_steady = held if step == "steady" else 0
-    four_bit = getattr(method, "quant_type", None) in ("nf4", "fp4")
-    # Gradient accumulation (run.grad_accum_steps > 1): the step's peak is a later micro-batch's, whose forward
-    # and backward run with every gradient of the earlier ones held (see the module doc). Its forward also starts
-    # with the previous micro-batch's loss and graph alive (its loss value, the checkpointing leaf, an 8-bit
-    # base's held inputs), in the first step as in the steady one.
-    later = run.grad_accum_steps > 1
-    if later:
-        previous_loss, held_steady = (4 if lm else e) + leaf, held
+class _Moments:
+    """The moments of one step as the phases add them, each with its bytes by what holds them."""
 
-    def moment(phase, label, value, saved=0, gradients=0, states=0, unset=0):
+    def __init__(self, terms: _StepTerms):
+        self.terms = terms
+        self.moments: list = []
+        self.breakdown: list = []
+
+    def add(self, phase, label, value, saved=0, gradients=0, states=0, unset=0):
         """One moment: value is what the step adds at that moment; saved, gradients and states say how much of
         it is saved activations, gradients and optimizer states (the rest is working memory). unset: the gradients
         the first micro-batch has not yet put into .grad at this moment, which a later micro-batch holds."""
-        if later and phase != "optimizer_step":
+        s = self.terms
+        if s.later and phase != "optimizer_step":
             value, gradients, label = value + unset, gradients + unset, label + LATER_MICRO_BATCH
         # At the loss no quantized matmul runs (the head is not converted): a 4-bit base's dequantized matrix,
         # made and dropped inside each MatMul4Bit, is not alive there (found after validation/lora_dropout.py's
         # QLoRA cases were recorded: at b x s = 64 they measured one such matrix below the model; no case of
         # validation/quantized.py changes). An 8-bit base's is kept as it was measured.
-        matrix = 0 if label.startswith("at the loss") and four_bit else dequant
-        extra = {"forward": kept + previous_loss + matrix + held_steady, "backward": kept + matrix,
-                 "optimizer_step": held}.get(phase, 0)
-        moments.append((phase, label, resident + (value + extra) * trains))
-        held_states = kept if phase != "optimizer_step" else 0
-        breakdown.append({
-            "weights": memory.weights + memory.quantization_constants, "inputs and buffers": batch_bytes + buffers,
-            "optimizer states": (states + held_states) * trains, "gradients": gradients * trains,
-            "saved activations": saved * trains,
-            "working memory": (value + extra - saved - gradients - states - held_states) * trains})
+        four_bit = getattr(s.method, "quant_type", None) in ("nf4", "fp4")
+        matrix = 0 if label.startswith("at the loss") and four_bit else s.dequant
+        extra = {"forward": s.kept + s.previous_loss + matrix + s.held_steady, "backward": s.kept + matrix,
+                 "optimizer_step": s.held}.get(phase, 0)
+        self.moments.append((phase, label, s.resident + (value + extra) * s.trains))
+        held_states = s.kept if phase != "optimizer_step" else 0
+        memory = s.memory
+        self.breakdown.append({
+            "weights": memory.weights + memory.quantization_constants, "inputs and buffers": s.batch_bytes + s.buffers,
+            "optimizer states": (states + held_states) * s.trains, "gradients": gradients * s.trains,
+            "saved activations": saved * s.trains,
+            "working memory": (value + extra - saved - gradients - states - held_states) * s.trains})
 
-    # Forward: the saved tensors pile up; the most alive at once is in the last block or at the loss.
-    embeddings_alloc = parts.embeddings - parts.embeddings_batch
+    def estimate(self, transient_note) -> PeakEstimate:
+        """The PeakEstimate: each phase's highest moment, with what was assumed."""
+        s, run = self.terms, self.terms.run
+        phases = {}
+        for phase in PHASES:
+            values = [value for p, _, value in self.moments if p == phase]
+            result = values[0]
+            for value in values[1:]:
+                result = np.maximum(result, value) if is_ndarray(result) or is_ndarray(value) \
+                    else max(result, value)
+            phases[phase] = result
+        notes = () if transient_note is None else (transient_note,)
+        if s.later:
+            b = s.b  # the policy's sequences per micro-batch (a DPO run's chosen and rejected: 2b)
+            notes += (Note("grad_accum_peak",
+                           f"gradient accumulation over {run.grad_accum_steps} micro-batches"
+                           + ("" if is_ndarray(b) else f" of {b} (an effective batch of {run.effective_batch})")
+                           + ": the peak is a later micro-batch's, whose forward and backward run with the earlier "
+                           "ones' gradients held"),)
+        if run.device == "cuda":
+            notes += (Note("cuda_context_excluded",
+                           "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)
+        return PeakEstimate(forward=phases["forward"], backward=phases["backward"],
+                            optimizer_step=phases["optimizer_step"], resident=s.resident, moments=tuple(self.moments),
+                            notes=notes, step=s.step, breakdown=tuple(self.breakdown))
+
+
+def _forward(s: _StepTerms, moments: _Moments) -> None:
+    """Forward: the saved tensors pile up; the most alive at once is in the last block or at the loss."""
+    parts = s.parts
     # (use_cache: the cache also holds the k and v of the blocks that store nothing, to the end of forward)
-    before_last = embeddings_alloc + parts.blocks - parts.estimate.per_layer + parts.tables + parts.cache_held
-    for label, value in (preference.reference_moments(dpo, parts) if dpo is not None else ()):
-        moment("forward", label, value, unset=grads)  # under no_grad, before the policy's forward: nothing saved
-    moment("forward", "in the last block: every earlier saved tensor and the block's own, at its fullest",
-           before_last + parts.block_live, saved=before_last, unset=grads)
-    moment("forward", "at the loss: every saved tensor, the logits and their fp32 copy",
-           embeddings_alloc + parts.blocks + parts.tables + parts.cache_held + parts.head_live,
-           saved=embeddings_alloc + parts.blocks + parts.tables + parts.cache_held, unset=grads)
-    if lm:
-        moment("backward", "at the loss: two fp32 gradients over the vocabulary",  # run.loss's: memmath/loss.py
-               saved + backward_at_loss(run, t, vocab, e, head_trains=g_head > 0), saved=saved,
-               unset=grads)
-    head_saved = parts.head + parts.loss - (0 if lm else parts.batch)
-    moment("backward", "entering the last block: saved tensors but the head's, head-side gradients, working set",
-           saved - head_saved + g_head_side + work_bwd, saved=saved - head_saved, gradients=g_head_side,
-           unset=grads - g_head)
-    if checkpointing:
+    before_last = s.embeddings_alloc + parts.blocks - parts.estimate.per_layer + parts.tables + parts.cache_held
+    for label, value in (preference.reference_moments(s.dpo, parts) if s.dpo is not None else ()):
+        moments.add("forward", label, value, unset=s.grads)  # under no_grad, before the policy's forward: nothing saved
+    moments.add("forward", "in the last block: every earlier saved tensor and the block's own, at its fullest",
+                before_last + parts.block_live, saved=before_last, unset=s.grads)
+    saved = s.embeddings_alloc + parts.blocks + parts.tables + parts.cache_held
+    moments.add("forward", "at the loss: every saved tensor, the logits and their fp32 copy",
+                saved + parts.head_live, saved=saved, unset=s.grads)
+
+
+def _backward(s: _StepTerms, moments: _Moments) -> None:
+    """Backward: from the loss through the last block, (recomputing blocks,) the first block, to the embeddings."""
+    parts, e, t, h = s.parts, s.e, s.t, s.run.model.hidden_size
+    vocab = s.run.model.vocab_size or 0
+    grads, saved, work_bwd = s.grads, s.saved, s.work_bwd
+    if s.lm:
+        moments.add("backward", "at the loss: two fp32 gradients over the vocabulary",  # run.loss's: memmath/loss.py
+                    saved + backward_at_loss(s.run, t, vocab, e, head_trains=s.g_head > 0), saved=saved, unset=grads)
+    head_saved = parts.head + parts.loss - (0 if s.lm else parts.batch)
+    moments.add("backward", "entering the last block: saved tensors but the head's, head-side gradients, working set",
+                saved - head_saved + s.g_head_side + work_bwd, saved=saved - head_saved, gradients=s.g_head_side,
+                unset=grads - s.g_head)
+    if s.run.checkpointing:
         first = e * t * h + parts.tables + parts.recompute
     else:
         first = parts.first + parts.tables
     # Only when a second block stores: then every later block's gradients exist already.
+    storing = parts.estimate.layers_storing
     two = storing > 1 if is_ndarray(storing) else int(storing > 1)
-    moment("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
-           (embeddings_alloc + first + grads - g_embed + tied_embed - g_block + work_bwd) * two,
-           saved=(embeddings_alloc + first) * two, gradients=(grads - g_embed + tied_embed - g_block) * two,
-           unset=(g_embed + g_block) * two)
-    if checkpointing:
+    later_grads = grads - s.g_embed + s.tied_embed - s.g_block  # every gradient but the embeddings' and the block's
+    moments.add("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
+                (s.embeddings_alloc + first + later_grads + work_bwd) * two,
+                saved=(s.embeddings_alloc + first) * two, gradients=later_grads * two,
+                unset=(s.g_embed + s.g_block) * two)
+    if s.run.checkpointing:
         # Recomputing a block: its forward runs again (saving), over every block input still kept.
-        moment("backward", "recomputing the last block: every block input, head-side gradients",
-               embeddings_alloc + parts.blocks + parts.tables + g_head_side + t * h * e
-               + parts.recompute_live, saved=embeddings_alloc + parts.blocks + parts.tables, gradients=g_head_side,
-               unset=grads - g_head)
-        moment("backward", "recomputing the first block: its input, every later gradient",
-               (embeddings_alloc + e * t * h + parts.tables + grads - g_embed + tied_embed - g_block + t * h * e
-                + parts.recompute_live) * two, saved=(embeddings_alloc + e * t * h + parts.tables) * two,
-               gradients=(grads - g_embed + tied_embed - g_block) * two, unset=(g_embed + g_block) * two)
-    moment("backward", "at the embeddings: every gradient", embeddings_alloc + grads + tied_embed + leaf,
-           saved=embeddings_alloc, gradients=grads + tied_embed, unset=g_embed)
-    transient, note = optimizer_transient(shape, method, recipe, opt, device)
+        moments.add("backward", "recomputing the last block: every block input, head-side gradients",
+                    s.embeddings_alloc + parts.blocks + parts.tables + s.g_head_side + t * h * e
+                    + parts.recompute_live, saved=s.embeddings_alloc + parts.blocks + parts.tables,
+                    gradients=s.g_head_side, unset=grads - s.g_head)
+        moments.add("backward", "recomputing the first block: its input, every later gradient",
+                    (s.embeddings_alloc + e * t * h + parts.tables + later_grads + t * h * e
+                     + parts.recompute_live) * two, saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
+                    gradients=later_grads * two, unset=(s.g_embed + s.g_block) * two)
+    moments.add("backward", "at the embeddings: every gradient", s.embeddings_alloc + grads + s.tied_embed + s.leaf,
+                saved=s.embeddings_alloc, gradients=grads + s.tied_embed, unset=s.g_embed)
+
+
+def _optimizer_step(s: _StepTerms, moments: _Moments):
+    """The optimizer step: weights, gradients, states and the update's temporaries; returns the temporaries' Note."""
+    run, memory = s.run, s.memory
+    shape, recipe, opt = run.model, run.recipe, run.optimizer_spec
+    transient, note = optimizer_transient(shape, s.method, recipe, opt, run.device)
     states_and_transient = memory.optimizer_states + transient
     # With a master copy the optimizer steps the fp32 masters, so each 16-bit gradient is first copied up to an
     # fp32 one (master.grad = grad.float(), for every parameter before the update: DeepSpeed's FP16_Optimizer and
     # apex flatten them, Megatron copies them one by one), the size of the master copy; an fp32 accumulation
     # buffer (mixed_fp32_grads) is the masters' gradient itself.
     master_grads = memory.master_weights if not recipe.accum_bits else 0
-    if opt.name == "adam8bit" and device == "cpu" and step == "first":
+    if opt.name == "adam8bit" and run.device == "cpu" and s.step == "first":
         # bitsandbytes makes each tensor's states just before updating it (torch's Adam makes them
         # all first): the first step peaks at the states made so far plus one tensor's temporaries.
-        states_and_transient = _bnb_first_step(shape, method, recipe, opt)
-    moment("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
-           grads + master_grads + memory.master_weights + states_and_transient + leaf, gradients=grads + master_grads,
-           states=memory.master_weights + min(memory.optimizer_states, states_and_transient)
-           if not is_ndarray(states_and_transient) else memory.master_weights + memory.optimizer_states)
-
-    phases = {}
-    for phase in PHASES:
-        values = [value for p, _, value in moments if p == phase]
-        result = values[0]
-        for value in values[1:]:
-            result = np.maximum(result, value) if is_ndarray(result) or is_ndarray(value) \
-                else max(result, value)
-        phases[phase] = result
-    notes = () if note is None else (note,)
-    if later:
-        notes += (Note("grad_accum_peak",
-                       f"gradient accumulation over {run.grad_accum_steps} micro-batches"
-                       + ("" if is_ndarray(b) else f" of {b} (an effective batch of {run.effective_batch})")
-                       + ": the peak is a later micro-batch's, whose forward and backward run with the earlier "
-                       "ones' gradients held"),)
-    if device == "cuda":
-        notes += (Note("cuda_context_excluded",
-                       "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)
-    return PeakEstimate(forward=phases["forward"], backward=phases["backward"], optimizer_step=phases["optimizer_step"],
-                        resident=resident, moments=tuple(moments), notes=notes, step=step,
-                        breakdown=tuple(breakdown))
+        states_and_transient = _bnb_first_step(shape, s.method, recipe, opt)
+    moments.add("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
+                s.grads + master_grads + memory.master_weights + states_and_transient + s.leaf,
+                gradients=s.grads + master_grads,
+                states=memory.master_weights + min(memory.optimizer_states, states_and_transient)
+                if not is_ndarray(states_and_transient) else memory.master_weights + memory.optimizer_states)
+    return note
 
 
 def why_no_peak(run: Run) -> str:
@@ -392,27 +494,24 @@ def why_no_peak(run: Run) -> str:
     return ""
 
 
-def _quantized_base_extras(shape, method, recipe, parts, s, b, dropout, attention, checkpointing, device):
-    """(dequantized matrix, 8-bit inputs held) for QLoRA, else (0, 0).
+def _quantized_base_extras(run: Run, method, b, parts):
+    """(dequantized matrix, 8-bit inputs held) for QLoRA, else (0, 0); method and b are the policy's.
 
     The largest quantized matrix in the compute dtype: bitsandbytes' CPU gemm_4bit and
     MatMul4Bit.backward (dequantize_4bit(...).to(dtype)) and MatMul8bitFp (CB.to(dtype) * SCB)
     each build one before the matmul (bitsandbytes 0.50 autograd/_functions.py). The held inputs:
     what the exact activation model adds for an 8-bit base, the same trace with a 4-bit base taken off.
     """
-    from dataclasses import replace
-
-    from .methods import QLoRA
-
     if not isinstance(method, QLoRA):
         return 0, 0
+    shape, recipe = run.model, run.recipe
     largest = max((t.numel for group in ("layer", "head") for t in shape.tensors(group) if t.linear), default=0)
     dequant = largest * (recipe.weight_bits // 8)
     held = 0
     if method.quant_type == "int8":
         four_bit = activation_parts(shape, recipe=recipe, method=replace(method, quant_type="nf4", double_quant=False),
-                                    seq_len=s, batch_size=b, dropout=dropout, attention=attention,
-                                    checkpointing=checkpointing, device=device)
+                                    seq_len=run.seq_len, batch_size=b, dropout=run.dropout, attention=run.attention,
+                                    checkpointing=run.checkpointing, device=run.device)
         held = parts.estimate.saved_by_forward - four_bit.estimate.saved_by_forward
     return dequant, held
 
@@ -489,12 +588,13 @@ def _trainable_tensor_bytes(shape, method, recipe, blocks):
 
 
 def optimizer_transient(shape, method, recipe, opt, device):
-    """Bytes of the optimizer's temporaries at its highest moment, and a Note when assumed (else None)."""
-    if opt.name not in ADAM_LIKE:
-        return 0, None  # SGD with momentum updates in place (its buffer starts as a clone of the gradient)
-    note = None if opt.name in ("adam", "adamw", "adam_amsgrad", "adamw_amsgrad", "adam8bit") else Note(
+    """Bytes of the optimizer's temporaries at its highest moment, and a Note when assumed (else None): the rule
+    its registry entry names (recipes.TEMPORARIES)."""
+    if opt.temporaries == "none":
+        return 0, None
+    note = None if opt.temporaries_measured else Note(
         "optimizer_temporaries_assumed", f"{opt.name}'s temporaries assumed like Adam's (not measured)")
-    if opt.name == "adam8bit":
+    if opt.temporaries == "bitsandbytes":
         return _bnb_transient(shape, method, recipe, opt, device)
     # The tensors the optimizer updates: the fp32 masters where the recipe keeps a master copy of 16-bit ones.
     stored = _bnb_tensor_bits(method, recipe)
@@ -512,12 +612,8 @@ def optimizer_transient(shape, method, recipe, opt, device):
         return total, note or Note("optimizer_temporaries_assumed",
                                    "foreach Adam's temporaries on CUDA assumed as large as the trainable parameters")
 
-    def largest(blocks):
-        sizes = tensor_bytes(blocks)
-        previous, best = 0, 0
-        for size in sizes:
-            best, previous = max(best, 2 * size + previous), size
-        return best
+    def largest(blocks):  # the CPU's single-tensor Adam over the first blocks: the pattern repeats after them
+        return update_temporaries(tensor_bytes(blocks), device)
 
     if isinstance(method, Freeze):
         k = method.layers_trained(shape)

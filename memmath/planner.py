@@ -23,9 +23,13 @@ from .config_reader import from_hf_config, parse_json_config
 from .models import ModelShape
 from .recipes import bytes_per_parameter, get_recipe
 from .decision import BASES, Requirement, requirement
+from .layout import Layout, bubble, is_parallel, layout
+from .parallel import ParallelMemory, parallel_memory, rank_parts, worst_rank
+from .preference import rewrapper
 from .run import MAX_GRAD_ACCUM, Run, as_run, sdpa_supported
 from .search import fewest_where, largest_where
 from .report import training_text
+from .sources import resolve_model
 from .units import UNITS, unit_name
 
 if TYPE_CHECKING:
@@ -107,14 +111,10 @@ def _keeps_more_than_pure_bf16(precision) -> bool:
 
 def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
     """(change, new run, cost) for every change that applies to this run."""
-    from .parallel import is_parallel
-
     if is_parallel(run):  # a model split across GPUs (memmath/parallel.py): the changes that keep its layout
         yield from _parallel_candidates(run, gpu, reserved_bytes, max_gpus)
         return
     method, fits = run.method, _fits_run(gpu, reserved_bytes)
-    from .preference import rewrapper
-
     method, rewrap = rewrapper(method)  # preference training: the changes are its policy's, the reference kept
     if run.seq_len is not None and not run.checkpointing:
         yield ("gradient checkpointing on", run.replace(checkpointing=True),
@@ -169,8 +169,6 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
 def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus):
     """The changes to a tensor/pipeline parallel run that keep its degrees: checkpointing, fused attention,
     8-bit Adam, ZeRO on the data axis, and more data-parallel copies with ZeRO stage 3."""
-    from .parallel import layout
-
     fits = _fits_run(gpu, reserved_bytes)
     if run.seq_len is not None and not run.checkpointing:
         yield ("gradient checkpointing on", run.replace(checkpointing=True),
@@ -196,11 +194,127 @@ def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus):
                "more cards on the data axis; ZeRO shards the states of each tensor/pipeline share")
 
 
+# ---- the layout planner: the fewest GPUs, and their degrees, that fit a run ----------------------------
+TRADE_OFFS = {
+    "dp": "data parallelism copies the model: it adds GPUs for speed, not room (ZeRO shards the copies' states)",
+    "tp": "tensor parallelism all-reduces every block's activations: it wants NVLink inside a node (tp <= 8)",
+    "pp": "pipeline parallelism idles (pp - 1) / (m + pp - 1) of the step (the bubble) and passes activations between "
+          "stages",
+}
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    """The fewest GPUs (and their layout) that fit a run on a card, or None when nothing up to max_gpus fits."""
+
+    run: object  # the run with the layout's degrees, or None
+    layout: Layout | None
+    worst: ParallelMemory | None  # the rank the requirement judges: its parts and buffers
+    usable_bytes: int
+    gpu: str
+    tried: int
+    trade_offs: tuple
+    need: object = None  # the layout's Requirement (requirement(run)): what the card was judged against
+
+    @property
+    def fits(self) -> bool:
+        return self.layout is not None
+
+
+def _divisors_up_to(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, reserved_bytes=None,
+                       **settings) -> LayoutPlan:
+    """The fewest GPUs, and the layout (data x tensor x pipeline), whose worst rank fits `gpu`.
+
+    Tries n = 1, 2, ... up to max_gpus (powers of two and their multiples of 3, as clusters are built), and for
+    each every tp (a divisor of the heads, at most max_tp: one node) and pp (a divisor of the blocks) with
+    dp = n / (tp pp); ZeRO stays as the run has it, on the dp axis. Among the layouts of the fewest GPUs it
+    takes the first that fits in the order of preference: the least pipeline (no bubble), then the least tensor
+    parallelism. A layout fits when its
+    requirement (requirement(): the peak of the rank whose peak is highest where memmath models it, else the
+    worst rank's sum of parts plus buffers) fits the card as check_fit judges (the CUDA context reserved,
+    FIT_MARGIN left free). micro_batches: the run's, or pp when the run has 1 (the fewest that fill 1F1B), and
+    when that does not fit, each half of it down to 1 (fewer in flight, a larger bubble); a layout without a
+    pipeline runs the run's micro-batches as gradient accumulation steps.
+    """
+    run = as_run(model, **settings)
+    card = get_gpu(gpu)
+    reserved = CUDA_CONTEXT_BYTES if reserved_bytes is None else reserved_bytes
+    max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
+    max_tp = validate.count("max_tp", max_tp, high=validate.MAX_GPUS, scalar=True)
+    if run.is_sweep:
+        raise validate.FieldError(run.swept, f"{run.swept} must be a single value: the planner lays out one run")
+    shape = run.model
+    heads = _divisors_up_to(shape.n_heads, max_tp) if shape.n_heads else [1]
+    kv = shape.n_kv_heads or shape.n_heads or 1
+    sizes = sorted({n for k in range(0, 21) for n in (2 ** k, 3 * 2 ** k) if n <= max_gpus})
+    tried = 0
+    for n in sizes:
+        fits = []
+        # in the order of preference (the least pipeline, then the least tensor parallelism): the first that fits
+        for pp, tp in sorted((pp, tp) for pp in _divisors_up_to(shape.n_layers, n) for tp in heads):
+            if n % (tp * pp) or kv % tp:
+                continue
+            first = 1 if pp == 1 else run.micro_batches if run.micro_batches > 1 else pp
+            # The micro-batch counts that fit are tried too, the most first (the smallest bubble): fewer micro-batches
+            # keep fewer in flight on the first stage (1F1B holds min(m, p) of them: Narayanan et al. 2021).
+            for m in sorted({first} | {first >> k for k in range(first.bit_length())} - {0}, reverse=True):
+                try:
+                    # without a pipeline there is no schedule: a pipeline's micro-batches become gradient
+                    # accumulation steps (the same effective batch), and an interleaved schedule plain 1F1B
+                    plain = dict(pp_schedule="1f1b", virtual_stages=1, micro_batches=1,
+                                 grad_accum_steps=run.grad_accum_steps * run.micro_batches) if pp == 1 else {}
+                    candidate = run.replace(**{"micro_batches": m, **plain}, n_gpus=n, tp=tp, pp=pp, cp=1, ep=1,
+                                            rank=0, sequence_parallel=run.sequence_parallel and tp > 1)
+                except validate.FieldError:
+                    continue
+                tried += 1
+                # A cheap bound first: rank 0's weights, gradients and optimizer states are alive together at its
+                # optimizer step, so no requirement of this layout is below them (peak or sum of parts alike).
+                static = rank_parts(candidate, 0)
+                floor = sum(int(static[k]) for k in ("weights", "gradients", "gradient_accumulation",
+                                                     "master_weights", "optimizer_states"))
+                if not check_fit(floor, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
+                    break  # the floor does not depend on the micro-batches: no count fits this layout
+                need = requirement(candidate)
+                if check_fit(need.bytes, card, reserved_bytes=reserved, margin=FIT_MARGIN).fits:
+                    fits.append((pp, tp, candidate, need))
+                    break
+            if fits:
+                break
+        if fits:
+            pp, tp, candidate, need = fits[0]
+            if not is_parallel(candidate):
+                worst = parallel_memory(candidate)
+            elif need.basis == "peak":  # the rank whose peak is the requirement
+                worst = parallel_memory(candidate.replace(rank=need.memory.run.rank))
+            else:
+                worst = worst_rank(candidate)
+            return LayoutPlan(run=candidate, layout=layout(candidate), worst=worst,
+                              usable_bytes=int(card.memory_bytes) - reserved, gpu=card.name, tried=tried,
+                              trade_offs=_trade_offs(layout(candidate), candidate), need=need)
+    return LayoutPlan(run=None, layout=None, worst=None, usable_bytes=int(card.memory_bytes) - reserved,
+                      gpu=card.name, tried=tried, trade_offs=())
+
+
+def _trade_offs(lay: Layout, run) -> tuple:
+    lines = []
+    for axis in ("dp", "tp", "pp"):
+        degree = getattr(lay, axis)
+        text = TRADE_OFFS[axis]
+        if axis == "pp" and degree > 1:
+            text += (f": here {bubble(run.pp_schedule, degree, run.micro_batches, run.virtual_stages):.0%} with "
+                     f"m = {run.micro_batches}")
+        lines.append(f"{axis} = {degree}: {text}")
+    return tuple(lines)
+
+
 def plan_layout(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=MAX_GPUS, max_tp=8, **settings):
     """The fewest GPUs and the layout (data x tensor x pipeline) that fit this run on this card, with the
-    trade-off of each axis in one line: memmath.parallel.fewest_gpus_layout (a LayoutPlan)."""
-    from .parallel import fewest_gpus_layout
-
+    trade-off of each axis in one line: fewest_gpus_layout above (a LayoutPlan)."""
     return fewest_gpus_layout(model, gpu, max_gpus=max_gpus, max_tp=max_tp, reserved_bytes=reserved_bytes, **settings)
 
 
@@ -482,8 +596,6 @@ def trained_context(model, config=None) -> int | None:
     """The longest context a model was trained on, or None when unknown: its learned positions
     (GPT-2, GPT-3, BERT), the max_position_embeddings of the config it was read from (or a pasted
     config dict), or the preset table above."""
-    from .presets import resolve_model
-
     shape = resolve_model(model)
     if shape.max_positions is not None:
         return int(shape.max_positions)

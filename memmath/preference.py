@@ -27,7 +27,7 @@ What it changes in memory, per step (memmath/training.py and memmath/peak.py rea
                  block at its fullest without saving, or the logits with their fp32 copy and log-softmax output),
                  before the policy's forward; the reference log-probabilities (2b fp32) stay for the step
 
-Measured on the CPU by validation/preference.py (memmath/reference/data/measured_preference.json), recorded after
+Measured on the CPU by validation/preference.py (memmath_lessons/reference/data/measured_preference.json), recorded after
 this module was written.
 """
 
@@ -38,8 +38,9 @@ from dataclasses import dataclass, field, fields, replace
 from .arrays import is_ndarray
 
 from . import validate
+from .hf_activations import activation_parts
 from .loss import applies, dpo_log_probs, reference_log_probs_live
-from .methods import LoRA, Method, Plan, QLoRA, _group_weight_bytes
+from .methods import LoRA, Method, Plan, QLoRA, _group_weight_bytes, int8_weight_bytes, quantized_weight_bytes
 from .models import ModelShape
 from .notes import Note
 
@@ -115,8 +116,6 @@ def reference_copy_bytes(method: DPO, shape: ModelShape, recipe) -> tuple:
         return 0, 0
     base = method.base
     if isinstance(base, QLoRA):
-        from .methods import int8_weight_bytes, quantized_weight_bytes
-
         if base.quant_type == "int8":
             return int8_weight_bytes(shape, recipe.weight_bits)
         return quantized_weight_bytes(shape, "nf4", recipe.weight_bits, block=base.quant_block,
@@ -145,7 +144,7 @@ def rewrapper(method):
     return method.base, lambda new: replace(method, base=new)
 
 
-# ---- what training.py and peak.py call --------------------------------------------------------------------
+# ---- what training.py and peak.py read --------------------------------------------------------------------
 def policy_run(run):
     """The run of the policy alone: the base method over chosen and rejected sequences (batch 2b)."""
     return run.replace(method=run.method.base, batch_size=2 * run.batch_size)
@@ -161,44 +160,6 @@ def dpo_loss_bytes(run, grad) -> object:
     if applies(run):  # the policy's log-probabilities as run.loss computes them (memmath/loss.py)
         return (dpo_log_probs(run, t) + logsigmoid) * grad
     return (FP32 * t * vocab + INT64 * t + logsigmoid) * grad
-
-
-def step_parts(run):
-    """(TrainingMemory, ActivationParts or None) of a DPO run: the policy's at batch 2b, its loss the DPO loop's,
-    the reference copy's weights (and constants) added. Called by training.step_parts for a DPO method."""
-    from .training import step_parts as training_step_parts
-
-    method = run.method
-    shape = run.model
-    if shape.family == "bert" or not shape.vocab_size:
-        raise validate.FieldError("method", "DPO trains a causal language model (log-probabilities of the labels over "
-                                  f"the vocabulary); {shape.name or 'this model'} is a {shape.family} encoder")
-    memory, parts = training_step_parts(policy_run(run))
-    weights, constants = reference_copy_bytes(method, shape, run.recipe)
-    if run.n_gpus > 1 and run.zero_stage >= 3:  # the reference copy is sharded as the policy's weights are
-        weights, constants = validate.ceil_div(weights, run.n_gpus), validate.ceil_div(constants, run.n_gpus)
-    notes = list(memory.notes) + list(reference_notes(method, shape, run.recipe))
-    activations, detail = memory.activations, memory.activation_detail
-    if parts is not None:
-        grad = parts.loss > 0  # the logits need a gradient (some block stores)
-        loss = dpo_loss_bytes(run, grad)
-        batch_labels = INT64 * 2 * run.batch_size * run.seq_len * grad
-        terms = tuple(term for term in parts.estimate.terms if term[0] != "loss") + (
-            ("loss", "DPO: log-softmax output (fp32)", FP32 * 2 * run.batch_size * run.seq_len * shape.vocab_size * grad),
-            ("loss", "DPO: gather index (the labels, int64)", batch_labels),
-            ("loss", "DPO: logsigmoid input and buffer (fp32)", loss - FP32 * 2 * run.batch_size * run.seq_len
-             * shape.vocab_size * grad - batch_labels))
-        estimate = replace(parts.estimate, loss=loss, terms=terms)
-        parts = replace(parts, estimate=estimate, loss=loss, batch=parts.batch + batch_labels)
-        trains = memory.trainable_params > 0
-        activations, detail = estimate.total * trains, estimate
-    else:
-        notes.append(Note("dpo_textbook_loss", "activations: the textbook model at batch 2b; the DPO loss's own "
-                          "tensors are the exact model's only"))
-    memory = replace(memory, weights=memory.weights + weights,
-                     quantization_constants=memory.quantization_constants + constants, activations=activations,
-                     activation_detail=detail, method=method, notes=tuple(notes), run=run)
-    return memory, parts
 
 
 def batch_extra(run) -> int:
@@ -221,8 +182,6 @@ def reference_moments(run, parts) -> list:
     saving), and the logits (e t V), their fp32 copy (4 t V for a 16-bit model) and the fp32 log-softmax output."""
     if run.method.reference == "precomputed":
         return []
-    from .hf_activations import activation_parts
-
     policy = policy_run(run)
     e, t, h, vocab = parts.element_bytes, 2 * run.batch_size * run.seq_len, run.model.hidden_size, run.model.vocab_size
     unsaved = activation_parts(run.model, recipe=run.recipe, method=run.method.base, seq_len=run.seq_len,

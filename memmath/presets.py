@@ -1,5 +1,6 @@
-"""Published model shapes, from each model's config.json (or paper for GPT-3 and LLaMA-1), and
-`resolve_model`, which turns a preset name or a parameter count into a ModelShape.
+"""Published model shapes, from each model's config.json (or paper for GPT-3 and LLaMA-1).
+
+memmath/sources.py turns a preset name, a parameter count or a config into a ModelShape (resolve_model).
 
 Counts in the comments are what PyTorch's parameters() sum to for that config; the tests check
 the first ones against the model cards' published counts.
@@ -7,17 +8,10 @@ the first ones against the model cards' published counts.
 
 from __future__ import annotations
 
-import dataclasses
-
-import numbers
-
-from .arrays import is_bool, is_ndarray
-
-from . import validate
 from dataclasses import replace
 
 from .config_reader import from_hf_config
-from .models import ModelShape, bert_model, gpt2_model, llama_model, uniform_model
+from .models import ModelShape, bert_model, gpt2_model, llama_model
 
 
 def _from_config(name, **fields) -> ModelShape:
@@ -127,25 +121,3 @@ PRESET_SOURCES = {
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1 config.json",
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B config.json",
 }
-
-
-def resolve_model(model) -> ModelShape:
-    """A ModelShape from a shape, a preset name, or a plain parameter count (one layer, no widths)."""
-    if isinstance(model, ModelShape):
-        return model
-    if isinstance(model, str):
-        key = model.strip().lower()
-        if key in PRESETS:
-            return PRESETS[key]
-        raise ValueError(f"model {validate.describe(model)} is not a preset; presets: {', '.join(PRESETS)} (or pass a parameter count)")
-    if is_bool(model):
-        raise ValueError("model must be a ModelShape, a preset name or a parameter count; got a boolean")
-    if isinstance(model, (numbers.Real, list, tuple)) or is_ndarray(model):
-        n = validate.count("model (parameter count)", model, high=validate.MAX_PARAMS)
-        return dataclasses.replace(uniform_model(n, 1, name="plain parameter count"), from_count=True)
-    raise TypeError(f"model must be a ModelShape, a preset name or a parameter count; got {type(model).__name__}")
-
-
-def is_plain_count(shape: ModelShape) -> bool:
-    """True for a model given only as a parameter count (no layers to freeze, no widths)."""
-    return shape.from_count

@@ -82,7 +82,9 @@ class Optimizer:
     Adam/AdamW keep a 4-byte fp32 `step` tensor per parameter tensor; factored: Adafactor keeps
     row and column statistics instead of a full second moment; block_size/block_constant_bits:
     quantization constants of 8-bit states; min_8bit_size: tensors with fewer elements keep
-    fp32 states (bitsandbytes' rule; 0 = no such rule).
+    fp32 states (bitsandbytes' rule; 0 = no such rule). label: the name a reader sees ("8-bit Adam").
+    temporaries: what the update allocates besides the states (see TEMPORARIES; peak.py and parallel.py read it
+    through update_temporaries); temporaries_measured: False where the rule is assumed from a like optimizer.
     """
 
     name: str
@@ -95,32 +97,65 @@ class Optimizer:
     description: str
     source: str
     min_8bit_size: int = 0
+    label: str = ""
+    temporaries: str = "none"
+    temporaries_measured: bool = True
+
+    def __post_init__(self):
+        validate.choice("temporaries", self.temporaries, TEMPORARIES)
+
+
+# What an optimizer's update allocates besides its states:
+#   "none"      updates in place (SGD; with momentum its buffer starts as a clone of the gradient, a state)
+#   "adam"      PyTorch's Adam: on CUDA the foreach implementation (the default there) holds temporaries as large
+#               as every updated tensor together (assumed, not measured); on the CPU the single-tensor one builds
+#               denom = sqrt(v)/c + eps as two temporaries of one tensor while the previous tensor's is still
+#               referenced: the largest 2 x B[i] + B[i-1] over the tensors in parameters() order (measured)
+#   "bitsandbytes"  bitsandbytes' 8-bit update, one tensor at a time (peak.py's _bnb_transient)
+TEMPORARIES = ("none", "adam", "bitsandbytes")
+
+
+def update_temporaries(sizes, device: str) -> int:
+    """Bytes of an "adam" update's temporaries at their highest, for the updated tensors' bytes in parameters()
+    order (see TEMPORARIES): their sum on CUDA (foreach), else the largest 2 x B[i] + B[i-1]."""
+    if device == "cuda":
+        return sum(sizes)
+    best = previous = 0
+    for size in sizes:
+        best, previous = max(best, 2 * size + previous), size
+    return best
 
 
 OPTIMIZERS: dict[str, Optimizer] = {
     "sgd": Optimizer(name="sgd", states=0, state_bits=None, step_bytes_per_tensor=0,
                      factored=False, block_size=0, block_constant_bits=0,
-                     description="Plain SGD: no state at all.", source="torch.optim.SGD"),
+                     description="Plain SGD: no state at all.", source="torch.optim.SGD",
+                     label="SGD", temporaries="none"),
     "sgd_momentum": Optimizer(name="sgd_momentum", states=1, state_bits=None, step_bytes_per_tensor=0,
                               factored=False, block_size=0, block_constant_bits=0,
-                              description="SGD with momentum: one momentum buffer per parameter.", source="torch.optim.SGD(momentum>0)"),
+                              description="SGD with momentum: one momentum buffer per parameter.", source="torch.optim.SGD(momentum>0)",
+                              label="SGD with momentum", temporaries="none"),
     "adam": Optimizer(name="adam", states=2, state_bits=None, step_bytes_per_tensor=4,
                       factored=False, block_size=0, block_constant_bits=0,
                       description="Adam: first and second moments (exp_avg, exp_avg_sq) plus a 4-byte step per tensor.",
-                      source="Kingma & Ba 2015; torch.optim.Adam"),
+                      source="Kingma & Ba 2015; torch.optim.Adam",
+                      label="Adam", temporaries="adam"),
     "adamw": Optimizer(name="adamw", states=2, state_bits=None, step_bytes_per_tensor=4,
                        factored=False, block_size=0, block_constant_bits=0,
                        description="AdamW: Adam's two moments with decoupled weight decay, plus a 4-byte step per tensor.",
-                       source="Loshchilov & Hutter 2019; torch.optim.AdamW"),
+                       source="Loshchilov & Hutter 2019; torch.optim.AdamW",
+                       label="AdamW", temporaries="adam"),
     # Reddi et al. 2018 (AMSGrad): a third state, the running maximum of exp_avg_sq (max_exp_avg_sq).
     "adam_amsgrad": Optimizer(name="adam_amsgrad", states=3, state_bits=None, step_bytes_per_tensor=4,
                               factored=False, block_size=0, block_constant_bits=0,
                               description="Adam with amsgrad: exp_avg, exp_avg_sq and their running maximum, plus a 4-byte step per tensor.",
-                              source="Reddi et al. 2018; torch.optim.Adam(amsgrad=True)"),
+                              source="Reddi et al. 2018; torch.optim.Adam(amsgrad=True)",
+                              label="Adam (amsgrad)", temporaries="adam"),
     "adamw_amsgrad": Optimizer(name="adamw_amsgrad", states=3, state_bits=None, step_bytes_per_tensor=4,
                                factored=False, block_size=0, block_constant_bits=0,
                                description="AdamW with amsgrad: three moments (the third the running maximum of the second), plus a 4-byte step per tensor.",
-                               source="Reddi et al. 2018; torch.optim.AdamW(amsgrad=True)"),
+                               source="Reddi et al. 2018; torch.optim.AdamW(amsgrad=True)",
+                               label="AdamW (amsgrad)", temporaries="adam"),
     # Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": 2 x 1 B states, one fp32
     # absmax per block of 2,048 values.
     # bitsandbytes (Optimizer2State.init_state): a tensor with fewer than min_8bit_size = 4,096 elements
@@ -130,7 +165,8 @@ OPTIMIZERS: dict[str, Optimizer] = {
                           factored=False, block_size=EIGHT_BIT_BLOCK, block_constant_bits=32,
                           description="8-bit Adam: both moments in 1 B each, one fp32 constant per block of 256 values "
                           "(bitsandbytes >= 0.44; tensors under 4,096 elements keep fp32 moments).",
-                          source="Dettmers et al. 2022 (bitsandbytes)", min_8bit_size=EIGHT_BIT_MIN_SIZE),
+                          source="Dettmers et al. 2022 (bitsandbytes)", min_8bit_size=EIGHT_BIT_MIN_SIZE,
+                          label="8-bit Adam", temporaries="bitsandbytes"),
     # Shazeer & Stern 2018: the second moment of an r x c matrix kept as r + c statistics; no first moment.
     # torch.optim.Adafactor (measured, torch 2.13) keeps row_var and col_var in the parameter's dtype
     # (the full size for vectors) plus a 4-byte fp32 `step` tensor per parameter tensor, as Adam does.
@@ -138,7 +174,8 @@ OPTIMIZERS: dict[str, Optimizer] = {
                            factored=True, block_size=0, block_constant_bits=0,
                            description="Adafactor: factored second moments (rows + columns per matrix), no momentum, "
                            "plus a 4-byte step per tensor.",
-                           source="Shazeer & Stern 2018; torch.optim.Adafactor"),
+                           source="Shazeer & Stern 2018; torch.optim.Adafactor",
+                           label="Adafactor", temporaries="adam", temporaries_measured=False),
 }
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)
 

@@ -24,16 +24,21 @@ from .arrays import is_ndarray
 
 from . import validate
 from .activations import ATTENTION_KINDS
+from .amp_trace import MATH_REFUSAL
 from .checkpoints import STORED_FORMATS, check_kbit_prep, check_trainable, get_weights_name
 from .formats import FORMATS, get_format
+from .hf_activations import traces
 from .inference import SERVING_DEFAULTS
+from .layout import DEGREES, SCHEDULES
+from .layout import check as check_parallel
 from .loss import LOSSES, check_loss
-from .methods import Full, Method
+from .methods import Full, Method, QLoRA
 from .models import ModelShape
 from .notes import Note
 from .offload import check as check_offload, compile_notes, parse_cli as parse_offload
-from .presets import resolve_model
+from .preference import DPO
 from .recipes import OPTIMIZERS, RECIPES, Optimizer, Recipe, get_optimizer, get_recipe
+from .sources import resolve_model
 
 ACTIVATION_MODELS = ("transformers", "textbook")
 DEVICES = ("cuda", "cpu")
@@ -185,8 +190,6 @@ class Run:
             sharding=validate.choice("sharding", self.sharding, SHARDINGS),
         )
         values["rank"] = validate.count("rank", self.rank, low=0, high=max(values["n_gpus"] - 1, 0), scalar=True)
-        from .parallel import DEGREES, SCHEDULES, check as check_parallel
-
         for degree in DEGREES:
             values[degree] = validate.count(degree, getattr(self, degree), high=validate.MAX_GPUS, scalar=True)
         values["sequence_parallel"] = validate.flag("sequence_parallel", self.sequence_parallel)
@@ -281,8 +284,6 @@ class Run:
         and FORMATS may be reassigned, so the key holds the Recipe, Optimizer and NumberFormat they
         name at the time of the call.
         """
-        from .formats import FORMATS, get_format
-
         adapter_format = getattr(self.method, "adapter_format", None)
         # defaulted and notes too: a run that chose what another resolved has other notes (compare=False above)
         return (self, self.defaulted, self.notes, self.recipe, self.optimizer_spec,
@@ -313,9 +314,6 @@ SETTINGS = tuple(f.name for f in fields(Run) if f.name not in ("model", "default
 def _check_padded(shape: ModelShape, method, name: str = "padded") -> None:
     """A padded or packed batch is modelled for LLaMA-layout decoders (the masks memmath/hf_activations.py traces);
     refused by name elsewhere rather than counted as a batch without a mask."""
-    from .methods import QLoRA
-    from .preference import DPO
-
     if shape.family != "llama" or shape.vision is not None:
         raise validate.FieldError(name, f"{name}=True is modelled for LLaMA-layout decoders (Llama, Mistral, Qwen, "
                                   f"Gemma, Phi-3); got a {shape.family} model")
@@ -462,14 +460,10 @@ def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, at
 
 def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout) -> str | None:
     """Why the exact activation model does not replay this run (None when it does)."""
-    from .preference import DPO
-
     if isinstance(method, DPO):  # preference training: the policy's method decides (memmath/preference.py)
         method = method.base
     if seq_len is None or not shape.has_shape:
         return "needs a sequence length and a model with widths"
-    from .hf_activations import traces
-
     reason = traces(shape, method, recipe, seq_len, attention)
     if reason and is_ndarray(seq_len) and not traces(shape, method, recipe, int(seq_len.min()), attention):
         # The shortest lengths are exact and the longest are not (a sliding window): one model cannot
@@ -479,7 +473,5 @@ def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout) -
                                   f"(the transformers trace {reason}); sweep the lengths on each side of it in "
                                   "separate calls, or pass activations='textbook'")
     if not reason and recipe.name == "amp" and attention == "sdpa" and dropout and device == "cpu":
-        from .amp_trace import MATH_REFUSAL  # SDPA with dropout runs PyTorch's math kernel on the CPU only
-
-        reason = MATH_REFUSAL
+        reason = MATH_REFUSAL  # SDPA with dropout runs PyTorch's math kernel on the CPU only
     return reason

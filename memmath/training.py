@@ -1,7 +1,10 @@
-"""Training memory: every part a training step keeps, in integer bytes, per GPU.
+"""Training memory: every part a training step keeps on one GPU, in integer bytes.
 
 weights + quantization constants + gradients + gradient accumulation + master weights +
-optimizer states + activations = total. The article's example: 7B parameters in pure 16-bit with
+optimizer states + activations = total, for one GPU, data parallelism (ZeRO, FSDP2, ZeroRedundancyOptimizer)
+and preference training (DPO: the policy at batch 2b and its reference). A model split by tensor, pipeline,
+context or expert parallelism is one rank's arithmetic above this (memmath/parallel.py); memory.training_memory
+answers any run. The article's example: 7B parameters in pure 16-bit with
 Adam keep 2 + 2 + 4 = 8 bytes per parameter, 56 GB before activations.
 """
 
@@ -10,20 +13,24 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .arrays import is_ndarray, np
 
-from . import validate
+from . import preference, validate
 from .activations import ATTENTION_KINDS, ActivationEstimate, textbook_activations
 from .checkpoints import kbit_prep_bytes, kbit_prep_note
+from .hf_activations import transformers_activations
 from .loss import with_loss
-from .methods import Full, Method, Plan, QLoRA
+from .methods import Freeze, Full, Method, Plan, QLoRA
 from .models import ModelShape
+from .multimodal import activations_note
 from .notes import Note
 from .offload import offload_parts
 from .recipes import Optimizer, Recipe
-from .run import Run, as_run
+from .recipes import describe as describe_recipe  # the recipe's bytes per parameter summed for this optimizer
+from .run import Run
+from .sharding import sharded_parts
 from .units import UNITS, unit_name
 
 if TYPE_CHECKING:
@@ -170,13 +177,10 @@ class TrainingMemory:
     def assumptions(self) -> str:
         """One line naming the recipe, the optimizer, the method and the sharding behind the numbers."""
         sharding = f"; {self.n_gpus} GPUs, ZeRO stage {self.zero_stage}" if self.n_gpus > 1 or self.zero_stage else ""
-        from .methods import Freeze
-        from .recipes import describe  # the recipe's bytes per parameter summed for this optimizer
-
         unfactored = any(note.kind == "adafactor_unfactored" for note in self.notes)
         # The sum holds for parameters stored in the recipe's formats: full finetuning and freezing. Adapters
         # may be stored in another dtype (peft's fp32 adapters), so their runs get the recipe's line alone.
-        recipe = describe(self.recipe, self.optimizer, unfactored=unfactored,
+        recipe = describe_recipe(self.recipe, self.optimizer, unfactored=unfactored,
                           per_parameter=isinstance(self.method, (Full, Freeze)))
         return f"{recipe} {self.optimizer.description} Method: {self.method.describe()}{sharding}."
 
@@ -199,35 +203,12 @@ class TrainingMemory:
         return pd.DataFrame(rows)
 
 
-def training_memory(model, **settings) -> TrainingMemory:
-    """Bytes per GPU for one training step, as a TrainingMemory breakdown: `Run(model, **settings)`'s.
-
-    model: a Run, or a ModelShape, a preset name or a plain parameter count with Run's keyword
-    settings (precision, optimizer, method, batch_size, seq_len, checkpointing, attention, dropout,
-    activations, device, n_gpus, zero_stage, sharding, rank; see memmath.run for each default and
-    its reason). The result's `run` is the run it answers, every default resolved.
-
-    n_gpus with zero_stage 1/2/3 (FSDP full sharding = 3) divides optimizer states and master
-    weights / + gradients / + weights by n_gpus (Rajbhandari et al. 2020, ZeRO, section 5).
-    batch_size is the micro-batch each GPU processes (data parallelism does not shard activations).
-    batch_size and seq_len may be numpy arrays; results broadcast. sharding "fsdp2" (PyTorch's
-    fully_shard, zero_stage=3: every tensor cut along its first dimension, padded) or
-    "zero_redundancy" (torch's ZeroRedundancyOptimizer, zero_stage=1: whole tensors' states per
-    rank) give what GPU `rank` stores, tensor by tensor, for Full() in pure fp32/16-bit with
-    torch's optimizers (memmath/sharding.py; measured over gloo by validation/sharded.py).
-
-    Per trainable set of Nt parameters (bits from the recipe, or the adapters' own format):
-    gradients ceil(Nt x grad_bits / 8), master weights ceil(Nt x 32 / 8) when the recipe keeps an
-    fp32 copy of 16-bit weights, optimizer states ceil(states x Nt x state_bits / 8) (+ 4 B per
-    tensor for Adam/AdamW/Adafactor's step, + 4 B per 256 values for 8-bit Adam's constants;
-    Adafactor: rows + columns per matrix). Weights are the method's stored bytes. Every part is an
-    int (an int64 array in a sweep); TrainingMemory.total is their sum.
-    """
-    return step_parts(as_run(model, **settings))[0]
-
-
 def step_parts(run: Run):
-    """(TrainingMemory, the exact model's ActivationParts or None) of a run, computed once.
+    """(TrainingMemory, the exact model's ActivationParts or None) of a run as one GPU holds it, computed once.
+
+    One GPU, data parallel (ZeRO's sharding or an engine's) and preference training (DPO). A run that splits
+    the model (tensor, pipeline, context or expert parallelism) gets the whole model's parts here, which
+    memmath/parallel.py turns into one rank's (rank_memory; memory.training_memory answers any run).
 
     peak_memory reads both; a repeated question (the planner asks the same runs again and again)
     is answered from a cache keyed by the run and what its names stand for (Run.cache_key), except
@@ -244,39 +225,34 @@ def _cached_step_parts(key: tuple):
 
 
 def _step_parts(run: Run):
-    from .preference import DPO, step_parts as preference_step_parts
-
-    if isinstance(run.method, DPO):  # preference training: the policy at batch 2b, a reference (memmath/preference.py)
-        return preference_step_parts(run)
+    if isinstance(run.method, preference.DPO):  # preference training: the policy at batch 2b, a reference
+        return _preference_step_parts(run)
     shape, method, recipe, opt = run.model, run.method, run.recipe, run.optimizer_spec
     n_gpus, zero_stage, sharding = run.n_gpus, run.zero_stage, run.sharding
     plan = method.plan(shape, recipe)
     notes = list(plan.notes) + list(run.notes)
     if shape.vision is not None:  # a vision-language model: what was counted, and that the tower's activations are not
-        from .multimodal import activations_note
-
         notes = list(shape.notes) + notes + ([activations_note(shape, getattr(method, "vision", "frozen"))]
                                              if run.seq_len is not None else [])
-    gradients, accumulation, master, state_detail = _trainable_parts(plan, recipe, opt, shape, notes)
+    gradients, accumulation, master, state_detail = trainable_parts(plan, recipe, opt, shape, notes)
     states = state_detail.total
-    act_estimate, act_bytes, estimated, parts = _activations(shape, plan, recipe, method, notes, run)
+    act_estimate, act_bytes, estimated, parts = _activations(run, plan, notes)
 
     weights, constants = plan.weight_bytes, plan.quantization_constant_bytes
     if isinstance(method, QLoRA):  # peft's prepare_model_for_kbit_training, applied (run.kbit_prep) or not: said
         weights = weights + kbit_prep_bytes(shape, recipe) * run.kbit_prep
         notes.append(kbit_prep_note(shape, recipe, run.kbit_prep))
     if sharding != "even":
-        weights, gradients, states = _engine_sharding(shape, method, recipe, opt, sharding=sharding, n_gpus=n_gpus,
-                                                      zero_stage=zero_stage, rank=run.rank)
+        weights, gradients, states = _engine_sharding(run)
         notes.append(Note("engine_sharding", f"{sharding} on {n_gpus} GPUs: what rank {run.rank} stores, tensor by "
                           "tensor (memmath/sharding.py)"))
     elif n_gpus > 1 and zero_stage:
         # ZeRO stage 1 shards optimizer states (and the fp32 master copy), 2 adds gradients, 3 adds weights.
-        states, master = _shard(states, n_gpus), _shard(master, n_gpus)
+        states, master = shard(states, n_gpus), shard(master, n_gpus)
         if zero_stage >= 2:
-            gradients, accumulation = _shard(gradients, n_gpus), _shard(accumulation, n_gpus)
+            gradients, accumulation = shard(gradients, n_gpus), shard(accumulation, n_gpus)
         if zero_stage >= 3:
-            weights, constants = _shard(weights, n_gpus), _shard(constants, n_gpus)
+            weights, constants = shard(weights, n_gpus), shard(constants, n_gpus)
     if n_gpus > 1 and not zero_stage:
         notes.append(Note("data_parallel_full_copy", "data parallel without ZeRO: every GPU holds a full copy of every "
                           "part. PyTorch's DistributedDataParallel by default also keeps its all-reduce buckets, a "
@@ -287,11 +263,6 @@ def _step_parts(run: Run):
     if zero_stage and n_gpus == 1:
         notes.append(Note("zero_on_one_gpu", f"ZeRO stage {zero_stage} on one GPU shards nothing: every part stays whole"))
 
-    if _splits_model(run):  # tensor, pipeline, context or expert parallelism: one rank's parts (memmath/parallel.py)
-        from .parallel import rank_step_parts
-
-        (weights, constants, gradients, accumulation, master, states, state_detail, act_bytes, act_estimate, parts,
-         notes) = rank_step_parts(run, notes, act_estimate)
     host = None
     if run.offload:  # parts kept in host memory: the GPU's share stays in the parts (memmath/offload.py)
         (weights, constants, gradients, accumulation, master, states, act_bytes), host = offload_parts(
@@ -309,12 +280,43 @@ def _step_parts(run: Run):
     return memory, parts
 
 
-def _splits_model(run: Run) -> bool:
-    """Whether any of the run's tensor, pipeline, context or expert degrees is above 1."""
-    return run.tp > 1 or run.pp > 1 or run.cp > 1 or run.ep > 1
+def _preference_step_parts(run: Run):
+    """(TrainingMemory, ActivationParts or None) of a DPO run: the policy's at batch 2b, its loss the DPO loop's,
+    the reference copy's weights (and constants) added (memmath/preference.py holds the method and its rules)."""
+    method = run.method
+    shape = run.model
+    if shape.family == "bert" or not shape.vocab_size:
+        raise validate.FieldError("method", "DPO trains a causal language model (log-probabilities of the labels over "
+                                  f"the vocabulary); {shape.name or 'this model'} is a {shape.family} encoder")
+    memory, parts = step_parts(preference.policy_run(run))
+    weights, constants = preference.reference_copy_bytes(method, shape, run.recipe)
+    if run.n_gpus > 1 and run.zero_stage >= 3:  # the reference copy is sharded as the policy's weights are
+        weights, constants = validate.ceil_div(weights, run.n_gpus), validate.ceil_div(constants, run.n_gpus)
+    notes = list(memory.notes) + list(preference.reference_notes(method, shape, run.recipe))
+    activations, detail = memory.activations, memory.activation_detail
+    if parts is not None:
+        grad = parts.loss > 0  # the logits need a gradient (some block stores)
+        loss = preference.dpo_loss_bytes(run, grad)
+        batch_labels = preference.INT64 * 2 * run.batch_size * run.seq_len * grad
+        terms = tuple(term for term in parts.estimate.terms if term[0] != "loss") + (
+            ("loss", "DPO: log-softmax output (fp32)", preference.FP32 * 2 * run.batch_size * run.seq_len * shape.vocab_size * grad),
+            ("loss", "DPO: gather index (the labels, int64)", batch_labels),
+            ("loss", "DPO: logsigmoid input and buffer (fp32)", loss - preference.FP32 * 2 * run.batch_size * run.seq_len
+             * shape.vocab_size * grad - batch_labels))
+        estimate = replace(parts.estimate, loss=loss, terms=terms)
+        parts = replace(parts, estimate=estimate, loss=loss, batch=parts.batch + batch_labels)
+        trains = memory.trainable_params > 0
+        activations, detail = estimate.total * trains, estimate
+    else:
+        notes.append(Note("dpo_textbook_loss", "activations: the textbook model at batch 2b; the DPO loss's own "
+                          "tensors are the exact model's only"))
+    memory = replace(memory, weights=memory.weights + weights,
+                     quantization_constants=memory.quantization_constants + constants, activations=activations,
+                     activation_detail=detail, method=method, notes=tuple(notes), run=run)
+    return memory, parts
 
 
-def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):
+def trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelShape, notes: list):
     gradients = accumulation = master = 0
     states = OptimizerStates()
     eight_bit = False  # whether any tensor keeps 8-bit states (then bitsandbytes' quantization maps exist)
@@ -362,8 +364,9 @@ def _trainable_parts(plan: Plan, recipe: Recipe, opt: Optimizer, shape: ModelSha
     return gradients, accumulation, master, states
 
 
-def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, notes: list, run: Run):
-    """(estimate, bytes, estimated?, the exact model's ActivationParts or None)."""
+def _activations(run: Run, plan: Plan, notes: list):
+    """(estimate, bytes, estimated?, the exact model's ActivationParts or None) of the run under the method's plan."""
+    shape, recipe, method = run.model, run.recipe, run.method
     seq_len, batch_size = run.seq_len, run.batch_size
     if seq_len is None:
         notes.append(Note("activations_not_estimated",
@@ -376,8 +379,6 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
         return None, 0, False, None
     parts = None
     if run.activations == "transformers":
-        from .hf_activations import transformers_activations
-
         parts = transformers_activations(
             shape, plan=plan, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
             dropout=run.dropout, attention=run.attention, checkpointing=run.checkpointing, device=run.device,
@@ -405,10 +406,10 @@ def _activations(shape: ModelShape, plan: Plan, recipe: Recipe, method: Method, 
     return estimate, estimate.total * trains, True, parts
 
 
-def _engine_sharding(shape, method, recipe, opt, *, sharding, n_gpus, zero_stage, rank):
-    """Weights, gradients and states of one rank as FSDP2 or ZeroRedundancyOptimizer store them."""
-    from .sharding import sharded_parts
-
+def _engine_sharding(run: Run):
+    """Weights, gradients and states of rank run.rank as FSDP2 or ZeroRedundancyOptimizer store them."""
+    shape, method, recipe, opt = run.model, run.method, run.recipe, run.optimizer_spec
+    sharding, n_gpus, zero_stage, rank = run.sharding, run.n_gpus, run.zero_stage, run.rank
     stage = {"fsdp2": 3, "zero_redundancy": 1}[sharding]
     if n_gpus < 2 or zero_stage != stage:
         raise ValueError(f"sharding={sharding!r} needs n_gpus of 2 or more and zero_stage={stage}; "
@@ -432,5 +433,5 @@ def _engine_sharding(shape, method, recipe, opt, *, sharding, n_gpus, zero_stage
     return parts["weights"], parts["gradients"], parts["optimizer_states"]
 
 
-def _shard(value, n_gpus):
+def shard(value, n_gpus):
     return validate.ceil_div(value, n_gpus)

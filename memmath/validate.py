@@ -11,6 +11,7 @@ import numbers
 import reprlib
 
 from .arrays import is_bool, is_ndarray, np
+from .notes import Note
 
 # Input ranges. Scalar arithmetic uses Python ints and is exact at any size; sweeps (int64 arrays)
 # are also checked against SWEEP_LIMIT where a product of inputs can grow past it.
@@ -173,8 +174,6 @@ def text_field(name: str, value) -> str:
 
 def notes(name: str, value) -> tuple:
     """A tuple of notes (memmath.notes.Note): what a result notes or assumes, each with its kind."""
-    from .notes import Note
-
     if not isinstance(value, tuple) or not all(isinstance(note, Note) for note in value):
         raise FieldTypeError(name, f"{name} must be a tuple of Note objects; got {describe(value)}")
     return value

@@ -94,7 +94,7 @@ def stage_bars(stages: dict, unit: str = "GB", *, title: str = "", capacity_byte
     frame = viz.breakdown_long({name: one.memory for name, one in stages.items()}, unit)
     per_unit = UNITS[unit_name(unit)]
     extra = [{"scenario": name, "part": BUFFER_PART, "label": BUFFER_LABEL, "bytes": one.buffer_bytes,
-              "size": one.buffer_bytes / per_unit, "order": len(mm.PART_LABELS)}
+              "size": one.buffer_bytes / per_unit, "order": len(mm.training.PART_LABELS)}
              for name, one in stages.items() if one.buffer_bytes]
     if extra:
         frame = pd.concat([frame, pd.DataFrame(extra, columns=frame.columns)], ignore_index=True)

@@ -1,7 +1,7 @@
 """A model from a preset or from a pasted config.json, for the lessons that take either (7 and 8).
 
 `read_model(source, preset, text)` gives (shape, error): the preset's ModelShape, or the pasted text read
-with `memmath.config_from_text` (JSON only, never a path); a bad paste is an error message, never an
+with `memmath.planner.config_from_text` (JSON only, never a path); a bad paste is an error message, never an
 exception. `error_markdown(error)` is that message for a `mo.callout(..., kind="danger")`, with what to do;
 `pasted_text` shows any text the learner pasted as the characters typed.
 """
@@ -22,7 +22,7 @@ def read_model(source: str, preset: str, text: str):
     if source == SOURCES[0]:
         return mm.PRESETS[preset], None
     try:
-        return mm.config_from_text(text), None
+        return mm.planner.config_from_text(text), None
     except ValueError as error:
         return None, str(error)
 

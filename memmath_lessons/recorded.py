@@ -1,18 +1,18 @@
-"""The lessons' views of the recorded PyTorch measurements (`memmath.reference`'s data, recorded by
+"""The lessons' views of the recorded PyTorch measurements (`memmath_lessons.reference`'s data, recorded by
 validation/measure.py and validation/quantized.py): which recorded case a lesson's controls pick, and
 tables of measured against predicted bytes. The prose about them stays in the lessons.
 
 They live here rather than in the notebooks because marimo parses and compiles a notebook's whole
-code each time a page opens (issue 15: lesson 3's cold start was mostly its code).
+code each time a page opens (lesson 3's cold start was mostly its code).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from memmath import korthikanti_terms
-from memmath.reference import predict_case
-from memmath.reference.measured import predict_peak_case
+from memmath.activations import korthikanti_terms
+from memmath_lessons.reference import predict_case
+from memmath_lessons.reference.measured import predict_peak_case
 
 SAVED_PLACES = ("in the blocks", "outside the blocks (embeddings, head, loss)")
 """The two places lesson 3's chart splits the saved bytes into (its colours, in this order)."""
@@ -81,9 +81,9 @@ def quantized_parts_frame(case: pd.Series) -> pd.DataFrame:
 
 
 def timeline_frame(recorded: dict):
-    """One recorded timeline (memmath.reference.measured.load_measured_timelines) beside memmath's moments:
+    """One recorded timeline (memmath_lessons.reference.measured.load_measured_timelines) beside memmath's moments:
     columns time, MB, kind ("measured" or "memmath"), phase; memmath's moments placed evenly inside their phase."""
-    from memmath.reference.measured import case_arguments, case_model
+    from memmath_lessons.reference.measured import case_arguments, case_model
     from memmath.timeline import step_timeline
 
     series = recorded["series"]
@@ -103,7 +103,7 @@ def timeline_frame(recorded: dict):
 def timeline_view():
     """Lesson 3's fold: each recorded CPU step as a line, memmath's moments as points, and a table of peaks."""
     import marimo as mo
-    from memmath.reference.measured import load_measured_timelines
+    from memmath_lessons.reference.measured import load_measured_timelines
     from memmath.units import format_bytes
 
     from . import lesson_charts, viz

@@ -80,7 +80,7 @@ VEILED_NOTE = "faded past a black tick: parts not all alive at the step's peak"
 def bars_output(needs: dict, unit: str = "GB", *, title: str = "", capacity_bytes=None, capacity_label: str = ""):
     """viz.stacked_bars_output of each run's parts plus what its peak adds, and a black tick at its requirement.
 
-    needs: {scenario: memmath.Requirement}. A bar ends at its requirement wherever the peak is at or above the
+    needs: {scenario: memmath.decision.Requirement}. A bar ends at its requirement wherever the peak is at or above the
     sum; where it is below, the bar of parts runs past the tick and that stretch is veiled (white, translucent).
     The spec is the same whichever runs have a peak segment or a veiled stretch (the legend always names the
     peak's segment, the veil's layer is always there, empty or not), so that a live chart takes only new rows

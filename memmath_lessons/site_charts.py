@@ -31,7 +31,7 @@ _GB_AND_GIB = "format(datum.{0}GB, ',.2f') + ' GB (' + format(datum.{0}GiB, ',.2
 def with_budget_sentence(draw):
     """Lesson 0: its `draw` (loading against one step, rows of one size in billions) with the sentence of its
     callout under the bars, for the static chart's own slider (the callout says the frozen slider's size)."""
-    b = mm.bytes_per_parameter("bf16", "adam")  # 2 B weight + 2 B gradient + 4 B for Adam's two states
+    b = mm.recipes.bytes_per_parameter("bf16", "adam")  # 2 B weight + 2 B gradient + 4 B for Adam's two states
 
     def draw_with_sentence(base):
         pick = {f"{what}{unit}": f"datum.scenario === '{scenario}' ? datum.total{unit} : 0"
@@ -54,7 +54,7 @@ def with_weights_sentence(draw, weights_format: str):
     callout's sentence for `weights_format` under the bars, for the static chart's own slider."""
     fmt = mm.get_format(weights_format)
     counts = [int(round(b * 10**9)) for b in viz.MODEL_SIZE_STEPS]  # as the lesson's grid counts each position
-    names = {part: mm.PART_LABELS[part] for part in ("weights", "quantization_constants")}
+    names = {part: mm.training.PART_LABELS[part] for part in ("weights", "quantization_constants")}
 
     def draw_with_sentence(base):
         one = base.transform_filter(alt.datum.format == fmt.name).transform_calculate(
@@ -123,7 +123,7 @@ def ten_layers_frozen():
             for order, (part, nbytes) in enumerate(run.parts().items()):
                 if nbytes:
                     rows.append({"frozen": frozen, "kind": "bar", "scenario": scenario, "layer": 0,
-                                 "part": mm.PART_LABELS[part], "order": order, "GB": round(mm.to_unit(nbytes, "GB"), 3)})
+                                 "part": mm.training.PART_LABELS[part], "order": order, "GB": round(mm.to_unit(nbytes, "GB"), 3)})
         for layer in range(1, model.n_layers + 1):  # the strip of layers above the bars
             rows.append({"frozen": frozen, "kind": "layer", "scenario": "", "layer": layer,
                          "part": "frozen" if layer <= frozen else "trainable", "order": 0, "GB": 0})
@@ -334,12 +334,12 @@ def many_gpus_grid():
             for order, (part, nbytes) in enumerate(held.items()):
                 if nbytes:
                     label = {"peak": "Step's peak adds", "buffers": "Communication buffers"}.get(
-                        part, mm.PART_LABELS.get(part, part))
+                        part, mm.training.PART_LABELS.get(part, part))
                     rows.append({"tp": tp, "pp": pp, "part": label, "order": order,
                                  "GB": round(nbytes / 1e9, 2), "gpus": tp * pp,
                                  "total": round(need.bytes / 1e9, 2)})
     grid = pd.DataFrame(rows)
-    labels = [mm.PART_LABELS[p] for p in ("weights", "gradients", "optimizer_states", "activations")]
+    labels = [mm.training.PART_LABELS[p] for p in ("weights", "gradients", "optimizer_states", "activations")]
     colors = [viz.PART_COLORS[p] for p in ("weights", "gradients", "optimizer_states", "activations")]
     domain, palette = labels + ["Communication buffers", "Step's peak adds"], colors + ["#EECA3B", "#79706E"]
 

@@ -50,7 +50,7 @@ Example (the headline control of a lesson on full finetuning)::
                                         precision="bf16", optimizer=optimizer)
             for part, n_bytes in m.parts().items():
                 rows.append({"billions": billions, "optimizer": optimizer,
-                             "part": memmath.PART_LABELS[part], "GB": memmath.to_unit(n_bytes, "GB")})
+                             "part": memmath.training.PART_LABELS[part], "GB": memmath.to_unit(n_bytes, "GB")})
     grid = pd.DataFrame(rows)
 
     bound_chart(

@@ -3,7 +3,7 @@
 Lesson 3's heads slider offers only the head counts that divide the width (each head gets a whole
 share of it), so every width move changes its steps. With `mo.ui.slider` that takes a second cell
 that builds a new slider on each move, and the browser mounting it again cost a width move some
-15-25 ms more than any other move (issue 15). A `StepSlider` is an anywidget shown once; the cell
+15-25 ms more than any other move (measured in the browser). A `StepSlider` is an anywidget shown once; the cell
 that reads the width hands it new steps and the page moves only its thumb::
 
     @app.cell

@@ -4,7 +4,7 @@ One memmath call over a numpy array of lengths or batch sizes (the other stays a
 setting), the crossings where activations pass the weights alone and weights, gradients and
 optimizer states together, and the rows of the sweep's live chart (`lesson_charts.activation_sweep`).
 It lives here rather than in the notebook because marimo parses and compiles a notebook's whole code
-each time a page opens (issue 15).
+each time a page opens, so code kept in the notebook slows its cold start.
 """
 
 from __future__ import annotations

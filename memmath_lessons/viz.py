@@ -12,6 +12,7 @@ import altair as alt
 import pandas as pd
 
 from memmath.presets import PRESETS
+from memmath.recipes import OPTIMIZERS
 from memmath.training import PART_LABELS, PARTS
 from memmath.units import UNITS, format_bytes, unit_name
 
@@ -286,9 +287,7 @@ def model_size_controls(value: float = 7):
 # a learner reads "mixed + fp32 gradient accumulation", never the code name mixed_fp32_grads.
 RECIPE_NAMES = {"fp32": "fp32", "bf16": "pure bf16", "fp16": "pure fp16", "amp": "PyTorch AMP",
                 "mixed": "mixed precision (ZeRO)", "mixed_fp32_grads": "mixed + fp32 gradient accumulation"}
-OPTIMIZER_NAMES = {"sgd": "SGD", "sgd_momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
-                   "adam_amsgrad": "Adam (amsgrad)", "adamw_amsgrad": "AdamW (amsgrad)", "adam8bit": "8-bit Adam",
-                   "adafactor": "Adafactor"}
+OPTIMIZER_NAMES = {name: optimizer.label for name, optimizer in OPTIMIZERS.items()}  # each entry's own label
 
 
 def recipe_menu(names=None) -> dict[str, str]:
@@ -300,8 +299,6 @@ def recipe_menu(names=None) -> dict[str, str]:
 
 def optimizer_menu(names=None) -> dict[str, str]:
     """{what a learner reads: memmath's optimizer name} for a dropdown, for `names` (default: every optimizer)."""
-    from memmath.recipes import OPTIMIZERS
-
     return {_menu_name(OPTIMIZER_NAMES, OPTIMIZERS, n): n for n in (names if names is not None else OPTIMIZERS)}
 
 
@@ -332,7 +329,7 @@ def readable_size(n_bytes, unit: str = "GB") -> str:
 def cuda_reserve_sentence(reserved_bytes: int, unit: str = "GB") -> str:
     """One sentence on what a fit verdict reserves for the CUDA context, and why: the same in every lesson (1, 2)."""
     from memmath.gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN
-    from memmath.reference.literature import REPORTED
+    from memmath_lessons.reference.literature import REPORTED
 
     measured = REPORTED["cuda_context_v100"]  # 1,343 MiB: what memmath.CUDA_CONTEXT_BYTES holds
     why = (f"the memory the driver takes for its context and kernels before PyTorch allocates any tensor "

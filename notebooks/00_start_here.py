@@ -99,7 +99,7 @@ def _(demo_chart, demo_grid, demo_params_slider, is_static_export, mm, mo, unit_
     demo_training = mm.training_memory(demo_params, seq_len=None, precision="bf16", optimizer="adam")  # 2 + 2 + 4 B per parameter
     if demo_chart is not None:
         demo_chart.update(demo_grid[demo_grid["billions"] == _billions], caption=f"Parameters (billions): {_billions}")
-    _b = mm.bytes_per_parameter("bf16", "adam")
+    _b = mm.recipes.bytes_per_parameter("bf16", "adam")
     # The static page says this under its chart, for the chart's own slider: this slider is frozen there.
     mo.vstack([
         mo.md("") if is_static_export() else mo.callout(mo.md(f"""
@@ -126,7 +126,7 @@ def _(mm, pd):
         for _scenario, _parts in _scenarios.items():
             _total = sum(_parts.values())  # integer bytes: the label rounds the total once, not each part
             for _order, (_part, _bytes) in enumerate((p, b) for p, b in _parts.items() if b):
-                _rows.append({"billions": _billions, "scenario": _scenario, "part": mm.PART_LABELS[_part],
+                _rows.append({"billions": _billions, "scenario": _scenario, "part": mm.training.PART_LABELS[_part],
                               "order": _order, "GB": round(mm.to_unit(_bytes, "GB"), 2),
                               "GiB": round(mm.to_unit(_bytes, "GiB"), 2),
                               "totalGB": round(mm.to_unit(_total, "GB"), 2),

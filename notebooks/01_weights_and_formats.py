@@ -36,7 +36,7 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath.reference import literature
+    from memmath_lessons.reference import literature
     from memmath_lessons import lesson_charts, site_charts, viz
     from memmath_lessons.live_chart import bound_live_draw, live_chart
     from memmath_lessons.live_html import live_html
@@ -107,7 +107,7 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
             _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
             for _order, _part in enumerate(("weights", "quantization_constants")):
                 if getattr(_stored, _part):
-                    _rows.append({"format": _name, "part": mm.PART_LABELS[_part], "order": _order,
+                    _rows.append({"format": _name, "part": mm.training.PART_LABELS[_part], "order": _order,
                                   unit: round(mm.to_unit(getattr(_stored, _part), unit), 4),
                                   f"total{unit}": round(mm.to_unit(_total, unit), 2)})
         # A new unit draws the chart anew (its axis title and title); a new size sends only the rows.
@@ -148,7 +148,7 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
 
     # The cards (the GPU section further down): the verdict per card, its chart and its table, into the views there.
     reserved_bytes = mm.CUDA_CONTEXT_BYTES if context_checkbox.value else 0  # 1,343 MiB, memmath/gpus.py
-    gpu_fits = mm.fit_table(card_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
+    gpu_fits = mm.gpus.fit_table(card_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
     _mem, _head = f"memory ({unit})", f"headroom ({unit})"
     _need = (card_bytes + reserved_bytes) / mm.UNITS[unit]
     _unit = unit
@@ -190,7 +190,7 @@ def _(mm, pd, STORAGE_FORMATS, viz):
             _total = _stored.weights + _stored.quantization_constants  # integer bytes, rounded once for the label
             for _order, _part in enumerate(("weights", "quantization_constants")):
                 if getattr(_stored, _part):
-                    _rows.append({"size": _position, "format": _name, "part": mm.PART_LABELS[_part],
+                    _rows.append({"size": _position, "format": _name, "part": mm.training.PART_LABELS[_part],
                                   "order": _order, "GB": round(mm.to_unit(getattr(_stored, _part), "GB"), 4),
                                   "totalGB": round(mm.to_unit(_total, "GB"), 2)})
     formats_grid = pd.DataFrame(_rows)
@@ -295,14 +295,14 @@ def _(alt, mm, mo, pd, STORAGE_FORMATS, viz):
 
 @app.cell
 def _(live_only_notice, mm, mo):
-    _bf16_step_300 = mm.float_step("bf16", 300.7)
+    _bf16_step_300 = mm.formats.float_step("bf16", 300.7)
     _prose = mo.md(f"""
     ## Round a number yourself
 
     Type any number and see what each format actually stores. Some values to try: `0.1` (no
     format stores it exactly), `300.7` (bf16's steps are {_bf16_step_300:g} apart up there), `70000` (past fp16's
     largest value, {mm.get_format("fp16").max_value:,.0f}), `0.00000001` (10⁻⁸, less than half
-    of fp16's smallest step, {mm.float_step("fp16", 0):.3g}).
+    of fp16's smallest step, {mm.formats.float_step("fp16", 0):.3g}).
 
     The integer formats (and nf4) need a **scale**: all values in a block share one, set from the
     largest magnitude in the block (its *absmax*), so that absmax lands on the largest level
@@ -330,7 +330,7 @@ def _(block_absmax_slider, mm, mo, np, pd, staircase_chart, STORAGE_FORMATS, sto
     _x = np.linspace(value - _half_width, value + _half_width, 601)
     _curves = [pd.DataFrame({"true value": _x[[0, -1]], "stored value": _x[[0, -1]], "format": "exact"})]
     for _name in ["fp16", "bf16", "fp8_e4m3", "int8"]:
-        _stored = mm.round_to_format(_x, _name, scale=mm.absmax_scale(_name, block_absmax))
+        _stored = mm.formats.round_to_format(_x, _name, scale=mm.formats.absmax_scale(_name, block_absmax))
         # A step line needs only the points where the stored value changes (and the last one):
         # the same picture from a few rows, so the page carries little data.
         _keep = np.r_[True, _stored[1:] != _stored[:-1]] | (np.arange(_x.size) == _x.size - 1)
@@ -425,18 +425,18 @@ def _(mm):
     _n13 = mm.PRESETS["llama-2-13b"].n_params
     answer_13b_bf16 = mm.get_format("bf16").bytes_for(_n13)
     # nf4 with one fp32 scale per 64 weights, as the problem asks (no double quantization).
-    answer_13b_nf4 = mm.get_format("nf4").bytes_for(_n13) + mm.quant_constant_bytes(_n13, double_quant=False)
+    answer_13b_nf4 = mm.get_format("nf4").bytes_for(_n13) + mm.methods.quant_constant_bytes(_n13, double_quant=False)
     _nf4_dq = mm.inference_memory(_n13, weights_format="nf4")  # QLoRA's double quantization
     answer_13b_nf4_dq = _nf4_dq.weights + _nf4_dq.quantization_constants
     _loaded = mm.inference_memory("llama-2-13b", weights_format="nf4")  # nn.Linear only, as transformers + bitsandbytes
     answer_13b_nf4_loaded = _loaded.weights + _loaded.quantization_constants
     answer_4090_max_params = mm.GPUS["RTX 4090"].memory_bytes * 8 // mm.get_format("bf16").bits
-    answer_fp16_70k = mm.round_to_format(70_000, "fp16")
-    answer_bf16_70k = mm.round_to_format(70_000, "bf16")
-    answer_int8_unscaled = mm.round_to_format(0.1, "int8")
-    answer_int8_scaled = mm.round_to_format(0.1, "int8", scale=mm.absmax_scale("int8", 1.0))
-    answer_int8_steps = round(answer_int8_scaled / mm.absmax_scale("int8", 1.0))
-    answer_bf16_step_70k = mm.float_step("bf16", 70_000)
+    answer_fp16_70k = mm.formats.round_to_format(70_000, "fp16")
+    answer_bf16_70k = mm.formats.round_to_format(70_000, "bf16")
+    answer_int8_unscaled = mm.formats.round_to_format(0.1, "int8")
+    answer_int8_scaled = mm.formats.round_to_format(0.1, "int8", scale=mm.formats.absmax_scale("int8", 1.0))
+    answer_int8_steps = round(answer_int8_scaled / mm.formats.absmax_scale("int8", 1.0))
+    answer_bf16_step_70k = mm.formats.float_step("bf16", 70_000)
     return (answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_13b_nf4_loaded, answer_4090_max_params,
             answer_bf16_70k,
             answer_bf16_step_70k, answer_fp16_70k, answer_int8_scaled, answer_int8_steps, answer_int8_unscaled)
@@ -448,7 +448,7 @@ def _(answer_13b_bf16, answer_13b_nf4, answer_13b_nf4_dq, answer_13b_nf4_loaded,
       answer_int8_unscaled, mm, mo, viz):
     _n13 = mm.PRESETS["llama-2-13b"].n_params
     _bf16, _nf4 = mm.get_format("bf16"), mm.get_format("nf4")
-    _scale_bytes = mm.quant_constant_bytes(64, double_quant=False)
+    _scale_bytes = mm.methods.quant_constant_bytes(64, double_quant=False)
     mo.vstack([
         mo.md("## Problems"),
         mo.md(f"**1.** Llama-2-13B has {_n13:,} parameters. How much memory do its weights take in bf16, "
@@ -489,8 +489,8 @@ def _(mm, np):
     def store(value, name, absmax):
         """What format `name` stores for `value` (integer formats scaled to a block absmax), and what happened."""
         fmt = mm.get_format(name)
-        scale = mm.absmax_scale(fmt, absmax)  # 1.0 for floats
-        stored = mm.round_to_format(value, fmt, scale=scale)
+        scale = mm.formats.absmax_scale(fmt, absmax)  # 1.0 for floats
+        stored = mm.formats.round_to_format(value, fmt, scale=scale)
         if np.isnan(stored):
             shown, error, what = "none", "-", "overflow: E4M3 has no infinity, the value is lost"
         elif np.isinf(stored):

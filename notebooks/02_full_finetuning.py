@@ -38,8 +38,8 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath import reference
-    from memmath.reference import published
+    from memmath_lessons import reference
+    from memmath_lessons.reference import published
     from memmath_lessons import viz
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
@@ -133,7 +133,7 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
     optimizer_table = pd.DataFrame(_rows)
     optimizer_view.update(optimizer_table, caption=f"For {viz.short_count(n_params)} parameters in your recipe:",
                           wrapped_columns=["what it keeps"])
-    # Every card as the driver reports it, smallest first (as mm.fit_table lists them), judged twice by the one rule.
+    # Every card as the driver reports it, smallest first (as mm.gpus.fit_table lists them), judged twice by the one rule.
     gpu_rows = pd.DataFrame([{
         "gpu": _g.name, "marketed": _g.marketed, f"memory ({unit})": round(_g.memory_bytes / mm.UNITS[unit], 2),
         "holds the weights": "yes" if verdict_of(run.weights, _g).fits else "no",
@@ -248,7 +248,7 @@ def _(article_bpp, article_params, article_run, mm, mo, viz):
 @app.cell
 def _(mm):
     article_params = 7_000_000_000  # the article's 7B model
-    article_bpp = mm.bytes_per_parameter("bf16", "adam")  # 2 + 2 + 2 x 2 = 8 B per parameter
+    article_bpp = mm.recipes.bytes_per_parameter("bf16", "adam")  # 2 + 2 + 2 x 2 = 8 B per parameter
     article_run = mm.training_memory(article_params, seq_len=None, precision="bf16", optimizer="adam")
     return article_bpp, article_params, article_run
 
@@ -260,11 +260,11 @@ def _(alt, mm, mo, pd, published, viz):
     # Each published count, part by part, in bytes per parameter (memmath.published): it does not
     # depend on the model size, so it is drawn once.
     published_per_parameter = pd.DataFrame([
-        {"estimate": f"{_b['total']:g} B: {e.label}", "part": mm.PART_LABELS[_part], "order": _order,
+        {"estimate": f"{_b['total']:g} B: {e.label}", "part": mm.training.PART_LABELS[_part], "order": _order,
          "B per parameter": _b[_part]}
         for e in published.PUBLISHED_ESTIMATES.values()
         for _b in [published.published_bytes_per_parameter(e.key)]
-        for _order, _part in enumerate(mm.PARTS) if _b.get(_part)])
+        for _order, _part in enumerate(mm.training.PARTS) if _b.get(_part)])
     _order = list(dict.fromkeys(published_per_parameter["estimate"]))
     _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
     mo.vstack([
@@ -347,7 +347,7 @@ def _(mm, mo, pd, reference, viz):
             for _part, _column in (("weights", "param_bytes"), ("gradients", "grad_bytes"),
                                    ("optimizer_states", "optimizer_state_bytes")):
                 _rows.append({"precision": _case["precision"], "optimizer": viz.OPTIMIZER_NAMES.get(_case["optimizer"], _case["optimizer"]),
-                              "part": mm.PART_LABELS[_part], "measured by PyTorch (B)": int(_case[_column]),
+                              "part": mm.training.PART_LABELS[_part], "measured by PyTorch (B)": int(_case[_column]),
                               "memmath (B)": int(getattr(_predicted, _part)),
                               "B per parameter": round(int(_case[_column]) / int(_case["total_params"]), 4)})
         _table = pd.DataFrame(_rows)
@@ -412,7 +412,7 @@ def _(mm, pd, viz):
                 for _order, (_part, _bytes) in enumerate(_run.parts().items()):
                     if _bytes:
                         _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
-                                      "part": mm.PART_LABELS[_part], "order": _order,
+                                      "part": mm.training.PART_LABELS[_part], "order": _order,
                                       "GB": round(mm.to_unit(_bytes, "GB"), 3),
                                       # the label's total, rounded once from integer bytes
                                       "totalGB": round(mm.to_unit(_run.total, "GB"), 2)})
@@ -454,7 +454,7 @@ def _(mm, mo, verdict_of):
     _cards = sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)
     answer_llama_verdict = next(_v for _v in (verdict_of(answer_llama_need, _g) for _g in _cards) if _v.fits)
     answer_llama_gpu = answer_llama_verdict.gpu_name
-    _b = mm.bytes_per_parameter("mixed", "adam")
+    _b = mm.recipes.bytes_per_parameter("mixed", "adam")
     _a8 = mm.OPTIMIZERS["adam8bit"]
     mo.vstack([
         mo.md("## Problems"),

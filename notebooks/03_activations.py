@@ -33,7 +33,7 @@ def _(mm, mo, viz):
 def _():
     import marimo as mo
     import memmath as mm
-    from memmath import reference
+    from memmath_lessons import reference
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
@@ -83,7 +83,7 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
         f"width of {width:,}, and {n_heads} is the largest count below it that does.*"
         if n_heads != _wanted_heads else ""))
     attention, checkpointing, unit = attention_radio.value, checkpointing_switch.value, unit_radio.value
-    model = mm.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
+    model = mm.models.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
                           max_positions=preset.max_positions, name="your model")
     # The formula this lesson teaches is Korthikanti et al.'s model, asked for by name (activations="textbook",
     # with its dropout masks; memmath's default for a model with a config is the exact trace of transformers'
@@ -99,7 +99,7 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
     # for training against inference further down, which is not about the formula.
     training_exact = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
                                         seq_len=seq_len, attention=attention, checkpointing=checkpointing)
-    per_layer = mm.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
+    per_layer = mm.activations.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
                                          n_heads=n_heads, attention=attention)
     detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
     inference = mm.inference_memory(model, weights_format="bf16", kv_format="bf16", batch_size=batch_size,
@@ -111,7 +111,7 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
     bars_chart.update(viz.stacked_bars_output(_bars, _unit, title="Where the memory goes"))
 
     _s, _b, _h, _a = seq_len, batch_size, width, n_heads
-    _eager = mm.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
+    _eager = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
     _kernel = ("" if per_layer == _eager else f" Fused attention drops the s × s terms and adds a 4·a·s·b "
                f"log-sum-exp: 34·s·b·h + 4·a·s·b = **{viz.readable_size(per_layer, unit)}**.")
     _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
@@ -246,8 +246,8 @@ def _(mo):
 
 @app.cell(hide_code=True)
 def _(mm, mo, pd, viz):
-    # The formula's terms, folded: memmath.korthikanti_terms at unit sizes (e = 2 B, m = 1 B).
-    _terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)
+    # The formula's terms, folded: memmath.activations.korthikanti_terms at unit sizes (e = 2 B, m = 1 B).
+    _terms = mm.activations.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
 
@@ -272,7 +272,7 @@ def _(mm, mo, pd, viz):
     Each row below is one tensor a block keeps. It is counted per s·b·h (one number per token and
     width unit) or per a·s²·b (one number per pair of tokens, per head), and "bytes each" is what it
     costs per such unit: a 16-bit tensor as wide as the model is 2 bytes per s·b·h.
-    `memmath.korthikanti_terms` builds the table; the sums under it are computed from its rows.
+    `memmath.activations.korthikanti_terms` builds the table; the sums under it are computed from its rows.
     """), viz.plain_table(terms_table.assign(**{"counted per": terms_table["counted per"].str.replace("*", "·")})),
         mo.md(f"""
     - Per **s·b·h** (tensors as wide as the model, or 4h wide in the MLP):
@@ -645,7 +645,7 @@ def _(mo):
 def _(mm, mo):
     _gpt2 = mm.PRESETS["gpt2"]
     _s, _h, _a = _gpt2.max_positions, _gpt2.hidden_size, _gpt2.n_heads
-    _layer = mm.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
+    _layer = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
     _square = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
     mo.vstack([
         mo.md(f"**1.** GPT-2 small has h = {_h} and a = {_a}. For one sequence of {_s:,} tokens, how many "
@@ -681,7 +681,7 @@ def _(mm, mo):
 
 @app.cell(hide_code=True)
 def _(mm, mo):
-    _full = mm.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32, attention="sdpa")
+    _full = mm.activations.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32, attention="sdpa")
     _kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
     mo.vstack([
         mo.md("**3.** A block with h = 4,096 and a = 32 uses fused attention at s = 4,096, b = 1. "

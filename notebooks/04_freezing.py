@@ -30,8 +30,8 @@ def _(mo, viz):
 def _():
     import marimo as mo
     import memmath as mm
-    from memmath import reference
-    from memmath.reference import literature
+    from memmath_lessons import reference
+    from memmath_lessons.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
@@ -89,7 +89,7 @@ def _(frozen_slider, layers_chart, layers_slider, lesson_charts, mm, mo, params_
     _per_layer, _left_over = divmod(n_params, n_layers)
     equal_frozen = (equal_full if n_frozen == 0 else mm.training_memory(
         equal_model, seq_len=None, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=n_frozen)))
-    _bpp = mm.bytes_per_parameter("bf16", "adam")
+    _bpp = mm.recipes.bytes_per_parameter("bf16", "adam")
     _w, _g, _o = _bpp["weights"], _bpp["gradients"], _bpp["optimizer_states"]
     _trainable = equal_frozen.trainable_params
     _saved = equal_full.total - equal_frozen.total
@@ -133,7 +133,7 @@ def _(live_chart):
 
 @app.cell(hide_code=True)
 def _(literature, mm, mo):
-    _bpp = mm.bytes_per_parameter("bf16", "adam")
+    _bpp = mm.recipes.bytes_per_parameter("bf16", "adam")
     _reported = literature.REPORTED["bert_large_partial_share"]
     mo.callout(mo.md(f"""
     **Takeaway.** A frozen parameter needs no gradient and no optimizer state, which is most of a
@@ -309,7 +309,7 @@ def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, s
                f"{seq_slider.value:,} are the arithmetic, not a run the real model could do."
                if model.max_positions and seq_slider.value > model.max_positions else "")
     _size = viz.readable_size
-    _rows = [{"part": mm.PART_LABELS[p], "full finetuning": _size(full.parts()[p], unit),
+    _rows = [{"part": mm.training.PART_LABELS[p], "full finetuning": _size(full.parts()[p], unit),
               "frozen": _size(frozen.parts()[p], unit), "saved": _size(full.parts()[p] - frozen.parts()[p], unit)}
              for p in ("weights", "gradients", "optimizer_states", "activations")]
     _rows.append({"part": "Total", "full finetuning": _size(full.total, unit),
@@ -509,7 +509,7 @@ def _(mm, mo):
     _model = mm.uniform_model(7e9, 10)
     _r = mm.training_memory(_model, seq_len=None, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=9))
     _full = mm.training_memory(_model, seq_len=None, precision="bf16", optimizer="adam")
-    _bpp = mm.bytes_per_parameter("bf16", "adam")
+    _bpp = mm.recipes.bytes_per_parameter("bf16", "adam")
     mo.vstack([
         mo.md("**1.** The article's 7B model in ten equal layers, nine frozen, pure 16-bit with Adam. "
               "How much memory before activations?"),

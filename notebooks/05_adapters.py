@@ -38,7 +38,7 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath.reference import literature, paper_setups
+    from memmath_lessons.reference import literature, paper_setups
     from memmath_lessons import diagrams, requirement_view, site_charts, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
@@ -479,7 +479,7 @@ def _(literature, mo, viz):
 def _(mo, pd, viz):
     # Houlsby adapters measured: a reference PyTorch adapter (validation/houlsby.py) in tiny BERT and LLaMA blocks,
     # against memmath's exact activation model (the one the memory section above uses).
-    from memmath.reference.measured import load_measured_adapters, measured_metadata, predict_case
+    from memmath_lessons.reference.measured import load_measured_adapters, measured_metadata, predict_case
 
     _cases = load_measured_adapters()
     _v = measured_metadata()["versions"]

@@ -53,7 +53,7 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath.reference import literature, paper_setups
+    from memmath_lessons.reference import literature, paper_setups
     from memmath_lessons import blockwise, recorded, requirement_view, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
@@ -84,7 +84,7 @@ def _(matrix_view, mm, mo, model_dropdown, number_view, pd, rank_slider, targets
     _matrices = shape.lora_matrices(targets)
     _per_block = sum(_d_in + _d_out for _, _d_in, _d_out in _matrices)
     _rows = []
-    for _target in ("q", "k", "v", "o", "gate", "up", "down"):  # a dense decoder's seven matrices (mm.LORA_TARGETS has MoE names too)
+    for _target in ("q", "k", "v", "o", "gate", "up", "down"):  # a dense decoder's seven matrices (mm.models.LORA_TARGETS has MoE names too)
         [(_module, _d_in, _d_out)] = shape.lora_matrices([_target])
         _rows.append({"matrix": _module, "d_in x d_out": f"{_d_in:,} x {_d_out:,}", "adapted": "yes" if _target in targets else "",
                       "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": lora_method.matrix_params(_d_in, _d_out),
@@ -286,8 +286,8 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
     levels_chart.update(pd.concat([_bins.assign(kind="bin"), _levels.assign(kind="level")], ignore_index=True),
                         draw=lesson_charts.quantization_levels, block=int(quant_block))
 
-    _paper_plain = mm.quant_constant_bits(block=64, double_quant=False)  # QLoRA's blocks of 64
-    _paper_dq = mm.quant_constant_bits(block=64, double_quant=True)
+    _paper_plain = mm.methods.quant_constant_bits(block=64, double_quant=False)  # QLoRA's blocks of 64
+    _paper_dq = mm.methods.quant_constant_bits(block=64, double_quant=True)
     _no_dq, _dq = quant_rows["constants (bits per weight)"].iloc[2], quant_rows["constants (bits per weight)"].iloc[3]
     _saved = (mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
               - mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
@@ -565,7 +565,7 @@ def _(literature, mm, mo, paper_setups, pd, viz):
 def _(mo, recorded, viz):
     # Folded under "Go deeper" below: QLoRA as bitsandbytes stores it, measured on the CPU by
     # validation/quantized.py (Linear4bit / Linear8bitLt in place of every linear, peft's LoRA on top).
-    from memmath.reference.measured import load_measured_quantized, measured_metadata
+    from memmath_lessons.reference.measured import load_measured_quantized, measured_metadata
 
     _cases = load_measured_quantized()
     _meta = measured_metadata()
@@ -603,7 +603,7 @@ def _(mo, recorded, viz):
 def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, papers_fold, qlora_measured_fold, viz):
     _shape = mm.PRESETS["llama-2-7b"]
     _qv8 = mm.LoRA(rank=8, targets=("q", "v")).trainable_params(_shape)
-    _plain, _dq = (mm.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
+    _plain, _dq = (mm.methods.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
     # "Go deeper": one fold per question a careful reader asks.
     _deeper = {"Do the papers' headline numbers follow from their setups?": papers_fold,
                "Does bitsandbytes store what QLoRA's count says? (measured)": qlora_measured_fold}
@@ -628,7 +628,7 @@ def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, papers_fold, qlora
 def _(mm, mo, requirement_view, verdict_of):
     _shape = mm.PRESETS["llama-2-7b"]
     _all = mm.LoRA(rank=16, targets="all").trainable_params(_shape)
-    _plain, _dq = (mm.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
+    _plain, _dq = (mm.methods.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
     _65b = mm.PRESETS["llama-65b"].n_params
     # Problem 3: activations as transformers saves them (LLaMA's config: SDPA, no dropout), checkpointed per block.
     _args = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, checkpointing=True)

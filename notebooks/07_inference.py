@@ -34,7 +34,7 @@ def _(mo, viz):
 def _():
     import marimo as mo
     import memmath as mm
-    from memmath.reference import literature
+    from memmath_lessons.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
@@ -97,7 +97,7 @@ def _(live_only_notice, mm, mo, pasted_config):
 
 @app.cell
 def _(config_text_area, model_dropdown, pasted_config, source_radio):
-    # The model: the preset, or the pasted config.json read as JSON (mm.config_from_text); a paste that cannot be
+    # The model: the preset, or the pasted config.json read as JSON (mm.planner.config_from_text); a paste that cannot be
     # used gives model None and the reason, shown in the page (next cell), never a traceback.
     model, model_error = pasted_config.read_model(source_radio.value, model_dropdown.value, config_text_area.value)
     if model is not None and model.family == "bert":  # an encoder generates no tokens: it keeps no KV cache
@@ -123,7 +123,7 @@ def _(config_text_area, mm, mo, model, model_error, pasted_config, source_radio,
         _sizes = " or ".join(f"{w:,}" for w in sorted(set(_windows)))
         _sliding = (f" {len(_windows)} of its {model.n_layers} layers attend over a **sliding window** of the last "
                     f"{_sizes} tokens, so their cache stops growing there." if _windows else "")
-        _trained = mm.trained_context(model)
+        _trained = mm.planner.trained_context(model)
         _facts = mo.callout(mo.md(
             f"**{_name}**: {model.n_params:,} parameters ({viz.short_count(model.n_params)}){_active}; "
             f"{model.n_layers} layers, {model.n_heads} query heads and {model.n_kv_heads} key/value "
@@ -201,7 +201,7 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
                 f"{_f(_fit.available_bytes)} are usable.")
 
     # Warnings: past the trained context, a working set no card holds, fp8 without fp8 arithmetic.
-    _trained = mm.trained_context(model)  # learned positions (GPT-2, GPT-3) or the config's max_position_embeddings
+    _trained = mm.planner.trained_context(model)  # learned positions (GPT-2, GPT-3) or the config's max_position_embeddings
     _warn = []
     if _trained is not None and context_len > _trained:
         _warn.append(mo.callout(mo.md(
@@ -235,14 +235,14 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
 
     # "Weights x 1.2": its allowance, and up to which context it covers the cache and working set at this batch.
     _stored = memory.weights + memory.quantization_constants
-    rule_limit = mm.rule_of_thumb_context_limit(model, **_serve)
+    rule_limit = mm.inference.rule_of_thumb_context_limit(model, **_serve)
     _where = ("It does not cover the cache and working set even for a single token." if rule_limit == 0 else
               f"It covers the cache and working set up to **{rule_limit:,} tokens** per sequence, and no further.")
 
     # Decode: bandwidth over the bytes each step reads, only on a card that holds the run. A mixture of experts
     # reads its shared tensors and the experts its tokens reach (memory.weights_read; mm.inference's
     # routed_experts_reached: k of E per layer at batch 1, at most min(E, batch x k) at a larger batch).
-    per_sequence = mm.decode_tokens_per_second(memory, gpu)
+    per_sequence = mm.inference.decode_tokens_per_second(memory, gpu)
     all_sequences = per_sequence * batch_size
     _rate = lambda t: f"{t:,.1f}" if t >= 0.1 else f"{t:.2g}"  # noqa: E731 (0.037 tokens/s, not 0.0)
     read_per_step = memory.read_per_step
@@ -267,12 +267,12 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
                    "below gives the bound for those cards only.")
 
     # Every card of the catalog, the same reserve on each; the decode bound only where the run fits.
-    fit_frame = mm.fit_table(memory.total, reserved_bytes=mm.CUDA_CONTEXT_BYTES, unit=unit)
+    fit_frame = mm.gpus.fit_table(memory.total, reserved_bytes=mm.CUDA_CONTEXT_BYTES, unit=unit)
     fit_frame = fit_frame.assign(**{
         f"memory ({unit})": fit_frame[f"memory ({unit})"].round(2), "fits": fit_frame["fits"].map({True: "yes", False: "no"}),
         f"headroom ({unit})": [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}"
                                for h in fit_frame[f"headroom ({unit})"]],
-        "decode bound (tokens/s)": [_rate(mm.decode_tokens_per_second(memory, g)) if fits else "does not fit"
+        "decode bound (tokens/s)": [_rate(mm.inference.decode_tokens_per_second(memory, g)) if fits else "does not fit"
                                     for g, fits in zip(fit_frame["gpu"], fit_frame["fits"])],
     }).drop(columns=["kind"])
     cards_view.update(fit_frame)
@@ -324,13 +324,13 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
     """).text + viz.stat_row([
             (_f(_stored), "Weights (+ constants)"), (_small(memory.kv_cache), "KV cache"),
             (_small(memory.working_set), "Working set"), (_f(memory.total), "Total"),
-            (_f(memory.rule_of_thumb), f"Weights x {mm.RULE_OF_THUMB_FACTOR:g}")]).text + mo.md(f"""
+            (_f(memory.rule_of_thumb), f"Weights x {mm.inference.RULE_OF_THUMB_FACTOR:g}")]).text + mo.md(f"""
     Serving **{_name}** with weights in {memory.weights_format} and the cache in {memory.kv_format},
     {batch_size} {_seqs} of {context_len:,} tokens: the detailed sum is **{_f(memory.total)}**, which
     {_verdict}. {_layout}{_reserve} {_decode}
 
-    The rule of thumb, weights x {mm.RULE_OF_THUMB_FACTOR:g}, says {_f(memory.rule_of_thumb)}: an allowance of
-    {_f(memory.rule_of_thumb - _stored)} ({mm.RULE_OF_THUMB_FACTOR - 1:.0%} of {_f(_stored)}) for everything
+    The rule of thumb, weights x {mm.inference.RULE_OF_THUMB_FACTOR:g}, says {_f(memory.rule_of_thumb)}: an allowance of
+    {_f(memory.rule_of_thumb - _stored)} ({mm.inference.RULE_OF_THUMB_FACTOR - 1:.0%} of {_f(_stored)}) for everything
     besides the weights. {_where}
     """).text))
     mo.vstack(_warn) if _warn else None
@@ -369,7 +369,7 @@ def _(mm, mo):
     mo.callout(mo.md(f"""
     **The takeaway.** A served model's memory is its weights plus a cache that grows linearly with the
     context and the batch: double either and the cache doubles. For short prompts the weights decide
-    and "weights x {mm.RULE_OF_THUMB_FACTOR:g}" is a fair estimate; at long contexts and large batches the
+    and "weights x {mm.inference.RULE_OF_THUMB_FACTOR:g}" is a fair estimate; at long contexts and large batches the
     cache decides whether the model fits. Move the context to its end and watch the cache pass the weights.
     """), kind="info")
     return
@@ -473,9 +473,9 @@ def _(alt, mm, mo, viz):
         return _draw
 
     mo.md(f"""
-    ## Where "weights x {mm.RULE_OF_THUMB_FACTOR:g}" breaks
+    ## Where "weights x {mm.inference.RULE_OF_THUMB_FACTOR:g}" breaks
 
-    The quick estimate adds {mm.RULE_OF_THUMB_FACTOR - 1:.0%} to the weights for everything else. It is quoted widely
+    The quick estimate adds {mm.inference.RULE_OF_THUMB_FACTOR - 1:.0%} to the weights for everything else. It is quoted widely
     (EleutherAI's rule, repeated in Hugging Face accelerate's memory-estimation docs). The chart sweeps the
     context for your model, batch and formats: the coloured areas are the detailed sum, the black dashed
     line the rule of thumb, the red dotted line your GPU's memory less the CUDA context. Past the point
@@ -548,7 +548,7 @@ def _(mo, site_charts):
     return
 @app.cell(hide_code=True)
 def _(mm, mo):
-    _limit = mm.rule_of_thumb_context_limit("llama-2-7b")
+    _limit = mm.inference.rule_of_thumb_context_limit("llama-2-7b")
     _kv13 = mm.kv_cache_bytes("llama-2-13b", context_len=8192)
     _w13 = mm.inference_memory("llama-2-13b", context_len=1).weights
     _m13, _m70 = mm.PRESETS["llama-2-13b"], mm.PRESETS["llama-2-70b"]
@@ -556,11 +556,11 @@ def _(mm, mo):
     _mha70 = mm.kv_cache_bytes(mm.PRESETS["llama-2-70b"].with_changes(n_kv_heads=64), context_len=1)
     _bf16 = mm.inference_memory("llama-2-7b", context_len=4096)
     _nf4 = mm.inference_memory("llama-2-7b", weights_format="nf4", context_len=4096)
-    _speed = [mm.decode_tokens_per_second(m, "RTX 4090") for m in (_bf16, _nf4)]
-    _limits = [mm.rule_of_thumb_context_limit("llama-2-7b", batch_size=b) for b in (1, 8)]
+    _speed = [mm.inference.decode_tokens_per_second(m, "RTX 4090") for m in (_bf16, _nf4)]
+    _limits = [mm.inference.rule_of_thumb_context_limit("llama-2-7b", batch_size=b) for b in (1, 8)]
     _moe = mm.PRESETS["qwen3-30b-a3b"]
     _moe_runs = [mm.inference_memory(_moe, context_len=4096, batch_size=b) for b in (1, 32)]
-    _moe_speed = [mm.decode_tokens_per_second(m, "H100 80GB") for m in _moe_runs]
+    _moe_speed = [mm.inference.decode_tokens_per_second(m, "H100 80GB") for m in _moe_runs]
     _h100 = mm.get_gpu("H100 80GB")
     mo.vstack([
         mo.callout(mo.md(f"""

@@ -46,7 +46,7 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath.reference import literature
+    from memmath_lessons.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
@@ -62,8 +62,8 @@ def _(mm):
     # this text cannot fall behind the reader), and why relabelling another model_type gives a wrong number.
     def nearest_layout(model_type):
         """One or two sentences: the model types memmath reads, and why a relabelled config would mislead."""
-        return (f"memmath reads these model types from a config.json: {', '.join(mm.SUPPORTED_MODEL_TYPES)}, "
-                f"and these vision-language ones: {', '.join(mm.MULTIMODAL_MODEL_TYPES)}. "
+        return (f"memmath reads these model types from a config.json: {', '.join(mm.architectures.SUPPORTED_MODEL_TYPES)}, "
+                f"and these vision-language ones: {', '.join(mm.multimodal.MULTIMODAL_MODEL_TYPES)}. "
                 f"`{model_type}` is not one of them. Relabelling its `model_type` as one of these counts that "
                 "family's tensors, not yours, so the planner refuses it rather than guess.")
 
@@ -103,7 +103,7 @@ def _(config_text_area, mm, preset_dropdown, source_radio):
         model = mm.PRESETS[preset_dropdown.value]
     else:
         try:
-            model = mm.config_from_text(config_text_area.value)
+            model = mm.planner.config_from_text(config_text_area.value)
         except ValueError as error:  # bad JSON, a missing field, an unsupported model_type
             model_error = str(error)
         else:
@@ -233,7 +233,7 @@ def _(live_only_notice, mm, mo, viz):
 def _(literature, live_only_notice, mm, mo, viz):
     gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
     n_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=1, label="GPUs")
-    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=mm.DEFAULT_MAX_GPUS,
+    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=mm.planner.DEFAULT_MAX_GPUS,
                                    label="GPUs you could use (for the changes)")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
                                    label="ZeRO stage")
@@ -271,9 +271,9 @@ def _(mm):
         _staged = run.replace(zero_stage=run.zero_stage or 3)
         return dict(
             stage=_staged.zero_stage,
-            gpus=mm.fewest_gpus_that_fit(_staged, gpu, reserved_bytes=reserved, max_gpus=max_gpus),
-            batch=mm.largest_batch_that_fits(run, gpu, reserved_bytes=reserved, max_batch=2**16),
-            seq_len=mm.longest_sequence_that_fits(run, gpu, reserved_bytes=reserved, max_seq_len=2**20))
+            gpus=mm.planner.fewest_gpus_that_fit(_staged, gpu, reserved_bytes=reserved, max_gpus=max_gpus),
+            batch=mm.planner.largest_batch_that_fits(run, gpu, reserved_bytes=reserved, max_batch=2**16),
+            seq_len=mm.planner.longest_sequence_that_fits(run, gpu, reserved_bytes=reserved, max_seq_len=2**20))
 
     _plans = {}
 
@@ -350,7 +350,7 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
                 n: f"{mm.format_bytes(need.bytes, unit)} ({requirement_view.requirement_words(need)})"
                 for n, need in _needs.items()},
         }
-        _r = literature.REPORTED  # each figure with its full source in memmath.reference.literature
+        _r = literature.REPORTED  # each figure with its full source in memmath_lessons.reference.literature
         _few = "some PEFT methods do well with a few thousand examples (the article)"
         _rows = {**comparison_rows,
                  "quality": {"full": "the reference",
@@ -446,7 +446,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
     layout_refused = None
     try:  # the model split t x p ways: memmath refuses by name what it does not model (LoRA with t > 1, say)
         run = mm.Run(model, **_run_settings, tp=_tp, pp=_pp, micro_batches=_pp)
-    except mm.FieldError as _refused:
+    except mm.validate.FieldError as _refused:
         layout_refused = str(_refused)
         run = mm.Run(model, **_run_settings)
     settings = run.settings()
@@ -488,7 +488,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
             f"({requirement_view.requirement_words(_instead)}), and "
             + (f"**it fits**, with {_f(instead_fit.headroom_bytes)} to spare." if instead_fit.fits else
                f"**it does not fit either**: {_f(instead_fit.headroom_bytes)}{_margin}."))
-    _trained = mm.trained_context(model, model_config)  # learned positions, the config's, or the model card's
+    _trained = mm.planner.trained_context(model, model_config)  # learned positions, the config's, or the model card's
     _long = _trained is not None and settings["seq_len"] > _trained
     _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} was trained on at most {_trained:,} tokens; a {settings['seq_len']:,}"
                               "-token sequence is arithmetic only."), kind="warn")] if _long else []
@@ -596,7 +596,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
         _path += (f" These changes keep the recipe you chose, which the {gpu.name} cannot run: choose "
                   f"`{_cannot.instead}` above to plan the changes it can.")
     _changes_part = [mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
-                     viz.plain_table(mm.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])]
+                     viz.plain_table(mm.planner.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])]
 
     # ---- the parts and what the step's peak adds: the table adds to the requirement; every card of the catalog
     parts_frame, _parts_table = shown_parts(requirement, unit)
@@ -657,8 +657,8 @@ def _(mm, mo, verdict_of):
 def _(fsdp_fold, mm, mo):
     # Shown here, once, after the run's sections (it reads no control); the heading and the takeaway that the
     # run's cell shows are built here once too.
-    _article = mm.bytes_per_parameter("bf16", "adam")
-    _mixed = mm.bytes_per_parameter("mixed", "adam")
+    _article = mm.recipes.bytes_per_parameter("bf16", "adam")
+    _mixed = mm.recipes.bytes_per_parameter("mixed", "adam")
     _sum = mo.md(f"""
     ## The sum, per GPU
 
@@ -686,7 +686,7 @@ def _(fsdp_fold, mm, mo):
 @app.cell(hide_code=True)
 def _(mo, pd, viz):
     # FSDP2 and ZeRO-1 as PyTorch runs them: measured per rank over gloo (validation/sharded.py).
-    from memmath.reference.measured import load_measured_sharded, measured_metadata, predict_sharded_case
+    from memmath_lessons.reference.measured import load_measured_sharded, measured_metadata, predict_sharded_case
 
     _sharded = load_measured_sharded()
     _torch = measured_metadata()["versions"]["torch"]
@@ -764,7 +764,7 @@ def _(literature, mm, mo):
     _dp = [mm.requirement("llama-2-7b", **_s, n_gpus=n) for n in (1, 8)]
     _z3 = mm.requirement("llama-2-7b", **_s, n_gpus=8, zero_stage=3)
     try:
-        mm.config_from_text('{"model_type": "falcon", "hidden_size": 4544}')
+        mm.planner.config_from_text('{"model_type": "falcon", "hidden_size": 4544}')
     except ValueError as _error:
         _falcon = str(_error)
     _fits = lambda plan: "it fits" if plan.fits else "it does not fit"  # noqa: E731

@@ -111,8 +111,8 @@ def _(example, example_bytes, example_run, mm, mo, viz):
 def _(example, example_bytes, example_run, mm, mo, viz):
     _b, _s = example_run.batch_size, example_run.seq_len
     _kv = mm.kv_cache_bytes("llama-3-8b", context_len=_s, batch_size=_b)  # 2 x L x kv_heads x head_dim x e x s x b
-    _recipe = mm.bytes_per_parameter("bf16", "adamw")
-    _per_block = mm.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=example.hidden_size,
+    _recipe = mm.recipes.bytes_per_parameter("bf16", "adamw")
+    _per_block = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=example.hidden_size,
                                           n_heads=example.n_heads)  # s·b·h·(34 + 5·a·s/h), eager, dropout on
     mo.md(f"""
     ## The formulas in these symbols
@@ -138,7 +138,7 @@ def _(example, example_bytes, example_run, mm, mo, viz):
 @app.cell(hide_code=True)
 def _(mm, mo, pd, viz):
     # Bytes per value of each format memmath knows (memmath.FORMATS), and NF4 with its constants (QLoRA, section 3).
-    _nf4 = mm.bits_per_weight("nf4")
+    _nf4 = mm.methods.bits_per_weight("nf4")
     formats_frame = pd.DataFrame([{"format": name, "bits": f.bits, "bytes per value (e)": f.bytes,
                                    "what it is": f.description}
                                   for name, f in mm.FORMATS.items()])
@@ -327,7 +327,7 @@ def _(example, example_bytes, mm, mo):
     # Problem answers, computed with memmath.
     _per_token_layer = mm.kv_cache_bytes("llama-3-8b", context_len=1) // example.n_layers  # 2 x kv_heads x head_dim x e
     _t4 = mm.GPUS["T4"]
-    _mixed = mm.bytes_per_parameter("mixed", "adamw")
+    _mixed = mm.recipes.bytes_per_parameter("mixed", "adamw")
     _logits = 4 * 8192 * 1 * example.vocab_size  # 4·s·b·V
     mo.vstack([
         mo.md("## Problems"),

@@ -82,10 +82,10 @@ def _(mm):
         return mm.Run("llama-3-8b", seq_len=P1_SEQ, batch_size=batch_size, n_gpus=n_gpus, zero_stage=zero_stage)
 
     p1_plans = {z: mm.plan_training(p1_run(2, z), P1_CARD) for z in range(4)}  # (a), (b): memmath train --gpus 8
-    p1_largest_batch = mm.largest_batch_that_fits(p1_run(2, 3), P1_CARD)  # (c)
+    p1_largest_batch = mm.planner.largest_batch_that_fits(p1_run(2, 3), P1_CARD)  # (c)
     p1_small = {z: mm.plan_training(p1_run(1, z), P1_SMALL_CARD) for z in range(4)}  # (d)
     p1_lowest_stage = min((z for z, plan in p1_small.items() if plan.fits), default=None)
-    p1_fewest = mm.fewest_gpus_that_fit(p1_run(1, 3, n_gpus=1), P1_SMALL_CARD)
+    p1_fewest = mm.planner.fewest_gpus_that_fit(p1_run(1, 3, n_gpus=1), P1_SMALL_CARD)
     return P1_CARD, P1_GPUS, P1_SEQ, P1_SMALL_CARD, p1_fewest, p1_largest_batch, p1_lowest_stage, p1_plans, p1_run, p1_small
 
 
@@ -235,7 +235,7 @@ def _(mm):
 
     p2_single = mm.training_memory(p2_run(1, 0))  # (a): what one copy of the run holds
     p2_4090 = mm.plan_training(p2_run(2, 3), "RTX 4090")  # (b)
-    p2_fewest = mm.fewest_gpus_that_fit(p2_run(1, 3), "RTX 4090")  # (c)
+    p2_fewest = mm.planner.fewest_gpus_that_fit(p2_run(1, 3), "RTX 4090")  # (c)
     p2_a100 = mm.plan_training(p2_run(2, 0), "A100 80GB")  # (d)
     return P2_SEQ, p2_4090, p2_a100, p2_fewest, p2_model, p2_run, p2_single
 
@@ -254,7 +254,7 @@ def _(P2_SEQ, mm, mo, p2_4090, p2_a100, p2_fewest, p2_model, p2_single, unit_rad
     (transformers' `integrations/bitsandbytes.py`), while transformers 5 stores each block's experts as two 3-D
     tensors ({_experts:,} parameters in all), so QLoRA quantizes only the attention's q, k, v and o. The weights
     take **{_f(_m.weights)}** (adapters included) plus {_small(_m.quantization_constants)} of constants, against the
-    {_f(round(p2_model.n_params * mm.bits_per_weight("nf4") / 8))} that NF4 everywhere would give (lesson 6's 4.127
+    {_f(round(p2_model.n_params * mm.methods.bits_per_weight("nf4") / 8))} that NF4 everywhere would give (lesson 6's 4.127
     bits per weight). The trainable part is tiny: {_m.trainable_params:,} adapter parameters, {_small(_m.gradients)} of
     gradients and {_small(_m.optimizer_states)} of fp32 Adam states.
 

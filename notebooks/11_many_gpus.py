@@ -52,7 +52,7 @@ def _():
 def _(mm):
     # The page's opening numbers: the run on one card, and the fewest cards the planner finds for it.
     headline = {"gpu": mm.get_gpu("H100 80GB"), "one": mm.requirement("llama-3-70b"),
-                "plan": mm.plan_layout("llama-3-70b", "H100 80GB")}
+                "plan": mm.planner.plan_layout("llama-3-70b", "H100 80GB")}
     return (headline,)
 
 
@@ -238,7 +238,7 @@ def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo,
     if not fewest_button.value:
         _shown = mo.md("Press the button to search.")
     else:
-        fewest_plan = mm.plan_layout(model_dropdown.value, gpu_dropdown.value, batch_size=batch_slider.value,
+        fewest_plan = mm.planner.plan_layout(model_dropdown.value, gpu_dropdown.value, batch_size=batch_slider.value,
                                      seq_len=seq_slider.value, checkpointing=checkpointing_checkbox.value)
         if not fewest_plan.fits:
             _shown = mo.callout(mo.md(f"No layout of up to 1,024 GPUs fits {model_dropdown.selected_key} at batch "

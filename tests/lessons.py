@@ -178,7 +178,7 @@ def run_with(name: str, **controls):
 
 def cells_rerun_by(name: str, control: str) -> set:
     """Ids of the cells a move of `control` re-runs in the live lesson: the cells that read it and all downstream
-    (marimo's dataflow graph). Each costs marimo's per-cell overhead on every move (issue 15)."""
+    (marimo's dataflow graph). Each costs marimo's per-cell overhead on every move."""
     app = load_app(name)
     app._maybe_initialize()
     graph = app._graph

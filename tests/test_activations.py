@@ -18,7 +18,7 @@ def test_korthikanti_formula_at_16_bit(s, b, h, a):
     # 1-byte dropout masks, no recomputation. Evaluated with exact fractions.
     expected = Fraction(s * b * h) * (34 + Fraction(5 * a * s, h))
     assert expected.denominator == 1
-    assert mm.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a) == int(expected)
+    assert mm.activations.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a) == int(expected)
 
 
 @pytest.mark.parametrize("s, b, h, a", SHAPES)
@@ -26,7 +26,7 @@ def test_fused_attention_drops_the_s_squared_term(s, b, h, a):
     # Korthikanti et al., section 5 (selective recomputation / fused attention): the 5*a*s^2*b term
     # of scores, softmax and its dropout goes; measured (torch 2.13 CPU, validation/measure.py): fused kernels keep a 4-byte log-sum-exp
     # per row and head instead (4*a*s*b).
-    got = mm.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, attention="sdpa")
+    got = mm.activations.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, attention="sdpa")
     assert got == 34 * s * b * h + 4 * a * s * b
 
 
@@ -36,7 +36,7 @@ def test_without_dropout(s, b, h, a):
     # Without dropout three things go: the two 1-byte masks after attention and MLP (2sbh), the
     # softmax's dropout mask (as^2b) and the dropout output (2as^2b; the PV product then reuses the
     # softmax output, already stored): 32sbh + 2as^2b.
-    got = mm.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, dropout=False)
+    got = mm.activations.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, dropout=False)
     assert got == 32 * s * b * h + 2 * a * s * s * b
 
 
@@ -47,7 +47,7 @@ TEXTBOOK = dict(activations="textbook", attention="eager", dropout=True)
 def test_fp32_activations_and_cpu_masks():
     s, b, h, a = 512, 2, 768, 12
     # fp32 (e = 4) with 1-byte masks: every 2-byte term doubles, masks stay: 66sbh + 9as^2b.
-    assert mm.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, element_bytes=4) == (
+    assert mm.activations.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=h, n_heads=a, element_bytes=4) == (
         66 * s * b * h + 9 * a * s * s * b)
     # Measured (torch 2.13 CPU, validation/measure.py): on the CPU PyTorch's dropout mask has the element size: bf16 masks of
     # 2 bytes give sbh*(32 + 4) + as^2b*(2 + 2 + 2).
@@ -75,7 +75,7 @@ def test_the_loss_term_dominates_small_models():
 
 def test_bert_classifier_loss_is_per_sequence():
     # A sequence classifier's logits are b x num_labels in fp32; the pooler reads the first token (b x h).
-    shape = mm.bert_model(n_layers=12, hidden_size=768, n_heads=12, num_labels=2)
+    shape = mm.models.bert_model(n_layers=12, hidden_size=768, n_heads=12, num_labels=2)
     detail = mm.training_memory(shape, batch_size=8, seq_len=128, **TEXTBOOK).activation_detail
     assert detail.loss == 4 * 8 * 2
     assert detail.outside_layers == 2 * 8 * 768 + 128 * 8 * 768  # pooler input + embedding dropout mask
@@ -84,11 +84,11 @@ def test_bert_classifier_loss_is_per_sequence():
 def test_batch_and_length_arrays_broadcast():
     s = np.array([128, 256, 512])[:, None]
     b = np.array([1, 2, 4, 8])[None, :]
-    grid = mm.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=768, n_heads=12)
+    grid = mm.activations.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=768, n_heads=12)
     assert grid.shape == (3, 4)
     for i, si in enumerate((128, 256, 512)):
         for j, bj in enumerate((1, 2, 4, 8)):
-            assert grid[i, j] == mm.korthikanti_per_layer(seq_len=si, batch_size=bj, hidden_size=768, n_heads=12)
+            assert grid[i, j] == mm.activations.korthikanti_per_layer(seq_len=si, batch_size=bj, hidden_size=768, n_heads=12)
 
 
 def test_a_sweep_too_large_for_int64_is_refused_not_wrapped():
@@ -108,7 +108,7 @@ def _coefficients(terms, unit):
 
 def test_paper_coefficients_34_and_5():
     # Section 4.1, 16-bit activations, 1-byte masks: attention 11 sbh + 5 as^2b, MLP 19 sbh, norms 4 sbh.
-    terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)
+    terms = mm.activations.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)
     assert _coefficients(terms, "s*b*h") == 34
     assert _coefficients(terms, "a*s*s*b") == 5
     by_block = {block: sum(t.coefficient for t in terms if t.block == block and t.unit == "s*b*h")
@@ -118,7 +118,7 @@ def test_paper_coefficients_34_and_5():
 
 def test_gpt2_layer_by_hand():
     # GPT-2 small, s=1024, b=1, h=768, a=12: sbh*(34 + 5*a*s/h) = 786,432 * (34 + 80) = 89,653,248 B.
-    terms = mm.korthikanti_terms(seq_len=1024, batch_size=1, hidden_size=768, n_heads=12)
+    terms = mm.activations.korthikanti_terms(seq_len=1024, batch_size=1, hidden_size=768, n_heads=12)
     assert sum(t.bytes for t in terms) == 89_653_248
 
 
@@ -128,26 +128,26 @@ def test_gpt2_layer_by_hand():
 def test_terms_sum_to_per_layer(attention, dropout, element_bytes):
     kw = dict(seq_len=777, batch_size=3, hidden_size=1600, n_heads=25, element_bytes=element_bytes,
               dropout=dropout, attention=attention)
-    assert sum(t.bytes for t in mm.korthikanti_terms(**kw)) == mm.korthikanti_per_layer(**kw)
+    assert sum(t.bytes for t in mm.activations.korthikanti_terms(**kw)) == mm.activations.korthikanti_per_layer(**kw)
 
 
 def test_fused_attention_keeps_no_square_term():
     # FlashAttention keeps one fp32 log-sum-exp per row and head: 4*a*s*b (s=2048, b=2, a=16: 262,144 B).
-    terms = mm.korthikanti_terms(seq_len=2048, batch_size=2, hidden_size=1024, n_heads=16, attention="sdpa")
+    terms = mm.activations.korthikanti_terms(seq_len=2048, batch_size=2, hidden_size=1024, n_heads=16, attention="sdpa")
     assert not [t for t in terms if t.unit == "a*s*s*b"]
     assert [t.bytes for t in terms if t.unit == "a*s*b"] == [4 * 16 * 2048 * 2]
 
 
 def test_no_dropout_drops_masks():
     # Without dropout: 16e sbh (32 at e=2) and only the softmax output, 2 as^2b.
-    terms = mm.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1, dropout=False)
+    terms = mm.activations.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1, dropout=False)
     assert _coefficients(terms, "s*b*h") == 32
     assert _coefficients(terms, "a*s*s*b") == 2
 
 
 def test_terms_broadcast_over_arrays():
     seqs = np.array([128, 256])
-    terms = mm.korthikanti_terms(seq_len=seqs, batch_size=1, hidden_size=64, n_heads=2)
+    terms = mm.activations.korthikanti_terms(seq_len=seqs, batch_size=1, hidden_size=64, n_heads=2)
     total = sum(t.bytes for t in terms)
     expected = seqs * 64 * (34 + 5 * 2 * seqs / 64)
     np.testing.assert_array_equal(total, expected.astype(np.int64))
@@ -155,7 +155,7 @@ def test_terms_broadcast_over_arrays():
 
 def test_sweep_past_int64_raises_instead_of_wrapping():
     # 128 layers x 5*a*s^2*b at a=128, s=2**22, b=2**10 is 5 * 2**68 B: an int64 sweep would wrap.
-    model = mm.gpt2_model(n_layers=128, hidden_size=8192, n_heads=128)
+    model = mm.models.gpt2_model(n_layers=128, hidden_size=8192, n_heads=128)
     with pytest.raises(ValueError, match="seq_len and batch_size"):
         mm.training_memory(model, seq_len=np.array([2**20, 2**22]), batch_size=2**10, **TEXTBOOK)
     # The same point as a scalar stays an exact Python int.
@@ -163,7 +163,7 @@ def test_sweep_past_int64_raises_instead_of_wrapping():
     assert scalar > 5 * 2**68
 
 
-# ---- the exact model for the model types read since issue 10, by hand from transformers 5.24's source ---
+# ---- the exact model for the model types read from config.json, by hand from transformers 5.24's source ---
 def _exact(config, **kw):
     shape = mm.from_hf_config(config)
     run = dict(precision="bf16", batch_size=1, seq_len=1024, activations="transformers", device="cpu")
@@ -247,7 +247,7 @@ def test_gpt_neox_parallel_residual_saves_the_block_input_once():
 
 
 def test_use_cache_swaps_the_fused_qkv_storage_for_the_caches_copies():
-    # Issue 23. With config use_cache (true in every config.json save_pretrained writes) and no checkpointing,
+    # With config use_cache (true in every config.json save_pretrained writes) and no checkpointing,
     # transformers builds a DynamicCache in the training forward; attention reads k and v back from
     # cache.update(), torch.cat copies (cache_utils.py:136-137). By hand, bf16 (e = 2), t = 1,024 tokens:
     from validation.published_configs import PUBLISHED_CONFIGS

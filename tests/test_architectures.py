@@ -43,7 +43,7 @@ def _published(model_type):
 def test_every_module_in_the_folder_is_one_record_and_every_record_a_module():
     # the private modules (_decoder.py, _moe.py, ...) are the pieces records share, not records
     modules = {p.stem for p in FOLDER.glob("*.py") if p.stem != "record" and not p.stem.startswith("_")}
-    assert modules == set(ARCHITECTURES) == set(mm.SUPPORTED_MODEL_TYPES)
+    assert modules == set(ARCHITECTURES) == set(mm.architectures.SUPPORTED_MODEL_TYPES)
     assert all(record.model_type == name for name, record in ARCHITECTURES.items())
 
 
@@ -84,7 +84,7 @@ def test_module_names_and_attention_follow_the_model_transformers_builds(torch, 
     # Every module a LoRA adapter goes on exists in the model (peft matches names by suffix).
     shape = mm.from_hf_config(_published(model_type))
     full = {name for name, _ in model.named_modules()} | {name for name, _ in model.named_parameters()}
-    for adapter in shape.lora_adapters(mm.LORA_TARGETS):
+    for adapter in shape.lora_adapters(mm.models.LORA_TARGETS):
         assert any(n.endswith(adapter.module) for n in full), adapter.module
 
 

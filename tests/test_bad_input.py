@@ -22,8 +22,8 @@ CASES = [
     ("zero stage 4", lambda: mm.training_memory("gpt2", zero_stage=4), ["zero_stage", "from 0 to 3"]),
     ("zero context", lambda: mm.kv_cache_bytes("gpt2", context_len=0), ["context_len", "from 1 to"]),
     ("negative required", lambda: mm.check_fit(-1, "T4"), ["required_bytes", "from 0"]),
-    ("zero hidden", lambda: mm.llama_model(**dict(TINY_LLAMA, hidden_size=0)), ["hidden_size", "from 1 to"]),
-    ("zero count", lambda: mm.parse_count("0"), ["parameter count", "from 1 to"]),
+    ("zero hidden", lambda: mm.models.llama_model(**dict(TINY_LLAMA, hidden_size=0)), ["hidden_size", "from 1 to"]),
+    ("zero count", lambda: mm.units.parse_count("0"), ["parameter count", "from 1 to"]),
     ("negative array", lambda: mm.training_memory("gpt2", batch_size=np.array([4, -1])),
      ["batch_size", "outside that range"]),
     # NaN
@@ -32,12 +32,12 @@ CASES = [
     ("nan model", lambda: mm.training_memory(NAN), ["parameter count", "whole number"]),
     ("nan in array", lambda: mm.training_memory("gpt2", seq_len=np.array([128.0, NAN])), ["seq_len", "NaN"]),
     ("nan bytes", lambda: mm.format_bytes(NAN), ["n_bytes", "from 0"]),
-    ("nan scale", lambda: mm.round_to_format(1.0, "int8", scale=NAN), ["scale", "number from"]),
+    ("nan scale", lambda: mm.formats.round_to_format(1.0, "int8", scale=NAN), ["scale", "number from"]),
     # fractions where counts are needed
     ("fraction batch", lambda: mm.training_memory("gpt2", batch_size=2.5), ["batch_size", "whole number", "fraction"]),
     ("fraction layers", lambda: mm.Freeze(trainable_layers=1.5), ["trainable_layers", "whole number"]),
     ("fraction params", lambda: mm.uniform_model(7.5, 1), ["n_params", "whole number"]),
-    ("fraction text", lambda: mm.parse_count("1.5"), ["parameter count", "whole number"]),
+    ("fraction text", lambda: mm.units.parse_count("1.5"), ["parameter count", "whole number"]),
     ("fraction array", lambda: mm.training_memory("gpt2", seq_len=np.array([1.5])), ["seq_len", "fractions"]),
     ("boolean count", lambda: mm.training_memory("gpt2", batch_size=True), ["batch_size", "boolean"]),
     # unknown names
@@ -52,7 +52,7 @@ CASES = [
     ("unknown lora target", lambda: mm.LoRA(targets=("qkv",)), ["LoRA target", "q, k, v, o, gate, up, down"]),
     ("unknown model_type", lambda: mm.from_hf_config({"model_type": "t5"}), ["model_type", "gpt2, llama, mistral, bert"]),
     ("unknown size text", lambda: mm.parse_bytes("24 gigs"), ["size", "GiB"]),
-    ("unknown count text", lambda: mm.parse_count("7 apples"), ["parameter count", "7B"]),
+    ("unknown count text", lambda: mm.units.parse_count("7 apples"), ["parameter count", "7B"]),
     ("huge size text", lambda: mm.parse_bytes("1e400 GB"), ["size", "at most"]),
     ("adapter format int", lambda: mm.LoRA(adapter_format="int8"), ["adapter_format", "fp32"]),
     # a config missing a field, or with a field of the wrong kind
@@ -73,9 +73,9 @@ CASES = [
     ("config too long path", lambda: mm.from_hf_config("x" * 5000), ["config path", "config.json"]),
     ("config a list", lambda: mm.from_hf_config("[1, 2]"), ["JSON object"]),
     # heads that do not divide the width, kv heads that do not divide heads
-    ("heads vs width", lambda: mm.gpt2_model(n_layers=2, hidden_size=768, n_heads=7), ["n_heads", "hidden_size", "divide"]),
-    ("kv heads vs heads", lambda: mm.llama_model(**dict(TINY_LLAMA, n_kv_heads=3)), ["n_kv_heads", "n_heads", "divide"]),
-    ("kv heads above heads", lambda: mm.llama_model(**dict(TINY_LLAMA, n_kv_heads=8)), ["n_kv_heads", "divide"]),
+    ("heads vs width", lambda: mm.models.gpt2_model(n_layers=2, hidden_size=768, n_heads=7), ["n_heads", "hidden_size", "divide"]),
+    ("kv heads vs heads", lambda: mm.models.llama_model(**dict(TINY_LLAMA, n_kv_heads=3)), ["n_kv_heads", "n_heads", "divide"]),
+    ("kv heads above heads", lambda: mm.models.llama_model(**dict(TINY_LLAMA, n_kv_heads=8)), ["n_kv_heads", "divide"]),
     ("uniform heads vs width", lambda: mm.uniform_model(1e9, 10, hidden_size=100, n_heads=3), ["n_heads", "divide"]),
     ("config heads vs width", lambda: mm.from_hf_config({
         "model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 30, "num_hidden_layers": 2,
@@ -98,14 +98,14 @@ CASES = [
     ("flag not bool", lambda: mm.training_memory("gpt2", checkpointing="yes"), ["checkpointing", "True or False"]),
     ("n_gpus array", lambda: mm.training_memory("gpt2", n_gpus=np.array([2, 4])), ["n_gpus", "single number"]),
     ("kv without heads", lambda: mm.kv_cache_bytes(7e9, context_len=10), ["kv_cache_bytes", "preset"]),
-    ("too many params", lambda: mm.llama_model(n_layers=10_000, hidden_size=2**22, n_heads=1024, intermediate_size=2**22,
+    ("too many params", lambda: mm.models.llama_model(n_layers=10_000, hidden_size=2**22, n_heads=1024, intermediate_size=2**22,
                                                vocab_size=10), ["parameters", "at most"]),
-    ("negative terms seq", lambda: mm.korthikanti_terms(seq_len=-1, batch_size=1, hidden_size=64, n_heads=2),
+    ("negative terms seq", lambda: mm.activations.korthikanti_terms(seq_len=-1, batch_size=1, hidden_size=64, n_heads=2),
      ["seq_len", "from 1 to"]),
-    ("fraction terms heads", lambda: mm.korthikanti_terms(seq_len=8, batch_size=1, hidden_size=64, n_heads=1.5),
+    ("fraction terms heads", lambda: mm.activations.korthikanti_terms(seq_len=8, batch_size=1, hidden_size=64, n_heads=1.5),
      ["n_heads", "fraction"]),
-    ("bad element bits", lambda: mm.working_set_bytes("gpt2", context_len=8, element_bits=12), ["element_bits", "16"]),
-    # issue 26: a sweep is bounded (mm.validate.MAX_SWEEP_POINTS), its arrays broadcast, its values fit int64
+    ("bad element bits", lambda: mm.inference.working_set_bytes("gpt2", context_len=8, element_bits=12), ["element_bits", "16"]),
+    # A sweep is bounded (mm.validate.MAX_SWEEP_POINTS), its arrays broadcast, its values fit int64
     ("sweep too large", lambda: mm.training_memory("gpt2", batch_size=np.ones((30_000, 1), dtype=int),
                                                    seq_len=np.ones((1, 30_000), dtype=int)),
      ["batch_size", "900,000,000 points", "at most 1,048,576 points"]),
@@ -133,9 +133,9 @@ TYPE_CASES = [
     ("dict method", lambda: mm.training_memory("gpt2", method={"rank": 8}), ["method"]),
     ("config int", lambda: mm.from_hf_config(42), ["config"]),
     ("format int", lambda: mm.get_format(16), ["format"]),
-    ("count list", lambda: mm.parse_count(["7B"]), ["parameter count"]),
+    ("count list", lambda: mm.units.parse_count(["7B"]), ["parameter count"]),
     ("bytes int", lambda: mm.parse_bytes(24), ["size"]),
-    ("decode a number", lambda: mm.decode_tokens_per_second(5, "H200"), ["InferenceMemory"]),
+    ("decode a number", lambda: mm.inference.decode_tokens_per_second(5, "H200"), ["InferenceMemory"]),
     ("format array", lambda: mm.format_bytes(np.array([1, 2])), ["to_unit"]),
 ]
 
@@ -157,12 +157,12 @@ def test_config_architectures_must_be_a_list_of_names(architectures):
         mm.from_hf_config(config)
 
 
-# ---- issue 14: each case the fuzzing found, as it was reported ------------------------------------------------
+# ---- each case the fuzzing found, as it was reported ------------------------------------------------------
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 
-from memmath.reference import measured  # noqa: E402
+from memmath_lessons.reference import measured  # noqa: E402
 
 GPT2_TINY = dict(model_type="gpt2", n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32)
 
@@ -181,10 +181,10 @@ def _nested(depth):
 
 ISSUE_14_ERRORS = [
     # exceptions that escaped as KeyError, ZeroDivisionError, AttributeError, NotImplementedError, ...
-    ("decode of zeros", lambda: mm.decode_tokens_per_second(mm.InferenceMemory(0, 0, 0, 0, "bf16", "bf16"), "H200"),
+    ("decode of zeros", lambda: mm.inference.decode_tokens_per_second(mm.inference.InferenceMemory(0, 0, 0, 0, "bf16", "bf16"), "H200"),
      ValueError, ["memory", "weights"]),
-    ("frame of ints", lambda: mm.suggestions_frame([1]), TypeError, ["suggestions", "Suggestion"]),
-    ("bare Method", lambda: mm.training_memory("gpt2", method=mm.Method()), TypeError, ["method", "LoRA"]),
+    ("frame of ints", lambda: mm.planner.suggestions_frame([1]), TypeError, ["suggestions", "Suggestion"]),
+    ("bare Method", lambda: mm.training_memory("gpt2", method=mm.methods.Method()), TypeError, ["method", "LoRA"]),
     ("predict_case {}", lambda: measured.predict_case({}), ValueError, ["column 'family'"]),
     ("predict_peak_case {}", lambda: measured.predict_peak_case({}), ValueError, ["column"]),
     ("saved per layer {}", lambda: measured.predicted_saved_per_layer({}), ValueError, ["column"]),
@@ -197,29 +197,29 @@ ISSUE_14_ERRORS = [
     # results that were not bytes
     ("negative batch in a row", lambda: measured.predicted_saved_per_layer(dict(_case_row(), batch_size=-1)),
      ValueError, ["batch_size", "from 1 to"]),
-    ("round None", lambda: mm.round_to_format(None, "bf16"), TypeError, ["value"]),
-    ("format negative bits", lambda: mm.NumberFormat("x", -8, "float", 4, 3, 448.0, 0.125, 2.0**-6, False, ""),
+    ("round None", lambda: mm.formats.round_to_format(None, "bf16"), TypeError, ["value"]),
+    ("format negative bits", lambda: mm.formats.NumberFormat("x", -8, "float", 4, 3, 448.0, 0.125, 2.0**-6, False, ""),
      ValueError, ["bits", "from 1 to 64"]),
-    ("gpu negative memory", lambda: mm.GPU("x", -1, 10**12, 100.0, "datacenter", "1 GB"), ValueError, ["memory_bytes"]),
-    ("inference negative", lambda: mm.InferenceMemory(-5, 0, 0, 0, "bf16", "bf16"), ValueError, ["weights", "from 0"]),
-    ("fit negative", lambda: mm.Fit(gpu=mm.GPUS["T4"], required_bytes=-1, available_bytes=10), ValueError, ["required_bytes"]),
+    ("gpu negative memory", lambda: mm.gpus.GPU("x", -1, 10**12, 100.0, "datacenter", "1 GB"), ValueError, ["memory_bytes"]),
+    ("inference negative", lambda: mm.inference.InferenceMemory(-5, 0, 0, 0, "bf16", "bf16"), ValueError, ["weights", "from 0"]),
+    ("fit negative", lambda: mm.gpus.Fit(gpu=mm.GPUS["T4"], required_bytes=-1, available_bytes=10), ValueError, ["required_bytes"]),
     # arrays where a single number is required, ragged lists
     ("uniform vocab array", lambda: mm.uniform_model(1e9, 10, hidden_size=64, n_heads=4, vocab_size=np.array([100, 2**24])),
      ValueError, ["vocab_size", "single number"]),
     ("ragged seq_len", lambda: mm.training_memory("gpt2", seq_len=[[1, 2], [3]]), TypeError, ["seq_len", "rectangular"]),
-    ("ragged hidden", lambda: mm.korthikanti_per_layer(seq_len=8, batch_size=1, hidden_size=[[1], 2], n_heads=2),
+    ("ragged hidden", lambda: mm.activations.korthikanti_per_layer(seq_len=8, batch_size=1, hidden_size=[[1], 2], n_heads=2),
      ValueError, ["hidden_size", "single number"]),
-    ("array element_bytes", lambda: mm.korthikanti_per_layer(seq_len=8, batch_size=1, hidden_size=64, n_heads=2,
+    ("array element_bytes", lambda: mm.activations.korthikanti_per_layer(seq_len=8, batch_size=1, hidden_size=64, n_heads=2,
                                                              element_bytes=np.array([2, 4])), ValueError, ["element_bytes"]),
     ("lora targets array", lambda: mm.LoRA(targets=np.array([1, 2])), TypeError, ["targets"]),
-    ("planner rank sweep", lambda: mm.path_to_fit("gpt2", "T4", method=mm.LoRA(rank=np.array([4, 8])), seq_len=128),
+    ("planner rank sweep", lambda: mm.planner.path_to_fit("gpt2", "T4", method=mm.LoRA(rank=np.array([4, 8])), seq_len=128),
      ValueError, ["method", "single"]),
-    ("planner seq sweep", lambda: mm.suggest_changes("gpt2", "T4", seq_len=np.array([128, 256])), ValueError, ["seq_len"]),
+    ("planner seq sweep", lambda: mm.planner.suggest_changes("gpt2", "T4", seq_len=np.array([128, 256])), ValueError, ["seq_len"]),
     ("replay a number", lambda: measured.predict_case(5), TypeError, ["row"]),
     ("replay a bad attention", lambda: measured.predict_case(dict(_case_row(), attention=3)), TypeError, ["attention"]),
     # a huge integer is quoted by its length, not printed (Python refuses past 4,300 digits)
     ("4301-digit batch", lambda: mm.training_memory("gpt2", batch_size=10**4300), ValueError, ["batch_size", "digits"]),
-    ("4301-digit config", lambda: mm.config_from_text('{"model_type": "gpt2", "n_layer": ' + "9" * 4301 + "}"),
+    ("4301-digit config", lambda: mm.planner.config_from_text('{"model_type": "gpt2", "n_layer": ' + "9" * 4301 + "}"),
      ValueError, ["4,300 digits"]),
     ("config n_layer limit", lambda: mm.from_hf_config(dict(GPT2_TINY, n_layer=2**24)), ValueError,
      ["'n_layer'", "from 1 to 10,000,"]),
@@ -262,13 +262,13 @@ def test_a_model_family_is_read_in_any_case():
     # ModelShape("GPT2", ...) passed the check (case-insensitive) but kept "GPT2", a KeyError later.
     shape = mm.ModelShape("GPT2", 2, 64, 4, None, None, 256, 100, 32, True)
     assert shape.family == "gpt2"
-    assert shape.n_params == mm.gpt2_model(n_layers=2, hidden_size=64, n_heads=4, vocab_size=100,
+    assert shape.n_params == mm.models.gpt2_model(n_layers=2, hidden_size=64, n_heads=4, vocab_size=100,
                                            max_positions=32).n_params
 
 
 def test_results_are_integer_bytes():
-    ws = mm.working_set_bytes("gpt2", context_len=8, element_bits=16.0)
-    assert isinstance(ws, int) and ws == mm.working_set_bytes("gpt2", context_len=8, element_bits=16)
+    ws = mm.inference.working_set_bytes("gpt2", context_len=8, element_bits=16.0)
+    assert isinstance(ws, int) and ws == mm.inference.working_set_bytes("gpt2", context_len=8, element_bits=16)
 
 
 def test_get_format_and_get_gpu_refuse_an_object_altered_after_it_was_built():
@@ -289,7 +289,7 @@ def test_a_very_large_run_does_not_fit_rather_than_failing():
     assert big.total > 2**62
     fit = mm.check_fit(big, "T4")
     assert not fit.fits and fit.required_bytes == big.total and fit.headroom_bytes < 0
-    path = mm.path_to_fit("llama-3-70b", "T4", max_steps=2, **settings)
+    path = mm.planner.path_to_fit("llama-3-70b", "T4", max_steps=2, **settings)
     assert path and not path[-1].fits
 
 
@@ -338,9 +338,9 @@ def test_messages_about_a_config_quote_field_names_and_short_values_only(tmp_pat
     (lambda: dataclasses.replace(mm.training_memory("gpt2"), weights=-1), "weights"),
     (lambda: dataclasses.replace(mm.training_memory("gpt2"), activations=2.5), "activations"),
     (lambda: dataclasses.replace(mm.peak_memory("gpt2", seq_len=8), forward=-3), "forward"),
-    (lambda: mm.ActivationEstimate(-1, 1, 0, 0, 0), "per_layer"),
-    (lambda: mm.ActivationTerm("mlp", "x", "s*b*h", 2, -64), "bytes"),
-    (lambda: mm.Suggestion("x", mm.Run("gpt2"), -5, 1, True), "total"),
+    (lambda: mm.activations.ActivationEstimate(-1, 1, 0, 0, 0), "per_layer"),
+    (lambda: mm.activations.ActivationTerm("mlp", "x", "s*b*h", 2, -64), "bytes"),
+    (lambda: mm.planner.Suggestion("x", mm.Run("gpt2"), -5, 1, True), "total"),
 ])
 def test_result_dataclasses_hold_only_non_negative_whole_bytes(build, field):
     with pytest.raises(ValueError if field != "activations" else (ValueError, TypeError), match=field):

@@ -109,7 +109,7 @@ def test_train_hand_derived_bytes_the_articles_8_bytes_per_parameter():
 
 def test_train_without_seq_uses_the_stated_default_never_zero_activations():
     report = run_json("train", "gpt2")
-    assert report["settings"]["seq_len"] == mm.DEFAULT_SEQ_LEN == 2048
+    assert report["settings"]["seq_len"] == mm.run.DEFAULT_SEQ_LEN == 2048
     assert report["settings"]["seq_len_default"] is True
     assert "default" in report["assumptions"]["seq_len"]
     assert report["parts"]["activations"] == mm.training_memory("gpt2", **api_settings()).activations > 0
@@ -297,7 +297,8 @@ def test_the_cli_module_imports_only_the_standard_library():
     ["models"], ["gpus"],
 ], ids=["train-lora", "train-zero3", "train-qlora", "infer", "models", "gpus"])
 def test_a_question_about_one_run_never_imports_numpy(args):
-    # numpy's import is most of a command's start (issue 12's speed target): one run is Python ints,
+    # numpy's import is most of a command's start (benchmarks/cli_speed.py holds the command line near
+    # vramcalc's time): one run is Python ints,
     # and numpy loads only when an array is in play (memmath/arrays.py).
     code = ("import sys, io, contextlib, memmath.cli as c\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
@@ -334,7 +335,7 @@ def test_infer_json_carries_the_api_numbers():
     assert report["verdict"]["fits"] == fit.fits and report["verdict"]["headroom_bytes"] == fit.headroom_bytes
     assert report["exit_status"] == (0 if fit.fits else 1)
     assert report["decode_tokens_per_second_upper_bound"] == pytest.approx(
-        mm.decode_tokens_per_second(memory, "RTX 4090"))
+        mm.inference.decode_tokens_per_second(memory, "RTX 4090"))
 
 
 def test_infer_hand_derived_kv_cache_and_a_long_context_that_does_not_fit():
@@ -355,7 +356,7 @@ def test_infer_hand_derived_kv_cache_and_a_long_context_that_does_not_fit():
 
 def test_infer_without_context_states_the_default():
     report = run_json("infer", "gpt2")
-    assert report["settings"]["context_len"] == mm.SERVING_DEFAULTS['context_len'] and report["settings"]["context_len_default"]
+    assert report["settings"]["context_len"] == mm.inference.SERVING_DEFAULTS['context_len'] and report["settings"]["context_len_default"]
 
 
 def test_models_lists_every_preset_with_its_source():
@@ -363,7 +364,7 @@ def test_models_lists_every_preset_with_its_source():
     assert [r["name"] for r in report["models"]] == list(mm.PRESETS)
     for row in report["models"]:
         assert row["params"] == mm.PRESETS[row["name"]].n_params
-        assert row["source"] == mm.PRESET_SOURCES[row["name"]]
+        assert row["source"] == mm.presets.PRESET_SOURCES[row["name"]]
     text = run("models", check_status=0).stdout
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "6,738,415,616" in text and "meta-llama/Llama-2-7b-hf" in text
@@ -463,7 +464,7 @@ def test_gpus_lists_the_catalog_with_the_drivers_memory():
 
 # ---- the reserve, the GPU names, colour, the entry point ---------------------------------------
 def test_the_default_reserve_is_the_planner_lessons_cuda_context_figure():
-    for name in ("memmath.reference.literature", "memmath.literature"):
+    for name in ("memmath_lessons.reference.literature", "memmath.literature"):
         try:
             literature = importlib.import_module(name)
             break
@@ -572,7 +573,7 @@ BAD_INPUT = [
     (["infer", "gpt2", "--gpu", "T4", "--reserve", "20GB"], "--reserve"),
     (["infer", "gpt2", "--unit", "parsecs"], "--unit"),
     (["models", "--unit", "GB"], "--unit"),
-    # issue 26: an empty --gpu read as "no GPU" (exit 0, no verdict); sizes past any card, fractions of a byte
+    # An empty --gpu read as "no GPU" (exit 0, no verdict); sizes past any card, fractions of a byte
     (["train", "gpt2", "--gpu", ""], "--gpu"),
     (["train", "gpt2", "--gpu", "   "], "--gpu"),
     (["infer", "gpt2", "--gpu", ""], "--gpu"),
@@ -751,7 +752,7 @@ def test_hub_cache_lookup_follows_huggingface_hubs_layout_and_settings(tmp_path,
 
 
 
-# ---- issue 26: the command line's defects ------------------------------------------------------
+# ---- the command line's defects, each pinned ---------------------------------------------------------
 @pytest.mark.parametrize("args", [["train", "gpt2", "--gpu", ""], ["train", "gpt2", "--gpu", " \t"],
                                   ["infer", "gpt2", "--gpu", ""], ["train", "gpt2", "--gpu-memory", ""],
                                   ["infer", "gpt2", "--gpu-memory", "  "]], ids=repr)
@@ -953,9 +954,9 @@ def test_readme_install_section_and_the_cpu_index_for_torch():
     for command in ("pip install .\n", 'pip install ".[workbook]"', '"memmath[workbook] @ git+', "memmath lessons "):
         assert command in install, command
     cpu = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
-    assert cpu in " ".join(readme.split())
-    # In requirements-validate.txt the index is advice in a comment: an active --index-url would stop .ci/run
-    # here, where the configured local index serves the CPU wheel.
+    assert cpu in " ".join(install.split())
+    # In requirements-validate.txt the index is advice in a comment: an active --index-url would override the
+    # index pip is configured with, which .ci/run relies on.
     lines = (REPO / "requirements-validate.txt").read_text().splitlines()
     assert any(cpu in line and line.lstrip().startswith("#") for line in lines)
     assert not any("index-url" in line for line in lines if not line.lstrip().startswith("#"))

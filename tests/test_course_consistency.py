@@ -1,4 +1,4 @@
-"""One run, one answer on the pages of lessons 3, 5 and 7 (issue 28; tests/test_one_run_one_answer.py does lesson 8).
+"""One run, one answer on the pages of lessons 3, 5 and 7 (tests/test_one_run_one_answer.py does lesson 8).
 
 Each lesson runs at its defaults (and in a few more states a control reaches). For every run a page shows, the test
 builds the same run itself from what the page states (the model, batch, length, recipe: spelled out here, never read
@@ -331,7 +331,7 @@ def _smallest_card(args, batch, seq):
 
 L5_VERDICT_STATES = [
     pytest.param(2, 512, id="defaults: batch 2 x 512 tokens"),
-    # Found (issue 28) when the page judged each run on the sum of its parts with no margin: it said "adapters fit"
+    # Found when the page judged each run on the sum of its parts with no margin: it said "adapters fit"
     # on the RTX 4090 (sum 23.68 GB of 24.35 GB usable) and named it the smallest card, while `memmath train
     # llama-2-7b --method adapters --batch 2 --seq 1024 --gpu "RTX 4090"` needs the 24.14 GB peak + 5%: no fit.
     pytest.param(2, 1024, id="batch 2 x 1,024 tokens"),
@@ -484,7 +484,7 @@ def test_lesson_7_tables_are_the_same_run(lesson7):
 def test_lesson_7_sliding_window_models_are_memmath_infer(name, lesson7_models):
     defs, page = lesson7_models[name]
     status, report = _infer(name, "--context", "8192", "--gpu", "RTX 4090")
-    assert "sliding-window" in page  # the recipe names the windowed layers (issue 28, item 1)
+    assert "sliding-window" in page  # the recipe names the windowed layers
     _lesson7_run(defs, page, name, report)
 
 

@@ -1,4 +1,4 @@
-"""One run, one answer on the pages of lessons 0, 1, 2, 4 and 6 (issue 28; tests/test_course_consistency.py does
+"""One run, one answer on the pages of lessons 0, 1, 2, 4 and 6 (tests/test_course_consistency.py does
 lessons 3, 5 and 7, tests/test_one_run_one_answer.py lesson 8).
 
 Each lesson runs at its defaults and in one or two more states a control reaches. For every run a page shows
@@ -11,7 +11,7 @@ formats them (mm.format_bytes, or viz.readable_size where the page picks the uni
 The command line gets only what a learner would type from the page; the JSON's settings are checked against what
 the page states. Where the command line cannot express the run (a bare parameter count, ten equal layers, a recipe
 or an adapter format it has no flag for), the test asks the API call that gives it and says why in a comment.
-Where a page and the command line disagree, the test is marked xfail(strict=True) with what differs (issue 28).
+Where a page and the command line disagree, the test is marked xfail(strict=True) with what differs.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def test_lesson_0_training_against_serving_is_the_command_lines(model):
     assert f": {f(train['parts']['activations'])} of activations." in page
 
 
-# Found (issue 28): lesson 0 said training "needs" the sum of the parts (66.46 GB for llama-2-7b) where `memmath train`
+# Found: lesson 0 said training "needs" the sum of the parts (66.46 GB for llama-2-7b) where `memmath train`
 # requires the step's peak (67.38 GB); the page now says both, and needs the peak.
 def test_lesson_0_training_needs_what_the_command_line_requires():
     page, train, _ = _l0("llama-2-7b")
@@ -192,7 +192,7 @@ def test_lesson_1_published_model_loaded_in_nf4_is_memmath_infer(model):
             in page)
 
 
-# Found (issue 28): with a published model in nf4 the cards judged every weight in nf4 (mixtral-8x7b: 24.09 GB, "held"
+# Found: with a published model in nf4 the cards judged every weight in nf4 (mixtral-8x7b: 24.09 GB, "held"
 # by an RTX 4090) where `memmath infer --weights nf4` loads it at 91.41 GB (its experts stay bf16).
 def test_lesson_1_cards_judge_the_weights_memmath_infer_loads():
     _, page = _l1_nf4("mixtral-8x7b")
@@ -312,7 +312,7 @@ def test_lesson_4_real_model_is_memmath_train_freeze(model):
     size = viz.readable_size
     for part in ("weights", "gradients", "optimizer_states", "activations"):
         a, b = full["parts"][part], frozen["parts"][part]
-        assert f"{mm.PART_LABELS[part]} {size(a)} {size(b)} {size(a - b)}" in page, part
+        assert f"{mm.training.PART_LABELS[part]} {size(a)} {size(b)} {size(a - b)}" in page, part
     a, b = full["sum_of_parts"], frozen["sum_of_parts"]
     assert f"Total {size(a)} {size(b)} {size(a - b)}" in page
 
@@ -409,7 +409,7 @@ def test_lesson_6_side_by_side_numbers_are_memmath_train(state):
 
 @pytest.mark.parametrize("state", [
     "defaults: Llama-2-7B, r = 8 on q, v",
-    # Found (issue 28) when the page judged each run's sum of the parts with no margin: at batch 7 the QLoRA row said
+    # Found when the page judged each run's sum of the parts with no margin: at batch 7 the QLoRA row said
     # yes (23.26 GB), `memmath train --gpu` no (peak 24.16 GB + 5%).
     "defaults at batch 7"])
 def test_lesson_6_side_by_side_verdicts_are_memmath_trains(state):
@@ -440,7 +440,7 @@ def _guanaco():
     # The command line cannot type this run: QLoRA's recipe (bf16 weights and gradients, fp32 Adam states, no
     # master copy) and its bf16 adapters have no flags (`--precision` offers memmath's named recipes, adapters are
     # peft's fp32). So the API: memmath.requirement, what the command line and lesson 8 judge a run on.
-    from memmath.reference.paper_setups import BF16_FP32_STATES  # artidoro/qlora: --bf16, paged_adamw_32bit
+    from memmath_lessons.reference.paper_setups import BF16_FP32_STATES  # artidoro/qlora: --bf16, paged_adamw_32bit
 
     run = mm.Run("llama-65b", precision=BF16_FP32_STATES, optimizer="adamw", batch_size=4, seq_len=528,
                  checkpointing=True, method=mm.QLoRA(rank=64, targets="all", adapter_format="bf16"))
@@ -457,7 +457,7 @@ def test_lesson_6_guanaco_parts_are_the_api():
             f"{f(m.trainable_state)} of gradients and optimizer states; activations are {f(m.activations)}") in page
 
 
-# Found (issue 28): lesson 6 said QLoRA's 65B run "needs" the sum of its parts (47.88 GB, 2.24 GB to spare on the RTX
+# Found: lesson 6 said QLoRA's 65B run "needs" the sum of its parts (47.88 GB, 2.24 GB to spare on the RTX
 # A6000) where memmath.requirement, what `memmath train` and lesson 8 judge, is the step's peak (46.48 GB).
 def test_lesson_6_guanaco_needs_the_requirement():
     _, page = _lesson("06_lora_qlora")

@@ -5,9 +5,9 @@ training steps per case with torch, transformers and peft on the CPU (versions i
 and recorded the bytes in memmath/data/measured_cpu.json. tests/test_fidelity_live.py checks that
 the recording still matches PyTorch today.
 
-Tolerances (issue 4): parameters, gradients and optimizer states equal to the byte; activations
+Tolerances: parameters, gradients and optimizer states equal to the byte; activations
 saved by the forward pass (activations="transformers") within 1% per case; the peak of each of
-the two measured steps within 5% (issue 11: at least 95% of the cases, every miss listed).
+the two measured steps within 5% (at least 95% of the cases, every miss listed).
 
 Two groups, reported apart: "fitted", the cases the activation and peak models were written
 against, and "held-out", the cases measured only afterwards (the data's held_out column).
@@ -25,22 +25,22 @@ import pandas as pd
 import pytest
 
 import memmath
-import memmath.reference
+import memmath_lessons.reference
 from memmath.hf_activations import transformers_activations
-from memmath.reference.measured import (
+from memmath_lessons.reference.measured import (
     case_arguments, case_method, case_model, load_measured_adapters, load_measured_amp, load_measured_quantized,
     load_measured_sharded, measured_metadata, predict_sharded_peak,
     predict_sharded_case,
     predicted_saved_per_layer,
 )
 
-CASES = memmath.reference.load_measured()
+CASES = memmath_lessons.reference.load_measured()
 ROWS = {row.case_id: row for row in CASES.itertuples(index=False)}
 IDS = list(ROWS)
 # Recorded cases that memmath refuses by name (left out of CASES): test_refused_cases_stay_refused
 # checks each still raises.
-REFUSED = memmath.reference.measured.REFUSED_CASES
-REFUSED_ROWS = {row.case_id: row for row in memmath.reference.load_measured(refused=True).itertuples(index=False)
+REFUSED = memmath_lessons.reference.measured.REFUSED_CASES
+REFUSED_ROWS = {row.case_id: row for row in memmath_lessons.reference.load_measured(refused=True).itertuples(index=False)
                 if row.case_id in REFUSED}
 GROUPS = ("fitted", "held-out")
 
@@ -84,7 +84,7 @@ def _relative(predicted, measured):
 @pytest.mark.parametrize("case_id", CASE_PARAMS)
 def test_parameters_gradients_and_optimizer_states_to_the_byte(case_id):
     row = _row(case_id)
-    m = memmath.reference.predict_case(row)
+    m = memmath_lessons.reference.predict_case(row)
     assert int(m.weights) == row["param_bytes"]
     assert int(m.gradients) == row["grad_bytes"]
     assert int(m.optimizer_states) == row["optimizer_state_bytes"]
@@ -95,7 +95,7 @@ def test_parameters_gradients_and_optimizer_states_to_the_byte(case_id):
 @pytest.mark.parametrize("case_id", CASE_PARAMS)
 def test_saved_activations_within_one_percent(case_id):
     row = _row(case_id)
-    detail = memmath.reference.predict_case(row).activation_detail
+    detail = memmath_lessons.reference.predict_case(row).activation_detail
     assert detail.model == "transformers"
     assert _relative(detail.saved_by_forward, row["saved_bytes"]) <= 0.01, (
         f"predicted {int(detail.saved_by_forward):,} B, measured {row['saved_bytes']:,} B")
@@ -114,7 +114,7 @@ def test_peak_within_five_percent(case_id, step):
     if (step, case_id) in KNOWN_PEAK_MISSES:
         pytest.xfail(KNOWN_PEAK_MISSES[(step, case_id)])
     row = _row(case_id)
-    peak = memmath.reference.predict_peak_case(row, step=step)
+    peak = memmath_lessons.reference.predict_peak_case(row, step=step)
     measured = row[STEP_COLUMN[step]]
     assert _relative(peak.total, measured) <= 0.05, (
         f"predicted {int(peak.total):,} B ({peak.phase}), measured {measured:,} B in the {step} step")
@@ -124,7 +124,7 @@ def test_peak_within_five_percent(case_id, step):
 def test_known_peak_misses_still_miss(step, case_id):
     """A listed miss that starts to pass must leave KNOWN_PEAK_MISSES (and the README's note)."""
     row = _row(case_id)
-    predicted = memmath.reference.predict_peak_case(row, step=step).total
+    predicted = memmath_lessons.reference.predict_peak_case(row, step=step).total
     assert _relative(predicted, row[STEP_COLUMN[step]]) > 0.05
 
 
@@ -139,8 +139,8 @@ def test_the_second_step_adds_what_the_first_step_made(case_id):
     # Measured: step 2's forward and backward peaks exceed step 1's by the optimizer states (and the
     # previous step's loss, kept until the next forward ends); memmath's steady step adds the same.
     row = _row(case_id)
-    first = memmath.reference.predict_peak_case(row, step="first")
-    steady = memmath.reference.predict_peak_case(row)
+    first = memmath_lessons.reference.predict_peak_case(row, step="first")
+    steady = memmath_lessons.reference.predict_peak_case(row)
     for phase in ("forward", "backward"):
         measured = row[f"peak_step2_{phase}_bytes"] - row[f"peak_step1_{phase}_bytes"]
         assert int(getattr(steady, phase) - getattr(first, phase)) == measured, phase
@@ -163,11 +163,11 @@ def _summary(group):
     worst_saved = worst_peak = 0.0
     for case_id in ids:
         row = _row(case_id)
-        m = memmath.reference.predict_case(row)
+        m = memmath_lessons.reference.predict_case(row)
         exact += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
             row["param_bytes"], row["grad_bytes"], row["optimizer_state_bytes"])
         saved = _relative(m.activation_detail.saved_by_forward, row["saved_bytes"])
-        peak = _relative(memmath.reference.predict_peak_case(row).total, row["peak_bytes"])
+        peak = _relative(memmath_lessons.reference.predict_peak_case(row).total, row["peak_bytes"])
         saved_ok, peak_ok = saved_ok + (saved <= 0.01), peak_ok + (peak <= 0.05)
         worst_saved, worst_peak = max(worst_saved, saved), max(worst_peak, peak)
     return dict(cases=len(ids), exact=exact, saved_ok=saved_ok, peak_ok=peak_ok, worst_saved=worst_saved,
@@ -189,20 +189,20 @@ def test_group_summary(group, capsys):
 
 
 def test_the_held_out_group_is_what_was_measured_after_the_model():
-    # validation/measure.py: 5 cases on each of three wider shapes (step 6), the model types read since
-    # issue 10 (grid block 7: 4 cases each, 2 more for Phi-3 and OLMo 2), and issue 11's 8-bit Adam cases.
+    # validation/measure.py: 5 cases on each of three wider shapes (step 6), the first model types
+    # read from config.json (grid block 7: 4 cases each, 2 more for Phi-3 and OLMo 2), and the 8-bit Adam cases.
     held_out = CASES[CASES.held_out]
     wide = held_out[held_out["shape"].isin(["gpt2-wide", "llama-wide", "bert-wide"]) & (held_out["group"] != "8-bit Adam")]
     families = held_out[held_out["shape"].isin(["gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa",
                                                 "olmo2-gqa"])]
-    # Grid block 8: the rest of issue 10's model types, 5 cases each, measured after their traces were
+    # Grid block 8: the other model types read from config.json, 5 cases each, measured after their traces were
     # written; block 9: 5 GPT-NeoX cases measured after its b = 1 eager case had missed and was modelled;
     # block 10: 5 RoBERTa cases, measured after its trace was written; block 11: 3 Gemma 3 cases with
     # both layer types (two rotary pairs).
     more = held_out[held_out["shape"].isin(["gemma-gqa", "gemma2-gqa", "gemma3-gqa", "neox-mha", "mixtral-moe",
                                             "qwen2moe-moe", "qwen3moe-moe", "neox-serial", "roberta",
                                             "gemma3-mixed"])]
-    # Block 12 (issue 23): 18 cases with use_cache=True (and 2 of Phi-3 without), measured after the training
+    # Block 12: 18 cases with use_cache=True (and 2 of Phi-3 without), measured after the training
     # forward's DynamicCache was modelled (test_use_cache_cases_were_measured_after_the_cache_was_modelled).
     cache = held_out[held_out["shape"].isin(CACHE_SHAPES)]
     families = pd.concat([families, more, cache])
@@ -217,7 +217,7 @@ CACHE_SHAPES = ("neox-256", "phi3-256", "phi3-256-nocache", "gpt2-256")
 
 
 def test_use_cache_cases_were_measured_after_the_cache_was_modelled():
-    # Issue 23: GPT-NeoX and Phi-3 configs with transformers' defaults (use_cache=True) measured less than the
+    # GPT-NeoX and Phi-3 configs with transformers' defaults (use_cache=True) measured less than the
     # trace without the cache; grid block 12 was recorded after hf_activations._kv_cache was written. Every
     # case holds to the byte block by block (test_saved_activations_block_by_block) with its peak within 5%.
     cases = CASES[CASES["shape"].isin(CACHE_SHAPES)]
@@ -236,14 +236,14 @@ def test_refused_cases_stay_refused(case_id):
     """A refused recorded case raises a ValueError that names why; once modelled, it joins IDS."""
     assert case_id not in ROWS and REFUSED_ROWS[case_id].held_out
     with pytest.raises(ValueError, match=REFUSED[case_id]):
-        memmath.reference.predict_case(REFUSED_ROWS[case_id]._asdict())
+        memmath_lessons.reference.predict_case(REFUSED_ROWS[case_id]._asdict())
 
 
 def test_training_memory_reports_the_transformers_estimate():
     # activations in the breakdown = every saved byte plus the recompute buffer of checkpointing.
     for case_id in IDS[::7]:
         row = _row(case_id)
-        m = memmath.reference.predict_case(row)
+        m = memmath_lessons.reference.predict_case(row)
         detail = m.activation_detail
         assert int(m.activations) == int(detail.total) == int(detail.saved_by_forward + detail.recompute_peak)
         assert (int(detail.recompute_peak) > 0) == bool(row["checkpointing"])
@@ -306,8 +306,8 @@ def test_the_recording_names_the_pinned_versions():
 
 def test_amsgrad_keeps_a_third_state():
     # torch.optim.Adam(amsgrad=True) keeps exp_avg, exp_avg_sq and max_exp_avg_sq: 3 x 4 B in fp32.
-    assert memmath.bytes_per_parameter("fp32", "adam_amsgrad")["optimizer_states"] == 12
-    assert memmath.bytes_per_parameter("bf16", "adamw_amsgrad")["optimizer_states"] == 6
+    assert memmath.recipes.bytes_per_parameter("fp32", "adam_amsgrad")["optimizer_states"] == 12
+    assert memmath.recipes.bytes_per_parameter("bf16", "adamw_amsgrad")["optimizer_states"] == 6
     amsgrad = CASES[CASES.optimizer == "adam_amsgrad"]
     assert all(set(d) == {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"} for d in amsgrad.optimizer_state_detail)
 
@@ -320,7 +320,7 @@ def test_gpt2_block_by_hand():
     b, s, h, a, inner, e = 2, 64, 64, 4, 256, 2
     t = b * s
     by_hand = 8 * e * t * h + 4 * e * t + 4 * b * a * s + 5 * e * t * inner
-    shape = memmath.gpt2_model(n_layers=3, hidden_size=h, n_heads=a, vocab_size=1000, max_positions=256)
+    shape = memmath.models.gpt2_model(n_layers=3, hidden_size=h, n_heads=a, vocab_size=1000, max_positions=256)
     m = memmath.training_memory(shape, precision="bf16", batch_size=b, seq_len=s, attention="sdpa", dropout=False,
                                 activations="transformers", device="cpu")
     assert m.activation_detail.per_layer == by_hand
@@ -329,7 +329,7 @@ def test_gpt2_block_by_hand():
 
 
 def test_dropout_masks_take_the_element_size_on_the_cpu_and_a_byte_on_cuda():
-    shape = memmath.gpt2_model(n_layers=2, hidden_size=64, n_heads=4, vocab_size=1000, max_positions=256)
+    shape = memmath.models.gpt2_model(n_layers=2, hidden_size=64, n_heads=4, vocab_size=1000, max_positions=256)
     kw = dict(precision="fp32", batch_size=2, seq_len=32, attention="eager", activations="transformers")
     cpu = memmath.training_memory(shape, dropout=True, device="cpu", **kw).activation_detail.per_layer
     cuda = memmath.training_memory(shape, dropout=True, device="cuda", **kw).activation_detail.per_layer
@@ -397,10 +397,10 @@ def test_peak_memory_needs_a_sequence_length():
 
 
 def test_the_loader_and_the_predictions_work_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; import memmath.reference; "
-            "df = memmath.reference.load_measured(); row = df.iloc[0]; "
-            "assert int(memmath.reference.predict_case(row).weights) == row.param_bytes; "
-            "memmath.reference.predict_peak_case(row); print(len(df))")
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; import memmath_lessons.reference; "
+            "df = memmath_lessons.reference.load_measured(); row = df.iloc[0]; "
+            "assert int(memmath_lessons.reference.predict_case(row).weights) == row.param_bytes; "
+            "memmath_lessons.reference.predict_peak_case(row); print(len(df))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
@@ -412,7 +412,7 @@ def test_case_helpers_rebuild_the_call():
     method = case_method(row)
     assert isinstance(method, memmath.LoRA) and method.adapter_format == "fp32" and method.rank == 8
     assert case_arguments(row)["device"] == "cpu"
-    direct = transformers_activations(case_model(row), plan=None, recipe=memmath.get_recipe("bf16"), method=method,
+    direct = transformers_activations(case_model(row), plan=None, recipe=memmath.recipes.get_recipe("bf16"), method=method,
                                       seq_len=64, batch_size=2, dropout=False, attention="sdpa", checkpointing=False,
                                       device="cpu")
     assert direct.estimate.saved_by_forward == row["saved_bytes"]
@@ -491,7 +491,7 @@ ADAPTERS = load_measured_adapters()
 @pytest.mark.parametrize("case_id", list(ADAPTERS.case_id))
 def test_houlsby_adapters_counts_gradients_and_states_to_the_byte(case_id):
     row = ADAPTERS[ADAPTERS.case_id == case_id].iloc[0].to_dict()
-    m = memmath.reference.predict_case(row, activations="textbook")
+    m = memmath_lessons.reference.predict_case(row, activations="textbook")
     assert int(m.weights) == row["param_bytes"]
     assert int(m.gradients) == row["grad_bytes"]
     assert int(m.optimizer_states) == row["optimizer_state_bytes"]
@@ -502,7 +502,7 @@ def test_houlsby_adapters_counts_gradients_and_states_to_the_byte(case_id):
 @pytest.mark.parametrize("case_id", list(ADAPTERS.case_id))
 def test_houlsby_adapters_saved_activations_to_the_byte_block_by_block(case_id):
     row = ADAPTERS[ADAPTERS.case_id == case_id].iloc[0].to_dict()
-    m = memmath.reference.predict_case(row)
+    m = memmath_lessons.reference.predict_case(row)
     assert int(m.activation_detail.saved_by_forward) == row["saved_bytes"]
     assert predicted_saved_per_layer(row) == list(row["saved_per_layer"])
 
@@ -511,7 +511,7 @@ def test_houlsby_adapters_saved_activations_to_the_byte_block_by_block(case_id):
 @pytest.mark.parametrize("case_id", list(ADAPTERS.case_id))
 def test_houlsby_adapters_peak_within_five_percent(case_id, step):
     row = ADAPTERS[ADAPTERS.case_id == case_id].iloc[0].to_dict()
-    assert _relative(memmath.reference.predict_peak_case(row, step=step).total, row[STEP_COLUMN[step]]) <= 0.05
+    assert _relative(memmath_lessons.reference.predict_peak_case(row, step=step).total, row[STEP_COLUMN[step]]) <= 0.05
 
 
 def test_the_held_out_adapter_cases_were_measured_after_the_trace():
@@ -550,7 +550,7 @@ def _quantized_row(case_id):
 @pytest.mark.parametrize("case_id", QUANTIZED_IDS)
 def test_qlora_weights_constants_gradients_and_states_to_the_byte(case_id):
     row = _quantized_row(case_id)
-    m = memmath.reference.predict_case(row)
+    m = memmath_lessons.reference.predict_case(row)
     assert int(m.weights) == row["param_bytes"]  # packed 4-bit (or int8) base + unquantized tensors + adapters
     assert int(m.quantization_constants) == row["quantization_constant_bytes"]
     assert int(m.gradients) == row["grad_bytes"]
@@ -563,7 +563,7 @@ def test_qlora_saved_activations_to_the_byte(case_id):
     # An 8-bit base's matmul keeps its input as ctx.A, outside autograd's saved tensors: the
     # measurement counts those storages apart (held_by_ctx_bytes); memmath counts them as saved.
     row = _quantized_row(case_id)
-    m = memmath.reference.predict_case(row)
+    m = memmath_lessons.reference.predict_case(row)
     assert int(m.activation_detail.saved_by_forward) == row["saved_bytes"] + row["held_by_ctx_bytes"]
     assert (row["held_by_ctx_bytes"] > 0) == (row["quant_type"] == "int8")
 
@@ -574,14 +574,14 @@ def test_qlora_peak_within_five_percent(case_id, step):
     if (step, case_id) in KNOWN_QLORA_PEAK_MISSES:
         pytest.xfail(KNOWN_QLORA_PEAK_MISSES[(step, case_id)])
     row = _quantized_row(case_id)
-    predicted = memmath.reference.predict_peak_case(row, step=step).total
+    predicted = memmath_lessons.reference.predict_peak_case(row, step=step).total
     assert _relative(predicted, row[STEP_COLUMN[step]]) <= 0.05
 
 
 def test_qlora_known_peak_misses_are_at_most_5_percent_and_still_miss():
     assert len(KNOWN_QLORA_PEAK_MISSES) <= 0.05 * 2 * len(QUANTIZED_IDS)
     for step, case_id in KNOWN_QLORA_PEAK_MISSES:
-        predicted = memmath.reference.predict_peak_case(_quantized_row(case_id), step=step).total
+        predicted = memmath_lessons.reference.predict_peak_case(_quantized_row(case_id), step=step).total
         assert _relative(predicted, _quantized_row(case_id)[STEP_COLUMN[step]]) > 0.05
 
 
@@ -621,11 +621,11 @@ def test_the_paper_layout_leaves_out_the_code_maps_and_says_so():
 
 
 def test_measured_qlora_table_sets_measurement_beside_prediction():
-    table = memmath.measured_qlora(quant_type="nf4", max_cases=2)
+    table = memmath_lessons.reference.measured.measured_qlora(quant_type="nf4", max_cases=2)
     assert len(table) == 2 * 4 and table.equal.all() and set(table.quant_type) == {"nf4"}
     assert (table.measured == table.predicted).all() and "bitsandbytes 0.50.2" in table.libraries.iloc[0]
     with pytest.raises(ValueError, match="quant_type"):
-        memmath.measured_qlora(quant_type="nf2")
+        memmath_lessons.reference.measured.measured_qlora(quant_type="nf2")
 
 
 # ---- AMP: the forward under torch.autocast("cpu", dtype=torch.bfloat16) (validation/amp.py) ----
@@ -635,7 +635,7 @@ AMP = load_measured_amp()
 @pytest.mark.parametrize("case_id", list(AMP.case_id))
 def test_amp_weights_gradients_and_states_to_the_byte(case_id):
     row = AMP[AMP.case_id == case_id].iloc[0].to_dict()
-    m = memmath.reference.predict_case(row, activations="textbook")
+    m = memmath_lessons.reference.predict_case(row, activations="textbook")
     assert int(m.weights) == row["param_bytes"] == 4 * (row["total_params"] + row["adapter_params"])
     assert int(m.gradients) == row["grad_bytes"]
     assert int(m.optimizer_states) == row["optimizer_state_bytes"]
@@ -662,7 +662,7 @@ def _amp_row(case_id):
 def test_amp_saved_activations_to_the_byte_block_by_block(case_id):
     # memmath/amp_trace.py: autocast's bf16 casts of every matmul's input and weight, fp32 norms.
     row = _amp_row(case_id)
-    m = memmath.reference.predict_case(row)
+    m = memmath_lessons.reference.predict_case(row)
     assert m.activation_model == "transformers"
     assert int(m.activation_detail.saved_by_forward) == row["saved_bytes"]
     assert predicted_saved_per_layer(row) == list(row["saved_per_layer"])
@@ -672,7 +672,7 @@ def test_amp_saved_activations_to_the_byte_block_by_block(case_id):
 @pytest.mark.parametrize("case_id", list(AMP_SDPA.case_id))
 def test_amp_peak_within_five_percent(case_id, step):
     row = _amp_row(case_id)
-    assert _relative(memmath.reference.predict_peak_case(row, step=step).total, row[STEP_COLUMN[step]]) <= 0.05
+    assert _relative(memmath_lessons.reference.predict_peak_case(row, step=step).total, row[STEP_COLUMN[step]]) <= 0.05
 
 
 def test_the_amp_recording_has_cases_measured_after_the_trace():

@@ -16,8 +16,8 @@ import os
 import pytest
 
 import memmath
-import memmath.reference
-from memmath.reference.measured import measured_metadata
+import memmath_lessons.reference
+from memmath_lessons.reference.measured import measured_metadata
 
 # peft calls a transformers method that transformers 5.24 deprecates; not ours to fix.
 pytestmark = [pytest.mark.live, pytest.mark.filterwarnings("ignore::FutureWarning")]
@@ -34,7 +34,7 @@ SAMPLE = [
     # 8-bit Adam (bitsandbytes): 8-bit and fp32 states in one model; LoRA rank 64 adapters of 4,096 values.
     "llama-gqa/bf16/adamw8bit/full/sdpa/nodrop/nockpt/b2s64",
     "bert/bf16/adam8bit/lora64-qv-fp32/sdpa/nodrop/nockpt/b2s64",
-    # use_cache=True (issue 23): the cache's k and v copies, in frozen blocks too, and Phi-3's eager b = 1.
+    # use_cache=True: the cache's k and v copies, in frozen blocks too, and Phi-3's eager b = 1.
     "neox-256/bf16/adamw/freeze1/sdpa/nodrop/nockpt/b3s48",
     "phi3-256/bf16/adamw/full/eager/nodrop/nockpt/b1s96",
 ]
@@ -91,7 +91,7 @@ def test_installed_versions_are_the_recorded_ones(measure_module):
 
 @pytest.mark.parametrize("case_id", SAMPLE)
 def test_a_fresh_measurement_matches_the_recording_and_memmath(measure_module, case_id):
-    cases = memmath.reference.load_measured()
+    cases = memmath_lessons.reference.load_measured()
     row = cases[cases.case_id == case_id].iloc[0].to_dict()
     config = {field: row[field] for field in measure_module.Case.__dataclass_fields__}
     case = measure_module.Case(**config)
@@ -104,20 +104,20 @@ def test_a_fresh_measurement_matches_the_recording_and_memmath(measure_module, c
                 for phase in ("", "_forward", "_backward", "_optimizer_step")]:
         assert abs(fresh[key] - row[key]) <= 0.01 * row[key], f"{key}: now {fresh[key]:,}, recorded {row[key]:,}"
 
-    predicted = memmath.reference.predict_case(row)
+    predicted = memmath_lessons.reference.predict_case(row)
     assert int(predicted.weights) == fresh["param_bytes"]
     assert int(predicted.gradients) == fresh["grad_bytes"]
     assert int(predicted.optimizer_states) == fresh["optimizer_state_bytes"]
     saved = int(predicted.activation_detail.saved_by_forward)
     assert abs(saved - fresh["saved_bytes"]) <= 0.01 * fresh["saved_bytes"]
     for step, key in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-        peak = int(memmath.reference.predict_peak_case(row, step=step).total)
+        peak = int(memmath_lessons.reference.predict_peak_case(row, step=step).total)
         assert abs(peak - fresh[key]) <= 0.05 * fresh[key], f"{step}: predicted {peak:,}, measured {fresh[key]:,}"
 
 
 def test_a_fresh_two_rank_fsdp2_run_matches_the_recording_and_memmath(measure_module):
     # One sharded run, 2 processes over gloo on 127.0.0.1 (validation/sharded.py, bounded in time).
-    from memmath.reference.measured import load_measured_sharded, predict_sharded_case
+    from memmath_lessons.reference.measured import load_measured_sharded, predict_sharded_case
     from validation import sharded
 
     case_id = "bert/bf16/adamw/full/sdpa/nodrop/nockpt/b2s64/fsdp2x2"
@@ -158,7 +158,7 @@ QUANT_EXACT = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "saved_byte
 ])
 def test_a_fresh_qlora_run_matches_the_recording_and_memmath(measure_module, case_id):
     # bitsandbytes' Linear4bit quantized on the CPU under peft's LoRA (validation/quantized.py).
-    from memmath.reference.measured import load_measured_quantized
+    from memmath_lessons.reference.measured import load_measured_quantized
     from validation import quantized
 
     recorded = load_measured_quantized()
@@ -169,18 +169,18 @@ def test_a_fresh_qlora_run_matches_the_recording_and_memmath(measure_module, cas
         assert fresh[key] == row[key], f"{key}: measured now {fresh[key]}, recorded {row[key]}"
     for key in ("peak_step1_bytes", "peak_step2_bytes"):
         assert abs(fresh[key] - row[key]) <= 0.01 * row[key], key
-    m = memmath.reference.predict_case(row)
+    m = memmath_lessons.reference.predict_case(row)
     assert (int(m.weights), int(m.quantization_constants), int(m.gradients), int(m.optimizer_states)) == (
         fresh["param_bytes"], fresh["quantization_constant_bytes"], fresh["grad_bytes"], fresh["optimizer_state_bytes"])
     assert int(m.activation_detail.saved_by_forward) == fresh["saved_bytes"] + fresh["held_by_ctx_bytes"]
     for step, key in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-        peak = int(memmath.reference.predict_peak_case(row, step=step).total)
+        peak = int(memmath_lessons.reference.predict_peak_case(row, step=step).total)
         assert abs(peak - fresh[key]) <= 0.05 * fresh[key], f"{step}: predicted {peak:,}, measured {fresh[key]:,}"
 
 
 def test_a_fresh_amp_run_matches_the_recording_and_memmath(measure_module):
     # fp32 LLaMA, forward and loss under torch.autocast("cpu", dtype=torch.bfloat16) (validation/amp.py).
-    from memmath.reference.measured import load_measured_amp
+    from memmath_lessons.reference.measured import load_measured_amp
     from validation import amp
 
     case_id = "llama-gqa/amp/adamw/lora8-all-fp32/sdpa/nodrop/nockpt/b1s48"
@@ -191,7 +191,7 @@ def test_a_fresh_amp_run_matches_the_recording_and_memmath(measure_module):
     fresh.update(amp.saved_by_kind(case))
     for key in ("param_bytes", "grad_bytes", "optimizer_state_bytes", "saved_bytes", "saved_weight_cast_bytes"):
         assert fresh[key] == row[key], f"{key}: measured now {fresh[key]}, recorded {row[key]}"
-    m = memmath.reference.predict_case(row)  # the exact model's AMP trace (memmath/amp_trace.py)
+    m = memmath_lessons.reference.predict_case(row)  # the exact model's AMP trace (memmath/amp_trace.py)
     assert (int(m.weights), int(m.gradients), int(m.optimizer_states), int(m.master_weights)) == (
         fresh["param_bytes"], fresh["grad_bytes"], fresh["optimizer_state_bytes"], 0)
     assert int(m.activation_detail.saved_by_forward) == fresh["saved_bytes"]

@@ -108,35 +108,35 @@ def test_fp16_rounding_matches_numpy():
     # numpy.float16(float64) is an independent IEEE round-to-nearest-even implementation.
     with np.errstate(over="ignore"):
         expected = EDGE_VALUES.astype(np.float16).astype(np.float64)
-    assert _same(mm.round_to_format(EDGE_VALUES, "fp16"), expected)
+    assert _same(mm.formats.round_to_format(EDGE_VALUES, "fp16"), expected)
 
 
 def test_fp32_rounding_matches_numpy():
     values = np.concatenate([EDGE_VALUES, [3.4028235677973366e38, 3.4028235e38 * 1.0000001, 1e-45, 7e-46]])
     with np.errstate(over="ignore"):
         expected = values.astype(np.float32).astype(np.float64)
-    assert _same(mm.round_to_format(values, "fp32"), expected)
+    assert _same(mm.formats.round_to_format(values, "fp32"), expected)
 
 
 @given(st.floats(allow_nan=True, allow_infinity=True))
 def test_fp16_and_fp32_rounding_match_numpy_for_any_float(x):
     with np.errstate(over="ignore"):
-        assert _same(mm.round_to_format(x, "fp16"), np.float16(x))
-        assert _same(mm.round_to_format(x, "fp32"), np.float32(x))
+        assert _same(mm.formats.round_to_format(x, "fp16"), np.float16(x))
+        assert _same(mm.formats.round_to_format(x, "fp32"), np.float32(x))
 
 
 def test_bf16_rounding_by_hand():
     # bf16 values near 1 are 2**-7 apart. 1 + 2**-8 is a tie between 1 (even mantissa) and
     # 1 + 2**-7 (odd): ties go to even -> 1. 1 + 3 * 2**-8 ties between 1 + 2**-7 (odd) and
     # 1 + 2**-6 (even) -> 1 + 2**-6. Just above the tie rounds up.
-    assert mm.round_to_format(1 + 2.0**-8, "bf16") == 1.0
-    assert mm.round_to_format(1 + 3 * 2.0**-8, "bf16") == 1 + 2.0**-6
-    assert mm.round_to_format(1 + 2.0**-8 + 2.0**-20, "bf16") == 1 + 2.0**-7
+    assert mm.formats.round_to_format(1 + 2.0**-8, "bf16") == 1.0
+    assert mm.formats.round_to_format(1 + 3 * 2.0**-8, "bf16") == 1 + 2.0**-6
+    assert mm.formats.round_to_format(1 + 2.0**-8 + 2.0**-20, "bf16") == 1 + 2.0**-7
     # 0.1 = 1.6 x 2**-4; 1.6 / 2**-7 = 204.8 -> 205 -> 205 x 2**-11 = 0.10009765625.
-    assert mm.round_to_format(0.1, "bf16") == 0.10009765625
+    assert mm.formats.round_to_format(0.1, "bf16") == 0.10009765625
     # Past (2 - 2**-8) x 2**127 (halfway to the next power) bf16 overflows to infinity.
-    assert mm.round_to_format(3.3895313892515355e38, "bf16") == 3.3895313892515355e38
-    assert mm.round_to_format((2 - 2.0**-8) * 2.0**127, "bf16") == np.inf
+    assert mm.formats.round_to_format(3.3895313892515355e38, "bf16") == 3.3895313892515355e38
+    assert mm.formats.round_to_format((2 - 2.0**-8) * 2.0**127, "bf16") == np.inf
 
 
 def test_fp8_rounding_by_hand():
@@ -144,22 +144,22 @@ def test_fp8_rounding_by_hand():
     # -> 0.1015625. 464 is the tie between 448 (mantissa 110, even) and the NaN code -> 448; above it
     # E4M3 has no infinity: NaN (OCP non-saturating conversion). Smallest subnormal 2**-9; half of it ties to 0.
     e4m3 = "fp8_e4m3"
-    assert mm.round_to_format(0.1, e4m3) == 0.1015625
-    assert mm.round_to_format(464.0, e4m3) == 448.0
-    assert np.isnan(mm.round_to_format(470.0, e4m3))
-    assert mm.round_to_format(2.0**-9, e4m3) == 2.0**-9 and mm.round_to_format(2.0**-10, e4m3) == 0.0
+    assert mm.formats.round_to_format(0.1, e4m3) == 0.1015625
+    assert mm.formats.round_to_format(464.0, e4m3) == 448.0
+    assert np.isnan(mm.formats.round_to_format(470.0, e4m3))
+    assert mm.formats.round_to_format(2.0**-9, e4m3) == 2.0**-9 and mm.formats.round_to_format(2.0**-10, e4m3) == 0.0
     # E5M2: steps of 2**13 = 8192 at the top; 61440 ties between 57344 (mantissa 11, odd) and 65536
     # (even, but past the largest finite value) -> inf.
-    assert mm.round_to_format(61439.0, "fp8_e5m2") == 57344.0
-    assert mm.round_to_format(61440.0, "fp8_e5m2") == np.inf
-    assert mm.round_to_format(-1e9, "fp8_e5m2") == -np.inf
+    assert mm.formats.round_to_format(61439.0, "fp8_e5m2") == 57344.0
+    assert mm.formats.round_to_format(61440.0, "fp8_e5m2") == np.inf
+    assert mm.formats.round_to_format(-1e9, "fp8_e5m2") == -np.inf
 
 
 def test_integer_formats_round_and_clip_with_a_scale():
     # int8: round(x / scale) clipped to [-128, 127], times scale.
-    assert _same(mm.round_to_format([0.26, -0.26, 100.0, -100.0], "int8", scale=0.5), [0.5, -0.5, 63.5, -64.0])
+    assert _same(mm.formats.round_to_format([0.26, -0.26, 100.0, -100.0], "int8", scale=0.5), [0.5, -0.5, 63.5, -64.0])
     # int4: [-8, 7].
-    assert _same(mm.round_to_format([7.4, 9.0, -9.0], "int4"), [7.0, 7.0, -8.0])
+    assert _same(mm.formats.round_to_format([7.4, 9.0, -9.0], "int4"), [7.0, 7.0, -8.0])
 
 
 def test_nf4_levels_are_the_normal_quantiles_of_qlora():
@@ -175,9 +175,9 @@ def test_nf4_levels_are_the_normal_quantiles_of_qlora():
     negative = [-ppf(p) for p in linspace(offset, 0.5, 8)[:-1]]
     levels = sorted(positive + [0.0] + negative)
     levels = [v / max(abs(v) for v in levels) for v in levels]
-    assert np.allclose(mm.NF4_LEVELS, levels, atol=1e-6)
+    assert np.allclose(mm.formats.NF4_LEVELS, levels, atol=1e-6)
     # nf4 rounds to the nearest level times the block's absmax.
-    assert mm.round_to_format(0.5, "nf4", scale=2.0) == pytest.approx(2 * 0.24611230194568634)
+    assert mm.formats.round_to_format(0.5, "nf4", scale=2.0) == pytest.approx(2 * 0.24611230194568634)
 
 
 # ---- live: torch's own casts ----------------------------------------------------------------------
@@ -196,14 +196,14 @@ def _float32_samples(seed=0, n=20000):
 def test_bf16_rounding_matches_torch(torch):
     x = _float32_samples()
     expected = torch.from_numpy(x).to(torch.bfloat16).to(torch.float64).numpy()
-    assert _same(mm.round_to_format(x.astype(np.float64), "bf16"), expected)
+    assert _same(mm.formats.round_to_format(x.astype(np.float64), "bf16"), expected)
 
 
 @pytest.mark.live
 def test_fp8_e5m2_rounding_matches_torch(torch):
     x = _float32_samples(1)
     expected = torch.from_numpy(x).to(torch.float8_e5m2).to(torch.float64).numpy()
-    assert _same(mm.round_to_format(x.astype(np.float64), "fp8_e5m2"), expected)
+    assert _same(mm.formats.round_to_format(x.astype(np.float64), "fp8_e5m2"), expected)
 
 
 @pytest.mark.live
@@ -214,7 +214,7 @@ def test_fp8_e4m3_rounding_matches_torch_inside_the_range(torch):
     x = _float32_samples(2)
     inside = np.isnan(x) | (np.abs(x) <= 464)
     expected = torch.from_numpy(x[inside]).to(torch.float8_e4m3fn).to(torch.float64).numpy()
-    assert _same(mm.round_to_format(x[inside].astype(np.float64), "fp8_e4m3"), expected)
+    assert _same(mm.formats.round_to_format(x[inside].astype(np.float64), "fp8_e4m3"), expected)
 
 
 @pytest.mark.live
@@ -228,32 +228,32 @@ def test_format_facts_match_torch_finfo(torch):
 
 # ---- Format helpers: absmax_scale (the block scale of integer and NF4 quantization) and float_step (hand-derived values).
 def test_scales_map_the_block_max_to_the_largest_level():
-    assert mm.absmax_scale("int8", 1.27) == pytest.approx(0.01)  # 1.27 / 127
-    assert mm.absmax_scale("int4", 7.0) == 1.0  # 7 / 7
-    assert mm.absmax_scale("nf4", 0.5) == 0.5  # nf4's largest level is 1.0
-    assert mm.absmax_scale("bf16", 123.0) == 1.0  # floats need no scale
+    assert mm.formats.absmax_scale("int8", 1.27) == pytest.approx(0.01)  # 1.27 / 127
+    assert mm.formats.absmax_scale("int4", 7.0) == 1.0  # 7 / 7
+    assert mm.formats.absmax_scale("nf4", 0.5) == 0.5  # nf4's largest level is 1.0
+    assert mm.formats.absmax_scale("bf16", 123.0) == 1.0  # floats need no scale
 
 
 def test_rounding_with_the_scale():
     # 0.1 in a block whose largest magnitude is 1: round(0.1 x 127) = round(12.7) = 13 steps of 1/127.
-    assert mm.round_to_format(0.1, "int8", scale=mm.absmax_scale("int8", 1.0)) == pytest.approx(13 / 127)
+    assert mm.formats.round_to_format(0.1, "int8", scale=mm.formats.absmax_scale("int8", 1.0)) == pytest.approx(13 / 127)
     # Without a scale (scale 1) int8 stores whole numbers: 0.1 becomes 0.
-    assert mm.round_to_format(0.1, "int8") == 0.0
+    assert mm.formats.round_to_format(0.1, "int8") == 0.0
     # The block's largest value itself is stored exactly.
-    assert mm.round_to_format(-2.5, "int4", scale=mm.absmax_scale("int4", 2.5)) == pytest.approx(-2.5)
+    assert mm.formats.round_to_format(-2.5, "int4", scale=mm.formats.absmax_scale("int4", 2.5)) == pytest.approx(-2.5)
 
 
 def test_bad_absmax_is_a_value_error():
     with pytest.raises(ValueError, match="absmax"):
-        mm.absmax_scale("int8", 0.0)
+        mm.formats.absmax_scale("int8", 0.0)
 
 
 def test_float_step_is_the_ieee_spacing():
-    assert mm.float_step("bf16", 300.7) == 2.0  # 256 <= 300.7 < 512: 2**(8 - 7)
-    assert mm.float_step("bf16", 70_000) == 512.0  # 2**16 <= 70,000: 2**(16 - 7)
-    assert mm.float_step("fp16", 1.0) == 2.0**-10  # fp16's epsilon
-    assert mm.float_step("fp16", 0.0) == 2.0**-24  # fp16's subnormal step: 2**(1 - 15 - 10)
+    assert mm.formats.float_step("bf16", 300.7) == 2.0  # 256 <= 300.7 < 512: 2**(8 - 7)
+    assert mm.formats.float_step("bf16", 70_000) == 512.0  # 2**16 <= 70,000: 2**(16 - 7)
+    assert mm.formats.float_step("fp16", 1.0) == 2.0**-10  # fp16's epsilon
+    assert mm.formats.float_step("fp16", 0.0) == 2.0**-24  # fp16's subnormal step: 2**(1 - 15 - 10)
     # The step is what rounding actually does: 300.7 + half a step rounds up to the next value.
-    assert mm.round_to_format(301.0, "bf16") in (300.0, 302.0)
+    assert mm.formats.round_to_format(301.0, "bf16") in (300.0, 302.0)
     with pytest.raises(ValueError, match="float format"):
-        mm.float_step("int8", 1.0)
+        mm.formats.float_step("int8", 1.0)

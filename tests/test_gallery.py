@@ -1,6 +1,6 @@
 """The workbook's first page (`marimo run notebooks`): one card per lesson, each with a picture of its own.
 
-Without a picture marimo's gallery draws a placeholder that repeats the card's title (issue 28 item 9: "the
+Without a picture marimo's gallery draws a placeholder that repeats the card's title ("the
 first page shows each card's title twice and no title for the workbook"). memmath_site/thumbnails.py draws them:
 the first card is the workbook's title, the others their lesson's first chart.
 """

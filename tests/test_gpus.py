@@ -42,12 +42,12 @@ def test_fit_check_says_how_much_is_left_or_missing():
 
 
 def test_fit_table_lists_every_card_smallest_first_with_labelled_units():
-    table = mm.fit_table(56 * GB)
+    table = mm.gpus.fit_table(56 * GB)
     assert len(table) == len(mm.GPUS) and "memory (GiB)" in table and "headroom (GiB)" in table
     assert list(table["memory (GiB)"]) == sorted(table["memory (GiB)"])
     fits = dict(zip(table["gpu"], table["fits"]))
     assert fits["A100 80GB"] and fits["H200"] and not fits["RTX 4090"]
-    assert "memory (GB)" in mm.fit_table(GB, unit="GB")
+    assert "memory (GB)" in mm.gpus.fit_table(GB, unit="GB")
 
 
 def test_names_are_case_insensitive():
@@ -73,29 +73,29 @@ def test_every_catalog_card_has_an_architecture():
 
 @pytest.mark.parametrize("name", ["T4", "V100 32GB"])
 def test_pure_bf16_on_a_card_without_bf16_warns_and_names_fp16_mixed_precision(name):
-    warning = mm.recipe_warning("bf16", name)
+    warning = mm.gpus.recipe_warning("bf16", name)
     assert warning is not None and warning.needs == "bf16" and warning.instead == "mixed"
     assert name in warning.message and "fp16 mixed precision" in warning.message
     # The recipe it names runs there: its 16-bit math in fp16 with an fp32 master copy.
-    assert mm.recipe_warning(warning.instead, name) is None
+    assert mm.gpus.recipe_warning(warning.instead, name) is None
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "amp", "mixed", "mixed_fp32_grads"])
 def test_recipes_that_run_in_fp16_give_no_warning_on_a_t4(precision):
-    assert mm.recipe_warning(precision, "T4") is None
+    assert mm.gpus.recipe_warning(precision, "T4") is None
 
 
 def test_bf16_on_ampere_and_later_gives_no_warning():
-    assert all(mm.recipe_warning("bf16", g) is None for g in mm.GPUS.values() if g.computes_bf16)
+    assert all(mm.gpus.recipe_warning("bf16", g) is None for g in mm.GPUS.values() if g.computes_bf16)
     # A card built by hand with no capability: nothing is claimed.
-    custom = mm.GPU("custom", 16 * MIB * 1024, 10**11, 10.0, "datacenter", "16 GB")
-    assert mm.recipe_warning("bf16", custom) is None
+    custom = mm.gpus.GPU("custom", 16 * MIB * 1024, 10**11, 10.0, "datacenter", "16 GB")
+    assert mm.gpus.recipe_warning("bf16", custom) is None
 
 
 def test_planner_does_not_suggest_pure_bf16_to_a_t4():
-    changes = [s.change for s in mm.suggest_changes("gpt2-xl", "T4", precision="mixed", optimizer="adamw")]
+    changes = [s.change for s in mm.planner.suggest_changes("gpt2-xl", "T4", precision="mixed", optimizer="adamw")]
     assert "pure bf16 recipe" not in changes
-    assert "pure bf16 recipe" in [s.change for s in mm.suggest_changes("gpt2-xl", "L4", precision="mixed",
+    assert "pure bf16 recipe" in [s.change for s in mm.planner.suggest_changes("gpt2-xl", "L4", precision="mixed",
                                                                        optimizer="adamw")]
 
 

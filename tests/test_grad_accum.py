@@ -1,5 +1,5 @@
 """Gradient accumulation (Run.grad_accum_steps): what the peak adds, the command line's --grad-accum, and the CPU
-measurements of validation/grad_accum.py (memmath/reference/data/measured_grad_accum.json, every case recorded after
+measurements of validation/grad_accum.py (memmath_lessons/reference/data/measured_grad_accum.json, every case recorded after
 the prediction code: held out), replayed without torch.
 
 The loop measured: for each of k micro-batches, loss = model(**batch).loss / k; loss.backward(); then
@@ -17,7 +17,7 @@ import pytest
 
 import memmath as mm
 from memmath import cli
-from memmath.reference.measured import (
+from memmath_lessons.reference.measured import (
     load_measured_grad_accum, predict_case, predict_peak_case, predicted_saved_per_layer,
 )
 

@@ -1,4 +1,4 @@
-"""Issue 26's library defects, each pinned by a test that failed before its fix.
+"""Library defects, each pinned by a test that failed before its fix.
 
 - a choice checked case-insensitively must be stored normalized (a field compared later as "int8",
   "bitsandbytes", "head", "sandwich", ... must not count a differently spelt value as another);
@@ -104,7 +104,7 @@ def test_norm_layout_whatever_the_spelling(norm_layout):
 
 
 def test_full_qk_norm_and_post_layout_spellings():
-    base = mm.llama_model(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
+    base = mm.models.llama_model(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
     full = dataclasses.replace(base, arch="olmo2", qk_norm="full", norm_layout="post")
     shouted = dataclasses.replace(base, arch="OLMo2", qk_norm="FULL", norm_layout="Post")
     assert (shouted.arch, shouted.qk_norm, shouted.norm_layout) == ("olmo2", "full", "post")
@@ -134,7 +134,7 @@ CHOICE_FIELDS = [
     ("TrainingMemory", lambda: dataclasses.replace(mm.training_memory(_run()), activation_model="Transformers"),
      "activation_model", "transformers"),
     ("TrainingMemory", lambda: dataclasses.replace(mm.training_memory(_run()), attention="SDPA"), "attention", "sdpa"),
-    ("ActivationEstimate", lambda: mm.ActivationEstimate(1, 1, 0, 0, 0, model="Textbook"), "model", "textbook"),
+    ("ActivationEstimate", lambda: mm.activations.ActivationEstimate(1, 1, 0, 0, 0, model="Textbook"), "model", "textbook"),
     ("Run", lambda: mm.Run("gpt2", device="CPU"), "device", "cpu"),
     ("Run", lambda: mm.Run("gpt2", attention="Eager"), "attention", "eager"),
     ("Run", lambda: mm.Run("gpt2", activations="TextBook"), "activations", "textbook"),
@@ -199,7 +199,7 @@ def test_reassigned_recipe_and_optimizer_get_their_own_bytes(monkeypatch):
 
 # ---- ZeroRedundancyOptimizer: exact and fast ------------------------------------------------------------
 def _assignment_before(sizes, n_ranks):
-    """The assignment as it was computed before issue 26 (tensors x ranks): the reference."""
+    """The assignment computed the slow, plain way (tensors x ranks): the reference."""
     order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True)
     load, owner = [0] * n_ranks, [0] * len(sizes)
     for i in order:
@@ -260,11 +260,11 @@ SWEEPS = [
     ("uniform", lambda b, s: mm.uniform_model(b * 10**9, s)),
     ("uniform in a run", lambda b, s: mm.training_memory(mm.uniform_model(b * 10**9, 1), batch_size=s)),
     ("kv_cache_bytes", lambda b, s: mm.kv_cache_bytes("gpt2", batch_size=b, context_len=s)),
-    ("working_set_bytes", lambda b, s: mm.working_set_bytes("gpt2", batch_size=b, context_len=s)),
+    ("working_set_bytes", lambda b, s: mm.inference.working_set_bytes("gpt2", batch_size=b, context_len=s)),
     ("inference_memory", lambda b, s: mm.inference_memory("gpt2", batch_size=b, context_len=s)),
-    ("korthikanti_per_layer", lambda b, s: mm.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=64,
+    ("korthikanti_per_layer", lambda b, s: mm.activations.korthikanti_per_layer(seq_len=s, batch_size=b, hidden_size=64,
                                                                     n_heads=4)),
-    ("korthikanti_terms", lambda b, s: mm.korthikanti_terms(seq_len=s, batch_size=b, hidden_size=64, n_heads=4)),
+    ("korthikanti_terms", lambda b, s: mm.activations.korthikanti_terms(seq_len=s, batch_size=b, hidden_size=64, n_heads=4)),
 ]
 
 

@@ -77,11 +77,11 @@ def test_working_set_by_hand():
     # the MLP phase is the peak: block input, attention output, residual, normed copy (4h) and
     # gelu_new's four 4h-wide tensors (4 x 3072): 2*1024*(4*768 + 4*3072) = 31,457,280 B.
     s = 1024
-    assert mm.working_set_bytes("gpt2", context_len=s) == 3_145_728 + 31_457_280
+    assert mm.inference.working_set_bytes("gpt2", context_len=s) == 3_145_728 + 31_457_280
     # Eager attention adds the causal mask (2 B x s^2 = 2,097,152 B, held all pass) and moves the peak to
     # attention: input, normed, qkv (5h) plus scores and scaled scores for 12 heads,
     # 2*1024*5*768 + 2*2*12*1024^2 = 7,864,320 + 50,331,648 = 58,195,968 B.
-    eager = mm.working_set_bytes("gpt2", context_len=s, attention="eager")
+    eager = mm.inference.working_set_bytes("gpt2", context_len=s, attention="eager")
     assert eager == 3_145_728 + 2_097_152 + 58_195_968
 
 
@@ -91,7 +91,7 @@ def test_decode_speed_is_bounded_by_bandwidth():
     # 3.35e12 / 14,550,573,056 = 230.2 tokens/s at most.
     m = mm.inference_memory("llama-2-7b", context_len=2048)
     assert m.weights == 2 * 6_738_415_616 and m.kv_cache == 2**30
-    assert mm.decode_tokens_per_second(m, "H100 80GB") == pytest.approx(3.35e12 / 14_550_573_056)
+    assert mm.inference.decode_tokens_per_second(m, "H100 80GB") == pytest.approx(3.35e12 / 14_550_573_056)
 
 
 def test_a_model_without_widths_still_gets_its_weights():
@@ -120,16 +120,16 @@ MEASURED = {
 
 def tiny(family):
     if family == "gpt2":
-        return mm.gpt2_model(n_layers=4, hidden_size=256, n_heads=8, vocab_size=50257, max_positions=1024)
+        return mm.models.gpt2_model(n_layers=4, hidden_size=256, n_heads=8, vocab_size=50257, max_positions=1024)
     kv = 2 if family == "llama-gqa" else 8
-    return mm.llama_model(n_layers=4, hidden_size=256, n_heads=8, n_kv_heads=kv, intermediate_size=688,
+    return mm.models.llama_model(n_layers=4, hidden_size=256, n_heads=8, n_kv_heads=kv, intermediate_size=688,
                           vocab_size=32000)
 
 
 @pytest.mark.parametrize("case", sorted(MEASURED))
 def test_working_set_within_one_percent_of_transformers(case):
     family, attention, s, b = case
-    predicted = mm.working_set_bytes(tiny(family), context_len=s, batch_size=b, attention=attention)
+    predicted = mm.inference.working_set_bytes(tiny(family), context_len=s, batch_size=b, attention=attention)
     assert predicted == pytest.approx(MEASURED[case], rel=0.01)
 
 
@@ -140,7 +140,7 @@ def test_llama_eager_softmax_in_fp32_by_hand():
     # MLP phase 2*4096*(3*4096 + 3*11008) = 371,195,904 is smaller. Outside: embeddings 2*4096*4096,
     # cos/sin 2*2*4096*128, mask 2*4096^2 = 33,554,432 + 2,097,152 + 33,554,432.
     expected = 100_663_296 + 5_368_709_120 + 33_554_432 + 2_097_152 + 33_554_432
-    got = mm.working_set_bytes(mm.PRESETS["llama-2-7b"], context_len=4096, attention="eager")
+    got = mm.inference.working_set_bytes(mm.PRESETS["llama-2-7b"], context_len=4096, attention="eager")
     assert got == expected
 
 
@@ -149,9 +149,9 @@ def test_sweep_matches_points():
 
     shape = mm.PRESETS["llama-3-8b"]
     contexts = np.array([1, 64, 4096, 32768])
-    swept = mm.working_set_bytes(shape, context_len=contexts, attention="eager")
+    swept = mm.inference.working_set_bytes(shape, context_len=contexts, attention="eager")
     for i, s in enumerate(contexts):
-        assert swept[i] == mm.working_set_bytes(shape, context_len=int(s), attention="eager")
+        assert swept[i] == mm.inference.working_set_bytes(shape, context_len=int(s), attention="eager")
 
 
 # ---- Where "weights x 1.2" stops covering the detailed inference total (hand-derived expectations).
@@ -161,11 +161,11 @@ def test_llama_2_7b_bf16_one_sequence_by_hand():
     # embeddings 2 x 4096 + rotary cos/sin 2 x 2 x 128 = 8,704, plus the MLP phase 2 x (3 x 4096 +
     # 3 x 11008) = 90,624 (larger than attention's 32,768 and the head's 16,384 + 128,000 / s from
     # s = 2 on): 623,616 B per token. (16,172,197,479 - 13,476,831,232) / 623,616 = 4,322.1 -> 4,322.
-    assert mm.rule_of_thumb_context_limit("llama-2-7b") == 4322
+    assert mm.inference.rule_of_thumb_context_limit("llama-2-7b") == 4322
 
 
 def test_limit_is_the_boundary():
-    limit = mm.rule_of_thumb_context_limit("mistral-7b", batch_size=4)
+    limit = mm.inference.rule_of_thumb_context_limit("mistral-7b", batch_size=4)
     at = mm.inference_memory("mistral-7b", batch_size=4, context_len=limit)
     past = mm.inference_memory("mistral-7b", batch_size=4, context_len=limit + 1)
     assert at.total <= at.rule_of_thumb < past.total
@@ -176,17 +176,17 @@ def test_llama_3_8b_gqa_by_hand():
     # Per token: KV 2 x 32 x 8 kv heads x 128 x 2 B = 131,072 (4x less than Llama-2-7B's 32 heads);
     # working set 2 x 4096 + 4 x 128 = 8,704 outside + MLP 2 x (3 x 4096 + 3 x 14336) = 110,592:
     # 250,368 B per token. 3,212,104,500 / 250,368 = 12,829.6 -> 12,829.
-    assert mm.rule_of_thumb_context_limit("llama-3-8b") == 12829
+    assert mm.inference.rule_of_thumb_context_limit("llama-3-8b") == 12829
 
 
 def test_zero_when_one_token_overflows_and_cap_when_it_never_does():
-    assert mm.rule_of_thumb_context_limit("gpt2", batch_size=2**20) == 0
-    assert mm.rule_of_thumb_context_limit("llama-3-70b", max_context=64) == 64
+    assert mm.inference.rule_of_thumb_context_limit("gpt2", batch_size=2**20) == 0
+    assert mm.inference.rule_of_thumb_context_limit("llama-3-70b", max_context=64) == 64
 
 
 def test_needs_layer_widths():
     with pytest.raises(ValueError, match="layers"):
-        mm.rule_of_thumb_context_limit(7e9)
+        mm.inference.rule_of_thumb_context_limit(7e9)
 
 
 # ---- sliding windows, as transformers' DynamicCache keeps them --------------------------------------
@@ -257,7 +257,7 @@ def test_int8_is_llm_int8_with_one_scale_per_output_row():
     assert "routed experts" in moe and "router" in moe
 
 
-# The model types read since issue 10, measured the same way (validation/inference_working_set.py --new:
+# The model types read from config.json, measured the same way (validation/inference_working_set.py --new:
 # h=256, 4 layers, 8 heads, V=32,000, bf16; the configs in its CONFIGS). The GPT-NeoX, MoE, Gemma 2/3
 # and Qwen2-MoE terms of working_set_bytes were written after these measurements, to fit them: not held out.
 MEASURED_NEW = {
@@ -282,7 +282,7 @@ from validation.working_set_configs import CONFIGS as NEW_CONFIGS, SIZES as NEW_
 def test_working_set_of_the_new_model_types_within_one_percent(case):
     family, attention, s, b = case
     shape = mm.from_hf_config(dict(NEW_CONFIGS[family], **NEW_SIZES))
-    predicted = mm.working_set_bytes(shape, context_len=s, batch_size=b, attention=attention)
+    predicted = mm.inference.working_set_bytes(shape, context_len=s, batch_size=b, attention=attention)
     assert predicted == pytest.approx(MEASURED_NEW[case], rel=0.01)
 
 
@@ -296,7 +296,7 @@ def test_moe_working_set_by_hand():
     moe = 2 * t * 3 * h + 2 * t * 8 + rows * (12 + 16 + 4 + 4) + 2 * rows * (h + 4 * inner) + 8 * 8
     outside = 2 * t * h + 2 * 2 * t * 128  # token embeddings, rotary cos and sin
     shape = mm.PRESETS["mixtral-8x7b"]
-    assert mm.working_set_bytes(shape, context_len=4096) == outside + moe
+    assert mm.inference.working_set_bytes(shape, context_len=4096) == outside + moe
 
 
 # ---- a mixture of experts' decode step reads its shared tensors and the experts its tokens reach ------------
@@ -326,7 +326,7 @@ def test_a_moe_token_at_batch_1_reads_its_active_parameters():
     assert m.weights == 2 * (48 * (QWEN3_MOE_SHARED_PER_LAYER + 128 * QWEN3_MOE_EXPERT) + QWEN3_MOE_OUTSIDE)
     assert m.kv_cache == 2 * 48 * 4 * 128 * 2 * 2048 == 201_326_592
     assert m.read_per_step == 6_907_392_000
-    assert mm.decode_tokens_per_second(m, "H200") == pytest.approx(4.8e12 / 6_907_392_000)
+    assert mm.inference.decode_tokens_per_second(m, "H200") == pytest.approx(4.8e12 / 6_907_392_000)
 
 
 def test_a_batch_reaches_at_most_batch_x_k_experts_per_layer():
@@ -373,8 +373,8 @@ def test_the_command_line_gives_the_moe_decode_bound(capsys):
 
 def test_weights_read_cannot_exceed_what_is_stored():
     with pytest.raises(ValueError, match="weights_read"):
-        mm.InferenceMemory(10, 2, 0, 0, "bf16", "bf16", weights_read=13)
-    assert mm.InferenceMemory(10, 2, 5, 0, "bf16", "bf16").read_per_step == 17
+        mm.inference.InferenceMemory(10, 2, 0, 0, "bf16", "bf16", weights_read=13)
+    assert mm.inference.InferenceMemory(10, 2, 5, 0, "bf16", "bf16").read_per_step == 17
 
 
 def test_two_schemes_for_one_model_in_one_format():

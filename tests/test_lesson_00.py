@@ -95,7 +95,7 @@ def test_llama_2_7b_training_budget_by_hand(default_run):
 
 
 def test_every_model_lesson_0_offers_is_traced_exactly():
-    # Since issue 24 the exact activation model traces sliding windows at any length (Phi-3-mini's window is 2,047
+    # The exact activation model traces sliding windows at any length (Phi-3-mini's window is 2,047
     # tokens, its config.json: the default 2,048 was the textbook's before), so every preset lesson 0 offers is
     # counted as transformers runs it, and its sentence names no fallback.
     import marimo as mo
@@ -120,7 +120,7 @@ def test_every_control_at_its_extremes():
 
 @pytest.mark.parametrize("billions", [1, 7, 100])
 def test_chart_total_labels_equal_the_callout(billions):
-    # Issue 13: the chart labelled 56 GB as "52.16 GiB" (parts rounded one by one, then added) where
+    # The chart labelled 56 GB as "52.16 GiB" (parts rounded one by one, then added) where
     # 56e9 / 2**30 = 52.154 GiB; 100B: 800e9 / 2**30 = 745.058 -> 745.06 GiB, the callout's number.
     import marimo as mo
 
@@ -141,7 +141,7 @@ def test_chart_total_labels_equal_the_callout(billions):
 
 
 def test_each_control_re_runs_one_cell():
-    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran three
+    # Every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran three
     # (one drew a new chart); now one cell computes the budgets, hands the live chart its rows and says them.
     assert len(lessons.cells_rerun_by(LESSON, "demo_params_slider")) == 1
     assert len(lessons.cells_rerun_by(LESSON, "gpu_dropdown")) == 1
@@ -150,7 +150,7 @@ def test_each_control_re_runs_one_cell():
 
 
 def test_the_core_path_comes_first(default_run):
-    # Issue 13: the claim, the control, the number with its recipe, the takeaway; then the sections.
+    # The claim, the control, the number with its recipe, the takeaway; then the sections.
     outputs, _ = default_run
     text = lessons.plain_text(outputs)
     claim = text.index("CUDA out of memory")

@@ -106,7 +106,7 @@ def test_format_chart_labels_totals_rounded_once(default_run):
 
 
 def test_a_move_re_runs_one_cell():
-    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran six, then
+    # Every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran six, then
     # two; now one, which fills the callout, the format chart's rows and the cards' verdicts, chart and table.
     for control in ("params_slider", "preset_dropdown", "format_dropdown", "unit_radio", "block_absmax_slider",
                     "value_number", "context_checkbox"):
@@ -114,7 +114,7 @@ def test_a_move_re_runs_one_cell():
 
 
 def test_the_core_path_comes_first(default_run):
-    # Issue 13: the claim, the control, the number with its recipe, the takeaway; then the sections.
+    # The claim, the control, the number with its recipe, the takeaway; then the sections.
     outputs, _ = default_run
     text = lessons.plain_text(outputs)
     claim = text.index("the bytes needed per parameter set the weight memory")
@@ -140,7 +140,7 @@ RESERVE_WORDS = ("1,343 MiB", "before PyTorch allocates any tensor", "V100", "Mo
 
 
 def test_the_cuda_reserve_is_said_with_its_number_and_source(default_run):
-    # Issue 13: where the lesson says which cards hold the weights, one sentence says what is reserved and why.
+    # Where the lesson says which cards hold the weights, one sentence says what is reserved and why.
     outputs, _ = default_run
     text = lessons.plain_text(outputs)
     assert "Reserved: nothing for the CUDA context" in text and all(w in text for w in RESERVE_WORDS)
@@ -195,7 +195,7 @@ def test_problem_one_gives_the_bitsandbytes_size_too(default_run):
 
 
 def test_the_format_chart_follows_the_unit():
-    # Issue 28: the chart drew GB whatever the Unit said. 7B in bf16 is 14e9 B = 14e9 / 2**30 = 13.0385 GiB;
+    # The chart drew GB whatever the Unit said. 7B in bf16 is 14e9 B = 14e9 / 2**30 = 13.0385 GiB;
     # int8 adds 7e9 / 64 x 4 B = 437,500,000 B of scales: 7.4375e9 B in all = 6.93 GiB.
     _, defs = lessons.run_with(LESSON, unit_radio=mo.ui.radio(options=["GB", "GiB"], value="GiB"))
     chart = defs["formats_chart"]
@@ -208,7 +208,7 @@ def test_the_format_chart_follows_the_unit():
 
 
 def test_model_menu_counts_read_as_counts():
-    # Issue 28: gemma-3-1b's 999,885,952 parameters showed as "1e+03M": three significant digits of 0.99989B are 1.00B.
+    # gemma-3-1b's 999,885,952 parameters showed as "1e+03M": three significant digits of 0.99989B are 1.00B.
     options = list(viz.model_size_controls()[1].options)
     assert "gemma-3-1b (1.00B parameters)" in options
     assert not [o for o in options if "e+" in o], options

@@ -95,7 +95,7 @@ def test_checked_against_pytorch_to_the_byte(default_run):
     _, defs = default_run
     table = defs["fidelity_rows"].set_index(["precision", "optimizer", "part"])
     n, steps = 230_464, 40 * 4
-    # The table names each optimizer as the menus do (issue 28: no code name such as sgd_momentum on the page).
+    # The table names each optimizer as the menus do (no code name such as sgd_momentum on the page).
     recorded = {
         ("fp32", "AdamW"): (4 * n, 4 * n, 2 * 4 * n + steps),
         ("bf16", "AdamW"): (2 * n, 2 * n, 2 * 2 * n + steps),
@@ -112,7 +112,7 @@ def test_checked_against_pytorch_to_the_byte(default_run):
 
 
 def test_every_measured_model_has_its_rows():
-    from memmath.reference.measured import load_measured
+    from memmath_lessons.reference.measured import load_measured
 
     cases = load_measured()
     full = cases[(cases["method"] == "full") & (cases["attention"] == "sdpa") & ~cases["dropout"]
@@ -137,7 +137,7 @@ def test_eight_bit_adam_measured_next_to_memmath(default_run):
 
 
 def test_optimizer_table_uses_the_menus_names(default_run):
-    # Issue 13: the table said `sgd_momentum` where the menu says "SGD with momentum".
+    # The table said `sgd_momentum` where the menu says "SGD with momentum".
     _, defs = default_run
     names = list(defs["optimizer_table"]["optimizer"])
     assert {"SGD", "SGD with momentum", "Adam", "AdamW", "8-bit Adam", "Adafactor"} <= set(names)
@@ -161,7 +161,7 @@ def _assumes_sum(text: str) -> float:
     ("pure bf16", "SGD with momentum", 6.0),
 ])
 def test_assumes_line_sums_to_the_bytes_per_parameter_shown(precision, optimizer, expected):
-    # Issue 13: with fp32 accumulation and SGD the page said 12.00 B per parameter but "2+2+4+4+8 = 20 B/param".
+    # With fp32 accumulation and SGD the page said 12.00 B per parameter but "2+2+4+4+8 = 20 B/param".
     base = lessons.load_app(LESSON)
     _, base_defs = base.run()
     precision_dd = mo.ui.dropdown(options=base_defs["precision_dropdown"].options, value=precision)
@@ -187,7 +187,7 @@ def test_recipe_chart_labels_totals_rounded_once(default_run):
 
 
 def test_a_move_re_runs_one_cell():
-    # Issue 15: every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran seven,
+    # Every cell a move re-runs costs marimo ~6-10 ms whatever it does. The size slider re-ran seven,
     # then two; now the run's cell alone (chart rows, verdict, and the tables that apply the run to your model).
     for control in ("params_slider", "preset_dropdown", "precision_dropdown", "optimizer_dropdown", "gpu_dropdown",
                     "unit_radio"):
@@ -195,7 +195,7 @@ def test_a_move_re_runs_one_cell():
 
 
 def test_the_core_path_comes_first(default_run):
-    # Issue 13: the claim, the control, the number with its recipe, the takeaway; then the sections.
+    # The claim, the control, the number with its recipe, the takeaway; then the sections.
     outputs, _ = default_run
     text = lessons.plain_text(outputs)
     claim = text.index("about 56.00 GB before activations are counted")
@@ -263,7 +263,7 @@ def test_problem_4_judges_the_step_s_peak_as_lesson_8_does():
 
 
 def test_menus_and_tables_show_names_not_code_names(default_run):
-    # Issue 28: a learner reads "SGD with momentum", never sgd_momentum. The optimizer table lists every optimizer
+    # A learner reads "SGD with momentum", never sgd_momentum. The optimizer table lists every optimizer
     # memmath knows (the menu leaves out the amsgrad ones), each by its name.
     _, defs = default_run
     for menu in ("precision_dropdown", "optimizer_dropdown"):

@@ -111,10 +111,10 @@ def test_checked_against_pytorch_default_case(default_run):
 def test_checked_against_pytorch_all_over(default_run):
     _, defs = default_run
     errors = defs["measured_errors"]
-    # issue 4's grid (160), issue 10's first model types (28), issue 11's 8-bit Adam (56), the rest of issue
-    # 10's model types (48 in grid blocks 8-11), issue 23's use_cache cases (18 in grid block 12), less those
+    # the first grid (160), the first model types read from config.json (28), 8-bit Adam (56), the other
+    # model types (48 in grid blocks 8-11), the use_cache cases (18 in grid block 12), less those
     # memmath refuses by name (load_measured leaves them out)
-    from memmath.reference.measured import REFUSED_CASES
+    from memmath_lessons.reference.measured import REFUSED_CASES
 
     assert len(errors) == 160 + 28 + 56 + 48 + 18 - len(REFUSED_CASES)
     # README "Fidelity": the textbook's worst case is -83% (a BERT case with checkpointing).
@@ -122,7 +122,7 @@ def test_checked_against_pytorch_all_over(default_run):
 
 
 def test_every_case_the_controls_can_pick_was_recorded():
-    from memmath.reference.measured import load_measured
+    from memmath_lessons.reference.measured import load_measured
 
     cases = load_measured()
     full = cases[(cases["method"] == "full") & (cases["optimizer"] == "adamw") & (cases["batch_size"] == 2)
@@ -137,7 +137,7 @@ def test_every_case_the_controls_can_pick_was_recorded():
 
 
 def test_heads_slider_offers_only_divisors_of_the_width():
-    # Issue 13: 128 heads on a width of 64 read "using 64" while the slider showed 128. The slider offers the
+    # 128 heads on a width of 64 read "using 64" while the slider showed 128. The slider offers the
     # divisors of h only; a count that no longer divides it falls to the largest one below that does.
     heads = step_slider([1, 2, 4, 8, 16, 32, 64, 128], value=128)
     outputs, defs = lessons.run_with(NAME, width_slider=mo.ui.slider(64, 12288, step=64, value=64),
@@ -178,7 +178,7 @@ def test_no_ratio_prints_as_zero():
 
 
 def test_checkpointed_llama_formula_counts_only_the_block_input():
-    # Issue 13: the table listed GPT's GeLU terms (296,960 B) while the text said the block keeps only its
+    # The table listed GPT's GeLU terms (296,960 B) while the text said the block keeps only its
     # input. Tiny LLaMA, bf16: s·b·h = 64 x 2 x 64 = 8,192 elements x 2 B = 16,384 B.
     outputs, defs = lessons.run_with(
         NAME, measured_family_dropdown=mo.ui.dropdown(options={"GPT-2": "gpt2", "LLaMA (multi-head)": "llama-mha"},
@@ -191,7 +191,7 @@ def test_checkpointed_llama_formula_counts_only_the_block_input():
 
 
 def test_a_slider_move_reruns_one_cell():
-    # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; a batch or length move re-ran 10 cells before.
+    # Every re-run cell costs ~6-10 ms of marimo's own; a batch or length move re-ran 10 cells before.
     # Now one: the core number, its chart's rows, the comparison, training against inference and the sweep, all
     # into live views.
     # The width too: it sends the heads slider its divisors in place rather than re-running the slider's cell.
@@ -200,7 +200,7 @@ def test_a_slider_move_reruns_one_cell():
 
 
 def test_the_core_path_comes_first(default_run):
-    # Issue 13: the claim, the control, the number with its recipe, the takeaway, then the sections.
+    # The claim, the control, the number with its recipe, the takeaway, then the sections.
     outputs, _ = default_run
     text = lessons.output_text(outputs)
     claim, number, takeaway = text.index("The claim."), text.index("The number."), text.index("Takeaway.")
@@ -217,7 +217,7 @@ def test_the_core_path_comes_first(default_run):
 
 
 def test_the_pytorch_check_folds_its_detail(default_run):
-    # Issue 13: how the cases were recorded and the tensor-by-tensor comparison serve the careful reader: they fold
+    # How the cases were recorded and the tensor-by-tensor comparison serve the careful reader: they fold
     # under the question they answer (the case's controls stay open: a frozen control of the static site must show).
     outputs, _ = default_run
     text = lessons.output_text(outputs)

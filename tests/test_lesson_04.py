@@ -199,7 +199,7 @@ def test_checked_against_pytorch_frozen_blocks_keep_nothing(default_run):
 
 
 def test_frozen_layers_keep_their_value_when_the_layer_count_changes():
-    # Issue 13: 0 frozen became 9 when layers went 10 -> 11. The slider is rebuilt from the learner's last
+    # 0 frozen became 9 when layers went 10 -> 11. The slider is rebuilt from the learner's last
     # choice (the state its on_change sets), so a previous 0 stays 0 at 11 layers.
     _, defs = lessons.run_with(NAME, layers_slider=mo.ui.slider(1, 48, value=11), get_frozen=lambda: 0)
     assert defs["frozen_slider"].value == defs["n_frozen"] == 0
@@ -229,7 +229,7 @@ def _work_sentence(outputs) -> str:
 
 
 def test_the_work_sentence_reads_well_at_every_value():
-    # Issue 13: "computes 6,738,415,616 weight gradients instead of 6,738,415,616, and runs through 32 of 32
+    # Not "computes 6,738,415,616 weight gradients instead of 6,738,415,616, and runs through 32 of 32
     # blocks instead of 32". LLaMA-2-7B with the embeddings trained and 0 frozen is full finetuning.
     llama = mo.ui.dropdown(options=["gpt2", "llama-2-7b"], value="llama-2-7b")
     runs = {
@@ -253,7 +253,7 @@ def test_the_work_sentence_reads_well_at_every_value():
 
 
 def test_a_slider_move_reruns_at_most_two_cells():
-    # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; a move re-ran up to 10 cells before.
+    # Every re-run cell costs ~6-10 ms of marimo's own; a move re-ran up to 10 cells before.
     for control in ("params_slider", "frozen_slider"):
         assert len(lessons.cells_rerun_by(NAME, control)) == 1, control  # the core number and its chart's rows
     # The number of layers rebuilds the frozen-layers slider (it keeps the learner's value) and the core cell.
@@ -264,7 +264,7 @@ def test_a_slider_move_reruns_at_most_two_cells():
 
 
 def test_the_core_path_comes_first(default_run):
-    # Issue 13: the claim, the control, the number with its recipe, the takeaway, then the sections.
+    # The claim, the control, the number with its recipe, the takeaway, then the sections.
     outputs, _ = default_run
     text = lessons.output_text(outputs)
     claim, number, takeaway = text.index("The claim."), text.index("The number."), text.index("Takeaway.")
@@ -276,7 +276,7 @@ def test_the_core_path_comes_first(default_run):
 
 
 def test_the_layer_strip_takes_a_new_layer_count_without_a_new_chart():
-    # Issue 15: the strip's layer numbers are thinned by a param, so a new L sends rows and one value, not a spec.
+    # The strip's layer numbers are thinned by a param, so a new L sends rows and one value, not a spec.
     from memmath_lessons.live_chart import _without_param_values
 
     charts = [lessons.run_with(NAME, layers_slider=mo.ui.slider(1, 48, value=n))[1]["layers_chart"] for n in (10, 30)]
@@ -295,7 +295,7 @@ def test_the_pytorch_check_shows_every_recorded_model_and_precision(default_run)
 
 
 def test_no_layer_frozen_trains_every_parameter_and_a_remainder_is_said():
-    # Issue 28: "With no layer frozen, 69,999,999,984 of 70,000,000,000 parameters train". 70e9 in 48 equal layers:
+    # Not "With no layer frozen, 69,999,999,984 of 70,000,000,000 parameters train". 70e9 in 48 equal layers:
     # 70e9 // 48 = 1,458,333,333 a layer, 48 x 1,458,333,333 = 69,999,999,984, so 16 sit outside the layers.
     def run(frozen):
         return lessons.run_with(NAME, params_slider=mo.ui.slider(steps=[0.1, 0.35, 1, 3, 7, 13, 70], value=70),

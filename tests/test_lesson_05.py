@@ -113,9 +113,9 @@ def test_problem_3_activations_by_hand(default_run):
 
 
 def test_measured_adapters_match_memmath_to_the_byte(default_run):
-    # The recorded PyTorch runs (memmath/reference/data/measured_cpu.json, validation/houlsby.py): the table
+    # The recorded PyTorch runs (memmath_lessons/reference/data/measured_cpu.json, validation/houlsby.py): the table
     # puts each measurement beside memmath's exact model, and the lesson says they match to the byte.
-    from memmath.reference.measured import load_measured_adapters
+    from memmath_lessons.reference.measured import load_measured_adapters
 
     outputs, defs = default_run
     cases, table = load_measured_adapters(), defs["measured_adapters"]
@@ -205,7 +205,7 @@ def test_houlsby_adapters_measured_next_to_memmath(default_run):
 
 
 def test_a_slider_move_reruns_at_most_two_cells():
-    # Issue 15: every re-run cell costs ~6-10 ms of marimo's own; the bottleneck moved 4 cells before, now the
+    # Every re-run cell costs ~6-10 ms of marimo's own; the bottleneck moved 4 cells before, now the
     # core number and the memory section; each memory or timing slider moves its section's one cell.
     assert len(lessons.cells_rerun_by(LESSON, "bottleneck_slider")) == 2
     for control in ("batch_slider", "seq_len_slider", "width_slider", "toy_seq_slider", "toy_bottleneck_slider",
@@ -214,7 +214,7 @@ def test_a_slider_move_reruns_at_most_two_cells():
 
 
 def test_the_core_path_comes_first(default_run):
-    # Issue 13: the claim, the control, the number, the takeaway, then the sections that build it up.
+    # The claim, the control, the number, the takeaway, then the sections that build it up.
     outputs, _ = default_run
     text = lessons.output_text(outputs)
     claim, number, takeaway = text.index("The claim."), text.index("The number."), text.index("Takeaway.")
@@ -222,7 +222,7 @@ def test_the_core_path_comes_first(default_run):
 
 
 def test_fits_reserve_the_cuda_context_and_say_so(default_run):
-    # Issue 13: the CUDA context is reserved where the lesson says whether a run fits a card. An RTX 4090 reports
+    # The CUDA context is reserved where the lesson says whether a run fits a card. An RTX 4090 reports
     # 24,564 MiB (nvidia-smi); the context is 1,343 MiB (measured on a V100, Hugging Face transformers docs,
     # "Model training anatomy"): 23,221 MiB = 24,348,983,296 B are left.
     outputs, defs = default_run

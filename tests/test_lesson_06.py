@@ -32,7 +32,7 @@ def test_merged_weight_gives_the_same_output(default_run):
 
 
 def test_the_merge_is_timed_in_at_most_12_rounds_at_load(default_run):
-    # Issue 15: the load-time check times 12 interleaved rounds (fewer if its 0.5 s budget runs out), a press 25.
+    # The load-time check times 12 interleaved rounds (fewer if its 0.5 s budget runs out), a press 25.
     times = default_run[1]["merge_button"].value["times"]
     assert 3 <= times["run"].max() <= 12
     assert set(times.groupby("run").size()) == {3}  # every round times the three layers
@@ -216,7 +216,7 @@ def test_guanaco_65b_by_hand(default_run):
     assert f"activations are {saved / 1e9:.2f} GB, what transformers' forward pass saves" in text
     # Without checkpointing: what the card must hold (its step's peak, memmath.requirement), and its parts' sum.
     import memmath as mm
-    from memmath.reference import paper_setups
+    from memmath_lessons.reference import paper_setups
 
     unchecked_need = mm.requirement(paper_setups.get_setup("qlora_guanaco_65b").run(checkpointing=False))
     assert (f"the same run would need {unchecked_need.bytes / 1e9:.2f} GB (its parts: "
@@ -256,7 +256,7 @@ def _timings(base, unmerged, merged):
     (1.15, "yet its fastest run took 1.15× the base's and its median 1.15×: a gap of up to 15% between identical work"),
 ])
 def test_merge_timing_prose_follows_the_measurement(merged, says):
-    # Issue 13: the merged layer measured 1.15x the base while the text said any gap is noise. Timings here are
+    # The merged layer measured 1.15x the base while the text said any gap is noise. Timings here are
     # made up (seconds per call), so the sentence is checked for a quiet and for a noisy machine.
     outputs, _ = lessons.run_with(LESSON, merge_times=_timings(1.0, 1.3, merged))
     text = lessons.output_text(outputs)
@@ -274,7 +274,7 @@ def _plain(outputs):
 
 
 def test_core_path_comes_first_claim_control_number_takeaway(default_run):
-    # Issue 13: the article's claim, the one control, the number with its recipe, the takeaway, then the sections.
+    # The article's claim, the one control, the number with its recipe, the takeaway, then the sections.
     outputs, _ = default_run
     text = _plain(outputs)
     places = [text.index(s) for s in ("The claim.", "The control.", "The number.", "The takeaway.", "The formula")]
@@ -306,7 +306,7 @@ def test_go_deeper_holds_the_papers_numbers_folded(default_run):
 @pytest.mark.parametrize("control, cells", [("rank_slider", 2), ("block_size_slider", 1), ("q65_batch_slider", 1),
                                             ("q65_seq_slider", 1), ("batch_slider", 1), ("seq_len_slider", 1)])
 def test_a_slider_move_reruns_one_cell_per_section_it_moves(control, cells):
-    # Issue 15: every re-run cell costs marimo 6-10 ms of its own. The rank moves the core path's number and the
+    # Every re-run cell costs marimo 6-10 ms of its own. The rank moves the core path's number and the
     # side-by-side section (two cells); the merge is checked and timed only when its button is pressed.
     assert len(lessons.cells_rerun_by(LESSON, control)) == cells
 
@@ -314,7 +314,7 @@ def test_a_slider_move_reruns_one_cell_per_section_it_moves(control, cells):
 def test_the_measured_qlora_fold_states_what_the_recorded_runs_show(default_run):
     # The fold's prose states counts over every recorded QLoRA run; recount them here from the measurements
     # (validation/quantized.py's bytes) against memmath's prediction, run by run.
-    from memmath.reference.measured import load_measured_quantized, predict_case, predict_peak_case
+    from memmath_lessons.reference.measured import load_measured_quantized, predict_case, predict_peak_case
 
     cases = load_measured_quantized()
     static = saved = peaks = 0
@@ -336,7 +336,7 @@ def test_the_measured_qlora_fold_states_what_the_recorded_runs_show(default_run)
 
 
 def test_the_takeaway_gives_the_share_of_the_run_shown():
-    # Issue 28: at rank 256 on every linear layer the takeaway said "a fraction of a percent". Llama-2-7B: 256 x
+    # At rank 256 on every linear layer the takeaway said "a fraction of a percent". Llama-2-7B: 256 x
     # (4 x (4,096 + 4,096) + 3 x (4,096 + 11,008)) = 256 x 78,080 = 19,988,480 a block, x 32 = 639,631,360 of
     # 6,738,415,616 parameters: 9.492%; twice the rank, 1,279,262,720 of them, 18.985%.
     everything = mo.ui.dropdown(options={"all": ("q", "k", "v", "o", "gate", "up", "down")}, value="all")
@@ -353,7 +353,7 @@ def test_the_takeaway_gives_the_share_of_the_run_shown():
 
 
 def test_menus_show_names_not_code_names(default_run):
-    # Issue 28: the side-by-side section's menus listed mixed_fp32_grads, sgd_momentum, adam_amsgrad.
+    # The side-by-side section's menus listed mixed_fp32_grads, sgd_momentum, adam_amsgrad.
     _, defs = default_run
     for menu in ("precision_dropdown", "optimizer_dropdown"):
         assert not [o for o in defs[menu].options if "_" in o], list(defs[menu].options)

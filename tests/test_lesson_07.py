@@ -172,7 +172,7 @@ def test_fp8_weights_on_a_card_without_fp8_arithmetic_say_so():
 
 # ---- the core path, the CUDA reserve, what a slider move re-runs ----------------------------------
 def test_core_path_comes_first_claim_control_number_takeaway(default_run):
-    # Issue 13: the article's claim, the one control, the number with its recipe, the takeaway, then the sections.
+    # The article's claim, the one control, the number with its recipe, the takeaway, then the sections.
     outputs, _ = default_run
     text = _plain(outputs)
     places = [text.index(s) for s in ("The claim.", "The control.", "The number.", "The takeaway.", "Three parts")]
@@ -207,7 +207,7 @@ def test_every_card_in_the_table_keeps_the_reserve():
 
 @pytest.mark.parametrize("control", ["context_slider", "batch_slider"])
 def test_a_slider_move_reruns_one_cell(control):
-    # Issue 15: every re-run cell costs marimo 6-10 ms of its own; one cell computes the run and feeds both charts.
+    # Every re-run cell costs marimo 6-10 ms of its own; one cell computes the run and feeds both charts.
     assert len(lessons.cells_rerun_by(NAME, control)) == 1
 
 

@@ -260,7 +260,7 @@ def test_sharded_runs_measured_next_to_memmath(default_run):
     # FSDP2 and ZeRO-1 on a tiny BERT, per rank, recorded by validation/sharded.py (gloo, one CPU).
     # By hand, FSDP2 over 4 ranks pads every tensor to ceil(d0 / 4) rows: the 2-row classifier (2 x 64)
     # and token-type table (2 x 64) and the classifier bias (2) cost each rank 1 row (64, 64 and 1 values).
-    from memmath.reference.measured import load_measured_sharded
+    from memmath_lessons.reference.measured import load_measured_sharded
 
     outputs, _ = default_run
     text = html.unescape(lessons.output_text(outputs))
@@ -346,7 +346,7 @@ def test_any_whole_number_of_gpus_and_the_fewest_that_fit_is_stated(default_run)
     # three give 17.97 + 2.36 = 20.33, which fits. So the fewest is 3, a count the old 1, 2, 4, ... slider lacked.
     outputs, defs = default_run
     assert defs["limits"]["gpus"] == 3
-    assert f"fewest GPUs that fit, of the {mm.DEFAULT_MAX_GPUS} you allow: 3 RTX 4090s with ZeRO stage 3" in plain(outputs)
+    assert f"fewest GPUs that fit, of the {mm.planner.DEFAULT_MAX_GPUS} you allow: 3 RTX 4090s with ZeRO stage 3" in plain(outputs)
     _, three = lessons.run_with(NAME, n_gpus_number=mo.ui.number(start=1, stop=1024, value=3),
                                 zero_stage_radio=mo.ui.radio({"0 (none)": 0, "3": 3}, value="3"))
     assert three["settings"]["n_gpus"] == 3 and three["fit"].fits
@@ -401,8 +401,8 @@ def test_an_unsupported_family_gets_the_list_memmath_reads_and_a_plain_refusal(m
     assert defs["model"] is None and "not supported" in defs["model_error"]
     text = plain(outputs)
     assert "refuses it rather than guess" in text
-    assert (f"memmath reads these model types from a config.json: {', '.join(mm.SUPPORTED_MODEL_TYPES)}, and these "
-            f"vision-language ones: {', '.join(mm.MULTIMODAL_MODEL_TYPES)}.") in text
+    assert (f"memmath reads these model types from a config.json: {', '.join(mm.architectures.SUPPORTED_MODEL_TYPES)}, and these "
+            f"vision-language ones: {', '.join(mm.multimodal.MULTIMODAL_MODEL_TYPES)}.") in text
 
 
 @pytest.mark.parametrize("name", ["Qwen2.5-0.5B", "gemma-2b", "pythia-160m"])
@@ -435,7 +435,7 @@ def test_allowing_fewer_gpus_than_the_run_has_is_explained():
 
 # ---- the core path, what a slider move re-runs --------------------------------------------------
 def test_core_path_comes_first_claim_control_verdict_takeaway(default_run):
-    # Issue 13: the article's claim, the control that moves it, the number with its recipe, the takeaway, then
+    # The article's claim, the control that moves it, the number with its recipe, the takeaway, then
     # the sections that build it up.
     outputs, defs = default_run
     text = plain(outputs)
@@ -458,7 +458,7 @@ def test_core_path_comes_first_claim_control_verdict_takeaway(default_run):
 @pytest.mark.parametrize("control", ["trainable_layers_slider", "bottleneck_slider", "rank_slider", "batch_slider",
                                      "seq_len_slider", "reserved_slider", "n_gpus_number", "max_gpus_number"])
 def test_a_slider_move_reruns_one_cell(control):
-    # Issue 15: every re-run cell costs marimo 6-10 ms of its own; one cell reads the controls, asks the planner
+    # Every re-run cell costs marimo 6-10 ms of its own; one cell reads the controls, asks the planner
     # and shows what follows from the run.
     assert len(lessons.cells_rerun_by(NAME, control)) == 1
 
@@ -538,7 +538,7 @@ def test_a_run_whose_peak_is_below_the_sum_says_so_in_the_table():
     assert lessons.bad_text(outputs) == []
 
 
-# ---- issue 25: the degrees of a split model, as the command line takes them -------------------------------------
+# ---- the degrees of a split model, as the command line takes them ----------------------------------------------
 DEGREES = {"1": 1, "2": 2, "4": 4, "8": 8}
 
 

@@ -1,6 +1,6 @@
 """LoRA dropout (peft's lora_dropout) and mixed precision with fp32 master weights: the field, its checks, what the
 exact activation model and the peak add, by hand; and the CPU measurements of validation/lora_dropout.py
-(memmath/reference/data/measured_lora_dropout.json, every case recorded after the prediction code: held out),
+(memmath_lessons/reference/data/measured_lora_dropout.json, every case recorded after the prediction code: held out),
 replayed without torch.
 
 peft 0.21 (tuners/lora/layer.py, Linear.forward): result + lora_B(lora_A(dropout(x))) * scaling, with
@@ -21,7 +21,7 @@ import pytest
 import memmath as mm
 from memmath import cli
 from memmath.recipes import RECIPES
-from memmath.reference.measured import (
+from memmath_lessons.reference.measured import (
     load_measured_lora_dropout, predict_case, predict_peak_case, predicted_saved_per_layer,
 )
 from memmath.validate import FieldError, FieldTypeError
@@ -32,7 +32,7 @@ STEP_COLUMN = {"first": "peak_step1_bytes", "steady": "peak_step2_bytes"}
 GROUPS = ("LoRA dropout", "QLoRA dropout", "master weights")
 
 # LLaMA at hidden 256 (validation/lora_dropout.py's llama-256): t = b x s = 2 x 64 = 128 tokens, h = 256.
-LLAMA = mm.llama_model(n_layers=3, hidden_size=256, n_heads=4, n_kv_heads=2, intermediate_size=512, vocab_size=1024)
+LLAMA = mm.models.llama_model(n_layers=3, hidden_size=256, n_heads=4, n_kv_heads=2, intermediate_size=512, vocab_size=1024)
 T, H = 128, 256
 
 
@@ -256,7 +256,7 @@ def test_the_master_cases_peak_above_a_model_without_the_copy_in_step_1():
     checked = 0
     for row in ROWS.values():
         if row["master"] and row["method"] == "full" and not row["checkpointing"] and row["seq_len"] >= 192:
-            from memmath.reference.measured import case_arguments, case_model
+            from memmath_lessons.reference.measured import case_arguments, case_model
 
             arguments = {k: v for k, v in case_arguments(row).items() if k != "activations"}
             arguments["precision"] = no_master

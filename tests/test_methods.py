@@ -48,7 +48,7 @@ def test_frozen_layers_and_trainable_layers_agree():
 
 def test_bert_head_is_pooler_and_classifier():
     h = 768
-    shape = mm.bert_model(n_layers=12, hidden_size=h, n_heads=12, num_labels=3)
+    shape = mm.models.bert_model(n_layers=12, hidden_size=h, n_heads=12, num_labels=3)
     head = h * h + h + 3 * h + 3  # pooler dense + classifier
     assert trainable(shape, mm.Freeze(trainable_layers=0)) == head  # BERT has no final norm
 
@@ -190,7 +190,7 @@ def test_article_ten_layers():
 def test_matches_plan_and_rejects_arrays():
     shape = mm.PRESETS["mistral-7b"]
     method = mm.Freeze(frozen_layers=20, train_embeddings=True)
-    plan = method.plan(shape, mm.get_recipe("bf16"))
+    plan = method.plan(shape, mm.recipes.get_recipe("bf16"))
     assert _trainable(method.groups(shape)) == plan.trainable_params
     with pytest.raises(ValueError, match="single number"):
         mm.Freeze(frozen_layers=np.array([1, 2])).groups(shape)
@@ -229,7 +229,7 @@ def test_trainable_params_of_a_method_on_a_model():
 
 
 def test_adapter_bits_follow_the_adapter_format_else_the_weights():
-    bf16, fp32 = mm.get_recipe("bf16"), mm.get_recipe("fp32")
+    bf16, fp32 = mm.recipes.get_recipe("bf16"), mm.recipes.get_recipe("fp32")
     assert mm.LoRA(rank=8).adapter_bits(bf16) == 32  # peft's default: fp32 adapters on a 16-bit base
     assert mm.LoRA(rank=8, adapter_format=None).adapter_bits(bf16) == 16
     assert mm.QLoRA(rank=8, adapter_format="bf16").adapter_bits(fp32) == 16
@@ -260,16 +260,16 @@ def test_whether_the_head_trains(model, method, trains):
     ("int4", 128, False, 4 + 32 / 128),
 ])
 def test_bits_per_weight_of_a_stored_format(fmt, block, double_quant, bits):
-    assert mm.bits_per_weight(fmt, block=block, double_quant=double_quant) == bits
+    assert mm.methods.bits_per_weight(fmt, block=block, double_quant=double_quant) == bits
 
 
 def test_constant_bits_match_a_tensor_of_whole_blocks():
     # 0.127 in the QLoRA paper is 8/64 + 32/16,384 = 0.126953125 exactly.
-    assert mm.quant_constant_bits(block=64, double_quant=True) == 0.126953125
+    assert mm.methods.quant_constant_bits(block=64, double_quant=True) == 0.126953125
     n = 64 * 256 * 10  # whole blocks of blocks
-    assert 8 * mm.quant_constant_bytes(n, block=64, double_quant=True) / n == mm.quant_constant_bits(block=64)
+    assert 8 * mm.methods.quant_constant_bytes(n, block=64, double_quant=True) / n == mm.methods.quant_constant_bits(block=64)
     with pytest.raises(ValueError, match="block"):
-        mm.quant_constant_bits(block=0)
+        mm.methods.quant_constant_bits(block=0)
 
 
 def test_qlora_bases_as_bitsandbytes_stores_them():

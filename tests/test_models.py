@@ -104,7 +104,7 @@ def test_breakdown_table_adds_up():
 
 
 def test_tied_and_untied_differ_by_one_vocabulary_matrix():
-    untied = mm.llama_model(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=1000)
+    untied = mm.models.llama_model(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=1000)
     tied = untied.with_changes(tied_embeddings=True)
     assert untied.n_params - tied.n_params == 1000 * 64
 
@@ -112,7 +112,7 @@ def test_tied_and_untied_differ_by_one_vocabulary_matrix():
 def test_explicit_head_size():
     # Gemma-7B-like attention: hidden 3072, 16 heads of 256 (a * d = 4096 != h). q: 3072 -> 4096,
     # k, v: 3072 -> 16 * 256, o: 4096 -> 3072.
-    shape = mm.llama_model(n_layers=1, hidden_size=3072, n_heads=16, head_dim=256, intermediate_size=24576,
+    shape = mm.models.llama_model(n_layers=1, hidden_size=3072, n_heads=16, head_dim=256, intermediate_size=24576,
                            vocab_size=256000, tied_embeddings=True)
     assert shape.component_params()["attention"] == 4 * 3072 * 4096
 
@@ -349,7 +349,7 @@ def test_counts_are_near_the_published_totals(name):
 
 def test_every_supported_model_type_has_two_published_configs():
     types = [c["model_type"] for c in PUBLISHED_CONFIGS.values()]
-    for model_type in mm.SUPPORTED_MODEL_TYPES:
+    for model_type in mm.architectures.SUPPORTED_MODEL_TYPES:
         assert types.count(model_type) >= 2, model_type
 
 
@@ -388,11 +388,11 @@ def test_lora_names_follow_each_family():
 
 # ---- every memory field is modelled or refused ------------------------------------------------------
 def _field_cases():
-    for model_type, fields in mm.CONFIG_FIELDS.items():
+    for model_type, fields in mm.config_reader.CONFIG_FIELDS.items():
         base = next(c for c in PUBLISHED_CONFIGS.values() if c["model_type"] == model_type)
         for key in fields:
-            if key in mm.UNSUPPORTED_EXAMPLES:
-                yield model_type, key, dict(base, **{key: mm.UNSUPPORTED_EXAMPLES[key]})
+            if key in mm.config_reader.UNSUPPORTED_EXAMPLES:
+                yield model_type, key, dict(base, **{key: mm.config_reader.UNSUPPORTED_EXAMPLES[key]})
 
 
 @pytest.mark.parametrize("model_type, key, config", list(_field_cases()),
@@ -447,13 +447,13 @@ def test_new_model_types_save_what_pytorch_measured():
     # and OLMo 2's norms: 28 held-out cases. Three missed at first and were then modelled: phi3-gqa bf16
     # full SDPA (+49,152 B: its SDPA output is copied for o_proj) and OLMo 2's two bf16 SDPA cases
     # (+4,096 B: its rotary tables are fp32); two more cases of each were measured after the change.
-    import memmath.reference
+    import memmath_lessons.reference
 
-    cases = memmath.reference.load_measured()
+    cases = memmath_lessons.reference.load_measured()
     new = cases[cases["shape"].isin(["gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa"])]
     assert len(new) == 28
     for row in new.to_dict("records"):
-        predicted = memmath.reference.predict_case(row)
+        predicted = memmath_lessons.reference.predict_case(row)
         assert int(predicted.activation_detail.saved_by_forward) == row["saved_bytes"], row["case_id"]
         assert int(predicted.optimizer_states) == row["optimizer_state_bytes"], row["case_id"]
 

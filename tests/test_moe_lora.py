@@ -1,5 +1,5 @@
 """LoRA on mixtures of experts as peft 0.21 makes it: what each target adapts, against peft; the refusals;
-and the CPU measurements of validation/moe_lora.py (memmath/reference/data/measured_moe_lora.json, every case
+and the CPU measurements of validation/moe_lora.py (memmath_lessons/reference/data/measured_moe_lora.json, every case
 recorded after the prediction code: held out), replayed without torch.
 
 What peft 0.21 on transformers 5.24 adapts with target_modules="all-linear":
@@ -19,7 +19,7 @@ from unittest import mock
 import pytest
 
 import memmath as mm
-from memmath.reference.measured import (
+from memmath_lessons.reference.measured import (
     case_model, load_measured_moe_lora, predict_case, predict_peak_case, predicted_saved_per_layer,
 )
 from memmath.validate import FieldError
@@ -176,13 +176,13 @@ def test_missing_targets_are_refused_by_name(name):
 def test_all_is_all_linear_and_every_name_is_more_on_qwen2_moe():
     # peft's all-linear leaves Qwen2-MoE's router and experts alone; naming every target adapts them too.
     shape = mm.from_hf_config(PUBLISHED_CONFIGS["Qwen1.5-MoE-A2.7B"])
-    every = mm.LoRA(rank=8, targets=mm.LORA_TARGETS)
+    every = mm.LoRA(rank=8, targets=mm.models.LORA_TARGETS)
     assert mm.LoRA(rank=8, targets="all") != every
     assert {a.module for a in shape.lora_adapters(every.targets)} - {a.module for a in shape.lora_adapters("all")} == {
         "gate.weight", "experts.gate_up_proj", "experts.down_proj"}
     # Elsewhere the two agree (every name the model has).
     mixtral = mm.from_hf_config(PUBLISHED_CONFIGS["Mixtral-8x7B-v0.1"])
-    assert mixtral.lora_adapters(mm.LORA_TARGETS) == mixtral.lora_adapters("all")
+    assert mixtral.lora_adapters(mm.models.LORA_TARGETS) == mixtral.lora_adapters("all")
     assert mm.LoRA(targets="all").describe().startswith("LoRA rank 8 on all (what peft's all-linear adapts)")
 
 

@@ -102,7 +102,7 @@ def test_the_wheel_carries_the_lessons_their_stylesheet_the_license_and_the_data
     assert len(LESSONS) == 12
     assert "memmath/architectures/gpt2.py" in names and "memmath/architectures/record.py" in names
     assert "memmath/cli/__init__.py" in names and "memmath_lessons/__main__.py" in names
-    assert "memmath/reference/data/measured_cpu.json" in names
+    assert "memmath_lessons/reference/data/measured_cpu.json" in names
     assert any(n.startswith("memmath_lessons/static/vega-") for n in names)
     assert metadata["License-Expression"] == "MIT" and "memmath developers" in license_text
     assert license_text == (REPO / "LICENSE").read_text()

@@ -1,5 +1,5 @@
 """A right-padded batch (Run(padded=True)) and packed sequences (Run(packed=True)): the masks transformers 5.24 then gives every attention call, by hand and
-against the CPU measurements of validation/padding.py (memmath/reference/data/measured_padding.json, every case
+against the CPU measurements of validation/padding.py (memmath_lessons/reference/data/measured_padding.json, every case
 recorded after the prediction code; three packed cases repeat the probe that found the rotary term), replayed
 without torch.
 
@@ -22,7 +22,7 @@ import pytest
 
 import memmath as mm
 from memmath import cli
-from memmath.reference.measured import (
+from memmath_lessons.reference.measured import (
     load_measured_padding, predict_case, predict_peak_case, predicted_saved_per_block,
 )
 from memmath.validate import FieldError
@@ -32,7 +32,7 @@ ROWS = {row["case_id"]: row for row in CASES.to_dict("records")}
 IDS = sorted(ROWS)
 STEP_COLUMN = {"first": "peak_step1_bytes", "steady": "peak_step2_bytes"}
 # validation/measure.py's llama-gqa: 3 blocks, h = 64, 4 query heads of d = 16, 2 key/value heads.
-LLAMA_GQA = mm.llama_model(n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2, intermediate_size=176, vocab_size=1000)
+LLAMA_GQA = mm.models.llama_model(n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2, intermediate_size=176, vocab_size=1000)
 
 
 def _saved(padded, attention="sdpa", b=2, s=64):

@@ -1,6 +1,6 @@
 """Tensor, sequence, pipeline, context and expert parallelism (memmath/parallel.py), against hand derivations,
 Korthikanti et al. 2022's formulas, torch.distributed.pipelining's schedules and the runs validation/parallel.py
-recorded over gloo (memmath/reference/data/measured_parallel.json)."""
+recorded over gloo (memmath_lessons/reference/data/measured_parallel.json)."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def test_command_line_plans_a_layout_and_refuses_bad_degrees():
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["layout"]["n_gpus"] == 16 and len(data["trade_offs"]) == 3  # as the API's plan (test above)
-    assert data["required"]["bytes"] == memmath.plan_layout("llama-3-70b", "H100 80GB", seq_len=4096,
+    assert data["required"]["bytes"] == memmath.planner.plan_layout("llama-3-70b", "H100 80GB", seq_len=4096,
                                                             checkpointing=True).need.bytes
     bad = _cli("train", "llama-3-70b", "--gpus", "3", "--tp", "3")
     assert bad.returncode == 2 and "--tp" in bad.stderr and "Traceback" not in bad.stderr
@@ -185,7 +185,7 @@ def test_command_line_plans_a_layout_and_refuses_bad_degrees():
 
 # ---- the recorded runs (validation/parallel.py) ----------------------------------------------------------
 try:
-    from memmath.reference.measured import load_measured_parallel, predict_parallel_case, predict_parallel_peak
+    from memmath_lessons.reference.measured import load_measured_parallel, predict_parallel_case, predict_parallel_peak
 
     RECORDED = load_measured_parallel()
 except ValueError:  # the data file is not shipped yet
@@ -213,7 +213,7 @@ def test_parameters_gradients_and_states_per_rank_to_the_byte(case_id):
             row["optimizer_state_bytes_per_rank"][rank]), rank
 
 
-# Held-out misses (round 4, interleaved 1F1B, recorded after the model), each bounded, not hidden: a checkpointed
+# Held-out misses (interleaved 1F1B, recorded after the model), each bounded, not hidden: a checkpointed
 # rank 0 keeps 33,792 B where 36,864 B were measured (3 KB, 8.3%: its two stages keep little but their block inputs),
 # and rank 2 of 4 with 8 micro-batches peaks 5.1% (step 2) and 6.0% (step 1) above the estimate.
 SAVED_MISSES = {("llama-mha4/bf16/adamw/full/sdpa/nodrop/ckpt/b2s64/pp-interleaved-m4-v2x2", 0): 0.09}
@@ -311,6 +311,6 @@ def test_a_peak_without_a_sequence_length_is_the_static_parts():
 def test_the_planner_tries_no_pipeline_for_a_pipelined_run():
     # GPT-2 (124M parameters, about 2 GB for full finetuning) fits one H100: a run given as an interleaved pipeline
     # of 2 GPUs still gets 1 GPU, its 2 micro-batches run as 2 gradient accumulation steps (the same batch).
-    plan = memmath.plan_layout("gpt2", "H100 80GB", n_gpus=2, pp=2, micro_batches=2, pp_schedule="interleaved",
+    plan = memmath.planner.plan_layout("gpt2", "H100 80GB", n_gpus=2, pp=2, micro_batches=2, pp_schedule="interleaved",
                                virtual_stages=2)
     assert plan.layout.n_gpus == 1 and plan.run.grad_accum_steps == 2 and plan.run.effective_batch == 2

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import memmath as mm
-from memmath.reference import paper_setups
+from memmath_lessons.reference import paper_setups
 
 RTX_4090 = 24564 * 2**20  # nvidia-smi's 24564 MiB on an RTX 4090
 
@@ -24,7 +24,7 @@ def test_uniform_7b_ranked_more_gpus_then_zero_then_8bit_adam():
     # 8-bit Adam (bitsandbytes >= 0.44): states 2 x 1 B x 7e9 + ceil(14e9 / 256) x 4 B = 14e9 + 218,750,000:
     # saved 28e9 - 14,218,750,000 = 13,781,250,000.
     model = mm.uniform_model(7e9, 32)
-    got = mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8)
+    got = mm.planner.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8)
     assert [s.change for s in got] == ["9 GPUs with ZeRO stage 3", "ZeRO stage 2 on the 8 GPUs", "8-bit Adam"]
     assert [s.saved for s in got] == [49_777_777_776, 36_750_000_000, 13_781_250_000]
     assert [s.fits for s in got] == [True, True, False]
@@ -36,7 +36,7 @@ def test_lora_suggestion_for_llama_2_7b():
     # base 13,476,831,232 + adapters 16,777,216 + grads 16,777,216 + states 33,554,432 + 128 x 4 B steps
     # = 13,543,940,608 B. Saved 40,363,385,484 B.
     # seq_len=None: no activations, so the planner judges the sum of these parts.
-    got = by_change(mm.suggest_changes("llama-2-7b", "H100 80GB", precision="bf16", optimizer="adamw", seq_len=None))
+    got = by_change(mm.planner.suggest_changes("llama-2-7b", "H100 80GB", precision="bf16", optimizer="adamw", seq_len=None))
     lora = got["LoRA rank 8 on q, v"]
     assert lora.total == 13_543_940_608
     assert lora.saved == 40_363_385_484
@@ -59,18 +59,18 @@ def test_the_planner_decides_on_the_steady_peak():
     # Adam's temporaries as large as the trainable weights, 2N, + the batch (2 x 8 B x 1024) + LLaMA's
     # rotary buffer (64 fp32 = 256 B): 8 x 13,476,831,232 / 2 ... = 67,384,173,964 B.
     kw = dict(precision="bf16", optimizer="adamw", seq_len=1024, batch_size=1, attention="eager")
-    total, basis = mm.step_peak("llama-2-7b", **kw)
+    total, basis = mm.planner.step_peak("llama-2-7b", **kw)
     assert basis == "peak" and total == 3 * 13_476_831_232 + 26_953_662_464 + 1164 + 16_384 + 256
     assert mm.peak_memory("llama-2-7b", **kw).phase == "optimizer_step"
     # Checkpointing frees activations, which are gone before the optimizer step: it saves nothing
     # at that peak, so it is not suggested (the sum of parts would have credited it 9.35 GB).
-    got = by_change(mm.suggest_changes("llama-2-7b", "H200", **kw))
+    got = by_change(mm.planner.suggest_changes("llama-2-7b", "H200", **kw))
     assert "gradient checkpointing on" not in got
     # A saving is counted on one basis: a change to ZeRO (judged on its sum, its peak is not modelled) saves
     # what the sums differ by, never the gap between this run's peak and that run's sum.
     summed = mm.training_memory("llama-2-7b", **kw).total
     for suggestion in got.values():
-        assert suggestion.total == mm.step_peak("llama-2-7b", **suggestion.settings)[0]
+        assert suggestion.total == mm.planner.step_peak("llama-2-7b", **suggestion.settings)[0]
         if suggestion.basis == "peak":
             assert suggestion.saved == total - suggestion.total
         else:
@@ -81,7 +81,7 @@ def test_checkpointing_is_suggested_where_it_lowers_the_peak():
     # LoRA: the states are small, so forward and backward hold the peak, and checkpointing lowers it.
     kw = dict(precision="bf16", optimizer="adamw", method=mm.LoRA(rank=8), seq_len=4096, batch_size=4,
               attention="sdpa")
-    got = by_change(mm.suggest_changes("llama-2-7b", "H200", **kw))
+    got = by_change(mm.planner.suggest_changes("llama-2-7b", "H200", **kw))
     before = mm.peak_memory("llama-2-7b", **kw).total
     after = mm.peak_memory("llama-2-7b", checkpointing=True, **kw).total
     assert after < before and got["gradient checkpointing on"].saved == before - after
@@ -97,7 +97,7 @@ def test_a_fit_keeps_the_cuda_context_and_the_margin_free():
     # A shortfall prints as one: 2 GiB more than the card, with the context reserved.
     short = mm.check_fit(RTX_4090 + 2 * 2**30, "RTX 4090", reserved_bytes=0)
     assert mm.format_bytes(short.headroom_bytes, "GiB") == "2.00 GiB short"
-    assert not mm.fit_table(RTX_4090 - 2**20).set_index("gpu").loc["RTX 4090", "fits"]  # the context does not fit
+    assert not mm.gpus.fit_table(RTX_4090 - 2**20).set_index("gpu").loc["RTX 4090", "fits"]  # the context does not fit
 
 
 def test_no_change_is_proposed_that_leaves_less_than_the_margin():
@@ -105,11 +105,11 @@ def test_no_change_is_proposed_that_leaves_less_than_the_margin():
     # would fit, but not with FIT_MARGIN = 5% free: ZeRO-3 (7e9 B) is proposed instead.
     model = mm.uniform_model(7e9, 32)
     reserved = RTX_4090 - int(19.25e9 * 1.03)
-    got = by_change(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8,
+    got = by_change(mm.planner.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8,
                                        reserved_bytes=reserved))
     assert mm.FIT_MARGIN == 0.05
     assert "ZeRO stage 3 on the 8 GPUs" in got and "ZeRO stage 2 on the 8 GPUs" not in got
-    roomy = by_change(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8,
+    roomy = by_change(mm.planner.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8,
                                          reserved_bytes=RTX_4090 - int(19.25e9 * 1.06)))
     assert "ZeRO stage 2 on the 8 GPUs" in roomy
 
@@ -123,7 +123,7 @@ def test_smaller_batch_is_the_largest_that_fits():
     # of 16 (8, 4, 2, 1) with 16 / b micro-batches, judged by the accumulated run's own peak.
     settings = dict(precision="bf16", optimizer="adamw", method=mm.LoRA(rank=8), seq_len=2048, batch_size=16,
                     attention="sdpa", checkpointing=True)
-    batch = by_change(mm.suggest_changes("llama-2-7b", "RTX 4090", **settings))
+    batch = by_change(mm.planner.suggest_changes("llama-2-7b", "RTX 4090", **settings))
     [(change, suggestion)] = [(c, s) for c, s in batch.items() if c.startswith("batch size")]
     b, k = suggestion.settings["batch_size"], suggestion.settings["grad_accum_steps"]
     assert b in (2, 4, 8) and b * k == 16 and change == f"batch size {b}, accumulate {k}"
@@ -135,17 +135,17 @@ def test_smaller_batch_is_the_largest_that_fits():
 
 
 def test_only_savings_are_suggested_and_none_when_nothing_applies():
-    got = mm.suggest_changes("gpt2", "H200", precision="bf16", optimizer="sgd", method=mm.QLoRA(rank=4),
+    got = mm.planner.suggest_changes("gpt2", "H200", precision="bf16", optimizer="sgd", method=mm.QLoRA(rank=4),
                              max_gpus=1, seq_len=None)
     assert got == []
 
 
 def test_path_to_fit_ends_fitting_and_is_empty_when_it_already_fits():
     settings = dict(precision="bf16", optimizer="adamw", seq_len=2048, batch_size=4, attention="eager")
-    path = mm.path_to_fit("llama-2-7b", "RTX 4090", **settings)
+    path = mm.planner.path_to_fit("llama-2-7b", "RTX 4090", **settings)
     assert path and path[-1].fits and not any(s.fits for s in path[:-1])
     assert _fits(path[-1].total) and path[-1].basis in ("peak", "sum of parts")
-    assert mm.path_to_fit("gpt2", "H200", precision="bf16", optimizer="adamw") == []
+    assert mm.planner.path_to_fit("gpt2", "H200", precision="bf16", optimizer="adamw") == []
 
 
 def test_path_to_fit_is_not_empty_for_a_run_that_cannot_fit():
@@ -155,7 +155,7 @@ def test_path_to_fit_is_not_empty_for_a_run_that_cannot_fit():
     settings = dict(method=mm.QLoRA(rank=8), optimizer="adam8bit", precision="bf16", batch_size=4, seq_len=32768,
                     checkpointing=True, attention="sdpa", n_gpus=64, zero_stage=3)
     assert not mm.check_fit(mm.training_memory("llama-2-70b", **settings).total, "RTX 4090", reserved_bytes=0).fits
-    path = mm.path_to_fit("llama-2-70b", "RTX 4090", **settings)
+    path = mm.planner.path_to_fit("llama-2-70b", "RTX 4090", **settings)
     assert path and not path[-1].fits
 
 
@@ -163,8 +163,8 @@ def test_reserved_bytes_counts_against_the_card():
     model = mm.uniform_model(7e9, 32)
     # ZeRO-2 on 8 GPUs needs 19.25e9 B: it fits a 4090 unless 7 GiB are reserved (25.76e9 - 7.52e9 < 19.25e9)
     # (with the default reserve, 1,343 MiB, and 5% margin: 19.25e9 x 1.05 = 20.2e9 < 24.35e9, it fits).
-    free = by_change(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8))
-    tight = by_change(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8,
+    free = by_change(mm.planner.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8))
+    tight = by_change(mm.planner.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam", n_gpus=8,
                                          reserved_bytes=7 * 2**30))
     assert "ZeRO stage 2 on the 8 GPUs" in free
     assert "ZeRO stage 3 on the 8 GPUs" in tight  # stage 3: 7e9 B, fits even then
@@ -172,7 +172,7 @@ def test_reserved_bytes_counts_against_the_card():
 
 def test_suggestions_frame_columns_and_units():
     model = mm.uniform_model(7e9, 32)
-    frame = mm.suggestions_frame(mm.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam",
+    frame = mm.planner.suggestions_frame(mm.planner.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam",
                                                     n_gpus=8), unit="GB")
     assert list(frame.columns) == ["change", "per GPU after (GB)", "saved (GB)", "fits", "cost"]
     assert frame["saved (GB)"].iloc[0] == pytest.approx(49.777777776)  # 9 GPUs with ZeRO-3, derived above
@@ -184,7 +184,7 @@ LLAMA_2_7B_CONFIG = {"model_type": "llama", "hidden_size": 4096, "intermediate_s
 
 
 def test_config_from_text_reads_a_pasted_llama_config():
-    assert mm.config_from_text(json.dumps(LLAMA_2_7B_CONFIG)).n_params == 6_738_415_616
+    assert mm.planner.config_from_text(json.dumps(LLAMA_2_7B_CONFIG)).n_params == 6_738_415_616
 
 
 @pytest.mark.parametrize("text, message", [
@@ -202,7 +202,7 @@ def test_config_from_text_reads_a_pasted_llama_config():
 ])
 def test_config_from_text_errors_are_value_errors_with_a_message(text, message):
     with pytest.raises(ValueError, match=message):
-        mm.config_from_text(text)
+        mm.planner.config_from_text(text)
 
 
 @pytest.mark.parametrize("text, hint", [
@@ -216,19 +216,19 @@ def test_config_from_text_errors_are_value_errors_with_a_message(text, message):
 ])
 def test_bad_json_names_a_likely_cause(text, hint):
     with pytest.raises(ValueError, match="not valid JSON") as raised:
-        mm.config_from_text(text)
+        mm.planner.config_from_text(text)
     assert hint in str(raised.value)
 
 
 @pytest.mark.parametrize("precision", [mm.RECIPES["mixed"], paper_setups.BF16_FP32_STATES, "MIXED"])
 def test_a_recipe_object_or_name_that_keeps_more_than_pure_bf16_gets_the_suggestion(precision):
-    changes = [s.change for s in mm.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
+    changes = [s.change for s in mm.planner.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
     assert "pure bf16 recipe" in changes
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16", mm.RECIPES["bf16"]])
 def test_pure_16_bit_recipes_get_no_bf16_suggestion(precision):
-    changes = [s.change for s in mm.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
+    changes = [s.change for s in mm.planner.suggest_changes("llama-2-7b", "RTX 4090", precision=precision)]
     assert "pure bf16 recipe" not in changes
 
 
@@ -265,38 +265,38 @@ def test_largest_batch_that_fits_by_hand():
     # 512 tokens: 512 x 4,604,928 = 2,357,723,136 B per sequence; with nothing reserved 28 sequences fit
     # (13.54e9 + 28 x 2.36e9 = 79.56e9, x 1.05 = 83.54e9 <= 85.52e9; 29 would need 86.01e9).
     assert _largest_by_hand(512 * PER_TOKEN, H100) == 28
-    assert mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, reserved_bytes=0, **ZERO1) == 28
+    assert mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, reserved_bytes=0, **ZERO1) == 28
     # 2 GiB reserved: one sequence fewer.
-    assert mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, reserved_bytes=2 * 2**30,
+    assert mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, reserved_bytes=2 * 2**30,
                                       **ZERO1) == _largest_by_hand(512 * PER_TOKEN, H100 - 2 * 2**30) == 27
     # A cap below the answer is the answer; a run whose fixed part alone overflows has none.
-    assert mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, max_batch=7, **ZERO1) == 7
-    assert mm.largest_batch_that_fits("llama-2-70b", "RTX 4090", seq_len=512, precision="bf16",
+    assert mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, max_batch=7, **ZERO1) == 7
+    assert mm.planner.largest_batch_that_fits("llama-2-70b", "RTX 4090", seq_len=512, precision="bf16",
                                       optimizer="adamw") is None
     with pytest.raises(ValueError, match="seq_len"):
-        mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=None, **ZERO1)
+        mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=None, **ZERO1)
 
 
 def test_longest_sequence_that_fits_by_hand():
     # One sequence, nothing reserved: the largest s with (13.54e9 + s x 4,604,928) x 1.05 <= 85.52e9.
     assert _largest_by_hand(PER_TOKEN, H100) == 14_746
-    assert mm.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=1, reserved_bytes=0,
+    assert mm.planner.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=1, reserved_bytes=0,
                                          **ZERO1) == 14_746
     # Two sequences: 2 x 4,604,928 B per token.
-    assert mm.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=2, reserved_bytes=0,
+    assert mm.planner.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=2, reserved_bytes=0,
                                          **ZERO1) == _largest_by_hand(2 * PER_TOKEN, H100)
 
 
 def test_the_searches_stop_where_the_planner_says_it_stops_fitting():
     # On the peak (LoRA on one GPU, no ZeRO): the answer fits and one more does not, judged by the planner's rule.
     def fits(**changes):
-        peak, basis = mm.step_peak("llama-2-7b", **{**LORA_RUN, "seq_len": 512, "batch_size": 1, **changes})
+        peak, basis = mm.planner.step_peak("llama-2-7b", **{**LORA_RUN, "seq_len": 512, "batch_size": 1, **changes})
         assert basis == "peak"
         return mm.check_fit(peak, "H100 80GB", margin=mm.FIT_MARGIN).fits
 
-    batch = mm.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, **LORA_RUN)
+    batch = mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, **LORA_RUN)
     assert fits(batch_size=batch) and not fits(batch_size=batch + 1)
-    tokens = mm.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=1, **LORA_RUN)
+    tokens = mm.planner.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=1, **LORA_RUN)
     assert fits(seq_len=tokens) and not fits(seq_len=tokens + 1)
 
 
@@ -310,12 +310,12 @@ def test_fewest_gpus_that_fit_by_hand():
     acts = 512 * 7_118_080
     assert states // 2 + acts > A100_80 and -(-states // 3) + acts + 3 < A100_80
     run = dict(precision="mixed", optimizer="adamw", seq_len=512, attention="sdpa", zero_stage=3)
-    assert mm.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **run) == 3
+    assert mm.planner.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **run) == 3
     # Without ZeRO every GPU keeps a full copy: no count helps.
-    assert mm.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **{**run, "zero_stage": 0}) is None
+    assert mm.planner.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **{**run, "zero_stage": 0}) is None
     # A run that already fits needs one; a cap below the answer gives none.
-    assert mm.fewest_gpus_that_fit("gpt2", "A100 80GB", **run) == 1
-    assert mm.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", max_gpus=2, **run) is None
+    assert mm.planner.fewest_gpus_that_fit("gpt2", "A100 80GB", **run) == 1
+    assert mm.planner.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", max_gpus=2, **run) is None
 
 
 def test_path_to_fit_tries_a_smaller_batch_before_more_gpus():
@@ -324,24 +324,24 @@ def test_path_to_fit_tries_a_smaller_batch_before_more_gpus():
     # then more GPUs, no more than allowed and no more than needed (one fewer does not fit).
     settings = dict(precision="bf16", optimizer="adamw", seq_len=8192, batch_size=64, attention="eager")
     reserved = int(1.25 * 2**30)
-    path = mm.path_to_fit("llama-2-70b", "RTX 4090", max_gpus=8, reserved_bytes=reserved, **settings)
+    path = mm.planner.path_to_fit("llama-2-70b", "RTX 4090", max_gpus=8, reserved_bytes=reserved, **settings)
     changes = [s.change for s in path]
     assert changes[-2] == "batch size 1, accumulate 64" and changes[-1].endswith("GPUs with ZeRO stage 3")
     assert path[-1].fits and path[-1].run.effective_batch == 64
     assert not any("GPUs with" in c for c in changes[:-1])
     n = path[-1].settings["n_gpus"]
     assert 1 < n <= 8
-    fewer, _ = mm.step_peak("llama-2-70b", **{**path[-1].settings, "n_gpus": n - 1})
+    fewer, _ = mm.planner.step_peak("llama-2-70b", **{**path[-1].settings, "n_gpus": n - 1})
     assert not mm.check_fit(fewer, "RTX 4090", reserved_bytes=reserved, margin=mm.FIT_MARGIN).fits
 
 
 def test_trained_context_of_presets():
     # max_position_embeddings in each config.json: Llama-2 4096, Llama-3 8192, Mistral-7B-v0.1 32768;
     # GPT-2 n_positions 1024; GPT-3 2048 (Brown et al. 2020); LLaMA-1 2048 (Touvron et al. 2023).
-    assert [mm.trained_context(n) for n in ("llama-2-13b", "llama-3-8b", "mistral-7b", "gpt2", "gpt3-175b",
+    assert [mm.planner.trained_context(n) for n in ("llama-2-13b", "llama-3-8b", "mistral-7b", "gpt2", "gpt3-175b",
                                             "llama-65b")] == [4096, 8192, 32768, 1024, 2048, 2048]
-    assert mm.trained_context(mm.config_from_text(json.dumps(LLAMA_2_7B_CONFIG))) is None
-    assert mm.trained_context(mm.config_from_text(json.dumps(LLAMA_2_7B_CONFIG)),
+    assert mm.planner.trained_context(mm.planner.config_from_text(json.dumps(LLAMA_2_7B_CONFIG))) is None
+    assert mm.planner.trained_context(mm.planner.config_from_text(json.dumps(LLAMA_2_7B_CONFIG)),
                               {**LLAMA_2_7B_CONFIG, "max_position_embeddings": 4096}) == 4096
 
 
@@ -349,7 +349,7 @@ def test_the_qlora_change_keeps_the_lora_runs_adapters():
     # A LoRA run with peft's lora_dropout 0.1 and bf16 adapters: "QLoRA" changes the base to 4 bits, nothing else.
     run = mm.Run("llama-2-7b", method=mm.LoRA(rank=16, targets=("q", "k", "v", "o"), dropout=0.1,
                                               adapter_format="bf16"))
-    [qlora] = [s for s in mm.suggest_changes(run, "RTX 4090") if s.change.startswith("QLoRA")]
+    [qlora] = [s for s in mm.planner.suggest_changes(run, "RTX 4090") if s.change.startswith("QLoRA")]
     assert (qlora.run.method.rank, qlora.run.method.targets, qlora.run.method.dropout,
             qlora.run.method.adapter_format) == (16, ("q", "k", "v", "o"), 0.1, "bf16")
 
@@ -359,7 +359,7 @@ def test_batch_1_accumulate_k_keeps_the_effective_batch_and_is_judged_by_its_own
     # B left, where a micro-batch of 1 fits and one of 2 does not, so the change is 1 sequence per micro-batch, 8
     # micro-batches per step (8 x 1 = the 8 sequences of before).
     run = mm.Run("gpt2", precision="mixed", batch_size=8, seq_len=1024)
-    [batch] = [s for s in mm.suggest_changes(run, "T4", reserved_bytes=12 * 10**9) if s.change.startswith("batch")]
+    [batch] = [s for s in mm.planner.suggest_changes(run, "T4", reserved_bytes=12 * 10**9) if s.change.startswith("batch")]
     assert batch.change == "batch size 1, accumulate 8" and batch.run.effective_batch == run.effective_batch == 8
     assert (batch.run.batch_size, batch.run.grad_accum_steps) == (1, 8)
     # Its number is the accumulated run's peak, in which a later micro-batch runs with every gradient held: above
@@ -373,8 +373,8 @@ def test_batch_1_accumulate_k_keeps_the_effective_batch_and_is_judged_by_its_own
 def test_an_accumulating_run_keeps_its_effective_batch_and_a_batch_of_1_offers_none():
     # Already 6 x 2 = 12 sequences per step: a smaller micro-batch is a divisor of 6 (3, 2 or 1), 12 / b of them.
     run = mm.Run("llama-2-7b", method=mm.LoRA(rank=8), batch_size=6, grad_accum_steps=2, seq_len=4096)
-    [batch] = [s for s in mm.suggest_changes(run, "RTX 4090") if s.change.startswith("batch")]
+    [batch] = [s for s in mm.planner.suggest_changes(run, "RTX 4090") if s.change.startswith("batch")]
     b, k = batch.run.batch_size, batch.run.grad_accum_steps
     assert b in (1, 2, 3) and b * k == 12 and batch.change == f"batch size {b}, accumulate {k}"
     one = mm.Run("llama-2-7b", method=mm.LoRA(rank=8), grad_accum_steps=4, seq_len=4096)
-    assert not [s for s in mm.suggest_changes(one, "RTX 4090") if s.change.startswith("batch")]
+    assert not [s for s in mm.planner.suggest_changes(one, "RTX 4090") if s.change.startswith("batch")]

@@ -1,6 +1,6 @@
 """Preference training (DPO; Rafailov et al. 2023) with a frozen reference model: the method, its checks, what it
 adds by hand, the command line, and the CPU measurements of validation/preference.py
-(memmath/reference/data/measured_preference.json, every case recorded after memmath/preference.py was written:
+(memmath_lessons/reference/data/measured_preference.json, every case recorded after memmath/preference.py was written:
 held out), replayed without torch.
 
 The loop (validation/preference.py): each prompt gives a chosen and a rejected sequence, so b prompts run 2b
@@ -18,7 +18,7 @@ import pytest
 
 import memmath as mm
 from memmath import cli
-from memmath.reference.measured import (
+from memmath_lessons.reference.measured import (
     load_measured_preference, predict_case, predict_peak_case, predicted_saved_per_layer,
 )
 from memmath.validate import FieldError, FieldTypeError
@@ -29,7 +29,7 @@ STEP_COLUMN = {"first": "peak_step1_bytes", "steady": "peak_step2_bytes"}
 GPT2_PARAMS = 124_439_808  # GPT-2 small as transformers counts it (GPT2LMHeadModel, tied head), Radford et al. 2019
 
 # validation/measure.py's "gpt2" shape: 3 blocks, h 64, V 1,000.
-TINY = mm.gpt2_model(n_layers=3, hidden_size=64, n_heads=4, intermediate_size=256, vocab_size=1000, max_positions=256)
+TINY = mm.models.gpt2_model(n_layers=3, hidden_size=64, n_heads=4, intermediate_size=256, vocab_size=1000, max_positions=256)
 
 
 def _run(method, **settings):

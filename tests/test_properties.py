@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import memmath as mm
+from memmath_lessons.reference.measured import measured_qlora
 
 PRECISIONS = list(mm.RECIPES)
 OPTIMIZERS = list(mm.OPTIMIZERS)
@@ -26,16 +27,16 @@ def shapes(draw):
     heads = draw(st.sampled_from([1, 2, 4, 8]))
     hidden = heads * draw(st.integers(1, 24))
     if kind == "gpt2":
-        return mm.gpt2_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=draw(st.integers(1, 500)),
+        return mm.models.gpt2_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=draw(st.integers(1, 500)),
                              max_positions=draw(st.integers(1, 64)), tied_embeddings=draw(st.booleans()))
     if kind == "llama":
         kv = draw(st.sampled_from([d for d in (1, 2, 4, 8) if heads % d == 0]))
-        return mm.llama_model(n_layers=layers, hidden_size=hidden, n_heads=heads, n_kv_heads=kv,
+        return mm.models.llama_model(n_layers=layers, hidden_size=hidden, n_heads=heads, n_kv_heads=kv,
                               head_dim=draw(st.none() | st.integers(1, 32)), intermediate_size=draw(st.integers(1, 200)),
                               vocab_size=draw(st.integers(1, 500)), tied_embeddings=draw(st.booleans()),
                               attention_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
     if kind == "bert":
-        return mm.bert_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=draw(st.integers(1, 500)),
+        return mm.models.bert_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=draw(st.integers(1, 500)),
                              max_positions=draw(st.integers(1, 64)), num_labels=draw(st.integers(0, 5)))
     widths = draw(st.booleans())
     return mm.uniform_model(draw(st.integers(layers, 10**12)), layers, hidden_size=hidden if widths else None,
@@ -44,7 +45,7 @@ def shapes(draw):
 
 def lora_targets(shape):
     """Non-empty tuples of the LoRA targets this shape's family has."""
-    available = [t for t in mm.LORA_TARGETS if _has_target(shape, t)]
+    available = [t for t in mm.models.LORA_TARGETS if _has_target(shape, t)]
     return st.lists(st.sampled_from(available), min_size=1, max_size=len(available), unique=True).map(tuple)
 
 
@@ -106,7 +107,7 @@ def test_parts_add_up_to_the_total(case):
     shape, method, kwargs = case
     m = mm.training_memory(shape, method=method, **kwargs)
     parts = m.parts()
-    assert list(parts) == list(mm.PARTS)
+    assert list(parts) == list(mm.training.PARTS)
     for name, value in parts.items():
         assert isinstance(value, int) and value >= 0, name
     assert m.without_activations == m.total - m.activations
@@ -223,7 +224,7 @@ def test_format_then_parse_round_trips(n, unit, digits):
 
 @given(st.integers(1, 10**15))
 def test_parse_count_reads_what_format_would_print(n):
-    assert mm.parse_count(f"{n:,}") == n and mm.parse_count(str(n)) == n
+    assert mm.units.parse_count(f"{n:,}") == n and mm.units.parse_count(str(n)) == n
 
 
 # ---- sweeps equal scalar calls ----------------------------------------------------------------------------
@@ -247,7 +248,7 @@ def test_batch_and_sequence_sweeps_equal_scalar_calls(data):
     for i, b in enumerate(batches[:, 0]):
         for j, s in enumerate(lengths[0]):
             point = mm.training_memory(shape, method=method, batch_size=int(b), seq_len=int(s), **kwargs)
-            for part in mm.PARTS:
+            for part in mm.training.PARTS:
                 assert np.broadcast_to(getattr(grid, part), (len(batches), lengths.shape[1]))[i, j] == getattr(point, part)
             assert np.asarray(grid.total)[i, j] == point.total
 
@@ -279,7 +280,7 @@ def test_parameter_count_sweeps_equal_scalar_calls(counts, precision, optimizer,
     for i, n in enumerate(counts):
         point = mm.training_memory(mm.uniform_model(n * layers, layers), precision=precision, optimizer=optimizer,
                                    method=mm.Freeze(frozen_layers=frozen))
-        for part in mm.PARTS:
+        for part in mm.training.PARTS:
             assert np.broadcast_to(getattr(swept, part), (len(counts),))[i] == getattr(point, part), part
         assert np.asarray(swept.trainable_params)[i] == point.trainable_params
 
@@ -298,11 +299,11 @@ def test_kv_cache_sweeps_equal_scalar_calls(shape, lengths, batches, fmt):
        st.sampled_from(list(mm.FORMATS)))
 def test_rounding_arrays_equal_scalars_and_rounding_is_idempotent(values, fmt):
     with np.errstate(all="ignore"):
-        rounded = mm.round_to_format(values, fmt)
+        rounded = mm.formats.round_to_format(values, fmt)
         for x, r in zip(values, rounded):
-            scalar = mm.round_to_format(float(x), fmt)
+            scalar = mm.formats.round_to_format(float(x), fmt)
             assert (scalar == r) or (math.isnan(scalar) and math.isnan(r))
-        again = mm.round_to_format(rounded, fmt)
+        again = mm.formats.round_to_format(rounded, fmt)
     assert np.array_equal(again, rounded, equal_nan=True)
 
 
@@ -310,7 +311,7 @@ def test_rounding_arrays_equal_scalars_and_rounding_is_idempotent(values, fmt):
 def test_rounding_keeps_order(x, y, fmt):
     assume(x <= y)
     with np.errstate(all="ignore"):
-        rx, ry = mm.round_to_format(x, fmt), mm.round_to_format(y, fmt)
+        rx, ry = mm.formats.round_to_format(x, fmt), mm.formats.round_to_format(y, fmt)
     assume(not (math.isnan(rx) or math.isnan(ry)))
     assert rx <= ry
 
@@ -344,7 +345,7 @@ def junky(valid):
     return st.one_of(valid if isinstance(valid, st.SearchStrategy) else st.just(valid), JUNK)
 
 
-TINY_LLAMA_SHAPE = mm.llama_model(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
+TINY_LLAMA_SHAPE = mm.models.llama_model(n_layers=2, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
 CONFIG = st.fixed_dictionaries({
     "model_type": junky(st.sampled_from(["gpt2", "llama", "mistral", "bert"])), "n_layer": junky(2),
     "n_embd": junky(64), "n_head": junky(4), "vocab_size": junky(10), "n_positions": junky(8),
@@ -385,110 +386,110 @@ CALLS = {
     "inference_memory": (mm.inference_memory, dict(
         model=maybe("mistral-7b"), weights_format=maybe("nf4"), kv_format=maybe("fp8"), batch_size=maybe(2),
         context_len=maybe(100), attention=maybe("eager"))),
-    "rule_of_thumb_context_limit": (mm.rule_of_thumb_context_limit, dict(
+    "rule_of_thumb_context_limit": (mm.inference.rule_of_thumb_context_limit, dict(
         model=maybe(TINY_LLAMA_SHAPE), weights_format=maybe("int8"), kv_format=maybe("bf16"), batch_size=maybe(1),
         attention=maybe("sdpa"), max_context=maybe(4096))),
     "kv_cache_bytes": (mm.kv_cache_bytes, dict(model=maybe("gpt2"), context_len=maybe(10), batch_size=maybe(1),
                                                kv_format=maybe("bf16"))),
-    "working_set_bytes": (mm.working_set_bytes, dict(shape=maybe("gpt2"), context_len=maybe(10), batch_size=maybe(1),
+    "working_set_bytes": (mm.inference.working_set_bytes, dict(shape=maybe("gpt2"), context_len=maybe(10), batch_size=maybe(1),
                                                      element_bits=maybe(16), attention=maybe("sdpa"))),
-    "decode_tokens_per_second": (mm.decode_tokens_per_second, dict(memory=maybe(MEMORY), gpu=maybe("H200"))),
-    "InferenceMemory": (mm.InferenceMemory, dict(
+    "decode_tokens_per_second": (mm.inference.decode_tokens_per_second, dict(memory=maybe(MEMORY), gpu=maybe("H200"))),
+    "InferenceMemory": (mm.inference.InferenceMemory, dict(
         weights=maybe(10), quantization_constants=maybe(0), kv_cache=maybe(5), working_set=maybe(1),
         weights_format=maybe("bf16"), kv_format=maybe("bf16"), notes=maybe(()))),
     "uniform_model": (mm.uniform_model, dict(n_params=maybe(10**6), n_layers=maybe(4), hidden_size=maybe(None),
                                              n_heads=maybe(None), vocab_size=maybe(None))),
-    "gpt2_model": (mm.gpt2_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4), vocab_size=maybe(10),
+    "gpt2_model": (mm.models.gpt2_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4), vocab_size=maybe(10),
                                        max_positions=maybe(8), intermediate_size=maybe(None), tied_embeddings=maybe(True))),
-    "llama_model": (mm.llama_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
+    "llama_model": (mm.models.llama_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
                                          intermediate_size=maybe(100), vocab_size=maybe(10), n_kv_heads=maybe(2),
                                          head_dim=maybe(None), tied_embeddings=maybe(False), attention_bias=maybe(False))),
-    "bert_model": (mm.bert_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
+    "bert_model": (mm.models.bert_model, dict(n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
                                        num_labels=maybe(0), type_vocab_size=maybe(2))),
     "ModelShape": (mm.ModelShape, dict(family=maybe("gpt2"), n_layers=maybe(2), hidden_size=maybe(64), n_heads=maybe(4),
                                        intermediate_size=maybe(256), vocab_size=maybe(10), max_positions=maybe(8),
                                        tied_embeddings=maybe(True))),
     "from_hf_config": (mm.from_hf_config, dict(config=maybe(CONFIG))),
-    "config_from_text": (mm.config_from_text, dict(text=maybe(CONFIG.map(_config_text)))),
+    "config_from_text": (mm.planner.config_from_text, dict(text=maybe(CONFIG.map(_config_text)))),
     "resolve_model": (mm.resolve_model, dict(model=JUNK)),
     "get_format": (mm.get_format, dict(name=JUNK)),
-    "stored_format": (mm.stored_format, dict(quantization_config=maybe({"quant_method": "fp8",
+    "stored_format": (mm.checkpoints.stored_format, dict(quantization_config=maybe({"quant_method": "fp8",
                                                                          "weight_block_size": [128, 128]}))),
     "parameter_counts": (mm.parameter_counts, dict(model=maybe("mixtral-8x7b"))),
-    "NumberFormat": (mm.NumberFormat, FORMAT_FIELDS),
-    "round_to_format": (mm.round_to_format, dict(value=maybe(1.5), fmt=maybe("bf16"), scale=maybe(1.0))),
-    "float_step": (mm.float_step, dict(fmt=maybe("bf16"), value=maybe(300.0))),
-    "absmax_scale": (mm.absmax_scale, dict(fmt=maybe("int8"), absmax=maybe(2.0))),
+    "NumberFormat": (mm.formats.NumberFormat, FORMAT_FIELDS),
+    "round_to_format": (mm.formats.round_to_format, dict(value=maybe(1.5), fmt=maybe("bf16"), scale=maybe(1.0))),
+    "float_step": (mm.formats.float_step, dict(fmt=maybe("bf16"), value=maybe(300.0))),
+    "absmax_scale": (mm.formats.absmax_scale, dict(fmt=maybe("int8"), absmax=maybe(2.0))),
     "format_bytes": (mm.format_bytes, dict(n_bytes=maybe(10**9), unit=maybe("GiB"), digits=maybe(2))),
     "to_unit": (mm.to_unit, dict(n_bytes=maybe(10**9), unit=maybe("GB"))),
-    "parse_count": (mm.parse_count, dict(text=JUNK)),
+    "parse_count": (mm.units.parse_count, dict(text=JUNK)),
     "parse_bytes": (mm.parse_bytes, dict(text=JUNK)),
-    "bytes_per_parameter": (mm.bytes_per_parameter, dict(precision=maybe("mixed"), optimizer=maybe("adam"))),
-    "get_recipe": (mm.get_recipe, dict(name=JUNK)),
-    "get_optimizer": (mm.get_optimizer, dict(name=JUNK)),
+    "bytes_per_parameter": (mm.recipes.bytes_per_parameter, dict(precision=maybe("mixed"), optimizer=maybe("adam"))),
+    "get_recipe": (mm.recipes.get_recipe, dict(name=JUNK)),
+    "get_optimizer": (mm.recipes.get_optimizer, dict(name=JUNK)),
     "get_gpu": (mm.get_gpu, dict(name=JUNK)),
-    "GPU": (mm.GPU, dict(name=maybe("card"), memory_bytes=maybe(2**34), bandwidth_bytes_per_s=maybe(10**12),
+    "GPU": (mm.gpus.GPU, dict(name=maybe("card"), memory_bytes=maybe(2**34), bandwidth_bytes_per_s=maybe(10**12),
                          bf16_tflops=maybe(100.0), kind=maybe("datacenter"), marketed=maybe("16 GB"), note=maybe(""))),
-    "Fit": (mm.Fit, dict(gpu=maybe(mm.GPUS["T4"]), required_bytes=maybe(10), available_bytes=maybe(20))),
+    "Fit": (mm.gpus.Fit, dict(gpu=maybe(mm.GPUS["T4"]), required_bytes=maybe(10), available_bytes=maybe(20))),
     "check_fit": (mm.check_fit, dict(required_bytes=maybe(10**9), gpu=maybe("T4"), reserved_bytes=maybe(0))),
-    "fit_table": (mm.fit_table, dict(required_bytes=maybe(10**9), reserved_bytes=maybe(0), unit=maybe("GiB"))),
-    "suggest_changes": (mm.suggest_changes, dict(model=maybe("gpt2"), gpu=maybe("T4"), reserved_bytes=maybe(0),
+    "fit_table": (mm.gpus.fit_table, dict(required_bytes=maybe(10**9), reserved_bytes=maybe(0), unit=maybe("GiB"))),
+    "suggest_changes": (mm.planner.suggest_changes, dict(model=maybe("gpt2"), gpu=maybe("T4"), reserved_bytes=maybe(0),
                                                  max_gpus=maybe(8), batch_size=maybe(4), seq_len=maybe(1024))),
-    "path_to_fit": (mm.path_to_fit, dict(model=maybe("gpt2"), gpu=maybe("RTX 3060"), reserved_bytes=maybe(0),
+    "path_to_fit": (mm.planner.path_to_fit, dict(model=maybe("gpt2"), gpu=maybe("RTX 3060"), reserved_bytes=maybe(0),
                                          max_gpus=maybe(8), max_steps=maybe(3), batch_size=maybe(64),
                                          seq_len=maybe(1024))),
-    "suggestions_frame": (mm.suggestions_frame, dict(suggestions=maybe([]), unit=maybe("GB"))),
-    "korthikanti_per_layer": (mm.korthikanti_per_layer, dict(
+    "suggestions_frame": (mm.planner.suggestions_frame, dict(suggestions=maybe([]), unit=maybe("GB"))),
+    "korthikanti_per_layer": (mm.activations.korthikanti_per_layer, dict(
         seq_len=maybe(8), batch_size=maybe(1), hidden_size=maybe(64), n_heads=maybe(4), element_bytes=maybe(2),
         mask_bytes=maybe(1), dropout=maybe(True), attention=maybe("eager"))),
-    "korthikanti_terms": (mm.korthikanti_terms, dict(
+    "korthikanti_terms": (mm.activations.korthikanti_terms, dict(
         seq_len=maybe(8), batch_size=maybe(1), hidden_size=maybe(64), n_heads=maybe(4), element_bytes=maybe(2),
         mask_bytes=maybe(1), dropout=maybe(True), attention=maybe("eager"))),
-    "quant_constant_bytes": (mm.quant_constant_bytes, dict(n_elements=maybe(4096), block=maybe(64),
+    "quant_constant_bytes": (mm.methods.quant_constant_bytes, dict(n_elements=maybe(4096), block=maybe(64),
                                                            double_quant=maybe(True))),
     "Full": (mm.Full, {}),
-    "fewest_gpus_that_fit": (mm.fewest_gpus_that_fit, dict(model=maybe("gpt2"), gpu=maybe("T4"), seq_len=maybe(64),
+    "fewest_gpus_that_fit": (mm.planner.fewest_gpus_that_fit, dict(model=maybe("gpt2"), gpu=maybe("T4"), seq_len=maybe(64),
                                                            zero_stage=maybe(3), max_gpus=maybe(8))),
-    "largest_batch_that_fits": (mm.largest_batch_that_fits, dict(model=maybe("gpt2"), gpu=maybe("T4"),
+    "largest_batch_that_fits": (mm.planner.largest_batch_that_fits, dict(model=maybe("gpt2"), gpu=maybe("T4"),
                                                                  seq_len=maybe(64), max_batch=maybe(8))),
-    "longest_sequence_that_fits": (mm.longest_sequence_that_fits, dict(model=maybe("gpt2"), gpu=maybe("T4"),
+    "longest_sequence_that_fits": (mm.planner.longest_sequence_that_fits, dict(model=maybe("gpt2"), gpu=maybe("T4"),
                                                                        max_seq_len=maybe(256))),
-    "trained_context": (mm.trained_context, dict(model=maybe("llama-2-7b"))),
-    "recipe_warning": (mm.recipe_warning, dict(precision=maybe("bf16"), gpu=maybe("T4"))),
-    "RecipeWarning": (mm.RecipeWarning, dict(gpu=maybe(mm.GPUS["T4"]), precision=maybe("bf16"), needs=maybe("bf16"),
+    "trained_context": (mm.planner.trained_context, dict(model=maybe("llama-2-7b"))),
+    "recipe_warning": (mm.gpus.recipe_warning, dict(precision=maybe("bf16"), gpu=maybe("T4"))),
+    "RecipeWarning": (mm.gpus.RecipeWarning, dict(gpu=maybe(mm.GPUS["T4"]), precision=maybe("bf16"), needs=maybe("bf16"),
                                              instead=maybe("mixed"), message=maybe("no bf16 on a T4"))),
-    "step_peak": (mm.step_peak, dict(model=maybe("gpt2"), seq_len=maybe(64), batch_size=maybe(1))),
-    "AdapterMethod": (mm.AdapterMethod, {}),
-    "Note": (mm.Note, dict(kind=maybe("note_kind"), text=maybe("a note"))),
-    "OptimizerStates": (mm.OptimizerStates, dict(moments=maybe(8), step_counters=maybe(4), block_constants=maybe(0))),
-    "bits_per_weight": (mm.bits_per_weight, dict(fmt=maybe("nf4"), block=maybe(64), double_quant=maybe(True))),
-    "quant_constant_bits": (mm.quant_constant_bits, dict(block=maybe(64), double_quant=maybe(True))),
-    "Method": (mm.Method, {}),
-    "TrainingMemory": (mm.TrainingMemory, dict(
+    "step_peak": (mm.planner.step_peak, dict(model=maybe("gpt2"), seq_len=maybe(64), batch_size=maybe(1))),
+    "AdapterMethod": (mm.methods.AdapterMethod, {}),
+    "Note": (mm.notes.Note, dict(kind=maybe("note_kind"), text=maybe("a note"))),
+    "OptimizerStates": (mm.training.OptimizerStates, dict(moments=maybe(8), step_counters=maybe(4), block_constants=maybe(0))),
+    "bits_per_weight": (mm.methods.bits_per_weight, dict(fmt=maybe("nf4"), block=maybe(64), double_quant=maybe(True))),
+    "quant_constant_bits": (mm.methods.quant_constant_bits, dict(block=maybe(64), double_quant=maybe(True))),
+    "Method": (mm.methods.Method, {}),
+    "TrainingMemory": (mm.training.TrainingMemory, dict(
         weights=maybe(10), quantization_constants=maybe(0), gradients=maybe(10), gradient_accumulation=maybe(0),
         master_weights=maybe(0), optimizer_states=maybe(20), activations=maybe(np.array([1, 2])),
         trainable_params=maybe(5), total_params=maybe(5), adapter_params=maybe(0), recipe=maybe(mm.RECIPES["bf16"]),
         optimizer=maybe(mm.OPTIMIZERS["adamw"]), method=maybe(mm.Full()), model_name=maybe("m"), n_gpus=maybe(1),
         zero_stage=maybe(0), activations_estimated=maybe(True), activation_detail=maybe(None), notes=maybe(()))),
-    "PeakEstimate": (mm.PeakEstimate, dict(forward=maybe(3), backward=maybe(4), optimizer_step=maybe(2),
+    "PeakEstimate": (mm.peak.PeakEstimate, dict(forward=maybe(3), backward=maybe(4), optimizer_step=maybe(2),
                                            resident=maybe(1), moments=maybe(()), notes=maybe(()))),
-    "ActivationEstimate": (mm.ActivationEstimate, dict(
+    "ActivationEstimate": (mm.activations.ActivationEstimate, dict(
         per_layer=maybe(10), layers_storing=maybe(2), recompute_peak=maybe(0), outside_layers=maybe(3), loss=maybe(4),
         model=maybe("textbook"), first_layer=maybe(None), frozen_per_layer=maybe(0), frozen_layers_storing=maybe(0),
         terms=maybe(()))),
-    "ActivationTerm": (mm.ActivationTerm, dict(block=maybe("mlp"), tensor=maybe("x"), unit=maybe("s*b*h"),
+    "ActivationTerm": (mm.activations.ActivationTerm, dict(block=maybe("mlp"), tensor=maybe("x"), unit=maybe("s*b*h"),
                                                coefficient=maybe(2), bytes=maybe(64))),
-    "Suggestion": (mm.Suggestion, dict(change=maybe("x"), run=maybe(mm.Run("gpt2")), total=maybe(5), saved=maybe(1),
+    "Suggestion": (mm.planner.Suggestion, dict(change=maybe("x"), run=maybe(mm.Run("gpt2")), total=maybe(5), saved=maybe(1),
                                        fits=maybe(True), cost=maybe(""))),
     "plan_serving": (mm.plan_serving, dict(model=maybe("llama-2-7b"), gpu=maybe("RTX 4090"), reserved_bytes=maybe(0),
                                            context_len=maybe(4096), batch_size=maybe(2), weights_format=maybe("bf16"))),
-    "serving_changes": (mm.serving_changes, dict(model=maybe("llama-2-13b"), gpu=maybe("RTX 4090"),
+    "serving_changes": (mm.serving.serving_changes, dict(model=maybe("llama-2-13b"), gpu=maybe("RTX 4090"),
                                                  reserved_bytes=maybe(0), context_len=maybe(8192), batch_size=maybe(2))),
-    "longest_context_that_fits": (mm.longest_context_that_fits, dict(model=maybe("llama-2-7b"), gpu=maybe("T4"),
+    "longest_context_that_fits": (mm.serving.longest_context_that_fits, dict(model=maybe("llama-2-7b"), gpu=maybe("T4"),
                                                                      reserved_bytes=maybe(0), kv_format=maybe("fp8"))),
-    "ServingChange": (mm.ServingChange, dict(change=maybe("x"), settings=maybe({}), total=maybe(5), saved=maybe(1),
+    "ServingChange": (mm.serving.ServingChange, dict(change=maybe("x"), settings=maybe({}), total=maybe(5), saved=maybe(1),
                                              fits=maybe(True), headroom_bytes=maybe(0), cost=maybe(""))),
-    "ServingPlan": (mm.ServingPlan, dict(memory=maybe(MEMORY), settings=maybe({}))),
+    "ServingPlan": (mm.serving.ServingPlan, dict(memory=maybe(MEMORY), settings=maybe({}))),
     "Serve": (mm.Serve, dict(model=maybe(st.sampled_from(["gpt2", "llama-2-7b", 7e9])), context_len=maybe(4096),
                              batch_size=maybe(2), weights_format=maybe("nf4"), kv_format=maybe("fp8"),
                              attention=maybe("eager"))),
@@ -496,23 +497,23 @@ CALLS = {
                          zero_stage=maybe(1), activations=maybe("textbook"), device=maybe("cuda"),
                          method=maybe(mm.Full()), sharding=maybe("even"), rank=maybe(0))),
     "requirement": (mm.requirement, dict(model=maybe("gpt2"), **TRAIN, method=maybe(mm.LoRA()))),
-    "Requirement": (mm.Requirement, dict(bytes=maybe(5), basis=maybe("peak"), reason=maybe(""), memory=maybe(None),
+    "Requirement": (mm.decision.Requirement, dict(bytes=maybe(5), basis=maybe("peak"), reason=maybe(""), memory=maybe(None),
                                          peak=maybe(None), run=maybe(mm.Run("gpt2")))),
     "plan_training": (mm.plan_training, dict(model=maybe("gpt2"), gpu=maybe("T4"), reserved_bytes=maybe(0),
                                              max_gpus=maybe(4), seq_len=maybe(256), batch_size=maybe(8))),
-    "TrainingPlan": (mm.TrainingPlan, dict(run=maybe(mm.Run("gpt2")), requirement=maybe(mm.requirement("gpt2")))),
-    "FieldError": (mm.FieldError, dict(field=maybe("batch_size"), message=maybe("batch_size must be ..."))),
+    "TrainingPlan": (mm.planner.TrainingPlan, dict(run=maybe(mm.Run("gpt2")), requirement=maybe(mm.requirement("gpt2")))),
+    "FieldError": (mm.validate.FieldError, dict(field=maybe("batch_size"), message=maybe("batch_size must be ..."))),
     "Freeze": (mm.Freeze, dict(trainable_layers=maybe(1), train_embeddings=maybe(False), train_head=maybe(True))),
     "LoRA": (mm.LoRA, dict(rank=maybe(8), targets=maybe(("q", "v")), adapter_format=maybe("fp32"))),
     "DPO": (mm.DPO, dict(base=maybe(mm.LoRA()), reference=maybe("adapters_off"), beta=maybe(0.1))),
     "QLoRA": (mm.QLoRA, dict(rank=maybe(8), targets=maybe("all"), double_quant=maybe(True), quant_block=maybe(64),
                              quant_type=maybe("nf4"), layout=maybe("bitsandbytes"))),
-    "measured_qlora": (mm.measured_qlora, dict(quant_type=maybe("int8"), max_cases=maybe(1))),
+    "measured_qlora": (measured_qlora, dict(quant_type=maybe("int8"), max_cases=maybe(1))),
     "Adapters": (mm.Adapters, dict(bottleneck=maybe(16), train_norms=maybe(False), adapter_format=maybe(None))),
-    "parallel_memory": (mm.parallel_memory, dict(model=maybe("gpt2"), n_gpus=maybe(4), tp=maybe(2), pp=maybe(2),
+    "parallel_memory": (mm.parallel.parallel_memory, dict(model=maybe("gpt2"), n_gpus=maybe(4), tp=maybe(2), pp=maybe(2),
                                                  micro_batches=maybe(2), seq_len=maybe(64), rank=maybe(3))),
-    "worst_rank": (mm.worst_rank, dict(run=maybe(mm.Run("gpt2", n_gpus=2, tp=2, seq_len=64)))),
-    "plan_layout": (mm.plan_layout, dict(model=maybe("gpt2"), gpu=maybe("T4"), max_gpus=maybe(4), max_tp=maybe(2),
+    "worst_rank": (mm.parallel.worst_rank, dict(run=maybe(mm.Run("gpt2", n_gpus=2, tp=2, seq_len=64)))),
+    "plan_layout": (mm.planner.plan_layout, dict(model=maybe("gpt2"), gpu=maybe("T4"), max_gpus=maybe(4), max_tp=maybe(2),
                                          seq_len=maybe(64))),
 }
 # What a message may call a field besides its own name: the words each function's checks use for it.
@@ -529,8 +530,9 @@ NOT_FUZZED: set = set()  # every public callable is fuzzed
 
 
 def test_every_public_callable_is_fuzzed():
+    """Every callable memmath.__all__ names is fuzzed; CALLS fuzzes more, importable from their modules."""
     callables = {name for name in mm.__all__ if callable(getattr(mm, name))}
-    assert callables - NOT_FUZZED == set(CALLS), sorted((callables - NOT_FUZZED) ^ set(CALLS))
+    assert callables - NOT_FUZZED <= set(CALLS), sorted(callables - NOT_FUZZED - set(CALLS))
 
 
 def _words(key):
@@ -568,7 +570,7 @@ def test_bad_input_gets_a_value_or_type_error_that_names_the_field(name, data):
 
 
 def _case_row():
-    from memmath.reference import load_measured
+    from memmath_lessons.reference import load_measured
 
     return dict(load_measured().iloc[0])
 
@@ -580,7 +582,7 @@ REPLAY = ("predict_case", "predict_peak_case", "predicted_saved_per_layer", "cas
 @pytest.mark.parametrize("name", REPLAY)
 @given(data=st.data())
 def test_replay_functions_name_the_column_of_a_bad_row(name, data):
-    from memmath.reference import measured
+    from memmath_lessons.reference import measured
 
     row = _case_row()
     bad = data.draw(st.sampled_from(sorted(row)))
@@ -601,7 +603,7 @@ def test_replay_functions_name_the_column_of_a_bad_row(name, data):
 
 @given(st.one_of(JUNK, st.sampled_from(["nope.json", "", "../data/measured_cpu.json", "/etc/passwd", "."])))
 def test_only_shipped_data_files_are_read(name):
-    from memmath.reference import load_measured, measured_metadata
+    from memmath_lessons.reference import load_measured, measured_metadata
 
     for function in (load_measured, measured_metadata):
         with pytest.raises((ValueError, TypeError), match="shipped data file"):

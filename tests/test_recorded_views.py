@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import memmath as mm
-from memmath.reference import load_measured
-from memmath.reference.measured import load_measured_quantized
+from memmath_lessons.reference import load_measured
+from memmath_lessons.reference.measured import load_measured_quantized
 from memmath_lessons import recorded, sweeps
 
 
@@ -24,7 +24,7 @@ def test_the_lessons_case_is_full_finetuning_at_2_x_64_in_bf16_where_both_were_r
 def test_saved_bytes_frame_books_the_measurement_in_and_outside_the_blocks():
     cases = load_measured()
     case = recorded.full_finetuning_case(cases, shape="llama-mha", attention="sdpa", dropout=False, checkpointing=False)
-    from memmath.reference import predict_case, predicted_saved_per_layer
+    from memmath_lessons.reference import predict_case, predicted_saved_per_layer
 
     frame = recorded.saved_bytes_frame(case, predict_case(case).activation_detail,
                                        predict_case(case, activations="textbook").activation_detail,

@@ -1,4 +1,4 @@
-"""memmath.reference: the published estimates and the papers' setups reproduce their sources' figures.
+"""memmath_lessons.reference: the published estimates and the papers' setups reproduce their sources' figures.
 
 Expected values are the sources' own sums (each source named beside its row), derived by hand
 here, never read back from memmath.
@@ -7,8 +7,8 @@ here, never read back from memmath.
 import pytest
 
 import memmath as mm
-from memmath.reference import published
-from memmath.reference import paper_setups as ps
+from memmath_lessons.reference import published
+from memmath_lessons.reference import paper_setups as ps
 
 # source -> (weights, gradients, gradient accumulation, fp32 master, Adam moments) in bytes per parameter
 HAND = {
@@ -119,7 +119,7 @@ def test_qlora_guanaco_65b_parts():
 
 
 def test_bf16_fp32_states_recipe_is_12_bytes_per_parameter():
-    parts = mm.bytes_per_parameter(ps.BF16_FP32_STATES, "adam")
+    parts = mm.recipes.bytes_per_parameter(ps.BF16_FP32_STATES, "adam")
     assert parts["total"] == 2 + 2 + 8
 
 

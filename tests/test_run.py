@@ -83,11 +83,11 @@ def test_the_keyword_forms_are_the_run():
 def test_every_note_is_a_note_and_sharded_assumptions_read():
     # The FSDP2 note was a plain string once, and .assumptions raised AttributeError on it.
     memory = mm.training_memory("gpt2", n_gpus=2, zero_stage=3, sharding="fsdp2", precision="fp32")
-    assert all(isinstance(n, mm.Note) for n in memory.notes)
+    assert all(isinstance(n, mm.notes.Note) for n in memory.notes)
     assert "2 GPUs, ZeRO stage 3" in memory.assumptions
     with pytest.raises(TypeError, match="Note"):
         dataclasses.replace(memory, notes=("a plain string",))
-    assert all(isinstance(n, mm.Note) for n in mm.inference_memory(7e9).notes)
+    assert all(isinstance(n, mm.notes.Note) for n in mm.inference_memory(7e9).notes)
 
 
 def test_one_decision_of_what_the_card_must_hold():
@@ -98,7 +98,7 @@ def test_one_decision_of_what_the_card_must_hold():
                                                                 dropout=False).total > amp.memory.total
     zero = mm.requirement("gpt2", n_gpus=2, zero_stage=3)
     assert zero.basis == "sum of parts" and zero.bytes == zero.memory.total and "ZeRO" in zero.reason
-    assert mm.step_peak("gpt2", n_gpus=2, zero_stage=3) == (zero.bytes, "sum of parts")
+    assert mm.planner.step_peak("gpt2", n_gpus=2, zero_stage=3) == (zero.bytes, "sum of parts")
     with pytest.raises(ValueError) as error:
         mm.requirement("gpt2", batch_size=np.array([1, 2]))
     assert error.value.field == "batch_size"
@@ -124,9 +124,9 @@ def test_the_cache_answers_each_run_with_its_own_notes():
 
 def test_sdpa_is_not_suggested_where_transformers_cannot_run_it():
     # Gemma 2 softcaps its scores; transformers' SDPA refuses a softcap, so the planner never proposes it there.
-    changes = mm.suggest_changes("gemma-2-2b", "T4", seq_len=4096, batch_size=2)
+    changes = mm.planner.suggest_changes("gemma-2-2b", "T4", seq_len=4096, batch_size=2)
     assert "fused attention (sdpa)" not in {s.change for s in changes}
-    assert "fused attention (sdpa)" in {s.change for s in mm.suggest_changes("gpt2", "T4", seq_len=4096,
+    assert "fused attention (sdpa)" in {s.change for s in mm.planner.suggest_changes("gpt2", "T4", seq_len=4096,
                                                                               attention="eager", batch_size=8)}
 
 
@@ -134,7 +134,7 @@ def test_a_change_that_moves_the_decision_to_the_sum_saves_what_the_sums_differ_
     # GPT-2 at 128 tokens on 2 GPUs: the run is judged on its peak (1.24 GB, above the 1.09 GB sum: the optimizer
     # step's temporaries); ZeRO stage 1 is judged on its sum. Its saving is the optimizer states it shards,
     # (2 x 124,439,808 x 2 B + 148 x 4 B) / 2 = 248,879,912 B, not the peak's gap to the sum.
-    [zero] = [s for s in mm.suggest_changes("gpt2", "T4", seq_len=128, n_gpus=2) if s.change.startswith("ZeRO stage 1")]
+    [zero] = [s for s in mm.planner.suggest_changes("gpt2", "T4", seq_len=128, n_gpus=2) if s.change.startswith("ZeRO stage 1")]
     assert zero.basis == "sum of parts" and zero.saved == (2 * 124_439_808 * 2 + 148 * 4) // 2
 
 

@@ -30,11 +30,11 @@ def test_fewest_where_finds_the_first_n_that_holds(edge):
 def test_the_longest_context_is_the_edge_of_the_fit():
     # The total grows with the context; the longest that fits fits and one more token does not.
     gpu = mm.get_gpu("RTX 4090")
-    longest = mm.longest_context_that_fits("llama-2-7b", gpu)
+    longest = mm.serving.longest_context_that_fits("llama-2-7b", gpu)
     fits = lambda n: mm.check_fit(mm.inference_memory("llama-2-7b", context_len=n).total, gpu).fits  # noqa: E731
     assert longest > 0 and fits(longest) and not fits(longest + 1)
     # Llama-2-13B in bf16 (26.03 GB of weights) leaves nothing for any context on a 24 GB card.
-    assert mm.longest_context_that_fits("llama-2-13b", gpu) == 0
+    assert mm.serving.longest_context_that_fits("llama-2-13b", gpu) == 0
 
 
 def test_serving_changes_are_single_changes_ranked_by_saving_and_judged_with_the_reserve():
@@ -56,7 +56,7 @@ def test_serving_settings_are_checked_by_name():
     with pytest.raises(TypeError, match="not a serving setting"):
         mm.plan_serving("gpt2", "T4", seq_len=100)
     with pytest.raises(ValueError, match="context_len"):
-        mm.serving_changes("gpt2", "T4", context_len=[1, 2])
+        mm.serving.serving_changes("gpt2", "T4", context_len=[1, 2])
 
 
 def test_a_context_past_what_a_config_says_the_model_was_trained_on_gets_a_note():
@@ -64,6 +64,6 @@ def test_a_context_past_what_a_config_says_the_model_was_trained_on_gets_a_note(
     from validation.published_configs import PUBLISHED_CONFIGS
 
     shape = mm.from_hf_config(PUBLISHED_CONFIGS["Meta-Llama-3-8B"])
-    assert mm.trained_context(shape) == 8192 and shape == mm.PRESETS["llama-3-8b"].with_changes(name=shape.name)
+    assert mm.planner.trained_context(shape) == 8192 and shape == mm.PRESETS["llama-3-8b"].with_changes(name=shape.name)
     assert any("8,192" in str(n) for n in mm.plan_serving(shape, "H200", context_len=16384).notes)
     assert not mm.plan_serving(shape, "H200", context_len=8192).notes

@@ -1,5 +1,5 @@
 """Sliding-window models at any length: the masks transformers 5.24 builds, by hand and against the CPU
-measurements of validation/sliding.py (memmath/reference/data/measured_sliding.json, every case recorded after
+measurements of validation/sliding.py (memmath_lessons/reference/data/measured_sliding.json, every case recorded after
 the prediction code: held out), replayed without torch.
 
 What transformers 5.24 and torch 2.13 do (masking_utils.py, integrations/sdpa_attention.py, torch's SDPA):
@@ -24,7 +24,7 @@ import pytest
 import memmath as mm
 from memmath.hf_activations import activation_parts
 from memmath.recipes import get_recipe
-from memmath.reference.measured import (
+from memmath_lessons.reference.measured import (
     case_model, load_measured_sliding, predict_case, predict_peak_case, predicted_saved_per_block,
 )
 from memmath.validate import FieldError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
-from memmath.reference.measured import case_arguments, case_model, load_measured_timelines
+from memmath_lessons.reference.measured import case_arguments, case_model, load_measured_timelines
 from memmath.timeline import CATEGORIES
 
 RUNS = [dict(), dict(checkpointing=True), dict(method=mm.LoRA(rank=8)), dict(method=mm.Freeze(trainable_layers=2)),

@@ -1,5 +1,7 @@
 """Training memory: the article's numbers, the recipes table, ZeRO, and PyTorch's own bookkeeping."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -41,7 +43,7 @@ def test_article_ten_layers_first_nine_frozen(method):
     assert (m.weights, m.gradients, m.optimizer_states) == (14 * GB, 1_400_000_000, 2_800_000_000)
 
 
-# ---- bytes per parameter: the published recipes, one row each (sources in memmath.reference.published) ----
+# ---- bytes per parameter: the published recipes, one row each (sources in memmath_lessons.reference.published) ----
 # recipe: (weights, gradients, gradient accumulation, master copy, Adam m+v) in bytes per parameter.
 RECIPE_ROWS = {
     "bf16": (2, 2, 0, 0, 4),  # pure 16-bit (the article; LLaMA-Factory pure_bf16): 8 B
@@ -58,7 +60,7 @@ RECIPE_TOTALS = {"bf16": 8, "fp16": 8, "fp32": 16, "amp": 16, "mixed": 16, "mixe
 def test_bytes_per_parameter_table(precision):
     w, g, acc, master, states = RECIPE_ROWS[precision]
     for optimizer in ("adam", "adamw"):
-        row = mm.bytes_per_parameter(precision, optimizer)
+        row = mm.recipes.bytes_per_parameter(precision, optimizer)
         assert (row["weights"], row["gradients"], row["gradient_accumulation"], row["master_weights"],
                 row["optimizer_states"]) == (w, g, acc, master, states)
         assert row["total"] == RECIPE_TOTALS[precision]
@@ -173,7 +175,7 @@ def test_qlora_constants_are_0_127_bits_per_weight():
     # Weights: NF4 linears (half a byte) + embeddings, head and norms in bf16 + fp32 adapters.
     other = 6_738_415_616 - linear
     assert dq.weights == linear // 2 + 2 * other + 4 * 4_194_304
-    assert mm.quant_constant_bytes(64 * 256) == 256 + 4 and mm.quant_constant_bytes(64, double_quant=False) == 4
+    assert mm.methods.quant_constant_bytes(64 * 256) == 256 + 4 and mm.methods.quant_constant_bytes(64, double_quant=False) == 4
 
 
 def test_qlora_65b_fits_one_48gb_gpu():
@@ -230,7 +232,7 @@ def test_data_parallel_without_zero_replicates_everything():
 def test_parts_add_up_and_the_frame_labels_units():
     m = mm.training_memory("llama-2-7b", precision="mixed_fp32_grads", method=mm.LoRA(rank=16), seq_len=1024)
     frame = m.to_frame("GiB")
-    assert list(frame["part"]) == list(mm.PARTS)
+    assert list(frame["part"]) == list(mm.training.PARTS)
     assert list(frame["bytes"]) == list(m.parts().values())
     assert list(frame["GiB"]) == [v / 2**30 for v in m.parts().values()]  # GiB = 2**30 bytes
     assert frame["GiB"].sum() == pytest.approx(m.total / 2**30)
@@ -331,7 +333,7 @@ def test_lora_matches_peft(torch, transformers, peft, family, targets, modules, 
 
 # ---- the README's example --------------------------------------------------------------------------
 def test_readme_example_reproduces_the_article():
-    # Issue 2: the README shows the API in a short example that reproduces the article's 14 GB and
+    # The README shows the API in a short example that reproduces the article's 14 GB and
     # 56 GB. Run its python block; each line ending in "# 'text'" must evaluate to that text.
     import re
     from pathlib import Path
@@ -409,7 +411,7 @@ def test_layouts_the_trace_does_not_cover_fall_back_to_the_textbook_with_a_note(
     from validation.published_configs import PUBLISHED_CONFIGS
 
     # Mistral-7B slides a 4,096-token window: past it transformers builds a sliding mask, which the exact model
-    # traces since issue 24 (tests/test_sliding_window.py); under AMP the autocast trace does not follow that mask,
+    # traces (tests/test_sliding_window.py); under AMP the autocast trace does not follow that mask,
     # so the default falls back to the textbook model with a note, and asking for the exact one is refused.
     mistral = mm.from_hf_config(PUBLISHED_CONFIGS["Mistral-7B-v0.1"])
     assert mm.training_memory(mistral, seq_len=8192).activation_model == "transformers"
@@ -461,7 +463,7 @@ def test_a_preset_built_in_code_trains_as_its_config_does():
 def test_a_length_sweep_across_a_sliding_window_answers_each_length_exactly():
     # Gemma 3 1B (google/gemma-3-1b-pt config.json: sliding_window 512): below the window no sliding mask exists,
     # from it on eager's sliding layers get their own mask; a sweep over both gives each length what a single run
-    # of that length gives (the exact model at every length since issue 24).
+    # of that length gives (the exact model at every length).
     gemma = mm.PRESETS["gemma-3-1b"]
     run = dict(precision="bf16", optimizer="adamw", method=mm.Full(), batch_size=1, attention="eager")
     assert mm.training_memory(gemma, seq_len=512, **run).activation_model == "transformers"
@@ -469,3 +471,16 @@ def test_a_length_sweep_across_a_sliding_window_answers_each_length_exactly():
     assert swept.activation_model == "transformers"
     assert [int(v) for v in swept.activations] == [int(mm.training_memory(gemma, seq_len=s, **run).activations)
                                                    for s in (256, 1024)]
+
+def test_an_optimizer_entry_carries_its_label_and_its_update_rule():
+    """One entry per optimizer: the lessons' menus, peak.py and parallel.py read its label and temporaries."""
+    from memmath.recipes import OPTIMIZERS, TEMPORARIES, update_temporaries
+
+    assert all(opt.label and opt.temporaries in TEMPORARIES for opt in OPTIMIZERS.values())
+    # torch.optim.SGD updates in place; Adam's denominators are temporaries (torch/optim/adam.py)
+    assert OPTIMIZERS["sgd_momentum"].temporaries == "none" and OPTIMIZERS["adamw"].temporaries == "adam"
+    # CPU single-tensor Adam, hand-derived: tensors of 10, 30, 20 B -> max(2*10, 2*30 + 10, 2*20 + 30) = 70 B
+    assert update_temporaries([10, 30, 20], "cpu") == 70
+    assert update_temporaries([10, 30, 20], "cuda") == 60  # foreach: all of them together
+    with pytest.raises(ValueError, match="temporaries"):
+        dataclasses.replace(OPTIMIZERS["adamw"], temporaries="fused")

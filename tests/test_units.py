@@ -45,11 +45,11 @@ def test_to_unit_divides_arrays_for_charts():
     ("1_000", 1000), (" 13B ", 13 * 10**9), ("6.7 B", 6_700_000_000),
 ])
 def test_parse_count(text, count):
-    assert mm.parse_count(text) == count
+    assert mm.units.parse_count(text) == count
 
 
 def test_parse_count_accepts_numbers():
-    assert mm.parse_count(7e9) == 7 * 10**9 and mm.parse_count(np.int64(5)) == 5
+    assert mm.units.parse_count(7e9) == 7 * 10**9 and mm.units.parse_count(np.int64(5)) == 5
 
 
 @pytest.mark.parametrize("text, n_bytes", [

@@ -7,7 +7,7 @@ from memmath_lessons import viz
 
 
 def test_model_size_slider_spans_100m_to_400b_and_more():
-    # Issue 3: parameter count "from 100M to 400B+, or a preset".
+    # Parameter count "from 100M to 400B+, or a preset".
     params_slider, preset_dropdown = viz.model_size_controls()
     assert params_slider.steps[0] == 0.1 and params_slider.steps[-1] >= 400
     assert params_slider.value == 7  # the article's 7B model
@@ -53,7 +53,7 @@ def test_plain_table_shows_every_cell_with_separators_and_escapes_text():
 
 
 def test_plain_table_writes_floats_at_one_precision():
-    # Issue 13: "13.477 beside 56.27" on one page. Floats get 2 decimals (0.5 -> 0.50, 13.477 -> 13.48); a
+    # "13.477 beside 56.27" on one page reads as two precisions. Floats get 2 decimals (0.5 -> 0.50, 13.477 -> 13.48); a
     # nonzero value that would read 0.00 keeps two significant digits (0.0014); integers stay exact.
     import pandas as pd
 
@@ -133,7 +133,7 @@ def test_short_counts():
 
 
 def test_capacity_label_stays_inside_the_plot():
-    # Issue 13: a label at the right end of the axis ran past the plot. A line past 60% of the axis gets its
+    # A label at the right end of the axis ran past the plot. A line past 60% of the axis gets its
     # label on its left; the axis ends at the larger of the longest bar and the line.
     import pandas as pd
 

@@ -1,6 +1,6 @@
 """AMP measured: fp32 weights, the forward pass (loss included) under torch.autocast("cpu", dtype=torch.bfloat16).
 
-    python -m validation.amp            # measure the grid, append it to memmath/reference/data/measured_cpu.json
+    python -m validation.amp            # measure the grid, append it to memmath_lessons/reference/data/measured_cpu.json
     python -m validation.amp --print --only llama-gqa
 
 PyTorch's AMP recipe as transformers' Trainer runs it (bf16=True on the CPU): the model and its
@@ -71,7 +71,7 @@ class AmpTraceCase(AmpCase):
 
 def held_out_grid() -> list[AmpTraceCase]:
     """SDPA without dropout (what amp_trace.py models): checkpointing, freezing, LoRA on every linear at
-    rank 16, other sizes, and the model types read since issue 10."""
+    rank 16, other sizes, and the model types read from config.json."""
     cases = []
     shapes = ("llama-gqa", "gpt2", "bert", "qwen3-gqa", "phi3-gqa", "gpt2-tanh", "llama-wide", "bert-wide",
               "olmo2-gqa", "llama-mha")

@@ -1,6 +1,6 @@
 """Measure gradient accumulation over k micro-batches, and record it for memmath's tests.
 
-    python -m validation.grad_accum            # every case, CPU -> memmath/reference/data/measured_grad_accum.json
+    python -m validation.grad_accum            # every case, CPU -> memmath_lessons/reference/data/measured_grad_accum.json
     python -m validation.grad_accum --only accum4 --print   # some cases, printed, nothing written
 
 Each case runs validation/measure.py's measure() with grad_accum_steps = k: two optimizer steps, each after k
@@ -104,7 +104,7 @@ def run(cases) -> list[dict]:
 
 
 DESCRIPTION = ("Gradient accumulation over k micro-batches (grad_accum_steps), two optimizer steps per case, measured "
-               "by validation/grad_accum.py; see memmath/reference/measured.py (load_measured_grad_accum). Every case "
+               "by validation/grad_accum.py; see memmath_lessons/reference/measured.py (load_measured_grad_accum). Every case "
                "held out: recorded after the prediction code.")
 
 

@@ -16,7 +16,7 @@ def held_out_grid():
     class HeldOutAdapterCase(Case):
         @property
         def held_out(self) -> bool:
-            return True  # recorded after hf_activations traced Adapters(...) (issue 11)
+            return True  # recorded after hf_activations traced Adapters(...)
 
     cases = []
     for i, shape in enumerate(("bert", "llama-mha", "llama-gqa", "bert-wide", "llama-wide")):

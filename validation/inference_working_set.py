@@ -79,7 +79,7 @@ def measure(family, attention, seq_len, batch_size):
         model(ids, use_cache=True, logits_to_keep=1)
     shape = mm.from_hf_config(config.to_dict())
     kv = mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch_size)
-    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch_size, attention=attention)
+    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch_size, attention=attention)
     return mode.peak - kv, predicted
 
 
@@ -92,7 +92,7 @@ NEW_CASES = [(f, a, s, b) for f in CONFIGS for a in ("sdpa", "eager") for s, b i
 if __name__ == "__main__":
     import sys
 
-    if "--new" in sys.argv:  # the model types read since issue 10 only
+    if "--new" in sys.argv:  # the model types read from config.json only
         CASES = NEW_CASES
     print(f"torch {torch.__version__}")
     print(f"{'family':10} {'attention':9} {'s':>5} {'b':>2} {'measured':>12} {'memmath':>12} {'ratio':>6}")

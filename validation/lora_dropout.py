@@ -1,6 +1,6 @@
 """Measure LoRA dropout and mixed precision with fp32 master weights, and record them for memmath's tests.
 
-    python -m validation.lora_dropout            # every case, CPU -> memmath/reference/data/measured_lora_dropout.json
+    python -m validation.lora_dropout            # every case, CPU -> memmath_lessons/reference/data/measured_lora_dropout.json
     python -m validation.lora_dropout --only master --print --explain   # some cases, every saved storage listed
 
 LoRA dropout (groups "LoRA dropout", "QLoRA dropout"): peft 0.21's LoraConfig(lora_dropout=p) puts an
@@ -251,7 +251,7 @@ def main(argv=None):
         "schema": M.SCHEMA_VERSION,
         "description": "LoRA dropout (peft's lora_dropout, on a 16/32-bit and an NF4 base) and mixed precision with "
                        "fp32 master weights, two training steps per case, measured by validation/lora_dropout.py; see "
-                       "memmath/reference/measured.py (load_measured_lora_dropout). Every case held out: recorded "
+                       "memmath_lessons/reference/measured.py (load_measured_lora_dropout). Every case held out: recorded "
                        "after the prediction code.",
         "device": "cpu",
         "threads": 1,

@@ -1,6 +1,6 @@
 """Measure what one real training step allocates, case by case, and record it for memmath's tests.
 
-    python -m validation.measure                      # the whole grid, CPU -> memmath/reference/data/measured_cpu.json
+    python -m validation.measure                      # the whole grid, CPU -> memmath_lessons/reference/data/measured_cpu.json
     python -m validation.measure --only qwen2 --append  # measure some cases again or anew, keep the rest
     python -m validation.sharded                      # then the sharded runs (FSDP2, ZeRO-1), into the same file
     python -m validation.measure --only gpt2 --print  # a subset, printed, nothing written
@@ -24,7 +24,7 @@ peft), runs TWO training steps (forward, backward, optimizer.step(), zero_grad) 
 - the versions of torch, transformers and peft, once for the whole file.
 
 Groups (each case's `group`; `held_out` marks cases recorded after the prediction code they test):
-"transformers" (issue 4's grid), "8-bit Adam" (bitsandbytes' Adam8bit/AdamW8bit), "Houlsby
+"transformers" (the first grid: GPT-2, LLaMA and BERT layouts), "8-bit Adam" (bitsandbytes' Adam8bit/AdamW8bit), "Houlsby
 adapters" (validation/houlsby.py; in the file's adapter_cases), the sharded runs of
 validation/sharded.py (FSDP2, ZeRO-1; in sharded_cases, per rank), "QLoRA 4-bit" and "QLoRA 8-bit
 base" (validation/quantized.py; quantized_cases) and "AMP (autocast bf16)" (validation/amp.py; amp_cases).
@@ -79,7 +79,7 @@ SHAPES = {
                       vocab_size=2000, max_positions=256, type_vocab_size=2, num_labels=2),
 }
 HELD_OUT = ("gpt2-wide", "llama-wide", "bert-wide")
-# Held out too (grid block 7), measured after memmath read these model_types (issue 10): GPT-2 with
+# Held out too (grid block 7), measured after memmath read these model_types from config.json: GPT-2 with
 # gelu_pytorch_tanh, and the LLaMA layouts of Qwen2 (q/k/v biases) and Mistral (sliding window wider
 # than the sequence, so no mask). "arch" is the transformers model_type, "hidden_act" its activation.
 SHAPES.update({
@@ -99,7 +99,7 @@ SHAPES["phi3-gqa"] = dict(family="llama", arch="phi3", n_layers=3, hidden_size=6
 # OLMo 2 (q/k norms over all heads, norms after each sublayer in fp32), added after its trace was written.
 SHAPES["olmo2-gqa"] = dict(family="llama", arch="olmo2", n_layers=3, hidden_size=64, n_heads=4, n_kv_heads=2,
                            intermediate_size=176, vocab_size=1000, tied_embeddings=False)
-# The rest of issue 10's model types, added after their traces were written (hf_activations.py):
+# The other model types read from config.json, added after their traces were written (hf_activations.py):
 # Gemma's (1 + w) RMSNorms and GeGLU, Gemma 2's four norms and softcapping (eager: Gemma 2 has no
 # SDPA), Gemma 3's q/k norms, GPT-NeoX's parallel residual and partial rotary (rotary_pct 0.25),
 # and the mixture-of-experts blocks (4 experts, 2 per token). "hf_config" holds config.json fields
@@ -134,7 +134,7 @@ SHAPES["gemma3-mixed"] = dict(SHAPES["gemma3-gqa"], hf_config=dict(
 MORE_FAMILIES = ("gemma-gqa", "gemma2-gqa", "gemma3-gqa", "neox-mha", "mixtral-moe", "qwen2moe-moe", "qwen3moe-moe",
                  "neox-serial", "roberta", "gemma3-mixed")
 FIRST_FAMILIES = ("gpt2-tanh", "qwen2-gqa", "mistral-gqa", "qwen3-gqa", "phi3-gqa", "olmo2-gqa")
-# Issue 23: the widths at which GPT-NeoX and Phi-3 configs with transformers' defaults (use_cache=True, Phi-3
+# The widths at which GPT-NeoX and Phi-3 configs with transformers' defaults (use_cache=True, Phi-3
 # with a key/value head per query head) measured less than memmath predicted. Every shape above runs with
 # use_cache=False; these set it in hf_config as a downloaded config.json does. Grid block 12, recorded after
 # hf_activations modelled the training forward's DynamicCache (_kv_cache) and Phi-3's b = 1 eager v view.
@@ -149,7 +149,7 @@ SHAPES.update({
 })
 CACHE_FAMILIES = ("neox-256", "phi3-256", "phi3-256-nocache", "gpt2-256")
 NEW_FAMILIES = FIRST_FAMILIES + MORE_FAMILIES + CACHE_FAMILIES
-# Groups of issue 11, recorded after memmath's counting of them was written (8-bit Adam: tensor by
+# Groups recorded after memmath's counting of them was written (8-bit Adam: tensor by
 # tensor from bitsandbytes' source, before bitsandbytes was installed here).
 HELD_OUT_GROUPS = ("8-bit Adam",)
 
@@ -190,7 +190,7 @@ class Case:
     checkpointing: bool = False
     batch_size: int = 2
     seq_len: int = 64
-    group: str = "transformers"  # the report's group: transformers (issue 4's grid) | 8-bit Adam | ...
+    group: str = "transformers"  # the report's group: transformers (the first grid) | 8-bit Adam | ...
     bottleneck: int = 0  # houlsby: the adapters' width m (adapters stored in the model's dtype)
 
     @property
@@ -218,7 +218,8 @@ class Case:
 
 
 def grid() -> list[Case]:
-    """The recorded grid: every axis of issue 4, without the full cross product (see comments)."""
+    """The recorded grid: every axis (shape, precision, optimizer, method, attention, dropout, checkpointing, sizes),
+    without the full cross product (see comments)."""
     cases: list[Case] = []
     shapes = [name for name in SHAPES if name not in HELD_OUT + NEW_FAMILIES]
     # 1. Methods x precisions x shapes (AdamW, SDPA, no dropout, no checkpointing, b=2, s=64).
@@ -261,7 +262,7 @@ def grid() -> list[Case]:
             Case(shape, precision="fp32", method="lora", lora_rank=4, optimizer="sgd_momentum", dropout=True,
                  checkpointing=True, batch_size=2, seq_len=112),
         ]
-    # 7. Held out: the model_types read since issue 10, full finetuning and LoRA, bf16 and fp32.
+    # 7. Held out: the first model_types read from config.json (FIRST_FAMILIES), full finetuning and LoRA, bf16 and fp32.
     for shape in FIRST_FAMILIES:
         cases += [
             Case(shape, precision="bf16", batch_size=2, seq_len=64),
@@ -278,7 +279,7 @@ def grid() -> list[Case]:
     cases += [Case("olmo2-gqa", precision="bf16", method="freeze", frozen_layers=1, batch_size=3, seq_len=40),
               Case("olmo2-gqa", precision="bf16", method="lora", lora_targets="all", adapter_format="bf16",
                    checkpointing=True, batch_size=1, seq_len=72)]
-    # 8. Held out: the rest of issue 10's model types (MORE_FAMILIES), measured after their traces were written.
+    # 8. Held out: the other model types read from config.json (MORE_FAMILIES), measured after their traces were written.
     for shape in MORE_FAMILIES[:-3]:
         attention = "eager" if shape == "gemma2-gqa" else "sdpa"  # Gemma 2 has no SDPA (softcapping)
         cases += [
@@ -311,7 +312,7 @@ def grid() -> list[Case]:
     cases += [Case("gemma3-mixed", precision="bf16", batch_size=2, seq_len=64),
               Case("gemma3-mixed", precision="fp32", attention="eager", dropout=True, batch_size=1, seq_len=48),
               Case("gemma3-mixed", precision="bf16", method="freeze", frozen_layers=2, batch_size=2, seq_len=40)]
-    # 12. Held out (issue 23): GPT-NeoX, Phi-3 and GPT-2 with use_cache=True at hidden 256, after the cache was
+    # 12. Held out: GPT-NeoX, Phi-3 and GPT-2 with use_cache=True at hidden 256, after the cache was
     # modelled: SDPA and eager at b = 1 (views of the fused projections), dropout (the CPU math kernel), LoRA,
     # frozen blocks (whose k and v the cache holds) and checkpointing (which turns the cache off); Phi-3 without
     # the cache for its b = 1 eager v view.
@@ -350,7 +351,7 @@ def eight_bit_grid() -> list[Case]:
     min_8bit_size (4,096 elements: norms and LoRA rank 8's A and B keep fp32 states; the matrices,
     and LoRA rank 64's 64 x 64 or 128 x 64 adapters, 8-bit ones)."""
     cases = []
-    # The shapes of issue 4's grid (the model types of issue 10 came later; they are not in this group).
+    # The shapes of the first grid (the model types read from config.json, NEW_FAMILIES, are not in this group).
     for i, shape in enumerate(name for name in SHAPES if name not in NEW_FAMILIES):
         for j, optimizer in enumerate(("adam8bit", "adamw8bit")):
             precision = ("fp32", "bf16")[(i + j) % 2]

@@ -1,6 +1,6 @@
 """Measure LoRA on mixtures of experts as peft 0.21 makes it, and record it for memmath's tests.
 
-    python -m validation.moe_lora            # every case, CPU -> memmath/reference/data/measured_moe_lora.json
+    python -m validation.moe_lora            # every case, CPU -> memmath_lessons/reference/data/measured_moe_lora.json
     python -m validation.moe_lora --only qwen3 --print --explain   # some cases, every saved storage listed
 
 On transformers 5.24 the routed experts of Mixtral, Qwen2-MoE and Qwen3-MoE are two 3-D Parameters
@@ -177,7 +177,7 @@ def main(argv=None):
     document = {
         "schema": M.SCHEMA_VERSION,
         "description": "LoRA on mixtures of experts (router, routed experts, shared expert), two training steps per "
-                       "case, measured by validation/moe_lora.py; see memmath/reference/measured.py "
+                       "case, measured by validation/moe_lora.py; see memmath_lessons/reference/measured.py "
                        "(load_measured_moe_lora). Every case held out: recorded after the prediction code.",
         "device": "cpu",
         "threads": 1,

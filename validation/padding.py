@@ -1,6 +1,6 @@
 """Measure training steps on right-padded batches (an attention mask with zeros), and record them for memmath's tests.
 
-    python -m validation.padding            # every case, CPU -> memmath/reference/data/measured_padding.json
+    python -m validation.padding            # every case, CPU -> memmath_lessons/reference/data/measured_padding.json
     python -m validation.padding --only gqa --print --explain   # some cases, every saved storage listed
 
 A batch of sequences of different lengths is padded to the longest and given an attention mask with zeros at the
@@ -124,7 +124,7 @@ def run(cases, explain=False) -> list[dict]:
 
 DESCRIPTION = ("Right-padded batches (an attention mask with zeros: SDPA's mask tensor, eager's mask) and packed "
                "sequences (their own position ids), two training steps per case, measured by validation/padding.py; see "
-               "memmath/reference/measured.py (load_measured_padding). Recorded after the prediction code; three packed "
+               "memmath_lessons/reference/measured.py (load_measured_padding). Recorded after the prediction code; three packed "
                "cases repeat the probe that found the rotary term (held_out false).")
 
 

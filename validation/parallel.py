@@ -1,6 +1,6 @@
 """Measure what each rank of a tensor- or pipeline-parallel training run allocates, over gloo on one CPU.
 
-    python -m validation.parallel                 # every case, written into memmath/reference/data/measured_parallel.json
+    python -m validation.parallel                 # every case, written into memmath_lessons/reference/data/measured_parallel.json
     python -m validation.parallel --print --only tp
 
 Each case spawns its ranks (torch.multiprocessing, gloo on 127.0.0.1 only, every case bounded by
@@ -52,9 +52,9 @@ SHAPES = {
     "llama-gqa": measure.SHAPES["llama-gqa"],
     "llama-wide": measure.SHAPES["llama-wide"],
     "llama-mha4": dict(measure.SHAPES["llama-mha"], n_layers=4),
-    # Recorded after memmath's pipeline peak model was written (round 2): grouped-query attention over 4 blocks.
+    # Recorded after memmath's pipeline peak model was written (round=2): grouped-query attention over 4 blocks.
     "llama-gqa4": dict(measure.SHAPES["llama-gqa"], n_layers=4),
-    # Round 4 (interleaved 1F1B): 8 blocks, for 2 GPUs x 4 stages and 4 GPUs x 2 stages.
+    # Interleaved 1F1B (round=4): 8 blocks, for 2 GPUs x 4 stages and 4 GPUs x 2 stages.
     "llama-gqa8": dict(measure.SHAPES["llama-gqa"], n_layers=8),
 }
 
@@ -62,9 +62,9 @@ SHAPES = {
 @dataclass(frozen=True)
 class ParallelCase:
     """One run: `engine` ("tp", "tp-sp", "pp", "tp-pp", "dp-tp") on `world_size` ranks; `tp` is the tensor degree
-    of tp-pp (the rest of the ranks pipeline stages) and dp-tp (the rest data-parallel copies). round 1: recorded
+    of tp-pp (the rest of the ranks pipeline stages) and dp-tp (the rest data-parallel copies). round=1: recorded
     before memmath's peak model of split runs was written (its pipeline and loss_parallel terms were found on
-    these runs); round 2: recorded after it, held out for the peak too."""
+    these runs); round=2: recorded after it, held out for the peak too."""
 
     shape: str
     precision: str = "fp32"
@@ -144,7 +144,7 @@ def round_two() -> list[ParallelCase]:
 
 def round_three() -> list[ParallelCase]:
     """Checkpointing (transformers' gradient_checkpointing_enable) in split runs, recorded after memmath's
-    recomputation moment of a pipeline stage was written: held out for everything (round 3 counts as 2)."""
+    recomputation moment of a pipeline stage was written: held out for everything (round=3 counts as round=2)."""
     three = dict(round=3, checkpointing=True)
     return [
         ParallelCase("llama-mha", precision="fp32", engine="tp", **three),
@@ -482,7 +482,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=None, help="measure only cases whose id contains this text")
     parser.add_argument("--print", action="store_true", help="print the records instead of writing them")
-    parser.add_argument("--round", type=int, default=None, help="measure only this round's cases (1, 2 or 3)")
+    parser.add_argument("--round", type=int, default=None, help="measure only the cases whose round field is this (1 to 4)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the data file to update")
     args = parser.parse_args(argv)
     cases = [c for c in grid() if (not args.only or args.only in c.case_id) and args.round in (None, c.round)]

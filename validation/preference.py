@@ -1,6 +1,6 @@
 """Measure preference training (DPO) with a frozen reference model, and record it for memmath's tests.
 
-    python -m validation.preference            # every case, CPU -> memmath/reference/data/measured_preference.json
+    python -m validation.preference            # every case, CPU -> memmath_lessons/reference/data/measured_preference.json
     python -m validation.preference --only copy --print --explain   # some cases, every saved storage listed
 
 The loop is written here, as the DPO paper states the loss (Rafailov et al. 2023, eq. 7), without a trainer
@@ -222,7 +222,7 @@ def run(cases, explain=False) -> list[dict]:
 
 DESCRIPTION = ("Preference training (DPO) with a frozen reference copy, the policy with its adapters off, or "
                "precomputed reference log-probs; two training steps per case, measured by validation/preference.py; "
-               "see memmath/reference/measured.py (load_measured_preference). Every case held out: recorded after "
+               "see memmath_lessons/reference/measured.py (load_measured_preference). Every case held out: recorded after "
                "memmath/preference.py was written.")
 
 

@@ -1,6 +1,6 @@
 """QLoRA measured: bitsandbytes' 4-bit (NF4, FP4) and 8-bit bases with peft's LoRA on top, two steps.
 
-    python -m validation.quantized            # measure the grid, append it to memmath/reference/data/measured_cpu.json
+    python -m validation.quantized            # measure the grid, append it to memmath_lessons/reference/data/measured_cpu.json
     python -m validation.quantized --print --only llama-gqa   # a subset, printed, nothing written
 
 Each case builds the transformers model of validation/measure.py in the case's dtype, replaces

@@ -18,8 +18,8 @@ import argparse
 import pandas as pd
 
 import memmath
-import memmath.reference
-from memmath.reference.measured import case_arguments, case_model, measured_metadata
+import memmath_lessons.reference
+from memmath_lessons.reference.measured import case_arguments, case_model, measured_metadata
 
 PARTS = {
     # part: (label, measured column, tolerance of tests/test_fidelity.py)
@@ -38,14 +38,14 @@ PARTS = {
 
 def comparison(cases: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per case and part: measured bytes, predicted bytes, relative error."""
-    cases = memmath.reference.load_measured() if cases is None else cases
+    cases = memmath_lessons.reference.load_measured() if cases is None else cases
     rows = []
     for _, case in cases.iterrows():
-        m = memmath.reference.predict_case(case)
+        m = memmath_lessons.reference.predict_case(case)
         textbook = memmath.training_memory(case_model(case), **case_arguments(case, "textbook"))
         detail = textbook.activation_detail
-        peak = memmath.reference.predict_peak_case(case)
-        first = memmath.reference.predict_peak_case(case, step="first")
+        peak = memmath_lessons.reference.predict_peak_case(case)
+        first = memmath_lessons.reference.predict_peak_case(case, step="first")
         predicted = {
             "parameters": m.weights, "gradients": m.gradients, "optimizer_states": m.optimizer_states,
             "activations": m.activation_detail.saved_by_forward,
@@ -94,7 +94,7 @@ def sharded_summary() -> pd.DataFrame:
     """Per sharded engine and world size: ranks whose parameters, gradients and optimizer states
     memmath predicts to the byte (training_memory(..., sharding=..., rank=r)), and the measured
     steady-state peak per rank (not predicted: peak_memory models one GPU)."""
-    from memmath.reference.measured import load_measured_sharded, predict_sharded_case, predict_sharded_peak
+    from memmath_lessons.reference.measured import load_measured_sharded, predict_sharded_case, predict_sharded_peak
 
     cases = load_measured_sharded()
     rows = []
@@ -128,7 +128,7 @@ def parallel_summary() -> pd.DataFrame:
     and optimizer states memmath predicts to the byte, whose saved activations per micro-batch and step peaks
     (memmath.parallel.parallel_peak) are within 5%, and the worst errors."""
     from memmath import parallel
-    from memmath.reference.measured import load_measured_parallel, predict_parallel_case, predict_parallel_peak
+    from memmath_lessons.reference.measured import load_measured_parallel, predict_parallel_case, predict_parallel_peak
 
     try:
         cases = load_measured_parallel()
@@ -139,7 +139,7 @@ def parallel_summary() -> pd.DataFrame:
         cases["peak_held_out"] = False
     cases["peak_held_out"] = cases["peak_held_out"].fillna(False).astype(bool)
     cases["checkpointing"] = cases["checkpointing"].fillna(False).astype(bool)
-    # Round 3's checkpointed runs without a pipeline showed two faults of the tensor-parallel share (the estimate's
+    # The checkpointed runs without a pipeline showed two faults of the tensor-parallel share (the estimate's
     # total less the per-micro-batch bytes taken for sequence parallelism's cut, and the checkpointed block input
     # left out of that cut), mended after they were recorded: for peaks (and, with sequence parallelism, saved
     # activations) they are not held out.
@@ -179,9 +179,9 @@ def parallel_summary() -> pd.DataFrame:
 
 def adapter_summary() -> pd.DataFrame:
     """Houlsby adapters per family, held out or not, and step: parameters, gradients and states to the
-    byte (training_memory), saved activations exact (the exact model traces the adapters since issue 11;
+    byte (training_memory), saved activations exact (the exact model's trace of the adapters was
     written after the first 20 cases were recorded, the next 15 held out), each step's peak within 5%."""
-    from memmath.reference.measured import load_measured_adapters
+    from memmath_lessons.reference.measured import load_measured_adapters
 
     cases = load_measured_adapters()
     rows = []
@@ -189,12 +189,12 @@ def adapter_summary() -> pd.DataFrame:
         exact = saved = 0
         peaks = {"1": [], "2 (steady)": []}
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case)
+            m = memmath_lessons.reference.predict_case(case)
             exact += (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
                 case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
             saved += int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
             for step, name, column in (("1", "first", "peak_step1_bytes"), ("2 (steady)", "steady", "peak_step2_bytes")):
-                peaks[step].append((int(memmath.reference.predict_peak_case(case, step=name).total) - case[column])
+                peaks[step].append((int(memmath_lessons.reference.predict_peak_case(case, step=name).total) - case[column])
                                    / case[column])
         for step, errors in peaks.items():
             rows.append({"group": f"Houlsby adapters: {family}, validation/houlsby.py",
@@ -226,7 +226,7 @@ def quantized_summary() -> tuple[pd.DataFrame, list[str]]:
     """QLoRA (validation/quantized.py) per base kind, held out or not, and step: static parts exact
     (weights, quantization constants, gradients, states), saved activations exact (an 8-bit base's
     ctx.A inputs included), each step's peak within 5%; and one line per miss, with its reason."""
-    from memmath.reference.measured import load_measured_quantized
+    from memmath_lessons.reference.measured import load_measured_quantized
 
     cases = load_measured_quantized()
     rows, misses, groups = [], [], {}
@@ -236,13 +236,13 @@ def quantized_summary() -> tuple[pd.DataFrame, list[str]]:
         static = saved = 0
         peaks = {"1": [], "2 (steady)": []}
         for case in members:
-            m = memmath.reference.predict_case(case)
+            m = memmath_lessons.reference.predict_case(case)
             static += (int(m.weights), int(m.quantization_constants), int(m.gradients), int(m.optimizer_states)) == (
                 case["param_bytes"], case["quantization_constant_bytes"], case["grad_bytes"],
                 case["optimizer_state_bytes"])
             saved += int(m.activation_detail.saved_by_forward) == case["saved_bytes"] + case["held_by_ctx_bytes"]
             for step, name, column in (("1", "first", "peak_step1_bytes"), ("2 (steady)", "steady", "peak_step2_bytes")):
-                error = (int(memmath.reference.predict_peak_case(case, step=name).total) - case[column]) / case[column]
+                error = (int(memmath_lessons.reference.predict_peak_case(case, step=name).total) - case[column]) / case[column]
                 peaks[step].append(error)
                 if abs(error) > 0.05:
                     why = QLORA_MISS_REASONS["ckpt" if case["checkpointing"] else "other"]
@@ -260,7 +260,7 @@ def amp_summary() -> pd.DataFrame:
     """AMP (validation/amp.py) per attention kind and whether recorded after memmath/amp_trace.py:
     static parts against precision="amp"; saved activations and peaks against the exact model
     (memmath/amp_trace.py: SDPA without dropout, eager attention)."""
-    from memmath.reference.measured import load_measured_amp
+    from memmath_lessons.reference.measured import load_measured_amp
 
     cases = load_measured_amp()
     after = cases.get("after_amp_trace", pd.Series(False, index=cases.index)).fillna(False).astype(bool)
@@ -269,13 +269,13 @@ def amp_summary() -> pd.DataFrame:
     for (attention, late), sub in cases.groupby(["attention", "after"], sort=False):
         exact = saved = peak1 = peak2 = 0
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case, activations="textbook")
+            m = memmath_lessons.reference.predict_case(case, activations="textbook")
             exact += (int(m.weights), int(m.gradients), int(m.optimizer_states), int(m.master_weights)) == (
                 case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"], 0)
             # every recorded AMP case is SDPA without dropout or eager attention: the exact model takes them
-            saved += int(memmath.reference.predict_case(case).activation_detail.saved_by_forward) == case["saved_bytes"]
+            saved += int(memmath_lessons.reference.predict_case(case).activation_detail.saved_by_forward) == case["saved_bytes"]
             for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-                ok = abs(int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) <= 0.05 * case[column]
+                ok = abs(int(memmath_lessons.reference.predict_peak_case(case, step=step).total) - case[column]) <= 0.05 * case[column]
                 peak1, peak2 = (peak1 + ok, peak2) if step == "first" else (peak1, peak2 + ok)
         n = len(sub)
         rows.append({"group": f"AMP (autocast bf16): {attention} attention, torch",
@@ -288,20 +288,20 @@ def amp_summary() -> pd.DataFrame:
 def moe_lora_summary() -> pd.DataFrame:
     """LoRA on mixtures of experts (validation/moe_lora.py: routers and routed experts as peft 0.21 adapts them),
     per model type; every case was recorded after the prediction code (held out)."""
-    from memmath.reference.measured import load_measured_moe_lora, predicted_saved_per_layer
+    from memmath_lessons.reference.measured import load_measured_moe_lora, predicted_saved_per_layer
 
     cases = load_measured_moe_lora()
     rows = []
     for arch, sub in cases.groupby("arch", sort=False):
         exact = saved = peak1 = peak2 = 0
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case)
+            m = memmath_lessons.reference.predict_case(case)
             exact += (int(m.weights), int(m.gradients), int(m.optimizer_states), int(m.trainable_params)) == (
                 case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"], case["trainable_params"])
             saved += (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
                       and predicted_saved_per_layer(case) == list(case["saved_per_layer"]))
             for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-                ok = abs(int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) \
+                ok = abs(int(memmath_lessons.reference.predict_peak_case(case, step=step).total) - case[column]) \
                     <= 0.05 * case[column]
                 peak1, peak2 = (peak1 + ok, peak2) if step == "first" else (peak1, peak2 + ok)
         n = len(sub)
@@ -313,7 +313,7 @@ def moe_lora_summary() -> pd.DataFrame:
 
 def timeline_summary() -> pd.DataFrame:
     """Step 2's measured profile (validation/timeline.py) against memmath.step_timeline: its peak, and the phase."""
-    from memmath.reference.measured import case_arguments, case_model, load_measured_timelines
+    from memmath_lessons.reference.measured import case_arguments, case_model, load_measured_timelines
     from memmath.timeline import step_timeline
 
     rows = []
@@ -332,7 +332,7 @@ def lora_dropout_summary() -> tuple[pd.DataFrame, list[str]]:
     """LoRA dropout, QLoRA dropout and mixed precision with master weights (validation/lora_dropout.py, its own
     file; every case held out) per group and step: parameters, gradients, states (and the master copy) exact,
     saved activations exact block by block, each step's peak within 5%, worst error; and every miss."""
-    from memmath.reference.measured import load_measured_lora_dropout, predicted_saved_per_layer
+    from memmath_lessons.reference.measured import load_measured_lora_dropout, predicted_saved_per_layer
 
     cases = load_measured_lora_dropout()
     rows, misses = [], []
@@ -340,7 +340,7 @@ def lora_dropout_summary() -> tuple[pd.DataFrame, list[str]]:
         exact = saved = 0
         errors = {"first": [], "steady": []}
         for _, case in sub.iterrows():
-            m = memmath.reference.predict_case(case)
+            m = memmath_lessons.reference.predict_case(case)
             constants = case["quantization_constant_bytes"] if isinstance(case["quant_type"], str) else 0
             master = case["master_weight_bytes"] if case["master"] else 0
             exact += (int(m.weights), int(m.quantization_constants), int(m.gradients), int(m.optimizer_states),
@@ -349,7 +349,7 @@ def lora_dropout_summary() -> tuple[pd.DataFrame, list[str]]:
             saved += (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
                       and predicted_saved_per_layer(case) == list(case["saved_per_layer"]))
             for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes")):
-                error = (int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
+                error = (int(memmath_lessons.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
                 errors[step].append(error)
                 if abs(error) > 0.05:
                     misses.append(f"{case['case_id']} ({step} step): {error:+.2%}")
@@ -367,12 +367,12 @@ def _recorded_case(case, saved_per_block, saved_case=None) -> tuple:
     """One recorded single-GPU case against memmath: (parameters, gradients and states exact, saved activations exact
     in all and block by block, {"first": step 1's peak error, "steady": step 2's}). saved_per_block: measured.py's
     predicted_saved_per_layer or predicted_saved_per_block; saved_case: the case it is asked of, when not `case`."""
-    m = memmath.reference.predict_case(case)
+    m = memmath_lessons.reference.predict_case(case)
     static = (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
         case["param_bytes"], case["grad_bytes"], case["optimizer_state_bytes"])
     saved = (int(m.activation_detail.saved_by_forward) == case["saved_bytes"]
              and saved_per_block(case if saved_case is None else saved_case) == list(case["saved_per_layer"]))
-    errors = {step: (int(memmath.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
+    errors = {step: (int(memmath_lessons.reference.predict_peak_case(case, step=step).total) - case[column]) / case[column]
               for step, column in (("first", "peak_step1_bytes"), ("steady", "peak_step2_bytes"))}
     return static, saved, errors
 
@@ -381,7 +381,7 @@ def preference_summary() -> tuple[pd.DataFrame, list[str]]:
     """Preference training (validation/preference.py, its own file; every case held out) per reference and step:
     parameters (the reference copy's too), gradients and states exact, saved activations exact block by block (the
     blocks as the policy's method at 2 x batch_size sequences), each step's peak within 5%, worst error; every miss."""
-    from memmath.reference.measured import load_measured_preference, predicted_saved_per_layer
+    from memmath_lessons.reference.measured import load_measured_preference, predicted_saved_per_layer
 
     cases = load_measured_preference()
     rows, misses = [], []
@@ -410,7 +410,7 @@ def grad_accum_summary() -> tuple[pd.DataFrame, list[str]]:
     """Gradient accumulation (validation/grad_accum.py, its own file; every case held out) per number of
     micro-batches and step: parameters, gradients and states exact, saved activations exact block by block, each
     step's peak within 5%, worst error; and every miss."""
-    from memmath.reference.measured import load_measured_grad_accum, predicted_saved_per_layer
+    from memmath_lessons.reference.measured import load_measured_grad_accum, predicted_saved_per_layer
 
     cases = load_measured_grad_accum()
     rows, misses = [], []
@@ -444,7 +444,7 @@ SLIDING_MISS_REASON = ("LoRA with checkpointing at 128 tokens: a recomputed bloc
 def sliding_summary() -> tuple[pd.DataFrame, list[str]]:
     """Sliding-window models (validation/sliding.py, all held out) per model type and attention, each side of the
     window: static parts, saved activations block by block, each step's peak within 5%; one line per miss."""
-    from memmath.reference.measured import load_measured_sliding, predicted_saved_per_block
+    from memmath_lessons.reference.measured import load_measured_sliding, predicted_saved_per_block
 
     cases = load_measured_sliding()
     rows, misses = [], []
@@ -471,7 +471,7 @@ def sliding_summary() -> tuple[pd.DataFrame, list[str]]:
 def padding_summary() -> pd.DataFrame:
     """Right-padded batches and packed sequences (validation/padding.py) per group and attention kind: static parts, saved activations
     block by block, each step's peak within 5%."""
-    from memmath.reference.measured import load_measured_padding, predicted_saved_per_block
+    from memmath_lessons.reference.measured import load_measured_padding, predicted_saved_per_block
 
     cases = load_measured_padding()
     rows = []
@@ -525,7 +525,7 @@ def _per_case(table: pd.DataFrame) -> pd.DataFrame:
     out["step 2 err"] = wide["peak"].map("{:+.2%}".format)
     for phase in ("forward", "backward", "optimizer_step"):
         out[phase.replace("optimizer_step", "step")] = wide[f"peak_{phase}"].map("{:+.1%}".format)
-    order = memmath.reference.load_measured().case_id
+    order = memmath_lessons.reference.load_measured().case_id
     return out.loc[[c for c in order if c in out.index]]
 
 
@@ -535,7 +535,7 @@ def main(argv=None):
     parser.add_argument("--only", default=None, help="cases whose id contains this text")
     args = parser.parse_args(argv)
 
-    cases = memmath.reference.load_measured()
+    cases = memmath_lessons.reference.load_measured()
     if args.only:
         cases = cases[cases.case_id.str.contains(args.only, regex=False)]
     if cases.empty:
@@ -549,7 +549,7 @@ def main(argv=None):
             print()
         print(f"{len(cases)} cases measured on the {meta['device']} ({meta['threads']} thread; {versions})")
         print(summary(table).to_string(index=False))
-        for case_id in memmath.reference.measured.REFUSED_CASES:  # load_measured leaves them out
+        for case_id in memmath_lessons.reference.measured.REFUSED_CASES:  # load_measured leaves them out
             print(f"recorded, refused by name, not compared: {case_id}")
         print()
         print("Per group (held out: recorded after the prediction code it tests was written):")
@@ -655,7 +655,7 @@ def main(argv=None):
             print("pipeline's receive buffers, added after the first runs); the peak model of split runs (the schedule replay,")
             print("torch's loss_parallel terms) was written after profiler traces of those runs, so for peaks they are not held")
             print("out. The second round (tensor x pipeline, data x tensor), the third (checkpointing) and the fourth")
-            print("(interleaved 1F1B) were recorded after the model they test: held out, except round 3's checkpointed runs")
+            print("(interleaved 1F1B) were recorded after the model they test: held out, except the checkpointed runs")
             print("without a pipeline, whose tensor-parallel share was mended after they were recorded (not held out for peaks).")
             print(parallel_runs.to_string(index=False))
 

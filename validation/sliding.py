@@ -1,6 +1,6 @@
 """Measure training steps of sliding-window models below, at and past the window, and record them for memmath's tests.
 
-    python -m validation.sliding            # every case, CPU -> memmath/reference/data/measured_sliding.json
+    python -m validation.sliding            # every case, CPU -> memmath_lessons/reference/data/measured_sliding.json
     python -m validation.sliding --only gemma3 --print --explain   # some cases, every saved storage listed
 
 transformers 5.24 builds each model's attention masks once per forward pass (masking_utils.py). Under SDPA a
@@ -125,7 +125,7 @@ def run(cases, explain=False) -> list[dict]:
 
 
 DESCRIPTION = ("Sliding-window models below, at and past the window (SDPA's mask tensor, eager's masks), two training "
-               "steps per case, measured by validation/sliding.py; see memmath/reference/measured.py "
+               "steps per case, measured by validation/sliding.py; see memmath_lessons/reference/measured.py "
                "(load_measured_sliding). Every case held out: recorded after the prediction code.")
 
 

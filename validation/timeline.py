@@ -1,6 +1,6 @@
 """Record a training step's allocated bytes over time on the CPU, for lesson 3's memory timeline.
 
-    .venv/bin/python -m validation.timeline            # writes memmath/reference/data/measured_timeline.json
+    .venv/bin/python -m validation.timeline            # writes memmath_lessons/reference/data/measured_timeline.json
 
 Each case runs two training steps of a small model as validation/measure.py does (the same build, optimizer and
 loop) under the PyTorch profiler with profile_memory=True, and keeps the running sum of its allocation events

@@ -5,7 +5,7 @@ tests that replay those measurements read the same configs as validation/inferen
 # The shared sizes of every measured model (h=256, 4 layers, 8 heads, V=32,000; bf16).
 SIZES = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000)
 
-# The model types read since issue 10, as config.json fields (transformers' AutoConfig.for_model).
+# The model types read from config.json, as its fields (transformers' AutoConfig.for_model).
 CONFIGS = {
     "gemma": dict(model_type="gemma", head_dim=32, num_key_value_heads=2, intermediate_size=688),
     "gemma2": dict(model_type="gemma2", head_dim=32, num_key_value_heads=2, intermediate_size=688,

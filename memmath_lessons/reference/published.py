@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from dataclasses import dataclass
 
-from .. import validate
-from ..recipes import RECIPES, Recipe, bytes_per_parameter
-from ..units import UNITS, unit_name
+from memmath import validate
+from memmath.recipes import RECIPES, Recipe, bytes_per_parameter
+from memmath.units import UNITS, unit_name
 
 if TYPE_CHECKING:
     import pandas as pd

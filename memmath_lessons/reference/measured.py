@@ -5,9 +5,9 @@ versions in `measured_metadata()["versions"]`) and recorded the bytes in memmath
 This module reads that file without torch:
 
     >>> import memmath
-    >>> cases = memmath.reference.load_measured()             # one row per case
+    >>> cases = memmath_lessons.reference.load_measured()             # one row per case
     >>> row = cases.iloc[0]
-    >>> m = memmath.reference.predict_case(row)               # the matching training_memory(...) call
+    >>> m = memmath_lessons.reference.predict_case(row)               # the matching training_memory(...) call
     >>> int(m.weights) == int(row.param_bytes)
     True
     >>> predicted_saved_per_layer(row) == list(row.saved_per_layer)   # block by block
@@ -18,7 +18,7 @@ Columns, per case:
   shape                gpt2, llama-mha, llama-gqa, llama-gqa-tied, bert (sizes in family, n_layers, hidden_size,
                        n_heads, n_kv_heads, intermediate_size, vocab_size, max_positions, tied_embeddings, ...)
   precision            fp32 or bf16 (the whole model in that dtype, no autocast)
-  group                the report's group: "transformers" (issue 4's grid), "8-bit Adam", ...
+  group                the report's group: "transformers" (the first grid: GPT-2, LLaMA and BERT layouts), "8-bit Adam", ...
   optimizer            adamw, sgd_momentum, adam_amsgrad (torch.optim, memmath's names), adam8bit and
                        adamw8bit (bitsandbytes' Adam8bit and AdamW8bit, both memmath's "adam8bit")
   method               full, freeze (frozen_layers: the first k blocks and the embeddings), lora
@@ -62,9 +62,9 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-from .. import validate
-from ..methods import Freeze, Full, LoRA
-from ..models import ModelShape, bert_model, gpt2_model, llama_model
+from memmath import validate
+from memmath.methods import Freeze, Full, LoRA
+from memmath.models import ModelShape, bert_model, gpt2_model, llama_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,8 +77,8 @@ HELD_OUT_SHAPES = ("gpt2-wide", "llama-wide", "bert-wide")
 
 
 def data_files() -> tuple[str, ...]:
-    """The names of the data files shipped in memmath/reference/data (the only names read)."""
-    folder = resources.files("memmath.reference").joinpath("data")
+    """The names of the data files shipped in memmath_lessons/reference/data (the only names read)."""
+    folder = resources.files("memmath_lessons.reference").joinpath("data")
     return tuple(sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".json") and entry.is_file()))
 
 
@@ -100,7 +100,7 @@ def _shipped(name) -> str:
 
 @lru_cache(maxsize=4)
 def _read_document(name: str) -> dict:
-    text = resources.files("memmath.reference").joinpath("data", name).read_text(encoding="utf-8")
+    text = resources.files("memmath_lessons.reference").joinpath("data", name).read_text(encoding="utf-8")
     return json.loads(text)
 
 
@@ -112,9 +112,9 @@ def measured_metadata(name: str = DATA_FILE) -> dict:
 # Recorded cases that memmath refuses by name (measured, held out, then found outside what it models),
 # with the words of the refusal: load_measured leaves them out unless refused=True.
 REFUSED_CASES: dict[str, str] = {
-    # Empty since issue 23: the one refused case, Qwen3-MoE with measure.py's "all" list (which peft 0.21 maps onto
-    # the routed experts' 3-D parameters: 52,224 trainable, 10,752 of them in attention), is modelled now
-    # (ModelShape.lora_adapters, hf_activations._wrapped_weight), written without running it again.
+    # Empty: every recorded case is modelled. Qwen3-MoE with measure.py's "all" list (which peft 0.21 maps onto the
+    # routed experts' 3-D parameters: 52,224 trainable, 10,752 of them in attention) is counted by
+    # ModelShape.lora_adapters and hf_activations._wrapped_weight, written without running it again.
 }
 
 
@@ -193,8 +193,8 @@ def predicted_saved_per_block(row) -> list[int]:
     """predicted_saved_per_layer(row), with what blocks of the other layer type save more past the sliding window
     (their SDPA mask and repeated k and v, which the estimate counts with the shared tables: ActivationParts.
     block_extras) booked in the blocks that save it, as the measurement books it."""
-    from ..hf_activations import activation_parts
-    from ..recipes import get_recipe
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
 
     blocks = predicted_saved_per_layer(row)
     arguments = case_arguments(row)
@@ -233,7 +233,7 @@ def predict_sharded_case(row, rank: int):
     """memmath.training_memory(...) of one rank of a sharded case: sharding="fsdp2" with zero_stage=3
     (FSDP2, resharded after forward or not: the same storage between steps) or "zero_redundancy"
     with zero_stage=1."""
-    from ..training import training_memory
+    from memmath.memory import training_memory
 
     arguments = case_arguments(row)
     engine = str(row["engine"])
@@ -254,9 +254,9 @@ def predict_sharded_peak(row, rank: int, step: str = "steady") -> dict:
     FSDP2 ranks are refused: their all-gather and reduce-scatter buffers are not modelled (measured,
     their per-rank peaks also vary by up to 25% from run to run with the collectives' timing).
     """
-    from ..peak import STEPS, optimizer_transient
-    from ..recipes import get_optimizer, get_recipe
-    from ..sharding import torch_tensors, zero_redundancy_assignment
+    from memmath.peak import STEPS, optimizer_transient
+    from memmath.recipes import get_optimizer, get_recipe
+    from memmath.sharding import torch_tensors, zero_redundancy_assignment
 
     engine = _text(row, "engine")
     if engine != "zero1":
@@ -299,7 +299,7 @@ def case_model(row) -> ModelShape:
     common = dict(n_layers=_count(row, "n_layers", high=validate.MAX_LAYERS), hidden_size=_count(row, "hidden_size"),
                   n_heads=_count(row, "n_heads"), intermediate_size=_count(row, "intermediate_size"),
                   vocab_size=_count(row, "vocab_size", high=validate.MAX_VOCAB), name=_text(row, "shape"))
-    if isinstance(row.get("arch"), str):  # shapes recorded since issue 10: read as from_hf_config reads the config
+    if isinstance(row.get("arch"), str):  # shapes recorded as config fields: read as from_hf_config reads the config
         return replace(_case_from_config(row), name=_text(row, "shape"))
     # validation/measure.py builds every config with use_cache=False unless the shape's hf_config says otherwise.
     if family == "gpt2":
@@ -317,7 +317,7 @@ def case_model(row) -> ModelShape:
 
 def _use_cache(row) -> bool:
     """The use_cache a recorded case ran with: validation/measure.py passes use_cache=False to every config
-    (cases recorded before issue 23) unless the shape's hf_config sets it (the use_cache cases since)."""
+    unless the shape's hf_config sets it (the use_cache cases)."""
     more = row.get("hf_config")
     value = more.get("use_cache", False) if isinstance(more, dict) else False
     return validate.flag("row column 'hf_config' field 'use_cache'", value)
@@ -325,8 +325,8 @@ def _use_cache(row) -> bool:
 
 def _case_from_config(row) -> ModelShape:
     """The config.json validation/measure.py builds for a shape with a model_type (its _hf_config)."""
-    from ..architectures import SUPPORTED_MODEL_TYPES
-    from ..config_reader import from_hf_config
+    from memmath.architectures import SUPPORTED_MODEL_TYPES
+    from memmath.config_reader import from_hf_config
 
     n = lambda key: _count(row, key, high=validate.MAX_VOCAB if key == "vocab_size" else validate.MAX_DIM)  # noqa: E731
     arch = validate.choice("row column 'arch'", _text(row, "arch"), SUPPORTED_MODEL_TYPES)
@@ -372,7 +372,7 @@ def _case_targets(row):
     """The LoRA targets of a recorded case: "qv"; "all", the module-name list of validation/measure.py;
     "all-linear", peft's target_modules="all-linear" (memmath's "all"); or memmath target names joined by "+"
     (validation/moe_lora.py)."""
-    from ..models import LORA_TARGETS
+    from memmath.models import LORA_TARGETS
 
     targets = _text(row, "lora_targets")
     if targets == "qv":
@@ -393,7 +393,7 @@ def case_method(row):
     (validation/preference.py: a `reference` column) gets DPO(base=that method, reference=...)."""
     reference = row.get("reference") if hasattr(row, "get") else None
     if isinstance(reference, str):
-        from ..preference import DPO
+        from memmath.preference import DPO
 
         base = {key: value for key, value in dict(row).items() if key != "reference"}
         return DPO(base=case_method(base), reference=reference, beta=float(row.get("beta", 0.1)))
@@ -407,7 +407,7 @@ def case_method(row):
     if method == "lora":
         targets = _case_targets(row)
         if isinstance(row.get("quant_type"), str):  # validation/quantized.py: a bitsandbytes base under peft's LoRA
-            from ..methods import QLoRA
+            from memmath.methods import QLoRA
 
             return QLoRA(rank=_count(row, "lora_rank", high=2**16), targets=targets,
                          adapter_format=_text(row, "adapter_format"), quant_type=_text(row, "quant_type"),
@@ -416,7 +416,7 @@ def case_method(row):
                     adapter_format=_text(row, "adapter_format"), dropout=_lora_dropout(row))
     if method == "houlsby":
         # validation/houlsby.py: two adapters per block in the model's dtype; only they train.
-        from ..methods import Adapters
+        from memmath.methods import Adapters
 
         return Adapters(bottleneck=_count(row, "bottleneck"))
     raise ValueError(f"row column 'method' must be full, freeze, lora or houlsby; got {validate.describe(method)}")
@@ -424,9 +424,9 @@ def case_method(row):
 
 def case_arguments(row, activations: str = "transformers") -> dict:
     """The keyword arguments of memmath.training_memory that describe a recorded case."""
-    from ..activations import ATTENTION_KINDS
-    from ..recipes import get_optimizer, get_recipe
-    from ..run import ACTIVATION_MODELS
+    from memmath.activations import ATTENTION_KINDS
+    from memmath.recipes import get_optimizer, get_recipe
+    from memmath.run import ACTIVATION_MODELS
 
     # bitsandbytes' Adam8bit and AdamW8bit keep the same states: memmath's "adam8bit" for both.
     optimizer = _text(row, "optimizer")
@@ -444,7 +444,7 @@ def case_arguments(row, activations: str = "transformers") -> dict:
 
 def predict_case(row, activations: str = "transformers"):
     """memmath.training_memory(...) for a recorded case: the prediction to hold against its measurement."""
-    from ..training import training_memory
+    from memmath.memory import training_memory
 
     return training_memory(case_model(row), **case_arguments(row, activations))
 
@@ -452,7 +452,7 @@ def predict_case(row, activations: str = "transformers"):
 def predict_peak_case(row, step: str = "steady"):
     """memmath.peak_memory(..., step=step) for a recorded case. The measured counterpart is
     row.peak_step2_bytes (= row.peak_bytes) for "steady" and row.peak_step1_bytes for "first"."""
-    from ..peak import peak_memory
+    from memmath.peak import peak_memory
 
     arguments = case_arguments(row)
     del arguments["activations"]
@@ -470,8 +470,8 @@ def predicted_saved_per_layer(row) -> list[int]:
     cos/sin, GPT-2's checkpointed attention mask), which the estimate counts outside the blocks,
     are added to the first storing block here.
     """
-    from ..hf_activations import activation_parts
-    from ..recipes import get_recipe
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
 
     arguments = case_arguments(row)
     parts = activation_parts(case_model(row), recipe=get_recipe(arguments["precision"]), method=arguments["method"],
@@ -489,7 +489,7 @@ def predicted_saved_per_layer(row) -> list[int]:
     blocks += trained
     first = next((i for i, n in enumerate(blocks) if n), None)
     if first is not None:
-        from ..methods import Adapters
+        from memmath.methods import Adapters
 
         # Houlsby adapters train after the projections only: the first block's q and k need no gradient
         # (its input comes from the frozen embedding), so the rotary tables are saved first by the second.
@@ -565,7 +565,7 @@ def measured_qlora(quant_type: str | None = None, max_cases: int = 4, name: str 
     """
     import pandas as pd  # only here: `import memmath` stays numpy-only
 
-    from ..methods import QUANT_TYPES
+    from memmath.methods import QUANT_TYPES
 
     if quant_type is not None:
         quant_type = validate.choice("quant_type", quant_type, QUANT_TYPES)
@@ -610,7 +610,7 @@ LORA_DROPOUT_FILE = "measured_lora_dropout.json"
 def _lora_dropout(row) -> float:
     """peft's lora_dropout of a recorded case: its lora_dropout column (validation/lora_dropout.py), 0.0 for the
     cases recorded before it (every other recorder builds LoraConfig(lora_dropout=0.0))."""
-    from ..methods import lora_dropout
+    from memmath.methods import lora_dropout
 
     value = row.get("lora_dropout") if hasattr(row, "get") else None
     if value is None or (isinstance(value, float) and value != value):  # absent, or NaN in a mixed frame
@@ -659,7 +659,7 @@ GRAD_ACCUM_FILE = "measured_grad_accum.json"
 def _grad_accum_steps(row) -> int:
     """Micro-batches per optimizer step of a recorded case: its grad_accum_steps column (validation/grad_accum.py),
     1 for the cases recorded before it (every other recorder steps after each batch)."""
-    from ..run import MAX_GRAD_ACCUM
+    from memmath.run import MAX_GRAD_ACCUM
 
     value = row.get("grad_accum_steps") if hasattr(row, "get") else None
     if value is None or (isinstance(value, float) and value != value):  # absent, or NaN in a mixed frame
@@ -700,13 +700,13 @@ def load_measured_parallel(name: str = PARALLEL_FILE) -> pd.DataFrame:
 
 def parallel_run(row, rank: int = 0):
     """The memmath.Run of one rank of a recorded parallel case."""
-    from ..run import Run
+    from memmath.run import Run
 
     engine = _text(row, "engine")
     world = _count(row, "world_size", low=2, high=validate.MAX_GPUS)
     schedule = dict(pp_schedule=_text(row, "schedule"), micro_batches=_count(row, "micro_batches", high=validate.MAX_BATCH)) \
         if engine in ("pp", "tp-pp") else {}
-    if schedule.get("pp_schedule") == "interleaved":  # several stages per rank (round 4)
+    if schedule.get("pp_schedule") == "interleaved":  # several stages per rank
         schedule["virtual_stages"] = _count(row, "virtual_stages", low=2, high=world * validate.MAX_GPUS)
     # the combined layouts name their tensor degree (column tp); the rest of the ranks are pipeline stages (tp-pp) or
     # data-parallel copies (dp-tp)
@@ -720,7 +720,7 @@ def parallel_run(row, rank: int = 0):
 
 def predict_parallel_case(row, rank: int):
     """memmath.training_memory(...) of one rank of a recorded parallel case (memmath/parallel.py)."""
-    from ..training import training_memory
+    from memmath.memory import training_memory
 
     return training_memory(parallel_run(row, rank))
 
@@ -728,7 +728,7 @@ def predict_parallel_case(row, rank: int):
 def predict_parallel_peak(row, rank: int, step: str = "steady") -> dict:
     """memmath.parallel.parallel_peak of one rank of a recorded parallel case: forward, backward,
     optimizer_step, total bytes (the measured: peak_step2_bytes_per_rank for "steady", step 1 for "first")."""
-    from ..parallel import parallel_peak
+    from memmath.parallel import parallel_peak
 
     return parallel_peak(parallel_run(row, rank), step=step)
 

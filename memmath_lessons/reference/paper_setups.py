@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..methods import Full, LoRA, Method, QLoRA
-from ..recipes import Recipe
-from ..training import TrainingMemory, training_memory
+from memmath.methods import Full, LoRA, Method, QLoRA
+from memmath.recipes import Recipe
+from memmath.memory import training_memory
+from memmath.training import TrainingMemory
 
 # bitsandbytes' 32-bit (paged) AdamW on a bf16 model: 16-bit weights and gradients, fp32 optimizer
 # states, no fp32 master copy: 2 + 2 + 2 x 4 = 12 B per trainable parameter with Adam.
@@ -46,7 +47,7 @@ class Setup:
 
     def run(self, **changes):
         """The memmath.Run of this setup (what memmath.requirement judges); keyword arguments replace fields."""
-        from ..run import Run
+        from memmath.run import Run
 
         setup = replace(self, **changes) if changes else self
         return Run(setup.model, precision=setup.precision, optimizer=setup.optimizer, method=setup.method,
