@@ -28,8 +28,16 @@ import sys
 from dataclasses import dataclass
 
 from . import validate
-from .traced import (EXTRA, PRECISIONS, TraceSettings, apply_method, blocks_of, hf_config, make_optimizer,
-                     model_class, read_config, require_torch, settings_of)
+from .config_reader import from_hf_config
+from .memory import training_memory
+from .methods import Freeze, Full, LoRA
+from .peak import peak_memory
+from .run import Run
+from .snapshot import read_snapshot
+from .stepping import StorageSet, step_twice, unique_bytes
+from .traced import (ATTENTION, METHODS, OPTIMIZERS, PRECISIONS, TorchMissing, TraceSettings, _quiet_transformers,
+                     apply_method, blocks_of, hf_config, make_optimizer, model_class, read_config, require_torch,
+                     settings_of, traced_training, versions)
 
 # Each part: its label, the measured record's key, and how closely memmath's recorded groups hold it
 # (tests/test_fidelity.py: to the byte for the static parts, 1% for saved activations, 5% for the peaks).
@@ -145,9 +153,6 @@ def build_real(config: dict, settings: TraceSettings, device: str, seed: int = 0
 def measure_config(config, settings=None, device: str | None = None) -> dict:
     """Two real training steps of the config's model: memmath.stepping's record (integer bytes by key)."""
     torch, _ = require_torch()
-    from .stepping import step_twice
-    from .traced import _quiet_transformers
-
     settings = settings_of(settings)
     config = read_config(config)
     device = validate.choice("device", device or default_device(), ("cpu", "cuda"))
@@ -163,8 +168,6 @@ def measure_config(config, settings=None, device: str | None = None) -> dict:
 
 def predict(config: dict, settings: TraceSettings, device: str) -> tuple[dict, str]:
     """memmath's prediction by PARTS' keys, and its basis: the model type's record, else the traced answer."""
-    from .config_reader import from_hf_config
-
     try:
         shape = from_hf_config(config)
     except ValueError:
@@ -174,17 +177,12 @@ def predict(config: dict, settings: TraceSettings, device: str) -> tuple[dict, s
             return _memmath_prediction(shape, settings, device), "memmath"
         except ValueError:
             pass  # a run memmath's exact model does not cover (its peak model refuses it): the trace answers
-    from .traced import traced_training
-
     answer = traced_training(config, settings)
     return {key: getattr(answer, key) for _, key, _ in PARTS}, "traced"
 
 
 def memmath_run(shape, settings: TraceSettings, device: str):
     """The memmath.Run that describes the measured step."""
-    from .methods import Freeze, Full, LoRA
-    from .run import Run
-
     if settings.method == "freeze":
         method = Freeze(frozen_layers=settings.frozen_layers)
     elif settings.method == "lora":
@@ -198,9 +196,6 @@ def memmath_run(shape, settings: TraceSettings, device: str):
 
 
 def _memmath_prediction(shape, settings, device) -> dict:
-    from .peak import peak_memory
-    from .training import training_memory
-
     run = memmath_run(shape, settings, device)
     memory = training_memory(run)
     return {"param_bytes": int(memory.weights), "grad_bytes": int(memory.gradients),
@@ -213,8 +208,6 @@ def _memmath_prediction(shape, settings, device) -> dict:
 def measure_run(config, settings=None, device: str | None = None, **overrides) -> Comparison:
     """Two real steps of the config's model on `device` (default: CUDA when present, else the CPU) beside memmath's
     prediction for the same run. settings: a memmath.Run, a dict of TraceSettings' fields, or None."""
-    from .traced import versions
-
     settings = settings_of(settings, **overrides)
     config = read_config(config)
     device = device or default_device()
@@ -231,8 +224,6 @@ def trainer_callback(prediction: dict | None = None, out=None):
     reserved bytes), and writes them beside `prediction` (PARTS' keys) when step 2 ends. Its `measured` dict holds
     the numbers."""
     _, transformers = require_torch()
-    from .stepping import unique_bytes
-
     class MemmathCallback(transformers.TrainerCallback):
         def __init__(self):
             self.measured: dict = {}
@@ -258,8 +249,6 @@ def trainer_callback(prediction: dict | None = None, out=None):
         def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
             if self.step == 0 and optimizer is not None:
                 import torch
-
-                from .stepping import StorageSet
 
                 states = StorageSet()
                 for state_ in optimizer.state.values():
@@ -301,8 +290,6 @@ def add_options(parser):
 
 def add_step_options(parser):
     """The measured step's options: the method, the precision, the optimizer, the batch and the sequence."""
-    from .traced import ATTENTION, METHODS, OPTIMIZERS
-
     group = parser.add_argument_group("the training step")
     group.add_argument("--precision", choices=tuple(PRECISIONS), default="bf16")
     group.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
@@ -326,8 +313,6 @@ def settings_from_args(args) -> TraceSettings:
 
 def run(args, out, style=None) -> int:
     """`memmath measure`: writes the comparison (or a snapshot's parts) to `out`; returns the exit status."""
-    from .traced import TorchMissing
-
     try:
         return _run(args, out)
     except TorchMissing as error:
@@ -336,8 +321,6 @@ def run(args, out, style=None) -> int:
 
 def _run(args, out) -> int:
     if args.snapshot:
-        from .snapshot import read_snapshot
-
         summary = read_snapshot(args.snapshot)
         out.write(json.dumps(summary.as_dict(), indent=2) + "\n" if args.json else summary.text())
         return 0

@@ -40,12 +40,12 @@ What memmath does with the vision parts (the Note kinds in parentheses):
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 
 from . import validate
 from .models import ModelShape, ParamTensor
 from .notes import Note
+from .vision_parts import VisionTensors
 
 MULTIMODAL_MODEL_TYPES = ("gemma3", "llava", "mistral3", "qwen2_vl", "qwen2_5_vl")
 VISION_CHOICES = ("trains", "projector", "frozen")  # what of the tower and projector trains (methods' vision=)
@@ -233,101 +233,6 @@ VISION_FIELDS = {
                               window_size=_NO_PARAMS, fullatt_block_indexes=_NO_PARAMS,
                               in_chans="not read by Qwen2_5_VLVisionConfig: in_channels counts", hidden_act=_NO_PARAMS),
 }
-
-
-# ---- the vision parts of a shape -----------------------------------------------------------------
-@dataclass(frozen=True)
-class VisionParts:
-    """The vision tower and the projector of a vision-language model, tensor by tensor.
-
-    model_type: the wrapper's (gemma3, llava, ...); tower: the vision config's model_type; text_type: the
-    text_config's. The tower is `embeddings`, then `n_blocks` copies of `block` (its names hold "{i}", the
-    block's index), then `post`; `projector` follows. Tensor names are transformers' parameter names without
-    the leading "model." (the order of model.parameters()). Components: "vision_tower" and "projector".
-    image_tokens: tokens one image puts into the language model's sequence where the config fixes it
-    (Gemma 3's mm_tokens_per_image, LLaVA's image_seq_length), else None (it follows the image's size).
-    """
-
-    model_type: str
-    tower: str
-    text_type: str
-    n_blocks: int
-    embeddings: tuple
-    block: tuple
-    post: tuple
-    projector: tuple
-    image_tokens: int | None = None
-
-    @functools.cached_property
-    def tensor_list(self) -> tuple:
-        """Every tensor of the tower then the projector, each block's named with its index."""
-        blocks = tuple(replace(t, name=t.name.format(i=i)) for i in range(self.n_blocks) for t in self.block)
-        return self.embeddings + blocks + self.post + self.projector
-
-    def tensors(self) -> list[ParamTensor]:
-        """The tower's and the projector's tensors, as a new list."""
-        return list(self.tensor_list)
-
-    @functools.cached_property
-    def tower_params(self) -> int:
-        """Parameters of the vision tower."""
-        return (sum(t.numel for t in self.embeddings + self.post)
-                + self.n_blocks * sum(t.numel for t in self.block))
-
-    @functools.cached_property
-    def projector_params(self) -> int:
-        """Parameters of the projector (Qwen2-VL's merger, inside its `visual` module, counts as the projector)."""
-        return sum(t.numel for t in self.projector)
-
-    @property
-    def n_params(self) -> int:
-        """Parameters of the tower and the projector together."""
-        return self.tower_params + self.projector_params
-
-    @property
-    def label(self) -> str:
-        """The tower's family in words: SigLIP, CLIP, Pixtral, Qwen2-VL, Qwen2.5-VL."""
-        return TOWER_LABELS.get(self.tower, self.tower)
-
-    def linear_modules(self, component: str | None = None) -> list[str]:
-        """The nn.Linear modules of the tower (component "vision_tower") and/or the projector, by name."""
-        return [t.name.removesuffix(".weight") for t in self.tensor_list if t.linear
-                and (component is None or t.component == component)]
-
-    def describe(self) -> str:
-        """One line: what was counted, part by part."""
-        return (f"counted: the {self.label} vision tower ({self.n_blocks} blocks, {self.tower_params:,} parameters) "
-                f"and the projector ({self.projector_params:,}), as transformers' {_WRAPPERS[self.model_type].cls} "
-                "builds them, with the language model")
-
-    def trainable(self, vision: str) -> list[ParamTensor]:
-        """The tensors that train under a method's vision= setting (VISION_CHOICES)."""
-        vision = validate.choice("vision", vision, VISION_CHOICES)
-        if vision == "trains":
-            return self.tensors()
-        if vision == "projector":
-            return list(self.projector)
-        return []
-
-    def trainable_note(self, vision: str) -> Note:
-        """What of the tower and projector trains under vision=, as a Note (kind vision_trainable)."""
-        tower = f"the vision tower ({self.label}, {self.tower_params:,} parameters)"
-        projector = f"the projector ({self.projector_params:,})"
-        kept = "their weights are counted, with no gradients or optimizer states"
-        text = {
-            "trains": f"{tower} and {projector} train with the language model: gradients and optimizer states for "
-                      "both (vision='trains'; vision='frozen' trains the language model only)",
-            "projector": f"{projector} trains; {tower} is frozen: its weights are counted, with no gradients or "
-                         "optimizer states (vision='projector')",
-            "frozen": f"{tower} and {projector} are frozen: {kept} (vision='frozen')",
-        }[validate.choice("vision", vision, VISION_CHOICES)]
-        return Note("vision_trainable", text)
-
-    def peft_name_overlap(self, modules) -> list[str]:
-        """Linear modules of the tower and projector that peft's plain target names `modules` (suffixes such as
-        "q_proj") would also adapt: peft matches a name against the end of every module's path."""
-        wanted = set(modules)
-        return sorted({name.rsplit(".", 1)[-1] for name in self.linear_modules() if name.rsplit(".", 1)[-1] in wanted})
 
 
 # ---- tensors --------------------------------------------------------------------------------------
@@ -680,3 +585,54 @@ def activations_note(shape: ModelShape, vision: str = "frozen") -> Note:
     return Note("vision_activations_not_counted", f"activations: the language model's, over seq_len tokens with the "
                 f"image tokens among them{tokens}; the {parts.label} vision tower's and the projector's activations "
                 f"are not counted ({why})")
+
+
+@dataclass(frozen=True)
+class VisionParts(VisionTensors):
+    """A vision-language model's tower and projector (VisionTensors), with what the wrapper's tables say of them:
+    the tower's name, what trains under a method's vision= setting, and peft's target names."""
+
+    @property
+    def label(self) -> str:
+        """The tower's family in words: SigLIP, CLIP, Pixtral, Qwen2-VL, Qwen2.5-VL."""
+        return TOWER_LABELS.get(self.tower, self.tower)
+
+    def linear_modules(self, component: str | None = None) -> list[str]:
+        """The nn.Linear modules of the tower (component "vision_tower") and/or the projector, by name."""
+        return [t.name.removesuffix(".weight") for t in self.tensor_list if t.linear
+                and (component is None or t.component == component)]
+
+    def describe(self) -> str:
+        """One line: what was counted, part by part."""
+        return (f"counted: the {self.label} vision tower ({self.n_blocks} blocks, {self.tower_params:,} parameters) "
+                f"and the projector ({self.projector_params:,}), as transformers' {_WRAPPERS[self.model_type].cls} "
+                "builds them, with the language model")
+
+    def trainable(self, vision: str) -> list[ParamTensor]:
+        """The tensors that train under a method's vision= setting (VISION_CHOICES)."""
+        vision = validate.choice("vision", vision, VISION_CHOICES)
+        if vision == "trains":
+            return self.tensors()
+        if vision == "projector":
+            return list(self.projector)
+        return []
+
+    def trainable_note(self, vision: str) -> Note:
+        """What of the tower and projector trains under vision=, as a Note (kind vision_trainable)."""
+        tower = f"the vision tower ({self.label}, {self.tower_params:,} parameters)"
+        projector = f"the projector ({self.projector_params:,})"
+        kept = "their weights are counted, with no gradients or optimizer states"
+        text = {
+            "trains": f"{tower} and {projector} train with the language model: gradients and optimizer states for "
+                      "both (vision='trains'; vision='frozen' trains the language model only)",
+            "projector": f"{projector} trains; {tower} is frozen: its weights are counted, with no gradients or "
+                         "optimizer states (vision='projector')",
+            "frozen": f"{tower} and {projector} are frozen: {kept} (vision='frozen')",
+        }[validate.choice("vision", vision, VISION_CHOICES)]
+        return Note("vision_trainable", text)
+
+    def peft_name_overlap(self, modules) -> list[str]:
+        """Linear modules of the tower and projector that peft's plain target names `modules` (suffixes such as
+        "q_proj") would also adapt: peft matches a name against the end of every module's path."""
+        wanted = set(modules)
+        return sorted({name.rsplit(".", 1)[-1] for name in self.linear_modules() if name.rsplit(".", 1)[-1] in wanted})

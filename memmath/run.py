@@ -25,10 +25,11 @@ from .arrays import is_ndarray
 from . import validate
 from .activations import ATTENTION_KINDS
 from .amp_trace import MATH_REFUSAL
-from .checkpoints import STORED_FORMATS, check_kbit_prep, check_trainable, get_weights_name
+from .checkpoints import STORED_FORMATS, get_weights_name
 from .formats import FORMATS, get_format
 from .hf_activations import traces
 from .inference import SERVING_DEFAULTS
+from .kbit import check_kbit_prep, check_trainable
 from .layout import DEGREES, SCHEDULES
 from .layout import check as check_parallel
 from .loss import LOSSES, check_loss

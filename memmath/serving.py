@@ -27,6 +27,7 @@ from .notes import Note
 from .report import serving_text
 from .run import Serve, as_serve
 from .search import largest_where
+from .planner import trained_context
 
 MAX_CONTEXT = 2**22  # tokens: the longest context the search tries (validate.MAX_SEQ)
 WEIGHT_FORMATS_TO_TRY = ("int8", "nf4")  # quantized weights, as bitsandbytes and GPTQ-style kernels serve them
@@ -116,8 +117,6 @@ def _fits_with(shape, gpu, reserved_bytes, settings, margin=0.0):
 
 def _context_notes(shape, context_len) -> tuple:
     """A note when the context is longer than the model was trained on (planner.trained_context)."""
-    from .planner import trained_context
-
     trained = trained_context(shape)
     if trained is None or context_len <= trained:
         return ()

@@ -27,7 +27,6 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
-import importlib.metadata
 import json
 import os
 import sys
@@ -36,6 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import validate
+from .config_reader import _load_config
+from .hf_cache import find_in_hf_cache
+from .methods import Freeze, Full, LoRA, QLoRA
+from .stepping import prefill, step_twice
+from .units import format_bytes
 
 EXTRA = 'pip install "memmath[torch]"'
 TRACE_SCHEMA = 1  # bump when a cached answer's fields or meaning change
@@ -101,8 +105,6 @@ def settings_of(run=None, **overrides) -> TraceSettings:
         return TraceSettings(**{**(run or {}), **overrides})
     if isinstance(run, TraceSettings):
         return dataclasses.replace(run, **overrides)
-    from .methods import Freeze, Full, LoRA, QLoRA
-
     method = run.method
     values = dict(precision=run.precision, optimizer=run.optimizer, batch_size=run.batch_size,
                   seq_len=run.seq_len, checkpointing=run.checkpointing, attention=run.attention or "sdpa")
@@ -157,8 +159,6 @@ class TracedMemory:
         return cls(**{**data, "settings": TraceSettings(**settings)})
 
     def text(self) -> str:
-        from .units import format_bytes
-
         s = self.settings
         method = {"full": "full finetuning", "freeze": f"the first {s.frozen_layers} blocks frozen",
                   "lora": f"LoRA rank {s.lora_rank} on {','.join(s.lora_targets)}"}[s.method]
@@ -181,9 +181,6 @@ class TracedMemory:
 # ---- reading the config -----------------------------------------------------------------------------
 def read_config(config) -> dict:
     """The config.json as a dict: a dict, JSON text, a file, its folder, or "owner/name" in the local HF cache."""
-    from .config_reader import _load_config
-    from .sources import find_in_hf_cache
-
     text = isinstance(config, str) and not config.lstrip().startswith("{")
     if text and not _exists(config):
         try:
@@ -384,8 +381,6 @@ def trace_reduced(meta_model, hf, settings: TraceSettings, picked: list[int], fr
     torch, _ = require_torch()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .stepping import step_twice
-
     blocks, owner, name = blocks_of(meta_model)
     small = _reduced(meta_model, owner, name, picked)
     if settings.checkpointing and not serve:
@@ -397,8 +392,6 @@ def trace_reduced(meta_model, hf, settings: TraceSettings, picked: list[int], fr
         base = small.get_base_model() if hasattr(small, "get_base_model") else small
         base.tie_weights()  # to_empty makes a new tensor per module: the tied head shares the embedding again
         if serve:
-            from .stepping import prefill
-
             small.eval()
             batch = _batch(torch, hf, small, settings)
             return prefill(small, {"input_ids": batch["input_ids"]})
@@ -456,6 +449,7 @@ def compose(base: dict, extra: dict[int, dict], counts: dict[int, int], keys=COM
 
 
 def versions() -> dict:
+    import importlib.metadata  # some 20 ms: only when a trace is cached or measured
     import platform
 
     torch, transformers = require_torch()

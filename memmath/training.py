@@ -19,8 +19,8 @@ from .arrays import is_ndarray, np
 
 from . import preference, validate
 from .activations import ATTENTION_KINDS, ActivationEstimate, textbook_activations
-from .checkpoints import kbit_prep_bytes, kbit_prep_note
 from .hf_activations import transformers_activations
+from .kbit import kbit_prep_bytes, kbit_prep_note
 from .loss import with_loss
 from .methods import Freeze, Full, Method, Plan, QLoRA
 from .models import ModelShape

@@ -10,8 +10,9 @@ import json
 import pytest
 
 import memmath as mm
-from memmath.checkpoints import (FP8_BLOCK, FP8_CHANNEL, MXFP4, STORED_FORMATS, get_stored_format, kbit_prep_bytes,
-                                 stored_format, stored_weight_bytes)
+from memmath.checkpoints import (FP8_BLOCK, FP8_CHANNEL, MXFP4, STORED_FORMATS, get_stored_format, stored_format,
+                                 stored_weight_bytes)
+from memmath.kbit import kbit_prep_bytes
 from memmath.models import ParamTensor
 
 GB = 10**9
@@ -195,7 +196,7 @@ def test_unreadable_quantization_configs_name_the_field(config, field):
 def test_stored_formats_by_name_and_on_the_command_line(capsys):
     from memmath import cli
 
-    assert get_stored_format("FP8_BLOCK") is FP8_BLOCK and set(STORED_FORMATS) <= set(mm.STORED_FORMATS)
+    assert get_stored_format("FP8_BLOCK") is FP8_BLOCK and set(STORED_FORMATS) <= set(mm.checkpoints.STORED_FORMATS)
     with pytest.raises(ValueError, match="weights_format"):
         get_stored_format("fp9")
     assert cli.main(["infer", "llama-3-8b", "--weights", "fp8", "--kv", "fp8", "--json"]) == 0
@@ -228,7 +229,7 @@ def test_kbit_prep_bytes_are_what_peft_casts_on_a_small_model(torch):
     prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     after = sum(p.numel() * p.element_size() for p in model.parameters())
     shape = mm.from_hf_config(config.to_dict())
-    assert after - before == kbit_prep_bytes(shape, mm.get_recipe("bf16")) > 0
+    assert after - before == kbit_prep_bytes(shape, mm.recipes.get_recipe("bf16")) > 0
 
 
 def test_kbit_prep_on_llama_3_8b_qlora():

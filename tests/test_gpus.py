@@ -152,7 +152,7 @@ def test_todays_cards_compute_bf16_and_fp8(name, architecture, capability):
     gpu = mm.get_gpu(name)
     assert (gpu.architecture, gpu.capability) == (architecture, capability)
     assert gpu.compute_formats == ("fp16", "bf16", "fp8") and gpu.note == ""  # a note flags a card without bf16
-    assert mm.recipe_warning("bf16", gpu) is None
+    assert mm.gpus.recipe_warning("bf16", gpu) is None
 
 
 def test_cards_without_bf16_are_still_flagged():
@@ -173,7 +173,7 @@ def test_the_command_line_lists_and_judges_todays_cards(capsys):
 
 
 def test_the_lessons_gpu_table_takes_todays_cards():
-    table = mm.fit_table(100 * GB)
+    table = mm.gpus.fit_table(100 * GB)
     fits = dict(zip(table["gpu"], table["fits"]))
     assert fits["B200"] and fits["MI355X"] and not fits["RTX 4090"]
     assert table["gpu"].iloc[-1] in ("B300", "MI355X")  # the two largest: 288 GiB each

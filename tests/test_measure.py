@@ -1,7 +1,7 @@
 """memmath.measure and memmath.snapshot: a user's own step measured part by part beside memmath's prediction, and
 PyTorch memory snapshots read by part.
 
-The measured step is held against the recorded measurement of the same case (memmath/reference/data/
+The measured step is held against the recorded measurement of the same case (memmath_lessons/reference/data/
 measured_cpu.json, recorded by validation/measure.py) and against memmath's prediction within the recorded groups'
 tolerances. Snapshot files are built here in the format torch/cuda/memory.py documents for `_snapshot` (there is no
 GPU to make one), with sizes worked out by hand in the comments.
@@ -17,7 +17,7 @@ from collections import OrderedDict
 import pytest
 
 from memmath import snapshot
-from memmath.reference.measured import load_measured
+from memmath_lessons.reference.measured import load_measured
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 

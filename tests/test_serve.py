@@ -44,8 +44,8 @@ def test_the_plan_of_a_serve_is_the_plan_of_its_keywords():
     plan, keywords = mm.plan_serving(serve, "RTX 4090"), mm.plan_serving("llama-2-13b", "RTX 4090", context_len=8192)
     assert plan.serve == serve and plan.memory == keywords.memory and plan.changes == keywords.changes
     assert plan.fit == keywords.fit and plan.longest_context == keywords.longest_context
-    assert mm.serving_changes(serve, "RTX 4090") == list(keywords.changes)
-    assert mm.longest_context_that_fits(mm.Serve("llama-2-7b"), "RTX 4090") == mm.longest_context_that_fits(
+    assert mm.serving.serving_changes(serve, "RTX 4090") == list(keywords.changes)
+    assert mm.serving.longest_context_that_fits(mm.Serve("llama-2-7b"), "RTX 4090") == mm.serving.longest_context_that_fits(
         "llama-2-7b", "RTX 4090")
 
 

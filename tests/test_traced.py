@@ -1,6 +1,6 @@
 """memmath.traced: a traced answer for any model transformers can build (fake tensors, PyTorch's MemTracker).
 
-Expected numbers come from elsewhere: the recorded CPU measurements (memmath/reference/data/measured_cpu.json,
+Expected numbers come from elsewhere: the recorded CPU measurements (memmath_lessons/reference/data/measured_cpu.json,
 two real steps each), transformers' own parameter count on the meta device, memmath's analytical model for a
 recorded type, and a trace of the whole model for the block-by-block composition. Without torch these tests skip
 by name (fail under MEMMATH_REQUIRE_TORCH=1); the refusal's message is checked without it.
@@ -15,7 +15,7 @@ import pytest
 
 import memmath
 from memmath import traced
-from memmath.reference.measured import load_measured
+from memmath_lessons.reference.measured import load_measured
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 

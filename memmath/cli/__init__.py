@@ -26,6 +26,7 @@ import io
 import os
 import sys
 
+from memmath import measure as measuring
 from memmath.gpus import CUDA_CONTEXT_BYTES
 from memmath.models import LORA_TARGETS
 from memmath.planner import DEFAULT_MAX_GPUS
@@ -152,9 +153,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "steps on this machine (CUDA when present, else the CPU) and print what each part took beside memmath's "
         "prediction; or read a PyTorch memory snapshot by part. Needs pip install \"memmath[torch]\".",
         epilog="Exit status: 0 measured, 2 bad input or torch missing.")
-    if command is None or command == "measure":  # the torch extra's module, imported only where it may run
-        from memmath import measure as measuring
-
+    if command is None or command == "measure":  # its options, built only when it may run
         measuring.add_options(measure)
     for name, add_options in (("train", train_options), ("infer", infer_options), ("lessons", lessons_options)):
         if command is None or command == name:  # a command's options, built only when it may run

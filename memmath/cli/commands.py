@@ -10,7 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from memmath import methods, report
+from memmath import measure, methods, report
 from memmath.counts import parameter_counts
 from memmath.gpus import CUDA_CONTEXT_BYTES
 from memmath.planner import plan_layout, plan_training
@@ -19,6 +19,7 @@ from memmath.run import Run, Serve
 from memmath.serving import plan_serving
 from memmath.sources import resolve_source
 
+from . import traced
 from .options import WORKBOOK_INSTALL, BadInput, given_fields, resolve_gpu
 
 WIDTH = 80
@@ -85,9 +86,7 @@ def gpu_and_reserve(args):
 
 # ---- train ----------------------------------------------------------------------------------------
 def run_train(args, out, style) -> int:
-    if args.traced:  # PyTorch's trace under fake tensors (the torch extra, imported only when asked)
-        from . import traced
-
+    if args.traced:  # PyTorch's trace under fake tensors (torch imported only when it runs)
         return traced.run_train(args, out, style)
     shape, source = resolve_source(args.model)
     method = build_method(args, shape)
@@ -119,9 +118,7 @@ def _plan_layout(args, out, style, run, gpu, reserve) -> int:
 
 # ---- infer ----------------------------------------------------------------------------------------
 def run_infer(args, out, style) -> int:
-    if args.traced:  # PyTorch's trace of one prefill under fake tensors (the torch extra, imported only when asked)
-        from . import traced
-
+    if args.traced:  # PyTorch's trace of one prefill under fake tensors (torch imported only when it runs)
         return traced.run_infer(args, out, style)
     shape, source = resolve_source(args.model)
     gpu, reserve = gpu_and_reserve(args)
@@ -187,9 +184,7 @@ def run_lessons(args, out, style) -> int:
 
 
 def run_measure(args, out, style) -> int:
-    """`memmath measure`: two real steps beside the prediction (the torch extra, imported only when asked)."""
-    from memmath import measure
-
+    """`memmath measure`: two real steps beside the prediction (torch imported only when it runs)."""
     return measure.run(args, out, style)
 
 
