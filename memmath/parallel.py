@@ -48,6 +48,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from . import validate
+from .models import factored_size
 from .notes import Note
 
 
@@ -321,7 +322,7 @@ def _rank_parts(key: tuple, rank: int) -> dict:
             counts[tuple(dims)] = counts.get(tuple(dims), 0) + 1
         for dims, k in counts.items():
             n = _numel(dims)
-            stats = stats + SetStats.tensor(n, dims[0] + dims[1] if len(dims) == 2 else n).times(k)
+            stats = stats + SetStats.tensor(n, factored_size(dims)).times(k)
         trainable = TrainableSet.of("expert weights" if expert else "weights", stats, recipe.weight_bits)
         plan = Plan(weight_bytes=validate.ceil_div(stats.params * recipe.weight_bits, 8), quantization_constant_bytes=0,
                     trainable=(trainable,), adapter_params=0, layers_storing=0, embeddings_trainable=True)
