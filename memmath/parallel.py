@@ -53,6 +53,10 @@ from .notes import Note
 
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
+# The schedule's replay walks every (micro-batch, stage) pair of every stage a GPU runs: its time grows with
+# virtual_stages^2 x micro_batches, so both are bounded (at the bounds one replay takes seconds, not hours).
+MAX_MICRO_BATCHES = 2048
+MAX_VIRTUAL_STAGES = 32
 DEGREES = ("tp", "pp", "cp", "ep")
 # The tensors torch's ColwiseParallel / RowwiseParallel split (by the end of their names), and how.
 _COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj", "gate_up_proj", "query_key_value",
@@ -131,6 +135,9 @@ def check(values: dict, shape, method) -> None:
                                       f"{rounds} for torch's interleaved 1F1B")
     elif v > 1:
         raise validate.FieldError("virtual_stages", f"virtual_stages ({v}) > 1 needs pp_schedule='interleaved'")
+    elif values["pp_schedule"] != "1f1b" and pp < 2:
+        raise validate.FieldError("pp_schedule", f"pp_schedule={values['pp_schedule']!r} schedules a pipeline: it "
+                                  "needs pp of 2 or more ('1f1b', the default, for a run without pipeline parallelism)")
     if values["micro_batches"] > 1 and pp < 2:
         raise validate.FieldError("micro_batches", f"micro_batches ({values['micro_batches']}) splits a pipeline "
                                   "step: it needs pp of 2 or more (1 for a run without pipeline parallelism)")
@@ -685,8 +692,6 @@ def peak_why_not(run) -> str:
     if run.zero_stage and lay.dp * lay.cp > 1:
         return ("no peak model of ZeRO beside tensor or pipeline parallelism (its gathers and reduce-scatters are not "
                 "replayed moment by moment)")
-    if lay.pp > 1 and run.grad_accum_steps > 1:
-        return "no peak model of gradient accumulation over pipeline steps (micro_batches accumulate within one)"
     if lay.pp == 1:
         local = stage_activations(run)["local_run"]
         why = why_no_peak(local) if local is not None else "no traced local model"
@@ -880,10 +885,17 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
     out = [tm["hidden"] if pipeline and not tm["last"] else 0 for tm in terms]
     logits = terms[-1]["logits"] if pipeline and last else 0
     input_grad = terms[0]["hidden"] if pipeline and not all(c["first"] for c in chunks) else 0
-    saved, outputs, backwards, grads_made = [0] * v, 0, 0, [False] * v
+    # Gradient accumulation over pipeline steps: the step's peak is a later step's, every gradient of the earlier
+    # ones held from its start (as peak.py's later micro-batch on one GPU: zero_grad runs once per accumulation).
+    later = run.grad_accum_steps > 1
+    saved, outputs, backwards, grads_made = [0] * v, 0, 0, [later] * v
     moments = []
     where = (lambda c: f" on its stage {chunks[c]['stage']}") if v > 1 else (lambda c: "")
-    which = (lambda i, c: f" of micro-batch {i + 1} of {m}{where(c)}") if m > 1 or v > 1 else (lambda i, c: "")
+    from .peak import LATER_MICRO_BATCH
+
+    accumulating = LATER_MICRO_BATCH if later else ""
+    which = (lambda i, c: f" of micro-batch {i + 1} of {m}{where(c)}{accumulating}") if m > 1 or v > 1 or later \
+        else (lambda i, c: "")
     for kind, i, c in rank_order(run, rank):
         made = sum(g for g, done in zip(chunk_grads, grads_made) if done)
         kept_saved = sum(n * (a[k] + out[k]) for k, n in enumerate(saved))

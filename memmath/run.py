@@ -102,14 +102,15 @@ class Run:
             sharding=validate.choice("sharding", self.sharding, SHARDINGS),
         )
         values["rank"] = validate.count("rank", self.rank, low=0, high=max(values["n_gpus"] - 1, 0), scalar=True)
-        from .parallel import DEGREES, SCHEDULES, check as check_parallel
+        from .parallel import DEGREES, MAX_MICRO_BATCHES, MAX_VIRTUAL_STAGES, SCHEDULES, check as check_parallel
 
         for degree in DEGREES:
             values[degree] = validate.count(degree, getattr(self, degree), high=validate.MAX_GPUS, scalar=True)
         values["sequence_parallel"] = validate.flag("sequence_parallel", self.sequence_parallel)
         values["pp_schedule"] = validate.choice("pp_schedule", self.pp_schedule, SCHEDULES)
-        values["micro_batches"] = validate.count("micro_batches", self.micro_batches, high=validate.MAX_BATCH, scalar=True)
-        values["virtual_stages"] = validate.count("virtual_stages", self.virtual_stages, high=validate.MAX_GPUS,
+        values["micro_batches"] = validate.count("micro_batches", self.micro_batches, high=MAX_MICRO_BATCHES,
+                                                 scalar=True)
+        values["virtual_stages"] = validate.count("virtual_stages", self.virtual_stages, high=MAX_VIRTUAL_STAGES,
                                                   scalar=True)
         values["padded"] = validate.flag("padded", self.padded)
         values["packed"] = validate.flag("packed", self.packed)
@@ -161,9 +162,10 @@ class Run:
 
     @property
     def effective_batch(self):
-        """Sequences per optimizer step on one GPU: batch_size x grad_accum_steps (times n_gpus for the whole
-        data-parallel step). Memory follows batch_size, the micro-batch; the update sees this many sequences."""
-        return self.batch_size * self.grad_accum_steps
+        """Sequences per optimizer step on one GPU: batch_size x micro_batches x grad_accum_steps (a pipeline step
+        runs micro_batches micro-batches of batch_size; times the data-parallel degree for the whole step). Memory
+        follows batch_size, the micro-batch; the update sees this many sequences."""
+        return self.batch_size * self.micro_batches * self.grad_accum_steps
 
     @property
     def swept(self) -> str | None:

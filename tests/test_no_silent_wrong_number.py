@@ -50,3 +50,39 @@ def test_adafactor_on_a_split_mixture_of_experts_factors_its_experts_too():
     single = mm.training_memory("mixtral-8x7b", optimizer="adafactor").optimizer_states
     split = mm.parallel.parallel_memory("mixtral-8x7b", optimizer="adafactor", n_gpus=2, ep=2).memory.optimizer_states
     assert split < single < 40e6
+
+
+# ---- gradient accumulation never lowers a run's requirement ----------------------------------------
+@pytest.mark.parametrize("settings", [dict(n_gpus=2, pp=2), dict(n_gpus=4, pp=2, micro_batches=4),
+                                      dict(n_gpus=4, pp=2, pp_schedule="gpipe", micro_batches=2)])
+def test_accumulating_a_pipelined_run_holds_its_gradients_and_never_lowers_the_requirement(settings):
+    # Each accumulation step after the first runs forward and backward with every earlier step's gradients held
+    # (zero_grad runs once per optimizer step), so the step needs at least what one pipeline step needs.
+    one = mm.requirement("llama-2-7b", **settings)
+    two = mm.requirement("llama-2-7b", grad_accum_steps=2, **settings)
+    assert one.basis == two.basis == "peak"
+    assert two.bytes >= one.bytes
+
+
+def test_effective_batch_counts_a_pipelines_micro_batches():
+    # A pipeline step runs micro_batches micro-batches of batch_size: 2 x 4 x 3 = 24 sequences per update.
+    run = mm.Run("llama-2-7b", n_gpus=2, pp=2, batch_size=2, micro_batches=4, grad_accum_steps=3)
+    assert run.effective_batch == 24
+
+
+def test_a_pipeline_schedule_without_a_pipeline_is_refused():
+    with pytest.raises(ValueError, match="pp_schedule"):
+        mm.Run("llama-2-7b", pp_schedule="gpipe")
+
+
+@pytest.mark.parametrize("field, settings", [
+    ("micro_batches", dict(micro_batches=2**20)),
+    ("virtual_stages", dict(pp_schedule="interleaved", virtual_stages=2**10, micro_batches=2)),
+])
+def test_the_schedule_replays_sizes_are_bounded(field, settings):
+    # the replay grows with virtual_stages^2 x micro_batches: an unbounded value costs hours. A model of 2,048
+    # blocks lets pp x virtual_stages = 2 x 1,024 divide its blocks, so only the bound refuses it.
+    deep = mm.llama_model(n_layers=2048, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
+    with pytest.raises(ValueError, match=f"{field} must be") as error:
+        mm.Run(deep, n_gpus=2, pp=2, **settings)
+    assert error.value.field == field
