@@ -585,7 +585,7 @@ def _run_plan_layout(args, out, style, run, gpu, reserve) -> int:
     need = plan.need
     if need.basis == "peak":
         w(_table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", need.bytes, args.unit) + "\n")
-    w(_table_row("The card must hold (" + ("peak" if need.basis == "peak" else "sum") + ")", need.bytes, args.unit)
+    w(_table_row(f"The card must hold ({need.short})", need.bytes, args.unit)
       + "\n")
     w(_table_row("Usable on the card", plan.usable_bytes, args.unit) + "\n")
     for line in plan.trade_offs:
@@ -739,13 +739,15 @@ def _write_train(w, style, args, run, source, plan):
         w(_table_row(memmath.PART_LABELS[part], int(value), unit) + "\n")
     w("  " + "-" * 72 + "\n")
     w(_table_row("Sum of the parts", int(memory.total), unit) + "\n")
-    if need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
+    if need.basis == "upper bound":  # no peak model: transients at their largest and the engine's buffers
+        w(_table_row("Bound: transients and buffers", need.above_parts, unit) + "\n")
+    elif need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
         w(_table_row("Communication buffers (derived)", need.bytes - int(memory.total), unit) + "\n")
     if need.peak is not None:
         w(_table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", int(need.peak.total), unit) + "\n")
     w(_table_row("CUDA context reserved" + (" (default)" if args.reserve is None else ""), plan.reserved_bytes,
                  unit) + "\n")
-    which = "peak" if need.basis == "peak" else "sum"
+    which = need.short
     w(style.bold(_table_row(f"Needed: {which} + reserve", plan.needed_bytes, unit)) + "\n")
     notes = [f"The card must hold {need.note}."]
     if _defaults_said(run, args):
@@ -758,7 +760,7 @@ def _write_train(w, style, args, run, source, plan):
         w(style.dim("\n".join(_wrap(note))) + "\n")
     if plan.fit is not None:
         _write_verdict(w, style, plan.fit, need.bytes, plan.reserved_bytes, unit,
-                       "peak" if need.basis == "peak" else "sum of the parts", plan.cannot_run)
+                       "peak" if need.basis == "peak" else need.words.removeprefix("the "), plan.cannot_run)
         instead = _instead(plan)
         if instead is not None:  # the run the card would train instead, judged as the verdict is
             precision, other, fit = instead
@@ -767,7 +769,7 @@ def _write_train(w, style, args, run, source, plan):
                        if fit.headroom_bytes < 0 else "does not fit either: less than 5% to spare")
             w("\n".join(_wrap(f"with --precision {precision} instead: needs "
                               f"{_size_text(other.bytes + plan.reserved_bytes, unit)} (the "
-                              f"{'peak' if other.basis == 'peak' else 'sum of the parts'} "
+                              f"{'peak' if other.basis == 'peak' else other.words.removeprefix('the ')} "
                               f"{_size_text(other.bytes, unit)} + {_size_text(plan.reserved_bytes, unit)} reserved): "
                               f"{verdict}", "  ")) + "\n")
         if not plan.fits:

@@ -235,10 +235,11 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=D
             need = requirement(new)
         except ValueError:  # e.g. LoRA on a model without named matrices
             continue
-        # A saving is counted on one basis: where the change moves the decision from the peak to the sum (ZeRO,
-        # whose peak is not modelled), the sums are compared, so the switch itself is never credited as a saving.
-        saved = before.bytes - need.bytes if need.basis == before.basis else \
-            int(before.memory.total) - int(need.memory.total)
+        # A saving is counted on one basis: where the change moves the decision from the peak to the sum, the sums
+        # are compared, so the switch itself is never credited as a saving. A bound above the peak it replaces
+        # (ZeRO, whose peak is not modelled) saves at least the difference: that is the saving counted.
+        comparable = need.basis == before.basis or (before.basis, need.basis) == ("peak", "upper bound")
+        saved = before.bytes - need.bytes if comparable else int(before.memory.total) - int(need.memory.total)
         if saved > 0 and need.bytes < before.bytes:
             suggestions.append(Suggestion(change, new, need.bytes, saved, _fits(need.bytes, gpu, reserved_bytes),
                                           cost, need.basis))

@@ -434,7 +434,7 @@ def _(attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointin
             f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU")
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
-             if peak_basis == "peak" else f"as the sum of the parts ({requirement.reason})")
+             if peak_basis == "peak" else f"as {requirement.words} ({requirement.reason})")
     _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
     _numbers = (f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}: {_f(fit.headroom_bytes)}"
                 + (" to spare" if fit.fits else "") + f"{_margin}.")
@@ -668,7 +668,7 @@ def _(literature, mm, mo):
     # sum of the parts), judged on the card as plan_training judges it (the CUDA context reserved, 5% kept free).
     _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
     _words = lambda need: ("at the step's peak" if need.basis == "peak" else  # noqa: E731
-                           f"as the sum of the parts ({need.reason})")
+                           f"as {need.words} ({need.reason})")
     _full = mm.plan_training("llama-2-7b", "RTX 4090", **_s)  # problem 1's run
     _reserve = mm.format_bytes(_full.reserved_bytes, "GiB")
     # QLoRA's repository casts the LoRA layers to bf16 when it trains in bf16 (artidoro/qlora, qlora.py,
@@ -686,7 +686,7 @@ def _(literature, mm, mo):
     mo.vstack([
         mo.md("## Problems"),
         mo.md("Each answer is what the card must hold, as the verdict above counts it: the step's peak where memmath "
-              "models it, else the sum of the parts, and the answer says which."),
+              "models it, else an upper bound on it or the sum of the parts, and the answer says which."),
         mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
               f"per GPU, and what is the smallest change that fits it on an RTX 4090 ({_reserve} reserved)?"),
         mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.requirement.bytes)} {_words(_full.requirement)}. "

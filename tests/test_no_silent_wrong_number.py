@@ -86,3 +86,54 @@ def test_the_schedule_replays_sizes_are_bounded(field, settings):
     with pytest.raises(ValueError, match=f"{field} must be") as error:
         mm.Run(deep, n_gpus=2, pp=2, **settings)
     assert error.value.field == field
+
+
+# ---- no verdict on an unmodelled peak without a bound ----------------------------------------------
+def _sharded_cases():
+    from memmath.reference.measured import case_arguments, case_model, load_measured_sharded
+
+    for _, row in load_measured_sharded().iterrows():
+        sharding, stage = ("zero_redundancy", 1) if row["engine"] == "zero1" else ("fsdp2", 3)
+        for rank in range(int(row["world_size"])):
+            run = mm.Run(case_model(row), n_gpus=int(row["world_size"]), zero_stage=stage, sharding=sharding,
+                         rank=rank, **case_arguments(row))
+            measured = max(row["peak_step1_bytes_per_rank"][rank], row["peak_step2_bytes_per_rank"][rank])
+            yield row["case_id"], rank, run, measured
+
+
+def test_every_recorded_sharded_rank_peaks_below_its_bound():
+    # validation/sharded.py's FSDP2 (resharded after forward or not) and ZeroRedundancyOptimizer runs, measured over
+    # gloo: memmath models none of their peaks, so the requirement must be a bound no measured peak exceeds (the
+    # sum of the parts fell 34% short of FSDP2 without resharding).
+    cases = list(_sharded_cases())
+    assert len(cases) >= 40 and any("noreshard" in case for case, *_ in cases)
+    for case, rank, run, measured in cases:
+        need = mm.requirement(run)
+        assert need.basis == "upper bound" and "upper bound" in need.reason, case
+        assert need.bytes >= measured, (case, rank, need.bytes, measured)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "adam8bit"])
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_more_data_parallel_gpus_with_zero_add_no_more_than_the_engines_named_buffers(optimizer, stage):
+    # One GPU with ZeRO shards nothing (judged on its peak); two judge a bound that is at most the same run's
+    # unsharded peak plus the buffers the engine adds (ZeRO's reduce and all-gather buckets, FSDP's gathered units),
+    # each named in the reason. llama-2-7b with SGD at 4 x 512 rose 26.95 -> 39.5 GB on the sum of the parts.
+    from memmath.bounds import engine_buffers
+
+    settings = dict(optimizer=optimizer, batch_size=4, seq_len=512, zero_stage=stage)
+    one = mm.requirement("llama-2-7b", n_gpus=1, **settings)
+    two_run = mm.Run("llama-2-7b", n_gpus=2, **settings)
+    two = mm.requirement(two_run)
+    assert one.basis == "peak" and two.basis == "upper bound"
+    named = engine_buffers(two_run)
+    assert named and all(name.split(" (")[0] in two.reason for name in named)
+    assert two.bytes <= one.bytes + sum(named.values())
+
+
+def test_a_split_run_with_zero_is_judged_on_a_bound_above_its_parts():
+    run = mm.Run("llama-3-8b", n_gpus=8, pp=4, micro_batches=8, seq_len=2048, zero_stage=1)
+    need = mm.requirement(run)
+    worst = mm.parallel.worst_rank(run)
+    assert need.basis == "upper bound" and "ZeRO" in need.reason
+    assert need.bytes >= worst.total

@@ -1,0 +1,199 @@
+"""A safe upper bound on one GPU's step where memmath has no model of its peak (ZeRO and FSDP sharding, split runs
+the schedule replay does not cover).
+
+The sum of the parts counts every part as if alive at once, but it leaves out what a step makes and frees: the
+optimizer's temporaries, the loss's vocabulary-wide tensors, a block's backward working set, and the engine's
+unsharded buckets. The bound adds each of them at its largest, as if all were alive at once, to the sum of the
+parts: no moment of the step holds more. Where the same run without ZeRO has a modelled peak, a second bound is
+that peak plus the engine's buffers (a ZeRO rank never holds more of a part than the unsharded run, only its
+buckets besides); the requirement is the smaller of the two.
+"""
+
+from __future__ import annotations
+
+from . import validate
+from .models import ModelShape
+
+# DeepSpeed's ZeRO stage 1 and 2 defaults (deepspeed.ai/docs/config-json, "ZeRO optimizations"): reduce_bucket_size
+# and allgather_bucket_size are 5e8 elements each; with overlap_comm (the default for stage 2) two reduce buckets
+# are filled by turns (deepspeed/runtime/zero/stage_1_and_2.py: ipg_buffer of two).
+BUCKET_ELEMENTS = 500_000_000
+ROOT_GROUPS = ("embeddings", "final_norm", "head")  # FSDP's root unit: what is not in a block (fully_shard(model))
+
+
+def applies(run) -> bool:
+    """Whether upper_bound answers for this run: a text model with a sequence length and widths, on more than one
+    GPU (ZeRO or FSDP sharding, or split by tensor, pipeline, context or expert parallelism)."""
+    from .parallel import is_parallel
+
+    return (run.seq_len is not None and run.model.has_shape and run.model.vision is None
+            and run.model.tensor_count_known and (run.sharded or is_parallel(run)))
+
+
+def upper_bound(run) -> dict:
+    """{"bytes", "rank", "sum", "terms", "unsharded_peak", "engine"}: the bound of the GPU that needs the most.
+
+    sum: that rank's parts plus its communication buffers; terms: the transients added to it, by name; engine:
+    the engine's buffers (ZeRO's buckets, FSDP's gathered units, DDP's buckets), by name; unsharded_peak: the
+    same run's modelled peak without ZeRO (None when not modelled); bytes: min(sum + terms + engine,
+    unsharded_peak + engine)."""
+    from .parallel import is_parallel, parallel_memory, representative_ranks
+
+    ranks = representative_ranks(run) if is_parallel(run) else [run.rank]
+    best = None
+    for rank in ranks:
+        at = run if rank == run.rank else run.replace(rank=rank)
+        total = parallel_memory(at).total
+        terms, engine = transients(at), engine_buffers(at)
+        bound = total + sum(terms.values()) + sum(engine.values())
+        if best is None or bound > best["bytes"]:
+            best = {"bytes": bound, "rank": rank, "sum": total, "terms": terms, "engine": engine}
+    unsharded = unsharded_peak(run)
+    best["unsharded_peak"] = unsharded
+    if unsharded is not None:
+        # the rank whose engine buffers are largest: a ZeRO rank holds at most the unsharded run's parts besides them
+        engine = max((engine_buffers(run if r == run.rank else run.replace(rank=r)) for r in ranks),
+                     key=lambda d: sum(d.values()))
+        if unsharded + sum(engine.values()) < best["bytes"]:
+            best = {**best, "bytes": unsharded + sum(engine.values()), "engine": engine, "terms": {}}
+    return best
+
+
+def unsharded_peak(run) -> int | None:
+    """The modelled peak of the same run without ZeRO or an engine's sharding (every data-parallel rank a full
+    copy), or None when memmath does not model that one either."""
+    if not run.sharded:
+        return None
+    from .parallel import is_parallel, peak_why_not, worst_rank_peak
+    from .peak import peak_memory, why_no_peak
+
+    plain = run.replace(zero_stage=0, sharding="even", rank=0)
+    if is_parallel(plain):
+        return None if peak_why_not(plain) else int(worst_rank_peak(plain)["total"])
+    return None if why_no_peak(plain) else int(peak_memory(plain).total)
+
+
+def _tokens(run) -> int:
+    from .parallel import layout
+    from .preference import DPO
+
+    pairs = 2 if isinstance(run.method, DPO) else 1  # preference training: chosen and rejected
+    return run.seq_len // layout(run).cp * run.batch_size * pairs
+
+
+def transients(run) -> dict:
+    """What a step makes and frees on this rank, each at its largest (bytes by name)."""
+    from .parallel import korthikanti_parallel_per_layer, layout, loss_parallel_extra, rank_tensors
+    from .peak import ADAM_LIKE, optimizer_transient
+    from .training import training_memory
+
+    shape, recipe, opt, method = run.model, run.recipe, run.optimizer_spec, run.method
+    memory = training_memory(run)
+    lay = layout(run)
+    e, t = recipe.activation_bits // 8, _tokens(run)
+    out = {}
+    if opt.name in ADAM_LIKE:
+        if lay.n_gpus > 1 and (lay.tp > 1 or lay.pp > 1 or lay.cp > 1 or lay.ep > 1):  # Full(): the rank's tensors
+            bits = max(recipe.weight_bits, recipe.master_bits)
+            step = sum(validate.ceil_div(_numel(dims) * bits, 8) for _, dims, _ in rank_tensors(run))
+        else:  # foreach Adam's temporaries over every trainable tensor (peak.py's CUDA assumption)
+            step, _ = optimizer_transient(shape, method, recipe, opt, "cuda")
+        group = lay.dp * lay.cp
+        if run.sharded and group > 1:  # each rank steps its partition: a 1/group share, plus one whole tensor for
+            # a partition of whole tensors (torch's ZeroRedundancyOptimizer) that comes out uneven
+            largest = max((p.numel for p in shape.tensors("layer") + shape.tensors("embeddings")
+                           + shape.tensors("head")), default=0)
+            step = min(int(step), validate.ceil_div(int(step), group)
+                       + validate.ceil_div(largest * max(recipe.weight_bits, recipe.master_bits), 8))
+        out["the optimizer step's temporaries (foreach Adam: as large as the tensors it updates)"] = int(step)
+    if recipe.master_bits > recipe.weight_bits and not recipe.accum_bits:
+        out["fp32 copies of the gradients for the master weights"] = int(memory.master_weights)
+    at = lay.coordinates(run.rank)
+    if shape.family != "bert" and shape.vocab_size and at["pp"] == lay.pp - 1:
+        vocab = validate.ceil_div(shape.vocab_size, lay.tp)
+        out["the loss: the logits, their fp32 copy and two fp32 gradients over the vocabulary"] = (
+            t * vocab * (e + 12) + loss_parallel_extra(run))
+        if lay.pp > 1:  # Schedule.step keeps every micro-batch's output and concatenates them (_merge_outputs)
+            out["the pipeline's outputs: every micro-batch's logits, and their concatenation"] = (
+                2 * run.micro_batches * t * vocab * e)
+    inner = shape.intermediate_size or 0
+    if shape.n_experts:
+        inner = shape.expert_intermediate_size * shape.experts_per_tok + (shape.shared_expert_intermediate_size or 0)
+    h = shape.hidden_size
+    block = korthikanti_parallel_per_layer(
+        seq_len=run.seq_len, batch_size=t // max(run.seq_len // lay.cp, 1), hidden_size=h, n_heads=shape.n_heads,
+        tp=lay.tp, sequence_parallel=run.sequence_parallel, cp=lay.cp, intermediate_size=inner or 4 * h,
+        element_bytes=e, dropout=run.dropout, attention=run.attention)
+    out["one block's working memory: its activations made again and its backward's gradients"] = (
+        block + e * t * (h + 3 * validate.ceil_div(inner or 4 * h, lay.tp)))
+    if getattr(method, "quant_type", None):  # a quantized base: one matrix dequantized for each matmul, both ways
+        widest = max((p.numel for p in shape.tensors("layer") if p.linear), default=0)
+        out["a quantized matrix dequantized, forward and backward"] = 2 * widest * 2
+    return out
+
+
+def engine_buffers(run) -> dict:
+    """The buffers a sharding engine adds on this rank (bytes by name): ZeRO-1/2's reduce and all-gather buckets,
+    ZeRO-3/FSDP's all-gathered units and their gradients before the reduce-scatter, torch's ZeroRedundancyOptimizer
+    beside DDP's gradient buckets."""
+    from .parallel import rank_parts
+    from .training import training_memory
+
+    if not run.sharded:
+        return {}
+    recipe = run.recipe
+    plain = run.replace(zero_stage=0, sharding="even")
+    if plain.tp > 1 or plain.pp > 1 or plain.cp > 1 or plain.ep > 1:
+        whole = rank_parts(plain)
+        weights, grads = int(whole["weights"]), int(whole["gradients"])
+    else:
+        whole = training_memory(plain)
+        weights, grads = int(whole.weights), int(whole.gradients)
+    if run.sharding == "zero_redundancy":  # used with DDP: its default buckets hold a second copy of the gradients
+        return {"DDP's gradient buckets beside ZeroRedundancyOptimizer (a second copy of the gradients)": grads}
+    if run.zero_stage < 3:
+        return {"ZeRO's two reduce buckets (2 x 5e8 elements, DeepSpeed's default) and one block's gradients before "
+                "them": min(grads, 2 * BUCKET_ELEMENTS * recipe.grad_bits // 8) + _unit_share(run.model, grads, 1),
+                "ZeRO's all-gather bucket (5e8 elements, DeepSpeed's default)":
+                    min(weights, BUCKET_ELEMENTS * recipe.weight_bits // 8)}
+    # FSDP2 (fully_shard per block and at the root): the root's parameters stay unsharded from forward to backward;
+    # a block's are gathered while the next one's are prefetched; each unit's gradients exist unsharded until
+    # their reduce-scatter, two at once.
+    return {"ZeRO-3/FSDP all-gathered parameters: the root (embeddings, final norm, head) and two blocks":
+                _unit_share(run.model, weights, 2, root=True),
+            "ZeRO-3/FSDP gradients before their reduce-scatter: the root's and two blocks'":
+                _unit_share(run.model, grads, 2, root=True)}
+
+
+def _unit_share(shape: ModelShape, whole: int, blocks: int, root: bool = False) -> int:
+    """The share of `whole` bytes (spread over the model's tensors as their elements are) that `blocks` blocks and
+    (root) the tensors outside the blocks hold: no more than they hold in elements."""
+    total = shape.n_params
+    if not total:
+        return 0
+    held = blocks * shape.group_params("layer")
+    if root:
+        held += sum(shape.group_params(g) for g in ROOT_GROUPS)
+    return validate.ceil_div(whole * min(held, total), total)
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def describe(bound: dict) -> str:
+    """The bound's terms in words, for the Requirement's reason."""
+    if bound["terms"] or bound["unsharded_peak"] is None:
+        added = "; ".join(f"{name} {value:,} B" for name, value in {**bound["terms"], **bound["engine"]}.items()
+                          if value)
+        head = (f"a safe upper bound, not a modelled peak: rank {bound['rank']}'s sum of the parts and its "
+                f"communication buffers ({bound['sum']:,} B) plus, as if all were alive at once, ")
+        return head + (added or "nothing more")
+    added = "; ".join(f"{name} {value:,} B" for name, value in bound["engine"].items() if value)
+    return (f"a safe upper bound, not a modelled peak: the same run's modelled peak without ZeRO "
+            f"({bound['unsharded_peak']:,} B: a ZeRO rank holds no more of any part) plus the engine's buffers: "
+            + (added or "none"))
+
