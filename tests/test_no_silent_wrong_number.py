@@ -137,3 +137,33 @@ def test_a_split_run_with_zero_is_judged_on_a_bound_above_its_parts():
     worst = mm.parallel.worst_rank(run)
     assert need.basis == "upper bound" and "ZeRO" in need.reason
     assert need.bytes >= worst.total
+
+
+# ---- the planner's searches answer every valid run ---------------------------------------------------
+@pytest.mark.parametrize("settings", [
+    dict(n_gpus=4, rank=3, zero_stage=3),  # a rank above 0: the search's smaller counts have no rank 3
+    dict(n_gpus=2, sharding="fsdp2", zero_stage=3),  # FSDP2 needs two GPUs: one GPU is the plain run
+    dict(n_gpus=2, cp=2, zero_stage=3),
+])
+def test_fewest_gpus_that_fit_answers_valid_runs(settings):
+    fewest = mm.fewest_gpus_that_fit("llama-2-7b", "H100 80GB", seq_len=512, **settings)
+    assert fewest is not None and fewest % settings.get("cp", 1) == 0
+
+
+def test_fewest_gpus_with_expert_parallelism_tries_only_counts_it_can_split():
+    # ep must divide the data x context ranks: with ep=2 only even data-parallel counts run
+    fewest = mm.fewest_gpus_that_fit("mixtral-8x7b", "H100 80GB", n_gpus=2, ep=2, zero_stage=3, seq_len=512)
+    assert fewest is not None and fewest % 2 == 0
+    assert mm.requirement("mixtral-8x7b", n_gpus=fewest, ep=2, zero_stage=3, seq_len=512).bytes > 0
+
+
+def test_longest_sequence_with_context_parallelism_is_a_multiple_of_cp():
+    tokens = mm.longest_sequence_that_fits("llama-2-7b", "H100 80GB", n_gpus=2, cp=2, zero_stage=1)
+    assert tokens is not None and tokens % 2 == 0
+
+
+def test_the_more_gpus_change_of_an_expert_parallel_run_is_a_count_it_can_split():
+    # the command line's `train mixtral-8x7b --gpus 2 --ep 2` exited 2: its search tried 3 GPUs, which ep=2 refuses
+    plan = mm.plan_training("mixtral-8x7b", "H100 80GB", n_gpus=2, ep=2)
+    more = [c for c in plan.changes if "data-parallel copies) with ZeRO" in c.change]
+    assert more and all(c.run.n_gpus % 2 == 0 for c in more)
