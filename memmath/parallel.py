@@ -311,14 +311,14 @@ def rank_parts(run, rank: int | None = None) -> dict:
 def _rank_parts(key: tuple, rank: int) -> dict:
     run = key[0]
     from .methods import Plan, SetStats, TrainableSet
-    from .training import _shard, _trainable_parts
+    from .training import BNB_QMAP_BYTES, OptimizerStates, _shard, _trainable_parts
 
     lay = layout(run)
     recipe, opt = run.recipe, run.optimizer_spec
     tensors = rank_tensors(run, rank)
     result = {"weights": 0, "gradients": 0, "gradient_accumulation": 0, "master_weights": 0, "optimizer_states": 0,
               "params": 0, "tensors": len(tensors)}
-    detail = None
+    detail, maps = None, 0
     for expert in (False, True):
         group = [dims for _, dims, e in tensors if e == expert]
         if not group:
@@ -334,6 +334,10 @@ def _rank_parts(key: tuple, rank: int) -> dict:
         plan = Plan(weight_bytes=validate.ceil_div(stats.params * recipe.weight_bits, 8), quantization_constant_bytes=0,
                     trainable=(trainable,), adapter_params=0, layers_storing=0, embeddings_trainable=True)
         grads, accumulation, master, states = _trainable_parts(plan, recipe, opt, run.model, [])
+        if opt.min_8bit_size and stats.params - stats.small > 0:  # bitsandbytes' two maps: once per rank, added below
+            states = OptimizerStates(moments=states.moments, step_counters=states.step_counters,
+                                     block_constants=states.block_constants - BNB_QMAP_BYTES)
+            maps = BNB_QMAP_BYTES
         weights, state_bytes = plan.weight_bytes, states.total
         group_size = lay.dp * lay.cp // (lay.ep if expert else 1)  # the ranks that hold the same tensors
         if group_size > 1 and run.zero_stage:
@@ -346,6 +350,9 @@ def _rank_parts(key: tuple, rank: int) -> dict:
         for key, value in (("weights", weights), ("gradients", grads), ("gradient_accumulation", accumulation),
                            ("master_weights", master), ("optimizer_states", state_bytes), ("params", stats.params)):
             result[key] += value
+    if maps:  # one pair of quantization maps per optimizer, whatever its groups and however ZeRO shards the states
+        detail = detail + OptimizerStates(block_constants=maps)
+        result["optimizer_states"] += maps
     at = lay.coordinates(run.rank if rank is None else rank)
     if lay.tp > 1 and at["pp"] == 0:
         # torch 2.13's RowwiseParallel on nn.Embedding: the vocabulary-sharded weight's gradient is the whole V x h on
@@ -353,11 +360,23 @@ def _rank_parts(key: tuple, rank: int) -> dict:
         name, dims = next(((n, d) for n, d, _ in tensors if _ends(n, _VOCAB)), (None, None))
         if name is not None:
             full = run.model.vocab_size * _numel(dims[1:])
+            group = lay.dp * lay.cp
             extra = validate.ceil_div((full - _numel(dims)) * run.recipe.grad_bits, 8)
-            if run.zero_stage >= 2 and lay.dp * lay.cp > 1:
-                extra = validate.ceil_div(extra, lay.dp * lay.cp)
+            if run.zero_stage >= 3 and group > 1:
+                # FSDP2 over tensor parallelism reduce-scatters the embedding's gradient to its own shard
+                extra = 0
+            elif run.zero_stage >= 2 and group > 1:
+                extra = validate.ceil_div(extra, group)
             result["gradients"] += extra
             result["embedding_gradient_extra"] = extra
+            if opt.name == "sgd_momentum" and not (run.zero_stage >= 3 and group > 1):
+                # torch.optim.SGD's momentum buffer starts as torch.clone(grad): the whole-vocabulary gradient's size
+                bits = recipe.weight_bits if recipe.states_follow_params else recipe.state_bits
+                momentum = validate.ceil_div((full - _numel(dims)) * bits, 8)
+                if run.zero_stage >= 1 and group > 1:
+                    momentum = validate.ceil_div(momentum, group)
+                result["optimizer_states"] += momentum
+                result["embedding_momentum_extra"] = momentum
     result["optimizer_state_detail"] = detail
     return result
 
@@ -581,8 +600,14 @@ def derived_stage_bytes(run, *, first: bool, last: bool, layers: int) -> int:
     if first:
         out += 8 * s * b + m * s * b * h // sp
     if last:
-        out += 2 * e * s * b * h // sp + e * s * b * h + validate.ceil_div(8 * s * b * (shape.vocab_size or 0), lay.tp)
+        out += 2 * e * s * b * h // sp + e * s * b * h + validate.ceil_div(8 * s * b * _loss_vocab(shape), lay.tp)
     return out
+
+
+def _loss_vocab(shape) -> int:
+    """The vocabulary the loss runs over: a causal language model's; 0 for BERT, whose model (BertModel, no
+    masked-language-model head) computes no loss over its vocabulary (peak.py judges one BERT GPU the same way)."""
+    return 0 if shape.family == "bert" else shape.vocab_size or 0
 
 
 def rank_step_parts(run, notes: list, single_estimate) -> tuple:
@@ -671,7 +696,7 @@ def loss_parallel_extra(run, rank: int | None = None) -> int:
     validation/parallel.py's tensor-parallel runs were recorded (a profiler trace of one showed its peak in
     NllLossBackward), so those runs are not held out for it."""
     lay = layout(run)
-    if lay.tp == 1 or not run.model.vocab_size or run.seq_len is None:
+    if lay.tp == 1 or not _loss_vocab(run.model) or run.seq_len is None:
         return 0
     piece = _piece(run.model.vocab_size, lay.tp, lay.coordinates(run.rank if rank is None else rank)["tp"])
     tokens = run.seq_len // lay.cp * run.batch_size
@@ -743,7 +768,12 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
     lay = layout(run)
     memory = training_memory(run)
     acts = stage_activations(run)
-    extra = sum(buffers(run).values())
+    held = buffers(run)
+    # torch.distributed.pipelining keeps its receive buffers across steps; the collectives' buffers (the
+    # sequence-parallel all-gather, ring attention's chunks, the experts' all-to-all) live only in forward and
+    # backward, not at the optimizer step
+    extra = sum(held.values())
+    persistent = sum(v for k, v in held.items() if k.startswith("pipeline"))
     if lay.pp == lay.cp == lay.ep == 1 and acts["exact"] and not (run.zero_stage and lay.dp > 1):
         single = peak_memory(acts["local_run"], step=step)
         # sequence parallelism's s/tp share of the norms' tensors (not the estimate's total less the per-micro-batch
@@ -753,7 +783,8 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
         loss = loss_parallel_extra(run, rank)
         moments = []
         for phase, label, value in single.moments:
-            value = int(value) + extra + (loss if label.startswith("at the loss") else 0)
+            value = int(value) + (extra if phase != "optimizer_step" else persistent) + (
+                loss if label.startswith("at the loss") else 0)
             # the embedding's whole-vocabulary gradient exists from the embeddings' backward on
             value += (grad if phase == "optimizer_step" or label.startswith("at the embeddings") else 0) - (
                 cut if phase != "optimizer_step" else 0)
@@ -761,7 +792,7 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
         basis = "peak_memory of the rank's local model"
         resident, notes = int(single.resident) + extra, tuple(single.notes)
     else:
-        moments, resident = _schedule_phases(run, rank, step, memory, acts, extra)
+        moments, resident = _schedule_phases(run, rank, step, memory, acts, extra, persistent)
         from .peak import optimizer_transient
 
         _, note = optimizer_transient(run.model, run.method, run.recipe, run.optimizer_spec, run.device)
@@ -802,7 +833,7 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
     h = shape.hidden_size
     sp = lay.tp if run.sequence_parallel else 1
     inner = (shape.intermediate_size if not shape.n_experts else shape.expert_intermediate_size) // lay.tp
-    vocab = validate.ceil_div(shape.vocab_size or 0, lay.tp)
+    vocab = validate.ceil_div(_loss_vocab(shape), lay.tp)
     parts = acts["parts"]
     if acts["exact"]:
         est = parts.estimate
@@ -813,7 +844,7 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
         recompute = parts.recompute_live
     else:
         saved = acts["per_chunk"][chunk]
-        head = (2 * e * t * h // sp + e * t * h + validate.ceil_div(8 * t * (shape.vocab_size or 0), lay.tp)) if last \
+        head = (2 * e * t * h // sp + e * t * h + validate.ceil_div(8 * t * _loss_vocab(shape), lay.tp)) if last \
             else 0
         block = saved - head + 2 * t * inner * e  # the MLP's wide temporaries of the block running forward
         loss_forward = saved - head + t * vocab * (e + 8)  # the logits, their fp32 copy, the log-softmax output
@@ -833,7 +864,7 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
             "recompute": recompute if run.checkpointing else 0}
 
 
-def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
+def _schedule_phases(run, rank, step, memory, acts, extra, persistent=None) -> tuple:
     """One rank's moments (phase, label, bytes) and what is alive before its step, replaying the schedule of the
     stages it runs (rank_order) micro-batch by micro-batch over what each keeps, as torch.distributed.pipelining's
     PipelineStage keeps it (stage.py):
@@ -945,7 +976,8 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
         for size in sizes:
             transient, previous = max(transient, 2 * size + previous), size
     moments.append(("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
-                    after + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient))
+                    after - (extra - (extra if persistent is None else persistent)) + grads
+                    + int(memory.master_weights) + int(memory.optimizer_states) + transient))
     return moments, resident
 
 

@@ -167,3 +167,53 @@ def test_the_more_gpus_change_of_an_expert_parallel_run_is_a_count_it_can_split(
     plan = mm.plan_training("mixtral-8x7b", "H100 80GB", n_gpus=2, ep=2)
     more = [c for c in plan.changes if "data-parallel copies) with ZeRO" in c.change]
     assert more and all(c.run.n_gpus % 2 == 0 for c in more)
+
+
+# ---- split runs: what each rank really holds ---------------------------------------------------------
+def test_eight_bit_adams_maps_are_counted_once_per_gpu_of_a_split_mixture_of_experts():
+    # bitsandbytes keeps one pair of quantization maps (2 x 256 fp32 = 2,048 B) per optimizer: beside each tensor's
+    # fp32 absmax, one per block of 256 values per state (tensors under 4,096 elements keep fp32 states instead).
+    run = mm.Run("mixtral-8x7b", n_gpus=2, ep=2, optimizer="adam8bit", seq_len=512)
+    detail = mm.training_memory(run).optimizer_state_detail
+    sizes = [_elements(dims) for _, dims, _ in mm.parallel.rank_tensors(run)]
+    absmax = sum(2 * 4 * -(-n // 256) for n in sizes if n >= 4096)
+    assert detail.block_constants == absmax + 2 * 256 * 4
+
+
+def _elements(dims):
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def test_sgd_momentum_under_tensor_parallelism_copies_the_whole_vocabulary_gradient():
+    # torch 2.13's RowwiseParallel embedding gets a whole-vocabulary gradient on every rank, and torch.optim.SGD's
+    # momentum buffer starts as torch.clone(grad): in pure bf16 the buffers are the gradients' copies, byte for byte.
+    memory = mm.training_memory("llama-2-7b", n_gpus=4, tp=4, optimizer="sgd_momentum", seq_len=512)
+    assert memory.optimizer_states == memory.gradients
+
+
+def test_fsdp2_over_tensor_parallelism_keeps_the_embeddings_gradient_shard():
+    # FSDP2 reduce-scatters every gradient, the embedding's too, to the rank's shard: with ZeRO-3 on 2 data-parallel
+    # copies a rank keeps half of its tensor-parallel share's gradients (each tensor's dim 0 halved), no more.
+    run = mm.Run("llama-2-7b", n_gpus=8, tp=4, zero_stage=3, seq_len=512)
+    local = sum(2 * _elements(dims) for _, dims, _ in mm.parallel.rank_tensors(run))
+    assert mm.training_memory(run).gradients == -(-local // 2)
+
+
+def test_bert_split_over_gpus_computes_no_vocabulary_loss():
+    # BertModel has no masked-language-model head: neither one GPU nor a pipeline stage runs a loss over its
+    # 30,522-word vocabulary, so two pipeline stages need less per GPU than one GPU.
+    one = mm.requirement("bert-base-uncased", seq_len=512, batch_size=8)
+    two = mm.requirement("bert-base-uncased", n_gpus=2, pp=2, seq_len=512, batch_size=8)
+    assert two.bytes < one.bytes
+
+
+def test_the_collectives_buffers_are_not_alive_at_the_optimizer_step():
+    # the sequence-parallel all-gather lives inside a block's forward and backward; at the optimizer step the two
+    # runs hold the same weights, gradients and states
+    plain = mm.parallel.parallel_peak(mm.Run("llama-2-7b", n_gpus=2, tp=2, seq_len=2048, batch_size=4))
+    sp = mm.parallel.parallel_peak(mm.Run("llama-2-7b", n_gpus=2, tp=2, sequence_parallel=True, seq_len=2048,
+                                          batch_size=4))
+    assert sp["optimizer_step"] == plain["optimizer_step"]
