@@ -87,7 +87,11 @@ def transients(run) -> dict:
     from .peak import ADAM_LIKE, optimizer_transient
     from .training import training_memory
 
+    from .preference import DPO
+
     shape, recipe, opt, method = run.model, run.recipe, run.optimizer_spec, run.method
+    if isinstance(method, DPO):  # preference training: the policy's method trains (its reference is frozen)
+        method = method.base
     memory = training_memory(run)
     lay = layout(run)
     e, t = recipe.activation_bits // 8, _tokens(run)

@@ -114,12 +114,15 @@ def reference_copy_bytes(method: DPO, shape: ModelShape, recipe) -> tuple:
         return 0, 0
     base = method.base
     if isinstance(base, QLoRA):
-        from .methods import int8_weight_bytes, quantized_weight_bytes
+        from .methods import bnb_code_map_bytes, int8_weight_bytes, quantized_matrices, quantized_weight_bytes
 
         if base.quant_type == "int8":
             return int8_weight_bytes(shape, recipe.weight_bits)
-        return quantized_weight_bytes(shape, "nf4", recipe.weight_bits, block=base.quant_block,
-                                      double_quant=base.double_quant)
+        weights, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits, block=base.quant_block,
+                                                    double_quant=base.double_quant)
+        if base.layout == "bitsandbytes":  # each quantized matrix's QuantState code maps, as the policy's base keeps
+            constants = constants + quantized_matrices(shape) * bnb_code_map_bytes(base.double_quant)
+        return weights, constants
     return _group_weight_bytes(shape, recipe.weight_bits), 0
 
 

@@ -217,3 +217,14 @@ def test_the_collectives_buffers_are_not_alive_at_the_optimizer_step():
     sp = mm.parallel.parallel_peak(mm.Run("llama-2-7b", n_gpus=2, tp=2, sequence_parallel=True, seq_len=2048,
                                           batch_size=4))
     assert sp["optimizer_step"] == plain["optimizer_step"]
+
+
+def test_a_qlora_policys_reference_copy_keeps_bitsandbytes_code_maps_as_the_policy_does():
+    # The frozen reference is a second bitsandbytes-quantized base: every Linear4bit's QuantState has its code map
+    # (16 fp32 levels; with double quantization the nested 256-value map and offset), as the policy's base has.
+    for double in (False, True):
+        policy = mm.QLoRA(rank=8, layout="bitsandbytes", double_quant=double)
+        alone = mm.training_memory("llama-2-7b", method=policy, seq_len=512).quantization_constants
+        paired = mm.training_memory("llama-2-7b", method=mm.DPO(base=policy, reference="copy"),
+                                    seq_len=512).quantization_constants
+        assert paired == 2 * alone
