@@ -196,8 +196,9 @@ class Run:
         from .formats import get_format
 
         adapter_format = getattr(self.method, "adapter_format", None)
-        # defaulted and notes too: a run that chose what another resolved has other notes (compare=False above)
-        return (self, self.defaulted, self.notes, self.recipe, self.optimizer_spec,
+        # defaulted and notes too: a run that chose what another resolved has other notes (compare=False above),
+        # and a model whose shape differs only in its notes (ModelShape.notes, compare=False) says other things
+        return (self, self.defaulted, self.notes, self.model.notes, self.recipe, self.optimizer_spec,
                 None if adapter_format is None else get_format(adapter_format))
 
     @property

@@ -228,3 +228,15 @@ def test_a_qlora_policys_reference_copy_keeps_bitsandbytes_code_maps_as_the_poli
         paired = mm.training_memory("llama-2-7b", method=mm.DPO(base=policy, reference="copy"),
                                     seq_len=512).quantization_constants
         assert paired == 2 * alone
+
+
+def test_shapes_that_differ_only_in_their_notes_get_their_own_answers():
+    # A ModelShape's notes do not make it another shape (equal bytes), but an answer must carry its own model's notes.
+    from memmath.notes import Note
+
+    plain = mm.PRESETS["gpt2"]
+    noted = plain.with_changes(notes=(Note("read_from_config", "a note only this shape carries"),))
+    assert plain == noted
+    assert mm.training_memory(plain, seq_len=64).run.model.notes == ()
+    assert mm.training_memory(noted, seq_len=64).run.model.notes == noted.notes
+    assert mm.requirement(noted, seq_len=64).memory.run.model.notes == noted.notes
