@@ -653,6 +653,7 @@ def _train_json(args, run, source, plan, status) -> dict:
         "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,
                                            **{k: int(v) for k, v in peak.parts().items()}},
         "required": {"bytes": need.bytes, "basis": _basis(need), "why_not_peak": need.reason or None,
+                     "rank": need.rank,  # the GPU whose parts and step these are (a split run's worst rank)
                      "reserved_bytes": plan.reserved_bytes, "with_reserve_bytes": plan.needed_bytes},
         "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit),
         "cannot_run": None if plan.cannot_run is None else plan.cannot_run.message,

@@ -43,6 +43,12 @@ class Requirement:
         validate.text_field("reason", self.reason)
 
     @property
+    def rank(self) -> int:
+        """The GPU whose parts `memory` holds and whose step the number judges: a split run's worst rank, which may
+        be another than the run's own rank."""
+        return int(self.memory.run.rank) if self.memory.run is not None else int(self.run.rank)
+
+    @property
     def words(self) -> str:
         """What the number is, in a few words: 'the step's peak', 'an upper bound on the step's peak' or 'the sum
         of the parts'."""

@@ -240,3 +240,10 @@ def test_shapes_that_differ_only_in_their_notes_get_their_own_answers():
     assert mm.training_memory(plain, seq_len=64).run.model.notes == ()
     assert mm.training_memory(noted, seq_len=64).run.model.notes == noted.notes
     assert mm.requirement(noted, seq_len=64).memory.run.model.notes == noted.notes
+
+
+def test_a_split_runs_requirement_names_the_gpu_whose_parts_it_holds():
+    # two stages, one micro-batch: the last stage's head and loss over the 32,000-word vocabulary need the most
+    need = mm.requirement("llama-2-7b", n_gpus=2, pp=2)
+    assert need.run.rank == 0 and need.rank == need.memory.run.rank == 1
+    assert mm.training_memory(need.run.replace(rank=need.rank)).parts() == need.memory.parts()
