@@ -51,12 +51,20 @@ def upper_bound(run) -> dict:
     unsharded = unsharded_peak(run)
     best["unsharded_peak"] = unsharded
     if unsharded is not None:
-        # the rank whose engine buffers are largest: a ZeRO rank holds at most the unsharded run's parts besides them
-        engine = max((engine_buffers(run if r == run.rank else run.replace(rank=r)) for r in ranks),
-                     key=lambda d: sum(d.values()))
+        # a ZeRO rank holds at most the unsharded run's parts besides its engine's buffers
+        engine = largest_engine_buffers(run)
         if unsharded + sum(engine.values()) < best["bytes"]:
             best = {**best, "bytes": unsharded + sum(engine.values()), "engine": engine, "terms": {}}
     return best
+
+
+def largest_engine_buffers(run) -> dict:
+    """engine_buffers of the run's rank whose buffers are largest (each stage's first rank is compared)."""
+    from .parallel import is_parallel, representative_ranks
+
+    ranks = representative_ranks(run) if is_parallel(run) else [run.rank]
+    return max((engine_buffers(run if r == run.rank else run.replace(rank=r)) for r in ranks),
+               key=lambda d: sum(d.values()))
 
 
 def unsharded_peak(run) -> int | None:

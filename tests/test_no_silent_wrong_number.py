@@ -119,14 +119,14 @@ def test_more_data_parallel_gpus_with_zero_add_no_more_than_the_engines_named_bu
     # One GPU with ZeRO shards nothing (judged on its peak); two judge a bound that is at most the same run's
     # unsharded peak plus the buffers the engine adds (ZeRO's reduce and all-gather buckets, FSDP's gathered units),
     # each named in the reason. llama-2-7b with SGD at 4 x 512 rose 26.95 -> 39.5 GB on the sum of the parts.
-    from memmath.bounds import engine_buffers
+    from memmath.bounds import largest_engine_buffers
 
     settings = dict(optimizer=optimizer, batch_size=4, seq_len=512, zero_stage=stage)
     one = mm.requirement("llama-2-7b", n_gpus=1, **settings)
     two_run = mm.Run("llama-2-7b", n_gpus=2, **settings)
     two = mm.requirement(two_run)
     assert one.basis == "peak" and two.basis == "upper bound"
-    named = engine_buffers(two_run)
+    named = largest_engine_buffers(two_run)
     assert named and all(name.split(" (")[0] in two.reason for name in named)
     assert two.bytes <= one.bytes + sum(named.values())
 
