@@ -31,12 +31,12 @@ def applies(run) -> bool:
 
 
 def upper_bound(run) -> dict:
-    """{"bytes", "rank", "sum", "terms", "unsharded_peak", "engine"}: the bound of the GPU that needs the most.
+    """{"bytes", "rank", "sum", "terms", "engine", "unsharded"}: the bound of the GPU that needs the most.
 
     sum: that rank's parts plus its communication buffers; terms: the transients added to it, by name; engine:
-    the engine's buffers (ZeRO's buckets, FSDP's gathered units, DDP's buckets), by name; unsharded_peak: the
-    same run's modelled peak without ZeRO (None when not modelled); bytes: min(sum + terms + engine,
-    unsharded_peak + engine)."""
+    the engine's buffers (ZeRO's buckets, FSDP's gathered units, DDP's buckets), by name; unsharded: None, or when
+    it gives the smaller bound, {"peak": the same run's modelled peak without ZeRO, "saved": what ZeRO shards away
+    from the parts alive throughout the step}; bytes: min(sum + terms + engine, peak - saved + engine)."""
     from .parallel import is_parallel, parallel_memory, representative_ranks
 
     ranks = representative_ranks(run) if is_parallel(run) else [run.rank]
@@ -47,14 +47,10 @@ def upper_bound(run) -> dict:
         terms, engine = transients(at), engine_buffers(at)
         bound = total + sum(terms.values()) + sum(engine.values())
         if best is None or bound > best["bytes"]:
-            best = {"bytes": bound, "rank": rank, "sum": total, "terms": terms, "engine": engine}
-    unsharded = unsharded_peak(run)
-    best["unsharded_peak"] = unsharded
-    if unsharded is not None:
-        # a ZeRO rank holds at most the unsharded run's parts besides its engine's buffers
-        engine = largest_engine_buffers(run)
-        if unsharded + sum(engine.values()) < best["bytes"]:
-            best = {**best, "bytes": unsharded + sum(engine.values()), "engine": engine, "terms": {}}
+            best = {"bytes": bound, "rank": rank, "sum": total, "terms": terms, "engine": engine, "unsharded": None}
+    unsharded = unsharded_bound(run)
+    if unsharded is not None and unsharded["bytes"] < best["bytes"]:
+        best = {**unsharded, "sum": best["sum"], "terms": {}}
     return best
 
 
@@ -67,18 +63,37 @@ def largest_engine_buffers(run) -> dict:
                key=lambda d: sum(d.values()))
 
 
-def unsharded_peak(run) -> int | None:
-    """The modelled peak of the same run without ZeRO or an engine's sharding (every data-parallel rank a full
-    copy), or None when memmath does not model that one either."""
+ALIVE_THROUGHOUT = ("weights", "quantization_constants", "master_weights", "optimizer_states")
+"""The parts alive at every moment of a steady step (the optimizer states from the first step on, the fp32 master
+copy from the optimizer's construction): what ZeRO shards away from them is below every moment of the step."""
+
+
+def unsharded_bound(run) -> dict | None:
+    """The second bound, where the same run without ZeRO (every data-parallel rank a full copy) has a modelled peak:
+    at every moment a ZeRO rank holds what the unsharded rank holds, less what ZeRO shards away from the parts
+    alive throughout, plus the engine's buffers (its gathered units, unreduced gradients and buckets). None where
+    the unsharded run's peak is not modelled either. {"bytes", "rank", "engine", "unsharded": {"peak", "saved"}}."""
     if not run.sharded:
         return None
-    from .parallel import is_parallel, peak_why_not, worst_rank_peak
+    from .parallel import is_parallel, parallel_peak, peak_why_not, representative_ranks
     from .peak import peak_memory, why_no_peak
+    from .training import training_memory
 
-    plain = run.replace(zero_stage=0, sharding="even", rank=0)
-    if is_parallel(plain):
-        return None if peak_why_not(plain) else int(worst_rank_peak(plain)["total"])
-    return None if why_no_peak(plain) else int(peak_memory(plain).total)
+    plain = run.replace(zero_stage=0, sharding="even")
+    split = is_parallel(plain)
+    if (peak_why_not(plain) if split else why_no_peak(plain)):
+        return None
+    best = None
+    for rank in representative_ranks(run) if split else [run.rank]:
+        at, whole = run.replace(rank=rank), plain.replace(rank=rank)
+        peak = int(parallel_peak(whole)["total"] if split else peak_memory(whole).total)
+        own, full = training_memory(at), training_memory(whole)
+        saved = sum(max(int(getattr(full, k)) - int(getattr(own, k)), 0) for k in ALIVE_THROUGHOUT)
+        engine = engine_buffers(at)
+        bound = peak - saved + sum(engine.values())
+        if best is None or bound > best["bytes"]:
+            best = {"bytes": bound, "rank": rank, "engine": engine, "unsharded": {"peak": peak, "saved": saved}}
+    return best
 
 
 def _tokens(run) -> int:
@@ -110,7 +125,7 @@ def transients(run) -> dict:
             step = sum(validate.ceil_div(_numel(dims) * bits, 8) for _, dims, _ in rank_tensors(run))
         else:  # foreach Adam's temporaries over every trainable tensor (peak.py's CUDA assumption)
             step, _ = optimizer_transient(shape, method, recipe, opt, "cuda")
-        group = lay.dp * lay.cp
+        group = lay.dp * lay.cp // lay.ep  # the smallest group that shares a tensor's states: an expert's
         if run.sharded and group > 1:  # each rank steps its partition: a 1/group share, plus one whole tensor for
             # a partition of whole tensors (torch's ZeroRedundancyOptimizer) that comes out uneven
             largest = max((p.numel for p in shape.tensors("layer") + shape.tensors("embeddings")
@@ -198,14 +213,13 @@ def _numel(dims) -> int:
 
 def describe(bound: dict) -> str:
     """The bound's terms in words, for the Requirement's reason."""
-    if bound["terms"] or bound["unsharded_peak"] is None:
-        added = "; ".join(f"{name} {value:,} B" for name, value in {**bound["terms"], **bound["engine"]}.items()
-                          if value)
-        head = (f"a safe upper bound, not a modelled peak: rank {bound['rank']}'s sum of the parts and its "
-                f"communication buffers ({bound['sum']:,} B) plus, as if all were alive at once, ")
-        return head + (added or "nothing more")
-    added = "; ".join(f"{name} {value:,} B" for name, value in bound["engine"].items() if value)
-    return (f"a safe upper bound, not a modelled peak: the same run's modelled peak without ZeRO "
-            f"({bound['unsharded_peak']:,} B: a ZeRO rank holds no more of any part) plus the engine's buffers: "
-            + (added or "none"))
-
+    engine = "; ".join(f"{name} {value:,} B" for name, value in bound["engine"].items() if value)
+    if bound["unsharded"] is None:
+        added = "; ".join(f"{name} {value:,} B" for name, value in bound["terms"].items() if value)
+        return (f"a safe upper bound, not a modelled peak: rank {bound['rank']}'s sum of the parts and its "
+                f"communication buffers ({bound['sum']:,} B) plus, as if all were alive at once, "
+                + "; ".join(text for text in (added, engine) if text))
+    return (f"a safe upper bound, not a modelled peak: rank {bound['rank']}'s modelled peak without ZeRO "
+            f"({bound['unsharded']['peak']:,} B) less what ZeRO shards away from the parts alive throughout the step "
+            f"(weights, master copy, optimizer states: {bound['unsharded']['saved']:,} B), plus the engine's "
+            f"buffers: " + (engine or "none"))
