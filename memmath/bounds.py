@@ -86,14 +86,48 @@ def unsharded_bound(run) -> dict | None:
     best = None
     for rank in representative_ranks(run) if split else [run.rank]:
         at, whole = run.replace(rank=rank), plain.replace(rank=rank)
-        peak = int(parallel_peak(whole)["total"] if split else peak_memory(whole).total)
         own, full = training_memory(at), training_memory(whole)
         saved = sum(max(int(getattr(full, k)) - int(getattr(own, k)), 0) for k in ALIVE_THROUGHOUT)
-        engine = engine_buffers(at)
+        if split:
+            peak, engine = int(parallel_peak(whole)["total"]), engine_buffers(at)
+        else:  # moment by moment: of the gradients alive then, a 1/n share and those not yet reduced; the engine's
+            # buffers at every moment besides (measured FSDP2 ranks peak above a bound that leaves them out where
+            # no gradient is alive)
+            unreduced = unreduced_gradients(at)
+            peak, engine = _sharded_moments(run, whole, unreduced[1] if unreduced else 0), engine_buffers(at)
         bound = peak - saved + sum(engine.values())
         if best is None or bound > best["bytes"]:
-            best = {"bytes": bound, "rank": rank, "engine": engine, "unsharded": {"peak": peak, "saved": saved}}
+            best = {"bytes": bound, "rank": rank, "engine": engine,
+                    "unsharded": {"peak": peak, "saved": saved, "unreduced": None if split else unreduced}}
     return best
+
+
+def _sharded_moments(run, whole, unreduced: int) -> int:
+    """The highest moment of the unsharded one-GPU step (peak_memory's moments) with what ZeRO shards at that moment
+    taken out: from stage 2 on the gradients alive then keep a 1/n share plus those not yet reduced (`unreduced`,
+    no more than are alive); at the optimizer step each rank updates its own partition, so the optimizer's temporaries are a 1/n
+    share plus one whole tensor (a partition of whole tensors may come out uneven)."""
+    from .peak import optimizer_transient, peak_memory
+    from .preference import DPO
+
+    peak = peak_memory(whole)
+    n, recipe = run.n_gpus, run.recipe
+    method = run.method.base if isinstance(run.method, DPO) else run.method
+    temporaries, _ = optimizer_transient(run.model, method, recipe, run.optimizer_spec, run.device)
+    temporaries = int(temporaries)
+    largest = max((p.numel for g in ("layer", "embeddings", "head") for p in run.model.tensors(g)), default=0)
+    own_share = min(temporaries, validate.ceil_div(temporaries, n)
+                    + validate.ceil_div(largest * max(recipe.weight_bits, recipe.master_bits), 8))
+    highest = 0
+    for (phase, _, value), parts in zip(peak.moments, peak.breakdown):
+        held = int(value)
+        if run.zero_stage >= 2:
+            gradients = int(parts["gradients"])
+            held -= gradients - min(gradients, validate.ceil_div(gradients, n) + unreduced)
+        if phase == "optimizer_step":
+            held -= temporaries - own_share
+        highest = max(highest, held)
+    return highest
 
 
 def _tokens(run) -> int:
@@ -161,35 +195,55 @@ def transients(run) -> dict:
 
 def engine_buffers(run) -> dict:
     """The buffers a sharding engine adds on this rank (bytes by name): ZeRO-1/2's reduce and all-gather buckets,
-    ZeRO-3/FSDP's all-gathered units and their gradients before the reduce-scatter, torch's ZeroRedundancyOptimizer
-    beside DDP's gradient buckets."""
+    ZeRO-3/FSDP's all-gathered units, the gradients not yet reduced to the rank's shard (unreduced_gradients),
+    torch's ZeroRedundancyOptimizer beside DDP's gradient buckets."""
+    buffers = _engine_only(run)
+    unreduced = unreduced_gradients(run)
+    return {**buffers, **({unreduced[0]: unreduced[1]} if unreduced else {})}
+
+
+def _whole_parts(run) -> tuple:
+    """(weights, gradients) of the rank without ZeRO: what the engine gathers and reduces."""
     from .parallel import rank_parts
     from .training import training_memory
 
-    if not run.sharded:
-        return {}
-    recipe = run.recipe
     plain = run.replace(zero_stage=0, sharding="even")
     if plain.tp > 1 or plain.pp > 1 or plain.cp > 1 or plain.ep > 1:
         whole = rank_parts(plain)
-        weights, grads = int(whole["weights"]), int(whole["gradients"])
-    else:
-        whole = training_memory(plain)
-        weights, grads = int(whole.weights), int(whole.gradients)
+        return int(whole["weights"]), int(whole["gradients"])
+    whole = training_memory(plain)
+    return int(whole.weights), int(whole.gradients)
+
+
+def _engine_only(run) -> dict:
+    """engine_buffers less the gradients not yet reduced."""
+    if not run.sharded:
+        return {}
+    recipe = run.recipe
+    weights, grads = _whole_parts(run)
     if run.sharding == "zero_redundancy":  # used with DDP: its default buckets hold a second copy of the gradients
         return {"DDP's gradient buckets beside ZeroRedundancyOptimizer (a second copy of the gradients)": grads}
     if run.zero_stage < 3:
-        return {"ZeRO's two reduce buckets (2 x 5e8 elements, DeepSpeed's default) and one block's gradients before "
-                "them": min(grads, 2 * BUCKET_ELEMENTS * recipe.grad_bits // 8) + _unit_share(run.model, grads, 1),
+        return {"ZeRO's two reduce buckets (2 x 5e8 elements, DeepSpeed's default)":
+                    min(grads, 2 * BUCKET_ELEMENTS * recipe.grad_bits // 8),
                 "ZeRO's all-gather bucket (5e8 elements, DeepSpeed's default)":
                     min(weights, BUCKET_ELEMENTS * recipe.weight_bits // 8)}
     # FSDP2 (fully_shard per block and at the root): the root's parameters stay unsharded from forward to backward;
-    # a block's are gathered while the next one's are prefetched; each unit's gradients exist unsharded until
-    # their reduce-scatter, two at once.
+    # a block's are gathered while the next one's are prefetched
     return {"ZeRO-3/FSDP all-gathered parameters: the root (embeddings, final norm, head) and two blocks":
-                _unit_share(run.model, weights, 2, root=True),
-            "ZeRO-3/FSDP gradients before their reduce-scatter: the root's and two blocks'":
-                _unit_share(run.model, grads, 2, root=True)}
+            _unit_share(run.model, weights, 2, root=True)}
+
+
+def unreduced_gradients(run) -> tuple | None:
+    """(name, bytes): the gradients a ZeRO-2/3 rank holds whole before their reduce-scatter leaves it its shard (a
+    block's under ZeRO-2, filling the buckets; the root's and two blocks' under ZeRO-3/FSDP), else None."""
+    if not run.sharded or run.sharding == "zero_redundancy" or run.zero_stage < 2:
+        return None
+    _, grads = _whole_parts(run)
+    if run.zero_stage == 2:
+        return "ZeRO-2: one block's gradients before they reach a bucket, and their copy", _unit_share(run.model, grads, 1)
+    return ("ZeRO-3/FSDP gradients before their reduce-scatter (the root's and two blocks'), and its input copy",
+            _unit_share(run.model, grads, 2, root=True))
 
 
 def _unit_share(shape: ModelShape, whole: int, blocks: int, root: bool = False) -> int:
@@ -219,7 +273,11 @@ def describe(bound: dict) -> str:
         return (f"a safe upper bound, not a modelled peak: rank {bound['rank']}'s sum of the parts and its "
                 f"communication buffers ({bound['sum']:,} B) plus, as if all were alive at once, "
                 + "; ".join(text for text in (added, engine) if text))
-    return (f"a safe upper bound, not a modelled peak: rank {bound['rank']}'s modelled peak without ZeRO "
-            f"({bound['unsharded']['peak']:,} B) less what ZeRO shards away from the parts alive throughout the step "
-            f"(weights, master copy, optimizer states: {bound['unsharded']['saved']:,} B), plus the engine's "
-            f"buffers: " + (engine or "none"))
+    unsharded = bound["unsharded"]
+    peak = (f"rank {bound['rank']}'s modelled peak without ZeRO ({unsharded['peak']:,} B)" if not unsharded["unreduced"]
+            else f"rank {bound['rank']}'s highest moment without ZeRO with a 1/n share of the gradients alive then, "
+            f"and of them {unsharded['unreduced'][0]} (up to {unsharded['unreduced'][1]:,} B each), "
+            f"{unsharded['peak']:,} B")
+    return (f"a safe upper bound, not a modelled peak: {peak}, less what ZeRO shards away from the parts alive "
+            f"throughout the step (weights, master copy, optimizer states: {unsharded['saved']:,} B), plus the "
+            f"engine's buffers: " + (engine or "none"))

@@ -184,9 +184,10 @@ def _(P1_CARD, P1_GPUS, P1_SEQ, P1_SMALL_CARD, mm, mo, p1_fewest, p1_largest_bat
 
     **(b)** ZeRO-3 divides weights, gradients and optimizer states by the {P1_GPUS} GPUs (Rajbhandari et al. 2020);
     the activations stay whole, since each GPU runs its own sequences. Per GPU: weights {_f(_m.weights)}, gradients
-    {_f(_m.gradients)}, optimizer states {_f(_m.optimizer_states)}, activations {_f(_m.activations)}. memmath has no
-    peak model for a sharded step, so the card must hold the sum: **{_f(_z3.requirement.bytes)}**; the run
-    {_verdict(_z3)}. The activations are {_m.activations / _z3.requirement.bytes:.0%} of it now: sharding took care
+    {_f(_m.gradients)}, optimizer states {_f(_m.optimizer_states)}, activations {_f(_m.activations)}, in all
+    {_f(_m.total)}. memmath has no peak model for a sharded step, and that sum leaves out what the step makes and
+    frees (the optimizer's temporaries, the gathered layers), so the card is judged on a safe upper bound of its
+    peak ({_z3.requirement.basis}, lesson 8): **{_f(_z3.requirement.bytes)}**; the run {_verdict(_z3)}. The activations are {_m.activations / _z3.requirement.bytes:.0%} of it now: sharding took care
     of the rest.
 
     **(c) {p1_largest_batch} sequences per GPU** ({p1_largest_batch * P1_GPUS} per step): at {p1_largest_batch + 1}
