@@ -54,6 +54,23 @@ def upper_bound(run) -> dict:
     return best
 
 
+def named_buffers(run) -> dict:
+    """Every buffer a data-parallel engine adds on the GPU that holds the most, by name: ZeRO's or FSDP's
+    (largest_engine_buffers), or DistributedDataParallel's all-reduce buckets without ZeRO. The requirement counts
+    each and names it in its reason or notes."""
+    from .parallel import DDP_BUCKETS, buffers, is_parallel, representative_ranks
+    from .run import ddp_bucket_bytes
+    from .training import training_memory
+
+    if run.sharded:
+        return largest_engine_buffers(run)
+    if is_parallel(run):
+        ddp = max(buffers(run, r).get(DDP_BUCKETS, 0) for r in representative_ranks(run))
+    else:
+        ddp = int(ddp_bucket_bytes(run, training_memory(run).gradients))
+    return {DDP_BUCKETS: ddp} if ddp else {}
+
+
 def largest_engine_buffers(run) -> dict:
     """engine_buffers of the run's rank whose buffers are largest (each stage's first rank is compared)."""
     from .parallel import is_parallel, representative_ranks
@@ -79,7 +96,7 @@ def unsharded_bound(run) -> dict | None:
     from .peak import peak_memory, why_no_peak
     from .training import training_memory
 
-    plain = run.replace(zero_stage=0, sharding="even")
+    plain = run.replace(zero_stage=0, sharding="even", gradient_as_bucket_view=True)  # ZeRO runs without DDP's buckets
     split = is_parallel(plain)
     if (peak_why_not(plain) if split else why_no_peak(plain)):
         return None

@@ -53,6 +53,7 @@ from .notes import Note
 
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
+DDP_BUCKETS = "DistributedDataParallel's all-reduce buckets"  # the name of DDP's buffer, wherever it is counted
 # The schedule's replay walks every (micro-batch, stage) pair of every stage a GPU runs: its time grows with
 # virtual_stages^2 x micro_batches, so both are bounded (at the bounds one replay takes seconds, not hours).
 MAX_MICRO_BATCHES = 2048
@@ -637,9 +638,9 @@ def rank_step_parts(run, notes: list, single_estimate) -> tuple:
         kept.append(Note("zero_on_one_gpu", f"ZeRO stage {run.zero_stage} with one data-parallel rank shards nothing"))
     if lay.dp > 1 and not run.zero_stage:
         kept.append(Note("data_parallel_full_copy", "data parallel without ZeRO: every data-parallel rank holds a "
-                         "full copy of its tensor/pipeline share (gradients averaged in place, as measured; PyTorch "
-                         "DDP's default all-reduce buckets, a second copy of the gradients, are not counted: "
-                         "DDP(gradient_as_bucket_view=True) avoids them)"))
+                         "full copy of its tensor/pipeline share; PyTorch DDP's default all-reduce buckets, a second "
+                         "copy of the gradients, are counted among the communication buffers unless "
+                         "gradient_as_bucket_view=True (gradients averaged in place, as validation/parallel.py does)"))
     if run.model.tied_embeddings and lay.pp > 1 and at["pp"] == lay.pp - 1:
         kept.append(Note("tied_copy_last_stage", "the tied embedding is kept on the last stage too (Megatron-LM), "
                          "derived"))
@@ -656,9 +657,15 @@ def rank_step_parts(run, notes: list, single_estimate) -> tuple:
 # ---- communication buffers (derived) ----------------------------------------------------------------
 def buffers(run, rank: int | None = None) -> dict:
     """Communication buffers one rank holds at once (derived from what each collective moves, not measured)."""
+    from .run import ddp_bucket_bytes
+
     shape, lay = run.model, layout(run)
     rank = run.rank if rank is None else rank
     out = {}
+    parts = rank_parts(run, rank)
+    ddp = ddp_bucket_bytes(run, parts["gradients"] - parts.get("embedding_gradient_extra", 0))
+    if ddp:  # the data-parallel copies of each tensor/pipeline share all-reduce through DDP's buckets
+        out[DDP_BUCKETS] = ddp
     if run.seq_len is None or not shape.has_shape:
         return out
     e = run.recipe.activation_bits // 8
@@ -769,11 +776,11 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
     memory = training_memory(run)
     acts = stage_activations(run)
     held = buffers(run)
-    # torch.distributed.pipelining keeps its receive buffers across steps; the collectives' buffers (the
+    # torch.distributed.pipelining keeps its receive buffers across steps, DDP its buckets; the collectives' buffers (the
     # sequence-parallel all-gather, ring attention's chunks, the experts' all-to-all) live only in forward and
     # backward, not at the optimizer step
     extra = sum(held.values())
-    persistent = sum(v for k, v in held.items() if k.startswith("pipeline"))
+    persistent = sum(v for k, v in held.items() if k.startswith(("pipeline", DDP_BUCKETS)))
     if lay.pp == lay.cp == lay.ep == 1 and acts["exact"] and not (run.zero_stage and lay.dp > 1):
         single = peak_memory(acts["local_run"], step=step)
         # sequence parallelism's s/tp share of the norms' tensors (not the estimate's total less the per-micro-batch

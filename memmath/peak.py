@@ -91,7 +91,7 @@ from . import validate
 from .hf_activations import activation_parts, scalar_methods
 from .methods import Adapters, Freeze, Full, LoRA
 from .notes import Note
-from .run import Run, as_run
+from .run import Run, as_run, ddp_bucket_bytes
 from .training import BNB_QMAP_BYTES, step_parts
 
 if TYPE_CHECKING:
@@ -218,6 +218,8 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     if dpo is not None:  # the reference log-probabilities (2b fp32) and the reference copy's buffers
         batch_bytes = batch_bytes + preference.batch_extra(dpo)
         buffers = buffers + preference.reference_resident(dpo, parts)
+    ddp = ddp_bucket_bytes(run, memory.gradients)  # DDP's all-reduce buckets, made with the DDP wrapper, kept
+    buffers = buffers + ddp
     resident = memory.weights + memory.quantization_constants + batch_bytes + buffers
     saved = (parts.estimate.saved_by_forward - parts.batch) * trains
 
@@ -367,6 +369,10 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
                        + ("" if is_ndarray(b) else f" of {b} (an effective batch of {run.effective_batch})")
                        + ": the peak is a later micro-batch's, whose forward and backward run with the earlier "
                        "ones' gradients held"),)
+    if validate.largest(ddp):
+        notes += (Note("ddp_buckets", "DistributedDataParallel's all-reduce buckets, a second copy of the gradients "
+                       f"({'up to ' if is_ndarray(ddp) else ''}{int(validate.largest(ddp)):,} B), alive through the "
+                       "step (DDP's default; gradient_as_bucket_view=True makes the gradients views into them)"),)
     if device == "cuda":
         notes += (Note("cuda_context_excluded",
                        "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)

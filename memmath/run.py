@@ -76,6 +76,9 @@ class Run:
     # Sequences packed into each row without padding, each with its own position ids (a packing collator's
     # position_ids): transformers builds a block-diagonal mask from them, which every attention call then gets.
     packed: bool = False
+    # Data parallelism without ZeRO as torch's DistributedDataParallel runs it: by default its all-reduce buckets hold
+    # a second copy of the gradients; gradient_as_bucket_view=True makes the gradients views into them (torch docs)
+    gradient_as_bucket_view: bool = False
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -114,6 +117,7 @@ class Run:
                                                   scalar=True)
         values["padded"] = validate.flag("padded", self.padded)
         values["packed"] = validate.flag("packed", self.packed)
+        values["gradient_as_bucket_view"] = validate.flag("gradient_as_bucket_view", self.gradient_as_bucket_view)
         if values["padded"] and values["packed"]:
             raise validate.FieldError("packed", "packed=True packs sequences so that no row needs padding: pass "
                                       "padded=True or packed=True, not both")
@@ -317,3 +321,13 @@ def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout) -
 
         reason = MATH_REFUSAL
     return reason
+
+
+def ddp_bucket_bytes(run: Run, gradients) -> int:
+    """Bytes of DistributedDataParallel's all-reduce buckets on one GPU: a second copy of its `gradients` where the
+    run copies the model on several data-parallel GPUs without ZeRO and leaves gradient_as_bucket_view off (DDP's
+    default: torch.nn.parallel.DistributedDataParallel docs; pytorch/pytorch#41954), else 0."""
+    copies = run.n_gpus // (run.tp * run.pp * run.cp)
+    if copies < 2 or run.zero_stage or run.sharding != "even" or run.gradient_as_bucket_view:
+        return 0
+    return gradients

@@ -703,7 +703,9 @@ def _(literature, mm, mo):
         mo.md("**3.** Eight GPUs without ZeRO: does problem 1's run (Llama-2-7B, full finetuning, batch 1, 512 "
               "tokens) need less memory per GPU than on one?"),
         mo.accordion({"Answer": mo.md(
-            f"No: {mm.format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, as on one ({mm.format_bytes(_dp[0].bytes)}). "
+            f"No: {mm.format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, against {mm.format_bytes(_dp[0].bytes)} "
+            "on one: each GPU keeps everything one GPU keeps, and PyTorch DDP's all-reduce buckets, a second copy of the "
+            "gradients, besides (DDP(gradient_as_bucket_view=True) makes the gradients views into them). "
             f"Plain data parallelism copies everything; ZeRO stage 3 brings it to {mm.format_bytes(_z3.bytes)} per "
             f"GPU {_words(_z3)}, of which the activations ({mm.format_bytes(_z3.memory.activations)}) are not "
             "sharded: each GPU keeps its own batch's.")}),

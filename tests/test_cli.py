@@ -75,7 +75,7 @@ def test_train_preset_json_carries_the_api_numbers_and_the_verdict():
     assert report["parts"] == {k: int(v) for k, v in memory.parts().items()}
     assert report["sum_of_parts"] == memory.total
     assert report["peak"]["total"] == peak.total and report["peak"]["phase"] == peak.phase
-    assert report["required"] == {"bytes": peak.total, "basis": "peak", "why_not_peak": None,
+    assert report["required"] == {"bytes": peak.total, "basis": "peak", "why_not_peak": None, "rank": 0,
                                   "reserved_bytes": 1343 * MIB, "with_reserve_bytes": peak.total + 1343 * MIB}
     # The verdict keeps 5% of the requirement free (memmath.FIT_MARGIN), as the planner judges every change.
     fit = mm.check_fit(peak.total, "RTX 4090", reserved_bytes=1343 * MIB, margin=0.05)

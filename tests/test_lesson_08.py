@@ -328,7 +328,7 @@ def test_problem_3_counts_the_activations_the_verdict_counts(default_run):
     assert defs["result"].activations > 0 and defs["peak_basis"] == "peak"
     text = plain(outputs)
     assert f"{total} on the GPU" in text
-    assert f"as on one ({total})" in text and f"{total} at the step's peak" in text
+    assert f"against {total} on one" in text and f"{total} at the step's peak" in text
 
 
 def test_gpu_counts_stay_within_what_the_learner_allows():

@@ -247,3 +247,19 @@ def test_a_split_runs_requirement_names_the_gpu_whose_parts_it_holds():
     need = mm.requirement("llama-2-7b", n_gpus=2, pp=2)
     assert need.run.rank == 0 and need.rank == need.memory.run.rank == 1
     assert mm.training_memory(need.run.replace(rank=need.rank)).parts() == need.memory.parts()
+
+
+def test_ddps_default_buckets_are_counted_in_the_verdict():
+    # torch's DistributedDataParallel keeps its all-reduce buckets beside the gradients, a second copy of them
+    # (Llama-2-7B's 6,738,415,616 trainable parameters in bf16: 13,476,831,232 B), unless gradient_as_bucket_view=True
+    # makes the gradients views into the buckets.
+    one = mm.requirement("llama-2-7b", seq_len=512)
+    ddp = mm.requirement("llama-2-7b", n_gpus=2, seq_len=512)
+    viewed = mm.requirement("llama-2-7b", n_gpus=2, seq_len=512, gradient_as_bucket_view=True)
+    assert ddp.bytes == one.bytes + 2 * 6_738_415_616
+    assert viewed.bytes == one.bytes
+    assert any(n.kind == "ddp_buckets" for n in ddp.peak.notes)
+    # a split run's data-parallel copies keep them too, among the communication buffers
+    split = mm.requirement("llama-2-7b", n_gpus=4, tp=2, seq_len=512)
+    split_viewed = mm.requirement("llama-2-7b", n_gpus=4, tp=2, seq_len=512, gradient_as_bucket_view=True)
+    assert split.bytes > split_viewed.bytes

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memmath as mm
-from memmath.bounds import largest_engine_buffers
+from memmath.bounds import named_buffers
 from memmath.cli import main
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -64,10 +64,11 @@ def test_more_data_parallel_gpus_raise_a_gpus_share_only_by_the_engines_named_bu
     more_run = mm.Run(model, **{**kw, "n_gpus": kw["n_gpus"] * factor,
                                 "zero_stage": kw["zero_stage"] if kw["n_gpus"] > 1 else 1})
     more = mm.requirement(more_run)
-    buffers = largest_engine_buffers(more_run)
+    buffers = named_buffers(more_run)
     assert more.bytes <= fewer.bytes + sum(buffers.values())
-    if more.bytes > fewer.bytes:  # every buffer that raised it is named in the reason
-        assert buffers and all(name.split(" (")[0] in more.reason for name, value in buffers.items() if value)
+    if more.bytes > fewer.bytes:  # every buffer that raised it is named, in the reason or the notes
+        said = " ".join([more.reason, *map(str, more.memory.notes), *map(str, more.peak.notes if more.peak else ())])
+        assert buffers and all(name.split(" (")[0] in said for name, value in buffers.items() if value)
 
 
 @pytest.mark.parametrize("layout", [dict(n_gpus=2, tp=2), dict(n_gpus=2, pp=2), dict(n_gpus=4, pp=2, tp=2)])
@@ -78,7 +79,7 @@ def test_data_parallel_copies_of_a_split_run_with_zero_add_only_named_buffers(la
         fewer = mm.requirement(model, seq_len=64, batch_size=2, zero_stage=stage, **layout)
         more_run = mm.Run(model, seq_len=64, batch_size=2, zero_stage=stage, **{**layout,
                                                                                  "n_gpus": 2 * layout["n_gpus"]})
-        assert mm.requirement(more_run).bytes <= fewer.bytes + sum(largest_engine_buffers(more_run).values())
+        assert mm.requirement(more_run).bytes <= fewer.bytes + sum(named_buffers(more_run).values())
 
 
 @FAST

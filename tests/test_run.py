@@ -17,7 +17,8 @@ def test_every_setting_is_concrete_and_repr_says_what_is_assumed():
                          "batch_size=1, grad_accum_steps=1, seq_len=2048, checkpointing=False, attention='sdpa', "
                          "dropout=True, "
                          "activations='transformers', device='cuda', n_gpus=1, zero_stage=0, sharding='even', rank=0, "
-                         "tp=1, pp=1, cp=1, ep=1, sequence_parallel=False, pp_schedule='1f1b', micro_batches=1, virtual_stages=1, padded=False, packed=False)")
+                         "tp=1, pp=1, cp=1, ep=1, sequence_parallel=False, pp_schedule='1f1b', micro_batches=1, virtual_stages=1, padded=False, packed=False, "
+                         "gradient_as_bucket_view=False)")
     assert run.defaulted == {"attention", "dropout", "activations"}
     assert all(value is not None for value in run.settings().values())
 
@@ -130,16 +131,16 @@ def test_sdpa_is_not_suggested_where_transformers_cannot_run_it():
 
 
 def test_a_change_to_an_unmodelled_peak_saves_only_what_its_bound_is_below_the_peak():
-    # GPT-2 at 128 tokens on 2 GPUs: the run is judged on its peak (1.24 GB, above the 1.09 GB sum: the optimizer
-    # step's temporaries); ZeRO stage 1 has no peak model and is judged on a bound, which its sharded states
-    # ((2 x 124,439,808 x 2 B + 148 x 4 B) / 2 = 248,879,912 B) do not bring below that peak: it is not suggested,
-    # and a ZeRO change that is suggested saves the peak less its bound.
+    # GPT-2 at 128 tokens on 2 GPUs with DDP: the run is judged on its peak (the optimizer step's temporaries and
+    # DDP's buckets above the sum); ZeRO has no peak model and is judged on a bound, so a ZeRO change saves that
+    # peak less its bound, never the gap between the peak and a sum.
     before = mm.requirement("gpt2", seq_len=128, n_gpus=2)
+    assert before.basis == "peak"
     changes = mm.suggest_changes("gpt2", "T4", seq_len=128, n_gpus=2)
-    assert not [s for s in changes if s.change.startswith("ZeRO stage 1")]
-    assert mm.requirement("gpt2", seq_len=128, n_gpus=2, zero_stage=1).bytes >= before.bytes
-    for zero in (s for s in changes if "ZeRO" in s.change):
-        assert zero.basis == "upper bound" and zero.saved == before.bytes - zero.total
+    zeros = [s for s in changes if "ZeRO" in s.change]
+    assert zeros
+    for zero in zeros:
+        assert zero.basis == "upper bound" and zero.saved == before.bytes - zero.total > 0
 
 
 def test_gradient_accumulation_is_a_setting_and_the_effective_batch_its_product():
