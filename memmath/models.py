@@ -17,7 +17,7 @@ from .arrays import any_true, is_ndarray, is_numpy_str, np
 from . import validate
 from .architectures import of
 from .units import parse_count
-from .architectures._parts import LoraAdapter, ParamTensor
+from .architectures._parts import LoraAdapter, ParamTensor, factored_size
 
 if TYPE_CHECKING:
     import pandas as pd
