@@ -33,14 +33,33 @@ from dataclasses import dataclass, replace
 
 from . import validate
 from .formats import get_format
-from .methods import Full, QLoRA, quant_constant_bytes
 from .notes import Note
-from .preference import DPO
 
 SCHEMES = ("mx", "block", "channel", "tensor", "absmax", "row", "gptq", "awq")
 OTHER_BITS = 16  # what the quantizers leave alone is stored in the checkpoint's 16-bit dtype (bf16 or fp16)
 MX_BLOCK = 32  # OCP Microscaling v1.0: one shared e8m0 scale per 32 elements
 GROUPS = ("embeddings", "layer", "final_norm", "head", "vision")
+
+
+# ---- bitsandbytes' block-wise constants ---------------------------------------------------------------------
+def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = True):
+    """Bytes of block-wise absmax constants for one tensor of n elements.
+
+    Without double quantization 4 x ceil(n / block): one fp32 constant per block (32/64 = 0.5 bits
+    per value at block 64). With it, ceil(n / block) 8-bit constants plus 4 x ceil(blocks / 256)
+    for one fp32 constant per 256 of them (8/64 + 32/(64*256) = 0.127 bits per value; Dettmers et
+    al. 2023, QLoRA, section 3). n_elements may be an array.
+    """
+    n_elements = validate.count("n_elements", n_elements, low=0, high=validate.MAX_PARAMS)
+    block = validate.count("block", block, high=2**16, scalar=True)
+    double_quant = validate.flag("double_quant", double_quant)
+    blocks = validate.ceil_div(n_elements, block)
+    if not double_quant:
+        return blocks * 4
+    return blocks + validate.ceil_div(blocks, DOUBLE_QUANT_GROUP) * 4
+
+
+DOUBLE_QUANT_GROUP = 256  # QLoRA's double quantization: one fp32 constant per 256 8-bit constants
 
 
 @dataclass(frozen=True)
@@ -285,41 +304,6 @@ def _with(base: StoredFormat, **changes) -> StoredFormat:
     return replace(base, **changes)
 
 
-# ---- training on a stored format --------------------------------------------------------------------------
-def check_trainable(shape, method) -> None:
-    """Refuse by name a run that trains on a quantized checkpoint memmath cannot price, with the bf16 alternative.
-
-    transformers 5.24 trains no purely quantized model (Trainer refuses it), MXFP4 and fbgemm FP8 not even with
-    adapters (Mxfp4HfQuantizer/FbgemmFp8HfQuantizer.is_trainable is False), and memmath models adapters on a
-    bitsandbytes 4/8-bit base as QLoRA(...) only.
-    """
-    fmt = getattr(shape, "stored_format", None)
-    if fmt is None:
-        return
-    base = method.base if isinstance(method, DPO) else method
-    bf16 = shape.n_params * 2
-    alternative = (f"load it dequantized in bf16 ({bf16 / 1e9:,.2f} GB of weights: from_hf_config on the "
-                   "config without its quantization_config)")
-    if not fmt.trainable:
-        hint = "Mxfp4Config(dequantize=True)" if fmt.name == "mxfp4" else "a dequantized copy"
-        raise validate.FieldError("method", f"the checkpoint stores its weights as {fmt.name} ({fmt.label}), which "
-                                  f"transformers cannot train, not even with adapters (its quantizer is not "
-                                  f"trainable); {alternative}, e.g. with {hint}")
-    if isinstance(base, Full):
-        raise validate.FieldError("method", f"the checkpoint stores its weights as {fmt.name}, and transformers "
-                                  f"cannot fully finetune a quantized model; train adapters (QLoRA(...) on a "
-                                  f"bitsandbytes base) or {alternative}")
-    if fmt.quant_method == "bitsandbytes" and isinstance(base, QLoRA):
-        want = "int8" if fmt.scheme == "row" else fmt.name.removeprefix("bnb_")
-        if base.quant_type != want or (want != "int8" and base.double_quant != fmt.double_quant):
-            raise validate.FieldError("method", f"the checkpoint stores {fmt.label}: pass QLoRA(quant_type="
-                                      f"{want!r}" + ("" if want == "int8" else f", double_quant={fmt.double_quant}")
-                                      + ") to match it")
-        return
-    raise validate.FieldError("method", f"adapters on a {fmt.name} base ({fmt.label}) are not modelled yet "
-                              f"(memmath models QLoRA on a bitsandbytes base); {alternative}")
-
-
 def serving_format(weights_format) -> StoredFormat | None:
     """The StoredFormat a serving weights_format names, None for a plain number format stored whole.
 
@@ -368,16 +352,6 @@ def weight_bits(weights_format) -> int:
 
 
 # ---- peft's prepare_model_for_kbit_training ----------------------------------------------------------------
-def check_kbit_prep(kbit_prep: bool, method) -> bool:
-    """kbit_prep as given, refused by name unless the method trains adapters on a quantized base (QLoRA)."""
-    base = method.base if isinstance(method, DPO) else method
-    if kbit_prep and not isinstance(base, QLoRA):
-        raise validate.FieldError("kbit_prep", "kbit_prep=True is peft's prepare_model_for_kbit_training, which "
-                                  "prepares a quantized base: it applies to QLoRA(...) (or DPO(base=QLoRA(...))); got "
-                                  f"{type(base).__name__}")
-    return kbit_prep
-
-
 def kbit_prep_bytes(shape, recipe) -> int:
     """Bytes prepare_model_for_kbit_training adds to a QLoRA base's weights.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import validate
 from .config_reader import from_hf_config
 from .models import ModelShape
-from .presets import resolve_model
+from .sources import resolve_model
 from .sources import resolve_source
 
 

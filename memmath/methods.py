@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from .arrays import any_true, is_ndarray, np
 
 from . import validate
+from .checkpoints import DOUBLE_QUANT_GROUP, quant_constant_bytes  # noqa: F401 (methods' own name for it)
 from .formats import get_format
 from .models import GROUPS, LORA_TARGETS, ModelShape, ParamTensor, lora_targets
 from .multimodal import VISION_CHOICES
@@ -680,26 +681,6 @@ def int8_weight_bytes(shape: ModelShape, other_bits: int):
             else:
                 weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
     return weights, constants
-
-
-def quant_constant_bytes(n_elements, *, block: int = 64, double_quant: bool = True):
-    """Bytes of block-wise absmax constants for one tensor of n elements.
-
-    Without double quantization 4 x ceil(n / block): one fp32 constant per block (32/64 = 0.5 bits
-    per value at block 64). With it, ceil(n / block) 8-bit constants plus 4 x ceil(blocks / 256)
-    for one fp32 constant per 256 of them (8/64 + 32/(64*256) = 0.127 bits per value; Dettmers et
-    al. 2023, QLoRA, section 3). n_elements may be an array.
-    """
-    n_elements = validate.count("n_elements", n_elements, low=0, high=validate.MAX_PARAMS)
-    block = validate.count("block", block, high=2**16, scalar=True)
-    double_quant = validate.flag("double_quant", double_quant)
-    blocks = validate.ceil_div(n_elements, block)
-    if not double_quant:
-        return blocks * 4
-    return blocks + validate.ceil_div(blocks, DOUBLE_QUANT_GROUP) * 4
-
-
-DOUBLE_QUANT_GROUP = 256  # QLoRA's double quantization: one fp32 constant per 256 8-bit constants
 
 
 def quant_constant_bits(*, block: int = 64, double_quant: bool = True) -> float:

@@ -25,7 +25,8 @@ from .arrays import is_ndarray
 from . import validate
 from .activations import ATTENTION_KINDS
 from .amp_trace import MATH_REFUSAL
-from .checkpoints import STORED_FORMATS, check_kbit_prep, check_trainable, get_weights_name
+from .checkpoint_training import check_kbit_prep, check_trainable
+from .checkpoints import STORED_FORMATS, get_weights_name
 from .formats import FORMATS, get_format
 from .hf_activations import traces
 from .inference import SERVING_DEFAULTS
