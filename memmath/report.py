@@ -103,8 +103,9 @@ def _title(shape, source) -> str:
 
 
 def basis_words(need) -> str:
-    """What the requirement is, for the verdict's line: peak, an upper bound on the step's peak, sum of the parts."""
-    return "peak" if need.basis == "peak" else need.words.removeprefix("the ")
+    """What the requirement is, after "the" in the verdict's line: peak, upper bound on the step's peak, sum of the
+    parts."""
+    return "peak" if need.basis == "peak" else need.words.removeprefix("the ").removeprefix("an ")
 
 
 class Writer:

@@ -287,7 +287,7 @@ def _(mm):
                 _plans.clear()
             plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
             # Shown even when the run fits: the changes that would free memory for a larger batch or longer sequences.
-            changes = list(plan.changes) if not plan.fit.fits else mm.suggest_changes(
+            changes = list(plan.changes) if not plan.fit.fits else mm.planner.suggest_changes(
                 run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
             _plans[key] = (plan, changes, list(plan.path), planned_limits(run, gpu, reserved, max_gpus))
         return _plans[key]

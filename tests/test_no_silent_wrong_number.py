@@ -82,7 +82,7 @@ def test_a_pipeline_schedule_without_a_pipeline_is_refused():
 def test_the_schedule_replays_sizes_are_bounded(field, settings):
     # the replay grows with virtual_stages^2 x micro_batches: an unbounded value costs hours. A model of 2,048
     # blocks lets pp x virtual_stages = 2 x 1,024 divide its blocks, so only the bound refuses it.
-    deep = mm.llama_model(n_layers=2048, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
+    deep = mm.models.llama_model(n_layers=2048, hidden_size=64, n_heads=4, intermediate_size=128, vocab_size=100)
     with pytest.raises(ValueError, match=f"{field} must be") as error:
         mm.Run(deep, n_gpus=2, pp=2, **settings)
     assert error.value.field == field
@@ -90,7 +90,7 @@ def test_the_schedule_replays_sizes_are_bounded(field, settings):
 
 # ---- no verdict on an unmodelled peak without a bound ----------------------------------------------
 def _sharded_cases():
-    from memmath.reference.measured import case_arguments, case_model, load_measured_sharded
+    from memmath_lessons.reference.measured import case_arguments, case_model, load_measured_sharded
 
     for _, row in load_measured_sharded().iterrows():
         sharding, stage = ("zero_redundancy", 1) if row["engine"] == "zero1" else ("fsdp2", 3)
@@ -146,19 +146,19 @@ def test_a_split_run_with_zero_is_judged_on_a_bound_above_its_parts():
     dict(n_gpus=2, cp=2, zero_stage=3),
 ])
 def test_fewest_gpus_that_fit_answers_valid_runs(settings):
-    fewest = mm.fewest_gpus_that_fit("llama-2-7b", "H100 80GB", seq_len=512, **settings)
+    fewest = mm.planner.fewest_gpus_that_fit("llama-2-7b", "H100 80GB", seq_len=512, **settings)
     assert fewest is not None and fewest % settings.get("cp", 1) == 0
 
 
 def test_fewest_gpus_with_expert_parallelism_tries_only_counts_it_can_split():
     # ep must divide the data x context ranks: with ep=2 only even data-parallel counts run
-    fewest = mm.fewest_gpus_that_fit("mixtral-8x7b", "H100 80GB", n_gpus=2, ep=2, zero_stage=3, seq_len=512)
+    fewest = mm.planner.fewest_gpus_that_fit("mixtral-8x7b", "H100 80GB", n_gpus=2, ep=2, zero_stage=3, seq_len=512)
     assert fewest is not None and fewest % 2 == 0
     assert mm.requirement("mixtral-8x7b", n_gpus=fewest, ep=2, zero_stage=3, seq_len=512).bytes > 0
 
 
 def test_longest_sequence_with_context_parallelism_is_a_multiple_of_cp():
-    tokens = mm.longest_sequence_that_fits("llama-2-7b", "H100 80GB", n_gpus=2, cp=2, zero_stage=1)
+    tokens = mm.planner.longest_sequence_that_fits("llama-2-7b", "H100 80GB", n_gpus=2, cp=2, zero_stage=1)
     assert tokens is not None and tokens % 2 == 0
 
 

@@ -27,11 +27,13 @@ def small_models(draw):
     hidden = heads * draw(st.sampled_from([8, 16]))
     vocab = draw(st.integers(50, 400))
     if kind == "gpt2":
-        return mm.gpt2_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=vocab, max_positions=512)
+        return mm.models.gpt2_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=vocab,
+                                    max_positions=512)
     if kind == "bert":
-        return mm.bert_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=vocab, max_positions=512)
-    return mm.llama_model(n_layers=layers, hidden_size=hidden, n_heads=heads, n_kv_heads=heads // 2,
-                          intermediate_size=2 * hidden, vocab_size=vocab)
+        return mm.models.bert_model(n_layers=layers, hidden_size=hidden, n_heads=heads, vocab_size=vocab,
+                                    max_positions=512)
+    return mm.models.llama_model(n_layers=layers, hidden_size=hidden, n_heads=heads, n_kv_heads=heads // 2,
+                                 intermediate_size=2 * hidden, vocab_size=vocab)
 
 
 @st.composite
@@ -73,8 +75,8 @@ def test_more_data_parallel_gpus_raise_a_gpus_share_only_by_the_engines_named_bu
 
 @pytest.mark.parametrize("layout", [dict(n_gpus=2, tp=2), dict(n_gpus=2, pp=2), dict(n_gpus=4, pp=2, tp=2)])
 def test_data_parallel_copies_of_a_split_run_with_zero_add_only_named_buffers(layout):
-    model = mm.llama_model(n_layers=4, hidden_size=64, n_heads=4, n_kv_heads=2, intermediate_size=128,
-                           vocab_size=300)
+    model = mm.models.llama_model(n_layers=4, hidden_size=64, n_heads=4, n_kv_heads=2, intermediate_size=128,
+                                  vocab_size=300)
     for stage in (1, 2, 3):
         fewer = mm.requirement(model, seq_len=64, batch_size=2, zero_stage=stage, **layout)
         more_run = mm.Run(model, seq_len=64, batch_size=2, zero_stage=stage, **{**layout,
@@ -93,8 +95,8 @@ def test_gradient_accumulation_never_lowers_a_runs_requirement(run, steps):
                                     dict(n_gpus=2, tp=2), dict(n_gpus=2, pp=2, zero_stage=0, pp_schedule="gpipe",
                                                                micro_batches=2)])
 def test_gradient_accumulation_never_lowers_a_split_runs_requirement(layout):
-    model = mm.llama_model(n_layers=4, hidden_size=64, n_heads=4, n_kv_heads=2, intermediate_size=128,
-                           vocab_size=300)
+    model = mm.models.llama_model(n_layers=4, hidden_size=64, n_heads=4, n_kv_heads=2, intermediate_size=128,
+                                  vocab_size=300)
     for steps in (2, 3):
         assert mm.requirement(model, seq_len=64, **layout, grad_accum_steps=steps).bytes >= \
             mm.requirement(model, seq_len=64, **layout).bytes
@@ -133,7 +135,7 @@ def test_the_api_the_command_lines_json_and_the_planner_give_one_number(args, se
 @pytest.mark.parametrize("layout", [dict(n_gpus=2, pp=2), dict(n_gpus=2, tp=2), dict(n_gpus=4, tp=2, zero_stage=3),
                                     dict(n_gpus=4, pp=2, micro_batches=2, zero_stage=1)])
 def test_a_split_run_never_needs_less_for_more_tokens_or_a_larger_batch(layout):
-    model = mm.llama_model(n_layers=4, hidden_size=64, n_heads=4, n_kv_heads=2, intermediate_size=128,
-                           vocab_size=300)
+    model = mm.models.llama_model(n_layers=4, hidden_size=64, n_heads=4, n_kv_heads=2, intermediate_size=128,
+                                  vocab_size=300)
     needs = [mm.requirement(model, seq_len=s, batch_size=b, **layout).bytes for s, b in ((32, 1), (64, 1), (64, 2))]
     assert needs == sorted(needs)
