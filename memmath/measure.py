@@ -199,7 +199,7 @@ def memmath_run(shape, settings: TraceSettings, device: str):
 
 def _memmath_prediction(shape, settings, device) -> dict:
     from .peak import peak_memory
-    from .training import training_memory
+    from .memory import training_memory
 
     run = memmath_run(shape, settings, device)
     memory = training_memory(run)
