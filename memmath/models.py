@@ -17,7 +17,8 @@ from .arrays import any_true, is_ndarray, is_numpy_str, np
 from . import validate
 from .architectures import of
 from .units import parse_count
-from .architectures._parts import LoraAdapter, ParamTensor, factored_size
+from .architectures._parts import LoraAdapter, ParamTensor, factored_size  # noqa: F401 (re-exported)
+from .multimodal import VisionParts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -267,8 +268,6 @@ class ModelShape:
                                                                    scalar=True))
         object.__setattr__(self, "num_labels", validate.count("num_labels", self.num_labels, low=0, scalar=True))
         if self.vision is not None:
-            from .multimodal import VisionParts  # here: multimodal imports this module
-
             if not isinstance(self.vision, VisionParts) or self.family != "llama":
                 raise validate.FieldTypeError("vision", "vision must be None or the VisionParts of a rotary decoder "
                                               f"(family 'llama') read by from_hf_config; got {validate.describe(self.vision)}")
