@@ -36,6 +36,9 @@ from dataclasses import dataclass
 from . import validate
 from .arrays import np
 from .notes import Note
+from .preference import DPO
+from .recipes import get_recipe
+from .sharding import fsdp2_elements, torch_tensors
 
 OFFLOADS = ("optimizer", "params", "activations")
 ENGINES = {"even": "DeepSpeed ZeRO-Offload", "fsdp2": "FSDP2 CPUOffloadPolicy"}
@@ -54,8 +57,6 @@ def check(offload, values: dict, shape, method) -> tuple:
     names = _names(offload)
     if not names:
         return ()
-    from .preference import DPO  # here: preference imports the Run this check serves
-    from .recipes import get_recipe
 
     recipe = get_recipe(values["precision"])
     if isinstance(method, DPO):
@@ -119,7 +120,6 @@ class HostMemory:
     engine: who offloads ("DeepSpeed ZeRO-Offload", "FSDP2 CPUOffloadPolicy", "save_on_cpu" alone);
     pinned: how many of the bytes are page-locked; n_gpus: the processes each needing this much.
     """
-
     engine: str
     weights: int = 0
     master_weights: int = 0
@@ -245,8 +245,6 @@ def on_gpu_activations(estimate):
 def largest_layer_params(shape) -> int:
     """The most parameters one module owns itself (recurse=False), as DeepSpeed's model_to_params counts the largest
     layer (deepspeed/runtime/zero/stage3.py): tensors grouped by their module's name, each block's set once."""
-    from .sharding import torch_tensors
-
     sizes = {}
     for name, dims in dict(torch_tensors(shape)).items():  # a block's names repeat in every block: one set
         count = 1
@@ -259,8 +257,6 @@ def largest_layer_params(shape) -> int:
 
 def fsdp2_unsharded(run) -> tuple[int, int]:
     """(the root's bytes, one block's bytes) all-gathered, in the weights' format, from FSDP2's padded shards."""
-    from .sharding import fsdp2_elements
-
     shape, n = run.model, run.n_gpus
     size = run.recipe.weight_bits // 8
 

@@ -24,6 +24,7 @@ from .formats import FORMATS, get_format
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
 from .inference import InferenceMemory, decode_tokens_per_second, inference_memory
 from .notes import Note
+from .planner import trained_context
 from .report import serving_text
 from .run import Serve, as_serve
 from .search import largest_where
@@ -116,8 +117,6 @@ def _fits_with(shape, gpu, reserved_bytes, settings, margin=0.0):
 
 def _context_notes(shape, context_len) -> tuple:
     """A note when the context is longer than the model was trained on (planner.trained_context)."""
-    from .planner import trained_context
-
     trained = trained_context(shape)
     if trained is None or context_len <= trained:
         return ()
