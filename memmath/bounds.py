@@ -87,7 +87,7 @@ def unsharded_bound(run) -> dict | None:
     at every moment a ZeRO rank holds what the unsharded rank holds, less what ZeRO shards away from the parts
     alive throughout, plus the engine's buffers (its gathered units, unreduced gradients and buckets). None where
     the unsharded run's peak is not modelled either. {"bytes", "rank", "engine", "unsharded": {"peak", "saved"}}."""
-    if not run.sharded:
+    if not run.sharded or run.offload:  # offloaded parts (memmath/offload.py): no peak model without ZeRO either
         return None
     plain = run.replace(zero_stage=0, sharding="even", gradient_as_bucket_view=True)  # ZeRO runs without DDP's buckets
     split = is_parallel(plain)
@@ -203,8 +203,9 @@ def engine_buffers(run) -> dict:
 
 
 def _whole_parts(run) -> tuple:
-    """(weights, gradients) of the rank without ZeRO: what the engine gathers and reduces."""
-    plain = run.replace(zero_stage=0, sharding="even")
+    """(weights, gradients) of the rank without ZeRO: what the engine gathers and reduces (on the GPU, whatever
+    memmath/offload.py keeps in host memory between uses)."""
+    plain = run.replace(zero_stage=0, sharding="even", offload=())
     if plain.tp > 1 or plain.pp > 1 or plain.cp > 1 or plain.ep > 1:
         whole = rank_parts(plain)
         return int(whole["weights"]), int(whole["gradients"])
