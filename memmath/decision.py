@@ -1,7 +1,8 @@
 """What the card must hold for a run: the one decision the API, the command line, the planner and the lessons read.
 
-The step's peak (peak_memory: the most allocated at one moment) where memmath models it; else the
-sum of the parts (training_memory: every part as if alive at once), with the reason in words.
+The step's peak (peak_memory: the most allocated at one moment) where memmath models it; else, for a sharded or
+split run, a safe upper bound (memmath/bounds.py: the sum of the parts plus every transient at its largest); else
+the sum of the parts (training_memory: every part as if alive at once), with the reason in words.
 """
 
 from __future__ import annotations
@@ -10,22 +11,26 @@ import functools
 from dataclasses import dataclass
 
 from . import validate
+from .bounds import applies, describe as describe_bound, upper_bound
 from .memory import training_memory
 from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 from .peak import peak_memory, why_no_peak
 from .run import Run, as_run
 
-BASES = ("peak", "sum of parts")
+BASES = ("peak", "upper bound", "sum of parts")
+BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
+               "sum of parts": "the sum of the parts"}
+BASIS_SHORT = {"peak": "peak", "upper bound": "bound", "sum of parts": "sum"}
 
 
 @dataclass(frozen=True)
 class Requirement:
     """Bytes one GPU must hold for `run` (before the CUDA context), and what that number is.
 
-    basis: "peak" (peak_memory's steady-state peak, a step after the first) or "sum of parts"
-    (training_memory's total); reason: why the sum, in words ("" for the peak); memory: the parts;
-    peak: the PeakEstimate, or None when the basis is the sum.
+    basis: "peak" (peak_memory's steady-state peak, a step after the first), "upper bound" (no peak model: a
+    bound no moment of the step exceeds, memmath/bounds.py) or "sum of parts" (training_memory's total); reason:
+    why not the peak, in words ("" for the peak); memory: the parts; peak: the PeakEstimate, or None.
     """
 
     bytes: int
@@ -41,11 +46,36 @@ class Requirement:
         validate.text_field("reason", self.reason)
 
     @property
+    def rank(self) -> int:
+        """The GPU whose parts `memory` holds and whose step the number judges: a split run's worst rank, which may
+        be another than the run's own rank."""
+        return int(self.memory.run.rank) if self.memory.run is not None else int(self.run.rank)
+
+    @property
+    def words(self) -> str:
+        """What the number is, in a few words: 'the step's peak', 'an upper bound on the step's peak' or 'the sum
+        of the parts'."""
+        return BASIS_WORDS[self.basis]
+
+    @property
+    def short(self) -> str:
+        """One word for a table's row: peak, bound or sum."""
+        return BASIS_SHORT[self.basis]
+
+    @property
+    def above_parts(self) -> int:
+        """Bytes the requirement adds to the sum of the parts (the peak's or the bound's; may be negative for a
+        peak); 0 when the requirement is the sum."""
+        return 0 if self.basis == "sum of parts" else self.bytes - int(self.memory.total)
+
+    @property
     def note(self) -> Note:
         """The decision as a Note, for a reader."""
         if self.basis == "peak":
             return Note("requirement_peak", "the step's peak: the most allocated at one moment (peak_memory), "
                         "not the sum of the parts, which counts every part as if all were alive at once")
+        if self.basis == "upper bound":
+            return Note("requirement_bound", f"an upper bound on the step's peak: {self.reason}")
         return Note("requirement_sum", f"the sum of the parts: {self.reason}")
 
 
@@ -70,6 +100,8 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
             peak = worst_rank_peak(run)
             memory = parallel_memory(run.replace(rank=peak["rank"])).memory
             return Requirement(int(peak["total"]), "peak", "", memory, peak_estimate(run, peak), run)
+        if applies(run):
+            return _bound(run, why)
         worst = worst_rank(run)
         buffers = f" plus its communication buffers ({worst.buffer_bytes:,} B, derived)" if worst.buffers else ""
         return Requirement(worst.total, "sum of parts", f"{worst.layout.describe()}: the sum of the parts of the rank "
@@ -77,7 +109,16 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
                            f"{why}", worst.memory, None, run)
     memory = training_memory(run)
     why = why_no_peak(run)
+    if why and applies(run):
+        return _bound(run, why)
     if why:
         return Requirement(int(memory.total), "sum of parts", why, memory, None, run)
     peak = peak_memory(run)  # why_no_peak screened every run the peak model refuses
     return Requirement(int(peak.total), "peak", "", memory, peak, run)
+
+
+def _bound(run: Run, why: str) -> Requirement:
+    """The Requirement of a run whose peak memmath does not model: the safe upper bound of memmath/bounds.py."""
+    bound = upper_bound(run)
+    memory = parallel_memory(run.replace(rank=bound["rank"])).memory
+    return Requirement(int(bound["bytes"]), "upper bound", f"{why}; {describe_bound(bound)}", memory, None, run)

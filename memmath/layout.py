@@ -16,6 +16,10 @@ from .methods import Full
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 DEGREES = ("tp", "pp", "cp", "ep")
+# The schedule's replay walks every (micro-batch, stage) pair of every stage a GPU runs: its time grows with
+# virtual_stages^2 x micro_batches, so both are bounded (at the bounds one replay takes seconds, not hours).
+MAX_MICRO_BATCHES = 2048
+MAX_VIRTUAL_STAGES = 32
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,9 @@ def check(values: dict, shape, method) -> None:
                                       f"{rounds} for torch's interleaved 1F1B")
     elif v > 1:
         raise validate.FieldError("virtual_stages", f"virtual_stages ({v}) > 1 needs pp_schedule='interleaved'")
+    elif values["pp_schedule"] != "1f1b" and pp < 2:
+        raise validate.FieldError("pp_schedule", f"pp_schedule={values['pp_schedule']!r} schedules a pipeline: it "
+                                  "needs pp of 2 or more ('1f1b', the default, for a run without pipeline parallelism)")
     if values["micro_batches"] > 1 and pp < 2:
         raise validate.FieldError("micro_batches", f"micro_batches ({values['micro_batches']}) splits a pipeline "
                                   "step: it needs pp of 2 or more (1 for a run without pipeline parallelism)")

@@ -18,7 +18,7 @@ from . import validate
 from .architectures import of
 from .units import parse_count
 from .vision_parts import VisionTensors
-from .architectures._parts import LoraAdapter, ParamTensor
+from .architectures._parts import LoraAdapter, ParamTensor, factored_size  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import pandas as pd

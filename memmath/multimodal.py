@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from . import validate
-from .models import ModelShape, ParamTensor
+from .architectures._parts import ParamTensor
 from .notes import Note
 from .vision_parts import VisionTensors
 
@@ -533,7 +533,7 @@ def _tie(config: dict, spec: _Wrapper, text: dict, notes: list, model_type: str)
     return tie
 
 
-def from_multimodal_config(config: dict, read_text) -> ModelShape:
+def from_multimodal_config(config: dict, read_text):  # a models.ModelShape (models imports this module)
     """The ModelShape of a vision-language config.json (a dict): the language model, with `vision` (VisionParts).
 
     The language model is read by from_hf_config from text_config (Qwen2-VL's top-level text fields when it has
@@ -575,7 +575,7 @@ def from_multimodal_config(config: dict, read_text) -> ModelShape:
     return replace(language, name=name[:200], vision=parts, notes=tuple(language.notes) + tuple(notes))
 
 
-def activations_note(shape: ModelShape, vision: str = "frozen") -> Note:
+def activations_note(shape, vision: str = "frozen") -> Note:  # shape: a models.ModelShape
     """What the activations of a vision-language model count, as a Note (kind vision_activations_not_counted);
     vision: the method's vision= setting."""
     parts = shape.vision

@@ -53,14 +53,16 @@ from .architectures import known
 from .layout import (DEGREES, SCHEDULES, Layout, bubble, check, in_flight, interleaved_order,  # noqa: F401
                      is_parallel, layout, most_alive, rank_chunks, rank_order, representative_ranks, schedule_order)
 from .methods import Plan, SetStats, TrainableSet
+from .models import factored_size
 from .notes import Note
-from .peak import PeakEstimate, optimizer_transient, peak_memory, why_no_peak
+from .peak import LATER_MICRO_BATCH, PeakEstimate, optimizer_transient, peak_memory, why_no_peak
 from .recipes import update_temporaries
-from .run import Run, as_run
+from .run import Run, as_run, ddp_bucket_bytes
 from .sharding import torch_tensors
 from .training import TrainingMemory
 
 
+DDP_BUCKETS = "DistributedDataParallel's all-reduce buckets"  # the name of DDP's buffer, wherever it is counted
 # The tensors torch's ColwiseParallel / RowwiseParallel split are each model type's record's tp_plan
 # (memmath/architectures/); these are what every type shares.
 _VOCAB = ("embed_tokens", "wte", "word_embeddings", "embed_in", "lm_head", "embed_out")
@@ -186,7 +188,7 @@ def _rank_parts(key: tuple, rank: int) -> dict:
     tensors = rank_tensors(run, rank)
     result = {"weights": 0, "gradients": 0, "gradient_accumulation": 0, "master_weights": 0, "optimizer_states": 0,
               "params": 0, "tensors": len(tensors)}
-    detail = None
+    detail, maps = None, 0
     for expert in (False, True):
         group = [dims for _, dims, e in tensors if e == expert]
         if not group:
@@ -197,11 +199,15 @@ def _rank_parts(key: tuple, rank: int) -> dict:
             counts[tuple(dims)] = counts.get(tuple(dims), 0) + 1
         for dims, k in counts.items():
             n = _numel(dims)
-            stats = stats + SetStats.tensor(n, dims[0] + dims[1] if len(dims) == 2 else n).times(k)
+            stats = stats + SetStats.tensor(n, factored_size(dims)).times(k)
         trainable = TrainableSet.of("expert weights" if expert else "weights", stats, recipe.weight_bits)
         plan = Plan(weight_bytes=validate.ceil_div(stats.params * recipe.weight_bits, 8), quantization_constant_bytes=0,
                     trainable=(trainable,), adapter_params=0, layers_storing=0, embeddings_trainable=True)
         grads, accumulation, master, states = training.trainable_parts(plan, recipe, opt, run.model, [])
+        if opt.min_8bit_size and stats.params - stats.small > 0:  # bitsandbytes' two maps: once per rank, added below
+            states = training.OptimizerStates(moments=states.moments, step_counters=states.step_counters,
+                                              block_constants=states.block_constants - training.BNB_QMAP_BYTES)
+            maps = training.BNB_QMAP_BYTES
         weights, state_bytes = plan.weight_bytes, states.total
         group_size = lay.dp * lay.cp // (lay.ep if expert else 1)  # the ranks that hold the same tensors
         if group_size > 1 and run.zero_stage:
@@ -214,6 +220,9 @@ def _rank_parts(key: tuple, rank: int) -> dict:
         for key, value in (("weights", weights), ("gradients", grads), ("gradient_accumulation", accumulation),
                            ("master_weights", master), ("optimizer_states", state_bytes), ("params", stats.params)):
             result[key] += value
+    if maps:  # one pair of quantization maps per optimizer, whatever its groups and however ZeRO shards the states
+        detail = detail + training.OptimizerStates(block_constants=maps)
+        result["optimizer_states"] += maps
     at = lay.coordinates(run.rank if rank is None else rank)
     if lay.tp > 1 and at["pp"] == 0:
         # torch 2.13's RowwiseParallel on nn.Embedding: the vocabulary-sharded weight's gradient is the whole V x h on
@@ -221,11 +230,23 @@ def _rank_parts(key: tuple, rank: int) -> dict:
         name, dims = next(((n, d) for n, d, _ in tensors if _ends(n, _VOCAB)), (None, None))
         if name is not None:
             full = run.model.vocab_size * _numel(dims[1:])
+            group = lay.dp * lay.cp
             extra = validate.ceil_div((full - _numel(dims)) * run.recipe.grad_bits, 8)
-            if run.zero_stage >= 2 and lay.dp * lay.cp > 1:
-                extra = validate.ceil_div(extra, lay.dp * lay.cp)
+            if run.zero_stage >= 3 and group > 1:
+                # FSDP2 over tensor parallelism reduce-scatters the embedding's gradient to its own shard
+                extra = 0
+            elif run.zero_stage >= 2 and group > 1:
+                extra = validate.ceil_div(extra, group)
             result["gradients"] += extra
             result["embedding_gradient_extra"] = extra
+            if opt.name == "sgd_momentum" and not (run.zero_stage >= 3 and group > 1):
+                # torch.optim.SGD's momentum buffer starts as torch.clone(grad): the whole-vocabulary gradient's size
+                bits = recipe.weight_bits if recipe.states_follow_params else recipe.state_bits
+                momentum = validate.ceil_div((full - _numel(dims)) * bits, 8)
+                if run.zero_stage >= 1 and group > 1:
+                    momentum = validate.ceil_div(momentum, group)
+                result["optimizer_states"] += momentum
+                result["embedding_momentum_extra"] = momentum
     result["optimizer_state_detail"] = detail
     return result
 
@@ -366,8 +387,15 @@ def derived_stage_bytes(run, *, first: bool, last: bool, layers: int) -> int:
     if first:
         out += 8 * s * b + m * s * b * h // sp
     if last:
-        out += 2 * e * s * b * h // sp + e * s * b * h + validate.ceil_div(8 * s * b * (shape.vocab_size or 0), lay.tp)
+        out += 2 * e * s * b * h // sp + e * s * b * h + validate.ceil_div(8 * s * b * _loss_vocab(shape), lay.tp)
     return out
+
+
+def _loss_vocab(shape) -> int:
+    """The vocabulary the loss runs over: a causal language model's; 0 for a bidirectional encoder (BERT: BertModel,
+    no masked-language-model head, computes no loss over its vocabulary; peak.py judges one such GPU the same way)."""
+    record = shape.architecture  # the model type's facts (memmath/architectures/); None for the uniform family
+    return (shape.vocab_size or 0) if record is None or record.causal else 0
 
 
 def rank_memory(run) -> TrainingMemory:
@@ -412,9 +440,9 @@ def _rank_memory(run) -> TrainingMemory:
         kept.append(Note("zero_on_one_gpu", f"ZeRO stage {run.zero_stage} with one data-parallel rank shards nothing"))
     if lay.dp > 1 and not run.zero_stage:
         kept.append(Note("data_parallel_full_copy", "data parallel without ZeRO: every data-parallel rank holds a "
-                         "full copy of its tensor/pipeline share (gradients averaged in place, as measured; PyTorch "
-                         "DDP's default all-reduce buckets, a second copy of the gradients, are not counted: "
-                         "DDP(gradient_as_bucket_view=True) avoids them)"))
+                         "full copy of its tensor/pipeline share; PyTorch DDP's default all-reduce buckets, a second "
+                         "copy of the gradients, are counted among the communication buffers unless "
+                         "gradient_as_bucket_view=True (gradients averaged in place, as validation/parallel.py does)"))
     if run.model.tied_embeddings and lay.pp > 1 and at["pp"] == lay.pp - 1:
         kept.append(Note("tied_copy_last_stage", "the tied embedding is kept on the last stage too (Megatron-LM), "
                          "derived"))
@@ -435,6 +463,10 @@ def buffers(run, rank: int | None = None) -> dict:
     shape, lay = run.model, layout(run)
     rank = run.rank if rank is None else rank
     out = {}
+    parts = rank_parts(run, rank)
+    ddp = ddp_bucket_bytes(run, parts["gradients"] - parts.get("embedding_gradient_extra", 0))
+    if ddp:  # the data-parallel copies of each tensor/pipeline share all-reduce through DDP's buckets
+        out[DDP_BUCKETS] = ddp
     if run.seq_len is None or not shape.has_shape:
         return out
     e = run.recipe.activation_bits // 8
@@ -472,7 +504,7 @@ def loss_parallel_extra(run, rank: int | None = None) -> int:
     validation/parallel.py's tensor-parallel runs were recorded (a profiler trace of one showed its peak in
     NllLossBackward), so those runs are not held out for it."""
     lay = layout(run)
-    if lay.tp == 1 or not run.model.vocab_size or run.seq_len is None:
+    if lay.tp == 1 or not _loss_vocab(run.model) or run.seq_len is None:
         return 0
     piece = _piece(run.model.vocab_size, lay.tp, lay.coordinates(run.rank if rank is None else rank)["tp"])
     tokens = run.seq_len // lay.cp * run.batch_size
@@ -491,8 +523,6 @@ def peak_why_not(run) -> str:
     if run.zero_stage and lay.dp * lay.cp > 1:
         return ("no peak model of ZeRO beside tensor or pipeline parallelism (its gathers and reduce-scatters are not "
                 "replayed moment by moment)")
-    if lay.pp > 1 and run.grad_accum_steps > 1:
-        return "no peak model of gradient accumulation over pipeline steps (micro_batches accumulate within one)"
     if lay.pp == 1:
         local = stage_activations(run)["local_run"]
         why = why_no_peak(local) if local is not None else "no traced local model"
@@ -539,7 +569,12 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
     lay = layout(run)
     memory = rank_memory(run)
     acts = stage_activations(run)
-    extra = sum(buffers(run).values())
+    held = buffers(run)
+    # torch.distributed.pipelining keeps its receive buffers across steps, DDP its buckets; the collectives' buffers
+    # (the sequence-parallel all-gather, ring attention's chunks, the experts' all-to-all) live only in forward and
+    # backward, not at the optimizer step
+    extra = sum(held.values())
+    persistent = sum(v for k, v in held.items() if k.startswith(("pipeline", DDP_BUCKETS)))
     if lay.pp == lay.cp == lay.ep == 1 and acts["exact"] and not (run.zero_stage and lay.dp > 1):
         single = peak_memory(acts["local_run"], step=step)
         # sequence parallelism's s/tp share of the norms' tensors (not the estimate's total less the per-micro-batch
@@ -549,7 +584,8 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
         loss = loss_parallel_extra(run, rank)
         moments = []
         for phase, label, value in single.moments:
-            value = int(value) + extra + (loss if label.startswith("at the loss") else 0)
+            value = int(value) + (extra if phase != "optimizer_step" else persistent) + (
+                loss if label.startswith("at the loss") else 0)
             # the embedding's whole-vocabulary gradient exists from the embeddings' backward on
             value += (grad if phase == "optimizer_step" or label.startswith("at the embeddings") else 0) - (
                 cut if phase != "optimizer_step" else 0)
@@ -557,7 +593,7 @@ def parallel_peak(run, rank: int | None = None, step: str = "steady") -> dict:
         basis = "peak_memory of the rank's local model"
         resident, notes = int(single.resident) + extra, tuple(single.notes)
     else:
-        moments, resident = _schedule_phases(run, rank, step, memory, acts, extra)
+        moments, resident = _schedule_phases(run, rank, step, memory, acts, extra, persistent)
         _, note = optimizer_transient(run.model, run.method, run.recipe, run.optimizer_spec, run.device)
         notes = (note,) if note is not None else ()
         basis = "the stage's schedule replayed over " + ("its traced" if acts["exact"] else "derived") + " parts"
@@ -577,7 +613,7 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
     h = shape.hidden_size
     sp = lay.tp if run.sequence_parallel else 1
     inner = (shape.intermediate_size if not shape.n_experts else shape.expert_intermediate_size) // lay.tp
-    vocab = validate.ceil_div(shape.vocab_size or 0, lay.tp)
+    vocab = validate.ceil_div(_loss_vocab(shape), lay.tp)
     parts = acts["parts"]
     if acts["exact"]:
         est = parts.estimate
@@ -588,7 +624,7 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
         recompute = parts.recompute_live
     else:
         saved = acts["per_chunk"][chunk]
-        head = (2 * e * t * h // sp + e * t * h + validate.ceil_div(8 * t * (shape.vocab_size or 0), lay.tp)) if last \
+        head = (2 * e * t * h // sp + e * t * h + validate.ceil_div(8 * t * _loss_vocab(shape), lay.tp)) if last \
             else 0
         block = saved - head + 2 * t * inner * e  # the MLP's wide temporaries of the block running forward
         loss_forward = saved - head + t * vocab * (e + 8)  # the logits, their fp32 copy, the log-softmax output
@@ -608,7 +644,7 @@ def _stage_terms(run, rank, acts, chunk: int = 0) -> dict:
             "recompute": recompute if run.checkpointing else 0}
 
 
-def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
+def _schedule_phases(run, rank, step, memory, acts, extra, persistent=None) -> tuple:
     """One rank's moments (phase, label, bytes) and what is alive before its step, replaying the schedule of the
     stages it runs (rank_order) micro-batch by micro-batch over what each keeps, as torch.distributed.pipelining's
     PipelineStage keeps it (stage.py):
@@ -660,10 +696,15 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
     out = [tm["hidden"] if pipeline and not tm["last"] else 0 for tm in terms]
     logits = terms[-1]["logits"] if pipeline and last else 0
     input_grad = terms[0]["hidden"] if pipeline and not all(c["first"] for c in chunks) else 0
-    saved, outputs, backwards, grads_made = [0] * v, 0, 0, [False] * v
+    # Gradient accumulation over pipeline steps: the step's peak is a later step's, every gradient of the earlier
+    # ones held from its start (as peak.py's later micro-batch on one GPU: zero_grad runs once per accumulation).
+    later = run.grad_accum_steps > 1
+    saved, outputs, backwards, grads_made = [0] * v, 0, 0, [later] * v
     moments = []
     where = (lambda c: f" on its stage {chunks[c]['stage']}") if v > 1 else (lambda c: "")
-    which = (lambda i, c: f" of micro-batch {i + 1} of {m}{where(c)}") if m > 1 or v > 1 else (lambda i, c: "")
+    accumulating = LATER_MICRO_BATCH if later else ""
+    which = (lambda i, c: f" of micro-batch {i + 1} of {m}{where(c)}{accumulating}") if m > 1 or v > 1 or later \
+        else (lambda i, c: "")
     for kind, i, c in rank_order(run, rank):
         made = sum(g for g, done in zip(chunk_grads, grads_made) if done)
         kept_saved = sum(n * (a[k] + out[k]) for k, n in enumerate(saved))
@@ -705,7 +746,8 @@ def _schedule_phases(run, rank, step, memory, acts, extra) -> tuple:
     # the optimizer's temporaries by its entry's rule (recipes.TEMPORARIES); bitsandbytes' update is taken as Adam's
     transient = 0 if run.optimizer_spec.temporaries == "none" else update_temporaries(sizes, run.device)
     moments.append(("optimizer_step", "weights, gradients, states and the optimizer's temporaries",
-                    after + grads + int(memory.master_weights) + int(memory.optimizer_states) + transient))
+                    after - (extra - (extra if persistent is None else persistent)) + grads
+                    + int(memory.master_weights) + int(memory.optimizer_states) + transient))
     return moments, resident
 
 

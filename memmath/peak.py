@@ -94,7 +94,7 @@ from .loss import backward_at_loss
 from .notes import Note
 from .offload import why_no_peak as offload_why_no_peak
 from .recipes import update_temporaries
-from .run import Run, as_run
+from .run import Run, as_run, ddp_bucket_bytes
 from .training import BNB_QMAP_BYTES, step_parts
 
 if TYPE_CHECKING:
@@ -281,6 +281,7 @@ class _StepTerms:
         if dpo:  # the reference log-probabilities (2b fp32) and the reference copy's buffers
             batch_bytes = batch_bytes + preference.batch_extra(run)
             buffers = buffers + preference.reference_resident(run, parts)
+        buffers = buffers + ddp_bucket_bytes(run, memory.gradients)  # DDP's all-reduce buckets, kept from its wrapping
         resident = memory.weights + memory.quantization_constants + batch_bytes + buffers
 
         g_embed, g_head = _group_gradients(shape, method, recipe)
@@ -392,6 +393,11 @@ class _Moments:
                            + ("" if is_ndarray(b) else f" of {b} (an effective batch of {run.effective_batch})")
                            + ": the peak is a later micro-batch's, whose forward and backward run with the earlier "
                            "ones' gradients held"),)
+        ddp = validate.largest(ddp_bucket_bytes(run, s.memory.gradients))
+        if ddp:
+            notes += (Note("ddp_buckets", "DistributedDataParallel's all-reduce buckets, a second copy of the "
+                           f"gradients ({'up to ' if is_ndarray(s.memory.gradients) else ''}{int(ddp):,} B), alive "
+                           "through the step (DDP's default; gradient_as_bucket_view=True makes the gradients views into them)"),)
         if run.device == "cuda":
             notes += (Note("cuda_context_excluded",
                            "the CUDA context (0.3 to 2 GiB) is not included: the allocator's peak does not see it"),)

@@ -12,6 +12,7 @@ and FIT_MARGIN of the requirement left free.
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
@@ -185,9 +186,12 @@ def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus):
         new = next((r for r in staged if fits(r)), staged[-1])
         yield (f"ZeRO stage {new.zero_stage} on the {layout(run).dp} data-parallel copies", new,
                "shards states, gradients and weights across the data axis: more communication per step")
+    counts = []
     if run.n_gpus + split <= max_gpus:
+        # expert parallelism must divide the data x context ranks: only such counts are tried
+        counts = [n for n in range(run.n_gpus + split, max_gpus + 1, split) if (n // split * run.cp) % run.ep == 0]
+    if counts:
         stage = max(run.zero_stage, 3)
-        counts = [n for n in range(run.n_gpus + split, max_gpus + 1, split)]
         index = fewest_where(lambda i: fits(run.replace(n_gpus=counts[i], zero_stage=stage)), 0, len(counts) - 1)
         new = run.replace(n_gpus=counts[len(counts) - 1 if index is None else index], zero_stage=stage)
         yield (f"{new.n_gpus} GPUs ({layout(new).dp} data-parallel copies) with ZeRO stage {stage}", new,
@@ -352,10 +356,11 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=D
             need = requirement(new)
         except ValueError:  # e.g. LoRA on a model without named matrices
             continue
-        # A saving is counted on one basis: where the change moves the decision from the peak to the sum (ZeRO,
-        # whose peak is not modelled), the sums are compared, so the switch itself is never credited as a saving.
-        saved = before.bytes - need.bytes if need.basis == before.basis else \
-            int(before.memory.total) - int(need.memory.total)
+        # A saving is counted on one basis: where the change moves the decision from the peak to the sum, the sums
+        # are compared, so the switch itself is never credited as a saving. A bound above the peak it replaces
+        # (ZeRO, whose peak is not modelled) saves at least the difference: that is the saving counted.
+        comparable = need.basis == before.basis or (before.basis, need.basis) == ("peak", "upper bound")
+        saved = before.bytes - need.bytes if comparable else int(before.memory.total) - int(need.memory.total)
         if saved > 0 and need.bytes < before.bytes:
             suggestions.append(Suggestion(change, new, need.bytes, saved, _fits(need.bytes, gpu, reserved_bytes),
                                           cost, need.basis))
@@ -543,15 +548,23 @@ def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_g
     copy, so more GPUs never help: 1 or None. ZeRO divides sharded parts by the GPU count (rounded
     up), so memory per GPU never grows with more GPUs and a bisection over the count is exact.
     """
-    run, fits_at = _judge(model, gpu, reserved_bytes, settings, "n_gpus")
+    run, _ = _judge(model, gpu, reserved_bytes, settings, "n_gpus")
+    fits = _fits_run(get_gpu(gpu), reserved_bytes)
     max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
+
+    def fits_at(n):  # rank 0 of n GPUs; an engine's sharding needs two or more, so one GPU is the plain run
+        return fits(run.replace(n_gpus=n, rank=0, **({"sharding": "even"} if n == 1 else {})))
+
     split = run.tp * run.pp * run.cp  # a model split t x p x c ways: the GPU count is a multiple of that
-    if split == 1:
+    # expert parallelism spreads the experts over data x context ranks: ep must divide dp x cp, so the data-parallel
+    # copies come in steps of ep / gcd(ep, cp)
+    step = run.ep // math.gcd(run.ep, run.cp)
+    if split * step == 1:
         return fewest_where(fits_at, 1, max_gpus)
-    if max_gpus < split:
+    if max_gpus < split * step:
         return None
-    copies = fewest_where(lambda d: fits_at(d * split), 1, max_gpus // split)  # data-parallel copies
-    return None if copies is None else copies * split
+    copies = fewest_where(lambda k: fits_at(k * step * split), 1, max_gpus // (split * step))
+    return None if copies is None else copies * step * split
 
 
 def largest_batch_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_batch=validate.MAX_BATCH,
@@ -579,9 +592,15 @@ def longest_sequence_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES,
     Memory grows with the sequence length (activations, and eager attention's s x s scores), so
     doubling and then bisecting over whole numbers finds the exact longest sequence.
     """
-    _, fits_at = _judge(model, gpu, reserved_bytes, settings, "seq_len")
+    run, fits_at = _judge(model, gpu, reserved_bytes, settings, "seq_len")
     max_seq_len = validate.count("max_seq_len", max_seq_len, high=validate.MAX_SEQ, scalar=True)
-    return largest_where(fits_at, 1, max_seq_len, grow=True)
+    if run.cp == 1:
+        return largest_where(fits_at, 1, max_seq_len, grow=True)
+    # context parallelism keeps seq_len / cp tokens per rank: only multiples of cp run
+    if max_seq_len < run.cp:
+        return None
+    chunks = largest_where(lambda k: fits_at(k * run.cp), 1, max_seq_len // run.cp, grow=True)
+    return None if chunks is None else chunks * run.cp
 
 
 # The context each LLaMA-style preset was trained on: max_position_embeddings in its config.json

@@ -40,7 +40,8 @@ from .arrays import is_ndarray
 from . import validate
 from .hf_activations import activation_parts
 from .loss import applies, dpo_log_probs, reference_log_probs_live
-from .methods import LoRA, Method, Plan, QLoRA, _group_weight_bytes, int8_weight_bytes, quantized_weight_bytes
+from .methods import (LoRA, Method, Plan, QLoRA, _group_weight_bytes, bnb_code_map_bytes, int8_weight_bytes,
+                      quantized_matrices, quantized_weight_bytes)
 from .models import ModelShape
 from .notes import Note
 
@@ -118,8 +119,11 @@ def reference_copy_bytes(method: DPO, shape: ModelShape, recipe) -> tuple:
     if isinstance(base, QLoRA):
         if base.quant_type == "int8":
             return int8_weight_bytes(shape, recipe.weight_bits)
-        return quantized_weight_bytes(shape, "nf4", recipe.weight_bits, block=base.quant_block,
-                                      double_quant=base.double_quant)
+        weights, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits, block=base.quant_block,
+                                                    double_quant=base.double_quant)
+        if base.layout == "bitsandbytes":  # each quantized matrix's QuantState code maps, as the policy's base keeps
+            constants = constants + quantized_matrices(shape) * bnb_code_map_bytes(base.double_quant)
+        return weights, constants
     return _group_weight_bytes(shape, recipe.weight_bits), 0
 
 

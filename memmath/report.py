@@ -103,7 +103,9 @@ def _title(shape, source) -> str:
 
 
 def basis_words(need) -> str:
-    return "peak" if need.basis == "peak" else "sum of the parts"
+    """What the requirement is, after "the" in the verdict's line: peak, upper bound on the step's peak, sum of the
+    parts."""
+    return "peak" if need.basis == "peak" else need.words.removeprefix("the ").removeprefix("an ")
 
 
 class Writer:
@@ -230,13 +232,14 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
     w(table_row("Sum of the parts", int(memory.total), unit) + "\n")
     if memory.host is not None:  # what offloading keeps in host memory (memmath/offload.py)
         w(wrap(memory.host.describe(lambda n: format_bytes(n, unit)), "  ", width) + "\n")
-    if need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
+    if need.basis == "upper bound":  # no peak model: transients at their largest and the engine's buffers
+        w(table_row("Bound: transients and buffers", need.above_parts, unit) + "\n")
+    elif need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
         w(table_row("Communication buffers (derived)", need.bytes - int(memory.total), unit) + "\n")
     if need.peak is not None:
         w(table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", int(need.peak.total), unit) + "\n")
     w(table_row("CUDA context reserved" + (" (default)" if reserve_default else ""), plan.reserved_bytes, unit) + "\n")
-    which = "peak" if need.basis == "peak" else "sum"
-    w(style.bold(table_row(f"Needed: {which} + reserve", plan.needed_bytes, unit)) + "\n")
+    w(style.bold(table_row(f"Needed: {need.short} + reserve", plan.needed_bytes, unit)) + "\n")
     notes = [f"The card must hold {need.note}.", defaults_said(run)]
     if reserve_default:
         notes.append(f"Reserved: {CUDA_CONTEXT_SOURCE}; set --reserve.")
@@ -328,7 +331,7 @@ def layout_text(plan, run, gpu, *, unit="GB", style=PLAIN, width=WIDTH, max_gpus
     w(table_row("Sum of the parts and buffers", worst.total, unit) + "\n")
     if need.basis == "peak":
         w(table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", need.bytes, unit) + "\n")
-    w(table_row("The card must hold (" + ("peak" if need.basis == "peak" else "sum") + ")", need.bytes, unit) + "\n")
+    w(table_row(f"The card must hold ({need.short})", need.bytes, unit) + "\n")
     w(table_row("Usable on the card", plan.usable_bytes, unit) + "\n")
     for line in plan.trade_offs:
         w.para(line, "  ")
@@ -337,7 +340,7 @@ def layout_text(plan, run, gpu, *, unit="GB", style=PLAIN, width=WIDTH, max_gpus
 
 # ---- JSON: every size in integer bytes ------------------------------------------------------------------
 def _basis(need) -> str:
-    """The decision's basis as the JSON names it: peak, or sum_of_parts."""
+    """The decision's basis as the JSON names it: peak, upper_bound or sum_of_parts."""
     return need.basis.replace(" ", "_")
 
 
@@ -427,6 +430,7 @@ def training_json(plan, *, source=None, unit="GB", seq_default=False, reserve_de
         "peak": None if peak is None else {"total": int(peak.total), "phase": peak.phase,
                                            **{k: int(v) for k, v in peak.parts().items()}},
         "required": {"bytes": need.bytes, "basis": _basis(need), "why_not_peak": need.reason or None,
+                     "rank": need.rank,  # the GPU whose parts and step these are (a split run's worst rank)
                      "reserved_bytes": plan.reserved_bytes, "with_reserve_bytes": plan.needed_bytes},
         "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit),
         "cannot_run": None if plan.cannot_run is None else plan.cannot_run.message,

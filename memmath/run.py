@@ -30,7 +30,7 @@ from .formats import FORMATS, get_format
 from .hf_activations import traces
 from .inference import SERVING_DEFAULTS
 from .kbit import check_kbit_prep, check_trainable
-from .layout import DEGREES, SCHEDULES
+from .layout import DEGREES, MAX_MICRO_BATCHES, MAX_VIRTUAL_STAGES, SCHEDULES
 from .layout import check as check_parallel
 from .loss import LOSSES, check_loss
 from .methods import Full, Method, QLoRA
@@ -165,6 +165,11 @@ class Run:
     # torch.compile: noted, since the activations are counted as eager mode saves them
     compile: bool = field(default=False, metadata=option(
         "--compile", "torch.compile: noted; the activations stay eager mode's count"))
+    # Data parallelism without ZeRO as torch's DistributedDataParallel runs it: by default its all-reduce buckets hold
+    # a second copy of the gradients; gradient_as_bucket_view=True makes the gradients views into them (torch docs)
+    gradient_as_bucket_view: bool = field(default=False, metadata=option(
+        "--gradient-as-bucket-view", "data parallel without ZeRO: DDP(gradient_as_bucket_view=True), the gradients "
+        "views into the all-reduce buckets (default: the buckets are a second copy of the gradients)"))
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -195,11 +200,13 @@ class Run:
             values[degree] = validate.count(degree, getattr(self, degree), high=validate.MAX_GPUS, scalar=True)
         values["sequence_parallel"] = validate.flag("sequence_parallel", self.sequence_parallel)
         values["pp_schedule"] = validate.choice("pp_schedule", self.pp_schedule, SCHEDULES)
-        values["micro_batches"] = validate.count("micro_batches", self.micro_batches, high=validate.MAX_BATCH, scalar=True)
-        values["virtual_stages"] = validate.count("virtual_stages", self.virtual_stages, high=validate.MAX_GPUS,
+        values["micro_batches"] = validate.count("micro_batches", self.micro_batches, high=MAX_MICRO_BATCHES,
+                                                 scalar=True)
+        values["virtual_stages"] = validate.count("virtual_stages", self.virtual_stages, high=MAX_VIRTUAL_STAGES,
                                                   scalar=True)
         values["padded"] = validate.flag("padded", self.padded)
         values["packed"] = validate.flag("packed", self.packed)
+        values["gradient_as_bucket_view"] = validate.flag("gradient_as_bucket_view", self.gradient_as_bucket_view)
         if values["padded"] and values["packed"]:
             raise validate.FieldError("packed", "packed=True packs sequences so that no row needs padding: pass "
                                       "padded=True or packed=True, not both")
@@ -255,9 +262,10 @@ class Run:
 
     @property
     def effective_batch(self):
-        """Sequences per optimizer step on one GPU: batch_size x grad_accum_steps (times n_gpus for the whole
-        data-parallel step). Memory follows batch_size, the micro-batch; the update sees this many sequences."""
-        return self.batch_size * self.grad_accum_steps
+        """Sequences per optimizer step on one GPU: batch_size x micro_batches x grad_accum_steps (a pipeline step
+        runs micro_batches micro-batches of batch_size; times the data-parallel degree for the whole step). Memory
+        follows batch_size, the micro-batch; the update sees this many sequences."""
+        return self.batch_size * self.micro_batches * self.grad_accum_steps
 
     @property
     def swept(self) -> str | None:
@@ -286,8 +294,9 @@ class Run:
         name at the time of the call.
         """
         adapter_format = getattr(self.method, "adapter_format", None)
-        # defaulted and notes too: a run that chose what another resolved has other notes (compare=False above)
-        return (self, self.defaulted, self.notes, self.recipe, self.optimizer_spec,
+        # defaulted and notes too: a run that chose what another resolved has other notes (compare=False above),
+        # and a model whose shape differs only in its notes (ModelShape.notes, compare=False) says other things
+        return (self, self.defaulted, self.notes, self.model.notes, self.recipe, self.optimizer_spec,
                 None if adapter_format is None else get_format(adapter_format))
 
     @property
@@ -476,3 +485,13 @@ def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout) -
     if not reason and recipe.name == "amp" and attention == "sdpa" and dropout and device == "cpu":
         reason = MATH_REFUSAL  # SDPA with dropout runs PyTorch's math kernel on the CPU only
     return reason
+
+
+def ddp_bucket_bytes(run: Run, gradients) -> int:
+    """Bytes of DistributedDataParallel's all-reduce buckets on one GPU: a second copy of its `gradients` where the
+    run copies the model on several data-parallel GPUs without ZeRO and leaves gradient_as_bucket_view off (DDP's
+    default: torch.nn.parallel.DistributedDataParallel docs; pytorch/pytorch#41954), else 0."""
+    copies = run.n_gpus // (run.tp * run.pp * run.cp)
+    if copies < 2 or run.zero_stage or run.sharding != "even" or run.gradient_as_bucket_view:
+        return 0
+    return gradients

@@ -24,6 +24,7 @@ from .formats import FORMATS, get_format
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
 from .inference import InferenceMemory, decode_tokens_per_second, inference_memory
 from .notes import Note
+from .planner import trained_context
 from .report import serving_text
 from .run import Serve, as_serve
 from .search import largest_where

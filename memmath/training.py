@@ -257,9 +257,11 @@ def _step_parts(run: Run):
         notes.append(Note("data_parallel_full_copy", "data parallel without ZeRO: every GPU holds a full copy of every "
                           "part. PyTorch's DistributedDataParallel by default also keeps its all-reduce buckets, a "
                           f"second copy of the gradients ({'up to ' if validate.is_array(gradients) else ''}"
-                          f"{int(validate.largest(gradients)):,} B) not counted here; "
-                          "DDP(gradient_as_bucket_view=True) makes the gradients views into the buckets instead "
-                          "(torch.nn.parallel.DistributedDataParallel docs; pytorch/pytorch#41954)"))
+                          f"{int(validate.largest(gradients)):,} B): not a part, but the step's peak and requirement() "
+                          "count them" + (", here off: gradient_as_bucket_view=True makes the gradients views into "
+                          "the buckets" if run.gradient_as_bucket_view else "; DDP(gradient_as_bucket_view=True) makes "
+                          "the gradients views into the buckets instead")
+                          + " (torch.nn.parallel.DistributedDataParallel docs; pytorch/pytorch#41954)"))
     if zero_stage and n_gpus == 1:
         notes.append(Note("zero_on_one_gpu", f"ZeRO stage {zero_stage} on one GPU shards nothing: every part stays whole"))
 

@@ -53,11 +53,11 @@ def axis_table(model: str, unit: str = "GB", **settings) -> pd.DataFrame:
                      f"gradients ({unit})": round(held / per_unit, 2),
                      f"optimizer states ({unit})": round(states / per_unit, 2),
                      f"activations ({unit})": round(parts["activations"] / per_unit, 2),
-                     # Every row's sum on one basis, so that a row judged on its peak and a ZeRO row judged on its
-                     # sum (no peak model) can be set side by side on the same footing.
+                     # Every row's sum on one basis, so that a row judged on its peak and a ZeRO row judged on a
+                     # bound (no peak model) can be set side by side on the same footing.
                      f"sum of the parts ({unit})": round(int(need.memory.total) / per_unit, 2),
                      f"the card must hold ({unit})": round(need.bytes / per_unit, 2),
-                     "judged on": "peak" if need.basis == "peak" else "sum",
+                     "judged on": need.short,  # peak, bound (an upper bound on the peak) or sum
                      "takes off each GPU": splits})
     return pd.DataFrame(rows)
 

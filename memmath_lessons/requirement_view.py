@@ -35,12 +35,12 @@ PHASES = {"forward": "the forward pass", "backward": "the backward pass", "optim
 
 def peak_adds(need) -> int:
     """Bytes the requirement adds to the sum of the parts: peak - sum (may be negative); 0 when it is the sum."""
-    return int(need.bytes) - int(need.memory.total) if need.basis == "peak" else 0
+    return need.above_parts
 
 
 def requirement_words(need) -> str:
-    """What the requirement is, in a few words: 'the step's peak' or 'the sum of the parts'."""
-    return "the step's peak" if need.basis == "peak" else "the sum of the parts"
+    """What the requirement is, in a few words: 'the step's peak', an upper bound on it, or 'the sum of the parts'."""
+    return need.words
 
 
 def requirement_table(need, unit: str = "GB") -> pd.DataFrame:
@@ -58,8 +58,11 @@ def requirement_table(need, unit: str = "GB") -> pd.DataFrame:
         phase = PHASES.get(need.peak.phase, need.peak.phase)
         rows.append(("Sum of the parts", total, 100.0 if total else ""))
         rows.append((f"The step's peak {'adds' if adds >= 0 else 'is lower'} (peak − sum, in {phase})", adds, ""))
+    elif need.basis == "upper bound":
+        rows.append(("Sum of the parts", total, 100.0 if total else ""))
+        rows.append(("The bound adds (transients at their largest, the engine's buffers)", peak_adds(need), ""))
     rows.append((f"What the card must hold: {requirement_words(need)}", int(need.bytes),
-                 "" if need.basis == "peak" else (100.0 if total else "")))
+                 "" if need.basis != "sum of parts" else (100.0 if total else "")))
     frame = pd.DataFrame(rows, columns=["part", "bytes", "share of the sum (%)"])
     frame.insert(2, f"size ({unit})", (frame["bytes"] / per_unit).round(3))
     return frame

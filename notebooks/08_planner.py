@@ -466,7 +466,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
             f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU")
     _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
-             if peak_basis == "peak" else f"as the sum of the parts ({requirement.reason})")
+             if peak_basis == "peak" else f"as {requirement.words} ({requirement.reason})")
     _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
     verdict = verdict_of_fit(fit)  # memmath.verdict: the one rule for "fits", "to spare" and "short by"
     _facts = f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}"
@@ -753,7 +753,7 @@ def _(literature, mm, mo):
     # sum of the parts), judged on the card as plan_training judges it (the CUDA context reserved, 5% kept free).
     _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
     _words = lambda need: ("at the step's peak" if need.basis == "peak" else  # noqa: E731
-                           f"as the sum of the parts ({need.reason})")
+                           f"as {need.words} ({need.reason})")
     _full = mm.plan_training("llama-2-7b", "RTX 4090", **_s)  # problem 1's run
     _reserve = mm.format_bytes(_full.reserved_bytes, "GiB")
     # QLoRA's repository casts the LoRA layers to bf16 when it trains in bf16 (artidoro/qlora, qlora.py,
@@ -771,7 +771,7 @@ def _(literature, mm, mo):
     mo.vstack([
         mo.md("## Problems"),
         mo.md("Each answer is what the card must hold, as the verdict above counts it: the step's peak where memmath "
-              "models it, else the sum of the parts, and the answer says which."),
+              "models it, else an upper bound on it or the sum of the parts, and the answer says which."),
         mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
               f"per GPU, and what is the smallest change that fits it on an RTX 4090 ({_reserve} reserved)?"),
         mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.requirement.bytes)} {_words(_full.requirement)}. "
@@ -788,7 +788,9 @@ def _(literature, mm, mo):
         mo.md("**3.** Eight GPUs without ZeRO: does problem 1's run (Llama-2-7B, full finetuning, batch 1, 512 "
               "tokens) need less memory per GPU than on one?"),
         mo.accordion({"Answer": mo.md(
-            f"No: {mm.format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, as on one ({mm.format_bytes(_dp[0].bytes)}). "
+            f"No: {mm.format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, against {mm.format_bytes(_dp[0].bytes)} "
+            "on one: each GPU keeps everything one GPU keeps, and PyTorch DDP's all-reduce buckets, a second copy of the "
+            "gradients, besides (DDP(gradient_as_bucket_view=True) makes the gradients views into them). "
             f"Plain data parallelism copies everything; ZeRO stage 3 brings it to {mm.format_bytes(_z3.bytes)} per "
             f"GPU {_words(_z3)}, of which the activations ({mm.format_bytes(_z3.memory.activations)}) are not "
             "sharded: each GPU keeps its own batch's.")}),

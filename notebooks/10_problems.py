@@ -184,18 +184,20 @@ def _(P1_CARD, P1_GPUS, P1_SEQ, P1_SMALL_CARD, mm, mo, p1_fewest, p1_largest_bat
 
     **(b)** ZeRO-3 divides weights, gradients and optimizer states by the {P1_GPUS} GPUs (Rajbhandari et al. 2020);
     the activations stay whole, since each GPU runs its own sequences. Per GPU: weights {_f(_m.weights)}, gradients
-    {_f(_m.gradients)}, optimizer states {_f(_m.optimizer_states)}, activations {_f(_m.activations)}. memmath has no
-    peak model for a sharded step, so the card must hold the sum: **{_f(_z3.requirement.bytes)}**; the run
-    {_verdict(_z3)}. The activations are {_m.activations / _z3.requirement.bytes:.0%} of it now: sharding took care
+    {_f(_m.gradients)}, optimizer states {_f(_m.optimizer_states)}, activations {_f(_m.activations)}, in all
+    {_f(_m.total)}. memmath has no peak model for a sharded step, and that sum leaves out what the step makes and
+    frees (the optimizer's temporaries, the gathered layers), so the card is judged on a safe upper bound of its
+    peak ({_z3.requirement.basis}, lesson 8): **{_f(_z3.requirement.bytes)}**; the run {_verdict(_z3)}. The activations are {_m.activations / _z3.requirement.bytes:.0%} of it now: sharding took care
     of the rest.
 
     **(c) {p1_largest_batch} sequences per GPU** ({p1_largest_batch * P1_GPUS} per step): at {p1_largest_batch + 1}
     the activations alone are {_f(_more.memory.activations)} per GPU, and the run {_verdict(_more)} (activations grow
     with b, lesson 3).
 
-    **(d)** On {P1_GPUS} × {P1_SMALL_CARD} at 1 sequence per GPU: {_stages}. The lowest stage that fits is
-    **{p1_lowest_stage}**. ZeRO-3 needs at least **{p1_fewest} {P1_SMALL_CARD}**: the sharded parts shrink with
-    every card, the {_f(p1_small[3].memory.activations)} of activations per GPU never do.
+    **(d)** On {P1_GPUS} × {P1_SMALL_CARD} at 1 sequence per GPU: {_stages}. {"The lowest stage that fits is **"
+    + str(p1_lowest_stage) + "**" if p1_lowest_stage is not None else "**No stage fits** on a safe upper bound of its peak"}.
+    ZeRO-3 needs at least **{p1_fewest} {P1_SMALL_CARD}**: the sharded parts shrink with every card, the
+    {_f(p1_small[3].memory.activations)} of activations per GPU and the loss's working memory never do.
 
     `memmath train llama-3-8b --seq {P1_SEQ} --batch 2 --gpus {P1_GPUS} --zero-stage 3 --gpu "{P1_CARD}"`
     gives (b); {_z3.memory.assumptions}
@@ -261,9 +263,10 @@ def _(P2_SEQ, mm, mo, p2_4090, p2_a100, p2_fewest, p2_model, p2_single, unit_rad
     **(b) No.** ZeRO-3 over 2 halves the weights, but {_f(p2_4090.memory.weights)} per GPU is already more than an
     RTX 4090's {_f(mm.GPUS["RTX 4090"].memory_bytes)}: the card must hold {_f(p2_4090.requirement.bytes)}.
 
-    **(c) {p2_fewest} RTX 4090.** Each then holds a quarter of the weights and its own
+    **(c) {p2_fewest} RTX 4090.** Each then holds 1/{p2_fewest} of the weights and its own
     {_f(_m.activations)} of activations (checkpointed block inputs, the fp32 log-softmax over
-    {p2_model.vocab_size:,} tokens, one recomputed block: lesson 3).
+    {p2_model.vocab_size:,} tokens, one recomputed block: lesson 3), judged on a safe upper bound of the sharded
+    step's peak (lesson 8), which memmath does not model.
 
     **(d) {"Yes" if p2_a100.fits else "No"}.** Without ZeRO each card holds everything; the peak comes at the loss, where
     the backward pass holds two fp32 gradients over the vocabulary beside the saved activations:

@@ -89,9 +89,10 @@ def _(many_gpus, mm, mo, viz):
     """), viz.plain_table(axis_frame, wrapped_columns=["takes off each GPU"]),
         mo.md("The last numbers column is what the card must hold: the step's peak (the most allocated at one "
               "moment), of the GPU whose peak is highest once the model is split. Where memmath has no peak model "
-              "of a split (ZeRO beside it, context or expert parallelism) it is the sum of the parts of the GPU "
-              "that holds the most, plus its communication buffers; \"judged on\" says which (peak or sum). A peak and "
-              "a sum do not compare: set the rows side by side on the sum of the parts, which every row has.")])
+              "of a split (ZeRO beside it, context or expert parallelism) it is a safe upper bound on that peak: "
+              "the sum of the parts of the GPU that holds the most, its communication buffers, and what the step "
+              "makes and frees at its largest; \"judged on\" says which (peak or bound). A peak and a bound do not "
+              "compare: set the rows side by side on the sum of the parts, which every row has.")])
     return (axis_frame,)
 
 

@@ -80,10 +80,10 @@ def test_the_comparison_and_the_problems_use_the_verdicts_number(default_run):
     assert q.requirement.basis == "peak" and q.fits
     assert f"{mm.format_bytes(q.requirement.bytes)} at the step's peak against " \
            f"{mm.format_bytes(q.fit.available_bytes)} usable: it fits" in text
-    # Problem 3: ZeRO stage 3's figure is the sum of the parts (memmath does not model its peak), and says so.
+    # Problem 3: ZeRO stage 3's figure is an upper bound (memmath does not model its peak), and says so.
     z3 = mm.requirement("llama-2-7b", seq_len=512, n_gpus=8, zero_stage=3)
-    assert z3.basis == "sum of parts"
-    assert f"{mm.format_bytes(z3.bytes)} per GPU as the sum of the parts ({z3.reason})" in text
+    assert z3.basis == "upper bound"
+    assert f"{mm.format_bytes(z3.bytes)} per GPU as an upper bound on the step's peak ({z3.reason})" in text
 
 
 def test_the_reserve_slider_is_in_whole_mib_and_its_default_is_memmaths():
@@ -331,7 +331,7 @@ def test_problem_3_counts_the_activations_the_verdict_counts(default_run):
     assert defs["result"].activations > 0 and defs["peak_basis"] == "peak"
     text = plain(outputs)
     assert f"{total} on the GPU" in text
-    assert f"as on one ({total})" in text and f"{total} at the step's peak" in text
+    assert f"against {total} on one" in text and f"{total} at the step's peak" in text
 
 
 def test_gpu_counts_stay_within_what_the_learner_allows():
@@ -342,14 +342,18 @@ def test_gpu_counts_stay_within_what_the_learner_allows():
 
 def test_any_whole_number_of_gpus_and_the_fewest_that_fit_is_stated(default_run):
     # The default run (53.9e9 B of weights, gradients and states + 2.36e9 of activations) on RTX 4090s
-    # (24,564 MiB, 1.25 GiB reserved = 24.41e9 usable) with ZeRO-3: two GPUs give 26.95 + 2.36 > 24.41;
-    # three give 17.97 + 2.36 = 20.33, which fits. So the fewest is 3, a count the old 1, 2, 4, ... slider lacked.
+    # (24,564 MiB, 1.25 GiB reserved = 24.41e9 usable) with ZeRO-3: two GPUs give 26.95 + 2.36 > 24.41 on the sum of
+    # the parts alone. ZeRO-3's peak is not modelled, so the verdict judges an upper bound (the sum plus the step's
+    # transients and the engine's gathered units): the fewest is any whole count whose bound fits, 3 or more, a
+    # count the old 1, 2, 4, ... slider may lack.
     outputs, defs = default_run
-    assert defs["limits"]["gpus"] == 3
-    assert f"fewest GPUs that fit, of the {mm.planner.DEFAULT_MAX_GPUS} you allow: 3 RTX 4090s with ZeRO stage 3" in plain(outputs)
-    _, three = lessons.run_with(NAME, n_gpus_number=mo.ui.number(start=1, stop=1024, value=3),
-                                zero_stage_radio=mo.ui.radio({"0 (none)": 0, "3": 3}, value="3"))
-    assert three["settings"]["n_gpus"] == 3 and three["fit"].fits
+    fewest = defs["limits"]["gpus"]
+    assert fewest >= 3
+    assert f"fewest GPUs that fit, of the {mm.planner.DEFAULT_MAX_GPUS} you allow: {fewest} RTX 4090s with ZeRO stage 3" in \
+        plain(outputs)
+    _, chosen = lessons.run_with(NAME, n_gpus_number=mo.ui.number(start=1, stop=1024, value=fewest),
+                                 zero_stage_radio=mo.ui.radio({"0 (none)": 0, "3": 3}, value="3"))
+    assert chosen["settings"]["n_gpus"] == fewest and chosen["fit"].fits
 
 
 def _on_a_t4(method="full"):

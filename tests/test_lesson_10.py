@@ -99,37 +99,41 @@ def test_problem_1_by_hand(default_run):
     lower = none["weights"] + none["optimizer_states"] + none["activations"]
     assert lower > A100_80GB
     assert plans[0].requirement.basis == "peak" and plans[0].requirement.bytes >= lower and not plans[0].fits
-    # (b) ZeRO-3 over 8: memmath has no peak model for sharding, so the card holds the sum, exact here.
+    # (b) ZeRO-3 over 8: the parts are the sums by hand, but memmath has no peak model for sharding, so the card is
+    # judged on a safe upper bound of the step's peak, above their sum; on an A100 80GB it fits.
     z3 = zero_parts(3, 8, 2)
     memory = plans[3].memory
     assert {k: int(getattr(memory, k)) for k in z3} == z3
-    assert plans[3].requirement.bytes == sum(z3.values()) == 65_152_651_414
-    assert fits(sum(z3.values()), A100_80GB) and plans[3].fits
-    # (c) b = 2 fits; b = 3 adds 28.56 GB of activations and does not.
+    assert sum(z3.values()) == 65_152_651_414
+    assert plans[3].requirement.basis == "upper bound" and plans[3].requirement.bytes > sum(z3.values())
+    assert fits(plans[3].requirement.bytes, A100_80GB) and plans[3].fits
+    # (c) b = 2 fits; b = 3 adds 28.56 GB of activations and does not, even on the sum alone.
     assert not fits(sum(zero_parts(3, 8, 3).values()), A100_80GB)
     assert defs["p1_largest_batch"] == 2
     # (d) 8 x A100 40GB at b = 1: stage 0 holds at least weights, states and activations; stages 1 and 2 sum too
-    # much; stage 3 fits.
+    # much; stage 3's sum would fit, but its bound does not, so no stage is stated as fitting.
     s0 = zero_parts(0, 8, 1)
     assert s0["weights"] + s0["optimizer_states"] + s0["activations"] > A100_40GB
     by_stage = {z: sum(zero_parts(z, 8, 1).values()) for z in (1, 2, 3)}
     assert [fits(by_stage[z], A100_40GB) for z in (1, 2, 3)] == [False, False, True]
-    assert defs["p1_lowest_stage"] == 3
-    assert [defs["p1_small"][z].requirement.bytes for z in (1, 2, 3)] == [by_stage[z] for z in (1, 2, 3)]
-    # ZeRO-3 over n A100 40GB: the first n whose sum fits (n = 1 is the unsharded run, above the card already).
+    assert [defs["p1_small"][z].fits for z in (1, 2, 3)] == [False, False, False]
+    assert defs["p1_lowest_stage"] is None
+    assert all(defs["p1_small"][z].requirement.bytes >= by_stage[z] for z in (2, 3))
+    # ZeRO-3 over n A100 40GB: the fewest whose bound fits; more than the sums alone would need (6).
     fewest = next(k for k in range(2, 64) if fits(sum(zero_parts(3, k, 1).values()), A100_40GB))
-    assert fewest == 6 and defs["p1_fewest"] == fewest
+    assert fewest == 6 and defs["p1_fewest"] > fewest
     text = lessons.plain_text(outputs)
-    assert "65.15 GB ; the run fits, with 19.34 GB to spare" in text  # 85.90 GB - 1.41 GB - 65.15 GB
-    assert "2 sequences per GPU (16 per step)" in text and "at least 6 A100 40GB" in text
-    assert "The lowest stage that fits is 3" in text
+    assert f"{plans[3].requirement.bytes / 1e9:.2f} GB ; the run fits" in text
+    assert "2 sequences per GPU (16 per step)" in text and f"at least {defs['p1_fewest']} A100 40GB" in text
+    assert "No stage fits" in text
 
 
 def test_problem_1_chart_holds_the_answers_rows(default_run):
     _, defs = default_run
     grid = defs["p1_grid"]
     need = grid[(grid.kind == "need") & (grid.b == 2)].set_index("stage")["GB"]
-    assert need["ZeRO 3"] == round(sum(zero_parts(3, 8, 2).values()) / 1e9, 2) == 65.15
+    assert need["ZeRO 3"] == round(defs["p1_plans"][3].requirement.bytes / 1e9, 2)
+    assert need["ZeRO 3"] > round(sum(zero_parts(3, 8, 2).values()) / 1e9, 2) == 65.15
     parts = grid[(grid.kind == "part") & (grid.b == 1) & (grid.stage == "ZeRO 1")].set_index("label")["GB"]
     assert parts["Optimizer states"] == round(zero_parts(1, 8, 1)["optimizer_states"] / 1e9, 2) == 4.02
 
@@ -210,10 +214,11 @@ def test_problem_2_by_hand(default_run):
     # (b) ZeRO-3 over two RTX 4090: half the weights alone exceed the card.
     assert parts["weights"] // 2 > RTX_4090
     assert defs["p2_4090"].memory.weights >= parts["weights"] // 2 and not defs["p2_4090"].fits
-    # (c) Three cards: a third of the static parts and the saved activations do not fit; four cards: the sum does.
+    # (c) Three cards: a third of the static parts and the saved activations do not fit; four cards: the sum would,
+    # but ZeRO-3's peak is not modelled and the verdict judges a safe upper bound on it: more cards than four.
     assert not fits(static // 3 + saved, RTX_4090)
     four = sum(ceil_div(parts[k], 4) for k in ("weights", "quantization_constants", "gradients", "optimizer_states"))
-    assert fits(four + saved + recomputed, RTX_4090) and defs["p2_fewest"] == 4
+    assert fits(four + saved + recomputed, RTX_4090) and defs["p2_fewest"] > 4
     # (d) Two A100 80GB without ZeRO: the peak at the loss's backward holds the weights and constants, the inputs (the
     # ids and labels, 8 B per token each, and the rotary inv_freq), the states, the saved tensors and two fp32
     # gradients over the vocabulary. The rest of the working set is within 1% here; either way it fits.
@@ -226,7 +231,7 @@ def test_problem_2_by_hand(default_run):
     text = lessons.plain_text(outputs)
     assert f"{counts['active']:,} parameters are active per token" in text
     assert f"{counts['experts']:,} parameters in all" in text and "59.72 GB (adapters included)" in text
-    assert "4 RTX 4090" in text and "(d) Yes." in text
+    assert f"{defs['p2_fewest']} RTX 4090" in text and "(d) Yes." in text
 
 
 # ---- Problem 3: Gemma 2 9B served to four users at 8,192 tokens on an RTX 4090 -----------------------------------

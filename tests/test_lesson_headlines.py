@@ -49,8 +49,9 @@ HEADLINES = {
     # Llama-3-8B worked through in the symbols: 8,030,261,248 x 2 B = 16.06 GB of bf16 weights (tests/test_lesson_09.py)
     "09_notation": ["16.06 GB", "0.27 GB", "0.96 GB", "1.05 GB", "4.20 GB"],
     # the chained problems' answers, each derived by hand in tests/test_lesson_10.py: Llama-3-8B with ZeRO-3 on 8 GPUs
-    # (65.15 GB) and without (113.71 GB), Qwen3-30B-A3B's QLoRA weights (59.72 GB), Gemma 2 9B's cache (8.46 GB)
-    "10_problems": ["65.15 GB", "113.71 GB", "59.72 GB", "76.37 GB", "8.46 GB", "22.39 GB"],
+    # (65.15 GB, the sum of its parts) and without (129.77 GB: the peak with DDP's buckets), Qwen3-30B-A3B's QLoRA
+    # weights (59.72 GB) and its two-A100 peak with DDP's buckets (76.39 GB), Gemma 2 9B's cache (8.46 GB)
+    "10_problems": ["65.15 GB", "129.77 GB", "59.72 GB", "76.39 GB", "8.46 GB", "22.39 GB"],
     # Llama-3-70B: 70,553,706,496 x 2 B = 141.11 GB of bf16 weights, 17.64 GB of them per GPU under ZeRO-3 or tensor
     # parallelism over 8; the one-card peak (705.54 GB) and the 16-GPU layout's highest rank peak (53.63 GB), each
     # the command line's (tests/test_lesson_11.py); the Playbook widget's preset by its own formulas, 444.35 GB

@@ -138,13 +138,11 @@ def test_requirement_is_the_highest_rank_peak_where_modelled_else_the_worst_rank
     need = memmath.requirement(run)
     assert need.basis == "peak"
     assert need.bytes == max(parallel.parallel_peak(run, r)["total"] for r in range(4))
-    # ZeRO beside a pipeline has no peak model: the rank that holds the most, its parts and buffers
+    # ZeRO beside a pipeline has no peak model: a bound above every rank's parts and buffers (memmath/bounds.py)
     zero = run.replace(n_gpus=8, zero_stage=1)
     need = memmath.requirement(zero)
-    worst = parallel.worst_rank(zero)
-    assert need.basis == "sum of parts" and "ZeRO" in need.reason
-    assert need.bytes == int(worst.memory.total) + worst.buffer_bytes
-    assert need.bytes == max(parallel.parallel_memory(zero.replace(rank=r)).total for r in range(8))
+    assert need.basis == "upper bound" and "ZeRO" in need.reason
+    assert need.bytes > max(parallel.parallel_memory(zero.replace(rank=r)).total for r in range(8))
 
 
 def test_the_planner_keeps_a_parallel_runs_layout():

@@ -66,15 +66,12 @@ def test_the_planner_decides_on_the_steady_peak():
     # at that peak, so it is not suggested (the sum of parts would have credited it 9.35 GB).
     got = by_change(mm.planner.suggest_changes("llama-2-7b", "H200", **kw))
     assert "gradient checkpointing on" not in got
-    # A saving is counted on one basis: a change to ZeRO (judged on its sum, its peak is not modelled) saves
-    # what the sums differ by, never the gap between this run's peak and that run's sum.
-    summed = mm.training_memory("llama-2-7b", **kw).total
+    # A saving is counted on one basis: a change to ZeRO (its peak not modelled, judged on an upper bound) saves
+    # at least what its bound is below this run's peak: that is the saving counted.
     for suggestion in got.values():
         assert suggestion.total == mm.planner.step_peak("llama-2-7b", **suggestion.settings)[0]
-        if suggestion.basis == "peak":
-            assert suggestion.saved == total - suggestion.total
-        else:
-            assert suggestion.saved == summed - mm.training_memory(suggestion.run).total < total - suggestion.total
+        assert suggestion.basis in ("peak", "upper bound")
+        assert suggestion.saved == total - suggestion.total
 
 
 def test_checkpointing_is_suggested_where_it_lowers_the_peak():
@@ -305,12 +302,18 @@ def test_fewest_gpus_that_fit_by_hand():
     # parameter = 208,253,829,120 B, plus 363 step counters x 4 B, all sharded by ZeRO-3. Activations at
     # 512 tokens, fused attention, not sharded: 512 x (40 x (34 x 5120 + 4 x 40) + 2 x 2 x 5120 + 4 x 32,000)
     # = 512 x 7,118,080 = 3,644,456,960 B. Two GPUs: 104.1e9 + 3.6e9 > 85.9e9 (A100 80GB); three:
-    # 69.4e9 + 3.6e9 = 73.1e9 fits. Any whole number is tried: the answer is 3, not 4.
+    # 69.4e9 + 3.6e9 = 73.1e9 would fit, but ZeRO-3's peak is not modelled: the verdict judges an upper bound
+    # (the sum plus the step's transients and the engine's buffers), so the answer is at least 3, the fewest whose
+    # bound fits, and any whole number is tried.
     states = 16 * 13_015_864_320 + 363 * 4
     acts = 512 * 7_118_080
     assert states // 2 + acts > A100_80 and -(-states // 3) + acts + 3 < A100_80
     run = dict(precision="mixed", optimizer="adamw", seq_len=512, attention="sdpa", zero_stage=3)
-    assert mm.planner.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **run) == 3
+    fewest = mm.planner.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **run)
+    assert fewest >= 3
+    assert mm.requirement("llama-2-13b", n_gpus=fewest, **run).bytes + mm.CUDA_CONTEXT_BYTES < A100_80
+    assert not mm.check_fit(mm.requirement("llama-2-13b", n_gpus=fewest - 1, **run).bytes, "A100 80GB",
+                            margin=mm.FIT_MARGIN).fits
     # Without ZeRO every GPU keeps a full copy: no count helps.
     assert mm.planner.fewest_gpus_that_fit("llama-2-13b", "A100 80GB", **{**run, "zero_stage": 0}) is None
     # A run that already fits needs one; a cap below the answer gives none.
@@ -319,12 +322,12 @@ def test_fewest_gpus_that_fit_by_hand():
 
 
 def test_path_to_fit_tries_a_smaller_batch_before_more_gpus():
-    # Full finetuning of Llama-2-70B at 64 x 8192 tokens, eager attention, on a 4090 (1.25 GiB reserved),
+    # Full finetuning of Llama-2-70B at 64 x 8192 tokens, eager attention, on a 5090 (1.25 GiB reserved),
     # 8 GPUs allowed: every change that keeps the hardware comes first, then the smaller batch, and only
     # then more GPUs, no more than allowed and no more than needed (one fewer does not fit).
     settings = dict(precision="bf16", optimizer="adamw", seq_len=8192, batch_size=64, attention="eager")
     reserved = int(1.25 * 2**30)
-    path = mm.planner.path_to_fit("llama-2-70b", "RTX 4090", max_gpus=8, reserved_bytes=reserved, **settings)
+    path = mm.planner.path_to_fit("llama-2-70b", "RTX 5090", max_gpus=8, reserved_bytes=reserved, **settings)
     changes = [s.change for s in path]
     assert changes[-2] == "batch size 1, accumulate 64" and changes[-1].endswith("GPUs with ZeRO stage 3")
     assert path[-1].fits and path[-1].run.effective_batch == 64
@@ -332,7 +335,7 @@ def test_path_to_fit_tries_a_smaller_batch_before_more_gpus():
     n = path[-1].settings["n_gpus"]
     assert 1 < n <= 8
     fewer, _ = mm.planner.step_peak("llama-2-70b", **{**path[-1].settings, "n_gpus": n - 1})
-    assert not mm.check_fit(fewer, "RTX 4090", reserved_bytes=reserved, margin=mm.FIT_MARGIN).fits
+    assert not mm.check_fit(fewer, "RTX 5090", reserved_bytes=reserved, margin=mm.FIT_MARGIN).fits
 
 
 def test_trained_context_of_presets():

@@ -45,8 +45,8 @@ def test_the_plan_of_a_serve_is_the_plan_of_its_keywords():
     assert plan.serve == serve and plan.memory == keywords.memory and plan.changes == keywords.changes
     assert plan.fit == keywords.fit and plan.longest_context == keywords.longest_context
     assert mm.serving.serving_changes(serve, "RTX 4090") == list(keywords.changes)
-    assert mm.serving.longest_context_that_fits(mm.Serve("llama-2-7b"), "RTX 4090") == mm.serving.longest_context_that_fits(
-        "llama-2-7b", "RTX 4090")
+    longest = mm.serving.longest_context_that_fits
+    assert longest(mm.Serve("llama-2-7b"), "RTX 4090") == longest("llama-2-7b", "RTX 4090")
 
 
 def test_plan_fit_and_plan_instead_answer_the_lessons_question():

@@ -1,10 +1,22 @@
 """The pieces every record's tensor list is made of: a parameter tensor, a LoRA adapter entry, a linear layer's and
-a norm's tensors. Below the records and memmath/models.py (which re-exports ParamTensor and LoraAdapter)."""
+a norm's tensors. Below the records and memmath/models.py (which re-exports ParamTensor, LoraAdapter and
+factored_size)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
+
+
+def factored_size(dims) -> int:
+    """Adafactor's second-moment elements for a tensor of shape `dims` (torch.optim.Adafactor: row_var [..., r, 1]
+    and col_var [..., 1, c] for two or more dimensions, the leading ones kept; a full-size variance for a vector)."""
+    if len(dims) < 2:
+        return dims[0] if dims else 1
+    leading = 1
+    for dim in dims[:-2]:
+        leading = leading * dim
+    return leading * (dims[-2] + dims[-1])
 
 
 @dataclass(frozen=True)
@@ -29,10 +41,13 @@ class ParamTensor:
 
     @property
     def factored_size(self):
-        """Adafactor's second-moment size: rows + cols for a matrix, numel for a vector (Shazeer & Stern 2018)."""
-        if len(self.shape) == 2:
-            return self.shape[0] + self.shape[1]
-        return self.numel
+        """Adafactor's second-moment size: rows + cols for a matrix, numel for a vector (Shazeer & Stern 2018).
+
+        torch.optim.Adafactor factors every tensor of two or more dimensions over its last two, keeping the
+        leading ones (torch/optim/_adafactor.py: row_var of shape [..., r, 1], col_var of shape [..., 1, c]):
+        a 3-D experts tensor E x r x c keeps E x (r + c).
+        """
+        return factored_size(self.shape)
 
 
 class LoraAdapter(NamedTuple):

@@ -715,7 +715,9 @@ def parallel_run(row, rank: int = 0):
                "tp-pp": dict(tp=tp, pp=world // tp, **schedule), "dp-tp": dict(tp=tp)}
     if engine not in degrees:
         raise ValueError(f"row column 'engine' must be tp, tp-sp, pp, tp-pp or dp-tp; got {validate.describe(engine)}")
-    return Run(case_model(row), n_gpus=world, rank=rank, **degrees[engine], **case_arguments(row))
+    # every data-parallel copy averages its gradients in place (validation/parallel.py): no DDP buckets
+    return Run(case_model(row), n_gpus=world, rank=rank, **degrees[engine], **case_arguments(row),
+               gradient_as_bucket_view=True)
 
 
 def predict_parallel_case(row, rank: int):
