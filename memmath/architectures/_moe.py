@@ -32,6 +32,33 @@ def tensors(m) -> list:
     return mlp
 
 
+def biased_tensors(m) -> list:
+    """gpt-oss's MoE block in parameters() order (modeling_gpt_oss.py's GptOssMLP): a router with a bias
+    (GptOssTopKRouter: weight E x h, bias E) and experts with biases, their gate and up interleaved in one
+    Parameter stored input-first (GptOssExperts: gate_up_proj E x h x 2I, gate_up_proj_bias E x 2I,
+    down_proj E x I x h, down_proj_bias E x h)."""
+    h, e, ei = m.hidden_size, m.n_experts, m.expert_intermediate_size
+    return [ParamTensor("mlp.router.weight", "mlp", (e, h)), ParamTensor("mlp.router.bias", "mlp", (e,)),
+            ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, h, 2 * ei)),
+            ParamTensor("mlp.experts.gate_up_proj_bias", "mlp", (e, 2 * ei)),
+            ParamTensor("mlp.experts.down_proj", "mlp", (e, ei, h)),
+            ParamTensor("mlp.experts.down_proj_bias", "mlp", (e, h))]
+
+
+def biased_lora_table(m) -> dict:
+    """peft's target names in gpt-oss's MoE block: nothing in it is an nn.Linear. peft 0.21 adapts the router's
+    2-D weight (mlp.router.weight, one rank-r pair h -> E) and the experts' 3-D Parameters through
+    lora.ParamWrapper; GptOssExperts sets is_transposed, so peft reads d_in and d_out from the stored
+    (E, d_in, d_out) without the swap (peft/tuners/lora/layer.py, update_layer): gate_up_proj h -> 2I at rank
+    2r per expert (memmath's convention for the fused gate and up), down_proj I -> h at rank r per expert.
+    The biases are not adapted."""
+    h, e, ei = m.hidden_size, m.n_experts, m.expert_intermediate_size
+    routed = "its MLP is the routed experts, 3-D tensors: target 'experts'"
+    return dict(router=("router.weight", h, e),
+                experts=[("experts.gate_up_proj", h, 2 * ei, 2 * e), ("experts.down_proj", ei, h, e)],
+                gate=routed, up=routed, down=routed, shared_gate="it has no shared expert gate")
+
+
 def lora_table(m) -> dict:
     """peft's target names in the MoE block.
 

@@ -1,0 +1,148 @@
+"""The mixture-of-experts families of the latest releases, each against transformers 5.24 and peft 0.21 on the meta
+device and against its published config and model card: gpt-oss.
+
+Expected values come from outside memmath: transformers' own parameter count (live, and recorded in
+tests/fixtures/configs/expected_counts.json by count_params.py), the model cards' totals and active counts, the
+checkpoint's safetensors index (total_size), peft's adapter shapes, and hand derivations in comments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import memmath as mm
+from memmath import states
+
+FIXTURES = Path(__file__).parent / "fixtures" / "configs"
+EXPECTED = json.loads((FIXTURES / "expected_counts.json").read_text())
+
+
+def _fixture(name):
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def _without_quantization(config):
+    return {k: v for k, v in config.items() if k != "quantization_config"}
+
+
+def _meta_counts(torch, transformers, config):
+    """transformers' own model on the meta device: parameters per dtype (tied weights once), and named buffers."""
+    hf_config = transformers.AutoConfig.for_model(config["model_type"], **{
+        k: v for k, v in _without_quantization(config).items() if k not in ("model_type", "architectures")})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    per_dtype = Counter()
+    for p in model.parameters():
+        per_dtype[str(p.dtype)] += p.numel()
+    return per_dtype, dict(model.named_buffers()), model
+
+
+def _tiny_gpt_oss(**changes):
+    config = dict(model_type="gpt_oss", num_hidden_layers=2, hidden_size=64, intermediate_size=48, head_dim=16,
+                  num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                  vocab_size=100, sliding_window=8)
+    config.update(changes)
+    return config
+
+
+# ---- gpt-oss ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gpt-oss-120b"])
+def test_gpt_oss_counts_what_transformers_counted(name):
+    # expected_counts.json: AutoModelForCausalLM.from_config on the meta device (count_params.py); model cards:
+    # gpt-oss-20b 20.91B, gpt-oss-120b 116.83B (the model card's table 1)
+    shape = mm.from_hf_config(_fixture(name))
+    assert shape.n_params == EXPECTED[name]["params"]
+    assert shape.arch == "gpt_oss" and shape.layer_types == ("sliding_attention", "full_attention") * (
+        shape.n_layers // 2)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gpt-oss-120b"])
+def test_gpt_oss_tensors_are_transformers_own(torch, transformers, name):
+    config = _fixture(name)
+    per_dtype, buffers, model = _meta_counts(torch, transformers, config)
+    shape = mm.from_hf_config(_without_quantization(config))
+    assert dict(per_dtype) == {"torch.float32": shape.n_params}
+    # every tensor by name and shape in block 0, and the buffers: only the rotary inv_freq tables (no parameters)
+    block = {n.removeprefix("model.layers.0."): tuple(p.shape) for n, p in model.named_parameters()
+             if n.startswith("model.layers.0.")}
+    assert block == {t.name: t.shape for t in shape.tensors("layer")}
+    assert {n.rsplit(".", 1)[-1] for n in buffers} == {"inv_freq", "original_inv_freq"}
+
+
+@pytest.mark.parametrize("name, card_active", [("gpt-oss-20b", "3.61"), ("gpt-oss-120b", "5.13")])
+def test_gpt_oss_active_parameters_match_the_model_card(name, card_active):
+    # The gpt-oss model card (table 1) counts the active parameters without the token embedding (a lookup):
+    # 3.61B and 5.13B. Active: every tensor but the 28 (20b: 32 - 4) or 124 unrouted experts per block, each
+    # 3 x 2,880 x 2,880 weights and 2 x 2,880 + 2,880 biases.
+    shape = mm.from_hf_config(_fixture(name))
+    per_expert = 3 * 2880 * 2880 + 3 * 2880
+    assert shape.n_params - shape.active_params == shape.n_layers * (shape.n_experts - 4) * per_expert
+    assert f"{(shape.active_params - 201088 * 2880) / 1e9:.2f}" == card_active
+
+
+def test_gpt_oss_presets_are_the_published_configs_dequantized():
+    for name in ("gpt-oss-20b", "gpt-oss-120b"):
+        preset = mm.PRESETS[name]
+        assert preset.n_params == EXPECTED[name]["params"]
+        assert preset.stored_format is None  # bf16, the base transformers can train
+
+
+def test_gpt_oss_20b_stores_its_experts_in_mxfp4_as_the_checkpoint_does():
+    # openai/gpt-oss-20b's model.safetensors.index.json: total_size 13,761,264,768 B (experts' e2m1 values and
+    # e8m0 scales, everything else in bf16; tests/fixtures/configs/SOURCES.md)
+    memory = mm.inference_memory(mm.from_hf_config(_fixture("gpt-oss-20b")), context_len=1)
+    assert memory.weights_format == "mxfp4"
+    assert memory.weights + memory.quantization_constants == 13_761_264_768
+
+
+def test_gpt_oss_kv_cache_alternates_full_and_128_token_windows():
+    # 12 full layers keep every token, 12 sliding layers 128 (DynamicSlidingWindowLayer once decoding):
+    # 2 x 8 heads x 64 x 2 B = 2,048 B a token a layer; 12 x 2,048 x (32,768 + 128) = 808,452,096 B
+    shape = mm.PRESETS["gpt-oss-20b"]
+    memory = mm.inference_memory(shape, context_len=32_768, kv_format="bf16")
+    layers = states.layers_from_layer_types(shape.layer_types, full=states.FullAttention(kv_heads=8, head_dim=64),
+                                            sliding=states.SlidingAttention(kv_heads=8, head_dim=64, window=128))
+    assert memory.kv_cache == states.cache_bytes(layers, tokens=32_768, dtype="bf16") == 808_452_096
+
+
+def test_gpt_oss_activations_are_the_textbook_model_until_traced():
+    memory = mm.training_memory("gpt-oss-20b", method=mm.LoRA(rank=8))
+    assert "activations_textbook_fallback" in [note.kind for note in memory.notes]
+
+
+def test_gpt_oss_refuses_what_it_cannot_model():
+    with pytest.raises(ValueError, match="output_router_logits"):
+        mm.from_hf_config(dict(_fixture("gpt-oss-20b"), output_router_logits=True))
+    with pytest.raises(ValueError, match="mxfp4"):  # Mxfp4HfQuantizer.is_trainable is False
+        mm.training_memory(mm.from_hf_config(_fixture("gpt-oss-20b")), method=mm.LoRA(rank=8))
+
+
+GPT_OSS_TARGETS = {  # memmath targets -> peft 0.21's LoraConfig arguments on gpt-oss
+    "all": dict(target_modules="all-linear"),
+    ("q", "k", "v", "o"): dict(target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
+    ("router", "experts"): dict(target_parameters=["mlp.router.weight", "mlp.experts.gate_up_proj",
+                                                   "mlp.experts.down_proj"],
+                                # memmath's convention for the fused gate and up: rank 2r (as peft's conversion
+                                # gives Mixtral's); peft does not convert gpt_oss, so it is asked for here
+                                rank_pattern={r".*\.gate_up_proj": 16}),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets", list(GPT_OSS_TARGETS), ids=str)
+def test_gpt_oss_lora_adapters_are_peft_own(torch, transformers, targets):
+    import peft
+
+    config = _tiny_gpt_oss()
+    _, _, model = _meta_counts(torch, transformers, config)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_dropout=0.0, **GPT_OSS_TARGETS[targets]))
+    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
+    ours = []
+    for adapter in mm.from_hf_config(config).lora_adapters(targets):
+        ours += [(adapter.rank_factor * 8, adapter.d_in), (adapter.d_out, adapter.rank_factor * 8)]
+    assert ours == theirs
