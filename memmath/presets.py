@@ -139,8 +139,8 @@ PRESET_SOURCES = {
     "phi-3-mini": "microsoft/Phi-3-mini-4k-instruct config.json",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1 config.json",
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B config.json",
-    "gpt-oss-20b": "openai/gpt-oss-20b config.json (dequantized: bf16 experts)",
-    "gpt-oss-120b": "openai/gpt-oss-120b config.json (dequantized: bf16 experts)",
+    "gpt-oss-20b": "openai/gpt-oss-20b config.json",
+    "gpt-oss-120b": "openai/gpt-oss-120b config.json",
 }
 
 

@@ -16,6 +16,8 @@ import pytest
 
 import memmath as mm
 from memmath import states
+from memmath.architectures import _latent, _moe
+from memmath.architectures._parts import ParamTensor
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 EXPECTED = json.loads((FIXTURES / "expected_counts.json").read_text())
@@ -146,3 +148,83 @@ def test_gpt_oss_lora_adapters_are_peft_own(torch, transformers, targets):
     for adapter in mm.from_hf_config(config).lora_adapters(targets):
         ours += [(adapter.rank_factor * 8, adapter.d_in), (adapter.d_out, adapter.rank_factor * 8)]
     assert ours == theirs
+
+
+# ---- multi-head latent attention and DeepSeek's mixture of experts, as pieces ------------------------------------
+# DeepSeek-V2/V3, Kimi-K2 and GLM-4.5 keep dense MLPs in their first first_k_dense_replace blocks, so their records
+# wait for ModelShape to list blocks of two layouts; the pieces a record will compose are checked here, block by
+# block, against the models transformers builds.
+def _latent_dims(config):
+    return _latent.LatentDims(**{k: config[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                          "qk_rope_head_dim", "v_head_dim")})
+
+
+def _norms(h):
+    return [ParamTensor("input_layernorm.weight", "norms", (h,)), ParamTensor("post_attention_layernorm.weight",
+                                                                              "norms", (h,))]
+
+
+def _dense_mlp(h, width):
+    return [ParamTensor(f"mlp.{n}_proj.weight", "mlp", (width, h) if n != "down" else (h, width))
+            for n in ("gate", "up", "down")]
+
+
+def _deepseek_blocks(config):
+    """Each block's tensors, composed from _latent and _moe as a DeepSeek record will list them."""
+    h, dims = config["hidden_size"], _latent_dims(config)
+    attention = _latent.attention_tensors(h, config["num_attention_heads"], dims, config.get("attention_bias", False))
+    moe = _moe.shared_experts_tensors(h, config["n_routed_experts"], config["moe_intermediate_size"],
+                                      config["moe_intermediate_size"] * config["n_shared_experts"])
+    dense = _dense_mlp(h, config["intermediate_size"])
+    k = config["first_k_dense_replace"]
+    return [attention + (dense if i < k else moe) + _norms(h) for i in range(config["num_hidden_layers"])]
+
+
+def _tiny_deepseek(model_type, **changes):
+    config = dict(model_type=model_type, num_hidden_layers=3, hidden_size=64, intermediate_size=96,
+                  moe_intermediate_size=24, n_routed_experts=4, n_shared_experts=2, num_experts_per_tok=2,
+                  first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32,
+                  kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=12, vocab_size=100,
+                  n_group=1, topk_group=1)
+    config.update(changes)
+    return config
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [
+    _tiny_deepseek("deepseek_v3"), _tiny_deepseek("deepseek_v3", attention_bias=True),
+    _tiny_deepseek("deepseek_v2"), _tiny_deepseek("deepseek_v2", q_lora_rank=None),  # DeepSeek-V2-Lite's q_proj
+], ids=["v3", "v3-bias", "v2", "v2-lite-q"])
+def test_latent_attention_and_shared_experts_are_transformers_blocks(torch, transformers, config):
+    _, buffers, model = _meta_counts(torch, transformers, config)
+    for i, ours in enumerate(_deepseek_blocks(config)):
+        prefix = f"model.layers.{i}."
+        theirs = [(n.removeprefix(prefix), tuple(p.shape)) for n, p in model.named_parameters()
+                  if n.startswith(prefix)]
+        assert theirs == [(t.name, t.shape) for t in ours], i
+    # DeepSeek-V3's router holds e_score_correction_bias, an fp32 buffer of E values per MoE block; V2's none
+    routers = {n: b for n, b in buffers.items() if n.endswith("e_score_correction_bias")}
+    if config["model_type"] == "deepseek_v3":
+        name = next(iter(_moe.ROUTER_BUFFERS))
+        assert set(routers) == {f"model.layers.{i}.{name}" for i in (1, 2)}
+        assert all(b.dtype == torch.float32 and b.numel() == 4 for b in routers.values())
+    else:
+        assert routers == {}
+
+
+def test_kimi_k2_counts_what_transformers_counted_from_the_pieces():
+    # expected_counts.json: DeepseekV3ForCausalLM from Kimi-K2-Instruct's config.json on the meta device
+    config = _fixture("Kimi-K2-Instruct")
+    h, vocab = config["hidden_size"], config["vocab_size"]
+    blocks = sum(t.numel for block in _deepseek_blocks(config) for t in block)
+    assert 2 * vocab * h + blocks + h == EXPECTED["Kimi-K2-Instruct"]["params"]
+
+
+def test_deepseek_v2_lite_latent_cache_is_576_values_a_token_a_layer():
+    # deepseek-ai/DeepSeek-V2-Lite: 27 layers, kv_lora_rank 512, qk_rope_head_dim 64 (its config.json; the defaults
+    # of DeepseekV2Config name it as the checkpoint they document). 27 x 32,768 x 576 x 2 B = 1,019,215,872 B.
+    dims = _latent.LatentDims(q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                              v_head_dim=128)
+    values = _latent.cache_values(dims, layers=27, context_len=32_768, batch_size=1)
+    layer = states.LatentAttention(kv_lora_rank=512, rope_head_dim=64)
+    assert 2 * values == states.cache_bytes([layer] * 27, tokens=32_768, dtype="bf16") == 1_019_215_872

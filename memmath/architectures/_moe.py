@@ -59,6 +59,27 @@ def biased_lora_table(m) -> dict:
                 gate=routed, up=routed, down=routed, shared_gate="it has no shared expert gate")
 
 
+def shared_experts_tensors(hidden_size: int, n_experts: int, expert_width: int, shared_width: int) -> list:
+    """The MoE block of DeepSeek-V2/V3, Kimi-K2 and GLM-4.5 in parameters() order (DeepseekV3MoE, Glm4MoeMoE
+    register experts, gate, shared_experts): the routed experts as two 3-D Parameters, the router's E x h weight
+    (DeepseekV3TopkRouter; transformers keeps it in fp32 under a 16-bit load: _keep_in_fp32_modules_strict names
+    gate.weight) and the shared experts as one SwiGLU MLP of n_shared_experts x moe_intermediate_size.
+    DeepSeek-V3's and GLM-4.5's router also hold e_score_correction_bias, an fp32 buffer of E values (sigmoid
+    routing without an auxiliary loss): a buffer, so not among the parameters (ROUTER_BUFFERS)."""
+    h, e, ei, si = hidden_size, n_experts, expert_width, shared_width
+    return ([ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, 2 * ei, h)),
+             ParamTensor("mlp.experts.down_proj", "mlp", (e, h, ei)),
+             ParamTensor("mlp.gate.weight", "mlp", (e, h))]
+            + linear("mlp.shared_experts.gate_proj", "mlp", h, si, False)
+            + linear("mlp.shared_experts.up_proj", "mlp", h, si, False)
+            + linear("mlp.shared_experts.down_proj", "mlp", si, h, False))
+
+
+# Persistent router buffers, saved in the checkpoint beside the parameters: name -> (values per block as a function
+# of the routed experts, bytes a value). DeepseekV3TopkRouter and Glm4MoeTopkRouter: e_score_correction_bias, fp32.
+ROUTER_BUFFERS = {"mlp.gate.e_score_correction_bias": (lambda experts: experts, 4)}
+
+
 def lora_table(m) -> dict:
     """peft's target names in the MoE block.
 
