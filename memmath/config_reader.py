@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import validate
 from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRACED_HINT, Architecture
+from .architectures._moe import two_layouts_reason
 from .checkpoints import stored_format
 from .models import LAYER_TYPES, ModelShape, bert_model, gpt2_model, llama_model
 from .multimodal import MULTIMODAL_MODEL_TYPES
@@ -66,7 +67,8 @@ def from_hf_config(config) -> ModelShape:
                 or isinstance(config.get("vision_config"), dict)):
             return from_multimodal_config(config)
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
-        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
+        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported"
+                         f"{two_layouts_reason(model_type)}; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)} (text) and "
                          f"{', '.join(MULTIMODAL_MODEL_TYPES)} (vision-language); {TRACED_HINT}")
     record = ARCHITECTURES[model_type]

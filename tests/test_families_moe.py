@@ -1,5 +1,7 @@
 """The mixture-of-experts families of the latest releases, each against transformers 5.24 and peft 0.21 on the meta
-device and against its published config and model card: gpt-oss.
+device and against its published config and model card: gpt-oss as a record; multi-head latent attention and
+the shared-expert MoE of DeepSeek-V2/V3, Kimi-K2 and GLM-4.5 as the pieces their records will compose, and their
+refusal until ModelShape lists dense and MoE blocks.
 
 Expected values come from outside memmath: transformers' own parameter count (live, and recorded in
 tests/fixtures/configs/expected_counts.json by count_params.py), the model cards' totals and active counts, the
@@ -16,7 +18,7 @@ import pytest
 
 import memmath as mm
 from memmath import states
-from memmath.architectures import _latent, _moe
+from memmath.architectures import _decoder, _latent, _moe
 from memmath.architectures._parts import ParamTensor
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
@@ -228,3 +230,31 @@ def test_deepseek_v2_lite_latent_cache_is_576_values_a_token_a_layer():
     values = _latent.cache_values(dims, layers=27, context_len=32_768, batch_size=1)
     layer = states.LatentAttention(kv_lora_rank=512, rope_head_dim=64)
     assert 2 * values == states.cache_bytes([layer] * 27, tokens=32_768, dtype="bf16") == 1_019_215_872
+
+
+@pytest.mark.live
+def test_glm4_moe_blocks_are_gqa_attention_and_the_shared_expert_moe(torch, transformers):
+    # Glm4MoeAttention: q, k, v with attention_bias, o_proj without; Glm4MoeMoE registers experts, gate,
+    # shared_experts as DeepseekV3MoE does (modeling_glm4_moe.py)
+    config = dict(model_type="glm4_moe", num_hidden_layers=2, hidden_size=64, intermediate_size=96, head_dim=32,
+                  moe_intermediate_size=24, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                  first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                  attention_bias=True, n_group=1, topk_group=1)
+    _, buffers, model = _meta_counts(torch, transformers, config)
+    shape = mm.llama_model(n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2, head_dim=32, intermediate_size=96,
+                           vocab_size=100).with_changes(qkv_bias=True)
+    attention = _decoder.attention_tensors(shape)
+    moe = _moe.shared_experts_tensors(64, 4, 24, 24)
+    for i, mlp in enumerate([_dense_mlp(64, 96), moe]):
+        theirs = [(n.removeprefix(f"model.layers.{i}."), tuple(p.shape)) for n, p in model.named_parameters()
+                  if n.startswith(f"model.layers.{i}.")]
+        assert theirs == [(t.name, t.shape) for t in attention + mlp + _norms(64)]
+    assert [n for n in buffers if n.endswith("e_score_correction_bias")] == [
+        f"model.layers.1.{next(iter(_moe.ROUTER_BUFFERS))}"]
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"])
+def test_two_block_layouts_are_refused_with_the_reason(model_type):
+    config = dict(_fixture("Kimi-K2-Instruct"), model_type=model_type)
+    with pytest.raises(ValueError, match="first_k_dense_replace.*one layout"):
+        mm.from_hf_config(config)
