@@ -258,3 +258,23 @@ def test_two_block_layouts_are_refused_with_the_reason(model_type):
     config = dict(_fixture("Kimi-K2-Instruct"), model_type=model_type)
     with pytest.raises(ValueError, match="first_k_dense_replace.*one layout"):
         mm.from_hf_config(config)
+
+
+def test_gpt_oss_config_json_is_served_and_counted_on_the_command_line():
+    # `memmath infer gpt-oss-20b/config.json` as a user runs it: the experts in MXFP4 as stored (total_size
+    # 13,761,264,768 B), the alternating-window cache derived above; `memmath models` the model card's 3.61B active
+    from tests.test_cli import run_json
+
+    config = str(FIXTURES / "gpt-oss-20b.json")
+    parts = run_json("infer", config, "--context", "32768")["parts"]
+    assert parts["weights"] + parts["quantization_constants"] == 13_761_264_768
+    assert parts["kv_cache"] == 808_452_096
+    model = run_json("models", config)["model"]
+    assert model["params"] == EXPECTED["gpt-oss-20b"]["params"] and model["stored_format"] == "mxfp4"
+    assert f"{model['active_params_without_embeddings'] / 1e9:.2f}" == "3.61"
+
+
+def test_a_model_type_that_is_not_a_string_is_refused_by_name():
+    # found by tests/test_properties.py: the reason lookup must not hash a list
+    with pytest.raises(ValueError, match="model_type"):
+        mm.from_hf_config({"model_type": [], "hidden_size": 64})

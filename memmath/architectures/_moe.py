@@ -94,7 +94,7 @@ TWO_BLOCK_LAYOUTS = {
 
 def two_layouts_reason(model_type) -> str:
     """Why a model type with dense and MoE blocks is refused, and what would make it work ("" for other types)."""
-    if model_type not in TWO_BLOCK_LAYOUTS:
+    if not isinstance(model_type, str) or model_type not in TWO_BLOCK_LAYOUTS:
         return ""
     return (f" yet ({TWO_BLOCK_LAYOUTS[model_type]}; memmath lists blocks of one layout, so config field "
             "'first_k_dense_replace' has no exact count until ModelShape holds a dense and a MoE block layout)")
