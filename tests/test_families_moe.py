@@ -278,3 +278,22 @@ def test_a_model_type_that_is_not_a_string_is_refused_by_name():
     # found by tests/test_properties.py: the reason lookup must not hash a list
     with pytest.raises(ValueError, match="model_type"):
         mm.from_hf_config({"model_type": [], "hidden_size": 64})
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("changes", [{}, {"q_lora_rank": None}], ids=["v3", "v2-lite-q"])
+def test_peft_all_linear_adapts_the_latent_linears_router_and_experts_only(torch, transformers, changes):
+    # peft 0.21 on transformers 5.24 (deepseek_v3 converted like qwen2_moe): "all-linear" adapts every linear of the
+    # latent attention, the router and the routed experts, and leaves the dense blocks' MLP and the shared experts
+    import peft
+
+    config = _tiny_deepseek("deepseek_v3", **changes)
+    _, _, model = _meta_counts(torch, transformers, config)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_dropout=0.0, target_modules="all-linear"))
+    latent = [t.name.removesuffix(".weight") for t in
+              _latent.attention_tensors(64, 4, _latent_dims(config)) if t.linear]
+    for block, mlp in ((0, []), (1, ["mlp.experts.base_layer", "mlp.experts", "mlp.gate"])):
+        adapted = [n.split(f".layers.{block}.")[1].removesuffix(".lora_A.default.weight")
+                   for n, p in lora.named_parameters() if p.requires_grad and f".layers.{block}." in n
+                   and ".lora_A." in n]
+        assert adapted == latent + mlp

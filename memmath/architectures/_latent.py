@@ -9,6 +9,11 @@ kv_a_layernorm, and the up-projection kv_b_proj to every head's non-rotary key (
 (v_head_dim). The cache holds the compressed key/value and the rotary key: (kv_lora_rank + qk_rope_head_dim) values a
 token a layer (memmath/states.py, latent_attention_bytes).
 
+peft 0.21 (measured on the meta device, tests/test_families_moe.py): "all-linear" adapts each linear listed here,
+the router and the routed experts, and leaves the dense blocks' MLP and the shared experts; the names q_proj, k_proj
+and v_proj match nothing with q_lora_rank set (only q_proj without it), so a record refuses the targets "k" and "v"
+(and "q" with q_lora_rank) by name.
+
 A record composes these with _moe.shared_experts_tensors once ModelShape lists blocks of more than one layout:
 DeepSeek-V2/V3 and Kimi-K2 keep dense MLPs in their first first_k_dense_replace blocks (DeepseekV3DecoderLayer).
 """
