@@ -20,6 +20,7 @@ import memmath as mm
 from memmath import states
 from memmath.architectures import _decoder, _latent, _moe
 from memmath.architectures._parts import ParamTensor
+from tests.test_cli import run_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 EXPECTED = json.loads((FIXTURES / "expected_counts.json").read_text())
@@ -263,8 +264,6 @@ def test_two_block_layouts_are_refused_with_the_reason(model_type):
 def test_gpt_oss_config_json_is_served_and_counted_on_the_command_line():
     # `memmath infer gpt-oss-20b/config.json` as a user runs it: the experts in MXFP4 as stored (total_size
     # 13,761,264,768 B), the alternating-window cache derived above; `memmath models` the model card's 3.61B active
-    from tests.test_cli import run_json
-
     config = str(FIXTURES / "gpt-oss-20b.json")
     parts = run_json("infer", config, "--context", "32768")["parts"]
     assert parts["weights"] + parts["quantization_constants"] == 13_761_264_768
