@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import validate
 from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRACED_HINT, Architecture
+from .architectures._moe import two_layouts_reason
 from .checkpoints import stored_format
 from .files import NotARegularFile, read_bounded
 from .hf_cache import LinkOutsideCache, cache_root_holding, follow_inside
@@ -66,7 +67,8 @@ def from_hf_config(config) -> ModelShape:
                 or isinstance(config.get("vision_config"), dict)):
             return from_multimodal_config(config, read_text=from_hf_config)
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
-        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
+        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported"
+                         f"{two_layouts_reason(model_type)}; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)} (text) and "
                          f"{', '.join(MULTIMODAL_MODEL_TYPES)} (vision-language); {TRACED_HINT}")
     record = ARCHITECTURES[model_type]

@@ -400,7 +400,9 @@ class ModelShape:
         """
         if not self.n_experts:
             return self.n_params
-        per_expert = 3 * self.hidden_size * self.expert_intermediate_size  # gate, up, down of one expert
+        # one routed expert's tensors (gate, up, down, and gpt-oss's biases): the block's stacked experts / E
+        per_expert = sum((t.numel for t in self.tensors("layer") if t.name.startswith("mlp.experts.")), 0)
+        per_expert = per_expert // self.n_experts
         return self.n_params - self.n_layers * (self.n_experts - self.experts_per_tok) * per_expert
 
     def _check_heads(self):

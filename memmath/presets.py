@@ -83,6 +83,18 @@ PRESETS: dict[str, ModelShape] = {
         "qwen3-30b-a3b", model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
         num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936, num_experts=128,
         num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True, tie_word_embeddings=False),
+    # openai/gpt-oss-*: weights as a dequantized load holds them (Mxfp4Config(dequantize=True), the trainable
+    # base); the checkpoint's MXFP4 experts come with its config.json (quantization_config) or --weights mxfp4
+    "gpt-oss-20b": _from_config(  # 20,914,757,184 total, 4,187,440,704 active (3.61B without the embedding)
+        "gpt-oss-20b", model_type="gpt_oss", hidden_size=2880, intermediate_size=2880, num_hidden_layers=24,
+        num_attention_heads=64, num_key_value_heads=8, head_dim=64, vocab_size=201088, num_local_experts=32,
+        num_experts_per_tok=4, attention_bias=True, sliding_window=128,
+        layer_types=["sliding_attention", "full_attention"] * 12, tie_word_embeddings=False),
+    "gpt-oss-120b": _from_config(  # 116,829,156,672 total, 5,711,982,912 active (5.13B without the embedding)
+        "gpt-oss-120b", model_type="gpt_oss", hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+        num_attention_heads=64, num_key_value_heads=8, head_dim=64, vocab_size=201088, num_local_experts=128,
+        num_experts_per_tok=4, attention_bias=True, sliding_window=128,
+        layer_types=["sliding_attention", "full_attention"] * 18, tie_word_embeddings=False),
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -91,7 +103,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                           "mistral-7b": "Mistral-7B-v0.1", "qwen2.5-0.5b": "Qwen2.5-0.5B", "qwen2.5-7b": "Qwen2.5-7B",
                   "qwen3-0.6b": "Qwen3-0.6B", "qwen3-8b": "Qwen3-8B", "gemma-2-2b": "gemma-2-2b",
                   "gemma-2-9b": "gemma-2-9b", "gemma-3-1b": "gemma-3-1b-pt", "phi-3-mini": "Phi-3-mini-4k-instruct",
-                  "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B"}
+                  "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B",
+                  "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -120,4 +133,6 @@ PRESET_SOURCES = {
     "phi-3-mini": "microsoft/Phi-3-mini-4k-instruct config.json",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1 config.json",
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B config.json",
+    "gpt-oss-20b": "openai/gpt-oss-20b config.json",
+    "gpt-oss-120b": "openai/gpt-oss-120b config.json",
 }

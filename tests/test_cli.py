@@ -384,7 +384,11 @@ def test_models_lists_every_preset_with_its_source():
 # one expert 3 x 2,048 x 768 = 4,718,592. Per token (8 experts): 48 x (19,140,864 + 8 x 4,718,592) +
 # 2 x 151,936 x 2,048 + 2,048 = 3,353,032,704. The model card: 30.5B total, 3.3B activated.
 MOE_ACTIVE = {"mixtral-8x7b": (46_702_792_704, 12_879_925_248, 2, 8),
-              "qwen3-30b-a3b": (30_532_122_624, 3_353_032_704, 8, 128)}
+              "qwen3-30b-a3b": (30_532_122_624, 3_353_032_704, 8, 128),
+              # openai/gpt-oss-*: transformers' count (tests/fixtures/configs/expected_counts.json) less the unrouted
+              # experts, each 3 x 2,880 x 2,880 weights and 3 x 2,880 biases: 24 x 28 (20b), 36 x 124 (120b)
+              "gpt-oss-20b": (20_914_757_184, 20_914_757_184 - 24 * 28 * 24_891_840, 4, 32),
+              "gpt-oss-120b": (116_829_156_672, 116_829_156_672 - 36 * 124 * 24_891_840, 4, 128)}
 
 
 def test_models_shows_a_mixture_of_experts_active_parameters_per_token():

@@ -113,6 +113,23 @@ PUBLISHED_CONFIGS = {
         "sliding_window": None, "max_window_layers": 94, "hidden_act": "silu", "max_position_embeddings": 40960,
         "rope_theta": 1000000.0, "torch_dtype": "bfloat16",
     },
+    # ---- gpt_oss (configs as published, less token ids and quantization_config: the tensors are the same) ----
+    "gpt-oss-20b": {  # openai/gpt-oss-20b (model card: 20.91B total, 3.61B active without the token embedding)
+        "model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 24,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088,
+        "num_local_experts": 32, "num_experts_per_tok": 4, "experts_per_token": 4, "attention_bias": True,
+        "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 12,
+        "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "rope_theta": 150000, "swiglu_limit": 7.0, "output_router_logits": False, "attention_dropout": 0.0,
+    },
+    "gpt-oss-120b": {  # openai/gpt-oss-120b (model card: 116.83B total, 5.13B active without the token embedding)
+        "model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088,
+        "num_local_experts": 128, "num_experts_per_tok": 4, "experts_per_token": 4, "attention_bias": True,
+        "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "rope_theta": 150000, "swiglu_limit": 7.0, "output_router_logits": False, "attention_dropout": 0.0,
+    },
     # ---- gemma ----
     "gemma-2b": {  # google/gemma-2b (2.51B)
         "model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
@@ -246,10 +263,14 @@ PUBLISHED_TOTALS = {
     "Phi-3-mini-4k-instruct": 3.8e9, "phi-4": 14.7e9, "OLMo-2-1124-7B": 7.3e9, "OLMo-2-0425-1B": 1.48e9,
     "pythia-160m": 162e6, "pythia-1b": 1.01e9, "gpt2": 124e6, "gpt2-medium": 355e6, "bert-base-uncased": 110e6,
     "bert-large-uncased": 336e6, "roberta-base": 125e6, "roberta-large": 355e6,
+    "gpt-oss-20b": 20.91e9, "gpt-oss-120b": 116.83e9,
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
-                    "Qwen2-57B-A14B": 14e9, "Qwen3-30B-A3B": 3.3e9, "Qwen3-235B-A22B": 22e9}
+                    "Qwen2-57B-A14B": 14e9, "Qwen3-30B-A3B": 3.3e9, "Qwen3-235B-A22B": 22e9,
+                    # the gpt-oss model card (table 1) counts active parameters without the token embedding
+                    # (201,088 x 2,880); memmath's active_params, like the other cards, counts it
+                    "gpt-oss-20b": 3.61e9 + 201088 * 2880, "gpt-oss-120b": 5.13e9 + 201088 * 2880}
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where

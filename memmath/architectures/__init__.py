@@ -45,6 +45,7 @@ from .record import Architecture
 # The order models are listed in (the families first, then the rotary decoders as transformers added them).
 _ORDER = ("gpt2", "llama", "mistral", "bert", "roberta", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
           "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_neox")
+_ORDER += ("gpt_oss", "deepseek_v3", "deepseek_v2", "glm4_moe")  # the mixtures of experts of the latest releases
 
 
 def _discover() -> dict[str, Architecture]:

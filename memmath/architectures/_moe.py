@@ -32,6 +32,74 @@ def tensors(m) -> list:
     return mlp
 
 
+def biased_tensors(m) -> list:
+    """gpt-oss's MoE block in parameters() order (modeling_gpt_oss.py's GptOssMLP): a router with a bias
+    (GptOssTopKRouter: weight E x h, bias E) and experts with biases, their gate and up interleaved in one
+    Parameter stored input-first (GptOssExperts: gate_up_proj E x h x 2I, gate_up_proj_bias E x 2I,
+    down_proj E x I x h, down_proj_bias E x h)."""
+    h, e, ei = m.hidden_size, m.n_experts, m.expert_intermediate_size
+    return [ParamTensor("mlp.router.weight", "mlp", (e, h)), ParamTensor("mlp.router.bias", "mlp", (e,)),
+            ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, h, 2 * ei)),
+            ParamTensor("mlp.experts.gate_up_proj_bias", "mlp", (e, 2 * ei)),
+            ParamTensor("mlp.experts.down_proj", "mlp", (e, ei, h)),
+            ParamTensor("mlp.experts.down_proj_bias", "mlp", (e, h))]
+
+
+def biased_lora_table(m) -> dict:
+    """peft's target names in gpt-oss's MoE block: nothing in it is an nn.Linear. peft 0.21 adapts the router's
+    2-D weight (mlp.router.weight, one rank-r pair h -> E) and the experts' 3-D Parameters through
+    lora.ParamWrapper; GptOssExperts sets is_transposed, so peft reads d_in and d_out from the stored
+    (E, d_in, d_out) without the swap (peft/tuners/lora/layer.py, update_layer): gate_up_proj h -> 2I at rank
+    2r per expert (memmath's convention for the fused gate and up), down_proj I -> h at rank r per expert.
+    The biases are not adapted."""
+    h, e, ei = m.hidden_size, m.n_experts, m.expert_intermediate_size
+    routed = "its MLP is the routed experts, 3-D tensors: target 'experts'"
+    return dict(router=("router.weight", h, e),
+                experts=[("experts.gate_up_proj", h, 2 * ei, 2 * e), ("experts.down_proj", ei, h, e)],
+                gate=routed, up=routed, down=routed, shared_gate="it has no shared expert gate")
+
+
+def shared_experts_tensors(hidden_size: int, n_experts: int, expert_width: int, shared_width: int) -> list:
+    """The MoE block of DeepSeek-V2/V3, Kimi-K2 and GLM-4.5 in parameters() order (DeepseekV3MoE, Glm4MoeMoE
+    register experts, gate, shared_experts): the routed experts as two 3-D Parameters, the router's E x h weight
+    (DeepseekV3TopkRouter; transformers keeps it in fp32 under a 16-bit load: _keep_in_fp32_modules_strict names
+    gate.weight) and the shared experts as one SwiGLU MLP of n_shared_experts x moe_intermediate_size.
+    DeepSeek-V3's and GLM-4.5's router also hold e_score_correction_bias, an fp32 buffer of E values (sigmoid
+    routing without an auxiliary loss): a buffer, so not among the parameters (ROUTER_BUFFERS)."""
+    h, e, ei, si = hidden_size, n_experts, expert_width, shared_width
+    return ([ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, 2 * ei, h)),
+             ParamTensor("mlp.experts.down_proj", "mlp", (e, h, ei)),
+             ParamTensor("mlp.gate.weight", "mlp", (e, h))]
+            + linear("mlp.shared_experts.gate_proj", "mlp", h, si, False)
+            + linear("mlp.shared_experts.up_proj", "mlp", h, si, False)
+            + linear("mlp.shared_experts.down_proj", "mlp", si, h, False))
+
+
+# Persistent router buffers, saved in the checkpoint beside the parameters: name -> (values per block as a function
+# of the routed experts, bytes a value). DeepseekV3TopkRouter and Glm4MoeTopkRouter: e_score_correction_bias, fp32.
+ROUTER_BUFFERS = {"mlp.gate.e_score_correction_bias": (lambda experts: experts, 4)}
+
+
+# Model types whose pieces are modelled here and in _latent.py but whose blocks come in two layouts: the first
+# first_k_dense_replace blocks hold a dense SwiGLU MLP (DeepseekV3DecoderLayer, Glm4MoeDecoderLayer), the rest this
+# module's shared-expert MoE block. ModelShape lists one block layout, so these are refused with the reason.
+TWO_BLOCK_LAYOUTS = {
+    "deepseek_v2": "multi-head latent attention and dense MLPs in its first first_k_dense_replace blocks",
+    "deepseek_v3": "multi-head latent attention and dense MLPs in its first first_k_dense_replace blocks",
+    "kimi_k2": "it builds as DeepseekV3ForCausalLM: multi-head latent attention and dense MLPs in its first "
+               "first_k_dense_replace blocks",
+    "glm4_moe": "dense MLPs in its first first_k_dense_replace blocks",
+}
+
+
+def two_layouts_reason(model_type) -> str:
+    """Why a model type with dense and MoE blocks is refused, and what would make it work ("" for other types)."""
+    if not isinstance(model_type, str) or model_type not in TWO_BLOCK_LAYOUTS:
+        return ""
+    return (f" yet ({TWO_BLOCK_LAYOUTS[model_type]}; memmath lists blocks of one layout, so config field "
+            "'first_k_dense_replace' has no exact count until ModelShape holds a dense and a MoE block layout)")
+
+
 def lora_table(m) -> dict:
     """peft's target names in the MoE block.
 
