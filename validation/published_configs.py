@@ -187,6 +187,34 @@ PUBLISHED_CONFIGS = {
         "attention_bias": False, "hidden_act": "silu", "max_position_embeddings": 4096, "rope_theta": 500000,
         "torch_dtype": "float32",
     },
+    # ---- smollm3 ----
+    "SmolLM3-3B": {  # HuggingFaceTB/SmolLM3-3B (3.08B); every 4th layer NoPE (SmolLM3Config's defaults are this model)
+        "model_type": "smollm3", "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 128256, "tie_word_embeddings": True,
+        "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "max_position_embeddings": 65536,
+        "no_rope_layer_interval": 4, "use_sliding_window": False, "sliding_window": None, "torch_dtype": "bfloat16",
+    },
+    "SmolLM3-3B-Base": {  # HuggingFaceTB/SmolLM3-3B-Base (3.08B): the same shape before instruction tuning
+        "model_type": "smollm3", "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 128256, "tie_word_embeddings": True,
+        "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "max_position_embeddings": 65536,
+        "no_rope_layer_interval": 4, "use_sliding_window": False, "sliding_window": None, "torch_dtype": "bfloat16",
+    },
+    # ---- granite ----
+    "granite-3.3-8b-instruct": {  # ibm-granite/granite-3.3-8b-instruct (8.17B)
+        "model_type": "granite", "hidden_size": 4096, "intermediate_size": 12800, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 49159, "tie_word_embeddings": True,
+        "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
+        "logits_scaling": 16.0, "torch_dtype": "bfloat16",
+    },
+    "granite-3.3-2b-instruct": {  # ibm-granite/granite-3.3-2b-instruct (2.53B)
+        "model_type": "granite", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 49159, "tie_word_embeddings": True,
+        "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.015625,
+        "logits_scaling": 8.0, "torch_dtype": "bfloat16",
+    },
     # ---- gpt_neox ----
     "pythia-160m": {  # EleutherAI/pythia-160m (162,322,944 with the untied head)
         "model_type": "gpt_neox", "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
@@ -246,6 +274,8 @@ PUBLISHED_TOTALS = {
     "Phi-3-mini-4k-instruct": 3.8e9, "phi-4": 14.7e9, "OLMo-2-1124-7B": 7.3e9, "OLMo-2-0425-1B": 1.48e9,
     "pythia-160m": 162e6, "pythia-1b": 1.01e9, "gpt2": 124e6, "gpt2-medium": 355e6, "bert-base-uncased": 110e6,
     "bert-large-uncased": 336e6, "roberta-base": 125e6, "roberta-large": 355e6,
+    "SmolLM3-3B": 3.08e9, "SmolLM3-3B-Base": 3.08e9, "granite-3.3-8b-instruct": 8.17e9,
+    "granite-3.3-2b-instruct": 2.53e9,
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
