@@ -13,7 +13,7 @@ import memmath as mm
 from memmath import states
 from validation.published_configs import PUBLISHED_CONFIGS
 
-FLAGSHIPS = {"smollm3": "SmolLM3-3B", "granite": "granite-3.3-8b-instruct"}
+FLAGSHIPS = {"smollm3": "SmolLM3-3B", "granite": "granite-3.3-8b-instruct", "llama4_text": "Llama-4-Scout-17B-16E"}
 TINY = {
     "smollm3": dict(model_type="smollm3", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
                     num_attention_heads=4, num_key_value_heads=2, no_rope_layer_interval=2, pad_token_id=0,
@@ -21,6 +21,11 @@ TINY = {
     "granite": dict(model_type="granite", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, embedding_multiplier=12.0,
                     residual_multiplier=0.22, attention_multiplier=0.125, logits_scaling=4.0),
+    # h != 2I and I != h, so that peft's reading of each 3-D expert tensor shows in the adapter shapes
+    "llama4_text": dict(model_type="llama4_text", vocab_size=96, hidden_size=32, intermediate_size=24,
+                        intermediate_size_mlp=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=8, num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=8,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2),
 }
 
 
@@ -57,6 +62,17 @@ def test_the_flagships_are_near_their_model_cards():
     # SmolLM3-3B's card: 3B (3.08B on its Hub page); Granite-3.3-8B: 8.17B on its Hub page.
     assert mm.from_hf_config(PUBLISHED_CONFIGS["SmolLM3-3B"]).n_params == 3_075_098_624
     assert mm.from_hf_config(PUBLISHED_CONFIGS["granite-3.3-8b-instruct"]).n_params == 8_170_864_640
+    # Llama 4 Scout's card: 17B active, 109B total with its vision tower. Its text model by hand (h 5,120, 48
+    # blocks, 40 query and 8 key/value heads of 128, 16 experts of 8,192, one per token, a shared expert of 8,192,
+    # vocabulary 202,048, untied head): per block attention 2 x 5,120^2 + 2 x 5,120 x 1,024 = 62,914,560, two
+    # norms 10,240, router 16 x 5,120 = 81,920, shared expert and each routed expert 3 x 5,120 x 8,192 =
+    # 125,829,120. All: 48 x (62,914,560 + 10,240 + 81,920 + 17 x 125,829,120) + 2 x 202,048 x 5,120 + 5,120 =
+    # 107,769,861,120; per token (one expert): 48 x (63,006,720 + 2 x 125,829,120) + 2,068,976,640 =
+    # 17,172,894,720.
+    scout = mm.from_hf_config(PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"])
+    assert (scout.n_params, scout.active_params) == (107_769_861_120, 17_172_894_720)
+    assert round(scout.active_params / 1e9) == 17 and abs(scout.n_params / 109e9 - 1) < 0.02
+    assert mm.PRESETS["llama-4-scout"].active_params == scout.active_params
 
 
 # ---- 2. peft's adapters on a tiny model ------------------------------------------------------------------------
@@ -74,6 +90,28 @@ def test_lora_adapters_are_peft_s(torch, transformers, peft, model_type, targets
     shape = mm.from_hf_config(config)
     ours = []
     for _, d_in, d_out, k in shape.lora_adapters("all" if targets == "all-linear" else tuple(targets.split("+"))):
+        ours += [(k * rank, d_in), (d_out, k * rank)]
+    assert ours == theirs
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets", ["router", "experts", "router+experts", "gate+up+down"])
+def test_llama4_router_experts_and_shared_expert_adapters_are_peft_s(torch, transformers, peft, targets):
+    """The router is an nn.Linear (target_modules); the routed experts are 3-D Parameters (target_parameters, with
+    gate_up_proj's rank doubled by rank_pattern, as peft's conversion does for the fused gate and up)."""
+    config, rank = TINY["llama4_text"], 2
+    model = _build(torch, transformers, config)
+    names = {"router": ["router"], "gate": ["gate_proj"], "up": ["up_proj"], "down": ["down_proj"]}
+    modules = [m for t in targets.split("+") if t != "experts" for m in names[t]]
+    extra = {}
+    if "experts" in targets:
+        extra = dict(target_parameters=["experts.gate_up_proj", "experts.down_proj"],
+                     rank_pattern={r".*\.gate_up_proj": 2 * rank}, alpha_pattern={r".*\.gate_up_proj": 4 * rank})
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=modules or None,
+                                                      **extra))
+    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
+    ours = []
+    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(tuple(targets.split("+"))):
         ours += [(k * rank, d_in), (d_out, k * rank)]
     assert ours == theirs
 
@@ -129,10 +167,28 @@ def test_the_cache_transformers_fills_is_memmath_s(torch, transformers, model_ty
     config = dict(TINY[model_type])
     if model_type == "smollm3":  # its NoPE layers slide: both kinds of layer are filled
         config.update(use_sliding_window=True, sliding_window=8)
+    # llama4_text: its rotary layers are chunked (8 tokens), its NoPE layer full
     shape = mm.from_hf_config(config)
     for tokens, steps in ((12, 0), (12, 5), (5, 1)):
         expected = mm.kv_cache_bytes(shape, context_len=tokens + steps, after_prefill=steps == 0)
         assert _filled_cache_bytes(torch, transformers, config, tokens, steps) == expected, (tokens, steps)
+
+
+def test_llama4_caches_chunked_layers_as_states_chunked_attention():
+    shape = mm.from_hf_config(PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"])
+    rope = [int((i + 1) % 4 != 0) for i in range(48)]  # Llama4TextConfig: every fourth layer NoPE
+    types = ["chunked_attention" if r else "full_attention" for r in rope]
+    layers = states.layers_from_layer_types(types, full=states.FullAttention(kv_heads=8, head_dim=128),
+                                            chunked=states.ChunkedAttention(kv_heads=8, head_dim=128, chunk=8192))
+    for tokens in (1000, 8192, 131072):
+        assert mm.kv_cache_bytes(shape, context_len=tokens) == states.cache_bytes(layers, tokens=tokens)
+        assert mm.kv_cache_bytes(shape, context_len=tokens, after_prefill=True) == states.cache_bytes(
+            layers, tokens=tokens, after_prefill=True)
+    # 131,072 tokens: 12 full layers x 131,072 + 36 chunked x 8,192 tokens, 2 x 8 x 128 values of 2 B each
+    assert mm.kv_cache_bytes(shape, context_len=131072) == (12 * 131072 + 36 * 8192) * 2 * 8 * 128 * 2
+    # what `memmath infer` prices: the preset's cache, the same layers
+    served = mm.inference_memory("llama-4-scout", context_len=131072, batch_size=2)
+    assert served.kv_cache == states.cache_bytes(layers, tokens=131072, batch=2)
 
 
 # ---- 4. activations and refusals --------------------------------------------------------------------------------
@@ -146,3 +202,40 @@ def test_a_malformed_no_rope_list_is_refused_by_name():
         mm.from_hf_config(dict(PUBLISHED_CONFIGS["SmolLM3-3B"], no_rope_layers=[1, 0]))
     with pytest.raises(ValueError, match="no_rope_layer_interval"):
         mm.from_hf_config(dict(PUBLISHED_CONFIGS["SmolLM3-3B"], no_rope_layer_interval=0))
+
+
+def test_llama4_maverick_s_interleaved_dense_blocks_are_refused_by_name():
+    scout = PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"]
+    with pytest.raises(ValueError, match="interleave_moe_layer_step.*blocks of one shape"):
+        mm.from_hf_config(dict(scout, interleave_moe_layer_step=2, num_local_experts=128))
+    with pytest.raises(ValueError, match="moe_layers"):
+        mm.from_hf_config(dict(scout, moe_layers=[1, 3]))
+    with pytest.raises(ValueError, match="output_router_logits"):
+        mm.from_hf_config(dict(scout, output_router_logits=True))
+
+
+def test_llama4_s_vision_wrapper_is_refused_by_name():
+    with pytest.raises(ValueError, match="Llama 4: its vision model .* llama4_text"):
+        mm.from_hf_config({"model_type": "llama4", "text_config": PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"],
+                           "vision_config": {}})
+
+
+# ---- refused by name: what transformers builds but memmath does not model yet -----------------------------------
+@pytest.mark.parametrize("model_type, reason", [
+    ("qwen3_next", "gated DeltaNet .* blocks of one shape"),
+    ("granitemoehybrid", "Mamba-2 layers are not modelled yet"),
+    ("falcon_h1", "Mamba-2 layers are not modelled yet"),
+    ("nemotron_h", "Mamba-2 layers are not modelled yet"),
+])
+def test_hybrid_and_linear_attention_types_are_refused_with_their_reason(model_type, reason):
+    from memmath.architectures import architecture
+
+    for call in (lambda: mm.from_hf_config({"model_type": model_type}), lambda: architecture(model_type)):
+        with pytest.raises(ValueError, match=f"'{model_type}' is not supported: .*{reason}.*--traced"):
+            call()
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", ["qwen3_next", "granitemoehybrid", "falcon_h1", "nemotron_h"])
+def test_the_refused_types_are_ones_transformers_builds(transformers, model_type):
+    assert transformers.AutoConfig.for_model(model_type).model_type == model_type

@@ -215,6 +215,24 @@ PUBLISHED_CONFIGS = {
         "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.015625,
         "logits_scaling": 8.0, "torch_dtype": "bfloat16",
     },
+    # ---- llama4_text: the text_config of Llama 4's config.json (the whole model, vision tower included, is
+    # 109B total and 17B active on the model card; Llama4TextConfig's defaults are this text model) ----
+    "Llama-4-Scout-17B-16E": {  # meta-llama/Llama-4-Scout-17B-16E, text_config
+        "model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+        "attention_chunk_size": 8192, "no_rope_layers": [], "use_qk_norm": True, "attention_bias": False,
+        "hidden_act": "silu", "max_position_embeddings": 10485760, "output_router_logits": False,
+        "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    },
+    "Llama-4-Scout-17B-16E-Instruct": {  # meta-llama/Llama-4-Scout-17B-16E-Instruct, text_config (the same shape)
+        "model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+        "attention_chunk_size": 8192, "no_rope_layers": [], "use_qk_norm": True, "attention_bias": False,
+        "hidden_act": "silu", "max_position_embeddings": 10485760, "output_router_logits": False,
+        "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    },
     # ---- gpt_neox ----
     "pythia-160m": {  # EleutherAI/pythia-160m (162,322,944 with the untied head)
         "model_type": "gpt_neox", "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
@@ -276,10 +294,12 @@ PUBLISHED_TOTALS = {
     "bert-large-uncased": 336e6, "roberta-base": 125e6, "roberta-large": 355e6,
     "SmolLM3-3B": 3.08e9, "SmolLM3-3B-Base": 3.08e9, "granite-3.3-8b-instruct": 8.17e9,
     "granite-3.3-2b-instruct": 2.53e9,
+    "Llama-4-Scout-17B-16E": 109e9, "Llama-4-Scout-17B-16E-Instruct": 109e9,  # with the vision tower
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
-                    "Qwen2-57B-A14B": 14e9, "Qwen3-30B-A3B": 3.3e9, "Qwen3-235B-A22B": 22e9}
+                    "Qwen2-57B-A14B": 14e9, "Qwen3-30B-A3B": 3.3e9, "Qwen3-235B-A22B": 22e9,
+                    "Llama-4-Scout-17B-16E": 17e9, "Llama-4-Scout-17B-16E-Instruct": 17e9}
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where

@@ -40,6 +40,7 @@ import importlib
 import pkgutil
 
 from . import _decoder
+from ._refused import refusal
 from .record import Architecture
 
 # The order models are listed in (the families first, then the rotary decoders as transformers added them).
@@ -47,6 +48,7 @@ _ORDER = ("gpt2", "llama", "mistral", "bert", "roberta", "mixtral", "qwen2", "qw
           "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_neox",
           "smollm3",
           "granite",
+          "llama4_text",
           )
 
 
@@ -76,6 +78,8 @@ TRACED_HINT = 'install memmath[torch] to get a traced answer: memmath train CONF
 def architecture(model_type: str) -> Architecture:
     """The record of a model type; a ValueError naming the supported ones for any other."""
     record = ARCHITECTURES.get(model_type)
+    if record is None and refusal(model_type):  # a type transformers builds that memmath refuses, with the reason
+        raise ValueError(f"model_type {model_type!r} is not supported: {refusal(model_type)}")
     if record is None:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}; "
                          f"{TRACED_HINT}")
