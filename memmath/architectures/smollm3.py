@@ -1,9 +1,11 @@
 """SmolLM3 (transformers 5.24 configuration_smollm3.py, modeling_smollm3.py): LLaMA's layers, tied embeddings, and
 NoPE layers (no_rope_layers: a 0 leaves that layer's q and k unrotated), every fourth layer by default.
 
-NoPE changes no parameter (rotary positions have none) and no cache (the keys are cached either way). It changes
-the saved activations (a NoPE layer skips the rotation and its tables), which the rotary decoder's trace does
-not model per layer: traced=False (activations='textbook') until a NoPE block is traced and measured."""
+NoPE changes no parameter (rotary positions have none) and no cache (the keys are cached either way), and no
+saved byte: a NoPE block's attention keeps the q and k projections where a rotary block keeps the rotated q and k,
+the same sizes, and the rotary tables are shared by the whole model. So the rotary decoder's trace is SmolLM3's:
+measured on the CPU (tests/test_families_dense.py steps tiny SmolLM3s, with and without sliding NoPE layers,
+under SDPA and eager, in fp32 and bf16: the saved bytes equal the trace's to the byte)."""
 
 from .. import validate
 from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, QWEN_SLIDING, SLIDING_WINDOW, Architecture, decoder_fields
@@ -46,5 +48,4 @@ ARCHITECTURE = Architecture(
                            "no_rope_layer_interval": "no_rope_layers when not given (every n-th layer NoPE)"}),
     defaults={"tie_word_embeddings": True, "num_key_value_heads": 4},
     read_options=read_options, derive_layer_types=nope_layers_slide, sliding_needs_flag=True,
-    traced=False,  # NoPE layers skip the rotation: not traced per layer yet (activations='textbook')
 )
