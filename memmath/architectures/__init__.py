@@ -45,11 +45,8 @@ from .record import Architecture
 
 # The order models are listed in (the families first, then the rotary decoders as transformers added them).
 _ORDER = ("gpt2", "llama", "mistral", "bert", "roberta", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-          "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_neox",
-          "smollm3",
-          "granite",
-          "llama4_text",
-          )
+          "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_neox")
+_ORDER += ("smollm3", "granite", "llama4_text")  # SmolLM3, Granite 3.x, Llama 4: NoPE, multipliers, chunks
 
 
 def _discover() -> dict[str, Architecture]:
