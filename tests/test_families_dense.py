@@ -293,3 +293,24 @@ def test_memmath_infer_refuses_qwen3_next_in_one_line_with_exit_2(tmp_path, caps
     err = capsys.readouterr().err
     assert "gated DeltaNet" in err and "--traced" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [
+    dict(TINY["smollm3"], num_hidden_layers=8),
+    dict(TINY["smollm3"], num_hidden_layers=8, use_sliding_window=True, sliding_window=100),
+    dict(TINY["smollm3"], num_hidden_layers=4, use_sliding_window=True, sliding_window=100, no_rope_layers=[0, 1, 0, 1]),
+    dict(TINY["llama4_text"], num_hidden_layers=8),
+    dict(TINY["llama4_text"], num_hidden_layers=8, no_rope_layers=[]),
+    dict(TINY["llama4_text"], num_hidden_layers=4, no_rope_layers=[0, 1, 1, 0]),
+    dict(TINY["llama4_text"], num_hidden_layers=4, attention_chunk_size=None),
+], ids=["smollm3", "smollm3-sliding", "smollm3-given", "llama4", "llama4-empty-list", "llama4-given",
+        "llama4-no-chunks"])
+def test_each_layer_s_window_is_the_one_transformers_config_derives(transformers, config):
+    """The tokens each layer's cache keeps, from transformers' own config class (its __post_init__ derives
+    layer_types from no_rope_layers), against memmath's attention_windows."""
+    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
+                                                                    if k != "model_type"})
+    window = {"full_attention": None, "sliding_attention": getattr(hf, "sliding_window", None),
+              "chunked_attention": getattr(hf, "attention_chunk_size", None)}
+    assert mm.from_hf_config(config).attention_windows == tuple(window[t] for t in hf.layer_types)
