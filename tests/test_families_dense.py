@@ -299,7 +299,8 @@ def test_memmath_infer_refuses_qwen3_next_in_one_line_with_exit_2(tmp_path, caps
 @pytest.mark.parametrize("config", [
     dict(TINY["smollm3"], num_hidden_layers=8),
     dict(TINY["smollm3"], num_hidden_layers=8, use_sliding_window=True, sliding_window=100),
-    dict(TINY["smollm3"], num_hidden_layers=4, use_sliding_window=True, sliding_window=100, no_rope_layers=[0, 1, 0, 1]),
+    dict(TINY["smollm3"], num_hidden_layers=4, use_sliding_window=True, sliding_window=100,
+         no_rope_layers=[0, 1, 0, 1]),
     dict(TINY["llama4_text"], num_hidden_layers=8),
     dict(TINY["llama4_text"], num_hidden_layers=8, no_rope_layers=[]),
     dict(TINY["llama4_text"], num_hidden_layers=4, no_rope_layers=[0, 1, 1, 0]),
@@ -314,3 +315,30 @@ def test_each_layer_s_window_is_the_one_transformers_config_derives(transformers
     window = {"full_attention": None, "sliding_attention": getattr(hf, "sliding_window", None),
               "chunked_attention": getattr(hf, "attention_chunk_size", None)}
     assert mm.from_hf_config(config).attention_windows == tuple(window[t] for t in hf.layer_types)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("seq_len, batch", [(256, 1), (512, 2)])
+def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, seq_len, batch):
+    """One prefill of a tiny Llama 4 (bf16, SDPA, logits_to_keep=1, as generate runs it), every storage counted as
+    validation/inference_working_set.py counts it: the peak less the cache is memmath's working set within 0.5%
+    (Llama4TextMoe runs every token through every expert: routed_in and the experts' outputs are E x t rows)."""
+    from validation.inference_working_set import LiveBytes
+
+    fields = dict(model_type="llama4_text", hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
+                  vocab_size=32000, num_key_value_heads=2, head_dim=32, intermediate_size=176,
+                  intermediate_size_mlp=688, num_local_experts=4, num_experts_per_tok=1, pad_token_id=0,
+                  bos_token_id=1, eos_token_id=2)
+    config = transformers.AutoConfig.for_model("llama4_text", **{k: v for k, v in fields.items()
+                                                                 if k != "model_type"})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+    mode = LiveBytes(weights)
+    with torch.no_grad(), mode:
+        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+    shape = mm.from_hf_config(fields)
+    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention="sdpa")
+    assert abs(predicted / measured - 1) < 0.005
