@@ -318,20 +318,25 @@ def test_each_layer_s_window_is_the_one_transformers_config_derives(transformers
 
 
 @pytest.mark.live
-@pytest.mark.parametrize("seq_len, batch", [(256, 1), (512, 2)])
-def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, seq_len, batch):
-    """One prefill of a tiny Llama 4 (bf16, SDPA, logits_to_keep=1, as generate runs it), every storage counted as
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("seq_len, batch, experts, width, chunk", [
+    (256, 1, 4, 176, 8192), (512, 2, 4, 176, 8192),  # the cases prefill_phases was written against
+    (384, 3, 8, 96, 8192), (128, 2, 8, 96, 8192), (320, 1, 4, 176, None),  # held out: measured afterwards
+])
+def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, attention, seq_len, batch,
+                                                                   experts, width, chunk):
+    """One prefill of a tiny Llama 4 (bf16, logits_to_keep=1, as generate runs it), every storage counted as
     validation/inference_working_set.py counts it: the peak less the cache is memmath's working set within 0.5%
     (Llama4TextMoe runs every token through every expert: routed_in and the experts' outputs are E x t rows)."""
     from validation.inference_working_set import LiveBytes
 
     fields = dict(model_type="llama4_text", hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
-                  vocab_size=32000, num_key_value_heads=2, head_dim=32, intermediate_size=176,
-                  intermediate_size_mlp=688, num_local_experts=4, num_experts_per_tok=1, pad_token_id=0,
-                  bos_token_id=1, eos_token_id=2)
+                  vocab_size=32000, num_key_value_heads=2, head_dim=32, intermediate_size=width,
+                  intermediate_size_mlp=688, num_local_experts=experts, num_experts_per_tok=1,
+                  attention_chunk_size=chunk, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     config = transformers.AutoConfig.for_model("llama4_text", **{k: v for k, v in fields.items()
                                                                  if k != "model_type"})
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = attention
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
     weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
@@ -340,5 +345,5 @@ def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transf
         model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
     shape = mm.from_hf_config(fields)
     measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
-    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention="sdpa")
+    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
     assert abs(predicted / measured - 1) < 0.005

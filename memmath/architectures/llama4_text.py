@@ -115,13 +115,23 @@ def prefill_phases(shape, s, b, e, eager):
     for every expert and scaled by its score, E h), the experts' gate_up (2 E I, alive while its chunks are),
     the SwiGLU product (E I) and the down projection's output (E h).
 
-    Measured under SDPA (validation/inference_working_set.py's LiveBytes on a tiny Llama 4, h 256, 4 experts of
-    176, bf16): 2,072 B and 4,120 B (0.1%) below the measured peak at s 256 and 512. Under eager the rotary
-    decoder's attention phase over-counts Llama 4's (its eager softmax stays in the model's dtype): 1.5x to 2.1x
-    the measured prefill, an upper bound."""
+    Under eager (modeling_llama4.py's eager_attention_forward): the scores and their softmax in the model's dtype
+    (no fp32 copy), 2 e a b s^2 at the softmax; the decoder layer keeps the returned attention weights in a local
+    (`attention_states, _ = self.self_attn(...)`) through the MLP, e a b s^2 more there; and Llama4TextModel builds
+    one mask per layer type present, the chunked one beside the causal one.
+
+    Measured (validation/inference_working_set.py's LiveBytes on tiny Llama 4s in bf16, h 256): written against
+    4 experts of 176 at s 256 (b 1) and 512 (b 2), SDPA and eager; held out, 8 experts of 96 at s 384 (b 3) and
+    128 (b 2), and full attention only at s 320: every case 0.1% or less below the measured peak."""
     outside, attn, _ = _decoder.prefill_phases(shape, s, b, e, eager)
-    h, n, ei = shape.hidden_size, shape.n_experts, shape.expert_intermediate_size
+    h, a, d, n, ei = shape.hidden_size, shape.n_heads, shape.head_dim, shape.n_experts, shape.expert_intermediate_size
     mlp = s * b * e * (4 * h + 2 * n + 2 * n * h + 3 * n * ei)
+    if eager:
+        repeated = 2 * a * d if shape.n_kv_heads < a else 0  # repeat_kv copies k and v to every head
+        attn = s * b * e * (2 * h + a * d + repeated) + 2 * e * a * b * s * s
+        mlp = mlp + e * a * b * s * s
+        if len(set(shape.attention_windows)) > 1:  # chunked and full layers: two masks
+            outside = outside + e * b * s * s
     return outside, attn, mlp
 
 
