@@ -347,3 +347,40 @@ def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transf
     measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
     predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
     assert abs(predicted / measured - 1) < 0.005
+
+
+PREFILLED = {  # tiny configs of the widths validation/inference_working_set.py measures LLaMA at
+    "smollm3": dict(model_type="smollm3", no_rope_layer_interval=2),
+    "smollm3-sliding": dict(model_type="smollm3", no_rope_layer_interval=2, use_sliding_window=True,
+                            sliding_window=64),
+    "granite": dict(model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22,
+                    attention_multiplier=0.125, logits_scaling=4.0),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("seq_len, batch", [(256, 1), (512, 2), (384, 3)])
+@pytest.mark.parametrize("name", sorted(PREFILLED))
+def test_dense_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, name, attention, seq_len,
+                                                                  batch):
+    """As the Llama 4 test: SmolLM3's sliding NoPE layers add their mask (an e b s^2 one under eager, a (1, 1, s, s)
+    bool one under SDPA: written against s 256 and 512, s 384 at batch 3 measured afterwards); Granite's
+    multipliers add nothing that outlives its statement."""
+    from validation.inference_working_set import LiveBytes
+
+    fields = dict(PREFILLED[name], hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
+                  num_key_value_heads=2, intermediate_size=688, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
+                                                                        if k != "model_type"})
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+    mode = LiveBytes(weights)
+    with torch.no_grad(), mode:
+        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+    shape = mm.from_hf_config(fields)
+    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    assert abs(predicted / measured - 1) < 0.005

@@ -8,6 +8,7 @@ measured on the CPU (tests/test_families_dense.py steps tiny SmolLM3s, with and 
 under SDPA and eager, in fp32 and bf16: the saved bytes equal the trace's to the byte)."""
 
 from .. import validate
+from . import _decoder
 from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, QWEN_SLIDING, SLIDING_WINDOW, Architecture, decoder_fields
 
 
@@ -26,6 +27,17 @@ def rope_layers(config, layers) -> list:
         raise ValueError(f"config field 'no_rope_layers' must list 0 (NoPE) or 1 (rotary) for each of the "
                          f"{layers} layers; got {validate.describe(given)}")
     return list(given[:layers])
+
+
+def prefill_phases(shape, s, b, e, eager):
+    """The rotary decoder's prefill, plus the sliding-window mask SmolLM3Model builds beside the causal one when
+    NoPE layers slide: under eager an e x b x s x s mask, under SDPA a (1, 1, s, s) bool one (the causal mask is
+    SDPA's is_causal there). Measured with validation/inference_working_set.py's LiveBytes (tests/
+    test_families_dense.py)."""
+    outside, attn, mlp = _decoder.prefill_phases(shape, s, b, e, eager)
+    if "sliding_attention" in (shape.layer_types or ()):
+        outside = outside + (e * b * s * s if eager else s * s)
+    return outside, attn, mlp
 
 
 def read_options(config, get):
@@ -48,4 +60,5 @@ ARCHITECTURE = Architecture(
                            "no_rope_layer_interval": "no_rope_layers when not given (every n-th layer NoPE)"}),
     defaults={"tie_word_embeddings": True, "num_key_value_heads": 4},
     read_options=read_options, derive_layer_types=nope_layers_slide, sliding_needs_flag=True,
+    prefill_phases=prefill_phases,
 )
