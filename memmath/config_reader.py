@@ -16,6 +16,7 @@ from pathlib import Path
 from . import validate
 from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRACED_HINT, Architecture
 from .architectures._moe import two_layouts_reason
+from .architectures._refused import refusal
 from .checkpoints import stored_format
 from .files import NotARegularFile, read_bounded
 from .hf_cache import LinkOutsideCache, cache_root_holding, follow_inside
@@ -66,6 +67,8 @@ def from_hf_config(config) -> ModelShape:
         if (model_type in MULTIMODAL_MODEL_TYPES or model_type in REFUSED_MODEL_TYPES
                 or isinstance(config.get("vision_config"), dict)):
             return from_multimodal_config(config, read_text=from_hf_config)
+    if refusal(model_type):  # a type transformers builds that memmath refuses by name (architectures/_refused.py)
+        raise ValueError(f"config field 'model_type' {model_type!r} is not supported: {refusal(model_type)}")
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported"
                          f"{two_layouts_reason(model_type)}; "
@@ -163,13 +166,14 @@ def _decoder_from_config(config, get, record, name):
     options = dict(arch=record.model_type, hidden_act=act)
     if record.read_options is not None:
         options.update(record.read_options(config, get))
-    window, types = _attention_layout(config, get, record, layers)
-    options.update(sliding_window=window, layer_types=types)
+    if "layer_types" not in options:  # a record that reads its own layout (Llama 4's chunked layers) keeps it
+        window, types = _attention_layout(config, get, record, layers)
+        options.update(sliding_window=window, layer_types=types)
     options["dropout_p"] = _dropout(get, record.dropout_fields)
     # As stated: save_pretrained writes it (true by default); a config without it is read as false, not as the
     # config classes' true, so that memmath's presets (their fields without it) are the recorded steps' setting.
     options["use_cache"] = get.flag("use_cache", False)
-    options["trained_context"] = get("max_position_embeddings", None)  # no memory: the planner's context note
+    options["trained_context"] = get.at_most("max_position_embeddings", _TRAINED_CONTEXT_LIMIT)  # the planner's note
     fields = record.fields
     shape = llama_model(
         n_layers=layers, hidden_size=get("hidden_size"), n_heads=get("num_attention_heads"),
@@ -232,6 +236,9 @@ _CONFIG_LIMITS = {
     "max_position_embeddings": (1, validate.MAX_SEQ), "type_vocab_size": (0, validate.MAX_DIM),
     "num_labels": (0, validate.MAX_DIM),
 }
+# A rotary decoder's max_position_embeddings is only the context it was trained for (no tensor: ModelShape's
+# trained_context), which may pass MAX_SEQ: Llama-4-Scout-17B-16E's config.json says 10,485,760.
+_TRAINED_CONTEXT_LIMIT = 2**31
 
 
 class _ConfigReader:
@@ -252,6 +259,15 @@ class _ConfigReader:
             raise ValueError(f"config field {key!r} must be a whole number; got {validate.describe(value)}")
         limit_low, high = _CONFIG_LIMITS.get(key, (low, validate.MAX_DIM))
         return validate.count(f"config field {key!r}", value, low=min(low, limit_low), high=high)
+
+    def at_most(self, key, high):
+        """An optional whole number from 1 to high (None when absent)."""
+        value = self.config.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"config field {key!r} must be a whole number; got {validate.describe(value)}")
+        return validate.count(f"config field {key!r}", value, high=high)
 
     def probability(self, key, default):
         value = self.config.get(key)

@@ -61,8 +61,10 @@ REFUSED_MODEL_TYPES = {
     "llava_next_video": "LLaVA-NeXT-Video: the LLaVA-NeXT parts and a video pooling",
     "llava_onevision": "LLaVA-OneVision: an image_newline parameter and any-resolution tiling",
     "paligemma": "PaliGemma: a different projector and prefix attention",
+    "llama4": "Llama 4: its vision model (Llama4VisionModel: an unfolding patch convolution, a pixel-shuffle "
+              "adapter MLP) is not modelled; its text_config alone reads as model_type llama4_text",
     "idefics2": _OTHER, "idefics3": _OTHER, "smolvlm": _OTHER, "qwen3_vl": _OTHER, "qwen3_vl_moe": _OTHER,
-    "gemma3n": _OTHER, "llama4": _OTHER, "internvl": _OTHER, "aya_vision": _OTHER, "glm4v": _OTHER,
+    "gemma3n": _OTHER, "internvl": _OTHER, "aya_vision": _OTHER, "glm4v": _OTHER,
     "phi4_multimodal": _OTHER, "kosmos-2": _OTHER, "blip-2": _OTHER, "instructblip": _OTHER,
     "florence2": _OTHER, "chameleon": _OTHER, "emu3": _OTHER, "janus": _OTHER, "got_ocr2": _OTHER,
     "video_llava": _OTHER, "vipllava": _OTHER, "fuyu": _OTHER, "pixtral": "a Pixtral vision encoder alone "

@@ -95,6 +95,18 @@ PRESETS: dict[str, ModelShape] = {
         num_attention_heads=64, num_key_value_heads=8, head_dim=64, vocab_size=201088, num_local_experts=128,
         num_experts_per_tok=4, attention_bias=True, sliding_window=128,
         layer_types=["sliding_attention", "full_attention"] * 18, tie_word_embeddings=False),
+    "smollm3-3b": _from_config(  # HuggingFaceTB/SmolLM3-3B: 3,075,098,624 (3B); every 4th layer NoPE, tied head
+        "smollm3-3b", model_type="smollm3", hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+        num_attention_heads=16, num_key_value_heads=4, vocab_size=128256, tie_word_embeddings=True),
+    "granite-3.3-8b": _from_config(  # ibm-granite/granite-3.3-8b-instruct: 8,170,864,640 (8.17B), tied head
+        "granite-3.3-8b", model_type="granite", hidden_size=4096, intermediate_size=12800, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=49159, tie_word_embeddings=True),
+    "llama-4-scout": _from_config(  # meta-llama/Llama-4-Scout-17B-16E's text model: 107,769,861,120 total,
+        # 17,172,894,720 active (card: 17B active, 109B with the vision tower); rotary layers chunked at 8,192
+        "llama-4-scout", model_type="llama4_text", hidden_size=5120, intermediate_size=8192,
+        intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
+        head_dim=128, vocab_size=202048, num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=1,
+        attention_chunk_size=8192, tie_word_embeddings=False),
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -104,7 +116,9 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "qwen3-0.6b": "Qwen3-0.6B", "qwen3-8b": "Qwen3-8B", "gemma-2-2b": "gemma-2-2b",
                   "gemma-2-9b": "gemma-2-9b", "gemma-3-1b": "gemma-3-1b-pt", "phi-3-mini": "Phi-3-mini-4k-instruct",
                   "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B",
-                  "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b"}
+                  "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+                  "smollm3-3b": "SmolLM3-3B", "granite-3.3-8b": "granite-3.3-8b-instruct",
+                  "llama-4-scout": "Llama-4-Scout-17B-16E"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -135,4 +149,7 @@ PRESET_SOURCES = {
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B config.json",
     "gpt-oss-20b": "openai/gpt-oss-20b config.json",
     "gpt-oss-120b": "openai/gpt-oss-120b config.json",
+    "smollm3-3b": "HuggingFaceTB/SmolLM3-3B config.json",
+    "granite-3.3-8b": "ibm-granite/granite-3.3-8b-instruct config.json",
+    "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E",  # its config.json's text_config
 }

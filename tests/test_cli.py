@@ -388,7 +388,9 @@ MOE_ACTIVE = {"mixtral-8x7b": (46_702_792_704, 12_879_925_248, 2, 8),
               # openai/gpt-oss-*: transformers' count (tests/fixtures/configs/expected_counts.json) less the unrouted
               # experts, each 3 x 2,880 x 2,880 weights and 3 x 2,880 biases: 24 x 28 (20b), 36 x 124 (120b)
               "gpt-oss-20b": (20_914_757_184, 20_914_757_184 - 24 * 28 * 24_891_840, 4, 32),
-              "gpt-oss-120b": (116_829_156_672, 116_829_156_672 - 36 * 124 * 24_891_840, 4, 128)}
+              "gpt-oss-120b": (116_829_156_672, 116_829_156_672 - 36 * 124 * 24_891_840, 4, 128),
+              # Llama 4 Scout's text model, derived by hand in tests/test_families_dense.py (card: 17B active)
+              "llama-4-scout": (107_769_861_120, 17_172_894_720, 1, 16)}
 
 
 def test_models_shows_a_mixture_of_experts_active_parameters_per_token():
@@ -405,8 +407,9 @@ def test_models_shows_a_mixture_of_experts_active_parameters_per_token():
     for name, (total, active, per_token, experts) in MOE_ACTIVE.items():
         at = next(i for i, line in enumerate(lines) if line.startswith(name + " "))
         assert f"{total:,}" in lines[at]
-        assert lines[at + 1].split() == [f"{active:,}", "active", "per", "token", f"({per_token}", "of",
-                                         f"{experts}", "experts)"]
+        below = next(line for line in lines[at + 1:] if "active per token" in line)  # after a wrapped source
+        assert below.split() == [f"{active:,}", "active", "per", "token", f"({per_token}", "of",
+                                 f"{experts}", "experts)"]
     assert sum("active per token" in line for line in lines) == len(MOE_ACTIVE)  # none for a dense model's row
 
 

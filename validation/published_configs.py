@@ -204,6 +204,52 @@ PUBLISHED_CONFIGS = {
         "attention_bias": False, "hidden_act": "silu", "max_position_embeddings": 4096, "rope_theta": 500000,
         "torch_dtype": "float32",
     },
+    # ---- smollm3 ----
+    "SmolLM3-3B": {  # HuggingFaceTB/SmolLM3-3B (3.08B); every 4th layer NoPE (SmolLM3Config's defaults are this model)
+        "model_type": "smollm3", "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 128256, "tie_word_embeddings": True,
+        "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "max_position_embeddings": 65536,
+        "no_rope_layer_interval": 4, "use_sliding_window": False, "sliding_window": None, "torch_dtype": "bfloat16",
+    },
+    "SmolLM3-3B-Base": {  # HuggingFaceTB/SmolLM3-3B-Base (3.08B): the same shape before instruction tuning
+        "model_type": "smollm3", "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 128256, "tie_word_embeddings": True,
+        "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "max_position_embeddings": 65536,
+        "no_rope_layer_interval": 4, "use_sliding_window": False, "sliding_window": None, "torch_dtype": "bfloat16",
+    },
+    # ---- granite ----
+    "granite-3.3-8b-instruct": {  # ibm-granite/granite-3.3-8b-instruct (8.17B)
+        "model_type": "granite", "hidden_size": 4096, "intermediate_size": 12800, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 49159, "tie_word_embeddings": True,
+        "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
+        "logits_scaling": 16.0, "torch_dtype": "bfloat16",
+    },
+    "granite-3.3-2b-instruct": {  # ibm-granite/granite-3.3-2b-instruct (2.53B)
+        "model_type": "granite", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 49159, "tie_word_embeddings": True,
+        "attention_bias": False, "mlp_bias": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.015625,
+        "logits_scaling": 8.0, "torch_dtype": "bfloat16",
+    },
+    # ---- llama4_text: the text_config of Llama 4's config.json (the whole model, vision tower included, is
+    # 109B total and 17B active on the model card; Llama4TextConfig's defaults are this text model) ----
+    "Llama-4-Scout-17B-16E": {  # meta-llama/Llama-4-Scout-17B-16E, text_config
+        "model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+        "attention_chunk_size": 8192, "no_rope_layers": [], "use_qk_norm": True, "attention_bias": False,
+        "hidden_act": "silu", "max_position_embeddings": 10485760, "output_router_logits": False,
+        "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    },
+    "Llama-4-Scout-17B-16E-Instruct": {  # meta-llama/Llama-4-Scout-17B-16E-Instruct, text_config (the same shape)
+        "model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+        "attention_chunk_size": 8192, "no_rope_layers": [], "use_qk_norm": True, "attention_bias": False,
+        "hidden_act": "silu", "max_position_embeddings": 10485760, "output_router_logits": False,
+        "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    },
     # ---- gpt_neox ----
     "pythia-160m": {  # EleutherAI/pythia-160m (162,322,944 with the untied head)
         "model_type": "gpt_neox", "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
@@ -264,13 +310,17 @@ PUBLISHED_TOTALS = {
     "pythia-160m": 162e6, "pythia-1b": 1.01e9, "gpt2": 124e6, "gpt2-medium": 355e6, "bert-base-uncased": 110e6,
     "bert-large-uncased": 336e6, "roberta-base": 125e6, "roberta-large": 355e6,
     "gpt-oss-20b": 20.91e9, "gpt-oss-120b": 116.83e9,
+    "SmolLM3-3B": 3.08e9, "SmolLM3-3B-Base": 3.08e9, "granite-3.3-8b-instruct": 8.17e9,
+    "granite-3.3-2b-instruct": 2.53e9,
+    "Llama-4-Scout-17B-16E": 109e9, "Llama-4-Scout-17B-16E-Instruct": 109e9,  # with the vision tower
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
                     "Qwen2-57B-A14B": 14e9, "Qwen3-30B-A3B": 3.3e9, "Qwen3-235B-A22B": 22e9,
                     # the gpt-oss model card (table 1) counts active parameters without the token embedding
                     # (201,088 x 2,880); memmath's active_params, like the other cards, counts it
-                    "gpt-oss-20b": 3.61e9 + 201088 * 2880, "gpt-oss-120b": 5.13e9 + 201088 * 2880}
+                    "gpt-oss-20b": 3.61e9 + 201088 * 2880, "gpt-oss-120b": 5.13e9 + 201088 * 2880,
+                    "Llama-4-Scout-17B-16E": 17e9, "Llama-4-Scout-17B-16E-Instruct": 17e9}
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where

@@ -40,12 +40,14 @@ import importlib
 import pkgutil
 
 from . import _decoder
+from ._refused import refusal
 from .record import Architecture
 
 # The order models are listed in (the families first, then the rotary decoders as transformers added them).
 _ORDER = ("gpt2", "llama", "mistral", "bert", "roberta", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
           "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_neox")
 _ORDER += ("gpt_oss", "deepseek_v3", "deepseek_v2", "glm4_moe")  # the mixtures of experts of the latest releases
+_ORDER += ("smollm3", "granite", "llama4_text")  # SmolLM3, Granite 3.x, Llama 4: NoPE, multipliers, chunks
 
 
 def _discover() -> dict[str, Architecture]:
@@ -74,6 +76,8 @@ TRACED_HINT = 'install memmath[torch] to get a traced answer: memmath train CONF
 def architecture(model_type: str) -> Architecture:
     """The record of a model type; a ValueError naming the supported ones for any other."""
     record = ARCHITECTURES.get(model_type)
+    if record is None and refusal(model_type):  # a type transformers builds that memmath refuses, with the reason
+        raise ValueError(f"model_type {model_type!r} is not supported: {refusal(model_type)}")
     if record is None:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}; "
                          f"{TRACED_HINT}")

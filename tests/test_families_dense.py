@@ -1,0 +1,386 @@
+"""The dense, chunked and linear-attention families (SmolLM3, Granite 3.x, ...), each against transformers 5.24 and
+peft 0.21 themselves: the parameter count and bytes of the flagship's published config built on the meta device,
+peft's LoRA adapters on a tiny model, and the KV cache transformers fills on a tiny model's forward pass.
+
+Expected values come from transformers and peft (built here), from memmath/states.py's per-layer cache rules (each
+measured in tests/test_states.py) and from the model cards' published totals."""
+
+from __future__ import annotations
+
+import pytest
+
+import memmath as mm
+from memmath import states
+from validation.published_configs import PUBLISHED_CONFIGS
+
+FLAGSHIPS = {"smollm3": "SmolLM3-3B", "granite": "granite-3.3-8b-instruct", "llama4_text": "Llama-4-Scout-17B-16E"}
+TINY = {
+    "smollm3": dict(model_type="smollm3", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, no_rope_layer_interval=2, pad_token_id=0,
+                    bos_token_id=1, eos_token_id=2),
+    "granite": dict(model_type="granite", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, embedding_multiplier=12.0,
+                    residual_multiplier=0.22, attention_multiplier=0.125, logits_scaling=4.0),
+    # h != 2I and I != h, so that peft's reading of each 3-D expert tensor shows in the adapter shapes
+    "llama4_text": dict(model_type="llama4_text", vocab_size=96, hidden_size=32, intermediate_size=24,
+                        intermediate_size_mlp=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=8, num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=8,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2),
+}
+
+
+def _build(torch, transformers, config, dtype=None):
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+
+
+def _bytes_by_dtype(model) -> dict:
+    found = {}
+    for p in model.parameters():
+        found[p.dtype] = found.get(p.dtype, 0) + p.numel() * p.element_size()
+    return found
+
+
+# ---- 1. tensors: transformers' own count and bytes, on the meta device ----------------------------------------
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", sorted(FLAGSHIPS))
+def test_the_flagship_counts_and_weighs_as_transformers_builds_it(torch, transformers, model_type):
+    config = PUBLISHED_CONFIGS[FLAGSHIPS[model_type]]
+    model = _build(torch, transformers, config, dtype=torch.bfloat16)
+    shape = mm.from_hf_config(config)
+    params = list(model.parameters())
+    assert shape.n_params == sum(p.numel() for p in params)
+    assert _bytes_by_dtype(model) == {torch.bfloat16: 2 * shape.n_params}
+    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
+                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
+    assert ours == sorted(tuple(p.shape) for p in params)
+
+
+def test_the_flagships_are_near_their_model_cards():
+    # SmolLM3-3B's card: 3B (3.08B on its Hub page); Granite-3.3-8B: 8.17B on its Hub page.
+    assert mm.from_hf_config(PUBLISHED_CONFIGS["SmolLM3-3B"]).n_params == 3_075_098_624
+    assert mm.from_hf_config(PUBLISHED_CONFIGS["granite-3.3-8b-instruct"]).n_params == 8_170_864_640
+    # Llama 4 Scout's card: 17B active, 109B total with its vision tower. Its text model by hand (h 5,120, 48
+    # blocks, 40 query and 8 key/value heads of 128, 16 experts of 8,192, one per token, a shared expert of 8,192,
+    # vocabulary 202,048, untied head): per block attention 2 x 5,120^2 + 2 x 5,120 x 1,024 = 62,914,560, two
+    # norms 10,240, router 16 x 5,120 = 81,920, shared expert and each routed expert 3 x 5,120 x 8,192 =
+    # 125,829,120. All: 48 x (62,914,560 + 10,240 + 81,920 + 17 x 125,829,120) + 2 x 202,048 x 5,120 + 5,120 =
+    # 107,769,861,120; per token (one expert): 48 x (63,006,720 + 2 x 125,829,120) + 2,068,976,640 =
+    # 17,172,894,720.
+    scout = mm.from_hf_config(PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"])
+    assert (scout.n_params, scout.active_params) == (107_769_861_120, 17_172_894_720)
+    assert round(scout.active_params / 1e9) == 17 and abs(scout.n_params / 109e9 - 1) < 0.02
+    assert mm.PRESETS["llama-4-scout"].active_params == scout.active_params
+
+
+# ---- 2. peft's adapters on a tiny model ------------------------------------------------------------------------
+@pytest.mark.live
+@pytest.mark.parametrize("targets", ["all-linear", "q+v", "q+k+v+o+gate+up+down"])
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_lora_adapters_are_peft_s(torch, transformers, peft, model_type, targets):
+    config, rank = TINY[model_type], 4
+    model = _build(torch, transformers, config)
+    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+             "down": "down_proj"}
+    modules = "all-linear" if targets == "all-linear" else [names[t] for t in targets.split("+")]
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
+    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
+    shape = mm.from_hf_config(config)
+    ours = []
+    for _, d_in, d_out, k in shape.lora_adapters("all" if targets == "all-linear" else tuple(targets.split("+"))):
+        ours += [(k * rank, d_in), (d_out, k * rank)]
+    assert ours == theirs
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets", ["router", "experts", "router+experts", "gate+up+down"])
+def test_llama4_router_experts_and_shared_expert_adapters_are_peft_s(torch, transformers, peft, targets):
+    """The router is an nn.Linear (target_modules); the routed experts are 3-D Parameters (target_parameters, with
+    gate_up_proj's rank doubled by rank_pattern, as peft's conversion does for the fused gate and up)."""
+    config, rank = TINY["llama4_text"], 2
+    model = _build(torch, transformers, config)
+    names = {"router": ["router"], "gate": ["gate_proj"], "up": ["up_proj"], "down": ["down_proj"]}
+    modules = [m for t in targets.split("+") if t != "experts" for m in names[t]]
+    extra = {}
+    if "experts" in targets:
+        extra = dict(target_parameters=["experts.gate_up_proj", "experts.down_proj"],
+                     rank_pattern={r".*\.gate_up_proj": 2 * rank}, alpha_pattern={r".*\.gate_up_proj": 4 * rank})
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=modules or None,
+                                                      **extra))
+    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
+    ours = []
+    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(tuple(targets.split("+"))):
+        ours += [(k * rank, d_in), (d_out, k * rank)]
+    assert ours == theirs
+
+
+# ---- 3. the KV cache: states.py's layers, and what transformers fills ------------------------------------------
+def test_smollm3_caches_every_layer_in_full(model_type="smollm3"):
+    shape = mm.from_hf_config(PUBLISHED_CONFIGS["SmolLM3-3B"])
+    layers = [states.FullAttention(kv_heads=4, head_dim=128)] * 36  # NoPE layers cache their keys too
+    for tokens in (1, 4096, 65536):
+        assert mm.kv_cache_bytes(shape, context_len=tokens) == states.cache_bytes(layers, tokens=tokens)
+
+
+def test_smollm3_with_sliding_window_slides_its_nope_layers():
+    config = dict(PUBLISHED_CONFIGS["SmolLM3-3B"], use_sliding_window=True, sliding_window=4096)
+    shape = mm.from_hf_config(config)
+    assert shape.layer_types == ("full_attention",) * 3 + ("sliding_attention",) + shape.layer_types[4:]
+    full = states.FullAttention(kv_heads=4, head_dim=128)
+    sliding = states.SlidingAttention(kv_heads=4, head_dim=128, window=4096)
+    layers = states.layers_from_layer_types(shape.layer_types, full=full, sliding=sliding)
+    assert mm.kv_cache_bytes(shape, context_len=32768) == states.cache_bytes(layers, tokens=32768)
+
+
+def test_granite_caches_as_llama():
+    shape = mm.from_hf_config(PUBLISHED_CONFIGS["granite-3.3-8b-instruct"])
+    layers = [states.FullAttention(kv_heads=8, head_dim=128)] * 40
+    assert mm.kv_cache_bytes(shape, context_len=8192, batch_size=2) == states.cache_bytes(layers, tokens=8192,
+                                                                                        batch=2)
+
+
+def _filled_cache_bytes(torch, transformers, config, tokens, decode_steps):
+    """Bytes of the keys' and values' storages in the DynamicCache after a prefill of `tokens` tokens and
+    decode_steps single-token steps, on the CPU in bf16."""
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16).eval()
+    cache = transformers.DynamicCache(config=hf_config)
+    with torch.no_grad():
+        ids = torch.randint(0, config["vocab_size"], (1, tokens))
+        model(ids, past_key_values=cache, use_cache=True)
+        for step in range(decode_steps):
+            model(ids[:, :1], past_key_values=cache, use_cache=True)
+    storages = {}
+    for layer in cache.layers:
+        for t in (layer.keys, layer.values):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_the_cache_transformers_fills_is_memmath_s(torch, transformers, model_type):
+    config = dict(TINY[model_type])
+    if model_type == "smollm3":  # its NoPE layers slide: both kinds of layer are filled
+        config.update(use_sliding_window=True, sliding_window=8)
+    # llama4_text: its rotary layers are chunked (8 tokens), its NoPE layer full
+    shape = mm.from_hf_config(config)
+    for tokens, steps in ((12, 0), (12, 5), (5, 1)):
+        expected = mm.kv_cache_bytes(shape, context_len=tokens + steps, after_prefill=steps == 0)
+        assert _filled_cache_bytes(torch, transformers, config, tokens, steps) == expected, (tokens, steps)
+
+
+def test_llama4_caches_chunked_layers_as_states_chunked_attention():
+    shape = mm.from_hf_config(PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"])
+    rope = [int((i + 1) % 4 != 0) for i in range(48)]  # Llama4TextConfig: every fourth layer NoPE
+    types = ["chunked_attention" if r else "full_attention" for r in rope]
+    layers = states.layers_from_layer_types(types, full=states.FullAttention(kv_heads=8, head_dim=128),
+                                            chunked=states.ChunkedAttention(kv_heads=8, head_dim=128, chunk=8192))
+    for tokens in (1000, 8192, 131072):
+        assert mm.kv_cache_bytes(shape, context_len=tokens) == states.cache_bytes(layers, tokens=tokens)
+        assert mm.kv_cache_bytes(shape, context_len=tokens, after_prefill=True) == states.cache_bytes(
+            layers, tokens=tokens, after_prefill=True)
+    # 131,072 tokens: 12 full layers x 131,072 + 36 chunked x 8,192 tokens, 2 x 8 x 128 values of 2 B each
+    assert mm.kv_cache_bytes(shape, context_len=131072) == (12 * 131072 + 36 * 8192) * 2 * 8 * 128 * 2
+    # what `memmath infer` prices: the preset's cache, the same layers
+    served = mm.inference_memory("llama-4-scout", context_len=131072, batch_size=2)
+    assert served.kv_cache == states.cache_bytes(layers, tokens=131072, batch=2)
+
+
+# ---- 4. activations and refusals --------------------------------------------------------------------------------
+def test_llama4_s_activations_are_the_textbook_s():
+    # Llama4TextMoe runs every token through every expert, which the mixture-of-experts trace does not model
+    assert not mm.from_hf_config(PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"]).architecture.traced
+
+
+STEPPED = {  # tiny configs stepped on the CPU: LLaMA's widths, each family's own fields
+    "granite": dict(TINY["granite"], vocab_size=512, hidden_size=64, intermediate_size=96, use_cache=False),
+    "smollm3": dict(TINY["smollm3"], vocab_size=512, hidden_size=64, intermediate_size=96, use_cache=False),
+    "smollm3-sliding": dict(TINY["smollm3"], vocab_size=512, hidden_size=64, intermediate_size=96, use_cache=False,
+                            use_sliding_window=True, sliding_window=16),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", sorted(STEPPED))
+def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transformers, name, precision, attention):
+    """Two AdamW steps on the CPU (b 2, s 64, as validation/measure.py runs its grid): the bytes saved for backward
+    equal memmath's trace to the byte, and the steady step's peak is within 1%. Granite's multipliers and
+    SmolLM3's NoPE layers (and, with use_sliding_window, its sliding NoPE layers' masks) save what the rotary
+    decoder's trace says."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+    from memmath.stepping import step_twice
+    from validation.measure import configure_torch, make_optimizer
+
+    configure_torch()
+    config = STEPPED[name]
+    hf_config = transformers.AutoConfig.for_model(config["model_type"],
+                                                  **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    measured = step_twice(model, make_optimizer(list(model.parameters()), "adamw"),
+                          {"input_ids": ids, "labels": ids.clone()}, model.model.layers)
+    shape = mm.from_hf_config(config)
+    assert shape.architecture.traced
+    settings = dict(method=mm.Full(), seq_len=64, batch_size=2, dropout=False, attention=attention,
+                    checkpointing=False, device="cpu")
+    parts = activation_parts(shape, recipe=get_recipe(precision), **settings)
+    assert measured["saved_bytes"] == parts.estimate.total
+    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
+
+
+def test_a_malformed_no_rope_list_is_refused_by_name():
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        mm.from_hf_config(dict(PUBLISHED_CONFIGS["SmolLM3-3B"], no_rope_layers=[1, 0]))
+    with pytest.raises(ValueError, match="no_rope_layer_interval"):
+        mm.from_hf_config(dict(PUBLISHED_CONFIGS["SmolLM3-3B"], no_rope_layer_interval=0))
+
+
+def test_llama4_maverick_s_interleaved_dense_blocks_are_refused_by_name():
+    scout = PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"]
+    with pytest.raises(ValueError, match="interleave_moe_layer_step.*blocks of one shape"):
+        mm.from_hf_config(dict(scout, interleave_moe_layer_step=2, num_local_experts=128))
+    with pytest.raises(ValueError, match="moe_layers"):
+        mm.from_hf_config(dict(scout, moe_layers=[1, 3]))
+    with pytest.raises(ValueError, match="output_router_logits"):
+        mm.from_hf_config(dict(scout, output_router_logits=True))
+
+
+def test_llama4_s_vision_wrapper_is_refused_by_name():
+    with pytest.raises(ValueError, match="Llama 4: its vision model .* llama4_text"):
+        mm.from_hf_config({"model_type": "llama4", "text_config": PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"],
+                           "vision_config": {}})
+
+
+# ---- refused by name: what transformers builds but memmath does not model yet -----------------------------------
+@pytest.mark.parametrize("model_type, reason", [
+    ("qwen3_next", "gated DeltaNet .* blocks of one shape"),
+    ("granitemoehybrid", "Mamba-2 layers are not modelled yet"),
+    ("falcon_h1", "Mamba-2 layers are not modelled yet"),
+    ("nemotron_h", "Mamba-2 layers are not modelled yet"),
+])
+def test_hybrid_and_linear_attention_types_are_refused_with_their_reason(model_type, reason):
+    from memmath.architectures import architecture
+
+    for call in (lambda: mm.from_hf_config({"model_type": model_type}), lambda: architecture(model_type)):
+        with pytest.raises(ValueError, match=f"'{model_type}' is not supported: .*{reason}.*--traced"):
+            call()
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", ["qwen3_next", "granitemoehybrid", "falcon_h1", "nemotron_h"])
+def test_the_refused_types_are_ones_transformers_builds(transformers, model_type):
+    assert transformers.AutoConfig.for_model(model_type).model_type == model_type
+
+
+def test_memmath_infer_refuses_qwen3_next_in_one_line_with_exit_2(tmp_path, capsys):
+    from memmath import cli
+
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "qwen3_next", "num_hidden_layers": 48}')
+    assert cli.main(["infer", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "gated DeltaNet" in err and "--traced" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [
+    dict(TINY["smollm3"], num_hidden_layers=8),
+    dict(TINY["smollm3"], num_hidden_layers=8, use_sliding_window=True, sliding_window=100),
+    dict(TINY["smollm3"], num_hidden_layers=4, use_sliding_window=True, sliding_window=100,
+         no_rope_layers=[0, 1, 0, 1]),
+    dict(TINY["llama4_text"], num_hidden_layers=8),
+    dict(TINY["llama4_text"], num_hidden_layers=8, no_rope_layers=[]),
+    dict(TINY["llama4_text"], num_hidden_layers=4, no_rope_layers=[0, 1, 1, 0]),
+    dict(TINY["llama4_text"], num_hidden_layers=4, attention_chunk_size=None),
+], ids=["smollm3", "smollm3-sliding", "smollm3-given", "llama4", "llama4-empty-list", "llama4-given",
+        "llama4-no-chunks"])
+def test_each_layer_s_window_is_the_one_transformers_config_derives(transformers, config):
+    """The tokens each layer's cache keeps, from transformers' own config class (its __post_init__ derives
+    layer_types from no_rope_layers), against memmath's attention_windows."""
+    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
+                                                                    if k != "model_type"})
+    window = {"full_attention": None, "sliding_attention": getattr(hf, "sliding_window", None),
+              "chunked_attention": getattr(hf, "attention_chunk_size", None)}
+    assert mm.from_hf_config(config).attention_windows == tuple(window[t] for t in hf.layer_types)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("seq_len, batch, experts, width, chunk", [
+    (256, 1, 4, 176, 8192), (512, 2, 4, 176, 8192),  # the cases prefill_phases was written against
+    (384, 3, 8, 96, 8192), (128, 2, 8, 96, 8192), (320, 1, 4, 176, None),  # held out: measured afterwards
+])
+def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, attention, seq_len, batch,
+                                                                   experts, width, chunk):
+    """One prefill of a tiny Llama 4 (bf16, logits_to_keep=1, as generate runs it), every storage counted as
+    validation/inference_working_set.py counts it: the peak less the cache is memmath's working set within 0.5%
+    (Llama4TextMoe runs every token through every expert: routed_in and the experts' outputs are E x t rows)."""
+    from validation.inference_working_set import LiveBytes
+
+    fields = dict(model_type="llama4_text", hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
+                  vocab_size=32000, num_key_value_heads=2, head_dim=32, intermediate_size=width,
+                  intermediate_size_mlp=688, num_local_experts=experts, num_experts_per_tok=1,
+                  attention_chunk_size=chunk, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.AutoConfig.for_model("llama4_text", **{k: v for k, v in fields.items()
+                                                                 if k != "model_type"})
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+    mode = LiveBytes(weights)
+    with torch.no_grad(), mode:
+        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+    shape = mm.from_hf_config(fields)
+    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    assert abs(predicted / measured - 1) < 0.005
+
+
+PREFILLED = {  # tiny configs of the widths validation/inference_working_set.py measures LLaMA at
+    "smollm3": dict(model_type="smollm3", no_rope_layer_interval=2),
+    "smollm3-sliding": dict(model_type="smollm3", no_rope_layer_interval=2, use_sliding_window=True,
+                            sliding_window=64),
+    "granite": dict(model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22,
+                    attention_multiplier=0.125, logits_scaling=4.0),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("seq_len, batch", [(256, 1), (512, 2), (384, 3)])
+@pytest.mark.parametrize("name", sorted(PREFILLED))
+def test_dense_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, name, attention, seq_len,
+                                                                  batch):
+    """As the Llama 4 test: SmolLM3's sliding NoPE layers add their mask (an e b s^2 one under eager, a (1, 1, s, s)
+    bool one under SDPA: written against s 256 and 512, s 384 at batch 3 measured afterwards); Granite's
+    multipliers add nothing that outlives its statement."""
+    from validation.inference_working_set import LiveBytes
+
+    fields = dict(PREFILLED[name], hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
+                  num_key_value_heads=2, intermediate_size=688, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
+                                                                        if k != "model_type"})
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+    mode = LiveBytes(weights)
+    with torch.no_grad(), mode:
+        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+    shape = mm.from_hf_config(fields)
+    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    assert abs(predicted / measured - 1) < 0.005
