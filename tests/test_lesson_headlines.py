@@ -35,8 +35,9 @@ HEADLINES = {
     "04_freezing": ["18.20 GB", "37.80 GB", "4.20 GB", "1.52 GB", "931.54 MB"],
     # the adapters' weights, what they save, their activations against freezing's (live and in the exercise)
     "05_adapters": ["67.64 MB", "40.23 GB", "4.97 GB", "0.34 GB", "39.74 GB", "2.71 GB"],
-    # LoRA's adapters, QLoRA's NF4 base and constants, the 13B on a 4090, LLaMA 65B regular finetuning
-    "06_lora_qlora": ["16.78 MB", "3.78 GB", "0.10 GB", "26.53 GB", "7.70 GB", "783.43 GB"],
+    # LoRA's adapters, QLoRA's NF4 base and constants, the 13B on a 4090 (LoRA's and QLoRA's requirement: the step's
+    # peak), LLaMA 65B regular finetuning
+    "06_lora_qlora": ["16.78 MB", "3.78 GB", "0.10 GB", "26.53 GB", "7.77 GB", "783.43 GB"],
     # Llama-2-13B's KV cache at 8,192 tokens (the worked example) and its weights (problem 1); the default run, since it
     # opens on a run that fits (Llama-3-8B at 8,192 tokens on an RTX 4090; tests/test_lesson_07.py derives each by
     # hand): its KV cache, the detailed sum against the rule of thumb, the rule's allowance; problem 2's 2,621,440 B
