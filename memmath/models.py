@@ -401,7 +401,8 @@ class ModelShape:
         if not self.n_experts:
             return self.n_params
         # one routed expert's tensors (gate, up, down, and gpt-oss's biases): the block's stacked experts / E
-        per_expert = sum((t.numel for t in self.tensors("layer") if t.name.startswith("mlp.experts.")), 0)
+        # (the routed experts' module is "experts" under the block's MLP: mlp.experts, Llama 4's feed_forward.experts)
+        per_expert = sum((t.numel for t in self.tensors("layer") if ".experts." in f".{t.name}"), 0)
         per_expert = per_expert // self.n_experts
         return self.n_params - self.n_layers * (self.n_experts - self.experts_per_tok) * per_expert
 

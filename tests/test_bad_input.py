@@ -331,7 +331,8 @@ def test_messages_about_a_config_quote_field_names_and_short_values_only(tmp_pat
         path.write_text(json.dumps(fields))
         with pytest.raises(ValueError) as error:
             mm.from_hf_config(path)
-        assert secret not in str(error.value) and len(str(error.value)) < 400, str(error.value)
+        # short: the unsupported-type message lists the ~25 types memmath reads (some 300 characters), never the value
+        assert secret not in str(error.value) and len(str(error.value)) < 600, str(error.value)
 
 
 @pytest.mark.parametrize("build, field", [

@@ -345,7 +345,7 @@ def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transf
         model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
     shape = mm.from_hf_config(fields)
     measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
-    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
     assert abs(predicted / measured - 1) < 0.005
 
 
@@ -382,5 +382,5 @@ def test_dense_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transfo
         model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
     shape = mm.from_hf_config(fields)
     measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
-    predicted = mm.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
     assert abs(predicted / measured - 1) < 0.005

@@ -242,7 +242,7 @@ def test_glm4_moe_blocks_are_gqa_attention_and_the_shared_expert_moe(torch, tran
                   first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
                   attention_bias=True, n_group=1, topk_group=1)
     _, buffers, model = _meta_counts(torch, transformers, config)
-    shape = mm.llama_model(n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2, head_dim=32, intermediate_size=96,
+    shape = mm.models.llama_model(n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2, head_dim=32, intermediate_size=96,
                            vocab_size=100).with_changes(qkv_bias=True)
     attention = _decoder.attention_tensors(shape)
     moe = _moe.shared_experts_tensors(64, 4, 24, 24)

@@ -102,7 +102,9 @@ def test_every_model_lesson_0_offers_is_traced_exactly():
 
     import memmath as mm
 
-    options = [k for k, s in mm.PRESETS.items() if s.family != "bert"]
+    _, opening = lessons.run(LESSON)
+    options = list(opening["model_dropdown"].options)  # what the lesson offers
+    assert "phi-3-mini" in options and "llama-3-8b" in options
     outputs, defs = lessons.run_with(LESSON, model_dropdown=mo.ui.dropdown(options=options, value="phi-3-mini"))
     assert defs["training"].activation_model == "transformers"
     assert "textbook model (Korthikanti et al. 2022), since" not in lessons.plain_text(outputs)
