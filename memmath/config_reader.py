@@ -15,7 +15,6 @@ from pathlib import Path
 
 from . import validate
 from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRACED_HINT, Architecture
-from .architectures._moe import two_layouts_reason
 from .architectures._refused import refusal
 from .checkpoints import stored_format
 from .files import NotARegularFile, read_bounded
@@ -70,8 +69,7 @@ def from_hf_config(config) -> ModelShape:
     if refusal(model_type):  # a type transformers builds that memmath refuses by name (architectures/_refused.py)
         raise ValueError(f"config field 'model_type' {model_type!r} is not supported: {refusal(model_type)}")
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
-        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported"
-                         f"{two_layouts_reason(model_type)}; "
+        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)} (text) and "
                          f"{', '.join(MULTIMODAL_MODEL_TYPES)} (vision-language); {TRACED_HINT}")
     record = ARCHITECTURES[model_type]

@@ -80,26 +80,6 @@ def shared_experts_tensors(hidden_size: int, n_experts: int, expert_width: int, 
 ROUTER_BUFFERS = {"mlp.gate.e_score_correction_bias": (lambda experts: experts, 4)}
 
 
-# Model types whose pieces are modelled here and in _latent.py but whose blocks come in two layouts: the first
-# first_k_dense_replace blocks hold a dense SwiGLU MLP (DeepseekV3DecoderLayer, Glm4MoeDecoderLayer), the rest this
-# module's shared-expert MoE block. ModelShape lists one block layout, so these are refused with the reason.
-TWO_BLOCK_LAYOUTS = {
-    "deepseek_v2": "multi-head latent attention and dense MLPs in its first first_k_dense_replace blocks",
-    "deepseek_v3": "multi-head latent attention and dense MLPs in its first first_k_dense_replace blocks",
-    "kimi_k2": "it builds as DeepseekV3ForCausalLM: multi-head latent attention and dense MLPs in its first "
-               "first_k_dense_replace blocks",
-    "glm4_moe": "dense MLPs in its first first_k_dense_replace blocks",
-}
-
-
-def two_layouts_reason(model_type) -> str:
-    """Why a model type with dense and MoE blocks is refused, and what would make it work ("" for other types)."""
-    if not isinstance(model_type, str) or model_type not in TWO_BLOCK_LAYOUTS:
-        return ""
-    return (f" yet ({TWO_BLOCK_LAYOUTS[model_type]}; memmath lists blocks of one layout, so config field "
-            "'first_k_dense_replace' has no exact count until ModelShape holds a dense and a MoE block layout)")
-
-
 def lora_table(m) -> dict:
     """peft's target names in the MoE block.
 
