@@ -61,3 +61,13 @@ def pick(condition, if_true, if_false):
     if is_ndarray(condition):
         return np.where(condition, if_true, if_false).astype(np.int64)
     return if_true if condition else if_false
+
+
+def smaller(a, b):
+    """np.minimum where either is an array; min() of Python numbers (exact at any size, numpy never loaded)."""
+    return np.minimum(a, b) if is_ndarray(a) or is_ndarray(b) else min(a, b)
+
+
+def larger(a, b):
+    """np.maximum where either is an array; max() of Python numbers (exact at any size, numpy never loaded)."""
+    return np.maximum(a, b) if is_ndarray(a) or is_ndarray(b) else max(a, b)

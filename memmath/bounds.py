@@ -30,9 +30,21 @@ ROOT_GROUPS = ("embeddings", "final_norm", "head")  # FSDP's root unit: what is 
 
 def applies(run) -> bool:
     """Whether upper_bound answers for this run: a text model with a sequence length and widths, on more than one
-    GPU (ZeRO or FSDP sharding, or split by tensor, pipeline, context or expert parallelism)."""
+    GPU (ZeRO or FSDP sharding, or split by tensor, pipeline, context or expert parallelism) or offloading parts of
+    its step to host memory (memmath/offload.py)."""
     return (run.seq_len is not None and run.model.has_shape and run.model.vision is None
-            and run.model.tensor_count_known and (run.sharded or is_parallel(run)))
+            and run.model.tensor_count_known and (run.sharded or is_parallel(run) or bool(run.offload)))
+
+
+def _steps_on_the_cpu(run) -> bool:
+    """True where the optimizer steps in host memory: DeepSpeed's offload_optimizer (its CPU Adam), FSDP2's
+    CPUOffloadPolicy (the sharded parameters, gradients and states are CPU tensors, so the optimizer runs there)."""
+    return "optimizer" in run.offload or (run.sharding == "fsdp2" and "params" in run.offload)
+
+
+def _deepspeed_offload(run) -> bool:
+    """ZeRO-Offload on any number of GPUs: DeepSpeed's buckets carry the gradients to the host even on one GPU."""
+    return "optimizer" in run.offload and run.sharding == "even"
 
 
 def upper_bound(run) -> dict:
@@ -151,7 +163,8 @@ def transients(run) -> dict:
     lay = layout(run)
     e, t = recipe.activation_bits // 8, _tokens(run)
     out = {}
-    if opt.temporaries != "none":  # an update with temporaries (recipes.TEMPORARIES: Adam, 8-bit Adam, Adafactor)
+    if opt.temporaries != "none" and not _steps_on_the_cpu(run):  # an update with temporaries on the GPU
+        # (recipes.TEMPORARIES: Adam, 8-bit Adam, Adafactor)
         if lay.n_gpus > 1 and (lay.tp > 1 or lay.pp > 1 or lay.cp > 1 or lay.ep > 1):  # Full(): the rank's tensors
             bits = max(recipe.weight_bits, recipe.master_bits)
             step = sum(validate.ceil_div(_numel(dims) * bits, 8) for _, dims, _ in rank_tensors(run))
@@ -215,7 +228,7 @@ def _whole_parts(run) -> tuple:
 
 def _engine_only(run) -> dict:
     """engine_buffers less the gradients not yet reduced."""
-    if not run.sharded:
+    if not run.sharded and not _deepspeed_offload(run):
         return {}
     recipe = run.recipe
     weights, grads = _whole_parts(run)
@@ -235,7 +248,7 @@ def _engine_only(run) -> dict:
 def unreduced_gradients(run) -> tuple | None:
     """(name, bytes): the gradients a ZeRO-2/3 rank holds whole before their reduce-scatter leaves it its shard (a
     block's under ZeRO-2, filling the buckets; the root's and two blocks' under ZeRO-3/FSDP), else None."""
-    if not run.sharded or run.sharding == "zero_redundancy" or run.zero_stage < 2:
+    if not (run.sharded or _deepspeed_offload(run)) or run.sharding == "zero_redundancy" or run.zero_stage < 2:
         return None
     _, grads = _whole_parts(run)
     if run.zero_stage == 2:

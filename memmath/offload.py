@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import validate
-from .arrays import np
+from .arrays import larger, smaller
 from .notes import Note
 from .preference import DPO
 from .recipes import get_recipe
@@ -157,7 +157,8 @@ class HostMemory:
 
 
 def why_no_peak(run) -> str:
-    """Why the requirement of an offloading run is the sum of the GPU's parts ("" without offloading)."""
+    """Why the peak of an offloading run is not modelled ("" without offloading); the requirement then bounds the
+    GPU's parts with the step's transients and the engine's buffers (memmath/bounds.py)."""
     if not run.offload:
         return ""
     return ("the peak estimate does not model offloading's copies between host and GPU; the GPU's parts are what "
@@ -206,15 +207,16 @@ def offload_parts(run, parts: tuple, act_estimate, notes: list):
         notes.append(Note("offload_optimizer", "DeepSpeed ZeRO-Offload: fp32 master weights, optimizer states and an "
                           "fp32 copy of the gradients in host memory" + (", the 16-bit weights too (offload_param)"
                                                                          if "params" in run.offload else "")
-                          + "; its gradient buckets (reduce_bucket_size) and DeepSpeed's buffer factor (1.5 in "
-                          "estimate_zero2_model_states_mem_needs) are not counted"))
+                          + "; its gradient buckets (reduce_bucket_size) are not among the parts but in the "
+                          "requirement's upper bound, and DeepSpeed's buffer factor (1.5 in "
+                          "estimate_zero2_model_states_mem_needs) is not counted"))
     if "activations" in run.offload and act_estimate is not None:
         engine.append("save_on_cpu")
         trains = act_bytes > 0  # a run training nothing saves nothing
         saved = act_estimate.saved_by_forward * trains
         host["activations"] = saved
         pinned += saved * run.pin_memory
-        act_bytes = np.minimum(act_bytes, on_gpu_activations(act_estimate) * trains)
+        act_bytes = smaller(act_bytes, on_gpu_activations(act_estimate) * trains)
         recompute = (" and, with checkpointing, the block recomputed during backward (its tensors not offloaded)"
                      if run.checkpointing else "")
         notes.append(Note("offload_activations", "activations offloaded (torch.autograd.graph.save_on_cpu): every "
@@ -238,7 +240,7 @@ def on_gpu_activations(estimate):
     """What save_on_cpu leaves on the GPU: the largest block's saved tensors (copied back for its backward), those
     outside the blocks, the loss's and the recompute peak of a checkpointed block."""
     first = estimate.per_layer if estimate.first_layer is None else estimate.first_layer
-    block = np.maximum(np.maximum(estimate.per_layer, first), estimate.frozen_per_layer)
+    block = larger(larger(estimate.per_layer, first), estimate.frozen_per_layer)
     return block + estimate.recompute_peak + estimate.outside_layers + estimate.loss
 
 

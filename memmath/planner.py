@@ -60,6 +60,7 @@ class Suggestion:
     fits: bool
     cost: str = ""
     basis: str = "peak"
+    host_bytes: int = 0  # host RAM one GPU's process needs for what the new run offloads (memmath/offload.py)
 
     def __post_init__(self):
         validate.text_field("change", self.change)
@@ -70,6 +71,7 @@ class Suggestion:
         object.__setattr__(self, "fits", validate.flag("fits", self.fits))
         validate.text_field("cost", self.cost)
         object.__setattr__(self, "basis", validate.choice("basis", self.basis, BASES))  # stored as checked
+        object.__setattr__(self, "host_bytes", validate.nbytes("host_bytes", self.host_bytes))
 
     @property
     def settings(self) -> dict:
@@ -153,6 +155,7 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
     if _keeps_more_than_pure_bf16(run.precision) and gpu.computes_bf16 is not False and "optimizer" not in run.offload:
         yield ("pure bf16 recipe", run.replace(precision=PURE_BF16),
                "no fp32 master copy: small updates can round away; watch the loss (or use Kahan summation)")
+    yield from _offload_candidates(run)
     if run.n_gpus > 1 and run.zero_stage < 3 and run.sharding == "even":
         staged = [run.replace(zero_stage=k) for k in range(run.zero_stage + 1, 4)]
         new = next((r for r in staged if fits(r)), staged[-1])  # the lowest stage that fits, else 3
@@ -165,6 +168,44 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
         new = run.replace(n_gpus=fewest or max_gpus, zero_stage=stage)
         yield (f"{new.n_gpus} GPUs with ZeRO stage {stage}", new,
                "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
+
+
+def _offloaded(run: Run, part: str, **changes) -> Run | None:
+    """The run with one more part in host memory, or None where memmath refuses that offload for it (DPO, a
+    recipe without fp32 master weights for DeepSpeed, torch's ZeroRedundancyOptimizer: memmath/offload.py)."""
+    if part in run.offload:
+        return None
+    try:
+        return run.replace(offload=(*run.offload, part), **changes)
+    except validate.FieldError:
+        return None
+
+
+def _offload_candidates(run: Run):
+    """Parts of the step moved to host memory, each with its engine's cost (host RAM: Suggestion.host_bytes)."""
+    if run.sharding == "even":  # DeepSpeed: ZeRO-Offload runs from stage 2 on one GPU (Ren et al. 2021)
+        new = _offloaded(run, "optimizer", zero_stage=max(run.zero_stage, 2))
+        if new is not None:
+            yield ("ZeRO-Offload: optimizer in host RAM", new,
+                   f"DeepSpeed at ZeRO stage {new.zero_stage}: the CPU runs the optimizer step on fp32 master weights; "
+                   "gradients and weights cross PCIe every step: slower steps")
+        if run.zero_stage == 3 and "optimizer" in run.offload:
+            new = _offloaded(run, "params")
+            if new is not None:
+                yield ("ZeRO-Infinity: weights in host RAM too", new,
+                       "DeepSpeed's offload_param: each layer's weights are gathered from host memory as it runs: "
+                       "slower steps")
+    if run.sharding == "fsdp2" and run.zero_stage == 3:
+        new = _offloaded(run, "params")
+        if new is not None:
+            yield ("FSDP2 CPU offload: shards in host RAM", new,
+                   "CPUOffloadPolicy keeps parameters, gradients and optimizer states on the CPU, which runs the "
+                   "optimizer step; they cross PCIe every step: slower steps")
+    if run.seq_len is not None:
+        new = _offloaded(run, "activations")
+        if new is not None:
+            yield ("activations in host RAM (save_on_cpu)", new,
+                   "every tensor saved for backward crosses PCIe twice: slower steps where the copies are not hidden")
 
 
 def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus):
@@ -342,7 +383,9 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=D
     requirement free after reserved_bytes (the CUDA context by default). Each candidate changes
     one thing: checkpointing on, fused attention, a smaller micro-batch accumulated to the same
     effective batch (batch_size x grad_accum_steps: the largest divisor of the batch that fits, else 1),
-    LoRA or QLoRA (rank 8 on q, v unless LoRA is already set), 8-bit Adam, a pure bf16 recipe, a
+    LoRA or QLoRA (rank 8 on q, v unless LoRA is already set), 8-bit Adam, a pure bf16 recipe, a part
+    moved to host RAM (the optimizer with DeepSpeed ZeRO-Offload, the weights with ZeRO-Infinity or
+    FSDP2's CPUOffloadPolicy, the saved activations with save_on_cpu; host_bytes is the host RAM), a
     higher ZeRO stage on the same GPUs (the lowest that fits, else 3), or more GPUs with ZeRO stage
     3 (the fewest, any whole number up to max_gpus, that fit; else max_gpus). Only changes that save
     bytes are returned.
@@ -362,15 +405,17 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=D
         comparable = need.basis == before.basis or (before.basis, need.basis) == ("peak", "upper bound")
         saved = before.bytes - need.bytes if comparable else int(before.memory.total) - int(need.memory.total)
         if saved > 0 and need.bytes < before.bytes:
+            host = need.memory.host
             suggestions.append(Suggestion(change, new, need.bytes, saved, _fits(need.bytes, gpu, reserved_bytes),
-                                          cost, need.basis))
+                                          cost, need.basis, 0 if host is None else int(host.total)))
     return sorted(suggestions, key=lambda s: (-s.saved, s.change))
 
 
 def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, max_steps=8,
                 **settings) -> list[Suggestion]:
     """Changes applied one after another until the run fits. Changes come in tiers: those that keep
-    the GPUs and the batch, then a smaller batch, then more GPUs (up to max_gpus). When some change
+    the GPUs and the batch, then a smaller batch, then offloading to host RAM, then more GPUs (up to
+    max_gpus). When some change
     makes the run fit, the smallest such change of the lowest tier that has one; otherwise the
     largest saving of the lowest tier, and again from there.
 
@@ -390,9 +435,10 @@ def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAU
         if not options:
             break
         # Changes in tiers: those that keep the hardware and the batch, then a smaller batch (gradient
-        # accumulation keeps the effective batch), then more GPUs (more hardware). The lowest tier with a
+        # accumulation keeps the effective batch), then parts moved to host RAM (slower steps, host memory), then
+        # more GPUs (more hardware). The lowest tier with a
         # change that fits gives its smallest such change; when none fits, the lowest tier its largest saving.
-        tiers = [[s for s in options if _tier(s.run, current) == t] for t in range(3)]
+        tiers = [[s for s in options if _tier(s.run, current) == t] for t in range(4)]
         fitting = [[s for s in tier if s.fits] for tier in tiers]
         pick = next((tier[-1] for tier in fitting if tier), None) or next(tier[0] for tier in tiers if tier)
         steps.append(pick)
@@ -403,8 +449,10 @@ def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAU
 
 
 def _tier(new: Run, old: Run) -> int:
-    """0: keeps the GPUs and the batch; 1: a smaller batch; 2: more GPUs."""
+    """0: keeps the GPUs, the batch and the host's share; 1: a smaller batch; 2: more in host RAM; 3: more GPUs."""
     if new.n_gpus > old.n_gpus:
+        return 3
+    if len(new.offload) > len(old.offload):
         return 2
     return 1 if new.batch_size < old.batch_size else 0
 
@@ -494,7 +542,8 @@ def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpu
 
 
 def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
-    """A table of suggestions: change, memory per GPU after it, memory saved, fits, cost (sizes in `unit`)."""
+    """A table of suggestions: change, memory per GPU after it, memory saved, host RAM per GPU, fits, cost (sizes
+    in `unit`)."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
     unit = unit_name(unit)
     message = "suggestions must be a list of the Suggestions that suggest_changes or path_to_fit return"
@@ -509,9 +558,10 @@ def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
             raise TypeError(f"suggestions must hold Suggestions (from suggest_changes or path_to_fit); "
                             f"got {validate.describe(item)}")
     rows = [{"change": s.change, f"per GPU after ({unit})": s.total / UNITS[unit],
-             f"saved ({unit})": s.saved / UNITS[unit], "fits": "yes" if s.fits else "no", "cost": s.cost}
+             f"saved ({unit})": s.saved / UNITS[unit], f"host RAM ({unit})": s.host_bytes / UNITS[unit],
+             "fits": "yes" if s.fits else "no", "cost": s.cost}
             for s in suggestions]
-    columns = ["change", f"per GPU after ({unit})", f"saved ({unit})", "fits", "cost"]
+    columns = ["change", f"per GPU after ({unit})", f"saved ({unit})", f"host RAM ({unit})", "fits", "cost"]
     return pd.DataFrame(rows, columns=columns)
 
 

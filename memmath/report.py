@@ -197,6 +197,13 @@ def defaults_said(run) -> str:
     return " ".join(said)
 
 
+def _cost(suggestion, unit) -> str:
+    """A change's cost, with the host RAM per GPU it needs where it offloads."""
+    if not suggestion.host_bytes:
+        return suggestion.cost
+    return f"{suggestion.cost}; host RAM {format_bytes(suggestion.host_bytes, unit)} per GPU"
+
+
 def _judged_headroom(suggestion, plan) -> int:
     return check_fit(suggestion.total, plan.gpu, reserved_bytes=plan.reserved_bytes, margin=FIT_MARGIN).headroom_bytes
 
@@ -232,8 +239,10 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
     w(table_row("Sum of the parts", int(memory.total), unit) + "\n")
     if memory.host is not None:  # what offloading keeps in host memory (memmath/offload.py)
         w(wrap(memory.host.describe(lambda n: format_bytes(n, unit)), "  ", width) + "\n")
-    if need.basis == "upper bound":  # no peak model: transients at their largest and the engine's buffers
+    if need.basis == "upper bound" and need.above_parts >= 0:  # no peak model: transients at their largest, buffers
         w(table_row("Bound: transients and buffers", need.above_parts, unit) + "\n")
+    elif need.basis == "upper bound":  # the unsharded run's peak plus buffers, below this sum (memmath/bounds.py)
+        w(table_row("Upper bound of the step", need.bytes, unit) + "\n")
     elif need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
         w(table_row("Communication buffers (derived)", need.bytes - int(memory.total), unit) + "\n")
     if need.peak is not None:
@@ -261,8 +270,8 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
                f"{format_bytes(other.bytes + plan.reserved_bytes, unit)} (the {basis_words(other)} "
                f"{format_bytes(other.bytes, unit)} + {format_bytes(plan.reserved_bytes, unit)} reserved): {said}", "  ")
     if not plan.fits:
-        rows = [(s.change, s.total, _judged_headroom(s, plan), s.cost) for s in plan.changes if s.fits]
-        path = [(s.change, s.total, _judged_headroom(s, plan), s.cost) for s in plan.path]
+        rows = [(s.change, s.total, _judged_headroom(s, plan), _cost(s, unit)) for s in plan.changes if s.fits]
+        path = [(s.change, s.total, _judged_headroom(s, plan), _cost(s, unit)) for s in plan.path]
         changes(w, rows, path, path and plan.path[-1].fits, unit, plan.reserved_bytes)
         if instead is not None and (rows or path):
             w.para(f"These changes keep the '{plan.cannot_run.precision}' recipe, which the {plan.gpu.name} cannot "
@@ -402,7 +411,7 @@ def training_json(plan, *, source=None, unit="GB", seq_default=False, reserve_de
     def change(s) -> dict:
         fit = check_fit(s.total, plan.gpu, reserved_bytes=plan.reserved_bytes, margin=FIT_MARGIN)
         return {"change": s.change, "required_bytes": s.total, "basis": _basis(s), "saved_bytes": s.saved,
-                "fits": s.fits, "headroom_bytes": int(fit.headroom_bytes), "cost": s.cost, "run": repr(s.run),
+                "host_bytes": s.host_bytes, "fits": s.fits, "headroom_bytes": int(fit.headroom_bytes), "cost": s.cost, "run": repr(s.run),
                 "settings": {k: (_method_json(v) if k == "method" else _jsonable(v))
                              for k, v in s.run.settings().items()}}
     return {

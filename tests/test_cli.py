@@ -132,7 +132,7 @@ def test_train_qlora_json_and_the_changes_are_judged_on_their_peak():
         redo = api_settings(method=mm.QLoRA(rank=8, targets=("q", "v")), batch_size=s["batch_size"],
                             checkpointing=s["checkpointing"], attention=s["attention"], optimizer=s["optimizer"],
                             precision=s["precision"], grad_accum_steps=s.get("grad_accum_steps", 1))
-        if s["n_gpus"] > 1 or s["method"]["name"] != "qlora":
+        if s["n_gpus"] > 1 or s["method"]["name"] != "qlora" or s["offload"]:  # offloading: an upper bound
             continue
         peak = peak_of("llama-3-8b", redo).total
         assert change["required_bytes"] == peak and change["basis"] == "peak"

@@ -17,6 +17,7 @@ import pytest
 
 import memmath as mm
 from memmath import cli, validate
+from memmath.planner import suggest_changes, suggestions_frame
 
 P_7B = 7_000_000_000  # a model size for the formulas; a parameter count has no step counters or layers
 LLAMA2_7B_PARAMS = 6_738_415_616  # meta-llama/Llama-2-7b-hf, counted by PyTorch on the meta device
@@ -158,11 +159,30 @@ def test_activation_offloading_moves_the_saved_tensors_to_the_host():
     assert moved.weights == plain.weights and moved.optimizer_states == plain.optimizer_states
 
 
-def test_the_requirement_judges_the_gpus_share():
-    run = mm.Run("gpt2", batch_size=4, seq_len=512, offload="activations")
+def test_the_requirement_bounds_the_gpus_share_with_the_steps_transients():
+    run = mm.Run("gpt2", batch_size=4, seq_len=512, offload="activations")  # bf16 AdamW, sdpa, dropout on
     need = mm.requirement(run)
-    assert need.basis == "sum of parts" and need.bytes == int(mm.training_memory(run).total)
-    assert "offloading" in need.reason
+    # GPT-2: 124,439,808 parameters, hidden 768, 12 heads, MLP 3,072, vocabulary 50,257; t = 4 x 512 tokens.
+    t, h, heads, inner = 4 * 512, 768, 12, 3072
+    temporaries = 2 * 124_439_808  # foreach AdamW's temporaries on the GPU, as large as the bf16 weights
+    loss = t * 50_257 * (2 + 12)  # the bf16 logits, their fp32 copy and two fp32 gradients
+    # one block made again (Korthikanti et al. 2022: 34 sbh with flash attention, no s^2 terms, plus sdpa's fp32
+    # logsumexp of 4 B x heads x tokens) and its backward's gradients (2 B x t x (h + 3 x inner))
+    block = 34 * t * h + 4 * heads * t + 2 * t * (h + 3 * inner)
+    assert need.basis == "upper bound" and "offloading" in need.reason
+    assert need.bytes == int(mm.training_memory(run).total) + temporaries + loss + block
+
+
+def test_an_optimizer_stepping_on_the_cpu_leaves_no_temporaries_on_the_gpu():
+    deepspeed = mm.requirement(mm.Run("llama-2-7b", precision="mixed", zero_stage=2, offload="optimizer",
+                                      seq_len=1024, batch_size=1))
+    fsdp2 = mm.requirement(mm.Run("llama-2-7b", n_gpus=8, zero_stage=3, sharding="fsdp2", offload="params",
+                                  seq_len=1024, batch_size=1))
+    saved_only = mm.requirement(mm.Run("llama-2-7b", offload="activations", seq_len=1024, batch_size=1))
+    temporaries = "the optimizer step's temporaries"
+    assert temporaries not in deepspeed.reason and temporaries not in fsdp2.reason and temporaries in saved_only.reason
+    # ZeRO-Offload carries the gradients to the host through DeepSpeed's buckets, even on one GPU
+    assert "ZeRO's two reduce buckets" in deepspeed.reason
 
 
 def test_offload_names_are_one_tuple_in_a_fixed_order():
@@ -234,6 +254,61 @@ def test_the_planner_keeps_deepspeeds_fp32_master_copy():
     plan = mm.plan_training(run, "RTX 4090")
     assert plan.fits is False and plan.changes
     assert all(s.run.precision == "mixed" and s.run.offload == run.offload for s in plan.changes)
+
+
+# 16 B per parameter in host RAM: fp32 master weights, fp32 gradients and Adam's two fp32 moments, plus torch
+# Adam's 4-byte step counter for each of Llama-2-7B's 291 tensors (32 blocks x 9, embeddings, final norm, head).
+LLAMA2_7B_ZERO_OFFLOAD_HOST = 16 * LLAMA2_7B_PARAMS + 4 * 291
+
+
+def _change(changes, name):
+    return next(s for s in changes if s.change == name)
+
+
+def test_the_planner_offers_zero_offload_with_its_host_ram():
+    run = mm.Run("llama-2-7b", precision="mixed", seq_len=1024, batch_size=1)
+    offload = _change(mm.plan_training(run, "A100 40GB").changes, "ZeRO-Offload: optimizer in host RAM")
+    # ZeRO-Offload trains on one GPU from ZeRO stage 2 (Ren et al. 2021, "ZeRO-Offload", section 4)
+    assert offload.run.offload == ("optimizer",) and offload.run.zero_stage == 2 and offload.run.n_gpus == 1
+    assert offload.host_bytes == LLAMA2_7B_ZERO_OFFLOAD_HOST and offload.fits
+    # the GPU keeps the 16-bit weights, no gradient part (stage 2 reduces straight to the host) and the activations
+    parts = mm.training_memory(offload.run)
+    assert (parts.weights, parts.gradients, parts.optimizer_states) == (2 * LLAMA2_7B_PARAMS, 0, 0)
+
+
+def test_the_planner_offers_activation_offloading_and_fsdp2s_cpu_offload():
+    run = mm.Run("llama-2-13b", precision="bf16", seq_len=4096, batch_size=8, n_gpus=2, zero_stage=3,
+                 sharding="fsdp2")
+    changes = suggest_changes(run, "A100 40GB")
+    acts = _change(changes, "activations in host RAM (save_on_cpu)")
+    fsdp = _change(changes, "FSDP2 CPU offload: shards in host RAM")
+    assert acts.run.offload == ("activations",) and fsdp.run.offload == ("params",)
+    assert acts.host_bytes == mm.training_memory(acts.run).host.total > 0
+    assert fsdp.host_bytes == mm.training_memory(fsdp.run).host.total > 0
+
+
+def test_offloading_comes_after_a_smaller_batch_and_before_more_gpus():
+    # Nothing that keeps the host's share fits this run on two A100 40GB; FSDP2's CPU offload does, so the path
+    # ends there instead of buying GPUs.
+    run = mm.Run("llama-2-13b", precision="bf16", seq_len=4096, batch_size=8, n_gpus=2, zero_stage=3,
+                 sharding="fsdp2")
+    path = mm.plan_training(run, "A100 40GB").path
+    assert [s.run.n_gpus for s in path] == [2] * len(path) and path[-1].fits
+    assert path[-1].run.offload == ("params",) and not any(s.run.offload for s in path[:-1])
+
+
+def test_a_run_already_offloading_everything_is_offered_no_more_offloading():
+    run = mm.Run("llama-2-7b", precision="mixed", zero_stage=3, n_gpus=2, offload="optimizer,params,activations",
+                 seq_len=4096, batch_size=8)
+    assert all(s.run.offload == run.offload for s in suggest_changes(run, "RTX 4090"))
+
+
+def test_the_suggestions_table_has_the_host_ram():
+    run = mm.Run("llama-2-7b", precision="mixed", seq_len=1024, batch_size=1)
+    frame = suggestions_frame(suggest_changes(run, "RTX 4090"))
+    row = frame[frame["change"] == "ZeRO-Offload: optimizer in host RAM"].iloc[0]
+    assert row["host RAM (GB)"] == LLAMA2_7B_ZERO_OFFLOAD_HOST / 1e9
+    assert (frame[frame["change"] == "LoRA rank 8 on q, v"]["host RAM (GB)"] == 0).all()
 
 
 # ---- the command line ------------------------------------------------------------------------
@@ -312,3 +387,25 @@ def test_save_on_cpu_packs_a_linears_weight_too():
     assert any(packed)
     note = [str(n) for n in mm.training_memory("gpt2", offload="activations").notes if n.kind == "offload_activations"]
     assert "weights' 248,879,616 B" in note[0]  # GPT-2's 124,439,808 parameters in bf16
+
+
+def test_the_command_line_prints_an_offloading_changes_host_ram(capsys):
+    status, out, _ = run_cli(capsys, "llama-2-7b", "--precision", "mixed", "--seq", "1024", "--batch", "1",
+                             "--gpu", "A100 40GB", "--unit", "GB")
+    text = " ".join(out.split())
+    assert status == 1 and "ZeRO-Offload: optimizer in host RAM" in text
+    assert f"host RAM {LLAMA2_7B_ZERO_OFFLOAD_HOST / 1e9:.2f} GB per GPU" in text  # 107.81 GB
+    _, out, _ = run_cli(capsys, "llama-2-7b", "--precision", "mixed", "--seq", "1024", "--batch", "1",
+                        "--gpu", "A100 40GB", "--json")
+    change = next(c for c in json.loads(out)["changes"] if c["change"] == "ZeRO-Offload: optimizer in host RAM")
+    assert change["host_bytes"] == LLAMA2_7B_ZERO_OFFLOAD_HOST and change["settings"]["offload"] == ["optimizer"]
+
+
+def test_a_bound_below_the_sum_of_the_parts_prints_without_an_error(capsys):
+    # FSDP2's bound from the unsharded run's peak can be below the sharded run's sum of the parts (memmath/bounds.py)
+    status, out, err = run_cli(capsys, "llama-2-13b", "--precision", "bf16", "--seq", "4096", "--batch", "8",
+                               "--gpus", "2", "--zero-stage", "3", "--sharding", "fsdp2")
+    need = mm.requirement(mm.Run("llama-2-13b", precision="bf16", seq_len=4096, batch_size=8, n_gpus=2,
+                                 zero_stage=3, sharding="fsdp2"))
+    assert status == 0 and err == "" and need.bytes < int(need.memory.total)
+    assert f"Upper bound of the step {need.bytes:,}" in " ".join(out.split())
