@@ -112,20 +112,21 @@ def _keeps_more_than_pure_bf16(precision) -> bool:
     return per_param > bytes_per_parameter(PURE_BF16, "adam")["total"]
 
 
-def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
-    """(change, new run, cost) for every change that applies to this run."""
+# path_to_fit's tiers (_tier): a change that keeps the GPUs, the batch and the host's share; a smaller batch; more in
+# host RAM; more GPUs. Candidates are made tier by tier, so a path step stops at the lowest tier with a fit.
+KEEP, SMALLER_BATCH, HOST, MORE_GPUS = TIERS = (0, 1, 2, 3)
+
+
+def _candidates(run: Run, gpu, reserved_bytes, max_gpus, tiers=TIERS):
+    """(change, new run, cost) for every change of the given tiers that applies to this run."""
     if is_parallel(run):  # a model split across GPUs (memmath/parallel.py): the changes that keep its layout
-        yield from _parallel_candidates(run, gpu, reserved_bytes, max_gpus)
+        yield from _parallel_candidates(run, gpu, reserved_bytes, max_gpus, tiers)
         return
     method, fits = run.method, _fits_run(gpu, reserved_bytes)
     method, rewrap = rewrapper(method)  # preference training: the changes are its policy's, the reference kept
-    if run.seq_len is not None and not run.checkpointing:
-        yield ("gradient checkpointing on", run.replace(checkpointing=True),
-               "recomputes each block's forward pass during backward: about a third more compute")
-    if run.seq_len is not None and run.attention == "eager" and sdpa_supported(run.model):
-        yield ("fused attention (sdpa)", run.replace(attention="sdpa"),
-               "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
-    if run.batch_size > 1 and run.seq_len is not None:
+    if KEEP in tiers:
+        yield from _keeping_candidates(run, gpu, method, rewrap)
+    if SMALLER_BATCH in tiers and run.batch_size > 1 and run.seq_len is not None:
         # A smaller micro-batch accumulated to the same effective batch (batch_size x grad_accum_steps): the largest
         # divisor of the batch that fits, else 1, judged by its own peak (a later micro-batch holds the gradients).
         sizes = [d for d in _divisors(run.batch_size) if d < run.batch_size
@@ -135,6 +136,31 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
         yield (f"batch size {new.batch_size}, accumulate {new.grad_accum_steps}", new,
                f"{new.grad_accum_steps} forward and backward passes per optimizer step for the same effective batch "
                f"of {run.effective_batch}: slower steps")
+    if HOST in tiers:
+        yield from _offload_candidates(run)
+    if KEEP in tiers and run.n_gpus > 1 and run.zero_stage < 3 and run.sharding == "even":
+        staged = [run.replace(zero_stage=k) for k in range(run.zero_stage + 1, 4)]
+        new = next((r for r in staged if fits(r)), staged[-1])  # the lowest stage that fits, else 3
+        yield (f"ZeRO stage {new.zero_stage} on the {run.n_gpus} GPUs", new,
+               "shards states, gradients and weights across GPUs: more communication per step")
+    if MORE_GPUS in tiers and run.n_gpus < max_gpus and run.sharding == "even":
+        # The fewest GPUs, any whole number above the current count up to max_gpus, that fit; else max_gpus.
+        stage = max(run.zero_stage, 3)
+        fewest = fewest_where(lambda n: fits(run.replace(n_gpus=n, zero_stage=stage)), run.n_gpus + 1, max_gpus)
+        new = run.replace(n_gpus=fewest or max_gpus, zero_stage=stage)
+        yield (f"{new.n_gpus} GPUs with ZeRO stage {stage}", new,
+               "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
+
+
+def _keeping_candidates(run: Run, gpu, method, rewrap):
+    """The changes that keep the GPUs, the batch and the host's share: checkpointing, fused attention, LoRA or QLoRA,
+    8-bit Adam, a pure bf16 recipe."""
+    if run.seq_len is not None and not run.checkpointing:
+        yield ("gradient checkpointing on", run.replace(checkpointing=True),
+               "recomputes each block's forward pass during backward: about a third more compute")
+    if run.seq_len is not None and run.attention == "eager" and sdpa_supported(run.model):
+        yield ("fused attention (sdpa)", run.replace(attention="sdpa"),
+               "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
     if not isinstance(method, (LoRA, QLoRA)):
         yield (f"LoRA rank {SUGGESTED_RANK} on {', '.join(SUGGESTED_TARGETS)}",
                run.replace(method=rewrap(LoRA(rank=SUGGESTED_RANK, targets=SUGGESTED_TARGETS))),
@@ -155,19 +181,6 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus):
     if _keeps_more_than_pure_bf16(run.precision) and gpu.computes_bf16 is not False and "optimizer" not in run.offload:
         yield ("pure bf16 recipe", run.replace(precision=PURE_BF16),
                "no fp32 master copy: small updates can round away; watch the loss (or use Kahan summation)")
-    yield from _offload_candidates(run)
-    if run.n_gpus > 1 and run.zero_stage < 3 and run.sharding == "even":
-        staged = [run.replace(zero_stage=k) for k in range(run.zero_stage + 1, 4)]
-        new = next((r for r in staged if fits(r)), staged[-1])  # the lowest stage that fits, else 3
-        yield (f"ZeRO stage {new.zero_stage} on the {run.n_gpus} GPUs", new,
-               "shards states, gradients and weights across GPUs: more communication per step")
-    if run.n_gpus < max_gpus and run.sharding == "even":
-        # The fewest GPUs, any whole number above the current count up to max_gpus, that fit; else max_gpus.
-        stage = max(run.zero_stage, 3)
-        fewest = fewest_where(lambda n: fits(run.replace(n_gpus=n, zero_stage=stage)), run.n_gpus + 1, max_gpus)
-        new = run.replace(n_gpus=fewest or max_gpus, zero_stage=stage)
-        yield (f"{new.n_gpus} GPUs with ZeRO stage {stage}", new,
-               "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
 
 
 def _offloaded(run: Run, part: str, **changes) -> Run | None:
@@ -208,10 +221,27 @@ def _offload_candidates(run: Run):
                    "every tensor saved for backward crosses PCIe twice: slower steps where the copies are not hidden")
 
 
-def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus):
+def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus, tiers=TIERS):
     """The changes to a tensor/pipeline parallel run that keep its degrees: checkpointing, fused attention,
     8-bit Adam, ZeRO on the data axis, and more data-parallel copies with ZeRO stage 3."""
     fits = _fits_run(gpu, reserved_bytes)
+    if KEEP in tiers:
+        yield from _parallel_keeping(run, fits)
+    split = run.tp * run.pp * run.cp
+    counts = []
+    if MORE_GPUS in tiers and run.n_gpus + split <= max_gpus:
+        # expert parallelism must divide the data x context ranks: only such counts are tried
+        counts = [n for n in range(run.n_gpus + split, max_gpus + 1, split) if (n // split * run.cp) % run.ep == 0]
+    if counts:
+        stage = max(run.zero_stage, 3)
+        index = fewest_where(lambda i: fits(run.replace(n_gpus=counts[i], zero_stage=stage)), 0, len(counts) - 1)
+        new = run.replace(n_gpus=counts[len(counts) - 1 if index is None else index], zero_stage=stage)
+        yield (f"{new.n_gpus} GPUs ({layout(new).dp} data-parallel copies) with ZeRO stage {stage}", new,
+               "more cards on the data axis; ZeRO shards the states of each tensor/pipeline share")
+
+
+def _parallel_keeping(run: Run, fits):
+    """A split run's changes that keep its GPUs: checkpointing, fused attention, 8-bit Adam, ZeRO on the data axis."""
     if run.seq_len is not None and not run.checkpointing:
         yield ("gradient checkpointing on", run.replace(checkpointing=True),
                "recomputes each block's forward pass during backward: about a third more compute")
@@ -221,22 +251,11 @@ def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus):
     if run.optimizer in ("adam", "adamw"):
         yield ("8-bit Adam", run.replace(optimizer="adam8bit"),
                "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
-    split = run.tp * run.pp * run.cp
     if layout(run).dp > 1 and run.zero_stage < 3:
         staged = [run.replace(zero_stage=k) for k in range(run.zero_stage + 1, 4)]
         new = next((r for r in staged if fits(r)), staged[-1])
         yield (f"ZeRO stage {new.zero_stage} on the {layout(run).dp} data-parallel copies", new,
                "shards states, gradients and weights across the data axis: more communication per step")
-    counts = []
-    if run.n_gpus + split <= max_gpus:
-        # expert parallelism must divide the data x context ranks: only such counts are tried
-        counts = [n for n in range(run.n_gpus + split, max_gpus + 1, split) if (n // split * run.cp) % run.ep == 0]
-    if counts:
-        stage = max(run.zero_stage, 3)
-        index = fewest_where(lambda i: fits(run.replace(n_gpus=counts[i], zero_stage=stage)), 0, len(counts) - 1)
-        new = run.replace(n_gpus=counts[len(counts) - 1 if index is None else index], zero_stage=stage)
-        yield (f"{new.n_gpus} GPUs ({layout(new).dp} data-parallel copies) with ZeRO stage {stage}", new,
-               "more cards on the data axis; ZeRO shards the states of each tensor/pipeline share")
 
 
 # ---- the layout planner: the fewest GPUs, and their degrees, that fit a run ----------------------------
@@ -392,9 +411,14 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=D
     """
     run = as_run(model, **settings)
     gpu, reserved_bytes, max_gpus = _checked(gpu, reserved_bytes, max_gpus)
+    return _suggestions(run, gpu, reserved_bytes, max_gpus, TIERS)
+
+
+def _suggestions(run: Run, gpu, reserved_bytes, max_gpus, tiers) -> list[Suggestion]:
+    """suggest_changes of the candidates of `tiers`, their arguments checked."""
     before = requirement(run)
     suggestions = []
-    for change, new, cost in _candidates(run, gpu, reserved_bytes, max_gpus):
+    for change, new, cost in _candidates(run, gpu, reserved_bytes, max_gpus, tiers):
         try:
             need = requirement(new)
         except ValueError:  # e.g. LoRA on a model without named matrices
@@ -411,7 +435,10 @@ def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=D
     return sorted(suggestions, key=lambda s: (-s.saved, s.change))
 
 
-def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, max_steps=8,
+PATH_STEPS = 8  # path_to_fit's default: more changes than the candidates' kinds a run can take in a row
+
+
+def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, max_steps=PATH_STEPS,
                 **settings) -> list[Suggestion]:
     """Changes applied one after another until the run fits. Changes come in tiers: those that keep
     the GPUs and the batch, then a smaller batch, then offloading to host RAM, then more GPUs (up to
@@ -426,21 +453,19 @@ def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAU
     run = as_run(model, **settings)
     gpu, reserved_bytes, max_gpus = _checked(gpu, reserved_bytes, max_gpus)
     max_steps = validate.count("max_steps", max_steps, high=32, scalar=True)
+    return _path(run, gpu, reserved_bytes, max_gpus, max_steps)
+
+
+def _path(run: Run, gpu, reserved_bytes, max_gpus, max_steps, first=None) -> list[Suggestion]:
+    """path_to_fit of checked arguments; first: the run's own suggest_changes, where the caller has them."""
     steps: list[Suggestion] = []
     if _fits(requirement(run).bytes, gpu, reserved_bytes):
         return steps
     current = run
     for _ in range(max_steps):
-        options = suggest_changes(current, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus)
-        if not options:
+        pick = _next_step(current, gpu, reserved_bytes, max_gpus, first if current is run else None)
+        if pick is None:
             break
-        # Changes in tiers: those that keep the hardware and the batch, then a smaller batch (gradient
-        # accumulation keeps the effective batch), then parts moved to host RAM (slower steps, host memory), then
-        # more GPUs (more hardware). The lowest tier with a
-        # change that fits gives its smallest such change; when none fits, the lowest tier its largest saving.
-        tiers = [[s for s in options if _tier(s.run, current) == t] for t in range(4)]
-        fitting = [[s for s in tier if s.fits] for tier in tiers]
-        pick = next((tier[-1] for tier in fitting if tier), None) or next(tier[0] for tier in tiers if tier)
         steps.append(pick)
         current = pick.run
         if pick.fits:
@@ -448,13 +473,30 @@ def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAU
     return steps
 
 
+def _next_step(run: Run, gpu, reserved_bytes, max_gpus, options=None) -> Suggestion | None:
+    """One step of the path. Changes in tiers: those that keep the hardware and the batch, then a smaller batch
+    (gradient accumulation keeps the effective batch), then parts moved to host RAM (slower steps, host memory), then
+    more GPUs (more hardware). The lowest tier with a change that fits gives its smallest such change; when none
+    fits, the lowest tier its largest saving. Without `options` each tier's candidates are made only when every
+    tier below has no change that fits."""
+    tiers = []
+    for tier in TIERS:
+        found = ([s for s in options if _tier(s.run, run) == tier] if options is not None
+                 else _suggestions(run, gpu, reserved_bytes, max_gpus, (tier,)))
+        fitting = [s for s in found if s.fits]
+        if fitting:
+            return fitting[-1]
+        tiers.append(found)
+    return next((found[0] for found in tiers if found), None)
+
+
 def _tier(new: Run, old: Run) -> int:
-    """0: keeps the GPUs, the batch and the host's share; 1: a smaller batch; 2: more in host RAM; 3: more GPUs."""
+    """The tier (TIERS) of the change from old to new."""
     if new.n_gpus > old.n_gpus:
-        return 3
+        return MORE_GPUS
     if len(new.offload) > len(old.offload):
-        return 2
-    return 1 if new.batch_size < old.batch_size else 0
+        return HOST
+    return SMALLER_BATCH if new.batch_size < old.batch_size else KEEP
 
 
 @dataclass(frozen=True)
@@ -536,8 +578,8 @@ def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpu
     fit = check_fit(need.bytes, gpu, reserved_bytes=reserved_bytes, margin=FIT_MARGIN)
     changes = path = ()
     if not fit.fits:
-        changes = tuple(suggest_changes(run, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus))
-        path = tuple(path_to_fit(run, gpu, reserved_bytes=reserved_bytes, max_gpus=max_gpus))
+        changes = tuple(_suggestions(run, gpu, reserved_bytes, max_gpus, TIERS))
+        path = tuple(_path(run, gpu, reserved_bytes, max_gpus, PATH_STEPS, first=changes))
     return TrainingPlan(run, need, gpu, reserved_bytes, fit, changes, path, recipe_warning(run.precision, gpu))
 
 

@@ -381,3 +381,49 @@ def test_an_accumulating_run_keeps_its_effective_batch_and_a_batch_of_1_offers_n
     assert b in (1, 2, 3) and b * k == 12 and batch.change == f"batch size {b}, accumulate {k}"
     one = mm.Run("llama-2-7b", method=mm.LoRA(rank=8), grad_accum_steps=4, seq_len=4096)
     assert not [s for s in mm.planner.suggest_changes(one, "RTX 4090") if s.change.startswith("batch")]
+
+
+def _eager_path(run, gpu, max_steps=8):
+    """path_to_fit's documented rule, every candidate made at every step: the lowest tier (keeps the GPUs and the
+    batch; a smaller batch; more in host RAM; more GPUs) with a change that fits gives its smallest such change, else
+    the lowest tier its largest saving."""
+    def tier(new, old):
+        if new.n_gpus > old.n_gpus:
+            return 3
+        if len(new.offload) > len(old.offload):
+            return 2
+        return 1 if new.batch_size < old.batch_size else 0
+
+    steps, current = [], run
+    if mm.plan_training(run, gpu).fits:
+        return steps
+    for _ in range(max_steps):
+        options = mm.planner.suggest_changes(current, gpu)
+        if not options:
+            break
+        tiers = [[s for s in options if tier(s.run, current) == t] for t in range(4)]
+        pick = next((t[-1] for t in ([s for s in tier_ if s.fits] for tier_ in tiers) if t), None) \
+            or next(t[0] for t in tiers if t)
+        steps.append(pick)
+        current = pick.run
+        if pick.fits:
+            break
+    return steps
+
+
+@pytest.mark.parametrize("settings, gpu", [
+    (dict(model="llama-3-8b", method=mm.LoRA(rank=8), batch_size=4, seq_len=2048), "RTX 4090"),
+    (dict(model="llama-2-7b", precision="mixed", seq_len=1024, batch_size=8), "A100 40GB"),
+    (dict(model="llama-2-13b", precision="bf16", seq_len=4096, batch_size=8, n_gpus=2, zero_stage=3,
+          sharding="fsdp2"), "A100 40GB"),
+    (dict(model="llama-3-70b", seq_len=4096, batch_size=2, tp=8, n_gpus=8), "H100 80GB"),
+    (dict(model="gpt2", seq_len=1024, batch_size=64, attention="eager"), "T4"),
+], ids=["lora-8b", "mixed-7b", "fsdp2-13b", "tp-70b", "gpt2-t4"])
+def test_the_path_makes_candidates_tier_by_tier_with_the_same_answer(settings, gpu):
+    # The planner makes a tier's candidates only when no lower tier fits; the chain is the one every candidate
+    # at every step would give.
+    run = mm.Run(**settings)
+    path = mm.planner.path_to_fit(run, gpu)
+    assert [(s.change, s.run, s.total) for s in path] == [(s.change, s.run, s.total) for s in _eager_path(run, gpu)]
+    plan = mm.plan_training(run, gpu)
+    assert [(s.change, s.run) for s in plan.path] == [(s.change, s.run) for s in path]
