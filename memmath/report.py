@@ -385,6 +385,22 @@ def _verdict_json(fit):
             **{key: getattr(said, key) for key in ("spare", "short_by", "what_fails") for said in [verdict_of_fit(fit)]}}
 
 
+def traced_text(answer, fit, peak: int, reserve: int, *, unit="GB", style=PLAIN, width=WIDTH) -> str:
+    """A traced answer (memmath.traced) as `memmath train/infer --traced` prints it; with a GPU (fit: check_fit of its
+    peak), the one verdict every other answer prints."""
+    w = Writer(style, width)
+    w(answer.text())
+    if fit is not None:
+        verdict(w, fit, peak, reserve, unit, "traced peak")
+    return w.text()
+
+
+def traced_json(answer, fit) -> dict:
+    """A traced answer as `--traced --json` prints it: its fields, and with a GPU the verdict as training_json has it."""
+    return {**answer.as_dict(), "verdict": _verdict_json(fit),
+            "gpu": None if fit is None else _gpu_json(fit.gpu)}
+
+
 def _reserve_json(reserve, default) -> dict:
     return {"bytes": reserve, "default": default, "what": CUDA_CONTEXT_SOURCE if default else "given by --reserve"}
 

@@ -38,6 +38,8 @@ def _(mo, viz):
 
 @app.cell
 def _():
+    import importlib.util
+    import json
     import re
 
     import altair as alt
@@ -52,8 +54,9 @@ def _():
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons import requirement_view, site_charts
     from memmath.verdict import verdict_of, verdict_of_fit
-    return (literature, live_chart, live_only_notice, mm, mo, pd, re, requirement_view, site_charts, verdict_of,
-            verdict_of_fit, viz)
+    from memmath import traced
+    return (importlib, json, literature, live_chart, live_only_notice, mm, mo, pd, re, requirement_view, site_charts,
+            traced, verdict_of, verdict_of_fit, viz)
 
 
 @app.cell
@@ -166,6 +169,77 @@ def _(bars_chart, mm, mo, model, model_error, nearest_layout, pasted_text, re, s
 
 
 @app.cell(hide_code=True)
+def _(config_text_area, importlib, json, mo, model_error, source_radio):
+    # A model type memmath has no record for can still be answered: PyTorch traces its step at full size under fake
+    # tensors, with no memory behind them (memmath/traced.py), where torch and transformers are installed.
+    trace_config = None
+    if model_error and source_radio.value != "preset" and "is not supported" in model_error:
+        trace_config = json.loads(config_text_area.value)
+    torch_ready = all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))
+    trace_button = mo.ui.run_button(label="Trace this step with PyTorch", disabled=not torch_ready)
+    if trace_config is None:
+        _shown = None
+    elif torch_ready:
+        _shown = mo.vstack([mo.md(
+            "**PyTorch can still answer for this model.** It builds the model from your config.json on the meta "
+            "device (no weights, nothing downloaded) and steps one block of each kind under fake tensors, which "
+            "have shapes but no memory. The answer is traced, not memmath's model: it uses the method, precision, "
+            "optimizer, batch, sequence length, checkpointing, attention and GPU you choose below, as they are when "
+            "you press the button. A 70B-class model takes about 15 s on two cores; the answer is cached."),
+            trace_button])
+    else:
+        _shown = mo.callout(mo.md(
+            "PyTorch could trace this model's step, but torch and transformers are not installed here: "
+            '`pip install "memmath[torch]"`, then open this lesson again.'), kind="warn")
+    _shown
+    return trace_button, trace_config
+
+
+@app.cell(hide_code=True)
+def _(hardware_controls, method_controls, mm, mo, pasted_text, step_controls, trace_button, trace_config, traced,
+      verdict_of):
+    mo.stop(trace_config is None or not trace_button.value)
+    _m, _s, _h = method_controls, step_controls, hardware_controls  # their values now, as the button was pressed
+    _method, _precision = _m["method"].value, _s["precision"].value
+    _refused = []
+    if _method not in ("full", "lora"):
+        _refused.append("the method: a trace here takes full finetuning or LoRA")
+    if _precision not in traced.PRECISIONS:
+        _refused.append(f"the precision recipe: a trace takes {', '.join(traced.PRECISIONS)}")
+    if _s["optimizer"].value not in traced.OPTIMIZERS:
+        _refused.append(f"the optimizer: a trace takes {', '.join(traced.OPTIMIZERS)}")
+    mo.stop(bool(_refused), mo.callout(mo.md("No trace with these settings. Change " + "; ".join(_refused) + "."),
+                                       kind="warn"))
+    _settings = dict(precision=_precision, optimizer=_s["optimizer"].value, method=_method,
+                     batch_size=_s["batch"].value, seq_len=_s["seq_len"].value,
+                     checkpointing=_s["checkpointing"].value, attention=_s["attention"].value or "sdpa")
+    if _method == "lora":  # peft's "all-linear" for every linear layer but the head
+        _settings.update(lora_rank=_m["rank"].value,
+                         lora_targets=tuple("all-linear" if t == "all" else t for t in _m["targets"].value))
+    try:
+        with mo.status.spinner(title="Tracing the step with PyTorch..."):
+            traced_answer = traced.traced_training(trace_config, **_settings)
+    except (ValueError, ImportError) as _error:
+        traced_answer = None
+        _shown = mo.callout(mo.md(f"PyTorch could not trace it: {pasted_text(str(_error))}"), kind="danger")
+    else:
+        _unit = _h["unit"].value
+        _verdict = verdict_of(traced_answer.peak_step2_bytes, mm.get_gpu(_h["gpu"].value),
+                              reserved_bytes=int(_h["reserved"].value) * 2**20)
+        # The one verdict rule (memmath/verdict.py): the traced peak, the CUDA context and 5% of the peak kept free.
+        _shown = mo.vstack([
+            mo.md(f"**Traced by PyTorch:** the peak of every step after the first is "
+                  f"{mm.format_bytes(traced_answer.peak_step2_bytes, _unit)}, in the "
+                  f"{traced_answer.peak_step2_phase.replace('_', ' ')}. On the {_verdict.gpu_name}, with "
+                  f"{mm.format_bytes(_verdict.reserved_bytes, _unit)} reserved for the CUDA context: "
+                  f"{_verdict.headline(_unit)} {_verdict.why(_unit)} After you change a setting, press the "
+                  "button again to trace it."),
+            mo.plain_text(traced_answer.text())])
+    _shown
+    return (traced_answer,)
+
+
+@app.cell(hide_code=True)
 def _(live_only_notice, mo):
     # The method's controls depend on no other control, so changing the model (or anything else) keeps them;
     # only the freeze slider's range follows the model, and it remembers the value asked for (next cells). They show
@@ -179,9 +253,12 @@ def _(live_only_notice, mo):
     rank_slider = mo.ui.slider(steps=[2**k for k in range(0, 9)], value=8, show_value=True, label="LoRA/QLoRA: rank")
     targets_dropdown = mo.ui.dropdown({"q, v": ("q", "v"), "q, k, v, o": ("q", "k", "v", "o"), "all linear": ("all",)},
                                       value="q, v", label="LoRA/QLoRA: matrices")
+    # The same controls in a plain dict: a cell that reads them from it does not re-run when they move (marimo
+    # re-runs the cells that name a control), so the trace below reads them only when its button is pressed.
+    method_controls = dict(method=method_dropdown, rank=rank_slider, targets=targets_dropdown)
     mo.vstack([mo.md("## 2. The method"), live_only_notice(), method_dropdown,
                mo.hstack([bottleneck_slider, rank_slider, targets_dropdown], justify="start")])
-    return bottleneck_slider, method_dropdown, rank_slider, targets_dropdown
+    return bottleneck_slider, method_controls, method_dropdown, rank_slider, targets_dropdown
 
 
 @app.cell
@@ -222,11 +299,13 @@ def _(live_only_notice, mm, mo, viz):
     # None: what transformers picks for the model (SDPA; eager for Gemma 2, whose softcap SDPA refuses).
     attention_radio = mo.ui.radio({"as transformers picks": None, "sdpa": "sdpa", "eager": "eager"},
                                   value="as transformers picks", inline=True, label="Attention")
+    step_controls = dict(precision=precision_dropdown, optimizer=optimizer_dropdown, batch=batch_slider,
+                         seq_len=seq_len_slider, checkpointing=checkpointing_switch, attention=attention_radio)
     mo.vstack([mo.md("## 3. The training step"), live_only_notice(), mo.hstack([precision_dropdown, optimizer_dropdown], justify="start"),
                mo.hstack([batch_slider, seq_len_slider, accum_slider], justify="start"),
                mo.hstack([checkpointing_switch, attention_radio], justify="start")])
     return (accum_slider, attention_radio, batch_slider, checkpointing_switch, optimizer_dropdown, precision_dropdown,
-            seq_len_slider)
+            seq_len_slider, step_controls)
 
 
 @app.cell(hide_code=True)
@@ -248,6 +327,7 @@ def _(literature, live_only_notice, mm, mo, viz):
                                    show_value=True, label="Reserved for the CUDA context (MiB)")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     _context = literature.REPORTED["cuda_context_v100"]
+    hardware_controls = dict(gpu=gpu_dropdown, reserved=reserved_slider, unit=unit_radio)
     mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_number, zero_stage_radio], justify="start"),
                mo.hstack([tp_dropdown, pp_dropdown, mo.md(
                    f"The GPUs split the model t x p ways ({viz.lesson_link('11_many_gpus', 'lesson 11')}); the rest "
@@ -259,7 +339,8 @@ def _(literature, live_only_notice, mm, mo, viz):
                      f"starts there, at memmath's default reserve ({_context_mib:,} MiB), and goes from none to "
                      f"{mm.format_bytes(_steps[-1] * 2**20, 'GiB')} ({_steps[-1]:,} MiB)."
                      ).style({"font-size": "0.9em"})])
-    return gpu_dropdown, max_gpus_number, n_gpus_number, pp_dropdown, reserved_slider, tp_dropdown, unit_radio, zero_stage_radio
+    return (gpu_dropdown, hardware_controls, max_gpus_number, n_gpus_number, pp_dropdown, reserved_slider, tp_dropdown,
+            unit_radio, zero_stage_radio)
 
 
 @app.cell

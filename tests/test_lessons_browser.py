@@ -138,3 +138,49 @@ def test_every_button_changes_what_is_shown(chromium, workbook, lesson):
             assert not after.same_as(before), f"{lesson.name}: button {index + 1} changes nothing on the page"
     finally:
         page.close()
+
+
+# A model type memmath has no record for (OLMo 3: allenai's Olmo3ForCausalLM), at a width that traces in seconds.
+TINY_OLMO3 = {"architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3", "hidden_size": 64,
+              "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 4,
+              "vocab_size": 1000, "max_position_embeddings": 512, "sliding_window": 64, "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": False}
+
+
+def test_lesson_8_traces_a_pasted_config_memmath_has_no_record_for(chromium, workbook, transformers):
+    """Pasting a model type memmath refuses offers PyTorch's trace; its peak is the API's for the same settings,
+    judged by the one verdict."""
+    import json
+
+    from browser import LivePage
+
+    import memmath as mm
+    from memmath.traced import traced_training
+    from memmath.verdict import verdict_of
+
+    page = chromium.new_page(viewport={"width": 1280, "height": 1600})
+    try:
+        live = LivePage(page)
+        live.open(f"{workbook.url}?file=08_planner.py")
+        runs = live.completed_runs
+        page.get_by_text("paste config.json", exact=True).first.click()
+        live.wait_settled(runs)
+        runs = live.completed_runs
+        area = page.locator("textarea").first
+        area.fill(json.dumps(TINY_OLMO3))
+        area.blur()
+        live.wait_settled(runs)
+        assert "is not supported" in live.snapshot().text
+        runs = live.completed_runs
+        page.get_by_role("button", name="Trace this step with PyTorch").click()
+        live.wait_settled(runs, timeout_s=180)
+        text = " ".join(live.snapshot().text.split())
+        # the lesson's defaults: full finetuning, pure bf16, AdamW, batch 1 x 512 tokens, sdpa, on an RTX 4090
+        answer = traced_training(TINY_OLMO3, precision="bf16", optimizer="adamw", method="full", batch_size=1,
+                                 seq_len=512, attention="sdpa")
+        verdict = verdict_of(answer.peak_step2_bytes, "RTX 4090")
+        assert f"the peak of every step after the first is {mm.format_bytes(answer.peak_step2_bytes)}" in text
+        assert f"{answer.peak_step2_bytes:,} B" in text and verdict.headline() in text
+        assert "Traceback" not in text
+    finally:
+        page.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from memmath import validate
+from memmath import report, validate
 from memmath.gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit
 from memmath.traced import (PRECISIONS, TorchMissing, TraceSettings, read_config, stderr_progress, traced_inference,
                      traced_training)
@@ -69,28 +69,19 @@ def run_infer(args, out, style=None) -> int:
                                   precision=weights, attention=args.attention or "sdpa", progress=stderr_progress)
     except TorchMissing as error:
         raise ValueError(str(error)) from None
-    return _write_traced(args, out, answer, answer.prefill_peak_bytes)
+    return _write_traced(args, out, answer, answer.prefill_peak_bytes, style)
 
 
-def _write_traced(args, out, answer, peak: int) -> int:
-    """The traced answer as text or JSON, and with --gpu or --gpu-memory whether its peak and the CUDA context fit."""
+def _write_traced(args, out, answer, peak: int, style=None) -> int:
+    """The traced answer as text or JSON, and with --gpu or --gpu-memory the verdict on its peak and the CUDA context
+    (check_fit with FIT_MARGIN of the peak kept free, as every answer is judged)."""
     gpu = resolve_gpu(args)
     reserve = CUDA_CONTEXT_BYTES if getattr(args, "reserve", None) is None else args.reserve
-    # the verdict every answer uses: the peak and the reserve, with FIT_MARGIN of the peak kept free
-    fits = None if gpu is None else check_fit(peak, gpu, reserved_bytes=reserve, margin=FIT_MARGIN).fits
-    if args.json:
-        data = answer.as_dict()
-        if gpu is not None:
-            data["gpu"] = {"name": gpu.name, "memory_bytes": gpu.memory_bytes, "reserve_bytes": reserve,
-                           "fits": fits}
-        out.write(json.dumps(data, indent=2) + "\n")
-    else:
-        out.write(answer.text())
-        if gpu is not None:
-            out.write(f"  {gpu.name} ({gpu.memory_bytes:,} B): {'fits' if fits else 'does not fit'} "
-                      f"(peak {peak:,} B + {reserve:,} B for the CUDA context = {peak + reserve:,} B, with "
-                      f"{FIT_MARGIN:.0%} of the peak kept free)\n")
-    return 1 if fits is False else 0
+    fit = None if gpu is None else check_fit(peak, gpu, reserved_bytes=reserve, margin=FIT_MARGIN)
+    out.write(json.dumps(report.traced_json(answer, fit), indent=2) + "\n" if args.json else
+              report.traced_text(answer, fit, peak, reserve, unit=getattr(args, "unit", "GB"),
+                                 **({"style": style} if style is not None else {})))
+    return 1 if fit is not None and not fit.fits else 0
 
 
 def run_train(args, out, style=None) -> int:
@@ -101,4 +92,4 @@ def run_train(args, out, style=None) -> int:
         answer = traced_training(config, settings, progress=stderr_progress)
     except TorchMissing as error:
         raise ValueError(str(error)) from None
-    return _write_traced(args, out, answer, answer.peak_step2_bytes)
+    return _write_traced(args, out, answer, answer.peak_step2_bytes, style)
