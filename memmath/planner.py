@@ -152,15 +152,27 @@ def _candidates(run: Run, gpu, reserved_bytes, max_gpus, tiers=TIERS):
                "more cards; ZeRO shards everything but activations, which every GPU keeps for its own batch")
 
 
-def _keeping_candidates(run: Run, gpu, method, rewrap):
-    """The changes that keep the GPUs, the batch and the host's share: checkpointing, fused attention, LoRA or QLoRA,
-    8-bit Adam, a pure bf16 recipe."""
+def _activation_candidates(run: Run):
+    """Checkpointing and fused attention: fewer activations kept, the same GPUs and batch."""
     if run.seq_len is not None and not run.checkpointing:
         yield ("gradient checkpointing on", run.replace(checkpointing=True),
                "recomputes each block's forward pass during backward: about a third more compute")
     if run.seq_len is not None and run.attention == "eager" and sdpa_supported(run.model):
         yield ("fused attention (sdpa)", run.replace(attention="sdpa"),
                "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
+
+
+def _optimizer_candidates(run: Run):
+    """8-bit Adam in place of a 32-bit Adam."""
+    if run.optimizer in ("adam", "adamw"):
+        yield ("8-bit Adam", run.replace(optimizer="adam8bit"),
+               "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
+
+
+def _keeping_candidates(run: Run, gpu, method, rewrap):
+    """The changes that keep the GPUs, the batch and the host's share: checkpointing, fused attention, LoRA or QLoRA,
+    8-bit Adam, a pure bf16 recipe."""
+    yield from _activation_candidates(run)
     if not isinstance(method, (LoRA, QLoRA)):
         yield (f"LoRA rank {SUGGESTED_RANK} on {', '.join(SUGGESTED_TARGETS)}",
                run.replace(method=rewrap(LoRA(rank=SUGGESTED_RANK, targets=SUGGESTED_TARGETS))),
@@ -174,9 +186,7 @@ def _keeping_candidates(run: Run, gpu, method, rewrap):
         yield (f"QLoRA rank {rank} on {', '.join(targets)}",
                run.replace(method=rewrap(QLoRA(rank=rank, targets=targets, **kept))),
                "4-bit NF4 base: weights are dequantized on the fly, so steps are slower (Dettmers et al. 2023)")
-    if run.optimizer in ("adam", "adamw"):
-        yield ("8-bit Adam", run.replace(optimizer="adam8bit"),
-               "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
+    yield from _optimizer_candidates(run)
     # a T4 or V100 cannot run it; DeepSpeed's ZeRO-Offload keeps its fp32 master copy (memmath/offload.py)
     if _keeps_more_than_pure_bf16(run.precision) and gpu.computes_bf16 is not False and "optimizer" not in run.offload:
         yield ("pure bf16 recipe", run.replace(precision=PURE_BF16),
@@ -242,15 +252,8 @@ def _parallel_candidates(run: Run, gpu, reserved_bytes, max_gpus, tiers=TIERS):
 
 def _parallel_keeping(run: Run, fits):
     """A split run's changes that keep its GPUs: checkpointing, fused attention, 8-bit Adam, ZeRO on the data axis."""
-    if run.seq_len is not None and not run.checkpointing:
-        yield ("gradient checkpointing on", run.replace(checkpointing=True),
-               "recomputes each block's forward pass during backward: about a third more compute")
-    if run.seq_len is not None and run.attention == "eager" and sdpa_supported(run.model):
-        yield ("fused attention (sdpa)", run.replace(attention="sdpa"),
-               "no extra compute: the same attention in a fused kernel (PyTorch SDPA, FlashAttention)")
-    if run.optimizer in ("adam", "adamw"):
-        yield ("8-bit Adam", run.replace(optimizer="adam8bit"),
-               "block-wise 8-bit states; matched 32-bit Adam in Dettmers et al. 2022's benchmarks")
+    yield from _activation_candidates(run)
+    yield from _optimizer_candidates(run)
     if layout(run).dp > 1 and run.zero_stage < 3:
         staged = [run.replace(zero_stage=k) for k in range(run.zero_stage + 1, 4)]
         new = next((r for r in staged if fits(r)), staged[-1])
