@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from .arrays import any_true, is_ndarray, np
 
 from . import validate
+from .flags import option
 from .formats import DOUBLE_QUANT_GROUP, get_format, quant_constant_bits, quant_constant_bytes  # noqa: F401
 from .models import GROUPS, LORA_TARGETS, ModelShape, ParamTensor, lora_targets
 from .multimodal import VISION_CHOICES
@@ -199,6 +200,13 @@ class Method:
         return True
 
 
+# --vision: written once, carried by every method's vision field
+VISION_OPTION = option(
+    "--vision", "a vision-language model (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): frozen (the vision tower and "
+    "projector stay frozen: the language model alone trains), projector (the projector trains too) or trains (both "
+    "train too); default trains for full, frozen for the others", "PART", choices=VISION_CHOICES)
+
+
 @dataclass(frozen=True)
 class Full(Method):
     """Full finetuning: every parameter trains (Nt = N), every block stores activations.
@@ -209,7 +217,7 @@ class Full(Method):
     model alone trains, the usual finetune); see _with_vision.
     """
 
-    vision: str = "trains"
+    vision: str = field(default="trains", metadata=VISION_OPTION)
 
     def __post_init__(self):
         object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
@@ -244,12 +252,13 @@ class Freeze(Method):
     Blocks before the first trainable one store no activations for backward.
     """
 
-    trainable_layers: object = None
+    trainable_layers: object = field(default=None, metadata=option(
+        "--trainable-layers", "freeze: how many of the last blocks train (required with --method freeze)", "K", low=0))
     frozen_layers: object = None
     train_embeddings: bool = False
     train_final_norm: bool = True
     train_head: bool = True
-    vision: str = "frozen"  # a vision-language model's tower and projector: "frozen", "projector" or "trains"
+    vision: str = field(default="frozen", metadata=VISION_OPTION)
 
     def __post_init__(self):
         object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
@@ -412,11 +421,12 @@ class Adapters(AdapterMethod):
     article counts them. adapter_format None stores adapters like the model's weights.
     """
 
-    bottleneck: object = 64
+    bottleneck: object = field(default=64, metadata=option("--bottleneck", "adapters: bottleneck width (default 64)",
+                                                          "M"))
     train_norms: bool = False
     train_head: bool = False
     adapter_format: str | None = None
-    vision: str = "frozen"  # a vision-language model's tower and projector: "frozen", "projector" or "trains"
+    vision: str = field(default="frozen", metadata=VISION_OPTION)
 
     def __post_init__(self):
         object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
@@ -472,11 +482,16 @@ class LoRA(AdapterMethod):
     routed experts) refuses lora_dropout != 0, and so does this class for those targets.
     """
 
-    rank: object = 8
-    targets: tuple = ("q", "v")
+    rank: object = field(default=8, metadata=option("--rank", "LoRA/QLoRA rank (default 8)", "R"))
+    targets: tuple = field(default=("q", "v"), metadata=option(
+        "--targets", f"LoRA/QLoRA matrices, comma-separated from {','.join(LORA_TARGETS)}, or all, or attention "
+        "(q,k,v,o) (default q,v)", "LIST", kind="targets"))
     adapter_format: str | None = "fp32"
-    vision: str = "frozen"
-    dropout: float = 0.0
+    vision: str = field(default="frozen", metadata=VISION_OPTION)
+    dropout: float = field(default=0.0, metadata=option(
+        "--lora-dropout", "LoRA/QLoRA: peft's lora_dropout on the adapters' input (default 0, peft's; recipes use "
+        "0.05-0.1): each adapted matrix then keeps a dropout mask and a dropped copy of its input", "P",
+        kind="probability", dest="lora_dropout"))
 
     def __post_init__(self):
         object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
@@ -601,10 +616,16 @@ class QLoRA(LoRA):
     and the fp32 offset (4 B) (measured by validation/quantized.py). int8 keeps nothing more.
     """
 
-    double_quant: bool | None = None  # None: True for nf4/fp4 (QLoRA's setting); int8 has none
+    double_quant: bool | None = field(default=None, metadata=option(  # None: True for nf4/fp4; int8 has none
+        "--no-double-quant", "qlora with nf4/fp4: fp32 absmax constants, without QLoRA's double quantization",
+        value=False, dest="no_double_quant"))
     quant_block: int = 64
-    quant_type: str = "nf4"
-    layout: str = "paper"
+    quant_type: str = field(default="nf4", metadata=option(
+        "--quant-type", "qlora: the base's format, nf4 (default) or fp4 (bitsandbytes Linear4bit), or int8 "
+        "(Linear8bitLt, LLM.int8)", "TYPE", choices=("nf4", "fp4", "int8")))
+    layout: str = field(default="paper", metadata=option(
+        "--quant-layout", "qlora: count the constants as the QLoRA paper does (default) or as bitsandbytes stores "
+        "them (adds each matrix's code maps)", "LAYOUT", choices=("paper", "bitsandbytes"), dest="quant_layout"))
 
     def __post_init__(self):
         super().__post_init__()

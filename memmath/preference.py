@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, fields, replace
 from .arrays import is_ndarray
 
 from . import validate
+from .flags import option
 from .hf_activations import activation_parts
 from .loss import applies, dpo_log_probs, reference_log_probs_live
 from .methods import (LoRA, Method, Plan, QLoRA, _group_weight_bytes, bnb_code_map_bytes, int8_weight_bytes,
@@ -61,9 +62,16 @@ class DPO(Method):
     without a ref_model: the adapters disabled for a LoRA/QLoRA policy, else a frozen copy (stored resolved). beta:
     the loss's temperature (it changes no byte). See the module docstring."""
 
-    base: Method = field(default_factory=_default_base)
-    reference: str | None = None
-    beta: float = 0.1
+    base: Method = field(default_factory=_default_base, metadata=option(
+        "--dpo-base", "dpo: the policy's method, {choices} (default lora), with its own options (--rank, --targets, "
+        "...); chosen and rejected sequences double --batch", "NAME", choices=("full", "freeze", "adapters", "lora",
+                                                                              "qlora"), kind="method", dest="dpo_base"))
+    reference: str | None = field(default=None, metadata=option(
+        "--reference", "dpo: the reference log-probs from a frozen copy of the model (copy), the policy with its "
+        "adapters disabled (adapters_off: lora/qlora), or precomputed; default as TRL: adapters_off for lora/qlora, "
+        "else copy", "KIND", choices=REFERENCES))
+    beta: float = field(default=0.1, metadata=option(
+        "--beta", "dpo: the loss's beta (default 0.1; no byte depends on it)", "B", kind="number"))
 
     def __post_init__(self):
         if not isinstance(self.base, Method) or type(self.base) is Method or isinstance(self.base, DPO):

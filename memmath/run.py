@@ -33,6 +33,7 @@ from .kbit import check_kbit_prep, check_trainable
 from .layout import DEGREES, MAX_MICRO_BATCHES, MAX_VIRTUAL_STAGES, SCHEDULES
 from .layout import check as check_parallel
 from .loss import LOSSES, check_loss
+from .flags import option
 from .methods import Full, Method, QLoRA
 from .models import ModelShape
 from .notes import Note
@@ -45,13 +46,6 @@ ACTIVATION_MODELS = ("transformers", "textbook")
 DEVICES = ("cuda", "cpu")
 SHARDINGS = ("even", "fsdp2", "zero_redundancy")
 
-
-def option(flag: str, help: str, metavar: str | None = None, **how) -> dict:
-    """A field's command-line option, written once beside the field; memmath.cli builds its parser from these.
-    how: choices (the allowed words, or a function giving them), low/high (a whole number's range), value (what a
-    flag stores), auto (the word that leaves the field to its default). A bool field is a flag, an int field a whole
-    number from 1; "{choices}" in the help is replaced by the allowed words."""
-    return {"option": {"flag": flag, "help": help, "metavar": metavar, **how}}
 
 # Micro-batches per optimizer step: up to as many as the largest batch (validate.MAX_BATCH) has sequences.
 MAX_GRAD_ACCUM = validate.MAX_BATCH

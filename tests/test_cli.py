@@ -992,3 +992,20 @@ def test_a_refused_attention_names_its_option_not_a_python_argument():
     done = run("train", "gemma-2-2b", "--attention", "sdpa", "--activations", "transformers", check_status=2)
     assert done.stderr.startswith("memmath train: error: --attention: 'sdpa' does not run here")
     assert "eager attention" in done.stderr and "attention=" not in done.stderr and "activations=" not in done.stderr
+
+
+def test_the_method_options_are_the_methods_fields():
+    # Each method field's option is written beside the field (memmath.flags.option) and generated: the method group
+    # holds --method and those, nothing written by hand.
+    from dataclasses import fields
+
+    from memmath.cli import build_parser
+    from memmath.cli.options import METHOD_CLASSES
+
+    declared = {f.metadata["option"]["flag"] for cls in METHOD_CLASSES.values() for f in fields(cls)
+                if "option" in f.metadata}
+    train = build_parser("train")._subparsers._group_actions[0].choices["train"]
+    group = next(g for g in train._action_groups if g.title.startswith("the method"))
+    assert {flag for action in group._group_actions for flag in action.option_strings} == declared | {"--method"}
+    assert {"--rank", "--targets", "--lora-dropout", "--quant-type", "--trainable-layers", "--bottleneck",
+            "--dpo-base", "--vision"} <= declared

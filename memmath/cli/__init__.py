@@ -6,8 +6,8 @@
     memmath measure CONFIG [--method lora ...]   (two real steps beside the prediction: needs memmath[torch])
     memmath lessons [--static DIR]     (the workbook, python -m memmath_lessons: needs pip install "memmath[workbook]")
 
-A projection of memmath.Run and memmath.Serve: the options of their fields are written beside the
-fields (memmath.run.option) and generated here (options.py); the library plans the question
+A projection of memmath.Run, memmath.Serve and the methods: the options of their fields are written
+beside the fields (memmath.flags.option) and generated here (options.py); the library plans the question
 (plan_training, plan_serving) and memmath.report writes the plan, or commands.py writes one JSON
 object (--json). It decides nothing and holds no default of its own: an option left out is left to
 the Run or Serve, whose resolved values the output shows. Errors from the library name their field;
@@ -28,15 +28,14 @@ import sys
 
 from memmath import measure as measuring
 from memmath.gpus import CUDA_CONTEXT_BYTES
-from memmath.models import LORA_TARGETS
 from memmath.planner import DEFAULT_MAX_GPUS
 from memmath.report import Style
 from memmath.run import Run, Serve
 
 from .commands import COMMANDS, WORKBOOK_MODULES, lessons_folder, resolve_gpu
-from .options import (COMMAND_CHOICES, EPILOG, METHODS, MODEL_HELP, PROG, UNIT_CHOICES, WORKBOOK_INSTALL,
-                      BadInput, Parser, add_field_options, choice, field_flags, gpu_name, non_empty_path,
-                      probability, shorten, size, targets, whole)
+from .options import (COMMAND_CHOICES, EPILOG, METHOD_CLASSES, METHODS, MODEL_HELP, PROG, UNIT_CHOICES,
+                      WORKBOOK_INSTALL, BadInput, Parser, add_field_options, choice, field_flags, gpu_name,
+                      non_empty_path, shorten, size, whole)
 
 def __getattr__(name: str):
     if name == "FIELD_OPTIONS":  # each library field -> its option, from the fields' metadata
@@ -69,37 +68,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     def train_options(train):
         train.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-        m = train.add_argument_group("the method")
+        m = train.add_argument_group("the method (each option applies to the methods whose fields it sets)")
         m.add_argument("--method", type=choice(METHODS), default="full", metavar="NAME", help="full (default), freeze, "
                        "adapters, lora, qlora, or dpo (preference training: --dpo-base, --reference)")
-        m.add_argument("--rank", type=whole(1), metavar="R", help="LoRA/QLoRA rank (default 8)")
-        m.add_argument("--targets", type=targets, metavar="LIST", help="LoRA/QLoRA matrices, comma-separated from "
-                       f"{','.join(LORA_TARGETS)}, or all, or attention (q,k,v,o) (default q,v)")
-        m.add_argument("--lora-dropout", type=probability, metavar="P",
-                       help="LoRA/QLoRA: peft's lora_dropout on the adapters' input (default 0, peft's; recipes use "
-                       "0.05-0.1): each adapted matrix then keeps a dropout mask and a dropped copy of its input")
-        m.add_argument("--quant-type", type=choice(("nf4", "fp4", "int8")), metavar="TYPE", help="qlora: the base's "
-                       "format, nf4 (default) or fp4 (bitsandbytes Linear4bit), or int8 (Linear8bitLt, LLM.int8)")
-        m.add_argument("--no-double-quant", action="store_true", default=None,
-                       help="qlora with nf4/fp4: fp32 absmax constants, without QLoRA's double quantization")
-        m.add_argument("--quant-layout", type=choice(("paper", "bitsandbytes")), metavar="LAYOUT", help="qlora: count "
-                       "the constants as the QLoRA paper does (default) or as bitsandbytes stores them (adds each "
-                       "matrix's code maps)")
-        m.add_argument("--trainable-layers", type=whole(0), metavar="K",
-                       help="freeze: how many of the last blocks train (required with --method freeze)")
-        m.add_argument("--bottleneck", type=whole(1), metavar="M", help="adapters: bottleneck width (default 64)")
-        m.add_argument("--dpo-base", type=choice(METHODS[:-1]), metavar="NAME", help="dpo: the policy's method, full, "
-                       "freeze, adapters, lora (default) or qlora, with its own options (--rank, --targets, ...); chosen "
-                       "and rejected sequences double --batch")
-        m.add_argument("--reference", type=choice(("copy", "adapters_off", "precomputed")), metavar="KIND",
-                       help="dpo: the reference log-probs from a frozen copy of the model (copy), the policy with its "
-                       "adapters disabled (adapters_off: lora/qlora), or precomputed; default as TRL: adapters_off for "
-                       "lora/qlora, else copy")
-        m.add_argument("--beta", type=float, metavar="B", help="dpo: the loss's beta (default 0.1; no byte depends on it)")
-        m.add_argument("--vision", type=choice(("frozen", "projector", "trains")), metavar="PART",
-                       help="a vision-language model (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): frozen (the vision "
-                       "tower and projector stay frozen: the language model alone trains), projector (the projector "
-                       "trains too) or trains (both train too); default trains for full, frozen for the others")
+        seen = set()  # the methods share fields (QLoRA is LoRA's, every method has vision): one option each
+        for cls in METHOD_CLASSES.values():
+            add_field_options(m, cls, seen)
         s = train.add_argument_group("the training step (each default is memmath.Run's, said in the output)")
         add_field_options(s, Run)
         s.add_argument("--plan-layout", action="store_true", default=None,

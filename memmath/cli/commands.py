@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import shutil
 import sys
 from pathlib import Path
 
-from memmath import measure, methods, report
+from memmath import measure, report
 from memmath.counts import parameter_counts
 from memmath.gpus import CUDA_CONTEXT_BYTES
 from memmath.planner import plan_layout, plan_training
@@ -20,7 +19,7 @@ from memmath.serving import plan_serving
 from memmath.sources import resolve_source
 
 from . import traced
-from .options import WORKBOOK_INSTALL, BadInput, given_fields, resolve_gpu
+from .options import METHOD_CLASSES, WORKBOOK_INSTALL, BadInput, field_options, given_fields, resolve_gpu
 
 WIDTH = 80
 # The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
@@ -36,43 +35,40 @@ def _given(**options) -> dict:
     return {name: value for name, value in options.items() if value is not None}
 
 
+def _option_owners() -> dict:
+    """Each method option's name on the command line -> (its flag, the --method words whose class has its field)."""
+    owners = {}
+    for word, cls in METHOD_CLASSES.items():
+        for name, spec in field_options(cls):
+            dest = spec.get("dest", name)
+            owners.setdefault(dest, (spec["flag"], []))[1].append(word)
+    return owners
+
+
 def build_method(args, shape):
-    dpo = {"--dpo-base": args.dpo_base, "--reference": args.reference, "--beta": args.beta}
-    if args.method != "dpo":
-        for option, value in dpo.items():
-            if value is not None:
-                raise BadInput(option, f"applies to --method dpo, not {args.method}")
-    else:  # preference training (memmath/preference.py): the policy's method, then DPO around it
+    """The method --method names, from the options of its fields (memmath.flags); an option of another method's
+    field is refused by name."""
+    for dest, (flag, words) in _option_owners().items():
+        if getattr(args, dest, None) is not None and args.method not in words and not (
+                args.method == "dpo" and "dpo" not in words):  # dpo: the policy's options go to --dpo-base's method
+            raise BadInput(flag, f"applies to --method {' or '.join(words)}, not {args.method}")
+    if args.method == "dpo":  # preference training (memmath/preference.py): the policy's method, then DPO around it
         try:
             base = build_method(argparse.Namespace(**{**vars(args), "method": args.dpo_base or "lora",
                                                       "dpo_base": None, "reference": None, "beta": None}), shape)
         except BadInput as error:  # the policy's options: they apply to a --dpo-base, not to --method dpo
             raise BadInput("", str(error).replace("--method", "--dpo-base")) from None
-        return DPO(base=base, **_given(reference=args.reference, beta=args.beta))
-    applies = {"--rank": ("lora", "qlora"), "--targets": ("lora", "qlora"), "--trainable-layers": ("freeze",),
-               "--lora-dropout": ("lora", "qlora"), "--bottleneck": ("adapters",), "--quant-type": ("qlora",),
-               "--no-double-quant": ("qlora",), "--quant-layout": ("qlora",)}
-    for option, methods_it_applies_to in applies.items():
-        if getattr(args, option[2:].replace("-", "_")) is not None and args.method not in methods_it_applies_to:
-            raise BadInput(option, f"applies to --method {' or '.join(methods_it_applies_to)}, not {args.method}")
-    if args.method == "full":
-        return methods.Full()
-    if args.method == "freeze":
-        if args.trainable_layers is None or args.trainable_layers > shape.n_layers:
-            raise BadInput("--trainable-layers", (f"--method freeze needs it: how many of the last blocks train, "
-                                                  f"from 0 to {shape.n_layers}") if args.trainable_layers is None else
-                           f"must be from 0 to {shape.n_layers} (the model's blocks); got {args.trainable_layers}")
-        return methods.Freeze(trainable_layers=args.trainable_layers)
-    if args.method == "adapters":
-        return methods.Adapters(**_given(bottleneck=args.bottleneck))
-    lora = _given(rank=args.rank, targets=args.targets, dropout=args.lora_dropout)
-    if args.method == "lora":
-        return methods.LoRA(**lora)
-    if args.no_double_quant and args.quant_type == "int8":
+        given = given_fields(args, DPO)
+        given.pop("base", None)
+        return DPO(base=base, **given)
+    if args.method == "freeze" and (args.trainable_layers is None or args.trainable_layers > shape.n_layers):
+        raise BadInput("--trainable-layers", (f"--method freeze needs it: how many of the last blocks train, "
+                                              f"from 0 to {shape.n_layers}") if args.trainable_layers is None else
+                       f"must be from 0 to {shape.n_layers} (the model's blocks); got {args.trainable_layers}")
+    if args.method == "qlora" and args.no_double_quant is not None and args.quant_type == "int8":
         raise BadInput("--no-double-quant", "applies to --quant-type nf4 or fp4; int8 (Linear8bitLt) keeps one fp32 "
                        "scale per row and no double quantization")
-    return methods.QLoRA(**lora, **_given(quant_type=args.quant_type, layout=args.quant_layout,
-                                          double_quant=False if args.no_double_quant else None))
+    return METHOD_CLASSES[args.method](**given_fields(args, METHOD_CLASSES[args.method]))
 
 
 def gpu_and_reserve(args):
@@ -89,10 +85,7 @@ def run_train(args, out, style) -> int:
     if args.traced:  # PyTorch's trace under fake tensors (torch imported only when it runs)
         return traced.run_train(args, out, style)
     shape, source = resolve_source(args.model)
-    method = build_method(args, shape)
-    if args.vision is not None:  # the method's vision= (memmath/multimodal.py); a text model refuses it by name
-        method = dataclasses.replace(method, vision=args.vision)
-    run = Run(shape, method=method, **given_fields(args, Run))
+    run = Run(shape, method=build_method(args, shape), **given_fields(args, Run))
     gpu, reserve = gpu_and_reserve(args)
     if args.plan_layout:
         return _plan_layout(args, out, style, run, gpu, reserve)

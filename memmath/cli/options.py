@@ -1,9 +1,8 @@
 """The command line's options: each failure names the allowed values; the parser, generated where it can be.
 
-A Run or Serve field that the command line sets carries its flag, metavar and help beside it
-(memmath.run.option); fields_options() turns those into argparse options, so a new field with an
-option needs no line here. The method's options (--rank, --targets, ...) and the card's are written
-here, as they set no field of a Run.
+A Run, Serve or method field that the command line sets carries its flag, metavar and help beside it
+(memmath.flags.option); add_field_options() turns those into argparse options, so a new field with an
+option needs no line here. The card's options are written here, as they set no field.
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ from fractions import Fraction
 from memmath import validate
 from memmath.gpus import GPU, GPUS, MAX_GPU_BYTES
 from memmath.models import LORA_GROUPS, LORA_TARGETS
+from memmath.methods import Adapters, Freeze, Full, LoRA, QLoRA
+from memmath.preference import DPO
 from memmath.run import Run, Serve
 from memmath.units import _NUMBER, UNITS, format_bytes, unit_name  # the grammar memmath.parse_bytes reads
 
@@ -25,19 +26,18 @@ PROG = "memmath"
 COMMAND_CHOICES = "{train,infer,models,gpus,lessons,measure}"
 WORKBOOK_INSTALL = 'pip install "memmath[workbook]"'
 METHODS = ("full", "freeze", "adapters", "lora", "qlora", "dpo")
-DPO_BASES = ("full", "freeze", "adapters", "lora", "qlora")  # --method dpo: the policy's method (--dpo-base)
 UNIT_CHOICES = ("GB", "GiB", "MB", "MiB", "TB", "TiB")
 EPILOG = "Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input."
 MODEL_HELP = ("a preset (`memmath models`), a config.json, a folder holding one, or a Hub repo id (owner/name) found "
               "in the local Hugging Face cache")
 # The options that set no field of a Run or Serve, by the name the library's errors give (validate.FieldError).
 OTHER_OPTIONS = {
-    "model": "MODEL", "rank": "--rank", "targets": "--targets", "LoRA target": "--targets",
-    "bottleneck": "--bottleneck", "trainable_layers": "--trainable-layers", "reserved_bytes": "--reserve",
-    "unit": "--unit", "gpu": "--gpu", "format": "--weights/--kv", "size": "--gpu-memory", "quant_type": "--quant-type",
-    "layout": "--quant-layout", "double_quant": "--no-double-quant", "method": "--method", "max_gpus": "--max-gpus",
-    "vision": "--vision", "LoRA dropout": "--lora-dropout", "reference": "--reference", "beta": "--beta",
+    "model": "MODEL", "LoRA target": "--targets", "reserved_bytes": "--reserve", "unit": "--unit", "gpu": "--gpu",
+    "format": "--weights/--kv", "size": "--gpu-memory", "method": "--method", "max_gpus": "--max-gpus",
+    "LoRA dropout": "--lora-dropout",
 }
+# --method's words and the class each names; their fields' options are generated like Run's (memmath.flags).
+METHOD_CLASSES = {"full": Full, "freeze": Freeze, "adapters": Adapters, "lora": LoRA, "qlora": QLoRA, "dpo": DPO}
 
 
 class BadInput(Exception):
@@ -209,38 +209,49 @@ def field_options(cls) -> list:
     return [(f.name, f.metadata["option"]) for f in fields(cls) if "option" in f.metadata]
 
 
-def add_field_options(group, cls) -> None:
-    """Add an option for each field of cls that carries one (memmath.run.option): a flag for a bool, a whole number
-    for an int, one of its choices, or the text itself; left out, it is None (the library's default)."""
+# How an option's text is read where its field's type does not say (memmath.flags.option's kind).
+KINDS = {"targets": targets, "probability": probability, "number": float}
+
+
+def add_field_options(group, cls, seen: set | None = None) -> None:
+    """Add an option for each field of cls that carries one (memmath.flags.option): a flag for a bool, a whole number
+    for an int, one of its choices, or the text itself; left out, it is None (the library's default). seen: the
+    flags already added (several classes share a field), added to as they are."""
+    seen = set() if seen is None else seen
     for f in fields(cls):
         spec = f.metadata.get("option")
-        if spec is None:
+        if spec is None or spec["flag"] in seen:
             continue
+        seen.add(spec["flag"])
+        dest = spec.get("dest", f.name)
         choices = spec.get("choices")
         choices = choices() if callable(choices) else choices
         help_text = spec["help"].replace("{choices}", ", ".join(choices or ()))
         if spec.get("append"):  # repeatable; the words are collected and read by spec["parse"] in given_fields
-            group.add_argument(spec["flag"], dest=f.name, action="append", metavar=spec["metavar"], help=help_text)
+            group.add_argument(spec["flag"], dest=dest, action="append", metavar=spec["metavar"], help=help_text)
             continue
         if "value" in spec or (f.default is not MISSING and isinstance(f.default, bool)):
-            group.add_argument(spec["flag"], dest=f.name, action="store_const", const=spec.get("value", True),
+            group.add_argument(spec["flag"], dest=dest, action="store_const", const=spec.get("value", True),
                                default=None, help=help_text)
             continue
-        kind = (choice(list(choices)) if choices else
-                whole(spec.get("low", 1), spec.get("high")) if isinstance(f.default, int) else str)
-        group.add_argument(spec["flag"], dest=f.name, type=kind, metavar=spec["metavar"], help=help_text)
+        number = "low" in spec or (isinstance(f.default, int) and not isinstance(f.default, bool))
+        kind = (choice(list(choices)) if choices else KINDS[spec["kind"]] if "kind" in spec else
+                whole(spec.get("low", 1), spec.get("high")) if number else str)
+        group.add_argument(spec["flag"], dest=dest, type=kind, metavar=spec["metavar"], help=help_text)
 
 
 def field_flags() -> dict:
-    """Each library field name -> the option that sets it: the generated ones, then OTHER_OPTIONS."""
-    return {**{name: spec["flag"] for cls in (Serve, Run) for name, spec in field_options(cls)}, **OTHER_OPTIONS}
+    """Each library field name -> the option that sets it: the methods', then Run's and Serve's (a name both have is
+    Run's), then OTHER_OPTIONS."""
+    return {**{name: spec["flag"] for cls in (*METHOD_CLASSES.values(), Serve, Run) for name, spec in field_options(cls)},
+            **OTHER_OPTIONS}
 
 
 def given_fields(args, cls) -> dict:
     """The fields of cls given on the command line (not None), each as the library takes it."""
     values = {}
     for name, spec in field_options(cls):
-        value = getattr(args, name, None)
+        value = getattr(args, spec.get("dest", name), None)
         if value is not None and value != spec.get("auto"):
             values[name] = spec["parse"](value) if "parse" in spec else value
     return values
