@@ -34,7 +34,7 @@ from .methods import Freeze, Full, LoRA
 from .peak import peak_memory
 from .run import Run
 from .snapshot import read_snapshot
-from .stepping import StorageSet, step_twice, unique_bytes
+from .stepping import PHASES, StorageSet, step_twice, unique_bytes
 from .traced import (ATTENTION, METHODS, OPTIMIZERS, PRECISIONS, TorchMissing, TraceSettings, _quiet_transformers,
                      apply_method, blocks_of, hf_config, make_optimizer, model_class, read_config, require_torch,
                      settings_of, traced_training, versions)
@@ -49,6 +49,11 @@ PARTS = (
     ("Peak of step 1", "peak_step1_bytes", 0.05),
     ("Peak of step 2 (every later step)", "peak_step2_bytes", 0.05),
 )
+# The step timeline: each phase's peak in each of the two steps (memmath.stepping measures them, peak_memory and the
+# traced answer predict them), held as the step's peak is.
+TIMELINE = tuple((step, phase, f"peak_step{step}_{phase}_bytes") for step in (1, 2) for phase in PHASES)
+TIMELINE_TOLERANCE = 0.05
+BAR_WIDTH = 30  # characters of the text chart's longest bar
 CUDA_PARTS = (("Reserved by the allocator", "cuda_reserved_bytes"),
               ("Reserved, not allocated at step 2's peak", "cuda_fragmented_step2_bytes"))
 
@@ -81,12 +86,24 @@ class Comparison:
                 rows.append({"part": label, "key": key, "measured": self.measured[key], "predicted": None})
         return rows
 
+    def timeline(self) -> list[dict]:
+        """Each phase's peak of the two steps, measured beside predicted (integer bytes), in the order they run."""
+        rows = []
+        for step, phase, key in TIMELINE:
+            got, want = self.measured.get(key), self.predicted.get(key)
+            row = {"step": step, "phase": phase, "key": key, "measured": got, "predicted": want,
+                   "held_to": TIMELINE_TOLERANCE}
+            if got is not None and want is not None:
+                row["agrees"] = abs(want - got) <= TIMELINE_TOLERANCE * got
+            rows.append(row)
+        return rows
+
     def as_dict(self) -> dict:
         settings = dataclasses.asdict(self.settings)
         settings["lora_targets"] = list(settings["lora_targets"])
         return {"model_type": self.model_type, "device": self.device, "settings": settings, "basis": self.basis,
-                "rows": self.rows(), "measured": self.measured, "predicted": self.predicted,
-                "versions": self.versions}
+                "rows": self.rows(), "timeline": self.timeline(), "measured": self.measured,
+                "predicted": self.predicted, "versions": self.versions}
 
     def text(self) -> str:
         s = self.settings
@@ -102,6 +119,21 @@ class Comparison:
             held = "" if want is None else ("the byte" if row["held_to"] == 0 else f"{row['held_to']:.0%}")
             mark = "" if "agrees" not in row else ("  ok" if row["agrees"] else "  MISSES")
             lines.append(f"  {label:<42s} {_n(got):>16s} {_n(want):>16s} {diff:>11s}  {held}{mark}")
+        return "\n".join(lines) + "\n" + self.timeline_chart()
+
+    def timeline_chart(self) -> str:
+        """The step timeline as a text chart: each phase's peak, measured (#) over predicted (=), to one scale."""
+        rows = [r for r in self.timeline() if r["measured"] is not None or r["predicted"] is not None]
+        top = max((v for r in rows for v in (r["measured"], r["predicted"]) if v), default=0)
+        if not top:
+            return ""
+        lines = ["", "  Step timeline: each phase's peak, measured (#) over predicted (=)"]
+        for r in rows:
+            label = f"step {r['step']} {r['phase'].replace('_', ' ')}"
+            for mark, value in (("#", r["measured"]), ("=", r["predicted"])):
+                bar = "" if value is None else mark * max(1, round(BAR_WIDTH * value / top))
+                lines.append(f"  {label:<26s} {bar:<{BAR_WIDTH}s} {_n(value):>16s}")
+                label = ""
         return "\n".join(lines) + "\n"
 
 
@@ -178,7 +210,8 @@ def predict(config: dict, settings: TraceSettings, device: str) -> tuple[dict, s
         except ValueError:
             pass  # a run memmath's exact model does not cover (its peak model refuses it): the trace answers
     answer = traced_training(config, settings)
-    return {key: getattr(answer, key) for _, key, _ in PARTS}, "traced"
+    phases = {key: answer.phase_peaks[f"step{step}"][phase] for step, phase, key in TIMELINE}
+    return {**{key: getattr(answer, key) for _, key, _ in PARTS}, **phases}, "traced"
 
 
 def memmath_run(shape, settings: TraceSettings, device: str):
@@ -198,11 +231,12 @@ def memmath_run(shape, settings: TraceSettings, device: str):
 def _memmath_prediction(shape, settings, device) -> dict:
     run = memmath_run(shape, settings, device)
     memory = training_memory(run)
+    peaks = {1: peak_memory(run, step="first"), 2: peak_memory(run, step="steady")}
     return {"param_bytes": int(memory.weights), "grad_bytes": int(memory.gradients),
             "optimizer_state_bytes": int(memory.optimizer_states),
             "saved_bytes": int(memory.activation_detail.saved_by_forward),
-            "peak_step1_bytes": int(peak_memory(run, step="first").total),
-            "peak_step2_bytes": int(peak_memory(run, step="steady").total)}
+            "peak_step1_bytes": int(peaks[1].total), "peak_step2_bytes": int(peaks[2].total),
+            **{key: int(getattr(peaks[step], phase)) for step, phase, key in TIMELINE}}
 
 
 def measure_run(config, settings=None, device: str | None = None, **overrides) -> Comparison:

@@ -18,6 +18,8 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 
+from memmath.measure import TIMELINE
+
 INSTALL_COMMAND = 'pip install "memmath[torch]"'
 """What the lesson tells a learner without torch (the extra pins torch, transformers and peft)."""
 NEEDED = ("torch", "transformers")
@@ -59,6 +61,8 @@ QUANTITIES = (
     ("Saved activations", "saved_bytes", 0.01),
     ("Peak of step 1", "peak_step1_bytes", 0.05),
     ("Peak of step 2 (every later step)", "peak_step2_bytes", 0.05),
+    # the step timeline: each phase's peak, as memmath.measure compares them
+    *((f"  step {step}, {phase.replace('_', ' ')}", key, 0.05) for step, phase, key in TIMELINE),
 )
 
 

@@ -416,5 +416,11 @@ def test_with_torch_the_measurement_agrees_as_the_validation_does(monkeypatch):
     assert abs(predicted["saved_bytes"] - measured["saved_bytes"]) <= 0.01 * measured["saved_bytes"]
     for key in ("peak_step1_bytes", "peak_step2_bytes"):
         assert abs(predicted[key] - measured[key]) <= 0.05 * measured[key], key
+    # the step timeline too: each phase of both steps held to 5%, as memmath.measure holds them
+    for step in (1, 2):
+        for phase in ("forward", "backward", "optimizer_step"):
+            key = f"peak_step{step}_{phase}_bytes"
+            assert abs(predicted[key] - measured[key]) <= 0.05 * measured[key], key
     html = defs["measure_view"].html
-    assert f"{measured['saved_bytes']:,}" in html and html.count(">yes<") == 6
+    assert f"{measured['saved_bytes']:,}" in html and html.count(">yes<") == 6 + 6
+    assert "step 2, optimizer step" in html

@@ -54,6 +54,17 @@ def test_a_measured_cpu_step_equals_the_recording_and_agrees_with_memmath(transf
     data = json.loads(json.dumps(comparison.as_dict()))
     assert [r["key"] for r in data["rows"]][:3] == ["param_bytes", "grad_bytes", "optimizer_state_bytes"]
     assert "Saved activations" in comparison.text()
+    # The step timeline: every phase of both steps measured beside memmath's peak model, held as the peaks are;
+    # each step's peak is its highest phase, measured and predicted alike.
+    timeline = comparison.timeline()
+    assert [(r["step"], r["phase"]) for r in timeline] == [(k, p) for k in (1, 2)
+                                                           for p in ("forward", "backward", "optimizer_step")]
+    assert all(r["agrees"] for r in timeline), comparison.timeline_chart()
+    for k in (1, 2):
+        for side in ("measured", "predicted"):
+            assert max(r[side] for r in timeline if r["step"] == k) == getattr(comparison, side)[f"peak_step{k}_bytes"]
+    assert data["timeline"] == json.loads(json.dumps(timeline))
+    assert "Step timeline" in comparison.text() and "step 2 optimizer step" in comparison.text()
 
 
 def test_memmath_measure_on_the_command_line(transformers, tmp_path, capsys):
