@@ -8,11 +8,12 @@ the sum of the parts (training_memory: every part as if alive at once), with the
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import validate
 from .bounds import applies, describe as describe_bound, upper_bound
 from .memory import training_memory
+from .methods import Freeze, Full
 from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 from .peak import peak_memory, why_no_peak
@@ -111,10 +112,40 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
     why = why_no_peak(run)
     if why and applies(run):
         return _bound(run, why)
+    frozen_tower = _frozen_tower_bound(run, memory) if why else None
+    if frozen_tower is not None:
+        return frozen_tower
     if why:
         return Requirement(int(memory.total), "sum of parts", why, memory, None, run)
     peak = peak_memory(run)  # why_no_peak screened every run the peak model refuses
     return Requirement(int(peak.total), "peak", "", memory, peak, run)
+
+
+# The parts a frozen vision tower and its projector add for the whole step: their weights (and a quantized base's
+# constants); frozen, they have no gradients, master copy or optimizer states.
+STATIC_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accumulation", "master_weights",
+                "optimizer_states")
+
+
+def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
+    """A vision-language run whose tower and projector stay frozen: its language model's modelled peak (the same run
+    on the text model alone) plus the tower's and projector's parts, held throughout. The tower runs under no
+    gradient, so backward saves none of its tensors; what its forward makes is freed before the language model's
+    forward (transformers' get_image_features), which this bound does not add. None where it does not apply."""
+    shape, method = run.model, run.method
+    if shape.vision is None or getattr(method, "vision", None) != "frozen" or run.seq_len is None:
+        return None
+    text_method = replace(method, vision=type(method)().vision if isinstance(method, (Full, Freeze)) else "frozen")
+    text_run = run.replace(model=replace(shape, vision=None, name=f"{shape.name} (language model)"),
+                           method=text_method)
+    if why_no_peak(text_run):
+        return None
+    text_peak, text_parts = peak_memory(text_run), training_memory(text_run)
+    tower = sum(int(getattr(memory, part)) - int(getattr(text_parts, part)) for part in STATIC_PARTS)
+    return Requirement(int(text_peak.total) + tower, "upper bound",
+                       f"{why_no_peak(run)}; an upper bound: the language model's modelled peak "
+                       f"({int(text_peak.total):,} B, peak_memory of the same run on the text model) plus the frozen "
+                       f"vision tower's and projector's parts held throughout ({tower:,} B)", memory, None, run)
 
 
 def _bound(run: Run, why: str) -> Requirement:

@@ -239,9 +239,10 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
     w(table_row("Sum of the parts", int(memory.total), unit) + "\n")
     if memory.host is not None:  # what offloading keeps in host memory (memmath/offload.py)
         w(wrap(memory.host.describe(lambda n: format_bytes(n, unit)), "  ", width) + "\n")
-    if need.basis == "upper bound" and need.above_parts >= 0:  # no peak model: transients at their largest, buffers
+    if need.basis == "upper bound" and need.above_parts >= 0 and shape.vision is None:  # no peak model: transients
+        # at their largest, and the engine's buffers (memmath/bounds.py)
         w(table_row("Bound: transients and buffers", need.above_parts, unit) + "\n")
-    elif need.basis == "upper bound":  # the unsharded run's peak plus buffers, below this sum (memmath/bounds.py)
+    elif need.basis == "upper bound":  # a peak plus parts (an unsharded run's, a vision model's language model's)
         w(table_row("Upper bound of the step", need.bytes, unit) + "\n")
     elif need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
         w(table_row("Communication buffers (derived)", need.bytes - int(memory.total), unit) + "\n")

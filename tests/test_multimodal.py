@@ -263,8 +263,17 @@ def test_activations_count_the_language_model_and_say_what_they_leave_out():
     with pytest.raises(validate.FieldError, match="vision-language") as error:
         mm.training_memory(shape, method=mm.LoRA(), seq_len=512, activations="transformers")
     assert error.value.field == "activations"
+    # A frozen tower: the language model's modelled peak (the same LoRA run on the text model) plus the tower's and
+    # projector's bf16 weights, 2 B for each parameter the wrapper adds; frozen, they have nothing else.
     need = mm.requirement(shape, method=mm.LoRA(), seq_len=512)
-    assert need.basis == "sum of parts" and "vision-language" in need.reason
+    text_model = mm.from_hf_config(text)
+    text_peak = mm.peak_memory(text_model, method=mm.LoRA(), seq_len=512).total
+    assert need.basis == "upper bound" and "vision-language" in need.reason
+    assert need.bytes == int(text_peak) + 2 * (shape.n_params - text_model.n_params)
+    assert need.bytes > mm.requirement(text_model, method=mm.LoRA(), seq_len=512).bytes
+    # A tower that trains: what backward saves of it is not modelled, so the run is judged on the sum of its parts.
+    trains = mm.requirement(shape, method=mm.LoRA(vision="trains"), seq_len=512)
+    assert trains.basis == "sum of parts" and "vision-language" in trains.reason
     serving = mm.inference_memory(shape)
     assert serving.weights == 2 * shape.n_params and "vision_working_set_not_counted" in [n.kind for n in serving.notes]
 
