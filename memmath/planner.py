@@ -587,8 +587,8 @@ def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpu
 
 
 def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
-    """A table of suggestions: change, memory per GPU after it, memory saved, host RAM per GPU, fits, cost (sizes
-    in `unit`)."""
+    """A table of suggestions: change, memory per GPU after it, memory saved, the host RAM per GPU where a change
+    offloads, fits, cost (sizes in `unit`)."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
     unit = unit_name(unit)
     message = "suggestions must be a list of the Suggestions that suggest_changes or path_to_fit return"
@@ -602,11 +602,12 @@ def suggestions_frame(suggestions, unit: str = "GB") -> pd.DataFrame:
         if not isinstance(item, Suggestion):
             raise TypeError(f"suggestions must hold Suggestions (from suggest_changes or path_to_fit); "
                             f"got {validate.describe(item)}")
+    host = [f"host RAM ({unit})"] if any(s.host_bytes for s in suggestions) else []  # where a change offloads
     rows = [{"change": s.change, f"per GPU after ({unit})": s.total / UNITS[unit],
              f"saved ({unit})": s.saved / UNITS[unit], f"host RAM ({unit})": s.host_bytes / UNITS[unit],
              "fits": "yes" if s.fits else "no", "cost": s.cost}
             for s in suggestions]
-    columns = ["change", f"per GPU after ({unit})", f"saved ({unit})", f"host RAM ({unit})", "fits", "cost"]
+    columns = ["change", f"per GPU after ({unit})", f"saved ({unit})", *host, "fits", "cost"]
     return pd.DataFrame(rows, columns=columns)
 
 

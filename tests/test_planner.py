@@ -171,7 +171,7 @@ def test_suggestions_frame_columns_and_units():
     model = mm.uniform_model(7e9, 32)
     frame = mm.planner.suggestions_frame(mm.planner.suggest_changes(model, "RTX 4090", precision="bf16", optimizer="adam",
                                                     n_gpus=8), unit="GB")
-    assert list(frame.columns) == ["change", "per GPU after (GB)", "saved (GB)", "host RAM (GB)", "fits", "cost"]
+    assert list(frame.columns) == ["change", "per GPU after (GB)", "saved (GB)", "fits", "cost"]
     assert frame["saved (GB)"].iloc[0] == pytest.approx(49.777777776)  # 9 GPUs with ZeRO-3, derived above
 
 
