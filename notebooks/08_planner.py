@@ -723,7 +723,9 @@ def _(mm, mo, verdict_of):
 
     **How memmath's reserve and margin stand against them.** The reserve ({mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB)
     is the CUDA context measured on one V100; newer drivers and cards differ, so set section 4's slider to what
-    `nvidia-smi` shows for an idle process on yours. The margin is 5% of the requirement: for llama-2-7b at
+    `nvidia-smi` shows for an idle process on yours. Since CUDA 12.2 on Linux (12.3 on Windows) the runtime
+    loads a library's kernels only when first called (lazy loading, `CUDA_MODULE_LOADING=LAZY`; NVIDIA, *CUDA
+    Programming Guide*, "Lazy Loading"), which can leave the context smaller than older stacks made it. The margin is 5% of the requirement: for llama-2-7b at
     1 x 512 tokens it is {mm.format_bytes(_v.margin_bytes)} of {mm.format_bytes(_need.bytes)}, far more than the
     cuBLAS workspace ({_cublas / _v.margin_bytes:.2%} of it) or a few NCCL channels, and it is first meant for the
     estimate's own error (held within 5% of PyTorch's measured peak). Fragmentation has no formula: a run judged
