@@ -234,15 +234,29 @@ def _engine_only(run) -> dict:
     weights, grads = _whole_parts(run)
     if run.sharding == "zero_redundancy":  # used with DDP: its default buckets hold a second copy of the gradients
         return {"DDP's gradient buckets beside ZeroRedundancyOptimizer (a second copy of the gradients)": grads}
+    offload = _offload_buffer(run) if _deepspeed_offload(run) else {}
     if run.zero_stage < 3:
         return {"ZeRO's two reduce buckets (2 x 5e8 elements, DeepSpeed's default)":
                     min(grads, 2 * BUCKET_ELEMENTS * recipe.grad_bits // 8),
                 "ZeRO's all-gather bucket (5e8 elements, DeepSpeed's default)":
-                    min(weights, BUCKET_ELEMENTS * recipe.weight_bits // 8)}
+                    min(weights, BUCKET_ELEMENTS * recipe.weight_bits // 8), **offload}
     # FSDP2 (fully_shard per block and at the root): the root's parameters stay unsharded from forward to backward;
     # a block's are gathered while the next one's are prefetched
     return {"ZeRO-3/FSDP all-gathered parameters: the root (embeddings, final norm, head) and two blocks":
-            _unit_share(run.model, weights, 2, root=True)}
+            _unit_share(run.model, weights, 2, root=True), **offload}
+
+
+def _offload_buffer(run) -> dict:
+    """DeepSpeed's GPU staging of gradients bound for host memory: at stages 1-2 one buffer the size of the largest
+    parameter (stage_1_and_2.py, temp_grad_buffer_for_gpu_offload), at stage 3 two of the largest parameter's
+    partition (stage3.py), in the gradients' format."""
+    largest = max((t.numel for group in ("layer", "embeddings", "head") for t in run.model.tensors(group)), default=0)
+    grad_bytes = run.recipe.grad_bits // 8
+    if run.zero_stage < 3:
+        return {"DeepSpeed's GPU buffer for gradients bound for the host (the largest parameter)": largest * grad_bytes}
+    share = validate.ceil_div(largest, run.n_gpus)
+    return {"DeepSpeed's two GPU buffers for gradients bound for the host (the largest parameter's partition)":
+            2 * share * grad_bytes}
 
 
 def unreduced_gradients(run) -> tuple | None:

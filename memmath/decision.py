@@ -8,12 +8,11 @@ the sum of the parts (training_memory: every part as if alive at once), with the
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from . import validate
 from .bounds import applies, describe as describe_bound, upper_bound
 from .memory import training_memory
-from .methods import Freeze, Full
 from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 from .peak import peak_memory, why_no_peak
@@ -128,24 +127,29 @@ STATIC_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accu
 
 
 def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
-    """A vision-language run whose tower and projector stay frozen: its language model's modelled peak (the same run
-    on the text model alone) plus the tower's and projector's parts, held throughout. The tower runs under no
-    gradient, so backward saves none of its tensors; what its forward makes is freed before the language model's
-    forward (transformers' get_image_features), which this bound does not add. None where it does not apply."""
+    """A vision-language run whose tower and projector stay frozen: what its language model must hold (the same run
+    on the text model alone: its modelled peak, or its upper bound where the run offloads or shards) plus the tower's
+    and projector's parts on the GPU, held throughout. The tower runs under no gradient, so backward saves none of
+    its tensors; what its forward makes is freed before the language model's forward (transformers'
+    get_image_features), which this bound does not add. None where it does not apply: with checkpointing or
+    peft's kbit preparation, enable_input_require_grads hooks every input embedding the model holds, the tower's
+    patch embedding too (transformers modeling_utils.py), so the frozen tower saves its layers' inputs, which
+    memmath does not model."""
     shape, method = run.model, run.method
-    if shape.vision is None or getattr(method, "vision", None) != "frozen" or run.seq_len is None:
+    if (shape.vision is None or getattr(method, "vision", None) != "frozen" or run.seq_len is None
+            or run.checkpointing or run.kbit_prep):
         return None
-    text_method = replace(method, vision=type(method)().vision if isinstance(method, (Full, Freeze)) else "frozen")
+    text_default = next(f.default for f in fields(method) if f.name == "vision")  # the method's own, for text
     text_run = run.replace(model=replace(shape, vision=None, name=f"{shape.name} (language model)"),
-                           method=text_method)
-    if why_no_peak(text_run):
+                           method=replace(method, vision=text_default))
+    text_need = _requirement(text_run.cache_key)
+    if text_need.basis == "sum of parts":
         return None
-    text_peak, text_parts = peak_memory(text_run), training_memory(text_run)
-    tower = sum(int(getattr(memory, part)) - int(getattr(text_parts, part)) for part in STATIC_PARTS)
-    return Requirement(int(text_peak.total) + tower, "upper bound",
-                       f"{why_no_peak(run)}; an upper bound: the language model's modelled peak "
-                       f"({int(text_peak.total):,} B, peak_memory of the same run on the text model) plus the frozen "
-                       f"vision tower's and projector's parts held throughout ({tower:,} B)", memory, None, run)
+    tower = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in STATIC_PARTS)
+    return Requirement(text_need.bytes + tower, "upper bound",
+                       f"{why_no_peak(run)}; an upper bound: what the language model alone must hold "
+                       f"({text_need.bytes:,} B, {text_need.words} of the same run on the text model) plus the "
+                       f"frozen vision tower's and projector's parts held throughout ({tower:,} B)", memory, None, run)
 
 
 def _bound(run: Run, why: str) -> Requirement:

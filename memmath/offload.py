@@ -207,9 +207,9 @@ def offload_parts(run, parts: tuple, act_estimate, notes: list):
         notes.append(Note("offload_optimizer", "DeepSpeed ZeRO-Offload: fp32 master weights, optimizer states and an "
                           "fp32 copy of the gradients in host memory" + (", the 16-bit weights too (offload_param)"
                                                                          if "params" in run.offload else "")
-                          + "; its gradient buckets (reduce_bucket_size) are not among the parts but in the "
-                          "requirement's upper bound, and DeepSpeed's buffer factor (1.5 in "
-                          "estimate_zero2_model_states_mem_needs) is not counted"))
+                          + "; its gradient buckets (reduce_bucket_size) and GPU staging buffers are not among "
+                          "the parts (the requirement's upper bound adds them where it applies), and the host "
+                          "figure leaves out DeepSpeed's buffer factor (1.5 in estimate_zero2_model_states_mem_needs)"))
     if "activations" in run.offload and act_estimate is not None:
         engine.append("save_on_cpu")
         trains = act_bytes > 0  # a run training nothing saves nothing

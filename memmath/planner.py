@@ -173,9 +173,10 @@ def _keeping_candidates(run: Run, gpu, method, rewrap):
     """The changes that keep the GPUs, the batch and the host's share: checkpointing, fused attention, LoRA or QLoRA,
     8-bit Adam, a pure bf16 recipe."""
     yield from _activation_candidates(run)
-    if not isinstance(method, (LoRA, QLoRA)):
-        yield (f"LoRA rank {SUGGESTED_RANK} on {', '.join(SUGGESTED_TARGETS)}",
-               run.replace(method=rewrap(LoRA(rank=SUGGESTED_RANK, targets=SUGGESTED_TARGETS))),
+    lora = None if isinstance(method, (LoRA, QLoRA)) else _changed(
+        run, method=rewrap(LoRA(rank=SUGGESTED_RANK, targets=SUGGESTED_TARGETS)))
+    if lora is not None:  # a model given by its parameter count has no matrices to adapt
+        yield (f"LoRA rank {SUGGESTED_RANK} on {', '.join(SUGGESTED_TARGETS)}", lora,
                "trains far fewer parameters; quality close to full finetuning on many tasks (Hu et al. 2021)")
     if not isinstance(method, QLoRA):
         rank = method.rank if isinstance(method, LoRA) else SUGGESTED_RANK
@@ -183,9 +184,10 @@ def _keeping_candidates(run: Run, gpu, method, rewrap):
         # From LoRA: the same adapters (rank, targets, dropout, format, vision tower) on a 4-bit base.
         kept = dict(dropout=method.dropout, adapter_format=method.adapter_format, vision=method.vision) \
             if isinstance(method, LoRA) else {}
-        yield (f"QLoRA rank {rank} on {', '.join(targets)}",
-               run.replace(method=rewrap(QLoRA(rank=rank, targets=targets, **kept))),
-               "4-bit NF4 base: weights are dequantized on the fly, so steps are slower (Dettmers et al. 2023)")
+        qlora = _changed(run, method=rewrap(QLoRA(rank=rank, targets=targets, **kept)))
+        if qlora is not None:
+            yield (f"QLoRA rank {rank} on {', '.join(targets)}", qlora,
+                   "4-bit NF4 base: weights are dequantized on the fly, so steps are slower (Dettmers et al. 2023)")
     yield from _optimizer_candidates(run)
     # a T4 or V100 cannot run it; DeepSpeed's ZeRO-Offload keeps its fp32 master copy (memmath/offload.py)
     if _keeps_more_than_pure_bf16(run.precision) and gpu.computes_bf16 is not False and "optimizer" not in run.offload:
@@ -193,15 +195,20 @@ def _keeping_candidates(run: Run, gpu, method, rewrap):
                "no fp32 master copy: small updates can round away; watch the loss (or use Kahan summation)")
 
 
-def _offloaded(run: Run, part: str, **changes) -> Run | None:
-    """The run with one more part in host memory, or None where memmath refuses that offload for it (DPO, a
-    recipe without fp32 master weights for DeepSpeed, torch's ZeroRedundancyOptimizer: memmath/offload.py)."""
-    if part in run.offload:
-        return None
+def _changed(run: Run, **changes) -> Run | None:
+    """The run with `changes`, or None where memmath refuses the result by name (LoRA on a model given only by its
+    parameter count, an offload the engine does not have: memmath/offload.py)."""
     try:
-        return run.replace(offload=(*run.offload, part), **changes)
+        return run.replace(**changes)
     except validate.FieldError:
         return None
+
+
+def _offloaded(run: Run, *parts: str, **changes) -> Run | None:
+    """The run with `parts` in host memory too, or None where one is already there or memmath refuses it."""
+    if all(part in run.offload for part in parts):
+        return None
+    return _changed(run, offload=(*run.offload, *(p for p in parts if p not in run.offload)), **changes)
 
 
 def _offload_candidates(run: Run):
@@ -212,12 +219,12 @@ def _offload_candidates(run: Run):
             yield ("ZeRO-Offload: optimizer in host RAM", new,
                    f"DeepSpeed at ZeRO stage {new.zero_stage}: the CPU runs the optimizer step on fp32 master weights; "
                    "gradients and weights cross PCIe every step: slower steps")
-        if run.zero_stage == 3 and "optimizer" in run.offload:
-            new = _offloaded(run, "params")
-            if new is not None:
-                yield ("ZeRO-Infinity: weights in host RAM too", new,
-                       "DeepSpeed's offload_param: each layer's weights are gathered from host memory as it runs: "
-                       "slower steps")
+        # ZeRO-Infinity: the 16-bit weights too, at stage 3 (one GPU included: Rajbhandari et al. 2021)
+        new = _offloaded(run, "optimizer", "params", zero_stage=3)
+        if new is not None:
+            yield ("ZeRO-Infinity: optimizer and weights in host RAM", new,
+                   "DeepSpeed at ZeRO stage 3 with offload_param: the CPU runs the optimizer step and each layer's "
+                   "weights are gathered from host memory as it runs: slower steps")
     if run.sharding == "fsdp2" and run.zero_stage == 3:
         new = _offloaded(run, "params")
         if new is not None:

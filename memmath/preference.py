@@ -65,7 +65,7 @@ class DPO(Method):
     base: Method = field(default_factory=_default_base, metadata=option(
         "--dpo-base", "dpo: the policy's method, {choices} (default lora), with its own options (--rank, --targets, "
         "...); chosen and rejected sequences double --batch", "NAME", choices=("full", "freeze", "adapters", "lora",
-                                                                              "qlora"), kind="method", dest="dpo_base"))
+                                                                              "qlora"), dest="dpo_base"))
     reference: str | None = field(default=None, metadata=option(
         "--reference", "dpo: the reference log-probs from a frozen copy of the model (copy), the policy with its "
         "adapters disabled (adapters_off: lora/qlora), or precomputed; default as TRL: adapters_off for lora/qlora, "

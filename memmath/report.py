@@ -201,7 +201,11 @@ def _cost(suggestion, unit) -> str:
     """A change's cost, with the host RAM per GPU it needs where it offloads."""
     if not suggestion.host_bytes:
         return suggestion.cost
-    return f"{suggestion.cost}; host RAM {format_bytes(suggestion.host_bytes, unit)} per GPU"
+    ram = format_bytes(suggestion.host_bytes, unit)
+    if "optimizer" in suggestion.run.offload and suggestion.run.sharding == "even":  # DeepSpeed's tensors, exactly
+        return (f"{suggestion.cost}; host RAM at least {ram} per GPU (DeepSpeed's own estimator multiplies its "
+                "figure by 1.5 for buffers)")
+    return f"{suggestion.cost}; host RAM {ram} per GPU"
 
 
 def _judged_headroom(suggestion, plan) -> int:
@@ -428,7 +432,8 @@ def training_json(plan, *, source=None, unit="GB", seq_default=False, reserve_de
     def change(s) -> dict:
         fit = check_fit(s.total, plan.gpu, reserved_bytes=plan.reserved_bytes, margin=FIT_MARGIN)
         return {"change": s.change, "required_bytes": s.total, "basis": _basis(s), "saved_bytes": s.saved,
-                "host_bytes": s.host_bytes, "fits": s.fits, "headroom_bytes": int(fit.headroom_bytes), "cost": s.cost, "run": repr(s.run),
+                "host_bytes": s.host_bytes, "fits": s.fits, "headroom_bytes": int(fit.headroom_bytes), "cost": s.cost,
+                "run": repr(s.run),
                 "settings": {k: (_method_json(v) if k == "method" else _jsonable(v))
                              for k, v in s.run.settings().items()}}
     return {

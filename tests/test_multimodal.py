@@ -274,6 +274,15 @@ def test_activations_count_the_language_model_and_say_what_they_leave_out():
     # A tower that trains: what backward saves of it is not modelled, so the run is judged on the sum of its parts.
     trains = mm.requirement(shape, method=mm.LoRA(vision="trains"), seq_len=512)
     assert trains.basis == "sum of parts" and "vision-language" in trains.reason
+    # Checkpointing: transformers' enable_input_require_grads hooks the tower's patch embedding too, so the frozen
+    # tower saves its layers' inputs, which memmath does not model: the sum of the parts again.
+    assert mm.requirement(shape, method=mm.LoRA(), seq_len=512, checkpointing=True).basis == "sum of parts"
+    # Offloading: the language model's own upper bound, plus the tower's weights.
+    offloaded = dict(method=mm.LoRA(), seq_len=512, precision="mixed", zero_stage=2, offload="optimizer")
+    need = mm.requirement(shape, **offloaded)
+    text_need = mm.requirement(text_model, **offloaded)
+    assert text_need.basis == need.basis == "upper bound"
+    assert need.bytes == text_need.bytes + 2 * (shape.n_params - text_model.n_params)
     serving = mm.inference_memory(shape)
     assert serving.weights == 2 * shape.n_params and "vision_working_set_not_counted" in [n.kind for n in serving.notes]
 
