@@ -514,3 +514,41 @@ def test_seed_oss_s_bias_and_dropout_fields_are_read_or_refused_by_name():
 def test_olmo3_and_seed_oss_activations_are_the_textbook_s_until_measured():
     for preset in ("olmo-3-7b", "seed-oss-36b"):
         assert not mm.PRESETS[preset].architecture.traced
+
+
+PREFILLED_NEW = {  # (fields beyond LLaMA's measured widths, [(seq_len, batch)])
+    "olmo3": (dict(model_type="olmo3", sliding_window=300), [(256, 1), (512, 2), (384, 3)]),
+    # held out: measured after the prediction was written (window 100: 96 tokens below it, 320 and 640 past it)
+    "olmo3-held-out": (dict(model_type="olmo3", sliding_window=100, hidden_size=192, num_attention_heads=6,
+                            intermediate_size=512, num_hidden_layers=5), [(320, 2), (96, 4), (640, 1)]),
+    "seed_oss": (dict(model_type="seed_oss", head_dim=32), [(256, 1), (512, 2), (384, 3)]),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("name", sorted(PREFILLED_NEW))
+def test_olmo3_and_seed_oss_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, name, attention):
+    """As the dense test above: OLMo 3 without the normed copy of each sublayer's input (its norms follow the
+    sublayers), with its fp32 rotary pair per layer type and, under SDPA past the window, the bool sliding mask;
+    Seed-OSS as LLaMA (its biases and dropout add nothing to a prefill)."""
+    from validation.inference_working_set import LiveBytes
+
+    extra, cases = PREFILLED_NEW[name]
+    fields = dict(dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
+                       num_key_value_heads=2, intermediate_size=688, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+                  **extra)
+    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
+                                                                        if k != "model_type"})
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+    shape = mm.from_hf_config(fields)
+    for seq_len, batch in cases:
+        mode = LiveBytes(weights)
+        with torch.no_grad(), mode:
+            model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+        measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+        predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+        assert abs(predicted / measured - 1) < 0.005, (seq_len, batch)
