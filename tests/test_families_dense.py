@@ -511,9 +511,60 @@ def test_seed_oss_s_bias_and_dropout_fields_are_read_or_refused_by_name():
     assert mm.from_hf_config(dict(published, attention_dropout=0.0, residual_dropout=0.0)).dropout_p == 0.0
 
 
-def test_olmo3_and_seed_oss_activations_are_the_textbook_s_until_measured():
-    for preset in ("olmo-3-7b", "seed-oss-36b"):
-        assert not mm.PRESETS[preset].architecture.traced
+_STEP_WIDTHS = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=False)
+_HELD_OUT_WIDTHS = dict(vocab_size=384, hidden_size=48, intermediate_size=80, num_hidden_layers=5,
+                        num_attention_heads=6, num_key_value_heads=3, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+STEPPED_NEW = {  # name: (config, seq_len, batch); the trace was written before the first four were stepped
+    "olmo3": (dict(_STEP_WIDTHS, model_type="olmo3", sliding_window=16), 64, 2),
+    "olmo3-below-window": (dict(_STEP_WIDTHS, model_type="olmo3", sliding_window=128), 64, 2),
+    "seed_oss": (dict(_STEP_WIDTHS, model_type="seed_oss", head_dim=16, attention_dropout=0.0,
+                      residual_dropout=0.0), 64, 2),
+    "seed_oss-dropout": (dict(_STEP_WIDTHS, model_type="seed_oss", head_dim=16), 64, 2),
+    # held out: stepped after OLMo 3's second fp32 rotary pair was added
+    "olmo3-given-types": (dict(_HELD_OUT_WIDTHS, model_type="olmo3", sliding_window=24, use_cache=False,
+                               layer_types=["full_attention", "sliding_attention", "sliding_attention",
+                                            "full_attention", "sliding_attention"]), 40, 3),
+    "olmo3-use-cache": (dict(_HELD_OUT_WIDTHS, model_type="olmo3", sliding_window=24, use_cache=True), 40, 3),
+    "seed_oss-use-cache-dropout": (dict(_HELD_OUT_WIDTHS, model_type="seed_oss", head_dim=8, use_cache=True), 40, 3),
+    "seed_oss-every-bias": (dict(_HELD_OUT_WIDTHS, model_type="seed_oss", head_dim=8, use_cache=False,
+                                 attention_out_bias=True, mlp_bias=True, attention_dropout=0.0,
+                                 residual_dropout=0.0), 40, 3),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", sorted(STEPPED_NEW))
+def test_olmo3_and_seed_oss_save_what_a_cpu_step_measures(torch, transformers, name, precision, attention):
+    """As the dense test above: two AdamW steps on the CPU save what the trace says, to the byte, and the steady
+    step's peak is within 1%. OLMo 3 saves one fp32 rotary pair per layer type; Seed-OSS with dropout on (its
+    config's 0.1) saves the masks of its residual dropouts and, under SDPA, the math kernel's."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+    from memmath.stepping import step_twice
+    from validation.measure import configure_torch, make_optimizer
+
+    configure_torch()
+    config, seq_len, batch = STEPPED_NEW[name]
+    hf_config = transformers.AutoConfig.for_model(config["model_type"],
+                                                  **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
+    ids = torch.randint(1, config["vocab_size"], (batch, seq_len), generator=torch.Generator().manual_seed(1))
+    measured = step_twice(model, make_optimizer(list(model.parameters()), "adamw"),
+                          {"input_ids": ids, "labels": ids.clone()}, model.model.layers)
+    shape = mm.from_hf_config(config)
+    assert shape.architecture.traced
+    settings = dict(method=mm.Full(), seq_len=seq_len, batch_size=batch, dropout=shape.dropout_p > 0,
+                    attention=attention, checkpointing=False, device="cpu")
+    parts = activation_parts(shape, recipe=get_recipe(precision), **settings)
+    assert measured["saved_bytes"] == parts.estimate.total
+    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
 
 
 PREFILLED_NEW = {  # (fields beyond LLaMA's measured widths, [(seq_len, batch)])

@@ -5,7 +5,12 @@ sliding-window attention on three blocks of four (config layer_types; sliding_wi
 What differs from OLMo 2 changes no parameter: Olmo3RotaryEmbedding keeps one inv_freq buffer per layer type
 (buffers, not parameters) and Olmo3Model computes one fp32 cos/sin pair per layer type, builds the causal and the
 sliding-window mask in every forward (modeling_olmo3.py, Olmo3Model.forward), and DynamicCache(config) keeps a
-sliding layer's last sliding_window tokens (DynamicSlidingWindowLayer, cache_utils.py)."""
+sliding layer's last sliding_window tokens (DynamicSlidingWindowLayer, cache_utils.py).
+
+Its trace is OLMo 2's block with the second fp32 rotary pair (rotary_tables_fp32): measured on the CPU
+(tests/test_families_dense.py steps tiny OLMo 3s under SDPA and eager, in fp32 and bf16, below and past the window,
+with given layer_types and with use_cache: the saved bytes equal the trace's to the byte). The second pair was
+found there: counted in the model dtype, bf16 steps measured 2 x s x d x 2 B more."""
 
 from . import _decoder, olmo2
 from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields
@@ -41,7 +46,6 @@ ARCHITECTURE = Architecture(
                            "layer_types": LAYER_TYPES_FIELD + " (default: every fourth full)"}),
     defaults={"sliding_window": 4096},
     read_options=olmo2.read_options, derive_layer_types=every_fourth_full, trace_block=olmo2.block,
-    final_norm="rms_fp32_weight", rotary_per_layer_type=True, prefill_phases=prefill_phases,
+    final_norm="rms_fp32_weight", rotary_per_layer_type=True, rotary_tables_fp32=True, prefill_phases=prefill_phases,
     eager_sliding_mask=True, both_masks_always=True,  # modeling_olmo3.py, Olmo3Model.forward
-    traced=False,  # activations: the textbook model until a CPU step measures the per-type fp32 rotary tables
 )
