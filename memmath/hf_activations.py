@@ -426,7 +426,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         # Gemma 3 computes one cos/sin pair per layer type: a second pair is saved by the first storing block
         # of the other type (counted here with the shared tables; the measurement files it in that block).
         first_storing = 0 if (isinstance(method, Freeze) and setup.embeddings) else n_layers - trained
-        extra = _extra_rope_pairs(shape, first_storing) * 2 * rope_rows * dm["rd"] * e
+        table_bytes = 4 if record.rotary_tables_fp32 else e  # OLMo 3's pairs are fp32 in any precision
+        extra = _extra_rope_pairs(shape, first_storing) * 2 * rope_rows * dm["rd"] * table_bytes
         if _positive_any(extra):
             tables = tables + extra * blocks_store
             terms.append(("outside", "rotary cos and sin tables of the second layer type", extra))

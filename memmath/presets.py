@@ -107,6 +107,17 @@ PRESETS: dict[str, ModelShape] = {
         intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
         head_dim=128, vocab_size=202048, num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=1,
         attention_chunk_size=8192, tie_word_embeddings=False),
+    "olmo-3-7b": _from_config(  # allenai/Olmo-3-1025-7B: 7,298,011,136 (7.3B); OLMo 2's layers, every 4th block
+        # full and the others sliding over 4,096 tokens (Olmo3Config's default layer_types)
+        "olmo-3-7b", model_type="olmo3", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, vocab_size=100278, sliding_window=4096,
+        tie_word_embeddings=False),
+    "seed-oss-36b": _from_config(  # ByteDance-Seed/Seed-OSS-36B-Base: 36,151,104,512 (36B); q/k/v biases, 80
+        # query and 8 key/value heads of 128; attention_dropout and residual_dropout 0.1 (SeedOssConfig's defaults,
+        # which the published config.json repeats)
+        "seed-oss-36b", model_type="seed_oss", hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+        num_attention_heads=80, num_key_value_heads=8, head_dim=128, vocab_size=155136, attention_bias=True,
+        attention_out_bias=False, attention_dropout=0.1, residual_dropout=0.1, tie_word_embeddings=False),
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -118,7 +129,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B",
                   "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
                   "smollm3-3b": "SmolLM3-3B", "granite-3.3-8b": "granite-3.3-8b-instruct",
-                  "llama-4-scout": "Llama-4-Scout-17B-16E"}
+                  "llama-4-scout": "Llama-4-Scout-17B-16E", "olmo-3-7b": "Olmo-3-1025-7B",
+                  "seed-oss-36b": "Seed-OSS-36B-Base"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -152,4 +164,6 @@ PRESET_SOURCES = {
     "smollm3-3b": "HuggingFaceTB/SmolLM3-3B config.json",
     "granite-3.3-8b": "ibm-granite/granite-3.3-8b-instruct config.json",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E",  # its config.json's text_config
+    "olmo-3-7b": "allenai/Olmo-3-1025-7B config.json",
+    "seed-oss-36b": "ByteDance-Seed/Seed-OSS-36B-Base config.json",
 }

@@ -384,3 +384,222 @@ def test_dense_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transfo
     measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
     predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
     assert abs(predicted / measured - 1) < 0.005
+
+
+# ---- OLMo 3 (olmo3) and Seed-OSS (seed_oss) ---------------------------------------------------------------------
+SMALL = {  # small widths, with each type's own fields
+    "olmo3": dict(model_type="olmo3", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, sliding_window=8, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2),
+    "seed_oss": dict(model_type="seed_oss", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
+                     eos_token_id=2),
+}
+COUNTED = {  # published configs at full size, the small ones, and the fields that change a tensor
+    "Olmo-3-1025-7B": PUBLISHED_CONFIGS["Olmo-3-1025-7B"],
+    "Seed-OSS-36B-Base": PUBLISHED_CONFIGS["Seed-OSS-36B-Base"],
+    "olmo3-small": SMALL["olmo3"],
+    "olmo3-small-biases-tied-head_dim": dict(SMALL["olmo3"], attention_bias=True, tie_word_embeddings=True,
+                                             head_dim=12),
+    "seed_oss-small": SMALL["seed_oss"],
+    "seed_oss-small-no-biases": dict(SMALL["seed_oss"], attention_bias=False),
+    "seed_oss-small-all-biases-tied": dict(SMALL["seed_oss"], attention_out_bias=True, mlp_bias=True,
+                                           tie_word_embeddings=True),
+    "seed_oss-small-defaults": dict(model_type="seed_oss", vocab_size=96, hidden_size=32, intermediate_size=48,
+                                    num_hidden_layers=2, num_attention_heads=8),  # head_dim 128, 8 kv heads
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", sorted(COUNTED))
+def test_olmo3_and_seed_oss_count_and_weigh_as_transformers_builds_them(torch, transformers, name):
+    config = COUNTED[name]
+    model = _build(torch, transformers, config, dtype=torch.bfloat16)
+    shape = mm.from_hf_config(config)
+    params = list(model.parameters())
+    assert shape.n_params == sum(p.numel() for p in params)
+    assert _bytes_by_dtype(model) == {torch.bfloat16: 2 * shape.n_params}
+    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
+                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
+    assert ours == sorted(tuple(p.shape) for p in params)
+
+
+def test_olmo3_and_seed_oss_counts_by_hand():
+    # OLMo 3 7B (h 4,096, 32 blocks of 32 heads of 128, I 11,008, vocabulary 100,278, untied head): per block q, k,
+    # v, o 4 x 4,096^2 = 67,108,864, MLP 3 x 4,096 x 11,008 = 135,266,304, q/k norms and two post norms 4 x 4,096
+    # = 16,384; all: 32 x 202,391,552 + 2 x 100,278 x 4,096 + 4,096 = 7,298,011,136 (the Hub page: 7.3B).
+    assert mm.PRESETS["olmo-3-7b"].n_params == 7_298_011_136
+    # Seed-OSS-36B (h 5,120, 64 blocks, 80 query and 8 key/value heads of 128, I 27,648, vocabulary 155,136): per
+    # block q 5,120 x 10,240 + 10,240 bias, k and v 5,120 x 1,024 + 1,024 each, o 10,240 x 5,120 without bias
+    # (115,355,648), MLP 3 x 5,120 x 27,648 = 424,673,280, two norms 10,240; all: 64 x 540,039,168 +
+    # 2 x 155,136 x 5,120 + 5,120 = 36,151,104,512 (the model's name: 36B).
+    assert mm.PRESETS["seed-oss-36b"].n_params == 36_151_104_512
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets", ["all-linear", "q+v", "q+k+v+o+gate+up+down"])
+@pytest.mark.parametrize("model_type", sorted(SMALL))
+def test_olmo3_and_seed_oss_lora_adapters_are_peft_s(torch, transformers, peft, model_type, targets):
+    config, rank = SMALL[model_type], 4
+    model = _build(torch, transformers, config)
+    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+             "down": "down_proj"}
+    modules = "all-linear" if targets == "all-linear" else [names[t] for t in targets.split("+")]
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
+    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
+    ours = []
+    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(
+            "all" if targets == "all-linear" else tuple(targets.split("+"))):
+        ours += [(k * rank, d_in), (d_out, k * rank)]
+    assert ours == theirs
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [
+    SMALL["olmo3"], dict(SMALL["olmo3"], num_hidden_layers=9), dict(SMALL["olmo3"], sliding_window=None),
+    dict(SMALL["olmo3"], layer_types=["full_attention", "sliding_attention"] * 2),
+    {k: v for k, v in SMALL["olmo3"].items() if k != "sliding_window"}, SMALL["seed_oss"],
+], ids=["olmo3", "olmo3-9-blocks", "olmo3-no-window", "olmo3-given", "olmo3-default-window", "seed_oss"])
+def test_olmo3_and_seed_oss_windows_are_the_ones_transformers_config_derives(transformers, config):
+    """Olmo3Config.__post_init__ makes every fourth block full when layer_types is absent; a sliding layer keeps
+    sliding_window tokens (none when it is null: DynamicCache builds full layers); Seed-OSS has no window."""
+    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
+                                                                    if k != "model_type"})
+    window = getattr(hf, "sliding_window", None)
+    types = getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers
+    assert mm.from_hf_config(config).attention_windows == tuple(
+        window if t == "sliding_attention" else None for t in types)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", sorted(SMALL))
+def test_olmo3_and_seed_oss_caches_are_what_transformers_fills(torch, transformers, model_type):
+    # OLMo 3's sliding layers (window 8) keep the whole prompt after the prefill and 8 tokens once decoding
+    shape = mm.from_hf_config(SMALL[model_type])
+    for tokens, steps in ((12, 0), (12, 5), (5, 1)):
+        expected = mm.kv_cache_bytes(shape, context_len=tokens + steps, after_prefill=steps == 0)
+        assert _filled_cache_bytes(torch, transformers, SMALL[model_type], tokens, steps) == expected, (tokens, steps)
+
+
+def test_olmo3_caches_its_sliding_layers_as_states_sliding_attention():
+    shape = mm.PRESETS["olmo-3-7b"]
+    full = states.FullAttention(kv_heads=32, head_dim=128)
+    sliding = states.SlidingAttention(kv_heads=32, head_dim=128, window=4096)
+    layers = states.layers_from_layer_types(shape.layer_types, full=full, sliding=sliding)
+    for tokens in (1000, 4096, 32768):
+        assert mm.kv_cache_bytes(shape, context_len=tokens) == states.cache_bytes(layers, tokens=tokens)
+    # 32,768 tokens: 8 full layers x 32,768 + 24 sliding x 4,096 tokens, 2 x 32 x 128 values of 2 B each
+    assert mm.kv_cache_bytes(shape, context_len=32768) == (8 * 32768 + 24 * 4096) * 2 * 32 * 128 * 2
+    served = mm.inference_memory("olmo-3-7b", context_len=32768, batch_size=2)
+    assert served.kv_cache == states.cache_bytes(layers, tokens=32768, batch=2)
+
+
+def test_seed_oss_caches_every_layer_in_full():
+    shape = mm.PRESETS["seed-oss-36b"]
+    layers = [states.FullAttention(kv_heads=8, head_dim=128)] * 64
+    assert mm.kv_cache_bytes(shape, context_len=32768) == states.cache_bytes(layers, tokens=32768)
+    assert mm.kv_cache_bytes(shape, context_len=32768) == 64 * 32768 * 2 * 8 * 128 * 2  # 8 GiB
+
+
+def test_seed_oss_s_bias_and_dropout_fields_are_read_or_refused_by_name():
+    published = PUBLISHED_CONFIGS["Seed-OSS-36B-Base"]
+    with pytest.raises(ValueError, match="'attention_out_bias' is true while 'attention_bias' is false"):
+        mm.from_hf_config(dict(published, attention_bias=False, attention_out_bias=True))
+    with pytest.raises(ValueError, match="attention_dropout are > 0 but residual_dropout is 0"):
+        mm.from_hf_config(dict(published, residual_dropout=0.0))
+    assert mm.from_hf_config(published).dropout_p == 0.1  # transformers trains Seed-OSS with dropout on
+    assert mm.from_hf_config(dict(published, attention_dropout=0.0, residual_dropout=0.0)).dropout_p == 0.0
+
+
+_STEP_WIDTHS = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=False)
+_HELD_OUT_WIDTHS = dict(vocab_size=384, hidden_size=48, intermediate_size=80, num_hidden_layers=5,
+                        num_attention_heads=6, num_key_value_heads=3, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+STEPPED_NEW = {  # name: (config, seq_len, batch); the trace was written before the first four were stepped
+    "olmo3": (dict(_STEP_WIDTHS, model_type="olmo3", sliding_window=16), 64, 2),
+    "olmo3-below-window": (dict(_STEP_WIDTHS, model_type="olmo3", sliding_window=128), 64, 2),
+    "seed_oss": (dict(_STEP_WIDTHS, model_type="seed_oss", head_dim=16, attention_dropout=0.0,
+                      residual_dropout=0.0), 64, 2),
+    "seed_oss-dropout": (dict(_STEP_WIDTHS, model_type="seed_oss", head_dim=16), 64, 2),
+    # held out: stepped after OLMo 3's second fp32 rotary pair was added
+    "olmo3-given-types": (dict(_HELD_OUT_WIDTHS, model_type="olmo3", sliding_window=24, use_cache=False,
+                               layer_types=["full_attention", "sliding_attention", "sliding_attention",
+                                            "full_attention", "sliding_attention"]), 40, 3),
+    "olmo3-use-cache": (dict(_HELD_OUT_WIDTHS, model_type="olmo3", sliding_window=24, use_cache=True), 40, 3),
+    "seed_oss-use-cache-dropout": (dict(_HELD_OUT_WIDTHS, model_type="seed_oss", head_dim=8, use_cache=True), 40, 3),
+    "seed_oss-every-bias": (dict(_HELD_OUT_WIDTHS, model_type="seed_oss", head_dim=8, use_cache=False,
+                                 attention_out_bias=True, mlp_bias=True, attention_dropout=0.0,
+                                 residual_dropout=0.0), 40, 3),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", sorted(STEPPED_NEW))
+def test_olmo3_and_seed_oss_save_what_a_cpu_step_measures(torch, transformers, name, precision, attention):
+    """As the dense test above: two AdamW steps on the CPU save what the trace says, to the byte, and the steady
+    step's peak is within 1%. OLMo 3 saves one fp32 rotary pair per layer type; Seed-OSS with dropout on (its
+    config's 0.1) saves the masks of its residual dropouts and, under SDPA, the math kernel's."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+    from memmath.stepping import step_twice
+    from validation.measure import configure_torch, make_optimizer
+
+    configure_torch()
+    config, seq_len, batch = STEPPED_NEW[name]
+    hf_config = transformers.AutoConfig.for_model(config["model_type"],
+                                                  **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
+    ids = torch.randint(1, config["vocab_size"], (batch, seq_len), generator=torch.Generator().manual_seed(1))
+    measured = step_twice(model, make_optimizer(list(model.parameters()), "adamw"),
+                          {"input_ids": ids, "labels": ids.clone()}, model.model.layers)
+    shape = mm.from_hf_config(config)
+    assert shape.architecture.traced
+    settings = dict(method=mm.Full(), seq_len=seq_len, batch_size=batch, dropout=shape.dropout_p > 0,
+                    attention=attention, checkpointing=False, device="cpu")
+    parts = activation_parts(shape, recipe=get_recipe(precision), **settings)
+    assert measured["saved_bytes"] == parts.estimate.total
+    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
+
+
+PREFILLED_NEW = {  # (fields beyond LLaMA's measured widths, [(seq_len, batch)])
+    "olmo3": (dict(model_type="olmo3", sliding_window=300), [(256, 1), (512, 2), (384, 3)]),
+    # held out: measured after the prediction was written (window 100: 96 tokens below it, 320 and 640 past it)
+    "olmo3-held-out": (dict(model_type="olmo3", sliding_window=100, hidden_size=192, num_attention_heads=6,
+                            intermediate_size=512, num_hidden_layers=5), [(320, 2), (96, 4), (640, 1)]),
+    "seed_oss": (dict(model_type="seed_oss", head_dim=32), [(256, 1), (512, 2), (384, 3)]),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("name", sorted(PREFILLED_NEW))
+def test_olmo3_and_seed_oss_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, name, attention):
+    """As the dense test above: OLMo 3 without the normed copy of each sublayer's input (its norms follow the
+    sublayers), with its fp32 rotary pair per layer type and, under SDPA past the window, the bool sliding mask;
+    Seed-OSS as LLaMA (its biases and dropout add nothing to a prefill)."""
+    from validation.inference_working_set import LiveBytes
+
+    extra, cases = PREFILLED_NEW[name]
+    fields = dict(dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
+                       num_key_value_heads=2, intermediate_size=688, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+                  **extra)
+    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
+                                                                        if k != "model_type"})
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+    shape = mm.from_hf_config(fields)
+    for seq_len, batch in cases:
+        mode = LiveBytes(weights)
+        with torch.no_grad(), mode:
+            model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+        measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+        predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+        assert abs(predicted / measured - 1) < 0.005, (seq_len, batch)

@@ -140,11 +140,13 @@ def test_every_button_changes_what_is_shown(chromium, workbook, lesson):
         page.close()
 
 
-# A model type memmath has no record for (OLMo 3: allenai's Olmo3ForCausalLM), at a width that traces in seconds.
-TINY_OLMO3 = {"architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3", "hidden_size": 64,
-              "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 4,
-              "vocab_size": 1000, "max_position_embeddings": 512, "sliding_window": 64, "rms_norm_eps": 1e-6,
-              "tie_word_embeddings": False}
+# A model type memmath has no record for (Ministral: mistralai's MinistralForCausalLM), at a width that traces in
+# seconds.
+TINY_MINISTRAL = {"architectures": ["MinistralForCausalLM"], "model_type": "ministral", "hidden_size": 64,
+                  "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16,
+                  "num_hidden_layers": 4, "vocab_size": 1000, "max_position_embeddings": 512, "sliding_window": 64,
+                  "layer_types": ["sliding_attention", "full_attention"] * 2, "rms_norm_eps": 1e-6,
+                  "tie_word_embeddings": False}
 
 
 def test_lesson_8_traces_a_pasted_config_memmath_has_no_record_for(chromium, workbook, transformers):
@@ -167,7 +169,7 @@ def test_lesson_8_traces_a_pasted_config_memmath_has_no_record_for(chromium, wor
         live.wait_settled(runs)
         runs = live.completed_runs
         area = page.locator("textarea").first
-        area.fill(json.dumps(TINY_OLMO3))
+        area.fill(json.dumps(TINY_MINISTRAL))
         area.blur()
         live.wait_settled(runs)
         assert "is not supported" in live.snapshot().text
@@ -176,7 +178,7 @@ def test_lesson_8_traces_a_pasted_config_memmath_has_no_record_for(chromium, wor
         live.wait_settled(runs, timeout_s=180)
         text = " ".join(live.snapshot().text.split())
         # the lesson's defaults: full finetuning, pure bf16, AdamW, batch 1 x 512 tokens, sdpa, on an RTX 4090
-        answer = traced_training(TINY_OLMO3, precision="bf16", optimizer="adamw", method="full", batch_size=1,
+        answer = traced_training(TINY_MINISTRAL, precision="bf16", optimizer="adamw", method="full", batch_size=1,
                                  seq_len=512, attention="sdpa")
         verdict = verdict_of(answer.peak_step2_bytes, "RTX 4090")
         assert f"the peak of every step after the first is {mm.format_bytes(answer.peak_step2_bytes)}" in text

@@ -60,14 +60,14 @@ def test_traced_equals_a_recorded_real_step(transformers, peft, case_id, setting
 
 
 def test_composed_blocks_equal_a_full_trace_with_two_layer_kinds(transformers):
-    # OLMo 3's layer_types: two sliding-window blocks, then a full-attention one (the same weights).
-    config = dict(SMALL, model_type="olmo3", num_hidden_layers=3, sliding_window=16,
+    # Ministral's layer_types: two sliding-window blocks, then a full-attention one (the same weights).
+    config = dict(SMALL, model_type="ministral", num_hidden_layers=3, sliding_window=16, head_dim=16,
                   layer_types=["sliding_attention", "sliding_attention", "full_attention"])
     settings = dict(precision="fp32", batch_size=2, seq_len=32)
     composed = traced.traced_training(config, settings, cache=False, full_trace=False)
     whole = traced.traced_training(config, settings, cache=False, full_trace=True)
-    assert composed.layer_kinds == {"Olmo3DecoderLayer sliding_attention": 2,
-                                    "Olmo3DecoderLayer full_attention": 1}
+    assert composed.layer_kinds == {"MinistralDecoderLayer sliding_attention": 2,
+                                    "MinistralDecoderLayer full_attention": 1}
     assert composed.traces == 2 and whole.traces == 1
     for key in ("grad_bytes", "optimizer_state_bytes", "saved_bytes", "peak_step1_bytes", "peak_step2_bytes"):
         assert getattr(composed, key) == getattr(whole, key), key
@@ -83,7 +83,7 @@ def _meta_count(transformers, torch, config: dict) -> int:
 
 
 @pytest.mark.parametrize("model_type, extra", [
-    ("olmo3", dict(layer_types=TWO_KINDS)),
+    ("ministral", dict(sliding_window=16, head_dim=16, layer_types=TWO_KINDS)),
     ("lfm2", dict(block_dim=64, block_ff_dim=128, layer_types=["conv", "full_attention"])),
     ("exaone4", dict(sliding_window=16, layer_types=TWO_KINDS)),
 ])
@@ -110,7 +110,7 @@ def test_traced_counts_of_a_recorded_type_equal_memmaths(transformers):
 
 
 def test_the_answer_is_cached_per_config_and_settings(transformers):
-    config = dict(model_type="olmo3", **SMALL, layer_types=TWO_KINDS)
+    config = dict(model_type="ministral", **SMALL, sliding_window=16, head_dim=16, layer_types=TWO_KINDS)
     first = traced.traced_training(config, dict(batch_size=1, seq_len=8))
     again = traced.traced_training(config, dict(batch_size=1, seq_len=8))
     assert not first.cached and again.cached
@@ -122,9 +122,10 @@ def test_the_answer_is_cached_per_config_and_settings(transformers):
 def test_memmath_train_traced_on_the_command_line(transformers, tmp_path, capsys):
     from memmath.cli import main
 
-    folder = tmp_path / "olmo3"
+    folder = tmp_path / "ministral"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(dict(model_type="olmo3", **SMALL, layer_types=TWO_KINDS)))
+    (folder / "config.json").write_text(json.dumps(dict(model_type="ministral", **SMALL, sliding_window=16,
+                                                        head_dim=16, layer_types=TWO_KINDS)))
     # Without --traced a type without a record is refused, naming the way to an answer.
     assert main(["train", str(folder), "--seq", "8"]) == 2
     assert "memmath train CONFIG --traced" in capsys.readouterr().err
@@ -132,7 +133,7 @@ def test_memmath_train_traced_on_the_command_line(transformers, tmp_path, capsys
     assert main(["train", str(folder), "--batch", "1", "--seq", "8", "--json", "--traced"]) == 0
     out, err = capsys.readouterr()
     data = json.loads(out)
-    assert data["basis"] == "traced" and data["settings"]["seq_len"] == 8 and "tracing olmo3" in err
+    assert data["basis"] == "traced" and data["settings"]["seq_len"] == 8 and "tracing ministral" in err
     # Freezing by memmath train's own option: the last block trains, the first and the embeddings do not.
     assert main(["train", str(folder), "--seq", "8", "--method", "freeze", "--trainable-layers", "1", "--traced",
                  "--json"]) == 0
@@ -147,7 +148,7 @@ def test_without_torch_the_refusal_names_the_extra(monkeypatch):
     with pytest.raises(traced.TorchMissing, match=r"memmath\[torch\]"):
         traced.require_torch()
     with pytest.raises(ValueError, match=r"install memmath\[torch\] to get a traced answer"):
-        memmath.from_hf_config({"model_type": "olmo3", "hidden_size": 64})
+        memmath.from_hf_config({"model_type": "ministral", "hidden_size": 64})
 
 
 def test_bad_settings_name_the_field():

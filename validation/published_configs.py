@@ -250,6 +250,37 @@ PUBLISHED_CONFIGS = {
         "hidden_act": "silu", "max_position_embeddings": 10485760, "output_router_logits": False,
         "rope_theta": 500000.0, "torch_dtype": "bfloat16",
     },
+    # ---- olmo3 ----
+    "Olmo-3-1025-7B": {  # allenai/Olmo-3-1025-7B (7.30B); three sliding blocks (4,096 tokens) to one full
+        "model_type": "olmo3", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100278, "tie_word_embeddings": False,
+        "attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu", "max_position_embeddings": 65536,
+        "sliding_window": 4096, "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 8,
+        "rope_theta": 500000,
+        "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+    },
+    "Olmo-3-7B-Instruct": {  # allenai/Olmo-3-7B-Instruct (7.30B): Olmo-3-1025-7B's shape after post-training
+        "model_type": "olmo3", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100278, "tie_word_embeddings": False,
+        "attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu", "max_position_embeddings": 65536,
+        "sliding_window": 4096, "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 8,
+        "rope_theta": 500000, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+    },
+    # ---- seed_oss ----
+    "Seed-OSS-36B-Base": {  # ByteDance-Seed/Seed-OSS-36B-Base (36B); SeedOssConfig's defaults are this model's
+        "model_type": "seed_oss", "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 64,
+        "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 155136,
+        "tie_word_embeddings": False, "attention_bias": True, "attention_out_bias": False, "mlp_bias": False,
+        "attention_dropout": 0.1, "residual_dropout": 0.1, "hidden_act": "silu", "max_position_embeddings": 524288,
+        "rope_theta": 10000000.0, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+    },
+    "Seed-OSS-36B-Instruct": {  # ByteDance-Seed/Seed-OSS-36B-Instruct (36B): the base model's shape
+        "model_type": "seed_oss", "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 64,
+        "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 155136,
+        "tie_word_embeddings": False, "attention_bias": True, "attention_out_bias": False, "mlp_bias": False,
+        "attention_dropout": 0.1, "residual_dropout": 0.1, "hidden_act": "silu", "max_position_embeddings": 524288,
+        "rope_theta": 10000000.0, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+    },
     # ---- gpt_neox ----
     "pythia-160m": {  # EleutherAI/pythia-160m (162,322,944 with the untied head)
         "model_type": "gpt_neox", "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
@@ -313,6 +344,8 @@ PUBLISHED_TOTALS = {
     "SmolLM3-3B": 3.08e9, "SmolLM3-3B-Base": 3.08e9, "granite-3.3-8b-instruct": 8.17e9,
     "granite-3.3-2b-instruct": 2.53e9,
     "Llama-4-Scout-17B-16E": 109e9, "Llama-4-Scout-17B-16E-Instruct": 109e9,  # with the vision tower
+    "Olmo-3-1025-7B": 7.3e9, "Olmo-3-7B-Instruct": 7.3e9,  # the Hub pages' 7.3B
+    "Seed-OSS-36B-Base": 36e9, "Seed-OSS-36B-Instruct": 36e9,  # the models' names' 36B
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,

@@ -77,6 +77,7 @@ class Architecture:
     final_norm_module: str = "norm"  # the final norm's module name
     classifier: str = "pooler"  # BERT-style encoders: "pooler" (pooler + classifier) or "classification_head"
     rotary_per_layer_type: bool = False  # Gemma 3 computes one rotary cos/sin pair per layer type
+    rotary_tables_fp32: bool = False  # OLMo 3: its pairs stay fp32 (Olmo3RotaryEmbedding does not cast)
     traced: bool = True  # the exact model replays its forward pass (else activations='textbook')
     # the MLP activations it is traced with ("": a model built in code); (): every one of `activations`
     traced_activations: tuple = ("", "silu")
