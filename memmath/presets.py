@@ -107,6 +107,15 @@ PRESETS: dict[str, ModelShape] = {
         intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
         head_dim=128, vocab_size=202048, num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=1,
         attention_chunk_size=8192, tie_word_embeddings=False),
+    "command-r7b": _from_config(  # CohereLabs/c4ai-command-r7b-12-2024: 8,028,033,024 (8.03B); a parallel block,
+        # three blocks sliding over 4,096 tokens to one full, tied head (Cohere2Config's default)
+        "command-r7b", model_type="cohere2", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=256000, sliding_window=4096,
+        sliding_window_pattern=4, logit_scale=0.25, max_position_embeddings=132096),
+    "apertus-8b": _from_config(  # swiss-ai/Apertus-8B-2509: 8,053,338,176 (8B); xIELU MLP without a gate, q/k norms
+        "apertus-8b", model_type="apertus", hidden_size=4096, intermediate_size=21504, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=131072, hidden_act="xielu",
+        tie_word_embeddings=False, max_position_embeddings=65536),
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -118,7 +127,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B",
                   "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
                   "smollm3-3b": "SmolLM3-3B", "granite-3.3-8b": "granite-3.3-8b-instruct",
-                  "llama-4-scout": "Llama-4-Scout-17B-16E"}
+                  "llama-4-scout": "Llama-4-Scout-17B-16E",
+                  "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -152,4 +162,6 @@ PRESET_SOURCES = {
     "smollm3-3b": "HuggingFaceTB/SmolLM3-3B config.json",
     "granite-3.3-8b": "ibm-granite/granite-3.3-8b-instruct config.json",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E",  # its config.json's text_config
+    "command-r7b": "CohereLabs/c4ai-command-r7b-12-2024 config.json",
+    "apertus-8b": "swiss-ai/Apertus-8B-2509 config.json",
 }

@@ -1,0 +1,54 @@
+"""Apertus (transformers 5.24 configuration_apertus.py, modeling_apertus.py): LLaMA's attention with RMSNorm over each
+head of q and k, and an MLP without a gate, down_proj(xielu(up_proj(x))). xIELU (Huang et al. 2024,
+arXiv:2411.13010; activations.py XIELUActivation) learns two scalars per block, alpha_p and alpha_n, each of shape
+(1,) and in config.dtype; its beta and eps are buffers. The block's two norms are named attention_layernorm and
+feedforward_layernorm.
+
+Activations are the textbook model's (traced=False): xIELU's backward (torch.where over two branches) is not traced
+yet."""
+
+from . import _decoder
+from ._parts import ParamTensor, linear, norm
+from .record import ATTENTION_BIAS, QK_NORM, Architecture, decoder_fields
+
+# ApertusConfig.base_model_tp_plan (configuration_apertus.py), its replicated q_norm and k_norm left out
+TP_PLAN = {"layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise",
+           "layers.*.self_attn.v_proj": "colwise", "layers.*.self_attn.o_proj": "rowwise",
+           "layers.*.mlp.up_proj": "colwise", "layers.*.mlp.down_proj": "rowwise"}
+
+
+def mlp_tensors(m) -> list:
+    """ApertusMLP: up_proj and down_proj without biases, then xIELU's alpha_p and alpha_n."""
+    h, inner = m.hidden_size, m.intermediate_size
+    return (linear("mlp.up_proj", "mlp", h, inner, False) + linear("mlp.down_proj", "mlp", inner, h, False)
+            + [ParamTensor("mlp.act_fn.alpha_p", "mlp", (1,)), ParamTensor("mlp.act_fn.alpha_n", "mlp", (1,))])
+
+
+def tensors(m, group: str) -> list:
+    """ApertusForCausalLM's tensors: the rotary decoder's outside the blocks; in a block, attention with its q/k
+    norms, the MLP and the two norms, in parameters() order."""
+    if group != "layer":
+        return _decoder.tensors(m, group)
+    h = m.hidden_size
+    return (_decoder.attention_tensors(m) + mlp_tensors(m)
+            + norm("attention_layernorm", h, False) + norm("feedforward_layernorm", h, False))
+
+
+def lora_modules(m):
+    """peft's target names in an Apertus block: LLaMA's attention, up_proj and down_proj."""
+    table = _decoder.lora_table(m)
+    table["gate"] = "ApertusMLP has no gate: up_proj and down_proj around xIELU"
+    return table
+
+
+def read_options(config, get):
+    return {"qk_norm": "head", "gated_mlp": False}
+
+
+ARCHITECTURE = Architecture(
+    model_type="apertus", family="llama", title="Apertus", source="configuration_apertus.py, modeling_apertus.py",
+    fields=decoder_fields({"attention_bias": ATTENTION_BIAS, **QK_NORM,
+                           "hidden_act": "the MLP activation: xIELU and its two learned scalars per block"}),
+    activations=("xielu",), read_options=read_options, tensors=tensors, lora_modules=lora_modules,
+    module_order=("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"), tp_plan=TP_PLAN, traced=False,
+)
