@@ -161,3 +161,41 @@ def test_activations_are_the_textbook_s_until_measured(preset):
 def test_an_activation_other_than_xielu_is_refused_by_name():
     with pytest.raises(ValueError, match="hidden_act.*xielu"):
         mm.from_hf_config(dict(PUBLISHED_CONFIGS["Apertus-8B-2509"], hidden_act="silu"))
+
+
+# ---- 5. a prefill's working set ---------------------------------------------------------------------------------
+PREFILLED = {  # tiny configs of the widths validation/inference_working_set.py measures LLaMA at
+    "cohere2": dict(model_type="cohere2", sliding_window=64, sliding_window_pattern=2),  # the window in reach
+    "cohere2-window-beyond": dict(model_type="cohere2", sliding_window=4096),  # SDPA builds no sliding mask
+    "apertus": dict(model_type="apertus"),
+    "apertus-wider": dict(model_type="apertus", intermediate_size=1024),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("seq_len, batch", [(256, 1), (384, 3), (320, 2)])
+@pytest.mark.parametrize("name", sorted(PREFILLED))
+def test_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, name, attention, seq_len, batch):
+    """One prefill (bf16, logits_to_keep=1, as generate runs it), every storage counted as validation/
+    inference_working_set.py counts it: the peak less the cache is memmath's working set within 0.5%. Cohere 2 adds
+    its sliding-window mask (an e b s^2 one under eager; under SDPA a (1, 1, s, s) bool one once s reaches the
+    window), Apertus' xIELU its temporaries; written against s 256, 512 and 384 at I 688, s 320 and I 1,024 measured after."""
+    from validation.inference_working_set import LiveBytes
+
+    fields = dict(dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
+                       num_key_value_heads=2, intermediate_size=688, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+                  **PREFILLED[name])
+    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
+                                                                        if k != "model_type"})
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+    mode = LiveBytes(weights)
+    with torch.no_grad(), mode:
+        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+    shape = mm.from_hf_config(fields)
+    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    assert abs(predicted / measured - 1) < 0.005

@@ -4,8 +4,13 @@ arXiv:2411.13010; activations.py XIELUActivation) learns two scalars per block, 
 (1,) and in config.dtype; its beta and eps are buffers. The block's two norms are named attention_layernorm and
 feedforward_layernorm.
 
+A prefill keeps the rotary decoder's working set but for the MLP phase: xIELU in PyTorch (_xielu_python, what runs
+without the optional CUDA kernel) holds the x > 0 mask and up to four temporaries beside up_proj's output.
+
 Activations are the textbook model's (traced=False): xIELU's backward (torch.where over two branches) is not traced
 yet."""
+
+from functools import partial
 
 from . import _decoder
 from ._parts import ParamTensor, linear, norm
@@ -41,6 +46,16 @@ def lora_modules(m):
     return table
 
 
+def prefill_base(shape, s, b, e, eager):
+    """The rotary decoder's prefill with Apertus' MLP phase: the residual, its normed copy and a third h-wide tensor
+    as in LLaMA's, and at xIELU's fullest, per element of the I-wide up_proj output, that output, the bool x > 0
+    mask, the positive branch alpha_p * x * x + beta * x and, while the negative branch adds its last term,
+    (expm1(min(x, eps)) - x) * alpha_n, beta * x and their sum: 5 e + 1 bytes (measured with validation/
+    inference_working_set.py's LiveBytes: tests/test_families_kin.py)."""
+    outside, attn, _ = _decoder.rotary_prefill(shape, s, b, e, eager)
+    return outside, attn, s * b * (3 * e * shape.hidden_size + (5 * e + 1) * shape.intermediate_size)
+
+
 def read_options(config, get):
     return {"qk_norm": "head", "gated_mlp": False}
 
@@ -51,4 +66,5 @@ ARCHITECTURE = Architecture(
                            "hidden_act": "the MLP activation: xIELU and its two learned scalars per block"}),
     activations=("xielu",), read_options=read_options, tensors=tensors, lora_modules=lora_modules,
     module_order=("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"), tp_plan=TP_PLAN, traced=False,
+    prefill_phases=partial(_decoder.prefill_phases, base=prefill_base),
 )
