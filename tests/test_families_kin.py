@@ -180,7 +180,8 @@ def test_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers,
     """One prefill (bf16, logits_to_keep=1, as generate runs it), every storage counted as validation/
     inference_working_set.py counts it: the peak less the cache is memmath's working set within 0.5%. Cohere 2 adds
     its sliding-window mask (an e b s^2 one under eager; under SDPA a (1, 1, s, s) bool one once s reaches the
-    window), Apertus' xIELU its temporaries; written against s 256, 512 and 384 at I 688, s 320 and I 1,024 measured after."""
+    window), Apertus' xIELU its temporaries; written against s 256, 512 and 384 at I 688, s 320 and I 1,024
+    measured after."""
     from validation.inference_working_set import LiveBytes
 
     fields = dict(dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
