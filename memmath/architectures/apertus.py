@@ -120,4 +120,8 @@ ARCHITECTURE = Architecture(
     module_order=("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"), tp_plan=TP_PLAN,
     prefill_phases=partial(_decoder.prefill_phases, base=prefill_base), trace_block=block,
     traced_activations=("xielu",),
+    # xIELU's backward (torch.where's two branch gradients and the ops on each) holds more I-wide gradients than
+    # SwiGLU's two: fitted to checkpointed CPU steps (tests/test_families_kin.py), where four puts full
+    # finetuning's peak 0.9-2.2% low (two: 0.9-3.4%), LLaMA of the same widths measuring 0.5-2.7% low
+    mlp_backward_widths=4,
 )
