@@ -10,11 +10,18 @@ Cohere2Model builds the causal and the sliding-window mask in every forward, wha
 keeps the rotary decoder's working set plus those masks (measured on the CPU with validation/inference_working_set.py's
 LiveBytes: tests/test_families_kin.py); its parallel block's phases measure as LLaMA's.
 
-Activations are the textbook model's (traced=False): the parallel block, the fp32 LayerNorm and the fp32 rotary
-(apply_rotary_pos_emb computes in q.float()) are not traced yet."""
+The trace replays the parallel block, the fp32 LayerNorm and the fp32 rotary (apply_rotary_pos_emb computes in
+q.float()): measured on the CPU (tests/test_families_kin.py steps tiny Cohere 2 models, full and LoRA, SDPA and eager,
+fp32 and bf16, with the window inside and beyond the sequence and with the training DynamicCache: the saved bytes equal
+the trace's to the byte, the peak within 0.1%). The scaled logits replace the unscaled ones, so the causal LM's head
+and loss are the rotary decoder's, after Cohere 2's own final norm."""
 
+from functools import partial
+
+from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import norm
+from ._steps import Pass, dims, houlsby, kv_cache
 from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, SLIDING_WINDOW, Architecture, decoder_fields
 
 
@@ -42,6 +49,85 @@ def prefill_phases(shape, s, b, e, eager):
     return outside, attn, mlp
 
 
+def layer_norm(tr: Trace, shape, x: Tensor, trainable: bool, name: str) -> Tensor:
+    """Cohere2LayerNorm in fp32: x - mean twice (the forward subtracts it once for the variance, kept by pow(2), and
+    once more for the output, kept by the product), rsqrt of the variance (kept), the normed x (kept when the weight
+    trains), weight.to(float32) (a new vector per call, kept for x's gradient when the model is not fp32), their
+    product cast back to the input dtype."""
+    n, t, e = x.numel, tr.t, tr.e
+    x32 = x if e == 4 else tr.tmp(n, 4, x)
+    mean = tr.tmp(t, 4, x32)
+    centered = tr.new(n, 4, x.grad)
+    tr.use(x32, mean)
+    variance = tr.tmp(t, 4, tr.tmp(n, 4, centered))  # pow(2).mean(-1)
+    again = tr.new(n, 4, x.grad)  # (hidden_states - mean), the second time
+    tr.use(x32, mean)
+    rsqrt = tr.new(t, 4, x.grad)
+    tr.use(tr.tmp(t, 4, variance))  # + eps
+    normed = tr.new(n, 4, x.grad)
+    tr.use(again, rsqrt)
+    weight32 = None if e == 4 else tr.new(shape.hidden_size, 4, trainable)
+    prod = tr.new(n, 4, x.grad or trainable)
+    tr.use(normed, weight32)
+    if x.grad:
+        tr.save(centered, f"{name} input minus mean (fp32, pow's)")
+        tr.save(again, f"{name} input minus mean (fp32, the product's)")
+        tr.save(rsqrt, f"{name} rsqrt (fp32)")
+        if weight32 is not None:
+            tr.save(weight32, f"{name} weight (fp32 copy)")
+    if trainable:
+        tr.save(normed, f"{name} normalized input (fp32)")
+    if e == 4:
+        return prod
+    out = tr.new(n, e, prod.grad)
+    tr.use(prod)
+    return out
+
+
+def rotary(tr: Trace, q: Tensor, k: Tensor, tables):
+    """Cohere 2's apply_rotary_pos_emb: q and k to fp32 (kept to the return), x * cos + rotate_half(x) * sin with
+    rotate_half's -x2 and torch.stack as temporaries, cast back to the model dtype; cos and sin kept."""
+    e, (cos, sin) = tr.e, tables
+    wide = [x if e == 4 else tr.new(x.numel, 4, x.grad) for x in (q, k)]
+    tr.use(q, k)
+    if q.grad or k.grad:
+        tr.save(cos, "rotary cos table")
+        tr.save(sin, "rotary sin table")
+    summed = []
+    for x in wide:
+        times_cos = tr.new(x.numel, 4, x.grad)
+        tr.use(x, cos)
+        stacked = tr.tmp(x.numel, 4, tr.tmp(x.numel // 2, 4, x), x)  # torch.stack([-x2, x1], -1)
+        total = tr.new(x.numel, 4, x.grad)
+        tr.use(times_cos, tr.tmp(x.numel, 4, stacked, sin))
+        summed.append(total)
+    tr.use(*wide)
+    if e == 4:
+        return tuple(summed)
+    out = []
+    for x in summed:
+        out.append(tr.new(x.numel, e, x.grad))
+        tr.use(x)
+    return tuple(out)
+
+
+def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Cohere2DecoderLayer: one LayerNorm, attention (rotary in fp32) and the SwiGLU MLP on its output, both added
+    to the residual. Every block is traced with the rotary (the sliding blocks'; a full block skips it, which saves
+    the same bytes: attention keeps q and k either way)."""
+    t, dm = tr.t, dims(shape)
+    h, a, d = dm["h"], dm["a"], dm["d"]
+    normed = layer_norm(tr, shape, x, trainable, "input_layernorm")
+    q, k, v = _decoder.qkv(tr, shape, normed, trainable, p)
+    q, k = rotary(tr, q, k, p.tables)
+    if p.cache:
+        k, v = kv_cache(tr, k, v)
+    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
+                       name="attention", kv_contiguous=p.cache)
+    attn = houlsby(tr, tr.linear(ctx, t * h, trainable, p.lora_of("o_proj"), "o_proj"), p, "attention")
+    return tr.add(tr.add(x, attn), _decoder.mlp(tr, shape, normed, trainable, p))
+
+
 def read_options(config, get):
     return {"parallel_residual": True}  # Cohere2DecoderLayer: residual + attention(h) + mlp(h), h = norm(residual)
 
@@ -55,7 +141,8 @@ ARCHITECTURE = Architecture(
                            "logit_scale": "multiplies the logits (a t x V tensor in place of the unscaled, nothing "
                                           "saved)"}),
     defaults={"tie_word_embeddings": True, "sliding_window": 4096},
-    read_options=read_options, derive_layer_types=every_nth_full, tensors=tensors, traced=False,
-    prefill_phases=prefill_phases, eager_sliding_mask=True,
+    read_options=read_options, derive_layer_types=every_nth_full, tensors=tensors, traced_activations=("silu",),
+    prefill_phases=prefill_phases, eager_sliding_mask=True, trace_block=block,
+    trace_head=partial(_decoder.head_and_loss, norm=layer_norm),
     both_masks_always=True,  # modeling_cohere2.py: Cohere2Model.forward's causal_mask_mapping
 )
