@@ -118,6 +118,15 @@ PRESETS: dict[str, ModelShape] = {
         "seed-oss-36b", model_type="seed_oss", hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
         num_attention_heads=80, num_key_value_heads=8, head_dim=128, vocab_size=155136, attention_bias=True,
         attention_out_bias=False, attention_dropout=0.1, residual_dropout=0.1, tie_word_embeddings=False),
+    "command-r7b": _from_config(  # CohereLabs/c4ai-command-r7b-12-2024: 8,028,033,024 (8.03B); a parallel block,
+        # three blocks sliding over 4,096 tokens to one full, tied head (Cohere2Config's default)
+        "command-r7b", model_type="cohere2", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=256000, sliding_window=4096,
+        sliding_window_pattern=4, logit_scale=0.25, max_position_embeddings=132096),
+    "apertus-8b": _from_config(  # swiss-ai/Apertus-8B-2509: 8,053,338,176 (8B); xIELU MLP without a gate, q/k norms
+        "apertus-8b", model_type="apertus", hidden_size=4096, intermediate_size=21504, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=131072, hidden_act="xielu",
+        tie_word_embeddings=False, max_position_embeddings=65536),
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -130,7 +139,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
                   "smollm3-3b": "SmolLM3-3B", "granite-3.3-8b": "granite-3.3-8b-instruct",
                   "llama-4-scout": "Llama-4-Scout-17B-16E", "olmo-3-7b": "Olmo-3-1025-7B",
-                  "seed-oss-36b": "Seed-OSS-36B-Base"}
+                  "seed-oss-36b": "Seed-OSS-36B-Base",
+                  "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -166,4 +176,6 @@ PRESET_SOURCES = {
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E",  # its config.json's text_config
     "olmo-3-7b": "allenai/Olmo-3-1025-7B config.json",
     "seed-oss-36b": "ByteDance-Seed/Seed-OSS-36B-Base config.json",
+    "command-r7b": "CohereLabs/c4ai-command-r7b-12-2024 config.json",
+    "apertus-8b": "swiss-ai/Apertus-8B-2509 config.json",
 }

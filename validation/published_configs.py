@@ -328,6 +328,35 @@ PUBLISHED_CONFIGS = {
         "num_attention_heads": 16, "vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1,
         "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "pad_token_id": 1,
     },
+    # ---- cohere2: Cohere2Config's head is tied by default (the configs' use_embedding_sharing, which transformers
+    # does not read); every 4th block full, the others sliding over 4,096 tokens ----
+    "c4ai-command-r7b-12-2024": {  # CohereLabs/c4ai-command-r7b-12-2024 (8.03B on the Hub)
+        "model_type": "cohere2", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 256000,
+        "attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu", "logit_scale": 0.25,
+        "max_position_embeddings": 132096, "sliding_window": 4096, "sliding_window_pattern": 4,
+        "rope_theta": 50000, "layer_norm_eps": 1e-05, "torch_dtype": "bfloat16",
+    },
+    "c4ai-command-a-03-2025": {  # CohereLabs/c4ai-command-a-03-2025 (111B); logit_scale and rope_theta left out
+        "model_type": "cohere2", "hidden_size": 12288, "intermediate_size": 36864, "num_hidden_layers": 64,
+        "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 256000,
+        "attention_bias": False, "hidden_act": "silu", "max_position_embeddings": 131072, "sliding_window": 4096,
+        "sliding_window_pattern": 4, "torch_dtype": "bfloat16",
+    },
+    # ---- apertus: ApertusConfig reads neither qk_norm, post_norm nor mlp_bias (its q/k norms always exist) ----
+    "Apertus-8B-2509": {  # swiss-ai/Apertus-8B-2509 (8B)
+        "model_type": "apertus", "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 131072, "tie_word_embeddings": False,
+        "attention_bias": False, "mlp_bias": False, "qk_norm": True, "post_norm": False, "hidden_act": "xielu",
+        "max_position_embeddings": 65536, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16",
+        "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "rope_theta": 12000000,
+    },
+    "Apertus-70B-2509": {  # swiss-ai/Apertus-70B-2509 (70B); max_position_embeddings and rope left out
+        "model_type": "apertus", "hidden_size": 8192, "intermediate_size": 43008, "num_hidden_layers": 80,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 131072, "tie_word_embeddings": False,
+        "attention_bias": False, "hidden_act": "xielu", "torch_dtype": "bfloat16",
+    },
 }
 
 # What the model cards and papers publish (rounded as published), to compare with the exact counts.
@@ -346,6 +375,8 @@ PUBLISHED_TOTALS = {
     "Llama-4-Scout-17B-16E": 109e9, "Llama-4-Scout-17B-16E-Instruct": 109e9,  # with the vision tower
     "Olmo-3-1025-7B": 7.3e9, "Olmo-3-7B-Instruct": 7.3e9,  # the Hub pages' 7.3B
     "Seed-OSS-36B-Base": 36e9, "Seed-OSS-36B-Instruct": 36e9,  # the models' names' 36B
+    "c4ai-command-r7b-12-2024": 8.03e9, "c4ai-command-a-03-2025": 111e9, "Apertus-8B-2509": 8e9,
+    "Apertus-70B-2509": 70e9,
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,

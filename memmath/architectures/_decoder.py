@@ -138,11 +138,14 @@ def embeddings(tr: Trace, shape, trains: bool, *, dropout, input_grad_hook) -> T
     return x
 
 
-def head_and_loss(tr: Trace, shape, x: Tensor, *, final_norm_trains, head_trains, dropout):
-    """Final norm, head and a causal LM's loss; the loss's own tensors go to the region "loss"."""
+def head_and_loss(tr: Trace, shape, x: Tensor, *, final_norm_trains, head_trains, dropout, norm=None):
+    """Final norm, head and a causal LM's loss; the loss's own tensors go to the region "loss". norm: a record's own
+    final norm step, norm(tr, shape, x, trainable, name) (Cohere 2's LayerNorm without bias)."""
     t, dm = tr.t, dims(shape)
     final_norm = shape.architecture.final_norm
-    if final_norm == "layer":  # GPT-2's ln_f, GPT-NeoX's final_layer_norm
+    if norm is not None:
+        hidden = norm(tr, shape, x, final_norm_trains, "final norm")
+    elif final_norm == "layer":  # GPT-2's ln_f, GPT-NeoX's final_layer_norm
         hidden = tr.layer_norm(x, final_norm_trains, "final norm")
     else:  # OLMo 2's final norm is an Olmo2RMSNorm too (fp32 weight), Gemma's a GemmaRMSNorm (1 + w)
         hidden = tr.rms_norm(x, final_norm_trains, "final norm", weight_fp32=final_norm == "rms_fp32_weight",
