@@ -107,6 +107,15 @@ PRESETS: dict[str, ModelShape] = {
         intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
         head_dim=128, vocab_size=202048, num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=1,
         attention_chunk_size=8192, tie_word_embeddings=False),
+    "ernie-4.5-0.3b": _from_config(  # baidu/ERNIE-4.5-0.3B-PT: 360,748,032 (card: 0.36B); head_dim 128, tied head
+        "ernie-4.5-0.3b", model_type="ernie4_5", hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
+        num_attention_heads=16, num_key_value_heads=2, head_dim=128, vocab_size=103424, use_bias=False,
+        tie_word_embeddings=True),
+    "exaone-4.0-32b": _from_config(  # LGAI-EXAONE/EXAONE-4.0-32B: 32,003,216,384 (card: 30.95B without the
+        # embeddings); post-norm, per-head q/k norms, three blocks sliding over 4,096 tokens to one full
+        "exaone-4.0-32b", model_type="exaone4", hidden_size=5120, intermediate_size=27392, num_hidden_layers=64,
+        num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=102400, sliding_window=4096,
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16, tie_word_embeddings=False),
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -118,7 +127,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B",
                   "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
                   "smollm3-3b": "SmolLM3-3B", "granite-3.3-8b": "granite-3.3-8b-instruct",
-                  "llama-4-scout": "Llama-4-Scout-17B-16E"}
+                  "llama-4-scout": "Llama-4-Scout-17B-16E",
+                  "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -152,4 +162,6 @@ PRESET_SOURCES = {
     "smollm3-3b": "HuggingFaceTB/SmolLM3-3B config.json",
     "granite-3.3-8b": "ibm-granite/granite-3.3-8b-instruct config.json",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E",  # its config.json's text_config
+    "ernie-4.5-0.3b": "baidu/ERNIE-4.5-0.3B-PT config.json",
+    "exaone-4.0-32b": "LGAI-EXAONE/EXAONE-4.0-32B config.json",
 }

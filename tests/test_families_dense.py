@@ -384,3 +384,130 @@ def test_dense_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transfo
     measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
     predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
     assert abs(predicted / measured - 1) < 0.005
+
+
+# ---- ERNIE 4.5 (dense) and EXAONE 4.0 ----------------------------------------------------------------------------
+SMALL_D = {  # small widths, each type's own fields; EXAONE's blocks slide over 8 tokens, every second one full
+    "ernie4_5": dict(model_type="ernie4_5", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
+                     eos_token_id=2),
+    "ernie4_5-bias": dict(model_type="ernie4_5", vocab_size=96, hidden_size=32, intermediate_size=48,
+                          num_hidden_layers=2, num_attention_heads=4, use_bias=True, tie_word_embeddings=False,
+                          head_dim=None, num_key_value_heads=None, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "exaone4": dict(model_type="exaone4", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, sliding_window=8, sliding_window_pattern=2,
+                    pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "exaone4-tied": dict(model_type="exaone4", vocab_size=96, hidden_size=32, intermediate_size=48,
+                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                         tie_word_embeddings=True, sliding_window=None, layer_types=["full_attention"] * 3,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", ["ERNIE-4.5-0.3B-PT", "EXAONE-4.0-32B", "EXAONE-4.0-1.2B", *sorted(SMALL_D)])
+def test_ernie_and_exaone_count_and_weigh_as_transformers_builds_them(torch, transformers, name):
+    config = PUBLISHED_CONFIGS.get(name) or SMALL_D[name]
+    model = _build(torch, transformers, config, dtype=torch.bfloat16)
+    shape = mm.from_hf_config(config)
+    params = list(model.parameters())
+    assert shape.n_params == sum(p.numel() for p in params)
+    assert _bytes_by_dtype(model) == {torch.bfloat16: 2 * shape.n_params}
+    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
+                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
+    assert ours == sorted(tuple(p.shape) for p in params)
+    # and a block's names: EXAONE's norms after its sublayers (no input_layernorm), ERNIE's use_bias biases
+    block = [(n.split(".layers.0.", 1)[1], tuple(p.shape)) for n, p in model.named_parameters() if ".layers.0." in n]
+    assert sorted((t.name, tuple(t.shape)) for t in shape.tensors("layer")) == sorted(block)
+
+
+def test_ernie_and_exaone_by_hand():
+    # ERNIE-4.5-0.3B (h 1,024, 18 blocks, 16 query and 2 key/value heads of 128, MLP 3,072, vocabulary 103,424, tied):
+    # per block 2 x 1,024 x 2,048 + 2 x 1,024 x 256 + 3 x 1,024 x 3,072 + 2 x 1,024 = 14,157,824; all
+    # 18 x 14,157,824 + 103,424 x 1,024 + 1,024 = 360,748,032 (card: 0.36B).
+    assert mm.PRESETS["ernie-4.5-0.3b"].n_params == 360_748_032
+    # EXAONE-4.0-32B (h 5,120, 64 blocks, 40 query and 8 key/value heads of 128, MLP 27,392, vocabulary 102,400,
+    # untied): per block 2 x 5,120^2 + 2 x 5,120 x 1,024 + 2 x 128 (q/k norms) + 3 x 5,120 x 27,392 + 2 x 5,120
+    # = 483,666,176; without the embeddings 64 x 483,666,176 + 5,120 = 30,954,640,384 (card: 30.95B); with them
+    # + 2 x 102,400 x 5,120 = 32,003,216,384.
+    exaone = mm.PRESETS["exaone-4.0-32b"]
+    assert exaone.n_params == 32_003_216_384
+    assert exaone.n_params - 2 * 102400 * 5120 == 30_954_640_384
+    # use_bias adds a bias to all seven projections: (a + 2 kv) d + h + 2 I + h per block
+    ernie = PUBLISHED_CONFIGS["ERNIE-4.5-0.3B-PT"]
+    biased = mm.from_hf_config(dict(ernie, use_bias=True)).n_params - mm.from_hf_config(ernie).n_params
+    assert biased == 18 * ((16 + 2 * 2) * 128 + 1024 + 2 * 3072 + 1024)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets", ["all-linear", "q+v", "q+k+v+o+gate+up+down"])
+@pytest.mark.parametrize("name", sorted(SMALL_D))
+def test_ernie_and_exaone_lora_adapters_are_peft_s(torch, transformers, peft, name, targets):
+    config, rank = SMALL_D[name], 4
+    model = _build(torch, transformers, config)
+    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+             "down": "down_proj"}
+    modules = "all-linear" if targets == "all-linear" else [names[t] for t in targets.split("+")]
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
+    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
+    ours = []
+    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(
+            "all" if targets == "all-linear" else tuple(targets.split("+"))):
+        ours += [(k * rank, d_in), (d_out, k * rank)]
+    assert ours == theirs
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", sorted(SMALL_D))
+def test_the_cache_transformers_fills_for_ernie_and_exaone_is_memmath_s(torch, transformers, name):
+    # EXAONE's sliding blocks keep at most 8 tokens once decoding (DynamicSlidingWindowLayer), its full ones all
+    config = SMALL_D[name]
+    shape = mm.from_hf_config(config)
+    for tokens, steps in ((12, 0), (12, 5), (5, 1)):
+        expected = mm.kv_cache_bytes(shape, context_len=tokens + steps, after_prefill=steps == 0)
+        assert _filled_cache_bytes(torch, transformers, config, tokens, steps) == expected, (tokens, steps)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("extra", [dict(), dict(sliding_window_pattern=3), dict(sliding_window_pattern=1),
+                                   dict(sliding_window=100, num_hidden_layers=7)], ids=["default", "3", "1", "7"])
+def test_each_exaone_layer_s_window_is_the_one_its_config_derives(transformers, extra):
+    config = dict({k: v for k, v in SMALL_D["exaone4"].items() if k != "sliding_window_pattern"}, **extra)
+    hf = transformers.AutoConfig.for_model("exaone4", **{k: v for k, v in config.items() if k != "model_type"})
+    window = {"full_attention": None, "sliding_attention": hf.sliding_window}
+    assert mm.from_hf_config(config).attention_windows == tuple(window[t] for t in hf.layer_types)
+
+
+def test_exaone_4_32b_caches_three_sliding_blocks_to_one_full():
+    sliding = states.SlidingAttention(kv_heads=8, head_dim=128, window=4096)
+    full = states.FullAttention(kv_heads=8, head_dim=128)
+    layers = [sliding, sliding, sliding, full] * 16
+    shape = mm.PRESETS["exaone-4.0-32b"]
+    for tokens in (1000, 4096, 32768):
+        assert mm.kv_cache_bytes(shape, context_len=tokens) == states.cache_bytes(layers, tokens=tokens)
+    # 32,768 tokens: 16 full blocks x 32,768 + 48 sliding x 4,096 tokens, 2 x 8 x 128 values of 2 B each
+    assert mm.kv_cache_bytes(shape, context_len=32768) == (16 * 32768 + 48 * 4096) * 2 * 8 * 128 * 2
+    assert mm.inference_memory("exaone-4.0-32b", context_len=32768).kv_cache == states.cache_bytes(layers,
+                                                                                                tokens=32768)
+
+
+def test_exaone_s_string_pattern_without_layer_types_is_refused_by_name():
+    # Exaone4Config.__post_init__ computes (i + 1) % sliding_window_pattern: "LLLG" raises a TypeError there
+    config = {k: v for k, v in PUBLISHED_CONFIGS["EXAONE-4.0-32B"].items() if k != "layer_types"}
+    with pytest.raises(ValueError, match="sliding_window_pattern.*'LLLG'.*give layer_types"):
+        mm.from_hf_config(config)
+    assert mm.from_hf_config(dict(config, sliding_window_pattern=4)) == mm.from_hf_config(
+        PUBLISHED_CONFIGS["EXAONE-4.0-32B"])
+
+
+@pytest.mark.live
+def test_ernie_has_no_attention_dropout_whatever_its_config_says(torch, transformers):
+    config = dict(SMALL_D["ernie4_5"], attention_dropout=0.1)
+    model = _build(torch, transformers, config)
+    assert model.model.layers[0].self_attn.attention_dropout == 0.0  # Ernie4_5Attention fixes it
+    assert mm.from_hf_config(config).dropout_p == 0.0
+
+
+def test_ernie_and_exaone_s_activations_are_the_textbook_s():
+    for name in ("ernie-4.5-0.3b", "exaone-4.0-32b"):
+        assert not mm.PRESETS[name].architecture.traced

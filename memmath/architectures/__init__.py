@@ -48,6 +48,7 @@ _ORDER = ("gpt2", "llama", "mistral", "bert", "roberta", "mixtral", "qwen2", "qw
           "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "gpt_neox")
 _ORDER += ("gpt_oss", "deepseek_v3", "deepseek_v2", "glm4_moe")  # the mixtures of experts of the latest releases
 _ORDER += ("smollm3", "granite", "llama4_text")  # SmolLM3, Granite 3.x, Llama 4: NoPE, multipliers, chunks
+_ORDER += ("ernie4_5", "exaone4")  # ERNIE 4.5 dense, EXAONE 4.0: LLaMA with biases, hybrid post-norm
 
 
 def _discover() -> dict[str, Architecture]:

@@ -1,0 +1,37 @@
+"""EXAONE 4.0 (transformers 5.24 configuration_exaone4.py, modeling_exaone4.py): OLMo 2's norm placement (no norm
+before the sublayers, an RMSNorm on each sublayer's output) with Qwen3's q/k RMSNorm over each head, no biases, and
+hybrid attention: every sliding_window_pattern-th block full, the others sliding over sliding_window tokens
+(EXAONE-4.0-32B: three sliding blocks to one full, 4,096 tokens). Its full blocks skip the rotary positions (NoPE),
+which changes no parameter and no cache: their keys are cached either way."""
+
+from .. import validate
+from . import smollm3
+from .record import LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields
+
+
+def read_options(config, get):
+    return {"qk_norm": "head", "norm_layout": "post"}
+
+
+def every_nth_full(get, layers):
+    """Exaone4Config.__post_init__: block i slides unless (i + 1) % sliding_window_pattern == 0 (default 4). A string
+    pattern ("LLLG") or null raises in transformers 5.24 unless the config lists layer_types, so it is refused here."""
+    pattern = get.config.get("sliding_window_pattern", 4)
+    if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+        raise ValueError(f"config field 'sliding_window_pattern' must be a whole number >= 1 (every n-th block full) "
+                         f"when the config has no layer_types; got {validate.describe(pattern)} (Exaone4Config "
+                         "cannot derive layer_types from it: give layer_types)")
+    return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
+
+
+ARCHITECTURE = Architecture(
+    model_type="exaone4", family="llama", title="EXAONE 4.0", source="configuration_exaone4.py, modeling_exaone4.py",
+    fields=decoder_fields({"sliding_window": SLIDING_WINDOW, "layer_types": LAYER_TYPES_FIELD,
+                           "sliding_window_pattern": "layer_types when not given (every n-th block full)",
+                           **QK_NORM}),
+    defaults={"sliding_window": 4096, "num_key_value_heads": 32},
+    read_options=read_options, derive_layer_types=every_nth_full,
+    # Exaone4Model builds the sliding-window mask beside the causal one when a block slides, as SmolLM3Model does
+    prefill_phases=smollm3.prefill_phases,
+    traced=False,  # its post-norm block with per-head q/k norms is not traced yet (activations='textbook')
+)
