@@ -24,6 +24,22 @@ def every_nth_full(get, layers):
     return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
 
 
+def prefill_phases(shape, s, b, e, eager):
+    """SmolLM3's prefill (the rotary decoder's, and the sliding-window mask beside the causal one when a block
+    slides: Exaone4Model builds both as SmolLM3Model does), less the normed copy of the block input in each sublayer:
+    EXAONE's sublayers read the residual stream itself. Its norms run on the sublayers' outputs, so each phase is at
+    least the moment an Exaone4RMSNorm holds its fp32 copy and the fp32 product with rsqrt (8 B per value): q_norm
+    beside the block input, q and k (k as large as the rotated k the cache will keep, counted in the cache's part),
+    post_feedforward_layernorm beside the block input (the caller's), the residual and the MLP's output. Measured with
+    validation/inference_working_set.py's LiveBytes (tests/test_families_dense.py)."""
+    outside, attn, mlp = smollm3.prefill_phases(shape, s, b, e, eager)
+    h, a, d = shape.hidden_size, shape.n_heads, shape.head_dim
+    sbe = s * b * e
+    q_norm = s * b * (e * h + (e + 8) * a * d)
+    feedforward_norm = s * b * (3 * e * h + 8 * h)
+    return outside, max(attn - sbe * h, q_norm), max(mlp - sbe * h, feedforward_norm)
+
+
 ARCHITECTURE = Architecture(
     model_type="exaone4", family="llama", title="EXAONE 4.0", source="configuration_exaone4.py, modeling_exaone4.py",
     fields=decoder_fields({"sliding_window": SLIDING_WINDOW, "layer_types": LAYER_TYPES_FIELD,
@@ -31,7 +47,6 @@ ARCHITECTURE = Architecture(
                            **QK_NORM}),
     defaults={"sliding_window": 4096, "num_key_value_heads": 32},
     read_options=read_options, derive_layer_types=every_nth_full,
-    # Exaone4Model builds the sliding-window mask beside the causal one when a block slides, as SmolLM3Model does
-    prefill_phases=smollm3.prefill_phases,
+    prefill_phases=prefill_phases,
     traced=False,  # its post-norm block with per-head q/k norms is not traced yet (activations='textbook')
 )
