@@ -508,11 +508,6 @@ def test_ernie_has_no_attention_dropout_whatever_its_config_says(torch, transfor
     assert mm.from_hf_config(config).dropout_p == 0.0
 
 
-def test_ernie_and_exaone_s_activations_are_the_textbook_s():
-    for name in ("ernie-4.5-0.3b", "exaone-4.0-32b"):
-        assert not mm.PRESETS[name].architecture.traced
-
-
 PREFILLED_D = {  # h 256, 8 heads, 4 blocks: "-0.3b" has ERNIE-4.5-0.3B's ratios (a d = 2h, I = 3h), where rotating q
     # in fp32 is the peak; EXAONE's "-narrow" MLP (I = h / 2) leaves the peak to a norm on the MLP's output
     "ernie4_5": dict(model_type="ernie4_5", head_dim=32, intermediate_size=688),
@@ -551,3 +546,60 @@ def test_ernie_and_exaone_prefill_working_set_is_what_a_cpu_prefill_measures(tor
     measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
     predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
     assert -(0.006 if name == "exaone4-narrow" else 0.003) < predicted / measured - 1 <= 0
+
+
+STEPPED_D = {  # small ERNIEs and EXAONEs stepped on the CPU: LLaMA's widths; ERNIE grouped, or multi-head with
+    # biases; EXAONE with every second block sliding over 16 tokens, or none
+    "ernie4_5": dict(SMALL_D["ernie4_5"], vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4),
+    "ernie4_5-bias": dict(SMALL_D["ernie4_5-bias"], vocab_size=512, hidden_size=64, intermediate_size=96,
+                          num_hidden_layers=4),
+    "ernie4_5-cache": dict(SMALL_D["ernie4_5"], vocab_size=512, hidden_size=64, intermediate_size=96,
+                           num_hidden_layers=4, use_cache=True),
+    "exaone4": dict(SMALL_D["exaone4"], vocab_size=512, hidden_size=64, intermediate_size=96, sliding_window=16),
+    "exaone4-full": dict(SMALL_D["exaone4"], vocab_size=512, hidden_size=64, intermediate_size=96,
+                         sliding_window=None, layer_types=["full_attention"] * 4),
+    "exaone4-cache": dict(SMALL_D["exaone4"], vocab_size=512, hidden_size=64, intermediate_size=96, sliding_window=16,
+                          use_cache=True),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name, lora", [("ernie4_5", False), ("ernie4_5-bias", False), ("ernie4_5-cache", False),
+                                        ("ernie4_5", True), ("exaone4", False), ("exaone4-full", False),
+                                        ("exaone4-cache", False), ("exaone4", True)])
+def test_ernie_and_exaone_save_what_a_cpu_step_measures(torch, transformers, peft, name, lora, precision, attention):
+    """Two AdamW steps (b 2, s 64, as validation/measure.py runs its grid): the bytes saved for backward equal the
+    trace to the byte, ERNIE's fp32 rotary (its repeated tables saved in each block) and Exaone4DecoderLayer's (norms
+    on the sublayers' outputs, q/k norms per head, NoPE full blocks), and the steady step's peak is within 1%.
+    Measured after each block was written: every saved-bytes case exact."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+    from memmath.stepping import step_twice
+    from validation.measure import configure_torch, make_optimizer
+
+    configure_torch()
+    config = STEPPED_D[name]
+    hf_config = transformers.AutoConfig.for_model(config["model_type"],
+                                                  **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+    blocks, method = model.model.layers, mm.Full()
+    if lora:
+        model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"], lora_alpha=16))
+        method = mm.LoRA(rank=8, targets=("q", "v"))
+    model.train()
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    measured = step_twice(model, make_optimizer([p for p in model.parameters() if p.requires_grad], "adamw"),
+                          {"input_ids": ids, "labels": ids.clone()}, blocks)
+    shape = mm.from_hf_config(config)
+    assert shape.architecture.traced
+    settings = dict(method=method, seq_len=64, batch_size=2, dropout=False, attention=attention,
+                    checkpointing=False, device="cpu")
+    parts = activation_parts(shape, recipe=get_recipe(precision), **settings)
+    assert measured["saved_bytes"] == parts.estimate.total
+    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01

@@ -2,10 +2,13 @@
 before the sublayers, an RMSNorm on each sublayer's output) with Qwen3's q/k RMSNorm over each head, no biases, and
 hybrid attention: every sliding_window_pattern-th block full, the others sliding over sliding_window tokens
 (EXAONE-4.0-32B: three sliding blocks to one full, 4,096 tokens). Its full blocks skip the rotary positions (NoPE),
-which changes no parameter and no cache: their keys are cached either way."""
+which changes no parameter, no cache and no saved byte: their keys are cached either way, and attention keeps the
+normed q and k where a rotary block keeps the rotated ones, the same sizes (measured: tests/test_families_dense.py)."""
 
 from .. import validate
-from . import smollm3
+from ..trace import Tensor, Trace
+from . import _decoder, smollm3
+from ._steps import Pass, dims, kv_cache
 from .record import LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields
 
 
@@ -40,13 +43,36 @@ def prefill_phases(shape, s, b, e, eager):
     return outside, max(attn - sbe * h, q_norm), max(mlp - sbe * h, feedforward_norm)
 
 
+def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Exaone4DecoderLayer: no norm before the sublayers; q/k RMSNorm over each head (Qwen3's); a norm on each
+    sublayer's output (Exaone4RMSNorm, LLaMA's); the full blocks skip the rotation, which saves tensors of the same
+    sizes (attention keeps the normed q and k instead of the rotated ones; the tables are shared)."""
+    dm, t = dims(shape), tr.t
+    h, a, kv, d = dm["h"], dm["a"], dm["k"], dm["d"]
+    q, k, v = _decoder.qkv(tr, shape, x, trainable, p)
+    q = tr.rms_norm(q, trainable, "q_norm", rows=t * a)
+    k = tr.rms_norm(k, trainable, "k_norm", rows=t * kv)
+    q, k = tr.rotary(q, p.tables), tr.rotary(k, p.tables)
+    if p.cache:
+        k, v = kv_cache(tr, k, v)
+    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
+                       name="attention", kv_contiguous=p.cache)
+    out = tr.linear(ctx, t * h, trainable, p.lora_of("o_proj"), "o_proj")
+    r1 = tr.add(x, tr.rms_norm(out, trainable, "post_attention_layernorm"))
+    prod = tr.silu_times(*_decoder.gate_up(tr, shape, r1, trainable, p), "SwiGLU")
+    out = tr.linear(prod, t * h, trainable, p.lora_of("down_proj"), "down_proj")
+    return tr.add(r1, tr.rms_norm(out, trainable, "post_feedforward_layernorm"))
+
+
 ARCHITECTURE = Architecture(
     model_type="exaone4", family="llama", title="EXAONE 4.0", source="configuration_exaone4.py, modeling_exaone4.py",
     fields=decoder_fields({"sliding_window": SLIDING_WINDOW, "layer_types": LAYER_TYPES_FIELD,
                            "sliding_window_pattern": "layer_types when not given (every n-th block full)",
                            **QK_NORM}),
     defaults={"sliding_window": 4096, "num_key_value_heads": 32},
-    read_options=read_options, derive_layer_types=every_nth_full,
+    read_options=read_options, derive_layer_types=every_nth_full, trace_block=block,
+    causal_mask_always=True,  # Exaone4Model: the causal mask always, the sliding one when a block slides
+    # traced: measured after the block was written, tests/test_families_dense.py steps small EXAONEs on the CPU
+    # (sliding and full, use_cache, LoRA on q and v; SDPA and eager, fp32 and bf16): the saved bytes equal the trace's
     prefill_phases=prefill_phases,
-    traced=False,  # its post-norm block with per-head q/k norms is not traced yet (activations='textbook')
 )
