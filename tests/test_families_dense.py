@@ -603,3 +603,15 @@ def test_ernie_and_exaone_save_what_a_cpu_step_measures(torch, transformers, pef
     assert measured["saved_bytes"] == parts.estimate.total
     peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
     assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
+
+
+@pytest.mark.parametrize("preset", ["ernie-4.5-0.3b", "exaone-4.0-32b"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_ernie_and_exaone_prefill_sweeps_as_each_context_alone(preset, attention):
+    import numpy as np
+
+    contexts = np.array([128, 4096, 32768])
+    swept = mm.inference.working_set_bytes(mm.PRESETS[preset], context_len=contexts, attention=attention)
+    alone = [mm.inference.working_set_bytes(mm.PRESETS[preset], context_len=int(c), attention=attention)
+             for c in contexts]
+    assert list(swept) == alone

@@ -6,7 +6,7 @@ its tables repeated in each block and saved there."""
 
 from ..trace import Tensor, Trace
 from . import _decoder
-from ._steps import Pass, dims, houlsby, kv_cache
+from ._steps import Pass, dims, houlsby, kv_cache, larger
 from .record import Architecture, decoder_fields
 
 
@@ -32,7 +32,7 @@ def prefill_phases(shape, s, b, e, eager):
     h, a, kv, d = shape.hidden_size, shape.n_heads, shape.n_kv_heads, shape.head_dim
     outside = outside + 2 * (4 - e) * s * d  # the fp32 tables where LLaMA's are cast to the model dtype
     rotating = s * b * (2 * e * h + e * a * d + max(12 * a * d, 4 * a * d + 12 * kv * d)) + 8 * s * d
-    return outside, max(attn, rotating), mlp
+    return outside, larger(attn, rotating), mlp  # s may be an array (a sweep over contexts)
 
 
 def rotary(tr: Trace, q: Tensor, k: Tensor, tables):

@@ -8,7 +8,7 @@ normed q and k where a rotary block keeps the rotated ones, the same sizes (meas
 from .. import validate
 from ..trace import Tensor, Trace
 from . import _decoder, smollm3
-from ._steps import Pass, dims, kv_cache
+from ._steps import Pass, dims, kv_cache, larger
 from .record import LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields
 
 
@@ -40,7 +40,7 @@ def prefill_phases(shape, s, b, e, eager):
     sbe = s * b * e
     q_norm = s * b * (e * h + (e + 8) * a * d)
     feedforward_norm = s * b * (3 * e * h + 8 * h)
-    return outside, max(attn - sbe * h, q_norm), max(mlp - sbe * h, feedforward_norm)
+    return outside, larger(attn - sbe * h, q_norm), larger(mlp - sbe * h, feedforward_norm)  # s may be an array
 
 
 def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
