@@ -118,7 +118,7 @@ def _dropout(get, fields: dict) -> float:
         off = ", ".join(sorted(set(values) - on))
         raise ValueError(f"config fields {', '.join(sorted(on))} are > 0 but {off} is 0; memmath models dropout in "
                          "every place the family has it or in none (set them alike)")
-    return max(values.values())
+    return max(values.values(), default=0.0)  # a family without dropout (ERNIE 4.5) lists none
 
 
 

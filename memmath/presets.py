@@ -127,6 +127,15 @@ PRESETS: dict[str, ModelShape] = {
         "apertus-8b", model_type="apertus", hidden_size=4096, intermediate_size=21504, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=8, vocab_size=131072, hidden_act="xielu",
         tie_word_embeddings=False, max_position_embeddings=65536),
+    "ernie-4.5-0.3b": _from_config(  # baidu/ERNIE-4.5-0.3B-PT: 360,748,032 (card: 0.36B); head_dim 128, tied head
+        "ernie-4.5-0.3b", model_type="ernie4_5", hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
+        num_attention_heads=16, num_key_value_heads=2, head_dim=128, vocab_size=103424, use_bias=False,
+        tie_word_embeddings=True),
+    "exaone-4.0-32b": _from_config(  # LGAI-EXAONE/EXAONE-4.0-32B: 32,003,216,384 (card: 30.95B without the
+        # embeddings); post-norm, per-head q/k norms, three blocks sliding over 4,096 tokens to one full
+        "exaone-4.0-32b", model_type="exaone4", hidden_size=5120, intermediate_size=27392, num_hidden_layers=64,
+        num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=102400, sliding_window=4096,
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16, tie_word_embeddings=False),
 }
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -140,7 +149,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "smollm3-3b": "SmolLM3-3B", "granite-3.3-8b": "granite-3.3-8b-instruct",
                   "llama-4-scout": "Llama-4-Scout-17B-16E", "olmo-3-7b": "Olmo-3-1025-7B",
                   "seed-oss-36b": "Seed-OSS-36B-Base",
-                  "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509"}
+                  "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509",
+                  "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -178,4 +188,6 @@ PRESET_SOURCES = {
     "seed-oss-36b": "ByteDance-Seed/Seed-OSS-36B-Base config.json",
     "command-r7b": "CohereLabs/c4ai-command-r7b-12-2024 config.json",
     "apertus-8b": "swiss-ai/Apertus-8B-2509 config.json",
+    "ernie-4.5-0.3b": "baidu/ERNIE-4.5-0.3B-PT config.json",
+    "exaone-4.0-32b": "LGAI-EXAONE/EXAONE-4.0-32B config.json",
 }

@@ -603,3 +603,234 @@ def test_olmo3_and_seed_oss_prefill_working_set_is_what_a_cpu_prefill_measures(t
         measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
         predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
         assert abs(predicted / measured - 1) < 0.005, (seq_len, batch)
+
+
+# ---- ERNIE 4.5 (dense) and EXAONE 4.0 ----------------------------------------------------------------------------
+SMALL_D = {  # small widths, each type's own fields; EXAONE's blocks slide over 8 tokens, every second one full
+    "ernie4_5": dict(model_type="ernie4_5", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
+                     eos_token_id=2),
+    "ernie4_5-bias": dict(model_type="ernie4_5", vocab_size=96, hidden_size=32, intermediate_size=48,
+                          num_hidden_layers=2, num_attention_heads=4, use_bias=True, tie_word_embeddings=False,
+                          head_dim=None, num_key_value_heads=None, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "exaone4": dict(model_type="exaone4", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, sliding_window=8, sliding_window_pattern=2,
+                    pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "exaone4-tied": dict(model_type="exaone4", vocab_size=96, hidden_size=32, intermediate_size=48,
+                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                         tie_word_embeddings=True, sliding_window=None, layer_types=["full_attention"] * 3,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", ["ERNIE-4.5-0.3B-PT", "EXAONE-4.0-32B", "EXAONE-4.0-1.2B", *sorted(SMALL_D)])
+def test_ernie_and_exaone_count_and_weigh_as_transformers_builds_them(torch, transformers, name):
+    config = PUBLISHED_CONFIGS.get(name) or SMALL_D[name]
+    model = _build(torch, transformers, config, dtype=torch.bfloat16)
+    shape = mm.from_hf_config(config)
+    params = list(model.parameters())
+    assert shape.n_params == sum(p.numel() for p in params)
+    assert _bytes_by_dtype(model) == {torch.bfloat16: 2 * shape.n_params}
+    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
+                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
+    assert ours == sorted(tuple(p.shape) for p in params)
+    # and a block's names: EXAONE's norms after its sublayers (no input_layernorm), ERNIE's use_bias biases
+    block = [(n.split(".layers.0.", 1)[1], tuple(p.shape)) for n, p in model.named_parameters() if ".layers.0." in n]
+    assert sorted((t.name, tuple(t.shape)) for t in shape.tensors("layer")) == sorted(block)
+
+
+def test_ernie_and_exaone_by_hand():
+    # ERNIE-4.5-0.3B (h 1,024, 18 blocks, 16 query and 2 key/value heads of 128, MLP 3,072, vocabulary 103,424, tied):
+    # per block 2 x 1,024 x 2,048 + 2 x 1,024 x 256 + 3 x 1,024 x 3,072 + 2 x 1,024 = 14,157,824; all
+    # 18 x 14,157,824 + 103,424 x 1,024 + 1,024 = 360,748,032 (card: 0.36B).
+    assert mm.PRESETS["ernie-4.5-0.3b"].n_params == 360_748_032
+    # EXAONE-4.0-32B (h 5,120, 64 blocks, 40 query and 8 key/value heads of 128, MLP 27,392, vocabulary 102,400,
+    # untied): per block 2 x 5,120^2 + 2 x 5,120 x 1,024 + 2 x 128 (q/k norms) + 3 x 5,120 x 27,392 + 2 x 5,120
+    # = 483,666,176; without the embeddings 64 x 483,666,176 + 5,120 = 30,954,640,384 (card: 30.95B); with them
+    # + 2 x 102,400 x 5,120 = 32,003,216,384.
+    exaone = mm.PRESETS["exaone-4.0-32b"]
+    assert exaone.n_params == 32_003_216_384
+    assert exaone.n_params - 2 * 102400 * 5120 == 30_954_640_384
+    # use_bias adds a bias to all seven projections: (a + 2 kv) d + h + 2 I + h per block
+    ernie = PUBLISHED_CONFIGS["ERNIE-4.5-0.3B-PT"]
+    biased = mm.from_hf_config(dict(ernie, use_bias=True)).n_params - mm.from_hf_config(ernie).n_params
+    assert biased == 18 * ((16 + 2 * 2) * 128 + 1024 + 2 * 3072 + 1024)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets", ["all-linear", "q+v", "q+k+v+o+gate+up+down"])
+@pytest.mark.parametrize("name", sorted(SMALL_D))
+def test_ernie_and_exaone_lora_adapters_are_peft_s(torch, transformers, peft, name, targets):
+    config, rank = SMALL_D[name], 4
+    model = _build(torch, transformers, config)
+    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+             "down": "down_proj"}
+    modules = "all-linear" if targets == "all-linear" else [names[t] for t in targets.split("+")]
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
+    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
+    ours = []
+    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(
+            "all" if targets == "all-linear" else tuple(targets.split("+"))):
+        ours += [(k * rank, d_in), (d_out, k * rank)]
+    assert ours == theirs
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", sorted(SMALL_D))
+def test_the_cache_transformers_fills_for_ernie_and_exaone_is_memmath_s(torch, transformers, name):
+    # EXAONE's sliding blocks keep at most 8 tokens once decoding (DynamicSlidingWindowLayer), its full ones all
+    config = SMALL_D[name]
+    shape = mm.from_hf_config(config)
+    for tokens, steps in ((12, 0), (12, 5), (5, 1)):
+        expected = mm.kv_cache_bytes(shape, context_len=tokens + steps, after_prefill=steps == 0)
+        assert _filled_cache_bytes(torch, transformers, config, tokens, steps) == expected, (tokens, steps)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("extra", [dict(), dict(sliding_window_pattern=3), dict(sliding_window_pattern=1),
+                                   dict(sliding_window=100, num_hidden_layers=7)], ids=["default", "3", "1", "7"])
+def test_each_exaone_layer_s_window_is_the_one_its_config_derives(transformers, extra):
+    config = dict({k: v for k, v in SMALL_D["exaone4"].items() if k != "sliding_window_pattern"}, **extra)
+    hf = transformers.AutoConfig.for_model("exaone4", **{k: v for k, v in config.items() if k != "model_type"})
+    window = {"full_attention": None, "sliding_attention": hf.sliding_window}
+    assert mm.from_hf_config(config).attention_windows == tuple(window[t] for t in hf.layer_types)
+
+
+def test_exaone_4_32b_caches_three_sliding_blocks_to_one_full():
+    sliding = states.SlidingAttention(kv_heads=8, head_dim=128, window=4096)
+    full = states.FullAttention(kv_heads=8, head_dim=128)
+    layers = [sliding, sliding, sliding, full] * 16
+    shape = mm.PRESETS["exaone-4.0-32b"]
+    for tokens in (1000, 4096, 32768):
+        assert mm.kv_cache_bytes(shape, context_len=tokens) == states.cache_bytes(layers, tokens=tokens)
+    # 32,768 tokens: 16 full blocks x 32,768 + 48 sliding x 4,096 tokens, 2 x 8 x 128 values of 2 B each
+    assert mm.kv_cache_bytes(shape, context_len=32768) == (16 * 32768 + 48 * 4096) * 2 * 8 * 128 * 2
+    assert mm.inference_memory("exaone-4.0-32b", context_len=32768).kv_cache == states.cache_bytes(layers,
+                                                                                                tokens=32768)
+
+
+def test_exaone_s_string_pattern_without_layer_types_is_refused_by_name():
+    # Exaone4Config.__post_init__ computes (i + 1) % sliding_window_pattern: "LLLG" raises a TypeError there
+    config = {k: v for k, v in PUBLISHED_CONFIGS["EXAONE-4.0-32B"].items() if k != "layer_types"}
+    with pytest.raises(ValueError, match="sliding_window_pattern.*'LLLG'.*give layer_types"):
+        mm.from_hf_config(config)
+    assert mm.from_hf_config(dict(config, sliding_window_pattern=4)) == mm.from_hf_config(
+        PUBLISHED_CONFIGS["EXAONE-4.0-32B"])
+
+
+@pytest.mark.live
+def test_ernie_has_no_attention_dropout_whatever_its_config_says(torch, transformers):
+    config = dict(SMALL_D["ernie4_5"], attention_dropout=0.1)
+    model = _build(torch, transformers, config)
+    assert model.model.layers[0].self_attn.attention_dropout == 0.0  # Ernie4_5Attention fixes it
+    assert mm.from_hf_config(config).dropout_p == 0.0
+
+
+PREFILLED_D = {  # h 256, 8 heads, 4 blocks: "-0.3b" has ERNIE-4.5-0.3B's ratios (a d = 2h, I = 3h), where rotating q
+    # in fp32 is the peak; EXAONE's "-narrow" MLP (I = h / 2) leaves the peak to a norm on the MLP's output
+    "ernie4_5": dict(model_type="ernie4_5", head_dim=32, intermediate_size=688),
+    "ernie4_5-0.3b": dict(model_type="ernie4_5", head_dim=64, intermediate_size=768),
+    "exaone4": dict(model_type="exaone4", sliding_window=64, sliding_window_pattern=2, intermediate_size=688),
+    "exaone4-full": dict(model_type="exaone4", sliding_window=None, layer_types=["full_attention"] * 4,
+                         intermediate_size=688),
+    "exaone4-narrow": dict(model_type="exaone4", sliding_window=64, sliding_window_pattern=2, intermediate_size=128),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("seq_len, batch", [(256, 1), (384, 3)])
+@pytest.mark.parametrize("name", sorted(PREFILLED_D))
+def test_ernie_and_exaone_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, name, attention,
+                                                                            seq_len, batch):
+    """One bf16 prefill counted as validation/inference_working_set.py counts it (ERNIE's fp32 rotary, EXAONE's
+    norms after its sublayers): within 0.3% of the peak less the cache (h 512 widths at s 320 and 640 held out, the
+    same). The narrow EXAONE case 0.6%: the int64 ids and position ids (16 B per token) that the rotary decoder's
+    phases leave out weigh more beside its small MLP."""
+    from validation.inference_working_set import LiveBytes
+
+    fields = dict(PREFILLED_D[name], hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
+                  num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
+                                                                        if k != "model_type"})
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+    mode = LiveBytes(weights)
+    with torch.no_grad(), mode:
+        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+    shape = mm.from_hf_config(fields)
+    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    assert -(0.006 if name == "exaone4-narrow" else 0.003) < predicted / measured - 1 <= 0
+
+
+STEPPED_D = {  # small ERNIEs and EXAONEs stepped on the CPU: LLaMA's widths; ERNIE grouped, or multi-head with
+    # biases; EXAONE with every second block sliding over 16 tokens, or none
+    "ernie4_5": dict(SMALL_D["ernie4_5"], vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4),
+    "ernie4_5-bias": dict(SMALL_D["ernie4_5-bias"], vocab_size=512, hidden_size=64, intermediate_size=96,
+                          num_hidden_layers=4),
+    "ernie4_5-cache": dict(SMALL_D["ernie4_5"], vocab_size=512, hidden_size=64, intermediate_size=96,
+                           num_hidden_layers=4, use_cache=True),
+    "exaone4": dict(SMALL_D["exaone4"], vocab_size=512, hidden_size=64, intermediate_size=96, sliding_window=16),
+    "exaone4-full": dict(SMALL_D["exaone4"], vocab_size=512, hidden_size=64, intermediate_size=96,
+                         sliding_window=None, layer_types=["full_attention"] * 4),
+    "exaone4-cache": dict(SMALL_D["exaone4"], vocab_size=512, hidden_size=64, intermediate_size=96, sliding_window=16,
+                          use_cache=True),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name, lora", [("ernie4_5", False), ("ernie4_5-bias", False), ("ernie4_5-cache", False),
+                                        ("ernie4_5", True), ("exaone4", False), ("exaone4-full", False),
+                                        ("exaone4-cache", False), ("exaone4", True)])
+def test_ernie_and_exaone_save_what_a_cpu_step_measures(torch, transformers, peft, name, lora, precision, attention):
+    """Two AdamW steps (b 2, s 64, as validation/measure.py runs its grid): the bytes saved for backward equal the
+    trace to the byte, ERNIE's fp32 rotary (its repeated tables saved in each block) and Exaone4DecoderLayer's (norms
+    on the sublayers' outputs, q/k norms per head, NoPE full blocks), and the steady step's peak is within 1%.
+    Measured after each block was written: every saved-bytes case exact."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+    from memmath.stepping import step_twice
+    from validation.measure import configure_torch, make_optimizer
+
+    configure_torch()
+    config = STEPPED_D[name]
+    hf_config = transformers.AutoConfig.for_model(config["model_type"],
+                                                  **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+    blocks, method = model.model.layers, mm.Full()
+    if lora:
+        model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"], lora_alpha=16))
+        method = mm.LoRA(rank=8, targets=("q", "v"))
+    model.train()
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    measured = step_twice(model, make_optimizer([p for p in model.parameters() if p.requires_grad], "adamw"),
+                          {"input_ids": ids, "labels": ids.clone()}, blocks)
+    shape = mm.from_hf_config(config)
+    assert shape.architecture.traced
+    settings = dict(method=method, seq_len=64, batch_size=2, dropout=False, attention=attention,
+                    checkpointing=False, device="cpu")
+    parts = activation_parts(shape, recipe=get_recipe(precision), **settings)
+    assert measured["saved_bytes"] == parts.estimate.total
+    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
+
+
+@pytest.mark.parametrize("preset", ["ernie-4.5-0.3b", "exaone-4.0-32b"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_ernie_and_exaone_prefill_sweeps_as_each_context_alone(preset, attention):
+    import numpy as np
+
+    contexts = np.array([128, 4096, 32768])
+    swept = mm.inference.working_set_bytes(mm.PRESETS[preset], context_len=contexts, attention=attention)
+    alone = [mm.inference.working_set_bytes(mm.PRESETS[preset], context_len=int(c), attention=attention)
+             for c in contexts]
+    assert list(swept) == alone

@@ -357,6 +357,38 @@ PUBLISHED_CONFIGS = {
         "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 131072, "tie_word_embeddings": False,
         "attention_bias": False, "hidden_act": "xielu", "torch_dtype": "bfloat16",
     },
+    # ---- ernie4_5: Ernie4_5Config's defaults are ERNIE-4.5-0.3B ----
+    "ERNIE-4.5-0.3B-PT": {  # baidu/ERNIE-4.5-0.3B-PT (0.36B); one use_bias flag for every projection, tied head
+        "model_type": "ernie4_5", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 18,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 103424,
+        "tie_word_embeddings": True, "use_bias": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    },
+    "ERNIE-4.5-0.3B-Base-PT": {  # baidu/ERNIE-4.5-0.3B-Base-PT (0.36B): the same shape before post-training
+        "model_type": "ernie4_5", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 18,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 103424,
+        "tie_word_embeddings": True, "use_bias": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    },
+    # ---- exaone4 ----
+    "EXAONE-4.0-32B": {  # LGAI-EXAONE/EXAONE-4.0-32B (card: 30.95B without embeddings); 3 sliding (4,096) : 1 full.
+        # layer_types as the Hub's config.json lists them (LLLG repeated); its sliding_window_pattern is transcribed
+        # as "LLLG" (unsure: a copy elsewhere has 4), which neither transformers nor memmath reads with layer_types
+        "model_type": "exaone4", "hidden_size": 5120, "intermediate_size": 27392, "num_hidden_layers": 64,
+        "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 102400,
+        "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "attention_dropout": 0.0, "sliding_window": 4096, "sliding_window_pattern": "LLLG",
+        "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 16,
+        "torch_dtype": "bfloat16",
+    },
+    "EXAONE-4.0-1.2B": {  # LGAI-EXAONE/EXAONE-4.0-1.2B (card: 1.07B without embeddings); global attention only
+        # (the card: no hybrid attention at 1.2B), tied head; sliding_window null and every layer full as transcribed
+        "model_type": "exaone4", "hidden_size": 2048, "intermediate_size": 4096, "num_hidden_layers": 30,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 102400,
+        "tie_word_embeddings": True, "hidden_act": "silu", "max_position_embeddings": 65536,
+        "attention_dropout": 0.0, "sliding_window": None, "layer_types": ["full_attention"] * 30,
+        "torch_dtype": "bfloat16",
+    },
 }
 
 # What the model cards and papers publish (rounded as published), to compare with the exact counts.
@@ -377,6 +409,9 @@ PUBLISHED_TOTALS = {
     "Seed-OSS-36B-Base": 36e9, "Seed-OSS-36B-Instruct": 36e9,  # the models' names' 36B
     "c4ai-command-r7b-12-2024": 8.03e9, "c4ai-command-a-03-2025": 111e9, "Apertus-8B-2509": 8e9,
     "Apertus-70B-2509": 70e9,
+    "ERNIE-4.5-0.3B-PT": 0.36e9, "ERNIE-4.5-0.3B-Base-PT": 0.36e9,
+    # the EXAONE 4.0 cards count parameters without the embeddings (102,400 x h each, the 32B's head untied)
+    "EXAONE-4.0-32B": 30.95e9 + 2 * 102400 * 5120, "EXAONE-4.0-1.2B": 1.07e9 + 102400 * 2048,
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
