@@ -138,3 +138,11 @@ def test_the_fidelity_page_holds_the_report_the_code_prints_today():
         FIDELITY.write_text(page[:begin.end()] + report + page[end:], encoding="utf-8")
         return
     assert written == report, "docs/fidelity.md's report is stale: run this test with MEMMATH_UPDATE_DOCS=1"
+
+
+def test_the_api_page_names_every_model_type_memmath_reads():
+    from memmath.architectures import SUPPORTED_MODEL_TYPES
+
+    page = " ".join((REPO / "docs" / "api.md").read_text(encoding="utf-8").split())
+    missing = [t for t in SUPPORTED_MODEL_TYPES if f" {t}," not in page and f" {t} " not in page]
+    assert not missing, f"docs/api.md does not name {missing}"
