@@ -114,7 +114,7 @@ The trace also follows when each storage is allocated and last read (a temporary
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from functools import partial
+from functools import lru_cache, partial
 
 from .arrays import any_true, is_ndarray, np, pick
 
@@ -270,7 +270,24 @@ def activation_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, 
     """The estimate and its pieces by place, for peak.py (see ActivationParts). padded: a right-padded batch, whose
     masks every attention call gets (_sdpa_masked_blocks, _forward_masks); packed: sequences packed into each row
     with their own position ids, whose block-diagonal masks every call gets too, and whose rotary tables are per
-    sequence (b x s x d, not 1 x s x d)."""
+    sequence (b x s x d, not 1 x s x d). One GPU's forward does not depend on how many GPUs share the run or what
+    they shard, so a single run's trace is kept per these arguments (the planner asks the same one for every GPU
+    count it tries); a sweep is traced each time."""
+    arguments = dict(recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size, dropout=dropout,
+                     attention=attention, checkpointing=checkpointing, device=device, padded=padded, packed=packed)
+    if any(is_ndarray(value) for value in (seq_len, batch_size)) or any(
+            is_ndarray(getattr(method, f.name)) for f in fields(method)):
+        return _traced_parts(shape, **arguments)
+    return _kept_parts(shape, tuple(arguments.items()))
+
+
+@lru_cache(maxsize=256)
+def _kept_parts(shape: ModelShape, arguments: tuple) -> ActivationParts:
+    return _traced_parts(shape, **dict(arguments))
+
+
+def _traced_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing,
+                  device, padded=False, packed=False) -> ActivationParts:
     arguments = dict(recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size, dropout=dropout,
                      attention=attention, checkpointing=checkpointing, device=device, padded=padded, packed=packed)
     over = None if padded or packed else _past_window(shape, seq_len, _attention_kind(attention, device, dropout))
