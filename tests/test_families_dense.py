@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
+from family_checks import adapter_shapes, assert_built_like_transformers, prefill_model, prefill_working_set
 from memmath import states
 from validation.published_configs import PUBLISHED_CONFIGS
 
@@ -36,26 +37,13 @@ def _build(torch, transformers, config, dtype=None):
         return transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
 
 
-def _bytes_by_dtype(model) -> dict:
-    found = {}
-    for p in model.parameters():
-        found[p.dtype] = found.get(p.dtype, 0) + p.numel() * p.element_size()
-    return found
-
-
 # ---- 1. tensors: transformers' own count and bytes, on the meta device ----------------------------------------
 @pytest.mark.live
 @pytest.mark.parametrize("model_type", sorted(FLAGSHIPS))
 def test_the_flagship_counts_and_weighs_as_transformers_builds_it(torch, transformers, model_type):
     config = PUBLISHED_CONFIGS[FLAGSHIPS[model_type]]
     model = _build(torch, transformers, config, dtype=torch.bfloat16)
-    shape = mm.from_hf_config(config)
-    params = list(model.parameters())
-    assert shape.n_params == sum(p.numel() for p in params)
-    assert _bytes_by_dtype(model) == {torch.bfloat16: 2 * shape.n_params}
-    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
-                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
-    assert ours == sorted(tuple(p.shape) for p in params)
+    assert_built_like_transformers(torch, model, config)
 
 
 def test_the_flagships_are_near_their_model_cards():
@@ -81,16 +69,7 @@ def test_the_flagships_are_near_their_model_cards():
 @pytest.mark.parametrize("model_type", sorted(TINY))
 def test_lora_adapters_are_peft_s(torch, transformers, peft, model_type, targets):
     config, rank = TINY[model_type], 4
-    model = _build(torch, transformers, config)
-    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-             "down": "down_proj"}
-    modules = "all-linear" if targets == "all-linear" else [names[t] for t in targets.split("+")]
-    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
-    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
-    shape = mm.from_hf_config(config)
-    ours = []
-    for _, d_in, d_out, k in shape.lora_adapters("all" if targets == "all-linear" else tuple(targets.split("+"))):
-        ours += [(k * rank, d_in), (d_out, k * rank)]
+    theirs, ours = adapter_shapes(peft, _build(torch, transformers, config), config, targets, rank)
     assert ours == theirs
 
 
@@ -328,24 +307,12 @@ def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transf
     """One prefill of a tiny Llama 4 (bf16, logits_to_keep=1, as generate runs it), every storage counted as
     validation/inference_working_set.py counts it: the peak less the cache is memmath's working set within 0.5%
     (Llama4TextMoe runs every token through every expert: routed_in and the experts' outputs are E x t rows)."""
-    from validation.inference_working_set import LiveBytes
-
     fields = dict(model_type="llama4_text", hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
                   vocab_size=32000, num_key_value_heads=2, head_dim=32, intermediate_size=width,
                   intermediate_size_mlp=688, num_local_experts=experts, num_experts_per_tok=1,
                   attention_chunk_size=chunk, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    config = transformers.AutoConfig.for_model("llama4_text", **{k: v for k, v in fields.items()
-                                                                 if k != "model_type"})
-    config._attn_implementation = attention
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
-    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
-    mode = LiveBytes(weights)
-    with torch.no_grad(), mode:
-        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
-    shape = mm.from_hf_config(fields)
-    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
-    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    model, weights = prefill_model(torch, transformers, fields, attention)
+    measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
     assert abs(predicted / measured - 1) < 0.005
 
 
@@ -367,22 +334,10 @@ def test_dense_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transfo
     """As the Llama 4 test: SmolLM3's sliding NoPE layers add their mask (an e b s^2 one under eager, a (1, 1, s, s)
     bool one under SDPA: written against s 256 and 512, s 384 at batch 3 measured afterwards); Granite's
     multipliers add nothing that outlives its statement."""
-    from validation.inference_working_set import LiveBytes
-
     fields = dict(PREFILLED[name], hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
                   num_key_value_heads=2, intermediate_size=688, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
-                                                                        if k != "model_type"})
-    config._attn_implementation = attention
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
-    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
-    mode = LiveBytes(weights)
-    with torch.no_grad(), mode:
-        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
-    shape = mm.from_hf_config(fields)
-    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
-    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    model, weights = prefill_model(torch, transformers, fields, attention)
+    measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
     assert abs(predicted / measured - 1) < 0.005
 
 
@@ -415,13 +370,7 @@ COUNTED = {  # published configs at full size, the small ones, and the fields th
 def test_olmo3_and_seed_oss_count_and_weigh_as_transformers_builds_them(torch, transformers, name):
     config = COUNTED[name]
     model = _build(torch, transformers, config, dtype=torch.bfloat16)
-    shape = mm.from_hf_config(config)
-    params = list(model.parameters())
-    assert shape.n_params == sum(p.numel() for p in params)
-    assert _bytes_by_dtype(model) == {torch.bfloat16: 2 * shape.n_params}
-    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
-                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
-    assert ours == sorted(tuple(p.shape) for p in params)
+    assert_built_like_transformers(torch, model, config)
 
 
 def test_olmo3_and_seed_oss_counts_by_hand():
@@ -441,16 +390,7 @@ def test_olmo3_and_seed_oss_counts_by_hand():
 @pytest.mark.parametrize("model_type", sorted(SMALL))
 def test_olmo3_and_seed_oss_lora_adapters_are_peft_s(torch, transformers, peft, model_type, targets):
     config, rank = SMALL[model_type], 4
-    model = _build(torch, transformers, config)
-    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-             "down": "down_proj"}
-    modules = "all-linear" if targets == "all-linear" else [names[t] for t in targets.split("+")]
-    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
-    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
-    ours = []
-    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(
-            "all" if targets == "all-linear" else tuple(targets.split("+"))):
-        ours += [(k * rank, d_in), (d_out, k * rank)]
+    theirs, ours = adapter_shapes(peft, _build(torch, transformers, config), config, targets, rank)
     assert ours == theirs
 
 
@@ -583,25 +523,13 @@ def test_olmo3_and_seed_oss_prefill_working_set_is_what_a_cpu_prefill_measures(t
     """As the dense test above: OLMo 3 without the normed copy of each sublayer's input (its norms follow the
     sublayers), with its fp32 rotary pair per layer type and, under SDPA past the window, the bool sliding mask;
     Seed-OSS as LLaMA (its biases and dropout add nothing to a prefill)."""
-    from validation.inference_working_set import LiveBytes
-
     extra, cases = PREFILLED_NEW[name]
     fields = dict(dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
                        num_key_value_heads=2, intermediate_size=688, pad_token_id=0, bos_token_id=1, eos_token_id=2),
                   **extra)
-    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
-                                                                        if k != "model_type"})
-    config._attn_implementation = attention
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
-    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
-    shape = mm.from_hf_config(fields)
+    model, weights = prefill_model(torch, transformers, fields, attention)
     for seq_len, batch in cases:
-        mode = LiveBytes(weights)
-        with torch.no_grad(), mode:
-            model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
-        measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
-        predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+        measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
         assert abs(predicted / measured - 1) < 0.005, (seq_len, batch)
 
 
@@ -628,16 +556,10 @@ SMALL_D = {  # small widths, each type's own fields; EXAONE's blocks slide over 
 def test_ernie_and_exaone_count_and_weigh_as_transformers_builds_them(torch, transformers, name):
     config = PUBLISHED_CONFIGS.get(name) or SMALL_D[name]
     model = _build(torch, transformers, config, dtype=torch.bfloat16)
-    shape = mm.from_hf_config(config)
-    params = list(model.parameters())
-    assert shape.n_params == sum(p.numel() for p in params)
-    assert _bytes_by_dtype(model) == {torch.bfloat16: 2 * shape.n_params}
-    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
-                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
-    assert ours == sorted(tuple(p.shape) for p in params)
+    assert_built_like_transformers(torch, model, config)
     # and a block's names: EXAONE's norms after its sublayers (no input_layernorm), ERNIE's use_bias biases
     block = [(n.split(".layers.0.", 1)[1], tuple(p.shape)) for n, p in model.named_parameters() if ".layers.0." in n]
-    assert sorted((t.name, tuple(t.shape)) for t in shape.tensors("layer")) == sorted(block)
+    assert sorted((t.name, tuple(t.shape)) for t in mm.from_hf_config(config).tensors("layer")) == sorted(block)
 
 
 def test_ernie_and_exaone_by_hand():
@@ -663,16 +585,7 @@ def test_ernie_and_exaone_by_hand():
 @pytest.mark.parametrize("name", sorted(SMALL_D))
 def test_ernie_and_exaone_lora_adapters_are_peft_s(torch, transformers, peft, name, targets):
     config, rank = SMALL_D[name], 4
-    model = _build(torch, transformers, config)
-    names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-             "down": "down_proj"}
-    modules = "all-linear" if targets == "all-linear" else [names[t] for t in targets.split("+")]
-    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
-    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
-    ours = []
-    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(
-            "all" if targets == "all-linear" else tuple(targets.split("+"))):
-        ours += [(k * rank, d_in), (d_out, k * rank)]
+    theirs, ours = adapter_shapes(peft, _build(torch, transformers, config), config, targets, rank)
     assert ours == theirs
 
 
@@ -748,22 +661,10 @@ def test_ernie_and_exaone_prefill_working_set_is_what_a_cpu_prefill_measures(tor
     norms after its sublayers): within 0.3% of the peak less the cache (h 512 widths at s 320 and 640 held out, the
     same). The narrow EXAONE case 0.6%: the int64 ids and position ids (16 B per token) that the rotary decoder's
     phases leave out weigh more beside its small MLP."""
-    from validation.inference_working_set import LiveBytes
-
     fields = dict(PREFILLED_D[name], hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
                   num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
-                                                                        if k != "model_type"})
-    config._attn_implementation = attention
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
-    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
-    mode = LiveBytes(weights)
-    with torch.no_grad(), mode:
-        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
-    shape = mm.from_hf_config(fields)
-    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
-    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    model, weights = prefill_model(torch, transformers, fields, attention)
+    measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
     assert -(0.006 if name == "exaone4-narrow" else 0.003) < predicted / measured - 1 <= 0
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
+from family_checks import adapter_shapes, assert_built_like_transformers, prefill_model, prefill_working_set
 from memmath import states
-from tests.test_families_dense import _build, _bytes_by_dtype, _filled_cache_bytes
+from tests.test_families_dense import _build, _filled_cache_bytes
 from validation.published_configs import PUBLISHED_CONFIGS
 
 PUBLISHED = {"cohere2": ("c4ai-command-r7b-12-2024", "c4ai-command-a-03-2025"),
@@ -33,14 +34,8 @@ TINY = {
 def test_the_published_configs_count_and_weigh_as_transformers_builds_them(torch, transformers, name):
     config = PUBLISHED_CONFIGS[name]
     model = _build(torch, transformers, config, dtype=torch.bfloat16)
-    shape = mm.from_hf_config(config)
-    params = list(model.parameters())
-    assert shape.n_params == sum(p.numel() for p in params)
     # xIELU's alpha_p and alpha_n are made in config.dtype: bf16 here, as every other weight
-    assert _bytes_by_dtype(model) == {torch.bfloat16: 2 * shape.n_params}
-    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
-                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
-    assert ours == sorted(tuple(p.shape) for p in params)
+    assert_built_like_transformers(torch, model, config)
 
 
 @pytest.mark.live
@@ -71,9 +66,6 @@ def test_the_published_totals_by_hand():
 
 
 # ---- 2. peft's adapters on a tiny model ------------------------------------------------------------------------
-NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-         "down": "down_proj"}
-
 
 @pytest.mark.live
 @pytest.mark.parametrize("model_type, targets", [
@@ -82,14 +74,7 @@ NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "ga
 ])
 def test_lora_adapters_are_peft_s(torch, transformers, peft, model_type, targets):
     config, rank = TINY[model_type], 4
-    model = _build(torch, transformers, config)
-    modules = "all-linear" if targets == "all-linear" else [NAMES[t] for t in targets.split("+")]
-    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
-    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
-    ours = []
-    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(
-            "all" if targets == "all-linear" else tuple(targets.split("+"))):
-        ours += [(k * rank, d_in), (d_out, k * rank)]
+    theirs, ours = adapter_shapes(peft, _build(torch, transformers, config), config, targets, rank)
     assert ours == theirs
 
 
@@ -265,21 +250,9 @@ def test_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers,
     its sliding-window mask (an e b s^2 one under eager; under SDPA a (1, 1, s, s) bool one once s reaches the
     window), Apertus' xIELU its temporaries; written against s 256, 512 and 384 at I 688, s 320 and I 1,024
     measured after."""
-    from validation.inference_working_set import LiveBytes
-
     fields = dict(dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000,
                        num_key_value_heads=2, intermediate_size=688, pad_token_id=0, bos_token_id=1, eos_token_id=2),
                   **PREFILLED[name])
-    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
-                                                                        if k != "model_type"})
-    config._attn_implementation = attention
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
-    weights = [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
-    mode = LiveBytes(weights)
-    with torch.no_grad(), mode:
-        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
-    shape = mm.from_hf_config(fields)
-    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
-    predicted = mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+    model, weights = prefill_model(torch, transformers, fields, attention)
+    measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
     assert abs(predicted / measured - 1) < 0.005

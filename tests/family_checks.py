@@ -1,0 +1,58 @@
+"""What the family tests hold every model type to, the same way: peft's adapters beside memmath's, and one CPU
+prefill's working set beside memmath's (counted as validation/inference_working_set.py counts it)."""
+
+from __future__ import annotations
+
+import memmath as mm
+
+PEFT_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+              "down": "down_proj"}
+
+
+def adapter_shapes(peft, model, config: dict, targets: str, rank: int = 4) -> tuple[list, list]:
+    """(peft's trainable tensor shapes in block 0, memmath's) for LoRA of `rank` on `targets` ("all-linear", or
+    memmath's names joined by "+") of `model`, built from `config`."""
+    modules = "all-linear" if targets == "all-linear" else [PEFT_NAMES[t] for t in targets.split("+")]
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=modules, lora_alpha=8))
+    theirs = [tuple(p.shape) for n, p in lora.named_parameters() if p.requires_grad and ".layers.0." in n]
+    ours = []
+    for _, d_in, d_out, k in mm.from_hf_config(config).lora_adapters(
+            "all" if targets == "all-linear" else tuple(targets.split("+"))):
+        ours += [(k * rank, d_in), (d_out, k * rank)]
+    return theirs, ours
+
+
+def prefill_model(torch, transformers, fields: dict, attention: str):
+    """(the bf16 model `fields` describe, in eval mode, with `attention`; the storages of its weights and buffers)."""
+    config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items()
+                                                                        if k != "model_type"})
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    return model, [t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
+
+
+def prefill_working_set(torch, model, weights, fields: dict, attention: str, seq_len: int, batch: int):
+    """(measured, predicted) bytes of one prefill (logits_to_keep=1, as generate runs it) beyond the weights and
+    the cache it fills: the peak LiveBytes sees less memmath's cache, beside memmath's working set."""
+    from validation.inference_working_set import LiveBytes
+
+    mode = LiveBytes(weights)
+    with torch.no_grad(), mode:
+        model(torch.randint(0, 32000, (batch, seq_len)), use_cache=True, logits_to_keep=1)
+    shape = mm.from_hf_config(fields)
+    measured = mode.peak - mm.kv_cache_bytes(shape, context_len=seq_len, batch_size=batch, after_prefill=True)
+    return measured, mm.inference.working_set_bytes(shape, context_len=seq_len, batch_size=batch, attention=attention)
+
+
+def assert_built_like_transformers(torch, model, config: dict) -> None:
+    """memmath's count, bf16 bytes and tensor shapes of `config` equal those of `model`, transformers' build of it
+    in bf16 on the meta device."""
+    shape = mm.from_hf_config(config)
+    params = list(model.parameters())
+    assert shape.n_params == sum(p.numel() for p in params)
+    assert {p.dtype for p in params} == {torch.bfloat16}
+    assert sum(p.numel() * p.element_size() for p in params) == 2 * shape.n_params
+    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
+                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
+    assert ours == sorted(tuple(p.shape) for p in params)
