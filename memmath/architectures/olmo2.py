@@ -58,8 +58,20 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     return tr.add(r1, norm(out, "post_feedforward_layernorm"))
 
 
+def prefill_phases(shape, s, b, e, eager):
+    """The rotary decoder's prefill less the normed copy of each sublayer's input (Olmo2DecoderLayer normalizes the
+    sublayers' outputs instead), and with the rotary tables in fp32, one cos/sin pair per layer type
+    (Olmo2RotaryEmbedding returns them uncast), where the rotary decoder counts one pair in the model dtype.
+    Found on OLMo 3 with validation/inference_working_set.py's LiveBytes (tests/test_families_dense.py)."""
+    outside, attn, mlp = _decoder.prefill_phases(shape, s, b, e, eager)
+    no_input_norm = e * s * b * shape.hidden_size
+    pairs = len(set(shape.layer_types or ("full_attention",)))
+    return outside + 2 * s * shape.head_dim * (4 * pairs - e), attn - no_input_norm, mlp - no_input_norm
+
+
 ARCHITECTURE = Architecture(
     model_type="olmo2", family="llama", title="OLMo 2", source="configuration_olmo2.py, modeling_olmo2.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, **QK_NORM}),
     read_options=read_options, trace_block=block, final_norm="rms_fp32_weight", amp_measured=True,
+    prefill_phases=prefill_phases,
 )

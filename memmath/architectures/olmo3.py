@@ -22,21 +22,15 @@ def every_fourth_full(get, layers):
 
 
 def prefill_phases(shape, s, b, e, eager):
-    """The rotary decoder's prefill (eager's sliding-window mask beside the causal one: eager_sliding_mask), less
-    the normed copy of each sublayer's input (Olmo3DecoderLayer normalizes the sublayers' outputs instead), plus
+    """OLMo 2's prefill (no normed copy of a sublayer's input; fp32 rotary tables, one pair per layer type), plus
     under SDPA the (1, 1, s, s) bool sliding-window mask sdpa_mask materializes once the prompt reaches the window
-    (masking_utils._ignore_causal_mask_sdpa skips it below), and the fp32 rotary tables: one cos/sin pair per layer
-    type (Olmo3RotaryEmbedding returns them uncast), where the rotary decoder counts one pair in the model dtype.
-    Measured with validation/inference_working_set.py's LiveBytes (tests/test_families_dense.py): the normed copy
-    was found there, the first prediction counting it measured e*s*b*h above every case."""
-    outside, attn, mlp = _decoder.prefill_phases(shape, s, b, e, eager)
-    no_input_norm = e * s * b * shape.hidden_size
-    attn, mlp = attn - no_input_norm, mlp - no_input_norm
-    types = shape.layer_types or ("full_attention",)
-    if not eager and "sliding_attention" in types:
+    (masking_utils._ignore_causal_mask_sdpa skips it below); eager's sliding-window mask beside the causal one is
+    the rotary decoder's (eager_sliding_mask). Measured with validation/inference_working_set.py's LiveBytes
+    (tests/test_families_dense.py): the normed copy was found there, the first prediction counting it measured
+    e*s*b*h above every case."""
+    outside, attn, mlp = olmo2.prefill_phases(shape, s, b, e, eager)
+    if not eager and "sliding_attention" in (shape.layer_types or ()):
         outside = outside + (s >= shape.sliding_window) * s * s
-    pairs = len(set(types))
-    outside = outside + 2 * s * shape.head_dim * (4 * pairs - e)
     return outside, attn, mlp
 
 
