@@ -9,7 +9,8 @@ names its functions in its record; a new MoE variant is a module like _moe.py.
 from __future__ import annotations
 
 from ..trace import Tensor, Trace
-from . import _moe
+from ._moe import lora_table as moe_lora_table, prefill_phase as moe_prefill_phase, tensors as moe_tensors
+from ._moe import trace as moe_trace
 from ._parts import ParamTensor, linear, norm
 from ._steps import INT64, Pass, dims, houlsby, kv_cache, merged_copy, smaller
 
@@ -54,7 +55,7 @@ def mlp_tensors(m) -> list:
     LLaMA's gate, up and down."""
     h, inner, mb = m.hidden_size, m.intermediate_size, m.mlp_bias
     if m.n_experts:
-        return _moe.tensors(m)
+        return moe_tensors(m)
     if not m.gated_mlp:
         return linear("mlp.dense_h_to_4h", "mlp", h, inner, True) + linear("mlp.dense_4h_to_h", "mlp", inner, h, True)
     if m.fused_gate_up:
@@ -102,7 +103,7 @@ def lora_table(m) -> dict:
         table = {"q": ("q_proj", h, a * d), "k": ("k_proj", h, kv * d), "v": ("v_proj", h, kv * d)}
     table["o"] = ("o_proj", a * d, h)
     if m.n_experts:
-        table.update(_moe.lora_table(m))
+        table.update(moe_lora_table(m))
         return table
     if m.fused_gate_up:
         table.update(gate=("gate_up_proj", h, 2 * inner), up=("gate_up_proj", h, 2 * inner))
@@ -224,7 +225,7 @@ def mlp(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass, *, fused=False) -
     where the shape has experts."""
     t, h = tr.t, shape.hidden_size
     if shape.n_experts:  # Mixtral, Qwen2-MoE, Qwen3-MoE: the sparse MoE block instead of the MLP
-        return _moe.trace(tr, shape, x, trainable, p.lora_of)
+        return moe_trace(tr, shape, x, trainable, p.lora_of)
     prod = tr.silu_times(*gate_up(tr, shape, x, trainable, p, fused=fused), "SwiGLU")
     return houlsby(tr, tr.linear(prod, t * h, trainable, p.lora_of("down_proj"), "down_proj"), p, "MLP")
 
@@ -279,5 +280,5 @@ def prefill_phases(shape, s, b, e, eager, *, base=rotary_prefill):
         # skipped under SDPA, a (1, 1, s, s) bool tensor (measured).
         outside = outside + s * s
     if shape.n_experts:
-        mlp = _moe.prefill_phase(shape, s, b, e)
+        mlp = moe_prefill_phase(shape, s, b, e)
     return outside, attn, mlp

@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from . import _decoder
+from ._decoder import (MODULE_ORDER as DECODER_MODULE_ORDER, TP_PLAN as DECODER_TP_PLAN, block as decoder_block,
+                       embeddings as decoder_embeddings, head_and_loss as decoder_head_and_loss,
+                       kv_cache_values as decoder_kv_cache_values, lora_order, lora_table as decoder_lora_table,
+                       prefill_phases as decoder_prefill_phases, tensors as decoder_tensors)
 
 FAMILIES = ("gpt2", "llama", "bert")  # the tensor layouts of memmath/models.py ("llama": every rotary decoder)
 FINAL_NORMS = ("layer", "rms", "rms_fp32_weight", "rms_plus_one")
@@ -42,10 +45,10 @@ class Architecture:
     derive_layer_types: Callable[[Any, int], tuple] | None = None
     sliding_needs_flag: bool = False  # Qwen2/Qwen3 configs: sliding_window applies only with use_sliding_window
     # ---- its tensors and peft names (memmath/models.py asks these)
-    tensors: Callable = _decoder.tensors  # (shape, group) -> [ParamTensor] of "embeddings", "layer", ...
+    tensors: Callable = decoder_tensors  # (shape, group) -> [ParamTensor] of "embeddings", "layer", ...
     # shape -> {target: (module, d_in, d_out[, rank factor]), a list of those, or why it does not exist}
-    lora_modules: Callable = _decoder.lora_table
-    module_order: tuple = _decoder.MODULE_ORDER  # a block's adapted modules in parameters() order
+    lora_modules: Callable = decoder_lora_table
+    module_order: tuple = DECODER_MODULE_ORDER  # a block's adapted modules in parameters() order
     norms_last: bool = True  # the block registers its norms after its sublayers (LlamaDecoderLayer)
     # rotary positions: each block rotates q and k by cos/sin tables computed from an inv_freq buffer (the rotary
     # decoders; GPT-2 and the encoders learn position embeddings)
@@ -58,16 +61,16 @@ class Architecture:
     # transformers' base_model_tp_plan names them, from the base model ("layers.*.self_attn.q_proj", GPT-2's
     # "h.*.attn.c_attn", BERT's "encoder.layer.*.attention.self.query"); conv1d: GPT-2's Conv1D modules,
     # whose weights are stored (in, out)
-    tp_plan: Mapping[str, str] = field(default_factory=lambda: dict(_decoder.TP_PLAN))
+    tp_plan: Mapping[str, str] = field(default_factory=lambda: dict(DECODER_TP_PLAN))
     conv1d: tuple = ()
     tp_traced: bool = False  # hf_activations replays one tensor-parallel rank's local widths (LLaMA's layout)
     # ---- the forward pass (memmath/hf_activations.py replays it on memmath/trace.py, autocast included):
     # trace_embeddings(tr, shape, trains, *, dropout, input_grad_hook) -> the first block's input;
     # trace_block(tr, shape, x, trainable, Pass) -> the block's output (_steps.Pass: what every block shares);
     # trace_head(tr, shape, x, *, final_norm_trains, head_trains, dropout): final norm, head and loss
-    trace_embeddings: Callable = _decoder.embeddings
-    trace_block: Callable = _decoder.block
-    trace_head: Callable = _decoder.head_and_loss
+    trace_embeddings: Callable = decoder_embeddings
+    trace_block: Callable = decoder_block
+    trace_head: Callable = decoder_head_and_loss
     causal: bool = True  # a causal LM: causal masks, the DynamicCache, the shifted-label loss (BERT: False)
     mask_is_checkpoint_input: bool = False  # GPT-2 passes its eager 4-D mask to each checkpointed block
     embedding: str = "embed_tokens"  # the token embedding's module name
@@ -89,8 +92,8 @@ class Architecture:
     # recurrent state, that state) as values, kv_cache_values(shape, *, context_len, batch_size, after_prefill);
     # the prefill's (outside, attention phase, MLP phase) bytes, prefill_phases(shape, s, b, e, eager), or None
     # for the plain estimate (the encoders)
-    kv_cache_values: Callable = _decoder.kv_cache_values
-    prefill_phases: Callable | None = _decoder.prefill_phases
+    kv_cache_values: Callable = decoder_kv_cache_values
+    prefill_phases: Callable | None = decoder_prefill_phases
     # the masks its base model builds once per forward (masking_utils.py): both the causal and the sliding-window
     # mask whatever layer_types holds (Gemma 2/3, Qwen2-MoE), or the causal one always beside a sliding one (Qwen2/3)
     both_masks_always: bool = False
@@ -108,7 +111,7 @@ class Architecture:
 
     def adapter_order(self, shape) -> tuple:
         """A block's adapted modules in parameters() order where it is not the targets' order (lora_order), else ()."""
-        return _decoder.lora_order(shape, self)
+        return lora_order(shape, self)
 
     def is_conv1d(self, name: str) -> bool:
         """Whether `name` is a Conv1D weight, stored (in, out), the transpose of nn.Linear's (out, in)."""

@@ -18,7 +18,7 @@ from memmath.run import Run, Serve
 from memmath.serving import plan_serving
 from memmath.sources import resolve_source
 
-from . import traced
+from .traced import run_infer as traced_infer, run_train as traced_train
 from .options import METHOD_CLASSES, WORKBOOK_INSTALL, BadInput, field_options, given_fields, resolve_gpu
 
 WIDTH = 80
@@ -83,7 +83,7 @@ def gpu_and_reserve(args):
 # ---- train ----------------------------------------------------------------------------------------
 def run_train(args, out, style) -> int:
     if args.traced:  # PyTorch's trace under fake tensors (torch imported only when it runs)
-        return traced.run_train(args, out, style)
+        return traced_train(args, out, style)
     shape, source = resolve_source(args.model)
     run = Run(shape, method=build_method(args, shape), **given_fields(args, Run))
     gpu, reserve = gpu_and_reserve(args)
@@ -112,7 +112,7 @@ def _plan_layout(args, out, style, run, gpu, reserve) -> int:
 # ---- infer ----------------------------------------------------------------------------------------
 def run_infer(args, out, style) -> int:
     if args.traced:  # PyTorch's trace of one prefill under fake tensors (torch imported only when it runs)
-        return traced.run_infer(args, out, style)
+        return traced_infer(args, out, style)
     shape, source = resolve_source(args.model)
     gpu, reserve = gpu_and_reserve(args)
     plan = plan_serving(Serve(shape, **given_fields(args, Serve)), gpu, reserved_bytes=reserve)
