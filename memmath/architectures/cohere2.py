@@ -22,13 +22,13 @@ from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import norm
 from ._steps import Pass, dims, houlsby, kv_cache
-from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, SLIDING_WINDOW, Architecture, decoder_fields
+from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, SLIDING_WINDOW, Architecture, decoder_fields, full_every
 
 
 def every_nth_full(get, layers):
     """Cohere2Config.__post_init__: without layer_types, every sliding_window_pattern-th block is full (default 4)."""
     pattern = get("sliding_window_pattern", 4)
-    return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
+    return full_every(pattern, layers)
 
 
 def tensors(m, group: str) -> list:

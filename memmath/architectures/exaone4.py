@@ -9,7 +9,7 @@ from .. import validate
 from ..trace import Tensor, Trace
 from . import _decoder, smollm3
 from ._steps import Pass, dims, kv_cache, larger
-from .record import LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields
+from .record import LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields, full_every
 
 
 def read_options(config, get):
@@ -24,7 +24,7 @@ def every_nth_full(get, layers):
         raise ValueError(f"config field 'sliding_window_pattern' must be a whole number >= 1 (every n-th block full) "
                          f"when the config has no layer_types; got {validate.describe(pattern)} (Exaone4Config "
                          "cannot derive layer_types from it: give layer_types)")
-    return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
+    return full_every(pattern, layers)
 
 
 def prefill_phases(shape, s, b, e, eager):

@@ -3,7 +3,7 @@ block, softcapped scores (50) and logits (30), even blocks sliding; Gemma2PreTra
 
 from .. import validate
 from . import gemma
-from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, SLIDING_WINDOW, Architecture, decoder_fields
+from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, SLIDING_WINDOW, Architecture, decoder_fields, full_every
 
 GEMMA_FIELDS = {"attention_bias": ATTENTION_BIAS, "sliding_window": SLIDING_WINDOW, "layer_types": LAYER_TYPES_FIELD,
                 "hidden_activation": "the MLP activation (Gemma 2/3's name for it)",
@@ -29,7 +29,7 @@ def read_options(config, get):
 
 def even_blocks_slide(get, layers):
     """Gemma2Config: even blocks (0, 2, ...) slide."""
-    return tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers))
+    return full_every(2, layers)
 
 
 ARCHITECTURE = Architecture(

@@ -3,7 +3,7 @@ Gemma 2's layers with q/k norms, no softcapping by default, every sliding_window
 
 from .gemma2 import GEMMA_FIELDS, softcap
 from . import gemma
-from .record import QK_NORM, Architecture, decoder_fields, refuse_true
+from .record import QK_NORM, Architecture, decoder_fields, full_every, refuse_true
 
 
 def read_options(config, get):
@@ -17,7 +17,7 @@ def read_options(config, get):
 def every_nth_full(get, layers):
     """Gemma3TextConfig: every sliding_window_pattern-th block is full (default 6)."""
     pattern = get("sliding_window_pattern", 6)
-    return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers))
+    return full_every(pattern, layers)
 
 
 ARCHITECTURE = Architecture(

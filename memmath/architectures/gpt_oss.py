@@ -7,7 +7,8 @@ from functools import partial
 
 from . import _decoder, _moe
 from ._parts import ParamTensor
-from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, MOE, SLIDING_WINDOW, Architecture, decoder_fields, refuse_true
+from .record import (ATTENTION_BIAS, LAYER_TYPES_FIELD, MOE, SLIDING_WINDOW, Architecture, decoder_fields,
+                    full_every, refuse_true)
 
 GPT_OSS_FIELDS = {"attention_bias": ATTENTION_BIAS, "sliding_window": SLIDING_WINDOW, "layer_types": LAYER_TYPES_FIELD,
                   **MOE, "num_local_experts": "routed experts",
@@ -30,7 +31,7 @@ def read_options(config, get):
 
 def even_blocks_slide(get, layers):
     """GptOssConfig.__post_init__: even blocks (0, 2, ...) slide."""
-    return tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers))
+    return full_every(2, layers)
 
 
 ARCHITECTURE = Architecture(

@@ -25,7 +25,6 @@ from functools import partial
 from .. import validate
 from . import _decoder
 from ._parts import ParamTensor, linear
-from ._steps import smaller
 from .record import ATTENTION_BIAS, MOE, Architecture, decoder_fields
 from .smollm3 import rope_layers
 

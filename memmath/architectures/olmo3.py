@@ -12,13 +12,13 @@ Its trace is OLMo 2's block with the second fp32 rotary pair (rotary_tables_fp32
 with given layer_types and with use_cache: the saved bytes equal the trace's to the byte). The second pair was
 found there: counted in the model dtype, bf16 steps measured 2 x s x d x 2 B more."""
 
-from . import _decoder, olmo2
-from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields
+from . import olmo2
+from .record import ATTENTION_BIAS, LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields, full_every
 
 
 def every_fourth_full(get, layers):
     """Olmo3Config.__post_init__: without layer_types, every fourth block full and the others sliding."""
-    return tuple("sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(layers))
+    return full_every(4, layers)
 
 
 def prefill_phases(shape, s, b, e, eager):

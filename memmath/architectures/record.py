@@ -146,6 +146,12 @@ COMMON_DECODER = {
 ATTENTION_BIAS = "biases on q, k, v, o"
 SLIDING_WINDOW = "tokens a sliding layer sees (KV cache)"
 LAYER_TYPES_FIELD = "per block full_attention or sliding_attention (KV cache)"
+
+
+def full_every(n: int, layers: int) -> tuple:
+    """layer_types with every n-th block full and the others sliding, as Gemma 2 and 3, gpt-oss, Cohere 2, OLMo 3
+    and EXAONE 4.0's configs derive them when they list none (block i slides unless (i + 1) % n == 0)."""
+    return tuple("sliding_attention" if (i + 1) % n else "full_attention" for i in range(layers))
 QWEN_SLIDING = {"use_sliding_window": "sliding attention on (KV cache)",
                 "max_window_layers": "blocks from this index slide (qwen2, qwen3)"}
 QK_NORM = {"(q_norm, k_norm)": "always present in this family: q/k RMSNorm"}
