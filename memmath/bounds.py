@@ -14,6 +14,7 @@ from __future__ import annotations
 from . import validate
 from .layout import is_parallel, layout, representative_ranks
 from .memory import training_memory
+from .offload import by_deepspeed, steps_on_the_cpu
 from .models import ModelShape
 from .parallel import (DDP_BUCKETS, buffers, korthikanti_parallel_per_layer, loss_parallel_extra, parallel_memory,
                        parallel_peak, peak_why_not, rank_parts, rank_tensors)
@@ -34,17 +35,6 @@ def applies(run) -> bool:
     its step to host memory (memmath/offload.py)."""
     return (run.seq_len is not None and run.model.has_shape and run.model.vision is None
             and run.model.tensor_count_known and (run.sharded or is_parallel(run) or bool(run.offload)))
-
-
-def _steps_on_the_cpu(run) -> bool:
-    """True where the optimizer steps in host memory: DeepSpeed's offload_optimizer (its CPU Adam), FSDP2's
-    CPUOffloadPolicy (the sharded parameters, gradients and states are CPU tensors, so the optimizer runs there)."""
-    return "optimizer" in run.offload or (run.sharding == "fsdp2" and "params" in run.offload)
-
-
-def _deepspeed_offload(run) -> bool:
-    """ZeRO-Offload on any number of GPUs: DeepSpeed's buckets carry the gradients to the host even on one GPU."""
-    return "optimizer" in run.offload and run.sharding == "even"
 
 
 def upper_bound(run) -> dict:
@@ -163,7 +153,7 @@ def transients(run) -> dict:
     lay = layout(run)
     e, t = recipe.activation_bits // 8, _tokens(run)
     out = {}
-    if opt.temporaries != "none" and not _steps_on_the_cpu(run):  # an update with temporaries on the GPU
+    if opt.temporaries != "none" and not steps_on_the_cpu(run):  # an update with temporaries on the GPU
         # (recipes.TEMPORARIES: Adam, 8-bit Adam, Adafactor)
         if lay.n_gpus > 1 and (lay.tp > 1 or lay.pp > 1 or lay.cp > 1 or lay.ep > 1):  # Full(): the rank's tensors
             bits = max(recipe.weight_bits, recipe.master_bits)
@@ -228,13 +218,13 @@ def _whole_parts(run) -> tuple:
 
 def _engine_only(run) -> dict:
     """engine_buffers less the gradients not yet reduced."""
-    if not run.sharded and not _deepspeed_offload(run):
+    if not run.sharded and not by_deepspeed(run):
         return {}
     recipe = run.recipe
     weights, grads = _whole_parts(run)
     if run.sharding == "zero_redundancy":  # used with DDP: its default buckets hold a second copy of the gradients
         return {"DDP's gradient buckets beside ZeroRedundancyOptimizer (a second copy of the gradients)": grads}
-    offload = _offload_buffer(run) if _deepspeed_offload(run) else {}
+    offload = _offload_buffer(run) if by_deepspeed(run) else {}
     if run.zero_stage < 3:
         return {"ZeRO's two reduce buckets (2 x 5e8 elements, DeepSpeed's default)":
                     min(grads, 2 * BUCKET_ELEMENTS * recipe.grad_bits // 8),
@@ -262,7 +252,7 @@ def _offload_buffer(run) -> dict:
 def unreduced_gradients(run) -> tuple | None:
     """(name, bytes): the gradients a ZeRO-2/3 rank holds whole before their reduce-scatter leaves it its shard (a
     block's under ZeRO-2, filling the buckets; the root's and two blocks' under ZeRO-3/FSDP), else None."""
-    if not (run.sharded or _deepspeed_offload(run)) or run.sharding == "zero_redundancy" or run.zero_stage < 2:
+    if not (run.sharded or by_deepspeed(run)) or run.sharding == "zero_redundancy" or run.zero_stage < 2:
         return None
     _, grads = _whole_parts(run)
     if run.zero_stage == 2:

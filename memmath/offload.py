@@ -156,6 +156,18 @@ class HostMemory:
                 f"pinned{every}.")
 
 
+def by_deepspeed(run) -> bool:
+    """Whether DeepSpeed offloads this run (offload_optimizer, with offload_param or not): its CPU Adam, its fp32
+    master weights in host memory and its GPU buckets carrying the gradients there, on one GPU too."""
+    return "optimizer" in run.offload and run.sharding == "even"
+
+
+def steps_on_the_cpu(run) -> bool:
+    """Whether the optimizer steps in host memory: DeepSpeed's offload_optimizer (its CPU Adam), FSDP2's
+    CPUOffloadPolicy (the sharded parameters, gradients and states are CPU tensors, so the optimizer runs there)."""
+    return by_deepspeed(run) or (run.sharding == "fsdp2" and "params" in run.offload)
+
+
 def why_no_peak(run) -> str:
     """Why the peak of an offloading run is not modelled ("" without offloading); the requirement then bounds the
     GPU's parts with the step's transients and the engine's buffers (memmath/bounds.py)."""

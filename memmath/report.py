@@ -14,7 +14,7 @@ import os
 import textwrap
 
 from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit
-from .offload import COMPILE_NOTE
+from .offload import COMPILE_NOTE, by_deepspeed
 from .parallel import buffers, is_parallel, layout
 from .presets import PRESET_SOURCES, PRESETS
 from .training import PART_LABELS
@@ -202,7 +202,7 @@ def _cost(suggestion, unit) -> str:
     if not suggestion.host_bytes:
         return suggestion.cost
     ram = format_bytes(suggestion.host_bytes, unit)
-    if "optimizer" in suggestion.run.offload and suggestion.run.sharding == "even":  # DeepSpeed's tensors, exactly
+    if by_deepspeed(suggestion.run):  # DeepSpeed's tensors, exactly
         return (f"{suggestion.cost}; host RAM at least {ram} per GPU (DeepSpeed's own estimator multiplies its "
                 "figure by 1.5 for buffers)")
     return f"{suggestion.cost}; host RAM {ram} per GPU"
