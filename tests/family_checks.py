@@ -56,3 +56,27 @@ def assert_built_like_transformers(torch, model, config: dict) -> None:
     ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
                   for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
     assert ours == sorted(tuple(p.shape) for p in params)
+
+
+def two_cpu_steps(torch, transformers, peft, config: dict, *, precision: str, method: str, attention: str,
+                  checkpointing: bool = False) -> dict:
+    """memmath.stepping's record of two AdamW steps, batch 2 x 64 tokens, of the model `config` describes on the CPU,
+    trained in full or with LoRA r=4 on q and v (as validation/measure.py measures the recorded families)."""
+    from memmath.stepping import step_twice
+    from validation.measure import configure_torch, make_optimizer
+
+    configure_torch()
+    hf_config = transformers.AutoConfig.for_model(config["model_type"],
+                                                  **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    layers = model.model.layers
+    if method == "lora":
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    params = [p for p in model.parameters() if p.requires_grad]
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    return step_twice(model, make_optimizer(params, "adamw"), {"input_ids": ids, "labels": ids.clone()}, layers)

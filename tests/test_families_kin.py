@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
-from family_checks import adapter_shapes, assert_built_like_transformers, prefill_model, prefill_working_set
+from family_checks import (adapter_shapes, assert_built_like_transformers, prefill_model, prefill_working_set,
+                           two_cpu_steps)
 from memmath import states
 from tests.test_families_dense import _build, _filled_cache_bytes
 from validation.published_configs import PUBLISHED_CONFIGS
@@ -165,23 +166,8 @@ def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transfor
     on q and v leaves them frozen."""
     from memmath.hf_activations import activation_parts
     from memmath.recipes import get_recipe
-    from memmath.stepping import step_twice
-    from validation.measure import configure_torch, make_optimizer
-
-    configure_torch()
     config = _stepped(name)
-    hf_config = transformers.AutoConfig.for_model(config["model_type"],
-                                                  **{k: v for k, v in config.items() if k != "model_type"})
-    hf_config._attn_implementation = attention
-    torch.manual_seed(0)
-    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
-    layers = model.model.layers
-    if method == "lora":
-        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    params = [p for p in model.parameters() if p.requires_grad]
-    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
-    measured = step_twice(model, make_optimizer(params, "adamw"), {"input_ids": ids, "labels": ids.clone()}, layers)
+    measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention=attention)
     shape = mm.from_hf_config(config)
     assert shape.architecture.traced
     settings = dict(method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")), seq_len=64,
@@ -201,24 +187,9 @@ def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft
     peak.py's working set, with four MLP-wide gradients for xIELU: within 5%, as the sliding-window families'
     checkpointed steps (tests/test_sliding_window.py); Apertus measured 0.9-4.2% low, Cohere 2 1.0-3.9%, LLaMA of
     the same widths 0.5-4.6%."""
-    from memmath.stepping import step_twice
-    from validation.measure import configure_torch, make_optimizer
-
-    configure_torch()
     config = _stepped(name)
-    hf_config = transformers.AutoConfig.for_model(config["model_type"],
-                                                  **{k: v for k, v in config.items() if k != "model_type"})
-    hf_config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
-    model.gradient_checkpointing_enable()
-    layers = model.model.layers
-    if method == "lora":
-        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    params = [p for p in model.parameters() if p.requires_grad]
-    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
-    measured = step_twice(model, make_optimizer(params, "adamw"), {"input_ids": ids, "labels": ids.clone()}, layers)
+    measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
+                             checkpointing=True)
     peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
                           activations="transformers", method=mm.Full() if method == "full" else
                           mm.LoRA(rank=4, targets=("q", "v")), seq_len=64, batch_size=2, dropout=False,
