@@ -62,7 +62,7 @@ QUANTITIES = (
     ("Peak of step 1", "peak_step1_bytes", 0.05),
     ("Peak of step 2 (every later step)", "peak_step2_bytes", 0.05),
     # the step timeline: each phase's peak, as memmath.measure compares them
-    *((f"  step {step}, {phase.replace('_', ' ')}", key, 0.05) for step, phase, key in TIMELINE),
+    *((f"Peak of step {step}'s {phase.replace('_', ' ')}", key, 0.05) for step, phase, key in TIMELINE),
 )
 
 

@@ -430,7 +430,7 @@ def _(mo):
     Parameters, gradients and optimizer states are counted tensor by tensor after the first step; saved
     activations through autograd's saved-tensor hooks; each step's peak from PyTorch's profiler on a CPU, from
     `torch.cuda.max_memory_allocated` on a GPU, and each phase's peak (forward, backward, the optimizer step) of
-    both steps, the indented rows. The project holds memmath to the byte for the first three, to 1% for the saved
+    both steps, the last six rows. The project holds memmath to the byte for the first three, to 1% for the saved
     activations and to 5% for the peaks (`tests/test_fidelity.py`). Step 1 peaks lower: Adam's
     states do not exist until its first update. The same check runs from a terminal on your own model:
     `memmath measure config.json --batch 2 --seq 512`.

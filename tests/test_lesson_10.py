@@ -423,4 +423,4 @@ def test_with_torch_the_measurement_agrees_as_the_validation_does(monkeypatch):
             assert abs(predicted[key] - measured[key]) <= 0.05 * measured[key], key
     html = defs["measure_view"].html
     assert f"{measured['saved_bytes']:,}" in html and html.count(">yes<") == 6 + 6
-    assert "step 2, optimizer step" in html
+    assert "Peak of step 2&#x27;s optimizer step" in html or "Peak of step 2's optimizer step" in html
