@@ -359,10 +359,11 @@ def test_without_torch_the_lesson_says_how_to_install_it(monkeypatch):
 
     from memmath_lessons import measure_yourself
 
-    # marimo's app.run registers its PyTorch formatter whenever "torch" is a key of sys.modules, and the None below
-    # would make that import fail (seen when another test file imported torch in this process first): without torch
-    # installed marimo registers none, so take it out of marimo's list for this test.
+    # marimo's app.run registers its PyTorch and transformers formatters whenever "torch" or "transformers" is a key
+    # of sys.modules, and the None below would make that import fail (seen when another test file imported them in
+    # this process first): without them installed marimo registers neither, so take both out of its list here.
     monkeypatch.delitem(formatters.THIRD_PARTY_FACTORIES, "torch", raising=False)
+    monkeypatch.delitem(formatters.THIRD_PARTY_FACTORIES, "transformers", raising=False)
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError, as without torch
     monkeypatch.setitem(sys.modules, "transformers", None)  # and transformers, installed or not
     assert measure_yourself.missing_packages() == ["torch", "transformers"]
