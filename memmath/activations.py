@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import validate
+from .arrays import any_true
 from .models import ModelShape
 
 ATTENTION_KINDS = ("eager", "sdpa")
@@ -51,6 +52,9 @@ class ActivationEstimate:
     frozen_per_layer: object = 0
     frozen_layers_storing: object = 0
     terms: tuple = ()
+    # a model whose blocks differ (ModelShape.block_layouts): what the blocks of the other layouts save beyond the
+    # last block's layout, which per_layer and first_layer describe (negative where they save less)
+    other_layouts: object = 0
 
     def __post_init__(self):
         # Checked when built: whole, non-negative bytes and block counts (ints, or int64 arrays in a sweep).
@@ -60,6 +64,8 @@ class ActivationEstimate:
         if self.first_layer is not None:
             object.__setattr__(self, "first_layer", validate.nbytes("first_layer", self.first_layer))
         object.__setattr__(self, "model", validate.choice("model", self.model, ("textbook", "transformers")))
+        if any_true(self.layers < 0):
+            raise ValueError(f"other_layouts ({self.other_layouts}) leaves the blocks' saved bytes negative")
         if not isinstance(self.terms, tuple):
             raise TypeError(f"terms must be a tuple of (where, what, bytes) rows; got {validate.describe(self.terms)}")
 
@@ -69,7 +75,7 @@ class ActivationEstimate:
         blocks = self.per_layer * self.layers_storing
         if self.first_layer is not None:
             blocks = blocks + (self.first_layer - self.per_layer) * (self.layers_storing > 0)
-        return blocks + self.frozen_per_layer * self.frozen_layers_storing
+        return blocks + self.frozen_per_layer * self.frozen_layers_storing + self.other_layouts
 
     @property
     def saved_by_forward(self):

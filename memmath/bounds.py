@@ -124,7 +124,7 @@ def _sharded_moments(run, whole, unreduced: int) -> int:
     method = run.method.base if isinstance(run.method, DPO) else run.method
     temporaries, _ = optimizer_transient(run.model, method, recipe, run.optimizer_spec, run.device)
     temporaries = int(temporaries)
-    largest = max((p.numel for g in ("layer", "embeddings", "head") for p in run.model.tensors(g)), default=0)
+    largest = max((p.numel for _, p, _ in run.model.tensor_copies(("layer", "embeddings", "head"))), default=0)
     own_share = min(temporaries, validate.ceil_div(temporaries, n)
                     + validate.ceil_div(largest * max(recipe.weight_bits, recipe.master_bits), 8))
     highest = 0
@@ -163,8 +163,7 @@ def transients(run) -> dict:
         group = lay.dp * lay.cp // lay.ep  # the smallest group that shares a tensor's states: an expert's
         if run.sharded and group > 1:  # each rank steps its partition: a 1/group share, plus one whole tensor for
             # a partition of whole tensors (torch's ZeroRedundancyOptimizer) that comes out uneven
-            largest = max((p.numel for p in shape.tensors("layer") + shape.tensors("embeddings")
-                           + shape.tensors("head")), default=0)
+            largest = max((p.numel for _, p, _ in shape.tensor_copies(("layer", "embeddings", "head"))), default=0)
             step = min(int(step), validate.ceil_div(int(step), group)
                        + validate.ceil_div(largest * max(recipe.weight_bits, recipe.master_bits), 8))
         out["the optimizer step's temporaries (foreach Adam: as large as the tensors it updates)"] = int(step)
@@ -180,9 +179,7 @@ def transients(run) -> dict:
         if lay.pp > 1:  # Schedule.step keeps every micro-batch's output and concatenates them (_merge_outputs)
             out["the pipeline's outputs: every micro-batch's logits, and their concatenation"] = (
                 2 * run.micro_batches * t * vocab * e)
-    inner = shape.intermediate_size or 0
-    if shape.n_experts:
-        inner = shape.expert_intermediate_size * shape.experts_per_tok + (shape.shared_expert_intermediate_size or 0)
+    inner = max(_active_width(layout) for layout, _ in shape.layouts())  # the widest block's MLP
     h = shape.hidden_size
     block = korthikanti_parallel_per_layer(
         seq_len=run.seq_len, batch_size=t // max(run.seq_len // lay.cp, 1), hidden_size=h, n_heads=shape.n_heads,
@@ -191,9 +188,17 @@ def transients(run) -> dict:
     out["one block's working memory: its activations made again and its backward's gradients"] = (
         block + e * t * (h + 3 * validate.ceil_div(inner or 4 * h, lay.tp)))
     if getattr(method, "quant_type", None):  # a quantized base: one matrix dequantized for each matmul, both ways
-        widest = max((p.numel for p in shape.tensors("layer") if p.linear), default=0)
+        widest = max((p.numel for _, p, _ in shape.tensor_copies(("layer",)) if p.linear), default=0)
         out["a quantized matrix dequantized, forward and backward"] = 2 * widest * 2
     return out
+
+
+def _active_width(shape) -> int:
+    """The MLP width a token passes through in one block of this layout: a dense block's, or its routed experts'
+    and shared experts' (0 when unknown)."""
+    if shape.n_experts:
+        return shape.expert_intermediate_size * shape.experts_per_tok + (shape.shared_expert_intermediate_size or 0)
+    return shape.intermediate_size or 0
 
 
 def engine_buffers(run) -> dict:
@@ -240,7 +245,7 @@ def _offload_buffer(run) -> dict:
     """DeepSpeed's GPU staging of gradients bound for host memory: at stages 1-2 one buffer the size of the largest
     parameter (stage_1_and_2.py, temp_grad_buffer_for_gpu_offload), at stage 3 two of the largest parameter's
     partition (stage3.py), in the gradients' format."""
-    largest = max((t.numel for group in ("layer", "embeddings", "head") for t in run.model.tensors(group)), default=0)
+    largest = max((t.numel for _, t, _ in run.model.tensor_copies(("layer", "embeddings", "head"))), default=0)
     grad_bytes = run.recipe.grad_bits // 8
     if run.zero_stage < 3:
         return {"DeepSpeed's GPU buffer for gradients bound for the host (the largest parameter)": largest * grad_bytes}
@@ -268,7 +273,7 @@ def _unit_share(shape: ModelShape, whole: int, blocks: int, root: bool = False) 
     total = shape.n_params
     if not total:
         return 0
-    held = blocks * shape.group_params("layer")
+    held = blocks * max(layout.params_per_layer for layout, _ in shape.layouts())  # the largest blocks
     if root:
         held += sum(shape.group_params(g) for g in ROOT_GROUPS)
     return validate.ceil_div(whole * min(held, total), total)

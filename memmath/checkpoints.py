@@ -141,20 +141,17 @@ def stored_weight_bytes(shape, fmt: StoredFormat) -> tuple:
         raise ValueError(f"{fmt.name} weights need the model's tensors: use a preset, from_hf_config or a "
                          "ModelShape (a uniform model has none)")
     weights, constants = 0, 0
-    for group in GROUPS:
-        repeat = shape.n_layers if group == "layer" else 1
-        for tensor in shape.tensors(group):
-            values, scales = fmt.tensor_bytes(tensor)
-            weights, constants = weights + repeat * values, constants + repeat * scales
+    for _, tensor, repeat in shape.tensor_copies(GROUPS):
+        values, scales = fmt.tensor_bytes(tensor)
+        weights, constants = weights + repeat * values, constants + repeat * scales
     return weights, constants
 
 
 def stored_layout(shape, fmt: StoredFormat) -> str:
     """In words, what `fmt` stores quantized and what it keeps in 16 bits for this model."""
     converted, kept = set(), set()
-    for group in GROUPS:
-        for tensor in shape.tensors(group):
-            (converted if fmt.converts(tensor) else kept).add(_kind(tensor))
+    for _, tensor, _ in shape.tensor_copies(GROUPS):
+        (converted if fmt.converts(tensor) else kept).add(_kind(tensor))
     text = f"{fmt.label} ({fmt.bits_per_weight:g} bits a weight with its scales)"
     if converted:
         text += f"; quantized: {', '.join(sorted(converted))}"

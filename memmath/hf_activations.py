@@ -147,8 +147,9 @@ def _attention_kind(attention, device, dropout):
     return "math" if (device == "cpu" and dropout) else "flash"
 
 
-def _setup(shape: ModelShape, method, recipe):
-    """(setup, trainable blocks or None for LoRA, embeddings train?) for a supported method."""
+def _setup(shape: ModelShape, method, recipe, present_only=False):
+    """(setup, trainable blocks or None for LoRA, embeddings train?) for a supported method; present_only: LoRA
+    targets this block layout lacks adapt nothing (one layout of a model whose blocks differ)."""
     if isinstance(method, Full):
         return _Setup(True, True, True, frozenset(), None)
     if isinstance(method, Freeze):
@@ -159,7 +160,8 @@ def _setup(shape: ModelShape, method, recipe):
             raise validate.FieldError("LoRA dropout", f"activations='transformers' models LoRA dropout "
                                       f"({method.dropout:g}) in a forward pass in the weights' own format, not under "
                                       "AMP's autocast (use activations='textbook')")
-        modules = frozenset(adapter.module for adapter in shape.lora_adapters(method.targets))
+        modules = frozenset(adapter.module for adapter in shape.lora_adapters(method.targets,
+                                                                               present_only=present_only))
         return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
     if isinstance(method, Adapters):
         return _Setup(False, False, False, frozenset(), None, houlsby=_houlsby_width(shape, method, recipe))
@@ -299,9 +301,13 @@ def _traced_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dro
 
 
 def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing, device,
-              past=None, padded=False, packed=False) -> ActivationParts:
+              past=None, padded=False, packed=False, present_only=False) -> ActivationParts:
     """activation_parts for sequence lengths on one side of the sliding window (past: which side, for a sweep
-    across it; None: read from seq_len)."""
+    across it; None: read from seq_len). present_only: one block layout of a model whose blocks differ."""
+    if shape.mixed:
+        return _mixed_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
+                            dropout=dropout, attention=attention, checkpointing=checkpointing, device=device,
+                            past=past, padded=padded, packed=packed)
     if shape.architecture is None:  # the uniform family: layers without tensors
         raise validate.FieldError("activations", f"activations='transformers' knows the gpt2, llama and bert families; got a "
                          f"{shape.family} model (use activations='textbook')")
@@ -318,7 +324,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         raise validate.FieldError("activations", f"activations='transformers' models a forward pass in the weights' own format "
                          f"(precision fp32, bf16, fp16, mixed, mixed_fp32_grads); got precision {recipe.name!r} "
                          "(use activations='textbook')")
-    setup = _setup(shape, method, recipe)
+    setup = _setup(shape, method, recipe, present_only)
     e, dm = recipe.weight_bits // 8, dims(shape)
     b, s, h = batch_size, seq_len, dm["h"]
     kind = _attention_kind(attention, device, dropout)
@@ -503,6 +509,58 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
         recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras)
+
+
+def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
+    """A model whose blocks differ (dense and mixture-of-experts blocks): each block layout traced as if every block
+    had it, then block by block what each storing block saves in its own layout. The last block's layout gives
+    per_layer, the liveness at the forward's end and the head; what the other layouts' blocks save beyond it (or
+    below it) is the estimate's other_layouts, named in the terms; the first storing block is its own layout's; a
+    recomputed block is the largest layout's; the DynamicCache's held k and v are each idle block's own."""
+    n = shape.n_layers
+    traced = [(layout, np.asarray(blocks), _parts_at(layout, present_only=True, **arguments))
+              for layout, blocks in shape.layouts()]
+    last = next(parts for _, blocks, parts in traced if blocks[-1] == n - 1)
+    estimate = last.estimate
+    storing, frozen_storing = estimate.layers_storing, estimate.frozen_layers_storing
+    first = n - storing  # the first storing block; the frozen storing blocks are the ones just before it
+
+    def among(blocks, low, high):  # blocks with index in [low, high), for ints and int64 arrays alike
+        if is_ndarray(low) or is_ndarray(high):
+            return (np.searchsorted(blocks, np.asarray(high)) - np.searchsorted(blocks, np.asarray(low))).astype(
+                np.int64)
+        return int(np.count_nonzero((blocks >= low) & (blocks < high)))
+
+    saved, idle_kv, per_block, first_bytes_all = 0, 0, [0] * n, 0
+    for layout, blocks, parts in traced:
+        own = parts.estimate
+        first_bytes = own.per_layer if own.first_layer is None else own.first_layer
+        first_bytes_all = first_bytes_all + parts.first * among(blocks, first, first + 1)
+        saved = (saved + own.per_layer * among(blocks, first, n) + own.frozen_per_layer * among(
+            blocks, first - frozen_storing, first) + (first_bytes - own.per_layer) * among(blocks, first, first + 1)
+            * (storing > 0))
+        idle = n - own.layers_storing - own.frozen_layers_storing  # blocks that store nothing, in this layout's trace
+        kv = parts.cache_held // idle if not is_ndarray(idle) and idle else 0
+        idle_kv = idle_kv + kv * among(blocks, 0, first - frozen_storing)
+        if not validate.is_array(storing, frozen_storing, own.per_layer):  # per block, for the measurement's booking
+            for i in blocks:
+                i = int(i)
+                if i >= first:
+                    per_block[i] = (first_bytes if i == first else own.per_layer) - (
+                        (estimate.first_layer or estimate.per_layer) if i == first else estimate.per_layer)
+                elif i >= first - frozen_storing:
+                    per_block[i] = own.frozen_per_layer - estimate.frozen_per_layer
+    extra = saved - estimate.layers
+    recompute = max(parts.recompute for _, _, parts in traced) if not is_ndarray(last.recompute) else last.recompute
+    recompute_live = (max(parts.recompute_live for _, _, parts in traced) if not is_ndarray(last.recompute_live)
+                      else last.recompute_live)
+    terms = estimate.terms + (("block", "the other block layouts' blocks: what they save beyond the last block's "
+                                        "layout (negative: below it)", extra),)
+    estimate = replace(estimate, other_layouts=extra, recompute_peak=recompute * _positive(storing), terms=terms)
+    extras = last.block_extras or (0,) * n
+    block_extras = tuple(a + b for a, b in zip(extras, per_block)) if any(per_block) or last.block_extras else ()
+    return replace(last, estimate=estimate, blocks=estimate.layers, first=first_bytes_all, recompute=recompute,
+                   recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras)
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved

@@ -149,14 +149,13 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
         return weights, quant_constant_bytes(shape.n_params, block=quant_block, double_quant=double_quant)
     if fmt.name == "int8":
         other_bits, weights, constants = get_format(other_format).bits, 0, 0
-        for group in ("embeddings", "layer", "final_norm", "head", "vision"):  # vision: a tower and projector
-            repeat = shape.n_layers if group == "layer" else 1
-            for tensor in shape.tensors(group):
-                if tensor.linear:  # int8 values + one fp32 scale per output row (weight is d_out x d_in)
-                    weights = weights + repeat * tensor.numel
-                    constants = constants + repeat * 4 * tensor.shape[0]
-                else:
-                    weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
+        # vision: a tower and projector
+        for _, tensor, repeat in shape.tensor_copies(("embeddings", "layer", "final_norm", "head", "vision")):
+            if tensor.linear:  # int8 values + one fp32 scale per output row (weight is d_out x d_in)
+                weights = weights + repeat * tensor.numel
+                constants = constants + repeat * 4 * tensor.shape[0]
+            else:
+                weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
         return weights, constants
     return quantized_weight_bytes(shape, fmt, get_format(other_format).bits, block=quant_block,
                                   double_quant=double_quant)
@@ -178,8 +177,8 @@ def inference_weight_layout(shape: ModelShape, weights_format="bf16", *, other_f
         layout = f"{fmt.name} values, one fp32 absmax per block of {quant_block}"
     if not shape.tensor_count_known:
         return layout + "; a uniform model has no tensor list, so every parameter is quantized"
-    kept = sorted({_unquantized_kind(t) for g in ("embeddings", "layer", "final_norm", "head", "vision")
-                   for t in shape.tensors(g) if not t.linear})
+    kept = sorted({_unquantized_kind(t) for _, t, _ in
+                   shape.tensor_copies(("embeddings", "layer", "final_norm", "head", "vision")) if not t.linear})
     return layout + (f"; kept in {get_format(other_format).name}: {', '.join(kept)}" if kept else "")
 
 
@@ -254,9 +253,13 @@ def working_set_bytes(shape: ModelShape, *, context_len, batch_size=1, element_b
         qkv = (a + 2 * shape.n_kv_heads) * d
         widest = _larger(qkv, 2 * inner)
         return sbe * (2 * h + widest) + (2 * e * a * s * s * b if eager else 0) + 4 * b * (shape.vocab_size or 0)
-    outside, attn, mlp = record.prefill_phases(shape, s, b, e, eager)
     head = 2 * sbe * h + 4 * b * (shape.vocab_size or 0)
-    return outside + _larger(_larger(attn, mlp), head)
+    most = None
+    for layout, _ in shape.layouts():  # blocks of several layouts (dense and MoE): the largest block's phases
+        outside, attn, mlp = record.prefill_phases(layout, s, b, e, eager)
+        phase = outside + _larger(_larger(attn, mlp), head)
+        most = phase if most is None else _larger(most, phase)
+    return most
 
 
 def _larger(x, y):
@@ -380,10 +383,15 @@ def _unread_expert_bytes(shape: ModelShape, weights_format, batch_size, other_fo
     reached = routed_experts_reached(shape, batch_size)
     if not shape.n_experts or not shape.tensor_count_known:
         return 0 * reached
-    per_layer = sum(_stored_bytes(t, weights_format, other_format, quant_block)
-                    for t in shape.tensors("layer") if "experts" in t.name)  # the routed experts' 3-D tensors
-    unread = per_layer * (shape.n_experts - reached) // shape.n_experts  # whole experts: exact for (E, ...) tensors
-    return shape.n_layers * unread
+    unread = 0
+    for layout, blocks in shape.layouts():  # the blocks that have routed experts (a dense block of Maverick: none)
+        if not layout.n_experts:
+            continue
+        per_layer = sum(_stored_bytes(t, weights_format, other_format, quant_block)
+                        for t in layout.tensors("layer") if "experts" in t.name)  # the routed experts' 3-D tensors
+        # whole experts: exact for (E, ...) tensors
+        unread = unread + len(blocks) * (per_layer * (layout.n_experts - reached) // layout.n_experts)
+    return unread
 
 
 def _stored_bytes(tensor, weights_format, other_format, quant_block):

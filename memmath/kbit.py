@@ -69,10 +69,7 @@ def kbit_prep_bytes(shape, recipe) -> int:
     """
     if recipe.weight_bits >= 32 or not shape.tensor_count_known:
         return 0
-    kept = 0
-    for group in GROUPS:
-        repeat = shape.n_layers if group == "layer" else 1
-        kept = kept + repeat * sum((t.numel for t in shape.tensors(group) if not t.linear), 0)
+    kept = sum((repeat * t.numel for _, t, repeat in shape.tensor_copies(GROUPS) if not t.linear), 0)
     return validate.ceil_div(kept * (32 - recipe.weight_bits), 8)
 
 

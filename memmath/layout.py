@@ -108,6 +108,11 @@ def check(values: dict, shape, method) -> None:
                                   "layers, not a parameter count or a uniform model")
     if shape.vision is not None:
         raise validate.FieldError(name, f"{name} > 1 is not modelled for a vision-language model")
+    if shape.mixed:
+        raise validate.FieldError(name, f"{name} > 1 is not modelled for a model whose blocks differ "
+                                  f"({len(shape.layouts())} block layouts, such as dense and mixture-of-experts "
+                                  "blocks): a split's per-rank activations assume one block layout; data parallelism "
+                                  "with ZeRO or FSDP (sharding) is modelled")
     if tp > 1:
         kv = shape.n_kv_heads or shape.n_heads
         for label, size in (("attention heads", shape.n_heads), ("key/value heads", kv),

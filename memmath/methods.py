@@ -115,6 +115,14 @@ def _stats(tensors: list[ParamTensor]) -> SetStats:
     return total
 
 
+def _copies_stats(rows) -> SetStats:
+    """The statistics of (group, tensor, copies) rows (ModelShape.tensor_copies)."""
+    total = SetStats()
+    for _, t, copies in rows:
+        total = total + SetStats.tensor(t.numel, t.factored_size).times(copies)
+    return total
+
+
 def _group_weight_bytes(shape: ModelShape, bits: int):
     """Bytes of every base tensor stored at `bits` per element: ceil(n_params * bits / 8)."""
     return validate.ceil_div(shape.n_params * bits, 8)
@@ -223,12 +231,8 @@ class Full(Method):
         object.__setattr__(self, "vision", validate.choice("vision", self.vision, VISION_CHOICES))
 
     def plan(self, shape, recipe):
-        total = SetStats()
-        for group in GROUPS:
-            if group == "vision":  # the tower and projector: as vision= says (_with_vision)
-                continue
-            repeat = shape.n_layers if group == "layer" else 1
-            total = total + _stats(shape.tensors(group)).times(repeat)
+        # the tower and projector: as vision= says (_with_vision)
+        total = _copies_stats(shape.tensor_copies(tuple(g for g in GROUPS if g != "vision")))
         trainable = TrainableSet.of("all weights", total, recipe.weight_bits)
         return _with_vision(Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits),
                                  quantization_constant_bytes=0, trainable=(trainable,), adapter_params=0,
@@ -290,7 +294,9 @@ class Freeze(Method):
 
     def plan(self, shape, recipe):
         k = self.layers_trained(shape)
-        total = _stats(shape.tensors("layer")).times(k)
+        total = SetStats()
+        for layout, count in shape.last_blocks(k):  # the last k blocks, by their layouts
+            total = total + _stats(layout.tensors("layer")).times(count)
         chosen = [g for g, on in (("embeddings", self.train_embeddings), ("final_norm", self.train_final_norm),
                                   ("head", self.head_trains(shape))) if on]
         for group in chosen:
@@ -337,9 +343,9 @@ class Freeze(Method):
         rows = [
             ("embeddings", "", shape.group_params("embeddings"), self.train_embeddings,
              "token (and position) embeddings; frozen unless train_embeddings=True"),
-            ("frozen blocks", span(1, n - k), (n - k) * shape.params_per_layer, False,
+            ("frozen blocks", span(1, n - k), shape.blocks_params(range(n - k)), False,
              "the first blocks: weights kept, no gradients, no optimizer states"),
-            ("trainable blocks", span(n - k + 1, n), k * shape.params_per_layer, True,
+            ("trainable blocks", span(n - k + 1, n), shape.blocks_params(range(n - k, n)), True,
              "the last blocks: gradients and optimizer states"),
             ("final norm", "", shape.group_params("final_norm"),
              self.train_final_norm and bool(shape.group_params("final_norm")), norm_note),
@@ -445,10 +451,10 @@ class Adapters(AdapterMethod):
         L = shape.n_layers
         extra = []
         if self.train_norms:
-            norms = [t for g in ("layer",) for t in shape.tensors(g) if t.component == "norms"]
+            norms = [row for row in shape.tensor_copies(("layer",)) if row[1].component == "norms"]
             outside = ([t for t in shape.tensors("final_norm")] +
                        [t for t in shape.tensors("embeddings") if t.component == "norms"])
-            extra.append(TrainableSet.of("layer norms", _stats(norms).times(L) + _stats(outside), recipe.weight_bits))
+            extra.append(TrainableSet.of("layer norms", _copies_stats(norms) + _stats(outside), recipe.weight_bits))
         if self.train_head and shape.tensors("head"):
             extra.append(TrainableSet.of("head", _stats(shape.tensors("head")), recipe.weight_bits))
         return _with_vision(_frozen_base_plus_adapters(shape, recipe, adapter.times(2 * L), self.adapter_bits(recipe),
@@ -501,27 +507,32 @@ class LoRA(AdapterMethod):
         object.__setattr__(self, "dropout", lora_dropout(self.dropout))
 
     def _adapter_stats(self, shape):
+        """The adapters of every block: each adapted tensor's A and B times the blocks that have it."""
         if shape.family == "uniform":
             raise ValueError(f"{type(self).__name__} needs a model with named matrices (a preset, from_hf_config, "
                              "gpt2_model/llama_model/bert_model); a uniform model has none")
         r, total = self.rank, SetStats()
-        for _module, d_in, d_out, k in shape.lora_adapters(self.targets):
+        for (_module, d_in, d_out, k), copies in shape.lora_adapter_copies(self.targets):
             # A: k*r x d_in, B: d_out x k*r (k = 1 but for routed experts' 3-D tensors: models.LoraAdapter)
-            total = total + SetStats.tensor(k * r * d_in, k * r + d_in) + SetStats.tensor(d_out * k * r, d_out + k * r)
+            total = total + (SetStats.tensor(k * r * d_in, k * r + d_in)
+                             + SetStats.tensor(d_out * k * r, d_out + k * r)).times(copies)
         return total
 
     def params_per_block(self, shape: ModelShape):
-        """LoRA parameters in one block: r x sum of (d_in + d_out) over the adapted matrices."""
-        return self._adapter_stats(shape).params
+        """LoRA parameters in one block: r x sum of (d_in + d_out) over the adapted matrices (a shape of one block
+        layout)."""
+        if shape.mixed:
+            raise ValueError(f"{shape.name or shape.arch} has blocks of {len(shape.layouts())} layouts: ask "
+                             "params_per_block of each of shape.layouts()")
+        return self._adapter_stats(replace(shape, n_layers=1, layer_types=None)).params
 
     def matrix_params(self, d_in, d_out):
         """LoRA parameters on one d_in x d_out matrix: A (r x d_in) and B (d_out x r), r x (d_in + d_out)."""
         return self.rank * (d_in + d_out)
 
     def plan(self, shape, recipe):
-        L = shape.n_layers
         _check_wrapped_dropout(shape, self)
-        plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe))
+        plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape), self.adapter_bits(recipe))
         return _with_vision(replace(plan, notes=plan.notes + _moe_lora_notes(shape, self)), shape, self, recipe)
 
     def describe(self):
@@ -566,7 +577,7 @@ def _check_wrapped_dropout(shape: ModelShape, method) -> None:
     ("does not work with lora_dropout != 0", peft/tuners/lora/layer.py): refused by name here too."""
     if not (method.dropout and shape.n_experts):
         return
-    wrapped = sorted({a.module for a in shape.lora_adapters(method.targets)
+    wrapped = sorted({a.module for a, _ in shape.lora_adapter_copies(method.targets)
                       if a.module == "gate.weight" or a.module.startswith("experts.")})
     if wrapped:
         raise validate.FieldError(DROPOUT_FIELD, f"LoRA dropout {method.dropout:g} on {', '.join(wrapped)}: peft "
@@ -581,7 +592,7 @@ def _moe_lora_notes(shape: ModelShape, method) -> tuple:
     if not shape.n_experts:
         return ()
     parts = []
-    for module, _d_in, _d_out, k in shape.lora_adapters(method.targets):
+    for module, _d_in, _d_out, k in dict.fromkeys(a for a, _ in shape.lora_adapter_copies(method.targets)):
         if module == "gate.weight":
             parts.append("the router's weight (mlp.gate.weight)")
         elif module.startswith("experts."):
@@ -651,14 +662,13 @@ class QLoRA(LoRA):
                                                              block=self.quant_block, double_quant=self.double_quant)
             if self.layout == "bitsandbytes":
                 constants = constants + quantized_matrices(shape) * bnb_code_map_bytes(self.double_quant)
-        L = shape.n_layers
         notes = ()
         if self.layout == "paper" and self.quant_type != "int8":
             notes = (Note("quant_maps_not_counted",
                           f"quantization constants as the paper counts them; bitsandbytes also keeps "
                           f"{bnb_code_map_bytes(self.double_quant):,} B of code maps per quantized matrix "
                           "(QLoRA(layout='bitsandbytes') counts them)"),)
-        plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape).times(L), self.adapter_bits(recipe),
+        plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape), self.adapter_bits(recipe),
                                           weight_bytes=weight_bytes, constants=constants)
         return _with_vision(replace(plan, notes=notes + _moe_lora_notes(shape, self)), shape, self, recipe)
 
@@ -684,22 +694,19 @@ def bnb_code_map_bytes(double_quant: bool) -> int:
 
 def quantized_matrices(shape: ModelShape):
     """How many linear weight matrices bitsandbytes replaces (the tensors flagged linear, every block)."""
-    return sum((shape.n_layers if group == "layer" else 1) * sum(1 for t in shape.tensors(group) if t.linear)
-               for group in GROUPS)
+    return sum(copies for _, t, copies in shape.tensor_copies() if t.linear)
 
 
 def int8_weight_bytes(shape: ModelShape, other_bits: int):
     """(weight bytes, constant bytes) of LLM.int8 (bnb.nn.Linear8bitLt): each linear weight int8 plus one
     fp32 scale per output row (Int8Params.SCB, int8_vectorwise_quant); every other tensor at other_bits."""
     weights, constants = 0, 0
-    for group in GROUPS:
-        repeat = shape.n_layers if group == "layer" else 1
-        for tensor in shape.tensors(group):
-            if tensor.linear:  # the weight is d_out x d_in: one scale per output row
-                weights = weights + repeat * tensor.numel
-                constants = constants + repeat * 4 * tensor.shape[0]
-            else:
-                weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
+    for _, tensor, repeat in shape.tensor_copies():
+        if tensor.linear:  # the weight is d_out x d_in: one scale per output row
+            weights = weights + repeat * tensor.numel
+            constants = constants + repeat * 4 * tensor.shape[0]
+        else:
+            weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
     return weights, constants
 
 
@@ -721,15 +728,13 @@ def quantized_weight_bytes(shape: ModelShape, fmt, other_bits: int, *, block: in
     """
     bits = get_format(fmt).bits
     weights, constants = 0, 0
-    for group in GROUPS:
-        repeat = shape.n_layers if group == "layer" else 1
-        for tensor in shape.tensors(group):
-            n = tensor.numel
-            if tensor.linear:
-                weights = weights + repeat * validate.ceil_div(n * bits, 8)
-                constants = constants + repeat * quant_constant_bytes(n, block=block, double_quant=double_quant)
-            else:
-                weights = weights + repeat * validate.ceil_div(n * other_bits, 8)
+    for _, tensor, repeat in shape.tensor_copies():
+        n = tensor.numel
+        if tensor.linear:
+            weights = weights + repeat * validate.ceil_div(n * bits, 8)
+            constants = constants + repeat * quant_constant_bytes(n, block=block, double_quant=double_quant)
+        else:
+            weights = weights + repeat * validate.ceil_div(n * other_bits, 8)
     return weights, constants
 
 

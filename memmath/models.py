@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import functools
 from dataclasses import dataclass, field, replace
 
 from .arrays import any_true, is_ndarray, is_numpy_str, np
@@ -118,6 +119,12 @@ class ModelShape:
     # a pre-quantized checkpoint's storage (checkpoints.StoredFormat, from its config's quantization_config); None:
     # the weights are stored in 16 bits
     stored_format: object = None
+    # a record's own block variant ("" its default block; Qwen3-Next's "linear_attention"): set through block_layouts
+    block_kind: str = ""
+    # blocks whose layout differs from the shape's own, as ((block indices), ((field, value), ...)) pairs naming the
+    # ModelShape fields that differ there (DeepSeek-V3's first three blocks: a dense MLP, n_experts 0); () when every
+    # block has one layout. layouts() gives each layout as a shape of its own.
+    block_layouts: tuple = ()
 
     # ---- counts -----------------------------------------------------------------------------
     @property
@@ -135,10 +142,63 @@ class ModelShape:
         """False for the uniform family, whose layers are a parameter count without tensors."""
         return self.family != "uniform"
 
+    @property
+    def mixed(self) -> bool:
+        """Whether its blocks come in more than one layout (block_layouts)."""
+        return bool(self.block_layouts)
+
+    def layouts(self) -> tuple:
+        """(layout, blocks) for each block layout in the order of its first block: `layout` a ModelShape whose every
+        block is of that layout (ask it for tensors("layer") and its block's trace), `blocks` the indices of the
+        blocks that have it. One pair for a shape of one layout: (self, every block)."""
+        if not self.block_layouts:
+            return ((self, tuple(range(self.n_layers))),)
+        return _layouts(self)
+
+    def block_layout(self, index: int) -> "ModelShape":
+        """The one-layout shape of block `index` (0-based)."""
+        for layout, blocks in self.layouts():
+            if index in blocks:
+                return layout
+        raise ValueError(f"block index must be from 0 to {self.n_layers - 1}; got {validate.describe(index)}")
+
+    def tensor_copies(self, groups=GROUPS) -> list[tuple]:
+        """(group, tensor, copies) for every parameter tensor of `groups`: a block's tensors once per block of its
+        layout, the others once."""
+        rows = []
+        for group in groups:
+            if group != "layer":
+                rows += [(group, tensor, 1) for tensor in self.tensors(group)]
+                continue
+            for layout, blocks in self.layouts():
+                rows += [(group, tensor, len(blocks)) for tensor in layout.tensors("layer")]
+        return rows
+
+    def blocks_params(self, blocks=None):
+        """Parameters in the given blocks (indices; None: every block)."""
+        if not self.block_layouts:
+            count = self.n_layers if blocks is None else len(blocks)
+            return count * self.params_per_layer
+        chosen = None if blocks is None else set(blocks)
+        return sum(layout.params_per_layer * (len(indices) if chosen is None else len(chosen.intersection(indices)))
+                   for layout, indices in self.layouts())
+
+    def last_blocks(self, k) -> tuple:
+        """(layout, count) for each layout among the last k blocks (k may be an int64 array: counts per value)."""
+        if not self.block_layouts:
+            return ((self, k),)
+        first = self.n_layers - np.asarray(k) if is_ndarray(k) else self.n_layers - k
+        return tuple((layout, len(blocks) - np.searchsorted(np.asarray(blocks), first) if is_ndarray(first)
+                      else sum(1 for i in blocks if i >= first)) for layout, blocks in self.layouts())
+
     def tensors(self, group: str) -> list[ParamTensor]:
-        """The parameter tensors of one group: 'embeddings', 'layer' (one block), 'final_norm', 'head'."""
+        """The parameter tensors of one group: 'embeddings', 'layer' (one block), 'final_norm', 'head'. A shape
+        whose blocks differ (block_layouts) has no one block: ask layouts() or tensor_copies()."""
         if group not in GROUPS:
             raise ValueError(f"group must be one of {', '.join(GROUPS)}; got {validate.describe(group)}")
+        if group == "layer" and self.block_layouts:
+            raise ValueError(f"{self.name or self.arch} has blocks of {len(self.layouts())} layouts: "
+                             "tensors('layer') names one block; ask layouts() or tensor_copies()")
         if group == "vision":  # the vision tower and projector, every block listed (none in a text model)
             return [] if self.vision is None else self.vision.tensors()
         record = self.architecture
@@ -158,30 +218,31 @@ class ModelShape:
         """Total parameters, each tied matrix counted once (as PyTorch's model.parameters() does)."""
         outside = sum(self.group_params(g) for g in ("embeddings", "final_norm", "head"))
         vision = 0 if self.vision is None else self.vision.n_params  # a vision-language model's tower and projector
-        return outside + vision + self.n_layers * self.params_per_layer
+        return outside + vision + self.blocks_params()
 
     def component_params(self) -> dict[str, object]:
         """Parameters per component (embeddings, attention, mlp, norms, head; a vision-language model adds
         vision_tower and projector) over the whole model."""
         totals = {c: 0 for c in COMPONENTS}
-        for group in GROUPS:
-            repeat = self.n_layers if group == "layer" else 1
-            for tensor in self.tensors(group):
-                totals[tensor.component] = totals.get(tensor.component, 0) + repeat * tensor.numel
+        for _, tensor, repeat in self.tensor_copies():
+            totals[tensor.component] = totals.get(tensor.component, 0) + repeat * tensor.numel
         return totals
 
     def breakdown(self) -> pd.DataFrame:
-        """One row per tensor: group, path key, component, shape, count per copy, copies, total."""
+        """One row per tensor: group, path key, component, shape, count per copy, copies, total; and blocks, the
+        1-based blocks a block tensor is in ("1-32"; a mixed shape has a row per layout: "1, 3, 5")."""
         import pandas as pd  # only here: `import memmath` stays numpy-only
         rows = []
         for group in GROUPS:
-            repeat = self.n_layers if group == "layer" else 1
-            for tensor in self.tensors(group):
-                rows.append({
-                    "group": group, "tensor": tensor.name, "component": tensor.component,
-                    "shape": " x ".join(str(d) for d in tensor.shape), "params": tensor.numel,
-                    "copies": repeat, "total": tensor.numel * repeat,
-                })
+            for layout, blocks in (self.layouts() if group == "layer" else ((self, None),)):
+                repeat = 1 if blocks is None else len(blocks)
+                for tensor in layout.tensors(group):
+                    rows.append({
+                        "group": group, "tensor": tensor.name, "component": tensor.component,
+                        "shape": " x ".join(str(d) for d in tensor.shape), "params": tensor.numel,
+                        "copies": repeat, "total": tensor.numel * repeat,
+                        "blocks": "" if blocks is None else _spans(blocks),
+                    })
         return pd.DataFrame(rows)
 
     # ---- LoRA -------------------------------------------------------------------------------
@@ -205,7 +266,7 @@ class ModelShape:
                                       "pair per expert: ModelShape.lora_adapters lists them with their rank factor")
         return [(a.module, a.d_in, a.d_out) for a in adapters]
 
-    def lora_adapters(self, targets) -> list[LoraAdapter]:
+    def lora_adapters(self, targets, *, present_only: bool = False) -> list[LoraAdapter]:
         """Each tensor one block adapts for LoRA targets, as peft 0.21 adapts it on transformers 5.24 (LoraAdapter).
 
         q, k, v, o, gate, up and down are the linear layers lora_matrices describes. In a mixture of experts
@@ -222,8 +283,12 @@ class ModelShape:
         and shared_expert_gate; router and experts there are what peft's target_parameters=["gate.weight",
         "experts.gate_up_proj", "experts.down_proj"] with rank_pattern {".*\\.gate_up_proj": 2r} adapts.
         The entries come in the order of the block's parameters() (peft adds lora_A, then lora_B, to each).
+        present_only: a target this block lacks adapts nothing here (one layout of a model whose blocks differ).
         """
         targets = lora_targets(targets)
+        if self.block_layouts:
+            raise ValueError(f"{self.name or self.arch} has blocks of {len(self.layouts())} layouts: ask "
+                             "lora_adapter_copies for every block's adapters")
         record = self.architecture
         table = {} if record is None else record.lora_modules(self)
         every = set(targets) == set(LORA_TARGETS)  # every name: what exists in this family
@@ -231,7 +296,7 @@ class ModelShape:
         chosen: dict[str, LoraAdapter] = {}
         for target in targets:
             entry = table.get(target)
-            if target in skipped or (every and (entry is None or isinstance(entry, str))):
+            if target in skipped or ((every or present_only) and (entry is None or isinstance(entry, str))):
                 continue
             if entry is None or isinstance(entry, str):
                 available = ", ".join(t for t in LORA_TARGETS if t in table and not isinstance(table[t], str))
@@ -243,6 +308,26 @@ class ModelShape:
                 chosen[module] = LoraAdapter(module, *dims)
         order = () if record is None else record.adapter_order(self)
         return sorted(chosen.values(), key=lambda a: order.index(a.module) if a.module in order else len(order))
+
+    def lora_adapter_copies(self, targets) -> list[tuple]:
+        """(LoraAdapter, blocks) for each tensor the targets adapt, with the number of blocks that have it: the
+        blocks of each layout adapt what exists in them (a dense block of Llama 4 Maverick has no router), and a
+        target that exists in no block is refused by name."""
+        if not self.block_layouts:
+            return [(adapter, self.n_layers) for adapter in self.lora_adapters(targets)]
+        named = lora_targets(targets)
+        rows, found = [], set()
+        for layout, blocks in self.layouts():
+            if isinstance(named, _AllTargets):
+                rows += [(adapter, len(blocks)) for adapter in layout.lora_adapters(named)]
+                continue
+            table = layout.architecture.lora_modules(layout)
+            found.update(t for t in named if isinstance(table.get(t), (tuple, list)))
+            rows += [(adapter, len(blocks)) for adapter in layout.lora_adapters(named, present_only=True)]
+        missing = tuple(t for t in named if t not in found) if not isinstance(named, _AllTargets) else ()
+        if missing:
+            self.layouts()[-1][0].lora_adapters(missing)  # refuses the target by name, with what exists
+        return rows
 
     def with_changes(self, **changes) -> "ModelShape":
         """A copy with some fields changed, checked again.
@@ -272,10 +357,36 @@ class ModelShape:
                 raise validate.FieldTypeError("vision", "vision must be None or the VisionParts of a rotary decoder "
                                               f"(family 'llama') read by from_hf_config; got {validate.describe(self.vision)}")
         self._check_options()
+        self._check_layouts()
         if self.family == "uniform":
             self._check_uniform()
         else:
             self._check_transformer()
+
+    def _check_layouts(self):
+        object.__setattr__(self, "block_kind", validate.text_field("block_kind", self.block_kind))
+        if not self.block_layouts:
+            object.__setattr__(self, "block_layouts", ())
+            return
+        if self.family == "uniform" or not isinstance(self.block_layouts, tuple):
+            raise ValueError("block_layouts must be a tuple of ((block indices), ((field, value), ...)) pairs of a "
+                             f"transformer model; got {validate.describe(self.block_layouts)}")
+        seen = set()
+        for entry in self.block_layouts:
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], tuple)
+                    and isinstance(entry[1], tuple)):
+                raise ValueError("block_layouts must hold ((block indices), ((field, value), ...)) pairs; got "
+                                 f"{validate.describe(entry)}")
+            blocks, changes = entry
+            for i in blocks:
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.n_layers or i in seen:
+                    raise ValueError(f"block_layouts' block indices must be distinct whole numbers from 0 to "
+                                     f"{self.n_layers - 1}; got {validate.describe(i)}")
+                seen.add(i)
+            for change in changes:
+                if not (isinstance(change, tuple) and len(change) == 2 and change[0] in LAYOUT_FIELDS):
+                    raise ValueError(f"block_layouts' changes must be (field, value) pairs of {', '.join(LAYOUT_FIELDS)}; "
+                                     f"got {validate.describe(change)}")
 
     def _check_uniform(self):
         if self.uniform_params is None:
@@ -398,13 +509,22 @@ class ModelShape:
 
         A dense model's active count is n_params. Mixtral-8x7B: 46.7B total, 12.9B active (model card).
         """
+        if self.block_layouts:  # each layout's blocks: their routed experts less those a token reaches
+            return self.n_params - sum(len(blocks) * layout._unreached_per_block()
+                                       for layout, blocks in self.layouts())
         if not self.n_experts:
             return self.n_params
+        return self.n_params - self.n_layers * self._unreached_per_block()
+
+    def _unreached_per_block(self):
+        """Parameters of one block's routed experts a token is not sent to (0 for a dense block)."""
+        if not self.n_experts:
+            return 0
         # one routed expert's tensors (gate, up, down, and gpt-oss's biases): the block's stacked experts / E
         # (the routed experts' module is "experts" under the block's MLP: mlp.experts, Llama 4's feed_forward.experts)
         per_expert = sum((t.numel for t in self.tensors("layer") if ".experts." in f".{t.name}"), 0)
         per_expert = per_expert // self.n_experts
-        return self.n_params - self.n_layers * (self.n_experts - self.experts_per_tok) * per_expert
+        return (self.n_experts - self.experts_per_tok) * per_expert
 
     def _check_heads(self):
         h, a = self.hidden_size, self.n_heads
@@ -420,6 +540,37 @@ class ModelShape:
         record = self.architecture
         if record is not None and not record.grouped_query and (kv != a or self.head_dim * a != h):
             raise ValueError(f"{self.family} models use n_kv_heads = n_heads and head_dim = hidden_size / n_heads")
+
+
+# The fields a block layout may set: what one block's tensors and trace read. The rest (widths of the residual
+# stream and vocabulary, the embeddings and head, the attention windows per block) belong to the whole model.
+LAYOUT_FIELDS = ("n_heads", "n_kv_heads", "head_dim", "intermediate_size", "attention_bias", "mlp_bias", "qkv_bias",
+                 "qk_norm", "gated_mlp", "hidden_act", "n_experts", "experts_per_tok", "expert_intermediate_size",
+                 "shared_expert_intermediate_size", "shared_expert_gate", "norm_topk_prob", "rotary_dim",
+                 "block_kind")
+
+
+@functools.lru_cache(maxsize=512)
+def _layouts(shape: ModelShape) -> tuple:
+    """ModelShape.layouts of a mixed shape: the shape's own layout on the blocks no entry names, then each entry's."""
+    named = {i for blocks, _ in shape.block_layouts for i in blocks}
+    own = tuple(i for i in range(shape.n_layers) if i not in named)
+    pairs = [(replace(shape, block_layouts=()), own)] if own else []
+    pairs += [(replace(shape, block_layouts=(), **dict(changes)), tuple(sorted(blocks)))
+              for blocks, changes in shape.block_layouts]
+    return tuple(sorted(pairs, key=lambda pair: pair[1][0]))
+
+
+def _spans(blocks) -> str:
+    """Block indices as 1-based runs: (0, 1, 2, 5) -> "1-3, 6"."""
+    runs, start = [], None
+    for i, b in enumerate(blocks):
+        if start is None:
+            start = b
+        if i + 1 == len(blocks) or blocks[i + 1] != b + 1:
+            runs.append(f"{start + 1}-{b + 1}" if b > start else f"{b + 1}")
+            start = None
+    return ", ".join(runs)
 
 
 def _describe_count(value) -> str:

@@ -38,7 +38,7 @@ from .arrays import larger, smaller
 from .notes import Note
 from .preference import DPO
 from .recipes import get_recipe
-from .sharding import fsdp2_elements, torch_tensors
+from .sharding import fsdp2_elements, torch_groups
 
 OFFLOADS = ("optimizer", "params", "activations")
 ENGINES = {"even": "DeepSpeed ZeRO-Offload", "fsdp2": "FSDP2 CPUOffloadPolicy"}
@@ -259,14 +259,20 @@ def on_gpu_activations(estimate):
 def largest_layer_params(shape) -> int:
     """The most parameters one module owns itself (recurse=False), as DeepSpeed's model_to_params counts the largest
     layer (deepspeed/runtime/zero/stage3.py): tensors grouped by their module's name, each block's set once."""
-    sizes = {}
-    for name, dims in dict(torch_tensors(shape)).items():  # a block's names repeat in every block: one set
-        count = 1
-        for d in dims:
-            count *= d
-        module = name.rsplit(".", 1)[0]
-        sizes[module] = sizes.get(module, 0) + count
-    return max(sizes.values())
+    groups = torch_groups(shape)
+    outside = groups["vision"] + groups["embeddings"] + groups["final_norm"] + groups["head"]
+    blocks = {id(tensors): tensors for tensors in groups["per_block"]}.values()  # each block layout's set once
+    best = 0
+    for tensors in [outside, *blocks]:
+        sizes = {}
+        for name, dims in tensors:
+            count = 1
+            for d in dims:
+                count *= d
+            module = name.rsplit(".", 1)[0]
+            sizes[module] = sizes.get(module, 0) + count
+        best = max(best, max(sizes.values(), default=0))
+    return best
 
 
 def fsdp2_unsharded(run) -> tuple[int, int]:
@@ -274,13 +280,13 @@ def fsdp2_unsharded(run) -> tuple[int, int]:
     shape, n = run.model, run.n_gpus
     size = run.recipe.weight_bits // 8
 
-    def unsharded(group):
+    def unsharded(group, of=shape):
         total = 0
-        for t in shape.tensors(group):
+        for t in of.tensors(group):
             dims = tuple(int(d) for d in t.shape)
             padded, _ = fsdp2_elements(dims, n, 0)
             total += padded * n
         return total * size
 
     root = unsharded("vision") + unsharded("embeddings") + unsharded("final_norm") + unsharded("head")
-    return root, unsharded("layer")
+    return root, max(unsharded("layer", layout) for layout, _ in shape.layouts())  # the largest block's

@@ -58,7 +58,7 @@ from .notes import Note
 from .peak import LATER_MICRO_BATCH, PeakEstimate, optimizer_transient, peak_memory, why_no_peak
 from .recipes import update_temporaries
 from .run import Run, as_run, ddp_bucket_bytes
-from .sharding import torch_tensors
+from .sharding import torch_groups
 from .training import TrainingMemory
 
 
@@ -140,27 +140,23 @@ def _layout_tensors(shape, tp, pp, cp, ep, n_gpus, virtual_stages, rank) -> tupl
     v = virtual_stages
     per_stage = shape.n_layers // (lay.pp * v)
     stage, last = at["pp"], lay.pp - 1
-    tensors = torch_tensors(shape)
-    groups = {g: [t.name for t in shape.tensors(g)] for g in ("embeddings", "final_norm", "head")}
-    n_embed = len(groups["embeddings"])
-    n_layer = len(shape.tensors("layer"))
+    groups = torch_groups(shape)
+    placed = ([(name, dims, "first", 0) for name, dims in groups["vision"] + groups["embeddings"]]
+              + [(name, dims, "block", block) for block, tensors in enumerate(groups["per_block"])
+                 for name, dims in tensors]
+              + [(name, dims, "last", 0) for name, dims in groups["final_norm"] + groups["head"]])
     out = []
-    for index, (name, dims) in enumerate(tensors):
-        if index < n_embed:
-            where = "first"
-        elif index < n_embed + n_layer * shape.n_layers:
-            block = (index - n_embed) // n_layer
-            where = "block" if (block // per_stage) % lay.pp == stage else None
-        else:
-            where = "last"
-        if where == "first" and stage != 0 or where == "last" and stage != last or where is None:
+    for name, dims, where, block in placed:
+        if where == "block" and (block // per_stage) % lay.pp != stage:
+            continue
+        if where == "first" and stage != 0 or where == "last" and stage != last:
             continue
         chunk = 0 if where == "first" else v - 1 if where == "last" else block // per_stage // lay.pp
         local, expert = _split(name, dims, shape.architecture, lay, at)
         out.append((name, local, expert, chunk))
     if shape.tied_embeddings and lay.pp > 1 and stage == last:
         # Megatron-LM keeps the tied word embedding on the last stage too (its gradient all-reduced with the first's).
-        name, dims = tensors[0]
+        name, dims = groups["embeddings"][0]
         local, expert = _split(name, dims, shape.architecture, lay, at)
         out.append((name + " (tied copy on the last stage)", local, expert, v - 1))
     return tuple(out)

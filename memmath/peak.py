@@ -323,22 +323,31 @@ class _StepTerms:
 def _backward_working_set(run: Run, method, t, e):
     """The block's backward working set: the gradient arriving at it and the MLP-wide gradients alive at once
     (GPT-2's gelu_new, a chain of plain ops, holds three; GELU and SwiGLU two), and what LoRA adds to it."""
-    shape, h = run.model, run.model.hidden_size
+    if run.model.mixed:  # blocks of several layouts: the largest of their working sets
+        return max(_block_backward_working_set(layout, run.recipe, method, t, e, present_only=True)
+                   for layout, _ in run.model.layouts())
+    return _block_backward_working_set(run.model, run.recipe, method, t, e)
+
+
+def _block_backward_working_set(shape, recipe, method, t, e, present_only=False):
+    """_backward_working_set of one block layout (present_only: LoRA targets the block lacks adapt nothing)."""
+    h = shape.hidden_size
     record = shape.architecture
     work = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * shape.intermediate_size * e
     # LoRA on routed experts (peft's ParamWrapper): the MoE block's backward starts at down_proj's grouped_mm,
     # which gives its weight W + BA a gradient the size of the whole E x h x I tensor, while everything is
     # still saved (written before the MoE LoRA cases were measured: validation/moe_lora.py).
     if isinstance(method, LoRA) and shape.n_experts and any(
-            m.module == "experts.down_proj" for m in shape.lora_adapters(method.targets)):
+            m.module == "experts.down_proj" for m in shape.lora_adapters(method.targets, present_only=present_only)):
         work = work + shape.n_experts * h * shape.expert_intermediate_size * e
     # LoRA dropout: the dropout's backward (grad * mask) makes the gradient of the adapter's input while the
     # gradient of the dropped copy (lora_A's input gradient) is still alive: one more t x d_in gradient in the
     # adapters' dtype, at the widest adapted input (found after validation/lora_dropout.py's checkpointed cases
     # were recorded: GPT-2 at hidden 256, all linear layers, measured 6.3% above the model without it).
     if isinstance(method, LoRA) and method.dropout:
-        widest = max(adapter.d_in for adapter in shape.lora_adapters(method.targets))
-        work = work + t * widest * method.adapter_bits(run.recipe) // 8
+        widest = max((adapter.d_in for adapter in shape.lora_adapters(method.targets, present_only=present_only)),
+                     default=0)
+        work = work + t * widest * method.adapter_bits(recipe) // 8
     return work
 
 
@@ -511,7 +520,7 @@ def _quantized_base_extras(run: Run, method, b, parts):
     if not isinstance(method, QLoRA):
         return 0, 0
     shape, recipe = run.model, run.recipe
-    largest = max((t.numel for group in ("layer", "head") for t in shape.tensors(group) if t.linear), default=0)
+    largest = max((t.numel for _, t, _ in shape.tensor_copies(("layer", "head")) if t.linear), default=0)
     dequant = largest * (recipe.weight_bits // 8)
     held = 0
     if method.quant_type == "int8":
@@ -547,50 +556,71 @@ def _group_gradients(shape, method, recipe):
 
 
 def _block_gradients(shape, method, recipe):
-    """Gradient bytes of one trainable block (its weights, or its adapters under LoRA)."""
+    """Gradient bytes of one trainable block (its weights, or its adapters under LoRA); the largest block's where
+    the model's blocks differ."""
+    if shape.mixed and isinstance(method, (LoRA, Adapters)):
+        return max(sum(_block_tensor_bytes(layout, method, recipe, present_only=True)) for layout, _ in shape.layouts())
     per_block = sum(_trainable_tensor_bytes(shape, method, recipe, 1)) - sum(
         _trainable_tensor_bytes(shape, method, recipe, 0))
     if isinstance(method, (LoRA, Adapters)):
         return per_block
+    if shape.mixed:  # the largest block's
+        return max(_bits_bytes(layout.params_per_layer, recipe.grad_bits) for layout, _ in shape.layouts())
     return _bits_bytes(shape.params_per_layer, recipe.grad_bits)
 
 
 def _trainable_tensor_bytes(shape, method, recipe, blocks):
-    """Bytes of each trainable tensor in PyTorch's parameters() order, for `blocks` trainable blocks."""
+    """Bytes of each trainable tensor in PyTorch's parameters() order, for the last `blocks` blocks trainable (each
+    block in its own layout where the model's blocks differ)."""
     w = recipe.weight_bits
 
     def sizes(tensors, bits=w):
         return [_bits_bytes(t.numel, bits) for t in tensors]
 
-    layer = shape.tensors("layer")
-    record = shape.architecture
-    if record is not None and record.norms_last:  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
-        layer = [t for t in layer if t.component != "norms"] + [t for t in layer if t.component == "norms"]
-    if isinstance(method, LoRA):
-        rank = method.rank
-        bits = method.adapter_bits(recipe)
-        order = () if record is None else record.module_order
-        modules = shape.lora_adapters(method.targets)  # a mixture of experts': already in parameters() order
-        if not shape.n_experts:
-            modules = sorted(modules, key=lambda m: order.index(m[0]) if m[0] in order else len(order))
-        block = []
-        for _, d_in, d_out, k in modules:  # k: rank factor (models.LoraAdapter)
-            block += [_bits_bytes(k * rank * d_in, bits), _bits_bytes(d_out * k * rank, bits)]
-        return block * blocks
-    if isinstance(method, Adapters):
-        # validation/houlsby.py: after the attention's projection, then the MLP's; down (m x h, m), up (h x m, h)
-        h, m, bits = shape.hidden_size, method.bottleneck, method.adapter_bits(recipe)
-        return [_bits_bytes(n, bits) for n in (m * h, m, h * m, h)] * 2 * blocks
+    if shape.mixed:
+        n = shape.n_layers
+        inside = [size for i in range(n - blocks, n)
+                  for size in _block_tensor_bytes(shape.block_layout(i), method, recipe, present_only=True)]
+    else:
+        inside = _block_tensor_bytes(shape, method, recipe) * blocks
+    if isinstance(method, (LoRA, Adapters)):
+        return inside
     out = []
     full = isinstance(method, Full)
     if full or method.train_embeddings:
         out += sizes(shape.tensors("embeddings"))
-    out += sizes(layer) * blocks
+    out += inside
     if full or method.train_final_norm:
         out += sizes(shape.tensors("final_norm"))
     if full or method.head_trains(shape):
         out += sizes(shape.tensors("head"))
     return out
+
+
+def _block_tensor_bytes(shape, method, recipe, present_only=False) -> list:
+    """Bytes of each trainable tensor of one block (a shape of one block layout), in parameters() order;
+    present_only: LoRA targets the block lacks adapt nothing (one layout of a model whose blocks differ)."""
+    record = shape.architecture
+    if isinstance(method, LoRA):
+        rank = method.rank
+        bits = method.adapter_bits(recipe)
+        order = () if record is None else record.module_order
+        # a mixture of experts': already in parameters() order
+        modules = shape.lora_adapters(method.targets, present_only=present_only)
+        if not shape.n_experts:
+            modules = sorted(modules, key=lambda m: order.index(m[0]) if m[0] in order else len(order))
+        block = []
+        for _, d_in, d_out, k in modules:  # k: rank factor (models.LoraAdapter)
+            block += [_bits_bytes(k * rank * d_in, bits), _bits_bytes(d_out * k * rank, bits)]
+        return block
+    if isinstance(method, Adapters):
+        # validation/houlsby.py: after the attention's projection, then the MLP's; down (m x h, m), up (h x m, h)
+        h, m, bits = shape.hidden_size, method.bottleneck, method.adapter_bits(recipe)
+        return [_bits_bytes(n, bits) for n in (m * h, m, h * m, h)] * 2
+    layer = shape.tensors("layer")
+    if record is not None and record.norms_last:  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
+        layer = [t for t in layer if t.component != "norms"] + [t for t in layer if t.component == "norms"]
+    return [_bits_bytes(t.numel, recipe.weight_bits) for t in layer]
 
 
 def optimizer_transient(shape, method, recipe, opt, device):
@@ -612,9 +642,13 @@ def optimizer_transient(shape, method, recipe, opt, device):
     if device == "cuda":
         # foreach Adam: one list of temporaries as large as every trainable tensor together (assumed).
         blocks = method.layers_trained(shape) if isinstance(method, Freeze) else shape.n_layers
-        outside = sum(tensor_bytes(0))
-        per_block = sum(tensor_bytes(1)) - outside
-        total = outside + per_block * blocks
+        if shape.mixed:  # blocks of several layouts: the last `blocks` of them, each its own
+            total = (np.vectorize(lambda k: sum(tensor_bytes(int(k))), otypes=[np.int64])(blocks)
+                     if is_ndarray(blocks) else sum(tensor_bytes(blocks)))
+        else:
+            outside = sum(tensor_bytes(0))
+            per_block = sum(tensor_bytes(1)) - outside
+            total = outside + per_block * blocks
         return total, note or Note("optimizer_temporaries_assumed",
                                    "foreach Adam's temporaries on CUDA assumed as large as the trainable parameters")
 
@@ -623,11 +657,14 @@ def optimizer_transient(shape, method, recipe, opt, device):
 
     if isinstance(method, Freeze):
         k = method.layers_trained(shape)
+        if shape.mixed:  # blocks of several layouts: the pattern does not repeat
+            return (np.vectorize(lambda b: largest(int(b)), otypes=[np.int64])(k) if is_ndarray(k)
+                    else largest(int(k))), note
         if is_ndarray(k):
             options = np.array([largest(0), largest(1), largest(2)])
             return options[np.minimum(k, 2)], note
         return largest(min(int(k), 2)), note
-    return largest(min(shape.n_layers, 2)), note
+    return largest(shape.n_layers if shape.mixed else min(shape.n_layers, 2)), note
 
 
 def _bnb_tensor_bits(method, recipe):
@@ -702,7 +739,10 @@ def _bnb_transient(shape, method, recipe, opt, device):
 
     if isinstance(method, Freeze):
         k = method.layers_trained(shape)
+        if shape.mixed:  # blocks of several layouts: the largest tensor may be in any of them
+            return (np.vectorize(lambda b: largest(int(b)), otypes=[np.int64])(k) if is_ndarray(k)
+                    else largest(int(k))), None
         if is_ndarray(k):
             return np.array([largest(0), largest(1)])[np.minimum(k, 1)], None
         return largest(min(int(k), 1)), None
-    return largest(min(shape.n_layers, 1)), None
+    return largest(shape.n_layers if shape.mixed else min(shape.n_layers, 1)), None

@@ -29,25 +29,41 @@ SHARDINGS = ("even", "fsdp2", "zero_redundancy")
 
 def torch_tensors(shape: ModelShape) -> list[tuple]:
     """The shapes of model.parameters() in PyTorch's order, each tied tensor once."""
+    groups = torch_groups(shape)
+    return groups["vision"] + groups["embeddings"] + groups["blocks"] + groups["final_norm"] + groups["head"]
+
+
+def torch_groups(shape: ModelShape) -> dict:
+    """torch_tensors by place: "vision", "embeddings", "blocks" (every block's in turn), "final_norm", "head"; and
+    "per_block", each block's (name, dims) list."""
     record = shape.architecture
 
-    def group(name):
+    def group(name, of=shape):
         out = []
-        for t in shape.tensors(name):
+        for t in of.tensors(name):
             dims = tuple(int(d) for d in t.shape)
             if record is not None and record.is_conv1d(t.name):  # GPT-2's Conv1D stores its weight (in, out)
                 dims = dims[::-1]
             out.append((t.name, dims))
         return out
 
-    layer = group("layer")
-    if record is not None and record.norms_last:  # LlamaDecoderLayer registers self_attn, mlp, then the norms
-        norms = [t for t in layer if "layernorm" in t[0]]
-        layer = [t for t in layer if "layernorm" not in t[0]] + norms
+    def block(layout):
+        layer = group("layer", layout)
+        if record is not None and record.norms_last:  # LlamaDecoderLayer registers self_attn, mlp, then the norms
+            norms = [t for t in layer if "layernorm" in t[0]]
+            layer = [t for t in layer if "layernorm" not in t[0]] + norms
+        return layer
+
+    layouts = {id(layout): block(layout) for layout, _ in shape.layouts()}
+    per_block = [None] * int(shape.n_layers)
+    for layout, blocks in shape.layouts():
+        for i in blocks:
+            per_block[i] = layouts[id(layout)]
     # A vision-language model's ...ForConditionalGeneration registers its vision tower and projector before the
     # language model (group "vision", in that order; empty for a text model).
-    return (group("vision") + group("embeddings") + layer * int(shape.n_layers) + group("final_norm")
-            + group("head"))
+    return {"vision": group("vision"), "embeddings": group("embeddings"),
+            "blocks": [t for tensors in per_block for t in tensors], "per_block": per_block,
+            "final_norm": group("final_norm"), "head": group("head")}
 
 
 def _rest(dims):

@@ -585,12 +585,13 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
                                       "This page shows the run with every GPU holding a whole copy (t = p = 1)."),
                                 kind="warn"))
     if settings["zero_stage"] == 3 and settings["n_gpus"] > 1 and model.tensor_count_known:
-        _layer = 2 * model.params_per_layer  # one block's weights in 16 bits
+        _layer = 2 * max(_l.params_per_layer for _l, _ in model.layouts())  # the largest block's weights, 16 bits
         _warn.append(mo.md(
             f"*Beyond its shard:* ZeRO stage 3 (and FSDP's full sharding) gathers each block's full weights on every "
             f"GPU just before that block runs, in the forward pass and again in the backward pass, and frees them "
             f"after; with prefetching the next block's arrive early, and the gather and the gradients' "
-            f"reduce-scatter pass through communication buffers. One block of {pasted_text(model.name)} in 16 bits is "
+            f"reduce-scatter pass through communication buffers. {'The largest' if model.mixed else 'One'} block of "
+            f"{pasted_text(model.name)} in 16 bits is "
             f"{_f(_layer)}; memmath counts the shards only, so leave room for a block or two plus the buffers "
             "(their size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
     # The number's recipe: the parts, then where the step peaks (activations are gone by the optimizer step,

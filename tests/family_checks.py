@@ -53,8 +53,8 @@ def assert_built_like_transformers(torch, model, config: dict) -> None:
     assert shape.n_params == sum(p.numel() for p in params)
     assert {p.dtype for p in params} == {torch.bfloat16}
     assert sum(p.numel() * p.element_size() for p in params) == 2 * shape.n_params
-    ours = sorted(tuple(t.shape) for g in ("embeddings", "layer", "final_norm", "head")
-                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
+    ours = sorted(tuple(t.shape) for _, t, copies in shape.tensor_copies(("embeddings", "layer", "final_norm", "head"))
+                  for _ in range(copies))
     assert ours == sorted(tuple(p.shape) for p in params)
 
 

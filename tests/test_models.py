@@ -255,8 +255,7 @@ def _meta_count(torch, model_class, config):
 
 
 def _tensor_count(shape):
-    return sum(len(shape.tensors(g)) * (shape.n_layers if g == "layer" else 1)
-               for g in ("embeddings", "layer", "final_norm", "head"))
+    return sum(copies for _, _, copies in shape.tensor_copies(("embeddings", "layer", "final_norm", "head")))
 
 
 LIVE_CASES = [
@@ -331,8 +330,8 @@ def test_every_family_counts_like_transformers(torch, transformers, name):
     assert shape.n_params == sum(p.numel() for p in params)
     assert _tensor_count(shape) == len(params)  # one 4-byte Adam step counter per tensor
     # The tensor shapes too, as a multiset (dims sorted: GPT-2's Conv1D stores d_in x d_out).
-    ours = sorted(tuple(sorted(t.shape)) for g in ("embeddings", "layer", "final_norm", "head")
-                  for t in shape.tensors(g) for _ in range(shape.n_layers if g == "layer" else 1))
+    ours = sorted(tuple(sorted(t.shape)) for _, t, copies in shape.tensor_copies(("embeddings", "layer", "final_norm",
+                                                                                  "head")) for _ in range(copies))
     assert ours == sorted(tuple(sorted(p.shape)) for p in params)
 
 
@@ -411,12 +410,15 @@ def test_mixed_dropout_is_refused_and_probabilities_are_kept():
     assert mm.from_hf_config(PUBLISHED_CONFIGS["Meta-Llama-3-8B"]).dropout_p == 0.0
 
 
-def test_heterogeneous_moe_blocks_are_refused():
+def test_dense_blocks_among_moe_blocks_are_a_second_layout():
+    # Qwen3MoeDecoderLayer: a dense Qwen3MoeMLP at intermediate_size in mlp_only_layers and off decoder_sparse_step
     qwen = PUBLISHED_CONFIGS["Qwen3-30B-A3B"]
+    stepped = mm.from_hf_config(dict(qwen, decoder_sparse_step=2))
+    assert [(layout.n_experts, blocks[:3]) for layout, blocks in stepped.layouts()] == [(0, (0, 2, 4)), (128, (1, 3, 5))]
+    listed = mm.from_hf_config(dict(qwen, mlp_only_layers=[0, 1]))
+    assert [blocks[:3] for layout, blocks in listed.layouts() if not layout.n_experts] == [(0, 1)]
     with pytest.raises(ValueError, match="decoder_sparse_step"):
-        mm.from_hf_config(dict(qwen, decoder_sparse_step=2))
-    with pytest.raises(ValueError, match="mlp_only_layers"):
-        mm.from_hf_config(dict(qwen, mlp_only_layers=[0, 1]))
+        mm.from_hf_config(dict(qwen, decoder_sparse_step=0))
 
 
 def test_layer_types_follow_the_config_classes():
