@@ -38,7 +38,7 @@ UNSUPPORTED_EXAMPLES = {
     "activation_function": "relu", "hidden_act": "quick_gelu", "hidden_activation": "relu",
     "add_cross_attention": True, "scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True,
     "position_embedding_type": "relative_key", "is_decoder": True, "use_bidirectional_attention": True,
-    "output_router_logits": True, "router_jitter_noise": 0.1, "decoder_sparse_step": 2, "mlp_only_layers": [0],
+    "output_router_logits": True, "router_jitter_noise": 0.1, "decoder_sparse_step": 0, "mlp_only_layers": [10**6],
     "layer_types": ["chunked_attention"], "attention_dropout": 1.5, "resid_pdrop": -0.1, "use_cache": "yes",
 }
 

@@ -107,6 +107,12 @@ PRESETS: dict[str, ModelShape] = {
         intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
         head_dim=128, vocab_size=202048, num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=1,
         attention_chunk_size=8192, tie_word_embeddings=False),
+    "llama-4-maverick": _from_config(  # meta-llama/Llama-4-Maverick-17B-128E's text model: 400,711,848,960 total,
+        # 17,184,691,200 active (card: 17B active, 400B total); 128 experts in every second block, dense between
+        "llama-4-maverick", model_type="llama4_text", hidden_size=5120, intermediate_size=8192,
+        intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
+        head_dim=128, vocab_size=202048, num_local_experts=128, num_experts_per_tok=1, interleave_moe_layer_step=2,
+        attention_chunk_size=8192, tie_word_embeddings=False),
     "olmo-3-7b": _from_config(  # allenai/Olmo-3-1025-7B: 7,298,011,136 (7.3B); OLMo 2's layers, every 4th block
         # full and the others sliding over 4,096 tokens (Olmo3Config's default layer_types)
         "olmo-3-7b", model_type="olmo3", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -147,7 +153,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B",
                   "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
                   "smollm3-3b": "SmolLM3-3B", "granite-3.3-8b": "granite-3.3-8b-instruct",
-                  "llama-4-scout": "Llama-4-Scout-17B-16E", "olmo-3-7b": "Olmo-3-1025-7B",
+                  "llama-4-scout": "Llama-4-Scout-17B-16E", "llama-4-maverick": "Llama-4-Maverick-17B-128E",
+                  "olmo-3-7b": "Olmo-3-1025-7B",
                   "seed-oss-36b": "Seed-OSS-36B-Base",
                   "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509",
                   "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B"}
@@ -184,6 +191,7 @@ PRESET_SOURCES = {
     "smollm3-3b": "HuggingFaceTB/SmolLM3-3B config.json",
     "granite-3.3-8b": "ibm-granite/granite-3.3-8b-instruct config.json",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E",  # its config.json's text_config
+    "llama-4-maverick": "meta-llama/Llama-4-Maverick-17B-128E",  # its config.json's text_config
     "olmo-3-7b": "allenai/Olmo-3-1025-7B config.json",
     "seed-oss-36b": "ByteDance-Seed/Seed-OSS-36B-Base config.json",
     "command-r7b": "CohereLabs/c4ai-command-r7b-12-2024 config.json",

@@ -390,7 +390,10 @@ MOE_ACTIVE = {"mixtral-8x7b": (46_702_792_704, 12_879_925_248, 2, 8),
               "gpt-oss-20b": (20_914_757_184, 20_914_757_184 - 24 * 28 * 24_891_840, 4, 32),
               "gpt-oss-120b": (116_829_156_672, 116_829_156_672 - 36 * 124 * 24_891_840, 4, 128),
               # Llama 4 Scout's text model, derived by hand in tests/test_families_dense.py (card: 17B active)
-              "llama-4-scout": (107_769_861_120, 17_172_894_720, 1, 16)}
+              "llama-4-scout": (107_769_861_120, 17_172_894_720, 1, 16),
+              # Llama 4 Maverick's text model: transformers' count on the meta device (tests/test_block_layouts.py)
+              # less 24 MoE blocks' 127 unrouted experts of 3 x 5,120 x 8,192 (card: 17B active, 400B total)
+              "llama-4-maverick": (400_711_848_960, 400_711_848_960 - 24 * 127 * 3 * 5120 * 8192, 1, 128)}
 
 
 def test_models_shows_a_mixture_of_experts_active_parameters_per_token():

@@ -226,12 +226,15 @@ def test_a_malformed_no_rope_list_is_refused_by_name():
         mm.from_hf_config(dict(PUBLISHED_CONFIGS["SmolLM3-3B"], no_rope_layer_interval=0))
 
 
-def test_llama4_maverick_s_interleaved_dense_blocks_are_refused_by_name():
+def test_llama4_maverick_s_interleaved_dense_blocks_are_a_second_layout():
     scout = PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"]
-    with pytest.raises(ValueError, match="interleave_moe_layer_step.*blocks of one shape"):
-        mm.from_hf_config(dict(scout, interleave_moe_layer_step=2, num_local_experts=128))
+    maverick = mm.from_hf_config(dict(scout, interleave_moe_layer_step=2, num_local_experts=128))
+    # moe_layers given: those blocks sparse, the rest dense (Llama4TextConfig keeps a given list)
+    given = mm.from_hf_config(dict(scout, moe_layers=[1, 3]))
+    assert [blocks for layout, blocks in given.layouts() if layout.n_experts] == [(1, 3)]
+    assert maverick.n_params == 400_711_848_960  # transformers' count on the meta device (test_block_layouts.py)
     with pytest.raises(ValueError, match="moe_layers"):
-        mm.from_hf_config(dict(scout, moe_layers=[1, 3]))
+        mm.from_hf_config(dict(scout, moe_layers=[1, 48]))
     with pytest.raises(ValueError, match="output_router_logits"):
         mm.from_hf_config(dict(scout, output_router_logits=True))
 

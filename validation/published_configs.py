@@ -250,6 +250,17 @@ PUBLISHED_CONFIGS = {
         "hidden_act": "silu", "max_position_embeddings": 10485760, "output_router_logits": False,
         "rope_theta": 500000.0, "torch_dtype": "bfloat16",
     },
+    # meta-llama/Llama-4-Maverick-17B-128E, text_config: Scout's widths with 128 experts in every second block
+    # (interleave_moe_layer_step 2) and dense Llama4TextMLPs at intermediate_size_mlp between them; use_qk_norm and
+    # max_position_embeddings are recalled, not copied (no hub access here), and change no tensor
+    "Llama-4-Maverick-17B-128E": {
+        "model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 202048, "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+        "attention_chunk_size": 8192, "no_rope_layers": [], "use_qk_norm": False, "attention_bias": False,
+        "hidden_act": "silu", "max_position_embeddings": 1048576, "output_router_logits": False,
+        "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+    },
     # ---- olmo3 ----
     "Olmo-3-1025-7B": {  # allenai/Olmo-3-1025-7B (7.30B); three sliding blocks (4,096 tokens) to one full
         "model_type": "olmo3", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -405,6 +416,7 @@ PUBLISHED_TOTALS = {
     "SmolLM3-3B": 3.08e9, "SmolLM3-3B-Base": 3.08e9, "granite-3.3-8b-instruct": 8.17e9,
     "granite-3.3-2b-instruct": 2.53e9,
     "Llama-4-Scout-17B-16E": 109e9, "Llama-4-Scout-17B-16E-Instruct": 109e9,  # with the vision tower
+    "Llama-4-Maverick-17B-128E": 400e9,  # the card's 400B total, with the vision tower
     "Olmo-3-1025-7B": 7.3e9, "Olmo-3-7B-Instruct": 7.3e9,  # the Hub pages' 7.3B
     "Seed-OSS-36B-Base": 36e9, "Seed-OSS-36B-Instruct": 36e9,  # the models' names' 36B
     "c4ai-command-r7b-12-2024": 8.03e9, "c4ai-command-a-03-2025": 111e9, "Apertus-8B-2509": 8e9,
@@ -419,7 +431,8 @@ PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qw
                     # the gpt-oss model card (table 1) counts active parameters without the token embedding
                     # (201,088 x 2,880); memmath's active_params, like the other cards, counts it
                     "gpt-oss-20b": 3.61e9 + 201088 * 2880, "gpt-oss-120b": 5.13e9 + 201088 * 2880,
-                    "Llama-4-Scout-17B-16E": 17e9, "Llama-4-Scout-17B-16E-Instruct": 17e9}
+                    "Llama-4-Scout-17B-16E": 17e9, "Llama-4-Scout-17B-16E-Instruct": 17e9,
+                    "Llama-4-Maverick-17B-128E": 17e9}
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where

@@ -9,11 +9,11 @@ Llama4ForCausalLM), whose defaults are Llama-4-Scout-17B-16E's text model (@auto
   is exact; the masks differ, which changes no stored byte;
 - Llama4TextMoe in every block where moe_layers names it (interleave_moe_layer_step, 1 for Scout): a router (an
   nn.Linear, E x h), the routed experts as two 3-D Parameters stored (E, h, 2I) and (E, I, h), and a shared expert
-  (gate, up, down at intermediate_size); a dense block is a SwiGLU MLP at intermediate_size_mlp;
+  (gate, up, down at intermediate_size); a dense block is Llama4TextMLP, a SwiGLU MLP at intermediate_size_mlp
+  (Llama 4 Maverick's every other block: a second block layout, ModelShape.block_layouts);
 - q/k L2 norm (use_qk_norm) and attention temperature tuning: no parameters.
 
-Blocks of two shapes (Llama 4 Maverick's interleave_moe_layer_step 2) are refused: ModelShape lists one block
-shape. Activations: Llama4TextMoe runs every token through every routed expert (its inputs scaled by the
+Activations: Llama4TextMoe runs every token through every routed expert (its inputs scaled by the
 sigmoid router scores, zero for the experts not chosen), not top-k routing, so the saved activations are not
 the mixture-of-experts trace's: traced=False (activations='textbook', a GPT block's, far below this block's).
 Its prefill's MLP phase is Llama4TextMoe's own, measured (prefill_phases)."""
@@ -33,7 +33,9 @@ TP_PLAN = {"layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": 
            "layers.*.self_attn.v_proj": "colwise", "layers.*.self_attn.o_proj": "rowwise",
            "layers.*.feed_forward.shared_expert.gate_proj": "colwise",
            "layers.*.feed_forward.shared_expert.up_proj": "colwise",
-           "layers.*.feed_forward.shared_expert.down_proj": "rowwise"}
+           "layers.*.feed_forward.shared_expert.down_proj": "rowwise",
+           "layers.*.feed_forward.gate_proj": "colwise", "layers.*.feed_forward.up_proj": "colwise",
+           "layers.*.feed_forward.down_proj": "rowwise"}
 TRACED_HINT = "memmath train CONFIG --traced gives PyTorch's traced answer"
 
 
@@ -57,14 +59,17 @@ def read_options(config, get):
     if get.flag("output_router_logits", False):
         raise ValueError("config field 'output_router_logits' is true; memmath models only output_router_logits="
                          "false (the router's auxiliary loss)")
-    if moe_blocks(config, layers) != list(range(layers)):
-        raise ValueError("config fields 'moe_layers' / 'interleave_moe_layer_step' mix dense and mixture-of-experts "
-                         "blocks (Llama 4 Maverick: every second block); memmath lists blocks of one shape, so it "
-                         "models every block a mixture of experts only (interleave_moe_layer_step 1, Llama 4 Scout). "
-                         f"A record with two block shapes would make it work; {TRACED_HINT}")
+    moe = moe_blocks(config, layers)
+    if any(i >= layers or i < 0 for i in moe):
+        raise ValueError(f"config field 'moe_layers' must list block indices from 0 to {layers - 1}; got {moe}")
     width = get("intermediate_size")
     options = {"n_experts": get("num_local_experts", 16), "experts_per_tok": get("num_experts_per_tok", 1),
                "expert_intermediate_size": width, "shared_expert_intermediate_size": width}
+    dense = tuple(i for i in range(layers) if i not in moe)
+    if dense:  # Llama4TextMLP at intermediate_size_mlp (Maverick: every second block)
+        options["block_layouts"] = ((dense, (("n_experts", 0), ("experts_per_tok", 0),
+                                             ("expert_intermediate_size", None), ("shared_expert_intermediate_size", 0),
+                                             ("intermediate_size", get("intermediate_size_mlp", 16384)))),)
     chunk = config.get("attention_chunk_size", 8192)
     given = config.get("layer_types")
     if given is None:  # Llama4TextConfig: the rotary layers chunked when attention_chunk_size is set
@@ -82,7 +87,13 @@ def read_options(config, get):
 
 
 def feed_forward_tensors(m) -> list:
-    """Llama4TextMoe in parameters() order: the experts (E x h x 2I, E x I x h), the router, the shared expert."""
+    """Llama4TextMoe in parameters() order: the experts (E x h x 2I, E x I x h), the router, the shared expert; a
+    dense block's Llama4TextMLP: gate, up, down at its intermediate_size."""
+    if not m.n_experts:
+        i = m.intermediate_size
+        return (linear("feed_forward.gate_proj", "mlp", m.hidden_size, i, False)
+                + linear("feed_forward.up_proj", "mlp", m.hidden_size, i, False)
+                + linear("feed_forward.down_proj", "mlp", i, m.hidden_size, False))
     h, e, ei, si = m.hidden_size, m.n_experts, m.expert_intermediate_size, m.shared_expert_intermediate_size
     return ([ParamTensor("feed_forward.experts.gate_up_proj", "mlp", (e, h, 2 * ei)),
              ParamTensor("feed_forward.experts.down_proj", "mlp", (e, ei, h))]
@@ -99,6 +110,11 @@ def lora_table(m) -> dict:
     stored (E, d1, d2) as A (r E) x d2 and B d1 x (r E) (and doubles gate_up_proj's rank by rank_pattern, as its
     conversion does elsewhere)."""
     h, a, kv, d = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim
+    if not m.n_experts:  # a dense block's Llama4TextMLP
+        i, moe = m.intermediate_size, "a dense block has no router or routed experts"
+        return {"q": ("q_proj", h, a * d), "k": ("k_proj", h, kv * d), "v": ("v_proj", h, kv * d),
+                "o": ("o_proj", a * d, h), "gate": ("gate_proj", h, i), "up": ("up_proj", h, i),
+                "down": ("down_proj", i, h), "router": moe, "experts": moe, "shared_gate": moe}
     e, ei, si = m.n_experts, m.expert_intermediate_size, m.shared_expert_intermediate_size
     return {"q": ("q_proj", h, a * d), "k": ("k_proj", h, kv * d), "v": ("v_proj", h, kv * d),
             "o": ("o_proj", a * d, h), "gate": ("gate_proj", h, si), "up": ("up_proj", h, si),
@@ -122,9 +138,10 @@ def prefill_phases(shape, s, b, e, eager):
     Measured (validation/inference_working_set.py's LiveBytes on tiny Llama 4s in bf16, h 256): written against
     4 experts of 176 at s 256 (b 1) and 512 (b 2), SDPA and eager; held out, 8 experts of 96 at s 384 (b 3) and
     128 (b 2), and full attention only at s 320: every case 0.1% or less below the measured peak."""
-    outside, attn, _ = _decoder.prefill_phases(shape, s, b, e, eager)
+    outside, attn, mlp = _decoder.prefill_phases(shape, s, b, e, eager)  # a dense block's MLP phase: the decoder's
     h, a, d, n, ei = shape.hidden_size, shape.n_heads, shape.head_dim, shape.n_experts, shape.expert_intermediate_size
-    mlp = s * b * e * (4 * h + 2 * n + 2 * n * h + 3 * n * ei)
+    if n:
+        mlp = s * b * e * (4 * h + 2 * n + 2 * n * h + 3 * n * ei)
     if eager:
         repeated = 2 * a * d if shape.n_kv_heads < a else 0  # repeat_kv copies k and v to every head
         attn = s * b * e * (2 * h + a * d + repeated) + 2 * e * a * b * s * s
@@ -140,9 +157,9 @@ ARCHITECTURE = Architecture(
     fields=decoder_fields({
         "attention_bias": ATTENTION_BIAS, **MOE, "num_local_experts": "routed experts",
         "intermediate_size": "one routed expert's and the shared expert's width",
-        "intermediate_size_mlp": "a dense block's MLP width (no dense block is modelled)",
-        "moe_layers": "every block only (blocks of one shape)",
-        "interleave_moe_layer_step": "1 only (every block a mixture of experts)",
+        "intermediate_size_mlp": "a dense block's MLP width",
+        "moe_layers": "the mixture-of-experts blocks; the others are dense",
+        "interleave_moe_layer_step": "moe_layers when not given (every n-th block a mixture of experts)",
         "attention_chunk_size": "tokens a chunked layer caches (read as a sliding window: KV cache)",
         "layer_types": "per block chunked_attention or full_attention (KV cache)",
         "no_rope_layers": "per layer 1 (rotary, chunked) or 0 (NoPE, full attention) (KV cache)",

@@ -6,7 +6,8 @@ from . import _moe
 from .record import MOE, QWEN_SLIDING, SLIDING_WINDOW, Architecture, decoder_fields, refuse_true
 
 QWEN_MOE = {"num_experts": "routed experts", "moe_intermediate_size": "one expert's width",
-            "decoder_sparse_step": "1 only (every block sparse)", "mlp_only_layers": "empty only (every block sparse)",
+            "decoder_sparse_step": "every n-th block sparse, the others a dense MLP at intermediate_size",
+            "mlp_only_layers": "blocks with a dense MLP at intermediate_size",
             "norm_topk_prob": "renormalized top-k routing weights (saved activations)"}
 
 
@@ -22,15 +23,27 @@ def read_qwen_moe(config, get, *, experts_key, experts_default, width_default, k
     refuse_true(get, "output_router_logits")
     experts = get(experts_key, experts_default)
     step = get("decoder_sparse_step", 1)
-    if step != 1:
-        raise ValueError(f"config field 'decoder_sparse_step' is {step}; memmath models 1 only (every "
-                         "block a mixture of experts)")
-    if config.get("mlp_only_layers"):
-        raise ValueError(f"config field 'mlp_only_layers' is {validate.describe(config['mlp_only_layers'])}; "
-                         "memmath models an empty list only (every block a mixture of experts)")
+    layers = get("num_hidden_layers")
+    dense_only = config.get("mlp_only_layers") or []
+    if not isinstance(dense_only, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
+                                               for i in dense_only):
+        raise ValueError(f"config field 'mlp_only_layers' must list block indices from 0 to {layers - 1}; got "
+                         f"{validate.describe(dense_only)}")
     # Qwen-MoE routers renormalize the top-k weights when norm_topk_prob is true
-    return {"n_experts": experts, "expert_intermediate_size": get("moe_intermediate_size", width_default),
-            "experts_per_tok": get("num_experts_per_tok", k_default), "norm_topk_prob": get.flag("norm_topk_prob", False)}
+    options = {"n_experts": experts, "expert_intermediate_size": get("moe_intermediate_size", width_default),
+               "experts_per_tok": get("num_experts_per_tok", k_default),
+               "norm_topk_prob": get.flag("norm_topk_prob", False)}
+    # <Type>DecoderLayer: a dense <Type>MLP at intermediate_size in the blocks mlp_only_layers names and in those
+    # not on the decoder_sparse_step (modeling_qwen2_moe.py, modeling_qwen3_moe.py)
+    dense = tuple(i for i in range(layers) if i in dense_only or (i + 1) % step)
+    if dense:
+        options["block_layouts"] = ((dense, DENSE_BLOCK),)
+    return options
+
+
+# The fields of a dense block beside a mixture of experts' (a second block layout, ModelShape.block_layouts).
+DENSE_BLOCK = (("n_experts", 0), ("experts_per_tok", 0), ("expert_intermediate_size", None),
+               ("shared_expert_intermediate_size", 0), ("shared_expert_gate", False))
 
 
 def read_options(config, get):

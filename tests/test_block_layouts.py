@@ -1,0 +1,149 @@
+"""Models whose blocks come in more than one layout (ModelShape.block_layouts): Qwen2-MoE and Qwen3-MoE with dense
+blocks (mlp_only_layers, decoder_sparse_step) and Llama 4 Maverick (a dense block between mixture-of-experts blocks).
+
+Expected values: transformers 5.24's own build on the meta device (counts, tensor shapes), the model card (Llama 4
+Maverick: 17B active, 400B total parameters), hand derivations in the comments, and two AdamW steps measured on the
+CPU by memmath.stepping (recorded after the mixed-layout code was written: held out, not fitted)."""
+
+from __future__ import annotations
+
+import pytest
+
+import memmath as mm
+from family_checks import assert_built_like_transformers, two_cpu_steps
+from validation.published_configs import PUBLISHED_CONFIGS
+
+# A tiny Qwen2-MoE: blocks 2 and 4 sparse by decoder_sparse_step 2, block 4 dense by mlp_only_layers (1-based), so
+# blocks 1, 3 and 4 are Qwen2MoeMLP at intermediate_size and block 2 the sparse block with its shared expert.
+QWEN2_MIXED = {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 4,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "tie_word_embeddings": False,
+               "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+               "shared_expert_intermediate_size": 96, "decoder_sparse_step": 2, "mlp_only_layers": [3],
+               "norm_topk_prob": False, "use_sliding_window": False, "hidden_act": "silu", "use_cache": False}
+# Qwen3-MoE whose last block is sparse: dense blocks 1 and 3 by decoder_sparse_step 2
+QWEN3_MIXED = {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
+               "tie_word_embeddings": False, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+               "decoder_sparse_step": 2, "norm_topk_prob": True, "use_sliding_window": False, "hidden_act": "silu",
+               "use_cache": False}
+MAVERICK = dict(PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"], num_local_experts=128, interleave_moe_layer_step=2,
+                use_qk_norm=False)  # meta-llama/Llama-4-Maverick-17B-128E's text_config differs from Scout's so
+
+
+def _meta(torch, transformers, config):
+    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
+                                                                     if k != "model_type"})
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+
+
+def test_the_layouts_are_the_blocks_the_config_names():
+    qwen2 = mm.from_hf_config(QWEN2_MIXED)
+    assert [(layout.n_experts, blocks) for layout, blocks in qwen2.layouts()] == [(0, (0, 2, 3)), (4, (1,))]
+    maverick = mm.from_hf_config(MAVERICK)
+    # Llama4TextConfig: moe_layers = range(step - 1, layers, step), every second block from block 2
+    assert [blocks for _, blocks in maverick.layouts()] == [tuple(range(0, 48, 2)), tuple(range(1, 48, 2))]
+    assert maverick.block_layout(0).intermediate_size == 16384  # Llama4TextMLP at intermediate_size_mlp
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [QWEN2_MIXED, QWEN3_MIXED, dict(MAVERICK, hidden_size=64, intermediate_size=48,
+                                    intermediate_size_mlp=96, num_hidden_layers=6, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=16, vocab_size=100, num_local_experts=4)],
+                         ids=["qwen2_moe", "qwen3_moe", "llama4_text"])
+def test_a_mixed_model_is_built_as_transformers_builds_it(torch, transformers, config):
+    assert_built_like_transformers(torch, _meta(torch, transformers, config), config)
+
+
+@pytest.mark.live
+def test_llama4_maverick_counts_as_transformers_and_its_model_card(torch, transformers):
+    shape = mm.from_hf_config(MAVERICK)
+    model = _meta(torch, transformers, MAVERICK)
+    assert shape.n_params == sum(p.numel() for p in model.parameters())
+    # the model card: 17B active, 400B total (with the vision encoder, which the text model leaves out)
+    assert abs(shape.n_params / 400e9 - 1) < 0.01 and abs(shape.active_params / 17e9 - 1) < 0.02
+
+
+def test_maverick_active_parameters_by_hand():
+    # 24 MoE blocks each route a token to 1 of 128 experts (3 x 5,120 x 8,192 values an expert): 127 unreached
+    shape = mm.from_hf_config(MAVERICK)
+    assert shape.n_params - shape.active_params == 24 * 127 * 3 * 5120 * 8192
+
+
+def test_freezing_trains_the_last_blocks_in_their_own_layouts():
+    shape = mm.from_hf_config(QWEN2_MIXED)
+    dense, sparse = (layout.params_per_layer for layout, _ in shape.layouts())
+    # the last two blocks: block 3 dense (mlp_only_layers), block 2 sparse; then the final norm and the head
+    head = 64 + 512 * 64
+    assert mm.Freeze(trainable_layers=1).trainable_params(shape) == dense + head
+    assert mm.Freeze(trainable_layers=2).trainable_params(shape) == dense + dense + head  # blocks 3 and 4 (1-based)
+    assert mm.Freeze(trainable_layers=3).trainable_params(shape) == 2 * dense + sparse + head
+    groups = mm.Freeze(trainable_layers=3).groups(shape).set_index("part")
+    assert groups.loc["frozen blocks", "params"] == dense and groups.loc["trainable blocks", "params"] == 2 * dense + sparse
+
+
+def test_lora_adapts_what_each_block_has():
+    shape = mm.from_hf_config(QWEN2_MIXED)
+    # q (64 -> 64) and v (64 -> 32) in every block, rank 8: 8 x (128 + 96) each; the router's 4 x 64 weight in the
+    # sparse block only (peft's ParamWrapper: one rank-8 pair, 8 x (64 + 4))
+    assert mm.LoRA(rank=8, targets=("q", "v")).trainable_params(shape) == 4 * 8 * (128 + 96)
+    assert mm.LoRA(rank=8, targets=("q", "router")).trainable_params(shape) == 4 * 8 * 128 + 8 * (64 + 4)
+    with pytest.raises(ValueError, match="shared_gate"):
+        mm.LoRA(rank=8, targets=("shared_gate",)).trainable_params(mm.from_hf_config(QWEN3_MIXED))
+
+
+def test_a_split_is_refused_by_name():
+    shape = mm.from_hf_config(MAVERICK)
+    for degrees in ({"tp": 2}, {"pp": 2}, {"ep": 2}):
+        with pytest.raises(ValueError, match="blocks differ"):
+            mm.Run(model=shape, seq_len=512, n_gpus=2, **degrees)
+    # data parallelism with ZeRO is modelled: every GPU holds a shard of every block
+    run = mm.Run(model=shape, seq_len=512, n_gpus=8, zero_stage=3, activations="textbook")
+    assert mm.training_memory(run).weights == 2 * 400_711_848_960 // 8  # bf16, an even eighth of every tensor
+    assert mm.requirement(run).basis == "upper bound"
+
+
+def test_a_malformed_layout_is_refused_by_name():
+    shape = mm.from_hf_config(QWEN2_MIXED)
+    from dataclasses import replace
+    with pytest.raises(ValueError, match="block indices"):
+        replace(shape, block_layouts=(((0, 9), (("n_experts", 0),)),))
+    with pytest.raises(ValueError, match="field, value"):
+        replace(shape, block_layouts=(((0,), (("vocab_size", 10),)),))
+    with pytest.raises(ValueError, match="tensors\\('layer'\\)"):
+        shape.tensors("layer")
+    with pytest.raises(ValueError, match="mlp_only_layers"):
+        mm.from_hf_config(dict(QWEN2_MIXED, mlp_only_layers=[7]))
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("config", [QWEN2_MIXED, QWEN3_MIXED], ids=["qwen2-last-dense", "qwen3-last-sparse"])
+def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transformers, peft, config, method, precision,
+                                                                 attention):
+    """Two AdamW steps on the CPU (b 2, s 64): the bytes saved for backward equal memmath's trace to the byte and
+    the steady step's peak is within 1%. Held out: measured after the mixed-layout trace was written."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+    measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention=attention)
+    shape = mm.from_hf_config(config)
+    settings = dict(method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")), seq_len=64,
+                    batch_size=2, dropout=False, attention=attention, checkpointing=False, device="cpu")
+    parts = activation_parts(shape, recipe=get_recipe(precision), **settings)
+    assert measured["saved_bytes"] == parts.estimate.total
+    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("config", [QWEN2_MIXED, QWEN3_MIXED], ids=["qwen2-last-dense", "qwen3-last-sparse"])
+def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft, config, method):
+    measured = two_cpu_steps(torch, transformers, peft, config, precision="bf16", method=method, attention="sdpa",
+                             checkpointing=True)
+    peak = mm.peak_memory(mm.from_hf_config(config), precision="bf16", optimizer="adamw", activations="transformers",
+                          method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")), seq_len=64,
+                          batch_size=2, dropout=False, attention="sdpa", checkpointing=True, device="cpu")
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05
