@@ -52,7 +52,9 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_
             kv_format=kv_format, after_prefill=after_prefill))
     values = architectures.kv_cache_values(shape, context_len=context_len, batch_size=batch_size,
                                            after_prefill=after_prefill)
-    return validate.ceil_div(values * bits, 8)
+    record = shape.architecture
+    state = 0 if record is None or record.state_bytes is None else record.state_bytes(shape, batch_size=batch_size)
+    return validate.ceil_div(values * bits, 8) + state
 
 
 def _smaller(x, y):

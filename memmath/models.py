@@ -18,6 +18,7 @@ from .arrays import any_true, is_ndarray, is_numpy_str, np
 from . import validate
 from .architectures import of
 from .units import parse_count
+from .states import GatedDeltaNet
 from .vision_parts import VisionTensors
 from .architectures._parts import LoraAdapter, ParamTensor, factored_size  # noqa: F401 (re-exported)
 
@@ -121,6 +122,8 @@ class ModelShape:
     stored_format: object = None
     # a record's own block variant ("" its default block; Qwen3-Next's "linear_attention"): set through block_layouts
     block_kind: str = ""
+    # the linear-attention layers' widths (Qwen3-Next's gated DeltaNet: a memmath.states.GatedDeltaNet); None: none
+    linear_attention: object = None
     # blocks whose layout differs from the shape's own, as ((block indices), ((field, value), ...)) pairs naming the
     # ModelShape fields that differ there (DeepSeek-V3's first three blocks: a dense MLP, n_experts 0); () when every
     # block has one layout. layouts() gives each layout as a shape of its own.
@@ -290,6 +293,10 @@ class ModelShape:
             raise ValueError(f"{self.name or self.arch} has blocks of {len(self.layouts())} layouts: ask "
                              "lora_adapter_copies for every block's adapters")
         record = self.architecture
+        refused = record.all_linear_refusal(self) if record is not None and record.all_linear_refusal else ""
+        if refused and isinstance(targets, _AllTargets):
+            raise validate.FieldError("targets", f"LoRA targets 'all' (peft's all-linear) on a "
+                                      f"{self.arch or self.family} model: {refused}")
         table = {} if record is None else record.lora_modules(self)
         every = set(targets) == set(LORA_TARGETS)  # every name: what exists in this family
         skipped = record.not_all_linear if record is not None and isinstance(targets, _AllTargets) else ()
@@ -365,6 +372,10 @@ class ModelShape:
 
     def _check_layouts(self):
         object.__setattr__(self, "block_kind", validate.text_field("block_kind", self.block_kind))
+        if self.linear_attention is not None and not isinstance(self.linear_attention, GatedDeltaNet):
+            raise validate.FieldTypeError("linear_attention", "linear_attention must be None or a "
+                                          "memmath.states.GatedDeltaNet of the linear-attention widths; got "
+                                          f"{validate.describe(self.linear_attention)}")
         if not self.block_layouts:
             object.__setattr__(self, "block_layouts", ())
             return

@@ -261,6 +261,31 @@ PUBLISHED_CONFIGS = {
         "hidden_act": "silu", "max_position_embeddings": 1048576, "output_router_logits": False,
         "rope_theta": 500000.0, "torch_dtype": "bfloat16",
     },
+    # ---- qwen3_next ----
+    # Qwen/Qwen3-Next-80B-A3B-Instruct and -Thinking (80B total, 3B activated): recalled, not copied (no hub access
+    # here); three gated DeltaNet blocks to one gated full-attention block, 512 experts of 512, 10 a token
+    "Qwen3-Next-80B-A3B-Instruct": {
+        "model_type": "qwen3_next", "hidden_size": 2048, "intermediate_size": 5120, "num_hidden_layers": 48,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 151936,
+        "tie_word_embeddings": False, "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "norm_topk_prob": True, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "partial_rotary_factor": 0.25, "hidden_act": "silu",
+        "max_position_embeddings": 262144, "rope_theta": 10000000, "output_router_logits": False,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen3-Next-80B-A3B-Thinking": {  # the Instruct model's shape
+        "model_type": "qwen3_next", "hidden_size": 2048, "intermediate_size": 5120, "num_hidden_layers": 48,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 151936,
+        "tie_word_embeddings": False, "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "norm_topk_prob": True, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "partial_rotary_factor": 0.25, "hidden_act": "silu",
+        "max_position_embeddings": 262144, "rope_theta": 10000000, "output_router_logits": False,
+        "torch_dtype": "bfloat16",
+    },
     # ---- olmo3 ----
     "Olmo-3-1025-7B": {  # allenai/Olmo-3-1025-7B (7.30B); three sliding blocks (4,096 tokens) to one full
         "model_type": "olmo3", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -417,6 +442,7 @@ PUBLISHED_TOTALS = {
     "granite-3.3-2b-instruct": 2.53e9,
     "Llama-4-Scout-17B-16E": 109e9, "Llama-4-Scout-17B-16E-Instruct": 109e9,  # with the vision tower
     "Llama-4-Maverick-17B-128E": 400e9,  # the card's 400B total, with the vision tower
+    "Qwen3-Next-80B-A3B-Instruct": 80e9, "Qwen3-Next-80B-A3B-Thinking": 80e9,  # the cards' 80B total
     "Olmo-3-1025-7B": 7.3e9, "Olmo-3-7B-Instruct": 7.3e9,  # the Hub pages' 7.3B
     "Seed-OSS-36B-Base": 36e9, "Seed-OSS-36B-Instruct": 36e9,  # the models' names' 36B
     "c4ai-command-r7b-12-2024": 8.03e9, "c4ai-command-a-03-2025": 111e9, "Apertus-8B-2509": 8e9,
@@ -432,7 +458,11 @@ PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qw
                     # (201,088 x 2,880); memmath's active_params, like the other cards, counts it
                     "gpt-oss-20b": 3.61e9 + 201088 * 2880, "gpt-oss-120b": 5.13e9 + 201088 * 2880,
                     "Llama-4-Scout-17B-16E": 17e9, "Llama-4-Scout-17B-16E-Instruct": 17e9,
-                    "Llama-4-Maverick-17B-128E": 17e9}
+                    "Llama-4-Maverick-17B-128E": 17e9,
+                    # the Qwen3-Next cards' "3B activated" is a round figure; by hand: 79,674,391,296 (transformers'
+                    # count) less 48 blocks x 502 unrouted experts x 3 x 2,048 x 512 = 3,874,929,408
+                    "Qwen3-Next-80B-A3B-Instruct": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512,
+                    "Qwen3-Next-80B-A3B-Thinking": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512}
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where

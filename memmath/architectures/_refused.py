@@ -22,9 +22,6 @@ REFUSED_MODEL_TYPES = {
     "kimi_k2": "Kimi-K2 builds as DeepseekV3ForCausalLM: multi-head latent attention and dense MLPs in its first "
                "first_k_dense_replace blocks" + _TWO_LAYOUTS,
     "glm4_moe": "GLM-4.5: dense MLPs in its first first_k_dense_replace blocks" + _TWO_LAYOUTS,
-    "qwen3_next": "Qwen3-Next interleaves gated DeltaNet linear-attention blocks with gated full-attention blocks "
-                  "(config layer_types, every full_attention_interval-th block full), whose tensors differ; "
-                  + _BLOCK_SHAPES + " (its cache is: memmath.states.GatedDeltaNet and FullAttention)",
     "granitemoehybrid": "Granite 4.0 hybrid: " + _MAMBA2 + ", beside attention blocks (config layer_types)",
     "falcon_h1": "Falcon-H1: " + _MAMBA2 + ", run in parallel with attention in every block",
     "nemotron_h": "Nemotron-H: " + _MAMBA2 + ", beside attention and MLP blocks (config layers_block_type)",

@@ -93,6 +93,9 @@ class Architecture:
     # the prefill's (outside, attention phase, MLP phase) bytes, prefill_phases(shape, s, b, e, eager), or None
     # for the plain estimate (the encoders)
     kv_cache_values: Callable = decoder_kv_cache_values
+    # a fixed-size recurrent state outside the cache's format (gated DeltaNet's fp32 state), state_bytes(shape, *,
+    # batch_size) -> bytes; None: none
+    state_bytes: Callable | None = None
     prefill_phases: Callable | None = decoder_prefill_phases
     # the masks its base model builds once per forward (masking_utils.py): both the causal and the sliding-window
     # mask whatever layer_types holds (Gemma 2/3, Qwen2-MoE), or the causal one always beside a sliding one (Qwen2/3)
@@ -104,6 +107,8 @@ class Architecture:
     # ---- peft (memmath/models.py's LoRA tables)
     lora_order: tuple = ()  # a MoE block's adapted modules in parameters() order, where it is not the targets'
     not_all_linear: tuple = ()  # targets that exist but peft's "all-linear" leaves alone
+    # shape -> why LoRA's "all" cannot be counted in this block (linears without a target name), or ""
+    all_linear_refusal: Callable | None = None
 
     def __post_init__(self):
         if self.family not in FAMILIES or self.final_norm not in FINAL_NORMS:

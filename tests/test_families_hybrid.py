@@ -1,0 +1,109 @@
+"""Qwen3-Next: gated DeltaNet linear-attention blocks beside gated full-attention blocks (two block layouts,
+ModelShape.block_layouts), against transformers 5.24 and peft 0.21 themselves: the count, shapes and parameters()
+order of the published config and a tiny one built on the meta device, the cache transformers fills (keys and
+values, conv and recurrent states), peft's adapters, and the refusals.
+
+Expected values come from transformers and peft (built here) and from hand derivations in the comments."""
+
+from __future__ import annotations
+
+import pytest
+
+import memmath as mm
+from family_checks import assert_built_like_transformers
+from memmath.sharding import torch_tensors
+from validation.published_configs import PUBLISHED_CONFIGS
+
+PUBLISHED = PUBLISHED_CONFIGS["Qwen3-Next-80B-A3B-Instruct"]
+# six blocks: 1-3 and 5-6 linear attention, 4 full (full_attention_interval 4); block 3 dense (mlp_only_layers)
+TINY = dict(PUBLISHED, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, linear_key_head_dim=8, linear_value_head_dim=16,
+            linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, shared_expert_intermediate_size=48, vocab_size=128, mlp_only_layers=[2])
+
+
+def _model(torch, transformers, config, device="meta"):
+    hf = transformers.AutoConfig.for_model("qwen3_next", **{k: v for k, v in config.items() if k != "model_type"})
+    torch.manual_seed(0)
+    if device == "meta":
+        with torch.device("meta"):
+            return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+    return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16).eval()
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [PUBLISHED, TINY], ids=["80b-a3b", "tiny"])
+def test_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
+    _, model = _model(torch, transformers, config)
+    assert_built_like_transformers(torch, model, config)
+    assert [dims for _, dims in torch_tensors(mm.from_hf_config(config))] == [tuple(p.shape)
+                                                                             for p in model.parameters()]
+
+
+def test_the_layouts_follow_layer_types_and_mlp_only_layers():
+    layouts = [(layout.block_kind, layout.n_experts, blocks) for layout, blocks in mm.from_hf_config(TINY).layouts()]
+    assert layouts == [("linear_attention", 4, (0, 1, 4, 5)), ("linear_attention", 0, (2,)), ("", 4, (3,))]
+
+
+def test_the_80b_counts_by_hand():
+    shape = mm.from_hf_config(PUBLISHED)
+    h, v = 2048, 151936
+    # a linear-attention block: dt_bias and A_log (32 each), conv1d 8,192 x 4 (2 x 16 x 128 + 32 x 128 channels),
+    # in_proj_qkvz h x 12,288, in_proj_ba h x 64, norm 128, out_proj 4,096 x h
+    linear = 2 * 32 + 8192 * 4 + h * 12288 + h * 64 + 128 + 4096 * h
+    # a full-attention block: q_proj h x 2 x 16 x 256 (query and gate), k and v h x 512 each, o 4,096 x h, q/k norms
+    full = h * 8192 + 2 * h * 512 + 4096 * h + 2 * 256
+    # the MoE: router 512 x h, experts 512 x 3 x h x 512, shared expert 3 x h x 512 and its gate h; two norms
+    moe = 512 * h + 512 * 3 * h * 512 + 3 * h * 512 + h
+    total = 2 * v * h + h + 36 * (linear + moe + 2 * h) + 12 * (full + moe + 2 * h)
+    assert shape.n_params == total == 79_674_391_296
+
+
+@pytest.mark.live
+def test_the_cache_is_what_transformers_fills(torch, transformers):
+    hf, model = _model(torch, transformers, TINY, device="cpu")
+    cache = transformers.DynamicCache(config=hf)
+    with torch.no_grad():
+        ids = torch.randint(0, TINY["vocab_size"], (2, 20))
+        model(ids, past_key_values=cache, use_cache=True)
+        for _ in range(3):
+            model(ids[:, :1], past_key_values=cache, use_cache=True)
+    storages = {}
+    for layer in cache.layers:
+        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
+        for states in ("conv_states", "recurrent_states"):
+            tensors += list((getattr(layer, states, None) or {}).values())
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    assert sum(storages.values()) == mm.kv_cache_bytes(mm.from_hf_config(TINY), context_len=23, batch_size=2)
+
+
+def test_the_80b_cache_by_hand():
+    # 12 full-attention blocks: 2 x 2 heads x 256 x 2 B a token; 36 linear ones: a conv state 8,192 x 4 in bf16 and
+    # a 32 x 128 x 128 fp32 recurrent state, at any context
+    shape = mm.from_hf_config(PUBLISHED)
+    for tokens in (1, 32768):
+        assert mm.kv_cache_bytes(shape, context_len=tokens) == 12 * 2 * 2 * 256 * 2 * tokens + 36 * (
+            8192 * 4 * 2 + 32 * 128 * 128 * 4)
+
+
+@pytest.mark.live
+def test_lora_on_q_and_v_is_peft_s(torch, transformers, peft):
+    _, model = _model(torch, transformers, TINY, device="cpu")
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_alpha=8))
+    theirs = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert mm.LoRA(rank=4, targets=("q", "v")).trainable_params(mm.from_hf_config(TINY)) == theirs
+    # by hand: the one full-attention block's q_proj (64 -> 128, query and gate) and v_proj (64 -> 32)
+    assert theirs == 4 * (64 + 128) + 4 * (64 + 32)
+
+
+def test_what_memmath_cannot_count_is_refused_by_name():
+    shape = mm.from_hf_config(PUBLISHED)
+    with pytest.raises(ValueError, match="in_proj_qkvz"):
+        mm.LoRA(targets="all").trainable_params(shape)
+    with pytest.raises(ValueError, match="blocks differ"):
+        mm.Run(model=shape, seq_len=512, n_gpus=2, tp=2)
+    with pytest.raises(ValueError, match="layer_types"):
+        mm.from_hf_config(dict(PUBLISHED, layer_types=["full_attention"] * 3))
+    assert not shape.architecture.traced  # the linear attention's CUDA kernels are not the CPU fallback
