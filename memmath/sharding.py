@@ -29,6 +29,13 @@ SHARDINGS = ("even", "fsdp2", "zero_redundancy")
 
 def torch_tensors(shape: ModelShape) -> list[tuple]:
     """The shapes of model.parameters() in PyTorch's order, each tied tensor once."""
+    outside, block = torch_groups(shape)
+    return outside["before"] + block * int(shape.n_layers) + outside["after"]
+
+
+def torch_groups(shape: ModelShape) -> tuple[dict, list[tuple]]:
+    """({"before": the tensors registered before the blocks, "after": those after them}, one block's tensors), each
+    as (name, dims) in PyTorch's order: what fully_shard on every block leaves to the root module, and a block."""
     record = shape.architecture
 
     def group(name):
@@ -46,8 +53,7 @@ def torch_tensors(shape: ModelShape) -> list[tuple]:
         layer = [t for t in layer if "layernorm" not in t[0]] + norms
     # A vision-language model's ...ForConditionalGeneration registers its vision tower and projector before the
     # language model (group "vision", in that order; empty for a text model).
-    return (group("vision") + group("embeddings") + layer * int(shape.n_layers) + group("final_norm")
-            + group("head"))
+    return {"before": group("vision") + group("embeddings"), "after": group("final_norm") + group("head")}, layer
 
 
 def _rest(dims):
