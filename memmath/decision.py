@@ -1,8 +1,8 @@
 """What the card must hold for a run: the one decision the API, the command line, the planner and the lessons read.
 
 The step's peak (peak_memory: the most allocated at one moment; sharded_peak for a rank of FSDP2 or
-ZeroRedundancyOptimizer) where memmath models it; else, for a sharded or split run, a safe upper bound (memmath/bounds.py: the sum of the parts plus every transient at its largest); else
-the sum of the parts (training_memory: every part as if alive at once), with the reason in words.
+ZeroRedundancyOptimizer) where memmath models it; else, for a sharded or split run, a safe upper bound
+(memmath/bounds.py: the sum of the parts plus every transient at its largest); else the sum of the parts (training_memory: every part as if alive at once), with the reason in words.
 """
 
 from __future__ import annotations

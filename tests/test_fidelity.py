@@ -453,7 +453,8 @@ def test_zero1_peak_per_rank_within_five_percent(case_id, step):
 @pytest.mark.parametrize("case_id", SHARDED_IDS)
 def test_the_requirement_of_a_sharded_rank_is_its_modelled_peak(case_id):
     # FSDP2 and ZeRO-1 ranks are judged on memmath/sharded_peak.py's modelled peak: within 5% of both steps' measured
-    # peaks, or up to 10% below where gloo frees a root-sized collective buffer late (tests/test_sharded_peak.py).
+    # peaks, or up to 10% below where the CPU profiler missed the free of a root-sized collective buffer
+    # (tests/test_sharded_peak.py).
     row = _sharded_row(case_id)
     sharding, stage = ("zero_redundancy", 1) if row["engine"] == "zero1" else ("fsdp2", 3)
     for rank in range(int(row["world_size"])):

@@ -104,9 +104,9 @@ def _sharded_cases():
 def test_every_recorded_sharded_rank_is_judged_on_its_modelled_peak():
     # validation/sharded.py's FSDP2 (resharded after forward or not) and ZeroRedundancyOptimizer runs, measured over
     # gloo: the requirement is the rank's modelled peak (memmath/sharded_peak.py), never the sum of the parts (which
-    # fell 34% short of FSDP2 without resharding). It is at most 10% below a measured peak: where gloo frees one
-    # root-sized collective buffer late (tests/test_sharded_peak.py); ZeRO-1 also counts DDP's default bucket copy,
-    # which these runs (gradients all-reduced in place) do not make.
+    # fell 34% short of FSDP2 without resharding). It is at most 10% below a measured peak: where the CPU profiler
+    # missed the free of a root-sized collective buffer (tests/test_sharded_peak.py); ZeRO-1 also counts DDP's
+    # default bucket copy, which these runs (gradients all-reduced in place) do not make.
     cases = list(_sharded_cases())
     assert len(cases) >= 40 and any("noreshard" in case for case, *_ in cases)
     for case, rank, run, measured in cases:

@@ -73,7 +73,8 @@ def main(argv=None):
         "description": __doc__.split("\n\n")[0], "versions": measure.versions(),
         "sharded_cases": []}
     new_ids = {r["config"]["case_id"] for r in records}
-    document["sharded_cases"] = [r for r in document["sharded_cases"] if r["config"]["case_id"] not in new_ids] + records
+    kept = [r for r in document["sharded_cases"] if r["config"]["case_id"] not in new_ids]
+    document["sharded_cases"] = kept + records
     args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {len(records)} sharded runs into {args.out}", file=sys.stderr)
 
