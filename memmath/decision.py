@@ -2,7 +2,8 @@
 
 The step's peak (peak_memory: the most allocated at one moment; sharded_peak for a rank of FSDP2 or
 ZeroRedundancyOptimizer) where memmath models it; else, for a sharded or split run, a safe upper bound
-(memmath/bounds.py: the sum of the parts plus every transient at its largest); else the sum of the parts (training_memory: every part as if alive at once), with the reason in words.
+(memmath/bounds.py: the sum of the parts plus every transient at its largest); else the sum of the parts
+(training_memory: every part as if alive at once), with the reason in words.
 """
 
 from __future__ import annotations
