@@ -163,3 +163,23 @@ def test_distributed_data_parallel_buckets_beside_zero_redundancy_are_counted():
     views, copies = sharded_peak(_run(row, 0)), sharded_peak(_run(row, 0).replace(gradient_as_bucket_view=False))
     grads = mm.training_memory(_run(row, 0)).gradients
     assert copies.total - views.total == grads
+
+
+@pytest.mark.parametrize("settings", [dict(zero_stage=3, sharding="fsdp2"),
+                                      dict(zero_stage=3, sharding="fsdp2", reshard_after_forward=False),
+                                      dict(zero_stage=1, sharding="zero_redundancy")])
+def test_more_data_parallel_gpus_never_raise_a_sharded_ranks_peak(settings):
+    # more ranks shard more and gather the same units: a rank's peak never rises with the world size
+    needs = [mm.requirement("llama-2-7b", batch_size=2, seq_len=512, n_gpus=n, **settings) for n in (2, 4, 8, 16)]
+    assert all(need.basis == "peak" for need in needs)
+    assert all(a.bytes >= b.bytes for a, b in zip(needs, needs[1:])), [need.bytes for need in needs]
+
+
+def test_a_middle_block_holds_the_block_before_it_prefetched():
+    # FSDP2's backward: every block but the first prefetches the block before it (_backward_prefetch), so in the
+    # backward of the second block a rank holds its shards, the root's and two blocks' gathered parameters
+    run = mm.Run("llama-2-7b", batch_size=1, seq_len=512, n_gpus=8, zero_stage=3, sharding="fsdp2")
+    peak, units = sharded_peak(run), fsdp2_units(run)
+    [weights] = [parts["weights"] for (_, label, _), parts in zip(peak.moments, peak.breakdown)
+                 if label.startswith("in block 2 of 32")]
+    assert weights == mm.training_memory(run).weights + units["root"] + 2 * units["block"]
