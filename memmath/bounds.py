@@ -1,5 +1,6 @@
-"""A safe upper bound on one GPU's step where memmath has no model of its peak (ZeRO and FSDP sharding, split runs
-the schedule replay does not cover).
+"""A safe upper bound on one GPU's step where memmath has no model of its peak (ZeRO's even division as DeepSpeed runs
+it, FSDP2 or ZeroRedundancyOptimizer beyond what memmath/sharded_peak.py models, split runs the schedule replay does
+not cover).
 
 The sum of the parts counts every part as if alive at once, but it leaves out what a step makes and frees: the
 optimizer's temporaries, the loss's vocabulary-wide tensors, a block's backward working set, and the engine's

@@ -164,6 +164,10 @@ class Run:
     gradient_as_bucket_view: bool = field(default=False, metadata=option(
         "--gradient-as-bucket-view", "data parallel without ZeRO: DDP(gradient_as_bucket_view=True), the gradients "
         "views into the all-reduce buckets (default: the buckets are a second copy of the gradients)"))
+    # FSDP2 (sharding="fsdp2"): fully_shard(reshard_after_forward=...), True its default: each block's gathered
+    # parameters are freed after its forward and gathered again in backward; False keeps them to its backward.
+    # Other engines ignore it.
+    reshard_after_forward: bool = True
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)
@@ -201,6 +205,7 @@ class Run:
         values["padded"] = validate.flag("padded", self.padded)
         values["packed"] = validate.flag("packed", self.packed)
         values["gradient_as_bucket_view"] = validate.flag("gradient_as_bucket_view", self.gradient_as_bucket_view)
+        values["reshard_after_forward"] = validate.flag("reshard_after_forward", self.reshard_after_forward)
         if values["padded"] and values["packed"]:
             raise validate.FieldError("packed", "packed=True packs sequences so that no row needs padding: pass "
                                       "padded=True or packed=True, not both")

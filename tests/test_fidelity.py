@@ -451,17 +451,19 @@ def test_zero1_peak_per_rank_within_five_percent(case_id, step):
 
 
 @pytest.mark.parametrize("case_id", SHARDED_IDS)
-def test_the_requirement_of_a_sharded_rank_is_never_below_its_measured_peak(case_id):
-    # FSDP2 and ZeRO-1 have no peak model: what the card must hold is memmath/bounds.py's upper bound. It must be
-    # safe on every rank measured over gloo, at both steps' peaks (in this recording 6-58% above them).
+def test_the_requirement_of_a_sharded_rank_is_its_modelled_peak(case_id):
+    # FSDP2 and ZeRO-1 ranks are judged on memmath/sharded_peak.py's modelled peak: within 5% of both steps' measured
+    # peaks, or up to 10% below where the CPU profiler missed the free of a root-sized collective buffer
+    # (tests/test_sharded_peak.py).
     row = _sharded_row(case_id)
     sharding, stage = ("zero_redundancy", 1) if row["engine"] == "zero1" else ("fsdp2", 3)
     for rank in range(int(row["world_size"])):
         need = memmath.requirement(case_model(row), n_gpus=int(row["world_size"]), zero_stage=stage,
-                                   sharding=sharding, rank=rank, **case_arguments(row))
-        assert need.basis == "upper bound"
-        for column in ("peak_step1_bytes_per_rank", "peak_step2_bytes_per_rank"):
-            assert need.bytes >= row[column][rank], (rank, column)
+                                   sharding=sharding, rank=rank, reshard_after_forward=row["engine"] == "fsdp2",
+                                   gradient_as_bucket_view=True, **case_arguments(row))
+        assert need.basis == "peak"
+        measured = max(row["peak_step1_bytes_per_rank"][rank], row["peak_step2_bytes_per_rank"][rank])
+        assert -0.10 <= need.bytes / measured - 1 <= 0.05, rank
 
 
 def test_fsdp2_peaks_are_refused_by_name():

@@ -101,16 +101,19 @@ def _sharded_cases():
             yield row["case_id"], rank, run, measured
 
 
-def test_every_recorded_sharded_rank_peaks_below_its_bound():
+def test_every_recorded_sharded_rank_is_judged_on_its_modelled_peak():
     # validation/sharded.py's FSDP2 (resharded after forward or not) and ZeroRedundancyOptimizer runs, measured over
-    # gloo: memmath models none of their peaks, so the requirement must be a bound no measured peak exceeds (the
-    # sum of the parts fell 34% short of FSDP2 without resharding).
+    # gloo: the requirement is the rank's modelled peak (memmath/sharded_peak.py), never the sum of the parts (which
+    # fell 34% short of FSDP2 without resharding). It is at most 10% below a measured peak: where the CPU profiler
+    # missed the free of a root-sized collective buffer (tests/test_sharded_peak.py); ZeRO-1 also counts DDP's
+    # default bucket copy, which these runs (gradients all-reduced in place) do not make.
     cases = list(_sharded_cases())
     assert len(cases) >= 40 and any("noreshard" in case for case, *_ in cases)
     for case, rank, run, measured in cases:
+        run = run.replace(reshard_after_forward="noreshard" not in case)
         need = mm.requirement(run)
-        assert need.basis == "upper bound" and "upper bound" in need.reason, case
-        assert need.bytes >= measured, (case, rank, need.bytes, measured)
+        assert need.basis == "peak", case
+        assert need.bytes >= 0.9 * measured, (case, rank, need.bytes, measured)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw", "adam8bit"])

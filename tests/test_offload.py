@@ -401,14 +401,14 @@ def test_the_command_line_prints_an_offloading_changes_host_ram(capsys):
     assert change["host_bytes"] == LLAMA2_7B_ZERO_OFFLOAD_HOST and change["settings"]["offload"] == ["optimizer"]
 
 
-def test_a_bound_below_the_sum_of_the_parts_prints_without_an_error(capsys):
-    # FSDP2's bound from the unsharded run's peak can be below the sharded run's sum of the parts (memmath/bounds.py)
+def test_a_requirement_below_the_sum_of_the_parts_prints_without_an_error(capsys):
+    # FSDP2's modelled peak (memmath/sharded_peak.py) can be below the sharded run's sum of the parts
     status, out, err = run_cli(capsys, "llama-2-13b", "--precision", "bf16", "--seq", "4096", "--batch", "8",
                                "--gpus", "2", "--zero-stage", "3", "--sharding", "fsdp2")
     need = mm.requirement(mm.Run("llama-2-13b", precision="bf16", seq_len=4096, batch_size=8, n_gpus=2,
                                  zero_stage=3, sharding="fsdp2"))
     assert status == 0 and err == "" and need.bytes < int(need.memory.total)
-    assert f"Upper bound of the step {need.bytes:,}" in " ".join(out.split())
+    assert need.basis == "peak" and f"Peak of the step ({need.peak.phase}) {need.bytes:,}" in " ".join(out.split())
 
 
 def test_zero_infinity_is_offered_on_one_gpu():

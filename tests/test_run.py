@@ -19,7 +19,7 @@ def test_every_setting_is_concrete_and_repr_says_what_is_assumed():
                          "activations='transformers', device='cuda', n_gpus=1, zero_stage=0, sharding='even', rank=0, "
                          "tp=1, pp=1, cp=1, ep=1, sequence_parallel=False, pp_schedule='1f1b', micro_batches=1, virtual_stages=1, padded=False, packed=False, "
                          "kbit_prep=False, loss='transformers', offload=(), pin_memory=True, compile=False, "
-                         "gradient_as_bucket_view=False)")
+                         "gradient_as_bucket_view=False, reshard_after_forward=True)")
     assert run.defaulted == {"attention", "dropout", "activations"}
     assert all(value is not None for value in run.settings().values())
 

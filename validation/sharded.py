@@ -144,11 +144,13 @@ def _worker(rank, case: ShardedCase, port, out_dir):
                     if ptr not in seen:
                         seen.add(ptr)
                         states[key] = states.get(key, 0) + value.untyped_storage().nbytes()
-        peaks, _ = measure.phase_peaks(prof, names)
+        # net_end: the profile's net allocation after step 2's zero_grad, where only the optimizer states and the
+        # loss made since profiling began are alive: above them, frees the profiler did not see
+        peaks, net_end = measure.phase_peaks(prof, names)
         result = {"rank": rank, "param_bytes": _storage_bytes(params), "grad_bytes": grad_bytes,
                   "optimizer_state_bytes": sum(states.values()), "optimizer_state_detail": dict(sorted(states.items())),
                   "trainable_tensors": len(params), "resident_before_bytes": resident,
-                  "total_params": sum(_local(p).numel() for p in params)}
+                  "total_params": sum(_local(p).numel() for p in params), "net_end_bytes": net_end}
         for k in (1, 2):
             for phase in ("forward", "backward", "optimizer_step"):
                 result[f"peak_step{k}_{phase}_bytes"] = resident + peaks[f"step{k}/{phase}"]

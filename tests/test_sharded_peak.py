@@ -1,0 +1,185 @@
+"""The modelled peak of FSDP2 and ZeroRedundancyOptimizer ranks (memmath/sharded_peak.py) against PyTorch over gloo.
+
+Two recordings, reported apart: validation/sharded.py's 18 runs (the fitting set: the model was written against
+torch's source and checked on them) and validation/sharded_held_out.py's runs (recorded after the model: other shapes,
+sizes, three ranks and activation checkpointing).
+"""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import memmath as mm
+from memmath.sharded_peak import fsdp2_units, sharded_peak, why_no_sharded_peak
+from memmath_lessons.reference.measured import case_arguments, case_model, load_measured_sharded
+
+HELD_OUT_FILE = Path(__file__).resolve().parent.parent / "validation" / "sharded_held_out.json"
+STEPS = {"first": "peak_step1", "steady": "peak_step2"}
+
+
+def _held_out() -> pd.DataFrame:
+    rows = []
+    for record in json.loads(HELD_OUT_FILE.read_text(encoding="utf-8"))["sharded_cases"]:
+        config = dict(record["config"])
+        model = config.pop("model")
+        rows.append({**config, **model, **record["measured"]})
+    return pd.DataFrame(rows)
+
+
+FITTING, HELD_OUT = load_measured_sharded(), _held_out()
+
+
+def _run(row, rank, **extra):
+    sharding, stage = ("zero_redundancy", 1) if row["engine"] == "zero1" else ("fsdp2", 3)
+    # the recorded ZeRO-1 runs all-reduce the gradients in place, without DistributedDataParallel's bucket copy
+    return mm.Run(case_model(row), n_gpus=int(row["world_size"]), zero_stage=stage, sharding=sharding, rank=rank,
+                  reshard_after_forward=row["engine"] != "fsdp2-noreshard", gradient_as_bucket_view=True,
+                  **case_arguments(row), **extra)
+
+
+def _errors(frame) -> list[tuple]:
+    """(predicted / measured - 1, case, rank, step) of every rank's step peak."""
+    out = []
+    for _, row in frame.iterrows():
+        for rank in range(int(row["world_size"])):
+            for step, column in STEPS.items():
+                predicted = sharded_peak(_run(row, rank), step=step).total
+                out.append((predicted / row[f"{column}_bytes_per_rank"][rank] - 1, row["case_id"], rank, step))
+    return out
+
+
+def test_the_fitting_set_step_peaks():
+    # 108 step peaks (18 runs, 2 or 4 ranks, 2 steps). 103 within 5%; the five below it (by 5.7-10.0%) are ranks
+    # whose measured peak holds one root-sized collective buffer more (exactly the root's gathered size: 322,048 B in
+    # GPT-2 fp32, 512,256 B in LLaMA fp32) while the same case's other ranks match the model to within 0.1%: the
+    # signature of a free the profiler did not see, which the held-out recording confirms (_unseen_frees).
+    errors = _errors(FITTING)
+    assert len(errors) == 108
+    assert sum(abs(e) <= 0.05 for e, *_ in errors) >= 103, [x for x in errors if abs(x[0]) > 0.05]
+    assert all(-0.11 <= e <= 0.05 for e, *_ in errors), errors
+
+
+def _unseen_frees(row, rank) -> int:
+    """Bytes the profiler saw allocated and never freed by the end of the profile, above the optimizer states and
+    the loss (4 B) that are alive then: collective buffers freed where the profiler did not see it. The running total
+    only gains them, so at any earlier moment the measured peak is too high by at most this much."""
+    return max(int(row["net_end_bytes_per_rank"][rank]) - int(row["optimizer_state_bytes_per_rank"][rank]) - 4, 0)
+
+
+def test_the_held_out_step_peaks():
+    # Recorded after the model. ZeroRedundancyOptimizer: every step peak within 5%. FSDP2 (checkpointing excluded:
+    # refused by name, the bound answers it): never more than 5% above; where more than 5% below, the rank's profile
+    # ends with at least that many bytes it saw allocated and never freed (_unseen_frees).
+    modelled = HELD_OUT[~(HELD_OUT.checkpointing & HELD_OUT.engine.str.startswith("fsdp2"))]
+    errors = _errors(modelled)
+    assert len(errors) == 48  # 9 runs, 24 ranks, 2 steps
+    assert all(abs(e) <= 0.05 for e, case, *_ in errors if "zero1" in case)
+    assert all(e <= 0.05 for e, *_ in errors)
+    for error, case, rank, step in errors:
+        if error < -0.05:
+            row = modelled[modelled.case_id == case].iloc[0]
+            measured = row[f"{STEPS[step]}_bytes_per_rank"][rank]
+            assert measured * (1 + error) >= measured - _unseen_frees(row, rank) - 0.05 * measured, (case, rank, step)
+    print(sum(abs(e) <= 0.05 for e, *_ in errors), "of", len(errors), "held-out step peaks within 5%")
+
+
+def test_fsdp2_with_checkpointing_is_judged_on_the_bound_above_its_measured_peaks():
+    checkpointed = HELD_OUT[HELD_OUT.checkpointing & HELD_OUT.engine.str.startswith("fsdp2")]
+    assert len(checkpointed) >= 4
+    for _, row in checkpointed.iterrows():
+        for rank in range(int(row["world_size"])):
+            run = _run(row, rank)
+            assert "checkpointing" in why_no_sharded_peak(run)
+            need = mm.requirement(run)
+            measured = max(row["peak_step1_bytes_per_rank"][rank], row["peak_step2_bytes_per_rank"][rank])
+            assert need.basis == "upper bound" and need.bytes >= measured, (row["case_id"], rank)
+
+
+def test_the_requirement_of_a_recorded_rank_is_its_modelled_peak():
+    for frame in (FITTING, HELD_OUT):
+        for _, row in frame.iterrows():
+            if row["checkpointing"] and row["engine"] != "zero1":
+                continue
+            run = _run(row, 0)
+            need = mm.requirement(run)
+            assert need.basis == "peak" and need.bytes == sharded_peak(run).total, row["case_id"]
+
+
+def test_fsdp2_units_by_hand():
+    # GPT-2 at hidden 64 (validation/measure.py's gpt2: 3 blocks, MLP 256, vocabulary 1,000, 256 positions) on 3
+    # ranks, fp32. A block: ln_1 (64, 64), c_attn (64 x 192 stored (64, 192) -> dim 0 = 64: 22 rows per rank, padded
+    # to 66), ... computed tensor by tensor below from torch's Conv1D layout (in, out) and chunk's ceil(d0 / 3) rows.
+    shape = case_model(FITTING[FITTING.case_id.str.startswith("gpt2/")].iloc[0])
+    dims = {  # GPT2Block.parameters(): ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj (Conv1D: (in, out))
+        "ln_1.weight": (64,), "ln_1.bias": (64,), "c_attn.weight": (64, 192), "c_attn.bias": (192,),
+        "attn.c_proj.weight": (64, 64), "attn.c_proj.bias": (64,), "ln_2.weight": (64,), "ln_2.bias": (64,),
+        "c_fc.weight": (64, 256), "c_fc.bias": (256,), "mlp.c_proj.weight": (256, 64), "mlp.c_proj.bias": (64,)}
+
+    def padded(d, n=3):
+        rows = -(-d[0] // n) * n
+        rest = 1
+        for x in d[1:]:
+            rest *= x
+        return rows * rest
+
+    block = sum(padded(d) for d in dims.values())
+    # the root: wte (1000, 64), wpe (256, 64), ln_f weight and bias (64,); the head is tied to wte
+    root = padded((1000, 64)) + padded((256, 64)) + 2 * padded((64,))
+    units = fsdp2_units(mm.Run(shape, n_gpus=3, zero_stage=3, sharding="fsdp2", precision="fp32", seq_len=64))
+    assert units["block"] == 4 * block and units["root"] == 4 * root
+    assert units["block_shard"] * 3 == units["block_grads"] == 4 * block
+
+
+def test_keeping_the_blocks_gathered_adds_the_other_blocks_at_the_loss():
+    # reshard_after_forward=False keeps every block's parameters from its forward to its backward: at the loss a rank
+    # holds the L blocks' gathered parameters besides the last block's flat all-gather output, which both modes keep
+    # until the root's post-forward (_fsdp_state.py), so the moment rises by exactly L x B, B a block's padded
+    # unsharded bytes (fsdp2_units, checked by hand above).
+    row = FITTING[FITTING.engine == "fsdp2"].iloc[0]
+    kept, freed = sharded_peak(_run(row, 0).replace(reshard_after_forward=False)), sharded_peak(_run(row, 0))
+    label = next(label for p, label, _ in freed.moments if p == "forward" and label.startswith("at the loss"))
+    kept_moment, freed_moment = (dict(((p, l), v) for p, l, v in est.moments)[("forward", label)]
+                                 for est in (kept, freed))
+    block = fsdp2_units(_run(row, 0))["block"]
+    assert kept_moment - freed_moment == int(row["n_layers"]) * block
+
+
+def test_what_the_sharded_peak_does_not_model_is_refused_by_name():
+    assert "even division" in why_no_sharded_peak(mm.Run("gpt2", n_gpus=2, zero_stage=3, seq_len=64))
+    assert "gradient accumulation" in why_no_sharded_peak(
+        mm.Run("gpt2", n_gpus=2, zero_stage=3, sharding="fsdp2", seq_len=64, grad_accum_steps=2))
+    with pytest.raises(ValueError, match="no sharded peak model"):
+        sharded_peak(mm.Run("gpt2", n_gpus=2, zero_stage=1, seq_len=64))
+    # unmodelled sharded runs keep the safe upper bound
+    assert mm.requirement("gpt2", n_gpus=2, zero_stage=3, seq_len=64).basis == "upper bound"
+
+
+def test_distributed_data_parallel_buckets_beside_zero_redundancy_are_counted():
+    # torch's ZeroRedundancyOptimizer is used with DistributedDataParallel, whose default buckets hold a second copy of
+    # the gradients through the step: every moment rises by the gradients' bytes.
+    row = FITTING[FITTING.engine == "zero1"].iloc[0]
+    views, copies = sharded_peak(_run(row, 0)), sharded_peak(_run(row, 0).replace(gradient_as_bucket_view=False))
+    grads = mm.training_memory(_run(row, 0)).gradients
+    assert copies.total - views.total == grads
+
+
+@pytest.mark.parametrize("settings", [dict(zero_stage=3, sharding="fsdp2"),
+                                      dict(zero_stage=3, sharding="fsdp2", reshard_after_forward=False),
+                                      dict(zero_stage=1, sharding="zero_redundancy")])
+def test_more_data_parallel_gpus_never_raise_a_sharded_ranks_peak(settings):
+    # more ranks shard more and gather the same units: a rank's peak never rises with the world size
+    needs = [mm.requirement("llama-2-7b", batch_size=2, seq_len=512, n_gpus=n, **settings) for n in (2, 4, 8, 16)]
+    assert all(need.basis == "peak" for need in needs)
+    assert all(a.bytes >= b.bytes for a, b in zip(needs, needs[1:])), [need.bytes for need in needs]
+
+
+def test_a_middle_block_holds_the_block_before_it_prefetched():
+    # FSDP2's backward: every block but the first prefetches the block before it (_backward_prefetch), so in the
+    # backward of the second block a rank holds its shards, the root's and two blocks' gathered parameters
+    run = mm.Run("llama-2-7b", batch_size=1, seq_len=512, n_gpus=8, zero_stage=3, sharding="fsdp2")
+    peak, units = sharded_peak(run), fsdp2_units(run)
+    [weights] = [parts["weights"] for (_, label, _), parts in zip(peak.moments, peak.breakdown)
+                 if label.startswith("in block 2 of 32")]
+    assert weights == mm.training_memory(run).weights + units["root"] + 2 * units["block"]
