@@ -16,26 +16,35 @@ Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on 
 is written once it is whole, so a reader that leaves early (`memmath models | head -1`) still gets
 the status the command computed, and nothing reaches stdout on an error.
 
-The workbook (marimo, the site builder) is imported only for `memmath lessons`.
+Each command's module loads when the command runs (COMMANDS): a training question loads neither the PyTorch
+trace's side (traced.py, --traced) nor the measurement (memmath.measure), and the workbook (marimo, the site
+builder) is imported only for `memmath lessons`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import sys
 
-from memmath import measure as measuring
 from memmath.gpus import CUDA_CONTEXT_BYTES
 from memmath.planner import DEFAULT_MAX_GPUS
 from memmath.report import Style
 from memmath.run import Run, Serve
 
-from .commands import COMMANDS, WORKBOOK_MODULES, lessons_folder, resolve_gpu
 from .options import (COMMAND_CHOICES, EPILOG, METHOD_CLASSES, METHODS, MODEL_HELP, PROG, UNIT_CHOICES,
                       WORKBOOK_INSTALL, BadInput, Parser, add_field_options, choice, field_flags, gpu_name,
-                      non_empty_path, shorten, size, whole)
+                      non_empty_path, resolve_gpu, shorten, size, whole)
+
+# Each command's function as (module, name), its module imported when the command runs; --traced answers from
+# traced.py instead. The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
+COMMANDS = {"train": ("memmath.cli.commands", "run_train"), "infer": ("memmath.cli.commands", "run_infer"),
+            "models": ("memmath.cli.commands", "run_models"), "gpus": ("memmath.cli.commands", "run_gpus"),
+            "lessons": ("memmath.cli.commands", "run_lessons"), "measure": ("memmath.measure", "run")}
+TRACED = {"train": ("memmath.cli.traced", "run_train"), "infer": ("memmath.cli.traced", "run_infer")}
+WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
 
 def __getattr__(name: str):
     if name == "FIELD_OPTIONS":  # each library field -> its option, from the fields' metadata
@@ -128,7 +137,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "prediction; or read a PyTorch memory snapshot by part. Needs pip install \"memmath[torch]\".",
         epilog="Exit status: 0 measured, 2 bad input or torch missing.")
     if command is None or command == "measure":  # its options, built only when it may run
-        measuring.add_options(measure)
+        importlib.import_module("memmath.measure").add_options(measure)
     for name, add_options in (("train", train_options), ("infer", infer_options), ("lessons", lessons_options)):
         if command is None or command == name:  # a command's options, built only when it may run
             add_options(sub.choices[name])
@@ -175,7 +184,8 @@ def main(argv=None) -> int:
     prog = f"{PROG} {args.command}"
     answer = io.StringIO()
     try:
-        status = COMMANDS[args.command](args, answer, Style(sys.stdout))
+        module, name = (TRACED if getattr(args, "traced", False) else COMMANDS)[args.command]
+        status = getattr(importlib.import_module(module), name)(args, answer, Style(sys.stdout))
     except (BadInput, ValueError, TypeError) as error:
         sys.stderr.write(shorten(f"{prog}: error: {_message(error)} (see {prog} --help)") + "\n")
         return 2

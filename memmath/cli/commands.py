@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from memmath import measure, report
+from memmath import report
 from memmath.counts import parameter_counts
 from memmath.gpus import CUDA_CONTEXT_BYTES
 from memmath.planner import plan_layout, plan_training
@@ -18,12 +18,9 @@ from memmath.run import Run, Serve
 from memmath.serving import plan_serving
 from memmath.sources import resolve_source
 
-from .traced import run_infer as traced_infer, run_train as traced_train
 from .options import METHOD_CLASSES, WORKBOOK_INSTALL, BadInput, field_options, given_fields, resolve_gpu
 
 WIDTH = 80
-# The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
-WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
 
 
 def width() -> int:
@@ -82,8 +79,6 @@ def gpu_and_reserve(args):
 
 # ---- train ----------------------------------------------------------------------------------------
 def run_train(args, out, style) -> int:
-    if args.traced:  # PyTorch's trace under fake tensors (torch imported only when it runs)
-        return traced_train(args, out, style)
     shape, source = resolve_source(args.model)
     run = Run(shape, method=build_method(args, shape), **given_fields(args, Run))
     gpu, reserve = gpu_and_reserve(args)
@@ -111,8 +106,6 @@ def _plan_layout(args, out, style, run, gpu, reserve) -> int:
 
 # ---- infer ----------------------------------------------------------------------------------------
 def run_infer(args, out, style) -> int:
-    if args.traced:  # PyTorch's trace of one prefill under fake tensors (torch imported only when it runs)
-        return traced_infer(args, out, style)
     shape, source = resolve_source(args.model)
     gpu, reserve = gpu_and_reserve(args)
     plan = plan_serving(Serve(shape, **given_fields(args, Serve)), gpu, reserved_bytes=reserve)
@@ -174,12 +167,3 @@ def run_lessons(args, out, style) -> int:
     from memmath_lessons import launch  # the workbook: marimo, and the site builder for --static
 
     return launch.run(folder, static=args.static, port=args.port, headless=args.headless, out=out)
-
-
-def run_measure(args, out, style) -> int:
-    """`memmath measure`: two real steps beside the prediction (torch imported only when it runs)."""
-    return measure.run(args, out, style)
-
-
-COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons,
-            "measure": run_measure}
