@@ -40,16 +40,11 @@ from .options import (COMMAND_CHOICES, EPILOG, METHOD_CLASSES, METHODS, MODEL_HE
 
 # Each command's function as (module, name), its module imported when the command runs; --traced answers from
 # traced.py instead. The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
-COMMANDS = {"train": ("memmath.cli.commands", "run_train"), "infer": ("memmath.cli.commands", "run_infer"),
-            "models": ("memmath.cli.commands", "run_models"), "gpus": ("memmath.cli.commands", "run_gpus"),
-            "lessons": ("memmath.cli.commands", "run_lessons"), "measure": ("memmath.measure", "run")}
-TRACED = {"train": ("memmath.cli.traced", "run_train"), "infer": ("memmath.cli.traced", "run_infer")}
+COMMANDS = {name: ("memmath.cli.commands", f"run_{name}") for name in ("train", "infer", "models", "gpus", "lessons")}
+COMMANDS["measure"] = ("memmath.measure", "run")
+TRACED = {name: ("memmath.cli.traced", f"run_{name}") for name in ("train", "infer")}
 WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
-
-def __getattr__(name: str):
-    if name == "FIELD_OPTIONS":  # each library field -> its option, from the fields' metadata
-        return field_flags()
-    raise AttributeError(f"module 'memmath.cli' has no attribute {name!r}")
+FIELD_OPTIONS = field_flags()  # each library field -> the option that sets it, from the fields' metadata
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -223,7 +218,7 @@ def _message(error: Exception) -> str:
     """One line for stderr: a library error as the option that sets its field (field_flags)."""
     text = (str(error).strip().splitlines() or [type(error).__name__])[0]
     field = getattr(error, "field", None)
-    option = field_flags().get(field) if field is not None else None
+    option = FIELD_OPTIONS.get(field) if field is not None else None
     if option is None:
         return text
     if field != "model" and text.startswith(field + " "):
