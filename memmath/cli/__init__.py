@@ -24,6 +24,7 @@ builder) is imported only for `memmath lessons`.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import io
 import os
@@ -165,7 +166,11 @@ def main(argv=None) -> int:
 
     The answer is computed whole into a buffer, then written: on an error nothing reaches stdout, and
     when the reader leaves early (`memmath ... | head`, a broken pipe) the status is still the one the
-    command computed, with no traceback."""
+    command computed, with no traceback. Without argv it is the program (the console script, python -m memmath),
+    whose process ends with the answer: what is loaded by then is frozen (gc.freeze), so no collection walks it
+    again, the one at exit included."""
+    if argv is None:
+        gc.freeze()
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(next((word for word in words if not word.startswith("-")), ""))
     try:
