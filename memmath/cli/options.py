@@ -12,13 +12,13 @@ import math
 import re
 from dataclasses import MISSING, fields
 
-from memmath.validate import describe
 from memmath.gpus import CUDA_CONTEXT_BYTES, GPU, GPUS, MAX_GPU_BYTES
 from memmath.models import LORA_GROUPS, LORA_TARGETS
 from memmath.methods import Adapters, Freeze, Full, LoRA, QLoRA
 from memmath.preference import DPO
 from memmath.run import Run, Serve
 from memmath.units import format_bytes, whole_bytes
+from memmath.validate import describe
 
 PROG = "memmath"
 COMMAND_CHOICES = "{train,infer,models,gpus,lessons,measure}"
