@@ -4,7 +4,8 @@ Both read the same config.json (Llama-3-8B's shape, written to a temporary folde
 otherwise try the network) and answer "LoRA rank 8, batch 4 x 2048 tokens, on an RTX 4090?"; a
 second question asks the same of full finetuning. Each command runs as a fresh process, the
 commands interleaved round by round, and the median wall time of each is printed with its ratio
-to vramcalc's. Target: memmath at most 1.5x vramcalc's wall time. It also counts the modules of memmath
+to vramcalc's, beside the median CPU time (user + system) of each process, which other work on a shared
+machine inflates far less than the wall time. Target: memmath at most 1.5x vramcalc's wall time. It also counts the modules of memmath
 one training question imports (the fewer, the faster it starts).
 
 Runs this checkout's memmath (PYTHONPATH) with the bytecode cache on (as an installed package has it), as `python -m memmath` and through the console script
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -54,10 +56,17 @@ def memmath_script() -> tuple[list[str], str]:
     return [sys.executable, "-c", LAUNCHER], "console script, emulated"
 
 
-def run(command, env, cwd) -> tuple[float, int, str]:
-    start = time.perf_counter()
+def cpu_seconds() -> float:
+    """User and system time of the finished child processes so far."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
+
+
+def run(command, env, cwd) -> tuple[float, float, int, str]:
+    """(wall seconds, CPU seconds, exit status, output) of one command; commands run one at a time."""
+    cpu, start = cpu_seconds(), time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
-    return time.perf_counter() - start, done.returncode, done.stdout + done.stderr
+    return time.perf_counter() - start, cpu_seconds() - cpu, done.returncode, done.stdout + done.stderr
 
 
 def main() -> int:
@@ -96,31 +105,35 @@ def main() -> int:
             "python -c 'import memmath'": [sys.executable, "-c", "import memmath"],
         }
         times = {name: [] for name in commands}  # each run in the temporary folder: cwd is first on sys.path
+        cpu_times = {name: [] for name in commands}
         for name, command in commands.items():  # warm the file cache and check each answers
-            _, status, output = run(command, env, folder)
+            _, _, status, output = run(command, env, folder)
             if status not in (0, 1):
                 print(f"{name} failed with status {status}:\n{output}", file=sys.stderr)
                 return 2
         for _ in range(args.rounds):
             for name, command in commands.items():
-                times[name].append(run(command, env, folder)[0])
+                wall, cpu, _, _ = run(command, env, folder)
+                times[name].append(wall)
+                cpu_times[name].append(cpu)
 
     medians = {name: statistics.median(values) for name, values in times.items()}
+    cpu_medians = {name: statistics.median(values) for name, values in cpu_times.items()}
     if "emulated" in script_label:
         print("no `memmath` console script next to this Python: the console-script row runs the launcher pip "
               "writes, with -c")
-    print(f"median wall time of {args.rounds} runs each, interleaved (Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs)")
+    print(f"median wall time and CPU time of {args.rounds} runs each, interleaved (Python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end)")
     pairs = {"python -m memmath train CONFIG --method lora": "vramcalc estimate CONFIG --train --lora 8",
              f"memmath train CONFIG --method lora [{script_label}]": "vramcalc estimate CONFIG --train --lora 8",
              "python -m memmath train CONFIG (full)": "vramcalc estimate CONFIG --train (full)"}
     worst = 0.0
     for name, median in medians.items():
-        line = f"  {name:<58} {median * 1000:6.0f} ms"
+        line = f"  {name:<58} {median * 1000:6.0f} ms  (CPU {cpu_medians[name] * 1000:4.0f} ms)"
         if name in pairs:
             ratio = median / medians[pairs[name]]
             worst = max(worst, ratio)
-            line += f"  {ratio:4.2f}x vramcalc"
+            line += f"  {ratio:4.2f}x vramcalc (CPU {cpu_medians[name] / cpu_medians[pairs[name]]:4.2f}x)"
         print(line)
     verdict = "meets" if worst <= TARGET else "misses"
     print(f"slowest memmath command: {worst:.2f}x vramcalc ({verdict} the target of at most {TARGET:g}x)")

@@ -8,48 +8,90 @@ the first ones against the model cards' published counts.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import replace
+from functools import partial
 
 from .config_reader import from_hf_config
 from .models import ModelShape, bert_model, gpt2_model, llama_model
 
 
-def _from_config(name, **fields) -> ModelShape:
+class _Recipe(partial):
+    """A preset not built yet: its builder and arguments, called the first time the preset is asked for."""
+
+
+class Presets(MutableMapping):
+    """The presets by name, each built from its recipe the first time it is asked for: a question about a config.json
+    builds none of them, one about a preset builds that one (each ModelShape checks its own counts when built). An
+    entry may be set to another ModelShape, as in a dict."""
+
+    def __init__(self, entries: dict):
+        self._entries = dict(entries)  # name -> its ModelShape once built, its _Recipe until then
+
+    def __getitem__(self, name: str) -> ModelShape:
+        entry = self._entries[name]
+        if isinstance(entry, _Recipe):
+            entry = self._entries[name] = entry()
+        return entry
+
+    def __setitem__(self, name: str, shape) -> None:
+        self._entries[name] = shape
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Presets({', '.join(self._entries)})"
+
+
+def _from_config(name, **fields) -> _Recipe:
     """A preset read from the fields of its published config.json, as from_hf_config reads the file."""
+    return _Recipe(_read_config, name, fields)
+
+
+def _read_config(name, fields) -> ModelShape:
     return replace(from_hf_config(fields), name=name)
 
 
-PRESETS: dict[str, ModelShape] = {
+PRESETS: MutableMapping[str, ModelShape] = Presets({
     # GPT-2 family (openai-community/gpt2*): tied head, 1024 positions, vocabulary 50,257.
-    "gpt2": gpt2_model(n_layers=12, hidden_size=768, n_heads=12, name="gpt2"),  # 124,439,808 params
-    "gpt2-medium": gpt2_model(n_layers=24, hidden_size=1024, n_heads=16, name="gpt2-medium"),  # 354,823,168
-    "gpt2-large": gpt2_model(n_layers=36, hidden_size=1280, n_heads=20, name="gpt2-large"),  # 774,030,080
-    "gpt2-xl": gpt2_model(n_layers=48, hidden_size=1600, n_heads=25, name="gpt2-xl"),  # 1,557,611,200
+    "gpt2": _Recipe(gpt2_model, n_layers=12, hidden_size=768, n_heads=12, name="gpt2"),  # 124,439,808 params
+    "gpt2-medium": _Recipe(gpt2_model, n_layers=24, hidden_size=1024, n_heads=16, name="gpt2-medium"),  # 354,823,168
+    "gpt2-large": _Recipe(gpt2_model, n_layers=36, hidden_size=1280, n_heads=20, name="gpt2-large"),  # 774,030,080
+    "gpt2-xl": _Recipe(gpt2_model, n_layers=48, hidden_size=1600, n_heads=25, name="gpt2-xl"),  # 1,557,611,200
     # GPT-3 175B (Brown et al. 2020, table 2.1): GPT-2's architecture at 96 layers x 12,288, 2,048 positions.
-    "gpt3-175b": gpt2_model(n_layers=96, hidden_size=12288, n_heads=96, max_positions=2048,
-                            name="gpt3-175b"),  # 174,604,259,328
+    "gpt3-175b": _Recipe(gpt2_model, n_layers=96, hidden_size=12288, n_heads=96, max_positions=2048,
+                         name="gpt3-175b"),  # 174,604,259,328
     # BERT (google-bert/bert-*-uncased): BertModel with its pooler.
-    "bert-base-uncased": bert_model(n_layers=12, hidden_size=768, n_heads=12, name="bert-base-uncased"),  # 109,482,240
-    "bert-large-uncased": bert_model(n_layers=24, hidden_size=1024, n_heads=16,
-                                     name="bert-large-uncased"),  # 335,141,888
+    "bert-base-uncased": _Recipe(bert_model, n_layers=12, hidden_size=768, n_heads=12,
+                                 name="bert-base-uncased"),  # 109,482,240
+    "bert-large-uncased": _Recipe(bert_model, n_layers=24, hidden_size=1024, n_heads=16,
+                                  name="bert-large-uncased"),  # 335,141,888
     # LLaMA family (meta-llama/*): untied head, SwiGLU, RMSNorm.
-    "llama-65b": llama_model(n_layers=80, hidden_size=8192, n_heads=64, intermediate_size=22016,
-                             vocab_size=32000, name="llama-65b"),  # 65,285,660,672 (LLaMA-1, QLoRA's 65B)
-    "llama-2-7b": llama_model(n_layers=32, hidden_size=4096, n_heads=32, intermediate_size=11008,
-                              vocab_size=32000, name="llama-2-7b"),  # 6,738,415,616
-    "llama-2-13b": llama_model(n_layers=40, hidden_size=5120, n_heads=40, intermediate_size=13824,
-                               vocab_size=32000, name="llama-2-13b"),  # 13,015,864,320
-    "llama-2-70b": llama_model(n_layers=80, hidden_size=8192, n_heads=64, n_kv_heads=8, intermediate_size=28672,
-                               vocab_size=32000, name="llama-2-70b"),  # 68,976,648,192
-    "llama-3-8b": llama_model(n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8, intermediate_size=14336,
-                              vocab_size=128256, name="llama-3-8b"),  # 8,030,261,248
-    "llama-3-70b": llama_model(n_layers=80, hidden_size=8192, n_heads=64, n_kv_heads=8, intermediate_size=28672,
-                               vocab_size=128256, name="llama-3-70b"),  # 70,553,706,496
+    "llama-65b": _Recipe(llama_model, n_layers=80, hidden_size=8192, n_heads=64, intermediate_size=22016,
+                         vocab_size=32000, name="llama-65b"),  # 65,285,660,672 (LLaMA-1, QLoRA's 65B)
+    "llama-2-7b": _Recipe(llama_model, n_layers=32, hidden_size=4096, n_heads=32, intermediate_size=11008,
+                          vocab_size=32000, name="llama-2-7b"),  # 6,738,415,616
+    "llama-2-13b": _Recipe(llama_model, n_layers=40, hidden_size=5120, n_heads=40, intermediate_size=13824,
+                           vocab_size=32000, name="llama-2-13b"),  # 13,015,864,320
+    "llama-2-70b": _Recipe(llama_model, n_layers=80, hidden_size=8192, n_heads=64, n_kv_heads=8,
+                           intermediate_size=28672, vocab_size=32000, name="llama-2-70b"),  # 68,976,648,192
+    "llama-3-8b": _Recipe(llama_model, n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8,
+                          intermediate_size=14336, vocab_size=128256, name="llama-3-8b"),  # 8,030,261,248
+    "llama-3-70b": _Recipe(llama_model, n_layers=80, hidden_size=8192, n_heads=64, n_kv_heads=8,
+                           intermediate_size=28672, vocab_size=128256, name="llama-3-70b"),  # 70,553,706,496
     # Mistral 7B (mistralai/Mistral-7B-v0.1): LLaMA layout with 8 key/value heads, every layer sliding over
     # 4,096 tokens (its config's sliding_window; the KV cache keeps at most that many).
-    "mistral-7b": replace(llama_model(n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8, intermediate_size=14336,
-                                      vocab_size=32000, name="mistral-7b"), arch="mistral", sliding_window=4096,
-                          layer_types=("sliding_attention",) * 32),  # 7,241,732,096
+    "mistral-7b": _Recipe(lambda: replace(
+        llama_model(n_layers=32, hidden_size=4096, n_heads=32, n_kv_heads=8, intermediate_size=14336,
+                    vocab_size=32000, name="mistral-7b"), arch="mistral", sliding_window=4096,
+        layer_types=("sliding_attention",) * 32)),  # 7,241,732,096
     # The newer families, from the fields of each repository's config.json that shape the model (the
     # validation test builds each in transformers and compares counts).
     "qwen2.5-0.5b": _from_config(  # Qwen/Qwen2.5-0.5B: 494,032,768 (card: 0.49B); q/k/v biases, tied head
@@ -142,7 +184,7 @@ PRESETS: dict[str, ModelShape] = {
         "exaone-4.0-32b", model_type="exaone4", hidden_size=5120, intermediate_size=27392, num_hidden_layers=64,
         num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=102400, sliding_window=4096,
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16, tie_word_embeddings=False),
-}
+})
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
 PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-base-uncased": "bert-base-uncased",

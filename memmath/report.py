@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import textwrap
 
 from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit
@@ -74,6 +75,11 @@ class Style:
 
 
 PLAIN = Style()
+
+
+def terminal_width() -> int:
+    """The width to wrap to on this terminal: its columns (the COLUMNS variable first), from 60 to WIDTH."""
+    return max(60, min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns))
 
 
 def wrap(text: str, indent: str = "", width: int = WIDTH) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal, localcontext
+from fractions import Fraction
 
 import numbers
 
@@ -98,3 +100,66 @@ def parse_bytes(text) -> int:
     if not n_bytes <= 1e30:  # also catches the infinity of '1e400 GB'
         raise ValueError(f"size must be at most 1e30 bytes; got {validate.describe(text)}")
     return int(round(n_bytes))
+
+
+def whole_bytes(name: str, text, *, low: int = 0, high: int = 2**60) -> int:
+    """Bytes from text such as '24GiB', '1.5 GB', '1,343MiB' or '0', read exactly (a Fraction, never a float): a
+    whole number from `low` to `high` (a whole number of PiB). Where parse_bytes rounds, this refuses: a fraction of
+    a byte, a size outside the range (an exponent such as 1e999999999 refused before it is expanded) and a comma that
+    does not group thousands (1,5GB, never read as 15GB) are each a FieldError naming `name` and what it allows."""
+    if not isinstance(text, str):
+        raise validate.FieldTypeError(name, f"{name} must be text such as '24GiB'; got {validate.describe(text)}")
+    allowed = (f"a size from {'1 B' if low else '0'} to {high // 2**50:,} PiB ({high:,} bytes), "
+               "such as 24GiB, 1.5GB or 1343MiB")
+
+    def out_of_range(approx):
+        return validate.FieldError(name, f"{name} must be {allowed}; got {validate.describe(text)}, " + (
+            exact_bytes_text(approx) if not isinstance(approx, float) else f"about {approx:.3g} bytes"
+            if approx < float("inf") else "more than 1e+308 bytes"))
+    if not text.strip():
+        raise validate.FieldError(name, f"{name} is empty; give {allowed}")
+    exact = 0 if text.strip() in ("0", "0.0") else _exact_bytes(name, text, out_of_range)
+    if exact is None:
+        raise validate.FieldError(name, f"{name} must be {allowed} (units {', '.join(UNITS)}); "
+                                  f"got {validate.describe(text)}")
+    if exact > high or exact < low:
+        raise out_of_range(exact)
+    if exact.denominator != 1:
+        raise validate.FieldError(name, f"{name} {validate.describe(text)} is {exact_bytes_text(exact)}, not a whole "
+                                  f"number of bytes; give whole bytes, such as {round(exact)}B")
+    return int(exact)
+
+
+def _exact_bytes(name: str, text: str, too_large):
+    """The size a text names, as an exact Fraction of bytes; None when it is not a size such as 24GiB.
+    too_large(approx) is raised for a size past any card, before an exponent such as 1e999999999
+    is expanded; a comma that does not group thousands (1,5GB) is refused, never read as 15GB."""
+    match = re.fullmatch(_NUMBER + r"\s*([a-z]+)", text.strip().lower())
+    if not match or match.group(2) not in _UNIT_BY_LOWER:
+        return None
+    unit = UNITS[_UNIT_BY_LOWER[match.group(2)]]
+    number = match.group(1).replace("_", "")
+    if "," in number and not re.fullmatch(r"[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?(e[+-]?[0-9]+)?", number):
+        raise validate.FieldError(name, f"{name} {validate.describe(text)}: a comma groups thousands (1,343MiB); for "
+                                  "a fraction write a point (1.5GB)")
+    number = number.replace(",", "")
+    mantissa, _, exponent = number.partition("e")
+    if exponent and abs(int(exponent)) > 64 and Fraction(mantissa) != 0:
+        if int(exponent) > 0:
+            raise too_large(float(mantissa) * 10.0 ** min(int(exponent), 308) * unit)
+        return Fraction(1, 10**65)  # far below a byte: refused as a fraction of one
+    return Fraction(0) if exponent and Fraction(mantissa) == 0 else Fraction(number) * unit
+
+
+def exact_bytes_text(exact) -> str:
+    """An exact size in bytes as text: '1,363,148.8 bytes' (every digit), 'about 1e+39 bytes' when huge,
+    'less than 1e-30 bytes' when tiny."""
+    exact = Fraction(exact)
+    if exact > 10**24:
+        return f"about {float(exact):.3g} bytes"
+    if 0 < exact < Fraction(1, 10**30):
+        return "less than 1e-30 bytes"
+    with localcontext() as context:
+        context.prec = 60
+        value = (Decimal(exact.numerator) / Decimal(exact.denominator)).normalize()
+    return f"{value:,f} bytes"

@@ -281,6 +281,25 @@ def test_the_cli_never_loads_a_network_client(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
 
 
+def test_the_command_line_is_a_small_projection_of_the_library():
+    # Its options come from the fields' metadata (memmath.flags), its answers from the planners and memmath.report:
+    # what is left is the parser, the dispatch and the messages, at most 700 lines.
+    lines = sum(len(path.read_text().splitlines()) for path in (REPO / "memmath" / "cli").glob("*.py"))
+    assert lines <= 700, f"memmath/cli/*.py holds {lines} lines"
+
+
+def test_a_training_question_loads_neither_the_trace_nor_the_measurement():
+    # Each command's module loads when it runs (memmath.cli.COMMANDS): torch's side stays out of a plain answer.
+    code = ("import sys, io, contextlib, memmath.cli as c\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    c.main(['train', 'llama-3-8b', '--method', 'lora', '--gpu', 'RTX 4090'])\n"
+            "print(sorted(m for m in ('memmath.traced', 'memmath.cli.traced', 'memmath.measure', 'memmath.snapshot',\n"
+            "                         'memmath.stepping', 'memmath.serving') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 def test_the_cli_module_imports_only_the_standard_library():
     code = ("import sys, memmath\nbefore = set(sys.modules)\nimport memmath.cli\n"
             "new = {m.split('.')[0] for m in set(sys.modules) - before} - {'memmath'}\n"

@@ -1,5 +1,7 @@
 """Units: integer bytes inside, GB (10**9) or GiB (2**30) only at display, always labelled."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -67,3 +69,28 @@ def test_format_then_parse_round_trips_within_display_precision(unit):
         # Two decimals of the unit (whole bytes for "B") lose at most half a display step.
         step = 1 if unit == "B" else mm.UNITS[unit] / 100
         assert abs(back - n) <= step / 2 + 1, (n, unit)
+
+
+@pytest.mark.parametrize("text, n_bytes", [
+    ("24GiB", 24 * GIB), ("1.5 GiB", 3 * 2**29), ("1,343MiB", 1343 * MIB), ("0", 0), ("25759066358B", 25_759_066_358),
+    ("1e-70GB", None), ("0.5KB", 500),
+])
+def test_whole_bytes_reads_a_size_exactly(text, n_bytes):
+    # A Fraction, never a float: 1.5 GiB is 3 x 2**29 bytes; 1e-70 GB is a fraction of a byte, refused.
+    if n_bytes is None:
+        with pytest.raises(ValueError, match="not a whole number of bytes"):
+            mm.units.whole_bytes("size", text)
+    else:
+        assert mm.units.whole_bytes("size", text) == n_bytes
+
+
+@pytest.mark.parametrize("text, words", [
+    ("0.3B", "'0.3B' is 0.3 bytes, not a whole number of bytes; give whole bytes, such as 0B"),
+    ("23.99GiB", "is 25,759,066,357.76 bytes"),  # 23.99 x 2**30 = 25,759,066,357.76, by hand
+    ("1,5GB", "a comma groups thousands"), ("1e999999999GB", "more than 1e+308 bytes"), ("", "size is empty"),
+    ("lots", "(units B, KB"), ("2000PiB", "to 1,024 PiB (1,152,921,504,606,846,976 bytes)"),
+])
+def test_whole_bytes_refuses_what_is_not_a_whole_size_in_range_by_name(text, words):
+    with pytest.raises(mm.validate.FieldError, match=re.escape(words)) as caught:
+        mm.units.whole_bytes("size", text)  # at most 2**60 bytes = 1,024 PiB
+    assert caught.value.field == "size" and str(caught.value).startswith("size ")

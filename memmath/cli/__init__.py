@@ -16,31 +16,36 @@ Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on 
 is written once it is whole, so a reader that leaves early (`memmath models | head -1`) still gets
 the status the command computed, and nothing reaches stdout on an error.
 
-The workbook (marimo, the site builder) is imported only for `memmath lessons`.
+Each command's module loads when the command runs (COMMANDS): a training question loads neither the PyTorch
+trace's side (traced.py, --traced) nor the measurement (memmath.measure), and the workbook (marimo, the site
+builder) is imported only for `memmath lessons`.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib
 import io
 import os
 import sys
 
-from memmath import measure as measuring
 from memmath.gpus import CUDA_CONTEXT_BYTES
 from memmath.planner import DEFAULT_MAX_GPUS
 from memmath.report import Style
 from memmath.run import Run, Serve
 
-from .commands import COMMANDS, WORKBOOK_MODULES, lessons_folder, resolve_gpu
 from .options import (COMMAND_CHOICES, EPILOG, METHOD_CLASSES, METHODS, MODEL_HELP, PROG, UNIT_CHOICES,
                       WORKBOOK_INSTALL, BadInput, Parser, add_field_options, choice, field_flags, gpu_name,
-                      non_empty_path, shorten, size, whole)
+                      non_empty_path, resolve_gpu, shorten, size, whole)
 
-def __getattr__(name: str):
-    if name == "FIELD_OPTIONS":  # each library field -> its option, from the fields' metadata
-        return field_flags()
-    raise AttributeError(f"module 'memmath.cli' has no attribute {name!r}")
+# Each command's function as (module, name), its module imported when the command runs; --traced answers from
+# traced.py instead. The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
+COMMANDS = {name: ("memmath.cli.commands", f"run_{name}") for name in ("train", "infer", "models", "gpus", "lessons")}
+COMMANDS["measure"] = ("memmath.measure", "run")
+TRACED = {name: ("memmath.cli.traced", f"run_{name}") for name in ("train", "infer")}
+WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
+FIELD_OPTIONS = field_flags()  # each library field -> the option that sets it, from the fields' metadata
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -128,7 +133,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "prediction; or read a PyTorch memory snapshot by part. Needs pip install \"memmath[torch]\".",
         epilog="Exit status: 0 measured, 2 bad input or torch missing.")
     if command is None or command == "measure":  # its options, built only when it may run
-        measuring.add_options(measure)
+        importlib.import_module("memmath.measure").add_options(measure)
     for name, add_options in (("train", train_options), ("infer", infer_options), ("lessons", lessons_options)):
         if command is None or command == name:  # a command's options, built only when it may run
             add_options(sub.choices[name])
@@ -161,7 +166,11 @@ def main(argv=None) -> int:
 
     The answer is computed whole into a buffer, then written: on an error nothing reaches stdout, and
     when the reader leaves early (`memmath ... | head`, a broken pipe) the status is still the one the
-    command computed, with no traceback."""
+    command computed, with no traceback. Without argv it is the program (the console script, python -m memmath),
+    whose process ends with the answer: what is loaded by then is frozen (gc.freeze), so no collection walks it
+    again, the one at exit included."""
+    if argv is None:
+        gc.freeze()
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(next((word for word in words if not word.startswith("-")), ""))
     try:
@@ -175,7 +184,8 @@ def main(argv=None) -> int:
     prog = f"{PROG} {args.command}"
     answer = io.StringIO()
     try:
-        status = COMMANDS[args.command](args, answer, Style(sys.stdout))
+        module, name = (TRACED if getattr(args, "traced", False) else COMMANDS)[args.command]
+        status = getattr(importlib.import_module(module), name)(args, answer, Style(sys.stdout))
     except (BadInput, ValueError, TypeError) as error:
         sys.stderr.write(shorten(f"{prog}: error: {_message(error)} (see {prog} --help)") + "\n")
         return 2
@@ -213,7 +223,7 @@ def _message(error: Exception) -> str:
     """One line for stderr: a library error as the option that sets its field (field_flags)."""
     text = (str(error).strip().splitlines() or [type(error).__name__])[0]
     field = getattr(error, "field", None)
-    option = field_flags().get(field) if field is not None else None
+    option = FIELD_OPTIONS.get(field) if field is not None else None
     if option is None:
         return text
     if field != "model" and text.startswith(field + " "):

@@ -5,32 +5,19 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shutil
 import sys
 from pathlib import Path
 
-from memmath import measure, report
-from memmath.counts import parameter_counts
-from memmath.gpus import CUDA_CONTEXT_BYTES
+import memmath  # memmath.serving and memmath.counts load on first use: a training question needs neither
+from memmath import report
 from memmath.planner import plan_layout, plan_training
 from memmath.preference import DPO
 from memmath.run import Run, Serve
-from memmath.serving import plan_serving
 from memmath.sources import resolve_source
 
-from .traced import run_infer as traced_infer, run_train as traced_train
-from .options import METHOD_CLASSES, WORKBOOK_INSTALL, BadInput, field_options, given_fields, resolve_gpu
+from .options import METHOD_CLASSES, WORKBOOK_INSTALL, BadInput, field_options, given_fields, gpu_and_reserve
 
-WIDTH = 80
-# The workbook extra (pyproject.toml): the modules `memmath lessons` needs, by import name.
-WORKBOOK_MODULES = ("marimo", "altair", "pandas", "anywidget")
-
-
-def width() -> int:
-    return max(60, min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns))
-
-
-# ---- the method and the GPU: options that set no field of a Run ------------------------------------
+# ---- the method: options that set no field of a Run ------------------------------------------------
 def _given(**options) -> dict:
     return {name: value for name, value in options.items() if value is not None}
 
@@ -71,19 +58,8 @@ def build_method(args, shape):
     return METHOD_CLASSES[args.method](**given_fields(args, METHOD_CLASSES[args.method]))
 
 
-def gpu_and_reserve(args):
-    gpu = resolve_gpu(args)
-    reserve = CUDA_CONTEXT_BYTES if args.reserve is None else args.reserve
-    if gpu is not None and reserve >= gpu.memory_bytes:
-        raise BadInput("--reserve", f"must be less than the GPU's memory ({gpu.name}: {gpu.memory_bytes:,} bytes); "
-                       f"got {reserve:,} bytes")
-    return gpu, reserve
-
-
 # ---- train ----------------------------------------------------------------------------------------
 def run_train(args, out, style) -> int:
-    if args.traced:  # PyTorch's trace under fake tensors (torch imported only when it runs)
-        return traced_train(args, out, style)
     shape, source = resolve_source(args.model)
     run = Run(shape, method=build_method(args, shape), **given_fields(args, Run))
     gpu, reserve = gpu_and_reserve(args)
@@ -94,7 +70,7 @@ def run_train(args, out, style) -> int:
     out.write(json.dumps(report.training_json(plan, source=source, unit=args.unit, seq_default=args.seq_len is None,
                                               reserve_default=args.reserve is None, status=status), indent=2) + "\n"
               if args.json else
-              report.training_text(plan, source=source, unit=args.unit, style=style, width=width(),
+              report.training_text(plan, source=source, unit=args.unit, style=style, width=report.terminal_width(),
                                    seq_default=args.seq_len is None, reserve_default=args.reserve is None))
     return status
 
@@ -105,23 +81,22 @@ def _plan_layout(args, out, style, run, gpu, reserve) -> int:
         raise BadInput("--plan-layout", "needs a card: add --gpu (or --gpu-memory)")
     plan = plan_layout(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
     out.write(json.dumps(report.layout_json(plan, run, gpu, unit=args.unit), indent=2) + "\n" if args.json else
-              report.layout_text(plan, run, gpu, unit=args.unit, style=style, width=width(), max_gpus=args.max_gpus))
+              report.layout_text(plan, run, gpu, unit=args.unit, style=style, width=report.terminal_width(),
+                                 max_gpus=args.max_gpus))
     return 0 if plan.fits else 1
 
 
 # ---- infer ----------------------------------------------------------------------------------------
 def run_infer(args, out, style) -> int:
-    if args.traced:  # PyTorch's trace of one prefill under fake tensors (torch imported only when it runs)
-        return traced_infer(args, out, style)
     shape, source = resolve_source(args.model)
     gpu, reserve = gpu_and_reserve(args)
-    plan = plan_serving(Serve(shape, **given_fields(args, Serve)), gpu, reserved_bytes=reserve)
+    plan = memmath.serving.plan_serving(Serve(shape, **given_fields(args, Serve)), gpu, reserved_bytes=reserve)
     status = 0 if plan.fit is None or plan.fit.fits else 1
     out.write(json.dumps(report.serving_json(plan, source=source, unit=args.unit,
                                              context_default=args.context_len is None,
                                              reserve_default=args.reserve is None, status=status), indent=2) + "\n"
               if args.json else
-              report.serving_text(plan, source=source, unit=args.unit, style=style, width=width(),
+              report.serving_text(plan, source=source, unit=args.unit, style=style, width=report.terminal_width(),
                                   context_default=args.context_len is None, reserve_default=args.reserve is None))
     return status
 
@@ -129,20 +104,20 @@ def run_infer(args, out, style) -> int:
 # ---- models and gpus: the catalogs ------------------------------------------------------------------
 def run_models(args, out, style) -> int:
     if getattr(args, "model", None):  # one model's counts (memmath/counts.py)
-        counts = parameter_counts(args.model)
+        counts = memmath.counts.parameter_counts(args.model)
         out.write(json.dumps({"command": "models", "model": counts}, indent=2) + "\n" if args.json else
                   report.counts_text(counts))
         return 0
     rows = report.presets_rows()
     out.write(json.dumps({"command": "models", "models": rows}, indent=2) + "\n" if args.json else
-              report.presets_text(rows, style=style, width=width()))
+              report.presets_text(rows, style=style, width=report.terminal_width()))
     return 0
 
 
 def run_gpus(args, out, style) -> int:
     rows = report.gpus_rows()
     out.write(json.dumps({"command": "gpus", "gpus": rows, "sources": report.GPU_SOURCES}, indent=2) + "\n"
-              if args.json else report.gpus_text(rows, style=style, width=width()))
+              if args.json else report.gpus_text(rows, style=style, width=report.terminal_width()))
     return 0
 
 
@@ -174,12 +149,3 @@ def run_lessons(args, out, style) -> int:
     from memmath_lessons import launch  # the workbook: marimo, and the site builder for --static
 
     return launch.run(folder, static=args.static, port=args.port, headless=args.headless, out=out)
-
-
-def run_measure(args, out, style) -> int:
-    """`memmath measure`: two real steps beside the prediction (torch imported only when it runs)."""
-    return measure.run(args, out, style)
-
-
-COMMANDS = {"train": run_train, "infer": run_infer, "models": run_models, "gpus": run_gpus, "lessons": run_lessons,
-            "measure": run_measure}

@@ -11,16 +11,14 @@ import argparse
 import math
 import re
 from dataclasses import MISSING, fields
-from decimal import Decimal, localcontext
-from fractions import Fraction
 
-from memmath import validate
-from memmath.gpus import GPU, GPUS, MAX_GPU_BYTES
+from memmath.gpus import CUDA_CONTEXT_BYTES, GPU, GPUS, MAX_GPU_BYTES
 from memmath.models import LORA_GROUPS, LORA_TARGETS
 from memmath.methods import Adapters, Freeze, Full, LoRA, QLoRA
 from memmath.preference import DPO
 from memmath.run import Run, Serve
-from memmath.units import _NUMBER, UNITS, format_bytes, unit_name  # the grammar memmath.parse_bytes reads
+from memmath.units import format_bytes, whole_bytes
+from memmath.validate import describe
 
 PROG = "memmath"
 COMMAND_CHOICES = "{train,infer,models,gpus,lessons,measure}"
@@ -47,11 +45,6 @@ class BadInput(Exception):
         super().__init__(f"{option}: {message}" if option else message)
 
 
-def quote(value) -> str:
-    """A value as a message echoes it: a short quotation (at most 60 characters, memmath.validate.describe)."""
-    return validate.describe(value)
-
-
 # A value too long to echo: a quoted one (argparse's "invalid choice: %r", the library's reprs) or a run without
 # spaces (argparse's "unrecognized arguments"), each over 300 characters: longer than any path or sentence a
 # message names, short enough that a message stays readable.
@@ -62,7 +55,7 @@ def shorten(message: str) -> str:
     """A message with every long value cut to a short quotation, and at most 1,000 characters in all."""
     def cut(match):
         quoted = match.group(1) if match.group(1) is not None else match.group(2)
-        return quote(quoted) if quoted is not None else match.group(3)[:40] + "..."
+        return describe(quoted) if quoted is not None else match.group(3)[:40] + "..."
     message = _LONG_QUOTED.sub(cut, message)
     return message if len(message) <= 1000 else message[:997] + "..."
 
@@ -84,7 +77,7 @@ def whole(low: int, high: int | None = None):
             value = None
         if value is None or value < low or (high is not None and value > high):
             allowed = f"from {low:,} up" if high is None else f"from {low:,} to {high:,}"
-            raise argparse.ArgumentTypeError(f"must be a whole number {allowed}; got {quote(text)}")
+            raise argparse.ArgumentTypeError(f"must be a whole number {allowed}; got {describe(text)}")
         return value
     parse.__name__ = "whole number"
     return parse
@@ -98,7 +91,7 @@ def probability(text: str) -> float:
         value = None
     if value is None or math.isnan(value) or not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"must be a probability from 0 up to (not including) 1, such as 0.05; "
-                                         f"got {quote(text)}")
+                                         f"got {describe(text)}")
     return value
 
 
@@ -108,74 +101,22 @@ def choice(choices, what="one of"):
     def parse(text: str) -> str:
         key = text.strip().lower()
         if key not in lower:
-            raise argparse.ArgumentTypeError(f"must be {what} {', '.join(map(str, choices))}; got {quote(text)}")
+            raise argparse.ArgumentTypeError(f"must be {what} {', '.join(map(str, choices))}; got {describe(text)}")
         return lower[key]
     parse.__name__ = "choice"
     return parse
 
 
-def _exact_bytes(text: str, too_large):
-    """The size a text names, as an exact Fraction of bytes; None when it is not a size such as 24GiB.
-    too_large(approx) is raised for a size past any card, before an exponent such as 1e999999999
-    is expanded; a comma that does not group thousands (1,5GB) is refused, never read as 15GB."""
-    match = re.fullmatch(_NUMBER + r"\s*([a-z]+)", text.strip().lower())
-    if not match:
-        return None
-    try:
-        unit = UNITS[unit_name(match.group(2))]
-    except ValueError:
-        return None
-    number = match.group(1).replace("_", "")
-    if "," in number and not re.fullmatch(r"[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?(e[+-]?[0-9]+)?", number):
-        raise argparse.ArgumentTypeError(f"{quote(text)}: a comma groups thousands (1,343MiB); for a fraction write "
-                                         "a point (1.5GB)")
-    number = number.replace(",", "")
-    mantissa, _, exponent = number.partition("e")
-    if exponent and abs(int(exponent)) > 64 and Fraction(mantissa) != 0:
-        if int(exponent) > 0:
-            raise too_large(float(mantissa) * 10.0 ** min(int(exponent), 308) * unit)
-        return Fraction(1, 10**65)  # far below a byte: refused as a fraction of one
-    return Fraction(0) if exponent and Fraction(mantissa) == 0 else Fraction(number) * unit
-
-
 def size(low: int = 0):
-    """Bytes from '24GiB', '1.5 GB', '1343MiB' (or '0'): a whole number of bytes from `low` to the
-    largest card memmath.GPU holds (2**60 bytes), never rounded: a fraction of a byte is refused."""
+    """--gpu-memory, --reserve: whole bytes from '24GiB', '1.5 GB', '1343MiB' or '0' (memmath.units.whole_bytes), from
+    `low` to the largest card memmath.GPU holds (2**60 bytes); a fraction of a byte is refused, never rounded."""
     def parse(text: str) -> int:
-        allowed = (f"a size from {'1 B' if low else '0'} to {MAX_GPU_BYTES // 2**50:,} PiB ({MAX_GPU_BYTES:,} bytes), "
-                   "such as 24GiB, 1.5GB or 1343MiB")
-
-        def out_of_range(approx):
-            return argparse.ArgumentTypeError(f"must be {allowed}; got {quote(text)}, " + (
-                bytes_text(approx) if not isinstance(approx, float) else f"about {approx:.3g} bytes"
-                if approx < float("inf") else "more than 1e+308 bytes"))
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"is empty; give {allowed}")
-        exact = 0 if text.strip() in ("0", "0.0") else _exact_bytes(text, out_of_range)
-        if exact is None:
-            raise argparse.ArgumentTypeError(f"must be {allowed} (units {', '.join(UNITS)}); got {quote(text)}")
-        if exact > MAX_GPU_BYTES or exact < low:
-            raise out_of_range(exact)
-        if exact.denominator != 1:
-            raise argparse.ArgumentTypeError(f"{quote(text)} is {bytes_text(exact)}, not a whole number of bytes; "
-                                             f"give whole bytes, such as {round(exact)}B")
-        return int(exact)
+        try:
+            return whole_bytes("size", text, low=low, high=MAX_GPU_BYTES)
+        except ValueError as error:  # argparse names the option: "--reserve: must be ..."
+            raise argparse.ArgumentTypeError(str(error).removeprefix("size ")) from None
     parse.__name__ = "size"
     return parse
-
-
-def bytes_text(exact) -> str:
-    """An exact size in bytes as text: '1,363,148.8 bytes' (every digit), 'about 1e+39 bytes' when huge,
-    'less than 1e-30 bytes' when tiny."""
-    exact = Fraction(exact)
-    if exact > 10**24:
-        return f"about {float(exact):.3g} bytes"
-    if 0 < exact < Fraction(1, 10**30):
-        return "less than 1e-30 bytes"
-    with localcontext() as context:
-        context.prec = 60
-        value = (Decimal(exact.numerator) / Decimal(exact.denominator)).normalize()
-    return f"{value:,f} bytes"
 
 
 def gpu_name(text: str) -> str:
@@ -192,7 +133,7 @@ def targets(text: str) -> tuple:
         return ("all",)  # LoRA's "all": what peft's all-linear adapts
     if not names or any(name not in LORA_TARGETS and name not in LORA_GROUPS for name in names):
         raise argparse.ArgumentTypeError(f"must be matrices from {', '.join(LORA_TARGETS)} separated by commas (such "
-                                         f"as q,v), or all, or attention; got {quote(text)}")
+                                         f"as q,v), or all, or attention; got {describe(text)}")
     return tuple(dict.fromkeys(n for name in names for n in LORA_GROUPS.get(name, (name,))))
 
 
@@ -277,5 +218,15 @@ def resolve_gpu(args):
     if exact or len(partial) == 1:
         return (exact or partial)[0]
     if len(partial) > 1:
-        raise BadInput("--gpu", f"{quote(args.gpu)} could be {', '.join(g.name for g in partial)}; say which")
-    raise BadInput("--gpu", f"must be one of {', '.join(GPUS)} (or give --gpu-memory 24GiB); got {quote(args.gpu)}")
+        raise BadInput("--gpu", f"{describe(args.gpu)} could be {', '.join(g.name for g in partial)}; say which")
+    raise BadInput("--gpu", f"must be one of {', '.join(GPUS)} (or give --gpu-memory 24GiB); got {describe(args.gpu)}")
+
+
+def gpu_and_reserve(args):
+    """The card (resolve_gpu, or None) and what its CUDA context takes: --reserve, else CUDA_CONTEXT_BYTES."""
+    gpu = resolve_gpu(args)
+    reserve = CUDA_CONTEXT_BYTES if args.reserve is None else args.reserve
+    if gpu is not None and reserve >= gpu.memory_bytes:
+        raise BadInput("--reserve", f"must be less than the GPU's memory ({gpu.name}: {gpu.memory_bytes:,} bytes); "
+                       f"got {reserve:,} bytes")
+    return gpu, reserve

@@ -10,22 +10,15 @@ from __future__ import annotations
 import json
 
 from memmath import report, validate
-from memmath.gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit
+from memmath.gpus import FIT_MARGIN, check_fit
 from memmath.traced import (PRECISIONS, TorchMissing, TraceSettings, read_config, stderr_progress, traced_inference,
                      traced_training)
 
-from .options import field_flags, resolve_gpu
+from .options import field_flags, gpu_and_reserve
 
 _TRAIN_OPTIONS_TRACED = {"precision", "optimizer", "batch_size", "seq_len", "checkpointing", "attention", "method",
                          "rank", "targets", "trainable_layers", "json", "gpu", "gpu_memory", "reserve", "unit", "model",
                          "command", "traced"}
-
-
-def wants_trace(args) -> bool:
-    """Whether `memmath train` should answer by tracing: --traced. A model type without a record is otherwise
-    refused by the exact reader, whose message names --traced and the memmath[torch] extra (the command line's
-    answer does not change with what else is installed)."""
-    return bool(getattr(args, "traced", False))
 
 
 def settings_from_train_args(args, config: dict) -> TraceSettings:
@@ -49,11 +42,9 @@ def settings_from_train_args(args, config: dict) -> TraceSettings:
             values["lora_rank"] = args.rank
         if args.targets is not None:
             values["lora_targets"] = tuple(args.targets)
-    for option, key in (("precision", "precision"), ("optimizer", "optimizer"), ("batch_size", "batch_size"),
-                        ("seq_len", "seq_len"), ("checkpointing", "checkpointing"), ("attention", "attention")):
-        value = getattr(args, option, None)
-        if value is not None:
-            values[key] = value
+    for name in ("precision", "optimizer", "batch_size", "seq_len", "checkpointing", "attention"):
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
     values.setdefault("seq_len", 2048)
     return TraceSettings(**values)
 
@@ -75,8 +66,7 @@ def run_infer(args, out, style=None) -> int:
 def _write_traced(args, out, answer, peak: int, style=None) -> int:
     """The traced answer as text or JSON, and with --gpu or --gpu-memory the verdict on its peak and the CUDA context
     (check_fit with FIT_MARGIN of the peak kept free, as every answer is judged)."""
-    gpu = resolve_gpu(args)
-    reserve = CUDA_CONTEXT_BYTES if getattr(args, "reserve", None) is None else args.reserve
+    gpu, reserve = gpu_and_reserve(args)
     fit = None if gpu is None else check_fit(peak, gpu, reserved_bytes=reserve, margin=FIT_MARGIN)
     out.write(json.dumps(report.traced_json(answer, fit), indent=2) + "\n" if args.json else
               report.traced_text(answer, fit, peak, reserve, unit=getattr(args, "unit", "GB"),
