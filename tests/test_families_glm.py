@@ -233,3 +233,149 @@ def test_the_tensor_parallel_plan_is_transformers_own(transformers):
         assert {n.rsplit(".", 1)[0] for n in split} == {t.name.rsplit(".", 1)[0] for t in shape.tensors("layer")
                                                        if t.name.rsplit(".", 1)[0] in named}
     assert record.tp_style("mlp.gate.weight") is None and record.tp_style("mlp.experts.down_proj") is None
+
+
+# ---- 5. activations: two CPU steps measured ----------------------------------------------------------------------
+STEP_BASE = dict(TINY, vocab_size=512, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                 use_cache=False)
+STEPPED = {
+    # the trace was written against these two (each in the eight settings below); its steps matched as written
+    "moe": STEP_BASE,
+    "dense": dict(STEP_BASE, first_k_dense_replace=2),
+    # measured after, held out: other widths, two router groups, top-3 of 8 experts without renormalizing, two shared
+    # experts, a quarter of each head rotated, no q/k norms and no biases, the training DynamicCache on
+    "moe-wider": dict(STEP_BASE, hidden_size=96, num_attention_heads=6, num_key_value_heads=3, head_dim=None,
+                      intermediate_size=200, moe_intermediate_size=40, n_routed_experts=8, num_experts_per_tok=3,
+                      n_group=2, topk_group=1, norm_topk_prob=False, n_shared_experts=2, partial_rotary_factor=0.25,
+                      use_qk_norm=False, attention_bias=False, use_cache=True),
+    # one key/value head per query head (no GQA copies: eager's k^T is a view of the rotated k), both groups chosen
+    "moe-mha": dict(STEP_BASE, num_key_value_heads=4, n_group=2, topk_group=2, routed_scaling_factor=2.5),
+    "dense-wider": dict(STEP_BASE, num_hidden_layers=3, first_k_dense_replace=3, hidden_size=96,
+                        num_attention_heads=6, num_key_value_heads=3, head_dim=None, intermediate_size=200,
+                        use_qk_norm=False, use_cache=True),
+}
+
+
+def _stepped(name):
+    return {k: v for k, v in STEPPED[name].items() if v is not None}
+
+
+def _held_for_backward(torch, transformers, peft, config, *, precision, method, attention,
+                       targets=("q_proj", "v_proj")):
+    """Bytes autograd still holds for backward when the first forward returns (b 2, s 64, as two_cpu_steps runs it;
+    LoRA r 4 on peft's target_modules `targets`): each storage a saved tensor keeps, once, parameters and buffers
+    left out."""
+    import itertools
+    import weakref
+
+    from validation.measure import configure_torch
+
+    configure_torch()
+    hf_config = transformers.AutoConfig.for_model("glm4_moe", **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
+    if method == "lora":
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    excluded = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
+    saved = []
+
+    def pack(t):
+        saved.append(weakref.ref(t))
+        return t
+
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        output = model(input_ids=ids, labels=ids.clone())  # held, as a training step holds its loss
+        held = {}
+        for ref in saved:
+            t = ref()
+            if t is not None and t.untyped_storage().data_ptr() not in excluded:
+                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    del output
+    return sum(held.values())
+
+
+def _freed_by_the_router(config, tokens=128):
+    """Bytes the router's group choice packs for backward that autograd frees when the router returns (its outputs
+    are indices): each group's top-two indices (int64), the chosen groups' indices (int64), the expert mask (bool)."""
+    if config.get("first_k_dense_replace", 1) >= config["num_hidden_layers"]:
+        return 0
+    groups, chosen = config.get("n_group", 1), config.get("topk_group", 1)
+    per_block = tokens * (groups * 2 * 8 + chosen * 8 + config["n_routed_experts"])
+    return config["num_hidden_layers"] * per_block
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(STEPPED))
+def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transformers, peft, name, method, precision,
+                                                                 attention):
+    """What autograd holds when the forward returns equals memmath's trace to the byte, and the steady step's peak is
+    within 1%. two_cpu_steps' recorder counts every storage packed for backward, by address: the router's group
+    choice packs tensors autograd frees at once, and a later saved tensor may take one of their addresses, so that
+    count lies between the trace's and the trace's plus what the router frees."""
+    from family_checks import two_cpu_steps
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+
+    config = _stepped(name)
+    shape = mm.from_hf_config(config)
+    assert shape.architecture.traced
+    settings = dict(method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")), seq_len=64,
+                    batch_size=2, dropout=False, attention=attention, checkpointing=False, device="cpu")
+    predicted = activation_parts(shape, recipe=get_recipe(precision), **settings).estimate.total
+    run = dict(precision=precision, method=method, attention=attention)
+    assert _held_for_backward(torch, transformers, peft, config, **run) == predicted
+    measured = two_cpu_steps(torch, transformers, peft, config, **run)
+    assert 0 <= measured["saved_bytes"] - predicted <= _freed_by_the_router(config)
+    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(STEPPED))
+def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft, name, method, precision):
+    """With gradient checkpointing (transformers' non-reentrant default) the recomputed block's backward is peak.py's
+    working set: within 5%, as the other families' checkpointed steps. Not yet where a MoE block's shape keeps a wide
+    dense intermediate_size that its blocks never use: peak.py prices the recomputed block's MLP gradients at
+    intermediate_size (200 in moe-wider, whose experts are 40 wide), 6.2% and 7.1% over the measured LoRA peaks."""
+    from family_checks import two_cpu_steps
+
+    if name == "moe-wider" and method == "lora":
+        pytest.xfail("peak.py's checkpointed working set reads intermediate_size, unused by a MoE block")
+
+    config = _stepped(name)
+    measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
+                             checkpointing=True)
+    peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
+                          activations="transformers", method=mm.Full() if method == "full" else
+                          mm.LoRA(rank=4, targets=("q", "v")), seq_len=64, batch_size=2, dropout=False,
+                          attention="sdpa", checkpointing=True, device="cpu")
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05, peak.total / measured["peak_step2_bytes"] - 1
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("targets", [("router",), ("experts",), "all"], ids=str)
+@pytest.mark.parametrize("name", ["moe", "moe-mha"])
+def test_lora_on_the_router_and_experts_is_held_as_traced(torch, transformers, peft, name, targets, precision):
+    """peft's ParamWrapper on the fp32 router weight (its delta cast to fp32, not to the model's dtype) and on the
+    routed experts, and all-linear: what autograd holds equals the trace to the byte (measured after the trace was
+    written, held out)."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+
+    config = _stepped(name)
+    modules = "all-linear" if targets == "all" else GLM_TARGETS[targets]
+    held = _held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
+                              attention="sdpa", targets=modules)
+    parts = activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
+                             method=mm.LoRA(rank=4, targets=targets), seq_len=64, batch_size=2, dropout=False,
+                             attention="sdpa", checkpointing=False, device="cpu")
+    assert held == parts.estimate.total
