@@ -133,7 +133,8 @@ def test_an_absent_field_takes_the_config_class_default(transformers):
 @pytest.mark.parametrize("changes, field", [
     (dict(first_k_dense_replace=1), "first_k_dense_replace"),
     (dict(n_group=3), "n_group"), (dict(n_group=4), "n_group"), (dict(n_group=2, topk_group=3), "topk_group"),
-    (dict(partial_rotary_factor=1.5), "partial_rotary_factor"), (dict(output_router_logits=True), "output_router_logits"),
+    (dict(partial_rotary_factor=1.5), "partial_rotary_factor"),
+    (dict(output_router_logits=True), "output_router_logits"),
     (dict(first_k_dense_replace=-1), "first_k_dense_replace"),
 ])
 def test_what_it_cannot_model_is_refused_by_field(changes, field):
@@ -165,7 +166,8 @@ def test_the_command_line_refuses_two_layouts_in_one_line_with_exit_2(tmp_path, 
 
 # ---- 3. peft's adapters --------------------------------------------------------------------------------------------
 GLM_TARGETS = {  # memmath targets -> peft 0.21's LoraConfig target_modules on glm4_moe
-    "all": "all-linear", ("q", "v"): ["q_proj", "v_proj"], ("q", "k", "v", "o"): ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "all": "all-linear", ("q", "v"): ["q_proj", "v_proj"],
+    ("q", "k", "v", "o"): ["q_proj", "k_proj", "v_proj", "o_proj"],
     ("router",): ["gate"], ("experts",): ["gate_proj", "up_proj", "down_proj"],
     ("router", "experts", "o"): ["gate", "gate_proj", "up_proj", "down_proj", "o_proj"],
 }
