@@ -381,3 +381,57 @@ def test_lora_on_the_router_and_experts_is_held_as_traced(torch, transformers, p
                              method=mm.LoRA(rank=4, targets=targets), seq_len=64, batch_size=2, dropout=False,
                              attention="sdpa", checkpointing=False, device="cpu")
     assert held == parts.estimate.total
+
+
+# ---- 6. a prefill's working set ---------------------------------------------------------------------------------
+PREFILL_BASE = dict(model_type="glm4_moe", hidden_size=256, num_hidden_layers=2, num_attention_heads=8,
+                    vocab_size=32000, num_key_value_heads=2, intermediate_size=688, moe_intermediate_size=128,
+                    n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
+                    attention_bias=True, use_qk_norm=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+DENSE_ATTENTION = dict(intermediate_size=64, first_k_dense_replace=2)  # attention's moments over the MLP's
+PREFILLED = {  # name: (changes, attention, s, b)
+    # written against: the MoE and dense phases, SDPA's copy of its output, the rotary and q/k norm moments and
+    # eager's view of one key/value head were each found on one of these
+    "moe": ({}, "sdpa", 256, 1), "moe-eager": ({}, "eager", 256, 1), "moe-longer": ({}, "sdpa", 512, 2),
+    "dense": (dict(first_k_dense_replace=2), "sdpa", 256, 1),
+    "dense-three": (dict(first_k_dense_replace=2), "sdpa", 256, 3),
+    "wide-heads": (dict(DENSE_ATTENTION, num_attention_heads=16, head_dim=64), "sdpa", 384, 3),
+    "mha-rotary": (dict(DENSE_ATTENTION, num_key_value_heads=8, head_dim=64, partial_rotary_factor=1.0),
+                   "sdpa", 256, 1),
+    "mha-qk-norm": (dict(DENSE_ATTENTION, num_key_value_heads=8, head_dim=64, partial_rotary_factor=1.0,
+                         use_qk_norm=True), "sdpa", 320, 2),
+    "mqa-moe-eager": (dict(num_key_value_heads=1, head_dim=96, use_qk_norm=True, n_routed_experts=4,
+                           num_experts_per_tok=1, moe_intermediate_size=64), "eager", 48, 1),
+    # held out, measured after
+    "dense-eager": (dict(first_k_dense_replace=2), "eager", 512, 2),
+    "moe-wider": (dict(hidden_size=192, num_attention_heads=6, num_key_value_heads=3, head_dim=48,
+                       moe_intermediate_size=96, n_routed_experts=16, num_experts_per_tok=4, n_shared_experts=2,
+                       n_group=4, topk_group=2, use_qk_norm=True, partial_rotary_factor=0.25), "sdpa", 384, 3),
+    "moe-wider-eager": (dict(hidden_size=192, num_attention_heads=6, num_key_value_heads=3, head_dim=48,
+                             moe_intermediate_size=96, n_routed_experts=16, num_experts_per_tok=4,
+                             n_shared_experts=2, use_qk_norm=True), "eager", 320, 2),
+    "moe-qk-norm-eager": (dict(use_qk_norm=True), "eager", 384, 3),
+    "wide-heads-eager": (dict(DENSE_ATTENTION, num_attention_heads=16, head_dim=64), "eager", 128, 2),
+    "gqa-qk-norm": (dict(DENSE_ATTENTION, num_attention_heads=12, num_key_value_heads=4, head_dim=48,
+                         use_qk_norm=True), "sdpa", 200, 2),
+    "mha-half-eager": (dict(DENSE_ATTENTION, num_key_value_heads=8, head_dim=64, use_qk_norm=True), "eager", 64, 2),
+    "mha-half": (dict(DENSE_ATTENTION, num_key_value_heads=8, head_dim=64, use_qk_norm=True), "sdpa", 96, 3),
+    "mqa-moe": (dict(num_key_value_heads=1, head_dim=96, use_qk_norm=True, n_routed_experts=4,
+                     num_experts_per_tok=1, moe_intermediate_size=64), "sdpa", 160, 2),
+    "mqa-dense-eager": (dict(num_key_value_heads=1, head_dim=32, intermediate_size=512, first_k_dense_replace=2),
+                        "eager", 256, 2),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", list(PREFILLED))
+def test_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, name):
+    """One prefill (bf16, logits_to_keep=1, as generate runs it), every storage counted as validation/
+    inference_working_set.py counts it: the peak less the cache is memmath's working set to the byte."""
+    from family_checks import prefill_model, prefill_working_set
+
+    changes, attention, seq_len, batch = PREFILLED[name]
+    fields = dict(PREFILL_BASE, **changes)
+    model, weights = prefill_model(torch, transformers, fields, attention)
+    measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
+    assert predicted == measured

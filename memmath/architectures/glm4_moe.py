@@ -25,8 +25,9 @@ of tiny models of both layouts, full and LoRA, fp32 and bf16, SDPA and eager; wh
 returns equals the trace to the byte, written against one MoE and one dense config and held out on three more (other
 widths, router groups, no renormalizing, two shared experts, a quarter of each head rotated, the training
 DynamicCache, no GQA), and LoRA on the router, the experts and all-linear held out too. The steady step's peak is
-within 1%; checkpointed steps within 5% where the MoE shape's unused dense intermediate_size is not much wider than
-the experts' (peak.py prices the recomputed block's MLP gradients at intermediate_size)."""
+within 1%; a prefill's working set (prefill_phases) equals the measured one to the byte; checkpointed steps within
+5% where the MoE shape's unused dense intermediate_size is not much wider than the experts' (peak.py prices the
+recomputed block's MLP gradients at intermediate_size)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ from functools import partial
 from .. import validate
 from ..trace import Tensor, Trace
 from . import _decoder, _moe
-from ._steps import INT64, Pass, dims, kv_cache, merged_copy
+from ._refused import TRACED
+from ._steps import INT64, Pass, dims, kv_cache, larger, merged_copy
 from .gpt_neox import partial_rotary
 from .record import MOE, Architecture, decoder_fields, refuse_true
 
@@ -64,7 +66,7 @@ GLM_FIELDS = {
     "num_nextn_predict_layers": "multi-token-prediction blocks: in the checkpoint, not built by "
                                 "Glm4MoeForCausalLM (no memory)",
 }
-TRACED_HINT = "memmath train CONFIG --traced gives PyTorch's traced answer"
+TRACED_HINT = TRACED
 # Glm4MoeConfig's defaults (those of GLM-4.5-Air) that the reader reads here
 DEFAULTS = {"num_key_value_heads": 8, "n_routed_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1408,
             "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1}
@@ -270,6 +272,62 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     return tr.add(r1, dense_mlp(tr, shape, normed, trainable, p))
 
 
+# ---- serving: a prefill's working set (memmath/inference.py asks this) ---------------------------------------------
+def moe_prefill_phase(shape, s, b, e):
+    """Glm4MoeMoE's prefill peak under transformers' grouped_mm experts: _moe.prefill_phase's moments (the block
+    input, residual and normed input, the sorted rows, the SwiGLU moment and the unsort moment), with the router's
+    logits in fp32 (the `_` Glm4MoeMoE.forward holds through the experts) and the routing weights in fp32; then the
+    shared experts, after the routed ones: their SwiGLU (3 si a token) beside the routed output (h), the three h of
+    the block and the logits."""
+    t, h = s * b, shape.hidden_size
+    n_exp, rows, width = shape.n_experts, s * b * shape.experts_per_tok, shape.expert_intermediate_size
+    w = 4  # the routing weights, fp32
+    # residuals and normed input, fp32 logits, top-k int64 indices and weights, the sort's ids and permutation, the
+    # sorted weights, histc's fp32 input, histc and offsets
+    common = e * t * 3 * h + 4 * t * n_exp + 8 * rows + w * rows + 16 * rows + w * rows + 4 * rows + 8 * n_exp
+    swiglu = common + e * rows * h + e * rows * 4 * width
+    unsort = common + 2 * e * rows * h + 2 * larger(w, e) * rows * h + 8 * rows
+    shared = e * t * (4 * h + 3 * shape.shared_expert_intermediate_size) + 4 * t * n_exp
+    return larger(larger(swiglu, unsort), shared)
+
+
+def attention_moments(shape, e):
+    """Bytes a token holds at the widest moment before the attention kernel, beyond the block input and its normed
+    copy (2h) and the layer's k and v, which the cache then holds (the working set is the peak less the cache):
+    apply_rotary_pos_emb's temporaries (q_rot * cos, rotate_half's cat, its product with sin: three rotary_dim-wide
+    tensors a head) while rotating q, then k (beside q's rotated part), and its two torch.cat; with use_qk_norm,
+    Glm4MoeRMSNorm's fp32 copy and product and its fp32 variance and rsqrt, over q and then over k (beside the normed
+    q). Measured with validation/inference_working_set.py's LiveBytes (tests/test_families_glm.py) in bf16; an fp32
+    model's norm takes no copy (x.to(float32) is x)."""
+    h, a, kv, d, rd = shape.hidden_size, shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.rotary_dim
+    copy = 4 if e != 4 else 0
+    moments = [e * (a * d + 3 * a * rd), e * (a * d + a * rd + 3 * kv * rd), e * (2 * a * d + a * rd + kv * rd),
+               e * (2 * a * d + kv * rd + kv * d)]
+    if shape.qk_norm:
+        moments += [e * a * d + (copy + 4) * a * d + 8 * a, e * a * d + (copy + 4) * kv * d + 8 * kv]
+    return 2 * e * h + max(moments)
+
+
+def prefill_phases(shape, s, b, e, eager):
+    """(outside, attention phase, MLP phase) bytes of Glm4MoeForCausalLM's prefill (validation/
+    inference_working_set.py's LiveBytes): LLaMA's phases (_decoder.rotary_prefill) with the rotary cos and sin
+    rotary_dim wide, the token ids (int64, b x s) and position ids (int64, s) outside; in the attention phase SDPA's
+    output copied by transpose(1, 2) (q from torch.cat), eager's repeat_kv a view for one key/value head, and the
+    moments before the kernel (attention_moments); the MoE block's phase (moe_prefill_phase) where the shape has
+    experts. Measured on bf16 prefills (tests/test_families_glm.py): written against nine, ten more held out, every one
+    equal to the byte."""
+    outside, attn, mlp = _decoder.rotary_prefill(shape, s, b, e, eager)
+    outside = outside - 2 * e * s * (shape.head_dim - shape.rotary_dim) + 8 * s * b + 8 * s
+    if not eager:  # q from torch.cat makes the SDPA output contiguous as (b, a, s, d): transpose(1, 2) copies it
+        attn = attn + s * b * e * shape.n_heads * shape.head_dim
+    elif shape.n_kv_heads == 1 < shape.n_heads:  # repeat_kv of one key/value head is a view: no copies to every head
+        attn = attn - s * b * e * 2 * shape.n_heads * shape.head_dim
+    attn = larger(attn, s * b * attention_moments(shape, e))
+    if shape.n_experts:
+        mlp = moe_prefill_phase(shape, s, b, e)
+    return outside, attn, mlp
+
+
 ARCHITECTURE = Architecture(
     model_type="glm4_moe", family="llama", title="GLM-4.5", source="configuration_glm4_moe.py, modeling_glm4_moe.py",
     fields=decoder_fields(GLM_FIELDS),
@@ -278,5 +336,5 @@ ARCHITECTURE = Architecture(
     # peft 0.21 on the meta device: gate_up_proj's adapter (the inner ParamWrapper), down_proj's, then the router's
     lora_order=("experts.gate_up_proj", "experts.down_proj", "gate.weight"),
     tp_plan=TP_PLAN, trace_block=block, routing_weights_fp32=True,
-    prefill_phases=None,  # its router's and shared experts' prefill working set is not measured: the plain estimate
+    prefill_phases=prefill_phases,
 )
