@@ -13,6 +13,7 @@ import pytest
 import memmath as mm
 from memmath.architectures import ARCHITECTURES, _moe
 from memmath.architectures._refused import REFUSED_MODEL_TYPES
+from memmath.architectures.glm4_moe import DENSE_BLOCK
 from tests.test_families_dense import _build, _filled_cache_bytes
 from validation.published_configs import (PUBLISHED_MIXED_LAYOUT_ACTIVE, PUBLISHED_MIXED_LAYOUT_CONFIGS,
                                           PUBLISHED_MIXED_LAYOUT_TOTALS)
@@ -107,6 +108,8 @@ def test_a_dense_and_a_moe_block_differ_in_four_fields():
     assert (moe.n_experts, moe.experts_per_tok, moe.expert_intermediate_size,
             moe.shared_expert_intermediate_size) == (4, 2, 24, 24)
     assert (dense.n_experts, dense.intermediate_size) == (0, 56)
+    # the record's overrides make the one from the other
+    assert moe.with_changes(**DENSE_BLOCK) == dense
 
 
 # ---- 2. the reader -----------------------------------------------------------------------------------------------

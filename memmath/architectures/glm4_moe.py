@@ -88,6 +88,12 @@ def _rotary_dim(config, get) -> int:
     return rotary
 
 
+# What turns a MoE block's shape into a dense block's (Glm4MoeMLP at intermediate_size): the four fields in which the
+# two layouts differ, for a shape that marks its first first_k_dense_replace blocks by field overrides.
+DENSE_BLOCK = {"n_experts": 0, "experts_per_tok": 0, "expert_intermediate_size": None,
+               "shared_expert_intermediate_size": 0}
+
+
 def _layout(get, layers) -> bool:
     """True when every block is a mixture of experts, False when every block is dense; the values of
     first_k_dense_replace between mix two layouts, which one ModelShape does not list."""
