@@ -60,14 +60,14 @@ def from_hf_config(config) -> ModelShape:
     model_type = config.get("model_type")
     if model_type is None:
         raise ValueError(f"config is missing the field 'model_type' (one of {', '.join(READABLE_MODEL_TYPES)})")
+    if refusal(model_type):  # a type transformers builds that memmath refuses by name (architectures/_refused.py)
+        raise ValueError(f"config field 'model_type' {model_type!r} is not supported: {refusal(model_type)}")
     if isinstance(model_type, str) and model_type not in ARCHITECTURES:
         # A vision-language config (gemma3, llava, mistral3, qwen2_vl, qwen2_5_vl): the language model from its
         # text_config, the vision tower and projector from the rest (memmath/multimodal.py); others refused by name.
         if (model_type in MULTIMODAL_MODEL_TYPES or model_type in REFUSED_MODEL_TYPES
                 or isinstance(config.get("vision_config"), dict)):
             return from_multimodal_config(config, read_text=from_hf_config)
-    if refusal(model_type):  # a type transformers builds that memmath refuses by name (architectures/_refused.py)
-        raise ValueError(f"config field 'model_type' {model_type!r} is not supported: {refusal(model_type)}")
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)} (text) and "

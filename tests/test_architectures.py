@@ -14,14 +14,14 @@ import pytest
 import memmath as mm
 from memmath.architectures import ARCHITECTURES, architecture
 from tests.test_models import _hf_model_on_meta
-from validation.published_configs import PUBLISHED_CONFIGS
+from validation.published_configs import PUBLISHED_CONFIGS, PUBLISHED_MIXED_LAYOUT_CONFIGS
 
 FOLDER = Path(mm.__file__).parent / "architectures"
 
 # Fields a record lists that are not attributes of transformers 5.24's config class, and why memmath reads them:
 NOT_ATTRIBUTES = {
     "torch_dtype", "dtype", "quantization_config", "architectures", "id2label", "num_labels",  # PreTrainedConfig's
-    "use_cache", "rope_parameters", "rotary_pct",  # set or converted in __post_init__ (kwargs, rope standardizing)
+    "use_cache", "rope_parameters", "rotary_pct", "partial_rotary_factor",  # set or converted in __post_init__ (kwargs, rope standardizing)
     "(q_norm, k_norm)",  # not a field: the note that the layout always has them
     "head_dim",  # Qwen2, Qwen2-MoE, Phi-3, OLMo 2: modeling_<type>.py reads getattr(config, "head_dim", h // a)
     "max_window_layers",  # Qwen3-MoE: a field older checkpoints carry, read as Qwen3's
@@ -38,8 +38,17 @@ def _config(model_type):
 
 
 def _published(model_type):
-    """The first published config.json of this model type (validation/published_configs.py)."""
-    return next(c for c in PUBLISHED_CONFIGS.values() if c["model_type"] == model_type)
+    """The first published config.json of this model type (validation/published_configs.py), those whose blocks mix
+    two layouts (GLM-4.5) after the others."""
+    return next(c for c in (*PUBLISHED_CONFIGS.values(), *PUBLISHED_MIXED_LAYOUT_CONFIGS.values())
+                if c["model_type"] == model_type)
+
+
+def _readable(model_type):
+    """_published's config as memmath reads it: a config of two block layouts read with every block of its later
+    one (first_k_dense_replace 0: every block a mixture of experts), until a shape holds both."""
+    config = _published(model_type)
+    return dict(config, first_k_dense_replace=0) if config in PUBLISHED_MIXED_LAYOUT_CONFIGS.values() else config
 
 
 def test_every_module_in_the_folder_is_one_record_and_every_record_a_module():
@@ -84,7 +93,7 @@ def test_module_names_and_attention_follow_the_model_transformers_builds(torch, 
         assert record.final_norm_module in names
     assert record.sdpa == type(model)._supports_sdpa
     # Every module a LoRA adapter goes on exists in the model (peft matches names by suffix).
-    shape = mm.from_hf_config(_published(model_type))
+    shape = mm.from_hf_config(_readable(model_type))
     full = {name for name, _ in model.named_modules()} | {name for name, _ in model.named_parameters()}
     for adapter, _ in shape.lora_adapter_copies(mm.models.LORA_TARGETS):
         assert any(n.endswith(adapter.module) for n in full), adapter.module
@@ -125,7 +134,8 @@ def test_tp_plan_names_modules_of_the_model_transformers_builds(torch, transform
               for name, _ in _hf_model_on_meta(torch, transformers, config).named_modules()]
     for key, style in record.tp_plan.items():
         assert style in ("colwise", "rowwise"), key
-        # in some block (Llama 4 Maverick's dense MLP is in its even blocks only)
+        # in some block: a dense block's MLP and a MoE block's shared experts are in different blocks (GLM-4.5,
+        # Llama 4 Maverick)
         assert any(re.search(re.escape(key).replace(r"\*", r"\d+") + "$", n) for n in names), key
     theirs = getattr(type(model.config), "base_model_tp_plan", None) or {}
     for key, style in theirs.items():

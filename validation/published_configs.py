@@ -464,6 +464,39 @@ PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qw
                     "Qwen3-Next-80B-A3B-Instruct": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512,
                     "Qwen3-Next-80B-A3B-Thinking": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512}
 
+# ---- blocks of two layouts: dense MLPs in the first first_k_dense_replace blocks, mixtures of experts after ----------
+# memmath's reader takes first_k_dense_replace 0 or >= num_hidden_layers only (architectures/glm4_moe.py), so these
+# join PUBLISHED_CONFIGS once ModelShape lists a dense and a MoE block layout; tests/test_families_glm.py counts them
+# now as one shape of each layout. Typed in from the repositories' config.json as remembered (no hub access here):
+# every value agrees with the model cards' totals through transformers' own count (352.8B and 106.9B built, the
+# cards' 355B and 106B, whose checkpoints add one multi-token-prediction block each), and GLM-4.5-Air's widths with
+# Glm4MoeConfig's defaults (its docstring's "GLM-4-MOE-100B-A10B"). use_qk_norm (true for GLM-4.5, false for the
+# Air) and routed_scaling_factor (2.5 and 1.0) are the values to check first against the files.
+PUBLISHED_MIXED_LAYOUT_CONFIGS = {
+    "GLM-4.5": {  # zai-org/GLM-4.5 (355B total, 32B active: the model card)
+        "model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288, "num_hidden_layers": 92,
+        "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151552,
+        "attention_bias": True, "use_qk_norm": True, "partial_rotary_factor": 0.5, "moe_intermediate_size": 1536,
+        "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+        "n_group": 1, "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+        "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "hidden_act": "silu", "attention_dropout": 0.0,
+        "max_position_embeddings": 131072, "rope_theta": 1000000, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16",
+        "use_cache": True,
+    },
+    "GLM-4.5-Air": {  # zai-org/GLM-4.5-Air (106B total, 12B active: the model card)
+        "model_type": "glm4_moe", "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+        "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151552,
+        "attention_bias": True, "use_qk_norm": False, "partial_rotary_factor": 0.5, "moe_intermediate_size": 1408,
+        "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+        "n_group": 1, "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0,
+        "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "hidden_act": "silu", "attention_dropout": 0.0,
+        "max_position_embeddings": 131072, "rope_theta": 1000000, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16",
+        "use_cache": True,
+    },
+}
+PUBLISHED_MIXED_LAYOUT_TOTALS = {"GLM-4.5": 355e9, "GLM-4.5-Air": 106e9}  # the model cards, with the MTP block
+PUBLISHED_MIXED_LAYOUT_ACTIVE = {"GLM-4.5": 32e9, "GLM-4.5-Air": 12e9}  # the model cards (without the embedding)
+
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where
 # noted). Their sub-configs omit what equals transformers' defaults (a sub-config is saved as its difference from

@@ -4,12 +4,29 @@ points to the traced answer (memmath/traced.py), which steps the model itself un
 
 from __future__ import annotations
 
-TRACED = "memmath train CONFIG --traced gives PyTorch's traced answer"
-_BLOCK_SHAPES = ("memmath lists blocks of one shape (ModelShape's n_layers copies of one block's tensors); a record "
-                 "that lists each block's tensors would make it work")
+TRACED = "memmath train CONFIG --traced gives the traced answer, the model stepped by PyTorch under fake tensors"
+_BLOCK_SHAPES = ("memmath lists blocks of one shape (a ModelShape holds n_layers copies of the tensors of one block); "
+                 "a record that lists the tensors of each block would make it work")
 _MAMBA2 = "Mamba-2 layers are not modelled yet (their cache is: memmath.states.Mamba2)"
+# Gemma 4 and Gemma 3n's language models (modeling_gemma4.py, modeling_gemma3n.py)
+_PER_LAYER = ("per-layer input embeddings (embed_tokens_per_layer: vocab_size_per_layer_input rows of "
+              "num_hidden_layers x hidden_size_per_layer_input, gated into each block), the last num_kv_shared_layers "
+              "blocks reading the keys and values of an earlier block")
+_GEMMA4 = ("with " + _PER_LAYER + ", full-attention layers of another head size (global_head_dim) and, where "
+           "configured, keys equal to values (attention_k_eq_v), a mixture of experts beside the MLP "
+           "(enable_moe_block) and double-wide MLPs in the shared layers; a record with per-layer embeddings and "
+           "blocks of several layouts (their caches: memmath.states.NoCache for a shared layer) would make it work")
+_GEMMA3N = ("with " + _PER_LAYER + ", AltUp (altup_num_inputs predicted copies of the hidden state), a LAuReL "
+            "low-rank residual (laurel_rank) and activation sparsity; a record of those layers, with per-layer "
+            "embeddings (its cache: memmath.states.NoCache for a shared layer), would make it work")
+# Qwen 3.5 (modeling_qwen3_5.py, modeling_qwen3_5_moe.py): Qwen3-Next's hybrid layout
+_QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-attention blocks (config layer_types){}, "
+            "whose tensors differ; " + _BLOCK_SHAPES + " (its cache is: memmath.states.GatedDeltaNet and "
+            "FullAttention)")
+_MOE_MLP = ", the MLP of each a mixture of experts with a gated shared expert"
 
-# DeepSeek-V2/V3 (Kimi-K2 builds as DeepseekV3ForCausalLM) and GLM-4.5: dense MLPs in the first blocks, MoE after
+# DeepSeek-V2/V3 (Kimi-K2 builds as DeepseekV3ForCausalLM): dense MLPs in the first blocks, MoE after (glm4_moe.py
+# reads GLM-4.5's first_k_dense_replace 0 or >= num_hidden_layers and refuses the values between)
 _TWO_LAYOUTS = ("; memmath lists blocks of one layout, so config field 'first_k_dense_replace' has no exact count "
                 "until ModelShape holds a dense and a MoE block layout (its pieces are ready: architectures/_latent.py, "
                 "_moe.shared_experts_tensors)")
@@ -21,10 +38,69 @@ REFUSED_MODEL_TYPES = {
                    "first_k_dense_replace blocks" + _TWO_LAYOUTS,
     "kimi_k2": "Kimi-K2 builds as DeepseekV3ForCausalLM: multi-head latent attention and dense MLPs in its first "
                "first_k_dense_replace blocks" + _TWO_LAYOUTS,
-    "glm4_moe": "GLM-4.5: dense MLPs in its first first_k_dense_replace blocks" + _TWO_LAYOUTS,
     "granitemoehybrid": "Granite 4.0 hybrid: " + _MAMBA2 + ", beside attention blocks (config layer_types)",
     "falcon_h1": "Falcon-H1: " + _MAMBA2 + ", run in parallel with attention in every block",
     "nemotron_h": "Nemotron-H: " + _MAMBA2 + ", beside attention and MLP blocks (config layers_block_type)",
+    # ---- this year's releases (transformers 5.24 modeling_<type>.py), each with what memmath lacks ----------------
+    "gemma4": "Gemma 4 (Gemma4ForConditionalGeneration): a vision and an audio tower, and a language model " + _GEMMA4,
+    "gemma4_text": "The language model of Gemma 4 " + _GEMMA4,
+    "gemma3n": "Gemma 3n (Gemma3nForConditionalGeneration): a MobileNet vision and a conformer audio tower, and a "
+               "language model " + _GEMMA3N,
+    "gemma3n_text": "The language model of Gemma 3n " + _GEMMA3N,
+    "qwen3_5": "Qwen 3.5 (Qwen3_5ForConditionalGeneration): a vision tower, and a language model "
+               + _QWEN3_5.format(""),
+    "qwen3_5_text": "The language model of Qwen 3.5 " + _QWEN3_5.format(""),
+    "qwen3_5_moe": "Qwen 3.5 MoE (Qwen3_5MoeForConditionalGeneration): a vision tower, and a language model "
+                   + _QWEN3_5.format(_MOE_MLP),
+    "qwen3_5_moe_text": "The language model of Qwen 3.5 MoE " + _QWEN3_5.format(_MOE_MLP),
+    "llama4": "Llama 4: its vision model (Llama4VisionModel: an unfolding patch convolution, a pixel-shuffle adapter "
+              "MLP) is not modelled; its text_config alone reads as model_type llama4_text (the layout of Scout: every "
+              "block a mixture of experts); a record of the vision model would make the whole model work",
+    "deepseek_v32": "DeepSeek-V3.2: multi-head latent attention with DeepSeek Sparse Attention (a lightning indexer in "
+                    "every block, config index_n_heads, index_head_dim, index_topk: tensors and a key cache of its "
+                    "own) and dense MLPs in its first first_k_dense_replace blocks; a record of the indexer beside "
+                    "architectures/_latent.py, and a shape of two block layouts, would make it work",
+    "deepseek_v4": "DeepSeek-V4: hyper-connections (hc_mult residual streams mixed by Sinkhorn-normalized matrices) in "
+                   "place of one residual stream, compressed and sliding-window attention layers (config layer_types, "
+                   "compress_rates) with a lightning indexer, grouped low-rank output projections (o_groups, "
+                   "o_lora_rank) and sqrtsoftplus routing; memmath models blocks of one residual stream and one "
+                   "attention layout, so a record of these layers (and their caches in memmath.states) would make it "
+                   "work",
+    "minimax_m2": "MiniMax-M2: one layout (every block grouped-query attention with q/k RMSNorm over all heads and "
+                  "partial rotary, a mixture of experts with a sigmoid router and e_score_correction_bias), not "
+                  "recorded yet: a record composing the sigmoid router of architectures/glm4_moe.py with the routed "
+                  "experts (no shared expert) would make it work",
+    "kimi_linear": "Kimi Linear: Kimi Delta Attention (linear attention with a short convolution, fixed-size state) "
+                   "beside multi-head latent attention blocks (config layer_types), and dense MLPs beside mixtures of "
+                   "experts (mlp_layer_types); " + _BLOCK_SHAPES + " (and a KDA state in memmath.states)",
+    "lfm2": "LFM2: gated short-convolution blocks (Lfm2ShortConv, a conv_L_cache-wide state) beside grouped-query "
+            "attention blocks (config layer_types or full_attn_idxs), whose tensors and caches differ; "
+            + _BLOCK_SHAPES + " (and a convolution state in memmath.states)",
+    "lfm2_moe": "LFM2-MoE: the short-convolution blocks of LFM2 beside attention blocks (config layer_types), dense "
+                "MLPs in its first num_dense_layers blocks and mixtures of experts after; " + _BLOCK_SHAPES,
+    "ernie4_5_moe": "ERNIE 4.5 MoE: mixtures of experts with shared experts in the blocks from moe_layer_start_index "
+                    "every moe_layer_interval-th (to moe_layer_end_index), dense MLPs in the others, and a router "
+                    "correction bias stored as a parameter (moe_statics); " + _BLOCK_SHAPES,
+    "glm4_moe_lite": "GLM-4.7-Flash (Glm4MoeLiteForCausalLM): multi-head latent attention and dense MLPs in its first "
+                     "blocks (mlp_layer_types); a record of the latent attention of architectures/_latent.py with "
+                     "_moe.shared_experts_tensors, and a shape of two block layouts, would make it work",
+    "glm_moe_dsa": "GLM-5 (GlmMoeDsaForCausalLM): multi-head latent attention with the DeepSeek Sparse Attention "
+                   "lightning indexer (index_n_heads, index_head_dim, index_topk) and dense MLPs in its first "
+                   "first_k_dense_replace blocks; a record of the indexer and a shape of two block layouts would make "
+                   "it work",
+    "modernbert": "ModernBERT: an encoder whose layout is not that of BERT (the encoder record of memmath): one "
+                  "fused Wqkv and a GeGLU Wi, no biases, the first layer without an attention norm, global attention "
+                  "every global_attn_every_n_layers-th layer and a local_attention window in the others, its forward "
+                  "on unpadded tokens; a record of its tensors and its forward would make it work",
+    "t5": "T5: an encoder-decoder (an encoder stack, and a decoder stack with cross-attention over the output of the "
+          "encoder, each with a relative position bias), where memmath models decoder-only and encoder-only models; "
+          "a record of the two stacks and their cross-attention cache would make it work",
+    "t5gemma": "T5Gemma: an encoder-decoder of Gemma 2 blocks (the decoder with cross-attention over the output of the "
+               "encoder), where memmath models decoder-only and encoder-only models; a record of the two stacks "
+               "would make it work",
+    "jamba": "Jamba: Mamba (v1) layers beside attention layers (attn_layer_offset, attn_layer_period) and mixtures of "
+             "experts in every expert_layer_period-th block; " + _BLOCK_SHAPES + " (and a Mamba state in "
+             "memmath.states)",
 }
 
 
