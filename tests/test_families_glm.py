@@ -134,7 +134,6 @@ def test_an_absent_field_takes_the_config_class_default(transformers):
 
 
 @pytest.mark.parametrize("changes, field", [
-    (dict(first_k_dense_replace=1), "first_k_dense_replace"),
     (dict(n_group=3), "n_group"), (dict(n_group=4), "n_group"), (dict(n_group=2, topk_group=3), "topk_group"),
     (dict(partial_rotary_factor=1.5), "partial_rotary_factor"),
     (dict(output_router_logits=True), "output_router_logits"),
@@ -145,26 +144,20 @@ def test_what_it_cannot_model_is_refused_by_field(changes, field):
         mm.from_hf_config(dict(TINY, **changes))
 
 
-def test_two_layouts_are_refused_with_the_reason_and_what_would_make_it_work():
-    with pytest.raises(ValueError, match="'first_k_dense_replace' is 1 of 46 blocks.*one layout.*0 .*>= "
-                                         "num_hidden_layers.*--traced"):
-        mm.from_hf_config(PUBLISHED_MIXED_LAYOUT_CONFIGS["GLM-4.5-Air"])
-
-
 def test_glm4_moe_is_a_record_not_a_refusal():
     assert "glm4_moe" in ARCHITECTURES and "glm4_moe" not in REFUSED_MODEL_TYPES
 
 
-def test_the_command_line_refuses_two_layouts_in_one_line_with_exit_2(tmp_path, capsys):
+def test_the_command_line_counts_both_layouts(tmp_path, capsys):
     import json
 
     from memmath import cli
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(PUBLISHED_MIXED_LAYOUT_CONFIGS["GLM-4.5"]))
-    assert cli.main(["train", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert "first_k_dense_replace" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["train", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "352,797,814,784 parameters" in out and "Traceback" not in out
 
 
 # ---- 3. peft's adapters --------------------------------------------------------------------------------------------
@@ -438,3 +431,19 @@ def test_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers,
     model, weights = prefill_model(torch, transformers, fields, attention)
     measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
     assert predicted == measured
+
+
+# ---- 5. both layouts in one shape (ModelShape.block_layouts) -----------------------------------------------------
+@pytest.mark.live
+@pytest.mark.parametrize("name", sorted(PUBLISHED_MIXED_LAYOUT_CONFIGS))
+def test_the_published_configs_read_whole_are_transformers_builds(torch, transformers, name):
+    config = PUBLISHED_MIXED_LAYOUT_CONFIGS[name]
+    shape = mm.from_hf_config(config)
+    assert [(layout.n_experts > 0, len(blocks)) for layout, blocks in shape.layouts()] == [
+        (False, config["first_k_dense_replace"]), (True, config["num_hidden_layers"] - config["first_k_dense_replace"])]
+    assert shape.n_params == _total(config)  # the two one-layout shapes' sum
+    model = _build(torch, transformers, config)
+    assert shape.n_params == sum(p.numel() for p in model.parameters())
+    ours = sorted(tuple(t.shape) for _, t, copies in shape.tensor_copies(("embeddings", "layer", "final_norm", "head"))
+                  for _ in range(copies))
+    assert ours == sorted(tuple(p.shape) for p in model.parameters())

@@ -496,6 +496,12 @@ PUBLISHED_MIXED_LAYOUT_CONFIGS = {
 }
 PUBLISHED_MIXED_LAYOUT_TOTALS = {"GLM-4.5": 355e9, "GLM-4.5-Air": 106e9}  # the model cards, with the MTP block
 PUBLISHED_MIXED_LAYOUT_ACTIVE = {"GLM-4.5": 32e9, "GLM-4.5-Air": 12e9}  # the model cards (without the embedding)
+# Read whole (ModelShape.block_layouts: the dense first blocks beside the MoE blocks) like every other config; the
+# cards' active counts leave out the token embedding and the head (151,552 x h each), which active_params counts
+PUBLISHED_CONFIGS.update(PUBLISHED_MIXED_LAYOUT_CONFIGS)
+PUBLISHED_TOTALS.update(PUBLISHED_MIXED_LAYOUT_TOTALS)
+PUBLISHED_ACTIVE.update({name: active + 2 * 151552 * PUBLISHED_MIXED_LAYOUT_CONFIGS[name]["hidden_size"]
+                         for name, active in PUBLISHED_MIXED_LAYOUT_ACTIVE.items()})
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where

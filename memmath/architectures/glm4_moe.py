@@ -9,11 +9,10 @@
   (_moe.shared_experts_tensors);
 - dense SwiGLU MLPs of intermediate_size in the first first_k_dense_replace blocks (Glm4MoeDecoderLayer).
 
-One ModelShape holds blocks of one layout, and the MLP follows the shape's own fields: n_experts 0 is a dense block
-(gate, up, down at intermediate_size), n_experts > 0 a MoE block (n_experts, experts_per_tok,
-expert_intermediate_size = moe_intermediate_size, shared_expert_intermediate_size = n_shared_experts x
-moe_intermediate_size). A dense and a MoE block differ in those four fields only. The config reader reads
-first_k_dense_replace 0 (every block MoE) or >= num_hidden_layers (every block dense) and refuses the values between.
+The MLP follows the shape's own fields: n_experts 0 is a dense block (gate, up, down at intermediate_size),
+n_experts > 0 a MoE block (n_experts, experts_per_tok, expert_intermediate_size = moe_intermediate_size,
+shared_expert_intermediate_size = n_shared_experts x moe_intermediate_size). A dense and a MoE block differ in those
+four fields only: the first first_k_dense_replace blocks are a second block layout (ModelShape.block_layouts).
 
 Not modelled: the router weight's fp32 storage under a 16-bit load (_keep_in_fp32_modules_strict names gate.weight:
 memmath prices it in the weights' format, 2 B a value short per router value in bf16), and the multi-token-prediction
@@ -55,8 +54,7 @@ GLM_FIELDS = {
     "partial_rotary_factor": "rotated share of each head (default 0.5; saved activations, no parameters)",
     "rope_parameters": "partial_rotary_factor as the top-level field",
     "intermediate_size": "a dense block's MLP width",
-    "first_k_dense_replace": "blocks with a dense MLP before the MoE blocks: 0 or >= num_hidden_layers "
-                             "(blocks of one layout)",
+    "first_k_dense_replace": "blocks with a dense MLP before the MoE blocks (a second block layout)",
     **MOE, "n_routed_experts": "routed experts", "moe_intermediate_size": "one routed expert's width",
     "n_shared_experts": "the shared experts' width in moe_intermediate_size",
     "norm_topk_prob": "the top-k routing weights renormalized (saved activations)",
@@ -94,28 +92,14 @@ DENSE_BLOCK = {"n_experts": 0, "experts_per_tok": 0, "expert_intermediate_size":
                "shared_expert_intermediate_size": 0}
 
 
-def _layout(get, layers) -> bool:
-    """True when every block is a mixture of experts, False when every block is dense; the values of
-    first_k_dense_replace between mix two layouts, which one ModelShape does not list."""
-    dense = get("first_k_dense_replace", low=0)
-    if dense == 0:
-        return True
-    if dense >= layers:
-        return False
-    raise ValueError(f"config field 'first_k_dense_replace' is {dense} of {layers} blocks: GLM-4.5 keeps dense MLPs "
-                     "in its first first_k_dense_replace blocks and mixtures of experts after; memmath lists blocks "
-                     "of one layout, so it models first_k_dense_replace 0 (every block a mixture of experts) or >= "
-                     "num_hidden_layers (every block dense) until ModelShape holds a dense and a MoE block layout; "
-                     f"{TRACED_HINT}")
-
-
 def read_options(config, get):
     refuse_true(get, "output_router_logits")
     layers = get("num_hidden_layers")
     options = {"qkv_bias": get.flag("attention_bias", False), "attention_bias": False,
                "qk_norm": "head" if get.flag("use_qk_norm", False) else "",
                "rotary_dim": _rotary_dim(config, get), "norm_topk_prob": get.flag("norm_topk_prob", True)}
-    if not _layout(get, layers):
+    dense = get("first_k_dense_replace", low=0)  # Glm4MoeDecoderLayer: a dense MLP in the blocks before it
+    if dense >= layers:
         return options
     experts, groups, chosen = get("n_routed_experts"), get("n_group"), get("topk_group")
     if experts % groups or experts // groups < 2:
@@ -126,6 +110,8 @@ def read_options(config, get):
     width = get("moe_intermediate_size")
     options.update(n_experts=experts, experts_per_tok=get("num_experts_per_tok"), expert_intermediate_size=width,
                    shared_expert_intermediate_size=get("n_shared_experts") * width)
+    if dense:
+        options["block_layouts"] = ((tuple(range(dense)), tuple(DENSE_BLOCK.items())),)
     return options
 
 
