@@ -5,8 +5,8 @@ points to the traced answer (memmath/traced.py), which steps the model itself un
 from __future__ import annotations
 
 TRACED = "memmath train CONFIG --traced gives the traced answer, the model stepped by PyTorch under fake tensors"
-_BLOCK_SHAPES = ("memmath lists blocks of one shape (a ModelShape holds n_layers copies of the tensors of one block); "
-                 "a record that lists the tensors of each block would make it work")
+_BLOCK_SHAPES = ("memmath has no record of these blocks yet; a record that names each block layout and its tensors "
+                 "(ModelShape.block_layouts, as architectures/qwen3_next.py does) would make it work")
 _MAMBA2 = "Mamba-2 layers are not modelled yet (their cache is: memmath.states.Mamba2)"
 # Gemma 4 and Gemma 3n's language models (modeling_gemma4.py, modeling_gemma3n.py)
 _PER_LAYER = ("per-layer input embeddings (embed_tokens_per_layer: vocab_size_per_layer_input rows of "
@@ -21,15 +21,16 @@ _GEMMA3N = ("with " + _PER_LAYER + ", AltUp (altup_num_inputs predicted copies o
             "embeddings (its cache: memmath.states.NoCache for a shared layer), would make it work")
 # Qwen 3.5 (modeling_qwen3_5.py, modeling_qwen3_5_moe.py): Qwen3-Next's hybrid layout
 _QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-attention blocks (config layer_types){}, "
-            "whose tensors differ; " + _BLOCK_SHAPES + " (its cache is: memmath.states.GatedDeltaNet and "
+            "whose linear attention splits its input projection in four (in_proj_qkv, in_proj_z, in_proj_b, "
+            "in_proj_a); a record of that split beside architectures/qwen3_next.py (which records the two "
+            "projections of Qwen3-Next, in_proj_qkvz and in_proj_ba) would make it work (its cache is: memmath.states.GatedDeltaNet and "
             "FullAttention)")
 _MOE_MLP = ", the MLP of each a mixture of experts with a gated shared expert"
 
-# DeepSeek-V2/V3 (Kimi-K2 builds as DeepseekV3ForCausalLM): dense MLPs in the first blocks, MoE after (glm4_moe.py
-# reads GLM-4.5's first_k_dense_replace 0 or >= num_hidden_layers and refuses the values between)
-_TWO_LAYOUTS = ("; memmath lists blocks of one layout, so config field 'first_k_dense_replace' has no exact count "
-                "until ModelShape holds a dense and a MoE block layout (its pieces are ready: architectures/_latent.py, "
-                "_moe.shared_experts_tensors)")
+# DeepSeek-V2/V3 (Kimi-K2 builds as DeepseekV3ForCausalLM): dense MLPs in the first blocks, MoE after
+_TWO_LAYOUTS = ("; its multi-head latent attention has no record yet: a record composing architectures/_latent.py "
+                "with the MoE block of _moe.shared_experts_tensors and the dense first blocks as a second block "
+                "layout (ModelShape.block_layouts) would make it work")
 
 REFUSED_MODEL_TYPES = {
     "deepseek_v2": "DeepSeek-V2: multi-head latent attention and dense MLPs in its first first_k_dense_replace blocks"
