@@ -118,6 +118,8 @@ class ModelShape:
     # a pre-quantized checkpoint's storage (checkpoints.StoredFormat, from its config's quantization_config); None:
     # the weights are stored in 16 bits
     stored_format: object = None
+    # multi-head latent attention's widths (architectures/_latent.LatentDims: DeepSeek-V2/V3); None: q, k, v heads
+    latent: object = None
 
     # ---- counts -----------------------------------------------------------------------------
     @property

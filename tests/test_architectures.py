@@ -13,7 +13,7 @@ import pytest
 import memmath as mm
 from memmath.architectures import ARCHITECTURES, architecture
 from tests.test_models import _hf_model_on_meta
-from validation.published_configs import PUBLISHED_CONFIGS
+from validation.published_configs import LAYERED_CONFIGS, ONE_LAYOUT_CONFIGS, PUBLISHED_CONFIGS
 
 FOLDER = Path(mm.__file__).parent / "architectures"
 
@@ -36,8 +36,9 @@ def _config(model_type):
 
 
 def _published(model_type):
-    """The first published config.json of this model type (validation/published_configs.py)."""
-    return next(c for c in PUBLISHED_CONFIGS.values() if c["model_type"] == model_type)
+    """The first published config.json of this model type (validation/published_configs.py; DeepSeek's with every
+    block a mixture of experts, the one layout memmath reads of them)."""
+    return next(c for c in (PUBLISHED_CONFIGS | ONE_LAYOUT_CONFIGS).values() if c["model_type"] == model_type)
 
 
 def test_every_module_in_the_folder_is_one_record_and_every_record_a_module():
@@ -117,6 +118,8 @@ def test_tp_plan_names_modules_of_the_model_transformers_builds(torch, transform
     record = ARCHITECTURES[model_type]
     model = _hf_model_on_meta(torch, transformers, _published(model_type))
     names = [name for name, _ in model.named_modules()]
+    for layered in (c for c in LAYERED_CONFIGS.values() if c["model_type"] == model_type):  # dense and MoE blocks
+        names += [name for name, _ in _hf_model_on_meta(torch, transformers, layered).named_modules()]
     for key, style in record.tp_plan.items():
         assert style in ("colwise", "rowwise"), key
         assert any(n.endswith(key.replace("*", "0")) for n in names), key

@@ -9,18 +9,12 @@ _BLOCK_SHAPES = ("memmath lists blocks of one shape (ModelShape's n_layers copie
                  "that lists each block's tensors would make it work")
 _MAMBA2 = "Mamba-2 layers are not modelled yet (their cache is: memmath.states.Mamba2)"
 
-# DeepSeek-V2/V3 (Kimi-K2 builds as DeepseekV3ForCausalLM) and GLM-4.5: dense MLPs in the first blocks, MoE after
+# GLM-4.5: dense MLPs in the first blocks, MoE after (DeepSeek-V2/V3 read one layout and refuse a mix alike)
 _TWO_LAYOUTS = ("; memmath lists blocks of one layout, so config field 'first_k_dense_replace' has no exact count "
                 "until ModelShape holds a dense and a MoE block layout (its pieces are ready: architectures/_latent.py, "
                 "_moe.shared_experts_tensors)")
 
 REFUSED_MODEL_TYPES = {
-    "deepseek_v2": "DeepSeek-V2: multi-head latent attention and dense MLPs in its first first_k_dense_replace blocks"
-                   + _TWO_LAYOUTS,
-    "deepseek_v3": "DeepSeek-V3 (and R1): multi-head latent attention and dense MLPs in its first "
-                   "first_k_dense_replace blocks" + _TWO_LAYOUTS,
-    "kimi_k2": "Kimi-K2 builds as DeepseekV3ForCausalLM: multi-head latent attention and dense MLPs in its first "
-               "first_k_dense_replace blocks" + _TWO_LAYOUTS,
     "glm4_moe": "GLM-4.5: dense MLPs in its first first_k_dense_replace blocks" + _TWO_LAYOUTS,
     "qwen3_next": "Qwen3-Next interleaves gated DeltaNet linear-attention blocks with gated full-attention blocks "
                   "(config layer_types, every full_attention_interval-th block full), whose tensors differ; "

@@ -1,0 +1,182 @@
+"""What DeepSeek-V2 and DeepSeek-V3 share (transformers 5.24 modeling_deepseek_v2.py, modeling_deepseek_v3.py; Kimi-K2
+builds as DeepseekV3ForCausalLM): multi-head latent attention (_latent.py) in every block, then a dense SwiGLU MLP
+(DeepseekV3MLP at intermediate_size) in the first first_k_dense_replace blocks and a mixture of experts after it
+(DeepseekV3MoE: routed experts as two 3-D Parameters, the router's E x h Parameter, and the shared experts as one
+SwiGLU MLP of n_shared_experts x moe_intermediate_size).
+
+A ModelShape lists blocks of one layout, and these functions choose the MLP by the shape's own fields: n_experts 0 is
+the dense block, n_experts > 0 the mixture of experts. A dense block and a MoE block of one config differ in exactly
+BLOCK_FIELDS (LAYOUT_FIELDS gives both sets); read_options reads a config whose blocks are all of one layout
+(first_k_dense_replace 0, or at least num_hidden_layers) and refuses the others by name.
+
+peft 0.21 (measured on the meta device, tests/test_families_deepseek.py): peft converts deepseek_v2 and deepseek_v3
+(utils/transformers_weight_conversion.py): "all-linear" adapts the latent attention's linears, the router's weight
+and the routed experts (target_parameters gate.weight, gate_up_proj at rank 2r, down_proj), and leaves the dense
+MLP and the shared experts; the names gate_proj, up_proj and down_proj are converted onto the routed experts, so
+no name reaches the dense MLP or the shared experts. memmath's "q" is the query path (q_proj, or q_a_proj and
+q_b_proj), "k" and "v" the shared key/value path (kv_a_proj_with_mqa and kv_b_proj, adapted once as GPT-2's c_attn
+is): the modules peft adapts when target_modules names them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import validate
+from . import _decoder, _latent
+from ._parts import ParamTensor, linear, norm
+from .record import MOE, Architecture, decoder_fields, refuse_true
+
+# The config fields both config classes read (DeepseekV2Config, DeepseekV3Config), and what memmath does with them.
+FIELDS = {**_latent.LATENT_FIELDS, **MOE, "attention_bias": "biases on q_a_proj, kv_a_proj_with_mqa and o_proj",
+          "n_routed_experts": "routed experts per MoE block",
+          "n_shared_experts": "the shared experts (one SwiGLU MLP n_shared_experts x moe_intermediate_size wide)",
+          "moe_intermediate_size": "one routed expert's width",
+          "intermediate_size": "the dense blocks' MLP width",
+          "first_k_dense_replace": "dense MLPs in the first k blocks, MoE after: 0 (every block MoE) or at least "
+                                   "num_hidden_layers (every block dense) is read; a mix is refused (one layout)",
+          "n_group": "expert groups of the router (saved activations only)",
+          "topk_group": "groups a token's experts come from (saved activations only)",
+          "norm_topk_prob": "renormalized top-k routing weights (saved activations only)",
+          "routed_scaling_factor": "multiplies the routing weights: no memory"}
+
+# The ModelShape fields in which a dense block (DeepseekV3MLP) and a MoE block (DeepseekV3MoE) of one config differ;
+# every other field is the same for both.
+BLOCK_FIELDS = ("n_experts", "experts_per_tok", "expert_intermediate_size", "shared_expert_intermediate_size",
+                "norm_topk_prob")
+
+# The MoE blocks' parts as transformers' base_model_tp_plan names them (configuration_deepseek_v3.py,
+# configuration_deepseek_v2.py), the dense blocks' MLP after; the routed experts split by ep and their widths by tp
+# (memmath/parallel.py)
+MLP_TP_PLAN = {"layers.*.mlp.shared_experts.gate_proj": "colwise", "layers.*.mlp.shared_experts.up_proj": "colwise",
+               "layers.*.mlp.shared_experts.down_proj": "rowwise", "layers.*.mlp.gate_proj": "colwise",
+               "layers.*.mlp.up_proj": "colwise", "layers.*.mlp.down_proj": "rowwise"}
+
+# A block's adapted modules in parameters() order (peft 0.21: the attention's linears, then the routed experts'
+# gate_up_proj and down_proj wrappers, then the router's weight).
+LORA_ORDER = ("q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "experts.gate_up_proj",
+              "experts.down_proj", "gate.weight")
+_CONVERTED = ("peft 0.21 converts the names gate_proj, up_proj and down_proj onto the routed experts of deepseek "
+              "models (target 'experts'), so they adapt neither a dense block's MLP nor the shared experts")
+
+
+@dataclass(frozen=True)
+class LatentArchitecture(Architecture):
+    """A record whose attention is multi-head latent attention: its adapted modules in their own parameters() order
+    (lora_order lists the whole block's, not what follows q, k, v and o)."""
+
+    def adapter_order(self, shape) -> tuple:
+        return self.lora_order
+
+
+def fields(extra=None) -> dict:
+    """The common decoder fields (head_dim left out: both config classes set head_dim = qk_rope_head_dim) and
+    DeepSeek's."""
+    return decoder_fields({**FIELDS, **(extra or {})}, drop=("head_dim",))
+
+
+def read_options(config, get, *, renormalizes: bool) -> dict:
+    """The ModelShape fields of a DeepSeek config whose blocks are all of one layout (`get` holds the record's
+    defaults, its config class's); renormalizes: the router reads norm_topk_prob (DeepseekV3TopkRouter; V2's does
+    not)."""
+    refuse_true(get, "output_router_logits")
+    layers = get("num_hidden_layers")
+    heads = get("num_attention_heads")
+    kv = get("num_key_value_heads", heads)
+    if kv != heads:
+        raise ValueError(f"config field 'num_key_value_heads' is {kv}; multi-head latent attention expands the "
+                         f"compressed key/value to every query head, so transformers' attention runs only with "
+                         f"num_key_value_heads = num_attention_heads ({heads})")
+    dims = _latent.read_dims(config, get, get.defaults)
+    dense = get("first_k_dense_replace", low=0)
+    options = {"latent": dims, "head_dim": dims.qk_rope_head_dim, "n_kv_heads": heads}
+    if 0 < dense < layers:
+        raise ValueError(f"config field 'first_k_dense_replace' is {dense} of {layers} blocks: dense MLPs in the "
+                         f"first {dense}, a mixture of experts after. memmath lists blocks of one layout, so it has "
+                         "no exact count until ModelShape holds a dense and a MoE block layout; it reads 0 (every "
+                         "block MoE) or at least num_hidden_layers (every block dense)")
+    if dense >= layers:  # DeepseekV3DecoderLayer: a DeepseekV3MLP in every block
+        return options
+    width = get("moe_intermediate_size")
+    # n_shared_experts 0 builds shared experts of width 0 (zero-size tensors, no parameters)
+    options.update(n_experts=get("n_routed_experts"), experts_per_tok=get("num_experts_per_tok"),
+                   expert_intermediate_size=width, shared_expert_intermediate_size=get("n_shared_experts", low=0) * width,
+                   norm_topk_prob=renormalizes and get.flag("norm_topk_prob", False))
+    return options
+
+
+def layout_fields(shape) -> tuple[dict, dict]:
+    """(a dense block's, a MoE block's) values of BLOCK_FIELDS for a MoE `shape`: the dense block runs
+    DeepseekV3MLP at the shape's intermediate_size with no experts."""
+    moe = {key: getattr(shape, key) for key in BLOCK_FIELDS}
+    dense = dict(n_experts=0, experts_per_tok=0, expert_intermediate_size=None, shared_expert_intermediate_size=0,
+                 norm_topk_prob=False)
+    return dense, moe
+
+
+# ---- tensors ---------------------------------------------------------------------------------------------------
+def latent_dims(m) -> _latent.LatentDims:
+    """The shape's latent widths, refused by name where it has none."""
+    if m.latent is None:
+        raise validate.FieldError("latent", f"a {m.arch} model needs latent, the widths of its multi-head latent "
+                                  "attention (architectures._latent.LatentDims, which from_hf_config reads)")
+    if not isinstance(m.latent, _latent.LatentDims):
+        raise validate.FieldTypeError("latent", f"a {m.arch} model needs latent, the widths of its multi-head latent "
+                                      "attention (architectures._latent.LatentDims, read by from_hf_config); got "
+                                      f"{validate.describe(m.latent)}")
+    return m.latent
+
+
+def moe_tensors(m) -> list:
+    """DeepseekV3MoE / DeepseekV2Moe in parameters() order: experts (E x 2I x h, E x h x I), the router's E x h
+    Parameter (DeepseekV3TopkRouter.weight), the shared experts' SwiGLU (biased where DeepSeek-V2's mlp_bias)."""
+    h, e, ei, si, mb = (m.hidden_size, m.n_experts, m.expert_intermediate_size, m.shared_expert_intermediate_size,
+                        m.mlp_bias)
+    return ([ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, 2 * ei, h)),
+             ParamTensor("mlp.experts.down_proj", "mlp", (e, h, ei)),
+             ParamTensor("mlp.gate.weight", "mlp", (e, h))]
+            + linear("mlp.shared_experts.gate_proj", "mlp", h, si, mb)
+            + linear("mlp.shared_experts.up_proj", "mlp", h, si, mb)
+            + linear("mlp.shared_experts.down_proj", "mlp", si, h, mb))
+
+
+def tensors(m, group: str) -> list:
+    """A DeepSeek model's tensors: the rotary decoder's outside the blocks; a block is the latent attention, the MLP
+    its shape names (the dense SwiGLU where n_experts is 0, else the MoE) and its two RMSNorms, in parameters()
+    order (DeepseekV3DecoderLayer)."""
+    if group != "layer":
+        return _decoder.tensors(m, group)
+    h = m.hidden_size
+    attention = _latent.attention_tensors(h, m.n_heads, latent_dims(m), m.attention_bias)
+    mlp = moe_tensors(m) if m.n_experts else _decoder.mlp_tensors(m)
+    return attention + mlp + norm("input_layernorm", h, False) + norm("post_attention_layernorm", h, False)
+
+
+def lora_table(m) -> dict:
+    """peft's names in a DeepSeek block (module docstring): the query path, the shared key/value path, o_proj; in a
+    MoE block the router's weight and the routed experts as _moe.lora_table has them."""
+    h, a, dims = m.hidden_size, m.n_heads, latent_dims(m)
+    if dims.q_lora_rank is None:
+        query = ("q_proj", h, a * dims.qk_head_dim)
+    else:
+        query = [("q_a_proj", h, dims.q_lora_rank), ("q_b_proj", dims.q_lora_rank, a * dims.qk_head_dim)]
+    key_value = [("kv_a_proj_with_mqa", h, dims.cached_per_token),
+                 ("kv_b_proj", dims.kv_lora_rank, a * (dims.qk_nope_head_dim + dims.v_head_dim))]
+    table = {"q": query, "k": key_value, "v": key_value, "o": ("o_proj", a * dims.v_head_dim, h),
+             "gate": _CONVERTED, "up": _CONVERTED, "down": _CONVERTED,
+             "shared_gate": "its shared experts have no gate"}
+    if not m.n_experts:
+        table.update(router="a dense block has no router", experts="a dense block has no routed experts")
+        return table
+    e, ei = m.n_experts, m.expert_intermediate_size
+    table.update(router=("gate.weight", h, e),
+                 experts=[("experts.gate_up_proj", h, 2 * ei, 2 * e), ("experts.down_proj", ei, h, e)])
+    return table
+
+
+# ---- serving ---------------------------------------------------------------------------------------------------
+def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
+    """The latent cache (_latent.cache_values): (kv_lora_rank + qk_rope_head_dim) values a token a layer, every layer
+    attending to the whole context."""
+    return _latent.cache_values(latent_dims(shape), layers=shape.n_layers, context_len=context_len,
+                                batch_size=batch_size)
