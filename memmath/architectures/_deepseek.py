@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from .. import validate
 from . import _decoder, _latent
 from ._parts import ParamTensor, linear, norm
+from ._refused import TRACED
 from .record import MOE, Architecture, decoder_fields, refuse_true
 
 # The config fields both config classes read (DeepseekV2Config, DeepseekV3Config), and what memmath does with them.
@@ -94,7 +95,7 @@ def read_options(config, get, *, renormalizes: bool) -> dict:
         raise ValueError(f"config field 'first_k_dense_replace' is {dense} of {layers} blocks: dense MLPs in the "
                          f"first {dense}, a mixture of experts after. memmath lists blocks of one layout, so it has "
                          "no exact count until ModelShape holds a dense and a MoE block layout; it reads 0 (every "
-                         "block MoE) or at least num_hidden_layers (every block dense)")
+                         f"block MoE) or at least num_hidden_layers (every block dense); {TRACED}")
     if dense >= layers:  # DeepseekV3DecoderLayer: a DeepseekV3MLP in every block
         return options
     width = get("moe_intermediate_size")
