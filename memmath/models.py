@@ -120,6 +120,7 @@ class ModelShape:
     stored_format: object = None
     # multi-head latent attention's widths (architectures/_latent.LatentDims: DeepSeek-V2/V3); None: q, k, v heads
     latent: object = None
+    router_groups: tuple | None = None  # DeepSeek's group-limited router: (n_group, topk_group); None: plain top-k
 
     # ---- counts -----------------------------------------------------------------------------
     @property

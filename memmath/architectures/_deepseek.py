@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import validate
-from . import _decoder, _latent
+from . import _decoder, _latent, _moe
 from ._parts import ParamTensor, linear, norm
 from ._refused import TRACED
 from .record import MOE, Architecture, decoder_fields, refuse_true
@@ -44,7 +44,7 @@ FIELDS = {**_latent.LATENT_FIELDS, **MOE, "attention_bias": "biases on q_a_proj,
 # The ModelShape fields in which a dense block (DeepseekV3MLP) and a MoE block (DeepseekV3MoE) of one config differ;
 # every other field is the same for both.
 BLOCK_FIELDS = ("n_experts", "experts_per_tok", "expert_intermediate_size", "shared_expert_intermediate_size",
-                "norm_topk_prob")
+                "norm_topk_prob", "router_groups")
 
 # The MoE blocks' parts as transformers' base_model_tp_plan names them (configuration_deepseek_v3.py,
 # configuration_deepseek_v2.py), the dense blocks' MLP after; the routed experts split by ep and their widths by tp
@@ -76,10 +76,23 @@ def fields(extra=None) -> dict:
     return decoder_fields({**FIELDS, **(extra or {})}, drop=("head_dim",))
 
 
-def read_options(config, get, *, renormalizes: bool) -> dict:
+def read_groups(get, experts: int, *, sigmoid: bool) -> tuple:
+    """(n_group, topk_group) of a group-limited router, checked as its forward pass needs them: the experts split
+    evenly into n_group groups (V3's top-2 within a group: at least two each), topk_group of them chosen."""
+    n_group, topk_group = get("n_group"), get("topk_group")
+    if experts % n_group or (sigmoid and experts // n_group < 2):
+        raise ValueError(f"config field 'n_group' is {n_group}; the router splits the {experts} routed experts into "
+                         f"n_group equal groups{' of at least two' if sigmoid else ''}")
+    if topk_group > n_group:
+        raise ValueError(f"config field 'topk_group' is {topk_group}; the router picks at most n_group ({n_group}) "
+                         "groups")
+    return n_group, topk_group
+
+
+def read_options(config, get, *, sigmoid: bool) -> dict:
     """The ModelShape fields of a DeepSeek config whose blocks are all of one layout (`get` holds the record's
-    defaults, its config class's); renormalizes: the router reads norm_topk_prob (DeepseekV3TopkRouter; V2's does
-    not)."""
+    defaults, its config class's); sigmoid: DeepSeek-V3's router, always group-limited and renormalizing where
+    norm_topk_prob (DeepSeek-V2's reads neither: deepseek_v2.read_options adds its groups)."""
     refuse_true(get, "output_router_logits")
     layers = get("num_hidden_layers")
     heads = get("num_attention_heads")
@@ -98,11 +111,12 @@ def read_options(config, get, *, renormalizes: bool) -> dict:
                          f"block MoE) or at least num_hidden_layers (every block dense); {TRACED}")
     if dense >= layers:  # DeepseekV3DecoderLayer: a DeepseekV3MLP in every block
         return options
-    width = get("moe_intermediate_size")
+    width, experts = get("moe_intermediate_size"), get("n_routed_experts")
     # n_shared_experts 0 builds shared experts of width 0 (zero-size tensors, no parameters)
-    options.update(n_experts=get("n_routed_experts"), experts_per_tok=get("num_experts_per_tok"),
-                   expert_intermediate_size=width, shared_expert_intermediate_size=get("n_shared_experts", low=0) * width,
-                   norm_topk_prob=renormalizes and get.flag("norm_topk_prob", False))
+    options.update(n_experts=experts, experts_per_tok=get("num_experts_per_tok"), expert_intermediate_size=width,
+                   shared_expert_intermediate_size=get("n_shared_experts", low=0) * width,
+                   norm_topk_prob=sigmoid and get.flag("norm_topk_prob", False),
+                   router_groups=read_groups(get, experts, sigmoid=True) if sigmoid else None)
     return options
 
 
@@ -111,7 +125,7 @@ def layout_fields(shape) -> tuple[dict, dict]:
     DeepseekV3MLP at the shape's intermediate_size with no experts."""
     moe = {key: getattr(shape, key) for key in BLOCK_FIELDS}
     dense = dict(n_experts=0, experts_per_tok=0, expert_intermediate_size=None, shared_expert_intermediate_size=0,
-                 norm_topk_prob=False)
+                 norm_topk_prob=False, router_groups=None)
     return dense, moe
 
 
@@ -181,3 +195,130 @@ def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
     attending to the whole context."""
     return _latent.cache_values(latent_dims(shape), layers=shape.n_layers, context_len=context_len,
                                 batch_size=batch_size)
+
+
+# ---- the forward pass ------------------------------------------------------------------------------------------
+def rotary_tables(tr, q_rot, k_rot, p):
+    """DeepSeek-V3's apply_rotary_pos_emb(_interleave): products with the cos and sin tables (kept, shared by every
+    block; (1, s, qk_rope_head_dim) in the model's dtype) and a concatenation, for q's and k's rotary parts."""
+    return tr.rotary(q_rot, p.tables), tr.rotary(k_rot, p.tables)
+
+
+def rotary_complex(tr, q_rot, k_rot, p):
+    """DeepSeek-V2's apply_rotary_emb: x.float() reshaped into pairs (a copy of the strided query view; the key's
+    view stays a view in fp32), times freqs_cis (complex64, (1, s, qk_rope_head_dim / 2), computed once a forward
+    pass and kept by the product), back to real and to x's dtype."""
+    e = tr.e
+    freqs = tr.__dict__.get("deepseek_freqs_cis")
+    if freqs is None:  # one table for every block, beside the rotary cos and sin hf_activations makes
+        freqs = tr.new(tr.s * (k_rot.numel // tr.t) // 2, 8, shared=True)
+        tr.deepseek_freqs_cis = freqs
+    out = []
+    for x, strided in ((q_rot, True), (k_rot, False)):
+        pairs = x
+        if e != 4 or strided:
+            pairs = tr.new(x.numel, 4, x.grad)  # .float() / reshape's copy
+            tr.use(x)
+        if x.grad:
+            tr.save(freqs, "rotary freqs_cis (complex64)")
+        rotated = tr.new(x.numel // 2, 8, x.grad)  # complex product
+        tr.use(pairs, freqs)
+        if e != 4:
+            rotated = tr.tmp(x.numel, e, rotated)  # type_as(x)
+            rotated.grad = x.grad
+        out.append(rotated)
+    return tuple(out)
+
+
+def router(tr, shape, x, trainable: bool, lora, *, sigmoid: bool):
+    """The top-k router on the normed input x (DeepseekV3TopkRouter, DeepseekV2TopkRouter): returns the t x k
+    routing weights (fp32) and whether they need a gradient.
+
+    F.linear(x.float(), weight.float()) keeps the fp32 input when the weight trains (a copy of a 16-bit x; the
+    weight is an fp32 Parameter). DeepSeek-V3 (sigmoid): the sigmoid output (kept), plus e_score_correction_bias;
+    the group scores from a top-2 within each of n_group groups (its int64 indices kept), the top topk_group groups
+    (indices kept), a boolean mask of the other experts' scores (kept by masked_fill), the top-k (indices kept);
+    the chosen sigmoid scores gathered, renormalized in place where norm_topk_prob (the sum + 1e-20 and the weights
+    before the division kept), times routed_scaling_factor. DeepSeek-V2 (softmax): the fp32 softmax output (kept),
+    with group_limited_greedy the max within each group (its indices kept), the top groups and the mask as V3's,
+    the top-k (indices kept), times routed_scaling_factor."""
+    t, n_exp, top, h = tr.t, shape.n_experts, shape.experts_per_tok, shape.hidden_size
+    x32 = x if tr.e == 4 else tr.tmp(t * h, 4, x)
+    x32.grad = x.grad
+    router_lora = lora("gate.weight")
+    if trainable or router_lora is not None:
+        tr.save(x32, "router input (fp32)")
+    logits = tr.new(t * n_exp, 4, x.grad or trainable or router_lora is not None)
+    tr.use(x32)
+    grad = logits.grad
+    scores = tr.new(t * n_exp, 4, grad)  # sigmoid / softmax(dtype=float32)
+    tr.use(logits)
+    if grad:
+        tr.save(scores, "router " + ("sigmoid" if sigmoid else "softmax") + " output (fp32)")
+    choice = scores
+    if sigmoid:  # + e_score_correction_bias
+        choice = tr.new(t * n_exp, 4, grad)
+        tr.use(scores)
+    groups = shape.router_groups
+    if groups is not None:
+        # the group scores and the top groups only build a mask: the nodes that keep their indices die when the
+        # router returns, and with them what they kept (V3's mask of the other experts too: only top-k's indices
+        # leave its masked scores)
+        n_group, topk_group = groups
+        per_group = 2 if sigmoid else 1  # V3: topk(2).sum(); V2: max()
+        group_scores = tr.tmp(t * n_group, 4, tr.tmp(t * n_group * per_group, 8, choice), choice)
+        group_mask = tr.tmp(t * n_group, 4, tr.tmp(t * topk_group, 8, group_scores))  # zeros_like, scatter_
+        expanded = tr.tmp(t * n_exp, 4, group_mask)  # expand(...).reshape(...)
+        mask = tr.new(t * n_exp, 1)  # ~score_mask.bool()
+        tr.use(tr.tmp(t * n_exp, 1, expanded))
+        if grad and not sigmoid:  # V2: topk's values are the routing weights, so masked_fill's node lives
+            tr.save(mask, "router masked experts (bool)")
+        choice = tr.new(t * n_exp, 4, grad)  # masked_fill
+        tr.use(choice, mask)
+    values = tr.new(t * top, 4, grad)
+    top_indices = tr.new(t * top, 8)
+    tr.use(choice)
+    if grad:
+        tr.save(top_indices, "router top-k indices (int64)")
+    if sigmoid:  # scores.gather(1, topk_indices): keeps the indices (kept already)
+        values = tr.new(t * top, 4, grad)
+        tr.use(scores, top_indices)
+        if shape.norm_topk_prob:  # topk_weights /= topk_weights.sum(-1, keepdim=True) + 1e-20, in place
+            total = tr.tmp(t, 4, values)
+            denominator = tr.new(t, 4, grad)
+            tr.use(total)
+            before = tr.new(t * top, 4)  # autograd's copy of the divided tensor before the in-place division
+            tr.use(values)
+            if grad:
+                tr.save(denominator, "router top-k sum + 1e-20 (fp32)")
+                tr.save(before, "router top-k weights before the in-place division (fp32)")
+    weights = tr.new(t * top, 4, grad)  # * routed_scaling_factor
+    tr.use(values)
+    return weights, grad
+
+
+def moe(tr, shape, x, trainable: bool, p, *, sigmoid: bool):
+    """DeepseekV3MoE / DeepseekV2Moe on the normed input x: the router, the routed experts (_moe.routed_experts,
+    their fp32 routing weights making the weighted rows fp32, cast back after the sum), then the shared experts (a
+    SwiGLU MLP on x, never adapted by peft's names) added."""
+    weights, grad = router(tr, shape, x, trainable, p.lora_of, sigmoid=sigmoid)
+    routed = _moe.routed_experts(tr, shape, x, weights, trainable, p.lora_of, weight_elem=4, grad=grad)
+    t, h, si = tr.t, shape.hidden_size, shape.shared_expert_intermediate_size
+    gate = tr.linear(x, t * si, trainable, None, "shared_experts.gate_proj")
+    up = tr.linear(x, t * si, trainable, None, "shared_experts.up_proj")
+    prod = tr.silu_times(gate, up, "shared experts SwiGLU")
+    shared = tr.linear(prod, t * h, trainable, None, "shared_experts.down_proj")
+    return tr.add(routed, shared)
+
+
+def block(tr, shape, x, trainable: bool, p, *, rotary, sigmoid: bool):
+    """DeepseekV3DecoderLayer / DeepseekV2DecoderLayer: RMSNorm, latent attention (_latent.trace), residual add,
+    RMSNorm, the MLP the shape names (DeepseekV3MLP where n_experts is 0, else the MoE), residual add."""
+    attn = _latent.trace(tr, shape, tr.rms_norm(x, trainable, "input_layernorm"), trainable, p, rotary=rotary)
+    r1 = tr.add(x, attn)
+    normed = tr.rms_norm(r1, trainable, "post_attention_layernorm")
+    if shape.n_experts:
+        mlp = moe(tr, shape, normed, trainable, p, sigmoid=sigmoid)
+    else:
+        mlp = _decoder.mlp(tr, shape, normed, trainable, p)
+    return tr.add(r1, mlp)

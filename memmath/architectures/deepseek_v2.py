@@ -4,9 +4,12 @@ a router that scores experts by a softmax and picks the top-k greedily or within
 groups (topk_method), and no e_score_correction_bias. hidden_size must be a multiple of num_attention_heads
 (DeepseekV2Config.validate_architecture).
 
-Exact: the tensors, peft 0.21's adapters, the latent cache and the tensor-parallel plan; not modelled yet: the saved
-activations (activations='textbook'), the prefill's working set (the plain estimate), and the router weight kept in
-fp32 under a 16-bit load (_keep_in_fp32_modules_strict: gate.weight)."""
+Exact: the tensors, peft 0.21's adapters, the latent cache, the tensor-parallel plan and the forward pass (its
+rotary product in complex64, _deepseek.rotary_complex; measured on the CPU as DeepSeek-V3's); not modelled yet: the
+prefill's working set (the plain estimate), and the router weight kept in fp32 under a 16-bit load
+(_keep_in_fp32_modules_strict: gate.weight)."""
+
+from functools import partial
 
 from .. import validate
 from . import _deepseek
@@ -21,11 +24,13 @@ TOPK_METHODS = ("greedy", "group_limited_greedy")  # DeepseekV2TopkRouter.forwar
 
 
 def read_options(config, get):
-    options = _deepseek.read_options(config, get, renormalizes=False)
+    options = _deepseek.read_options(config, get, sigmoid=False)
     method = config.get("topk_method", DEFAULTS["topk_method"])
     if method not in TOPK_METHODS:  # transformers builds the model, but its forward pass fails
         raise ValueError(f"config field 'topk_method' is {validate.describe(method)}; DeepseekV2TopkRouter runs "
                          f"{' or '.join(TOPK_METHODS)} only")
+    if method == "group_limited_greedy" and options.get("n_experts"):
+        options["router_groups"] = _deepseek.read_groups(get, options["n_experts"], sigmoid=False)
     return options
 
 
@@ -43,6 +48,6 @@ ARCHITECTURE: Architecture = _deepseek.LatentArchitecture(
                              "topk_method": "greedy or group_limited_greedy (saved activations only)"}),
     defaults=DEFAULTS, read_options=read_options, tensors=_deepseek.tensors, lora_modules=_deepseek.lora_table,
     lora_order=_deepseek.LORA_ORDER, tp_plan=TP_PLAN, kv_cache_values=_deepseek.kv_cache_values,
-    traced=False,  # latent attention: activations='textbook'
+    trace_block=partial(_deepseek.block, rotary=_deepseek.rotary_complex, sigmoid=False),
     prefill_phases=None,  # the plain estimate (inference.working_set_bytes)
 )

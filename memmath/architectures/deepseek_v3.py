@@ -5,12 +5,16 @@ shared experts (_deepseek.py) whose router scores experts by a sigmoid, adds e_s
 buffer, not a parameter) and picks the top-k within the best topk_group of n_group groups.
 
 Exact: every parameter tensor as transformers builds it on the meta device, peft 0.21's adapters, the latent cache
-(kv_lora_rank + qk_rope_head_dim values a token a layer) and the tensor-parallel plan. Not modelled yet: its saved
-activations (the latent attention's q/k and v widths differ, which memmath's attention step does not replay:
-activations='textbook'), its prefill's working set (the plain estimate), and the router weight transformers keeps
-in fp32 under a 16-bit load (_keep_in_fp32_modules_strict: gate.weight; E x h x 2 B a MoE block more than counted).
-The multi-token-prediction layer of DeepSeek-V3's checkpoint (num_nextn_predict_layers) is not built by
-DeepseekV3ForCausalLM (its load ignores model.layers.61), so it is not counted."""
+(kv_lora_rank + qk_rope_head_dim values a token a layer) and the tensor-parallel plan. The forward pass is traced
+(_deepseek.block: _latent.trace, the router, _moe.routed_experts, the shared experts) and measured on the CPU
+(tests/test_families_deepseek.py: the bytes saved for backward and alive after the forward pass equal the trace's to
+the byte, the step's peak within 0.2%). Not modelled yet: its prefill's working set (the plain estimate), and the
+router weight transformers keeps in fp32 under a 16-bit load (_keep_in_fp32_modules_strict: gate.weight; E x h x 2 B
+a MoE block more than counted). The multi-token-prediction layer of DeepSeek-V3's checkpoint
+(num_nextn_predict_layers) is not built by DeepseekV3ForCausalLM (its load ignores model.layers.61), so it is not
+counted."""
+
+from functools import partial
 
 from . import _deepseek
 from .record import Architecture
@@ -18,11 +22,12 @@ from .record import Architecture
 # DeepseekV3Config's defaults (DeepSeek-V3's) of the fields memmath reads where the reader has none
 DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
             "v_head_dim": 128, "first_k_dense_replace": 3, "moe_intermediate_size": 2048, "n_routed_experts": 256,
-            "n_shared_experts": 1, "num_experts_per_tok": 8, "norm_topk_prob": True, "num_key_value_heads": 128}
+            "n_shared_experts": 1, "num_experts_per_tok": 8, "norm_topk_prob": True, "num_key_value_heads": 128,
+            "n_group": 8, "topk_group": 4}
 
 
 def read_options(config, get):
-    return _deepseek.read_options(config, get, renormalizes=True)
+    return _deepseek.read_options(config, get, sigmoid=True)
 
 
 ARCHITECTURE: Architecture = _deepseek.LatentArchitecture(
@@ -34,6 +39,6 @@ ARCHITECTURE: Architecture = _deepseek.LatentArchitecture(
     # DeepseekV3Config.base_model_tp_plan splits the MLPs only: the latent attention stays whole on every rank
     tp_plan=_deepseek.MLP_TP_PLAN,
     kv_cache_values=_deepseek.kv_cache_values,
-    traced=False,  # latent attention: activations='textbook'
+    trace_block=partial(_deepseek.block, rotary=_deepseek.rotary_tables, sigmoid=True),
     prefill_phases=None,  # the plain estimate (inference.working_set_bytes)
 )
