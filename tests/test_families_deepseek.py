@@ -414,3 +414,43 @@ def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft
     peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
                           activations="transformers", **_settings(method, "sdpa", checkpointing=True))
     assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05
+
+
+# ---- 6. a prefill's working set ---------------------------------------------------------------------------------
+PREFILL_BASE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+                    vocab_size=32000, intermediate_size=688, moe_intermediate_size=176, n_routed_experts=8,
+                    n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=0, n_group=2, topk_group=1,
+                    q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+                    pad_token_id=0, bos_token_id=1, eos_token_id=2)
+EQUAL = dict(v_head_dim=48)  # qk_head_dim 48 too: the CPU's SDPA runs its flash kernel, as a GPU's fused ones do
+PREFILLS = [  # (case, model_type, fields, attention, seq_len, batch); the first two written against (their live
+    # storages listed at the peak), the rest measured after. The sixth (and a 16-head case whose attention outweighed
+    # its MLP) measured e x t x a x v_head_dim more: SDPA's contiguous output copy, added; the seventh came after
+    ("v3-eager", "deepseek_v3", {}, "eager", 256, 1),
+    ("v3-sdpa", "deepseek_v3", EQUAL, "sdpa", 256, 1),
+    ("v3-sdpa-b3", "deepseek_v3", EQUAL, "sdpa", 384, 3),
+    ("v3-eager-b2", "deepseek_v3", {}, "eager", 320, 2),
+    ("v2-eager", "deepseek_v2", dict(topk_method="group_limited_greedy"), "eager", 256, 1),
+    ("v2-lite-dense-sdpa", "deepseek_v2", dict(EQUAL, q_lora_rank=None, first_k_dense_replace=4), "sdpa", 320, 2),
+    ("v3-sixteen-heads", "deepseek_v3", dict(EQUAL, num_attention_heads=16, num_key_value_heads=16,
+                                             qk_rope_head_dim=32, qk_nope_head_dim=16, n_routed_experts=4,
+                                             num_experts_per_tok=1), "sdpa", 512, 1),
+    ("v3-wide-shared", "deepseek_v3", dict(EQUAL, n_shared_experts=4, n_routed_experts=4, moe_intermediate_size=64),
+     "sdpa", 256, 2),
+]
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("case, model_type, fields, attention, seq_len, batch", PREFILLS,
+                         ids=[c[0] for c in PREFILLS])
+def test_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, case, model_type, fields, attention,
+                                                            seq_len, batch):
+    """One bf16 prefill (logits_to_keep=1, as generate runs it), every storage counted as validation/
+    inference_working_set.py counts it: the peak less the latent cache is memmath's working set within 0.5% (the
+    token and position ids, 12 B a token, are not counted)."""
+    from family_checks import prefill_model, prefill_working_set
+
+    config = dict(PREFILL_BASE, model_type=model_type, **fields)
+    model, weights = prefill_model(torch, transformers, config, attention)
+    measured, predicted = prefill_working_set(torch, model, weights, config, attention, seq_len, batch)
+    assert abs(predicted / measured - 1) < 0.005

@@ -20,10 +20,11 @@ is): the modules peft adapts when target_modules names them.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .. import validate
-from . import _decoder, _latent, _moe
+from . import _decoder, _latent, _moe, _steps
 from ._parts import ParamTensor, linear, norm
 from ._refused import TRACED
 from .record import MOE, Architecture, decoder_fields, refuse_true
@@ -322,3 +323,43 @@ def block(tr, shape, x, trainable: bool, p, *, rotary, sigmoid: bool):
     else:
         mlp = _decoder.mlp(tr, shape, normed, trainable, p)
     return tr.add(r1, mlp)
+
+
+# ---- a prefill's working set -------------------------------------------------------------------------------------
+def prefill_phases(shape, s, b, e, eager, *, complex_rotary: bool):
+    """(outside, attention phase, MLP phase) bytes of a DeepSeek prefill (validation/inference_working_set.py's
+    LiveBytes on the CPU, tests/test_families_deepseek.py).
+
+    Outside: the token embeddings, the rotary tables (V3: cos and sin in the model's dtype; V2: complex64 freqs_cis,
+    4 B a rotary value) and eager's causal mask. The attention phase: the block input and its normed copy, and what
+    DeepseekV3Attention.forward holds as locals at the attention: q_b_proj's output, the rotated query part, the
+    concatenated queries, kv_a_proj_with_mqa's output, kv_b_proj's output (the values are a view of it) and the keys;
+    eager adds its scores, their fp32 copy and the fp32 softmax (e + 8 B a score element; fp32: e + 4), SDPA its
+    output and the contiguous copy of it that sdpa_attention_forward returns (found when a held-out case whose
+    attention outweighed its MLP measured e x t x a x v_head_dim more). The MLP phase: a dense block's SwiGLU, or the routed experts' (_moe.prefill_phase, with the fp32 routing
+    weights and fp32 router logits), then the shared experts' SwiGLU beside the experts' output, the logits and
+    the top-k. Under eager the attention probabilities the decoder layer keeps in a local (`hidden_states, _ =`)
+    stay alive through the MLP.
+
+    The CPU's SDPA runs its math kernel where qk_head_dim differs from v_head_dim (DeepSeek's published configs),
+    which keeps b x a x s^2 fp32 scores and softmax: not counted here, as the fused kernels of a GPU keep none."""
+    dims = latent_dims(shape)
+    t, h, a = s * b, shape.hidden_size, shape.n_heads
+    rope = dims.qk_rope_head_dim
+    tables = 4 * s * rope if complex_rotary else 2 * e * s * rope
+    outside = e * t * h + tables + (e * b * s * s if eager else 0)
+    held = (2 * h + 3 * a * dims.qk_head_dim + dims.cached_per_token + a * rope
+            + a * (dims.qk_nope_head_dim + dims.v_head_dim))
+    scores = a * b * s * s
+    if eager:
+        attn = e * t * held + (e + 4 + (4 if e != 4 else 0)) * scores
+    else:
+        attn = e * t * (held + 2 * a * dims.v_head_dim)  # its output and sdpa_attention_forward's contiguous copy
+    probs = e * scores if eager else 0
+    if not shape.n_experts:
+        return outside, attn, probs + e * t * (3 * h + 3 * shape.intermediate_size)
+    n_exp, k, si = shape.n_experts, shape.experts_per_tok, shape.shared_expert_intermediate_size
+    routed = _moe.prefill_phase(dataclasses.replace(shape, shared_expert_intermediate_size=0), s, b, e)
+    routed = routed + (4 - e) * t * n_exp  # the router's logits are fp32
+    shared = e * t * (4 * h + 3 * si) + 4 * t * n_exp + 12 * t * k  # the experts' output, logits and top-k held
+    return outside, attn, probs + _steps.larger(routed, shared)

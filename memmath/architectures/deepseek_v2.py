@@ -5,9 +5,9 @@ groups (topk_method), and no e_score_correction_bias. hidden_size must be a mult
 (DeepseekV2Config.validate_architecture).
 
 Exact: the tensors, peft 0.21's adapters, the latent cache, the tensor-parallel plan and the forward pass (its
-rotary product in complex64, _deepseek.rotary_complex; measured on the CPU as DeepSeek-V3's); not modelled yet: the
-prefill's working set (the plain estimate), and the router weight kept in fp32 under a 16-bit load
-(_keep_in_fp32_modules_strict: gate.weight)."""
+rotary product in complex64, _deepseek.rotary_complex) and a prefill's working set, measured on the CPU as
+DeepSeek-V3's; not modelled yet: the router weight kept in fp32 under a 16-bit load (_keep_in_fp32_modules_strict:
+gate.weight)."""
 
 from functools import partial
 
@@ -49,5 +49,6 @@ ARCHITECTURE: Architecture = _deepseek.LatentArchitecture(
     defaults=DEFAULTS, read_options=read_options, tensors=_deepseek.tensors, lora_modules=_deepseek.lora_table,
     lora_order=_deepseek.LORA_ORDER, tp_plan=TP_PLAN, kv_cache_values=_deepseek.kv_cache_values,
     trace_block=partial(_deepseek.block, rotary=_deepseek.rotary_complex, sigmoid=False),
-    prefill_phases=None,  # the plain estimate (inference.working_set_bytes)
+    prefill_phases=partial(_deepseek.prefill_phases, complex_rotary=True),
+    routing_weights_fp32=True,  # the top-k weights stay fp32 (the sigmoid or softmax scores times a float)
 )

@@ -8,8 +8,8 @@ Exact: every parameter tensor as transformers builds it on the meta device, peft
 (kv_lora_rank + qk_rope_head_dim values a token a layer) and the tensor-parallel plan. The forward pass is traced
 (_deepseek.block: _latent.trace, the router, _moe.routed_experts, the shared experts) and measured on the CPU
 (tests/test_families_deepseek.py: the bytes saved for backward and alive after the forward pass equal the trace's to
-the byte, the step's peak within 0.2%). Not modelled yet: its prefill's working set (the plain estimate), and the
-router weight transformers keeps in fp32 under a 16-bit load (_keep_in_fp32_modules_strict: gate.weight; E x h x 2 B
+the byte, the step's peak within 0.2%), and so is a prefill's working set (_deepseek.prefill_phases, within 0.2%).
+Not modelled yet: the router weight transformers keeps in fp32 under a 16-bit load (_keep_in_fp32_modules_strict: gate.weight; E x h x 2 B
 a MoE block more than counted). The multi-token-prediction layer of DeepSeek-V3's checkpoint
 (num_nextn_predict_layers) is not built by DeepseekV3ForCausalLM (its load ignores model.layers.61), so it is not
 counted."""
@@ -40,5 +40,6 @@ ARCHITECTURE: Architecture = _deepseek.LatentArchitecture(
     tp_plan=_deepseek.MLP_TP_PLAN,
     kv_cache_values=_deepseek.kv_cache_values,
     trace_block=partial(_deepseek.block, rotary=_deepseek.rotary_tables, sigmoid=True),
-    prefill_phases=None,  # the plain estimate (inference.working_set_bytes)
+    prefill_phases=partial(_deepseek.prefill_phases, complex_rotary=False),
+    routing_weights_fp32=True,  # the top-k weights stay fp32 (the sigmoid or softmax scores times a float)
 )
