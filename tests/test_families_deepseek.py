@@ -274,6 +274,13 @@ def test_a_shape_without_its_latent_widths_is_refused_by_name():
         dataclasses.replace(shape, latent=(16, 32))
 
 
+@pytest.mark.parametrize("groups", [(3, 1), (2, 3), (2,), "2,1", (0, 1)])
+def test_router_groups_that_cannot_route_are_refused_by_name(groups):
+    shape = mm.from_hf_config(TINY_CASES["v3"])  # 4 experts
+    with pytest.raises(ValueError, match="router_groups"):
+        dataclasses.replace(shape, router_groups=groups)
+
+
 def test_the_layouts_differ_only_in_the_block_fields():
     dense, moe, _ = _layouts(LAYERED["DeepSeek-V3"])
     differ = {f.name for f in dataclasses.fields(moe) if getattr(dense, f.name) != getattr(moe, f.name)}

@@ -156,6 +156,20 @@ def moe_tensors(m) -> list:
             + linear("mlp.shared_experts.down_proj", "mlp", si, h, mb))
 
 
+def check_router_groups(m) -> None:
+    """router_groups: None, or (n_group, topk_group) whole numbers with n_group dividing n_experts and topk_group at
+    most n_group, refused by name otherwise."""
+    groups = m.router_groups
+    if groups is None:
+        return
+    ok = (isinstance(groups, tuple) and len(groups) == 2
+          and all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in groups))
+    if not ok or (m.n_experts and m.n_experts % groups[0]) or groups[1] > groups[0]:
+        raise validate.FieldError("router_groups", "router_groups must be None or (n_group, topk_group): whole "
+                                  "numbers, n_group dividing n_experts and topk_group at most n_group; got "
+                                  f"{validate.describe(groups)}")
+
+
 def tensors(m, group: str) -> list:
     """A DeepSeek model's tensors: the rotary decoder's outside the blocks; a block is the latent attention, the MLP
     its shape names (the dense SwiGLU where n_experts is 0, else the MoE) and its two RMSNorms, in parameters()
@@ -163,6 +177,7 @@ def tensors(m, group: str) -> list:
     if group != "layer":
         return _decoder.tensors(m, group)
     h = m.hidden_size
+    check_router_groups(m)
     attention = _latent.attention_tensors(h, m.n_heads, latent_dims(m), m.attention_bias)
     mlp = moe_tensors(m) if m.n_experts else _decoder.mlp_tensors(m)
     return attention + mlp + norm("input_layernorm", h, False) + norm("post_attention_layernorm", h, False)
