@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import validate
-from .architectures import ARCHITECTURES, SUPPORTED_MODEL_TYPES, TRACED_HINT, Architecture
+from .architectures import ARCHITECTURES, READ_AS, SUPPORTED_MODEL_TYPES, TRACED_HINT, Architecture
 from .architectures._refused import refusal
 from .checkpoints import stored_format
 from .files import NotARegularFile, read_bounded
@@ -60,6 +60,9 @@ def from_hf_config(config) -> ModelShape:
     model_type = config.get("model_type")
     if model_type is None:
         raise ValueError(f"config is missing the field 'model_type' (one of {', '.join(READABLE_MODEL_TYPES)})")
+    if isinstance(model_type, str) and model_type in READ_AS:  # remote code built as another type's class (Kimi-K2)
+        config = dict(config, model_type=READ_AS[model_type], _name_or_path=_config_name(config, model_type))
+        model_type = config["model_type"]
     if refusal(model_type):  # a type transformers builds that memmath refuses by name (architectures/_refused.py)
         raise ValueError(f"config field 'model_type' {model_type!r} is not supported: {refusal(model_type)}")
     if isinstance(model_type, str) and model_type not in ARCHITECTURES:

@@ -124,6 +124,9 @@ class ModelShape:
     block_kind: str = ""
     # the linear-attention layers' widths (Qwen3-Next's gated DeltaNet: a memmath.states.GatedDeltaNet); None: none
     linear_attention: object = None
+    # multi-head latent attention's widths (architectures/_latent.LatentDims: DeepSeek-V2/V3); None: q, k, v heads
+    latent: object = None
+    router_groups: tuple | None = None  # DeepSeek's group-limited router: (n_group, topk_group); None: plain top-k
     # blocks whose layout differs from the shape's own, as ((block indices), ((field, value), ...)) pairs naming the
     # ModelShape fields that differ there (DeepSeek-V3's first three blocks: a dense MLP, n_experts 0); () when every
     # block has one layout. layouts() gives each layout as a shape of its own.
@@ -558,7 +561,7 @@ class ModelShape:
 LAYOUT_FIELDS = ("n_heads", "n_kv_heads", "head_dim", "intermediate_size", "attention_bias", "mlp_bias", "qkv_bias",
                  "qk_norm", "gated_mlp", "hidden_act", "n_experts", "experts_per_tok", "expert_intermediate_size",
                  "shared_expert_intermediate_size", "shared_expert_gate", "norm_topk_prob", "rotary_dim",
-                 "block_kind")
+                 "block_kind", "router_groups")
 
 
 @functools.lru_cache(maxsize=512)

@@ -14,7 +14,7 @@ import pytest
 import memmath as mm
 from memmath.architectures import ARCHITECTURES, architecture
 from tests.test_models import _hf_model_on_meta
-from validation.published_configs import PUBLISHED_CONFIGS, PUBLISHED_MIXED_LAYOUT_CONFIGS
+from validation.published_configs import LAYERED_CONFIGS, PUBLISHED_CONFIGS
 
 FOLDER = Path(mm.__file__).parent / "architectures"
 
@@ -38,17 +38,9 @@ def _config(model_type):
 
 
 def _published(model_type):
-    """The first published config.json of this model type (validation/published_configs.py), those whose blocks mix
-    two layouts (GLM-4.5) after the others."""
-    return next(c for c in (*PUBLISHED_CONFIGS.values(), *PUBLISHED_MIXED_LAYOUT_CONFIGS.values())
-                if c["model_type"] == model_type)
-
-
-def _readable(model_type):
-    """_published's config as memmath reads it: a config of two block layouts read with every block of its later
-    one (first_k_dense_replace 0: every block a mixture of experts), until a shape holds both."""
-    config = _published(model_type)
-    return dict(config, first_k_dense_replace=0) if config in PUBLISHED_MIXED_LAYOUT_CONFIGS.values() else config
+    """The first published config.json of this model type (validation/published_configs.py; DeepSeek's, published
+    apart, after the others)."""
+    return next(c for c in (PUBLISHED_CONFIGS | LAYERED_CONFIGS).values() if c["model_type"] == model_type)
 
 
 def test_every_module_in_the_folder_is_one_record_and_every_record_a_module():
@@ -93,7 +85,7 @@ def test_module_names_and_attention_follow_the_model_transformers_builds(torch, 
         assert record.final_norm_module in names
     assert record.sdpa == type(model)._supports_sdpa
     # Every module a LoRA adapter goes on exists in the model (peft matches names by suffix).
-    shape = mm.from_hf_config(_readable(model_type))
+    shape = mm.from_hf_config(_published(model_type))
     full = {name for name, _ in model.named_modules()} | {name for name, _ in model.named_parameters()}
     for adapter, _ in shape.lora_adapter_copies(mm.models.LORA_TARGETS):
         assert any(n.endswith(adapter.module) for n in full), adapter.module
@@ -129,7 +121,7 @@ def test_tp_plan_names_modules_of_the_model_transformers_builds(torch, transform
     model = _hf_model_on_meta(torch, transformers, _published(model_type))
     names = [name for name, _ in model.named_modules()]
     # every published config of the type: a module of a second block layout (Llama 4 Maverick's dense MLP) too
-    names += [name for config in PUBLISHED_CONFIGS.values() if config["model_type"] == model_type
+    names += [name for config in (PUBLISHED_CONFIGS | LAYERED_CONFIGS).values() if config["model_type"] == model_type
               and config is not _published(model_type)
               for name, _ in _hf_model_on_meta(torch, transformers, config).named_modules()]
     for key, style in record.tp_plan.items():

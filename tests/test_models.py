@@ -305,7 +305,7 @@ def test_presets_match_transformers(torch, transformers):
 
 
 # ---- every family against transformers, from published configs -----------------------------------
-from validation.published_configs import (PUBLISHED_ACTIVE, PUBLISHED_CONFIGS, PUBLISHED_MIXED_LAYOUT_CONFIGS,  # noqa: E402
+from validation.published_configs import (LAYERED_CONFIGS, PUBLISHED_ACTIVE, PUBLISHED_CONFIGS,  # noqa: E402
                                           PUBLISHED_TOTALS)
 
 _ENCODERS = ("bert", "roberta")
@@ -348,7 +348,8 @@ def test_counts_are_near_the_published_totals(name):
 
 
 def test_every_supported_model_type_has_two_published_configs():
-    types = [c["model_type"] for c in (*PUBLISHED_CONFIGS.values(), *PUBLISHED_MIXED_LAYOUT_CONFIGS.values())]
+    # DeepSeek's configs mix dense and MoE blocks, published apart (validation/published_configs.py)
+    types = [c["model_type"] for c in (PUBLISHED_CONFIGS | LAYERED_CONFIGS).values()]
     for model_type in mm.architectures.SUPPORTED_MODEL_TYPES:
         assert types.count(model_type) >= 2, model_type
 
@@ -389,10 +390,7 @@ def test_lora_names_follow_each_family():
 # ---- every memory field is modelled or refused ------------------------------------------------------
 def _field_cases():
     for model_type, fields in mm.config_reader.CONFIG_FIELDS.items():
-        base = next((c for c in PUBLISHED_CONFIGS.values() if c["model_type"] == model_type), None)
-        if base is None:  # a type whose published configs mix two block layouts: read with one (every block MoE)
-            base = next(dict(c, first_k_dense_replace=0) for c in PUBLISHED_MIXED_LAYOUT_CONFIGS.values()
-                        if c["model_type"] == model_type)
+        base = next(c for c in (PUBLISHED_CONFIGS | LAYERED_CONFIGS).values() if c["model_type"] == model_type)
         for key in fields:
             if key in mm.config_reader.UNSUPPORTED_EXAMPLES:
                 yield model_type, key, dict(base, **{key: mm.config_reader.UNSUPPORTED_EXAMPLES[key]})

@@ -503,6 +503,58 @@ PUBLISHED_TOTALS.update(PUBLISHED_MIXED_LAYOUT_TOTALS)
 PUBLISHED_ACTIVE.update({name: active + 2 * 151552 * PUBLISHED_MIXED_LAYOUT_CONFIGS[name]["hidden_size"]
                          for name, active in PUBLISHED_MIXED_LAYOUT_ACTIVE.items()})
 
+# ---- dense blocks first, a mixture of experts after (first_k_dense_replace) -------------------------------------
+# Kept apart from PUBLISHED_CONFIGS (their model cards' activated counts round more loosely than its 2% check);
+# memmath reads them whole, the dense first blocks a second block layout (memmath/architectures/_deepseek.py). Typed in from the Hub's config.json; fields that change no tensor (token ids, rope_scaling,
+# aux_loss_alpha, seq_aux, scoring_func, moe_layer_freq 1, which transformers 5.24 does not read) are left out.
+# Recalled from the published files rather than copied from them (no copy was at hand): tests check each total
+# against transformers' build on the meta device and against its model card.
+LAYERED_CONFIGS = {
+    "DeepSeek-V2-Lite": {  # deepseek-ai/DeepSeek-V2-Lite (card: 15.7B total, 2.4B activated); q_proj, no q_lora_rank
+        "model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 2048,
+        "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "n_routed_experts": 64, "n_shared_experts": 2,
+        "num_experts_per_tok": 6, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "topk_method": "greedy",
+        "norm_topk_prob": False, "routed_scaling_factor": 1.0, "kv_lora_rank": 512, "q_lora_rank": None,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400,
+        "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+        "max_position_embeddings": 163840, "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+    },
+    "DeepSeek-V2": {  # deepseek-ai/DeepSeek-V2 (card: 236B total, 21B activated); group-limited routing
+        "model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 5120,
+        "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 60,
+        "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 160, "n_shared_experts": 2,
+        "num_experts_per_tok": 6, "first_k_dense_replace": 1, "n_group": 8, "topk_group": 3,
+        "topk_method": "group_limited_greedy", "norm_topk_prob": False, "routed_scaling_factor": 16.0,
+        "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "vocab_size": 102400, "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+        "max_position_embeddings": 163840, "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+    },
+    "DeepSeek-V3": {  # deepseek-ai/DeepSeek-V3 (card: 671B total, 37B activated, plus the 14B multi-token
+        # prediction module of num_nextn_predict_layers, which DeepseekV3ForCausalLM does not build); DeepSeek-R1's
+        # config.json has the same fields
+        "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
+        "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+        "num_experts_per_tok": 8, "first_k_dense_replace": 3, "n_group": 8, "topk_group": 4,
+        "norm_topk_prob": True, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+        "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+        "max_position_embeddings": 163840, "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "weight_block_size": [128, 128]},
+    },
+    # moonshotai/Kimi-K2-Instruct (card: 1T total, 32B activated): tests/fixtures/configs/Kimi-K2-Instruct.json, the
+    # file verbatim (model_type kimi_k2, read as deepseek_v3)
+}
+# deepseek-ai/DeepSeek-R1 (card: 671B total, 37B activated): its config.json has DeepSeek-V3's fields
+LAYERED_CONFIGS["DeepSeek-R1"] = dict(LAYERED_CONFIGS["DeepSeek-V3"])
+LAYERED_TOTALS = {"DeepSeek-V2-Lite": 15.7e9, "DeepSeek-V2": 236e9, "DeepSeek-V3": 671e9, "DeepSeek-R1": 671e9,
+                  "Kimi-K2-Instruct": 1.0e12}
+# the cards' activated parameters leave the token embedding out (tests/test_families_deepseek.py)
+LAYERED_ACTIVE = {"DeepSeek-V2-Lite": 2.4e9, "DeepSeek-V2": 21e9, "DeepSeek-V3": 37e9, "DeepSeek-R1": 37e9,
+                  "Kimi-K2-Instruct": 32e9}
+
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where
 # noted). Their sub-configs omit what equals transformers' defaults (a sub-config is saved as its difference from

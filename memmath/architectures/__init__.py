@@ -76,9 +76,14 @@ _FAMILY_DEFAULT = {"gpt2": "gpt2", "llama": "llama", "bert": "bert"}
 TRACED_HINT = 'install memmath[torch] to get a traced answer: memmath train CONFIG --traced'
 
 
+# Remote-code model types whose config.json's `architectures` names a transformers class of another type, which
+# from_pretrained builds: read as that type (Kimi-K2: DeepseekV3ForCausalLM).
+READ_AS = {"kimi_k2": "deepseek_v3"}
+
+
 def architecture(model_type: str) -> Architecture:
     """The record of a model type; a ValueError naming the supported ones for any other."""
-    record = ARCHITECTURES.get(model_type)
+    record = ARCHITECTURES.get(READ_AS.get(model_type, model_type) if isinstance(model_type, str) else model_type)
     if record is None and refusal(model_type):  # a type transformers builds that memmath refuses, with the reason
         raise ValueError(f"model_type {model_type!r} is not supported: {refusal(model_type)}")
     if record is None:
@@ -110,4 +115,4 @@ def kv_cache_values(shape, *, context_len, batch_size, after_prefill=False):
     return rule(shape, context_len=context_len, batch_size=batch_size, after_prefill=after_prefill)
 
 
-__all__ = ["ARCHITECTURES", "Architecture", "SUPPORTED_MODEL_TYPES", "architecture", "known", "kv_cache_values", "of"]
+__all__ = ["ARCHITECTURES", "READ_AS", "Architecture", "SUPPORTED_MODEL_TYPES", "architecture", "known", "kv_cache_values", "of"]

@@ -326,15 +326,18 @@ def prefill_phase(shape, s, b, e):
     return phase
 
 
-def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool, lora) -> Tensor:
+def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool, lora, *, weight_elem: int | None = None,
+                   grad: bool | None = None) -> Tensor:
     """The routed experts as transformers 5.24 runs them by default (integrations/moe.py's grouped_mm_experts_forward)
     on the normalized input x (t x h) and the routing weights `values` (t x k, in their own dtype: fp32 for a router
     that keeps them so, GLM-4.5's and DeepSeek-V3's Glm4MoeTopkRouter/DeepseekV3TopkRouter): the experts part of
-    `trace` above, step for step (what each step keeps is said there), for a router traced elsewhere."""
+    `trace` above, step for step (what each step keeps is said there), for a router traced elsewhere. weight_elem and
+    grad: the routing weights' bytes each and whether they need a gradient, where they are not `values`' own."""
     t, e = tr.t, tr.e
     h = shape.hidden_size
     n_exp, width, rows = shape.n_experts, shape.expert_intermediate_size, tr.t * shape.experts_per_tok
-    grad, weight_elem = values.grad, values.elem
+    grad = values.grad if grad is None else grad
+    weight_elem = values.elem if weight_elem is None else weight_elem
     experts_lora = lora("experts.gate_up_proj")  # "experts" adapts gate_up_proj and down_proj together
     if experts_lora is not None:  # peft's nested ParamWrappers: down_proj's outside, gate_up_proj's (rank 2r) inside
         rank, adapter_elem = experts_lora

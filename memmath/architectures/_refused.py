@@ -23,22 +23,11 @@ _GEMMA3N = ("with " + _PER_LAYER + ", AltUp (altup_num_inputs predicted copies o
 _QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-attention blocks (config layer_types){}, "
             "whose linear attention splits its input projection in four (in_proj_qkv, in_proj_z, in_proj_b, "
             "in_proj_a); a record of that split beside architectures/qwen3_next.py (which records the two "
-            "projections of Qwen3-Next, in_proj_qkvz and in_proj_ba) would make it work (its cache is: memmath.states.GatedDeltaNet and "
-            "FullAttention)")
+            "projections of Qwen3-Next, in_proj_qkvz and in_proj_ba) would make it work (its cache is: "
+            "memmath.states.GatedDeltaNet and FullAttention)")
 _MOE_MLP = ", the MLP of each a mixture of experts with a gated shared expert"
 
-# DeepSeek-V2/V3 (Kimi-K2 builds as DeepseekV3ForCausalLM): dense MLPs in the first blocks, MoE after
-_TWO_LAYOUTS = ("; its multi-head latent attention has no record yet: a record composing architectures/_latent.py "
-                "with the MoE block of _moe.shared_experts_tensors and the dense first blocks as a second block "
-                "layout (ModelShape.block_layouts) would make it work")
-
 REFUSED_MODEL_TYPES = {
-    "deepseek_v2": "DeepSeek-V2: multi-head latent attention and dense MLPs in its first first_k_dense_replace blocks"
-                   + _TWO_LAYOUTS,
-    "deepseek_v3": "DeepSeek-V3 (and R1): multi-head latent attention and dense MLPs in its first "
-                   "first_k_dense_replace blocks" + _TWO_LAYOUTS,
-    "kimi_k2": "Kimi-K2 builds as DeepseekV3ForCausalLM: multi-head latent attention and dense MLPs in its first "
-               "first_k_dense_replace blocks" + _TWO_LAYOUTS,
     "granitemoehybrid": "Granite 4.0 hybrid: " + _MAMBA2 + ", beside attention blocks (config layer_types)",
     "falcon_h1": "Falcon-H1: " + _MAMBA2 + ", run in parallel with attention in every block",
     "nemotron_h": "Nemotron-H: " + _MAMBA2 + ", beside attention and MLP blocks (config layers_block_type)",
