@@ -334,7 +334,8 @@ class ModelShape:
             table = layout.architecture.lora_modules(layout)
             found.update(t for t in named if isinstance(table.get(t), (tuple, list)))
             rows += [(adapter, len(blocks)) for adapter in layout.lora_adapters(named, present_only=True)]
-        missing = tuple(t for t in named if t not in found) if not isinstance(named, _AllTargets) else ()
+        every = isinstance(named, _AllTargets) or set(named) == set(LORA_TARGETS)  # what exists, as lora_adapters
+        missing = () if every else tuple(t for t in named if t not in found)
         if missing:
             self.layouts()[-1][0].lora_adapters(missing)  # refuses the target by name, with what exists
         return rows

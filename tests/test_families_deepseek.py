@@ -243,9 +243,16 @@ def test_deepseek_v2_lite_caches_576_values_a_token_a_layer():
 
 # ---- 4. reading and refusing -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(LAYERED))
-def test_a_config_of_two_layouts_is_refused_by_name(name):
-    with pytest.raises(ValueError, match="first_k_dense_replace.*one layout"):
-        mm.from_hf_config(LAYERED[name])
+def test_a_config_of_two_layouts_is_read_whole(name):
+    # the dense first blocks a second layout: the count is the two one-layout shapes' blocks beside one outside
+    config = LAYERED[name]
+    shape = mm.from_hf_config(config)
+    k, layers = config["first_k_dense_replace"], config["num_hidden_layers"]
+    dense = mm.from_hf_config(dict(config, first_k_dense_replace=layers))
+    moe = mm.from_hf_config(dict(config, first_k_dense_replace=0))
+    assert [(layout.n_experts > 0, len(blocks)) for layout, blocks in shape.layouts()] == [(False, k),
+                                                                                         (True, layers - k)]
+    assert shape.n_params == dense.n_params + (layers - k) * (moe.params_per_layer - dense.params_per_layer)
 
 
 def test_kimi_k2_is_read_as_deepseek_v3_under_its_own_name():

@@ -254,13 +254,6 @@ def test_glm4_moe_blocks_are_gqa_attention_and_the_shared_expert_moe(torch, tran
         f"model.layers.1.{next(iter(_moe.ROUTER_BUFFERS))}"]
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v2", "deepseek_v3", "kimi_k2"])
-def test_two_block_layouts_are_refused_with_the_reason(model_type):
-    config = dict(_fixture("Kimi-K2-Instruct"), model_type=model_type)
-    with pytest.raises(ValueError, match="latent attention has no record yet.*block_layouts"):
-        mm.from_hf_config(config)
-
-
 def test_gpt_oss_config_json_is_served_and_counted_on_the_command_line():
     # `memmath infer gpt-oss-20b/config.json` as a user runs it: the experts in MXFP4 as stored (total_size
     # 13,761,264,768 B), the alternating-window cache derived above; `memmath models` the model card's 3.61B active
