@@ -155,6 +155,35 @@ PRESETS: MutableMapping[str, ModelShape] = Presets({
         intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
         head_dim=128, vocab_size=202048, num_local_experts=128, num_experts_per_tok=1, interleave_moe_layer_step=2,
         attention_chunk_size=8192, tie_word_embeddings=False),
+    "deepseek-v3": _from_config(  # deepseek-ai/DeepSeek-V3: 671,026,404,352 (card: 671B, 37B activated); latent
+        # attention, 3 dense blocks then 58 of 256 experts (8 a token) and a shared one; stored in block FP8
+        "deepseek-v3", model_type="deepseek_v3", hidden_size=7168, intermediate_size=18432,
+        moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+        n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=3, n_group=8,
+        topk_group=4, norm_topk_prob=True, kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,
+        qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280, tie_word_embeddings=False,
+        quantization_config={"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                             "weight_block_size": [128, 128]}),
+    "deepseek-v2-lite": _from_config(  # deepseek-ai/DeepSeek-V2-Lite: 15,706,484,224 (card: 15.7B, 2.4B activated)
+        "deepseek-v2-lite", model_type="deepseek_v2", hidden_size=2048, intermediate_size=10944,
+        moe_intermediate_size=1408, num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16,
+        n_routed_experts=64, n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1, n_group=1,
+        topk_group=1, topk_method="greedy", norm_topk_prob=False, kv_lora_rank=512, q_lora_rank=None,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=102400, tie_word_embeddings=False),
+    "glm-4.5-air": _from_config(  # zai-org/GLM-4.5-Air: 106,852,245,504 (card: 106B, 12B active); 1 dense block
+        "glm-4.5-air", model_type="glm4_moe", hidden_size=4096, intermediate_size=10944, num_hidden_layers=46,
+        num_attention_heads=96, num_key_value_heads=8, head_dim=128, vocab_size=151552, attention_bias=True,
+        use_qk_norm=False, partial_rotary_factor=0.5, moe_intermediate_size=1408, n_routed_experts=128,
+        n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=1, n_group=1, topk_group=1,
+        norm_topk_prob=True, tie_word_embeddings=False),
+    "qwen3-next-80b-a3b": _from_config(  # Qwen/Qwen3-Next-80B-A3B-Instruct: 79,674,391,296 (card: 80B, 3B
+        # activated); three gated DeltaNet blocks to one gated full-attention block, 512 experts (10 a token)
+        "qwen3-next-80b-a3b", model_type="qwen3_next", hidden_size=2048, intermediate_size=5120,
+        num_hidden_layers=48, num_attention_heads=16, num_key_value_heads=2, head_dim=256, vocab_size=151936,
+        tie_word_embeddings=False, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+        shared_expert_intermediate_size=512, norm_topk_prob=True, full_attention_interval=4,
+        linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=16,
+        linear_num_value_heads=32),
     "olmo-3-7b": _from_config(  # allenai/Olmo-3-1025-7B: 7,298,011,136 (7.3B); OLMo 2's layers, every 4th block
         # full and the others sliding over 4,096 tokens (Olmo3Config's default layer_types)
         "olmo-3-7b", model_type="olmo3", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -196,7 +225,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
                   "smollm3-3b": "SmolLM3-3B", "granite-3.3-8b": "granite-3.3-8b-instruct",
                   "llama-4-scout": "Llama-4-Scout-17B-16E", "llama-4-maverick": "Llama-4-Maverick-17B-128E",
-                  "olmo-3-7b": "Olmo-3-1025-7B",
+                  "olmo-3-7b": "Olmo-3-1025-7B", "deepseek-v3": "DeepSeek-V3", "deepseek-v2-lite": "DeepSeek-V2-Lite",
+                  "glm-4.5-air": "GLM-4.5-Air", "qwen3-next-80b-a3b": "Qwen3-Next-80B-A3B-Instruct",
                   "seed-oss-36b": "Seed-OSS-36B-Base",
                   "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509",
                   "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B"}
@@ -234,6 +264,10 @@ PRESET_SOURCES = {
     "granite-3.3-8b": "ibm-granite/granite-3.3-8b-instruct config.json",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E",  # its config.json's text_config
     "llama-4-maverick": "meta-llama/Llama-4-Maverick-17B-128E",  # its config.json's text_config
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3 config.json",
+    "deepseek-v2-lite": "deepseek-ai/DeepSeek-V2-Lite config.json",
+    "glm-4.5-air": "zai-org/GLM-4.5-Air config.json",
+    "qwen3-next-80b-a3b": "Qwen/Qwen3-Next-80B-A3B-Instruct config.json",
     "olmo-3-7b": "allenai/Olmo-3-1025-7B config.json",
     "seed-oss-36b": "ByteDance-Seed/Seed-OSS-36B-Base config.json",
     "command-r7b": "CohereLabs/c4ai-command-r7b-12-2024 config.json",

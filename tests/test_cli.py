@@ -412,7 +412,14 @@ MOE_ACTIVE = {"mixtral-8x7b": (46_702_792_704, 12_879_925_248, 2, 8),
               "llama-4-scout": (107_769_861_120, 17_172_894_720, 1, 16),
               # Llama 4 Maverick's text model: transformers' count on the meta device (tests/test_block_layouts.py)
               # less 24 MoE blocks' 127 unrouted experts of 3 x 5,120 x 8,192 (card: 17B active, 400B total)
-              "llama-4-maverick": (400_711_848_960, 400_711_848_960 - 24 * 127 * 3 * 5120 * 8192, 1, 128)}
+              "llama-4-maverick": (400_711_848_960, 400_711_848_960 - 24 * 127 * 3 * 5120 * 8192, 1, 128),
+              # transformers' counts (tests/test_families_*.py) less each MoE block's unrouted experts of
+              # 3 x h x moe_intermediate_size: DeepSeek-V3 58 blocks x 248, DeepSeek-V2-Lite 26 x 58, GLM-4.5-Air
+              # 45 x 120, Qwen3-Next 48 x 502
+              "deepseek-v3": (671_026_404_352, 671_026_404_352 - 58 * 248 * 3 * 7168 * 2048, 8, 256),
+              "deepseek-v2-lite": (15_706_484_224, 15_706_484_224 - 26 * 58 * 3 * 2048 * 1408, 6, 64),
+              "glm-4.5-air": (106_852_245_504, 106_852_245_504 - 45 * 120 * 3 * 4096 * 1408, 8, 128),
+              "qwen3-next-80b-a3b": (79_674_391_296, 79_674_391_296 - 48 * 502 * 3 * 2048 * 512, 10, 512)}
 
 
 def test_models_shows_a_mixture_of_experts_active_parameters_per_token():

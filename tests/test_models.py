@@ -440,7 +440,7 @@ def test_presets_are_their_published_configs(preset, source):
     from dataclasses import replace
 
     # Those built in code (gpt2_model, llama_model, bert_model) included: the same shape, the same defaults.
-    expected = replace(mm.from_hf_config(PUBLISHED_CONFIGS[source]), name=preset)
+    expected = replace(mm.from_hf_config((PUBLISHED_CONFIGS | LAYERED_CONFIGS)[source]), name=preset)
     assert mm.PRESETS[preset] == expected
 
 

@@ -481,7 +481,6 @@ PUBLISHED_MIXED_LAYOUT_CONFIGS = {
         "n_group": 1, "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
         "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "hidden_act": "silu", "attention_dropout": 0.0,
         "max_position_embeddings": 131072, "rope_theta": 1000000, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16",
-        "use_cache": True,
     },
     "GLM-4.5-Air": {  # zai-org/GLM-4.5-Air (106B total, 12B active: the model card)
         "model_type": "glm4_moe", "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
@@ -491,7 +490,6 @@ PUBLISHED_MIXED_LAYOUT_CONFIGS = {
         "n_group": 1, "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0,
         "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "hidden_act": "silu", "attention_dropout": 0.0,
         "max_position_embeddings": 131072, "rope_theta": 1000000, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16",
-        "use_cache": True,
     },
 }
 PUBLISHED_MIXED_LAYOUT_TOTALS = {"GLM-4.5": 355e9, "GLM-4.5-Air": 106e9}  # the model cards, with the MTP block
