@@ -308,6 +308,11 @@ def inference_memory(model, *, weights_format=None,
         kv, working = 0, 0
         notes.append(Note("kv_cache_not_estimated",
                           "KV cache and working set not estimated: the model has no layer widths"))
+    record = shape.architecture
+    if shape.has_shape and record is not None and record.causal and record.prefill_phases is None:
+        notes.append(Note("working_set_plain_estimate",
+                          f"the prefill working set is the plain estimate (the block input, its widest projection "
+                          f"and the logits' last row): no prefill of a {shape.arch} model has been measured"))
     if shape.vision is not None:  # a vision-language model (memmath/multimodal.py)
         notes = list(shape.notes) + notes + [Note(
             "vision_working_set_not_counted", f"the KV cache and working set are the language model's, over context_len "
