@@ -14,7 +14,10 @@ import pytest
 import memmath as mm
 from memmath.architectures import ARCHITECTURES, architecture
 from tests.test_models import _hf_model_on_meta
-from validation.published_configs import LAYERED_CONFIGS, PUBLISHED_CONFIGS
+from validation.published_configs import CONFIG_CLASS_DEFAULTS, LAYERED_CONFIGS, PUBLISHED_CONFIGS
+
+# every config of a supported type: the published ones, DeepSeek's (published apart) and a config class's defaults
+READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | CONFIG_CLASS_DEFAULTS
 
 FOLDER = Path(mm.__file__).parent / "architectures"
 
@@ -40,7 +43,7 @@ def _config(model_type):
 def _published(model_type):
     """The first published config.json of this model type (validation/published_configs.py; DeepSeek's, published
     apart, after the others)."""
-    return next(c for c in (PUBLISHED_CONFIGS | LAYERED_CONFIGS).values() if c["model_type"] == model_type)
+    return next(c for c in READABLE_CONFIGS.values() if c["model_type"] == model_type)
 
 
 def test_every_module_in_the_folder_is_one_record_and_every_record_a_module():
@@ -121,7 +124,7 @@ def test_tp_plan_names_modules_of_the_model_transformers_builds(torch, transform
     model = _hf_model_on_meta(torch, transformers, _published(model_type))
     names = [name for name, _ in model.named_modules()]
     # every published config of the type: a module of a second block layout (Llama 4 Maverick's dense MLP) too
-    names += [name for config in (PUBLISHED_CONFIGS | LAYERED_CONFIGS).values() if config["model_type"] == model_type
+    names += [name for config in READABLE_CONFIGS.values() if config["model_type"] == model_type
               and config is not _published(model_type)
               for name, _ in _hf_model_on_meta(torch, transformers, config).named_modules()]
     for key, style in record.tp_plan.items():

@@ -1,4 +1,4 @@
-"""Qwen3-Next: gated DeltaNet linear-attention blocks beside gated full-attention blocks (two block layouts,
+"""Qwen3-Next and Qwen 3.5's language model: gated DeltaNet linear-attention blocks beside gated full-attention blocks (two block layouts,
 ModelShape.block_layouts), against transformers 5.24 and peft 0.21 themselves: the count, shapes and parameters()
 order of the published config and a tiny one built on the meta device, the cache transformers fills (keys and
 values, conv and recurrent states), peft's adapters, and the refusals.
@@ -12,7 +12,7 @@ import pytest
 import memmath as mm
 from family_checks import assert_built_like_transformers
 from memmath.sharding import torch_tensors
-from validation.published_configs import PUBLISHED_CONFIGS
+from validation.published_configs import CONFIG_CLASS_DEFAULTS, PUBLISHED_CONFIGS
 
 PUBLISHED = PUBLISHED_CONFIGS["Qwen3-Next-80B-A3B-Instruct"]
 # six blocks: 1-3 and 5-6 linear attention, 4 full (full_attention_interval 4); block 3 dense (mlp_only_layers)
@@ -107,3 +107,54 @@ def test_what_memmath_cannot_count_is_refused_by_name():
     with pytest.raises(ValueError, match="layer_types"):
         mm.from_hf_config(dict(PUBLISHED, layer_types=["full_attention"] * 3))
     assert not shape.architecture.traced  # the linear attention's CUDA kernels are not the CPU fallback
+
+
+# ---- Qwen 3.5's language model: the split linear-attention projections, a dense MLP ------------------------------
+QWEN3_5 = {"model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 8,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "linear_key_head_dim": 8,
+           "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "vocab_size": 128,
+           "tie_word_embeddings": False}
+QWEN3_5_DEFAULTS = CONFIG_CLASS_DEFAULTS["Qwen3_5TextConfig"]  # the config class's own defaults
+
+
+def _qwen3_5(torch, transformers, config, device="meta"):
+    hf = transformers.AutoConfig.for_model("qwen3_5_text", **{k: v for k, v in config.items() if k != "model_type"})
+    torch.manual_seed(0)
+    if device == "meta":
+        with torch.device("meta"):
+            return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+    return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16).eval()
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [QWEN3_5, QWEN3_5_DEFAULTS], ids=["tiny", "class-defaults"])
+def test_qwen3_5_is_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
+    _, model = _qwen3_5(torch, transformers, config)
+    assert_built_like_transformers(torch, model, config)
+    assert [dims for _, dims in torch_tensors(mm.from_hf_config(config))] == [tuple(p.shape)
+                                                                             for p in model.parameters()]
+
+
+@pytest.mark.live
+def test_qwen3_5_cache_and_adapters_are_transformers_and_peft_s(torch, transformers, peft):
+    hf, model = _qwen3_5(torch, transformers, QWEN3_5, device="cpu")
+    cache = transformers.DynamicCache(config=hf)
+    with torch.no_grad():
+        ids = torch.randint(0, QWEN3_5["vocab_size"], (2, 12))
+        model(ids, past_key_values=cache, use_cache=True)
+        model(ids[:, :1], past_key_values=cache, use_cache=True)
+    storages = {}
+    for layer in cache.layers:
+        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
+        for states in ("conv_states", "recurrent_states"):
+            tensors += list((getattr(layer, states, None) or {}).values())
+        storages.update({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
+                         if isinstance(t, torch.Tensor)})
+    shape = mm.from_hf_config(QWEN3_5)
+    assert sum(storages.values()) == mm.kv_cache_bytes(shape, context_len=13, batch_size=2)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"],
+                                                      lora_alpha=8))
+    assert mm.LoRA(rank=4, targets=("q", "v", "down")).trainable_params(shape) == sum(
+        p.numel() for p in lora.parameters() if p.requires_grad)
+    with pytest.raises(ValueError, match="in_proj_qkv"):
+        mm.LoRA(targets="all").trainable_params(shape)

@@ -20,7 +20,6 @@ REASONS = {
     "gemma3n": "per-layer input embeddings.*num_kv_shared_layers.*AltUp.*LAuReL",
     "gemma3n_text": "per-layer input embeddings.*AltUp",
     "qwen3_5": "gated DeltaNet linear-attention blocks beside gated full-attention blocks",
-    "qwen3_5_text": "gated DeltaNet",
     "qwen3_5_moe": "gated DeltaNet.*mixture of experts",
     "qwen3_5_moe_text": "gated DeltaNet.*mixture of experts",
     "llama4": "Llama 4: its vision model .* llama4_text",

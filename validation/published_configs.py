@@ -553,6 +553,14 @@ LAYERED_TOTALS = {"DeepSeek-V2-Lite": 15.7e9, "DeepSeek-V2": 236e9, "DeepSeek-V3
 LAYERED_ACTIVE = {"DeepSeek-V2-Lite": 2.4e9, "DeepSeek-V2": 21e9, "DeepSeek-V3": 37e9, "DeepSeek-R1": 37e9,
                   "Kimi-K2-Instruct": 32e9}
 
+# ---- no published config at hand (no hub access here): the config class's own defaults -------------------------
+# Qwen3_5TextConfig (configuration_qwen3_5.py) as a config.json naming only its type and sizes; the checks that need a
+# config of every supported model type read it, and tests/test_families_hybrid.py builds it with transformers
+CONFIG_CLASS_DEFAULTS = {
+    "Qwen3_5TextConfig": {"model_type": "qwen3_5_text", "hidden_size": 4096, "intermediate_size": 12288,
+                          "num_hidden_layers": 32, "num_attention_heads": 16, "vocab_size": 248320},
+}
+
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
 # Each config.json as the Hub serves it (token ids kept as published; what changes no tensor is left out where
 # noted). Their sub-configs omit what equals transformers' defaults (a sub-config is saved as its difference from

@@ -64,6 +64,23 @@ def tensors(hidden_size: int, dims: GatedDeltaNet) -> list:
             + linear("linear_attn.out_proj", "attention", vd, h, False))
 
 
+def split_tensors(hidden_size: int, dims: GatedDeltaNet) -> list:
+    """Qwen 3.5's Qwen3_5GatedDeltaNet in parameters() order: dt_bias and A_log, then its submodules as it registers
+    them: conv1d, the gated norm, out_proj, and the input projection split in four (in_proj_qkv: h -> 2 key_dim +
+    value_dim; in_proj_z: h -> value_dim; in_proj_b and in_proj_a: h -> value heads)."""
+    h, kd, vd, heads = hidden_size, dims.key_heads * dims.key_head_dim, dims.value_heads * dims.value_head_dim, \
+        dims.value_heads
+    return ([ParamTensor("linear_attn.dt_bias", "attention", (heads,)),
+             ParamTensor("linear_attn.A_log", "attention", (heads,)),
+             ParamTensor("linear_attn.conv1d.weight", "attention", (conv_dim(dims), 1, dims.conv_kernel)),
+             ParamTensor("linear_attn.norm.weight", "norms", (dims.value_head_dim,))]
+            + linear("linear_attn.out_proj", "attention", vd, h, False)
+            + linear("linear_attn.in_proj_qkv", "attention", h, 2 * kd + vd, False)
+            + linear("linear_attn.in_proj_z", "attention", h, vd, False)
+            + linear("linear_attn.in_proj_b", "attention", h, heads, False)
+            + linear("linear_attn.in_proj_a", "attention", h, heads, False))
+
+
 def group_blocks(per_block: list) -> tuple:
     """ModelShape.block_layouts from each block's field changes (() where a block is the shape's own layout):
     the blocks with the same changes together, in the order of their first block."""

@@ -39,7 +39,6 @@ REFUSED_MODEL_TYPES = {
     "gemma3n_text": "The language model of Gemma 3n " + _GEMMA3N,
     "qwen3_5": "Qwen 3.5 (Qwen3_5ForConditionalGeneration): a vision tower, and a language model "
                + _QWEN3_5.format(""),
-    "qwen3_5_text": "The language model of Qwen 3.5 " + _QWEN3_5.format(""),
     "qwen3_5_moe": "Qwen 3.5 MoE (Qwen3_5MoeForConditionalGeneration): a vision tower, and a language model "
                    + _QWEN3_5.format(_MOE_MLP),
     "qwen3_5_moe_text": "The language model of Qwen 3.5 MoE " + _QWEN3_5.format(_MOE_MLP),
