@@ -340,7 +340,10 @@ def layout_text(plan, run, gpu, *, unit="GB", style=PLAIN, width=WIDTH, max_gpus
     """A LayoutPlan (memmath.plan_layout) of `run` on `gpu` as `memmath train --plan-layout` prints it."""
     w, name = Writer(style, width), printable(run.model.name)
     if not plan.fits:
-        return f"No layout up to {max_gpus or 1024} GPUs fits {name} on the {gpu.name} ({plan.tried} tried).\n"
+        why = (" Tensor and pipeline splits of a model whose blocks differ are not modelled, so only data-parallel "
+               "layouts were tried; ZeRO-3 or FSDP shard those (--gpus N --zero 3)." if run.model.mixed else "")
+        w.para(f"No layout up to {max_gpus or 1024} GPUs fits {name} on the {gpu.name} ({plan.tried} tried).{why}")
+        return w.text()
     lay, need, worst = plan.layout, plan.need, plan.worst
     w(style.bold(f"{name} on {gpu.name}: {lay.n_gpus} GPUs, {lay.describe()}") + "\n")
     w(f"  the rank that needs the most (rank {worst.rank}, pipeline stage {worst.coordinates['pp']}):\n")

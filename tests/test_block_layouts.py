@@ -147,3 +147,10 @@ def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft
                           method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")), seq_len=64,
                           batch_size=2, dropout=False, attention="sdpa", checkpointing=True, device="cpu")
     assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05
+
+
+def test_the_layout_planner_says_why_it_tries_data_parallel_layouts_only(capsys):
+    from memmath import cli
+    assert cli.main(["train", "glm-4.5-air", "--plan-layout", "--gpu", "H100 80GB"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "splits of a model whose blocks differ are not modelled" in out and "--zero 3" in out
