@@ -167,7 +167,10 @@ class Run:
     # FSDP2 (sharding="fsdp2"): fully_shard(reshard_after_forward=...), True its default: each block's gathered
     # parameters are freed after its forward and gathered again in backward; False keeps them to its backward.
     # Other engines ignore it.
-    reshard_after_forward: bool = True
+    reshard_after_forward: bool = field(default=True, metadata=option(
+        "--no-reshard-after-forward", "FSDP2 (--sharding fsdp2): fully_shard(reshard_after_forward=False), each "
+        "block's gathered weights kept from its forward to its backward (default: freed and gathered again)",
+        value=False))
     # What construction resolved (compare=False: two runs with the same concrete fields are the same run).
     defaulted: frozenset = field(default=frozenset(), compare=False, repr=False)
     notes: tuple = field(default=(), compare=False, repr=False)

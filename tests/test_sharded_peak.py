@@ -183,3 +183,16 @@ def test_a_middle_block_holds_the_block_before_it_prefetched():
     [weights] = [parts["weights"] for (_, label, _), parts in zip(peak.moments, peak.breakdown)
                  if label.startswith("in block 2 of 32")]
     assert weights == mm.training_memory(run).weights + units["root"] + 2 * units["block"]
+
+
+@pytest.mark.parametrize("flag, reshard", [([], True), (["--no-reshard-after-forward"], False)])
+def test_the_command_line_answers_both_fsdp2_modes_as_the_api(capsys, flag, reshard):
+    from memmath import cli
+    args = ["train", "llama-2-7b", "--gpus", "8", "--sharding", "fsdp2", "--zero", "3", "--seq", "512", "--json",
+            "--gpu", "A100 80GB"]
+    cli.main(args + flag)
+    report = json.loads(capsys.readouterr().out)
+    run = mm.Run(model="llama-2-7b", n_gpus=8, sharding="fsdp2", zero_stage=3, seq_len=512,
+                 reshard_after_forward=reshard)
+    assert f"reshard_after_forward={reshard}" in report["run"]
+    assert report["verdict"]["required_bytes"] == mm.requirement(run).bytes
