@@ -156,14 +156,13 @@ PRESETS: MutableMapping[str, ModelShape] = Presets({
         head_dim=128, vocab_size=202048, num_local_experts=128, num_experts_per_tok=1, interleave_moe_layer_step=2,
         attention_chunk_size=8192, tie_word_embeddings=False),
     "deepseek-v3": _from_config(  # deepseek-ai/DeepSeek-V3: 671,026,404,352 (card: 671B, 37B activated); latent
-        # attention, 3 dense blocks then 58 of 256 experts (8 a token) and a shared one; stored in block FP8
+        # attention, 3 dense blocks then 58 of 256 experts (8 a token) and a shared one; dequantized, as the other
+        # presets (its config.json's block FP8 is read from the file: memmath train CONFIG)
         "deepseek-v3", model_type="deepseek_v3", hidden_size=7168, intermediate_size=18432,
         moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
         n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=3, n_group=8,
         topk_group=4, norm_topk_prob=True, kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,
-        qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280, tie_word_embeddings=False,
-        quantization_config={"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-                             "weight_block_size": [128, 128]}),
+        qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280, tie_word_embeddings=False),
     "deepseek-v2-lite": _from_config(  # deepseek-ai/DeepSeek-V2-Lite: 15,706,484,224 (card: 15.7B, 2.4B activated)
         "deepseek-v2-lite", model_type="deepseek_v2", hidden_size=2048, intermediate_size=10944,
         moe_intermediate_size=1408, num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16,

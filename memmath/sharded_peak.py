@@ -64,6 +64,7 @@ from .peak import PHASES, PeakEstimate, optimizer_transient, peak_memory, why_no
 from .recipes import update_temporaries
 from .sharding import fsdp2_elements, torch_groups, torch_tensors, zero_redundancy_assignment
 from .memory import training_memory
+from .run import as_run
 
 ENGINES = ("fsdp2", "zero_redundancy")
 
@@ -202,8 +203,6 @@ def sharded_peak(model, *, step="steady", **settings) -> PeakEstimate:
     """The peak of one rank's step (run.rank) under FSDP2 or ZeroRedundancyOptimizer (see the module doc): the
     one-GPU step's moments with the engine's weights, gradients, states and temporaries in place of the plain run's.
     A run it does not model raises a ValueError saying why (why_no_sharded_peak)."""
-    from .run import as_run  # run.py imports the engines' names; the Run is only needed here
-
     step = validate.choice("step", step, ("steady", "first"))
     run = as_run(model, **settings)
     why = why_no_sharded_peak(run)
