@@ -135,7 +135,7 @@ def _():
 
 @app.cell(hide_code=True)
 def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo, model, model_error, nearest_layout,
-      parts_view, pasted_text, re, recipe_view, source_radio):
+      needed_view, parts_view, pasted_text, re, recipe_view, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
@@ -151,8 +151,10 @@ def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo,
                            "data": {"values": [{"text": "No run: the pasted config.json cannot be used (section 1)."}]},
                            "mark": {"type": "text", "align": "left", "x": 0, "fontSize": 13},
                            "encoding": {"text": {"field": "text", "type": "nominal"}}})
-        for _view in (recipe_view, far_view, changes_view, parts_view, catalog_view, comparison_view):
-            _view.update(mo.md(""))  # nor do the sections that follow from the run keep the last run's numbers
+        # Nor do the sections that follow from the run keep the last run's numbers under their headings.
+        recipe_view.update(mo.md(""))
+        for _view in (far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
+            _view.update(mo.md("*No run: the pasted config.json cannot be used (section 1).*"))
     else:
         _pasted = source_radio.value != "preset"
         _title = f"Your config.json ({pasted_text(model.name)})" if _pasted else model.name
@@ -432,7 +434,8 @@ def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_
 
 
     def shown_comparison(run, unit, methods):
-        """The article's comparison of full, partial and PEFT for this run's model and step, and "needed or wanted"."""
+        """The article's comparison of full, partial and PEFT for this run's model and step, and "needed or wanted"
+        (the two sections under their headings, which the views' cell shows)."""
         # Each method's requirement (memmath.requirement), the number the verdict above judges its run by. memmath
         # splits a model t x p ways for full finetuning only: a split run is compared with every GPU holding a copy.
         _split = run.tp * run.pp > 1
@@ -469,8 +472,6 @@ def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_
         _unsplit = (" The model is not split here (t = p = 1, every GPU a whole copy): memmath models tensor and "
                     "pipeline parallelism for full finetuning only." if _split else "")
         _comparison_part = [cached_md(f"""
-        ## Full, partial or PEFT: the article's comparison, with your numbers
-
         The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
         settings for your model: the same recipe ({precision_dropdown.selected_key}), optimizer ({optimizer_dropdown.selected_key}),
         batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
@@ -480,8 +481,6 @@ def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_
         _serve = mm.inference_memory(run.model, context_len=run.seq_len)
         _peft = _needs["PEFT: LoRA"].bytes
         _needed_part = cached_md(f"""
-        ## Needed, or only wanted?
-
         The article ends on a question a team should ask before any of this: is finetuning **needed**,
         or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
         and a leader may find it hard to tell the two apart. The memory bill does not care why: a
@@ -493,7 +492,7 @@ def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_
         does the job, the cheapest finetune is the one you do not run.
         """)
 
-        return compared, mo.vstack([*_comparison_part, _needed_part])
+        return compared, mo.vstack(_comparison_part), _needed_part
 
     return cached_md, shown_catalog, shown_comparison, shown_parts
 
@@ -516,7 +515,7 @@ def _(live_chart):
 @app.cell(hide_code=True)
 def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider, cached_md, catalog_view, changes_view,
       checkpointing_switch, comparison_view, far_view, gpu_dropdown, literature, max_gpus_number, method_dropdown, mm,
-      mo, model, model_config, n_gpus_number, optimizer_dropdown, parts_heading, parts_view, pasted_text, pd,
+      mo, model, model_config, n_gpus_number, needed_view, optimizer_dropdown, parts_view, pasted_text, pd,
       peak_moment, planned, precision_dropdown, rank_slider, recipe_view, requirement_view, pp_dropdown,
       reserved_slider, seq_len_slider, shown_catalog, shown_comparison, shown_parts, targets_dropdown, tp_dropdown,
       trainable_layers_slider, unit_radio, verdict_of_fit, viz, zero_stage_radio):
@@ -650,11 +649,10 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
         _beyond = (f"; the model was trained on {_trained:,}, so past that the number is memory only"
                    if _trained is not None and limits["seq_len"] > _trained else "")
         _seq = f"**{limits['seq_len']:,}** tokens per sequence at batch {settings['batch_size']:,}{_beyond}"
-    _lines = ["### How far this run goes", "",
-              "Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
+    _lines = ["Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
               "", f"- fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};"]
     if max_gpus > int(max_gpus_number.value):
-        _lines[2] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
+        _lines[0] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
                       f"the changes may use {max_gpus:,}.)")
     if limits["batch"] is None and limits["seq_len"] is None:
         _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations its other parts "
@@ -692,18 +690,18 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
     if _cannot is not None and suggestions:
         _path += (f" These changes keep the recipe you chose, which the {gpu.name} cannot run: choose "
                   f"`{_cannot.instead}` above to plan the changes it can.")
-    changes_view.update(mo.vstack([cached_md("## Changes that would help, ranked by memory saved"), cached_md(_path),
-                                   viz.plain_table(mm.planner.suggestions_frame(suggestions, unit).round(2),
-                                                   wrapped_columns=["cost"])]))
+    changes_view.update(mo.vstack([cached_md(_path), viz.plain_table(mm.planner.suggestions_frame(suggestions, unit)
+                                                                      .round(2), wrapped_columns=["cost"])]))
 
     # ---- the parts and what the step's peak adds: the table adds to the requirement; every card of the catalog
     parts_frame, _parts_table = shown_parts(requirement, unit)
-    parts_view.update(mo.vstack([parts_heading, _parts_table]))
+    parts_view.update(_parts_table)
     catalog_frame, _catalog = shown_catalog(peak_bytes, reserved, unit)
     catalog_view.update(_catalog)
     # ---- the article's comparison, with this run's numbers, and "needed or wanted"
-    compared, _comparison_part = shown_comparison(run, unit, methods)
+    compared, _comparison_part, _needed_part = shown_comparison(run, unit, methods)
     comparison_view.update(_comparison_part)
+    needed_view.update(_needed_part)
 
     # What the run's cell shows itself: the verdict (a callout, which needs marimo's renderer) and its warnings. The
     # sections that follow are live htmls shown once by the next cell and given new contents here, so a move
@@ -714,13 +712,17 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
 
 
 @app.cell(hide_code=True)
-def _(live_html, mo, takeaway_note):
-    # The sections that follow from the run, shown once here (this cell reads no control): the run's cell above gives
-    # them new contents in place on every move.
-    recipe_view, far_view, changes_view, parts_view, catalog_view, comparison_view = (live_html() for _ in range(6))
-    mo.vstack([recipe_view, takeaway_note, far_view, changes_view, parts_view,
-               mo.accordion({"Which cards in the catalog would hold this run?": catalog_view}), comparison_view])
-    return catalog_view, changes_view, comparison_view, far_view, parts_view, recipe_view
+def _(live_html, mo, parts_heading, takeaway_note):
+    # The sections that follow from the run, under their headings, shown once here (this cell reads no control): the
+    # run's cell above gives them new contents in place on every move.
+    recipe_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view = (
+        live_html() for _ in range(7))
+    mo.vstack([recipe_view, takeaway_note, mo.md("### How far this run goes"), far_view,
+               mo.md("## Changes that would help, ranked by memory saved"), changes_view, parts_heading, parts_view,
+               mo.accordion({"Which cards in the catalog would hold this run?": catalog_view}),
+               mo.md("## Full, partial or PEFT: the article's comparison, with your numbers"), comparison_view,
+               mo.md("## Needed, or only wanted?"), needed_view])
+    return catalog_view, changes_view, comparison_view, far_view, needed_view, parts_view, recipe_view
 
 
 @app.cell(hide_code=True)
@@ -771,7 +773,7 @@ def _(mm, mo, verdict_of):
 @app.cell(hide_code=True)
 def _(fsdp_fold, mm, mo):
     # Shown here, once, after the run's sections (it reads no control); the heading and the takeaway that the
-    # run's cell shows are built here once too.
+    # views' cell shows under the verdict are built here once too.
     _article = mm.recipes.bytes_per_parameter("bf16", "adam")
     _mixed = mm.recipes.bytes_per_parameter("mixed", "adam")
     _sum = mo.md(f"""
