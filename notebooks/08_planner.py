@@ -705,7 +705,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
 
     # What the run's cell shows itself: the verdict (a callout, which needs marimo's renderer) and its warnings. The
     # sections that follow are live htmls shown once by the next cell and given new contents here, so a move
-    # re-renders only what changed (marimo re-renders a re-run cell's whole output: ~17 kB of HTML here).
+    # re-renders only what changed (marimo re-renders a re-run cell's whole output: ~16 kB of HTML here).
     mo.vstack(_verdict_part)
     return (compared, fit, instead_fit, limits, max_gpus, parts_frame, path, peak_basis, peak_bytes, plan, result, run,
             settings, suggestions, verdict)
