@@ -130,6 +130,8 @@ def main(argv=None) -> int:
     parser.add_argument("lessons", nargs="*", type=Path, help="notebooks to measure (default: notebooks/NN_*.py)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--presses", type=int, default=4, help="key presses per slider per round")
+    parser.add_argument("--no-export", action="store_true",
+                        help="measure the live page only (sliders, cold start), not `marimo export html`")
     args = parser.parse_args(argv)
 
     from playwright.sync_api import sync_playwright
@@ -146,15 +148,17 @@ def main(argv=None) -> int:
         for round_number in range(1, args.rounds + 1):
             for notebook in notebooks:
                 result = results[notebook]
-                export_s, export_cpu, result.page_bytes = measure_export(notebook, Path(scratch))
-                result.export_cpu_s.append(export_cpu)
+                if not args.no_export:
+                    export_s, export_cpu, result.page_bytes = measure_export(notebook, Path(scratch))
+                    result.export_cpu_s.append(export_cpu)
+                    result.export_s.append(export_s)
                 cold, latencies, result.slowest_cell = measure_live(browser, notebook, args.presses)
-                result.export_s.append(export_s)
                 result.cold_s.append(cold)
                 for index, pressed in latencies.items():
                     result.presses.setdefault(index, []).extend(pressed)
                 result.sliders = len(latencies)
-                print(f"round {round_number}/{args.rounds} {result.name}: cold {cold:.2f} s, export {export_s:.2f} s, "
+                export = f"{result.export_s[-1]:.2f} s" if result.export_s else "-"
+                print(f"round {round_number}/{args.rounds} {result.name}: cold {cold:.2f} s, export {export}, "
                       f"slider ms {[round(statistics.median(p.ms for p in v)) for v in latencies.values() if v]}",
                       file=sys.stderr, flush=True)
         browser.close()
@@ -178,7 +182,8 @@ def main(argv=None) -> int:
         return f"kernel {kernel:.0f} ms in {cells:.0f} cells, slowest {top}: {top_ms:.0f} ms"
 
     reference = results[REFERENCE]
-    ref_slider, ref_cold, ref_cpu = slowest_slider(reference), min(reference.cold_s), min(reference.export_cpu_s)
+    ref_slider, ref_cold = slowest_slider(reference), min(reference.cold_s)
+    ref_cpu = min(reference.export_cpu_s, default=None)
     header = (f"{'notebook':<28} {'slider ms':>9} {'vs ref (<=1.15)':>15}  {'cold s':>6} {'vs ref (<=1.3)':>14}  "
               f"{'export wall s':>13} {'CPU s':>5} {'vs ref (<=1.3)':>14}  {'page kB':>7}")
     print(f"\nmarimo {assets.marimo_version()}, {args.rounds} rounds, {args.presses} presses per slider per round "
@@ -188,10 +193,13 @@ def main(argv=None) -> int:
     print("-" * len(header))
     for notebook in notebooks:
         r = results[notebook]
-        slider, cold, export, cpu = slowest_slider(r), min(r.cold_s), min(r.export_s), min(r.export_cpu_s)
+        slider, cold = slowest_slider(r), min(r.cold_s)
+        export, cpu = min(r.export_s, default=None), min(r.export_cpu_s, default=None)
+        exported = (f"{export:13.2f} {cpu:5.2f} {ratio(cpu, ref_cpu, TARGETS['export']):>14}  {r.page_bytes / 1000:7.1f}"
+                    if export is not None else f"{'-':>13} {'-':>5} {'-':>14}  {'-':>7}")
         print(f"{r.name:<28} {slider if slider is None else f'{slider:9.0f}'!s:>9} "
               f"{ratio(slider, ref_slider, TARGETS['slider']):>15}  {cold:6.2f} {ratio(cold, ref_cold, TARGETS['cold']):>14}  "
-              f"{export:13.2f} {cpu:5.2f} {ratio(cpu, ref_cpu, TARGETS['export']):>14}  {r.page_bytes / 1000:7.1f}")
+              f"{exported}")
     print("\nWhere the time goes (cells counted in notebook order; the rest of a slider's latency is the browser"
           " redrawing what changed):")
     for notebook in notebooks:

@@ -162,9 +162,11 @@ def activation_sweep(x_title: str, unit: str):
     column fill)."""
     from .sweeps import SERIES
 
-    color = alt.Scale(domain=list(SERIES), range=[viz.PART_COLORS["weights"], "#555555", viz.PART_COLORS["activations"]])
-
     def draw(frame):
+        # Built here, not around draw: an altair object validates itself as it is made (~2 ms), and a live chart
+        # calls draw only when it draws anew.
+        color = alt.Scale(domain=list(SERIES), range=[viz.PART_COLORS["weights"], "#555555",
+                                                      viz.PART_COLORS["activations"]])
         lines = alt.Chart().transform_filter(alt.datum.kind == "line").mark_line(point=True).encode(
             x=alt.X("x:Q", title=x_title, scale=alt.Scale(type="log", base=2)),
             y=alt.Y("size:Q", title=viz.memory_axis_title(unit) + ", log scale", scale=alt.Scale(type="log")),
@@ -241,9 +243,8 @@ def step_timeline(unit: str, moments: list):
     """Lesson 3's step over time: one stacked bar per moment (memmath.timeline.step_timeline's frame, with
     `size` in `unit` and `when`, the moment's short name, in `moments`' order), coloured by what holds it."""
     categories = list(TIMELINE_COLORS)
-    scale = alt.Scale(domain=categories, range=[viz.PART_COLORS[TIMELINE_COLORS[c]] for c in categories])
-
     def draw(frame):
+        scale = alt.Scale(domain=categories, range=[viz.PART_COLORS[TIMELINE_COLORS[c]] for c in categories])
         return alt.Chart(frame).mark_bar().encode(
             x=alt.X("when:N", title=None, sort=moments, axis=alt.Axis(labelAngle=-35, labelLimit=220)),
             y=alt.Y("size:Q", title=viz.memory_axis_title(unit), stack="zero", axis=alt.Axis(**viz.MEMORY_AXIS)),

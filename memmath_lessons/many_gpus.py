@@ -6,6 +6,7 @@ for the lesson, so that the notebook stays short (marimo parses every line of it
 
 from __future__ import annotations
 
+import functools
 import shlex
 
 import pandas as pd
@@ -17,7 +18,7 @@ from memmath.units import UNITS, unit_name
 from . import viz
 
 __all__ = ["AXIS_ROWS", "BUFFER_COLOR", "BUFFER_LABEL", "PLAYBOOK_70B", "axis_table", "cli_command", "playbook_table",
-           "playbook_widget", "stage_bars", "stage_memories", "stage_needs"]
+           "playbook_widget", "stage_bars", "stage_chart", "stage_memories", "stage_needs"]
 
 BUFFER_PART = "buffers"
 BUFFER_LABEL = "Communication buffers"
@@ -64,6 +65,13 @@ def axis_table(model: str, unit: str = "GB", **settings) -> pd.DataFrame:
 
 def stage_memories(run) -> dict:
     """{"stage s (rank r)": ParallelMemory} of each pipeline stage's first tensor rank (the stage's largest)."""
+    return dict(_stage_memories(run))
+
+
+# Kept per Run (hashable), as memmath keeps each run's requirement: a layout the learner returns to, or a unit
+# switch, costs nothing; each stage's memory and peak replays the schedule (10-20 ms a layout).
+@functools.lru_cache(maxsize=256)
+def _stage_memories(run) -> dict:
     lay = parallel.layout(run)
     if not parallel.is_parallel(run):
         return {"the one GPU": parallel.parallel_memory(run)}
@@ -77,11 +85,25 @@ def stage_needs(run, stages: dict | None = None) -> dict:
     judges the run: that rank's step peak (memmath.parallel.parallel_peak) where memmath models the run's peak,
     else its sum of parts plus buffers. The largest is requirement(run).bytes. stages: stage_memories(run), when
     the caller has it already (a slider's move then builds each stage's memory once)."""
-    stages = stage_memories(run) if stages is None else stages
+    if stages is None:
+        return dict(_stage_needs(run))
     if not parallel.is_parallel(run):
         return {name: mm.requirement(run).bytes for name in stages}
     peak = not parallel.peak_why_not(run)
     return {name: parallel.parallel_peak(run, one.rank)["total"] if peak else one.total for name, one in stages.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def _stage_needs(run) -> dict:
+    return stage_needs(run, _stage_memories(run))
+
+
+@functools.lru_cache(maxsize=256)
+def stage_chart(run, unit: str = "GB", *, title: str = "", capacity_bytes=None, capacity_label: str = ""):
+    """stage_bars of the run's stages and what the card must hold for each, kept per run and drawing (a slider
+    moved back and forth draws each layout once)."""
+    return stage_bars(_stage_memories(run), unit, title=title, capacity_bytes=capacity_bytes,
+                      capacity_label=capacity_label, needs=_stage_needs(run))
 
 
 def stage_bars(stages: dict, unit: str = "GB", *, title: str = "", capacity_bytes=None, capacity_label: str = "",

@@ -35,11 +35,13 @@ def _():
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.live_html import live_html
     import altair as alt
     import numpy as np
     import pandas as pd
     from memmath_lessons import lesson_charts, site_charts
-    return (alt, lesson_charts, literature, live_chart, live_only_notice, mm, mo, np, pd, reference, site_charts, viz)
+    return (alt, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, site_charts,
+            viz)
 
 
 @app.cell(hide_code=True)
@@ -262,8 +264,9 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    # Fixed prose, rendered from markdown once: the cells below re-run on slider moves and show these as they are.
+def _(live_html, mo):
+    # Fixed prose, rendered from markdown once and shown here; the numbers under it are live htmls that the cell below
+    # gives new contents on every move (marimo would re-render a re-run cell's whole output, prose included).
     section_prose = {"saves": mo.md(r"""
     ## What freezing saves, and what it does not
 
@@ -284,12 +287,16 @@ def _(mo):
     Freezing saves memory, but the article warns that it does not solve the problem. Partial
     finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
     """)}
-    return (section_prose,)
+    saves_how_view, saves_table_view, saves_work_view = live_html(), live_html(), live_html()
+    mo.vstack([section_prose["saves"], saves_how_view, saves_table_view, saves_work_view])
+    return saves_how_view, saves_table_view, saves_work_view, section_prose
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, section_prose, seq_slider, unit, viz):
-    # What freezing saves at the chosen batch and length: one cell for the section's prose, table and chart rows.
+def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, saves_how_view, saves_table_view,
+      saves_work_view, seq_slider, unit, viz):
+    # What freezing saves at the chosen batch and length: one cell for the section's numbers, table and chart rows,
+    # into the live views above it.
     # Attention, dropout and the activation model are left to memmath.Run, which takes them from the model as
     # transformers trains it: SDPA, the config's dropout, and the exact (transformers) activation model.
     _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value)
@@ -330,11 +337,13 @@ def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, s
                    f"{_through_full})")
         _work = (f"**Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients instead of "
                  f"{full.trainable_params:,}, and {_blocks}.")
-    mo.vstack([section_prose["saves"], mo.md(_how + _beyond), viz.plain_table(pd.DataFrame(_rows)), mo.md(f"""
+    saves_how_view.update(mo.md(_how + _beyond))
+    saves_table_view.update(pd.DataFrame(_rows))
+    saves_work_view.update(mo.md(f"""
     {_work} Training the embeddings sends it back through every
     block again: each frozen block then keeps what the gradient of its input needs (its norms' inputs,
     attention's tensors, the activation function's), though not the inputs of its frozen linear layers.
-    """)])
+    """))
     return frozen, full
 
 
@@ -421,8 +430,15 @@ def _(alt, mo, pd, reference, viz):
 
 
 @app.cell(hide_code=True)
-def _(batch_slider, bert_chart, lesson_charts, literature, mm, mo, np, pd, section_prose, seq_slider, unit, viz):
-    # The BERT-large report: the sweep over top blocks, its chart rows and its prose, in one cell.
+def _(live_html, mo, section_prose):
+    bert_view = live_html()  # the report's numbers, filled by the next cell on every move
+    mo.vstack([section_prose["bert"], bert_view])
+    return (bert_view,)
+
+
+@app.cell(hide_code=True)
+def _(batch_slider, bert_chart, bert_view, lesson_charts, literature, mm, mo, np, pd, seq_slider, unit, viz):
+    # The BERT-large report: the sweep over top blocks, its chart rows and its numbers, in one cell.
     bert = mm.PRESETS["bert-large-uncased"]
     top_blocks = np.arange(bert.n_layers + 1)
     # Attention, dropout and activations as transformers trains BERT (memmath.Run's defaults): SDPA, the config's
@@ -451,7 +467,7 @@ def _(batch_slider, bert_chart, lesson_charts, literature, mm, mo, np, pd, secti
     _houlsby = literature.REPORTED["houlsby_trainable_share"]
     _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
                if seq_slider.value > bert.max_positions else "")
-    mo.vstack([section_prose["bert"], mo.md(f"""
+    bert_view.update(mo.md(f"""
     One reported study: {literature.cite("bert_large_partial_share")}. That is one number,
     about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
     not reproduced here.
@@ -467,7 +483,7 @@ def _(batch_slider, bert_chart, lesson_charts, literature, mm, mo, np, pd, secti
     Compare Houlsby's adapters: {_houlsby.value:g}% trainable parameters per task ({_houlsby.source}).
     That gap is why the field moved to parameter-efficient methods:
     {viz.lesson_link("05_adapters")} and {viz.lesson_link("06_lora_qlora")}.
-    """)])
+    """))
     return bert, bert_full, bert_sweep, top_blocks
 
 

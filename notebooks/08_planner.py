@@ -38,6 +38,7 @@ def _(mo, viz):
 
 @app.cell
 def _():
+    import functools
     import importlib.util
     import json
     import re
@@ -52,11 +53,12 @@ def _():
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
+    from memmath_lessons.live_html import live_html
     from memmath_lessons import requirement_view, site_charts
     from memmath.verdict import verdict_of, verdict_of_fit
     from memmath import traced
-    return (importlib, json, literature, live_chart, live_only_notice, mm, mo, pd, re, requirement_view, site_charts,
-            traced, verdict_of, verdict_of_fit, viz)
+    return (functools, importlib, json, literature, live_chart, live_html, live_only_notice, mm, mo, pd, re, requirement_view,
+            site_charts, traced, verdict_of, verdict_of_fit, viz)
 
 
 @app.cell
@@ -132,7 +134,8 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, mm, mo, model, model_error, nearest_layout, pasted_text, re, source_radio):
+def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo, model, model_error, nearest_layout,
+      needed_view, parts_view, pasted_text, re, recipe_view, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
@@ -148,6 +151,10 @@ def _(bars_chart, mm, mo, model, model_error, nearest_layout, pasted_text, re, s
                            "data": {"values": [{"text": "No run: the pasted config.json cannot be used (section 1)."}]},
                            "mark": {"type": "text", "align": "left", "x": 0, "fontSize": 13},
                            "encoding": {"text": {"field": "text", "type": "nominal"}}})
+        # Nor do the sections that follow from the run keep the last run's numbers under their headings.
+        recipe_view.update(mo.md(""))
+        for _view in (far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
+            _view.update(mo.md("*No run: the pasted config.json cannot be used (section 1).*"))
     else:
         _pasted = source_radio.value != "preset"
         _title = f"Your config.json ({pasted_text(model.name)})" if _pasted else model.name
@@ -390,14 +397,18 @@ def _(mm):
 
 
 @app.cell
-def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
+def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
     # What the run's cell shows, each from the inputs it depends on.
+    # Markdown rendered once per text: much of what a move shows (headings, the comparison's prose) does not
+    # depend on the control moved, and marimo's markdown takes 1-8 ms a paragraph.
+    cached_md = functools.lru_cache(maxsize=512)(mo.md)
+
     def shown_parts(requirement, unit):
         """Your run's parts, their sum, what the step's peak adds, and the requirement: (the frame, the table)."""
         _frame = requirement_view.requirement_table(requirement, unit)
         _table = viz.plain_table(_frame)
         if requirement.basis == "peak":
-            _table = mo.vstack([_table, mo.md(
+            _table = mo.vstack([_table, cached_md(
                 "The parts add to their sum; a step never holds all of them at once and holds temporaries that "
                 "no part counts, so the step's peak differs from the sum. The row before the last is that "
                 "difference, which makes the table add to what the card must hold, the number the verdict, the "
@@ -405,7 +416,7 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
         return _frame, _table
 
     def shown_catalog(peak_bytes, reserved, unit):
-        """Every card of the catalog against the run's peak, folded."""
+        """Every card of the catalog against the run's peak (shown in the fold the views' cell draws)."""
         _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
         # Each card judged by the one rule the verdict above uses (memmath.verdict: the reserve, 5% kept free).
         _verdicts = [verdict_of(peak_bytes, _g, reserved_bytes=reserved)
@@ -415,15 +426,16 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
             f"memory ({unit})": round(_v.memory_bytes / mm.UNITS[unit], 2),
             f"to spare or short ({unit})": f"{_f(_v.spare)} to spare" if _v.fits else f"short by {_f(_v.short_by)}",
             "fits": "yes" if _v.fits else "no"} for _v in _verdicts])
-        return catalog_frame, mo.accordion({"Which cards in the catalog would hold this run?": mo.vstack([mo.md(f"""
+        return catalog_frame, mo.vstack([cached_md(f"""
         The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {_f(reserved)} reserved for the
         CUDA context on each (section 4) and {mm.FIT_MARGIN:.0%} of the requirement kept free, as the verdict judges. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
         driver reports, the same or a little less.
-        """), viz.plain_table(catalog_frame)])})
+        """), viz.plain_table(catalog_frame)])
 
 
     def shown_comparison(run, unit, methods):
-        """The article's comparison of full, partial and PEFT for this run's model and step, and "needed or wanted"."""
+        """The article's comparison of full, partial and PEFT for this run's model and step, and "needed or wanted"
+        (the two sections under their headings, which the views' cell shows)."""
         # Each method's requirement (memmath.requirement), the number the verdict above judges its run by. memmath
         # splits a model t x p ways for full finetuning only: a split run is compared with every GPU holding a copy.
         _split = run.tp * run.pp > 1
@@ -459,9 +471,7 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
                                             wrapped_columns=list(comparison_frame.columns))
         _unsplit = (" The model is not split here (t = p = 1, every GPU a whole copy): memmath models tensor and "
                     "pipeline parallelism for full finetuning only." if _split else "")
-        _comparison_part = [mo.md(f"""
-        ## Full, partial or PEFT: the article's comparison, with your numbers
-
+        _comparison_part = [cached_md(f"""
         The article closes with a table of the three approaches. Here it is rebuilt from this lesson's
         settings for your model: the same recipe ({precision_dropdown.selected_key}), optimizer ({optimizer_dropdown.selected_key}),
         batch and sequence length, with the freeze, adapter and LoRA controls above. Trainable parameters and memory are computed; quality, latency
@@ -470,9 +480,7 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
 
         _serve = mm.inference_memory(run.model, context_len=run.seq_len)
         _peft = _needs["PEFT: LoRA"].bytes
-        _needed_part = mo.md(f"""
-        ## Needed, or only wanted?
-
+        _needed_part = cached_md(f"""
         The article ends on a question a team should ask before any of this: is finetuning **needed**,
         or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
         and a leader may find it hard to tell the two apart. The memory bill does not care why: a
@@ -484,9 +492,9 @@ def _(literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
         does the job, the cheapest finetune is the one you do not run.
         """)
 
-        return compared, mo.vstack([*_comparison_part, _needed_part])
+        return compared, mo.vstack(_comparison_part), _needed_part
 
-    return shown_catalog, shown_comparison, shown_parts
+    return cached_md, shown_catalog, shown_comparison, shown_parts
 
 
 @app.cell(hide_code=True)
@@ -505,14 +513,15 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
-      literature, max_gpus_number, method_dropdown, mm, mo, model, model_config, n_gpus_number, optimizer_dropdown,
-      pasted_text, pd, peak_moment, planned, precision_dropdown, rank_slider, requirement_view,
-      pp_dropdown, reserved_slider, seq_len_slider, targets_dropdown, tp_dropdown, trainable_layers_slider, unit_radio,
-      verdict_of_fit, viz, zero_stage_radio):
+def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider, cached_md, catalog_view, changes_view,
+      checkpointing_switch, comparison_view, far_view, gpu_dropdown, literature, max_gpus_number, method_dropdown, mm,
+      mo, model, model_config, n_gpus_number, needed_view, optimizer_dropdown, parts_view, pasted_text, pd,
+      peak_moment, planned, precision_dropdown, rank_slider, recipe_view, requirement_view, pp_dropdown,
+      reserved_slider, seq_len_slider, shown_catalog, shown_comparison, shown_parts, targets_dropdown, tp_dropdown,
+      trainable_layers_slider, unit_radio, verdict_of_fit, viz, zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
     # into one memmath.Run, asks the planner (memmath caches each run's answer, so a setting the learner returns to
-    # costs nothing), hands the live chart above its rows and shows every section that follows from the run.
+    # costs nothing), hands the live chart above and the live htmls below their contents and shows the verdict.
     methods = {
         "full": mm.Full(),
         "freeze": mm.Freeze(trainable_layers=trainable_layers_slider.value),
@@ -578,15 +587,15 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
                f"**it does not fit either**: {_f(instead_fit.headroom_bytes)}{_margin}."))
     _trained = mm.planner.trained_context(model, model_config)  # learned positions, the config's, or the model card's
     _long = _trained is not None and settings["seq_len"] > _trained
-    _warn = [mo.callout(mo.md(f"{pasted_text(model.name)} was trained on at most {_trained:,} tokens; a {settings['seq_len']:,}"
+    _warn = [mo.callout(cached_md(f"{pasted_text(model.name)} was trained on at most {_trained:,} tokens; a {settings['seq_len']:,}"
                               "-token sequence is arithmetic only."), kind="warn")] if _long else []
     if layout_refused:
-        _warn.append(mo.callout(mo.md(f"The model cannot be split {_tp} x {_pp} ways here: {pasted_text(layout_refused)} "
+        _warn.append(mo.callout(cached_md(f"The model cannot be split {_tp} x {_pp} ways here: {pasted_text(layout_refused)} "
                                       "This page shows the run with every GPU holding a whole copy (t = p = 1)."),
                                 kind="warn"))
     if settings["zero_stage"] == 3 and settings["n_gpus"] > 1 and model.tensor_count_known:
         _layer = 2 * max(_l.params_per_layer for _l, _ in model.layouts())  # the largest block's weights, 16 bits
-        _warn.append(mo.md(
+        _warn.append(cached_md(
             f"*Beyond its shard:* ZeRO stage 3 (and FSDP's full sharding) gathers each block's full weights on every "
             f"GPU just before that block runs, in the forward pass and again in the backward pass, and frees them "
             f"after; with prefetching the next block's arrive early, and the gather and the gradients' "
@@ -614,12 +623,11 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
                 f"{_f(reserved)} kept back for the CUDA context (section 4)"
                 + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
     _kind = "warn" if _cannot is not None else "success" if fit.fits else "danger"
-    _verdict_part = [*_warn, mo.callout(mo.md(_verdict), kind=_kind),
-                     mo.md(_recipe),
-                     mo.md(f"*Assumptions:* {pasted_text(result.assumptions)} "
-                           + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
-                     .style({"font-size": "0.9em"}),
-                     takeaway_note]
+    _verdict_part = [*_warn, mo.callout(cached_md(_verdict), kind=_kind)]
+    recipe_view.update(mo.vstack([cached_md(_recipe),
+                                  cached_md(f"*Assumptions:* {pasted_text(result.assumptions)} "
+                                        + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
+                                  .style({"font-size": "0.9em"})]))
 
     # ---- how far the run goes, searched directly
     if limits["gpus"] == 1:
@@ -642,18 +650,17 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
         _beyond = (f"; the model was trained on {_trained:,}, so past that the number is memory only"
                    if _trained is not None and limits["seq_len"] > _trained else "")
         _seq = f"**{limits['seq_len']:,}** tokens per sequence at batch {settings['batch_size']:,}{_beyond}"
-    _lines = ["### How far this run goes", "",
-              "Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
+    _lines = ["Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
               "", f"- fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};"]
     if max_gpus > int(max_gpus_number.value):
-        _lines[2] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
+        _lines[0] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
                       f"the changes may use {max_gpus:,}.)")
     if limits["batch"] is None and limits["seq_len"] is None:
         _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations its other parts "
                       f"alone add up to {mm.format_bytes(result.without_activations, unit)} per GPU.")
     else:
         _lines += [f"- largest batch that fits {_on}: {_batch};", f"- longest sequence that fits {_on}: {_seq}."]
-    _far_part = [mo.md("\n".join(_lines))]
+    far_view.update(cached_md("\n".join(_lines)))
 
     # ---- the live chart: the run and the first single changes, each by its requirement (what the verdict and the
     # changes table judge): the parts, then what the step's peak adds to them, and a black tick at the requirement.
@@ -684,19 +691,39 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
     if _cannot is not None and suggestions:
         _path += (f" These changes keep the recipe you chose, which the {gpu.name} cannot run: choose "
                   f"`{_cannot.instead}` above to plan the changes it can.")
-    _changes_part = [mo.md("## Changes that would help, ranked by memory saved"), mo.md(_path),
-                     viz.plain_table(mm.planner.suggestions_frame(suggestions, unit).round(2), wrapped_columns=["cost"])]
+    changes_view.update(mo.vstack([cached_md(_path), viz.plain_table(mm.planner.suggestions_frame(suggestions, unit)
+                                                                      .round(2), wrapped_columns=["cost"])]))
 
     # ---- the parts and what the step's peak adds: the table adds to the requirement; every card of the catalog
     parts_frame, _parts_table = shown_parts(requirement, unit)
-    catalog_frame, _catalog_fold = shown_catalog(peak_bytes, reserved, unit)
+    parts_view.update(_parts_table)
+    catalog_frame, _catalog = shown_catalog(peak_bytes, reserved, unit)
+    catalog_view.update(_catalog)
     # ---- the article's comparison, with this run's numbers, and "needed or wanted"
-    compared, _comparison_part = shown_comparison(run, unit, methods)
+    compared, _comparison_part, _needed_part = shown_comparison(run, unit, methods)
+    comparison_view.update(_comparison_part)
+    needed_view.update(_needed_part)
 
-    mo.vstack([*_verdict_part, *_far_part, *_changes_part, parts_heading, _parts_table, _catalog_fold,
-               _comparison_part])
+    # What the run's cell shows itself: the verdict (a callout, which needs marimo's renderer) and its warnings. The
+    # sections that follow are live htmls shown once by the next cell and given new contents here, so a move
+    # re-renders only what changed (marimo re-renders a re-run cell's whole output: ~16 kB of HTML here).
+    mo.vstack(_verdict_part)
     return (compared, fit, instead_fit, limits, max_gpus, parts_frame, path, peak_basis, peak_bytes, plan, result, run,
             settings, suggestions, verdict)
+
+
+@app.cell(hide_code=True)
+def _(live_html, mo, parts_heading, takeaway_note):
+    # The sections that follow from the run, under their headings, shown once here (this cell reads no control): the
+    # run's cell above gives them new contents in place on every move.
+    recipe_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view = (
+        live_html() for _ in range(7))
+    mo.vstack([recipe_view, takeaway_note, mo.md("### How far this run goes"), far_view,
+               mo.md("## Changes that would help, ranked by memory saved"), changes_view, parts_heading, parts_view,
+               mo.accordion({"Which cards in the catalog would hold this run?": catalog_view}),
+               mo.md("## Full, partial or PEFT: the article's comparison, with your numbers"), comparison_view,
+               mo.md("## Needed, or only wanted?"), needed_view])
+    return catalog_view, changes_view, comparison_view, far_view, needed_view, parts_view, recipe_view
 
 
 @app.cell(hide_code=True)
@@ -747,7 +774,7 @@ def _(mm, mo, verdict_of):
 @app.cell(hide_code=True)
 def _(fsdp_fold, mm, mo):
     # Shown here, once, after the run's sections (it reads no control); the heading and the takeaway that the
-    # run's cell shows are built here once too.
+    # views' cell shows under the verdict are built here once too.
     _article = mm.recipes.bytes_per_parameter("bf16", "adam")
     _mixed = mm.recipes.bytes_per_parameter("mixed", "adam")
     _sum = mo.md(f"""

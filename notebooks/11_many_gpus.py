@@ -175,18 +175,20 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         _shown = mo.callout(mo.md(f"This layout cannot run: {layout_error}"), kind="warn")
     else:
         _parallel = parallel.is_parallel(layout_run)
-        _stages = many_gpus.stage_memories(layout_run)
+        _stages = many_gpus.stage_memories(layout_run)  # kept per run, as its needs and chart (many_gpus)
         _label = f"{gpu.name} less the CUDA context ({mm.format_bytes(usable, unit)})"
-        _needs = many_gpus.stage_needs(layout_run, _stages)
+        _needs = many_gpus.stage_needs(layout_run)
         if _parallel:
-            rank_chart.update(many_gpus.stage_bars(_stages, unit, title="One GPU of each pipeline stage",
-                                                   capacity_bytes=usable, capacity_label=_label, needs=_needs))
+            rank_chart.update(many_gpus.stage_chart(layout_run, unit, title="One GPU of each pipeline stage",
+                                                    capacity_bytes=usable, capacity_label=_label))
         else:  # one GPU, or data parallelism (ZeRO): the step's peak, as lesson 8 draws it
             rank_chart.update(requirement_view.bars_output({"each GPU": layout_need}, unit, title="Each GPU",
                                                            capacity_bytes=usable, capacity_label=_label))
         layout_verdict = verdict_of(layout_need, gpu)  # memmath.verdict: the CUDA reserve, 5% of the requirement kept free
         # the GPU the verdict judges: the one whose requirement is the run's (its peak, or its parts and buffers)
-        _worst = parallel.parallel_memory(layout_run.replace(rank=layout_need.memory.run.rank)) if _parallel else None
+        _rank = layout_need.memory.run.rank
+        _worst = (next((one for one in _stages.values() if one.rank == _rank), None)
+                  or parallel.parallel_memory(layout_run.replace(rank=_rank))) if _parallel else None
         _lay = parallel.layout(layout_run)
         _needer = max(_needs, key=_needs.get)  # the stage whose GPU needs the most, as requirement() judges
         _where = ((f"the GPU of {_needer} needs the most: its step's peak" if layout_need.basis == "peak" else
