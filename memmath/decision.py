@@ -117,6 +117,8 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
         return Requirement(int(peak.total), "peak", "", memory, peak, run)
     if why and applies(run):
         return _bound(run, why)
+    if not why and is_ddp(run) and run.gradient_as_bucket_view:  # DDP's views where sharded_peak refuses the run
+        return _ddp_views_bound(run, memory)
     frozen_tower = _frozen_tower_bound(run, memory) if why else None
     if frozen_tower is not None:
         return frozen_tower
@@ -156,6 +158,17 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
                        f"{why_no_peak(run)}; an upper bound: what the language model alone must hold "
                        f"({text_need.bytes:,} B, {text_need.words} of the same run on the text model) plus the "
                        f"frozen vision tower's and projector's parts held throughout ({tower:,} B)", memory, None, run)
+
+
+def _ddp_views_bound(run: Run, memory) -> Requirement:
+    """DistributedDataParallel(gradient_as_bucket_view=True) where sharded_peak does not model the run (gradient
+    accumulation, offloading): the buckets are alive at every moment, forward included, so no moment holds more than
+    the one-GPU moment plus the buckets, as a copy of the gradients (DDP's default) holds them."""
+    copies = peak_memory(run.replace(gradient_as_bucket_view=False))
+    return Requirement(int(copies.total), "upper bound",
+                       f"{why_no_sharded_peak(run)}; an upper bound: the one-GPU peak plus DistributedDataParallel's "
+                       "buckets (the gradients' bytes), which gradient_as_bucket_view=True keeps alive at every moment",
+                       memory, None, run)
 
 
 def _bound(run: Run, why: str) -> Requirement:
