@@ -301,3 +301,12 @@ def test_ddp_is_judged_on_its_modelled_peak():
     views = mm.requirement(accum.replace(gradient_as_bucket_view=True))
     one = mm.peak_memory(accum.replace(n_gpus=1)).total
     assert views.basis == "upper bound" and views.bytes == one + 4 * 124_439_808 == mm.requirement(accum).bytes
+
+
+@pytest.mark.parametrize("flag, views", [([], False), (["--gradient-as-bucket-view"], True)])
+def test_the_command_line_answers_ddp_as_the_api(capsys, flag, views):
+    from memmath import cli
+    cli.main(["train", "gpt2", "--gpus", "2", "--seq", "512", "--json", "--gpu", "A100 80GB"] + flag)
+    report = json.loads(capsys.readouterr().out)
+    need = mm.requirement(mm.Run(model="gpt2", n_gpus=2, seq_len=512, gradient_as_bucket_view=views))
+    assert need.basis == "peak" and report["verdict"]["required_bytes"] == need.bytes
