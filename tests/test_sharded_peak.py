@@ -1,8 +1,10 @@
-"""The modelled peak of FSDP2 and ZeroRedundancyOptimizer ranks (memmath/sharded_peak.py) against PyTorch over gloo.
+"""The modelled peak of FSDP2, ZeroRedundancyOptimizer and DistributedDataParallel ranks (memmath/sharded_peak.py)
+against PyTorch over gloo.
 
-Two recordings, reported apart: validation/sharded.py's 18 runs (the fitting set: the model was written against
-torch's source and checked on them) and validation/sharded_held_out.py's runs (recorded after the model: other shapes,
-sizes, three ranks and activation checkpointing).
+Three recordings, reported apart: validation/sharded.py's 18 runs (the fitting set: the model was written against
+torch's source and checked on them), validation/sharded_held_out.py's runs (recorded after the model: other shapes,
+sizes, three ranks and activation checkpointing) and validation/ddp.py's DDP runs (all held out: recorded after the
+DDP peak, which no earlier recording could fit).
 """
 
 import json
