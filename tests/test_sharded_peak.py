@@ -246,8 +246,8 @@ def test_ddp_buckets_are_the_gradients_bytes():
 
 def test_the_ddp_held_out_step_peaks():
     # 10 runs, 23 ranks, 2 steps: all 46 step peaks within 2% of the model (38 within 0.1%) net of the frees the
-    # profiler did not see. Only rank 1 of llama-wide fp32 with views and checkpointing has any: it measured 19% above
-    # the model in both steps, and its profile ends with 3,085,976 B it saw allocated before step 1 and never saw
+    # profiler did not see. Only rank 1 of llama-wide fp32 with views and checkpointing has any: the model is 19% below
+    # it in both steps, and its profile ends with 3,085,976 B it saw allocated before step 1 and never saw
     # freed (the parameters' size, as the coalesced broadcast of DDP's wrapping makes; rank 0 of the same case and the
     # same case without views end with none). Without the buckets (the one-GPU peak) 41 of the 46 are 7-24% below.
     errors, below_one_gpu = [], 0
