@@ -1,8 +1,8 @@
 """What the card must hold for a run: the one decision the API, the command line, the planner and the lessons read.
 
-The step's peak (peak_memory: the most allocated at one moment; sharded_peak for a rank of FSDP2 or
-ZeroRedundancyOptimizer) where memmath models it; else, for a sharded or split run, a safe upper bound
-(memmath/bounds.py: the sum of the parts plus every transient at its largest); else the sum of the parts
+The step's peak (peak_memory: the most allocated at one moment; sharded_peak for a rank of FSDP2,
+ZeroRedundancyOptimizer or DistributedDataParallel) where memmath models it; else, for a sharded or split run, a safe
+upper bound (memmath/bounds.py: the sum of the parts plus every transient at its largest); else the sum of the parts
 (training_memory: every part as if alive at once), with the reason in words.
 """
 
@@ -18,7 +18,7 @@ from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 from .peak import peak_memory, why_no_peak
 from .run import Run, as_run
-from .sharded_peak import sharded_peak, why_no_sharded_peak
+from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
 
 BASES = ("peak", "upper bound", "sum of parts")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -111,11 +111,14 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
                            f"{why}", worst.memory, None, run)
     memory = training_memory(run)
     why = why_no_peak(run)
-    if why and run.sharded and not why_no_sharded_peak(run):  # FSDP2 or ZeroRedundancyOptimizer: the rank's peak
+    # FSDP2, ZeroRedundancyOptimizer or DistributedDataParallel (its buckets at each moment): the rank's peak
+    if ((why and run.sharded) or is_ddp(run)) and not why_no_sharded_peak(run):
         peak = sharded_peak(run)
         return Requirement(int(peak.total), "peak", "", memory, peak, run)
     if why and applies(run):
         return _bound(run, why)
+    if not why and is_ddp(run) and run.gradient_as_bucket_view:  # DDP's views where sharded_peak refuses the run
+        return _ddp_views_bound(run, memory)
     frozen_tower = _frozen_tower_bound(run, memory) if why else None
     if frozen_tower is not None:
         return frozen_tower
@@ -155,6 +158,17 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
                        f"{why_no_peak(run)}; an upper bound: what the language model alone must hold "
                        f"({text_need.bytes:,} B, {text_need.words} of the same run on the text model) plus the "
                        f"frozen vision tower's and projector's parts held throughout ({tower:,} B)", memory, None, run)
+
+
+def _ddp_views_bound(run: Run, memory) -> Requirement:
+    """DistributedDataParallel(gradient_as_bucket_view=True) where sharded_peak does not model the run (gradient
+    accumulation, offloading): the buckets are alive at every moment, forward included, so no moment holds more than
+    the one-GPU moment plus the buckets, as a copy of the gradients (DDP's default) holds them."""
+    copies = peak_memory(run.replace(gradient_as_bucket_view=False))
+    return Requirement(int(copies.total), "upper bound",
+                       f"{why_no_sharded_peak(run)}; an upper bound: the one-GPU peak plus DistributedDataParallel's "
+                       "buckets (the gradients' bytes), which gradient_as_bucket_view=True keeps alive at every moment",
+                       memory, None, run)
 
 
 def _bound(run: Run, why: str) -> Requirement:

@@ -1,4 +1,4 @@
-"""The peak of one rank's step when an engine shards a data-parallel run: FSDP2 and ZeroRedundancyOptimizer.
+"""The peak of one rank's step in a data-parallel run: FSDP2, ZeroRedundancyOptimizer and DistributedDataParallel.
 
 Each rank runs the whole model on its own micro-batch, so its activations, the loss's tensors and the backward's
 working memory are the one-GPU step's (peak_memory of the same run on one GPU, moment by moment). What the engine
@@ -44,12 +44,32 @@ ZeroRedundancyOptimizer (sharding="zero_redundancy", zero_stage=1; torch/distrib
     (which it is used with) adds its all-reduce buckets, a second copy of the gradients alive through the step, unless
     gradient_as_bucket_view=True.
 
+DistributedDataParallel (n_gpus > 1, zero_stage=0, sharding="even"; torch/nn/parallel/distributed.py and the Reducer,
+torch/csrc/distributed/c10d/reducer.cpp)
+    Every rank keeps the whole model, its gradients and states: the one-GPU step, plus the Reducer's buckets. Wrapping
+    the model allocates one flat buffer per bucket (initialize_buckets: at::empty of the bucket's elements, in the
+    parameters' dtype; up to bucket_cap_mb = 25 MB each, the rebuilt ones from the second iteration's forward on
+    led by a 1 MB one, the old freed before the new are made), every trainable parameter in exactly one, so the
+    buckets hold the gradients' bytes from before the first step to the end of training. Backward fills them, it does
+    not allocate them (validation/ddp.py: DDP's own count of its buckets is the gradients' bytes in every run).
+    gradient_as_bucket_view=False (the default): each AccumulateGrad's gradient is copied into its bucket view, the
+    bucket all-reduced and copied back into .grad: every moment is the one-GPU moment plus the buckets.
+    gradient_as_bucket_view=True: after the copy .grad is pointed at its bucket view and the fresh gradient freed, so
+    the gradients are the buckets, alive at every moment, forward included, plus what is not yet in .grad: the head's
+    contribution to a tied embedding, which autograd's input buffer holds until the embedding's backward adds its own,
+    and at the embeddings their fresh gradients before the hook copies them in.
+
 Not modelled (why_no_sharded_peak; memmath/bounds.py's upper bound answers them): FSDP2 with activation checkpointing
 (recorded after the model, it peaked 3-12% above these moments; with the middle blocks' moments 3-6% on every rank, net
 of the profiler's unseen frees), gradient accumulation, offloading, tensor, pipeline, context or expert parallelism, and ZeRO's
-even division as DeepSpeed runs it.
+even division as DeepSpeed runs it. DistributedDataParallel with gradient accumulation or offloading keeps peak_memory's
+one-GPU peak with the buckets a copy alive throughout (memmath/decision.py: an upper bound where the buckets are views).
 
-Checked against PyTorch 2.13 over gloo on one CPU (tests/test_sharded_peak.py), two recordings reported apart:
+DistributedDataParallel's peak was written from torch's source before any DDP run was recorded; validation/ddp.py's 10
+runs (2 and 3 ranks, with and without gradient_as_bucket_view and checkpointing), recorded after it and not fitted,
+put all 46 step peaks within 2% of it (38 within 0.1%), net of one rank's unseen free (tests/test_sharded_peak.py).
+
+FSDP2 and ZeroRedundancyOptimizer are checked against PyTorch 2.13 over gloo on one CPU, two recordings reported apart:
 validation/sharded.py's 18 runs, which the model was checked on as it was written (103 of 108 step peaks within 5%,
 all within +5% and -10%), and validation/sharded_held_out.py's runs, recorded after it. Where an FSDP2 rank peaks more
 than 5% above the model, the profile ends with as many bytes allocated and never seen freed (one block's or the root's
@@ -60,7 +80,7 @@ from __future__ import annotations
 
 from . import validate
 from .notes import Note
-from .peak import PHASES, PeakEstimate, optimizer_transient, peak_memory, why_no_peak
+from .peak import PHASES, PeakEstimate, _StepTerms, optimizer_transient, peak_memory, why_no_peak
 from .recipes import update_temporaries
 from .sharding import fsdp2_elements, torch_groups, torch_tensors, zero_redundancy_assignment
 from .memory import training_memory
@@ -69,11 +89,17 @@ from .run import as_run
 ENGINES = ("fsdp2", "zero_redundancy")
 
 
+def is_ddp(run) -> bool:
+    """A data-parallel run without ZeRO or sharding: torch's DistributedDataParallel on n_gpus > 1."""
+    return run.n_gpus > 1 and run.zero_stage == 0 and run.sharding == "even"
+
+
 def why_no_sharded_peak(run) -> str:
     """Why sharded_peak does not model this run, in words; "" when it does."""
-    if not run.sharded or run.sharding not in ENGINES:
-        return ("the sharded peak models PyTorch's FSDP2 (sharding='fsdp2') and ZeroRedundancyOptimizer "
-                "(sharding='zero_redundancy') on 2 or more GPUs; ZeRO's even division (DeepSpeed) is bounded")
+    if not is_ddp(run) and (not run.sharded or run.sharding not in ENGINES):
+        return ("the sharded peak models PyTorch's FSDP2 (sharding='fsdp2'), ZeroRedundancyOptimizer "
+                "(sharding='zero_redundancy') and DistributedDataParallel (zero_stage=0) on 2 or more GPUs; ZeRO's "
+                "even division (DeepSpeed) is bounded")
     if run.tp > 1 or run.pp > 1 or run.cp > 1 or run.ep > 1:
         return "the sharded peak models data parallelism only (tp = pp = cp = ep = 1)"
     if run.offload:
@@ -88,6 +114,9 @@ def why_no_sharded_peak(run) -> str:
         # on every rank net of unseen frees, a term of the recomputation not found
         return ("the sharded peak does not model FSDP2 with activation checkpointing (measured over gloo, its peaks "
                 "are 3-6% above the model's moments, a term of the recomputation not found)")
+    if is_ddp(run):
+        why = why_no_peak(_plain(run))
+        return f"the same run on one GPU has no peak model: {why}" if why else ""
     if run.model.n_layers < 2:
         return "the sharded peak needs two or more blocks"
     if run.model.mixed:
@@ -199,15 +228,65 @@ def _middle_blocks(run, units: dict, plain, label: str, parts: dict) -> list[tup
     return out
 
 
+def not_yet_in_grad(terms, phase: str, label: str, gradients: int) -> int:
+    """Bytes of gradients that exist at a one-GPU moment but are not yet in .grad (`terms`: the one-GPU step's
+    _StepTerms; `gradients`: the moment's gradients): the head's contribution to a tied embedding, held in autograd's
+    input buffer from the head's backward to the embedding's, and at the embeddings their own fresh gradients. Under
+    DistributedDataParallel(gradient_as_bucket_view=True) these are what a moment holds beside the buckets."""
+    if phase != "backward" or label.startswith("at the loss"):
+        return 0
+    tied = int(terms.tied_embed)
+    if label.startswith(("entering the last block", "recomputing the last block")):
+        return tied
+    if label.startswith(("in the first block", "recomputing the first block")):
+        return tied if gradients else 0  # no moment where a single block stores
+    if label.startswith("at the embeddings"):
+        return int(terms.g_embed) + tied
+    raise ValueError(f"no DistributedDataParallel rule for the moment {label!r} of the {phase}")
+
+
+def ddp_peak(run, step: str) -> PeakEstimate:
+    """The peak of a DistributedDataParallel rank (see the module doc): the one-GPU step's moments plus the buckets,
+    or, with gradient_as_bucket_view=True, with the buckets in place of the gradients in .grad."""
+    plain_run = _plain(run)
+    plain = peak_memory(plain_run, step=step)
+    buckets = int(training_memory(plain_run).gradients)  # every trainable parameter's gradient, in its dtype
+    terms = _StepTerms.of(plain_run, step)
+    views = run.gradient_as_bucket_view
+    moments, breakdown = [], []
+    for (phase, label, _), parts in zip(plain.moments, plain.breakdown):
+        new = {k: int(v) for k, v in parts.items()}
+        if views:
+            new["gradients"] = buckets + not_yet_in_grad(terms, phase, label, new["gradients"])
+        else:
+            new["inputs and buffers"] += buckets
+        moments.append((phase, label, sum(new.values())))
+        breakdown.append(new)
+    phases = {p: max(v for q, _, v in moments if q == p) for p in PHASES}
+    how = ("gradient_as_bucket_view=True: the gradients are views into the buckets, alive at every moment, forward "
+           "included, beside the gradients not yet in .grad (a tied embedding's first contribution, the embeddings' "
+           "fresh gradients)" if views else "the buckets are a second copy of the gradients, alive at every moment "
+           "(DDP's default; gradient_as_bucket_view=True makes the gradients views into them)")
+    notes = tuple(plain.notes) + (Note("ddp_buckets", f"rank {run.rank}'s peak: the one-GPU step's moments with "
+                                       f"DistributedDataParallel's all-reduce buckets ({buckets:,} B, made when the "
+                                       f"model is wrapped); {how}"),)
+    return PeakEstimate(forward=phases["forward"], backward=phases["backward"], optimizer_step=phases["optimizer_step"],
+                        resident=int(plain.resident) + buckets, moments=tuple(moments), notes=notes, step=step,
+                        breakdown=tuple(breakdown))
+
+
 def sharded_peak(model, *, step="steady", **settings) -> PeakEstimate:
-    """The peak of one rank's step (run.rank) under FSDP2 or ZeroRedundancyOptimizer (see the module doc): the
-    one-GPU step's moments with the engine's weights, gradients, states and temporaries in place of the plain run's.
+    """The peak of one rank's step (run.rank) under FSDP2, ZeroRedundancyOptimizer or DistributedDataParallel (see
+    the module doc): the one-GPU step's moments with the engine's weights, gradients, states, temporaries and
+    buffers in place of the plain run's.
     A run it does not model raises a ValueError saying why (why_no_sharded_peak)."""
     step = validate.choice("step", step, ("steady", "first"))
     run = as_run(model, **settings)
     why = why_no_sharded_peak(run)
     if why:
         raise ValueError(f"no sharded peak model for this run: {why}")
+    if is_ddp(run):
+        return ddp_peak(run, step)
     plain_run = _plain(run)
     plain = peak_memory(plain_run, step=step)
     whole, own = training_memory(plain_run), training_memory(run)

@@ -1,8 +1,10 @@
-"""The modelled peak of FSDP2 and ZeroRedundancyOptimizer ranks (memmath/sharded_peak.py) against PyTorch over gloo.
+"""The modelled peak of FSDP2, ZeroRedundancyOptimizer and DistributedDataParallel ranks (memmath/sharded_peak.py)
+against PyTorch over gloo.
 
-Two recordings, reported apart: validation/sharded.py's 18 runs (the fitting set: the model was written against
-torch's source and checked on them) and validation/sharded_held_out.py's runs (recorded after the model: other shapes,
-sizes, three ranks and activation checkpointing).
+Three recordings, reported apart: validation/sharded.py's 18 runs (the fitting set: the model was written against
+torch's source and checked on them), validation/sharded_held_out.py's runs (recorded after the model: other shapes,
+sizes, three ranks and activation checkpointing) and validation/ddp.py's DDP runs (all held out: recorded after the
+DDP peak, which no earlier recording could fit).
 """
 
 import json
@@ -196,3 +198,117 @@ def test_the_command_line_answers_both_fsdp2_modes_as_the_api(capsys, flag, resh
                  reshard_after_forward=reshard)
     assert f"reshard_after_forward={reshard}" in report["run"]
     assert report["verdict"]["required_bytes"] == mm.requirement(run).bytes
+
+
+# DistributedDataParallel (validation/ddp.py): no earlier recording wrapped a model in DDP, so every run is held out,
+# recorded after memmath/sharded_peak.py's DDP peak was written (the model was not changed after them).
+DDP_FILE = Path(__file__).resolve().parent.parent / "validation" / "ddp.json"
+
+
+def _ddp_frame() -> pd.DataFrame:
+    rows = []
+    for record in json.loads(DDP_FILE.read_text(encoding="utf-8"))["ddp_cases"]:
+        config = dict(record["config"])
+        model = config.pop("model")
+        rows.append({**config, **model, **record["measured"]})
+    return pd.DataFrame(rows)
+
+
+DDP = _ddp_frame()
+
+
+def _ddp_run(row, rank):
+    return mm.Run(case_model(row), n_gpus=int(row["world_size"]), rank=rank,
+                  gradient_as_bucket_view=row["engine"] == "ddp-view", **case_arguments(row))
+
+
+def _bucket_bytes(row, rank) -> int:
+    """DDP's own count of its buckets (its logging data's bucket sizes, bytes)."""
+    return sum(int(x) for x in str(row["bucket_sizes_per_rank"][rank]).replace(",", " ").split())
+
+
+def _ddp_unseen_frees(row, rank) -> int:
+    """Bytes the profile ends with above what is alive then (the optimizer states, the buckets made inside the
+    profile, the loss's 4 B): allocations the profiler saw and whose free it did not see."""
+    return max(int(row["net_end_bytes_per_rank"][rank]) - int(row["optimizer_state_bytes_per_rank"][rank])
+               - _bucket_bytes(row, rank) - 4, 0)
+
+
+def test_ddp_buckets_are_the_gradients_bytes():
+    # torch's own count of the Reducer's buckets equals the gradients' bytes memmath counts (every trainable parameter
+    # in one bucket, in its dtype), and, with gradient_as_bucket_view=True, the gradients are those storages
+    assert len(DDP) == 10
+    for _, row in DDP.iterrows():
+        for rank in range(int(row["world_size"])):
+            grads = mm.training_memory(_ddp_run(row, rank)).gradients
+            assert _bucket_bytes(row, rank) == grads == row["grad_bytes_per_rank"][rank], row["case_id"]
+
+
+def test_the_ddp_held_out_step_peaks():
+    # 10 runs, 23 ranks, 2 steps: all 46 step peaks within 2% of the model (38 within 0.1%) net of the frees the
+    # profiler did not see. Only rank 1 of llama-wide fp32 with views and checkpointing has any: the model is 19% below
+    # it in both steps, and its profile ends with 3,085,976 B it saw allocated before step 1 and never saw
+    # freed (the parameters' size, as the coalesced broadcast of DDP's wrapping makes; rank 0 of the same case and the
+    # same case without views end with none). Without the buckets (the one-GPU peak) 41 of the 46 are 7-24% below.
+    errors, below_one_gpu = [], 0
+    for _, row in DDP.iterrows():
+        for rank in range(int(row["world_size"])):
+            run = _ddp_run(row, rank)
+            for step, column in STEPS.items():
+                measured = row[f"{column}_bytes_per_rank"][rank]
+                predicted = sharded_peak(run, step=step).total
+                errors.append((predicted / (measured - _ddp_unseen_frees(row, rank)) - 1, row["case_id"], rank, step))
+                one = mm.peak_memory(run.replace(n_gpus=1, rank=0), step=step).total
+                below_one_gpu += one / measured - 1 < -0.05
+    assert len(errors) == 46
+    assert all(abs(e) <= 0.02 for e, *_ in errors), errors
+    assert sum(abs(e) <= 0.001 for e, *_ in errors) >= 38, errors
+    assert below_one_gpu >= 41
+
+
+def test_ddp_views_hold_the_buckets_from_the_forward_on():
+    # Hand derivation, validation/measure.py's GPT-2 (tied head, vocabulary 1,000, hidden 64, 256 positions) in fp32
+    # on 2 GPUs: the Reducer allocates its buckets when the model is wrapped, G = the gradients' bytes. Without views
+    # every one-GPU moment gains G; with views the gradients are the buckets at every moment, so a forward moment
+    # (no .grad yet under zero_grad(set_to_none=True)) gains G as well, and at the embeddings the moment holds the
+    # buckets plus what is not yet in .grad: the head's contribution to the tied embedding (1,000 x 64 x 4 B) and the
+    # embeddings' fresh gradients (wte 1,000 x 64 and wpe 256 x 64, 4 B each).
+    row = DDP[DDP.case_id.str.startswith("gpt2/fp32")].iloc[0]
+    run = _ddp_run(row, 0)
+    G = mm.training_memory(run).gradients
+    one = mm.peak_memory(run.replace(n_gpus=1))
+    copies = sharded_peak(run.replace(gradient_as_bucket_view=False))
+    views = sharded_peak(run.replace(gradient_as_bucket_view=True))
+    for (phase, label, plain), (_, _, copy) in zip(one.moments, copies.moments):
+        assert copy - plain == G, label
+    for (phase, label, plain), (_, _, view), parts in zip(one.moments, views.moments, views.breakdown):
+        if phase == "forward":
+            assert view - plain == G, label
+        if label.startswith("at the embeddings"):
+            assert parts["gradients"] == G + 1000 * 64 * 4 + (1000 * 64 + 256 * 64) * 4
+    assert views.resident == copies.resident == one.resident + G
+
+
+def test_ddp_is_judged_on_its_modelled_peak():
+    for _, row in DDP.iterrows():
+        run = _ddp_run(row, 0)
+        need = mm.requirement(run)
+        assert need.basis == "peak" and need.bytes == sharded_peak(run).total, row["case_id"]
+    # what the DDP peak does not model keeps the one-GPU peak with the buckets alive throughout
+    accum = mm.Run("gpt2", n_gpus=2, seq_len=64, grad_accum_steps=2, precision="fp32")
+    assert "gradient accumulation" in why_no_sharded_peak(accum)
+    assert mm.requirement(accum).basis == "peak"
+    # with views the buckets are alive from the forward on, which that peak does not place: bounded by the one-GPU
+    # peak plus the buckets, the gradients' bytes (GPT-2's 124,439,808 parameters in fp32 at 4 B)
+    views = mm.requirement(accum.replace(gradient_as_bucket_view=True))
+    one = mm.peak_memory(accum.replace(n_gpus=1)).total
+    assert views.basis == "upper bound" and views.bytes == one + 4 * 124_439_808 == mm.requirement(accum).bytes
+
+
+@pytest.mark.parametrize("flag, views", [([], False), (["--gradient-as-bucket-view"], True)])
+def test_the_command_line_answers_ddp_as_the_api(capsys, flag, views):
+    from memmath import cli
+    cli.main(["train", "gpt2", "--gpus", "2", "--seq", "512", "--json", "--gpu", "A100 80GB"] + flag)
+    report = json.loads(capsys.readouterr().out)
+    need = mm.requirement(mm.Run(model="gpt2", n_gpus=2, seq_len=512, gradient_as_bucket_view=views))
+    assert need.basis == "peak" and report["verdict"]["required_bytes"] == need.bytes
