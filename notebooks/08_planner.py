@@ -601,8 +601,8 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
             f"after; with prefetching the next block's arrive early, and the gather and the gradients' "
             f"reduce-scatter pass through communication buffers. {'The largest' if model.mixed else 'One'} block of "
             f"{pasted_text(model.name)} in 16 bits is "
-            f"{_f(_layer)}; memmath counts the shards only, so leave room for a block or two plus the buffers "
-            "(their size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
+            f"{_f(_layer)}; the requirement above counts the gathered blocks, their gradients and the buffers "
+            "(whose size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
     # The number's recipe: the parts, then where the step peaks (activations are gone by the optimizer step,
     # the optimizer's temporaries are not; memmath.peak holds each moment to PyTorch's measured peak).
     _recipe = " + ".join(f"{viz.ALL_LABELS[_p].lower()} {_f(_b)}" for _p, _b in result.parts().items() if _b)
