@@ -31,6 +31,18 @@ def _model(torch, transformers, config, device="meta"):
     return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16).eval()
 
 
+def _cache_bytes(torch, cache) -> int:
+    """Bytes of the storages behind a DynamicCache's keys, values, conv and recurrent states, each once."""
+    storages = {}
+    for layer in cache.layers:
+        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
+        for states in ("conv_states", "recurrent_states"):
+            tensors += list((getattr(layer, states, None) or {}).values())
+        storages.update({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
+                         if isinstance(t, torch.Tensor)})
+    return sum(storages.values())
+
+
 @pytest.mark.live
 @pytest.mark.parametrize("config", [PUBLISHED, TINY], ids=["80b-a3b", "tiny"])
 def test_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
@@ -68,15 +80,7 @@ def test_the_cache_is_what_transformers_fills(torch, transformers):
         model(ids, past_key_values=cache, use_cache=True)
         for _ in range(3):
             model(ids[:, :1], past_key_values=cache, use_cache=True)
-    storages = {}
-    for layer in cache.layers:
-        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
-        for states in ("conv_states", "recurrent_states"):
-            tensors += list((getattr(layer, states, None) or {}).values())
-        for t in tensors:
-            if isinstance(t, torch.Tensor):
-                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    assert sum(storages.values()) == mm.kv_cache_bytes(mm.from_hf_config(TINY), context_len=23, batch_size=2)
+    assert _cache_bytes(torch, cache) == mm.kv_cache_bytes(mm.from_hf_config(TINY), context_len=23, batch_size=2)
 
 
 def test_the_80b_cache_by_hand():
@@ -143,15 +147,8 @@ def test_qwen3_5_cache_and_adapters_are_transformers_and_peft_s(torch, transform
         ids = torch.randint(0, QWEN3_5["vocab_size"], (2, 12))
         model(ids, past_key_values=cache, use_cache=True)
         model(ids[:, :1], past_key_values=cache, use_cache=True)
-    storages = {}
-    for layer in cache.layers:
-        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
-        for states in ("conv_states", "recurrent_states"):
-            tensors += list((getattr(layer, states, None) or {}).values())
-        storages.update({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
-                         if isinstance(t, torch.Tensor)})
     shape = mm.from_hf_config(QWEN3_5)
-    assert sum(storages.values()) == mm.kv_cache_bytes(shape, context_len=13, batch_size=2)
+    assert _cache_bytes(torch, cache) == mm.kv_cache_bytes(shape, context_len=13, batch_size=2)
     lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"],
                                                       lora_alpha=8))
     assert mm.LoRA(rank=4, targets=("q", "v", "down")).trainable_params(shape) == sum(

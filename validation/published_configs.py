@@ -275,17 +275,6 @@ PUBLISHED_CONFIGS = {
         "max_position_embeddings": 262144, "rope_theta": 10000000, "output_router_logits": False,
         "torch_dtype": "bfloat16",
     },
-    "Qwen3-Next-80B-A3B-Thinking": {  # the Instruct model's shape
-        "model_type": "qwen3_next", "hidden_size": 2048, "intermediate_size": 5120, "num_hidden_layers": 48,
-        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 151936,
-        "tie_word_embeddings": False, "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
-        "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1, "mlp_only_layers": [],
-        "norm_topk_prob": True, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
-        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32, "partial_rotary_factor": 0.25, "hidden_act": "silu",
-        "max_position_embeddings": 262144, "rope_theta": 10000000, "output_router_logits": False,
-        "torch_dtype": "bfloat16",
-    },
     # ---- olmo3 ----
     "Olmo-3-1025-7B": {  # allenai/Olmo-3-1025-7B (7.30B); three sliding blocks (4,096 tokens) to one full
         "model_type": "olmo3", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -545,6 +534,8 @@ LAYERED_CONFIGS = {
     # moonshotai/Kimi-K2-Instruct (card: 1T total, 32B activated): tests/fixtures/configs/Kimi-K2-Instruct.json, the
     # file verbatim (model_type kimi_k2, read as deepseek_v3)
 }
+# Qwen/Qwen3-Next-80B-A3B-Thinking: the Instruct model's shape
+PUBLISHED_CONFIGS["Qwen3-Next-80B-A3B-Thinking"] = dict(PUBLISHED_CONFIGS["Qwen3-Next-80B-A3B-Instruct"])
 # deepseek-ai/DeepSeek-R1 (card: 671B total, 37B activated): its config.json has DeepSeek-V3's fields
 LAYERED_CONFIGS["DeepSeek-R1"] = dict(LAYERED_CONFIGS["DeepSeek-V3"])
 LAYERED_TOTALS = {"DeepSeek-V2-Lite": 15.7e9, "DeepSeek-V2": 236e9, "DeepSeek-V3": 671e9, "DeepSeek-R1": 671e9,

@@ -183,8 +183,7 @@ def trace(tr: Trace, shape, x: Tensor, trainable: bool, lora):
     """
     t, e = tr.t, tr.e
     h = shape.hidden_size
-    n_exp, top, width = shape.n_experts, shape.experts_per_tok, shape.expert_intermediate_size
-    rows = t * top
+    n_exp, rows = shape.n_experts, t * shape.experts_per_tok
     shared = None
     if shape.shared_expert_intermediate_size:  # Qwen2MoeSparseMoeBlock runs the shared expert first
         si = shape.shared_expert_intermediate_size
@@ -220,73 +219,10 @@ def trace(tr: Trace, shape, x: Tensor, trainable: bool, lora):
         if grad:
             tr.save(total, "router top-k sum (fp32)")
             tr.save(before, "router top-k weights before the in-place division (fp32)")
-    weight_elem = 4
     if not shape.architecture.routing_weights_fp32 and e != 4:  # router_top_value.to(router_logits.dtype)
         values = tr.new(rows, e, grad)
         tr.use(values)
-        weight_elem = e
-    experts_lora = lora("experts.gate_up_proj")  # "experts" adapts gate_up_proj and down_proj together
-    if experts_lora is not None:
-        # peft nests two ParamWrappers: down_proj's outside, gate_up_proj's inside; each prepares its factors and
-        # registers its parametrization (with its check) before the experts' forward runs. gate_up_proj's
-        # rank is 2r per expert (peft's rank_pattern for the fused gate and up), down_proj's r.
-        rank, adapter_elem = experts_lora
-        down_pre = wrapped_weight(tr, experts_lora, n_exp, h, width, "experts down_proj", build=False)
-        gate_up_pre = wrapped_weight(tr, (2 * rank, adapter_elem), n_exp, 2 * width, h, "experts gate_up_proj",
-                                      build=False)
-    weights_grad = trainable or experts_lora is not None  # the weights grouped_mm reads require grad
-    # grouped_mm_experts_forward: sort by expert, gather, two grouped matmuls, weight, unsort, sum over k.
-    token_index = tr.new(rows, INT64)  # perm // top_k
-    selected = tr.new(rows * h, e, x.grad)
-    tr.use(x, token_index)
-    if x.grad:
-        tr.save(token_index, "expert token indices (int64)")
-    perm = tr.new(rows, INT64)
-    weights = tr.new(rows, weight_elem, grad)
-    tr.use(values, perm)
-    if grad:
-        tr.save(perm, "expert sort permutation (int64)")
-    offsets = tr.new(n_exp, 4)  # cumsum(histc(...), dtype=int32)
-    gate_up_weight = None
-    if experts_lora is not None:  # self.gate_up_proj: the parametrization, computed and cached at first read
-        gate_up_weight = gate_up_pre()
-    if weights_grad:
-        tr.save(selected, "experts gate_up input (S x h)")
-    if selected.grad or weights_grad:
-        tr.save(offsets, "grouped_mm offsets (int32)")
-    if gate_up_weight is not None and selected.grad:  # grouped_mm keeps the weight for its input's gradient
-        tr.save(gate_up_weight, "experts gate_up_proj W + BA (peft ParamWrapper)")
-    gate_up = tr.new(rows * 2 * width, e, selected.grad or weights_grad)
-    tr.use(selected, offsets, gate_up_weight)
-    gate, up = (Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
-    prod = tr.silu_times(gate, up, "experts SwiGLU")
-    down_weight = None
-    if experts_lora is not None:  # self.down_proj, read after the gate
-        down_weight = down_pre()
-    if weights_grad:
-        tr.save(prod, "experts down input (S x I)")
-    if down_weight is not None and prod.grad:
-        tr.save(down_weight, "experts down_proj W + BA (peft ParamWrapper)")
-    down = tr.new(rows * h, e, prod.grad or weights_grad)
-    tr.use(prod, offsets, down_weight)
-    out_elem = max(e, weight_elem)
-    weighted = tr.new(rows * h, out_elem, down.grad or weights.grad)
-    tr.use(down, weights)
-    if weights.grad:
-        tr.save(down, "experts output (S x h)")
-    if down.grad:
-        tr.save(weights, "routing weights, sorted")
-    inverse = tr.new(rows, INT64)
-    unsorted = tr.new(rows * h, out_elem, weighted.grad)
-    tr.use(weighted, inverse)
-    if weighted.grad:
-        tr.save(inverse, "expert inverse permutation (int64)")
-    out = tr.new(t * h, out_elem, unsorted.grad)  # .view(t, k, h).sum(dim=1)
-    tr.use(unsorted)
-    if out_elem != e:
-        out = tr.tmp(t * h, e, out)  # .to(hidden_states.dtype)
-        out.grad = unsorted.grad
-    tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
+    out = routed_experts(tr, shape, x, values, trainable, lora)
     if shared is None:
         return out
     gate_logit = tr.linear(x, t, trainable, lora("shared_expert_gate"), "shared_expert_gate")
@@ -331,7 +267,7 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
     """The routed experts as transformers 5.24 runs them by default (integrations/moe.py's grouped_mm_experts_forward)
     on the normalized input x (t x h) and the routing weights `values` (t x k, in their own dtype: fp32 for a router
     that keeps them so, GLM-4.5's and DeepSeek-V3's Glm4MoeTopkRouter/DeepseekV3TopkRouter): the experts part of
-    `trace` above, step for step (what each step keeps is said there), for a router traced elsewhere. weight_elem and
+    `trace` above (what each step keeps is said there), also for a router traced elsewhere. weight_elem and
     grad: the routing weights' bytes each and whether they need a gradient, where they are not `values`' own."""
     t, e = tr.t, tr.e
     h = shape.hidden_size
