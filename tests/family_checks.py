@@ -58,12 +58,11 @@ def assert_built_like_transformers(torch, model, config: dict) -> None:
     assert ours == sorted(tuple(p.shape) for p in params)
 
 
-def two_cpu_steps(torch, transformers, peft, config: dict, *, precision: str, method: str, attention: str,
-                  checkpointing: bool = False) -> dict:
-    """memmath.stepping's record of two AdamW steps, batch 2 x 64 tokens, of the model `config` describes on the CPU,
-    trained in full or with LoRA r=4 on q and v (as validation/measure.py measures the recorded families)."""
-    from memmath.stepping import step_twice
-    from validation.measure import configure_torch, make_optimizer
+def stepped_model(torch, transformers, peft, config: dict, *, precision: str, method: str, attention: str,
+                  checkpointing: bool = False, lora_modules=("q_proj", "v_proj")):
+    """(the model `config` describes, its blocks) as memmath.stepping steps it on the CPU: in fp32 or bf16, in train
+    mode, full or with LoRA r=4 on `lora_modules` (as validation/measure.py builds the recorded families)."""
+    from validation.measure import configure_torch
 
     configure_torch()
     hf_config = transformers.AutoConfig.for_model(config["model_type"],
@@ -76,7 +75,31 @@ def two_cpu_steps(torch, transformers, peft, config: dict, *, precision: str, me
         model.gradient_checkpointing_enable()
     layers = model.model.layers
     if method == "lora":
-        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=list(lora_modules)))
+    return model, layers
+
+
+def two_cpu_steps(torch, transformers, peft, config: dict, *, precision: str, method: str, attention: str,
+                  checkpointing: bool = False) -> dict:
+    """memmath.stepping's record of two AdamW steps, batch 2 x 64 tokens, of the model `config` describes on the CPU,
+    trained in full or with LoRA r=4 on q and v (as validation/measure.py measures the recorded families)."""
+    from memmath.stepping import step_twice
+    from validation.measure import make_optimizer
+
+    model, layers = stepped_model(torch, transformers, peft, config, precision=precision, method=method,
+                                  attention=attention, checkpointing=checkpointing)
     params = [p for p in model.parameters() if p.requires_grad]
     ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
     return step_twice(model, make_optimizer(params, "adamw"), {"input_ids": ids, "labels": ids.clone()}, layers)
+
+
+def predicted_step(shape, *, precision: str, method: str, attention: str, checkpointing: bool = False) -> tuple:
+    """(the bytes memmath's exact trace saves for backward, its steady step's peak) for the two_cpu_steps run."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+
+    settings = dict(method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")), seq_len=64,
+                    batch_size=2, dropout=False, attention=attention, checkpointing=checkpointing, device="cpu")
+    saved = activation_parts(shape, recipe=get_recipe(precision), **settings).estimate.total
+    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
+    return saved, peak.total

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import memmath as mm
+from family_checks import stepped_model
 from memmath.architectures import _deepseek, _latent
 from validation.published_configs import LAYERED_ACTIVE, LAYERED_CONFIGS, LAYERED_TOTALS
 
@@ -353,22 +354,9 @@ STEPS = [("v3", "sdpa", "fp32", "full"), ("v3", "sdpa", "bf16", "full"), ("v3", 
 
 def _stepped_model(torch, transformers, peft, config, *, precision, method, attention, checkpointing=False):
     """(the model, its blocks) built as memmath.stepping steps it; LoRA r=4 on the modules memmath's q and v name."""
-    from validation.measure import configure_torch
-
-    configure_torch()
-    hf_config = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
-                                                                          if k != "model_type"})
-    hf_config._attn_implementation = attention
-    torch.manual_seed(0)
-    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
-    if checkpointing:
-        model.gradient_checkpointing_enable()
-    blocks = model.model.layers
-    if method == "lora":
-        modules = sorted({a.module for a in mm.from_hf_config(config).lora_adapters(("q", "v"))})
-        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=modules))
-    return model, blocks
+    modules = sorted({a.module for a, _ in mm.from_hf_config(config).lora_adapter_copies(("q", "v"))})
+    return stepped_model(torch, transformers, peft, config, precision=precision, method=method, attention=attention,
+                         checkpointing=checkpointing, lora_modules=modules)
 
 
 def _batch(torch):

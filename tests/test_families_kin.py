@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
-from family_checks import (adapter_shapes, assert_built_like_transformers, prefill_model, prefill_working_set,
-                           two_cpu_steps)
+from family_checks import (adapter_shapes, assert_built_like_transformers, predicted_step, prefill_model,
+                           prefill_working_set, two_cpu_steps)
 from memmath import states
 from tests.test_families_dense import _build, _filled_cache_bytes
 from validation.published_configs import PUBLISHED_CONFIGS
@@ -164,18 +164,13 @@ def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transfor
     equal memmath's trace to the byte and the steady step's peak is within 1%. Full finetuning trains xIELU's
     alpha_p and alpha_n (their products keep x and expm1(min(x, eps)) - x) and Cohere 2's LayerNorm weights; LoRA
     on q and v leaves them frozen."""
-    from memmath.hf_activations import activation_parts
-    from memmath.recipes import get_recipe
     config = _stepped(name)
     measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention=attention)
     shape = mm.from_hf_config(config)
     assert shape.architecture.traced
-    settings = dict(method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")), seq_len=64,
-                    batch_size=2, dropout=False, attention=attention, checkpointing=False, device="cpu")
-    parts = activation_parts(shape, recipe=get_recipe(precision), **settings)
-    assert measured["saved_bytes"] == parts.estimate.total
-    peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
-    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
+    saved, peak = predicted_step(shape, precision=precision, method=method, attention=attention)
+    assert measured["saved_bytes"] == saved
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.01
 
 
 @pytest.mark.live
@@ -190,11 +185,9 @@ def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft
     config = _stepped(name)
     measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
                              checkpointing=True)
-    peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
-                          activations="transformers", method=mm.Full() if method == "full" else
-                          mm.LoRA(rank=4, targets=("q", "v")), seq_len=64, batch_size=2, dropout=False,
-                          attention="sdpa", checkpointing=True, device="cpu")
-    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05
+    _, peak = predicted_step(mm.from_hf_config(config), precision=precision, method=method, attention="sdpa",
+                             checkpointing=True)
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.05
 
 
 def test_an_activation_other_than_xielu_is_refused_by_name():
