@@ -160,15 +160,19 @@ def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo,
         _title = f"Your config.json ({pasted_text(model.name)})" if _pasted else model.name
         _positions = f", {model.max_positions:,} learned positions" if model.max_positions else ""
         # A mixture of experts routes each token to experts_per_tok of its n_experts experts per block.
+        _moe_blocks = sum(len(_b) for _l, _b in model.layouts() if _l.n_experts)
+        _where = ("per block" if _moe_blocks == model.n_layers else
+                  f"in each of its {_moe_blocks} mixture-of-experts blocks (the other {model.n_layers - _moe_blocks} "
+                  "are dense)")
         _active = (f" A mixture of experts: each token is routed to {model.experts_per_tok} of {model.n_experts} "
-                   f"experts per block, so **{model.active_params:,} parameters are active per token** "
+                   f"experts {_where}, so **{model.active_params:,} parameters are active per token** "
                    f"({model.active_params / model.n_params:.1%}), but a training step holds every expert's weights, so "
                    "its memory follows the total." if model.n_experts else "")
         _shown = mo.callout(mo.md(
             f"**{_title}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
             f"width {model.hidden_size:,}, {model.n_heads} heads ({model.n_kv_heads} key/value), "
             f"vocabulary {model.vocab_size:,}{_positions}. Weights alone in bf16: "
-            f"{mm.format_bytes(mm.training_memory(model, seq_len=None, method=mm.Full()).weights)}." + _active
+            f"{mm.format_bytes(2 * model.n_params)} (2 B a parameter)." + _active
             + (" The planner reads the sizes from the file; the formats come from the recipe you choose below, "
                "not from its `torch_dtype`." if _pasted else "")), kind="info")
     _shown
@@ -545,7 +549,20 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
         run = mm.Run(model, **_run_settings, tp=_tp, pp=_pp, micro_batches=_pp)
     except mm.validate.FieldError as _refused:
         layout_refused = str(_refused)
-        run = mm.Run(model, **_run_settings)
+        try:
+            run = mm.Run(model, **_run_settings)
+        except mm.validate.FieldError as _no_run:  # the method itself on this model (full finetuning of FP8 weights)
+            _why = pasted_text(str(_no_run))
+            bars_chart.update({"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "width": 420,
+                               "height": 40, "data": {"values": [{"text": "No run: the method's refusal is below."}]},
+                               "mark": {"type": "text", "align": "left", "x": 0, "fontSize": 13},
+                               "encoding": {"text": {"field": "text", "type": "nominal"}}})
+            recipe_view.update(mo.md(""))
+            for _view in (far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
+                _view.update(mo.md("*No run: the method cannot train this model (the verdict above says why).*"))
+            mo.stop(True, mo.callout(mo.md(f"**This run cannot be planned:** {_why}. Choose another method above, "
+                                           "or paste the config.json without its quantization_config to plan the "
+                                           "model in 16 bits."), kind="warn"))
     settings = run.settings()
     gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value) * 2**20, unit_radio.value
     # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.

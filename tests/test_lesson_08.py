@@ -617,3 +617,20 @@ def test_the_first_step_s_peak_is_said_beside_the_steady_one(default_run):
     first = mm.peak_memory(defs["run"], step="first")
     assert f"The first step, before the optimizer's states exist, peaks at {mm.format_bytes(first.total)}" in \
         plain(outputs)
+
+
+def test_a_pasted_fp8_checkpoint_says_why_full_finetuning_has_no_run():
+    # DeepSeek-V3's config.json stores block FP8 weights, which transformers cannot fully finetune: the lesson says so
+    # and plans nothing, rather than failing a cell
+    from validation.published_configs import LAYERED_CONFIGS
+    outputs, defs = _with_config(json.dumps(LAYERED_CONFIGS["DeepSeek-V3"]))
+    text = plain(outputs)
+    assert "This run cannot be planned" in text and "fp8_block" in text and lessons.bad_text(outputs) == []
+    assert defs["model"].n_params == 671_026_404_352  # the count still shows: transformers' own (test_families_deepseek)
+
+
+@pytest.mark.parametrize("preset", ["deepseek-v3", "llama-4-maverick", "glm-4.5-air", "qwen3-next-80b-a3b"])
+def test_this_years_mixed_layout_presets_plan_as_the_api(preset):
+    outputs, defs = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(list(mm.PRESETS), value=preset))
+    assert lessons.bad_text(outputs) == []
+    assert defs["requirement"].bytes == mm.requirement(defs["run"]).bytes
