@@ -170,3 +170,43 @@ def test_a_decode_step_reads_the_shared_experts(preset, moe_blocks, unrouted, hi
     unread = moe_blocks * unrouted * 3 * hidden * width  # gate, up and down of each expert a token skips
     assert decode_weight_bytes(shape, "bf16", batch_size=1) == 2 * (shape.n_params - unread)
     assert mm.inference_memory(shape, weights_format="bf16").weights_read == 2 * (shape.n_params - unread)
+
+
+# peft 0.21 converts qwen3_moe and qwen3_next as qwen2_moe (transformers' _MODEL_TO_CONVERSION_PATTERN): target_modules
+# gate_proj, up_proj and down_proj become the routed experts' parameters, so they adapt neither a dense block's MLP
+# (mlp_only_layers, decoder_sparse_step) nor Qwen3-Next's shared expert
+QWEN3_NEXT_MIXED = dict(PUBLISHED_CONFIGS["Qwen3-Next-80B-A3B-Instruct"], hidden_size=64, intermediate_size=96,
+                        num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        linear_key_head_dim=8, linear_value_head_dim=16, linear_num_key_heads=2,
+                        linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        shared_expert_intermediate_size=48, vocab_size=128, mlp_only_layers=[2])
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [QWEN3_MIXED, QWEN3_NEXT_MIXED, dict(QWEN3_NEXT_MIXED, mlp_only_layers=[])],
+                         ids=["qwen3_moe-mixed", "qwen3_next-mixed", "qwen3_next"])
+def test_peft_turns_the_mlp_names_into_the_routed_experts(torch, transformers, peft, config):
+    mlp_names = ["gate_proj", "up_proj", "down_proj"]
+    model = peft.get_peft_model(_meta(torch, transformers, config),
+                                peft.LoraConfig(r=4, lora_alpha=8, target_modules=mlp_names))
+    adapted = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert adapted and all(".mlp.experts." in n for n in adapted)  # no dense MLP, no shared expert
+    shape = mm.from_hf_config(config)
+    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == mm.LoRA(
+        rank=4, targets=("experts",)).trainable_params(shape)
+    with pytest.raises(ValueError, match="routed experts.*target .experts."):
+        mm.LoRA(rank=4, targets=("gate", "up", "down")).trainable_params(shape)
+    if config is QWEN3_MIXED:  # all-linear: the attention, the routers and the routed experts, no dense MLP
+        model = peft.get_peft_model(_meta(torch, transformers, config),
+                                    peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+        assert sum(p.numel() for p in model.parameters() if p.requires_grad) == mm.LoRA(
+            rank=4, targets="all").trainable_params(shape)
+
+
+def test_all_linear_on_a_mixed_qwen3_moe_by_hand():
+    # QWEN3_MIXED at rank 4: q 64 -> 64, k and v 64 -> 32, o 64 -> 64 in all four blocks, 4 x 4 x (128+96+96+128);
+    # the two sparse blocks' router (64 -> 4, one rank-4 pair) and experts (gate_up 64 -> 64 at rank 8 per expert,
+    # down 32 -> 64 at rank 4 per expert, 4 experts); the dense blocks' MLPs none (peft converts their names)
+    attention = 4 * 4 * (128 + 96 + 96 + 128)
+    moe = 2 * (4 * (64 + 4) + 4 * 8 * (64 + 64) + 4 * 4 * (32 + 64))
+    assert mm.LoRA(rank=4, targets="all").trainable_params(mm.from_hf_config(QWEN3_MIXED)) == attention + moe
