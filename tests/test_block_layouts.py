@@ -210,3 +210,18 @@ def test_all_linear_on_a_mixed_qwen3_moe_by_hand():
     attention = 4 * 4 * (128 + 96 + 96 + 128)
     moe = 2 * (4 * (64 + 4) + 4 * 8 * (64 + 64) + 4 * 4 * (32 + 64))
     assert mm.LoRA(rank=4, targets="all").trainable_params(mm.from_hf_config(QWEN3_MIXED)) == attention + moe
+
+
+def test_zero3_gathers_two_neighbouring_blocks_not_two_of_the_largest():
+    """ZeRO-3's all-gathered parameters are the root and the two blocks alive at once (the one running and the one
+    prefetched): in Maverick a mixture-of-experts block and a dense block are neighbours, never two MoE blocks."""
+    from memmath import bounds
+    h, attention = 5120, 2 * 5120 * 5120 + 2 * 5120 * 1024  # q and o 5,120 x 5,120, k and v 1,024 x 5,120
+    # Llama4TextMoe: router 128 x h, experts' gate_up 128 x h x 16,384 and down 128 x 8,192 x h, shared expert 3 x h x
+    # 8,192; Llama4TextMLP at intermediate_size_mlp 16,384; two RMSNorms each
+    moe = attention + 128 * h + 128 * h * 16384 + 128 * 8192 * h + 3 * h * 8192 + 2 * h
+    dense = attention + 3 * h * 16384 + 2 * h
+    root = 2 * 202048 * h + h  # embeddings, untied head, final norm
+    run = mm.Run("llama-4-maverick", seq_len=2048, zero_stage=3, n_gpus=64, activations="textbook")
+    gathered = next(v for k, v in bounds.engine_buffers(run).items() if k.startswith("ZeRO-3/FSDP all-gathered"))
+    assert gathered == 2 * (root + moe + dense)  # bf16
