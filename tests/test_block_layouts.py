@@ -225,3 +225,22 @@ def test_zero3_gathers_two_neighbouring_blocks_not_two_of_the_largest():
     run = mm.Run("llama-4-maverick", seq_len=2048, zero_stage=3, n_gpus=64, activations="textbook")
     gathered = next(v for k, v in bounds.engine_buffers(run).items() if k.startswith("ZeRO-3/FSDP all-gathered"))
     assert gathered == 2 * (root + moe + dense)  # bf16
+
+
+@pytest.mark.parametrize("method", [mm.LoRA(rank=4, targets=("q", "v")), mm.Full()], ids=["lora", "full"])
+def test_a_checkpointed_sweep_recomputes_the_largest_block_as_each_point_does(method):
+    """Under checkpointing backward runs one block's forward again at a time; the sparse block (its router and
+    experts) saves more than QWEN2_MIXED's last block, a dense one, so every sequence length of a sweep answers what
+    that length alone answers: the largest block's recomputation, not the last block's."""
+    import numpy as np
+    shape = mm.from_hf_config(QWEN2_MIXED)
+    settings = dict(model=shape, method=method, batch_size=2, activations="transformers", checkpointing=True,
+                    device="cpu", precision="bf16", dropout=False)
+    swept = mm.training_memory(mm.Run(seq_len=np.array([32, 64]), **settings))
+    alone = [mm.training_memory(mm.Run(seq_len=s, **settings)) for s in (32, 64)]
+    assert [int(a) for a in swept.activations] == [m.activations for m in alone]
+    # the recomputed block is the sparse one: what the sparse layout alone, traced as one layout, recomputes
+    _, sparse = (layout for layout, _ in shape.layouts())
+    for seq_len, memory in zip((32, 64), alone):
+        own = mm.training_memory(mm.Run(seq_len=seq_len, **dict(settings, model=sparse)))
+        assert memory.activation_detail.recompute_peak == own.activation_detail.recompute_peak
