@@ -244,3 +244,43 @@ def test_a_checkpointed_sweep_recomputes_the_largest_block_as_each_point_does(me
     for seq_len, memory in zip((32, 64), alone):
         own = mm.training_memory(mm.Run(seq_len=seq_len, **dict(settings, model=sparse)))
         assert memory.activation_detail.recompute_peak == own.activation_detail.recompute_peak
+
+
+MAVERICK_TINY = dict(MAVERICK, hidden_size=64, intermediate_size=48, intermediate_size_mlp=96, num_hidden_layers=6,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=100, num_local_experts=4)
+# a dense first block then two MoE blocks (first_k_dense_replace 1), widths that differ from each other
+DEEPSEEK_MIXED = dict(model_type="deepseek_v3", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
+                      moe_intermediate_size=24, n_routed_experts=4, n_shared_experts=2, num_experts_per_tok=2,
+                      first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32,
+                      kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=12, vocab_size=100,
+                      n_group=2, topk_group=1)
+GLM_MIXED = dict(model_type="glm4_moe", vocab_size=96, hidden_size=32, intermediate_size=56, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, moe_intermediate_size=24,
+                 n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                 attention_bias=True, use_qk_norm=True)
+EXPERTS = dict(target_parameters=["experts.gate_up_proj", "experts.down_proj"], rank_pattern={r".*\.gate_up_proj": 8})
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config, targets, peft_args", [
+    (QWEN2_MIXED, "all", dict(target_modules="all-linear")),
+    (QWEN2_MIXED, ("gate", "up", "down", "shared_gate"),
+     dict(target_modules=["gate_proj", "up_proj", "down_proj", "shared_expert_gate"])),
+    (QWEN2_MIXED, ("router", "experts"), dict(target_modules=[], **dict(EXPERTS, target_parameters=[
+        "gate.weight", *EXPERTS["target_parameters"]]))),
+    (MAVERICK_TINY, "all", dict(target_modules="all-linear")),
+    (MAVERICK_TINY, ("gate", "up", "down", "router"), dict(target_modules=["gate_proj", "up_proj", "down_proj",
+                                                                             "router"])),
+    (MAVERICK_TINY, ("experts",), dict(target_modules=[], **EXPERTS)),
+    (DEEPSEEK_MIXED, "all", dict(target_modules="all-linear")),
+    (DEEPSEEK_MIXED, ("router", "experts"), dict(target_modules=["gate"], **EXPERTS)),
+    (GLM_MIXED, "all", dict(target_modules="all-linear")),
+    (GLM_MIXED, ("q", "v", "router", "experts"), dict(target_modules=["q_proj", "v_proj", "gate"], **EXPERTS)),
+], ids=["qwen2-all", "qwen2-mlp", "qwen2-moe", "maverick-all", "maverick-mlp", "maverick-experts", "deepseek-all",
+        "deepseek-moe", "glm-all", "glm-qv-moe"])
+def test_lora_over_every_block_is_what_peft_trains(torch, transformers, peft, config, targets, peft_args):
+    """peft 0.21 on transformers' build of the whole mixed model (meta device): the adapters of every block, each in
+    its own layout, a target a block lacks adapting nothing there."""
+    model = peft.get_peft_model(_meta(torch, transformers, config), peft.LoraConfig(r=4, lora_alpha=8, **peft_args))
+    theirs = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert mm.LoRA(rank=4, targets=targets).trainable_params(mm.from_hf_config(config)) == theirs
