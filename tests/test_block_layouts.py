@@ -284,3 +284,16 @@ def test_lora_over_every_block_is_what_peft_trains(torch, transformers, peft, co
     model = peft.get_peft_model(_meta(torch, transformers, config), peft.LoraConfig(r=4, lora_alpha=8, **peft_args))
     theirs = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert mm.LoRA(rank=4, targets=targets).trainable_params(mm.from_hf_config(config)) == theirs
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_the_textbook_counts_attention_scores_in_the_attention_blocks_only(attention):
+    """Korthikanti et al.'s block keeps s x s scores per head in eager attention (a fused kernel a log-sum-exp per row
+    and head); Qwen3-Next's 36 gated DeltaNet blocks run no attention kernel, only its 12 full-attention blocks do."""
+    s, h, a, e = 4096, 2048, 16, 2  # Qwen3-Next-80B-A3B's width and heads, bf16, no dropout
+    kernel = a * s * s * e if attention == "eager" else 4 * a * s
+    run = mm.Run("qwen3-next-80b-a3b", seq_len=s, attention=attention, activations="textbook",
+                 method=mm.LoRA(rank=8, targets=("q", "v")))
+    assert mm.training_memory(run).activation_detail.layers == 48 * s * h * 16 * e + 12 * kernel
+    frozen = run.replace(method=mm.Freeze(trainable_layers=6))  # the last six blocks: 42 and 46 linear attention...
+    assert mm.training_memory(frozen).activation_detail.layers == 6 * s * h * 16 * e + 2 * kernel  # ...43, 47 full
