@@ -297,3 +297,13 @@ def test_the_textbook_counts_attention_scores_in_the_attention_blocks_only(atten
     assert mm.training_memory(run).activation_detail.layers == 48 * s * h * 16 * e + 12 * kernel
     frozen = run.replace(method=mm.Freeze(trainable_layers=6))  # the last six blocks: 42 and 46 linear attention...
     assert mm.training_memory(frozen).activation_detail.layers == 6 * s * h * 16 * e + 2 * kernel  # ...43, 47 full
+
+
+def test_freezing_a_quantized_checkpoint_is_refused_as_weight_training():
+    """DeepSeek-V3's checkpoint is block FP8 (its quantization_config): Freeze trains the last blocks' own weights,
+    which transformers cannot train in a quantized model, as full finetuning; not an adapter method."""
+    for method, what in ((mm.Freeze(trainable_layers=2), "train the weights of the last blocks of"),
+                         (mm.Full(), "fully finetune")):
+        with pytest.raises(ValueError, match=f"cannot {what} a quantized model") as error:
+            mm.training_memory(mm.Run("deepseek-v3", seq_len=512, method=method))
+        assert "adapters on a" not in str(error.value)
