@@ -274,10 +274,23 @@ def _unit_share(shape: ModelShape, whole: int, blocks: int, root: bool = False) 
     total = shape.n_params
     if not total:
         return 0
-    held = blocks * max(layout.params_per_layer for layout, _ in shape.layouts())  # the largest blocks
+    held = _most_in_a_row(shape, blocks)
     if root:
         held += sum(shape.group_params(g) for g in ROOT_GROUPS)
     return validate.ceil_div(whole * min(held, total), total)
+
+
+def _most_in_a_row(shape: ModelShape, blocks: int):
+    """The most parameters `blocks` neighbouring blocks hold (the unit running and the one prefetched): blocks x one
+    block's where every block has one layout; where they differ (Maverick's MoE and dense blocks take turns), the
+    largest sum over each run of `blocks` blocks in order."""
+    if not shape.mixed:
+        return blocks * shape.params_per_layer
+    sizes = [0] * shape.n_layers
+    for layout, indices in shape.layouts():
+        for i in indices:
+            sizes[i] = layout.params_per_layer
+    return max(sum(sizes[i:i + blocks]) for i in range(max(1, len(sizes) - blocks + 1)))
 
 
 def _numel(dims) -> int:

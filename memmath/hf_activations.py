@@ -114,9 +114,9 @@ The trace also follows when each storage is allocated and last read (a temporary
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from functools import lru_cache, partial
+from functools import lru_cache, partial, reduce
 
-from .arrays import any_true, is_ndarray, np, pick
+from .arrays import any_true, is_ndarray, larger, np, pick
 
 from . import validate
 from .activations import ActivationEstimate
@@ -551,9 +551,9 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
                 elif i >= first - frozen_storing:
                     per_block[i] = own.frozen_per_layer - estimate.frozen_per_layer
     extra = saved - estimate.layers
-    recompute = max(parts.recompute for _, _, parts in traced) if not is_ndarray(last.recompute) else last.recompute
-    recompute_live = (max(parts.recompute_live for _, _, parts in traced) if not is_ndarray(last.recompute_live)
-                      else last.recompute_live)
+    # the largest layout's, point by point in a sweep
+    recompute = reduce(larger, (parts.recompute for _, _, parts in traced))
+    recompute_live = reduce(larger, (parts.recompute_live for _, _, parts in traced))
     terms = estimate.terms + (("block", "the other block layouts' blocks: what they save beyond the last block's "
                                         "layout (negative: below it)", extra),)
     estimate = replace(estimate, other_layouts=extra, recompute_peak=recompute * _positive(storing), terms=terms)

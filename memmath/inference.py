@@ -388,14 +388,16 @@ def decode_weight_bytes(shape: ModelShape, weights_format="bf16", *, batch_size=
 def _unread_expert_bytes(shape: ModelShape, weights_format, batch_size, other_format="bf16", quant_block=64):
     """The stored bytes of the routed experts one decode step does not reach, over all layers (0 for a dense model)."""
     reached = routed_experts_reached(shape, batch_size)
-    if not shape.n_experts or not shape.tensor_count_known:
+    if not shape.tensor_count_known:
         return 0 * reached
-    unread = 0
+    unread = 0 * reached
     for layout, blocks in shape.layouts():  # the blocks that have routed experts (a dense block of Maverick: none)
         if not layout.n_experts:
             continue
+        reached = routed_experts_reached(layout, batch_size)
+        # the routed experts' tensors (mlp.experts.*), not DeepSeek's and GLM's shared experts (mlp.shared_experts.*)
         per_layer = sum(_stored_bytes(t, weights_format, other_format, quant_block)
-                        for t in layout.tensors("layer") if "experts" in t.name)  # the routed experts' 3-D tensors
+                        for t in layout.tensors("layer") if ".experts." in f".{t.name}")
         # whole experts: exact for (E, ...) tensors
         unread = unread + len(blocks) * (per_layer * (layout.n_experts - reached) // layout.n_experts)
     return unread

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import validate
 from .checkpoints import GROUPS
-from .methods import Full, QLoRA
+from .methods import Freeze, Full, QLoRA
 from .notes import Note
 from .preference import DPO
 
@@ -34,9 +34,10 @@ def check_trainable(shape, method) -> None:
         raise validate.FieldError("method", f"the checkpoint stores its weights as {fmt.name} ({fmt.label}), which "
                                   f"transformers cannot train, not even with adapters (its quantizer is not "
                                   f"trainable); {alternative}, e.g. with {hint}")
-    if isinstance(base, Full):
+    if isinstance(base, (Full, Freeze)):  # both train the model's own weights
+        what = "fully finetune" if isinstance(base, Full) else "train the weights of the last blocks of"
         raise validate.FieldError("method", f"the checkpoint stores its weights as {fmt.name}, and transformers "
-                                  f"cannot fully finetune a quantized model; train adapters (QLoRA(...) on a "
+                                  f"cannot {what} a quantized model; train adapters (QLoRA(...) on a "
                                   f"bitsandbytes base) or {alternative}")
     if fmt.quant_method == "bitsandbytes" and isinstance(base, QLoRA):
         want = "int8" if fmt.scheme == "row" else fmt.name.removeprefix("bnb_")

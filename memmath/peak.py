@@ -556,16 +556,22 @@ def _group_gradients(shape, method, recipe):
 
 
 def _block_gradients(shape, method, recipe):
-    """Gradient bytes of one trainable block (its weights, or its adapters under LoRA); the largest block's where
-    the model's blocks differ."""
-    if shape.mixed and isinstance(method, (LoRA, Adapters)):
-        return max(sum(_block_tensor_bytes(layout, method, recipe, present_only=True)) for layout, _ in shape.layouts())
+    """Gradient bytes of the first storing block (its weights, or its adapters under LoRA): the block whose backward
+    runs while every later block's gradients exist; in its own layout where the model's blocks differ."""
+    if shape.mixed:  # the first trainable block: block 0, or under Freeze the first of the last k
+        k = method.layers_trained(shape) if isinstance(method, Freeze) else shape.n_layers
+
+        def first(k):
+            layout = shape.block_layout(min(shape.n_layers - int(k), shape.n_layers - 1))
+            if isinstance(method, (LoRA, Adapters)):
+                return sum(_block_tensor_bytes(layout, method, recipe, present_only=True))
+            return _bits_bytes(layout.params_per_layer, recipe.grad_bits)
+
+        return np.vectorize(first, otypes=[np.int64])(k) if is_ndarray(k) else first(k)
     per_block = sum(_trainable_tensor_bytes(shape, method, recipe, 1)) - sum(
         _trainable_tensor_bytes(shape, method, recipe, 0))
     if isinstance(method, (LoRA, Adapters)):
         return per_block
-    if shape.mixed:  # the largest block's
-        return max(_bits_bytes(layout.params_per_layer, recipe.grad_bits) for layout, _ in shape.layouts())
     return _bits_bytes(shape.params_per_layer, recipe.grad_bits)
 
 

@@ -80,6 +80,16 @@ def shared_experts_tensors(hidden_size: int, n_experts: int, expert_width: int, 
 ROUTER_BUFFERS = {"mlp.gate.e_score_correction_bias": (lambda experts: experts, 4)}
 
 
+def converted_mlp_names(table: dict, model_type: str) -> dict:
+    """A block's LoRA table where peft 0.21 converts the model type as qwen2_moe (transformers'
+    _MODEL_TO_CONVERSION_PATTERN; peft utils/transformers_weight_conversion.py): target_modules gate_proj, up_proj
+    and down_proj become the routed experts' parameters, so those names adapt no nn.Linear, neither a dense block's
+    MLP nor a shared expert's; "all-linear" leaves them too."""
+    why = (f"peft 0.21 converts {model_type}'s gate_proj, up_proj and down_proj onto the routed experts (target "
+           "'experts'): no target adapts a shared expert's or a dense block's MLP")
+    return dict(table, gate=why, up=why, down=why)
+
+
 def lora_table(m) -> dict:
     """peft's target names in the MoE block.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from . import _decoder, _deltanet
+from . import _decoder, _deltanet, _moe
 from ._parts import linear
 from .qwen2_moe import DENSE_BLOCK, TP_PLAN as QWEN2_MOE_TP_PLAN, read_qwen_moe
 from .record import ATTENTION_BIAS, MOE, QK_NORM, Architecture, decoder_fields
@@ -68,6 +68,12 @@ def lora_table(m) -> dict:
     return table
 
 
+def converted_lora_table(m) -> dict:
+    """Qwen3-Next's names as peft 0.21 reads them: lora_table's, the MLP's names the routed experts'
+    (_moe.converted_mlp_names: peft converts qwen3_next as qwen2_moe; Qwen 3.5's text model it does not)."""
+    return _moe.converted_mlp_names(lora_table(m), "qwen3_next")
+
+
 def all_linear_refusal(m) -> str:
     """peft's all-linear adapts the linear attention's in_proj_qkvz, in_proj_ba and out_proj, which memmath's target
     names do not cover."""
@@ -108,7 +114,7 @@ ARCHITECTURE = Architecture(
                            "mlp_only_layers": "blocks with a dense MLP at intermediate_size",
                            "norm_topk_prob": "renormalized top-k routing weights"}),
     defaults={"head_dim": 256, "num_key_value_heads": 2}, read_options=read_options,
-    tensors=partial(_decoder.tensors, attention=attention_tensors), lora_modules=lora_table,
+    tensors=partial(_decoder.tensors, attention=attention_tensors), lora_modules=converted_lora_table,
     lora_order=("gate.weight", "experts.gate_up_proj", "experts.down_proj", "gate_proj", "up_proj", "down_proj",
                 "shared_expert_gate"),
     not_all_linear=("router", "experts"), all_linear_refusal=all_linear_refusal, tp_plan=TP_PLAN,
