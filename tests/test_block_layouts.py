@@ -11,7 +11,7 @@ import pytest
 
 import memmath as mm
 from family_checks import assert_built_like_transformers, predicted_step, two_cpu_steps
-from validation.published_configs import PUBLISHED_CONFIGS
+from validation.published_configs import LAYERED_CONFIGS, PUBLISHED_CONFIGS
 
 # A tiny Qwen2-MoE: blocks 2 and 4 sparse by decoder_sparse_step 2, block 4 dense by mlp_only_layers (1-based), so
 # blocks 1, 3 and 4 are Qwen2MoeMLP at intermediate_size and block 2 the sparse block with its shared expert.
@@ -298,7 +298,7 @@ def test_freezing_a_quantized_checkpoint_is_refused_as_weight_training():
     for method, what in ((mm.Freeze(trainable_layers=2), "train the weights of the last blocks of"),
                          (mm.Full(), "fully finetune")):
         with pytest.raises(ValueError, match=f"cannot {what} a quantized model") as error:
-            mm.training_memory(mm.Run("deepseek-v3", seq_len=512, method=method))
+            mm.training_memory(mm.Run(mm.from_hf_config(LAYERED_CONFIGS["DeepSeek-V3"]), seq_len=512, method=method))
         assert "adapters on a" not in str(error.value)
 
 
