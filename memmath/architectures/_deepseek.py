@@ -4,8 +4,8 @@ builds as DeepseekV3ForCausalLM): multi-head latent attention (_latent.py) in ev
 (DeepseekV3MoE: routed experts as two 3-D Parameters, the router's E x h Parameter, and the shared experts as one
 SwiGLU MLP of n_shared_experts x moe_intermediate_size).
 
-A ModelShape lists blocks of one layout, and these functions choose the MLP by the shape's own fields: n_experts 0 is
-the dense block, n_experts > 0 the mixture of experts. A dense block and a MoE block of one config differ in exactly
+Each block layout is a ModelShape of its own, and these functions choose the MLP by that shape's fields: n_experts 0
+is the dense block, n_experts > 0 the mixture of experts. A dense block and a MoE block of one config differ in exactly
 BLOCK_FIELDS (layout_fields gives both sets); read_options names the first first_k_dense_replace blocks a second
 block layout (ModelShape.block_layouts) with the dense values.
 
@@ -89,8 +89,8 @@ def read_groups(get, experts: int, *, sigmoid: bool) -> tuple:
 
 
 def read_options(config, get, *, sigmoid: bool) -> dict:
-    """The ModelShape fields of a DeepSeek config whose blocks are all of one layout (`get` holds the record's
-    defaults, its config class's); sigmoid: DeepSeek-V3's router, always group-limited and renormalizing where
+    """The ModelShape fields of a DeepSeek config, its dense first blocks a second block layout (`get` holds the
+    record's defaults, its config class's); sigmoid: DeepSeek-V3's router, always group-limited and renormalizing where
     norm_topk_prob (DeepSeek-V2's reads neither: deepseek_v2.read_options adds its groups)."""
     refuse_true(get, "output_router_logits")
     layers = get("num_hidden_layers")
