@@ -180,7 +180,7 @@ def _decoder_from_config(config, get, record, name):
         n_layers=layers, hidden_size=get("hidden_size"), n_heads=get("num_attention_heads"),
         n_kv_heads=get("num_key_value_heads", None) if "num_key_value_heads" in fields else None,
         head_dim=get("head_dim", None) if "head_dim" in fields else None,  # GPT-NeoX: h / a
-        intermediate_size=get("intermediate_size"), vocab_size=get("vocab_size"),
+        intermediate_size=get(record.intermediate_field), vocab_size=get("vocab_size"),
         tied_embeddings=get.flag("tie_word_embeddings", False),
         attention_bias=get.flag("attention_bias", False) if "attention_bias" in fields else False,
         mlp_bias=get.flag("mlp_bias", False) if "mlp_bias" in fields else False, name=name,

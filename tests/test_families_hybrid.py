@@ -122,7 +122,8 @@ QWEN3_5_DEFAULTS = CONFIG_CLASS_DEFAULTS["Qwen3_5TextConfig"]  # the config clas
 
 
 def _qwen3_5(torch, transformers, config, device="meta"):
-    hf = transformers.AutoConfig.for_model("qwen3_5_text", **{k: v for k, v in config.items() if k != "model_type"})
+    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
+                                                                     if k != "model_type"})
     torch.manual_seed(0)
     if device == "meta":
         with torch.device("meta"):
@@ -155,3 +156,48 @@ def test_qwen3_5_cache_and_adapters_are_transformers_and_peft_s(torch, transform
         p.numel() for p in lora.parameters() if p.requires_grad)
     with pytest.raises(ValueError, match="in_proj_qkv"):
         mm.LoRA(targets="all").trainable_params(shape)
+
+
+# ---- Qwen 3.5 MoE's language model: Qwen 3.5's blocks with a mixture of experts in each ---------------------------
+QWEN3_5_MOE = {"model_type": "qwen3_5_moe_text", "hidden_size": 64, "num_hidden_layers": 8, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 16, "linear_key_head_dim": 8, "linear_value_head_dim": 16,
+               "linear_num_key_heads": 2, "linear_num_value_heads": 4, "vocab_size": 128, "num_experts": 4,
+               "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+               "tie_word_embeddings": False}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", [QWEN3_5_MOE, CONFIG_CLASS_DEFAULTS["Qwen3_5MoeTextConfig"]],
+                         ids=["tiny", "class-defaults"])
+def test_qwen3_5_moe_is_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
+    _, model = _qwen3_5(torch, transformers, config)
+    assert_built_like_transformers(torch, model, config)
+    assert [dims for _, dims in torch_tensors(mm.from_hf_config(config))] == [tuple(p.shape)
+                                                                             for p in model.parameters()]
+
+
+def test_qwen3_5_moe_class_defaults_by_hand():
+    # 40 blocks, 30 linear attention (16 x 128 keys, 32 x 128 values, kernel 4) and 10 full (16 heads and 2 key/value
+    # heads of 256, q gated); 256 experts of 512 (8 a token), a shared expert of 512 and its gate; vocabulary 248,320
+    h, v = 2048, 248320
+    linear = 2 * 32 + 8192 * 4 + 128 + 4096 * h + h * 8192 + h * 4096 + 2 * h * 32
+    full = h * 8192 + 2 * h * 512 + 4096 * h + 2 * 256
+    moe = 256 * h + 256 * 3 * h * 512 + 3 * h * 512 + h
+    shape = mm.from_hf_config(CONFIG_CLASS_DEFAULTS["Qwen3_5MoeTextConfig"])
+    assert shape.n_params == 2 * v * h + h + 30 * (linear + moe + 2 * h) + 10 * (full + moe + 2 * h)
+    assert shape.n_params - shape.active_params == 40 * 248 * 3 * h * 512  # the unrouted experts
+
+
+@pytest.mark.live
+def test_qwen3_5_moe_cache_and_adapters_are_transformers_and_peft_s(torch, transformers, peft):
+    hf, model = _qwen3_5(torch, transformers, QWEN3_5_MOE, device="cpu")
+    cache = transformers.DynamicCache(config=hf)
+    with torch.no_grad():
+        ids = torch.randint(0, QWEN3_5_MOE["vocab_size"], (2, 12))
+        model(ids, past_key_values=cache, use_cache=True)
+        model(ids[:, :1], past_key_values=cache, use_cache=True)
+    shape = mm.from_hf_config(QWEN3_5_MOE)
+    assert _cache_bytes(torch, cache) == mm.kv_cache_bytes(shape, context_len=13, batch_size=2)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_alpha=8))
+    assert mm.LoRA(rank=4, targets=("q", "v")).trainable_params(shape) == sum(
+        p.numel() for p in lora.parameters() if p.requires_grad)

@@ -21,7 +21,6 @@ REASONS = {
     "gemma3n_text": "per-layer input embeddings.*AltUp",
     "qwen3_5": "gated DeltaNet linear-attention blocks beside gated full-attention blocks",
     "qwen3_5_moe": "gated DeltaNet.*mixture of experts",
-    "qwen3_5_moe_text": "gated DeltaNet.*mixture of experts",
     "llama4": "Llama 4: its vision model .* llama4_text",
     "deepseek_v32": "multi-head latent attention with DeepSeek Sparse Attention.*lightning indexer",
     "deepseek_v4": "hyper-connections.*compressed and sliding-window attention",

@@ -550,6 +550,8 @@ LAYERED_ACTIVE = {"DeepSeek-V2-Lite": 2.4e9, "DeepSeek-V2": 21e9, "DeepSeek-V3":
 CONFIG_CLASS_DEFAULTS = {
     "Qwen3_5TextConfig": {"model_type": "qwen3_5_text", "hidden_size": 4096, "intermediate_size": 12288,
                           "num_hidden_layers": 32, "num_attention_heads": 16, "vocab_size": 248320},
+    "Qwen3_5MoeTextConfig": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
+                             "num_attention_heads": 16, "vocab_size": 248320},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

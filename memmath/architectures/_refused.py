@@ -19,12 +19,11 @@ _GEMMA4 = ("with " + _PER_LAYER + ", full-attention layers of another head size 
 _GEMMA3N = ("with " + _PER_LAYER + ", AltUp (altup_num_inputs predicted copies of the hidden state), a LAuReL "
             "low-rank residual (laurel_rank) and activation sparsity; a record of those layers, with per-layer "
             "embeddings (its cache: memmath.states.NoCache for a shared layer), would make it work")
-# Qwen 3.5 (modeling_qwen3_5.py, modeling_qwen3_5_moe.py): Qwen3-Next's hybrid layout
-_QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-attention blocks (config layer_types){}, "
-            "whose linear attention splits its input projection in four (in_proj_qkv, in_proj_z, in_proj_b, "
-            "in_proj_a); a record of that split beside architectures/qwen3_next.py (which records the two "
-            "projections of Qwen3-Next, in_proj_qkvz and in_proj_ba) would make it work (its cache is: "
-            "memmath.states.GatedDeltaNet and FullAttention)")
+# Qwen 3.5 (modeling_qwen3_5.py, modeling_qwen3_5_moe.py): the language models are recorded, the vision tower not
+_QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-attention blocks (config layer_types){}; "
+            "the vision tower (Qwen3_5VisionModel) is not modelled, so the whole model is refused; its text_config "
+            "alone reads as model_type {}, and a record of the vision tower in memmath/multimodal.py would make the "
+            "whole model work")
 _MOE_MLP = ", the MLP of each a mixture of experts with a gated shared expert"
 
 REFUSED_MODEL_TYPES = {
@@ -38,10 +37,9 @@ REFUSED_MODEL_TYPES = {
                "language model " + _GEMMA3N,
     "gemma3n_text": "The language model of Gemma 3n " + _GEMMA3N,
     "qwen3_5": "Qwen 3.5 (Qwen3_5ForConditionalGeneration): a vision tower, and a language model "
-               + _QWEN3_5.format(""),
+               + _QWEN3_5.format("", "qwen3_5_text"),
     "qwen3_5_moe": "Qwen 3.5 MoE (Qwen3_5MoeForConditionalGeneration): a vision tower, and a language model "
-                   + _QWEN3_5.format(_MOE_MLP),
-    "qwen3_5_moe_text": "The language model of Qwen 3.5 MoE " + _QWEN3_5.format(_MOE_MLP),
+                   + _QWEN3_5.format(_MOE_MLP, "qwen3_5_moe_text"),
     "llama4": "Llama 4: its vision model (Llama4VisionModel: an unfolding patch convolution, a pixel-shuffle adapter "
               "MLP) is not modelled; its text_config alone reads as model_type llama4_text (the layout of Scout: every "
               "block a mixture of experts); a record of the vision model would make the whole model work",

@@ -44,6 +44,8 @@ class Architecture:
     # (get, n_layers) -> layer_types when the config names a window but no layer_types (None: every layer slides)
     derive_layer_types: Callable[[Any, int], tuple] | None = None
     sliding_needs_flag: bool = False  # Qwen2/Qwen3 configs: sliding_window applies only with use_sliding_window
+    # the config field read as ModelShape.intermediate_size (Qwen 3.5 MoE's config has no dense width: its experts')
+    intermediate_field: str = "intermediate_size"
     # ---- its tensors and peft names (memmath/models.py asks these)
     tensors: Callable = decoder_tensors  # (shape, group) -> [ParamTensor] of "embeddings", "layer", ...
     # shape -> {target: (module, d_in, d_out[, rank factor]), a list of those, or why it does not exist}
