@@ -113,12 +113,18 @@ def test_what_memmath_cannot_count_is_refused_by_name():
     assert not shape.architecture.traced  # the linear attention's CUDA kernels are not the CPU fallback
 
 
-# ---- Qwen 3.5's language model: the split linear-attention projections, a dense MLP ------------------------------
+# ---- Qwen 3.5's language models: the split linear-attention projections, a dense MLP or a MoE ----------------
 QWEN3_5 = {"model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 8,
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "linear_key_head_dim": 8,
            "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "vocab_size": 128,
            "tie_word_embeddings": False}
 QWEN3_5_DEFAULTS = CONFIG_CLASS_DEFAULTS["Qwen3_5TextConfig"]  # the config class's own defaults
+# Qwen 3.5 MoE's language model: the same blocks with a mixture of experts and a gated shared expert in each
+QWEN3_5_MOE = {"model_type": "qwen3_5_moe_text", "hidden_size": 64, "num_hidden_layers": 8, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 16, "linear_key_head_dim": 8, "linear_value_head_dim": 16,
+               "linear_num_key_heads": 2, "linear_num_value_heads": 4, "vocab_size": 128, "num_experts": 4,
+               "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+               "tie_word_embeddings": False}
 
 
 def _qwen3_5(torch, transformers, config, device="meta"):
@@ -132,8 +138,9 @@ def _qwen3_5(torch, transformers, config, device="meta"):
 
 
 @pytest.mark.live
-@pytest.mark.parametrize("config", [QWEN3_5, QWEN3_5_DEFAULTS], ids=["tiny", "class-defaults"])
+@pytest.mark.parametrize("config", ["QWEN3_5", "QWEN3_5_DEFAULTS", "QWEN3_5_MOE", "Qwen3_5MoeTextConfig"])
 def test_qwen3_5_is_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
+    config = globals().get(config) or CONFIG_CLASS_DEFAULTS[config]  # the dense and the MoE text models
     _, model = _qwen3_5(torch, transformers, config)
     assert_built_like_transformers(torch, model, config)
     assert [dims for _, dims in torch_tensors(mm.from_hf_config(config))] == [tuple(p.shape)
@@ -141,39 +148,24 @@ def test_qwen3_5_is_built_as_transformers_builds_it_in_its_order(torch, transfor
 
 
 @pytest.mark.live
-def test_qwen3_5_cache_and_adapters_are_transformers_and_peft_s(torch, transformers, peft):
-    hf, model = _qwen3_5(torch, transformers, QWEN3_5, device="cpu")
+@pytest.mark.parametrize("config, targets", [("QWEN3_5", ("q", "v", "down")), ("QWEN3_5_MOE", ("q", "v"))])
+def test_qwen3_5_cache_and_adapters_are_transformers_and_peft_s(torch, transformers, peft, config, targets):
+    # the dense model's down_proj is its MLP's; peft converts the MoE model's MLP names onto the routed experts
+    config = globals()[config]
+    hf, model = _qwen3_5(torch, transformers, config, device="cpu")
     cache = transformers.DynamicCache(config=hf)
     with torch.no_grad():
-        ids = torch.randint(0, QWEN3_5["vocab_size"], (2, 12))
+        ids = torch.randint(0, config["vocab_size"], (2, 12))
         model(ids, past_key_values=cache, use_cache=True)
         model(ids[:, :1], past_key_values=cache, use_cache=True)
-    shape = mm.from_hf_config(QWEN3_5)
+    shape = mm.from_hf_config(config)
     assert _cache_bytes(torch, cache) == mm.kv_cache_bytes(shape, context_len=13, batch_size=2)
-    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"],
-                                                      lora_alpha=8))
-    assert mm.LoRA(rank=4, targets=("q", "v", "down")).trainable_params(shape) == sum(
+    modules = [{"q": "q_proj", "v": "v_proj", "down": "down_proj"}[t] for t in targets]
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=modules, lora_alpha=8))
+    assert mm.LoRA(rank=4, targets=targets).trainable_params(shape) == sum(
         p.numel() for p in lora.parameters() if p.requires_grad)
     with pytest.raises(ValueError, match="in_proj_qkv"):
         mm.LoRA(targets="all").trainable_params(shape)
-
-
-# ---- Qwen 3.5 MoE's language model: Qwen 3.5's blocks with a mixture of experts in each ---------------------------
-QWEN3_5_MOE = {"model_type": "qwen3_5_moe_text", "hidden_size": 64, "num_hidden_layers": 8, "num_attention_heads": 4,
-               "num_key_value_heads": 2, "head_dim": 16, "linear_key_head_dim": 8, "linear_value_head_dim": 16,
-               "linear_num_key_heads": 2, "linear_num_value_heads": 4, "vocab_size": 128, "num_experts": 4,
-               "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
-               "tie_word_embeddings": False}
-
-
-@pytest.mark.live
-@pytest.mark.parametrize("config", [QWEN3_5_MOE, CONFIG_CLASS_DEFAULTS["Qwen3_5MoeTextConfig"]],
-                         ids=["tiny", "class-defaults"])
-def test_qwen3_5_moe_is_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
-    _, model = _qwen3_5(torch, transformers, config)
-    assert_built_like_transformers(torch, model, config)
-    assert [dims for _, dims in torch_tensors(mm.from_hf_config(config))] == [tuple(p.shape)
-                                                                             for p in model.parameters()]
 
 
 def test_qwen3_5_moe_class_defaults_by_hand():
@@ -186,18 +178,3 @@ def test_qwen3_5_moe_class_defaults_by_hand():
     shape = mm.from_hf_config(CONFIG_CLASS_DEFAULTS["Qwen3_5MoeTextConfig"])
     assert shape.n_params == 2 * v * h + h + 30 * (linear + moe + 2 * h) + 10 * (full + moe + 2 * h)
     assert shape.n_params - shape.active_params == 40 * 248 * 3 * h * 512  # the unrouted experts
-
-
-@pytest.mark.live
-def test_qwen3_5_moe_cache_and_adapters_are_transformers_and_peft_s(torch, transformers, peft):
-    hf, model = _qwen3_5(torch, transformers, QWEN3_5_MOE, device="cpu")
-    cache = transformers.DynamicCache(config=hf)
-    with torch.no_grad():
-        ids = torch.randint(0, QWEN3_5_MOE["vocab_size"], (2, 12))
-        model(ids, past_key_values=cache, use_cache=True)
-        model(ids[:, :1], past_key_values=cache, use_cache=True)
-    shape = mm.from_hf_config(QWEN3_5_MOE)
-    assert _cache_bytes(torch, cache) == mm.kv_cache_bytes(shape, context_len=13, batch_size=2)
-    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_alpha=8))
-    assert mm.LoRA(rank=4, targets=("q", "v")).trainable_params(shape) == sum(
-        p.numel() for p in lora.parameters() if p.requires_grad)
