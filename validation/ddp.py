@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,37 +92,14 @@ def _worker(rank, case: DdpCase, port, out_dir):
                   "total_params": sum(p.numel() for p in params), "net_end_bytes": net_end,
                   "bucket_sizes": str(logging.get("bucket_sizes", "")),
                   "rebuilt_bucket_sizes": str(logging.get("rebuilt_bucket_sizes", ""))}
-        for k in (1, 2):
-            for phase in ("forward", "backward", "optimizer_step"):
-                result[f"peak_step{k}_{phase}_bytes"] = resident + peaks[f"step{k}/{phase}"]
-            result[f"peak_step{k}_bytes"] = max(result[f"peak_step{k}_{p}_bytes"]
-                                                for p in ("forward", "backward", "optimizer_step"))
-        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(result, f)
+        sharded.write_rank(out_dir, rank, result, peaks, resident)
     finally:
         dist.destroy_process_group()
 
 
 def measure_ddp(case: DdpCase) -> dict:
     """Run `case` on its ranks and return per-rank lists of what each allocated (validation/sharded.py's layout)."""
-    import tempfile
-    import time
-
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as out_dir:
-        context = mp.start_processes(_worker, args=(case, sharded._free_port(), out_dir), nprocs=case.world_size,
-                                     join=False, start_method="spawn")
-        deadline = time.monotonic() + sharded.TIME_LIMIT_S
-        while not context.join(timeout=1):
-            if time.monotonic() > deadline:
-                for process in context.processes:
-                    process.kill()
-                raise TimeoutError(f"{case.case_id}: no result within {sharded.TIME_LIMIT_S} s")
-        ranks = []
-        for rank in range(case.world_size):
-            with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
-                ranks.append(json.load(f))
+    ranks = sharded.run_ranks(_worker, case)
     return {f"{k}_per_rank": [r[k] for r in ranks] for k in ranks[0] if k != "rank"}
 
 

@@ -151,25 +151,32 @@ def _worker(rank, case: ShardedCase, port, out_dir):
                   "optimizer_state_bytes": sum(states.values()), "optimizer_state_detail": dict(sorted(states.items())),
                   "trainable_tensors": len(params), "resident_before_bytes": resident,
                   "total_params": sum(_local(p).numel() for p in params), "net_end_bytes": net_end}
-        for k in (1, 2):
-            for phase in ("forward", "backward", "optimizer_step"):
-                result[f"peak_step{k}_{phase}_bytes"] = resident + peaks[f"step{k}/{phase}"]
-            result[f"peak_step{k}_bytes"] = max(result[f"peak_step{k}_{p}_bytes"]
-                                                for p in ("forward", "backward", "optimizer_step"))
-        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(result, f)
+        write_rank(out_dir, rank, result, peaks, resident)
     finally:
         dist.destroy_process_group()
 
 
-def measure_sharded(case: ShardedCase) -> dict:
-    """Run `case` on its ranks (spawned processes) and return per-rank lists of what each allocated."""
+def write_rank(out_dir, rank, result: dict, peaks: dict, resident: int) -> None:
+    """A rank's record with each step's phase peaks (resident bytes plus the profile's peak in that phase) and the
+    step's peak, written where the parent reads it (run_ranks)."""
+    for k in (1, 2):
+        for phase in ("forward", "backward", "optimizer_step"):
+            result[f"peak_step{k}_{phase}_bytes"] = resident + peaks[f"step{k}/{phase}"]
+        result[f"peak_step{k}_bytes"] = max(result[f"peak_step{k}_{p}_bytes"]
+                                            for p in ("forward", "backward", "optimizer_step"))
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+def run_ranks(worker, case) -> list[dict]:
+    """Run worker(rank, case, port, out_dir) on the case's ranks (spawned processes, one loopback port) within
+    TIME_LIMIT_S and return each rank's record."""
     import tempfile
 
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out_dir:
-        context = mp.start_processes(_worker, args=(case, _free_port(), out_dir), nprocs=case.world_size,
+        context = mp.start_processes(worker, args=(case, _free_port(), out_dir), nprocs=case.world_size,
                                      join=False, start_method="spawn")
         deadline = time.monotonic() + TIME_LIMIT_S
         while not context.join(timeout=1):
@@ -181,6 +188,12 @@ def measure_sharded(case: ShardedCase) -> dict:
         for rank in range(case.world_size):
             with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
                 ranks.append(json.load(f))
+    return ranks
+
+
+def measure_sharded(case: ShardedCase) -> dict:
+    """Run `case` on its ranks (spawned processes) and return per-rank lists of what each allocated."""
+    ranks = run_ranks(_worker, case)
     keys = [k for k in ranks[0] if k not in ("rank", "optimizer_state_detail")]
     result = {f"{k}_per_rank": [r[k] for r in ranks] for k in keys}
     result["optimizer_state_detail_per_rank"] = [r["optimizer_state_detail"] for r in ranks]
