@@ -19,7 +19,7 @@ from .checkpoints import (StoredFormat, compute_bits, get_weights_name, serving_
 from .formats import FORMATS, get_format
 from .gpus import get_gpu
 from .methods import quant_constant_bytes, quantized_weight_bytes
-from .models import ModelShape
+from .models import ModelShape, routed_expert
 from .notes import Note
 from .sources import resolve_model
 
@@ -395,9 +395,8 @@ def _unread_expert_bytes(shape: ModelShape, weights_format, batch_size, other_fo
         if not layout.n_experts:
             continue
         reached = routed_experts_reached(layout, batch_size)
-        # the routed experts' tensors (mlp.experts.*), not DeepSeek's and GLM's shared experts (mlp.shared_experts.*)
         per_layer = sum(_stored_bytes(t, weights_format, other_format, quant_block)
-                        for t in layout.tensors("layer") if ".experts." in f".{t.name}")
+                        for t in layout.tensors("layer") if routed_expert(t))
         # whole experts: exact for (E, ...) tensors
         unread = unread + len(blocks) * (per_layer * (layout.n_experts - reached) // layout.n_experts)
     return unread

@@ -531,13 +531,27 @@ class ModelShape:
             return self.n_params
         return self.n_params - self.n_layers * self._unreached_per_block()
 
+    @property
+    def moe_blocks(self) -> int:
+        """Blocks with routed experts (every block of a mixture of experts but the dense ones among them)."""
+        return sum(len(blocks) for layout, blocks in self.layouts() if layout.n_experts)
+
+    @property
+    def routed_expert_params(self):
+        """Parameters in the routed experts' tensors over every block (not a shared expert's); 0 for a dense model."""
+        return sum((copies * t.numel for _, t, copies in self.tensor_copies(("layer",)) if routed_expert(t)), 0)
+
+    @property
+    def largest_block_params(self):
+        """Parameters in the largest block (every block's, where all have one layout)."""
+        return max(layout.params_per_layer for layout, _ in self.layouts())
+
     def _unreached_per_block(self):
         """Parameters of one block's routed experts a token is not sent to (0 for a dense block)."""
         if not self.n_experts:
             return 0
         # one routed expert's tensors (gate, up, down, and gpt-oss's biases): the block's stacked experts / E
-        # (the routed experts' module is "experts" under the block's MLP: mlp.experts, Llama 4's feed_forward.experts)
-        per_expert = sum((t.numel for t in self.tensors("layer") if ".experts." in f".{t.name}"), 0)
+        per_expert = sum((t.numel for t in self.tensors("layer") if routed_expert(t)), 0)
         per_expert = per_expert // self.n_experts
         return (self.n_experts - self.experts_per_tok) * per_expert
 
@@ -586,6 +600,12 @@ def _spans(blocks) -> str:
             runs.append(f"{start + 1}-{b + 1}" if b > start else f"{b + 1}")
             start = None
     return ", ".join(runs)
+
+
+def routed_expert(tensor: ParamTensor) -> bool:
+    """Whether a block tensor belongs to the routed experts: their module is "experts" under the block's MLP
+    (mlp.experts, Llama 4's feed_forward.experts), not DeepSeek's and GLM-4.5's mlp.shared_experts."""
+    return ".experts." in f".{tensor.name}"
 
 
 def _describe_count(value) -> str:

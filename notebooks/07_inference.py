@@ -437,8 +437,7 @@ def _(mm, mo, model, pasted_config, pd, unit_radio, viz):
                           round(mm.to_unit(_every.weights + _every.quantization_constants, _unit), 2)})
     formats_frame = pd.DataFrame(_rows)
     # A mixture of experts: its routed experts (3-D tensors) are most of it and stay in bf16 through bitsandbytes.
-    _experts = sum(copies * t.numel for _, t, copies in model.tensor_copies(("layer",)) if "experts" in t.name)
-    _moe = mo.md(f"The routed experts are {_experts / model.n_params:.0%} of {pasted_config.pasted_text(model.name)}'s "
+    _moe = mo.md(f"The routed experts are {model.routed_expert_params / model.n_params:.0%} of {pasted_config.pasted_text(model.name)}'s "
                  "parameters, and they stay in bf16 through bitsandbytes: its integer formats shrink it little, unlike "
                  "the last column.") if model.n_experts else None
     mo.vstack([viz.plain_table(formats_frame), _moe]) if _moe else viz.plain_table(formats_frame)

@@ -160,10 +160,9 @@ def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo,
         _title = f"Your config.json ({pasted_text(model.name)})" if _pasted else model.name
         _positions = f", {model.max_positions:,} learned positions" if model.max_positions else ""
         # A mixture of experts routes each token to experts_per_tok of its n_experts experts per block.
-        _moe_blocks = sum(len(_b) for _l, _b in model.layouts() if _l.n_experts)
-        _where = ("per block" if _moe_blocks == model.n_layers else
-                  f"in each of its {_moe_blocks} mixture-of-experts blocks (the other {model.n_layers - _moe_blocks} "
-                  "are dense)")
+        _where = ("per block" if model.moe_blocks == model.n_layers else
+                  f"in each of its {model.moe_blocks} mixture-of-experts blocks (the other "
+                  f"{model.n_layers - model.moe_blocks} are dense)")
         _active = (f" A mixture of experts: each token is routed to {model.experts_per_tok} of {model.n_experts} "
                    f"experts {_where}, so **{model.active_params:,} parameters are active per token** "
                    f"({model.active_params / model.n_params:.1%}), but a training step holds every expert's weights, so "
@@ -611,7 +610,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
                                       "This page shows the run with every GPU holding a whole copy (t = p = 1)."),
                                 kind="warn"))
     if settings["zero_stage"] == 3 and settings["n_gpus"] > 1 and model.tensor_count_known:
-        _layer = 2 * max(_l.params_per_layer for _l, _ in model.layouts())  # the largest block's weights, 16 bits
+        _layer = 2 * model.largest_block_params  # the largest block's weights in 16 bits
         _warn.append(cached_md(
             f"*Beyond its shard:* ZeRO stage 3 (and FSDP's full sharding) gathers each block's full weights on every "
             f"GPU just before that block runs, in the forward pass and again in the backward pass, and frees them "

@@ -336,3 +336,18 @@ def test_freezing_all_but_two_blocks_peaks_where_a_cpu_step_does(torch, transfor
                           optimizer="adamw", activations="transformers", seq_len=64, batch_size=2, dropout=False,
                           attention="sdpa", checkpointing=checkpointing, device="cpu")
     assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.01
+
+
+def test_routed_experts_blocks_and_the_largest_block_by_hand():
+    # Mixtral-8x7B: 32 blocks of 8 experts of 3 x 4,096 x 14,336; DeepSeek-V3: 58 MoE blocks (3 dense first) of 256
+    # experts of 3 x 7,168 x 2,048, its shared experts not among them
+    assert mm.PRESETS["mixtral-8x7b"].routed_expert_params == 32 * 8 * 3 * 4096 * 14336
+    deepseek = mm.PRESETS["deepseek-v3"]
+    assert (deepseek.moe_blocks, deepseek.routed_expert_params) == (58, 58 * 256 * 3 * 7168 * 2048)
+    assert (mm.PRESETS["llama-2-7b"].moe_blocks, mm.PRESETS["llama-2-7b"].routed_expert_params) == (0, 0)
+    # Llama 4 Maverick's MoE block: attention 2 x 5,120 x 5,120 + 2 x 5,120 x 1,024, 128 experts of
+    # 3 x 5,120 x 8,192, the router 128 x 5,120, the shared expert 3 x 5,120 x 8,192, two norms
+    maverick = mm.PRESETS["llama-4-maverick"]
+    assert maverick.moe_blocks == 24
+    assert maverick.largest_block_params == (2 * 5120 * 5120 + 2 * 5120 * 1024 + 129 * 3 * 5120 * 8192 + 128 * 5120
+                                             + 2 * 5120)
