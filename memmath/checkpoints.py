@@ -37,6 +37,8 @@ from .formats import quant_constant_bytes
 
 SCHEMES = ("mx", "block", "channel", "tensor", "absmax", "row", "gptq", "awq")
 OTHER_BITS = 16  # what the quantizers leave alone is stored in the checkpoint's 16-bit dtype (bf16 or fp16)
+# that load keeps a record's fp32_modules in fp32 (modeling_utils.py _get_dtype_plan: in bf16 as in fp16)
+OTHER_DTYPE = "bf16"
 MX_BLOCK = 32  # OCP Microscaling v1.0: one shared e8m0 scale per 32 elements
 GROUPS = ("embeddings", "layer", "final_norm", "head", "vision")
 
@@ -143,19 +145,25 @@ def stored_weight_bytes(shape, fmt: StoredFormat) -> tuple:
     weights, constants = 0, 0
     for _, tensor, repeat in shape.tensor_copies(GROUPS):
         values, scales = fmt.tensor_bytes(tensor)
+        if not fmt.converts(tensor) and shape.kept_in_fp32(tensor, OTHER_DTYPE):
+            values = 4 * tensor.numel
         weights, constants = weights + repeat * values, constants + repeat * scales
     return weights, constants
 
 
 def stored_layout(shape, fmt: StoredFormat) -> str:
     """In words, what `fmt` stores quantized and what it keeps in 16 bits for this model."""
-    converted, kept = set(), set()
+    converted, kept, wide = set(), set(), set()
     for _, tensor, _ in shape.tensor_copies(GROUPS):
-        (converted if fmt.converts(tensor) else kept).add(_kind(tensor))
+        if fmt.converts(tensor):
+            converted.add(_kind(tensor))
+        else:
+            (wide if shape.kept_in_fp32(tensor, OTHER_DTYPE) else kept).add(_kind(tensor))
     text = f"{fmt.label} ({fmt.bits_per_weight:g} bits a weight with its scales)"
     if converted:
         text += f"; quantized: {', '.join(sorted(converted))}"
-    return text + (f"; kept in 16 bits: {', '.join(sorted(kept))}" if kept else "")
+    text += f"; kept in 16 bits: {', '.join(sorted(kept))}" if kept else ""
+    return text + (f"; kept in fp32 by the load: {', '.join(sorted(wide))}" if wide else "")
 
 
 def _kind(tensor) -> str:

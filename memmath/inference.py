@@ -14,11 +14,11 @@ from .arrays import any_true, is_ndarray, np
 
 from . import architectures, validate
 from .activations import ATTENTION_KINDS
-from .checkpoints import (StoredFormat, compute_bits, get_weights_name, serving_format, stored_layout,
+from .checkpoints import (OTHER_DTYPE, StoredFormat, compute_bits, get_weights_name, serving_format, stored_layout,
                           stored_weight_bytes)
 from .formats import FORMATS, get_format
 from .gpus import get_gpu
-from .methods import quant_constant_bytes, quantized_weight_bytes
+from .methods import kept_fp32_extra_bytes, kept_fp32_notes, quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape, routed_expert
 from .notes import Note
 from .sources import resolve_model
@@ -143,8 +143,8 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
         return stored_weight_bytes(shape, stored)
     fmt = get_format(weights_format)
     double_quant = fmt.name == "nf4"
-    if fmt.kind == "float":
-        return validate.ceil_div(shape.n_params * fmt.bits, 8), 0
+    if fmt.kind == "float":  # a load in bf16 or fp16 keeps the record's fp32_modules in fp32
+        return validate.ceil_div(shape.n_params * fmt.bits, 8) + kept_fp32_extra_bytes(shape, fmt.name, fmt.bits), 0
     if not shape.tensor_count_known:
         # A uniform model has no tensor list: every parameter is quantized, as one tensor.
         weights = validate.ceil_div(shape.n_params * fmt.bits, 8)
@@ -157,10 +157,21 @@ def inference_weight_bytes(shape: ModelShape, weights_format="bf16", *, other_fo
                 weights = weights + repeat * tensor.numel
                 constants = constants + repeat * 4 * tensor.shape[0]
             else:
-                weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
+                bits = 32 if shape.kept_in_fp32(tensor, get_format(other_format).name) else other_bits
+                weights = weights + repeat * validate.ceil_div(tensor.numel * bits, 8)
         return weights, constants
     return quantized_weight_bytes(shape, fmt, get_format(other_format).bits, block=quant_block,
-                                  double_quant=double_quant)
+                                  double_quant=double_quant, dtype=get_format(other_format).name)
+
+
+def loaded_dtype(shape: ModelShape, weights_format) -> str:
+    """The 16-bit dtype of what the weights format leaves unquantized: the format itself (bf16, fp16), the other
+    tensors' bf16 under a quantized format, a checkpoint's 16-bit dtype (checkpoints.OTHER_DTYPE)."""
+    stored = serving_format(weights_format)
+    if stored is not None and (shape.tensor_count_known or stored.name not in FORMATS):
+        return OTHER_DTYPE
+    fmt = get_format(weights_format)
+    return fmt.name if fmt.kind == "float" else "bf16"
 
 
 def inference_weight_layout(shape: ModelShape, weights_format="bf16", *, other_format="bf16", quant_block=64) -> str:
@@ -170,7 +181,9 @@ def inference_weight_layout(shape: ModelShape, weights_format="bf16", *, other_f
         return stored_layout(shape, stored)
     fmt = get_format(weights_format)
     if fmt.kind == "float":
-        return f"every tensor in {fmt.name}"
+        wide = _kept_fp32_kinds(shape, fmt.name)
+        return f"every tensor in {fmt.name}" + (f" but the {wide}, which transformers keeps in fp32 when it loads the "
+                                                f"model in {fmt.name}" if wide else "")
     if fmt.name == "int8" and shape.tensor_count_known:
         layout = "LLM.int8 (bitsandbytes Linear8bitLt): int8 linear weights, one fp32 scale per output row"
     elif fmt.name == "nf4":
@@ -179,9 +192,21 @@ def inference_weight_layout(shape: ModelShape, weights_format="bf16", *, other_f
         layout = f"{fmt.name} values, one fp32 absmax per block of {quant_block}"
     if not shape.tensor_count_known:
         return layout + "; a uniform model has no tensor list, so every parameter is quantized"
+    other = get_format(other_format).name
     kept = sorted({_unquantized_kind(t) for _, t, _ in
-                   shape.tensor_copies(("embeddings", "layer", "final_norm", "head", "vision")) if not t.linear})
-    return layout + (f"; kept in {get_format(other_format).name}: {', '.join(kept)}" if kept else "")
+                   shape.tensor_copies(("embeddings", "layer", "final_norm", "head", "vision"))
+                   if not t.linear and not shape.kept_in_fp32(t, other)})
+    wide = _kept_fp32_kinds(shape, other)
+    return (layout + (f"; kept in {other}: {', '.join(kept)}" if kept else "")
+            + (f"; in fp32: the {wide} (transformers keeps it so when it loads the model in {other})" if wide else ""))
+
+
+def _kept_fp32_kinds(shape: ModelShape, dtype) -> str:
+    """What a load in `dtype` keeps in fp32 (the record's fp32_modules), in words, or ""."""
+    if not shape.fp32_kept_params(dtype):
+        return ""
+    return ", ".join(sorted({_unquantized_kind(t) for _, t, _ in shape.tensor_copies()
+                             if shape.kept_in_fp32(t, dtype)}))
 
 
 def _unquantized_kind(tensor) -> str:
@@ -308,6 +333,7 @@ def inference_memory(model, *, weights_format=None,
         kv, working = 0, 0
         notes.append(Note("kv_cache_not_estimated",
                           "KV cache and working set not estimated: the model has no layer widths"))
+    notes.extend(kept_fp32_notes(shape, loaded_dtype(shape, weights_format)))
     record = shape.architecture
     if shape.has_shape and record is not None and record.causal and record.prefill_phases is None:
         notes.append(Note("working_set_plain_estimate",

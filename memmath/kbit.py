@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import validate
 from .checkpoints import GROUPS
-from .methods import Freeze, Full, QLoRA
+from .methods import Freeze, Full, QLoRA, kept_fp32_extra_bytes
 from .notes import Note
 from .preference import DPO
 
@@ -26,7 +26,7 @@ def check_trainable(shape, method) -> None:
     if fmt is None:
         return
     base = method.base if isinstance(method, DPO) else method
-    bf16 = shape.n_params * 2
+    bf16 = shape.n_params * 2 + kept_fp32_extra_bytes(shape, "bf16")  # the router and such kept in fp32 by the load
     alternative = (f"load it dequantized in bf16 ({bf16 / 1e9:,.2f} GB of weights: from_hf_config on the "
                    "config without its quantization_config)")
     if not fmt.trainable:

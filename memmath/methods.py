@@ -16,7 +16,7 @@ from .arrays import any_true, is_ndarray, np
 from . import validate
 from .flags import option
 from .formats import DOUBLE_QUANT_GROUP, get_format, quant_constant_bits, quant_constant_bytes  # noqa: F401
-from .models import GROUPS, LORA_TARGETS, ModelShape, ParamTensor, lora_targets
+from .models import GROUPS, LOAD_DTYPES, LORA_TARGETS, ModelShape, ParamTensor, lora_targets
 from .multimodal import VISION_CHOICES
 from .notes import Note
 from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, RECIPES, Recipe
@@ -123,9 +123,64 @@ def _copies_stats(rows) -> SetStats:
     return total
 
 
-def _group_weight_bytes(shape: ModelShape, bits: int):
-    """Bytes of every base tensor stored at `bits` per element: ceil(n_params * bits / 8)."""
-    return validate.ceil_div(shape.n_params * bits, 8)
+def load_dtype(recipe: Recipe) -> str | None:
+    """The dtype transformers loads the weights in for this recipe: "bf16" or "fp16" for the pure 16-bit recipes, whose
+    weights are the loaded ones; None where they are fp32, or where the trainer casts the whole module to 16 bits
+    (the mixed recipes: DeepSpeed's engine calls module.half() or module.bfloat16())."""
+    return recipe.name if recipe.name in LOAD_DTYPES and recipe.states_follow_params else None
+
+
+def kept_fp32_extra_bytes(shape: ModelShape, dtype, bits: int = 16, groups=GROUPS):
+    """Bytes a load in `dtype` adds to `bits`-bit storage: the parameters it keeps in fp32 (ModelShape.kept_in_fp32)
+    take 32 bits, not `bits`."""
+    return shape.fp32_kept_params(dtype, groups) * (32 - bits) // 8
+
+
+def kept_fp32_notes(shape: ModelShape, dtype, trains: bool = False) -> tuple:
+    """A note naming what a load in `dtype` keeps in fp32 (ModelShape.kept_in_fp32), or ()."""
+    kept = shape.fp32_kept_params(dtype)
+    if not kept:
+        return ()
+    names = sorted({t.name for _, t, _ in shape.tensor_copies() if shape.kept_in_fp32(t, dtype)})
+    text = (f"{kept:,} parameters ({', '.join(names)}) stay in fp32, 4 B each: transformers keeps them so when it "
+            f"loads the model in {dtype} (its _keep_in_fp32_modules)")
+    return (Note("kept_in_fp32", text + ("; where they train, their gradients and optimizer states are fp32 too"
+                                         if trains else "")),)
+
+
+def _group_weight_bytes(shape: ModelShape, recipe: Recipe):
+    """Bytes of every base tensor stored at the recipe's weight bits, ceil(n_params * bits / 8), and the parameters
+    its load keeps in fp32 at 4 B (kept_fp32_extra_bytes)."""
+    bits = recipe.weight_bits
+    return validate.ceil_div(shape.n_params * bits, 8) + kept_fp32_extra_bytes(shape, load_dtype(recipe), bits)
+
+
+def _kept_apart(shape: ModelShape, tensors, dtype) -> tuple[list, list]:
+    """(the tensors stored in the load's dtype, those it keeps in fp32), each entry a (tensor, copies) pair."""
+    if not shape.fp32_kept_params(dtype):
+        return list(tensors), []
+    stored, kept = [], []
+    for tensor, copies in tensors:
+        (kept if shape.kept_in_fp32(tensor, dtype) else stored).append((tensor, copies))
+    return stored, kept
+
+
+def _trainable_sets(label: str, shape: ModelShape, tensors, recipe: Recipe) -> tuple:
+    """The trainable sets of (tensor, copies) pairs: one at the recipe's weight bits, and one at 32 bits for the
+    tensors the load keeps in fp32 (their gradients and, as PyTorch keeps states in each parameter's dtype, their
+    optimizer states fp32 too)."""
+    stored, kept = _kept_apart(shape, tensors, load_dtype(recipe))
+    sets = (TrainableSet.of(label, _pairs_stats(stored), recipe.weight_bits),)
+    if kept:
+        sets += (TrainableSet.of(label + " kept in fp32 by the load", _pairs_stats(kept), 32),)
+    return sets
+
+
+def _pairs_stats(pairs) -> SetStats:
+    total = SetStats()
+    for tensor, copies in pairs:
+        total = total + SetStats.tensor(tensor.numel, tensor.factored_size).times(copies)
+    return total
 
 
 def _with_vision(plan: Plan, shape: ModelShape, method, recipe: Recipe) -> Plan:
@@ -232,11 +287,12 @@ class Full(Method):
 
     def plan(self, shape, recipe):
         # the tower and projector: as vision= says (_with_vision)
-        total = _copies_stats(shape.tensor_copies(tuple(g for g in GROUPS if g != "vision")))
-        trainable = TrainableSet.of("all weights", total, recipe.weight_bits)
-        return _with_vision(Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits),
-                                 quantization_constant_bytes=0, trainable=(trainable,), adapter_params=0,
-                                 layers_storing=shape.n_layers, embeddings_trainable=True), shape, self, recipe)
+        rows = shape.tensor_copies(tuple(g for g in GROUPS if g != "vision"))
+        trainable = _trainable_sets("all weights", shape, [(t, copies) for _, t, copies in rows], recipe)
+        return _with_vision(Plan(weight_bytes=_group_weight_bytes(shape, recipe),
+                                 quantization_constant_bytes=0, trainable=trainable, adapter_params=0,
+                                 layers_storing=shape.n_layers, embeddings_trainable=True,
+                                 notes=kept_fp32_notes(shape, load_dtype(recipe), trains=True)), shape, self, recipe)
 
     def describe(self):
         return {"trains": "full finetuning: every weight trains",
@@ -294,22 +350,20 @@ class Freeze(Method):
 
     def plan(self, shape, recipe):
         k = self.layers_trained(shape)
-        total = SetStats()
-        for layout, count in shape.last_blocks(k):  # the last k blocks, by their layouts
-            total = total + _stats(layout.tensors("layer")).times(count)
+        pairs = [(t, count) for layout, count in shape.last_blocks(k)  # the last k blocks, by their layouts
+                 for t in layout.tensors("layer")]
         chosen = [g for g, on in (("embeddings", self.train_embeddings), ("final_norm", self.train_final_norm),
                                   ("head", self.head_trains(shape))) if on]
-        for group in chosen:
-            total = total + _stats(shape.tensors(group))
-        trainable = TrainableSet.of("unfrozen weights", total, recipe.weight_bits)
+        pairs += [(t, 1) for group in chosen for t in shape.tensors(group)]
+        trainable = _trainable_sets("unfrozen weights", shape, pairs, recipe)
         # Backward must reach the first trainable block; with trainable embeddings it reaches them all.
         storing = shape.n_layers if self.train_embeddings else k
-        notes = ()
+        notes = kept_fp32_notes(shape, load_dtype(recipe), trains=True)
         if self.train_head and not self.head_trains(shape):
-            notes = (Note("tied_head_frozen",
+            notes += (Note("tied_head_frozen",
                           "the output head is tied to the frozen token embedding, so it stays frozen too"),)
-        return _with_vision(Plan(weight_bytes=_group_weight_bytes(shape, recipe.weight_bits),
-                                 quantization_constant_bytes=0, trainable=(trainable,), adapter_params=0,
+        return _with_vision(Plan(weight_bytes=_group_weight_bytes(shape, recipe),
+                                 quantization_constant_bytes=0, trainable=trainable, adapter_params=0,
                                  layers_storing=storing, embeddings_trainable=self.train_embeddings, notes=notes),
                             shape, self, recipe)
 
@@ -390,11 +444,12 @@ def _frozen_base_plus_adapters(shape, recipe, adapter_stats: SetStats, adapter_b
                                weight_bytes=None, constants=0):
     adapter_set = TrainableSet.of("adapters", adapter_stats, adapter_bits)
     adapter_params = adapter_stats.params
-    base_bytes = _group_weight_bytes(shape, recipe.weight_bits) if weight_bytes is None else weight_bytes
+    base_bytes = _group_weight_bytes(shape, recipe) if weight_bytes is None else weight_bytes
     adapter_bytes = validate.ceil_div(adapter_params * adapter_bits, 8)
     return Plan(weight_bytes=base_bytes + adapter_bytes, quantization_constant_bytes=constants,
                 trainable=(adapter_set, *extra_sets), adapter_params=adapter_params,
-                layers_storing=shape.n_layers, embeddings_trainable=False)
+                layers_storing=shape.n_layers, embeddings_trainable=False,
+                notes=kept_fp32_notes(shape, load_dtype(recipe)))
 
 
 class AdapterMethod(Method):
@@ -656,10 +711,11 @@ class QLoRA(LoRA):
     def plan(self, shape, recipe):
         _check_wrapped_dropout(shape, self)
         if self.quant_type == "int8":
-            weight_bytes, constants = int8_weight_bytes(shape, recipe.weight_bits)
+            weight_bytes, constants = int8_weight_bytes(shape, recipe.weight_bits, load_dtype(recipe))
         else:
             weight_bytes, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits,
-                                                             block=self.quant_block, double_quant=self.double_quant)
+                                                             block=self.quant_block, double_quant=self.double_quant,
+                                                             dtype=load_dtype(recipe))
             if self.layout == "bitsandbytes":
                 constants = constants + quantized_matrices(shape) * bnb_code_map_bytes(self.double_quant)
         notes = ()
@@ -670,7 +726,8 @@ class QLoRA(LoRA):
                           "(QLoRA(layout='bitsandbytes') counts them)"),)
         plan = _frozen_base_plus_adapters(shape, recipe, self._adapter_stats(shape), self.adapter_bits(recipe),
                                           weight_bytes=weight_bytes, constants=constants)
-        return _with_vision(replace(plan, notes=notes + _moe_lora_notes(shape, self)), shape, self, recipe)
+        return _with_vision(replace(plan, notes=plan.notes + notes + _moe_lora_notes(shape, self)), shape, self,
+                            recipe)
 
     def describe(self):
         if self.quant_type == "int8":
@@ -697,16 +754,18 @@ def quantized_matrices(shape: ModelShape):
     return sum(copies for _, t, copies in shape.tensor_copies() if t.linear)
 
 
-def int8_weight_bytes(shape: ModelShape, other_bits: int):
+def int8_weight_bytes(shape: ModelShape, other_bits: int, dtype=None):
     """(weight bytes, constant bytes) of LLM.int8 (bnb.nn.Linear8bitLt): each linear weight int8 plus one
-    fp32 scale per output row (Int8Params.SCB, int8_vectorwise_quant); every other tensor at other_bits."""
+    fp32 scale per output row (Int8Params.SCB, int8_vectorwise_quant); every other tensor at other_bits, or at 32
+    where a load in `dtype` keeps it in fp32 (ModelShape.kept_in_fp32)."""
     weights, constants = 0, 0
     for _, tensor, repeat in shape.tensor_copies():
         if tensor.linear:  # the weight is d_out x d_in: one scale per output row
             weights = weights + repeat * tensor.numel
             constants = constants + repeat * 4 * tensor.shape[0]
         else:
-            weights = weights + repeat * validate.ceil_div(tensor.numel * other_bits, 8)
+            bits = 32 if shape.kept_in_fp32(tensor, dtype) else other_bits
+            weights = weights + repeat * validate.ceil_div(tensor.numel * bits, 8)
     return weights, constants
 
 
@@ -721,8 +780,10 @@ def bits_per_weight(fmt, *, block: int = 64, double_quant: bool = True) -> float
     return number_format.bits + quant_constant_bits(block=block, double_quant=double_quant)
 
 
-def quantized_weight_bytes(shape: ModelShape, fmt, other_bits: int, *, block: int = 64, double_quant: bool = True):
-    """(weight bytes, constant bytes) with linear weights in `fmt` and every other tensor at other_bits.
+def quantized_weight_bytes(shape: ModelShape, fmt, other_bits: int, *, block: int = 64, double_quant: bool = True,
+                           dtype=None):
+    """(weight bytes, constant bytes) with linear weights in `fmt` and every other tensor at other_bits (at 32 where a
+    load in `dtype` keeps it in fp32: ModelShape.kept_in_fp32).
 
     Counts tensor by tensor, as bitsandbytes quantizes each nn.Linear weight separately.
     """
@@ -734,7 +795,8 @@ def quantized_weight_bytes(shape: ModelShape, fmt, other_bits: int, *, block: in
             weights = weights + repeat * validate.ceil_div(n * bits, 8)
             constants = constants + repeat * quant_constant_bytes(n, block=block, double_quant=double_quant)
         else:
-            weights = weights + repeat * validate.ceil_div(n * other_bits, 8)
+            bits_here = 32 if shape.kept_in_fp32(tensor, dtype) else other_bits
+            weights = weights + repeat * validate.ceil_div(n * bits_here, 8)
     return weights, constants
 
 

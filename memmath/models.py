@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import functools
+import re
 from dataclasses import dataclass, field, replace
 
 from .arrays import any_true, is_ndarray, is_numpy_str, np
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 FAMILIES = ("gpt2", "llama", "bert", "uniform")  # "llama": every rotary decoder, its layout in the options
 COMPONENTS = ("embeddings", "attention", "mlp", "norms", "head")
 GROUPS = ("embeddings", "layer", "final_norm", "head", "vision")
+# the dtypes whose load keeps a record's fp32_modules in fp32 (modeling_utils.py _get_dtype_plan)
+LOAD_DTYPES = ("bf16", "fp16")
 # "vision": a vision-language model's vision tower and projector (memmath/multimodal.py), in model.parameters()
 # order; empty for a text model. Their components are "vision_tower" and "projector".
 # LoRA target names. q, k, v, o: attention; gate, up, down: the MLP's matrices (Qwen2-MoE: its shared expert's);
@@ -179,6 +182,22 @@ class ModelShape:
             for layout, blocks in self.layouts():
                 rows += [(group, tensor, len(blocks)) for tensor in layout.tensors("layer")]
         return rows
+
+    def kept_in_fp32(self, tensor, dtype) -> bool:
+        """Whether transformers keeps this parameter in fp32 when it loads the model in `dtype` ("bf16" or "fp16"):
+        its name matches the record's fp32_modules (either dtype) or fp32_modules_fp16 (fp16 only)."""
+        record = self.architecture
+        if record is None or dtype not in LOAD_DTYPES:
+            return False
+        patterns = record.fp32_modules + (record.fp32_modules_fp16 if dtype == "fp16" else ())
+        return any(re.search(pattern, tensor.name) for pattern in patterns)
+
+    def fp32_kept_params(self, dtype, groups=GROUPS):
+        """Parameters of `groups` that a load in `dtype` keeps in fp32 (kept_in_fp32): 0 for most models."""
+        record = self.architecture
+        if record is None or dtype not in LOAD_DTYPES or not (record.fp32_modules or record.fp32_modules_fp16):
+            return 0
+        return sum(copies * t.numel for _, t, copies in self.tensor_copies(groups) if self.kept_in_fp32(t, dtype))
 
     def blocks_params(self, blocks=None):
         """Parameters in the given blocks (indices; None: every block)."""

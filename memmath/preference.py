@@ -42,7 +42,7 @@ from .flags import option
 from .hf_activations import activation_parts
 from .loss import applies, dpo_log_probs, reference_log_probs_live
 from .methods import (LoRA, Method, Plan, QLoRA, _group_weight_bytes, bnb_code_map_bytes, int8_weight_bytes,
-                      quantized_matrices, quantized_weight_bytes)
+                      load_dtype, quantized_matrices, quantized_weight_bytes)
 from .models import ModelShape
 from .notes import Note
 
@@ -126,13 +126,13 @@ def reference_copy_bytes(method: DPO, shape: ModelShape, recipe) -> tuple:
     base = method.base
     if isinstance(base, QLoRA):
         if base.quant_type == "int8":
-            return int8_weight_bytes(shape, recipe.weight_bits)
+            return int8_weight_bytes(shape, recipe.weight_bits, load_dtype(recipe))
         weights, constants = quantized_weight_bytes(shape, "nf4", recipe.weight_bits, block=base.quant_block,
-                                                    double_quant=base.double_quant)
+                                                    double_quant=base.double_quant, dtype=load_dtype(recipe))
         if base.layout == "bitsandbytes":  # each quantized matrix's QuantState code maps, as the policy's base keeps
             constants = constants + quantized_matrices(shape) * bnb_code_map_bytes(base.double_quant)
         return weights, constants
-    return _group_weight_bytes(shape, recipe.weight_bits), 0
+    return _group_weight_bytes(shape, recipe), 0
 
 
 def reference_notes(method: DPO, shape: ModelShape, recipe) -> tuple:

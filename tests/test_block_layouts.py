@@ -149,20 +149,23 @@ def test_the_layout_planner_says_why_it_tries_data_parallel_layouts_only(capsys)
     assert "splits of a model whose blocks differ are not modelled" in out and "--zero 3" in out
 
 
-@pytest.mark.parametrize("preset, moe_blocks, unrouted, hidden, width", [
+@pytest.mark.parametrize("preset, moe_blocks, experts, routed, hidden, width", [
     # DeepSeek-V2-Lite's config.json: 27 blocks, first_k_dense_replace 1, 64 routed experts of width 1,408, 6 a token
-    ("deepseek-v2-lite", 26, 64 - 6, 2048, 1408),
+    ("deepseek-v2-lite", 26, 64, 6, 2048, 1408),
     # GLM-4.5-Air's config.json: 46 blocks, first_k_dense_replace 1, 128 routed experts of width 1,408, 8 a token
-    ("glm-4.5-air", 45, 128 - 8, 4096, 1408),
+    ("glm-4.5-air", 45, 128, 8, 4096, 1408),
 ])
-def test_a_decode_step_reads_the_shared_experts(preset, moe_blocks, unrouted, hidden, width):
+def test_a_decode_step_reads_the_shared_experts(preset, moe_blocks, experts, routed, hidden, width):
     """One bf16 decode step at batch 1 reads every weight but the routed experts its token is not sent to (kipply
-    2022): the shared experts (mlp.shared_experts, 2-D linears every token passes) are read, not skipped as routed."""
+    2022): the shared experts (mlp.shared_experts, 2-D linears every token passes) are read, not skipped as routed.
+    The router's E x h weight is read at 4 B: a bf16 load keeps it in fp32 (_keep_in_fp32_modules_strict names
+    gate.weight in modeling_deepseek_v2.py and modeling_glm4_moe.py)."""
     from memmath.inference import decode_weight_bytes
     shape = mm.PRESETS[preset]
-    unread = moe_blocks * unrouted * 3 * hidden * width  # gate, up and down of each expert a token skips
-    assert decode_weight_bytes(shape, "bf16", batch_size=1) == 2 * (shape.n_params - unread)
-    assert mm.inference_memory(shape, weights_format="bf16").weights_read == 2 * (shape.n_params - unread)
+    unread = moe_blocks * (experts - routed) * 3 * hidden * width  # gate, up and down of each expert a token skips
+    router = moe_blocks * experts * hidden
+    assert decode_weight_bytes(shape, "bf16", batch_size=1) == 2 * (shape.n_params - unread) + 2 * router
+    assert mm.inference_memory(shape, weights_format="bf16").weights_read == 2 * (shape.n_params - unread) + 2 * router
 
 
 # peft 0.21 converts qwen3_moe and qwen3_next as qwen2_moe (transformers' _MODEL_TO_CONVERSION_PATTERN): target_modules

@@ -91,8 +91,8 @@ def test_a_small_width_of_each_layout_counts_as_transformers_builds_it(torch, tr
 
 @pytest.mark.live
 def test_a_bf16_load_keeps_only_the_router_in_fp32(torch, transformers):
-    # _keep_in_fp32_modules_strict = ["e_score_correction_bias", "gate.weight"] (modeling_glm4_moe.py): what memmath
-    # does not price yet (the record's docstring says so): E x h values a MoE block at 4 B, not 2 B
+    # _keep_in_fp32_modules_strict = ["e_score_correction_bias", "gate.weight"] (modeling_glm4_moe.py): E x h values a
+    # MoE block at 4 B, not 2 B (memmath prices them so: tests/test_load_dtype.py)
     model = _build(torch, transformers, dict(TINY, first_k_dense_replace=1), dtype=torch.bfloat16)
     wide = {n for n, p in model.named_parameters() if p.dtype != torch.bfloat16}
     assert wide == {"model.layers.1.mlp.gate.weight"}

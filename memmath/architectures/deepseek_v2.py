@@ -6,8 +6,7 @@ groups (topk_method), and no e_score_correction_bias. hidden_size must be a mult
 
 Exact: the tensors, peft 0.21's adapters, the latent cache, the tensor-parallel plan and the forward pass (its
 rotary product in complex64, _deepseek.rotary_complex) and a prefill's working set, measured on the CPU as
-DeepSeek-V3's; not modelled yet: the router weight kept in fp32 under a 16-bit load (_keep_in_fp32_modules_strict:
-gate.weight)."""
+DeepSeek-V3's; a load in bf16 or fp16 keeps the router weight in fp32 (_keep_in_fp32_modules_strict: gate.weight)."""
 
 from functools import partial
 
@@ -51,4 +50,5 @@ ARCHITECTURE: Architecture = _deepseek.LatentArchitecture(
     trace_block=partial(_deepseek.block, rotary=_deepseek.rotary_complex, sigmoid=False),
     prefill_phases=partial(_deepseek.prefill_phases, complex_rotary=True),
     routing_weights_fp32=True,  # the top-k weights stay fp32 (the sigmoid or softmax scores times a float)
+    fp32_modules=("gate.weight",),  # DeepseekV2PreTrainedModel._keep_in_fp32_modules_strict
 )

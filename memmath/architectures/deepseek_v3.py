@@ -9,8 +9,8 @@ Exact: every parameter tensor as transformers builds it on the meta device, peft
 (_deepseek.block: _latent.trace, the router, _moe.routed_experts, the shared experts) and measured on the CPU
 (tests/test_families_deepseek.py: the bytes saved for backward and alive after the forward pass equal the trace's to
 the byte, the step's peak within 0.2%), and so is a prefill's working set (_deepseek.prefill_phases, within 0.2%).
-Not modelled yet: the router weight transformers keeps in fp32 under a 16-bit load (_keep_in_fp32_modules_strict: gate.weight; E x h x 2 B
-a MoE block more than counted). The multi-token-prediction layer of DeepSeek-V3's checkpoint
+A load in bf16 or fp16 keeps the router weight in fp32 (_keep_in_fp32_modules_strict: gate.weight; fp32_modules),
+so it weighs E x h x 4 B a MoE block, its gradient and states too. The multi-token-prediction layer of DeepSeek-V3's checkpoint
 (num_nextn_predict_layers) is not built by DeepseekV3ForCausalLM (its load ignores model.layers.61), so it is not
 counted."""
 
@@ -42,4 +42,5 @@ ARCHITECTURE: Architecture = _deepseek.LatentArchitecture(
     trace_block=partial(_deepseek.block, rotary=_deepseek.rotary_tables, sigmoid=True),
     prefill_phases=partial(_deepseek.prefill_phases, complex_rotary=False),
     routing_weights_fp32=True,  # the top-k weights stay fp32 (the sigmoid or softmax scores times a float)
+    fp32_modules=("e_score_correction_bias", "gate.weight"),  # DeepseekV3PreTrainedModel._keep_in_fp32_modules_strict
 )

@@ -14,8 +14,8 @@ n_experts > 0 a MoE block (n_experts, experts_per_tok, expert_intermediate_size 
 shared_expert_intermediate_size = n_shared_experts x moe_intermediate_size). A dense and a MoE block differ in those
 four fields only: the first first_k_dense_replace blocks are a second block layout (ModelShape.block_layouts).
 
-Not modelled: the router weight's fp32 storage under a 16-bit load (_keep_in_fp32_modules_strict names gate.weight:
-memmath prices it in the weights' format, 2 B a value short per router value in bf16), and the multi-token-prediction
+A load in bf16 or fp16 keeps the router weight in fp32 (Glm4MoePreTrainedModel._keep_in_fp32_modules_strict:
+fp32_modules), so its weights, gradients and states are 4 B a value. Not modelled: the multi-token-prediction
 blocks (num_nextn_predict_layers), which checkpoints hold but Glm4MoeForCausalLM does not build
 (_keys_to_ignore_on_load_unexpected).
 
@@ -329,4 +329,5 @@ ARCHITECTURE = Architecture(
     lora_order=("experts.gate_up_proj", "experts.down_proj", "gate.weight"),
     tp_plan=TP_PLAN, trace_block=block, routing_weights_fp32=True,
     prefill_phases=prefill_phases,
+    fp32_modules=("e_score_correction_bias", "gate.weight"),  # Glm4MoePreTrainedModel._keep_in_fp32_modules_strict
 )

@@ -47,6 +47,8 @@ ARCHITECTURE = Architecture(
     # peft 0.21 does not convert gpt_oss (utils/transformers_weight_conversion.py), so "all-linear" adapts the
     # attention only; the router and experts take target_parameters
     not_all_linear=("router", "experts"),
+    # GptOssPreTrainedModel._keep_in_fp32_modules: the norms stay fp32 when the model loads in fp16 (not in bf16)
+    fp32_modules_fp16=("post_attention_layernorm", "input_layernorm", "norm"),
     tp_plan=_moe.TP_PLAN,
     sdpa=False,  # GptOssPreTrainedModel._supports_sdpa = False (the sinks need eager or flash kernels)
     traced=False,  # the clamped SwiGLU and the sinks are not replayed: activations='textbook'

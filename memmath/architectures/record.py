@@ -106,6 +106,11 @@ class Architecture:
     window_zero_without_sliding: bool = False  # Qwen2MoeConfig keeps sliding_window 0 without use_sliding_window
     eager_sliding_mask: bool = False  # eager builds a sliding-window mask beside the causal one
     sdpa_sliding_mask: bool = False  # SDPA never skips the sliding mask (Qwen2-MoE saves sliding_window 0)
+    # ---- the load (modeling_utils.py PreTrainedModel._get_dtype_plan): parameter-name patterns transformers keeps
+    # in fp32 when it loads the model in bf16 or fp16 (_keep_in_fp32_modules_strict) and in fp16 only
+    # (_keep_in_fp32_modules), each a regex searched in the name as core_model_loading.py searches it
+    fp32_modules: tuple = ()
+    fp32_modules_fp16: tuple = ()
     # ---- peft (memmath/models.py's LoRA tables)
     lora_order: tuple = ()  # a MoE block's adapted modules in parameters() order, where it is not the targets'
     not_all_linear: tuple = ()  # targets that exist but peft's "all-linear" leaves alone
