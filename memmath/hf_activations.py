@@ -583,7 +583,8 @@ def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | 
                 _check_masked(recipe, _sdpa_masked_blocks(shape, seq_len, "flash"))
         elif recipe.weight_bits != recipe.activation_bits or recipe.weight_bits not in (16, 32):
             return f"models a forward pass in the weights' own format, not precision {recipe.name!r}"
-        _setup(shape, method, recipe)
+        for layout, _ in shape.layouts():  # each block layout adapts the targets it has (_mixed_parts)
+            _setup(layout, method, recipe, present_only=bool(shape.block_layouts))
     except ValueError as error:
         if getattr(error, "field", None) == "attention":
             return f"does not apply: {error}"

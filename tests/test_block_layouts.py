@@ -354,3 +354,15 @@ def test_routed_experts_blocks_and_the_largest_block_by_hand():
     assert maverick.moe_blocks == 24
     assert maverick.largest_block_params == (2 * 5120 * 5120 + 2 * 5120 * 1024 + 129 * 3 * 5120 * 8192 + 128 * 5120
                                              + 2 * 5120)
+
+
+@pytest.mark.parametrize("preset", ["glm-4.5-air", "deepseek-v2-lite", "deepseek-v3"])
+def test_lora_on_blocks_of_several_layouts_takes_the_exact_trace(preset):
+    """The exact trace adapts in each layout the targets its blocks have (_mixed_parts), so the default activations
+    of a LoRA run are the traced ones, as for full finetuning; not the textbook fallback a whole-model adapter list
+    (which a shape of several layouts refuses) would give."""
+    from memmath.hf_activations import traces
+    from memmath.recipes import RECIPES
+    shape = mm.PRESETS[preset]
+    assert traces(shape, mm.LoRA(rank=8, targets=("q", "v")), RECIPES["bf16"], 2048) is None
+    assert traces(shape, mm.Full(), RECIPES["bf16"], 2048) is None
