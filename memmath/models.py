@@ -379,7 +379,8 @@ class ModelShape:
         object.__setattr__(self, "block_kind", validate.text_field("block_kind", self.block_kind))
         if self.linear_attention is not None and not isinstance(self.linear_attention, (GatedDeltaNet, ShortConv)):
             raise validate.FieldTypeError("linear_attention", "linear_attention must be None or a "
-                                          "memmath.states.GatedDeltaNet or ShortConv of the linear-attention widths; got "
+                                          "memmath.states.GatedDeltaNet or ShortConv of the linear-attention "
+                                          "widths; got "
                                           f"{validate.describe(self.linear_attention)}")
         if not self.block_layouts:
             object.__setattr__(self, "block_layouts", ())

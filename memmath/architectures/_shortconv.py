@@ -47,8 +47,8 @@ def conv_blocks(config, layers, *, full_attn_idxs: bool) -> tuple:
     if given is None:
         if not full_attn_idxs:
             raise ValueError("config field 'layer_types' is missing: Lfm2MoeConfig derives none and each "
-                             "Lfm2MoeDecoderLayer reads config.layer_types[i], so transformers cannot build this model; "
-                             f"list 'conv' or 'full_attention' for each of the {layers} blocks")
+                             "Lfm2MoeDecoderLayer reads config.layer_types[i], so transformers cannot build this "
+                             f"model; list 'conv' or 'full_attention' for each of the {layers} blocks")
         indices = config.get("full_attn_idxs")
         if indices is None:
             return (False,) * layers
@@ -158,21 +158,21 @@ def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
 
 # ---- the MLP width of Lfm2MLP -------------------------------------------------------------------------------------
 def adjusted_width(config, get, width: int) -> int:
-    """Lfm2MLP's width from intermediate_size: with block_auto_adjust_ff_dim, int(2 x width / 3), then, where
-    block_ffn_dim_multiplier is not null, int(multiplier x that) rounded up to a multiple of block_multiple_of."""
+    """Lfm2MLP's width from intermediate_size: with block_auto_adjust_ff_dim, int(2 x width / 3), then
+    int(block_ffn_dim_multiplier x that) rounded up to a multiple of block_multiple_of. (Lfm2MLP skips the factor and
+    the rounding for a null multiplier, which Lfm2Config's strict float | int field refuses: so does memmath.)"""
     if not get.flag("block_auto_adjust_ff_dim", True):
         return width
-    adjusted = int(2 * width / 3)
     multiplier = config.get("block_ffn_dim_multiplier", 1.0)
-    if multiplier is not None:
-        if (isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier)
-                or multiplier <= 0):
-            raise ValueError(f"config field 'block_ffn_dim_multiplier' must be a positive number or null; got "
-                             f"{validate.describe(multiplier)}")
-        multiple = get("block_multiple_of", 256)
-        adjusted = int(multiplier * adjusted)
-        adjusted = multiple * ((adjusted + multiple - 1) // multiple)
+    if (isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier)
+            or multiplier <= 0):
+        raise ValueError(f"config field 'block_ffn_dim_multiplier' must be a positive number (Lfm2Config refuses "
+                         f"null); got {validate.describe(multiplier)}")
+    multiple = get("block_multiple_of", 256)
+    adjusted = int(multiplier * int(2 * width / 3))
+    adjusted = multiple * ((adjusted + multiple - 1) // multiple)
     if adjusted < 1:
         raise ValueError(f"config field 'intermediate_size' ({width}) leaves Lfm2MLP {adjusted} wide after "
-                         "block_auto_adjust_ff_dim (2/3 of it, times block_ffn_dim_multiplier); give a wider one")
+                         "block_auto_adjust_ff_dim (int(2/3 of it) times block_ffn_dim_multiplier, rounded up to a "
+                         "multiple of block_multiple_of); give a wider one")
     return adjusted

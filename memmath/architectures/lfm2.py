@@ -28,7 +28,7 @@ LFM2_FIELDS = {
     "full_attn_idxs": "the attention blocks where layer_types is absent (the others conv; absent too: all attention)",
     "block_ff_dim": "intermediate_size's older name, which Lfm2Config.__post_init__ prefers when given",
     "block_auto_adjust_ff_dim": "the MLP width 2/3 of intermediate_size, times the multiplier, rounded up",
-    "block_ffn_dim_multiplier": "a factor on the adjusted MLP width (null: neither factor nor rounding)",
+    "block_ffn_dim_multiplier": "a factor on the adjusted MLP width (a positive number: Lfm2Config refuses null)",
     "block_multiple_of": "the adjusted MLP width rounded up to a multiple of it",
 }
 DEFAULTS = {"num_key_value_heads": 8, "tie_word_embeddings": True, "conv_L_cache": 3, "conv_bias": False,
