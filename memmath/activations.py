@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from . import validate
 from .arrays import any_true
 from .architectures._deltanet import LINEAR
+from .architectures._shortconv import CONV
 from .models import ModelShape
 
 ATTENTION_KINDS = ("eager", "sdpa")
@@ -164,12 +165,13 @@ def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_b
         loss = 4 * s * b * (shape.vocab_size or 0)  # fp32 logits for cross-entropy
     if embeddings_trainable:
         outside = outside + m * s * b * h  # embedding dropout mask
-    # A linear-attention block (Qwen3-Next's gated DeltaNet) runs no attention kernel: the storing ones keep neither
-    # eager's s x s scores nor a fused kernel's log-sum-exp (korthikanti_per_layer's attention term)
+    # A linear-attention block (Qwen3-Next's gated DeltaNet) or a short-convolution block (LFM2's) runs no attention
+    # kernel: the storing ones keep neither eager's s x s scores nor a fused kernel's log-sum-exp
+    # (korthikanti_per_layer's attention term)
     a = shape.n_heads
     kernel = a * s * s * b * (e + ((e + m) if dropout else 0)) if attention == "eager" else 4 * a * s * b
     linear = 0 if checkpointing else sum((count for layout, count in shape.last_blocks(layers_storing)
-                                          if layout.block_kind == LINEAR), 0)
+                                          if layout.block_kind in (LINEAR, CONV)), 0)
     return ActivationEstimate(per_layer, layers_storing, recompute, outside, loss, other_layouts=-linear * kernel)
 
 

@@ -212,6 +212,12 @@ PRESETS: MutableMapping[str, ModelShape] = Presets({
         "exaone-4.0-32b", model_type="exaone4", hidden_size=5120, intermediate_size=27392, num_hidden_layers=64,
         num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=102400, sliding_window=4096,
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16, tie_word_embeddings=False),
+    "lfm2-1.2b": _from_config(  # LiquidAI/LFM2-1.2B: 1,170,340,608 (its card's count); 10 gated short-convolution
+        # blocks and 6 attention blocks (3, 6, 9, 11, 13, 15), Lfm2MLP 8,192 wide (2/3 of 12,288), tied head
+        "lfm2-1.2b", model_type="lfm2", hidden_size=2048, intermediate_size=12288, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=65536, conv_L_cache=3,
+        layer_types=["full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)],
+        tie_word_embeddings=True, max_position_embeddings=128000),
 })
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -228,7 +234,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "glm-4.5-air": "GLM-4.5-Air", "qwen3-next-80b-a3b": "Qwen3-Next-80B-A3B-Instruct",
                   "seed-oss-36b": "Seed-OSS-36B-Base",
                   "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509",
-                  "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B"}
+                  "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B",
+                  "lfm2-1.2b": "LFM2-1.2B"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -273,4 +280,5 @@ PRESET_SOURCES = {
     "apertus-8b": "swiss-ai/Apertus-8B-2509 config.json",
     "ernie-4.5-0.3b": "baidu/ERNIE-4.5-0.3B-PT config.json",
     "exaone-4.0-32b": "LGAI-EXAONE/EXAONE-4.0-32B config.json",
+    "lfm2-1.2b": "LiquidAI/LFM2-1.2B config.json",
 }

@@ -21,6 +21,8 @@ entry of config.layer_types; measured on the CPU on tiny configs in tests/test_s
 - Mamba-2 and gated DeltaNet (LinearAttentionLayer): a conv state of conv_kernel columns in the model's dtype and a
   recurrent state in fp32 (the PyTorch paths compute it in fp32 and the cache keeps zeros_like of it), a fixed size
   per sequence whatever the context;
+- LFM2's gated short convolution (LinearAttentionLayer for layer type "conv"): a conv state alone, conv_kernel
+  columns of hidden_size channels in the model's dtype;
 - a layer that reuses an earlier layer's keys and values (Gemma 3n's last num_kv_shared_layers, which read them
   from the forward pass's KVSharingDict) or has no attention (Nemotron-H's MLP layers) is a DummyLayer and holds
   nothing.
@@ -154,6 +156,19 @@ def gated_deltanet_state_bytes(*, key_heads, value_heads, key_head_dim, value_he
     return conv + _bytes(batch * value_heads * key_head_dim * value_head_dim, state_dtype)
 
 
+def short_conv_state_bytes(*, channels, conv_kernel, batch=1, dtype="bf16") -> int:
+    """One gated short-convolution layer's cache (LFM2's and LFM2-MoE's "conv" layers), whatever the context.
+
+    Lfm2ShortConv.forward hands cache.update_conv_state the convolution's input B * x, batch x hidden_size x tokens
+    in the model's dtype, with conv_kernel_size = conv_L_cache; LinearAttentionLayer.lazy_initialization allocates
+    zeros of batch x hidden_size x conv_kernel (the last dimension replaced by the kernel width) and every update
+    copies the last conv_kernel columns into it: batch x channels x conv_kernel values, no recurrent state.
+    LFM2-1.2B (2,048 channels, conv_L_cache 3) in bf16: 2,048 x 3 x 2 B = 12,288 B a sequence and layer.
+    """
+    batch = validate.count("batch", batch, high=validate.MAX_BATCH, scalar=True)
+    return _bytes(batch * _dim("channels", channels) * _dim("conv_kernel", conv_kernel), dtype)
+
+
 # Layer records: one per decoder layer, so a model lists its layers and cache_bytes sums them.
 
 
@@ -278,6 +293,22 @@ class GatedDeltaNet:
 
 
 @dataclass(frozen=True)
+class ShortConv:
+    """A gated short-convolution layer (LFM2's "conv" layers: config.hidden_size channels, conv_L_cache columns)."""
+
+    channels: int
+    conv_kernel: int
+    kind = "short_conv"
+
+    def __post_init__(self):
+        _check_dims(self, ("channels", "conv_kernel"))
+
+    def nbytes(self, *, tokens, batch=1, dtype="bf16", state_dtype=RECURRENT_STATE_FORMAT, after_prefill=False):
+        validate.count("tokens", tokens, high=validate.MAX_SEQ, scalar=True)
+        return short_conv_state_bytes(channels=self.channels, conv_kernel=self.conv_kernel, batch=batch, dtype=dtype)
+
+
+@dataclass(frozen=True)
 class NoCache:
     """A layer that stores nothing: it reuses an earlier layer's keys and values (Gemma 3n's last
     num_kv_shared_layers, kv_sharing_modes "reuse") or has no attention (an MLP or MoE layer); a DummyLayer."""
@@ -293,7 +324,8 @@ class NoCache:
         return 0
 
 
-LAYER_KINDS = (FullAttention, SlidingAttention, ChunkedAttention, LatentAttention, Mamba2, GatedDeltaNet, NoCache)
+LAYER_KINDS = (FullAttention, SlidingAttention, ChunkedAttention, LatentAttention, Mamba2, GatedDeltaNet, ShortConv,
+               NoCache)
 
 
 @dataclass(frozen=True)
@@ -330,7 +362,7 @@ def layers_from_layer_types(layer_types, *, full=None, sliding=None, chunked=Non
                             kv_sharing_modes=None) -> list:
     """The layer records for a config's layer_types, picked as transformers 5.24 picks each cache layer
     (cache_utils.get_layer_types_and_kwargs): full (a FullAttention or LatentAttention) for "full_attention",
-    sliding for "sliding_attention", chunked for "chunked_attention", linear (a Mamba2 or GatedDeltaNet) for
+    sliding for "sliding_attention", chunked for "chunked_attention", linear (a Mamba2, GatedDeltaNet or ShortConv) for
     "linear_attention", both in one layer for "hybrid" (linear + full) and "hybrid_sliding" (linear + sliding), and
     NoCache for "moe", "mlp" and every layer whose kv_sharing_modes entry is "reuse" (Gemma 3n's shared layers).
 

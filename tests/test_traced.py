@@ -84,7 +84,8 @@ def _meta_count(transformers, torch, config: dict) -> int:
 
 @pytest.mark.parametrize("model_type, extra", [
     ("ministral", dict(sliding_window=16, head_dim=16, layer_types=TWO_KINDS)),
-    ("lfm2", dict(block_dim=64, block_ff_dim=128, layer_types=["conv", "full_attention"])),
+    ("jamba", dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+                   num_experts=2, mamba_d_state=8, mamba_dt_rank=8, use_mamba_kernels=False)),
     ("arcee", dict()),
 ])
 def test_a_type_without_a_record_gets_a_traced_answer(torch, transformers, model_type, extra):

@@ -7,6 +7,9 @@ test (tests/test_models.py) builds each transformers model from these dicts on t
 and checks memmath's count against `sum(p.numel() for p in model.parameters())`.
 """
 
+# LFM2's dense models: attention in blocks 3, 6, 9, 11, 13 and 15 (full_attn_idxs [2, 5, 8, 10, 12, 14]), conv elsewhere
+LFM2_LAYER_TYPES = ["full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]
+
 PUBLISHED_CONFIGS = {
     # ---- llama ----
     "Llama-3.2-1B": {  # meta-llama/Llama-3.2-1B (1.23B)
@@ -275,6 +278,47 @@ PUBLISHED_CONFIGS = {
         "max_position_embeddings": 262144, "rope_theta": 10000000, "output_router_logits": False,
         "torch_dtype": "bfloat16",
     },
+    # ---- lfm2, lfm2_moe ----
+    # LiquidAI/LFM2-1.2B, LFM2-700M and LFM2-350M (their cards: 16 layers, 10 conv and 6 attention; 1,170,340,608,
+    # 742,489,344 and 354,483,968 parameters) and LiquidAI/LFM2-8B-A1B (8.3B total, 1.5B active; 24 layers, 18 conv
+    # and 6 attention, 32 experts, 4 a token, the first two blocks dense): recalled, not copied (no hub access here).
+    # The 1.2B, 700M and 350M counts equal their cards' to the parameter through transformers' own build; which blocks
+    # of LFM2-8B-A1B are attention is the value to check first against the file (its count depends only on the
+    # first two blocks being conv). block_ff_dim is intermediate_size's older name, which Lfm2Config prefers.
+    "LFM2-1.2B": {
+        "model_type": "lfm2", "hidden_size": 2048, "block_dim": 2048, "intermediate_size": 12288,
+        "block_ff_dim": 12288, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": 65536, "layer_types": LFM2_LAYER_TYPES, "conv_L_cache": 3, "conv_bias": False,
+        "block_auto_adjust_ff_dim": True, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
+        "tie_embedding": True, "max_position_embeddings": 128000, "rope_theta": 1000000.0, "norm_eps": 1e-05,
+        "torch_dtype": "bfloat16",
+    },
+    "LFM2-700M": {
+        "model_type": "lfm2", "hidden_size": 1536, "block_dim": 1536, "intermediate_size": 10240,
+        "block_ff_dim": 10240, "num_hidden_layers": 16, "num_attention_heads": 24, "num_key_value_heads": 8,
+        "vocab_size": 65536, "layer_types": LFM2_LAYER_TYPES, "conv_L_cache": 3, "conv_bias": False,
+        "block_auto_adjust_ff_dim": True, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
+        "tie_embedding": True, "max_position_embeddings": 128000, "rope_theta": 1000000.0, "norm_eps": 1e-05,
+        "torch_dtype": "bfloat16",
+    },
+    "LFM2-350M": {
+        "model_type": "lfm2", "hidden_size": 1024, "block_dim": 1024, "intermediate_size": 6656,
+        "block_ff_dim": 6656, "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "vocab_size": 65536, "layer_types": LFM2_LAYER_TYPES, "conv_L_cache": 3, "conv_bias": False,
+        "block_auto_adjust_ff_dim": True, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256,
+        "tie_embedding": True, "max_position_embeddings": 128000, "rope_theta": 1000000.0, "norm_eps": 1e-05,
+        "torch_dtype": "bfloat16",
+    },
+    "LFM2-8B-A1B": {
+        "model_type": "lfm2_moe", "hidden_size": 2048, "intermediate_size": 7168, "moe_intermediate_size": 1792,
+        "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 65536,
+        "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "conv", "full_attention", "conv", "conv",
+                        "conv", "full_attention", "conv", "conv", "conv", "full_attention", "conv", "conv", "conv",
+                        "full_attention", "conv", "conv", "full_attention", "conv", "conv"],
+        "conv_L_cache": 3, "conv_bias": False, "num_dense_layers": 2, "num_experts": 32, "num_experts_per_tok": 4,
+        "norm_topk_prob": True, "use_expert_bias": True, "routed_scaling_factor": 1.0, "tie_embedding": True,
+        "max_position_embeddings": 128000, "rope_theta": 1000000.0, "norm_eps": 1e-05, "torch_dtype": "bfloat16",
+    },
     # ---- olmo3 ----
     "Olmo-3-1025-7B": {  # allenai/Olmo-3-1025-7B (7.30B); three sliding blocks (4,096 tokens) to one full
         "model_type": "olmo3", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -437,6 +481,7 @@ PUBLISHED_TOTALS = {
     "c4ai-command-r7b-12-2024": 8.03e9, "c4ai-command-a-03-2025": 111e9, "Apertus-8B-2509": 8e9,
     "Apertus-70B-2509": 70e9,
     "ERNIE-4.5-0.3B-PT": 0.36e9, "ERNIE-4.5-0.3B-Base-PT": 0.36e9,
+    "LFM2-1.2B": 1.17e9, "LFM2-700M": 0.742e9, "LFM2-350M": 0.354e9, "LFM2-8B-A1B": 8.3e9,  # the cards
     # the EXAONE 4.0 cards count parameters without the embeddings (102,400 x h each, the 32B's head untied)
     "EXAONE-4.0-32B": 30.95e9 + 2 * 102400 * 5120, "EXAONE-4.0-1.2B": 1.07e9 + 102400 * 2048,
 }
@@ -451,7 +496,10 @@ PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qw
                     # the Qwen3-Next cards' "3B activated" is a round figure; by hand: 79,674,391,296 (transformers'
                     # count) less 48 blocks x 502 unrouted experts x 3 x 2,048 x 512 = 3,874,929,408
                     "Qwen3-Next-80B-A3B-Instruct": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512,
-                    "Qwen3-Next-80B-A3B-Thinking": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512}
+                    "Qwen3-Next-80B-A3B-Thinking": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512,
+                    # the LFM2-8B-A1B card's "1.5B active" is a round figure; by hand: 8,339,929,856 (transformers'
+                    # count) less 22 MoE blocks x 28 unrouted experts x 3 x 2,048 x 1,792 = 1,557,740,288
+                    "LFM2-8B-A1B": 8_339_929_856 - 22 * 28 * 3 * 2048 * 1792}
 
 # ---- blocks of two layouts: dense MLPs in the first first_k_dense_replace blocks, mixtures of experts after ----------
 # memmath's reader takes first_k_dense_replace 0 or >= num_hidden_layers only (architectures/glm4_moe.py), so these
@@ -552,6 +600,9 @@ CONFIG_CLASS_DEFAULTS = {
                           "num_hidden_layers": 32, "num_attention_heads": 16, "vocab_size": 248320},
     "Qwen3_5MoeTextConfig": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
                              "num_attention_heads": 16, "vocab_size": 248320},
+    # Lfm2Config (configuration_lfm2.py): without layer_types or full_attn_idxs every block is attention
+    "Lfm2Config": {"model_type": "lfm2", "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "vocab_size": 65536},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

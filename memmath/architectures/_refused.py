@@ -60,11 +60,6 @@ REFUSED_MODEL_TYPES = {
     "kimi_linear": "Kimi Linear: Kimi Delta Attention (linear attention with a short convolution, fixed-size state) "
                    "beside multi-head latent attention blocks (config layer_types), and dense MLPs beside mixtures of "
                    "experts (mlp_layer_types); " + _BLOCK_SHAPES + " (and a KDA state in memmath.states)",
-    "lfm2": "LFM2: gated short-convolution blocks (Lfm2ShortConv, a conv_L_cache-wide state) beside grouped-query "
-            "attention blocks (config layer_types or full_attn_idxs), whose tensors and caches differ; "
-            + _BLOCK_SHAPES + " (and a convolution state in memmath.states)",
-    "lfm2_moe": "LFM2-MoE: the short-convolution blocks of LFM2 beside attention blocks (config layer_types), dense "
-                "MLPs in its first num_dense_layers blocks and mixtures of experts after; " + _BLOCK_SHAPES,
     "ernie4_5_moe": "ERNIE 4.5 MoE: mixtures of experts with shared experts in the blocks from moe_layer_start_index "
                     "every moe_layer_interval-th (to moe_layer_end_index), dense MLPs in the others, and a router "
                     "correction bias stored as a parameter (moe_statics); " + _BLOCK_SHAPES,
