@@ -65,9 +65,6 @@ REFUSED_MODEL_TYPES = {
             + _BLOCK_SHAPES + " (and a convolution state in memmath.states)",
     "lfm2_moe": "LFM2-MoE: the short-convolution blocks of LFM2 beside attention blocks (config layer_types), dense "
                 "MLPs in its first num_dense_layers blocks and mixtures of experts after; " + _BLOCK_SHAPES,
-    "ernie4_5_moe": "ERNIE 4.5 MoE: mixtures of experts with shared experts in the blocks from moe_layer_start_index "
-                    "every moe_layer_interval-th (to moe_layer_end_index), dense MLPs in the others, and a router "
-                    "correction bias stored as a parameter (moe_statics); " + _BLOCK_SHAPES,
     "glm4_moe_lite": "GLM-4.7-Flash (Glm4MoeLiteForCausalLM): multi-head latent attention and dense MLPs in its first "
                      "blocks (mlp_layer_types); a record of the latent attention of architectures/_latent.py with "
                      "_moe.shared_experts_tensors, and a shape of two block layouts, would make it work",
