@@ -258,8 +258,13 @@ def moe_prefill_phase(shape, s, b, e):
 
 
 def prefill_phases(shape, s, b, e, eager):
-    """ERNIE 4.5's prefill phases (its fp32 rotary), the MoE block's phase where the shape has experts."""
+    """ERNIE 4.5's prefill phases (its fp32 rotary), the MoE block's phase where the shape has experts, and outside
+    them the token ids (int64, b x s) and position ids (int64, s), held through the blocks as in GLM-4.5's prefill.
+    Measured with validation/inference_working_set.py's LiveBytes (tests/test_families_ernie.py): the phases as
+    written fell short of eight bf16 prefills by 8 s b + 8 s bytes each, dense and MoE blocks alike, so the ids were
+    added; the other prefills there were measured after, held out."""
     outside, attn, mlp = dense_prefill_phases(shape, s, b, e, eager)
+    outside = outside + 8 * s * b + 8 * s
     if shape.n_experts:
         mlp = moe_prefill_phase(shape, s, b, e)
     return outside, attn, mlp
