@@ -151,7 +151,8 @@ def test_use_bias_gives_lm_head_a_bias_that_is_not_tied():
     assert [t.name for t in mm.from_hf_config(TINY).tensors("head")] == ["lm_head.bias"]
     assert mm.from_hf_config(dict(TINY, use_bias=False)).tensors("head") == []
     untied = mm.from_hf_config(dict(TINY, tie_word_embeddings=False))
-    assert [(t.name, t.shape) for t in untied.tensors("head")] == [("lm_head.weight", (96, 32)), ("lm_head.bias", (96,))]
+    assert [(t.name, t.shape) for t in untied.tensors("head")] == [("lm_head.weight", (96, 32)),
+                                                                   ("lm_head.bias", (96,))]
 
 
 # ---- 2. the reader -----------------------------------------------------------------------------------------------
