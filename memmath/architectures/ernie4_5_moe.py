@@ -30,10 +30,10 @@ two shared experts and the training DynamicCache; every block MoE without shared
 fp32 and bf16, SDPA and eager: what autograd holds when the forward returns equals the trace to the byte, the steady
 step's peak within 0.11%; LoRA on the fp32 router, on the experts and all-linear to the byte where every block has
 experts. Where it is not exact yet (the shared code for mixed layouts, not this record): with a dense first block that
-no LoRA target adapts (router or experts alone), hf_activations stores from block 0 (over by that block's saved
-bytes); a prefill whose last block is dense while a MoE block peaks is priced with that block's k and v already in
-the cache (over by one block's cache); a checkpointed step's MoE block is priced at the dense intermediate_size
-(peak.py), within 5.2% here."""
+no LoRA target adapts (router or experts alone), hf_activations counts block 0 as storing, which PyTorch's does not
+(its input needs no gradient); a prefill whose last block is dense, after the MoE block that peaks, is priced as if
+that last block's k and v were in the cache at the peak (over by one block's cache, inference.working_set_bytes); a
+checkpointed step's MoE block is priced at the dense intermediate_size (peak.py), within 5.2% here."""
 
 from __future__ import annotations
 
