@@ -207,6 +207,13 @@ PRESETS: MutableMapping[str, ModelShape] = Presets({
         "ernie-4.5-0.3b", model_type="ernie4_5", hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
         num_attention_heads=16, num_key_value_heads=2, head_dim=128, vocab_size=103424, use_bias=False,
         tie_word_embeddings=True),
+    "ernie-4.5-21b-a3b": _from_config(  # baidu/ERNIE-4.5-21B-A3B-PT: 21,825,437,888 total, 3,352,150,208 active
+        # (3.09B without the token embedding; card: 21B total, 3B activated); block 0 dense, 27 MoE blocks of 64
+        # experts (6 a token) and 2 shared, tied head
+        "ernie-4.5-21b-a3b", model_type="ernie4_5_moe", hidden_size=2560, intermediate_size=12288,
+        num_hidden_layers=28, num_attention_heads=20, num_key_value_heads=4, vocab_size=103424, use_bias=False,
+        tie_word_embeddings=True, moe_num_experts=64, moe_num_shared_experts=2, moe_k=6, moe_intermediate_size=1536,
+        moe_layer_start_index=1, moe_layer_end_index=27, moe_layer_interval=1, max_position_embeddings=131072),
     "exaone-4.0-32b": _from_config(  # LGAI-EXAONE/EXAONE-4.0-32B: 32,003,216,384 (card: 30.95B without the
         # embeddings); post-norm, per-head q/k norms, three blocks sliding over 4,096 tokens to one full
         "exaone-4.0-32b", model_type="exaone4", hidden_size=5120, intermediate_size=27392, num_hidden_layers=64,
@@ -235,7 +242,7 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "seed-oss-36b": "Seed-OSS-36B-Base",
                   "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509",
                   "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B",
-                  "lfm2-1.2b": "LFM2-1.2B"}
+                  "lfm2-1.2b": "LFM2-1.2B", "ernie-4.5-21b-a3b": "ERNIE-4.5-21B-A3B-PT"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -281,4 +288,5 @@ PRESET_SOURCES = {
     "ernie-4.5-0.3b": "baidu/ERNIE-4.5-0.3B-PT config.json",
     "exaone-4.0-32b": "LGAI-EXAONE/EXAONE-4.0-32B config.json",
     "lfm2-1.2b": "LiquidAI/LFM2-1.2B config.json",
+    "ernie-4.5-21b-a3b": "baidu/ERNIE-4.5-21B-A3B-PT config.json",
 }

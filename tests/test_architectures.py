@@ -14,10 +14,12 @@ import pytest
 import memmath as mm
 from memmath.architectures import ARCHITECTURES, architecture
 from tests.test_models import _hf_model_on_meta
-from validation.published_configs import CONFIG_CLASS_DEFAULTS, LAYERED_CONFIGS, PUBLISHED_CONFIGS
+from validation.published_configs import (CONFIG_CLASS_DEFAULTS, ERNIE_MOE_CONFIGS, LAYERED_CONFIGS,
+                                          PUBLISHED_CONFIGS)
 
-# every config of a supported type: the published ones, DeepSeek's (published apart) and a config class's defaults
-READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | CONFIG_CLASS_DEFAULTS
+# every config of a supported type: the published ones, DeepSeek's and ERNIE 4.5 MoE's (published apart) and a
+# config class's defaults
+READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | ERNIE_MOE_CONFIGS | CONFIG_CLASS_DEFAULTS
 
 FOLDER = Path(mm.__file__).parent / "architectures"
 

@@ -26,7 +26,6 @@ REASONS = {
     "deepseek_v4": "hyper-connections.*compressed and sliding-window attention",
     "minimax_m2": "sigmoid router and e_score_correction_bias.*not recorded yet",
     "kimi_linear": "Kimi Delta Attention.*multi-head latent attention",
-    "ernie4_5_moe": "moe_layer_start_index.*dense MLPs in the others",
     "glm4_moe_lite": "multi-head latent attention and dense MLPs",
     "glm_moe_dsa": "lightning indexer",
     "modernbert": "fused Wqkv and a GeGLU Wi.*local_attention",

@@ -592,6 +592,37 @@ LAYERED_TOTALS = {"DeepSeek-V2-Lite": 15.7e9, "DeepSeek-V2": 236e9, "DeepSeek-V3
 LAYERED_ACTIVE = {"DeepSeek-V2-Lite": 2.4e9, "DeepSeek-V2": 21e9, "DeepSeek-V3": 37e9, "DeepSeek-R1": 37e9,
                   "Kimi-K2-Instruct": 32e9}
 
+# ---- ERNIE 4.5 MoE: experts in the blocks from moe_layer_start_index, dense MLPs before --------------------------
+# Kept apart from PUBLISHED_CONFIGS: the model cards round their totals more loosely than its 2% check (the 21B-A3B's
+# "21B" is 21.83B as transformers builds it). Typed in from the repositories' config.json as remembered (no hub
+# access here); fields that change no tensor (token ids, rope_theta, moe_capacity, moe_gate, moe_use_aux_free, the
+# multi-token-prediction fields, which transformers 5.24 does not read) are left out. The 21B-A3B's widths are
+# Ernie4_5_MoeConfig's defaults (its docstring's checkpoint); the 300B-A47B's agree with its card's totals through
+# transformers' own count (299.48B and 47.08B without the token embedding; the card: 300B, 47B). Its
+# moe_num_shared_experts 0 and moe_layer_start_index 3 are the values to check first against the file.
+ERNIE_MOE_CONFIGS = {
+    "ERNIE-4.5-21B-A3B-PT": {  # baidu/ERNIE-4.5-21B-A3B-PT (card: 21B total, 3B activated); block 0 dense
+        "model_type": "ernie4_5_moe", "architectures": ["Ernie4_5_MoeForCausalLM"], "hidden_size": 2560,
+        "intermediate_size": 12288, "num_hidden_layers": 28, "num_attention_heads": 20, "num_key_value_heads": 4,
+        "vocab_size": 103424, "use_bias": False, "tie_word_embeddings": True, "hidden_act": "silu",
+        "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_k": 6, "moe_intermediate_size": 1536,
+        "moe_layer_start_index": 1, "moe_layer_end_index": 27, "moe_layer_interval": 1,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "use_cache": False, "torch_dtype": "bfloat16",
+    },
+    "ERNIE-4.5-300B-A47B-PT": {  # baidu/ERNIE-4.5-300B-A47B-PT (card: 300B total, 47B activated); blocks 0-2 dense,
+        # no shared experts
+        "model_type": "ernie4_5_moe", "architectures": ["Ernie4_5_MoeForCausalLM"], "hidden_size": 8192,
+        "intermediate_size": 28672, "num_hidden_layers": 54, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "vocab_size": 103424, "use_bias": False, "tie_word_embeddings": False, "hidden_act": "silu",
+        "moe_num_experts": 64, "moe_num_shared_experts": 0, "moe_k": 8, "moe_intermediate_size": 3584,
+        "moe_layer_start_index": 3, "moe_layer_end_index": 53, "moe_layer_interval": 1,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "use_cache": False, "torch_dtype": "bfloat16",
+    },
+}
+ERNIE_MOE_TOTALS = {"ERNIE-4.5-21B-A3B-PT": 21e9, "ERNIE-4.5-300B-A47B-PT": 300e9}  # the model cards
+# the model cards' activated parameters; tests/test_families_ernie.py compares them without the token embedding
+ERNIE_MOE_ACTIVE = {"ERNIE-4.5-21B-A3B-PT": 3e9, "ERNIE-4.5-300B-A47B-PT": 47e9}
+
 # ---- no published config at hand (no hub access here): the config class's own defaults -------------------------
 # Qwen3_5TextConfig (configuration_qwen3_5.py) as a config.json naming only its type and sizes; the checks that need a
 # config of every supported model type read it, and tests/test_families_hybrid.py builds it with transformers

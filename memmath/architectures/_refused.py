@@ -60,9 +60,6 @@ REFUSED_MODEL_TYPES = {
     "kimi_linear": "Kimi Linear: Kimi Delta Attention (linear attention with a short convolution, fixed-size state) "
                    "beside multi-head latent attention blocks (config layer_types), and dense MLPs beside mixtures of "
                    "experts (mlp_layer_types); " + _BLOCK_SHAPES + " (and a KDA state in memmath.states)",
-    "ernie4_5_moe": "ERNIE 4.5 MoE: mixtures of experts with shared experts in the blocks from moe_layer_start_index "
-                    "every moe_layer_interval-th (to moe_layer_end_index), dense MLPs in the others, and a router "
-                    "correction bias stored as a parameter (moe_statics); " + _BLOCK_SHAPES,
     "glm4_moe_lite": "GLM-4.7-Flash (Glm4MoeLiteForCausalLM): multi-head latent attention and dense MLPs in its first "
                      "blocks (mlp_layer_types); a record of the latent attention of architectures/_latent.py with "
                      "_moe.shared_experts_tensors, and a shape of two block layouts, would make it work",

@@ -66,17 +66,23 @@ def rotary(tr: Trace, q: Tensor, k: Tensor, tables):
     return tuple(out)
 
 
-def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
-    """Ernie4_5DecoderLayer: LlamaDecoderLayer's, with ERNIE's fp32 rotary."""
+def attention(tr: Trace, shape, normed: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Ernie4_5Attention on the normalized input, through o_proj: LLaMA's, with ERNIE's fp32 rotary (ERNIE 4.5 MoE's
+    Ernie4_5_MoeAttention is the same)."""
     dm, t = dims(shape), tr.t
-    normed = tr.rms_norm(x, trainable, "input_layernorm")
     q, k, v = _decoder.qkv(tr, shape, normed, trainable, p)
     q, k = rotary(tr, q, k, p.tables)
     if p.cache:
         k, v = kv_cache(tr, k, v)
     ctx = tr.attention(q, k, v, heads=dm["a"], head_dim=dm["d"], kind=p.kind, dropout=p.dropout, softmax_fp32=True,
                        name="attention", kv_contiguous=p.cache)
-    attn = houlsby(tr, tr.linear(ctx, t * dm["h"], trainable, p.lora_of("o_proj"), "o_proj"), p, "attention")
+    return tr.linear(ctx, t * dm["h"], trainable, p.lora_of("o_proj"), "o_proj")
+
+
+def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Ernie4_5DecoderLayer: LlamaDecoderLayer's, with ERNIE's fp32 rotary."""
+    normed = tr.rms_norm(x, trainable, "input_layernorm")
+    attn = houlsby(tr, attention(tr, shape, normed, trainable, p), p, "attention")
     r1 = tr.add(x, attn)
     return tr.add(r1, _decoder.mlp(tr, shape, tr.rms_norm(r1, trainable, "post_attention_layernorm"), trainable, p))
 
