@@ -169,6 +169,8 @@ def _trainable_sets(label: str, shape: ModelShape, tensors, recipe: Recipe) -> t
     """The trainable sets of (tensor, copies) pairs: one at the recipe's weight bits, and one at 32 bits for the
     tensors the load keeps in fp32 (their gradients and, as PyTorch keeps states in each parameter's dtype, their
     optimizer states fp32 too)."""
+    # a Parameter built with requires_grad=False (ParamTensor.trainable) has no gradient or optimizer states
+    tensors = [(t, copies) for t, copies in tensors if t.trainable]
     stored, kept = _kept_apart(shape, tensors, load_dtype(recipe))
     sets = (TrainableSet.of(label, _pairs_stats(stored), recipe.weight_bits),)
     if kept:
@@ -352,8 +354,10 @@ class Freeze(Method):
         k = self.layers_trained(shape)
         pairs = [(t, count) for layout, count in shape.last_blocks(k)  # the last k blocks, by their layouts
                  for t in layout.tensors("layer")]
+        # a head tied to the embedding lists only its untied tensors (ERNIE 4.5's lm_head bias), which train_head trains
+        head = self.head_trains(shape) or (self.train_head and shape.tied_embeddings)
         chosen = [g for g, on in (("embeddings", self.train_embeddings), ("final_norm", self.train_final_norm),
-                                  ("head", self.head_trains(shape))) if on]
+                                  ("head", head)) if on]
         pairs += [(t, 1) for group in chosen for t in shape.tensors(group)]
         trainable = _trainable_sets("unfrozen weights", shape, pairs, recipe)
         # Backward must reach the first trainable block; with trainable embeddings it reaches them all.

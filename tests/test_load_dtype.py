@@ -8,12 +8,12 @@ import pytest
 
 import memmath as mm
 from tests.test_families_dense import _build
-from validation.published_configs import LAYERED_CONFIGS, PUBLISHED_CONFIGS
+from validation.published_configs import ERNIE_MOE_CONFIGS, LAYERED_CONFIGS, PUBLISHED_CONFIGS
 
 # the routers are built fp32 (their Parameters name the dtype), so from_config shows them as a load does
 LOADS = [("GLM-4.5-Air", "bf16"), ("GLM-4.5-Air", "fp16"), ("DeepSeek-V3", "bf16"), ("DeepSeek-V2-Lite", "bf16"),
-         ("gpt-oss-20b", "bf16"), ("Mixtral-8x7B-v0.1", "bf16")]
-CONFIGS = {**PUBLISHED_CONFIGS, **LAYERED_CONFIGS}
+         ("gpt-oss-20b", "bf16"), ("Mixtral-8x7B-v0.1", "bf16"), ("ERNIE-4.5-21B-A3B-PT", "bf16")]
+CONFIGS = {**PUBLISHED_CONFIGS, **LAYERED_CONFIGS, **ERNIE_MOE_CONFIGS}
 
 
 @pytest.mark.live
@@ -62,25 +62,34 @@ GLM_TINY = dict(model_type="glm4_moe", vocab_size=96, hidden_size=32, intermedia
                 use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+# ERNIE 4.5 MoE: block 0 dense, blocks 1-2 MoE; its router weight and its moe_statics correction bias (a 1 x E fp32
+# Parameter built with requires_grad=False) stay fp32, and the bias never trains
+ERNIE_TINY = dict(model_type="ernie4_5_moe", vocab_size=96, hidden_size=32, intermediate_size=56, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=24, moe_num_experts=4, moe_k=2,
+                  moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_interval=1, use_bias=True,
+                  use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 @pytest.mark.live
+@pytest.mark.parametrize("config", [GLM_TINY, ERNIE_TINY], ids=["glm4_moe", "ernie4_5_moe"])
 @pytest.mark.parametrize("method", ["full", "freeze"])
-def test_a_bf16_step_keeps_the_router_its_gradient_and_its_states_in_fp32(torch, transformers, method):
-    """One AdamW step of a tiny GLM-4.5 loaded in bf16 on the CPU: the router's weight, gradient and both moments are
-    fp32 (PyTorch keeps states in the parameter's dtype), everything else bf16; memmath's parts equal torch's bytes."""
-    hf_config = transformers.AutoConfig.for_model("glm4_moe", **{k: v for k, v in GLM_TINY.items()
-                                                                  if k != "model_type"})
+def test_a_bf16_step_keeps_the_router_its_gradient_and_its_states_in_fp32(torch, transformers, method, config):
+    """One AdamW step of a tiny MoE model loaded in bf16 on the CPU: the router's weight, gradient and both moments
+    are fp32 (PyTorch keeps states in the parameter's dtype), everything else bf16; memmath's parts equal torch's."""
+    hf_config = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
+                                                                           if k != "model_type"})
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16).train()
     if method == "freeze":  # the last block, the final norm and the head train
         for name, p in model.named_parameters():
-            p.requires_grad_(name.startswith(("model.layers.2.", "model.norm.", "lm_head.")))
+            p.requires_grad_(p.requires_grad and name.startswith(("model.layers.2.", "model.norm.", "lm_head.")))
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-3, foreach=False)
     ids = torch.randint(3, 96, (2, 16), generator=torch.Generator().manual_seed(1))
     model(input_ids=ids, labels=ids).loss.backward()
     optimizer.step()
     states = sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values())
-    memory = mm.training_memory(mm.from_hf_config(GLM_TINY), precision="bf16", optimizer="adamw",
+    memory = mm.training_memory(mm.from_hf_config(config), precision="bf16", optimizer="adamw",
                                 method=mm.Full() if method == "full" else mm.Freeze(trainable_layers=1))
     assert memory.weights == sum(p.numel() * p.element_size() for p in model.parameters())
     assert memory.gradients == sum(p.grad.numel() * p.grad.element_size() for p in trainable)

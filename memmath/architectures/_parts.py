@@ -23,13 +23,15 @@ def factored_size(dims) -> int:
 class ParamTensor:
     """One parameter tensor: its path key, the component it belongs to, its shape.
 
-    linear: a weight matrix of a linear layer (what bitsandbytes quantizes to 4 bit in QLoRA).
+    linear: a weight matrix of a linear layer (what bitsandbytes quantizes to 4 bit in QLoRA); trainable: False for a
+    Parameter built with requires_grad=False, which parameters() counts but no optimizer updates.
     """
 
     name: str
     component: str
     shape: tuple
     linear: bool = False
+    trainable: bool = True
 
     @property
     def numel(self):

@@ -17,11 +17,9 @@ ERNIE-4.5-21B-A3B and ERNIE-4.5-300B-A47B text models.
 - Ernie4_5_MoeForCausalLM's lm_head has a bias when use_bias (a vocab_size vector that is not tied, even when the
   weight is), unlike the dense ERNIE 4.5's.
 
-Not modelled: _keep_in_fp32_modules_strict = ["gate.weight", "e_score_correction_bias"] keeps the router's weight and
-the correction bias in fp32 under a 16-bit load; memmath prices them in the weights' format (2 B a value short per
-router value in bf16: E x (h + 1) values a MoE block). Nor does memmath know that e_score_correction_bias does not
-train: a full fine-tune prices its gradient and optimizer states too (E values a MoE block). The multi-token-prediction
-weights a checkpoint holds (_keys_to_ignore_on_load_unexpected = ["mtp"]) are not built.
+A 16-bit load keeps the router's weight and the correction bias in fp32 (_keep_in_fp32_modules_strict = ["gate.weight",
+"e_score_correction_bias"]: fp32_modules), and the correction bias never trains (requires_grad=False: its ParamTensor is
+not trainable, so no gradient or optimizer state is priced for it). The multi-token-prediction weights a checkpoint holds (_keys_to_ignore_on_load_unexpected = ["mtp"]) are not built.
 
 Its trace (block: ERNIE 4.5's attention, then the MoE block or the dense MLP) was written from the modeling file and
 measured after, on the CPU (tests/test_families_ernie.py), every case held out: two steps of three small models (a
@@ -128,7 +126,7 @@ def mlp_tensors(m) -> list:
         return _decoder.mlp_tensors(m)
     h, e, ei, si = m.hidden_size, m.n_experts, m.expert_intermediate_size, m.shared_expert_intermediate_size
     tensors = [ParamTensor("mlp.gate.weight", "mlp", (e, h)),
-               ParamTensor("mlp.gate.moe_statics.e_score_correction_bias", "mlp", (1, e)),
+               ParamTensor("mlp.gate.moe_statics.e_score_correction_bias", "mlp", (1, e), trainable=False),
                ParamTensor("mlp.experts.gate_up_proj", "mlp", (e, 2 * ei, h)),
                ParamTensor("mlp.experts.down_proj", "mlp", (e, h, ei))]
     if si:
@@ -288,4 +286,5 @@ ARCHITECTURE = Architecture(
     # peft 0.21 on the meta device: the router's adapter, then gate_up_proj's (the inner ParamWrapper), down_proj's
     lora_order=("gate.weight", "experts.gate_up_proj", "experts.down_proj"),
     tp_plan=TP_PLAN, trace_block=block, prefill_phases=prefill_phases,
+    fp32_modules=("gate.weight", "e_score_correction_bias"),  # Ernie4_5_MoePreTrainedModel._keep_in_fp32_modules_strict
 )
