@@ -27,7 +27,6 @@ _QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-atten
 _MOE_MLP = ", the MLP of each a mixture of experts with a gated shared expert"
 
 REFUSED_MODEL_TYPES = {
-    "granitemoehybrid": "Granite 4.0 hybrid: " + _MAMBA2 + ", beside attention blocks (config layer_types)",
     "falcon_h1": "Falcon-H1: " + _MAMBA2 + ", run in parallel with attention in every block",
     "nemotron_h": "Nemotron-H: " + _MAMBA2 + ", beside attention and MLP blocks (config layers_block_type)",
     # ---- this year's releases (transformers 5.24 modeling_<type>.py), each with what memmath lacks ----------------

@@ -1,0 +1,84 @@
+"""The Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", the state space duality layer) as transformers 5.24
+stores it in its hybrid models (modeling_granitemoehybrid.py GraniteMoeHybridMambaLayer, modeling_nemotron_h.py
+NemotronHMamba2Mixer, modeling_bamba.py BambaMixer): its parameter tensors and its fixed-size cache.
+
+A Mamba-2 mixer of `heads` heads of `head_dim` channels (its inner width heads x head_dim) and `n_groups` groups of B
+and C of `state_size` values each holds:
+- in_proj (h -> 2 inner + 2 n_groups state_size + heads): the gate z, the convolution's input (x, B and C) and the
+  time step dt of each head, with a bias where the config asks (mamba_proj_bias, use_bias);
+- conv1d, a depthwise causal convolution over conv_dim = inner + 2 n_groups state_size channels (conv_dim x 1 x
+  conv_kernel, and conv_dim biases where the config asks: mamba_conv_bias, use_conv_bias);
+- dt_bias, A_log and D, one value a head;
+- a gated RMSNorm over the inner width (norm.weight; normalized in n_groups groups, which changes no tensor);
+- out_proj (inner -> h, its bias as in_proj's).
+
+Its cache (transformers' LinearAttentionLayer in a DynamicCache) is a conv state of conv_dim x conv_kernel values in
+the model's dtype and an fp32 SSM state of heads x head_dim x state_size values, the same size at any context
+(memmath/states.py, mamba2_state_bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..states import Mamba2
+from ._parts import ParamTensor, linear
+
+LINEAR = "linear_attention"  # ModelShape.block_kind of a Mamba-2 block: transformers' layer_types name for it
+
+
+@dataclass(frozen=True)
+class Mamba2Mixer(Mamba2):
+    """A Mamba-2 mixer's widths (memmath.states.Mamba2, whose cache it has) and its biases: conv_bias on the
+    convolution, proj_bias on in_proj and out_proj."""
+
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("conv_bias", "proj_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Mamba-2 {name} must be true or false; got {getattr(self, name)!r:.50}")
+
+    @property
+    def inner(self) -> int:
+        """The mixer's inner width: heads x head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """The convolution's channels: x, B and C (inner + 2 n_groups state_size)."""
+        return self.inner + 2 * self.n_groups * self.state_size
+
+
+def tensors(prefix: str, hidden_size: int, dims: Mamba2Mixer) -> list:
+    """The mixer's parameters in parameters() order: its own (dt_bias, A_log, D) before its submodules (conv1d,
+    in_proj, norm, out_proj), as GraniteMoeHybridMambaLayer and NemotronHMamba2Mixer register them."""
+    h, heads, inner = hidden_size, dims.heads, dims.inner
+    conv = [ParamTensor(f"{prefix}.conv1d.weight", "attention", (dims.conv_dim, 1, dims.conv_kernel))]
+    if dims.conv_bias:
+        conv.append(ParamTensor(f"{prefix}.conv1d.bias", "attention", (dims.conv_dim,)))
+    return ([ParamTensor(f"{prefix}.{name}", "attention", (heads,)) for name in ("dt_bias", "A_log", "D")] + conv
+            + linear(f"{prefix}.in_proj", "attention", h, inner + dims.conv_dim + heads, dims.proj_bias)
+            + [ParamTensor(f"{prefix}.norm.weight", "norms", (inner,))]
+            + linear(f"{prefix}.out_proj", "attention", inner, h, dims.proj_bias))
+
+
+def conv_state_values(dims: Mamba2Mixer, batch_size):
+    """One mixer's conv state: batch x conv_dim x conv_kernel values in the model's dtype (LinearAttentionLayer pads
+    or cuts the convolution's input to conv_kernel columns)."""
+    return batch_size * dims.conv_dim * dims.conv_kernel
+
+
+def ssm_state_bytes(dims: Mamba2Mixer, batch_size):
+    """One mixer's SSM state: batch x heads x head_dim x state_size values in fp32 (transformers' PyTorch
+    torch_chunk_scan computes and returns it in fp32)."""
+    return batch_size * dims.heads * dims.head_dim * dims.state_size * 4
+
+
+def all_linear_refusal(owner: str) -> str:
+    """Why LoRA 'all' cannot be counted in a Mamba-2 block: peft's all-linear adapts in_proj and out_proj, which
+    memmath's target names do not cover."""
+    return (f"peft's all-linear also adapts each Mamba-2 block's in_proj and out_proj ({owner}), which memmath's "
+            "target names do not cover yet; name the targets instead")
