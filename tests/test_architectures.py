@@ -14,10 +14,11 @@ import pytest
 import memmath as mm
 from memmath.architectures import ARCHITECTURES, architecture
 from tests.test_models import _hf_model_on_meta
-from validation.published_configs import CONFIG_CLASS_DEFAULTS, LAYERED_CONFIGS, PUBLISHED_CONFIGS
+from validation.published_configs import (CONFIG_CLASS_DEFAULTS, LAYERED_CONFIGS, PUBLISHED_CONFIGS,
+                                          PUBLISHED_HYBRID_CONFIGS)
 
 # every config of a supported type: the published ones, DeepSeek's (published apart) and a config class's defaults
-READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | CONFIG_CLASS_DEFAULTS
+READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | PUBLISHED_HYBRID_CONFIGS | CONFIG_CLASS_DEFAULTS
 
 FOLDER = Path(mm.__file__).parent / "architectures"
 

@@ -14,9 +14,9 @@ import memmath as mm
 from family_checks import assert_built_like_transformers
 from memmath.sharding import torch_tensors
 from memmath.states import FullAttention, Mamba2, cache_bytes, mamba2_state_bytes
-from validation.published_configs import CONFIG_CLASS_DEFAULTS, PUBLISHED_CONFIGS
+from validation.published_configs import CONFIG_CLASS_DEFAULTS, PUBLISHED_HYBRID_CONFIGS, PUBLISHED_HYBRID_TOTALS
 
-TINY_GRANITE = PUBLISHED_CONFIGS["granite-4.0-h-tiny"]
+TINY_GRANITE = PUBLISHED_HYBRID_CONFIGS["granite-4.0-h-tiny"]
 GRANITE_DEFAULTS = CONFIG_CLASS_DEFAULTS["GraniteMoeHybridConfig"]
 # four blocks, 2 attention; the Mamba-2 mixer 8 heads of 16 (expand 2 x 64), 2 groups of B and C of 16 values; the
 # widths apart (expert 32, shared 48, head_dim 16) so that one read from the wrong field shows
@@ -97,6 +97,7 @@ def test_granite_4_h_tiny_counts_by_hand():
     mlp = 2 * h + 64 * h + 64 * 3 * h * 512 + 3 * h * 1024
     assert shape.n_params == v * h + h + 36 * (mamba + mlp) + 4 * (attention + mlp) == 6_939_037_248
     assert shape.n_params - shape.active_params == 40 * 58 * 3 * h * 512  # the 58 unrouted experts of each block
+    assert abs(shape.n_params / PUBLISHED_HYBRID_TOTALS["granite-4.0-h-tiny"] - 1) < 0.01  # the card's 7B
 
 
 # ---- the cache: what transformers fills on the CPU ----------------------------------------------------------------

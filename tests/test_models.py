@@ -306,10 +306,10 @@ def test_presets_match_transformers(torch, transformers):
 
 # ---- every family against transformers, from published configs -----------------------------------
 from validation.published_configs import (CONFIG_CLASS_DEFAULTS, LAYERED_CONFIGS, PUBLISHED_ACTIVE,  # noqa: E402
-                                          PUBLISHED_CONFIGS, PUBLISHED_TOTALS)
+                                          PUBLISHED_CONFIGS, PUBLISHED_HYBRID_CONFIGS, PUBLISHED_TOTALS)
 
 # every config of a supported type: the published ones, DeepSeek's (published apart) and a config class's defaults
-READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | CONFIG_CLASS_DEFAULTS
+READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | PUBLISHED_HYBRID_CONFIGS | CONFIG_CLASS_DEFAULTS
 
 _ENCODERS = ("bert", "roberta")
 
