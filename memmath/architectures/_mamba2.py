@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..states import Mamba2
 from ._parts import ParamTensor, linear
+from .record import Architecture
 
 LINEAR = "linear_attention"  # ModelShape.block_kind of a Mamba-2 block: transformers' layer_types name for it
 
@@ -77,8 +78,36 @@ def ssm_state_bytes(dims: Mamba2Mixer, batch_size):
     return batch_size * dims.heads * dims.head_dim * dims.state_size * 4
 
 
+def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
+    """Keys and values of every attention block (block_kind "": every token), each Mamba-2 block's conv state, and
+    nothing for a block of another kind (Nemotron-H's MLP and MoE blocks); the fp32 SSM state is state_bytes'."""
+    values = 0
+    for layout, blocks in shape.layouts():
+        if layout.block_kind == LINEAR:
+            values = values + len(blocks) * conv_state_values(layout.linear_attention, batch_size)
+        elif not layout.block_kind:
+            values = values + len(blocks) * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
+    return values
+
+
+def state_bytes(shape, *, batch_size):
+    """Each Mamba-2 block's SSM state: batch x heads x head_dim x state_size values, fp32."""
+    blocks = sum(len(b) for layout, b in shape.layouts() if layout.block_kind == LINEAR)
+    return blocks * ssm_state_bytes(shape.linear_attention, batch_size)
+
+
 def all_linear_refusal(owner: str) -> str:
     """Why LoRA 'all' cannot be counted in a Mamba-2 block: peft's all-linear adapts in_proj and out_proj, which
     memmath's target names do not cover."""
     return (f"peft's all-linear also adapts each Mamba-2 block's in_proj and out_proj ({owner}), which memmath's "
             "target names do not cover yet; name the targets instead")
+
+
+@dataclass(frozen=True)
+class BlockOrderArchitecture(Architecture):
+    """A record whose blocks register their modules in another order than LlamaDecoderLayer (Granite 4.0's MLP
+    before its mixer, Nemotron-H's one mixer a block): lora_order lists a block's adapted modules in parameters()
+    order."""
+
+    def adapter_order(self, shape) -> tuple:
+        return self.lora_order

@@ -23,12 +23,10 @@ working set: the plain estimate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from . import _decoder, _mamba2
 from ._parts import ParamTensor, linear, norm
 from .granite import MULTIPLIERS
-from .record import ATTENTION_BIAS, MOE, Architecture, decoder_fields, refuse_true
+from .record import ATTENTION_BIAS, MOE, decoder_fields, refuse_true
 
 # layer_types as saved (transformers' _LEGACY_LAYER_TYPE_REMAP turns "mamba" and "attention" into these)
 _LAYER_TYPES = {"mamba": _mamba2.LINEAR, "attention": "full_attention", _mamba2.LINEAR: _mamba2.LINEAR,
@@ -171,34 +169,7 @@ def all_linear_refusal(m) -> str:
         " (q, k, v, o, gate, up, down, router, experts)"
 
 
-def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
-    """Keys and values of every attention block (every token), and each Mamba-2 block's conv state; the fp32 SSM
-    state is state_bytes'."""
-    values = 0
-    for layout, blocks in shape.layouts():
-        if layout.block_kind == _mamba2.LINEAR:
-            values = values + len(blocks) * _mamba2.conv_state_values(layout.linear_attention, batch_size)
-        else:
-            values = values + len(blocks) * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
-    return values
-
-
-def state_bytes(shape, *, batch_size):
-    """Each Mamba-2 block's SSM state: batch x heads x head_dim x state_size values, fp32."""
-    blocks = sum(len(b) for layout, b in shape.layouts() if layout.block_kind == _mamba2.LINEAR)
-    return blocks * _mamba2.ssm_state_bytes(shape.linear_attention, batch_size)
-
-
-@dataclass(frozen=True)
-class _BlockOrderArchitecture(Architecture):
-    """A record whose block registers its MLP before its attention: lora_order lists the whole block's adapted
-    modules in parameters() order."""
-
-    def adapter_order(self, shape) -> tuple:
-        return self.lora_order
-
-
-ARCHITECTURE = _BlockOrderArchitecture(
+ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     model_type="granitemoehybrid", family="llama", title="Granite 4.0 hybrid",
     source="configuration_granitemoehybrid.py, modeling_granitemoehybrid.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, **MOE, **MULTIPLIERS, **FIELDS}, drop=("head_dim",)),
@@ -209,6 +180,6 @@ ARCHITECTURE = _BlockOrderArchitecture(
                 "q_proj", "k_proj", "v_proj", "o_proj"),
     norms_last=False, not_all_linear=("router", "experts"), all_linear_refusal=all_linear_refusal,
     tp_plan={},  # GraniteMoeHybridConfig.base_model_tp_plan splits only the routed experts (packed_colwise, rowwise)
-    kv_cache_values=kv_cache_values, state_bytes=state_bytes, prefill_phases=None,
+    kv_cache_values=_mamba2.kv_cache_values, state_bytes=_mamba2.state_bytes, prefill_phases=None,
     traced=False,  # the Mamba-2 kernels differ by device (activations='textbook')
 )
