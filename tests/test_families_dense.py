@@ -248,7 +248,6 @@ def test_llama4_s_vision_wrapper_is_refused_by_name():
 # ---- refused by name: what transformers builds but memmath does not model yet -----------------------------------
 @pytest.mark.parametrize("model_type, reason", [
     ("falcon_h1", "Mamba-2 layers are not modelled yet"),
-    ("nemotron_h", "Mamba-2 layers are not modelled yet"),
 ])
 def test_hybrid_and_linear_attention_types_are_refused_with_their_reason(model_type, reason):
     from memmath.architectures import architecture
@@ -259,7 +258,7 @@ def test_hybrid_and_linear_attention_types_are_refused_with_their_reason(model_t
 
 
 @pytest.mark.live
-@pytest.mark.parametrize("model_type", ["falcon_h1", "nemotron_h"])
+@pytest.mark.parametrize("model_type", ["falcon_h1"])
 def test_the_refused_types_are_ones_transformers_builds(transformers, model_type):
     assert transformers.AutoConfig.for_model(model_type).model_type == model_type
 

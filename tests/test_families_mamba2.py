@@ -1,6 +1,7 @@
-"""Granite 4.0's hybrid models (granitemoehybrid): Mamba-2 blocks beside attention blocks (two block layouts,
-ModelShape.block_layouts), each with a mixture of experts and a shared MLP, against transformers 5.24 and peft 0.21
-themselves: the count, shapes and parameters() order of a published config, the config class's defaults and tiny
+"""The Mamba-2 hybrids: Granite 4.0's hybrid models (granitemoehybrid: Mamba-2 blocks beside attention blocks, two
+block layouts of ModelShape.block_layouts, each with a mixture of experts and a shared MLP) and Nemotron-H (nemotron_h:
+one mixer a block, Mamba-2, attention, MLP or mixture of experts, up to four layouts), against transformers 5.24 and
+peft 0.21 themselves: the count, shapes and parameters() order of a published config, the config class's defaults and tiny
 configs built on the meta device, the cache transformers fills on the CPU (keys and values, conv and SSM states),
 peft's adapters, and the refusals.
 
@@ -17,6 +18,8 @@ from memmath.states import FullAttention, Mamba2, cache_bytes, mamba2_state_byte
 from validation.published_configs import CONFIG_CLASS_DEFAULTS, PUBLISHED_HYBRID_CONFIGS, PUBLISHED_HYBRID_TOTALS
 
 TINY_GRANITE = PUBLISHED_HYBRID_CONFIGS["granite-4.0-h-tiny"]
+NEMOTRON_8B = PUBLISHED_HYBRID_CONFIGS["Nemotron-H-8B-Base-8K"]
+NEMOTRON_DEFAULTS = CONFIG_CLASS_DEFAULTS["NemotronHConfig"]
 GRANITE_DEFAULTS = CONFIG_CLASS_DEFAULTS["GraniteMoeHybridConfig"]
 # four blocks, 2 attention; the Mamba-2 mixer 8 heads of 16 (expand 2 x 64), 2 groups of B and C of 16 values; the
 # widths apart (expert 32, shared 48, head_dim 16) so that one read from the wrong field shows
@@ -189,3 +192,107 @@ def test_what_memmath_cannot_count_is_refused_by_name():
     with pytest.raises(ValueError, match="output_router_logits"):
         mm.from_hf_config(dict(GRANITE, output_router_logits=True))
     assert not shape.architecture.traced  # the Mamba-2 CUDA kernels are not the CPU fallback
+
+
+# ---- Nemotron-H ---------------------------------------------------------------------------------------------------
+# five blocks: Mamba-2, attention, MLP, MoE, Mamba-2; the mixer 8 heads of 16, 2 groups of B and C of 16 values
+NEMOTRON = {"model_type": "nemotron_h", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 5,
+            "hybrid_override_pattern": "M*-EM", "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "vocab_size": 128, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "moe_shared_expert_intermediate_size": 48, "mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16,
+            "n_groups": 2, "conv_kernel": 4}
+# every bias on; tie_word_embeddings changes nothing (NemotronHForCausalLM ties no weights)
+NEMOTRON_BIASED = dict(NEMOTRON, use_bias=True, use_conv_bias=False, mlp_bias=True, tie_word_embeddings=True)
+
+
+def _bf16_but_the_router(torch, model):
+    """transformers keeps each MoE block's router weight (mixer.gate.weight) in fp32 under a 16-bit load
+    (_keep_in_fp32_modules_strict), which memmath does not model: the rest is bf16."""
+    return {p.dtype for n, p in model.named_parameters() if not n.endswith("mixer.gate.weight")} == {torch.bfloat16}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", ["NEMOTRON_8B", "NEMOTRON_DEFAULTS", "NEMOTRON", "NEMOTRON_BIASED"])
+def test_nemotron_is_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
+    config = globals()[config]
+    _, model = _model(torch, transformers, config)
+    shape = mm.from_hf_config(config)
+    params = list(model.parameters())
+    assert shape.n_params == sum(p.numel() for p in params) and _bf16_but_the_router(torch, model)
+    assert [dims for _, dims in torch_tensors(shape)] == [tuple(p.shape) for p in params]
+    prefix = "model.layers.3."  # the MoE block of the tiny configs, the fourth of the 8B's, name by name
+    theirs = [(n.removeprefix(prefix), tuple(p.shape)) for n, p in model.named_parameters() if n.startswith(prefix)]
+    assert theirs == [(t.name, t.shape) for t in shape.block_layout(3).tensors("layer")]
+
+
+def test_nemotron_s_layouts_follow_its_pattern_in_any_spelling():
+    layouts = [(layout.block_kind, blocks) for layout, blocks in mm.from_hf_config(NEMOTRON).layouts()]
+    assert layouts == [("linear_attention", (0, 4)), ("", (1,)), ("mlp", (2,)), ("moe", (3,))]
+    listed = {k: v for k, v in NEMOTRON.items() if k != "hybrid_override_pattern"}
+    for key, kinds in (("layers_block_type", ["linear_attention", "full_attention", "mlp", "moe", "linear_attention"]),
+                       ("layer_types", ["mamba", "attention", "mlp", "moe", "mamba"])):
+        assert mm.from_hf_config(dict(listed, **{key: kinds})) == mm.from_hf_config(NEMOTRON)
+    assert mm.from_hf_config(dict(NEMOTRON, n_groups=None, mamba_n_groups=2)) == mm.from_hf_config(NEMOTRON)
+
+
+def test_nemotron_h_8b_counts_by_hand():
+    shape = mm.from_hf_config(NEMOTRON_8B)
+    h, v = 4096, 131072
+    # a Mamba-2 block: inner 128 x 64 = 8,192, conv_dim 8,192 + 2 x 8 x 128 = 10,240; dt_bias, A_log, D (128 each),
+    # conv1d 10,240 x 4 and its bias, in_proj h x (8,192 + 10,240 + 128), norm 8,192, out_proj 8,192 x h
+    mamba = 3 * 128 + 10240 * 5 + h * 18560 + 8192 + 8192 * h
+    attention = 2 * h * 4096 + 2 * h * 1024  # q and o h x 32 x 128, k and v h x 8 x 128
+    mlp = 2 * h * 21504  # up_proj and down_proj
+    # 24 Mamba-2, 4 attention and 24 MLP blocks, each with its norm; the embedding, norm_f and lm_head
+    assert shape.n_params == 2 * v * h + h + 24 * (mamba + h) + 4 * (attention + h) + 24 * (mlp + h) == 8_100_852_736
+    assert abs(shape.n_params / PUBLISHED_HYBRID_TOTALS["Nemotron-H-8B-Base-8K"] - 1) < 0.02  # the card's 8B
+    # the cache: 4 attention blocks, 2 x 8 heads x 128 x 2 B a token; 24 Mamba-2 blocks, a conv state 10,240 x 4
+    # in bf16 and a 128 x 64 x 128 fp32 SSM state; the MLP blocks none
+    mamba_state = mamba2_state_bytes(heads=128, head_dim=64, state_size=128, n_groups=8, conv_kernel=4)
+    for tokens in (1, 8192):
+        assert mm.kv_cache_bytes(shape, context_len=tokens) == 4 * 2 * 8 * 128 * 2 * tokens + 24 * mamba_state
+
+
+@pytest.mark.live
+def test_nemotron_s_cache_is_what_transformers_fills(torch, transformers):
+    hf, model = _model(torch, transformers, NEMOTRON, device="cpu")
+    cache = transformers.DynamicCache(config=hf)
+    with torch.no_grad():
+        ids = torch.randint(0, NEMOTRON["vocab_size"], (2, 20))
+        model(ids, past_key_values=cache, use_cache=True)
+        for _ in range(3):
+            model(ids[:, :1], past_key_values=cache, use_cache=True)
+    shape = mm.from_hf_config(NEMOTRON)
+    assert _cache_bytes(torch, cache) == mm.kv_cache_bytes(shape, context_len=23, batch_size=2)
+    mixer = Mamba2(heads=8, head_dim=16, state_size=16, n_groups=2, conv_kernel=4)
+    assert cache_bytes([mixer, FullAttention(2, 16), mixer], tokens=23, batch=2) == mm.kv_cache_bytes(
+        shape, context_len=23, batch_size=2)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets, modules, parameters", [
+    (("q", "v"), ["q_proj", "v_proj"], []),
+    (("up", "down"), ["up_proj", "down_proj"], []),  # the MLP block's and the MoE block's shared expert's
+    (("o", "experts", "router"), ["o_proj"], ["experts.up_proj", "experts.down_proj", "gate.weight"]),
+])
+def test_nemotron_lora_is_peft_s(torch, transformers, peft, targets, modules, parameters):
+    _, model = _model(torch, transformers, NEMOTRON_BIASED, device="cpu")
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=modules, target_parameters=parameters,
+                                                      lora_alpha=8))
+    theirs = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert mm.LoRA(rank=4, targets=targets).trainable_params(mm.from_hf_config(NEMOTRON_BIASED)) == theirs
+
+
+def test_nemotron_s_refusals_name_the_field():
+    with pytest.raises(ValueError, match="in_proj and out_proj"):
+        mm.LoRA(targets="all").trainable_params(mm.from_hf_config(NEMOTRON_8B))
+    with pytest.raises(ValueError, match="not gated"):
+        mm.from_hf_config(NEMOTRON).lora_adapter_copies(("gate",))
+    for change, field in ((dict(moe_latent_size=32), "moe_latent_size"), (dict(sliding_window=64), "sliding_window"),
+                          (dict(num_hidden_layers=4), "num_hidden_layers"),
+                          (dict(hybrid_override_pattern="M*-EX"), "hybrid_override_pattern"),
+                          (dict(mamba_ssm_cache_dtype="bfloat16"), "mamba_ssm_cache_dtype"),
+                          (dict(mlp_hidden_act="silu"), "mlp_hidden_act")):
+        with pytest.raises(ValueError, match=field):
+            mm.from_hf_config(dict(NEMOTRON, **change))
+    assert not mm.from_hf_config(NEMOTRON).architecture.traced

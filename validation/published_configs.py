@@ -562,8 +562,19 @@ PUBLISHED_HYBRID_CONFIGS = {
         "attention_multiplier": 0.0078125, "logits_scaling": 6, "output_router_logits": False,
         "torch_dtype": "bfloat16",
     },
+    # nvidia/Nemotron-H-8B-Base-8K (card: an 8B hybrid of 24 Mamba-2, 4 attention and 24 MLP blocks); its widths are
+    # NemotronHConfig's defaults
+    "Nemotron-H-8B-Base-8K": {
+        "model_type": "nemotron_h", "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 52,
+        "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+        "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+        "expand": 2, "use_conv_bias": True, "use_bias": False, "mlp_bias": False, "mlp_hidden_act": "relu2",
+        "tie_word_embeddings": False, "attention_bias": False, "max_position_embeddings": 8192,
+        "torch_dtype": "bfloat16",
+    },
 }
-PUBLISHED_HYBRID_TOTALS = {"granite-4.0-h-tiny": 7e9}  # the card's 7B total
+PUBLISHED_HYBRID_TOTALS = {"granite-4.0-h-tiny": 7e9, "Nemotron-H-8B-Base-8K": 8e9}  # the cards' 7B and 8B totals
 
 # ---- no published config at hand (no hub access here): the config class's own defaults -------------------------
 # Qwen3_5TextConfig (configuration_qwen3_5.py) as a config.json naming only its type and sizes; the checks that need a
@@ -577,6 +588,10 @@ CONFIG_CLASS_DEFAULTS = {
     # experts of 11,008 a block, top 2, beside a shared MLP of 1,024; its head untied
     "GraniteMoeHybridConfig": {"model_type": "granitemoehybrid", "hidden_size": 4096, "num_hidden_layers": 32,
                                "num_attention_heads": 32, "vocab_size": 32000},
+    # NemotronHConfig (configuration_nemotron_h.py): its four default blocks, a Mamba-2 block, a MoE block (8 experts of
+    # 7,688, top 2, a shared expert of 7,688), an attention block and an MLP block of 21,504
+    "NemotronHConfig": {"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 4,
+                        "num_attention_heads": 32, "vocab_size": 131072},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

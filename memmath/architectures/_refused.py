@@ -28,7 +28,6 @@ _MOE_MLP = ", the MLP of each a mixture of experts with a gated shared expert"
 
 REFUSED_MODEL_TYPES = {
     "falcon_h1": "Falcon-H1: " + _MAMBA2 + ", run in parallel with attention in every block",
-    "nemotron_h": "Nemotron-H: " + _MAMBA2 + ", beside attention and MLP blocks (config layers_block_type)",
     # ---- this year's releases (transformers 5.24 modeling_<type>.py), each with what memmath lacks ----------------
     "gemma4": "Gemma 4 (Gemma4ForConditionalGeneration): a vision and an audio tower, and a language model " + _GEMMA4,
     "gemma4_text": "The language model of Gemma 4 " + _GEMMA4,
