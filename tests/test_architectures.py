@@ -32,6 +32,8 @@ NOT_ATTRIBUTES = {
     "position_embedding_type",  # BERT/RoBERTa: dropped from the 5.24 class, still in older config.json files
     "sliding_window_pattern",  # Gemma 3: the legacy name Gemma3TextConfig.__post_init__ turns into layer_types
     "full_attention_interval",  # Qwen3-Next: a kwarg Qwen3NextConfig.__post_init__ pops into layer_types
+    # Nemotron-H: legacy kwargs NemotronHConfig.__post_init__ pops into use_conv_bias, n_groups and conv_kernel
+    "mamba_conv_bias", "mamba_n_groups", "mamba_d_conv",
 }
 
 
