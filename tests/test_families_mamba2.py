@@ -1,6 +1,7 @@
 """The Mamba-2 hybrids: Granite 4.0's hybrid models (granitemoehybrid: Mamba-2 blocks beside attention blocks, two
-block layouts of ModelShape.block_layouts, each with a mixture of experts and a shared MLP) and Nemotron-H (nemotron_h:
-one mixer a block, Mamba-2, attention, MLP or mixture of experts, up to four layouts), against transformers 5.24 and
+block layouts of ModelShape.block_layouts, each with a mixture of experts and a shared MLP), Nemotron-H (nemotron_h:
+one mixer a block, Mamba-2, attention, MLP or mixture of experts, up to four layouts) and Falcon-H1 (falcon_h1: Mamba-2
+beside attention in every block), against transformers 5.24 and
 peft 0.21 themselves: the count, shapes and parameters() order of a published config, the config class's defaults and tiny
 configs built on the meta device, the cache transformers fills on the CPU (keys and values, conv and SSM states),
 peft's adapters, and the refusals.
@@ -296,3 +297,77 @@ def test_nemotron_s_refusals_name_the_field():
         with pytest.raises(ValueError, match=field):
             mm.from_hf_config(dict(NEMOTRON, **change))
     assert not mm.from_hf_config(NEMOTRON).architecture.traced
+
+
+# ---- Falcon-H1 ----------------------------------------------------------------------------------------------------
+FALCON_DEFAULTS = CONFIG_CLASS_DEFAULTS["FalconH1Config"]
+# two blocks; the mixer 6 heads of 16 (mamba_d_ssm 96, not 2 x 64), 2 groups of B and C of 16 values
+FALCON = {"model_type": "falcon_h1", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "mamba_d_ssm": 96, "mamba_n_heads": 6,
+          "mamba_d_state": 16, "mamba_n_groups": 2}
+# every bias and the mixer's gated norm on, head_dim named (24, not 64 / 4), the inner width mamba_expand x h
+FALCON_FULL = dict(FALCON, head_dim=24, mamba_rms_norm=True, mamba_proj_bias=True, projectors_bias=True,
+                   mamba_conv_bias=False, attention_bias=True, mlp_bias=True, tie_word_embeddings=True, mamba_d_ssm=None,
+                   mamba_n_heads=8)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("config", ["FALCON_DEFAULTS", "FALCON", "FALCON_FULL"])
+def test_falcon_h1_is_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
+    config = globals()[config]
+    _, model = _model(torch, transformers, config)
+    assert_built_like_transformers(torch, model, config)
+    shape = mm.from_hf_config(config)
+    assert [dims for _, dims in torch_tensors(shape)] == [tuple(p.shape) for p in model.parameters()]
+    theirs = [(n.removeprefix("model.layers.0."), tuple(p.shape)) for n, p in model.named_parameters()
+              if n.startswith("model.layers.0.")]
+    assert theirs == [(t.name, t.shape) for t in shape.tensors("layer")]
+
+
+def test_falcon_h1_defaults_count_by_hand():
+    h, v = 4096, 128000
+    # the mixer: inner 1,024 (128 heads of 8), conv_dim 1,024 + 2 x 256 = 1,536; dt_bias, A_log, D; conv1d 1,536 x 4
+    # and its bias; in_proj h x (1,024 + 1,536 + 128); out_proj 1,024 x h; no gated norm (mamba_rms_norm false)
+    mamba = 3 * 128 + 1536 * 5 + h * 2688 + 1024 * h
+    attention = 2 * h * 4096 + 2 * h * 1024
+    mlp = 3 * h * 14336
+    assert mm.from_hf_config(FALCON_DEFAULTS).n_params == 2 * v * h + h + 32 * (mamba + attention + mlp + 2 * h)
+
+
+@pytest.mark.live
+def test_falcon_h1_s_cache_is_what_transformers_fills(torch, transformers):
+    hf, model = _model(torch, transformers, FALCON, device="cpu")
+    cache = transformers.DynamicCache(config=hf)
+    with torch.no_grad():
+        ids = torch.randint(0, FALCON["vocab_size"], (2, 20))
+        model(ids, past_key_values=cache, use_cache=True)
+        for _ in range(3):
+            model(ids[:, :1], past_key_values=cache, use_cache=True)
+    shape = mm.from_hf_config(FALCON)
+    assert _cache_bytes(torch, cache) == mm.kv_cache_bytes(shape, context_len=23, batch_size=2)
+    # every block both: 2 heads of 16 keys and values a token, a conv state 96 + 2 x 2 x 16 = 160 x 4 in bf16 and a
+    # 6 x 16 x 16 fp32 SSM state
+    mixer = Mamba2(heads=6, head_dim=16, state_size=16, n_groups=2, conv_kernel=4)
+    assert mm.kv_cache_bytes(shape, context_len=23, batch_size=2) == 2 * (
+        cache_bytes([mixer, FullAttention(2, 16)], tokens=23, batch=2))
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets, modules", [(("q", "v"), ["q_proj", "v_proj"]),
+                                              (("k", "o", "gate", "up", "down"),
+                                               ["k_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])])
+def test_falcon_h1_lora_is_peft_s(torch, transformers, peft, targets, modules):
+    _, model = _model(torch, transformers, FALCON_FULL, device="cpu")
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=modules, lora_alpha=8))
+    theirs = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert mm.LoRA(rank=4, targets=targets).trainable_params(mm.from_hf_config(FALCON_FULL)) == theirs
+
+
+def test_falcon_h1_s_refusals_name_the_field():
+    with pytest.raises(ValueError, match="in_proj and out_proj"):
+        mm.LoRA(targets="all").trainable_params(mm.from_hf_config(FALCON))
+    with pytest.raises(ValueError, match="mamba_d_head"):
+        mm.from_hf_config(dict(FALCON, mamba_d_head=32))
+    with pytest.raises(ValueError, match="mamba_n_heads"):
+        mm.from_hf_config(dict(FALCON, mamba_n_heads=7))
+    assert not mm.from_hf_config(FALCON).architecture.traced

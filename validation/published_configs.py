@@ -592,6 +592,10 @@ CONFIG_CLASS_DEFAULTS = {
     # 7,688, top 2, a shared expert of 7,688), an attention block and an MLP block of 21,504
     "NemotronHConfig": {"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 4,
                         "num_attention_heads": 32, "vocab_size": 131072},
+    # FalconH1Config (configuration_falcon_h1.py): 32 blocks of Mamba-2 (mamba_d_ssm 1,024: 128 heads of 8, a state
+    # of 256) beside attention (32 heads, 8 key/value heads of 128), a SwiGLU MLP of 14,336
+    "FalconH1Config": {"model_type": "falcon_h1", "hidden_size": 4096, "num_hidden_layers": 32,
+                       "num_attention_heads": 32, "vocab_size": 128000},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

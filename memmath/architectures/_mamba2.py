@@ -1,6 +1,6 @@
 """The Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", the state space duality layer) as transformers 5.24
 stores it in its hybrid models (modeling_granitemoehybrid.py GraniteMoeHybridMambaLayer, modeling_nemotron_h.py
-NemotronHMamba2Mixer, modeling_bamba.py BambaMixer): its parameter tensors and its fixed-size cache.
+NemotronHMamba2Mixer, modeling_falcon_h1.py FalconH1Mixer): its parameter tensors and its fixed-size cache.
 
 A Mamba-2 mixer of `heads` heads of `head_dim` channels (its inner width heads x head_dim) and `n_groups` groups of B
 and C of `state_size` values each holds:
@@ -9,8 +9,9 @@ and C of `state_size` values each holds:
 - conv1d, a depthwise causal convolution over conv_dim = inner + 2 n_groups state_size channels (conv_dim x 1 x
   conv_kernel, and conv_dim biases where the config asks: mamba_conv_bias, use_conv_bias);
 - dt_bias, A_log and D, one value a head;
-- a gated RMSNorm over the inner width (norm.weight; normalized in n_groups groups, which changes no tensor);
-- out_proj (inner -> h, its bias as in_proj's).
+- a gated RMSNorm over the inner width (norm.weight; normalized in n_groups groups, which changes no tensor), which
+  Falcon-H1 holds only where mamba_rms_norm says;
+- out_proj (inner -> h, its bias as in_proj's; Falcon-H1's where projectors_bias says).
 
 Its cache (transformers' LinearAttentionLayer in a DynamicCache) is a conv state of conv_dim x conv_kernel values in
 the model's dtype and an fp32 SSM state of heads x head_dim x state_size values, the same size at any context
@@ -31,14 +32,19 @@ LINEAR = "linear_attention"  # ModelShape.block_kind of a Mamba-2 block: transfo
 @dataclass(frozen=True)
 class Mamba2Mixer(Mamba2):
     """A Mamba-2 mixer's widths (memmath.states.Mamba2, whose cache it has) and its biases: conv_bias on the
-    convolution, proj_bias on in_proj and out_proj."""
+    convolution, proj_bias on in_proj, out_bias on out_proj (Falcon-H1's projectors_bias; proj_bias elsewhere), and
+    gated_norm: whether it holds the gated RMSNorm (Falcon-H1's mamba_rms_norm; always elsewhere)."""
 
     conv_bias: bool = True
     proj_bias: bool = False
+    out_bias: bool | None = None  # None: proj_bias
+    gated_norm: bool = True
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("conv_bias", "proj_bias"):
+        if self.out_bias is None:
+            object.__setattr__(self, "out_bias", self.proj_bias)
+        for name in ("conv_bias", "proj_bias", "out_bias", "gated_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Mamba-2 {name} must be true or false; got {getattr(self, name)!r:.50}")
 
@@ -62,8 +68,8 @@ def tensors(prefix: str, hidden_size: int, dims: Mamba2Mixer) -> list:
         conv.append(ParamTensor(f"{prefix}.conv1d.bias", "attention", (dims.conv_dim,)))
     return ([ParamTensor(f"{prefix}.{name}", "attention", (heads,)) for name in ("dt_bias", "A_log", "D")] + conv
             + linear(f"{prefix}.in_proj", "attention", h, inner + dims.conv_dim + heads, dims.proj_bias)
-            + [ParamTensor(f"{prefix}.norm.weight", "norms", (inner,))]
-            + linear(f"{prefix}.out_proj", "attention", inner, h, dims.proj_bias))
+            + ([ParamTensor(f"{prefix}.norm.weight", "norms", (inner,))] if dims.gated_norm else [])
+            + linear(f"{prefix}.out_proj", "attention", inner, h, dims.out_bias))
 
 
 def conv_state_values(dims: Mamba2Mixer, batch_size):
