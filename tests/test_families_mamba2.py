@@ -233,7 +233,9 @@ def test_nemotron_s_layouts_follow_its_pattern_in_any_spelling():
     for key, kinds in (("layers_block_type", ["linear_attention", "full_attention", "mlp", "moe", "linear_attention"]),
                        ("layer_types", ["mamba", "attention", "mlp", "moe", "mamba"])):
         assert mm.from_hf_config(dict(listed, **{key: kinds})) == mm.from_hf_config(NEMOTRON)
-    assert mm.from_hf_config(dict(NEMOTRON, n_groups=None, mamba_n_groups=2)) == mm.from_hf_config(NEMOTRON)
+    # the legacy kwargs win where a config names them (NemotronHConfig.__post_init__ pops them into the fields)
+    assert mm.from_hf_config(dict(NEMOTRON, n_groups=4, mamba_n_groups=2)) == mm.from_hf_config(NEMOTRON)
+    assert mm.from_hf_config(dict(NEMOTRON, conv_kernel=2, mamba_d_conv=4)) == mm.from_hf_config(NEMOTRON)
 
 
 def test_nemotron_h_8b_counts_by_hand():
@@ -293,7 +295,8 @@ def test_nemotron_s_refusals_name_the_field():
                           (dict(num_hidden_layers=4), "num_hidden_layers"),
                           (dict(hybrid_override_pattern="M*-EX"), "hybrid_override_pattern"),
                           (dict(mamba_ssm_cache_dtype="bfloat16"), "mamba_ssm_cache_dtype"),
-                          (dict(mlp_hidden_act="silu"), "mlp_hidden_act")):
+                          (dict(mlp_hidden_act="silu"), "mlp_hidden_act"),
+                          (dict(use_conv_bias="yes"), "use_conv_bias")):
         with pytest.raises(ValueError, match=field):
             mm.from_hf_config(dict(NEMOTRON, **change))
     assert not mm.from_hf_config(NEMOTRON).architecture.traced

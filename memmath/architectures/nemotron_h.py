@@ -87,8 +87,9 @@ def read_kinds(config, layers) -> tuple:
     return kinds
 
 
-def _first(config, get, key, legacy, default):
-    return get(legacy) if config.get(key) is None and config.get(legacy) is not None else get(key, default)
+def _legacy_first(config, key, legacy) -> str:
+    """The field NemotronHConfig.__post_init__ keeps: the legacy kwarg where the config names it, else the field."""
+    return legacy if config.get(legacy) is not None else key
 
 
 def read_options(config, get):
@@ -98,12 +99,12 @@ def read_options(config, get):
                          "every token")
     if config.get("mamba_ssm_cache_dtype", "float32") != "float32":
         raise ValueError("config field 'mamba_ssm_cache_dtype' must be float32 (the SSM state memmath counts)")
-    conv_bias = config.get("use_conv_bias", config.get("mamba_conv_bias", True))
     mixer = _mamba2.Mamba2Mixer(
         heads=get("mamba_num_heads", 128), head_dim=get("mamba_head_dim", 64), state_size=get("ssm_state_size", 128),
-        n_groups=_first(config, get, "n_groups", "mamba_n_groups", 8),
-        conv_kernel=_first(config, get, "conv_kernel", "mamba_d_conv", 4),
-        conv_bias=conv_bias if conv_bias is not None else True, proj_bias=get.flag("use_bias", False))
+        n_groups=get(_legacy_first(config, "n_groups", "mamba_n_groups"), 8),
+        conv_kernel=get(_legacy_first(config, "conv_kernel", "mamba_d_conv"), 4),
+        conv_bias=get.flag(_legacy_first(config, "use_conv_bias", "mamba_conv_bias"), True),
+        proj_bias=get.flag("use_bias", False))
     kinds = read_kinds(config, get("num_hidden_layers"))
     # NemotronHForCausalLM names no tied weights (_tied_weights_keys is empty): lm_head is its own matrix even where
     # tie_word_embeddings is true (transformers' build on the meta device counts it)
