@@ -2,8 +2,8 @@
 block layouts of ModelShape.block_layouts, each with a mixture of experts and a shared MLP), Nemotron-H (nemotron_h:
 one mixer a block, Mamba-2, attention, MLP or mixture of experts, up to four layouts) and Falcon-H1 (falcon_h1: Mamba-2
 beside attention in every block), against transformers 5.24 and
-peft 0.21 themselves: the count, shapes and parameters() order of a published config, the config class's defaults and tiny
-configs built on the meta device, the cache transformers fills on the CPU (keys and values, conv and SSM states),
+peft 0.21 themselves: the count, shapes and parameters() order of published configs, the config classes' defaults
+and tiny configs built on the meta device, the cache transformers fills on the CPU (keys and values, conv and SSM states),
 peft's adapters, and the refusals.
 
 Expected values come from transformers and peft (built here) and from hand derivations in the comments."""
@@ -310,8 +310,8 @@ FALCON = {"model_type": "falcon_h1", "hidden_size": 64, "intermediate_size": 96,
           "mamba_d_state": 16, "mamba_n_groups": 2}
 # every bias and the mixer's gated norm on, head_dim named (24, not 64 / 4), the inner width mamba_expand x h
 FALCON_FULL = dict(FALCON, head_dim=24, mamba_rms_norm=True, mamba_proj_bias=True, projectors_bias=True,
-                   mamba_conv_bias=False, attention_bias=True, mlp_bias=True, tie_word_embeddings=True, mamba_d_ssm=None,
-                   mamba_n_heads=8)
+                   mamba_conv_bias=False, attention_bias=True, mlp_bias=True, tie_word_embeddings=True,
+                   mamba_d_ssm=None, mamba_n_heads=8)
 
 
 @pytest.mark.live

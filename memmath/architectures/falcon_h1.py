@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from . import _decoder, _mamba2
 from ._parts import linear, norm
-from .record import ATTENTION_BIAS, Architecture, decoder_fields
+from .record import ATTENTION_BIAS, decoder_fields
 
 FIELDS = {
     "mamba_d_ssm": "the Mamba-2 inner width (null: mamba_expand x hidden_size)",
@@ -60,7 +60,8 @@ def read_mixer(config, get) -> _mamba2.Mamba2Mixer:
                          f"Mamba-2 inner width (mamba_d_ssm, or mamba_expand x hidden_size: {inner})")
     return _mamba2.Mamba2Mixer(heads=heads, head_dim=head_dim, state_size=get("mamba_d_state", 256),
                                n_groups=get("mamba_n_groups", 1), conv_kernel=get("mamba_d_conv", 4),
-                               conv_bias=get.flag("mamba_conv_bias", True), proj_bias=get.flag("mamba_proj_bias", False),
+                               conv_bias=get.flag("mamba_conv_bias", True),
+                               proj_bias=get.flag("mamba_proj_bias", False),
                                out_bias=get.flag("projectors_bias", False),
                                gated_norm=get.flag("mamba_rms_norm", False))
 
@@ -79,7 +80,8 @@ def tensors(m, group: str) -> list:
     return (linear("feed_forward.gate_proj", "mlp", h, inner, mb) + linear("feed_forward.up_proj", "mlp", h, inner, mb)
             + linear("feed_forward.down_proj", "mlp", inner, h, mb)
             + _mamba2.tensors("mamba", h, m.linear_attention)
-            + linear("self_attn.q_proj", "attention", h, a * d, ab) + linear("self_attn.k_proj", "attention", h, kv * d, ab)
+            + linear("self_attn.q_proj", "attention", h, a * d, ab)
+            + linear("self_attn.k_proj", "attention", h, kv * d, ab)
             + linear("self_attn.v_proj", "attention", h, kv * d, ab)
             + linear("self_attn.o_proj", "attention", a * d, h, ab)
             + norm("input_layernorm", h, False) + norm("pre_ff_layernorm", h, False))
@@ -103,7 +105,8 @@ def state_bytes(shape, *, batch_size):
 
 
 ARCHITECTURE = _mamba2.BlockOrderArchitecture(
-    model_type="falcon_h1", family="llama", title="Falcon-H1", source="configuration_falcon_h1.py, modeling_falcon_h1.py",
+    model_type="falcon_h1", family="llama", title="Falcon-H1",
+    source="configuration_falcon_h1.py, modeling_falcon_h1.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, **FIELDS}),
     defaults={"num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128000},
     read_options=read_options, tensors=tensors,

@@ -124,7 +124,8 @@ def mixer_tensors(m) -> list:
     if m.block_kind == _mamba2.LINEAR:
         return _mamba2.tensors("mamba", m.hidden_size, m.linear_attention)
     h, a, kv, d, ab = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.attention_bias
-    return (linear("self_attn.q_proj", "attention", h, a * d, ab) + linear("self_attn.k_proj", "attention", h, kv * d, ab)
+    return (linear("self_attn.q_proj", "attention", h, a * d, ab)
+            + linear("self_attn.k_proj", "attention", h, kv * d, ab)
             + linear("self_attn.v_proj", "attention", h, kv * d, ab)
             + linear("self_attn.o_proj", "attention", a * d, h, ab))
 
