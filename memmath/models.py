@@ -19,7 +19,7 @@ from .arrays import any_true, is_ndarray, is_numpy_str, np
 from . import validate
 from .architectures import of
 from .units import parse_count
-from .states import GatedDeltaNet, ShortConv
+from .states import GatedDeltaNet, Mamba2, ShortConv
 from .vision_parts import VisionTensors
 from .architectures._parts import LoraAdapter, ParamTensor, factored_size  # noqa: F401 (re-exported)
 
@@ -126,7 +126,7 @@ class ModelShape:
     # a record's own block variant ("" its default block; Qwen3-Next's "linear_attention"): set through block_layouts
     block_kind: str = ""
     # the linear-attention layers' widths (Qwen3-Next's gated DeltaNet: a memmath.states.GatedDeltaNet; LFM2's gated
-    # short convolution: a memmath.states.ShortConv); None: none
+    # short convolution: a memmath.states.ShortConv; Granite 4.0's Mamba-2 mixer: a memmath.states.Mamba2); None: none
     linear_attention: object = None
     # multi-head latent attention's widths (architectures/_latent.LatentDims: DeepSeek-V2/V3); None: q, k, v heads
     latent: object = None
@@ -396,9 +396,10 @@ class ModelShape:
 
     def _check_layouts(self):
         object.__setattr__(self, "block_kind", validate.text_field("block_kind", self.block_kind))
-        if self.linear_attention is not None and not isinstance(self.linear_attention, (GatedDeltaNet, ShortConv)):
+        if self.linear_attention is not None and not isinstance(self.linear_attention,
+                                                                (GatedDeltaNet, ShortConv, Mamba2)):
             raise validate.FieldTypeError("linear_attention", "linear_attention must be None or a "
-                                          "memmath.states.GatedDeltaNet or ShortConv of the linear-attention "
+                                          "memmath.states.GatedDeltaNet, ShortConv or Mamba2 of the linear-attention "
                                           "widths; got "
                                           f"{validate.describe(self.linear_attention)}")
         if not self.block_layouts:

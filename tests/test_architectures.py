@@ -15,11 +15,12 @@ import memmath as mm
 from memmath.architectures import ARCHITECTURES, architecture
 from tests.test_models import _hf_model_on_meta
 from validation.published_configs import (CONFIG_CLASS_DEFAULTS, ERNIE_MOE_CONFIGS, LAYERED_CONFIGS,
-                                          PUBLISHED_CONFIGS)
+                                          PUBLISHED_CONFIGS, PUBLISHED_HYBRID_CONFIGS)
 
-# every config of a supported type: the published ones, DeepSeek's and ERNIE 4.5 MoE's (published apart) and a
-# config class's defaults
-READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | ERNIE_MOE_CONFIGS | CONFIG_CLASS_DEFAULTS
+# every config of a supported type: the published ones, DeepSeek's, ERNIE 4.5 MoE's and the Mamba-2 hybrids'
+# (published apart) and a config class's defaults
+READABLE_CONFIGS = (PUBLISHED_CONFIGS | LAYERED_CONFIGS | ERNIE_MOE_CONFIGS | PUBLISHED_HYBRID_CONFIGS
+                    | CONFIG_CLASS_DEFAULTS)
 
 FOLDER = Path(mm.__file__).parent / "architectures"
 
@@ -34,6 +35,8 @@ NOT_ATTRIBUTES = {
     "sliding_window_pattern",  # Gemma 3: the legacy name Gemma3TextConfig.__post_init__ turns into layer_types
     "full_attention_interval",  # Qwen3-Next: a kwarg Qwen3NextConfig.__post_init__ pops into layer_types
     "block_ff_dim", "tie_embedding",  # LFM2: older names Lfm2Config.__post_init__ pops into their fields
+    # Nemotron-H: legacy kwargs NemotronHConfig.__post_init__ pops into use_conv_bias, n_groups and conv_kernel
+    "mamba_conv_bias", "mamba_n_groups", "mamba_d_conv",
 }
 
 

@@ -247,9 +247,7 @@ def test_llama4_s_vision_wrapper_is_refused_by_name():
 
 # ---- refused by name: what transformers builds but memmath does not model yet -----------------------------------
 @pytest.mark.parametrize("model_type, reason", [
-    ("granitemoehybrid", "Mamba-2 layers are not modelled yet"),
-    ("falcon_h1", "Mamba-2 layers are not modelled yet"),
-    ("nemotron_h", "Mamba-2 layers are not modelled yet"),
+    ("jamba", r"Mamba \(v1\) layers beside attention layers"),
 ])
 def test_hybrid_and_linear_attention_types_are_refused_with_their_reason(model_type, reason):
     from memmath.architectures import architecture
@@ -260,19 +258,19 @@ def test_hybrid_and_linear_attention_types_are_refused_with_their_reason(model_t
 
 
 @pytest.mark.live
-@pytest.mark.parametrize("model_type", ["granitemoehybrid", "falcon_h1", "nemotron_h"])
+@pytest.mark.parametrize("model_type", ["jamba"])
 def test_the_refused_types_are_ones_transformers_builds(transformers, model_type):
     assert transformers.AutoConfig.for_model(model_type).model_type == model_type
 
 
-def test_memmath_infer_refuses_falcon_h1_in_one_line_with_exit_2(tmp_path, capsys):
+def test_memmath_infer_refuses_jamba_in_one_line_with_exit_2(tmp_path, capsys):
     from memmath import cli
 
     path = tmp_path / "config.json"
-    path.write_text('{"model_type": "falcon_h1", "num_hidden_layers": 48}')
+    path.write_text('{"model_type": "jamba", "num_hidden_layers": 48}')
     assert cli.main(["infer", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "Mamba-2" in err and "--traced" in err and "Traceback" not in err
+    assert "Mamba (v1)" in err and "--traced" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
 
 

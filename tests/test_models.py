@@ -306,11 +306,13 @@ def test_presets_match_transformers(torch, transformers):
 
 # ---- every family against transformers, from published configs -----------------------------------
 from validation.published_configs import (CONFIG_CLASS_DEFAULTS, ERNIE_MOE_CONFIGS, LAYERED_CONFIGS,  # noqa: E402
-                                          PUBLISHED_ACTIVE, PUBLISHED_CONFIGS, PUBLISHED_TOTALS)
+                                          PUBLISHED_ACTIVE, PUBLISHED_CONFIGS, PUBLISHED_HYBRID_CONFIGS,
+                                          PUBLISHED_TOTALS)
 
-# every config of a supported type: the published ones, DeepSeek's and ERNIE 4.5 MoE's (published apart) and a
-# config class's defaults
-READABLE_CONFIGS = PUBLISHED_CONFIGS | LAYERED_CONFIGS | ERNIE_MOE_CONFIGS | CONFIG_CLASS_DEFAULTS
+# every config of a supported type: the published ones, DeepSeek's, ERNIE 4.5 MoE's and the Mamba-2 hybrids'
+# (published apart) and a config class's defaults
+READABLE_CONFIGS = (PUBLISHED_CONFIGS | LAYERED_CONFIGS | ERNIE_MOE_CONFIGS | PUBLISHED_HYBRID_CONFIGS
+                    | CONFIG_CLASS_DEFAULTS)
 
 _ENCODERS = ("bert", "roberta")
 
@@ -357,8 +359,10 @@ def test_every_supported_model_type_has_two_published_configs():
     # Qwen 3.5's text models: no published config at hand (no hub access); tests/test_families_hybrid.py checks
     # their config classes' defaults and tiny widths against transformers' own build instead
     # LFM2-MoE: LFM2-8B-A1B is the one published config at hand, and Lfm2MoeConfig's defaults build no model (it
-    # derives no layer_types); tests/test_families_lfm2.py checks tiny widths against transformers' own build
-    for model_type in set(mm.architectures.SUPPORTED_MODEL_TYPES) - {"qwen3_5_text", "qwen3_5_moe_text", "lfm2_moe"}:
+    # derives no layer_types); tests/test_families_lfm2.py checks tiny widths against transformers' own build.
+    # Falcon-H1: its config class's defaults only; tests/test_families_mamba2.py checks them and tiny widths
+    for model_type in set(mm.architectures.SUPPORTED_MODEL_TYPES) - {"qwen3_5_text", "qwen3_5_moe_text", "lfm2_moe",
+                                                                     "falcon_h1"}:
         assert types.count(model_type) >= 2, model_type
 
 

@@ -622,6 +622,37 @@ ERNIE_MOE_CONFIGS = {
 ERNIE_MOE_TOTALS = {"ERNIE-4.5-21B-A3B-PT": 21e9, "ERNIE-4.5-300B-A47B-PT": 300e9}  # the model cards
 # the model cards' activated parameters; tests/test_families_ernie.py compares them without the token embedding
 ERNIE_MOE_ACTIVE = {"ERNIE-4.5-21B-A3B-PT": 3e9, "ERNIE-4.5-300B-A47B-PT": 47e9}
+# ---- Mamba-2 hybrids: recalled from the repositories' config.json (no hub access here). Kept apart from
+# PUBLISHED_CONFIGS, whose 2% check the cards' active counts do not meet: granite-4.0-h-tiny's card says 7B total and
+# 1B active (4 attention and 36 Mamba-2 blocks), which rounds 6.94B and 1.31B (without the embedding). The attention
+# blocks' places are the values to check first against the file; they change no count. tests/test_families_mamba2.py
+# builds each with transformers on the meta device.
+PUBLISHED_HYBRID_CONFIGS = {
+    "granite-4.0-h-tiny": {
+        "model_type": "granitemoehybrid", "hidden_size": 1536, "intermediate_size": 512, "num_hidden_layers": 40,
+        "num_attention_heads": 12, "num_key_value_heads": 4, "vocab_size": 100352, "tie_word_embeddings": True,
+        "num_local_experts": 64, "num_experts_per_tok": 6, "shared_intermediate_size": 1024,
+        "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4,
+        "mamba_expand": 2, "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_chunk_size": 256,
+        "layer_types": ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)],
+        "position_embedding_type": "nope", "attention_bias": False, "hidden_act": "silu",
+        "max_position_embeddings": 131072, "embedding_multiplier": 12, "residual_multiplier": 0.22,
+        "attention_multiplier": 0.0078125, "logits_scaling": 6, "output_router_logits": False,
+        "torch_dtype": "bfloat16",
+    },
+    # nvidia/Nemotron-H-8B-Base-8K (card: an 8B hybrid of 24 Mamba-2, 4 attention and 24 MLP blocks); its widths are
+    # NemotronHConfig's defaults
+    "Nemotron-H-8B-Base-8K": {
+        "model_type": "nemotron_h", "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 52,
+        "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+        "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+        "expand": 2, "use_conv_bias": True, "use_bias": False, "mlp_bias": False, "mlp_hidden_act": "relu2",
+        "tie_word_embeddings": False, "attention_bias": False, "max_position_embeddings": 8192,
+        "torch_dtype": "bfloat16",
+    },
+}
+PUBLISHED_HYBRID_TOTALS = {"granite-4.0-h-tiny": 7e9, "Nemotron-H-8B-Base-8K": 8e9}  # the cards' 7B and 8B totals
 
 # ---- no published config at hand (no hub access here): the config class's own defaults -------------------------
 # Qwen3_5TextConfig (configuration_qwen3_5.py) as a config.json naming only its type and sizes; the checks that need a
@@ -634,6 +665,18 @@ CONFIG_CLASS_DEFAULTS = {
     # Lfm2Config (configuration_lfm2.py): without layer_types or full_attn_idxs every block is attention
     "Lfm2Config": {"model_type": "lfm2", "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 65536},
+    # GraniteMoeHybridConfig (configuration_granitemoehybrid.py): every block a Mamba-2 block (no layer_types), 8
+    # experts of 11,008 a block, top 2, beside a shared MLP of 1,024; its head untied
+    "GraniteMoeHybridConfig": {"model_type": "granitemoehybrid", "hidden_size": 4096, "num_hidden_layers": 32,
+                               "num_attention_heads": 32, "vocab_size": 32000},
+    # NemotronHConfig (configuration_nemotron_h.py): its four default blocks, a Mamba-2 block, a MoE block (8 experts of
+    # 7,688, top 2, a shared expert of 7,688), an attention block and an MLP block of 21,504
+    "NemotronHConfig": {"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 4,
+                        "num_attention_heads": 32, "vocab_size": 131072},
+    # FalconH1Config (configuration_falcon_h1.py): 32 blocks of Mamba-2 (mamba_d_ssm 1,024: 128 heads of 8, a state
+    # of 256) beside attention (32 heads, 8 key/value heads of 128), a SwiGLU MLP of 14,336
+    "FalconH1Config": {"model_type": "falcon_h1", "hidden_size": 4096, "num_hidden_layers": 32,
+                       "num_attention_heads": 32, "vocab_size": 128000},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

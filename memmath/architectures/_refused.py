@@ -7,7 +7,6 @@ from __future__ import annotations
 TRACED = "memmath train CONFIG --traced gives the traced answer, the model stepped by PyTorch under fake tensors"
 _BLOCK_SHAPES = ("memmath has no record of these blocks yet; a record that names each block layout and its tensors "
                  "(ModelShape.block_layouts, as architectures/qwen3_next.py does) would make it work")
-_MAMBA2 = "Mamba-2 layers are not modelled yet (their cache is: memmath.states.Mamba2)"
 # Gemma 4 and Gemma 3n's language models (modeling_gemma4.py, modeling_gemma3n.py)
 _PER_LAYER = ("per-layer input embeddings (embed_tokens_per_layer: vocab_size_per_layer_input rows of "
               "num_hidden_layers x hidden_size_per_layer_input, gated into each block), the last num_kv_shared_layers "
@@ -27,9 +26,6 @@ _QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-atten
 _MOE_MLP = ", the MLP of each a mixture of experts with a gated shared expert"
 
 REFUSED_MODEL_TYPES = {
-    "granitemoehybrid": "Granite 4.0 hybrid: " + _MAMBA2 + ", beside attention blocks (config layer_types)",
-    "falcon_h1": "Falcon-H1: " + _MAMBA2 + ", run in parallel with attention in every block",
-    "nemotron_h": "Nemotron-H: " + _MAMBA2 + ", beside attention and MLP blocks (config layers_block_type)",
     # ---- this year's releases (transformers 5.24 modeling_<type>.py), each with what memmath lacks ----------------
     "gemma4": "Gemma 4 (Gemma4ForConditionalGeneration): a vision and an audio tower, and a language model " + _GEMMA4,
     "gemma4_text": "The language model of Gemma 4 " + _GEMMA4,
