@@ -14,9 +14,8 @@ block, * attention, - an MLP, E a mixture of experts):
   where moe_latent_size is set, fc1_latent_proj (h -> d) and fc2_latent_proj (d -> h).
 
 The model: embeddings, the blocks, norm_f and lm_head, never tied (NemotronHForCausalLM's _tied_weights_keys is
-empty, so tie_word_embeddings changes no tensor). Not modelled: the
-router weight transformers keeps in fp32 under a 16-bit load (_keep_in_fp32_modules_strict: gate.weight; E x h x
-2 B more a MoE block), as for DeepSeek-V3 (deepseek_v3.py); the multi-token-prediction layers of
+empty, so tie_word_embeddings changes no tensor). A 16-bit load keeps the router weight in fp32
+(_keep_in_fp32_modules_strict: gate.weight; fp32_modules), as for DeepSeek-V3. Not modelled: the multi-token-prediction layers of
 num_nextn_predict_layers, which NemotronHForCausalLM does not build (their checkpoint keys are ignored on load).
 
 The cache: attention blocks keep keys and values, Mamba-2 blocks a conv state in the model's dtype and an fp32 SSM
@@ -214,4 +213,5 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     tp_plan={},  # NemotronHConfig.base_model_tp_plan splits only the embedding and the routed experts
     kv_cache_values=_mamba2.kv_cache_values, state_bytes=_mamba2.state_bytes, prefill_phases=None,
     traced=False,  # the Mamba-2 kernels differ by device (activations='textbook')
+    fp32_modules=("e_score_correction_bias", "gate.weight"),  # NemotronHPreTrainedModel._keep_in_fp32_modules_strict
 )
