@@ -65,10 +65,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                "and spaces forgiven: rtx4090, a100-80gb, h100)")
         exclusive.add_argument("--gpu-memory", metavar="SIZE", type=size(low=1),
                                help="any card, by its memory as the driver reports it (24GiB, 24564MiB), in whole bytes")
-        group.add_argument("--reserve", metavar="SIZE", type=size(), help="memory the CUDA context takes before "
-                           "any tensor (default: the card's, with lazy module loading: 426MiB on Ada, 256MiB on an "
-                           f"RTX 30, A10G or A6000, else {CUDA_CONTEXT_BYTES // 2**20}MiB; `memmath gpus` lists them; "
-                           "0 for none)")
+        group.add_argument("--reserve", metavar="SIZE", type=size(), help="memory the CUDA context takes before any "
+                           f"tensor (default: the card's, as `memmath gpus` lists; {CUDA_CONTEXT_BYTES // 2**20}MiB "
+                           "without a card; 0 for none)")
         group.add_argument("--unit", type=choice(UNIT_CHOICES), default="GB", metavar="UNIT",
                            help="unit for display: GB (10**9 B, default) or GiB (2**30 B), also MB, MiB, TB, TiB")
 
