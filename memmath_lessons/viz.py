@@ -331,17 +331,19 @@ def context_reserves_words() -> str:
     of the catalog it applies to: '426 MiB on the Ada cards (RTX 40, L4, L40S; measured on an RTX 6000 Ada), ...'."""
     from memmath.gpus import GPUS
 
-    by_mib = {}
+    families = {}
     for gpu in GPUS.values():
-        by_mib.setdefault(gpu.cuda_context_bytes // UNITS["MiB"], []).append(gpu.name)
-    measured = {426: "the Ada cards, measured on an RTX 6000 Ada (unslothai/unsloth-zoo pull request 1053)",
-                256: "the RTX 30 series, A10G and RTX A6000 (Ampere GA10x), measured on an RTX 3090 "
-                     "(invoke-ai/InvokeAI issue 9413)"}
-    parts = [f"{mib:,} MiB on {measured[mib]}" for mib in sorted(by_mib) if mib in measured]
-    others = [mib for mib in by_mib if mib not in measured]
-    parts += [f"{mib:,} MiB on the others, whose context with lazy loading no public source measures (a V100's "
-              "measured before lazy loading, Hugging Face transformers docs, Model training anatomy: a conservative "
-              "bound)" for mib in others]
+        families.setdefault(gpu.context_reserve.family, gpu.cuda_context_bytes)
+    # the families with a measured lazy-loading context, and the card it was measured on
+    measured = {"Ampere GA10x": ("the RTX 30 series, A10G and RTX A6000 (Ampere GA10x)",
+                                 "an RTX 3090 (invoke-ai/InvokeAI issue 9413)"),
+                "Ada": ("the Ada cards", "an RTX 6000 Ada (unslothai/unsloth-zoo pull request 1053)")}
+    parts = [f"{families[f] // UNITS['MiB']:,} MiB on {cards}, measured on {where}"
+             for f, (cards, where) in sorted(measured.items(), key=lambda kv: families[kv[0]])]
+    others = sorted({b for f, b in families.items() if f not in measured})
+    parts += [f"{b // UNITS['MiB']:,} MiB on the others, whose context with lazy loading no public source measures "
+              "(a V100's measured before lazy loading, Hugging Face transformers docs, Model training anatomy: a "
+              "conservative bound)" for b in others]
     return "; ".join(parts)
 
 
