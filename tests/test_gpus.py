@@ -208,7 +208,7 @@ def test_the_default_reserve_is_the_cards_measured_cuda_context(name, key):
 
 
 def test_eager_loading_or_a_cuda_before_lazy_loading_reserves_the_eager_context():
-    from memmath.gpus import cuda_context_bytes
+    cuda_context_bytes = mm.cuda_context_bytes
 
     # Lazy loading needs a CUDA 11.7 runtime (NVIDIA, CUDA C++ Programming Guide, Lazy Loading): before it, or with
     # CUDA_MODULE_LOADING=EAGER, every kernel is loaded. An RTX 3090's eager context: 1,687 MiB (pytorch issue 55277).
