@@ -267,7 +267,7 @@ def test_lesson_2_published_model_is_memmath_train(state):
         assert row["fits the RTX 4090"] == ("yes" if _judged(_before_activations(other), available) == "fits"
                                             else "no"), name
     # The cards: each holds the weights and runs the step by the one rule, against `memmath gpus`' memory.
-    cards = {c["name"]: c["memory_bytes"] - 1343 * 2**20 for c in _cards()}
+    cards = {c["name"]: c["memory_bytes"] - c["cuda_context_bytes"] for c in _cards()}  # each less its own context
     for row in defs["gpu_rows"].itertuples(index=False):
         assert (row[3], row[4]) == ("yes" if _judged(weights, cards[row.gpu]) == "fits" else "no",
                                     "yes" if _judged(total, cards[row.gpu]) == "fits" else "no"), row.gpu

@@ -4,7 +4,7 @@ import pytest
 
 import memmath as mm
 
-# nvidia-smi on an RTX 4090 reports 24,564 MiB; the CUDA context reserve is memmath's 1,343 MiB (V100, Hugging Face).
+# nvidia-smi on an RTX 4090 reports 24,564 MiB; the CUDA context reserve is an Ada card's, 426 MiB (an RTX 6000 Ada's).
 RTX_4090 = 24_564 * 2**20
 RESERVE = 426 * 2**20  # an RTX 4090 (Ada): the context measured on an RTX 6000 Ada, unslothai/unsloth-zoo pull request 1053
 # meta-llama/Llama-2-13b-hf config.json: 40 layers, 40 heads of 128 (no grouped-query attention), 13,015,864,320
