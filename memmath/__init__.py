@@ -30,6 +30,7 @@ _EXPORTS = {
     "inference_memory": "inference", "kv_cache_bytes": "inference", "plan_serving": "serving",
     # the card
     "GPUS": "gpus", "get_gpu": "gpus", "check_fit": "gpus", "CUDA_CONTEXT_BYTES": "gpus", "FIT_MARGIN": "gpus",
+    "cuda_context_bytes": "gpus",
     # the model
     "ModelShape": "models", "parameter_counts": "counts", "uniform_model": "models", "from_hf_config": "config_reader", "PRESETS": "presets",
     "resolve_model": "sources",

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
 from . import validate
+from .cuda_context import CONSERVATIVE_LAZY_MIB, CONTEXT_RESERVES, ContextReserve, context_family, module_loading_for
 from .recipes import get_recipe
 from .units import UNITS, unit_name
 
@@ -43,10 +44,11 @@ if TYPE_CHECKING:
 MIB = 2**20
 MAX_GPU_BYTES = 2**60  # memory and bytes per second of one card (an H200 has 2**37 bytes)
 GPU_KINDS = ("consumer", "datacenter", "custom")  # custom: a card given by its memory alone (memmath train --gpu-memory)
-# What a CUDA context and its kernels hold before any tensor: 1,343 MiB measured on a V100 (Hugging
-# Face transformers docs, "Model training anatomy"; they print "1343 MB" from pynvml's used // 1024**2).
-# The allocator's peak does not see it, so check_fit reserves it unless told otherwise.
-CUDA_CONTEXT_BYTES = 1343 * MIB
+# What a CUDA context and its kernels hold before any tensor depends on the card's family, the CUDA version and
+# module loading (memmath/cuda_context.py, each value with its source); a card's default is GPU.cuda_context_bytes.
+# CUDA_CONTEXT_BYTES is the reserve where nothing names the card's family (no card, or one of unknown capability):
+# 1,343 MiB, a V100's context measured with eager loading, a conservative bound on a lazy one.
+CUDA_CONTEXT_BYTES = CONSERVATIVE_LAZY_MIB * MIB
 CUDA_CONTEXT_SOURCE = ("CUDA context and kernels before any tensor, 1,343 MiB measured on a V100 "
                        "(Hugging Face transformers docs, Model training anatomy)")
 # The planner proposes a change only when it leaves at least this share of the requirement free:
@@ -93,6 +95,17 @@ class GPU:
         if self.compute_capability is None:
             return ""
         return "compute capability " + ".".join(str(n) for n in self.compute_capability)
+
+    @property
+    def context_reserve(self) -> ContextReserve:
+        """The CUDA context of the card's family with lazy and eager module loading (memmath/cuda_context.py)."""
+        return CONTEXT_RESERVES[context_family(self.compute_capability, self.isa)]
+
+    @property
+    def cuda_context_bytes(self) -> int:
+        """What the CUDA context takes on this card with PyTorch's default lazy module loading: check_fit's default
+        reserve."""
+        return self.context_reserve.lazy_bytes
 
     @property
     def compute_formats(self) -> tuple:
@@ -202,6 +215,28 @@ def get_gpu(name) -> GPU:
     raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {validate.describe(name)}")
 
 
+def cuda_context_bytes(gpu, *, cuda_version=None, module_loading=None) -> int:
+    """What the CUDA context takes on `gpu` before any tensor: its family's figure with lazy module loading (PyTorch's
+    default from CUDA 11.7 on) or eager loading (module_loading='eager', or a CUDA runtime before 11.7).
+    cuda_version: (major, minor), None for 11.7 or later (memmath/cuda_context.py)."""
+    return get_gpu(gpu).context_reserve.bytes(module_loading_for(cuda_version, module_loading))
+
+
+def cuda_context_source(gpu, *, cuda_version=None, module_loading=None) -> str:
+    """Where cuda_context_bytes's figure for `gpu` comes from, in words."""
+    gpu = get_gpu(gpu)
+    loading = module_loading_for(cuda_version, module_loading)
+    return (f"CUDA context before any tensor on the {gpu.name} ({gpu.context_reserve.family}, {loading} module "
+            f"loading): {gpu.context_reserve.source(loading)}")
+
+
+def default_reserve(gpu, reserved_bytes=None) -> int:
+    """reserved_bytes as given, else what the CUDA context takes on `gpu` (CUDA_CONTEXT_BYTES without a card)."""
+    if reserved_bytes is not None:
+        return reserved_bytes
+    return CUDA_CONTEXT_BYTES if gpu is None else get_gpu(gpu).cuda_context_bytes
+
+
 # A recipe -> the format its arithmetic needs. Pure bf16 computes in bf16; fp16, the mixed recipes
 # and AMP run their 16-bit math in fp16 on a card without bf16 (torch.autocast's dtype=torch.float16,
 # with a GradScaler: Micikevicius et al. 2018), so only pure bf16 needs bf16 arithmetic.
@@ -241,7 +276,7 @@ def recipe_warning(precision, gpu) -> RecipeWarning | None:
 class Fit:
     """Whether `required_bytes` fits on one card: headroom is positive when it fits.
 
-    available_bytes = the card's memory - reserved_bytes (the CUDA context by default);
+    available_bytes = the card's memory - reserved_bytes (the card's CUDA context by default);
     margin_bytes: what must stay free on top of the requirement for `fits` to hold.
     """
 
@@ -268,16 +303,18 @@ class Fit:
         return self.available_bytes - self.required_bytes
 
 
-def check_fit(required_bytes, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, margin=0.0) -> Fit:
+def check_fit(required_bytes, gpu, *, reserved_bytes=None, margin=0.0) -> Fit:
     """Does a per-GPU requirement fit one card? A Fit with available_bytes = memory_bytes -
     reserved_bytes and headroom_bytes = available - required (negative: that many bytes missing).
 
     Pass the step's peak (a PeakEstimate from peak_memory, or its .total: what the allocator really
     needs at once), a TrainingMemory/InferenceMemory or bytes. reserved_bytes is what else the card
-    holds: by default CUDA_CONTEXT_BYTES (1,343 MiB, a CUDA context measured on a V100); pass 0
-    to leave it out. margin: a share of the requirement that must stay free as well (0 to 1).
+    holds: by default the card's CUDA context with lazy module loading (GPU.cuda_context_bytes, from
+    memmath/cuda_context.py: 426 MiB on an Ada card, 256 MiB on an RTX 30-series or A10G/A6000, else 1,343 MiB);
+    pass 0 to leave it out. margin: a share of the requirement that must stay free as well (0 to 1).
     """
     gpu = get_gpu(gpu)
+    reserved_bytes = default_reserve(gpu, reserved_bytes)
     required = getattr(required_bytes, "total", required_bytes)
     # Any size training_memory can report is accepted (a run far too large simply does not fit).
     required = validate.count("required_bytes", required, low=0, high=validate.MAX_BYTES, scalar=True)
@@ -288,10 +325,10 @@ def check_fit(required_bytes, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, margin=
                reserved_bytes=reserved, margin_bytes=margin_bytes)
 
 
-def fit_table(required_bytes, *, reserved_bytes=CUDA_CONTEXT_BYTES, gpus=None, unit="GiB") -> pd.DataFrame:
+def fit_table(required_bytes, *, reserved_bytes=None, gpus=None, unit="GiB") -> pd.DataFrame:
     """A table of every catalog GPU (or `gpus`), smallest first: memory and headroom (memory -
     reserved - required) in `unit` (labelled in the column names) and whether it fits. Pass the
-    step's peak (peak_memory); reserved_bytes defaults to CUDA_CONTEXT_BYTES, as in check_fit."""
+    step's peak (peak_memory); reserved_bytes defaults to each card's CUDA context, as in check_fit."""
     import pandas as pd  # only here: `import memmath` stays numpy-only
 
     unit = unit_name(unit)

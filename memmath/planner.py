@@ -4,7 +4,7 @@
 the bytes each saves per GPU; `path_to_fit` chains them until the run fits; `plan_training` gives
 the verdict and the changes together (the command line and lesson 8 print it). All decide on
 `requirement`: the steady-state peak of a step (peak_memory) where memmath models it, else the
-sum of the parts that training_memory counts, with the CUDA context reserved (CUDA_CONTEXT_BYTES)
+sum of the parts that training_memory counts, with the card's CUDA context reserved (GPU.cuda_context_bytes)
 and FIT_MARGIN of the requirement left free.
 `config_from_text` reads a pasted config.json strictly as JSON text.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 
 from . import validate
-from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu, recipe_warning
+from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, default_reserve, get_gpu, recipe_warning
 from .methods import LoRA, QLoRA
 from .config_reader import from_hf_config, parse_json_config
 from .models import ModelShape
@@ -92,7 +92,8 @@ def _fits(need_bytes, gpu, reserved_bytes) -> bool:
 def _checked(gpu, reserved_bytes, max_gpus):
     """The GPU and the planner's limits, checked (a ValueError names the field)."""
     gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
+    reserved_bytes = validate.count("reserved_bytes", default_reserve(gpu, reserved_bytes), low=0,
+                                    high=gpu.memory_bytes - 1, scalar=True)
     max_gpus = validate.count("max_gpus", max_gpus, high=MAX_GPUS, scalar=True)
     return gpu, reserved_bytes, max_gpus
 
@@ -316,7 +317,7 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
     """
     run = as_run(model, **settings)
     card = get_gpu(gpu)
-    reserved = CUDA_CONTEXT_BYTES if reserved_bytes is None else reserved_bytes
+    reserved = default_reserve(card, reserved_bytes)
     max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
     max_tp = validate.count("max_tp", max_tp, high=validate.MAX_GPUS, scalar=True)
     if run.is_sweep:
@@ -386,7 +387,7 @@ def _trade_offs(lay: Layout, run) -> tuple:
     return tuple(lines)
 
 
-def plan_layout(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=MAX_GPUS, max_tp=8, **settings):
+def plan_layout(model, gpu, *, reserved_bytes=None, max_gpus=MAX_GPUS, max_tp=8, **settings):
     """The fewest GPUs and the layout (data x tensor x pipeline) that fit this run on this card, with the
     trade-off of each axis in one line: fewest_gpus_layout above (a LayoutPlan)."""
     return fewest_gpus_layout(model, gpu, max_gpus=max_gpus, max_tp=max_tp, reserved_bytes=reserved_bytes, **settings)
@@ -404,7 +405,7 @@ def _accumulated(run: Run, micro: int) -> Run:
     return run.replace(batch_size=micro, grad_accum_steps=run.grad_accum_steps * (run.batch_size // micro))
 
 
-def suggest_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, **settings) -> list[Suggestion]:
+def suggest_changes(model, gpu, *, reserved_bytes=None, max_gpus=DEFAULT_MAX_GPUS, **settings) -> list[Suggestion]:
     """Single changes that lower a training run's memory per GPU, the largest saving first.
 
     model: a Run, or a model with Run's keyword settings. Memory is requirement()'s (the
@@ -448,7 +449,7 @@ def _suggestions(run: Run, gpu, reserved_bytes, max_gpus, tiers) -> list[Suggest
 PATH_STEPS = 8  # path_to_fit's default: more changes than the candidates' kinds a run can take in a row
 
 
-def path_to_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, max_steps=PATH_STEPS,
+def path_to_fit(model, gpu, *, reserved_bytes=None, max_gpus=DEFAULT_MAX_GPUS, max_steps=PATH_STEPS,
                 **settings) -> list[Suggestion]:
     """Changes applied one after another until the run fits. Changes come in tiers: those that keep
     the GPUs and the batch, then a smaller batch, then offloading to host RAM, then more GPUs (up to
@@ -575,13 +576,14 @@ class TrainingPlan:
         return RecipeInstead(self.cannot_run.instead, need, fit)
 
 
-def plan_training(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=DEFAULT_MAX_GPUS, **settings) -> TrainingPlan:
+def plan_training(model, gpu=None, *, reserved_bytes=None, max_gpus=DEFAULT_MAX_GPUS, **settings) -> TrainingPlan:
     """The requirement of a run (a Run, or a model with Run's keyword settings), and with a GPU its
     verdict and the changes that make it fit (suggest_changes, then path_to_fit when none fits alone)."""
     run = as_run(model, **settings)
     need = requirement(run)
     if gpu is None:  # no verdict, but the reserve and the GPU count are still checked by name
-        reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=validate.MAX_BYTES, scalar=True)
+        reserved_bytes = validate.count("reserved_bytes", default_reserve(None, reserved_bytes), low=0,
+                                        high=validate.MAX_BYTES, scalar=True)
         validate.count("max_gpus", max_gpus, high=MAX_GPUS, scalar=True)
         return TrainingPlan(run, need, reserved_bytes=reserved_bytes)
     gpu, reserved_bytes, max_gpus = _checked(gpu, reserved_bytes, max_gpus)
@@ -638,12 +640,13 @@ def _judge(model, gpu, reserved_bytes, settings, searched):
     """(the run, fits(n): does the run with `searched` = n fit as plan_training judges it?)."""
     run = as_run(model, **settings)
     gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
+    reserved_bytes = validate.count("reserved_bytes", default_reserve(gpu, reserved_bytes), low=0,
+                                    high=gpu.memory_bytes - 1, scalar=True)
     fits = _fits_run(gpu, reserved_bytes)
     return run, lambda n: fits(run.replace(**{searched: n}))
 
 
-def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_gpus=MAX_GPUS, **settings) -> int | None:
+def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=None, max_gpus=MAX_GPUS, **settings) -> int | None:
     """The fewest GPUs (any whole number from 1 to max_gpus; a multiple of tp x pp x cp when the run splits the
     model) on which the run fits per GPU, else None.
 
@@ -652,7 +655,7 @@ def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_g
     up), so memory per GPU never grows with more GPUs and a bisection over the count is exact.
     """
     run, _ = _judge(model, gpu, reserved_bytes, settings, "n_gpus")
-    fits = _fits_run(get_gpu(gpu), reserved_bytes)
+    fits = _fits_run(get_gpu(gpu), default_reserve(gpu, reserved_bytes))
     max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
 
     def fits_at(n):  # rank 0 of n GPUs; an engine's sharding needs two or more, so one GPU is the plain run
@@ -670,7 +673,7 @@ def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_g
     return None if copies is None else copies * step * split
 
 
-def largest_batch_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_batch=validate.MAX_BATCH,
+def largest_batch_that_fits(model, gpu, *, reserved_bytes=None, max_batch=validate.MAX_BATCH,
                             **settings) -> int | None:
     """The largest batch size (sequences per GPU) at which the run fits, up to max_batch; None when
     even one sequence does not fit. Needs a sequence length (without it the batch changes nothing).
@@ -686,7 +689,7 @@ def largest_batch_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, ma
     return largest_where(fits_at, 1, max_batch, grow=True)
 
 
-def longest_sequence_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, max_seq_len=validate.MAX_SEQ,
+def longest_sequence_that_fits(model, gpu, *, reserved_bytes=None, max_seq_len=validate.MAX_SEQ,
                                **settings) -> int | None:
     """The longest sequence (tokens) at which the run fits, up to max_seq_len; None when even one
     token does not fit. This is the memory's answer only: a model reads well only up to the context

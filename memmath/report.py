@@ -14,7 +14,7 @@ import os
 import shutil
 import textwrap
 
-from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit
+from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit, cuda_context_source
 from .offload import COMPILE_NOTE, by_deepspeed
 from .parallel import buffers, is_parallel, layout
 from .presets import PRESET_SOURCES, PRESETS
@@ -262,7 +262,7 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
     w(style.bold(table_row(f"Needed: {need.short} + reserve", plan.needed_bytes, unit)) + "\n")
     notes = [f"The card must hold {need.note}.", defaults_said(run)]
     if reserve_default:
-        notes.append(f"Reserved: {CUDA_CONTEXT_SOURCE}; set --reserve.")
+        notes.append(f"Reserved: {reserve_source(plan.gpu)}; set --reserve.")
     w("\n")
     for note in [n for n in notes if n] + [sentence(str(n)) for n in plan_notes(plan)]:
         w.para(note, how=style.dim)
@@ -314,7 +314,7 @@ def serving_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, cont
     notes = ["The working set is one prefill's peak as transformers computes it; engines that fuse or chunk the "
              "prefill keep less."]
     if reserve_default:
-        notes.append(f"Reserved: {CUDA_CONTEXT_SOURCE}; set --reserve.")
+        notes.append(f"Reserved: {reserve_source(plan.gpu)}; set --reserve.")
     w("\n")
     for note in notes + [sentence(str(n)) for n in plan.notes]:
         w.para(note, how=style.dim)
@@ -415,8 +415,14 @@ def traced_json(answer, fit) -> dict:
             "gpu": None if fit is None else _gpu_json(fit.gpu)}
 
 
-def _reserve_json(reserve, default) -> dict:
-    return {"bytes": reserve, "default": default, "what": CUDA_CONTEXT_SOURCE if default else "given by --reserve"}
+def reserve_source(gpu) -> str:
+    """Where the default reserve comes from: the card's CUDA context (memmath/cuda_context.py), or without a card
+    the conservative figure."""
+    return CUDA_CONTEXT_SOURCE if gpu is None else cuda_context_source(gpu)
+
+
+def _reserve_json(reserve, default, gpu=None) -> dict:
+    return {"bytes": reserve, "default": default, "what": reserve_source(gpu) if default else "given by --reserve"}
 
 
 def layout_json(plan, run, gpu, *, unit="GB") -> dict:
@@ -459,7 +465,7 @@ def training_json(plan, *, source=None, unit="GB", seq_default=False, reserve_de
                         "seq_len": (f"{run.seq_len} tokens, the default (--seq not given)" if seq_default
                                     else f"{run.seq_len} tokens (--seq)"),
                         "resolved_from_the_model": sorted(run.defaulted), "summary": memory.assumptions,
-                        "reserved": _reserve_json(plan.reserved_bytes, reserve_default),
+                        "reserved": _reserve_json(plan.reserved_bytes, reserve_default, plan.gpu),
                         "activations_model": ACTIVATION_DESCRIPTIONS[run.activations],
                         "notes": [str(n) for n in plan_notes(plan)], "torch_compile": COMPILE_NOTE},
         "parts": {k: int(v) for k, v in memory.parts().items()},
@@ -496,7 +502,7 @@ def serving_json(plan, *, source=None, unit="GB", context_default=False, reserve
         "assumptions": {"context_len": (f"{settings['context_len']} tokens, the default (--context not given)"
                                         if context_default else f"{settings['context_len']} tokens (--context)"),
                         "attention": settings["attention"], "working_set": WORKING_SET_NOTE,
-                        "reserved": _reserve_json(plan.reserved_bytes, reserve_default),
+                        "reserved": _reserve_json(plan.reserved_bytes, reserve_default, plan.gpu),
                         "notes": [str(n) for n in plan.notes]},
         "parts": {k: int(v) for k, v in memory.parts().items()},
         "total": total, "rule_of_thumb": int(memory.rule_of_thumb),
@@ -548,7 +554,9 @@ def presets_text(rows, *, style=PLAIN, width=WIDTH) -> str:
 def gpus_rows() -> list:
     return [{"name": g.name, "marketed": g.marketed, "memory_bytes": int(g.memory_bytes),
              "memory_mib": g.memory_bytes // 2**20, "bandwidth_bytes_per_s": int(g.bandwidth_bytes_per_s),
-             "bf16_tflops": g.bf16_tflops, "kind": g.kind, "note": g.note} for g in GPUS.values()]
+             "bf16_tflops": g.bf16_tflops, "kind": g.kind, "note": g.note,
+             "cuda_context_bytes": int(g.cuda_context_bytes), "cuda_context_source": cuda_context_source(g)}
+            for g in GPUS.values()]
 
 
 def gpus_text(rows, *, style=PLAIN, width=WIDTH) -> str:
@@ -560,6 +568,11 @@ def gpus_text(rows, *, style=PLAIN, width=WIDTH) -> str:
           f"{r['memory_bytes'] / 2**30:>8.2f}{r['bandwidth_bytes_per_s'] / 1e9:>7,.0f}{tflops:>9}  {r['kind']}\n")
     w.para("* no bf16: fp16 throughput. " + GPU_SOURCES[0].upper() + GPU_SOURCES[1:] + ". Any other card: "
            "--gpu-memory 24GiB.", how=style.dim)
+    contexts = {}
+    for r in rows:
+        contexts.setdefault(r["cuda_context_bytes"] // 2**20, []).append(r["name"])
+    w.para("CUDA context reserved by default (lazy module loading; --json says each source): " + "; ".join(
+        f"{mib:,} MiB on the {', '.join(names)}" for mib, names in sorted(contexts.items())) + ".", how=style.dim)
     return w.text()
 
 

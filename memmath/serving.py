@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from . import validate
 from .checkpoints import weight_bits
 from .formats import FORMATS, get_format
-from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, get_gpu
+from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, default_reserve, get_gpu
 from .inference import InferenceMemory, decode_tokens_per_second, inference_memory
 from .notes import Note
 from .planner import trained_context
@@ -131,21 +131,23 @@ def _context_notes(shape, context_len) -> tuple:
                  f"only up to {trained:,} tokens unless its positions are scaled"),)
 
 
-def longest_context_that_fits(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> int:
+def longest_context_that_fits(model, gpu, *, reserved_bytes=None, **settings) -> int:
     """The longest context (tokens per sequence) whose total fits at the same batch and formats, 0 if none."""
     (shape, settings), gpu = _settings(model, **settings), get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
+    reserved_bytes = validate.count("reserved_bytes", default_reserve(gpu, reserved_bytes), low=0,
+                                    high=gpu.memory_bytes - 1, scalar=True)
     fits = _fits_with(shape, gpu, reserved_bytes, settings)
     return largest_where(lambda n: fits(context_len=n), 1, MAX_CONTEXT) or 0
 
 
-def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> list[ServingChange]:
+def serving_changes(model, gpu, *, reserved_bytes=None, **settings) -> list[ServingChange]:
     """Single changes to a serving setup that lower its total, largest saving first, each judged with the
     reserve and FIT_MARGIN: a change fits only when it leaves 5% of its total free, as plan_training
     judges its changes, so the context and batch offered are the longest and largest that leave that
     much (the memory's own edge, longest_context_that_fits, would leave less than one token's cache)."""
     (shape, settings), gpu = _settings(model, **settings), get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
+    reserved_bytes = validate.count("reserved_bytes", default_reserve(gpu, reserved_bytes), low=0,
+                                    high=gpu.memory_bytes - 1, scalar=True)
     before = int(inference_memory(shape, **settings).total)
     fits = _fits_with(shape, gpu, reserved_bytes, settings, margin=FIT_MARGIN)
     bits = {name: f.bits for name, f in FORMATS.items()}
@@ -177,7 +179,7 @@ def serving_changes(model, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings
     return sorted(rows, key=lambda r: (-r.saved, r.change))
 
 
-def plan_serving(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settings) -> ServingPlan:
+def plan_serving(model, gpu=None, *, reserved_bytes=None, **settings) -> ServingPlan:
     """The memory of one replica, and with a GPU its verdict, the longest context, the decode bound and the
     changes (judged with FIT_MARGIN, see serving_changes); notes: the memory's, and one when the context
     is longer than the model was trained on."""
@@ -187,9 +189,11 @@ def plan_serving(model, gpu=None, *, reserved_bytes=CUDA_CONTEXT_BYTES, **settin
     settings = {**settings, "weights_format": memory.weights_format, "kv_format": memory.kv_format}
     notes = (*memory.notes, *_context_notes(shape, settings["context_len"]))
     if gpu is None:
-        return ServingPlan(memory, settings, reserved_bytes=reserved_bytes, notes=notes, serve=serve)
+        return ServingPlan(memory, settings, reserved_bytes=default_reserve(None, reserved_bytes), notes=notes,
+                           serve=serve)
     gpu = get_gpu(gpu)
-    reserved_bytes = validate.count("reserved_bytes", reserved_bytes, low=0, high=gpu.memory_bytes - 1, scalar=True)
+    reserved_bytes = validate.count("reserved_bytes", default_reserve(gpu, reserved_bytes), low=0,
+                                    high=gpu.memory_bytes - 1, scalar=True)
     fit = check_fit(memory.total, gpu, reserved_bytes=reserved_bytes)
     longest = longest_context_that_fits(shape, gpu, reserved_bytes=reserved_bytes, **settings)
     speed = decode_tokens_per_second(memory, gpu) if gpu.bandwidth_bytes_per_s else None

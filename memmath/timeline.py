@@ -5,7 +5,9 @@ the backward pass and steps up again at the optimizer. memmath's peak model (mem
 estimates the bytes at each moment that can be the highest; a timeline is those moments in time order, each
 split into weights, inputs and buffers, optimizer states, gradients, saved activations and working memory
 (the temporaries alive only at that moment), with the resting points before and after the step. Its highest
-point is the step's peak, the same number peak_memory and the planner give.
+point is the step's peak, the same number the planner's verdict reads: peak_memory's, or for a rank of
+DistributedDataParallel, FSDP2 or ZeroRedundancyOptimizer the sharded peak (memmath/sharded_peak.py: the engine's
+buckets, shards and gathered blocks at each moment), as memmath/decision.py chooses it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import validate
-from .peak import peak_memory
+from .memory import training_memory
+from .peak import peak_memory, why_no_peak
 from .run import as_run
+from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
 
 CATEGORIES = ("weights", "inputs and buffers", "optimizer states", "gradients", "saved activations",
               "working memory")
@@ -74,19 +78,33 @@ def _when(phase: str, label: str) -> int:
     return next((i for i, start in enumerate(_ORDER) if key.startswith(start)), len(_ORDER))
 
 
+def _uses_sharded_peak(run) -> bool:
+    """Whether the verdict reads the sharded peak for this run (memmath/decision.py's rule): a DistributedDataParallel
+    rank, or a sharded one that peak_memory does not model, where sharded_peak models it."""
+    return ((bool(why_no_peak(run)) and run.sharded) or is_ddp(run)) and not why_no_sharded_peak(run)
+
+
 def step_timeline(model, *, step="steady", **settings) -> Timeline:
     """The step's memory at each modelled moment, in time order (a Run, or a model with Run's settings).
 
-    Raises the same ValueError as peak_memory where no peak is modelled; a sweep (arrays) is refused.
+    A rank of DistributedDataParallel, FSDP2 or ZeroRedundancyOptimizer is drawn from the sharded peak, as its verdict
+    is judged. Raises the same ValueError as peak_memory (or sharded_peak) where no peak is modelled; a sweep
+    (arrays) is refused.
     """
     run = as_run(model, **settings)
     if run.is_sweep:
         raise validate.FieldError("seq_len", "step_timeline draws one run: give seq_len, batch_size and the method's "
                                   "sizes as single values, not arrays")
-    peak = peak_memory(run, step=step)
+    sharded = _uses_sharded_peak(run)
+    peak = sharded_peak(run, step=step) if sharded else peak_memory(run, step=step)
     resting = dict.fromkeys(CATEGORIES, 0)
     resting["weights"] = peak.breakdown[0]["weights"]
-    resting["inputs and buffers"] = peak.breakdown[0]["inputs and buffers"]
+    resting["inputs and buffers"] = peak.breakdown[0]["inputs and buffers"]  # DDP's buckets as a copy included
+    if sharded:  # between steps a rank holds its own weights (FSDP2: its shards; no block gathered)
+        own = training_memory(run)
+        resting["weights"] = int(own.weights) + int(own.quantization_constants)
+        if is_ddp(run) and run.gradient_as_bucket_view:  # the buckets are the gradients, alive from the wrapping on
+            resting["gradients"] = peak.breakdown[0]["gradients"]
     before = dict(resting)
     first_moment = peak.breakdown[0]
     if step == "steady":  # the states made by the previous step's optimizer are alive before this one

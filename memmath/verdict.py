@@ -5,7 +5,7 @@ The words, each named once here and read by the lessons, the static site and the
 - the requirement: what the GPU that needs the most must hold at once (memmath.requirement: the step's
   peak where memmath models it, else the sum of the parts), per GPU; the CUDA reserve is NOT in it;
 - usable: the card's memory as the driver reports it, less the reserve kept back for the CUDA context
-  (gpus.CUDA_CONTEXT_BYTES, 1,343 MiB, by default; 0 leaves it out);
+  (the card's, GPU.cuda_context_bytes, by default: memmath/cuda_context.py; 0 leaves it out);
 - the margin: gpus.FIT_MARGIN (5%) of the requirement that must stay free as well, because the peak
   estimate is held to 5% of PyTorch's measured peak (tests/test_fidelity.py);
 - fits: requirement + margin <= usable (gpus.Fit.fits, the same inequality);
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit
+from .gpus import FIT_MARGIN, check_fit
 from .units import format_bytes
 
 VERDICT_RULE = (f"A run fits a card when its requirement (the peak, per GPU) plus {FIT_MARGIN:.0%} of it kept free is at "
@@ -100,7 +100,7 @@ class Verdict:
         return f"fits, with {f(self.spare)} to spare" if self.fits else f"does not fit: short by {f(self.short_by)}"
 
 
-def verdict_of(required, gpu, *, reserved_bytes=CUDA_CONTEXT_BYTES, margin=FIT_MARGIN) -> Verdict:
+def verdict_of(required, gpu, *, reserved_bytes=None, margin=FIT_MARGIN) -> Verdict:
     """The Verdict of `required` (bytes, a Requirement, or anything with .bytes/.total) on `gpu` (a name or a
     GPU): the CUDA reserve and the margin by default, as the planner and the command line judge a run."""
     required = getattr(required, "bytes", required)

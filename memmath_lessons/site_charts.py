@@ -312,7 +312,7 @@ def many_gpus_grid():
 
     degrees = (1, 2, 4, 8)
     card = mm.get_gpu("H100 80GB")
-    usable_gb = round((card.memory_bytes - mm.CUDA_CONTEXT_BYTES) / 1e9, 2)
+    usable_gb = round((card.memory_bytes - card.cuda_context_bytes) / 1e9, 2)
     rows = []
     for tp in degrees:
         for pp in degrees:

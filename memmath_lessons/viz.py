@@ -326,19 +326,45 @@ def readable_size(n_bytes, unit: str = "GB") -> str:
     return format_bytes(n_bytes, readable_unit(n_bytes, unit))
 
 
-def cuda_reserve_sentence(reserved_bytes: int, unit: str = "GB") -> str:
-    """One sentence on what a fit verdict reserves for the CUDA context, and why: the same in every lesson (1, 2)."""
-    from memmath.gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN
-    from memmath_lessons.reference.literature import REPORTED
+def context_reserves_words() -> str:
+    """Each card family's CUDA context as memmath reserves it (memmath/cuda_context.py), in one clause with the cards
+    of the catalog it applies to: '426 MiB on the Ada cards (RTX 40, L4, L40S; measured on an RTX 6000 Ada), ...'."""
+    from memmath.gpus import GPUS
 
-    measured = REPORTED["cuda_context_v100"]  # 1,343 MiB: what memmath.CUDA_CONTEXT_BYTES holds
-    why = (f"the memory the driver takes for its context and kernels before PyTorch allocates any tensor "
-           f"({measured.value:,.0f} {measured.unit} measured on a V100: {measured.source})")
-    if reserved_bytes:
-        return (f"**Reserved:** {format_bytes(reserved_bytes, unit)} ({reserved_bytes // UNITS['MiB']:,} MiB) of each "
-                f"card for the CUDA context, {why}.")
-    return (f"**Reserved:** nothing for the CUDA context, though a real card loses about "
-            f"{format_bytes(CUDA_CONTEXT_BYTES, unit)} ({CUDA_CONTEXT_BYTES // UNITS['MiB']:,} MiB) to it, {why}; "
+    families = {}
+    for gpu in GPUS.values():
+        families.setdefault(gpu.context_reserve.family, gpu.cuda_context_bytes)
+    # the families with a measured lazy-loading context, and the card it was measured on
+    measured = {"Ampere GA10x": ("the RTX 30 series, A10G and RTX A6000 (Ampere GA10x)",
+                                 "an RTX 3090 (invoke-ai/InvokeAI issue 9413)"),
+                "Ada": ("the Ada cards", "an RTX 6000 Ada (unslothai/unsloth-zoo pull request 1053)")}
+    parts = [f"{families[f] // UNITS['MiB']:,} MiB on {cards}, measured on {where}"
+             for f, (cards, where) in sorted(measured.items(), key=lambda kv: families[kv[0]])]
+    others = sorted({b for f, b in families.items() if f not in measured})
+    parts += [f"{b // UNITS['MiB']:,} MiB on the others, whose context with lazy loading no public source measures "
+              "(a V100's measured before lazy loading, Hugging Face transformers docs, Model training anatomy: a "
+              "conservative bound)" for b in others]
+    return "; ".join(parts)
+
+
+def card_reserve_words(gpu) -> str:
+    """'426 MiB (0.45 GB) kept back for the RTX 4090's CUDA context (an Ada card's, measured on an RTX 6000 Ada ...)'."""
+    reserve = gpu.context_reserve
+    return (f"{gpu.cuda_context_bytes // UNITS['MiB']:,} MiB ({format_bytes(gpu.cuda_context_bytes)}) kept back for the "
+            f"{gpu.name}'s CUDA context, which the driver takes before PyTorch allocates anything ({reserve.family} "
+            f"family: {reserve.lazy_source})")
+
+
+def cuda_reserve_sentence(reserved: bool, unit: str = "GB") -> str:
+    """One sentence on what a fit verdict reserves for the CUDA context, and why: the same in every lesson (1, 2)."""
+    from memmath.gpus import FIT_MARGIN
+
+    why = ("the memory the driver takes for its context and kernels before PyTorch allocates any tensor, with "
+           "PyTorch's lazy module loading (CUDA_MODULE_LOADING=LAZY; NVIDIA, CUDA C++ Programming Guide, \"Lazy "
+           "Loading\"): " + context_reserves_words())
+    if reserved:
+        return f"**Reserved:** each card's CUDA context, {why}."
+    return (f"**Reserved:** nothing for the CUDA context, though a real card loses some of its memory to it, {why}; "
             f"memmath's fit check reserves it by default, and its planner also keeps {FIT_MARGIN:.0%} of the need free.")
 
 

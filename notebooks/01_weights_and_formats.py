@@ -147,10 +147,11 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
     """))
 
     # The cards (the GPU section further down): the verdict per card, its chart and its table, into the views there.
-    reserved_bytes = mm.CUDA_CONTEXT_BYTES if context_checkbox.value else 0  # 1,343 MiB, memmath/gpus.py
+    # None: each card's own CUDA context (memmath/cuda_context.py, check_fit's default); 0: nothing set aside.
+    reserved_bytes = None if context_checkbox.value else 0
     gpu_fits = mm.gpus.fit_table(card_bytes, reserved_bytes=reserved_bytes, unit=unit)  # the context only if set aside
     _mem, _head = f"memory ({unit})", f"headroom ({unit})"
-    _need = (card_bytes + reserved_bytes) / mm.UNITS[unit]
+    _need = card_bytes / mm.UNITS[unit]  # the weights; each card's verdict adds its own context when it is set aside
     _unit = unit
 
     # One table for the three layers (the cards, then the line at what the weights need), given once to the layer;
@@ -159,7 +160,8 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
         pd.DataFrame({"kind": "card", "gpu": gpu_fits["gpu"], "marketed": gpu_fits["marketed"], "size": gpu_fits[_mem],
                       "verdict": gpu_fits["fits"].map({True: "holds the weights", False: "too small"})}),
         pd.DataFrame({"kind": "need", "gpu": "", "marketed": "", "size": [_need],
-                      "verdict": [f"weights in {weights_format.name}" + (" + CUDA context" if reserved_bytes else "")],
+                      "verdict": [f"weights in {weights_format.name}" + (" (each card also keeps its CUDA context)"
+                                                                  if reserved_bytes is None else "")],
                       # The label sits left of the line near the right end, so it stays inside the plot.
                       "flip": [_need > 0.6 * max(float(gpu_fits[_mem].max()), _need)]}),
     ], ignore_index=True), draw=lesson_charts.gpu_cards(unit), key=unit)
@@ -174,7 +176,7 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
     {len(_holding)} of the {len(gpu_fits)} cards hold these weights
     ({mm.format_bytes(card_bytes, unit)}{" as bitsandbytes loads them" if card_bytes != weight_bytes else ""}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
 
-    {viz.cuda_reserve_sentence(reserved_bytes, unit)}
+    {viz.cuda_reserve_sentence(reserved_bytes is None, unit)}
     """))
     cards_table_view.update(fit_rows)
     return card_bytes, fit_rows, gpu_fits, n_params, preset, reserved_bytes, stored, unit, weight_bytes, weights_format
@@ -387,9 +389,7 @@ def _(literature, live_only_notice, mm, mo, viz):
     box (see GB versus GiB in {viz.lesson_link("00_start_here", "the start page")}). A card also
     loses memory before any tensor arrives, to the CUDA context: tick the box to set it aside.
     """)
-    _context = literature.REPORTED["cuda_context_v100"]
-    context_checkbox = mo.ui.checkbox(
-        value=False, label=f"Set aside {_context.value:,.0f} {_context.unit} for the CUDA context")
+    context_checkbox = mo.ui.checkbox(value=False, label="Set aside each card's CUDA context")
     mo.vstack([_flat, _prose, live_only_notice(), context_checkbox])
     return (context_checkbox,)
 

@@ -154,7 +154,7 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
         {"holds" if _holds.fits else "cannot even hold"} the weights, and the run {_verdict}.
         {_peak_words}
 
-        {viz.cuda_reserve_sentence(mm.CUDA_CONTEXT_BYTES, unit)} Each verdict also keeps {mm.FIT_MARGIN:.0%} of the
+        {viz.cuda_reserve_sentence(True, unit)} Each verdict also keeps {mm.FIT_MARGIN:.0%} of the
         figure free, as the planner does.
 
         *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
@@ -316,8 +316,8 @@ def _(live_html, mm, mo):
         ## A GPU that holds the weights can still fail the run
 
         A card must hold the whole step, not the weights alone; activations, the next lesson, widen the gap.
-        Every verdict here judges as the one above: the card less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB for the
-        CUDA context, with {mm.FIT_MARGIN:.0%} of the figure kept free.
+        Every verdict here judges as the one above: the card less its own CUDA context (said above), with
+        {mm.FIT_MARGIN:.0%} of the figure kept free.
         """),
         gap_view,
         mo.accordion({"Which cards hold the weights, and which run the step?": gpu_view}),
@@ -483,8 +483,8 @@ def _(mm, mo, verdict_of):
             f"Its parts add to {mm.format_bytes(answer_llama_total)} before activations, but the optimizer's step "
             f"builds temporaries on top: at batch 1 x 512 tokens the step peaks at "
             f"**{mm.format_bytes(answer_llama_need.bytes)}** ({mm.format_bytes(answer_llama_need.bytes, 'GiB')}), "
-            f"what the card must hold. With {mm.CUDA_CONTEXT_BYTES // mm.UNITS['MiB']:,} MiB kept back for the CUDA "
-            f"context and {mm.FIT_MARGIN:.0%} of the need kept free, the smallest card is the **{answer_llama_gpu}** "
+            f"what the card must hold. With each card's CUDA context kept back ({mm.GPUS[answer_llama_gpu].cuda_context_bytes // mm.UNITS['MiB']:,} MiB on the {answer_llama_gpu}) "
+            f"and {mm.FIT_MARGIN:.0%} of the need kept free, the smallest card is the **{answer_llama_gpu}** "
             f"({mm.format_bytes(mm.GPUS[answer_llama_gpu].memory_bytes, 'GiB')}): it "
             f"{answer_llama_verdict.sentence()}.")}),
     ])

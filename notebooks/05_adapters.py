@@ -272,9 +272,8 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     _methods = (mm.Full(), mm.Freeze(trainable_layers=1), mm.Adapters(bottleneck=bottleneck))
     needs = {name: mm.requirement(memory_model_dropdown.value, method=_m, **_setup)
              for name, _m in zip(scenarios, _methods)}
-    # What a card offers: its memory less the CUDA context, the default reserve of check_fit and fit_table.
-    _context = literature.REPORTED["cuda_context_v100"]
-    usable_bytes = gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES
+    # What a card offers: its memory less its CUDA context, the default reserve of check_fit and fit_table.
+    usable_bytes = gpu.memory_bytes - gpu.cuda_context_bytes
     bars_chart.update(requirement_view.bars_output(
         needs, unit, title="Memory of one training step", capacity_bytes=usable_bytes,
         capacity_label=f"{gpu.name} less the CUDA context ({mm.format_bytes(usable_bytes, unit)})"))
@@ -329,9 +328,8 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     **Does it fit?** Not every part is alive at once, and a step holds temporaries no part counts, so a
     card must hold {_basis} (the black tick on each bar, the table's "the card must hold"), not the sum
     of the parts. A run fits when that and {mm.FIT_MARGIN:.0%} of it kept free (the command line's margin)
-    fit in the card's capacity less the CUDA context
-    ({_context.value:,} {_context.unit}, measured on a V100: {_context.source}): the memory the driver takes
-    for the CUDA context and its kernels before PyTorch allocates any tensor. The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}, so
+    fit in the card's capacity less the CUDA context, the memory the driver takes for the context and its
+    kernels before PyTorch allocates any tensor: {viz.card_reserve_words(gpu)}. The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}, so
     {mm.format_bytes(usable_bytes, unit)} is left (the dashed line); on it {_verdicts}, as
     `memmath train` says. The "smallest GPU" column judges every card the same way.
     """), mo.accordion({"What does this estimate assume?": mo.md(

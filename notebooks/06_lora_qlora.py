@@ -366,7 +366,7 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
     _methods = {"Full finetuning": mm.Full(), f"LoRA r={rank}": mm.LoRA(rank=rank, targets=targets, adapter_format=adapter_format),
                 f"QLoRA r={rank}": mm.QLoRA(rank=rank, targets=targets, adapter_format=adapter_format)}
     side_by_side_needs = {name: mm.requirement(shape, method=_m, **_run) for name, _m in _methods.items()}
-    _fits = {name: mm.check_fit(n.bytes, gpu, reserved_bytes=mm.CUDA_CONTEXT_BYTES, margin=mm.FIT_MARGIN)
+    _fits = {name: mm.check_fit(n.bytes, gpu, margin=mm.FIT_MARGIN)  # the card's own CUDA context reserved
              for name, n in side_by_side_needs.items()}
     _usable = _fits["Full finetuning"].available_bytes
     # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
@@ -419,7 +419,6 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
                 f"{'dropout' if _lora.dropout else 'no dropout'}, as the model's config sets them")
     else:
         _how = f"counted with {_fallback(_lora)}"
-    _context = literature.REPORTED["cuda_context_v100"]
     _prose = mo.md(f"""
     LoRA keeps every base weight ({mm.format_bytes(_full.weights, unit)}), adds the adapters
     ({mm.format_bytes(_lora.weights - _full.weights, "MB" if unit == "GB" else "MiB")}), and cuts gradients and optimizer states to the
@@ -427,8 +426,7 @@ def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gp
     {mm.format_bytes(_qlora.quantization_constants, unit)} of constants (embeddings, norms and the output
     head stay in the recipe's format). {_acts} Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32
     instead of the base format {_fp32_cost}. "Fits" compares each total with the {gpu.name}'s {mm.format_bytes(gpu.memory_bytes, unit)}
-    less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the CUDA context, which the driver takes before
-    PyTorch allocates anything (measured on a V100: {_context.source}):
+    less {viz.card_reserve_words(gpu)}:
     {mm.format_bytes(_usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions} Activations:
     {_how}.
     """)
@@ -489,13 +487,12 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     guanaco = _setup.memory(checkpointing=q65_checkpointing_checkbox.value, **_run)
     # What the card must hold (memmath.requirement, as `memmath train` and lesson 8 judge a run), 5% of it kept free.
     guanaco_need = mm.requirement(_setup.run(checkpointing=q65_checkpointing_checkbox.value, **_run))
-    guanaco_fit = mm.check_fit(guanaco_need.bytes, a6000, reserved_bytes=mm.CUDA_CONTEXT_BYTES, margin=mm.FIT_MARGIN)
+    guanaco_fit = mm.check_fit(guanaco_need.bytes, a6000, margin=mm.FIT_MARGIN)  # the card's own CUDA context reserved
     guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(checkpointing=False, **_run)
     _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
         viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=guanaco_fit.available_bytes,
         capacity_label=f"{a6000.name}: {mm.format_bytes(guanaco_fit.available_bytes)} usable", height=70).spec
     guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
-    _context = literature.REPORTED["cuda_context_v100"]
     guanaco_verdict = verdict_of(guanaco_need, a6000)  # memmath.verdict: the CUDA reserve, 5% kept free
     _saved_as = (f", what transformers' forward pass saves for the backward pass ({guanaco.attention.upper()} attention, "
                  f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
@@ -504,9 +501,7 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     This run needs **{mm.format_bytes(guanaco_need.bytes)}** ({mm.format_bytes(guanaco_need.bytes, "GiB")}),
     {requirement_view.requirement_words(guanaco_need)} (its parts add to {mm.format_bytes(guanaco.total)}): it
     **{guanaco_verdict.sentence()}** on the {guanaco_fit.gpu.name}: {mm.format_bytes(guanaco_fit.available_bytes)}
-    usable, after {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back for the
-    CUDA context, which the driver takes before PyTorch allocates anything (measured on a V100:
-    {_context.source}), and before paging moves anything to the CPU. Weights and constants take
+    usable, after {viz.card_reserve_words(guanaco_fit.gpu)}, and before paging moves anything to the CPU. Weights and constants take
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
     head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
     {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
@@ -660,8 +655,8 @@ def _(mm, mo, requirement_view, verdict_of):
         pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
         mo.accordion({"Answer": mo.md(f"""LoRA: the card must hold {mm.format_bytes(problem_needs[0].bytes)}
         ({requirement_view.requirement_words(problem_needs[0])}; the parts add to {mm.format_bytes(problem_lora.total)}).
-        On the card's {mm.format_bytes(_gpu.memory_bytes)} less {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB for the CUDA context
-        ({mm.format_bytes(_gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES)} usable) it **{problem_verdicts[0].sentence()}**:
+        On the card's {mm.format_bytes(_gpu.memory_bytes)} less {_gpu.cuda_context_bytes // 2**20:,} MiB for its CUDA context
+        ({mm.format_bytes(_gpu.memory_bytes - _gpu.cuda_context_bytes)} usable) it **{problem_verdicts[0].sentence()}**:
         the 16-bit weights alone are {mm.format_bytes(problem_lora.weights)}.
         QLoRA: the card must hold {mm.format_bytes(problem_needs[1].bytes)}, and it
         **{problem_verdicts[1].sentence()}**. Both keep

@@ -187,17 +187,16 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
         _recipe += (f" (its {len(_slides)} sliding-window layers keep the last {max(_slides):,} tokens, which at "
                     "this context is all of them)")
 
-    # The verdict, with the CUDA context reserved as the planner (lesson 8) reserves it.
-    _context = literature.REPORTED["cuda_context_v100"]
+    # The verdict, with the card's CUDA context reserved as the planner (lesson 8) reserves it.
     _fit = plan.fit
     _instead = " or ".join(f"{_c.change} ({_f(_c.total)})" for _c in plan.instead)
     _verdict = (f"fits on one {gpu.name}, with {_f(_fit.headroom_bytes)} to spare" if plan.fits else
                 f"does **not** fit on one {gpu.name}: {_f(-_fit.headroom_bytes)} short"
                 + (f"; what fits instead, with 5% to spare: {_instead}" if _instead else ""))
     _reserve = (f"Of the card's {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it), "
-                f"{mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB ({mm.format_bytes(mm.CUDA_CONTEXT_BYTES, 'GiB')}) are kept "
+                f"{gpu.cuda_context_bytes // 2**20:,} MiB ({mm.format_bytes(gpu.cuda_context_bytes, 'GiB')}) are kept "
                 f"back for the CUDA context, which the driver takes before PyTorch allocates anything "
-                f"(measured on a V100: {_context.source}): "
+                f"({gpu.context_reserve.family} family: {gpu.context_reserve.lazy_source}): "
                 f"{_f(_fit.available_bytes)} are usable.")
 
     # Warnings: past the trained context, a working set no card holds, fp8 without fp8 arithmetic.
@@ -218,7 +217,7 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
                 f"{context_len:,} x {context_len:,} scores x {batch_size:,} {_seqs}), which grows with the square "
                 f"of the context. With fused attention (sdpa), which never stores them, the working set would be "
                 f"{_f(_fused)}.")
-    _usable = _largest.memory_bytes - mm.CUDA_CONTEXT_BYTES  # what the largest card leaves after the CUDA context
+    _usable = _largest.memory_bytes - _largest.cuda_context_bytes  # what the largest card leaves after its context
     if memory.total > _usable:
         _times = memory.total / _usable  # above 1 here; "1.4 times", "12 times", never "1 times"
         _how = ("more than" if _times < 1.05 else f"{_times:,.1f} times" if _times < 10 else f"{_times:,.0f} times")
@@ -267,7 +266,7 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
                    "below gives the bound for those cards only.")
 
     # Every card of the catalog, the same reserve on each; the decode bound only where the run fits.
-    fit_frame = mm.gpus.fit_table(memory.total, reserved_bytes=mm.CUDA_CONTEXT_BYTES, unit=unit)
+    fit_frame = mm.gpus.fit_table(memory.total, unit=unit)  # each card's own CUDA context reserved
     fit_frame = fit_frame.assign(**{
         f"memory ({unit})": fit_frame[f"memory ({unit})"].round(2), "fits": fit_frame["fits"].map({True: "yes", False: "no"}),
         f"headroom ({unit})": [f"{abs(h):,.2f} {unit} {'spare' if h >= 0 else 'short'}"
@@ -339,14 +338,14 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
 
 
 @app.cell(hide_code=True)
-def _(live_html, mm, mo):
+def _(live_html, mm, mo, viz):
     # The run's number and verdict and the folds' tables, shown once: the run's cell above fills them in place on
     # every move.
     run_view, cards_view, gqa_view = live_html(), live_html(), live_html()
     _card = mm.get_gpu("RTX 4090")
     _cards = mo.vstack([mo.md(f"""
-    Every card in the catalog against the detailed total, each with the same {mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB
-    kept back for the CUDA context; the last column is the decode bound, for the cards that hold the run. "marketed" is
+    Every card in the catalog against the detailed total, each with its own CUDA context kept back
+    ({viz.context_reserves_words()}); the last column is the decode bound, for the cards that hold the run. "marketed" is
     the size on the box, which counts in binary units (GiB); "memory" is what the driver reports (nvidia-smi's
     total), the same or a little less: an {_card.name} sold as "{_card.marketed}" reports
     {_card.memory_bytes // 2**20:,} MiB, which is {mm.format_bytes(_card.memory_bytes, "GiB")} or
@@ -546,7 +545,7 @@ def _(mo, site_charts):
     """), site_charts.serving_sweep()]) if site_charts.is_static_export() else None
     return
 @app.cell(hide_code=True)
-def _(mm, mo):
+def _(mm, mo, viz):
     _limit = mm.inference.rule_of_thumb_context_limit("llama-2-7b")
     _kv13 = mm.kv_cache_bytes("llama-2-13b", context_len=8192)
     _w13 = mm.inference_memory("llama-2-13b", context_len=1).weights
@@ -570,8 +569,8 @@ def _(mm, mo):
       Grouped-query attention divides it by heads / kv_heads.
     - "Weights x 1.2" holds for short contexts only (Llama-2-7B in bf16, one sequence: up to
       {_limit:,} tokens). Long contexts and large batches break it.
-    - A card holds a run when the total fits in its memory less the CUDA context
-      ({mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB kept back here, as in the planner).
+    - A card holds a run when the total fits in its memory less its CUDA context (kept back here as in the
+      planner: {viz.context_reserves_words()}).
     - Decoding is bounded by bandwidth / bytes read per step: smaller weights and a smaller cache
       make a model faster as well as smaller. A mixture of experts reads only its active parameters
       at batch 1 (Qwen3-30B-A3B: {_moe.active_params / _moe.n_params:.0%} of them).

@@ -207,8 +207,8 @@ def _(config_text_area, importlib, json, mo, model_error, source_radio):
 
 
 @app.cell(hide_code=True)
-def _(hardware_controls, method_controls, mm, mo, pasted_text, step_controls, trace_button, trace_config, traced,
-      verdict_of):
+def _(hardware_controls, method_controls, mm, mo, pasted_text, reserve_bytes, step_controls, trace_button, trace_config,
+      traced, verdict_of):
     mo.stop(trace_config is None or not trace_button.value)
     _m, _s, _h = method_controls, step_controls, hardware_controls  # their values now, as the button was pressed
     _method, _precision = _m["method"].value, _s["precision"].value
@@ -240,7 +240,7 @@ def _(hardware_controls, method_controls, mm, mo, pasted_text, step_controls, tr
     else:
         _unit = _h["unit"].value
         _verdict = verdict_of(traced_answer.peak_step2_bytes, mm.get_gpu(_h["gpu"].value),
-                              reserved_bytes=int(_h["reserved"].value) * 2**20)
+                              reserved_bytes=reserve_bytes(_h["reserved"].value))
         # The one verdict rule (memmath/verdict.py): the traced peak, the CUDA context and 5% of the peak kept free.
         _shown = mo.vstack([
             mo.md(f"**Traced by PyTorch:** the peak of every step after the first is "
@@ -325,7 +325,7 @@ def _(live_only_notice, mm, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(literature, live_only_notice, mm, mo, viz):
+def _(live_only_notice, mm, mo, viz):
     gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
     n_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=1, label="GPUs")
     max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=mm.planner.DEFAULT_MAX_GPUS,
@@ -336,27 +336,24 @@ def _(literature, live_only_notice, mm, mo, viz):
     _degrees = {"1": 1, "2": 2, "4": 4, "8": 8}
     tp_dropdown = mo.ui.dropdown(_degrees, value="1", label="Tensor parallel t")
     pp_dropdown = mo.ui.dropdown(_degrees, value="1", label="Pipeline stages p")
-    # In whole MiB, as the driver counts: memmath's default reserve is 1,343 MiB exactly (mm.CUDA_CONTEXT_BYTES).
-    _context_mib = mm.CUDA_CONTEXT_BYTES // 2**20
-    _steps = sorted({256 * k for k in range(9)} | {_context_mib})  # none to 2 GiB, by quarters, and the default
-    reserved_slider = mo.ui.slider(steps=_steps, value=_context_mib,
-                                   show_value=True, label="Reserved for the CUDA context (MiB)")
+    # "card": the card's own CUDA context (memmath/cuda_context.py, what check_fit and `memmath train` reserve); else a
+    # figure in whole MiB, as the driver counts, from none to 2 GiB by quarters and the V100's eager 1,343 MiB.
+    _steps = sorted({256 * k for k in range(9)} | {mm.CUDA_CONTEXT_BYTES // 2**20})
+    reserve_dropdown = mo.ui.dropdown({"the card's own": "card", **{f"{_m:,} MiB": _m for _m in _steps}},
+                                      value="the card's own", label="Reserved for the CUDA context")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
-    _context = literature.REPORTED["cuda_context_v100"]
-    hardware_controls = dict(gpu=gpu_dropdown, reserved=reserved_slider, unit=unit_radio, gpus=n_gpus_number,
+    hardware_controls = dict(gpu=gpu_dropdown, reserved=reserve_dropdown, unit=unit_radio, gpus=n_gpus_number,
                              zero_stage=zero_stage_radio, tp=tp_dropdown, pp=pp_dropdown)
     mo.vstack([mo.md("## 4. The hardware"), live_only_notice(), mo.hstack([gpu_dropdown, n_gpus_number, zero_stage_radio], justify="start"),
                mo.hstack([tp_dropdown, pp_dropdown, mo.md(
                    f"The GPUs split the model t x p ways ({viz.lesson_link('11_many_gpus', 'lesson 11')}); the rest "
                    "copy it (data parallelism)").style({"font-size": "0.9em"})], justify="start"),
-               mo.hstack([max_gpus_number, reserved_slider, unit_radio], justify="start"),
-               mo.md(f"The CUDA context and its kernels take memory before any tensor: {_context.value:,} {_context.unit} "
-                     f"measured on a V100 ({_context.source}), "
-                     f"{mm.format_bytes(mm.parse_bytes(f'{_context.value} {_context.unit}'), 'GiB')}; the slider "
-                     f"starts there, at memmath's default reserve ({_context_mib:,} MiB), and goes from none to "
-                     f"{mm.format_bytes(_steps[-1] * 2**20, 'GiB')} ({_steps[-1]:,} MiB)."
+               mo.hstack([max_gpus_number, reserve_dropdown, unit_radio], justify="start"),
+               mo.md(f"The CUDA context and its kernels take memory before any tensor. By default each card keeps "
+                     f"back its own, with PyTorch's lazy module loading: {viz.context_reserves_words()}. Pick a "
+                     "figure instead to match what `nvidia-smi` shows for an idle process on your card."
                      ).style({"font-size": "0.9em"})])
-    return (gpu_dropdown, hardware_controls, max_gpus_number, n_gpus_number, pp_dropdown, reserved_slider, tp_dropdown,
+    return (gpu_dropdown, hardware_controls, max_gpus_number, n_gpus_number, pp_dropdown, reserve_dropdown, tp_dropdown,
             unit_radio, zero_stage_radio)
 
 
@@ -396,7 +393,11 @@ def _(mm):
         return {"forward": "the forward pass", "backward": "the backward pass",
                 "optimizer_step": "the optimizer step"}.get(_phase, _phase), _moment
 
-    return peak_moment, planned, planned_limits
+    def reserve_bytes(choice):
+        """Section 4's reserve: None for the card's own CUDA context (check_fit's default), else whole MiB in bytes."""
+        return None if choice == "card" else int(choice) * 2**20
+
+    return peak_moment, planned, planned_limits, reserve_bytes
 
 
 @app.cell
@@ -430,8 +431,8 @@ def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_
             f"to spare or short ({unit})": f"{_f(_v.spare)} to spare" if _v.fits else f"short by {_f(_v.short_by)}",
             "fits": "yes" if _v.fits else "no"} for _v in _verdicts])
         return catalog_frame, mo.vstack([cached_md(f"""
-        The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {_f(reserved)} reserved for the
-        CUDA context on each (section 4) and {mm.FIT_MARGIN:.0%} of the requirement kept free, as the verdict judges. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
+        The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {"each card's own CUDA context" if reserved is None else _f(reserved) + " for the CUDA context"} reserved on each
+        (section 4) and {mm.FIT_MARGIN:.0%} of the requirement kept free, as the verdict judges. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
         driver reports, the same or a little less.
         """), viz.plain_table(catalog_frame)])
 
@@ -520,7 +521,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
       checkpointing_switch, comparison_view, far_view, gpu_dropdown, literature, max_gpus_number, method_dropdown, mm,
       mo, model, model_config, n_gpus_number, needed_view, optimizer_dropdown, parts_view, pasted_text, pd,
       peak_moment, planned, precision_dropdown, rank_slider, recipe_view, requirement_view, pp_dropdown,
-      reserved_slider, seq_len_slider, shown_catalog, shown_comparison, shown_parts, targets_dropdown, tp_dropdown,
+      reserve_bytes, reserve_dropdown, seq_len_slider, shown_catalog, shown_comparison, shown_parts, targets_dropdown, tp_dropdown,
       trainable_layers_slider, unit_radio, verdict_of_fit, viz, zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
     # into one memmath.Run, asks the planner (memmath caches each run's answer, so a setting the learner returns to
@@ -563,7 +564,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
                                            "or paste the config.json without its quantization_config to plan the "
                                            "model in 16 bits."), kind="warn"))
     settings = run.settings()
-    gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), int(reserved_slider.value) * 2**20, unit_radio.value
+    gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), reserve_bytes(reserve_dropdown.value), unit_radio.value
     # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
     max_gpus = max(int(max_gpus_number.value), run.n_gpus)
     plan, suggestions, path, limits = planned(run, gpu, reserved, max_gpus)  # kept per run (the cell above)
@@ -636,7 +637,8 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
                                                      f"; every later step needs {_f(peak_bytes - _first.total)} more."
                                                      if _first.total < peak_bytes else "."))
     _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
-                f"{_f(reserved)} kept back for the CUDA context (section 4)"
+                f"{_f(plan.reserved_bytes)} kept back for the CUDA context (section 4"
+                + (f": the {gpu.name}'s own, {gpu.context_reserve.lazy_source})" if reserved is None else ")")
                 + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
     _kind = "warn" if _cannot is not None else "success" if fit.fits else "danger"
     _verdict_part = [*_warn, mo.callout(cached_md(_verdict), kind=_kind)]
@@ -743,7 +745,7 @@ def _(live_html, mo, parts_heading, takeaway_note):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, verdict_of):
+def _(mm, mo, verdict_of, viz):
     # What a real GPU adds beside the requirement: cited, not measured (the numbers are the sources' defaults).
     _need = mm.requirement("llama-2-7b", batch_size=1, seq_len=512, precision="bf16", optimizer="adamw")
     _v = verdict_of(_need, "RTX 4090")
@@ -772,9 +774,9 @@ def _(mm, mo, verdict_of):
       {mm.format_bytes(_nccl, "MiB")} per channel and peer by default (NVIDIA, NCCL documentation, `NCCL_BUFFSIZE`),
       and ZeRO-3 or FSDP add the buffers of their gathers.
 
-    **How memmath's reserve and margin stand against them.** The reserve ({mm.CUDA_CONTEXT_BYTES // 2**20:,} MiB)
-    is the CUDA context measured on one V100; newer drivers and cards differ, so set section 4's slider to what
-    `nvidia-smi` shows for an idle process on yours. Since CUDA 12.2 on Linux (12.3 on Windows) the runtime
+    **How memmath's reserve and margin stand against them.** The reserve is each card's CUDA context as measured
+    with lazy loading: {viz.context_reserves_words()}. Drivers and libraries differ, and kernels loaded later in the
+    step add to it, so set section 4's reserve to what `nvidia-smi` shows for an idle process on yours. Since CUDA 12.2 on Linux (12.3 on Windows) the runtime
     loads a library's kernels only when first called (lazy loading, `CUDA_MODULE_LOADING=LAZY`; NVIDIA, *CUDA
     Programming Guide*, "Lazy Loading"), which can leave the context smaller than older stacks made it. The margin is 5% of the requirement: for llama-2-7b at
     1 x 512 tokens it is {mm.format_bytes(_v.margin_bytes)} of {mm.format_bytes(_need.bytes)}, far more than the

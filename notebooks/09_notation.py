@@ -222,7 +222,6 @@ def _(weights_chart, weights_grid, weights_params_slider):
 @app.cell(hide_code=True)
 def _(mm, mo, viz):
     _l = viz.lesson_link
-    _reserve = mm.CUDA_CONTEXT_BYTES
     GLOSSARY = {
         "Memory and units": [
             ("CUDA out of memory", "PyTorch's error when the GPU has no room for the next tensor; the size it names is "
@@ -232,8 +231,8 @@ def _(mm, mo, viz):
              "nf4 (half a byte)", _l("01_weights_and_formats", "1")),
             ("quantization, quantization constants", "storing weights in fewer bits, with a scale (absmax) per block "
              "of values to map them back", _l("01_weights_and_formats", "1")),
-            ("CUDA context (reserve)", f"what the driver and kernels take before any tensor; memmath reserves "
-             f"{_reserve // mm.UNITS['MiB']:,} MiB by default", _l("08_planner", "8")),
+            ("CUDA context (reserve)", "what the driver and kernels take before any tensor; memmath reserves each "
+             f"card's own by default: {viz.context_reserves_words()}", _l("08_planner", "8")),
             ("fits, to spare, short by, margin", f"every lesson's verdict: a run fits when what the card must hold "
              f"plus {mm.FIT_MARGIN:.0%} of it (the margin) is at most the card less the CUDA context; \"to spare\" is "
              "what the card has left after the requirement, \"short by\" what must be freed before the run fits, "

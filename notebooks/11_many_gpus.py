@@ -153,7 +153,7 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
       seq_slider, sequence_parallel_checkbox, tp_dropdown, unit_radio, verdict_of, zero_radio):
     # The one cell the layout's controls re-run: the Run, each stage's GPU, the verdict, the command line's words.
     unit, gpu = unit_radio.value, mm.get_gpu(gpu_dropdown.value)
-    usable = gpu.memory_bytes - mm.CUDA_CONTEXT_BYTES
+    usable = gpu.memory_bytes - gpu.cuda_context_bytes  # the card less its own CUDA context, as the verdict judges
     _t, _p, _d, _c = tp_dropdown.value, pp_dropdown.value, dp_slider.value, cp_dropdown.value
     try:
         layout_run = mm.Run(model_dropdown.value, batch_size=batch_slider.value, seq_len=seq_slider.value,

@@ -3,6 +3,7 @@
 import pytest
 
 import memmath as mm
+from memmath_lessons.reference.literature import REPORTED
 
 MIB, GIB, GB = 2**20, 2**30, 10**9
 
@@ -31,8 +32,9 @@ def test_fit_check_says_how_much_is_left_or_missing():
     # Llama-2-7B weights in bf16 (13,476,831,232 B) fit a 4090 with 25,757,220,864 - 13,476,831,232 left.
     fit = mm.check_fit(mm.inference_memory("llama-2-7b").weights, "RTX 4090", reserved_bytes=0)
     assert fit.fits and fit.headroom_bytes == 24564 * MIB - 13_476_831_232
-    # By default the CUDA context is reserved: 1,343 MiB (a V100, Hugging Face's "Model training anatomy").
-    assert mm.check_fit(1, "RTX 4090").available_bytes == (24564 - 1343) * MIB
+    # By default the card's CUDA context is reserved: an RTX 4090 is an Ada card, whose context with lazy module
+    # loading was measured at 426 MiB on an RTX 6000 Ada (unslothai/unsloth-zoo pull request 1053).
+    assert mm.check_fit(1, "RTX 4090").available_bytes == (24564 - 426) * MIB
     # The article's 56 GB do not fit an A100 40GB: 56e9 - 40 GiB = 13,050,327,040 B missing.
     training = mm.training_memory(mm.uniform_model(7e9, 32), optimizer="adam")
     fit = mm.check_fit(training, "A100 40GB", reserved_bytes=0)
@@ -177,3 +179,77 @@ def test_the_lessons_gpu_table_takes_todays_cards():
     fits = dict(zip(table["gpu"], table["fits"]))
     assert fits["B200"] and fits["MI355X"] and not fits["RTX 4090"]
     assert table["gpu"].iloc[-1] in ("B300", "MI355X")  # the two largest: 288 GiB each
+
+
+# ---- the CUDA context reserve: by card family, CUDA version and module loading ----------------------------
+def _reported_mib(key):
+    figure = REPORTED[key]
+    assert figure.unit == "MiB"
+    return int(figure.value) * MIB
+
+
+@pytest.mark.parametrize("name, key", [
+    # Ada: measured on an RTX 6000 Ada (142 SMs, as many as any Ada card, so its context bounds the family's)
+    ("RTX 4090", "cuda_context_rtx6000ada_lazy"), ("RTX 4080", "cuda_context_rtx6000ada_lazy"),
+    ("L4", "cuda_context_rtx6000ada_lazy"), ("L40S", "cuda_context_rtx6000ada_lazy"),
+    # Ampere GA10x (compute capability 8.6): measured on an RTX 3090
+    ("RTX 3090", "cuda_context_rtx3090_lazy"), ("RTX 3060", "cuda_context_rtx3090_lazy"),
+    ("A10G", "cuda_context_rtx3090_lazy"), ("RTX A6000", "cuda_context_rtx3090_lazy"),
+    # no public lazy measurement: the V100's eager context, a conservative bound (Hugging Face, Model training anatomy)
+    ("V100 32GB", "cuda_context_v100"), ("T4", "cuda_context_v100"), ("A100 80GB", "cuda_context_v100"),
+    ("H100 80GB", "cuda_context_v100"), ("H200", "cuda_context_v100"), ("B200", "cuda_context_v100"),
+    ("RTX 5090", "cuda_context_v100"), ("MI300X", "cuda_context_v100"),
+])
+def test_the_default_reserve_is_the_cards_measured_cuda_context(name, key):
+    gpu = mm.get_gpu(name)
+    assert gpu.cuda_context_bytes == _reported_mib(key)
+    assert mm.check_fit(1, gpu).reserved_bytes == _reported_mib(key)
+    assert mm.check_fit(1, gpu, reserved_bytes=0).reserved_bytes == 0  # still overridable
+
+
+def test_eager_loading_or_a_cuda_before_lazy_loading_reserves_the_eager_context():
+    cuda_context_bytes = mm.cuda_context_bytes
+
+    # Lazy loading needs a CUDA 11.7 runtime (NVIDIA, CUDA C++ Programming Guide, Lazy Loading): before it, or with
+    # CUDA_MODULE_LOADING=EAGER, every kernel is loaded. An RTX 3090's eager context: 1,687 MiB (pytorch issue 55277).
+    first_lazy = REPORTED["cuda_lazy_loading_runtime"].value
+    assert first_lazy == 11.7
+    assert cuda_context_bytes("RTX 3090", cuda_version=(11, 6)) == _reported_mib("cuda_context_rtx3090_eager")
+    assert cuda_context_bytes("RTX 3090", module_loading="eager") == _reported_mib("cuda_context_rtx3090_eager")
+    assert cuda_context_bytes("RTX 3090", cuda_version=(11, 7)) == _reported_mib("cuda_context_rtx3090_lazy")
+    assert cuda_context_bytes("RTX 3090", cuda_version=(12, 8), module_loading="LAZY") == \
+        _reported_mib("cuda_context_rtx3090_lazy")
+    # The V100's eager context is the one Hugging Face measured; a card with no eager measurement takes the largest
+    # measured (the RTX 3090's), a conservative bound.
+    assert cuda_context_bytes("V100 32GB", module_loading="eager") == _reported_mib("cuda_context_v100")
+    assert cuda_context_bytes("H100 80GB", module_loading="eager") == _reported_mib("cuda_context_rtx3090_eager")
+    # Lazy loading never reserves more than eager loading on the same card.
+    for gpu in mm.GPUS.values():
+        assert cuda_context_bytes(gpu) <= cuda_context_bytes(gpu, module_loading="eager"), gpu.name
+
+
+def test_every_reserve_names_its_source():
+    from memmath.gpus import cuda_context_source
+
+    for gpu in mm.GPUS.values():
+        for loading in ("lazy", "eager"):
+            words = cuda_context_source(gpu, module_loading=loading)
+            assert gpu.name in words and loading in words and "MiB" in words, words
+    assert "unsloth-zoo pull request 1053" in cuda_context_source("RTX 4090")
+    assert "conservative" in cuda_context_source("H100 80GB")
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(module_loading="sometimes"), "module_loading"), (dict(cuda_version=(12,)), "cuda_version"),
+    (dict(cuda_version="12.8"), "cuda_version"), (dict(cuda_version=(12, -1)), "cuda_version"),
+])
+def test_a_bad_cuda_setting_is_refused_by_name(kwargs, field):
+    from memmath.gpus import cuda_context_bytes
+
+    with pytest.raises(ValueError, match=field):
+        cuda_context_bytes("RTX 4090", **kwargs)
+
+
+def test_a_card_of_unknown_family_keeps_the_conservative_reserve():
+    card = mm.gpus.GPU("my card", 24 * GIB, 10**12, 100.0, "custom", "24 GB")
+    assert card.cuda_context_bytes == mm.CUDA_CONTEXT_BYTES == _reported_mib("cuda_context_v100")

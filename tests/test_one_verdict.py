@@ -3,7 +3,9 @@
 memmath.verdict names the rule once: a run fits when its requirement plus 5% of it is at most the card less the
 CUDA reserve; "to spare" is the usable memory less the requirement; "short by" is the requirement plus the margin
 less the usable memory. The figures below are derived by hand from the catalog's driver sizes (nvidia-smi MiB x 2**20)
-and the reserve (1,343 MiB = 1,408,237,568 B); then the same run is read off the lessons (app.run) and the command
+and each card's CUDA context reserve (an RTX 4090 is an Ada card: 426 MiB = 446,693,376 B, measured on an RTX 6000
+Ada, unslothai/unsloth-zoo pull request 1053; an RTX A6000 is Ampere GA10x: 256 MiB = 268,435,456 B, measured on an
+RTX 3090, invoke-ai/InvokeAI issue 9413); then the same run is read off the lessons (app.run) and the command
 line, and any two that show it differently fail here.
 """
 
@@ -21,41 +23,43 @@ import memmath as mm
 from memmath import cli
 from memmath.verdict import verdict_of
 
-RESERVE = 1343 * 2**20  # 1,408,237,568 B
+RESERVE_4090 = 426 * 2**20  # 446,693,376 B
+RESERVE_A6000 = 256 * 2**20  # 268,435,456 B
 A6000 = 49140 * 2**20  # 51,527,024,640 B as nvidia-smi reports the RTX A6000
 RTX_4090 = 24564 * 2**20  # 25,757,220,864 B
 
 
 def test_a_near_fit_says_only_the_margin_fails_and_its_real_shortfall():
-    # 48.31e9 B on an RTX A6000: usable 51,527,024,640 - 1,408,237,568 = 50,118,787,072 B, so 1.81 GB would be left;
-    # the margin is 5% of 48.31e9 = 2,415,500,000 B: short by 48.31e9 + 2.4155e9 - 50,118,787,072 = 606,712,928 B.
-    v = verdict_of(48_310_000_000, "RTX A6000")
-    assert (v.usable_bytes, v.margin_bytes) == (A6000 - RESERVE, 2_415_500_000)
+    # 49e9 B on an RTX A6000: usable 51,527,024,640 - 268,435,456 = 51,258,589,184 B, so 2.26 GB would be left;
+    # the margin is 5% of 49e9 = 2,450,000,000 B: short by 49e9 + 2.45e9 - 51,258,589,184 = 191,410,816 B.
+    v = verdict_of(49_000_000_000, "RTX A6000")
+    assert (v.usable_bytes, v.margin_bytes) == (A6000 - RESERVE_A6000, 2_450_000_000)
     assert not v.fits and v.what_fails == "the margin"
-    assert v.short_by == 606_712_928 and v.spare == 50_118_787_072 - 48_310_000_000
-    assert v.headline() == "It does not fit: short by 0.61 GB."
-    assert "Only the margin fails: the requirement leaves 1.81 GB, less than the 2.42 GB" in v.why()
+    assert v.short_by == 191_410_816 and v.spare == 51_258_589_184 - 49_000_000_000
+    assert v.headline() == "It does not fit: short by 0.19 GB."
+    assert "Only the margin fails: the requirement leaves 2.26 GB, less than the 2.45 GB" in v.why()
 
 
 def test_a_run_past_the_card_is_short_by_the_margin_too():
-    # 80e9 B on an RTX 4090: usable 24,348,983,296 B; short by 80e9 + 4e9 - 24,348,983,296 = 59,651,016,704 B.
+    # 80e9 B on an RTX 4090: usable 25,757,220,864 - 446,693,376 = 25,310,527,488 B; short by
+    # 80e9 + 4e9 - 25,310,527,488 = 58,689,472,512 B, the requirement alone 54,689,472,512 B past the usable memory.
     v = verdict_of(80 * 10**9, "RTX 4090")
-    assert v.what_fails == "the card" and v.short_by == 59_651_016_704 and v.spare == 0
-    assert v.sentence() .startswith("does not fit: short by 59.65 GB (the requirement is 55.65 GB more than the usable")
+    assert v.what_fails == "the card" and v.short_by == 58_689_472_512 and v.spare == 0
+    assert v.sentence() .startswith("does not fit: short by 58.69 GB (the requirement is 54.69 GB more than the usable")
 
 
 def test_a_fit_says_what_is_left_and_without_a_margin_no_margin_words():
-    # 10e9 B on an RTX 4090: 24,348,983,296 - 10e9 = 14,348,983,296 B to spare; 5% (0.5e9) fits inside it.
+    # 10e9 B on an RTX 4090: 25,310,527,488 - 10e9 = 15,310,527,488 B to spare; 5% (0.5e9) fits inside it.
     v = verdict_of(10 * 10**9, "RTX 4090")
-    assert v.fits and v.what_fails is None and v.short_by == 0 and v.spare == 14_348_983_296
-    assert v.headline() == "It fits, with 14.35 GB to spare."
+    assert v.fits and v.what_fails is None and v.short_by == 0 and v.spare == 15_310_527_488
+    assert v.headline() == "It fits, with 15.31 GB to spare."
     bare = verdict_of(10 * 10**9, "RTX 4090", reserved_bytes=0, margin=0)
     assert bare.spare == RTX_4090 - 10 * 10**9 and bare.why() == "" and "kept free" not in bare.sentence()
 
 
 def test_the_rule_is_the_fit_check_s_inequality():
     # At the edge: requirement + ceil(5%) == usable fits; one byte more does not, and is short by one byte.
-    usable = RTX_4090 - RESERVE
+    usable = RTX_4090 - RESERVE_4090
     edge = usable * 100 // 105
     while edge + -(-edge * 5 // 100) > usable:
         edge -= 1
@@ -130,10 +134,10 @@ def test_lesson_6_near_fit_names_the_margin():
     outputs, defs = lessons.run_with("06_lora_qlora", q65_batch_slider=mo.ui.slider(1, 16, value=6))
     v = defs["guanaco_verdict"]
     need = defs["guanaco_need"].bytes
-    assert v.required_bytes == need and v.usable_bytes == A6000 - RESERVE
+    assert v.required_bytes == need and v.usable_bytes == A6000 - RESERVE_A6000
     text = lessons.plain_text(outputs)
     if v.what_fails == "the margin":
-        assert f"short by {mm.format_bytes(need + -(-need * 5 // 100) - (A6000 - RESERVE))}" in text
+        assert f"short by {mm.format_bytes(need + -(-need * 5 // 100) - (A6000 - RESERVE_A6000))}" in text
         assert "only the margin fails" in text
     assert "missing" not in text.split("This run needs")[1][:600]
 

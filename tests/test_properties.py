@@ -432,6 +432,8 @@ CALLS = {
                          bf16_tflops=maybe(100.0), kind=maybe("datacenter"), marketed=maybe("16 GB"), note=maybe(""))),
     "Fit": (mm.gpus.Fit, dict(gpu=maybe(mm.GPUS["T4"]), required_bytes=maybe(10), available_bytes=maybe(20))),
     "check_fit": (mm.check_fit, dict(required_bytes=maybe(10**9), gpu=maybe("T4"), reserved_bytes=maybe(0))),
+    "cuda_context_bytes": (mm.cuda_context_bytes, dict(gpu=maybe("T4"), cuda_version=maybe((12, 8)),
+                                                      module_loading=maybe("eager"))),
     "fit_table": (mm.gpus.fit_table, dict(required_bytes=maybe(10**9), reserved_bytes=maybe(0), unit=maybe("GiB"))),
     "suggest_changes": (mm.planner.suggest_changes, dict(model=maybe("gpt2"), gpu=maybe("T4"), reserved_bytes=maybe(0),
                                                  max_gpus=maybe(8), batch_size=maybe(4), seq_len=maybe(1024))),

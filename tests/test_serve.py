@@ -4,9 +4,9 @@ import pytest
 
 import memmath as mm
 
-# nvidia-smi on an RTX 4090 reports 24,564 MiB; the CUDA context reserve is memmath's 1,343 MiB (V100, Hugging Face).
+# nvidia-smi on an RTX 4090 reports 24,564 MiB; the CUDA context reserve is an Ada card's, 426 MiB (an RTX 6000 Ada's).
 RTX_4090 = 24_564 * 2**20
-RESERVE = 1_343 * 2**20
+RESERVE = 426 * 2**20  # an RTX 4090 (Ada): the context measured on an RTX 6000 Ada, unslothai/unsloth-zoo pull request 1053
 # meta-llama/Llama-2-13b-hf config.json: 40 layers, 40 heads of 128 (no grouped-query attention), 13,015,864,320
 # parameters (the safetensors index's total_size / 2 B).
 LLAMA_2_13B_PARAMS = 13_015_864_320
@@ -51,7 +51,7 @@ def test_the_plan_of_a_serve_is_the_plan_of_its_keywords():
 
 def test_plan_fit_and_plan_instead_answer_the_lessons_question():
     # Llama-2-13B in bf16 at 8,192 tokens: 2 B x 13,015,864,320 weights + 8,192 tokens of 819,200 B of cache,
-    # more than the 24,564 MiB less 1,343 MiB an RTX 4090 leaves.
+    # more than the 24,564 MiB less 426 MiB an RTX 4090 leaves.
     plan = mm.plan_serving(mm.Serve("llama-2-13b", context_len=8192), "RTX 4090")
     assert plan.memory.weights == 2 * LLAMA_2_13B_PARAMS and plan.memory.kv_cache == 8192 * KV_PER_TOKEN_13B
     assert plan.fits is False and plan.fit.available_bytes == RTX_4090 - RESERVE

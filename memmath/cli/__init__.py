@@ -65,9 +65,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                "and spaces forgiven: rtx4090, a100-80gb, h100)")
         exclusive.add_argument("--gpu-memory", metavar="SIZE", type=size(low=1),
                                help="any card, by its memory as the driver reports it (24GiB, 24564MiB), in whole bytes")
-        group.add_argument("--reserve", metavar="SIZE", type=size(), help="memory the CUDA context takes before "
-                           f"any tensor (default {CUDA_CONTEXT_BYTES // 2**20}MiB, measured on a V100 by Hugging Face; "
-                           "0 for none)")
+        group.add_argument("--reserve", metavar="SIZE", type=size(), help="memory the CUDA context takes before any "
+                           f"tensor (default: the card's, as `memmath gpus` lists; {CUDA_CONTEXT_BYTES // 2**20}MiB "
+                           "without a card; 0 for none)")
         group.add_argument("--unit", type=choice(UNIT_CHOICES), default="GB", metavar="UNIT",
                            help="unit for display: GB (10**9 B, default) or GiB (2**30 B), also MB, MiB, TB, TiB")
 

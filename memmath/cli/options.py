@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import MISSING, fields
 
-from memmath.gpus import CUDA_CONTEXT_BYTES, GPU, GPUS, MAX_GPU_BYTES
+from memmath.gpus import GPU, GPUS, MAX_GPU_BYTES, default_reserve
 from memmath.models import LORA_GROUPS, LORA_TARGETS
 from memmath.methods import Adapters, Freeze, Full, LoRA, QLoRA
 from memmath.preference import DPO
@@ -223,9 +223,10 @@ def resolve_gpu(args):
 
 
 def gpu_and_reserve(args):
-    """The card (resolve_gpu, or None) and what its CUDA context takes: --reserve, else CUDA_CONTEXT_BYTES."""
+    """The card (resolve_gpu, or None) and what its CUDA context takes: --reserve, else the card's (its family's,
+    memmath/cuda_context.py; CUDA_CONTEXT_BYTES without a card)."""
     gpu = resolve_gpu(args)
-    reserve = CUDA_CONTEXT_BYTES if args.reserve is None else args.reserve
+    reserve = default_reserve(gpu, args.reserve)
     if gpu is not None and reserve >= gpu.memory_bytes:
         raise BadInput("--reserve", f"must be less than the GPU's memory ({gpu.name}: {gpu.memory_bytes:,} bytes); "
                        f"got {reserve:,} bytes")

@@ -63,6 +63,20 @@ REPORTED: dict[str, Reported] = {
         # The docs print "1343 MB", but their helper computes pynvml's info.used // 1024**2: mebibytes.
         1343, "MiB", "CUDA context and kernels before any tensor, measured on a V100",
         "Hugging Face transformers docs, Model training anatomy"),
+    "cuda_context_rtx6000ada_lazy": Reported(
+        426, "MiB", "a PyTorch process's CUDA context with lazy module loading on an RTX 6000 Ada, after "
+        "torch.cuda.mem_get_info (PyTorch 2.10.0+cu130), as nvidia-smi prints it",
+        "unslothai/unsloth-zoo pull request 1053, live measurements"),
+    "cuda_context_rtx3090_lazy": Reported(
+        256, "MiB", "a PyTorch process's CUDA context before any tensor on an RTX 3090 (torch 2.7.1+cu128, driver "
+        "610.43.03, lazy module loading, CUDA's Linux default since 12.2), as nvidia-smi prints it",
+        "invoke-ai/InvokeAI issue 9413"),
+    "cuda_context_rtx3090_eager": Reported(
+        1687, "MiB", "a PyTorch process's CUDA context on an RTX 3090 after torch.Tensor(1).cuda() with torch "
+        "1.8.2+cu111 (before lazy loading existed), as nvidia-smi prints it", "pytorch/pytorch issue 55277"),
+    "cuda_lazy_loading_runtime": Reported(
+        11.7, "CUDA version", "lazy loading first available in the CUDA 11.7 runtime (driver 515 or newer); "
+        "enabled by default on Linux from 12.2", "NVIDIA CUDA C++ Programming Guide, Lazy Loading"),
     "lora_adapter_latency": Reported(
         30.3, "% slower forward pass", "Houlsby-style adapters made a GPT-2 medium forward pass 30.3% slower "
         "(25.8 ms against 19.8 ms at batch 1, 128 tokens); merged LoRA ran as fast as the finetuned model",
