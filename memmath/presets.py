@@ -212,6 +212,11 @@ PRESETS: MutableMapping[str, ModelShape] = Presets({
         "exaone-4.0-32b", model_type="exaone4", hidden_size=5120, intermediate_size=27392, num_hidden_layers=64,
         num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=102400, sliding_window=4096,
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16, tie_word_embeddings=False),
+    "minimax-m2": _from_config(  # MiniMaxAI/MiniMax-M2: 228,689,748,992 (card: 230B total, 10B active); q/k norms
+        # over all heads, 64 of each head's 128 dims rotated, a sigmoid router over 256 experts (8 a token)
+        "minimax-m2", model_type="minimax_m2", hidden_size=3072, intermediate_size=1536, num_hidden_layers=62,
+        num_attention_heads=48, num_key_value_heads=8, head_dim=128, rotary_dim=64, num_local_experts=256,
+        num_experts_per_tok=8, vocab_size=200064, tie_word_embeddings=False),
 })
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -228,7 +233,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "glm-4.5-air": "GLM-4.5-Air", "qwen3-next-80b-a3b": "Qwen3-Next-80B-A3B-Instruct",
                   "seed-oss-36b": "Seed-OSS-36B-Base",
                   "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509",
-                  "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B"}
+                  "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B",
+                  "minimax-m2": "MiniMax-M2"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -273,4 +279,5 @@ PRESET_SOURCES = {
     "apertus-8b": "swiss-ai/Apertus-8B-2509 config.json",
     "ernie-4.5-0.3b": "baidu/ERNIE-4.5-0.3B-PT config.json",
     "exaone-4.0-32b": "LGAI-EXAONE/EXAONE-4.0-32B config.json",
+    "minimax-m2": "MiniMaxAI/MiniMax-M2 config.json",
 }

@@ -31,6 +31,7 @@ NOT_ATTRIBUTES = {
     "position_embedding_type",  # BERT/RoBERTa: dropped from the 5.24 class, still in older config.json files
     "sliding_window_pattern",  # Gemma 3: the legacy name Gemma3TextConfig.__post_init__ turns into layer_types
     "full_attention_interval",  # Qwen3-Next: a kwarg Qwen3NextConfig.__post_init__ pops into layer_types
+    "rotary_dim",  # MiniMax-M2: the released checkpoints' kwarg convert_rope_params_to_dict turns into the factor
 }
 
 

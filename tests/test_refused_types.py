@@ -24,7 +24,6 @@ REASONS = {
     "llama4": "Llama 4: its vision model .* llama4_text",
     "deepseek_v32": "multi-head latent attention with DeepSeek Sparse Attention.*lightning indexer",
     "deepseek_v4": "hyper-connections.*compressed and sliding-window attention",
-    "minimax_m2": "sigmoid router and e_score_correction_bias.*not recorded yet",
     "kimi_linear": "Kimi Delta Attention.*multi-head latent attention",
     "lfm2": "short-convolution blocks .*beside grouped-query attention blocks",
     "lfm2_moe": "short-convolution blocks.*num_dense_layers",

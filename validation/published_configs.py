@@ -414,7 +414,20 @@ PUBLISHED_CONFIGS = {
         "attention_dropout": 0.0, "sliding_window": None, "layer_types": ["full_attention"] * 30,
         "torch_dtype": "bfloat16",
     },
+    # ---- minimax_m2: one layout, a sigmoid router over 256 routed experts and no shared expert. Typed in from the
+    # Hub's config.json as remembered (no hub access here), transformers' MiniMaxM2Config defaults being the same
+    # widths; fields that change no tensor or that MiniMaxM2ForCausalLM does not read (attn_type_list, use_mtp,
+    # num_mtp_modules, mtp_transformer_layers, qk_norm_type, scoring_func, use_routing_bias, token ids) left out ----
+    "MiniMax-M2": {  # MiniMaxAI/MiniMax-M2 (card: 230B total, 10B active); rotary_dim 64 of head_dim 128
+        "model_type": "minimax_m2", "architectures": ["MiniMaxM2ForCausalLM"], "hidden_size": 3072,
+        "intermediate_size": 1536, "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8,
+        "head_dim": 128, "rotary_dim": 64, "num_local_experts": 256, "num_experts_per_tok": 8, "vocab_size": 200064,
+        "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 196608, "rope_theta": 5000000,
+        "rms_norm_eps": 1e-06, "router_jitter_noise": 0.0, "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+    },
 }
+# MiniMaxAI/MiniMax-M2.1 (card: 230B total, 10B active): the same architecture and widths as MiniMax-M2, as recalled
+PUBLISHED_CONFIGS["MiniMax-M2.1"] = dict(PUBLISHED_CONFIGS["MiniMax-M2"])
 
 # What the model cards and papers publish (rounded as published), to compare with the exact counts.
 PUBLISHED_TOTALS = {
@@ -439,6 +452,7 @@ PUBLISHED_TOTALS = {
     "ERNIE-4.5-0.3B-PT": 0.36e9, "ERNIE-4.5-0.3B-Base-PT": 0.36e9,
     # the EXAONE 4.0 cards count parameters without the embeddings (102,400 x h each, the 32B's head untied)
     "EXAONE-4.0-32B": 30.95e9 + 2 * 102400 * 5120, "EXAONE-4.0-1.2B": 1.07e9 + 102400 * 2048,
+    "MiniMax-M2": 230e9, "MiniMax-M2.1": 230e9,  # the cards' 230B total (228.7B built)
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
@@ -451,7 +465,12 @@ PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qw
                     # the Qwen3-Next cards' "3B activated" is a round figure; by hand: 79,674,391,296 (transformers'
                     # count) less 48 blocks x 502 unrouted experts x 3 x 2,048 x 512 = 3,874,929,408
                     "Qwen3-Next-80B-A3B-Instruct": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512,
-                    "Qwen3-Next-80B-A3B-Thinking": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512}
+                    "Qwen3-Next-80B-A3B-Thinking": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512,
+                    # the MiniMax-M2 cards' "10B active" is a round figure (9.8B without the embedding and the head);
+                    # by hand: 228,689,748,992 (transformers' count) less 62 blocks x 248 unrouted experts x
+                    # 3 x 3,072 x 1,536
+                    "MiniMax-M2": 228_689_748_992 - 62 * 248 * 3 * 3072 * 1536,
+                    "MiniMax-M2.1": 228_689_748_992 - 62 * 248 * 3 * 3072 * 1536}
 
 # ---- blocks of two layouts: dense MLPs in the first first_k_dense_replace blocks, mixtures of experts after ----------
 # memmath's reader takes first_k_dense_replace 0 or >= num_hidden_layers only (architectures/glm4_moe.py), so these

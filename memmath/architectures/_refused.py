@@ -53,10 +53,6 @@ REFUSED_MODEL_TYPES = {
                    "o_lora_rank) and sqrtsoftplus routing; memmath models blocks of one residual stream and one "
                    "attention layout, so a record of these layers (and their caches in memmath.states) would make it "
                    "work",
-    "minimax_m2": "MiniMax-M2: one layout (every block grouped-query attention with q/k RMSNorm over all heads and "
-                  "partial rotary, a mixture of experts with a sigmoid router and e_score_correction_bias), not "
-                  "recorded yet: a record composing the sigmoid router of architectures/glm4_moe.py with the routed "
-                  "experts (no shared expert) would make it work",
     "kimi_linear": "Kimi Linear: Kimi Delta Attention (linear attention with a short convolution, fixed-size state) "
                    "beside multi-head latent attention blocks (config layer_types), and dense MLPs beside mixtures of "
                    "experts (mlp_layer_types); " + _BLOCK_SHAPES + " (and a KDA state in memmath.states)",
