@@ -201,3 +201,168 @@ def test_the_tensor_parallel_plan_is_transformers_own(transformers):
     expected = {k: v.split("_")[0] for k, v in plan.items() if ".experts" not in k}
     assert dict(record.tp_plan) == expected
     assert record.tp_style("mlp.gate.weight") is None and record.tp_style("mlp.experts.down_proj") is None
+
+
+# ---- 5. activations: CPU steps measured after the trace was written (held out) ------------------------------------
+STEP_BASE = dict(TINY, vocab_size=512, hidden_size=64, intermediate_size=32, rotary_dim=8, use_cache=False)
+STEPPED = {  # each measured in the eight settings below after the record's trace was written: every one matched
+    "moe": STEP_BASE,
+    # other widths, every head dim rotated, top-3 of 8 experts, the training DynamicCache on
+    "wider": dict(STEP_BASE, hidden_size=96, num_attention_heads=6, num_key_value_heads=3, head_dim=32,
+                  rotary_dim=None, intermediate_size=40, num_local_experts=8, num_experts_per_tok=3, use_cache=True),
+    # one key/value head per query head (no GQA copies: eager's k^T is a view of the rotated k)
+    "mha": dict(STEP_BASE, num_key_value_heads=4, rotary_dim=16),
+}
+
+
+def _stepped(name):
+    return {k: v for k, v in STEPPED[name].items() if v is not None}
+
+
+def _held_for_backward(torch, transformers, peft, config, *, precision, method, attention,
+                       targets=("q_proj", "v_proj")):
+    """Bytes autograd still holds for backward when the first forward returns (b 2, s 64, as two_cpu_steps runs it;
+    LoRA r 4 on peft's target_modules `targets`): each storage a saved tensor keeps, once, parameters and buffers
+    left out."""
+    import itertools
+    import weakref
+
+    from validation.measure import configure_torch
+
+    configure_torch()
+    hf_config = transformers.AutoConfig.for_model(config["model_type"],
+                                                  **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
+    if method == "lora":
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    excluded = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
+    saved = []
+
+    def pack(t):
+        saved.append(weakref.ref(t))
+        return t
+
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        output = model(input_ids=ids, labels=ids.clone())  # held, as a training step holds its loss
+        held = {}
+        for ref in saved:
+            t = ref()
+            if t is not None and t.untyped_storage().data_ptr() not in excluded:
+                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    del output
+    return sum(held.values())
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(STEPPED))
+def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transformers, peft, name, method, precision,
+                                                                 attention):
+    """What autograd holds when the forward returns, and what two_cpu_steps' recorder counts, equal memmath's trace
+    to the byte; the steady step's peak is within 1% (0.01% to 0.06% over, measured)."""
+    from family_checks import predicted_step, two_cpu_steps
+
+    config = _stepped(name)
+    shape = mm.from_hf_config(config)
+    assert shape.architecture.traced
+    run = dict(precision=precision, method=method, attention=attention)
+    saved, peak = predicted_step(shape, **run)
+    assert _held_for_backward(torch, transformers, peft, config, **run) == saved
+    measured = two_cpu_steps(torch, transformers, peft, config, **run)
+    assert measured["saved_bytes"] == saved
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.01
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("targets", [("router",), ("experts",), "all"], ids=str)
+@pytest.mark.parametrize("name", ["moe", "mha"])
+def test_lora_on_the_router_and_experts_is_held_as_traced(torch, transformers, peft, name, targets, precision):
+    """peft's ParamWrapper on the router's weight (in the model's dtype) and on the routed experts, and all-linear:
+    what autograd holds equals the trace to the byte (measured after the trace was written, held out)."""
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+
+    config = _stepped(name)
+    modules = "all-linear" if targets == "all" else MINIMAX_TARGETS[targets]
+    held = _held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
+                              attention="sdpa", targets=modules)
+    parts = activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
+                             method=mm.LoRA(rank=4, targets=targets), seq_len=64, batch_size=2, dropout=False,
+                             attention="sdpa", checkpointing=False, device="cpu")
+    assert held == parts.estimate.total
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(STEPPED))
+def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft, name, method, precision):
+    """With gradient checkpointing (transformers' non-reentrant default) the recomputed block's backward is peak.py's
+    working set: within 5% (measured 0.7% to 4.1% under), as the other families' checkpointed steps. Not yet for
+    wider's LoRA steps (top-3 routing): peak.py prices the recomputed block's MLP gradients at t x intermediate_size,
+    where the routed experts' backward holds t x experts_per_tok rows of them: 7.5% (fp32) and 12.5% (bf16) under
+    the measured peaks."""
+    from family_checks import two_cpu_steps
+
+    if name == "wider" and method == "lora":
+        pytest.xfail("peak.py's checkpointed working set reads t x intermediate_size, not the routed rows")
+    config = _stepped(name)
+    measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
+                             checkpointing=True)
+    peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
+                          activations="transformers", method=mm.Full() if method == "full" else
+                          mm.LoRA(rank=4, targets=("q", "v")), seq_len=64, batch_size=2, dropout=False,
+                          attention="sdpa", checkpointing=True, device="cpu")
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05, peak.total / measured["peak_step2_bytes"] - 1
+
+
+# ---- 6. a prefill's working set ---------------------------------------------------------------------------------
+PREFILL_BASE = dict(model_type="minimax_m2", hidden_size=256, num_hidden_layers=2, num_attention_heads=8,
+                    vocab_size=32000, num_key_value_heads=2, head_dim=32, rotary_dim=16, intermediate_size=128,
+                    num_local_experts=8, num_experts_per_tok=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+PREFILLED = {  # name: (changes, attention, s, b)
+    # written against: the rotary decoder's phases with GLM-4.5's partial rotary, SDPA copy and eager MQA view
+    # (architectures/glm4_moe.py), the q/k norms over all heads before k and v are projected
+    "moe": ({}, "sdpa", 256, 1), "moe-eager": ({}, "eager", 256, 1), "moe-longer": ({}, "sdpa", 512, 2),
+    "wide-heads": (dict(num_attention_heads=16, head_dim=64, intermediate_size=64, num_experts_per_tok=1), "sdpa",
+                   384, 3),
+    "mha-full-rotary": (dict(num_key_value_heads=8, head_dim=64, rotary_dim=None), "sdpa", 256, 1),
+    "mqa-eager": (dict(num_key_value_heads=1, head_dim=96, num_local_experts=4, num_experts_per_tok=1,
+                       intermediate_size=64), "eager", 48, 1),
+    # held out, measured after; mha-eager found the eager probabilities the decoder layer holds through the MoE
+    # block (its peak the experts' unsort), the cases after it were measured against that
+    "gqa-eager": (dict(num_attention_heads=12, num_key_value_heads=4, head_dim=48, rotary_dim=24), "eager", 200, 2),
+    "norm-heavy": (dict(hidden_size=64, num_attention_heads=32, head_dim=64, num_key_value_heads=2,
+                        intermediate_size=16, num_local_experts=2, num_experts_per_tok=1), "sdpa", 128, 2),
+    "many-experts": (dict(num_local_experts=64, num_experts_per_tok=8, intermediate_size=32), "sdpa", 256, 2),
+    "mqa-sdpa": (dict(num_key_value_heads=1, head_dim=96, rotary_dim=32, num_local_experts=4, num_experts_per_tok=1,
+                      intermediate_size=64), "sdpa", 160, 3),
+    "mha-eager": (dict(num_key_value_heads=8, head_dim=64, rotary_dim=32), "eager", 64, 2),
+    "mha-eager-2": (dict(num_attention_heads=6, num_key_value_heads=6, head_dim=48, rotary_dim=16,
+                         intermediate_size=96), "eager", 96, 3),
+    "mha-eager-3": (dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=4, head_dim=32, rotary_dim=None,
+                         num_local_experts=16, num_experts_per_tok=4), "eager", 160, 1),
+    "gqa-eager-moe": (dict(num_local_experts=16, num_experts_per_tok=4, intermediate_size=128), "eager", 96, 2),
+    "mqa-eager-moe": (dict(num_key_value_heads=1, num_experts_per_tok=3), "eager", 80, 3),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", list(PREFILLED))
+def test_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transformers, name):
+    """One prefill (bf16, logits_to_keep=1, as generate runs it), every storage counted as validation/
+    inference_working_set.py counts it: the peak less the cache is memmath's working set to the byte."""
+    from family_checks import prefill_model, prefill_working_set
+
+    changes, attention, seq_len, batch = PREFILLED[name]
+    fields = {k: v for k, v in dict(PREFILL_BASE, **changes).items() if v is not None}
+    model, weights = prefill_model(torch, transformers, fields, attention)
+    measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
+    assert predicted == measured

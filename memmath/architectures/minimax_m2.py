@@ -25,7 +25,7 @@ from __future__ import annotations
 from .. import validate
 from ..trace import Tensor, Trace
 from . import _decoder, _moe
-from ._steps import INT64, Pass, dims, kv_cache, merged_copy
+from ._steps import INT64, Pass, dims, kv_cache, larger, merged_copy
 from .gpt_neox import partial_rotary
 from .record import MOE, Architecture, decoder_fields, refuse_true
 
@@ -156,6 +156,45 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     return tr.add(r1, _moe.routed_experts(tr, shape, normed, values, trainable, p.lora_of))
 
 
+# ---- serving: a prefill's working set (memmath/inference.py asks this) ---------------------------------------------
+def attention_moments(shape, e):
+    """Bytes a token holds at the widest moment before the attention kernel, beyond the block input and its normed
+    copy (2h), with the layer's k and v counted against the cache that then holds them (the working set is the peak
+    less the cache): MiniMaxM2RMSNorm over all of q (its q_proj output, an fp32 copy in a 16-bit model and the
+    squares; one variance and rsqrt a token) before k and v are projected, then over k beside the normed q before
+    v is; then apply_rotary_pos_emb's temporaries (three rotary_dim-wide tensors a head) while rotating q, then k,
+    and its two torch.cat (GLM-4.5's moments: architectures/glm4_moe.py)."""
+    a, kv, d, rd = shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.rotary_dim
+    copy = 4 if e != 4 else 0
+    moments = [e * a * d + (copy + 4) * a * d + 8 - 2 * e * kv * d,
+               e * a * d + (copy + 4) * kv * d + 8 - e * kv * d,
+               e * (a * d + 3 * a * rd), e * (a * d + a * rd + 3 * kv * rd), e * (2 * a * d + a * rd + kv * rd),
+               e * (2 * a * d + kv * rd + kv * d)]
+    return 2 * e * shape.hidden_size + max(moments)
+
+
+def prefill_phases(shape, s, b, e, eager):
+    """(outside, attention phase, MLP phase) bytes of MiniMaxM2ForCausalLM's prefill (validation/
+    inference_working_set.py's LiveBytes): LLaMA's phases (_decoder.rotary_prefill) with the rotary cos and sin
+    rotary_dim wide, the token ids (int64, b x s) and position ids (int64, s) outside; in the attention phase SDPA's
+    output copied by reshape(...).contiguous() (q from torch.cat), eager's repeat_kv a view for one key/value head,
+    and the moments before the kernel (attention_moments); the MoE block's phase (_moe.prefill_phase: logits in the
+    model's dtype, routing weights in fp32, no shared expert) and, with eager attention, the attention probabilities
+    (e x heads x b x s^2) the decoder layer holds in `_` through it (found on a held-out
+    prefill whose peak is the experts' unsort: 131,072 B more at b 2, s 64, 8 heads)."""
+    outside, attn, mlp = _decoder.rotary_prefill(shape, s, b, e, eager)
+    outside = outside - 2 * e * s * (shape.head_dim - shape.rotary_dim) + 8 * s * b + 8 * s
+    if not eager:  # q from torch.cat makes the SDPA output contiguous as (b, a, s, d): the reshape copies it
+        attn = attn + s * b * e * shape.n_heads * shape.head_dim
+    elif shape.n_kv_heads == 1 < shape.n_heads:  # repeat_kv of one key/value head is a view: no copies to every head
+        attn = attn - s * b * e * 2 * shape.n_heads * shape.head_dim
+    attn = larger(attn, s * b * attention_moments(shape, e))
+    mlp = _moe.prefill_phase(shape, s, b, e)
+    if eager:  # MiniMaxM2DecoderLayer's `hidden_states, _ = self.self_attn(...)` holds the probabilities through the MoE
+        mlp = mlp + e * shape.n_heads * b * s * s
+    return outside, attn, mlp
+
+
 ARCHITECTURE = Architecture(
     model_type="minimax_m2", family="llama", title="MiniMax-M2",
     source="configuration_minimax_m2.py, modeling_minimax_m2.py",
@@ -164,5 +203,5 @@ ARCHITECTURE = Architecture(
     # MiniMaxM2SparseMoeBlock registers gate, then experts (peft 0.21 on the meta device: the router's adapter, then
     # gate_up_proj's and down_proj's)
     lora_order=("gate.weight", "experts.gate_up_proj", "experts.down_proj"),
-    tp_plan=TP_PLAN, trace_block=block, routing_weights_fp32=True,
+    tp_plan=TP_PLAN, trace_block=block, routing_weights_fp32=True, prefill_phases=prefill_phases,
 )
