@@ -28,7 +28,6 @@ REASONS = {
     "lfm2": "short-convolution blocks .*beside grouped-query attention blocks",
     "lfm2_moe": "short-convolution blocks.*num_dense_layers",
     "ernie4_5_moe": "moe_layer_start_index.*dense MLPs in the others",
-    "glm4_moe_lite": "multi-head latent attention and dense MLPs",
     "glm_moe_dsa": "lightning indexer",
     "modernbert": "fused Wqkv and a GeGLU Wi.*local_attention",
     "t5": "encoder-decoder.*cross-attention",

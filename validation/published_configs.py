@@ -571,6 +571,17 @@ CONFIG_CLASS_DEFAULTS = {
                           "num_hidden_layers": 32, "num_attention_heads": 16, "vocab_size": 248320},
     "Qwen3_5MoeTextConfig": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
                              "num_attention_heads": 16, "vocab_size": 248320},
+    # Glm4MoeLiteConfig (configuration_glm4_moe_lite.py): its defaults, written out; GLM-4.7-Flash's shape as the
+    # class names it (29,943,390,976 built; the zai-org/GLM-4.7-Flash card's "30B-A3B"), the published config.json not
+    # being at hand to copy. mlp_layer_types left to the class: the first block dense, the other 46 sparse
+    "Glm4MoeLiteConfig": {"model_type": "glm4_moe_lite", "architectures": ["Glm4MoeLiteForCausalLM"],
+                          "hidden_size": 2048, "intermediate_size": 10240, "moe_intermediate_size": 1536,
+                          "num_hidden_layers": 47, "num_attention_heads": 20, "num_key_value_heads": 20,
+                          "n_routed_experts": 64, "n_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 1,
+                          "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.8,
+                          "q_lora_rank": 768, "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64,
+                          "v_head_dim": 256, "vocab_size": 154880, "tie_word_embeddings": False,
+                          "hidden_act": "silu", "max_position_embeddings": 202752, "torch_dtype": "bfloat16"},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

@@ -64,9 +64,6 @@ REFUSED_MODEL_TYPES = {
     "ernie4_5_moe": "ERNIE 4.5 MoE: mixtures of experts with shared experts in the blocks from moe_layer_start_index "
                     "every moe_layer_interval-th (to moe_layer_end_index), dense MLPs in the others, and a router "
                     "correction bias stored as a parameter (moe_statics); " + _BLOCK_SHAPES,
-    "glm4_moe_lite": "GLM-4.7-Flash (Glm4MoeLiteForCausalLM): multi-head latent attention and dense MLPs in its first "
-                     "blocks (mlp_layer_types); a record of the latent attention of architectures/_latent.py with "
-                     "_moe.shared_experts_tensors, and a shape of two block layouts, would make it work",
     "glm_moe_dsa": "GLM-5 (GlmMoeDsaForCausalLM): multi-head latent attention with the DeepSeek Sparse Attention "
                    "lightning indexer (index_n_heads, index_head_dim, index_topk) and dense MLPs in its first "
                    "first_k_dense_replace blocks; a record of the indexer and a shape of two block layouts would make "
