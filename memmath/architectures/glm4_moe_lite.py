@@ -20,10 +20,10 @@ functions (tests/test_families_glm_lite.py steps and prefills small models on th
 written).
 
 Refused: a partial_rotary_factor other than 1 (transformers builds the model, but apply_rotary_pos_emb_interleave then
-multiplies qk_rope_head_dim query values by fewer cos values and fails). Not modelled: the router's weight kept in
-fp32 under a 16-bit load (_keep_in_fp32_modules_strict: gate.weight; E x h x 2 B a MoE block more than counted), as
-for DeepSeek-V3; the multi-token-prediction block of the checkpoint (num_nextn_predict_layers), which
-Glm4MoeLiteForCausalLM does not build."""
+multiplies qk_rope_head_dim query values by fewer cos values and fails, unless one frequency is left, which
+broadcasts). Not modelled: the router's weight kept in fp32 under a 16-bit load (_keep_in_fp32_modules_strict:
+gate.weight; E x h x 2 B a MoE block more than counted), as for DeepSeek-V3; the multi-token-prediction block of the
+checkpoint (num_nextn_predict_layers), which Glm4MoeLiteForCausalLM does not build."""
 
 from __future__ import annotations
 
@@ -42,10 +42,12 @@ DEFAULTS = {"vocab_size": 154880, "hidden_size": 2048, "intermediate_size": 1024
 MLP_LAYER_TYPES = ("dense", "sparse")
 
 # Glm4MoeLiteConfig.base_model_tp_plan's colwise and rowwise entries: q_b_proj (after the low-rank q_a_proj, which
-# stays whole), the key/value up-projection, o_proj and the MLPs; kv_a_proj_with_mqa's "mla_kv_a_proj" is not a
-# plain split (memmath keeps it whole on every rank, as for DeepSeek-V2)
+# stays whole), the key/value up-projection, o_proj and a dense block's MLP; it names no shared experts (whole on
+# every rank, unlike DeepSeek-V3's plan), and kv_a_proj_with_mqa's "mla_kv_a_proj" is not a plain split (memmath keeps
+# it whole, as for DeepSeek-V2); the routed experts split by ep and their widths by tp (memmath/parallel.py)
 TP_PLAN = {"layers.*.self_attn.q_b_proj": "colwise", "layers.*.self_attn.kv_b_proj": "colwise",
-           "layers.*.self_attn.o_proj": "rowwise", **_deepseek.MLP_TP_PLAN}
+           "layers.*.self_attn.o_proj": "rowwise", "layers.*.mlp.gate_proj": "colwise",
+           "layers.*.mlp.up_proj": "colwise", "layers.*.mlp.down_proj": "rowwise"}
 
 FIELDS = {key: text for key, text in _deepseek.fields({
     "rope_interleave": "the rotary key's layout (saved activations only)",
