@@ -260,10 +260,13 @@ def router(tr, shape, x, trainable: bool, lora, *, sigmoid: bool):
     x32 = x if tr.e == 4 else tr.tmp(t * h, 4, x)
     x32.grad = x.grad
     router_lora = lora("gate.weight")
+    weight = None if router_lora is None else _moe.fp32_wrapped_weight(tr, router_lora, n_exp, h, "router")
     if trainable or router_lora is not None:
         tr.save(x32, "router input (fp32)")
+    if weight is not None and x.grad:  # F.linear keeps peft's W + BA to give its input a gradient
+        tr.save(weight, "router weight W + BA (peft ParamWrapper, fp32)")
     logits = tr.new(t * n_exp, 4, x.grad or trainable or router_lora is not None)
-    tr.use(x32)
+    tr.use(x32, weight)
     grad = logits.grad
     scores = tr.new(t * n_exp, 4, grad)  # sigmoid / softmax(dtype=float32)
     tr.use(logits)
