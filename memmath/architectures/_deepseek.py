@@ -57,7 +57,8 @@ MLP_TP_PLAN = {"layers.*.mlp.shared_experts.gate_proj": "colwise", "layers.*.mlp
 LORA_ORDER = ("q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "experts.gate_up_proj",
               "experts.down_proj", "gate.weight")
 _CONVERTED = ("peft 0.21 converts the names gate_proj, up_proj and down_proj onto the routed experts of deepseek "
-              "models (target 'experts'), so they adapt neither a dense block's MLP nor the shared experts")
+              "and glm4_moe_lite models (target 'experts'), so they adapt neither a dense block's MLP nor the shared "
+              "experts")
 
 
 @dataclass(frozen=True)
