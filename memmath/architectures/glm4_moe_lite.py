@@ -33,12 +33,13 @@ from .. import validate
 from . import _deepseek
 from .record import Architecture
 
-# Glm4MoeLiteConfig's defaults (those of GLM-4.7-Flash) of the fields memmath reads where the reader has none
+# Glm4MoeLiteConfig's defaults (GLM-4.7-Flash's shape, as the class names it) of the fields memmath reads where the
+# reader has none
 DEFAULTS = {"vocab_size": 154880, "hidden_size": 2048, "intermediate_size": 10240, "num_hidden_layers": 47,
-            "num_attention_heads": 20, "head_dim": 64, "q_lora_rank": 768, "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64,
-            "v_head_dim": 256, "moe_intermediate_size": 1536, "n_routed_experts": 64, "n_shared_experts": 1,
-            "num_experts_per_tok": 4, "norm_topk_prob": True, "num_key_value_heads": 20, "n_group": 1,
-            "topk_group": 1}
+            "num_attention_heads": 20, "head_dim": 64, "q_lora_rank": 768, "kv_lora_rank": 512,
+            "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256, "moe_intermediate_size": 1536,
+            "n_routed_experts": 64, "n_shared_experts": 1, "num_experts_per_tok": 4, "norm_topk_prob": True,
+            "num_key_value_heads": 20, "n_group": 1, "topk_group": 1}
 MLP_LAYER_TYPES = ("dense", "sparse")
 
 # Glm4MoeLiteConfig.base_model_tp_plan's colwise and rowwise entries: q_b_proj (after the low-rank q_a_proj, which
