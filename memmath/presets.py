@@ -225,6 +225,11 @@ PRESETS: MutableMapping[str, ModelShape] = Presets({
         num_attention_heads=32, num_key_value_heads=8, vocab_size=65536, conv_L_cache=3,
         layer_types=["full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)],
         tie_word_embeddings=True, max_position_embeddings=128000),
+    "minimax-m2": _from_config(  # MiniMaxAI/MiniMax-M2: 228,689,748,992 (card: 230B total, 10B active); q/k norms
+        # over all heads, 64 of each head's 128 dims rotated, a sigmoid router over 256 experts (8 a token)
+        "minimax-m2", model_type="minimax_m2", hidden_size=3072, intermediate_size=1536, num_hidden_layers=62,
+        num_attention_heads=48, num_key_value_heads=8, head_dim=128, rotary_dim=64, num_local_experts=256,
+        num_experts_per_tok=8, vocab_size=200064, tie_word_embeddings=False),
 })
 
 # Which published config (validation/published_configs.py) each preset read from a config reproduces.
@@ -242,7 +247,8 @@ PUBLISHED_CONFIG_NAMES = {"gpt2": "gpt2", "gpt2-medium": "gpt2-medium", "bert-ba
                   "seed-oss-36b": "Seed-OSS-36B-Base",
                   "command-r7b": "c4ai-command-r7b-12-2024", "apertus-8b": "Apertus-8B-2509",
                   "ernie-4.5-0.3b": "ERNIE-4.5-0.3B-PT", "exaone-4.0-32b": "EXAONE-4.0-32B",
-                  "lfm2-1.2b": "LFM2-1.2B", "ernie-4.5-21b-a3b": "ERNIE-4.5-21B-A3B-PT"}
+                  "lfm2-1.2b": "LFM2-1.2B", "ernie-4.5-21b-a3b": "ERNIE-4.5-21B-A3B-PT",
+                  "minimax-m2": "MiniMax-M2"}
 
 
 # Where each preset's shape comes from (shown by `memmath models`).
@@ -289,4 +295,5 @@ PRESET_SOURCES = {
     "exaone-4.0-32b": "LGAI-EXAONE/EXAONE-4.0-32B config.json",
     "lfm2-1.2b": "LiquidAI/LFM2-1.2B config.json",
     "ernie-4.5-21b-a3b": "baidu/ERNIE-4.5-21B-A3B-PT config.json",
+    "minimax-m2": "MiniMaxAI/MiniMax-M2 config.json",
 }

@@ -37,6 +37,7 @@ NOT_ATTRIBUTES = {
     "block_ff_dim", "tie_embedding",  # LFM2: older names Lfm2Config.__post_init__ pops into their fields
     # Nemotron-H: legacy kwargs NemotronHConfig.__post_init__ pops into use_conv_bias, n_groups and conv_kernel
     "mamba_conv_bias", "mamba_n_groups", "mamba_d_conv",
+    "rotary_dim",  # MiniMax-M2: the released checkpoints' kwarg convert_rope_params_to_dict turns into the factor
 }
 
 

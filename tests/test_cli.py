@@ -424,7 +424,9 @@ MOE_ACTIVE = {"mixtral-8x7b": (46_702_792_704, 12_879_925_248, 2, 8),
               "glm-4.5-air": (106_852_245_504, 106_852_245_504 - 45 * 120 * 3 * 4096 * 1408, 8, 128),
               "qwen3-next-80b-a3b": (79_674_391_296, 79_674_391_296 - 48 * 502 * 3 * 2048 * 512, 10, 512),
               # ERNIE-4.5-21B-A3B (tests/test_families_ernie.py): 27 MoE blocks x 58 unrouted experts
-              "ernie-4.5-21b-a3b": (21_825_437_888, 21_825_437_888 - 27 * 58 * 3 * 2560 * 1536, 6, 64)}
+              "ernie-4.5-21b-a3b": (21_825_437_888, 21_825_437_888 - 27 * 58 * 3 * 2560 * 1536, 6, 64),
+              # MiniMax-M2: 62 blocks x 248 unrouted experts of 3 x 3,072 x 1,536 (tests/test_families_minimax.py)
+              "minimax-m2": (228_689_748_992, 228_689_748_992 - 62 * 248 * 3 * 3072 * 1536, 8, 256)}
 
 
 def test_models_shows_a_mixture_of_experts_active_parameters_per_token():

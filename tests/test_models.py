@@ -360,9 +360,10 @@ def test_every_supported_model_type_has_two_published_configs():
     # their config classes' defaults and tiny widths against transformers' own build instead
     # LFM2-MoE: LFM2-8B-A1B is the one published config at hand, and Lfm2MoeConfig's defaults build no model (it
     # derives no layer_types); tests/test_families_lfm2.py checks tiny widths against transformers' own build.
-    # Falcon-H1: its config class's defaults only; tests/test_families_mamba2.py checks them and tiny widths
+    # Falcon-H1: its config class's defaults only; tests/test_families_mamba2.py checks them and tiny widths.
+    # GLM-4.7-Flash (glm4_moe_lite): its config class's defaults only (tests/test_families_glm_lite.py)
     for model_type in set(mm.architectures.SUPPORTED_MODEL_TYPES) - {"qwen3_5_text", "qwen3_5_moe_text", "lfm2_moe",
-                                                                     "falcon_h1"}:
+                                                                     "falcon_h1", "glm4_moe_lite"}:
         assert types.count(model_type) >= 2, model_type
 
 

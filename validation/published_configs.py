@@ -458,7 +458,20 @@ PUBLISHED_CONFIGS = {
         "attention_dropout": 0.0, "sliding_window": None, "layer_types": ["full_attention"] * 30,
         "torch_dtype": "bfloat16",
     },
+    # ---- minimax_m2: one layout, a sigmoid router over 256 routed experts and no shared expert. Typed in from the
+    # Hub's config.json as remembered (no hub access here), transformers' MiniMaxM2Config defaults being the same
+    # widths; fields that change no tensor or that MiniMaxM2ForCausalLM does not read (attn_type_list, use_mtp,
+    # num_mtp_modules, mtp_transformer_layers, qk_norm_type, scoring_func, use_routing_bias, token ids) left out ----
+    "MiniMax-M2": {  # MiniMaxAI/MiniMax-M2 (card: 230B total, 10B active); rotary_dim 64 of head_dim 128
+        "model_type": "minimax_m2", "architectures": ["MiniMaxM2ForCausalLM"], "hidden_size": 3072,
+        "intermediate_size": 1536, "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8,
+        "head_dim": 128, "rotary_dim": 64, "num_local_experts": 256, "num_experts_per_tok": 8, "vocab_size": 200064,
+        "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings": 196608, "rope_theta": 5000000,
+        "rms_norm_eps": 1e-06, "router_jitter_noise": 0.0, "attention_dropout": 0.0, "torch_dtype": "bfloat16",
+    },
 }
+# MiniMaxAI/MiniMax-M2.1 (card: 230B total, 10B active): the same architecture and widths as MiniMax-M2, as recalled
+PUBLISHED_CONFIGS["MiniMax-M2.1"] = dict(PUBLISHED_CONFIGS["MiniMax-M2"])
 
 # What the model cards and papers publish (rounded as published), to compare with the exact counts.
 PUBLISHED_TOTALS = {
@@ -484,6 +497,7 @@ PUBLISHED_TOTALS = {
     "LFM2-1.2B": 1.17e9, "LFM2-700M": 0.742e9, "LFM2-350M": 0.354e9, "LFM2-8B-A1B": 8.3e9,  # the cards
     # the EXAONE 4.0 cards count parameters without the embeddings (102,400 x h each, the 32B's head untied)
     "EXAONE-4.0-32B": 30.95e9 + 2 * 102400 * 5120, "EXAONE-4.0-1.2B": 1.07e9 + 102400 * 2048,
+    "MiniMax-M2": 230e9, "MiniMax-M2.1": 230e9,  # the cards' 230B total (228.7B built)
 }
 # Active parameters per token that the model cards publish for the mixtures of experts.
 PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qwen1.5-MoE-A2.7B": 2.7e9,
@@ -499,7 +513,12 @@ PUBLISHED_ACTIVE = {"Mixtral-8x7B-v0.1": 12.9e9, "Mixtral-8x22B-v0.1": 39e9, "Qw
                     "Qwen3-Next-80B-A3B-Thinking": 79_674_391_296 - 48 * 502 * 3 * 2048 * 512,
                     # the LFM2-8B-A1B card's "1.5B active" is a round figure; by hand: 8,339,929,856 (transformers'
                     # count) less 22 MoE blocks x 28 unrouted experts x 3 x 2,048 x 1,792 = 1,557,740,288
-                    "LFM2-8B-A1B": 8_339_929_856 - 22 * 28 * 3 * 2048 * 1792}
+                    "LFM2-8B-A1B": 8_339_929_856 - 22 * 28 * 3 * 2048 * 1792,
+                    # the MiniMax-M2 cards' "10B active" is a round figure (9.8B without the embedding and the head);
+                    # by hand: 228,689,748,992 (transformers' count) less 62 blocks x 248 unrouted experts x
+                    # 3 x 3,072 x 1,536
+                    "MiniMax-M2": 228_689_748_992 - 62 * 248 * 3 * 3072 * 1536,
+                    "MiniMax-M2.1": 228_689_748_992 - 62 * 248 * 3 * 3072 * 1536}
 
 # ---- blocks of two layouts: dense MLPs in the first first_k_dense_replace blocks, mixtures of experts after ----------
 # memmath's reader takes first_k_dense_replace 0 or >= num_hidden_layers only (architectures/glm4_moe.py), so these
@@ -677,6 +696,17 @@ CONFIG_CLASS_DEFAULTS = {
     # of 256) beside attention (32 heads, 8 key/value heads of 128), a SwiGLU MLP of 14,336
     "FalconH1Config": {"model_type": "falcon_h1", "hidden_size": 4096, "num_hidden_layers": 32,
                        "num_attention_heads": 32, "vocab_size": 128000},
+    # Glm4MoeLiteConfig (configuration_glm4_moe_lite.py): its defaults, written out; GLM-4.7-Flash's shape as the
+    # class names it (29,943,390,976 built; the zai-org/GLM-4.7-Flash card's "30B-A3B"), the published config.json not
+    # being at hand to copy. mlp_layer_types left to the class: the first block dense, the other 46 sparse
+    "Glm4MoeLiteConfig": {"model_type": "glm4_moe_lite", "architectures": ["Glm4MoeLiteForCausalLM"],
+                          "hidden_size": 2048, "intermediate_size": 10240, "moe_intermediate_size": 1536,
+                          "num_hidden_layers": 47, "num_attention_heads": 20, "num_key_value_heads": 20,
+                          "n_routed_experts": 64, "n_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 1,
+                          "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.8,
+                          "q_lora_rank": 768, "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64,
+                          "v_head_dim": 256, "vocab_size": 154880, "tie_word_embeddings": False,
+                          "hidden_act": "silu", "max_position_embeddings": 202752, "torch_dtype": "bfloat16"},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

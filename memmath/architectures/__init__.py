@@ -52,6 +52,7 @@ _ORDER += ("olmo3", "seed_oss")  # OLMo 3, Seed-OSS: OLMo 2 with sliding windows
 _ORDER += ("cohere2", "apertus")  # Command R7B / Command A, Apertus: a parallel block, xIELU
 _ORDER += ("ernie4_5", "exaone4")  # ERNIE 4.5 dense, EXAONE 4.0: LLaMA with biases, hybrid post-norm
 _ORDER += ("ernie4_5_moe",)  # ERNIE 4.5 MoE: shared experts, dense MLPs between the MoE blocks
+_ORDER += ("minimax_m2", "glm4_moe_lite")  # MiniMax-M2: q/k norms over all heads; GLM-4.7-Flash: latent attention
 
 
 def _discover() -> dict[str, Architecture]:

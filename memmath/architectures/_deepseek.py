@@ -57,7 +57,8 @@ MLP_TP_PLAN = {"layers.*.mlp.shared_experts.gate_proj": "colwise", "layers.*.mlp
 LORA_ORDER = ("q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "experts.gate_up_proj",
               "experts.down_proj", "gate.weight")
 _CONVERTED = ("peft 0.21 converts the names gate_proj, up_proj and down_proj onto the routed experts of deepseek "
-              "models (target 'experts'), so they adapt neither a dense block's MLP nor the shared experts")
+              "and glm4_moe_lite models (target 'experts'), so they adapt neither a dense block's MLP nor the shared "
+              "experts")
 
 
 @dataclass(frozen=True)
@@ -260,10 +261,13 @@ def router(tr, shape, x, trainable: bool, lora, *, sigmoid: bool):
     x32 = x if tr.e == 4 else tr.tmp(t * h, 4, x)
     x32.grad = x.grad
     router_lora = lora("gate.weight")
+    weight = None if router_lora is None else _moe.fp32_wrapped_weight(tr, router_lora, n_exp, h, "router")
     if trainable or router_lora is not None:
         tr.save(x32, "router input (fp32)")
+    if weight is not None and x.grad:  # F.linear keeps peft's W + BA to give its input a gradient
+        tr.save(weight, "router weight W + BA (peft ParamWrapper, fp32)")
     logits = tr.new(t * n_exp, 4, x.grad or trainable or router_lora is not None)
-    tr.use(x32)
+    tr.use(x32, weight)
     grad = logits.grad
     scores = tr.new(t * n_exp, 4, grad)  # sigmoid / softmax(dtype=float32)
     tr.use(logits)

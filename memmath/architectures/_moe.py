@@ -170,6 +170,17 @@ def wrapped_weight(tr: Trace, lora, experts, d_out, d_in, name, build=True):
     return weight() if build else weight
 
 
+def fp32_wrapped_weight(tr: Trace, lora, d_out, d_in, name):
+    """wrapped_weight of a router weight transformers keeps in fp32 (_keep_in_fp32_modules_strict: DeepSeek-V3's and
+    GLM-4.7-Flash's gate.weight): peft casts the delta to W's dtype, fp32, not to the model's."""
+    e = tr.e
+    tr.e = 4
+    try:
+        return wrapped_weight(tr, lora, 1, d_out, d_in, name)
+    finally:
+        tr.e = e
+
+
 def trace(tr: Trace, shape, x: Tensor, trainable: bool, lora):
     """The sparse MoE block as transformers 5.24 runs it by default (experts_implementation "grouped_mm",
     integrations/moe.py's grouped_mm_experts_forward), on the normalized input x (t x h).

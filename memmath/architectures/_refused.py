@@ -49,16 +49,9 @@ REFUSED_MODEL_TYPES = {
                    "o_lora_rank) and sqrtsoftplus routing; memmath models blocks of one residual stream and one "
                    "attention layout, so a record of these layers (and their caches in memmath.states) would make it "
                    "work",
-    "minimax_m2": "MiniMax-M2: one layout (every block grouped-query attention with q/k RMSNorm over all heads and "
-                  "partial rotary, a mixture of experts with a sigmoid router and e_score_correction_bias), not "
-                  "recorded yet: a record composing the sigmoid router of architectures/glm4_moe.py with the routed "
-                  "experts (no shared expert) would make it work",
     "kimi_linear": "Kimi Linear: Kimi Delta Attention (linear attention with a short convolution, fixed-size state) "
                    "beside multi-head latent attention blocks (config layer_types), and dense MLPs beside mixtures of "
                    "experts (mlp_layer_types); " + _BLOCK_SHAPES + " (and a KDA state in memmath.states)",
-    "glm4_moe_lite": "GLM-4.7-Flash (Glm4MoeLiteForCausalLM): multi-head latent attention and dense MLPs in its first "
-                     "blocks (mlp_layer_types); a record of the latent attention of architectures/_latent.py with "
-                     "_moe.shared_experts_tensors, and a shape of two block layouts, would make it work",
     "glm_moe_dsa": "GLM-5 (GlmMoeDsaForCausalLM): multi-head latent attention with the DeepSeek Sparse Attention "
                    "lightning indexer (index_n_heads, index_head_dim, index_topk) and dense MLPs in its first "
                    "first_k_dense_replace blocks; a record of the indexer and a shape of two block layouts would make "
