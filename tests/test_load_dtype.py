@@ -14,7 +14,8 @@ from validation.published_configs import (CONFIG_CLASS_DEFAULTS, ERNIE_MOE_CONFI
 # the routers are built fp32 (their Parameters name the dtype), so from_config shows them as a load does
 LOADS = [("GLM-4.5-Air", "bf16"), ("GLM-4.5-Air", "fp16"), ("DeepSeek-V3", "bf16"), ("DeepSeek-V2-Lite", "bf16"),
          ("gpt-oss-20b", "bf16"), ("Mixtral-8x7B-v0.1", "bf16"), ("ERNIE-4.5-21B-A3B-PT", "bf16"),
-         ("NemotronHConfig", "bf16"), ("granite-4.0-h-tiny", "bf16")]
+         ("NemotronHConfig", "bf16"), ("granite-4.0-h-tiny", "bf16"), ("Glm4MoeLiteConfig", "bf16"),
+         ("MiniMax-M2", "bf16")]
 CONFIGS = {**PUBLISHED_CONFIGS, **LAYERED_CONFIGS, **ERNIE_MOE_CONFIGS, **PUBLISHED_HYBRID_CONFIGS,
            **CONFIG_CLASS_DEFAULTS}
 

@@ -21,9 +21,8 @@ written).
 
 Refused: a partial_rotary_factor other than 1 (transformers builds the model, but apply_rotary_pos_emb_interleave then
 multiplies qk_rope_head_dim query values by fewer cos values and fails, unless one frequency is left, which
-broadcasts). Not modelled: the router's weight kept in fp32 under a 16-bit load (_keep_in_fp32_modules_strict:
-gate.weight; E x h x 2 B a MoE block more than counted), as for DeepSeek-V3; the multi-token-prediction block of the
-checkpoint (num_nextn_predict_layers), which Glm4MoeLiteForCausalLM does not build."""
+broadcasts). A 16-bit load keeps the router's weight in fp32 (_keep_in_fp32_modules_strict: gate.weight;
+fp32_modules), as for DeepSeek-V3. Not modelled: the multi-token-prediction block of the checkpoint (num_nextn_predict_layers), which Glm4MoeLiteForCausalLM does not build."""
 
 from __future__ import annotations
 
@@ -108,4 +107,5 @@ ARCHITECTURE: Architecture = _deepseek.LatentArchitecture(
     trace_block=partial(_deepseek.block, rotary=_deepseek.rotary_tables, sigmoid=True),
     prefill_phases=partial(_deepseek.prefill_phases, complex_rotary=False),
     routing_weights_fp32=True,  # the top-k weights stay fp32 (the sigmoid scores times a float)
+    fp32_modules=("e_score_correction_bias", "gate.weight"),  # Glm4MoeLitePreTrainedModel._keep_in_fp32_modules_strict
 )
