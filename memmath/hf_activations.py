@@ -301,9 +301,10 @@ def _traced_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dro
 
 
 def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing, device,
-              past=None, padded=False, packed=False, present_only=False) -> ActivationParts:
+              past=None, padded=False, packed=False, present_only=False, first_adapted=0) -> ActivationParts:
     """activation_parts for sequence lengths on one side of the sliding window (past: which side, for a sweep
-    across it; None: read from seq_len). present_only: one block layout of a model whose blocks differ."""
+    across it; None: read from seq_len). present_only: one block layout of a model whose blocks differ;
+    first_adapted: the first block that holds a LoRA adapter there (the blocks before it store nothing)."""
     if shape.mixed:
         return _mixed_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
                             dropout=dropout, attention=attention, checkpointing=checkpointing, device=device,
@@ -333,6 +334,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     if isinstance(method, Freeze):
         trained = method.layers_trained(shape)
         frozen = n_layers - trained
+    elif not checkpointing:  # LoRA: the blocks before the first adapted one get no input that needs a gradient
+        trained, frozen = n_layers - first_adapted, 0
     else:
         trained, frozen = n_layers, 0
     blocks_store = _positive(trained) if not (checkpointing or setup.embeddings) else True
@@ -511,6 +514,18 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras)
 
 
+def _first_adapted_block(shape: ModelShape, method) -> int:
+    """The first block whose layout holds one of LoRA's targets (0 for any other method): autograd saves nothing in
+    the blocks before it, whose input needs no gradient and whose weights are frozen (measured: ERNIE 4.5 MoE and
+    GLM-4.7-Flash with a dense first block and LoRA on the router or the experts alone). QLoRA is left at 0: peft's
+    prepare_model_for_kbit_training makes the embeddings' output need a gradient."""
+    if type(method) is not LoRA:
+        return 0
+    adapted = [min(blocks) for layout, blocks in shape.layouts()
+               if layout.lora_adapters(method.targets, present_only=True)]
+    return min(adapted, default=0)
+
+
 def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     """A model whose blocks differ (dense and mixture-of-experts blocks): each block layout traced as if every block
     had it, then block by block what each storing block saves in its own layout. The last block's layout gives
@@ -518,7 +533,9 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     below it) is the estimate's other_layouts, named in the terms; the first storing block is its own layout's; a
     recomputed block is the largest layout's; the DynamicCache's held k and v are each idle block's own."""
     n = shape.n_layers
-    traced = [(layout, np.asarray(blocks), _parts_at(layout, present_only=True, **arguments))
+    first_adapted = _first_adapted_block(shape, arguments["method"])
+    traced = [(layout, np.asarray(blocks), _parts_at(layout, present_only=True, first_adapted=first_adapted,
+                                                     **arguments))
               for layout, blocks in shape.layouts()]
     last = next(parts for _, blocks, parts in traced if blocks[-1] == n - 1)
     estimate = last.estimate

@@ -379,6 +379,35 @@ def test_lora_on_the_router_and_experts_is_held_as_traced(torch, transformers, p
     assert held == parts.estimate.total
 
 
+# dense blocks first, then MoE blocks: LoRA on the router or the experts adapts no dense block, so autograd saves
+# nothing in them (their input needs no gradient); measured after hf_activations._first_adapted_block was written
+DENSE_FIRST = {
+    "one-dense": dict(STEP_BASE, num_hidden_layers=3, first_k_dense_replace=1),
+    "two-dense-wider": dict(STEP_BASE, num_hidden_layers=4, first_k_dense_replace=2, hidden_size=96,
+                            num_attention_heads=6, num_key_value_heads=3, head_dim=None, n_routed_experts=8,
+                            num_experts_per_tok=3, n_shared_experts=2),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("targets", [("router",), ("experts",), ("router", "experts", "o")], ids=str)
+@pytest.mark.parametrize("name", sorted(DENSE_FIRST))
+def test_dense_first_blocks_that_no_target_adapts_save_nothing(torch, transformers, peft, name, targets, precision,
+                                                               attention):
+    from memmath.hf_activations import activation_parts
+    from memmath.recipes import get_recipe
+
+    config = {k: v for k, v in DENSE_FIRST[name].items() if v is not None}
+    held = _held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
+                              attention=attention, targets=GLM_TARGETS[targets])
+    parts = activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
+                             method=mm.LoRA(rank=4, targets=targets), seq_len=64, batch_size=2, dropout=False,
+                             attention=attention, checkpointing=False, device="cpu")
+    assert held == parts.estimate.total
+
+
 # ---- 6. a prefill's working set ---------------------------------------------------------------------------------
 PREFILL_BASE = dict(model_type="glm4_moe", hidden_size=256, num_hidden_layers=2, num_attention_heads=8,
                     vocab_size=32000, num_key_value_heads=2, intermediate_size=688, moe_intermediate_size=128,
