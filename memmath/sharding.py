@@ -30,7 +30,11 @@ SHARDINGS = ("even", "fsdp2", "zero_redundancy")
 def torch_tensors(shape: ModelShape) -> list[tuple]:
     """The shapes of model.parameters() in PyTorch's order, each tied tensor once."""
     groups = torch_groups(shape)
-    return groups["vision"] + groups["embeddings"] + groups["blocks"] + groups["final_norm"] + groups["head"]
+    # Gemma 4 registers its per-layer input embedding, projection and norm after the final norm
+    late = set(getattr(shape.architecture, "late_embeddings", ()))
+    early = [t for t in groups["embeddings"] if t[0] not in late]
+    after_norm = [t for t in groups["embeddings"] if t[0] in late]
+    return groups["vision"] + early + groups["blocks"] + groups["final_norm"] + after_norm + groups["head"]
 
 
 def torch_groups(shape: ModelShape) -> dict:

@@ -552,6 +552,11 @@ CONFIG_CLASS_DEFAULTS = {
                           "num_hidden_layers": 32, "num_attention_heads": 16, "vocab_size": 248320},
     "Qwen3_5MoeTextConfig": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
                              "num_attention_heads": 16, "vocab_size": 248320},
+    # Gemma4TextConfig (configuration_gemma4.py): 30 blocks, every sixth full at global_head_dim 512, per-layer input
+    # embeddings 262,144 x 30 x 256 (5,077,177,856 parameters as transformers 5.24 builds it)
+    "Gemma4TextConfig": {"model_type": "gemma4_text", "hidden_size": 2304, "intermediate_size": 9216,
+                         "num_hidden_layers": 30, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                         "vocab_size": 262144},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------
