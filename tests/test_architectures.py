@@ -31,13 +31,17 @@ NOT_ATTRIBUTES = {
     "position_embedding_type",  # BERT/RoBERTa: dropped from the 5.24 class, still in older config.json files
     "sliding_window_pattern",  # Gemma 3: the legacy name Gemma3TextConfig.__post_init__ turns into layer_types
     "full_attention_interval",  # Qwen3-Next: a kwarg Qwen3NextConfig.__post_init__ pops into layer_types
+    "global_head_dim", "num_global_key_value_heads",  # Gemma 4: kwargs __post_init__ pops into per_layer_config
 }
 
 
 def _config(model_type):
     import transformers
 
-    return transformers.AutoConfig.for_model(model_type)
+    config = transformers.AutoConfig.for_model(model_type)
+    # Gemma 4's head_dim and num_key_value_heads vary by block: its config refuses a global read unless allowed
+    config.allow_global_per_layer_attribute_access = True
+    return config
 
 
 def _published(model_type):

@@ -234,7 +234,8 @@ def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
 ARCHITECTURE = Architecture(
     model_type="gemma4_text", family="llama", title="Gemma 4 (text)",
     source="configuration_gemma4.py, modeling_gemma4.py",
-    fields=decoder_fields({**GEMMA_FIELDS, **QK_NORM,
+    fields=decoder_fields({**{k: v for k, v in GEMMA_FIELDS.items()
+                              if k not in ("attn_logit_softcapping", "query_pre_attn_scalar")}, **QK_NORM,
                            "use_bidirectional_attention": "refused when 'all'",
                            "global_head_dim": "a full-attention block's head size (default 512)",
                            "num_global_key_value_heads": "a full-attention block's key/value heads with "
