@@ -188,6 +188,7 @@ def test_the_cache_of_every_option_by_hand():
 # ---- 4. what it refuses, and the command line ---------------------------------------------------------------------
 @pytest.mark.parametrize("changes, match", [
     ({"use_bidirectional_attention": "all"}, "use_bidirectional_attention"),
+    ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
     ({"num_kv_shared_layers": 6}, "num_kv_shared_layers"),  # blocks 0-1 are sliding only: no full block to read
     ({"num_kv_shared_layers": 9}, "num_kv_shared_layers"),
     ({"per_layer_config": {"02": {"head_dim": 32, "sliding_window": 4}}}, "per_layer_config"),

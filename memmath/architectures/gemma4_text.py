@@ -96,9 +96,11 @@ def full_layer_overrides(config, get, types) -> dict:
 
 
 def read_options(config, get):
-    if config.get("use_bidirectional_attention") == "all":
-        raise ValueError("config field 'use_bidirectional_attention' is 'all'; memmath models Gemma 4 as a causal "
-                         "model only (null, or 'vision', which changes nothing in a text model)")
+    bidirectional = config.get("use_bidirectional_attention")
+    if bidirectional not in (None, "vision"):
+        raise ValueError(f"config field 'use_bidirectional_attention' is {validate.describe(bidirectional)}; memmath "
+                         "models Gemma 4 as a causal model only (null, or 'vision', which changes nothing in a text "
+                         "model)")
     layers = get("num_hidden_layers")
     types = layer_types(config, layers)
     shared = get("num_kv_shared_layers", 0, low=0)
@@ -236,7 +238,7 @@ ARCHITECTURE = Architecture(
     source="configuration_gemma4.py, modeling_gemma4.py",
     fields=decoder_fields({**{k: v for k, v in GEMMA_FIELDS.items()
                               if k not in ("attn_logit_softcapping", "query_pre_attn_scalar")}, **QK_NORM,
-                           "use_bidirectional_attention": "refused when 'all'",
+                           "use_bidirectional_attention": "refused unless null or 'vision'",
                            "global_head_dim": "a full-attention block's head size (default 512)",
                            "num_global_key_value_heads": "a full-attention block's key/value heads with "
                                                          "attention_k_eq_v",
