@@ -202,6 +202,11 @@ def test_what_it_cannot_model_is_refused_by_field(changes, match):
         mm.from_hf_config(dict(SMALL, **changes))
 
 
+def test_vision_bidirectional_attention_changes_nothing_in_a_text_model():
+    # "vision" makes only image tokens attend both ways (modeling_gemma4.py); "all" turns causality off and is refused
+    assert mm.from_hf_config(dict(SMALL, use_bidirectional_attention="vision")) == mm.from_hf_config(SMALL)
+
+
 def test_the_last_block_is_full_whatever_layer_types_says():
     # Gemma4TextConfig.__post_init__ forces the last layer to full_attention (with a warning)
     shape = mm.from_hf_config(dict(SMALL, layer_types=[S] * 8, num_kv_shared_layers=0))
