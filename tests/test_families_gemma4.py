@@ -17,6 +17,8 @@ import pytest
 import memmath as mm
 from family_checks import assert_built_like_transformers
 from memmath import cli
+from memmath.architectures import ARCHITECTURES
+from memmath.architectures._refused import refusal
 from memmath.sharding import torch_tensors
 from validation.published_configs import CONFIG_CLASS_DEFAULTS
 
@@ -214,8 +216,6 @@ def test_the_last_block_is_full_whatever_layer_types_says():
 
 
 def test_gemma4_text_is_a_record_and_the_wrapper_points_to_it():
-    from memmath.architectures import ARCHITECTURES
-    from memmath.architectures._refused import refusal
     assert "gemma4_text" in ARCHITECTURES and refusal("gemma4_text") is None
     assert "text_config alone reads as model_type gemma4_text" in refusal("gemma4")
     assert not ARCHITECTURES["gemma4_text"].traced  # activations='textbook'
@@ -227,3 +227,12 @@ def test_the_command_line_reads_the_full_size_config(tmp_path, capsys, command):
     path.write_text(json.dumps(DEFAULTS))
     assert cli.main([command[0], str(path), *command[1:]]) == 0
     assert "5,077,177,856" in capsys.readouterr().out
+
+
+@pytest.mark.live
+def test_the_tensor_parallel_plan_is_transformers_own(transformers):
+    # Gemma4TextConfig.base_model_tp_plan's colwise and rowwise entries; its q/k norms are replicated and the
+    # routed experts memmath/parallel.py splits by ep (as every MoE record)
+    plan = transformers.Gemma4TextConfig.base_model_tp_plan
+    expected = {k: v for k, v in plan.items() if v in ("colwise", "rowwise") and ".experts" not in k}
+    assert dict(ARCHITECTURES["gemma4_text"].tp_plan) == expected
