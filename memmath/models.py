@@ -136,6 +136,8 @@ class ModelShape:
     block_layouts: tuple = ()
     # Gemma 4's per-layer input embeddings: (rows, width per block) of embed_tokens_per_layer; None: none
     per_layer_input: tuple | None = None
+    # Gemma 3n's AltUp copies of the hidden state and LAuReL rank: (altup_num_inputs, laurel_rank); None: none
+    altup: tuple | None = None
 
     # ---- counts -----------------------------------------------------------------------------
     @property

@@ -31,9 +31,9 @@ def torch_tensors(shape: ModelShape) -> list[tuple]:
     """The shapes of model.parameters() in PyTorch's order, each tied tensor once."""
     groups = torch_groups(shape)
     # Gemma 4 registers its per-layer input embedding, projection and norm after the final norm
-    late = set(getattr(shape.architecture, "late_embeddings", ()))
-    early = [t for t in groups["embeddings"] if t[0] not in late]
-    after_norm = [t for t in groups["embeddings"] if t[0] in late]
+    late = tuple(getattr(shape.architecture, "late_embeddings", ()))
+    early = [t for t in groups["embeddings"] if not t[0].startswith(late)]
+    after_norm = [t for t in groups["embeddings"] if t[0].startswith(late)]
     return groups["vision"] + early + groups["blocks"] + groups["final_norm"] + after_norm + groups["head"]
 
 

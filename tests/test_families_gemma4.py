@@ -236,3 +236,92 @@ def test_the_tensor_parallel_plan_is_transformers_own(transformers):
     plan = transformers.Gemma4TextConfig.base_model_tp_plan
     expected = {k: v for k, v in plan.items() if v in ("colwise", "rowwise") and ".experts" not in k}
     assert dict(ARCHITECTURES["gemma4_text"].tp_plan) == expected
+
+
+# ---- 5. Gemma 3n's language model: Gemma 4's per-layer inputs and shared keys and values, AltUp and LAuReL --------
+GEMMA3N_DEFAULTS = CONFIG_CLASS_DEFAULTS["Gemma3nTextConfig"]
+# six blocks, 2 and 5 full; the last two share the keys and values of blocks 3 (sliding) and 2 (full)
+GEMMA3N = {"model_type": "gemma3n_text", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 6,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
+           "vocab_size_per_layer_input": 100, "hidden_size_per_layer_input": 8, "num_kv_shared_layers": 2,
+           "altup_num_inputs": 3, "laurel_rank": 8, "layer_types": [S, S, F, S, S, F], "sliding_window": 8}
+GEMMA3N_CONFIGS = {
+    "defaults": GEMMA3N_DEFAULTS, "small": GEMMA3N,
+    "widths-untied-one-copy": dict(GEMMA3N, intermediate_size=[96, 96, 128, 96, 64, 64], tie_word_embeddings=False,
+                                   num_kv_shared_layers=0, altup_num_inputs=1),
+}
+
+
+def _gemma3n(torch, transformers, config, device="meta"):
+    hf = transformers.AutoConfig.for_model("gemma3n_text", **{k: v for k, v in config.items() if k != "model_type"})
+    torch.manual_seed(0)
+    if device == "meta":
+        with torch.device("meta"):
+            return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+    return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.float32).eval()
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("name", sorted(GEMMA3N_CONFIGS))
+def test_gemma3n_is_built_as_transformers_builds_it_in_its_order(torch, transformers, name):
+    hf, model = _gemma3n(torch, transformers, GEMMA3N_CONFIGS[name])
+    assert_built_like_transformers(torch, model, GEMMA3N_CONFIGS[name])
+    assert [dims for _, dims in torch_tensors(mm.from_hf_config(GEMMA3N_CONFIGS[name]))] == [
+        tuple(p.shape) for p in model.parameters()]
+    # a saved config.json (intermediate_size a list of one a block) reads as the config it was saved from
+    assert mm.from_hf_config(hf.to_dict()).n_params == mm.from_hf_config(GEMMA3N_CONFIGS[name]).n_params
+
+
+def test_gemma3n_s_defaults_count_by_hand():
+    h, v, i, ple, n, r = 2048, 262400, 16384, 256, 4, 64
+    outside = (v * h + 262144 * 35 * ple + h * 35 * ple + ple + h  # embeddings, per-layer table, projection, norms
+               + 2 * (n - 1) * h * h)  # altup_projections and altup_unembed_projections
+    attention = h * 8 * 256 + 8 * 256 * h + 256  # q, o, q_norm
+    own_kv = 2 * h * 2 * 256 + 256  # k, v (2 heads of 256) and k_norm: the first 20 blocks
+    altup = h + n * n + n * n * n + n * h + h  # correct_output_scale, correction and prediction coefs, router, norm
+    laurel = 2 * h * r + h
+    per_block = attention + 3 * h * i + 4 * h + altup + laurel + 2 * h * ple + h
+    total = outside + 35 * per_block + 20 * own_kv
+    assert mm.from_hf_config(GEMMA3N_DEFAULTS).n_params == total == 6_835_235_568  # transformers' count (above)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("targets", sorted(PEFT_MODULES))
+def test_gemma3n_lora_adapters_are_peft_s(torch, transformers, peft, targets):
+    _, model = _gemma3n(torch, transformers, GEMMA3N)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=PEFT_MODULES[targets]))
+    theirs = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert mm.LoRA(rank=4, targets=tuple(targets.split("+"))).trainable_params(mm.from_hf_config(GEMMA3N)) == theirs
+
+
+@pytest.mark.live
+def test_gemma3n_s_cache_is_what_transformers_fills(torch, transformers):
+    hf, model = _gemma3n(torch, transformers, GEMMA3N, device="cpu")
+    cache = transformers.DynamicCache(config=hf)
+    ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)
+        for _ in range(3):
+            model(ids[:, :1], past_key_values=cache, use_cache=True)
+    shape = mm.from_hf_config(GEMMA3N)
+    assert _cache_bytes(torch, cache) == mm.kv_cache_bytes(shape, context_len=23, batch_size=2, kv_format="fp32")
+    # by hand: blocks 0, 1, 3 slide (8 tokens), block 2 is full (23), blocks 4-5 share; 2 x 2 heads x 16 x 4 B x 2
+    assert _cache_bytes(torch, cache) == 2 * 2 * 16 * 4 * 2 * (3 * 8 + 23)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"num_kv_shared_layers": 6}, "num_kv_shared_layers"),
+    ({"num_kv_shared_layers": 5}, "num_kv_shared_layers"),  # block 0 is sliding only: no full block to read
+    ({"intermediate_size": [96, 96]}, "intermediate_size"),
+    ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+])
+def test_gemma3n_refuses_what_it_cannot_model_by_field(changes, match):
+    with pytest.raises(ValueError, match=match):
+        mm.from_hf_config(dict(GEMMA3N, **changes))
+
+
+def test_gemma3n_s_all_linear_is_refused_and_the_wrapper_points_to_the_text_model():
+    with pytest.raises(ValueError, match="AltUp.*LAuReL"):
+        mm.LoRA(rank=4, targets="all").trainable_params(mm.from_hf_config(GEMMA3N))
+    assert "text_config alone reads as model_type gemma3n_text" in refusal("gemma3n")
+    assert refusal("gemma3n_text") is None and not ARCHITECTURES["gemma3n_text"].traced

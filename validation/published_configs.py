@@ -557,6 +557,12 @@ CONFIG_CLASS_DEFAULTS = {
     "Gemma4TextConfig": {"model_type": "gemma4_text", "hidden_size": 2304, "intermediate_size": 9216,
                          "num_hidden_layers": 30, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                          "vocab_size": 262144},
+    # Gemma3nTextConfig (configuration_gemma3n.py), gemma-3n-E4B's text model by its docstring: 35 blocks, every fifth
+    # full, the last 15 sharing keys and values, AltUp over 4 copies, LAuReL rank 64 (6,835,235,568 parameters as
+    # transformers 5.24 builds it)
+    "Gemma3nTextConfig": {"model_type": "gemma3n_text", "hidden_size": 2048, "intermediate_size": 16384,
+                          "num_hidden_layers": 35, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+                          "vocab_size": 262400},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

@@ -17,8 +17,9 @@ _GEMMA4 = ("with " + _PER_LAYER + " and full-attention layers of another head si
            "text_config alone reads as model_type gemma4_text, and a record of the towers in memmath/multimodal.py "
            "would make the whole model work")
 _GEMMA3N = ("with " + _PER_LAYER + ", AltUp (altup_num_inputs predicted copies of the hidden state), a LAuReL "
-            "low-rank residual (laurel_rank) and activation sparsity; a record of those layers, with per-layer "
-            "embeddings (its cache: memmath.states.NoCache for a shared layer), would make it work")
+            "low-rank residual (laurel_rank) and activation sparsity; the towers are not modelled, so the whole "
+            "model is refused; its text_config alone reads as model_type gemma3n_text, and a record of the towers in "
+            "memmath/multimodal.py would make the whole model work")
 # Qwen 3.5 (modeling_qwen3_5.py, modeling_qwen3_5_moe.py): the language models are recorded, the vision tower not
 _QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-attention blocks (config layer_types){}; "
             "the vision tower (Qwen3_5VisionModel) is not modelled, so the whole model is refused; its text_config "
@@ -34,7 +35,6 @@ REFUSED_MODEL_TYPES = {
     "gemma4": "Gemma 4 (Gemma4ForConditionalGeneration): a vision and an audio tower, and a language model " + _GEMMA4,
     "gemma3n": "Gemma 3n (Gemma3nForConditionalGeneration): a MobileNet vision and a conformer audio tower, and a "
                "language model " + _GEMMA3N,
-    "gemma3n_text": "The language model of Gemma 3n " + _GEMMA3N,
     "qwen3_5": "Qwen 3.5 (Qwen3_5ForConditionalGeneration): a vision tower, and a language model "
                + _QWEN3_5.format("", "qwen3_5_text"),
     "qwen3_5_moe": "Qwen 3.5 MoE (Qwen3_5MoeForConditionalGeneration): a vision tower, and a language model "
