@@ -325,3 +325,16 @@ def test_gemma3n_s_all_linear_is_refused_and_the_wrapper_points_to_the_text_mode
         mm.LoRA(rank=4, targets="all").trainable_params(mm.from_hf_config(GEMMA3N))
     assert "text_config alone reads as model_type gemma3n_text" in refusal("gemma3n")
     assert refusal("gemma3n_text") is None and not ARCHITECTURES["gemma3n_text"].traced
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("wrapper, config_class", [("gemma4", "Gemma4Config"), ("gemma3n", "Gemma3nConfig")])
+def test_the_wrapper_s_text_config_reads_alone_as_its_language_model(torch, transformers, wrapper, config_class):
+    # what the wrappers' refusals promise: the text_config a saved Gemma4Config / Gemma3nConfig holds reads as
+    # gemma4_text / gemma3n_text, counted as transformers builds that language model
+    text = getattr(transformers, config_class)().to_dict()["text_config"]
+    assert text["model_type"] == f"{wrapper}_text"
+    hf = transformers.AutoConfig.for_model(text["model_type"], **{k: v for k, v in text.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf)
+    assert mm.from_hf_config(text).n_params == sum(p.numel() for p in model.parameters())
