@@ -30,7 +30,7 @@ SHARDINGS = ("even", "fsdp2", "zero_redundancy")
 def torch_tensors(shape: ModelShape) -> list[tuple]:
     """The shapes of model.parameters() in PyTorch's order, each tied tensor once."""
     groups = torch_groups(shape)
-    # Gemma 4 registers its per-layer input embedding, projection and norm after the final norm
+    # Gemma 4 and 3n register their per-layer input embedding (and 3n its AltUp projections) after the final norm
     late = tuple(getattr(shape.architecture, "late_embeddings", ()))
     early = [t for t in groups["embeddings"] if not t[0].startswith(late)]
     after_norm = [t for t in groups["embeddings"] if t[0].startswith(late)]
