@@ -180,7 +180,8 @@ def _decoder_from_config(config, get, record, name):
         n_layers=layers, hidden_size=get("hidden_size"), n_heads=get("num_attention_heads"),
         n_kv_heads=get("num_key_value_heads", None) if "num_key_value_heads" in fields else None,
         head_dim=get("head_dim", None) if "head_dim" in fields else None,  # GPT-NeoX: h / a
-        intermediate_size=get(record.intermediate_field), vocab_size=get("vocab_size"),
+        # a record that reads per-block widths (Gemma 3n's intermediate_size list) gives the shape's own in its options
+        intermediate_size=options.get("intermediate_size") or get(record.intermediate_field), vocab_size=get("vocab_size"),
         tied_embeddings=get.flag("tie_word_embeddings", False),
         attention_bias=get.flag("attention_bias", False) if "attention_bias" in fields else False,
         mlp_bias=get.flag("mlp_bias", False) if "mlp_bias" in fields else False, name=name,

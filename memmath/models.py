@@ -135,6 +135,10 @@ class ModelShape:
     # ModelShape fields that differ there (DeepSeek-V3's first three blocks: a dense MLP, n_experts 0); () when every
     # block has one layout. layouts() gives each layout as a shape of its own.
     block_layouts: tuple = ()
+    # Gemma 4's and Gemma 3n's per-layer input embeddings: (rows, width per block) of embed_tokens_per_layer; None: none
+    per_layer_input: tuple | None = None
+    # Gemma 3n's AltUp copies of the hidden state and LAuReL rank: (altup_num_inputs, laurel_rank); None: none
+    altup: tuple | None = None
 
     # ---- counts -----------------------------------------------------------------------------
     @property

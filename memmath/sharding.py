@@ -30,7 +30,11 @@ SHARDINGS = ("even", "fsdp2", "zero_redundancy")
 def torch_tensors(shape: ModelShape) -> list[tuple]:
     """The shapes of model.parameters() in PyTorch's order, each tied tensor once."""
     groups = torch_groups(shape)
-    return groups["vision"] + groups["embeddings"] + groups["blocks"] + groups["final_norm"] + groups["head"]
+    # Gemma 4 and 3n register their per-layer input embedding (and 3n its AltUp projections) after the final norm
+    late = tuple(getattr(shape.architecture, "late_embeddings", ()))
+    early = [t for t in groups["embeddings"] if not t[0].startswith(late)]
+    after_norm = [t for t in groups["embeddings"] if t[0].startswith(late)]
+    return groups["vision"] + early + groups["blocks"] + groups["final_norm"] + after_norm + groups["head"]
 
 
 def torch_groups(shape: ModelShape) -> dict:

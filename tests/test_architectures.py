@@ -38,13 +38,17 @@ NOT_ATTRIBUTES = {
     # Nemotron-H: legacy kwargs NemotronHConfig.__post_init__ pops into use_conv_bias, n_groups and conv_kernel
     "mamba_conv_bias", "mamba_n_groups", "mamba_d_conv",
     "rotary_dim",  # MiniMax-M2: the released checkpoints' kwarg convert_rope_params_to_dict turns into the factor
+    "global_head_dim", "num_global_key_value_heads",  # Gemma 4: kwargs __post_init__ pops into per_layer_config
 }
 
 
 def _config(model_type):
     import transformers
 
-    return transformers.AutoConfig.for_model(model_type)
+    config = transformers.AutoConfig.for_model(model_type)
+    # Gemma 4's head_dim and num_key_value_heads vary by block: its config refuses a global read unless allowed
+    config.allow_global_per_layer_attribute_access = True
+    return config
 
 
 def _published(model_type):

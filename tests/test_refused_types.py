@@ -15,10 +15,10 @@ from memmath.architectures._refused import REFUSED_MODEL_TYPES, TRACED, refusal
 
 # Each type with words its reason must hold: the layout feature memmath lacks, as its modeling file names it.
 REASONS = {
-    "gemma4": "vision and an audio tower.*per-layer input embeddings.*num_kv_shared_layers.*global_head_dim",
-    "gemma4_text": "per-layer input embeddings.*num_kv_shared_layers",
-    "gemma3n": "per-layer input embeddings.*num_kv_shared_layers.*AltUp.*LAuReL",
-    "gemma3n_text": "per-layer input embeddings.*AltUp",
+    "gemma4": "vision and an audio tower.*per-layer input embeddings.*num_kv_shared_layers.*global_head_dim.*"
+              "text_config alone reads as model_type gemma4_text",
+    "gemma3n": "per-layer input embeddings.*num_kv_shared_layers.*AltUp.*LAuReL.*"
+               "text_config alone reads as model_type gemma3n_text",
     "qwen3_5": "gated DeltaNet linear-attention blocks beside gated full-attention blocks",
     "qwen3_5_moe": "gated DeltaNet.*mixture of experts",
     "llama4": "Llama 4: its vision model .* llama4_text",

@@ -707,6 +707,17 @@ CONFIG_CLASS_DEFAULTS = {
                           "q_lora_rank": 768, "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64,
                           "v_head_dim": 256, "vocab_size": 154880, "tie_word_embeddings": False,
                           "hidden_act": "silu", "max_position_embeddings": 202752, "torch_dtype": "bfloat16"},
+    # Gemma4TextConfig (configuration_gemma4.py): 30 blocks, every sixth full at global_head_dim 512, per-layer input
+    # embeddings 262,144 x 30 x 256 (5,077,177,856 parameters as transformers 5.24 builds it)
+    "Gemma4TextConfig": {"model_type": "gemma4_text", "hidden_size": 2304, "intermediate_size": 9216,
+                         "num_hidden_layers": 30, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                         "vocab_size": 262144},
+    # Gemma3nTextConfig (configuration_gemma3n.py), gemma-3n-E4B's text model by its docstring: 35 blocks, every fifth
+    # full, the last 15 sharing keys and values, AltUp over 4 copies, LAuReL rank 64 (6,835,235,568 parameters as
+    # transformers 5.24 builds it)
+    "Gemma3nTextConfig": {"model_type": "gemma3n_text", "hidden_size": 2048, "intermediate_size": 16384,
+                          "num_hidden_layers": 35, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+                          "vocab_size": 262400},
 }
 
 # ---- vision-language models (memmath/multimodal.py) ----------------------------------------------------------

@@ -11,13 +11,14 @@ _BLOCK_SHAPES = ("memmath has no record of these blocks yet; a record that names
 _PER_LAYER = ("per-layer input embeddings (embed_tokens_per_layer: vocab_size_per_layer_input rows of "
               "num_hidden_layers x hidden_size_per_layer_input, gated into each block), the last num_kv_shared_layers "
               "blocks reading the keys and values of an earlier block")
-_GEMMA4 = ("with " + _PER_LAYER + ", full-attention layers of another head size (global_head_dim) and, where "
-           "configured, keys equal to values (attention_k_eq_v), a mixture of experts beside the MLP "
-           "(enable_moe_block) and double-wide MLPs in the shared layers; a record with per-layer embeddings and "
-           "blocks of several layouts (their caches: memmath.states.NoCache for a shared layer) would make it work")
+_GEMMA4 = ("with " + _PER_LAYER + " and full-attention layers of another head size (global_head_dim); the "
+           "towers (Gemma4VisionModel, Gemma4AudioModel) are not modelled, so the whole model is refused; its "
+           "text_config alone reads as model_type gemma4_text, and a record of the towers in memmath/multimodal.py "
+           "would make the whole model work")
 _GEMMA3N = ("with " + _PER_LAYER + ", AltUp (altup_num_inputs predicted copies of the hidden state), a LAuReL "
-            "low-rank residual (laurel_rank) and activation sparsity; a record of those layers, with per-layer "
-            "embeddings (its cache: memmath.states.NoCache for a shared layer), would make it work")
+            "low-rank residual (laurel_rank) and activation sparsity; the towers are not modelled, so the whole "
+            "model is refused; its text_config alone reads as model_type gemma3n_text, and a record of the towers in "
+            "memmath/multimodal.py would make the whole model work")
 # Qwen 3.5 (modeling_qwen3_5.py, modeling_qwen3_5_moe.py): the language models are recorded, the vision tower not
 _QWEN3_5 = ("with gated DeltaNet linear-attention blocks beside gated full-attention blocks (config layer_types){}; "
             "the vision tower (Qwen3_5VisionModel) is not modelled, so the whole model is refused; its text_config "
@@ -28,10 +29,8 @@ _MOE_MLP = ", the MLP of each a mixture of experts with a gated shared expert"
 REFUSED_MODEL_TYPES = {
     # ---- this year's releases (transformers 5.24 modeling_<type>.py), each with what memmath lacks ----------------
     "gemma4": "Gemma 4 (Gemma4ForConditionalGeneration): a vision and an audio tower, and a language model " + _GEMMA4,
-    "gemma4_text": "The language model of Gemma 4 " + _GEMMA4,
     "gemma3n": "Gemma 3n (Gemma3nForConditionalGeneration): a MobileNet vision and a conformer audio tower, and a "
                "language model " + _GEMMA3N,
-    "gemma3n_text": "The language model of Gemma 3n " + _GEMMA3N,
     "qwen3_5": "Qwen 3.5 (Qwen3_5ForConditionalGeneration): a vision tower, and a language model "
                + _QWEN3_5.format("", "qwen3_5_text"),
     "qwen3_5_moe": "Qwen 3.5 MoE (Qwen3_5MoeForConditionalGeneration): a vision tower, and a language model "

@@ -80,6 +80,9 @@ class Architecture:
     embedding_dropout: bool = False  # GPT-NeoX's emb_dropout
     final_norm: str = "rms"  # one of FINAL_NORMS
     final_norm_module: str = "norm"  # the final norm's module name
+    # the names (or their beginnings) of embedding-group tensors registered after the final norm (Gemma 4's and
+    # Gemma 3n's per-layer embeddings, Gemma 3n's AltUp projections)
+    late_embeddings: tuple = ()
     classifier: str = "pooler"  # BERT-style encoders: "pooler" (pooler + classifier) or "classification_head"
     rotary_per_layer_type: bool = False  # Gemma 3 computes one rotary cos/sin pair per layer type
     rotary_tables_fp32: bool = False  # OLMo 3: its pairs stay fp32 (Olmo3RotaryEmbedding does not cast)

@@ -1,0 +1,264 @@
+"""Gemma 4's language model (transformers 5.24 configuration_gemma4.py Gemma4TextConfig, modeling_gemma4.py
+Gemma4ForCausalLM), Gemma 3's sandwich-normed blocks with q/k norms and a scaled embedding, and:
+
+- sliding and full-attention layers of different shapes: a full layer's head size is global_head_dim (512 by
+  default) and, with attention_k_eq_v, its key/value heads num_global_key_value_heads (Gemma4TextConfig's
+  per_layer_config, written out in a saved config.json), each a block layout (ModelShape.block_layouts);
+- attention_k_eq_v: a full layer has no v_proj (its values are its keys, block_kind "k_eq_v");
+- the last num_kv_shared_layers blocks read the keys and values of the last earlier block of their layer type
+  (Gemma4TextConfig.kv_sharing_modes "reuse"): no k_proj, v_proj or k_norm, no cache (block_kind "kv_shared"),
+  and with use_double_wide_mlp an MLP twice intermediate_size wide;
+- per-layer input embeddings (hidden_size_per_layer_input > 0): embed_tokens_per_layer, vocab_size_per_layer_input
+  rows of num_hidden_layers x hidden_size_per_layer_input, per_layer_model_projection (h -> layers x width) and
+  per_layer_projection_norm, registered after the final norm; in each block per_layer_input_gate (h -> width),
+  per_layer_projection (width -> h) and post_per_layer_input_norm. They are weights, not cache;
+- enable_moe_block: in every block, beside the MLP, a router (scale h, per_expert_scale E, proj E x h), routed
+  experts as two 3-D Parameters (E x 2I x h, E x h x I) and three more norms;
+- v_norm and the router's norm have no scale (no parameters); layer_scalar is a buffer.
+
+The cache: sliding layers keep the window, full layers every token, shared layers none (cache_utils.py gives a
+"reuse" layer a dummy layer). Activations: the forward pass is not traced (its per-layer inputs, shared keys and
+values and the MoE beside the MLP have no trace steps yet): traced=False (activations='textbook').
+Serving's prefill working set: the plain estimate."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from .. import validate
+from . import _decoder
+from ._parts import ParamTensor, linear, norm
+from .gemma2 import GEMMA_FIELDS, softcap
+from .record import QK_NORM, Architecture, decoder_fields, full_every
+
+K_EQ_V, KV_SHARED = "k_eq_v", "kv_shared"
+LAYER_TYPES = ("sliding_attention", "full_attention")
+# the embedding-group tensors Gemma4TextModel registers after its final norm
+PER_LAYER_TENSORS = ("embed_tokens_per_layer", "per_layer_model_projection.weight",
+                     "per_layer_projection_norm.weight")
+
+
+def layer_types(config, layers) -> list:
+    """Gemma4TextConfig.__post_init__: layer_types as given, else every sixth block full; the last block is forced
+    to full attention either way."""
+    given = config.get("layer_types")
+    if given is None:
+        given = list(full_every(6, layers))
+    if not isinstance(given, list) or len(given) != layers or any(t not in LAYER_TYPES for t in given):
+        raise ValueError(f"config field 'layer_types' must list one of {', '.join(LAYER_TYPES)} per block "
+                         f"({layers}); got {validate.describe(given)}")
+    return given[:-1] + ["full_attention"]
+
+
+def sharing_modes(types, shared) -> list:
+    """Gemma4TextConfig.kv_sharing_modes: "reuse" for the last `shared` blocks, "store" for the last earlier block
+    of each layer type, else None; refused, as transformers refuses it, when a shared block's type has no earlier
+    block."""
+    layers = len(types)
+    if shared == layers:
+        return ["reuse"] * layers
+    first = layers - shared
+    if set(types[:first]) != set(types):
+        raise ValueError(f"config field 'num_kv_shared_layers' {shared} leaves no earlier block of every layer type "
+                         "the shared blocks read (transformers refuses it too); lower it or change layer_types")
+    modes = [None if i < first else "reuse" for i in range(layers)]
+    for kind in set(types):
+        modes[max(i for i in range(first) if types[i] == kind)] = "store"
+    return modes
+
+
+def full_layer_overrides(config, get, types) -> dict:
+    """{block: (head_dim, kv heads)} of the blocks whose attention differs from the config's own: per_layer_config
+    as a saved config.json writes it, else Gemma4TextConfig.__post_init__'s rule (every full block at
+    global_head_dim, and at num_global_key_value_heads when attention_k_eq_v)."""
+    layers = len(types)
+    given = config.get("per_layer_config")
+    base = (get("head_dim"), get("num_key_value_heads"))
+    if given is None:
+        heads = get("num_global_key_value_heads", None) if get.flag("attention_k_eq_v", False) else None
+        full = (get("global_head_dim", 512), heads or base[1])
+        return {i: full for i, t in enumerate(types) if t == "full_attention"}
+    if not isinstance(given, dict):
+        raise ValueError(f"config field 'per_layer_config' must map block indices to head_dim and "
+                         f"num_key_value_heads; got {validate.describe(given)}")
+    overrides = {}
+    for key, fields in given.items():
+        index = int(key) if isinstance(key, (int, str)) and str(key).isdigit() else None
+        if index is None or index >= layers or not isinstance(fields, dict) or set(fields) - {"head_dim",
+                                                                                               "num_key_value_heads"}:
+            raise ValueError(f"config field 'per_layer_config' must map block indices (0 to {layers - 1}) to "
+                             f"head_dim and num_key_value_heads only; got {validate.describe(key)}: "
+                             f"{validate.describe(fields)}")
+        overrides[index] = tuple(validate.count(f"config field 'per_layer_config' {key} {name}",
+                                                fields.get(name, default))
+                                 for name, default in (("head_dim", base[0]), ("num_key_value_heads", base[1])))
+    return overrides
+
+
+def read_options(config, get):
+    bidirectional = config.get("use_bidirectional_attention")
+    if bidirectional not in (None, "vision"):
+        raise ValueError(f"config field 'use_bidirectional_attention' is {validate.describe(bidirectional)}; memmath "
+                         "models Gemma 4 as a causal model only (null, or 'vision', which changes nothing in a text "
+                         "model)")
+    layers = get("num_hidden_layers")
+    types = layer_types(config, layers)
+    shared = get("num_kv_shared_layers", 0, low=0)
+    if shared > layers:
+        raise ValueError(f"config field 'num_kv_shared_layers' must be from 0 to num_hidden_layers ({layers}); "
+                         f"got {shared}")
+    modes = sharing_modes(types, shared)
+    overrides = full_layer_overrides(config, get, types)
+    k_eq_v, double = get.flag("attention_k_eq_v", False), get.flag("use_double_wide_mlp", False)
+    width = get("intermediate_size")
+    per_block = []
+    for i in range(layers):
+        changes = ()
+        if i in overrides:
+            changes += (("head_dim", overrides[i][0]), ("n_kv_heads", overrides[i][1]))
+        if modes[i] == "reuse":
+            changes += (("block_kind", KV_SHARED),) + ((("intermediate_size", 2 * width),) if double else ())
+        elif k_eq_v and types[i] == "full_attention":
+            changes += (("block_kind", K_EQ_V),)
+        per_block.append(changes)
+    layouts = {}
+    for i, changes in enumerate(per_block):
+        if changes:
+            layouts.setdefault(changes, []).append(i)
+    options = {"qk_norm": "head", "norm_layout": "sandwich",
+               "final_softcap": softcap(config, "final_logit_softcapping", None),
+               "sliding_window": get("sliding_window", 512), "layer_types": tuple(types),
+               "block_layouts": tuple((tuple(blocks), changes) for changes, blocks in layouts.items())}
+    per_layer = get("hidden_size_per_layer_input", 256, low=0)
+    if per_layer:
+        options["per_layer_input"] = (get("vocab_size_per_layer_input", 262144), per_layer)
+    if get.flag("enable_moe_block", False):
+        options.update(n_experts=get("num_experts"), experts_per_tok=get("top_k_experts"),
+                       expert_intermediate_size=get("moe_intermediate_size"))
+        if options["experts_per_tok"] > options["n_experts"]:
+            raise ValueError(f"config field 'top_k_experts' ({options['experts_per_tok']}) must be at most "
+                             f"num_experts ({options['n_experts']})")
+    return options
+
+
+def attention_tensors(m) -> list:
+    """Gemma4TextAttention in parameters() order: q_proj, q_norm, then (not in a shared block) k_norm, k_proj and
+    v_proj (none with attention_k_eq_v), then o_proj; v_norm has no scale."""
+    h, a, kv, d, ab = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.attention_bias
+    tensors = linear("self_attn.q_proj", "attention", h, a * d, ab) + norm("self_attn.q_norm", d, False)
+    if m.block_kind != KV_SHARED:
+        tensors += norm("self_attn.k_norm", d, False) + linear("self_attn.k_proj", "attention", h, kv * d, ab)
+        if m.block_kind != K_EQ_V:
+            tensors += linear("self_attn.v_proj", "attention", h, kv * d, ab)
+    return tensors + linear("self_attn.o_proj", "attention", a * d, h, ab)
+
+
+def tensors(m, group: str) -> list:
+    """Gemma4ForCausalLM's tensors: the embeddings (and the per-layer embedding, its projection and norm), a
+    block in Gemma4TextDecoderLayer's parameters() order, the final norm, the head."""
+    h = m.hidden_size
+    if group == "embeddings":
+        out = [ParamTensor(m.architecture.embedding, "embeddings", (m.vocab_size, h))]
+        if m.per_layer_input:
+            rows, width = m.per_layer_input
+            out += [ParamTensor(PER_LAYER_TENSORS[0], "embeddings", (rows, m.n_layers * width))]
+            out += linear("per_layer_model_projection", "embeddings", h, m.n_layers * width, False)
+            out += norm("per_layer_projection_norm", width, False)
+        return out
+    if group != "layer":
+        return _decoder.tensors(m, group)
+    inner = m.intermediate_size
+    out = (attention_tensors(m) + linear("mlp.gate_proj", "mlp", h, inner, False)
+           + linear("mlp.up_proj", "mlp", h, inner, False) + linear("mlp.down_proj", "mlp", inner, h, False))
+    for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                 "post_feedforward_layernorm"):
+        out += norm(name, h, False)
+    if m.per_layer_input:
+        width = m.per_layer_input[1]
+        out += (linear("per_layer_input_gate", "mlp", h, width, False)
+                + linear("per_layer_projection", "mlp", width, h, False) + norm("post_per_layer_input_norm", h, False))
+    if m.n_experts:
+        e, ei = m.n_experts, m.expert_intermediate_size
+        out += [ParamTensor("router.scale", "mlp", (h,)), ParamTensor("router.per_expert_scale", "mlp", (e,))]
+        out += linear("router.proj", "mlp", h, e, False)
+        out += [ParamTensor("experts.gate_up_proj", "mlp", (e, 2 * ei, h)),
+                ParamTensor("experts.down_proj", "mlp", (e, h, ei))]
+        for name in ("post_feedforward_layernorm_1", "post_feedforward_layernorm_2", "pre_feedforward_layernorm_2"):
+            out += norm(name, h, False)
+    return out
+
+
+def lora_table(m) -> dict:
+    """peft 0.21's names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj as nn.Linear in every block
+    that has them): a shared block has no k_proj or v_proj, a k_eq_v block no v_proj. The router (router.proj) and
+    the routed experts (3-D Parameters that peft does not convert for gemma4) are not counted."""
+    h, a, kv, d, inner = m.hidden_size, m.n_heads, m.n_kv_heads, m.head_dim, m.intermediate_size
+    table = {"q": ("q_proj", h, a * d), "k": ("k_proj", h, kv * d), "v": ("v_proj", h, kv * d),
+             "o": ("o_proj", a * d, h), "gate": ("gate_proj", h, inner), "up": ("up_proj", h, inner),
+             "down": ("down_proj", inner, h),
+             "shared_gate": "Gemma 4 has no shared expert"}
+    moe = ("memmath does not count LoRA on Gemma 4's router (router.proj) or routed experts yet"
+           if m.n_experts else "a Gemma 4 block without enable_moe_block has no router or routed experts")
+    table.update(router=moe, experts=moe)
+    if m.block_kind == KV_SHARED:
+        why = "a block sharing an earlier block's keys and values (num_kv_shared_layers) has no k_proj or v_proj"
+        table.update(k=why, v=why)
+    elif m.block_kind == K_EQ_V:
+        table["v"] = "a full-attention block with attention_k_eq_v has no v_proj (its values are its keys)"
+    return table
+
+
+def all_linear_refusal(m) -> str:
+    """peft's all-linear also adapts the per-layer input linears (and per_layer_model_projection outside the blocks)
+    and the router's proj, which memmath's target names do not cover."""
+    if not (m.per_layer_input or m.n_experts):
+        return ""
+    return ("peft's all-linear also adapts per_layer_input_gate, per_layer_projection and per_layer_model_projection "
+            "(per-layer input embeddings) and router.proj (enable_moe_block), which memmath does not count yet; name "
+            "the targets (q, k, v, o, gate, up, down)")
+
+
+def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
+    """Keys and values of every block that is not shared (a shared block's cache layer is a dummy one), each at its
+    own layout's kv heads and head size: a sliding block's window, a full block's every token."""
+    values = 0
+    windows = shape.attention_windows
+    for layout, blocks in shape.layouts():
+        if layout.block_kind == KV_SHARED:
+            continue
+        for i in blocks:
+            window = windows[i]
+            tokens = context_len if window is None or after_prefill else _decoder.smaller(context_len, window)
+            values = values + 2 * layout.n_kv_heads * layout.head_dim * tokens * batch_size
+    return values
+
+
+ARCHITECTURE = Architecture(
+    model_type="gemma4_text", family="llama", title="Gemma 4 (text)",
+    source="configuration_gemma4.py, modeling_gemma4.py",
+    fields=decoder_fields({**{k: v for k, v in GEMMA_FIELDS.items()
+                              if k not in ("attn_logit_softcapping", "query_pre_attn_scalar")}, **QK_NORM,
+                           "use_bidirectional_attention": "refused unless null or 'vision'",
+                           "global_head_dim": "a full-attention block's head size (default 512)",
+                           "num_global_key_value_heads": "a full-attention block's key/value heads with "
+                                                         "attention_k_eq_v",
+                           "per_layer_config": "per block head_dim and num_key_value_heads (a saved config.json)",
+                           "attention_k_eq_v": "full-attention blocks without v_proj",
+                           "num_kv_shared_layers": "the last blocks, without k/v projections or cache",
+                           "use_double_wide_mlp": "a shared block's MLP twice intermediate_size",
+                           "hidden_size_per_layer_input": "per-layer input embedding width (0: none)",
+                           "vocab_size_per_layer_input": "per-layer input embedding rows",
+                           "enable_moe_block": "a mixture of experts beside every block's MLP",
+                           "num_experts": "routed experts", "top_k_experts": "experts per token",
+                           "moe_intermediate_size": "one expert's width"},
+                          drop=("hidden_act",)),
+    defaults={"vocab_size": 262144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
+              "sliding_window": 512},
+    activation_field="hidden_activation", activations=("gelu_pytorch_tanh",),
+    read_options=read_options, tensors=tensors, lora_modules=lora_table, norms_last=False,
+    late_embeddings=PER_LAYER_TENSORS,
+    all_linear_refusal=all_linear_refusal, not_all_linear=("router", "experts"), kv_cache_values=kv_cache_values,
+    prefill_phases=None, scaled_embedding=True, rotary_per_layer_type=True, both_masks_always=True,
+    traced=False,  # per-layer inputs, shared keys and values, the MoE beside the MLP: no trace (activations='textbook')
+)
