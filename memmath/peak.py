@@ -27,7 +27,8 @@ Backward
     entering the last block: the saved tensors but the head's and the loss's, the head side's
     gradients (final norm, head, a tied embedding) and the block's backward working set
     W = t*h*e + 2*t*I*e (the gradient arriving at the block and two MLP-wide gradients; three
-    for GPT-2's gelu_new, a chain of plain ops)
+    for GPT-2's gelu_new, a chain of plain ops); a MoE block's W is its experts' moments
+    (architectures/_moe.backward_phase: the routed experts' unsort, 3 x t x k x h, or their SwiGLU)
     in the first block (when two or more blocks store): the embeddings' saved tensors, the first
     block's (with checkpointing: its input and the block recomputed), every gradient but the
     untied embeddings' and the first block's own, and W
@@ -88,6 +89,7 @@ from dataclasses import dataclass, replace
 from .arrays import is_ndarray, np
 
 from . import preference, validate
+from .architectures import _moe
 from .hf_activations import activation_parts, scalar_methods
 from .methods import Adapters, Freeze, Full, LoRA, QLoRA
 from .loss import backward_at_loss
@@ -324,16 +326,26 @@ def _backward_working_set(run: Run, method, t, e):
     """The block's backward working set: the gradient arriving at it and the MLP-wide gradients alive at once
     (GPT-2's gelu_new, a chain of plain ops, holds three; GELU and SwiGLU two), and what LoRA adds to it."""
     if run.model.mixed:  # blocks of several layouts: the largest of their working sets
-        return max(_block_backward_working_set(layout, run.recipe, method, t, e, present_only=True)
-                   for layout, _ in run.model.layouts())
-    return _block_backward_working_set(run.model, run.recipe, method, t, e)
+        layouts = run.model.layouts()
+        trained = method.layers_trained(run.model) if isinstance(method, Freeze) else None
+        if trained is not None and not is_ndarray(trained):  # the moments it prices are the last and first trained
+            # blocks' (a frozen MoE block's unsort is not in them: measured, test_block_layouts' QWEN2_MIXED)
+            first = run.model.n_layers - int(trained)
+            layouts = [(layout, blocks) for layout, blocks in layouts if max(blocks) >= first] or layouts
+        return max(_block_backward_working_set(layout, run.recipe, method, t, e, run.checkpointing, present_only=True)
+                   for layout, _ in layouts)
+    return _block_backward_working_set(run.model, run.recipe, method, t, e, run.checkpointing)
 
 
-def _block_backward_working_set(shape, recipe, method, t, e, present_only=False):
+def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False, present_only=False):
     """_backward_working_set of one block layout (present_only: LoRA targets the block lacks adapt nothing)."""
     h = shape.hidden_size
     record = shape.architecture
     work = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * shape.intermediate_size * e
+    if shape.n_experts and record is not None and record.traced:  # a MoE block: its experts' moments (3 x t x k x h
+        # at the unsort, measured), not a dense width's (intermediate_size is its dense blocks')
+        work = t * h * e + _moe.backward_phase(shape, t, e, not isinstance(method, (LoRA, Adapters)),
+                                               recipe.grad_bits // 8, checkpointing)
     # LoRA on routed experts (peft's ParamWrapper): the MoE block's backward starts at down_proj's grouped_mm,
     # which gives its weight W + BA a gradient the size of the whole E x h x I tensor, while everything is
     # still saved (written before the MoE LoRA cases were measured: validation/moe_lora.py).
