@@ -32,6 +32,9 @@ Backward
     in the first block (when two or more blocks store): the embeddings' saved tensors, the first
     block's (with checkpointing: its input and the block recomputed), every gradient but the
     untied embeddings' and the first block's own, and W
+    in the first block of a later layout (checkpointing, blocks of several layouts, e.g. a dense first
+    block before MoE blocks): the block inputs up to it, its recomputation, the gradients of the blocks
+    after it and its layout's W; the first block's moment then takes its own layout's W
     recomputing a block (checkpointing): the kept block inputs, the gradients so far and the
     block's forward run again at its fullest, for the last and for the first block
     at the embeddings: every gradient, plus a temporary V*h*e when the embedding is tied to the
@@ -337,6 +340,25 @@ def _backward_working_set(run: Run, method, t, e):
     return _block_backward_working_set(run.model, run.recipe, method, t, e, run.checkpointing)
 
 
+def _trained_layouts(run: Run, method) -> tuple:
+    """(layout, its first trained block) for each block layout with a trained block, by that block (the first is the
+    first trained block's); () where Freeze's trained count is an array."""
+    trained = method.layers_trained(run.model) if isinstance(method, Freeze) else run.model.n_layers
+    if is_ndarray(trained):
+        return ()
+    first = run.model.n_layers - int(trained)
+    found = [(layout, min(i for i in blocks if i >= first)) for layout, blocks in run.model.layouts()
+             if max(blocks) >= first]
+    return tuple(sorted(found, key=lambda pair: pair[1]))
+
+
+def _one_block_gradients(layout, method, recipe):
+    """Gradient bytes of one trained block of `layout` (its weights, or its adapters)."""
+    if isinstance(method, (LoRA, Adapters)):
+        return sum(_block_tensor_bytes(layout, method, recipe, present_only=True))
+    return _bits_bytes(layout.params_per_layer, recipe.grad_bits)
+
+
 def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False, present_only=False):
     """_backward_working_set of one block layout (present_only: LoRA targets the block lacks adapt nothing)."""
     h = shape.hidden_size
@@ -461,10 +483,26 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
     storing = parts.estimate.layers_storing
     two = storing > 1 if is_ndarray(storing) else int(storing > 1)
     later_grads = grads - s.g_embed + s.tied_embed - s.g_block  # every gradient but the embeddings' and the block's
+    layouts = _trained_layouts(s.run, s.method) if s.run.checkpointing and s.run.model.mixed else ()
+    if layouts:  # the first block's own layout's working set; each later layout's first block is a moment below
+        work_bwd = _block_backward_working_set(layouts[0][0], s.run.recipe, s.method, t, e, True, present_only=True)
     moments.add("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
                 (s.embeddings_alloc + first + later_grads + work_bwd) * two,
                 saved=(s.embeddings_alloc + first) * two, gradients=later_grads * two,
                 unset=(s.g_embed + s.g_block) * two)
+    for layout, block in layouts[1:]:
+        # a later layout's first trained block (checkpointing): every block input up to it, its recomputation (the
+        # largest layout's), the gradients of the blocks after it and its own working set (measured: a GLM-4.5 with
+        # a dense first block peaks in its first MoE block's unsort, before that block's gradients exist)
+        earlier = sum(_one_block_gradients(s.run.model.block_layout(i), s.method, s.run.recipe)
+                      for i in range(layouts[0][1] + 1, block + 1))
+        inputs = (block - layouts[0][1] + 1) * e * t * h
+        moments.add("backward", "in the first block of a later layout: the block inputs, its recomputation, later "
+                    "gradients",
+                    s.embeddings_alloc + inputs + parts.tables + parts.recompute + later_grads - earlier
+                    + _block_backward_working_set(layout, s.run.recipe, s.method, t, e, True, present_only=True),
+                    saved=s.embeddings_alloc + inputs + parts.tables + parts.recompute,
+                    gradients=later_grads - earlier, unset=s.g_embed + s.g_block + earlier)
     if s.run.checkpointing:
         # Recomputing a block: its forward runs again (saving), over every block input still kept.
         moments.add("backward", "recomputing the last block: every block input, head-side gradients",

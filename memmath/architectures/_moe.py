@@ -287,8 +287,9 @@ def backward_phase(shape, t, e, trains_experts: bool, grad_elem: int, checkpoint
     - SwiGLU's: the down projection's input gradient and the product's two S x I, less the S x h down output the
       routing product had saved (3 x S x I - S x h, measured 2.48 to 2.73 S x I); with trained experts down_proj's
       E x h x I gradient exists by then and its saved S x I input is gone;
-    - with trained experts, down_proj's grouped_mm backward: its gradient, its S x I input gradient and the larger of
-      2 S x h and S x I (measured to 2 KiB);
+    - with trained experts, down_proj's grouped_mm backward (its E x h x I gradient and its S x I input gradient) and
+      gate_up_proj's (every routed expert's gradient made, their saved S x 2I, S x I and S x I gone and the S x 2I
+      gradient made: 3 x E x h x I gradients less 2 x S x I; measured to 8 x S bytes, the inverse permutation gone);
     - shared experts after the routed ones (GLM-4.5, DeepSeek: their backward runs first): their own SwiGLU moment
       (three t x shared-width gradients), then, while the routed experts run, the t x h gradient they gave the
       input, their saved tensors gone (three t x shared-width, four when trained) and their gradients made; a gated
@@ -302,7 +303,7 @@ def backward_phase(shape, t, e, trains_experts: bool, grad_elem: int, checkpoint
     if trains_experts:
         down_grad = experts * h * width * grad_elem
         routed = larger(larger(unsort, swiglu + down_grad - e * rows * width),
-                        down_grad + e * rows * width + larger(2 * e * rows * h, e * rows * width))
+                        larger(down_grad + e * rows * width, 3 * down_grad - 2 * e * rows * width))
     si = shape.shared_expert_intermediate_size
     if not si:
         return routed
