@@ -27,10 +27,14 @@ Backward
     entering the last block: the saved tensors but the head's and the loss's, the head side's
     gradients (final norm, head, a tied embedding) and the block's backward working set
     W = t*h*e + 2*t*I*e (the gradient arriving at the block and two MLP-wide gradients; three
-    for GPT-2's gelu_new, a chain of plain ops)
+    for GPT-2's gelu_new, a chain of plain ops); a MoE block's W is its experts' moments
+    (architectures/_moe.backward_phase: the routed experts' unsort, 3 x t x k x h, or their SwiGLU)
     in the first block (when two or more blocks store): the embeddings' saved tensors, the first
     block's (with checkpointing: its input and the block recomputed), every gradient but the
     untied embeddings' and the first block's own, and W
+    in the first block of a later layout (checkpointing, blocks of several layouts, e.g. a dense first
+    block before MoE blocks): the block inputs up to it, its recomputation, the gradients of the blocks
+    after it and its layout's W; the first block's moment then takes its own layout's W
     recomputing a block (checkpointing): the kept block inputs, the gradients so far and the
     block's forward run again at its fullest, for the last and for the first block
     at the embeddings: every gradient, plus a temporary V*h*e when the embedding is tied to the
@@ -88,6 +92,7 @@ from dataclasses import dataclass, replace
 from .arrays import is_ndarray, np
 
 from . import preference, validate
+from .architectures import _moe
 from .hf_activations import activation_parts, scalar_methods
 from .methods import Adapters, Freeze, Full, LoRA, QLoRA
 from .loss import backward_at_loss
@@ -324,16 +329,45 @@ def _backward_working_set(run: Run, method, t, e):
     """The block's backward working set: the gradient arriving at it and the MLP-wide gradients alive at once
     (GPT-2's gelu_new, a chain of plain ops, holds three; GELU and SwiGLU two), and what LoRA adds to it."""
     if run.model.mixed:  # blocks of several layouts: the largest of their working sets
-        return max(_block_backward_working_set(layout, run.recipe, method, t, e, present_only=True)
-                   for layout, _ in run.model.layouts())
-    return _block_backward_working_set(run.model, run.recipe, method, t, e)
+        layouts = run.model.layouts()
+        trained = method.layers_trained(run.model) if isinstance(method, Freeze) else None
+        if trained is not None and not is_ndarray(trained):  # the moments it prices are the last and first trained
+            # blocks' (a frozen MoE block's unsort is not in them: measured, test_block_layouts' QWEN2_MIXED)
+            first = run.model.n_layers - int(trained)
+            layouts = [(layout, blocks) for layout, blocks in layouts if max(blocks) >= first] or layouts
+        return max(_block_backward_working_set(layout, run.recipe, method, t, e, run.checkpointing, present_only=True)
+                   for layout, _ in layouts)
+    return _block_backward_working_set(run.model, run.recipe, method, t, e, run.checkpointing)
 
 
-def _block_backward_working_set(shape, recipe, method, t, e, present_only=False):
+def _trained_layouts(run: Run, method) -> tuple:
+    """(layout, its first trained block) for each block layout with a trained block, by that block (the first is the
+    first trained block's); () where Freeze's trained count is an array."""
+    trained = method.layers_trained(run.model) if isinstance(method, Freeze) else run.model.n_layers
+    if is_ndarray(trained):
+        return ()
+    first = run.model.n_layers - int(trained)
+    found = [(layout, min(i for i in blocks if i >= first)) for layout, blocks in run.model.layouts()
+             if max(blocks) >= first]
+    return tuple(sorted(found, key=lambda pair: pair[1]))
+
+
+def _one_block_gradients(layout, method, recipe):
+    """Gradient bytes of one trained block of `layout` (its weights, or its adapters)."""
+    if isinstance(method, (LoRA, Adapters)):
+        return sum(_block_tensor_bytes(layout, method, recipe, present_only=True))
+    return _bits_bytes(layout.params_per_layer, recipe.grad_bits)
+
+
+def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False, present_only=False):
     """_backward_working_set of one block layout (present_only: LoRA targets the block lacks adapt nothing)."""
     h = shape.hidden_size
     record = shape.architecture
     work = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * shape.intermediate_size * e
+    if shape.n_experts and record is not None and record.traced:  # a MoE block: its experts' moments (3 x t x k x h
+        # at the unsort, measured), not a dense width's (intermediate_size is its dense blocks')
+        work = t * h * e + _moe.backward_phase(shape, t, e, not isinstance(method, (LoRA, Adapters)),
+                                               recipe.grad_bits // 8, checkpointing)
     # LoRA on routed experts (peft's ParamWrapper): the MoE block's backward starts at down_proj's grouped_mm,
     # which gives its weight W + BA a gradient the size of the whole E x h x I tensor, while everything is
     # still saved (written before the MoE LoRA cases were measured: validation/moe_lora.py).
@@ -449,10 +483,26 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
     storing = parts.estimate.layers_storing
     two = storing > 1 if is_ndarray(storing) else int(storing > 1)
     later_grads = grads - s.g_embed + s.tied_embed - s.g_block  # every gradient but the embeddings' and the block's
+    layouts = _trained_layouts(s.run, s.method) if s.run.checkpointing and s.run.model.mixed else ()
+    if layouts:  # the first block's own layout's working set; each later layout's first block is a moment below
+        work_bwd = _block_backward_working_set(layouts[0][0], s.run.recipe, s.method, t, e, True, present_only=True)
     moments.add("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
                 (s.embeddings_alloc + first + later_grads + work_bwd) * two,
                 saved=(s.embeddings_alloc + first) * two, gradients=later_grads * two,
                 unset=(s.g_embed + s.g_block) * two)
+    for layout, block in layouts[1:]:
+        # a later layout's first trained block (checkpointing): every block input up to it, its recomputation (the
+        # largest layout's), the gradients of the blocks after it and its own working set (measured: a GLM-4.5 with
+        # a dense first block peaks in its first MoE block's unsort, before that block's gradients exist)
+        earlier = sum(_one_block_gradients(s.run.model.block_layout(i), s.method, s.run.recipe)
+                      for i in range(layouts[0][1] + 1, block + 1))
+        inputs = (block - layouts[0][1] + 1) * e * t * h
+        moments.add("backward", "in the first block of a later layout: the block inputs, its recomputation, later "
+                    "gradients",
+                    s.embeddings_alloc + inputs + parts.tables + parts.recompute + later_grads - earlier
+                    + _block_backward_working_set(layout, s.run.recipe, s.method, t, e, True, present_only=True),
+                    saved=s.embeddings_alloc + inputs + parts.tables + parts.recompute,
+                    gradients=later_grads - earlier, unset=s.g_embed + s.g_block + earlier)
     if s.run.checkpointing:
         # Recomputing a block: its forward runs again (saving), over every block input still kept.
         moments.add("backward", "recomputing the last block: every block input, head-side gradients",

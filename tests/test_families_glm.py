@@ -340,15 +340,69 @@ def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transfor
 @pytest.mark.parametrize("name", sorted(STEPPED))
 def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft, name, method, precision):
     """With gradient checkpointing (transformers' non-reentrant default) the recomputed block's backward is peak.py's
-    working set: within 5%, as the other families' checkpointed steps. Not yet where a MoE block's shape keeps a wide
-    dense intermediate_size that its blocks never use: peak.py prices the recomputed block's MLP gradients at
-    intermediate_size (200 in moe-wider, whose experts are 40 wide), 6.2% and 7.1% over the measured LoRA peaks."""
+    working set: within 5%, as the other families' checkpointed steps. These 20 cases were measured before the MoE
+    block's moments were fitted to them, so they are not held out: moe-wider was 3.1% (full fp32) to 7.1% (LoRA bf16)
+    under its measured peak while peak.py priced a MoE block's backward at a dense intermediate_size and freed the
+    routed experts' gathered input after its grouped_mm; the routed experts' unsort (3 x t x k x h in the routing
+    weights' dtype) and that input, alive until grouped_mm_experts_forward returns, were then found in the measured
+    peaks (_moe.backward_phase, _moe.routed_experts). The held-out cases are HELD_OUT_CHECKPOINTED's."""
     from family_checks import two_cpu_steps
 
-    if name == "moe-wider" and method == "lora":
-        pytest.xfail("peak.py's checkpointed working set reads intermediate_size, unused by a MoE block")
-
     config = _stepped(name)
+    measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
+                             checkpointing=True)
+    peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
+                          activations="transformers", method=mm.Full() if method == "full" else
+                          mm.LoRA(rank=4, targets=("q", "v")), seq_len=64, batch_size=2, dropout=False,
+                          attention="sdpa", checkpointing=True, device="cpu")
+    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05, peak.total / measured["peak_step2_bytes"] - 1
+
+
+# Checkpointed MoE steps measured only after _moe.backward_phase and the routed experts' gathered input were
+# committed: a GLM-4.5 with a dense first block (16 experts top-4 in 4 groups, one shared), a Qwen3-MoE and a Mixtral
+# whose experts are wider than its hidden size (SwiGLU's moment, not the unsort). Measured ratio - 1 with the model as
+# first committed: full fp32 / full bf16 / LoRA fp32 / LoRA bf16: glm-mixed +4.3 / +7.9 / -0.7 / -2.0%, qwen3-moe
+# +0.0 / -0.8 / -2.9 / -0.9%, mixtral-wide +0.8 / +0.7 / -1.6 / -0.9%. glm-mixed's full steps then showed that a mixed
+# model's first-block moment priced the dense first block with the MoE block's working set and the MoE block's own
+# gradients; with each layout's first block a moment (peak.py) and gate_up_proj's backward measured on the experts
+# alone, they are +0.5 / +4.4% (+0.5 / +4.4% before any MoE change), mixtral-wide full -0.2 / -0.2%; the rest as above.
+# Measured only after that: glm-two-dense +3.5 / +4.7 / -1.9 / -1.1%, qwen3-alternating (sparse blocks 1 and 3, top-1)
+# -0.7 / -0.7 / -1.2 / -1.5% (both peak outside the MoE moments: before any MoE change the same but +4.5% full bf16).
+HELD_OUT_CHECKPOINTED = {
+    "glm-mixed": dict(model_type="glm4_moe", vocab_size=512, hidden_size=128, intermediate_size=160,
+                      num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+                      moe_intermediate_size=48, n_routed_experts=16, num_experts_per_tok=4, n_group=4, topk_group=2,
+                      n_shared_experts=1, first_k_dense_replace=1, norm_topk_prob=True, partial_rotary_factor=0.5,
+                      use_qk_norm=True, attention_bias=True, use_cache=False, pad_token_id=0, bos_token_id=1,
+                      eos_token_id=2),
+    "qwen3-moe": dict(model_type="qwen3_moe", vocab_size=512, hidden_size=96, intermediate_size=192,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                      moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                      use_cache=False),
+    "mixtral-wide": dict(model_type="mixtral", vocab_size=512, hidden_size=64, intermediate_size=176,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, num_local_experts=4,
+                         num_experts_per_tok=2, use_cache=False),
+    "glm-two-dense": dict(model_type="glm4_moe", vocab_size=512, hidden_size=80, intermediate_size=144,
+                          num_hidden_layers=4, num_attention_heads=5, num_key_value_heads=5, head_dim=16,
+                          moe_intermediate_size=56, n_routed_experts=6, num_experts_per_tok=2, n_group=1, topk_group=1,
+                          n_shared_experts=2, first_k_dense_replace=2, norm_topk_prob=False, use_qk_norm=False,
+                          attention_bias=False, use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "qwen3-alternating": dict(model_type="qwen3_moe", vocab_size=512, hidden_size=64, intermediate_size=128,
+                              num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                              moe_intermediate_size=96, num_experts=4, num_experts_per_tok=1, decoder_sparse_step=2,
+                              mlp_only_layers=[], norm_topk_prob=False, use_cache=False),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(HELD_OUT_CHECKPOINTED))
+def test_held_out_checkpointed_moe_steps_peak_within_five_percent(torch, transformers, peft, name, method, precision):
+    """MoE models measured after the MoE block's backward moments were written (HELD_OUT_CHECKPOINTED's comment)."""
+    from family_checks import two_cpu_steps
+
+    config = HELD_OUT_CHECKPOINTED[name]
     measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
                              checkpointing=True)
     peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",

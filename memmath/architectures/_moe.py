@@ -283,6 +283,47 @@ def prefill_phase(shape, s, b, e):
     return phase
 
 
+def backward_phase(shape, t, e, trains_experts: bool, grad_elem: int, checkpointing: bool):
+    """The MoE block's backward working set on top of its saved tensors and the t x h gradient arriving at it (t
+    tokens, e bytes an activation, grad_elem bytes a gradient; trains_experts: the experts' weights train; LoRA on
+    them is peak.py's own term). Measured on the CPU, torch 2.13 and transformers 5.24's grouped_mm experts,
+    by a TorchDispatchMode counting every storage a Glm4MoeMoE, MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock or
+    Qwen2MoeSparseMoeBlock makes in backward and frees (net of the saved tensors each backward node drops), S = t x k:
+    - the unsort, where the routed experts' backward starts: the sum's backward copies the gradient to S x h,
+      index's backward makes S x h zeros and index_put's S x h result (3 x S x h, measured 3.000), then the routing
+      product's backward two S x h more, all in the routing weights' dtype when it is wider, plus the down output's
+      gradient cast back to the model's (bf16 with fp32 weights: 14 bytes a value, measured 13.9); under
+      checkpointing the recomputed down output goes as the product's backward reads it, before that cast
+      (measured: 12 bytes a value);
+    - SwiGLU's: the down projection's input gradient and the product's two S x I, less the S x h down output the
+      routing product had saved (3 x S x I - S x h, measured 2.48 to 2.73 S x I); with trained experts down_proj's
+      E x h x I gradient exists by then and its saved S x I input is gone;
+    - with trained experts, down_proj's grouped_mm backward (its E x h x I gradient and its S x I input gradient) and
+      gate_up_proj's (every routed expert's gradient made, their saved S x 2I, S x I and S x I gone and the S x 2I
+      gradient made: 3 x E x h x I gradients less 2 x S x I; measured to 8 x S bytes, the inverse permutation gone);
+    - shared experts after the routed ones (GLM-4.5, DeepSeek: their backward runs first): their own SwiGLU moment
+      (three t x shared-width gradients), then, while the routed experts run, the t x h gradient they gave the
+      input, their saved tensors gone (three t x shared-width, four when trained) and their gradients made; a gated
+      shared expert run before the routed ones (Qwen2-MoE) leaves the t x h gradient of its output waiting."""
+    h, rows, width, experts = shape.hidden_size, t * shape.experts_per_tok, shape.expert_intermediate_size, \
+        shape.n_experts
+    wide = max(e, 4 if shape.architecture.routing_weights_fp32 else e)
+    unsort = rows * h * (3 * wide + (e if wide != e and not checkpointing else 0))
+    swiglu = 3 * e * rows * width - e * rows * h
+    routed = larger(unsort, swiglu)
+    if trains_experts:
+        down_grad = experts * h * width * grad_elem
+        routed = larger(larger(unsort, swiglu + down_grad - e * rows * width),
+                        larger(down_grad + e * rows * width, 3 * down_grad - 2 * e * rows * width))
+    si = shape.shared_expert_intermediate_size
+    if not si:
+        return routed
+    if shape.shared_expert_gate:
+        return e * t * h + routed
+    freed = (4 if trains_experts else 3) * e * t * si - (3 * h * si * grad_elem if trains_experts else 0)
+    return larger(3 * e * t * si, e * t * h - freed + routed)
+
+
 def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool, lora, *, weight_elem: int | None = None,
                    grad: bool | None = None) -> Tensor:
     """The routed experts as transformers 5.24 runs them by default (integrations/moe.py's grouped_mm_experts_forward)
@@ -349,4 +390,5 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
         out = tr.tmp(t * h, e, out)  # .to(hidden_states.dtype)
         out.grad = unsorted.grad
     tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
+    tr.use(selected)  # its local selected_hidden_states_g lives until it returns (measured: S x h at the unsort)
     return out
