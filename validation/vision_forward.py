@@ -1,0 +1,118 @@
+"""Measure the working memory of a frozen vision tower's forward on the CPU: the most its forward allocates at one
+moment over what was alive when it started, for tiny Qwen2-VL and Gemma 3 models built from config objects written
+here (nothing comes from a model hub).
+
+    python -m validation.vision_forward            # every case, printed as JSON lines
+    python -m validation.vision_forward --held-out # the cases recorded after memmath/vision_forward.py was written
+
+The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
+nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
+get_image_features (transformers 5.24), the tower and the projector, with gradients enabled. The profiler's
+allocation events (torch.profiler, profile_memory=True) give the highest net allocation inside that call over the
+allocation when it began; the pixels exist before (the batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+# (tower, attention, dtype, images or image grids, sizes): the cases seen while the model was written ...
+CASES = [
+    ("qwen2_vl", "eager", "float32", [(1, 8, 8)], dict(embed_dim=32, num_heads=4)),
+    ("qwen2_vl", "eager", "bfloat16", [(1, 8, 8)], dict(embed_dim=32, num_heads=4)),
+    ("qwen2_vl", "sdpa", "float32", [(1, 8, 8)], dict(embed_dim=32, num_heads=4)),
+    ("qwen2_vl", "sdpa", "bfloat16", [(1, 8, 8)], dict(embed_dim=32, num_heads=4)),
+    ("qwen2_vl", "eager", "bfloat16", [(1, 16, 16), (1, 8, 4)], dict(embed_dim=64, num_heads=4)),
+    ("qwen2_vl", "sdpa", "bfloat16", [(1, 16, 16), (1, 8, 4)], dict(embed_dim=64, num_heads=4)),
+    ("gemma3", "eager", "float32", 1, dict(hidden_size=32, num_attention_heads=4, image_size=112, patch_size=14)),
+    ("gemma3", "eager", "bfloat16", 1, dict(hidden_size=32, num_attention_heads=4, image_size=112, patch_size=14)),
+    ("gemma3", "sdpa", "float32", 1, dict(hidden_size=32, num_attention_heads=4, image_size=112, patch_size=14)),
+    ("gemma3", "sdpa", "bfloat16", 1, dict(hidden_size=32, num_attention_heads=4, image_size=112, patch_size=14)),
+    ("gemma3", "eager", "bfloat16", 3, dict(hidden_size=64, num_attention_heads=2, image_size=224, patch_size=14)),
+    ("gemma3", "sdpa", "bfloat16", 3, dict(hidden_size=64, num_attention_heads=2, image_size=224, patch_size=14)),
+]
+# ... and the cases measured only after it was written (held out).
+HELD_OUT = [
+    ("qwen2_vl", "eager", "bfloat16", [(1, 12, 20), (1, 6, 6)], dict(embed_dim=48, num_heads=6, depth=3)),
+    ("qwen2_vl", "sdpa", "float32", [(1, 20, 12)], dict(embed_dim=96, num_heads=2, depth=1)),
+    ("gemma3", "eager", "bfloat16", 2, dict(hidden_size=48, num_attention_heads=3, image_size=168, patch_size=14)),
+    ("gemma3", "sdpa", "float32", 2, dict(hidden_size=96, num_attention_heads=2, image_size=196, patch_size=14)),
+]
+
+
+def config(tower: str, attention: str, sizes: dict) -> dict:
+    """The vision-language config.json (a dict) of a tiny case: a 2-block language model and a small tower."""
+    text = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=128, vocab_size=1000)
+    if tower == "qwen2_vl":
+        vision = dict(dict(depth=2, mlp_ratio=4, hidden_size=64, patch_size=14, temporal_patch_size=2,
+                           spatial_merge_size=2), **sizes)
+        return dict(model_type="qwen2_vl", text_config=dict(text, model_type="qwen2_vl_text"), vision_config=vision,
+                    attn_implementation=attention)
+    vision = dict(dict(model_type="siglip_vision_model", num_hidden_layers=2, intermediate_size=4 * sizes["hidden_size"],
+                       vision_use_head=False), **sizes)
+    patches = (sizes["image_size"] // sizes["patch_size"]) ** 2
+    return dict(model_type="gemma3", text_config=dict(text, model_type="gemma3_text", head_dim=16),
+                vision_config=vision, mm_tokens_per_image=patches // 4, attn_implementation=attention)
+
+
+def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict:
+    """The tower's forward: its peak over the allocation when it began (bytes), and what it was given."""
+    import torch
+    import transformers
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.manual_seed(0)
+    raw = config(tower, attention, sizes)
+    cls = (transformers.Qwen2VLForConditionalGeneration if tower == "qwen2_vl"
+           else transformers.Gemma3ForConditionalGeneration)
+    hf = (transformers.Qwen2VLConfig if tower == "qwen2_vl" else transformers.Gemma3Config)(**raw)
+    hf._attn_implementation = attention
+    for sub in (hf.vision_config, hf.text_config):
+        sub._attn_implementation = attention
+    model = cls(hf).to(getattr(torch, dtype)).train()
+    for p in model.parameters():  # a frozen tower and projector (the language model's do not run here)
+        p.requires_grad_(False)
+    if tower == "qwen2_vl":
+        grid = torch.tensor(images)
+        v = raw["vision_config"]
+        pixels = torch.randn(int(grid.prod(-1).sum()), 3 * v["temporal_patch_size"] * v["patch_size"] ** 2)
+        call = lambda: model.model.get_image_features(pixels, grid)  # noqa: E731
+    else:
+        s = raw["vision_config"]["image_size"]
+        pixels = torch.randn(images, 3, s, s)  # the processor's fp32 pixels
+        call = lambda: model.model.get_image_features(pixels)  # noqa: E731
+    with torch.enable_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with record_function("tower"):
+            out = call()
+        del out
+    events = prof.profiler.kineto_results.events()
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    lo, hi = next((e.start_ns(), e.end_ns()) for e in events if e.name() == "tower")
+    running = start = peak = 0
+    for when, delta in memory:
+        if when < lo:
+            start = running + delta
+        running += delta
+        if lo <= when <= hi:
+            peak = max(peak, running)
+    return dict(tower=tower, attention=attention, dtype=dtype, images=images, sizes=sizes,
+                pixel_bytes=pixels.numel() * pixels.element_size(), working_peak_bytes=peak - start)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--held-out", action="store_true", help="the held-out cases only")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
+    for case in (HELD_OUT if args.held_out else CASES):
+        print(json.dumps(measure(*case)), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
