@@ -567,7 +567,8 @@ def from_multimodal_config(config: dict, read_text):  # a models.ModelShape (mod
                     else top.count("image_seq_length", 576) if model_type == "llava" else None)
     parts = VisionParts(model_type=model_type, tower=tower, text_type=text_type, n_blocks=n_blocks,
                         embeddings=tuple(embeddings), block=tuple(block), post=tuple(post),
-                        projector=tuple(projector), image_tokens=image_tokens)
+                        projector=tuple(projector), image_tokens=image_tokens,
+                        heads=vision.get("num_attention_heads", vision.get("num_heads", 0)))
     name = config.get("_name_or_path")
     if name is not None and not isinstance(name, str):
         raise validate.FieldError("_name_or_path", f"config field '_name_or_path' must be a string; got a "
