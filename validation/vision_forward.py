@@ -39,6 +39,12 @@ HELD_OUT = [
     ("qwen2_vl", "sdpa", "float32", [(1, 20, 12)], dict(embed_dim=96, num_heads=2, depth=1)),
     ("gemma3", "eager", "bfloat16", 2, dict(hidden_size=48, num_attention_heads=3, image_size=168, patch_size=14)),
     ("gemma3", "sdpa", "float32", 2, dict(hidden_size=96, num_attention_heads=2, image_size=196, patch_size=14)),
+    # wide towers, whose blocks outweigh the pixels: the rotary, attention and MLP moments
+    ("qwen2_vl", "sdpa", "bfloat16", [(1, 8, 8), (1, 4, 6)], dict(embed_dim=512, num_heads=8)),
+    ("qwen2_vl", "sdpa", "float32", [(1, 8, 8)], dict(embed_dim=384, num_heads=4, mlp_ratio=2)),
+    ("qwen2_vl", "eager", "bfloat16", [(1, 6, 8)], dict(embed_dim=512, num_heads=2)),
+    ("gemma3", "sdpa", "bfloat16", 2, dict(hidden_size=512, num_attention_heads=8, image_size=56, patch_size=14)),
+    ("gemma3", "eager", "float32", 1, dict(hidden_size=384, num_attention_heads=4, image_size=84, patch_size=14)),
 ]
 
 
