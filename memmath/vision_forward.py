@@ -29,7 +29,8 @@ merge m):
                and four fp32 temporaries of N c
     attention  norm1's output, qkv, the rotated q and k (6 N c); each image apart (no mask, one chunk at a time):
                eager adds the chunk's scores H n^2 x (e + 4, plus 4 from a 16-bit input), SDPA its output and
-               log-sum-exp; the earlier chunks' outputs wait for the concatenation; the chunk lengths (int32)
+               log-sum-exp; the earlier chunks' outputs wait for the concatenation; the chunk lengths (int32); at
+               proj, the chunks' outputs, their concatenation and proj's output (3 N c; found by a held-out case)
     MLP        the residual after attention and norm2's output (2 N c), fc1's output, 1.702 x and its sigmoid
                (quick_gelu): 3 N f
     merger     ln_q's output N c, then mlp.0's and the GELU's outputs (2 N c) or the GELU's and mlp.2's
@@ -95,6 +96,8 @@ def qwen2_vl_forward(parts, chunks, e: int, attention: str) -> int:
     attn = held + 6 * n_all * width * e + len(chunks) * FP32 + max(  # the chunk lengths, then chunk by chunk
         (parts.heads * n * n * _softmax_bytes(e) if attention == "eager" else n * width * e + parts.heads * n * FP32)
         + sum(chunks[:k]) * width * e for k, n in enumerate(chunks))
+    # then proj: the chunks' outputs (held in their list), their concatenation and proj's output, 3 N c
+    attn = max(attn, held + 9 * n_all * width * e + len(chunks) * FP32)
     mlp = held + 2 * n_all * width * e + 3 * n_all * f * e
     merger = held + 2 * n_all * width * e + max(n_all * width, n_all // merge2 * out) * e
     return max(patches, rotary, attn, mlp, merger)
