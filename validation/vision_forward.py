@@ -45,6 +45,13 @@ HELD_OUT = [
     ("qwen2_vl", "eager", "bfloat16", [(1, 6, 8)], dict(embed_dim=512, num_heads=2)),
     ("gemma3", "sdpa", "bfloat16", 2, dict(hidden_size=512, num_attention_heads=8, image_size=56, patch_size=14)),
     ("gemma3", "eager", "float32", 1, dict(hidden_size=384, num_attention_heads=4, image_size=84, patch_size=14)),
+    # recorded after the proj moment was added to the model
+    ("qwen2_vl", "eager", "float32", [(1, 4, 4), (1, 10, 6), (1, 2, 8)], dict(embed_dim=256, num_heads=4)),
+    ("qwen2_vl", "sdpa", "bfloat16", [(1, 6, 6), (1, 8, 8)], dict(embed_dim=320, num_heads=5, mlp_ratio=1)),
+    ("qwen2_vl", "sdpa", "float32", [(1, 4, 8)], dict(embed_dim=640, num_heads=10, depth=1, mlp_ratio=3)),
+    ("gemma3", "eager", "bfloat16", 2, dict(hidden_size=320, num_attention_heads=5, image_size=112, patch_size=14)),
+    ("gemma3", "sdpa", "float32", 3, dict(hidden_size=256, num_attention_heads=4, image_size=70, patch_size=14,
+                                           num_hidden_layers=1)),
 ]
 
 
