@@ -16,9 +16,11 @@ from .bounds import applies, describe as describe_bound, upper_bound
 from .memory import training_memory
 from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
-from .peak import peak_memory, why_no_peak
+from .multimodal import TOWER_LABELS
+from .peak import forward_start, peak_memory, why_no_peak
 from .run import Run, as_run
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
+from .vision_forward import MODELLED_TOWERS, tower_forward, worst_images
 
 BASES = ("peak", "upper bound", "sum of parts")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -135,14 +137,16 @@ STATIC_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accu
 
 
 def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
-    """A vision-language run whose tower and projector stay frozen: what its language model must hold (the same run
-    on the text model alone: its modelled peak, or its upper bound where the run offloads or shards) plus the tower's
-    and projector's parts on the GPU, held throughout. The tower runs under no gradient, so backward saves none of
-    its tensors; what its forward makes is freed before the language model's forward (transformers'
-    get_image_features), which this bound does not add. None where it does not apply: with checkpointing or
-    peft's kbit preparation, enable_input_require_grads hooks every input embedding the model holds, the tower's
-    patch embedding too (transformers modeling_utils.py), so the frozen tower saves its layers' inputs, which
-    memmath does not model."""
+    """A vision-language run whose tower and projector stay frozen: the larger of two moments. After the tower: what
+    its language model must hold (the same run on the text model alone: its modelled peak, or its upper bound where
+    the run offloads or shards) plus the tower's and projector's parts on the GPU, held throughout; the tower's
+    outputs are freed before the language model's forward (transformers' get_image_features). During the tower's
+    forward (memmath/vision_forward.py, for the towers it models): what is alive when the step's forward begins, the
+    tower's parts, the pixels and the tower's working memory, with every token of the batch an image token (the
+    most images the sequence can hold). Frozen and given pixels that need no gradient, the tower saves nothing for
+    backward. None where it does not apply: with checkpointing or peft's kbit preparation,
+    enable_input_require_grads hooks every input embedding the model holds, the tower's patch embedding too
+    (transformers modeling_utils.py), so the frozen tower saves its layers' inputs, which memmath does not model."""
     shape, method = run.model, run.method
     if (shape.vision is None or getattr(method, "vision", None) != "frozen" or run.seq_len is None
             or run.checkpointing or run.kbit_prep):
@@ -154,10 +158,49 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     if text_need.basis == "sum of parts":
         return None
     tower = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in STATIC_PARTS)
-    return Requirement(text_need.bytes + tower, "upper bound",
-                       f"{why_no_peak(run)}; an upper bound: what the language model alone must hold "
-                       f"({text_need.bytes:,} B, {text_need.words} of the same run on the text model) plus the "
-                       f"frozen vision tower's and projector's parts held throughout ({tower:,} B)", memory, None, run)
+    after = text_need.bytes + tower
+    words = (f"{why_no_peak(run)}; an upper bound: what the language model alone must hold ({text_need.bytes:,} B, "
+             f"{text_need.words} of the same run on the text model) plus the frozen vision tower's and projector's "
+             f"parts held throughout ({tower:,} B)")
+    during = _tower_moment(run, memory, text_run, tower)
+    if during is None:
+        return Requirement(after, "upper bound", f"{words}; the {shape.vision.label} tower's own forward is not "
+                           f"modelled (memmath models {', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)})",
+                           memory, None, run)
+    moment, images = during
+    tower_words = (f"the tower's forward over {images} at its fullest, with every token an image token "
+                   f"({moment:,} B with what is alive then)")
+    if moment > after:
+        return Requirement(moment, "upper bound", f"{words}, which is less than {tower_words}", memory, None, run)
+    return Requirement(after, "upper bound", f"{words}; {tower_words} is less", memory, None, run)
+
+
+def _tower_moment(run: Run, memory, text_run: Run, tower: int) -> tuple[int, str] | None:
+    """(bytes alive at the frozen tower's fullest moment, its images in words), or None where memmath does not
+    model the tower's forward. The tower computes in its weights' format (fp32 under autocast: a bound)."""
+    parts, recipe = run.model.vision, run.recipe
+    e = 4 if max(recipe.weight_bits, recipe.activation_bits) >= 32 else 2
+    forward = tower_forward(parts, run.batch_size, run.seq_len, e, run.attention)
+    if forward is None:
+        return None
+    work, pixels = forward
+    if not why_no_peak(text_run):
+        alive = forward_start(text_run)
+    else:  # every static part (gradients too) and the token ids and labels: more than the forward starts with
+        alive = sum(int(getattr(memory, part)) for part in STATIC_PARTS) - tower + 16 * run.batch_size * run.seq_len
+    # A quantized tower (QLoRA): bitsandbytes dequantizes each matrix for its matmul, one at a time (the largest).
+    dequant = (max(t.numel for t in parts.tensor_list if t.linear) * e
+               if getattr(run.method, "quant_type", None) else 0)
+    images = worst_images(parts, run.batch_size, run.seq_len)
+    count = images if isinstance(images, int) else len(images)
+    # Made before the tower runs (transformers' forward embeds the tokens first) and alive through it: the token
+    # embeddings, the processor's per-token type ids (Gemma 3's token_type_ids int64, Qwen2-VL's mm_token_type_ids
+    # int32), positions (cache_position and position_ids, int64) and each image's grid row (3 int64).
+    tokens = run.batch_size * run.seq_len
+    inputs = tokens * (run.model.hidden_size * e + (8 if parts.model_type == "gemma3" else 4) + 16) + 24 * count
+    words = (f"{count} images of {parts.image_tokens} tokens" if isinstance(images, int)
+             else f"{count} images of {images[0]:,} patches")
+    return alive + tower + pixels + inputs + work + dequant, words
 
 
 def _ddp_views_bound(run: Run, memory) -> Requirement:

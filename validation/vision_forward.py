@@ -4,6 +4,7 @@ here (nothing comes from a model hub).
 
     python -m validation.vision_forward            # every case, printed as JSON lines
     python -m validation.vision_forward --held-out # the cases recorded after memmath/vision_forward.py was written
+    python -m validation.vision_forward --steps    # whole training steps whose tower's forward holds the peak
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -62,13 +63,17 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
     if tower == "qwen2_vl":
         vision = dict(dict(depth=2, mlp_ratio=4, hidden_size=64, patch_size=14, temporal_patch_size=2,
                            spatial_merge_size=2), **sizes)
-        return dict(model_type="qwen2_vl", text_config=dict(text, model_type="qwen2_vl_text"), vision_config=vision,
-                    attn_implementation=attention)
+        rope = dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])  # head_dim 16: 8 frequencies
+        return dict(model_type="qwen2_vl", text_config=dict(text, model_type="qwen2_vl_text", rope_parameters=rope),
+                    vision_config=vision,
+                    attn_implementation=attention, image_token_id=999, video_token_id=998, vision_start_token_id=997,
+                    vision_end_token_id=996)
     vision = dict(dict(model_type="siglip_vision_model", num_hidden_layers=2, intermediate_size=4 * sizes["hidden_size"],
                        vision_use_head=False), **sizes)
     patches = (sizes["image_size"] // sizes["patch_size"]) ** 2
     return dict(model_type="gemma3", text_config=dict(text, model_type="gemma3_text", head_dim=16),
-                vision_config=vision, mm_tokens_per_image=patches // 4, attn_implementation=attention)
+                vision_config=vision, mm_tokens_per_image=patches // 4, attn_implementation=attention,
+                image_token_index=999, boi_token_index=998, eoi_token_index=997)
 
 
 def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict:
@@ -115,14 +120,72 @@ def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict
                 pixel_bytes=pixels.numel() * pixels.element_size(), working_peak_bytes=peak - start)
 
 
+# Whole training steps (validation/measure.py's loop: two steps of AdamW, the language model training, the tower and
+# projector frozen), every token of each sequence an image token: (tower, attention, dtype, sizes, batch, seq_len).
+STEP_CASES = [
+    ("qwen2_vl", "eager", "bfloat16", dict(embed_dim=256, num_heads=4), 2, 16),
+    ("qwen2_vl", "sdpa", "float32", dict(embed_dim=384, num_heads=4), 1, 25),
+    ("gemma3", "eager", "bfloat16", dict(hidden_size=256, num_attention_heads=4, image_size=112, patch_size=14), 2, 32),
+    ("gemma3", "sdpa", "float32", dict(hidden_size=384, num_attention_heads=4, image_size=112, patch_size=14), 1, 32),
+]
+
+
+def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int, seq_len: int) -> dict:
+    """Two training steps (memmath.stepping.step_twice on the CPU) of a tiny vision-language model whose language
+    model trains and whose tower and projector are frozen, every token an image token: Qwen2-VL one image of
+    4 x seq_len patches per sequence, Gemma 3 seq_len / mm_tokens_per_image images per sequence."""
+    import torch
+    import transformers
+
+    from memmath.stepping import step_twice
+
+    torch.manual_seed(0)
+    raw = config(tower, attention, sizes)
+    cls = (transformers.Qwen2VLForConditionalGeneration if tower == "qwen2_vl"
+           else transformers.Gemma3ForConditionalGeneration)
+    hf = (transformers.Qwen2VLConfig if tower == "qwen2_vl" else transformers.Gemma3Config)(**raw)
+    for sub in (hf, hf.vision_config, hf.text_config):
+        sub._attn_implementation = attention
+    model = cls(hf).to(getattr(torch, dtype)).train()
+    vision = model.model.visual if tower == "qwen2_vl" else model.model.vision_tower
+    frozen = [vision] + ([] if tower == "qwen2_vl" else [model.model.multi_modal_projector])
+    for module in frozen:
+        for p in module.parameters():
+            p.requires_grad_(False)
+    ids = torch.full((batch, seq_len), hf.image_token_id, dtype=torch.long)
+    inputs = dict(input_ids=ids, labels=ids.clone())
+    if tower == "qwen2_vl":
+        side = 2 * int(seq_len ** 0.5)  # (side/2)^2 = seq_len merged tokens: one square image per sequence
+        assert (side // 2) ** 2 == seq_len
+        inputs["image_grid_thw"] = torch.tensor([(1, side, side)] * batch)
+        inputs["pixel_values"] = torch.randn(batch * side * side, 3 * 2 * 14 * 14)
+        inputs["mm_token_type_ids"] = torch.ones_like(ids, dtype=torch.int32)  # the processor's: 1 for an image token
+    else:
+        images = batch * seq_len // raw["mm_tokens_per_image"]
+        s = raw["vision_config"]["image_size"]
+        inputs["pixel_values"] = torch.randn(images, 3, s, s)
+        inputs["token_type_ids"] = torch.ones_like(ids)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    blocks = list(model.model.language_model.layers)
+    result = step_twice(model, optimizer, inputs, blocks, mode="cpu")
+    return dict(tower=tower, attention=attention, dtype=dtype, sizes=sizes, batch=batch, seq_len=seq_len,
+                peak_bytes=result["peak_bytes"], peak_phase=result["peak_step2_phase"],
+                resident_before_bytes=result["resident_before_bytes"])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--held-out", action="store_true", help="the held-out cases only")
+    parser.add_argument("--steps", action="store_true", help="whole training steps (STEP_CASES)")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
+    if args.steps:
+        for case in STEP_CASES:
+            print(json.dumps(measure_step(*case)), flush=True)
+        return
     for case in (HELD_OUT if args.held_out else CASES):
         print(json.dumps(measure(*case)), flush=True)
 
