@@ -5,6 +5,7 @@ here (nothing comes from a model hub).
     python -m validation.vision_forward            # every case, printed as JSON lines
     python -m validation.vision_forward --held-out # the cases recorded after memmath/vision_forward.py was written
     python -m validation.vision_forward --steps    # whole training steps whose tower's forward holds the peak
+    python -m validation.vision_forward --steps --held-out   # those recorded after the decision counted the tower
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -128,6 +129,13 @@ STEP_CASES = [
     ("gemma3", "eager", "bfloat16", dict(hidden_size=256, num_attention_heads=4, image_size=112, patch_size=14), 2, 32),
     ("gemma3", "sdpa", "float32", dict(hidden_size=384, num_attention_heads=4, image_size=112, patch_size=14), 1, 32),
 ]
+# ... and whole steps recorded after the decision counted the tower's forward (held out).
+STEP_HELD_OUT = [
+    ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9),
+    ("qwen2_vl", "eager", "float32", dict(embed_dim=128, num_heads=2, depth=3), 1, 36),
+    ("gemma3", "eager", "float32", dict(hidden_size=192, num_attention_heads=3, image_size=84, patch_size=14), 1, 27),
+    ("gemma3", "sdpa", "bfloat16", dict(hidden_size=512, num_attention_heads=8, image_size=112, patch_size=14), 2, 16),
+]
 
 
 def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int, seq_len: int) -> dict:
@@ -183,7 +191,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
     if args.steps:
-        for case in STEP_CASES:
+        for case in (STEP_HELD_OUT if args.held_out else STEP_CASES):
             print(json.dumps(measure_step(*case)), flush=True)
         return
     for case in (HELD_OUT if args.held_out else CASES):
