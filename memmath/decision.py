@@ -20,7 +20,7 @@ from .multimodal import TOWER_LABELS
 from .peak import forward_start, peak_memory, why_no_peak
 from .run import Run, as_run
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
-from .vision_forward import MODELLED_TOWERS, tower_forward, worst_images
+from .vision_forward import INT64, MODELLED_TOWERS, batch_extras, modelled, tower_forward, worst_images
 
 BASES = ("peak", "upper bound", "sum of parts")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -158,16 +158,17 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     if text_need.basis == "sum of parts":
         return None
     tower = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in STATIC_PARTS)
-    after = text_need.bytes + tower
     words = (f"{why_no_peak(run)}; an upper bound: what the language model alone must hold ({text_need.bytes:,} B, "
              f"{text_need.words} of the same run on the text model) plus the frozen vision tower's and projector's "
-             f"parts held throughout ({tower:,} B)")
-    during = _tower_moment(run, memory, text_run, tower)
-    if during is None:
-        return Requirement(after, "upper bound", f"{words}; the {shape.vision.label} tower's own forward is not "
-                           f"modelled (memmath models {', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)})",
-                           memory, None, run)
-    moment, images = during
+             f"parts held throughout ({tower:,} B")
+    if not modelled(shape.vision):
+        return Requirement(text_need.bytes + tower, "upper bound", f"{words}); the {shape.vision.label} tower's own "
+                           f"forward and its pixels are not modelled (memmath models "
+                           f"{', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)})", memory, None, run)
+    extras = batch_extras(shape.vision, run.batch_size, run.seq_len)
+    after = text_need.bytes + tower + extras
+    words += f", and the pixels, image ids and the tower's buffers, {extras:,} B)"
+    moment, images = _tower_moment(run, memory, text_run, tower, extras)
     tower_words = (f"the tower's forward over {images} at its fullest, with every token an image token "
                    f"({moment:,} B with what is alive then)")
     if moment > after:
@@ -175,32 +176,27 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     return Requirement(after, "upper bound", f"{words}; {tower_words} is less", memory, None, run)
 
 
-def _tower_moment(run: Run, memory, text_run: Run, tower: int) -> tuple[int, str] | None:
-    """(bytes alive at the frozen tower's fullest moment, its images in words), or None where memmath does not
-    model the tower's forward. The tower computes in its weights' format (fp32 under autocast: a bound)."""
+def _tower_moment(run: Run, memory, text_run: Run, tower: int, extras: int) -> tuple[int, str]:
+    """(bytes alive at the frozen tower's fullest moment, its images in words); tower: the tower's and projector's
+    parts; extras: the pixels, image ids and the tower's buffers. The tower computes in its weights' format (fp32 under autocast: a bound)."""
     parts, recipe = run.model.vision, run.recipe
     e = 4 if max(recipe.weight_bits, recipe.activation_bits) >= 32 else 2
-    forward = tower_forward(parts, run.batch_size, run.seq_len, e, run.attention)
-    if forward is None:
-        return None
-    work, pixels = forward
+    work = tower_forward(parts, run.batch_size, run.seq_len, e, run.attention)
     if not why_no_peak(text_run):
         alive = forward_start(text_run)
     else:  # every static part (gradients too) and the token ids and labels: more than the forward starts with
-        alive = sum(int(getattr(memory, part)) for part in STATIC_PARTS) - tower + 16 * run.batch_size * run.seq_len
+        alive = sum(int(getattr(memory, part)) for part in STATIC_PARTS) - tower + 2 * INT64 * run.batch_size * run.seq_len
     # A quantized tower (QLoRA): bitsandbytes dequantizes each matrix for its matmul, one at a time (the largest).
     dequant = (max(t.numel for t in parts.tensor_list if t.linear) * e
                if getattr(run.method, "quant_type", None) else 0)
     images = worst_images(parts, run.batch_size, run.seq_len)
     count = images if isinstance(images, int) else len(images)
     # Made before the tower runs (transformers' forward embeds the tokens first) and alive through it: the token
-    # embeddings, the processor's per-token type ids (Gemma 3's token_type_ids int64, Qwen2-VL's mm_token_type_ids
-    # int32), positions (cache_position and position_ids, int64) and each image's grid row (3 int64).
-    tokens = run.batch_size * run.seq_len
-    inputs = tokens * (run.model.hidden_size * e + (8 if parts.model_type == "gemma3" else 4) + 16) + 24 * count
+    # embeddings and the positions (cache_position and position_ids, int64).
+    inputs = run.batch_size * run.seq_len * (run.model.hidden_size * e + 2 * INT64)
     words = (f"{count} images of {parts.image_tokens} tokens" if isinstance(images, int)
              else f"{count} images of {images[0]:,} patches")
-    return alive + tower + pixels + inputs + work + dequant, words
+    return alive + tower + extras + inputs + work + dequant, words
 
 
 def _ddp_views_bound(run: Run, memory) -> Requirement:

@@ -113,6 +113,22 @@ def pixel_bytes(parts, images_or_chunks) -> int:
     return sum(images_or_chunks) * c * tp * p * p * FP32
 
 
+def batch_extras(parts, batch: int, seq_len: int) -> int:
+    """Bytes a vision-language step holds throughout beyond the text model's batch and buffers, at the most images
+    the batch can hold (worst_images): the processor's fp32 pixels, its per-token type ids (Gemma 3's token_type_ids,
+    int64; Qwen2-VL's mm_token_type_ids, int32) and Qwen2-VL's image grid rows (3 int64 each), and the tower's
+    buffers (SigLIP's position_ids, int64 per patch; Qwen2-VL's rotary inv_freq and original_inv_freq, head_dim / 4
+    fp32 each)."""
+    images = worst_images(parts, batch, seq_len)
+    tokens = batch * seq_len
+    if parts.tower == "siglip_vision_model":
+        n = _shape(parts.embeddings, "position_embedding.weight")[0]
+        return pixel_bytes(parts, images) + tokens * INT64 + n * INT64
+    width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+    return (pixel_bytes(parts, images) + tokens * 4 + 3 * INT64 * len(images)
+            + 2 * (width // parts.heads // 4) * FP32)
+
+
 def worst_images(parts, batch: int, seq_len: int):
     """The images a batch of `batch` sequences of `seq_len` tokens can hold at most, where every token is an image
     token: Gemma 3's whole images of image_tokens tokens (an int), or for Qwen2-VL one image per sequence of
@@ -124,12 +140,14 @@ def worst_images(parts, batch: int, seq_len: int):
     return [merge2 * seq_len] * batch
 
 
-def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> tuple[int, int] | None:
-    """(working bytes of the tower's forward, the fp32 pixels' bytes) at the most images the batch can hold, or None
-    where the tower's forward is not modelled (MODELLED_TOWERS, with their wrappers gemma3 and qwen2_vl)."""
-    if parts.tower not in MODELLED_TOWERS or parts.model_type not in ("gemma3", "qwen2_vl") or not parts.heads:
-        return None
+def modelled(parts) -> bool:
+    """Whether memmath models this tower's forward (MODELLED_TOWERS, inside their wrappers gemma3 and qwen2_vl)."""
+    return parts.tower in MODELLED_TOWERS and parts.model_type in ("gemma3", "qwen2_vl") and parts.heads > 0
+
+
+def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> int:
+    """Working bytes of the tower's forward at the most images the batch can hold (a tower that `modelled`)."""
     images = worst_images(parts, batch, seq_len)
-    work = (siglip_forward(parts, images, e, attention) if parts.tower == "siglip_vision_model"
-            else qwen2_vl_forward(parts, images, e, attention))
-    return work, pixel_bytes(parts, images)
+    if parts.tower == "siglip_vision_model":
+        return siglip_forward(parts, images, e, attention)
+    return qwen2_vl_forward(parts, images, e, attention)
