@@ -35,7 +35,10 @@ What memmath does with the vision parts (the Note kinds in parentheses):
     activations  the language model's, over seq_len tokens, image tokens included; the tower's and
                  the projector's are not counted (vision_activations_not_counted), and the exact
                  activation model refuses a vision-language model (the textbook one answers, said so)
-    peak         not modelled (the tower's forward is not traced): the decision uses the sum of parts
+    peak         not modelled as a timeline; a frozen tower's run is judged on an upper bound (decision.py): the
+                 language model's requirement plus the tower's parts, or, for SigLIP under Gemma 3 and Qwen2-VL's
+                 tower, the tower's forward at the most images the sequence holds when that is larger
+                 (vision_forward.py); a tower or projector that trains is judged on the sum of the parts
 """
 
 from __future__ import annotations
