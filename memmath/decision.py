@@ -20,7 +20,8 @@ from .multimodal import TOWER_LABELS
 from .peak import forward_start, peak_memory, why_no_peak
 from .run import Run, as_run
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
-from .vision_forward import INT64, MODELLED_TOWERS, batch_extras, modelled, tower_forward, worst_images
+from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, tower_forward,
+                             worst_images)
 
 BASES = ("peak", "upper bound", "sum of parts")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -161,13 +162,16 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     words = (f"{why_no_peak(run)}; an upper bound: what the language model alone must hold ({text_need.bytes:,} B, "
              f"{text_need.words} of the same run on the text model) plus the frozen vision tower's and projector's "
              f"parts held throughout ({tower:,} B")
-    if not modelled(shape.vision):
-        return Requirement(text_need.bytes + tower, "upper bound", f"{words}); the {shape.vision.label} tower's own "
-                           f"forward and its pixels are not modelled (memmath models "
-                           f"{', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)})", memory, None, run)
+    unmodelled = (f"the {shape.vision.label} tower's own forward is not modelled (memmath models "
+                  f"{', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)})")
+    if not images_known(shape.vision):
+        return Requirement(text_need.bytes + tower, "upper bound", f"{words}); {unmodelled}, nor the pixels",
+                           memory, None, run)
     extras = batch_extras(shape.vision, run.batch_size, run.seq_len)
     after = text_need.bytes + tower + extras
     words += f", and the pixels, image ids and the tower's buffers, {extras:,} B)"
+    if not modelled(shape.vision):
+        return Requirement(after, "upper bound", f"{words}; {unmodelled}", memory, None, run)
     moment, images = _tower_moment(run, memory, text_run, tower, extras)
     tower_words = (f"the tower's forward over {images} at its fullest, with every token an image token "
                    f"({moment:,} B with what is alive then)")

@@ -43,6 +43,7 @@ from __future__ import annotations
 from . import validate
 
 MODELLED_TOWERS = ("siglip_vision_model", "qwen2_vl_vision")
+FIXED_SIZE = ("siglip_vision_model", "clip_vision_model")  # every image the config's image_size
 INT64, FP32 = 8, 4
 
 
@@ -103,12 +104,17 @@ def qwen2_vl_forward(parts, chunks, e: int, attention: str) -> int:
     return max(patches, rotary, attn, mlp, merger)
 
 
+def _patches(parts) -> int:
+    """Patches of one image of a SigLIP or CLIP tower: its position table's rows (CLIP's has the class token's too)."""
+    rows = _shape(parts.embeddings, "position_embedding.weight")[0]
+    return rows - 1 if parts.tower == "clip_vision_model" else rows
+
+
 def pixel_bytes(parts, images_or_chunks) -> int:
     """The processor's fp32 pixels for the tower's images (part of the batch)."""
-    if parts.tower == "siglip_vision_model":
+    if parts.tower in FIXED_SIZE:
         _, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
-        n = _shape(parts.embeddings, "position_embedding.weight")[0]
-        return images_or_chunks * c * n * p * p * FP32
+        return images_or_chunks * c * _patches(parts) * p * p * FP32
     _, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
     return sum(images_or_chunks) * c * tp * p * p * FP32
 
@@ -121,9 +127,10 @@ def batch_extras(parts, batch: int, seq_len: int) -> int:
     fp32 each)."""
     images = worst_images(parts, batch, seq_len)
     tokens = batch * seq_len
+    if parts.tower == "clip_vision_model":  # LLaVA: no type ids; CLIP's position_ids cover the class token too
+        return pixel_bytes(parts, images) + _patches(parts) * INT64 + INT64
     if parts.tower == "siglip_vision_model":
-        n = _shape(parts.embeddings, "position_embedding.weight")[0]
-        return pixel_bytes(parts, images) + tokens * INT64 + n * INT64
+        return pixel_bytes(parts, images) + tokens * INT64 + _patches(parts) * INT64
     width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
     return (pixel_bytes(parts, images) + tokens * 4 + 3 * INT64 * len(images)
             + 2 * (width // parts.heads // 4) * FP32)
@@ -131,13 +138,20 @@ def batch_extras(parts, batch: int, seq_len: int) -> int:
 
 def worst_images(parts, batch: int, seq_len: int):
     """The images a batch of `batch` sequences of `seq_len` tokens can hold at most, where every token is an image
-    token: Gemma 3's whole images of image_tokens tokens (an int), or for Qwen2-VL one image per sequence of
+    token: Gemma 3's or LLaVA's whole images of image_tokens tokens (an int), or for Qwen2-VL one image per sequence of
     merge^2 x seq_len patches (its tokens are its patches over merge^2: the largest attention a sequence allows)."""
-    if parts.tower == "siglip_vision_model":
+    if parts.tower in FIXED_SIZE:
         return batch * (seq_len // parts.image_tokens)
     width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
     merge2 = _shape(parts.projector, "mlp.0.weight")[0] // width
     return [merge2 * seq_len] * batch
+
+
+def images_known(parts) -> bool:
+    """Whether memmath knows the pixels and buffers a batch holds for this tower's images (batch_extras): SigLIP under
+    Gemma 3, CLIP under LLaVA, Qwen2-VL's tower."""
+    return (parts.model_type, parts.tower) in (("gemma3", "siglip_vision_model"), ("llava", "clip_vision_model"),
+                                               ("qwen2_vl", "qwen2_vl_vision"))
 
 
 def modelled(parts) -> bool:

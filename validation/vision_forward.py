@@ -6,6 +6,7 @@ here (nothing comes from a model hub).
     python -m validation.vision_forward --held-out # the cases recorded after memmath/vision_forward.py was written
     python -m validation.vision_forward --steps    # whole training steps whose tower's forward holds the peak
     python -m validation.vision_forward --steps --held-out   # those recorded after the decision counted the tower
+    python -m validation.vision_forward --llava    # whole LLaVA steps (its CLIP tower's forward is not modelled)
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -61,6 +62,12 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
     """The vision-language config.json (a dict) of a tiny case: a 2-block language model and a small tower."""
     text = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                 intermediate_size=128, vocab_size=1000)
+    if tower == "llava":  # a CLIP tower of 64 patches a 112 px image, a LLaMA language model
+        vision = dict(dict(model_type="clip_vision_model", num_hidden_layers=3, intermediate_size=4 * sizes["hidden_size"],
+                           image_size=112, patch_size=14), **sizes)
+        return dict(model_type="llava", text_config=dict(text, model_type="llama"), vision_config=vision,
+                    image_seq_length=(vision["image_size"] // vision["patch_size"]) ** 2, image_token_index=999,
+                    attn_implementation=attention)
     if tower == "qwen2_vl":
         vision = dict(dict(depth=2, mlp_ratio=4, hidden_size=64, patch_size=14, temporal_patch_size=2,
                            spatial_merge_size=2), **sizes)
@@ -129,6 +136,11 @@ STEP_CASES = [
     ("gemma3", "eager", "bfloat16", dict(hidden_size=256, num_attention_heads=4, image_size=112, patch_size=14), 2, 32),
     ("gemma3", "sdpa", "float32", dict(hidden_size=384, num_attention_heads=4, image_size=112, patch_size=14), 1, 32),
 ]
+# LLaVA (CLIP, whose forward memmath does not model): recorded when the decision added a batch's pixels to its bound.
+STEP_CASES_LLAVA = [
+    ("llava", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4), 2, 128),
+    ("llava", "eager", "float32", dict(hidden_size=384, num_attention_heads=4), 1, 128),
+]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
     ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9),
@@ -149,9 +161,10 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
 
     torch.manual_seed(0)
     raw = config(tower, attention, sizes)
-    cls = (transformers.Qwen2VLForConditionalGeneration if tower == "qwen2_vl"
-           else transformers.Gemma3ForConditionalGeneration)
-    hf = (transformers.Qwen2VLConfig if tower == "qwen2_vl" else transformers.Gemma3Config)(**raw)
+    cls, config_cls = {"qwen2_vl": (transformers.Qwen2VLForConditionalGeneration, transformers.Qwen2VLConfig),
+                       "gemma3": (transformers.Gemma3ForConditionalGeneration, transformers.Gemma3Config),
+                       "llava": (transformers.LlavaForConditionalGeneration, transformers.LlavaConfig)}[tower]
+    hf = config_cls(**raw)
     for sub in (hf, hf.vision_config, hf.text_config):
         sub._attn_implementation = attention
     model = cls(hf).to(getattr(torch, dtype)).train()
@@ -169,10 +182,11 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
         inputs["pixel_values"] = torch.randn(batch * side * side, 3 * 2 * 14 * 14)
         inputs["mm_token_type_ids"] = torch.ones_like(ids, dtype=torch.int32)  # the processor's: 1 for an image token
     else:
-        images = batch * seq_len // raw["mm_tokens_per_image"]
+        images = batch * seq_len // raw.get("mm_tokens_per_image", raw.get("image_seq_length"))
         s = raw["vision_config"]["image_size"]
         inputs["pixel_values"] = torch.randn(images, 3, s, s)
-        inputs["token_type_ids"] = torch.ones_like(ids)
+        if tower == "gemma3":
+            inputs["token_type_ids"] = torch.ones_like(ids)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     blocks = list(model.model.language_model.layers)
     result = step_twice(model, optimizer, inputs, blocks, mode="cpu")
@@ -185,13 +199,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--held-out", action="store_true", help="the held-out cases only")
     parser.add_argument("--steps", action="store_true", help="whole training steps (STEP_CASES)")
+    parser.add_argument("--llava", action="store_true", help="whole LLaVA training steps (STEP_CASES_LLAVA)")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
-    if args.steps:
-        for case in (STEP_HELD_OUT if args.held_out else STEP_CASES):
+    if args.steps or args.llava:
+        for case in (STEP_CASES_LLAVA if args.llava else STEP_HELD_OUT if args.held_out else STEP_CASES):
             print(json.dumps(measure_step(*case)), flush=True)
         return
     for case in (HELD_OUT if args.held_out else CASES):
