@@ -6,7 +6,8 @@ here (nothing comes from a model hub).
     python -m validation.vision_forward --held-out # the cases recorded after memmath/vision_forward.py was written
     python -m validation.vision_forward --steps    # whole training steps whose tower's forward holds the peak
     python -m validation.vision_forward --steps --held-out   # those recorded after the decision counted the tower
-    python -m validation.vision_forward --llava    # whole LLaVA steps (its CLIP tower's forward is not modelled)
+    python -m validation.vision_forward --llava    # whole LLaVA steps
+    python -m validation.vision_forward --clip     # LLaVA's CLIP tower alone
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -36,6 +37,15 @@ CASES = [
     ("gemma3", "eager", "bfloat16", 3, dict(hidden_size=64, num_attention_heads=2, image_size=224, patch_size=14)),
     ("gemma3", "sdpa", "bfloat16", 3, dict(hidden_size=64, num_attention_heads=2, image_size=224, patch_size=14)),
 ]
+# LLaVA's CLIP tower (its second-to-last layer's patches, as LlavaConfig's defaults choose), recorded before memmath
+# modelled it.
+CASES_CLIP = [
+    ("llava", "eager", "bfloat16", 2, dict(hidden_size=64, num_attention_heads=2)),
+    ("llava", "sdpa", "float32", 1, dict(hidden_size=128, num_attention_heads=4)),
+    ("llava", "eager", "float32", 3, dict(hidden_size=32, num_attention_heads=4)),
+    ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=256, num_attention_heads=4)),
+    ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=128, num_attention_heads=2, text_hidden_size=512)),
+]
 # ... and the cases measured only after it was written (held out).
 HELD_OUT = [
     ("qwen2_vl", "eager", "bfloat16", [(1, 12, 20), (1, 6, 6)], dict(embed_dim=48, num_heads=6, depth=3)),
@@ -62,7 +72,9 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
     """The vision-language config.json (a dict) of a tiny case: a 2-block language model and a small tower."""
     text = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                 intermediate_size=128, vocab_size=1000)
-    if tower == "llava":  # a CLIP tower of 64 patches a 112 px image, a LLaMA language model
+    if tower == "llava":  # a CLIP tower of 64 patches a 112 px image, a LLaMA language model (text_hidden_size wide)
+        sizes = dict(sizes)
+        text["hidden_size"] = sizes.pop("text_hidden_size", text["hidden_size"])
         vision = dict(dict(model_type="clip_vision_model", num_hidden_layers=3, intermediate_size=4 * sizes["hidden_size"],
                            image_size=112, patch_size=14), **sizes)
         return dict(model_type="llava", text_config=dict(text, model_type="llama"), vision_config=vision,
@@ -84,6 +96,19 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
                 image_token_index=999, boi_token_index=998, eoi_token_index=997)
 
 
+class _Classes(dict):
+    """tower -> (its ...ForConditionalGeneration, its config class), from transformers when first asked."""
+
+    def __missing__(self, tower):
+        import transformers
+
+        name = {"qwen2_vl": "Qwen2VL", "gemma3": "Gemma3", "llava": "Llava"}[tower]
+        return getattr(transformers, f"{name}ForConditionalGeneration"), getattr(transformers, f"{name}Config")
+
+
+_CLASSES = _Classes()
+
+
 def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict:
     """The tower's forward: its peak over the allocation when it began (bytes), and what it was given."""
     import torch
@@ -92,9 +117,8 @@ def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict
 
     torch.manual_seed(0)
     raw = config(tower, attention, sizes)
-    cls = (transformers.Qwen2VLForConditionalGeneration if tower == "qwen2_vl"
-           else transformers.Gemma3ForConditionalGeneration)
-    hf = (transformers.Qwen2VLConfig if tower == "qwen2_vl" else transformers.Gemma3Config)(**raw)
+    cls, config_cls = _CLASSES[tower]
+    hf = config_cls(**raw)
     hf._attn_implementation = attention
     for sub in (hf.vision_config, hf.text_config):
         sub._attn_implementation = attention
@@ -106,6 +130,11 @@ def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict
         v = raw["vision_config"]
         pixels = torch.randn(int(grid.prod(-1).sum()), 3 * v["temporal_patch_size"] * v["patch_size"] ** 2)
         call = lambda: model.model.get_image_features(pixels, grid)  # noqa: E731
+    elif tower == "llava":  # LlavaConfig's defaults: the second-to-last layer's patches, the class token dropped
+        s = raw["vision_config"]["image_size"]
+        pixels = torch.randn(images, 3, s, s)
+        call = lambda: model.model.get_image_features(pixels, vision_feature_layer=-2,  # noqa: E731
+                                                      vision_feature_select_strategy="default")
     else:
         s = raw["vision_config"]["image_size"]
         pixels = torch.randn(images, 3, s, s)  # the processor's fp32 pixels
@@ -161,9 +190,7 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
 
     torch.manual_seed(0)
     raw = config(tower, attention, sizes)
-    cls, config_cls = {"qwen2_vl": (transformers.Qwen2VLForConditionalGeneration, transformers.Qwen2VLConfig),
-                       "gemma3": (transformers.Gemma3ForConditionalGeneration, transformers.Gemma3Config),
-                       "llava": (transformers.LlavaForConditionalGeneration, transformers.LlavaConfig)}[tower]
+    cls, config_cls = _CLASSES[tower]
     hf = config_cls(**raw)
     for sub in (hf, hf.vision_config, hf.text_config):
         sub._attn_implementation = attention
@@ -200,6 +227,7 @@ def main(argv=None):
     parser.add_argument("--held-out", action="store_true", help="the held-out cases only")
     parser.add_argument("--steps", action="store_true", help="whole training steps (STEP_CASES)")
     parser.add_argument("--llava", action="store_true", help="whole LLaVA training steps (STEP_CASES_LLAVA)")
+    parser.add_argument("--clip", action="store_true", help="LLaVA's CLIP tower (CASES_CLIP)")
     args = parser.parse_args(argv)
     import torch
 
@@ -209,7 +237,7 @@ def main(argv=None):
         for case in (STEP_CASES_LLAVA if args.llava else STEP_HELD_OUT if args.held_out else STEP_CASES):
             print(json.dumps(measure_step(*case)), flush=True)
         return
-    for case in (HELD_OUT if args.held_out else CASES):
+    for case in (CASES_CLIP if args.clip else HELD_OUT if args.held_out else CASES):
         print(json.dumps(measure(*case)), flush=True)
 
 
