@@ -1,5 +1,5 @@
 """The working memory of a frozen vision tower's forward: the most it allocates at one moment over what was alive when
-it began, for the towers whose forward memmath models (Gemma 3's SigLIP, Qwen2-VL's).
+it began, for the towers whose forward memmath models (Gemma 3's SigLIP, LLaVA's CLIP, Qwen2-VL's).
 
 A frozen tower and projector (requires_grad False) given pixels that need no gradient record nothing for backward,
 so each intermediate dies when its last Python reference does, as under no_grad. Each moment below lists what
@@ -19,6 +19,14 @@ SigLIP (I images of n patches, width h, MLP width f, H heads):
                4 I n h (3 in the first block, whose input is the embeddings' output); fc1's and the GELU's outputs,
                2 I n f; under eager also the probabilities the attention returned (I H n^2 x e), which the
                layer holds until it returns
+CLIP under LLaVA (as SigLIP, over N = I (n + 1) tokens with the class token; the projector reads the second-to-last
+layer's patches, LlavaConfig's default):
+    patches    as SigLIP's; then the patches, the class token joined to them (N h), the position rows ((n + 1) h)
+               and their sum (N h)
+    attention  as SigLIP's, pre_layrnorm's output in place of the embeddings' output
+    MLP        as SigLIP's with quick_gelu (fc1's output, 1.702 x and its sigmoid: 3 N f)
+    projector  the tower's last and selected layers (2 N h), the selected patches made contiguous (I n h),
+               linear_1's and the GELU's outputs (2 I n x the text width)
 Qwen2-VL (N patches in images of n_1..n_k patches, width c, MLP width f, H heads of width d, pixel rows of R values,
 merge m):
     held       the pixels in the tower's dtype (get_image_features: pixel_values.type(visual.dtype); none in fp32),
@@ -42,7 +50,7 @@ from __future__ import annotations
 
 from . import validate
 
-MODELLED_TOWERS = ("siglip_vision_model", "qwen2_vl_vision")
+MODELLED_TOWERS = ("siglip_vision_model", "clip_vision_model", "qwen2_vl_vision")
 FIXED_SIZE = ("siglip_vision_model", "clip_vision_model")  # every image the config's image_size
 INT64, FP32 = 8, 4
 
@@ -76,6 +84,33 @@ def siglip_forward(parts, images: int, e: int, attention: str) -> int:
     held = images * parts.heads * n * n * e if attention == "eager" else 0
     mlp = (4 if parts.n_blocks > 1 else 3) * tokens * h * e + 2 * tokens * f * e + held
     return max(patches, attn, mlp)
+
+
+def clip_forward(parts, images: int, e: int, attention: str) -> int:
+    """Working bytes of LLaVA's CLIP tower and projector over `images` images (each its position table's patches and
+    the class token), the projector reading the second-to-last layer's patches (LlavaConfig's defaults)."""
+    images = validate.count("images", images, low=0)
+    if images == 0:
+        return 0
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _patches(parts)
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    text = _shape(parts.projector, "linear_1.weight")[0]
+    pixels = images * c * n * p * p
+    tokens = images * (n + 1)
+    patches = (pixels * e if e != FP32 else 0) + pixels * e + images * n * h * e
+    # the patches, the class token joined to them, the position rows and their sum
+    embeddings = images * n * h * e + 2 * tokens * h * e + (n + 1) * h * e
+    scores = images * parts.heads * (n + 1) ** 2
+    if attention == "eager":
+        attn = 6 * tokens * h * e + scores * _softmax_bytes(e)
+    else:
+        attn = 8 * tokens * h * e + images * parts.heads * (n + 1) * FP32
+    held = scores * e if attention == "eager" else 0
+    mlp = (4 if parts.n_blocks > 1 else 3) * tokens * h * e + 3 * tokens * f * e + held
+    # the tower's last and selected layers, the selected patches made contiguous, linear_1's and the GELU's outputs
+    projector = 2 * tokens * h * e + images * n * h * e + 2 * images * n * text * e
+    return max(patches, embeddings, attn, mlp, projector)
 
 
 def qwen2_vl_forward(parts, chunks, e: int, attention: str) -> int:
@@ -155,8 +190,11 @@ def images_known(parts) -> bool:
 
 
 def modelled(parts) -> bool:
-    """Whether memmath models this tower's forward (MODELLED_TOWERS, inside their wrappers gemma3 and qwen2_vl)."""
-    return parts.tower in MODELLED_TOWERS and parts.model_type in ("gemma3", "qwen2_vl") and parts.heads > 0
+    """Whether memmath models this tower's forward (MODELLED_TOWERS, inside their wrappers: gemma3, llava, qwen2_vl;
+    LLaVA's projector reading one feature layer)."""
+    one_layer = parts.tower != "clip_vision_model" or (
+        _shape(parts.projector, "linear_1.weight")[1] == _shape(parts.embeddings, "patch_embedding.weight")[0])
+    return images_known(parts) and parts.heads > 0 and one_layer
 
 
 def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> int:
@@ -164,4 +202,6 @@ def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> in
     images = worst_images(parts, batch, seq_len)
     if parts.tower == "siglip_vision_model":
         return siglip_forward(parts, images, e, attention)
+    if parts.tower == "clip_vision_model":
+        return clip_forward(parts, images, e, attention)
     return qwen2_vl_forward(parts, images, e, attention)
