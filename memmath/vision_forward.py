@@ -25,8 +25,8 @@ layer's patches, LlavaConfig's default):
                and their sum (N h)
     attention  as SigLIP's, pre_layrnorm's output in place of the embeddings' output
     MLP        as SigLIP's with quick_gelu (fc1's output, 1.702 x and its sigmoid: 3 N f)
-    projector  the tower's last and selected layers (2 N h), the selected patches made contiguous (I n h),
-               linear_1's and the GELU's outputs (2 I n x the text width)
+    projector  the tower's last and selected layers (2 N h), its pooled class tokens (I h), linear_1's and
+               the GELU's outputs (2 I n x the text width)
 Qwen2-VL (N patches in images of n_1..n_k patches, width c, MLP width f, H heads of width d, pixel rows of R values,
 merge m):
     held       the pixels in the tower's dtype (get_image_features: pixel_values.type(visual.dtype); none in fp32),
@@ -108,8 +108,9 @@ def clip_forward(parts, images: int, e: int, attention: str) -> int:
         attn = 8 * tokens * h * e + images * parts.heads * (n + 1) * FP32
     held = scores * e if attention == "eager" else 0
     mlp = (4 if parts.n_blocks > 1 else 3) * tokens * h * e + 3 * tokens * f * e + held
-    # the tower's last and selected layers, the selected patches made contiguous, linear_1's and the GELU's outputs
-    projector = 2 * tokens * h * e + images * n * h * e + 2 * images * n * text * e
+    # the tower's last and selected layers, its pooled class tokens, linear_1's and the GELU's outputs (linear_1
+    # reads the selected patches, a strided view, without a copy: a held-out case measured it)
+    projector = 2 * tokens * h * e + images * h * e + 2 * images * n * text * e
     return max(patches, embeddings, attn, mlp, projector)
 
 

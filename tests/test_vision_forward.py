@@ -54,7 +54,7 @@ def _working(r):
     return qwen2_vl_forward(parts, [t * h * w for t, h, w in r["images"]], e, r["attention"])
 
 
-TOWER = [pytest.param(r, id=f"{group}-{_case_id(r)}") for group in ("held_in", "clip", "held_out")
+TOWER = [pytest.param(r, id=f"{group}-{_case_id(r)}") for group in ("held_in", "clip", "held_out", "clip_held_out")
          for r in _records(group)]
 
 
@@ -68,8 +68,8 @@ def _run(r):
                 batch_size=r["batch"], seq_len=r["seq_len"], attention=r["attention"], device="cpu")
 
 
-STEPS = [pytest.param(r, id=f"{group}-{_case_id(r)}") for group in ("steps", "steps_llava", "steps_held_out")
-         for r in _records(group)]
+STEPS = [pytest.param(r, id=f"{group}-{_case_id(r)}")
+         for group in ("steps", "steps_llava", "steps_held_out", "steps_llava_held_out") for r in _records(group)]
 
 
 @pytest.mark.parametrize("record", STEPS)

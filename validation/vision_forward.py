@@ -7,7 +7,7 @@ here (nothing comes from a model hub).
     python -m validation.vision_forward --steps    # whole training steps whose tower's forward holds the peak
     python -m validation.vision_forward --steps --held-out   # those recorded after the decision counted the tower
     python -m validation.vision_forward --llava    # whole LLaVA steps
-    python -m validation.vision_forward --clip     # LLaVA's CLIP tower alone
+    python -m validation.vision_forward --clip     # LLaVA's CLIP tower alone (with --held-out: those held out)
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -45,6 +45,12 @@ CASES_CLIP = [
     ("llava", "eager", "float32", 3, dict(hidden_size=32, num_attention_heads=4)),
     ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=256, num_attention_heads=4)),
     ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=128, num_attention_heads=2, text_hidden_size=512)),
+]
+# ... and those recorded after clip_forward was written (held out).
+HELD_OUT_CLIP = [
+    ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=64, num_attention_heads=2, text_hidden_size=1024)),
+    ("llava", "eager", "bfloat16", 3, dict(hidden_size=96, num_attention_heads=3)),
+    ("llava", "sdpa", "float32", 1, dict(hidden_size=320, num_attention_heads=5, num_hidden_layers=2)),
 ]
 # ... and the cases measured only after it was written (held out).
 HELD_OUT = [
@@ -170,6 +176,11 @@ STEP_CASES_LLAVA = [
     ("llava", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4), 2, 128),
     ("llava", "eager", "float32", dict(hidden_size=384, num_attention_heads=4), 1, 128),
 ]
+# ... and LLaVA steps recorded after clip_forward was written (held out).
+STEP_HELD_OUT_LLAVA = [
+    ("llava", "eager", "bfloat16", dict(hidden_size=320, num_attention_heads=4), 1, 192),
+    ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=2, text_hidden_size=256), 2, 64),
+]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
     ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9),
@@ -234,10 +245,12 @@ def main(argv=None):
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
     if args.steps or args.llava:
-        for case in (STEP_CASES_LLAVA if args.llava else STEP_HELD_OUT if args.held_out else STEP_CASES):
+        llava = STEP_HELD_OUT_LLAVA if args.held_out else STEP_CASES_LLAVA
+        for case in (llava if args.llava else STEP_HELD_OUT if args.held_out else STEP_CASES):
             print(json.dumps(measure_step(*case)), flush=True)
         return
-    for case in (CASES_CLIP if args.clip else HELD_OUT if args.held_out else CASES):
+    clip = HELD_OUT_CLIP if args.held_out else CASES_CLIP
+    for case in (clip if args.clip else HELD_OUT if args.held_out else CASES):
         print(json.dumps(measure(*case)), flush=True)
 
 
