@@ -175,7 +175,8 @@ def batch_extras(parts, batch: int, seq_len: int) -> int:
 def worst_images(parts, batch: int, seq_len: int):
     """The images a batch of `batch` sequences of `seq_len` tokens can hold at most, where every token is an image
     token: Gemma 3's or LLaVA's whole images of image_tokens tokens (an int), or for Qwen2-VL one image per sequence of
-    merge^2 x seq_len patches (its tokens are its patches over merge^2: the largest attention a sequence allows)."""
+    merge^2 x seq_len patches (its tokens are its patches over merge^2: the largest attention a sequence allows;
+    Qwen2.5-VL's too)."""
     if parts.tower in FIXED_SIZE:
         return batch * (seq_len // parts.image_tokens)
     width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
@@ -185,9 +186,9 @@ def worst_images(parts, batch: int, seq_len: int):
 
 def images_known(parts) -> bool:
     """Whether memmath knows the pixels and buffers a batch holds for this tower's images (batch_extras): SigLIP under
-    Gemma 3, CLIP under LLaVA, Qwen2-VL's tower."""
+    Gemma 3, CLIP under LLaVA, Qwen2-VL's and Qwen2.5-VL's towers (the same pixel rows, type ids and rotary tables)."""
     return (parts.model_type, parts.tower) in (("gemma3", "siglip_vision_model"), ("llava", "clip_vision_model"),
-                                               ("qwen2_vl", "qwen2_vl_vision"))
+                                               ("qwen2_vl", "qwen2_vl_vision"), ("qwen2_5_vl", "qwen2_5_vl_vision"))
 
 
 def modelled(parts) -> bool:
@@ -195,7 +196,7 @@ def modelled(parts) -> bool:
     LLaVA's projector reading one feature layer)."""
     one_layer = parts.tower != "clip_vision_model" or (
         _shape(parts.projector, "linear_1.weight")[1] == _shape(parts.embeddings, "patch_embedding.weight")[0])
-    return images_known(parts) and parts.heads > 0 and one_layer
+    return images_known(parts) and parts.heads > 0 and one_layer and parts.tower in MODELLED_TOWERS
 
 
 def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> int:

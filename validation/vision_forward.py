@@ -8,6 +8,7 @@ here (nothing comes from a model hub).
     python -m validation.vision_forward --steps --held-out   # those recorded after the decision counted the tower
     python -m validation.vision_forward --llava    # whole LLaVA steps
     python -m validation.vision_forward --clip     # LLaVA's CLIP tower alone (with --held-out: those held out)
+    python -m validation.vision_forward --qwen2-5  # whole Qwen2.5-VL steps (its tower's forward is not modelled)
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -86,6 +87,14 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
         return dict(model_type="llava", text_config=dict(text, model_type="llama"), vision_config=vision,
                     image_seq_length=(vision["image_size"] // vision["patch_size"]) ** 2, image_token_index=999,
                     attn_implementation=attention)
+    if tower == "qwen2_5_vl":  # windows of 4 x 4 merged patches (window_size 112 px), the second block full
+        rope = dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
+        vision = dict(dict(depth=2, hidden_size=64, intermediate_size=128, out_hidden_size=64, num_heads=4,
+                           patch_size=14, temporal_patch_size=2, spatial_merge_size=2, window_size=112,
+                           fullatt_block_indexes=[1]), **sizes)
+        return dict(model_type="qwen2_5_vl", text_config=dict(text, model_type="qwen2_5_vl_text", rope_parameters=rope),
+                    vision_config=vision, attn_implementation=attention, image_token_id=999, video_token_id=998,
+                    vision_start_token_id=997, vision_end_token_id=996)
     if tower == "qwen2_vl":
         vision = dict(dict(depth=2, mlp_ratio=4, hidden_size=64, patch_size=14, temporal_patch_size=2,
                            spatial_merge_size=2), **sizes)
@@ -108,7 +117,7 @@ class _Classes(dict):
     def __missing__(self, tower):
         import transformers
 
-        name = {"qwen2_vl": "Qwen2VL", "gemma3": "Gemma3", "llava": "Llava"}[tower]
+        name = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "gemma3": "Gemma3", "llava": "Llava"}[tower]
         return getattr(transformers, f"{name}ForConditionalGeneration"), getattr(transformers, f"{name}Config")
 
 
@@ -131,7 +140,7 @@ def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict
     model = cls(hf).to(getattr(torch, dtype)).train()
     for p in model.parameters():  # a frozen tower and projector (the language model's do not run here)
         p.requires_grad_(False)
-    if tower == "qwen2_vl":
+    if tower in ("qwen2_vl", "qwen2_5_vl"):
         grid = torch.tensor(images)
         v = raw["vision_config"]
         pixels = torch.randn(int(grid.prod(-1).sum()), 3 * v["temporal_patch_size"] * v["patch_size"] ** 2)
@@ -181,6 +190,11 @@ STEP_HELD_OUT_LLAVA = [
     ("llava", "eager", "bfloat16", dict(hidden_size=320, num_attention_heads=4), 1, 192),
     ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=2, text_hidden_size=256), 2, 64),
 ]
+# Qwen2.5-VL (its tower's forward is not modelled; the bound holds its pixels): recorded after the decision held them.
+STEP_CASES_QWEN2_5 = [
+    ("qwen2_5_vl", "sdpa", "bfloat16", dict(hidden_size=32, num_heads=2, intermediate_size=64), 2, 16),
+    ("qwen2_5_vl", "eager", "float32", dict(hidden_size=256, num_heads=4, intermediate_size=512), 1, 16),
+]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
     ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9),
@@ -206,14 +220,14 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
     for sub in (hf, hf.vision_config, hf.text_config):
         sub._attn_implementation = attention
     model = cls(hf).to(getattr(torch, dtype)).train()
-    vision = model.model.visual if tower == "qwen2_vl" else model.model.vision_tower
-    frozen = [vision] + ([] if tower == "qwen2_vl" else [model.model.multi_modal_projector])
+    vision = model.model.visual if tower in ("qwen2_vl", "qwen2_5_vl") else model.model.vision_tower
+    frozen = [vision] + ([] if tower in ("qwen2_vl", "qwen2_5_vl") else [model.model.multi_modal_projector])
     for module in frozen:
         for p in module.parameters():
             p.requires_grad_(False)
     ids = torch.full((batch, seq_len), hf.image_token_id, dtype=torch.long)
     inputs = dict(input_ids=ids, labels=ids.clone())
-    if tower == "qwen2_vl":
+    if tower in ("qwen2_vl", "qwen2_5_vl"):
         side = 2 * int(seq_len ** 0.5)  # (side/2)^2 = seq_len merged tokens: one square image per sequence
         assert (side // 2) ** 2 == seq_len
         inputs["image_grid_thw"] = torch.tensor([(1, side, side)] * batch)
@@ -239,11 +253,16 @@ def main(argv=None):
     parser.add_argument("--steps", action="store_true", help="whole training steps (STEP_CASES)")
     parser.add_argument("--llava", action="store_true", help="whole LLaVA training steps (STEP_CASES_LLAVA)")
     parser.add_argument("--clip", action="store_true", help="LLaVA's CLIP tower (CASES_CLIP)")
+    parser.add_argument("--qwen2-5", action="store_true", help="whole Qwen2.5-VL training steps (STEP_CASES_QWEN2_5)")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
+    if args.qwen2_5:
+        for case in STEP_CASES_QWEN2_5:
+            print(json.dumps(measure_step(*case)), flush=True)
+        return
     if args.steps or args.llava:
         llava = STEP_HELD_OUT_LLAVA if args.held_out else STEP_CASES_LLAVA
         for case in (llava if args.llava else STEP_HELD_OUT if args.held_out else STEP_CASES):
