@@ -182,14 +182,16 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
 
 def _tower_moment(run: Run, memory, text_run: Run, tower: int, extras: int) -> tuple[int, str]:
     """(bytes alive at the frozen tower's fullest moment, its images in words); tower: the tower's and projector's
-    parts; extras: the pixels, image ids and the tower's buffers. The tower computes in its weights' format (fp32 under autocast: a bound)."""
+    parts; extras: the pixels, image ids and the tower's buffers. The tower computes in its weights' format (fp32
+    under autocast: a bound)."""
     parts, recipe = run.model.vision, run.recipe
     e = 4 if max(recipe.weight_bits, recipe.activation_bits) >= 32 else 2
     work = tower_forward(parts, run.batch_size, run.seq_len, e, run.attention)
     if not why_no_peak(text_run):
         alive = forward_start(text_run)
     else:  # every static part (gradients too) and the token ids and labels: more than the forward starts with
-        alive = sum(int(getattr(memory, part)) for part in STATIC_PARTS) - tower + 2 * INT64 * run.batch_size * run.seq_len
+        alive = (sum(int(getattr(memory, part)) for part in STATIC_PARTS) - tower
+                 + 2 * INT64 * run.batch_size * run.seq_len)
     # A quantized tower (QLoRA): bitsandbytes dequantizes each matrix for its matmul, one at a time (the largest).
     dequant = (max(t.numel for t in parts.tensor_list if t.linear) * e
                if getattr(run.method, "quant_type", None) else 0)

@@ -125,7 +125,7 @@ def qwen2_vl_forward(parts, chunks, e: int, attention: str) -> int:
     out = _shape(parts.projector, "mlp.2.weight")[0]
     merge2 = merged // width
     d = width // parts.heads
-    n_all, n_max, rows = sum(chunks), max(chunks), c * tp * p * p
+    n_all, rows = sum(chunks), c * tp * p * p
     copy = n_all * rows * e if e != FP32 else 0
     held = copy + n_all * 2 * INT64 + 2 * n_all * d * FP32 + (len(chunks) + 1) * FP32 + n_all * width * e
     patches = copy + n_all * rows * e + n_all * width * e + n_all * 2 * INT64 + (len(chunks) + 1) * FP32

@@ -1,6 +1,8 @@
 """Measure the working memory of a frozen vision tower's forward on the CPU: the most its forward allocates at one
-moment over what was alive when it started, for tiny Qwen2-VL and Gemma 3 models built from config objects written
-here (nothing comes from a model hub).
+moment over what was alive when it started, for tiny Qwen2-VL, Gemma 3 and LLaVA models built from config objects
+written here (nothing comes from a model hub); and whole training steps of such models whose language model trains.
+Each command prints JSON lines; validation/vision_forward_*.jsonl hold them as recorded (tests/test_vision_forward.py
+reads them).
 
     python -m validation.vision_forward            # every case, printed as JSON lines
     python -m validation.vision_forward --held-out # the cases recorded after memmath/vision_forward.py was written
@@ -14,7 +16,8 @@ The tower and projector are frozen (requires_grad False) and the pixels need no 
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
 get_image_features (transformers 5.24), the tower and the projector, with gradients enabled. The profiler's
 allocation events (torch.profiler, profile_memory=True) give the highest net allocation inside that call over the
-allocation when it began; the pixels exist before (the batch).
+allocation when it began; the pixels exist before (the batch). A whole step is memmath.stepping.step_twice's two
+steps of AdamW (peak_bytes: the second step's peak, the profiler's over what was alive before the first).
 """
 
 from __future__ import annotations
@@ -82,8 +85,8 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
     if tower == "llava":  # a CLIP tower of 64 patches a 112 px image, a LLaMA language model (text_hidden_size wide)
         sizes = dict(sizes)
         text["hidden_size"] = sizes.pop("text_hidden_size", text["hidden_size"])
-        vision = dict(dict(model_type="clip_vision_model", num_hidden_layers=3, intermediate_size=4 * sizes["hidden_size"],
-                           image_size=112, patch_size=14), **sizes)
+        vision = dict(dict(model_type="clip_vision_model", num_hidden_layers=3,
+                           intermediate_size=4 * sizes["hidden_size"], image_size=112, patch_size=14), **sizes)
         return dict(model_type="llava", text_config=dict(text, model_type="llama"), vision_config=vision,
                     image_seq_length=(vision["image_size"] // vision["patch_size"]) ** 2, image_token_index=999,
                     attn_implementation=attention)
@@ -103,8 +106,8 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
                     vision_config=vision,
                     attn_implementation=attention, image_token_id=999, video_token_id=998, vision_start_token_id=997,
                     vision_end_token_id=996)
-    vision = dict(dict(model_type="siglip_vision_model", num_hidden_layers=2, intermediate_size=4 * sizes["hidden_size"],
-                       vision_use_head=False), **sizes)
+    vision = dict(dict(model_type="siglip_vision_model", num_hidden_layers=2,
+                       intermediate_size=4 * sizes["hidden_size"], vision_use_head=False), **sizes)
     patches = (sizes["image_size"] // sizes["patch_size"]) ** 2
     return dict(model_type="gemma3", text_config=dict(text, model_type="gemma3_text", head_dim=16),
                 vision_config=vision, mm_tokens_per_image=patches // 4, attn_implementation=attention,
@@ -127,7 +130,6 @@ _CLASSES = _Classes()
 def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict:
     """The tower's forward: its peak over the allocation when it began (bytes), and what it was given."""
     import torch
-    import transformers
     from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.manual_seed(0)
@@ -207,9 +209,9 @@ STEP_HELD_OUT = [
 def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int, seq_len: int) -> dict:
     """Two training steps (memmath.stepping.step_twice on the CPU) of a tiny vision-language model whose language
     model trains and whose tower and projector are frozen, every token an image token: Qwen2-VL one image of
-    4 x seq_len patches per sequence, Gemma 3 seq_len / mm_tokens_per_image images per sequence."""
+    4 x seq_len patches per sequence (Qwen2.5-VL too), Gemma 3 seq_len / mm_tokens_per_image and LLaVA seq_len /
+    image_seq_length images per sequence."""
     import torch
-    import transformers
 
     from memmath.stepping import step_twice
 
