@@ -11,6 +11,7 @@ reads them).
     python -m validation.vision_forward --llava    # whole LLaVA steps
     python -m validation.vision_forward --clip     # LLaVA's CLIP tower alone (with --held-out: those held out)
     python -m validation.vision_forward --qwen2-5  # whole Qwen2.5-VL steps (its tower's forward is not modelled)
+    python -m validation.vision_forward --training # whole steps whose projector or tower trains
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -197,6 +198,16 @@ STEP_CASES_QWEN2_5 = [
     ("qwen2_5_vl", "sdpa", "bfloat16", dict(hidden_size=32, num_heads=2, intermediate_size=64), 2, 16),
     ("qwen2_5_vl", "eager", "float32", dict(hidden_size=256, num_heads=4, intermediate_size=512), 1, 16),
 ]
+# A projector that trains, or the whole tower (method vision= "projector" or "trains"), which memmath judges on the
+# sum of the parts: recorded to say how far that sum is from the step.
+STEP_CASES_TRAINING = [
+    ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=256, num_heads=4), 2, 16, "projector"),
+    ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=256, num_heads=4), 2, 16, "trains"),
+    ("gemma3", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4, image_size=112, patch_size=14), 2, 32,
+     "projector"),
+    ("gemma3", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4, image_size=112, patch_size=14), 2, 32,
+     "trains"),
+]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
     ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9),
@@ -206,7 +217,8 @@ STEP_HELD_OUT = [
 ]
 
 
-def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int, seq_len: int) -> dict:
+def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int, seq_len: int,
+                 vision: str = "frozen") -> dict:
     """Two training steps (memmath.stepping.step_twice on the CPU) of a tiny vision-language model whose language
     model trains and whose tower and projector are frozen, every token an image token: Qwen2-VL one image of
     4 x seq_len patches per sequence (Qwen2.5-VL too), Gemma 3 seq_len / mm_tokens_per_image and LLaVA seq_len /
@@ -222,11 +234,15 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
     for sub in (hf, hf.vision_config, hf.text_config):
         sub._attn_implementation = attention
     model = cls(hf).to(getattr(torch, dtype)).train()
-    vision = model.model.visual if tower in ("qwen2_vl", "qwen2_5_vl") else model.model.vision_tower
-    frozen = [vision] + ([] if tower in ("qwen2_vl", "qwen2_5_vl") else [model.model.multi_modal_projector])
+    qwen = tower in ("qwen2_vl", "qwen2_5_vl")
+    tower_module = model.model.visual if qwen else model.model.vision_tower
+    projector = model.model.visual.merger if qwen else model.model.multi_modal_projector
+    frozen = {"frozen": [tower_module, projector], "projector": [tower_module], "trains": []}[vision]
     for module in frozen:
         for p in module.parameters():
             p.requires_grad_(False)
+    for p in (projector.parameters() if vision == "projector" else ()):  # Qwen's merger sits inside its tower
+        p.requires_grad_(True)
     ids = torch.full((batch, seq_len), hf.image_token_id, dtype=torch.long)
     inputs = dict(input_ids=ids, labels=ids.clone())
     if tower in ("qwen2_vl", "qwen2_5_vl"):
@@ -245,7 +261,7 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
     blocks = list(model.model.language_model.layers)
     result = step_twice(model, optimizer, inputs, blocks, mode="cpu")
     return dict(tower=tower, attention=attention, dtype=dtype, sizes=sizes, batch=batch, seq_len=seq_len,
-                peak_bytes=result["peak_bytes"], peak_phase=result["peak_step2_phase"],
+                **({} if vision == "frozen" else {"vision": vision}), peak_bytes=result["peak_bytes"], peak_phase=result["peak_step2_phase"],
                 resident_before_bytes=result["resident_before_bytes"])
 
 
@@ -256,13 +272,14 @@ def main(argv=None):
     parser.add_argument("--llava", action="store_true", help="whole LLaVA training steps (STEP_CASES_LLAVA)")
     parser.add_argument("--clip", action="store_true", help="LLaVA's CLIP tower (CASES_CLIP)")
     parser.add_argument("--qwen2-5", action="store_true", help="whole Qwen2.5-VL training steps (STEP_CASES_QWEN2_5)")
+    parser.add_argument("--training", action="store_true", help="steps whose projector or tower trains")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
-    if args.qwen2_5:
-        for case in STEP_CASES_QWEN2_5:
+    if args.qwen2_5 or args.training:
+        for case in (STEP_CASES_TRAINING if args.training else STEP_CASES_QWEN2_5):
             print(json.dumps(measure_step(*case)), flush=True)
         return
     if args.steps or args.llava:
