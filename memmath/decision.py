@@ -16,9 +16,12 @@ from .bounds import applies, describe as describe_bound, upper_bound
 from .memory import training_memory
 from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
-from .peak import peak_memory, why_no_peak
+from .multimodal import TOWER_LABELS
+from .peak import forward_start, peak_memory, why_no_peak
 from .run import Run, as_run
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
+from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, tower_forward,
+                             worst_images)
 
 BASES = ("peak", "upper bound", "sum of parts")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -135,14 +138,16 @@ STATIC_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accu
 
 
 def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
-    """A vision-language run whose tower and projector stay frozen: what its language model must hold (the same run
-    on the text model alone: its modelled peak, or its upper bound where the run offloads or shards) plus the tower's
-    and projector's parts on the GPU, held throughout. The tower runs under no gradient, so backward saves none of
-    its tensors; what its forward makes is freed before the language model's forward (transformers'
-    get_image_features), which this bound does not add. None where it does not apply: with checkpointing or
-    peft's kbit preparation, enable_input_require_grads hooks every input embedding the model holds, the tower's
-    patch embedding too (transformers modeling_utils.py), so the frozen tower saves its layers' inputs, which
-    memmath does not model."""
+    """A vision-language run whose tower and projector stay frozen: the larger of two moments. After the tower: what
+    its language model must hold (the same run on the text model alone: its modelled peak, or its upper bound where
+    the run offloads or shards) plus the tower's and projector's parts on the GPU, held throughout; the tower's
+    outputs are freed before the language model's forward (transformers' get_image_features). During the tower's
+    forward (memmath/vision_forward.py, for the towers it models): what is alive when the step's forward begins, the
+    tower's parts, the pixels and the tower's working memory, with every token of the batch an image token (the
+    most images the sequence can hold). Frozen and given pixels that need no gradient, the tower saves nothing for
+    backward. None where it does not apply: with checkpointing or peft's kbit preparation,
+    enable_input_require_grads hooks every input embedding the model holds, the tower's patch embedding too
+    (transformers modeling_utils.py), so the frozen tower saves its layers' inputs, which memmath does not model."""
     shape, method = run.model, run.method
     if (shape.vision is None or getattr(method, "vision", None) != "frozen" or run.seq_len is None
             or run.checkpointing or run.kbit_prep):
@@ -154,10 +159,50 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     if text_need.basis == "sum of parts":
         return None
     tower = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in STATIC_PARTS)
-    return Requirement(text_need.bytes + tower, "upper bound",
-                       f"{why_no_peak(run)}; an upper bound: what the language model alone must hold "
-                       f"({text_need.bytes:,} B, {text_need.words} of the same run on the text model) plus the "
-                       f"frozen vision tower's and projector's parts held throughout ({tower:,} B)", memory, None, run)
+    words = (f"{why_no_peak(run)}; an upper bound: what the language model alone must hold ({text_need.bytes:,} B, "
+             f"{text_need.words} of the same run on the text model) plus the frozen vision tower's and projector's "
+             f"parts held throughout ({tower:,} B")
+    unmodelled = (f"the {shape.vision.label} tower's own forward is not modelled (memmath models "
+                  f"{', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)})")
+    if not images_known(shape.vision):
+        return Requirement(text_need.bytes + tower, "upper bound", f"{words}); {unmodelled}, nor the pixels",
+                           memory, None, run)
+    extras = batch_extras(shape.vision, run.batch_size, run.seq_len)
+    after = text_need.bytes + tower + extras
+    words += f", and the pixels, image ids and the tower's buffers, {extras:,} B)"
+    if not modelled(shape.vision):
+        return Requirement(after, "upper bound", f"{words}; {unmodelled}", memory, None, run)
+    moment, images = _tower_moment(run, memory, text_run, tower, extras)
+    tower_words = (f"the tower's forward over {images} at its fullest, with every token an image token "
+                   f"({moment:,} B with what is alive then)")
+    if moment > after:
+        return Requirement(moment, "upper bound", f"{words}, which is less than {tower_words}", memory, None, run)
+    return Requirement(after, "upper bound", f"{words}; {tower_words} is less", memory, None, run)
+
+
+def _tower_moment(run: Run, memory, text_run: Run, tower: int, extras: int) -> tuple[int, str]:
+    """(bytes alive at the frozen tower's fullest moment, its images in words); tower: the tower's and projector's
+    parts; extras: the pixels, image ids and the tower's buffers. The tower computes in its weights' format (fp32
+    under autocast: a bound)."""
+    parts, recipe = run.model.vision, run.recipe
+    e = 4 if max(recipe.weight_bits, recipe.activation_bits) >= 32 else 2
+    work = tower_forward(parts, run.batch_size, run.seq_len, e, run.attention)
+    if not why_no_peak(text_run):
+        alive = forward_start(text_run)
+    else:  # every static part (gradients too) and the token ids and labels: more than the forward starts with
+        alive = (sum(int(getattr(memory, part)) for part in STATIC_PARTS) - tower
+                 + 2 * INT64 * run.batch_size * run.seq_len)
+    # A quantized tower (QLoRA): bitsandbytes dequantizes each matrix for its matmul, one at a time (the largest).
+    dequant = (max(t.numel for t in parts.tensor_list if t.linear) * e
+               if getattr(run.method, "quant_type", None) else 0)
+    images = worst_images(parts, run.batch_size, run.seq_len)
+    count = images if isinstance(images, int) else len(images)
+    # Made before the tower runs (transformers' forward embeds the tokens first) and alive through it: the token
+    # embeddings and the positions (cache_position and position_ids, int64).
+    inputs = run.batch_size * run.seq_len * (run.model.hidden_size * e + 2 * INT64)
+    words = (f"{count} images of {parts.image_tokens} tokens" if isinstance(images, int)
+             else f"{count} images of {images[0]:,} patches")
+    return alive + tower + extras + inputs + work + dequant, words
 
 
 def _ddp_views_bound(run: Run, memory) -> Requirement:

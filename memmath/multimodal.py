@@ -35,7 +35,10 @@ What memmath does with the vision parts (the Note kinds in parentheses):
     activations  the language model's, over seq_len tokens, image tokens included; the tower's and
                  the projector's are not counted (vision_activations_not_counted), and the exact
                  activation model refuses a vision-language model (the textbook one answers, said so)
-    peak         not modelled (the tower's forward is not traced): the decision uses the sum of parts
+    peak         not modelled as a timeline; a frozen tower's run is judged on an upper bound (decision.py): the
+                 language model's requirement plus the tower's parts, or, for SigLIP under Gemma 3 and Qwen2-VL's
+                 tower, the tower's forward at the most images the sequence holds when that is larger
+                 (vision_forward.py); a tower or projector that trains is judged on the sum of the parts
 """
 
 from __future__ import annotations
@@ -567,7 +570,8 @@ def from_multimodal_config(config: dict, read_text):  # a models.ModelShape (mod
                     else top.count("image_seq_length", 576) if model_type == "llava" else None)
     parts = VisionParts(model_type=model_type, tower=tower, text_type=text_type, n_blocks=n_blocks,
                         embeddings=tuple(embeddings), block=tuple(block), post=tuple(post),
-                        projector=tuple(projector), image_tokens=image_tokens)
+                        projector=tuple(projector), image_tokens=image_tokens,
+                        heads=vision.get("num_attention_heads", vision.get("num_heads", 0)))
     name = config.get("_name_or_path")
     if name is not None and not isinstance(name, str):
         raise validate.FieldError("_name_or_path", f"config field '_name_or_path' must be a string; got a "

@@ -540,6 +540,15 @@ def _optimizer_step(s: _StepTerms, moments: _Moments):
     return note
 
 
+def forward_start(model, *, step="steady", **settings) -> int:
+    """Bytes alive when a step's forward begins (what its first forward moment starts from): what is alive before
+    the first step, with, from the second step on, the optimizer states and the previous step's loss, and with
+    gradient accumulation the earlier micro-batches' gradients. A run peak_memory models (why_no_peak is "")."""
+    step = validate.choice("step", step, STEPS)
+    s = _StepTerms.of(as_run(model, **settings), step)
+    return s.resident + (s.kept + s.previous_loss + s.held_steady + (s.grads if s.later else 0)) * s.trains
+
+
 def why_no_peak(run: Run) -> str:
     """Why the peak of this run is not modelled, in words; "" when peak_memory answers it."""
     if run.seq_len is None or not run.model.has_shape:

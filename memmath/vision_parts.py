@@ -20,6 +20,7 @@ class VisionTensors:
     the leading "model." (the order of model.parameters()). Components: "vision_tower" and "projector".
     image_tokens: tokens one image puts into the language model's sequence where the config fixes it
     (Gemma 3's mm_tokens_per_image, LLaVA's image_seq_length), else None (it follows the image's size).
+    heads: the tower's attention heads (its config's num_attention_heads or num_heads; 0 where not read).
     """
 
     model_type: str
@@ -31,6 +32,7 @@ class VisionTensors:
     post: tuple
     projector: tuple
     image_tokens: int | None = None
+    heads: int = 0
 
     @functools.cached_property
     def tensor_list(self) -> tuple:

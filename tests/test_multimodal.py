@@ -264,12 +264,17 @@ def test_activations_count_the_language_model_and_say_what_they_leave_out():
         mm.training_memory(shape, method=mm.LoRA(), seq_len=512, activations="transformers")
     assert error.value.field == "activations"
     # A frozen tower: the language model's modelled peak (the same LoRA run on the text model) plus the tower's and
-    # projector's bf16 weights, 2 B for each parameter the wrapper adds; frozen, they have nothing else.
+    # projector's bf16 weights, 2 B for each parameter the wrapper adds; frozen, they have nothing else. And what the
+    # batch holds for its images, at the most a 512-token sequence holds: two images of 256 tokens, each the
+    # processor's fp32 pixels (3 x 896 x 896 x 4 B), token_type_ids (512 int64) and SigLIP's position_ids buffer
+    # ((896 / 14)^2 = 4,096 int64). The tower's forward (bf16 SDPA over 8,192 patches) weighs less than the language
+    # model's peak.
+    images = 2 * 3 * 896 * 896 * 4 + 512 * 8 + 4096 * 8
     need = mm.requirement(shape, method=mm.LoRA(), seq_len=512)
     text_model = mm.from_hf_config(text)
     text_peak = mm.peak_memory(text_model, method=mm.LoRA(), seq_len=512).total
     assert need.basis == "upper bound" and "vision-language" in need.reason
-    assert need.bytes == int(text_peak) + 2 * (shape.n_params - text_model.n_params)
+    assert need.bytes == int(text_peak) + 2 * (shape.n_params - text_model.n_params) + images
     assert need.bytes > mm.requirement(text_model, method=mm.LoRA(), seq_len=512).bytes
     # A tower that trains: what backward saves of it is not modelled, so the run is judged on the sum of its parts.
     trains = mm.requirement(shape, method=mm.LoRA(vision="trains"), seq_len=512)
@@ -282,7 +287,7 @@ def test_activations_count_the_language_model_and_say_what_they_leave_out():
     need = mm.requirement(shape, **offloaded)
     text_need = mm.requirement(text_model, **offloaded)
     assert text_need.basis == need.basis == "upper bound"
-    assert need.bytes == text_need.bytes + 2 * (shape.n_params - text_model.n_params)
+    assert need.bytes == text_need.bytes + 2 * (shape.n_params - text_model.n_params) + images
     serving = mm.inference_memory(shape)
     assert serving.weights == 2 * shape.n_params and "vision_working_set_not_counted" in [n.kind for n in serving.notes]
 

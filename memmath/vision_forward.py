@@ -1,0 +1,209 @@
+"""The working memory of a frozen vision tower's forward: the most it allocates at one moment over what was alive when
+it began, for the towers whose forward memmath models (Gemma 3's SigLIP, LLaVA's CLIP, Qwen2-VL's).
+
+A frozen tower and projector (requires_grad False) given pixels that need no gradient record nothing for backward,
+so each intermediate dies when its last Python reference does, as under no_grad. Each moment below lists what
+transformers 5.24's modeling code holds at it (modeling_siglip.py, modeling_gemma3.py get_image_features,
+modeling_qwen2_vl.py), in the tower's element size `e` (its weights'):
+
+SigLIP (I images of n patches, width h, MLP width f, H heads):
+    patches    a copy of the pixels in the tower's dtype (SiglipVisionEmbeddings: pixel_values.to(weight dtype), none
+               in fp32), the convolution's unfolded input on the CPU (im2col: the pixels' size again, in e) and its
+               output, I n h
+    attention  the embeddings' output (held by the vision transformer while its encoder runs), the block's input,
+               layer_norm1's output, q, k and v: 6 I n h; eager adds the scores over every image at once,
+               I H n^2 x (e + 4, plus 4 for the fp32 copy softmax(dtype=float32) makes of a 16-bit input); SDPA
+               adds its output and the contiguous transpose or out_proj's output (2 I n h) and the log-sum-exp
+               (I H n, fp32)
+    MLP        the embeddings' output, the block's input, the residual after attention, layer_norm2's output:
+               4 I n h (3 in the first block, whose input is the embeddings' output); fc1's and the GELU's outputs,
+               2 I n f; under eager also the probabilities the attention returned (I H n^2 x e), which the
+               layer holds until it returns
+CLIP under LLaVA (as SigLIP, over N = I (n + 1) tokens with the class token; the projector reads the second-to-last
+layer's patches, LlavaConfig's default):
+    patches    as SigLIP's; then the patches, the class token joined to them (N h), the position rows ((n + 1) h)
+               and their sum (N h)
+    attention  as SigLIP's, pre_layrnorm's output in place of the embeddings' output
+    MLP        as SigLIP's with quick_gelu (fc1's output, 1.702 x and its sigmoid: 3 N f)
+    projector  the tower's last and selected layers (2 N h), its pooled class tokens (I h), linear_1's and
+               the GELU's outputs (2 I n x the text width)
+Qwen2-VL (N patches in images of n_1..n_k patches, width c, MLP width f, H heads of width d, pixel rows of R values,
+merge m):
+    held       the pixels in the tower's dtype (get_image_features: pixel_values.type(visual.dtype); none in fp32),
+               the position ids (N x 2, int64), rotary cos and sin (N x d each, fp32), cu_seqlens, and the block's
+               input N c (the vision model's loop holds it while the block runs)
+    patches    the pixels' copy, the Conv3d's unfolded input on the CPU (N R in e) and its output N c
+    rotary     norm1's output and qkv (4 N c), apply_rotary_pos_emb_vision's fp32 q and k (2 N c x 4, none in fp32)
+               and four fp32 temporaries of N c
+    attention  norm1's output, qkv, the rotated q and k (6 N c); each image apart (no mask, one chunk at a time):
+               eager adds the chunk's scores H n^2 x (e + 4, plus 4 from a 16-bit input), SDPA its output and
+               log-sum-exp; the earlier chunks' outputs wait for the concatenation; the chunk lengths (int32); at
+               proj, the chunks' outputs, their concatenation and proj's output (3 N c; found by a held-out case)
+    MLP        the residual after attention and norm2's output (2 N c), fc1's output, 1.702 x and its sigmoid
+               (quick_gelu): 3 N f
+    merger     ln_q's output N c, then mlp.0's and the GELU's outputs (2 N c) or the GELU's and mlp.2's
+               (N c + N / m^2 x out)
+Measured on the CPU by validation/vision_forward.py (the cases it holds out were recorded after this model).
+"""
+
+from __future__ import annotations
+
+from . import validate
+
+MODELLED_TOWERS = ("siglip_vision_model", "clip_vision_model", "qwen2_vl_vision")
+FIXED_SIZE = ("siglip_vision_model", "clip_vision_model")  # every image the config's image_size
+INT64, FP32 = 8, 4
+
+
+def _shape(tensors, suffix: str) -> tuple:
+    return next(t.shape for t in tensors if t.name.endswith(suffix))
+
+
+def _softmax_bytes(e: int) -> int:
+    """Bytes per attention score at eager's softmax: the scaled scores (e), softmax's fp32 output, and the fp32 copy
+    softmax(dtype=float32) makes of a 16-bit input first."""
+    return e + FP32 + (FP32 if e != FP32 else 0)
+
+
+def siglip_forward(parts, images: int, e: int, attention: str) -> int:
+    """Working bytes of a SigLIP tower's forward over `images` images (each its position table's patches)."""
+    images = validate.count("images", images, low=0)
+    if images == 0:
+        return 0
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _shape(parts.embeddings, "position_embedding.weight")[0]
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    pixels = images * c * n * p * p  # (I, c, S, S) with S = sqrt(n) p
+    tokens = images * n
+    patches = (pixels * e if e != FP32 else 0) + pixels * e + tokens * h * e
+    if attention == "eager":
+        attn = 6 * tokens * h * e + images * parts.heads * n * n * _softmax_bytes(e)
+    else:
+        attn = 8 * tokens * h * e + images * parts.heads * n * FP32
+    # eager's probabilities, which SiglipAttention returns and the encoder layer holds (`_`) until it returns
+    held = images * parts.heads * n * n * e if attention == "eager" else 0
+    mlp = (4 if parts.n_blocks > 1 else 3) * tokens * h * e + 2 * tokens * f * e + held
+    return max(patches, attn, mlp)
+
+
+def clip_forward(parts, images: int, e: int, attention: str) -> int:
+    """Working bytes of LLaVA's CLIP tower and projector over `images` images (each its position table's patches and
+    the class token), the projector reading the second-to-last layer's patches (LlavaConfig's defaults)."""
+    images = validate.count("images", images, low=0)
+    if images == 0:
+        return 0
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _patches(parts)
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    text = _shape(parts.projector, "linear_1.weight")[0]
+    pixels = images * c * n * p * p
+    tokens = images * (n + 1)
+    patches = (pixels * e if e != FP32 else 0) + pixels * e + images * n * h * e
+    # the patches, the class token joined to them, the position rows and their sum
+    embeddings = images * n * h * e + 2 * tokens * h * e + (n + 1) * h * e
+    scores = images * parts.heads * (n + 1) ** 2
+    if attention == "eager":
+        attn = 6 * tokens * h * e + scores * _softmax_bytes(e)
+    else:
+        attn = 8 * tokens * h * e + images * parts.heads * (n + 1) * FP32
+    held = scores * e if attention == "eager" else 0
+    mlp = (4 if parts.n_blocks > 1 else 3) * tokens * h * e + 3 * tokens * f * e + held
+    # the tower's last and selected layers, its pooled class tokens, linear_1's and the GELU's outputs (linear_1
+    # reads the selected patches, a strided view, without a copy: a held-out case measured it)
+    projector = 2 * tokens * h * e + images * h * e + 2 * images * n * text * e
+    return max(patches, embeddings, attn, mlp, projector)
+
+
+def qwen2_vl_forward(parts, chunks, e: int, attention: str) -> int:
+    """Working bytes of a Qwen2-VL tower's forward over images of `chunks` patches each."""
+    chunks = [validate.count("patches", n, low=1) for n in chunks]
+    if not chunks:
+        return 0
+    width, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    merged = _shape(parts.projector, "mlp.0.weight")[0]
+    out = _shape(parts.projector, "mlp.2.weight")[0]
+    merge2 = merged // width
+    d = width // parts.heads
+    n_all, rows = sum(chunks), c * tp * p * p
+    copy = n_all * rows * e if e != FP32 else 0
+    held = copy + n_all * 2 * INT64 + 2 * n_all * d * FP32 + (len(chunks) + 1) * FP32 + n_all * width * e
+    patches = copy + n_all * rows * e + n_all * width * e + n_all * 2 * INT64 + (len(chunks) + 1) * FP32
+    rotary = held + 4 * n_all * width * e + n_all * width * FP32 * (4 + (2 if e != FP32 else 0))
+    attn = held + 6 * n_all * width * e + len(chunks) * FP32 + max(  # the chunk lengths, then chunk by chunk
+        (parts.heads * n * n * _softmax_bytes(e) if attention == "eager" else n * width * e + parts.heads * n * FP32)
+        + sum(chunks[:k]) * width * e for k, n in enumerate(chunks))
+    # then proj: the chunks' outputs (held in their list), their concatenation and proj's output, 3 N c
+    attn = max(attn, held + 9 * n_all * width * e + len(chunks) * FP32)
+    mlp = held + 2 * n_all * width * e + 3 * n_all * f * e
+    merger = held + 2 * n_all * width * e + max(n_all * width, n_all // merge2 * out) * e
+    return max(patches, rotary, attn, mlp, merger)
+
+
+def _patches(parts) -> int:
+    """Patches of one image of a SigLIP or CLIP tower: its position table's rows (CLIP's has the class token's too)."""
+    rows = _shape(parts.embeddings, "position_embedding.weight")[0]
+    return rows - 1 if parts.tower == "clip_vision_model" else rows
+
+
+def pixel_bytes(parts, images_or_chunks) -> int:
+    """The processor's fp32 pixels for the tower's images (part of the batch)."""
+    if parts.tower in FIXED_SIZE:
+        _, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+        return images_or_chunks * c * _patches(parts) * p * p * FP32
+    _, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
+    return sum(images_or_chunks) * c * tp * p * p * FP32
+
+
+def batch_extras(parts, batch: int, seq_len: int) -> int:
+    """Bytes a vision-language step holds throughout beyond the text model's batch and buffers, at the most images
+    the batch can hold (worst_images): the processor's fp32 pixels, its per-token type ids (Gemma 3's token_type_ids,
+    int64; Qwen2-VL's mm_token_type_ids, int32) and Qwen2-VL's image grid rows (3 int64 each), and the tower's
+    buffers (SigLIP's position_ids, int64 per patch; Qwen2-VL's rotary inv_freq and original_inv_freq, head_dim / 4
+    fp32 each)."""
+    images = worst_images(parts, batch, seq_len)
+    tokens = batch * seq_len
+    if parts.tower == "clip_vision_model":  # LLaVA: no type ids; CLIP's position_ids cover the class token too
+        return pixel_bytes(parts, images) + _patches(parts) * INT64 + INT64
+    if parts.tower == "siglip_vision_model":
+        return pixel_bytes(parts, images) + tokens * INT64 + _patches(parts) * INT64
+    width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+    return (pixel_bytes(parts, images) + tokens * 4 + 3 * INT64 * len(images)
+            + 2 * (width // parts.heads // 4) * FP32)
+
+
+def worst_images(parts, batch: int, seq_len: int):
+    """The images a batch of `batch` sequences of `seq_len` tokens can hold at most, where every token is an image
+    token: Gemma 3's or LLaVA's whole images of image_tokens tokens (an int), or for Qwen2-VL one image per sequence of
+    merge^2 x seq_len patches (its tokens are its patches over merge^2: the largest attention a sequence allows;
+    Qwen2.5-VL's too)."""
+    if parts.tower in FIXED_SIZE:
+        return batch * (seq_len // parts.image_tokens)
+    width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+    merge2 = _shape(parts.projector, "mlp.0.weight")[0] // width
+    return [merge2 * seq_len] * batch
+
+
+def images_known(parts) -> bool:
+    """Whether memmath knows the pixels and buffers a batch holds for this tower's images (batch_extras): SigLIP under
+    Gemma 3, CLIP under LLaVA, Qwen2-VL's and Qwen2.5-VL's towers (the same pixel rows, type ids and rotary tables)."""
+    return (parts.model_type, parts.tower) in (("gemma3", "siglip_vision_model"), ("llava", "clip_vision_model"),
+                                               ("qwen2_vl", "qwen2_vl_vision"), ("qwen2_5_vl", "qwen2_5_vl_vision"))
+
+
+def modelled(parts) -> bool:
+    """Whether memmath models this tower's forward (MODELLED_TOWERS, inside their wrappers: gemma3, llava, qwen2_vl;
+    LLaVA's projector reading one feature layer)."""
+    one_layer = parts.tower != "clip_vision_model" or (
+        _shape(parts.projector, "linear_1.weight")[1] == _shape(parts.embeddings, "patch_embedding.weight")[0])
+    return images_known(parts) and parts.heads > 0 and one_layer and parts.tower in MODELLED_TOWERS
+
+
+def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> int:
+    """Working bytes of the tower's forward at the most images the batch can hold (a tower that `modelled`)."""
+    images = worst_images(parts, batch, seq_len)
+    if parts.tower == "siglip_vision_model":
+        return siglip_forward(parts, images, e, attention)
+    if parts.tower == "clip_vision_model":
+        return clip_forward(parts, images, e, attention)
+    return qwen2_vl_forward(parts, images, e, attention)
