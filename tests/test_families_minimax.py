@@ -305,14 +305,15 @@ def test_lora_on_the_router_and_experts_is_held_as_traced(torch, transformers, p
 @pytest.mark.parametrize("name", sorted(STEPPED))
 def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft, name, method, precision):
     """With gradient checkpointing (transformers' non-reentrant default) the recomputed block's backward is peak.py's
-    working set: within 5% (measured 0.7% to 4.1% under), as the other families' checkpointed steps. Not yet for
-    wider's LoRA steps (top-3 routing): peak.py prices the recomputed block's MLP gradients at t x intermediate_size,
-    where the routed experts' backward holds t x experts_per_tok rows of them: 7.5% (fp32) and 12.5% (bf16) under
-    the measured peaks."""
+    working set: within 5% (measured 0.7% to 4.1% under), as the other families' checkpointed steps. wider's LoRA
+    steps (top-3 routing) were 7.5% (fp32) and 12.5% (bf16) under the measured peaks while peak.py priced the
+    recomputed block's MLP gradients at t x intermediate_size; with the MoE block's backward priced at its experts'
+    moments (_moe.backward_phase) fp32 is -2.9%, bf16 still -7.7%."""
     from family_checks import two_cpu_steps
 
-    if name == "wider" and method == "lora":
-        pytest.xfail("peak.py's checkpointed working set reads t x intermediate_size, not the routed rows")
+    if (name, method, precision) == ("wider", "lora", "bf16"):
+        pytest.xfail("7.7% under the measured peak: MiniMax-M2's bf16 top-3 MoE backward holds more than "
+                     "_moe.backward_phase prices")
     config = _stepped(name)
     measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
                              checkpointing=True)
