@@ -72,9 +72,9 @@ def from_hf_config(config) -> ModelShape:
                 or isinstance(config.get("vision_config"), dict)):
             return from_multimodal_config(config, read_text=from_hf_config)
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
-        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported; "
-                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)} (text) and "
-                         f"{', '.join(MULTIMODAL_MODEL_TYPES)} (vision-language); {TRACED_HINT}")
+        raise ValueError(f"config field 'model_type' {validate.describe(model_type)} is not supported: memmath reads "
+                         f"{len(SUPPORTED_MODEL_TYPES)} text model types and {len(MULTIMODAL_MODEL_TYPES)} "
+                         f"vision-language ones, which `memmath models` lists; {TRACED_HINT}")
     record = ARCHITECTURES[model_type]
     get = _ConfigReader(config, record.defaults)
     _check_common(config)

@@ -14,9 +14,11 @@ import os
 import shutil
 import textwrap
 
+from .architectures import SUPPORTED_MODEL_TYPES
 from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit, cuda_context_source
 from .offload import COMPILE_NOTE, by_deepspeed
 from .parallel import buffers, is_parallel, layout
+from .multimodal import MULTIMODAL_MODEL_TYPES
 from .presets import PRESET_SOURCES, PRESETS
 from .training import PART_LABELS
 from .units import format_bytes, to_unit
@@ -548,6 +550,8 @@ def presets_text(rows, *, style=PLAIN, width=WIDTH) -> str:
            "of experts runs for one token (its shared parts and the experts it is routed to); training still holds "
            "every expert. Sources are each model's config.json on the Hub, or the paper. Any other model: pass its "
            "config.json, its folder or its Hub id (local cache).", how=style.dim)
+    w.para(f"The config.json model types memmath reads: {', '.join(SUPPORTED_MODEL_TYPES)}; and the vision-language "
+           f"{', '.join(MULTIMODAL_MODEL_TYPES)}.", how=style.dim)
     return w.text()
 
 

@@ -64,9 +64,20 @@ def test_every_module_in_the_folder_is_one_record_and_every_record_a_module():
     assert all(record.model_type == name for name, record in ARCHITECTURES.items())
 
 
-def test_an_unknown_model_type_names_the_supported_ones():
-    with pytest.raises(ValueError, match="'falcon' is not supported; supported: gpt2, llama"):
+def test_an_unknown_model_type_says_where_the_supported_ones_are_listed():
+    # too many to list in a one-line message: it counts them, and `memmath models` names every one
+    with pytest.raises(ValueError, match=f"'falcon' is not supported: memmath reads {len(ARCHITECTURES)} model types, "
+                                         "which `memmath models` lists"):
         architecture("falcon")
+    from memmath import cli
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["models"]) == 0
+    listed = " ".join(out.getvalue().split())
+    assert all(f" {model_type}," in listed or f" {model_type};" in listed or f" {model_type}." in listed
+               for model_type in (*ARCHITECTURES, *mm.multimodal.MULTIMODAL_MODEL_TYPES)), listed[-900:]
 
 
 @pytest.mark.live

@@ -51,7 +51,7 @@ CASES = [
     ("unknown device", lambda: mm.training_memory("gpt2", device="tpu"), ["device", "cuda", "cpu"]),
     ("unknown lora target", lambda: mm.LoRA(targets=("qkv",)), ["LoRA target", "q, k, v, o, gate, up, down"]),
     ("unknown model_type", lambda: mm.from_hf_config({"model_type": "some_new_model"}),
-     ["model_type", "gpt2, llama, mistral, bert"]),
+     ["model_type", "text model types", "`memmath models` lists", "--traced"]),
     ("unknown size text", lambda: mm.parse_bytes("24 gigs"), ["size", "GiB"]),
     ("unknown count text", lambda: mm.units.parse_count("7 apples"), ["parameter count", "7B"]),
     ("huge size text", lambda: mm.parse_bytes("1e400 GB"), ["size", "at most"]),

@@ -42,11 +42,12 @@ HEADLINES = {
     # opens on a run that fits (Llama-3-8B at 8,192 tokens on an RTX 4090; tests/test_lesson_07.py derives each by
     # hand): its KV cache, the detailed sum against the rule of thumb, the rule's allowance; problem 2's 2,621,440 B
     "07_inference": ["6.71 GB", "26.03 GB", "1.07 GB", "18.11 GB", "19.27 GB", "3.21 GB", "2,621,440 B"],
-    # llama-2-7b's full finetune per GPU, the planner's setup, serving it, the CUDA context; what the card must hold
+    # llama-2-7b's full finetune per GPU, the planner's setup, serving it, the RTX 4090's CUDA context (426 MiB);
+    # what the card must hold
     # (the verdict, the part table's last row, the chart's tick and the problems give one number per run),
     # for the run (the step's peak, 67.38 GB = the parts' 57.05 GB + the optimizer step's 10.34 GB) and for its
     # path's LoRA change (16.42 GB, the changes table's, the comparison's and the static chart's)
-    "08_planner": ["53.91 GB", "57.05 GB", "13.80 GB", "1.31 GiB", "67.38 GB", "16.42 GB"],  # 93.15 GB left: the step's peak
+    "08_planner": ["53.91 GB", "57.05 GB", "13.80 GB", "0.42 GiB", "67.38 GB", "16.42 GB"],  # 93.15 GB left: the step's peak
     # Llama-3-8B worked through in the symbols: 8,030,261,248 x 2 B = 16.06 GB of bf16 weights (tests/test_lesson_09.py)
     "09_notation": ["16.06 GB", "0.27 GB", "0.96 GB", "1.05 GB", "4.20 GB"],
     # the chained problems' answers, each derived by hand in tests/test_lesson_10.py: Llama-3-8B with ZeRO-3 on 8 GPUs

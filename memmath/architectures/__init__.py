@@ -89,8 +89,8 @@ def architecture(model_type: str) -> Architecture:
     if record is None and refusal(model_type):  # a type transformers builds that memmath refuses, with the reason
         raise ValueError(f"model_type {model_type!r} is not supported: {refusal(model_type)}")
     if record is None:
-        raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}; "
-                         f"{TRACED_HINT}")
+        raise ValueError(f"model_type {model_type!r} is not supported: memmath reads {len(SUPPORTED_MODEL_TYPES)} "
+                         f"model types, which `memmath models` lists; {TRACED_HINT}")
     return record
 
 
