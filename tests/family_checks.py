@@ -103,3 +103,42 @@ def predicted_step(shape, *, precision: str, method: str, attention: str, checkp
     saved = activation_parts(shape, recipe=get_recipe(precision), **settings).estimate.total
     peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
     return saved, peak.total
+
+
+def held_for_backward(torch, transformers, peft, config: dict, *, precision: str, method: str, attention: str,
+                      targets=("q_proj", "v_proj")) -> int:
+    """Bytes autograd still holds for backward when the first forward of `config`'s model returns (b 2, s 64, as
+    two_cpu_steps runs it; fp32 or bf16; LoRA r 4 on peft's target_modules `targets`): each storage a saved tensor
+    keeps, once, parameters and buffers left out. Tensors autograd packs and frees before the forward returns (a
+    router's group choice) are not counted, where memmath.stepping's recorder counts them as saved."""
+    import itertools
+    import weakref
+
+    from validation.measure import configure_torch
+
+    configure_torch()
+    hf_config = transformers.AutoConfig.for_model(config["model_type"],
+                                                  **{k: v for k, v in config.items() if k != "model_type"})
+    hf_config._attn_implementation = attention
+    torch.manual_seed(0)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
+    if method == "lora":
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    excluded = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
+    saved = []
+
+    def pack(t):
+        saved.append(weakref.ref(t))
+        return t
+
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        output = model(input_ids=ids, labels=ids.clone())  # held, as a training step holds its loss
+        held = {}
+        for ref in saved:
+            t = ref()
+            if t is not None and t.untyped_storage().data_ptr() not in excluded:
+                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    del output
+    return sum(held.values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
+from family_checks import held_for_backward
 from memmath.architectures import ARCHITECTURES, _moe
 from memmath.architectures._refused import REFUSED_MODEL_TYPES
 from memmath.architectures.glm4_moe import DENSE_BLOCK
@@ -258,41 +259,6 @@ def _stepped(name):
     return {k: v for k, v in STEPPED[name].items() if v is not None}
 
 
-def _held_for_backward(torch, transformers, peft, config, *, precision, method, attention,
-                       targets=("q_proj", "v_proj")):
-    """Bytes autograd still holds for backward when the first forward returns (b 2, s 64, as two_cpu_steps runs it;
-    LoRA r 4 on peft's target_modules `targets`): each storage a saved tensor keeps, once, parameters and buffers
-    left out."""
-    import itertools
-    import weakref
-
-    from validation.measure import configure_torch
-
-    configure_torch()
-    hf_config = transformers.AutoConfig.for_model("glm4_moe", **{k: v for k, v in config.items() if k != "model_type"})
-    hf_config._attn_implementation = attention
-    torch.manual_seed(0)
-    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
-    if method == "lora":
-        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets))
-    excluded = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
-    saved = []
-
-    def pack(t):
-        saved.append(weakref.ref(t))
-        return t
-
-    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        output = model(input_ids=ids, labels=ids.clone())  # held, as a training step holds its loss
-        held = {}
-        for ref in saved:
-            t = ref()
-            if t is not None and t.untyped_storage().data_ptr() not in excluded:
-                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    del output
-    return sum(held.values())
 
 
 def _freed_by_the_router(config, tokens=128):
@@ -327,7 +293,7 @@ def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transfor
                     batch_size=2, dropout=False, attention=attention, checkpointing=False, device="cpu")
     predicted = activation_parts(shape, recipe=get_recipe(precision), **settings).estimate.total
     run = dict(precision=precision, method=method, attention=attention)
-    assert _held_for_backward(torch, transformers, peft, config, **run) == predicted
+    assert held_for_backward(torch, transformers, peft, config, **run) == predicted
     measured = two_cpu_steps(torch, transformers, peft, config, **run)
     assert 0 <= measured["saved_bytes"] - predicted <= _freed_by_the_router(config)
     peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)
@@ -425,7 +391,7 @@ def test_lora_on_the_router_and_experts_is_held_as_traced(torch, transformers, p
 
     config = _stepped(name)
     modules = "all-linear" if targets == "all" else GLM_TARGETS[targets]
-    held = _held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
+    held = held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
                               attention="sdpa", targets=modules)
     parts = activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
                              method=mm.LoRA(rank=4, targets=targets), seq_len=64, batch_size=2, dropout=False,
@@ -454,7 +420,7 @@ def test_dense_first_blocks_that_no_target_adapts_save_nothing(torch, transforme
     from memmath.recipes import get_recipe
 
     config = {k: v for k, v in DENSE_FIRST[name].items() if v is not None}
-    held = _held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
+    held = held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
                               attention=attention, targets=GLM_TARGETS[targets])
     parts = activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
                              method=mm.LoRA(rank=4, targets=targets), seq_len=64, batch_size=2, dropout=False,

@@ -14,6 +14,7 @@ import json
 import pytest
 
 import memmath as mm
+from family_checks import held_for_backward
 from memmath.architectures import ARCHITECTURES, _latent
 from memmath.architectures._refused import REFUSED_MODEL_TYPES
 from tests.test_families_dense import _build
@@ -249,42 +250,6 @@ STEPPED = {  # each measured in the eight settings below, the first time it ran:
 }
 
 
-def _held_for_backward(torch, transformers, peft, config, *, precision, method, attention, targets):
-    """Bytes autograd still holds for backward when the first forward returns (b 2, s 64, as two_cpu_steps runs it;
-    LoRA r 4 on peft's target_modules `targets`): each storage a saved tensor keeps, once, parameters and buffers
-    left out. The router's group choice packs tensors autograd frees when the router returns, which
-    memmath.stepping's recorder counts as saved: this count leaves them out."""
-    import itertools
-    import weakref
-
-    from validation.measure import configure_torch
-
-    configure_torch()
-    hf_config = transformers.AutoConfig.for_model(config["model_type"],
-                                                  **{k: v for k, v in config.items() if k != "model_type"})
-    hf_config._attn_implementation = attention
-    torch.manual_seed(0)
-    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
-    if method == "lora":
-        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets))
-    excluded = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
-    saved = []
-
-    def pack(t):
-        saved.append(weakref.ref(t))
-        return t
-
-    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        output = model(input_ids=ids, labels=ids.clone())  # held, as a training step holds its loss
-        held = {}
-        for ref in saved:
-            t = ref()
-            if t is not None and t.untyped_storage().data_ptr() not in excluded:
-                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    del output
-    return sum(held.values())
 
 
 def _qv_modules(config):
@@ -313,7 +278,7 @@ def test_saved_activations_and_peak_are_what_a_cpu_step_measures(torch, transfor
                     batch_size=2, dropout=False, attention=attention, checkpointing=False, device="cpu")
     traced = activation_parts(shape, recipe=get_recipe(precision), **settings).estimate.total
     run = dict(precision=precision, method=method, attention=attention)
-    assert _held_for_backward(torch, transformers, peft, config, targets=_qv_modules(config), **run) == traced
+    assert held_for_backward(torch, transformers, peft, config, targets=_qv_modules(config), **run) == traced
     model, blocks = stepped_model(torch, transformers, peft, config, lora_modules=_qv_modules(config), **run)
     params = [p for p in model.parameters() if p.requires_grad]
     ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
@@ -349,7 +314,7 @@ def test_lora_on_the_router_and_experts_is_held_as_traced(torch, transformers, p
     from memmath.recipes import get_recipe
 
     config = STEPPED[name] if name in STEPPED else _ds_tiny(name)
-    held = _held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
+    held = held_for_backward(torch, transformers, peft, config, precision=precision, method="lora",
                               attention="sdpa", targets=LORA_TARGETS[targets])
     parts = activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
                              method=mm.LoRA(rank=4, targets=targets), seq_len=64, batch_size=2, dropout=False,
