@@ -142,3 +142,27 @@ def held_for_backward(torch, transformers, peft, config: dict, *, precision: str
                 held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     del output
     return sum(held.values())
+
+
+def built_model(torch, transformers, config: dict, device: str = "meta"):
+    """(transformers' config, its causal LM) of `config`, built by transformers in bf16: on the meta device, or on the
+    CPU in eval mode (device="cpu", seeded)."""
+    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
+                                                                     if k != "model_type"})
+    torch.manual_seed(0)
+    if device == "meta":
+        with torch.device("meta"):
+            return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+    return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16).eval()
+
+
+def cache_storage_bytes(torch, cache) -> int:
+    """Bytes of the storages behind a filled cache's keys, values, conv states and recurrent states, each once."""
+    storages = {}
+    for layer in cache.layers:
+        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
+        for states in ("conv_states", "recurrent_states"):
+            tensors += list((getattr(layer, states, None) or {}).values())
+        storages.update({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
+                         if isinstance(t, torch.Tensor)})
+    return sum(storages.values())

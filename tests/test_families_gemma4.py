@@ -15,6 +15,7 @@ import json
 import pytest
 
 import memmath as mm
+from family_checks import cache_storage_bytes as _cache_bytes
 from family_checks import assert_built_like_transformers
 from memmath import cli
 from memmath.architectures import ARCHITECTURES
@@ -149,14 +150,6 @@ def test_what_memmath_cannot_count_is_refused_by_name(name, targets, match):
 
 
 # ---- 3. the cache -------------------------------------------------------------------------------------------------
-def _cache_bytes(torch, cache) -> int:
-    """Bytes of the storages behind a DynamicCache's keys and values, each once."""
-    storages = {}
-    for layer in cache.layers:
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(t, torch.Tensor):
-                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(storages.values())
 
 
 @pytest.mark.live

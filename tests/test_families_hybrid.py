@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
+from family_checks import built_model as _model, cache_storage_bytes as _cache_bytes
 from family_checks import assert_built_like_transformers
 from memmath.sharding import torch_tensors
 from validation.published_configs import CONFIG_CLASS_DEFAULTS, PUBLISHED_CONFIGS
@@ -22,25 +23,7 @@ TINY = dict(PUBLISHED, hidden_size=64, intermediate_size=96, num_hidden_layers=6
             moe_intermediate_size=32, shared_expert_intermediate_size=48, vocab_size=128, mlp_only_layers=[2])
 
 
-def _model(torch, transformers, config, device="meta"):
-    hf = transformers.AutoConfig.for_model("qwen3_next", **{k: v for k, v in config.items() if k != "model_type"})
-    torch.manual_seed(0)
-    if device == "meta":
-        with torch.device("meta"):
-            return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
-    return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16).eval()
 
-
-def _cache_bytes(torch, cache) -> int:
-    """Bytes of the storages behind a DynamicCache's keys, values, conv and recurrent states, each once."""
-    storages = {}
-    for layer in cache.layers:
-        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
-        for states in ("conv_states", "recurrent_states"):
-            tensors += list((getattr(layer, states, None) or {}).values())
-        storages.update({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
-                         if isinstance(t, torch.Tensor)})
-    return sum(storages.values())
 
 
 @pytest.mark.live

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
+from family_checks import built_model as _model, cache_storage_bytes as _cache_bytes
 from family_checks import assert_built_like_transformers
 from memmath.sharding import torch_tensors
 from memmath.states import FullAttention, ShortConv, cache_bytes, layers_from_layer_types, short_conv_state_bytes
@@ -36,15 +37,6 @@ LIVE_CONFIGS = {"LFM2-1.2B": LFM2_1_2B, "LFM2-350M": PUBLISHED_CONFIGS["LFM2-350
                 "tiny-bias": TINY_BIAS, "tiny-moe": TINY_MOE, "tiny-moe-all-dense": dict(TINY_MOE, num_dense_layers=4),
                 "tiny-moe-conv-bias": dict(TINY_MOE, conv_bias=True, conv_L_cache=2, tie_embedding=False)}
 
-
-def _model(torch, transformers, config, device="meta"):
-    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
-                                                                     if k != "model_type"})
-    torch.manual_seed(0)
-    if device == "meta":
-        with torch.device("meta"):
-            return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
-    return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16).eval()
 
 
 # ---- tensors ---------------------------------------------------------------------------------------------------
@@ -123,15 +115,6 @@ def test_the_mlp_width_is_the_one_transformers_builds(torch, transformers, chang
 
 
 # ---- the cache -------------------------------------------------------------------------------------------------
-def _cache_bytes(torch, cache) -> int:
-    """Bytes of the storages behind a DynamicCache's keys, values and conv states, each once."""
-    storages = {}
-    for layer in cache.layers:
-        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
-        tensors += list((getattr(layer, "conv_states", None) or {}).values())
-        storages.update({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
-                         if isinstance(t, torch.Tensor)})
-    return sum(storages.values())
 
 
 @pytest.mark.live

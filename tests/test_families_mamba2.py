@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 import memmath as mm
+from family_checks import built_model as _model, cache_storage_bytes as _cache_bytes
 from family_checks import assert_built_like_transformers
 from memmath.sharding import torch_tensors
 from memmath.states import FullAttention, Mamba2, cache_bytes, mamba2_state_bytes
@@ -34,26 +35,7 @@ GRANITE_DENSE = dict(GRANITE, num_local_experts=0, num_experts_per_tok=0, mamba_
                      mamba_conv_bias=False, tie_word_embeddings=False, attention_bias=True)
 
 
-def _model(torch, transformers, config, device="meta"):
-    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
-                                                                     if k != "model_type"})
-    torch.manual_seed(0)
-    if device == "meta":
-        with torch.device("meta"):
-            return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
-    return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16).eval()
 
-
-def _cache_bytes(torch, cache) -> int:
-    """Bytes of the storages behind a DynamicCache's keys, values, conv and SSM states, each once."""
-    storages = {}
-    for layer in cache.layers:
-        tensors = [getattr(layer, "keys", None), getattr(layer, "values", None)]
-        for states in ("conv_states", "recurrent_states"):
-            tensors += list((getattr(layer, states, None) or {}).values())
-        storages.update({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
-                         if isinstance(t, torch.Tensor)})
-    return sum(storages.values())
 
 
 # ---- tensors: transformers' own build on the meta device --------------------------------------------------------
