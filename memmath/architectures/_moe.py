@@ -90,6 +90,21 @@ def converted_mlp_names(table: dict, model_type: str) -> dict:
     return dict(table, gate=why, up=why, down=why)
 
 
+def converted_block_lora_table(m, attention: dict, model_type: str) -> dict:
+    """peft 0.21's names in a block of a model type it converts as qwen2_moe whose MoE blocks hold shared experts
+    without a gate and whose other blocks hold a dense MLP (GLM-4.5, ERNIE 4.5 MoE): the attention's q, k, v and o
+    from `attention`, gate, up and down turned onto the routed experts (converted_mlp_names), and in a MoE block the
+    router's weight and the routed experts."""
+    table = converted_mlp_names({key: attention[key] for key in ("q", "k", "v", "o")}, model_type)
+    table["shared_gate"] = "it has no shared expert gate"
+    if m.n_experts:
+        moe = lora_table(m)
+        table.update(router=moe["router"], experts=moe["experts"])
+    else:
+        table.update(router="a dense block has no router", experts="a dense block has no routed experts")
+    return table
+
+
 def lora_table(m) -> dict:
     """peft's target names in the MoE block.
 

@@ -130,16 +130,7 @@ def lora_table(m) -> dict:
     target_parameters on the routed experts (gate_up_proj at rank 2r, down_proj at r), and "gate" the router's
     weight, so no target name reaches the shared experts' or a dense block's linears; "all-linear" adapts the
     attention, the router and the routed experts."""
-    table = {key: _decoder.lora_table(m)[key] for key in ("q", "k", "v", "o")}
-    not_reached = ("peft 0.21 converts glm4_moe's gate_proj, up_proj and down_proj onto the routed experts (target "
-                   "'experts'): no target adapts the shared experts' or a dense block's MLP")
-    table.update(gate=not_reached, up=not_reached, down=not_reached, shared_gate="it has no shared expert gate")
-    if m.n_experts:
-        moe = _moe.lora_table(m)
-        table.update(router=moe["router"], experts=moe["experts"])
-    else:
-        table.update(router="a dense block has no router", experts="a dense block has no routed experts")
-    return table
+    return _moe.converted_block_lora_table(m, _decoder.lora_table(m), "glm4_moe")
 
 
 # ---- the forward pass ------------------------------------------------------------------------------------------
