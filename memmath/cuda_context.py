@@ -75,6 +75,10 @@ CONTEXT_RESERVES: dict[str, ContextReserve] = {r.family: r for r in (
         "426 MiB measured on an RTX 6000 Ada (PyTorch 2.10.0+cu130, after torch.cuda.mem_get_info, nvidia-smi; "
         "unslothai/unsloth-zoo pull request 1053)")),
     _reserve("Hopper", CONSERVATIVE_LAZY_MIB, CONSERVATIVE_EAGER_MIB),
+    # B200 and GB200 (compute capability 10.0); the B300 (10.3) has more SMs, so the B200's figure does not bound it
+    _reserve("Blackwell GB100", 612, CONSERVATIVE_EAGER_MIB, lazy_source=(
+        "612 MiB measured on a B200 (a process's context after torch.cuda.mem_get_info, per-PID nvidia-smi; "
+        "unslothai/unsloth pull request 8669)")),
     _reserve("Blackwell", CONSERVATIVE_LAZY_MIB, CONSERVATIVE_EAGER_MIB),
     _reserve("unknown", CONSERVATIVE_LAZY_MIB, CONSERVATIVE_EAGER_MIB,
              lazy_source=_NO_LAZY.replace("this family's context", "this card's context"),
@@ -93,6 +97,8 @@ def context_family(compute_capability=None, isa: str = "") -> str:
     cc = tuple(compute_capability)
     if cc == (8, 0):
         return "Ampere GA100"
+    if cc == (10, 0):
+        return "Blackwell GB100"
     major = {7: "Turing" if cc >= (7, 5) else "Volta", 8: "Ada" if cc >= (8, 9) else "Ampere GA10x", 9: "Hopper",
              10: "Blackwell", 12: "Blackwell"}
     return major.get(cc[0], "unknown")

@@ -337,7 +337,8 @@ def context_reserves_words() -> str:
     # the families with a measured lazy-loading context, and the card it was measured on
     measured = {"Ampere GA10x": ("the RTX 30 series, A10G and RTX A6000 (Ampere GA10x)",
                                  "an RTX 3090 (invoke-ai/InvokeAI issue 9413)"),
-                "Ada": ("the Ada cards", "an RTX 6000 Ada (unslothai/unsloth-zoo pull request 1053)")}
+                "Ada": ("the Ada cards", "an RTX 6000 Ada (unslothai/unsloth-zoo pull request 1053)"),
+                "Blackwell GB100": ("the B200 and GB200", "a B200 (unslothai/unsloth pull request 8669)")}
     parts = [f"{families[f] // UNITS['MiB']:,} MiB on {cards}, measured on {where}"
              for f, (cards, where) in sorted(measured.items(), key=lambda kv: families[kv[0]])]
     others = sorted({b for f, b in families.items() if f not in measured})

@@ -197,8 +197,10 @@ def _reported_mib(key):
     ("A10G", "cuda_context_rtx3090_lazy"), ("RTX A6000", "cuda_context_rtx3090_lazy"),
     # no public lazy measurement: the V100's eager context, a conservative bound (Hugging Face, Model training anatomy)
     ("V100 32GB", "cuda_context_v100"), ("T4", "cuda_context_v100"), ("A100 80GB", "cuda_context_v100"),
-    ("H100 80GB", "cuda_context_v100"), ("H200", "cuda_context_v100"), ("B200", "cuda_context_v100"),
+    ("H100 80GB", "cuda_context_v100"), ("H200", "cuda_context_v100"), ("B300", "cuda_context_v100"),
     ("RTX 5090", "cuda_context_v100"), ("MI300X", "cuda_context_v100"),
+    # B200 and GB200 (compute capability 10.0): measured on a B200
+    ("B200", "cuda_context_b200_lazy"), ("GB200", "cuda_context_b200_lazy"),
 ])
 def test_the_default_reserve_is_the_cards_measured_cuda_context(name, key):
     gpu = mm.get_gpu(name)

@@ -71,6 +71,9 @@ REPORTED: dict[str, Reported] = {
         256, "MiB", "a PyTorch process's CUDA context before any tensor on an RTX 3090 (torch 2.7.1+cu128, driver "
         "610.43.03, lazy module loading, CUDA's Linux default since 12.2), as nvidia-smi prints it",
         "invoke-ai/InvokeAI issue 9413"),
+    "cuda_context_b200_lazy": Reported(
+        612, "MiB", "a PyTorch process's CUDA context on a B200 after torch.cuda.mem_get_info, as nvidia-smi's "
+        "per-process query prints it", "unslothai/unsloth pull request 8669, measured"),
     "cuda_context_rtx3090_eager": Reported(
         1687, "MiB", "a PyTorch process's CUDA context on an RTX 3090 after torch.Tensor(1).cuda() with torch "
         "1.8.2+cu111 (before lazy loading existed), as nvidia-smi prints it", "pytorch/pytorch issue 55277"),
