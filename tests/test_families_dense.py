@@ -316,6 +316,25 @@ def test_llama4_prefill_working_set_is_what_a_cpu_prefill_measures(torch, transf
     assert abs(predicted / measured - 1) < 0.005
 
 
+@pytest.mark.live
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("model_type, width, seq_len, batch", [
+    ("llama", 2048, 64, 2), ("llama", 4096, 48, 1), ("qwen2", 2048, 64, 2), ("llama", 256, 256, 1)])
+def test_an_eager_prefill_holds_the_probabilities_through_the_mlp(torch, transformers, attention, model_type, width,
+                                                                  seq_len, batch):
+    """LlamaDecoderLayer's `hidden_states, _ = self.self_attn(...)` keeps eager's attention probabilities (heads x b x
+    s^2 in bf16) alive through the block's MLP, so where the MLP phase is the prefill's peak (an MLP 16-32 times the
+    hidden size at 48-64 tokens) they are part of it (measured after _decoder.rotary_prefill added them: 131,072 B
+    at 8 heads, b 2, s 64). What remains is the prompt's int64 token ids and position ids, which this measurement
+    makes inside its count and validation/inference_working_set.py's does not (8 x b x s + 8 x s bytes)."""
+    fields = dict(model_type=model_type, hidden_size=128, num_hidden_layers=2, num_attention_heads=8,
+                  num_key_value_heads=2, intermediate_size=width, vocab_size=32000, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2)
+    model, weights = prefill_model(torch, transformers, fields, attention)
+    measured, predicted = prefill_working_set(torch, model, weights, fields, attention, seq_len, batch)
+    assert measured - predicted == 8 * batch * seq_len + 8 * seq_len
+
+
 PREFILLED = {  # tiny configs of the widths validation/inference_working_set.py measures LLaMA at
     "smollm3": dict(model_type="smollm3", no_rope_layer_interval=2),
     "smollm3-sliding": dict(model_type="smollm3", no_rope_layer_interval=2, use_sliding_window=True,

@@ -265,7 +265,14 @@ def rotary_prefill(shape, s, b, e, eager):
     else:
         attn = sbe * (2 * h + 2 * a * d)  # q and the attention output
     mlp = sbe * (3 * h + 3 * inner)  # SwiGLU: act(gate), up, their product
-    return outside, attn, mlp
+    return outside, attn, mlp + held_probabilities(shape, s, b, e, eager)
+
+
+def held_probabilities(shape, s, b, e, eager):
+    """Bytes of eager attention's probabilities (heads x b x s^2 in the model's dtype) that the decoder layer's
+    `hidden_states, _ = self.self_attn(...)` (LlamaDecoderLayer and its kin) holds through the block's MLP phase; 0
+    under SDPA, which returns none (tests/test_families_dense.py measures both)."""
+    return e * shape.n_heads * b * s * s if eager else 0
 
 
 def prefill_phases(shape, s, b, e, eager, *, base=rotary_prefill):
@@ -280,5 +287,5 @@ def prefill_phases(shape, s, b, e, eager, *, base=rotary_prefill):
         # skipped under SDPA, a (1, 1, s, s) bool tensor (measured).
         outside = outside + s * s
     if shape.n_experts:
-        mlp = moe_prefill_phase(shape, s, b, e)
+        mlp = moe_prefill_phase(shape, s, b, e) + held_probabilities(shape, s, b, e, eager)
     return outside, attn, mlp

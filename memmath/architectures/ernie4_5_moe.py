@@ -264,7 +264,7 @@ def prefill_phases(shape, s, b, e, eager):
     outside, attn, mlp = dense_prefill_phases(shape, s, b, e, eager)
     outside = outside + 8 * s * b + 8 * s
     if shape.n_experts:
-        mlp = moe_prefill_phase(shape, s, b, e)
+        mlp = moe_prefill_phase(shape, s, b, e) + _decoder.held_probabilities(shape, s, b, e, eager)
     return outside, attn, mlp
 
 

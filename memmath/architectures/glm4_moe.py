@@ -307,7 +307,7 @@ def prefill_phases(shape, s, b, e, eager):
         attn = attn - s * b * e * 2 * shape.n_heads * shape.head_dim
     attn = larger(attn, s * b * attention_moments(shape, e))
     if shape.n_experts:
-        mlp = moe_prefill_phase(shape, s, b, e)
+        mlp = moe_prefill_phase(shape, s, b, e) + _decoder.held_probabilities(shape, s, b, e, eager)
     return outside, attn, mlp
 
 

@@ -194,9 +194,7 @@ def prefill_phases(shape, s, b, e, eager):
     elif shape.n_kv_heads == 1 < shape.n_heads:  # repeat_kv of one key/value head is a view: no copies to every head
         attn = attn - s * b * e * 2 * shape.n_heads * shape.head_dim
     attn = larger(attn, s * b * attention_moments(shape, e))
-    mlp = _moe.prefill_phase(shape, s, b, e)
-    if eager:  # MiniMaxM2DecoderLayer's `hidden_states, _ = self.self_attn(...)` keeps the probabilities alive
-        mlp = mlp + e * shape.n_heads * b * s * s
+    mlp = _moe.prefill_phase(shape, s, b, e) + _decoder.held_probabilities(shape, s, b, e, eager)
     return outside, attn, mlp
 
 
