@@ -634,9 +634,11 @@ def _check_layout(shape: ModelShape, seq_len):
                                   "how the image features join the language model) is not traced "
                                   "(use activations='textbook')")
     if not (known(shape) and shape.architecture.traced):
-        traced = ", ".join(t for t, r in ARCHITECTURES.items() if r.family == shape.family and r.traced)
-        raise validate.FieldError("activations", f"activations='transformers' replays {traced or 'no'}"
-                         f" models; model_type {arch!r} is not traced yet (use activations='textbook')")
+        traced = sum(1 for r in ARCHITECTURES.values() if r.family == shape.family and r.traced)
+        raise validate.FieldError("activations", f"activations='transformers' replays the forward pass of {traced} "
+                                  f"model types, not yet that of model_type {arch!r}, for which the textbook model "
+                                  "is not checked against PyTorch either; memmath train CONFIG --traced steps the "
+                                  "model under PyTorch for the activations it keeps (use activations='textbook')")
     acts = shape.architecture.traced_activations
     if acts and shape.hidden_act not in acts:
         raise validate.FieldError("activations", f"activations='transformers' models hidden_act {' or '.join(repr(a) for a in acts if a)} for "
