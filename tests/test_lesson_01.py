@@ -155,9 +155,11 @@ def test_the_cuda_reserve_is_said_with_its_number_and_source(default_run):
     assert all(w in text for w in RESERVE_WORDS)
     _, off = default_run
     less = off["gpu_fits"].set_index("gpu")["headroom (GB)"] - on["gpu_fits"].set_index("gpu")["headroom (GB)"]
-    # 426 MiB = 0.446693376 GB on the Ada cards, 256 MiB = 0.268435456 GB on Ampere GA10x, 1,343 MiB elsewhere.
-    assert less.round(9).isin([0.446693376, 0.268435456, 1.408237568]).all()
+    # 426 MiB = 0.446693376 GB on the Ada cards, 256 MiB = 0.268435456 GB on Ampere GA10x, 612 MiB = 0.641728512 GB
+    # on the B200 and GB200, 1,343 MiB elsewhere.
+    assert less.round(9).isin([0.446693376, 0.268435456, 0.641728512, 1.408237568]).all()
     assert less.round(9)["RTX 3090"] == 0.268435456 and less.round(9)["L40S"] == 0.446693376
+    assert less.round(9)["B200"] == 0.641728512
 
 
 def _preset_run(preset, weights_format):
