@@ -167,11 +167,15 @@ def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo,
                    f"experts {_where}, so **{model.active_params:,} parameters are active per token** "
                    f"({model.active_params / model.n_params:.1%}), but a training step holds every expert's weights, so "
                    "its memory follows the total." if model.n_experts else "")
+        # memmath's bf16 weights: 2 B a parameter, 4 B for those a bf16 load keeps in fp32 (a MoE router)
+        _kept = model.fp32_kept_params("bf16")
         _shown = mo.callout(mo.md(
             f"**{_title}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
             f"width {model.hidden_size:,}, {model.n_heads} heads ({model.n_kv_heads} key/value), "
             f"vocabulary {model.vocab_size:,}{_positions}. Weights alone in bf16: "
-            f"{mm.format_bytes(2 * model.n_params)} (2 B a parameter)." + _active
+            f"{mm.format_bytes(mm.inference.inference_weight_bytes(model, 'bf16')[0])} (2 B a parameter"
+            + (f"; 4 B for the {_kept:,} that transformers keeps in fp32 when it loads the model in bf16"
+               if _kept else "") + ")." + _active
             + (" The planner reads the sizes from the file; the formats come from the recipe you choose below, "
                "not from its `torch_dtype`." if _pasted else "")), kind="info")
     _shown

@@ -643,3 +643,13 @@ def test_this_years_mixed_layout_presets_plan_as_the_api(preset):
     outputs, defs = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(list(mm.PRESETS), value=preset))
     assert lessons.bad_text(outputs) == []
     assert defs["requirement"].bytes == mm.requirement(defs["run"]).bytes
+
+
+def test_a_models_bf16_weights_are_memmath_s_with_what_the_load_keeps_in_fp32():
+    # GLM-4.5-Air: 106,852,245,504 parameters at 2 B, plus 2 B more for each of its 45 MoE blocks' 128 x 4,096 router
+    # values, which a bf16 load keeps in fp32 (Glm4MoePreTrainedModel._keep_in_fp32_modules_strict)
+    outputs, _ = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(list(mm.PRESETS), value="glm-4.5-air"))
+    text = lessons.plain_text(outputs)
+    weights = 2 * 106_852_245_504 + 2 * 45 * 128 * 4096
+    assert mm.inference_memory("glm-4.5-air", weights_format="bf16").weights == weights
+    assert f"Weights alone in bf16: {mm.format_bytes(weights)} (2 B a parameter; 4 B for the 23,592,960" in text

@@ -186,8 +186,8 @@ def wrapped_weight(tr: Trace, lora, experts, d_out, d_in, name, build=True):
 
 
 def fp32_wrapped_weight(tr: Trace, lora, d_out, d_in, name):
-    """wrapped_weight of a router weight transformers keeps in fp32 (_keep_in_fp32_modules_strict: DeepSeek-V3's and
-    GLM-4.7-Flash's gate.weight): peft casts the delta to W's dtype, fp32, not to the model's."""
+    """wrapped_weight of a router weight transformers keeps in fp32 (_keep_in_fp32_modules_strict: DeepSeek's, GLM's
+    and ERNIE 4.5 MoE's gate.weight): peft casts the delta to W's dtype, fp32, not to the model's."""
     e = tr.e
     tr.e = 4
     try:

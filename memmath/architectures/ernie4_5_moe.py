@@ -41,7 +41,7 @@ from . import _decoder, _moe
 from ._parts import ParamTensor, linear
 from ._steps import INT64, Pass
 from .ernie4_5 import attention, prefill_phases as dense_prefill_phases
-from .glm4_moe import _router_weight, dense_mlp
+from .glm4_moe import dense_mlp
 from .record import MOE, Architecture, decoder_fields, refuse_true
 
 FIELDS = {
@@ -171,7 +171,7 @@ def router(tr: Trace, shape, x: Tensor, trainable: bool, lora) -> Tensor:
     if tr.e != 4:  # hidden_states.float()
         x32 = tr.new(t * h, 4, x.grad)
         tr.use(x)
-    weight = None if router_lora is None else _router_weight(tr, router_lora, n_exp, h)
+    weight = None if router_lora is None else _moe.fp32_wrapped_weight(tr, router_lora, n_exp, h, "router")
     if trainable or weight is not None:
         tr.save(x32, "router input (fp32)")
     if weight is not None and x32.grad:

@@ -157,17 +157,6 @@ def attention(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     return tr.linear(ctx, t * dm["h"], trainable, p.lora_of("o_proj"), "o_proj")
 
 
-def _router_weight(tr: Trace, lora, experts: int, h: int):
-    """The router's weight under peft's ParamWrapper: _moe.wrapped_weight's, with W in fp32 as transformers keeps it
-    (_keep_in_fp32_modules_strict), so the delta is cast to fp32, not to the model's dtype."""
-    e = tr.e
-    tr.e = 4
-    try:
-        return _moe.wrapped_weight(tr, lora, 1, experts, h, "router")
-    finally:
-        tr.e = e
-
-
 def router(tr: Trace, shape, x: Tensor, trainable: bool, lora):
     """Glm4MoeTopkRouter.forward on the normalized input x (t x h): returns the top-k routing weights (t x k, fp32).
 
@@ -186,7 +175,7 @@ def router(tr: Trace, shape, x: Tensor, trainable: bool, lora):
     if e != 4:  # hidden_states.type(torch.float32)
         x32 = tr.new(t * h, 4, x.grad)
         tr.use(x)
-    weight = None if router_lora is None else _router_weight(tr, router_lora, n_exp, h)
+    weight = None if router_lora is None else _moe.fp32_wrapped_weight(tr, router_lora, n_exp, h, "router")
     if trainable or weight is not None:
         tr.save(x32, "router input (fp32)")
     if weight is not None and x32.grad:
