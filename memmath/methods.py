@@ -155,34 +155,19 @@ def _group_weight_bytes(shape: ModelShape, recipe: Recipe):
     return validate.ceil_div(shape.n_params * bits, 8) + kept_fp32_extra_bytes(shape, load_dtype(recipe), bits)
 
 
-def _kept_apart(shape: ModelShape, tensors, dtype) -> tuple[list, list]:
-    """(the tensors stored in the load's dtype, those it keeps in fp32), each entry a (tensor, copies) pair."""
-    if not shape.fp32_kept_params(dtype):
-        return list(tensors), []
-    stored, kept = [], []
-    for tensor, copies in tensors:
-        (kept if shape.kept_in_fp32(tensor, dtype) else stored).append((tensor, copies))
-    return stored, kept
-
-
-def _trainable_sets(label: str, shape: ModelShape, tensors, recipe: Recipe) -> tuple:
-    """The trainable sets of (tensor, copies) pairs: one at the recipe's weight bits, and one at 32 bits for the
-    tensors the load keeps in fp32 (their gradients and, as PyTorch keeps states in each parameter's dtype, their
-    optimizer states fp32 too)."""
-    # a Parameter built with requires_grad=False (ParamTensor.trainable) has no gradient or optimizer states
-    tensors = [(t, copies) for t, copies in tensors if t.trainable]
-    stored, kept = _kept_apart(shape, tensors, load_dtype(recipe))
-    sets = (TrainableSet.of(label, _pairs_stats(stored), recipe.weight_bits),)
+def _trainable_sets(label: str, shape: ModelShape, rows, recipe: Recipe) -> tuple:
+    """The trainable sets of (group, tensor, copies) rows: one at the recipe's weight bits, and one at 32 bits for the
+    tensors the load keeps in fp32 (ModelShape.kept_in_fp32: their gradients and, as PyTorch keeps states in each
+    parameter's dtype, their optimizer states fp32 too). A Parameter built with requires_grad=False
+    (ParamTensor.trainable) has no gradient or optimizer states."""
+    dtype = load_dtype(recipe)
+    rows = [row for row in rows if row[1].trainable]
+    kept = [row for row in rows if shape.kept_in_fp32(row[1], dtype)]
+    stored = [row for row in rows if not shape.kept_in_fp32(row[1], dtype)] if kept else rows
+    sets = (TrainableSet.of(label, _copies_stats(stored), recipe.weight_bits),)
     if kept:
-        sets += (TrainableSet.of(label + " kept in fp32 by the load", _pairs_stats(kept), 32),)
+        sets += (TrainableSet.of(label + " kept in fp32 by the load", _copies_stats(kept), 32),)
     return sets
-
-
-def _pairs_stats(pairs) -> SetStats:
-    total = SetStats()
-    for tensor, copies in pairs:
-        total = total + SetStats.tensor(tensor.numel, tensor.factored_size).times(copies)
-    return total
 
 
 def _with_vision(plan: Plan, shape: ModelShape, method, recipe: Recipe) -> Plan:
@@ -290,7 +275,7 @@ class Full(Method):
     def plan(self, shape, recipe):
         # the tower and projector: as vision= says (_with_vision)
         rows = shape.tensor_copies(tuple(g for g in GROUPS if g != "vision"))
-        trainable = _trainable_sets("all weights", shape, [(t, copies) for _, t, copies in rows], recipe)
+        trainable = _trainable_sets("all weights", shape, rows, recipe)
         return _with_vision(Plan(weight_bytes=_group_weight_bytes(shape, recipe),
                                  quantization_constant_bytes=0, trainable=trainable, adapter_params=0,
                                  layers_storing=shape.n_layers, embeddings_trainable=True,
@@ -352,14 +337,14 @@ class Freeze(Method):
 
     def plan(self, shape, recipe):
         k = self.layers_trained(shape)
-        pairs = [(t, count) for layout, count in shape.last_blocks(k)  # the last k blocks, by their layouts
-                 for t in layout.tensors("layer")]
+        rows = [("layer", t, count) for layout, count in shape.last_blocks(k)  # the last k blocks, by their layouts
+                for t in layout.tensors("layer")]
         # a head tied to the embedding lists only its untied tensors (ERNIE 4.5's lm_head bias), which train_head trains
         head = self.head_trains(shape) or (self.train_head and shape.tied_embeddings)
         chosen = [g for g, on in (("embeddings", self.train_embeddings), ("final_norm", self.train_final_norm),
                                   ("head", head)) if on]
-        pairs += [(t, 1) for group in chosen for t in shape.tensors(group)]
-        trainable = _trainable_sets("unfrozen weights", shape, pairs, recipe)
+        rows += [(group, t, 1) for group in chosen for t in shape.tensors(group)]
+        trainable = _trainable_sets("unfrozen weights", shape, rows, recipe)
         # Backward must reach the first trainable block; with trainable embeddings it reaches them all.
         storing = shape.n_layers if self.train_embeddings else k
         notes = kept_fp32_notes(shape, load_dtype(recipe), trains=True)
