@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +31,20 @@ READABLE_MODEL_TYPES = SUPPORTED_MODEL_TYPES + MULTIMODAL_MODEL_TYPES
 # modeling_<type>.py). Fields not listed (token ids, eps, rope_theta/rope_parameters/rope_scaling,
 # initializer_range, max_position_embeddings of rotary models) change no memory. A value outside what memmath
 # models raises a ValueError naming the field; UNSUPPORTED_EXAMPLES gives one per field.
-CONFIG_FIELDS: dict[str, dict[str, str]] = {t: dict(record.fields) for t, record in ARCHITECTURES.items()}
+class _ConfigFields(Mapping):
+    """model_type -> {field: what memmath does with it}, read from the record when asked (records load lazily)."""
+
+    def __getitem__(self, model_type) -> dict[str, str]:
+        return dict(ARCHITECTURES[model_type].fields)
+
+    def __iter__(self):
+        return iter(ARCHITECTURES)
+
+    def __len__(self) -> int:
+        return len(ARCHITECTURES)
+
+
+CONFIG_FIELDS: Mapping[str, dict[str, str]] = _ConfigFields()
 
 # One value per listed field that memmath does not model, for the tests.
 UNSUPPORTED_EXAMPLES = {

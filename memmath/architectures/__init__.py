@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
 
 from . import _decoder
 from ._refused import refusal
@@ -55,20 +56,38 @@ _ORDER += ("ernie4_5_moe",)  # ERNIE 4.5 MoE: shared experts, dense MLPs between
 _ORDER += ("minimax_m2", "glm4_moe_lite")  # MiniMax-M2: q/k norms over all heads; GLM-4.7-Flash: latent attention
 
 
-def _discover() -> dict[str, Architecture]:
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name == "record" or info.name.startswith("_"):
-            continue
-        record = importlib.import_module(f".{info.name}", __name__).ARCHITECTURE
-        if record.model_type != info.name:
-            raise RuntimeError(f"memmath/architectures/{info.name}.py describes {record.model_type!r}")
-        found[record.model_type] = record
-    ordered = [t for t in _ORDER if t in found] + sorted(set(found) - set(_ORDER))
-    return {t: found[t] for t in ordered}
+class _Records(Mapping):
+    """Every model type's record, by model type, each module imported the first time its type is asked for (as
+    transformers' CONFIG_MAPPING does): a question about one model loads one record, not all of them."""
+
+    def __init__(self):
+        names = [info.name for info in pkgutil.iter_modules(__path__)
+                 if info.name != "record" and not info.name.startswith("_")]
+        self._types = tuple([t for t in _ORDER if t in names] + sorted(set(names) - set(_ORDER)))
+        self._loaded: dict[str, Architecture] = {}
+
+    def __getitem__(self, model_type) -> Architecture:
+        record = self._loaded.get(model_type)
+        if record is None:
+            if model_type not in self._types:
+                raise KeyError(model_type)
+            record = importlib.import_module(f".{model_type}", __name__).ARCHITECTURE
+            if record.model_type != model_type:
+                raise RuntimeError(f"memmath/architectures/{model_type}.py describes {record.model_type!r}")
+            self._loaded[model_type] = record
+        return record
+
+    def __contains__(self, model_type) -> bool:
+        return isinstance(model_type, str) and model_type in self._types
+
+    def __iter__(self):
+        return iter(self._types)
+
+    def __len__(self) -> int:
+        return len(self._types)
 
 
-ARCHITECTURES: dict[str, Architecture] = _discover()
+ARCHITECTURES: Mapping[str, Architecture] = _Records()
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 # The record a model built in code (arch "") follows: its family's own model type.
 _FAMILY_DEFAULT = {"gpt2": "gpt2", "llama": "llama", "bert": "bert"}
