@@ -137,15 +137,14 @@ def _(mm, pd):
 
 @app.cell(hide_code=True)
 def _(mo):
-    mo.md(r"""
-    ## Why it crashes at the first step, not at load
-
+    _why = mo.md(r"""
     When the program asks for one more tensor and the card has no free memory left, PyTorch cannot
     slow down or page anything out: it stops with this error. The "Tried to allocate" size in the full
     message is only that last request, the straw that broke the budget, not what the whole run needs.
     Loading puts only the weights on the card; the first backward pass creates the gradients and the
     first optimizer step creates its states. The bars above are those parts.
-
+    """)
+    _rest = mo.md(r"""
     ## The question this workbook follows
 
     > If a model is too large to adjust completely on the hardware you own, what can you change
@@ -166,6 +165,7 @@ def _(mo):
     lesson's file, and `marimo edit notebooks/01_weights_and_formats.py` (any lesson) opens it with the
     code, to read or change.
     """)
+    mo.vstack([mo.accordion({"Why does it crash at the first step, not at load?": _why}), _rest])
     return
 
 
@@ -273,10 +273,12 @@ def _(context, mm, mo, model_dropdown, unit_radio, viz):
         Same model, same weights ({mm.format_bytes(serving.weights, _unit)}), but training needs
         {mm.format_bytes(training_need.bytes, _unit)} against {mm.format_bytes(serving.total, _unit)} for serving:
         {training_need.bytes / serving.total:.1f} times as much. Both sides: one sequence of {context:,} tokens and
-        bf16 weights; serving keeps a bf16 KV cache and uses fused attention. Training counts {_activations}:
-        {mm.format_bytes(training.activations, _unit)} of activations. {_need_words} Training's recipe:
-        {training.assumptions}
+        bf16 weights; serving keeps a bf16 KV cache and uses fused attention. {_need_words}
         """),
+        mo.accordion({"What does the training bar count, and with which recipe?": mo.md(f"""
+        Training counts {_activations}: {mm.format_bytes(training.activations, _unit)} of activations.
+        Training's recipe: {training.assumptions}
+        """)}),
     ])
     return serving, training, training_need
 
@@ -300,8 +302,12 @@ def _(mm, mo, viz):
         "11_many_gpus": "when no card is enough: what data, ZeRO, tensor, pipeline, context and expert parallelism split.",
     }
     _rows = [f"| {i} | {viz.lesson_link(stem)} | {_lines[stem]} |" for i, stem in enumerate(viz.LESSONS)]
-    mo.md("\n".join(["## The map", "", f"{len(viz.LESSONS)} lessons, one concept each: 0 to 8 in the article's order, then notation, chained problems and many GPUs:", "",
-                      "| # | lesson | what it teaches |", "|:--|:--|:--|", *_rows]))
+    mo.vstack([
+        mo.md(f"## The map\n\n{len(viz.LESSONS)} lessons, one concept each: 0 to 8 in the article's order, then "
+              "notation, chained problems and many GPUs."),
+        mo.accordion({f"What does each of the {len(viz.LESSONS)} lessons teach?": mo.md(
+            "\n".join(["| # | lesson | what it teaches |", "|:--|:--|:--|", *_rows]))}),
+    ])
     return
 
 
@@ -310,14 +316,11 @@ def _(mo):
     mo.callout(mo.md(r"""
     **Takeaways**
 
-    - "CUDA out of memory" means the GPU had no room for the next tensor; the message shows that
-      last request, not the total. Plan the total.
-    - GB = 10⁹ bytes, GiB = 2³⁰ bytes. GPUs report binary sizes; many tools print GiB and call it
-      GB. Always write the unit.
+    - "CUDA out of memory" names the last request, not the total. Plan the total.
+    - GB = 10⁹ bytes, GiB = 2³⁰ bytes. Many tools print GiB and call it GB: always write the unit.
     - Training and inference are separate calculations: training adds gradients, optimizer
       states and activations.
-    - The workbook's question: when the model is too big to adjust fully, what can you change?
-      Fewer trainable parameters, or less memory per trainable parameter.
+    - When the model is too big to train fully, train fewer parameters, or keep less memory for each.
     """), kind="success")
     return
 

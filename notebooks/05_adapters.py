@@ -104,11 +104,10 @@ def _(diagrams, mo):
     _where = mo.md(r"""
     ## Where the adapters sit
 
-    Houlsby et al. put **two adapters in every transformer block** of BERT: one right after the
-    attention's output projection, one right after the feed-forward layers, each before the residual
-    addition and layer norm. An adapter is a bottleneck: it projects the width-h vector down to a
-    small width m, applies a nonlinearity, projects back up to h, and adds its input back (a skip
-    connection). Grey boxes below are frozen; green ones train.
+    Houlsby et al. put **two adapters in every transformer block** of BERT: one after the attention's
+    output projection, one after the feed-forward layers, each before the residual addition and layer
+    norm. An adapter is a bottleneck: down from width h to a small m, a nonlinearity, back up to h,
+    plus its own input (a skip connection). Grey boxes are frozen; green ones train.
     """)
     # The flowcharts as mermaid drew them (memmath_lessons.diagrams holds their sources): drawing them in the page
     # would load mermaid's library on every visit.
@@ -130,9 +129,7 @@ def _(mo, np, toy_block, viz):
     _base = toy_block.block_forward(_input, _block)
     fresh_gap = float(np.abs(toy_block.block_forward(_input, _block, _fresh) - _base).max())
     moved_gap = float(np.abs(toy_block.block_forward(_input, _block, _moved) - _base).max())
-    mo.vstack([mo.md(f"""
-    ## Follow one input through a block
-
+    mo.accordion({"Does a fresh adapter change the model? Follow one input through a block": mo.vstack([mo.md(f"""
     An input passes through the frozen base computation, then through the adapter, then onward to
     the next step. Only the adapter's weights change in training; the base computes the same thing
     for every example. Adapters start as (almost) the identity: Houlsby et al. initialise them near
@@ -142,10 +139,9 @@ def _(mo, np, toy_block, viz):
     **{"exactly 0" if fresh_gap == 0 else f"{fresh_gap:.1e}"}**; once the adapter weights move (small
     random values standing in for training), it differs by up to **{moved_gap:.4f}**, while every base
     weight stays as it was.
-    """), mo.accordion({"What does each step of the block compute?": mo.vstack([
-        mo.md("Every step of that block on one input: the frozen base computation, the adapter, then onward. "
-              "Only the two adapter steps hold trainable weights."),
-        viz.plain_table(trace_table)])})])  # plain: with no mo.ui.table on the page, its code never loads
+    """), mo.md("Every step of that block on one input: the frozen base computation, the adapter, then onward. "
+                "Only the two adapter steps hold trainable weights."),
+        viz.plain_table(trace_table)])})  # plain: with no mo.ui.table on the page, its code never loads
     return fresh_gap, moved_gap, trace_table
 
 
@@ -154,10 +150,9 @@ def _(mo):
     mo.md(r"""
     ## Counting adapter parameters
 
-    One adapter has a down-projection (h × m weights and m biases) and an up-projection (m × h
-    weights and h biases), so **2·m·h + m + h** parameters (Houlsby et al. 2019), two per block.
-    The model's own parameters grow with h² (its matrices are h × h and h × 4h), the adapters' only
-    with m·h, so the share falls as models get wider. The chart shows the share for every bottleneck:
+    An adapter's **2·m·h + m + h** parameters (a down-projection h × m and an up-projection m × h,
+    each with its biases) grow with m·h; the model's own grow with h² (its matrices are h × h and
+    h × 4h), so the share falls as models get wider. The share for every bottleneck:
     """)
     return
 
@@ -200,16 +195,14 @@ def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, 
     _swept = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=train_norms),
                                 seq_len=None).trainable_fraction
     _m_at = int(_m[np.argmax(_swept >= _share.value / 100)])
-    _gap = literature.REPORTED["houlsby_glue_gap"]
     share_chart.update((_lines + _paper_line).properties(width=560, height=300,
                                                          title="Adapters' share of the model, by bottleneck"))
     mo.vstack([
         mo.callout(mo.md(f"""
-    **The paper's result.** On GLUE, adapters on BERT-large came within **{_gap.value}%** of full
-    finetuning while training only **{_share.value}%** of the parameters per task (the article rounds
-    to 3%). Source: {_share.source}. The paper picked the bottleneck per task from {", ".join(map(str, _sizes))},
-    which on BERT-large gives {", ".join(f"{s:.2%}" for s in _shares)}; m = **{_m_at}** lands at {_share.value}%.
-    Either way, far below the {literature.REPORTED["bert_large_partial_share"].value:.0f}% that freezing needed.
+    **The paper's bottlenecks.** Houlsby et al. picked the bottleneck per task from {", ".join(map(str, _sizes))},
+    which on BERT-large gives {", ".join(f"{s:.2%}" for s in _shares)} of the parameters; m = **{_m_at}**
+    lands at the paper's {_share.value}% ({_share.source}). Either way, far below the
+    {literature.REPORTED["bert_large_partial_share"].value:.0f}% that freezing needed.
     """), kind="info"),
     ])
     return adapter_curves, train_norms
@@ -240,9 +233,8 @@ def _(ADAPTER_MODELS, live_only_notice, mm, mo):
     A frozen weight needs no gradient and no optimizer state, so those two parts shrink to the
     adapters' size. But every weight stays in memory, and **activations still flow through every
     layer**: the first adapter sits in the first block, so the backward pass travels all the way
-    down and every block keeps what it needs for that. Freezing all but the last block stores
-    activations for one block only. Compare the three for one model, in pure bf16 with AdamW, with
-    activations as transformers' own model code keeps them:
+    down. Freezing all but the last block stores activations for one block only. Compare the three
+    for one model, in pure bf16 with AdamW:
     """), live_only_notice(), mo.hstack([memory_model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
                mo.hstack([batch_slider, seq_len_slider], justify="start", gap=2)])
     return batch_slider, gpu_dropdown, memory_model_dropdown, seq_len_slider, unit_radio
@@ -299,8 +291,6 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     _per_adapt, _per_full = _adapt.activation_detail.per_layer, _full.activation_detail.per_layer
     _per_unit = "MB" if unit == "GB" else "MiB"
     _dropout = "the dropout of its config" if _adapt.dropout else "no dropout (its config has none)"
-    _kept = ("a smaller share" if _per_adapt < _per_full else "as large a share" if _per_adapt == _per_full
-             else "a larger share")
     _shape = mm.PRESETS[memory_model_dropdown.value]
     _long = _shape.max_positions is not None and seq_len_slider.value > _shape.max_positions
     _warn = [mo.callout(mo.md(f"{memory_model_dropdown.selected_key} learned only {_shape.max_positions:,} positions, "
@@ -318,21 +308,25 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     {mm.format_bytes(_adapt.weights - _full.weights, _per_unit)} of adapters: nothing is saved there. Their
     activations are {mm.format_bytes(_adapt.activations, unit)}, {_adapt.activations / _full.activations:.0%} of
     full finetuning's {mm.format_bytes(_full.activations, unit)}: every one of the
-    {_adapt.activation_detail.layers_storing} blocks keeps its share, but {_kept}
-    ({viz.readable_size(_per_adapt, unit)} per block against {viz.readable_size(_per_full, unit)}).
+    {_adapt.activation_detail.layers_storing} blocks keeps its share. Freezing all but the last block keeps
+    only {mm.format_bytes(_freeze.activations, unit)}.
+
+    **Does it fit?** A card must hold {_basis} (the black tick on each bar, the table's "the card must
+    hold"), with {mm.FIT_MARGIN:.0%} of it kept free (the command line's margin), in its
+    capacity less the CUDA context. The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)},
+    so {mm.format_bytes(usable_bytes, unit)} is left (the dashed line); on it {_verdicts}, as
+    `memmath train` says. The "smallest GPU" column judges every card the same way.
+    """), mo.accordion({"Why do adapters keep most of the activations?": mo.md(f"""
+    With adapters each block keeps {viz.readable_size(_per_adapt, unit)} of activations, against
+    {viz.readable_size(_per_full, unit)} in full finetuning.
     A frozen linear layer keeps no copy of its input, since it computes no gradient for its weight;
     what the gradient needs on its way down stays (the norms' and the attention's inputs, the MLP
     activation's), and the adapters add their own: each keeps its b·s·h input and two b·s·m tensors.
-    Freezing all but the last block keeps only {mm.format_bytes(_freeze.activations, unit)}.
-
-    **Does it fit?** Not every part is alive at once, and a step holds temporaries no part counts, so a
-    card must hold {_basis} (the black tick on each bar, the table's "the card must hold"), not the sum
-    of the parts. A run fits when that and {mm.FIT_MARGIN:.0%} of it kept free (the command line's margin)
-    fit in the card's capacity less the CUDA context, the memory the driver takes for the context and its
-    kernels before PyTorch allocates any tensor: {viz.card_reserve_words(gpu)}. The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}, so
-    {mm.format_bytes(usable_bytes, unit)} is left (the dashed line); on it {_verdicts}, as
-    `memmath train` says. The "smallest GPU" column judges every card the same way.
-    """), mo.accordion({"What does this estimate assume?": mo.md(
+    """), "Why judge the step's peak, and what does the CUDA context take?": mo.md(f"""
+    Not every part is alive at once, and a step holds temporaries no part counts, so the card must hold
+    the step's peak, not the sum of the parts. What a run can use is the card less its CUDA context:
+    {viz.card_reserve_words(gpu)}.
+    """), "What does this estimate assume?": mo.md(
         f"Recipe: {_adapt.assumptions} Activations: what transformers' PyTorch code for this model saves for "
         f"backward, tensor by tensor (`activations=\"{_adapt.activation_model}\"`, checked against PyTorch "
         f"on small BERT and LLaMA models below), with {'SDPA' if _adapt.attention == 'sdpa' else 'eager'} attention and "
@@ -370,15 +364,18 @@ def _(live_only_notice, mo, toy_block):
     ## The price: extra work on every forward pass
 
     An adapter runs every time the model runs, in training *and* when it serves answers. The
-    article calls this the main drawback: more computational steps, so higher inference latency.
+    article calls this the main drawback: higher inference latency. By count, two adapters add
+    **2m / (6h + s)** to a block's work; but small, sequential steps run less efficiently than large
+    ones. So measure it: set the sliders and press **Measure** to time a numpy block with and without
+    adapters.
+    """), mo.accordion({"How is the work counted, and how is it timed?": mo.md(r"""
     Counted in floating-point operations (FLOPs, two per multiply-add), a block costs
     24·s·h² + 4·s²·h (Narayanan et al. 2021, section 5.1) and its two adapters add 8·s·h·m, a
-    fraction **2m / (6h + s)**. But FLOPs are not time: adapters are small, sequential matrix
+    fraction 2m / (6h + s). But FLOPs are not time: adapters are small, sequential matrix
     products plus elementwise work, which a processor runs less efficiently than large ones.
-    So measure it: **Measure** times the numpy block with and without adapters, both back to back in
-    every run, taking turns going first so a busy moment slows both alike. It measured once when the
-    page opened; set the sliders and press it to time other sizes.
-    """), live_only_notice(),
+    **Measure** times the block with and without adapters, both back to back in every run, taking
+    turns going first so a busy moment slows both alike. It measured once when the page opened.
+    """)}), live_only_notice(),
                mo.hstack([width_slider, toy_seq_slider], justify="start", gap=2),
                mo.hstack([toy_bottleneck_slider, runs_slider], justify="start", gap=2),
                mo.hstack([measure_button, mo.md("times the block at these settings (up to "
@@ -460,16 +457,14 @@ def _(alt, measure_button, mo, os, timing_budget_s, timing_chart, toy_block, viz
 @app.cell(hide_code=True)
 def _(literature, mo, viz):
     _full, _peft = literature.REPORTED["peft_examples_full"], literature.REPORTED["peft_examples_peft"]
-    mo.md(f"""
-    ## Two more benefits: cheaper hardware, fewer examples
-
+    mo.accordion({"What else do adapters buy? Cheaper hardware, fewer examples": mo.md(f"""
     The memory table above shows the first: with the base frozen, a model whose full finetune
     needs a data-center GPU can often be adapted on a smaller card (move the model and the GPU).
     The article adds a second: PEFT methods are generally **sample-efficient**: {_full.claim},
     while {_peft.claim}. The trade remains: adapters buy lower training memory with slower
     inference, which {viz.lesson_link("06_lora_qlora", "lesson 6")} removes by merging LoRA's update
     into the weights.
-    """)
+    """)})
     return
 
 
@@ -512,15 +507,13 @@ def _(literature, mo, viz):
     mo.callout(mo.md(f"""
     **Takeaways**
 
-    - Adapters add two small bottleneck modules (2·m·h + m + h parameters each) to every block and
-      train only those; every original weight stays unchanged.
-    - On GLUE they came within {literature.REPORTED["houlsby_glue_gap"].value}% of full finetuning with
+    - Two adapters per block (2·m·h + m + h parameters each) train; every original weight stays.
+    - On GLUE: within {literature.REPORTED["houlsby_glue_gap"].value}% of full finetuning with
       {literature.REPORTED["houlsby_trainable_share"].value}% of the parameters trainable (Houlsby et al. 2019).
-    - They save gradients and optimizer states for the frozen weights. They do not save weight memory
-      (all of it stays) and save only a part of the activations: the backward pass still crosses
-      every block, though a frozen linear layer keeps no copy of its input.
-    - They add work to every forward pass, so inference is slower; measured, the slowdown often
-      exceeds what FLOPs predict. Next: {viz.lesson_link("06_lora_qlora")}, which removes that cost.
+    - They save the frozen weights' gradients and optimizer states, not the weights, and only a part
+      of the activations: the backward pass still crosses every block.
+    - Every forward pass does more work, often more than FLOPs predict. Next:
+      {viz.lesson_link("06_lora_qlora")}, which removes that cost.
     """), kind="success")
     return
 

@@ -501,11 +501,10 @@ def _(mm, mo):
     query, the MLP's wide hidden layer, and with the *eager* attention kernel the full
     context x context score matrix of every head. The largest moment of that pass is the working set.
     Switch the attention kernel at a long context to watch it jump: fused attention (*sdpa*,
-    FlashAttention) keeps no score matrix at all. Servers that split long prompts into chunks keep a
-    smaller working set than this.
+    FlashAttention) keeps no score matrix at all.
     """), mo.accordion({"How is the working set counted, and how close is it to PyTorch?": mo.md("""
     memmath follows what Hugging Face transformers allocates when it reads a prompt in one go
-    (a prefill), phase by phase; checked against a count of PyTorch's live tensors for GPT-2 and
+    (a prefill), phase by phase (servers that split long prompts into chunks keep a smaller working set); checked against a count of PyTorch's live tensors for GPT-2 and
     LLaMA models it lands within 0.2% (`validation/inference_working_set.py`). Two details matter:
     LLaMA's eager attention runs its softmax in fp32 (10 bytes per score with bf16 weights), and
     fused attention keeps no score matrix at all.

@@ -45,6 +45,47 @@ def _():
 
 
 @app.cell
+def _(live_only_notice, mo, viz):
+    weights_params_slider = mo.ui.slider(steps=list(viz.MODEL_SIZE_STEPS), value=8, show_value=True,
+                                         label="N (billions of parameters)")
+    mo.vstack([mo.md("The simplest of them: a model's weights take N·e bytes, N parameters times e bytes per "
+                     "value. Move N to see e at work, the same model's weights in each format:"), live_only_notice(),
+               weights_params_slider])
+    return (weights_params_slider,)
+
+
+@app.cell
+def _(Slider, WEIGHT_FORMATS, alt, bound_chart, bound_live_chart, is_static_export, mo, viz, weights_grid):
+    def _draw(base):
+        _y = alt.Y("format:N", title="Format", sort=WEIGHT_FORMATS)
+        _bars = base.mark_bar(color=viz.PART_COLORS["weights"]).encode(
+            x=alt.X("GB:Q", title="Weights (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)), y=_y,
+            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("label:N")])
+        _text = base.mark_text(align="left", dx=4, fontSize=11).encode(x=alt.X("GB:Q"), y=_y, text=alt.Text("label:N"))
+        return (_bars + _text).properties(width=420, height=150)
+
+    _title = "Weights = N × bits ÷ 8 (plus the block formats' scales), in each format"
+    # Live, the slider above moves this chart (memmath_lessons.live_chart); in the static site, where that slider is
+    # frozen, the chart carries its own slider over numbers computed in advance.
+    weights_chart = None if is_static_export() else bound_live_chart(_draw, title=_title)
+    _about = ("The chart below carries its own slider over N, computed in advance: it keeps working in this static "
+              "copy of the lesson, where the slider above is frozen.")
+    (weights_chart if weights_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
+        weights_grid, [Slider("billions", "N (billions)", value=8, labels=lambda b: f"{b:g}B parameters")], _draw,
+        title=_title))]))
+    return (weights_chart,)
+
+
+@app.cell(hide_code=True)
+def _(weights_chart, weights_grid, weights_params_slider):
+    # The one cell the slider re-runs: the chart's rows for its value.
+    if weights_chart is not None:
+        weights_chart.update(weights_grid[weights_grid["billions"] == weights_params_slider.value],
+                             caption=f"N: {weights_params_slider.value:g}B parameters")
+    return
+
+
+@app.cell
 def _(mm):
     # The example column: Llama-3-8B as memmath's preset reads meta-llama/Meta-Llama-3-8B's config.json, in a
     # memmath.Run with its defaults (one sequence of DEFAULT_SEQ_LEN tokens, pure bf16).
@@ -91,19 +132,19 @@ def _(example, example_bytes, example_run, mm, mo, viz):
         ("v (lesson 11)", "pipeline stages each GPU runs with interleaved 1F1B", "stages", "1", _l("11_many_gpus", "11")),
     ]
     _table = "\n    ".join(f"| {sym} | {means} | {unit} | {value} | {where} |" for sym, means, unit, value, where in _rows)
-    mo.md(f"""
+    mo.vstack([mo.md(f"""
     ## The symbols
 
     | symbol | what it counts | unit | {example.name} (its config.json; a `memmath.Run`'s defaults) | taught in lesson |
     |:--|:--|:--|--:|:--|
     {_table}
-
-    Where the lessons still differ: lesson 3's folded formula writes a dropout mask's byte as *m* (1 B),
+    """), mo.accordion({"Where do the lessons still use a letter differently?": mo.md("""
+    Lesson 3's folded formula writes a dropout mask's byte as *m* (1 B),
     where lesson 5's *m* is the bottleneck and lesson 11's *m* counts micro-batches; lesson 11's *t* is the
     tensor-parallel degree, not the tokens b·s, and its *e* the expert-parallel degree, not bytes per value;
     lesson 4 counts the frozen blocks as *f*, so L − f = k train; and lesson 6 names a matrix's sides *d_in*
     and *d_out* (h and I for the MLP's matrices).
-    """)
+    """)})])
     return
 
 
@@ -152,7 +193,8 @@ def _(mm, mo, pd, viz):
         {_nf4:.3f} bits per weight, not 4 (Dettmers et al. 2023, section 3;
         {viz.lesson_link("06_lora_qlora", "lesson 6")}).
         """),
-        viz.plain_table(formats_frame, wrapped_columns=["what it is"]),
+        mo.accordion({"What is each format, in bits and bytes per value?":
+                      viz.plain_table(formats_frame, wrapped_columns=["what it is"])}),
         mo.md(f"""
         Sizes are written in decimal units (a **GB** is 10⁹ B) or binary ones (a **GiB** is 2³⁰ B,
         {mm.UNITS["GiB"] / mm.UNITS["GB"] - 1:.1%} more); GPU drivers report binary sizes
@@ -177,46 +219,6 @@ def _(mm, pd, viz):
                           "label": f"{mm.format_bytes(_bytes, 'GB')} = {mm.format_bytes(_bytes, 'GiB')}"})
     weights_grid = pd.DataFrame(_rows)
     return WEIGHT_FORMATS, weights_grid
-
-
-@app.cell
-def _(live_only_notice, mo, viz):
-    weights_params_slider = mo.ui.slider(steps=list(viz.MODEL_SIZE_STEPS), value=8, show_value=True,
-                                         label="N (billions of parameters)")
-    mo.vstack([mo.md("Move N to see e at work: the same model's weights in each format."), live_only_notice(),
-               weights_params_slider])
-    return (weights_params_slider,)
-
-
-@app.cell
-def _(Slider, WEIGHT_FORMATS, alt, bound_chart, bound_live_chart, is_static_export, mo, viz, weights_grid):
-    def _draw(base):
-        _y = alt.Y("format:N", title="Format", sort=WEIGHT_FORMATS)
-        _bars = base.mark_bar(color=viz.PART_COLORS["weights"]).encode(
-            x=alt.X("GB:Q", title="Weights (GB)", axis=alt.Axis(**viz.MEMORY_AXIS)), y=_y,
-            tooltip=[alt.Tooltip("format:N"), alt.Tooltip("label:N")])
-        _text = base.mark_text(align="left", dx=4, fontSize=11).encode(x=alt.X("GB:Q"), y=_y, text=alt.Text("label:N"))
-        return (_bars + _text).properties(width=420, height=150)
-
-    _title = "Weights = N × bits ÷ 8 (plus the block formats' scales), in each format"
-    # Live, the slider above moves this chart (memmath_lessons.live_chart); in the static site, where that slider is
-    # frozen, the chart carries its own slider over numbers computed in advance.
-    weights_chart = None if is_static_export() else bound_live_chart(_draw, title=_title)
-    _about = ("The chart below carries its own slider over N, computed in advance: it keeps working in this static "
-              "copy of the lesson, where the slider above is frozen.")
-    (weights_chart if weights_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
-        weights_grid, [Slider("billions", "N (billions)", value=8, labels=lambda b: f"{b:g}B parameters")], _draw,
-        title=_title))]))
-    return (weights_chart,)
-
-
-@app.cell(hide_code=True)
-def _(weights_chart, weights_grid, weights_params_slider):
-    # The one cell the slider re-runs: the chart's rows for its value.
-    if weights_chart is not None:
-        weights_chart.update(weights_grid[weights_grid["billions"] == weights_params_slider.value],
-                             caption=f"N: {weights_params_slider.value:g}B parameters")
-    return
 
 
 @app.cell(hide_code=True)
@@ -298,12 +300,14 @@ def _(mm, mo, viz):
              "token: all are stored, only the active ones compute", _l("07_inference", "7")),
         ],
     }
-    _sections = []
-    for _topic, _terms in GLOSSARY.items():
-        _sections.append(f"### {_topic}\n")
-        _sections += [f"- **{term}**: {text} (lesson {where})." for term, text, where in _terms]
-        _sections.append("")
-    mo.md("## The words\n\n" + "\n".join(_sections))
+    _sections = {_topic: mo.md("\n".join(f"- **{term}**: {text} (lesson {where})." for term, text, where in _terms))
+                 for _topic, _terms in GLOSSARY.items()}
+    mo.vstack([mo.md(f"""
+    ## The words
+
+    {sum(map(len, GLOSSARY.values()))} terms the lessons use, in {len(GLOSSARY)} groups, each defined in a line and
+    linked to the lesson that teaches it. Open a group:
+    """), mo.accordion(_sections, multiple=True)])
     return (GLOSSARY,)
 
 
@@ -316,7 +320,7 @@ def _(mo):
       values), vocabulary V, and e bytes per value; every formula in the workbook is a product of them.
     - Weights and their training parts scale with N; activations with t (and the scores with s²); the KV
       cache with L × kv_heads × head_dim × s × b.
-    - Each word above is defined where a lesson first needs it: follow the link to see it at work.
+    - Each word above links to the lesson that first needs it.
     """), kind="success")
     return
 

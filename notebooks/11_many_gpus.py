@@ -27,9 +27,9 @@ def _(headline, mm, mo, viz):
     **{mm.format_bytes(headline["plan"].need.bytes)}** at the step's peak on the GPU that needs the most, and
     it fits.
 
-    This lesson shows what each way of splitting takes off a card and what it leaves, then lets you
-    lay out a run yourself. {viz.lesson_link("08_planner", "Lesson 8")} plans one card;
-    {viz.lesson_link("02_full_finetuning", "lesson 2")} explains the parts.
+    Lay out a run yourself below; then see what each way of splitting takes off a card.
+    {viz.lesson_link("08_planner", "Lesson 8")} plans one card; {viz.lesson_link("02_full_finetuning", "lesson 2")}
+    explains the parts.
     """)
     return
 
@@ -54,46 +54,6 @@ def _(mm):
     headline = {"gpu": mm.get_gpu("H100 80GB"), "one": mm.requirement("llama-3-70b"),
                 "plan": mm.planner.plan_layout("llama-3-70b", "H100 80GB")}
     return (headline,)
-
-
-@app.cell(hide_code=True)
-def _(many_gpus, mm, mo, viz):
-    axis_frame = many_gpus.axis_table("llama-3-70b")
-    _one, _z3, _tp = (axis_frame.set_index("layout").loc[k] for k in ("1 GPU", "data x 8, ZeRO-3", "tensor x 8"))
-    mo.vstack([mo.md(f"""
-    ## What each axis splits
-
-    Every row is Llama-3-70B on 8 GPUs (one on the first row), pure bf16 with AdamW, batch 1 x 2,048
-    tokens, no checkpointing, and the numbers are the GPU that needs the most:
-
-    - **Data parallelism** gives each GPU its own sequences and a whole copy of the model: it adds
-      speed, not room. **ZeRO** (Rajbhandari et al. 2020) then shards the copies' optimizer states
-      (stage 1), gradients (stage 2) and weights (stage 3) over the data-parallel GPUs. Stage 3 brings
-      the weights to {_z3["weights (GB)"]:.2f} GB a GPU (one eighth of {_one["weights (GB)"]:.2f} GB),
-      but every GPU still runs its micro-batch through every layer: the activations stay.
-    - **Tensor parallelism** (Megatron-LM, Shoeybi et al. 2019) splits each block's matrices: the
-      attention heads and the MLP's width over t GPUs, and the vocabulary of the embedding and the
-      head. Weights, gradients and states shrink by t, and so do most activations
-      ({_one["activations (GB)"]:.2f} to {_tp["activations (GB)"]:.2f} GB): only the norms and the
-      residual stream between blocks stay whole. **Sequence parallelism** (Korthikanti et al. 2022)
-      splits those along the sequence too. The gradients stay a little above the weights here:
-      torch 2.13's vocabulary-sharded embedding keeps a whole-vocabulary gradient on every rank
-      (measured over gloo; Megatron-LM keeps a slice).
-    - **Pipeline parallelism** (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021) gives each GPU
-      a stage of consecutive layers. A stage holds its layers' weights, gradients and states, but
-      keeps the activations of every micro-batch in flight: with 1F1B the first stage keeps as many
-      as there are stages.
-    - **Context parallelism** splits the sequence of a long run over GPUs that exchange keys and
-      values (ring attention); **expert parallelism** puts a mixture of experts' experts on different
-      GPUs. Both are in the controls below.
-    """), viz.plain_table(axis_frame, wrapped_columns=["takes off each GPU"]),
-        mo.md("The last numbers column is what the card must hold: the step's peak (the most allocated at one "
-              "moment), of the GPU whose peak is highest once the model is split. Where memmath has no peak model "
-              "of a split (ZeRO beside it, context or expert parallelism) it is a safe upper bound on that peak: "
-              "the sum of the parts of the GPU that holds the most, its communication buffers, and what the step "
-              "makes and frees at its largest; \"judged on\" says which (peak or bound). A peak and a bound do not "
-              "compare: set the rows side by side on the sum of the parts, which every row has.")])
-    return (axis_frame,)
 
 
 @app.cell(hide_code=True)
@@ -125,11 +85,12 @@ def _(live_only_notice, mm, mo):
     mo.vstack([mo.md("""
     ## Lay out a run
 
-    Pick the degrees: the run uses d x t x p x c GPUs. Expert parallelism splits a mixture of
-    experts' experts over e of the d x c data-parallel GPUs, so e must divide d x c. ZeRO shards
-    on the data axis. The chart shows one GPU of each pipeline stage (the one with the most), against
-    the card less its CUDA context: its parts as bars, and a black tick at what the card must hold for
-    it (its step's peak, which a bar of parts may pass: not every part is alive at once).
+    Pick the degrees; the run uses d x t x p x c GPUs. **Data** d: whole copies of the model, each on
+    its own sequences (ZeRO shards the copies). **Tensor** t: each block's matrices split. **Pipeline**
+    p: the layers split into stages. **Context** c: the sequence split. **Expert** e: a mixture of
+    experts' experts split over e of the d x c data GPUs (e must divide d x c). The chart shows the GPU
+    of each stage that needs the most, against the card less its CUDA context: its parts as bars, a
+    black tick at what the card must hold (its step's peak; not every part is alive at once).
     """), live_only_notice(),
         mo.hstack([model_dropdown, gpu_dropdown, unit_radio], justify="start", gap=2),
         mo.hstack([tp_dropdown, pp_dropdown, dp_slider, cp_dropdown, ep_dropdown], justify="start", gap=1.5),
@@ -267,6 +228,51 @@ def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo,
 
 @app.cell(hide_code=True)
 def _(many_gpus, mm, mo, viz):
+    axis_frame = many_gpus.axis_table("llama-3-70b")
+    _one, _z3, _tp = (axis_frame.set_index("layout").loc[k] for k in ("1 GPU", "data x 8, ZeRO-3", "tensor x 8"))
+    mo.vstack([mo.md("""
+    ## What each axis splits
+
+    Every row is Llama-3-70B on 8 GPUs (one on the first row), pure bf16 with AdamW, batch 1 x 2,048
+    tokens, no checkpointing; the numbers are the GPU that needs the most. Data parallelism alone adds
+    speed, not room. ZeRO-3, tensor and pipeline parallelism each bring the weights to about an eighth;
+    only tensor parallelism also takes most activations off (a pipeline stage keeps those of every
+    micro-batch in flight).
+    """), viz.plain_table(axis_frame, wrapped_columns=["takes off each GPU"]),
+        mo.accordion({"How does each axis split a GPU's memory, and which number is each row judged on?": mo.md(f"""
+    - **Data parallelism** gives each GPU its own sequences and a whole copy of the model: it adds
+      speed, not room. **ZeRO** (Rajbhandari et al. 2020) then shards the copies' optimizer states
+      (stage 1), gradients (stage 2) and weights (stage 3) over the data-parallel GPUs. Stage 3 brings
+      the weights to {_z3["weights (GB)"]:.2f} GB a GPU (one eighth of {_one["weights (GB)"]:.2f} GB),
+      but every GPU still runs its micro-batch through every layer: the activations stay.
+    - **Tensor parallelism** (Megatron-LM, Shoeybi et al. 2019) splits each block's matrices: the
+      attention heads and the MLP's width over t GPUs, and the vocabulary of the embedding and the
+      head. Weights, gradients and states shrink by t, and so do most activations
+      ({_one["activations (GB)"]:.2f} to {_tp["activations (GB)"]:.2f} GB): only the norms and the
+      residual stream between blocks stay whole. **Sequence parallelism** (Korthikanti et al. 2022)
+      splits those along the sequence too. The gradients stay a little above the weights here:
+      torch 2.13's vocabulary-sharded embedding keeps a whole-vocabulary gradient on every rank
+      (measured over gloo; Megatron-LM keeps a slice).
+    - **Pipeline parallelism** (GPipe, Huang et al. 2019; 1F1B, Narayanan et al. 2021) gives each GPU
+      a stage of consecutive layers. A stage holds its layers' weights, gradients and states, but
+      keeps the activations of every micro-batch in flight: with 1F1B the first stage keeps as many
+      as there are stages.
+    - **Context parallelism** splits the sequence of a long run over GPUs that exchange keys and
+      values (ring attention); **expert parallelism** puts a mixture of experts' experts on different
+      GPUs. Both are in the controls above.
+
+    The table's "the card must hold" is the step's peak (the most allocated at one moment), of the GPU
+    whose peak is highest once the model is split. Where memmath has no peak model of a split (ZeRO
+    beside it, context or expert parallelism) it is a safe upper bound on that peak: the sum of the
+    parts of the GPU that holds the most, its communication buffers, and what the step makes and frees
+    at its largest; "judged on" says which (peak or bound). A peak and a bound do not compare: set the
+    rows side by side on the sum of the parts, which every row has.
+    """)})])
+    return (axis_frame,)
+
+
+@app.cell(hide_code=True)
+def _(many_gpus, mm, mo, viz):
     _table, _widget, _one = many_gpus.playbook_table()
     _p = many_gpus.PLAYBOOK_70B
     mo.accordion({"How does this compare with the Ultra-Scale Playbook's memory widget?": mo.vstack([mo.md(f"""
@@ -316,14 +322,14 @@ def _(mo):
     mo.callout(mo.md(r"""
     **Takeaways**
 
-    - Data parallelism adds GPUs for speed, not room: each holds the whole model until ZeRO shards
-      the states (1), the gradients (2) and the weights (3). Activations never shard that way.
-    - Tensor parallelism splits each block's matrices and most of their activations by t; it talks
-      at every block, so it stays inside a node (t ≤ 8, NVLink).
-    - Pipeline parallelism splits the layers; each stage keeps the activations of every micro-batch
-      in flight, and (p − 1) / (m + p − 1) of the step idles.
-    - Plan for the GPU that needs the most: the first pipeline stage (embeddings, the most
-      micro-batches in flight) or the last (the head, the loss and every micro-batch's logits).
+    - Data parallelism adds speed, not room; ZeRO shards the states (1), the gradients (2) and the
+      weights (3), never the activations.
+    - Tensor parallelism splits each block's matrices and most activations by t; it talks at every
+      block, so it stays inside a node (t ≤ 8, NVLink).
+    - Pipeline parallelism splits the layers; a stage keeps every micro-batch in flight, and
+      (p − 1) / (m + p − 1) of the step idles.
+    - Plan for the GPU that needs the most: the first stage (embeddings, most micro-batches in
+      flight) or the last (the head, the loss, every micro-batch's logits).
     """), kind="success")
     return
 
