@@ -46,8 +46,6 @@ class VerdictRefused(ValueError):
     """A search or a plan that needs a fits / does-not-fit verdict on a run memmath refuses to judge (a model type
     whose activations are not checked against PyTorch); the message says why and what would make it work."""
 
-    field = "model"
-
 
 @dataclass(frozen=True)
 class Requirement:
@@ -139,8 +137,8 @@ def refusal(run: Run) -> str:
     model_type = unchecked_type(run)
     if model_type is None:
         return ""
-    return (f"model_type {model_type!r} has no activation trace, so its activations come from the textbook model "
-            "(Korthikanti et al. 2022), which is not checked against PyTorch for it: no fits / does-not-fit verdict "
+    return (f"the activations of model_type {model_type!r} come from the textbook model (Korthikanti et al. 2022), "
+            "which is not checked against PyTorch for it (it has no activation trace): no fits / does-not-fit verdict "
             "is given on them")
 
 

@@ -23,7 +23,7 @@ from .methods import LoRA, QLoRA
 from .config_reader import from_hf_config, parse_json_config
 from .models import ModelShape
 from .recipes import bytes_per_parameter, get_recipe
-from .decision import BASES, Requirement, refuse_search, requirement
+from .decision import BASES, Requirement, VerdictRefused, refuse_search, requirement  # noqa: F401 (searches raise it)
 from .layout import Layout, bubble, is_parallel, layout
 from .parallel import ParallelMemory, parallel_memory, rank_parts, worst_rank
 from .preference import rewrapper

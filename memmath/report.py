@@ -142,7 +142,7 @@ def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None, refusal
     memory = (f"{gpu.memory_bytes:,} bytes, given by --gpu-memory" if gpu.kind == "custom" else
               f"{format_bytes(gpu.memory_bytes, unit)}, {gpu.memory_bytes // 2**20:,} MiB as the driver reports it")
     w("\n" + style.bold(f"{gpu.name}") + f" ({memory}):\n")
-    said = verdict_of_fit(fit, FIT_MARGIN, refusal)  # the one verdict rule (memmath/verdict.py): short by includes the margin
+    said = verdict_of_fit(fit, FIT_MARGIN, refusal)  # the one verdict rule (memmath/verdict.py)
     spare = format_bytes(said.spare, unit)
     if refusal:  # a floor: never "fits"
         head = (style.bad("no verdict") + ": the activations are not checked against PyTorch for this model type "
@@ -419,7 +419,8 @@ def _verdict_json(fit, refusal=""):
     if fit is None:
         return None
     judged = verdict_of_fit(fit, FIT_MARGIN, refusal)
-    return {"fits": judged.fits, "refused": refusal or None, "required_bytes": int(fit.required_bytes), "available_bytes": int(fit.available_bytes),
+    return {"fits": judged.fits, "refused": refusal or None, "required_bytes": int(fit.required_bytes),
+            "available_bytes": int(fit.available_bytes),
             "headroom_bytes": int(fit.headroom_bytes), "margin_bytes": int(fit.margin_bytes),
             "gpu_memory_bytes": int(fit.gpu.memory_bytes),
             "reserved_bytes": int(fit.gpu.memory_bytes - fit.available_bytes),

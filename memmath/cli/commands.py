@@ -10,14 +10,12 @@ from pathlib import Path
 
 import memmath  # memmath.serving and memmath.counts load on first use: a training question needs neither
 from memmath import report
-from memmath.decision import VerdictRefused
 from memmath.planner import plan_layout, plan_training
 from memmath.preference import DPO
 from memmath.run import Run, Serve
 from memmath.sources import resolve_source
 
-from .options import (METHOD_CLASSES, NO_VERDICT, WORKBOOK_INSTALL, BadInput, field_options, given_fields,
-                      gpu_and_reserve)
+from .options import METHOD_CLASSES, WORKBOOK_INSTALL, BadInput, field_options, given_fields, gpu_and_reserve
 
 # ---- the method: options that set no field of a Run ------------------------------------------------
 def _given(**options) -> dict:
@@ -68,7 +66,7 @@ def run_train(args, out, style) -> int:
     if args.plan_layout:
         return _plan_layout(args, out, style, run, gpu, reserve)
     plan = plan_training(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
-    status = 1 if plan.fits is False else NO_VERDICT if gpu is not None and plan.fits is None else 0
+    status = 1 if plan.fits is False else 3 if plan.fit is not None and plan.fits is None else 0  # 3: no verdict
     out.write(json.dumps(report.training_json(plan, source=source, unit=args.unit, seq_default=args.seq_len is None,
                                               reserve_default=args.reserve is None, status=status), indent=2) + "\n"
               if args.json else
@@ -81,14 +79,7 @@ def _plan_layout(args, out, style, run, gpu, reserve) -> int:
     """--plan-layout: the fewest GPUs and their layout that fit the run (memmath.planner.plan_layout)."""
     if gpu is None:
         raise BadInput("--plan-layout", "needs a card: add --gpu (or --gpu-memory)")
-    try:
-        plan = plan_layout(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
-    except VerdictRefused as refused:  # a model type whose activations are unchecked: no layout is searched on them
-        out.write(json.dumps({"command": "train --plan-layout", "run": repr(run), "gpu": report._gpu_json(gpu),
-                              "fits": None, "refused": str(refused), "exit_status": NO_VERDICT}, indent=2) + "\n"
-                  if args.json else report.wrap(f"No layout is searched: {refused}.", "", report.terminal_width())
-                  + "\n")
-        return NO_VERDICT
+    plan = plan_layout(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
     out.write(json.dumps(report.layout_json(plan, run, gpu, unit=args.unit), indent=2) + "\n" if args.json else
               report.layout_text(plan, run, gpu, unit=args.unit, style=style, width=report.terminal_width(),
                                  max_gpus=args.max_gpus))

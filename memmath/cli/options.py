@@ -25,10 +25,7 @@ COMMAND_CHOICES = "{train,infer,models,gpus,lessons,measure}"
 WORKBOOK_INSTALL = 'pip install "memmath[workbook]"'
 METHODS = ("full", "freeze", "adapters", "lora", "qlora", "dpo")
 UNIT_CHOICES = ("GB", "GiB", "MB", "MiB", "TB", "TiB")
-NO_VERDICT = 3  # the exit status of a refused verdict: neither "fits" (0) nor "does not fit" (1)
-EPILOG = ("Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input, 3 no verdict (a model type whose "
-          "activations are not checked against PyTorch, where even the rest fits: the output says why and what "
-          "would give one).")
+EPILOG = "Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input, 3 no verdict (the output says why)."
 MODEL_HELP = ("a preset (`memmath models`), a config.json, a folder holding one, or a Hub repo id (owner/name) found "
               "in the local Hugging Face cache")
 # The options that set no field of a Run or Serve, by the name the library's errors give (validate.FieldError).
