@@ -52,8 +52,10 @@ class Requirement:
     """Bytes one GPU must hold for `run` (before the CUDA context), and what that number is.
 
     basis: "peak" (peak_memory's steady-state peak, a step after the first), "upper bound" (no peak model: a
-    bound no moment of the step exceeds, memmath/bounds.py) or "sum of parts" (training_memory's total); reason:
-    why not the peak, in words ("" for the peak); memory: the parts; peak: the PeakEstimate, or None.
+    bound no moment of the step exceeds, memmath/bounds.py), "sum of parts" (training_memory's total) or "floor"
+    (activations not checked against PyTorch for the model type: FLOOR_PARTS, which every moment of the step
+    reaches at its optimizer step; a verdict is "does not fit" or refused, never "fits"); reason: why not the peak,
+    in words ("" for the peak); memory: the parts (the activations too); peak: the PeakEstimate, or None.
     """
 
     bytes: int
