@@ -5,7 +5,10 @@ the bytes each saves per GPU; `path_to_fit` chains them until the run fits; `pla
 the verdict and the changes together (the command line and lesson 8 print it). All decide on
 `requirement`: the steady-state peak of a step (peak_memory) where memmath models it, else the
 sum of the parts that training_memory counts, with the card's CUDA context reserved (GPU.cuda_context_bytes)
-and FIT_MARGIN of the requirement left free.
+and FIT_MARGIN of the requirement left free. Where the requirement is only a floor (a model type whose activations
+are not checked against PyTorch: memmath/decision.py), the verdict is "does not fit" or refused, no change is judged,
+and every search (the changes, the fewest GPUs, the largest batch, the longest sequence, the layout) raises
+VerdictRefused rather than search on unchecked numbers.
 `config_from_text` reads a pasted config.json strictly as JSON text.
 """
 
