@@ -63,7 +63,8 @@ def requirement_table(need, unit: str = "GB") -> pd.DataFrame:
         rows.append(("The bound adds (transients at their largest, the engine's buffers)", peak_adds(need), ""))
     elif need.basis == "floor":  # activations not checked against PyTorch for this model type: no verdict above it
         rows.append(("Sum of the parts (its activations unchecked: the textbook model)", total, 100.0 if total else ""))
-    rows.append((f"What the card must hold: {requirement_words(need)}", int(need.bytes),
+    least = " at least" if need.refused else ""  # a floor: the activations are not checked (memmath/decision.py)
+    rows.append((f"What the card must hold{least}: {requirement_words(need)}", int(need.bytes),
                  "" if need.basis != "sum of parts" else (100.0 if total else "")))
     frame = pd.DataFrame(rows, columns=["part", "bytes", "share of the sum (%)"])
     frame.insert(2, f"size ({unit})", (frame["bytes"] / per_unit).round(3))

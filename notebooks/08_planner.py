@@ -599,8 +599,8 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
     # run the card would train instead (plan.cannot_run names it), with its own requirement and verdict.
     _cannot, instead_fit = plan.cannot_run, None
     if requirement.refused:  # a model type whose activations are not checked against PyTorch: a floor, no "fits"
-        _verdict = (f"**{verdict.headline(unit)}** Without the activations the run needs {_f(peak_bytes)} {_per} "
-                    f"(every part but the activations); one {gpu.name} has {_usable}. {pasted_text(requirement.reason)}."
+        _why = pasted_text(requirement.reason)
+        _verdict = (f"**{verdict.headline(unit)}** One {gpu.name} has {_usable}. {_why[0].upper()}{_why[1:]}."
                     + (f" The {gpu.name} could not run this recipe anyway: it has no {_cannot.needs}."
                        if _cannot is not None else ""))
     elif _cannot is None:
