@@ -114,7 +114,7 @@ def _title(shape, source) -> str:
 def basis_words(need) -> str:
     """What the requirement is, after "the" in the verdict's line: peak, upper bound on the step's peak, sum of the
     parts."""
-    return "peak" if need.basis == "peak" else need.words.removeprefix("the ").removeprefix("an ")
+    return "peak" if need.basis == "peak" else need.words.removeprefix("the ").removeprefix("an ").removeprefix("a ")
 
 
 class Writer:
@@ -298,7 +298,8 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
         judged = verdict_of_fit(fit)  # the one verdict rule: short by includes the margin
         said = ("no verdict either (a floor)" if instead.fits is None else
                 f"fits, with {format_bytes(judged.spare, unit)} to spare" if fit.fits else
-                f"does not fit either: short by {format_bytes(judged.short_by, unit)}")
+                f"does not fit either: short by {'at least ' if other.refused else ''}"
+                f"{format_bytes(judged.short_by, unit)}")
         w.para(f"with --precision {instead.precision} instead: needs "
                f"{format_bytes(other.bytes + plan.reserved_bytes, unit)} (the {basis_words(other)} "
                f"{format_bytes(other.bytes, unit)} + {format_bytes(plan.reserved_bytes, unit)} reserved): {said}", "  ")

@@ -142,3 +142,14 @@ def test_a_traced_type_keeps_its_verdict(capsys):
     chosen = mm.plan_training("llama-3-8b", "H100 80GB", method=mm.LoRA(), seq_len=512, activations="textbook")
     assert chosen.requirement.basis == "sum of parts" and chosen.fits is True
     assert mm.planner.longest_sequence_that_fits("llama-3-8b", "H100 80GB", method=mm.LoRA()) > 0
+
+
+def test_a_card_without_bf16_judges_the_recipe_instead_on_its_floor_too(capsys):
+    # A T4 cannot run pure bf16; the fp16 mixed-precision run it would train instead keeps an fp32 master copy and
+    # fp32 Adam states, 16 B a parameter and more before activations (18.7 GB for LFM2-1.2B), over a T4's 15.8 GB
+    status, out, _ = cli(capsys, "train", "lfm2-1.2b", "--gpu", "T4", "--batch", "4", "--seq", "2048")
+    plan = mm.plan_training("lfm2-1.2b", "T4", **LFM2_RUN)
+    assert plan.recipe_instead.requirement.basis == "floor" and plan.recipe_instead.fits is False
+    assert plan.recipe_instead.requirement.bytes >= 16 * LFM2_PARAMS
+    assert status == 3 and "the floor under the step's peak" in " ".join(out.split())
+    assert "short by at least" in " ".join(out.split()) and "fits, with" not in out
