@@ -4,6 +4,13 @@ The step's peak (peak_memory: the most allocated at one moment; sharded_peak for
 ZeroRedundancyOptimizer or DistributedDataParallel) where memmath models it; else, for a sharded or split run, a safe
 upper bound (memmath/bounds.py: the sum of the parts plus every transient at its largest); else the sum of the parts
 (training_memory: every part as if alive at once), with the reason in words.
+
+A model type with no activation trace (its record's traced=False) gets its activations from the textbook model
+(Korthikanti et al. 2022), which is not checked against PyTorch for it: no number built on them is a safe requirement,
+so the decision is a floor instead, what the step holds without its activations (weights, gradients, optimizer
+states: all alive at the optimizer step). A card that cannot hold even the floor does not fit; on any other card the
+verdict is refused by name (fits is None), with what would give the activations (`memmath train CONFIG --traced`,
+`memmath measure CONFIG`).
 """
 
 from __future__ import annotations
@@ -23,10 +30,21 @@ from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
 from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, tower_forward,
                              worst_images)
 
-BASES = ("peak", "upper bound", "sum of parts")
+BASES = ("peak", "upper bound", "sum of parts", "floor")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
-               "sum of parts": "the sum of the parts"}
-BASIS_SHORT = {"peak": "peak", "upper bound": "bound", "sum of parts": "sum"}
+               "sum of parts": "the sum of the parts", "floor": "a floor under the step's peak"}
+BASIS_SHORT = {"peak": "peak", "upper bound": "bound", "sum of parts": "sum", "floor": "floor"}
+# The parts alive together at the optimizer step, whatever the activations: a floor no moment of a step goes below
+# (the layout planner's cheap bound too). Quantization constants live beside the weights they scale.
+FLOOR_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accumulation", "master_weights",
+               "optimizer_states")
+UNCHECKED_FIX = ("memmath train CONFIG --traced (PyTorch steps the model under fake tensors; needs memmath[torch]) "
+                 "gives its activations, or memmath measure CONFIG measures the step")
+
+
+class VerdictRefused(ValueError):
+    """A search or a plan that needs a fits / does-not-fit verdict on a run memmath refuses to judge (a model type
+    whose activations are not checked against PyTorch); the message says why and what would make it work."""
 
 
 @dataclass(frozen=True)
@@ -34,8 +52,10 @@ class Requirement:
     """Bytes one GPU must hold for `run` (before the CUDA context), and what that number is.
 
     basis: "peak" (peak_memory's steady-state peak, a step after the first), "upper bound" (no peak model: a
-    bound no moment of the step exceeds, memmath/bounds.py) or "sum of parts" (training_memory's total); reason:
-    why not the peak, in words ("" for the peak); memory: the parts; peak: the PeakEstimate, or None.
+    bound no moment of the step exceeds, memmath/bounds.py), "sum of parts" (training_memory's total) or "floor"
+    (activations not checked against PyTorch for the model type: FLOOR_PARTS, which every moment of the step
+    reaches at its optimizer step; a verdict is "does not fit" or refused, never "fits"); reason: why not the peak,
+    in words ("" for the peak); memory: the parts (the activations too); peak: the PeakEstimate, or None.
     """
 
     bytes: int
@@ -44,6 +64,11 @@ class Requirement:
     memory: object
     peak: object
     run: Run
+
+    @property
+    def refused(self) -> bool:
+        """True for a floor: the verdict is "does not fit" where even the floor is too much, else refused (None)."""
+        return self.basis == "floor"
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
@@ -70,8 +95,8 @@ class Requirement:
     @property
     def above_parts(self) -> int:
         """Bytes the requirement adds to the sum of the parts (the peak's or the bound's; may be negative for a
-        peak); 0 when the requirement is the sum."""
-        return 0 if self.basis == "sum of parts" else self.bytes - int(self.memory.total)
+        peak); 0 when the requirement is the sum or a floor (which leaves the activations out)."""
+        return 0 if self.basis in ("sum of parts", "floor") else self.bytes - int(self.memory.total)
 
     @property
     def note(self) -> Note:
@@ -81,6 +106,9 @@ class Requirement:
                         "not the sum of the parts, which counts every part as if all were alive at once")
         if self.basis == "upper bound":
             return Note("requirement_bound", f"an upper bound on the step's peak: {self.reason}")
+        if self.basis == "floor":
+            return Note("requirement_floor", f"at least a floor under the step's peak, and no verdict above it: "
+                        f"{self.reason}")
         return Note("requirement_sum", f"the sum of the parts: {self.reason}")
 
 
@@ -96,9 +124,47 @@ def requirement(model, **settings) -> Requirement:
     return _requirement(run.cache_key)
 
 
+def unchecked_type(run: Run) -> str | None:
+    """The model_type whose textbook activations this run counts unchecked (its record has no activation trace,
+    traced=False), else None: a run with activations and a record that is traced, or no record (a parameter count)."""
+    record = run.model.architecture
+    if (record is None or record.traced or run.activations != "textbook" or run.seq_len is None
+            or not run.model.has_shape):
+        return None
+    return record.model_type
+
+
+def refusal(run: Run) -> str:
+    """Why no verdict is given on this run, in words; "" when one is (unchecked_type is None)."""
+    model_type = unchecked_type(run)
+    if model_type is None:
+        return ""
+    return (f"the activations of model_type {model_type!r} come from the textbook model (Korthikanti et al. 2022), "
+            "which is not checked against PyTorch for it (it has no activation trace): no fits / does-not-fit verdict "
+            "is given on them")
+
+
+def refuse_search(run: Run, what: str) -> None:
+    """Raise VerdictRefused where `what` (a search for the run that fits) would search on an unchecked verdict."""
+    why = refusal(run)
+    if why:
+        raise VerdictRefused(f"{what} refuses this run: {why}; {UNCHECKED_FIX}")
+
+
 @functools.lru_cache(maxsize=1024)
 def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what its names stand for now
-    run = key[0]
+    need = _judged(key[0])
+    if unchecked_type(need.run) is None:
+        return need
+    floor = sum(int(getattr(need.memory, part)) for part in FLOOR_PARTS)
+    why = (f"{refusal(need.run)}. Without the activations, the step needs {floor:,} B (the weights, "
+           "gradients and optimizer states of the GPU that holds the most, all alive at the optimizer step): the card "
+           f"must hold at least that. {UNCHECKED_FIX}")
+    return Requirement(floor, "floor", why, need.memory, None, need.run)
+
+
+def _judged(run: Run) -> Requirement:
+    """The requirement as the activations counted give it: the peak, an upper bound or the sum of the parts."""
     if is_parallel(run):  # tensor, pipeline, context or expert parallelism: the rank that needs the most
         why = peak_why_not(run)
         if not why:  # the peak of the rank whose peak is highest (validation/parallel.py measures these engines)
@@ -156,7 +222,7 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     text_run = run.replace(model=replace(shape, vision=None, name=f"{shape.name} (language model)"),
                            method=replace(method, vision=text_default))
     text_need = _requirement(text_run.cache_key)
-    if text_need.basis == "sum of parts":
+    if text_need.basis in ("sum of parts", "floor"):
         return None
     tower = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in STATIC_PARTS)
     words = (f"{why_no_peak(run)}; an upper bound: what the language model alone must hold ({text_need.bytes:,} B, "

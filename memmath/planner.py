@@ -5,7 +5,10 @@ the bytes each saves per GPU; `path_to_fit` chains them until the run fits; `pla
 the verdict and the changes together (the command line and lesson 8 print it). All decide on
 `requirement`: the steady-state peak of a step (peak_memory) where memmath models it, else the
 sum of the parts that training_memory counts, with the card's CUDA context reserved (GPU.cuda_context_bytes)
-and FIT_MARGIN of the requirement left free.
+and FIT_MARGIN of the requirement left free. Where the requirement is only a floor (a model type whose activations
+are not checked against PyTorch: memmath/decision.py), the verdict is "does not fit" or refused, no change is judged,
+and every search (the changes, the fewest GPUs, the largest batch, the longest sequence, the layout) raises
+VerdictRefused rather than search on unchecked numbers.
 `config_from_text` reads a pasted config.json strictly as JSON text.
 """
 
@@ -23,7 +26,7 @@ from .methods import LoRA, QLoRA
 from .config_reader import from_hf_config, parse_json_config
 from .models import ModelShape
 from .recipes import bytes_per_parameter, get_recipe
-from .decision import BASES, Requirement, requirement
+from .decision import BASES, Requirement, VerdictRefused, refuse_search, requirement  # noqa: F401 (searches raise it)
 from .layout import Layout, bubble, is_parallel, layout
 from .parallel import ParallelMemory, parallel_memory, rank_parts, worst_rank
 from .preference import rewrapper
@@ -32,6 +35,7 @@ from .search import fewest_where, largest_where
 from .report import training_text
 from .sources import resolve_model
 from .units import UNITS, unit_name
+from .verdict import Verdict, verdict_of_fit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -322,6 +326,7 @@ def fewest_gpus_layout(model, gpu, *, max_gpus: int = 1024, max_tp: int = 8, res
     max_tp = validate.count("max_tp", max_tp, high=validate.MAX_GPUS, scalar=True)
     if run.is_sweep:
         raise validate.FieldError(run.swept, f"{run.swept} must be a single value: the planner lays out one run")
+    refuse_search(run, "plan_layout")
     shape = run.model
     heads = _divisors_up_to(shape.n_heads, max_tp) if shape.n_heads else [1]
     kv = shape.n_kv_heads or shape.n_heads or 1
@@ -427,6 +432,7 @@ def suggest_changes(model, gpu, *, reserved_bytes=None, max_gpus=DEFAULT_MAX_GPU
 
 def _suggestions(run: Run, gpu, reserved_bytes, max_gpus, tiers) -> list[Suggestion]:
     """suggest_changes of the candidates of `tiers`, their arguments checked."""
+    refuse_search(run, "suggest_changes")
     before = requirement(run)
     suggestions = []
     for change, new, cost in _candidates(run, gpu, reserved_bytes, max_gpus, tiers):
@@ -469,6 +475,7 @@ def path_to_fit(model, gpu, *, reserved_bytes=None, max_gpus=DEFAULT_MAX_GPUS, m
 
 def _path(run: Run, gpu, reserved_bytes, max_gpus, max_steps, first=None) -> list[Suggestion]:
     """path_to_fit of checked arguments; first: the run's own suggest_changes, where the caller has them."""
+    refuse_search(run, "path_to_fit")
     steps: list[Suggestion] = []
     if _fits(requirement(run).bytes, gpu, reserved_bytes):
         return steps
@@ -521,8 +528,9 @@ class RecipeInstead:
     fit: object
 
     @property
-    def fits(self) -> bool:
-        return self.fit.fits
+    def fits(self) -> bool | None:
+        """The verdict's fits: None where the requirement is a floor that passes (memmath/verdict.py)."""
+        return verdict_of_fit(self.fit, FIT_MARGIN, self.requirement.reason if self.requirement.refused else "").fits
 
 
 @dataclass(frozen=True)
@@ -551,8 +559,17 @@ class TrainingPlan:
         return self.requirement.memory
 
     @property
+    def verdict(self) -> Verdict | None:
+        """The one verdict (memmath/verdict.py) of the requirement on the card; None without a GPU. A floor (a model
+        type whose activations are not checked against PyTorch) is "does not fit" or refused, never "fits"."""
+        if self.fit is None:
+            return None
+        return verdict_of_fit(self.fit, FIT_MARGIN, self.requirement.reason if self.requirement.refused else "")
+
+    @property
     def fits(self) -> bool | None:
-        return None if self.fit is None else self.fit.fits
+        """True or False with a GPU; None without one, or where the verdict is refused (requirement.refused)."""
+        return None if self.fit is None else self.verdict.fits
 
     @property
     def needed_bytes(self) -> int:
@@ -589,7 +606,7 @@ def plan_training(model, gpu=None, *, reserved_bytes=None, max_gpus=DEFAULT_MAX_
     gpu, reserved_bytes, max_gpus = _checked(gpu, reserved_bytes, max_gpus)
     fit = check_fit(need.bytes, gpu, reserved_bytes=reserved_bytes, margin=FIT_MARGIN)
     changes = path = ()
-    if not fit.fits:
+    if not fit.fits and not need.refused:  # a floor judges no change: each would be judged on a floor too
         changes = tuple(_suggestions(run, gpu, reserved_bytes, max_gpus, TIERS))
         path = tuple(_path(run, gpu, reserved_bytes, max_gpus, PATH_STEPS, first=changes))
     return TrainingPlan(run, need, gpu, reserved_bytes, fit, changes, path, recipe_warning(run.precision, gpu))
@@ -655,6 +672,7 @@ def fewest_gpus_that_fit(model, gpu, *, reserved_bytes=None, max_gpus=MAX_GPUS, 
     up), so memory per GPU never grows with more GPUs and a bisection over the count is exact.
     """
     run, _ = _judge(model, gpu, reserved_bytes, settings, "n_gpus")
+    refuse_search(run, "fewest_gpus_that_fit")
     fits = _fits_run(get_gpu(gpu), default_reserve(gpu, reserved_bytes))
     max_gpus = validate.count("max_gpus", max_gpus, high=validate.MAX_GPUS, scalar=True)
 
@@ -682,6 +700,7 @@ def largest_batch_that_fits(model, gpu, *, reserved_bytes=None, max_batch=valida
     then bisecting over whole numbers finds the exact largest batch.
     """
     run, fits_at = _judge(model, gpu, reserved_bytes, settings, "batch_size")
+    refuse_search(run, "largest_batch_that_fits")
     max_batch = validate.count("max_batch", max_batch, high=validate.MAX_BATCH, scalar=True)
     if run.seq_len is None:
         raise validate.FieldError("seq_len", "seq_len is needed to search the batch size: without it activations, "
@@ -699,6 +718,7 @@ def longest_sequence_that_fits(model, gpu, *, reserved_bytes=None, max_seq_len=v
     doubling and then bisecting over whole numbers finds the exact longest sequence.
     """
     run, fits_at = _judge(model, gpu, reserved_bytes, settings, "seq_len")
+    refuse_search(run if run.seq_len is not None else run.replace(seq_len=run.cp), "longest_sequence_that_fits")
     max_seq_len = validate.count("max_seq_len", max_seq_len, high=validate.MAX_SEQ, scalar=True)
     if run.cp == 1:
         return largest_where(fits_at, 1, max_seq_len, grow=True)

@@ -15,6 +15,7 @@ import shutil
 import textwrap
 
 from .architectures import SUPPORTED_MODEL_TYPES
+from .decision import UNCHECKED_FIX
 from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit, cuda_context_source
 from .offload import COMPILE_NOTE, by_deepspeed
 from .parallel import buffers, is_parallel, layout
@@ -113,7 +114,7 @@ def _title(shape, source) -> str:
 def basis_words(need) -> str:
     """What the requirement is, after "the" in the verdict's line: peak, upper bound on the step's peak, sum of the
     parts."""
-    return "peak" if need.basis == "peak" else need.words.removeprefix("the ").removeprefix("an ")
+    return "peak" if need.basis == "peak" else need.words.removeprefix("the ").removeprefix("an ").removeprefix("a ")
 
 
 class Writer:
@@ -133,15 +134,29 @@ class Writer:
         return "".join(self.parts)
 
 
-def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None) -> None:
+def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None, refusal="") -> None:
     """The verdict: fits or not, and why; with `cannot` (a RecipeWarning: the card has no bf16), one verdict that
-    says so ("would fit, but cannot run here"), never "fits" beside a recipe the card cannot run."""
+    says so ("would fit, but cannot run here"), never "fits" beside a recipe the card cannot run. refusal: why
+    `required` is only a floor (memmath/decision.py): "does not fit" where the floor fails, else no verdict."""
     gpu, style = fit.gpu, w.style
     memory = (f"{gpu.memory_bytes:,} bytes, given by --gpu-memory" if gpu.kind == "custom" else
               f"{format_bytes(gpu.memory_bytes, unit)}, {gpu.memory_bytes // 2**20:,} MiB as the driver reports it")
     w("\n" + style.bold(f"{gpu.name}") + f" ({memory}):\n")
-    said = verdict_of_fit(fit, FIT_MARGIN)  # the one verdict rule (memmath/verdict.py): short by includes the margin
+    said = verdict_of_fit(fit, FIT_MARGIN, refusal)  # the one verdict rule (memmath/verdict.py)
     spare = format_bytes(said.spare, unit)
+    if refusal:  # a floor: never "fits"
+        head = (style.bad("no verdict") + ": the activations are not checked against PyTorch for this model type "
+                "(the note above), and the rest fits" if said.fits is None else style.bad("does not fit") +
+                f": short by at least {format_bytes(said.short_by, unit)} on {gpu.name} even without the "
+                f"activations, the {format_bytes(fit.margin_bytes, unit)} kept free included")
+        w(wrap(head + (f"; {cannot.message}." if cannot is not None else ""), "  ", w.width) + "\n")
+        w.para(f"needs at least {format_bytes(required + reserve, unit)}: the floor {format_bytes(required, unit)} "
+               f"(every part but the activations) + {format_bytes(reserve, unit)} reserved for the CUDA context"
+               + (f", which leaves {spare} of the usable memory for the activations" if said.fits is None else ""),
+               "  ")
+        if said.fits is None:
+            w.para(f"for a verdict: {UNCHECKED_FIX}", "  ")
+        return
     if fit.fits and cannot is not None:
         head = style.bad("would fit") + f", with {spare} to spare, " + style.bad("but cannot run here")
     elif fit.fits:
@@ -256,12 +271,15 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
         w(table_row("Bound: transients and buffers", need.above_parts, unit) + "\n")
     elif need.basis == "upper bound":  # a peak plus parts (an unsharded run's, a vision model's language model's)
         w(table_row("Upper bound of the step", need.bytes, unit) + "\n")
+    elif need.basis == "floor":  # activations not checked against PyTorch: only what the step holds without them
+        w(table_row("Floor: all but the activations", need.bytes, unit) + "\n")
     elif need.peak is None and need.bytes > int(memory.total):  # a parallel rank's communication buffers (derived)
         w(table_row("Communication buffers (derived)", need.bytes - int(memory.total), unit) + "\n")
     if need.peak is not None:
         w(table_row(f"Peak of the step ({need.peak.phase.replace('_', ' ')})", int(need.peak.total), unit) + "\n")
     w(table_row("CUDA context reserved" + (" (default)" if reserve_default else ""), plan.reserved_bytes, unit) + "\n")
-    w(style.bold(table_row(f"Needed: {need.short} + reserve", plan.needed_bytes, unit)) + "\n")
+    w(style.bold(table_row(f"Needed{' at least' if need.refused else ''}: {need.short} + reserve", plan.needed_bytes,
+                           unit)) + "\n")
     notes = [f"The card must hold {need.note}.", defaults_said(run)]
     if reserve_default:
         notes.append(f"Reserved: {reserve_source(plan.gpu)}; set --reserve.")
@@ -272,16 +290,23 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
         w.para("Add --gpu NAME (a card from `memmath gpus`) or --gpu-memory SIZE for a verdict: whether it fits, and "
                "what to change if not.", how=style.dim)
         return w.text()
-    verdict(w, plan.fit, need.bytes, plan.reserved_bytes, unit, basis_words(need), plan.cannot_run)
+    verdict(w, plan.fit, need.bytes, plan.reserved_bytes, unit, basis_words(need), plan.cannot_run,
+            need.reason if need.refused else "")
     instead = plan.recipe_instead
     if instead is not None:  # the run the card would train instead, judged as the verdict is
         fit, other = instead.fit, instead.requirement
         judged = verdict_of_fit(fit)  # the one verdict rule: short by includes the margin
-        said = (f"fits, with {format_bytes(judged.spare, unit)} to spare" if fit.fits else
-                f"does not fit either: short by {format_bytes(judged.short_by, unit)}")
+        said = ("no verdict either (a floor)" if instead.fits is None else
+                f"fits, with {format_bytes(judged.spare, unit)} to spare" if fit.fits else
+                f"does not fit either: short by {'at least ' if other.refused else ''}"
+                f"{format_bytes(judged.short_by, unit)}")
         w.para(f"with --precision {instead.precision} instead: needs "
                f"{format_bytes(other.bytes + plan.reserved_bytes, unit)} (the {basis_words(other)} "
                f"{format_bytes(other.bytes, unit)} + {format_bytes(plan.reserved_bytes, unit)} reserved): {said}", "  ")
+    if need.refused:  # a floor judges no change either (memmath/decision.py): none is offered
+        if plan.fits is False:
+            w("\n" + style.bold("No change is judged: each would be judged on a floor too.") + "\n")
+        return w.text()
     if not plan.fits:
         rows = [(s.change, s.total, _judged_headroom(s, plan), _cost(s, unit)) for s in plan.changes if s.fits]
         path = [(s.change, s.total, _judged_headroom(s, plan), _cost(s, unit)) for s in plan.path]
@@ -390,15 +415,18 @@ def _gpu_json(gpu):
                                      "kind": gpu.kind}
 
 
-def _verdict_json(fit):
+def _verdict_json(fit, refusal=""):
+    """A Fit as the JSON says it; refusal: why its bytes are only a floor (fits null unless even the floor fails)."""
     if fit is None:
         return None
-    return {"fits": fit.fits, "required_bytes": int(fit.required_bytes), "available_bytes": int(fit.available_bytes),
+    judged = verdict_of_fit(fit, FIT_MARGIN, refusal)
+    return {"fits": judged.fits, "refused": refusal or None, "required_bytes": int(fit.required_bytes),
+            "available_bytes": int(fit.available_bytes),
             "headroom_bytes": int(fit.headroom_bytes), "margin_bytes": int(fit.margin_bytes),
             "gpu_memory_bytes": int(fit.gpu.memory_bytes),
             "reserved_bytes": int(fit.gpu.memory_bytes - fit.available_bytes),
             # the one verdict rule's words (memmath/verdict.py), as the lessons say them
-            **{key: getattr(said, key) for key in ("spare", "short_by", "what_fails") for said in [verdict_of_fit(fit)]}}
+            **{key: getattr(said, key) for key in ("spare", "short_by", "what_fails") for said in [judged]}}
 
 
 def traced_text(answer, fit, peak: int, reserve: int, *, unit="GB", style=PLAIN, width=WIDTH) -> str:
@@ -480,14 +508,14 @@ def training_json(plan, *, source=None, unit="GB", seq_default=False, reserve_de
         "required": {"bytes": need.bytes, "basis": _basis(need), "why_not_peak": need.reason or None,
                      "rank": need.rank,  # the GPU whose parts and step these are (a split run's worst rank)
                      "reserved_bytes": plan.reserved_bytes, "with_reserve_bytes": plan.needed_bytes},
-        "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit),
+        "gpu": _gpu_json(plan.gpu), "verdict": _verdict_json(plan.fit, need.reason if need.refused else ""),
         "cannot_run": None if plan.cannot_run is None else plan.cannot_run.message,
         "cannot_run_instead": None if instead is None else {
             "precision": instead.precision, "option": f"--precision {instead.precision}",
             "required_bytes": instead.requirement.bytes, "basis": _basis(instead.requirement),
-            "with_reserve_bytes": instead.requirement.bytes + plan.reserved_bytes, "fits": instead.fit.fits,
+            "with_reserve_bytes": instead.requirement.bytes + plan.reserved_bytes, "fits": instead.fits,
             "headroom_bytes": int(instead.fit.headroom_bytes)},
-        "changes": None if plan.fit is None or plan.fits else [change(s) for s in plan.changes],
+        "changes": None if plan.fit is None or plan.fits is not False else [change(s) for s in plan.changes],
         "path_to_fit": None if not plan.path else [change(s) for s in plan.path],
         "unit": unit, "exit_status": status,
     }

@@ -14,7 +14,10 @@ The words, each named once here and read by the lessons, the static site and the
 - short by: requirement + margin - usable, what must be freed (or added) before the run fits, said when it
   does not: the margin is always in it, so one shortfall means one thing;
 - what fails: "the margin" when the requirement alone fits the usable memory but the margin does not,
-  "the card" when the requirement alone is more than the usable memory, None when the run fits.
+  "the card" when the requirement alone is more than the usable memory, None when the run fits;
+- no verdict: a requirement that is only a floor (memmath.decision: a model type whose activations are not
+  checked against PyTorch) says "does not fit" when even the floor fails the rule above, and else refuses the
+  verdict by name (fits is None, `refusal` says why and what would make it work): never "fits".
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Verdict:
     reserved_bytes: int
     margin_bytes: int
     margin_share: float
+    refusal: str = ""  # why required_bytes is only a floor and no "fits" is said ("" for a requirement)
 
     @property
     def usable_bytes(self) -> int:
@@ -46,9 +50,11 @@ class Verdict:
         return self.memory_bytes - self.reserved_bytes
 
     @property
-    def fits(self) -> bool:
-        """The requirement plus the margin is at most the usable memory."""
-        return self.required_bytes + self.margin_bytes <= self.usable_bytes
+    def fits(self) -> bool | None:
+        """The requirement plus the margin is at most the usable memory; None (no verdict) where the requirement is
+        only a floor (refusal) that passes it."""
+        holds = self.required_bytes + self.margin_bytes <= self.usable_bytes
+        return None if holds and self.refusal else holds
 
     @property
     def spare(self) -> int:
@@ -57,13 +63,14 @@ class Verdict:
 
     @property
     def short_by(self) -> int:
-        """Requirement plus margin less the usable memory: what must be freed before the run fits (0 when it fits)."""
+        """Requirement plus margin less the usable memory: what must be freed before the run fits (0 when it fits);
+        for a floor, at least that."""
         return max(0, self.required_bytes + self.margin_bytes - self.usable_bytes)
 
     @property
     def what_fails(self) -> str | None:
         """"the margin" (the requirement alone fits, the margin does not), "the card", or None when it fits."""
-        if self.fits:
+        if self.fits is not False:
             return None
         return "the margin" if self.required_bytes <= self.usable_bytes else "the card"
 
@@ -84,6 +91,8 @@ class Verdict:
     def why(self, unit="GB") -> str:
         """The sentence after the headline: what the margin is and, when the run does not fit, what fails."""
         f = lambda n: format_bytes(n, unit)  # noqa: E731
+        if self.fits is None:
+            return f"No verdict: {self.refusal}."
         if not self.margin_bytes:
             return ""
         kept = f"{f(self.margin_bytes)}, {self.margin_share:.0%} of the requirement,"
@@ -95,21 +104,30 @@ class Verdict:
                 f"and {kept} must stay free.")
 
     def clause(self, unit="GB") -> str:
-        """The verdict alone, no subject: "fits, with 3.64 GB to spare" or "does not fit: short by 0.61 GB"."""
+        """The verdict alone, no subject: "fits, with 3.64 GB to spare" or "does not fit: short by 0.61 GB"; for a
+        floor "does not fit: short by at least 0.61 GB" or "has no verdict: ...activations unchecked"."""
         f = lambda n: format_bytes(n, unit)  # noqa: E731
+        if self.refusal:
+            if self.fits is None:
+                return (f"has no verdict: without its activations (not checked against PyTorch) it needs "
+                        f"{f(self.required_bytes)}, which leaves {f(self.spare)} for them")
+            return f"does not fit: short by at least {f(self.short_by)}, even without its activations"
         return f"fits, with {f(self.spare)} to spare" if self.fits else f"does not fit: short by {f(self.short_by)}"
 
 
 def verdict_of(required, gpu, *, reserved_bytes=None, margin=FIT_MARGIN) -> Verdict:
     """The Verdict of `required` (bytes, a Requirement, or anything with .bytes/.total) on `gpu` (a name or a
-    GPU): the CUDA reserve and the margin by default, as the planner and the command line judge a run."""
+    GPU): the CUDA reserve and the margin by default, as the planner and the command line judge a run. A
+    Requirement that is a floor (memmath.decision) gives its refusal: never "fits"."""
+    refusal = required.reason if getattr(required, "basis", None) == "floor" else ""
     required = getattr(required, "bytes", required)
     fit = check_fit(required, gpu, reserved_bytes=reserved_bytes, margin=margin)
-    return verdict_of_fit(fit, margin)
+    return verdict_of_fit(fit, margin, refusal)
 
 
-def verdict_of_fit(fit, margin=FIT_MARGIN) -> Verdict:
-    """The Verdict of a gpus.Fit (check_fit's answer); `margin`: the share its margin_bytes stands for."""
+def verdict_of_fit(fit, margin=FIT_MARGIN, refusal="") -> Verdict:
+    """The Verdict of a gpus.Fit (check_fit's answer); `margin`: the share its margin_bytes stands for; refusal: why
+    the fit's bytes are only a floor (a floor Requirement's reason), "" for a requirement."""
     return Verdict(gpu_name=fit.gpu.name, required_bytes=int(fit.required_bytes), memory_bytes=int(fit.gpu.memory_bytes),
                    reserved_bytes=int(fit.reserved_bytes), margin_bytes=int(fit.margin_bytes),
-                   margin_share=float(margin) if fit.margin_bytes else 0.0)
+                   margin_share=float(margin) if fit.margin_bytes else 0.0, refusal=refusal)

@@ -61,7 +61,10 @@ def requirement_table(need, unit: str = "GB") -> pd.DataFrame:
     elif need.basis == "upper bound":
         rows.append(("Sum of the parts", total, 100.0 if total else ""))
         rows.append(("The bound adds (transients at their largest, the engine's buffers)", peak_adds(need), ""))
-    rows.append((f"What the card must hold: {requirement_words(need)}", int(need.bytes),
+    elif need.basis == "floor":  # activations not checked against PyTorch for this model type: no verdict above it
+        rows.append(("Sum of the parts (its activations unchecked: the textbook model)", total, 100.0 if total else ""))
+    least = " at least" if need.refused else ""  # a floor: the activations are not checked (memmath/decision.py)
+    rows.append((f"What the card must hold{least}: {requirement_words(need)}", int(need.bytes),
                  "" if need.basis != "sum of parts" else (100.0 if total else "")))
     frame = pd.DataFrame(rows, columns=["part", "bytes", "share of the sum (%)"])
     frame.insert(2, f"size ({unit})", (frame["bytes"] / per_unit).round(3))
@@ -102,7 +105,9 @@ def bars_output(needs: dict, unit: str = "GB", *, title: str = "", capacity_byte
         color["sort"] = [*color["sort"], PEAK_LABEL]
     ticks = layers[-1]
     for row in ticks["data"]["values"]:  # the ticks: say which number each marks
-        row["what"] = f"the card must hold ({requirement_words(needs[row['scenario']])})"
+        need = needs[row["scenario"]]
+        row["what"] = (f"the card must hold at least this ({requirement_words(need)}: every part but the unchecked "
+                       "activations)" if need.refused else f"the card must hold ({requirement_words(need)})")
     # Where the peak is below the sum, the parts past the tick are veiled: not all alive at the step's peak.
     per_unit = UNITS[unit_name(unit)]
     veiled = [{"scenario": name, "start": need.bytes / per_unit, "end": int(need.memory.total) / per_unit,

@@ -108,6 +108,11 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
     elif step_need.basis == "peak":
         _peak_words = (f"At batch 1 x 512 tokens the step peaks at {mm.format_bytes(step_need.bytes, unit)} "
                        "(the figure lessons 0 and 8 judge a card by).")
+    elif step_need.refused:  # a model type without an activation trace: no peak and no verdict on its activations
+        _peak_words = ("memmath cannot find this model's step peak: its activations come from the textbook model, "
+                       "which is not checked against PyTorch for its model type, so lesson 8 judges it on the parts "
+                       f"before activations alone ({mm.format_bytes(step_need.bytes, unit)}) and gives no verdict above "
+                       "them.")
     else:
         _peak_words = ("A bare parameter count has no layers to place in time, so memmath cannot find the step's peak "
                        "here: pick a published model to see it (lesson 8 judges by it).")

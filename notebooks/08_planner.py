@@ -55,10 +55,10 @@ def _():
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons import requirement_view, site_charts
-    from memmath.verdict import verdict_of, verdict_of_fit
+    from memmath.verdict import verdict_of
     from memmath import traced
     return (functools, importlib, json, literature, live_chart, live_html, live_only_notice, mm, mo, pd, re, requirement_view,
-            site_charts, traced, verdict_of, verdict_of_fit, viz)
+            site_charts, traced, verdict_of, viz)
 
 
 @app.cell
@@ -385,6 +385,9 @@ def _(mm):
             if len(_plans) >= 256:  # a bound, as memmath's own caches have
                 _plans.clear()
             plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
+            if plan.requirement.refused:  # activations unchecked for this model type: no change or search is judged
+                _plans[key] = (plan, [], [], None)
+                return _plans[key]
             # Shown even when the run fits: the changes that would free memory for a larger batch or longer sequences.
             changes = list(plan.changes) if not plan.fit.fits else mm.planner.suggest_changes(
                 run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
@@ -423,17 +426,20 @@ def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_
                 "chart's black ticks and the changes judge.").style({"font-size": "0.9em"})])
         return _frame, _table
 
-    def shown_catalog(peak_bytes, reserved, unit):
-        """Every card of the catalog against the run's peak (shown in the fold the views' cell draws)."""
+    def shown_catalog(need, reserved, unit):
+        """Every card of the catalog against the run's requirement (shown in the fold the views' cell draws)."""
         _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
-        # Each card judged by the one rule the verdict above uses (memmath.verdict: the reserve, 5% kept free).
-        _verdicts = [verdict_of(peak_bytes, _g, reserved_bytes=reserved)
+        peak_bytes = need.bytes
+        # Each card judged by the one rule the verdict above uses (memmath.verdict: the reserve, 5% kept free; a
+        # floor says "does not fit" or no verdict, never "fits").
+        _verdicts = [verdict_of(need, _g, reserved_bytes=reserved)
                      for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)]
         catalog_frame = pd.DataFrame([{
             "gpu": _v.gpu_name, "marketed": mm.GPUS[_v.gpu_name].marketed,
             f"memory ({unit})": round(_v.memory_bytes / mm.UNITS[unit], 2),
-            f"to spare or short ({unit})": f"{_f(_v.spare)} to spare" if _v.fits else f"short by {_f(_v.short_by)}",
-            "fits": "yes" if _v.fits else "no"} for _v in _verdicts])
+            f"to spare or short ({unit})": (f"{_f(_v.spare)} left for the activations" if _v.fits is None else
+                                            f"{_f(_v.spare)} to spare" if _v.fits else f"short by {_f(_v.short_by)}"),
+            "fits": "no verdict" if _v.fits is None else "yes" if _v.fits else "no"} for _v in _verdicts])
         return catalog_frame, mo.vstack([cached_md(f"""
         The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {"each card's own CUDA context" if reserved is None else _f(reserved) + " for the CUDA context"} reserved on each
         (section 4) and {mm.FIT_MARGIN:.0%} of the requirement kept free, as the verdict judges. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
@@ -526,7 +532,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
       mo, model, model_config, n_gpus_number, needed_view, optimizer_dropdown, parts_view, pasted_text, pd,
       peak_moment, planned, precision_dropdown, rank_slider, recipe_view, requirement_view, pp_dropdown,
       reserve_bytes, reserve_dropdown, seq_len_slider, shown_catalog, shown_comparison, shown_parts, targets_dropdown, tp_dropdown,
-      trainable_layers_slider, unit_radio, verdict_of_fit, viz, zero_stage_radio):
+      trainable_layers_slider, unit_radio, viz, zero_stage_radio):
     # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
     # into one memmath.Run, asks the planner (memmath caches each run's answer, so a setting the learner returns to
     # costs nothing), hands the live chart above and the live htmls below their contents and shows the verdict.
@@ -586,13 +592,18 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
     _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
              if peak_basis == "peak" else f"as {requirement.words} ({requirement.reason})")
     _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
-    verdict = verdict_of_fit(fit)  # memmath.verdict: the one rule for "fits", "to spare" and "short by"
+    verdict = plan.verdict  # memmath.verdict: the one rule for "fits", "to spare" and "short by", and its refusal
     _facts = f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}"
     _numbers = f"{_facts}: the run {verdict.sentence(unit)}."
     # One verdict, also where the card cannot compute the recipe (pure bf16 on a T4 or V100): the run as set, then the
     # run the card would train instead (plan.cannot_run names it), with its own requirement and verdict.
     _cannot, instead_fit = plan.cannot_run, None
-    if _cannot is None:
+    if requirement.refused:  # a model type whose activations are not checked against PyTorch: a floor, no "fits"
+        _why = pasted_text(requirement.reason)
+        _verdict = (f"**{verdict.headline(unit)}** One {gpu.name} has {_usable}. {_why[0].upper()}{_why[1:]}."
+                    + (f" The {gpu.name} could not run this recipe anyway: it has no {_cannot.needs}."
+                       if _cannot is not None else ""))
+    elif _cannot is None:
         _verdict = f"**{verdict.headline(unit)}** {_facts}. {verdict.why(unit)}"
     else:
         _instead, instead_fit = plan.recipe_instead.requirement, plan.recipe_instead.fit  # judged as the verdict is
@@ -644,45 +655,51 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
                 f"{_f(plan.reserved_bytes)} kept back for the CUDA context (section 4"
                 + (f": the {gpu.name}'s own, {gpu.context_reserve.lazy_source})" if reserved is None else ")")
                 + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
-    _kind = "warn" if _cannot is not None else "success" if fit.fits else "danger"
+    _kind = ("danger" if verdict.fits is False else "warn" if _cannot is not None or verdict.fits is None
+             else "success")
     _verdict_part = [*_warn, mo.callout(cached_md(_verdict), kind=_kind)]
     recipe_view.update(mo.vstack([cached_md(_recipe),
                                   cached_md(f"*Assumptions:* {pasted_text(result.assumptions)} "
                                         + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
                                   .style({"font-size": "0.9em"})]))
 
-    # ---- how far the run goes, searched directly
-    if limits["gpus"] == 1:
-        _gpus = f"**1**: it fits on one {gpu.name}"
-    elif limits["gpus"] is None:
-        _gpus = (f"not on {max_gpus:,} {gpu.name}s or fewer, even with ZeRO stage 3 (activations are not sharded: "
-                 "each GPU keeps its own batch's)")
+    # ---- how far the run goes, searched directly (not on a refused verdict: each search would judge it)
+    if limits is None:
+        far_view.update(cached_md("Not searched: the fewest GPUs, the largest batch and the longest sequence would "
+                                  "each be judged on activations memmath has not checked for this model type (the "
+                                  "verdict above says why and what would give them)."))
     else:
-        _stage = ("" if settings["zero_stage"] == limits["stage"] else
-                  f" with ZeRO stage {limits['stage']}; without ZeRO each data-parallel GPU keeps "
-                  + ("the whole model" if not _split else f"its whole 1/{run.tp * run.pp} share of the t x p split")
-                  + ", so more data-parallel GPUs never help")
-        _gpus = f"**{limits['gpus']:,}** {gpu.name}{'s' if limits['gpus'] > 1 else ''}{_stage}"
-    _on = f"on {settings['n_gpus']:,} GPUs, ZeRO stage {settings['zero_stage']}" if settings["n_gpus"] > 1 else "on one GPU"
-    _batch = ("not even one sequence" if limits["batch"] is None else
-              f"**{limits['batch']:,}** sequences of {settings['seq_len']:,} tokens")
-    if limits["seq_len"] is None:
-        _seq = "not even one token"
-    else:
-        _beyond = (f"; the model was trained on {_trained:,}, so past that the number is memory only"
-                   if _trained is not None and limits["seq_len"] > _trained else "")
-        _seq = f"**{limits['seq_len']:,}** tokens per sequence at batch {settings['batch_size']:,}{_beyond}"
-    _lines = ["Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
-              "", f"- fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};"]
-    if max_gpus > int(max_gpus_number.value):
-        _lines[0] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
-                      f"the changes may use {max_gpus:,}.)")
-    if limits["batch"] is None and limits["seq_len"] is None:
-        _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations its other parts "
-                      f"alone add up to {mm.format_bytes(result.without_activations, unit)} per GPU.")
-    else:
-        _lines += [f"- largest batch that fits {_on}: {_batch};", f"- longest sequence that fits {_on}: {_seq}."]
-    far_view.update(cached_md("\n".join(_lines)))
+        if limits["gpus"] == 1:
+            _gpus = f"**1**: it fits on one {gpu.name}"
+        elif limits["gpus"] is None:
+            _gpus = (f"not on {max_gpus:,} {gpu.name}s or fewer, even with ZeRO stage 3 (activations are not sharded: "
+                     "each GPU keeps its own batch's)")
+        else:
+            _stage = ("" if settings["zero_stage"] == limits["stage"] else
+                      f" with ZeRO stage {limits['stage']}; without ZeRO each data-parallel GPU keeps "
+                      + ("the whole model" if not _split else f"its whole 1/{run.tp * run.pp} share of the t x p split")
+                      + ", so more data-parallel GPUs never help")
+            _gpus = f"**{limits['gpus']:,}** {gpu.name}{'s' if limits['gpus'] > 1 else ''}{_stage}"
+        _on = f"on {settings['n_gpus']:,} GPUs, ZeRO stage {settings['zero_stage']}" if settings["n_gpus"] > 1 else "on one GPU"
+        _batch = ("not even one sequence" if limits["batch"] is None else
+                  f"**{limits['batch']:,}** sequences of {settings['seq_len']:,} tokens")
+        if limits["seq_len"] is None:
+            _seq = "not even one token"
+        else:
+            _beyond = (f"; the model was trained on {_trained:,}, so past that the number is memory only"
+                       if _trained is not None and limits["seq_len"] > _trained else "")
+            _seq = f"**{limits['seq_len']:,}** tokens per sequence at batch {settings['batch_size']:,}{_beyond}"
+        _lines = ["Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
+                  "", f"- fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};"]
+        if max_gpus > int(max_gpus_number.value):
+            _lines[0] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
+                          f"the changes may use {max_gpus:,}.)")
+        if limits["batch"] is None and limits["seq_len"] is None:
+            _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations its other parts "
+                          f"alone add up to {mm.format_bytes(result.without_activations, unit)} per GPU.")
+        else:
+            _lines += [f"- largest batch that fits {_on}: {_batch};", f"- longest sequence that fits {_on}: {_seq}."]
+        far_view.update(cached_md("\n".join(_lines)))
 
     # ---- the live chart: the run and the first single changes, each by its requirement (what the verdict and the
     # changes table judge): the parts, then what the step's peak adds to them, and a black tick at the requirement.
@@ -692,7 +709,9 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
         "and what the card must hold (black tick)", capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
 
     # ---- the changes that help
-    if not suggestions:
+    if requirement.refused:
+        _path = ("No change is judged: each would be judged on the same unchecked activations (the verdict above).")
+    elif not suggestions:
         _path = "No single change in the planner's list lowers this run's memory."
     elif not path:
         _path = "It already fits; the changes below would free memory for a larger batch or longer sequences."
@@ -719,7 +738,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
     # ---- the parts and what the step's peak adds: the table adds to the requirement; every card of the catalog
     parts_frame, _parts_table = shown_parts(requirement, unit)
     parts_view.update(_parts_table)
-    catalog_frame, _catalog = shown_catalog(peak_bytes, reserved, unit)
+    catalog_frame, _catalog = shown_catalog(requirement, reserved, unit)
     catalog_view.update(_catalog)
     # ---- the article's comparison, with this run's numbers, and "needed or wanted"
     compared, _comparison_part, _needed_part = shown_comparison(run, unit, methods)

@@ -82,7 +82,7 @@ def test_train_preset_json_carries_the_api_numbers_and_the_verdict():
                                   "reserved_bytes": RTX_4090_CONTEXT, "with_reserve_bytes": peak.total + RTX_4090_CONTEXT}
     # The verdict keeps 5% of the requirement free (memmath.FIT_MARGIN), as the planner judges every change.
     fit = mm.check_fit(peak.total, "RTX 4090", reserved_bytes=RTX_4090_CONTEXT, margin=0.05)
-    assert report["verdict"] == {"fits": False, "required_bytes": fit.required_bytes,
+    assert report["verdict"] == {"fits": False, "refused": None, "required_bytes": fit.required_bytes,
                                  "available_bytes": fit.available_bytes, "headroom_bytes": fit.headroom_bytes,
                                  "margin_bytes": -(-peak.total * 5 // 100),
                                  "gpu_memory_bytes": 24564 * MIB, "reserved_bytes": RTX_4090_CONTEXT,

@@ -12,9 +12,9 @@ beside the fields (memmath.flags.option) and generated here (options.py); the li
 object (--json). It decides nothing and holds no default of its own: an option left out is left to
 the Run or Serve, whose resolved values the output shows. Errors from the library name their field;
 field_flags() says which option sets it.
-Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on stderr). The answer
-is written once it is whole, so a reader that leaves early (`memmath models | head -1`) still gets
-the status the command computed, and nothing reaches stdout on an error.
+Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input (one line on stderr), 3 no verdict (a model
+type whose activations are not checked against PyTorch: the output says why). The answer is written once it is
+whole, so a reader that leaves early (`memmath models | head -1`) still gets the status; an error leaves stdout empty.
 
 Each command's module loads when the command runs (COMMANDS): a training question loads neither the PyTorch
 trace's side (traced.py, --traced) nor the measurement (memmath.measure), and the workbook (marimo, the site
@@ -31,7 +31,7 @@ import os
 import sys
 
 from memmath.gpus import CUDA_CONTEXT_BYTES
-from memmath.planner import DEFAULT_MAX_GPUS
+from memmath.planner import DEFAULT_MAX_GPUS, VerdictRefused
 from memmath.report import Style
 from memmath.run import Run, Serve
 
@@ -162,7 +162,7 @@ def _version() -> str:
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit status (0 fits or no GPU, 1 does not fit, 2 bad input).
+    """Run the command line; returns the exit status (0 fits or no GPU, 1 does not fit, 2 bad input, 3 no verdict).
 
     The answer is computed whole into a buffer, then written: on an error nothing reaches stdout, and
     when the reader leaves early (`memmath ... | head`, a broken pipe) the status is still the one the
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         status = getattr(importlib.import_module(module), name)(args, answer, Style(sys.stdout))
     except (BadInput, ValueError, TypeError) as error:
         sys.stderr.write(shorten(f"{prog}: error: {_message(error)} (see {prog} --help)") + "\n")
-        return 2
+        return 3 if isinstance(error, VerdictRefused) else 2  # a search refused on an unchecked verdict: 3
     except OSError as error:  # a MODEL path the system cannot even look at (a name too long, no permission)
         where = "MODEL: " if args.command in ("train", "infer") else ""
         sys.stderr.write(shorten(f"{prog}: error: {where}{error.strerror or error}: {error.filename!r} "

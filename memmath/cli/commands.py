@@ -66,7 +66,7 @@ def run_train(args, out, style) -> int:
     if args.plan_layout:
         return _plan_layout(args, out, style, run, gpu, reserve)
     plan = plan_training(run, gpu, reserved_bytes=reserve, **_given(max_gpus=args.max_gpus))
-    status = 0 if plan.fits is not False else 1
+    status = 1 if plan.fits is False else 3 if plan.fit is not None and plan.fits is None else 0  # 3: no verdict
     out.write(json.dumps(report.training_json(plan, source=source, unit=args.unit, seq_default=args.seq_len is None,
                                               reserve_default=args.reserve is None, status=status), indent=2) + "\n"
               if args.json else

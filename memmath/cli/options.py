@@ -25,7 +25,7 @@ COMMAND_CHOICES = "{train,infer,models,gpus,lessons,measure}"
 WORKBOOK_INSTALL = 'pip install "memmath[workbook]"'
 METHODS = ("full", "freeze", "adapters", "lora", "qlora", "dpo")
 UNIT_CHOICES = ("GB", "GiB", "MB", "MiB", "TB", "TiB")
-EPILOG = "Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input."
+EPILOG = "Exit status: 0 fits (or no GPU given), 1 does not fit, 2 bad input, 3 no verdict (the output says why)."
 MODEL_HELP = ("a preset (`memmath models`), a config.json, a folder holding one, or a Hub repo id (owner/name) found "
               "in the local Hugging Face cache")
 # The options that set no field of a Run or Serve, by the name the library's errors give (validate.FieldError).
