@@ -40,6 +40,15 @@ FLOOR_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accum
                "optimizer_states")
 UNCHECKED_FIX = ("memmath train CONFIG --traced (PyTorch steps the model under fake tensors; needs memmath[torch]) "
                  "gives its activations, or memmath measure CONFIG measures the step")
+VISION_FIX = ("freeze the vision tower and projector (--vision frozen; vision='frozen' in the API) for an upper bound, or "
+              "measure the step")
+# What each kind of floor leaves out, in words: the activations the textbook counts unchecked, or the step of a vision
+# tower or projector that trains (or that memmath cannot bound).
+UNCHECKED_LEFT_OUT = "the activations"
+VISION_LEFT_OUT = "what the vision tower and projector save and compute in the step"
+# The parts a vision run holds throughout its step beside its language model's: its tower's and projector's weights,
+# constants, master copy and optimizer states (their gradients may be made after the language model's peak).
+HELD_PARTS = ("weights", "quantization_constants", "master_weights", "optimizer_states")
 
 
 class VerdictRefused(ValueError):
@@ -69,6 +78,21 @@ class Requirement:
     def refused(self) -> bool:
         """True for a floor: the verdict is "does not fit" where even the floor is too much, else refused (None)."""
         return self.basis == "floor"
+
+    @property
+    def left_out(self) -> str:
+        """What a floor leaves out, in words ("" for any other basis): the unchecked activations, or a vision tower's
+        and projector's step."""
+        if not self.refused:
+            return ""
+        return UNCHECKED_LEFT_OUT if unchecked_type(self.run) is not None else VISION_LEFT_OUT
+
+    @property
+    def fix(self) -> str:
+        """What would give a floor a verdict, in words ("" for any other basis)."""
+        if not self.refused:
+            return ""
+        return UNCHECKED_FIX if unchecked_type(self.run) is not None else VISION_FIX
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
@@ -145,22 +169,62 @@ def refusal(run: Run) -> str:
 
 
 def refuse_search(run: Run, what: str) -> None:
-    """Raise VerdictRefused where `what` (a search for the run that fits) would search on an unchecked verdict."""
+    """Raise VerdictRefused where `what` (a search for the run that fits) would search on a refused verdict: an
+    unchecked model type, or a vision run whose requirement is a floor."""
     why = refusal(run)
     if why:
         raise VerdictRefused(f"{what} refuses this run: {why}; {UNCHECKED_FIX}")
+    if run.model.vision is not None and not run.is_sweep:
+        need = _requirement(run.cache_key)
+        if need.refused:
+            raise VerdictRefused(f"{what} refuses this run: {need.reason}")
 
 
 @functools.lru_cache(maxsize=1024)
 def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what its names stand for now
     need = _judged(key[0])
-    if unchecked_type(need.run) is None:
-        return need
-    floor = sum(int(getattr(need.memory, part)) for part in FLOOR_PARTS)
-    why = (f"{refusal(need.run)}. Without the activations, the step needs {floor:,} B (the weights, "
-           "gradients and optimizer states of the GPU that holds the most, all alive at the optimizer step): the card "
-           f"must hold at least that. {UNCHECKED_FIX}")
-    return Requirement(floor, "floor", why, need.memory, None, need.run)
+    if unchecked_type(need.run) is not None:
+        floor = sum(int(getattr(need.memory, part)) for part in FLOOR_PARTS)
+        why = (f"{refusal(need.run)}. Without the activations, the step needs {floor:,} B (the weights, "
+               "gradients and optimizer states of the GPU that holds the most, all alive at the optimizer step): the "
+               f"card must hold at least that. {UNCHECKED_FIX}")
+        return Requirement(floor, "floor", why, need.memory, None, need.run)
+    if need.basis == "sum of parts" and need.run.model.vision is not None and need.run.seq_len is not None:
+        return _vision_floor(need)
+    return need
+
+
+def _vision_floor(need: Requirement) -> Requirement:
+    """A vision-language run memmath has neither a peak nor an upper bound for (a tower or projector that trains; a
+    frozen tower with checkpointing or peft's kbit preparation; a split run): the sum of its parts would be no
+    requirement (the tower's saved activations and backward are not in it: recorded CPU steps of Qwen2-VL and Gemma 3
+    whose projector or tower trains peaked 14-24% above it, validation/vision_forward_steps_training.jsonl). The floor
+    is the larger of what every moment of the step must reach: the parts alive at the optimizer step (FLOOR_PARTS), or,
+    on one GPU, the language model's own modelled peak (the same run on the text model: its tokens, image tokens
+    included, pass through it) plus the tower's and projector's parts held throughout (HELD_PARTS)."""
+    run, memory = need.run, need.memory
+    floor = sum(int(getattr(memory, part)) for part in FLOOR_PARTS)
+    words = (f"{floor:,} B (the weights, gradients and optimizer states of the GPU that holds the most, all alive at "
+             "the optimizer step)")
+    if not is_parallel(run) and not run.sharded:
+        shape, method = run.model, run.method
+        text_default = next(f.default for f in fields(method) if f.name == "vision")
+        text_run = run.replace(model=replace(shape, vision=None, name=f"{shape.name} (language model)"),
+                               method=replace(method, vision=text_default))
+        text_need = _requirement(text_run.cache_key)
+        if text_need.basis == "peak":
+            held = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in HELD_PARTS)
+            if text_need.bytes + held > floor:
+                floor = text_need.bytes + held
+                words = (f"{floor:,} B (the language model's own peak in the same run, {text_need.bytes:,} B, plus the "
+                         f"vision tower's and projector's weights and optimizer states, {held:,} B)")
+    part = {"frozen": "", "projector": "the projector trains", "trains": "the vision tower and projector train"}.get(
+        getattr(run.method, "vision", None), "")
+    why = (f"{need.reason}{'; ' + part if part else ''}: memmath models neither this step's peak nor a bound on it "
+           "(what the tower and projector save and compute is not modelled), and the sum of the parts leaves that "
+           f"out, so it is no requirement. The step needs at least {words}: the card must hold at least that. "
+           f"{VISION_FIX[0].upper()}{VISION_FIX[1:]}")
+    return Requirement(floor, "floor", why, memory, None, run)
 
 
 def _judged(run: Run) -> Requirement:

@@ -15,7 +15,7 @@ import shutil
 import textwrap
 
 from .architectures import SUPPORTED_MODEL_TYPES
-from .decision import UNCHECKED_FIX
+from .decision import UNCHECKED_FIX, UNCHECKED_LEFT_OUT
 from .gpus import CUDA_CONTEXT_SOURCE, FIT_MARGIN, GPUS, check_fit, cuda_context_source
 from .offload import COMPILE_NOTE, by_deepspeed
 from .parallel import buffers, is_parallel, layout
@@ -134,10 +134,12 @@ class Writer:
         return "".join(self.parts)
 
 
-def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None, refusal="") -> None:
+def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None, refusal="", left_out=UNCHECKED_LEFT_OUT,
+            fix=UNCHECKED_FIX) -> None:
     """The verdict: fits or not, and why; with `cannot` (a RecipeWarning: the card has no bf16), one verdict that
     says so ("would fit, but cannot run here"), never "fits" beside a recipe the card cannot run. refusal: why
-    `required` is only a floor (memmath/decision.py): "does not fit" where the floor fails, else no verdict."""
+    `required` is only a floor (memmath/decision.py): "does not fit" where the floor fails, else no verdict; left_out:
+    what the floor leaves out, in words; fix: what would give a verdict."""
     gpu, style = fit.gpu, w.style
     memory = (f"{gpu.memory_bytes:,} bytes, given by --gpu-memory" if gpu.kind == "custom" else
               f"{format_bytes(gpu.memory_bytes, unit)}, {gpu.memory_bytes // 2**20:,} MiB as the driver reports it")
@@ -145,17 +147,18 @@ def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None, refusal
     said = verdict_of_fit(fit, FIT_MARGIN, refusal)  # the one verdict rule (memmath/verdict.py)
     spare = format_bytes(said.spare, unit)
     if refusal:  # a floor: never "fits"
-        head = (style.bad("no verdict") + ": the activations are not checked against PyTorch for this model type "
-                "(the note above), and the rest fits" if said.fits is None else style.bad("does not fit") +
-                f": short by at least {format_bytes(said.short_by, unit)} on {gpu.name} even without the "
-                f"activations, the {format_bytes(fit.margin_bytes, unit)} kept free included")
+        unknown = ("the activations are not checked against PyTorch for this model type" if left_out ==
+                   UNCHECKED_LEFT_OUT else f"{left_out} is not modelled")
+        head = (style.bad("no verdict") + f": {unknown} (the note above), and the rest fits" if said.fits is None
+                else style.bad("does not fit") + f": short by at least {format_bytes(said.short_by, unit)} on "
+                f"{gpu.name} even without {left_out}, the {format_bytes(fit.margin_bytes, unit)} kept free included")
         w(wrap(head + (f"; {cannot.message}." if cannot is not None else ""), "  ", w.width) + "\n")
         w.para(f"needs at least {format_bytes(required + reserve, unit)}: the floor {format_bytes(required, unit)} "
-               f"(every part but the activations) + {format_bytes(reserve, unit)} reserved for the CUDA context"
-               + (f", which leaves {spare} of the usable memory for the activations" if said.fits is None else ""),
+               f"(without {left_out}) + {format_bytes(reserve, unit)} reserved for the CUDA context"
+               + (f", which leaves {spare} of the usable memory for {left_out}" if said.fits is None else ""),
                "  ")
         if said.fits is None:
-            w.para(f"for a verdict: {UNCHECKED_FIX}", "  ")
+            w.para(f"for a verdict: {fix}", "  ")
         return
     if fit.fits and cannot is not None:
         head = style.bad("would fit") + f", with {spare} to spare, " + style.bad("but cannot run here")
@@ -291,7 +294,7 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
                "what to change if not.", how=style.dim)
         return w.text()
     verdict(w, plan.fit, need.bytes, plan.reserved_bytes, unit, basis_words(need), plan.cannot_run,
-            need.reason if need.refused else "")
+            need.reason if need.refused else "", need.left_out or UNCHECKED_LEFT_OUT, need.fix or UNCHECKED_FIX)
     instead = plan.recipe_instead
     if instead is not None:  # the run the card would train instead, judged as the verdict is
         fit, other = instead.fit, instead.requirement

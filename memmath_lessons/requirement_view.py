@@ -62,7 +62,9 @@ def requirement_table(need, unit: str = "GB") -> pd.DataFrame:
         rows.append(("Sum of the parts", total, 100.0 if total else ""))
         rows.append(("The bound adds (transients at their largest, the engine's buffers)", peak_adds(need), ""))
     elif need.basis == "floor":  # activations not checked against PyTorch for this model type: no verdict above it
-        rows.append(("Sum of the parts (its activations unchecked: the textbook model)", total, 100.0 if total else ""))
+        rows.append((("Sum of the parts (its activations unchecked: the textbook model)" if need.left_out ==
+                      "the activations" else f"Sum of the parts (without {need.left_out})"), total,
+                     100.0 if total else ""))
     least = " at least" if need.refused else ""  # a floor: the activations are not checked (memmath/decision.py)
     rows.append((f"What the card must hold{least}: {requirement_words(need)}", int(need.bytes),
                  "" if need.basis != "sum of parts" else (100.0 if total else "")))
@@ -106,8 +108,8 @@ def bars_output(needs: dict, unit: str = "GB", *, title: str = "", capacity_byte
     ticks = layers[-1]
     for row in ticks["data"]["values"]:  # the ticks: say which number each marks
         need = needs[row["scenario"]]
-        row["what"] = (f"the card must hold at least this ({requirement_words(need)}: every part but the unchecked "
-                       "activations)" if need.refused else f"the card must hold ({requirement_words(need)})")
+        row["what"] = (f"the card must hold at least this ({requirement_words(need)}: without {need.left_out})"
+                       if need.refused else f"the card must hold ({requirement_words(need)})")
     # Where the peak is below the sum, the parts past the tick are veiled: not all alive at the step's peak.
     per_unit = UNITS[unit_name(unit)]
     veiled = [{"scenario": name, "start": need.bytes / per_unit, "end": int(need.memory.total) / per_unit,

@@ -385,7 +385,7 @@ def _(mm):
             if len(_plans) >= 256:  # a bound, as memmath's own caches have
                 _plans.clear()
             plan = mm.plan_training(run, gpu, reserved_bytes=reserved, max_gpus=max_gpus)
-            if plan.requirement.refused:  # activations unchecked for this model type: no change or search is judged
+            if plan.requirement.refused:  # only a floor (memmath/decision.py): no change or search is judged
                 _plans[key] = (plan, [], [], None)
                 return _plans[key]
             # Shown even when the run fits: the changes that would free memory for a larger batch or longer sequences.
@@ -710,7 +710,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
 
     # ---- the changes that help
     if requirement.refused:
-        _path = ("No change is judged: each would be judged on the same unchecked activations (the verdict above).")
+        _path = ("No change is judged: each would be judged on a floor too (the verdict above).")
     elif not suggestions:
         _path = "No single change in the planner's list lowers this run's memory."
     elif not path:
