@@ -229,6 +229,8 @@ class ActivationParts:
     store nothing, alive to the end of the forward pass (0 without the cache). block_extras: with blocks of both
     layer types past the sliding window under SDPA, per block the bytes it saves beyond per_layer (or
     frozen_per_layer) that `tables` counts (its mask tensor and repeated k and v); () when none are.
+    layout_recompute: a model whose blocks differ, (blocks, recompute, recompute_live) of each block layout, for the
+    moments of recomputing one block of it (recompute and recompute_live are the largest layout's); () otherwise.
     """
 
     estimate: ActivationEstimate
@@ -247,6 +249,7 @@ class ActivationParts:
     recompute_live: object
     cache_held: object = 0
     block_extras: tuple = ()
+    layout_recompute: tuple = ()
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -577,7 +580,9 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     extras = last.block_extras or (0,) * n
     block_extras = tuple(a + b for a, b in zip(extras, per_block)) if any(per_block) or last.block_extras else ()
     return replace(last, estimate=estimate, blocks=estimate.layers, first=first_bytes_all, recompute=recompute,
-                   recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras)
+                   recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras,
+                   layout_recompute=tuple((tuple(int(i) for i in blocks), parts.recompute, parts.recompute_live)
+                                          for _, blocks, parts in traced))
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
@@ -754,7 +759,8 @@ def _pick_parts(over, above: ActivationParts, below: ActivationParts) -> Activat
                 over, ea.per_layer if x is None else x, eb.per_layer if y is None else y)
         else:
             estimate[f.name] = pick(over, x, y)
-    parts = {"estimate": ActivationEstimate(**estimate), "element_bytes": above.element_bytes, "block_extras": ()}
+    parts = {"estimate": ActivationEstimate(**estimate), "element_bytes": above.element_bytes, "block_extras": (),
+             "layout_recompute": ()}  # a sweep across the window: each recomputed block the largest layout's
     for f in fields(ActivationParts):
         if f.name not in parts:
             parts[f.name] = pick(over, getattr(above, f.name), getattr(below, f.name))

@@ -26,7 +26,27 @@ from .sources import resolve_model
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
 
 
-def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_prefill=False):
+# transformers 5.24's quantized caches (cache_utils.QuantizedCache: quanto, hqq and fp8 backends) build only for a
+# model whose layer_types are all full_attention; a cache format below 16 bits needs one
+QUANTIZED_CACHE_BITS = 16
+
+
+def state_cache_refusal(model, kv_format) -> str:
+    """Why a model's cache cannot be in kv_format ("" when it can): a format below 16 bits needs transformers'
+    QuantizedCache, which raises for a model whose layers keep a conv or recurrent state (linear attention, short
+    convolutions, Mamba-2) instead of keys and values alone."""
+    shape = resolve_model(model)
+    record = shape.architecture
+    fmt = get_format(kv_format)
+    if record is None or record.state_bytes is None or fmt.bits >= QUANTIZED_CACHE_BITS:
+        return ""
+    return (f"kv_format {fmt.name} needs a quantized cache, and transformers 5.24's QuantizedCache (quanto, hqq, fp8) "
+            f"builds only for models whose layers are all full attention; {record.title}'s layers keep a conv or "
+            f"recurrent state beside the keys and values, so it refuses the model; serve it with kv_format bf16, fp16 "
+            f"or fp32 (the model's dtype)")
+
+
+def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_prefill=False, state_format=None):
     """KV cache bytes: 2 (K and V) x kv_heads x head_dim x bytes per value x batch x tokens, summed over layers.
 
     Grouped-query attention stores n_kv_heads, not n_heads (kipply 2022; Ainslie et al. 2023).
@@ -39,8 +59,20 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_
     min(context, sliding_window) tokens once decoding (measured on the CPU: tests/test_inference.py).
     after_prefill=True gives the moment right after the prompt's forward pass, when that storage is
     still the whole prompt (every layer holds context_len tokens until the first decode step).
+
+    A linear-attention, short-convolution or Mamba-2 block (Qwen3-Next, LFM2, Granite 4.0) holds a fixed-size state
+    instead: its conv state in state_format, the model's dtype (LinearAttentionLayer allocates it like the
+    convolution's input; None: kv_format, the dtype a DynamicCache keeps keys and values in), and its recurrent state
+    in fp32. A kv_format below 16 bits is refused for such a model (state_cache_refusal).
     """
     shape = _needs_heads(resolve_model(model), "kv_cache_bytes")
+    refusal = state_cache_refusal(shape, kv_format)
+    if refusal:
+        raise ValueError(refusal)
+    if state_format is not None and (get_format(state_format).kind != "float"
+                                     or get_format(state_format).bits < QUANTIZED_CACHE_BITS):
+        raise ValueError(f"state_format must be the model's dtype, a float of 16 or 32 bits (bf16, fp16, fp32); "
+                         f"got {get_format(state_format).name}")
     context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)
     validate.check_sweep_size(context_len=context_len, batch_size=batch_size)
@@ -49,11 +81,12 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_
     if validate.is_array(context_len, batch_size):
         validate.check_sweep("kv_cache_bytes", kv_cache_bytes(
             shape, context_len=validate.largest(context_len), batch_size=validate.largest(batch_size),
-            kv_format=kv_format, after_prefill=after_prefill))
+            kv_format=kv_format, after_prefill=after_prefill, state_format=state_format))
     values = architectures.kv_cache_values(shape, context_len=context_len, batch_size=batch_size,
                                            after_prefill=after_prefill)
     record = shape.architecture
-    state = 0 if record is None or record.state_bytes is None else record.state_bytes(shape, batch_size=batch_size)
+    state = 0 if record is None or record.state_bytes is None else record.state_bytes(  # kv_format: 16 bits or more
+        shape, batch_size=batch_size, dtype=get_format(kv_format if state_format is None else state_format).name)
     return validate.ceil_div(values * bits, 8) + state
 
 
@@ -326,7 +359,8 @@ def inference_memory(model, *, weights_format=None,
     weights, constants = inference_weight_bytes(shape, weights_format)
     notes = []
     if shape.has_shape:
-        kv = kv_cache_bytes(shape, context_len=context_len, batch_size=batch_size, kv_format=kv_format)
+        kv = kv_cache_bytes(shape, context_len=context_len, batch_size=batch_size, kv_format=kv_format,
+                            state_format=loaded_dtype(shape, weights_format))
         working = working_set_bytes(shape, context_len=context_len, batch_size=batch_size, attention=attention,
                                     element_bits=compute_bits(weights_format))
     else:

@@ -36,7 +36,9 @@ Backward
     block before MoE blocks): the block inputs up to it, its recomputation, the gradients of the blocks
     after it and its layout's W; the first block's moment then takes its own layout's W
     recomputing a block (checkpointing): the kept block inputs, the gradients so far and the
-    block's forward run again at its fullest, for the last and for the first block
+    block's forward run again at its fullest, for the last block, each later layout's first block and the
+    first block; where the blocks differ each is its own layout's recompute (the first block's: the largest
+    of the layouts up to it, which backward recomputes after it)
     at the embeddings: every gradient, plus a temporary V*h*e when the embedding is tied to the
     head (its second gradient is added into the first); with checkpointing and frozen embeddings,
     the embedding output transformers turned into a leaf and its gradient, 2*t*h*e
@@ -88,8 +90,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, replace
+from functools import reduce
 
-from .arrays import is_ndarray, np
+from .arrays import is_ndarray, larger, np
 
 from . import preference, validate
 from .architectures import _moe
@@ -352,6 +355,18 @@ def _trained_layouts(run: Run, method) -> tuple:
     return tuple(sorted(found, key=lambda pair: pair[1]))
 
 
+def _recompute_of(parts, block, below=False):
+    """(recompute, recompute_live) of one recomputed block: its own layout's where the blocks differ (a dense block's
+    MLP beside MoE blocks' experts); below=True: the largest of the layouts of the blocks up to it too (backward
+    recomputes every block down to the first, frozen ones included: the embedding output needs a gradient under
+    checkpointing). The model's (the largest layout's) where the layouts are not known apart."""
+    found = [(recompute, live) for blocks, recompute, live in parts.layout_recompute
+             if block in blocks or (below and min(blocks) <= block)]
+    if not found:
+        return parts.recompute, parts.recompute_live
+    return reduce(larger, (r for r, _ in found)), reduce(larger, (live for _, live in found))
+
+
 def _one_block_gradients(layout, method, recipe):
     """Gradient bytes of one trained block of `layout` (its weights, or its adapters)."""
     if isinstance(method, (LoRA, Adapters)):
@@ -475,15 +490,21 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
     moments.add("backward", "entering the last block: saved tensors but the head's, head-side gradients, working set",
                 saved - head_saved + s.g_head_side + work_bwd, saved=saved - head_saved, gradients=s.g_head_side,
                 unset=grads - s.g_head)
+    layouts = _trained_layouts(s.run, s.method) if s.run.checkpointing and s.run.model.mixed else ()
+    # Each recomputed block is priced by its own layout (a dense block's recompute is not a MoE block's): the first
+    # trained block's (and those below it, which backward recomputes after it), each later layout's first block's and
+    # the last block's (the largest layout's without layouts)
+    first_recompute, first_live = _recompute_of(parts, layouts[0][1], below=True) if layouts else (
+        parts.recompute, parts.recompute_live)
+    last_live = _recompute_of(parts, s.run.model.n_layers - 1)[1] if layouts else parts.recompute_live
     if s.run.checkpointing:
-        first = e * t * h + parts.tables + parts.recompute
+        first = e * t * h + parts.tables + first_recompute
     else:
         first = parts.first + parts.tables
     # Only when a second block stores: then every later block's gradients exist already.
     storing = parts.estimate.layers_storing
     two = storing > 1 if is_ndarray(storing) else int(storing > 1)
     later_grads = grads - s.g_embed + s.tied_embed - s.g_block  # every gradient but the embeddings' and the block's
-    layouts = _trained_layouts(s.run, s.method) if s.run.checkpointing and s.run.model.mixed else ()
     if layouts:  # the first block's own layout's working set; each later layout's first block is a moment below
         work_bwd = _block_backward_working_set(layouts[0][0], s.run.recipe, s.method, t, e, True, present_only=True)
     moments.add("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
@@ -491,27 +512,32 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
                 saved=(s.embeddings_alloc + first) * two, gradients=later_grads * two,
                 unset=(s.g_embed + s.g_block) * two)
     for layout, block in layouts[1:]:
-        # a later layout's first trained block (checkpointing): every block input up to it, its recomputation (the
-        # largest layout's), the gradients of the blocks after it and its own working set (measured: a GLM-4.5 with
+        # a later layout's first trained block (checkpointing): every block input up to it, its recomputation (its
+        # own layout's), the gradients of the blocks after it and its own working set (measured: a GLM-4.5 with
         # a dense first block peaks in its first MoE block's unsort, before that block's gradients exist)
         earlier = sum(_one_block_gradients(s.run.model.block_layout(i), s.method, s.run.recipe)
                       for i in range(layouts[0][1] + 1, block + 1))
         inputs = (block - layouts[0][1] + 1) * e * t * h
+        recompute, live = _recompute_of(parts, block)
+        moments.add("backward", "recomputing the first block of a later layout: the block inputs, later gradients",
+                    s.embeddings_alloc + inputs + parts.tables + later_grads - earlier + t * h * e + live,
+                    saved=s.embeddings_alloc + inputs + parts.tables, gradients=later_grads - earlier,
+                    unset=s.g_embed + s.g_block + earlier)
         moments.add("backward", "in the first block of a later layout: the block inputs, its recomputation, later "
                     "gradients",
-                    s.embeddings_alloc + inputs + parts.tables + parts.recompute + later_grads - earlier
+                    s.embeddings_alloc + inputs + parts.tables + recompute + later_grads - earlier
                     + _block_backward_working_set(layout, s.run.recipe, s.method, t, e, True, present_only=True),
-                    saved=s.embeddings_alloc + inputs + parts.tables + parts.recompute,
+                    saved=s.embeddings_alloc + inputs + parts.tables + recompute,
                     gradients=later_grads - earlier, unset=s.g_embed + s.g_block + earlier)
     if s.run.checkpointing:
         # Recomputing a block: its forward runs again (saving), over every block input still kept.
         moments.add("backward", "recomputing the last block: every block input, head-side gradients",
                     s.embeddings_alloc + parts.blocks + parts.tables + s.g_head_side + t * h * e
-                    + parts.recompute_live, saved=s.embeddings_alloc + parts.blocks + parts.tables,
+                    + last_live, saved=s.embeddings_alloc + parts.blocks + parts.tables,
                     gradients=s.g_head_side, unset=grads - s.g_head)
         moments.add("backward", "recomputing the first block: its input, every later gradient",
                     (s.embeddings_alloc + e * t * h + parts.tables + later_grads + t * h * e
-                     + parts.recompute_live) * two, saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
+                     + first_live) * two, saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
                     gradients=later_grads * two, unset=(s.g_embed + s.g_block) * two)
     moments.add("backward", "at the embeddings: every gradient", s.embeddings_alloc + grads + s.tied_embed + s.leaf,
                 saved=s.embeddings_alloc, gradients=grads + s.tied_embed, unset=s.g_embed)

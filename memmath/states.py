@@ -47,6 +47,12 @@ def _bytes(values: int, dtype) -> int:
     return validate.ceil_div(values * get_format(dtype).bits, 8)
 
 
+def values_bytes(values, dtype):
+    """ceil(values x bits / 8) for Python ints and int64 arrays alike: a model record's states in their format (the
+    conv state in the model's dtype, the recurrent state in RECURRENT_STATE_FORMAT)."""
+    return _bytes(values, dtype)
+
+
 def _tokens(tokens, batch):
     return (validate.count("tokens", tokens, high=validate.MAX_SEQ, scalar=True),
             validate.count("batch", batch, high=validate.MAX_BATCH, scalar=True))

@@ -356,25 +356,45 @@ def test_lora_on_the_router_and_experts_is_held_as_traced(torch, transformers, p
 
 @pytest.mark.live
 @pytest.mark.parametrize("name, method, precision", [
-    pytest.param(name, method, precision, marks=pytest.mark.xfail(
-        strict=True, reason="5.4% over: with blocks of two kinds, each recompute moment is the largest kind's"))
-    if (name, method, precision) == ("interval", "full", "bf16") else (name, method, precision)
-    for name in sorted(STEPPED) for method in ("full", "lora") for precision in ("fp32", "bf16")])
+    (name, method, precision) for name in sorted(STEPPED) for method in ("full", "lora") for precision in ("fp32", "bf16")])
 def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft, name, method, precision):
     """With gradient checkpointing (transformers' non-reentrant default) the recomputed block's backward is peak.py's
-    working set: within 5% (measured: -4.4% to +4.5%), as GLM-4.5's. Not "interval"'s bf16 full step, +5.4% over its
-    measured peak: with dense blocks 200 wide beside MoE blocks whose experts are 40 wide, each recomputed block is
-    priced at the largest kind's recompute."""
+    working set: within 5% (measured: -4.4% to +4.5%), as GLM-4.5's. "interval" (dense blocks 200 wide beside MoE
+    blocks whose experts are 40 wide) was 5.4% over its measured bf16 full peak while every recomputed block was
+    priced at the largest block kind's recompute; peak.py was changed after that measurement to price each block's
+    recompute by its own kind (test_interval_s_checkpointed_peaks_as_recorded)."""
     from family_checks import two_cpu_steps
 
     config = STEPPED[name]
     measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
                              checkpointing=True)
-    peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
+    peak = _checkpointed_peak(config, method, precision)
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.05, peak / measured["peak_step2_bytes"] - 1
+
+
+def _checkpointed_peak(config, method, precision):
+    return mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
                           activations="transformers", method=mm.Full() if method == "full" else
                           mm.LoRA(rank=4, targets=("q", "v")), seq_len=64, batch_size=2, dropout=False,
-                          attention="sdpa", checkpointing=True, device="cpu")
-    assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05, peak.total / measured["peak_step2_bytes"] - 1
+                          attention="sdpa", checkpointing=True, device="cpu").total
+
+
+# "interval"'s checkpointed steady-step peaks, measured on the CPU (torch 2.13, transformers 5.24, peft 0.21:
+# two_cpu_steps, batch 2 x 64 tokens, AdamW, LoRA r 4 on q and v).
+INTERVAL_CHECKPOINTED_PEAKS = {("full", "bf16"): 4_157_868, ("full", "fp32"): 8_059_340,
+                               ("lora", "bf16"): 1_930_408, ("lora", "fp32"): 3_337_688}
+
+
+@pytest.mark.parametrize("method, precision", sorted(INTERVAL_CHECKPOINTED_PEAKS))
+def test_interval_s_checkpointed_peaks_as_recorded(method, precision):
+    """Blocks of two kinds, dense (0, 2, 3) and MoE (1): backward recomputes block 3, 2, 1 then 0, each with its own
+    kind's forward, so each recompute moment is priced by its block's kind, the first block's by the kinds of the
+    blocks down to it. The model was changed after these peaks were measured: pricing every recomputed block at the
+    largest kind's (the MoE block's here) put the bf16 full step 5.4% over and the fp32 one 4.5% over; by kind they
+    are -0.6% and -1.1%, the LoRA steps -1.5% (unmoved: its peak is at the loss) and -2.6% (+0.03% before, when the
+    dense last block's recompute was priced at the MoE block's)."""
+    peak = _checkpointed_peak(STEPPED["interval"], method, precision)
+    assert abs(peak / INTERVAL_CHECKPOINTED_PEAKS[method, precision] - 1) < 0.03
 
 
 # ---- 6. a prefill's working set ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ conv state and an fp32 recurrent state, the same size at any context (memmath/st
 
 from __future__ import annotations
 
-from ..states import GatedDeltaNet
+from ..states import RECURRENT_STATE_FORMAT, GatedDeltaNet, values_bytes
 from ._parts import ParamTensor, linear
 
 # The config fields of the linear-attention layers (Qwen3NextConfig) and what they change.
@@ -50,6 +50,16 @@ def layer_types(config, get, layers) -> tuple:
 def conv_dim(dims: GatedDeltaNet) -> int:
     """The convolution's channels: queries, keys and values (2 key_dim + value_dim)."""
     return 2 * dims.key_heads * dims.key_head_dim + dims.value_heads * dims.value_head_dim
+
+
+def state_bytes(dims: GatedDeltaNet, batch_size, dtype):
+    """One linear-attention block's cache: its conv state, batch x conv_dim x conv_kernel values in dtype (the model's:
+    Qwen3NextGatedDeltaNet hands the cache the convolution's input, and LinearAttentionLayer allocates zeros of its
+    dtype), and its recurrent state, batch x value heads x key_head_dim x value_head_dim values in fp32 (the PyTorch
+    torch_chunk_gated_delta_rule computes it in fp32 and the cache keeps zeros_like of it)."""
+    conv = batch_size * conv_dim(dims) * dims.conv_kernel
+    recurrent = batch_size * dims.value_heads * dims.key_head_dim * dims.value_head_dim
+    return values_bytes(conv, dtype) + values_bytes(recurrent, RECURRENT_STATE_FORMAT)
 
 
 def tensors(hidden_size: int, dims: GatedDeltaNet) -> list:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..states import Mamba2
+from ..states import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
 from ._parts import ParamTensor, linear
 from .record import Architecture
 
@@ -78,34 +78,27 @@ def tensors(prefix: str, hidden_size: int, dims: Mamba2Mixer) -> list:
             + linear(f"{prefix}.out_proj", "attention", inner, h, dims.out_bias))
 
 
-def conv_state_values(dims: Mamba2Mixer, batch_size):
-    """One mixer's conv state: batch x conv_dim x conv_kernel values in the model's dtype (LinearAttentionLayer pads
-    or cuts the convolution's input to conv_kernel columns)."""
-    return batch_size * dims.conv_dim * dims.conv_kernel
-
-
-def ssm_state_bytes(dims: Mamba2Mixer, batch_size):
-    """One mixer's SSM state: batch x heads x head_dim x state_size values in fp32 (transformers' PyTorch
-    torch_chunk_scan computes and returns it in fp32)."""
-    return batch_size * dims.heads * dims.head_dim * dims.state_size * 4
+def mixer_state_bytes(dims: Mamba2Mixer, batch_size, dtype):
+    """One mixer's cache: its conv state, batch x conv_dim x conv_kernel values in dtype (the model's: the cache
+    allocates it like the convolution's input, and LinearAttentionLayer pads or cuts it to conv_kernel columns), and
+    its SSM state, batch x heads x head_dim x state_size values in fp32 (transformers' PyTorch torch_forward computes
+    and returns it in fp32)."""
+    conv = batch_size * dims.conv_dim * dims.conv_kernel
+    return values_bytes(conv, dtype) + values_bytes(batch_size * dims.heads * dims.head_dim * dims.state_size,
+                                                    RECURRENT_STATE_FORMAT)
 
 
 def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
-    """Keys and values of every attention block (block_kind "": every token), each Mamba-2 block's conv state, and
-    nothing for a block of another kind (Nemotron-H's MLP and MoE blocks); the fp32 SSM state is state_bytes'."""
-    values = 0
-    for layout, blocks in shape.layouts():
-        if layout.block_kind == LINEAR:
-            values = values + len(blocks) * conv_state_values(layout.linear_attention, batch_size)
-        elif not layout.block_kind:
-            values = values + len(blocks) * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
-    return values
+    """Keys and values of every attention block (block_kind "": every token), in the cache's format; nothing for a
+    block of another kind (a Mamba-2 block's states are state_bytes'; Nemotron-H's MLP and MoE blocks hold none)."""
+    blocks = sum(len(b) for layout, b in shape.layouts() if not layout.block_kind)
+    return blocks * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
 
 
-def state_bytes(shape, *, batch_size):
-    """Each Mamba-2 block's SSM state: batch x heads x head_dim x state_size values, fp32."""
+def state_bytes(shape, *, batch_size, dtype):
+    """Each Mamba-2 block's conv state in dtype (the model's) and SSM state in fp32 (mixer_state_bytes)."""
     blocks = sum(len(b) for layout, b in shape.layouts() if layout.block_kind == LINEAR)
-    return blocks * ssm_state_bytes(shape.linear_attention, batch_size)
+    return blocks * mixer_state_bytes(shape.linear_attention, batch_size, dtype)
 
 
 def all_linear_refusal(owner: str) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from .. import validate
-from ..states import ShortConv
+from ..states import ShortConv, values_bytes
 from . import _decoder
 from ._parts import ParamTensor, linear, norm
 
@@ -143,17 +143,22 @@ def all_linear_refusal(m) -> str:
 
 # ---- the cache -------------------------------------------------------------------------------------------------
 def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
-    """Keys and values of every attention block (every token: a DynamicLayer), and each conv block's conv state,
-    batch x hidden_size x conv_L_cache values at any context (memmath.states.short_conv_state_bytes: a
-    LinearAttentionLayer holding the convolution's input in the model's dtype, as the keys and values are)."""
-    values = 0
+    """Keys and values of every attention block (every token: a DynamicLayer), in the cache's format; a conv block's
+    state is state_bytes'."""
+    blocks = sum(len(b) for layout, b in shape.layouts() if layout.block_kind != CONV)
+    return blocks * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
+
+
+def state_bytes(shape, *, batch_size, dtype):
+    """Each conv block's conv state, batch x hidden_size x conv_L_cache values at any context, in dtype, the model's
+    (memmath.states.short_conv_state_bytes: a LinearAttentionLayer holding the convolution's input, allocated in its
+    dtype whatever format the attention blocks' keys and values are in); no recurrent state."""
+    total = 0
     for layout, blocks in shape.layouts():
         if layout.block_kind == CONV:
             conv = layout.linear_attention
-            values = values + len(blocks) * batch_size * conv.channels * conv.conv_kernel
-        else:
-            values = values + len(blocks) * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
-    return values
+            total = total + len(blocks) * values_bytes(batch_size * conv.channels * conv.conv_kernel, dtype)
+    return total
 
 
 # ---- the MLP width of Lfm2MLP -------------------------------------------------------------------------------------

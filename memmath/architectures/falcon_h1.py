@@ -93,15 +93,13 @@ def all_linear_refusal(m) -> str:
 
 
 def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
-    """Every block's keys and values (every token) and its Mamba-2 conv state; the fp32 SSM state is state_bytes'."""
-    per_block = (2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
-                 + _mamba2.conv_state_values(shape.linear_attention, batch_size))
-    return shape.n_layers * per_block
+    """Every block's keys and values (every token), in the cache's format; its Mamba-2 states are state_bytes'."""
+    return shape.n_layers * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
 
 
-def state_bytes(shape, *, batch_size):
-    """Every block's SSM state: batch x heads x head_dim x state_size values, fp32."""
-    return shape.n_layers * _mamba2.ssm_state_bytes(shape.linear_attention, batch_size)
+def state_bytes(shape, *, batch_size, dtype):
+    """Every block's Mamba-2 conv state in dtype (the model's) and SSM state in fp32."""
+    return shape.n_layers * _mamba2.mixer_state_bytes(shape.linear_attention, batch_size, dtype)
 
 
 ARCHITECTURE = _mamba2.BlockOrderArchitecture(

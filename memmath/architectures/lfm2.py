@@ -63,6 +63,6 @@ ARCHITECTURE = Architecture(
     defaults=DEFAULTS, activation_field="", dropout_fields={}, read_options=read_options,
     tensors=_shortconv.tensors, lora_modules=lora_table, module_order=_shortconv.MODULE_ORDER, norms_last=False,
     all_linear_refusal=_shortconv.all_linear_refusal, tp_plan={}, final_norm_module="embedding_norm",
-    kv_cache_values=_shortconv.kv_cache_values, prefill_phases=None,
+    kv_cache_values=_shortconv.kv_cache_values, state_bytes=_shortconv.state_bytes, prefill_phases=None,
     traced=False,  # the convolution's kernels differ by device (activations='textbook')
 )

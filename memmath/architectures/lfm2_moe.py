@@ -97,6 +97,7 @@ ARCHITECTURE = Architecture(
     tensors=partial(_shortconv.tensors, mlp=mlp_tensors), lora_modules=lora_table,
     module_order=_shortconv.MODULE_ORDER, norms_last=False, lora_order=LORA_ORDER,
     not_all_linear=("router", "experts"), all_linear_refusal=_shortconv.all_linear_refusal, tp_plan={},
-    final_norm_module="embedding_norm", kv_cache_values=_shortconv.kv_cache_values, prefill_phases=None,
+    final_norm_module="embedding_norm", kv_cache_values=_shortconv.kv_cache_values,
+    state_bytes=_shortconv.state_bytes, prefill_phases=None,
     traced=False,  # the convolution's kernels differ by device (activations='textbook')
 )

@@ -85,23 +85,22 @@ def all_linear_refusal(m) -> str:
 
 
 def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
-    """Keys and values of every full-attention block (every token), and each linear-attention block's conv state
-    (batch x conv_dim x conv_kernel values); the fp32 recurrent state is state_bytes'."""
-    values = 0
+    """Keys and values of every full-attention block (every token), in the cache's format; a linear-attention block's
+    states are state_bytes'."""
+    blocks = sum(len(b) for layout, b in shape.layouts() if layout.block_kind != _deltanet.LINEAR)
+    return blocks * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
+
+
+def state_bytes(shape, *, batch_size, dtype):
+    """Each linear-attention block's conv state (batch x conv_dim x conv_kernel values) in dtype, the model's: the
+    cache allocates it like the convolution's input (LinearAttentionLayer.lazy_initialization), whatever format the
+    keys and values are in; and its recurrent state (batch x value heads x key_head_dim x value_head_dim values) in
+    fp32 (_deltanet.state_bytes)."""
+    total = 0
     for layout, blocks in shape.layouts():
         if layout.block_kind == _deltanet.LINEAR:
-            dims = layout.linear_attention
-            values = values + len(blocks) * batch_size * _deltanet.conv_dim(dims) * dims.conv_kernel
-        else:
-            values = values + len(blocks) * 2 * shape.n_kv_heads * shape.head_dim * context_len * batch_size
-    return values
-
-
-def state_bytes(shape, *, batch_size):
-    """Each linear-attention block's recurrent state: batch x value heads x key_head_dim x value_head_dim, fp32."""
-    dims = shape.linear_attention
-    linear_blocks = sum(len(blocks) for layout, blocks in shape.layouts() if layout.block_kind == _deltanet.LINEAR)
-    return linear_blocks * batch_size * dims.value_heads * dims.key_head_dim * dims.value_head_dim * 4
+            total = total + len(blocks) * _deltanet.state_bytes(layout.linear_attention, batch_size, dtype)
+    return total
 
 
 ARCHITECTURE = Architecture(

@@ -93,13 +93,14 @@ class Architecture:
     houlsby_placed: bool = False  # Houlsby adapters placed as validation/houlsby.py measured them
     sdpa: bool = True  # transformers runs its attention with SDPA (Gemma2PreTrainedModel has none)
     routing_weights_fp32: bool = False  # Mixtral keeps the top-k routing weights in fp32 (no cast back)
-    # ---- serving (memmath/inference.py, validation/inference_working_set.py): the KV cache (or, for a model with
-    # recurrent state, that state) as values, kv_cache_values(shape, *, context_len, batch_size, after_prefill);
+    # ---- serving (memmath/inference.py, validation/inference_working_set.py): the keys and values the cache holds
+    # in its format, as values, kv_cache_values(shape, *, context_len, batch_size, after_prefill);
     # the prefill's (outside, attention phase, MLP phase) bytes, prefill_phases(shape, s, b, e, eager), or None
     # for the plain estimate (the encoders)
     kv_cache_values: Callable = decoder_kv_cache_values
-    # a fixed-size recurrent state outside the cache's format (gated DeltaNet's fp32 state), state_bytes(shape, *,
-    # batch_size) -> bytes; None: none
+    # the fixed-size states of linear-attention, short-convolution and Mamba-2 blocks, which transformers keeps in
+    # the model's dtype (conv states) and fp32 (recurrent states) whatever the keys' and values' format,
+    # state_bytes(shape, *, batch_size, dtype) -> bytes with dtype the model's; None: none
     state_bytes: Callable | None = None
     prefill_phases: Callable | None = decoder_prefill_phases
     # the masks its base model builds once per forward (masking_utils.py): both the causal and the sliding-window
