@@ -68,10 +68,10 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_
     shape = _needs_heads(resolve_model(model), "kv_cache_bytes")
     refusal = state_cache_refusal(shape, kv_format)
     if refusal:
-        raise ValueError(refusal)
+        raise validate.FieldError("kv_format", refusal)
     if state_format is not None and (get_format(state_format).kind != "float"
                                      or get_format(state_format).bits < QUANTIZED_CACHE_BITS):
-        raise ValueError(f"state_format must be the model's dtype, a float of 16 or 32 bits (bf16, fp16, fp32); "
+        raise validate.FieldError("state_format", f"state_format must be the model's dtype, a float of 16 or 32 bits (bf16, fp16, fp32); "
                          f"got {get_format(state_format).name}")
     context_len = validate.count("context_len", context_len, high=validate.MAX_SEQ)
     batch_size = validate.count("batch_size", batch_size, high=validate.MAX_BATCH)

@@ -159,7 +159,16 @@ def _(attention_radio, bars_chart, batch_slider, cards_view, context_slider, gpu
     # The question as one value (mm.Serve), planned as `memmath infer` plans it: the memory, the verdict, what fits instead.
     serve = mm.Serve(model, weights_format=weights_format, kv_format=kv_format, batch_size=batch_size,
                      context_len=context_len, attention=attention)
-    plan = mm.plan_serving(serve, gpu)
+    try:  # a cache format transformers cannot build for this model is refused by name (a hybrid's states: no fp8)
+        plan = mm.plan_serving(serve, gpu)
+    except mm.validate.FieldError as _refused:  # views and charts emptied, as for a config that cannot be used
+        for _view in (run_view, cards_view):
+            _view.update(mo.md(f"*No answer: {_name} cannot keep its cache in {kv_format} (the note above).*"))
+        bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({}, unit), unit, title="No answer for this cache format"))
+        sweep_chart.update(pd.DataFrame(columns=["kind", "context", "label", "order", "size", "what"]),
+                           draw=sweep_draw(gpu.name, unit), key=(unit, gpu.name))
+        mo.stop(True, mo.callout(mo.md(f"**No answer for this cache format.** {pasted_config.pasted_text(str(_refused))}."),
+                                 kind="warn"))
     memory = plan.memory
     _serve = {_k: _v for _k, _v in serve.settings().items() if _k != "context_len"}  # the sweep below varies the context
     # Which tensors a quantized format converts: as transformers' bitsandbytes integration does (only nn.Linear).
