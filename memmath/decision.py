@@ -38,8 +38,8 @@ BASIS_SHORT = {"peak": "peak", "upper bound": "bound", "sum of parts": "sum", "f
 # (the layout planner's cheap bound too). Quantization constants live beside the weights they scale.
 FLOOR_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accumulation", "master_weights",
                "optimizer_states")
-UNCHECKED_FIX = ("memmath train CONFIG --traced (PyTorch steps the model under fake tensors; needs memmath[torch]) "
-                 "gives its activations, or memmath measure CONFIG measures the step")
+UNCHECKED_FIX = ("memmath train MODEL --traced (PyTorch steps the model under fake tensors; needs memmath[torch]) "
+                 "gives its activations, or memmath measure MODEL measures the step")
 VISION_FIX = ("freeze the vision tower and projector (--vision frozen; vision='frozen' in the API) for an upper bound, or "
               "measure the step")
 # What each kind of floor leaves out, in words: the activations the textbook counts unchecked, or the step of a vision

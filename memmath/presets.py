@@ -50,8 +50,14 @@ class Presets(MutableMapping):
         return f"Presets({', '.join(self._entries)})"
 
 
+# The config.json fields of each preset read from one (its published config's fields that shape the model): what
+# PyTorch builds the preset from for a traced answer (memmath/traced.py).
+PRESET_CONFIGS: dict[str, dict] = {}
+
+
 def _from_config(name, **fields) -> _Recipe:
     """A preset read from the fields of its published config.json, as from_hf_config reads the file."""
+    PRESET_CONFIGS[name] = fields
     return _Recipe(_read_config, name, fields)
 
 

@@ -38,6 +38,7 @@ from . import validate
 from .config_reader import _load_config
 from .hf_cache import find_in_hf_cache
 from .methods import Freeze, Full, LoRA, QLoRA
+from .presets import PRESET_CONFIGS, PRESETS
 from .stepping import prefill, step_twice
 from .units import format_bytes
 
@@ -180,8 +181,14 @@ class TracedMemory:
 
 # ---- reading the config -----------------------------------------------------------------------------
 def read_config(config) -> dict:
-    """The config.json as a dict: a dict, JSON text, a file, its folder, or "owner/name" in the local HF cache."""
+    """The config.json as a dict: a dict, JSON text, a file, its folder, "owner/name" in the local HF cache, or a preset
+    read from its published config.json's fields (memmath.presets.PRESET_CONFIGS)."""
     text = isinstance(config, str) and not config.lstrip().startswith("{")
+    if text and not _exists(config) and config.strip() in PRESET_CONFIGS:
+        return copy.deepcopy(PRESET_CONFIGS[config.strip()])
+    if text and not _exists(config) and config.strip() in PRESETS:
+        raise validate.FieldError("config", f"preset {config.strip()!r} is built from its paper's or its family's "
+                                  "widths, not from a config.json PyTorch could build; pass the model's config.json")
     if text and not _exists(config):
         try:
             found, folder = find_in_hf_cache(config.strip())

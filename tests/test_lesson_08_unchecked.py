@@ -26,7 +26,7 @@ def test_the_lesson_refuses_the_verdict_by_name(lfm2):
     assert need.basis == "floor" and need.bytes == mm.requirement(defs["run"]).bytes  # the API's floor
     assert defs["plan"].fits is None and defs["verdict"].fits is None
     assert "It has no verdict" in text and "It fits" not in text
-    assert "'lfm2'" in text and "not checked against PyTorch" in text and "memmath train CONFIG --traced" in text
+    assert "'lfm2'" in text and "not checked against PyTorch" in text and "memmath train MODEL --traced" in text
     assert "Not searched" in text and "No change is judged" in text
     assert defs["suggestions"] == [] and defs["limits"] is None
 

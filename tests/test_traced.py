@@ -185,3 +185,15 @@ def test_a_model_transformers_cannot_build_is_refused_in_one_line(transformers, 
     assert main(["train", str(path), "--traced", "--seq", "8"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_preset_read_from_its_config_is_traced_from_those_fields():
+    # openai/gpt-oss-20b's config.json: hidden_size 2880, 24 layers, 32 local experts, 4 per token.
+    config = traced.read_config("gpt-oss-20b")
+    assert (config["model_type"], config["hidden_size"], config["num_hidden_layers"]) == ("gpt_oss", 2880, 24)
+    assert (config["num_local_experts"], config["num_experts_per_tok"]) == (32, 4)
+    config["hidden_size"] = 1  # a copy: the preset keeps its own fields
+    assert traced.read_config("gpt-oss-20b")["hidden_size"] == 2880
+    # GPT-3 is built from its paper's table (Brown et al. 2020): no config.json for PyTorch to build.
+    with pytest.raises(memmath.validate.FieldError, match="preset 'gpt3-175b' is built from its paper"):
+        traced.read_config("gpt3-175b")

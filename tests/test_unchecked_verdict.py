@@ -45,7 +45,7 @@ def test_the_floor_is_the_parts_without_activations_by_hand():
     assert need.memory.activations > 0 and int(need.memory.total) == LFM2_FLOOR + int(need.memory.activations)
     assert "'lfm2'" in need.reason and "not checked against PyTorch" in need.reason
     assert f"{LFM2_FLOOR:,} B" in need.reason
-    assert "memmath train CONFIG --traced" in need.reason and "memmath measure CONFIG" in need.reason
+    assert "memmath train MODEL --traced" in need.reason and "memmath measure MODEL" in need.reason
 
 
 def test_a_floor_that_fits_is_no_verdict_never_fits():
@@ -73,7 +73,7 @@ def test_the_command_line_refuses_the_verdict_with_exit_status_3(capsys):
     assert status == 3 and err == ""
     assert "no verdict" in out and "fits, with" not in out
     assert "Floor: all but the activations" in out and f"{LFM2_FLOOR:,}" in out
-    assert "memmath train CONFIG --traced" in out and "memmath measure CONFIG" in out
+    assert "memmath train MODEL --traced" in out and "memmath measure MODEL" in out
     with pytest.raises(SystemExit):  # documented: a refused verdict is not "does not fit"
         main(["train", "--help"])
     assert "3 no verdict" in " ".join(capsys.readouterr().out.split())
