@@ -183,19 +183,27 @@ def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo,
 
 
 @app.cell(hide_code=True)
-def _(config_text_area, importlib, json, mo, model_error, source_radio):
-    # A model type memmath has no record for can still be answered: PyTorch traces its step at full size under fake
-    # tensors, with no memory behind them (memmath/traced.py), where torch and transformers are installed.
+def _(config_text_area, importlib, json, mm, mo, model, model_error, preset_dropdown, source_radio):
+    # A model type memmath has no record for, or one whose activations it does not trace (its verdict is refused),
+    # can still be answered: PyTorch traces its step at full size under fake tensors, with no memory behind them
+    # (memmath/traced.py), where torch and transformers are installed.
     trace_config = None
+    _untraced = model is not None and model.architecture is not None and not model.architecture.traced
     if model_error and source_radio.value != "preset" and "is not supported" in model_error:
         trace_config = json.loads(config_text_area.value)
+    elif _untraced and source_radio.value != "preset":
+        trace_config = json.loads(config_text_area.value)
+    elif _untraced:  # a preset read from its published config.json's fields
+        trace_config = mm.presets.PRESET_CONFIGS.get(preset_dropdown.value)
     torch_ready = all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))
     trace_button = mo.ui.run_button(label="Trace this step with PyTorch", disabled=not torch_ready)
+    _why = ("memmath does not trace this model type's activations, so it gives no verdict on them (the verdict below says "
+            "why). " if _untraced else "")
     if trace_config is None:
         _shown = None
     elif torch_ready:
         _shown = mo.vstack([mo.md(
-            "**PyTorch can still answer for this model.** It builds the model from your config.json on the meta "
+            f"**PyTorch can still answer for this model.** {_why}It builds the model from its config.json on the meta "
             "device (no weights, nothing downloaded) and steps one block of each kind under fake tensors, which "
             "have shapes but no memory. The answer is traced, not memmath's model: it uses the method, precision, "
             "optimizer, batch, sequence length, checkpointing, attention and GPU you choose below, as they are when "
@@ -204,7 +212,7 @@ def _(config_text_area, importlib, json, mo, model_error, source_radio):
             trace_button])
     else:
         _shown = mo.callout(mo.md(
-            "PyTorch could trace this model's step, but torch and transformers are not installed here: "
+            f"{_why}PyTorch could trace this model's step, but torch and transformers are not installed here: "
             '`pip install "memmath[torch]"`, then open this lesson again.'), kind="warn")
     _shown
     return trace_button, trace_config
