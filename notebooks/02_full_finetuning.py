@@ -153,12 +153,13 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
         The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}: it
         {"holds" if _holds.fits else "cannot even hold"} the weights, and the run {_verdict}.
         {_peak_words}
-
+        """), kind=_kind),
+        mo.accordion({"What the verdict keeps back, and what the count assumes": mo.md(f"""
         {viz.cuda_reserve_sentence(True, unit)} Each verdict also keeps {mm.FIT_MARGIN:.0%} of the
         figure free, as the planner does.
 
         *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
-        """), kind=_kind),
+        """)}),
         mo.md("**Takeaway:** full finetuning pays, for every weight, the weight itself, its gradient and the "
               "optimizer's states: in pure 16-bit with Adam 8 bytes per parameter, four times the weights alone. "
               "Holding the weights is not running the step."),
