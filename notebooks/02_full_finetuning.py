@@ -309,10 +309,11 @@ def _(live_html, mm, mo):
         none; SGD with momentum keeps one; Adam and AdamW keep two; 8-bit Adam (Dettmers et al. 2022)
         keeps Adam's two at 1 byte each plus a small scale per block; Adafactor (Shazeer & Stern 2018)
         replaces the second moment of each matrix by its row and column averages and drops the first.
+        """),
+        mo.accordion({"How much does each optimizer keep for your model and recipe?": mo.vstack([mo.md(r"""
         Adafactor's saving needs the shape of every matrix: with a bare parameter count from the slider
         memmath cannot factor anything and counts a full second moment, so pick a published model to see it.
-        """),
-        mo.accordion({"How much does each optimizer keep for your model and recipe?": optimizer_view}),
+        """), optimizer_view])}),
         mo.md(f"""
         ## A GPU that holds the weights can still fail the run
 
