@@ -158,12 +158,13 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
         The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}: it
         {"holds" if _holds.fits else "cannot even hold"} the weights, and the run {_verdict}.
         {_peak_words}
-
+        """), kind=_kind),
+        mo.accordion({"What the verdict keeps back, and what the count assumes": mo.md(f"""
         {viz.cuda_reserve_sentence(True, unit)} Each verdict also keeps {mm.FIT_MARGIN:.0%} of the
         figure free, as the planner does.
 
         *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
-        """), kind=_kind),
+        """)}),
         mo.md("**Takeaway:** full finetuning pays, for every weight, the weight itself, its gradient and the "
               "optimizer's states: in pure 16-bit with Adam 8 bytes per parameter, four times the weights alone. "
               "Holding the weights is not running the step."),
@@ -313,10 +314,11 @@ def _(live_html, mm, mo):
         none; SGD with momentum keeps one; Adam and AdamW keep two; 8-bit Adam (Dettmers et al. 2022)
         keeps Adam's two at 1 byte each plus a small scale per block; Adafactor (Shazeer & Stern 2018)
         replaces the second moment of each matrix by its row and column averages and drops the first.
+        """),
+        mo.accordion({"How much does each optimizer keep for your model and recipe?": mo.vstack([mo.md(r"""
         Adafactor's saving needs the shape of every matrix: with a bare parameter count from the slider
         memmath cannot factor anything and counts a full second moment, so pick a published model to see it.
-        """),
-        mo.accordion({"How much does each optimizer keep for your model and recipe?": optimizer_view}),
+        """), optimizer_view])}),
         mo.md(f"""
         ## A GPU that holds the weights can still fail the run
 

@@ -139,15 +139,17 @@ def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing
     - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
       {viz.readable_size(detail.outside_layers, unit)}.
     - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {viz.readable_size(detail.loss, unit)}.
+    """))
+    assumptions_view.update(mo.md(
+        f"{training.assumptions} Activations are Korthikanti et al.'s model (`activations=\"textbook\"`): 16-bit, "
+        "with 1-byte dropout masks after the attention, the blocks and the embeddings, as in the paper."
+        """
 
     These numbers, the chart under them, the comparisons and the sweep below are the paper's model of a
     GPT block (`activations="textbook"` in memmath). memmath's default for a model with a config (every
     preset, and this page's model) replays what transformers' own code keeps, tensor by tensor;
     *Does PyTorch keep what the formula counts?* further down checks both against recorded training steps.
     """))
-    assumptions_view.update(mo.md(
-        f"{training.assumptions} Activations are Korthikanti et al.'s model (`activations=\"textbook\"`): 16-bit, "
-        "with 1-byte dropout masks after the attention, the blocks and the embeddings, as in the paper."))
 
     # The four combinations, training against inference, and the sweep's rows and crossings (into the live views
     # and the sweep's chart further down).
@@ -236,10 +238,8 @@ def _(mo):
     mo.callout(mo.md("""
     **Takeaway.** Double the sequence and the blocks' s·b·h terms double while the attention scores,
     5·a·s²·b per block, quadruple; double the batch and everything doubles. Weights, gradients and
-    optimizer states do not move at all. So past some length or batch, activations are the biggest part
-    of a training step, and the two ways to shrink them are fused attention (no s × s scores) and
-    gradient checkpointing (keep only each block's input). Inference keeps no activations for a backward
-    pass: it is a separate calculation.
+    optimizer states do not move at all: past some length or batch, activations are the biggest part
+    of a training step. Inference keeps no activations for a backward pass: it is a separate calculation.
     """), kind="success")
     return
 
@@ -297,8 +297,7 @@ def _(live_only_notice, mo):
 
     Start from a preset of the GPT-2 family (the block Korthikanti et al. describe), then change
     its shape: the number and the chart at the top of the page and everything below follow it.
-    Width moves in steps of 64, and the heads slider offers only head counts that divide the width
-    (every head gets a whole share of it).
+    Width moves in steps of 64; the heads slider offers only the head counts that divide it.
     """), live_only_notice(), preset_dropdown])
     return (preset_dropdown,)
 
@@ -339,16 +338,18 @@ def _(live_only_notice, mo):
 
     **Fused attention.** PyTorch's `scaled_dot_product_attention` (SDPA) and FlashAttention
     (Dao et al. 2022) compute the softmax in tiles and never write the s × s scores to memory.
-    For the backward pass they keep one fp32 log-sum-exp per row and head, 4·a·s·b bytes, and
-    recompute the scores from Q and K. The 5·a·s²·b term disappears.
+    The 5·a·s²·b term disappears.
 
     **Gradient checkpointing** (Chen et al. 2016, *Training Deep Nets with Sublinear Memory
-    Cost*) keeps only each block's input, 2·s·b·h bytes at 16 bits, and throws the rest away.
-    During the backward pass it runs each block's forward again to rebuild what it needs, one
-    block at a time. Memory falls to about one input per layer plus one full block; the price
-    is roughly one extra forward pass of compute. Switch them for the whole page here; the table
-    compares the four combinations for your model, batch and length.
-    """), live_only_notice(), mo.hstack([attention_radio, checkpointing_switch], justify="start", gap=2)])
+    Cost*) keeps only each block's input, 2·s·b·h bytes at 16 bits, and throws the rest away; the
+    price is roughly one extra forward pass of compute. Switch them for the whole page here; the
+    table compares the four combinations for your model, batch and length.
+    """), mo.accordion({"Go deeper: what each keeps for the backward pass": mo.md(r"""
+    Fused attention keeps one fp32 log-sum-exp per row and head, 4·a·s·b bytes, and recomputes the
+    scores from Q and K. Checkpointing, during the backward pass, runs each block's forward again to
+    rebuild what it needs, one block at a time: memory falls to about one input per layer plus one
+    full block.
+    """)}), live_only_notice(), mo.hstack([attention_radio, checkpointing_switch], justify="start", gap=2)])
     return attention_radio, checkpointing_switch
 
 
@@ -357,17 +358,16 @@ def _(live_html, mo):
     # The sections' fixed prose, shown once; the run's cell near the top fills the live views between it (the
     # combinations, the numbers, the crossings) on every slider move, and the page replaces those alone.
     combos_view, why_view, numbers_view, crossings_view = live_html(), live_html(), live_html(), live_html()
-    mo.vstack([combos_view, why_view, mo.md(r"""
-    ## Training and inference are separate calculations
-
+    _split = mo.vstack([mo.md(r"""
     The article insists on this split. For training it points to EleutherAI's *Transformer Math 101*
     (Anthony et al., April 2023); for inference to *Transformer Inference Arithmetic* (Carol Chen,
     kipply's blog, March 2022). The reason is the backward pass.
-    """), numbers_view, mo.md(r"""
+    """), numbers_view])
+    mo.vstack([combos_view, why_view, mo.accordion({"Go deeper: training and inference are separate calculations":
+                                                    _split}), mo.md(r"""
     ## Where activations overtake the weights
 
-    Weights, gradients and optimizer states do not change with the data. Activations grow with
-    every token and every sequence. The chart sweeps one of them (the other stays at your
+    The chart sweeps the sequence length or the batch (the other stays at your
     setting), counting activations by Korthikanti et al.'s formula as the number at the top does,
     and marks the first point where activations pass the weights alone (hollow diamond) and where
     they pass weights, gradients and optimizer states together (black diamond).
@@ -556,14 +556,15 @@ def _(live_only_notice, mo):
     mo.vstack([mo.md(r"""
     ## A step's memory over time
 
-    Every number so far is a total. On the card, memory rises and falls inside each step: the
-    forward pass piles up saved activations, the backward pass frees them block by block while
+    Every number so far is a total. On the card, memory rises and falls inside each step. The
+    tallest bar is the step's peak, the number the planner (lesson 8) judges. Each run is in pure
+    bf16 with AdamW at 2,048 tokens, a step after the first (the optimizer states already exist).
+    """), mo.accordion({"Go deeper: what rises and falls inside a step": mo.md(r"""
+    The forward pass piles up saved activations, the backward pass frees them block by block while
     gradients appear, and the optimizer step needs its temporaries on top of everything it
     updates. The chart shows memmath's estimate at each moment that can be the highest, in the
-    order a step reaches them, split by what holds the bytes. The tallest bar is the step's peak,
-    the number the planner (lesson 8) judges. Each run is in pure bf16 with AdamW at 2,048 tokens,
-    a step after the first (the optimizer states already exist).
-    """), live_only_notice(), mo.hstack([timeline_model_dropdown, timeline_batch_slider], justify="start"),
+    order a step reaches them, split by what holds the bytes.
+    """)}), live_only_notice(), mo.hstack([timeline_model_dropdown, timeline_batch_slider], justify="start"),
         mo.hstack([timeline_method_radio, timeline_checkpointing_switch], justify="start")])
     return (timeline_batch_slider, timeline_checkpointing_switch, timeline_method_radio, timeline_model_dropdown)
 
@@ -595,16 +596,19 @@ def _(mm, mo, timeline, timeline_run, unit_radio):
     _peak, _unit = timeline.peak, unit_radio.value
     _first, _requirement = timeline.points[0], mm.requirement(timeline_run)
     _saved_top = max(timeline.points, key=lambda p: p.parts["saved activations"])
-    mo.md(f"""
+    _moments = mo.md(f"""
     Before the step the card holds {mm.format_bytes(_first.total, _unit)}: the weights and the optimizer
     states the previous step made. The saved activations peak at
     {mm.format_bytes(_saved_top.parts["saved activations"], _unit)} ({_saved_top.short}); by the end of the
-    backward pass they are gone and the gradients have taken their place. The highest moment is
+    backward pass they are gone and the gradients have taken their place.
+    """)
+    mo.vstack([mo.md(f"""
+    The highest moment is
     **{_peak.short}, {mm.format_bytes(_peak.total, _unit)}**: {_peak.label}. That is the step's peak, and
     the planner judges this run on the same {mm.format_bytes(_requirement.bytes, _unit)} (lesson 8). The sum
     of the parts, {mm.format_bytes(_requirement.memory.total, _unit)}, is a different number: it adds parts
     that are never all alive at once, and leaves out the temporaries that come on top.
-    """)
+    """), mo.accordion({"Go deeper: the step before its peak": _moments})])
     return
 
 
@@ -619,16 +623,10 @@ def _(mo):
     mo.callout(mo.md("""
     **Takeaways**
 
-    - Activations are the forward-pass results kept for the backward pass. They grow with batch,
-      sequence length, width and layers, and never with the optimizer.
-    - One GPT block at 16 bits keeps s·b·h·(34 + 5·a·s/h) bytes (Korthikanti et al. 2022). The
-      5·a·s²·b part, the attention scores, grows with the square of the sequence.
-    - Fused attention (SDPA, FlashAttention) never stores the s × s scores. Gradient checkpointing
-      keeps only each block's input and recomputes the rest.
-    - The fp32 logits of the loss, 4·s·b·V bytes, are large when the vocabulary is large.
-    - Past some batch or length, activations outgrow weights, gradients and optimizer states together.
-    - Inference keeps no activations for a backward pass; it has a KV cache instead. Count the two
-      separately.
+    - One GPT block at 16 bits keeps s·b·h·(34 + 5·a·s/h) bytes (Korthikanti et al. 2022); the
+      attention scores, 5·a·s²·b, grow with the square of the sequence.
+    - Fused attention never stores the s × s scores; checkpointing keeps only each block's input.
+    - The loss's fp32 logits, 4·s·b·V bytes, are large when the vocabulary is large.
     """), kind="success")
     return
 
@@ -647,7 +645,7 @@ def _(mm, mo):
     _s, _h, _a = _gpt2.max_positions, _gpt2.hidden_size, _gpt2.n_heads
     _layer = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
     _square = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
-    mo.vstack([
+    mo.accordion({"Problem 1: one GPT-2 block, and its share of scores": mo.vstack([
         mo.md(f"**1.** GPT-2 small has h = {_h} and a = {_a}. For one sequence of {_s:,} tokens, how many "
               "bytes does one block keep with eager attention, and what share of that is the s × s term?"),
         mo.accordion({"Answer": mo.md(
@@ -655,7 +653,7 @@ def _(mm, mo):
             f"so one block keeps {_s * _h:,} × (34 + {5 * _a * _s // _h}) = **{_layer:,} B** "
             f"({mm.format_bytes(_layer, 'MB')}). The score term "
             f"5·a·s²·b = {_square:,} B is {_square / _layer:.0%} of it.")}),
-    ])
+    ])})
     return
 
 
@@ -667,7 +665,7 @@ def _(mm, mo):
     _eager, _fused = (mm.training_memory(_model, precision="bf16", seq_len=_s, batch_size=_b, attention=k,
                                          activations="textbook", dropout=True).activations for k in ("eager", "sdpa"))
     _scores, _lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
-    mo.vstack([
+    mo.accordion({"Problem 2: what fused attention saves on GPT-2 XL": mo.vstack([
         mo.md(f"**2.** GPT-2 XL ({_L} layers, h = {_model.hidden_size:,}, a = {_a}) trains on {_b} sequences of "
               f"{_s:,} tokens in bf16. By Korthikanti et al.'s formula, how much activation memory does fused "
               "attention save?"),
@@ -675,7 +673,7 @@ def _(mm, mo):
             f"Eager: {mm.format_bytes(_eager)}; fused: {mm.format_bytes(_fused)}. It saves "
             f"{mm.format_bytes(_eager - _fused)}: in each of the {_L} layers, 5·a·s²·b = 5 × {_a} × {_s:,}² × {_b} "
             f"= {mm.format_bytes(_scores)} of scores become a 4·a·s·b log-sum-exp of {mm.format_bytes(_lse, 'MB')}.")}),
-    ])
+    ])})
     return
 
 
@@ -683,14 +681,14 @@ def _(mm, mo):
 def _(mm, mo):
     _full = mm.activations.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32, attention="sdpa")
     _kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
-    mo.vstack([
+    mo.accordion({"Problem 3: what checkpointing saves in one block": mo.vstack([
         mo.md("**3.** A block with h = 4,096 and a = 32 uses fused attention at s = 4,096, b = 1. "
               "By what factor does gradient checkpointing shrink what each block keeps?"),
         mo.accordion({"Answer": mo.md(
             f"Without it, 34·s·b·h + 4·a·s·b = {_full:,} B; with it, the input alone, 2·s·b·h = {_kept:,} B: "
             f"**{_full / _kept:.1f}× less** per block, nearly all of it from the s·b·h terms (34/2). The price "
             "is a second forward pass through each block during backward.")}),
-    ])
+    ])})
     return
 
 
@@ -701,7 +699,7 @@ def _(mm, mo):
     _r = mm.training_memory(_gpt2, seq_len=_s, batch_size=_b, attention="sdpa", checkpointing=True,
                             activations="textbook", dropout=True)  # the formula's model, by name
     _d = _r.activation_detail
-    mo.vstack([
+    mo.accordion({"Problem 4: checkpointed block inputs or the loss's logits?": mo.vstack([
         mo.md(f"**4.** GPT-2 small (V = {_V:,}), {_b} sequences of {_s:,} tokens, fused attention and "
               "checkpointing, counted by the formula. Which is bigger: all the checkpointed block inputs or the "
               "loss's logits?"),
@@ -710,7 +708,7 @@ def _(mm, mo):
             f"Logits: 4·s·b·V = 4 × {_s:,} × {_b} × {_V:,} = {mm.format_bytes(_d.loss)}, about "
             f"{_d.loss / (_d.per_layer * _d.layers_storing):.0f}× more. In a small model with a big vocabulary, "
             "the loss dominates once the blocks are checkpointed.")}),
-    ])
+    ])})
     return
 
 

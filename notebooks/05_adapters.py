@@ -310,13 +310,13 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
     full finetuning's {mm.format_bytes(_full.activations, unit)}: every one of the
     {_adapt.activation_detail.layers_storing} blocks keeps its share. Freezing all but the last block keeps
     only {mm.format_bytes(_freeze.activations, unit)}.
-
-    **Does it fit?** A card must hold {_basis} (the black tick on each bar, the table's "the card must
+    """), mo.accordion({"Does it fit, and on which cards?": mo.md(f"""
+    A card must hold {_basis} (the black tick on each bar, the table's "the card must
     hold"), with {mm.FIT_MARGIN:.0%} of it kept free (the command line's margin), in its
     capacity less the CUDA context. The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)},
     so {mm.format_bytes(usable_bytes, unit)} is left (the dashed line); on it {_verdicts}, as
     `memmath train` says. The "smallest GPU" column judges every card the same way.
-    """), mo.accordion({"Why do adapters keep most of the activations?": mo.md(f"""
+    """), "Why do adapters keep most of the activations?": mo.md(f"""
     With adapters each block keeps {viz.readable_size(_per_adapt, unit)} of activations, against
     {viz.readable_size(_per_full, unit)} in full finetuning.
     A frozen linear layer keeps no copy of its input, since it computes no gradient for its weight;
@@ -364,14 +364,12 @@ def _(live_only_notice, mo, toy_block):
     ## The price: extra work on every forward pass
 
     An adapter runs every time the model runs, in training *and* when it serves answers. The
-    article calls this the main drawback: higher inference latency. By count, two adapters add
-    **2m / (6h + s)** to a block's work; but small, sequential steps run less efficiently than large
-    ones. So measure it: set the sliders and press **Measure** to time a numpy block with and without
+    article calls this the main drawback: higher inference latency. Measure it: set the sliders and press **Measure** to time a numpy block with and without
     adapters.
     """), mo.accordion({"How is the work counted, and how is it timed?": mo.md(r"""
     Counted in floating-point operations (FLOPs, two per multiply-add), a block costs
     24·s·h² + 4·s²·h (Narayanan et al. 2021, section 5.1) and its two adapters add 8·s·h·m, a
-    fraction 2m / (6h + s). But FLOPs are not time: adapters are small, sequential matrix
+    fraction **2m / (6h + s)** of its work. But FLOPs are not time: adapters are small, sequential matrix
     products plus elementwise work, which a processor runs less efficiently than large ones.
     **Measure** times the block with and without adapters, both back to back in every run, taking
     turns going first so a busy moment slows both alike. It measured once when the page opened.
@@ -436,12 +434,14 @@ def _(alt, measure_button, mo, os, timing_budget_s, timing_chart, toy_block, viz
         With h = {toy_width}, s = {toy_seq} and m = {toy_m}, over {_runs} runs{_cut}, the fastest
         forward pass with adapters took **{fastest_ratio:.2f}×** as long as the fastest without
         ({fastest_ratio - 1:+.1%}); the medians give **{measured_ratio:.2f}×**. Counting FLOPs alone predicts
-        **{1 + predicted_overhead:.3f}×** ({predicted_overhead:+.1%}). Shrink the width or the sequence and the
-        measured gap usually grows beyond the FLOP count: small steps cost more time per FLOP than big ones.
+        **{1 + predicted_overhead:.3f}×** ({predicted_overhead:+.1%}).
         {"**The two estimates disagree on the direction here**: other work on this machine slowed some runs. "
          "The fastest runs are the least disturbed; press Measure to time again." if (fastest_ratio - 1) * (measured_ratio - 1) < 0 else ""}
         """),
         mo.accordion({"How far can these timings be trusted?": mo.vstack([mo.md(f"""
+        Shrink the width or the sequence and the measured gap usually grows beyond the FLOP count: small
+        steps cost more time per FLOP than big ones.
+
         **Read these timings as ratios.** They come from the computer running this notebook
         ({os.cpu_count()} CPU cores visible; BLAS limited to {_threads if _threads else "its default number of"}
         thread{"" if _threads == 1 else "s"}; each timing covers {_calls} back-to-back forward
@@ -532,29 +532,31 @@ def _(mm, mo, np, toy_block):
     _overhead = toy_block.adapter_flop_overhead(512, 4096, 64)
     mo.vstack([
         mo.md("## Problems"),
-        mo.md("**1.** BERT-base has width 768 and 12 blocks. How many parameters do adapters with bottleneck 64 "
-              "add to the whole model?"),
-        mo.accordion({"Answer": mo.md(f"""Per adapter 2 × 64 × 768 + 64 + 768 = {_per_block // 2:,}; two per
-        block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, the count memmath's
-        adapters give for bert-base-uncased at m = 64.""")}),
-        mo.md("**2.** Which is the smallest bottleneck that makes adapters 1% of Llama-2-7B? Why is it larger "
-              "than the one that gives 1% on BERT-base?"),
-        mo.accordion({"Answer": mo.md(f"""**m = {_first}** (the share is {_share[_first - 1]:.3%}); on
-        BERT-base m = {_bert_first} is enough. Adapter parameters grow with h, but the model grows with
-        h² (its matrices are h × h and h × 4h), so a wider model needs a wider bottleneck for the
-        same share.""")}),
-        mo.md("**3.** Llama-2-7B, batch 8 × 1,024 tokens, pure bf16 with AdamW. Adapters with m = 64 train far "
-              "fewer parameters than the last block holds. Which of the two keeps more activations, and why?"),
-        mo.accordion({"Answer": mo.md(f"""Adapters: {mm.format_bytes(_adapters.activations)} of
-        activations; freezing all but the last block: {mm.format_bytes(_freeze.activations)}. The adapters
-        sit in every block, so the backward pass runs through all {mm.PRESETS["llama-2-7b"].n_layers} blocks and
-        each keeps its activations (less than in full finetuning, since the frozen linear layers keep no
-        copy of their inputs); with freezing, gradients stop at the last block.""")}),
-        mo.md("**4.** By FLOPs, how much extra work do two m = 64 adapters add to a block of width 4,096 at 512 "
-              "tokens? Would you expect the measured slowdown to be smaller or larger?"),
-        mo.accordion({"Answer": mo.md(f"""2m / (6h + s) = 128 / (24,576 + 512) = **{_overhead:.2%}**.
-        Expect the measured slowdown to be larger: the adapters run as extra, small, sequential steps
-        (and at batch size 1 when serving, nothing hides that latency).""")}),
+        mo.accordion({"Four problems: counting adapters, a 1% bottleneck, adapters against freezing, the price in FLOPs": mo.vstack([
+            mo.md("**1.** BERT-base has width 768 and 12 blocks. How many parameters do adapters with bottleneck 64 "
+                  "add to the whole model?"),
+            mo.accordion({"Answer": mo.md(f"""Per adapter 2 × 64 × 768 + 64 + 768 = {_per_block // 2:,}; two per
+            block is {_per_block:,}; twelve blocks: **{12 * _per_block:,}** parameters, the count memmath's
+            adapters give for bert-base-uncased at m = 64.""")}),
+            mo.md("**2.** Which is the smallest bottleneck that makes adapters 1% of Llama-2-7B? Why is it larger "
+                  "than the one that gives 1% on BERT-base?"),
+            mo.accordion({"Answer": mo.md(f"""**m = {_first}** (the share is {_share[_first - 1]:.3%}); on
+            BERT-base m = {_bert_first} is enough. Adapter parameters grow with h, but the model grows with
+            h² (its matrices are h × h and h × 4h), so a wider model needs a wider bottleneck for the
+            same share.""")}),
+            mo.md("**3.** Llama-2-7B, batch 8 × 1,024 tokens, pure bf16 with AdamW. Adapters with m = 64 train far "
+                  "fewer parameters than the last block holds. Which of the two keeps more activations, and why?"),
+            mo.accordion({"Answer": mo.md(f"""Adapters: {mm.format_bytes(_adapters.activations)} of
+            activations; freezing all but the last block: {mm.format_bytes(_freeze.activations)}. The adapters
+            sit in every block, so the backward pass runs through all {mm.PRESETS["llama-2-7b"].n_layers} blocks and
+            each keeps its activations (less than in full finetuning, since the frozen linear layers keep no
+            copy of their inputs); with freezing, gradients stop at the last block.""")}),
+            mo.md("**4.** By FLOPs, how much extra work do two m = 64 adapters add to a block of width 4,096 at 512 "
+                  "tokens? Would you expect the measured slowdown to be smaller or larger?"),
+            mo.accordion({"Answer": mo.md(f"""2m / (6h + s) = 128 / (24,576 + 512) = **{_overhead:.2%}**.
+            Expect the measured slowdown to be larger: the adapters run as extra, small, sequential steps
+            (and at batch size 1 when serving, nothing hides that latency).""")}),
+        ])}),
     ])
     return
 

@@ -134,20 +134,23 @@ def _(mm, mo, requirement_view, verdict_of):
     _shape = mm.PRESETS["llama-2-7b"]
     _h, _L = _shape.hidden_size, _shape.n_layers
     _lora = mm.LoRA(rank=8, targets=("q", "v"))
-    mo.md(rf"""
+    _formula = mo.md(r"""
     ## The formula
 
     A frozen matrix W (d_out × d_in) gets a trainable update B·A, with A of shape r × d_in and B
     of shape d_out × r; the layer computes **W·x + (α/r)·B·A·x** (Hu et al. 2021, section 4.1). The
     rank r is small, so the update has **r × (d_in + d_out)** parameters instead of d_in × d_out.
+    The chart shows how the count grows with the rank for each choice of matrices: linearly, so
+    doubling r doubles the adapter.
+    """)
+    mo.vstack([_formula, mo.accordion({"Go deeper: the count by hand for Llama-2-7B": mo.md(f"""
     B starts at zero, so training starts from the pretrained model.
 
     Llama-2-7B has d_in = d_out = {_h:,} in its query and value projections. At r = 8 each adapted
     matrix gets 8 × ({_h:,} + {_h:,}) = {_lora.matrix_params(_h, _h):,} parameters, against {_h * _h:,} in the matrix
     itself. Two matrices (q and v) in each of {_L} blocks: {_lora.matrix_params(_h, _h):,} × 2 × {_L} =
-    **{_lora.trainable_params(_shape):,}** trainable parameters. The chart shows how the count grows with
-    the rank for each choice of matrices: linearly, so doubling r doubles the adapter.
-    """)
+    **{_lora.trainable_params(_shape):,}** trainable parameters.
+    """)})])
     return
 
 
@@ -179,8 +182,8 @@ def _(mo):
 
     During training the update runs beside the frozen matrix: W·x plus a thin side path B·(A·x).
     For serving, compute W' = W + (α/r)·B·A once and use it in place of W (Hu et al. 2021,
-    section 4.1): one matrix, the same shape as before, so no extra step and no extra latency. To
-    switch tasks, subtract B·A and add another task's update. Here it is in numpy, at the rank
+    section 4.1): one matrix, the same shape as before, so no extra step and no extra latency. Here
+    it is in numpy, at the rank
     chosen above when you press the button:
     """)
     return
@@ -238,11 +241,13 @@ def _(live_only_notice, merge_button, merge_gap, merge_same, merge_times, merge_
     Check {_timed["number"]}, at r = {_timed["rank"]}: a {merge_width} × {merge_width} matrix, a rank-{_timed["rank"]} update
     and a batch of {merge_tokens} token vectors. Same output? **{"yes" if merge_same else "no"}**: `np.allclose` on the
     two outputs (largest difference {merge_gap:.1e}, on values of typical size {_timed["typical"]:.2f}; float32
-    rounding, nothing more). Over {len(merge_times) // 3} interleaved runs on this machine, the fastest unmerged
+    rounding, nothing more).
+    """), mo.accordion({"Go deeper: the timings, unmerged against merged": mo.md(f"""
+    Over {len(merge_times) // 3} interleaved runs on this machine, the fastest unmerged
     layer took **{_fast[0]:.2f}×** the fastest base matrix's time ({_median[0]:.2f}× comparing medians), the merged
     one **{_fast[1]:.2f}×** ({_median[1]:.2f}×). {_reading} (see the timing caveat in
     {viz.lesson_link("05_adapters", "lesson 5")}).
-    """), live_only_notice(), mo.hstack([merge_button, mo.md("checks and times the three layers again, at the rank "
+    """)}), live_only_notice(), mo.hstack([merge_button, mo.md("checks and times the three layers again, at the rank "
                                                              "on the slider above")], justify="start", gap=1)])
     return
 
@@ -257,11 +262,13 @@ def _(live_only_notice, mo):
     With LoRA the trainable part is tiny, and the frozen weights dominate memory. QLoRA stores
     every linear layer's weights in **NF4**, a 4-bit format whose 16 levels sit at the quantiles
     of a normal distribution, since trained weights are roughly normal (Dettmers et al. 2023).
+    Below, a few thousand normal weights are quantized in NF4 and in plain 4-bit integers, in blocks
+    of the slider's size:
+    """), mo.accordion({"Go deeper: how a block is quantized": mo.md(r"""
     Weights are cut into blocks of 64; each block is divided by its largest absolute value (its
     *absmax*), rounded to the nearest level, and the absmax is kept as the block's quantization
-    constant. Below, a few thousand normal weights go through that, in NF4 and in plain 4-bit
-    integers:
-    """), live_only_notice(), block_size_slider])
+    constant.
+    """)}), live_only_notice(), block_size_slider])
     return (block_size_slider,)
 
 
@@ -292,15 +299,16 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
     _saved = (mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
               - mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
     mo.vstack([viz.plain_table(quant_rows.round(4)), mo.md(f"""
+    Smaller blocks cut the error and cost more constants: move the slider.
+    """), mo.accordion({"Go deeper: why NF4 beats int4, and how double quantization counts": mo.md(f"""
     NF4's levels crowd near zero, where most weights are, so its error is lower than int4's at the
     same 4 bits (the table's mean error is a share of the mean weight size). The constants cost
     extra bits: one fp32 absmax per block of {quant_block} is 32 / {quant_block} =
     **{_no_dq:.3f} bits per weight**. **Double quantization** stores those constants in 8 bits, with
     one fp32 constant per 256 of them: 8 / {quant_block} + 32 / ({quant_block} × 256) =
     **{_dq:.3f} bits** (QLoRA's blocks of 64 give {_paper_plain:.3f} and {_paper_dq:.3f}). On Llama-2-7B's
-    linear layers that saves {mm.format_bytes(_saved)}. Smaller blocks cut the error and cost
-    more constants: move the slider.
-    """)])
+    linear layers that saves {mm.format_bytes(_saved)}.
+    """)})])
     return demo_weights, quant_block, quant_rows
 
 
@@ -319,10 +327,7 @@ def _(live_only_notice, mm, mo, viz):
     mo.vstack([mo.md("""
     ## Full, LoRA and QLoRA side by side
 
-    The same model, rank and matrices as above, three ways, now with activations and a card. Beyond
-    the method, the precision recipe sets what each part is stored in, and **peft keeps LoRA adapters
-    in fp32 by default**, even on a bf16 model (`autocast_adapter_dtype=True`): 4 B of weight, 4 B of
-    gradient and, with Adam, 8 B of states per adapter parameter.
+    The same model, rank and matrices as above, three ways, now with activations and a card.
     """), live_only_notice(),
                mo.hstack([precision_dropdown, optimizer_dropdown, gpu_dropdown, unit_radio], justify="start", gap=1.5),
                mo.hstack([batch_slider, seq_len_slider, checkpointing_checkbox], justify="start", gap=1.5),
@@ -341,7 +346,13 @@ def _(live_chart):
 @app.cell(hide_code=True)
 def _(live_html, mo):
     sbs_table_view, sbs_prose_view = live_html(), live_html()  # filled by the next cell on every move
-    mo.vstack([sbs_table_view, sbs_prose_view])
+    _recipe = mo.md("""
+    Beyond the method, the precision recipe sets what each part is stored in, and **peft keeps LoRA
+    adapters in fp32 by default**, even on a bf16 model (`autocast_adapter_dtype=True`): 4 B of weight,
+    4 B of gradient and, with Adam, 8 B of states per adapter parameter.
+    """)
+    mo.vstack([sbs_table_view, mo.accordion({"Go deeper: where each method's bytes go, and what fp32 adapters cost":
+                                             mo.vstack([_recipe, sbs_prose_view])})])
     return sbs_prose_view, sbs_table_view
 
 
@@ -459,13 +470,16 @@ def _(literature, live_only_notice, mm, mo, paper_setups):
     _text = mo.md(f"""
     ## A 65B model on one 48 GB GPU
 
-    QLoRA's claim: {literature.cite("qlora_65b_gpu")}. The setup of its 65B Guanaco run: {_setup.description}
-    ({_setup.source}). Its optimizer is *paged*: when memory runs short, optimizer states move to CPU
-    RAM and come back when needed, which absorbs the spikes that long sequences cause. Change the
-    run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
+    QLoRA's claim: {literature.cite("qlora_65b_gpu")}. The controls start at the paper's 65B Guanaco
+    run. Change the run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
     {mm.format_bytes(_a6000.memory_bytes)}):
     """)
-    mo.vstack([_text, live_only_notice(), mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
+    _setup_fold = mo.accordion({"Go deeper: the paper's setup, and its paged optimizer": mo.md(f"""
+    The setup of its 65B Guanaco run: {_setup.description} ({_setup.source}). Its optimizer is *paged*:
+    when memory runs short, optimizer states move to CPU RAM and come back when needed, which absorbs
+    the spikes that long sequences cause.
+    """)})
+    mo.vstack([_text, _setup_fold, live_only_notice(), mo.hstack([q65_batch_slider, q65_seq_slider], justify="start", gap=1.5),
                mo.hstack([q65_optimizer_dropdown, q65_checkpointing_checkbox], justify="start", gap=1.5)])
     return q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider
 
@@ -497,18 +511,22 @@ def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_che
     _saved_as = (f", what transformers' forward pass saves for the backward pass ({guanaco.attention.upper()} attention, "
                  f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
                  if guanaco.activation_model == "transformers" else " (the textbook formula)")
-    mo.callout(mo.md(f"""
+    _verdict = mo.callout(mo.md(f"""
     This run needs **{mm.format_bytes(guanaco_need.bytes)}** ({mm.format_bytes(guanaco_need.bytes, "GiB")}),
     {requirement_view.requirement_words(guanaco_need)} (its parts add to {mm.format_bytes(guanaco.total)}): it
-    **{guanaco_verdict.sentence()}** on the {guanaco_fit.gpu.name}: {mm.format_bytes(guanaco_fit.available_bytes)}
-    usable, after {viz.card_reserve_words(guanaco_fit.gpu)}, and before paging moves anything to the CPU. Weights and constants take
+    **{guanaco_verdict.sentence()}** on the {guanaco_fit.gpu.name}, before paging moves anything to the CPU.
+    """), kind="success" if guanaco_fit.fits else "danger")
+    _parts = mo.md(f"""
+    The card: {mm.format_bytes(guanaco_fit.available_bytes)} usable, after
+    {viz.card_reserve_words(guanaco_fit.gpu)}. Weights and constants take
     {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
     head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
     {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
     activations are {mm.format_bytes(guanaco.activations)}{_saved_as}.
     {f"Without gradient checkpointing the same run would need {mm.format_bytes(mm.requirement(_setup.run(checkpointing=False, **_run)).bytes)} (its parts: {mm.format_bytes(guanaco_no_checkpointing.total)})."
      if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
-    """), kind="success" if guanaco_fit.fits else "danger")
+    """)
+    mo.vstack([_verdict, mo.accordion({"What the run holds, and what the card keeps back": _parts})])
     return guanaco, guanaco_fit, guanaco_need, guanaco_no_checkpointing, guanaco_verdict
 
 
@@ -595,9 +613,7 @@ def _(mo, recorded, viz):
 
 
 @app.cell(hide_code=True)
-def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, papers_fold, qlora_measured_fold, viz):
-    _shape = mm.PRESETS["llama-2-7b"]
-    _qv8 = mm.LoRA(rank=8, targets=("q", "v")).trainable_params(_shape)
+def _(mm, mo, papers_fold, qlora_measured_fold, viz):
     _plain, _dq = (mm.methods.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
     # "Go deeper": one fold per question a careful reader asks.
     _deeper = {"Do the papers' headline numbers follow from their setups?": papers_fold,
@@ -605,15 +621,10 @@ def _(gpt3_full, gpt3_weights_and_states, literature, mm, mo, papers_fold, qlora
     mo.vstack([mo.callout(mo.md(f"""
     **Takeaways**
 
-    - LoRA trains B·A beside chosen matrices: r × (d_in + d_out) parameters per matrix. Llama-2-7B
-      at r = 8 on q and v trains {_qv8:,} of its {_shape.n_params:,} parameters.
+    - LoRA trains B·A beside chosen matrices: r × (d_in + d_out) parameters per matrix.
     - Merged into W, the update adds no inference latency: the merged weight gives the same output.
     - QLoRA stores the frozen base in NF4: 4 bits per weight plus {_plain:.3f} bits of constants, or
       {_dq:.3f} with double quantization. Gradients and optimizer states exist only for the adapters.
-    - Headline numbers follow from their setups: weights plus Adam states for GPT-3
-      ({mm.format_bytes(gpt3_weights_and_states, "TB")} to {mm.format_bytes(gpt3_full.without_activations, "TB")}
-      against the reported {literature.REPORTED["lora_gpt3_vram_before"].value} TB), and an NF4 base, small adapters
-      and checkpointing for a 65B model on one 48 GB card.
     - Next: {viz.lesson_link("07_inference")}, the other half of the memory math.
     """), kind="success"), mo.md("## Go deeper"), mo.accordion(_deeper)])
     return
@@ -640,34 +651,36 @@ def _(mm, mo, requirement_view, verdict_of):
     problem_bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), **_adapters)
     mo.vstack([
         mo.md("## Problems"),
-        mo.md("""**1.** Llama-2-7B: q, k, v, o are 4,096 × 4,096; gate and up 4,096 → 11,008; down
-        11,008 → 4,096. How many parameters does LoRA with r = 16 on all seven matrices train over 32 blocks?"""),
-        mo.accordion({"Answer": mo.md(f"""16 × (4 × (4,096 + 4,096) + 3 × (4,096 + 11,008)) =
-        16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**,
-        the count memmath's LoRA gives for r = 16 on every linear layer.""")}),
-        mo.md("""**2.** Derive QLoRA's 0.5 and 0.127 bits per parameter. About how many GB does double
-        quantization save on a 65B model?"""),
-        mo.accordion({"Answer": mo.md(f"""32 / 64 = **{_plain:.3f}** bits with one fp32 constant per 64
-        weights; 8 / 64 + 32 / (64 × 256) = **{_dq:.4f}** bits with 8-bit constants and one fp32 constant per
-        256 blocks. On {_65b:,} parameters: ({_plain:.3f} − {_dq:.4f}) / 8 bytes each ≈
-        **{mm.format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
-        mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
-        pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
-        mo.accordion({"Answer": mo.md(f"""LoRA: the card must hold {mm.format_bytes(problem_needs[0].bytes)}
-        ({requirement_view.requirement_words(problem_needs[0])}; the parts add to {mm.format_bytes(problem_lora.total)}).
-        On the card's {mm.format_bytes(_gpu.memory_bytes)} less {_gpu.cuda_context_bytes // 2**20:,} MiB for its CUDA context
-        ({mm.format_bytes(_gpu.memory_bytes - _gpu.cuda_context_bytes)} usable) it **{problem_verdicts[0].sentence()}**:
-        the 16-bit weights alone are {mm.format_bytes(problem_lora.weights)}.
-        QLoRA: the card must hold {mm.format_bytes(problem_needs[1].bytes)}, and it
-        **{problem_verdicts[1].sentence()}**. Both keep
-        {mm.format_bytes(problem_lora.activations)} of activations: with checkpointing each block keeps only its
-        input, one block at a time is recomputed, and the loss's fp32 log-softmax over the
-        {mm.PRESETS["llama-2-13b"].vocab_size:,}-token vocabulary comes on top.""")}),
-        mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
-        linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),
-        mo.accordion({"Answer": mo.md(f"""{problem_fp32.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
-        (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(problem_fp32.total - problem_bf16.total)}**
-        more ({mm.format_bytes(problem_fp32.total)} against {mm.format_bytes(problem_bf16.total)}).""")}),
+        mo.accordion({"Four problems: LoRA's count by hand, QLoRA's bits, a 13B model on a 24 GB card, fp32 adapters": mo.vstack([
+            mo.md("""**1.** Llama-2-7B: q, k, v, o are 4,096 × 4,096; gate and up 4,096 → 11,008; down
+            11,008 → 4,096. How many parameters does LoRA with r = 16 on all seven matrices train over 32 blocks?"""),
+            mo.accordion({"Answer": mo.md(f"""16 × (4 × (4,096 + 4,096) + 3 × (4,096 + 11,008)) =
+            16 × (32,768 + 45,312) = {16 * (32768 + 45312):,} per block; × 32 = **{_all:,}**,
+            the count memmath's LoRA gives for r = 16 on every linear layer.""")}),
+            mo.md("""**2.** Derive QLoRA's 0.5 and 0.127 bits per parameter. About how many GB does double
+            quantization save on a 65B model?"""),
+            mo.accordion({"Answer": mo.md(f"""32 / 64 = **{_plain:.3f}** bits with one fp32 constant per 64
+            weights; 8 / 64 + 32 / (64 × 256) = **{_dq:.4f}** bits with 8-bit constants and one fp32 constant per
+            256 blocks. On {_65b:,} parameters: ({_plain:.3f} − {_dq:.4f}) / 8 bytes each ≈
+            **{mm.format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
+            mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
+            pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
+            mo.accordion({"Answer": mo.md(f"""LoRA: the card must hold {mm.format_bytes(problem_needs[0].bytes)}
+            ({requirement_view.requirement_words(problem_needs[0])}; the parts add to {mm.format_bytes(problem_lora.total)}).
+            On the card's {mm.format_bytes(_gpu.memory_bytes)} less {_gpu.cuda_context_bytes // 2**20:,} MiB for its CUDA context
+            ({mm.format_bytes(_gpu.memory_bytes - _gpu.cuda_context_bytes)} usable) it **{problem_verdicts[0].sentence()}**:
+            the 16-bit weights alone are {mm.format_bytes(problem_lora.weights)}.
+            QLoRA: the card must hold {mm.format_bytes(problem_needs[1].bytes)}, and it
+            **{problem_verdicts[1].sentence()}**. Both keep
+            {mm.format_bytes(problem_lora.activations)} of activations: with checkpointing each block keeps only its
+            input, one block at a time is recomputed, and the loss's fp32 log-softmax over the
+            {mm.PRESETS["llama-2-13b"].vocab_size:,}-token vocabulary comes on top.""")}),
+            mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
+            linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),
+            mo.accordion({"Answer": mo.md(f"""{problem_fp32.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
+            (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(problem_fp32.total - problem_bf16.total)}**
+            more ({mm.format_bytes(problem_fp32.total)} against {mm.format_bytes(problem_bf16.total)}).""")}),
+        ])}),
     ])
     return problem_bf16, problem_fp32, problem_lora, problem_needs, problem_qlora, problem_verdicts
 

@@ -388,7 +388,7 @@ def _(mm, mo, viz):
     _per_token = mm.kv_cache_bytes("llama-2-13b", context_len=1)
     _article = mm.kv_cache_bytes("llama-2-13b", context_len=8192)
     _m, _mistral = mm.PRESETS["llama-2-13b"], mm.PRESETS["mistral-7b"]
-    mo.md(f"""
+    mo.vstack([mo.md("""
     ## Three parts
 
     | part | what it holds | bytes |
@@ -396,7 +396,7 @@ def _(mm, mo, viz):
     | weights | every parameter in the serving format | parameters x bits / 8, plus one scale per block for integer formats |
     | KV cache | the key and value vector of every past token, in every layer | 2 x layers x kv_heads x head_dim x bytes x tokens x sequences (a sliding-window layer: at most its window of tokens) |
     | working set | the tensors one forward pass creates and frees | largest over the model's phases |
-
+    """), mo.accordion({"Go deeper: one token's cache by hand, and sliding windows": mo.md(f"""
     The **2** in the KV cache is one key plus one value (kipply 2022). For Llama-2-13B ({_m.n_layers} layers,
     {_m.n_kv_heads} key/value heads of {_m.head_dim} numbers) in a 16-bit format, one token costs
     2 x {_m.n_layers} x {_m.n_kv_heads} x {_m.head_dim} x 2 B = **{_per_token:,} B**. A
@@ -408,11 +408,13 @@ def _(mm, mo, viz):
     over {_mistral.sliding_window:,} tokens, most of Gemma 2's and 3's, Phi-3's) attends only to the last
     window of tokens, and transformers keeps only those: such a layer holds min(tokens, window) tokens,
     so its cache stops growing at the window. The number above adds the layers up that way.
-
+    """)}), mo.md("""
     ## Weights in the serving format
 
-    The weights are usually the largest part, and the serving format sets their size. Floating
-    formats store every parameter at their width. The integer formats here are counted **as
+    The weights are usually the largest part, and the serving format sets their size: the table
+    below gives each format's size for your model.
+    """), mo.accordion({"Go deeper: how transformers stores each format, and why the bits sit above the width": mo.md(f"""
+    Floating formats store every parameter at their width. The integer formats here are counted **as
     transformers loads a model with bitsandbytes**: its `replace_with_bnb_linear`
     (`transformers/integrations/bitsandbytes.py`) swaps each `nn.Linear` (and GPT-2's `Conv1D`) for a
     bitsandbytes layer and leaves every other tensor as it was. int8 follows LLM.int8 (Dettmers et
@@ -425,7 +427,7 @@ def _(mm, mo, viz):
     `nn.Linear`: that is why the effective bits per parameter below sit above the format's own width.
     {viz.lesson_link("01_weights_and_formats", "Lesson 1")}'s first figure puts **every weight** in the
     format instead (the last column), the size a model would have if every tensor were quantized.
-    """)
+    """)})])
     return
 
 
@@ -485,9 +487,8 @@ def _(alt, mm, mo, viz):
     The quick estimate adds {mm.inference.RULE_OF_THUMB_FACTOR - 1:.0%} to the weights for everything else. It is quoted widely
     (EleutherAI's rule, repeated in Hugging Face accelerate's memory-estimation docs). The chart sweeps the
     context for your model, batch and formats: the coloured areas are the detailed sum, the black dashed
-    line the rule of thumb, the red dotted line your GPU's memory less the CUDA context. Past the point
-    where the rule stops holding, long contexts and big batches make the KV cache, not the weights, the
-    part that decides whether a model fits. Try batch 64 at a long context: the cache dwarfs the weights.
+    line the rule of thumb, the red dotted line your GPU's memory less the CUDA context. Try batch 64
+    at a long context: the cache dwarfs the weights.
     """)
     return (sweep_draw,)
 
@@ -523,10 +524,11 @@ def _(mm, mo):
     Generating one token reads every weight once, and each sequence's whole KV cache. On a GPU
     that read is the bottleneck, so memory bandwidth gives an **upper bound**:
     tokens per second per sequence <= bandwidth / (weights + constants + KV cache) (kipply 2022).
+    Change the weights format to nf4 to see why quantized models also decode faster.
+    """), mo.accordion({"Go deeper: batches, real servers, and why a mixture of experts reads less": mo.md(f"""
     The weights are read once per step for the whole batch, so a batch of B sequences produces up
-    to B times as many tokens in total. Real servers reach a fraction of this bound. Change the
-    weights format to nf4 to see why quantized models also decode faster; raise the batch at a long
-    context to see the cache eat into the speed.
+    to B times as many tokens in total. Real servers reach a fraction of this bound. Raise the batch
+    at a long context to see the cache eat into the speed.
 
     A **mixture of experts** reads less. Its router sends each token to {_moe.experts_per_tok} of its
     {_moe.n_experts} experts per layer (Qwen3-30B-A3B), so one token at batch 1 reads the shared tensors
@@ -536,7 +538,7 @@ def _(mm, mo):
     step's tokens may go to different experts: the bound here assumes they reach min(experts, B x
     experts per token) distinct experts in each layer, the most a step can read, so it is the bound
     for tokens spread over the experts (tokens that share experts read less and decode faster).
-    """)])
+    """)})])
     return
 
 
@@ -553,7 +555,7 @@ def _(mo, site_charts):
     """), site_charts.serving_sweep()]) if site_charts.is_static_export() else None
     return
 @app.cell(hide_code=True)
-def _(mm, mo, viz):
+def _(mm, mo):
     _limit = mm.inference.rule_of_thumb_context_limit("llama-2-7b")
     _kv13 = mm.kv_cache_bytes("llama-2-13b", context_len=8192)
     _w13 = mm.inference_memory("llama-2-13b", context_len=1).weights
@@ -576,9 +578,9 @@ def _(mm, mo, viz):
     - The KV cache is 2 x layers x kv_heads x head_dim x bytes per token, times context, times batch.
       Grouped-query attention divides it by heads / kv_heads.
     - "Weights x 1.2" holds for short contexts only (Llama-2-7B in bf16, one sequence: up to
-      {_limit:,} tokens). Long contexts and large batches break it.
-    - A card holds a run when the total fits in its memory less its CUDA context (kept back here as in the
-      planner: {viz.context_reserves_words()}).
+      {_limit:,} tokens).
+    - A card holds a run when the total fits in its memory less its CUDA context (each card's is in
+      the first fold above).
     - Decoding is bounded by bandwidth / bytes read per step: smaller weights and a smaller cache
       make a model faster as well as smaller. A mixture of experts reads only its active parameters
       at batch 1 (Qwen3-30B-A3B: {_moe.active_params / _moe.n_params:.0%} of them).
@@ -589,36 +591,39 @@ def _(mm, mo, viz):
         mo.accordion({"Answer": mo.md(
             f"2 x {_m13.n_layers} x {_m13.n_kv_heads} x {_m13.head_dim} x 2 B x 8,192 = {mm.format_bytes(_kv13)} "
             f"for one; {mm.format_bytes(8 * _kv13)} for eight: more than the {mm.format_bytes(_w13)} of weights.")}),
-        mo.md("**2.** Llama-2-70B keeps 8 key/value heads for its 64 query heads. What does one token of "
-              "cache cost in bf16, and what would it cost with one key/value head per query head?"),
-        mo.accordion({"Answer": mo.md(
-            f"2 x {_m70.n_layers} x {_m70.n_kv_heads} x {_m70.head_dim} x 2 B = {_kv70:,} B per token. "
-            f"With {_m70.n_heads} kv heads: {_mha70:,} B, "
-            f"{_mha70 // _kv70} times more.")}),
-        mo.md("**3.** What is the decode bound for Llama-2-7B at 4,096 tokens, one sequence, on an "
-              "RTX 4090, in bf16 and in nf4?"),
-        mo.accordion({"Answer": mo.md(
-            f"bf16 reads {mm.format_bytes(_bf16.read_per_step)} per step: at most "
-            f"{_speed[0]:,.1f} tokens/s. nf4 reads "
-            f"{mm.format_bytes(_nf4.read_per_step)}: at most "
-            f"{_speed[1]:,.1f} tokens/s.")}),
-        mo.md("**4.** Up to which context does \"weights x 1.2\" cover Llama-2-7B in bf16 with one "
-              "sequence? With eight?"),
-        mo.accordion({"Answer": mo.md(
-            f"{_limits[0]:,} tokens with one sequence; {_limits[1]:,} tokens with eight, since the cache "
-            "and the working set grow with the batch too.")}),
-        mo.md(f"**5.** Qwen3-30B-A3B ({_moe.n_params:,} parameters, {_moe.experts_per_tok} of {_moe.n_experts} "
-              "experts per token) serves in bf16 at 4,096 tokens on an H100 80GB. What does a decode step read at "
-              "batch 1, and at batch 32, and what bound follows per sequence?"),
-        mo.accordion({"Answer": mo.md(
-            f"At batch 1 the token reads its {_moe.active_params:,} active parameters, "
-            f"{mm.format_bytes(_moe_runs[0].weights_read)}, plus {mm.format_bytes(_moe_runs[0].kv_cache)} of cache: "
-            f"{_h100.bandwidth_bytes_per_s / 1e9:,.0f} GB/s / {mm.format_bytes(_moe_runs[0].read_per_step)} = at "
-            f"most {_moe_speed[0]:,.0f} tokens/s. At batch 32, 32 x {_moe.experts_per_tok} = "
-            f"{32 * _moe.experts_per_tok} routings can reach all {_moe.n_experts} experts of a layer, so a step reads "
-            f"every weight, {mm.format_bytes(_moe_runs[1].weights_read)}, plus "
-            f"{mm.format_bytes(_moe_runs[1].kv_cache)} of cache: at most {_moe_speed[1]:,.1f} tokens/s per sequence, "
-            f"{32 * _moe_speed[1]:,.0f} across the batch.")}),
+        mo.accordion({"Problems 2 to 5: grouped-query attention, the decode bound, the rule with a batch, "
+                      "a mixture of experts": mo.vstack([
+            mo.md("**2.** Llama-2-70B keeps 8 key/value heads for its 64 query heads. What does one token of "
+                  "cache cost in bf16, and what would it cost with one key/value head per query head?"),
+            mo.accordion({"Answer": mo.md(
+                f"2 x {_m70.n_layers} x {_m70.n_kv_heads} x {_m70.head_dim} x 2 B = {_kv70:,} B per token. "
+                f"With {_m70.n_heads} kv heads: {_mha70:,} B, "
+                f"{_mha70 // _kv70} times more.")}),
+            mo.md("**3.** What is the decode bound for Llama-2-7B at 4,096 tokens, one sequence, on an "
+                  "RTX 4090, in bf16 and in nf4?"),
+            mo.accordion({"Answer": mo.md(
+                f"bf16 reads {mm.format_bytes(_bf16.read_per_step)} per step: at most "
+                f"{_speed[0]:,.1f} tokens/s. nf4 reads "
+                f"{mm.format_bytes(_nf4.read_per_step)}: at most "
+                f"{_speed[1]:,.1f} tokens/s.")}),
+            mo.md("**4.** Up to which context does \"weights x 1.2\" cover Llama-2-7B in bf16 with one "
+                  "sequence? With eight?"),
+            mo.accordion({"Answer": mo.md(
+                f"{_limits[0]:,} tokens with one sequence; {_limits[1]:,} tokens with eight, since the cache "
+                "and the working set grow with the batch too.")}),
+            mo.md(f"**5.** Qwen3-30B-A3B ({_moe.n_params:,} parameters, {_moe.experts_per_tok} of {_moe.n_experts} "
+                  "experts per token) serves in bf16 at 4,096 tokens on an H100 80GB. What does a decode step read at "
+                  "batch 1, and at batch 32, and what bound follows per sequence?"),
+            mo.accordion({"Answer": mo.md(
+                f"At batch 1 the token reads its {_moe.active_params:,} active parameters, "
+                f"{mm.format_bytes(_moe_runs[0].weights_read)}, plus {mm.format_bytes(_moe_runs[0].kv_cache)} of cache: "
+                f"{_h100.bandwidth_bytes_per_s / 1e9:,.0f} GB/s / {mm.format_bytes(_moe_runs[0].read_per_step)} = at "
+                f"most {_moe_speed[0]:,.0f} tokens/s. At batch 32, 32 x {_moe.experts_per_tok} = "
+                f"{32 * _moe.experts_per_tok} routings can reach all {_moe.n_experts} experts of a layer, so a step reads "
+                f"every weight, {mm.format_bytes(_moe_runs[1].weights_read)}, plus "
+                f"{mm.format_bytes(_moe_runs[1].kv_cache)} of cache: at most {_moe_speed[1]:,.1f} tokens/s per sequence, "
+                f"{32 * _moe_speed[1]:,.0f} across the batch.")}),
+        ])}),
     ])
     return
 
