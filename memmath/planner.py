@@ -530,7 +530,8 @@ class RecipeInstead:
     @property
     def fits(self) -> bool | None:
         """The verdict's fits: None where the requirement is a floor that passes (memmath/verdict.py)."""
-        return verdict_of_fit(self.fit, FIT_MARGIN, self.requirement.reason if self.requirement.refused else "").fits
+        return verdict_of_fit(self.fit, FIT_MARGIN, self.requirement.reason if self.requirement.refused else "",
+                              self.requirement.left_out or "its activations").fits
 
 
 @dataclass(frozen=True)
@@ -564,7 +565,8 @@ class TrainingPlan:
         type whose activations are not checked against PyTorch) is "does not fit" or refused, never "fits"."""
         if self.fit is None:
             return None
-        return verdict_of_fit(self.fit, FIT_MARGIN, self.requirement.reason if self.requirement.refused else "")
+        return verdict_of_fit(self.fit, FIT_MARGIN, self.requirement.reason if self.requirement.refused else "",
+                              self.requirement.left_out or "its activations")
 
     @property
     def fits(self) -> bool | None:

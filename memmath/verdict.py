@@ -43,6 +43,7 @@ class Verdict:
     margin_bytes: int
     margin_share: float
     refusal: str = ""  # why required_bytes is only a floor and no "fits" is said ("" for a requirement)
+    left_out: str = "its activations"  # what a floor leaves out, in words (memmath.decision.Requirement.left_out)
 
     @property
     def usable_bytes(self) -> int:
@@ -109,9 +110,9 @@ class Verdict:
         f = lambda n: format_bytes(n, unit)  # noqa: E731
         if self.refusal:
             if self.fits is None:
-                return (f"has no verdict: without its activations (not checked against PyTorch) it needs "
-                        f"{f(self.required_bytes)}, which leaves {f(self.spare)} for them")
-            return f"does not fit: short by at least {f(self.short_by)}, even without its activations"
+                return (f"has no verdict: without {self.left_out} it needs {f(self.required_bytes)}, which leaves "
+                        f"{f(self.spare)} for them")
+            return f"does not fit: short by at least {f(self.short_by)}, even without {self.left_out}"
         return f"fits, with {f(self.spare)} to spare" if self.fits else f"does not fit: short by {f(self.short_by)}"
 
 
@@ -120,14 +121,15 @@ def verdict_of(required, gpu, *, reserved_bytes=None, margin=FIT_MARGIN) -> Verd
     GPU): the CUDA reserve and the margin by default, as the planner and the command line judge a run. A
     Requirement that is a floor (memmath.decision) gives its refusal: never "fits"."""
     refusal = required.reason if getattr(required, "basis", None) == "floor" else ""
+    left_out = getattr(required, "left_out", "") or "its activations"
     required = getattr(required, "bytes", required)
     fit = check_fit(required, gpu, reserved_bytes=reserved_bytes, margin=margin)
-    return verdict_of_fit(fit, margin, refusal)
+    return verdict_of_fit(fit, margin, refusal, left_out)
 
 
-def verdict_of_fit(fit, margin=FIT_MARGIN, refusal="") -> Verdict:
+def verdict_of_fit(fit, margin=FIT_MARGIN, refusal="", left_out="its activations") -> Verdict:
     """The Verdict of a gpus.Fit (check_fit's answer); `margin`: the share its margin_bytes stands for; refusal: why
     the fit's bytes are only a floor (a floor Requirement's reason), "" for a requirement."""
     return Verdict(gpu_name=fit.gpu.name, required_bytes=int(fit.required_bytes), memory_bytes=int(fit.gpu.memory_bytes),
                    reserved_bytes=int(fit.reserved_bytes), margin_bytes=int(fit.margin_bytes),
-                   margin_share=float(margin) if fit.margin_bytes else 0.0, refusal=refusal)
+                   margin_share=float(margin) if fit.margin_bytes else 0.0, refusal=refusal, left_out=left_out)
