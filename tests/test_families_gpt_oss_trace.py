@@ -127,3 +127,78 @@ def test_attention_dropout_is_held_as_traced(torch, transformers, peft, method, 
     run = dict(precision=precision, method=method, attention="eager")
     assert held_for_backward(torch, transformers, peft, config, **run) == _saved(config, precision=precision,
                                                                                 method=method, dropout=True)
+
+
+# ---- held out: CPU steps measured after the trace was committed -------------------------------------------------
+# Two AdamW steps (tests/family_checks.py two_cpu_steps: b 2, s 64, eager), full and LoRA r 4 on q and v, fp32 and
+# bf16, checkpointing off and on. The first measurement found the steady step's forward peak 3.4% above the trace
+# in deep's LoRA fp32 step: grouped_mm_experts_forward's gathered biases and sorted ids, the layer's normed input
+# and GptOssMLP's router logits are locals alive until the MoE block returns; modelled since (the trace's saved
+# bytes did not move), after which every step below was measured again.
+HELD_OUT = {
+    "moe": BASE,  # its saved activations were held in; its step peaks were not
+    # four blocks, eight heads, top-4 of 8 experts, the training DynamicCache on
+    "deep": dict(BASE, hidden_size=128, num_attention_heads=8, num_key_value_heads=2, intermediate_size=64,
+                 num_local_experts=8, num_experts_per_tok=4, num_hidden_layers=4, sliding_window=32, use_cache=True),
+    # three heads over one key/value head, 6 experts, an 8-token window
+    "narrow": dict(BASE, hidden_size=48, num_attention_heads=3, num_key_value_heads=1, intermediate_size=24,
+                   num_local_experts=6, num_experts_per_tok=2, sliding_window=8),
+    # sixteen heads of 8 over a 64-wide stream: the attention's b x a x s x (s + 1) tensors dominate
+    "heads": dict(BASE, num_attention_heads=16, num_key_value_heads=4, head_dim=8),
+}
+# peak / measured - 1 of the steady step, measured after the change above (CPU, torch 2.13, transformers 5.24)
+MEASURED = {  # (name, method, precision): (without checkpointing, with checkpointing)
+    ("moe", "full", "fp32"): (0.0002, 0.0048), ("moe", "full", "bf16"): (0.0004, -0.0247),
+    ("moe", "lora", "fp32"): (0.0004, -0.0139), ("moe", "lora", "bf16"): (0.0005, -0.0370),
+    ("deep", "full", "fp32"): (0.0001, 0.0006), ("deep", "full", "bf16"): (0.0001, -0.0003),
+    ("deep", "lora", "fp32"): (-0.0080, -0.0047), ("deep", "lora", "bf16"): (0.0001, -0.0082),
+    ("narrow", "full", "fp32"): (0.0003, 0.0064), ("narrow", "full", "bf16"): (0.0004, -0.0287),
+    ("narrow", "lora", "fp32"): (0.0005, -0.0575), ("narrow", "lora", "bf16"): (0.0006, -0.0401),
+    ("heads", "full", "fp32"): (0.0002, -0.1013), ("heads", "full", "bf16"): (0.0003, -0.1753),
+    ("heads", "lora", "fp32"): (-0.0190, -0.2066), ("heads", "lora", "bf16"): (0.0004, -0.2746),
+}
+# Why the checkpointed steps fall short: peak.py prices a block's backward working set by its MLP (here the MoE
+# block's moments, _moe.backward_phase) and not by eager attention's backward, whose softmax, max and slice
+# gradients are b x a x s x (s + 1) each; a recomputed block's attention backward then dominates where a x s is
+# large against k x h (heads: 1,024 against 128). Without checkpointing deep's LoRA fp32 step is short by the
+# DynamicCache's k and v of the earlier blocks (eager attention keeps repeat_kv's copies, not the cache's, and the
+# forward peak counts only saved tensors of earlier blocks), heads' by 1.9% in its forward.
+SHORT_CHECKPOINTED = {("narrow", "lora", "fp32")} | {("heads", method, precision) for method in ("full", "lora")
+                                                       for precision in ("fp32", "bf16")}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(HELD_OUT))
+def test_held_out_steps_save_what_the_trace_saves_and_peak_within_two_percent(torch, transformers, peft, name,
+                                                                             method, precision):
+    """Held out: what two_cpu_steps' recorder counts as saved equals the trace to the byte in every case; the steady
+    step's peak is within 2% (MEASURED: 0.01% to 0.06% over but for deep's and heads' LoRA fp32 steps)."""
+    from family_checks import predicted_step, two_cpu_steps
+
+    config = HELD_OUT[name]
+    run = dict(precision=precision, method=method, attention="eager")
+    saved, peak = predicted_step(mm.from_hf_config(config), **run)
+    measured = two_cpu_steps(torch, transformers, peft, config, **run)
+    assert measured["saved_bytes"] == saved
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.02
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(HELD_OUT))
+def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft, name, method, precision):
+    """Held out, with gradient checkpointing (transformers' non-reentrant default): within 5% (tests/test_fidelity.py's
+    tolerance) but where the attention backward is not priced (SHORT_CHECKPOINTED, MEASURED)."""
+    from family_checks import predicted_step, two_cpu_steps
+
+    if (name, method, precision) in SHORT_CHECKPOINTED:
+        pytest.xfail(f"{MEASURED[name, method, precision][1]:.1%} under the measured peak: a recomputed block's eager "
+                     "attention backward (b x a x s x (s + 1) gradients) is not in peak.py's working set")
+    config = HELD_OUT[name]
+    run = dict(precision=precision, method=method, attention="eager", checkpointing=True)
+    _, peak = predicted_step(mm.from_hf_config(config), **run)
+    measured = two_cpu_steps(torch, transformers, peft, config, **run)
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.05, peak / measured["peak_step2_bytes"] - 1

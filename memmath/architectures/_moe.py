@@ -383,8 +383,9 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
         tr.save(gate_up_weight, "experts gate_up_proj W + BA (peft ParamWrapper)")
     gate_up = tr.new(rows * 2 * width, e, selected.grad or weights_grad)
     tr.use(selected, offsets, gate_up_weight)
+    biases = []  # the function's local selected_biases: each gathered bias lives until the next replaces it
     if biased:
-        _add_gathered_bias(tr, gate_up, expert_ids, trainable, "gate_up_proj_bias")
+        biases.append(_add_gathered_bias(tr, gate_up, expert_ids, trainable, "gate_up_proj_bias"))
     if apply_gate is None:
         gate, up = (Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
         prod = tr.silu_times(gate, up, "experts SwiGLU")
@@ -398,7 +399,7 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
     down = tr.new(rows * h, e, prod.grad or weights_grad)
     tr.use(prod, offsets, down_weight)
     if biased:
-        _add_gathered_bias(tr, down, expert_ids, trainable, "down_proj_bias")
+        biases.append(_add_gathered_bias(tr, down, expert_ids, trainable, "down_proj_bias", biases[0]))
     out_elem = max(e, weight_elem)
     weighted = tr.new(rows * h, out_elem, down.grad or weights.grad)
     tr.use(down, weights)
@@ -418,15 +419,20 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
         out.grad = unsorted.grad
     tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
     tr.use(selected)  # its local selected_hidden_states_g lives until it returns (measured: S x h at the unsort)
+    # and so do selected_biases, the last gathered bias, and expert_ids_g (found on held-out gpt-oss steps)
+    tr.use(*biases[1:], expert_ids)
     return out
 
 
-def _add_gathered_bias(tr: Trace, out: Tensor, expert_ids: Tensor, trains: bool, name: str):
-    """_grouped_linear's out.add_(bias[expert_ids_g]) (integrations/moe.py): the gathered S-row bias is a temporary
-    that the in-place add reads; index's backward keeps the sorted ids when the bias trains."""
+def _add_gathered_bias(tr: Trace, out: Tensor, expert_ids: Tensor, trains: bool, name: str, previous=None) -> Tensor:
+    """_grouped_linear's out.add_(bias) of grouped_mm_experts_forward's selected_biases = bias[expert_ids_g]
+    (integrations/moe.py): the gathered S-row bias, added in place, is a local that lives until the next gather
+    replaces it (previous: the one it replaces) or the function returns; index's backward keeps the sorted ids when
+    the bias trains. Returns the gathered bias."""
     bias = tr.new(out.numel, out.elem, trains)
-    tr.use(expert_ids)
+    tr.use(expert_ids, previous)
     if trains:
         tr.save(expert_ids, f"experts' sorted ids (int64, {name} gather)")
     tr.use(bias, out)  # the in-place add: no new storage
     out.grad = out.grad or trains
+    return bias

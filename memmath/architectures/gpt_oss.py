@@ -136,8 +136,9 @@ def attention(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     return tr.linear(ctx, t * dm["h"], trainable, p.lora_of("o_proj"), "o_proj")
 
 
-def router(tr: Trace, shape, x: Tensor, trainable: bool, lora) -> Tensor:
-    """GptOssTopKRouter on the normalized input x (t x h): returns the routing weights (t x k, the model's dtype).
+def router(tr: Trace, shape, x: Tensor, trainable: bool, lora) -> tuple:
+    """GptOssTopKRouter on the normalized input x (t x h): returns the logits (t x E) and the routing weights (t x k),
+    both in the model's dtype.
     F.linear(x, weight, bias) keeps x when the weight trains (under peft's ParamWrapper: x, and W + BA when x needs
     a gradient, as _moe.trace); topk over the logits keeps its int64 indices; softmax over the k chosen logits, in
     the model's dtype, keeps its output."""
@@ -163,7 +164,7 @@ def router(tr: Trace, shape, x: Tensor, trainable: bool, lora) -> Tensor:
     tr.use(values)
     if grad:
         tr.save(weights, "router top-k softmax output")
-    return weights
+    return logits, weights
 
 
 def clamped_swiglu(tr: Trace, gate_up: Tensor) -> Tensor:
@@ -189,7 +190,7 @@ def clamped_swiglu(tr: Trace, gate_up: Tensor) -> Tensor:
     up1 = tr.new(width, e, grad)  # up + 1
     tr.use(up)
     out = tr.new(width, e, grad)  # (up + 1) * glu
-    tr.use(up1, glu)
+    tr.use(up1, glu, up)  # the clamped up, a local, lives until _apply_gate returns
     if grad:
         tr.save(up1, "experts up + 1")
         tr.save(glu, "experts glu")
@@ -200,13 +201,16 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     """GptOssDecoderLayer: input_layernorm (GptOssRMSNorm: (weight * normed_fp32).to(dtype), whose product keeps the
     fp32 normed input, OLMo 2's), the sink attention, residual; post_attention_layernorm, the router and the routed
     experts (_moe.routed_experts: grouped_mm with the experts' biases gathered per row and the clamped SwiGLU),
-    residual."""
+    residual. The layer's normed input and GptOssMLP's router logits (assigned to `_`) and weights stay alive until
+    the MoE block returns, as grouped_mm_experts_forward's gathered bias and sorted ids do (_moe.routed_experts):
+    found on held-out steps (LoRA in fp32, top-4 of 8 experts), whose forward peak, at the experts' unsort, was
+    3.4% above the trace's without them."""
     r1 = tr.add(x, attention(tr, shape, tr.rms_norm(x, trainable, "input_layernorm", weight_fp32=True), trainable, p))
     normed = tr.rms_norm(r1, trainable, "post_attention_layernorm", weight_fp32=True)
-    weights = router(tr, shape, normed, trainable, p.lora_of)
+    logits, weights = router(tr, shape, normed, trainable, p.lora_of)
     out = _moe.routed_experts(tr, shape, normed, weights, trainable, p.lora_of, biased=True,
                               apply_gate=clamped_swiglu)
-    tr.use(weights)  # GptOssMLP returns router_scores beside the output; the layer holds it until it returns
+    tr.use(normed, logits, weights)
     return tr.add(r1, out)
 
 
