@@ -131,10 +131,11 @@ def test_attention_dropout_is_held_as_traced(torch, transformers, peft, method, 
 
 # ---- held out: CPU steps measured after the trace was committed -------------------------------------------------
 # Two AdamW steps (tests/family_checks.py two_cpu_steps: b 2, s 64, eager), full and LoRA r 4 on q and v, fp32 and
-# bf16, checkpointing off and on. The first measurement found the steady step's forward peak 3.4% above the trace
-# in deep's LoRA fp32 step: grouped_mm_experts_forward's gathered biases and sorted ids, the layer's normed input
-# and GptOssMLP's router logits are locals alive until the MoE block returns; modelled since (the trace's saved
-# bytes did not move), after which every step below was measured again.
+# bf16, checkpointing off and on. The trace was changed twice after measuring them, its saved bytes never: deep's
+# LoRA fp32 step peaked 3.4% above it in its forward, at the experts' unsort (grouped_mm_experts_forward's gathered
+# biases and sorted ids, the layer's normed input and GptOssMLP's router logits are locals alive until the MoE block
+# returns), and heads' LoRA fp32 step 1.9% above it at the sink softmax (repeat_kv copies v with k, before the first
+# matmul, and the masked scores live until softmax returns). Every step below was measured again after both.
 HELD_OUT = {
     "moe": BASE,  # its saved activations were held in; its step peaks were not
     # four blocks, eight heads, top-4 of 8 experts, the training DynamicCache on
@@ -146,7 +147,7 @@ HELD_OUT = {
     # sixteen heads of 8 over a 64-wide stream: the attention's b x a x s x (s + 1) tensors dominate
     "heads": dict(BASE, num_attention_heads=16, num_key_value_heads=4, head_dim=8),
 }
-# peak / measured - 1 of the steady step, measured after the change above (CPU, torch 2.13, transformers 5.24)
+# peak / measured - 1 of the steady step, measured after the changes above (CPU, torch 2.13, transformers 5.24)
 MEASURED = {  # (name, method, precision): (without checkpointing, with checkpointing)
     ("moe", "full", "fp32"): (0.0002, 0.0048), ("moe", "full", "bf16"): (0.0004, -0.0247),
     ("moe", "lora", "fp32"): (0.0004, -0.0139), ("moe", "lora", "bf16"): (0.0005, -0.0370),
@@ -154,27 +155,28 @@ MEASURED = {  # (name, method, precision): (without checkpointing, with checkpoi
     ("deep", "lora", "fp32"): (-0.0080, -0.0047), ("deep", "lora", "bf16"): (0.0001, -0.0082),
     ("narrow", "full", "fp32"): (0.0003, 0.0064), ("narrow", "full", "bf16"): (0.0004, -0.0287),
     ("narrow", "lora", "fp32"): (0.0005, -0.0575), ("narrow", "lora", "bf16"): (0.0006, -0.0401),
-    ("heads", "full", "fp32"): (0.0002, -0.1013), ("heads", "full", "bf16"): (0.0003, -0.1753),
-    ("heads", "lora", "fp32"): (-0.0190, -0.2066), ("heads", "lora", "bf16"): (0.0004, -0.2746),
+    ("heads", "full", "fp32"): (0.0002, -0.0177), ("heads", "full", "bf16"): (0.0003, -0.1247),
+    ("heads", "lora", "fp32"): (-0.0002, -0.0299), ("heads", "lora", "bf16"): (0.0004, -0.1539),
 }
 # Why the checkpointed steps fall short: peak.py prices a block's backward working set by its MLP (here the MoE
-# block's moments, _moe.backward_phase) and not by eager attention's backward, whose softmax, max and slice
-# gradients are b x a x s x (s + 1) each; a recomputed block's attention backward then dominates where a x s is
-# large against k x h (heads: 1,024 against 128). Without checkpointing deep's LoRA fp32 step is short by the
-# DynamicCache's k and v of the earlier blocks (eager attention keeps repeat_kv's copies, not the cache's, and the
-# forward peak counts only saved tensors of earlier blocks), heads' by 1.9% in its forward.
-SHORT_CHECKPOINTED = {("narrow", "lora", "fp32")} | {("heads", method, precision) for method in ("full", "lora")
-                                                       for precision in ("fp32", "bf16")}
+# block's moments, _moe.backward_phase), not by eager attention's backward. Measured in heads' bf16 step (the
+# profiler's allocations): the peak is in the recomputed block's MaxBackward0, whose value_selecting_reduction_backward
+# makes b x a x s x (s + 1) zeros and scatters into them (the CPU scatter allocating that many fp32 values for a
+# bf16 tensor) beside the softmax backward's b x a x s x (s + 1) gradient; where a x s is large against k x h
+# (heads: 1,024 against 128) that moment is the step's peak. Without checkpointing deep's LoRA fp32 step is short
+# by the DynamicCache's k and v of the earlier blocks (eager attention keeps repeat_kv's copies, not the cache's, and
+# the forward peak counts only the earlier blocks' saved tensors).
+SHORT_CHECKPOINTED = {("narrow", "lora", "fp32"), ("heads", "full", "bf16"), ("heads", "lora", "bf16")}
 
 
 @pytest.mark.live
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("method", ["full", "lora"])
 @pytest.mark.parametrize("name", sorted(HELD_OUT))
-def test_held_out_steps_save_what_the_trace_saves_and_peak_within_two_percent(torch, transformers, peft, name,
+def test_held_out_steps_save_what_the_trace_saves_and_peak_within_one_percent(torch, transformers, peft, name,
                                                                              method, precision):
     """Held out: what two_cpu_steps' recorder counts as saved equals the trace to the byte in every case; the steady
-    step's peak is within 2% (MEASURED: 0.01% to 0.06% over but for deep's and heads' LoRA fp32 steps)."""
+    step's peak is within 1% (MEASURED: -0.02% to +0.06% but for deep's LoRA fp32 step, -0.8%)."""
     from family_checks import predicted_step, two_cpu_steps
 
     config = HELD_OUT[name]
@@ -182,7 +184,7 @@ def test_held_out_steps_save_what_the_trace_saves_and_peak_within_two_percent(to
     saved, peak = predicted_step(mm.from_hf_config(config), **run)
     measured = two_cpu_steps(torch, transformers, peft, config, **run)
     assert measured["saved_bytes"] == saved
-    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.02
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.01
 
 
 @pytest.mark.live
