@@ -115,9 +115,12 @@ def test_gpt_oss_kv_cache_alternates_full_and_128_token_windows():
     assert memory.kv_cache == states.cache_bytes(layers, tokens=32_768, dtype="bf16") == 808_452_096
 
 
-def test_gpt_oss_activations_are_the_textbook_model_until_traced():
+def test_gpt_oss_activations_are_traced_with_eager_attention():
+    # GptOssPreTrainedModel._supports_sdpa is False: the exact trace runs its eager sink attention
+    # (tests/test_families_gpt_oss_trace.py measures it)
     memory = mm.training_memory("gpt-oss-20b", method=mm.LoRA(rank=8))
-    assert "activations_textbook_fallback" in [note.kind for note in memory.notes]
+    assert memory.activation_model == "transformers" and memory.attention == "eager"
+    assert "activations_textbook_fallback" not in [note.kind for note in memory.notes]
 
 
 def test_gpt_oss_refuses_what_it_cannot_model():

@@ -27,8 +27,10 @@ LFM2_PARAMS, LFM2_TENSORS = 1_170_340_608, 2 + 10 * 8 + 6 * 11
 LFM2_FLOOR = 2 * LFM2_PARAMS + 2 * LFM2_PARAMS + (2 * 2 * LFM2_PARAMS + 4 * LFM2_TENSORS)
 LFM2_RUN = dict(batch_size=4, seq_len=2048)
 LFM2_ARGS = ["train", "lfm2-1.2b", "--gpu", "RTX 4090", "--batch", "4", "--seq", "2048"]
-# openai/gpt-oss-20b: 20,914,757,184 parameters (transformers' count on the meta device, test_families_moe).
-GPT_OSS_PARAMS = 20_914_757_184
+# Qwen3-Next-80B-A3B (qwen3_next: its gated DeltaNet blocks run other kernels on CUDA than on the CPU, so it stays
+# untraced): 79,674,391,296 parameters, the count tests/test_cli.py checks against the published config.
+QWEN3_NEXT = "qwen3-next-80b-a3b"
+QWEN3_NEXT_PARAMS = 79_674_391_296
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:
@@ -60,10 +62,10 @@ def test_a_floor_that_fits_is_no_verdict_never_fits():
 
 
 def test_a_floor_that_does_not_fit_is_does_not_fit():
-    # gpt-oss-20b, full finetuning in pure bf16 with AdamW on one GPU: at least 8 B a parameter (weights, gradients,
-    # two moments at 2 B), 167.3 GB, whatever the activations: more than an H100's 85.5 GB.
-    plan = mm.plan_training("gpt-oss-20b", "H100 80GB", seq_len=2048)
-    assert plan.requirement.basis == "floor" and plan.requirement.bytes >= 8 * GPT_OSS_PARAMS
+    # Qwen3-Next-80B-A3B, full finetuning in pure bf16 with AdamW on one GPU: at least 8 B a parameter (weights,
+    # gradients, two moments at 2 B), 637.4 GB, whatever the activations: more than an H100's 85.5 GB.
+    plan = mm.plan_training(QWEN3_NEXT, "H100 80GB", seq_len=2048)
+    assert plan.requirement.basis == "floor" and plan.requirement.bytes >= 8 * QWEN3_NEXT_PARAMS
     assert plan.fits is False and plan.verdict.what_fails == "the card"
     assert "short by at least" in plan.verdict.clause()
 
@@ -90,34 +92,35 @@ def test_the_json_says_fits_null_and_why(capsys):
 
 
 def test_a_floor_that_does_not_fit_exits_1(capsys):
-    status, out, _ = cli(capsys, "train", "gpt-oss-20b", "--gpu", "H100 80GB", "--seq", "2048")
+    status, out, _ = cli(capsys, "train", QWEN3_NEXT, "--gpu", "H100 80GB", "--seq", "2048")
     assert status == 1 and "does not fit: short by at least" in out and "fits, with" not in out
     assert "No change is judged" in out
 
 
 @pytest.mark.parametrize("sharding", ["even", "fsdp2"])
 def test_a_sharded_run_is_refused_not_bounded(capsys, sharding):
-    # gpt-oss-20b over 8 GPUs with ZeRO-3 (or FSDP2): bounds.py's "safe upper bound" added transients to the
-    # unchecked activations and said "fits, with 19.86 GB to spare" on an H100. Each GPU's floor is its eighth of
-    # 8 B a parameter (2,614,344,648 parameters' worth) plus Adam's 4-byte steps, one per tensor (under 1,024).
+    # An untraced model over 8 GPUs with ZeRO-3 (or FSDP2): bounds.py's "safe upper bound" added transients to the
+    # unchecked activations and said "fits, with 19.86 GB to spare" on an H100 (gpt-oss-20b, untraced then). Each
+    # GPU's floor is its eighth of 8 B a parameter (9,959,298,912 parameters' worth) plus Adam's 4-byte steps, one
+    # per tensor; FSDP2 pads each tensor's dim 0 to a multiple of the 8 ranks (under 0.001% more here).
     run = dict(seq_len=2048, n_gpus=8, zero_stage=3, sharding=sharding)
-    need = mm.requirement("gpt-oss-20b", **run)
-    assert need.basis == "floor" and GPT_OSS_PARAMS <= need.bytes < GPT_OSS_PARAMS + 4 * 1024
-    assert mm.plan_training("gpt-oss-20b", "H100 80GB", **run).fits is None
-    status, out, _ = cli(capsys, "train", "gpt-oss-20b", "--gpu", "H100 80GB", "--seq", "2048", "--gpus", "8",
+    need = mm.requirement(QWEN3_NEXT, **run)
+    assert need.basis == "floor" and QWEN3_NEXT_PARAMS <= need.bytes < QWEN3_NEXT_PARAMS * 1.00001
+    assert mm.plan_training(QWEN3_NEXT, "H100 80GB", **run).fits is None
+    status, out, _ = cli(capsys, "train", QWEN3_NEXT, "--gpu", "H100 80GB", "--seq", "2048", "--gpus", "8",
                          "--zero", "3", "--sharding", sharding)
     assert status == 3 and "no verdict" in out and "fits, with" not in out
 
 
 @pytest.mark.parametrize("search", [
-    lambda: mm.planner.fewest_gpus_that_fit("gpt-oss-20b", "H100 80GB", seq_len=2048, zero_stage=3),
-    lambda: mm.planner.fewest_gpus_that_fit("gpt-oss-20b", "H100 80GB", seq_len=2048, zero_stage=3, sharding="fsdp2",
+    lambda: mm.planner.fewest_gpus_that_fit(QWEN3_NEXT, "H100 80GB", seq_len=2048, zero_stage=3),
+    lambda: mm.planner.fewest_gpus_that_fit(QWEN3_NEXT, "H100 80GB", seq_len=2048, zero_stage=3, sharding="fsdp2",
                                             n_gpus=2),
     lambda: mm.planner.largest_batch_that_fits("lfm2-1.2b", "RTX 4090", seq_len=2048),
     lambda: mm.planner.longest_sequence_that_fits("lfm2-1.2b", "RTX 4090"),  # no seq_len given: every length is one
-    lambda: mm.planner.plan_layout("gpt-oss-20b", "H100 80GB", seq_len=2048),
+    lambda: mm.planner.plan_layout(QWEN3_NEXT, "H100 80GB", seq_len=2048),
     lambda: mm.planner.suggest_changes("lfm2-1.2b", "RTX 4090", **LFM2_RUN),
-    lambda: mm.planner.path_to_fit("gpt-oss-20b", "H100 80GB", seq_len=2048),
+    lambda: mm.planner.path_to_fit(QWEN3_NEXT, "H100 80GB", seq_len=2048),
 ], ids=["fewest_gpus", "fewest_gpus_fsdp2", "largest_batch", "longest_sequence", "plan_layout", "suggest_changes",
         "path_to_fit"])
 def test_the_searches_refuse_by_name(search):
@@ -127,8 +130,8 @@ def test_the_searches_refuse_by_name(search):
 
 
 def test_plan_layout_on_the_command_line_refuses_with_exit_status_3(capsys):
-    status, out, err = cli(capsys, "train", "gpt-oss-20b", "--gpu", "H100 80GB", "--seq", "2048", "--plan-layout")
-    assert status == 3 and out == "" and len(err.splitlines()) == 1 and "'gpt_oss'" in err
+    status, out, err = cli(capsys, "train", QWEN3_NEXT, "--gpu", "H100 80GB", "--seq", "2048", "--plan-layout")
+    assert status == 3 and out == "" and len(err.splitlines()) == 1 and "'qwen3_next'" in err
 
 
 def test_a_traced_type_keeps_its_verdict(capsys):

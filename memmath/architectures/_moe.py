@@ -340,12 +340,16 @@ def backward_phase(shape, t, e, trains_experts: bool, grad_elem: int, checkpoint
 
 
 def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool, lora, *, weight_elem: int | None = None,
-                   grad: bool | None = None) -> Tensor:
+                   grad: bool | None = None, biased: bool = False, apply_gate=None) -> Tensor:
     """The routed experts as transformers 5.24 runs them by default (integrations/moe.py's grouped_mm_experts_forward)
     on the normalized input x (t x h) and the routing weights `values` (t x k, in their own dtype: fp32 for a router
     that keeps them so, GLM-4.5's and DeepSeek-V3's Glm4MoeTopkRouter/DeepseekV3TopkRouter): the experts part of
     `trace` above (what each step keeps is said there), also for a router traced elsewhere. weight_elem and
-    grad: the routing weights' bytes each and whether they need a gradient, where they are not `values`' own."""
+    grad: the routing weights' bytes each and whether they need a gradient, where they are not `values`' own.
+    biased (gpt-oss's GptOssExperts, has_bias): each grouped_mm output gets its experts' biases gathered row by row
+    (gate_up_proj_bias[expert_ids_g], an S x 2I temporary, and down_proj_bias's S x h) and added in place, which saves
+    nothing; the gather keeps the sorted expert ids (int64, S) when the biases train. apply_gate(tr, gate_up) -> the
+    S x I product: the experts' own _apply_gate in place of SiLU(gate) * up."""
     t, e = tr.t, tr.e
     h = shape.hidden_size
     n_exp, width, rows = shape.n_experts, shape.expert_intermediate_size, tr.t * shape.experts_per_tok
@@ -369,6 +373,7 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
     if grad:
         tr.save(perm, "expert sort permutation (int64)")
     offsets = tr.new(n_exp, 4)  # cumsum(histc(...), dtype=int32)
+    expert_ids = tr.new(rows, INT64) if biased else None  # torch.sort's sorted ids, which the bias gathers read
     gate_up_weight = gate_up_pre() if experts_lora is not None else None
     if weights_grad:
         tr.save(selected, "experts gate_up input (S x h)")
@@ -378,8 +383,14 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
         tr.save(gate_up_weight, "experts gate_up_proj W + BA (peft ParamWrapper)")
     gate_up = tr.new(rows * 2 * width, e, selected.grad or weights_grad)
     tr.use(selected, offsets, gate_up_weight)
-    gate, up = (Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
-    prod = tr.silu_times(gate, up, "experts SwiGLU")
+    biases = []  # the function's local selected_biases: each gathered bias lives until the next replaces it
+    if biased:
+        biases.append(_add_gathered_bias(tr, gate_up, expert_ids, trainable, "gate_up_proj_bias"))
+    if apply_gate is None:
+        gate, up = (Tensor(rows * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
+        prod = tr.silu_times(gate, up, "experts SwiGLU")
+    else:
+        prod = apply_gate(tr, gate_up)
     down_weight = down_pre() if experts_lora is not None else None
     if weights_grad:
         tr.save(prod, "experts down input (S x I)")
@@ -387,6 +398,8 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
         tr.save(down_weight, "experts down_proj W + BA (peft ParamWrapper)")
     down = tr.new(rows * h, e, prod.grad or weights_grad)
     tr.use(prod, offsets, down_weight)
+    if biased:
+        biases.append(_add_gathered_bias(tr, down, expert_ids, trainable, "down_proj_bias", biases[0]))
     out_elem = max(e, weight_elem)
     weighted = tr.new(rows * h, out_elem, down.grad or weights.grad)
     tr.use(down, weights)
@@ -406,4 +419,20 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
         out.grad = unsorted.grad
     tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
     tr.use(selected)  # its local selected_hidden_states_g lives until it returns (measured: S x h at the unsort)
+    # and so do selected_biases, the last gathered bias, and expert_ids_g (found on held-out gpt-oss steps)
+    tr.use(*biases[1:], expert_ids)
     return out
+
+
+def _add_gathered_bias(tr: Trace, out: Tensor, expert_ids: Tensor, trains: bool, name: str, previous=None) -> Tensor:
+    """_grouped_linear's out.add_(bias) of grouped_mm_experts_forward's selected_biases = bias[expert_ids_g]
+    (integrations/moe.py): the gathered S-row bias, added in place, is a local that lives until the next gather
+    replaces it (previous: the one it replaces) or the function returns; index's backward keeps the sorted ids when
+    the bias trains. Returns the gathered bias."""
+    bias = tr.new(out.numel, out.elem, trains)
+    tr.use(expert_ids, previous)
+    if trains:
+        tr.save(expert_ids, f"experts' sorted ids (int64, {name} gather)")
+    tr.use(bias, out)  # the in-place add: no new storage
+    out.grad = out.grad or trains
+    return bias

@@ -39,8 +39,11 @@ class Pass:
 def dims(shape):
     """The letters of hf_activations' docstring: h, a heads, k key/value heads, d head size, I, V, labels, rd."""
     a, d = shape.n_heads, shape.head_dim
+    rd = shape.rotary_dim or d
+    if getattr(shape.architecture, "rotary_half_tables", False):  # rd: the width of the rotary cos and sin tables
+        rd //= 2
     return dict(h=shape.hidden_size, a=a, k=shape.n_kv_heads or a, d=d, I=shape.intermediate_size,
-                V=shape.vocab_size, labels=shape.num_labels, rd=shape.rotary_dim or d)
+                V=shape.vocab_size, labels=shape.num_labels, rd=rd)
 
 
 def kv_cache(tr: Trace, k: Tensor, v: Tensor):

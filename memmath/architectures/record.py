@@ -86,6 +86,7 @@ class Architecture:
     classifier: str = "pooler"  # BERT-style encoders: "pooler" (pooler + classifier) or "classification_head"
     rotary_per_layer_type: bool = False  # Gemma 3 computes one rotary cos/sin pair per layer type
     rotary_tables_fp32: bool = False  # OLMo 3: its pairs stay fp32 (Olmo3RotaryEmbedding does not cast)
+    rotary_half_tables: bool = False  # gpt-oss: its cos and sin are head_dim / 2 wide (GptOssRotaryEmbedding)
     traced: bool = True  # the exact model replays its forward pass (else activations='textbook')
     # the MLP activations it is traced with ("": a model built in code); (): every one of `activations`
     traced_activations: tuple = ("", "silu")
