@@ -40,6 +40,8 @@ FLOOR_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accum
                "optimizer_states")
 UNCHECKED_FIX = ("memmath train MODEL --traced (PyTorch steps the model under fake tensors; needs memmath[torch]) "
                  "gives its activations, or memmath measure MODEL measures the step")
+CHECKPOINT_FIX = ("without checkpointing the step's peak is modelled; memmath train MODEL --traced gives PyTorch's trace "
+                  "of the checkpointed step, or memmath measure MODEL measures it")
 VISION_FIX = ("freeze the vision tower and projector (--vision frozen; vision='frozen' in the API) for an upper bound, or "
               "measure the step")
 # What each kind of floor leaves out, in words: the activations the textbook counts unchecked, or the step of a vision
@@ -85,14 +87,27 @@ class Requirement:
         and projector's step."""
         if not self.refused:
             return ""
-        return UNCHECKED_LEFT_OUT if unchecked_type(self.run) is not None else VISION_LEFT_OUT
+        return VISION_LEFT_OUT if self.run.model.vision is not None else UNCHECKED_LEFT_OUT
+
+    @property
+    def unknown(self) -> str:
+        """Why a floor has no verdict above it, in a few words ("" for any other basis)."""
+        if not self.refused:
+            return ""
+        if unchecked_type(self.run) is not None:
+            return "the activations are not checked against PyTorch for this model type"
+        if self.run.model.vision is not None:
+            return f"{VISION_LEFT_OUT} is not modelled"
+        return "the checkpointed step's peak is not modelled for this model type"
 
     @property
     def fix(self) -> str:
         """What would give a floor a verdict, in words ("" for any other basis)."""
         if not self.refused:
             return ""
-        return UNCHECKED_FIX if unchecked_type(self.run) is not None else VISION_FIX
+        if unchecked_type(self.run) is not None:
+            return UNCHECKED_FIX
+        return VISION_FIX if self.run.model.vision is not None else CHECKPOINT_FIX
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
@@ -174,6 +189,9 @@ def refuse_search(run: Run, what: str) -> None:
     why = refusal(run)
     if why:
         raise VerdictRefused(f"{what} refuses this run: {why}; {UNCHECKED_FIX}")
+    if not run.is_sweep and checkpoint_refusal(run):
+        raise VerdictRefused(f"{what} refuses this run: model_type {run.model.arch!r}: {checkpoint_refusal(run)}; "
+                             f"{CHECKPOINT_FIX}")
     if run.model.vision is not None and not run.is_sweep:
         need = _requirement(run.cache_key)
         if need.refused:
@@ -191,7 +209,23 @@ def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what 
         return Requirement(floor, "floor", why, need.memory, None, need.run)
     if need.basis == "sum of parts" and need.run.model.vision is not None and need.run.seq_len is not None:
         return _vision_floor(need)
+    if checkpoint_refusal(need.run):
+        floor = sum(int(getattr(need.memory, part)) for part in FLOOR_PARTS)
+        why = (f"model_type {need.run.model.arch!r}: {checkpoint_refusal(need.run)}, so no fits / does-not-fit verdict is "
+               f"given on it. Without the activations, the step needs {floor:,} B (the weights, gradients and optimizer "
+               "states of the GPU that holds the most, all alive at the optimizer step): the card must hold at least "
+               f"that. {CHECKPOINT_FIX[0].upper()}{CHECKPOINT_FIX[1:]}")
+        return Requirement(floor, "floor", why, need.memory, None, need.run)
     return need
+
+
+def checkpoint_refusal(run: Run) -> str:
+    """Why this checkpointed run's peak is not modelled for its model type ("" where it is, or without
+    checkpointing): the record's checkpointed_peak_refusal."""
+    record = run.model.architecture
+    if not run.checkpointing or record is None or run.seq_len is None or run.activations != "transformers":
+        return ""
+    return record.checkpointed_peak_refusal
 
 
 def _vision_floor(need: Requirement) -> Requirement:

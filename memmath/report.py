@@ -135,11 +135,11 @@ class Writer:
 
 
 def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None, refusal="", left_out=UNCHECKED_LEFT_OUT,
-            fix=UNCHECKED_FIX) -> None:
+            fix=UNCHECKED_FIX, unknown="the activations are not checked against PyTorch for this model type") -> None:
     """The verdict: fits or not, and why; with `cannot` (a RecipeWarning: the card has no bf16), one verdict that
     says so ("would fit, but cannot run here"), never "fits" beside a recipe the card cannot run. refusal: why
     `required` is only a floor (memmath/decision.py): "does not fit" where the floor fails, else no verdict; left_out:
-    what the floor leaves out, in words; fix: what would give a verdict."""
+    what the floor leaves out, in words; fix: what would give a verdict; unknown: why there is none, in words."""
     gpu, style = fit.gpu, w.style
     memory = (f"{gpu.memory_bytes:,} bytes, given by --gpu-memory" if gpu.kind == "custom" else
               f"{format_bytes(gpu.memory_bytes, unit)}, {gpu.memory_bytes // 2**20:,} MiB as the driver reports it")
@@ -147,8 +147,6 @@ def verdict(w: Writer, fit, required, reserve, unit, basis, cannot=None, refusal
     said = verdict_of_fit(fit, FIT_MARGIN, refusal)  # the one verdict rule (memmath/verdict.py)
     spare = format_bytes(said.spare, unit)
     if refusal:  # a floor: never "fits"
-        unknown = ("the activations are not checked against PyTorch for this model type" if left_out ==
-                   UNCHECKED_LEFT_OUT else f"{left_out} is not modelled")
         head = (style.bad("no verdict") + f": {unknown} (the note above), and the rest fits" if said.fits is None
                 else style.bad("does not fit") + f": short by at least {format_bytes(said.short_by, unit)} on "
                 f"{gpu.name} even without {left_out}, the {format_bytes(fit.margin_bytes, unit)} kept free included")
@@ -294,7 +292,8 @@ def training_text(plan, *, source=None, unit="GB", style=PLAIN, width=WIDTH, seq
                "what to change if not.", how=style.dim)
         return w.text()
     verdict(w, plan.fit, need.bytes, plan.reserved_bytes, unit, basis_words(need), plan.cannot_run,
-            need.reason if need.refused else "", need.left_out or UNCHECKED_LEFT_OUT, need.fix or UNCHECKED_FIX)
+            need.reason if need.refused else "", need.left_out or UNCHECKED_LEFT_OUT, need.fix or UNCHECKED_FIX,
+            need.unknown or "the activations are not checked against PyTorch for this model type")
     instead = plan.recipe_instead
     if instead is not None:  # the run the card would train instead, judged as the verdict is
         fit, other = instead.fit, instead.requirement

@@ -235,6 +235,9 @@ ARCHITECTURE = Architecture(
     sdpa=False,  # GptOssPreTrainedModel._supports_sdpa = False (the sinks need eager or flash kernels)
     trace_block=block, final_norm="rms_fp32_weight", rotary_half_tables=True, both_masks_always=True,
     traced=True,
+    checkpointed_peak_refusal=("with checkpointing, a recomputed block's widest moment can be eager sink attention's "
+                               "backward (MaxBackward0's b x a x s x (s + 1) gradients beside the softmax's), which "
+                               "memmath's block working set leaves out: held-out CPU steps peaked up to 15% above it"),
     # the prefill working set of its experts' loop is not measured: the plain estimate (inference.working_set_bytes)
     prefill_phases=None,
 )

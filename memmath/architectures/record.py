@@ -88,6 +88,8 @@ class Architecture:
     rotary_tables_fp32: bool = False  # OLMo 3: its pairs stay fp32 (Olmo3RotaryEmbedding does not cast)
     rotary_half_tables: bool = False  # gpt-oss: its cos and sin are head_dim / 2 wide (GptOssRotaryEmbedding)
     traced: bool = True  # the exact model replays its forward pass (else activations='textbook')
+    # why a checkpointed step's peak is not modelled for this type ("": it is); such a run gets a floor, no verdict
+    checkpointed_peak_refusal: str = ""
     # the MLP activations it is traced with ("": a model built in code); (): every one of `activations`
     traced_activations: tuple = ("", "silu")
     amp_measured: bool = False  # recorded under torch.autocast (validation/amp.py)
