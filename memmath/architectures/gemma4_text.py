@@ -17,8 +17,10 @@ Gemma4ForCausalLM), Gemma 3's sandwich-normed blocks with q/k norms and a scaled
 - v_norm and the router's norm have no scale (no parameters); layer_scalar is a buffer.
 
 The cache: sliding layers keep the window, full layers every token, shared layers none (cache_utils.py gives a
-"reuse" layer a dummy layer). Activations: the forward pass is not traced (its per-layer inputs, shared keys and
-values and the MoE beside the MLP have no trace steps yet): traced=False (activations='textbook').
+"reuse" layer a dummy layer). Activations: the forward pass is traced (block, rms_norm below: Gemma4RMSNorm's
+pow keeps the mean of squares, v_norm, k_eq_v values, one rotary pair per layer type at its own head size) for
+configs without per-layer inputs, shared keys and values or the MoE block; a config with any of them is refused by
+name (trace_refusal) and keeps the textbook model and no fits verdict, as an untraced type does.
 Serving's prefill working set: the plain estimate."""
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from __future__ import annotations
 from functools import partial
 
 from .. import validate
+from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import ParamTensor, linear, norm
+from ._steps import Pass, dims, kv_cache
 from .gemma2 import GEMMA_FIELDS, softcap
 from .record import QK_NORM, Architecture, decoder_fields, full_every
 
@@ -233,6 +237,109 @@ def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
     return values
 
 
+# ---- the forward pass (modeling_gemma4.py) -----------------------------------------------------------------------
+def rms_norm(tr: Trace, x: Tensor, trainable: bool, name: str, *, rows=None, width=None, scale=True) -> Tensor:
+    """Gemma4RMSNorm: x.float() * torch.pow(mean(x^2) + eps, -0.5), times weight.float() (with_scale), type_as(x).
+
+    Unlike LlamaRMSNorm's rsqrt, which keeps its output, pow(ms, -0.5) keeps its input: the product keeps the fp32 x
+    and the power's output, so a norm whose input needs a gradient keeps x in fp32 (x itself in fp32), the mean of
+    squares and its power, 4 bytes a row each. Times the weight: the fp32 normalized x when the weight trains, and
+    weight.float() when x needs a gradient (in a 16-bit model a new fp32 vector of `width`; in fp32 the parameter).
+    v_norm (scale=False) has no weight."""
+    n = tr.t if rows is None else rows
+    x32 = x if x.elem == 4 else tr.tmp(x.numel, 4, x)
+    square = tr.tmp(x.numel, 4, x32)
+    mean_sq = tr.new(n, 4, x.grad)  # mean(x^2) + eps
+    tr.use(square)
+    power = tr.new(n, 4, x.grad)  # torch.pow(., -0.5)
+    tr.use(mean_sq)
+    normed = tr.new(x.numel, 4, x.grad)
+    tr.use(x32, power)
+    if x.grad:
+        tr.save(x32, f"{name} input in fp32")
+        tr.save(mean_sq, f"{name} mean of squares (fp32, pow input)")
+        tr.save(power, f"{name} pow(mean of squares, -0.5) (fp32)")
+    if scale:
+        if trainable:
+            tr.save(normed, f"{name} normalized input (fp32)")
+        if x.grad and tr.e != 4:
+            tr.save(tr.new(width, 4, trainable), f"{name} weight.float() (fp32)")
+        product = tr.new(x.numel, 4, x.grad or trainable)
+        tr.use(normed)
+        normed = product
+    if tr.e == 4:
+        return normed
+    out = tr.new(x.numel, tr.e, normed.grad)  # type_as(x)
+    tr.use(normed)
+    return out
+
+
+def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Gemma4TextDecoderLayer: Gemma 3's sandwich-normed block with Gemma4RMSNorm (rms_norm above) everywhere, q/k
+    norms over each head, a v_norm without scale, attention at scaling 1.0 without softcapping (no memory of its own),
+    k_eq_v blocks whose values are their k_proj output (normed twice: k_norm and v_norm), gelu_pytorch_tanh(gate) * up,
+    and hidden_states *= layer_scalar, an in-place product with a buffer that keeps nothing."""
+    dm, t = dims(shape), tr.t
+    h, a, kv, d = dm["h"], dm["a"], dm["k"], dm["d"]
+    lora = p.lora_of
+
+    def norm_h(y, name):
+        return rms_norm(tr, y, trainable, name, width=h)
+
+    xn = norm_h(x, "input_layernorm")
+    q = tr.linear(xn, t * a * d, trainable, lora("q_proj"), "q_proj")
+    q = tr.rotary(rms_norm(tr, q, trainable, "q_norm", rows=t * a, width=d), p.tables)
+    k = tr.linear(xn, t * kv * d, trainable, lora("k_proj"), "k_proj")
+    v = k if shape.block_kind == K_EQ_V else tr.linear(xn, t * kv * d, trainable, lora("v_proj"), "v_proj")
+    k = tr.rotary(rms_norm(tr, k, trainable, "k_norm", rows=t * kv, width=d), p.tables)
+    v = rms_norm(tr, v, trainable, "v_norm", rows=t * kv, scale=False)
+    if p.cache:  # cache.update (modeling_gemma4.py Gemma4TextAttention.forward)
+        k, v = kv_cache(tr, k, v)
+    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
+                       name="attention", kv_contiguous=p.cache)
+    out = norm_h(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm")
+    r1 = tr.add(x, out)
+    prod = tr.silu_times(*_decoder.gate_up(tr, shape, norm_h(r1, "pre_feedforward_layernorm"), trainable, p), "GeGLU",
+                         act_name=shape.hidden_act)
+    out = norm_h(tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), "post_feedforward_layernorm")
+    return tr.add(r1, out)
+
+
+def final_norm(tr: Trace, shape, x: Tensor, trainable: bool, name: str) -> Tensor:
+    """Gemma4TextModel.norm, a Gemma4RMSNorm over h."""
+    return rms_norm(tr, x, trainable, name, width=shape.hidden_size)
+
+
+def _type_head_sizes(shape) -> dict:
+    sizes = {}
+    for layout, blocks in shape.layouts():
+        for i in blocks:
+            sizes.setdefault(shape.layer_types[i], set()).add(layout.rotary_dim or layout.head_dim)
+    return sizes
+
+
+def rotary_widths(shape) -> dict:
+    """{layer type: its cos/sin tables' width}: Gemma4TextRotaryEmbedding computes one pair per layer type, at that
+    type's head size (a sliding block's head_dim, a full block's global_head_dim)."""
+    return {kind: max(sizes) for kind, sizes in _type_head_sizes(shape).items()}
+
+
+def trace_refusal(shape) -> str:
+    """Why the trace does not replay this Gemma 4 config ("" when it does): the options it has no steps for."""
+    kinds = {layout.block_kind for layout, _ in shape.layouts()}
+    missing = [why for on, why in (
+        (bool(shape.per_layer_input), "per-layer input embeddings (hidden_size_per_layer_input > 0)"),
+        (KV_SHARED in kinds, "blocks sharing keys and values (num_kv_shared_layers > 0)"),
+        (bool(shape.n_experts), "the MoE block beside the MLP (enable_moe_block)"),
+        (any(len(sizes) > 1 for sizes in _type_head_sizes(shape).values()),
+         "blocks of one layer type at different head sizes (per_layer_config)"))
+        if on]
+    if not missing:
+        return ""
+    return (f"traces Gemma 4 blocks without {' or '.join(missing)}; this config has them: set them off "
+            "(hidden_size_per_layer_input 0, num_kv_shared_layers 0, enable_moe_block false) for an exact answer")
+
+
 ARCHITECTURE = Architecture(
     model_type="gemma4_text", family="llama", title="Gemma 4 (text)",
     source="configuration_gemma4.py, modeling_gemma4.py",
@@ -260,5 +367,6 @@ ARCHITECTURE = Architecture(
     late_embeddings=PER_LAYER_TENSORS,
     all_linear_refusal=all_linear_refusal, not_all_linear=("router", "experts"), kv_cache_values=kv_cache_values,
     prefill_phases=None, scaled_embedding=True, rotary_per_layer_type=True, both_masks_always=True,
-    traced=False,  # per-layer inputs, shared keys and values, the MoE beside the MLP: no trace (activations='textbook')
+    trace_block=block, trace_head=partial(_decoder.head_and_loss, norm=final_norm),
+    traced_activations=("gelu_pytorch_tanh",), trace_refusal=trace_refusal, rotary_widths=rotary_widths,
 )

@@ -1,0 +1,95 @@
+"""Gemma 4's language model (model_type gemma4_text): memmath's activation trace against what autograd keeps.
+
+Held in: the trace (architectures/gemma4_text.py block and rms_norm) was written against these small configs, each
+compared to the byte with what torch.autograd.graph.saved_tensors_hooks sees a first forward keep (family_checks.
+held_for_backward: b 2, s 64, fp32 and bf16, full and LoRA r 4 on q and v, SDPA and eager). Held out: configs,
+settings and step peaks measured only after the trace was committed (section 3).
+
+The options the trace has no steps for (per-layer input embeddings, shared keys and values, the MoE block) are
+refused by name: those runs keep the textbook model and no fits verdict, as an untraced type's."""
+
+from __future__ import annotations
+
+import pytest
+
+import memmath as mm
+from family_checks import held_for_backward
+from memmath.architectures import ARCHITECTURES
+from memmath.decision import refusal as verdict_refusal
+from memmath.decision import unchecked_type
+from memmath.hf_activations import activation_parts, traces
+from memmath.recipes import get_recipe
+
+S, F = "sliding_attention", "full_attention"
+# Two sliding blocks at head_dim 16 and two full blocks at global_head_dim 32 (their own block layout), no per-layer
+# input embeddings; the hidden size (80) differs from every other width so that no two kinds of tensor match in size.
+BASE = dict(model_type="gemma4_text", hidden_size=80, intermediate_size=96, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32, vocab_size=512,
+            hidden_size_per_layer_input=0, layer_types=[S, F, S, F], sliding_window=128, use_cache=False)
+HELD_IN = {
+    "base": BASE,
+    # full blocks without v_proj: their values are the k_proj output, v_norm'ed apart from k_norm
+    "k-eq-v": dict(BASE, attention_k_eq_v=True, num_global_key_value_heads=1),
+    # past the sliding window (32 < 64 tokens): the sliding blocks' SDPA calls get a mask and k/v repeated to every
+    # head at their own head size, with the training DynamicCache on; softcapped logits and an untied head
+    "window-cache-softcap": dict(BASE, sliding_window=32, use_cache=True, final_logit_softcapping=30.0,
+                                 tie_word_embeddings=False),
+}
+SETTINGS = [(method, precision, attention) for method in ("full", "lora") for precision in ("fp32", "bf16")
+            for attention in ("sdpa", "eager")]
+
+
+def _saved(config, *, method, precision, attention, checkpointing=False, targets=("q", "v")):
+    lora = mm.LoRA(rank=4, targets=targets)
+    return activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
+                            method=mm.Full() if method == "full" else lora, seq_len=64, batch_size=2, dropout=False,
+                            attention=attention, checkpointing=checkpointing, device="cpu").estimate.total
+
+
+# ---- 1. what the trace replays, and what it refuses by name -------------------------------------------------------
+def test_a_config_without_the_untraced_options_is_traced():
+    shape = mm.from_hf_config(BASE)
+    assert ARCHITECTURES["gemma4_text"].traced and ARCHITECTURES["gemma4_text"].trace_refusal(shape) == ""
+    assert traces(shape, mm.Full(), get_recipe("bf16"), 64) is None
+    run = mm.Run(shape, seq_len=64, batch_size=2, precision="bf16", optimizer="adamw")
+    assert run.activations == "transformers" and unchecked_type(run) is None
+
+
+@pytest.mark.parametrize("changes, named", [
+    (dict(hidden_size_per_layer_input=8, vocab_size_per_layer_input=100), "per-layer input embeddings"),
+    (dict(num_kv_shared_layers=2), "sharing keys and values"),
+    (dict(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=24), "MoE block"),
+])
+def test_an_option_the_trace_has_no_steps_for_is_refused_and_keeps_the_floor(changes, named):
+    shape = mm.from_hf_config(dict(BASE, **changes))
+    why = traces(shape, mm.Full(), get_recipe("bf16"), 64)
+    assert why is not None and named in why
+    with pytest.raises(ValueError, match=named):
+        _saved(dict(BASE, **changes), method="full", precision="bf16", attention="sdpa")
+    # the run falls back to the textbook model and, like an untraced type's, gets no fits verdict
+    run = mm.Run(shape, seq_len=64, batch_size=2, precision="bf16", optimizer="adamw")
+    assert run.activations == "textbook" and unchecked_type(run) == "gemma4_text"
+    assert named in verdict_refusal(run) and "not checked against PyTorch" in verdict_refusal(run)
+
+
+def test_each_layer_type_has_its_rotary_tables_at_its_own_head_size():
+    # Gemma4TextRotaryEmbedding: one cos/sin pair per layer type, the full type's at global_head_dim (proportional
+    # RoPE returns head_dim-wide tables; modeling_rope_utils.py)
+    record = ARCHITECTURES["gemma4_text"]
+    assert record.rotary_widths(mm.from_hf_config(BASE)) == {S: 16, F: 32}
+    # by hand, fp32 at b 2, s 64, full training: both pairs, 2 x 64 x (16 + 32) x 4 B = 24,576 B beside the blocks
+    terms = activation_parts(mm.from_hf_config(BASE), recipe=get_recipe("fp32"), method=mm.Full(), seq_len=64,
+                             batch_size=2, dropout=False, attention="sdpa", checkpointing=False,
+                             device="cpu").estimate.terms
+    rope = sum(n for where, what, n in terms if where == "outside" and "rotary" in what)
+    assert rope == 2 * 64 * (16 + 32) * 4
+
+
+# ---- 2. held in: what autograd keeps, to the byte -----------------------------------------------------------------
+@pytest.mark.live
+@pytest.mark.parametrize("method, precision, attention", SETTINGS)
+@pytest.mark.parametrize("name", sorted(HELD_IN))
+def test_saved_activations_are_what_autograd_keeps(torch, transformers, peft, name, method, precision, attention):
+    config = HELD_IN[name]
+    run = dict(method=method, precision=precision, attention=attention)
+    assert held_for_backward(torch, transformers, peft, config, **run) == _saved(config, **run)
