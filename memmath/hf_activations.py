@@ -372,7 +372,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         tr.region = region
         tr.sdpa_mask = mask
         step = Pass(kind=kind, dropout=dropout, tables=tables, cache=cache, lora_modules=setup.lora_modules,
-                    lora=setup.lora, houlsby=setup.houlsby)
+                    lora=setup.lora, houlsby=setup.houlsby, checkpointed=checkpointing)
         out = record.trace_block(tr, shape, x, trains and not is_lora, step)
         tr.region = "outside"
         return out
@@ -401,6 +401,9 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         # (with layer types of both kinds, the one whose SDPA call gets the mask: the most a block saves again)
         block(re, "block", re.new(b * s * h, e, True, existing=True), True, existing, any(masked))
         recompute = re.bytes_in("block")
+        # a block whose recomputed tensors outlive its own backward (Gemma 4's shared_kv_states): alive from then on
+        # to the end of backward, counted beside the blocks
+        sliding_extra = re.__dict__.get("held_to_backward_end", 0) * _positive(trained)
         if isinstance(method, Freeze):
             re_frozen = new_trace()
             block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing, any(masked))
@@ -455,6 +458,10 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         terms += tr.terms("each block")
     tables = tr.bytes_in("outside") * blocks_store  # rotary tables (first storing block) or the shared mask
     terms += tr.terms("outside")
+    if checkpointing and _positive_any(sliding_extra):
+        tables = tables + sliding_extra
+        terms.append(("outside", "a recomputed block's tensors held to the end of backward (Gemma 4's "
+                                 "shared_kv_states)", sliding_extra))
     if not checkpointing and _positive_any(sliding_extra):
         tables = tables + sliding_extra
         terms.append(("outside", "sliding-window blocks' SDPA mask and k/v repeated to every head, past the "
@@ -527,7 +534,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
         recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
-        sliding_extra=sliding_extra if not checkpointing else 0)
+        sliding_extra=sliding_extra)
 
 
 def _first_adapted_block(shape: ModelShape, method) -> int:

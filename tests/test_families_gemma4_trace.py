@@ -93,3 +93,15 @@ def test_saved_activations_are_what_autograd_keeps(torch, transformers, peft, na
     config = HELD_IN[name]
     run = dict(method=method, precision=precision, attention=attention)
     assert held_for_backward(torch, transformers, peft, config, **run) == _saved(config, **run)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("changes", [{}, dict(num_kv_shared_layers=2), dict(attention_k_eq_v=True)], ids=str)
+def test_the_store_blocks_are_transformers_own(transformers, changes):
+    # Gemma4TextConfig.kv_sharing_modes: the last block of each layer type before the shared ones is "store", even
+    # when no block shares (its k and v go into shared_kv_states, which the trace holds as such)
+    config = dict(BASE, **changes)
+    hf = transformers.AutoConfig.for_model("gemma4_text", **{k: v for k, v in config.items() if k != "model_type"})
+    kinds = {i: layout.block_kind for layout, blocks in mm.from_hf_config(config).layouts() for i in blocks}
+    stores = [i for i in range(4) if kinds[i].endswith("store")]
+    assert stores == [i for i, mode in enumerate(hf.kv_sharing_modes) if mode == "store"]
