@@ -251,6 +251,9 @@ class ActivationParts:
     block_extras: tuple = ()
     layout_recompute: tuple = ()
     sliding_extra: object = 0  # the part of `tables` that is masked blocks' extra saves (block_extras' sum)
+    # checkpointing: what one recomputed block of this layout leaves alive to the end of backward (Gemma 4's store
+    # blocks' shared_kv_states), for the layouts recomputed after it (_mixed_parts)
+    held_to_backward_end: object = 0
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -386,7 +389,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     # The blocks.
     tr = new_trace()
     rope = (tr.new(rope_rows * dm["rd"], e, shared=True), tr.new(rope_rows * dm["rd"], e, shared=True))
-    first_layer, frozen_per, frozen_storing, recompute = None, 0, 0, 0
+    first_layer, frozen_per, frozen_storing, recompute, held_to_end = None, 0, 0, 0, 0
     sliding_extra, block_extras = 0, ()
     if checkpointing:
         tr.region = "block"
@@ -402,8 +405,10 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         block(re, "block", re.new(b * s * h, e, True, existing=True), True, existing, any(masked))
         recompute = re.bytes_in("block")
         # a block whose recomputed tensors outlive its own backward (Gemma 4's shared_kv_states): alive from then on
-        # to the end of backward, counted beside the blocks
-        sliding_extra = re.__dict__.get("held_to_backward_end", 0) * _positive(trained)
+        # to the end of backward, priced in the blocks recomputed after it (_mixed_parts)
+        held_to_end = re.__dict__.get("held_to_backward_end", 0) * _positive(trained)
+        # and what it leaves alive from its forward through backward: counted beside the blocks
+        sliding_extra = re.__dict__.get("held_through_backward", 0) * _positive(trained)
         if isinstance(method, Freeze):
             re_frozen = new_trace()
             block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing, any(masked))
@@ -460,8 +465,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     terms += tr.terms("outside")
     if checkpointing and _positive_any(sliding_extra):
         tables = tables + sliding_extra
-        terms.append(("outside", "a recomputed block's tensors held to the end of backward (Gemma 4's "
-                                 "shared_kv_states)", sliding_extra))
+        terms.append(("outside", "a checkpointed block's k and v that its keyword arguments keep from its forward "
+                                 "through backward (Gemma 4's shared_kv_states)", sliding_extra))
     if not checkpointing and _positive_any(sliding_extra):
         tables = tables + sliding_extra
         terms.append(("outside", "sliding-window blocks' SDPA mask and k/v repeated to every head, past the "
@@ -534,7 +539,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
         recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
-        sliding_extra=sliding_extra)
+        sliding_extra=sliding_extra, held_to_backward_end=held_to_end)
 
 
 def _first_adapted_block(shape: ModelShape, method) -> int:
@@ -595,9 +600,16 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
                 elif i >= first - frozen_storing:
                     per_block[i] = own.frozen_per_layer - estimate.frozen_per_layer
     extra = saved - estimate.layers
+    # Checkpointing: a layout's recomputed block whose tensors outlive its backward (Gemma 4's store blocks) adds them
+    # to the recomputation of every block below it, which backward recomputes later (priced at a layout's first block)
+    outlive = [(int(blocks[0]), parts.held_to_backward_end) for _, blocks, parts in traced
+               if _positive_any(parts.held_to_backward_end)]
+    recomputes = [(blocks, parts.recompute + sum((held for at, held in outlive if at > blocks[0]), 0),
+                   parts.recompute_live + sum((held for at, held in outlive if at > blocks[0]), 0))
+                  for _, blocks, parts in traced]
     # the largest layout's, point by point in a sweep
-    recompute = reduce(larger, (parts.recompute for _, _, parts in traced))
-    recompute_live = reduce(larger, (parts.recompute_live for _, _, parts in traced))
+    recompute = reduce(larger, (r for _, r, _ in recomputes))
+    recompute_live = reduce(larger, (live for _, _, live in recomputes))
     terms = estimate.terms + (("block", "the other block layouts' blocks: what they save beyond the last block's "
                                         "layout (negative: below it)", extra),)
     masked_extra = sum((parts.sliding_extra for _, _, parts in traced if parts is not last), 0) if widths else 0
@@ -615,8 +627,7 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     block_extras = tuple(a + b for a, b in zip(extras, per_block)) if any(per_block) or any(extras) else ()
     return replace(last, estimate=estimate, blocks=estimate.layers, first=first_bytes_all, recompute=recompute,
                    recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras,
-                   layout_recompute=tuple((tuple(int(i) for i in blocks), parts.recompute, parts.recompute_live)
-                                          for _, blocks, parts in traced))
+                   layout_recompute=tuple((tuple(int(i) for i in blocks), r, live) for blocks, r, live in recomputes))
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
