@@ -394,6 +394,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     if checkpointing:
         tr.region = "block"
         tr.save(x, "block input (checkpoint)")
+        if getattr(x, "per_layer", None) is not None:  # Gemma 4's per-layer inputs: every block's second input
+            tr.save(x.per_layer, "per-layer inputs (checkpoint input, one for all blocks)")
         if record.mask_is_checkpoint_input and attention == "eager":
             tr.save(tr.new(b * s * s, e, shared=True), "4-D attention mask (checkpoint input, one for all blocks)")
         per_layer, layers_storing = tr.bytes_in("block"), n_layers  # every block, frozen ones too

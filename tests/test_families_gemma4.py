@@ -213,9 +213,10 @@ def test_the_last_block_is_full_whatever_layer_types_says():
 def test_gemma4_text_is_a_record_and_the_wrapper_points_to_it():
     assert "gemma4_text" in ARCHITECTURES and refusal("gemma4_text") is None
     assert "text_config alone reads as model_type gemma4_text" in refusal("gemma4")
-    # traced, but the full-size defaults (per-layer input embeddings) are refused by the trace: textbook activations
+    # traced: the full-size defaults (per-layer inputs, no shared keys and values, no MoE block) too
     assert ARCHITECTURES["gemma4_text"].traced
-    assert "per-layer input embeddings" in ARCHITECTURES["gemma4_text"].trace_refusal(mm.from_hf_config(DEFAULTS))
+    assert ARCHITECTURES["gemma4_text"].trace_refusal(mm.from_hf_config(DEFAULTS)) == ""
+    assert "MoE block" in ARCHITECTURES["gemma4_text"].trace_refusal(mm.from_hf_config(EVERY_OPTION))
 
 
 @pytest.mark.parametrize("command", [["infer"], ["train"], ["train", "--method", "lora"]])

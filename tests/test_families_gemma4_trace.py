@@ -5,8 +5,7 @@ compared to the byte with what torch.autograd.graph.saved_tensors_hooks sees a f
 held_for_backward: b 2, s 64, fp32 and bf16, full and LoRA r 4 on q and v, SDPA and eager). Held out: configs,
 settings and step peaks measured only after the trace was committed (section 3).
 
-The options the trace has no steps for (per-layer input embeddings, shared keys and values, the MoE block) are
-refused by name: those runs keep the textbook model and no fits verdict, as an untraced type's."""
+The options the trace has no steps for (shared keys and values, the MoE block) are refused by name: those runs keep the textbook model and no fits verdict, as an untraced type's."""
 
 from __future__ import annotations
 
@@ -34,6 +33,12 @@ HELD_IN = {
     # head at their own head size, with the training DynamicCache on; softcapped logits and an untied head
     "window-cache-softcap": dict(BASE, sliding_window=32, use_cache=True, final_logit_softcapping=30.0,
                                  tie_word_embeddings=False),
+    # per-layer input embeddings (4 layers x 8 wide): their projection and norm outside the blocks, the gate, the
+    # product with a view of per_layer_inputs (its one storage kept for every block) and the projection back
+    "per-layer-inputs": dict(BASE, hidden_size_per_layer_input=8, vocab_size_per_layer_input=600),
+    "per-layer-inputs-k-eq-v-window": dict(BASE, hidden_size_per_layer_input=24, vocab_size_per_layer_input=512,
+                                           attention_k_eq_v=True, num_global_key_value_heads=1, sliding_window=32,
+                                           use_cache=True),
 }
 SETTINGS = [(method, precision, attention) for method in ("full", "lora") for precision in ("fp32", "bf16")
             for attention in ("sdpa", "eager")]
@@ -56,7 +61,6 @@ def test_a_config_without_the_untraced_options_is_traced():
 
 
 @pytest.mark.parametrize("changes, named", [
-    (dict(hidden_size_per_layer_input=8, vocab_size_per_layer_input=100), "per-layer input embeddings"),
     (dict(num_kv_shared_layers=2), "sharing keys and values"),
     (dict(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=24), "MoE block"),
 ])

@@ -18,9 +18,10 @@ Gemma4ForCausalLM), Gemma 3's sandwich-normed blocks with q/k norms and a scaled
 
 The cache: sliding layers keep the window, full layers every token, shared layers none (cache_utils.py gives a
 "reuse" layer a dummy layer). Activations: the forward pass is traced (block, rms_norm below: Gemma4RMSNorm's
-pow keeps the mean of squares, v_norm, k_eq_v values, one rotary pair per layer type at its own head size) for
-configs without per-layer inputs, shared keys and values or the MoE block; a config with any of them is refused by
-name (trace_refusal) and keeps the textbook model and no fits verdict, as an untraced type does.
+pow keeps the mean of squares, v_norm, k_eq_v values, one rotary pair per layer type at its own head size, the
+per-layer inputs, the store blocks' shared_kv_states) for configs without shared keys and values or the MoE block;
+a config with either is refused by name (trace_refusal) and keeps the textbook model and no fits verdict, as an
+untraced type does.
 Serving's prefill working set: the plain estimate."""
 
 from __future__ import annotations
@@ -316,7 +317,11 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     prod = tr.silu_times(*_decoder.gate_up(tr, shape, norm_h(r1, "pre_feedforward_layernorm"), trainable, p), "GeGLU",
                          act_name=shape.hidden_act)
     out = norm_h(tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), "post_feedforward_layernorm")
-    return tr.add(r1, out)
+    hs = tr.add(r1, out)
+    if shape.per_layer_input:
+        return per_layer_step(tr, shape, x, hs, trainable, p)
+    hs.per_layer = getattr(x, "per_layer", None)
+    return hs
 
 
 def stored(tr: Trace, k: Tensor, v: Tensor, *, held, checkpointed: bool):
@@ -334,6 +339,60 @@ def stored(tr: Trace, k: Tensor, v: Tensor, *, held, checkpointed: bool):
         # the forward's k and v, which the kept dict holds from the block's forward until its recomputation
         tr.__dict__["held_through_backward"] = kv
         tr.__dict__["held_to_backward_end"] = held  # from the recomputation on, beside the recomputed k and v
+
+
+def embeddings(tr: Trace, shape, trains: bool, *, dropout, input_grad_hook) -> Tensor:
+    """Gemma4TextModel's embeddings: the scaled token embedding and, with per-layer inputs, get_per_layer_inputs and
+    project_per_layer_inputs: embed_tokens_per_layer(ids) * sqrt(width) (a buffer; the same ids), and
+    per_layer_model_projection(inputs_embeds) * h^-0.5 (a Python float) normed over each layer's width
+    (Gemma4RMSNorm over t x layers rows), summed and * 2^-0.5: per_layer_inputs, b x s x layers x width, which every
+    block reads a view of. The returned input carries it as `per_layer` (its storage, saved once)."""
+    x = _decoder.embeddings(tr, shape, trains, dropout=dropout, input_grad_hook=input_grad_hook)
+    if not shape.per_layer_input:
+        return x
+    t, e, width = tr.t, tr.e, shape.per_layer_input[1]
+    n = t * shape.n_layers * width
+    looked_up = tr.new(n, e, trains)  # embed_tokens_per_layer: its ids are the token embedding's, saved there
+    token_part = tr.tmp(n, e, looked_up)  # * embed_scale, a buffer
+    token_part.grad = trains
+    # per_layer_model_projection keeps inputs_embeds when it trains; in fp32 that is the storage the first block's
+    # input norm (or checkpoint) keeps too, counted there once
+    projected = tr.linear(x, n, trains and e != 4, None, "per_layer_model_projection")
+    projected.grad = projected.grad or trains or x.grad
+    scaled = tr.tmp(n, e, projected)  # * per_layer_model_projection_scale (a Python float)
+    scaled.grad = projected.grad
+    normed = rms_norm(tr, scaled, trains, "per_layer_projection_norm", rows=t * shape.n_layers, width=width)
+    summed = tr.new(n, e, normed.grad or token_part.grad)
+    tr.use(normed, token_part)
+    per_layer = tr.new(n, e, summed.grad)  # * per_layer_input_scale (a Python float)
+    tr.use(summed)
+    per_layer.storage.kept = True  # a local of the model's forward until it returns
+    x.per_layer = per_layer
+    return x
+
+
+def per_layer_step(tr: Trace, shape, x: Tensor, hs: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Gemma4TextDecoderLayer's per-layer input, after the MLP: residual + post_per_layer_input_norm(
+    per_layer_projection(act(per_layer_input_gate(hs)) * per_layer_input)). per_layer_input is a view of the model's
+    per_layer_inputs: the product keeps that whole storage, once for every block (x.per_layer; a block traced alone
+    gets one that exists already)."""
+    t, h, width = tr.t, shape.hidden_size, shape.per_layer_input[1]
+    inputs = getattr(x, "per_layer", None)
+    if inputs is None:
+        inputs = tr.new(t * shape.n_layers * width, tr.e, True, existing=True)
+    gate = tr.linear(hs, t * width, trainable, p.lora_of("per_layer_input_gate"), "per_layer_input_gate")
+    act = tr.gelu(gate, "per-layer input gate")  # gelu_pytorch_tanh keeps its input
+    if act.grad:
+        tr.save(inputs, "per-layer inputs (one storage, every block's view)")
+    if inputs.grad:
+        tr.save(act, "per-layer input gate activation")
+    prod = tr.new(t * width, tr.e, act.grad or inputs.grad)
+    tr.use(act, inputs)
+    out = tr.linear(prod, t * h, trainable, p.lora_of("per_layer_projection"), "per_layer_projection")
+    out = rms_norm(tr, out, trainable, "post_per_layer_input_norm", width=h)
+    result = tr.add(hs, out)
+    result.per_layer = getattr(x, "per_layer", None)
+    return result
 
 
 def final_norm(tr: Trace, shape, x: Tensor, trainable: bool, name: str) -> Tensor:
@@ -359,7 +418,6 @@ def trace_refusal(shape) -> str:
     """Why the trace does not replay this Gemma 4 config ("" when it does): the options it has no steps for."""
     kinds = {layout.block_kind for layout, _ in shape.layouts()}
     missing = [why for on, why in (
-        (bool(shape.per_layer_input), "per-layer input embeddings (hidden_size_per_layer_input > 0)"),
         (KV_SHARED in kinds, "blocks sharing keys and values (num_kv_shared_layers > 0)"),
         (bool(shape.n_experts), "the MoE block beside the MLP (enable_moe_block)"),
         (any(len(sizes) > 1 for sizes in _type_head_sizes(shape).values()),
@@ -398,6 +456,6 @@ ARCHITECTURE = Architecture(
     late_embeddings=PER_LAYER_TENSORS,
     all_linear_refusal=all_linear_refusal, not_all_linear=("router", "experts"), kv_cache_values=kv_cache_values,
     prefill_phases=None, scaled_embedding=True, rotary_per_layer_type=True, both_masks_always=True,
-    trace_block=block, trace_head=partial(_decoder.head_and_loss, norm=final_norm),
+    trace_embeddings=embeddings, trace_block=block, trace_head=partial(_decoder.head_and_loss, norm=final_norm),
     traced_activations=("gelu_pytorch_tanh",), trace_refusal=trace_refusal, rotary_widths=rotary_widths,
 )
