@@ -562,6 +562,7 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     per_layer, the liveness at the forward's end and the head; what the other layouts' blocks save beyond it (or
     below it) is the estimate's other_layouts, named in the terms; the first storing block is its own layout's; a
     recomputed block is the largest layout's; the DynamicCache's held k and v are each idle block's own."""
+    _check_layout(shape, arguments["seq_len"])  # what only the whole model shows (a record's trace_refusal)
     n = shape.n_layers
     first_adapted = _first_adapted_block(shape, arguments["method"])
     # Layouts that differ by layer type (Gemma 4's full blocks at another head size): each layout's own blocks are

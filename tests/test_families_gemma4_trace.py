@@ -5,7 +5,8 @@ compared to the byte with what torch.autograd.graph.saved_tensors_hooks sees a f
 held_for_backward: b 2, s 64, fp32 and bf16, full and LoRA r 4 on q and v, SDPA and eager). Held out: configs,
 settings and step peaks measured only after the trace was committed (section 3).
 
-The options the trace has no steps for (shared keys and values, the MoE block) are refused by name: those runs keep the textbook model and no fits verdict, as an untraced type's."""
+The options the trace has no steps for (the MoE block; keys and values shared without per-layer inputs, which
+transformers 5.24 cannot run, or from the first block) are refused by name: those runs keep the textbook model and no fits verdict, as an untraced type's."""
 
 from __future__ import annotations
 
@@ -39,6 +40,15 @@ HELD_IN = {
     "per-layer-inputs-k-eq-v-window": dict(BASE, hidden_size_per_layer_input=24, vocab_size_per_layer_input=512,
                                            attention_k_eq_v=True, num_global_key_value_heads=1, sliding_window=32,
                                            use_cache=True),
+    # the last blocks reading the keys and values of the last earlier block of their type (num_kv_shared_layers),
+    # with per-layer inputs (transformers' forward needs them there): double-wide MLPs, the cache, past the window
+    "shared-kv-double-mlp-window": dict(BASE, num_hidden_layers=6, layer_types=[S, F, S, S, S, F],
+                                        num_kv_shared_layers=3, use_double_wide_mlp=True,
+                                        hidden_size_per_layer_input=8, vocab_size_per_layer_input=512,
+                                        use_cache=True, sliding_window=32),
+    "shared-kv-k-eq-v": dict(BASE, num_hidden_layers=6, layer_types=[S, F, S, F, S, F], num_kv_shared_layers=2,
+                             attention_k_eq_v=True, num_global_key_value_heads=1, hidden_size_per_layer_input=8,
+                             vocab_size_per_layer_input=512),
 }
 SETTINGS = [(method, precision, attention) for method in ("full", "lora") for precision in ("fp32", "bf16")
             for attention in ("sdpa", "eager")]
@@ -61,7 +71,12 @@ def test_a_config_without_the_untraced_options_is_traced():
 
 
 @pytest.mark.parametrize("changes, named", [
-    (dict(num_kv_shared_layers=2), "sharing keys and values"),
+    # Gemma4TextModel._maybe_slice_kv_shared_inputs slices per_layer_inputs, None without them: a TypeError
+    (dict(num_kv_shared_layers=2), "sharing keys and values without per-layer inputs"),
+    # block 0 stores the sliding blocks' keys and values: under LoRA its k needs no gradient, which the trace of a
+    # shared block does not see
+    (dict(num_kv_shared_layers=2, hidden_size_per_layer_input=8, vocab_size_per_layer_input=512),
+     "keys and values of the first block"),
     (dict(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=24), "MoE block"),
 ])
 def test_an_option_the_trace_has_no_steps_for_is_refused_and_keeps_the_floor(changes, named):

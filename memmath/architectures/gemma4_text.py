@@ -297,8 +297,12 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     input_path = tr.bytes_in(tr.region)  # what the input norm saved
     q = tr.linear(xn, t * a * d, trainable, lora("q_proj"), "q_proj")
     q = tr.rotary(rms_norm(tr, q, trainable, "q_norm", rows=t * a, width=d), p.tables)
-    k = tr.linear(xn, t * kv * d, trainable, lora("k_proj"), "k_proj")
+    if shape.block_kind == KV_SHARED:
+        # shared_kv_states[layer_type]: the store block's k and v (after its cache.update), counted there
+        k, v = (tr.new(t * kv * d, tr.e, True, existing=True) for _ in range(2))
+        return rest_of_block(tr, shape, x, q, k, v, trainable, p)
     before_kv = tr.bytes_in(tr.region)
+    k = tr.linear(xn, t * kv * d, trainable, lora("k_proj"), "k_proj")
     v = k if shape.block_kind in NO_V_PROJ else tr.linear(xn, t * kv * d, trainable, lora("v_proj"), "v_proj")
     k = tr.rotary(rms_norm(tr, k, trainable, "k_norm", rows=t * kv, width=d), p.tables)
     v = rms_norm(tr, v, trainable, "v_norm", rows=t * kv, scale=False)
@@ -310,6 +314,18 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
         if kv_keeps_xn and id(xn.storage) in tr.saved:
             input_path = input_path + xn.storage.nbytes
         stored(tr, k, v, held=tr.bytes_in(tr.region) - before_kv + input_path, checkpointed=p.checkpointed)
+    return rest_of_block(tr, shape, x, q, k, v, trainable, p)
+
+
+def rest_of_block(tr: Trace, shape, x: Tensor, q: Tensor, k: Tensor, v: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Gemma4TextDecoderLayer from the attention kernel on: o_proj, the MLP and the per-layer input step."""
+    dm, t = dims(shape), tr.t
+    h, a, d = dm["h"], dm["a"], dm["d"]
+    lora = p.lora_of
+
+    def norm_h(y, name):
+        return rms_norm(tr, y, trainable, name, width=h)
+
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
                        name="attention", kv_contiguous=p.cache)
     out = norm_h(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm")
@@ -414,19 +430,33 @@ def rotary_widths(shape) -> dict:
     return {kind: max(sizes) for kind, sizes in _type_head_sizes(shape).items()}
 
 
+def _reads_first_block(shape) -> bool:
+    """Whether a shared block reads the keys and values that block 0 stores."""
+    kinds = {i: layout.block_kind for layout, blocks in shape.layouts() for i in blocks}
+    types = shape.layer_types
+    return kinds[0] in (KV_STORE, K_EQ_V_STORE) and any(
+        kind == KV_SHARED and types[i] == types[0] for i, kind in kinds.items())
+
+
 def trace_refusal(shape) -> str:
     """Why the trace does not replay this Gemma 4 config ("" when it does): the options it has no steps for."""
     kinds = {layout.block_kind for layout, _ in shape.layouts()}
     missing = [why for on, why in (
-        (KV_SHARED in kinds, "blocks sharing keys and values (num_kv_shared_layers > 0)"),
         (bool(shape.n_experts), "the MoE block beside the MLP (enable_moe_block)"),
+        # Gemma4TextModel._maybe_slice_kv_shared_inputs slices per_layer_inputs, None without them: a TypeError
+        (KV_SHARED in kinds and not shape.per_layer_input, "blocks sharing keys and values without per-layer inputs "
+         "(num_kv_shared_layers > 0 with hidden_size_per_layer_input 0, whose forward fails in transformers 5.24)"),
+        # whether the shared blocks' k and v need a gradient then depends on the method (the first block's input
+        # needs none under LoRA), which a block's trace does not see
+        (_reads_first_block(shape),
+         "blocks sharing the keys and values of the first block (lower num_kv_shared_layers or change layer_types)"),
         (any(len(sizes) > 1 for sizes in _type_head_sizes(shape).values()),
          "blocks of one layer type at different head sizes (per_layer_config)"))
         if on]
     if not missing:
         return ""
-    return (f"traces Gemma 4 blocks without {' or '.join(missing)}; this config has them: set them off "
-            "(hidden_size_per_layer_input 0, num_kv_shared_layers 0, enable_moe_block false) for an exact answer")
+    return (f"traces Gemma 4 configs without {' or '.join(missing)}, which this config has; the textbook model "
+            "answers it, with no fits verdict")
 
 
 ARCHITECTURE = Architecture(
