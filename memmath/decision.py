@@ -150,7 +150,8 @@ def requirement(model, **settings) -> Requirement:
 
 def unchecked_type(run: Run) -> str | None:
     """The model_type whose textbook activations this run counts unchecked (its record has no activation trace,
-    traced=False, or its trace_refusal names options of this config the trace has no steps for), else None: a run with activations and a record that is traced, or no record (a parameter count)."""
+    traced=False, or its trace_refusal names options of this config the trace has no steps for), else None: a run
+    with activations and a record that traces it, or no record (a parameter count)."""
     record = run.model.architecture
     if record is None or run.activations != "textbook" or run.seq_len is None or not run.model.has_shape:
         return None
@@ -165,7 +166,8 @@ def refusal(run: Run) -> str:
     if model_type is None:
         return ""
     record = run.model.architecture
-    why = "it has no activation trace" if not record.traced else f"its trace {record.trace_refusal(run.model)}"
+    why = ("it has no activation trace" if not record.traced
+           else f"the exact activation model {record.trace_refusal(run.model)}")
     return (f"the activations of model_type {model_type!r} come from the textbook model (Korthikanti et al. 2022), "
             f"which is not checked against PyTorch for it ({why}): no fits / does-not-fit verdict is given on them")
 

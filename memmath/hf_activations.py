@@ -569,8 +569,8 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     # the masked ones its trace counts (mask tensor and k/v repeated at its own widths), its rotary pair its own width.
     widths = shape.architecture.rotary_widths(shape) if known(shape) and shape.architecture.rotary_widths else None
     traced = [(layout, np.asarray(blocks), _parts_at(layout, present_only=True, first_adapted=first_adapted,
-                                                     rope_widths=widths, own_blocks=frozenset(blocks) if widths else None,
-                                                     **arguments))
+                                                     rope_widths=widths,
+                                                     own_blocks=frozenset(blocks) if widths else None, **arguments))
               for layout, blocks in shape.layouts()]
     last = next(parts for _, blocks, parts in traced if blocks[-1] == n - 1)
     estimate = last.estimate
@@ -617,8 +617,10 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
                                         "layout (negative: below it)", extra),)
     masked_extra = sum((parts.sliding_extra for _, _, parts in traced if parts is not last), 0) if widths else 0
     if _positive_any(masked_extra):  # the other layouts' masked blocks, each counted at its own widths
-        terms += (("outside", "the other block layouts' sliding-window blocks: SDPA mask and k/v repeated to every "
-                              "head", masked_extra),)
+        what = ("the other block layouts' store blocks: k and v kept from their forward through backward"
+                if arguments["checkpointing"] else
+                "the other block layouts' sliding-window blocks: SDPA mask and k/v repeated to every head")
+        terms += (("outside", what, masked_extra),)
         last = replace(last, tables=last.tables + masked_extra, sliding_extra=last.sliding_extra + masked_extra)
     estimate = replace(estimate, other_layouts=extra, recompute_peak=recompute * _positive(storing), terms=terms,
                        outside_layers=estimate.outside_layers + masked_extra)
@@ -627,7 +629,8 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
         for _, _, parts in traced:
             if parts is not last and parts.block_extras:
                 extras = tuple(a + b for a, b in zip(extras, parts.block_extras))
-    block_extras = tuple(a + b for a, b in zip(extras, per_block)) if any(per_block) or any(extras) else ()
+    block_extras = (tuple(a + b for a, b in zip(extras, per_block))
+                    if any(per_block) or last.block_extras or any(extras) else ())
     return replace(last, estimate=estimate, blocks=estimate.layers, first=first_bytes_all, recompute=recompute,
                    recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras,
                    layout_recompute=tuple((tuple(int(i) for i in blocks), r, live) for blocks, r, live in recomputes))

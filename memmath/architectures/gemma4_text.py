@@ -455,8 +455,7 @@ def trace_refusal(shape) -> str:
         if on]
     if not missing:
         return ""
-    return (f"traces Gemma 4 configs without {' or '.join(missing)}, which this config has; the textbook model "
-            "answers it, with no fits verdict")
+    return f"traces Gemma 4 configs without {' or '.join(missing)}, which this config has"
 
 
 ARCHITECTURE = Architecture(
