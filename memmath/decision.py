@@ -165,10 +165,12 @@ def requirement(model, **settings) -> Requirement:
 
 def unchecked_type(run: Run) -> str | None:
     """The model_type whose textbook activations this run counts unchecked (its record has no activation trace,
-    traced=False), else None: a run with activations and a record that is traced, or no record (a parameter count)."""
+    traced=False, or its trace_refusal names options of this config the trace has no steps for), else None: a run
+    with activations and a record that traces it, or no record (a parameter count)."""
     record = run.model.architecture
-    if (record is None or record.traced or run.activations != "textbook" or run.seq_len is None
-            or not run.model.has_shape):
+    if record is None or run.activations != "textbook" or run.seq_len is None or not run.model.has_shape:
+        return None
+    if record.traced and not (record.trace_refusal and record.trace_refusal(run.model)):
         return None
     return record.model_type
 
@@ -178,9 +180,11 @@ def refusal(run: Run) -> str:
     model_type = unchecked_type(run)
     if model_type is None:
         return ""
+    record = run.model.architecture
+    why = ("it has no activation trace" if not record.traced
+           else f"the exact activation model {record.trace_refusal(run.model)}")
     return (f"the activations of model_type {model_type!r} come from the textbook model (Korthikanti et al. 2022), "
-            "which is not checked against PyTorch for it (it has no activation trace): no fits / does-not-fit verdict "
-            "is given on them")
+            f"which is not checked against PyTorch for it ({why}): no fits / does-not-fit verdict is given on them")
 
 
 def refuse_search(run: Run, what: str) -> None:

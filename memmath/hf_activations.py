@@ -250,6 +250,10 @@ class ActivationParts:
     cache_held: object = 0
     block_extras: tuple = ()
     layout_recompute: tuple = ()
+    sliding_extra: object = 0  # the part of `tables` that is masked blocks' extra saves (block_extras' sum)
+    # checkpointing: what one recomputed block of this layout leaves alive to the end of backward (Gemma 4's store
+    # blocks' shared_kv_states), for the layouts recomputed after it (_mixed_parts)
+    held_to_backward_end: object = 0
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -304,10 +308,15 @@ def _traced_parts(shape: ModelShape, *, recipe, method, seq_len, batch_size, dro
 
 
 def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout, attention, checkpointing, device,
-              past=None, padded=False, packed=False, present_only=False, first_adapted=0) -> ActivationParts:
+              past=None, padded=False, packed=False, present_only=False, first_adapted=0,
+              rope_widths=None, own_blocks=None) -> ActivationParts:
     """activation_parts for sequence lengths on one side of the sliding window (past: which side, for a sweep
     across it; None: read from seq_len). present_only: one block layout of a model whose blocks differ;
-    first_adapted: the first block that holds a LoRA adapter there (the blocks before it store nothing)."""
+    first_adapted: the first block that holds a LoRA adapter there (the blocks before it store nothing);
+    rope_widths: {layer type: rotary width} of a model whose layer types' head sizes differ (the record's
+    rotary_widths, read from the whole model), else None; own_blocks: the blocks of this layout (one block layout of
+    a model whose blocks differ): only their SDPA calls are traced with a mask tensor, the other layouts count
+    theirs."""
     if shape.mixed:
         return _mixed_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
                             dropout=dropout, attention=attention, checkpointing=checkpointing, device=device,
@@ -354,6 +363,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
 
     batch_mask = padded or packed  # a mask from the batch: pads, or packed sequences' block-diagonal mask
     masked = _sdpa_masked_blocks(shape, seq_len, kind, past, batch_mask)  # per block: its SDPA call gets a mask tensor
+    if own_blocks is not None:
+        masked = tuple(flag and i in own_blocks for i, flag in enumerate(masked))
     _check_masked(recipe, masked)
     masks = _forward_masks(shape, b, s, e, kind, past, batch_mask)  # (numel, bytes each) alive through the forward
     # The rotary cos and sin: computed from the position ids, (1, s, d) for the default ones, (b, s, d) for packed
@@ -364,7 +375,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         tr.region = region
         tr.sdpa_mask = mask
         step = Pass(kind=kind, dropout=dropout, tables=tables, cache=cache, lora_modules=setup.lora_modules,
-                    lora=setup.lora, houlsby=setup.houlsby)
+                    lora=setup.lora, houlsby=setup.houlsby, checkpointed=checkpointing)
         out = record.trace_block(tr, shape, x, trains and not is_lora, step)
         tr.region = "outside"
         return out
@@ -378,11 +389,13 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     # The blocks.
     tr = new_trace()
     rope = (tr.new(rope_rows * dm["rd"], e, shared=True), tr.new(rope_rows * dm["rd"], e, shared=True))
-    first_layer, frozen_per, frozen_storing, recompute = None, 0, 0, 0
+    first_layer, frozen_per, frozen_storing, recompute, held_to_end = None, 0, 0, 0, 0
     sliding_extra, block_extras = 0, ()
     if checkpointing:
         tr.region = "block"
         tr.save(x, "block input (checkpoint)")
+        if getattr(x, "per_layer", None) is not None:  # Gemma 4's per-layer inputs: every block's second input
+            tr.save(x.per_layer, "per-layer inputs (checkpoint input, one for all blocks)")
         if record.mask_is_checkpoint_input and attention == "eager":
             tr.save(tr.new(b * s * s, e, shared=True), "4-D attention mask (checkpoint input, one for all blocks)")
         per_layer, layers_storing = tr.bytes_in("block"), n_layers  # every block, frozen ones too
@@ -393,6 +406,11 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         # (with layer types of both kinds, the one whose SDPA call gets the mask: the most a block saves again)
         block(re, "block", re.new(b * s * h, e, True, existing=True), True, existing, any(masked))
         recompute = re.bytes_in("block")
+        # a block whose recomputed tensors outlive its own backward (Gemma 4's shared_kv_states): alive from then on
+        # to the end of backward, priced in the blocks recomputed after it (_mixed_parts)
+        held_to_end = re.__dict__.get("held_to_backward_end", 0) * _positive(trained)
+        # and what it leaves alive from its forward through backward: counted beside the blocks
+        sliding_extra = re.__dict__.get("held_through_backward", 0) * _positive(trained)
         if isinstance(method, Freeze):
             re_frozen = new_trace()
             block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing, any(masked))
@@ -447,6 +465,10 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         terms += tr.terms("each block")
     tables = tr.bytes_in("outside") * blocks_store  # rotary tables (first storing block) or the shared mask
     terms += tr.terms("outside")
+    if checkpointing and _positive_any(sliding_extra):
+        tables = tables + sliding_extra
+        terms.append(("outside", "a checkpointed block's k and v that its keyword arguments keep from its forward "
+                                 "through backward (Gemma 4's shared_kv_states)", sliding_extra))
     if not checkpointing and _positive_any(sliding_extra):
         tables = tables + sliding_extra
         terms.append(("outside", "sliding-window blocks' SDPA mask and k/v repeated to every head, past the "
@@ -457,6 +479,10 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         first_storing = 0 if (isinstance(method, Freeze) and setup.embeddings) else n_layers - trained
         table_bytes = 4 if record.rotary_tables_fp32 else e  # OLMo 3's pairs are fp32 in any precision
         extra = _extra_rope_pairs(shape, first_storing) * 2 * rope_rows * dm["rd"] * table_bytes
+        if rope_widths and id(rope[0].storage) in tr.saved:
+            # Gemma 4: each layer type's pair at its own width; `tables` holds one pair at this layout's
+            extra = (_rope_pair_widths(shape.layer_types, first_storing, rope_widths) - 2 * dm["rd"]) * (
+                rope_rows * table_bytes)
         if _positive_any(extra):
             tables = tables + extra * blocks_store
             terms.append(("outside", "rotary cos and sin tables of the second layer type", extra))
@@ -514,7 +540,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         head=head, loss=loss, batch=emb.batch_bytes + chosen.batch_bytes,
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
-        recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras)
+        recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
+        sliding_extra=sliding_extra, held_to_backward_end=held_to_end)
 
 
 def _first_adapted_block(shape: ModelShape, method) -> int:
@@ -535,10 +562,15 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     per_layer, the liveness at the forward's end and the head; what the other layouts' blocks save beyond it (or
     below it) is the estimate's other_layouts, named in the terms; the first storing block is its own layout's; a
     recomputed block is the largest layout's; the DynamicCache's held k and v are each idle block's own."""
+    _check_layout(shape, arguments["seq_len"])  # what only the whole model shows (a record's trace_refusal)
     n = shape.n_layers
     first_adapted = _first_adapted_block(shape, arguments["method"])
+    # Layouts that differ by layer type (Gemma 4's full blocks at another head size): each layout's own blocks are
+    # the masked ones its trace counts (mask tensor and k/v repeated at its own widths), its rotary pair its own width.
+    widths = shape.architecture.rotary_widths(shape) if known(shape) and shape.architecture.rotary_widths else None
     traced = [(layout, np.asarray(blocks), _parts_at(layout, present_only=True, first_adapted=first_adapted,
-                                                     **arguments))
+                                                     rope_widths=widths,
+                                                     own_blocks=frozenset(blocks) if widths else None, **arguments))
               for layout, blocks in shape.layouts()]
     last = next(parts for _, blocks, parts in traced if blocks[-1] == n - 1)
     estimate = last.estimate
@@ -571,18 +603,37 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
                 elif i >= first - frozen_storing:
                     per_block[i] = own.frozen_per_layer - estimate.frozen_per_layer
     extra = saved - estimate.layers
+    # Checkpointing: a layout's recomputed block whose tensors outlive its backward (Gemma 4's store blocks) adds them
+    # to the recomputation of every block below it, which backward recomputes later (priced at a layout's first block)
+    outlive = [(int(blocks[0]), parts.held_to_backward_end) for _, blocks, parts in traced
+               if _positive_any(parts.held_to_backward_end)]
+    recomputes = [(blocks, parts.recompute + sum((held for at, held in outlive if at > blocks[0]), 0),
+                   parts.recompute_live + sum((held for at, held in outlive if at > blocks[0]), 0))
+                  for _, blocks, parts in traced]
     # the largest layout's, point by point in a sweep
-    recompute = reduce(larger, (parts.recompute for _, _, parts in traced))
-    recompute_live = reduce(larger, (parts.recompute_live for _, _, parts in traced))
+    recompute = reduce(larger, (r for _, r, _ in recomputes))
+    recompute_live = reduce(larger, (live for _, _, live in recomputes))
     terms = estimate.terms + (("block", "the other block layouts' blocks: what they save beyond the last block's "
                                         "layout (negative: below it)", extra),)
-    estimate = replace(estimate, other_layouts=extra, recompute_peak=recompute * _positive(storing), terms=terms)
+    masked_extra = sum((parts.sliding_extra for _, _, parts in traced if parts is not last), 0) if widths else 0
+    if _positive_any(masked_extra):  # the other layouts' masked blocks, each counted at its own widths
+        what = ("the other block layouts' store blocks: k and v kept from their forward through backward"
+                if arguments["checkpointing"] else
+                "the other block layouts' sliding-window blocks: SDPA mask and k/v repeated to every head")
+        terms += (("outside", what, masked_extra),)
+        last = replace(last, tables=last.tables + masked_extra, sliding_extra=last.sliding_extra + masked_extra)
+    estimate = replace(estimate, other_layouts=extra, recompute_peak=recompute * _positive(storing), terms=terms,
+                       outside_layers=estimate.outside_layers + masked_extra)
     extras = last.block_extras or (0,) * n
-    block_extras = tuple(a + b for a, b in zip(extras, per_block)) if any(per_block) or last.block_extras else ()
+    if widths:
+        for _, _, parts in traced:
+            if parts is not last and parts.block_extras:
+                extras = tuple(a + b for a, b in zip(extras, parts.block_extras))
+    block_extras = (tuple(a + b for a, b in zip(extras, per_block))
+                    if any(per_block) or last.block_extras or any(extras) else ())
     return replace(last, estimate=estimate, blocks=estimate.layers, first=first_bytes_all, recompute=recompute,
                    recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras,
-                   layout_recompute=tuple((tuple(int(i) for i in blocks), parts.recompute, parts.recompute_live)
-                                          for _, blocks, parts in traced))
+                   layout_recompute=tuple((tuple(int(i) for i in blocks), r, live) for blocks, r, live in recomputes))
 
 
 # The layouts this trace replays: LlamaForCausalLM's (Mistral's and Qwen2's too: biases change no saved
@@ -644,6 +695,9 @@ def _check_layout(shape: ModelShape, seq_len):
                                   f"model types, not yet that of model_type {arch!r}, for which the textbook model "
                                   "is not checked against PyTorch either; memmath train CONFIG --traced steps the "
                                   "model under PyTorch for the activations it keeps (use activations='textbook')")
+    refusal = shape.architecture.trace_refusal(shape) if shape.architecture.trace_refusal else ""
+    if refusal:  # options of a traced type its trace has no steps for (architectures/<type>.py says which)
+        raise validate.FieldError("activations", f"activations='transformers' {refusal} (use activations='textbook')")
     acts = shape.architecture.traced_activations
     if acts and shape.hidden_act not in acts:
         raise validate.FieldError("activations", f"activations='transformers' models hidden_act {' or '.join(repr(a) for a in acts if a)} for "
@@ -776,6 +830,17 @@ def _extra_rope_pairs(shape: ModelShape, first_storing):
 
     def count(first):
         return max(len(set(types[int(first):])) - 1, 0)
+
+    if isinstance(first_storing, np.ndarray):
+        return np.vectorize(count, otypes=[np.int64])(first_storing)
+    return count(first_storing)
+
+
+def _rope_pair_widths(types, first_storing, widths):
+    """The summed widths of the cos and sin tables of every layer type among the blocks from first_storing on, each
+    type's pair at its own width (widths: {layer type: rotary width})."""
+    def count(first):
+        return sum(2 * widths[kind] for kind in set(types[int(first):]))
 
     if isinstance(first_storing, np.ndarray):
         return np.vectorize(count, otypes=[np.int64])(first_storing)

@@ -32,3 +32,11 @@ def test_gpt_oss_without_checkpointing_keeps_its_peak():
 def test_a_type_whose_checkpointed_peak_is_modelled_keeps_it():
     need = mm.requirement("llama-3-8b", method=mm.LoRA(), seq_len=2048, checkpointing=True)
     assert need.basis == "peak"
+
+
+def test_gemma_4_checkpointed_has_a_floor_and_its_plain_step_a_peak():
+    # Gemma4TextConfig's defaults (transformers 5.24 configuration_gemma4.py): the per-layer inputs and store blocks.
+    shape = mm.from_hf_config({"model_type": "gemma4_text"})
+    checkpointed = mm.requirement(shape, method=mm.LoRA(), seq_len=1024, checkpointing=True)
+    assert checkpointed.basis == "floor" and "store blocks" in checkpointed.reason
+    assert mm.requirement(shape, method=mm.LoRA(), seq_len=1024).basis == "peak"

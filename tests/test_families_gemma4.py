@@ -93,8 +93,10 @@ def test_the_config_class_defaults_count_by_hand():
 def test_the_layouts_follow_layer_types_sharing_and_k_eq_v():
     layouts = [(layout.block_kind, layout.head_dim, layout.n_kv_heads, layout.intermediate_size, blocks)
                for layout, blocks in mm.from_hf_config(EVERY_OPTION).layouts()]
-    assert layouts == [("", 16, 2, 96, (0, 1, 3, 4)), ("k_eq_v", 32, 1, 96, (2,)), ("kv_shared", 32, 1, 192, (5, 7)),
-                       ("kv_shared", 16, 2, 192, (6,))]
+    # Gemma4TextConfig.kv_sharing_modes: blocks 5-7 "reuse"; the last earlier block of each type "store" (4 sliding,
+    # 2 full, which attention_k_eq_v also gives no v_proj)
+    assert layouts == [("", 16, 2, 96, (0, 1, 3)), ("k_eq_v_store", 32, 1, 96, (2,)), ("kv_store", 16, 2, 96, (4,)),
+                       ("kv_shared", 32, 1, 192, (5, 7)), ("kv_shared", 16, 2, 192, (6,))]
 
 
 def test_the_per_layer_embeddings_are_embeddings_and_the_experts_routed():
@@ -211,7 +213,10 @@ def test_the_last_block_is_full_whatever_layer_types_says():
 def test_gemma4_text_is_a_record_and_the_wrapper_points_to_it():
     assert "gemma4_text" in ARCHITECTURES and refusal("gemma4_text") is None
     assert "text_config alone reads as model_type gemma4_text" in refusal("gemma4")
-    assert not ARCHITECTURES["gemma4_text"].traced  # activations='textbook'
+    # traced: the full-size defaults (per-layer inputs, no shared keys and values, no MoE block) too
+    assert ARCHITECTURES["gemma4_text"].traced
+    assert ARCHITECTURES["gemma4_text"].trace_refusal(mm.from_hf_config(DEFAULTS)) == ""
+    assert "MoE block" in ARCHITECTURES["gemma4_text"].trace_refusal(mm.from_hf_config(EVERY_OPTION))
 
 
 @pytest.mark.parametrize("command", [["infer"], ["train"], ["train", "--method", "lora"]])

@@ -20,7 +20,7 @@ class Pass:
     dropout); dropout: the config's dropout is on; tables: the rotary cos and sin (shared by every block);
     cache: k and v go through transformers' DynamicCache first (kv_cache); lora_modules and lora: the modules
     LoRA adapts and its (rank, adapter bytes per element); houlsby: the bottleneck of the Houlsby adapters
-    (None: none).
+    (None: none); checkpointed: the run checkpoints its blocks.
     """
 
     kind: str
@@ -30,6 +30,7 @@ class Pass:
     lora_modules: frozenset = frozenset()
     lora: tuple | None = None
     houlsby: object = None
+    checkpointed: bool = False  # gradient checkpointing: the block runs inside torch.utils.checkpoint
 
     def lora_of(self, module: str):
         """(rank, adapter bytes) when LoRA adapts `module`, else None."""

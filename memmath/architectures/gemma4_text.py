@@ -17,8 +17,11 @@ Gemma4ForCausalLM), Gemma 3's sandwich-normed blocks with q/k norms and a scaled
 - v_norm and the router's norm have no scale (no parameters); layer_scalar is a buffer.
 
 The cache: sliding layers keep the window, full layers every token, shared layers none (cache_utils.py gives a
-"reuse" layer a dummy layer). Activations: the forward pass is not traced (its per-layer inputs, shared keys and
-values and the MoE beside the MLP have no trace steps yet): traced=False (activations='textbook').
+"reuse" layer a dummy layer). Activations: the forward pass is traced (block, rms_norm below: Gemma4RMSNorm's
+pow keeps the mean of squares, v_norm, k_eq_v values, one rotary pair per layer type at its own head size, the
+per-layer inputs, the store blocks' shared_kv_states) for configs without shared keys and values or the MoE block;
+a config with either is refused by name (trace_refusal) and keeps the textbook model and no fits verdict, as an
+untraced type does.
 Serving's prefill working set: the plain estimate."""
 
 from __future__ import annotations
@@ -26,12 +29,18 @@ from __future__ import annotations
 from functools import partial
 
 from .. import validate
+from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import ParamTensor, linear, norm
+from ._steps import Pass, dims, kv_cache
 from .gemma2 import GEMMA_FIELDS, softcap
 from .record import QK_NORM, Architecture, decoder_fields, full_every
 
 K_EQ_V, KV_SHARED = "k_eq_v", "kv_shared"
+# the last block of each layer type before the shared ones (Gemma4TextConfig.kv_sharing_modes "store", even when no
+# block shares): its keys and values go into shared_kv_states, alive until the forward returns (block_kind)
+KV_STORE, K_EQ_V_STORE = "kv_store", "k_eq_v_store"
+NO_V_PROJ = (K_EQ_V, K_EQ_V_STORE)
 LAYER_TYPES = ("sliding_attention", "full_attention")
 # the embedding-group tensors Gemma4TextModel registers after its final norm
 PER_LAYER_TENSORS = ("embed_tokens_per_layer", "per_layer_model_projection.weight",
@@ -119,7 +128,9 @@ def read_options(config, get):
         if modes[i] == "reuse":
             changes += (("block_kind", KV_SHARED),) + ((("intermediate_size", 2 * width),) if double else ())
         elif k_eq_v and types[i] == "full_attention":
-            changes += (("block_kind", K_EQ_V),)
+            changes += (("block_kind", K_EQ_V_STORE if modes[i] == "store" else K_EQ_V),)
+        elif modes[i] == "store":
+            changes += (("block_kind", KV_STORE),)
         per_block.append(changes)
     layouts = {}
     for i, changes in enumerate(per_block):
@@ -148,7 +159,7 @@ def attention_tensors(m) -> list:
     tensors = linear("self_attn.q_proj", "attention", h, a * d, ab) + norm("self_attn.q_norm", d, False)
     if m.block_kind != KV_SHARED:
         tensors += norm("self_attn.k_norm", d, False) + linear("self_attn.k_proj", "attention", h, kv * d, ab)
-        if m.block_kind != K_EQ_V:
+        if m.block_kind not in NO_V_PROJ:
             tensors += linear("self_attn.v_proj", "attention", h, kv * d, ab)
     return tensors + linear("self_attn.o_proj", "attention", a * d, h, ab)
 
@@ -203,7 +214,7 @@ def lora_table(m) -> dict:
     if m.block_kind == KV_SHARED:
         why = "a block sharing an earlier block's keys and values (num_kv_shared_layers) has no k_proj or v_proj"
         table.update(k=why, v=why)
-    elif m.block_kind == K_EQ_V:
+    elif m.block_kind in NO_V_PROJ:
         table["v"] = "a full-attention block with attention_k_eq_v has no v_proj (its values are its keys)"
     return table
 
@@ -233,6 +244,220 @@ def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
     return values
 
 
+# ---- the forward pass (modeling_gemma4.py) -----------------------------------------------------------------------
+def rms_norm(tr: Trace, x: Tensor, trainable: bool, name: str, *, rows=None, width=None, scale=True) -> Tensor:
+    """Gemma4RMSNorm: x.float() * torch.pow(mean(x^2) + eps, -0.5), times weight.float() (with_scale), type_as(x).
+
+    Unlike LlamaRMSNorm's rsqrt, which keeps its output, pow(ms, -0.5) keeps its input: the product keeps the fp32 x
+    and the power's output, so a norm whose input needs a gradient keeps x in fp32 (x itself in fp32), the mean of
+    squares and its power, 4 bytes a row each. Times the weight: the fp32 normalized x when the weight trains, and
+    weight.float() when x needs a gradient (in a 16-bit model a new fp32 vector of `width`; in fp32 the parameter).
+    v_norm (scale=False) has no weight."""
+    n = tr.t if rows is None else rows
+    x32 = x if x.elem == 4 else tr.tmp(x.numel, 4, x)
+    square = tr.tmp(x.numel, 4, x32)
+    mean_sq = tr.new(n, 4, x.grad)  # mean(x^2) + eps
+    tr.use(square)
+    power = tr.new(n, 4, x.grad)  # torch.pow(., -0.5)
+    tr.use(mean_sq)
+    normed = tr.new(x.numel, 4, x.grad)
+    tr.use(x32, power)
+    if x.grad:
+        tr.save(x32, f"{name} input in fp32")
+        tr.save(mean_sq, f"{name} mean of squares (fp32, pow input)")
+        tr.save(power, f"{name} pow(mean of squares, -0.5) (fp32)")
+    if scale:
+        if trainable:
+            tr.save(normed, f"{name} normalized input (fp32)")
+        if x.grad and tr.e != 4:
+            tr.save(tr.new(width, 4, trainable), f"{name} weight.float() (fp32)")
+        product = tr.new(x.numel, 4, x.grad or trainable)
+        tr.use(normed)
+        normed = product
+    if tr.e == 4:
+        return normed
+    out = tr.new(x.numel, tr.e, normed.grad)  # type_as(x)
+    tr.use(normed)
+    return out
+
+
+def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Gemma4TextDecoderLayer: Gemma 3's sandwich-normed block with Gemma4RMSNorm (rms_norm above) everywhere, q/k
+    norms over each head, a v_norm without scale, attention at scaling 1.0 without softcapping (no memory of its own),
+    k_eq_v blocks whose values are their k_proj output (normed twice: k_norm and v_norm), gelu_pytorch_tanh(gate) * up,
+    and hidden_states *= layer_scalar, an in-place product with a buffer that keeps nothing."""
+    dm, t = dims(shape), tr.t
+    h, a, kv, d = dm["h"], dm["a"], dm["k"], dm["d"]
+    lora = p.lora_of
+
+    def norm_h(y, name):
+        return rms_norm(tr, y, trainable, name, width=h)
+
+    xn = norm_h(x, "input_layernorm")
+    input_path = tr.bytes_in(tr.region)  # what the input norm saved
+    q = tr.linear(xn, t * a * d, trainable, lora("q_proj"), "q_proj")
+    q = tr.rotary(rms_norm(tr, q, trainable, "q_norm", rows=t * a, width=d), p.tables)
+    if shape.block_kind == KV_SHARED:
+        # shared_kv_states[layer_type]: the store block's k and v (after its cache.update), counted there
+        k, v = (tr.new(t * kv * d, tr.e, True, existing=True) for _ in range(2))
+        return rest_of_block(tr, shape, x, q, k, v, trainable, p)
+    before_kv = tr.bytes_in(tr.region)
+    k = tr.linear(xn, t * kv * d, trainable, lora("k_proj"), "k_proj")
+    v = k if shape.block_kind in NO_V_PROJ else tr.linear(xn, t * kv * d, trainable, lora("v_proj"), "v_proj")
+    k = tr.rotary(rms_norm(tr, k, trainable, "k_norm", rows=t * kv, width=d), p.tables)
+    v = rms_norm(tr, v, trainable, "v_norm", rows=t * kv, scale=False)
+    if p.cache:  # cache.update (modeling_gemma4.py Gemma4TextAttention.forward)
+        k, v = kv_cache(tr, k, v)
+    if shape.block_kind in (KV_STORE, K_EQ_V_STORE):
+        # k_proj's (or v_proj's LoRA A's) input: xn itself, saved first by q_proj (or its LoRA A) where both keep it
+        kv_keeps_xn = trainable or lora("k_proj") or (lora("v_proj") and shape.block_kind not in NO_V_PROJ)
+        if kv_keeps_xn and id(xn.storage) in tr.saved:
+            input_path = input_path + xn.storage.nbytes
+        stored(tr, k, v, held=tr.bytes_in(tr.region) - before_kv + input_path, checkpointed=p.checkpointed)
+    return rest_of_block(tr, shape, x, q, k, v, trainable, p)
+
+
+def rest_of_block(tr: Trace, shape, x: Tensor, q: Tensor, k: Tensor, v: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Gemma4TextDecoderLayer from the attention kernel on: o_proj, the MLP and the per-layer input step."""
+    dm, t = dims(shape), tr.t
+    h, a, d = dm["h"], dm["a"], dm["d"]
+    lora = p.lora_of
+
+    def norm_h(y, name):
+        return rms_norm(tr, y, trainable, name, width=h)
+
+    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
+                       name="attention", kv_contiguous=p.cache)
+    out = norm_h(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm")
+    r1 = tr.add(x, out)
+    prod = tr.silu_times(*_decoder.gate_up(tr, shape, norm_h(r1, "pre_feedforward_layernorm"), trainable, p), "GeGLU",
+                         act_name=shape.hidden_act)
+    out = norm_h(tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), "post_feedforward_layernorm")
+    hs = tr.add(r1, out)
+    if shape.per_layer_input:
+        return per_layer_step(tr, shape, x, hs, trainable, p)
+    hs.per_layer = getattr(x, "per_layer", None)
+    return hs
+
+
+def stored(tr: Trace, k: Tensor, v: Tensor, *, held, checkpointed: bool):
+    """A "store" block puts its k and v into shared_kv_states, a dict of Gemma4TextModel.forward that holds them until
+    the forward returns (saved or not). Under gradient checkpointing the dict is a keyword argument that
+    GradientCheckpointingLayer's partial keeps for the recomputation, so the forward's k and v stay alive into
+    backward, and the recomputation puts the recomputed k and v there again: they and the autograd graph behind them (what the input norm, k_proj, v_proj, k_norm and v_norm saved again) stay
+    alive until backward ends (found when checkpointed CPU steps peaked 11-24% over the trace without it: exactly
+    these bytes per store block). `held`: the bytes this recomputation saved on k's and v's way."""
+    for x in (k, v):
+        x.storage.kept = True
+    if checkpointed and tr.saving:
+        kv = sum(x.storage.nbytes for x in {id(x.storage): x for x in (k, v)}.values()
+                 if id(x.storage) not in tr.saved and not x.storage.existing)
+        # the forward's k and v, which the kept dict holds from the block's forward until its recomputation
+        tr.__dict__["held_through_backward"] = kv
+        tr.__dict__["held_to_backward_end"] = held  # from the recomputation on, beside the recomputed k and v
+
+
+def embeddings(tr: Trace, shape, trains: bool, *, dropout, input_grad_hook) -> Tensor:
+    """Gemma4TextModel's embeddings: the scaled token embedding and, with per-layer inputs, get_per_layer_inputs and
+    project_per_layer_inputs: embed_tokens_per_layer(ids) * sqrt(width) (a buffer; the same ids), and
+    per_layer_model_projection(inputs_embeds) * h^-0.5 (a Python float) normed over each layer's width
+    (Gemma4RMSNorm over t x layers rows), summed and * 2^-0.5: per_layer_inputs, b x s x layers x width, which every
+    block reads a view of. The returned input carries it as `per_layer` (its storage, saved once)."""
+    x = _decoder.embeddings(tr, shape, trains, dropout=dropout, input_grad_hook=input_grad_hook)
+    if not shape.per_layer_input:
+        return x
+    t, e, width = tr.t, tr.e, shape.per_layer_input[1]
+    n = t * shape.n_layers * width
+    looked_up = tr.new(n, e, trains)  # embed_tokens_per_layer: its ids are the token embedding's, saved there
+    token_part = tr.tmp(n, e, looked_up)  # * embed_scale, a buffer
+    token_part.grad = trains
+    # per_layer_model_projection keeps inputs_embeds when it trains; in fp32 that is the storage the first block's
+    # input norm (or checkpoint) keeps too, counted there once
+    projected = tr.linear(x, n, trains and e != 4, None, "per_layer_model_projection")
+    projected.grad = projected.grad or trains or x.grad
+    scaled = tr.tmp(n, e, projected)  # * per_layer_model_projection_scale (a Python float)
+    scaled.grad = projected.grad
+    normed = rms_norm(tr, scaled, trains, "per_layer_projection_norm", rows=t * shape.n_layers, width=width)
+    summed = tr.new(n, e, normed.grad or token_part.grad)
+    tr.use(normed, token_part)
+    per_layer = tr.new(n, e, summed.grad)  # * per_layer_input_scale (a Python float)
+    tr.use(summed)
+    per_layer.storage.kept = True  # a local of the model's forward until it returns
+    x.per_layer = per_layer
+    return x
+
+
+def per_layer_step(tr: Trace, shape, x: Tensor, hs: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Gemma4TextDecoderLayer's per-layer input, after the MLP: residual + post_per_layer_input_norm(
+    per_layer_projection(act(per_layer_input_gate(hs)) * per_layer_input)). per_layer_input is a view of the model's
+    per_layer_inputs: the product keeps that whole storage, once for every block (x.per_layer; a block traced alone
+    gets one that exists already)."""
+    t, h, width = tr.t, shape.hidden_size, shape.per_layer_input[1]
+    inputs = getattr(x, "per_layer", None)
+    if inputs is None:
+        inputs = tr.new(t * shape.n_layers * width, tr.e, True, existing=True)
+    gate = tr.linear(hs, t * width, trainable, p.lora_of("per_layer_input_gate"), "per_layer_input_gate")
+    act = tr.gelu(gate, "per-layer input gate")  # gelu_pytorch_tanh keeps its input
+    if act.grad:
+        tr.save(inputs, "per-layer inputs (one storage, every block's view)")
+    if inputs.grad:
+        tr.save(act, "per-layer input gate activation")
+    prod = tr.new(t * width, tr.e, act.grad or inputs.grad)
+    tr.use(act, inputs)
+    out = tr.linear(prod, t * h, trainable, p.lora_of("per_layer_projection"), "per_layer_projection")
+    out = rms_norm(tr, out, trainable, "post_per_layer_input_norm", width=h)
+    result = tr.add(hs, out)
+    result.per_layer = getattr(x, "per_layer", None)
+    return result
+
+
+def final_norm(tr: Trace, shape, x: Tensor, trainable: bool, name: str) -> Tensor:
+    """Gemma4TextModel.norm, a Gemma4RMSNorm over h."""
+    return rms_norm(tr, x, trainable, name, width=shape.hidden_size)
+
+
+def _type_head_sizes(shape) -> dict:
+    sizes = {}
+    for layout, blocks in shape.layouts():
+        for i in blocks:
+            sizes.setdefault(shape.layer_types[i], set()).add(layout.rotary_dim or layout.head_dim)
+    return sizes
+
+
+def rotary_widths(shape) -> dict:
+    """{layer type: its cos/sin tables' width}: Gemma4TextRotaryEmbedding computes one pair per layer type, at that
+    type's head size (a sliding block's head_dim, a full block's global_head_dim)."""
+    return {kind: max(sizes) for kind, sizes in _type_head_sizes(shape).items()}
+
+
+def _reads_first_block(shape) -> bool:
+    """Whether a shared block reads the keys and values that block 0 stores."""
+    kinds = {i: layout.block_kind for layout, blocks in shape.layouts() for i in blocks}
+    types = shape.layer_types
+    return kinds[0] in (KV_STORE, K_EQ_V_STORE) and any(
+        kind == KV_SHARED and types[i] == types[0] for i, kind in kinds.items())
+
+
+def trace_refusal(shape) -> str:
+    """Why the trace does not replay this Gemma 4 config ("" when it does): the options it has no steps for."""
+    kinds = {layout.block_kind for layout, _ in shape.layouts()}
+    missing = [why for on, why in (
+        (bool(shape.n_experts), "the MoE block beside the MLP (enable_moe_block)"),
+        # Gemma4TextModel._maybe_slice_kv_shared_inputs slices per_layer_inputs, None without them: a TypeError
+        (KV_SHARED in kinds and not shape.per_layer_input, "blocks sharing keys and values without per-layer inputs "
+         "(num_kv_shared_layers > 0 with hidden_size_per_layer_input 0, whose forward fails in transformers 5.24)"),
+        # whether the shared blocks' k and v need a gradient then depends on the method (the first block's input
+        # needs none under LoRA), which a block's trace does not see
+        (_reads_first_block(shape),
+         "blocks sharing the keys and values of the first block (lower num_kv_shared_layers or change layer_types)"),
+        (any(len(sizes) > 1 for sizes in _type_head_sizes(shape).values()),
+         "blocks of one layer type at different head sizes (per_layer_config)"))
+        if on]
+    if not missing:
+        return ""
+    return f"traces Gemma 4 configs without {' or '.join(missing)}, which this config has"
+
+
 ARCHITECTURE = Architecture(
     model_type="gemma4_text", family="llama", title="Gemma 4 (text)",
     source="configuration_gemma4.py, modeling_gemma4.py",
@@ -260,5 +485,10 @@ ARCHITECTURE = Architecture(
     late_embeddings=PER_LAYER_TENSORS,
     all_linear_refusal=all_linear_refusal, not_all_linear=("router", "experts"), kv_cache_values=kv_cache_values,
     prefill_phases=None, scaled_embedding=True, rotary_per_layer_type=True, both_masks_always=True,
-    traced=False,  # per-layer inputs, shared keys and values, the MoE beside the MLP: no trace (activations='textbook')
+    trace_embeddings=embeddings, trace_block=block, trace_head=partial(_decoder.head_and_loss, norm=final_norm),
+    traced_activations=("gelu_pytorch_tanh",), trace_refusal=trace_refusal, rotary_widths=rotary_widths,
+    checkpointed_peak_refusal=("with checkpointing, its store blocks keep their keys and values (shared_kv_states, "
+                               "held by the checkpoint's arguments) and their recomputed graph to the end of backward, "
+                               "which memmath's moments do not all price: held-out CPU steps peaked 2-9% above the "
+                               "prediction under LoRA"),
 )

@@ -90,6 +90,11 @@ class Architecture:
     traced: bool = True  # the exact model replays its forward pass (else activations='textbook')
     # why a checkpointed step's peak is not modelled for this type ("": it is); such a run gets a floor, no verdict
     checkpointed_peak_refusal: str = ""
+    # shape -> why the trace does not replay this config of a traced type ("" when it does): options it has no
+    # steps for, which keep the textbook model and no verdict (decision.unchecked_type) as an untraced type does
+    trace_refusal: Callable | None = None
+    # shape -> {layer type: rotary table width} where the types' head sizes differ (Gemma 4), else None
+    rotary_widths: Callable | None = None
     # the MLP activations it is traced with ("": a model built in code); (): every one of `activations`
     traced_activations: tuple = ("", "silu")
     amp_measured: bool = False  # recorded under torch.autocast (validation/amp.py)
