@@ -9,11 +9,12 @@ except where CI sets MEMMATH_REQUIRE_<TOOL>=1: there a missing tool is a failure
         playwright = require("playwright.sync_api", env="MEMMATH_REQUIRE_BROWSER")
 
 Browser tests (marker `browser`) share one Chromium per session (the `chromium` fixture) and one
-static site built per session by the README's command (`built_site`).
+static site built per run by the README's command (`built_site`, shared by the xdist workers).
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
 import subprocess
@@ -101,12 +102,24 @@ def chromium():
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
-    """The site, built once per session by the README's command from notebooks/: (folder, its printed report)."""
-    out = tmp_path_factory.mktemp("site") / "site"
-    done = subprocess.run([sys.executable, "-m", "memmath_site", "build", str(out)], cwd=REPO, capture_output=True,
-                          text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert done.returncode == 0, f"the export command failed:\n{done.stdout}\n{done.stderr}"
-    return out, done.stdout
+    """The site, built once per run by the README's command from notebooks/: (folder, its printed report).
+
+    Under pytest-xdist the workers share one build: the first to ask builds it in the run's temporary folder
+    (the parent of each worker's own), holding a lock the others wait on, as pytest-xdist's documentation
+    shows for session data. Only a build that succeeded is shared; a failed one is tried again by the next.
+    """
+    own = tmp_path_factory.getbasetemp()
+    shared = own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own
+    out, report = shared / "built-site" / "site", shared / "built-site" / "report.txt"
+    with open(shared / "built-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not report.is_file():
+            out.parent.mkdir(exist_ok=True)
+            done = subprocess.run([sys.executable, "-m", "memmath_site", "build", str(out)], cwd=REPO,
+                                  capture_output=True, text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
+            assert done.returncode == 0, f"the export command failed:\n{done.stdout}\n{done.stderr}"
+            report.write_text(done.stdout, encoding="utf-8")
+        return out, report.read_text(encoding="utf-8")
 
 
 # The slowest files first (seconds on 2 cores, one process): with two workers each taking a file at a time
