@@ -9,15 +9,17 @@ except where CI sets MEMMATH_REQUIRE_<TOOL>=1: there a missing tool is a failure
         playwright = require("playwright.sync_api", env="MEMMATH_REQUIRE_BROWSER")
 
 Browser tests (marker `browser`) share one Chromium per session (the `chromium` fixture) and one
-static site built per session by the README's command (`built_site`).
+static site built per run by the README's command (`built_site`, shared by the xdist workers).
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -101,20 +103,41 @@ def chromium():
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
-    """The site, built once per session by the README's command from notebooks/: (folder, its printed report)."""
-    out = tmp_path_factory.mktemp("site") / "site"
-    done = subprocess.run([sys.executable, "-m", "memmath_site", "build", str(out)], cwd=REPO, capture_output=True,
-                          text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert done.returncode == 0, f"the export command failed:\n{done.stdout}\n{done.stderr}"
-    return out, done.stdout
+    """The site, built once per run by the README's command from notebooks/: (folder, its printed report).
+
+    Under pytest-xdist the workers share one build: the first to ask builds it in the run's temporary folder
+    (the parent of each worker's own), holding a lock the others wait on, as pytest-xdist's documentation
+    shows for session data. Only a build that succeeded is shared; a failed one is tried again by the next.
+    """
+    own = tmp_path_factory.getbasetemp()
+    shared = own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own
+    out, report = shared / "built-site" / "site", shared / "built-site" / "report.txt"
+    with open(shared / "built-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not report.is_file():
+            out.parent.mkdir(exist_ok=True)
+            done = subprocess.run([sys.executable, "-m", "memmath_site", "build", str(out)], cwd=REPO,
+                                  capture_output=True, text=True, timeout=1800, env=dict(os.environ, PYTHONPATH=str(REPO)))
+            assert done.returncode == 0, f"the export command failed:\n{done.stdout}\n{done.stderr}"
+            report.write_text(done.stdout, encoding="utf-8")
+        return out, report.read_text(encoding="utf-8")
 
 
-# The slowest files first (seconds on 2 cores, one process): with two workers each taking a file at a time
-# (pyproject's `-n 2 --dist loadfile`), the long browser files start at once instead of being left for last.
-SLOW_FILES = ("test_lessons_browser.py", "test_site_browser.py", "test_site_build.py", "test_lesson_08.py",
-              "test_moe_lora.py", "test_lesson_07.py", "test_lesson_03.py", "test_lesson_06.py")
+# The slowest files first, longest first (their order by total seconds in a full run on 2 cores), so that with two
+# workers each taking a file at a time (pyproject's `-n 2 --dist loadfile --no-loadscope-reorder`) no long file is
+# left for last while the other worker waits. The site is built by the first of test_site_build and
+# test_site_browser to ask (built_site): test_site_build goes first so that the other finds it built. The other
+# files follow, those with the most tests first (pytest-xdist's own order).
+SLOW_FILES = ("test_site_build.py", "test_lessons_browser.py", "test_lesson_08.py", "test_lesson_07.py",
+              "test_moe_lora.py", "test_families_dense.py", "test_lesson_01.py", "test_site_browser.py",
+              "test_course_consistency_early_lessons.py", "test_families_glm.py", "test_lesson_02.py",
+              "test_lesson_11.py", "test_lesson_03.py", "test_lesson_06.py", "test_traced.py",
+              "test_course_consistency.py", "test_families_kin.py", "test_lesson_05.py", "test_lesson_10.py",
+              "test_package.py", "test_lesson_04.py", "test_families_ernie.py", "test_fidelity_live.py", "test_cli.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: index for index, name in enumerate(SLOW_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable: file order kept otherwise
+    tests_in = Counter(item.path for item in items)
+    # stable: the order within a file is kept
+    items.sort(key=lambda item: (rank.get(item.path.name, len(SLOW_FILES)), -tests_in[item.path], str(item.path)))

@@ -80,16 +80,30 @@ def controls(defs) -> dict[str, object]:
     return {name: value for name, value in defs.items() if isinstance(value, kinds) or is_step_slider(value)}
 
 
+def _state(element):
+    """What a control holds, as a lesson reads it: its frontend value (a dropdown's key, a slider's value), or a
+    step slider's steps and chosen step."""
+    if is_step_slider(element):
+        return "step slider", tuple(element.widget.steps), element.widget.chosen
+    return type(element), element._value_frontend
+
+
 def extreme_runs(name: str):
-    """Yield (control, 'min'|'max', outputs, defs) for every control of the lesson at both ends."""
+    """Yield (control, 'min'|'max', outputs, defs) for every control of the lesson at both ends.
+
+    An end that is the control's default is the default run's state: that run is yielded for it, first (before
+    the other runs are given the default run's definitions), instead of running the same state again.
+    """
     app = load_app(name)
-    _, base_defs = app.run()
+    base_outputs, base_defs = app.run()
     owners = _cell_defs(app)
-    for var, element in controls(base_defs).items():
-        for which in ("min", "max"):
-            replacement = _at(element, which)
-            if replacement is None:
-                continue
+    ends = [(var, which, replacement) for var, element in controls(base_defs).items() for which in ("min", "max")
+            if (replacement := _at(element, which)) is not None]
+    for var, which, replacement in ends:
+        if _state(replacement) == _state(base_defs[var]):
+            yield var, which, base_outputs, base_defs
+    for var, which, replacement in ends:
+        if _state(replacement) != _state(base_defs[var]):
             overrides = {v: base_defs[v] for v in owners[var] if v in base_defs}
             overrides[var] = replacement
             outputs, defs = load_app(name).run(defs=overrides)
