@@ -86,9 +86,9 @@ def _(bound_chart, formats_grid, is_static_export, lesson_charts, live_chart, li
 
 
 @app.cell(hide_code=True)
-def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, context_checkbox, format_dropdown,
-      formats_chart, lesson_charts, mm, mo, number_view, params_slider, pd, preset_dropdown, STORAGE_FORMATS,
-      unit_radio, verdict_of, viz):
+def _(bound_live_draw, cards_chart, cards_reserve_view, cards_table_view, cards_verdict_view, context_checkbox,
+      format_dropdown, formats_chart, lesson_charts, mm, mo, number_view, params_slider, pd, preset_dropdown,
+      STORAGE_FORMATS, unit_radio, verdict_of, viz):
     # The one cell the size, the format, the unit and the box re-run (every re-run cell costs marimo ~6-10 ms): the
     # number with its recipe, the format chart's rows, and the cards' verdicts, chart and table further down, all
     # into live views, so it shows nothing itself.
@@ -174,10 +174,9 @@ def _(bound_live_draw, cards_chart, cards_table_view, cards_verdict_view, contex
     _holding = gpu_fits[gpu_fits["fits"]]
     cards_verdict_view.update(mo.md(f"""
     {len(_holding)} of the {len(gpu_fits)} cards hold these weights
-    ({mm.format_bytes(card_bytes, unit)}{" as bitsandbytes loads them" if card_bytes != weight_bytes else ""}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
-
-    {viz.cuda_reserve_sentence(reserved_bytes is None, unit)}
+    ({mm.format_bytes(card_bytes, unit)}{" as bitsandbytes loads them" if card_bytes != weight_bytes else ""}{", each card's CUDA context set aside" if reserved_bytes is None else ""}){"; the smallest is the **" + _holding["gpu"].iloc[0] + "**" if len(_holding) else ""}.
     """))
+    cards_reserve_view.update(mo.md(viz.cuda_reserve_sentence(reserved_bytes is None, unit)))
     cards_table_view.update(fit_rows)
     return card_bytes, fit_rows, gpu_fits, n_params, preset, reserved_bytes, stored, unit, weight_bytes, weights_format
 
@@ -397,9 +396,13 @@ def _(literature, live_only_notice, mm, mo, viz):
 @app.cell(hide_code=True)
 def _(live_chart, live_html, mo):
     # Drawn once (this cell reads no control); the cell under the size controls sends them new rows and text.
-    cards_chart, cards_verdict_view, cards_table_view = live_chart(), live_html(), live_html()
-    mo.vstack([cards_chart, cards_verdict_view, mo.accordion({"How much room does each card leave?": cards_table_view})])
-    return cards_chart, cards_table_view, cards_verdict_view
+    # What each card reserves for its CUDA context, and why, waits in the fold beside the table it changes.
+    cards_chart, cards_verdict_view, cards_reserve_view, cards_table_view = (live_chart(), live_html(), live_html(),
+                                                                             live_html())
+    mo.vstack([cards_chart, cards_verdict_view, mo.accordion(
+        {"How much room does each card leave, and what does its CUDA context take?": mo.vstack(
+            [cards_reserve_view, cards_table_view])})])
+    return cards_chart, cards_reserve_view, cards_table_view, cards_verdict_view
 
 
 @app.cell(hide_code=True)

@@ -288,7 +288,8 @@ def _(live_html, mo):
     finetuning is **parameter-inefficient**: quality rises only as more parameters are opened up.
     """)}
     saves_how_view, saves_table_view, saves_work_view = live_html(), live_html(), live_html()
-    mo.vstack([section_prose["saves"], saves_how_view, saves_table_view, saves_work_view])
+    mo.vstack([section_prose["saves"], saves_how_view, saves_table_view,
+               mo.accordion({"Go deeper: does freezing save work too?": saves_work_view})])
     return saves_how_view, saves_table_view, saves_work_view, section_prose
 
 

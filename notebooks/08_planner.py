@@ -28,10 +28,10 @@ def _(mo, viz):
     **The control.** The method (section 2) moves the verdict most: full finetuning trains every
     weight, LoRA and QLoRA a fraction of a percent of them.
 
-    The pieces come from earlier lessons: weights and formats ({viz.lesson_link("01_weights_and_formats", "lesson 1")}),
-    gradients and optimizer states ({viz.lesson_link("02_full_finetuning", "lesson 2")}), activations
-    ({viz.lesson_link("03_activations", "lesson 3")}), freezing ({viz.lesson_link("04_freezing", "lesson 4")}),
-    adapters ({viz.lesson_link("05_adapters", "lesson 5")}) and LoRA/QLoRA ({viz.lesson_link("06_lora_qlora", "lesson 6")}).
+    The pieces come from earlier lessons: {viz.lesson_link("01_weights_and_formats", "weights and formats")},
+    {viz.lesson_link("02_full_finetuning", "gradients and optimizer states")},
+    {viz.lesson_link("03_activations", "activations")}, {viz.lesson_link("04_freezing", "freezing")},
+    {viz.lesson_link("05_adapters", "adapters")} and {viz.lesson_link("06_lora_qlora", "LoRA/QLoRA")}.
     """)
     return
 
@@ -134,8 +134,8 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo, model, model_error, nearest_layout,
-      needed_view, parts_view, pasted_text, re, recipe_view, source_radio):
+def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_view, mm, mo, model, model_error,
+      nearest_layout, needed_view, parts_view, pasted_text, re, recipe_view, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
@@ -153,7 +153,7 @@ def _(bars_chart, catalog_view, changes_view, comparison_view, far_view, mm, mo,
                            "encoding": {"text": {"field": "text", "type": "nominal"}}})
         # Nor do the sections that follow from the run keep the last run's numbers under their headings.
         recipe_view.update(mo.md(""))
-        for _view in (far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
+        for _view in (basis_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
             _view.update(mo.md("*No run: the pasted config.json cannot be used (section 1).*"))
     else:
         _pasted = source_radio.value != "preset"
@@ -307,7 +307,7 @@ def _(get_trainable_layers, mo, model, pasted_text, set_trainable_layers):
                       f"{_asked} back.*").style({"font-size": "0.9em"}) if _asked > model.n_layers else None)
     mo.vstack([trainable_layers_slider, *([_clamped] if _clamped is not None else []),
                mo.md("The selected method's own control sets your run; all four also feed the comparison "
-                     "table at the end. Each keeps its value when you change the model.").style({"font-size": "0.9em"})])
+                     "table under the verdict. Each keeps its value when you change the model.").style({"font-size": "0.9em"})])
     return (trainable_layers_slider,)
 
 
@@ -361,10 +361,11 @@ def _(live_only_notice, mm, mo, viz):
                    f"The GPUs split the model t x p ways ({viz.lesson_link('11_many_gpus', 'lesson 11')}); the rest "
                    "copy it (data parallelism)").style({"font-size": "0.9em"})], justify="start"),
                mo.hstack([max_gpus_number, reserve_dropdown, unit_radio], justify="start"),
-               mo.md(f"The CUDA context and its kernels take memory before any tensor. By default each card keeps "
-                     f"back its own, with PyTorch's lazy module loading: {viz.context_reserves_words()}. Pick a "
-                     "figure instead to match what `nvidia-smi` shows for an idle process on your card."
-                     ).style({"font-size": "0.9em"})])
+               mo.accordion({"How much does the CUDA context take on each card?": mo.md(
+                   f"The CUDA context and its kernels take memory before any tensor. By default each card keeps "
+                   f"back its own, with PyTorch's lazy module loading: {viz.context_reserves_words()}. Pick a "
+                   "figure instead to match what `nvidia-smi` shows for an idle process on your card."
+                   ).style({"font-size": "0.9em"})})])
     return (gpu_dropdown, hardware_controls, max_gpus_number, n_gpus_number, pp_dropdown, reserve_dropdown, tp_dropdown,
             unit_radio, zero_stage_radio)
 
@@ -535,7 +536,8 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider, cached_md, catalog_view, changes_view,
+def _(accum_slider, attention_radio, bars_chart, basis_view, batch_slider, bottleneck_slider, cached_md, catalog_view,
+      changes_view,
       checkpointing_switch, comparison_view, far_view, gpu_dropdown, literature, max_gpus_number, method_dropdown, mm,
       mo, model, model_config, n_gpus_number, needed_view, optimizer_dropdown, parts_view, pasted_text, pd,
       peak_moment, planned, precision_dropdown, rank_slider, recipe_view, requirement_view, pp_dropdown,
@@ -576,7 +578,7 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
                                "mark": {"type": "text", "align": "left", "x": 0, "fontSize": 13},
                                "encoding": {"text": {"field": "text", "type": "nominal"}}})
             recipe_view.update(mo.md(""))
-            for _view in (far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
+            for _view in (basis_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
                 _view.update(mo.md("*No run: the method cannot train this model (the verdict above says why).*"))
             mo.stop(True, mo.callout(mo.md(f"**This run cannot be planned:** {_why}. Choose another method above, "
                                            "or paste the config.json without its quantization_config to plan the "
@@ -654,22 +656,25 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
         if not _split:  # the first step, before the optimizer's states exist (memmath.peak_memory, step="first")
             _first = mm.peak_memory(run, step="first")
             _fphase, _fmoment = peak_moment(_first)
+            # The moment is named once where both steps peak in the same one.
+            _fwhere = _fphase if (_fphase, _fmoment) == (_phase, _moment) else f"{_fphase} ({_fmoment})"
             _recipe += (f" The first step, before the optimizer's states exist, peaks at {_f(_first.total)} in "
-                        f"{_fphase} ({_fmoment})" + (": the same figure, so the first step is as tight as the rest."
-                                                     if _first.total == peak_bytes else
-                                                     f"; every later step needs {_f(peak_bytes - _first.total)} more."
-                                                     if _first.total < peak_bytes else "."))
-    _recipe += (f" The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
-                f"{_f(plan.reserved_bytes)} kept back for the CUDA context (section 4"
-                + (f": the {gpu.name}'s own, {gpu.context_reserve.lazy_source})" if reserved is None else ")")
-                + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
+                        f"{_fwhere}" + (": the same figure, so the first step is as tight as the rest."
+                                        if _first.total == peak_bytes else
+                                        f"; every later step needs {_f(peak_bytes - _first.total)} more."
+                                        if _first.total < peak_bytes else "."))
+    _card = (f"The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
+             f"{_f(plan.reserved_bytes)} kept back for the CUDA context (section 4"
+             + (f": the {gpu.name}'s own, {gpu.context_reserve.lazy_source})" if reserved is None else ")")
+             + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
     _kind = ("danger" if verdict.fits is False else "warn" if _cannot is not None or verdict.fits is None
              else "success")
     _verdict_part = [*_warn, mo.callout(cached_md(_verdict), kind=_kind)]
-    recipe_view.update(mo.vstack([cached_md(_recipe),
-                                  cached_md(f"*Assumptions:* {pasted_text(result.assumptions)} "
-                                        + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
-                                  .style({"font-size": "0.9em"})]))
+    recipe_view.update(cached_md(_recipe))
+    basis_view.update(mo.vstack([cached_md(_card),
+                                 cached_md(f"*Assumptions:* {pasted_text(result.assumptions)} "
+                                           + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
+                                 .style({"font-size": "0.9em"})]))
 
     # ---- how far the run goes, searched directly (not on a refused verdict: each search would judge it)
     if limits is None:
@@ -765,14 +770,18 @@ def _(accum_slider, attention_radio, bars_chart, batch_slider, bottleneck_slider
 def _(live_html, mo, parts_heading, takeaway_note):
     # The sections that follow from the run, under their headings, shown once here (this cell reads no control): the
     # run's cell above gives them new contents in place on every move.
-    recipe_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view = (
-        live_html() for _ in range(7))
-    mo.vstack([recipe_view, takeaway_note, mo.md("### How far this run goes"), far_view,
-               mo.md("## Changes that would help, ranked by memory saved"), changes_view, parts_heading, parts_view,
-               mo.accordion({"Which cards in the catalog would hold this run?": catalog_view}),
-               mo.md("## Full, partial or PEFT: the article's comparison, with your numbers"), comparison_view,
-               mo.md("## Needed, or only wanted?"), needed_view])
-    return catalog_view, changes_view, comparison_view, far_view, needed_view, parts_view, recipe_view
+    recipe_view, basis_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view = (
+        live_html() for _ in range(8))
+    # The verdict's number, how far the run goes and the changes that help are the core path; the card's reserve, the
+    # assumptions and the tables that explain and compare the run wait in folds, which the run's cell fills in place.
+    mo.vstack([recipe_view, mo.accordion({"The card's reserve and the run's assumptions": basis_view}),
+               takeaway_note, mo.md("### How far this run goes"), far_view,
+               mo.md("## Changes that would help, ranked by memory saved"), changes_view,
+               mo.accordion({parts_heading: parts_view,
+                             "Which cards in the catalog would hold this run?": catalog_view,
+                             "Full, partial or PEFT: the article's comparison, with your numbers": comparison_view,
+                             "Needed, or only wanted?": needed_view}, multiple=True)])
+    return basis_view, catalog_view, changes_view, comparison_view, far_view, needed_view, parts_view, recipe_view
 
 
 @app.cell(hide_code=True)
@@ -827,8 +836,6 @@ def _(fsdp_fold, mm, mo):
     _article = mm.recipes.bytes_per_parameter("bf16", "adam")
     _mixed = mm.recipes.bytes_per_parameter("mixed", "adam")
     _sum = mo.md(f"""
-    ## The sum, per GPU
-
     memory per GPU = weights + quantization constants + gradients + master weights + optimizer states + activations
 
     Gradients, master weights and optimizer states exist only for **trainable** parameters; the
@@ -840,13 +847,13 @@ def _(fsdp_fold, mm, mo):
     ZeRO (Rajbhandari et al. 2020) splits optimizer states (stage 1), then gradients (2), then
     weights (3) across the GPUs, but never the activations: each GPU keeps its own.
     """)
-    parts_heading = mo.md("## Your run, part by part")
+    parts_heading = "Your run, part by part"
     takeaway_note = mo.callout(mo.md("""
     **The takeaway.** A training run's memory per GPU is a sum of named parts, and the method and the recipe
     decide most of them: full finetuning keeps gradients and optimizer states for every weight, LoRA and QLoRA
     for a fraction of a percent of them. Pick LoRA in section 2 and watch the verdict change.
     """), kind="info")
-    mo.vstack([_sum, fsdp_fold])
+    mo.vstack([mo.accordion({"The sum, per GPU": _sum}), fsdp_fold])
     return parts_heading, takeaway_note
 
 
@@ -937,8 +944,7 @@ def _(literature, mm, mo):
     _fits = lambda plan: "it fits" if plan.fits else "it does not fit"  # noqa: E731
     mo.vstack([
         mo.md("## Problems"),
-        mo.md("Each answer is what the card must hold, as the verdict above counts it: the step's peak where memmath "
-              "models it, else an upper bound on it or the sum of the parts, and the answer says which."),
+        mo.md("Each answer is what the card must hold, as the verdict counts it."),
         mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
               f"per GPU, and what is the smallest change that fits it on an RTX 4090 ({_reserve} reserved)?"),
         mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.requirement.bytes)} {_words(_full.requirement)}. "

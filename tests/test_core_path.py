@@ -16,8 +16,7 @@ fold's titles count as open text unless the fold itself sits in a fold), tab tit
 label, a radio's options and a dropdown's chosen option. A widget's text lives in the widget, not in
 the page: a `LiveHtml` (tables and sentences the sliders move) counts as the HTML it holds, a
 `StepSlider` as a control with its label. Not counted: charts (a picture, read at a glance) and the
-values inside controls (a slider's number, a text box's config). Three lessons are still read without
-their widgets (LIVE_TEXT_NOT_YET_HELD below).
+values inside controls (a slider's number, a text box's config).
 
 Where 1,100 comes from: about five minutes at 220 words a minute, a common figure for reading
 English prose silently (Brysbaert 2019, "How many words do we read per minute? A review and
@@ -150,23 +149,16 @@ def core_path(outputs, widgets: dict | None = None) -> dict:
     return {"outside": outside, "inside": inside, "first_control": first_control}
 
 
-# Lessons whose live tables and sentences outside folds (memmath_lessons.live_html) are not yet held to the count:
-# read with them, 01 shows about 1,140 words, 04 about 1,120 and 08 about 1,900. They are counted without their
-# widgets until those fold; the last test below fails once one of them fits, so that it leaves this list.
-LIVE_TEXT_NOT_YET_HELD = {"01_weights_and_formats", "04_freezing", "08_planner"}
-
 _COUNTS = {}
 
 
-def counted(lesson: str, with_widgets: bool | None = None) -> dict:
-    """The counts of the lesson's default run (one run per lesson for this module)."""
-    if with_widgets is None:
-        with_widgets = lesson not in LIVE_TEXT_NOT_YET_HELD
+def counted(lesson: str) -> dict:
+    """The counts of the lesson's default run, its live widgets read as shown (one run per lesson for this module)."""
     if lesson not in _COUNTS:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             _COUNTS[lesson] = lessons.run(lesson)
     outputs, defs = _COUNTS[lesson]
-    return core_path(outputs, widgets_of(defs) if with_widgets else {})
+    return core_path(outputs, widgets_of(defs))
 
 
 @pytest.mark.parametrize("lesson", lessons.LESSONS)
@@ -175,14 +167,6 @@ def test_the_core_path_reads_in_about_five_minutes(lesson):
     assert counts["outside"] <= CORE_PATH_WORDS, (
         f"{lesson} shows {counts['outside']:,} words outside its folds ({counts['inside']:,} inside): move "
         f"derivations, asides and second examples into a fold")
-
-
-@pytest.mark.parametrize("lesson", sorted(LIVE_TEXT_NOT_YET_HELD))
-def test_a_lesson_read_without_its_live_text_still_needs_it(lesson):
-    counts = counted(lesson, with_widgets=True)
-    assert counts["outside"] > CORE_PATH_WORDS, (
-        f"{lesson} reads in five minutes with its live tables too ({counts['outside']:,} words): take it off "
-        "LIVE_TEXT_NOT_YET_HELD")
 
 
 @pytest.mark.parametrize("lesson", lessons.LESSONS)
