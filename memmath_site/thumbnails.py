@@ -32,6 +32,17 @@ from pathlib import Path
 
 # marimo's gallery crops every picture to 1200 x 630 (its `aspect-1200/630` class); the OpenGraph size too.
 WIDTH, HEIGHT = 1200, 630
+
+
+class QuietServer(http.server.ThreadingHTTPServer):
+    """A thread per request, and no traceback when the browser drops a request it no longer needs (a page that
+    navigates away closes its pending connections: a broken pipe is not an error here)."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 TITLE_CARD_LESSON = "00_start_here"
 
 WORKBOOK_TITLE = "memmath"
@@ -99,7 +110,7 @@ class _Site:
                 pass
 
         handler = functools.partial(Quiet, directory=str(self.folder))
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = QuietServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}/"
 

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memmath_site.thumbnails import QuietServer
+
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update"]
@@ -382,7 +384,7 @@ class StaticServer:
                 pass
 
         handler = functools.partial(Quiet, directory=str(self.folder))
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self.server = QuietServer(("127.0.0.1", self.port), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         return self
