@@ -128,6 +128,21 @@ def lora_table(m) -> dict:
     return table
 
 
+def router_logits(tr: Trace, x: Tensor, h: int, n_exp: int, trainable: bool, router_lora) -> Tensor:
+    """A router's F.linear(x, W) (t x E, the model's dtype); it keeps x when W trains. Under peft's ParamWrapper
+    (router_lora): F.linear(x, W + delta) with the sum a tensor that requires grad, which keeps x, and W + BA when x
+    needs a gradient."""
+    if router_lora is None:
+        return tr.linear(x, tr.t * n_exp, trainable, None, "router")
+    weight = wrapped_weight(tr, router_lora, 1, n_exp, h, "router")
+    logits = tr.new(tr.t * n_exp, tr.e, True)
+    tr.use(x, weight)
+    tr.save(x, "router input")
+    if x.grad:
+        tr.save(weight, "router weight W + BA (peft ParamWrapper)")
+    return logits
+
+
 def wrapped_weight(tr: Trace, lora, experts, d_out, d_in, name, build=True):
     """The weight a module reads under peft 0.21's ParamWrapper (peft/tuners/lora/layer.py): W + scaling * B A,
     a new tensor that requires grad (W: experts x d_out x d_in, or d_out x d_in for experts = 1, frozen).
@@ -227,16 +242,7 @@ def trace(tr: Trace, shape, x: Tensor, trainable: bool, lora):
         up = tr.linear(x, t * si, trainable, lora("up_proj"), "shared_expert.up_proj")
         prod = tr.silu_times(gate, up, "shared expert SwiGLU")
         shared = tr.linear(prod, t * h, trainable, lora("down_proj"), "shared_expert.down_proj")
-    router_lora = lora("gate.weight")
-    if router_lora is None:
-        logits = tr.linear(x, t * n_exp, trainable, None, "router")
-    else:  # peft's ParamWrapper: F.linear(x, W + delta) with the sum a tensor that requires grad
-        weight = wrapped_weight(tr, router_lora, 1, n_exp, h, "router")
-        logits = tr.new(t * n_exp, e, True)
-        tr.use(x, weight)
-        tr.save(x, "router input")
-        if x.grad:
-            tr.save(weight, "router weight W + BA (peft ParamWrapper)")
+    logits = router_logits(tr, x, h, n_exp, trainable, lora("gate.weight"))
     grad = logits.grad
     logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # .float() / softmax(dtype=float)
     probs = tr.new(t * n_exp, 4, grad)

@@ -144,18 +144,9 @@ def router(tr: Trace, shape, x: Tensor, trainable: bool, lora) -> tuple:
     F.linear(x, weight, bias) keeps x when the weight trains (under peft's ParamWrapper: x, and W + BA when x needs
     a gradient, as _moe.trace); topk over the logits keeps its int64 indices; softmax over the k chosen logits, in
     the model's dtype, keeps its output."""
-    t, e = tr.t, tr.e
+    e = tr.e
     h, n_exp, rows = shape.hidden_size, shape.n_experts, tr.t * shape.experts_per_tok
-    router_lora = lora("router.weight")
-    if router_lora is None:
-        logits = tr.linear(x, t * n_exp, trainable, None, "router")
-    else:
-        weight = _moe.wrapped_weight(tr, router_lora, 1, n_exp, h, "router")
-        logits = tr.new(t * n_exp, e, True)
-        tr.use(x, weight)
-        tr.save(x, "router input")
-        if x.grad:
-            tr.save(weight, "router weight W + BA (peft ParamWrapper)")
+    logits = _moe.router_logits(tr, x, h, n_exp, trainable, lora("router.weight"))
     grad = logits.grad
     values = tr.new(rows, e, grad)  # torch.topk(router_logits, top_k)
     indices = tr.new(rows, INT64)

@@ -120,16 +120,7 @@ def router(tr: Trace, shape, x: Tensor, trainable: bool, lora) -> Tensor:
     place keeps the sum and autograd's copy of the weights before the division (Mixtral's renormalizing)."""
     t, e = tr.t, tr.e
     h, n_exp, rows = shape.hidden_size, shape.n_experts, tr.t * shape.experts_per_tok
-    router_lora = lora("gate.weight")
-    if router_lora is None:
-        logits = tr.linear(x, t * n_exp, trainable, None, "router")
-    else:
-        weight = _moe.wrapped_weight(tr, router_lora, 1, n_exp, h, "router")
-        logits = tr.new(t * n_exp, e, True)
-        tr.use(x, weight)
-        tr.save(x, "router input")
-        if x.grad:
-            tr.save(weight, "router weight W + BA (peft ParamWrapper)")
+    logits = _moe.router_logits(tr, x, h, n_exp, trainable, lora("gate.weight"))
     grad = logits.grad
     logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # router_logits.float()
     scores = tr.new(t * n_exp, 4, grad)  # sigmoid
