@@ -75,7 +75,7 @@ def stepped_model(torch, transformers, peft, config: dict, *, precision: str, me
         model.gradient_checkpointing_enable()
     layers = model.model.layers
     if method == "lora":
-        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=list(lora_modules)))
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=lora_modules if isinstance(lora_modules, str) else list(lora_modules)))
     return model, layers
 
 
@@ -114,17 +114,8 @@ def held_for_backward(torch, transformers, peft, config: dict, *, precision: str
     import itertools
     import weakref
 
-    from validation.measure import configure_torch
-
-    configure_torch()
-    hf_config = transformers.AutoConfig.for_model(config["model_type"],
-                                                  **{k: v for k, v in config.items() if k != "model_type"})
-    hf_config._attn_implementation = attention
-    torch.manual_seed(0)
-    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype).train()
-    if method == "lora":
-        model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    model, _ = stepped_model(torch, transformers, peft, config, precision=precision, method=method,
+                             attention=attention, lora_modules=targets)
     excluded = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
     saved = []
 

@@ -110,21 +110,13 @@ QWEN3_5_MOE = {"model_type": "qwen3_5_moe_text", "hidden_size": 64, "num_hidden_
                "tie_word_embeddings": False}
 
 
-def _qwen3_5(torch, transformers, config, device="meta"):
-    hf = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items()
-                                                                     if k != "model_type"})
-    torch.manual_seed(0)
-    if device == "meta":
-        with torch.device("meta"):
-            return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
-    return hf, transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16).eval()
 
 
 @pytest.mark.live
 @pytest.mark.parametrize("config", ["QWEN3_5", "QWEN3_5_DEFAULTS", "QWEN3_5_MOE", "Qwen3_5MoeTextConfig"])
 def test_qwen3_5_is_built_as_transformers_builds_it_in_its_order(torch, transformers, config):
     config = globals().get(config) or CONFIG_CLASS_DEFAULTS[config]  # the dense and the MoE text models
-    _, model = _qwen3_5(torch, transformers, config)
+    _, model = _model(torch, transformers, config)
     assert_built_like_transformers(torch, model, config)
     assert [dims for _, dims in torch_tensors(mm.from_hf_config(config))] == [tuple(p.shape)
                                                                              for p in model.parameters()]
@@ -135,7 +127,7 @@ def test_qwen3_5_is_built_as_transformers_builds_it_in_its_order(torch, transfor
 def test_qwen3_5_cache_and_adapters_are_transformers_and_peft_s(torch, transformers, peft, config, targets):
     # the dense model's down_proj is its MLP's; peft converts the MoE model's MLP names onto the routed experts
     config = globals()[config]
-    hf, model = _qwen3_5(torch, transformers, config, device="cpu")
+    hf, model = _model(torch, transformers, config, device="cpu")
     cache = transformers.DynamicCache(config=hf)
     with torch.no_grad():
         ids = torch.randint(0, config["vocab_size"], (2, 12))
