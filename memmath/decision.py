@@ -206,21 +206,29 @@ def refuse_search(run: Run, what: str) -> None:
 def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what its names stand for now
     need = _judged(key[0])
     if unchecked_type(need.run) is not None:
-        floor = sum(int(getattr(need.memory, part)) for part in FLOOR_PARTS)
-        why = (f"{refusal(need.run)}. Without the activations, the step needs {floor:,} B (the weights, "
-               "gradients and optimizer states of the GPU that holds the most, all alive at the optimizer step): the "
-               f"card must hold at least that. {UNCHECKED_FIX}")
-        return Requirement(floor, "floor", why, need.memory, None, need.run)
+        return _activations_floor(need, refusal(need.run), UNCHECKED_FIX)
     if need.basis == "sum of parts" and need.run.model.vision is not None and need.run.seq_len is not None:
         return _vision_floor(need)
     if checkpoint_refusal(need.run):
-        floor = sum(int(getattr(need.memory, part)) for part in FLOOR_PARTS)
-        why = (f"model_type {need.run.model.arch!r}: {checkpoint_refusal(need.run)}, so no fits / does-not-fit verdict is "
-               f"given on it. Without the activations, the step needs {floor:,} B (the weights, gradients and optimizer "
-               "states of the GPU that holds the most, all alive at the optimizer step): the card must hold at least "
-               f"that. {CHECKPOINT_FIX[0].upper()}{CHECKPOINT_FIX[1:]}")
-        return Requirement(floor, "floor", why, need.memory, None, need.run)
+        return _activations_floor(need, f"model_type {need.run.model.arch!r}: {checkpoint_refusal(need.run)}, so no "
+                                  "fits / does-not-fit verdict is given on it",
+                                  f"{CHECKPOINT_FIX[0].upper()}{CHECKPOINT_FIX[1:]}")
     return need
+
+
+def parts_floor(memory) -> int:
+    """The bytes of FLOOR_PARTS in `memory`: what every moment of the step reaches at its optimizer step."""
+    return sum(int(getattr(memory, part)) for part in FLOOR_PARTS)
+
+
+def _activations_floor(need: Requirement, why: str, fix: str) -> Requirement:
+    """The floor of a run whose activations give no requirement (`why`), and what would give one (`fix`, a sentence
+    after the floor's)."""
+    floor = parts_floor(need.memory)
+    words = (f"{why}. Without the activations, the step needs {floor:,} B (the weights, gradients and optimizer "
+             "states of the GPU that holds the most, all alive at the optimizer step): the card must hold at least "
+             f"that. {fix}")
+    return Requirement(floor, "floor", words, need.memory, None, need.run)
 
 
 def checkpoint_refusal(run: Run) -> str:
@@ -241,7 +249,7 @@ def _vision_floor(need: Requirement) -> Requirement:
     on one GPU, the language model's own modelled peak (the same run on the text model: its tokens, image tokens
     included, pass through it) plus the tower's and projector's parts held throughout (HELD_PARTS)."""
     run, memory = need.run, need.memory
-    floor = sum(int(getattr(memory, part)) for part in FLOOR_PARTS)
+    floor = parts_floor(memory)
     words = (f"{floor:,} B (the weights, gradients and optimizer states of the GPU that holds the most, all alive at "
              "the optimizer step)")
     if not is_parallel(run) and not run.sharded:
