@@ -172,9 +172,10 @@ def _setup(shape: ModelShape, method, recipe, present_only=False):
 def _houlsby_width(shape: ModelShape, method, recipe):
     """The bottleneck of Adapters(...) where the trace places them as validation/houlsby.py does, else ValueError."""
     if not (known(shape) and shape.architecture.houlsby_placed):
-        raise validate.FieldError("activations", f"activations='transformers' places Houlsby adapters in BERT and LLaMA blocks (as "
-                         f"validation/houlsby.py measured them); got {shape.arch or shape.family} (use "
-                         "activations='textbook')")
+        raise validate.FieldError("activations", "activations='transformers' places Houlsby adapters after a block's attention and "
+                         "MLP output projections (BERT's, and the decoders laid out as LLaMA's, as validation/houlsby.py "
+                         f"places them); {shape.arch or shape.family}'s blocks have no such place traced "
+                         "(use activations='textbook')")
     if validate.is_array(method.bottleneck):
         raise validate.FieldError("activations", "activations='transformers' traces Adapters with one bottleneck, not a sweep of them "
                          "(use activations='textbook')")

@@ -4,7 +4,9 @@ prefill's working set beside memmath's (counted as validation/inference_working_
 from __future__ import annotations
 
 import memmath as mm
+from validation import houlsby
 
+HOULSBY_BOTTLENECK = 8  # the adapters' width m in stepped_model(method="houlsby")
 PEFT_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
               "down": "down_proj"}
 
@@ -61,7 +63,8 @@ def assert_built_like_transformers(torch, model, config: dict) -> None:
 def stepped_model(torch, transformers, peft, config: dict, *, precision: str, method: str, attention: str,
                   checkpointing: bool = False, lora_modules=("q_proj", "v_proj")):
     """(the model `config` describes, its blocks) as memmath.stepping steps it on the CPU: in fp32 or bf16, in train
-    mode, full or with LoRA r=4 on `lora_modules` (as validation/measure.py builds the recorded families)."""
+    mode, full, with LoRA r=4 on `lora_modules` or with Houlsby adapters of bottleneck 8 after each block's attention
+    and MLP projections ("houlsby", validation/houlsby.py), as validation/measure.py builds the recorded families."""
     from validation.measure import configure_torch
 
     configure_torch()
@@ -76,6 +79,8 @@ def stepped_model(torch, transformers, peft, config: dict, *, precision: str, me
     layers = model.model.layers
     if method == "lora":
         model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=lora_modules if isinstance(lora_modules, str) else list(lora_modules)))
+    elif method == "houlsby":
+        houlsby.insert(model, layers, config["model_type"], config["hidden_size"], HOULSBY_BOTTLENECK, dtype)
     return model, layers
 
 
@@ -93,12 +98,18 @@ def two_cpu_steps(torch, transformers, peft, config: dict, *, precision: str, me
     return step_twice(model, make_optimizer(params, "adamw"), {"input_ids": ids, "labels": ids.clone()}, layers)
 
 
+def _method(method: str):
+    """memmath's method for stepped_model's `method`."""
+    return {"full": mm.Full(), "lora": mm.LoRA(rank=4, targets=("q", "v")),
+            "houlsby": mm.Adapters(bottleneck=HOULSBY_BOTTLENECK)}[method]
+
+
 def predicted_step(shape, *, precision: str, method: str, attention: str, checkpointing: bool = False) -> tuple:
     """(the bytes memmath's exact trace saves for backward, its steady step's peak) for the two_cpu_steps run."""
     from memmath.hf_activations import activation_parts
     from memmath.recipes import get_recipe
 
-    settings = dict(method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")), seq_len=64,
+    settings = dict(method=_method(method), seq_len=64,
                     batch_size=2, dropout=False, attention=attention, checkpointing=checkpointing, device="cpu")
     saved = activation_parts(shape, recipe=get_recipe(precision), **settings).estimate.total
     peak = mm.peak_memory(shape, precision=precision, optimizer="adamw", activations="transformers", **settings)

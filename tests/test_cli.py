@@ -766,10 +766,10 @@ def test_where_the_peak_does_not_apply_the_verdict_says_why():
     on_cpu = mm.requirement("gpt2", precision="amp", seq_len=256, device="cpu")
     assert on_cpu.basis == "sum of parts" and "exact activation model" in on_cpu.reason
     assert any("math kernel" in str(n) for n in on_cpu.memory.notes)
-    # Houlsby adapters are traced in BERT and LLaMA blocks only: the sum.
+    # Houlsby adapters are traced in BERT's blocks and the decoders laid out as LLaMA's, not GPT-2's: the sum.
     adapters = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4")
     assert adapters["required"]["basis"] == "sum_of_parts"
-    assert any("Houlsby adapters in BERT and LLaMA" in note for note in adapters["assumptions"]["notes"])
+    assert any("decoders laid out as LLaMA's" in note for note in adapters["assumptions"]["notes"])
     assert adapters["verdict"]["required_bytes"] == adapters["sum_of_parts"]
     # ZeRO across GPUs: the peak estimate does not model the sharding.
     zero = run_json("train", "gpt2", "--seq", "256", "--gpus", "2", "--zero-stage", "3", "--gpu", "T4")

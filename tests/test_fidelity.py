@@ -372,7 +372,7 @@ def test_freeze_sweep_over_trainable_layers():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(method=memmath.Adapters(bottleneck=8)), "BERT and LLaMA"),
+    (dict(method=memmath.Adapters(bottleneck=8)), "gpt2's blocks have no such place traced"),
     (dict(precision="amp", attention="sdpa", dropout=True, device="cpu"), "AMP with SDPA without dropout"),
     (dict(precision="amp", method=memmath.QLoRA(rank=8)), "AMP for Full"),
 ])

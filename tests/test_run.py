@@ -37,7 +37,7 @@ def test_the_model_decides_what_it_can():
 def test_a_choice_is_kept_and_replace_resolves_the_rest_again():
     chosen = mm.Run("gpt2", attention="eager", dropout=False)
     assert (chosen.attention, chosen.dropout, chosen.defaulted) == ("eager", False, frozenset({"activations"}))
-    # Adapters in GPT-2 are not traced (only BERT and LLaMA blocks): the textbook model, said why...
+    # Adapters in GPT-2 are not traced (BERT's blocks and the LLaMA-layout decoders are): the textbook model, said why...
     adapters = mm.Run("gpt2", method=mm.Adapters())
     assert adapters.activations == "textbook" and "Houlsby adapters" in str(adapters.notes[0])
     # ... and a change of method resolves the activation model again, as a run built afresh would.

@@ -30,21 +30,24 @@ def adapter(hidden_size: int, bottleneck: int, dtype):
     return HoulsbyAdapter()
 
 
-# Where the two adapters go: the module whose output is the attention's / the MLP's projection.
+# Where the two adapters go: the module whose output is the attention's / the MLP's projection. Every
+# decoder of transformers' LLaMA layout (mistral, qwen2/3, gemma, phi3, olmo2, ...) names them as LLaMA does.
 PLACES = {
     "bert": ("attention.output.dense", "output.dense"),
     "llama": ("self_attn.o_proj", "mlp.down_proj"),
 }
+DECODER_PLACES = PLACES["llama"]
 
 
 def insert(model, blocks, family: str, hidden_size: int, bottleneck: int, dtype):
-    """Freeze `model` and wrap each block's two projections as Sequential(base, houlsby)."""
+    """Freeze `model` and wrap each block's two projections as Sequential(base, houlsby) (`family`: a key of PLACES,
+    or a decoder's model_type, placed as LLaMA's)."""
     from torch import nn
 
     for p in model.parameters():
         p.requires_grad_(False)
     for block in blocks:
-        for path in PLACES[family]:
+        for path in PLACES.get(family, DECODER_PLACES):
             parent_path, _, name = path.rpartition(".")
             parent = block.get_submodule(parent_path)
             base = getattr(parent, name)

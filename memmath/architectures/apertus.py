@@ -113,6 +113,7 @@ def read_options(config, get):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="apertus", family="llama", title="Apertus", source="configuration_apertus.py, modeling_apertus.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, **QK_NORM,
                            "hidden_act": "the MLP activation: xIELU and its two learned scalars per block"}),

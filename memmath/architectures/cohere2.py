@@ -133,6 +133,7 @@ def read_options(config, get):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="cohere2", family="llama", title="Cohere 2 (Command R7B, Command A)",
     source="configuration_cohere2.py, modeling_cohere2.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, "sliding_window": SLIDING_WINDOW,

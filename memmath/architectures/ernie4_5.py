@@ -88,6 +88,7 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="ernie4_5", family="llama", title="ERNIE 4.5", source="configuration_ernie4_5.py, modeling_ernie4_5.py",
     fields=decoder_fields({"use_bias": "biases on q, k, v, o, gate, up, down"}, drop=("attention_dropout",)),
     defaults={"head_dim": 128, "num_key_value_heads": 2, "tie_word_embeddings": True},

@@ -8,7 +8,7 @@ normed q and k where a rotary block keeps the rotated ones, the same sizes (meas
 from .. import validate
 from ..trace import Tensor, Trace
 from . import _decoder, smollm3
-from ._steps import Pass, dims, kv_cache, larger
+from ._steps import Pass, dims, houlsby, kv_cache, larger
 from .record import LAYER_TYPES_FIELD, QK_NORM, SLIDING_WINDOW, Architecture, decoder_fields, full_every
 
 
@@ -57,14 +57,15 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
         k, v = kv_cache(tr, k, v)
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
                        name="attention", kv_contiguous=p.cache)
-    out = tr.linear(ctx, t * h, trainable, p.lora_of("o_proj"), "o_proj")
+    out = houlsby(tr, tr.linear(ctx, t * h, trainable, p.lora_of("o_proj"), "o_proj"), p, "attention")
     r1 = tr.add(x, tr.rms_norm(out, trainable, "post_attention_layernorm"))
     prod = tr.silu_times(*_decoder.gate_up(tr, shape, r1, trainable, p), "SwiGLU")
-    out = tr.linear(prod, t * h, trainable, p.lora_of("down_proj"), "down_proj")
+    out = houlsby(tr, tr.linear(prod, t * h, trainable, p.lora_of("down_proj"), "down_proj"), p, "MLP")
     return tr.add(r1, tr.rms_norm(out, trainable, "post_feedforward_layernorm"))
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="exaone4", family="llama", title="EXAONE 4.0", source="configuration_exaone4.py, modeling_exaone4.py",
     fields=decoder_fields({"sliding_window": SLIDING_WINDOW, "layer_types": LAYER_TYPES_FIELD,
                            "sliding_window_pattern": "layer_types when not given (every n-th block full)",

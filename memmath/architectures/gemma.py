@@ -3,7 +3,7 @@ embeddings scaled by sqrt(h), RMSNorm weights applied as (1 + w)."""
 
 from ..trace import Tensor, Trace
 from . import _decoder
-from ._steps import Pass, dims, kv_cache
+from ._steps import Pass, dims, houlsby, kv_cache
 from .record import ATTENTION_BIAS, Architecture, decoder_fields
 
 
@@ -31,13 +31,13 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
         k, v = kv_cache(tr, k, v)
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
                        name="attention", softcap=shape.attn_softcap, kv_contiguous=p.cache)
-    out = tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj")
+    out = houlsby(tr, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), p, "attention")
     if sandwich:
         out = norm(out, "post_attention_layernorm")
     r1 = tr.add(x, out)
     h2 = norm(r1, "pre_feedforward_layernorm" if sandwich else "post_attention_layernorm")
     prod = tr.silu_times(*_decoder.gate_up(tr, shape, h2, trainable, p), "GeGLU", act_name=shape.hidden_act)
-    out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+    out = houlsby(tr, tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), p, "MLP")
     if sandwich:
         out = norm(out, "post_feedforward_layernorm")
     return tr.add(r1, out)
@@ -48,6 +48,7 @@ def read_options(config, get):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="gemma", family="llama", title="Gemma", source="configuration_gemma.py, modeling_gemma.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS,
                            "hidden_act": "the MLP activation ('gelu' is read as gelu_pytorch_tanh, as GemmaConfig "

@@ -33,6 +33,7 @@ def even_blocks_slide(get, layers):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="gemma2", family="llama", title="Gemma 2", source="configuration_gemma2.py, modeling_gemma2.py",
     # these read hidden_activation; hidden_act is ignored by transformers
     fields=decoder_fields(GEMMA_FIELDS, drop=("hidden_act",)),

@@ -21,6 +21,7 @@ def every_nth_full(get, layers):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="gemma3_text", family="llama", title="Gemma 3 (text)",
     source="configuration_gemma3.py, modeling_gemma3.py",
     fields=decoder_fields({**GEMMA_FIELDS, **QK_NORM, "use_bidirectional_attention": "refused when true",

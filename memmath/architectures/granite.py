@@ -23,6 +23,7 @@ MULTIPLIERS = {
 }
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="granite", family="llama", title="Granite", source="configuration_granite.py, modeling_granite.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, "mlp_bias": "biases on gate, up, down",
                            **MULTIPLIERS}),

@@ -3,7 +3,7 @@ after each, q/k RMSNorm over all heads, norm weights kept in fp32, rotary tables
 
 from ..trace import Tensor, Trace
 from . import _decoder
-from ._steps import Pass, dims, kv_cache
+from ._steps import Pass, dims, houlsby, kv_cache
 from .record import ATTENTION_BIAS, QK_NORM, Architecture, decoder_fields
 
 
@@ -52,9 +52,10 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
         k, v = kv_cache(tr, k, v)
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
                        name="attention", kv_contiguous=p.cache)
-    r1 = tr.add(x, norm(tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), "post_attention_layernorm"))
+    r1 = tr.add(x, norm(houlsby(tr, tr.linear(ctx, t * h, trainable, lora("o_proj"), "o_proj"), p, "attention"),
+                              "post_attention_layernorm"))
     prod = tr.silu_times(*_decoder.gate_up(tr, shape, r1, trainable, p), "SwiGLU")
-    out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+    out = houlsby(tr, tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), p, "MLP")
     return tr.add(r1, norm(out, "post_feedforward_layernorm"))
 
 
@@ -70,6 +71,7 @@ def prefill_phases(shape, s, b, e, eager):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="olmo2", family="llama", title="OLMo 2", source="configuration_olmo2.py, modeling_olmo2.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, **QK_NORM}),
     read_options=read_options, trace_block=block, final_norm="rms_fp32_weight", amp_measured=True,

@@ -35,6 +35,7 @@ def prefill_phases(shape, s, b, e, eager):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="olmo3", family="llama", title="OLMo 3", source="configuration_olmo3.py, modeling_olmo3.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, **QK_NORM, "sliding_window": SLIDING_WINDOW,
                            "layer_types": LAYER_TYPES_FIELD + " (default: every fourth full)"}),

@@ -29,6 +29,7 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="phi3", family="llama", title="Phi-3", source="configuration_phi3.py, modeling_phi3.py",
     fields=decoder_fields({"sliding_window": SLIDING_WINDOW, "resid_pdrop": "dropout_p",
                            "embd_pdrop": "unused by Phi3Model (transformers 5.24): no memory"}),

@@ -15,6 +15,7 @@ def read_options(config, get):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="qwen2", family="llama", title="Qwen2", source="configuration_qwen2.py, modeling_qwen2.py",
     fields=decoder_fields({"sliding_window": SLIDING_WINDOW, **QWEN_SLIDING, "layer_types": LAYER_TYPES_FIELD}),
     defaults={"tie_word_embeddings": False}, read_options=read_options,

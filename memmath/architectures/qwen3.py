@@ -11,6 +11,7 @@ def read_options(config, get):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="qwen3", family="llama", title="Qwen3", source="configuration_qwen3.py, modeling_qwen3.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, "sliding_window": SLIDING_WINDOW, **QWEN_SLIDING,
                            "layer_types": LAYER_TYPES_FIELD, **QK_NORM}),

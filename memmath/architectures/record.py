@@ -98,7 +98,7 @@ class Architecture:
     # the MLP activations it is traced with ("": a model built in code); (): every one of `activations`
     traced_activations: tuple = ("", "silu")
     amp_measured: bool = False  # recorded under torch.autocast (validation/amp.py)
-    houlsby_placed: bool = False  # Houlsby adapters placed as validation/houlsby.py measured them
+    houlsby_placed: bool = False  # its trace places Houlsby adapters where validation/houlsby.py inserts them
     sdpa: bool = True  # transformers runs its attention with SDPA (Gemma2PreTrainedModel has none)
     routing_weights_fp32: bool = False  # Mixtral keeps the top-k routing weights in fp32 (no cast back)
     # ---- serving (memmath/inference.py, validation/inference_working_set.py): the keys and values the cache holds

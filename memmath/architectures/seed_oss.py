@@ -33,6 +33,7 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="seed_oss", family="llama", title="Seed-OSS", source="configuration_seed_oss.py, modeling_seed_oss.py",
     fields=decoder_fields({"attention_bias": "biases on q, k, v", "attention_out_bias": "bias on o (refused without "
                            "attention_bias)", "mlp_bias": "biases on gate, up, down", "residual_dropout": "dropout_p"}),

@@ -51,6 +51,7 @@ def nope_layers_slide(get, layers):
 
 
 ARCHITECTURE = Architecture(
+    houlsby_placed=True,  # after o_proj and down_proj, as validation/houlsby.py places them in LLaMA
     model_type="smollm3", family="llama", title="SmolLM3", source="configuration_smollm3.py, modeling_smollm3.py",
     fields=decoder_fields({"attention_bias": ATTENTION_BIAS, "mlp_bias": "biases on gate, up, down",
                            "sliding_window": SLIDING_WINDOW, "use_sliding_window": QWEN_SLIDING["use_sliding_window"],
