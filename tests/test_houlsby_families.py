@@ -49,3 +49,66 @@ def test_saved_activations_are_what_autograd_holds(torch, transformers, peft, mo
     ours, _ = predicted_step(mm.from_hf_config(config), precision=precision, method="houlsby", attention=attention)
     assert ours == held_for_backward(torch, transformers, peft, config, precision=precision, method="houlsby",
                                      attention=attention)
+
+
+# ---- Held out: two AdamW steps on the CPU (tests/family_checks.py two_cpu_steps), measured after the adapters were
+# placed in the traces (nothing was changed to fit them). Other widths: 3 blocks, h = 96, 6 query heads over 3
+# key/value heads of 16 (a x d = h, as in LLaMA-2, Mistral and OLMo), bottleneck 8, batch 2 x 64, SDPA (Gemma 2 eager).
+HELD_OUT = dict(vocab_size=512, hidden_size=96, intermediate_size=160, num_hidden_layers=3, num_attention_heads=6,
+                num_key_value_heads=3, head_dim=16, use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+STEPPED = ("mistral", "qwen3", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3", "exaone4", "cohere2")
+# Measured, peak / measured - 1 of step 2 (CPU, torch 2.13, transformers 5.24): without checkpointing +0.02% to +0.04%
+# in every case; with checkpointing -0.95% to -4.77% (exaone4 and olmo3 fp32 -4.8%) but in Gemma 2 and Gemma 3 fp32.
+CHECKPOINTED_SHORT = {("gemma2", "fp32"): -0.0611, ("gemma2", "bf16"): -0.0768, ("gemma3_text", "fp32"): -0.0706}
+# Query heads wider than the hidden size (Qwen3's and Seed-OSS's default head_dim of 128, here 6 x 128 = 768 against
+# h = 96): checkpointed steps peak 11-21% above the prediction, and the same with LoRA and full finetuning (qwen3
+# bf16: LoRA -20.3%, full -10.3%), so it is the recomputed block's attention, not the adapters: see
+# test_wide_query_heads_under_checkpointing_are_short.
+WIDE_HEADS = {("qwen3", "fp32"): -0.1119, ("qwen3", "bf16"): -0.2130, ("seed_oss", "fp32"): -0.1220,
+              ("seed_oss", "bf16"): -0.1115}
+
+
+def _stepped(torch, transformers, peft, config, precision, checkpointing):
+    from family_checks import two_cpu_steps
+
+    run = dict(precision=precision, method="houlsby", attention="eager" if config["model_type"] == "gemma2" else "sdpa",
+               checkpointing=checkpointing)
+    saved, peak = predicted_step(mm.from_hf_config(config), **run)
+    return saved, peak, two_cpu_steps(torch, transformers, peft, config, **run)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("model_type", STEPPED)
+def test_held_out_steps_save_what_the_trace_saves_and_peak_within_a_tenth_of_a_percent(torch, transformers, peft,
+                                                                                      model_type, precision):
+    config = dict(HELD_OUT, model_type=model_type, **PLACED[model_type])
+    saved, peak, measured = _stepped(torch, transformers, peft, config, precision, checkpointing=False)
+    assert measured["saved_bytes"] == saved
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.001
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("model_type", STEPPED)
+def test_held_out_checkpointed_steps_peak_within_five_percent(torch, transformers, peft, model_type, precision):
+    """tests/test_fidelity.py's tolerance; Gemma 2 and Gemma 3 in fp32 fall short of it (CHECKPOINTED_SHORT)."""
+    if (model_type, precision) in CHECKPOINTED_SHORT:
+        pytest.xfail(f"{CHECKPOINTED_SHORT[model_type, precision]:.1%} under the measured peak: the recomputed block's "
+                     "attention backward (fp32 softmax, GemmaRMSNorm's fp32 copies) is wider than peak.py's block working set")
+    config = dict(HELD_OUT, model_type=model_type, **PLACED[model_type])
+    _, peak, measured = _stepped(torch, transformers, peft, config, precision, checkpointing=True)
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.05, peak / measured["peak_step2_bytes"] - 1
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type, precision", sorted(WIDE_HEADS))
+def test_wide_query_heads_under_checkpointing_are_short(torch, transformers, peft, model_type, precision):
+    config = dict(HELD_OUT, model_type=model_type, **PLACED[model_type], head_dim=128)
+    _, peak, measured = _stepped(torch, transformers, peft, config, precision, checkpointing=True)
+    shortfall = peak / measured["peak_step2_bytes"] - 1
+    if shortfall < -0.05:
+        pytest.xfail(f"{shortfall:.1%} under the measured peak (recorded {WIDE_HEADS[model_type, precision]:.1%}): with "
+                     "query heads wider than the hidden size the recomputed block's attention outgrows peak.py's block "
+                     "working set, with any method")
+    assert abs(shortfall) < 0.05
