@@ -40,6 +40,10 @@ FLOOR_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accum
                "optimizer_states")
 UNCHECKED_FIX = ("memmath train MODEL --traced (PyTorch steps the model under fake tensors; needs memmath[torch]) "
                  "gives its activations, or memmath measure MODEL measures the step")
+# A traced type whose run the exact model does not replay (Houlsby adapters where no block places them, AMP on the
+# CPU's math kernel, ...): the choices it does replay, or the textbook model's own answer asked for by name.
+FALLBACK_FIX = ("a method, precision and attention the exact activation model traces give the step's peak; "
+                "activations='textbook' (--activations textbook) asks for the textbook model's sum of the parts by name")
 CHECKPOINT_FIX = ("without checkpointing the step's peak is modelled; memmath train MODEL --traced gives PyTorch's trace "
                   "of the checkpointed step, or memmath measure MODEL measures it")
 VISION_FIX = ("freeze the vision tower and projector (--vision frozen; vision='frozen' in the API) for an upper bound, or "
@@ -95,7 +99,8 @@ class Requirement:
         if not self.refused:
             return ""
         if unchecked_type(self.run) is not None:
-            return "the activations are not checked against PyTorch for this model type"
+            return ("the exact activation model does not replay this run" if _fallback(self.run)
+                    else "the activations are not checked against PyTorch for this model type")
         if self.run.model.vision is not None:
             return f"{VISION_LEFT_OUT} is not modelled"
         return "the checkpointed step's peak is not modelled for this model type"
@@ -106,7 +111,7 @@ class Requirement:
         if not self.refused:
             return ""
         if unchecked_type(self.run) is not None:
-            return UNCHECKED_FIX
+            return unchecked_fix(self.run)
         return VISION_FIX if self.run.model.vision is not None else CHECKPOINT_FIX
 
     def __post_init__(self):
@@ -170,9 +175,29 @@ def unchecked_type(run: Run) -> str | None:
     record = run.model.architecture
     if record is None or run.activations != "textbook" or run.seq_len is None or not run.model.has_shape:
         return None
-    if record.traced and not (record.trace_refusal and record.trace_refusal(run.model)):
+    if record.traced and not (record.trace_refusal and record.trace_refusal(run.model)) and not _fallback(run):
         return None
     return record.model_type
+
+
+def _fallback(run: Run) -> str:
+    """Why the exact activation model does not replay this run of a traced type, where the run took the textbook model
+    by default for it (a method, recipe or kernel the trace has no steps for); "" where it did not."""
+    record = run.model.architecture
+    if "activations" not in run.defaulted:  # chosen: the textbook model's own answer, asked for by name
+        return ""
+    if record is None or not record.traced or (record.trace_refusal and record.trace_refusal(run.model)):
+        return ""  # no trace to fall back from: unchecked_type's own case
+    if run.model.vision is not None:  # the language model's trace with the tower's parts: _judged's vision bounds
+        return ""
+    return next((note.text.split("(transformers) model ", 1)[-1] for note in run.notes
+                 if note.kind == "activations_textbook_fallback"),
+                "")
+
+
+def unchecked_fix(run: Run) -> str:
+    """What would give an unchecked run (unchecked_type) a verdict, in words."""
+    return FALLBACK_FIX if _fallback(run) else UNCHECKED_FIX
 
 
 def refusal(run: Run) -> str:
@@ -182,7 +207,7 @@ def refusal(run: Run) -> str:
         return ""
     record = run.model.architecture
     why = ("it has no activation trace" if not record.traced
-           else f"the exact activation model {record.trace_refusal(run.model)}")
+           else f"the exact activation model {_fallback(run) or record.trace_refusal(run.model)}")
     return (f"the activations of model_type {model_type!r} come from the textbook model (Korthikanti et al. 2022), "
             f"which is not checked against PyTorch for it ({why}): no fits / does-not-fit verdict is given on them")
 
@@ -192,7 +217,7 @@ def refuse_search(run: Run, what: str) -> None:
     unchecked model type, or a vision run whose requirement is a floor."""
     why = refusal(run)
     if why:
-        raise VerdictRefused(f"{what} refuses this run: {why}; {UNCHECKED_FIX}")
+        raise VerdictRefused(f"{what} refuses this run: {why}; {unchecked_fix(run)}")
     if not run.is_sweep and checkpoint_refusal(run):
         raise VerdictRefused(f"{what} refuses this run: model_type {run.model.arch!r}: {checkpoint_refusal(run)}; "
                              f"{CHECKPOINT_FIX}")
@@ -206,7 +231,7 @@ def refuse_search(run: Run, what: str) -> None:
 def _requirement(key: tuple) -> Requirement:  # Run.cache_key: the run and what its names stand for now
     need = _judged(key[0])
     if unchecked_type(need.run) is not None:
-        return _activations_floor(need, refusal(need.run), UNCHECKED_FIX)
+        return _activations_floor(need, refusal(need.run), unchecked_fix(need.run))
     if need.basis == "sum of parts" and need.run.model.vision is not None and need.run.seq_len is not None:
         return _vision_floor(need)
     if checkpoint_refusal(need.run):

@@ -760,17 +760,23 @@ def test_bad_config_files_are_one_line_naming_model(tmp_path):
 def test_where_the_peak_does_not_apply_the_verdict_says_why():
     # GPT-2 trains with dropout (its config's 0.1). On CUDA AMP's SDPA keeps dropout in a fused kernel, which the
     # exact model traces: the peak decides. On the CPU PyTorch falls back to its math kernel there, which the exact
-    # model does not trace: the textbook model and the sum (the API's device="cpu"; the command line plans CUDA).
+    # model does not trace: the textbook model, unchecked, so a floor and no verdict (the API's device="cpu"; the
+    # command line plans CUDA).
     amp = run_json("train", "gpt2", "--precision", "amp", "--seq", "256", "--gpu", "T4")
     assert amp["required"]["basis"] == "peak" and amp["assumptions"]["activations"] == "transformers"
     on_cpu = mm.requirement("gpt2", precision="amp", seq_len=256, device="cpu")
-    assert on_cpu.basis == "sum of parts" and "exact activation model" in on_cpu.reason
+    assert on_cpu.basis == "floor" and "math kernel" in on_cpu.reason and on_cpu.bytes < on_cpu.memory.total
     assert any("math kernel" in str(n) for n in on_cpu.memory.notes)
-    # Houlsby adapters are traced in BERT's blocks and the decoders laid out as LLaMA's, not GPT-2's: the sum.
-    adapters = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4")
-    assert adapters["required"]["basis"] == "sum_of_parts"
+    # Houlsby adapters are traced in BERT's blocks and the decoders laid out as LLaMA's, not GPT-2's: a floor, no
+    # verdict, and what would give one; the textbook model's sum when it is asked for by name.
+    adapters = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4", status=3)
+    assert adapters["required"]["basis"] == "floor" and adapters["verdict"]["fits"] is None
+    assert "gpt2's blocks have no such place traced" in adapters["verdict"]["refused"]
+    assert "--activations textbook" in adapters["verdict"]["refused"]
     assert any("decoders laid out as LLaMA's" in note for note in adapters["assumptions"]["notes"])
-    assert adapters["verdict"]["required_bytes"] == adapters["sum_of_parts"]
+    chosen = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4", "--activations",
+                      "textbook")
+    assert chosen["required"]["basis"] == "sum_of_parts" and chosen["verdict"]["required_bytes"] == chosen["sum_of_parts"]
     # ZeRO across GPUs: the peak estimate does not model the sharding.
     zero = run_json("train", "gpt2", "--seq", "256", "--gpus", "2", "--zero-stage", "3", "--gpu", "T4")
     assert zero["required"]["basis"] == "upper_bound" and "ZeRO" in zero["required"]["why_not_peak"]
