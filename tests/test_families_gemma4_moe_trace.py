@@ -9,9 +9,12 @@ after the trace was committed (section 3)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import memmath as mm
+from memmath import cli
 from family_checks import held_for_backward
 from memmath.architectures import ARCHITECTURES
 from memmath.decision import unchecked_type
@@ -75,6 +78,39 @@ def test_the_moe_block_saves_what_a_hand_count_says():
     # 126,912 + 41,984 + 7,168 + 85,016 = 261,080 a block, four blocks.
     run = dict(method="lora", precision="bf16", attention="sdpa")
     assert _saved(HELD_IN["moe"], **run) - _saved(BASE, **run) == 4 * 261_080
+
+
+# google/gemma-4-26B-A4B-it's config.json text_config (its model card: 25.2B parameters, 3.8B active), the values that
+# differ from Gemma4TextConfig's defaults copied: 30 blocks (every sixth full), hidden 2816, 16 heads, 8 key/value heads
+# (2 in the full blocks, k_eq_v), head_dim 256 and 512, a dense MLP 2112 wide beside 128 experts 704 wide, 8 a token, a
+# 1024-token window, softcapped logits, no per-layer inputs.
+GEMMA4_26B_A4B = {"model_type": "gemma4_text", "num_hidden_layers": 30, "hidden_size": 2816, "num_attention_heads": 16,
+                  "num_key_value_heads": 8, "num_global_key_value_heads": 2, "head_dim": 256, "global_head_dim": 512,
+                  "intermediate_size": 2112, "enable_moe_block": True, "num_experts": 128, "top_k_experts": 8,
+                  "moe_intermediate_size": 704, "vocab_size": 262144, "sliding_window": 1024,
+                  "final_logit_softcapping": 30.0, "attention_k_eq_v": True, "hidden_size_per_layer_input": 0,
+                  "tie_word_embeddings": True}
+
+
+@pytest.mark.live
+def test_the_full_size_moe_model_is_built_as_transformers_builds_it(torch, transformers):
+    from family_checks import assert_built_like_transformers, built_model
+
+    _, model = built_model(torch, transformers, GEMMA4_26B_A4B)
+    assert_built_like_transformers(torch, model, GEMMA4_26B_A4B)
+
+
+# full finetuning in pure bf16 with AdamW holds 8 bytes a parameter before any activation, 202 GB: no H100 holds it (the
+# command exits 1); LoRA's frozen bf16 base is 50.5 GB
+@pytest.mark.parametrize("method, status, verdict", [("full", 1, "does not fit"), ("lora", 0, "fits, with")])
+def test_the_command_line_gives_the_full_size_moe_model_a_verdict(tmp_path, capsys, method, status, verdict):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GEMMA4_26B_A4B))
+    assert cli.main(["train", str(path), "--method", method, "--gpu", "H100"]) == status
+    out = capsys.readouterr().out
+    # transformers 5.24 on the meta device counts 25,233,141,760 parameters (the card's 25.2B)
+    assert "25,233,141,760" in out and "activations: transformers model" in out
+    assert verdict in out and "not checked against PyTorch" not in out
 
 
 # ---- 2. held in: what autograd keeps, to the byte -----------------------------------------------------------------
