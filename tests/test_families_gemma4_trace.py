@@ -5,8 +5,9 @@ compared to the byte with what torch.autograd.graph.saved_tensors_hooks sees a f
 held_for_backward: b 2, s 64, fp32 and bf16, full and LoRA r 4 on q and v, SDPA and eager). Held out: configs,
 settings and step peaks measured only after the trace was committed (section 3).
 
-The options the trace has no steps for (the MoE block; keys and values shared without per-layer inputs, which
-transformers 5.24 cannot run, or from the first block) are refused by name: those runs keep the textbook model and no fits verdict, as an untraced type's."""
+The options the trace has no steps for (keys and values shared without per-layer inputs, which transformers 5.24
+cannot run, or from the first block) are refused by name: those runs keep the textbook model and no fits verdict, as
+an untraced type's. The MoE block (enable_moe_block) is traced: test_families_gemma4_moe_trace.py."""
 
 from __future__ import annotations
 
@@ -77,7 +78,6 @@ def test_a_config_without_the_untraced_options_is_traced():
     # shared block does not see
     (dict(num_kv_shared_layers=2, hidden_size_per_layer_input=8, vocab_size_per_layer_input=512),
      "keys and values of the first block"),
-    (dict(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=24), "MoE block"),
 ])
 def test_an_option_the_trace_has_no_steps_for_is_refused_and_keeps_the_floor(changes, named):
     shape = mm.from_hf_config(dict(BASE, **changes))

@@ -19,9 +19,10 @@ Gemma4ForCausalLM), Gemma 3's sandwich-normed blocks with q/k norms and a scaled
 The cache: sliding layers keep the window, full layers every token, shared layers none (cache_utils.py gives a
 "reuse" layer a dummy layer). Activations: the forward pass is traced (block, rms_norm below: Gemma4RMSNorm's
 pow keeps the mean of squares, v_norm, k_eq_v values, one rotary pair per layer type at its own head size, the
-per-layer inputs, the store blocks' shared_kv_states) for configs without shared keys and values or the MoE block;
-a config with either is refused by name (trace_refusal) and keeps the textbook model and no fits verdict, as an
-untraced type does.
+per-layer inputs, the store blocks' shared_kv_states; moe_step and router: the MoE block beside the MLP, with
+transformers' default grouped_mm experts); the configs it has no steps for (shared keys and values without per-layer
+inputs or from the first block, one layer type at two head sizes) are refused by name (trace_refusal) and keep the
+textbook model and no fits verdict, as an untraced type does.
 Serving's prefill working set: the plain estimate."""
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from functools import partial
 
 from .. import validate
 from ..trace import Tensor, Trace
-from . import _decoder
+from . import _decoder, _moe
 from ._parts import ParamTensor, linear, norm
-from ._steps import Pass, dims, kv_cache
+from ._steps import INT64, Pass, dims, kv_cache
 from .gemma2 import GEMMA_FIELDS, softcap
 from .record import QK_NORM, Architecture, decoder_fields, full_every
 
@@ -332,12 +333,82 @@ def rest_of_block(tr: Trace, shape, x: Tensor, q: Tensor, k: Tensor, v: Tensor, 
     r1 = tr.add(x, out)
     prod = tr.silu_times(*_decoder.gate_up(tr, shape, norm_h(r1, "pre_feedforward_layernorm"), trainable, p), "GeGLU",
                          act_name=shape.hidden_act)
-    out = norm_h(tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj"), "post_feedforward_layernorm")
-    hs = tr.add(r1, out)
+    out = tr.linear(prod, t * h, trainable, lora("down_proj"), "down_proj")
+    if shape.n_experts:
+        out = moe_step(tr, shape, r1, out, trainable, p)
+    hs = tr.add(r1, norm_h(out, "post_feedforward_layernorm"))
     if shape.per_layer_input:
         return per_layer_step(tr, shape, x, hs, trainable, p)
     hs.per_layer = getattr(x, "per_layer", None)
     return hs
+
+
+def moe_step(tr: Trace, shape, r1: Tensor, mlp_out: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Gemma4TextDecoderLayer's MoE block beside the MLP (enable_moe_block): post_feedforward_layernorm_1 on the MLP's
+    output; the router and pre_feedforward_layernorm_2 each on the block's residual r1 (the MLP's input before its
+    norm); the routed experts (_moe.routed_experts: transformers 5.24's default grouped_mm experts, integrations/
+    moe.py, with Gemma4TextExperts' act_fn in _apply_gate: gelu_pytorch_tanh(gate) * up, which keeps what the dense
+    MLP's GeGLU keeps) at fp32 routing weights, summed in fp32 and cast back; post_feedforward_layernorm_2 on them; the
+    two summed."""
+    h = shape.hidden_size
+    dense = rms_norm(tr, mlp_out, trainable, "post_feedforward_layernorm_1", width=h)
+    weights = router(tr, shape, r1, trainable)
+    normed = rms_norm(tr, r1, trainable, "pre_feedforward_layernorm_2", width=h)
+
+    def geglu(tr: Trace, gate_up: Tensor) -> Tensor:  # gate_up.chunk(2, dim=-1): two views of one storage
+        gate, up = (Tensor(gate_up.numel // 2, gate_up.elem, gate_up.grad, gate_up.storage) for _ in range(2))
+        return tr.silu_times(gate, up, "experts GeGLU", act_name=shape.hidden_act)
+
+    routed = _moe.routed_experts(tr, shape, normed, weights, trainable, p.lora_of, apply_gate=geglu)
+    routed = rms_norm(tr, routed, trainable, "post_feedforward_layernorm_2", width=h)
+    return tr.add(dense, routed)
+
+
+def router(tr: Trace, shape, x: Tensor, trainable: bool) -> Tensor:
+    """Gemma4TextRouter on the residual x (t x h): norm (a Gemma4RMSNorm without scale), * scale (keeps the normed x
+    when scale trains), * h^-0.5 (a Python float: keeps nothing), proj (keeps its input when it trains), softmax in
+    fp32 (a cast of 16-bit logits first; keeps its output), topk (keeps its int64 indices), the in-place division by
+    the top-k sum (keeps the sum and autograd's copy of the weights before it), then * per_expert_scale[top_k_index]:
+    the gather keeps the indices when per_expert_scale trains; the fp32 product keeps the gathered scales (model
+    dtype) when the weights need a gradient and the divided weights when the scales train. Returns the fp32 routing
+    weights (t x k)."""
+    t, e, h = tr.t, tr.e, shape.hidden_size
+    n_exp, rows = shape.n_experts, tr.t * shape.experts_per_tok
+    normed = rms_norm(tr, x, trainable, "router.norm", width=h, scale=False)
+    if trainable:
+        tr.save(normed, "router norm output (router.scale's product input)")
+    scaled = tr.new(t * h, e, normed.grad or trainable)  # * self.scale
+    tr.use(normed)
+    scaled = tr.tmp(t * h, e, scaled)  # * self.scalar_root_size
+    scaled.grad = normed.grad or trainable
+    logits = _moe.router_logits(tr, scaled, h, n_exp, trainable, None)
+    grad = logits.grad
+    logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # softmax(..., dtype=torch.float32)'s cast
+    probs = tr.new(t * n_exp, 4, grad)
+    tr.use(logits32)
+    if grad:
+        tr.save(probs, "router softmax output (fp32)")
+    values = tr.new(rows, 4, grad)
+    indices = tr.new(rows, INT64)
+    tr.use(probs)
+    if grad:
+        tr.save(indices, "router top-k indices (int64)")
+    total = tr.new(t, 4, grad)  # top_k_weights /= top_k_weights.sum(dim=-1, keepdim=True), in place
+    before = tr.new(rows, 4)  # autograd's copy of the divided tensor before the in-place division
+    tr.use(values)
+    if grad:
+        tr.save(total, "router top-k sum (fp32)")
+        tr.save(before, "router top-k weights before the in-place division (fp32)")
+    scales = tr.new(rows, e, trainable)  # self.per_expert_scale[top_k_index]
+    tr.use(indices)
+    if trainable:
+        tr.save(indices, "router top-k indices (int64)")
+        tr.save(values, "router top-k weights (fp32, per_expert_scale's product input)")
+    if grad:
+        tr.save(scales, "router per_expert_scale gathered (the routing weights' product input)")
+    weights = tr.new(rows, 4, grad or trainable)
+    tr.use(values, scales)
+    return weights
 
 
 def stored(tr: Trace, k: Tensor, v: Tensor, *, held, checkpointed: bool):
@@ -442,7 +513,6 @@ def trace_refusal(shape) -> str:
     """Why the trace does not replay this Gemma 4 config ("" when it does): the options it has no steps for."""
     kinds = {layout.block_kind for layout, _ in shape.layouts()}
     missing = [why for on, why in (
-        (bool(shape.n_experts), "the MoE block beside the MLP (enable_moe_block)"),
         # Gemma4TextModel._maybe_slice_kv_shared_inputs slices per_layer_inputs, None without them: a TypeError
         (KV_SHARED in kinds and not shape.per_layer_input, "blocks sharing keys and values without per-layer inputs "
          "(num_kv_shared_layers > 0 with hidden_size_per_layer_input 0, whose forward fails in transformers 5.24)"),
@@ -487,6 +557,7 @@ ARCHITECTURE = Architecture(
     prefill_phases=None, scaled_embedding=True, rotary_per_layer_type=True, both_masks_always=True,
     trace_embeddings=embeddings, trace_block=block, trace_head=partial(_decoder.head_and_loss, norm=final_norm),
     traced_activations=("gelu_pytorch_tanh",), trace_refusal=trace_refusal, rotary_widths=rotary_widths,
+    routing_weights_fp32=True,  # the top-k weights stay fp32 (softmax in fp32, times per_expert_scale)
     checkpointed_peak_refusal=("with checkpointing, its store blocks keep their keys and values (shared_kv_states, "
                                "held by the checkpoint's arguments) and their recomputed graph to the end of backward, "
                                "which memmath's moments do not all price: held-out CPU steps peaked 2-9% above the "
