@@ -1,0 +1,133 @@
+"""Gemma 3n's language model (model_type gemma3n_text): memmath's activation trace against what autograd keeps.
+
+Held in: the trace (architectures/gemma3n_text.py: AltUp's stack, predict and correct, LAuReL, the gaussian top-k of
+the sparse blocks' MLP, the per-layer inputs, shared keys and values) was written against these small configs, each
+compared to the byte with what torch.autograd.graph.saved_tensors_hooks sees a first forward keep (family_checks.
+held_for_backward: b 2, s 64, fp32 and bf16, full and LoRA r 4 on q and v, SDPA and eager). Held out: configs,
+settings and step peaks measured only after the trace was committed (section 3).
+
+What the trace has no steps for (shared blocks reading the keys and values of the first block, whose gradient then
+depends on the method) is refused by name: such a run keeps the textbook model and no fits verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+import memmath as mm
+from family_checks import held_for_backward
+from memmath.architectures import ARCHITECTURES
+from memmath.decision import refusal as verdict_refusal
+from memmath.decision import unchecked_type
+from memmath.hf_activations import activation_parts, traces
+from memmath.recipes import get_recipe
+
+S, F = "sliding_attention", "full_attention"
+# Four blocks, sliding and full alternating, the first two with activation sparsity; three AltUp copies, LAuReL rank 8,
+# per-layer inputs 2 x 8 wide; the hidden size (80) differs from every other width so that no two kinds of tensor
+# match in size.
+BASE = dict(model_type="gemma3n_text", hidden_size=80, intermediate_size=96, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=512, vocab_size_per_layer_input=600,
+            hidden_size_per_layer_input=8, altup_num_inputs=3, laurel_rank=8, layer_types=[S, F, S, F],
+            sliding_window=128, num_kv_shared_layers=0, activation_sparsity_pattern=[0.95, 0.95, 0.0, 0.0],
+            use_cache=False)
+HELD_IN = {
+    "base": BASE,
+    # the last two blocks read the keys and values of blocks 2 (sliding) and 3 (full); one sparse block, MLP widths per
+    # block, the training DynamicCache, past a 32-token window (the sliding blocks' SDPA calls get a mask and k and v
+    # repeated to every head)
+    "shared-kv-window-cache": dict(BASE, num_hidden_layers=6, layer_types=[S, F, S, F, S, F], num_kv_shared_layers=2,
+                                   activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0, 0.0, 0.0],
+                                   intermediate_size=[96, 96, 96, 96, 64, 64], sliding_window=32, use_cache=True),
+    # no correct_output_scale on the per-layer input's copy, an untied head
+    "untied-unscaled": dict(BASE, altup_correct_scale=False, tie_word_embeddings=False),
+}
+SETTINGS = [(method, precision, attention) for method in ("full", "lora") for precision in ("fp32", "bf16")
+            for attention in ("sdpa", "eager")]
+
+
+def _saved(config, *, method, precision, attention, checkpointing=False):
+    return activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
+                            method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")),
+                            seq_len=64, batch_size=2, dropout=False, attention=attention, checkpointing=checkpointing,
+                            device="cpu").estimate.total
+
+
+# ---- 1. what the trace replays, and what it refuses by name -------------------------------------------------------
+def test_a_gemma3n_config_is_traced_and_gets_a_verdict():
+    shape = mm.from_hf_config(BASE)
+    assert ARCHITECTURES["gemma3n_text"].traced and ARCHITECTURES["gemma3n_text"].trace_refusal(shape) == ""
+    assert traces(shape, mm.Full(), get_recipe("bf16"), 64) is None
+    run = mm.Run(shape, seq_len=64, batch_size=2, precision="bf16", optimizer="adamw")
+    assert run.activations == "transformers" and unchecked_type(run) is None
+
+
+def test_the_sparse_and_the_sharing_blocks_are_block_layouts():
+    # Gemma3nTextConfig: activation_sparsity_pattern one a block; kv_sharing_modes "store" for the last block of each
+    # type before the shared ones, "reuse" for the shared ones (here blocks 2, 3 and 4, 5)
+    shape = mm.from_hf_config(HELD_IN["shared-kv-window-cache"])
+    kinds = {i: layout.block_kind for layout, blocks in shape.layouts() for i in blocks}
+    assert kinds == {0: "sparse", 1: "", 2: "kv_store", 3: "kv_store", 4: "kv_shared", 5: "kv_shared"}
+
+
+def test_the_default_sparsity_is_the_first_ten_blocks_of_a_deeper_model():
+    # Gemma3nTextConfig.__post_init__: [0.95] * 10 + [0.0] * (layers - 10) for more than 10 layers, else none
+    deep = mm.from_hf_config(dict(BASE, num_hidden_layers=12, layer_types=[S, F] * 6,
+                                  activation_sparsity_pattern=None))
+    assert sorted(i for layout, blocks in deep.layouts() if "sparse" in layout.block_kind for i in blocks) == list(
+        range(10))
+    shallow = mm.from_hf_config(dict(BASE, activation_sparsity_pattern=None))
+    assert all("sparse" not in layout.block_kind for layout, _ in shallow.layouts())
+
+
+@pytest.mark.parametrize("pattern", [[0.95], [1.0, 0.0, 0.0, 0.0], "0.95"], ids=str)
+def test_a_sparsity_pattern_that_is_not_one_fraction_a_block_is_refused_by_name(pattern):
+    with pytest.raises(ValueError, match="activation_sparsity_pattern"):
+        mm.from_hf_config(dict(BASE, activation_sparsity_pattern=pattern))
+
+
+def test_sharing_the_first_block_s_keys_and_values_is_refused_and_keeps_the_floor():
+    # blocks 2 and 3 read block 0's (sliding) and 1's (full) keys and values: under LoRA block 0's k needs no gradient
+    config = dict(BASE, num_kv_shared_layers=2)
+    shape = mm.from_hf_config(config)
+    named = "keys and values of the first block"
+    assert named in traces(shape, mm.Full(), get_recipe("bf16"), 64)
+    with pytest.raises(ValueError, match=named):
+        _saved(config, method="full", precision="bf16", attention="sdpa")
+    run = mm.Run(shape, seq_len=64, batch_size=2, precision="bf16", optimizer="adamw")
+    assert run.activations == "textbook" and unchecked_type(run) == "gemma3n_text"
+    assert named in verdict_refusal(run)
+
+
+def test_the_sparse_block_keeps_what_the_gaussian_top_k_saves_by_hand():
+    # fp32, full training, b 2 x s 64 = 128 tokens, MLP 96 wide: torch.std keeps the gate output (128 x 96 x 4 B) and
+    # its own (128 x 4 B), the product the 0-d multiplier (4 B), relu its output, which GELU then keeps in place of
+    # the gate: 49,152 + 512 + 4 B more than the same block without sparsity, in each of BASE's two sparse blocks
+    def saved(pattern):
+        return _saved(dict(BASE, activation_sparsity_pattern=pattern), method="full", precision="fp32",
+                      attention="sdpa")
+
+    none = saved([0.0] * 4)
+    assert saved([0.95, 0.95, 0.0, 0.0]) - none == 2 * (128 * 96 * 4 + 128 * 4 + 4)
+    assert saved([0.0, 0.0, 0.5, 0.0]) - none == 128 * 96 * 4 + 128 * 4 + 4  # any fraction above 0, in any block
+
+
+# ---- 2. held in: what autograd keeps, to the byte -----------------------------------------------------------------
+@pytest.mark.live
+@pytest.mark.parametrize("method, precision, attention", SETTINGS)
+@pytest.mark.parametrize("name", sorted(HELD_IN))
+def test_saved_activations_are_what_autograd_keeps(torch, transformers, peft, name, method, precision, attention):
+    config = HELD_IN[name]
+    run = dict(method=method, precision=precision, attention=attention)
+    assert held_for_backward(torch, transformers, peft, config, **run) == _saved(config, **run)
+
+
+@pytest.mark.live
+def test_the_store_and_shared_blocks_are_transformers_own(transformers):
+    config = HELD_IN["shared-kv-window-cache"]
+    hf = transformers.AutoConfig.for_model("gemma3n_text", **{k: v for k, v in config.items() if k != "model_type"})
+    kinds = {i: layout.block_kind for layout, blocks in mm.from_hf_config(config).layouts() for i in blocks}
+    modes = hf.kv_sharing_modes
+    assert [i for i in range(6) if "kv_store" in kinds[i]] == [i for i, mode in enumerate(modes) if mode == "store"]
+    assert [i for i in range(6) if "kv_shared" in kinds[i]] == [i for i, mode in enumerate(modes) if mode == "reuse"]
+    assert [i for i in range(6) if "sparse" in kinds[i]] == [
+        i for i, value in enumerate(hf.activation_sparsity_pattern) if value > 0]
