@@ -22,8 +22,10 @@ magnitude rescaling of the copies before the first block and after the last. It 
 autograd keeps on the CPU (tests/test_families_gemma3n_trace.py) before traced was set. A config whose shared blocks
 read the first block's keys and values is refused by name (trace_refusal). Held out after: saved activations to the
 byte in 24 CPU settings of three more configs (with one copy, a step's recorder also counts the copy-0 magnitude's
-graph that is dropped before backward), step peaks within 0.02% (eager with GQA repeats 0.4-1.4% under); a
-checkpointed step's peak is refused (checkpointed_peak_refusal: 1-15% under).
+graph that is dropped before backward), step peaks within 0.02%, but eager with repeated key/value heads and the
+training cache 0.4-1.4% under in the forward (the cache holds the storing blocks' k and v copies to the forward's
+end, which that attention does not keep, and hf_activations' cache_held prices only idle blocks'); a checkpointed
+step's peak is refused (checkpointed_peak_refusal: 1-15% under).
 Serving's prefill working set: the plain estimate."""
 
 from __future__ import annotations
@@ -561,6 +563,6 @@ ARCHITECTURE = Architecture(
     # a shared block's repeated k and v are all extra, a store block's replace the k and v it would keep
     rotary_widths=rotary_widths,
     checkpointed_peak_refusal=("with checkpointing, the backward of a recomputed block holds more than memmath's "
-                               "moments price (likely the gradients of all n AltUp copies, n x t x h each, where they "
-                               "price one hidden state): held-out CPU steps peaked 1-15% above the prediction"),
+                               "moments price (not located; one-copy configs too, so not only the n AltUp copies' "
+                               "gradients): held-out CPU steps peaked 1-15% above the prediction")
 )
