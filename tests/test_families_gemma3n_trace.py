@@ -87,8 +87,9 @@ def test_a_sparsity_pattern_that_is_not_one_fraction_a_block_is_refused_by_name(
 
 
 def test_the_published_text_models_get_a_verdict_full_and_with_lora():
-    # gemma-3n-E4B's text model (Gemma3nTextConfig's defaults: 35 blocks, 15 sharing, the first 10 sparse) and E2B's
-    # (30 blocks of MLP width 8192, the last 10 sharing, the first 10 sparse; google/gemma-3n-E2B's text_config)
+    # gemma-3n-E4B's text model (Gemma3nTextConfig's defaults, whose docstring names that checkpoint: 35 blocks, 15
+    # sharing, the first 10 sparse) and E2B's (30 blocks of MLP width 8192, the last 10 sharing, the first 10 sparse:
+    # google/gemma-3n-E2B's text_config as recalled, without hub access; the other fields are E4B's)
     from validation.published_configs import CONFIG_CLASS_DEFAULTS
 
     e4b = CONFIG_CLASS_DEFAULTS["Gemma3nTextConfig"]
