@@ -237,3 +237,53 @@ def test_a_checkpointed_step_peaks_under_the_measurement_by_less_than_sixteen_pe
     _, peak = predicted_step(mm.from_hf_config(config), **run)
     measured = two_cpu_steps(torch, transformers, peft, config, **run)
     assert -0.16 < peak / measured["peak_step2_bytes"] - 1 < 0
+
+
+# Freeze, measured after the trace was committed on BASE (SDPA, fp32 and bf16): the last block with the final norm, the
+# last two blocks with the embeddings (the token and per-layer embeddings, their projection and norm, the AltUp
+# projections), and no block with the embeddings. The last two first came out one per-layer inputs' storage under
+# (t x 4 x 8 x e: hf_activations' first frozen block saved it in a region it does not count); the embeddings now count
+# it when they train (gemma3n_text.embeddings), and then every case matched.
+FROZEN = [(1, False), (2, True), (0, True)]
+
+
+def _held_with_frozen_blocks(torch, transformers, peft, config, precision, trainable_layers, embeddings) -> int:
+    """family_checks.held_for_backward's count for Freeze: every parameter frozen but the last `trainable_layers`
+    blocks', the final norm's and, with `embeddings`, the embedding group's."""
+    import itertools
+    import weakref
+
+    from family_checks import stepped_model
+
+    model, layers = stepped_model(torch, transformers, peft, config, precision=precision, method="full",
+                                  attention="sdpa")
+    for name, p in model.named_parameters():
+        block = name.split(".layers.")[1].split(".")[0] if ".layers." in name else None
+        p.requires_grad_(name.startswith("model.norm.") or (
+            block is not None and int(block) >= len(layers) - trainable_layers) or (
+            embeddings and block is None and not name.startswith(("model.norm.", "lm_head."))))
+    excluded = {t.untyped_storage().data_ptr() for t in itertools.chain(model.parameters(), model.buffers())}
+    saved = []
+
+    def pack(t):
+        saved.append(weakref.ref(t))
+        return t
+
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        output = model(input_ids=ids, labels=ids.clone())
+        held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in (ref() for ref in saved)
+                if t is not None and t.untyped_storage().data_ptr() not in excluded}
+    del output
+    return sum(held.values())
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("trainable_layers, embeddings", FROZEN)
+def test_frozen_blocks_save_what_autograd_keeps(torch, transformers, peft, trainable_layers, embeddings, precision):
+    ours = activation_parts(mm.from_hf_config(BASE), recipe=get_recipe(precision),
+                            method=mm.Freeze(trainable_layers=trainable_layers, train_embeddings=embeddings),
+                            seq_len=64, batch_size=2, dropout=False, attention="sdpa", checkpointing=False,
+                            device="cpu").estimate.total
+    assert _held_with_frozen_blocks(torch, transformers, peft, BASE, precision, trainable_layers, embeddings) == ours

@@ -286,6 +286,12 @@ def embeddings(tr: Trace, shape, trains: bool, *, dropout, input_grad_hook) -> T
     per_layer = tr.new(numel, e, summed.grad)  # * per_layer_input_scale, a buffer
     tr.use(summed)
     per_layer.storage.kept = True  # a local of the model's forward until it returns
+    if trains:
+        # every block's per-layer product keeps it then (the stack needs a gradient): counted here once, and
+        # existing for the blocks' traces, so that frozen blocks behind trainable embeddings count it too (the
+        # first frozen block's trace is not counted; found measuring Freeze after the trace was committed)
+        tr.save(per_layer, "per-layer inputs (one storage, every block's view)")
+        per_layer.storage.existing = True
     target = _magnitude(tr, x, "AltUp: the embedding", n > 1)
     copies = [x] + [_rescaled(tr, x, target, trains, f"altup_projections.{i}") for i in range(n - 1)]
     stack = tr.new(n * t * h, e, any(c.grad for c in copies))
@@ -502,12 +508,15 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
 
 def head(tr: Trace, shape, x: Tensor, *, final_norm_trains, head_trains, dropout):
     """Gemma3nTextModel.forward after the blocks: copy 0's magnitude (pow keeps the stack's storage), each other copy
-    through altup_unembed_projections (_rescaled; they train with the final norm), torch.stack, its mean over the
+    through altup_unembed_projections (_rescaled), torch.stack, its mean over the
     copies, the final norm (a Gemma3nRMSNorm); then the head, softcapping and the loss."""
     t, e, h, n = tr.t, tr.e, shape.hidden_size, _copies(tr, shape)
     stack = _stack(tr, shape, x)
     target = _magnitude(tr, _copy(stack, t * h), "AltUp: the last block's copy 0", n > 1)
-    copies = [_copy(stack, t * h)] + [_rescaled(tr, _copy(stack, t * h), target, final_norm_trains,
+    # altup_unembed_projections are embedding-group weights: what their own gradient needs, the stack, copy 0's
+    # magnitude keeps already whenever the stack needs a gradient, and it needs none only when neither a block nor the
+    # embeddings train; so they are traced as frozen
+    copies = [_copy(stack, t * h)] + [_rescaled(tr, _copy(stack, t * h), target, False,
                                                 f"altup_unembed_projections.{i}") for i in range(n - 1)]
     stacked = tr.new(n * t * h, e, any(c.grad for c in copies))
     tr.use(*copies)
