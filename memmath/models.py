@@ -137,7 +137,8 @@ class ModelShape:
     block_layouts: tuple = ()
     # Gemma 4's and Gemma 3n's per-layer input embeddings: (rows, width per block) of embed_tokens_per_layer; None: none
     per_layer_input: tuple | None = None
-    # Gemma 3n's AltUp copies of the hidden state and LAuReL rank: (altup_num_inputs, laurel_rank); None: none
+    # Gemma 3n's AltUp copies of the hidden state, LAuReL rank and whether correct_output_scale applies:
+    # (altup_num_inputs, laurel_rank, altup_correct_scale); None: none
     altup: tuple | None = None
 
     # ---- counts -----------------------------------------------------------------------------
