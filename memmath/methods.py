@@ -646,6 +646,7 @@ def _moe_lora_notes(shape: ModelShape, method) -> tuple:
             parts.append(f"shared_expert.{module}")
         else:
             parts.append(module)
+    parts = list(dict.fromkeys(parts))  # one name per module, though blocks of other widths (Gemma 4's) repeat it
     wrapped = any("router" in part or "experts" in part for part in parts)
     return (Note("lora_moe_tensors", f"LoRA adapts in each block {', '.join(parts)}, as peft 0.21 makes them"
                  + (" (the router and the expert tensors through its ParamWrapper)" if wrapped else "")),)

@@ -62,6 +62,13 @@ def test_a_moe_config_is_traced_and_gets_a_verdict(name):
     assert run.activations == "transformers" and unchecked_type(run) is None
 
 
+def test_the_lora_note_names_each_adapted_module_once():
+    # the full blocks' q_proj has other widths (global_head_dim 32) than the sliding blocks' (head_dim 16): one name
+    memory = mm.training_memory(mm.from_hf_config(HELD_IN["moe"]), method=mm.LoRA(rank=4, targets=("q", "v")), seq_len=64)
+    note = next(str(n) for n in memory.notes if n.kind == "lora_moe_tensors")
+    assert note.count("q_proj") == 1 and note.count("v_proj") == 1, note
+
+
 def test_the_moe_block_saves_what_a_hand_count_says():
     # LoRA r 4 on q and v in bf16 (the block's norms, router and experts need input gradients only), b 2 x s 64:
     # t = 128 tokens, h 80, E 6 experts, k 2 a token (S = 256 rows), I 24. Per block, beside the dense block:
