@@ -79,7 +79,7 @@ def _(Slider, alt, bound_chart, bound_live_chart, demo_grid, is_static_export, m
 
     _title = "Full finetuning in pure bf16 with Adam: loading versus one step"
     # One control per quantity. Live, the slider above moves this chart: drawn once here (this cell reads no
-    # control), the next cell sends it the rows of the slider's size (memmath_lessons.live_chart). In the static
+    # control), the slider's cell below sends it the rows of the slider's size (memmath_lessons.live_chart). In the static
     # site, where that slider is frozen, the chart carries its own slider over numbers computed in advance.
     demo_chart = None if is_static_export() else bound_live_chart(_draw, title=_title)
     _about = ("The chart below draws the same two budgets for every position of its own slider, from numbers "
@@ -181,28 +181,41 @@ def _(mo):
 
 
 @app.cell
-def _(format_bytes, live_only_notice, mm, mo):
-    _gpu, _big = mm.GPUS["RTX 4090"], mm.GPUS["A100 80GB"]
+def _(mm):
+    # The two units (a GB is 10**9 bytes, a GiB 2**30) and two cards as their drivers report them: the RTX 4090 in
+    # MiB, and divided by 1024**3 as many tools print "GB"; every card for the menu.
+    gb_bytes, gib_bytes = mm.UNITS["GB"], mm.UNITS["GiB"]
+    rtx_4090, a100_80gb = mm.GPUS["RTX 4090"], mm.GPUS["A100 80GB"]
+    rtx_4090_mib = rtx_4090.memory_bytes // mm.UNITS["MiB"]
+    rtx_4090_in_gib = rtx_4090.memory_bytes / mm.UNITS["GiB"]
+    gpu_names = list(mm.GPUS)
+    return a100_80gb, gb_bytes, gib_bytes, gpu_names, rtx_4090, rtx_4090_in_gib, rtx_4090_mib
+
+
+@app.cell(hide_code=True)
+def _(a100_80gb, format_bytes, gb_bytes, gib_bytes, gpu_names, live_only_notice, mo, rtx_4090, rtx_4090_in_gib,
+      rtx_4090_mib):
+    _gpu, _big = rtx_4090, a100_80gb
     _prose = mo.md(f"""
     ## GB versus GiB
 
     Memory sizes come in two units that are easy to confuse:
 
-    - a **GB** (gigabyte) is 10⁹ = {mm.UNITS["GB"]:,} bytes;
-    - a **GiB** (gibibyte) is 2³⁰ = {mm.UNITS["GiB"]:,} bytes, {mm.UNITS["GiB"] / mm.UNITS["GB"] - 1:.1%} more.
+    - a **GB** (gigabyte) is 10⁹ = {gb_bytes:,} bytes;
+    - a **GiB** (gibibyte) is 2³⁰ = {gib_bytes:,} bytes, {gib_bytes / gb_bytes - 1:.1%} more.
 
     GPU memory is built in binary sizes. An {_gpu.name} is sold as "{_gpu.marketed}", and its driver
-    (nvidia-smi) reports {_gpu.memory_bytes // mm.UNITS["MiB"]:,} MiB: that is
+    (nvidia-smi) reports {rtx_4090_mib:,} MiB: that is
     {format_bytes(_gpu.memory_bytes, "GiB")}, or {format_bytes(_gpu.memory_bytes, "GB")}. Many tools
     divide bytes by 1024³ and then print "GB" (accelerate, DeepSpeed and llm-analysis among them), so the
-    same card can show up as {_gpu.memory_bytes / mm.UNITS["GiB"]:.2f} "GB" in one place and
+    same card can show up as {rtx_4090_in_gib:.2f} "GB" in one place and
     {format_bytes(_gpu.memory_bytes, "GB")} in another. The gap grows with the size: an {_big.name}
     reports {format_bytes(_big.memory_bytes, "GiB")}, which is {format_bytes(_big.memory_bytes, "GB")}.
 
     This workbook counts in whole bytes and converts only to show a number, always with its unit.
     The article's sizes are in GB. Pick a card to compare the three ways of writing its memory:
     """)
-    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
+    gpu_dropdown = mo.ui.dropdown(options=gpu_names, value="RTX 4090", label="GPU")
     mo.vstack([_prose, live_only_notice(), gpu_dropdown])
     return (gpu_dropdown,)
 
@@ -240,7 +253,16 @@ def _(gpu_dropdown, mm, pd, show_gpu_units, to_unit):
 
 
 @app.cell
-def _(live_only_notice, mm, mo, viz):
+def _(mm):
+    # The causal models whose activations memmath traces exactly (a family not yet measured is counted by the
+    # textbook formula: lesson 8 takes those, and says so), and the tokens in the sequence, for both sides.
+    traced_models = [k for k, s in mm.PRESETS.items() if s.family != "bert" and s.architecture.traced]
+    context = 2048
+    return context, traced_models
+
+
+@app.cell(hide_code=True)
+def _(live_only_notice, mo, traced_models, viz):
     _prose = mo.md(f"""
     ## Training and inference are two separate calculations
 
@@ -256,14 +278,9 @@ def _(live_only_notice, mm, mo, viz):
     Finetuning is training, even when the model is small. Pick a model to compare (lessons
     {viz.lesson_link("03_activations", "3")} and {viz.lesson_link("07_inference", "7")} open up each side):
     """)
-    # the causal models whose activations memmath traces exactly (a family not yet measured is counted by the
-    # textbook formula: lesson 8 takes those, and says so)
-    model_dropdown = mo.ui.dropdown(options=[k for k, s in mm.PRESETS.items()
-                                             if s.family != "bert" and s.architecture.traced],
-                                    value="llama-2-7b", label="Model")
-    context = 2048  # tokens in the sequence, for both sides
+    model_dropdown = mo.ui.dropdown(options=traced_models, value="llama-2-7b", label="Model")
     mo.vstack([_prose, live_only_notice(), model_dropdown])
-    return (context, model_dropdown)
+    return (model_dropdown,)
 
 
 @app.cell(hide_code=True)
@@ -360,15 +377,6 @@ def _(mo):
     - When the model is too big to train fully, train fewer parameters, or keep less memory for each.
     """), kind="success")
     return
-
-
-@app.cell
-def _(mm):
-    # Problem 1's card: its memory in MiB as the driver reports it, and divided by 1024**3 as tools print "GB".
-    rtx_4090 = mm.GPUS["RTX 4090"]
-    rtx_4090_mib = rtx_4090.memory_bytes // mm.UNITS["MiB"]
-    rtx_4090_in_gib = rtx_4090.memory_bytes / mm.UNITS["GiB"]
-    return rtx_4090, rtx_4090_in_gib, rtx_4090_mib
 
 
 @app.cell(hide_code=True)

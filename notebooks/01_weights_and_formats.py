@@ -66,7 +66,7 @@ def _(live_only_notice, mo, viz):
 def _(bound_chart, formats_grid, is_static_export, lesson_charts, live_chart, live_html, mo, site_charts, Slider,
       START_FORMAT, STORAGE_FORMATS, viz):
     # One control per quantity. Live, the size above (slider or preset) and the unit move this chart: drawn here
-    # (this cell reads no control), the next cell sends it the rows of that size in that unit. In the static site,
+    # (this cell reads no control), the size's cell below sends it the rows of that size in that unit. In the static site,
     # where those are frozen, the chart carries its own slider over every size the slider offers, in GB.
     formats_chart = None if is_static_export() else live_chart()
     _about = ("The same sizes in every format, side by side: drag the slider under the chart. Its bars, and the "
@@ -74,7 +74,7 @@ def _(bound_chart, formats_grid, is_static_export, lesson_charts, live_chart, li
               "advance for every size the slider above offers, so this slider keeps working in this static copy "
               "of the page, where the controls above are frozen.")
     _sizes = {i: f"{viz.short_count(round(b * 10**9))} parameters" for i, b in enumerate(viz.MODEL_SIZE_STEPS)}
-    # The number with its recipe, in the callout under the chart: the next cell fills it on every move. The
+    # The number with its recipe, in the callout under the chart: the size's cell below fills it on every move. The
     # static page says it under its chart instead, for the chart's own slider (the callout's size is frozen there).
     number_view = live_html()
     mo.vstack([formats_chart if formats_chart is not None else mo.vstack([mo.md(_about), viz.chart_output(bound_chart(
@@ -329,19 +329,27 @@ def _(alt, bit_layout, format_specs, format_table, mo, STORAGE_FORMATS, viz):
 
 
 @app.cell
-def _(live_only_notice, mm, mo):
-    _bf16_step_300 = mm.formats.float_step("bf16", 300.7)
+def _(mm):
+    # The steps the next section quotes: bf16's near 300.7, and fp16's smallest (at zero).
+    bf16_step_300 = mm.formats.float_step("bf16", 300.7)
+    fp16_smallest_step = mm.formats.float_step("fp16", 0)
+    return bf16_step_300, fp16_smallest_step
+
+
+@app.cell(hide_code=True)
+def _(bf16_step_300, format_specs, fp16_smallest_step, live_only_notice, mo):
+    _bf16_step_300 = bf16_step_300
     _prose = mo.md(f"""
     ## Round a number yourself
 
     Type any number and see what each format actually stores. Some values to try: `0.1` (no
     format stores it exactly), `300.7` (bf16's steps are {_bf16_step_300:g} apart up there), `70000` (past fp16's
-    largest value, {mm.get_format("fp16").max_value:,.0f}), `0.00000001` (10⁻⁸, less than half
-    of fp16's smallest step, {mm.formats.float_step("fp16", 0):.3g}).
+    largest value, {format_specs["fp16"].max_value:,.0f}), `0.00000001` (10⁻⁸, less than half
+    of fp16's smallest step, {fp16_smallest_step:.3g}).
 
     The integer formats (and nf4) need a **scale**: all values in a block share one, set from the
     largest magnitude in the block (its *absmax*), so that absmax lands on the largest level
-    (int8: scale = absmax ÷ {mm.get_format("int8").max_value:.0f}). Move the absmax slider to see the
+    (int8: scale = absmax ÷ {format_specs["int8"].max_value:.0f}). Move the absmax slider to see the
     trade-off: a small absmax gives fine steps but clips anything larger; a large one keeps large
     values but rounds small ones to zero.
     """)
