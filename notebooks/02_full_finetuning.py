@@ -71,7 +71,7 @@ def _(live_only_notice, mm, mo, viz):
 
 @app.cell(hide_code=True)
 def _(live_chart):
-    bars_chart = live_chart()  # drawn once (this cell reads no control); the next cell sends it new rows
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the run's cell below sends it new rows
     bars_chart
     return (bars_chart,)
 
