@@ -11,7 +11,7 @@ app = marimo.App(width="medium", app_title="Full finetuning: gradients and optim
 
 
 @app.cell(hide_code=True)
-def _(article_run, mm, mo, viz):
+def _(article_run, format_bytes, mo, viz):
     mo.md(f"""
     # Full finetuning: gradients and optimizer states
 
@@ -19,8 +19,8 @@ def _(article_run, mm, mo, viz):
 
     The obvious way to adjust a pre-trained model is to let every weight move: **full finetuning**.
     The article's claim: for a 7B model in a 16-bit format it adds up to about
-    **{mm.format_bytes(article_run.without_activations)}** before activations are counted, more than most
-    consumer GPUs provide, so a GPU that holds the {mm.format_bytes(article_run.weights)} of weights
+    **{format_bytes(article_run.without_activations)}** before activations are counted, more than most
+    consumer GPUs provide, so a GPU that holds the {format_bytes(article_run.weights)} of weights
     ({viz.lesson_link("01_weights_and_formats", "lesson 1")}) can still fail the run. Training keeps far more
     than the weights: a gradient and the optimizer's states for every weight that trains.
 
@@ -38,6 +38,7 @@ def _():
     import pandas as pd
 
     import memmath as mm
+    from memmath import format_bytes, to_unit
     from memmath_lessons import reference
     from memmath_lessons.reference import published
     from memmath_lessons import viz
@@ -46,8 +47,8 @@ def _():
     from memmath_lessons.static_charts import Select, Slider, bound_chart, is_static_export, live_only_notice
     from memmath.verdict import verdict_of
 
-    return (Select, Slider, alt, bound_chart, is_static_export, json, live_chart, live_only_notice, live_html, mm, mo,
-            pd, published, reference, verdict_of, viz)
+    return (Select, Slider, alt, bound_chart, format_bytes, is_static_export, json, live_chart, live_html,
+            live_only_notice, mm, mo, pd, published, reference, to_unit, verdict_of, viz)
 
 
 @app.cell
@@ -70,16 +71,87 @@ def _(live_only_notice, mm, mo, viz):
 
 @app.cell(hide_code=True)
 def _(live_chart):
-    bars_chart = live_chart()  # drawn once (this cell reads no control); the next cell sends it new rows
+    bars_chart = live_chart()  # drawn once (this cell reads no control); the run's cell below sends it new rows
     bars_chart
     return (bars_chart,)
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, optimizer_view, params_slider, pd,
-      precision_dropdown, preset_dropdown, published, published_view, unit_radio, verdict_of, viz):
-    # The one cell every control of the run re-runs (each re-run cell costs marimo ~6-10 ms): the run, its chart's
-    # rows and the verdict that says them, then the tables further down that apply the run to your model.
+def _(gap_view, gpu_view, mo, optimizer_view, published_view, viz):
+    def show_run_tables(n_params, unit, published_rows, optimizer_table, gpu_rows):
+        """The tables that apply the run to your model (the page replaces those alone), and the sentence between them."""
+        _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
+        published_view.update(_shown, caption=f"For {viz.short_count(n_params)} parameters:",
+                              wrapped_columns=["what it counts", "source"])
+        optimizer_view.update(optimizer_table, caption=f"For {viz.short_count(n_params)} parameters in your recipe:",
+                              wrapped_columns=["what it keeps"])
+        gpu_view.update(gpu_rows)
+        _gap = gpu_rows[(gpu_rows["holds the weights"] == "yes") & (gpu_rows["runs full finetuning"] == "no")]
+        gap_view.update(mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but "
+                              f"fail the run before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'})."))
+
+    return (show_run_tables,)
+
+
+@app.cell(hide_code=True)
+def _(bars_chart, format_bytes, mo, pd, show_run_tables, viz):
+    def show_run(n_params, precision_name, optimizer_name, gpu, unit, run, step_need, holds, runs, published_rows,
+                 optimizer_table, gpu_rows):
+        """The run's chart and the callout that says it, then the tables further down that apply it to your model."""
+        _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
+        _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
+        # viz.stacked_bars as Vega-Lite JSON, into the live chart above: only its rows travel when the size moves.
+        bars_chart.update(viz.stacked_bars_output(
+            pd.concat([_weights_alone, _frame]), unit, capacity_bytes=runs.usable_bytes,
+            capacity_label=f"{gpu.name}: {format_bytes(runs.usable_bytes, unit)} usable (less the CUDA context)",
+            title="What the GPU must hold (activations come on top: lesson 3)"))
+        if step_need.basis == "peak" and step_need.bytes > run.total:
+            _peak_words = (f"The optimizer's step also builds temporaries as it updates the weights (PyTorch's Adam keeps "
+                           f"one for every trainable tensor at once): at batch 1 x 512 tokens the step peaks at "
+                           f"**{format_bytes(step_need.bytes, unit)}**, the figure lessons 0 and 8 judge a card by "
+                           f"({format_bytes(step_need.bytes - run.total, unit)} above the parts before activations).")
+        elif step_need.basis == "peak":
+            _peak_words = (f"At batch 1 x 512 tokens the step peaks at {format_bytes(step_need.bytes, unit)} "
+                           "(the figure lessons 0 and 8 judge a card by).")
+        elif step_need.refused:  # a model type without an activation trace: no peak and no verdict on its activations
+            _peak_words = ("memmath cannot find this model's step peak: its activations come from the textbook model, "
+                           "which is not checked against PyTorch for its model type, so lesson 8 judges it on the parts "
+                           f"before activations alone ({format_bytes(step_need.bytes, unit)}) and gives no verdict above "
+                           "them.")
+        else:
+            _peak_words = ("A bare parameter count has no layers to place in time, so memmath cannot find the step's peak "
+                           "here: pick a published model to see it (lesson 8 judges by it).")
+        _kind = "success" if runs.fits else ("warn" if holds.fits else "danger")
+        _notes = [n.text for n in run.notes if n.kind != "activations_not_estimated"]
+        show_run_tables(n_params, unit, published_rows, optimizer_table, gpu_rows)
+        return mo.vstack([
+            mo.callout(mo.md(f"""
+            **{viz.short_count(n_params)} parameters**, {precision_name} with {optimizer_name}: one step of full
+            finetuning keeps **{format_bytes(run.total, unit)}** before activations,
+            {n_params:,} parameters × {run.total / n_params:.2f} B per parameter, of which {format_bytes(run.weights, unit)} are weights.
+            The {gpu.name} reports {format_bytes(gpu.memory_bytes, unit)}: it
+            {"holds" if holds.fits else "cannot even hold"} the weights, and the run {runs.sentence(unit)}.
+            {_peak_words}
+            """), kind=_kind),
+            mo.accordion({"What the verdict keeps back, and what the count assumes": mo.md(f"""
+            {viz.cuda_reserve_sentence(True, unit)} Each verdict also keeps {runs.margin_share:.0%} of the
+            figure free, as the planner does.
+
+            *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
+            """)}),
+            mo.md("**Takeaway:** full finetuning pays, for every weight, the weight itself, its gradient and the "
+                  "optimizer's states: in pure 16-bit with Adam 8 bytes per parameter, four times the weights alone. "
+                  "Holding the weights is not running the step."),
+        ])
+
+    return (show_run,)
+
+
+@app.cell
+def _(gpu_dropdown, mm, optimizer_dropdown, params_slider, pd, precision_dropdown, preset_dropdown, published,
+      show_run, to_unit, unit_radio, verdict_of, viz):
+    # The one cell every control of the run re-runs (each re-run cell costs marimo ~6-10 ms): the run, what the step
+    # must hold, every optimizer and every card for it; the hidden cell above shows them.
     preset = preset_dropdown.value
     model = viz.model_choice(params_slider.value, preset)  # a preset name or a parameter count
     n_params = mm.resolve_model(model).n_params
@@ -87,88 +159,30 @@ def _(bars_chart, gap_view, gpu_dropdown, gpu_view, mm, mo, optimizer_dropdown, 
     gpu, unit = mm.get_gpu(gpu_dropdown.value), unit_radio.value
     # Full finetuning, one step, before activations (no seq_len): every part in integer bytes.
     run = mm.training_memory(model, seq_len=None, precision=precision, optimizer=optimizer)
-    # Judged as every lesson judges (memmath.verdict): the CUDA context reserved, 5% of the figure kept free.
-    _holds, _runs = verdict_of(run.weights, gpu), verdict_of(run.total, gpu)
-    _frame = viz.breakdown_long({"Full finetuning, one step": run}, unit)
-    _weights_alone = _frame[_frame["part"] == "weights"].assign(scenario="Holding the weights")
-    # viz.stacked_bars as Vega-Lite JSON, into the live chart above: only its rows travel when the size moves.
-    bars_chart.update(viz.stacked_bars_output(
-        pd.concat([_weights_alone, _frame]), unit, capacity_bytes=_runs.usable_bytes,
-        capacity_label=f"{gpu.name}: {mm.format_bytes(_runs.usable_bytes, unit)} usable (less the CUDA context)",
-        title="What the GPU must hold (activations come on top: lesson 3)"))
-    _verdict = _runs.sentence(unit)
     # The step itself: the optimizer builds temporaries as it updates (PyTorch's Adam), so what the card must hold at
     # once is the step's peak (memmath.requirement, at batch 1 x 512 tokens; activations are gone by the optimizer step).
     step_need = mm.requirement(model, batch_size=1, seq_len=512, precision=precision, optimizer=optimizer)
-    if step_need.basis == "peak" and step_need.bytes > run.total:
-        _peak_words = (f"The optimizer's step also builds temporaries as it updates the weights (PyTorch's Adam keeps "
-                       f"one for every trainable tensor at once): at batch 1 x 512 tokens the step peaks at "
-                       f"**{mm.format_bytes(step_need.bytes, unit)}**, the figure lessons 0 and 8 judge a card by "
-                       f"({mm.format_bytes(step_need.bytes - run.total, unit)} above the parts before activations).")
-    elif step_need.basis == "peak":
-        _peak_words = (f"At batch 1 x 512 tokens the step peaks at {mm.format_bytes(step_need.bytes, unit)} "
-                       "(the figure lessons 0 and 8 judge a card by).")
-    elif step_need.refused:  # a model type without an activation trace: no peak and no verdict on its activations
-        _peak_words = ("memmath cannot find this model's step peak: its activations come from the textbook model, "
-                       "which is not checked against PyTorch for its model type, so lesson 8 judges it on the parts "
-                       f"before activations alone ({mm.format_bytes(step_need.bytes, unit)}) and gives no verdict above "
-                       "them.")
-    else:
-        _peak_words = ("A bare parameter count has no layers to place in time, so memmath cannot find the step's peak "
-                       "here: pick a published model to see it (lesson 8 judges by it).")
-    _kind = "success" if _runs.fits else ("warn" if _holds.fits else "danger")
-    _notes = [n.text for n in run.notes if n.kind != "activations_not_estimated"]
-    _names = {v: k for k, v in optimizer_dropdown.options.items()}
-    # The tables that apply the run to your model and the sentence between them, into the live views further down
-    # (the page replaces those alone).
-    published_rows = published.published_table(n_params, unit)
-    # The parts per parameter are in the chart above; the table adds the memory for your size and the source.
-    _shown = published_rows[["estimate", "B per parameter", f"memory ({unit})", "what it counts", "source"]].round(2)
-    published_view.update(_shown, caption=f"For {viz.short_count(n_params)} parameters:",
-                          wrapped_columns=["what it counts", "source"])
+    # Judged as every lesson judges (memmath.verdict): the CUDA context reserved, 5% of the figure kept free.
+    _holds, _runs = verdict_of(run.weights, gpu), verdict_of(run.total, gpu)
+    published_rows = published.published_table(n_params, unit)  # each published count for your size
     _rows = []
     for _name, _opt in mm.OPTIMIZERS.items():  # every optimizer, named as the menus name them (amsgrad ones too)
         _r = mm.training_memory(model, seq_len=None, precision=precision, optimizer=_name)
         _unfactored = any(_n.kind == "adafactor_unfactored" for _n in _r.notes)
-        _rows.append({"optimizer": viz.OPTIMIZER_NAMES.get(_name, _name), f"optimizer states ({unit})": round(mm.to_unit(_r.optimizer_states, unit), 2),
-                      "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(mm.to_unit(_r.total, unit), 2),
+        _rows.append({"optimizer": viz.OPTIMIZER_NAMES.get(_name, _name), f"optimizer states ({unit})": round(to_unit(_r.optimizer_states, unit), 2),
+                      "B per parameter": round(_r.total / n_params, 2), f"total ({unit})": round(to_unit(_r.total, unit), 2),
                       f"fits the {gpu.name}": "yes" if verdict_of(_r.total, gpu).fits else "no",
                       "what it keeps": _opt.description + (" Counted unfactored here: a bare parameter count "
                                                            "has no matrix shapes." if _unfactored else "")})
     optimizer_table = pd.DataFrame(_rows)
-    optimizer_view.update(optimizer_table, caption=f"For {viz.short_count(n_params)} parameters in your recipe:",
-                          wrapped_columns=["what it keeps"])
     # Every card as the driver reports it, smallest first (as mm.gpus.fit_table lists them), judged twice by the one rule.
     gpu_rows = pd.DataFrame([{
         "gpu": _g.name, "marketed": _g.marketed, f"memory ({unit})": round(_g.memory_bytes / mm.UNITS[unit], 2),
         "holds the weights": "yes" if verdict_of(run.weights, _g).fits else "no",
         "runs full finetuning": "yes" if verdict_of(run.total, _g).fits else "no",
     } for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)])
-    gpu_view.update(gpu_rows)
-    _gap = gpu_rows[(gpu_rows["holds the weights"] == "yes") & (gpu_rows["runs full finetuning"] == "no")]
-    gap_view.update(mo.md(f"With your settings, **{len(_gap)}** of the {len(gpu_rows)} cards hold the weights but "
-                          f"fail the run before activations ({', '.join(_gap['gpu']) if len(_gap) else 'none'})."))
-
-    _recipes = {v: k for k, v in precision_dropdown.options.items()}
-    mo.vstack([
-        mo.callout(mo.md(f"""
-        **{viz.short_count(n_params)} parameters**, {_recipes[precision]} with {_names[optimizer]}: one step of full
-        finetuning keeps **{mm.format_bytes(run.total, unit)}** before activations,
-        {n_params:,} parameters × {run.total / n_params:.2f} B per parameter, of which {mm.format_bytes(run.weights, unit)} are weights.
-        The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)}: it
-        {"holds" if _holds.fits else "cannot even hold"} the weights, and the run {_verdict}.
-        {_peak_words}
-        """), kind=_kind),
-        mo.accordion({"What the verdict keeps back, and what the count assumes": mo.md(f"""
-        {viz.cuda_reserve_sentence(True, unit)} Each verdict also keeps {mm.FIT_MARGIN:.0%} of the
-        figure free, as the planner does.
-
-        *Assumes:* {run.assumptions}{"" if not _notes else " Note: " + "; ".join(_notes) + "."}
-        """)}),
-        mo.md("**Takeaway:** full finetuning pays, for every weight, the weight itself, its gradient and the "
-              "optimizer's states: in pure 16-bit with Adam 8 bytes per parameter, four times the weights alone. "
-              "Holding the weights is not running the step."),
-    ])
+    show_run(n_params, precision_dropdown.selected_key, optimizer_dropdown.selected_key, gpu, unit, run, step_need,
+             _holds, _runs, published_rows, optimizer_table, gpu_rows)
     return (gpu, gpu_rows, model, n_params, optimizer, optimizer_table, precision, preset, published_rows, run,
             step_need, unit)
 
@@ -215,7 +229,7 @@ def _(OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, Select, Slider, alt, bound_ch
 
 
 @app.cell(hide_code=True)
-def _(article_bpp, article_params, article_run, mm, mo, viz):
+def _(article_bpp, article_params, article_run, format_bytes, mo, viz):
     _frame = article_run.to_frame("GB")
     _frame = _frame[_frame["bytes"] > 0][["label", "bytes", "GB"]].reset_index(drop=True)
     _rest = article_run.without_activations - article_run.weights
@@ -236,8 +250,8 @@ def _(article_bpp, article_params, article_run, mm, mo, viz):
         `{article_bpp["weights"]:g} B (weight) + {article_bpp["gradients"]:g} B (gradient) + 2 × {article_bpp["optimizer_states"] / 2:g} B (Adam's two states) = {article_bpp["total"]:g} B per parameter`
 
         For {article_params:,} parameters: {article_params:,} × {article_run.without_activations // article_params} B
-        = **{mm.format_bytes(article_run.without_activations)}**. The weights are
-        {mm.format_bytes(article_run.weights)}; the other {mm.format_bytes(_rest)} (which the article leaves
+        = **{format_bytes(article_run.without_activations)}**. The weights are
+        {format_bytes(article_run.weights)}; the other {format_bytes(_rest)} (which the article leaves
         unitemized) are the gradients and Adam's states:
         """),
         viz.plain_table(_frame.rename(columns={"label": "part", "GB": "size (GB)"})),
@@ -259,10 +273,8 @@ def _(mm):
     return article_bpp, article_params, article_run
 
 
-@app.cell(hide_code=True)
-def _(alt, mm, mo, pd, published, viz):
-    _low = min(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
-    _high = max(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
+@app.cell
+def _(mm, pd, published):
     # Each published count, part by part, in bytes per parameter (memmath.published): it does not
     # depend on the model size, so it is drawn once.
     published_per_parameter = pd.DataFrame([
@@ -271,6 +283,13 @@ def _(alt, mm, mo, pd, published, viz):
         for e in published.PUBLISHED_ESTIMATES.values()
         for _b in [published.published_bytes_per_parameter(e.key)]
         for _order, _part in enumerate(mm.training.PARTS) if _b.get(_part)])
+    return (published_per_parameter,)
+
+
+@app.cell(hide_code=True)
+def _(alt, mo, published, published_per_parameter, viz):
+    _low = min(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
+    _high = max(published.published_bytes_per_parameter(k)["total"] for k in published.PUBLISHED_ESTIMATES)
     _order = list(dict.fromkeys(published_per_parameter["estimate"]))
     _parts = ["weights", "gradients", "gradient_accumulation", "master_weights", "optimizer_states"]
     mo.vstack([
@@ -293,11 +312,17 @@ def _(alt, mm, mo, pd, published, viz):
             tooltip=[alt.Tooltip("estimate:N"), alt.Tooltip("part:N"), alt.Tooltip("B per parameter:Q")],
         ).properties(width=420, height=230, title="Six published counts with Adam, per parameter")),
     ])
-    return (published_per_parameter,)
+    return
+
+
+@app.cell
+def _(mm):
+    fit_margin = mm.FIT_MARGIN  # the share of the figure every verdict keeps free
+    return (fit_margin,)
 
 
 @app.cell(hide_code=True)
-def _(live_html, mm, mo):
+def _(fit_margin, live_html, mo):
     # Rendered once (reads no control): the prose and the folds; the run's cell near the top hands the folds' tables
     # new rows in place, so a move re-renders one sentence instead of this section.
     published_view, optimizer_view, gap_view, gpu_view = live_html(), live_html(), live_html(), live_html()
@@ -324,7 +349,7 @@ def _(live_html, mm, mo):
 
         A card must hold the whole step, not the weights alone; activations, the next lesson, widen the gap.
         Every verdict here judges as the one above: the card less its own CUDA context (said above), with
-        {mm.FIT_MARGIN:.0%} of the figure kept free.
+        {fit_margin:.0%} of the figure kept free.
         """),
         gap_view,
         mo.accordion({"Which cards hold the weights, and which run the step?": gpu_view}),
@@ -332,8 +357,8 @@ def _(live_html, mm, mo):
     return gap_view, gpu_view, optimizer_view, published_view
 
 
-@app.cell(hide_code=True)
-def _(mm, mo, pd, reference, viz):
+@app.cell
+def _(mm, pd, reference, viz):
     measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
     _versions = reference.measured_metadata()["versions"]
     measured_versions = (f"torch {_versions['torch']}, transformers {_versions['transformers']}, "
@@ -341,8 +366,7 @@ def _(mm, mo, pd, reference, viz):
     # Full finetuning of each recorded model, every recipe and optimizer recorded (one batch of 2 x 64 tokens).
     _models = {"gpt2": "GPT-2 (tied head)", "llama-mha": "LLaMA (multi-head attention)",
                "llama-gqa": "LLaMA (grouped-query attention)", "bert": "BERT (classifier)"}
-    _bnb = reference.measured_metadata()["versions"].get("bitsandbytes", "?")
-    _sections, _tables = {}, {}
+    fidelity_tables, _tables = {}, {}  # by model: its rows, and 8-bit Adam's
     for _shape, _label in _models.items():
         _cases = measured_cases[(measured_cases["shape"] == _shape)
                                 & (measured_cases["method"] == "full") & (measured_cases["attention"] == "sdpa")
@@ -367,6 +391,17 @@ def _(mm, mo, pd, reference, viz):
                         "memmath (B)": int(reference.predict_case(_c).optimizer_states),
                         "8-bit tensors": "yes" if "absmax1" in _c["optimizer_state_detail"] else "none (all under 4,096)"}
                        for _, _c in _eight.iterrows()]
+        fidelity_tables[_label] = (_table, _eight_rows)
+    fidelity_rows, fidelity_case = _tables["gpt2"]  # the worked example: GPT-2
+    fidelity_llama = mm.training_memory("llama-2-7b", seq_len=None, precision="bf16", optimizer="adamw")
+    return fidelity_case, fidelity_llama, fidelity_rows, fidelity_tables, measured_cases, measured_versions
+
+
+@app.cell(hide_code=True)
+def _(fidelity_case, fidelity_llama, fidelity_tables, format_bytes, measured_versions, mo, pd, reference, viz):
+    _bnb = reference.measured_metadata()["versions"].get("bitsandbytes", "?")
+    _sections = {}
+    for _label, (_table, _eight_rows) in fidelity_tables.items():
         _exact = int((_table["difference (B)"] == 0).sum())
         _sections[f"{_label}: {_exact} of {len(_table)} rows match to the byte"] = mo.vstack(
             [viz.plain_table(_table)] + ([mo.md(f"""
@@ -375,10 +410,9 @@ def _(mm, mo, pd, reference, viz):
             (norms, biases, small LoRA matrices) keeps two fp32 states; and one pair of 256-value
             quantization maps is shared by all. memmath counts them tensor by tensor:
             """), viz.plain_table(pd.DataFrame(_eight_rows))] if _eight_rows else []))
-    fidelity_rows, fidelity_case = _tables["gpt2"]  # the worked example: GPT-2
     _n, _tensors = int(fidelity_case["total_params"]), int(fidelity_case["trainable_tensors"])
     _detail = fidelity_case["optimizer_state_detail"]
-    _big = mm.training_memory("llama-2-7b", seq_len=None, precision="bf16", optimizer="adamw")
+    _big = fidelity_llama
     _moments = _big.optimizer_state_detail.moments  # exp_avg + exp_avg_sq, 2 B each
     _counters = _big.optimizer_state_detail.step_counters  # one 4-byte step per trainable tensor
     mo.accordion({"Are these the bytes PyTorch really allocates? (measured)": mo.vstack([
@@ -397,14 +431,14 @@ def _(mm, mo, pd, reference, viz):
         plus one 4-byte `step` counter per tensor: {_tensors} × 4 = {_detail["step"]:,} B. SGD with momentum
         keeps one buffer per parameter; Adam with amsgrad a third moment, the running maximum of `exp_avg_sq`.
         For a real model the counters vanish: llama-2-7b's {_big.trainable_tensors} tensors add {_counters:,} B
-        of counters to {mm.format_bytes(_moments)} of moments. The bytes per parameter are the whole story.
+        of counters to {format_bytes(_moments)} of moments. The bytes per parameter are the whole story.
         """),
     ])})
-    return fidelity_case, fidelity_rows
+    return
 
 
 @app.cell
-def _(mm, pd, viz):
+def _(mm, pd, to_unit, viz):
     # Every choice of the chart's inputs, computed once: 11 sizes x 4 optimizers x 5 recipes, in GB. Recipes
     # travel as their short names and sizes as positions 0-10 (the page carries every byte of the grid).
     RECIPE_NAMES = {"bf16": "pure bf16", "fp32": "fp32", "amp": "PyTorch AMP", "mixed": "mixed (ZeRO)",
@@ -420,9 +454,9 @@ def _(mm, pd, viz):
                     if _bytes:
                         _rows.append({"size": _position, "optimizer": _optimizer, "recipe": _recipe,
                                       "part": mm.training.PART_LABELS[_part], "order": _order,
-                                      "GB": round(mm.to_unit(_bytes, "GB"), 3),
+                                      "GB": round(to_unit(_bytes, "GB"), 3),
                                       # the label's total, rounded once from integer bytes
-                                      "totalGB": round(mm.to_unit(_run.total, "GB"), 2)})
+                                      "totalGB": round(to_unit(_run.total, "GB"), 2)})
     recipes_grid = pd.DataFrame(_rows)
     return OPTIMIZER_NAMES, RECIPE_NAMES, RECIPE_SIZES, recipes_grid
 
@@ -445,8 +479,8 @@ def _(article_bpp, mo, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo, verdict_of):
+@app.cell
+def _(mm, verdict_of):
     # Problem answers, computed with memmath.
     answer_mixed_7b = mm.training_memory(7_000_000_000, seq_len=None, precision="mixed", optimizer="adam")
     answer_8bit_7b = mm.training_memory(7_000_000_000, seq_len=None, precision="bf16", optimizer="adam8bit")
@@ -461,38 +495,50 @@ def _(mm, mo, verdict_of):
     _cards = sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)
     answer_llama_verdict = next(_v for _v in (verdict_of(answer_llama_need, _g) for _g in _cards) if _v.fits)
     answer_llama_gpu = answer_llama_verdict.gpu_name
-    _b = mm.recipes.bytes_per_parameter("mixed", "adam")
-    _a8 = mm.OPTIMIZERS["adam8bit"]
+    answer_llama_card = mm.GPUS[answer_llama_gpu]
+    answer_llama_context_mib = answer_llama_card.cuda_context_bytes // mm.UNITS["MiB"]
+    answer_mixed_bpp = mm.recipes.bytes_per_parameter("mixed", "adam")
+    answer_adam8bit = mm.OPTIMIZERS["adam8bit"]
+    return (answer_8bit_7b, answer_adam8bit, answer_adam_7b, answer_frozen, answer_llama_card,
+            answer_llama_context_mib, answer_llama_gpu, answer_llama_need, answer_llama_total, answer_llama_verdict,
+            answer_mixed_7b, answer_mixed_bpp)
+
+
+@app.cell(hide_code=True)
+def _(answer_8bit_7b, answer_adam8bit, answer_adam_7b, answer_frozen, answer_llama_card,
+      answer_llama_context_mib, answer_llama_gpu, answer_llama_need, answer_llama_total, answer_llama_verdict,
+      answer_mixed_7b, answer_mixed_bpp, format_bytes, mo):
+    _b, _a8 = answer_mixed_bpp, answer_adam8bit
     mo.vstack([
         mo.md("## Problems"),
         mo.md("**1.** The same 7B model with mixed precision (16-bit weights and gradients, fp32 master copy, "
               "fp32 Adam states). How many bytes per parameter, and how much memory?"),
         mo.accordion({"Answer": mo.md(
             f"{_b['weights']:g} + {_b['gradients']:g} + {_b['master_weights']:g} + {_b['optimizer_states']:g} = "
-            f"{_b['total']:g} B per parameter: {mm.format_bytes(answer_mixed_7b.without_activations)}, "
-            f"twice the article's {mm.format_bytes(answer_adam_7b.without_activations)}.")}),
+            f"{_b['total']:g} B per parameter: {format_bytes(answer_mixed_7b.without_activations)}, "
+            f"twice the article's {format_bytes(answer_adam_7b.without_activations)}.")}),
         mo.md("**2.** Keep pure bf16 but swap Adam for 8-bit Adam. What do you save on the 7B model?"),
         mo.accordion({"Answer": mo.md(
-            f"Adam's states take {mm.format_bytes(answer_adam_7b.optimizer_states)}; 8-bit Adam's "
-            f"{mm.format_bytes(answer_8bit_7b.optimizer_states)} ({_a8.state_bits // 8} B per state plus one "
+            f"Adam's states take {format_bytes(answer_adam_7b.optimizer_states)}; 8-bit Adam's "
+            f"{format_bytes(answer_8bit_7b.optimizer_states)} ({_a8.state_bits // 8} B per state plus one "
             f"{_a8.block_constant_bits}-bit scale per {_a8.block_size:,} values). "
-            f"The run drops from {mm.format_bytes(answer_adam_7b.total)} to {mm.format_bytes(answer_8bit_7b.total)}.")}),
+            f"The run drops from {format_bytes(answer_adam_7b.total)} to {format_bytes(answer_8bit_7b.total)}.")}),
         mo.md("**3.** Split the 7B model into ten equal layers and train only the last one. What happens to the "
               "weights, the gradients and the optimizer states?"),
         mo.accordion({"Answer": mo.md(
-            f"The weights stay {mm.format_bytes(answer_frozen.weights)} (every weight is still needed for the "
-            f"forward pass). Gradients fall to {mm.format_bytes(answer_frozen.gradients)} and Adam's states to "
-            f"{mm.format_bytes(answer_frozen.optimizer_states)}: {answer_frozen.trainable_fraction:.0%} of the "
-            f"parameters train. Total: {mm.format_bytes(answer_frozen.total)}. Lesson 4 goes further.")}),
+            f"The weights stay {format_bytes(answer_frozen.weights)} (every weight is still needed for the "
+            f"forward pass). Gradients fall to {format_bytes(answer_frozen.gradients)} and Adam's states to "
+            f"{format_bytes(answer_frozen.optimizer_states)}: {answer_frozen.trainable_fraction:.0%} of the "
+            f"parameters train. Total: {format_bytes(answer_frozen.total)}. Lesson 4 goes further.")}),
         mo.md("**4.** Which is the smallest card in the catalog that holds one step of full finetuning of "
               "llama-2-7b in pure bf16 with Adam, at batch 1 x 512 tokens?"),
         mo.accordion({"Answer": mo.md(
-            f"Its parts add to {mm.format_bytes(answer_llama_total)} before activations, but the optimizer's step "
+            f"Its parts add to {format_bytes(answer_llama_total)} before activations, but the optimizer's step "
             f"builds temporaries on top: at batch 1 x 512 tokens the step peaks at "
-            f"**{mm.format_bytes(answer_llama_need.bytes)}** ({mm.format_bytes(answer_llama_need.bytes, 'GiB')}), "
-            f"what the card must hold. With each card's CUDA context kept back ({mm.GPUS[answer_llama_gpu].cuda_context_bytes // mm.UNITS['MiB']:,} MiB on the {answer_llama_gpu}) "
-            f"and {mm.FIT_MARGIN:.0%} of the need kept free, the smallest card is the **{answer_llama_gpu}** "
-            f"({mm.format_bytes(mm.GPUS[answer_llama_gpu].memory_bytes, 'GiB')}): it "
+            f"**{format_bytes(answer_llama_need.bytes)}** ({format_bytes(answer_llama_need.bytes, 'GiB')}), "
+            f"what the card must hold. With each card's CUDA context kept back ({answer_llama_context_mib:,} MiB on the {answer_llama_gpu}) "
+            f"and {answer_llama_verdict.margin_share:.0%} of the need kept free, the smallest card is the **{answer_llama_gpu}** "
+            f"({format_bytes(answer_llama_card.memory_bytes, 'GiB')}): it "
             f"{answer_llama_verdict.sentence()}.")}),
     ])
     return

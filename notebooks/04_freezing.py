@@ -30,6 +30,7 @@ def _(mo, viz):
 def _():
     import marimo as mo
     import memmath as mm
+    from memmath import format_bytes, to_unit
     from memmath_lessons import reference
     from memmath_lessons.reference import literature
     from memmath_lessons import viz
@@ -40,8 +41,8 @@ def _():
     import numpy as np
     import pandas as pd
     from memmath_lessons import lesson_charts, site_charts
-    return (alt, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, pd, reference, site_charts,
-            viz)
+    return (alt, format_bytes, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np,
+            pd, reference, site_charts, to_unit, viz)
 
 
 @app.cell(hide_code=True)
@@ -80,49 +81,64 @@ def _(unit_radio):
     return (unit,)
 
 
+@app.cell
+def _(mm):
+    article_bpp = mm.recipes.bytes_per_parameter("bf16", "adam")  # the article's recipe: 2 + 2 + 2 x 2 B per parameter
+    return (article_bpp,)
+
+
 @app.cell(hide_code=True)
-def _(frozen_slider, layers_chart, layers_slider, lesson_charts, mm, mo, params_slider, pd, unit, viz):
-    # The core path's number and its chart, in the one cell these three sliders re-run.
+def _(article_bpp, format_bytes, layers_chart, lesson_charts, mo, pd, viz):
+    def show_equal_layers(n_params, n_layers, n_frozen, equal_full, equal_frozen, unit):
+        """The core path's number with its recipe, and its chart's rows."""
+        # N // L parameters in each layer; the N mod L left over sit outside the layers (memmath.uniform_model: as its
+        # "embeddings", which Freeze keeps frozen). With no layer frozen every parameter trains: full finetuning.
+        _per_layer, _left_over = divmod(n_params, n_layers)
+        _w, _g, _o = article_bpp["weights"], article_bpp["gradients"], article_bpp["optimizer_states"]
+        _trainable = equal_frozen.trainable_params
+        _saved = equal_full.total - equal_frozen.total
+        _frozen_text = "With no layer frozen" if n_frozen == 0 else f"With {n_frozen} of {n_layers} layers frozen"
+        _split = "" if not _left_over else (
+            f". {n_params:,} does not split into {n_layers} equal layers: each holds {_per_layer:,} and the "
+            f"{_left_over:,} left over sit outside them, " + (
+                f"frozen with the frozen layers, so {n_layers - n_frozen} × {_per_layer:,} = {_trainable:,} train"
+                if n_frozen else "training with every layer when none is frozen"))
+        _saving = ("the same as full finetuning: freeze some layers to see what it saves" if n_frozen == 0 else
+                   f"against {format_bytes(equal_full.total, unit)} for full finetuning: "
+                   f"**{format_bytes(_saved, unit)} saved**")
+        # Which layers train (a strip), over the memory it takes (bars): one live chart, drawn once per unit, then sent
+        # one frame of rows (the strip's and the bars') and the step of its layer numbers on every move.
+        _bars = viz.breakdown_long({"Full finetuning": equal_full, f"First {n_frozen} layers frozen": equal_frozen}, unit)
+        _frame = pd.concat([
+            pd.DataFrame({"kind": "layer", "layer": range(1, n_layers + 1),
+                          "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]}),
+            _bars.assign(kind="bar"),
+        ], ignore_index=True)
+
+        layers_chart.update(_frame, draw=lesson_charts.frozen_layers(unit), key=unit, every=-(-n_layers // 12))
+        return mo.md(f"""
+        **The number.** {_frozen_text}, **{_trainable:,} of {n_params:,} parameters train:
+        {equal_frozen.trainable_fraction:.1%}**, the share (L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}{_split}. The
+        article's ten layers with nine frozen give 10%. In memory, before activations, in pure 16-bit with Adam (the article's
+        recipe): every weight costs {_w:g} B whether it trains or not, and each trainable one adds a {_g:g} B gradient
+        and {_o:g} B of Adam states, so {n_params:,} × {_w:g} B + {_trainable:,} × ({_g:g} + {_o:g}) B =
+        **{format_bytes(equal_frozen.total, unit)}**, {_saving}. The {format_bytes(equal_frozen.weights, unit)}
+        of weights stay: a frozen weight is still used in every forward pass.
+        """)
+
+    return (show_equal_layers,)
+
+
+@app.cell
+def _(frozen_slider, layers_slider, mm, params_slider, show_equal_layers, unit):
+    # The core path's number, in the one cell these three sliders re-run: N parameters in L equal layers, the first
+    # f frozen, pure bf16 with Adam, before activations.
     n_params, n_layers, n_frozen = round(params_slider.value * 10**9), layers_slider.value, frozen_slider.value
     equal_model = mm.uniform_model(n_params, n_layers, name=f"{n_layers} equal layers")
     equal_full = mm.training_memory(equal_model, seq_len=None, precision="bf16", optimizer="adam")
-    # N // L parameters in each layer; the N mod L left over sit outside the layers (memmath.uniform_model: as its
-    # "embeddings", which Freeze keeps frozen). With no layer frozen every parameter trains: full finetuning.
-    _per_layer, _left_over = divmod(n_params, n_layers)
     equal_frozen = (equal_full if n_frozen == 0 else mm.training_memory(
         equal_model, seq_len=None, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=n_frozen)))
-    _bpp = mm.recipes.bytes_per_parameter("bf16", "adam")
-    _w, _g, _o = _bpp["weights"], _bpp["gradients"], _bpp["optimizer_states"]
-    _trainable = equal_frozen.trainable_params
-    _saved = equal_full.total - equal_frozen.total
-    _frozen_text = "With no layer frozen" if n_frozen == 0 else f"With {n_frozen} of {n_layers} layers frozen"
-    _split = "" if not _left_over else (
-        f". {n_params:,} does not split into {n_layers} equal layers: each holds {_per_layer:,} and the "
-        f"{_left_over:,} left over sit outside them, " + (
-            f"frozen with the frozen layers, so {n_layers - n_frozen} × {_per_layer:,} = {_trainable:,} train"
-            if n_frozen else "training with every layer when none is frozen"))
-    _saving = ("the same as full finetuning: freeze some layers to see what it saves" if n_frozen == 0 else
-               f"against {mm.format_bytes(equal_full.total, unit)} for full finetuning: "
-               f"**{mm.format_bytes(_saved, unit)} saved**")
-    # Which layers train (a strip), over the memory it takes (bars): one live chart, drawn once per unit, then sent
-    # one frame of rows (the strip's and the bars') and the step of its layer numbers on every move.
-    _bars = viz.breakdown_long({"Full finetuning": equal_full, f"First {n_frozen} layers frozen": equal_frozen}, unit)
-    _frame = pd.concat([
-        pd.DataFrame({"kind": "layer", "layer": range(1, n_layers + 1),
-                      "state": ["frozen" if i < n_frozen else "trainable" for i in range(n_layers)]}),
-        _bars.assign(kind="bar"),
-    ], ignore_index=True)
-
-    layers_chart.update(_frame, draw=lesson_charts.frozen_layers(unit), key=unit, every=-(-n_layers // 12))
-    mo.md(f"""
-    **The number.** {_frozen_text}, **{_trainable:,} of {n_params:,} parameters train:
-    {equal_frozen.trainable_fraction:.1%}**, the share (L − f) / L = ({n_layers} − {n_frozen}) / {n_layers}{_split}. The
-    article's ten layers with nine frozen give 10%. In memory, before activations, in pure 16-bit with Adam (the article's
-    recipe): every weight costs {_w:g} B whether it trains or not, and each trainable one adds a {_g:g} B gradient
-    and {_o:g} B of Adam states, so {n_params:,} × {_w:g} B + {_trainable:,} × ({_g:g} + {_o:g}) B =
-    **{mm.format_bytes(equal_frozen.total, unit)}**, {_saving}. The {mm.format_bytes(equal_frozen.weights, unit)}
-    of weights stay: a frozen weight is still used in every forward pass.
-    """)
+    show_equal_layers(n_params, n_layers, n_frozen, equal_full, equal_frozen, unit)
     return equal_frozen, equal_full, n_frozen, n_layers, n_params
 
 
@@ -134,8 +150,8 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(literature, mm, mo):
-    _bpp = mm.recipes.bytes_per_parameter("bf16", "adam")
+def _(article_bpp, literature, mo):
+    _bpp = article_bpp
     _reported = literature.REPORTED["bert_large_partial_share"]
     mo.callout(mo.md(f"""
     **Takeaway.** A frozen parameter needs no gradient and no optimizer state, which is most of a
@@ -194,7 +210,7 @@ def _(mo):
     return get_real_frozen, set_real_frozen
 
 
-@app.cell(hide_code=True)
+@app.cell
 def _(get_real_frozen, live_only_notice, mm, mo, preset_dropdown, set_real_frozen):
     _layers = mm.PRESETS[preset_dropdown.value].n_layers
     _wanted = get_real_frozen()
@@ -212,8 +228,44 @@ def _(get_real_frozen, live_only_notice, mm, mo, preset_dropdown, set_real_froze
 
 
 @app.cell(hide_code=True)
-def _(embeddings_switch, head_switch, lesson_charts, mm, mo, norm_switch, np, pd, preset_dropdown,
-      real_frozen_slider, share_chart, viz):
+def _(lesson_charts, mo, pd, share_chart, viz):
+    def show_what_trains(model, freeze, trainable, frozen_grid, share_grid, n_frozen):
+        """The share that trains against k / L (a chart), the sentence, and the groups that train."""
+        _lines_named = [f"{model.name} (computed)", "k / L (blocks only)"]
+        # One table for both layers (the two lines, your setting), given once to the live chart below.
+        _frame = pd.concat([
+            pd.DataFrame({"kind": "line", "frozen": frozen_grid, "share": share_grid, "what": _lines_named[0]}),
+            pd.DataFrame({"kind": "line", "frozen": frozen_grid, "share": (model.n_layers - frozen_grid) / model.n_layers,
+                          "what": _lines_named[1]}),
+            pd.DataFrame({"kind": "now", "frozen": [n_frozen]}),
+        ], ignore_index=True)
+
+        share_chart.update(_frame, draw=lesson_charts.trainable_share(model.n_layers, _lines_named),
+                           key=(model.name, model.n_layers))
+        _k = freeze.layers_trained(model)
+        _notes = []
+        if model.tied_embeddings and not freeze.train_embeddings:
+            # Otherwise the head switch seems to do nothing: the tied head is the frozen embedding matrix.
+            _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
+                          "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
+                          "Mistral, BERT), to see the head train.")
+
+        def _share(x):  # two decimals, or two significant digits for a share that would read 0.00%
+            return f"{x:.2%}" if x == 0 or x >= 0.0001 else f"{100 * x:.2g}%"
+
+        _groups = freeze.groups(model)
+        return mo.vstack([mo.md(f"""
+        {model.name}: **{trainable.trainable_params:,} of {model.n_params:,} parameters train,
+        {_share(trainable.trainable_fraction)}**. The blocks alone would give k / L = {_k} / {model.n_layers}
+        = {_share(_k / model.n_layers)}. {" ".join(_notes)}
+        """), mo.accordion({"Which parameter groups train, and how many parameters each?": viz.plain_table(
+            _groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})), wrapped_columns=["note"])})])
+
+    return (show_what_trains,)
+
+
+@app.cell
+def _(embeddings_switch, head_switch, mm, norm_switch, np, preset_dropdown, real_frozen_slider, show_what_trains):
     # What trains in the chosen model: the one cell of this section that the frozen-blocks slider re-runs.
     model = mm.PRESETS[preset_dropdown.value]
     freeze = mm.Freeze(frozen_layers=real_frozen_slider.value, train_head=head_switch.value,
@@ -224,35 +276,7 @@ def _(embeddings_switch, head_switch, lesson_charts, mm, mo, norm_switch, np, pd
     _sweep = mm.Freeze(frozen_layers=frozen_grid, train_head=freeze.train_head,
                        train_final_norm=freeze.train_final_norm, train_embeddings=freeze.train_embeddings)
     share_grid = mm.training_memory(model, seq_len=None, method=_sweep).trainable_fraction
-    _lines_named = [f"{model.name} (computed)", "k / L (blocks only)"]
-    # One table for both layers (the two lines, your setting), given once to the live chart below.
-    _frame = pd.concat([
-        pd.DataFrame({"kind": "line", "frozen": frozen_grid, "share": share_grid, "what": _lines_named[0]}),
-        pd.DataFrame({"kind": "line", "frozen": frozen_grid, "share": (model.n_layers - frozen_grid) / model.n_layers,
-                      "what": _lines_named[1]}),
-        pd.DataFrame({"kind": "now", "frozen": [real_frozen_slider.value]}),
-    ], ignore_index=True)
-
-    share_chart.update(_frame, draw=lesson_charts.trainable_share(model.n_layers, _lines_named),
-                       key=(model.name, model.n_layers))
-    _k = freeze.layers_trained(model)
-    _notes = []
-    if model.tied_embeddings and not freeze.train_embeddings:
-        # Otherwise the head switch seems to do nothing: the tied head is the frozen embedding matrix.
-        _notes.append(f"The head switch changes nothing here: {model.name}'s output head is its token-embedding "
-                      "matrix, frozen with the embeddings. Train the embeddings, or pick an untied model (LLaMA, "
-                      "Mistral, BERT), to see the head train.")
-
-    def _share(x):  # two decimals, or two significant digits for a share that would read 0.00%
-        return f"{x:.2%}" if x == 0 or x >= 0.0001 else f"{100 * x:.2g}%"
-
-    _groups = freeze.groups(model)
-    mo.vstack([mo.md(f"""
-    {model.name}: **{trainable.trainable_params:,} of {model.n_params:,} parameters train,
-    {_share(trainable.trainable_fraction)}**. The blocks alone would give k / L = {_k} / {model.n_layers}
-    = {_share(_k / model.n_layers)}. {" ".join(_notes)}
-    """), mo.accordion({"Which parameter groups train, and how many parameters each?": viz.plain_table(
-        _groups.assign(trainable=_groups["trainable"].map({True: "yes", False: "no"})), wrapped_columns=["note"])})])
+    show_what_trains(model, freeze, trainable, frozen_grid, share_grid, real_frozen_slider.value)
     return freeze, frozen_grid, model, share_grid, trainable
 
 
@@ -294,57 +318,64 @@ def _(live_html, mo):
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, batch_slider, freeze, mm, mo, model, pd, real_frozen_slider, saves_how_view, saves_table_view,
-      saves_work_view, seq_slider, unit, viz):
-    # What freezing saves at the chosen batch and length: one cell for the section's numbers, table and chart rows,
-    # into the live views above it.
-    # Attention, dropout and the activation model are left to memmath.Run, which takes them from the model as
-    # transformers trains it: SDPA, the config's dropout, and the exact (transformers) activation model.
+def _(bars_chart, mo, pd, saves_how_view, saves_table_view, saves_work_view, viz):
+    def show_saves(model, n_frozen, seq_len, full, frozen, unit):
+        """What freezing saves at the chosen batch and length: the table and chart rows, into the live views above."""
+        _attention = "fused (SDPA) attention" if full.attention == "sdpa" else "eager attention"
+        _dropout = (f"dropout at p = {model.dropout_p:g}, as its config sets it" if full.dropout else
+                    "no dropout (its config's probability is 0)")
+        _how = f"For {model.name}: {_attention} and {_dropout}."
+        if full.activation_model != "transformers":  # e.g. Mistral at 4,096 tokens or more (its sliding window)
+            _how += " " + " ".join(n.text for n in full.notes if n.kind == "activations_textbook_fallback") + "."
+        # viz.stacked_bars as Vega-Lite JSON, into the live chart below: four sliders send it new rows.
+        bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"Full finetuning": full,
+                                                                      f"{n_frozen} blocks frozen": frozen}, unit),
+                                                  unit, title="Full finetuning against freezing, pure bf16 with Adam"))
+        _beyond = (f" {model.name} reads at most {model.max_positions:,} tokens; the activations below for "
+                   f"{seq_len:,} are the arithmetic, not a run the real model could do."
+                   if model.max_positions and seq_len > model.max_positions else "")
+        _size = viz.readable_size
+        _rows = [{"part": viz.ALL_LABELS[p], "full finetuning": _size(full.parts()[p], unit),
+                  "frozen": _size(frozen.parts()[p], unit), "saved": _size(full.parts()[p] - frozen.parts()[p], unit)}
+                 for p in ("weights", "gradients", "optimizer_states", "activations")]
+        _rows.append({"part": "Total", "full finetuning": _size(full.total, unit),
+                      "frozen": _size(frozen.total, unit), "saved": _size(full.total - frozen.total, unit)})
+        _d_full, _d = full.activation_detail, frozen.activation_detail
+        # The blocks backward runs through: the trainable ones, and the frozen ones behind trainable embeddings
+        # (the exact model counts those apart, as frozen_layers_storing: they keep only what their input's gradient needs).
+        _through, _through_full = (d.layers_storing + d.frozen_layers_storing for d in (_d, _d_full))
+        if frozen.trainable_params == full.trainable_params:
+            _work = (f"**No less work yet.** With nothing frozen, the backward pass does what full finetuning does: "
+                     f"{full.trainable_params:,} weight gradients, through all {model.n_layers} blocks.")
+        else:
+            _blocks = (f"runs through all {model.n_layers} blocks, as full finetuning does"
+                       if _through == _through_full else
+                       f"runs through {_through} of the {model.n_layers} blocks instead of all "
+                       f"{_through_full}" if _through else
+                       f"runs through none of the {model.n_layers} blocks (full finetuning runs through all "
+                       f"{_through_full})")
+            _work = (f"**Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients instead of "
+                     f"{full.trainable_params:,}, and {_blocks}.")
+        saves_how_view.update(mo.md(_how + _beyond))
+        saves_table_view.update(pd.DataFrame(_rows))
+        saves_work_view.update(mo.md(f"""
+        {_work} Training the embeddings sends it back through every
+        block again: each frozen block then keeps what the gradient of its input needs (its norms' inputs,
+        attention's tensors, the activation function's), though not the inputs of its frozen linear layers.
+        """))
+
+    return (show_saves,)
+
+
+@app.cell
+def _(batch_slider, freeze, mm, model, real_frozen_slider, seq_slider, show_saves, unit):
+    # What freezing saves at the chosen batch and length: one cell for the section's numbers, shown in the live views
+    # above it. Attention, dropout and the activation model are left to memmath.Run, which takes them from the model
+    # as transformers trains it: SDPA, the config's dropout, and the exact (transformers) activation model.
     _kw = dict(precision="bf16", optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value)
     full = mm.training_memory(model, **_kw)
     frozen = mm.training_memory(model, method=freeze, **_kw)
-    _attention = "fused (SDPA) attention" if full.attention == "sdpa" else "eager attention"
-    _dropout = (f"dropout at p = {model.dropout_p:g}, as its config sets it" if full.dropout else
-                "no dropout (its config's probability is 0)")
-    _how = f"For {model.name}: {_attention} and {_dropout}."
-    if full.activation_model != "transformers":  # e.g. Mistral at 4,096 tokens or more (its sliding window)
-        _how += " " + " ".join(n.text for n in full.notes if n.kind == "activations_textbook_fallback") + "."
-    # viz.stacked_bars as Vega-Lite JSON, into the live chart below: four sliders send it new rows.
-    bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"Full finetuning": full,
-                                                                  f"{real_frozen_slider.value} blocks frozen": frozen}, unit),
-                                              unit, title="Full finetuning against freezing, pure bf16 with Adam"))
-    _beyond = (f" {model.name} reads at most {model.max_positions:,} tokens; the activations below for "
-               f"{seq_slider.value:,} are the arithmetic, not a run the real model could do."
-               if model.max_positions and seq_slider.value > model.max_positions else "")
-    _size = viz.readable_size
-    _rows = [{"part": mm.training.PART_LABELS[p], "full finetuning": _size(full.parts()[p], unit),
-              "frozen": _size(frozen.parts()[p], unit), "saved": _size(full.parts()[p] - frozen.parts()[p], unit)}
-             for p in ("weights", "gradients", "optimizer_states", "activations")]
-    _rows.append({"part": "Total", "full finetuning": _size(full.total, unit),
-                  "frozen": _size(frozen.total, unit), "saved": _size(full.total - frozen.total, unit)})
-    _d_full, _d = full.activation_detail, frozen.activation_detail
-    # The blocks backward runs through: the trainable ones, and the frozen ones behind trainable embeddings
-    # (the exact model counts those apart, as frozen_layers_storing: they keep only what their input's gradient needs).
-    _through, _through_full = (d.layers_storing + d.frozen_layers_storing for d in (_d, _d_full))
-    if frozen.trainable_params == full.trainable_params:
-        _work = (f"**No less work yet.** With nothing frozen, the backward pass does what full finetuning does: "
-                 f"{full.trainable_params:,} weight gradients, through all {model.n_layers} blocks.")
-    else:
-        _blocks = (f"runs through all {model.n_layers} blocks, as full finetuning does"
-                   if _through == _through_full else
-                   f"runs through {_through} of the {model.n_layers} blocks instead of all "
-                   f"{_through_full}" if _through else
-                   f"runs through none of the {model.n_layers} blocks (full finetuning runs through all "
-                   f"{_through_full})")
-        _work = (f"**Less work too.** The backward pass computes {frozen.trainable_params:,} weight gradients instead of "
-                 f"{full.trainable_params:,}, and {_blocks}.")
-    saves_how_view.update(mo.md(_how + _beyond))
-    saves_table_view.update(pd.DataFrame(_rows))
-    saves_work_view.update(mo.md(f"""
-    {_work} Training the embeddings sends it back through every
-    block again: each frozen block then keeps what the gradient of its input needs (its norms' inputs,
-    attention's tensors, the activation function's), though not the inputs of its frozen linear layers.
-    """))
+    show_saves(model, real_frozen_slider.value, seq_slider.value, full, frozen, unit)
     return frozen, full
 
 
@@ -355,9 +386,9 @@ def _(live_chart):
     return (bars_chart,)
 
 
-@app.cell(hide_code=True)
-def _(alt, mo, pd, reference, viz):
-    # Checked against PyTorch, folded: every recorded (model, precision) in a tab of its own, computed once.
+@app.cell
+def _(pd, reference):
+    # Checked against PyTorch: every recorded (model, precision), memmath's prediction beside the measurement.
     measured_cases = reference.load_measured()  # the recording: one real training step per case (no torch needed)
     _v = reference.measured_metadata()["versions"]
     measured_versions = f"torch {_v['torch']}, transformers {_v['transformers']}"
@@ -384,6 +415,17 @@ def _(alt, mo, pd, reference, viz):
                           "saved, memmath (B)": int(_predicted.activation_detail.saved_by_forward)})
         return pd.DataFrame(_blocks), pd.DataFrame(_rows).sort_values("frozen blocks").reset_index(drop=True)
 
+    freeze_tables = {}  # (label, shape, precision) -> (per-block frame, per-case rows)
+    for _label, _shape in _models.items():
+        for _precision in ("fp32", "bf16"):
+            freeze_tables[_label, _shape, _precision] = _case_tables(_shape, _precision)
+    freeze_blocks, freeze_rows = freeze_tables["GPT-2 (tied head)", "gpt2", "fp32"]  # the first tab's, held by the tests
+    return freeze_blocks, freeze_rows, freeze_tables, measured_cases, measured_versions
+
+
+@app.cell(hide_code=True)
+def _(alt, freeze_tables, measured_cases, measured_versions, mo, viz):
+    # Folded: every recorded (model, precision) in a tab of its own.
     def _view(shape, blocks, rows):
         _chart = alt.Chart(blocks).mark_bar().encode(
             x=alt.X("block:N", title=None, axis=alt.Axis(labelAngle=0)),
@@ -411,13 +453,8 @@ def _(alt, mo, pd, reference, viz):
         `{_ckpt["case_id"]}` the blocks saved {" / ".join(f"{n:,}" for n in _ckpt["saved_per_layer"])} B.
         """)])
 
-    _tabs = {}
-    for _label, _shape in _models.items():
-        for _precision in ("fp32", "bf16"):
-            _b, _r = _case_tables(_shape, _precision)
-            if _shape == "gpt2" and _precision == "fp32":
-                freeze_blocks, freeze_rows = _b, _r  # the first tab's numbers, held by the tests
-            _tabs[f"{_label.split(' (')[0]}, {_precision}"] = _view(_shape, _b, _r)
+    _tabs = {f"{_label.split(' (')[0]}, {_precision}": _view(_shape, _b, _r)
+             for (_label, _shape, _precision), (_b, _r) in freeze_tables.items()}
     mo.accordion({"Do frozen blocks really keep nothing? Checked against PyTorch": mo.vstack([mo.md(f"""
     The claim above, that blocks before the first trainable one keep no activations, can be
     measured. The workbook's `validation/measure.py` froze the embeddings and the first k blocks of
@@ -427,19 +464,64 @@ def _(alt, mo, pd, reference, viz):
     AdamW; {measured_versions}): GPT-2 has a tied head, LLaMA an untied one, BERT a classifier.
     Pick a model and a precision:
     """), mo.ui.tabs(_tabs)])})
-    return freeze_blocks, freeze_rows, measured_cases, measured_versions
+    return
 
 
 @app.cell(hide_code=True)
 def _(live_html, mo, section_prose):
-    bert_view = live_html()  # the report's numbers, filled by the next cell on every move
+    bert_view = live_html()  # the report's numbers, filled by the BERT cell below on every move
     mo.vstack([section_prose["bert"], bert_view])
     return (bert_view,)
 
 
 @app.cell(hide_code=True)
-def _(batch_slider, bert_chart, bert_view, lesson_charts, literature, mm, mo, np, pd, seq_slider, unit, viz):
-    # The BERT-large report: the sweep over top blocks, its chart rows and its numbers, in one cell.
+def _(bert_chart, bert_view, format_bytes, lesson_charts, literature, mo, np, pd, to_unit, viz):
+    def show_bert(bert, top_blocks, bert_sweep, bert_full, seq_len, unit):
+        """The BERT-large report: the sweep's chart rows and its numbers."""
+        _reported = literature.REPORTED["bert_large_partial_share"]
+        _share = _reported.value / 100
+        _first = int(np.argmax(bert_sweep.trainable_fraction >= _share))
+        # One table for every layer (the sweep, the two marked choices, the reported share), given once to the chart.
+        _frame = pd.concat([
+            pd.DataFrame({"kind": "sweep", "share": bert_sweep.trainable_fraction, "top": top_blocks,
+                          "size": to_unit(bert_sweep.total, unit), "label": ""}),
+            pd.DataFrame({"kind": "dot", "share": [bert_sweep.trainable_fraction[_first], bert_full.trainable_fraction],
+                          "top": [_first, bert.n_layers], "size": [to_unit(bert_sweep.total[_first], unit),
+                                                                   to_unit(bert_full.total, unit)],
+                          "label": [f"top {_first} blocks", "full finetuning"]}),
+            pd.DataFrame({"kind": "reported", "share": [_share], "top": [0], "size": [0.0],
+                          "label": ["reported share (one number)"]}),
+        ], ignore_index=True)
+
+        bert_chart.update(_frame, draw=lesson_charts.bert_top_blocks(unit), key=unit)
+        _k = int(top_blocks[_first])
+        _houlsby = literature.REPORTED["houlsby_trainable_share"]
+        _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
+                   if seq_len > bert.max_positions else "")
+        bert_view.update(mo.md(f"""
+        One reported study: {literature.cite("bert_large_partial_share")}. That is one number,
+        about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
+        not reproduced here.
+
+        {_share:.0%} of BERT-large is {int(_share * bert.n_params):,} parameters. Training the top
+        {_k} of {bert.n_layers} blocks (and the pooler) is the first choice that reaches it:
+        {bert_sweep.trainable_fraction[_k]:.1%}, {format_bytes(bert_sweep.total[_k], unit)} against
+        {format_bytes(bert_full.total, unit)} for full finetuning at your batch and length{_beyond}, pure bf16
+        with Adam, the activations as PyTorch keeps them (BERT's dropout on, as its config sets). The chart
+        shows the reported share as a dashed line against what each choice of top blocks costs in memory (the
+        blue points; full finetuning also trains the embeddings).
+
+        Compare Houlsby's adapters: {_houlsby.value:g}% trainable parameters per task ({_houlsby.source}).
+        That gap is why the field moved to parameter-efficient methods:
+        {viz.lesson_link("05_adapters")} and {viz.lesson_link("06_lora_qlora")}.
+        """))
+
+    return (show_bert,)
+
+
+@app.cell
+def _(batch_slider, mm, np, seq_slider, show_bert, unit):
+    # The BERT-large report: every number of top blocks trained, and full finetuning, at your batch and length.
     bert = mm.PRESETS["bert-large-uncased"]
     top_blocks = np.arange(bert.n_layers + 1)
     # Attention, dropout and activations as transformers trains BERT (memmath.Run's defaults): SDPA, the config's
@@ -448,43 +530,7 @@ def _(batch_slider, bert_chart, bert_view, lesson_charts, literature, mm, mo, np
                                     optimizer="adam", batch_size=batch_slider.value, seq_len=seq_slider.value)
     bert_full = mm.training_memory(bert, precision="bf16", optimizer="adam", batch_size=batch_slider.value,
                                    seq_len=seq_slider.value)
-    _reported = literature.REPORTED["bert_large_partial_share"]
-    _share = _reported.value / 100
-    _first = int(np.argmax(bert_sweep.trainable_fraction >= _share))
-    # One table for every layer (the sweep, the two marked choices, the reported share), given once to the chart.
-    _frame = pd.concat([
-        pd.DataFrame({"kind": "sweep", "share": bert_sweep.trainable_fraction, "top": top_blocks,
-                      "size": mm.to_unit(bert_sweep.total, unit), "label": ""}),
-        pd.DataFrame({"kind": "dot", "share": [bert_sweep.trainable_fraction[_first], bert_full.trainable_fraction],
-                      "top": [_first, bert.n_layers], "size": [mm.to_unit(bert_sweep.total[_first], unit),
-                                                               mm.to_unit(bert_full.total, unit)],
-                      "label": [f"top {_first} blocks", "full finetuning"]}),
-        pd.DataFrame({"kind": "reported", "share": [_share], "top": [0], "size": [0.0],
-                      "label": ["reported share (one number)"]}),
-    ], ignore_index=True)
-
-    bert_chart.update(_frame, draw=lesson_charts.bert_top_blocks(unit), key=unit)
-    _k = int(top_blocks[_first])
-    _houlsby = literature.REPORTED["houlsby_trainable_share"]
-    _beyond = (f" (BERT reads at most {bert.max_positions:,} tokens: beyond that the memory is arithmetic only)"
-               if seq_slider.value > bert.max_positions else "")
-    bert_view.update(mo.md(f"""
-    One reported study: {literature.cite("bert_large_partial_share")}. That is one number,
-    about {_reported.value:g}{_reported.unit.split(" ")[0]}, not a curve: the paper's quality curve is
-    not reproduced here.
-
-    {_share:.0%} of BERT-large is {int(_share * bert.n_params):,} parameters. Training the top
-    {_k} of {bert.n_layers} blocks (and the pooler) is the first choice that reaches it:
-    {bert_sweep.trainable_fraction[_k]:.1%}, {mm.format_bytes(bert_sweep.total[_k], unit)} against
-    {mm.format_bytes(bert_full.total, unit)} for full finetuning at your batch and length{_beyond}, pure bf16
-    with Adam, the activations as PyTorch keeps them (BERT's dropout on, as its config sets). The chart
-    shows the reported share as a dashed line against what each choice of top blocks costs in memory (the
-    blue points; full finetuning also trains the embeddings).
-
-    Compare Houlsby's adapters: {_houlsby.value:g}% trainable parameters per task ({_houlsby.source}).
-    That gap is why the field moved to parameter-efficient methods:
-    {viz.lesson_link("05_adapters")} and {viz.lesson_link("06_lora_qlora")}.
-    """))
+    show_bert(bert, top_blocks, bert_sweep, bert_full, seq_slider.value, unit)
     return bert, bert_full, bert_sweep, top_blocks
 
 
@@ -521,29 +567,46 @@ def _(mo):
     return
 
 
+@app.cell
+def _(literature, mm):
+    # Problem answers. 1: the article's 7B in ten equal layers, nine frozen, and full finetuning.
+    p1_model = mm.uniform_model(7e9, 10)
+    p1_frozen = mm.training_memory(p1_model, seq_len=None, precision="bf16", optimizer="adam",
+                                   method=mm.Freeze(frozen_layers=9))
+    p1_full = mm.training_memory(p1_model, seq_len=None, precision="bf16", optimizer="adam")
+    # 2: llama-2-7b with its first 30 blocks frozen, group by group.
+    p2_model = mm.PRESETS["llama-2-7b"]
+    p2_groups = mm.Freeze(frozen_layers=30).groups(p2_model).set_index("part")
+    p2_trainable = int(p2_groups.loc[p2_groups["trainable"], "params"].sum())
+    # 3: GPT-2 with every block frozen.
+    p3_model = mm.PRESETS["gpt2"]
+    p3_frozen = mm.training_memory(p3_model, seq_len=None, method=mm.Freeze(frozen_layers=p3_model.n_layers))
+    # 4: BERT-large at the share partial finetuning needed, and at Houlsby's adapters' share.
+    p4_bert = mm.PRESETS["bert-large-uncased"]
+    p4_partial = literature.REPORTED["bert_large_partial_share"].value / 100 * p4_bert.n_params
+    p4_adapters = literature.REPORTED["houlsby_trainable_share"].value / 100 * p4_bert.n_params
+    return (p1_frozen, p1_full, p1_model, p2_groups, p2_model, p2_trainable, p3_frozen, p3_model, p4_adapters, p4_bert,
+            p4_partial)
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _model = mm.uniform_model(7e9, 10)
-    _r = mm.training_memory(_model, seq_len=None, precision="bf16", optimizer="adam", method=mm.Freeze(frozen_layers=9))
-    _full = mm.training_memory(_model, seq_len=None, precision="bf16", optimizer="adam")
-    _bpp = mm.recipes.bytes_per_parameter("bf16", "adam")
+def _(article_bpp, format_bytes, mo, p1_frozen, p1_full, p1_model):
+    _model, _r, _full, _bpp = p1_model, p1_frozen, p1_full, article_bpp
     mo.vstack([
         mo.md("**1.** The article's 7B model in ten equal layers, nine frozen, pure 16-bit with Adam. "
               "How much memory before activations?"),
         mo.accordion({"Answer": mo.md(
-            f"Weights: {_model.n_params:,} × {_bpp['weights']:g} B = {mm.format_bytes(_r.weights)}. Trainable: "
+            f"Weights: {_model.n_params:,} × {_bpp['weights']:g} B = {format_bytes(_r.weights)}. Trainable: "
             f"{_r.trainable_params:,} parameters × ({_bpp['gradients']:g} + {_bpp['optimizer_states']:g}) B = "
-            f"{mm.format_bytes(_r.gradients + _r.optimizer_states)}. Total **{mm.format_bytes(_r.total)}**, "
-            f"against {mm.format_bytes(_full.total)} for full finetuning.")}),
+            f"{format_bytes(_r.gradients + _r.optimizer_states)}. Total **{format_bytes(_r.total)}**, "
+            f"against {format_bytes(_full.total)} for full finetuning.")}),
     ])
     return
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _model = mm.PRESETS["llama-2-7b"]
-    _groups = mm.Freeze(frozen_layers=30).groups(_model).set_index("part")
-    _trainable = int(_groups.loc[_groups["trainable"], "params"].sum())
+def _(mo, p2_groups, p2_model, p2_trainable):
+    _model, _groups, _trainable = p2_model, p2_groups, p2_trainable
     mo.vstack([
         mo.md(f"**2.** `{_model.name}` has {_model.n_layers} blocks. You freeze the first 30. Why is the "
               f"trainable share not 2/{_model.n_layers}?"),
@@ -557,9 +620,8 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _model = mm.PRESETS["gpt2"]
-    _r = mm.training_memory(_model, seq_len=None, method=mm.Freeze(frozen_layers=_model.n_layers))
+def _(mo, p3_frozen, p3_model):
+    _model, _r = p3_model, p3_frozen
     mo.vstack([
         mo.md(f"**3.** You freeze all {_model.n_layers} blocks of GPT-2 and keep `train_head=True`. What trains?"),
         mo.accordion({"Answer": mo.md(
@@ -571,11 +633,10 @@ def _(mm, mo):
 
 
 @app.cell(hide_code=True)
-def _(literature, mm, mo):
-    _bert = mm.PRESETS["bert-large-uncased"]
+def _(literature, mo, p4_adapters, p4_bert, p4_partial):
+    _bert, _partial, _adapters = p4_bert, p4_partial, p4_adapters
     _p_share = literature.REPORTED["bert_large_partial_share"].value
     _a_share = literature.REPORTED["houlsby_trainable_share"].value
-    _partial, _adapters = _p_share / 100 * _bert.n_params, _a_share / 100 * _bert.n_params
     mo.vstack([
         mo.md("**4.** On BERT-large, how many more parameters does top-layer finetuning train than "
               "Houlsby's adapters, at the shares each needed to match full finetuning?"),

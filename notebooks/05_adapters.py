@@ -11,7 +11,7 @@ app = marimo.App(width="medium", app_title="Adapters (PEFT)", css_file="memmath.
 
 
 @app.cell(hide_code=True)
-def _(literature, mo, viz):
+def _(literature, mo):
     _gap, _share = literature.REPORTED["houlsby_glue_gap"], literature.REPORTED["houlsby_trainable_share"]
     mo.md(f"""
     # Adapters: train small modules, leave the model alone
@@ -38,14 +38,15 @@ def _():
     import pandas as pd
 
     import memmath as mm
+    from memmath import format_bytes, to_unit
     from memmath_lessons.reference import literature, paper_setups
     from memmath_lessons import diagrams, requirement_view, site_charts, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath.verdict import verdict_of
 
-    return (alt, diagrams, literature, live_chart, live_only_notice, mm, mo, np, os, paper_setups, pd,
-            requirement_view, site_charts, toy_block, verdict_of, viz)
+    return (alt, diagrams, format_bytes, literature, live_chart, live_only_notice, mm, mo, np, os,
+            paper_setups, pd, requirement_view, site_charts, to_unit, toy_block, verdict_of, viz)
 
 
 @app.cell
@@ -61,8 +62,36 @@ def _(live_only_notice, mm, mo):
     return ADAPTER_MODELS, BOTTLENECKS, bert_large, bottleneck_slider, train_norms_checkbox
 
 
+@app.cell(hide_code=True)
+def _(literature, mo, viz):
+    def show_adapter_counts(bert_large, bottleneck, train_norms, bert_adapters, adapter_counts):
+        """The core path's number (BERT-large's adapters counted by hand), the three models' table, the takeaway."""
+        _h, _L, _m, _bert = bert_large.hidden_size, bert_large.n_layers, bottleneck, bert_adapters
+        _per_adapter = 2 * _m * _h + _m + _h  # Houlsby et al. 2019: down h x m + m biases, up m x h + h biases
+        _norm_text = (f" + {_bert.trainable_params - 2 * _L * _per_adapter:,} layer-norm parameters" if train_norms else "")
+        _partial = literature.REPORTED["bert_large_partial_share"].value
+        return mo.vstack([
+            mo.md(f"""
+        **The number.** BERT-large (h = {_h:,}, {_L} blocks) at m = {_m}: one adapter has 2·m·h + m + h =
+        2 × {_m} × {_h:,} + {_m} + {_h:,} = {_per_adapter:,} parameters, two per block make {2 * _per_adapter:,},
+        and {_L} blocks {2 * _L * _per_adapter:,}{_norm_text}: **{_bert.trainable_params:,} of {_bert.total_params:,}
+        parameters train, {_bert.trainable_fraction:.2%} of the model**. The same bottleneck on three models:
+        """),
+            viz.plain_table(adapter_counts),
+            mo.callout(mo.md(f"""
+        **Takeaway.** Adapters train a few percent of the model or less, far below the
+        {_partial:.0f}% that freezing had to open up on BERT-large ({viz.lesson_link("04_freezing", "lesson 4")}).
+        They save the gradients and optimizer states of every frozen weight, but not the weights and only
+        a part of the activations (every block still keeps its share), and they add work to every forward
+        pass, so inference gets slower.
+        """), kind="success"),
+        ])
+
+    return (show_adapter_counts,)
+
+
 @app.cell
-def _(ADAPTER_MODELS, bert_large, bottleneck_slider, literature, mm, mo, pd, train_norms_checkbox, viz):
+def _(ADAPTER_MODELS, bert_large, bottleneck_slider, mm, pd, show_adapter_counts, train_norms_checkbox):
     # The core path's number and the same bottleneck on three models: the one cell the bottleneck slider
     # re-runs here (the memory section below is the other). Parameter counts only: seq_len=None skips the activations.
     bottleneck = bottleneck_slider.value
@@ -75,27 +104,8 @@ def _(ADAPTER_MODELS, bert_large, bottleneck_slider, literature, mm, mo, pd, tra
                       "adapter params per block": mm.Adapters(bottleneck=bottleneck).params_per_block(_shape),
                       "trainable params": _one.trainable_params, "of the base model": f"{_one.trainable_fraction:.2%}"})
     adapter_counts = pd.DataFrame(_rows)
-    _h, _L, _m = bert_large.hidden_size, bert_large.n_layers, bottleneck
-    _bert = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=_norms), seq_len=None)
-    _per_adapter = 2 * _m * _h + _m + _h  # Houlsby et al. 2019: down h x m + m biases, up m x h + h biases
-    _norm_text = (f" + {_bert.trainable_params - 2 * _L * _per_adapter:,} layer-norm parameters" if _norms else "")
-    _partial = literature.REPORTED["bert_large_partial_share"].value
-    mo.vstack([
-        mo.md(f"""
-    **The number.** BERT-large (h = {_h:,}, {_L} blocks) at m = {_m}: one adapter has 2·m·h + m + h =
-    2 × {_m} × {_h:,} + {_m} + {_h:,} = {_per_adapter:,} parameters, two per block make {2 * _per_adapter:,},
-    and {_L} blocks {2 * _L * _per_adapter:,}{_norm_text}: **{_bert.trainable_params:,} of {_bert.total_params:,}
-    parameters train, {_bert.trainable_fraction:.2%} of the model**. The same bottleneck on three models:
-    """),
-        viz.plain_table(adapter_counts),
-        mo.callout(mo.md(f"""
-    **Takeaway.** Adapters train a few percent of the model or less, far below the
-    {_partial:.0f}% that freezing had to open up on BERT-large ({viz.lesson_link("04_freezing", "lesson 4")}).
-    They save the gradients and optimizer states of every frozen weight, but not the weights and only
-    a part of the activations (every block still keeps its share), and they add work to every forward
-    pass, so inference gets slower.
-    """), kind="success"),
-    ])
+    _bert = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=bottleneck, train_norms=_norms), seq_len=None)
+    show_adapter_counts(bert_large, bottleneck, _norms, _bert, adapter_counts)
     return adapter_counts, bottleneck
 
 
@@ -164,9 +174,39 @@ def _(live_chart):
     return (share_chart,)
 
 
+@app.cell(hide_code=True)
+def _(alt, literature, mo, pd, share_chart):
+    def show_adapter_shares(adapter_curves, paper_bottlenecks, paper_shares, bottleneck_at_paper_share):
+        """The share curves against the paper's 3.6% (a chart), and the callout on the paper's bottlenecks."""
+        # The curves alone, no marker at the chosen m: the chart then redraws only when the checkbox moves, and the
+        # table above says where you are.
+        _share = literature.REPORTED["houlsby_trainable_share"]
+        _lines = alt.Chart(adapter_curves).mark_line(point=True).encode(
+            x=alt.X("bottleneck:Q", scale=alt.Scale(type="log", base=2), title="Bottleneck m (log scale)"),
+            y=alt.Y("share:Q", scale=alt.Scale(type="log"), title="Trainable parameters (% of the base model, log)"),
+            color=alt.Color("model:N", title="Model"),
+            tooltip=[alt.Tooltip("model:N"), alt.Tooltip("bottleneck:Q"), alt.Tooltip("share:Q", format=".3f", title="%")])
+        _rule = alt.Chart(pd.DataFrame({"share": [_share.value], "text": [f"paper: {_share.value}% per task"]}))
+        _paper_line = _rule.mark_rule(color="black").encode(y=alt.Y("share:Q")) + _rule.mark_text(
+            align="left", dx=4, dy=-7, fontSize=11).encode(y=alt.Y("share:Q"), x=alt.value(4), text=alt.Text("text:N"))
+        share_chart.update((_lines + _paper_line).properties(width=560, height=300,
+                                                             title="Adapters' share of the model, by bottleneck"))
+        _sizes, _shares, _m_at = paper_bottlenecks, paper_shares, bottleneck_at_paper_share
+        return mo.vstack([
+            mo.callout(mo.md(f"""
+        **The paper's bottlenecks.** Houlsby et al. picked the bottleneck per task from {", ".join(map(str, _sizes))},
+        which on BERT-large gives {", ".join(f"{s:.2%}" for s in _shares)} of the parameters; m = **{_m_at}**
+        lands at the paper's {_share.value}% ({_share.source}). Either way, far below the
+        {literature.REPORTED["bert_large_partial_share"].value:.0f}% that freezing needed.
+        """), kind="info"),
+        ])
+
+    return (show_adapter_shares,)
+
+
 @app.cell
-def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, paper_setups, share_chart,
-      train_norms_checkbox, viz):
+def _(ADAPTER_MODELS, bert_large, BOTTLENECKS, literature, mm, np, paper_setups, pd, show_adapter_shares,
+      train_norms_checkbox):
     # The share for every bottleneck at once (numpy arrays broadcast): runs when the checkbox moves, not the slider.
     # Shares only, so seq_len=None: no activations are computed for the sweeps.
     train_norms = train_norms_checkbox.value
@@ -176,17 +216,6 @@ def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, 
         "share": 100 * mm.training_memory(_preset, method=mm.Adapters(bottleneck=_sweep, train_norms=train_norms),
                                           seq_len=None).trainable_fraction})
         for _label, _preset in ADAPTER_MODELS.items()], ignore_index=True)
-    # The curves alone, no marker at the chosen m: the chart then redraws only when the checkbox moves, and the
-    # table above says where you are.
-    _share = literature.REPORTED["houlsby_trainable_share"]
-    _lines = alt.Chart(adapter_curves).mark_line(point=True).encode(
-        x=alt.X("bottleneck:Q", scale=alt.Scale(type="log", base=2), title="Bottleneck m (log scale)"),
-        y=alt.Y("share:Q", scale=alt.Scale(type="log"), title="Trainable parameters (% of the base model, log)"),
-        color=alt.Color("model:N", title="Model"),
-        tooltip=[alt.Tooltip("model:N"), alt.Tooltip("bottleneck:Q"), alt.Tooltip("share:Q", format=".3f", title="%")])
-    _rule = alt.Chart(pd.DataFrame({"share": [_share.value], "text": [f"paper: {_share.value}% per task"]}))
-    _paper_line = _rule.mark_rule(color="black").encode(y=alt.Y("share:Q")) + _rule.mark_text(
-        align="left", dx=4, dy=-7, fontSize=11).encode(y=alt.Y("share:Q"), x=alt.value(4), text=alt.Text("text:N"))
     # The paper's own bottlenecks on BERT-large, and the smallest m that reaches its 3.6%.
     _sizes = paper_setups.HOULSBY_GLUE_BOTTLENECKS
     _shares = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=np.array(_sizes), train_norms=train_norms),
@@ -194,17 +223,8 @@ def _(ADAPTER_MODELS, BOTTLENECKS, alt, bert_large, literature, mm, mo, np, pd, 
     _m = np.arange(1, 1025)
     _swept = mm.training_memory(bert_large, method=mm.Adapters(bottleneck=_m, train_norms=train_norms),
                                 seq_len=None).trainable_fraction
-    _m_at = int(_m[np.argmax(_swept >= _share.value / 100)])
-    share_chart.update((_lines + _paper_line).properties(width=560, height=300,
-                                                         title="Adapters' share of the model, by bottleneck"))
-    mo.vstack([
-        mo.callout(mo.md(f"""
-    **The paper's bottlenecks.** Houlsby et al. picked the bottleneck per task from {", ".join(map(str, _sizes))},
-    which on BERT-large gives {", ".join(f"{s:.2%}" for s in _shares)} of the parameters; m = **{_m_at}**
-    lands at the paper's {_share.value}% ({_share.source}). Either way, far below the
-    {literature.REPORTED["bert_large_partial_share"].value:.0f}% that freezing needed.
-    """), kind="info"),
-    ])
+    _m_at = int(_m[np.argmax(_swept >= literature.REPORTED["houlsby_trainable_share"].value / 100)])
+    show_adapter_shares(adapter_curves, _sizes, _shares, _m_at)
     return adapter_curves, train_norms
 
 
@@ -220,12 +240,18 @@ def _(ADAPTER_MODELS, BOTTLENECKS, literature, mo, site_charts):
     """), site_charts.adapter_shares(ADAPTER_MODELS, BOTTLENECKS, literature.REPORTED["houlsby_trainable_share"].value)
     ]) if site_charts.is_static_export() else None
     return
+@app.cell
+def _(mm):
+    gpu_names = list(mm.GPUS)  # every card memmath knows, for the GPU control
+    return (gpu_names,)
+
+
 @app.cell(hide_code=True)
-def _(ADAPTER_MODELS, live_only_notice, mm, mo):
+def _(ADAPTER_MODELS, gpu_names, live_only_notice, mo):
     memory_model_dropdown = mo.ui.dropdown(options=ADAPTER_MODELS, value="Llama-2-7B (a LLaMA-size model)", label="Model")
     batch_slider = mo.ui.slider(1, 64, value=2, label="Batch size (sequences)", show_value=True)
     seq_len_slider = mo.ui.slider(steps=[64, 128, 256, 512, 1024, 2048, 4096], value=512, label="Sequence length (tokens)", show_value=True)
-    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU to compare with")
+    gpu_dropdown = mo.ui.dropdown(options=gpu_names, value="RTX 4090", label="GPU to compare with")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
     mo.vstack([mo.md(r"""
     ## What adapters save, and what they do not
@@ -248,8 +274,66 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_model_dropdown, mm, mo, pd,
-      requirement_view, seq_len_slider, unit_radio, verdict_of, viz):
+def _(bars_chart, format_bytes, mo, requirement_view, viz):
+    def show_memory(model_label, model_shape, seq_len, gpu, unit, scenarios, needs, fits, usable_bytes, memory_table,
+                    fit_margin):
+        """The memory section: the bars against the card, the table, and what they say."""
+        bars_chart.update(requirement_view.bars_output(
+            needs, unit, title="Memory of one training step", capacity_bytes=usable_bytes,
+            capacity_label=f"{gpu.name} less the CUDA context ({format_bytes(usable_bytes, unit)})"))
+
+        _full, _freeze, _adapt = scenarios.values()
+        _saved = _full.trainable_state - _adapt.trainable_state
+        _per_adapt, _per_full = _adapt.activation_detail.per_layer, _full.activation_detail.per_layer
+        _per_unit = "MB" if unit == "GB" else "MiB"
+        _dropout = "the dropout of its config" if _adapt.dropout else "no dropout (its config has none)"
+        _shape = model_shape
+        _long = _shape.max_positions is not None and seq_len > _shape.max_positions
+        _warn = [mo.callout(mo.md(f"{model_label} learned only {_shape.max_positions:,} positions, "
+                                  f"so it cannot read {seq_len:,} tokens; the arithmetic still shows "
+                                  "what the memory would be."), kind="warn")] if _long else []
+        _bases = {requirement_view.requirement_words(n) for n in needs.values()}
+        _basis = ("the step's peak, the most allocated at one moment" if _bases == {"the step's peak"}
+                  else "the step's peak where memmath models it, else the sum of the parts")
+        _verdicts = ", ".join(f"{what} {yes if fits[name] else no}" for (what, yes, no), name in zip(
+            (("full finetuning", "fits", "does not fit"), ("freezing all but the last block", "fits", "does not fit"),
+             ("adapters", "fit", "do not fit")), needs))
+        return mo.vstack([viz.plain_table(memory_table)] + _warn + [mo.md(f"""
+        Against full finetuning, adapters save **{format_bytes(_saved, unit)}** of gradients and
+        optimizer states. Their weights are the base model's {format_bytes(_full.weights, unit)} plus
+        {format_bytes(_adapt.weights - _full.weights, _per_unit)} of adapters: nothing is saved there. Their
+        activations are {format_bytes(_adapt.activations, unit)}, {_adapt.activations / _full.activations:.0%} of
+        full finetuning's {format_bytes(_full.activations, unit)}: every one of the
+        {_adapt.activation_detail.layers_storing} blocks keeps its share. Freezing all but the last block keeps
+        only {format_bytes(_freeze.activations, unit)}.
+        """), mo.accordion({"Does it fit, and on which cards?": mo.md(f"""
+        A card must hold {_basis} (the black tick on each bar, the table's "the card must
+        hold"), with {fit_margin:.0%} of it kept free (the command line's margin), in its
+        capacity less the CUDA context. The {gpu.name} reports {format_bytes(gpu.memory_bytes, unit)},
+        so {format_bytes(usable_bytes, unit)} is left (the dashed line); on it {_verdicts}, as
+        `memmath train` says. The "smallest GPU" column judges every card the same way.
+        """), "Why do adapters keep most of the activations?": mo.md(f"""
+        With adapters each block keeps {viz.readable_size(_per_adapt, unit)} of activations, against
+        {viz.readable_size(_per_full, unit)} in full finetuning.
+        A frozen linear layer keeps no copy of its input, since it computes no gradient for its weight;
+        what the gradient needs on its way down stays (the norms' and the attention's inputs, the MLP
+        activation's), and the adapters add their own: each keeps its b·s·h input and two b·s·m tensors.
+        """), "Why judge the step's peak, and what does the CUDA context take?": mo.md(f"""
+        Not every part is alive at once, and a step holds temporaries no part counts, so the card must hold
+        the step's peak, not the sum of the parts. What a run can use is the card less its CUDA context:
+        {viz.card_reserve_words(gpu)}.
+        """), "What does this estimate assume?": mo.md(
+            f"Recipe: {_adapt.assumptions} Activations: what transformers' PyTorch code for this model saves for "
+            f"backward, tensor by tensor (`activations=\"{_adapt.activation_model}\"`, checked against PyTorch "
+            f"on small BERT and LLaMA models below), with {'SDPA' if _adapt.attention == 'sdpa' else 'eager'} attention and "
+            f"{_dropout}.")})])
+
+    return (show_memory,)
+
+
+@app.cell
+def _(batch_slider, bottleneck, gpu_dropdown, memory_model_dropdown, mm, pd, seq_len_slider, show_memory,
+      to_unit, unit_radio, verdict_of):
     # The memory section in one cell: a move of any of its controls re-runs this cell alone (and the chart takes rows).
     unit = unit_radio.value
     gpu = mm.get_gpu(gpu_dropdown.value)
@@ -266,9 +350,6 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
              for name, _m in zip(scenarios, _methods)}
     # What a card offers: its memory less its CUDA context, the default reserve of check_fit and fit_table.
     usable_bytes = gpu.memory_bytes - gpu.cuda_context_bytes
-    bars_chart.update(requirement_view.bars_output(
-        needs, unit, title="Memory of one training step", capacity_bytes=usable_bytes,
-        capacity_label=f"{gpu.name} less the CUDA context ({mm.format_bytes(usable_bytes, unit)})"))
 
     def _fits(need, card):
         # The one rule (memmath.verdict): its requirement, the CUDA context reserved, 5% of it kept free.
@@ -280,57 +361,15 @@ def _(bars_chart, batch_slider, bottleneck, gpu_dropdown, literature, memory_mod
         return next((g.name for g in _cards if _fits(need, g)), "none listed")
 
     memory_table = pd.DataFrame([{"scenario": name, "trainable": r.trainable_params,
-                           f"weights ({unit})": round(mm.to_unit(r.weights, unit), 2),
-                           f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
-                           f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
-                           f"sum of the parts ({unit})": round(mm.to_unit(r.total, unit), 2),
-                           f"the card must hold ({unit})": round(mm.to_unit(needs[name].bytes, unit), 2),
+                           f"weights ({unit})": round(to_unit(r.weights, unit), 2),
+                           f"grads + states ({unit})": round(to_unit(r.trainable_state, unit), 3),
+                           f"activations ({unit})": round(to_unit(r.activations, unit), 2),
+                           f"sum of the parts ({unit})": round(to_unit(r.total, unit), 2),
+                           f"the card must hold ({unit})": round(to_unit(needs[name].bytes, unit), 2),
                            "smallest GPU": _smallest_fit(needs[name])} for name, r in scenarios.items()])
-    _full, _freeze, _adapt = scenarios.values()
-    _saved = _full.trainable_state - _adapt.trainable_state
-    _per_adapt, _per_full = _adapt.activation_detail.per_layer, _full.activation_detail.per_layer
-    _per_unit = "MB" if unit == "GB" else "MiB"
-    _dropout = "the dropout of its config" if _adapt.dropout else "no dropout (its config has none)"
-    _shape = mm.PRESETS[memory_model_dropdown.value]
-    _long = _shape.max_positions is not None and seq_len_slider.value > _shape.max_positions
-    _warn = [mo.callout(mo.md(f"{memory_model_dropdown.selected_key} learned only {_shape.max_positions:,} positions, "
-                              f"so it cannot read {seq_len_slider.value:,} tokens; the arithmetic still shows "
-                              "what the memory would be."), kind="warn")] if _long else []
-    _bases = {requirement_view.requirement_words(n) for n in needs.values()}
-    _basis = ("the step's peak, the most allocated at one moment" if _bases == {"the step's peak"}
-              else "the step's peak where memmath models it, else the sum of the parts")
-    _verdicts = ", ".join(f"{what} {yes if _fits(r, gpu) else no}" for (what, yes, no), r in zip(
-        (("full finetuning", "fits", "does not fit"), ("freezing all but the last block", "fits", "does not fit"),
-         ("adapters", "fit", "do not fit")), needs.values()))
-    mo.vstack([viz.plain_table(memory_table)] + _warn + [mo.md(f"""
-    Against full finetuning, adapters save **{mm.format_bytes(_saved, unit)}** of gradients and
-    optimizer states. Their weights are the base model's {mm.format_bytes(_full.weights, unit)} plus
-    {mm.format_bytes(_adapt.weights - _full.weights, _per_unit)} of adapters: nothing is saved there. Their
-    activations are {mm.format_bytes(_adapt.activations, unit)}, {_adapt.activations / _full.activations:.0%} of
-    full finetuning's {mm.format_bytes(_full.activations, unit)}: every one of the
-    {_adapt.activation_detail.layers_storing} blocks keeps its share. Freezing all but the last block keeps
-    only {mm.format_bytes(_freeze.activations, unit)}.
-    """), mo.accordion({"Does it fit, and on which cards?": mo.md(f"""
-    A card must hold {_basis} (the black tick on each bar, the table's "the card must
-    hold"), with {mm.FIT_MARGIN:.0%} of it kept free (the command line's margin), in its
-    capacity less the CUDA context. The {gpu.name} reports {mm.format_bytes(gpu.memory_bytes, unit)},
-    so {mm.format_bytes(usable_bytes, unit)} is left (the dashed line); on it {_verdicts}, as
-    `memmath train` says. The "smallest GPU" column judges every card the same way.
-    """), "Why do adapters keep most of the activations?": mo.md(f"""
-    With adapters each block keeps {viz.readable_size(_per_adapt, unit)} of activations, against
-    {viz.readable_size(_per_full, unit)} in full finetuning.
-    A frozen linear layer keeps no copy of its input, since it computes no gradient for its weight;
-    what the gradient needs on its way down stays (the norms' and the attention's inputs, the MLP
-    activation's), and the adapters add their own: each keeps its b·s·h input and two b·s·m tensors.
-    """), "Why judge the step's peak, and what does the CUDA context take?": mo.md(f"""
-    Not every part is alive at once, and a step holds temporaries no part counts, so the card must hold
-    the step's peak, not the sum of the parts. What a run can use is the card less its CUDA context:
-    {viz.card_reserve_words(gpu)}.
-    """), "What does this estimate assume?": mo.md(
-        f"Recipe: {_adapt.assumptions} Activations: what transformers' PyTorch code for this model saves for "
-        f"backward, tensor by tensor (`activations=\"{_adapt.activation_model}\"`, checked against PyTorch "
-        f"on small BERT and LLaMA models below), with {'SDPA' if _adapt.attention == 'sdpa' else 'eager'} attention and "
-        f"{_dropout}.")})])
+    show_memory(memory_model_dropdown.selected_key, mm.PRESETS[memory_model_dropdown.value], seq_len_slider.value, gpu,
+                unit, scenarios, needs, {name: _fits(n, gpu) for name, n in needs.items()}, usable_bytes, memory_table,
+                mm.FIT_MARGIN)
     return gpu, memory_table, needs, scenarios, unit, usable_bytes
 
 
@@ -518,18 +557,32 @@ def _(literature, mo, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo, np, toy_block):
-    _per_block = mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"])
+@app.cell
+def _(mm, np, toy_block):
+    # Problem answers. 1: BERT-base's adapters at m = 64, per block.
+    p1_per_block = mm.Adapters(bottleneck=64).params_per_block(mm.PRESETS["bert-base-uncased"])
+    # 2: every bottleneck from 1 to 2,048 on Llama-2-7B and BERT-base, and the first that reaches 1%.
     _m = np.arange(1, 2049)
-    _share = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=_m), seq_len=None).trainable_fraction
-    _first = int(_m[np.argmax(_share >= 0.01)])
+    p2_llama_share = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=_m), seq_len=None).trainable_fraction
+    p2_llama_first = int(_m[np.argmax(p2_llama_share >= 0.01)])
     _bert = mm.training_memory("bert-base-uncased", method=mm.Adapters(bottleneck=_m), seq_len=None).trainable_fraction
-    _bert_first = int(_m[np.argmax(_bert >= 0.01)])
+    p2_bert_first = int(_m[np.argmax(_bert >= 0.01)])
+    # 3: adapters against freezing all but the last block, at batch 8 x 1,024 tokens.
     _args = dict(precision="bf16", optimizer="adamw", batch_size=8, seq_len=1024)
-    _adapters = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=64), **_args)
-    _freeze = mm.training_memory("llama-2-7b", method=mm.Freeze(trainable_layers=1), **_args)
-    _overhead = toy_block.adapter_flop_overhead(512, 4096, 64)
+    p3_adapters = mm.training_memory("llama-2-7b", method=mm.Adapters(bottleneck=64), **_args)
+    p3_freeze = mm.training_memory("llama-2-7b", method=mm.Freeze(trainable_layers=1), **_args)
+    p3_blocks = mm.PRESETS["llama-2-7b"].n_layers
+    # 4: the adapters' FLOPs against the block's, 2m / (6h + s).
+    p4_overhead = toy_block.adapter_flop_overhead(512, 4096, 64)
+    return (p1_per_block, p2_bert_first, p2_llama_first, p2_llama_share, p3_adapters, p3_blocks, p3_freeze,
+            p4_overhead)
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, mo, p1_per_block, p2_bert_first, p2_llama_first, p2_llama_share, p3_adapters, p3_blocks,
+      p3_freeze, p4_overhead):
+    _per_block, _first, _share, _bert_first = p1_per_block, p2_llama_first, p2_llama_share, p2_bert_first
+    _adapters, _freeze, _overhead = p3_adapters, p3_freeze, p4_overhead
     mo.vstack([
         mo.md("## Problems"),
         mo.accordion({"Four problems: counting adapters, a 1% bottleneck, adapters against freezing, the price in FLOPs": mo.vstack([
@@ -546,9 +599,9 @@ def _(mm, mo, np, toy_block):
             same share.""")}),
             mo.md("**3.** Llama-2-7B, batch 8 × 1,024 tokens, pure bf16 with AdamW. Adapters with m = 64 train far "
                   "fewer parameters than the last block holds. Which of the two keeps more activations, and why?"),
-            mo.accordion({"Answer": mo.md(f"""Adapters: {mm.format_bytes(_adapters.activations)} of
-            activations; freezing all but the last block: {mm.format_bytes(_freeze.activations)}. The adapters
-            sit in every block, so the backward pass runs through all {mm.PRESETS["llama-2-7b"].n_layers} blocks and
+            mo.accordion({"Answer": mo.md(f"""Adapters: {format_bytes(_adapters.activations)} of
+            activations; freezing all but the last block: {format_bytes(_freeze.activations)}. The adapters
+            sit in every block, so the backward pass runs through all {p3_blocks} blocks and
             each keeps its activations (less than in full finetuning, since the frozen linear layers keep no
             copy of their inputs); with freezing, gradients stop at the last block.""")}),
             mo.md("**4.** By FLOPs, how much extra work do two m = 64 adapters add to a block of width 4,096 at 512 "

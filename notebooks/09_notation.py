@@ -37,11 +37,13 @@ def _():
     import pandas as pd
 
     import memmath as mm
+    from memmath import format_bytes, to_unit
     from memmath_lessons import viz
     from memmath_lessons.live_chart import bound_live_chart
     from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
 
-    return Slider, alt, bound_chart, bound_live_chart, is_static_export, live_only_notice, mm, mo, pd, viz
+    return (Slider, alt, bound_chart, bound_live_chart, format_bytes, is_static_export, live_only_notice, mm,
+            mo, pd, viz)
 
 
 @app.cell
@@ -92,11 +94,13 @@ def _(mm):
     example = mm.PRESETS["llama-3-8b"]
     example_run = mm.Run("llama-3-8b")
     example_bytes = mm.get_format("bf16").bytes  # e for a bf16 tensor
-    return example, example_bytes, example_run
+    adapter_bottleneck = mm.Adapters().bottleneck  # m, memmath's default
+    lora_rank = mm.LoRA().rank  # r, memmath's default
+    return adapter_bottleneck, example, example_bytes, example_run, lora_rank
 
 
 @app.cell(hide_code=True)
-def _(example, example_bytes, example_run, mm, mo, viz):
+def _(adapter_bottleneck, example, example_bytes, example_run, lora_rank, mo, viz):
     _l = viz.lesson_link
     _rows = [
         ("N", "parameters (weights) of the model", "count", f"{example.n_params:,}", _l("01_weights_and_formats", "1")),
@@ -119,9 +123,9 @@ def _(example, example_bytes, example_run, mm, mo, viz):
          _l("03_activations", "3")),
         ("e", "bytes per value of a tensor's format (bf16: 2)", "B", f"{example_bytes:g}", _l("01_weights_and_formats", "1")),
         ("k", "blocks that train when the rest are frozen (the last k)", "blocks", "-", _l("04_freezing", "4")),
-        ("m", "an adapter's bottleneck width", "values", f"{mm.Adapters().bottleneck} (memmath's default)",
+        ("m", "an adapter's bottleneck width", "values", f"{adapter_bottleneck} (memmath's default)",
          _l("05_adapters", "5")),
-        ("r", "LoRA's rank: the width of its two thin matrices", "values", f"{mm.LoRA().rank} (memmath's default)",
+        ("r", "LoRA's rank: the width of its two thin matrices", "values", f"{lora_rank} (memmath's default)",
          _l("06_lora_qlora", "6")),
         ("n_gpus", "GPUs that share the run (data parallel, ZeRO)", "GPUs", f"{example_run.n_gpus}", _l("08_planner", "8")),
         ("d, t, p, c, e (lesson 11)", "degrees of data, tensor, pipeline, context and expert parallelism: the run "
@@ -148,13 +152,24 @@ def _(example, example_bytes, example_run, mm, mo, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(example, example_bytes, example_run, mm, mo, viz):
+@app.cell
+def _(example, example_run, mm):
+    # The formulas' right-hand column: the example at its b sequences of s tokens.
     _b, _s = example_run.batch_size, example_run.seq_len
-    _kv = mm.kv_cache_bytes("llama-3-8b", context_len=_s, batch_size=_b)  # 2 x L x kv_heads x head_dim x e x s x b
-    _recipe = mm.recipes.bytes_per_parameter("bf16", "adamw")
-    _per_block = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=example.hidden_size,
-                                          n_heads=example.n_heads)  # s·b·h·(34 + 5·a·s/h), eager, dropout on
+    example_kv = mm.kv_cache_bytes("llama-3-8b", context_len=_s, batch_size=_b)  # 2 x L x kv_heads x head_dim x e x s x b
+    example_recipe = mm.recipes.bytes_per_parameter("bf16", "adamw")
+    example_block_textbook = mm.activations.korthikanti_per_layer(
+        seq_len=_s, batch_size=_b, hidden_size=example.hidden_size,
+        n_heads=example.n_heads)  # s·b·h·(34 + 5·a·s/h), eager, dropout on
+    example_training = mm.training_memory(example_run)
+    return example_block_textbook, example_kv, example_recipe, example_training
+
+
+@app.cell(hide_code=True)
+def _(example, example_block_textbook, example_bytes, example_kv, example_recipe, example_run,
+      example_training, format_bytes, lora_rank, mo, viz):
+    _b, _s = example_run.batch_size, example_run.seq_len
+    _kv, _recipe, _per_block = example_kv, example_recipe, example_block_textbook
     mo.md(f"""
     ## The formulas in these symbols
 
@@ -162,13 +177,13 @@ def _(example, example_bytes, example_run, mm, mo, viz):
 
     | what | formula | source | {example.name} |
     |:--|:--|:--|--:|
-    | weights | N × bits ÷ 8 = N·e | {viz.lesson_link("01_weights_and_formats", "lesson 1")} | {mm.format_bytes(example.n_params * example_bytes)} in bf16 |
-    | weights, gradients, optimizer states | N × bytes per parameter of the recipe ({_recipe["weights"]:g} + {_recipe["gradients"]:g} + {_recipe["optimizer_states"]:g} B in pure bf16 with AdamW) | {viz.lesson_link("02_full_finetuning", "lesson 2")}, after EleutherAI's *Transformer Math 101* | {mm.format_bytes(mm.training_memory(example_run).without_activations)} (and a 4-byte step per tensor) |
-    | activations of one block (textbook) | s·b·h·(34 + 5·a·s/h) at e = 2 B, eager attention with dropout | {viz.lesson_link("03_activations", "lesson 3")}, Korthikanti et al. 2022 | {mm.format_bytes(_per_block)} |
-    | a checkpointed block | 2·s·b·h: its input alone | {viz.lesson_link("03_activations", "lesson 3")}, Chen et al. 2016 | {mm.format_bytes(2 * _s * _b * example.hidden_size, "MB")} |
-    | the loss's fp32 logits | 4·s·b·V | {viz.lesson_link("03_activations", "lesson 3")} | {mm.format_bytes(4 * _s * _b * example.vocab_size)} |
-    | LoRA's adapter on one d_out × d_in matrix | r·(d_in + d_out) parameters | {viz.lesson_link("06_lora_qlora", "lesson 6")}, Hu et al. 2021 | {mm.LoRA().rank * (example.hidden_size + example.hidden_size):,} on q_proj |
-    | KV cache | 2 (key and value) × L × kv_heads × head_dim × e × s × b | {viz.lesson_link("07_inference", "lesson 7")}, kipply 2022 | {mm.format_bytes(_kv)} |
+    | weights | N × bits ÷ 8 = N·e | {viz.lesson_link("01_weights_and_formats", "lesson 1")} | {format_bytes(example.n_params * example_bytes)} in bf16 |
+    | weights, gradients, optimizer states | N × bytes per parameter of the recipe ({_recipe["weights"]:g} + {_recipe["gradients"]:g} + {_recipe["optimizer_states"]:g} B in pure bf16 with AdamW) | {viz.lesson_link("02_full_finetuning", "lesson 2")}, after EleutherAI's *Transformer Math 101* | {format_bytes(example_training.without_activations)} (and a 4-byte step per tensor) |
+    | activations of one block (textbook) | s·b·h·(34 + 5·a·s/h) at e = 2 B, eager attention with dropout | {viz.lesson_link("03_activations", "lesson 3")}, Korthikanti et al. 2022 | {format_bytes(_per_block)} |
+    | a checkpointed block | 2·s·b·h: its input alone | {viz.lesson_link("03_activations", "lesson 3")}, Chen et al. 2016 | {format_bytes(2 * _s * _b * example.hidden_size, "MB")} |
+    | the loss's fp32 logits | 4·s·b·V | {viz.lesson_link("03_activations", "lesson 3")} | {format_bytes(4 * _s * _b * example.vocab_size)} |
+    | LoRA's adapter on one d_out × d_in matrix | r·(d_in + d_out) parameters | {viz.lesson_link("06_lora_qlora", "lesson 6")}, Hu et al. 2021 | {lora_rank * (example.hidden_size + example.hidden_size):,} on q_proj |
+    | KV cache | 2 (key and value) × L × kv_heads × head_dim × e × s × b | {viz.lesson_link("07_inference", "lesson 7")}, kipply 2022 | {format_bytes(_kv)} |
 
     The textbook formula counts GPT-style blocks at 16 bits; the lessons' numbers use memmath's exact model,
     what transformers keeps tensor by tensor ({viz.lesson_link("03_activations", "lesson 3")} compares the two).
@@ -176,14 +191,21 @@ def _(example, example_bytes, example_run, mm, mo, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo, pd, viz):
+@app.cell
+def _(mm, pd):
     # Bytes per value of each format memmath knows (memmath.FORMATS), and NF4 with its constants (QLoRA, section 3).
-    _nf4 = mm.methods.bits_per_weight("nf4")
+    nf4_bits = mm.methods.bits_per_weight("nf4")
     formats_frame = pd.DataFrame([{"format": name, "bits": f.bits, "bytes per value (e)": f.bytes,
                                    "what it is": f.description}
                                   for name, f in mm.FORMATS.items()])
-    _units = pd.DataFrame([{"unit": u, "bytes": mm.UNITS[u]} for u in ("KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB")])
+    units_frame = pd.DataFrame([{"unit": u, "bytes": mm.UNITS[u]} for u in ("KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB")])
+    gib_over_gb = mm.UNITS["GiB"] / mm.UNITS["GB"] - 1  # how much larger a GiB is
+    return formats_frame, gib_over_gb, nf4_bits, units_frame
+
+
+@app.cell(hide_code=True)
+def _(formats_frame, gib_over_gb, mo, nf4_bits, units_frame, viz):
+    _nf4, _units = nf4_bits, units_frame
     mo.vstack([
         mo.md(f"""
         ## Bytes per format, and the units
@@ -197,16 +219,16 @@ def _(mm, mo, pd, viz):
                       viz.plain_table(formats_frame, wrapped_columns=["what it is"])}),
         mo.md(f"""
         Sizes are written in decimal units (a **GB** is 10⁹ B) or binary ones (a **GiB** is 2³⁰ B,
-        {mm.UNITS["GiB"] / mm.UNITS["GB"] - 1:.1%} more); GPU drivers report binary sizes
+        {gib_over_gb:.1%} more); GPU drivers report binary sizes
         ({viz.lesson_link("00_start_here", "lesson 0")}). The workbook always writes the unit.
         """),
         viz.plain_table(_units),
     ])
-    return (formats_frame,)
+    return
 
 
 @app.cell
-def _(mm, pd, viz):
+def _(format_bytes, mm, pd, viz):
     # N x bits / 8 for every model size the lessons offer and each format, plus the block formats' scales (one fp32
     # per 64 for int8, QLoRA's double quantization for nf4): memmath.inference_memory's weights, as lesson 1 draws them.
     WEIGHT_FORMATS = ["fp32", "bf16", "fp8_e4m3", "int8", "nf4"]
@@ -216,19 +238,26 @@ def _(mm, pd, viz):
             _stored = mm.inference_memory(round(_b * 10**9), weights_format=_f)
             _bytes = _stored.weights + _stored.quantization_constants
             _rows.append({"billions": _b, "format": _f, "GB": round(_bytes / mm.UNITS["GB"], 2),
-                          "label": f"{mm.format_bytes(_bytes, 'GB')} = {mm.format_bytes(_bytes, 'GiB')}"})
+                          "label": f"{format_bytes(_bytes, 'GB')} = {format_bytes(_bytes, 'GiB')}"})
     weights_grid = pd.DataFrame(_rows)
     return WEIGHT_FORMATS, weights_grid
 
 
+@app.cell
+def _(mm):
+    fit_margin = mm.FIT_MARGIN  # the share of the requirement every verdict adds (the glossary's "margin")
+    return (fit_margin,)
+
+
 @app.cell(hide_code=True)
-def _(mm, mo, viz):
+def _(fit_margin, gib_over_gb, viz):
     _l = viz.lesson_link
-    GLOSSARY = {
+    # The glossary's first groups; the next cell adds the rest and shows them.
+    GLOSSARY_MEMORY_AND_STEP = {
         "Memory and units": [
             ("CUDA out of memory", "PyTorch's error when the GPU has no room for the next tensor; the size it names is "
              "that last request, not the total", _l("00_start_here", "0")),
-            ("GB, GiB", f"10⁹ and 2³⁰ bytes; a GiB is {mm.UNITS['GiB'] / mm.UNITS['GB'] - 1:.1%} larger", _l("00_start_here", "0")),
+            ("GB, GiB", f"10⁹ and 2³⁰ bytes; a GiB is {gib_over_gb:.1%} larger", _l("00_start_here", "0")),
             ("number format", "how one value is stored: fp32 (4 B), bf16 and fp16 (2 B), fp8 and int8 (1 B), int4 and "
              "nf4 (half a byte)", _l("01_weights_and_formats", "1")),
             ("quantization, quantization constants", "storing weights in fewer bits, with a scale (absmax) per block "
@@ -236,7 +265,7 @@ def _(mm, mo, viz):
             ("CUDA context (reserve)", "what the driver and kernels take before any tensor; memmath reserves each "
              f"card's own by default: {viz.context_reserves_words()}", _l("08_planner", "8")),
             ("fits, to spare, short by, margin", f"every lesson's verdict: a run fits when what the card must hold "
-             f"plus {mm.FIT_MARGIN:.0%} of it (the margin) is at most the card less the CUDA context; \"to spare\" is "
+             f"plus {fit_margin:.0%} of it (the margin) is at most the card less the CUDA context; \"to spare\" is "
              "what the card has left after the requirement, \"short by\" what must be freed before the run fits, "
              "the margin always in it", _l("08_planner", "8")),
         ],
@@ -266,6 +295,15 @@ def _(mm, mo, viz):
             ("sum of the parts, peak", "the parts added as if all lived at once, against the most allocated at one "
              "moment of the step, which the card must hold", _l("08_planner", "8")),
         ],
+    }
+    return (GLOSSARY_MEMORY_AND_STEP,)
+
+
+@app.cell(hide_code=True)
+def _(GLOSSARY_MEMORY_AND_STEP, mo, viz):
+    _l = viz.lesson_link
+    GLOSSARY = {
+        **GLOSSARY_MEMORY_AND_STEP,
         "Finetuning methods": [
             ("full finetuning", "every weight trains", _l("02_full_finetuning", "2")),
             ("partial finetuning (freezing)", "only the last k blocks (and the head) train", _l("04_freezing", "4")),
@@ -325,13 +363,21 @@ def _(mo):
     return
 
 
+@app.cell
+def _(example, mm):
+    # The problems' answers.
+    # 2 x kv_heads x head_dim x e bytes per token in one layer
+    kv_per_token_per_layer = mm.kv_cache_bytes("llama-3-8b", context_len=1) // example.n_layers
+    t4 = mm.GPUS["T4"]
+    t4_mib = t4.memory_bytes // mm.UNITS["MiB"]  # what its driver reports
+    mixed_recipe = mm.recipes.bytes_per_parameter("mixed", "adamw")
+    logits_8k = 4 * 8192 * 1 * example.vocab_size  # 4·s·b·V
+    return kv_per_token_per_layer, logits_8k, mixed_recipe, t4, t4_mib
+
+
 @app.cell(hide_code=True)
-def _(example, example_bytes, mm, mo):
-    # Problem answers, computed with memmath.
-    _per_token_layer = mm.kv_cache_bytes("llama-3-8b", context_len=1) // example.n_layers  # 2 x kv_heads x head_dim x e
-    _t4 = mm.GPUS["T4"]
-    _mixed = mm.recipes.bytes_per_parameter("mixed", "adamw")
-    _logits = 4 * 8192 * 1 * example.vocab_size  # 4·s·b·V
+def _(example, example_bytes, format_bytes, kv_per_token_per_layer, logits_8k, mixed_recipe, mo, t4, t4_mib):
+    _per_token_layer, _t4, _mixed, _logits = kv_per_token_per_layer, t4, mixed_recipe, logits_8k
     mo.vstack([
         mo.md("## Problems"),
         mo.md(f"**1.** {example.name} has kv_heads = {example.n_kv_heads} and head_dim = {example.head_dim}. How many "
@@ -340,11 +386,11 @@ def _(example, example_bytes, mm, mo):
             f"2 × kv_heads × head_dim × e = 2 × {example.n_kv_heads} × {example.head_dim} × {example_bytes:g} B = "
             f"**{_per_token_layer:,} B** per layer; × L = {example.n_layers}: "
             f"**{_per_token_layer * example.n_layers:,} B** per token.")}),
-        mo.md(f"**2.** A T4's driver reports {_t4.memory_bytes // mm.UNITS['MiB']:,} MiB. Is that 16 GB, 16 GiB or "
+        mo.md(f"**2.** A T4's driver reports {t4_mib:,} MiB. Is that 16 GB, 16 GiB or "
               "neither?"),
         mo.accordion({"Answer": mo.md(
-            f"{_t4.memory_bytes // mm.UNITS['MiB']:,} MiB = {mm.format_bytes(_t4.memory_bytes, 'GiB')} = "
-            f"{mm.format_bytes(_t4.memory_bytes, 'GB')}: neither exactly; the box's \"{_t4.marketed}\" is rounded.")}),
+            f"{t4_mib:,} MiB = {format_bytes(_t4.memory_bytes, 'GiB')} = "
+            f"{format_bytes(_t4.memory_bytes, 'GB')}: neither exactly; the box's \"{_t4.marketed}\" is rounded.")}),
         mo.md("**3.** In mixed precision with AdamW, which parts are the master weights and which the optimizer "
               "states, in bytes per parameter?"),
         mo.accordion({"Answer": mo.md(
@@ -354,7 +400,7 @@ def _(example, example_bytes, mm, mo):
         mo.md(f"**4.** How large are the fp32 logits of one 8,192-token sequence for {example.name} (V = "
               f"{example.vocab_size:,})?"),
         mo.accordion({"Answer": mo.md(
-            f"4·s·b·V = 4 × 8,192 × 1 × {example.vocab_size:,} = {_logits:,} B = **{mm.format_bytes(_logits)}**, "
+            f"4·s·b·V = 4 × 8,192 × 1 × {example.vocab_size:,} = {_logits:,} B = **{format_bytes(_logits)}**, "
             "more than many whole layers' activations.")}),
     ])
     return

@@ -38,13 +38,14 @@ def _():
     import pandas as pd
 
     import memmath as mm
+    from memmath import format_bytes, to_unit
     from memmath_lessons import measure_yourself, viz
     from memmath_lessons.live_chart import bound_live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons.static_charts import Slider, bound_chart, is_static_export, live_only_notice
 
-    return (Slider, alt, bound_chart, bound_live_chart, is_static_export, live_html, live_only_notice,
-            measure_yourself, mm, mo, pd, viz)
+    return (Slider, alt, bound_chart, bound_live_chart, format_bytes, is_static_export, live_html,
+            live_only_notice, measure_yourself, mm, mo, pd, viz)
 
 
 @app.cell
@@ -86,11 +87,14 @@ def _(mm):
     p1_small = {z: mm.plan_training(p1_run(1, z), P1_SMALL_CARD) for z in range(4)}  # (d)
     p1_lowest_stage = min((z for z, plan in p1_small.items() if plan.fits), default=None)
     p1_fewest = mm.planner.fewest_gpus_that_fit(p1_run(1, 3, n_gpus=1), P1_SMALL_CARD)
-    return P1_CARD, P1_GPUS, P1_SEQ, P1_SMALL_CARD, p1_fewest, p1_largest_batch, p1_lowest_stage, p1_plans, p1_run, p1_small
+    p1_one_more = mm.plan_training(p1_run(p1_largest_batch + 1, 3), P1_CARD)  # (c): one sequence past the largest
+    fit_margin = mm.FIT_MARGIN  # the share of the requirement the planner keeps free
+    return (P1_CARD, P1_GPUS, P1_SEQ, P1_SMALL_CARD, fit_margin, p1_fewest, p1_largest_batch, p1_lowest_stage,
+            p1_one_more, p1_plans, p1_run, p1_small)
 
 
 @app.cell
-def _(P1_CARD, mm, p1_run, pd, viz):
+def _(format_bytes, mm, P1_CARD, p1_run, pd, viz):
     # The chart's rows: each ZeRO stage's parts per GPU and what the card must hold, at 1 to 3 sequences per GPU.
     _rows = []
     for _b in (1, 2, 3):
@@ -104,7 +108,7 @@ def _(P1_CARD, mm, p1_run, pd, viz):
             _need = _plan.requirement.bytes
             _rows.append({"b": _b, "stage": _stage, "kind": "need", "label": _plan.requirement.basis, "order": 9,
                           "GB": round(_need / 1e9, 2), "at": round(max(_need, _plan.memory.total) / 1e9, 2),
-                          "text": f"needs {mm.format_bytes(_need)} = {mm.format_bytes(_need, 'GiB')} "
+                          "text": f"needs {format_bytes(_need)} = {format_bytes(_need, 'GiB')} "
                                   f"({_plan.requirement.basis}): {'fits' if _plan.fits else 'does not fit'}"})
         _rows.append({"b": _b, "stage": "no ZeRO", "kind": "card", "label": P1_CARD, "order": 10,
                       "GB": round(mm.GPUS[P1_CARD].memory_bytes / 1e9, 2), "at": 0.0, "text": P1_CARD})
@@ -158,20 +162,20 @@ def _(p1_batch_slider, p1_chart, p1_grid):
 
 
 @app.cell(hide_code=True)
-def _(P1_CARD, P1_GPUS, P1_SEQ, P1_SMALL_CARD, mm, mo, p1_fewest, p1_largest_batch, p1_lowest_stage, p1_plans, p1_run,
-      p1_small, unit_radio):
+def _(fit_margin, format_bytes, mo, P1_CARD, p1_fewest, P1_GPUS, p1_largest_batch, p1_lowest_stage,
+      p1_one_more, p1_plans, P1_SEQ, p1_small, P1_SMALL_CARD, unit_radio):
     _u = unit_radio.value
-    _f = lambda n: mm.format_bytes(n, _u)  # noqa: E731
+    _f = lambda n: format_bytes(n, _u)  # noqa: E731
     _none, _z3 = p1_plans[0], p1_plans[3]
     _m = _z3.memory
     _pm = _none.memory
-    _more = mm.plan_training(p1_run(p1_largest_batch + 1, 3), P1_CARD)
+    _more = p1_one_more
 
     def _verdict(plan):
         if plan.fits:
             return f"fits, with {_f(plan.fit.headroom_bytes)} to spare"
         _short = (f"more than the card's {_f(plan.gpu.memory_bytes)}" if plan.needed_bytes > plan.gpu.memory_bytes else
-                  f"which leaves less than the {mm.FIT_MARGIN:.0%} of it the planner keeps free")
+                  f"which leaves less than the {fit_margin:.0%} of it the planner keeps free")
         return f"does not fit: with the CUDA context reserved it needs {_f(plan.needed_bytes)}, {_short}"
 
     _stages = ", ".join(f"stage {z}: {_f(p.requirement.bytes)} ({'fits' if p.fits else 'no'})" for z, p in p1_small.items())
@@ -180,7 +184,7 @@ def _(P1_CARD, P1_GPUS, P1_SEQ, P1_SMALL_CARD, mm, mo, p1_fewest, p1_largest_bat
     gradients and {_f(_pm.optimizer_states)} of Adam's two moments (2 + 2 + 4 B per parameter, lesson 2), and
     {_f(_pm.activations)} of activations for 2 × {P1_SEQ:,} tokens (lesson 3). Not all of it is alive at once: the
     card must hold the step's peak, **{_f(_none.requirement.bytes)}** ({_none.requirement.basis}, lesson 8). On an
-    {P1_CARD} ({_f(mm.GPUS[P1_CARD].memory_bytes)}) the run {_verdict(_none)}.
+    {P1_CARD} ({_f(_none.gpu.memory_bytes)}) the run {_verdict(_none)}.
 
     **(b)** ZeRO-3 divides weights, gradients and optimizer states by the {P1_GPUS} GPUs (Rajbhandari et al. 2020);
     the activations stay whole, since each GPU runs its own sequences. Per GPU: weights {_f(_m.weights)}, gradients
@@ -207,8 +211,8 @@ def _(P1_CARD, P1_GPUS, P1_SEQ, P1_SMALL_CARD, mm, mo, p1_fewest, p1_largest_bat
 
 
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _moe = mm.PRESETS["qwen3-30b-a3b"]
+def _(mo, p2_model):
+    _moe = p2_model
     mo.md(rf"""
     ## Problem 2: QLoRA of a mixture of experts on two cards at 8,192 tokens (lessons 1, 6, 7 and 8)
 
@@ -239,13 +243,15 @@ def _(mm):
     p2_4090 = mm.plan_training(p2_run(2, 3), "RTX 4090")  # (b)
     p2_fewest = mm.planner.fewest_gpus_that_fit(p2_run(1, 3), "RTX 4090")  # (c)
     p2_a100 = mm.plan_training(p2_run(2, 0), "A100 80GB")  # (d)
-    return P2_SEQ, p2_4090, p2_a100, p2_fewest, p2_model, p2_run, p2_single
+    p2_nf4_everywhere = round(p2_model.n_params * mm.methods.bits_per_weight("nf4") / 8)  # (a): lesson 6's 4.127 bits
+    return P2_SEQ, p2_4090, p2_a100, p2_fewest, p2_model, p2_nf4_everywhere, p2_run, p2_single
 
 
 @app.cell(hide_code=True)
-def _(P2_SEQ, mm, mo, p2_4090, p2_a100, p2_fewest, p2_model, p2_single, unit_radio, viz):
+def _(format_bytes, mo, p2_4090, p2_a100, p2_fewest, p2_model, p2_nf4_everywhere, P2_SEQ, p2_single,
+      unit_radio, viz):
     _u = unit_radio.value
-    _f = lambda n: mm.format_bytes(n, _u)  # noqa: E731
+    _f = lambda n: format_bytes(n, _u)  # noqa: E731
     _small = lambda n: viz.readable_size(n, _u)  # noqa: E731: MB rather than 0.01 GB
     _m = p2_single
     _experts = p2_model.n_layers * p2_model.n_experts * 3 * p2_model.hidden_size * p2_model.expert_intermediate_size
@@ -256,12 +262,12 @@ def _(P2_SEQ, mm, mo, p2_4090, p2_a100, p2_fewest, p2_model, p2_single, unit_rad
     (transformers' `integrations/bitsandbytes.py`), while transformers 5 stores each block's experts as two 3-D
     tensors ({_experts:,} parameters in all), so QLoRA quantizes only the attention's q, k, v and o. The weights
     take **{_f(_m.weights)}** (adapters included) plus {_small(_m.quantization_constants)} of constants, against the
-    {_f(round(p2_model.n_params * mm.methods.bits_per_weight("nf4") / 8))} that NF4 everywhere would give (lesson 6's 4.127
+    {_f(p2_nf4_everywhere)} that NF4 everywhere would give (lesson 6's 4.127
     bits per weight). The trainable part is tiny: {_m.trainable_params:,} adapter parameters, {_small(_m.gradients)} of
     gradients and {_small(_m.optimizer_states)} of fp32 Adam states.
 
     **(b) No.** ZeRO-3 over 2 halves the weights, but {_f(p2_4090.memory.weights)} per GPU is already more than an
-    RTX 4090's {_f(mm.GPUS["RTX 4090"].memory_bytes)}: the card must hold {_f(p2_4090.requirement.bytes)}.
+    RTX 4090's {_f(p2_4090.gpu.memory_bytes)}: the card must hold {_f(p2_4090.requirement.bytes)}.
 
     **(c) {p2_fewest} RTX 4090.** Each then holds 1/{p2_fewest} of the weights and its own
     {_f(_m.activations)} of activations (checkpointed block inputs, the fp32 log-softmax over
@@ -312,13 +318,14 @@ def _(mm):
 
 
 @app.cell(hide_code=True)
-def _(P3_BATCH, P3_CARD, P3_CONTEXT, mm, mo, p3_eager, p3_kv_without_window, p3_model, p3_plans, unit_radio):
+def _(format_bytes, mo, P3_BATCH, P3_CARD, P3_CONTEXT, p3_eager, p3_kv_without_window, p3_model, p3_plans,
+      unit_radio):
     _u = unit_radio.value
-    _f = lambda n: mm.format_bytes(n, _u)  # noqa: E731
+    _f = lambda n: format_bytes(n, _u)  # noqa: E731
     _m = p3_model
     _sliding = sum(1 for kind in _m.layer_types if kind == "sliding_attention")
     _bf16, _nf4 = p3_plans["bf16"], p3_plans["nf4"]
-    _card = mm.GPUS[P3_CARD]
+    _card = _bf16.gpu
     _fitting = [fmt for fmt, plan in p3_plans.items() if plan.fit.fits]
 
     def _line(fmt):

@@ -11,20 +11,20 @@ app = marimo.App(width="medium", app_title="Many GPUs: how a model is split", cs
 
 
 @app.cell(hide_code=True)
-def _(headline, mm, mo, viz):
+def _(format_bytes, headline, mo, viz):
     mo.md(f"""
     # {viz.LESSONS["11_many_gpus"]}
 
     Symbols and words: [Notation and glossary](?file=09_notation.py).
 
     Some runs fit no card. Full finetuning of Llama-3-70B in pure bf16 with AdamW, one sequence of
-    2,048 tokens, must hold **{mm.format_bytes(headline["one"].bytes)}** at its step's peak: that is
+    2,048 tokens, must hold **{format_bytes(headline["one"].bytes)}** at its step's peak: that is
     {headline["one"].bytes / headline["gpu"].memory_bytes:.1f} times the
-    {mm.format_bytes(headline["gpu"].memory_bytes)} an {headline["gpu"].name} reports. More cards help
+    {format_bytes(headline["gpu"].memory_bytes)} an {headline["gpu"].name} reports. More cards help
     only when they split what a card holds. Copying the model onto 8 cards (data parallelism) leaves
     every copy as large; splitting each block's matrices over 8 cards and the layers over 2 stages
     (**{headline["plan"].layout.describe()}**, 16 GPUs) leaves
-    **{mm.format_bytes(headline["plan"].need.bytes)}** at the step's peak on the GPU that needs the most, and
+    **{format_bytes(headline["plan"].need.bytes)}** at the step's peak on the GPU that needs the most, and
     it fits.
 
     Lay out a run yourself below; then see what each way of splitting takes off a card.
@@ -39,13 +39,15 @@ def _():
     import marimo as mo
 
     import memmath as mm
+    from memmath import format_bytes, to_unit
     from memmath import parallel
     from memmath_lessons import many_gpus, requirement_view, site_charts, viz
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.static_charts import live_only_notice
     from memmath.verdict import verdict_of
 
-    return live_chart, live_only_notice, many_gpus, mm, mo, parallel, requirement_view, site_charts, verdict_of, viz
+    return (format_bytes, live_chart, live_only_notice, many_gpus, mm, mo, parallel, requirement_view,
+            site_charts, verdict_of, viz)
 
 
 @app.cell
@@ -56,13 +58,19 @@ def _(mm):
     return (headline,)
 
 
+@app.cell
+def _(mm):
+    gpu_names = list(mm.GPUS)  # every card memmath knows, for the GPU control
+    return (gpu_names,)
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo):
+def _(gpu_names, live_only_notice, mo):
     model_dropdown = mo.ui.dropdown(options={"Llama-3-70B": "llama-3-70b", "Llama-3-8B": "llama-3-8b",
                                              "Mixtral-8x7B (8 experts)": "mixtral-8x7b",
                                              "Qwen3-30B-A3B (128 experts)": "qwen3-30b-a3b"},
                                     value="Llama-3-70B", label="Model")
-    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="H100 80GB", label="GPU")
+    gpu_dropdown = mo.ui.dropdown(options=gpu_names, value="H100 80GB", label="GPU")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", inline=True, label="Unit")
     _degrees = {"1": 1, "2": 2, "4": 4, "8": 8}
     tp_dropdown = mo.ui.dropdown(options=_degrees, value="8", label="Tensor t")
@@ -109,10 +117,58 @@ def _(live_chart):
 
 
 @app.cell(hide_code=True)
+def _(format_bytes, many_gpus, mo, rank_chart, requirement_view):
+    def show_layout(layout_run, layout_need, layout_error, layout_verdict, layout_command, layout_shape,
+                    layout_worst, gpu, usable, unit, schedule):
+        """The chart of each stage's GPU, and the callout that says the verdict and the command line."""
+        if layout_error:
+            rank_chart.update(many_gpus.stage_bars({}, unit, title="No such layout", capacity_bytes=usable,
+                                                   capacity_label=f"{gpu.name} less the CUDA context"))
+            return mo.callout(mo.md(f"This layout cannot run: {layout_error}"), kind="warn")
+        _parallel = layout_worst is not None
+        _label = f"{gpu.name} less the CUDA context ({format_bytes(usable, unit)})"
+        _needs = many_gpus.stage_needs(layout_run)
+        if _parallel:
+            rank_chart.update(many_gpus.stage_chart(layout_run, unit, title="One GPU of each pipeline stage",
+                                                    capacity_bytes=usable, capacity_label=_label))
+        else:  # one GPU, or data parallelism (ZeRO): the step's peak, as lesson 8 draws it
+            rank_chart.update(requirement_view.bars_output({"each GPU": layout_need}, unit, title="Each GPU",
+                                                           capacity_bytes=usable, capacity_label=_label))
+        _worst, _lay = layout_worst, layout_shape
+        _needer = max(_needs, key=_needs.get)  # the stage whose GPU needs the most, as requirement() judges
+        _where = ((f"the GPU of {_needer} needs the most: its step's peak" if layout_need.basis == "peak" else
+                   f"the GPU of {_needer} holds the most: the sum of its parts"
+                   f"{' and buffers' if _worst.buffer_bytes else ''} ({layout_need.reason.split('; ')[-1]})")
+                  if _parallel else f"each GPU holds the same; the card must hold "
+                  f"{requirement_view.requirement_words(layout_need)}")
+        if _lay.pp > 1 and layout_run.virtual_stages > 1:
+            _pipe = (f" Interleaved 1F1B runs {layout_run.virtual_stages} stages on each GPU: GPU {_worst.rank} keeps up to "
+                     f"{_worst.in_flight} micro-batch stages' activations at once (of {layout_run.micro_batches} "
+                     f"micro-batches x {layout_run.virtual_stages} stages, each stage 1/{layout_run.virtual_stages} of "
+                     f"the GPU's blocks), and the bubble shrinks to {_worst.bubble:.0%} of the step, (p − 1) / (v m + p − 1) "
+                     "(Narayanan et al. 2021).")
+        elif _lay.pp > 1:
+            _pipe = (f" The {schedule} schedule keeps {_worst.in_flight} of "
+                     f"{layout_run.micro_batches} micro-batches' activations on that stage and idles "
+                     f"{_worst.bubble:.0%} of the step, (p − 1) / (m + p − 1).")
+        else:
+            _pipe = ""
+        return mo.callout(mo.md(f"""
+        **{_lay.n_gpus} GPUs, {_lay.describe()}**: {_where}, **{format_bytes(layout_need.bytes, unit)}**.
+        The {gpu.name} leaves {format_bytes(usable, unit)} after the CUDA context: the run
+        **{layout_verdict.clause(unit)}**. {layout_verdict.why(unit)}{_pipe}
+
+        The command line says the same: `{layout_command}`
+        """), kind="success" if layout_verdict.fits else "danger")
+
+    return (show_layout,)
+
+
+@app.cell
 def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown, gpu_dropdown, many_gpus,
-      micro_slider, mm, mo, model_dropdown, parallel, pp_dropdown, rank_chart, requirement_view, schedule_dropdown,
-      seq_slider, sequence_parallel_checkbox, tp_dropdown, unit_radio, verdict_of, zero_radio):
-    # The one cell the layout's controls re-run: the Run, each stage's GPU, the verdict, the command line's words.
+      micro_slider, mm, model_dropdown, parallel, pp_dropdown, schedule_dropdown, seq_slider,
+      sequence_parallel_checkbox, show_layout, tp_dropdown, unit_radio, verdict_of, zero_radio):
+    # The one cell the layout's controls re-run: the Run, what its GPUs must hold, the verdict.
     unit, gpu = unit_radio.value, mm.get_gpu(gpu_dropdown.value)
     usable = gpu.memory_bytes - gpu.cuda_context_bytes  # the card less its own CUDA context, as the verdict judges
     _t, _p, _d, _c = tp_dropdown.value, pp_dropdown.value, dp_slider.value, cp_dropdown.value
@@ -128,55 +184,19 @@ def _(batch_slider, checkpointing_checkbox, cp_dropdown, dp_slider, ep_dropdown,
         layout_error = None
     except ValueError as _error:  # memmath names the field and what it allows
         layout_run, layout_need, layout_error = None, None, str(_error)
-    layout_verdict = None
+    layout_verdict = layout_shape = _worst = None
     layout_command = many_gpus.cli_command(layout_run, gpu.name) if layout_run else None
-    if layout_error:
-        rank_chart.update(many_gpus.stage_bars({}, unit, title="No such layout", capacity_bytes=usable,
-                                               capacity_label=f"{gpu.name} less the CUDA context"))
-        _shown = mo.callout(mo.md(f"This layout cannot run: {layout_error}"), kind="warn")
-    else:
-        _parallel = parallel.is_parallel(layout_run)
-        _stages = many_gpus.stage_memories(layout_run)  # kept per run, as its needs and chart (many_gpus)
-        _label = f"{gpu.name} less the CUDA context ({mm.format_bytes(usable, unit)})"
-        _needs = many_gpus.stage_needs(layout_run)
-        if _parallel:
-            rank_chart.update(many_gpus.stage_chart(layout_run, unit, title="One GPU of each pipeline stage",
-                                                    capacity_bytes=usable, capacity_label=_label))
-        else:  # one GPU, or data parallelism (ZeRO): the step's peak, as lesson 8 draws it
-            rank_chart.update(requirement_view.bars_output({"each GPU": layout_need}, unit, title="Each GPU",
-                                                           capacity_bytes=usable, capacity_label=_label))
+    if not layout_error:
         layout_verdict = verdict_of(layout_need, gpu)  # memmath.verdict: the CUDA reserve, 5% of the requirement kept free
-        # the GPU the verdict judges: the one whose requirement is the run's (its peak, or its parts and buffers)
-        _rank = layout_need.memory.run.rank
-        _worst = (next((one for one in _stages.values() if one.rank == _rank), None)
-                  or parallel.parallel_memory(layout_run.replace(rank=_rank))) if _parallel else None
-        _lay = parallel.layout(layout_run)
-        _needer = max(_needs, key=_needs.get)  # the stage whose GPU needs the most, as requirement() judges
-        _where = ((f"the GPU of {_needer} needs the most: its step's peak" if layout_need.basis == "peak" else
-                   f"the GPU of {_needer} holds the most: the sum of its parts"
-                   f"{' and buffers' if _worst.buffer_bytes else ''} ({layout_need.reason.split('; ')[-1]})")
-                  if _parallel else f"each GPU holds the same; the card must hold "
-                  f"{requirement_view.requirement_words(layout_need)}")
-        if _lay.pp > 1 and layout_run.virtual_stages > 1:
-            _pipe = (f" Interleaved 1F1B runs {layout_run.virtual_stages} stages on each GPU: GPU {_worst.rank} keeps up to "
-                     f"{_worst.in_flight} micro-batch stages' activations at once (of {layout_run.micro_batches} "
-                     f"micro-batches x {layout_run.virtual_stages} stages, each stage 1/{layout_run.virtual_stages} of "
-                     f"the GPU's blocks), and the bubble shrinks to {_worst.bubble:.0%} of the step, (p − 1) / (v m + p − 1) "
-                     "(Narayanan et al. 2021).")
-        elif _lay.pp > 1:
-            _pipe = (f" The {schedule_dropdown.selected_key} schedule keeps {_worst.in_flight} of "
-                     f"{layout_run.micro_batches} micro-batches' activations on that stage and idles "
-                     f"{_worst.bubble:.0%} of the step, (p − 1) / (m + p − 1).")
-        else:
-            _pipe = ""
-        _shown = mo.callout(mo.md(f"""
-        **{_lay.n_gpus} GPUs, {_lay.describe()}**: {_where}, **{mm.format_bytes(layout_need.bytes, unit)}**.
-        The {gpu.name} leaves {mm.format_bytes(usable, unit)} after the CUDA context: the run
-        **{layout_verdict.clause(unit)}**. {layout_verdict.why(unit)}{_pipe}
-
-        The command line says the same: `{layout_command}`
-        """), kind="success" if layout_verdict.fits else "danger")
-    _shown
+        layout_shape = parallel.layout(layout_run)
+        if parallel.is_parallel(layout_run):
+            # the GPU the verdict judges: the one whose requirement is the run's (its peak, or its parts and buffers)
+            _rank = layout_need.memory.run.rank
+            _stages = many_gpus.stage_memories(layout_run)  # kept per run, as its needs and chart (many_gpus)
+            _worst = (next((one for one in _stages.values() if one.rank == _rank), None)
+                      or parallel.parallel_memory(layout_run.replace(rank=_rank)))
+    show_layout(layout_run, layout_need, layout_error, layout_verdict, layout_command, layout_shape, _worst, gpu,
+                usable, unit, schedule_dropdown.selected_key)
     return layout_command, layout_error, layout_need, layout_run, layout_verdict
 
 
@@ -197,37 +217,47 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, mo, model_dropdown, requirement_view,
-      seq_slider, unit_radio):
-    if not fewest_button.value:
-        _shown = mo.md("Press the button to search.")
-    else:
-        fewest_plan = mm.planner.plan_layout(model_dropdown.value, gpu_dropdown.value, batch_size=batch_slider.value,
-                                     seq_len=seq_slider.value, checkpointing=checkpointing_checkbox.value)
+def _(format_bytes, mo, requirement_view):
+    def show_fewest(fewest_plan, model, gpu_name, batch, seq, checkpointing, unit):
+        """What the planner found, or the invitation to press the button."""
+        if fewest_plan is None:
+            return mo.md("Press the button to search.")
         if not fewest_plan.fits:
-            _shown = mo.callout(mo.md(f"No layout of up to 1,024 GPUs fits {model_dropdown.selected_key} at batch "
-                                      f"{batch_slider.value} x {seq_slider.value:,} on the {fewest_plan.gpu} (tried "
-                                      f"{fewest_plan.tried:,}). Turn on checkpointing or shorten the sequences."),
-                                kind="warn")
-        else:
-            # Lines joined without indentation: markdown would read an indented block as code.
-            _shown = mo.callout(mo.md("\n".join([
-                f"For {model_dropdown.selected_key} on the {gpu_dropdown.value}, batch {batch_slider.value} x "
-                f"{seq_slider.value:,} tokens{', checkpointing' if checkpointing_checkbox.value else ''}: "
-                f"**{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}"
-                + (f", {fewest_plan.run.micro_batches} micro-batch{'es' if fewest_plan.run.micro_batches > 1 else ''}"
-                   if fewest_plan.layout.pp > 1 else "") + "**. The GPU that needs the most "
-                f"must hold {mm.format_bytes(fewest_plan.need.bytes, unit_radio.value)} "
-                f"({requirement_view.requirement_words(fewest_plan.need)}) of the "
-                f"{mm.format_bytes(fewest_plan.usable_bytes, unit_radio.value)} the card leaves "
-                f"({fewest_plan.tried} layouts tried). What each axis costs:", "",
-                *(f"- {line}" for line in fewest_plan.trade_offs)])), kind="success")
-    _shown
+            return mo.callout(mo.md(f"No layout of up to 1,024 GPUs fits {model} at batch "
+                                    f"{batch} x {seq:,} on the {fewest_plan.gpu} (tried "
+                                    f"{fewest_plan.tried:,}). Turn on checkpointing or shorten the sequences."),
+                              kind="warn")
+        # Lines joined without indentation: markdown would read an indented block as code.
+        return mo.callout(mo.md("\n".join([
+            f"For {model} on the {gpu_name}, batch {batch} x "
+            f"{seq:,} tokens{', checkpointing' if checkpointing else ''}: "
+            f"**{fewest_plan.layout.n_gpus} GPUs: {fewest_plan.layout.describe()}"
+            + (f", {fewest_plan.run.micro_batches} micro-batch{'es' if fewest_plan.run.micro_batches > 1 else ''}"
+               if fewest_plan.layout.pp > 1 else "") + "**. The GPU that needs the most "
+            f"must hold {format_bytes(fewest_plan.need.bytes, unit)} "
+            f"({requirement_view.requirement_words(fewest_plan.need)}) of the "
+            f"{format_bytes(fewest_plan.usable_bytes, unit)} the card leaves "
+            f"({fewest_plan.tried} layouts tried). What each axis costs:", "",
+            *(f"- {line}" for line in fewest_plan.trade_offs)])), kind="success")
+
+    return (show_fewest,)
+
+
+@app.cell
+def _(batch_slider, checkpointing_checkbox, fewest_button, gpu_dropdown, mm, model_dropdown, seq_slider, show_fewest,
+      unit_radio):
+    # The planner's search for the fewest GPUs, when the button is pressed.
+    fewest_plan = None
+    if fewest_button.value:
+        fewest_plan = mm.planner.plan_layout(model_dropdown.value, gpu_dropdown.value, batch_size=batch_slider.value,
+                                             seq_len=seq_slider.value, checkpointing=checkpointing_checkbox.value)
+    show_fewest(fewest_plan, model_dropdown.selected_key, gpu_dropdown.value, batch_slider.value, seq_slider.value,
+                checkpointing_checkbox.value, unit_radio.value)
     return
 
 
 @app.cell(hide_code=True)
-def _(many_gpus, mm, mo, viz):
+def _(many_gpus, mo, viz):
     axis_frame = many_gpus.axis_table("llama-3-70b")
     _one, _z3, _tp = (axis_frame.set_index("layout").loc[k] for k in ("1 GPU", "data x 8, ZeRO-3", "tensor x 8"))
     mo.vstack([mo.md("""
@@ -272,7 +302,7 @@ def _(many_gpus, mm, mo, viz):
 
 
 @app.cell(hide_code=True)
-def _(many_gpus, mm, mo, viz):
+def _(format_bytes, many_gpus, mo, viz):
     _table, _widget, _one = many_gpus.playbook_table()
     _p = many_gpus.PLAYBOOK_70B
     mo.accordion({"How does this compare with the Ultra-Scale Playbook's memory widget?": mo.vstack([mo.md(f"""
@@ -281,10 +311,10 @@ def _(many_gpus, mm, mo, viz):
     {_p["L"]} layers, micro-batch {_p["b"]} x {_p["s"]} tokens, vocabulary {_p["v"]:,}, t = {_p["tp"]},
     d = {_p["dp"]}, ZeRO-{_p["zero"]}, mixed precision, no recomputation. Its formulas (the page's
     `paramGradsOpt` and `activationMemory`, reproduced in `memmath_lessons.many_gpus.playbook_widget`)
-    give {mm.format_bytes(sum(_widget[k] for k in ("Parameters", "Gradients", "OptimizerAverages", "Activations")))}
+    give {format_bytes(sum(_widget[k] for k in ("Parameters", "Gradients", "OptimizerAverages", "Activations")))}
     per GPU. memmath, for the same run on the real Llama-3-70B (its config.json: grouped-query
     attention, SwiGLU of width 28,672, vocabulary 128,256, an untied head), gives
-    {mm.format_bytes(_one.total)}:
+    {format_bytes(_one.total)}:
     """), viz.plain_table(_table), mo.md(f"""
     Where they differ, and why:
 
@@ -334,31 +364,38 @@ def _(mo):
     return
 
 
+@app.cell
+def _(mm, parallel):
+    # Problem answers (tests/test_lesson_11.py derives each by hand); problem 3 is the opening's run.
+    problem_params = mm.resolve_model("llama-3-70b").n_params
+    problem_zero3 = mm.training_memory(mm.Run("llama-3-70b", seq_len=None, n_gpus=8, zero_stage=3))
+    problem_gpipe, problem_1f1b = (parallel.in_flight(s, 4, 8, 0) for s in ("gpipe", "1f1b"))
+    problem_bubble = parallel.bubble("1f1b", 4, 8)  # (p − 1) / (m + p − 1)
+    return problem_1f1b, problem_bubble, problem_gpipe, problem_params, problem_zero3
+
+
 @app.cell(hide_code=True)
-def _(headline, mm, mo, parallel):
-    # Problem answers, computed with memmath (tests/test_lesson_11.py derives each by hand); problem 3 is the opening's run.
+def _(format_bytes, headline, mo, problem_1f1b, problem_bubble, problem_gpipe, problem_params, problem_zero3):
     _plan = headline["plan"]
-    _params = mm.resolve_model("llama-3-70b").n_params
-    _z3 = mm.training_memory(mm.Run("llama-3-70b", seq_len=None, n_gpus=8, zero_stage=3))
-    _gpipe, _1f1b = (parallel.in_flight(s, 4, 8, 0) for s in ("gpipe", "1f1b"))
+    _params, _z3, _gpipe, _1f1b = problem_params, problem_zero3, problem_gpipe, problem_1f1b
     mo.vstack([
         mo.md("## Problems"),
         mo.md(f"**1.** Llama-3-70B has {_params:,} parameters. Full finetuning in pure bf16 over 8 GPUs with "
               "ZeRO-3: how many bytes of weights does each GPU hold between steps?"),
         mo.accordion({"Answer": mo.md(
-            f"{_params:,} x 2 B / 8 = {_z3.weights:,} B = {mm.format_bytes(_z3.weights)}: ZeRO-3 shards the "
+            f"{_params:,} x 2 B / 8 = {_z3.weights:,} B = {format_bytes(_z3.weights)}: ZeRO-3 shards the "
             "weights over the data-parallel GPUs (each gathers a layer's weights only while it computes).")}),
         mo.md("**2.** A pipeline of 4 stages runs 8 micro-batches a step. How many micro-batches' activations does "
               "the first stage keep at once with GPipe, and with 1F1B? What share of the step idles?"),
         mo.accordion({"Answer": mo.md(
             f"GPipe runs all 8 forwards first: {_gpipe}. 1F1B starts backwards once the pipeline is full: "
             f"{_1f1b}, one per stage. Either way (p − 1) / (m + p − 1) = 3 / 11 = "
-            f"{parallel.bubble('1f1b', 4, 8):.0%} of the step idles.")}),
+            f"{problem_bubble:.0%} of the step idles.")}),
         mo.md("**3.** What is the fewest number of H100 80GB cards for Llama-3-70B full finetuning in pure bf16 "
               "with AdamW, batch 1 x 2,048 tokens, and how are they laid out?"),
         mo.accordion({"Answer": mo.md(
             f"{_plan.layout.n_gpus} GPUs, {_plan.layout.describe()}: the GPU that needs the most must hold "
-            f"{mm.format_bytes(_plan.need.bytes)} at its step's peak, of {mm.format_bytes(_plan.usable_bytes)}. With tensor "
+            f"{format_bytes(_plan.need.bytes)} at its step's peak, of {format_bytes(_plan.usable_bytes)}. With tensor "
             "parallelism alone (8 GPUs) it is too much; `memmath train llama-3-70b --gpu \"H100 80GB\" "
             "--plan-layout` says the same.")}),
     ])
