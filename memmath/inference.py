@@ -31,19 +31,26 @@ RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate
 QUANTIZED_CACHE_BITS = 16
 
 
-def state_cache_refusal(model, kv_format) -> str:
+def quantized_cache_refusal(model, kv_format) -> str:
     """Why a model's cache cannot be in kv_format ("" when it can): a format below 16 bits needs transformers'
-    QuantizedCache, which raises for a model whose layers keep a conv or recurrent state (linear attention, short
-    convolutions, Mamba-2) instead of keys and values alone."""
+    QuantizedCache, whose __init__ (cache_utils.py) raises unless every layer is full attention (get_layer_types_and_
+    kwargs): a model with sliding-window or chunked layers (Mistral-7B-v0.1, Gemma 2-4, Llama 4) or with layers that
+    keep a conv or recurrent state (linear attention, short convolutions, Mamba-2) is refused."""
     shape = resolve_model(model)
     record = shape.architecture
     fmt = get_format(kv_format)
-    if record is None or record.state_bytes is None or fmt.bits >= QUANTIZED_CACHE_BITS:
+    if fmt.bits >= QUANTIZED_CACHE_BITS:
+        return ""
+    title = record.title if record is not None else "this model"
+    if record is not None and record.state_bytes is not None:
+        kept = "keep a conv or recurrent state beside the keys and values"
+    elif shape.has_shape and any(window is not None for window in shape.attention_windows):
+        kept = "include sliding-window (or chunked) attention, a window of the cache"
+    else:
         return ""
     return (f"kv_format {fmt.name} needs a quantized cache, and transformers 5.24's QuantizedCache (quanto, hqq, fp8) "
-            f"builds only for models whose layers are all full attention; {record.title}'s layers keep a conv or "
-            f"recurrent state beside the keys and values, so it refuses the model; serve it with kv_format bf16, fp16 "
-            f"or fp32 (the model's dtype)")
+            f"builds only for models whose layers are all full attention; {title}'s layers {kept}, so it refuses "
+            f"the model; serve it with kv_format bf16, fp16 or fp32 (the model's dtype)")
 
 
 def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_prefill=False, state_format=None):
@@ -63,10 +70,11 @@ def kv_cache_bytes(model, *, context_len, batch_size=1, kv_format="bf16", after_
     A linear-attention, short-convolution or Mamba-2 block (Qwen3-Next, LFM2, Granite 4.0) holds a fixed-size state
     instead: its conv state in state_format, the model's dtype (LinearAttentionLayer allocates it like the
     convolution's input; None: kv_format, the dtype a DynamicCache keeps keys and values in), and its recurrent state
-    in fp32. A kv_format below 16 bits is refused for such a model (state_cache_refusal).
+    in fp32. A kv_format below 16 bits is refused for such a model, and for one with sliding or chunked layers
+    (quantized_cache_refusal).
     """
     shape = _needs_heads(resolve_model(model), "kv_cache_bytes")
-    refusal = state_cache_refusal(shape, kv_format)
+    refusal = quantized_cache_refusal(shape, kv_format)
     if refusal:
         raise validate.FieldError("kv_format", refusal)
     if state_format is not None and (get_format(state_format).kind != "float"

@@ -22,7 +22,7 @@ from . import validate
 from .checkpoints import weight_bits
 from .formats import FORMATS, get_format
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, default_reserve, get_gpu
-from .inference import InferenceMemory, decode_tokens_per_second, inference_memory, state_cache_refusal
+from .inference import InferenceMemory, decode_tokens_per_second, inference_memory, quantized_cache_refusal
 from .notes import Note
 from .planner import trained_context
 from .report import serving_text
@@ -157,7 +157,7 @@ def serving_changes(model, gpu, *, reserved_bytes=None, **settings) -> list[Serv
             candidates.append((f"weights in {fmt}", {"weights_format": fmt},
                                "quantized weights: some loss of quality, kernels that dequantize"))
     for fmt in KV_FORMATS_TO_TRY:
-        if bits[fmt] < bits[get_format(settings["kv_format"]).name] and not state_cache_refusal(shape, fmt):
+        if bits[fmt] < bits[get_format(settings["kv_format"]).name] and not quantized_cache_refusal(shape, fmt):
             candidates.append((f"KV cache in {fmt}", {"kv_format": fmt},
                                "8-bit KV cache: half the cache, a small loss of precision"))
     longest = largest_where(lambda n: fits(context_len=n), 1, settings["context_len"] - 1)

@@ -297,6 +297,14 @@ def _(format_bytes, rate_words):
 
 @app.cell(hide_code=True)
 def _(bars_chart, format_bytes, gqa_models, gqa_view, mo, np, pd, sweep_chart, sweep_draw, to_unit, viz):
+    def _windowed_note(gqa_frame, kv_format):
+        """Why a row shows "-": the format needs transformers' quantized cache, which a windowed model cannot have."""
+        refused = [str(name) for name, kb in zip(gqa_frame["model"], gqa_frame["KB per token"]) if kb == "-"]
+        if not refused:
+            return ""
+        return (f" A {kv_format} cache needs transformers' quantized cache, which takes only models whose layers all "
+                f"attend over the whole context: a sliding window rules it out, so {', '.join(refused)} shows -.")
+
     def show_charts_and_gqa(memory, gpu, unit, fit, sweep, sweep_contexts, rule_limit, gqa_frame, context_len,
                             batch_size, kv_format):
         """The live charts (the run's bars here, the context sweep in its section below: rows only, drawn once) and
@@ -309,7 +317,7 @@ def _(bars_chart, format_bytes, gqa_models, gqa_view, mo, np, pd, sweep_chart, s
         {_gqa.n_heads} / {_gqa.n_kv_heads} = {_gqa.n_heads // _gqa.n_kv_heads} times smaller. Mistral-7B's layers also
         attend over a sliding window of {gqa_models["mistral-7b"].sliding_window:,} tokens, so past that context its cache
         stops growing. The table uses this run's context ({context_len:,} tokens), batch ({batch_size:,}) and cache
-        format ({kv_format}).
+        format ({kv_format}).{_windowed_note(gqa_frame, kv_format)}
         """), viz.plain_table(gqa_frame)]))
         bars_chart.update(viz.stacked_bars_output(viz.breakdown_long({"detailed sum": memory}, unit), unit,
                                                   title="Where serving memory goes", capacity_bytes=fit.available_bytes,
@@ -423,13 +431,16 @@ def _(attention_radio, batch_slider, context_slider, format_cards, gpu_dropdown,
     _cards = mm.gpus.fit_table(memory.total, unit=unit)
     fit_frame = format_cards(_cards, [mm.inference.decode_tokens_per_second(memory, g) if fits else None
                                       for g, fits in zip(_cards["gpu"], _cards["fits"])], unit)
-    # Grouped-query attention: six models' caches at this context, batch and cache format.
+    # Grouped-query attention: six models' caches at this context, batch and cache format ("-" where transformers
+    # builds no cache in that format for the model: a quantized cache takes full-attention layers only).
     gqa_frame = pd.DataFrame([{
         "model": _n, "layers": _m.n_layers, "heads": _m.n_heads, "kv heads": _m.n_kv_heads, "head dim": _m.head_dim,
         "cut (heads / kv)": _m.n_heads // _m.n_kv_heads,
-        "KB per token": round(mm.kv_cache_bytes(_n, context_len=1, kv_format=kv_format) / 1e3, 1),
-        f"cache ({unit})": round(to_unit(mm.kv_cache_bytes(_n, context_len=context_len, batch_size=batch_size,
-                                                           kv_format=kv_format), unit), 2),
+        "KB per token": "-" if mm.inference.quantized_cache_refusal(_n, kv_format) else
+        round(mm.kv_cache_bytes(_n, context_len=1, kv_format=kv_format) / 1e3, 1),
+        f"cache ({unit})": "-" if mm.inference.quantized_cache_refusal(_n, kv_format) else
+        round(to_unit(mm.kv_cache_bytes(_n, context_len=context_len, batch_size=batch_size, kv_format=kv_format),
+                      unit), 2),
     } for _n, _m in gqa_models.items()])
     # The context sweep, 128 to 128K tokens: one call for the whole sweep.
     _sweep_contexts = np.array([2**k for k in range(7, 18)])

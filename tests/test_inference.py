@@ -29,7 +29,11 @@ def test_grouped_query_attention_divides_the_cache():
 
 def test_kv_cache_formats_and_batches():
     one = mm.kv_cache_bytes("mistral-7b", context_len=1000)
-    assert mm.kv_cache_bytes("mistral-7b", context_len=1000, kv_format="fp8") * 2 == one
+    # Mistral-7B-v0.1's 4,096-token window: no quantized cache (QuantizedCache takes full-attention layers only)
+    with pytest.raises(ValueError, match="sliding-window"):
+        mm.kv_cache_bytes("mistral-7b", context_len=1000, kv_format="fp8")
+    assert mm.kv_cache_bytes("llama-3-8b", context_len=1000, kv_format="fp8") * 2 == mm.kv_cache_bytes(
+        "llama-3-8b", context_len=1000)
     assert mm.kv_cache_bytes("mistral-7b", context_len=1000, batch_size=16) == 16 * one
     lengths = np.array([1000, 2000, 4000])
     assert list(mm.kv_cache_bytes("mistral-7b", context_len=lengths)) == [one, 2 * one, 4 * one]

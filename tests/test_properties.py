@@ -288,7 +288,7 @@ def test_parameter_count_sweeps_equal_scalar_calls(counts, precision, optimizer,
 @given(shapes().filter(lambda s: s.has_shape), SWEEP, st.lists(st.integers(1, 64), min_size=1, max_size=3),
        st.sampled_from(["bf16", "fp8", "fp32"]))
 def test_kv_cache_sweeps_equal_scalar_calls(shape, lengths, batches, fmt):
-    if mm.inference.state_cache_refusal(shape, fmt):  # a hybrid model's cache cannot be quantized: both refuse
+    if mm.inference.quantized_cache_refusal(shape, fmt):  # a hybrid model's cache cannot be quantized: both refuse
         with pytest.raises(ValueError, match="kv_format"):
             mm.kv_cache_bytes(shape, context_len=np.array(lengths), kv_format=fmt)
         with pytest.raises(ValueError, match="kv_format"):

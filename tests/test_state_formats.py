@@ -128,6 +128,34 @@ def test_a_full_attention_model_builds_a_quantized_cache(torch, transformers):
     assert mm.kv_cache_bytes(shape, context_len=12, kv_format="fp8_e4m3") == 2 * 2 * 2 * 8 * 12
 
 
+# A window of the cache: Mistral's sliding_window on every layer, Gemma 2's alternating layer_types, Llama 4's chunks
+WINDOWED = {"mistral": dict(sliding_window=16), "gemma2": dict(sliding_window=16),
+            "llama4_text": dict(attention_chunk_size=16, intermediate_size_mlp=64, num_local_experts=2)}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type", sorted(WINDOWED))
+def test_a_windowed_model_has_no_quantized_cache_either(torch, transformers, model_type):
+    # transformers 5.24's QuantizedCache raises for any layer type but full_attention, and memmath refuses it by name
+    fields = dict(BASE, **WINDOWED[model_type])
+    with pytest.raises(ValueError, match="only full attention layers"):
+        transformers.QuantizedCache("fp8", transformers.AutoConfig.for_model(model_type, **fields))
+    shape = mm.from_hf_config(dict(fields, model_type=model_type))
+    with pytest.raises(ValueError, match="sliding-window") as refused:
+        mm.kv_cache_bytes(shape, context_len=12, kv_format="fp8_e4m3")
+    assert refused.value.field == "kv_format"
+    assert mm.kv_cache_bytes(shape, context_len=12, kv_format="bf16") > 0  # its own dtype: a DynamicCache
+
+
+@pytest.mark.live
+def test_mistral_without_a_window_builds_a_quantized_cache(torch, transformers):
+    # Mistral-7B-v0.2 and later publish sliding_window null: every layer full, an fp8 cache builds and is priced
+    hf = transformers.AutoConfig.for_model("mistral", **BASE, sliding_window=None)
+    assert len(transformers.QuantizedCache("fp8", hf).layers) == 2
+    shape = mm.from_hf_config(dict(BASE, model_type="mistral", sliding_window=None))
+    assert mm.kv_cache_bytes(shape, context_len=12, kv_format="fp8_e4m3") == 2 * 2 * 2 * 8 * 12
+
+
 def test_state_format_must_be_a_model_dtype():
     shape = _shape("lfm2")
     for bad in ("int8", "fp8_e4m3", "nf4"):
