@@ -254,6 +254,10 @@ class ActivationParts:
     # checkpointing: what one recomputed block of this layout leaves alive to the end of backward (Gemma 4's store
     # blocks' shared_kv_states), for the layouts recomputed after it (_mixed_parts)
     held_to_backward_end: object = 0
+    # checkpointing: the most a recomputed block holds in its backward beyond its saved tensors and the gradient
+    # arriving at it, where that is not at its MLP's start (gpt-oss's sink attention backward: the block's tensors
+    # saved before that moment and the backward's own), from its trace; 0 where the block's working set prices it
+    recompute_backward_live: object = 0
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -389,7 +393,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     # The blocks.
     tr = new_trace()
     rope = (tr.new(rope_rows * dm["rd"], e, shared=True), tr.new(rope_rows * dm["rd"], e, shared=True))
-    first_layer, frozen_per, frozen_storing, recompute, held_to_end = None, 0, 0, 0, 0
+    first_layer, frozen_per, frozen_storing, recompute, held_to_end, backward_live = None, 0, 0, 0, 0, 0
     sliding_extra, block_extras = 0, ()
     if checkpointing:
         tr.region = "block"
@@ -397,7 +401,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         if getattr(x, "per_layer", None) is not None:  # Gemma 4's per-layer inputs: every block's second input
             tr.save(x.per_layer, "per-layer inputs (checkpoint input, one for all blocks)")
         if record.mask_is_checkpoint_input and attention == "eager":
-            tr.save(tr.new(b * s * s, e, shared=True), "4-D attention mask (checkpoint input, one for all blocks)")
+            for numel, elem in masks:  # each mask the blocks get (a causal and a sliding-window one: gpt-oss)
+                tr.save(tr.new(numel, elem, shared=True), "4-D attention mask (checkpoint input, one for all blocks)")
         per_layer, layers_storing = tr.bytes_in("block"), n_layers  # every block, frozen ones too
         terms += tr.terms("block", "each block")
         # Backward recomputes one block at a time, its input needing a gradient, and saves its set again.
@@ -411,6 +416,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         held_to_end = re.__dict__.get("held_to_backward_end", 0) * _positive(trained)
         # and what it leaves alive from its forward through backward: counted beside the blocks
         sliding_extra = re.__dict__.get("held_through_backward", 0) * _positive(trained)
+        backward_live = re.__dict__.get("backward_live", 0)
         if isinstance(method, Freeze):
             re_frozen = new_trace()
             block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing, any(masked))
@@ -540,8 +546,9 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         head=head, loss=loss, batch=emb.batch_bytes + chosen.batch_bytes,
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
-        recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
-        sliding_extra=sliding_extra, held_to_backward_end=held_to_end)
+        # (and a gradient its trace says backward holds when the recomputation starts: gpt-oss's experts' unsort)
+        recompute_live=again.peak_live() + again.__dict__.get("recompute_arrival", 0) if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
+        sliding_extra=sliding_extra, held_to_backward_end=held_to_end, recompute_backward_live=backward_live)
 
 
 def _first_adapted_block(shape: ModelShape, method) -> int:
@@ -633,6 +640,7 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
                     if any(per_block) or last.block_extras or any(extras) else ())
     return replace(last, estimate=estimate, blocks=estimate.layers, first=first_bytes_all, recompute=recompute,
                    recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras,
+                   recompute_backward_live=reduce(larger, (parts.recompute_backward_live for _, _, parts in traced)),
                    layout_recompute=tuple((tuple(int(i) for i in blocks), r, live) for blocks, r, live in recomputes))
 
 

@@ -539,6 +539,20 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
                     (s.embeddings_alloc + e * t * h + parts.tables + later_grads + t * h * e
                      + first_live) * two, saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
                     gradients=later_grads * two, unset=(s.g_embed + s.g_block) * two)
+        inside = parts.recompute_backward_live
+        if is_ndarray(inside) or inside:
+            # A recomputed block whose backward is widest past its MLP (its trace says what it holds then: gpt-oss's
+            # sink attention): the block inputs, the gradients so far (the block's own too, an upper bound: its
+            # attention's are not made yet), the gradient arriving at the block and that moment's tensors
+            moments.add("backward", "in the last block's recomputed attention backward: every block input, "
+                        "head-side gradients", s.embeddings_alloc + parts.blocks + parts.tables + s.g_head_side
+                        + s.g_block + t * h * e + inside, saved=s.embeddings_alloc + parts.blocks + parts.tables,
+                        gradients=s.g_head_side + s.g_block, unset=grads - s.g_head - s.g_block)
+            moments.add("backward", "in the first block's recomputed attention backward: its input, every gradient "
+                        "but the embeddings'", (s.embeddings_alloc + e * t * h + parts.tables + later_grads + s.g_block
+                                                + t * h * e + inside) * two,
+                        saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
+                        gradients=(later_grads + s.g_block) * two, unset=s.g_embed * two)
     moments.add("backward", "at the embeddings: every gradient", s.embeddings_alloc + grads + s.tied_embed + s.leaf,
                 saved=s.embeddings_alloc, gradients=grads + s.tied_embed, unset=s.g_embed)
 

@@ -74,7 +74,10 @@ class Architecture:
     trace_block: Callable = decoder_block
     trace_head: Callable = decoder_head_and_loss
     causal: bool = True  # a causal LM: causal masks, the DynamicCache, the shifted-label loss (BERT: False)
-    mask_is_checkpoint_input: bool = False  # GPT-2 passes its eager 4-D mask to each checkpointed block
+    # under checkpointing the eager 4-D masks are held from the forward through backward, priced in every moment
+    # (GPT-2 passes its mask to each checkpointed block; gpt-oss's two reach them as kwargs GradientCheckpointingLayer
+    # holds); else only the recomputations hold them
+    mask_is_checkpoint_input: bool = False
     embedding: str = "embed_tokens"  # the token embedding's module name
     scaled_embedding: bool = False  # Gemma's GemmaTextScaledWordEmbedding multiplies by embed_scale
     embedding_dropout: bool = False  # GPT-NeoX's emb_dropout
