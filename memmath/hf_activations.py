@@ -414,6 +414,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         # a block whose recomputed tensors outlive its own backward (Gemma 4's shared_kv_states): alive from then on
         # to the end of backward, priced in the blocks recomputed after it (_mixed_parts)
         held_to_end = re.__dict__.get("held_to_backward_end", 0) * _positive(trained)
+        # and the block input its recomputed input norm saved (pow(2) keeps its input), which that graph keeps with it
+        held_to_end = held_to_end + (b * s * h * e) * _positive(held_to_end)
         # and what it leaves alive from its forward through backward: counted beside the blocks
         sliding_extra = re.__dict__.get("held_through_backward", 0) * _positive(trained)
         backward_live = re.__dict__.get("backward_live", 0)
@@ -612,10 +614,13 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     extra = saved - estimate.layers
     # Checkpointing: a layout's recomputed block whose tensors outlive its backward (Gemma 4's store blocks) adds them
     # to the recomputation of every block below it, which backward recomputes later (priced at a layout's first block)
-    outlive = [(int(blocks[0]), parts.held_to_backward_end) for _, blocks, parts in traced
+    outlive = [(blocks, parts.held_to_backward_end) for _, blocks, parts in traced
                if _positive_any(parts.held_to_backward_end)]
-    recomputes = [(blocks, parts.recompute + sum((held for at, held in outlive if at > blocks[0]), 0),
-                   parts.recompute_live + sum((held for at, held in outlive if at > blocks[0]), 0))
+
+    def held_after(block):  # what every such block above `block` (recomputed before it) still holds
+        return sum((held * int(np.count_nonzero(at > block)) for at, held in outlive), 0)
+
+    recomputes = [(blocks, parts.recompute + held_after(blocks[0]), parts.recompute_live + held_after(blocks[0]))
                   for _, blocks, parts in traced]
     # the largest layout's, point by point in a sweep
     recompute = reduce(larger, (r for _, r, _ in recomputes))

@@ -379,6 +379,8 @@ def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False
     h = shape.hidden_size
     record = shape.architecture
     work = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * shape.intermediate_size * e
+    if checkpointing and record is not None and record.norm_backward_widths:  # a norm's backward wider than the MLP's
+        work = larger(work, 2 * t * h * e + record.norm_backward_widths * t * h * 4)  # (measured with checkpointing)
     if shape.n_experts and record is not None and record.traced:  # a MoE block: its experts' moments (3 x t x k x h
         # at the unsort, measured), not a dense width's (intermediate_size is its dense blocks')
         work = t * h * e + _moe.backward_phase(shape, t, e, not isinstance(method, (LoRA, Adapters)),

@@ -166,8 +166,10 @@ MEASURED = {  # (name, method, precision): (without checkpointing, with checkpoi
 # (s + 1) gradient; in fp32 the softmax backward's three such tensors); the eager causal and sliding-window masks
 # (kwargs GradientCheckpointingLayer holds) live from the forward to the end of backward; and a block is recomputed
 # when backward reaches its experts' unsort, whose t x k x h gradient is alive meanwhile. What remains under (up to
-# 1.1%, 16-bit or LoRA runs) peaks at the loss's vocabulary gradients, where the checkpoint's other held arguments
-# (the rotary cos and sin, the position ids) and CPU scratch are not priced. Without checkpointing deep's LoRA fp32
+# 1.1%, 16-bit or LoRA runs) peaks at the loss's vocabulary gradients, beside what no model type's checkpointed
+# moments price: each checkpointed block's CPU RNG state (torch.utils.checkpoint's preserve_rng_state:
+# torch.get_rng_state(), 5,056 B) and the rotary cos and sin and position ids the checkpoints hold (narrow's LoRA
+# bf16 step: 2 x 5,056 + 2,048 + 512 B against 11,748 B under; at gpt-oss-20b's sizes a few hundred KB). Without checkpointing deep's LoRA fp32
 # step is short by the DynamicCache's k and v of the earlier blocks (eager attention keeps repeat_kv's copies, not
 # the cache's, and the forward peak counts only the earlier blocks' saved tensors).
 CHECKPOINTED_UNDER = 0.012  # the most a checkpointed step measured above its prediction, rounded up (MEASURED)

@@ -59,6 +59,9 @@ class Architecture:
     position_id_buffers: bool = False
     grouped_query: bool = True  # n_kv_heads and head_dim free (GPT-2, BERT: n_kv_heads = n_heads, d = h / a)
     mlp_backward_widths: int = 2  # MLP-wide gradients alive at once in a block's backward (GELU and SwiGLU: 2)
+    # fp32 t x h tensors alive at once in the backward of a block's widest norm, beside the gradients arriving at the
+    # block and at the norm (t x h each, the model's dtype), where that outgrows the MLP's working set (Gemma 4: 5)
+    norm_backward_widths: int = 0
     # ---- tensor parallelism (memmath/parallel.py): module -> "colwise" or "rowwise", named the way
     # transformers' base_model_tp_plan names them, from the base model ("layers.*.self_attn.q_proj", GPT-2's
     # "h.*.attn.c_attn", BERT's "encoder.layer.*.attention.self.query"); conv1d: GPT-2's Conv1D modules,
