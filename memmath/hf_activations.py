@@ -122,10 +122,12 @@ from . import validate
 from .activations import ActivationEstimate
 from .amp_trace import AUTOCAST_BYTES, amp_refusal
 from .architectures import ARCHITECTURES, known
-from .architectures._steps import Pass, dims
+from .architectures._steps import INT64, Pass, dims
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 from .trace import Trace
+
+CPU_RNG_STATE_BYTES = 5056  # torch.get_rng_state(): the CPU generator's state, a uint8 tensor
 
 
 @dataclass(frozen=True)
@@ -481,6 +483,12 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         tables = tables + sliding_extra
         terms.append(("outside", "sliding-window blocks' SDPA mask and k/v repeated to every head, past the "
                                  "first storing block (each saves its own; counted here)", sliding_extra))
+    if checkpointing and record.checkpoint_held_arguments:
+        held_arguments = _checkpoint_arguments(shape, rope_rows, dm["rd"], 4 if record.rotary_tables_fp32 else e,
+                                               s, n_layers, device, rope_widths)
+        tables = tables + held_arguments
+        terms.append(("outside", "what the checkpoints hold beside the block inputs: the rotary cos and sin, the "
+                                 "position ids and, on the CPU, each block's RNG state", held_arguments))
     if not checkpointing:
         # Gemma 3 computes one cos/sin pair per layer type: a second pair is saved by the first storing block
         # of the other type (counted here with the shared tables; the measurement files it in that block).
@@ -832,6 +840,16 @@ def _pick_parts(over, above: ActivationParts, below: ActivationParts) -> Activat
         if f.name not in parts:
             parts[f.name] = pick(over, getattr(above, f.name), getattr(below, f.name))
     return ActivationParts(**parts)
+
+
+def _checkpoint_arguments(shape: ModelShape, rope_rows, rotary_width, table_bytes, s, n_layers, device, rope_widths):
+    """Bytes each checkpointed block's arguments and stash keep from the forward to the end of backward beyond its
+    input: the rotary cos and sin (position_embeddings, one pair per layer type where their widths differ), the
+    position ids (cache_position, s int64) and, where the RNG state is a CPU tensor beside the step's, the CPU RNG
+    state torch.utils.checkpoint stashes per block (preserve_rng_state: torch.get_rng_state(), 5,056 uint8)."""
+    widths = {rope_widths[kind] for kind in shape.layer_types} if rope_widths else {rotary_width}
+    return (2 * rope_rows * sum(widths) * table_bytes + INT64 * s
+            + (CPU_RNG_STATE_BYTES * n_layers if device == "cpu" else 0))
 
 
 def _extra_rope_pairs(shape: ModelShape, first_storing):

@@ -39,6 +39,10 @@ Backward
     block's forward run again at its fullest, for the last block, each later layout's first block and the
     first block; where the blocks differ each is its own layout's recompute (the first block's: the largest
     of the layouts up to it, which backward recomputes after it)
+    in a recomputed block's attention backward (checkpointing, where the block's trace marks a moment wider than
+    its MLP's: gpt-oss's sink attention): the block inputs, the gradients so far and what the trace says that
+    moment holds (ActivationParts.recompute_backward_live), for the last and the first block; a record's
+    norm_backward_widths makes a checkpointed block's W its widest norm's backward where that is wider (Gemma 4)
     at the embeddings: every gradient, plus a temporary V*h*e when the embedding is tied to the
     head (its second gradient is added into the first); with checkpointing and frozen embeddings,
     the embedding output transformers turned into a leaf and its gradient, 2*t*h*e
@@ -380,7 +384,7 @@ def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False
     record = shape.architecture
     work = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * shape.intermediate_size * e
     if checkpointing and record is not None and record.norm_backward_widths:  # a norm's backward wider than the MLP's
-        work = larger(work, 2 * t * h * e + record.norm_backward_widths * t * h * 4)  # (measured with checkpointing)
+        work = larger(work, t * h * e + record.norm_backward_widths * t * h * 4)  # (measured with checkpointing)
     if shape.n_experts and record is not None and record.traced:  # a MoE block: its experts' moments (3 x t x k x h
         # at the unsort, measured), not a dense width's (intermediate_size is its dense blocks')
         work = t * h * e + _moe.backward_phase(shape, t, e, not isinstance(method, (LoRA, Adapters)),

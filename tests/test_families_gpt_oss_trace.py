@@ -150,29 +150,27 @@ HELD_OUT = {
 # peak / measured - 1 of the steady step, measured after the changes above (CPU, torch 2.13, transformers 5.24); with
 # checkpointing, after peak.py priced what these steps found (below), so held in for that
 MEASURED = {  # (name, method, precision): (without checkpointing, with checkpointing)
-    ("moe", "full", "fp32"): (0.0002, 0.0259), ("moe", "full", "bf16"): (0.0004, -0.0065),
-    ("moe", "lora", "fp32"): (0.0004, 0.0257), ("moe", "lora", "bf16"): (0.0005, -0.0098),
-    ("deep", "full", "fp32"): (0.0001, 0.0140), ("deep", "full", "bf16"): (0.0001, 0.0128),
-    ("deep", "lora", "fp32"): (-0.0080, 0.0294), ("deep", "lora", "bf16"): (0.0001, 0.0233),
-    ("narrow", "full", "fp32"): (0.0003, 0.0275), ("narrow", "full", "bf16"): (0.0004, -0.0076),
-    ("narrow", "lora", "fp32"): (0.0005, -0.0100), ("narrow", "lora", "bf16"): (0.0006, -0.0106),
-    ("heads", "full", "fp32"): (0.0002, 0.0174), ("heads", "full", "bf16"): (0.0003, 0.0140),
-    ("heads", "lora", "fp32"): (-0.0002, -0.0064), ("heads", "lora", "bf16"): (0.0004, -0.0041),
+    ("moe", "full", "fp32"): (0.0002, 0.0307), ("moe", "full", "bf16"): (0.0004, 0.0005),
+    ("moe", "lora", "fp32"): (0.0004, 0.0346), ("moe", "lora", "bf16"): (0.0005, 0.0008),
+    ("deep", "full", "fp32"): (0.0001, 0.0152), ("deep", "full", "bf16"): (0.0001, 0.0151),
+    ("deep", "lora", "fp32"): (-0.0080, 0.0326), ("deep", "lora", "bf16"): (0.0001, 0.0288),
+    ("narrow", "full", "fp32"): (0.0003, 0.0338), ("narrow", "full", "bf16"): (0.0004, 0.0006),
+    ("narrow", "lora", "fp32"): (0.0005, 0.0007), ("narrow", "lora", "bf16"): (0.0006, 0.0008),
+    ("heads", "full", "fp32"): (0.0002, 0.0203), ("heads", "full", "bf16"): (0.0003, 0.0186),
+    ("heads", "lora", "fp32"): (-0.0002, -0.0018), ("heads", "lora", "bf16"): (0.0004, 0.0026),
 }
 # The checkpointed steps were first 12% to 15% under (heads in bf16) and up to 5.8% under elsewhere. Measured in
-# the profiler's allocations, three things were not priced: a recomputed block's widest moment is its sink attention
-# backward (MaxBackward0's value_selecting_reduction_backward makes b x a x s x (s + 1) zeros and scatters into them,
-# the CPU scatter allocating that many fp32 values for a bf16 tensor, beside the softmax backward's b x a x s x
-# (s + 1) gradient; in fp32 the softmax backward's three such tensors); the eager causal and sliding-window masks
-# (kwargs GradientCheckpointingLayer holds) live from the forward to the end of backward; and a block is recomputed
-# when backward reaches its experts' unsort, whose t x k x h gradient is alive meanwhile. What remains under (up to
-# 1.1%, 16-bit or LoRA runs) peaks at the loss's vocabulary gradients, beside what no model type's checkpointed
-# moments price: each checkpointed block's CPU RNG state (torch.utils.checkpoint's preserve_rng_state:
-# torch.get_rng_state(), 5,056 B) and the rotary cos and sin and position ids the checkpoints hold (narrow's LoRA
-# bf16 step: 2 x 5,056 + 2,048 + 512 B against 11,748 B under; at gpt-oss-20b's sizes a few hundred KB). Without checkpointing deep's LoRA fp32
-# step is short by the DynamicCache's k and v of the earlier blocks (eager attention keeps repeat_kv's copies, not
-# the cache's, and the forward peak counts only the earlier blocks' saved tensors).
-CHECKPOINTED_UNDER = 0.012  # the most a checkpointed step measured above its prediction, rounded up (MEASURED)
+# the profiler's allocations, what was not priced: a recomputed block's widest moment is its sink attention backward
+# (MaxBackward0's value_selecting_reduction_backward makes b x a x s x (s + 1) zeros and scatters into them, the CPU
+# scatter allocating that many fp32 values for a bf16 tensor, beside the softmax backward's b x a x s x (s + 1)
+# gradient; in fp32 the softmax backward's three such tensors); the eager causal and sliding-window masks (kwargs
+# GradientCheckpointingLayer holds) live from the forward to the end of backward; a block is recomputed when
+# backward reaches its experts' unsort, whose t x k x h gradient is alive meanwhile; and where the step peaks at the
+# loss's vocabulary gradients, what every checkpoint holds beside its input: the rotary cos and sin, the position ids
+# and torch.utils.checkpoint's CPU RNG state (preserve_rng_state, 5,056 B a block; narrow's LoRA bf16 step was
+# 11,748 B under without them). The unsort's gradient is priced in every recomputation, an upper bound where the
+# recomputation's widest moment is at the experts (up to 3.5% over, fp32).
+CHECKPOINTED_UNDER = 0.005  # the most a checkpointed step measured above its prediction, rounded up (MEASURED)
 
 
 @pytest.mark.live
@@ -208,7 +206,9 @@ CHECKPOINTED_HELD_OUT = {  # name: (config, seq_len, batch_size)
 }
 CHECKPOINTED_HELD_OUT_MEASURED = {"wide": (0.0263, 0.0225, 0.0263, -0.0085), "long": (0.0204, 0.0149, -0.0074, -0.0059),
                                   "mha": (0.0150, 0.0127, 0.0243, -0.0084)}
-# (the same steps before these moments were priced: wide -4.4% to +0.8%, long -15.2% to -0.2%, mha -2.2% to +0.1%)
+# (the same steps before these moments were priced: wide -4.4% to +0.8%, long -15.2% to -0.2%, mha -2.2% to +0.1%;
+# after the checkpoints' held arguments were priced, found on the held-in steps and Gemma 4's: wide +3.0%, +2.8%,
+# +3.3%, +0.1%; long +2.4%, +2.0%, -0.2%, +0.2%; mha +1.8%, +1.7%, +3.0%, +0.1%)
 
 
 def _checkpointed_step(torch, transformers, peft, config, *, method, precision, seq_len=64, batch_size=2):
@@ -234,11 +234,11 @@ def _checkpointed_step(torch, transformers, peft, config, *, method, precision, 
 @pytest.mark.parametrize("method", ["full", "lora"])
 @pytest.mark.parametrize("name", sorted(HELD_OUT))
 def test_a_checkpointed_step_peaks_at_or_just_above_the_measured(torch, transformers, peft, name, method, precision):
-    """Held in, with gradient checkpointing (transformers' non-reentrant default): from 1.1% under to 3% over
+    """Held in, with gradient checkpointing (transformers' non-reentrant default): from 0.2% under to 3.5% over
     (MEASURED)."""
     predicted, measured = _checkpointed_step(torch, transformers, peft, HELD_OUT[name], method=method,
                                              precision=precision)
-    assert -CHECKPOINTED_UNDER < predicted / measured - 1 < 0.03, predicted / measured - 1
+    assert -CHECKPOINTED_UNDER < predicted / measured - 1 < 0.04, predicted / measured - 1
 
 
 @pytest.mark.live
@@ -250,4 +250,4 @@ def test_a_held_out_checkpointed_step_peaks_at_or_just_above_the_measured(torch,
     config, seq_len, batch_size = CHECKPOINTED_HELD_OUT[name]
     predicted, measured = _checkpointed_step(torch, transformers, peft, config, method=method, precision=precision,
                                              seq_len=seq_len, batch_size=batch_size)
-    assert -CHECKPOINTED_UNDER < predicted / measured - 1 < 0.03, predicted / measured - 1
+    assert -CHECKPOINTED_UNDER < predicted / measured - 1 < 0.04, predicted / measured - 1

@@ -490,8 +490,9 @@ ARCHITECTURE = Architecture(
     # Gemma4RMSNorm's backward (x * pow(mean(x^2) + eps, -0.5) * weight, in fp32) past the weight's product: the
     # gradient times the power, the mean's expanded gradient, pow(x, 1), 2 x and their product, t x h fp32 each
     norm_backward_widths=5,
+    checkpoint_held_arguments=True,
     checkpointed_peak_refusal=("with checkpointing, its store blocks keep their keys and values (shared_kv_states, "
-                               "held by the checkpoint's arguments) and their recomputed graph to the end of backward, "
-                               "which memmath's moments do not all price: held-out CPU steps peaked 2-9% above the "
-                               "prediction under LoRA"),
+                               "held by the checkpoint's arguments) and their recomputed graph to the end of backward; "
+                               "priced, held-out CPU steps still peaked up to 2% above the prediction (per-layer inputs, "
+                               "LoRA, fp32) and others 7% below it"),
 )

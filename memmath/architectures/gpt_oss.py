@@ -12,7 +12,8 @@ and the clamped SwiGLU (GptOssExperts._apply_gate). It was checked against what 
 CPU steps, steady peaks within 1%. With checkpointing three things found on those steps are priced: a recomputed
 block's sink attention backward (sink_backward_work, b x a x s x (s + 1) gradients), the eager masks held from the
 forward to the end of backward, and the experts' unsort gradient alive while a block is recomputed; 12 CPU steps
-of other configs measured after that were 0.9% under to 2.6% over."""
+of other configs measured after that were 0.9% under to 2.6% over, and 0.2% under to 3.3% over once what every
+checkpoint holds beside its input (checkpoint_held_arguments) was priced."""
 
 from functools import partial
 
@@ -244,6 +245,7 @@ ARCHITECTURE = Architecture(
     sdpa=False,  # GptOssPreTrainedModel._supports_sdpa = False (the sinks need eager or flash kernels)
     trace_block=block, final_norm="rms_fp32_weight", rotary_half_tables=True, both_masks_always=True,
     mask_is_checkpoint_input=True,  # the causal and sliding-window masks, held from the forward to the end of backward
+    checkpoint_held_arguments=True,
     traced=True,
     # the prefill working set of its experts' loop is not measured: the plain estimate (inference.working_set_bytes)
     prefill_phases=None,

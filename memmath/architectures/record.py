@@ -81,6 +81,10 @@ class Architecture:
     # (GPT-2 passes its mask to each checkpointed block; gpt-oss's two reach them as kwargs GradientCheckpointingLayer
     # holds); else only the recomputations hold them
     mask_is_checkpoint_input: bool = False
+    # under checkpointing, price what every checkpoint holds beside its input to the end of backward (the rotary cos and
+    # sin, the position ids, the CPU RNG state; hf_activations._checkpoint_arguments): measured for gpt-oss and
+    # Gemma 4, whose checkpointed steps peak where these bytes count; the other types' moments leave them out
+    checkpoint_held_arguments: bool = False
     embedding: str = "embed_tokens"  # the token embedding's module name
     scaled_embedding: bool = False  # Gemma's GemmaTextScaledWordEmbedding multiplies by embed_scale
     embedding_dropout: bool = False  # GPT-NeoX's emb_dropout
