@@ -122,10 +122,12 @@ from . import validate
 from .activations import ActivationEstimate
 from .amp_trace import AUTOCAST_BYTES, amp_refusal
 from .architectures import ARCHITECTURES, known
-from .architectures._steps import Pass, dims
+from .architectures._steps import INT64, Pass, dims
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 from .trace import Trace
+
+CPU_RNG_STATE_BYTES = 5056  # torch.get_rng_state(): the CPU generator's state, a uint8 tensor
 
 
 @dataclass(frozen=True)
@@ -255,6 +257,10 @@ class ActivationParts:
     # checkpointing: what one recomputed block of this layout leaves alive to the end of backward (Gemma 4's store
     # blocks' shared_kv_states), for the layouts recomputed after it (_mixed_parts)
     held_to_backward_end: object = 0
+    # checkpointing: the most a recomputed block holds in its backward beyond its saved tensors and the gradient
+    # arriving at it, where that is not at its MLP's start (gpt-oss's sink attention backward: the block's tensors
+    # saved before that moment and the backward's own), from its trace; 0 where the block's working set prices it
+    recompute_backward_live: object = 0
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -390,7 +396,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     # The blocks.
     tr = new_trace()
     rope = (tr.new(rope_rows * dm["rd"], e, shared=True), tr.new(rope_rows * dm["rd"], e, shared=True))
-    first_layer, frozen_per, frozen_storing, recompute, held_to_end = None, 0, 0, 0, 0
+    first_layer, frozen_per, frozen_storing, recompute, held_to_end, backward_live = None, 0, 0, 0, 0, 0
     sliding_extra, block_extras = 0, ()
     if checkpointing:
         tr.region = "block"
@@ -398,7 +404,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         if getattr(x, "per_layer", None) is not None:  # Gemma 4's per-layer inputs: every block's second input
             tr.save(x.per_layer, "per-layer inputs (checkpoint input, one for all blocks)")
         if record.mask_is_checkpoint_input and attention == "eager":
-            tr.save(tr.new(b * s * s, e, shared=True), "4-D attention mask (checkpoint input, one for all blocks)")
+            for numel, elem in masks:  # each mask the blocks get (a causal and a sliding-window one: gpt-oss)
+                tr.save(tr.new(numel, elem, shared=True), "4-D attention mask (checkpoint input, one for all blocks)")
         per_layer, layers_storing = tr.bytes_in("block"), n_layers  # every block, frozen ones too
         terms += tr.terms("block", "each block")
         # Backward recomputes one block at a time, its input needing a gradient, and saves its set again.
@@ -410,8 +417,11 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         # a block whose recomputed tensors outlive its own backward (Gemma 4's shared_kv_states): alive from then on
         # to the end of backward, priced in the blocks recomputed after it (_mixed_parts)
         held_to_end = re.__dict__.get("held_to_backward_end", 0) * _positive(trained)
+        # and the block input its recomputed input norm saved (pow(2) keeps its input), which that graph keeps with it
+        held_to_end = held_to_end + (b * s * h * e) * _positive(held_to_end)
         # and what it leaves alive from its forward through backward: counted beside the blocks
         sliding_extra = re.__dict__.get("held_through_backward", 0) * _positive(trained)
+        backward_live = re.__dict__.get("backward_live", 0)
         if isinstance(method, Freeze):
             re_frozen = new_trace()
             block(re_frozen, "block", re_frozen.new(b * s * h, e, True, existing=True), False, existing, any(masked))
@@ -474,6 +484,12 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         tables = tables + sliding_extra
         terms.append(("outside", "sliding-window blocks' SDPA mask and k/v repeated to every head, past the "
                                  "first storing block (each saves its own; counted here)", sliding_extra))
+    if checkpointing and record.checkpoint_held_arguments:
+        held_arguments = _checkpoint_arguments(shape, rope_rows, dm["rd"], 4 if record.rotary_tables_fp32 else e,
+                                               s, n_layers, device, rope_widths)
+        tables = tables + held_arguments
+        terms.append(("outside", "what the checkpoints hold beside the block inputs: the rotary cos and sin, the "
+                                 "position ids and, on the CPU, each block's RNG state", held_arguments))
     if not checkpointing:
         # Gemma 3 computes one cos/sin pair per layer type: a second pair is saved by the first storing block
         # of the other type (counted here with the shared tables; the measurement files it in that block).
@@ -541,8 +557,9 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         head=head, loss=loss, batch=emb.batch_bytes + chosen.batch_bytes,
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
         block_live=live.peak_live(), head_live=chosen.peak_live(),
-        recompute_live=again.peak_live() if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
-        sliding_extra=sliding_extra, held_to_backward_end=held_to_end)
+        # (and a gradient its trace says backward holds when the recomputation starts: gpt-oss's experts' unsort)
+        recompute_live=again.peak_live() + again.__dict__.get("recompute_arrival", 0) if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
+        sliding_extra=sliding_extra, held_to_backward_end=held_to_end, recompute_backward_live=backward_live)
 
 
 def _first_adapted_block(shape: ModelShape, method) -> int:
@@ -606,10 +623,13 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
     extra = saved - estimate.layers
     # Checkpointing: a layout's recomputed block whose tensors outlive its backward (Gemma 4's store blocks) adds them
     # to the recomputation of every block below it, which backward recomputes later (priced at a layout's first block)
-    outlive = [(int(blocks[0]), parts.held_to_backward_end) for _, blocks, parts in traced
+    outlive = [(blocks, parts.held_to_backward_end) for _, blocks, parts in traced
                if _positive_any(parts.held_to_backward_end)]
-    recomputes = [(blocks, parts.recompute + sum((held for at, held in outlive if at > blocks[0]), 0),
-                   parts.recompute_live + sum((held for at, held in outlive if at > blocks[0]), 0))
+
+    def held_after(block):  # what every such block above `block` (recomputed before it) still holds
+        return sum((held * int(np.count_nonzero(at > block)) for at, held in outlive), 0)
+
+    recomputes = [(blocks, parts.recompute + held_after(blocks[0]), parts.recompute_live + held_after(blocks[0]))
                   for _, blocks, parts in traced]
     # the largest layout's, point by point in a sweep
     recompute = reduce(larger, (r for _, r, _ in recomputes))
@@ -634,6 +654,7 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
                     if any(per_block) or last.block_extras or any(extras) else ())
     return replace(last, estimate=estimate, blocks=estimate.layers, first=first_bytes_all, recompute=recompute,
                    recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras,
+                   recompute_backward_live=reduce(larger, (parts.recompute_backward_live for _, _, parts in traced)),
                    layout_recompute=tuple((tuple(int(i) for i in blocks), r, live) for blocks, r, live in recomputes))
 
 
@@ -820,6 +841,16 @@ def _pick_parts(over, above: ActivationParts, below: ActivationParts) -> Activat
         if f.name not in parts:
             parts[f.name] = pick(over, getattr(above, f.name), getattr(below, f.name))
     return ActivationParts(**parts)
+
+
+def _checkpoint_arguments(shape: ModelShape, rope_rows, rotary_width, table_bytes, s, n_layers, device, rope_widths):
+    """Bytes each checkpointed block's arguments and stash keep from the forward to the end of backward beyond its
+    input: the rotary cos and sin (position_embeddings, one pair per layer type where their widths differ), the
+    position ids (cache_position, s int64) and, where the RNG state is a CPU tensor beside the step's, the CPU RNG
+    state torch.utils.checkpoint stashes per block (preserve_rng_state: torch.get_rng_state(), 5,056 uint8)."""
+    widths = {rope_widths[kind] for kind in shape.layer_types} if rope_widths else {rotary_width}
+    return (2 * rope_rows * sum(widths) * table_bytes + INT64 * s
+            + (CPU_RNG_STATE_BYTES * n_layers if device == "cpu" else 0))
 
 
 def _extra_rope_pairs(shape: ModelShape, first_storing):

@@ -39,6 +39,10 @@ Backward
     block's forward run again at its fullest, for the last block, each later layout's first block and the
     first block; where the blocks differ each is its own layout's recompute (the first block's: the largest
     of the layouts up to it, which backward recomputes after it)
+    in a recomputed block's attention backward (checkpointing, where the block's trace marks a moment wider than
+    its MLP's: gpt-oss's sink attention): the block inputs, the gradients so far and what the trace says that
+    moment holds (ActivationParts.recompute_backward_live), for the last and the first block; a record's
+    norm_backward_widths makes a checkpointed block's W its widest norm's backward where that is wider (Gemma 4)
     at the embeddings: every gradient, plus a temporary V*h*e when the embedding is tied to the
     head (its second gradient is added into the first); with checkpointing and frozen embeddings,
     the embedding output transformers turned into a leaf and its gradient, 2*t*h*e
@@ -379,6 +383,8 @@ def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False
     h = shape.hidden_size
     record = shape.architecture
     work = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * shape.intermediate_size * e
+    if checkpointing and record is not None and record.norm_backward_widths:  # a norm's backward wider than the MLP's
+        work = larger(work, t * h * e + record.norm_backward_widths * t * h * 4)  # (measured with checkpointing)
     if shape.n_experts and record is not None and record.traced:  # a MoE block: its experts' moments (3 x t x k x h
         # at the unsort, measured), not a dense width's (intermediate_size is its dense blocks')
         work = t * h * e + _moe.backward_phase(shape, t, e, not isinstance(method, (LoRA, Adapters)),
@@ -539,6 +545,20 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
                     (s.embeddings_alloc + e * t * h + parts.tables + later_grads + t * h * e
                      + first_live) * two, saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
                     gradients=later_grads * two, unset=(s.g_embed + s.g_block) * two)
+        inside = parts.recompute_backward_live
+        if is_ndarray(inside) or inside:
+            # A recomputed block whose backward is widest past its MLP (its trace says what it holds then: gpt-oss's
+            # sink attention): the block inputs, the gradients so far (the block's own too, an upper bound: its
+            # attention's are not made yet), the gradient arriving at the block and that moment's tensors
+            moments.add("backward", "in the last block's recomputed attention backward: every block input, "
+                        "head-side gradients", s.embeddings_alloc + parts.blocks + parts.tables + s.g_head_side
+                        + s.g_block + t * h * e + inside, saved=s.embeddings_alloc + parts.blocks + parts.tables,
+                        gradients=s.g_head_side + s.g_block, unset=grads - s.g_head - s.g_block)
+            moments.add("backward", "in the first block's recomputed attention backward: its input, every gradient "
+                        "but the embeddings'", (s.embeddings_alloc + e * t * h + parts.tables + later_grads + s.g_block
+                                                + t * h * e + inside) * two,
+                        saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
+                        gradients=(later_grads + s.g_block) * two, unset=s.g_embed * two)
     moments.add("backward", "at the embeddings: every gradient", s.embeddings_alloc + grads + s.tied_embed + s.leaf,
                 saved=s.embeddings_alloc, gradients=grads + s.tied_embed, unset=s.g_embed)
 

@@ -176,8 +176,12 @@ def test_held_out_steps_save_what_the_trace_says_and_peak_within_five_percent(to
 # checkpointed model, and fresh and fresh-keqv were measured after it was committed (held out). Full training: 1.8% to
 # 5.2% under. LoRA: 2.1% to 9.4% under (per-layer-inputs-held, measured after the per-layer inputs were committed:
 # full 3.3% and 3.7% under, LoRA 5.4% and 7.6%; shared-kv-held, after the shared blocks were committed: full 3.1%
-# and 3.5% under, LoRA 4.6% and 2.5% over): the moments peak.py prices do not place what the store blocks hold (their
-# recomputed graph, alive from their recomputation to the end of backward) where a LoRA step peaks.
+# and 3.5% under, LoRA 4.6% and 2.5% over). Then, written against base, wider and fresh: every store block above a
+# recomputed block holds its recomputed graph and its input (not one per layout), a block's backward is as wide as
+# Gemma4RMSNorm's fp32 backward (record.norm_backward_widths), and every checkpoint holds the rotary cos and sin,
+# the position ids and the CPU RNG state (checkpoint_held_arguments). After: held in 0.3% to 3.1% over; held out
+# (mqa-keqv-window, per-layer-inputs-held, shared-kv-held, fresh-keqv) 2.0% under (per-layer-inputs-held's LoRA
+# fp32 step) to 6.9% over (shared-kv-held's LoRA steps, at the loss, over before too): still refused.
 CHECKPOINTED = {"base": BASE, **HELD_OUT,
                 "fresh": dict(BASE, hidden_size=112, num_attention_heads=8, num_key_value_heads=4, head_dim=8,
                               global_head_dim=24, intermediate_size=160, num_hidden_layers=6,
@@ -185,12 +189,8 @@ CHECKPOINTED = {"base": BASE, **HELD_OUT,
                 "fresh-keqv": dict(BASE, hidden_size=72, num_attention_heads=3, num_key_value_heads=3, head_dim=24,
                                    global_head_dim=48, attention_k_eq_v=True, num_global_key_value_heads=1,
                                    num_hidden_layers=3, layer_types=[S, S, F], intermediate_size=56, use_cache=True)}
-CHECKPOINTED_OFF = {  # (name, method, precision): measured, predicted / measured - 1
-    ("base", "lora", "fp32"): -0.0939, ("base", "lora", "bf16"): -0.0727, ("wider", "lora", "fp32"): -0.0729,
-    ("wider", "lora", "bf16"): -0.0554, ("fresh", "lora", "fp32"): -0.0587, ("fresh", "lora", "bf16"): -0.0546,
-    ("fresh-keqv", "lora", "fp32"): -0.0587, ("fresh-keqv", "lora", "bf16"): -0.0643,
-    ("fresh-keqv", "full", "fp32"): -0.0515,
-    ("per-layer-inputs-held", "lora", "fp32"): -0.0536, ("per-layer-inputs-held", "lora", "bf16"): -0.0760,
+CHECKPOINTED_OFF = {  # (name, method, precision): measured, predicted / measured - 1 (outside 5%)
+    ("shared-kv-held", "lora", "fp32"): 0.0691, ("shared-kv-held", "lora", "bf16"): 0.0508,
 }
 
 
@@ -202,8 +202,8 @@ def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft
     from family_checks import predicted_step, two_cpu_steps
 
     if (name, method, precision) in CHECKPOINTED_OFF:
-        pytest.xfail(f"{CHECKPOINTED_OFF[name, method, precision]:+.1%} against the measured peak: the store blocks' "
-                     "recomputed graph is not priced at the moment this step peaks")
+        pytest.xfail(f"{CHECKPOINTED_OFF[name, method, precision]:+.1%} against the measured peak: this step peaks at "
+                     "the loss, where the checkpointed moments price more than it holds")
     config = CHECKPOINTED[name]
     run = dict(method=method, precision=precision, attention="sdpa", checkpointing=True)
     _, peak = predicted_step(mm.from_hf_config(config), **run)

@@ -147,26 +147,30 @@ HELD_OUT = {
     # sixteen heads of 8 over a 64-wide stream: the attention's b x a x s x (s + 1) tensors dominate
     "heads": dict(BASE, num_attention_heads=16, num_key_value_heads=4, head_dim=8),
 }
-# peak / measured - 1 of the steady step, measured after the changes above (CPU, torch 2.13, transformers 5.24)
+# peak / measured - 1 of the steady step, measured after the changes above (CPU, torch 2.13, transformers 5.24); with
+# checkpointing, after peak.py priced what these steps found (below), so held in for that
 MEASURED = {  # (name, method, precision): (without checkpointing, with checkpointing)
-    ("moe", "full", "fp32"): (0.0002, 0.0048), ("moe", "full", "bf16"): (0.0004, -0.0247),
-    ("moe", "lora", "fp32"): (0.0004, -0.0139), ("moe", "lora", "bf16"): (0.0005, -0.0370),
-    ("deep", "full", "fp32"): (0.0001, 0.0006), ("deep", "full", "bf16"): (0.0001, -0.0003),
-    ("deep", "lora", "fp32"): (-0.0080, -0.0047), ("deep", "lora", "bf16"): (0.0001, -0.0082),
-    ("narrow", "full", "fp32"): (0.0003, 0.0064), ("narrow", "full", "bf16"): (0.0004, -0.0287),
-    ("narrow", "lora", "fp32"): (0.0005, -0.0575), ("narrow", "lora", "bf16"): (0.0006, -0.0401),
-    ("heads", "full", "fp32"): (0.0002, -0.0177), ("heads", "full", "bf16"): (0.0003, -0.1247),
-    ("heads", "lora", "fp32"): (-0.0002, -0.0299), ("heads", "lora", "bf16"): (0.0004, -0.1539),
+    ("moe", "full", "fp32"): (0.0002, 0.0307), ("moe", "full", "bf16"): (0.0004, 0.0005),
+    ("moe", "lora", "fp32"): (0.0004, 0.0346), ("moe", "lora", "bf16"): (0.0005, 0.0008),
+    ("deep", "full", "fp32"): (0.0001, 0.0152), ("deep", "full", "bf16"): (0.0001, 0.0151),
+    ("deep", "lora", "fp32"): (-0.0080, 0.0326), ("deep", "lora", "bf16"): (0.0001, 0.0288),
+    ("narrow", "full", "fp32"): (0.0003, 0.0338), ("narrow", "full", "bf16"): (0.0004, 0.0006),
+    ("narrow", "lora", "fp32"): (0.0005, 0.0007), ("narrow", "lora", "bf16"): (0.0006, 0.0008),
+    ("heads", "full", "fp32"): (0.0002, 0.0203), ("heads", "full", "bf16"): (0.0003, 0.0186),
+    ("heads", "lora", "fp32"): (-0.0002, -0.0018), ("heads", "lora", "bf16"): (0.0004, 0.0026),
 }
-# Why the checkpointed steps fall short: peak.py prices a block's backward working set by its MLP (here the MoE
-# block's moments, _moe.backward_phase), not by eager attention's backward. Measured in heads' bf16 step (the
-# profiler's allocations): the peak is in the recomputed block's MaxBackward0, whose value_selecting_reduction_backward
-# makes b x a x s x (s + 1) zeros and scatters into them (the CPU scatter allocating that many fp32 values for a
-# bf16 tensor) beside the softmax backward's b x a x s x (s + 1) gradient; where a x s is large against k x h
-# (heads: 1,024 against 128) that moment is the step's peak. Without checkpointing deep's LoRA fp32 step is short
-# by the DynamicCache's k and v of the earlier blocks (eager attention keeps repeat_kv's copies, not the cache's, and
-# the forward peak counts only the earlier blocks' saved tensors).
-SHORT_CHECKPOINTED = {("narrow", "lora", "fp32"), ("heads", "full", "bf16"), ("heads", "lora", "bf16")}
+# The checkpointed steps were first 12% to 15% under (heads in bf16) and up to 5.8% under elsewhere. Measured in
+# the profiler's allocations, what was not priced: a recomputed block's widest moment is its sink attention backward
+# (MaxBackward0's value_selecting_reduction_backward makes b x a x s x (s + 1) zeros and scatters into them, the CPU
+# scatter allocating that many fp32 values for a bf16 tensor, beside the softmax backward's b x a x s x (s + 1)
+# gradient; in fp32 the softmax backward's three such tensors); the eager causal and sliding-window masks (kwargs
+# GradientCheckpointingLayer holds) live from the forward to the end of backward; a block is recomputed when
+# backward reaches its experts' unsort, whose t x k x h gradient is alive meanwhile; and where the step peaks at the
+# loss's vocabulary gradients, what every checkpoint holds beside its input: the rotary cos and sin, the position ids
+# and torch.utils.checkpoint's CPU RNG state (preserve_rng_state, 5,056 B a block; narrow's LoRA bf16 step was
+# 11,748 B under without them). The unsort's gradient is priced in every recomputation, an upper bound where the
+# recomputation's widest moment is at the experts (up to 3.5% over, fp32).
+CHECKPOINTED_UNDER = 0.005  # the most a checkpointed step measured above its prediction, rounded up (MEASURED)
 
 
 @pytest.mark.live
@@ -187,20 +191,63 @@ def test_held_out_steps_save_what_the_trace_saves_and_peak_within_one_percent(to
     assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.01
 
 
+# Held out for the checkpointed moments: configs stepped only after they were committed (b x s as named), measured
+# then: peak / measured - 1 in full fp32, full bf16, LoRA fp32, LoRA bf16
+CHECKPOINTED_HELD_OUT = {  # name: (config, seq_len, batch_size)
+    # five heads over one key/value head, 6 experts, three blocks, a 24-token window, 96 tokens
+    "wide": (dict(BASE, hidden_size=80, num_attention_heads=5, num_key_value_heads=1, head_dim=16, intermediate_size=40,
+                  num_local_experts=6, num_experts_per_tok=2, num_hidden_layers=3, sliding_window=24), 96, 2),
+    # top-3 of 4 experts, eight heads of 8, one sequence of 128 tokens
+    "long": (dict(BASE, num_attention_heads=8, num_key_value_heads=2, head_dim=8, intermediate_size=48,
+                  num_experts_per_tok=3, sliding_window=40), 128, 1),
+    # a key/value head per query head, head_dim 24, 8 experts, three sequences of 48 tokens, an 8-token window
+    "mha": (dict(BASE, hidden_size=96, num_key_value_heads=4, head_dim=24, num_local_experts=8, num_hidden_layers=3,
+                 sliding_window=8), 48, 3),
+}
+CHECKPOINTED_HELD_OUT_MEASURED = {"wide": (0.0263, 0.0225, 0.0263, -0.0085), "long": (0.0204, 0.0149, -0.0074, -0.0059),
+                                  "mha": (0.0150, 0.0127, 0.0243, -0.0084)}
+# (the same steps before these moments were priced: wide -4.4% to +0.8%, long -15.2% to -0.2%, mha -2.2% to +0.1%;
+# after the checkpoints' held arguments were priced, found on the held-in steps and Gemma 4's: wide +3.0%, +2.8%,
+# +3.3%, +0.1%; long +2.4%, +2.0%, -0.2%, +0.2%; mha +1.8%, +1.7%, +3.0%, +0.1%)
+
+
+def _checkpointed_step(torch, transformers, peft, config, *, method, precision, seq_len=64, batch_size=2):
+    """(predicted, measured) steady peaks of two AdamW steps with checkpointing, b x s tokens (two_cpu_steps' loop)."""
+    from family_checks import stepped_model
+    from memmath.stepping import step_twice
+    from validation.measure import make_optimizer
+
+    model, layers = stepped_model(torch, transformers, peft, config, precision=precision, method=method,
+                                  attention="eager", checkpointing=True)
+    ids = torch.randint(1, 512, (batch_size, seq_len), generator=torch.Generator().manual_seed(1))
+    measured = step_twice(model, make_optimizer([p for p in model.parameters() if p.requires_grad], "adamw"),
+                          {"input_ids": ids, "labels": ids.clone()}, layers)["peak_step2_bytes"]
+    lora = mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v"))
+    peak = mm.peak_memory(mm.from_hf_config(config), precision=precision, optimizer="adamw",
+                          activations="transformers", method=lora, seq_len=seq_len, batch_size=batch_size,
+                          dropout=False, attention="eager", checkpointing=True, device="cpu")
+    return peak.total, measured
+
+
 @pytest.mark.live
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("method", ["full", "lora"])
 @pytest.mark.parametrize("name", sorted(HELD_OUT))
-def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft, name, method, precision):
-    """Held out, with gradient checkpointing (transformers' non-reentrant default): within 5% (tests/test_fidelity.py's
-    tolerance) but where the attention backward is not priced (SHORT_CHECKPOINTED, MEASURED)."""
-    from family_checks import predicted_step, two_cpu_steps
+def test_a_checkpointed_step_peaks_at_or_just_above_the_measured(torch, transformers, peft, name, method, precision):
+    """Held in, with gradient checkpointing (transformers' non-reentrant default): from 0.2% under to 3.5% over
+    (MEASURED)."""
+    predicted, measured = _checkpointed_step(torch, transformers, peft, HELD_OUT[name], method=method,
+                                             precision=precision)
+    assert -CHECKPOINTED_UNDER < predicted / measured - 1 < 0.04, predicted / measured - 1
 
-    if (name, method, precision) in SHORT_CHECKPOINTED:
-        pytest.xfail(f"{MEASURED[name, method, precision][1]:.1%} under the measured peak: a recomputed block's eager "
-                     "attention backward (b x a x s x (s + 1) gradients) is not in peak.py's working set")
-    config = HELD_OUT[name]
-    run = dict(precision=precision, method=method, attention="eager", checkpointing=True)
-    _, peak = predicted_step(mm.from_hf_config(config), **run)
-    measured = two_cpu_steps(torch, transformers, peft, config, **run)
-    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.05, peak / measured["peak_step2_bytes"] - 1
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(CHECKPOINTED_HELD_OUT))
+def test_a_held_out_checkpointed_step_peaks_at_or_just_above_the_measured(torch, transformers, peft, name, method,
+                                                                          precision):
+    config, seq_len, batch_size = CHECKPOINTED_HELD_OUT[name]
+    predicted, measured = _checkpointed_step(torch, transformers, peft, config, method=method, precision=precision,
+                                             seq_len=seq_len, batch_size=batch_size)
+    assert -CHECKPOINTED_UNDER < predicted / measured - 1 < 0.04, predicted / measured - 1

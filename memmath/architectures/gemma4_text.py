@@ -558,8 +558,12 @@ ARCHITECTURE = Architecture(
     trace_embeddings=embeddings, trace_block=block, trace_head=partial(_decoder.head_and_loss, norm=final_norm),
     traced_activations=("gelu_pytorch_tanh",), trace_refusal=trace_refusal, rotary_widths=rotary_widths,
     routing_weights_fp32=True,  # the top-k weights stay fp32 (softmax in fp32, times per_expert_scale)
+    # Gemma4RMSNorm's backward (x * pow(mean(x^2) + eps, -0.5) * weight, in fp32) past the weight's product: the
+    # gradient times the power, the mean's expanded gradient, pow(x, 1), 2 x and their product, t x h fp32 each
+    norm_backward_widths=5,
+    checkpoint_held_arguments=True,
     checkpointed_peak_refusal=("with checkpointing, its store blocks keep their keys and values (shared_kv_states, "
-                               "held by the checkpoint's arguments) and their recomputed graph to the end of backward, "
-                               "which memmath's moments do not all price: held-out CPU steps peaked 2-9% above the "
-                               "prediction under LoRA"),
+                               "held by the checkpoint's arguments) and their recomputed graph to the end of backward; "
+                               "priced, held-out CPU steps still peaked up to 2% above the prediction (per-layer inputs, "
+                               "LoRA, fp32) and others 7% below it"),
 )

@@ -9,8 +9,11 @@ to the scores with their max's indices and a softmax in the model's dtype, the t
 chosen logits, and transformers' default grouped_mm experts (integrations/moe.py) with their biases gathered per row
 and the clamped SwiGLU (GptOssExperts._apply_gate). It was checked against what autograd holds on the CPU to the byte
 (tests/test_families_gpt_oss_trace.py) before traced was set. Held out after: saved activations to the byte in 16
-CPU steps, steady peaks within 1%; checkpointed peaks within 5% but where eager attention's backward (b x a x s x
-(s + 1) gradients, which peak.py's block working set leaves out) is the recomputed block's widest moment."""
+CPU steps, steady peaks within 1%. With checkpointing three things found on those steps are priced: a recomputed
+block's sink attention backward (sink_backward_work, b x a x s x (s + 1) gradients), the eager masks held from the
+forward to the end of backward, and the experts' unsort gradient alive while a block is recomputed; 12 CPU steps
+of other configs measured after that were 0.9% under to 2.6% over, and 0.2% under to 3.3% over once what every
+checkpoint holds beside its input (checkpoint_held_arguments) was priced."""
 
 from functools import partial
 
@@ -107,6 +110,7 @@ def sink_attention(tr: Trace, shape, q: Tensor, k: Tensor, v: Tensor, trainable:
     tr.use(combined)
     if grad:
         tr.save(indices, "attention sink-softmax max indices (int64)")
+        tr.__dict__["backward_live"] = tr.bytes_in(tr.region) + sink_backward_work(tr, rows, n, e)
     shifted = tr.new(rows * (s + 1), e, grad)
     tr.use(combined, top)
     probs = tr.new(rows * (s + 1), e, grad)  # F.softmax(..., dtype=combined_logits.dtype)
@@ -123,6 +127,18 @@ def sink_attention(tr: Trace, shape, q: Tensor, k: Tensor, v: Tensor, trainable:
     ctx = tr.new(n, e, probs.grad or v.grad)  # transpose(1, 2).contiguous()
     tr.use(out, k, v)
     return ctx
+
+
+def sink_backward_work(tr: Trace, rows, n, e):
+    """The most the sink attention's backward holds at once beyond the block's tensors saved before its softmax and
+    the gradient arriving at the block: the gradient of the repeated v (probs^T @ grad, n values), then the widest of
+    the softmax's backward (slice_backward's b x a x s x (s + 1) zero-padded gradient, the saved output and
+    _softmax_backward_data's gradient) and MaxBackward0's (the softmax's gradient passed on to the logits, the
+    max's b x a x s gradient and FunctionsManual.cpp value_selecting_reduction_backward's b x a x s x (s + 1)
+    zeros scattered into in place, whose CPU scatter_ makes a b x a x s x (s + 1) fp32 buffer for a 16-bit
+    gradient: measured on the CPU, counted on CUDA too, where it is not measured)."""
+    wide = rows * (tr.s + 1)
+    return n * e + max(3 * wide * e, 2 * wide * e + rows * e + (4 * wide if e < 4 else 0))
 
 
 def attention(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
@@ -204,6 +220,9 @@ def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     out = _moe.routed_experts(tr, shape, normed, weights, trainable, p.lora_of, biased=True,
                               apply_gate=clamped_swiglu)
     tr.use(normed, logits, weights)
+    # A recomputed block's forward runs again when backward first unpacks one of its tensors: at the experts' unsort
+    # (IndexBackward0), whose gradient (t x k x h, the output's gradient expanded to every chosen expert) is alive
+    tr.__dict__["recompute_arrival"] = tr.t * shape.experts_per_tok * shape.hidden_size * tr.e
     return tr.add(r1, out)
 
 
@@ -225,10 +244,9 @@ ARCHITECTURE = Architecture(
     tp_plan=_moe.TP_PLAN,
     sdpa=False,  # GptOssPreTrainedModel._supports_sdpa = False (the sinks need eager or flash kernels)
     trace_block=block, final_norm="rms_fp32_weight", rotary_half_tables=True, both_masks_always=True,
+    mask_is_checkpoint_input=True,  # the causal and sliding-window masks, held from the forward to the end of backward
+    checkpoint_held_arguments=True,
     traced=True,
-    checkpointed_peak_refusal=("with checkpointing, a recomputed block's widest moment can be eager sink attention's "
-                               "backward (MaxBackward0's b x a x s x (s + 1) gradients beside the softmax's), which "
-                               "memmath's block working set leaves out: held-out CPU steps peaked up to 15% above it"),
     # the prefill working set of its experts' loop is not measured: the plain estimate (inference.working_set_bytes)
     prefill_phases=None,
 )

@@ -59,6 +59,9 @@ class Architecture:
     position_id_buffers: bool = False
     grouped_query: bool = True  # n_kv_heads and head_dim free (GPT-2, BERT: n_kv_heads = n_heads, d = h / a)
     mlp_backward_widths: int = 2  # MLP-wide gradients alive at once in a block's backward (GELU and SwiGLU: 2)
+    # fp32 t x h tensors alive at once in the backward of a block's widest norm, beside the gradients arriving at the
+    # block and at the norm (t x h each, the model's dtype), where that outgrows the MLP's working set (Gemma 4: 5)
+    norm_backward_widths: int = 0
     # ---- tensor parallelism (memmath/parallel.py): module -> "colwise" or "rowwise", named the way
     # transformers' base_model_tp_plan names them, from the base model ("layers.*.self_attn.q_proj", GPT-2's
     # "h.*.attn.c_attn", BERT's "encoder.layer.*.attention.self.query"); conv1d: GPT-2's Conv1D modules,
@@ -74,7 +77,14 @@ class Architecture:
     trace_block: Callable = decoder_block
     trace_head: Callable = decoder_head_and_loss
     causal: bool = True  # a causal LM: causal masks, the DynamicCache, the shifted-label loss (BERT: False)
-    mask_is_checkpoint_input: bool = False  # GPT-2 passes its eager 4-D mask to each checkpointed block
+    # under checkpointing the eager 4-D masks are held from the forward through backward, priced in every moment
+    # (GPT-2 passes its mask to each checkpointed block; gpt-oss's two reach them as kwargs GradientCheckpointingLayer
+    # holds); else only the recomputations hold them
+    mask_is_checkpoint_input: bool = False
+    # under checkpointing, price what every checkpoint holds beside its input to the end of backward (the rotary cos and
+    # sin, the position ids, the CPU RNG state; hf_activations._checkpoint_arguments): measured for gpt-oss and
+    # Gemma 4, whose checkpointed steps peak where these bytes count; the other types' moments leave them out
+    checkpoint_held_arguments: bool = False
     embedding: str = "embed_tokens"  # the token embedding's module name
     scaled_embedding: bool = False  # Gemma's GemmaTextScaledWordEmbedding multiplies by embed_scale
     embedding_dropout: bool = False  # GPT-NeoX's emb_dropout
