@@ -162,6 +162,10 @@ def _setup(shape: ModelShape, method, recipe, present_only=False):
                                       "AMP's autocast (use activations='textbook')")
         modules = frozenset(adapter.module for adapter in shape.lora_adapters(method.targets,
                                                                                present_only=present_only))
+        refusal = shape.architecture.lora_trace_refusal(shape, modules) if (
+            known(shape) and shape.architecture.lora_trace_refusal) else ""
+        if refusal:  # adapted modules a traced type's trace has no steps for (architectures/<type>.py says which)
+            raise validate.FieldError("activations", f"activations='transformers' {refusal} (use activations='textbook')")
         return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
     if isinstance(method, Adapters):
         return _Setup(False, False, False, frozenset(), None, houlsby=_houlsby_width(shape, method, recipe))
@@ -317,6 +321,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     rotary_widths, read from the whole model), else None; own_blocks: the blocks of this layout (one block layout of
     a model whose blocks differ): only their SDPA calls are traced with a mask tensor, the other layouts count
     theirs."""
+    if known(shape) and shape.architecture.trace_shape:  # blocks of like tensors that save differently: layouts
+        shape = shape.architecture.trace_shape(shape)
     if shape.mixed:
         return _mixed_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
                             dropout=dropout, attention=attention, checkpointing=checkpointing, device=device,

@@ -1,0 +1,107 @@
+"""Llama 4's text model's (model_type llama4_text) saved activations against PyTorch itself: what autograd holds when
+the first forward pass of small models built by transformers 5.24 (and peft 0.21 for LoRA) returns, counted with
+torch.autograd.graph.saved_tensors_hooks (tests/family_checks.py held_for_backward), equals memmath's trace to the
+byte, with SDPA and eager attention, in fp32 and bf16, full finetuning and LoRA on q and v.
+
+Held in: the configs the trace was written against (HELD_IN), checked while writing it. Held out: the CPU steps
+measured after the trace was committed (their section says what each found)."""
+
+from __future__ import annotations
+
+import pytest
+
+import memmath as mm
+from family_checks import held_for_backward
+from memmath.hf_activations import activation_parts, traces
+from memmath.recipes import get_recipe
+
+# Small Llama 4 text configs, widths small enough for two CPU steps: mixture-of-experts blocks interleaved with
+# dense ones (interleave_moe_layer_step 2, Maverick's), every fourth block NoPE (Llama4TextConfig's
+# no_rope_layer_interval), the chunk (16 tokens) below the sequence (64), grouped-query attention
+BASE = dict(model_type="llama4_text", vocab_size=512, hidden_size=64, intermediate_size=32, intermediate_size_mlp=96,
+            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+            num_experts_per_tok=1, attention_chunk_size=16, interleave_moe_layer_step=2, use_cache=False,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2)
+HELD_IN = {  # the trace was written against these: each equal to the byte before it was committed
+    "base": BASE,
+    # Scout's layout: every block a mixture of experts, here top-2 of 4
+    "every-moe-top2": dict(BASE, interleave_moe_layer_step=1, num_experts_per_tok=2),
+    # no_rope_layers given (the last block rotates), the chunk past the sequence, the training DynamicCache on
+    "cache-given": dict(BASE, num_hidden_layers=3, no_rope_layers=[1, 0, 1], attention_chunk_size=128,
+                        use_cache=True),
+    # one key/value head for every query head
+    "mqa": dict(BASE, num_key_value_heads=1),
+    # without the q/k L2 norm and the temperature tuning, a key/value head per query head, the cache on
+    "plain": dict(BASE, use_qk_norm=False, attn_temperature_tuning=False, num_key_value_heads=4, use_cache=True),
+    # attention dropout: SDPA on the CPU runs its math kernel
+    "dropout": dict(BASE, attention_dropout=0.1),
+}
+
+
+def _parts(config, *, precision, method, attention, targets=("q", "v"), checkpointing=False):
+    lora = mm.Full() if method == "full" else mm.LoRA(rank=4, targets=targets)
+    return activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision), method=lora, seq_len=64,
+                            batch_size=2, dropout=bool(config.get("attention_dropout")), attention=attention,
+                            checkpointing=checkpointing, device="cpu")
+
+
+def test_llama4_text_is_traced():
+    shape = mm.from_hf_config(BASE)
+    assert shape.architecture.traced
+    assert traces(shape, mm.Full(), get_recipe("bf16"), 64, "sdpa") is None
+
+
+def test_a_rotary_block_keeps_the_complex_table_and_a_nope_block_its_temperature_scales():
+    # by hand, BASE in fp32, full finetuning (b 2, s 64, 4 query and 2 key/value heads of 16):
+    # Llama4TextRotaryEmbedding's freqs_cis, complex64 (1, s, d / 2): 64 x 8 values of 8 B, once for every block;
+    # a NoPE block's attn_scales, fp32 (s): 64 x 4 B; the q L2 norm's fp32 input (t x a x d) and rsqrt (t x a)
+    parts = _parts(BASE, precision="fp32", method="full", attention="sdpa")
+    terms = {(region, what): n for region, what, n in parts.estimate.terms}
+    assert terms["outside", "rotary freqs_cis (complex64, one for every block)"] == 64 * 8 * 8
+    assert terms["block", "the other block layouts' blocks: what they save beyond the last block's layout "
+                          "(negative: below it)"] != 0  # the rotary and dense blocks differ from the last, NoPE one
+    assert terms["each block", "attention temperature scales (fp32, s)"] == 64 * 4
+    # two blocks, both rotary, the last a mixture of experts
+    rotary = _parts(dict(BASE, num_hidden_layers=2), precision="fp32", method="full", attention="sdpa")
+    rotary_terms = {what: n for region, what, n in rotary.estimate.terms if region == "each block"}
+    assert rotary_terms["q L2 norm input in fp32"] == 2 * 64 * 4 * 16 * 4
+    assert rotary_terms["q L2 norm rsqrt"] == 2 * 64 * 4 * 4
+    # the MoE block: every token through every expert, x.repeat(E, 1): E x t x h values (4 x 128 x 64, fp32)
+    assert rotary_terms["experts' repeated input (E t x h)"] == 4 * 128 * 64 * 4
+
+
+def test_lora_on_the_router_is_refused_by_name():
+    # peft 0.21 wraps Llama4Router, an nn.Linear that returns a tuple, in a lora.Linear whose forward fails
+    shape = mm.from_hf_config(BASE)
+    for targets in (("q", "router"), "all", ("experts",)):
+        why = traces(shape, mm.LoRA(rank=4, targets=targets), get_recipe("bf16"), 64, "sdpa")
+        assert why is not None and "Llama 4 without" in why, targets
+    assert "router" in traces(shape, mm.LoRA(rank=4, targets="all"), get_recipe("bf16"), 64, "sdpa")
+    with pytest.raises(ValueError, match="router"):
+        _parts(BASE, precision="bf16", method="lora", attention="sdpa", targets=("q", "router"))
+    # the shared expert's linears are traced
+    assert traces(shape, mm.LoRA(rank=4, targets=("q", "gate", "up", "down")), get_recipe("bf16"), 64, "sdpa") is None
+
+
+@pytest.mark.live
+def test_peft_cannot_run_lora_on_llama4_s_router(torch, transformers, peft):
+    """What the refusal above rests on: peft 0.21's lora.Linear around Llama4Router fails in the forward pass."""
+    hf = transformers.AutoConfig.for_model("llama4_text", **{k: v for k, v in BASE.items() if k != "model_type"})
+    torch.manual_seed(0)
+    model = peft.get_peft_model(transformers.AutoModelForCausalLM.from_config(hf).train(),
+                                peft.LoraConfig(r=4, lora_alpha=8, target_modules=["router"]))
+    ids = torch.randint(1, 512, (2, 64))
+    with pytest.raises(AttributeError, match="tuple"):
+        model(input_ids=ids, labels=ids)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("name", sorted(HELD_IN))
+def test_saved_activations_are_what_autograd_holds(torch, transformers, peft, name, attention, method, precision):
+    """Held in: what autograd holds when the forward returns equals the trace to the byte."""
+    config = HELD_IN[name]
+    run = dict(precision=precision, method=method, attention=attention)
+    assert held_for_backward(torch, transformers, peft, config, **run) == _parts(config, **run).estimate.total
