@@ -105,3 +105,83 @@ def test_saved_activations_are_what_autograd_holds(torch, transformers, peft, na
     config = HELD_IN[name]
     run = dict(precision=precision, method=method, attention=attention)
     assert held_for_backward(torch, transformers, peft, config, **run) == _parts(config, **run).estimate.total
+
+
+# ---- held out: CPU steps measured after the trace was committed -------------------------------------------------
+# Two AdamW steps (tests/family_checks.py two_cpu_steps: b 2, s 64), SDPA and eager, full and LoRA r 4 on q and v,
+# fp32 and bf16, checkpointing off and on. The trace was not changed after measuring them.
+HELD_OUT = {
+    "base": BASE,  # its saved activations were held in; its step peaks were not
+    # Scout's layout wider: every block a mixture of 8 experts of 48 (h 96), 6 heads over 2, a 32-token chunk, the
+    # training DynamicCache on
+    "scout-like": dict(BASE, hidden_size=96, intermediate_size=48, intermediate_size_mlp=128, num_attention_heads=6,
+                       num_local_experts=8, interleave_moe_layer_step=1, attention_chunk_size=32, use_cache=True),
+    # Maverick's: every second block 16 experts of 16, no q/k L2 norm, eight blocks, heads of 8, an 8-token chunk
+    "maverick-like": dict(BASE, num_hidden_layers=8, num_attention_heads=8, head_dim=8, intermediate_size=16,
+                          intermediate_size_mlp=64, num_local_experts=16, use_qk_norm=False, attention_chunk_size=8),
+    # no chunking (attention_chunk_size None: every block full attention), moe_layers given, a key/value head per
+    # query head, five blocks
+    "unchunked": dict(BASE, attention_chunk_size=None, moe_layers=[0, 3], num_key_value_heads=4, num_hidden_layers=5),
+}
+# peak / measured - 1 of the steady step (CPU, torch 2.13, transformers 5.24), SDPA; eager within 0.2 points of it
+MEASURED = {  # (name, method, precision): (without checkpointing, with checkpointing)
+    ("base", "full", "fp32"): (0.0002, -0.0278), ("base", "full", "bf16"): (0.0003, -0.0316),
+    ("base", "lora", "fp32"): (0.0002, -0.0756), ("base", "lora", "bf16"): (0.0003, -0.0231),
+    ("scout-like", "full", "fp32"): (-0.0030, -0.0267), ("scout-like", "full", "bf16"): (0.0001, -0.0275),
+    ("scout-like", "lora", "fp32"): (-0.0154, -0.0716), ("scout-like", "lora", "bf16"): (0.0002, -0.0710),
+    ("maverick-like", "full", "fp32"): (-0.0012, -0.0554), ("maverick-like", "full", "bf16"): (0.0001, -0.0566),
+    ("maverick-like", "lora", "fp32"): (-0.0041, -0.1089), ("maverick-like", "lora", "bf16"): (0.0002, -0.1100),
+    ("unchunked", "full", "fp32"): (0.0001, -0.0215), ("unchunked", "full", "bf16"): (0.0002, -0.0233),
+    ("unchunked", "lora", "fp32"): (0.0002, -0.0813), ("unchunked", "lora", "bf16"): (0.0003, -0.0190),
+}
+# What the measurements found. Saved activations: equal to the byte in all 32 steps without checkpointing. Peaks
+# without checkpointing: within 0.4% but for scout-like's LoRA fp32 steps (-1.5% SDPA, -1.4% eager), short in the
+# forward pass's last block by 152,152 B (not found: the DynamicCache's k and v of the earlier chunked blocks, which
+# SDPA's repeat_kv copies replace in what is saved, are 98,304 B of it). With checkpointing every step peaks 2-12%
+# above the prediction (eager -1.9% to -11.6%): a recomputed block's backward through every routed expert (E x t
+# rows of gradients) is not in peak.py's MoE working set (_moe.backward_phase prices the top-k rows of grouped_mm),
+# so a checkpointed Llama 4 run gets a floor, no verdict (checkpointed_peak_refusal).
+SHORT = {("scout-like", "lora", "fp32")}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("name", sorted(HELD_OUT))
+def test_held_out_steps_save_what_the_trace_saves_and_peak_within_one_percent(torch, transformers, peft, name,
+                                                                             attention, method, precision):
+    """Held out: what two_cpu_steps' recorder counts as saved equals the trace to the byte in every case; the steady
+    step's peak is within 1% but for scout-like's LoRA fp32 steps (within 2%, MEASURED)."""
+    from family_checks import predicted_step, two_cpu_steps
+
+    config = HELD_OUT[name]
+    run = dict(precision=precision, method=method, attention=attention)
+    saved, peak = predicted_step(mm.from_hf_config(config), **run)
+    measured = two_cpu_steps(torch, transformers, peft, config, **run)
+    assert measured["saved_bytes"] == saved
+    tolerance = 0.02 if (name, method, precision) in SHORT else 0.01
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < tolerance, peak / measured["peak_step2_bytes"] - 1
+
+
+def test_a_checkpointed_run_gets_a_floor_naming_the_experts_backward():
+    run = mm.Run(model=mm.from_hf_config(BASE), seq_len=64, batch_size=2, checkpointing=True, device="cpu")
+    assert mm.requirement(run).basis == "floor"
+    assert "every routed expert" in mm.from_hf_config(BASE).architecture.checkpointed_peak_refusal
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("name", sorted(HELD_OUT))
+def test_a_checkpointed_step_peaks_above_the_prediction_by_what_the_refusal_says(torch, transformers, peft, name,
+                                                                                method, precision):
+    """Held out, with gradient checkpointing (transformers' non-reentrant default), SDPA: the prediction is 2-12%
+    under the measured peak (MEASURED), the gap checkpointed_peak_refusal names."""
+    from family_checks import predicted_step, two_cpu_steps
+
+    config = HELD_OUT[name]
+    run = dict(precision=precision, method=method, attention="sdpa", checkpointing=True)
+    _, peak = predicted_step(mm.from_hf_config(config), **run)
+    measured = two_cpu_steps(torch, transformers, peft, config, **run)
+    assert -0.12 < peak / measured["peak_step2_bytes"] - 1 < 0, peak / measured["peak_step2_bytes"] - 1
