@@ -433,6 +433,9 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
                 y = block(tr, "frozen block", y, False, rope, mask)
                 y = block(tr, "each frozen block", y, False, rope, mask)
             y = block(tr, "first block", y, True, rope, mask)
+            # the blocks after the first storing one get an input that needs a gradient, also those of a layout
+            # without LoRA's targets (found: Llama 4's dense blocks between its MoE blocks, LoRA on the experts only)
+            y.grad = True
             block(tr, "each block", y, True, rope, mask)
             return tr.bytes_in("each frozen block"), tr.bytes_in("each block"), tr.bytes_in("first block")
 

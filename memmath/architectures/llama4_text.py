@@ -22,7 +22,7 @@ grouped_mm trace (_moe.py); a rotary block keeps the one complex64 freqs_cis tab
 L2 norms' fp32 inputs, a NoPE block its temperature scales. Rotary and NoPE blocks hold the same tensors, so they are
 block layouts of the trace alone (trace_shape, from the shape's block_kind), not of the model. LoRA on the router
 (and all-linear, which adapts it) is refused by name: peft 0.21's forward fails on Llama4Router, which returns a
-tuple; LoRA on the routed experts (target_parameters) is not traced.
+tuple. LoRA on the routed experts (peft's ParamWrapper through target_parameters) is traced: each bmm reads W + BA.
 Its prefill's MLP phase is Llama4TextMoe's own, measured (prefill_phases)."""
 
 from __future__ import annotations
@@ -312,7 +312,9 @@ def moe(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> tuple:
     copy, E t values): the product keeps both. Llama4TextExperts: bmm(routed_in, gate_up_proj) keeps its input when
     the experts train; chunk gives gate and up as views of the E t x 2I output; up * silu(gate) keeps gate_up (SiLU's
     input and up) and the SiLU output; bmm(., down_proj) keeps its E t x I input when the experts train. The shared
-    expert, Llama4TextMLP on x, then out.add_(routed_out.reshape(E, t, h).sum(0)) in place (nothing kept)."""
+    expert, Llama4TextMLP on x, then out.add_(routed_out.reshape(E, t, h).sum(0)) in place (nothing kept).
+    LoRA on the routed experts (peft's ParamWrapper, _moe.wrapped_weight): each bmm reads W + BA, which requires
+    grad, so it keeps its input, and that weight when the input needs a gradient."""
     t, e = tr.t, tr.e
     h, n, k, width = shape.hidden_size, shape.n_experts, shape.experts_per_tok, shape.expert_intermediate_size
     lora = p.lora_of
@@ -346,16 +348,32 @@ def moe(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> tuple:
         tr.save(column, "router scores, one column per expert (E t)")
     routed_in = tr.new(n * t * h, e, repeated.grad or column.grad)
     tr.use(repeated, column)
-    if trainable:
+    experts_lora = lora("experts.gate_up_proj")  # "experts" adapts gate_up_proj and down_proj together
+    gate_up_weight = down_weight = None
+    if experts_lora is not None:  # peft's nested ParamWrappers: down_proj's outside, gate_up_proj's (rank 2r) inside
+        rank, adapter_elem = experts_lora
+        down_pre = _moe.wrapped_weight(tr, experts_lora, n, width, h, "experts down_proj", build=False)
+        gate_up_pre = _moe.wrapped_weight(tr, (2 * rank, adapter_elem), n, h, 2 * width, "experts gate_up_proj",
+                                          build=False)
+        gate_up_weight = gate_up_pre()  # read by the first bmm, inside parametrize.cached()
+    weights_grad = trainable or experts_lora is not None  # the weights bmm reads require grad
+    if weights_grad:
         tr.save(routed_in, "experts gate_up input (E t x h, scaled)")
-    gate_up = tr.new(n * t * 2 * width, e, routed_in.grad or trainable)
-    tr.use(routed_in)
+    if gate_up_weight is not None and routed_in.grad:
+        tr.save(gate_up_weight, "experts gate_up_proj W + BA (peft ParamWrapper)")
+    gate_up = tr.new(n * t * 2 * width, e, routed_in.grad or weights_grad)
+    tr.use(routed_in, gate_up_weight)
     gate, up = (Tensor(n * t * width, e, gate_up.grad, gate_up.storage) for _ in range(2))
     prod = tr.silu_times(gate, up, "experts SwiGLU")
-    if trainable:
+    if experts_lora is not None:
+        down_weight = down_pre()
+    if weights_grad:
         tr.save(prod, "experts down input (E t x I)")
-    routed_out = tr.new(n * t * h, e, prod.grad or trainable)
-    tr.use(prod)
+    if down_weight is not None and prod.grad:
+        tr.save(down_weight, "experts down_proj W + BA (peft ParamWrapper)")
+    routed_out = tr.new(n * t * h, e, prod.grad or weights_grad)
+    tr.use(prod, down_weight)
+    tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
     si = shape.shared_expert_intermediate_size
     shared_gate = tr.linear(x, t * si, trainable, lora("gate_proj"), "shared_expert.gate_proj")
     shared_up = tr.linear(x, t * si, trainable, lora("up_proj"), "shared_expert.up_proj")
@@ -387,12 +405,11 @@ def lora_refusal(shape, modules) -> str:
     """Why the trace does not replay LoRA on `modules` ("" when it does): peft 0.21 wraps Llama4Router (an
     nn.Linear) in a lora.Linear whose forward adds the adapter to what the router returns, a tuple, and fails
     (AttributeError: 'tuple' object has no attribute 'dtype'), so LoRA on the router (and all-linear, which adapts
-    it) does not train; and the routed experts' ParamWrapper is not traced."""
-    missing = [why for module, why in (("router", "the router (peft 0.21's forward fails on Llama4Router, which "
-                                                  "returns a tuple: name the targets without router)"),
-                                       ("experts.gate_up_proj", "the routed experts (target_parameters)"))
-               if module in modules]
-    return f"traces LoRA on Llama 4 without {' or '.join(missing)}" if missing else ""
+    it) does not train."""
+    if "router" not in modules:
+        return ""
+    return ("traces LoRA on Llama 4 without the router (peft 0.21's forward fails on Llama4Router, which returns a "
+            "tuple: name the targets without router)")
 
 ARCHITECTURE = Architecture(
     model_type="llama4_text", family="llama", title="Llama 4 (text)",
