@@ -184,8 +184,10 @@ MEASURED = {  # (name, method, precision): (without checkpointing, with checkpoi
 }
 # What the measurements found. Saved activations: equal to the byte in all 32 steps without checkpointing. Peaks
 # without checkpointing: within 0.4% but for scout-like's LoRA fp32 steps (-1.5% SDPA, -1.4% eager), short in the
-# forward pass's last block by 152,152 B (not found: the DynamicCache's k and v of the earlier chunked blocks, which
-# SDPA's repeat_kv copies replace in what is saved, are 98,304 B of it). With checkpointing every step peaks 2-12%
+# forward pass's last block by 152,152 B. 98,304 B of it are the DynamicCache's k and v of the three earlier chunked
+# blocks (2 x t x 2 x 16 fp32 values each), alive to the forward's end but not saved (SDPA with a chunk mask keeps
+# repeat_kv's copies instead), which the forward peak, counting the earlier blocks' saved tensors, leaves out (the same
+# config without the cache is short by 53,824 B, 0.55%, not found). With checkpointing every step peaks 2-12%
 # above the prediction (eager -1.9% to -11.6%): a recomputed block's backward through every routed expert (E x t
 # rows of gradients) is not in peak.py's MoE working set (_moe.backward_phase prices the top-k rows of grouped_mm),
 # so a checkpointed Llama 4 run gets a floor, no verdict (checkpointed_peak_refusal).
