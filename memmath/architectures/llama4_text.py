@@ -372,7 +372,9 @@ def moe(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> tuple:
     if down_weight is not None and prod.grad:
         tr.save(down_weight, "experts down_proj W + BA (peft ParamWrapper)")
     routed_out = tr.new(n * t * h, e, prod.grad or weights_grad)
-    tr.use(prod, down_weight)
+    # Llama4TextExperts.forward's local gate_up (and its views gate and up) lives until it returns, saved or not:
+    # found on held-out checkpointed steps, whose forward (nothing saved) peaked there above the trace without it
+    tr.use(prod, down_weight, gate_up)
     tr.use(gate_up_weight, down_weight)  # parametrize.cached() holds them until peft's wrappers return
     si = shape.shared_expert_intermediate_size
     shared_gate = tr.linear(x, t * si, trainable, lora("gate_proj"), "shared_expert.gate_proj")
