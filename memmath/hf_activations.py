@@ -164,6 +164,10 @@ def _setup(shape: ModelShape, method, recipe, present_only=False):
                                       "AMP's autocast (use activations='textbook')")
         modules = frozenset(adapter.module for adapter in shape.lora_adapters(method.targets,
                                                                                present_only=present_only))
+        refusal = shape.architecture.lora_trace_refusal(shape, modules) if (
+            known(shape) and shape.architecture.lora_trace_refusal) else ""
+        if refusal:  # adapted modules a traced type's trace has no steps for (architectures/<type>.py says which)
+            raise validate.FieldError("activations", f"activations='transformers' {refusal} (use activations='textbook')")
         return _Setup(False, False, False, modules, (method.rank, method.adapter_bits(recipe) // 8))
     if isinstance(method, Adapters):
         return _Setup(False, False, False, frozenset(), None, houlsby=_houlsby_width(shape, method, recipe))
@@ -324,6 +328,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     rotary_widths, read from the whole model), else None; own_blocks: the blocks of this layout (one block layout of
     a model whose blocks differ): only their SDPA calls are traced with a mask tensor, the other layouts count
     theirs."""
+    if known(shape) and shape.architecture.trace_shape:  # blocks of like tensors that save differently: layouts
+        shape = shape.architecture.trace_shape(shape)
     if shape.mixed:
         return _mixed_parts(shape, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
                             dropout=dropout, attention=attention, checkpointing=checkpointing, device=device,
@@ -438,6 +444,9 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
                 y = block(tr, "frozen block", y, False, rope, mask)
                 y = block(tr, "each frozen block", y, False, rope, mask)
             y = block(tr, "first block", y, True, rope, mask)
+            # the blocks after the first storing one get an input that needs a gradient, also those of a layout
+            # without LoRA's targets (found: Llama 4's dense blocks between its MoE blocks, LoRA on the experts only)
+            y.grad = True
             block(tr, "each block", y, True, rope, mask)
             return tr.bytes_in("each frozen block"), tr.bytes_in("each block"), tr.bytes_in("first block")
 

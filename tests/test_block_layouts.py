@@ -101,7 +101,8 @@ def test_a_split_is_refused_by_name():
     run = mm.Run(model=shape, seq_len=512, n_gpus=8, zero_stage=3, activations="textbook")
     assert mm.training_memory(run).weights == 2 * 400_711_848_960 // 8  # bf16, an even eighth of every tensor
     assert mm.bounds.applies(run)  # ZeRO's sharded run has a safe bound on its parts ...
-    assert mm.requirement(run).basis == "floor"  # ... but llama4_text has no activation trace: a floor, no verdict
+    # ... and llama4_text is traced (tests/test_families_llama4_trace.py): that safe upper bound, not a floor
+    assert mm.requirement(run).basis == "upper bound"
 
 
 def test_a_malformed_layout_is_refused_by_name():

@@ -171,9 +171,10 @@ def test_llama4_caches_chunked_layers_as_states_chunked_attention():
 
 
 # ---- 4. activations and refusals --------------------------------------------------------------------------------
-def test_llama4_s_activations_are_the_textbook_s():
-    # Llama4TextMoe runs every token through every expert, which the mixture-of-experts trace does not model
-    assert not mm.from_hf_config(PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"]).architecture.traced
+def test_llama4_s_activations_are_traced():
+    # Llama4TextMoe runs every token through every expert: its own trace (tests/test_families_llama4_trace.py)
+    scout = mm.from_hf_config(PUBLISHED_CONFIGS["Llama-4-Scout-17B-16E"])
+    assert scout.architecture.traced and not scout.mixed  # rotary and NoPE blocks: layouts of the trace alone
 
 
 STEPPED = {  # tiny configs stepped on the CPU: LLaMA's widths, each family's own fields

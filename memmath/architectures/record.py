@@ -103,6 +103,12 @@ class Architecture:
     # shape -> why the trace does not replay this config of a traced type ("" when it does): options it has no
     # steps for, which keep the textbook model and no verdict (decision.unchecked_type) as an untraced type does
     trace_refusal: Callable | None = None
+    # (shape, the modules LoRA adapts) -> why the trace does not replay LoRA on them ("" when it does), which keeps the
+    # textbook model and no verdict as trace_refusal does
+    lora_trace_refusal: Callable | None = None
+    # shape -> the shape its trace replays, where blocks of like tensors save different ones (Llama 4's rotary and
+    # NoPE blocks: block layouts of the trace alone); None: the shape itself
+    trace_shape: Callable | None = None
     # shape -> {layer type: rotary table width} where the types' head sizes differ (Gemma 4), else None
     rotary_widths: Callable | None = None
     # the MLP activations it is traced with ("": a model built in code); (): every one of `activations`
