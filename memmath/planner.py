@@ -440,6 +440,8 @@ def _suggestions(run: Run, gpu, reserved_bytes, max_gpus, tiers) -> list[Suggest
             need = requirement(new)
         except ValueError:  # e.g. LoRA on a model without named matrices
             continue
+        if need.refused:  # a floor judges nothing (Llama 4 with checkpointing): not a change that could be said to fit
+            continue
         # A saving is counted on one basis: where the change moves the decision from the peak to the sum, the sums
         # are compared, so the switch itself is never credited as a saving. A bound above the peak it replaces
         # (ZeRO, whose peak is not modelled) saves at least the difference: that is the saving counted.

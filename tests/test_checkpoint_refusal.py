@@ -43,3 +43,12 @@ def test_gemma_4_checkpointed_has_a_floor_and_its_plain_step_a_peak():
     checkpointed = mm.requirement(shape, method=mm.LoRA(), seq_len=1024, checkpointing=True)
     assert checkpointed.basis == "floor" and "store blocks" in checkpointed.reason
     assert mm.requirement(shape, method=mm.LoRA(), seq_len=1024).basis == "peak"
+
+
+def test_the_changes_offered_leave_out_a_refused_checkpointing():
+    # Llama 4 Scout without checkpointing has a peak and a verdict; checkpointing it would give a floor, which judges
+    # nothing, so no search offers it (before, path_to_fit took it as a step and then refused its own next step).
+    run = mm.Run("llama-4-scout", method=mm.LoRA(targets=("experts",)), seq_len=2048)
+    assert mm.requirement(run).basis == "peak" and mm.requirement(run.replace(checkpointing=True)).refused
+    for found in (mm.planner.suggest_changes(run, "H100 80GB"), mm.planner.path_to_fit(run, "H100 80GB")):
+        assert found and not any(s.run.checkpointing for s in found) and all(s.basis != "floor" for s in found)
