@@ -29,6 +29,14 @@ RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate
 # transformers 5.24's quantized caches (cache_utils.QuantizedCache: quanto, hqq and fp8 backends) build only for a
 # model whose layer_types are all full_attention; a cache format below 16 bits needs one
 QUANTIZED_CACHE_BITS = 16
+# Formats below 16 bits that no backend of transformers 5.24's QuantizedCache stores (cache_utils.py: fp8 keeps
+# float8_e4m3fn with a per-tensor scale; quanto and hqq keep integers of 1 to 8 bits with per-group constants)
+NO_CACHE_BACKEND = {"nf4": "NF4 is bitsandbytes' weight format, no cache backend's",
+                    "fp8_e5m2": "the fp8 backend stores float8_e4m3fn only"}
+# An integer cache (quanto, hqq: QuantizedLayer): what it holds beside the values, which memmath does not count
+INTEGER_CACHE_LEFT_OUT = ("QuantizedLayer's residual window (up to residual_length - 1 = 127 tokens a layer kept in the "
+                          "model's dtype before they are quantized) and each group's scale and zero point "
+                          "(q_group_size 64) are not counted")
 
 
 def quantized_cache_refusal(model, kv_format) -> str:
@@ -41,6 +49,9 @@ def quantized_cache_refusal(model, kv_format) -> str:
     fmt = get_format(kv_format)
     if fmt.bits >= QUANTIZED_CACHE_BITS:
         return ""
+    if fmt.name in NO_CACHE_BACKEND:
+        return (f"kv_format {fmt.name}: transformers 5.24 has no cache that stores keys and values in it "
+                f"({NO_CACHE_BACKEND[fmt.name]}); serve with kv_format fp8_e4m3, int8 or int4, or the model's dtype")
     title = record.title if record is not None else "this model"
     if record is not None and record.state_bytes is not None:
         kept = "keep a conv or recurrent state beside the keys and values"
@@ -376,6 +387,9 @@ def inference_memory(model, *, weights_format=None,
         notes.append(Note("kv_cache_not_estimated",
                           "KV cache and working set not estimated: the model has no layer widths"))
     notes.extend(kept_fp32_notes(shape, loaded_dtype(shape, weights_format)))
+    if shape.has_shape and get_format(kv_format).kind == "int":  # transformers' quanto or hqq QuantizedCache
+        notes.append(Note("integer_cache_values_only", f"KV cache in {get_format(kv_format).name}: the values' bits "
+                          f"only; {INTEGER_CACHE_LEFT_OUT}"))
     record = shape.architecture
     if shape.has_shape and record is not None and record.causal and record.prefill_phases is None:
         notes.append(Note("working_set_plain_estimate",

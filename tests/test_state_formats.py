@@ -175,3 +175,29 @@ def test_the_command_line_refuses_a_quantized_cache_for_a_hybrid_model(capsys):
     assert main(["infer", "lfm2-1.2b", "--kv", "fp8"]) == 2
     err = capsys.readouterr().err
     assert "QuantizedCache" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kv_format", ["nf4", "fp8_e5m2"])
+def test_a_format_no_cache_stores_is_refused_by_name(kv_format, capsys):
+    # QuantizedCache's backends (cache_utils.py): fp8 keeps float8_e4m3fn, quanto and hqq integers; none keeps these
+    with pytest.raises(ValueError, match="no cache that stores keys and values") as refused:
+        mm.kv_cache_bytes("llama-3-8b", context_len=12, kv_format=kv_format)
+    assert refused.value.field == "kv_format"
+    from memmath.cli import main
+    assert main(["infer", "llama-3-8b", "--kv", kv_format]) == 2
+    err = capsys.readouterr().err
+    assert "no cache that stores" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.live
+def test_the_fp8_cache_keeps_e4m3(torch, transformers):
+    from transformers.cache_utils import Fp8QuantizedLayer
+    assert Fp8QuantizedLayer.fp8_dtype == torch.float8_e4m3fn
+
+
+def test_an_integer_cache_names_what_it_leaves_out():
+    memory = mm.inference_memory("llama-3-8b", kv_format="int4", context_len=4096)
+    note = next(str(n) for n in memory.notes if n.kind == "integer_cache_values_only")
+    assert "residual window" in note and "127 tokens" in note
+    assert not [n for n in mm.inference_memory("llama-3-8b", kv_format="fp8_e4m3").notes
+                if n.kind == "integer_cache_values_only"]
