@@ -31,6 +31,8 @@ def _(mm, mo, viz):
 
 @app.cell
 def _():
+    import functools
+
     import marimo as mo
     import memmath as mm
     from memmath_lessons import reference
@@ -42,7 +44,7 @@ def _():
     from memmath_lessons import recorded, sweeps
     import pandas as pd
     from memmath_lessons import lesson_charts, site_charts
-    return (lesson_charts, live_chart, live_html, live_only_notice, mm, mo, pd, recorded, reference, site_charts,
+    return (functools, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, pd, recorded, reference, site_charts,
             step_slider, sweeps, viz)
 
 
@@ -64,160 +66,57 @@ def _(live_html):
     return assumptions_view, number_view
 
 
-@app.cell(hide_code=True)
-def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, combos_view,
-      crossings_view, head_counts, heads_note, heads_slider, layers_slider, lesson_charts, mm, mo, number_view,
-      numbers_view, pd, preset, ratio_text, seq_slider, sweep_chart, sweep_radio, sweeps, unit_radio, viz,
-      vocab_slider, why_view, width_slider):
-    # The one cell every control of the run re-runs (every re-run cell costs marimo some 8 ms of its own): the core
-    # path's number with its recipe, the chart's rows, the heads slider's steps, the comparisons and the sweep
-    # further down, all into live views; its only output is a warning where one applies.
+@app.cell
+def _(activation_sweep, attention_radio, batch_slider, checkpointing_switch, head_counts, heads_slider, layers_slider,
+      mm, preset, seq_slider, show_comparisons, show_number, show_sweep, sweep_radio, unit_radio, vocab_slider,
+      width_slider):
+    # The one cell every control of the run re-runs (every re-run cell costs marimo some 8 ms of its own): the
+    # arithmetic is here; the show_ functions (hidden cells below) put its numbers into the page's live views.
     batch_size, seq_len = batch_slider.value, seq_slider.value
     n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
     # Heads must divide the width: the heads slider offers this width's divisors (sent to it in place, no new
     # slider) and stands on the largest at most the learner's last choice.
     heads_slider.steps = head_counts(width)
-    n_heads, _wanted_heads = heads_slider.shown, heads_slider.chosen
-    heads_note.update(mo.md(
-        f"*Attention heads shows {n_heads}, not your {_wanted_heads}: {_wanted_heads} heads do not divide a "
-        f"width of {width:,}, and {n_heads} is the largest count below it that does.*"
-        if n_heads != _wanted_heads else ""))
+    n_heads = heads_slider.shown
     attention, checkpointing, unit = attention_radio.value, checkpointing_switch.value, unit_radio.value
     model = mm.models.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
-                          max_positions=preset.max_positions, name="your model")
+                                 max_positions=preset.max_positions, name="your model")
     # The formula this lesson teaches is Korthikanti et al.'s model, asked for by name (activations="textbook",
     # with its dropout masks; memmath's default for a model with a config is the exact trace of transformers'
     # code): the four combinations of kernel and checkpointing, of which the page's number is the chosen one.
-    _rows, _runs = [], {}
-    for _attention in ("eager", "sdpa"):
-        for _ckpt in (False, True):
-            _runs[_attention, _ckpt] = mm.training_memory(
-                model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len,
-                attention=_attention, checkpointing=_ckpt, activations="textbook", dropout=True)
-    training = _runs[attention, checkpointing]
+    textbook_runs = {(_kernel, _ckpt): mm.training_memory(
+        model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len, attention=_kernel,
+        checkpointing=_ckpt, activations="textbook", dropout=True) for _kernel in ("eager", "sdpa") for _ckpt in (False, True)}
+    training = textbook_runs[attention, checkpointing]
+    detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
+    # One block by the paper's formula, with the chosen kernel and with eager attention (the recipe's first line).
+    per_layer = mm.activations.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
+                                                     n_heads=n_heads, attention=attention)
+    eager_per_layer = mm.activations.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size,
+                                                           hidden_size=width, n_heads=n_heads)
     # memmath's default for this model (the exact trace of transformers' GPT-2 code, the config's dropout of 0.1),
     # for training against inference further down, which is not about the formula.
     training_exact = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
                                         seq_len=seq_len, attention=attention, checkpointing=checkpointing)
-    per_layer = mm.activations.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
-                                         n_heads=n_heads, attention=attention)
-    detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
     inference = mm.inference_memory(model, weights_format="bf16", kv_format="bf16", batch_size=batch_size,
                                     context_len=seq_len, attention=attention)
-    _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
-    _bars = viz.breakdown_long({"Training (your settings)": training,
-                                "Inference, same batch and length": inference}, _unit)
-    # JSON directly, into the live chart below: every slider sends it new rows (a new unit draws it anew).
-    bars_chart.update(viz.stacked_bars_output(_bars, _unit, title="Where the memory goes"))
-
-    _s, _b, _h, _a = seq_len, batch_size, width, n_heads
-    _eager = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
-    _kernel = ("" if per_layer == _eager else f" Fused attention drops the s × s terms and adds a 4·a·s·b "
-               f"log-sum-exp: 34·s·b·h + 4·a·s·b = **{viz.readable_size(per_layer, unit)}**.")
-    _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
-                  f"{viz.readable_size(detail.recompute_peak, unit)}, at a time during the backward pass."
-                  if detail.recompute_peak else "")
-    _is_preset = (n_layers, width, n_heads, vocab) == (preset.n_layers, preset.hidden_size, preset.n_heads,
-                                                       preset.vocab_size)
-    _which = (f"the preset `{preset.name}` (change it under *Your model* below)" if _is_preset else
-              "your model (set under *Your model* below)")
-    _notes = []
-    if seq_len > preset.max_positions:
-        _notes.append(f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic "
-                      f"for {seq_len:,} tokens is the same, but the real model would need more position embeddings.")
-    number_view.update(mo.md(f"""
-    **The number.** For {_which}, {model.n_params:,} parameters, at b = {_b} sequences of s = {_s:,} tokens
-    in pure bf16, by Korthikanti et al.'s formula: **activations {viz.readable_size(training.activations, unit)}**,
-    against {viz.readable_size(training.without_activations, unit)} for weights, gradients and AdamW states
-    together. Recipe (Korthikanti et al. 2022, section 4.1, 16-bit activations and 1-byte dropout masks):
-
-    - One block with eager attention keeps s·b·h·(34 + 5·a·s/h) =
-      {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{viz.readable_size(_eager, unit)}**.{_kernel}
-    - The blocks: {detail.layers_storing} {"layer" if detail.layers_storing == 1 else "layers"} ×
-      {viz.readable_size(detail.per_layer, unit)} kept per layer
-      = {viz.readable_size(detail.per_layer * detail.layers_storing, unit)}.{_recompute}
-    - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
-      {viz.readable_size(detail.outside_layers, unit)}.
-    - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {viz.readable_size(detail.loss, unit)}.
-    """))
-    assumptions_view.update(mo.md(
-        f"{training.assumptions} Activations are Korthikanti et al.'s model (`activations=\"textbook\"`): 16-bit, "
-        "with 1-byte dropout masks after the attention, the blocks and the embeddings, as in the paper."
-        """
-
-    These numbers, the chart under them, the comparisons and the sweep below are the paper's model of a
-    GPT block (`activations="textbook"` in memmath). memmath's default for a model with a config (every
-    preset, and this page's model) replays what transformers' own code keeps, tensor by tensor;
-    *Does PyTorch keep what the formula counts?* further down checks both against recorded training steps.
-    """))
-
-    # The four combinations, training against inference, and the sweep's rows and crossings (into the live views
-    # and the sweep's chart further down).
-    for (_attention, _ckpt), _r in _runs.items():
-        _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
-                      "checkpointing": "yes" if _ckpt else "no",
-                      "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
-                      "activations / rest": ratio_text(_r.activations, _r.without_activations)})
-    _costlier = [a for a in ("eager", "sdpa") if _runs[a, True].activations > _runs[a, False].activations]
-    _d = _runs[_costlier[0], True].activation_detail if _costlier else None
-    _why = ("" if not _costlier else
-            f"Here checkpointing keeps *more*, not less: with {model.n_layers} "
-            f"{'layer' if model.n_layers == 1 else 'layers'}, it keeps each block's input "
-            f"({viz.readable_size(_d.per_layer * _d.layers_storing, unit)} in all) and still rebuilds one whole "
-            f"block during the backward pass ({viz.readable_size(_d.recompute_peak, unit)}), which is about what "
-            "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop.")
-
     # The sweep: one memmath call over a numpy array of lengths or batch sizes (the other stays at your setting),
     # and where activations pass the weights alone and everything else (memmath_lessons.sweeps).
-    _sweep = sweeps.activation_sweep(model, over=sweep_radio.value, seq_len=seq_len, batch_size=batch_size,
-                                     attention=attention, checkpointing=checkpointing, unit=unit,
-                                     activations="textbook", dropout=True)  # the formula's, like the number
-    sweep, sweep_values, unit_sweep = _sweep.memory, _sweep.values, _sweep.unit
-    crossover, crossover_weights = _sweep.crossover, _sweep.crossover_weights
-    sweep_chart.update(_sweep.frame, draw=lesson_charts.activation_sweep(_sweep.x_title, unit_sweep),
-                       key=(_sweep.x_title, unit_sweep))
-    if sweep_radio.value == "sequence length":
-        _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
-    else:
-        _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
+    swept = activation_sweep(model, over=sweep_radio.value, seq_len=seq_len, batch_size=batch_size,
+                             attention=attention, checkpointing=checkpointing, unit=unit,
+                             activations="textbook", dropout=True)  # the formula's, like the number
+    sweep, sweep_values, unit_sweep = swept.memory, swept.values, swept.unit
+    crossover, crossover_weights = swept.crossover, swept.crossover_weights
 
-    def _where(x, what):
-        if x is None:
-            return f"stay below {what} over the whole sweep"
-        _verb = "are already bigger than" if x == sweep_values[0] else "pass"
-        return f"{_verb} {what} at **{_what} {x:,}**"
-
-    combos_view.update(pd.DataFrame(_rows))
-    why_view.update(mo.md(_why))
-    # memmath's default model, named (the textbook, with memmath's reason, wherever the exact one does not apply).
-    _chosen = ("fused (SDPA)" if attention == "sdpa" else "eager") + " attention" + (
-        " and the checkpointing" if checkpointing else "")
-    _exact_model = (f"the exact trace of what transformers' GPT-2 code keeps, with the {_chosen} chosen above, and "
-                    "the dropout of GPT-2's config"
-                    if training_exact.activation_model == "transformers" else
-                    "; ".join(n.text for n in training_exact.notes if n.kind == "activations_textbook_fallback"))
-    numbers_view.update(mo.md(f"""
-    Training must keep its activations until the backward pass has used them:
-    {viz.readable_size(training_exact.activations, unit)} here by memmath's default ({_exact_model}; the
-    formula above counts {viz.readable_size(training.activations, unit)}), on top of gradients and optimizer
-    states. Inference has no backward pass. It computes one block, passes the result on and forgets it, so it
-    needs only a transient working set ({viz.readable_size(inference.working_set, unit)} for a prefill of the
-    same batch and length) and a **KV cache** of the keys and values of earlier tokens
-    ({viz.readable_size(inference.kv_cache, unit)}), which decoding reuses for each new token.
-
-    For the same model, batch and length: training {viz.readable_size(training_exact.total, unit)}, inference
-    {viz.readable_size(inference.total, unit)} (weights in bf16; the bars at the top of the page put the same
-    inference next to the formula's training). {viz.lesson_link("07_inference", "Lesson 7")} does the
-    inference side in full.
-    """))
-    crossings_view.update(mo.md(f"""
-    With {_fixed}, activations by the formula {_where(crossover_weights, 'the weights')}, and
-    {_where(crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
-    """))
-    mo.vstack([mo.callout(mo.md(n), kind="warn") for n in _notes]) if _notes else None
-    return (attention, batch_size, checkpointing, crossover, crossover_weights, detail, inference, model, n_heads,
-            n_layers, per_layer, seq_len, sweep, sweep_values, training, training_exact, unit, unit_sweep, vocab,
-            width)
+    _warning = show_number(model, training, inference, per_layer, eager_per_layer, seq_len=seq_len,
+                           batch_size=batch_size, wanted_heads=heads_slider.chosen, unit=unit)
+    show_comparisons(model, textbook_runs, training, training_exact, inference, attention=attention,
+                     checkpointing=checkpointing, unit=unit)
+    show_sweep(swept, seq_len, batch_size, sweep_radio.value)
+    _warning
+    return (attention, batch_size, checkpointing, crossover, crossover_weights, detail,
+            eager_per_layer, inference, model, n_heads, n_layers, per_layer, seq_len, sweep, sweep_values,
+            swept, textbook_runs, training, training_exact, unit, unit_sweep, vocab, width)
 
 
 @app.cell(hide_code=True)
@@ -721,6 +620,143 @@ def _(mo):
     the chosen family (TB, GB, MB, KB or TiB, GiB, MiB, KiB) that the size fills.
     """)})
     return
+
+
+@app.cell(hide_code=True)
+def _(assumptions_view, bars_chart, cached_md, heads_note, mo, number_view, preset, viz):
+    def show_number(model, training, inference, per_layer, eager_per_layer, *, seq_len, batch_size, wanted_heads, unit):
+        """The number at the top with its recipe, the chart under it, the heads note; returns the warning, if any."""
+        _s, _b, _h, _a, _V = seq_len, batch_size, model.hidden_size, model.n_heads, model.vocab_size
+        heads_note.update(cached_md(
+            f"*Attention heads shows {_a}, not your {wanted_heads}: {wanted_heads} heads do not divide a "
+            f"width of {_h:,}, and {_a} is the largest count below it that does.*" if _a != wanted_heads else ""))
+        _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
+        _bars = viz.breakdown_long({"Training (your settings)": training,
+                                    "Inference, same batch and length": inference}, _unit)
+        # JSON directly, into the live chart below: every slider sends it new rows (a new unit draws it anew).
+        bars_chart.update(viz.stacked_bars_output(_bars, _unit, title="Where the memory goes"))
+        detail, _size = training.activation_detail, lambda n: viz.readable_size(n, unit)  # noqa: E731
+        _kernel = ("" if per_layer == eager_per_layer else f" Fused attention drops the s × s terms and adds a "
+                   f"4·a·s·b log-sum-exp: 34·s·b·h + 4·a·s·b = **{_size(per_layer)}**.")
+        _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
+                      f"{_size(detail.recompute_peak)}, at a time during the backward pass."
+                      if detail.recompute_peak else "")
+        _is_preset = (model.n_layers, _h, _a, _V) == (preset.n_layers, preset.hidden_size, preset.n_heads,
+                                                      preset.vocab_size)
+        _which = (f"the preset `{preset.name}` (change it under *Your model* below)" if _is_preset else
+                  "your model (set under *Your model* below)")
+        number_view.update(cached_md(f"""
+        **The number.** For {_which}, {model.n_params:,} parameters, at b = {_b} sequences of s = {_s:,} tokens
+        in pure bf16, by Korthikanti et al.'s formula: **activations {_size(training.activations)}**,
+        against {_size(training.without_activations)} for weights, gradients and AdamW states
+        together. Recipe (Korthikanti et al. 2022, section 4.1, 16-bit activations and 1-byte dropout masks):
+
+        - One block with eager attention keeps s·b·h·(34 + 5·a·s/h) =
+          {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{_size(eager_per_layer)}**.{_kernel}
+        - The blocks: {detail.layers_storing} {"layer" if detail.layers_storing == 1 else "layers"} ×
+          {_size(detail.per_layer)} kept per layer
+          = {_size(detail.per_layer * detail.layers_storing)}.{_recompute}
+        - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
+          {_size(detail.outside_layers)}.
+        - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{_V:,} = {_size(detail.loss)}.
+        """))
+        assumptions_view.update(cached_md(
+            f"{training.assumptions} Activations are Korthikanti et al.'s model (`activations=\"textbook\"`): 16-bit, "
+            "with 1-byte dropout masks after the attention, the blocks and the embeddings, as in the paper."
+            """
+
+        These numbers, the chart under them, the comparisons and the sweep below are the paper's model of a
+        GPT block (`activations="textbook"` in memmath). memmath's default for a model with a config (every
+        preset, and this page's model) replays what transformers' own code keeps, tensor by tensor;
+        *Does PyTorch keep what the formula counts?* further down checks both against recorded training steps.
+        """))
+        if _s <= preset.max_positions:
+            return None
+        return mo.vstack([mo.callout(cached_md(
+            f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic for {_s:,} tokens is "
+            "the same, but the real model would need more position embeddings."), kind="warn")])
+    return (show_number,)
+
+
+@app.cell(hide_code=True)
+def _(cached_md, combos_view, numbers_view, pd, ratio_text, viz, why_view):
+    def show_comparisons(model, textbook_runs, training, training_exact, inference, *, attention, checkpointing, unit):
+        """The four combinations, why checkpointing can keep more, and training against inference."""
+        _size = lambda n: viz.readable_size(n, unit)  # noqa: E731
+        combos_view.update(pd.DataFrame([
+            {"attention": "eager" if _kernel == "eager" else "fused (SDPA)", "checkpointing": "yes" if _ckpt else "no",
+             "activations": _size(_r.activations), "total": _size(_r.total),
+             "activations / rest": ratio_text(_r.activations, _r.without_activations)}
+            for (_kernel, _ckpt), _r in textbook_runs.items()]))
+        _costlier = [a for a in ("eager", "sdpa") if textbook_runs[a, True].activations > textbook_runs[a, False].activations]
+        _d = textbook_runs[_costlier[0], True].activation_detail if _costlier else None
+        why_view.update(cached_md("" if not _costlier else
+            f"Here checkpointing keeps *more*, not less: with {model.n_layers} "
+            f"{'layer' if model.n_layers == 1 else 'layers'}, it keeps each block's input "
+            f"({_size(_d.per_layer * _d.layers_storing)} in all) and still rebuilds one whole "
+            f"block during the backward pass ({_size(_d.recompute_peak)}), which is about what "
+            "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop."))
+        # memmath's default model, named (the textbook, with memmath's reason, wherever the exact one does not apply).
+        _chosen = ("fused (SDPA)" if attention == "sdpa" else "eager") + " attention" + (
+            " and the checkpointing" if checkpointing else "")
+        _exact_model = (f"the exact trace of what transformers' GPT-2 code keeps, with the {_chosen} chosen above, and "
+                        "the dropout of GPT-2's config"
+                        if training_exact.activation_model == "transformers" else
+                        "; ".join(n.text for n in training_exact.notes if n.kind == "activations_textbook_fallback"))
+        numbers_view.update(cached_md(f"""
+        Training must keep its activations until the backward pass has used them:
+        {_size(training_exact.activations)} here by memmath's default ({_exact_model}; the
+        formula above counts {_size(training.activations)}), on top of gradients and optimizer
+        states. Inference has no backward pass. It computes one block, passes the result on and forgets it, so it
+        needs only a transient working set ({_size(inference.working_set)} for a prefill of the
+        same batch and length) and a **KV cache** of the keys and values of earlier tokens
+        ({_size(inference.kv_cache)}), which decoding reuses for each new token.
+
+        For the same model, batch and length: training {_size(training_exact.total)}, inference
+        {_size(inference.total)} (weights in bf16; the bars at the top of the page put the same
+        inference next to the formula's training). {viz.lesson_link("07_inference", "Lesson 7")} does the
+        inference side in full.
+        """))
+    return (show_comparisons,)
+
+
+@app.cell(hide_code=True)
+def _(cached_md, crossings_view, lesson_charts, sweep_chart):
+    def show_sweep(swept, seq_len, batch_size, over):
+        """The sweep's chart and where activations pass the weights, and everything else."""
+        sweep_chart.update(swept.frame, draw=lesson_charts.activation_sweep(swept.x_title, swept.unit),
+                           key=(swept.x_title, swept.unit))
+        if over == "sequence length":
+            _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
+        else:
+            _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
+
+        def _where(x, what):
+            if x is None:
+                return f"stay below {what} over the whole sweep"
+            _verb = "are already bigger than" if x == swept.values[0] else "pass"
+            return f"{_verb} {what} at **{_what} {x:,}**"
+
+        crossings_view.update(cached_md(f"""
+        With {_fixed}, activations by the formula {_where(swept.crossover_weights, 'the weights')}, and
+        {_where(swept.crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
+        """))
+    return (show_sweep,)
+
+
+@app.cell
+def _(functools, mo):
+    # Markdown rendered once per text: a move often shows a sentence it showed before (a setting returned to, the
+    # assumptions that no slider changes), and marimo's markdown takes 1-8 ms a paragraph.
+    cached_md = functools.lru_cache(maxsize=512)(mo.md)
+    return (cached_md,)
+
+
+@app.cell
+def _(functools, sweeps):
+    # A sweep is kept per setting (the model is hashable): a slider moved back and forth asks for the same ones.
+    activation_sweep = functools.lru_cache(maxsize=64)(sweeps.activation_sweep)
+    return (activation_sweep,)
 
 
 @app.cell
