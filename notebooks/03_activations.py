@@ -11,14 +11,13 @@ app = marimo.App(width="medium", app_title="Activations", css_file="memmath.css"
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, viz):
-    _article = mm.training_memory(mm.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
+def _(article_7b, format_bytes, mo, viz):
     mo.md(f"""
     # Activations: what training keeps for the backward pass
 
     Symbols and words: [Notation and glossary](?file=09_notation.py).
 
-    **The claim.** The article's 7B model needs about {mm.format_bytes(_article.without_activations)} to
+    **The claim.** The article's 7B model needs about {format_bytes(article_7b.without_activations)} to
     finetune in pure 16-bit *before activations are counted*
     ({viz.lesson_link("02_full_finetuning", "lesson 2")}). Activations are what the forward pass keeps
     for the backward pass: the input of every matrix multiply, the output of every softmax, the mask of
@@ -30,11 +29,19 @@ def _(mm, mo, viz):
 
 
 @app.cell
+def _(mm):
+    # The article's 7B model (32 layers), finetuned in pure bf16 with Adam (lesson 2): everything but activations.
+    article_7b = mm.training_memory(mm.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
+    return (article_7b,)
+
+
+@app.cell
 def _():
     import functools
 
     import marimo as mo
     import memmath as mm
+    from memmath import format_bytes
     from memmath_lessons import reference
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
@@ -44,7 +51,7 @@ def _():
     from memmath_lessons import recorded, sweeps
     import pandas as pd
     from memmath_lessons import lesson_charts, site_charts
-    return (functools, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, pd, recorded, reference, site_charts,
+    return (format_bytes, functools, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, pd, recorded, reference, site_charts,
             step_slider, sweeps, viz)
 
 
@@ -143,13 +150,19 @@ def _(mo):
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo, pd, viz):
-    # The formula's terms, folded: memmath.activations.korthikanti_terms at unit sizes (e = 2 B, m = 1 B).
+@app.cell
+def _(mm, pd):
+    # The formula's terms: memmath.activations.korthikanti_terms at unit sizes (e = 2 B, m = 1 B), so each
+    # coefficient is the bytes one tensor costs per s·b·h or per a·s²·b.
     _terms = mm.activations.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
+    return (terms_table,)
 
+
+@app.cell(hide_code=True)
+def _(mo, terms_table, viz):
+    # The formula's terms, folded, and their sums per s·b·h and per a·s²·b.
     def _sum_of(rows):
         if len(rows) == 1:
             return str(rows["bytes each"].sum())
@@ -184,7 +197,7 @@ def _(mm, mo, pd, viz):
     which is the paper's s·b·h·(34 + 5·a·s/h). The first part grows in step with the sequence; the
     second grows with its **square**. The score matrices are the only tensors that do.
     """)])})
-    return (terms_table,)
+    return
 
 
 @app.cell(hide_code=True)
@@ -201,17 +214,22 @@ def _(live_only_notice, mo):
     return (preset_dropdown,)
 
 
+@app.cell
+def _(mm, preset_dropdown):
+    preset = mm.PRESETS[preset_dropdown.value]  # its layers, width, heads and vocabulary start the sliders below
+    return (preset,)
+
+
 @app.cell(hide_code=True)
-def _(mm, mo, preset_dropdown):
+def _(mo, preset):
     # (The static site's notice that these controls need the live workbook stands above, with the preset's.)
-    preset = mm.PRESETS[preset_dropdown.value]
     layers_slider = mo.ui.slider(1, 128, value=preset.n_layers, show_value=True, label="Layers L (blocks)")
     width_slider = mo.ui.slider(64, 12288, step=64, value=preset.hidden_size, show_value=True,
                                 label="Width h (hidden size)")
     vocab_slider = mo.ui.slider(steps=[1000, 8000, 32000, 50257, 100000, 128256, 256000],
                                 value=preset.vocab_size, show_value=True, label="Vocabulary V (tokens)")
     mo.hstack([mo.vstack([layers_slider, width_slider]), vocab_slider], justify="start", gap=2)
-    return layers_slider, preset, vocab_slider, width_slider
+    return layers_slider, vocab_slider, width_slider
 
 
 @app.cell(hide_code=True)
@@ -352,20 +370,84 @@ def _(live_chart):
     return (measured_chart,)
 
 
-@app.cell(hide_code=True)
-def _(lesson_charts, measured_attention_radio, measured_cases, measured_chart, measured_checkpointing_switch,
-      measured_dropout_switch, measured_errors, measured_family_dropdown, mo, pd, recorded, reference, term_bytes, viz):
-    # The chosen recorded case (full finetuning, AdamW, 2 x 64 tokens): its chart and summary, then (folded) tensor
-    # by tensor and why the textbook misses.
+@app.cell
+def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch,
+      measured_family_dropdown, pd, recorded, reference):
+    # The chosen recorded case (full finetuning, AdamW, 2 x 64 tokens) and memmath's two predictions of what its
+    # forward pass saved: the replay of the family's PyTorch code and the textbook formula.
     measured_case = recorded.full_finetuning_case(
         measured_cases, shape=measured_family_dropdown.value, attention=measured_attention_radio.value,
         dropout=measured_dropout_switch.value, checkpointing=measured_checkpointing_switch.value)
     measured_hf = reference.predict_case(measured_case).activation_detail  # activations="transformers"
     measured_textbook = reference.predict_case(measured_case, activations="textbook").activation_detail
     measured_blocks_hf = sum(reference.predicted_saved_per_layer(measured_case))  # booked per block like the measurement
-
     # What the forward pass saved (the recompute of checkpointing comes later, during backward).
     measured_frame = recorded.saved_bytes_frame(measured_case, measured_hf, measured_textbook, measured_blocks_hf)
+    # One block, tensor by tensor: what PyTorch keeps (memmath's replay) against the formula's terms at the case's
+    # sizes (with checkpointing, the block's input alone: "Two ways to keep less").
+    block_terms = pd.DataFrame([{"what one block keeps": what, "bytes": int(n)}
+                                for where, what, n in measured_hf.terms if where == "each block"])
+    formula_block_terms = recorded.formula_terms_frame(measured_case)
+    return (block_terms, formula_block_terms, measured_blocks_hf, measured_case, measured_frame, measured_hf,
+            measured_textbook)
+
+
+@app.cell(hide_code=True)
+def _(measured_case, measured_hf, measured_textbook, term_bytes):
+    # Why the textbook misses, for this case: each difference, with its bytes per block.
+    _e = 4 if measured_case["precision"] == "fp32" else 2
+    _terms, _blocks = measured_hf.terms, ["each block"]
+    measured_why = []
+    if measured_case["checkpointing"]:
+        measured_why.append(f"**Checkpointing**: each block keeps only its input, {term_bytes(_terms, _blocks, 'block input'):,} B "
+                    "in both models, and the rest is rebuilt during backward (not counted here: it is not saved by "
+                    "the forward pass). What is left is mostly outside the blocks, where the two models differ.")
+    else:
+        _gelu = term_bytes(_terms, _blocks, "gelu_new")
+        if _gelu:
+            measured_why.append(f"**gelu_new** (GPT-2's tanh GELU) keeps four tensors as wide as the MLP for its backward "
+                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts only "
+                        "the GeLU's input (its output, the next linear layer's input, is on both lists).")
+        _swiglu = term_bytes(_terms, _blocks, "SwiGLU")
+        if _swiglu:
+            measured_why.append(f"**SwiGLU**: LLaMA's MLP keeps three tensors of its intermediate width, {_swiglu:,} B per "
+                        "block, not GeLU's two of 4h.")
+        _upcast = term_bytes(_terms, _blocks, "fp32") - term_bytes(_terms, _blocks, "log-sum-exp")
+        if _upcast and measured_case["precision"] != "fp32":
+            measured_why.append(f"**fp32 upcasts**: {_upcast:,} B per block are kept in fp32 in this {measured_case['precision']} "
+                        "model (LLaMA's RMSNorm computes in fp32 and its eager softmax too; on the CPU, attention "
+                        "with dropout runs PyTorch's math kernel, also in fp32).")
+        _masks = term_bytes(_terms, _blocks, "mask")
+        if _masks:
+            measured_why.append(f"**Dropout masks on the CPU** take the element size ({_e} B each here), not the paper's 1 B "
+                        f"(CUDA): {_masks:,} B per block.")
+        if measured_case["attention"] == "sdpa" and measured_case["dropout"]:
+            _math = sum(term_bytes(_terms, _blocks, w) for w in ("copy", "softmax", "probabilities"))
+            measured_why.append(f"**SDPA with dropout on the CPU** is not fused: PyTorch falls back to its math kernel, which "
+                        f"keeps copies of Q, K and V, the s × s softmax and the dropped probabilities (its mask is above), "
+                        f"{_math:,} B per block, where the formula's fused attention keeps one log-sum-exp.")
+        elif measured_case["attention"] == "sdpa":
+            measured_why.append(f"**Fused attention** (SDPA) keeps Q, K, V as it received them and its output, "
+                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block: the same kind of tensors the formula "
+                        "counts under Q, K, V and the output projection's input, at this model's own sizes.")
+    _outside = int(measured_case["saved_outside_layers"])
+    _textbook_outside = int(measured_textbook.outside_layers + measured_textbook.loss)
+    if measured_case["family"] == "bert":
+        measured_why.append(f"**Outside the blocks**, PyTorch kept {_outside:,} B: the embeddings' LayerNorm and dropout, "
+                    f"the pooler, the classifier and its 2-label loss. The textbook model counts {_textbook_outside:,} B "
+                    "there (the pooler's input and the loss): the formula describes the blocks only.")
+    else:
+        _loss = term_bytes(_terms, ["loss"], "")
+        measured_why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
+                    f"({_loss / int(measured_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
+                    "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
+    return (measured_why,)
+
+
+@app.cell(hide_code=True)
+def _(block_terms, formula_block_terms, lesson_charts, measured_case, measured_chart, measured_errors,
+      measured_frame, measured_hf, measured_textbook, measured_why, mo, viz):
+    # The case's chart and summary, then (folded) tensor by tensor and why the textbook misses.
     measured_chart.update(lesson_charts.recorded_saved(measured_frame, str(measured_case["case_id"])))
     _measured = int(measured_case["saved_bytes"])
     _hf, _tb = int(measured_hf.saved_by_forward), int(measured_textbook.saved_by_forward)
@@ -378,70 +460,16 @@ def _(lesson_charts, measured_attention_radio, measured_cases, measured_chart, m
     each); the textbook is off by {_textbook.abs().mean():.0%} on average, from {_textbook.min():+.0%} to
     {_textbook.max():+.0%}.
     """)
-
-    # One block, tensor by tensor: what PyTorch keeps (memmath's replay) against what the formula counts.
-    _case, _terms = measured_case, measured_hf.terms
-    _rows = [{"what one block keeps": what, "bytes": int(n)} for where, what, n in _terms if where == "each block"]
-    _e = 4 if _case["precision"] == "fp32" else 2
-    block_terms = pd.DataFrame(_rows)
-    # The formula's terms at the case's sizes; with checkpointing, the block's input alone ("Two ways to keep less").
-    _formula_frame = recorded.formula_terms_frame(_case)
-    _gpt = ("" if _case["family"] == "gpt2" or _case["checkpointing"] else
+    _gpt = ("" if measured_case["family"] == "gpt2" or measured_case["checkpointing"] else
             " The formula describes a GPT block (LayerNorm, GeLU MLP of width 4h); this model's own block is on the left.")
-
-    _blocks = ["each block"]
-    _why = []
-    if _case["checkpointing"]:
-        _why.append(f"**Checkpointing**: each block keeps only its input, {term_bytes(_terms, _blocks, 'block input'):,} B "
-                    "in both models, and the rest is rebuilt during backward (not counted here: it is not saved by "
-                    "the forward pass). What is left is mostly outside the blocks, where the two models differ.")
-    else:
-        _gelu = term_bytes(_terms, _blocks, "gelu_new")
-        if _gelu:
-            _why.append(f"**gelu_new** (GPT-2's tanh GELU) keeps four tensors as wide as the MLP for its backward "
-                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts only "
-                        "the GeLU's input (its output, the next linear layer's input, is on both lists).")
-        _swiglu = term_bytes(_terms, _blocks, "SwiGLU")
-        if _swiglu:
-            _why.append(f"**SwiGLU**: LLaMA's MLP keeps three tensors of its intermediate width, {_swiglu:,} B per "
-                        "block, not GeLU's two of 4h.")
-        _upcast = term_bytes(_terms, _blocks, "fp32") - term_bytes(_terms, _blocks, "log-sum-exp")
-        if _upcast and _case["precision"] != "fp32":
-            _why.append(f"**fp32 upcasts**: {_upcast:,} B per block are kept in fp32 in this {_case['precision']} "
-                        "model (LLaMA's RMSNorm computes in fp32 and its eager softmax too; on the CPU, attention "
-                        "with dropout runs PyTorch's math kernel, also in fp32).")
-        _masks = term_bytes(_terms, _blocks, "mask")
-        if _masks:
-            _why.append(f"**Dropout masks on the CPU** take the element size ({_e} B each here), not the paper's 1 B "
-                        f"(CUDA): {_masks:,} B per block.")
-        if _case["attention"] == "sdpa" and _case["dropout"]:
-            _math = sum(term_bytes(_terms, _blocks, w) for w in ("copy", "softmax", "probabilities"))
-            _why.append(f"**SDPA with dropout on the CPU** is not fused: PyTorch falls back to its math kernel, which "
-                        f"keeps copies of Q, K and V, the s × s softmax and the dropped probabilities (its mask is above), "
-                        f"{_math:,} B per block, where the formula's fused attention keeps one log-sum-exp.")
-        elif _case["attention"] == "sdpa":
-            _why.append(f"**Fused attention** (SDPA) keeps Q, K, V as it received them and its output, "
-                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block: the same kind of tensors the formula "
-                        "counts under Q, K, V and the output projection's input, at this model's own sizes.")
-    _outside = int(_case["saved_outside_layers"])
-    _textbook_outside = int(measured_textbook.outside_layers + measured_textbook.loss)
-    if _case["family"] == "bert":
-        _why.append(f"**Outside the blocks**, PyTorch kept {_outside:,} B: the embeddings' LayerNorm and dropout, "
-                    f"the pooler, the classifier and its 2-label loss. The textbook model counts {_textbook_outside:,} B "
-                    "there (the pooler's input and the loss): the formula describes the blocks only.")
-    else:
-        _loss = term_bytes(_terms, ["loss"], "")
-        _why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
-                    f"({_loss / int(_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
-                    "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
     mo.vstack([_summary, mo.accordion({"Why does the textbook miss? One block, tensor by tensor": mo.vstack([
         mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
               f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
-              f"**{_formula_frame['bytes'].sum():,} B**.{_gpt}"),
-        mo.hstack([viz.plain_table(block_terms), viz.plain_table(_formula_frame)], widths="equal", gap=1),
-        mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in _why)),
+              f"**{formula_block_terms['bytes'].sum():,} B**.{_gpt}"),
+        mo.hstack([viz.plain_table(block_terms), viz.plain_table(formula_block_terms)], widths="equal", gap=1),
+        mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in measured_why)),
     ])})])
-    return block_terms, measured_blocks_hf, measured_case, measured_frame, measured_hf, measured_textbook
+    return
 
 
 @app.cell(hide_code=True)
@@ -482,30 +510,31 @@ def _(lesson_charts, mm, timeline_batch_slider, timeline_chart, timeline_checkpo
                           checkpointing=timeline_checkpointing_switch.value,
                           method=mm.LoRA(rank=16) if timeline_method_radio.value == "lora" else mm.Full())
     timeline = mm.step_timeline(timeline_run)
+    timeline_requirement = mm.requirement(timeline_run)  # what the planner judges the run by (lesson 8)
     _frame = timeline.frame()
     _frame["size"] = _frame["bytes"] / mm.UNITS[unit_radio.value]
     _moments = list(dict.fromkeys(_frame["when"]))
     timeline_chart.update(_frame, draw=lesson_charts.step_timeline(unit_radio.value, _moments),
                           key=(unit_radio.value, tuple(_moments)))
-    return (timeline, timeline_run)
+    return timeline, timeline_requirement, timeline_run
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, timeline, timeline_run, unit_radio):
+def _(format_bytes, mo, timeline, timeline_requirement, unit_radio):
     _peak, _unit = timeline.peak, unit_radio.value
-    _first, _requirement = timeline.points[0], mm.requirement(timeline_run)
+    _first, _requirement = timeline.points[0], timeline_requirement
     _saved_top = max(timeline.points, key=lambda p: p.parts["saved activations"])
     _moments = mo.md(f"""
-    Before the step the card holds {mm.format_bytes(_first.total, _unit)}: the weights and the optimizer
+    Before the step the card holds {format_bytes(_first.total, _unit)}: the weights and the optimizer
     states the previous step made. The saved activations peak at
-    {mm.format_bytes(_saved_top.parts["saved activations"], _unit)} ({_saved_top.short}); by the end of the
+    {format_bytes(_saved_top.parts["saved activations"], _unit)} ({_saved_top.short}); by the end of the
     backward pass they are gone and the gradients have taken their place.
     """)
     mo.vstack([mo.md(f"""
     The highest moment is
-    **{_peak.short}, {mm.format_bytes(_peak.total, _unit)}**: {_peak.label}. That is the step's peak, and
-    the planner judges this run on the same {mm.format_bytes(_requirement.bytes, _unit)} (lesson 8). The sum
-    of the parts, {mm.format_bytes(_requirement.memory.total, _unit)}, is a different number: it adds parts
+    **{_peak.short}, {format_bytes(_peak.total, _unit)}**: {_peak.label}. That is the step's peak, and
+    the planner judges this run on the same {format_bytes(_requirement.bytes, _unit)} (lesson 8). The sum
+    of the parts, {format_bytes(_requirement.memory.total, _unit)}, is a different number: it adds parts
     that are never all alive at once, and leaves out the temporaries that come on top.
     """), mo.accordion({"Go deeper: the step before its peak": _moments})])
     return
@@ -538,48 +567,74 @@ def _(mo):
     return
 
 
+@app.cell
+def _(mm):
+    # Problem 1: one GPT-2 block over its whole context, eager attention (Korthikanti et al. 2022, section 4.1).
+    gpt2_small = mm.PRESETS["gpt2"]
+    _s, _h, _a = gpt2_small.max_positions, gpt2_small.hidden_size, gpt2_small.n_heads
+    problem1_block = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
+    problem1_scores = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
+    return gpt2_small, problem1_block, problem1_scores
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _gpt2 = mm.PRESETS["gpt2"]
-    _s, _h, _a = _gpt2.max_positions, _gpt2.hidden_size, _gpt2.n_heads
-    _layer = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
-    _square = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
+def _(format_bytes, gpt2_small, mo, problem1_block, problem1_scores):
+    _s, _h, _a = gpt2_small.max_positions, gpt2_small.hidden_size, gpt2_small.n_heads
+    _layer, _square = problem1_block, problem1_scores
     mo.accordion({"Problem 1: one GPT-2 block, and its share of scores": mo.vstack([
         mo.md(f"**1.** GPT-2 small has h = {_h} and a = {_a}. For one sequence of {_s:,} tokens, how many "
               "bytes does one block keep with eager attention, and what share of that is the s × s term?"),
         mo.accordion({"Answer": mo.md(
             f"s·b·h = {_s:,} × {_h} = {_s * _h:,}, and 5·a·s/h = 5 × {_a} × {_s:,} / {_h} = {5 * _a * _s // _h}, "
             f"so one block keeps {_s * _h:,} × (34 + {5 * _a * _s // _h}) = **{_layer:,} B** "
-            f"({mm.format_bytes(_layer, 'MB')}). The score term "
+            f"({format_bytes(_layer, 'MB')}). The score term "
             f"5·a·s²·b = {_square:,} B is {_square / _layer:.0%} of it.")}),
     ])})
     return
 
 
+@app.cell
+def _(mm):
+    # Problem 2: GPT-2 XL's activations with eager and with fused attention, by Korthikanti et al.'s model, asked
+    # for by name (memmath's default for a preset is the exact trace of transformers' code).
+    gpt2_xl = mm.PRESETS["gpt2-xl"]
+    _s, _b, _a = gpt2_xl.max_positions, 8, gpt2_xl.n_heads
+    problem2_eager, problem2_fused = (
+        mm.training_memory(gpt2_xl, precision="bf16", seq_len=_s, batch_size=_b, attention=k,
+                           activations="textbook", dropout=True).activations for k in ("eager", "sdpa"))
+    problem2_scores, problem2_lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
+    return gpt2_xl, problem2_eager, problem2_fused, problem2_lse, problem2_scores
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _model = mm.PRESETS["gpt2-xl"]
+def _(format_bytes, gpt2_xl, mo, problem2_eager, problem2_fused, problem2_lse, problem2_scores):
+    _model, _eager, _fused = gpt2_xl, problem2_eager, problem2_fused
     _s, _b, _a, _L = _model.max_positions, 8, _model.n_heads, _model.n_layers
-    # Korthikanti et al.'s model, by name (memmath's default for a preset is the exact trace of transformers' code).
-    _eager, _fused = (mm.training_memory(_model, precision="bf16", seq_len=_s, batch_size=_b, attention=k,
-                                         activations="textbook", dropout=True).activations for k in ("eager", "sdpa"))
-    _scores, _lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
     mo.accordion({"Problem 2: what fused attention saves on GPT-2 XL": mo.vstack([
         mo.md(f"**2.** GPT-2 XL ({_L} layers, h = {_model.hidden_size:,}, a = {_a}) trains on {_b} sequences of "
               f"{_s:,} tokens in bf16. By Korthikanti et al.'s formula, how much activation memory does fused "
               "attention save?"),
         mo.accordion({"Answer": mo.md(
-            f"Eager: {mm.format_bytes(_eager)}; fused: {mm.format_bytes(_fused)}. It saves "
-            f"{mm.format_bytes(_eager - _fused)}: in each of the {_L} layers, 5·a·s²·b = 5 × {_a} × {_s:,}² × {_b} "
-            f"= {mm.format_bytes(_scores)} of scores become a 4·a·s·b log-sum-exp of {mm.format_bytes(_lse, 'MB')}.")}),
+            f"Eager: {format_bytes(_eager)}; fused: {format_bytes(_fused)}. It saves "
+            f"{format_bytes(_eager - _fused)}: in each of the {_L} layers, 5·a·s²·b = 5 × {_a} × {_s:,}² × {_b} "
+            f"= {format_bytes(problem2_scores)} of scores become a 4·a·s·b log-sum-exp of "
+            f"{format_bytes(problem2_lse, 'MB')}.")}),
     ])})
     return
 
 
+@app.cell
+def _(mm):
+    # Problem 3: one block with fused attention (34·s·b·h + 4·a·s·b) against checkpointing's 16-bit input alone.
+    problem3_full = mm.activations.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32,
+                                                         attention="sdpa")
+    problem3_kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
+    return problem3_full, problem3_kept
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _full = mm.activations.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32, attention="sdpa")
-    _kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
+def _(mo, problem3_full, problem3_kept):
+    _full, _kept = problem3_full, problem3_kept
     mo.accordion({"Problem 3: what checkpointing saves in one block": mo.vstack([
         mo.md("**3.** A block with h = 4,096 and a = 32 uses fused attention at s = 4,096, b = 1. "
               "By what factor does gradient checkpointing shrink what each block keeps?"),
@@ -591,20 +646,24 @@ def _(mm, mo):
     return
 
 
+@app.cell
+def _(gpt2_small, mm):
+    # Problem 4: GPT-2 small with fused attention and checkpointing, counted by the formula's model, by name.
+    problem4_detail = mm.training_memory(gpt2_small, seq_len=gpt2_small.max_positions, batch_size=8, attention="sdpa",
+                                         checkpointing=True, activations="textbook", dropout=True).activation_detail
+    return (problem4_detail,)
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _gpt2 = mm.PRESETS["gpt2"]
-    _s, _b, _V = _gpt2.max_positions, 8, _gpt2.vocab_size
-    _r = mm.training_memory(_gpt2, seq_len=_s, batch_size=_b, attention="sdpa", checkpointing=True,
-                            activations="textbook", dropout=True)  # the formula's model, by name
-    _d = _r.activation_detail
+def _(format_bytes, gpt2_small, mo, problem4_detail):
+    _s, _b, _V, _d = gpt2_small.max_positions, 8, gpt2_small.vocab_size, problem4_detail
     mo.accordion({"Problem 4: checkpointed block inputs or the loss's logits?": mo.vstack([
         mo.md(f"**4.** GPT-2 small (V = {_V:,}), {_b} sequences of {_s:,} tokens, fused attention and "
               "checkpointing, counted by the formula. Which is bigger: all the checkpointed block inputs or the "
               "loss's logits?"),
         mo.accordion({"Answer": mo.md(
-            f"Block inputs: {_d.layers_storing} × 2·s·b·h = {mm.format_bytes(_d.per_layer * _d.layers_storing, 'MB')}. "
-            f"Logits: 4·s·b·V = 4 × {_s:,} × {_b} × {_V:,} = {mm.format_bytes(_d.loss)}, about "
+            f"Block inputs: {_d.layers_storing} × 2·s·b·h = {format_bytes(_d.per_layer * _d.layers_storing, 'MB')}. "
+            f"Logits: 4·s·b·V = 4 × {_s:,} × {_b} × {_V:,} = {format_bytes(_d.loss)}, about "
             f"{_d.loss / (_d.per_layer * _d.layers_storing):.0f}× more. In a small model with a big vocabulary, "
             "the loss dominates once the blocks are checkpointed.")}),
     ])})
