@@ -145,11 +145,19 @@ def _(matrix_view, mo):
     return
 
 
+@app.cell
+def _(mm):
+    # The count by hand for Llama-2-7B: LoRA r = 8 on q and v, r x (d_in + d_out) per matrix (Hu et al. 2021).
+    llama2_7b = mm.PRESETS["llama-2-7b"]
+    lora_q_v = mm.LoRA(rank=8, targets=("q", "v"))
+    by_hand_matrix = lora_q_v.matrix_params(llama2_7b.hidden_size, llama2_7b.hidden_size)  # one q (or v) projection
+    by_hand_trainable = lora_q_v.trainable_params(llama2_7b)  # x 2 matrices x 32 blocks
+    return by_hand_matrix, by_hand_trainable, llama2_7b
+
+
 @app.cell(hide_code=True)
-def _(mm, mo, requirement_view, verdict_of):
-    _shape = mm.PRESETS["llama-2-7b"]
-    _h, _L = _shape.hidden_size, _shape.n_layers
-    _lora = mm.LoRA(rank=8, targets=("q", "v"))
+def _(by_hand_matrix, by_hand_trainable, llama2_7b, mo):
+    _h, _L = llama2_7b.hidden_size, llama2_7b.n_layers
     _formula = mo.md(r"""
     ## The formula
 
@@ -163,9 +171,9 @@ def _(mm, mo, requirement_view, verdict_of):
     B starts at zero, so training starts from the pretrained model.
 
     Llama-2-7B has d_in = d_out = {_h:,} in its query and value projections. At r = 8 each adapted
-    matrix gets 8 × ({_h:,} + {_h:,}) = {_lora.matrix_params(_h, _h):,} parameters, against {_h * _h:,} in the matrix
-    itself. Two matrices (q and v) in each of {_L} blocks: {_lora.matrix_params(_h, _h):,} × 2 × {_L} =
-    **{_lora.trainable_params(_shape):,}** trainable parameters.
+    matrix gets 8 × ({_h:,} + {_h:,}) = {by_hand_matrix:,} parameters, against {_h * _h:,} in the matrix
+    itself. Two matrices (q and v) in each of {_L} blocks: {by_hand_matrix:,} × 2 × {_L} =
+    **{by_hand_trainable:,}** trainable parameters.
     """)})])
     return
 
@@ -295,8 +303,21 @@ def _(live_chart):
     return (levels_chart,)
 
 
+@app.cell
+def _(mm):
+    # QLoRA's blocks of 64 (Dettmers et al. 2023): the constants' bits per weight, one fp32 absmax per block, and
+    # with double quantization 8-bit constants plus one fp32 constant per 256 blocks.
+    qlora_constant_bits = {_dq: mm.methods.quant_constant_bits(block=64, double_quant=_dq) for _dq in (False, True)}
+    # What double quantization saves on Llama-2-7B's linear layers.
+    double_quant_saving = (
+        mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
+        - mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8)).quantization_constants)
+    return double_quant_saving, qlora_constant_bits
+
+
 @app.cell(hide_code=True)
-def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd, viz):
+def _(block_size_slider, blockwise, double_quant_saving, format_bytes, lesson_charts, levels_chart, mo, np, pd,
+      qlora_constant_bits, viz):
     # The one cell the block size re-runs: the table, the chart's new counts and the text.
     quant_block = block_size_slider.value
     demo_weights = np.random.default_rng(0).standard_normal(4096)
@@ -309,11 +330,8 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
     levels_chart.update(pd.concat([_bins.assign(kind="bin"), _levels.assign(kind="level")], ignore_index=True),
                         draw=lesson_charts.quantization_levels, block=int(quant_block))
 
-    _paper_plain = mm.methods.quant_constant_bits(block=64, double_quant=False)  # QLoRA's blocks of 64
-    _paper_dq = mm.methods.quant_constant_bits(block=64, double_quant=True)
+    _paper_plain, _paper_dq = qlora_constant_bits[False], qlora_constant_bits[True]  # QLoRA's blocks of 64
     _no_dq, _dq = quant_rows["constants (bits per weight)"].iloc[2], quant_rows["constants (bits per weight)"].iloc[3]
-    _saved = (mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
-              - mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
     mo.vstack([viz.plain_table(quant_rows.round(4)), mo.md(f"""
     Smaller blocks cut the error and cost more constants: move the slider.
     """), mo.accordion({"Go deeper: why NF4 beats int4, and how double quantization counts": mo.md(f"""
@@ -323,13 +341,19 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
     **{_no_dq:.3f} bits per weight**. **Double quantization** stores those constants in 8 bits, with
     one fp32 constant per 256 of them: 8 / {quant_block} + 32 / ({quant_block} × 256) =
     **{_dq:.3f} bits** (QLoRA's blocks of 64 give {_paper_plain:.3f} and {_paper_dq:.3f}). On Llama-2-7B's
-    linear layers that saves {mm.format_bytes(_saved)}.
+    linear layers that saves {format_bytes(double_quant_saving)}.
     """)})])
     return demo_weights, quant_block, quant_rows
 
 
+@app.cell
+def _(mm):
+    gpu_names = list(mm.GPUS)  # every card memmath knows, for the GPU menu below
+    return (gpu_names,)
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo, viz):
+def _(gpu_names, live_only_notice, mo, viz):
     # {what a learner reads: memmath's name}, every recipe and optimizer memmath knows.
     precision_dropdown = mo.ui.dropdown(options=viz.recipe_menu(), value=viz.RECIPE_NAMES["bf16"], label="Precision recipe")
     optimizer_dropdown = mo.ui.dropdown(options=viz.optimizer_menu(), value=viz.OPTIMIZER_NAMES["adamw"], label="Optimizer")
@@ -338,7 +362,7 @@ def _(live_only_notice, mm, mo, viz):
     batch_slider = mo.ui.slider(1, 64, value=4, label="Batch size (sequences)", show_value=True)
     seq_len_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096], value=512, label="Sequence length (tokens)", show_value=True)
     checkpointing_checkbox = mo.ui.checkbox(value=False, label="gradient checkpointing")
-    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
+    gpu_dropdown = mo.ui.dropdown(options=gpu_names, value="RTX 4090", label="GPU")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
     mo.vstack([mo.md("""
     ## Full, LoRA and QLoRA side by side
@@ -492,9 +516,15 @@ def _(TARGET_SETS, mo, site_charts):
     parts; its black tick and its label are what the card must hold, the step's peak, as in the table.
     """), site_charts.lora_methods(TARGET_SETS)]) if site_charts.is_static_export() else None
     return
+@app.cell
+def _(mm):
+    a6000 = mm.get_gpu("RTX A6000")  # the paper's 48 GB card
+    return (a6000,)
+
+
 @app.cell(hide_code=True)
-def _(literature, live_only_notice, mm, mo, paper_setups):
-    _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), mm.get_gpu("RTX A6000")
+def _(a6000, format_bytes, literature, live_only_notice, mo, paper_setups):
+    _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), a6000
     q65_batch_slider = mo.ui.slider(1, 16, value=4, label="Batch size (sequences)", show_value=True)
     q65_seq_slider = mo.ui.slider(steps=[128, 256, 528, 1024, 2048], value=528, label="Sequence length (tokens)", show_value=True)
     q65_checkpointing_checkbox = mo.ui.checkbox(value=True, label="gradient checkpointing")
@@ -505,7 +535,7 @@ def _(literature, live_only_notice, mm, mo, paper_setups):
 
     QLoRA's claim: {literature.cite("qlora_65b_gpu")}. The controls start at the paper's 65B Guanaco
     run. Change the run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
-    {mm.format_bytes(_a6000.memory_bytes)}):
+    {format_bytes(_a6000.memory_bytes)}):
     """)
     _setup_fold = mo.accordion({"Go deeper: the paper's setup, and its paged optimizer": mo.md(f"""
     The setup of its 65B Guanaco run: {_setup.description} ({_setup.source}). Its optimizer is *paged*:
@@ -524,61 +554,79 @@ def _(live_chart):
     return (guanaco_chart,)
 
 
-@app.cell(hide_code=True)
-def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_checkpointing_checkbox,
-      q65_optimizer_dropdown, q65_seq_slider, requirement_view, verdict_of, viz):
-    # The one cell this section's controls re-run: the run, the chart's new rows and the verdict.
-    a6000 = mm.get_gpu("RTX A6000")
+@app.cell
+def _(a6000, mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider,
+      show_guanaco, verdict_of):
+    # The one cell this section's controls re-run: the paper's run as set, what the card must hold (memmath.requirement,
+    # as `memmath train` and lesson 8 judge a run) and the verdict; show_guanaco (hidden, below) draws and words it.
     _run = dict(batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, optimizer=q65_optimizer_dropdown.value)
     _setup = paper_setups.get_setup("qlora_guanaco_65b")
     guanaco = _setup.memory(checkpointing=q65_checkpointing_checkbox.value, **_run)
-    # What the card must hold (memmath.requirement, as `memmath train` and lesson 8 judge a run), 5% of it kept free.
     guanaco_need = mm.requirement(_setup.run(checkpointing=q65_checkpointing_checkbox.value, **_run))
     guanaco_fit = mm.check_fit(guanaco_need.bytes, a6000, margin=mm.FIT_MARGIN)  # the card's own CUDA context reserved
-    guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(checkpointing=False, **_run)
-    _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
-        viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=guanaco_fit.available_bytes,
-        capacity_label=f"{a6000.name}: {mm.format_bytes(guanaco_fit.available_bytes)} usable", height=70).spec
-    guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
     guanaco_verdict = verdict_of(guanaco_need, a6000)  # memmath.verdict: the CUDA reserve, 5% kept free
-    _saved_as = (f", what transformers' forward pass saves for the backward pass ({guanaco.attention.upper()} attention, "
-                 f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
-                 if guanaco.activation_model == "transformers" else " (the textbook formula)")
-    _verdict = mo.callout(mo.md(f"""
-    This run needs **{mm.format_bytes(guanaco_need.bytes)}** ({mm.format_bytes(guanaco_need.bytes, "GiB")}),
-    {requirement_view.requirement_words(guanaco_need)} (its parts add to {mm.format_bytes(guanaco.total)}): it
-    **{guanaco_verdict.sentence()}** on the {guanaco_fit.gpu.name}, before paging moves anything to the CPU.
-    """), kind="success" if guanaco_fit.fits else "danger")
-    _parts = mo.md(f"""
-    The card: {mm.format_bytes(guanaco_fit.available_bytes)} usable, after
-    {viz.card_reserve_words(guanaco_fit.gpu)}. Weights and constants take
-    {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
-    head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
-    {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
-    activations are {mm.format_bytes(guanaco.activations)}{_saved_as}.
-    {f"Without gradient checkpointing the same run would need {mm.format_bytes(mm.requirement(_setup.run(checkpointing=False, **_run)).bytes)} (its parts: {mm.format_bytes(guanaco_no_checkpointing.total)})."
-     if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
-    """)
-    mo.vstack([_verdict, mo.accordion({"What the run holds, and what the card keeps back": _parts})])
+    # The same run without gradient checkpointing: its parts and what the card must hold.
+    guanaco_no_checkpointing = _setup.memory(checkpointing=False, **_run)
+    guanaco_no_checkpointing_need = mm.requirement(_setup.run(checkpointing=False, **_run))
+    show_guanaco(guanaco, guanaco_need, guanaco_fit, guanaco_verdict, guanaco_no_checkpointing,
+                 guanaco_no_checkpointing_need)
     return guanaco, guanaco_fit, guanaco_need, guanaco_no_checkpointing, guanaco_verdict
 
 
 @app.cell(hide_code=True)
-def _(literature, mm, mo, paper_setups, pd, viz):
-    # Folded under "Go deeper" below: the papers' headline numbers, recomputed from their setups.
+def _(a6000, format_bytes, guanaco_chart, mo, requirement_view, viz):
+    def show_guanaco(guanaco, guanaco_need, guanaco_fit, guanaco_verdict, guanaco_no_checkpointing,
+                     guanaco_no_checkpointing_need):
+        """The 65B run's chart (new rows for the live chart above), its verdict and, folded, its parts."""
+        _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
+            viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=guanaco_fit.available_bytes,
+            capacity_label=f"{a6000.name}: {format_bytes(guanaco_fit.available_bytes)} usable", height=70).spec
+        guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
+        _saved_as = (f", what transformers' forward pass saves for the backward pass ({guanaco.attention.upper()} attention, "
+                     f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
+                     if guanaco.activation_model == "transformers" else " (the textbook formula)")
+        _verdict = mo.callout(mo.md(f"""
+        This run needs **{format_bytes(guanaco_need.bytes)}** ({format_bytes(guanaco_need.bytes, "GiB")}),
+        {requirement_view.requirement_words(guanaco_need)} (its parts add to {format_bytes(guanaco.total)}): it
+        **{guanaco_verdict.sentence()}** on the {guanaco_fit.gpu.name}, before paging moves anything to the CPU.
+        """), kind="success" if guanaco_fit.fits else "danger")
+        _parts = mo.md(f"""
+        The card: {format_bytes(guanaco_fit.available_bytes)} usable, after
+        {viz.card_reserve_words(guanaco_fit.gpu)}. Weights and constants take
+        {format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
+        head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
+        {format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
+        activations are {format_bytes(guanaco.activations)}{_saved_as}.
+        {f"Without gradient checkpointing the same run would need {format_bytes(guanaco_no_checkpointing_need.bytes)} (its parts: {format_bytes(guanaco_no_checkpointing.total)})."
+         if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
+        """)
+        return mo.vstack([_verdict, mo.accordion({"What the run holds, and what the card keeps back": _parts})])
+    return (show_guanaco,)
+
+
+@app.cell
+def _(mm, paper_setups):
+    # The papers' headline numbers, recomputed from their setups (folded under "Go deeper" below).
     gpt3_full = paper_setups.get_setup("lora_gpt3_full").memory()  # 16-bit weights, Adam, no activations
     gpt3_lora = paper_setups.get_setup("lora_gpt3_lora").memory()  # LoRA r=4 on q and v
     llama65_full = paper_setups.get_setup("qlora_65b_full_16bit").memory()  # bf16 + 32-bit Adam states
     gpt3_weights_and_states = gpt3_full.weights + gpt3_full.optimizer_states  # 2 + 4 B/param
     gpt3_checkpoint = mm.get_format("bf16").bytes_for(gpt3_lora.trainable_params)  # the adapters alone
+    return gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, literature, llama65_full, mo, pd,
+      viz):
+    # Folded under "Go deeper" below: each paper's figure beside this workbook's, and what is counted.
     _R = literature.REPORTED
-    _tb = lambda n: mm.format_bytes(n, "TB")  # noqa: E731
+    _tb = lambda n: format_bytes(n, "TB")  # noqa: E731
     _claims = pd.DataFrame([
         {"claim": "GPT-3 175B, full finetuning", "paper": f"{_R['lora_gpt3_vram_before'].value} TB",
          "this workbook": f"{_tb(gpt3_weights_and_states)} to {_tb(gpt3_full.without_activations)}",
          "what is counted": "16-bit weights + 16-bit Adam moments (6 B/param), then + 16-bit gradients (8 B/param); the paper does not itemize"},
         {"claim": "GPT-3 175B, LoRA r=4 on q, v", "paper": f"{_R['lora_gpt3_vram_after'].value} GB",
-         "this workbook": mm.format_bytes(gpt3_lora.total), "what is counted": "16-bit weights, adapters and their Adam moments"},
+         "this workbook": format_bytes(gpt3_lora.total), "what is counted": "16-bit weights, adapters and their Adam moments"},
         {"claim": "less GPU memory", "paper": f"{_R['lora_gpu_memory_3x'].value}x",
          "this workbook": f"{gpt3_weights_and_states / gpt3_lora.total:.1f}x to {gpt3_full.without_activations / gpt3_lora.total:.1f}x",
          "what is counted": "the two counts above over the LoRA total"},
@@ -586,10 +634,10 @@ def _(literature, mm, mo, paper_setups, pd, viz):
          "this workbook": f"{gpt3_full.trainable_params / gpt3_lora.trainable_params:,.0f}x",
          "what is counted": f"{gpt3_full.trainable_params:,} / {gpt3_lora.trainable_params:,}"},
         {"claim": "checkpoint per task", "paper": f"{_R['lora_checkpoint_before'].value} GB -> {_R['lora_checkpoint_after'].value} MB",
-         "this workbook": f"{mm.format_bytes(gpt3_full.weights)} -> {mm.format_bytes(gpt3_checkpoint, 'MB')}",
+         "this workbook": f"{format_bytes(gpt3_full.weights)} -> {format_bytes(gpt3_checkpoint, 'MB')}",
          "what is counted": "16-bit model versus 16-bit adapters alone"},
         {"claim": "LLaMA 65B, regular 16-bit finetuning", "paper": f"> {_R['qlora_65b_full_16bit'].value} GB",
-         "this workbook": mm.format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
+         "this workbook": format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
     ])
     _two_thirds = _R["lora_vram_two_thirds"]
     papers_fold = mo.vstack([mo.md("""
@@ -599,12 +647,12 @@ def _(literature, mm, mo, paper_setups, pd, viz):
     """), viz.plain_table(_claims, wrapped_columns=["claim", "what is counted"]), mo.md(f"""
     **Why 1.2 TB and not one of ours?** The LoRA paper explains its saving as not storing optimizer
     states for frozen weights, "up to 2/3" of the VRAM ({_two_thirds.source}): weights plus Adam's two
-    moments, three copies of the 16-bit model, {mm.format_bytes(gpt3_weights_and_states, "TB")}. Holding
-    all 16-bit gradients at once as well gives {mm.format_bytes(gpt3_full.without_activations, "TB")}. The
+    moments, three copies of the 16-bit model, {format_bytes(gpt3_weights_and_states, "TB")}. Holding
+    all 16-bit gradients at once as well gives {format_bytes(gpt3_full.without_activations, "TB")}. The
     reported 1.2 TB lies between: frameworks can free gradients as the optimizer consumes them, and
     activations and buffers come on top. A single number cannot tell which; the recipe behind it can.
     """)])
-    return gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full, papers_fold
+    return (papers_fold,)
 
 
 @app.cell(hide_code=True)
@@ -646,8 +694,8 @@ def _(mo, recorded, viz):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, papers_fold, qlora_measured_fold, viz):
-    _plain, _dq = (mm.methods.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
+def _(mo, papers_fold, qlora_constant_bits, qlora_measured_fold, viz):
+    _plain, _dq = qlora_constant_bits[False], qlora_constant_bits[True]
     # "Go deeper": one fold per question a careful reader asks.
     _deeper = {"Do the papers' headline numbers follow from their setups?": papers_fold,
                "Does bitsandbytes store what QLoRA's count says? (measured)": qlora_measured_fold}
@@ -663,25 +711,35 @@ def _(mm, mo, papers_fold, qlora_measured_fold, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo, requirement_view, verdict_of):
-    _shape = mm.PRESETS["llama-2-7b"]
-    _all = mm.LoRA(rank=16, targets="all").trainable_params(_shape)
-    _plain, _dq = (mm.methods.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
-    _65b = mm.PRESETS["llama-65b"].n_params
+@app.cell
+def _(llama2_7b, mm, verdict_of):
+    # Problem 1: LoRA r = 16 on all seven linear matrices of Llama-2-7B. Problem 2 takes QLoRA's bits (above) to
+    # LLaMA-65B's parameters.
+    problem_all_linear = mm.LoRA(rank=16, targets="all").trainable_params(llama2_7b)
+    llama65_params = mm.PRESETS["llama-65b"].n_params
     # Problem 3: activations as transformers saves them (LLaMA's config: SDPA, no dropout), checkpointed per block.
     _args = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, checkpointing=True)
     problem_lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
     problem_qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
-    _gpu = mm.get_gpu("RTX 4090")
+    rtx4090 = mm.get_gpu("RTX 4090")
+    llama13_vocab = mm.PRESETS["llama-2-13b"].vocab_size
     # Judged as every lesson judges a run (memmath.verdict): what the card must hold, the CUDA context, 5% kept free.
     problem_needs = [mm.requirement("llama-2-13b", method=_m, **_args)
                      for _m in (mm.LoRA(rank=8, targets=("q", "v")), mm.QLoRA(rank=8, targets=("q", "v")))]
-    problem_verdicts = [verdict_of(_n, _gpu) for _n in problem_needs]
+    problem_verdicts = [verdict_of(_n, rtx4090) for _n in problem_needs]
     # Problem 4 sets activations aside: seq_len=None.
     _adapters = dict(seq_len=None, precision="bf16", optimizer="adamw")
     problem_fp32 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), **_adapters)
     problem_bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), **_adapters)
+    return (llama13_vocab, llama65_params, problem_all_linear, problem_bf16, problem_fp32, problem_lora, problem_needs,
+            problem_qlora, problem_verdicts, rtx4090)
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, llama13_vocab, llama65_params, mo, problem_all_linear, problem_bf16, problem_fp32, problem_lora,
+      problem_needs, problem_verdicts, qlora_constant_bits, requirement_view, rtx4090):
+    _all, _65b, _gpu = problem_all_linear, llama65_params, rtx4090
+    _plain, _dq = qlora_constant_bits[False], qlora_constant_bits[True]
     mo.vstack([
         mo.md("## Problems"),
         mo.accordion({"Four problems: LoRA's count by hand, QLoRA's bits, a 13B model on a 24 GB card, fp32 adapters": mo.vstack([
@@ -695,27 +753,27 @@ def _(mm, mo, requirement_view, verdict_of):
             mo.accordion({"Answer": mo.md(f"""32 / 64 = **{_plain:.3f}** bits with one fp32 constant per 64
             weights; 8 / 64 + 32 / (64 × 256) = **{_dq:.4f}** bits with 8-bit constants and one fp32 constant per
             256 blocks. On {_65b:,} parameters: ({_plain:.3f} − {_dq:.4f}) / 8 bytes each ≈
-            **{mm.format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
+            **{format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
             mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
             pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
-            mo.accordion({"Answer": mo.md(f"""LoRA: the card must hold {mm.format_bytes(problem_needs[0].bytes)}
-            ({requirement_view.requirement_words(problem_needs[0])}; the parts add to {mm.format_bytes(problem_lora.total)}).
-            On the card's {mm.format_bytes(_gpu.memory_bytes)} less {_gpu.cuda_context_bytes // 2**20:,} MiB for its CUDA context
-            ({mm.format_bytes(_gpu.memory_bytes - _gpu.cuda_context_bytes)} usable) it **{problem_verdicts[0].sentence()}**:
-            the 16-bit weights alone are {mm.format_bytes(problem_lora.weights)}.
-            QLoRA: the card must hold {mm.format_bytes(problem_needs[1].bytes)}, and it
+            mo.accordion({"Answer": mo.md(f"""LoRA: the card must hold {format_bytes(problem_needs[0].bytes)}
+            ({requirement_view.requirement_words(problem_needs[0])}; the parts add to {format_bytes(problem_lora.total)}).
+            On the card's {format_bytes(_gpu.memory_bytes)} less {_gpu.cuda_context_bytes // 2**20:,} MiB for its CUDA context
+            ({format_bytes(_gpu.memory_bytes - _gpu.cuda_context_bytes)} usable) it **{problem_verdicts[0].sentence()}**:
+            the 16-bit weights alone are {format_bytes(problem_lora.weights)}.
+            QLoRA: the card must hold {format_bytes(problem_needs[1].bytes)}, and it
             **{problem_verdicts[1].sentence()}**. Both keep
-            {mm.format_bytes(problem_lora.activations)} of activations: with checkpointing each block keeps only its
+            {format_bytes(problem_lora.activations)} of activations: with checkpointing each block keeps only its
             input, one block at a time is recomputed, and the loss's fp32 log-softmax over the
-            {mm.PRESETS["llama-2-13b"].vocab_size:,}-token vocabulary comes on top.""")}),
+            {llama13_vocab:,}-token vocabulary comes on top.""")}),
             mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
             linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),
             mo.accordion({"Answer": mo.md(f"""{problem_fp32.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
-            (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(problem_fp32.total - problem_bf16.total)}**
-            more ({mm.format_bytes(problem_fp32.total)} against {mm.format_bytes(problem_bf16.total)}).""")}),
+            (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{format_bytes(problem_fp32.total - problem_bf16.total)}**
+            more ({format_bytes(problem_fp32.total)} against {format_bytes(problem_bf16.total)}).""")}),
         ])}),
     ])
-    return problem_bf16, problem_fp32, problem_lora, problem_needs, problem_qlora, problem_verdicts
+    return
 
 
 @app.cell
