@@ -76,8 +76,14 @@ def _(mm):
     return (nearest_layout,)
 
 
+@app.cell
+def _(mm):
+    preset_names = list(mm.PRESETS)  # every model memmath has a preset for, for the menu below
+    return (preset_names,)
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo):
+def _(live_only_notice, mo, preset_names):
     _mistral = """{
       "architectures": ["MistralForCausalLM"],
       "hidden_act": "silu",
@@ -94,7 +100,7 @@ def _(live_only_notice, mm, mo):
       "vocab_size": 32000
     }"""
     source_radio = mo.ui.radio(["preset", "paste config.json"], value="preset", inline=True, label="Model from")
-    preset_dropdown = mo.ui.dropdown(list(mm.PRESETS), value="llama-2-7b", label="Preset")
+    preset_dropdown = mo.ui.dropdown(preset_names, value="llama-2-7b", label="Preset")
     config_text_area = mo.ui.text_area(value=_mistral, rows=10, full_width=True,
                                        label="config.json (used when 'paste config.json' is chosen)")
     mo.vstack([mo.md("## 1. The model"), live_only_notice(), mo.hstack([source_radio, preset_dropdown], justify="start"),
@@ -115,7 +121,11 @@ def _(config_text_area, mm, preset_dropdown, source_radio):
         else:
             import json as _json
             model_config = _json.loads(config_text_area.value)  # read again only for max_position_embeddings
-    return model, model_config, model_error
+    # The weights alone in bf16 (2 B a parameter; 4 B for those a bf16 load keeps in fp32, a MoE router), for the card.
+    bf16_weight_bytes = None if model is None else mm.inference.inference_weight_bytes(model, "bf16")[0]
+    # A preset's published config.json, for PyTorch's trace where memmath does not trace the model type.
+    preset_config = mm.presets.PRESET_CONFIGS.get(preset_dropdown.value)
+    return bf16_weight_bytes, model, model_config, model_error, preset_config
 
 
 @app.cell
@@ -135,8 +145,8 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_view, mm, mo, model, model_error,
-      nearest_layout, needed_view, parts_view, pasted_text, re, recipe_view, source_radio):
+def _(bars_chart, basis_view, bf16_weight_bytes, catalog_view, changes_view, comparison_view, far_view, format_bytes, mo,
+      model, model_error, nearest_layout, needed_view, parts_view, pasted_text, re, recipe_view, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
@@ -174,7 +184,7 @@ def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_v
             f"**{_title}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
             f"width {model.hidden_size:,}, {model.n_heads} heads ({model.n_kv_heads} key/value), "
             f"vocabulary {model.vocab_size:,}{_positions}. Weights alone in bf16: "
-            f"{mm.format_bytes(mm.inference.inference_weight_bytes(model, 'bf16')[0])} (2 B a parameter"
+            f"{format_bytes(bf16_weight_bytes)} (2 B a parameter"
             + (f"; 4 B for the {_kept:,} that transformers keeps in fp32 when it loads the model in bf16"
                if _kept else "") + ")." + _active
             + (" The planner reads the sizes from the file; the formats come from the recipe you choose below, "
@@ -184,7 +194,7 @@ def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_v
 
 
 @app.cell(hide_code=True)
-def _(config_text_area, importlib, json, mm, mo, model, model_error, preset_dropdown, source_radio):
+def _(config_text_area, importlib, json, mo, model, model_error, preset_config, source_radio):
     # A model type memmath has no record for, or one whose activations it does not trace (its verdict is refused),
     # can still be answered: PyTorch traces its step at full size under fake tensors, with no memory behind them
     # (memmath/traced.py), where torch and transformers are installed.
@@ -195,7 +205,7 @@ def _(config_text_area, importlib, json, mm, mo, model, model_error, preset_drop
     elif _untraced and source_radio.value != "preset":
         trace_config = json.loads(config_text_area.value)
     elif _untraced:  # a preset read from its published config.json's fields
-        trace_config = mm.presets.PRESET_CONFIGS.get(preset_dropdown.value)
+        trace_config = preset_config
     torch_ready = all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))
     trace_button = mo.ui.run_button(label="Trace this step with PyTorch", disabled=not torch_ready)
     _why = ("memmath does not trace this model type's activations, so it gives no verdict on them (the verdict below says "
@@ -219,8 +229,8 @@ def _(config_text_area, importlib, json, mm, mo, model, model_error, preset_drop
     return trace_button, trace_config
 
 
-@app.cell(hide_code=True)
-def _(hardware_controls, method_controls, mm, mo, pasted_text, reserve_bytes, step_controls, trace_button, trace_config,
+@app.cell
+def _(hardware_controls, method_controls, mm, mo, reserve_bytes, show_traced, step_controls, trace_button, trace_config,
       traced, verdict_of):
     mo.stop(trace_config is None or not trace_button.value)
     _m, _s, _h = method_controls, step_controls, hardware_controls  # their values now, as the button was pressed
@@ -244,27 +254,36 @@ def _(hardware_controls, method_controls, mm, mo, pasted_text, reserve_bytes, st
     if _method == "lora":  # peft's "all-linear" for every linear layer but the head
         _settings.update(lora_rank=_m["rank"].value,
                          lora_targets=tuple("all-linear" if t == "all" else t for t in _m["targets"].value))
+    traced_verdict, _failure = None, None
     try:
         with mo.status.spinner(title="Tracing the step with PyTorch..."):
             traced_answer = traced.traced_training(trace_config, **_settings)
     except (ValueError, ImportError) as _error:
-        traced_answer = None
-        _shown = mo.callout(mo.md(f"PyTorch could not trace it: {pasted_text(str(_error))}"), kind="danger")
+        traced_answer, _failure = None, str(_error)
     else:
-        _unit = _h["unit"].value
-        _verdict = verdict_of(traced_answer.peak_step2_bytes, mm.get_gpu(_h["gpu"].value),
-                              reserved_bytes=reserve_bytes(_h["reserved"].value))
         # The one verdict rule (memmath/verdict.py): the traced peak, the CUDA context and 5% of the peak kept free.
-        _shown = mo.vstack([
+        traced_verdict = verdict_of(traced_answer.peak_step2_bytes, mm.get_gpu(_h["gpu"].value),
+                                    reserved_bytes=reserve_bytes(_h["reserved"].value))
+    show_traced(traced_answer, traced_verdict, _failure, unit=_h["unit"].value)
+    return traced_answer, traced_verdict
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, mo, pasted_text):
+    def show_traced(traced_answer, verdict, failure, *, unit):
+        """What PyTorch's trace found, or why it could not trace the step."""
+        if traced_answer is None:
+            return mo.callout(mo.md(f"PyTorch could not trace it: {pasted_text(failure)}"), kind="danger")
+        _unit = unit
+        return mo.vstack([
             mo.md(f"**Traced by PyTorch:** the peak of every step after the first is "
-                  f"{mm.format_bytes(traced_answer.peak_step2_bytes, _unit)}, in the "
-                  f"{traced_answer.peak_step2_phase.replace('_', ' ')}. On the {_verdict.gpu_name}, with "
-                  f"{mm.format_bytes(_verdict.reserved_bytes, _unit)} reserved for the CUDA context: "
-                  f"{_verdict.headline(_unit)} {_verdict.why(_unit)} After you change a setting, press the "
+                  f"{format_bytes(traced_answer.peak_step2_bytes, _unit)}, in the "
+                  f"{traced_answer.peak_step2_phase.replace('_', ' ')}. On the {verdict.gpu_name}, with "
+                  f"{format_bytes(verdict.reserved_bytes, _unit)} reserved for the CUDA context: "
+                  f"{verdict.headline(_unit)} {verdict.why(_unit)} After you change a setting, press the "
                   "button again to trace it."),
             mo.plain_text(traced_answer.text())])
-    _shown
-    return (traced_answer,)
+    return (show_traced,)
 
 
 @app.cell(hide_code=True)
@@ -337,11 +356,21 @@ def _(live_only_notice, mm, mo, viz):
             seq_len_slider, step_controls)
 
 
+@app.cell
+def _(mm):
+    gpu_names = list(mm.GPUS)  # every card memmath knows
+    default_max_gpus = mm.planner.DEFAULT_MAX_GPUS  # how many GPUs the planner's changes may use unless told
+    # "card": the card's own CUDA context (memmath/cuda_context.py, what check_fit and `memmath train` reserve); else a
+    # figure in whole MiB, as the driver counts, from none to 2 GiB by quarters and the V100's eager 1,343 MiB.
+    reserve_steps = sorted({256 * k for k in range(9)} | {mm.CUDA_CONTEXT_BYTES // 2**20})
+    return default_max_gpus, gpu_names, reserve_steps
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo, viz):
-    gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
+def _(default_max_gpus, gpu_names, live_only_notice, mo, reserve_steps, viz):
+    gpu_dropdown = mo.ui.dropdown(gpu_names, value="RTX 4090", label="GPU")
     n_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=1, label="GPUs")
-    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=mm.planner.DEFAULT_MAX_GPUS,
+    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=default_max_gpus,
                                    label="GPUs you could use (for the changes)")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
                                    label="ZeRO stage")
@@ -349,10 +378,7 @@ def _(live_only_notice, mm, mo, viz):
     _degrees = {"1": 1, "2": 2, "4": 4, "8": 8}
     tp_dropdown = mo.ui.dropdown(_degrees, value="1", label="Tensor parallel t")
     pp_dropdown = mo.ui.dropdown(_degrees, value="1", label="Pipeline stages p")
-    # "card": the card's own CUDA context (memmath/cuda_context.py, what check_fit and `memmath train` reserve); else a
-    # figure in whole MiB, as the driver counts, from none to 2 GiB by quarters and the V100's eager 1,343 MiB.
-    _steps = sorted({256 * k for k in range(9)} | {mm.CUDA_CONTEXT_BYTES // 2**20})
-    reserve_dropdown = mo.ui.dropdown({"the card's own": "card", **{f"{_m:,} MiB": _m for _m in _steps}},
+    reserve_dropdown = mo.ui.dropdown({"the card's own": "card", **{f"{_m:,} MiB": _m for _m in reserve_steps}},
                                       value="the card's own", label="Reserved for the CUDA context")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     hardware_controls = dict(gpu=gpu_dropdown, reserved=reserve_dropdown, unit=unit_radio, gpus=n_gpus_number,
@@ -849,13 +875,20 @@ def _(live_html, mo, parts_heading, takeaway_note):
     return basis_view, catalog_view, changes_view, comparison_view, far_view, needed_view, parts_view, recipe_view
 
 
+@app.cell
+def _(mm, verdict_of):
+    # What a real GPU adds beside the requirement, against the margin of one run: cited, not measured (the numbers
+    # are the sources' defaults).
+    margin_example = mm.requirement("llama-2-7b", batch_size=1, seq_len=512, precision="bf16", optimizer="adamw")
+    margin_example_verdict = verdict_of(margin_example, "RTX 4090")
+    cublas_workspace = 4096 * 2**10 * 2 + 16 * 2**10 * 8  # CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8", in bytes
+    nccl_buffer = 4 * 2**20  # NCCL_BUFFSIZE's default, 4 MiB
+    return cublas_workspace, margin_example, margin_example_verdict, nccl_buffer
+
+
 @app.cell(hide_code=True)
-def _(mm, mo, verdict_of, viz):
-    # What a real GPU adds beside the requirement: cited, not measured (the numbers are the sources' defaults).
-    _need = mm.requirement("llama-2-7b", batch_size=1, seq_len=512, precision="bf16", optimizer="adamw")
-    _v = verdict_of(_need, "RTX 4090")
-    _cublas = 4096 * 2**10 * 2 + 16 * 2**10 * 8  # CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8", in bytes
-    _nccl = 4 * 2**20  # NCCL_BUFFSIZE's default, 4 MiB
+def _(cublas_workspace, format_bytes, margin_example, margin_example_verdict, mo, nccl_buffer, viz):
+    _need, _v, _cublas, _nccl = margin_example, margin_example_verdict, cublas_workspace, nccl_buffer
     real_gpu_fold = mo.accordion({"What a real GPU adds: the allocator, its workspaces and buffers (cited)": mo.md(f"""
     memmath's requirement is what PyTorch's caching allocator hands to live tensors at the step's highest moment
     (`torch.cuda.max_memory_allocated()`, what its fidelity tests measure). A real card holds more:
@@ -872,11 +905,11 @@ def _(mm, mo, verdict_of, viz):
       reserving new ones of fixed sizes, which cuts fragmentation when sizes change from step to step (the same
       page, "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF").
     - **The cuBLAS workspace.** Each cuBLAS handle and stream that runs a matrix product keeps a workspace, by
-      default 4,096 KiB x 2 + 16 KiB x 8 = {_cublas:,} B ({mm.format_bytes(_cublas, "MiB")}; PyTorch, "cuBLAS
+      default 4,096 KiB x 2 + 16 KiB x 8 = {_cublas:,} B ({format_bytes(_cublas, "MiB")}; PyTorch, "cuBLAS
       workspaces", `CUBLAS_WORKSPACE_CONFIG`); cuBLASLt's is 32 MiB on Hopper and 4 MiB before it (NVIDIA, cuBLAS
       documentation, `cublasSetWorkspace`).
     - **NCCL's buffers.** With more than one GPU, NCCL allocates its own buffers outside PyTorch's allocator:
-      {mm.format_bytes(_nccl, "MiB")} per channel and peer by default (NVIDIA, NCCL documentation, `NCCL_BUFFSIZE`),
+      {format_bytes(_nccl, "MiB")} per channel and peer by default (NVIDIA, NCCL documentation, `NCCL_BUFFSIZE`),
       and ZeRO-3 or FSDP add the buffers of their gathers.
 
     **How memmath's reserve and margin stand against them.** The reserve is each card's CUDA context as measured
@@ -884,7 +917,7 @@ def _(mm, mo, verdict_of, viz):
     step add to it, so set section 4's reserve to what `nvidia-smi` shows for an idle process on yours. Since CUDA 12.2 on Linux (12.3 on Windows) the runtime
     loads a library's kernels only when first called (lazy loading, `CUDA_MODULE_LOADING=LAZY`; NVIDIA, *CUDA
     Programming Guide*, "Lazy Loading"), which can leave the context smaller than older stacks made it. The margin is 5% of the requirement: for llama-2-7b at
-    1 x 512 tokens it is {mm.format_bytes(_v.margin_bytes)} of {mm.format_bytes(_need.bytes)}, far more than the
+    1 x 512 tokens it is {format_bytes(_v.margin_bytes)} of {format_bytes(_need.bytes)}, far more than the
     cuBLAS workspace ({_cublas / _v.margin_bytes:.2%} of it) or a few NCCL channels, and it is first meant for the
     estimate's own error (held within 5% of PyTorch's measured peak). Fragmentation has no formula: a run judged
     "fits" with little to spare can still fail on a real card, and a run that fails with a large "reserved but
@@ -894,12 +927,19 @@ def _(mm, mo, verdict_of, viz):
     return (real_gpu_fold,)
 
 
+@app.cell
+def _(mm):
+    # Bytes per trainable parameter: the article's recipe (pure 16-bit with Adam) and classic mixed precision.
+    article_bytes = mm.recipes.bytes_per_parameter("bf16", "adam")
+    mixed_bytes = mm.recipes.bytes_per_parameter("mixed", "adam")
+    return article_bytes, mixed_bytes
+
+
 @app.cell(hide_code=True)
-def _(fsdp_fold, mm, mo):
+def _(article_bytes, fsdp_fold, mixed_bytes, mo):
     # Shown here, once, after the run's sections (it reads no control); the heading and the takeaway that the
     # views' cell shows under the verdict are built here once too.
-    _article = mm.recipes.bytes_per_parameter("bf16", "adam")
-    _mixed = mm.recipes.bytes_per_parameter("mixed", "adam")
+    _article, _mixed = article_bytes, mixed_bytes
     _sum = mo.md(f"""
     memory per GPU = weights + quantization constants + gradients + master weights + optimizer states + activations
 
@@ -986,51 +1026,57 @@ def _(mo):
     return
 
 
-@app.cell(hide_code=True)
-def _(literature, mm, mo):
+@app.cell
+def _(mm):
     # Every answer on one basis, the verdict's: memmath.requirement (the step's peak where memmath models it, else the
     # sum of the parts), judged on the card as plan_training judges it (the CUDA context reserved, 5% kept free).
     _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
-    _words = lambda need: ("at the step's peak" if need.basis == "peak" else  # noqa: E731
-                           f"as {need.words} ({need.reason})")
-    _full = mm.plan_training("llama-2-7b", "RTX 4090", **_s)  # problem 1's run
-    _reserve = mm.format_bytes(_full.reserved_bytes, "GiB")
+    problem_full = mm.plan_training("llama-2-7b", "RTX 4090", **_s)  # problem 1's run
     # QLoRA's repository casts the LoRA layers to bf16 when it trains in bf16 (artidoro/qlora, qlora.py,
     # get_accelerate_model); peft's default keeps them in fp32.
-    _q = {_fmt: mm.plan_training("llama-65b", "RTX A6000", precision="bf16", optimizer="adamw", batch_size=1,
+    problem_qlora = {_fmt: mm.plan_training("llama-65b", "RTX A6000", precision="bf16", optimizer="adamw", batch_size=1,
                                  seq_len=512, checkpointing=True, attention="sdpa",
                                  method=mm.QLoRA(rank=64, targets="all", adapter_format=_fmt)) for _fmt in ("bf16", "fp32")}
-    _dp = [mm.requirement("llama-2-7b", **_s, n_gpus=n) for n in (1, 8)]
-    _z3 = mm.requirement("llama-2-7b", **_s, n_gpus=8, zero_stage=3)
+    problem_data_parallel = [mm.requirement("llama-2-7b", **_s, n_gpus=n) for n in (1, 8)]
+    problem_zero3 = mm.requirement("llama-2-7b", **_s, n_gpus=8, zero_stage=3)
     try:
         mm.planner.config_from_text('{"model_type": "falcon", "hidden_size": 4544}')
     except ValueError as _error:
-        _falcon = str(_error)
+        problem_falcon = str(_error)
+    return problem_data_parallel, problem_falcon, problem_full, problem_qlora, problem_zero3
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, literature, mo, problem_data_parallel, problem_falcon, problem_full, problem_qlora, problem_zero3):
+    _full, _q, _dp, _z3, _falcon = problem_full, problem_qlora, problem_data_parallel, problem_zero3, problem_falcon
+    _words = lambda need: ("at the step's peak" if need.basis == "peak" else  # noqa: E731
+                           f"as {need.words} ({need.reason})")
+    _reserve = format_bytes(_full.reserved_bytes, "GiB")
     _fits = lambda plan: "it fits" if plan.fits else "it does not fit"  # noqa: E731
     mo.vstack([
         mo.md("## Problems"),
         mo.md("Each answer is what the card must hold, as the verdict counts it."),
         mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
               f"per GPU, and what is the smallest change that fits it on an RTX 4090 ({_reserve} reserved)?"),
-        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.requirement.bytes)} {_words(_full.requirement)}. "
+        mo.accordion({"Answer": mo.md(f"{format_bytes(_full.requirement.bytes)} {_words(_full.requirement)}. "
                                       "The planner's path: " + ", then ".join(
-                                          f"{s.change} ({mm.format_bytes(s.total)})" for s in _full.path) + ".")}),
+                                          f"{s.change} ({format_bytes(s.total)})" for s in _full.path) + ".")}),
         mo.md("**2.** QLoRA's paper finetuned a 65B model on one 48 GB GPU. Plan LLaMA-65B with QLoRA rank 64 on "
               "all linear layers, its adapters in bf16 as the QLoRA repository trains them, batch 1, 512 tokens, "
               "checkpointing: does it fit an RTX A6000?"),
         mo.accordion({"Answer": mo.md(
-            f"{mm.format_bytes(_q['bf16'].requirement.bytes)} {_words(_q['bf16'].requirement)} against "
-            f"{mm.format_bytes(_q['bf16'].fit.available_bytes)} usable: {_fits(_q['bf16'])} "
+            f"{format_bytes(_q['bf16'].requirement.bytes)} {_words(_q['bf16'].requirement)} against "
+            f"{format_bytes(_q['bf16'].fit.available_bytes)} usable: {_fits(_q['bf16'])} "
             f"({literature.cite('qlora_65b_gpu')}). With peft's default fp32 adapters the same run needs "
-            f"{mm.format_bytes(_q['fp32'].requirement.bytes)} {_words(_q['fp32'].requirement)}: {_fits(_q['fp32'])}.")}),
+            f"{format_bytes(_q['fp32'].requirement.bytes)} {_words(_q['fp32'].requirement)}: {_fits(_q['fp32'])}.")}),
         mo.md("**3.** Eight GPUs without ZeRO: does problem 1's run (Llama-2-7B, full finetuning, batch 1, 512 "
               "tokens) need less memory per GPU than on one?"),
         mo.accordion({"Answer": mo.md(
-            f"No: {mm.format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, against {mm.format_bytes(_dp[0].bytes)} "
+            f"No: {format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, against {format_bytes(_dp[0].bytes)} "
             "on one: each GPU keeps everything one GPU keeps, and PyTorch DDP's all-reduce buckets, a second copy of the "
             "gradients, besides (DDP(gradient_as_bucket_view=True) makes the gradients views into them). "
-            f"Plain data parallelism copies everything; ZeRO stage 3 brings it to {mm.format_bytes(_z3.bytes)} per "
-            f"GPU {_words(_z3)}, of which the activations ({mm.format_bytes(_z3.memory.activations)}) are not "
+            f"Plain data parallelism copies everything; ZeRO stage 3 brings it to {format_bytes(_z3.bytes)} per "
+            f"GPU {_words(_z3)}, of which the activations ({format_bytes(_z3.memory.activations)}) are not "
             "sharded: each GPU keeps its own batch's.")}),
         mo.md("**4.** Paste `{\"model_type\": \"falcon\", \"hidden_size\": 4544}` as the config. What does the planner say?"),
         mo.accordion({"Answer": mo.md(f"A message, not a crash: \"{_falcon}\".")}),
