@@ -416,7 +416,8 @@ def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, 
     side_by_side_needs = {name: mm.requirement(shape, method=_m, **_run) for name, _m in _methods.items()}
     side_by_side_fits = {name: mm.check_fit(n.bytes, gpu, margin=mm.FIT_MARGIN)  # the card's own CUDA context reserved
                          for name, n in side_by_side_needs.items()}
-    show_side_by_side(model_label, gpu, side_by_side, side_by_side_needs, side_by_side_fits, lora_fp32, lora_base, unit)
+    show_side_by_side(model_label, gpu, side_by_side, side_by_side_needs, side_by_side_fits, lora_fp32, lora_base, unit,
+                      setting=(shape, rank, targets, adapter_format, tuple(_run.items()), gpu))
     return gpu, lora_base, lora_fp32, side_by_side, side_by_side_fits, side_by_side_needs, unit
 
 
@@ -444,24 +445,9 @@ def _(viz):
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, cached_md, format_bytes, fp32_adapter_cost_words, pd, requirement_view, sbs_prose_view,
-      sbs_table_view, to_unit, viz):
-    def show_side_by_side(model_label, gpu, side_by_side, side_by_side_needs, side_by_side_fits, lora_fp32, lora_base,
-                          unit):
-        """The side-by-side chart's rows, its table and the text under it (into the live views above)."""
-        _fits, _usable = side_by_side_fits, side_by_side_fits["Full finetuning"].available_bytes
-        # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
-        # The card's line stands where its usable memory ends; each bar's black tick is what the card must hold.
-        bars_chart.update(requirement_view.bars_output(
-            side_by_side_needs, unit, title=f"{model_label}: memory of one training step",
-            capacity_bytes=_usable, capacity_label=f"{gpu.name}: {format_bytes(_usable, unit)} usable"))
-        _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
-                               f"weights + constants ({unit})": round(to_unit(r.weights + r.quantization_constants, unit), 2),
-                               f"grads + states ({unit})": round(to_unit(r.trainable_state, unit), 3),
-                               f"activations ({unit})": round(to_unit(r.activations, unit), 2),
-                               f"sum of the parts ({unit})": round(to_unit(r.total, unit), 2),
-                               f"the card must hold ({unit})": round(to_unit(side_by_side_needs[name].bytes, unit), 2),
-                               f"fits {gpu.name}?": "yes" if _fits[name].fits else "no"} for name, r in side_by_side.items()])
+def _(cached_md, format_bytes, fp32_adapter_cost_words, viz):
+    def side_by_side_words(side_by_side, lora_fp32, lora_base, gpu, usable, unit):
+        """The text under the side-by-side table: where each method's bytes go, and what fp32 adapters cost."""
         _full, _lora, _qlora = side_by_side.values()
         _fmt = lambda n: viz.readable_size(n, unit)  # noqa: E731  (33.55 MB, not 0.03 GB)
         _fp32_cost = fp32_adapter_cost_words(lora_fp32, lora_base, unit)
@@ -495,11 +481,47 @@ def _(bars_chart, cached_md, format_bytes, fp32_adapter_cost_words, pd, requirem
         head stay in the recipe's format). {_acts} Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32
         instead of the base format {_fp32_cost}. "Fits" compares each total with the {gpu.name}'s {format_bytes(gpu.memory_bytes, unit)}
         less {viz.card_reserve_words(gpu)}:
-        {format_bytes(_usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions} Activations:
+        {format_bytes(usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions} Activations:
         {_how}.
         """)
+        return _prose
+    return (side_by_side_words,)
+
+
+@app.cell(hide_code=True)
+def _(bars_chart, format_bytes, pd, requirement_view, sbs_prose_view, sbs_table_view, side_by_side_words, to_unit):
+    # What the section showed for each setting, kept for the settings a learner returns to (a slider moved back and
+    # forth): its chart, table and prose take some 5 ms of pandas and markdown a move, putting them back almost nothing.
+    _shown = {}
+
+    def show_side_by_side(model_label, gpu, side_by_side, side_by_side_needs, side_by_side_fits, lora_fp32, lora_base,
+                          unit, *, setting):
+        """The side-by-side chart's rows, its table and the text under it (into the live views above); setting is
+        what they follow from (the model, rank, matrices, adapter format, the run's settings, the card)."""
+        if (setting, unit) in _shown:
+            _chart, sbs_table_view.html, sbs_prose_view.html = _shown[setting, unit]
+            bars_chart.update(_chart)  # as LiveHtml.update leaves the views above: nothing travels when unchanged
+            return
+        if len(_shown) >= 256:  # a bound, as memmath's own caches have
+            _shown.clear()
+        _fits, _usable = side_by_side_fits, side_by_side_fits["Full finetuning"].available_bytes
+        # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
+        # The card's line stands where its usable memory ends; each bar's black tick is what the card must hold.
+        _chart = requirement_view.bars_output(
+            side_by_side_needs, unit, title=f"{model_label}: memory of one training step",
+            capacity_bytes=_usable, capacity_label=f"{gpu.name}: {format_bytes(_usable, unit)} usable")
+        bars_chart.update(_chart)
+        _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
+                               f"weights + constants ({unit})": round(to_unit(r.weights + r.quantization_constants, unit), 2),
+                               f"grads + states ({unit})": round(to_unit(r.trainable_state, unit), 3),
+                               f"activations ({unit})": round(to_unit(r.activations, unit), 2),
+                               f"sum of the parts ({unit})": round(to_unit(r.total, unit), 2),
+                               f"the card must hold ({unit})": round(to_unit(side_by_side_needs[name].bytes, unit), 2),
+                               f"fits {gpu.name}?": "yes" if _fits[name].fits else "no"} for name, r in side_by_side.items()])
+        _prose = side_by_side_words(side_by_side, lora_fp32, lora_base, gpu, _usable, unit)
         sbs_table_view.update(_rows)
         sbs_prose_view.update(_prose)
+        _shown[setting, unit] = (_chart, sbs_table_view.html, sbs_prose_view.html)
     return (show_side_by_side,)
 
 
