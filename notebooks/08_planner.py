@@ -558,21 +558,37 @@ def _(cached_md, format_bytes, literature, mo, optimizer_dropdown, pasted_text, 
 
 
 @app.cell(hide_code=True)
-def _(catalog_view, comparison_view, needed_view, parts_view, show_changes, show_far, show_recipe, shown_catalog,
-      shown_comparison, shown_parts):
+def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_view, needed_view, parts_view,
+      recipe_view, show_changes, show_far, show_recipe, shown_catalog, shown_comparison, shown_parts):
+    _views = (recipe_view, basis_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view)
+    # What the sections showed for each setting, kept for the settings a learner returns to (a slider moved back and
+    # forth): their tables and prose take some 10 ms of pandas and markdown a move, putting them back almost nothing.
+    _shown = {}
+
     def show_sections(run, plan, suggestions, path, limits, first_peak, chart_needs, catalog, compared_needs, serving,
-                      suggestions_frame, trained_context, *, max_gpus, allowed_gpus, reserved, unit, margin):
+                      suggestions_frame, trained_context, *, methods, max_gpus, allowed_gpus, reserved, unit, margin):
         """The sections under the verdict, into their live views: the recipe, how far the run goes, the chart and the
         changes, the parts, the catalog, the comparison and "needed or wanted". Returns the parts' frame."""
+        # Everything they show follows from these (the other methods for the comparison, the card, what it keeps back).
+        _key = (run.cache_key, tuple(methods.items()), plan.fit.gpu, reserved, max_gpus, allowed_gpus, unit, margin)
+        if _key in _shown:
+            _held, _chart, parts_frame = _shown[_key]
+            for _view, _html in zip(_views, _held):
+                _view.html = _html  # as LiveHtml.update leaves it; nothing travels when it is what is shown
+            bars_chart.update(_chart)
+            return parts_frame
+        if len(_shown) >= 256:  # a bound, as memmath's own caches have
+            _shown.clear()
         show_recipe(plan, first_peak, reserved=reserved, unit=unit, margin=margin)
         show_far(run, plan, limits, trained_context, max_gpus=max_gpus, allowed_gpus=allowed_gpus, unit=unit)
-        show_changes(plan, suggestions, path, chart_needs, suggestions_frame, unit=unit)
+        _chart = show_changes(plan, suggestions, path, chart_needs, suggestions_frame, unit=unit)
         parts_frame, _parts_table = shown_parts(plan.requirement, unit)
         parts_view.update(_parts_table)
         catalog_view.update(shown_catalog(plan.requirement, catalog, reserved, unit, margin)[1])
         _comparison_part, _needed_part = shown_comparison(run, unit, compared_needs, serving)
         comparison_view.update(_comparison_part)
         needed_view.update(_needed_part)
+        _shown[_key] = (tuple(_view.html for _view in _views), _chart, parts_frame)
         return parts_frame
     return (show_sections,)
 
@@ -644,7 +660,7 @@ def _(accum_slider, attention_radio, batch_slider, bottleneck_slider, checkpoint
     compared = {_name: _need.memory for _name, _need in compared_needs.items()}
     serving = mm.inference_memory(run.model, context_len=run.seq_len)
     parts_frame = show_sections(run, plan, suggestions, path, limits, first_peak, chart_needs, catalog, compared_needs,
-                                serving, mm.planner.suggestions_frame(suggestions, unit), trained_context,
+                                serving, mm.planner.suggestions_frame(suggestions, unit), trained_context, methods=methods,
                                 max_gpus=max_gpus, allowed_gpus=int(max_gpus_number.value), reserved=reserved, unit=unit,
                                 margin=mm.FIT_MARGIN)
     show_verdict(run, plan, trained_context, layout_refused, layout_words=layout_words, unit=unit,
@@ -823,12 +839,14 @@ def _(cached_md, far_view, format_bytes):
 def _(bars_chart, cached_md, changes_view, format_bytes, mo, requirement_view, viz):
     def show_changes(plan, suggestions, path, chart_needs, suggestions_frame, *, unit):
         """The live chart (your run and the first single changes, each by what the card must hold: the parts, what
-        the step's peak adds to them, a black tick at the requirement) and the changes that help, ranked."""
+        the step's peak adds to them, a black tick at the requirement) and the changes that help, ranked; returns the
+        chart drawn."""
         _f = lambda n: format_bytes(n, unit)  # noqa: E731
         gpu, _cannot = plan.fit.gpu, plan.cannot_run
-        bars_chart.update(requirement_view.bars_output(
+        _chart = requirement_view.bars_output(
             chart_needs, unit, title="Memory per GPU, your run and single changes: the parts, what the step's peak adds, "
-            "and what the card must hold (black tick)", capacity_bytes=plan.fit.available_bytes, capacity_label=gpu.name))
+            "and what the card must hold (black tick)", capacity_bytes=plan.fit.available_bytes, capacity_label=gpu.name)
+        bars_chart.update(_chart)
         if plan.requirement.refused:
             _path = ("No change is judged: each would be judged on a floor too (the verdict above).")
         elif not suggestions:
@@ -854,6 +872,7 @@ def _(bars_chart, cached_md, changes_view, format_bytes, mo, requirement_view, v
                       f"`{_cannot.instead}` above to plan the changes it can.")
         changes_view.update(mo.vstack([cached_md(_path), viz.plain_table(suggestions_frame.round(2),
                                                                          wrapped_columns=["cost"])]))
+        return _chart
     return (show_changes,)
 
 
