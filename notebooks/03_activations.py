@@ -115,8 +115,9 @@ def _(activation_sweep, attention_radio, batch_slider, checkpointing_switch, hea
     sweep, sweep_values, unit_sweep = swept.memory, swept.values, swept.unit
     crossover, crossover_weights = swept.crossover, swept.crossover_weights
 
+    _setting = (model, batch_size, seq_len, attention, checkpointing, unit)  # what the words and charts follow from
     _warning = show_number(model, training, inference, per_layer, eager_per_layer, seq_len=seq_len,
-                           batch_size=batch_size, wanted_heads=heads_slider.chosen, unit=unit)
+                           batch_size=batch_size, wanted_heads=heads_slider.chosen, unit=unit, setting=_setting)
     show_comparisons(model, textbook_runs, training, training_exact, inference, attention=attention,
                      checkpointing=checkpointing, unit=unit)
     show_sweep(swept, seq_len, batch_size, sweep_radio.value)
@@ -682,18 +683,19 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(assumptions_view, bars_chart, cached_md, heads_note, mo, number_view, preset, viz):
-    def show_number(model, training, inference, per_layer, eager_per_layer, *, seq_len, batch_size, wanted_heads, unit):
-        """The number at the top with its recipe, the chart under it, the heads note; returns the warning, if any."""
+def _(cached_md, mo, preset, viz):
+    def number_views(model, training, inference, per_layer, eager_per_layer, *, seq_len, batch_size, wanted_heads, unit):
+        """What the top of the page shows: (the heads note, the chart, the number with its recipe, the assumptions,
+        the warning or None)."""
         _s, _b, _h, _a, _V = seq_len, batch_size, model.hidden_size, model.n_heads, model.vocab_size
-        heads_note.update(cached_md(
+        _heads = cached_md(
             f"*Attention heads shows {_a}, not your {wanted_heads}: {wanted_heads} heads do not divide a "
-            f"width of {_h:,}, and {_a} is the largest count below it that does.*" if _a != wanted_heads else ""))
+            f"width of {_h:,}, and {_a} is the largest count below it that does.*" if _a != wanted_heads else "")
         _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
         _bars = viz.breakdown_long({"Training (your settings)": training,
                                     "Inference, same batch and length": inference}, _unit)
-        # JSON directly, into the live chart below: every slider sends it new rows (a new unit draws it anew).
-        bars_chart.update(viz.stacked_bars_output(_bars, _unit, title="Where the memory goes"))
+        # JSON directly, for the live chart below: every slider sends it new rows (a new unit draws it anew).
+        _chart = viz.stacked_bars_output(_bars, _unit, title="Where the memory goes")
         detail, _size = training.activation_detail, lambda n: viz.readable_size(n, unit)  # noqa: E731
         _kernel = ("" if per_layer == eager_per_layer else f" Fused attention drops the s × s terms and adds a "
                    f"4·a·s·b log-sum-exp: 34·s·b·h + 4·a·s·b = **{_size(per_layer)}**.")
@@ -704,7 +706,7 @@ def _(assumptions_view, bars_chart, cached_md, heads_note, mo, number_view, pres
                                                       preset.vocab_size)
         _which = (f"the preset `{preset.name}` (change it under *Your model* below)" if _is_preset else
                   "your model (set under *Your model* below)")
-        number_view.update(cached_md(f"""
+        _number = cached_md(f"""
         **The number.** For {_which}, {model.n_params:,} parameters, at b = {_b} sequences of s = {_s:,} tokens
         in pure bf16, by Korthikanti et al.'s formula: **activations {_size(training.activations)}**,
         against {_size(training.without_activations)} for weights, gradients and AdamW states
@@ -718,8 +720,8 @@ def _(assumptions_view, bars_chart, cached_md, heads_note, mo, number_view, pres
         - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
           {_size(detail.outside_layers)}.
         - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{_V:,} = {_size(detail.loss)}.
-        """))
-        assumptions_view.update(cached_md(
+        """)
+        _assumptions = cached_md(
             f"{training.assumptions} Activations are Korthikanti et al.'s model (`activations=\"textbook\"`): 16-bit, "
             "with 1-byte dropout masks after the attention, the blocks and the embeddings, as in the paper."
             """
@@ -728,12 +730,36 @@ def _(assumptions_view, bars_chart, cached_md, heads_note, mo, number_view, pres
         GPT block (`activations="textbook"` in memmath). memmath's default for a model with a config (every
         preset, and this page's model) replays what transformers' own code keeps, tensor by tensor;
         *Does PyTorch keep what the formula counts?* further down checks both against recorded training steps.
-        """))
-        if _s <= preset.max_positions:
-            return None
-        return mo.vstack([mo.callout(cached_md(
+        """)
+        _warning = None if _s <= preset.max_positions else mo.vstack([mo.callout(cached_md(
             f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic for {_s:,} tokens is "
             "the same, but the real model would need more position embeddings."), kind="warn")])
+        return _heads, _chart, _number, _assumptions, _warning
+    return (number_views,)
+
+
+@app.cell(hide_code=True)
+def _(assumptions_view, bars_chart, heads_note, number_view, number_views):
+    # What the top of the page showed for each setting, kept for the settings a learner returns to (a slider moved
+    # back and forth): its chart's rows and recipe take a few ms of pandas and markdown, putting them back almost none.
+    _shown = {}
+
+    def show_number(model, training, inference, per_layer, eager_per_layer, *, seq_len, batch_size, wanted_heads, unit,
+                    setting):
+        """The number at the top with its recipe, the chart under it, the heads note; returns the warning, if any.
+        setting is what they follow from (the model, batch, length, kernel, checkpointing and unit)."""
+        if (setting, wanted_heads) not in _shown:
+            if len(_shown) >= 256:  # a bound, as memmath's own caches have
+                _shown.clear()
+            _shown[setting, wanted_heads] = number_views(model, training, inference, per_layer, eager_per_layer,
+                                                         seq_len=seq_len, batch_size=batch_size,
+                                                         wanted_heads=wanted_heads, unit=unit)
+        _heads, _chart, _number, _assumptions, _warning = _shown[setting, wanted_heads]
+        heads_note.update(_heads)
+        bars_chart.update(_chart)
+        number_view.update(_number)
+        assumptions_view.update(_assumptions)
+        return _warning
     return (show_number,)
 
 
