@@ -569,8 +569,10 @@ def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_v
                       suggestions_frame, trained_context, *, methods, max_gpus, allowed_gpus, reserved, unit, margin):
         """The sections under the verdict, into their live views: the recipe, how far the run goes, the chart and the
         changes, the parts, the catalog, the comparison and "needed or wanted". Returns the parts' frame."""
-        # Everything they show follows from these (the other methods for the comparison, the card, what it keeps back).
-        _key = (run.cache_key, tuple(methods.items()), plan.fit.gpu, reserved, max_gpus, allowed_gpus, unit, margin)
+        # Everything they show follows from these (the other methods for the comparison, the card, what it keeps back,
+        # the context the model was trained on, which a pasted config.json gives beside its shape).
+        _key = (run.cache_key, tuple(methods.items()), plan.fit.gpu, reserved, max_gpus, allowed_gpus, unit, margin,
+                trained_context)
         if _key in _shown:
             _held, _chart, parts_frame = _shown[_key]
             for _view, _html in zip(_views, _held):
