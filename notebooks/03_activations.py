@@ -11,14 +11,13 @@ app = marimo.App(width="medium", app_title="Activations", css_file="memmath.css"
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, viz):
-    _article = mm.training_memory(mm.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
+def _(article_7b, format_bytes, mo, viz):
     mo.md(f"""
     # Activations: what training keeps for the backward pass
 
     Symbols and words: [Notation and glossary](?file=09_notation.py).
 
-    **The claim.** The article's 7B model needs about {mm.format_bytes(_article.without_activations)} to
+    **The claim.** The article's 7B model needs about {format_bytes(article_7b.without_activations)} to
     finetune in pure 16-bit *before activations are counted*
     ({viz.lesson_link("02_full_finetuning", "lesson 2")}). Activations are what the forward pass keeps
     for the backward pass: the input of every matrix multiply, the output of every softmax, the mask of
@@ -30,9 +29,19 @@ def _(mm, mo, viz):
 
 
 @app.cell
+def _(mm):
+    # The article's 7B model (32 layers), finetuned in pure bf16 with Adam (lesson 2): everything but activations.
+    article_7b = mm.training_memory(mm.uniform_model(7e9, 32), precision="bf16", optimizer="adam")
+    return (article_7b,)
+
+
+@app.cell
 def _():
+    import functools
+
     import marimo as mo
     import memmath as mm
+    from memmath import format_bytes
     from memmath_lessons import reference
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
@@ -42,7 +51,7 @@ def _():
     from memmath_lessons import recorded, sweeps
     import pandas as pd
     from memmath_lessons import lesson_charts, site_charts
-    return (lesson_charts, live_chart, live_html, live_only_notice, mm, mo, pd, recorded, reference, site_charts,
+    return (format_bytes, functools, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, pd, recorded, reference, site_charts,
             step_slider, sweeps, viz)
 
 
@@ -64,160 +73,58 @@ def _(live_html):
     return assumptions_view, number_view
 
 
-@app.cell(hide_code=True)
-def _(assumptions_view, attention_radio, bars_chart, batch_slider, checkpointing_switch, combos_view,
-      crossings_view, head_counts, heads_note, heads_slider, layers_slider, lesson_charts, mm, mo, number_view,
-      numbers_view, pd, preset, ratio_text, seq_slider, sweep_chart, sweep_radio, sweeps, unit_radio, viz,
-      vocab_slider, why_view, width_slider):
-    # The one cell every control of the run re-runs (every re-run cell costs marimo some 8 ms of its own): the core
-    # path's number with its recipe, the chart's rows, the heads slider's steps, the comparisons and the sweep
-    # further down, all into live views; its only output is a warning where one applies.
+@app.cell
+def _(activation_sweep, attention_radio, batch_slider, checkpointing_switch, head_counts, heads_slider, layers_slider,
+      mm, preset, seq_slider, show_comparisons, show_number, show_sweep, sweep_radio, unit_radio, vocab_slider,
+      width_slider):
+    # The one cell every control of the run re-runs (every re-run cell costs marimo some 8 ms of its own): the
+    # arithmetic is here; the show_ functions (hidden cells below) put its numbers into the page's live views.
     batch_size, seq_len = batch_slider.value, seq_slider.value
     n_layers, width, vocab = layers_slider.value, width_slider.value, vocab_slider.value
     # Heads must divide the width: the heads slider offers this width's divisors (sent to it in place, no new
     # slider) and stands on the largest at most the learner's last choice.
     heads_slider.steps = head_counts(width)
-    n_heads, _wanted_heads = heads_slider.shown, heads_slider.chosen
-    heads_note.update(mo.md(
-        f"*Attention heads shows {n_heads}, not your {_wanted_heads}: {_wanted_heads} heads do not divide a "
-        f"width of {width:,}, and {n_heads} is the largest count below it that does.*"
-        if n_heads != _wanted_heads else ""))
+    n_heads = heads_slider.shown
     attention, checkpointing, unit = attention_radio.value, checkpointing_switch.value, unit_radio.value
     model = mm.models.gpt2_model(n_layers=n_layers, hidden_size=width, n_heads=n_heads, vocab_size=vocab,
-                          max_positions=preset.max_positions, name="your model")
+                                 max_positions=preset.max_positions, name="your model")
     # The formula this lesson teaches is Korthikanti et al.'s model, asked for by name (activations="textbook",
     # with its dropout masks; memmath's default for a model with a config is the exact trace of transformers'
     # code): the four combinations of kernel and checkpointing, of which the page's number is the chosen one.
-    _rows, _runs = [], {}
-    for _attention in ("eager", "sdpa"):
-        for _ckpt in (False, True):
-            _runs[_attention, _ckpt] = mm.training_memory(
-                model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len,
-                attention=_attention, checkpointing=_ckpt, activations="textbook", dropout=True)
-    training = _runs[attention, checkpointing]
+    textbook_runs = {(_kernel, _ckpt): mm.training_memory(
+        model, precision="bf16", optimizer="adamw", batch_size=batch_size, seq_len=seq_len, attention=_kernel,
+        checkpointing=_ckpt, activations="textbook", dropout=True) for _kernel in ("eager", "sdpa") for _ckpt in (False, True)}
+    training = textbook_runs[attention, checkpointing]
+    detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
+    # One block by the paper's formula, with the chosen kernel and with eager attention (the recipe's first line).
+    per_layer = mm.activations.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
+                                                     n_heads=n_heads, attention=attention)
+    eager_per_layer = mm.activations.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size,
+                                                           hidden_size=width, n_heads=n_heads)
     # memmath's default for this model (the exact trace of transformers' GPT-2 code, the config's dropout of 0.1),
     # for training against inference further down, which is not about the formula.
     training_exact = mm.training_memory(model, precision="bf16", optimizer="adamw", batch_size=batch_size,
                                         seq_len=seq_len, attention=attention, checkpointing=checkpointing)
-    per_layer = mm.activations.korthikanti_per_layer(seq_len=seq_len, batch_size=batch_size, hidden_size=width,
-                                         n_heads=n_heads, attention=attention)
-    detail = training.activation_detail  # per layer, layers storing, recompute peak, outside, loss
     inference = mm.inference_memory(model, weights_format="bf16", kv_format="bf16", batch_size=batch_size,
                                     context_len=seq_len, attention=attention)
-    _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
-    _bars = viz.breakdown_long({"Training (your settings)": training,
-                                "Inference, same batch and length": inference}, _unit)
-    # JSON directly, into the live chart below: every slider sends it new rows (a new unit draws it anew).
-    bars_chart.update(viz.stacked_bars_output(_bars, _unit, title="Where the memory goes"))
-
-    _s, _b, _h, _a = seq_len, batch_size, width, n_heads
-    _eager = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=_b, hidden_size=_h, n_heads=_a)
-    _kernel = ("" if per_layer == _eager else f" Fused attention drops the s × s terms and adds a 4·a·s·b "
-               f"log-sum-exp: 34·s·b·h + 4·a·s·b = **{viz.readable_size(per_layer, unit)}**.")
-    _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
-                  f"{viz.readable_size(detail.recompute_peak, unit)}, at a time during the backward pass."
-                  if detail.recompute_peak else "")
-    _is_preset = (n_layers, width, n_heads, vocab) == (preset.n_layers, preset.hidden_size, preset.n_heads,
-                                                       preset.vocab_size)
-    _which = (f"the preset `{preset.name}` (change it under *Your model* below)" if _is_preset else
-              "your model (set under *Your model* below)")
-    _notes = []
-    if seq_len > preset.max_positions:
-        _notes.append(f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic "
-                      f"for {seq_len:,} tokens is the same, but the real model would need more position embeddings.")
-    number_view.update(mo.md(f"""
-    **The number.** For {_which}, {model.n_params:,} parameters, at b = {_b} sequences of s = {_s:,} tokens
-    in pure bf16, by Korthikanti et al.'s formula: **activations {viz.readable_size(training.activations, unit)}**,
-    against {viz.readable_size(training.without_activations, unit)} for weights, gradients and AdamW states
-    together. Recipe (Korthikanti et al. 2022, section 4.1, 16-bit activations and 1-byte dropout masks):
-
-    - One block with eager attention keeps s·b·h·(34 + 5·a·s/h) =
-      {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{viz.readable_size(_eager, unit)}**.{_kernel}
-    - The blocks: {detail.layers_storing} {"layer" if detail.layers_storing == 1 else "layers"} ×
-      {viz.readable_size(detail.per_layer, unit)} kept per layer
-      = {viz.readable_size(detail.per_layer * detail.layers_storing, unit)}.{_recompute}
-    - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
-      {viz.readable_size(detail.outside_layers, unit)}.
-    - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{vocab:,} = {viz.readable_size(detail.loss, unit)}.
-    """))
-    assumptions_view.update(mo.md(
-        f"{training.assumptions} Activations are Korthikanti et al.'s model (`activations=\"textbook\"`): 16-bit, "
-        "with 1-byte dropout masks after the attention, the blocks and the embeddings, as in the paper."
-        """
-
-    These numbers, the chart under them, the comparisons and the sweep below are the paper's model of a
-    GPT block (`activations="textbook"` in memmath). memmath's default for a model with a config (every
-    preset, and this page's model) replays what transformers' own code keeps, tensor by tensor;
-    *Does PyTorch keep what the formula counts?* further down checks both against recorded training steps.
-    """))
-
-    # The four combinations, training against inference, and the sweep's rows and crossings (into the live views
-    # and the sweep's chart further down).
-    for (_attention, _ckpt), _r in _runs.items():
-        _rows.append({"attention": "eager" if _attention == "eager" else "fused (SDPA)",
-                      "checkpointing": "yes" if _ckpt else "no",
-                      "activations": viz.readable_size(_r.activations, unit), "total": viz.readable_size(_r.total, unit),
-                      "activations / rest": ratio_text(_r.activations, _r.without_activations)})
-    _costlier = [a for a in ("eager", "sdpa") if _runs[a, True].activations > _runs[a, False].activations]
-    _d = _runs[_costlier[0], True].activation_detail if _costlier else None
-    _why = ("" if not _costlier else
-            f"Here checkpointing keeps *more*, not less: with {model.n_layers} "
-            f"{'layer' if model.n_layers == 1 else 'layers'}, it keeps each block's input "
-            f"({viz.readable_size(_d.per_layer * _d.layers_storing, unit)} in all) and still rebuilds one whole "
-            f"block during the backward pass ({viz.readable_size(_d.recompute_peak, unit)}), which is about what "
-            "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop.")
-
     # The sweep: one memmath call over a numpy array of lengths or batch sizes (the other stays at your setting),
     # and where activations pass the weights alone and everything else (memmath_lessons.sweeps).
-    _sweep = sweeps.activation_sweep(model, over=sweep_radio.value, seq_len=seq_len, batch_size=batch_size,
-                                     attention=attention, checkpointing=checkpointing, unit=unit,
-                                     activations="textbook", dropout=True)  # the formula's, like the number
-    sweep, sweep_values, unit_sweep = _sweep.memory, _sweep.values, _sweep.unit
-    crossover, crossover_weights = _sweep.crossover, _sweep.crossover_weights
-    sweep_chart.update(_sweep.frame, draw=lesson_charts.activation_sweep(_sweep.x_title, unit_sweep),
-                       key=(_sweep.x_title, unit_sweep))
-    if sweep_radio.value == "sequence length":
-        _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
-    else:
-        _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
+    swept = activation_sweep(model, over=sweep_radio.value, seq_len=seq_len, batch_size=batch_size,
+                             attention=attention, checkpointing=checkpointing, unit=unit,
+                             activations="textbook", dropout=True)  # the formula's, like the number
+    sweep, sweep_values, unit_sweep = swept.memory, swept.values, swept.unit
+    crossover, crossover_weights = swept.crossover, swept.crossover_weights
 
-    def _where(x, what):
-        if x is None:
-            return f"stay below {what} over the whole sweep"
-        _verb = "are already bigger than" if x == sweep_values[0] else "pass"
-        return f"{_verb} {what} at **{_what} {x:,}**"
-
-    combos_view.update(pd.DataFrame(_rows))
-    why_view.update(mo.md(_why))
-    # memmath's default model, named (the textbook, with memmath's reason, wherever the exact one does not apply).
-    _chosen = ("fused (SDPA)" if attention == "sdpa" else "eager") + " attention" + (
-        " and the checkpointing" if checkpointing else "")
-    _exact_model = (f"the exact trace of what transformers' GPT-2 code keeps, with the {_chosen} chosen above, and "
-                    "the dropout of GPT-2's config"
-                    if training_exact.activation_model == "transformers" else
-                    "; ".join(n.text for n in training_exact.notes if n.kind == "activations_textbook_fallback"))
-    numbers_view.update(mo.md(f"""
-    Training must keep its activations until the backward pass has used them:
-    {viz.readable_size(training_exact.activations, unit)} here by memmath's default ({_exact_model}; the
-    formula above counts {viz.readable_size(training.activations, unit)}), on top of gradients and optimizer
-    states. Inference has no backward pass. It computes one block, passes the result on and forgets it, so it
-    needs only a transient working set ({viz.readable_size(inference.working_set, unit)} for a prefill of the
-    same batch and length) and a **KV cache** of the keys and values of earlier tokens
-    ({viz.readable_size(inference.kv_cache, unit)}), which decoding reuses for each new token.
-
-    For the same model, batch and length: training {viz.readable_size(training_exact.total, unit)}, inference
-    {viz.readable_size(inference.total, unit)} (weights in bf16; the bars at the top of the page put the same
-    inference next to the formula's training). {viz.lesson_link("07_inference", "Lesson 7")} does the
-    inference side in full.
-    """))
-    crossings_view.update(mo.md(f"""
-    With {_fixed}, activations by the formula {_where(crossover_weights, 'the weights')}, and
-    {_where(crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
-    """))
-    mo.vstack([mo.callout(mo.md(n), kind="warn") for n in _notes]) if _notes else None
-    return (attention, batch_size, checkpointing, crossover, crossover_weights, detail, inference, model, n_heads,
-            n_layers, per_layer, seq_len, sweep, sweep_values, training, training_exact, unit, unit_sweep, vocab,
-            width)
+    _setting = (model, batch_size, seq_len, attention, checkpointing, unit)  # what the words and charts follow from
+    _warning = show_number(model, training, inference, per_layer, eager_per_layer, seq_len=seq_len,
+                           batch_size=batch_size, wanted_heads=heads_slider.chosen, unit=unit, setting=_setting)
+    show_comparisons(model, textbook_runs, training, training_exact, inference, attention=attention,
+                     checkpointing=checkpointing, unit=unit)
+    show_sweep(swept, seq_len, batch_size, sweep_radio.value)
+    _warning
+    return (attention, batch_size, checkpointing, crossover, crossover_weights, detail,
+            eager_per_layer, inference, model, n_heads, n_layers, per_layer, seq_len, sweep, sweep_values,
+            swept, textbook_runs, training, training_exact, unit, unit_sweep, vocab, width)
 
 
 @app.cell(hide_code=True)
@@ -244,13 +151,19 @@ def _(mo):
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo, pd, viz):
-    # The formula's terms, folded: memmath.activations.korthikanti_terms at unit sizes (e = 2 B, m = 1 B).
+@app.cell
+def _(mm, pd):
+    # The formula's terms: memmath.activations.korthikanti_terms at unit sizes (e = 2 B, m = 1 B), so each
+    # coefficient is the bytes one tensor costs per s·b·h or per a·s²·b.
     _terms = mm.activations.korthikanti_terms(seq_len=1, batch_size=1, hidden_size=1, n_heads=1)
     terms_table = pd.DataFrame([{"block": t.block, "tensor kept for backward": t.tensor,
                                  "counted per": t.unit, "bytes each": t.coefficient} for t in _terms])
+    return (terms_table,)
 
+
+@app.cell(hide_code=True)
+def _(mo, terms_table, viz):
+    # The formula's terms, folded, and their sums per s·b·h and per a·s²·b.
     def _sum_of(rows):
         if len(rows) == 1:
             return str(rows["bytes each"].sum())
@@ -285,7 +198,7 @@ def _(mm, mo, pd, viz):
     which is the paper's s·b·h·(34 + 5·a·s/h). The first part grows in step with the sequence; the
     second grows with its **square**. The score matrices are the only tensors that do.
     """)])})
-    return (terms_table,)
+    return
 
 
 @app.cell(hide_code=True)
@@ -302,17 +215,22 @@ def _(live_only_notice, mo):
     return (preset_dropdown,)
 
 
+@app.cell
+def _(mm, preset_dropdown):
+    preset = mm.PRESETS[preset_dropdown.value]  # its layers, width, heads and vocabulary start the sliders below
+    return (preset,)
+
+
 @app.cell(hide_code=True)
-def _(mm, mo, preset_dropdown):
+def _(mo, preset):
     # (The static site's notice that these controls need the live workbook stands above, with the preset's.)
-    preset = mm.PRESETS[preset_dropdown.value]
     layers_slider = mo.ui.slider(1, 128, value=preset.n_layers, show_value=True, label="Layers L (blocks)")
     width_slider = mo.ui.slider(64, 12288, step=64, value=preset.hidden_size, show_value=True,
                                 label="Width h (hidden size)")
     vocab_slider = mo.ui.slider(steps=[1000, 8000, 32000, 50257, 100000, 128256, 256000],
                                 value=preset.vocab_size, show_value=True, label="Vocabulary V (tokens)")
     mo.hstack([mo.vstack([layers_slider, width_slider]), vocab_slider], justify="start", gap=2)
-    return layers_slider, preset, vocab_slider, width_slider
+    return layers_slider, vocab_slider, width_slider
 
 
 @app.cell(hide_code=True)
@@ -453,20 +371,84 @@ def _(live_chart):
     return (measured_chart,)
 
 
-@app.cell(hide_code=True)
-def _(lesson_charts, measured_attention_radio, measured_cases, measured_chart, measured_checkpointing_switch,
-      measured_dropout_switch, measured_errors, measured_family_dropdown, mo, pd, recorded, reference, term_bytes, viz):
-    # The chosen recorded case (full finetuning, AdamW, 2 x 64 tokens): its chart and summary, then (folded) tensor
-    # by tensor and why the textbook misses.
+@app.cell
+def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, measured_dropout_switch,
+      measured_family_dropdown, pd, recorded, reference):
+    # The chosen recorded case (full finetuning, AdamW, 2 x 64 tokens) and memmath's two predictions of what its
+    # forward pass saved: the replay of the family's PyTorch code and the textbook formula.
     measured_case = recorded.full_finetuning_case(
         measured_cases, shape=measured_family_dropdown.value, attention=measured_attention_radio.value,
         dropout=measured_dropout_switch.value, checkpointing=measured_checkpointing_switch.value)
     measured_hf = reference.predict_case(measured_case).activation_detail  # activations="transformers"
     measured_textbook = reference.predict_case(measured_case, activations="textbook").activation_detail
     measured_blocks_hf = sum(reference.predicted_saved_per_layer(measured_case))  # booked per block like the measurement
-
     # What the forward pass saved (the recompute of checkpointing comes later, during backward).
     measured_frame = recorded.saved_bytes_frame(measured_case, measured_hf, measured_textbook, measured_blocks_hf)
+    # One block, tensor by tensor: what PyTorch keeps (memmath's replay) against the formula's terms at the case's
+    # sizes (with checkpointing, the block's input alone: "Two ways to keep less").
+    block_terms = pd.DataFrame([{"what one block keeps": what, "bytes": int(n)}
+                                for where, what, n in measured_hf.terms if where == "each block"])
+    formula_block_terms = recorded.formula_terms_frame(measured_case)
+    return (block_terms, formula_block_terms, measured_blocks_hf, measured_case, measured_frame, measured_hf,
+            measured_textbook)
+
+
+@app.cell(hide_code=True)
+def _(measured_case, measured_hf, measured_textbook, term_bytes):
+    # Why the textbook misses, for this case: each difference, with its bytes per block.
+    _e = 4 if measured_case["precision"] == "fp32" else 2
+    _terms, _blocks = measured_hf.terms, ["each block"]
+    measured_why = []
+    if measured_case["checkpointing"]:
+        measured_why.append(f"**Checkpointing**: each block keeps only its input, {term_bytes(_terms, _blocks, 'block input'):,} B "
+                    "in both models, and the rest is rebuilt during backward (not counted here: it is not saved by "
+                    "the forward pass). What is left is mostly outside the blocks, where the two models differ.")
+    else:
+        _gelu = term_bytes(_terms, _blocks, "gelu_new")
+        if _gelu:
+            measured_why.append(f"**gelu_new** (GPT-2's tanh GELU) keeps four tensors as wide as the MLP for its backward "
+                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts only "
+                        "the GeLU's input (its output, the next linear layer's input, is on both lists).")
+        _swiglu = term_bytes(_terms, _blocks, "SwiGLU")
+        if _swiglu:
+            measured_why.append(f"**SwiGLU**: LLaMA's MLP keeps three tensors of its intermediate width, {_swiglu:,} B per "
+                        "block, not GeLU's two of 4h.")
+        _upcast = term_bytes(_terms, _blocks, "fp32") - term_bytes(_terms, _blocks, "log-sum-exp")
+        if _upcast and measured_case["precision"] != "fp32":
+            measured_why.append(f"**fp32 upcasts**: {_upcast:,} B per block are kept in fp32 in this {measured_case['precision']} "
+                        "model (LLaMA's RMSNorm computes in fp32 and its eager softmax too; on the CPU, attention "
+                        "with dropout runs PyTorch's math kernel, also in fp32).")
+        _masks = term_bytes(_terms, _blocks, "mask")
+        if _masks:
+            measured_why.append(f"**Dropout masks on the CPU** take the element size ({_e} B each here), not the paper's 1 B "
+                        f"(CUDA): {_masks:,} B per block.")
+        if measured_case["attention"] == "sdpa" and measured_case["dropout"]:
+            _math = sum(term_bytes(_terms, _blocks, w) for w in ("copy", "softmax", "probabilities"))
+            measured_why.append(f"**SDPA with dropout on the CPU** is not fused: PyTorch falls back to its math kernel, which "
+                        f"keeps copies of Q, K and V, the s × s softmax and the dropped probabilities (its mask is above), "
+                        f"{_math:,} B per block, where the formula's fused attention keeps one log-sum-exp.")
+        elif measured_case["attention"] == "sdpa":
+            measured_why.append(f"**Fused attention** (SDPA) keeps Q, K, V as it received them and its output, "
+                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block: the same kind of tensors the formula "
+                        "counts under Q, K, V and the output projection's input, at this model's own sizes.")
+    _outside = int(measured_case["saved_outside_layers"])
+    _textbook_outside = int(measured_textbook.outside_layers + measured_textbook.loss)
+    if measured_case["family"] == "bert":
+        measured_why.append(f"**Outside the blocks**, PyTorch kept {_outside:,} B: the embeddings' LayerNorm and dropout, "
+                    f"the pooler, the classifier and its 2-label loss. The textbook model counts {_textbook_outside:,} B "
+                    "there (the pooler's input and the loss): the formula describes the blocks only.")
+    else:
+        _loss = term_bytes(_terms, ["loss"], "")
+        measured_why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
+                    f"({_loss / int(measured_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
+                    "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
+    return (measured_why,)
+
+
+@app.cell(hide_code=True)
+def _(block_terms, formula_block_terms, lesson_charts, measured_case, measured_chart, measured_errors,
+      measured_frame, measured_hf, measured_textbook, measured_why, mo, viz):
+    # The case's chart and summary, then (folded) tensor by tensor and why the textbook misses.
     measured_chart.update(lesson_charts.recorded_saved(measured_frame, str(measured_case["case_id"])))
     _measured = int(measured_case["saved_bytes"])
     _hf, _tb = int(measured_hf.saved_by_forward), int(measured_textbook.saved_by_forward)
@@ -479,70 +461,16 @@ def _(lesson_charts, measured_attention_radio, measured_cases, measured_chart, m
     each); the textbook is off by {_textbook.abs().mean():.0%} on average, from {_textbook.min():+.0%} to
     {_textbook.max():+.0%}.
     """)
-
-    # One block, tensor by tensor: what PyTorch keeps (memmath's replay) against what the formula counts.
-    _case, _terms = measured_case, measured_hf.terms
-    _rows = [{"what one block keeps": what, "bytes": int(n)} for where, what, n in _terms if where == "each block"]
-    _e = 4 if _case["precision"] == "fp32" else 2
-    block_terms = pd.DataFrame(_rows)
-    # The formula's terms at the case's sizes; with checkpointing, the block's input alone ("Two ways to keep less").
-    _formula_frame = recorded.formula_terms_frame(_case)
-    _gpt = ("" if _case["family"] == "gpt2" or _case["checkpointing"] else
+    _gpt = ("" if measured_case["family"] == "gpt2" or measured_case["checkpointing"] else
             " The formula describes a GPT block (LayerNorm, GeLU MLP of width 4h); this model's own block is on the left.")
-
-    _blocks = ["each block"]
-    _why = []
-    if _case["checkpointing"]:
-        _why.append(f"**Checkpointing**: each block keeps only its input, {term_bytes(_terms, _blocks, 'block input'):,} B "
-                    "in both models, and the rest is rebuilt during backward (not counted here: it is not saved by "
-                    "the forward pass). What is left is mostly outside the blocks, where the two models differ.")
-    else:
-        _gelu = term_bytes(_terms, _blocks, "gelu_new")
-        if _gelu:
-            _why.append(f"**gelu_new** (GPT-2's tanh GELU) keeps four tensors as wide as the MLP for its backward "
-                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts only "
-                        "the GeLU's input (its output, the next linear layer's input, is on both lists).")
-        _swiglu = term_bytes(_terms, _blocks, "SwiGLU")
-        if _swiglu:
-            _why.append(f"**SwiGLU**: LLaMA's MLP keeps three tensors of its intermediate width, {_swiglu:,} B per "
-                        "block, not GeLU's two of 4h.")
-        _upcast = term_bytes(_terms, _blocks, "fp32") - term_bytes(_terms, _blocks, "log-sum-exp")
-        if _upcast and _case["precision"] != "fp32":
-            _why.append(f"**fp32 upcasts**: {_upcast:,} B per block are kept in fp32 in this {_case['precision']} "
-                        "model (LLaMA's RMSNorm computes in fp32 and its eager softmax too; on the CPU, attention "
-                        "with dropout runs PyTorch's math kernel, also in fp32).")
-        _masks = term_bytes(_terms, _blocks, "mask")
-        if _masks:
-            _why.append(f"**Dropout masks on the CPU** take the element size ({_e} B each here), not the paper's 1 B "
-                        f"(CUDA): {_masks:,} B per block.")
-        if _case["attention"] == "sdpa" and _case["dropout"]:
-            _math = sum(term_bytes(_terms, _blocks, w) for w in ("copy", "softmax", "probabilities"))
-            _why.append(f"**SDPA with dropout on the CPU** is not fused: PyTorch falls back to its math kernel, which "
-                        f"keeps copies of Q, K and V, the s × s softmax and the dropped probabilities (its mask is above), "
-                        f"{_math:,} B per block, where the formula's fused attention keeps one log-sum-exp.")
-        elif _case["attention"] == "sdpa":
-            _why.append(f"**Fused attention** (SDPA) keeps Q, K, V as it received them and its output, "
-                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block: the same kind of tensors the formula "
-                        "counts under Q, K, V and the output projection's input, at this model's own sizes.")
-    _outside = int(_case["saved_outside_layers"])
-    _textbook_outside = int(measured_textbook.outside_layers + measured_textbook.loss)
-    if _case["family"] == "bert":
-        _why.append(f"**Outside the blocks**, PyTorch kept {_outside:,} B: the embeddings' LayerNorm and dropout, "
-                    f"the pooler, the classifier and its 2-label loss. The textbook model counts {_textbook_outside:,} B "
-                    "there (the pooler's input and the loss): the formula describes the blocks only.")
-    else:
-        _loss = term_bytes(_terms, ["loss"], "")
-        _why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
-                    f"({_loss / int(_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
-                    "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
     mo.vstack([_summary, mo.accordion({"Why does the textbook miss? One block, tensor by tensor": mo.vstack([
         mo.md(f"One block, tensor by tensor. Left, what PyTorch keeps (memmath's replay, equal to the measurement): "
               f"**{block_terms['bytes'].sum():,} B**. Right, the formula's terms at the same sizes: "
-              f"**{_formula_frame['bytes'].sum():,} B**.{_gpt}"),
-        mo.hstack([viz.plain_table(block_terms), viz.plain_table(_formula_frame)], widths="equal", gap=1),
-        mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in _why)),
+              f"**{formula_block_terms['bytes'].sum():,} B**.{_gpt}"),
+        mo.hstack([viz.plain_table(block_terms), viz.plain_table(formula_block_terms)], widths="equal", gap=1),
+        mo.md("Why the textbook misses, for this case:\n\n" + "\n".join(f"- {w}" for w in measured_why)),
     ])})])
-    return block_terms, measured_blocks_hf, measured_case, measured_frame, measured_hf, measured_textbook
+    return
 
 
 @app.cell(hide_code=True)
@@ -583,30 +511,31 @@ def _(lesson_charts, mm, timeline_batch_slider, timeline_chart, timeline_checkpo
                           checkpointing=timeline_checkpointing_switch.value,
                           method=mm.LoRA(rank=16) if timeline_method_radio.value == "lora" else mm.Full())
     timeline = mm.step_timeline(timeline_run)
+    timeline_requirement = mm.requirement(timeline_run)  # what the planner judges the run by (lesson 8)
     _frame = timeline.frame()
     _frame["size"] = _frame["bytes"] / mm.UNITS[unit_radio.value]
     _moments = list(dict.fromkeys(_frame["when"]))
     timeline_chart.update(_frame, draw=lesson_charts.step_timeline(unit_radio.value, _moments),
                           key=(unit_radio.value, tuple(_moments)))
-    return (timeline, timeline_run)
+    return timeline, timeline_requirement, timeline_run
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, timeline, timeline_run, unit_radio):
+def _(format_bytes, mo, timeline, timeline_requirement, unit_radio):
     _peak, _unit = timeline.peak, unit_radio.value
-    _first, _requirement = timeline.points[0], mm.requirement(timeline_run)
+    _first, _requirement = timeline.points[0], timeline_requirement
     _saved_top = max(timeline.points, key=lambda p: p.parts["saved activations"])
     _moments = mo.md(f"""
-    Before the step the card holds {mm.format_bytes(_first.total, _unit)}: the weights and the optimizer
+    Before the step the card holds {format_bytes(_first.total, _unit)}: the weights and the optimizer
     states the previous step made. The saved activations peak at
-    {mm.format_bytes(_saved_top.parts["saved activations"], _unit)} ({_saved_top.short}); by the end of the
+    {format_bytes(_saved_top.parts["saved activations"], _unit)} ({_saved_top.short}); by the end of the
     backward pass they are gone and the gradients have taken their place.
     """)
     mo.vstack([mo.md(f"""
     The highest moment is
-    **{_peak.short}, {mm.format_bytes(_peak.total, _unit)}**: {_peak.label}. That is the step's peak, and
-    the planner judges this run on the same {mm.format_bytes(_requirement.bytes, _unit)} (lesson 8). The sum
-    of the parts, {mm.format_bytes(_requirement.memory.total, _unit)}, is a different number: it adds parts
+    **{_peak.short}, {format_bytes(_peak.total, _unit)}**: {_peak.label}. That is the step's peak, and
+    the planner judges this run on the same {format_bytes(_requirement.bytes, _unit)} (lesson 8). The sum
+    of the parts, {format_bytes(_requirement.memory.total, _unit)}, is a different number: it adds parts
     that are never all alive at once, and leaves out the temporaries that come on top.
     """), mo.accordion({"Go deeper: the step before its peak": _moments})])
     return
@@ -639,48 +568,74 @@ def _(mo):
     return
 
 
+@app.cell
+def _(mm):
+    # Problem 1: one GPT-2 block over its whole context, eager attention (Korthikanti et al. 2022, section 4.1).
+    gpt2_small = mm.PRESETS["gpt2"]
+    _s, _h, _a = gpt2_small.max_positions, gpt2_small.hidden_size, gpt2_small.n_heads
+    problem1_block = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
+    problem1_scores = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
+    return gpt2_small, problem1_block, problem1_scores
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _gpt2 = mm.PRESETS["gpt2"]
-    _s, _h, _a = _gpt2.max_positions, _gpt2.hidden_size, _gpt2.n_heads
-    _layer = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
-    _square = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
+def _(format_bytes, gpt2_small, mo, problem1_block, problem1_scores):
+    _s, _h, _a = gpt2_small.max_positions, gpt2_small.hidden_size, gpt2_small.n_heads
+    _layer, _square = problem1_block, problem1_scores
     mo.accordion({"Problem 1: one GPT-2 block, and its share of scores": mo.vstack([
         mo.md(f"**1.** GPT-2 small has h = {_h} and a = {_a}. For one sequence of {_s:,} tokens, how many "
               "bytes does one block keep with eager attention, and what share of that is the s × s term?"),
         mo.accordion({"Answer": mo.md(
             f"s·b·h = {_s:,} × {_h} = {_s * _h:,}, and 5·a·s/h = 5 × {_a} × {_s:,} / {_h} = {5 * _a * _s // _h}, "
             f"so one block keeps {_s * _h:,} × (34 + {5 * _a * _s // _h}) = **{_layer:,} B** "
-            f"({mm.format_bytes(_layer, 'MB')}). The score term "
+            f"({format_bytes(_layer, 'MB')}). The score term "
             f"5·a·s²·b = {_square:,} B is {_square / _layer:.0%} of it.")}),
     ])})
     return
 
 
+@app.cell
+def _(mm):
+    # Problem 2: GPT-2 XL's activations with eager and with fused attention, by Korthikanti et al.'s model, asked
+    # for by name (memmath's default for a preset is the exact trace of transformers' code).
+    gpt2_xl = mm.PRESETS["gpt2-xl"]
+    _s, _b, _a = gpt2_xl.max_positions, 8, gpt2_xl.n_heads
+    problem2_eager, problem2_fused = (
+        mm.training_memory(gpt2_xl, precision="bf16", seq_len=_s, batch_size=_b, attention=k,
+                           activations="textbook", dropout=True).activations for k in ("eager", "sdpa"))
+    problem2_scores, problem2_lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
+    return gpt2_xl, problem2_eager, problem2_fused, problem2_lse, problem2_scores
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _model = mm.PRESETS["gpt2-xl"]
+def _(format_bytes, gpt2_xl, mo, problem2_eager, problem2_fused, problem2_lse, problem2_scores):
+    _model, _eager, _fused = gpt2_xl, problem2_eager, problem2_fused
     _s, _b, _a, _L = _model.max_positions, 8, _model.n_heads, _model.n_layers
-    # Korthikanti et al.'s model, by name (memmath's default for a preset is the exact trace of transformers' code).
-    _eager, _fused = (mm.training_memory(_model, precision="bf16", seq_len=_s, batch_size=_b, attention=k,
-                                         activations="textbook", dropout=True).activations for k in ("eager", "sdpa"))
-    _scores, _lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
     mo.accordion({"Problem 2: what fused attention saves on GPT-2 XL": mo.vstack([
         mo.md(f"**2.** GPT-2 XL ({_L} layers, h = {_model.hidden_size:,}, a = {_a}) trains on {_b} sequences of "
               f"{_s:,} tokens in bf16. By Korthikanti et al.'s formula, how much activation memory does fused "
               "attention save?"),
         mo.accordion({"Answer": mo.md(
-            f"Eager: {mm.format_bytes(_eager)}; fused: {mm.format_bytes(_fused)}. It saves "
-            f"{mm.format_bytes(_eager - _fused)}: in each of the {_L} layers, 5·a·s²·b = 5 × {_a} × {_s:,}² × {_b} "
-            f"= {mm.format_bytes(_scores)} of scores become a 4·a·s·b log-sum-exp of {mm.format_bytes(_lse, 'MB')}.")}),
+            f"Eager: {format_bytes(_eager)}; fused: {format_bytes(_fused)}. It saves "
+            f"{format_bytes(_eager - _fused)}: in each of the {_L} layers, 5·a·s²·b = 5 × {_a} × {_s:,}² × {_b} "
+            f"= {format_bytes(problem2_scores)} of scores become a 4·a·s·b log-sum-exp of "
+            f"{format_bytes(problem2_lse, 'MB')}.")}),
     ])})
     return
 
 
+@app.cell
+def _(mm):
+    # Problem 3: one block with fused attention (34·s·b·h + 4·a·s·b) against checkpointing's 16-bit input alone.
+    problem3_full = mm.activations.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32,
+                                                         attention="sdpa")
+    problem3_kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
+    return problem3_full, problem3_kept
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _full = mm.activations.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32, attention="sdpa")
-    _kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
+def _(mo, problem3_full, problem3_kept):
+    _full, _kept = problem3_full, problem3_kept
     mo.accordion({"Problem 3: what checkpointing saves in one block": mo.vstack([
         mo.md("**3.** A block with h = 4,096 and a = 32 uses fused attention at s = 4,096, b = 1. "
               "By what factor does gradient checkpointing shrink what each block keeps?"),
@@ -692,20 +647,24 @@ def _(mm, mo):
     return
 
 
+@app.cell
+def _(gpt2_small, mm):
+    # Problem 4: GPT-2 small with fused attention and checkpointing, counted by the formula's model, by name.
+    problem4_detail = mm.training_memory(gpt2_small, seq_len=gpt2_small.max_positions, batch_size=8, attention="sdpa",
+                                         checkpointing=True, activations="textbook", dropout=True).activation_detail
+    return (problem4_detail,)
+
+
 @app.cell(hide_code=True)
-def _(mm, mo):
-    _gpt2 = mm.PRESETS["gpt2"]
-    _s, _b, _V = _gpt2.max_positions, 8, _gpt2.vocab_size
-    _r = mm.training_memory(_gpt2, seq_len=_s, batch_size=_b, attention="sdpa", checkpointing=True,
-                            activations="textbook", dropout=True)  # the formula's model, by name
-    _d = _r.activation_detail
+def _(format_bytes, gpt2_small, mo, problem4_detail):
+    _s, _b, _V, _d = gpt2_small.max_positions, 8, gpt2_small.vocab_size, problem4_detail
     mo.accordion({"Problem 4: checkpointed block inputs or the loss's logits?": mo.vstack([
         mo.md(f"**4.** GPT-2 small (V = {_V:,}), {_b} sequences of {_s:,} tokens, fused attention and "
               "checkpointing, counted by the formula. Which is bigger: all the checkpointed block inputs or the "
               "loss's logits?"),
         mo.accordion({"Answer": mo.md(
-            f"Block inputs: {_d.layers_storing} × 2·s·b·h = {mm.format_bytes(_d.per_layer * _d.layers_storing, 'MB')}. "
-            f"Logits: 4·s·b·V = 4 × {_s:,} × {_b} × {_V:,} = {mm.format_bytes(_d.loss)}, about "
+            f"Block inputs: {_d.layers_storing} × 2·s·b·h = {format_bytes(_d.per_layer * _d.layers_storing, 'MB')}. "
+            f"Logits: 4·s·b·V = 4 × {_s:,} × {_b} × {_V:,} = {format_bytes(_d.loss)}, about "
             f"{_d.loss / (_d.per_layer * _d.layers_storing):.0f}× more. In a small model with a big vocabulary, "
             "the loss dominates once the blocks are checkpointed.")}),
     ])})
@@ -721,6 +680,168 @@ def _(mo):
     the chosen family (TB, GB, MB, KB or TiB, GiB, MiB, KiB) that the size fills.
     """)})
     return
+
+
+@app.cell(hide_code=True)
+def _(cached_md, mo, preset, viz):
+    def number_views(model, training, inference, per_layer, eager_per_layer, *, seq_len, batch_size, wanted_heads, unit):
+        """What the top of the page shows: (the heads note, the chart, the number with its recipe, the assumptions,
+        the warning or None)."""
+        _s, _b, _h, _a, _V = seq_len, batch_size, model.hidden_size, model.n_heads, model.vocab_size
+        _heads = cached_md(
+            f"*Attention heads shows {_a}, not your {wanted_heads}: {wanted_heads} heads do not divide a "
+            f"width of {_h:,}, and {_a} is the largest count below it that does.*" if _a != wanted_heads else "")
+        _unit = viz.readable_unit(max(training.total, inference.total), unit)  # MB for a small model
+        _bars = viz.breakdown_long({"Training (your settings)": training,
+                                    "Inference, same batch and length": inference}, _unit)
+        # JSON directly, for the live chart below: every slider sends it new rows (a new unit draws it anew).
+        _chart = viz.stacked_bars_output(_bars, _unit, title="Where the memory goes")
+        detail, _size = training.activation_detail, lambda n: viz.readable_size(n, unit)  # noqa: E731
+        _kernel = ("" if per_layer == eager_per_layer else f" Fused attention drops the s × s terms and adds a "
+                   f"4·a·s·b log-sum-exp: 34·s·b·h + 4·a·s·b = **{_size(per_layer)}**.")
+        _recompute = (f" Checkpointing keeps only each block's input (2·s·b·h) and rebuilds one whole block, "
+                      f"{_size(detail.recompute_peak)}, at a time during the backward pass."
+                      if detail.recompute_peak else "")
+        _is_preset = (model.n_layers, _h, _a, _V) == (preset.n_layers, preset.hidden_size, preset.n_heads,
+                                                      preset.vocab_size)
+        _which = (f"the preset `{preset.name}` (change it under *Your model* below)" if _is_preset else
+                  "your model (set under *Your model* below)")
+        _number = cached_md(f"""
+        **The number.** For {_which}, {model.n_params:,} parameters, at b = {_b} sequences of s = {_s:,} tokens
+        in pure bf16, by Korthikanti et al.'s formula: **activations {_size(training.activations)}**,
+        against {_size(training.without_activations)} for weights, gradients and AdamW states
+        together. Recipe (Korthikanti et al. 2022, section 4.1, 16-bit activations and 1-byte dropout masks):
+
+        - One block with eager attention keeps s·b·h·(34 + 5·a·s/h) =
+          {_s:,}·{_b}·{_h:,}·(34 + 5·{_a}·{_s:,}/{_h:,}) = **{_size(eager_per_layer)}**.{_kernel}
+        - The blocks: {detail.layers_storing} {"layer" if detail.layers_storing == 1 else "layers"} ×
+          {_size(detail.per_layer)} kept per layer
+          = {_size(detail.per_layer * detail.layers_storing)}.{_recompute}
+        - Outside the blocks: the inputs of the final norm and the head and the embedding dropout mask,
+          {_size(detail.outside_layers)}.
+        - The loss: fp32 logits over the vocabulary, 4·s·b·V = 4·{_s:,}·{_b}·{_V:,} = {_size(detail.loss)}.
+        """)
+        _assumptions = cached_md(
+            f"{training.assumptions} Activations are Korthikanti et al.'s model (`activations=\"textbook\"`): 16-bit, "
+            "with 1-byte dropout masks after the attention, the blocks and the embeddings, as in the paper."
+            """
+
+        These numbers, the chart under them, the comparisons and the sweep below are the paper's model of a
+        GPT block (`activations="textbook"` in memmath). memmath's default for a model with a config (every
+        preset, and this page's model) replays what transformers' own code keeps, tensor by tensor;
+        *Does PyTorch keep what the formula counts?* further down checks both against recorded training steps.
+        """)
+        _warning = None if _s <= preset.max_positions else mo.vstack([mo.callout(cached_md(
+            f"{preset.name} learned only {preset.max_positions:,} positions; the arithmetic for {_s:,} tokens is "
+            "the same, but the real model would need more position embeddings."), kind="warn")])
+        return _heads, _chart, _number, _assumptions, _warning
+    return (number_views,)
+
+
+@app.cell(hide_code=True)
+def _(assumptions_view, bars_chart, heads_note, number_view, number_views):
+    # What the top of the page showed for each setting, kept for the settings a learner returns to (a slider moved
+    # back and forth): its chart's rows and recipe take a few ms of pandas and markdown, putting them back almost none.
+    _shown = {}
+
+    def show_number(model, training, inference, per_layer, eager_per_layer, *, seq_len, batch_size, wanted_heads, unit,
+                    setting):
+        """The number at the top with its recipe, the chart under it, the heads note; returns the warning, if any.
+        setting is what they follow from (the model, batch, length, kernel, checkpointing and unit)."""
+        if (setting, wanted_heads) not in _shown:
+            if len(_shown) >= 256:  # a bound, as memmath's own caches have
+                _shown.clear()
+            _shown[setting, wanted_heads] = number_views(model, training, inference, per_layer, eager_per_layer,
+                                                         seq_len=seq_len, batch_size=batch_size,
+                                                         wanted_heads=wanted_heads, unit=unit)
+        _heads, _chart, _number, _assumptions, _warning = _shown[setting, wanted_heads]
+        heads_note.update(_heads)
+        bars_chart.update(_chart)
+        number_view.update(_number)
+        assumptions_view.update(_assumptions)
+        return _warning
+    return (show_number,)
+
+
+@app.cell(hide_code=True)
+def _(cached_md, combos_view, numbers_view, pd, ratio_text, viz, why_view):
+    def show_comparisons(model, textbook_runs, training, training_exact, inference, *, attention, checkpointing, unit):
+        """The four combinations, why checkpointing can keep more, and training against inference."""
+        _size = lambda n: viz.readable_size(n, unit)  # noqa: E731
+        combos_view.update(pd.DataFrame([
+            {"attention": "eager" if _kernel == "eager" else "fused (SDPA)", "checkpointing": "yes" if _ckpt else "no",
+             "activations": _size(_r.activations), "total": _size(_r.total),
+             "activations / rest": ratio_text(_r.activations, _r.without_activations)}
+            for (_kernel, _ckpt), _r in textbook_runs.items()]))
+        _costlier = [a for a in ("eager", "sdpa") if textbook_runs[a, True].activations > textbook_runs[a, False].activations]
+        _d = textbook_runs[_costlier[0], True].activation_detail if _costlier else None
+        why_view.update(cached_md("" if not _costlier else
+            f"Here checkpointing keeps *more*, not less: with {model.n_layers} "
+            f"{'layer' if model.n_layers == 1 else 'layers'}, it keeps each block's input "
+            f"({_size(_d.per_layer * _d.layers_storing)} in all) and still rebuilds one whole "
+            f"block during the backward pass ({_size(_d.recompute_peak)}), which is about what "
+            "the run without it keeps. Checkpointing pays off when there are many blocks whose insides it can drop."))
+        # memmath's default model, named (the textbook, with memmath's reason, wherever the exact one does not apply).
+        _chosen = ("fused (SDPA)" if attention == "sdpa" else "eager") + " attention" + (
+            " and the checkpointing" if checkpointing else "")
+        _exact_model = (f"the exact trace of what transformers' GPT-2 code keeps, with the {_chosen} chosen above, and "
+                        "the dropout of GPT-2's config"
+                        if training_exact.activation_model == "transformers" else
+                        "; ".join(n.text for n in training_exact.notes if n.kind == "activations_textbook_fallback"))
+        numbers_view.update(cached_md(f"""
+        Training must keep its activations until the backward pass has used them:
+        {_size(training_exact.activations)} here by memmath's default ({_exact_model}; the
+        formula above counts {_size(training.activations)}), on top of gradients and optimizer
+        states. Inference has no backward pass. It computes one block, passes the result on and forgets it, so it
+        needs only a transient working set ({_size(inference.working_set)} for a prefill of the
+        same batch and length) and a **KV cache** of the keys and values of earlier tokens
+        ({_size(inference.kv_cache)}), which decoding reuses for each new token.
+
+        For the same model, batch and length: training {_size(training_exact.total)}, inference
+        {_size(inference.total)} (weights in bf16; the bars at the top of the page put the same
+        inference next to the formula's training). {viz.lesson_link("07_inference", "Lesson 7")} does the
+        inference side in full.
+        """))
+    return (show_comparisons,)
+
+
+@app.cell(hide_code=True)
+def _(cached_md, crossings_view, lesson_charts, sweep_chart):
+    def show_sweep(swept, seq_len, batch_size, over):
+        """The sweep's chart and where activations pass the weights, and everything else."""
+        sweep_chart.update(swept.frame, draw=lesson_charts.activation_sweep(swept.x_title, swept.unit),
+                           key=(swept.x_title, swept.unit))
+        if over == "sequence length":
+            _fixed, _what = f"a batch of {batch_size}", "a sequence length of"
+        else:
+            _fixed, _what = f"sequences of {seq_len:,} tokens", "a batch size of"
+
+        def _where(x, what):
+            if x is None:
+                return f"stay below {what} over the whole sweep"
+            _verb = "are already bigger than" if x == swept.values[0] else "pass"
+            return f"{_verb} {what} at **{_what} {x:,}**"
+
+        crossings_view.update(cached_md(f"""
+        With {_fixed}, activations by the formula {_where(swept.crossover_weights, 'the weights')}, and
+        {_where(swept.crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
+        """))
+    return (show_sweep,)
+
+
+@app.cell
+def _(functools, mo):
+    # Markdown rendered once per text: a move often shows a sentence it showed before (a setting returned to, the
+    # assumptions that no slider changes), and marimo's markdown takes 1-8 ms a paragraph.
+    cached_md = functools.lru_cache(maxsize=512)(mo.md)
+    return (cached_md,)
+
+
+@app.cell
+def _(functools, sweeps):
+    # A sweep is kept per setting (the model is hashable): a slider moved back and forth asks for the same ones.
+    activation_sweep = functools.lru_cache(maxsize=64)(sweeps.activation_sweep)
+    return (activation_sweep,)
 
 
 @app.cell

@@ -47,12 +47,15 @@ def _(live_only_notice, mo, time_lora_merge, viz):
 
 @app.cell
 def _():
+    import functools
+
     import altair as alt
     import marimo as mo
     import numpy as np
     import pandas as pd
 
     import memmath as mm
+    from memmath import format_bytes, to_unit
     from memmath_lessons.reference import literature, paper_setups
     from memmath_lessons import blockwise, recorded, requirement_view, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
@@ -61,8 +64,8 @@ def _():
     from memmath_lessons import lesson_charts, site_charts
     from memmath.verdict import verdict_of
 
-    return (blockwise, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, paper_setups,
-            pd, recorded, requirement_view, site_charts, toy_block, verdict_of, viz)
+    return (blockwise, format_bytes, functools, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, paper_setups,
+            pd, recorded, requirement_view, site_charts, to_unit, toy_block, verdict_of, viz)
 
 
 @app.cell(hide_code=True)
@@ -72,55 +75,68 @@ def _(live_html):
     return matrix_view, number_view
 
 
-@app.cell(hide_code=True)
-def _(matrix_view, mm, mo, model_dropdown, number_view, pd, rank_slider, targets_dropdown, viz):
-    # The core path's number: the one cell the rank re-runs here (the side-by-side section is the other). Its number
-    # and its fold's table go into the live views around it; it shows the takeaway.
+@app.cell
+def _(mm, model_dropdown, rank_slider, show_lora_number, targets_dropdown):
+    # The core path's number: the one cell the rank re-runs here (the side-by-side section is the other). The
+    # arithmetic is here; show_lora_number (a hidden cell below) puts it into the live views around it and returns
+    # the takeaway.
     shape = mm.PRESETS[model_dropdown.value]
     model_label = model_dropdown.selected_key
     rank, targets = rank_slider.value, targets_dropdown.value
     lora_method = mm.LoRA(rank=rank, targets=targets)
-    lora_trainable = lora_method.trainable_params(shape)
-    _matrices = shape.lora_matrices(targets)
-    _per_block = sum(_d_in + _d_out for _, _d_in, _d_out in _matrices)
-    _rows = []
-    for _target in ("q", "k", "v", "o", "gate", "up", "down"):  # a dense decoder's seven matrices (mm.models.LORA_TARGETS has MoE names too)
-        [(_module, _d_in, _d_out)] = shape.lora_matrices([_target])
-        _rows.append({"matrix": _module, "d_in x d_out": f"{_d_in:,} x {_d_out:,}", "adapted": "yes" if _target in targets else "",
-                      "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": lora_method.matrix_params(_d_in, _d_out),
-                      "LoRA / matrix": f"{lora_method.matrix_params(_d_in, _d_out) / (_d_in * _d_out):.2%}"})
-    matrix_table = pd.DataFrame(_rows)
+    lora_trainable = lora_method.trainable_params(shape)  # r x (d_in + d_out), summed over the adapted matrices
     # Everything but the activations, for the article's recipe (pure bf16, AdamW; peft's fp32 adapters).
-    _full, _lora, _qlora = (mm.training_memory(shape, seq_len=None, method=_m, precision="bf16", optimizer="adamw")
-                            for _m in (mm.Full(), lora_method, mm.QLoRA(rank=rank, targets=targets)))
-    _gb = viz.readable_size  # 50.33 MB, not 0.05 GB
-    number_view.update(mo.md(f"""
-    **The number.** {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable
-    parameters = {rank} × {_per_block:,} (d_in + d_out, summed over the {len(_matrices)} adapted
-    {"matrix" if len(_matrices) == 1 else "matrices"} of a block) × {shape.n_layers} blocks, **{lora_trainable / shape.n_params:.3%}**
-    of the model's {shape.n_params:,}. In pure bf16 with AdamW, with peft's default fp32 adapters (4 B of weight,
-    4 B of gradient and 8 B of states per adapter parameter), before activations:
-
-    | | weights | gradients + optimizer states | total |
-    |:---|---:|---:|---:|
-    | full finetuning | {_gb(_full.weights)} | {_gb(_full.trainable_state)} | **{_gb(_full.without_activations)}** |
-    | LoRA r = {rank} | {_gb(_lora.weights)} | {_gb(_lora.trainable_state)} | **{_gb(_lora.without_activations)}** |
-    | QLoRA r = {rank} | {_gb(_qlora.weights + _qlora.quantization_constants)} (NF4 + constants) | {_gb(_qlora.trainable_state)} | **{_gb(_qlora.without_activations)}** |
-    """))
-    matrix_view.update(matrix_table, caption=f"{model_label}, per block:")
-    # The share of this run, as the number above gives it, and at twice the rank (the count is linear in r).
-    _share = lora_trainable / shape.n_params
-    _doubled = mm.LoRA(rank=2 * rank, targets=targets).trainable_params(shape) / shape.n_params
-    _share_words = f"{_share:.3%}" + (", a fraction of a percent," if _share < 0.01 else "")
-    mo.callout(mo.md(f"""
-    **The takeaway.** At r = {rank} on {", ".join(targets)} the adapters are {_share_words} of the model's
-    parameters, and the gradients and optimizer states shrink with them: full finetuning's
-    {_gb(_full.trainable_state)} of them become {_gb(_lora.trainable_state)} (fp32 adapters on the bf16 base).
-    What is left is the frozen base: QLoRA's 4 bits cut the weights from {_gb(_lora.weights)} to
-    {_gb(_qlora.weights + _qlora.quantization_constants)} (constants and adapters included). Doubling r doubles
-    the adapters: r = {2 * rank} would train {_doubled:.3%}.
-    """), kind="info")
+    without_activations = {_name: mm.training_memory(shape, seq_len=None, method=_m, precision="bf16", optimizer="adamw")
+                           for _name, _m in (("full", mm.Full()), ("lora", lora_method),
+                                             ("qlora", mm.QLoRA(rank=rank, targets=targets)))}
+    # The count is linear in r: twice the rank, twice the adapters.
+    doubled_rank_trainable = mm.LoRA(rank=2 * rank, targets=targets).trainable_params(shape)
+    show_lora_number(shape, model_label, lora_method, lora_trainable, without_activations, doubled_rank_trainable)
     return lora_trainable, model_label, rank, shape, targets
+
+
+@app.cell(hide_code=True)
+def _(cached_md, matrix_view, mo, number_view, pd, viz):
+    def show_lora_number(shape, model_label, lora_method, lora_trainable, without_activations, doubled_rank_trainable):
+        """The number with its recipe, the per-matrix table in its fold, and the takeaway (returned, to show)."""
+        rank, targets = lora_method.rank, lora_method.targets
+        _matrices = shape.lora_matrices(targets)
+        _per_block = sum(_d_in + _d_out for _, _d_in, _d_out in _matrices)
+        _rows = []
+        for _target in ("q", "k", "v", "o", "gate", "up", "down"):  # a dense decoder's seven matrices (mm.models.LORA_TARGETS has MoE names too)
+            [(_module, _d_in, _d_out)] = shape.lora_matrices([_target])
+            _rows.append({"matrix": _module, "d_in x d_out": f"{_d_in:,} x {_d_out:,}", "adapted": "yes" if _target in targets else "",
+                          "matrix params (per block)": _d_in * _d_out, "LoRA params (per block)": lora_method.matrix_params(_d_in, _d_out),
+                          "LoRA / matrix": f"{lora_method.matrix_params(_d_in, _d_out) / (_d_in * _d_out):.2%}"})
+        _full, _lora, _qlora = without_activations["full"], without_activations["lora"], without_activations["qlora"]
+        _gb = viz.readable_size  # 50.33 MB, not 0.05 GB
+        number_view.update(cached_md(f"""
+        **The number.** {model_label} with r = {rank} on {", ".join(targets)}: **{lora_trainable:,}** trainable
+        parameters = {rank} × {_per_block:,} (d_in + d_out, summed over the {len(_matrices)} adapted
+        {"matrix" if len(_matrices) == 1 else "matrices"} of a block) × {shape.n_layers} blocks, **{lora_trainable / shape.n_params:.3%}**
+        of the model's {shape.n_params:,}. In pure bf16 with AdamW, with peft's default fp32 adapters (4 B of weight,
+        4 B of gradient and 8 B of states per adapter parameter), before activations:
+
+        | | weights | gradients + optimizer states | total |
+        |:---|---:|---:|---:|
+        | full finetuning | {_gb(_full.weights)} | {_gb(_full.trainable_state)} | **{_gb(_full.without_activations)}** |
+        | LoRA r = {rank} | {_gb(_lora.weights)} | {_gb(_lora.trainable_state)} | **{_gb(_lora.without_activations)}** |
+        | QLoRA r = {rank} | {_gb(_qlora.weights + _qlora.quantization_constants)} (NF4 + constants) | {_gb(_qlora.trainable_state)} | **{_gb(_qlora.without_activations)}** |
+        """))
+        matrix_view.update(pd.DataFrame(_rows), caption=f"{model_label}, per block:")
+        # The share of this run, as the number above gives it, and at twice the rank (the count is linear in r).
+        _share = lora_trainable / shape.n_params
+        _doubled = doubled_rank_trainable / shape.n_params
+        _share_words = f"{_share:.3%}" + (", a fraction of a percent," if _share < 0.01 else "")
+        return mo.callout(cached_md(f"""
+        **The takeaway.** At r = {rank} on {", ".join(targets)} the adapters are {_share_words} of the model's
+        parameters, and the gradients and optimizer states shrink with them: full finetuning's
+        {_gb(_full.trainable_state)} of them become {_gb(_lora.trainable_state)} (fp32 adapters on the bf16 base).
+        What is left is the frozen base: QLoRA's 4 bits cut the weights from {_gb(_lora.weights)} to
+        {_gb(_qlora.weights + _qlora.quantization_constants)} (constants and adapters included). Doubling r doubles
+        the adapters: r = {2 * rank} would train {_doubled:.3%}.
+        """), kind="info")
+    return (show_lora_number,)
 
 
 @app.cell(hide_code=True)
@@ -129,11 +145,19 @@ def _(matrix_view, mo):
     return
 
 
+@app.cell
+def _(mm):
+    # The count by hand for Llama-2-7B: LoRA r = 8 on q and v, r x (d_in + d_out) per matrix (Hu et al. 2021).
+    llama2_7b = mm.PRESETS["llama-2-7b"]
+    lora_q_v = mm.LoRA(rank=8, targets=("q", "v"))
+    by_hand_matrix = lora_q_v.matrix_params(llama2_7b.hidden_size, llama2_7b.hidden_size)  # one q (or v) projection
+    by_hand_trainable = lora_q_v.trainable_params(llama2_7b)  # x 2 matrices x 32 blocks
+    return by_hand_matrix, by_hand_trainable, llama2_7b
+
+
 @app.cell(hide_code=True)
-def _(mm, mo, requirement_view, verdict_of):
-    _shape = mm.PRESETS["llama-2-7b"]
-    _h, _L = _shape.hidden_size, _shape.n_layers
-    _lora = mm.LoRA(rank=8, targets=("q", "v"))
+def _(by_hand_matrix, by_hand_trainable, llama2_7b, mo):
+    _h, _L = llama2_7b.hidden_size, llama2_7b.n_layers
     _formula = mo.md(r"""
     ## The formula
 
@@ -147,9 +171,9 @@ def _(mm, mo, requirement_view, verdict_of):
     B starts at zero, so training starts from the pretrained model.
 
     Llama-2-7B has d_in = d_out = {_h:,} in its query and value projections. At r = 8 each adapted
-    matrix gets 8 × ({_h:,} + {_h:,}) = {_lora.matrix_params(_h, _h):,} parameters, against {_h * _h:,} in the matrix
-    itself. Two matrices (q and v) in each of {_L} blocks: {_lora.matrix_params(_h, _h):,} × 2 × {_L} =
-    **{_lora.trainable_params(_shape):,}** trainable parameters.
+    matrix gets 8 × ({_h:,} + {_h:,}) = {by_hand_matrix:,} parameters, against {_h * _h:,} in the matrix
+    itself. Two matrices (q and v) in each of {_L} blocks: {by_hand_matrix:,} × 2 × {_L} =
+    **{by_hand_trainable:,}** trainable parameters.
     """)})])
     return
 
@@ -279,8 +303,21 @@ def _(live_chart):
     return (levels_chart,)
 
 
+@app.cell
+def _(mm):
+    # QLoRA's blocks of 64 (Dettmers et al. 2023): the constants' bits per weight, one fp32 absmax per block, and
+    # with double quantization 8-bit constants plus one fp32 constant per 256 blocks.
+    qlora_constant_bits = {_dq: mm.methods.quant_constant_bits(block=64, double_quant=_dq) for _dq in (False, True)}
+    # What double quantization saves on Llama-2-7B's linear layers.
+    double_quant_saving = (
+        mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
+        - mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8)).quantization_constants)
+    return double_quant_saving, qlora_constant_bits
+
+
 @app.cell(hide_code=True)
-def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd, viz):
+def _(block_size_slider, blockwise, double_quant_saving, format_bytes, lesson_charts, levels_chart, mo, np, pd,
+      qlora_constant_bits, viz):
     # The one cell the block size re-runs: the table, the chart's new counts and the text.
     quant_block = block_size_slider.value
     demo_weights = np.random.default_rng(0).standard_normal(4096)
@@ -293,11 +330,8 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
     levels_chart.update(pd.concat([_bins.assign(kind="bin"), _levels.assign(kind="level")], ignore_index=True),
                         draw=lesson_charts.quantization_levels, block=int(quant_block))
 
-    _paper_plain = mm.methods.quant_constant_bits(block=64, double_quant=False)  # QLoRA's blocks of 64
-    _paper_dq = mm.methods.quant_constant_bits(block=64, double_quant=True)
+    _paper_plain, _paper_dq = qlora_constant_bits[False], qlora_constant_bits[True]  # QLoRA's blocks of 64
     _no_dq, _dq = quant_rows["constants (bits per weight)"].iloc[2], quant_rows["constants (bits per weight)"].iloc[3]
-    _saved = (mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8, double_quant=False)).quantization_constants
-              - mm.training_memory("llama-2-7b", seq_len=None, method=mm.QLoRA(rank=8)).quantization_constants)  # QLoRA's blocks of 64
     mo.vstack([viz.plain_table(quant_rows.round(4)), mo.md(f"""
     Smaller blocks cut the error and cost more constants: move the slider.
     """), mo.accordion({"Go deeper: why NF4 beats int4, and how double quantization counts": mo.md(f"""
@@ -307,13 +341,19 @@ def _(block_size_slider, blockwise, lesson_charts, levels_chart, mm, mo, np, pd,
     **{_no_dq:.3f} bits per weight**. **Double quantization** stores those constants in 8 bits, with
     one fp32 constant per 256 of them: 8 / {quant_block} + 32 / ({quant_block} × 256) =
     **{_dq:.3f} bits** (QLoRA's blocks of 64 give {_paper_plain:.3f} and {_paper_dq:.3f}). On Llama-2-7B's
-    linear layers that saves {mm.format_bytes(_saved)}.
+    linear layers that saves {format_bytes(double_quant_saving)}.
     """)})])
     return demo_weights, quant_block, quant_rows
 
 
+@app.cell
+def _(mm):
+    gpu_names = list(mm.GPUS)  # every card memmath knows, for the GPU menu below
+    return (gpu_names,)
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo, viz):
+def _(gpu_names, live_only_notice, mo, viz):
     # {what a learner reads: memmath's name}, every recipe and optimizer memmath knows.
     precision_dropdown = mo.ui.dropdown(options=viz.recipe_menu(), value=viz.RECIPE_NAMES["bf16"], label="Precision recipe")
     optimizer_dropdown = mo.ui.dropdown(options=viz.optimizer_menu(), value=viz.OPTIMIZER_NAMES["adamw"], label="Optimizer")
@@ -322,7 +362,7 @@ def _(live_only_notice, mm, mo, viz):
     batch_slider = mo.ui.slider(1, 64, value=4, label="Batch size (sequences)", show_value=True)
     seq_len_slider = mo.ui.slider(steps=[128, 256, 512, 1024, 2048, 4096], value=512, label="Sequence length (tokens)", show_value=True)
     checkpointing_checkbox = mo.ui.checkbox(value=False, label="gradient checkpointing")
-    gpu_dropdown = mo.ui.dropdown(options=list(mm.GPUS), value="RTX 4090", label="GPU")
+    gpu_dropdown = mo.ui.dropdown(options=gpu_names, value="RTX 4090", label="GPU")
     unit_radio = mo.ui.radio(options=["GB", "GiB"], value="GB", label="Unit", inline=True)
     mo.vstack([mo.md("""
     ## Full, LoRA and QLoRA side by side
@@ -356,94 +396,133 @@ def _(live_html, mo):
     return sbs_prose_view, sbs_table_view
 
 
-@app.cell(hide_code=True)
-def _(adapter_format_radio, bars_chart, batch_slider, checkpointing_checkbox, gpu_dropdown, literature, mm, mo,
-      model_label, optimizer_dropdown, pd, precision_dropdown, rank, requirement_view, sbs_prose_view, sbs_table_view,
-      seq_len_slider, shape, targets, unit_radio, viz):
-    # The one cell this section's controls re-run: the three runs, the chart's new rows, the table and the text (into
-    # the live views above: this cell shows nothing, so a move re-renders no output).
+@app.cell
+def _(adapter_format_radio, batch_slider, checkpointing_checkbox, gpu_dropdown, mm, model_label,
+      optimizer_dropdown, precision_dropdown, rank, seq_len_slider, shape, show_side_by_side, targets, unit_radio):
+    # The one cell this section's controls re-run: the three runs and what a card must hold for each; the hidden
+    # show_side_by_side below sends the chart its new rows and fills the table and the text (this cell shows nothing,
+    # so a move re-renders no output).
     unit, gpu, adapter_format = unit_radio.value, mm.get_gpu(gpu_dropdown.value), adapter_format_radio.value
     _run = dict(precision=precision_dropdown.value, optimizer=optimizer_dropdown.value, batch_size=batch_slider.value,
                 seq_len=seq_len_slider.value, checkpointing=checkpointing_checkbox.value)
-    side_by_side = {
-        "Full finetuning": mm.training_memory(shape, method=mm.Full(), **_run),
-        f"LoRA r={rank}": mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format=adapter_format), **_run),
-        f"QLoRA r={rank}": mm.training_memory(shape, method=mm.QLoRA(rank=rank, targets=targets, adapter_format=adapter_format), **_run),
-    }
+    _methods = {"Full finetuning": mm.Full(), f"LoRA r={rank}": mm.LoRA(rank=rank, targets=targets, adapter_format=adapter_format),
+                f"QLoRA r={rank}": mm.QLoRA(rank=rank, targets=targets, adapter_format=adapter_format)}
+    side_by_side = {name: mm.training_memory(shape, method=_m, **_run) for name, _m in _methods.items()}
+    # fp32 adapters against adapters in the base's format (peft's default is fp32).
     lora_fp32 = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format="fp32"), **_run)
     lora_base = mm.training_memory(shape, method=mm.LoRA(rank=rank, targets=targets, adapter_format=None), **_run)
     # A card holds a run as the planner and `memmath train` judge it (lesson 8): what the card must hold
     # (memmath.requirement: the step's peak where memmath models it) beside the CUDA context, 5% of it kept free.
-    _methods = {"Full finetuning": mm.Full(), f"LoRA r={rank}": mm.LoRA(rank=rank, targets=targets, adapter_format=adapter_format),
-                f"QLoRA r={rank}": mm.QLoRA(rank=rank, targets=targets, adapter_format=adapter_format)}
     side_by_side_needs = {name: mm.requirement(shape, method=_m, **_run) for name, _m in _methods.items()}
-    _fits = {name: mm.check_fit(n.bytes, gpu, margin=mm.FIT_MARGIN)  # the card's own CUDA context reserved
-             for name, n in side_by_side_needs.items()}
-    _usable = _fits["Full finetuning"].available_bytes
-    # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
-    # The card's line stands where its usable memory ends; each bar's black tick is what the card must hold.
-    bars_chart.update(requirement_view.bars_output(
-        side_by_side_needs, unit, title=f"{model_label}: memory of one training step",
-        capacity_bytes=_usable, capacity_label=f"{gpu.name}: {mm.format_bytes(_usable, unit)} usable"))
-    _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
-                           f"weights + constants ({unit})": round(mm.to_unit(r.weights + r.quantization_constants, unit), 2),
-                           f"grads + states ({unit})": round(mm.to_unit(r.trainable_state, unit), 3),
-                           f"activations ({unit})": round(mm.to_unit(r.activations, unit), 2),
-                           f"sum of the parts ({unit})": round(mm.to_unit(r.total, unit), 2),
-                           f"the card must hold ({unit})": round(mm.to_unit(side_by_side_needs[name].bytes, unit), 2),
-                           f"fits {gpu.name}?": "yes" if _fits[name].fits else "no"} for name, r in side_by_side.items()])
-    _full, _lora, _qlora = side_by_side.values()
-    _fmt = lambda n: viz.readable_size(n, unit)  # noqa: E731  (33.55 MB, not 0.03 GB)
-    # fp32 adapters against adapters in the base's format: their weights, gradients and states, and what they save
-    # for backward (hf_activations, LoRA: a fp32 adapter on a 16-bit base keeps its own fp32 copy of its input).
-    _extra_state = lora_fp32.without_activations - lora_base.without_activations
-    _extra_saved = lora_fp32.activations - lora_base.activations
-    _costs = ([f"{_fmt(_extra_state)} of weights, gradients and optimizer states"] if _extra_state else []) + (
-        [f"{_fmt(_extra_saved)} of activations (each adapted matrix keeps its own fp32 copy of its input, 4 B per "
-         "value, where adapters in the base's format keep the input they share)"] if _extra_saved else [])
-    if not _costs:
-        _fp32_cost = "costs nothing with this recipe: the base's weights are fp32 already, and so are its adapters"
-    else:
-        _fp32_cost = f"costs **{_fmt(_extra_state + _extra_saved)}** here: " + " and ".join(_costs)
-        if not _extra_state:
-            _fp32_cost += ("; weights, gradients and states cost the same, since adapters in the base's format get "
-                           "an fp32 master copy that fp32 adapters do not need")
+    side_by_side_fits = {name: mm.check_fit(n.bytes, gpu, margin=mm.FIT_MARGIN)  # the card's own CUDA context reserved
+                         for name, n in side_by_side_needs.items()}
+    show_side_by_side(model_label, gpu, side_by_side, side_by_side_needs, side_by_side_fits, lora_fp32, lora_base, unit,
+                      setting=(shape, rank, targets, adapter_format, tuple(_run.items()), gpu))
+    return gpu, lora_base, lora_fp32, side_by_side, side_by_side_fits, side_by_side_needs, unit
 
-    def _fallback(r):  # why a run's activations are the textbook formula's (a Note on the run)
-        return "; ".join(n.text.removeprefix("activations: ") for n in r.notes if n.kind == "activations_textbook_fallback")
 
-    if _qlora.activations == _lora.activations:
-        _qlora_acts = ("QLoRA keeps what LoRA keeps: each 4-bit matrix is unpacked to the compute format for its "
-                       "product and, frozen, saves nothing for the backward pass.")
-    elif _qlora.activation_model != _lora.activation_model:
-        _qlora_acts = f"QLoRA's are counted with {_fallback(_qlora)}, so they do not compare byte for byte with the others."
-    else:
-        _qlora_acts = ""
-    _acts = (f"Activations: full finetuning keeps {_fmt(_full.activations)}, LoRA {_fmt(_lora.activations)} and "
-             f"QLoRA {_fmt(_qlora.activations)}. Every method still runs the whole model forward and back, so they "
-             "stay of the same order; they differ because a frozen matrix keeps no input for its own weight's "
-             "gradient, while each adapter keeps the input it reads and its r-wide middle. "
-             f"{_qlora_acts}")
-    if _lora.activation_model == "transformers":
-        _how = (f"what transformers' forward pass saves for the backward pass, with "
-                f"{'SDPA' if _lora.attention == 'sdpa' else 'eager'} attention and "
-                f"{'dropout' if _lora.dropout else 'no dropout'}, as the model's config sets them")
-    else:
-        _how = f"counted with {_fallback(_lora)}"
-    _prose = mo.md(f"""
-    LoRA keeps every base weight ({mm.format_bytes(_full.weights, unit)}), adds the adapters
-    ({mm.format_bytes(_lora.weights - _full.weights, "MB" if unit == "GB" else "MiB")}), and cuts gradients and optimizer states to the
-    adapters'. QLoRA also shrinks the weights, to {mm.format_bytes(_qlora.weights, unit)} plus
-    {mm.format_bytes(_qlora.quantization_constants, unit)} of constants (embeddings, norms and the output
-    head stay in the recipe's format). {_acts} Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32
-    instead of the base format {_fp32_cost}. "Fits" compares each total with the {gpu.name}'s {mm.format_bytes(gpu.memory_bytes, unit)}
-    less {viz.card_reserve_words(gpu)}:
-    {mm.format_bytes(_usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions} Activations:
-    {_how}.
-    """)
-    sbs_table_view.update(_rows)
-    sbs_prose_view.update(_prose)
-    return gpu, lora_base, lora_fp32, side_by_side, side_by_side_needs, unit
+@app.cell(hide_code=True)
+def _(viz):
+    def fp32_adapter_cost_words(lora_fp32, lora_base, unit):
+        """What keeping LoRA's adapters in fp32 costs against adapters in the base's format, in words."""
+        _fmt = lambda n: viz.readable_size(n, unit)  # noqa: E731  (33.55 MB, not 0.03 GB)
+        # fp32 adapters against adapters in the base's format: their weights, gradients and states, and what they save
+        # for backward (hf_activations, LoRA: a fp32 adapter on a 16-bit base keeps its own fp32 copy of its input).
+        _extra_state = lora_fp32.without_activations - lora_base.without_activations
+        _extra_saved = lora_fp32.activations - lora_base.activations
+        _costs = ([f"{_fmt(_extra_state)} of weights, gradients and optimizer states"] if _extra_state else []) + (
+            [f"{_fmt(_extra_saved)} of activations (each adapted matrix keeps its own fp32 copy of its input, 4 B per "
+             "value, where adapters in the base's format keep the input they share)"] if _extra_saved else [])
+        if not _costs:
+            _fp32_cost = "costs nothing with this recipe: the base's weights are fp32 already, and so are its adapters"
+        else:
+            _fp32_cost = f"costs **{_fmt(_extra_state + _extra_saved)}** here: " + " and ".join(_costs)
+            if not _extra_state:
+                _fp32_cost += ("; weights, gradients and states cost the same, since adapters in the base's format get "
+                               "an fp32 master copy that fp32 adapters do not need")
+        return _fp32_cost
+    return (fp32_adapter_cost_words,)
+
+
+@app.cell(hide_code=True)
+def _(cached_md, format_bytes, fp32_adapter_cost_words, viz):
+    def side_by_side_words(side_by_side, lora_fp32, lora_base, gpu, usable, unit):
+        """The text under the side-by-side table: where each method's bytes go, and what fp32 adapters cost."""
+        _full, _lora, _qlora = side_by_side.values()
+        _fmt = lambda n: viz.readable_size(n, unit)  # noqa: E731  (33.55 MB, not 0.03 GB)
+        _fp32_cost = fp32_adapter_cost_words(lora_fp32, lora_base, unit)
+
+        def _fallback(r):  # why a run's activations are the textbook formula's (a Note on the run)
+            return "; ".join(n.text.removeprefix("activations: ") for n in r.notes if n.kind == "activations_textbook_fallback")
+
+        if _qlora.activations == _lora.activations:
+            _qlora_acts = ("QLoRA keeps what LoRA keeps: each 4-bit matrix is unpacked to the compute format for its "
+                           "product and, frozen, saves nothing for the backward pass.")
+        elif _qlora.activation_model != _lora.activation_model:
+            _qlora_acts = f"QLoRA's are counted with {_fallback(_qlora)}, so they do not compare byte for byte with the others."
+        else:
+            _qlora_acts = ""
+        _acts = (f"Activations: full finetuning keeps {_fmt(_full.activations)}, LoRA {_fmt(_lora.activations)} and "
+                 f"QLoRA {_fmt(_qlora.activations)}. Every method still runs the whole model forward and back, so they "
+                 "stay of the same order; they differ because a frozen matrix keeps no input for its own weight's "
+                 "gradient, while each adapter keeps the input it reads and its r-wide middle. "
+                 f"{_qlora_acts}")
+        if _lora.activation_model == "transformers":
+            _how = (f"what transformers' forward pass saves for the backward pass, with "
+                    f"{'SDPA' if _lora.attention == 'sdpa' else 'eager'} attention and "
+                    f"{'dropout' if _lora.dropout else 'no dropout'}, as the model's config sets them")
+        else:
+            _how = f"counted with {_fallback(_lora)}"
+        _prose = cached_md(f"""
+        LoRA keeps every base weight ({format_bytes(_full.weights, unit)}), adds the adapters
+        ({format_bytes(_lora.weights - _full.weights, "MB" if unit == "GB" else "MiB")}), and cuts gradients and optimizer states to the
+        adapters'. QLoRA also shrinks the weights, to {format_bytes(_qlora.weights, unit)} plus
+        {format_bytes(_qlora.quantization_constants, unit)} of constants (embeddings, norms and the output
+        head stay in the recipe's format). {_acts} Keeping the {lora_fp32.trainable_params:,} adapter parameters in fp32
+        instead of the base format {_fp32_cost}. "Fits" compares each total with the {gpu.name}'s {format_bytes(gpu.memory_bytes, unit)}
+        less {viz.card_reserve_words(gpu)}:
+        {format_bytes(usable, unit)} usable (the chart's dashed line). Recipe: {_lora.assumptions} Activations:
+        {_how}.
+        """)
+        return _prose
+    return (side_by_side_words,)
+
+
+@app.cell(hide_code=True)
+def _(bars_chart, format_bytes, pd, requirement_view, sbs_prose_view, sbs_table_view, side_by_side_words, to_unit):
+    # What the section showed for each setting, kept for the settings a learner returns to (a slider moved back and
+    # forth): its chart, table and prose take some 5 ms of pandas and markdown a move, putting them back almost nothing.
+    _shown = {}
+
+    def show_side_by_side(model_label, gpu, side_by_side, side_by_side_needs, side_by_side_fits, lora_fp32, lora_base,
+                          unit, *, setting):
+        """The side-by-side chart's rows, its table and the text under it (into the live views above); setting is
+        what they follow from (the model, rank, matrices, adapter format, the run's settings, the card)."""
+        if (setting, unit) in _shown:
+            _chart, sbs_table_view.html, sbs_prose_view.html = _shown[setting, unit]
+            bars_chart.update(_chart)  # as LiveHtml.update leaves the views above: nothing travels when unchanged
+            return
+        if len(_shown) >= 256:  # a bound, as memmath's own caches have
+            _shown.clear()
+        _fits, _usable = side_by_side_fits, side_by_side_fits["Full finetuning"].available_bytes
+        # Vega-Lite JSON directly (viz.stacked_bars' drawing), into the live chart above: the sliders send it new rows.
+        # The card's line stands where its usable memory ends; each bar's black tick is what the card must hold.
+        _chart = requirement_view.bars_output(
+            side_by_side_needs, unit, title=f"{model_label}: memory of one training step",
+            capacity_bytes=_usable, capacity_label=f"{gpu.name}: {format_bytes(_usable, unit)} usable")
+        bars_chart.update(_chart)
+        _rows = pd.DataFrame([{"method": name, "trainable params": r.trainable_params,
+                               f"weights + constants ({unit})": round(to_unit(r.weights + r.quantization_constants, unit), 2),
+                               f"grads + states ({unit})": round(to_unit(r.trainable_state, unit), 3),
+                               f"activations ({unit})": round(to_unit(r.activations, unit), 2),
+                               f"sum of the parts ({unit})": round(to_unit(r.total, unit), 2),
+                               f"the card must hold ({unit})": round(to_unit(side_by_side_needs[name].bytes, unit), 2),
+                               f"fits {gpu.name}?": "yes" if _fits[name].fits else "no"} for name, r in side_by_side.items()])
+        _prose = side_by_side_words(side_by_side, lora_fp32, lora_base, gpu, _usable, unit)
+        sbs_table_view.update(_rows)
+        sbs_prose_view.update(_prose)
+        _shown[setting, unit] = (_chart, sbs_table_view.html, sbs_prose_view.html)
+    return (show_side_by_side,)
 
 
 @app.cell
@@ -459,9 +538,15 @@ def _(TARGET_SETS, mo, site_charts):
     parts; its black tick and its label are what the card must hold, the step's peak, as in the table.
     """), site_charts.lora_methods(TARGET_SETS)]) if site_charts.is_static_export() else None
     return
+@app.cell
+def _(mm):
+    a6000 = mm.get_gpu("RTX A6000")  # the paper's 48 GB card
+    return (a6000,)
+
+
 @app.cell(hide_code=True)
-def _(literature, live_only_notice, mm, mo, paper_setups):
-    _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), mm.get_gpu("RTX A6000")
+def _(a6000, format_bytes, literature, live_only_notice, mo, paper_setups):
+    _setup, _a6000 = paper_setups.get_setup("qlora_guanaco_65b"), a6000
     q65_batch_slider = mo.ui.slider(1, 16, value=4, label="Batch size (sequences)", show_value=True)
     q65_seq_slider = mo.ui.slider(steps=[128, 256, 528, 1024, 2048], value=528, label="Sequence length (tokens)", show_value=True)
     q65_checkpointing_checkbox = mo.ui.checkbox(value=True, label="gradient checkpointing")
@@ -472,7 +557,7 @@ def _(literature, live_only_notice, mm, mo, paper_setups):
 
     QLoRA's claim: {literature.cite("qlora_65b_gpu")}. The controls start at the paper's 65B Guanaco
     run. Change the run and watch the 48 GB card (an {_a6000.name} reports {_a6000.memory_bytes // 2**20:,} MiB,
-    {mm.format_bytes(_a6000.memory_bytes)}):
+    {format_bytes(_a6000.memory_bytes)}):
     """)
     _setup_fold = mo.accordion({"Go deeper: the paper's setup, and its paged optimizer": mo.md(f"""
     The setup of its 65B Guanaco run: {_setup.description} ({_setup.source}). Its optimizer is *paged*:
@@ -491,61 +576,79 @@ def _(live_chart):
     return (guanaco_chart,)
 
 
-@app.cell(hide_code=True)
-def _(guanaco_chart, literature, mm, mo, paper_setups, q65_batch_slider, q65_checkpointing_checkbox,
-      q65_optimizer_dropdown, q65_seq_slider, requirement_view, verdict_of, viz):
-    # The one cell this section's controls re-run: the run, the chart's new rows and the verdict.
-    a6000 = mm.get_gpu("RTX A6000")
+@app.cell
+def _(a6000, mm, paper_setups, q65_batch_slider, q65_checkpointing_checkbox, q65_optimizer_dropdown, q65_seq_slider,
+      show_guanaco, verdict_of):
+    # The one cell this section's controls re-run: the paper's run as set, what the card must hold (memmath.requirement,
+    # as `memmath train` and lesson 8 judge a run) and the verdict; show_guanaco (hidden, below) draws and words it.
     _run = dict(batch_size=q65_batch_slider.value, seq_len=q65_seq_slider.value, optimizer=q65_optimizer_dropdown.value)
     _setup = paper_setups.get_setup("qlora_guanaco_65b")
     guanaco = _setup.memory(checkpointing=q65_checkpointing_checkbox.value, **_run)
-    # What the card must hold (memmath.requirement, as `memmath train` and lesson 8 judge a run), 5% of it kept free.
     guanaco_need = mm.requirement(_setup.run(checkpointing=q65_checkpointing_checkbox.value, **_run))
     guanaco_fit = mm.check_fit(guanaco_need.bytes, a6000, margin=mm.FIT_MARGIN)  # the card's own CUDA context reserved
-    guanaco_no_checkpointing = paper_setups.get_setup("qlora_guanaco_65b").memory(checkpointing=False, **_run)
-    _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
-        viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=guanaco_fit.available_bytes,
-        capacity_label=f"{a6000.name}: {mm.format_bytes(guanaco_fit.available_bytes)} usable", height=70).spec
-    guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
     guanaco_verdict = verdict_of(guanaco_need, a6000)  # memmath.verdict: the CUDA reserve, 5% kept free
-    _saved_as = (f", what transformers' forward pass saves for the backward pass ({guanaco.attention.upper()} attention, "
-                 f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
-                 if guanaco.activation_model == "transformers" else " (the textbook formula)")
-    _verdict = mo.callout(mo.md(f"""
-    This run needs **{mm.format_bytes(guanaco_need.bytes)}** ({mm.format_bytes(guanaco_need.bytes, "GiB")}),
-    {requirement_view.requirement_words(guanaco_need)} (its parts add to {mm.format_bytes(guanaco.total)}): it
-    **{guanaco_verdict.sentence()}** on the {guanaco_fit.gpu.name}, before paging moves anything to the CPU.
-    """), kind="success" if guanaco_fit.fits else "danger")
-    _parts = mo.md(f"""
-    The card: {mm.format_bytes(guanaco_fit.available_bytes)} usable, after
-    {viz.card_reserve_words(guanaco_fit.gpu)}. Weights and constants take
-    {mm.format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
-    head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
-    {mm.format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
-    activations are {mm.format_bytes(guanaco.activations)}{_saved_as}.
-    {f"Without gradient checkpointing the same run would need {mm.format_bytes(mm.requirement(_setup.run(checkpointing=False, **_run)).bytes)} (its parts: {mm.format_bytes(guanaco_no_checkpointing.total)})."
-     if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
-    """)
-    mo.vstack([_verdict, mo.accordion({"What the run holds, and what the card keeps back": _parts})])
+    # The same run without gradient checkpointing: its parts and what the card must hold.
+    guanaco_no_checkpointing = _setup.memory(checkpointing=False, **_run)
+    guanaco_no_checkpointing_need = mm.requirement(_setup.run(checkpointing=False, **_run))
+    show_guanaco(guanaco, guanaco_need, guanaco_fit, guanaco_verdict, guanaco_no_checkpointing,
+                 guanaco_no_checkpointing_need)
     return guanaco, guanaco_fit, guanaco_need, guanaco_no_checkpointing, guanaco_verdict
 
 
 @app.cell(hide_code=True)
-def _(literature, mm, mo, paper_setups, pd, viz):
-    # Folded under "Go deeper" below: the papers' headline numbers, recomputed from their setups.
+def _(a6000, format_bytes, guanaco_chart, mo, requirement_view, viz):
+    def show_guanaco(guanaco, guanaco_need, guanaco_fit, guanaco_verdict, guanaco_no_checkpointing,
+                     guanaco_no_checkpointing_need):
+        """The 65B run's chart (new rows for the live chart above), its verdict and, folded, its parts."""
+        _bars = viz.stacked_bars_output(  # viz.stacked_bars' drawing as Vega-Lite JSON, with the legend below it
+            viz.breakdown_long({"LLaMA-65B, QLoRA": guanaco}, "GB"), "GB", title="QLoRA's 65B run", capacity_bytes=guanaco_fit.available_bytes,
+            capacity_label=f"{a6000.name}: {format_bytes(guanaco_fit.available_bytes)} usable", height=70).spec
+        guanaco_chart.update({**_bars, "config": {**_bars["config"], "legend": {"orient": "bottom", "columns": 3}}})
+        _saved_as = (f", what transformers' forward pass saves for the backward pass ({guanaco.attention.upper()} attention, "
+                     f"{'dropout' if guanaco.dropout else 'no dropout'}, as LLaMA's config sets them)"
+                     if guanaco.activation_model == "transformers" else " (the textbook formula)")
+        _verdict = mo.callout(mo.md(f"""
+        This run needs **{format_bytes(guanaco_need.bytes)}** ({format_bytes(guanaco_need.bytes, "GiB")}),
+        {requirement_view.requirement_words(guanaco_need)} (its parts add to {format_bytes(guanaco.total)}): it
+        **{guanaco_verdict.sentence()}** on the {guanaco_fit.gpu.name}, before paging moves anything to the CPU.
+        """), kind="success" if guanaco_fit.fits else "danger")
+        _parts = mo.md(f"""
+        The card: {format_bytes(guanaco_fit.available_bytes)} usable, after
+        {viz.card_reserve_words(guanaco_fit.gpu)}. Weights and constants take
+        {format_bytes(guanaco.weights + guanaco.quantization_constants)} (the NF4 base, with the embeddings,
+        head and adapters in bf16); {guanaco.trainable_params:,} adapter parameters add
+        {format_bytes(guanaco.trainable_state)} of gradients and optimizer states;
+        activations are {format_bytes(guanaco.activations)}{_saved_as}.
+        {f"Without gradient checkpointing the same run would need {format_bytes(guanaco_no_checkpointing_need.bytes)} (its parts: {format_bytes(guanaco_no_checkpointing.total)})."
+         if guanaco.activation_detail.recompute_peak else "Gradient checkpointing is off: every block keeps all its activations."}
+        """)
+        return mo.vstack([_verdict, mo.accordion({"What the run holds, and what the card keeps back": _parts})])
+    return (show_guanaco,)
+
+
+@app.cell
+def _(mm, paper_setups):
+    # The papers' headline numbers, recomputed from their setups (folded under "Go deeper" below).
     gpt3_full = paper_setups.get_setup("lora_gpt3_full").memory()  # 16-bit weights, Adam, no activations
     gpt3_lora = paper_setups.get_setup("lora_gpt3_lora").memory()  # LoRA r=4 on q and v
     llama65_full = paper_setups.get_setup("qlora_65b_full_16bit").memory()  # bf16 + 32-bit Adam states
     gpt3_weights_and_states = gpt3_full.weights + gpt3_full.optimizer_states  # 2 + 4 B/param
     gpt3_checkpoint = mm.get_format("bf16").bytes_for(gpt3_lora.trainable_params)  # the adapters alone
+    return gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_states, literature, llama65_full, mo, pd,
+      viz):
+    # Folded under "Go deeper" below: each paper's figure beside this workbook's, and what is counted.
     _R = literature.REPORTED
-    _tb = lambda n: mm.format_bytes(n, "TB")  # noqa: E731
+    _tb = lambda n: format_bytes(n, "TB")  # noqa: E731
     _claims = pd.DataFrame([
         {"claim": "GPT-3 175B, full finetuning", "paper": f"{_R['lora_gpt3_vram_before'].value} TB",
          "this workbook": f"{_tb(gpt3_weights_and_states)} to {_tb(gpt3_full.without_activations)}",
          "what is counted": "16-bit weights + 16-bit Adam moments (6 B/param), then + 16-bit gradients (8 B/param); the paper does not itemize"},
         {"claim": "GPT-3 175B, LoRA r=4 on q, v", "paper": f"{_R['lora_gpt3_vram_after'].value} GB",
-         "this workbook": mm.format_bytes(gpt3_lora.total), "what is counted": "16-bit weights, adapters and their Adam moments"},
+         "this workbook": format_bytes(gpt3_lora.total), "what is counted": "16-bit weights, adapters and their Adam moments"},
         {"claim": "less GPU memory", "paper": f"{_R['lora_gpu_memory_3x'].value}x",
          "this workbook": f"{gpt3_weights_and_states / gpt3_lora.total:.1f}x to {gpt3_full.without_activations / gpt3_lora.total:.1f}x",
          "what is counted": "the two counts above over the LoRA total"},
@@ -553,10 +656,10 @@ def _(literature, mm, mo, paper_setups, pd, viz):
          "this workbook": f"{gpt3_full.trainable_params / gpt3_lora.trainable_params:,.0f}x",
          "what is counted": f"{gpt3_full.trainable_params:,} / {gpt3_lora.trainable_params:,}"},
         {"claim": "checkpoint per task", "paper": f"{_R['lora_checkpoint_before'].value} GB -> {_R['lora_checkpoint_after'].value} MB",
-         "this workbook": f"{mm.format_bytes(gpt3_full.weights)} -> {mm.format_bytes(gpt3_checkpoint, 'MB')}",
+         "this workbook": f"{format_bytes(gpt3_full.weights)} -> {format_bytes(gpt3_checkpoint, 'MB')}",
          "what is counted": "16-bit model versus 16-bit adapters alone"},
         {"claim": "LLaMA 65B, regular 16-bit finetuning", "paper": f"> {_R['qlora_65b_full_16bit'].value} GB",
-         "this workbook": mm.format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
+         "this workbook": format_bytes(llama65_full.total), "what is counted": "bf16 weights and gradients, fp32 Adam moments: 2 + 2 + 8 = 12 B/param"},
     ])
     _two_thirds = _R["lora_vram_two_thirds"]
     papers_fold = mo.vstack([mo.md("""
@@ -566,12 +669,12 @@ def _(literature, mm, mo, paper_setups, pd, viz):
     """), viz.plain_table(_claims, wrapped_columns=["claim", "what is counted"]), mo.md(f"""
     **Why 1.2 TB and not one of ours?** The LoRA paper explains its saving as not storing optimizer
     states for frozen weights, "up to 2/3" of the VRAM ({_two_thirds.source}): weights plus Adam's two
-    moments, three copies of the 16-bit model, {mm.format_bytes(gpt3_weights_and_states, "TB")}. Holding
-    all 16-bit gradients at once as well gives {mm.format_bytes(gpt3_full.without_activations, "TB")}. The
+    moments, three copies of the 16-bit model, {format_bytes(gpt3_weights_and_states, "TB")}. Holding
+    all 16-bit gradients at once as well gives {format_bytes(gpt3_full.without_activations, "TB")}. The
     reported 1.2 TB lies between: frameworks can free gradients as the optimizer consumes them, and
     activations and buffers come on top. A single number cannot tell which; the recipe behind it can.
     """)])
-    return gpt3_full, gpt3_lora, gpt3_weights_and_states, llama65_full, papers_fold
+    return (papers_fold,)
 
 
 @app.cell(hide_code=True)
@@ -613,8 +716,8 @@ def _(mo, recorded, viz):
 
 
 @app.cell(hide_code=True)
-def _(mm, mo, papers_fold, qlora_measured_fold, viz):
-    _plain, _dq = (mm.methods.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
+def _(mo, papers_fold, qlora_constant_bits, qlora_measured_fold, viz):
+    _plain, _dq = qlora_constant_bits[False], qlora_constant_bits[True]
     # "Go deeper": one fold per question a careful reader asks.
     _deeper = {"Do the papers' headline numbers follow from their setups?": papers_fold,
                "Does bitsandbytes store what QLoRA's count says? (measured)": qlora_measured_fold}
@@ -630,25 +733,35 @@ def _(mm, mo, papers_fold, qlora_measured_fold, viz):
     return
 
 
-@app.cell(hide_code=True)
-def _(mm, mo, requirement_view, verdict_of):
-    _shape = mm.PRESETS["llama-2-7b"]
-    _all = mm.LoRA(rank=16, targets="all").trainable_params(_shape)
-    _plain, _dq = (mm.methods.quant_constant_bits(block=64, double_quant=d) for d in (False, True))
-    _65b = mm.PRESETS["llama-65b"].n_params
+@app.cell
+def _(llama2_7b, mm, verdict_of):
+    # Problem 1: LoRA r = 16 on all seven linear matrices of Llama-2-7B. Problem 2 takes QLoRA's bits (above) to
+    # LLaMA-65B's parameters.
+    problem_all_linear = mm.LoRA(rank=16, targets="all").trainable_params(llama2_7b)
+    llama65_params = mm.PRESETS["llama-65b"].n_params
     # Problem 3: activations as transformers saves them (LLaMA's config: SDPA, no dropout), checkpointed per block.
     _args = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, checkpointing=True)
     problem_lora = mm.training_memory("llama-2-13b", method=mm.LoRA(rank=8, targets=("q", "v")), **_args)
     problem_qlora = mm.training_memory("llama-2-13b", method=mm.QLoRA(rank=8, targets=("q", "v")), **_args)
-    _gpu = mm.get_gpu("RTX 4090")
+    rtx4090 = mm.get_gpu("RTX 4090")
+    llama13_vocab = mm.PRESETS["llama-2-13b"].vocab_size
     # Judged as every lesson judges a run (memmath.verdict): what the card must hold, the CUDA context, 5% kept free.
     problem_needs = [mm.requirement("llama-2-13b", method=_m, **_args)
                      for _m in (mm.LoRA(rank=8, targets=("q", "v")), mm.QLoRA(rank=8, targets=("q", "v")))]
-    problem_verdicts = [verdict_of(_n, _gpu) for _n in problem_needs]
+    problem_verdicts = [verdict_of(_n, rtx4090) for _n in problem_needs]
     # Problem 4 sets activations aside: seq_len=None.
     _adapters = dict(seq_len=None, precision="bf16", optimizer="adamw")
     problem_fp32 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format="fp32"), **_adapters)
     problem_bf16 = mm.training_memory("llama-2-7b", method=mm.LoRA(rank=64, targets="all", adapter_format=None), **_adapters)
+    return (llama13_vocab, llama65_params, problem_all_linear, problem_bf16, problem_fp32, problem_lora, problem_needs,
+            problem_qlora, problem_verdicts, rtx4090)
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, llama13_vocab, llama65_params, mo, problem_all_linear, problem_bf16, problem_fp32, problem_lora,
+      problem_needs, problem_verdicts, qlora_constant_bits, requirement_view, rtx4090):
+    _all, _65b, _gpu = problem_all_linear, llama65_params, rtx4090
+    _plain, _dq = qlora_constant_bits[False], qlora_constant_bits[True]
     mo.vstack([
         mo.md("## Problems"),
         mo.accordion({"Four problems: LoRA's count by hand, QLoRA's bits, a 13B model on a 24 GB card, fp32 adapters": mo.vstack([
@@ -662,27 +775,35 @@ def _(mm, mo, requirement_view, verdict_of):
             mo.accordion({"Answer": mo.md(f"""32 / 64 = **{_plain:.3f}** bits with one fp32 constant per 64
             weights; 8 / 64 + 32 / (64 × 256) = **{_dq:.4f}** bits with 8-bit constants and one fp32 constant per
             256 blocks. On {_65b:,} parameters: ({_plain:.3f} − {_dq:.4f}) / 8 bytes each ≈
-            **{mm.format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
+            **{format_bytes(_65b * (_plain - _dq) / 8)}** (a little less: embeddings and the head stay unquantized).""")}),
             mo.md("""**3.** Can you finetune Llama-2-13B on an RTX 4090 (24 GB) with LoRA r = 8 on q, v,
             pure bf16, AdamW, batch 1 × 512 tokens, checkpointing on? And with QLoRA?"""),
-            mo.accordion({"Answer": mo.md(f"""LoRA: the card must hold {mm.format_bytes(problem_needs[0].bytes)}
-            ({requirement_view.requirement_words(problem_needs[0])}; the parts add to {mm.format_bytes(problem_lora.total)}).
-            On the card's {mm.format_bytes(_gpu.memory_bytes)} less {_gpu.cuda_context_bytes // 2**20:,} MiB for its CUDA context
-            ({mm.format_bytes(_gpu.memory_bytes - _gpu.cuda_context_bytes)} usable) it **{problem_verdicts[0].sentence()}**:
-            the 16-bit weights alone are {mm.format_bytes(problem_lora.weights)}.
-            QLoRA: the card must hold {mm.format_bytes(problem_needs[1].bytes)}, and it
+            mo.accordion({"Answer": mo.md(f"""LoRA: the card must hold {format_bytes(problem_needs[0].bytes)}
+            ({requirement_view.requirement_words(problem_needs[0])}; the parts add to {format_bytes(problem_lora.total)}).
+            On the card's {format_bytes(_gpu.memory_bytes)} less {_gpu.cuda_context_bytes // 2**20:,} MiB for its CUDA context
+            ({format_bytes(_gpu.memory_bytes - _gpu.cuda_context_bytes)} usable) it **{problem_verdicts[0].sentence()}**:
+            the 16-bit weights alone are {format_bytes(problem_lora.weights)}.
+            QLoRA: the card must hold {format_bytes(problem_needs[1].bytes)}, and it
             **{problem_verdicts[1].sentence()}**. Both keep
-            {mm.format_bytes(problem_lora.activations)} of activations: with checkpointing each block keeps only its
+            {format_bytes(problem_lora.activations)} of activations: with checkpointing each block keeps only its
             input, one block at a time is recomputed, and the loss's fp32 log-softmax over the
-            {mm.PRESETS["llama-2-13b"].vocab_size:,}-token vocabulary comes on top.""")}),
+            {llama13_vocab:,}-token vocabulary comes on top.""")}),
             mo.md("""**4.** peft keeps LoRA adapters in fp32 by default. For Llama-2-7B with r = 64 on all
             linear layers and AdamW, how much memory does that cost compared with bf16 adapters (activations aside)?"""),
             mo.accordion({"Answer": mo.md(f"""{problem_fp32.trainable_params:,} adapter parameters at 4 + 4 + 8 = 16 B
-            (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{mm.format_bytes(problem_fp32.total - problem_bf16.total)}**
-            more ({mm.format_bytes(problem_fp32.total)} against {mm.format_bytes(problem_bf16.total)}).""")}),
+            (fp32 weight, gradient, two moments) instead of 2 + 2 + 4 = 8 B: **{format_bytes(problem_fp32.total - problem_bf16.total)}**
+            more ({format_bytes(problem_fp32.total)} against {format_bytes(problem_bf16.total)}).""")}),
         ])}),
     ])
-    return problem_bf16, problem_fp32, problem_lora, problem_needs, problem_qlora, problem_verdicts
+    return
+
+
+@app.cell
+def _(functools, mo):
+    # Markdown rendered once per text: a move often shows a sentence it showed before (a setting returned to),
+    # and marimo's markdown takes 1-8 ms a paragraph.
+    cached_md = functools.lru_cache(maxsize=512)(mo.md)
+    return (cached_md,)
 
 
 if __name__ == "__main__":

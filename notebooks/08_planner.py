@@ -49,6 +49,7 @@ def _():
     import pandas as pd
 
     import memmath as mm
+    from memmath import format_bytes, to_unit
     from memmath_lessons.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
@@ -57,8 +58,8 @@ def _():
     from memmath_lessons import requirement_view, site_charts
     from memmath.verdict import verdict_of
     from memmath import traced
-    return (functools, importlib, json, literature, live_chart, live_html, live_only_notice, mm, mo, pd, re, requirement_view,
-            site_charts, traced, verdict_of, viz)
+    return (format_bytes, functools, importlib, json, literature, live_chart, live_html, live_only_notice, mm, mo, pd, re, requirement_view,
+            site_charts, to_unit, traced, verdict_of, viz)
 
 
 @app.cell
@@ -75,8 +76,14 @@ def _(mm):
     return (nearest_layout,)
 
 
+@app.cell
+def _(mm):
+    preset_names = list(mm.PRESETS)  # every model memmath has a preset for, for the menu below
+    return (preset_names,)
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo):
+def _(live_only_notice, mo, preset_names):
     _mistral = """{
       "architectures": ["MistralForCausalLM"],
       "hidden_act": "silu",
@@ -93,7 +100,7 @@ def _(live_only_notice, mm, mo):
       "vocab_size": 32000
     }"""
     source_radio = mo.ui.radio(["preset", "paste config.json"], value="preset", inline=True, label="Model from")
-    preset_dropdown = mo.ui.dropdown(list(mm.PRESETS), value="llama-2-7b", label="Preset")
+    preset_dropdown = mo.ui.dropdown(preset_names, value="llama-2-7b", label="Preset")
     config_text_area = mo.ui.text_area(value=_mistral, rows=10, full_width=True,
                                        label="config.json (used when 'paste config.json' is chosen)")
     mo.vstack([mo.md("## 1. The model"), live_only_notice(), mo.hstack([source_radio, preset_dropdown], justify="start"),
@@ -114,7 +121,11 @@ def _(config_text_area, mm, preset_dropdown, source_radio):
         else:
             import json as _json
             model_config = _json.loads(config_text_area.value)  # read again only for max_position_embeddings
-    return model, model_config, model_error
+    # The weights alone in bf16 (2 B a parameter; 4 B for those a bf16 load keeps in fp32, a MoE router), for the card.
+    bf16_weight_bytes = None if model is None else mm.inference.inference_weight_bytes(model, "bf16")[0]
+    # A preset's published config.json, for PyTorch's trace where memmath does not trace the model type.
+    preset_config = mm.presets.PRESET_CONFIGS.get(preset_dropdown.value)
+    return bf16_weight_bytes, model, model_config, model_error, preset_config
 
 
 @app.cell
@@ -134,8 +145,8 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_view, mm, mo, model, model_error,
-      nearest_layout, needed_view, parts_view, pasted_text, re, recipe_view, source_radio):
+def _(bars_chart, basis_view, bf16_weight_bytes, catalog_view, changes_view, comparison_view, far_view, format_bytes, mo,
+      model, model_error, nearest_layout, needed_view, parts_view, pasted_text, re, recipe_view, source_radio):
     _hints = {"not supported": "Choose **preset** above to plan one of the built-in models instead.",
               "missing the field": "Paste the model's complete config.json, as published with its weights."}
     if model_error:
@@ -173,7 +184,7 @@ def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_v
             f"**{_title}**: {model.n_params:,} parameters ({model.family} layout), {model.n_layers} layers, "
             f"width {model.hidden_size:,}, {model.n_heads} heads ({model.n_kv_heads} key/value), "
             f"vocabulary {model.vocab_size:,}{_positions}. Weights alone in bf16: "
-            f"{mm.format_bytes(mm.inference.inference_weight_bytes(model, 'bf16')[0])} (2 B a parameter"
+            f"{format_bytes(bf16_weight_bytes)} (2 B a parameter"
             + (f"; 4 B for the {_kept:,} that transformers keeps in fp32 when it loads the model in bf16"
                if _kept else "") + ")." + _active
             + (" The planner reads the sizes from the file; the formats come from the recipe you choose below, "
@@ -183,7 +194,7 @@ def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_v
 
 
 @app.cell(hide_code=True)
-def _(config_text_area, importlib, json, mm, mo, model, model_error, preset_dropdown, source_radio):
+def _(config_text_area, importlib, json, mo, model, model_error, preset_config, source_radio):
     # A model type memmath has no record for, or one whose activations it does not trace (its verdict is refused),
     # can still be answered: PyTorch traces its step at full size under fake tensors, with no memory behind them
     # (memmath/traced.py), where torch and transformers are installed.
@@ -194,7 +205,7 @@ def _(config_text_area, importlib, json, mm, mo, model, model_error, preset_drop
     elif _untraced and source_radio.value != "preset":
         trace_config = json.loads(config_text_area.value)
     elif _untraced:  # a preset read from its published config.json's fields
-        trace_config = mm.presets.PRESET_CONFIGS.get(preset_dropdown.value)
+        trace_config = preset_config
     torch_ready = all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))
     trace_button = mo.ui.run_button(label="Trace this step with PyTorch", disabled=not torch_ready)
     _why = ("memmath does not trace this model type's activations, so it gives no verdict on them (the verdict below says "
@@ -218,8 +229,8 @@ def _(config_text_area, importlib, json, mm, mo, model, model_error, preset_drop
     return trace_button, trace_config
 
 
-@app.cell(hide_code=True)
-def _(hardware_controls, method_controls, mm, mo, pasted_text, reserve_bytes, step_controls, trace_button, trace_config,
+@app.cell
+def _(hardware_controls, method_controls, mm, mo, reserve_bytes, show_traced, step_controls, trace_button, trace_config,
       traced, verdict_of):
     mo.stop(trace_config is None or not trace_button.value)
     _m, _s, _h = method_controls, step_controls, hardware_controls  # their values now, as the button was pressed
@@ -243,27 +254,36 @@ def _(hardware_controls, method_controls, mm, mo, pasted_text, reserve_bytes, st
     if _method == "lora":  # peft's "all-linear" for every linear layer but the head
         _settings.update(lora_rank=_m["rank"].value,
                          lora_targets=tuple("all-linear" if t == "all" else t for t in _m["targets"].value))
+    traced_verdict, _failure = None, None
     try:
         with mo.status.spinner(title="Tracing the step with PyTorch..."):
             traced_answer = traced.traced_training(trace_config, **_settings)
     except (ValueError, ImportError) as _error:
-        traced_answer = None
-        _shown = mo.callout(mo.md(f"PyTorch could not trace it: {pasted_text(str(_error))}"), kind="danger")
+        traced_answer, _failure = None, str(_error)
     else:
-        _unit = _h["unit"].value
-        _verdict = verdict_of(traced_answer.peak_step2_bytes, mm.get_gpu(_h["gpu"].value),
-                              reserved_bytes=reserve_bytes(_h["reserved"].value))
         # The one verdict rule (memmath/verdict.py): the traced peak, the CUDA context and 5% of the peak kept free.
-        _shown = mo.vstack([
+        traced_verdict = verdict_of(traced_answer.peak_step2_bytes, mm.get_gpu(_h["gpu"].value),
+                                    reserved_bytes=reserve_bytes(_h["reserved"].value))
+    show_traced(traced_answer, traced_verdict, _failure, unit=_h["unit"].value)
+    return traced_answer, traced_verdict
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, mo, pasted_text):
+    def show_traced(traced_answer, verdict, failure, *, unit):
+        """What PyTorch's trace found, or why it could not trace the step."""
+        if traced_answer is None:
+            return mo.callout(mo.md(f"PyTorch could not trace it: {pasted_text(failure)}"), kind="danger")
+        _unit = unit
+        return mo.vstack([
             mo.md(f"**Traced by PyTorch:** the peak of every step after the first is "
-                  f"{mm.format_bytes(traced_answer.peak_step2_bytes, _unit)}, in the "
-                  f"{traced_answer.peak_step2_phase.replace('_', ' ')}. On the {_verdict.gpu_name}, with "
-                  f"{mm.format_bytes(_verdict.reserved_bytes, _unit)} reserved for the CUDA context: "
-                  f"{_verdict.headline(_unit)} {_verdict.why(_unit)} After you change a setting, press the "
+                  f"{format_bytes(traced_answer.peak_step2_bytes, _unit)}, in the "
+                  f"{traced_answer.peak_step2_phase.replace('_', ' ')}. On the {verdict.gpu_name}, with "
+                  f"{format_bytes(verdict.reserved_bytes, _unit)} reserved for the CUDA context: "
+                  f"{verdict.headline(_unit)} {verdict.why(_unit)} After you change a setting, press the "
                   "button again to trace it."),
             mo.plain_text(traced_answer.text())])
-    _shown
-    return (traced_answer,)
+    return (show_traced,)
 
 
 @app.cell(hide_code=True)
@@ -336,11 +356,21 @@ def _(live_only_notice, mm, mo, viz):
             seq_len_slider, step_controls)
 
 
+@app.cell
+def _(mm):
+    gpu_names = list(mm.GPUS)  # every card memmath knows
+    default_max_gpus = mm.planner.DEFAULT_MAX_GPUS  # how many GPUs the planner's changes may use unless told
+    # "card": the card's own CUDA context (memmath/cuda_context.py, what check_fit and `memmath train` reserve); else a
+    # figure in whole MiB, as the driver counts, from none to 2 GiB by quarters and the V100's eager 1,343 MiB.
+    reserve_steps = sorted({256 * k for k in range(9)} | {mm.CUDA_CONTEXT_BYTES // 2**20})
+    return default_max_gpus, gpu_names, reserve_steps
+
+
 @app.cell(hide_code=True)
-def _(live_only_notice, mm, mo, viz):
-    gpu_dropdown = mo.ui.dropdown(list(mm.GPUS), value="RTX 4090", label="GPU")
+def _(default_max_gpus, gpu_names, live_only_notice, mo, reserve_steps, viz):
+    gpu_dropdown = mo.ui.dropdown(gpu_names, value="RTX 4090", label="GPU")
     n_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=1, label="GPUs")
-    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=mm.planner.DEFAULT_MAX_GPUS,
+    max_gpus_number = mo.ui.number(start=1, stop=1024, step=1, value=default_max_gpus,
                                    label="GPUs you could use (for the changes)")
     zero_stage_radio = mo.ui.radio({"0 (none)": 0, "1": 1, "2": 2, "3": 3}, value="0 (none)", inline=True,
                                    label="ZeRO stage")
@@ -348,10 +378,7 @@ def _(live_only_notice, mm, mo, viz):
     _degrees = {"1": 1, "2": 2, "4": 4, "8": 8}
     tp_dropdown = mo.ui.dropdown(_degrees, value="1", label="Tensor parallel t")
     pp_dropdown = mo.ui.dropdown(_degrees, value="1", label="Pipeline stages p")
-    # "card": the card's own CUDA context (memmath/cuda_context.py, what check_fit and `memmath train` reserve); else a
-    # figure in whole MiB, as the driver counts, from none to 2 GiB by quarters and the V100's eager 1,343 MiB.
-    _steps = sorted({256 * k for k in range(9)} | {mm.CUDA_CONTEXT_BYTES // 2**20})
-    reserve_dropdown = mo.ui.dropdown({"the card's own": "card", **{f"{_m:,} MiB": _m for _m in _steps}},
+    reserve_dropdown = mo.ui.dropdown({"the card's own": "card", **{f"{_m:,} MiB": _m for _m in reserve_steps}},
                                       value="the card's own", label="Reserved for the CUDA context")
     unit_radio = mo.ui.radio(["GB", "GiB"], value="GB", inline=True, label="Unit")
     hardware_controls = dict(gpu=gpu_dropdown, reserved=reserve_dropdown, unit=unit_radio, gpus=n_gpus_number,
@@ -417,12 +444,16 @@ def _(mm):
 
 
 @app.cell
-def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_of, viz):
-    # What the run's cell shows, each from the inputs it depends on.
+def _(functools, mo):
     # Markdown rendered once per text: much of what a move shows (headings, the comparison's prose) does not
     # depend on the control moved, and marimo's markdown takes 1-8 ms a paragraph.
     cached_md = functools.lru_cache(maxsize=512)(mo.md)
+    return (cached_md,)
 
+
+@app.cell(hide_code=True)
+def _(cached_md, mo, requirement_view, viz):
+    # What the run's cell shows, each from the inputs it depends on.
     def shown_parts(requirement, unit):
         """Your run's parts, their sum, what the step's peak adds, and the requirement: (the frame, the table)."""
         _frame = requirement_view.requirement_table(requirement, unit)
@@ -434,43 +465,50 @@ def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_
                 "difference, which makes the table add to what the card must hold, the number the verdict, the "
                 "chart's black ticks and the changes judge.").style({"font-size": "0.9em"})])
         return _frame, _table
+    return (shown_parts,)
 
-    def shown_catalog(need, reserved, unit):
-        """Every card of the catalog against the run's requirement (shown in the fold the views' cell draws)."""
-        _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
-        peak_bytes = need.bytes
-        # Each card judged by the one rule the verdict above uses (memmath.verdict: the reserve, 5% kept free; a
-        # floor says "does not fit" or no verdict, never "fits").
-        _verdicts = [verdict_of(need, _g, reserved_bytes=reserved)
-                     for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)]
+
+@app.cell
+def _(mm):
+    gpu_marketed = {_name: _gpu.marketed for _name, _gpu in mm.GPUS.items()}  # the size on the box, per card
+    return (gpu_marketed,)
+
+
+@app.cell(hide_code=True)
+def _(cached_md, format_bytes, gpu_marketed, mo, pd, to_unit, viz):
+    def shown_catalog(need, catalog, reserved, unit, margin):
+        """Every card of the catalog against the run's requirement (shown in the fold the views' cell draws): catalog
+        is each card's verdict by the one rule the verdict above uses (memmath.verdict: the reserve, 5% kept free; a
+        floor says "does not fit" or no verdict, never "fits")."""
+        _f = lambda n: format_bytes(n, unit)  # noqa: E731
+        peak_bytes, _verdicts = need.bytes, catalog
         catalog_frame = pd.DataFrame([{
-            "gpu": _v.gpu_name, "marketed": mm.GPUS[_v.gpu_name].marketed,
-            f"memory ({unit})": round(_v.memory_bytes / mm.UNITS[unit], 2),
+            "gpu": _v.gpu_name, "marketed": gpu_marketed[_v.gpu_name],
+            f"memory ({unit})": round(to_unit(_v.memory_bytes, unit), 2),
             f"to spare or short ({unit})": (f"{_f(_v.spare)} left for the activations" if _v.fits is None else
                                             f"{_f(_v.spare)} to spare" if _v.fits else f"short by {_f(_v.short_by)}"),
             "fits": "no verdict" if _v.fits is None else "yes" if _v.fits else "no"} for _v in _verdicts])
         return catalog_frame, mo.vstack([cached_md(f"""
-        The same {mm.format_bytes(peak_bytes, unit)} per GPU against every card, with {"each card's own CUDA context" if reserved is None else _f(reserved) + " for the CUDA context"} reserved on each
-        (section 4) and {mm.FIT_MARGIN:.0%} of the requirement kept free, as the verdict judges. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
+        The same {format_bytes(peak_bytes, unit)} per GPU against every card, with {"each card's own CUDA context" if reserved is None else _f(reserved) + " for the CUDA context"} reserved on each
+        (section 4) and {margin:.0%} of the requirement kept free, as the verdict judges. "marketed" is the size on the box, in binary units (GiB); "memory" is what the
         driver reports, the same or a little less.
         """), viz.plain_table(catalog_frame)])
+    return (shown_catalog,)
 
 
-    def shown_comparison(run, unit, methods):
+@app.cell(hide_code=True)
+def _(cached_md, format_bytes, literature, mo, optimizer_dropdown, pasted_text, pd, precision_dropdown, viz):
+    def shown_comparison(run, unit, compared_needs, serving):
         """The article's comparison of full, partial and PEFT for this run's model and step, and "needed or wanted"
         (the two sections under their headings, which the views' cell shows)."""
-        # Each method's requirement (memmath.requirement), the number the verdict above judges its run by. memmath
-        # splits a model t x p ways for full finetuning only: a split run is compared with every GPU holding a copy.
-        _split = run.tp * run.pp > 1
-        run = run.replace(tp=1, pp=1, micro_batches=1) if _split else run
-        _needs = {name: mm.requirement(run.replace(method=methods[key]))
-                  for name, key in (("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"),
-                                    ("PEFT: LoRA", "lora"))}
+        # Each method's requirement (memmath.requirement, the run's cell), the number the verdict above judges its run
+        # by; a split run is compared with every GPU holding a copy.
+        _split, _needs = run.tp * run.pp > 1, compared_needs
         compared = {n: need.memory for n, need in _needs.items()}
         comparison_rows = {
             "trainable parameters": {n: f"{r.trainable_params:,} ({r.trainable_fraction:.2%})" for n, r in compared.items()},
             f"memory per GPU: what the card must hold ({unit})": {
-                n: f"{mm.format_bytes(need.bytes, unit)} ({requirement_view.requirement_words(need)})"
+                n: f"{format_bytes(need.bytes, unit)} ({requirement_view.requirement_words(need)})"
                 for n, need in _needs.items()},
         }
         _r = literature.REPORTED  # each figure with its full source in memmath_lessons.reference.literature
@@ -501,23 +539,60 @@ def _(functools, literature, mm, mo, pasted_text, pd, requirement_view, verdict_
         and data are what the papers and the article report, with their sources.{_unsplit}
         """), _comparison_table]
 
-        _serve = mm.inference_memory(run.model, context_len=run.seq_len)
+        _serve = serving
         _peft = _needs["PEFT: LoRA"].bytes
         _needed_part = cached_md(f"""
         The article ends on a question a team should ask before any of this: is finetuning **needed**,
         or only **wanted**? Engineers sometimes finetune when they know it is not needed, to learn how,
         and a leader may find it hard to tell the two apart. The memory bill does not care why: a
         finetune carries training-side costs whether or not it was needed. Serving {pasted_text(run.model.name)} as it is
-        ({viz.lesson_link("07_inference", "lesson 7")}) takes about {mm.format_bytes(_serve.total, unit)} at
-        {run.seq_len:,} tokens; even the LoRA run above needs {mm.format_bytes(_peft, unit)} per GPU,
-        and full finetuning {mm.format_bytes(_needs["full"].bytes, unit)} (what the card must hold, as the
+        ({viz.lesson_link("07_inference", "lesson 7")}) takes about {format_bytes(_serve.total, unit)} at
+        {run.seq_len:,} tokens; even the LoRA run above needs {format_bytes(_peft, unit)} per GPU,
+        and full finetuning {format_bytes(_needs["full"].bytes, unit)} (what the card must hold, as the
         verdict judges it). If prompting the model as it is
         does the job, the cheapest finetune is the one you do not run.
         """)
 
-        return compared, mo.vstack(_comparison_part), _needed_part
+        return mo.vstack(_comparison_part), _needed_part
+    return (shown_comparison,)
 
-    return cached_md, shown_catalog, shown_comparison, shown_parts
+
+@app.cell(hide_code=True)
+def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_view, needed_view, parts_view,
+      recipe_view, show_changes, show_far, show_recipe, shown_catalog, shown_comparison, shown_parts):
+    _views = (recipe_view, basis_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view)
+    # What the sections showed for each setting, kept for the settings a learner returns to (a slider moved back and
+    # forth): their tables and prose take some 10 ms of pandas and markdown a move, putting them back almost nothing.
+    _shown = {}
+
+    def show_sections(run, plan, suggestions, path, limits, first_peak, chart_needs, catalog, compared_needs, serving,
+                      suggestions_frame, trained_context, *, methods, max_gpus, allowed_gpus, reserved, unit, margin):
+        """The sections under the verdict, into their live views: the recipe, how far the run goes, the chart and the
+        changes, the parts, the catalog, the comparison and "needed or wanted". Returns the parts' frame."""
+        # Everything they show follows from these (the other methods for the comparison, the card, what it keeps back,
+        # the context the model was trained on, which a pasted config.json gives beside its shape).
+        _key = (run.cache_key, tuple(methods.items()), plan.fit.gpu, reserved, max_gpus, allowed_gpus, unit, margin,
+                trained_context)
+        if _key in _shown:
+            _held, _chart, parts_frame = _shown[_key]
+            for _view, _html in zip(_views, _held):
+                _view.html = _html  # as LiveHtml.update leaves it; nothing travels when it is what is shown
+            bars_chart.update(_chart)
+            return parts_frame
+        if len(_shown) >= 256:  # a bound, as memmath's own caches have
+            _shown.clear()
+        show_recipe(plan, first_peak, reserved=reserved, unit=unit, margin=margin)
+        show_far(run, plan, limits, trained_context, max_gpus=max_gpus, allowed_gpus=allowed_gpus, unit=unit)
+        _chart = show_changes(plan, suggestions, path, chart_needs, suggestions_frame, unit=unit)
+        parts_frame, _parts_table = shown_parts(plan.requirement, unit)
+        parts_view.update(_parts_table)
+        catalog_view.update(shown_catalog(plan.requirement, catalog, reserved, unit, margin)[1])
+        _comparison_part, _needed_part = shown_comparison(run, unit, compared_needs, serving)
+        comparison_view.update(_comparison_part)
+        needed_view.update(_needed_part)
+        _shown[_key] = (tuple(_view.html for _view in _views), _chart, parts_frame)
+        return parts_frame
+    return (show_sections,)
 
 
 @app.cell(hide_code=True)
@@ -535,153 +610,199 @@ def _(live_chart):
     return (bars_chart,)
 
 
-@app.cell(hide_code=True)
-def _(accum_slider, attention_radio, bars_chart, basis_view, batch_slider, bottleneck_slider, cached_md, catalog_view,
-      changes_view,
-      checkpointing_switch, comparison_view, far_view, gpu_dropdown, literature, max_gpus_number, method_dropdown, mm,
-      mo, model, model_config, n_gpus_number, needed_view, optimizer_dropdown, parts_view, pasted_text, pd,
-      peak_moment, planned, precision_dropdown, rank_slider, recipe_view, requirement_view, pp_dropdown,
-      reserve_bytes, reserve_dropdown, seq_len_slider, shown_catalog, shown_comparison, shown_parts, targets_dropdown, tp_dropdown,
-      trainable_layers_slider, unit_radio, viz, zero_stage_radio):
-    # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): it reads every control
-    # into one memmath.Run, asks the planner (memmath caches each run's answer, so a setting the learner returns to
-    # costs nothing), hands the live chart above and the live htmls below their contents and shows the verdict.
-    methods = {
-        "full": mm.Full(),
-        "freeze": mm.Freeze(trainable_layers=trainable_layers_slider.value),
-        "adapters": mm.Adapters(bottleneck=bottleneck_slider.value),
-        "lora": mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value),
-        "qlora": mm.QLoRA(rank=rank_slider.value, targets=targets_dropdown.value),
-        # DPO (Rafailov et al. 2023): chosen and rejected answers double the batch; with a LoRA policy TRL's
-        # reference is the policy with its adapters off (no second copy of the weights).
-        "dpo": mm.DPO(base=mm.LoRA(rank=rank_slider.value, targets=targets_dropdown.value)),
-    }
-    # The run: what the controls set; attention (unless chosen), dropout and the activation model as memmath.Run
-    # resolves them from the model, the same run the command line and the API make of these settings.
-    _run_settings = dict(method=methods[method_dropdown.value], precision=precision_dropdown.value,
-                         optimizer=optimizer_dropdown.value, batch_size=batch_slider.value, seq_len=seq_len_slider.value,
-                         grad_accum_steps=accum_slider.value,
-                         checkpointing=checkpointing_switch.value, n_gpus=int(n_gpus_number.value),
-                         zero_stage=zero_stage_radio.value, attention=attention_radio.value)
-    _tp, _pp = tp_dropdown.value, pp_dropdown.value
+@app.cell
+def _(accum_slider, attention_radio, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
+      max_gpus_number, method_dropdown, mm, model, model_config, n_gpus_number, optimizer_dropdown, planned, pp_dropdown,
+      precision_dropdown, rank_slider, reserve_bytes, reserve_dropdown, seq_len_slider, show_no_run, show_sections,
+      show_verdict, targets_dropdown, tp_dropdown, trainable_layers_slider, unit_radio, verdict_of, zero_stage_radio):
+    # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): every control into one
+    # memmath.Run and the planner's answer (kept per run: a setting the learner returns to costs nothing); the hidden
+    # show_ functions below word it, draw it and fill the live views.
+    # DPO (Rafailov et al. 2023): chosen and rejected answers double the batch; with a LoRA policy TRL's reference is
+    # the policy with its adapters off (no second copy of the weights).
+    _lora = dict(rank=rank_slider.value, targets=targets_dropdown.value)
+    methods = {"full": mm.Full(), "freeze": mm.Freeze(trainable_layers=trainable_layers_slider.value),
+               "adapters": mm.Adapters(bottleneck=bottleneck_slider.value), "lora": mm.LoRA(**_lora),
+               "qlora": mm.QLoRA(**_lora), "dpo": mm.DPO(base=mm.LoRA(**_lora))}
+    # Attention (unless chosen), dropout and activations as memmath.Run resolves them: the run the CLI and API make.
+    _settings = dict(method=methods[method_dropdown.value], precision=precision_dropdown.value,
+                     optimizer=optimizer_dropdown.value, batch_size=batch_slider.value, seq_len=seq_len_slider.value,
+                     grad_accum_steps=accum_slider.value, checkpointing=checkpointing_switch.value,
+                     n_gpus=int(n_gpus_number.value), zero_stage=zero_stage_radio.value, attention=attention_radio.value)
     layout_refused = None
     try:  # the model split t x p ways: memmath refuses by name what it does not model (LoRA with t > 1, say)
-        run = mm.Run(model, **_run_settings, tp=_tp, pp=_pp, micro_batches=_pp)
+        run = mm.Run(model, **_settings, tp=tp_dropdown.value, pp=pp_dropdown.value, micro_batches=pp_dropdown.value)
     except mm.validate.FieldError as _refused:
         layout_refused = str(_refused)
         try:
-            run = mm.Run(model, **_run_settings)
+            run = mm.Run(model, **_settings)
         except mm.validate.FieldError as _no_run:  # the method itself on this model (full finetuning of FP8 weights)
-            _why = pasted_text(str(_no_run))
-            bars_chart.update({"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "width": 420,
-                               "height": 40, "data": {"values": [{"text": "No run: the method's refusal is below."}]},
-                               "mark": {"type": "text", "align": "left", "x": 0, "fontSize": 13},
-                               "encoding": {"text": {"field": "text", "type": "nominal"}}})
-            recipe_view.update(mo.md(""))
-            for _view in (basis_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
-                _view.update(mo.md("*No run: the method cannot train this model (the verdict above says why).*"))
-            mo.stop(True, mo.callout(mo.md(f"**This run cannot be planned:** {_why}. Choose another method above, "
-                                           "or paste the config.json without its quantization_config to plan the "
-                                           "model in 16 bits."), kind="warn"))
+            show_no_run(str(_no_run))  # says why, and stops here
     settings = run.settings()
     gpu, reserved, unit = mm.get_gpu(gpu_dropdown.value), reserve_bytes(reserve_dropdown.value), unit_radio.value
-    # The changes may use up to the GPUs the learner allows, and never fewer than the run already has.
-    max_gpus = max(int(max_gpus_number.value), run.n_gpus)
+    max_gpus = max(int(max_gpus_number.value), run.n_gpus)  # the changes' limit: never fewer GPUs than the run has
     plan, suggestions, path, limits = planned(run, gpu, reserved, max_gpus)  # kept per run (the cell above)
-    result, requirement, fit = plan.memory, plan.requirement, plan.fit
+    result, requirement, fit, verdict = plan.memory, plan.requirement, plan.fit, plan.verdict
     peak_bytes, peak_basis = requirement.bytes, requirement.basis
-    _f = lambda n: mm.format_bytes(n, unit)  # noqa: E731
+    layout_words = mm.parallel.layout(run).describe() if run.tp * run.pp > 1 else None  # "1 data x 8 tensor x 2 pipeline"
+    # Where the card cannot compute the recipe (pure bf16 on a T4): the run it would train instead, judged alike.
+    instead_fit = plan.recipe_instead.fit if plan.cannot_run is not None and not requirement.refused else None
+    # The first step, before the optimizer's states exist (one GPU's copy of the model).
+    first_peak = mm.peak_memory(run, step="first") if peak_basis == "peak" and run.tp * run.pp == 1 else None
+    trained_context = mm.planner.trained_context(model, model_config)  # learned positions, the config's, or the card's
+    # The chart's bars: your run and the first four single changes, each by what the card must hold.
+    chart_needs = {"your run": requirement, **{f"→ {_s.change}": mm.requirement(_s.run) for _s in suggestions[:4]}}
+    catalog = [verdict_of(requirement, _g, reserved_bytes=reserved)  # every card, by the verdict's one rule
+               for _g in sorted(mm.GPUS.values(), key=lambda _g: _g.memory_bytes)]
+    # The article's comparison: each method's requirement for this model and step (a split run compared with every GPU
+    # holding a copy: memmath splits t x p ways for full finetuning only), and serving the model as it is.
+    _copy = run.replace(tp=1, pp=1, micro_batches=1) if run.tp * run.pp > 1 else run
+    compared_needs = {_name: mm.requirement(_copy.replace(method=methods[_key])) for _name, _key in (
+        ("full", "full"), ("partial (freeze)", "freeze"), ("PEFT: adapters", "adapters"), ("PEFT: LoRA", "lora"))}
+    compared = {_name: _need.memory for _name, _need in compared_needs.items()}
+    serving = mm.inference_memory(run.model, context_len=run.seq_len)
+    parts_frame = show_sections(run, plan, suggestions, path, limits, first_peak, chart_needs, catalog, compared_needs,
+                                serving, mm.planner.suggestions_frame(suggestions, unit), trained_context, methods=methods,
+                                max_gpus=max_gpus, allowed_gpus=int(max_gpus_number.value), reserved=reserved, unit=unit,
+                                margin=mm.FIT_MARGIN)
+    show_verdict(run, plan, trained_context, layout_refused, layout_words=layout_words, unit=unit,
+                 split=(tp_dropdown.value, pp_dropdown.value), margin=mm.FIT_MARGIN)
+    return (catalog, chart_needs, compared, compared_needs, first_peak, fit, gpu, instead_fit, layout_refused, limits,
+            max_gpus, methods, parts_frame, path, peak_basis, peak_bytes, plan, requirement, reserved, result, run,
+            serving, settings, suggestions, trained_context, unit, verdict)
 
-    # ---- the verdict: the number, its recipe, what the card keeps back
-    _split = run.tp * run.pp > 1
-    from memmath import parallel as _parallel  # what a layout's degrees read as: "1 data x 8 tensor x 2 pipeline"
 
-    _per = (f"on the GPU that needs the most ({settings['n_gpus']} GPUs: {_parallel.layout(run).describe()})" if _split else
-            f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU")
-    _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
-    _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
-             if peak_basis == "peak" else f"as {requirement.words} ({requirement.reason})")
-    _margin = f", keeping {mm.FIT_MARGIN:.0%} of it free" if fit.margin_bytes else ""
-    verdict = plan.verdict  # memmath.verdict: the one rule for "fits", "to spare" and "short by", and its refusal
-    _facts = f"{_f(peak_bytes)} {_per} {_what}; one {gpu.name} has {_usable}"
-    _numbers = f"{_facts}: the run {verdict.sentence(unit)}."
-    # One verdict, also where the card cannot compute the recipe (pure bf16 on a T4 or V100): the run as set, then the
-    # run the card would train instead (plan.cannot_run names it), with its own requirement and verdict.
-    _cannot, instead_fit = plan.cannot_run, None
-    if requirement.refused:  # a model type whose activations are not checked against PyTorch: a floor, no "fits"
-        _why = pasted_text(requirement.reason)
-        _verdict = (f"**{verdict.headline(unit)}** One {gpu.name} has {_usable}. {_why[0].upper()}{_why[1:]}."
+@app.cell(hide_code=True)
+def _(bars_chart, basis_view, catalog_view, changes_view, comparison_view, far_view, mo, needed_view, parts_view,
+      pasted_text, recipe_view):
+    def show_no_run(refusal):
+        """No run to plan (the method cannot train this model): the chart and the sections say so, and the run's cell
+        stops with the refusal as its output."""
+        _why = pasted_text(refusal)
+        bars_chart.update({"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "width": 420,
+                           "height": 40, "data": {"values": [{"text": "No run: the method's refusal is below."}]},
+                           "mark": {"type": "text", "align": "left", "x": 0, "fontSize": 13},
+                           "encoding": {"text": {"field": "text", "type": "nominal"}}})
+        recipe_view.update(mo.md(""))
+        for _view in (basis_view, far_view, changes_view, parts_view, catalog_view, comparison_view, needed_view):
+            _view.update(mo.md("*No run: the method cannot train this model (the verdict above says why).*"))
+        mo.stop(True, mo.callout(mo.md(f"**This run cannot be planned:** {_why}. Choose another method above, "
+                                       "or paste the config.json without its quantization_config to plan the "
+                                       "model in 16 bits."), kind="warn"))
+    return (show_no_run,)
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, pasted_text, requirement_view):
+    def verdict_words(run, plan, *, per, unit, margin):
+        """The verdict in words: the run's number against the card, or its floor, or the recipe the card needs."""
+        _f = lambda n: format_bytes(n, unit)  # noqa: E731
+        gpu, requirement, fit, verdict, _cannot = plan.fit.gpu, plan.requirement, plan.fit, plan.verdict, plan.cannot_run
+        _usable = f"{_f(fit.available_bytes)} usable of {_f(gpu.memory_bytes)}"
+        _what = ("at the peak of a training step (after the first, when the optimizer states exist)"
+                 if requirement.basis == "peak" else f"as {requirement.words} ({requirement.reason})")
+        _margin = f", keeping {margin:.0%} of it free" if fit.margin_bytes else ""
+        _facts = f"{_f(requirement.bytes)} {per} {_what}; one {gpu.name} has {_usable}"
+        _numbers = f"{_facts}: the run {verdict.sentence(unit)}."
+        # One verdict, also where the card cannot compute the recipe (pure bf16 on a T4 or V100): the run as set, then
+        # the run the card would train instead (plan.cannot_run names it), with its own requirement and verdict.
+        if requirement.refused:  # a model type whose activations are not checked against PyTorch: a floor, no "fits"
+            _why = pasted_text(requirement.reason)
+            return (f"**{verdict.headline(unit)}** One {gpu.name} has {_usable}. {_why[0].upper()}{_why[1:]}."
                     + (f" The {gpu.name} could not run this recipe anyway: it has no {_cannot.needs}."
                        if _cannot is not None else ""))
-    elif _cannot is None:
-        _verdict = f"**{verdict.headline(unit)}** {_facts}. {verdict.why(unit)}"
-    else:
+        if _cannot is None:
+            return f"**{verdict.headline(unit)}** {_facts}. {verdict.why(unit)}"
         _instead, instead_fit = plan.recipe_instead.requirement, plan.recipe_instead.fit  # judged as the verdict is
-        _verdict = (
+        return (
             (f"**It would fit, but the {gpu.name} has no {_cannot.needs}.** " if fit.fits else
              f"**It does not fit, and the {gpu.name} could not run it anyway: it has no {_cannot.needs}.** ")
             + _numbers + f" The {gpu.name} ({gpu.architecture}) computes in {', '.join(gpu.compute_formats)}: "
             f"pure bf16 needs {_cannot.needs} arithmetic (Ampere and later). Choose fp16 mixed precision instead "
             f"(`{_cannot.instead}` as the recipe above: fp16 weights and gradients with loss scaling, an fp32 master "
-            f"copy and fp32 optimizer states): that run needs {_f(_instead.bytes)} {_per} "
+            f"copy and fp32 optimizer states): that run needs {_f(_instead.bytes)} {per} "
             f"({requirement_view.requirement_words(_instead)}), and "
             + (f"**it fits**, with {_f(instead_fit.headroom_bytes)} to spare." if instead_fit.fits else
                f"**it does not fit either**: {_f(instead_fit.headroom_bytes)}{_margin}."))
-    _trained = mm.planner.trained_context(model, model_config)  # learned positions, the config's, or the model card's
-    _long = _trained is not None and settings["seq_len"] > _trained
-    _warn = [mo.callout(cached_md(f"{pasted_text(model.name)} was trained on at most {_trained:,} tokens; a {settings['seq_len']:,}"
-                              "-token sequence is arithmetic only."), kind="warn")] if _long else []
-    if layout_refused:
-        _warn.append(mo.callout(cached_md(f"The model cannot be split {_tp} x {_pp} ways here: {pasted_text(layout_refused)} "
-                                      "This page shows the run with every GPU holding a whole copy (t = p = 1)."),
-                                kind="warn"))
-    if settings["zero_stage"] == 3 and settings["n_gpus"] > 1 and model.tensor_count_known:
-        _layer = 2 * model.largest_block_params  # the largest block's weights in 16 bits
-        _warn.append(cached_md(
-            f"*Beyond its shard:* ZeRO stage 3 (and FSDP's full sharding) gathers each block's full weights on every "
-            f"GPU just before that block runs, in the forward pass and again in the backward pass, and frees them "
-            f"after; with prefetching the next block's arrive early, and the gather and the gradients' "
-            f"reduce-scatter pass through communication buffers. {'The largest' if model.mixed else 'One'} block of "
-            f"{pasted_text(model.name)} in 16 bits is "
-            f"{_f(_layer)}; the requirement above counts the gathered blocks, their gradients and the buffers "
-            "(whose size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
-    # The number's recipe: the parts, then where the step peaks (activations are gone by the optimizer step,
-    # the optimizer's temporaries are not; memmath.peak holds each moment to PyTorch's measured peak).
-    _recipe = " + ".join(f"{viz.ALL_LABELS[_p].lower()} {_f(_b)}" for _p, _b in result.parts().items() if _b)
-    _recipe = f"**The number.** The parts: {_recipe} = {_f(result.total)}."
-    if peak_basis == "peak":
-        _phase, _moment = peak_moment(requirement.peak)
-        _recipe += (f" Not all of them are alive at once, and the step holds temporaries too: it peaks at "
-                    f"**{_f(peak_bytes)}** in {_phase} ({_moment}).")
-        if not _split:  # the first step, before the optimizer's states exist (memmath.peak_memory, step="first")
-            _first = mm.peak_memory(run, step="first")
-            _fphase, _fmoment = peak_moment(_first)
-            # The moment is named once where both steps peak in the same one.
-            _fwhere = _fphase if (_fphase, _fmoment) == (_phase, _moment) else f"{_fphase} ({_fmoment})"
-            _recipe += (f" The first step, before the optimizer's states exist, peaks at {_f(_first.total)} in "
-                        f"{_fwhere}" + (": the same figure, so the first step is as tight as the rest."
-                                        if _first.total == peak_bytes else
-                                        f"; every later step needs {_f(peak_bytes - _first.total)} more."
-                                        if _first.total < peak_bytes else "."))
-    _card = (f"The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
-             f"{_f(plan.reserved_bytes)} kept back for the CUDA context (section 4"
-             + (f": the {gpu.name}'s own, {gpu.context_reserve.lazy_source})" if reserved is None else ")")
-             + (f", and {mm.FIT_MARGIN:.0%} of the requirement kept free." if fit.margin_bytes else "."))
-    _kind = ("danger" if verdict.fits is False else "warn" if _cannot is not None or verdict.fits is None
-             else "success")
-    _verdict_part = [*_warn, mo.callout(cached_md(_verdict), kind=_kind)]
-    recipe_view.update(cached_md(_recipe))
-    basis_view.update(mo.vstack([cached_md(_card),
-                                 cached_md(f"*Assumptions:* {pasted_text(result.assumptions)} "
-                                           + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
-                                 .style({"font-size": "0.9em"})]))
+    return (verdict_words,)
 
-    # ---- how far the run goes, searched directly (not on a refused verdict: each search would judge it)
-    if limits is None:
-        far_view.update(cached_md("Not searched: the fewest GPUs, the largest batch and the longest sequence would "
-                                  "each be judged on activations memmath has not checked for this model type (the "
-                                  "verdict above says why and what would give them)."))
-    else:
+
+@app.cell(hide_code=True)
+def _(cached_md, format_bytes, mo, model, pasted_text, verdict_words):
+    def show_verdict(run, plan, trained_context, layout_refused, *, layout_words, split, unit, margin):
+        """The verdict's callout, under the warnings that apply (the output of the run's cell)."""
+        settings, verdict = run.settings(), plan.verdict
+        _per = (f"on the GPU that needs the most ({settings['n_gpus']} GPUs: {layout_words})" if layout_words else
+                f"per GPU ({settings['n_gpus']} GPUs)" if settings["n_gpus"] > 1 else "on the GPU")
+        _verdict = verdict_words(run, plan, per=_per, unit=unit, margin=margin)
+        _long = trained_context is not None and settings["seq_len"] > trained_context
+        _warn = [mo.callout(cached_md(f"{pasted_text(model.name)} was trained on at most {trained_context:,} tokens; a "
+                                      f"{settings['seq_len']:,}-token sequence is arithmetic only."), kind="warn")] if _long else []
+        if layout_refused:
+            _warn.append(mo.callout(cached_md(f"The model cannot be split {split[0]} x {split[1]} ways here: "
+                                              f"{pasted_text(layout_refused)} This page shows the run with every GPU "
+                                              "holding a whole copy (t = p = 1)."), kind="warn"))
+        if settings["zero_stage"] == 3 and settings["n_gpus"] > 1 and model.tensor_count_known:
+            _layer = 2 * model.largest_block_params  # the largest block's weights in 16 bits
+            _warn.append(cached_md(
+                f"*Beyond its shard:* ZeRO stage 3 (and FSDP's full sharding) gathers each block's full weights on every "
+                f"GPU just before that block runs, in the forward pass and again in the backward pass, and frees them "
+                f"after; with prefetching the next block's arrive early, and the gather and the gradients' "
+                f"reduce-scatter pass through communication buffers. {'The largest' if model.mixed else 'One'} block of "
+                f"{pasted_text(model.name)} in 16 bits is "
+                f"{format_bytes(_layer, unit)}; the requirement above counts the gathered blocks, their gradients and "
+                "the buffers (whose size is a setting of DeepSpeed or FSDP, not of the model).").style({"font-size": "0.9em"}))
+        _kind = ("danger" if verdict.fits is False else "warn" if plan.cannot_run is not None or verdict.fits is None
+                 else "success")
+        return mo.vstack([*_warn, mo.callout(cached_md(_verdict), kind=_kind)])
+    return (show_verdict,)
+
+
+@app.cell(hide_code=True)
+def _(basis_view, cached_md, format_bytes, mo, pasted_text, peak_moment, recipe_view, viz):
+    def show_recipe(plan, first_peak, *, reserved, unit, margin):
+        """The number's recipe (the parts, then where the step peaks) and, folded, the card's reserve and assumptions."""
+        _f = lambda n: format_bytes(n, unit)  # noqa: E731
+        result, requirement, fit, gpu = plan.memory, plan.requirement, plan.fit, plan.fit.gpu
+        # The parts, then where the step peaks (activations are gone by the optimizer step, the optimizer's
+        # temporaries are not; memmath.peak holds each moment to PyTorch's measured peak).
+        _recipe = " + ".join(f"{viz.ALL_LABELS[_p].lower()} {_f(_b)}" for _p, _b in result.parts().items() if _b)
+        _recipe = f"**The number.** The parts: {_recipe} = {_f(result.total)}."
+        if requirement.basis == "peak":
+            _phase, _moment = peak_moment(requirement.peak)
+            _recipe += (f" Not all of them are alive at once, and the step holds temporaries too: it peaks at "
+                        f"**{_f(requirement.bytes)}** in {_phase} ({_moment}).")
+            if first_peak is not None:  # the first step, before the optimizer's states exist
+                _fphase, _fmoment = peak_moment(first_peak)
+                # The moment is named once where both steps peak in the same one.
+                _fwhere = _fphase if (_fphase, _fmoment) == (_phase, _moment) else f"{_fphase} ({_fmoment})"
+                _recipe += (f" The first step, before the optimizer's states exist, peaks at {_f(first_peak.total)} in "
+                            f"{_fwhere}" + (": the same figure, so the first step is as tight as the rest."
+                                            if first_peak.total == requirement.bytes else
+                                            f"; every later step needs {_f(requirement.bytes - first_peak.total)} more."
+                                            if first_peak.total < requirement.bytes else "."))
+        _card = (f"The card: {_f(gpu.memory_bytes)} ({gpu.memory_bytes // 2**20:,} MiB as the driver reports it) less "
+                 f"{_f(plan.reserved_bytes)} kept back for the CUDA context (section 4"
+                 + (f": the {gpu.name}'s own, {gpu.context_reserve.lazy_source})" if reserved is None else ")")
+                 + (f", and {margin:.0%} of the requirement kept free." if fit.margin_bytes else "."))
+        recipe_view.update(cached_md(_recipe))
+        basis_view.update(mo.vstack([cached_md(_card),
+                                     cached_md(f"*Assumptions:* {pasted_text(result.assumptions)} "
+                                               + " ".join(f"Note: {pasted_text(n)}." for n in result.notes))
+                                     .style({"font-size": "0.9em"})]))
+    return (show_recipe,)
+
+
+@app.cell(hide_code=True)
+def _(cached_md, far_view, format_bytes):
+    def show_far(run, plan, limits, trained_context, *, max_gpus, allowed_gpus, unit):
+        """How far the run goes, searched directly (not on a refused verdict: each search would judge it)."""
+        if limits is None:
+            far_view.update(cached_md("Not searched: the fewest GPUs, the largest batch and the longest sequence would "
+                                      "each be judged on activations memmath has not checked for this model type (the "
+                                      "verdict above says why and what would give them)."))
+            return
+        settings, gpu, _split = run.settings(), plan.fit.gpu, run.tp * run.pp > 1
         if limits["gpus"] == 1:
             _gpus = f"**1**: it fits on one {gpu.name}"
         elif limits["gpus"] is None:
@@ -699,71 +820,62 @@ def _(accum_slider, attention_radio, bars_chart, basis_view, batch_slider, bottl
         if limits["seq_len"] is None:
             _seq = "not even one token"
         else:
-            _beyond = (f"; the model was trained on {_trained:,}, so past that the number is memory only"
-                       if _trained is not None and limits["seq_len"] > _trained else "")
+            _beyond = (f"; the model was trained on {trained_context:,}, so past that the number is memory only"
+                       if trained_context is not None and limits["seq_len"] > trained_context else "")
             _seq = f"**{limits['seq_len']:,}** tokens per sequence at batch {settings['batch_size']:,}{_beyond}"
         _lines = ["Searched directly (every whole number, each checked exactly in bytes), with everything else as you set it:",
                   "", f"- fewest GPUs that fit, of the {max_gpus:,} you allow: {_gpus};"]
-        if max_gpus > int(max_gpus_number.value):
-            _lines[0] += (f" (You allow {int(max_gpus_number.value):,} GPUs but the run already has {max_gpus:,}: "
+        if max_gpus > allowed_gpus:
+            _lines[0] += (f" (You allow {allowed_gpus:,} GPUs but the run already has {max_gpus:,}: "
                           f"the changes may use {max_gpus:,}.)")
         if limits["batch"] is None and limits["seq_len"] is None:
             _lines.append(f"- largest batch and longest sequence {_on}: none; without any activations its other parts "
-                          f"alone add up to {mm.format_bytes(result.without_activations, unit)} per GPU.")
+                          f"alone add up to {format_bytes(plan.memory.without_activations, unit)} per GPU.")
         else:
             _lines += [f"- largest batch that fits {_on}: {_batch};", f"- longest sequence that fits {_on}: {_seq}."]
         far_view.update(cached_md("\n".join(_lines)))
+    return (show_far,)
 
-    # ---- the live chart: the run and the first single changes, each by its requirement (what the verdict and the
-    # changes table judge): the parts, then what the step's peak adds to them, and a black tick at the requirement.
-    _needs = {"your run": requirement, **{f"→ {_s.change}": mm.requirement(_s.run) for _s in suggestions[:4]}}
-    bars_chart.update(requirement_view.bars_output(
-        _needs, unit, title="Memory per GPU, your run and single changes: the parts, what the step's peak adds, "
-        "and what the card must hold (black tick)", capacity_bytes=fit.available_bytes, capacity_label=gpu.name))
 
-    # ---- the changes that help
-    if requirement.refused:
-        _path = ("No change is judged: each would be judged on a floor too (the verdict above).")
-    elif not suggestions:
-        _path = "No single change in the planner's list lowers this run's memory."
-    elif not path:
-        _path = "It already fits; the changes below would free memory for a larger batch or longer sequences."
-    elif path[-1].fits and len(path) == 1:
-        _n_fit = sum(s.fits for s in suggestions)
-        _which = ("Only one change below makes it fit:" if _n_fit == 1 else
-                  f"{_n_fit} changes below make it fit; the one that changes the run least (the smallest saving "
-                  "that still fits) is")
-        _path = f"{_which} **{path[0].change}** ({_f(path[0].total)})."
-    elif path[-1].fits:
-        _steps = " then ".join(f"**{s.change}** ({_f(s.total)})" for s in path)
-        _path = ("No single change makes it fit. The planner takes the largest saving that keeps your batch, looks "
-                 "again, and once some change makes it fit takes the smallest that does: "
-                 f"{_steps}.")
-    else:
-        _path = ("Even all of these changes together do not make it fit: choose a larger GPU, a smaller model, "
-                 "or allow more GPUs above.")
-    if _cannot is not None and suggestions:
-        _path += (f" These changes keep the recipe you chose, which the {gpu.name} cannot run: choose "
-                  f"`{_cannot.instead}` above to plan the changes it can.")
-    changes_view.update(mo.vstack([cached_md(_path), viz.plain_table(mm.planner.suggestions_frame(suggestions, unit)
-                                                                      .round(2), wrapped_columns=["cost"])]))
-
-    # ---- the parts and what the step's peak adds: the table adds to the requirement; every card of the catalog
-    parts_frame, _parts_table = shown_parts(requirement, unit)
-    parts_view.update(_parts_table)
-    catalog_frame, _catalog = shown_catalog(requirement, reserved, unit)
-    catalog_view.update(_catalog)
-    # ---- the article's comparison, with this run's numbers, and "needed or wanted"
-    compared, _comparison_part, _needed_part = shown_comparison(run, unit, methods)
-    comparison_view.update(_comparison_part)
-    needed_view.update(_needed_part)
-
-    # What the run's cell shows itself: the verdict (a callout, which needs marimo's renderer) and its warnings. The
-    # sections that follow are live htmls shown once by the next cell and given new contents here, so a move
-    # re-renders only what changed (marimo re-renders a re-run cell's whole output: ~16 kB of HTML here).
-    mo.vstack(_verdict_part)
-    return (compared, fit, instead_fit, limits, max_gpus, parts_frame, path, peak_basis, peak_bytes, plan, result, run,
-            settings, suggestions, verdict)
+@app.cell(hide_code=True)
+def _(bars_chart, cached_md, changes_view, format_bytes, mo, requirement_view, viz):
+    def show_changes(plan, suggestions, path, chart_needs, suggestions_frame, *, unit):
+        """The live chart (your run and the first single changes, each by what the card must hold: the parts, what
+        the step's peak adds to them, a black tick at the requirement) and the changes that help, ranked; returns the
+        chart drawn."""
+        _f = lambda n: format_bytes(n, unit)  # noqa: E731
+        gpu, _cannot = plan.fit.gpu, plan.cannot_run
+        _chart = requirement_view.bars_output(
+            chart_needs, unit, title="Memory per GPU, your run and single changes: the parts, what the step's peak adds, "
+            "and what the card must hold (black tick)", capacity_bytes=plan.fit.available_bytes, capacity_label=gpu.name)
+        bars_chart.update(_chart)
+        if plan.requirement.refused:
+            _path = ("No change is judged: each would be judged on a floor too (the verdict above).")
+        elif not suggestions:
+            _path = "No single change in the planner's list lowers this run's memory."
+        elif not path:
+            _path = "It already fits; the changes below would free memory for a larger batch or longer sequences."
+        elif path[-1].fits and len(path) == 1:
+            _n_fit = sum(s.fits for s in suggestions)
+            _which = ("Only one change below makes it fit:" if _n_fit == 1 else
+                      f"{_n_fit} changes below make it fit; the one that changes the run least (the smallest saving "
+                      "that still fits) is")
+            _path = f"{_which} **{path[0].change}** ({_f(path[0].total)})."
+        elif path[-1].fits:
+            _steps = " then ".join(f"**{s.change}** ({_f(s.total)})" for s in path)
+            _path = ("No single change makes it fit. The planner takes the largest saving that keeps your batch, looks "
+                     "again, and once some change makes it fit takes the smallest that does: "
+                     f"{_steps}.")
+        else:
+            _path = ("Even all of these changes together do not make it fit: choose a larger GPU, a smaller model, "
+                     "or allow more GPUs above.")
+        if _cannot is not None and suggestions:
+            _path += (f" These changes keep the recipe you chose, which the {gpu.name} cannot run: choose "
+                      f"`{_cannot.instead}` above to plan the changes it can.")
+        changes_view.update(mo.vstack([cached_md(_path), viz.plain_table(suggestions_frame.round(2),
+                                                                         wrapped_columns=["cost"])]))
+        return _chart
+    return (show_changes,)
 
 
 @app.cell(hide_code=True)
@@ -784,13 +896,20 @@ def _(live_html, mo, parts_heading, takeaway_note):
     return basis_view, catalog_view, changes_view, comparison_view, far_view, needed_view, parts_view, recipe_view
 
 
+@app.cell
+def _(mm, verdict_of):
+    # What a real GPU adds beside the requirement, against the margin of one run: cited, not measured (the numbers
+    # are the sources' defaults).
+    margin_example = mm.requirement("llama-2-7b", batch_size=1, seq_len=512, precision="bf16", optimizer="adamw")
+    margin_example_verdict = verdict_of(margin_example, "RTX 4090")
+    cublas_workspace = 4096 * 2**10 * 2 + 16 * 2**10 * 8  # CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8", in bytes
+    nccl_buffer = 4 * 2**20  # NCCL_BUFFSIZE's default, 4 MiB
+    return cublas_workspace, margin_example, margin_example_verdict, nccl_buffer
+
+
 @app.cell(hide_code=True)
-def _(mm, mo, verdict_of, viz):
-    # What a real GPU adds beside the requirement: cited, not measured (the numbers are the sources' defaults).
-    _need = mm.requirement("llama-2-7b", batch_size=1, seq_len=512, precision="bf16", optimizer="adamw")
-    _v = verdict_of(_need, "RTX 4090")
-    _cublas = 4096 * 2**10 * 2 + 16 * 2**10 * 8  # CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8", in bytes
-    _nccl = 4 * 2**20  # NCCL_BUFFSIZE's default, 4 MiB
+def _(cublas_workspace, format_bytes, margin_example, margin_example_verdict, mo, nccl_buffer, viz):
+    _need, _v, _cublas, _nccl = margin_example, margin_example_verdict, cublas_workspace, nccl_buffer
     real_gpu_fold = mo.accordion({"What a real GPU adds: the allocator, its workspaces and buffers (cited)": mo.md(f"""
     memmath's requirement is what PyTorch's caching allocator hands to live tensors at the step's highest moment
     (`torch.cuda.max_memory_allocated()`, what its fidelity tests measure). A real card holds more:
@@ -807,11 +926,11 @@ def _(mm, mo, verdict_of, viz):
       reserving new ones of fixed sizes, which cuts fragmentation when sizes change from step to step (the same
       page, "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF").
     - **The cuBLAS workspace.** Each cuBLAS handle and stream that runs a matrix product keeps a workspace, by
-      default 4,096 KiB x 2 + 16 KiB x 8 = {_cublas:,} B ({mm.format_bytes(_cublas, "MiB")}; PyTorch, "cuBLAS
+      default 4,096 KiB x 2 + 16 KiB x 8 = {_cublas:,} B ({format_bytes(_cublas, "MiB")}; PyTorch, "cuBLAS
       workspaces", `CUBLAS_WORKSPACE_CONFIG`); cuBLASLt's is 32 MiB on Hopper and 4 MiB before it (NVIDIA, cuBLAS
       documentation, `cublasSetWorkspace`).
     - **NCCL's buffers.** With more than one GPU, NCCL allocates its own buffers outside PyTorch's allocator:
-      {mm.format_bytes(_nccl, "MiB")} per channel and peer by default (NVIDIA, NCCL documentation, `NCCL_BUFFSIZE`),
+      {format_bytes(_nccl, "MiB")} per channel and peer by default (NVIDIA, NCCL documentation, `NCCL_BUFFSIZE`),
       and ZeRO-3 or FSDP add the buffers of their gathers.
 
     **How memmath's reserve and margin stand against them.** The reserve is each card's CUDA context as measured
@@ -819,7 +938,7 @@ def _(mm, mo, verdict_of, viz):
     step add to it, so set section 4's reserve to what `nvidia-smi` shows for an idle process on yours. Since CUDA 12.2 on Linux (12.3 on Windows) the runtime
     loads a library's kernels only when first called (lazy loading, `CUDA_MODULE_LOADING=LAZY`; NVIDIA, *CUDA
     Programming Guide*, "Lazy Loading"), which can leave the context smaller than older stacks made it. The margin is 5% of the requirement: for llama-2-7b at
-    1 x 512 tokens it is {mm.format_bytes(_v.margin_bytes)} of {mm.format_bytes(_need.bytes)}, far more than the
+    1 x 512 tokens it is {format_bytes(_v.margin_bytes)} of {format_bytes(_need.bytes)}, far more than the
     cuBLAS workspace ({_cublas / _v.margin_bytes:.2%} of it) or a few NCCL channels, and it is first meant for the
     estimate's own error (held within 5% of PyTorch's measured peak). Fragmentation has no formula: a run judged
     "fits" with little to spare can still fail on a real card, and a run that fails with a large "reserved but
@@ -829,12 +948,19 @@ def _(mm, mo, verdict_of, viz):
     return (real_gpu_fold,)
 
 
+@app.cell
+def _(mm):
+    # Bytes per trainable parameter: the article's recipe (pure 16-bit with Adam) and classic mixed precision.
+    article_bytes = mm.recipes.bytes_per_parameter("bf16", "adam")
+    mixed_bytes = mm.recipes.bytes_per_parameter("mixed", "adam")
+    return article_bytes, mixed_bytes
+
+
 @app.cell(hide_code=True)
-def _(fsdp_fold, mm, mo):
+def _(article_bytes, fsdp_fold, mixed_bytes, mo):
     # Shown here, once, after the run's sections (it reads no control); the heading and the takeaway that the
     # views' cell shows under the verdict are built here once too.
-    _article = mm.recipes.bytes_per_parameter("bf16", "adam")
-    _mixed = mm.recipes.bytes_per_parameter("mixed", "adam")
+    _article, _mixed = article_bytes, mixed_bytes
     _sum = mo.md(f"""
     memory per GPU = weights + quantization constants + gradients + master weights + optimizer states + activations
 
@@ -921,51 +1047,57 @@ def _(mo):
     return
 
 
-@app.cell(hide_code=True)
-def _(literature, mm, mo):
+@app.cell
+def _(mm):
     # Every answer on one basis, the verdict's: memmath.requirement (the step's peak where memmath models it, else the
     # sum of the parts), judged on the card as plan_training judges it (the CUDA context reserved, 5% kept free).
     _s = dict(precision="bf16", optimizer="adamw", batch_size=1, seq_len=512, attention="sdpa")
-    _words = lambda need: ("at the step's peak" if need.basis == "peak" else  # noqa: E731
-                           f"as {need.words} ({need.reason})")
-    _full = mm.plan_training("llama-2-7b", "RTX 4090", **_s)  # problem 1's run
-    _reserve = mm.format_bytes(_full.reserved_bytes, "GiB")
+    problem_full = mm.plan_training("llama-2-7b", "RTX 4090", **_s)  # problem 1's run
     # QLoRA's repository casts the LoRA layers to bf16 when it trains in bf16 (artidoro/qlora, qlora.py,
     # get_accelerate_model); peft's default keeps them in fp32.
-    _q = {_fmt: mm.plan_training("llama-65b", "RTX A6000", precision="bf16", optimizer="adamw", batch_size=1,
+    problem_qlora = {_fmt: mm.plan_training("llama-65b", "RTX A6000", precision="bf16", optimizer="adamw", batch_size=1,
                                  seq_len=512, checkpointing=True, attention="sdpa",
                                  method=mm.QLoRA(rank=64, targets="all", adapter_format=_fmt)) for _fmt in ("bf16", "fp32")}
-    _dp = [mm.requirement("llama-2-7b", **_s, n_gpus=n) for n in (1, 8)]
-    _z3 = mm.requirement("llama-2-7b", **_s, n_gpus=8, zero_stage=3)
+    problem_data_parallel = [mm.requirement("llama-2-7b", **_s, n_gpus=n) for n in (1, 8)]
+    problem_zero3 = mm.requirement("llama-2-7b", **_s, n_gpus=8, zero_stage=3)
     try:
         mm.planner.config_from_text('{"model_type": "falcon", "hidden_size": 4544}')
     except ValueError as _error:
-        _falcon = str(_error)
+        problem_falcon = str(_error)
+    return problem_data_parallel, problem_falcon, problem_full, problem_qlora, problem_zero3
+
+
+@app.cell(hide_code=True)
+def _(format_bytes, literature, mo, problem_data_parallel, problem_falcon, problem_full, problem_qlora, problem_zero3):
+    _full, _q, _dp, _z3, _falcon = problem_full, problem_qlora, problem_data_parallel, problem_zero3, problem_falcon
+    _words = lambda need: ("at the step's peak" if need.basis == "peak" else  # noqa: E731
+                           f"as {need.words} ({need.reason})")
+    _reserve = format_bytes(_full.reserved_bytes, "GiB")
     _fits = lambda plan: "it fits" if plan.fits else "it does not fit"  # noqa: E731
     mo.vstack([
         mo.md("## Problems"),
         mo.md("Each answer is what the card must hold, as the verdict counts it."),
         mo.md("**1.** Full finetuning of Llama-2-7B in pure bf16 with AdamW, batch 1, 512 tokens: how much "
               f"per GPU, and what is the smallest change that fits it on an RTX 4090 ({_reserve} reserved)?"),
-        mo.accordion({"Answer": mo.md(f"{mm.format_bytes(_full.requirement.bytes)} {_words(_full.requirement)}. "
+        mo.accordion({"Answer": mo.md(f"{format_bytes(_full.requirement.bytes)} {_words(_full.requirement)}. "
                                       "The planner's path: " + ", then ".join(
-                                          f"{s.change} ({mm.format_bytes(s.total)})" for s in _full.path) + ".")}),
+                                          f"{s.change} ({format_bytes(s.total)})" for s in _full.path) + ".")}),
         mo.md("**2.** QLoRA's paper finetuned a 65B model on one 48 GB GPU. Plan LLaMA-65B with QLoRA rank 64 on "
               "all linear layers, its adapters in bf16 as the QLoRA repository trains them, batch 1, 512 tokens, "
               "checkpointing: does it fit an RTX A6000?"),
         mo.accordion({"Answer": mo.md(
-            f"{mm.format_bytes(_q['bf16'].requirement.bytes)} {_words(_q['bf16'].requirement)} against "
-            f"{mm.format_bytes(_q['bf16'].fit.available_bytes)} usable: {_fits(_q['bf16'])} "
+            f"{format_bytes(_q['bf16'].requirement.bytes)} {_words(_q['bf16'].requirement)} against "
+            f"{format_bytes(_q['bf16'].fit.available_bytes)} usable: {_fits(_q['bf16'])} "
             f"({literature.cite('qlora_65b_gpu')}). With peft's default fp32 adapters the same run needs "
-            f"{mm.format_bytes(_q['fp32'].requirement.bytes)} {_words(_q['fp32'].requirement)}: {_fits(_q['fp32'])}.")}),
+            f"{format_bytes(_q['fp32'].requirement.bytes)} {_words(_q['fp32'].requirement)}: {_fits(_q['fp32'])}.")}),
         mo.md("**3.** Eight GPUs without ZeRO: does problem 1's run (Llama-2-7B, full finetuning, batch 1, 512 "
               "tokens) need less memory per GPU than on one?"),
         mo.accordion({"Answer": mo.md(
-            f"No: {mm.format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, against {mm.format_bytes(_dp[0].bytes)} "
+            f"No: {format_bytes(_dp[1].bytes)} per GPU {_words(_dp[1])}, against {format_bytes(_dp[0].bytes)} "
             "on one: each GPU keeps everything one GPU keeps, and PyTorch DDP's all-reduce buckets, a second copy of the "
             "gradients, besides (DDP(gradient_as_bucket_view=True) makes the gradients views into them). "
-            f"Plain data parallelism copies everything; ZeRO stage 3 brings it to {mm.format_bytes(_z3.bytes)} per "
-            f"GPU {_words(_z3)}, of which the activations ({mm.format_bytes(_z3.memory.activations)}) are not "
+            f"Plain data parallelism copies everything; ZeRO stage 3 brings it to {format_bytes(_z3.bytes)} per "
+            f"GPU {_words(_z3)}, of which the activations ({format_bytes(_z3.memory.activations)}) are not "
             "sharded: each GPU keeps its own batch's.")}),
         mo.md("**4.** Paste `{\"model_type\": \"falcon\", \"hidden_size\": 4544}` as the config. What does the planner say?"),
         mo.accordion({"Answer": mo.md(f"A message, not a crash: \"{_falcon}\".")}),
