@@ -128,6 +128,31 @@ def lora_table(m) -> dict:
     return table
 
 
+def softmax_top_k(tr: Trace, logits: Tensor, t: int, n_exp: int, rows: int, normalize: bool) -> tuple:
+    """(the top-k routing weights in fp32, their int64 indices) of router logits: softmax in fp32 (a 16-bit logit is
+    cast first), topk, and with `normalize` the weights divided in place by their sum (router_top_value /=
+    router_top_value.sum(dim=-1, keepdim=True)), each saving what autograd keeps for the router's gradient."""
+    grad = logits.grad
+    logits32 = logits if logits.elem == 4 else tr.tmp(t * n_exp, 4, logits)  # .float() / softmax(dtype=float)
+    probs = tr.new(t * n_exp, 4, grad)
+    tr.use(logits32)
+    if grad:
+        tr.save(probs, "router softmax output (fp32)")
+    values = tr.new(rows, 4, grad)
+    indices = tr.new(rows, INT64)
+    tr.use(probs)
+    if grad:
+        tr.save(indices, "router top-k indices (int64)")
+    if normalize:
+        total = tr.new(t, 4, grad)
+        before = tr.new(rows, 4)  # autograd's copy of the divided tensor before the in-place division
+        tr.use(values)
+        if grad:
+            tr.save(total, "router top-k sum (fp32)")
+            tr.save(before, "router top-k weights before the in-place division (fp32)")
+    return values, indices
+
+
 def router_logits(tr: Trace, x: Tensor, h: int, n_exp: int, trainable: bool, router_lora) -> Tensor:
     """A router's F.linear(x, W) (t x E, the model's dtype); it keeps x when W trains. Under peft's ParamWrapper
     (router_lora): F.linear(x, W + delta) with the sum a tensor that requires grad, which keeps x, and W + BA when x
@@ -244,23 +269,7 @@ def trace(tr: Trace, shape, x: Tensor, trainable: bool, lora):
         shared = tr.linear(prod, t * h, trainable, lora("down_proj"), "shared_expert.down_proj")
     logits = router_logits(tr, x, h, n_exp, trainable, lora("gate.weight"))
     grad = logits.grad
-    logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # .float() / softmax(dtype=float)
-    probs = tr.new(t * n_exp, 4, grad)
-    tr.use(logits32)
-    if grad:
-        tr.save(probs, "router softmax output (fp32)")
-    values = tr.new(rows, 4, grad)
-    indices = tr.new(rows, INT64)
-    tr.use(probs)
-    if grad:
-        tr.save(indices, "router top-k indices (int64)")
-    if shape.norm_topk_prob:  # router_top_value /= router_top_value.sum(dim=-1, keepdim=True), in place
-        total = tr.new(t, 4, grad)
-        before = tr.new(rows, 4)  # autograd's copy of the divided tensor before the in-place division
-        tr.use(values)
-        if grad:
-            tr.save(total, "router top-k sum (fp32)")
-            tr.save(before, "router top-k weights before the in-place division (fp32)")
+    values, _ = softmax_top_k(tr, logits, t, n_exp, rows, normalize=shape.norm_topk_prob)
     if not shape.architecture.routing_weights_fp32 and e != 4:  # router_top_value.to(router_logits.dtype)
         values = tr.new(rows, e, grad)
         tr.use(values)

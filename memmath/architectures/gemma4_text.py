@@ -33,7 +33,7 @@ from .. import validate
 from ..trace import Tensor, Trace
 from . import _decoder, _moe
 from ._parts import ParamTensor, linear, norm
-from ._steps import INT64, Pass, dims, kv_cache
+from ._steps import Pass, dims, kv_cache
 from .gemma2 import GEMMA_FIELDS, softcap
 from .record import QK_NORM, Architecture, decoder_fields, full_every
 
@@ -383,22 +383,8 @@ def router(tr: Trace, shape, x: Tensor, trainable: bool) -> Tensor:
     scaled.grad = normed.grad or trainable
     logits = _moe.router_logits(tr, scaled, h, n_exp, trainable, None)
     grad = logits.grad
-    logits32 = logits if e == 4 else tr.tmp(t * n_exp, 4, logits)  # softmax(..., dtype=torch.float32)'s cast
-    probs = tr.new(t * n_exp, 4, grad)
-    tr.use(logits32)
-    if grad:
-        tr.save(probs, "router softmax output (fp32)")
-    values = tr.new(rows, 4, grad)
-    indices = tr.new(rows, INT64)
-    tr.use(probs)
-    if grad:
-        tr.save(indices, "router top-k indices (int64)")
-    total = tr.new(t, 4, grad)  # top_k_weights /= top_k_weights.sum(dim=-1, keepdim=True), in place
-    before = tr.new(rows, 4)  # autograd's copy of the divided tensor before the in-place division
-    tr.use(values)
-    if grad:
-        tr.save(total, "router top-k sum (fp32)")
-        tr.save(before, "router top-k weights before the in-place division (fp32)")
+    # softmax(..., dtype=torch.float32), topk, top_k_weights /= top_k_weights.sum(dim=-1, keepdim=True) in place
+    values, indices = _moe.softmax_top_k(tr, logits, t, n_exp, rows, normalize=True)
     scales = tr.new(rows, e, trainable)  # self.per_expert_scale[top_k_index]
     tr.use(indices)
     if trainable:
