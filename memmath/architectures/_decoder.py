@@ -248,6 +248,22 @@ def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
     return 2 * shape.n_kv_heads * shape.head_dim * tokens * batch_size
 
 
+def unshared_kv_cache_values(shape, *, context_len, batch_size, after_prefill, shared):
+    """kv_cache_values of a model whose layouts differ in kv heads and head size and whose `shared(layout)` blocks read
+    another block's keys and values (their cache layer a dummy one: Gemma 3n, Gemma 4): every other block's, each at
+    its own layout's widths, a sliding block's window and a full block's every token."""
+    values = 0
+    windows = shape.attention_windows
+    for layout, blocks in shape.layouts():
+        if shared(layout):
+            continue
+        for i in blocks:
+            window = windows[i]
+            tokens = context_len if window is None or after_prefill else smaller(context_len, window)
+            values = values + 2 * layout.n_kv_heads * layout.head_dim * tokens * batch_size
+    return values
+
+
 def rotary_prefill(shape, s, b, e, eager):
     """(outside, attention phase, MLP phase) bytes of LlamaForCausalLM's prefill (validation/
     inference_working_set.py): token embeddings and the rotary cos and sin shared by the batch (and eager's causal

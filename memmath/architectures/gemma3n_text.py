@@ -177,18 +177,10 @@ def all_linear_refusal(m) -> str:
 
 
 def kv_cache_values(shape, *, context_len, batch_size, after_prefill):
-    """Keys and values of every block that is not shared (a shared block's cache layer is a dummy one): a sliding
-    block's window, a full block's every token."""
-    values = 0
-    windows = shape.attention_windows
-    for layout, blocks in shape.layouts():
-        if KV_SHARED in kind_parts(layout):
-            continue
-        for i in blocks:
-            window = windows[i]
-            tokens = context_len if window is None or after_prefill else _decoder.smaller(context_len, window)
-            values = values + 2 * layout.n_kv_heads * layout.head_dim * tokens * batch_size
-    return values
+    """Keys and values of every block that is not shared (a shared block's cache layer is a dummy one)."""
+    return _decoder.unshared_kv_cache_values(shape, context_len=context_len, batch_size=batch_size,
+                                             after_prefill=after_prefill,
+                                             shared=lambda layout: KV_SHARED in kind_parts(layout))
 
 
 # ---- the forward pass (modeling_gemma3n.py) ----------------------------------------------------------------------
