@@ -160,7 +160,7 @@ PRESETS: MutableMapping[str, ModelShape] = Presets({
         "llama-4-maverick", model_type="llama4_text", hidden_size=5120, intermediate_size=8192,
         intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
         head_dim=128, vocab_size=202048, num_local_experts=128, num_experts_per_tok=1, interleave_moe_layer_step=2,
-        attention_chunk_size=8192, tie_word_embeddings=False),
+        attention_chunk_size=8192, use_qk_norm=False, tie_word_embeddings=False),
     "deepseek-v3": _from_config(  # deepseek-ai/DeepSeek-V3: 671,026,404,352 (card: 671B, 37B activated); latent
         # attention, 3 dense blocks then 58 of 256 experts (8 a token) and a shared one; dequantized, as the other
         # presets (its config.json's block FP8 is read from the file: memmath train CONFIG)
