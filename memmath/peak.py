@@ -28,7 +28,8 @@ Backward
     gradients (final norm, head, a tied embedding) and the block's backward working set
     W = t*h*e + 2*t*I*e (the gradient arriving at the block and two MLP-wide gradients; three
     for GPT-2's gelu_new, a chain of plain ops); a MoE block's W is its experts' moments
-    (architectures/_moe.backward_phase: the routed experts' unsort, 3 x t x k x h, or their SwiGLU)
+    (architectures/_moe.backward_phase: the routed experts' unsort, 3 x t x k x h, or their SwiGLU; a record's
+    moe_backward where its experts are not grouped_mm's: Llama 4's bmm over every expert)
     in the first block (when two or more blocks store): the embeddings' saved tensors, the first
     block's (with checkpointing: its input and the block recomputed), every gradient but the
     untied embeddings' and the first block's own, and W
@@ -38,7 +39,8 @@ Backward
     recomputing a block (checkpointing): the kept block inputs, the gradients so far and the
     block's forward run again at its fullest, for the last block, each later layout's first block and the
     first block; where the blocks differ each is its own layout's recompute (the first block's: the largest
-    of the layouts up to it, which backward recomputes after it)
+    of the layouts up to it, which backward recomputes after it); a record's recompute_held adds what a MoE block's
+    backward makes before its recomputation and holds through it (Llama 4: its experts' E t x h output gradient)
     in a recomputed block's attention backward (checkpointing, where the block's trace marks a moment wider than
     its MLP's: gpt-oss's sink attention): the block inputs, the gradients so far and what the trace says that
     moment holds (ActivationParts.recompute_backward_live), for the last and the first block; a record's
@@ -371,6 +373,16 @@ def _recompute_of(parts, block, below=False):
     return reduce(larger, (r for r, _ in found)), reduce(larger, (live for _, live in found))
 
 
+def _recompute_held(model, block, t, e):
+    """What block `block`'s backward makes before its recomputation starts and holds through it: its record's
+    recompute_held for a MoE block (Llama 4's), else nothing."""
+    layout = model.block_layout(block)
+    record = layout.architecture
+    if record is None or record.recompute_held is None or not layout.n_experts:
+        return 0
+    return record.recompute_held(layout, t, e)
+
+
 def _one_block_gradients(layout, method, recipe):
     """Gradient bytes of one trained block of `layout` (its weights, or its adapters)."""
     if isinstance(method, (LoRA, Adapters)):
@@ -387,8 +399,14 @@ def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False
         work = larger(work, t * h * e + record.norm_backward_widths * t * h * 4)  # (measured with checkpointing)
     if shape.n_experts and record is not None and record.traced:  # a MoE block: its experts' moments (3 x t x k x h
         # at the unsort, measured), not a dense width's (intermediate_size is its dense blocks')
-        work = t * h * e + _moe.backward_phase(shape, t, e, not isinstance(method, (LoRA, Adapters)),
-                                               recipe.grad_bits // 8, checkpointing)
+        trains = not isinstance(method, (LoRA, Adapters))
+        if record.moe_backward is None:
+            work = t * h * e + _moe.backward_phase(shape, t, e, trains, recipe.grad_bits // 8, checkpointing)
+        else:  # a type's own experts' moments; adapted: LoRA on its routed experts (their inputs are saved)
+            adapted = isinstance(method, LoRA) and any(
+                m.module == "experts.down_proj" for m in shape.lora_adapters(method.targets, present_only=present_only))
+            work = t * h * e + record.moe_backward(shape, t, e, trains, recipe.grad_bits // 8, checkpointing,
+                                                   adapted=adapted)
     # LoRA on routed experts (peft's ParamWrapper): the MoE block's backward starts at down_proj's grouped_mm,
     # which gives its weight W + BA a gradient the size of the whole E x h x I tensor, while everything is
     # still saved (written before the MoE LoRA cases were measured: validation/moe_lora.py).
@@ -526,7 +544,8 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
         inputs = (block - layouts[0][1] + 1) * e * t * h
         recompute, live = _recompute_of(parts, block)
         moments.add("backward", "recomputing the first block of a later layout: the block inputs, later gradients",
-                    s.embeddings_alloc + inputs + parts.tables + later_grads - earlier + t * h * e + live,
+                    s.embeddings_alloc + inputs + parts.tables + later_grads - earlier + t * h * e + live
+                    + _recompute_held(s.run.model, block, t, e),
                     saved=s.embeddings_alloc + inputs + parts.tables, gradients=later_grads - earlier,
                     unset=s.g_embed + s.g_block + earlier)
         moments.add("backward", "in the first block of a later layout: the block inputs, its recomputation, later "
@@ -539,11 +558,11 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
         # Recomputing a block: its forward runs again (saving), over every block input still kept.
         moments.add("backward", "recomputing the last block: every block input, head-side gradients",
                     s.embeddings_alloc + parts.blocks + parts.tables + s.g_head_side + t * h * e
-                    + last_live, saved=s.embeddings_alloc + parts.blocks + parts.tables,
+                    + last_live + _recompute_held(s.run.model, s.run.model.n_layers - 1, t, e), saved=s.embeddings_alloc + parts.blocks + parts.tables,
                     gradients=s.g_head_side, unset=grads - s.g_head)
         moments.add("backward", "recomputing the first block: its input, every later gradient",
                     (s.embeddings_alloc + e * t * h + parts.tables + later_grads + t * h * e
-                     + first_live) * two, saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
+                     + first_live + _recompute_held(s.run.model, layouts[0][1] if layouts else 0, t, e)) * two, saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,
                     gradients=later_grads * two, unset=(s.g_embed + s.g_block) * two)
         inside = parts.recompute_backward_live
         if is_ndarray(inside) or inside:

@@ -62,6 +62,13 @@ class Architecture:
     # fp32 t x h tensors alive at once in the backward of a block's widest norm, beside the gradients arriving at the
     # block and at the norm (t x h each, the model's dtype), where that outgrows the MLP's working set (Gemma 4: 5)
     norm_backward_widths: int = 0
+    # (shape, t, e, trains_experts, grad_elem, checkpointing, adapted=LoRA on the routed experts) -> a MoE block's
+    # backward working set where its experts
+    # are not transformers' grouped_mm (None: _moe.backward_phase's; Llama 4's bmm over every expert)
+    moe_backward: Callable | None = None
+    # (shape, t, e) -> bytes a checkpointed MoE block's backward makes before its recomputation starts and holds through
+    # it (None: nothing; Llama 4: the E t x h copy of its experts' output gradient)
+    recompute_held: Callable | None = None
     # ---- tensor parallelism (memmath/parallel.py): module -> "colwise" or "rowwise", named the way
     # transformers' base_model_tp_plan names them, from the base model ("layers.*.self_attn.q_proj", GPT-2's
     # "h.*.attn.c_attn", BERT's "encoder.layer.*.attention.self.query"); conv1d: GPT-2's Conv1D modules,
