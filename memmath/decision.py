@@ -25,7 +25,7 @@ from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 from .multimodal import TOWER_LABELS
 from .peak import forward_start, peak_memory, why_no_peak
-from .run import Run, as_run
+from .run import Run, as_run, why_not_exact
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
 from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, tower_forward,
                              worst_images)
@@ -190,9 +190,7 @@ def _fallback(run: Run) -> str:
         return ""  # no trace to fall back from: unchecked_type's own case
     if run.model.vision is not None:  # the language model's trace with the tower's parts: _judged's vision bounds
         return ""
-    return next((note.text.split("(transformers) model ", 1)[-1] for note in run.notes
-                 if note.kind == "activations_textbook_fallback"),
-                "")
+    return why_not_exact(run) or ""
 
 
 def unchecked_fix(run: Run) -> str:

@@ -56,7 +56,7 @@ def quantized_cache_refusal(model, kv_format) -> str:
     if record is not None and record.state_bytes is not None:
         kept = "keep a conv or recurrent state beside the keys and values"
     elif shape.has_shape and any(window is not None for window in shape.attention_windows):
-        kept = "include sliding-window (or chunked) attention, a window of the cache"
+        kept = "include sliding-window (or chunked) attention"
     else:
         return ""
     return (f"kv_format {fmt.name} needs a quantized cache, and transformers 5.24's QuantizedCache (quanto, hqq, fp8) "

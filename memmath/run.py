@@ -470,6 +470,12 @@ def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, at
     return attention, dropout, activations
 
 
+def why_not_exact(run: Run) -> str | None:
+    """Why the exact activation model does not replay `run` (None when it does): what made a run that was not given
+    its activation model take the textbook one."""
+    return _why_not_exact(run.model, run.method, run.recipe, run.device, run.seq_len, run.attention, run.dropout)
+
+
 def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout) -> str | None:
     """Why the exact activation model does not replay this run (None when it does)."""
     if isinstance(method, DPO):  # preference training: the policy's method decides (memmath/preference.py)

@@ -30,6 +30,7 @@ travels in the page with the widget's state.
 
 from __future__ import annotations
 
+import functools
 import html as html_escape
 import re
 from pathlib import Path
@@ -77,3 +78,12 @@ class LiveHtml(anywidget.AnyWidget):
 def live_html() -> LiveHtml:
     """A LiveHtml, empty until its first `update`."""
     return LiveHtml()
+
+
+@functools.lru_cache(maxsize=512)
+def cached_md(text: str):
+    """mo.md(text), rendered once per text: a slider move often shows a sentence it showed before (a setting returned
+    to, prose no control changes), and marimo's markdown takes 1-8 ms a paragraph."""
+    import marimo as mo
+
+    return mo.md(text)

@@ -830,10 +830,9 @@ def _(cached_md, crossings_view, lesson_charts, sweep_chart):
 
 
 @app.cell
-def _(functools, mo):
-    # Markdown rendered once per text: a move often shows a sentence it showed before (a setting returned to, the
-    # assumptions that no slider changes), and marimo's markdown takes 1-8 ms a paragraph.
-    cached_md = functools.lru_cache(maxsize=512)(mo.md)
+def _():
+    # Markdown rendered once per text (memmath_lessons.live_html.cached_md)
+    from memmath_lessons.live_html import cached_md
     return (cached_md,)
 
 

@@ -47,7 +47,6 @@ def _(live_only_notice, mo, time_lora_merge, viz):
 
 @app.cell
 def _():
-    import functools
 
     import altair as alt
     import marimo as mo
@@ -64,7 +63,7 @@ def _():
     from memmath_lessons import lesson_charts, site_charts
     from memmath.verdict import verdict_of
 
-    return (blockwise, format_bytes, functools, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, paper_setups,
+    return (blockwise, format_bytes, lesson_charts, literature, live_chart, live_html, live_only_notice, mm, mo, np, paper_setups,
             pd, recorded, requirement_view, site_charts, to_unit, toy_block, verdict_of, viz)
 
 
@@ -799,10 +798,9 @@ def _(format_bytes, llama13_vocab, llama65_params, mo, problem_all_linear, probl
 
 
 @app.cell
-def _(functools, mo):
-    # Markdown rendered once per text: a move often shows a sentence it showed before (a setting returned to),
-    # and marimo's markdown takes 1-8 ms a paragraph.
-    cached_md = functools.lru_cache(maxsize=512)(mo.md)
+def _():
+    # Markdown rendered once per text (memmath_lessons.live_html.cached_md)
+    from memmath_lessons.live_html import cached_md
     return (cached_md,)
 
 

@@ -433,14 +433,13 @@ def _(attention_radio, batch_slider, context_slider, format_cards, gpu_dropdown,
                                       for g, fits in zip(_cards["gpu"], _cards["fits"])], unit)
     # Grouped-query attention: six models' caches at this context, batch and cache format ("-" where transformers
     # builds no cache in that format for the model: a quantized cache takes full-attention layers only).
+    _no_cache = {_n for _n in gqa_models if mm.inference.quantized_cache_refusal(_n, kv_format)}
     gqa_frame = pd.DataFrame([{
         "model": _n, "layers": _m.n_layers, "heads": _m.n_heads, "kv heads": _m.n_kv_heads, "head dim": _m.head_dim,
         "cut (heads / kv)": _m.n_heads // _m.n_kv_heads,
-        "KB per token": "-" if mm.inference.quantized_cache_refusal(_n, kv_format) else
-        round(mm.kv_cache_bytes(_n, context_len=1, kv_format=kv_format) / 1e3, 1),
-        f"cache ({unit})": "-" if mm.inference.quantized_cache_refusal(_n, kv_format) else
-        round(to_unit(mm.kv_cache_bytes(_n, context_len=context_len, batch_size=batch_size, kv_format=kv_format),
-                      unit), 2),
+        "KB per token": "-" if _n in _no_cache else round(mm.kv_cache_bytes(_n, context_len=1, kv_format=kv_format) / 1e3, 1),
+        f"cache ({unit})": "-" if _n in _no_cache else round(to_unit(mm.kv_cache_bytes(
+            _n, context_len=context_len, batch_size=batch_size, kv_format=kv_format), unit), 2),
     } for _n, _m in gqa_models.items()])
     # The context sweep, 128 to 128K tokens: one call for the whole sweep.
     _sweep_contexts = np.array([2**k for k in range(7, 18)])

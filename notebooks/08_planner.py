@@ -38,7 +38,6 @@ def _(mo, viz):
 
 @app.cell
 def _():
-    import functools
     import importlib.util
     import json
     import re
@@ -58,7 +57,7 @@ def _():
     from memmath_lessons import requirement_view, site_charts
     from memmath.verdict import verdict_of
     from memmath import traced
-    return (format_bytes, functools, importlib, json, literature, live_chart, live_html, live_only_notice, mm, mo, pd, re, requirement_view,
+    return (format_bytes, importlib, json, literature, live_chart, live_html, live_only_notice, mm, mo, pd, re, requirement_view,
             site_charts, to_unit, traced, verdict_of, viz)
 
 
@@ -444,10 +443,9 @@ def _(mm):
 
 
 @app.cell
-def _(functools, mo):
-    # Markdown rendered once per text: much of what a move shows (headings, the comparison's prose) does not
-    # depend on the control moved, and marimo's markdown takes 1-8 ms a paragraph.
-    cached_md = functools.lru_cache(maxsize=512)(mo.md)
+def _():
+    # Markdown rendered once per text (memmath_lessons.live_html.cached_md)
+    from memmath_lessons.live_html import cached_md
     return (cached_md,)
 
 
