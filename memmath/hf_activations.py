@@ -195,7 +195,7 @@ def _houlsby_width(shape: ModelShape, method, recipe):
 
 
 def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len, batch_size, dropout, attention,
-                             checkpointing, device, padded=False, packed=False) -> ActivationParts:
+                             checkpointing, device, padded=False, packed=False, mixer_kernels="torch") -> ActivationParts:
     """Bytes the transformers implementation of `shape` saves for backward (see the module docstring), as
     ActivationParts (its `estimate` is the ActivationEstimate; the pieces are peak.py's).
 
@@ -204,8 +204,10 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
     embeddings, which only pass the gradient on; outside_layers: embeddings, the rotary tables,
     final norm, head; loss: the cross-entropy's tensors; recompute_peak (checkpointing): what one
     block saves again while backward recomputes it. QLoRA is counted as LoRA on a frozen base
-    (the 4-bit matmul is assumed to keep no input for its frozen weight; not measured here).
+    (the 4-bit matmul is assumed to keep no input for its frozen weight; not measured here). mixer_kernels: Run's;
+    the trace replays transformers' PyTorch path of a model's linear-attention, Mamba-2 or convolution mixers.
     """
+    _check_kernels(shape, mixer_kernels)
     if sweeping(seq_len, batch_size, method):
         # The trace computes in int64 for a sweep: its largest points, evaluated exactly with Python
         # ints, must fit (activations grow with s, b, the LoRA rank and the trainable blocks).
@@ -671,13 +673,14 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
 # tensor; Qwen3's adds its q/k RMSNorms; Phi-3's fuses qkv and gate_up and drops out residuals; OLMo 2's
 # normalizes q, k and each sublayer's output in fp32), Gemma's, GPT-NeoX's, the MoE decoders', GPT-2's,
 # BERT's and RoBERTa's; each measured (validation/measure.py). Other model_types are refused.
-def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | None:
+def traces(shape: ModelShape, method, recipe, seq_len, attention=None, mixer_kernels="torch") -> str | None:
     """None when this model replays `shape` trained with `method` in `recipe` (and `attention`, when
-    given); else why not, in words."""
+    given, and Run's `mixer_kernels`); else why not, in words."""
     try:
         if shape.architecture is None:
             return f"knows the gpt2, llama and bert families, not {shape.family}"
         _check_layout(shape, seq_len)
+        _check_kernels(shape, mixer_kernels)
         if attention is not None:
             _check_attention(shape, attention)
         if recipe.name == "amp":  # fp32 weights under autocast: memmath/amp_trace.py
@@ -690,10 +693,21 @@ def traces(shape: ModelShape, method, recipe, seq_len, attention=None) -> str | 
         for layout, _ in shape.layouts():  # each block layout adapts the targets it has (_mixed_parts)
             _setup(layout, method, recipe, present_only=bool(shape.block_layouts))
     except ValueError as error:
-        if getattr(error, "field", None) == "attention":
+        if getattr(error, "field", None) in ("attention", "mixer_kernels"):
             return f"does not apply: {error}"
         return str(error).removeprefix("activations='transformers' ").split(" (use activations")[0]
     return None
+
+
+def _check_kernels(shape: ModelShape, mixer_kernels):
+    """The trace replays transformers' PyTorch path of a model's mixers; the CUDA kernels its record names
+    (Architecture.mixer_kernels) save other tensors, unmeasured here."""
+    kernels = shape.architecture.mixer_kernels if known(shape) else ""
+    if kernels and mixer_kernels != "torch":
+        raise validate.FieldError("mixer_kernels", f"mixer_kernels {mixer_kernels!r}: the trace replays transformers' "
+                                  f"PyTorch path of {shape.architecture.title}'s mixers, not {kernels}, whose saved "
+                                  "tensors are not measured here; pass mixer_kernels='torch' (--mixer-kernels torch) "
+                                  "for a run without those packages installed")
 
 
 def _check_attention(shape: ModelShape, attention):

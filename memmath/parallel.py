@@ -323,7 +323,8 @@ def stage_activations(run, rank: int | None = None) -> dict:
     if not why:
         local = Run(local_shape(run, rank), precision=run.precision, optimizer=run.optimizer, batch_size=run.batch_size,
                     seq_len=run.seq_len, checkpointing=run.checkpointing, attention=run.attention, dropout=run.dropout,
-                    activations="transformers", device=run.device, grad_accum_steps=run.grad_accum_steps)
+                    activations="transformers", device=run.device, mixer_kernels=run.mixer_kernels,
+                    grad_accum_steps=run.grad_accum_steps)
         _, parts = training.step_parts(local)
         pieces = [_chunk_activations(run, rank, chunk, parts, parts.estimate, lay.tp) for chunk in chunks]
         per_chunk, cut = [one for one, _ in pieces], sum(c for _, c in pieces)

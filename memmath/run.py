@@ -52,6 +52,7 @@ MAX_GRAD_ACCUM = validate.MAX_BATCH
 DEFAULT_SEQ_LEN = 2048  # tokens per sequence: a common finetuning length (Llama 2's context was 4,096)
 # The fields that depend on the model and are resolved from it when left out (None).
 RESOLVED = ("attention", "dropout", "activations")
+MIXER_KERNELS = ("cuda", "torch")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +93,14 @@ class Run:
         "where it applies) or textbook (Korthikanti et al. 2022)", "MODEL", choices=("auto", *ACTIVATION_MODELS),
         auto="auto"))
     device: str = "cuda"  # what users plan for; "cpu" is what validation/measure.py measures
+    # Linear-attention, Mamba-2 and short-convolution mixers (Qwen3-Next, Qwen 3.5, the Mamba-2 hybrids, LFM2) run
+    # their CUDA kernels where flash-linear-attention, mamba-ssm or causal-conv1d is installed ("cuda") and
+    # transformers' PyTorch path where not, and always on the CPU ("torch"); the two save different tensors.
+    # None: "torch" on the CPU, else "cuda".
+    mixer_kernels: str | None = field(default=None, metadata=option(
+        "--mixer-kernels", "linear-attention, Mamba-2 and short-convolution mixers: cuda (flash-linear-attention, "
+        "mamba-ssm, causal-conv1d installed; the default on a GPU) or torch (transformers' PyTorch path, which runs "
+        "without them)", "K", choices=MIXER_KERNELS))
     # data-parallel GPUs; each holds a full copy unless ZeRO shards it
     n_gpus: int = field(default=1, metadata=option("--gpus", "data-parallel GPUs (default 1)", "N"))
     # ZeRO stage 0-3 across the n_gpus (3 = FSDP full sharding)
@@ -192,6 +201,8 @@ class Run:
             seq_len=None if self.seq_len is None else validate.count("seq_len", self.seq_len, high=validate.MAX_SEQ),
             checkpointing=validate.flag("checkpointing", self.checkpointing),
             device=validate.choice("device", self.device, DEVICES),
+            mixer_kernels=(validate.choice("mixer_kernels", self.mixer_kernels, MIXER_KERNELS)
+                           if self.mixer_kernels is not None else None),
             n_gpus=validate.count("n_gpus", self.n_gpus, high=validate.MAX_GPUS, scalar=True),
             zero_stage=validate.count("zero_stage", self.zero_stage, low=0, high=3, scalar=True),
             sharding=validate.choice("sharding", self.sharding, SHARDINGS),
@@ -237,10 +248,12 @@ class Run:
             raise validate.FieldError("method", f"{type(self.method).__name__} needs a model with layers: pass a "
                                       "preset, a ModelShape or uniform_model(n_params, n_layers) instead of a plain "
                                       "parameter count")
+        if values["mixer_kernels"] is None:
+            values["mixer_kernels"] = "torch" if values["device"] == "cpu" else "cuda"
         notes = compile_notes(values["compile"])
         resolved = _resolve(shape, self.method, recipe, values["device"], values["seq_len"], values.get("activations"),
-                            values.get("attention"), values.get("dropout"), notes)
-        defaulted = frozenset(name for name in RESOLVED if given[name] is None)
+                            values.get("attention"), values.get("dropout"), notes, values["mixer_kernels"])
+        defaulted = frozenset(name for name in (*RESOLVED, "mixer_kernels") if given[name] is None)
         for name, value in zip(RESOLVED, resolved):
             values[name] = value
         check_loss(values)
@@ -436,7 +449,8 @@ def sdpa_supported(shape: ModelShape) -> bool:
     return not ((record is not None and not record.sdpa) or shape.attn_softcap)
 
 
-def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, attention, dropout, notes) -> tuple:
+def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, attention, dropout, notes,
+             mixer_kernels) -> tuple:
     """(attention, dropout, activations), each left out (None) filled in as transformers trains by default.
 
     A model read from a config (shape.dropout_p known; the presets and gpt2_model, llama_model,
@@ -461,7 +475,7 @@ def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, at
         dropout = shape.dropout_p > 0
     if activations is None:
         activations = "transformers"
-        reason = _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout)
+        reason = _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout, mixer_kernels)
         if reason:
             activations = "textbook"
             notes.append(Note("activations_textbook_fallback",
@@ -473,17 +487,19 @@ def _resolve(shape: ModelShape, method, recipe, device, seq_len, activations, at
 def why_not_exact(run: Run) -> str | None:
     """Why the exact activation model does not replay `run` (None when it does): what made a run that was not given
     its activation model take the textbook one."""
-    return _why_not_exact(run.model, run.method, run.recipe, run.device, run.seq_len, run.attention, run.dropout)
+    return _why_not_exact(run.model, run.method, run.recipe, run.device, run.seq_len, run.attention, run.dropout,
+                          run.mixer_kernels)
 
 
-def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout) -> str | None:
+def _why_not_exact(shape, method, recipe, device, seq_len, attention, dropout, mixer_kernels) -> str | None:
     """Why the exact activation model does not replay this run (None when it does)."""
     if isinstance(method, DPO):  # preference training: the policy's method decides (memmath/preference.py)
         method = method.base
     if seq_len is None or not shape.has_shape:
         return "needs a sequence length and a model with widths"
-    reason = traces(shape, method, recipe, seq_len, attention)
-    if reason and is_ndarray(seq_len) and not traces(shape, method, recipe, int(seq_len.min()), attention):
+    reason = traces(shape, method, recipe, seq_len, attention, mixer_kernels)
+    if reason and is_ndarray(seq_len) and not traces(shape, method, recipe, int(seq_len.min()), attention,
+                                                     mixer_kernels):
         # The shortest lengths are exact and the longest are not (a sliding window): one model cannot
         # answer the whole sweep the way single calls answer each length, so it is refused by name.
         raise validate.FieldError("seq_len", f"seq_len: this sweep runs from {int(seq_len.min()):,} to "

@@ -384,7 +384,7 @@ def _activations(run: Run, plan: Plan, notes: list):
         parts = transformers_activations(
             shape, plan=plan, recipe=recipe, method=method, seq_len=seq_len, batch_size=batch_size,
             dropout=run.dropout, attention=run.attention, checkpointing=run.checkpointing, device=run.device,
-            padded=run.padded, packed=run.packed,
+            padded=run.padded, packed=run.packed, mixer_kernels=run.mixer_kernels,
         )
         parts = with_loss(parts, run, method.head_trains(shape))  # run.loss: memmath/loss.py (transformers': as traced)
         estimate = parts.estimate

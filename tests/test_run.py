@@ -16,11 +16,12 @@ def test_every_setting_is_concrete_and_repr_says_what_is_assumed():
     assert repr(run) == ("Run(model='gpt2', precision='bf16', optimizer='adamw', method=Full(vision='trains'), "
                          "batch_size=1, grad_accum_steps=1, seq_len=2048, checkpointing=False, attention='sdpa', "
                          "dropout=True, "
-                         "activations='transformers', device='cuda', n_gpus=1, zero_stage=0, sharding='even', rank=0, "
+                         "activations='transformers', device='cuda', mixer_kernels='cuda', n_gpus=1, zero_stage=0, sharding='even', rank=0, "
                          "tp=1, pp=1, cp=1, ep=1, sequence_parallel=False, pp_schedule='1f1b', micro_batches=1, virtual_stages=1, padded=False, packed=False, "
                          "kbit_prep=False, loss='transformers', offload=(), pin_memory=True, compile=False, "
                          "gradient_as_bucket_view=False, reshard_after_forward=True)")
-    assert run.defaulted == {"attention", "dropout", "activations"}
+    # mixer_kernels follows the device: a GPU runs the mixers' CUDA kernels where installed (none in GPT-2).
+    assert run.defaulted == {"attention", "dropout", "activations", "mixer_kernels"}
     assert all(value is not None for value in run.settings().values())
 
 
@@ -36,7 +37,7 @@ def test_the_model_decides_what_it_can():
 
 def test_a_choice_is_kept_and_replace_resolves_the_rest_again():
     chosen = mm.Run("gpt2", attention="eager", dropout=False)
-    assert (chosen.attention, chosen.dropout, chosen.defaulted) == ("eager", False, frozenset({"activations"}))
+    assert (chosen.attention, chosen.dropout, chosen.defaulted) == ("eager", False, frozenset({"activations", "mixer_kernels"}))
     # Adapters in GPT-2 are not traced (BERT's blocks and the LLaMA-layout decoders are): the textbook model, said why...
     adapters = mm.Run("gpt2", method=mm.Adapters())
     assert adapters.activations == "textbook" and "Houlsby adapters" in str(adapters.notes[0])

@@ -105,6 +105,9 @@ class Architecture:
     rotary_tables_fp32: bool = False  # OLMo 3: its pairs stay fp32 (Olmo3RotaryEmbedding does not cast)
     rotary_half_tables: bool = False  # gpt-oss: its cos and sin are head_dim / 2 wide (GptOssRotaryEmbedding)
     traced: bool = True  # the exact model replays its forward pass (else activations='textbook')
+    # The CUDA kernels transformers calls for this type's mixers where they are installed (e.g. "mamba-ssm's and
+    # causal-conv1d's kernels"): its trace replays the PyTorch path only, Run(mixer_kernels='torch'). "": none.
+    mixer_kernels: str = ""
     # why a checkpointed step's peak is not modelled for this type ("": it is); such a run gets a floor, no verdict
     checkpointed_peak_refusal: str = ""
     # shape -> why the trace does not replay this config of a traced type ("" when it does): options it has no
