@@ -43,7 +43,10 @@ UNCHECKED_FIX = ("memmath train MODEL --traced (PyTorch steps the model under fa
 # A traced type whose run the exact model does not replay (Houlsby adapters where no block places them, AMP on the
 # CPU's math kernel, ...): the choices it does replay, or the textbook model's own answer asked for by name.
 FALLBACK_FIX = ("a method, precision and attention the exact activation model traces give the step's peak; "
-                "activations='textbook' (--activations textbook) asks for the textbook model's sum of the parts by name")
+                "memmath train MODEL --traced gives PyTorch's trace of this step, or memmath measure MODEL measures it")
+# A run that asked for the textbook model by name: its formula counts what the blocks keep, not the step's peak.
+CHOSEN_FIX = ("leave the activation model to its default (drop --activations textbook) for the step's peak where the "
+              "exact model replays the run; memmath train MODEL --traced gives PyTorch's trace of this step")
 CHECKPOINT_FIX = ("without checkpointing the step's peak is modelled; memmath train MODEL --traced gives PyTorch's trace "
                   "of the checkpointed step, or memmath measure MODEL measures it")
 VISION_FIX = ("freeze the vision tower and projector (--vision frozen; vision='frozen' in the API) for an upper bound, or "
@@ -99,6 +102,8 @@ class Requirement:
         if not self.refused:
             return ""
         if unchecked_type(self.run) is not None:
+            if _chosen(self.run):
+                return "the textbook activation model was asked for by name"
             return ("the exact activation model does not replay this run" if _fallback(self.run)
                     else "the activations are not checked against PyTorch for this model type")
         if self.run.model.vision is not None:
@@ -175,9 +180,16 @@ def unchecked_type(run: Run) -> str | None:
     record = run.model.architecture
     if record is None or run.activations != "textbook" or run.seq_len is None or not run.model.has_shape:
         return None
-    if record.traced and not (record.trace_refusal and record.trace_refusal(run.model)) and not _fallback(run):
+    if (record.traced and not (record.trace_refusal and record.trace_refusal(run.model)) and not _fallback(run)
+            and not _chosen(run)):
         return None
     return record.model_type
+
+
+def _chosen(run: Run) -> bool:
+    """Whether the run asked for the textbook model by name: Korthikanti et al.'s formula counts what each block keeps
+    for backward, with no working memory and no order in time, so its sum of the parts is no step's peak."""
+    return "activations" not in run.defaulted
 
 
 def _fallback(run: Run) -> str:
@@ -195,6 +207,8 @@ def _fallback(run: Run) -> str:
 
 def unchecked_fix(run: Run) -> str:
     """What would give an unchecked run (unchecked_type) a verdict, in words."""
+    if _chosen(run):
+        return CHOSEN_FIX
     return FALLBACK_FIX if _fallback(run) else UNCHECKED_FIX
 
 
@@ -204,8 +218,12 @@ def refusal(run: Run) -> str:
     if model_type is None:
         return ""
     record = run.model.architecture
-    why = ("it has no activation trace" if not record.traced
-           else f"the exact activation model {_fallback(run) or record.trace_refusal(run.model)}")
+    if _chosen(run):
+        why = "activations='textbook' was asked for by name; its formula counts what the blocks keep, not the peak"
+    elif not record.traced:
+        why = "it has no activation trace"
+    else:
+        why = f"the exact activation model {_fallback(run) or record.trace_refusal(run.model)}"
     return (f"the activations of model_type {model_type!r} come from the textbook model (Korthikanti et al. 2022), "
             f"which is not checked against PyTorch for it ({why}): no fits / does-not-fit verdict is given on them")
 
@@ -248,6 +266,7 @@ def _activations_floor(need: Requirement, why: str, fix: str) -> Requirement:
     """The floor of a run whose activations give no requirement (`why`), and what would give one (`fix`, a sentence
     after the floor's)."""
     floor = parts_floor(need.memory)
+    fix = fix if fix.startswith("memmath ") else f"{fix[0].upper()}{fix[1:]}"  # a sentence of its own
     words = (f"{why}. Without the activations, the step needs {floor:,} B (the weights, gradients and optimizer "
              "states of the GPU that holds the most, all alive at the optimizer step): the card must hold at least "
              f"that. {fix}")

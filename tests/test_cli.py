@@ -768,15 +768,16 @@ def test_where_the_peak_does_not_apply_the_verdict_says_why():
     assert on_cpu.basis == "floor" and "math kernel" in on_cpu.reason and on_cpu.bytes < on_cpu.memory.total
     assert any("math kernel" in str(n) for n in on_cpu.memory.notes)
     # Houlsby adapters are traced in BERT's blocks and the decoders laid out as LLaMA's, not GPT-2's: a floor, no
-    # verdict, and what would give one; the textbook model's sum when it is asked for by name.
+    # verdict, and what would give one; the textbook model asked for by name is no peak either.
     adapters = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4", status=3)
     assert adapters["required"]["basis"] == "floor" and adapters["verdict"]["fits"] is None
     assert "gpt2's blocks have no such place traced" in adapters["verdict"]["refused"]
-    assert "--activations textbook" in adapters["verdict"]["refused"]
+    assert "--traced" in adapters["verdict"]["refused"]
     assert any("decoders laid out as LLaMA's" in note for note in adapters["assumptions"]["notes"])
     chosen = run_json("train", "gpt2", "--method", "adapters", "--seq", "256", "--gpu", "T4", "--activations",
-                      "textbook")
-    assert chosen["required"]["basis"] == "sum_of_parts" and chosen["verdict"]["required_bytes"] == chosen["sum_of_parts"]
+                      "textbook", status=3)
+    assert chosen["required"]["basis"] == "floor" and chosen["verdict"]["fits"] is None
+    assert "asked for by name" in chosen["verdict"]["refused"]
     # ZeRO across GPUs: the peak estimate does not model the sharding.
     zero = run_json("train", "gpt2", "--seq", "256", "--gpus", "2", "--zero-stage", "3", "--gpu", "T4")
     assert zero["required"]["basis"] == "upper_bound" and "ZeRO" in zero["required"]["why_not_peak"]

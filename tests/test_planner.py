@@ -5,6 +5,7 @@ import json
 import pytest
 
 import memmath as mm
+from memmath.decision import VerdictRefused
 from memmath_lessons.reference import paper_setups
 
 RTX_4090 = 24564 * 2**20  # nvidia-smi's 24564 MiB on an RTX 4090
@@ -260,30 +261,23 @@ def _largest_by_hand(per_unit, available, cap=10**7):
     return n
 
 
-def test_largest_batch_that_fits_by_hand():
-    # 512 tokens: 512 x 4,604,928 = 2,357,723,136 B per sequence; with nothing reserved 28 sequences fit
-    # (13.54e9 + 28 x 2.36e9 = 79.56e9, x 1.05 = 83.54e9 <= 85.52e9; 29 would need 86.01e9).
+def test_the_searches_refuse_the_textbook_model_asked_for_by_name():
+    # The textbook sum grows linearly: 512 tokens would be 512 x 4,604,928 = 2,357,723,136 B per sequence, so 28
+    # sequences on an H100 with nothing reserved (13.54e9 + 28 x 2.36e9 = 79.56e9, x 1.05 = 83.54e9 <= 85.52e9).
+    # But that sum counts what the blocks keep, not the step's peak: a search on it would answer for a run the card
+    # may not hold, so it is refused by name, with what gives an answer.
     assert _largest_by_hand(512 * PER_TOKEN, H100) == 28
-    assert mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, reserved_bytes=0, **ZERO1) == 28
-    # 2 GiB reserved: one sequence fewer.
-    assert mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, reserved_bytes=2 * 2**30,
-                                      **ZERO1) == _largest_by_hand(512 * PER_TOKEN, H100 - 2 * 2**30) == 27
-    # A cap below the answer is the answer; a run whose fixed part alone overflows has none.
-    assert mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, max_batch=7, **ZERO1) == 7
+    for search in (lambda: mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, **ZERO1),
+                   lambda: mm.planner.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=1, **ZERO1)):
+        with pytest.raises(VerdictRefused, match="asked for by name") as refused:
+            search()
+        assert "drop --activations textbook" in str(refused.value)
+    # A cap below the answer is the answer; a run whose fixed part alone overflows has none (on the peak).
+    assert mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=512, max_batch=7, **LORA_RUN) == 7
     assert mm.planner.largest_batch_that_fits("llama-2-70b", "RTX 4090", seq_len=512, precision="bf16",
-                                      optimizer="adamw") is None
+                                              optimizer="adamw") is None
     with pytest.raises(ValueError, match="seq_len"):
-        mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=None, **ZERO1)
-
-
-def test_longest_sequence_that_fits_by_hand():
-    # One sequence, nothing reserved: the largest s with (13.54e9 + s x 4,604,928) x 1.05 <= 85.52e9.
-    assert _largest_by_hand(PER_TOKEN, H100) == 14_746
-    assert mm.planner.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=1, reserved_bytes=0,
-                                         **ZERO1) == 14_746
-    # Two sequences: 2 x 4,604,928 B per token.
-    assert mm.planner.longest_sequence_that_fits("llama-2-7b", "H100 80GB", batch_size=2, reserved_bytes=0,
-                                         **ZERO1) == _largest_by_hand(2 * PER_TOKEN, H100)
+        mm.planner.largest_batch_that_fits("llama-2-7b", "H100 80GB", seq_len=None, **LORA_RUN)
 
 
 def test_the_searches_stop_where_the_planner_says_it_stops_fitting():

@@ -141,9 +141,11 @@ def test_a_traced_type_keeps_its_verdict(capsys):
     plan = mm.plan_training("llama-3-8b", "RTX 4090", method=mm.QLoRA(rank=8, targets=("q", "v")), batch_size=4,
                             seq_len=2048, checkpointing=True)
     assert plan.requirement.basis == "peak" and plan.fits is True
-    # the textbook model chosen for a traced type is the user's choice, judged as before (a sum of the parts)
+    # the textbook model chosen by name for a traced type counts what the blocks keep, not the step's peak: a floor and
+    # no verdict, with what gives one
     chosen = mm.plan_training("llama-3-8b", "H100 80GB", method=mm.LoRA(), seq_len=512, activations="textbook")
-    assert chosen.requirement.basis == "sum of parts" and chosen.fits is True
+    assert chosen.requirement.basis == "floor" and chosen.fits is None
+    assert "asked for by name" in chosen.requirement.reason and "drop --activations textbook" in chosen.requirement.fix
     assert mm.planner.longest_sequence_that_fits("llama-3-8b", "H100 80GB", method=mm.LoRA()) > 0
 
 
