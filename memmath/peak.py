@@ -41,9 +41,11 @@ Backward
     first block; where the blocks differ each is its own layout's recompute (the first block's: the largest
     of the layouts up to it, which backward recomputes after it); a record's recompute_held adds what a MoE block's
     backward makes before its recomputation and holds through it (Llama 4: its experts' E t x h output gradient)
-    in a recomputed block's attention backward (checkpointing, where the block's trace marks a moment wider than
-    its MLP's: gpt-oss's sink attention): the block inputs, the gradients so far and what the trace says that
-    moment holds (ActivationParts.recompute_backward_live), for the last and the first block; a record's
+    at a recomputed block's widest backward op (checkpointing; the block's trace marks each: SDPA, whose backward
+    holds its output's gradient and q's, k's and v's; every RMSNorm, whose fp32 backward holds five copies of its
+    input's size; gpt-oss's sink attention): the block inputs, the gradients so far (the block's own too, an upper
+    bound) and what the block saved up to that op plus the op's own (ActivationParts.recompute_backward_live), for
+    the last and the first block; a record's
     norm_backward_widths makes a checkpointed block's W its widest norm's backward where that is wider (Gemma 4)
     at the embeddings: every gradient, plus a temporary V*h*e when the embedding is tied to the
     head (its second gradient is added into the first); with checkpointing and frozen embeddings,
@@ -566,14 +568,14 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
                     gradients=later_grads * two, unset=(s.g_embed + s.g_block) * two)
         inside = parts.recompute_backward_live
         if is_ndarray(inside) or inside:
-            # A recomputed block whose backward is widest past its MLP (its trace says what it holds then: gpt-oss's
+            # A recomputed block's widest backward op (its trace says what it holds then: SDPA, an RMSNorm, gpt-oss's
             # sink attention): the block inputs, the gradients so far (the block's own too, an upper bound: its
             # attention's are not made yet), the gradient arriving at the block and that moment's tensors
-            moments.add("backward", "in the last block's recomputed attention backward: every block input, "
+            moments.add("backward", "in the last block's recomputed backward at its widest op: every block input, "
                         "head-side gradients", s.embeddings_alloc + parts.blocks + parts.tables + s.g_head_side
                         + s.g_block + t * h * e + inside, saved=s.embeddings_alloc + parts.blocks + parts.tables,
                         gradients=s.g_head_side + s.g_block, unset=grads - s.g_head - s.g_block)
-            moments.add("backward", "in the first block's recomputed attention backward: its input, every gradient "
+            moments.add("backward", "in the first block's recomputed backward at its widest op: its input, every gradient "
                         "but the embeddings'", (s.embeddings_alloc + e * t * h + parts.tables + later_grads + s.g_block
                                                 + t * h * e + inside) * two,
                         saved=(s.embeddings_alloc + e * t * h + parts.tables) * two,

@@ -105,6 +105,15 @@ class Trace:
     def bytes_in(self, region):
         return sum((nbytes for where, _, nbytes in self.saved.values() if where == region), 0)
 
+    def backward_moment(self, work):
+        """A moment of this block's backward, at the op traced last: what the block saved up to it (backward has
+        freed what later ops saved) plus `work`, what that op's backward holds besides; the widest is kept
+        (peak.py prices it for a recomputed block: ActivationParts.recompute_backward_live)."""
+        moment = self.bytes_in(self.region) + work
+        earlier = self.__dict__.get("backward_live", 0)
+        self.__dict__["backward_live"] = np.maximum(earlier, moment) if is_ndarray(moment) or is_ndarray(earlier) \
+            else max(earlier, moment)
+
     def terms(self, region, label=None):
         rows: dict[str, object] = {}
         for where, what, nbytes in self.saved.values():
@@ -241,6 +250,8 @@ class Trace:
         if x.grad:
             self.save(x32, f"{name} input in fp32")
             self.save(rsqrt, f"{name} rsqrt")
+        if x.grad:  # its fp32 backward: x * rsqrt's, mean's and pow(2)'s gradients, five of x's size at once
+            self.backward_moment(5 * x.numel * 4)  # (CPU profiles of Qwen3's q/k norms and Gemma 2's sandwich norms)
         normed = y if src == 4 or weight_fp32 or plus_one else self.tmp(x.numel, src, y)
         normed.grad = x.grad
         if trainable:
@@ -423,6 +434,8 @@ class Trace:
                 self.save(out, f"{name} SDPA output")
                 if mask is not None:
                     self.save(mask, f"{name} mask in the query's dtype (SDPA input, b x s x s)")
+                # its backward: the output's gradient and the gradients of q, k and v it returns, together
+                self.backward_moment(n * self.compute + (q.numel + k.numel + v.numel) * self.compute)
             return out  # the output projection reads it through a view
         elem = 4 if kind == "math" else self.compute  # the CPU math kernel upcasts 16-bit inputs to fp32
         what = "bf16 " if self.autocast else "fp32 " if kind == "math" and self.e != 4 else ""

@@ -98,7 +98,7 @@ def test_a_split_is_refused_by_name():
         with pytest.raises(ValueError, match="blocks differ"):
             mm.Run(model=shape, seq_len=512, n_gpus=2, **degrees)
     # data parallelism with ZeRO is modelled: every GPU holds a shard of every block
-    run = mm.Run(model=shape, seq_len=512, n_gpus=8, zero_stage=3, activations="textbook")
+    run = mm.Run(model=shape, seq_len=512, n_gpus=8, zero_stage=3)
     assert mm.training_memory(run).weights == 2 * 400_711_848_960 // 8  # bf16, an even eighth of every tensor
     assert mm.bounds.applies(run)  # ZeRO's sharded run has a safe bound on its parts ...
     # ... and llama4_text is traced (tests/test_families_llama4_trace.py): that safe upper bound, not a floor

@@ -67,7 +67,6 @@ _FROZEN_RECOMPUTE = ("held-out case, estimate 7.0-7.3% low in the backward pass:
 KNOWN_PEAK_MISSES = {
     ("first", "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112"): _CKPT_DROPOUT,
     ("steady", "llama-wide/fp32/sgd_momentum/lora4-qv-fp32/sdpa/drop/ckpt/b2s112"): _CKPT_DROPOUT,
-    ("steady", "llama-wide/bf16/adamw/freeze3/sdpa/nodrop/ckpt/b3s48"): _FROZEN_RECOMPUTE,
     ("steady", "bert-wide/bf16/adamw/freeze3/sdpa/nodrop/ckpt/b3s48"): _FROZEN_RECOMPUTE,
 }
 STEP_COLUMN = {"first": "peak_step1_bytes", "steady": "peak_step2_bytes"}

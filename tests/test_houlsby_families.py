@@ -58,16 +58,15 @@ HELD_OUT = dict(vocab_size=512, hidden_size=96, intermediate_size=160, num_hidde
                 num_key_value_heads=3, head_dim=16, use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 STEPPED = ("mistral", "qwen3", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3", "exaone4", "cohere2")
 # Measured, peak / measured - 1 of step 2 (CPU, torch 2.13, transformers 5.24): without checkpointing +0.02% to +0.04%
-# in every case; with checkpointing -0.95% to -4.77% (exaone4 and olmo3 fp32 -4.8%) but in Gemma 2 and Gemma 3 fp32.
-CHECKPOINTED_SHORT = {("gemma2", "fp32"): -0.0611, ("gemma2", "bf16"): -0.0768, ("gemma3_text", "fp32"): -0.0706}
+# in every case. With checkpointing the recomputed block's backward first missed (-0.95% to -4.77%; Gemma 2 -6.1% and
+# -7.7%, Gemma 3 fp32 -7.1%): its fp32 RMSNorm backward holds five temporaries of the norm's input size beside what the
+# block saved up to that norm (CPU profiles of these steps), which Gemma's norms after each sublayer reach with the
+# whole block still saved. Priced since as moments of their own (trace.py backward_moment), a change made after these
+# held-out cases were seen: -0.40% to -2.87% in all 36.
 # Query heads wider than the hidden size (Qwen3's and Seed-OSS's default head_dim of 128, here 6 x 128 = 768 against
-# h = 96): checkpointed steps peak 11-21% above the prediction, and the same with LoRA and full finetuning (qwen3
-# bf16: LoRA -20.3%, full -10.3%), so it is not the adapters: the CPU profile of qwen3's bf16 LoRA step peaks in
-# PowBackward0 of Qwen3RMSNorm's q/k norm, whose fp32 backward temporaries are t x a x d wide (768 here), wider than
-# the block working set peak.py prices (t x h and the MLP's t x I); see
-# test_wide_query_heads_under_checkpointing_are_short.
-WIDE_HEADS = {("qwen3", "fp32"): -0.1119, ("qwen3", "bf16"): -0.2130, ("seed_oss", "fp32"): -0.1220,
-              ("seed_oss", "bf16"): -0.1115}
+# h = 96) missed by 11-21% the same way (the q/k norms and SDPA's backward are t x a x d wide, more than the t x h and
+# t x I moments priced before) and now come within -1.4% to -2.2%.
+WIDE_HEADS = (("qwen3", "bf16"), ("qwen3", "fp32"), ("seed_oss", "bf16"), ("seed_oss", "fp32"))
 
 
 def _stepped(torch, transformers, peft, config, precision, checkpointing):
@@ -94,23 +93,16 @@ def test_held_out_steps_save_what_the_trace_saves_and_peak_within_a_tenth_of_a_p
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("model_type", STEPPED)
 def test_held_out_checkpointed_steps_peak_within_five_percent(torch, transformers, peft, model_type, precision):
-    """tests/test_fidelity.py's tolerance; Gemma 2 and Gemma 3 in fp32 fall short of it (CHECKPOINTED_SHORT)."""
-    if (model_type, precision) in CHECKPOINTED_SHORT:
-        pytest.xfail(f"{CHECKPOINTED_SHORT[model_type, precision]:.1%} under the measured peak: the recomputed block's "
-                     "attention backward (fp32 softmax, GemmaRMSNorm's fp32 copies) is wider than peak.py's block working set")
+    """tests/test_fidelity.py's tolerance."""
     config = dict(HELD_OUT, model_type=model_type, **PLACED[model_type])
     _, peak, measured = _stepped(torch, transformers, peft, config, precision, checkpointing=True)
     assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.05, peak / measured["peak_step2_bytes"] - 1
 
 
 @pytest.mark.live
-@pytest.mark.parametrize("model_type, precision", sorted(WIDE_HEADS))
-def test_wide_query_heads_under_checkpointing_are_short(torch, transformers, peft, model_type, precision):
+@pytest.mark.parametrize("model_type, precision", WIDE_HEADS)
+def test_wide_query_heads_under_checkpointing_peak_within_five_percent(torch, transformers, peft, model_type,
+                                                                      precision):
     config = dict(HELD_OUT, model_type=model_type, **PLACED[model_type], head_dim=128)
     _, peak, measured = _stepped(torch, transformers, peft, config, precision, checkpointing=True)
-    shortfall = peak / measured["peak_step2_bytes"] - 1
-    if shortfall < -0.05:
-        pytest.xfail(f"{shortfall:.1%} under the measured peak (recorded {WIDE_HEADS[model_type, precision]:.1%}): with "
-                     "query heads wider than the hidden size the recomputed q/k norms' fp32 backward (t x a x d) outgrows "
-                     "peak.py's block working set, with any method")
-    assert abs(shortfall) < 0.05
+    assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.05, peak / measured["peak_step2_bytes"] - 1

@@ -463,9 +463,7 @@ def grad_accum_summary() -> tuple[pd.DataFrame, list[str]]:
 
 
 # Why a recorded sliding-window peak misses 5% (tests/test_sliding_window.py lists the same).
-SLIDING_MISS_REASON = ("LoRA with checkpointing at 128 tokens: a recomputed block's fp32 RMSNorm backward holds h-wide "
-                       "fp32 temporaries beyond peak.py's backward working set (not the window: LLaMA without one "
-                       "misses the same way)")
+SLIDING_MISS_REASON = "not explained by memmath's model: a regression to find"
 
 
 def sliding_summary() -> tuple[pd.DataFrame, list[str]]:

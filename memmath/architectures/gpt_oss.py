@@ -110,7 +110,7 @@ def sink_attention(tr: Trace, shape, q: Tensor, k: Tensor, v: Tensor, trainable:
     tr.use(combined)
     if grad:
         tr.save(indices, "attention sink-softmax max indices (int64)")
-        tr.__dict__["backward_live"] = tr.bytes_in(tr.region) + sink_backward_work(tr, rows, n, e)
+        tr.backward_moment(sink_backward_work(tr, rows, n, e))
     shifted = tr.new(rows * (s + 1), e, grad)
     tr.use(combined, top)
     probs = tr.new(rows * (s + 1), e, grad)  # F.softmax(..., dtype=combined_logits.dtype)
