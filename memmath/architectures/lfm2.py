@@ -68,4 +68,5 @@ ARCHITECTURE = Architecture(
     all_linear_refusal=_shortconv.all_linear_refusal, tp_plan={}, final_norm_module="embedding_norm",
     kv_cache_values=_shortconv.kv_cache_values, state_bytes=_shortconv.state_bytes, prefill_phases=None,
     trace_block=_shortconv.block, mixer_kernels=_shortconv.KERNELS,
+    checkpointed_peak_refusal=_shortconv.CHECKPOINTED_PEAK_REFUSAL,
 )

@@ -139,4 +139,5 @@ ARCHITECTURE = Architecture(
     final_norm_module="embedding_norm", kv_cache_values=_shortconv.kv_cache_values,
     state_bytes=_shortconv.state_bytes, prefill_phases=None,
     trace_block=partial(_shortconv.block, moe=moe), mixer_kernels=_shortconv.KERNELS,
+    checkpointed_peak_refusal=_shortconv.CHECKPOINTED_PEAK_REFUSAL,
 )
