@@ -156,8 +156,8 @@ KERNELS = "causal-conv1d's kernels"
 # Measured on the CPU (tests/test_families_lfm2_trace.py's held-out steps, b 2, s 64, SDPA): with checkpointing the
 # steady step peaked above the prediction (the moment's missing tensors not found): such a run keeps a floor
 CHECKPOINTED_PEAK_REFUSAL = ("with checkpointing, held-out CPU steps peaked 0.3-1.1% (full finetuning) and 1.4-3.3% "
-                             "(LoRA) above memmath's prediction (a recomputed block's backward, not found); without "
-                             "checkpointing within 0.03%")
+                             "(LoRA) above memmath's prediction, in a recomputed block's MLP backward (what is missing "
+                             "there not all found); without checkpointing within 0.03%")
 
 
 def llama_named(p: Pass) -> Pass:
