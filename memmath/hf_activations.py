@@ -267,6 +267,10 @@ class ActivationParts:
     # arriving at it, where that is not at its MLP's start (gpt-oss's sink attention backward: the block's tensors
     # saved before that moment and the backward's own), from its trace; 0 where the block's working set prices it
     recompute_backward_live: object = 0
+    # without checkpointing: the bytes of the tables all blocks share (rotary cos and sin) that this layout's blocks
+    # save, and whether a frozen storing block, the first storing block and the later blocks save them; read by
+    # _mixed_parts when the last block's layout saves none (LFM2's convolution blocks after its attention blocks)
+    shared_saved: tuple = ()
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -405,6 +409,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     tr = new_trace()
     rope = (tr.new(rope_rows * dm["rd"], e, shared=True), tr.new(rope_rows * dm["rd"], e, shared=True))
     first_layer, frozen_per, frozen_storing, recompute, held_to_end, backward_live = None, 0, 0, 0, 0, 0
+    shared_saved = ()
     sliding_extra, block_extras = 0, ()
     if checkpointing:
         tr.region = "block"
@@ -438,6 +443,8 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
     else:
         frozen_blocks_store = isinstance(method, Freeze) and setup.embeddings and _positive_any(frozen)
 
+        shared_by = []  # whether the shared tables are saved after the frozen, the first and the later blocks
+
         def stored_blocks(tr, rope, mask):
             """(each frozen block, each block, first block): the bytes saved, each block traced with or without
             its SDPA mask tensor."""
@@ -445,15 +452,19 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
             if frozen_blocks_store:
                 y = block(tr, "frozen block", y, False, rope, mask)
                 y = block(tr, "each frozen block", y, False, rope, mask)
+            shared_by.append(frozen_blocks_store and _positive_any(tr.bytes_in("outside")))
             y = block(tr, "first block", y, True, rope, mask)
+            shared_by.append(_positive_any(tr.bytes_in("outside")))
             # the blocks after the first storing one get an input that needs a gradient, also those of a layout
             # without LoRA's targets (found: Llama 4's dense blocks between its MoE blocks, LoRA on the experts only)
             y.grad = True
             block(tr, "each block", y, True, rope, mask)
+            shared_by.append(_positive_any(tr.bytes_in("outside")))
             return tr.bytes_in("each frozen block"), tr.bytes_in("each block"), tr.bytes_in("first block")
 
         uniform = len(set(masked)) == 1
         frozen_per, per_layer, first = stored_blocks(tr, rope, masked[0] and uniform)
+        shared_saved = (tr.bytes_in("outside"), *shared_by[:3])
         first_terms = tr.terms("first block")
         if frozen_blocks_store:
             frozen_storing = frozen
@@ -570,7 +581,27 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         block_live=live.peak_live(), head_live=chosen.peak_live(),
         # (and a gradient its trace says backward holds when the recomputation starts: gpt-oss's experts' unsort)
         recompute_live=again.peak_live() + again.__dict__.get("recompute_arrival", 0) if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
-        sliding_extra=sliding_extra, held_to_backward_end=held_to_end, recompute_backward_live=backward_live)
+        sliding_extra=sliding_extra, held_to_backward_end=held_to_end, recompute_backward_live=backward_live,
+        shared_saved=shared_saved)
+
+
+def _shared_tables_elsewhere(traced, last, among, n, first, frozen_storing, storing):
+    """Bytes of the tables every block shares (the rotary cos and sin) that the blocks of a layout other than the
+    last block's save, where the last block's layout saves none of them (0 otherwise): each layout's trace says whether
+    its frozen storing blocks, its first storing block and its later blocks save them (ActivationParts.shared_saved);
+    they are saved once if any block of that layout in that place does."""
+    if not last.shared_saved or _positive_any(last.shared_saved[0]):
+        return 0
+    shared = 0
+    for _, blocks, parts in traced:
+        if parts is last or not parts.shared_saved:
+            continue
+        nbytes, frozen_saves, first_saves, later_saves = parts.shared_saved
+        places = ((among(blocks, first - frozen_storing, first) if frozen_saves else 0)
+                  + (among(blocks, first, first + 1) if first_saves else 0)
+                  + (among(blocks, first + 1, n) if later_saves else 0))
+        shared = larger(shared, pick(_positive(places * _positive(storing)), nbytes, 0))
+    return shared
 
 
 def _first_adapted_block(shape: ModelShape, method) -> int:
@@ -654,8 +685,12 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
                 "the other block layouts' sliding-window blocks: SDPA mask and k/v repeated to every head")
         terms += (("outside", what, masked_extra),)
         last = replace(last, tables=last.tables + masked_extra, sliding_extra=last.sliding_extra + masked_extra)
+    shared = _shared_tables_elsewhere(traced, last, among, n, first, frozen_storing, storing)
+    if _positive_any(shared):  # the rotary tables the last block's layout never saves (LFM2's convolution blocks)
+        terms += (("outside", "rotary cos and sin tables, saved by the blocks of another block layout", shared),)
+        last = replace(last, tables=last.tables + shared)
     estimate = replace(estimate, other_layouts=extra, recompute_peak=recompute * _positive(storing), terms=terms,
-                       outside_layers=estimate.outside_layers + masked_extra)
+                       outside_layers=estimate.outside_layers + masked_extra + shared)
     extras = last.block_extras or (0,) * n
     if widths:
         for _, _, parts in traced:

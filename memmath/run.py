@@ -342,6 +342,13 @@ def _check_padded(shape: ModelShape, method, name: str = "padded") -> None:
     if shape.family != "llama" or shape.vision is not None:
         raise validate.FieldError(name, f"{name}=True is modelled for LLaMA-layout decoders (Llama, Mistral, Qwen, "
                                   f"Gemma, Phi-3); got a {shape.family} model")
+    record = shape.architecture
+    if record is not None and record.mixer_kernels:
+        # LFM2's Lfm2ShortConv (and the other linear-attention and Mamba-2 mixers) multiply their input by the padding
+        # mask (apply_mask_to_padding_states, modeling_lfm2.py): a step of the forward the trace does not replay
+        raise validate.FieldError(name, f"{name}=True is not modelled for {record.title}: its mixers multiply their "
+                                  "input by the batch's padding mask, which the trace does not replay; pass "
+                                  "sequences of one length")
     if isinstance(method, DPO):
         raise validate.FieldError(name, f"{name}=True is not modelled for DPO yet (its chosen and rejected "
                                   "sequences' masks are not traced)")

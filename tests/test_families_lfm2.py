@@ -218,7 +218,8 @@ def test_textbook_activations_leave_the_attention_kernel_out_of_conv_blocks():
     saved = {kind: mm.training_memory(mm.Run(shape, seq_len=s, attention=kind, activations="textbook")).activations
              for kind in ("eager", "sdpa")}
     assert saved["eager"] - saved["sdpa"] == 6 * (32 * s * s * 2 - 4 * 32 * s)
-    assert not shape.architecture.traced  # the convolution's CUDA kernels are not the CPU fallback
+    # the trace replays the PyTorch path only (tests/test_families_lfm2_trace.py): a run names which one it takes
+    assert shape.architecture.mixer_kernels == "causal-conv1d's kernels"
 
 
 @pytest.mark.parametrize("config, field", [

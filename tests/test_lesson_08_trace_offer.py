@@ -12,10 +12,11 @@ NAME = "08_planner"
 
 
 def test_an_untraced_preset_is_offered_the_trace_with_its_published_fields():
-    outputs, defs = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(list(mm.PRESETS), value="lfm2-1.2b"))
+    outputs, defs = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(list(mm.PRESETS),
+                                                                          value="qwen3-next-80b-a3b"))
     assert lessons.bad_text(outputs) == []
-    # LiquidAI/LFM2-1.2B's config.json: hidden_size 2048, 16 layers.
-    assert defs["trace_config"]["model_type"] == "lfm2" and defs["trace_config"]["hidden_size"] == 2048
+    # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: hidden_size 2048, 48 layers.
+    assert defs["trace_config"]["model_type"] == "qwen3_next" and defs["trace_config"]["hidden_size"] == 2048
     text = lessons.plain_text(outputs)
     assert "memmath does not trace this model type's activations" in text
 

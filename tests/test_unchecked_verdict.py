@@ -2,7 +2,11 @@
 its activations by the textbook model (Korthikanti et al. 2022), which is not checked against PyTorch for it, so
 memmath judges only the floor under the step (every part but the activations): "does not fit" where even the floor
 fails the card, else the verdict is refused by name (fits is None), with what would give the activations. The same
-everywhere: the API, the command line's text, --json and exit status, the planner's searches and lesson 8."""
+everywhere: the API, the command line's text, --json and exit status, the planner's searches and lesson 8.
+
+LFM2 is traced along transformers' PyTorch path only (Run(mixer_kernels='torch')): a GPU run, whose mixer_kernels
+default to causal-conv1d's CUDA kernels, counts its activations unchecked the same way, the reason naming
+--mixer-kernels torch (the run that gets a verdict) where an untraced type's names --traced."""
 
 from __future__ import annotations
 
@@ -47,7 +51,9 @@ def test_the_floor_is_the_parts_without_activations_by_hand():
     assert need.memory.activations > 0 and int(need.memory.total) == LFM2_FLOOR + int(need.memory.activations)
     assert "'lfm2'" in need.reason and "not checked against PyTorch" in need.reason
     assert f"{LFM2_FLOOR:,} B" in need.reason
-    assert "memmath train MODEL --traced" in need.reason and "memmath measure MODEL" in need.reason
+    assert "--mixer-kernels torch" in need.reason and "causal-conv1d's kernels" in need.reason
+    # the same run on transformers' PyTorch path gets the step's peak
+    assert mm.requirement("lfm2-1.2b", mixer_kernels="torch", **LFM2_RUN).basis == "peak"
 
 
 def test_a_floor_that_fits_is_no_verdict_never_fits():
@@ -75,7 +81,7 @@ def test_the_command_line_refuses_the_verdict_with_exit_status_3(capsys):
     assert status == 3 and err == ""
     assert "no verdict" in out and "fits, with" not in out
     assert "Floor: all but the activations" in out and f"{LFM2_FLOOR:,}" in out
-    assert "memmath train MODEL --traced" in out and "memmath measure MODEL" in out
+    assert "--mixer-kernels torch" in " ".join(out.split())
     with pytest.raises(SystemExit):  # documented: a refused verdict is not "does not fit"
         main(["train", "--help"])
     assert "3 no verdict" in " ".join(capsys.readouterr().out.split())
@@ -126,7 +132,9 @@ def test_a_sharded_run_is_refused_not_bounded(capsys, sharding):
 def test_the_searches_refuse_by_name(search):
     with pytest.raises(VerdictRefused, match="not checked against PyTorch") as refused:
         search()
-    assert isinstance(refused.value, ValueError) and "--traced" in str(refused.value)
+    # an untraced type's fix is PyTorch's own trace; LFM2's the run on the PyTorch path its trace replays
+    fix = "--mixer-kernels torch" if "'lfm2'" in str(refused.value) else "--traced"
+    assert isinstance(refused.value, ValueError) and fix in str(refused.value)
 
 
 def test_plan_layout_on_the_command_line_refuses_with_exit_status_3(capsys):

@@ -10,6 +10,9 @@ lfm2 and lfm2_moe records: two block kinds, chosen per block by config layer_typ
 - each block registers its mixer (self_attn or conv), its MLP (feed_forward: w1, w3, w2 SwiGLU, or LFM2-MoE's
   experts and router), then its two RMSNorms (operator_norm, ffn_norm); the final norm is embedding_norm.
 
+The trace (block, short_conv) replays transformers' PyTorch path of the convolution (Run(mixer_kernels='torch'));
+causal-conv1d's CUDA kernels (KERNELS) save other tensors, and a run that says it takes them gets no verdict.
+
 peft matches target names by the module's own name: "out_proj" adapts the convolution block's out_proj as well as
 the attention's, and "all-linear" adapts in_proj too, which no memmath target name covers (all_linear_refusal).
 """
@@ -17,11 +20,14 @@ the attention's, and "all-linear" adapts in_proj too, which no memmath target na
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .. import validate
 from ..states import ShortConv, values_bytes
+from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import ParamTensor, linear, norm
+from ._steps import Pass
 
 CONV = "conv"  # ModelShape.block_kind of a short-convolution block (transformers' layer type "conv")
 ATTENTION = "full_attention"
@@ -139,6 +145,81 @@ def all_linear_refusal(m) -> str:
     return ("peft's all-linear also adapts each short-convolution block's in_proj (h -> 3h), which memmath's target "
             "names do not cover; name the targets instead (q, k, v and o reach the attention blocks, o each conv "
             "block's out_proj too)")
+
+
+# ---- the forward pass (transformers' PyTorch path: Run(mixer_kernels='torch')) --------------------------------
+# The LLaMA steps' names of LFM2's modules (peft names them by the module's own name: out_proj, w1, w3, w2)
+LLAMA_NAMES = {"out_proj": "o_proj", "w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
+# The CUDA kernels transformers calls in place of the PyTorch convolution where the package is installed
+# (use_kernel_func_from_hub_with_fallback("causal_conv1d_fn", "causal_conv1d"), modeling_lfm2.py)
+KERNELS = "causal-conv1d's kernels"
+# Measured on the CPU (tests/test_families_lfm2_trace.py's held-out steps, b 2, s 64, SDPA): with checkpointing the
+# steady step peaked above the prediction (the moment's missing tensors not found): such a run keeps a floor
+CHECKPOINTED_PEAK_REFUSAL = ("with checkpointing, held-out CPU steps peaked 0.3-1.1% (full finetuning) and 1.4-3.3% "
+                             "(LoRA) above memmath's prediction, in a recomputed block's MLP backward (what is missing "
+                             "there not all found); without checkpointing within 0.03%")
+
+
+def llama_named(p: Pass) -> Pass:
+    """The pass with LFM2's adapted module names as _decoder's attention and MLP steps ask for them."""
+    return replace(p, lora_modules=frozenset(LLAMA_NAMES.get(m, m) for m in p.lora_modules))
+
+
+def product(tr: Trace, x: Tensor, y: Tensor, name: str, x_what: str, y_what: str) -> Tensor:
+    """x * y: MulBackward0 keeps y for x's gradient and x for y's (views keep their whole storage)."""
+    if x.grad:
+        tr.save(y, f"{name} {y_what}")
+    if y.grad:
+        tr.save(x, f"{name} {x_what}")
+    out = tr.new(x.numel, tr.e, x.grad or y.grad)
+    tr.use(x, y)
+    return out
+
+
+def short_conv(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """Lfm2ShortConv.forward on the normalized input x (t x h) along transformers 5.24's PyTorch path
+    (modeling_lfm2.py causal_conv1d_fn, no padding mask): in_proj (h -> 3h), whose output B, C and x are three views
+    (transpose, chunk); B * x keeps that whole storage; F.conv1d over it, padded by conv_L_cache - 1 on both sides,
+    keeps its input (b x h x s) and returns b x h x (s + L - 1) values, of which the first s are read through a view;
+    C * that view keeps the whole convolution output; transpose(-1, -2).contiguous() copies the product for out_proj.
+    With the cache (use_cache) update_conv_state first allocates the conv state (b x h x L zeros, the model's dtype)
+    and copies the last L columns into it, alive to the forward's end."""
+    t, h, b, s = tr.t, shape.hidden_size, tr.b, tr.s
+    width = shape.linear_attention.conv_kernel
+    bcx = tr.linear(x, t * 3 * h, trainable, p.lora_of("in_proj"), "in_proj")
+    gate_b, gate_c, inner = (Tensor(t * h, bcx.elem, bcx.grad, bcx.storage) for _ in range(3))
+    gated = product(tr, gate_b, inner, "B * x", "in_proj output (B)", "in_proj output (x)")
+    if p.cache:  # DynamicCache's LinearAttentionLayer.lazy_initialization: torch.zeros, then copy_
+        state = tr.new(b * h * width, tr.e)
+        tr.use(gated)
+        state.storage.kept = True  # the cache holds it to the end of the forward pass
+        tr.__dict__.setdefault("kv_copies", []).append(state.storage)
+    conv = tr.new(b * h * (s + width - 1), tr.e, gated.grad or trainable)
+    if conv.grad:  # ConvolutionBackward0 keeps its input even for a frozen weight (measured: LoRA on q and v)
+        tr.save(gated, "convolution input (B * x)")
+    tr.use(gated)
+    out = Tensor(t * h, conv.elem, conv.grad, conv.storage)  # [:, :, :seq_len]
+    y = product(tr, gate_c, out, "C * conv", "in_proj output (C)", "convolution output (b x h x (s + L - 1))")
+    merged = tr.new(t * h, tr.e, y.grad)  # y.transpose(-1, -2).contiguous()
+    tr.use(y)
+    return tr.linear(merged, t * h, trainable, p.lora_of("out_proj"), "out_proj")
+
+
+def block(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass, *, moe=None) -> Tensor:
+    """Lfm2DecoderLayer / Lfm2MoeDecoderLayer: operator_norm, the mixer (Lfm2ShortConv, or Lfm2Attention: _decoder's
+    attention with q_layernorm and k_layernorm over each head), the residual add, then ffn_norm and the MLP:
+    _decoder's SwiGLU on w1, w3, w2, or in a mixture-of-experts block moe(tr, shape, x, trainable, p) (LFM2-MoE's)."""
+    named = llama_named(p)
+    normed = tr.rms_norm(x, trainable, "operator_norm")
+    if shape.block_kind == CONV:
+        mixed = short_conv(tr, shape, normed, trainable, p)
+    else:
+        mixed = _decoder.attention(tr, shape, normed, trainable, named)
+    r1 = tr.add(mixed, x)
+    normed = tr.rms_norm(r1, trainable, "ffn_norm")
+    if shape.n_experts:
+        return tr.add(r1, moe(tr, shape, normed, trainable, p))
+    return tr.add(r1, _decoder.mlp(tr, shape, normed, trainable, named))
 
 
 # ---- the cache -------------------------------------------------------------------------------------------------

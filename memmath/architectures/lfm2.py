@@ -14,8 +14,11 @@ The cache: attention blocks keep keys and values, conv blocks a conv state of h 
 the model's dtype (memmath.states.ShortConv), the same size at any context. Activations: the convolution runs the
 causal-conv1d package's CUDA kernels where it is installed (transformers' use_kernel_func_from_hub_with_fallback) and
 its PyTorch fallback elsewhere (F.conv1d over the input padded by conv_L_cache - 1, the output cut after), whose saved
-tensors differ: traced=False (activations='textbook'). Serving's prefill working set: the plain estimate. No
-tensor-parallel plan (Lfm2Config's base_model_tp_plan splits only the embedding): tp > 1 is refused."""
+tensors differ: the trace (_shortconv.block) replays the PyTorch path, so a run gets a verdict with
+mixer_kernels='torch' (the CPU's) and a floor naming --mixer-kernels torch under the kernels (mixer_kernels). A padded
+batch is refused by name (the conv blocks multiply their input by the padding mask). Serving's prefill working set:
+the plain estimate. No tensor-parallel plan (Lfm2Config's base_model_tp_plan splits only the embedding): tp > 1 is
+refused."""
 
 from __future__ import annotations
 
@@ -64,5 +67,6 @@ ARCHITECTURE = Architecture(
     tensors=_shortconv.tensors, lora_modules=lora_table, module_order=_shortconv.MODULE_ORDER, norms_last=False,
     all_linear_refusal=_shortconv.all_linear_refusal, tp_plan={}, final_norm_module="embedding_norm",
     kv_cache_values=_shortconv.kv_cache_values, state_bytes=_shortconv.state_bytes, prefill_phases=None,
-    traced=False,  # the convolution's kernels differ by device (activations='textbook')
+    trace_block=_shortconv.block, mixer_kernels=_shortconv.KERNELS,
+    checkpointed_peak_refusal=_shortconv.CHECKPOINTED_PEAK_REFUSAL,
 )

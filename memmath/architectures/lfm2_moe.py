@@ -12,15 +12,17 @@ with a dense MLP in the first num_dense_layers blocks and a mixture of experts a
 Four block layouts at most: conv or attention, each dense or MoE. peft 0.21 does not convert lfm2_moe (transformers'
 _MODEL_TO_CONVERSION_PATTERN has no lfm2_moe key), so "w1", "w3" and "w2" adapt the dense blocks' MLPs only, and the
 router and experts are reached as target_parameters (memmath's targets "router" and "experts"), not by all-linear.
-The cache, the activations ('textbook': the convolution's CUDA kernels are not its CPU fallback) and the missing
-tensor-parallel plan are LFM2's (architectures/lfm2.py)."""
+The cache, the activations (traced along the convolution's PyTorch path, mixer_kernels='torch'; the MoE block's router
+and grouped_mm experts: moe below) and the missing tensor-parallel plan are LFM2's (architectures/lfm2.py)."""
 
 from __future__ import annotations
 
 from functools import partial
 
+from ..trace import Tensor, Trace
 from . import _deltanet, _moe, _shortconv
 from ._parts import ParamTensor
+from ._steps import INT64
 from .record import MOE, Architecture, decoder_fields, refuse_true
 
 LFM2_MOE_FIELDS = {
@@ -29,8 +31,9 @@ LFM2_MOE_FIELDS = {
     "intermediate_size": "a dense block's MLP width",
     "num_dense_layers": "blocks with a dense MLP before the mixture-of-experts blocks (another block layout)",
     "num_experts": "routed experts", "moe_intermediate_size": "one expert's width",
-    "norm_topk_prob": "renormalized top-k routing weights (no memory of its own under 'textbook')",
-    "use_expert_bias": "expert_bias, a buffer of num_experts fp32 values in each MoE block (not a parameter)",
+    "norm_topk_prob": "renormalized top-k routing weights (the division keeps the weights and their sum)",
+    "use_expert_bias": "expert_bias, a buffer of num_experts fp32 values in each MoE block (not a parameter); the "
+                       "top-k's indices are kept by a gather instead of topk (the same bytes)",
     "routed_scaling_factor": "a factor on the routing weights (no memory of its own)",
 }
 DEFAULTS = {"num_key_value_heads": 8, "tie_word_embeddings": True, "conv_L_cache": 3, "conv_bias": False,
@@ -74,6 +77,42 @@ def mlp_tensors(m) -> list:
             ParamTensor("feed_forward.gate.weight", "mlp", (e, h))]  # Lfm2MoeTopKRouter: a Parameter
 
 
+def moe(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Tensor:
+    """Lfm2MoeSparseMoeBlock on the normalized input x (t x h), transformers 5.24's default grouped_mm experts:
+    Lfm2MoeTopKRouter's logits F.linear(x, W) (t x E, the model's dtype; _moe.router_logits), sigmoid (keeps its
+    output), the top k (with use_expert_bias: topk of the sigmoid plus the fp32 expert_bias, a temporary whose node
+    nothing keeps, then torch.gather of the sigmoid, which keeps the int64 indices; without: topk, which keeps them),
+    with norm_topk_prob divided by their sum + 1e-6 (keeps the t x k weights and the t x 1 denominator), times
+    routed_scaling_factor (a Python float: keeps nothing), then _moe.routed_experts (the weights in the model's
+    dtype). The fp32 t x E sum with expert_bias is not traced: it dies inside the router, before the experts."""
+    t, e, h = tr.t, tr.e, shape.hidden_size
+    n_exp, rows = shape.n_experts, tr.t * shape.experts_per_tok
+    logits = _moe.router_logits(tr, x, h, n_exp, trainable, p.lora_of("gate.weight"))
+    grad = logits.grad
+    probs = tr.new(t * n_exp, e, grad)  # routing_weights = router_logits.sigmoid()
+    tr.use(logits)
+    if grad:
+        tr.save(probs, "router sigmoid output")
+    indices = tr.new(rows, INT64)
+    values = tr.new(rows, e, grad)
+    tr.use(probs, indices)
+    if grad:
+        tr.save(indices, "router top-k indices (int64)")
+    if shape.norm_topk_prob:  # routing_weights / (routing_weights.sum(dim=-1, keepdim=True) + 1e-6)
+        total = tr.tmp(t, e, values)
+        denominator = tr.new(t, e, grad)
+        tr.use(total)
+        if grad:
+            tr.save(values, "router top-k weights (the division's numerator)")
+            tr.save(denominator, "router top-k sum + 1e-6 (the division's denominator)")
+        divided = tr.new(rows, e, grad)
+        tr.use(values, denominator)
+        values = divided
+    scaled = tr.new(rows, e, grad)  # * routed_scaling_factor
+    tr.use(values)
+    return _moe.routed_experts(tr, shape, x, scaled, trainable, p.lora_of)
+
+
 def lora_table(m) -> dict:
     """peft's names: the mixer's; a dense block's w1, w3, w2; a MoE block's router weight and routed experts (peft's
     ParamWrapper, _moe.lora_table's entries), where w1, w3 and w2 do not exist."""
@@ -99,5 +138,6 @@ ARCHITECTURE = Architecture(
     not_all_linear=("router", "experts"), all_linear_refusal=_shortconv.all_linear_refusal, tp_plan={},
     final_norm_module="embedding_norm", kv_cache_values=_shortconv.kv_cache_values,
     state_bytes=_shortconv.state_bytes, prefill_phases=None,
-    traced=False,  # the convolution's kernels differ by device (activations='textbook')
+    trace_block=partial(_shortconv.block, moe=moe), mixer_kernels=_shortconv.KERNELS,
+    checkpointed_peak_refusal=_shortconv.CHECKPOINTED_PEAK_REFUSAL,
 )
