@@ -36,8 +36,9 @@ What memmath does with the vision parts (the Note kinds in parentheses):
                  the projector's are not counted (vision_activations_not_counted), and the exact
                  activation model refuses a vision-language model (the textbook one answers, said so)
     peak         not modelled as a timeline; a frozen tower's run is judged on an upper bound (decision.py): the
-                 language model's requirement plus the tower's parts, or, for SigLIP under Gemma 3 and Qwen2-VL's
-                 tower, the tower's forward at the most images the sequence holds when that is larger
+                 language model's requirement plus the tower's parts, or, for SigLIP under Gemma 3, CLIP under LLaVA,
+                 Qwen2-VL's and Qwen2.5-VL's towers, the tower's forward at the most images the sequence holds when
+                 that is larger
                  (vision_forward.py); a tower or projector that trains is judged on the sum of the parts
 """
 
@@ -235,8 +236,10 @@ VISION_FIELDS = {
                               out_hidden_size="the merger's output width", in_channels="patch input",
                               patch_size="Conv3d patches", temporal_patch_size="Conv3d patches",
                               spatial_merge_size="the merger's width (hidden_size x merge^2)",
-                              window_size=_NO_PARAMS, fullatt_block_indexes=_NO_PARAMS,
-                              in_chans="not read by Qwen2_5_VLVisionConfig: in_channels counts", hidden_act=_NO_PARAMS),
+                              window_size="no parameters; the windows of the tower's forward (vision_forward.py)",
+                              fullatt_block_indexes="no parameters; the blocks of the tower's forward that attend over "
+                              "whole images", in_chans="not read by Qwen2_5_VLVisionConfig: in_channels counts",
+                              hidden_act="no parameters; the tower's forward is modelled for silu (its default)"),
 }
 
 
@@ -524,6 +527,28 @@ def _vision_config(config: dict, spec: _Wrapper, model_type: str, notes: list) -
     return fields, tower
 
 
+def _window_fields(config: dict, tower: str, vision: dict) -> dict:
+    """Qwen2.5-VL's window attention (Qwen2_5_VLVisionConfig: window_size 112, fullatt_block_indexes (7, 15, 23, 31),
+    hidden_act "silu"), which shapes its forward's memory: {} for the other towers."""
+    if tower != "qwen2_5_vl_vision":
+        return {}
+    raw = _sub_config(config, "vision_config") or {}
+    read = _Reader(raw, "vision_config", dict(window_size=112))
+    # vision_utils.get_vision_window_index divides by window_size // spatial_merge_size // patch_size
+    window = read.count("window_size", 112, low=vision["spatial_merge_size"] * vision["patch_size"])
+    full = raw.get("fullatt_block_indexes")
+    full = (7, 15, 23, 31) if full is None else full
+    if not isinstance(full, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int) for i in full):
+        raise validate.FieldError("vision_config.fullatt_block_indexes", "config field "
+                                  "'vision_config.fullatt_block_indexes' must be a list of block indexes; got "
+                                  f"{validate.describe(full)}")
+    act = raw.get("hidden_act", "silu")
+    if not isinstance(act, str):
+        raise validate.FieldError("vision_config.hidden_act", "config field 'vision_config.hidden_act' must be a "
+                                  f"string; got {validate.describe(act)}")
+    return dict(window=window, full_blocks=tuple(full), act=act)
+
+
 def _tie(config: dict, spec: _Wrapper, text: dict, notes: list, model_type: str) -> bool:
     top = _Reader(config, "", {})
     tie = top.flag("tie_word_embeddings", spec.tie_default)
@@ -571,7 +596,8 @@ def from_multimodal_config(config: dict, read_text):  # a models.ModelShape (mod
     parts = VisionParts(model_type=model_type, tower=tower, text_type=text_type, n_blocks=n_blocks,
                         embeddings=tuple(embeddings), block=tuple(block), post=tuple(post),
                         projector=tuple(projector), image_tokens=image_tokens,
-                        heads=vision.get("num_attention_heads", vision.get("num_heads", 0)))
+                        heads=vision.get("num_attention_heads", vision.get("num_heads", 0)),
+                        **_window_fields(config, tower, vision))
     name = config.get("_name_or_path")
     if name is not None and not isinstance(name, str):
         raise validate.FieldError("_name_or_path", f"config field '_name_or_path' must be a string; got a "

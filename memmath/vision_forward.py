@@ -1,5 +1,5 @@
 """The working memory of a frozen vision tower's forward: the most it allocates at one moment over what was alive when
-it began, for the towers whose forward memmath models (Gemma 3's SigLIP, LLaVA's CLIP, Qwen2-VL's).
+it began, for the towers whose forward memmath models (Gemma 3's SigLIP, LLaVA's CLIP, Qwen2-VL's, Qwen2.5-VL's).
 
 A frozen tower and projector (requires_grad False) given pixels that need no gradient record nothing for backward,
 so each intermediate dies when its last Python reference does, as under no_grad. Each moment below lists what
@@ -43,14 +43,35 @@ merge m):
                (quick_gelu): 3 N f
     merger     ln_q's output N c, then mlp.0's and the GELU's outputs (2 N c) or the GELU's and mlp.2's
                (N c + N / m^2 x out)
+Qwen2.5-VL (modeling_qwen2_5_vl.py Qwen2_5_VisionTransformerPretrainedModel.forward, vision_utils.py; as Qwen2-VL's
+with M = N / m^2 merged patches and windows of w = window_size // m // patch_size merged patches a side):
+    held       as Qwen2-VL's, and get_vision_window_index's window_index (M, int64) and cu_window_seqlens (int32:
+               torch.unique_consecutive's output keeps the storage of its input, one entry per window, empty ones too
+               (each side padded by w - (side % w)), and one)
+    patches    the pixels' copy, the Conv3d's unfolded input (N R in e) and its output N c; then
+               permute_input_for_window_attn's copy of it (2 N c)
+    rotary     as Qwen2-VL's (Qwen2_5_VLVisionAttention: qkv, apply_rotary_pos_emb_vision's fp32 q and k)
+    attention  as Qwen2-VL's, chunk by chunk: the images (t frames each) in fullatt_block_indexes' blocks, the
+               non-empty windows in the others (cu_window_seqlens), their lengths (int32) held
+    MLP        the residual after attention and norm2's output (2 N c); Qwen2_5_VLMLP: silu(gate_proj), up_proj and
+               their product, 3 N f (gate_proj's output dies with the silu)
+    merger     torch.argsort(window_index)'s M int64 held from here; ln_q (Qwen2_5_VLRMSNorm) in fp32: its input's
+               fp32 copy (none in fp32), x^2 or x * rsqrt, its variance and rsqrt (N, fp32) and its output; ln_q's
+               output stays alive through the merger's mlp (nn.Sequential's argument), with mlp.0's and the GELU's
+               outputs (3 N c) or the GELU's and mlp.2's (N c + M out); then mlp.2's output and its re-ordered copy
+               (2 M out)
+    RMSNorm's fp32 moments inside the blocks (norm1, norm2) are below the rotary moment's (4 N c e + 4 N c x 4 over
+    the same held tensors), and the rotary tables' (4 N d fp32 at most) below the attention's.
 Measured on the CPU by validation/vision_forward.py (the cases it holds out were recorded after this model).
 """
 
 from __future__ import annotations
 
+import itertools
+
 from . import validate
 
-MODELLED_TOWERS = ("siglip_vision_model", "clip_vision_model", "qwen2_vl_vision")
+MODELLED_TOWERS = ("siglip_vision_model", "clip_vision_model", "qwen2_vl_vision", "qwen2_5_vl_vision")
 FIXED_SIZE = ("siglip_vision_model", "clip_vision_model")  # every image the config's image_size
 INT64, FP32 = 8, 4
 
@@ -140,6 +161,61 @@ def qwen2_vl_forward(parts, chunks, e: int, attention: str) -> int:
     return max(patches, rotary, attn, mlp, merger)
 
 
+def windows(parts, grid) -> tuple[list, int]:
+    """(the patches of each non-empty window of one image's grid (t, h, w), in attention order; the windows counted
+    with the empty ones), as vision_utils.get_vision_window_index cuts a Qwen2.5-VL image."""
+    t, h, w = grid
+    m = _merge(parts)
+    p = _shape(parts.embeddings, "patch_embed.proj.weight")[-1]
+    side = parts.window // m // p
+    rows, cols = h // m, w // m
+    # each side padded by side - (rows % side): a whole empty window where the side divides it
+    across, down = (cols + side - cols % side) // side, (rows + side - rows % side) // side
+    sizes = [min(side, rows - i * side) * min(side, cols - j * side) * m * m
+             for i in range(down) for j in range(across)]
+    return [n for n in sizes if n > 0] * t, t * across * down
+
+
+def qwen2_5_vl_forward(parts, grids, e: int, attention: str) -> int:
+    """Working bytes of a Qwen2.5-VL tower's forward over images of the grids (t, h, w) (patches a side, as
+    image_grid_thw gives them)."""
+    grids = [tuple(validate.count("patches", n, low=1) for n in g) for g in grids]
+    if not grids:
+        return 0
+    width, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
+    f = _shape(parts.block, "mlp.gate_proj.weight")[0]
+    merge2 = _shape(parts.projector, "mlp.0.weight")[0] // width
+    out = _shape(parts.projector, "mlp.2.weight")[0]
+    d = width // parts.heads
+    images = [g[1] * g[2] for g in grids for _ in range(g[0])]  # each frame its own chunk (get_vision_cu_seqlens)
+    cut = [windows(parts, g) for g in grids]
+    panes = [n for sizes, _ in cut for n in sizes]
+    n_all, rows = sum(images), c * tp * p * p
+    merged = n_all // merge2
+    copy = n_all * rows * e if e != FP32 else 0
+    # the pixels' copy, position ids, cu_seqlens, window_index and cu_window_seqlens
+    index = copy + n_all * 2 * INT64 + (len(images) + 1) * FP32 + merged * INT64 + (sum(k for _, k in cut) + 1) * FP32
+    patches = index + max(n_all * rows * e + n_all * width * e, 2 * n_all * width * e)
+    held = index + 2 * n_all * d * FP32 + n_all * width * e  # the rotary tables and the block's input
+    rotary = held + 4 * n_all * width * e + n_all * width * FP32 * (4 + (2 if e != FP32 else 0))
+
+    def attend(chunks):  # one block's attention over these chunks (as Qwen2-VL's), the earlier chunks' outputs held
+        earlier = [0] + list(itertools.accumulate(chunks))
+        chunk = max((parts.heads * n * n * _softmax_bytes(e) if attention == "eager" else
+                     n * width * e + parts.heads * n * FP32) + earlier[k] * width * e
+                    for k, n in enumerate(chunks))
+        return held + 6 * n_all * width * e + len(chunks) * FP32 + max(chunk, 3 * n_all * width * e)
+
+    blocks = set(range(parts.n_blocks))
+    attn = max([attend(images)] * bool(blocks & set(parts.full_blocks)) + [attend(panes)] * bool(
+        blocks - set(parts.full_blocks)))
+    mlp = held + 2 * n_all * width * e + 3 * n_all * f * e
+    norm = 2 * n_all * width * FP32 + (2 if e != FP32 else 1) * n_all * FP32
+    merger = held + merged * INT64 + max(norm, 3 * n_all * width * e, 2 * n_all * width * e + merged * out * e,
+                                         2 * merged * out * e)
+    return max(patches, rotary, attn, mlp, merger)
+
+
 def _patches(parts) -> int:
     """Patches of one image of a SigLIP or CLIP tower: its position table's rows (CLIP's has the class token's too)."""
     rows = _shape(parts.embeddings, "position_embedding.weight")[0]
@@ -192,11 +268,15 @@ def images_known(parts) -> bool:
 
 
 def modelled(parts) -> bool:
-    """Whether memmath models this tower's forward (MODELLED_TOWERS, inside their wrappers: gemma3, llava, qwen2_vl;
-    LLaVA's projector reading one feature layer)."""
+    """Whether memmath models this tower's forward (MODELLED_TOWERS, inside their wrappers: gemma3, llava, qwen2_vl,
+    qwen2_5_vl; LLaVA's projector reading one feature layer; Qwen2.5-VL's MLP with silu, its default, and a head width
+    that its rotary tables cover, a multiple of 4)."""
     one_layer = parts.tower != "clip_vision_model" or (
         _shape(parts.projector, "linear_1.weight")[1] == _shape(parts.embeddings, "patch_embedding.weight")[0])
-    return images_known(parts) and parts.heads > 0 and one_layer and parts.tower in MODELLED_TOWERS
+    qwen2_5 = parts.tower != "qwen2_5_vl_vision" or (
+        parts.act == "silu" and parts.heads > 0
+        and (_shape(parts.embeddings, "patch_embed.proj.weight")[0] // parts.heads) % 4 == 0)
+    return images_known(parts) and parts.heads > 0 and one_layer and qwen2_5 and parts.tower in MODELLED_TOWERS
 
 
 def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> int:
@@ -206,4 +286,20 @@ def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> in
         return siglip_forward(parts, images, e, attention)
     if parts.tower == "clip_vision_model":
         return clip_forward(parts, images, e, attention)
+    if parts.tower == "qwen2_5_vl_vision":
+        return max(qwen2_5_vl_forward(parts, [grid] * batch, e, attention) for grid in worst_grids(parts, seq_len))
     return qwen2_vl_forward(parts, images, e, attention)
+
+
+def worst_grids(parts, seq_len: int) -> list:
+    """Every grid (1, h, w) of one Qwen2.5-VL image of seq_len merged tokens ((h / m) (w / m) = seq_len): its window
+    attention's chunks follow the image's shape, so the bound takes the largest over them."""
+    m = _merge(parts)
+    small = [a for a in range(1, int(seq_len ** 0.5) + 1) if seq_len % a == 0]
+    return [(1, m * a, m * b) for a in small for b in {seq_len // a} for a, b in ((a, b), (b, a))]
+
+
+def _merge(parts) -> int:
+    """Qwen2-VL's and Qwen2.5-VL's spatial_merge_size m: the merger's mlp.0 reads m^2 patches of the tower's width."""
+    merge2 = _shape(parts.projector, "mlp.0.weight")[0] // _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+    return int(round(merge2 ** 0.5))

@@ -3,7 +3,7 @@
 validation/vision_forward_*.jsonl; the held-out files were recorded after the code they test; the LLaVA steps
 before CLIP's forward was modelled).
 
-Torch-free: the recorded working peaks of tiny Qwen2-VL and Gemma 3 towers, and the recorded peaks of whole training
+Torch-free: the recorded working peaks of tiny Qwen2-VL, Qwen2.5-VL, Gemma 3 and LLaVA towers, and the recorded peaks of whole training
 steps whose language model trains with the tower frozen. Live (skipped without torch and transformers): one tower's
 forward measured again.
 """
@@ -19,7 +19,9 @@ import pytest
 import memmath as mm
 from memmath import validate
 from memmath.decision import requirement
-from memmath.vision_forward import clip_forward, qwen2_vl_forward, siglip_forward
+from memmath.gpus import GPU
+from memmath.verdict import verdict_of
+from memmath.vision_forward import clip_forward, qwen2_5_vl_forward, qwen2_vl_forward, siglip_forward
 from validation import vision_forward as recorder
 
 HERE = Path(recorder.__file__).resolve().parent
@@ -51,10 +53,13 @@ def _working(r):
         return siglip_forward(parts, r["images"], e, r["attention"])
     if r["tower"] == "llava":
         return clip_forward(parts, r["images"], e, r["attention"])
+    if r["tower"] == "qwen2_5_vl":
+        return qwen2_5_vl_forward(parts, r["images"], e, r["attention"])
     return qwen2_vl_forward(parts, [t * h * w for t, h, w in r["images"]], e, r["attention"])
 
 
-TOWER = [pytest.param(r, id=f"{group}-{_case_id(r)}") for group in ("held_in", "clip", "held_out", "clip_held_out")
+TOWER = [pytest.param(r, id=f"{group}-{_case_id(r)}")
+         for group in ("held_in", "clip", "qwen2_5", "held_out", "clip_held_out")
          for r in _records(group)]
 
 
@@ -81,8 +86,8 @@ def test_a_frozen_tower_run_is_bounded_by_its_measured_step(record):
     assert measured - TEXT_BYTES <= need.bytes <= measured * 1.0005
     if record["peak_phase"] == "forward":  # the tower's forward holds the step's peak: the bound says so
         assert "which is less than the tower's forward" in need.reason
-    if record["tower"] == "qwen2_5_vl":  # its pixels are held; its forward is not modelled, and the bound says so
-        assert "Qwen2.5-VL tower's own forward is not modelled" in need.reason
+    if record["tower"] == "qwen2_5_vl":  # its pixels are held and its forward counted (qwen2_5_vl_forward)
+        assert "the tower's forward over" in need.reason and "not modelled" not in need.reason
 
 
 def test_the_language_model_alone_falls_short_where_the_tower_peaks():
@@ -114,8 +119,38 @@ def test_bad_counts_name_their_field():
     assert error.value.field == "patches"
 
 
+def test_a_frozen_qwen2_5_vl_tower_run_gets_a_verdict():
+    # Qwen2.5-VL's tower's forward is modelled (qwen2_5_vl_forward), so a run that freezes it is judged on an upper
+    # bound that counts it, as for the other modelled towers, and a card gets a yes or a no, not a refusal.
+    record = _records("qwen2_5")[12]  # hidden 32, 4 heads, out_hidden_size 8192
+    run = dict(_run(dict(record, batch=2, seq_len=16)), precision="bf16")
+    need = requirement(_shape(record), **run)
+    assert need.basis == "upper bound" and not need.refused
+    assert "the tower's forward over 2 images of 64 patches" in need.reason
+    card = GPU("test card", need.bytes, 0, 0.0, "custom", "")
+    assert verdict_of(need, card, reserved_bytes=0, margin=0).fits is True
+    assert verdict_of(need, replace(card, memory_bytes=need.bytes - 1), reserved_bytes=0, margin=0).fits is False
+
+
+def test_a_qwen2_5_vl_tower_with_another_activation_is_not_modelled():
+    # Qwen2_5_VLMLP's act_fn is the config's hidden_act; the forward is measured with silu (the default) only.
+    record = _records("qwen2_5")[0]
+    config = recorder.config(record["tower"], record["attention"], dict(record["sizes"], hidden_act="gelu"))
+    need = requirement(mm.from_hf_config(config), **dict(_run(dict(record, batch=1, seq_len=16))))
+    assert "Qwen2.5-VL tower's own forward is not modelled" in need.reason
+
+
 def test_a_tower_measured_again(torch, transformers):
     record = _records("held_out")[0]
+    case = (record["tower"], record["attention"], record["dtype"], [tuple(g) for g in record["images"]],
+            record["sizes"])
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+    assert recorder.measure(*case)["working_peak_bytes"] == record["working_peak_bytes"] == _working(record)
+
+
+def test_a_windowed_qwen2_5_vl_tower_measured_again(torch, transformers):
+    record = _records("qwen2_5")[6]  # every block windowed, the image crossing windows
     case = (record["tower"], record["attention"], record["dtype"], [tuple(g) for g in record["images"]],
             record["sizes"])
     torch.set_num_threads(1)

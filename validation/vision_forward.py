@@ -10,7 +10,8 @@ reads them).
     python -m validation.vision_forward --steps --held-out   # those recorded after the decision counted the tower
     python -m validation.vision_forward --llava    # whole LLaVA steps
     python -m validation.vision_forward --clip     # LLaVA's CLIP tower alone (with --held-out: those held out)
-    python -m validation.vision_forward --qwen2-5  # whole Qwen2.5-VL steps (its tower's forward is not modelled)
+    python -m validation.vision_forward --qwen2-5  # whole Qwen2.5-VL steps (with --held-out: those held out)
+    python -m validation.vision_forward --qwen2-5-tower  # Qwen2.5-VL's tower alone (with --held-out: those held out)
     python -m validation.vision_forward --training # whole steps whose projector or tower trains
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
@@ -51,12 +52,37 @@ CASES_CLIP = [
     ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=256, num_attention_heads=4)),
     ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=128, num_attention_heads=2, text_hidden_size=512)),
 ]
+# Qwen2.5-VL's tower (windows of 4 x 4 merged patches, 8 x 8 patches; config's fullatt_block_indexes [1] unless
+# given): the cases seen while qwen2_5_vl_forward was written. (1, 8, 8) is one window; (1, 12, 20) and (1, 20, 12)
+# cross windows (rows of 4 and 2 merged patches, columns of 4, 4 and 2).
+CASES_QWEN2_5 = [
+    ("qwen2_5_vl", "eager", "float32", [(1, 8, 8)], dict(hidden_size=32, num_heads=4)),
+    ("qwen2_5_vl", "eager", "bfloat16", [(1, 8, 8)], dict(hidden_size=32, num_heads=4)),
+    ("qwen2_5_vl", "sdpa", "float32", [(1, 8, 8)], dict(hidden_size=32, num_heads=4)),
+    ("qwen2_5_vl", "sdpa", "bfloat16", [(1, 8, 8)], dict(hidden_size=32, num_heads=4)),
+    ("qwen2_5_vl", "eager", "bfloat16", [(1, 12, 20), (1, 8, 4)], dict(hidden_size=64, num_heads=4)),
+    ("qwen2_5_vl", "sdpa", "bfloat16", [(1, 12, 20), (1, 8, 4)], dict(hidden_size=64, num_heads=4)),
+    ("qwen2_5_vl", "eager", "float32", [(1, 20, 12)], dict(hidden_size=64, num_heads=2, fullatt_block_indexes=[])),
+    ("qwen2_5_vl", "sdpa", "float32", [(1, 16, 16), (1, 4, 12)], dict(hidden_size=128, num_heads=4,
+                                                                        intermediate_size=64)),
+    # a wide tower, whose blocks outweigh the pixels
+    ("qwen2_5_vl", "eager", "bfloat16", [(1, 8, 8), (1, 4, 6)], dict(hidden_size=512, num_heads=8)),
+    ("qwen2_5_vl", "sdpa", "bfloat16", [(1, 12, 8)], dict(hidden_size=384, num_heads=4, intermediate_size=1024)),
+    # windows of 8 x 8 merged patches, every block windowed: the attention over the windows holds the peak
+    ("qwen2_5_vl", "eager", "bfloat16", [(1, 20, 36)], dict(hidden_size=64, num_heads=8, window_size=224,
+                                                            fullatt_block_indexes=[])),
+    # the MLP's moment and the merger's
+    ("qwen2_5_vl", "sdpa", "bfloat16", [(1, 8, 8)], dict(hidden_size=128, num_heads=4, intermediate_size=2048)),
+    ("qwen2_5_vl", "sdpa", "bfloat16", [(1, 8, 8)], dict(hidden_size=32, num_heads=4, out_hidden_size=8192)),
+]
 # ... and those recorded after clip_forward was written (held out).
 HELD_OUT_CLIP = [
     ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=64, num_attention_heads=2, text_hidden_size=1024)),
     ("llava", "eager", "bfloat16", 3, dict(hidden_size=96, num_attention_heads=3)),
     ("llava", "sdpa", "float32", 1, dict(hidden_size=320, num_attention_heads=5, num_hidden_layers=2)),
 ]
+# ... and those recorded after qwen2_5_vl_forward was written (held out).
+HELD_OUT_QWEN2_5 = []
 # ... and the cases measured only after it was written (held out).
 HELD_OUT = [
     ("qwen2_vl", "eager", "bfloat16", [(1, 12, 20), (1, 6, 6)], dict(embed_dim=48, num_heads=6, depth=3)),
@@ -272,6 +298,7 @@ def main(argv=None):
     parser.add_argument("--llava", action="store_true", help="whole LLaVA training steps (STEP_CASES_LLAVA)")
     parser.add_argument("--clip", action="store_true", help="LLaVA's CLIP tower (CASES_CLIP)")
     parser.add_argument("--qwen2-5", action="store_true", help="whole Qwen2.5-VL training steps (STEP_CASES_QWEN2_5)")
+    parser.add_argument("--qwen2-5-tower", action="store_true", help="Qwen2.5-VL's tower (CASES_QWEN2_5)")
     parser.add_argument("--training", action="store_true", help="steps whose projector or tower trains")
     args = parser.parse_args(argv)
     import torch
@@ -288,7 +315,9 @@ def main(argv=None):
             print(json.dumps(measure_step(*case)), flush=True)
         return
     clip = HELD_OUT_CLIP if args.held_out else CASES_CLIP
-    for case in (clip if args.clip else HELD_OUT if args.held_out else CASES):
+    if args.qwen2_5_tower:
+        clip = HELD_OUT_QWEN2_5 if args.held_out else CASES_QWEN2_5
+    for case in (clip if args.clip or args.qwen2_5_tower else HELD_OUT if args.held_out else CASES):
         print(json.dumps(measure(*case)), flush=True)
 
 
