@@ -82,7 +82,20 @@ HELD_OUT_CLIP = [
     ("llava", "sdpa", "float32", 1, dict(hidden_size=320, num_attention_heads=5, num_hidden_layers=2)),
 ]
 # ... and those recorded after qwen2_5_vl_forward was written (held out).
-HELD_OUT_QWEN2_5 = []
+HELD_OUT_QWEN2_5 = [
+    ("qwen2_5_vl", "eager", "bfloat16", [(1, 28, 16)], dict(hidden_size=96, num_heads=6, depth=3,
+                                                            fullatt_block_indexes=[0, 2])),
+    ("qwen2_5_vl", "sdpa", "float32", [(1, 6, 30), (1, 10, 10)], dict(hidden_size=160, num_heads=5,
+                                                                        intermediate_size=320)),
+    ("qwen2_5_vl", "eager", "float32", [(2, 8, 12)], dict(hidden_size=64, num_heads=4)),  # two frames
+    ("qwen2_5_vl", "sdpa", "bfloat16", [(1, 16, 24)], dict(hidden_size=256, num_heads=4, window_size=168,
+                                                           fullatt_block_indexes=[])),
+    ("qwen2_5_vl", "eager", "bfloat16", [(1, 4, 4), (1, 12, 12), (1, 8, 16)],
+     dict(hidden_size=128, num_heads=8, intermediate_size=256, out_hidden_size=512)),
+    ("qwen2_5_vl", "sdpa", "bfloat16", [(1, 8, 8)], dict(hidden_size=768, num_heads=12, intermediate_size=2048)),
+    ("qwen2_5_vl", "eager", "bfloat16", [(1, 24, 24)], dict(hidden_size=64, num_heads=16, window_size=336,
+                                                            fullatt_block_indexes=[])),
+]
 # ... and the cases measured only after it was written (held out).
 HELD_OUT = [
     ("qwen2_vl", "eager", "bfloat16", [(1, 12, 20), (1, 6, 6)], dict(embed_dim=48, num_heads=6, depth=3)),
@@ -224,6 +237,13 @@ STEP_CASES_QWEN2_5 = [
     ("qwen2_5_vl", "sdpa", "bfloat16", dict(hidden_size=32, num_heads=2, intermediate_size=64), 2, 16),
     ("qwen2_5_vl", "eager", "float32", dict(hidden_size=256, num_heads=4, intermediate_size=512), 1, 16),
 ]
+# ... and Qwen2.5-VL steps recorded after qwen2_5_vl_forward was written (held out).
+STEP_HELD_OUT_QWEN2_5 = [
+    ("qwen2_5_vl", "eager", "bfloat16", dict(hidden_size=64, num_heads=16, intermediate_size=128), 1, 64),
+    ("qwen2_5_vl", "sdpa", "float32", dict(hidden_size=512, num_heads=8, intermediate_size=1024), 2, 36),
+    ("qwen2_5_vl", "eager", "float32", dict(hidden_size=128, num_heads=8, window_size=224,
+                                            fullatt_block_indexes=[]), 1, 100),
+]
 # A projector that trains, or the whole tower (method vision= "projector" or "trains"), which memmath judges on the
 # sum of the parts: recorded to say how far that sum is from the step.
 STEP_CASES_TRAINING = [
@@ -306,7 +326,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
     if args.qwen2_5 or args.training:
-        for case in (STEP_CASES_TRAINING if args.training else STEP_CASES_QWEN2_5):
+        qwen2_5 = STEP_HELD_OUT_QWEN2_5 if args.held_out else STEP_CASES_QWEN2_5
+        for case in (STEP_CASES_TRAINING if args.training else qwen2_5):
             print(json.dumps(measure_step(*case)), flush=True)
         return
     if args.steps or args.llava:
