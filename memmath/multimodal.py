@@ -37,8 +37,8 @@ What memmath does with the vision parts (the Note kinds in parentheses):
                  activation model refuses a vision-language model (the textbook one answers, said so)
     peak         not modelled as a timeline; a frozen tower's run is judged on an upper bound (decision.py): the
                  language model's requirement plus the tower's parts, or, for SigLIP under Gemma 3, CLIP under LLaVA,
-                 Qwen2-VL's and Qwen2.5-VL's towers, the tower's forward at the most images the sequence holds when
-                 that is larger
+                 Qwen2-VL's and Qwen2.5-VL's towers and Pixtral under Mistral3, the tower's forward at the most images
+                 the sequence holds when that is larger
                  (vision_forward.py); a tower or projector that trains is judged on the sum of the parts
 """
 
@@ -198,10 +198,11 @@ MULTIMODAL_FIELDS = {
                   projector_hidden_act="the projector's activation (no parameters)",
                   vision_feature_select_strategy="which patches pass (no parameters)",
                   vocab_size="not read by LlavaConfig (transformers 5.24): text_config's counts"),
-    "mistral3": dict(_COMMON, vision_feature_layer="as llava's", spatial_merge_size="the patch merger's "
-                     "merging_layer input width (h_vision x merge^2)",
+    "mistral3": dict(_COMMON, vision_feature_layer="as llava's; the tower's forward is modelled for -1 (the "
+                     "default)", spatial_merge_size="the patch merger's merging_layer input width (h_vision x merge^2)",
                      multimodal_projector_bias="biases on linear_1 and linear_2 (default false)",
-                     projector_hidden_act="the projector's activation (no parameters)"),
+                     projector_hidden_act="the projector's activation (no parameters; the tower's forward is "
+                     "modelled for gelu, the default)"),
     "qwen2_vl": dict(_COMMON, tie_word_embeddings="lm_head shares the token embedding (true here or in "
                      "text_config)", **{"(text fields)": "without a text_config, the top-level text fields are the "
                                         "language model's, as Qwen2VLConfig takes them"}),
@@ -223,7 +224,8 @@ VISION_FIELDS = {
                     num_attention_heads="heads (rotary tables only)", num_channels="patch convolution input",
                     patch_size="patch convolution", image_size="rotary tables only (no parameters)",
                     head_dim="replaced by hidden_size // num_attention_heads (PixtralVisionConfig)",
-                    hidden_act=_NO_PARAMS, attention_dropout=_NO_PARAMS),
+                    hidden_act="no parameters; under Mistral3 the tower's forward is modelled for gelu (its default)",
+                    attention_dropout=_NO_PARAMS),
     "qwen2_vl_vision": dict(depth="blocks (alias num_hidden_layers)", embed_dim="width", mlp_ratio="MLP width = "
                             "int(embed_dim x mlp_ratio)", num_heads="heads (rotary tables only)",
                             hidden_size="the merger's output width (the language model's)", in_channels="patch input",
@@ -529,10 +531,16 @@ def _vision_config(config: dict, spec: _Wrapper, model_type: str, notes: list) -
 
 def _window_fields(config: dict, tower: str, vision: dict) -> dict:
     """Qwen2.5-VL's window attention (Qwen2_5_VLVisionConfig: window_size 112, fullatt_block_indexes (7, 15, 23, 31),
-    hidden_act "silu"), which shapes its forward's memory: {} for the other towers."""
+    hidden_act "silu"), and Mistral3's Pixtral tower's activations and feature layer (PixtralVisionConfig hidden_act
+    "gelu"; Mistral3Config vision_feature_layer -1, projector_hidden_act "gelu"), which shape their forward's memory:
+    {} for the other towers."""
+    raw = _sub_config(config, "vision_config") or {}
+    if tower == "pixtral" and config.get("model_type") == "mistral3":
+        layer = config.get("vision_feature_layer", -1)
+        return dict(act=_string(raw, "hidden_act", "gelu", "vision_config."), projector_act=_string(
+            config, "projector_hidden_act", "gelu", ""), feature_layer=layer if type(layer) is int else None)
     if tower != "qwen2_5_vl_vision":
         return {}
-    raw = _sub_config(config, "vision_config") or {}
     read = _Reader(raw, "vision_config", dict(window_size=112))
     # vision_utils.get_vision_window_index divides by window_size // spatial_merge_size // patch_size
     window = read.count("window_size", 112, low=vision["spatial_merge_size"] * vision["patch_size"])
@@ -542,11 +550,16 @@ def _window_fields(config: dict, tower: str, vision: dict) -> dict:
         raise validate.FieldError("vision_config.fullatt_block_indexes", "config field "
                                   "'vision_config.fullatt_block_indexes' must be a list of block indexes; got "
                                   f"{validate.describe(full)}")
-    act = raw.get("hidden_act", "silu")
-    if not isinstance(act, str):
-        raise validate.FieldError("vision_config.hidden_act", "config field 'vision_config.hidden_act' must be a "
-                                  f"string; got {validate.describe(act)}")
-    return dict(window=window, full_blocks=tuple(full), act=act)
+    return dict(window=window, full_blocks=tuple(full), act=_string(raw, "hidden_act", "silu", "vision_config."))
+
+
+def _string(config: dict, key: str, default: str, where: str) -> str:
+    value = config.get(key)
+    value = default if value is None else value
+    if not isinstance(value, str):
+        raise validate.FieldError(f"{where}{key}", f"config field '{where}{key}' must be a string; got "
+                                  f"{validate.describe(value)}")
+    return value
 
 
 def _tie(config: dict, spec: _Wrapper, text: dict, notes: list, model_type: str) -> bool:

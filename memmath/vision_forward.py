@@ -1,5 +1,6 @@
 """The working memory of a frozen vision tower's forward: the most it allocates at one moment over what was alive when
-it began, for the towers whose forward memmath models (Gemma 3's SigLIP, LLaVA's CLIP, Qwen2-VL's, Qwen2.5-VL's).
+it began, for the towers whose forward memmath models (Gemma 3's SigLIP, LLaVA's CLIP, Qwen2-VL's, Qwen2.5-VL's,
+Mistral3's Pixtral).
 
 A frozen tower and projector (requires_grad False) given pixels that need no gradient record nothing for backward,
 so each intermediate dies when its last Python reference does, as under no_grad. Each moment below lists what
@@ -62,6 +63,30 @@ with M = N / m^2 merged patches and windows of w = window_size // m // patch_siz
                (2 M out)
     RMSNorm's fp32 moments inside the blocks (norm1, norm2) are below the rotary moment's (4 N c e + 4 N c x 4 over
     the same held tensors), and the rotary tables' (4 N d fp32 at most) below the attention's.
+Pixtral under Mistral3 (modeling_pixtral.py PixtralVisionModel.forward, modeling_mistral3.py get_image_features and
+Mistral3MultiModalProjector; B images of h_i x w_i patches padded to the largest, N patches in all, width c, MLP width
+f, H heads of width d, L layers, merge m, text width t; the projector reads the last layer, vision_feature_layer -1):
+    patches    the pixels' copy in e (none in fp32) and the Conv2d's unfolded input over the padded batch, and its
+               output B c h_max w_max, held through the tower (patch_embeds_list's views of it); the flattened images
+               (a copy of each image not contiguous in the padded output) and their concatenation N c; ln_pre
+               (PixtralRMSNorm) over it
+    held       ln_pre's output N c, the position ids (N x 2, int64), the last image's aranges (the loop's meshgrid
+               variables, int64), cos and sin (N x d each, in e: the rotary embedding casts them) and the
+               block-diagonal mask N^2 in e (generate_block_attention_mask; expand makes no copy); from the second
+               layer on, the layer's input N c
+    rotary     attention_norm's output, q, k and v, and apply_rotary_pos_emb's q_embed and k's four temporaries in e:
+               8 N c
+    attention  the norm's output, q_embed, k_embed and v (4 N c); eager adds the scores over every image at once
+               (H N^2 x (e + 4, plus 4 from a 16-bit input)), then the output and its transpose's copy or o_proj's
+               (2 N c) beside the probabilities, which the layer holds (`_`) until it returns (H N^2 e); SDPA (torch's
+               CPU flash-attention kernel, which takes the mask) its output N c, log-sum-exp H N fp32 and the
+               kernel's scratch (_cpu_flash_scratch; on a GPU its kernels' workspace differs)
+    MLP        the residual and ffn_norm's output (2 N c; ffn_norm's own moment too) and act(gate_proj), up_proj and
+               their product (3 N f); eager's probabilities
+    projector  the last layer's output N c: Mistral3RMSNorm over it; then its output, the patch merger's image sizes
+               (three 0-dim int64 an image), the unfolded grids (m^2 c a token, held in their list), their
+               concatenation and merging_layer's output T c (T tokens); then linear_1's, the GELU's and linear_2's
+               outputs, two at a time (2 T t), beside merging_layer's
 Measured on the CPU by validation/vision_forward.py (the cases it holds out were recorded after this model).
 """
 
@@ -71,7 +96,7 @@ import itertools
 
 from . import validate
 
-MODELLED_TOWERS = ("siglip_vision_model", "clip_vision_model", "qwen2_vl_vision", "qwen2_5_vl_vision")
+MODELLED_TOWERS = ("siglip_vision_model", "clip_vision_model", "qwen2_vl_vision", "qwen2_5_vl_vision", "pixtral")
 FIXED_SIZE = ("siglip_vision_model", "clip_vision_model")  # every image the config's image_size
 INT64, FP32 = 8, 4
 
@@ -216,6 +241,69 @@ def qwen2_5_vl_forward(parts, grids, e: int, attention: str) -> int:
     return max(patches, rotary, attn, mlp, merger)
 
 
+def _norm(rows: int, width: int, e: int) -> int:
+    """The most an RMSNorm over rows x width allocates beyond its input (Qwen2_5_VLRMSNorm, PixtralRMSNorm,
+    Mistral3RMSNorm): in 16 bits, the fp32 copy, its variance, rsqrt and their product; in fp32 (no copy) the product,
+    the variance and the output."""
+    return 2 * rows * width * FP32 + (2 if e != FP32 else 1) * rows * FP32
+
+
+def _cpu_flash_scratch(n: int, d: int, e: int) -> int:
+    """The scratch of torch's CPU flash-attention kernel (ATen native/cpu/FlashAttentionKernel.cpp cpu_flash_attention,
+    one thread as measured): per thread, qk, its max and sum and an output tile in fp32 (qSplit x kvSplit + 2 qSplit +
+    qSplit x head width), and in 16 bits the qk tile in e; qSplit 32, 64 from 192 rows, 256 from 768, kvSplit 512, each
+    at most n."""
+    q = min(n, 256 if n >= 768 else 64 if n >= 192 else 32)
+    kv = min(n, 512)
+    return (q * kv + 2 * q + q * d) * FP32 + (q * kv * e if e != FP32 else 0)
+
+
+def pixtral_forward(parts, sizes, e: int, attention: str) -> int:
+    """Working bytes of Mistral3's Pixtral tower and projector over images of `sizes` (height, width) patches, padded
+    to the largest in one batch of pixels (the processor's), the projector reading the last layer
+    (vision_feature_layer -1)."""
+    sizes = [tuple(validate.count("patches", n, low=1) for n in hw) for hw in sizes]
+    if not sizes:
+        return 0
+    c, channels, p, _ = _shape(parts.embeddings, "patch_conv.weight")
+    f = _shape(parts.block, "feed_forward.gate_proj.weight")[0]
+    text = _shape(parts.projector, "linear_1.weight")[0]
+    m = _merge(parts)
+    d, heads = c // parts.heads, parts.heads
+    images, tall, wide = len(sizes), max(h for h, _ in sizes), max(w for _, w in sizes)
+    n = sum(h * w for h, w in sizes)
+    conv = images * c * tall * wide * e  # held through the tower: patch_embeds_list's views of it
+    pixels = images * channels * tall * p * wide * p
+    patches = (pixels * e if e != FP32 else 0) + pixels * e + conv  # the pixels' copy, the unfolded input (im2col)
+    # flatten(1) copies an image whose patches are not contiguous in the padded output, then the concatenation
+    cat = conv + sum(h * w * c * e for h, w in sizes if w != wide and h > 1) + n * c * e
+    ln_pre = conv + n * c * e + _norm(n, c, e)
+    # ln_pre's output, the position ids, the last image's aranges (the loop's variables), cos and sin (in e) and the
+    # block-diagonal mask over every image's patches
+    base = conv + n * c * e + n * 2 * INT64 + (sizes[-1][0] + sizes[-1][1]) * INT64 + 2 * n * d * e + n * n * e
+    probs = heads * n * n * e if attention == "eager" else 0  # the layer holds what the attention returns
+    moments = [patches, cat, ln_pre]
+    for k in range(parts.n_blocks):
+        block = base + (n * c * e if k else 0)  # the layer's input, beside ln_pre's output
+        moments.append(block + 8 * n * c * e)  # norm, q, k, v, and apply_rotary_pos_emb's q_embed and k's four
+        if attention == "eager":
+            moments.append(block + 4 * n * c * e + heads * n * n * _softmax_bytes(e))
+            moments.append(block + 6 * n * c * e + probs)  # the output, its transpose's copy or o_proj's
+        else:
+            moments.append(block + 5 * n * c * e + heads * n * FP32 + _cpu_flash_scratch(n, d, e))
+        moments.append(block + probs + n * c * e + _norm(n, c, e))  # ffn_norm over the residual
+        moments.append(block + probs + 2 * n * c * e + 3 * n * f * e)  # act(gate), up and their product
+    # the projector: the last layer's output, Mistral3RMSNorm; the patch merger's image_sizes (three 0-dim int64
+    # each), its unfolded grids (m^2 patches a token), their concatenation and merging_layer's output; linear_1,
+    # the GELU and linear_2
+    tokens = sum((h // m) * (w // m) for h, w in sizes)
+    grids = tokens * m * m * c * e
+    moments += [n * c * e + _norm(n, c, e),
+                n * c * e + n * c * e + 2 * grids + tokens * c * e + 3 * INT64 * images,
+                n * c * e + tokens * c * e + 2 * tokens * text * e]
+    return max(moments)
+
+
 def _patches(parts) -> int:
     """Patches of one image of a SigLIP or CLIP tower: its position table's rows (CLIP's has the class token's too)."""
     rows = _shape(parts.embeddings, "position_embedding.weight")[0]
@@ -223,10 +311,14 @@ def _patches(parts) -> int:
 
 
 def pixel_bytes(parts, images_or_chunks) -> int:
-    """The processor's fp32 pixels for the tower's images (part of the batch)."""
+    """The processor's fp32 pixels for the tower's images (part of the batch; Pixtral's images all of one size, so
+    none padded)."""
     if parts.tower in FIXED_SIZE:
         _, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
         return images_or_chunks * c * _patches(parts) * p * p * FP32
+    if parts.tower == "pixtral":
+        _, c, p, _ = _shape(parts.embeddings, "patch_conv.weight")
+        return sum(images_or_chunks) * c * p * p * FP32
     _, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
     return sum(images_or_chunks) * c * tp * p * p * FP32
 
@@ -243,6 +335,9 @@ def batch_extras(parts, batch: int, seq_len: int) -> int:
         return pixel_bytes(parts, images) + _patches(parts) * INT64 + INT64
     if parts.tower == "siglip_vision_model":
         return pixel_bytes(parts, images) + tokens * INT64 + _patches(parts) * INT64
+    if parts.tower == "pixtral":  # Mistral3: image_sizes (2 int64 an image); the rotary inv_freq and its original
+        width = _shape(parts.embeddings, "patch_conv.weight")[0]
+        return pixel_bytes(parts, images) + 2 * INT64 * len(images) + 2 * (width // parts.heads // 2) * FP32
     width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
     return (pixel_bytes(parts, images) + tokens * 4 + 3 * INT64 * len(images)
             + 2 * (width // parts.heads // 4) * FP32)
@@ -252,31 +347,46 @@ def worst_images(parts, batch: int, seq_len: int):
     """The images a batch of `batch` sequences of `seq_len` tokens can hold at most, where every token is an image
     token: Gemma 3's or LLaVA's whole images of image_tokens tokens (an int), or for Qwen2-VL one image per sequence of
     merge^2 x seq_len patches (its tokens are its patches over merge^2: the largest attention a sequence allows;
-    Qwen2.5-VL's too)."""
+    Qwen2.5-VL's and Mistral3's too, whose [IMG_BREAK] and [IMG_END] tokens would only leave fewer)."""
     if parts.tower in FIXED_SIZE:
         return batch * (seq_len // parts.image_tokens)
-    width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
-    merge2 = _shape(parts.projector, "mlp.0.weight")[0] // width
-    return [merge2 * seq_len] * batch
+    return [_merge(parts) ** 2 * seq_len] * batch
 
 
 def images_known(parts) -> bool:
     """Whether memmath knows the pixels and buffers a batch holds for this tower's images (batch_extras): SigLIP under
-    Gemma 3, CLIP under LLaVA, Qwen2-VL's and Qwen2.5-VL's towers (the same pixel rows, type ids and rotary tables)."""
+    Gemma 3, CLIP under LLaVA, Qwen2-VL's and Qwen2.5-VL's towers (the same pixel rows, type ids and rotary tables),
+    Pixtral under Mistral3."""
     return (parts.model_type, parts.tower) in (("gemma3", "siglip_vision_model"), ("llava", "clip_vision_model"),
-                                               ("qwen2_vl", "qwen2_vl_vision"), ("qwen2_5_vl", "qwen2_5_vl_vision"))
+                                               ("qwen2_vl", "qwen2_vl_vision"), ("qwen2_5_vl", "qwen2_5_vl_vision"),
+                                               ("mistral3", "pixtral"))
 
 
 def modelled(parts) -> bool:
     """Whether memmath models this tower's forward (MODELLED_TOWERS, inside their wrappers: gemma3, llava, qwen2_vl,
-    qwen2_5_vl; LLaVA's projector reading one feature layer; Qwen2.5-VL's MLP with silu, its default, and a head width
+    qwen2_5_vl, mistral3; LLaVA's projector reading one feature layer; Qwen2.5-VL's MLP with silu, its default, and a head width
     that its rotary tables cover, a multiple of 4)."""
     one_layer = parts.tower != "clip_vision_model" or (
         _shape(parts.projector, "linear_1.weight")[1] == _shape(parts.embeddings, "patch_embedding.weight")[0])
     qwen2_5 = parts.tower != "qwen2_5_vl_vision" or (
         parts.act == "silu" and parts.heads > 0
         and (_shape(parts.embeddings, "patch_embed.proj.weight")[0] // parts.heads) % 4 == 0)
-    return images_known(parts) and parts.heads > 0 and one_layer and qwen2_5 and parts.tower in MODELLED_TOWERS
+    return images_known(parts) and parts.heads > 0 and one_layer and qwen2_5 and not pixtral_unmeasured(parts) \
+        and parts.tower in MODELLED_TOWERS
+
+
+def pixtral_unmeasured(parts) -> str:
+    """What of a Pixtral tower under Mistral3 its forward was not measured with, in words ("" for none, or another
+    tower): gelu or silu in the tower's MLP (one tensor each), gelu in the projector (the defaults), the last layer's
+    patches (vision_feature_layer -1), and a head width its 2D rotary tables cover (a multiple of 4)."""
+    if parts.tower != "pixtral":
+        return ""
+    width = _shape(parts.embeddings, "patch_conv.weight")[0]
+    why = [f"vision_config.hidden_act {parts.act!r} (gelu and silu are measured)"] * (parts.act not in ("gelu", "silu"))
+    why += [f"projector_hidden_act {parts.projector_act!r} (gelu is measured)"] * (parts.projector_act != "gelu")
+    why += ["a vision_feature_layer other than -1"] * (parts.feature_layer != -1)
+    why += ["a head width not a multiple of 4"] * (not parts.heads or (width // parts.heads) % 4 != 0)
+    return "; ".join(why)
 
 
 def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> int:
@@ -288,6 +398,9 @@ def tower_forward(parts, batch: int, seq_len: int, e: int, attention: str) -> in
         return clip_forward(parts, images, e, attention)
     if parts.tower == "qwen2_5_vl_vision":
         return max(qwen2_5_vl_forward(parts, [grid] * batch, e, attention) for grid in worst_grids(parts, seq_len))
+    if parts.tower == "pixtral":  # every other term is the same for any shape; a strip's aranges are the longest
+        m = _merge(parts)
+        return pixtral_forward(parts, [(m, m * seq_len)] * batch, e, attention)
     return qwen2_vl_forward(parts, images, e, attention)
 
 
@@ -300,6 +413,10 @@ def worst_grids(parts, seq_len: int) -> list:
 
 
 def _merge(parts) -> int:
-    """Qwen2-VL's and Qwen2.5-VL's spatial_merge_size m: the merger's mlp.0 reads m^2 patches of the tower's width."""
-    merge2 = _shape(parts.projector, "mlp.0.weight")[0] // _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+    """The spatial_merge_size m of Qwen2-VL's and Qwen2.5-VL's merger (its mlp.0 reads m^2 patches of the tower's
+    width) or of Mistral3's patch merger (its merging_layer does)."""
+    if parts.tower == "pixtral":
+        merge2 = _shape(parts.projector, "merging_layer.weight")[1] // _shape(parts.embeddings, "patch_conv.weight")[0]
+    else:
+        merge2 = _shape(parts.projector, "mlp.0.weight")[0] // _shape(parts.embeddings, "patch_embed.proj.weight")[0]
     return int(round(merge2 ** 0.5))

@@ -23,7 +23,8 @@ class VisionTensors:
     heads: the tower's attention heads (its config's num_attention_heads or num_heads; 0 where not read).
     window, full_blocks: Qwen2.5-VL's window_size (pixels; 0 for other towers) and fullatt_block_indexes (the
     blocks that attend over whole images; the others attend within windows). act: the tower's hidden_act where its
-    forward's memory depends on it ("" where not read).
+    forward's memory depends on it ("" where not read). feature_layer, projector_act: Mistral3's vision_feature_layer
+    (an int; None for a list or where not read) and projector_hidden_act.
     """
 
     model_type: str
@@ -39,6 +40,8 @@ class VisionTensors:
     window: int = 0
     full_blocks: tuple = ()
     act: str = ""
+    feature_layer: int | None = None
+    projector_act: str = ""
 
     @functools.cached_property
     def tensor_list(self) -> tuple:

@@ -3,7 +3,7 @@
 validation/vision_forward_*.jsonl; the held-out files were recorded after the code they test; the LLaVA steps
 before CLIP's forward was modelled).
 
-Torch-free: the recorded working peaks of tiny Qwen2-VL, Qwen2.5-VL, Gemma 3 and LLaVA towers, and the recorded peaks of whole training
+Torch-free: the recorded working peaks of tiny Qwen2-VL, Qwen2.5-VL, Gemma 3, LLaVA and Mistral3 (Pixtral) towers, and the recorded peaks of whole training
 steps whose language model trains with the tower frozen. Live (skipped without torch and transformers): one tower's
 forward measured again.
 """
@@ -21,8 +21,9 @@ from memmath import validate
 from memmath.decision import requirement
 from memmath.gpus import GPU
 from memmath.verdict import verdict_of
-from memmath.vision_forward import clip_forward, qwen2_5_vl_forward, qwen2_vl_forward, siglip_forward
+from memmath.vision_forward import clip_forward, pixtral_forward, qwen2_5_vl_forward, qwen2_vl_forward, siglip_forward
 from validation import vision_forward as recorder
+from validation.published_configs import PUBLISHED_MULTIMODAL_CONFIGS as PUBLISHED
 
 HERE = Path(recorder.__file__).resolve().parent
 # The profiler saw 12 B more than the tensors it made in one fp32 Gemma 3 case (eager softmax: a kernel's scratch).
@@ -55,11 +56,13 @@ def _working(r):
         return clip_forward(parts, r["images"], e, r["attention"])
     if r["tower"] == "qwen2_5_vl":
         return qwen2_5_vl_forward(parts, r["images"], e, r["attention"])
+    if r["tower"] == "mistral3":
+        return pixtral_forward(parts, r["images"], e, r["attention"])
     return qwen2_vl_forward(parts, [t * h * w for t, h, w in r["images"]], e, r["attention"])
 
 
 TOWER = [pytest.param(r, id=f"{group}-{_case_id(r)}")
-         for group in ("held_in", "clip", "qwen2_5", "held_out", "clip_held_out", "qwen2_5_held_out")
+         for group in ("held_in", "clip", "qwen2_5", "pixtral", "held_out", "clip_held_out", "qwen2_5_held_out")
          for r in _records(group)]
 
 
@@ -75,7 +78,7 @@ def _run(r):
 
 STEPS = [pytest.param(r, id=f"{group}-{_case_id(r)}")
          for group in ("steps", "steps_llava", "steps_held_out", "steps_llava_held_out", "steps_qwen2_5",
-                       "steps_qwen2_5_held_out")
+                       "steps_qwen2_5_held_out", "steps_mistral3")
          for r in _records(group)]
 
 
@@ -141,6 +144,38 @@ def test_a_qwen2_5_vl_tower_with_another_activation_is_not_modelled():
     assert "Qwen2.5-VL tower's own forward is not modelled" in need.reason
 
 
+def test_mistral_small_3_1_is_judged_with_its_towers_forward():
+    # Its vision_config's hidden_act is silu, measured (the last held-in Pixtral case); the bound counts the tower.
+    need = requirement(mm.from_hf_config(PUBLISHED["Mistral-Small-3.1-24B-Instruct-2503"]), method=mm.LoRA(),
+                       precision="bf16", batch_size=1, seq_len=1024, attention="sdpa")
+    assert need.basis == "upper bound" and "the tower's forward over 1 images of 4,096 patches" in need.reason
+
+
+def test_a_frozen_pixtral_tower_run_under_mistral3_gets_a_verdict():
+    # Pixtral's forward under Mistral3 is modelled (pixtral_forward): an upper bound that counts it, and a yes or a no.
+    record = _records("steps_mistral3")[0]
+    need = requirement(_shape(record), **_run(record))
+    assert need.basis == "upper bound" and not need.refused
+    assert "the tower's forward over 1 images of 256 patches" in need.reason
+    card = GPU("test card", need.bytes, 0, 0.0, "custom", "")
+    assert verdict_of(need, card, reserved_bytes=0, margin=0).fits is True
+    assert verdict_of(need, replace(card, memory_bytes=need.bytes - 1), reserved_bytes=0, margin=0).fits is False
+
+
+@pytest.mark.parametrize("change", [dict(vision_feature_layer=-2), dict(projector_hidden_act="silu"),
+                                    dict(vision_config=dict(hidden_act="quick_gelu"))])
+def test_a_pixtral_tower_not_measured_is_not_modelled(change):
+    # Measured with the last layer's patches, gelu or silu in the tower and gelu in the projector (Mistral3Config's
+    # and PixtralVisionConfig's defaults, and Mistral-Small-3.1's silu) only; another choice changes what the
+    # forward holds (quick_gelu keeps x * 1.702 and its sigmoid).
+    record = _records("steps_mistral3")[0]
+    config = recorder.config(record["tower"], record["attention"], record["sizes"])
+    for key, value in change.items():
+        config[key] = dict(config[key], **value) if isinstance(value, dict) else value
+    need = requirement(mm.from_hf_config(config), **_run(record))
+    assert "Pixtral tower's own forward is not modelled" in need.reason
+
+
 def test_a_tower_measured_again(torch, transformers):
     record = _records("held_out")[0]
     case = (record["tower"], record["attention"], record["dtype"], [tuple(g) for g in record["images"]],
@@ -152,6 +187,15 @@ def test_a_tower_measured_again(torch, transformers):
 
 def test_a_windowed_qwen2_5_vl_tower_measured_again(torch, transformers):
     record = _records("qwen2_5")[6]  # every block windowed, the image crossing windows
+    case = (record["tower"], record["attention"], record["dtype"], [tuple(g) for g in record["images"]],
+            record["sizes"])
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+    assert recorder.measure(*case)["working_peak_bytes"] == record["working_peak_bytes"] == _working(record)
+
+
+def test_a_pixtral_tower_of_two_padded_images_measured_again(torch, transformers):
+    record = _records("pixtral")[4]  # (8, 6) and (4, 10) patches, padded to (8, 10); three layers
     case = (record["tower"], record["attention"], record["dtype"], [tuple(g) for g in record["images"]],
             record["sizes"])
     torch.set_num_threads(1)

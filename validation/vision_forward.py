@@ -12,6 +12,8 @@ reads them).
     python -m validation.vision_forward --clip     # LLaVA's CLIP tower alone (with --held-out: those held out)
     python -m validation.vision_forward --qwen2-5  # whole Qwen2.5-VL steps (with --held-out: those held out)
     python -m validation.vision_forward --qwen2-5-tower  # Qwen2.5-VL's tower alone (with --held-out: those held out)
+    python -m validation.vision_forward --pixtral  # Mistral3's Pixtral tower alone (with --held-out: those held out)
+    python -m validation.vision_forward --mistral3  # whole Mistral3 steps (with --held-out: those held out)
     python -m validation.vision_forward --training # whole steps whose projector or tower trains
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
@@ -81,6 +83,31 @@ HELD_OUT_CLIP = [
     ("llava", "eager", "bfloat16", 3, dict(hidden_size=96, num_attention_heads=3)),
     ("llava", "sdpa", "float32", 1, dict(hidden_size=320, num_attention_heads=5, num_hidden_layers=2)),
 ]
+# Mistral3's Pixtral tower (14 px patches, images padded to the largest in the batch, a block-diagonal mask over every
+# image's patches) and its projector: the cases seen while pixtral_forward was written. Sizes are (height, width) in
+# patches.
+CASES_PIXTRAL = [
+    ("mistral3", "eager", "float32", [(8, 8)], dict(hidden_size=32, num_attention_heads=4)),
+    ("mistral3", "eager", "bfloat16", [(8, 8)], dict(hidden_size=32, num_attention_heads=4)),
+    ("mistral3", "sdpa", "float32", [(8, 8)], dict(hidden_size=32, num_attention_heads=4)),
+    ("mistral3", "sdpa", "bfloat16", [(8, 8)], dict(hidden_size=32, num_attention_heads=4)),
+    ("mistral3", "eager", "float32", [(8, 6), (4, 10)], dict(hidden_size=32, num_attention_heads=4,
+                                                           num_hidden_layers=3)),
+    ("mistral3", "sdpa", "bfloat16", [(8, 6), (4, 10)], dict(hidden_size=64, num_attention_heads=4)),
+    ("mistral3", "eager", "bfloat16", [(12, 12)], dict(hidden_size=128, num_attention_heads=8)),
+    ("mistral3", "sdpa", "bfloat16", [(6, 6)], dict(hidden_size=256, num_attention_heads=4, intermediate_size=1024)),
+    ("mistral3", "eager", "bfloat16", [(4, 4)], dict(hidden_size=32, num_attention_heads=2, text_hidden_size=2048)),
+    ("mistral3", "sdpa", "float32", [(16, 16)], dict(hidden_size=32, num_attention_heads=2)),
+    # the attention over two images in the third layer; the CPU flash kernel's scratch beside the mask over 1,024
+    # patches (a narrow MLP); the projector's GELU over a wide text model
+    ("mistral3", "eager", "bfloat16", [(8, 6), (4, 10)], dict(hidden_size=32, num_attention_heads=8,
+                                                            num_hidden_layers=3)),
+    ("mistral3", "sdpa", "bfloat16", [(32, 32)], dict(hidden_size=16, num_attention_heads=2, intermediate_size=16)),
+    ("mistral3", "eager", "bfloat16", [(4, 2)], dict(hidden_size=32, num_attention_heads=2, text_hidden_size=4096)),
+    # silu in the tower's MLP, as Mistral-Small-3.1's vision_config has it
+    ("mistral3", "sdpa", "bfloat16", [(6, 6)], dict(hidden_size=256, num_attention_heads=4, intermediate_size=1024,
+                                                    hidden_act="silu")),
+]
 # ... and those recorded after qwen2_5_vl_forward was written (held out).
 HELD_OUT_QWEN2_5 = [
     ("qwen2_5_vl", "eager", "bfloat16", [(1, 28, 16)], dict(hidden_size=96, num_heads=6, depth=3,
@@ -96,6 +123,8 @@ HELD_OUT_QWEN2_5 = [
     ("qwen2_5_vl", "eager", "bfloat16", [(1, 24, 24)], dict(hidden_size=64, num_heads=16, window_size=336,
                                                             fullatt_block_indexes=[])),
 ]
+# ... and those recorded after pixtral_forward was written (held out).
+HELD_OUT_PIXTRAL = []
 # ... and the cases measured only after it was written (held out).
 HELD_OUT = [
     ("qwen2_vl", "eager", "bfloat16", [(1, 12, 20), (1, 6, 6)], dict(embed_dim=48, num_heads=6, depth=3)),
@@ -130,6 +159,14 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
         return dict(model_type="llava", text_config=dict(text, model_type="llama"), vision_config=vision,
                     image_seq_length=(vision["image_size"] // vision["patch_size"]) ** 2, image_token_index=999,
                     attn_implementation=attention)
+    if tower == "mistral3":  # a Pixtral tower of 14 px patches, merged 2 x 2, a Mistral language model
+        sizes = dict(sizes)
+        text["hidden_size"] = sizes.pop("text_hidden_size", text["hidden_size"])
+        vision = dict(dict(model_type="pixtral", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                           num_attention_heads=4, patch_size=14, image_size=224), **sizes)
+        return dict(model_type="mistral3", text_config=dict(text, model_type="mistral", head_dim=16),
+                    vision_config=vision, spatial_merge_size=2, image_token_index=999, vision_feature_layer=-1,
+                    attn_implementation=attention)
     if tower == "qwen2_5_vl":  # windows of 4 x 4 merged patches (window_size 112 px), the second block full
         rope = dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
         vision = dict(dict(depth=2, hidden_size=64, intermediate_size=128, out_hidden_size=64, num_heads=4,
@@ -160,7 +197,8 @@ class _Classes(dict):
     def __missing__(self, tower):
         import transformers
 
-        name = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "gemma3": "Gemma3", "llava": "Llava"}[tower]
+        name = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "gemma3": "Gemma3", "llava": "Llava",
+                "mistral3": "Mistral3"}[tower]
         return getattr(transformers, f"{name}ForConditionalGeneration"), getattr(transformers, f"{name}Config")
 
 
@@ -187,6 +225,13 @@ def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict
         v = raw["vision_config"]
         pixels = torch.randn(int(grid.prod(-1).sum()), 3 * v["temporal_patch_size"] * v["patch_size"] ** 2)
         call = lambda: model.model.get_image_features(pixels, grid)  # noqa: E731
+    elif tower == "mistral3":  # images of (height, width) patches, padded to the largest (the processor's batch)
+        p = raw["vision_config"]["patch_size"]
+        sizes_px = torch.tensor([(h * p, w * p) for h, w in images])
+        pixels = torch.zeros(len(images), 3, int(sizes_px[:, 0].max()), int(sizes_px[:, 1].max()))
+        for i, (h, w) in enumerate(sizes_px.tolist()):
+            pixels[i, :, :h, :w] = torch.randn(3, h, w)
+        call = lambda: model.model.get_image_features(pixels, sizes_px, vision_feature_layer=-1)  # noqa: E731
     elif tower == "llava":  # LlavaConfig's defaults: the second-to-last layer's patches, the class token dropped
         s = raw["vision_config"]["image_size"]
         pixels = torch.randn(images, 3, s, s)
@@ -244,6 +289,13 @@ STEP_HELD_OUT_QWEN2_5 = [
     ("qwen2_5_vl", "eager", "float32", dict(hidden_size=128, num_heads=8, window_size=224,
                                             fullatt_block_indexes=[]), 1, 100),
 ]
+# Mistral3 (Pixtral's tower): recorded while the decision was given its pixels and tower.
+STEP_CASES_MISTRAL3 = [
+    ("mistral3", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=16), 1, 64),
+    ("mistral3", "sdpa", "float32", dict(hidden_size=256, num_attention_heads=4), 2, 16),
+]
+# ... and Mistral3 steps recorded after pixtral_forward and its bound were written (held out).
+STEP_HELD_OUT_MISTRAL3 = []
 # A projector that trains, or the whole tower (method vision= "projector" or "trains"), which memmath judges on the
 # sum of the parts: recorded to say how far that sum is from the step.
 STEP_CASES_TRAINING = [
@@ -267,7 +319,7 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
                  vision: str = "frozen") -> dict:
     """Two training steps (memmath.stepping.step_twice on the CPU) of a tiny vision-language model whose language
     model trains and whose tower and projector are frozen, every token an image token: Qwen2-VL one image of
-    4 x seq_len patches per sequence (Qwen2.5-VL too), Gemma 3 seq_len / mm_tokens_per_image and LLaVA seq_len /
+    4 x seq_len patches per sequence (Qwen2.5-VL and Mistral3 too), Gemma 3 seq_len / mm_tokens_per_image and LLaVA seq_len /
     image_seq_length images per sequence."""
     import torch
 
@@ -297,6 +349,12 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
         inputs["image_grid_thw"] = torch.tensor([(1, side, side)] * batch)
         inputs["pixel_values"] = torch.randn(batch * side * side, 3 * 2 * 14 * 14)
         inputs["mm_token_type_ids"] = torch.ones_like(ids, dtype=torch.int32)  # the processor's: 1 for an image token
+    elif tower == "mistral3":  # one square image per sequence of 4 x seq_len patches (seq_len merged tokens)
+        side = 2 * int(seq_len ** 0.5)
+        assert (side // 2) ** 2 == seq_len
+        patch = raw["vision_config"]["patch_size"]
+        inputs["pixel_values"] = torch.randn(batch, 3, side * patch, side * patch)
+        inputs["image_sizes"] = torch.tensor([(side * patch, side * patch)] * batch)
     else:
         images = batch * seq_len // raw.get("mm_tokens_per_image", raw.get("image_seq_length"))
         s = raw["vision_config"]["image_size"]
@@ -319,12 +377,18 @@ def main(argv=None):
     parser.add_argument("--clip", action="store_true", help="LLaVA's CLIP tower (CASES_CLIP)")
     parser.add_argument("--qwen2-5", action="store_true", help="whole Qwen2.5-VL training steps (STEP_CASES_QWEN2_5)")
     parser.add_argument("--qwen2-5-tower", action="store_true", help="Qwen2.5-VL's tower (CASES_QWEN2_5)")
+    parser.add_argument("--pixtral", action="store_true", help="Mistral3's Pixtral tower (CASES_PIXTRAL)")
+    parser.add_argument("--mistral3", action="store_true", help="whole Mistral3 training steps (STEP_CASES_MISTRAL3)")
     parser.add_argument("--training", action="store_true", help="steps whose projector or tower trains")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
+    if args.mistral3:
+        for case in (STEP_HELD_OUT_MISTRAL3 if args.held_out else STEP_CASES_MISTRAL3):
+            print(json.dumps(measure_step(*case)), flush=True)
+        return
     if args.qwen2_5 or args.training:
         qwen2_5 = STEP_HELD_OUT_QWEN2_5 if args.held_out else STEP_CASES_QWEN2_5
         for case in (STEP_CASES_TRAINING if args.training else qwen2_5):
@@ -338,7 +402,9 @@ def main(argv=None):
     clip = HELD_OUT_CLIP if args.held_out else CASES_CLIP
     if args.qwen2_5_tower:
         clip = HELD_OUT_QWEN2_5 if args.held_out else CASES_QWEN2_5
-    for case in (clip if args.clip or args.qwen2_5_tower else HELD_OUT if args.held_out else CASES):
+    if args.pixtral:
+        clip = HELD_OUT_PIXTRAL if args.held_out else CASES_PIXTRAL
+    for case in (clip if args.clip or args.qwen2_5_tower or args.pixtral else HELD_OUT if args.held_out else CASES):
         print(json.dumps(measure(*case)), flush=True)
 
 
