@@ -53,7 +53,9 @@ with M = N / m^2 merged patches and windows of w = window_size // m // patch_siz
                permute_input_for_window_attn's copy of it (2 N c)
     rotary     as Qwen2-VL's (Qwen2_5_VLVisionAttention: qkv, apply_rotary_pos_emb_vision's fp32 q and k)
     attention  as Qwen2-VL's, chunk by chunk: the images (t frames each) in fullatt_block_indexes' blocks, the
-               non-empty windows in the others (cu_window_seqlens), their lengths (int32) held
+               non-empty windows in the others (cu_window_seqlens), their lengths (int32) held; eager's scores as
+               _scores gives them (in fp32 the scaling's moment, 12 B over softmax's: found by a held-out Pixtral
+               case, and the same code here)
     MLP        the residual after attention and norm2's output (2 N c); Qwen2_5_VLMLP: silu(gate_proj), up_proj and
                their product, 3 N f (gate_proj's output dies with the silu)
     merger     torch.argsort(window_index)'s M int64 held from here; ln_q (Qwen2_5_VLRMSNorm) in fp32: its input's
@@ -77,7 +79,8 @@ f, H heads of width d, L layers, merge m, text width t; the projector reads the 
     rotary     attention_norm's output, q, k and v, and apply_rotary_pos_emb's q_embed and k's four temporaries in e:
                8 N c
     attention  the norm's output, q_embed, k_embed and v (4 N c); eager adds the scores over every image at once
-               (H N^2 x (e + 4, plus 4 from a 16-bit input)), then the output and its transpose's copy or o_proj's
+               (H N^2 x (e + 4, plus 4 from a 16-bit input), or in fp32 the scaling's moment, 12 B more: _scores),
+               then the output and its transpose's copy or o_proj's
                (2 N c) beside the probabilities, which the layer holds (`_`) until it returns (H N^2 e); SDPA (torch's
                CPU flash-attention kernel, which takes the mask) its output N c, log-sum-exp H N fp32 and the
                kernel's scratch (_cpu_flash_scratch; on a GPU its kernels' workspace differs)
@@ -226,7 +229,7 @@ def qwen2_5_vl_forward(parts, grids, e: int, attention: str) -> int:
 
     def attend(chunks):  # one block's attention over these chunks (as Qwen2-VL's), the earlier chunks' outputs held
         earlier = [0] + list(itertools.accumulate(chunks))
-        chunk = max((parts.heads * n * n * _softmax_bytes(e) if attention == "eager" else
+        chunk = max((_scores(parts.heads, n, e) if attention == "eager" else
                      n * width * e + parts.heads * n * FP32) + earlier[k] * width * e
                     for k, n in enumerate(chunks))
         return held + 6 * n_all * width * e + len(chunks) * FP32 + max(chunk, 3 * n_all * width * e)
@@ -239,6 +242,13 @@ def qwen2_5_vl_forward(parts, grids, e: int, attention: str) -> int:
     merger = held + merged * INT64 + max(norm, 3 * n_all * width * e, 2 * n_all * width * e + merged * out * e,
                                          2 * merged * out * e)
     return max(patches, rotary, attn, mlp, merger)
+
+
+def _scores(heads: int, n: int, e: int) -> int:
+    """Bytes of eager attention's scores over n positions at their fullest: softmax's moment (_softmax_bytes), or
+    `matmul(q, k^T) * scaling`'s, the product and its scaled copy beside the Python float wrapped as an 8 B tensor and
+    its copy in e, which in fp32 ties softmax's two tensors and so passes it by 12 B (a held-out Pixtral case)."""
+    return max(heads * n * n * _softmax_bytes(e), 2 * heads * n * n * e + INT64 + e)
 
 
 def _norm(rows: int, width: int, e: int) -> int:
@@ -287,7 +297,7 @@ def pixtral_forward(parts, sizes, e: int, attention: str) -> int:
         block = base + (n * c * e if k else 0)  # the layer's input, beside ln_pre's output
         moments.append(block + 8 * n * c * e)  # norm, q, k, v, and apply_rotary_pos_emb's q_embed and k's four
         if attention == "eager":
-            moments.append(block + 4 * n * c * e + heads * n * n * _softmax_bytes(e))
+            moments.append(block + 4 * n * c * e + _scores(heads, n, e))
             moments.append(block + 6 * n * c * e + probs)  # the output, its transpose's copy or o_proj's
         else:
             moments.append(block + 5 * n * c * e + heads * n * FP32 + _cpu_flash_scratch(n, d, e))

@@ -124,7 +124,18 @@ HELD_OUT_QWEN2_5 = [
                                                             fullatt_block_indexes=[])),
 ]
 # ... and those recorded after pixtral_forward was written (held out).
-HELD_OUT_PIXTRAL = []
+HELD_OUT_PIXTRAL = [
+    ("mistral3", "eager", "bfloat16", [(10, 14), (12, 8)], dict(hidden_size=48, num_attention_heads=4)),
+    ("mistral3", "sdpa", "float32", [(20, 20)], dict(hidden_size=64, num_attention_heads=4, intermediate_size=64)),
+    ("mistral3", "eager", "float32", [(6, 10), (6, 10), (4, 4)], dict(hidden_size=96, num_attention_heads=8,
+                                                                       intermediate_size=192)),
+    ("mistral3", "sdpa", "bfloat16", [(28, 30)], dict(hidden_size=32, num_attention_heads=2, intermediate_size=32)),
+    ("mistral3", "eager", "bfloat16", [(6, 6)], dict(hidden_size=512, num_attention_heads=8, intermediate_size=1536,
+                                                     num_hidden_layers=1)),
+    ("mistral3", "sdpa", "bfloat16", [(10, 6), (8, 8)], dict(hidden_size=128, num_attention_heads=4,
+                                                             text_hidden_size=256, hidden_act="silu")),
+    ("mistral3", "eager", "float32", [(5, 7)], dict(hidden_size=64, num_attention_heads=4)),
+]
 # ... and the cases measured only after it was written (held out).
 HELD_OUT = [
     ("qwen2_vl", "eager", "bfloat16", [(1, 12, 20), (1, 6, 6)], dict(embed_dim=48, num_heads=6, depth=3)),
@@ -295,7 +306,10 @@ STEP_CASES_MISTRAL3 = [
     ("mistral3", "sdpa", "float32", dict(hidden_size=256, num_attention_heads=4), 2, 16),
 ]
 # ... and Mistral3 steps recorded after pixtral_forward and its bound were written (held out).
-STEP_HELD_OUT_MISTRAL3 = []
+STEP_HELD_OUT_MISTRAL3 = [
+    ("mistral3", "sdpa", "bfloat16", dict(hidden_size=128, num_attention_heads=4, intermediate_size=256), 2, 25),
+    ("mistral3", "eager", "float32", dict(hidden_size=96, num_attention_heads=8), 1, 36),
+]
 # A projector that trains, or the whole tower (method vision= "projector" or "trains"), which memmath judges on the
 # sum of the parts: recorded to say how far that sum is from the step.
 STEP_CASES_TRAINING = [
