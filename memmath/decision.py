@@ -383,7 +383,8 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     unmeasured = pixtral_unmeasured(shape.vision)
     unmodelled = (f"the {shape.vision.label} tower's own forward is not modelled "
                   + (f"with {unmeasured}" if unmeasured else
-                     f"(memmath models {', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)})"))
+                     f"(memmath models {', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)}; Pixtral under "
+                     "mistral3)"))
     if not images_known(shape.vision):
         return Requirement(text_need.bytes + tower, "upper bound", f"{words}); {unmodelled}, nor the pixels",
                            memory, None, run)

@@ -374,8 +374,8 @@ def images_known(parts) -> bool:
 
 def modelled(parts) -> bool:
     """Whether memmath models this tower's forward (MODELLED_TOWERS, inside their wrappers: gemma3, llava, qwen2_vl,
-    qwen2_5_vl, mistral3; LLaVA's projector reading one feature layer; Qwen2.5-VL's MLP with silu, its default, and a head width
-    that its rotary tables cover, a multiple of 4)."""
+    qwen2_5_vl, mistral3; LLaVA's projector reading one feature layer; Qwen2.5-VL's MLP with silu, its default, and a
+    head width that its rotary tables cover, a multiple of 4; Pixtral as pixtral_unmeasured says)."""
     one_layer = parts.tower != "clip_vision_model" or (
         _shape(parts.projector, "linear_1.weight")[1] == _shape(parts.embeddings, "patch_embedding.weight")[0])
     qwen2_5 = parts.tower != "qwen2_5_vl_vision" or (
@@ -391,6 +391,8 @@ def pixtral_unmeasured(parts) -> str:
     patches (vision_feature_layer -1), and a head width its 2D rotary tables cover (a multiple of 4)."""
     if parts.tower != "pixtral":
         return ""
+    if parts.model_type != "mistral3":  # LLaVA's: LlavaConfig's image_seq_length and its feature selection
+        return f"a {parts.model_type} wrapper (memmath models it under mistral3)"
     width = _shape(parts.embeddings, "patch_conv.weight")[0]
     why = [f"vision_config.hidden_act {parts.act!r} (gelu and silu are measured)"] * (parts.act not in ("gelu", "silu"))
     why += [f"projector_hidden_act {parts.projector_act!r} (gelu is measured)"] * (parts.projector_act != "gelu")

@@ -3,9 +3,9 @@
 validation/vision_forward_*.jsonl; the held-out files were recorded after the code they test; the LLaVA steps
 before CLIP's forward was modelled).
 
-Torch-free: the recorded working peaks of tiny Qwen2-VL, Qwen2.5-VL, Gemma 3, LLaVA and Mistral3 (Pixtral) towers, and the recorded peaks of whole training
-steps whose language model trains with the tower frozen. Live (skipped without torch and transformers): one tower's
-forward measured again.
+Torch-free: the recorded working peaks of tiny Qwen2-VL, Qwen2.5-VL, Gemma 3, LLaVA and Mistral3 (Pixtral) towers,
+and the recorded peaks of whole training steps whose language model trains with the tower frozen. Live (skipped
+without torch and transformers): towers' forwards measured again.
 """
 
 from __future__ import annotations
@@ -154,6 +154,15 @@ def test_mistral_small_3_1_is_judged_with_its_towers_forward():
     need = requirement(mm.from_hf_config(PUBLISHED["Mistral-Small-3.1-24B-Instruct-2503"]), method=mm.LoRA(),
                        precision="bf16", batch_size=1, seq_len=1024, attention="sdpa")
     assert need.basis == "upper bound" and "the tower's forward over 1 images of 4,096 patches" in need.reason
+
+
+def test_a_pixtral_tower_under_llava_says_its_forward_is_modelled_under_mistral3_only():
+    # LLaVA's wrapper reads a Pixtral tower (LlavaConfig's image_seq_length, vision_feature_layer -2 and its
+    # "default" selection, which crops one patch of the whole batch's sequence): not measured, and said so.
+    config = recorder.config("llava", "sdpa", dict(hidden_size=64, num_attention_heads=4, model_type="pixtral"))
+    need = requirement(mm.from_hf_config(config), method=mm.Full(vision="frozen"), precision="bf16", batch_size=1,
+                       seq_len=64, attention="sdpa", device="cpu")
+    assert "not modelled with a llava wrapper (memmath models it under mistral3)" in need.reason
 
 
 def test_a_frozen_pixtral_tower_run_under_mistral3_gets_a_verdict():

@@ -333,8 +333,8 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
                  vision: str = "frozen") -> dict:
     """Two training steps (memmath.stepping.step_twice on the CPU) of a tiny vision-language model whose language
     model trains and whose tower and projector are frozen, every token an image token: Qwen2-VL one image of
-    4 x seq_len patches per sequence (Qwen2.5-VL and Mistral3 too), Gemma 3 seq_len / mm_tokens_per_image and LLaVA seq_len /
-    image_seq_length images per sequence."""
+    4 x seq_len patches per sequence (Qwen2.5-VL and Mistral3 too), Gemma 3 seq_len / mm_tokens_per_image and LLaVA
+    seq_len / image_seq_length images per sequence."""
     import torch
 
     from memmath.stepping import step_twice
