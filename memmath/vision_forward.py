@@ -215,32 +215,41 @@ def qwen2_5_vl_forward(parts, grids, e: int, attention: str) -> int:
     merge2 = _shape(parts.projector, "mlp.0.weight")[0] // width
     out = _shape(parts.projector, "mlp.2.weight")[0]
     d = width // parts.heads
-    images = [g[1] * g[2] for g in grids for _ in range(g[0])]  # each frame its own chunk (get_vision_cu_seqlens)
-    cut = [windows(parts, g) for g in grids]
-    panes = [n for sizes, _ in cut for n in sizes]
-    n_all, rows = sum(images), c * tp * p * p
+    shapes = set(grids)
+    cut = {g: windows(parts, g) for g in shapes}
+    n_all, rows = sum(t * h * w for t, h, w in grids), c * tp * p * p
+    frames = sum(g[0] for g in grids)  # each frame its own chunk (get_vision_cu_seqlens)
     merged = n_all // merge2
     copy = n_all * rows * e if e != FP32 else 0
     # the pixels' copy, position ids, cu_seqlens, window_index and cu_window_seqlens
-    index = copy + n_all * 2 * INT64 + (len(images) + 1) * FP32 + merged * INT64 + (sum(k for _, k in cut) + 1) * FP32
+    index = copy + n_all * 2 * INT64 + (frames + 1) * FP32 + merged * INT64 + (sum(cut[g][1] for g in grids) + 1) * FP32
     patches = index + max(n_all * rows * e + n_all * width * e, 2 * n_all * width * e)
     held = index + 2 * n_all * d * FP32 + n_all * width * e  # the rotary tables and the block's input
     rotary = held + 4 * n_all * width * e + n_all * width * FP32 * (4 + (2 if e != FP32 else 0))
 
-    def attend(chunks):  # one block's attention over these chunks (as Qwen2-VL's), the earlier chunks' outputs held
+    def fullest(chunks):  # (the most one image's chunks reach, each beside the image's earlier outputs; its patches)
         earlier = [0] + list(itertools.accumulate(chunks))
-        chunk = max((_scores(parts.heads, n, e) if attention == "eager" else
-                     n * width * e + parts.heads * n * FP32) + earlier[k] * width * e
-                    for k, n in enumerate(chunks))
-        return held + 6 * n_all * width * e + len(chunks) * FP32 + max(chunk, 3 * n_all * width * e)
+        return max((_scores(parts.heads, n, e) if attention == "eager" else
+                    n * width * e + parts.heads * n * FP32) + earlier[k] * width * e
+                   for k, n in enumerate(chunks)), earlier[-1]
+
+    def attend(table, count):  # one block's attention (as Qwen2-VL's), the earlier images' outputs held too
+        chunk = before = 0
+        for g in grids:
+            top, n = table[g]
+            chunk, before = max(chunk, before * width * e + top), before + n
+        return held + 6 * n_all * width * e + count * FP32 + max(chunk, 3 * n_all * width * e)
 
     blocks = set(range(parts.n_blocks))
-    attn = max([attend(images)] * bool(blocks & set(parts.full_blocks)) + [attend(panes)] * bool(
-        blocks - set(parts.full_blocks)))
+    attn = []
+    if blocks & set(parts.full_blocks):
+        attn.append(attend({g: fullest([g[1] * g[2]] * g[0]) for g in shapes}, frames))
+    if blocks - set(parts.full_blocks):
+        attn.append(attend({g: fullest(cut[g][0]) for g in shapes}, sum(len(cut[g][0]) for g in grids)))
+    attn = max(attn)
     mlp = held + 2 * n_all * width * e + 3 * n_all * f * e
-    norm = 2 * n_all * width * FP32 + (2 if e != FP32 else 1) * n_all * FP32
-    merger = held + merged * INT64 + max(norm, 3 * n_all * width * e, 2 * n_all * width * e + merged * out * e,
-                                         2 * merged * out * e)
+    merger = held + merged * INT64 + max(_norm(n_all, width, e), 3 * n_all * width * e,
+                                         2 * n_all * width * e + merged * out * e, 2 * merged * out * e)
     return max(patches, rotary, attn, mlp, merger)
 
 
