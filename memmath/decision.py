@@ -384,7 +384,7 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     unmodelled = (f"the {shape.vision.label} tower's own forward is not modelled "
                   + (f"with {unmeasured}" if unmeasured else
                      f"(memmath models {', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)}; Pixtral under "
-                     "mistral3)"))
+                     "mistral3 or llava)"))
     if not images_known(shape.vision):
         return Requirement(text_need.bytes + tower, "upper bound", f"{words}); {unmodelled}, nor the pixels",
                            memory, None, run)

@@ -37,8 +37,8 @@ What memmath does with the vision parts (the Note kinds in parentheses):
                  activation model refuses a vision-language model (the textbook one answers, said so)
     peak         not modelled as a timeline; a frozen tower's run is judged on an upper bound (decision.py): the
                  language model's requirement plus the tower's parts, or, for SigLIP under Gemma 3, CLIP under LLaVA,
-                 Qwen2-VL's and Qwen2.5-VL's towers and Pixtral under Mistral3, the tower's forward at the most images
-                 the sequence holds when that is larger
+                 Qwen2-VL's and Qwen2.5-VL's towers and Pixtral (under Mistral3, or LLaVA with each patch a token),
+                 the tower's forward at the most images the sequence holds when that is larger
                  (vision_forward.py); a tower or projector that trains is judged on the sum of the parts
 """
 
@@ -531,14 +531,16 @@ def _vision_config(config: dict, spec: _Wrapper, model_type: str, notes: list) -
 
 def _window_fields(config: dict, tower: str, vision: dict) -> dict:
     """Qwen2.5-VL's window attention (Qwen2_5_VLVisionConfig: window_size 112, fullatt_block_indexes (7, 15, 23, 31),
-    hidden_act "silu"), and Mistral3's Pixtral tower's activations and feature layer (PixtralVisionConfig hidden_act
-    "gelu"; Mistral3Config vision_feature_layer -1, projector_hidden_act "gelu"), which shape their forward's memory:
-    {} for the other towers."""
+    hidden_act "silu"), and a Pixtral tower's activations and feature layer (PixtralVisionConfig hidden_act "gelu";
+    Mistral3Config vision_feature_layer -1, LlavaConfig -2 and vision_feature_select_strategy "default";
+    projector_hidden_act "gelu"), which shape their forward's memory: {} for the other towers."""
     raw = _sub_config(config, "vision_config") or {}
-    if tower == "pixtral" and config.get("model_type") == "mistral3":
-        layer = config.get("vision_feature_layer", -1)
+    if tower == "pixtral":  # Mistral3Config's vision_feature_layer -1; LlavaConfig's -2 and its "default" selection
+        mistral3 = config.get("model_type") == "mistral3"
+        layer = config.get("vision_feature_layer", -1 if mistral3 else -2)
         return dict(act=_string(raw, "hidden_act", "gelu", "vision_config."), projector_act=_string(
-            config, "projector_hidden_act", "gelu", ""), feature_layer=layer if type(layer) is int else None)
+            config, "projector_hidden_act", "gelu", ""), feature_layer=layer if type(layer) is int else None,
+            select="" if mistral3 else _string(config, "vision_feature_select_strategy", "default", ""))
     if tower != "qwen2_5_vl_vision":
         return {}
     read = _Reader(raw, "vision_config", dict(window_size=112))

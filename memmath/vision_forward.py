@@ -1,6 +1,6 @@
 """The working memory of a frozen vision tower's forward: the most it allocates at one moment over what was alive when
 it began, for the towers whose forward memmath models (Gemma 3's SigLIP, LLaVA's CLIP, Qwen2-VL's, Qwen2.5-VL's,
-Mistral3's Pixtral).
+Pixtral under Mistral3 and LLaVA).
 
 A frozen tower and projector (requires_grad False) given pixels that need no gradient record nothing for backward,
 so each intermediate dies when its last Python reference does, as under no_grad. Each moment below lists what
@@ -90,6 +90,10 @@ f, H heads of width d, L layers, merge m, text width t; the projector reads the 
                (three 0-dim int64 an image), the unfolded grids (m^2 c a token, held in their list), their
                concatenation and merging_layer's output T c (T tokens); then linear_1's, the GELU's and linear_2's
                outputs, two at a time (2 T t), beside merging_layer's
+Pixtral under LLaVA (modeling_llava.py get_image_features, LlavaMultiModalProjector): the same tower over images of
+the config's size, then the last layer's output and the selected one where it is another (hidden_states keeps it),
+and linear_1's, the GELU's and linear_2's outputs two at a time over every patch ("default" crops the first of the
+whole batch's sequence); the bound takes each patch as an image token (vision_feature_select_strategy "full").
 Measured on the CPU by validation/vision_forward.py (the cases it holds out were recorded after this model).
 """
 
@@ -278,9 +282,9 @@ def _cpu_flash_scratch(n: int, d: int, e: int) -> int:
 
 
 def pixtral_forward(parts, sizes, e: int, attention: str) -> int:
-    """Working bytes of Mistral3's Pixtral tower and projector over images of `sizes` (height, width) patches, padded
-    to the largest in one batch of pixels (the processor's), the projector reading the last layer
-    (vision_feature_layer -1)."""
+    """Working bytes of a Pixtral tower and its projector over images of `sizes` (height, width) patches, padded to
+    the largest in one batch of pixels (the processor's): Mistral3's, reading the last layer (vision_feature_layer
+    -1), or LLaVA's (its vision_feature_layer and vision_feature_select_strategy)."""
     sizes = [tuple(validate.count("patches", n, low=1) for n in hw) for hw in sizes]
     if not sizes:
         return 0
@@ -315,6 +319,13 @@ def pixtral_forward(parts, sizes, e: int, attention: str) -> int:
     # the projector: the last layer's output, Mistral3RMSNorm; the patch merger's image_sizes (three 0-dim int64
     # each), its unfolded grids (m^2 patches a token), their concatenation and merging_layer's output; linear_1,
     # the GELU and linear_2
+    if parts.model_type == "llava":
+        # LLaVA: the selected layer's output beside the last's where it is another (hidden_states keeps it), and
+        # linear_1's, the GELU's and linear_2's outputs, two at a time, over its patches ("default" crops the first
+        # of the whole sequence: Pixtral's batch is one sequence)
+        selected = n * c * e if parts.feature_layer not in (-1, parts.n_blocks) else 0
+        kept = n - 1 if parts.select == "default" else n
+        return max(moments + [n * c * e + selected + 2 * kept * text * e])
     tokens = sum((h // m) * (w // m) for h, w in sizes)
     grids = tokens * m * m * c * e
     moments += [n * c * e + _norm(n, c, e),
@@ -354,7 +365,7 @@ def batch_extras(parts, batch: int, seq_len: int) -> int:
         return pixel_bytes(parts, images) + _patches(parts) * INT64 + INT64
     if parts.tower == "siglip_vision_model":
         return pixel_bytes(parts, images) + tokens * INT64 + _patches(parts) * INT64
-    if parts.tower == "pixtral":  # Mistral3: image_sizes (2 int64 an image); the rotary inv_freq and its original
+    if parts.tower == "pixtral":  # the processor's image_sizes (2 int64 an image); the rotary inv_freq and its original
         width = _shape(parts.embeddings, "patch_conv.weight")[0]
         return pixel_bytes(parts, images) + 2 * INT64 * len(images) + 2 * (width // parts.heads // 2) * FP32
     width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
@@ -375,10 +386,10 @@ def worst_images(parts, batch: int, seq_len: int):
 def images_known(parts) -> bool:
     """Whether memmath knows the pixels and buffers a batch holds for this tower's images (batch_extras): SigLIP under
     Gemma 3, CLIP under LLaVA, Qwen2-VL's and Qwen2.5-VL's towers (the same pixel rows, type ids and rotary tables),
-    Pixtral under Mistral3."""
+    Pixtral under Mistral3 or LLaVA."""
     return (parts.model_type, parts.tower) in (("gemma3", "siglip_vision_model"), ("llava", "clip_vision_model"),
                                                ("qwen2_vl", "qwen2_vl_vision"), ("qwen2_5_vl", "qwen2_5_vl_vision"),
-                                               ("mistral3", "pixtral"))
+                                               ("mistral3", "pixtral"), ("llava", "pixtral"))
 
 
 def modelled(parts) -> bool:
@@ -395,17 +406,22 @@ def modelled(parts) -> bool:
 
 
 def pixtral_unmeasured(parts) -> str:
-    """What of a Pixtral tower under Mistral3 its forward was not measured with, in words ("" for none, or another
-    tower): gelu or silu in the tower's MLP (one tensor each), gelu in the projector (the defaults), the last layer's
-    patches (vision_feature_layer -1), and a head width its 2D rotary tables cover (a multiple of 4)."""
+    """What of a Pixtral tower its forward was not measured with, in words ("" for none, or another tower): gelu or
+    silu in the tower's MLP (one tensor each), gelu in the projector (the defaults), the last layer's patches under
+    Mistral3 (vision_feature_layer -1), the last or second-to-last under LLaVA with each patch a token
+    ("full"), and a head width its 2D rotary tables cover (a multiple of 4)."""
     if parts.tower != "pixtral":
         return ""
-    if parts.model_type != "mistral3":  # LLaVA's: LlavaConfig's image_seq_length and its feature selection
-        return f"a {parts.model_type} wrapper (memmath models it under mistral3)"
     width = _shape(parts.embeddings, "patch_conv.weight")[0]
     why = [f"vision_config.hidden_act {parts.act!r} (gelu and silu are measured)"] * (parts.act not in ("gelu", "silu"))
     why += [f"projector_hidden_act {parts.projector_act!r} (gelu is measured)"] * (parts.projector_act != "gelu")
-    why += ["a vision_feature_layer other than -1"] * (parts.feature_layer != -1)
+    if parts.model_type == "llava":  # -2 (LlavaConfig's) and -1 are measured
+        why += ["a vision_feature_layer other than -1 or -2"] * (parts.feature_layer not in (-1, -2))
+        # "default" crops the first patch of the whole batch (Pixtral's batch is one sequence), so image tokens are
+        # not whole images' patches
+        why += [f"vision_feature_select_strategy {parts.select!r} (\"full\" is modelled)"] * (parts.select != "full")
+    else:
+        why += ["a vision_feature_layer other than -1"] * (parts.feature_layer != -1)
     why += ["a head width not a multiple of 4"] * (not parts.heads or (width // parts.heads) % 4 != 0)
     return "; ".join(why)
 
@@ -436,6 +452,8 @@ def worst_grids(parts, seq_len: int) -> list:
 def _merge(parts) -> int:
     """The spatial_merge_size m of Qwen2-VL's and Qwen2.5-VL's merger (its mlp.0 reads m^2 patches of the tower's
     width) or of Mistral3's patch merger (its merging_layer does)."""
+    if parts.tower == "pixtral" and parts.model_type == "llava":
+        return 1  # LLaVA's projector takes each patch as a token
     if parts.tower == "pixtral":
         merge2 = _shape(parts.projector, "merging_layer.weight")[1] // _shape(parts.embeddings, "patch_conv.weight")[0]
     else:

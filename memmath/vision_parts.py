@@ -24,7 +24,8 @@ class VisionTensors:
     window, full_blocks: Qwen2.5-VL's window_size (pixels; 0 for other towers) and fullatt_block_indexes (the
     blocks that attend over whole images; the others attend within windows). act: the tower's hidden_act where its
     forward's memory depends on it ("" where not read). feature_layer, projector_act: Mistral3's vision_feature_layer
-    (an int; None for a list or where not read) and projector_hidden_act.
+    (an int; None for a list or where not read) and projector_hidden_act, and LLaVA's too with its
+    vision_feature_select_strategy (select) for a Pixtral tower.
     """
 
     model_type: str
@@ -42,6 +43,7 @@ class VisionTensors:
     act: str = ""
     feature_layer: int | None = None
     projector_act: str = ""
+    select: str = ""
 
     @functools.cached_property
     def tensor_list(self) -> tuple:

@@ -56,6 +56,10 @@ def _working(r):
     parts, e = _shape(r).vision, 4 if r["dtype"] == "float32" else 2
     if r["tower"] == "gemma3":
         return siglip_forward(parts, r["images"], e, r["attention"])
+    if r["tower"] == "llava" and r["sizes"].get("model_type") == "pixtral":  # images of the config's image_size
+        vision = recorder.config(r["tower"], r["attention"], r["sizes"])["vision_config"]
+        side = vision["image_size"] // vision["patch_size"]
+        return pixtral_forward(parts, [(side, side)] * r["images"], e, r["attention"])
     if r["tower"] == "llava":
         return clip_forward(parts, r["images"], e, r["attention"])
     if r["tower"] == "qwen2_5_vl":
@@ -66,8 +70,8 @@ def _working(r):
 
 
 TOWER = [pytest.param(r, id=f"{group}-{_case_id(r)}")
-         for group in ("held_in", "clip", "qwen2_5", "pixtral", "held_out", "clip_held_out", "qwen2_5_held_out",
-                       "pixtral_held_out")
+         for group in ("held_in", "clip", "qwen2_5", "pixtral", "llava_pixtral", "held_out", "clip_held_out",
+                       "qwen2_5_held_out", "pixtral_held_out")
          for r in _records(group)]
 
 
@@ -83,7 +87,7 @@ def _run(r):
 
 STEPS = [pytest.param(r, id=f"{group}-{_case_id(r)}")
          for group in ("steps", "steps_llava", "steps_held_out", "steps_llava_held_out", "steps_qwen2_5",
-                       "steps_qwen2_5_held_out", "steps_mistral3", "steps_mistral3_held_out")
+                       "steps_qwen2_5_held_out", "steps_mistral3", "steps_mistral3_held_out", "steps_llava_pixtral")
          for r in _records(group)]
 
 
@@ -156,13 +160,17 @@ def test_mistral_small_3_1_is_judged_with_its_towers_forward():
     assert need.basis == "upper bound" and "the tower's forward over 1 images of 4,096 patches" in need.reason
 
 
-def test_a_pixtral_tower_under_llava_says_its_forward_is_modelled_under_mistral3_only():
-    # LLaVA's wrapper reads a Pixtral tower (LlavaConfig's image_seq_length, vision_feature_layer -2 and its
-    # "default" selection, which crops one patch of the whole batch's sequence): not measured, and said so.
-    config = recorder.config("llava", "sdpa", dict(hidden_size=64, num_attention_heads=4, model_type="pixtral"))
-    need = requirement(mm.from_hf_config(config), method=mm.Full(vision="frozen"), precision="bf16", batch_size=1,
-                       seq_len=64, attention="sdpa", device="cpu")
-    assert "not modelled with a llava wrapper (memmath models it under mistral3)" in need.reason
+def test_a_pixtral_tower_under_llava_is_judged_with_each_patch_a_token_only():
+    # LlavaConfig's "default" selection crops the first patch of the whole batch (Pixtral's batch is one sequence),
+    # so a batch of image tokens is not whole images: the bound is given for "full" (each patch a token) only.
+    sizes = dict(hidden_size=64, num_attention_heads=4, model_type="pixtral")
+    config = recorder.config("llava", "sdpa", sizes)
+    run = dict(method=mm.Full(vision="frozen"), precision="bf16", batch_size=1, seq_len=64, attention="sdpa",
+               device="cpu")
+    need = requirement(mm.from_hf_config(config), **run)
+    assert "not modelled with vision_feature_select_strategy 'default'" in need.reason
+    config = recorder.config("llava", "sdpa", dict(sizes, vision_feature_select_strategy="full"))
+    assert "the tower's forward over 1 images of 64 patches" in requirement(mm.from_hf_config(config), **run).reason
 
 
 def test_a_frozen_pixtral_tower_run_under_mistral3_gets_a_verdict():

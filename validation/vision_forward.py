@@ -13,7 +13,9 @@ reads them).
     python -m validation.vision_forward --qwen2-5  # whole Qwen2.5-VL steps (with --held-out: those held out)
     python -m validation.vision_forward --qwen2-5-tower  # Qwen2.5-VL's tower alone (with --held-out: those held out)
     python -m validation.vision_forward --pixtral  # Mistral3's Pixtral tower alone (with --held-out: those held out)
+    python -m validation.vision_forward --llava-pixtral  # LLaVA's Pixtral tower alone (--held-out: those held out)
     python -m validation.vision_forward --mistral3  # whole Mistral3 steps (with --held-out: those held out)
+    python -m validation.vision_forward --llava-pixtral-steps  # whole steps of LLaVA around Pixtral (--held-out too)
     python -m validation.vision_forward --training # whole steps whose projector or tower trains
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
@@ -108,6 +110,19 @@ CASES_PIXTRAL = [
     ("mistral3", "sdpa", "bfloat16", [(6, 6)], dict(hidden_size=256, num_attention_heads=4, intermediate_size=1024,
                                                     hidden_act="silu")),
 ]
+# LLaVA's wrapper around a Pixtral tower (8 x 8 patches a 112 px image; LlavaConfig's vision_feature_layer -2 and
+# "default" selection unless given): the cases seen while pixtral_forward's LLaVA projector was written.
+CASES_LLAVA_PIXTRAL = [
+    ("llava", "eager", "bfloat16", 1, dict(hidden_size=32, num_attention_heads=4, model_type="pixtral")),
+    ("llava", "sdpa", "float32", 2, dict(hidden_size=64, num_attention_heads=4, model_type="pixtral")),
+    ("llava", "eager", "bfloat16", 1, dict(hidden_size=32, num_attention_heads=2, model_type="pixtral",
+                                           text_hidden_size=2048)),
+    ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=32, num_attention_heads=2, model_type="pixtral",
+                                          text_hidden_size=1024, vision_feature_layer=-1,
+                                          vision_feature_select_strategy="full")),
+    ("llava", "eager", "float32", 1, dict(hidden_size=32, num_attention_heads=2, model_type="pixtral",
+                                          num_hidden_layers=1, text_hidden_size=1024)),
+]
 # ... and those recorded after qwen2_5_vl_forward was written (held out).
 HELD_OUT_QWEN2_5 = [
     ("qwen2_5_vl", "eager", "bfloat16", [(1, 28, 16)], dict(hidden_size=96, num_heads=6, depth=3,
@@ -136,6 +151,8 @@ HELD_OUT_PIXTRAL = [
                                                              text_hidden_size=256, hidden_act="silu")),
     ("mistral3", "eager", "float32", [(5, 7)], dict(hidden_size=64, num_attention_heads=4)),
 ]
+# ... and those recorded after pixtral_forward's LLaVA projector was written (held out).
+HELD_OUT_LLAVA_PIXTRAL = []
 # ... and the cases measured only after it was written (held out).
 HELD_OUT = [
     ("qwen2_vl", "eager", "bfloat16", [(1, 12, 20), (1, 6, 6)], dict(embed_dim=48, num_heads=6, depth=3)),
@@ -165,11 +182,12 @@ def config(tower: str, attention: str, sizes: dict) -> dict:
     if tower == "llava":  # a CLIP tower of 64 patches a 112 px image, a LLaMA language model (text_hidden_size wide)
         sizes = dict(sizes)
         text["hidden_size"] = sizes.pop("text_hidden_size", text["hidden_size"])
+        top = {k: sizes.pop(k) for k in ("vision_feature_layer", "vision_feature_select_strategy") if k in sizes}
         vision = dict(dict(model_type="clip_vision_model", num_hidden_layers=3,
                            intermediate_size=4 * sizes["hidden_size"], image_size=112, patch_size=14), **sizes)
         return dict(model_type="llava", text_config=dict(text, model_type="llama"), vision_config=vision,
                     image_seq_length=(vision["image_size"] // vision["patch_size"]) ** 2, image_token_index=999,
-                    attn_implementation=attention)
+                    attn_implementation=attention, **top)
     if tower == "mistral3":  # a Pixtral tower of 14 px patches, merged 2 x 2, a Mistral language model
         sizes = dict(sizes)
         text["hidden_size"] = sizes.pop("text_hidden_size", text["hidden_size"])
@@ -246,8 +264,9 @@ def measure(tower: str, attention: str, dtype: str, images, sizes: dict) -> dict
     elif tower == "llava":  # LlavaConfig's defaults: the second-to-last layer's patches, the class token dropped
         s = raw["vision_config"]["image_size"]
         pixels = torch.randn(images, 3, s, s)
-        call = lambda: model.model.get_image_features(pixels, vision_feature_layer=-2,  # noqa: E731
-                                                      vision_feature_select_strategy="default")
+        layer, select = raw.get("vision_feature_layer", -2), raw.get("vision_feature_select_strategy", "default")
+        call = lambda: model.model.get_image_features(pixels, vision_feature_layer=layer,  # noqa: E731
+                                                      vision_feature_select_strategy=select)
     else:
         s = raw["vision_config"]["image_size"]
         pixels = torch.randn(images, 3, s, s)  # the processor's fp32 pixels
@@ -305,6 +324,17 @@ STEP_CASES_MISTRAL3 = [
     ("mistral3", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=16), 1, 64),
     ("mistral3", "sdpa", "float32", dict(hidden_size=256, num_attention_heads=4), 2, 16),
 ]
+# LLaVA around a Pixtral tower, each patch a token (vision_feature_select_strategy "full"): recorded while the decision
+# was given its pixels and tower.
+STEP_CASES_LLAVA_PIXTRAL = [
+    ("llava", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=8, model_type="pixtral",
+                                        vision_feature_select_strategy="full"), 1, 128),
+    ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=4, model_type="pixtral",
+                                      vision_feature_layer=-1, vision_feature_select_strategy="full"), 2, 64),
+    ("llava", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=16, model_type="pixtral",
+                                        vision_feature_select_strategy="full"), 1, 256),
+]
+STEP_HELD_OUT_LLAVA_PIXTRAL = []
 # ... and Mistral3 steps recorded after pixtral_forward and its bound were written (held out).
 STEP_HELD_OUT_MISTRAL3 = [
     ("mistral3", "sdpa", "bfloat16", dict(hidden_size=128, num_attention_heads=4, intermediate_size=256), 2, 25),
@@ -373,6 +403,8 @@ def measure_step(tower: str, attention: str, dtype: str, sizes: dict, batch: int
         images = batch * seq_len // raw.get("mm_tokens_per_image", raw.get("image_seq_length"))
         s = raw["vision_config"]["image_size"]
         inputs["pixel_values"] = torch.randn(images, 3, s, s)
+        if raw["vision_config"]["model_type"] == "pixtral":  # the processor's image sizes, in pixels
+            inputs["image_sizes"] = torch.tensor([(s, s)] * images)
         if tower == "gemma3":
             inputs["token_type_ids"] = torch.ones_like(ids)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
@@ -392,15 +424,20 @@ def main(argv=None):
     parser.add_argument("--qwen2-5", action="store_true", help="whole Qwen2.5-VL training steps (STEP_CASES_QWEN2_5)")
     parser.add_argument("--qwen2-5-tower", action="store_true", help="Qwen2.5-VL's tower (CASES_QWEN2_5)")
     parser.add_argument("--pixtral", action="store_true", help="Mistral3's Pixtral tower (CASES_PIXTRAL)")
+    parser.add_argument("--llava-pixtral", action="store_true", help="LLaVA's Pixtral tower (CASES_LLAVA_PIXTRAL)")
     parser.add_argument("--mistral3", action="store_true", help="whole Mistral3 training steps (STEP_CASES_MISTRAL3)")
+    parser.add_argument("--llava-pixtral-steps", action="store_true",
+                        help="whole steps of LLaVA around Pixtral (STEP_CASES_LLAVA_PIXTRAL)")
     parser.add_argument("--training", action="store_true", help="steps whose projector or tower trains")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False  # as validation/measure.py: no oneDNN pads, as on a GPU
-    if args.mistral3:
-        for case in (STEP_HELD_OUT_MISTRAL3 if args.held_out else STEP_CASES_MISTRAL3):
+    if args.mistral3 or args.llava_pixtral_steps:
+        mistral3 = STEP_HELD_OUT_MISTRAL3 if args.held_out else STEP_CASES_MISTRAL3
+        llava = STEP_HELD_OUT_LLAVA_PIXTRAL if args.held_out else STEP_CASES_LLAVA_PIXTRAL
+        for case in (mistral3 if args.mistral3 else llava):
             print(json.dumps(measure_step(*case)), flush=True)
         return
     if args.qwen2_5 or args.training:
@@ -416,9 +453,14 @@ def main(argv=None):
     clip = HELD_OUT_CLIP if args.held_out else CASES_CLIP
     if args.qwen2_5_tower:
         clip = HELD_OUT_QWEN2_5 if args.held_out else CASES_QWEN2_5
-    if args.pixtral:
-        clip = HELD_OUT_PIXTRAL if args.held_out else CASES_PIXTRAL
-    for case in (clip if args.clip or args.qwen2_5_tower or args.pixtral else HELD_OUT if args.held_out else CASES):
+    if args.pixtral or args.llava_pixtral:
+        clip = {(True, False): CASES_PIXTRAL, (True, True): HELD_OUT_PIXTRAL, (False, False): CASES_LLAVA_PIXTRAL,
+                (False, True): HELD_OUT_LLAVA_PIXTRAL}[args.pixtral, args.held_out]
+    if args.clip or args.qwen2_5_tower or args.pixtral or args.llava_pixtral:
+        cases = clip
+    else:
+        cases = HELD_OUT if args.held_out else CASES
+    for case in cases:
         print(json.dumps(measure(*case)), flush=True)
 
 
