@@ -71,7 +71,7 @@ def _working(r):
 
 TOWER = [pytest.param(r, id=f"{group}-{_case_id(r)}")
          for group in ("held_in", "clip", "qwen2_5", "pixtral", "llava_pixtral", "held_out", "clip_held_out",
-                       "qwen2_5_held_out", "pixtral_held_out")
+                       "qwen2_5_held_out", "pixtral_held_out", "llava_pixtral_held_out")
          for r in _records(group)]
 
 
@@ -87,7 +87,8 @@ def _run(r):
 
 STEPS = [pytest.param(r, id=f"{group}-{_case_id(r)}")
          for group in ("steps", "steps_llava", "steps_held_out", "steps_llava_held_out", "steps_qwen2_5",
-                       "steps_qwen2_5_held_out", "steps_mistral3", "steps_mistral3_held_out", "steps_llava_pixtral")
+                       "steps_qwen2_5_held_out", "steps_mistral3", "steps_mistral3_held_out", "steps_llava_pixtral",
+                       "steps_llava_pixtral_held_out")
          for r in _records(group)]
 
 

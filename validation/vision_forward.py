@@ -152,7 +152,15 @@ HELD_OUT_PIXTRAL = [
     ("mistral3", "eager", "float32", [(5, 7)], dict(hidden_size=64, num_attention_heads=4)),
 ]
 # ... and those recorded after pixtral_forward's LLaVA projector was written (held out).
-HELD_OUT_LLAVA_PIXTRAL = []
+HELD_OUT_LLAVA_PIXTRAL = [
+    ("llava", "eager", "float32", 3, dict(hidden_size=48, num_attention_heads=4, model_type="pixtral",
+                                          image_size=168, text_hidden_size=256)),
+    ("llava", "sdpa", "bfloat16", 2, dict(hidden_size=96, num_attention_heads=4, model_type="pixtral",
+                                          image_size=224, vision_feature_layer=-1,
+                                          vision_feature_select_strategy="full")),
+    ("llava", "eager", "bfloat16", 1, dict(hidden_size=256, num_attention_heads=8, model_type="pixtral",
+                                           intermediate_size=512, hidden_act="silu", num_hidden_layers=2)),
+]
 # ... and the cases measured only after it was written (held out).
 HELD_OUT = [
     ("qwen2_vl", "eager", "bfloat16", [(1, 12, 20), (1, 6, 6)], dict(embed_dim=48, num_heads=6, depth=3)),
@@ -334,7 +342,13 @@ STEP_CASES_LLAVA_PIXTRAL = [
     ("llava", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=16, model_type="pixtral",
                                         vision_feature_select_strategy="full"), 1, 256),
 ]
-STEP_HELD_OUT_LLAVA_PIXTRAL = []
+# ... and those recorded after it (held out).
+STEP_HELD_OUT_LLAVA_PIXTRAL = [
+    ("llava", "sdpa", "bfloat16", dict(hidden_size=96, num_attention_heads=8, model_type="pixtral",
+                                       vision_feature_select_strategy="full"), 2, 128),
+    ("llava", "eager", "float32", dict(hidden_size=64, num_attention_heads=16, model_type="pixtral",
+                                       vision_feature_layer=-1, vision_feature_select_strategy="full"), 1, 192),
+]
 # ... and Mistral3 steps recorded after pixtral_forward and its bound were written (held out).
 STEP_HELD_OUT_MISTRAL3 = [
     ("mistral3", "sdpa", "bfloat16", dict(hidden_size=128, num_attention_heads=4, intermediate_size=256), 2, 25),
