@@ -27,8 +27,8 @@ from .multimodal import TOWER_LABELS
 from .peak import forward_start, peak_memory, why_no_peak
 from .run import Run, as_run, why_not_exact
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
-from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, tower_forward,
-                             worst_images)
+from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, pixtral_unmeasured,
+                             tower_forward, worst_images)
 
 BASES = ("peak", "upper bound", "sum of parts", "floor")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -380,8 +380,11 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     words = (f"{why_no_peak(run)}; an upper bound: what the language model alone must hold ({text_need.bytes:,} B, "
              f"{text_need.words} of the same run on the text model) plus the frozen vision tower's and projector's "
              f"parts held throughout ({tower:,} B")
-    unmodelled = (f"the {shape.vision.label} tower's own forward is not modelled (memmath models "
-                  f"{', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)})")
+    unmeasured = pixtral_unmeasured(shape.vision)
+    unmodelled = (f"the {shape.vision.label} tower's own forward is not modelled "
+                  + (f"with {unmeasured}" if unmeasured else
+                     f"(memmath models {', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)}; Pixtral under "
+                     "mistral3 or llava)"))
     if not images_known(shape.vision):
         return Requirement(text_need.bytes + tower, "upper bound", f"{words}); {unmodelled}, nor the pixels",
                            memory, None, run)

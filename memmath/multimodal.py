@@ -36,8 +36,9 @@ What memmath does with the vision parts (the Note kinds in parentheses):
                  the projector's are not counted (vision_activations_not_counted), and the exact
                  activation model refuses a vision-language model (the textbook one answers, said so)
     peak         not modelled as a timeline; a frozen tower's run is judged on an upper bound (decision.py): the
-                 language model's requirement plus the tower's parts, or, for SigLIP under Gemma 3 and Qwen2-VL's
-                 tower, the tower's forward at the most images the sequence holds when that is larger
+                 language model's requirement plus the tower's parts, or, for SigLIP under Gemma 3, CLIP under LLaVA,
+                 Qwen2-VL's and Qwen2.5-VL's towers and Pixtral (under Mistral3, or LLaVA with each patch a token),
+                 the tower's forward at the most images the sequence holds when that is larger
                  (vision_forward.py); a tower or projector that trains is judged on the sum of the parts
 """
 
@@ -197,10 +198,11 @@ MULTIMODAL_FIELDS = {
                   projector_hidden_act="the projector's activation (no parameters)",
                   vision_feature_select_strategy="which patches pass (no parameters)",
                   vocab_size="not read by LlavaConfig (transformers 5.24): text_config's counts"),
-    "mistral3": dict(_COMMON, vision_feature_layer="as llava's", spatial_merge_size="the patch merger's "
-                     "merging_layer input width (h_vision x merge^2)",
+    "mistral3": dict(_COMMON, vision_feature_layer="as llava's; the tower's forward is modelled for -1 (the "
+                     "default)", spatial_merge_size="the patch merger's merging_layer input width (h_vision x merge^2)",
                      multimodal_projector_bias="biases on linear_1 and linear_2 (default false)",
-                     projector_hidden_act="the projector's activation (no parameters)"),
+                     projector_hidden_act="the projector's activation (no parameters; the tower's forward is "
+                     "modelled for gelu, the default)"),
     "qwen2_vl": dict(_COMMON, tie_word_embeddings="lm_head shares the token embedding (true here or in "
                      "text_config)", **{"(text fields)": "without a text_config, the top-level text fields are the "
                                         "language model's, as Qwen2VLConfig takes them"}),
@@ -222,7 +224,8 @@ VISION_FIELDS = {
                     num_attention_heads="heads (rotary tables only)", num_channels="patch convolution input",
                     patch_size="patch convolution", image_size="rotary tables only (no parameters)",
                     head_dim="replaced by hidden_size // num_attention_heads (PixtralVisionConfig)",
-                    hidden_act=_NO_PARAMS, attention_dropout=_NO_PARAMS),
+                    hidden_act="no parameters; under Mistral3 the tower's forward is modelled for gelu (its default)",
+                    attention_dropout=_NO_PARAMS),
     "qwen2_vl_vision": dict(depth="blocks (alias num_hidden_layers)", embed_dim="width", mlp_ratio="MLP width = "
                             "int(embed_dim x mlp_ratio)", num_heads="heads (rotary tables only)",
                             hidden_size="the merger's output width (the language model's)", in_channels="patch input",
@@ -235,8 +238,10 @@ VISION_FIELDS = {
                               out_hidden_size="the merger's output width", in_channels="patch input",
                               patch_size="Conv3d patches", temporal_patch_size="Conv3d patches",
                               spatial_merge_size="the merger's width (hidden_size x merge^2)",
-                              window_size=_NO_PARAMS, fullatt_block_indexes=_NO_PARAMS,
-                              in_chans="not read by Qwen2_5_VLVisionConfig: in_channels counts", hidden_act=_NO_PARAMS),
+                              window_size="no parameters; the windows of the tower's forward (vision_forward.py)",
+                              fullatt_block_indexes="no parameters; the blocks of the tower's forward that attend over "
+                              "whole images", in_chans="not read by Qwen2_5_VLVisionConfig: in_channels counts",
+                              hidden_act="no parameters; the tower's forward is modelled for silu (its default)"),
 }
 
 
@@ -524,6 +529,41 @@ def _vision_config(config: dict, spec: _Wrapper, model_type: str, notes: list) -
     return fields, tower
 
 
+def _window_fields(config: dict, tower: str, vision: dict) -> dict:
+    """Qwen2.5-VL's window attention (Qwen2_5_VLVisionConfig: window_size 112, fullatt_block_indexes (7, 15, 23, 31),
+    hidden_act "silu"), and a Pixtral tower's activations and feature layer (PixtralVisionConfig hidden_act "gelu";
+    Mistral3Config vision_feature_layer -1, LlavaConfig -2 and vision_feature_select_strategy "default";
+    projector_hidden_act "gelu"), which shape their forward's memory: {} for the other towers."""
+    raw = _sub_config(config, "vision_config") or {}
+    if tower == "pixtral":  # Mistral3Config's vision_feature_layer -1; LlavaConfig's -2 and its "default" selection
+        mistral3 = config.get("model_type") == "mistral3"
+        layer = config.get("vision_feature_layer", -1 if mistral3 else -2)
+        return dict(act=_string(raw, "hidden_act", "gelu", "vision_config."), projector_act=_string(
+            config, "projector_hidden_act", "gelu", ""), feature_layer=layer if type(layer) is int else None,
+            select="" if mistral3 else _string(config, "vision_feature_select_strategy", "default", ""))
+    if tower != "qwen2_5_vl_vision":
+        return {}
+    read = _Reader(raw, "vision_config", dict(window_size=112))
+    # vision_utils.get_vision_window_index divides by window_size // spatial_merge_size // patch_size
+    window = read.count("window_size", 112, low=vision["spatial_merge_size"] * vision["patch_size"])
+    full = raw.get("fullatt_block_indexes")
+    full = (7, 15, 23, 31) if full is None else full
+    if not isinstance(full, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int) for i in full):
+        raise validate.FieldError("vision_config.fullatt_block_indexes", "config field "
+                                  "'vision_config.fullatt_block_indexes' must be a list of block indexes; got "
+                                  f"{validate.describe(full)}")
+    return dict(window=window, full_blocks=tuple(full), act=_string(raw, "hidden_act", "silu", "vision_config."))
+
+
+def _string(config: dict, key: str, default: str, where: str) -> str:
+    value = config.get(key)
+    value = default if value is None else value
+    if not isinstance(value, str):
+        raise validate.FieldError(f"{where}{key}", f"config field '{where}{key}' must be a string; got "
+                                  f"{validate.describe(value)}")
+    return value
+
+
 def _tie(config: dict, spec: _Wrapper, text: dict, notes: list, model_type: str) -> bool:
     top = _Reader(config, "", {})
     tie = top.flag("tie_word_embeddings", spec.tie_default)
@@ -571,7 +611,8 @@ def from_multimodal_config(config: dict, read_text):  # a models.ModelShape (mod
     parts = VisionParts(model_type=model_type, tower=tower, text_type=text_type, n_blocks=n_blocks,
                         embeddings=tuple(embeddings), block=tuple(block), post=tuple(post),
                         projector=tuple(projector), image_tokens=image_tokens,
-                        heads=vision.get("num_attention_heads", vision.get("num_heads", 0)))
+                        heads=vision.get("num_attention_heads", vision.get("num_heads", 0)),
+                        **_window_fields(config, tower, vision))
     name = config.get("_name_or_path")
     if name is not None and not isinstance(name, str):
         raise validate.FieldError("_name_or_path", f"config field '_name_or_path' must be a string; got a "

@@ -21,6 +21,11 @@ class VisionTensors:
     image_tokens: tokens one image puts into the language model's sequence where the config fixes it
     (Gemma 3's mm_tokens_per_image, LLaVA's image_seq_length), else None (it follows the image's size).
     heads: the tower's attention heads (its config's num_attention_heads or num_heads; 0 where not read).
+    window, full_blocks: Qwen2.5-VL's window_size (pixels; 0 for other towers) and fullatt_block_indexes (the
+    blocks that attend over whole images; the others attend within windows). act: the tower's hidden_act where its
+    forward's memory depends on it ("" where not read). feature_layer, projector_act: Mistral3's vision_feature_layer
+    (an int; None for a list or where not read) and projector_hidden_act, and LLaVA's too with its
+    vision_feature_select_strategy (select) for a Pixtral tower.
     """
 
     model_type: str
@@ -33,6 +38,12 @@ class VisionTensors:
     projector: tuple
     image_tokens: int | None = None
     heads: int = 0
+    window: int = 0
+    full_blocks: tuple = ()
+    act: str = ""
+    feature_layer: int | None = None
+    projector_act: str = ""
+    select: str = ""
 
     @functools.cached_property
     def tensor_list(self) -> tuple:
