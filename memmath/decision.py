@@ -47,6 +47,10 @@ FALLBACK_FIX = ("a method, precision and attention the exact activation model tr
 # A run that asked for the textbook model by name: its formula counts what the blocks keep, not the step's peak.
 CHOSEN_FIX = ("leave the activation model to its default (drop --activations textbook) for the step's peak where the "
               "exact model replays the run; memmath train MODEL --traced gives PyTorch's trace of this step")
+MEASURE_FIX = "memmath measure MODEL measures the step"
+# A traced type whose mixers' CUDA kernels (Run.mixer_kernels='cuda') save tensors its trace does not replay.
+KERNELS_FIX = ("--mixer-kernels torch (mixer_kernels='torch') gives the step's peak for a run without those kernels "
+               "installed, on transformers' PyTorch path; memmath measure MODEL measures the step with them")
 CHECKPOINT_FIX = ("without checkpointing the step's peak is modelled; memmath train MODEL --traced gives PyTorch's trace "
                   "of the checkpointed step, or memmath measure MODEL measures it")
 VISION_FIX = ("freeze the vision tower and projector (--vision frozen; vision='frozen' in the API) for an upper bound, or "
@@ -117,7 +121,10 @@ class Requirement:
             return ""
         if unchecked_type(self.run) is not None:
             return unchecked_fix(self.run)
-        return VISION_FIX if self.run.model.vision is not None else CHECKPOINT_FIX
+        if self.run.model.vision is None:
+            return CHECKPOINT_FIX
+        frozen = getattr(self.run.method, "vision", None) == "frozen"
+        return MEASURE_FIX if frozen and _unmodelled_tower(self.run.model.vision) else VISION_FIX
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
@@ -209,6 +216,9 @@ def unchecked_fix(run: Run) -> str:
     """What would give an unchecked run (unchecked_type) a verdict, in words."""
     if _chosen(run):
         return CHOSEN_FIX
+    record = run.model.architecture
+    if _fallback(run) and record.mixer_kernels and run.mixer_kernels != "torch":
+        return KERNELS_FIX
     return FALLBACK_FIX if _fallback(run) else UNCHECKED_FIX
 
 
@@ -306,12 +316,15 @@ def _vision_floor(need: Requirement) -> Requirement:
                 floor = text_need.bytes + held
                 words = (f"{floor:,} B (the language model's own peak in the same run, {text_need.bytes:,} B, plus the "
                          f"vision tower's and projector's weights and optimizer states, {held:,} B)")
-    part = {"frozen": "", "projector": "the projector trains", "trains": "the vision tower and projector train"}.get(
-        getattr(run.method, "vision", None), "")
+    vision = getattr(run.method, "vision", None)
+    part = {"frozen": _unmodelled_tower(run.model.vision), "projector": "the projector trains",
+            "trains": "the vision tower and projector train"}.get(vision, "")
+    # a frozen tower gets a bound where its forward is modelled; one that is not has no change to suggest but measuring
+    fix = MEASURE_FIX if vision == "frozen" and part else VISION_FIX
     why = (f"{need.reason}{'; ' + part if part else ''}: memmath models neither this step's peak nor a bound on it "
            "(what the tower and projector save and compute is not modelled), and the sum of the parts leaves that "
            f"out, so it is no requirement. The step needs at least {words}: the card must hold at least that. "
-           f"{VISION_FIX[0].upper()}{VISION_FIX[1:]}")
+           f"{fix[0].upper() if not fix.startswith('memmath ') else fix[0]}{fix[1:]}")
     return Requirement(floor, "floor", why, memory, None, run)
 
 
@@ -355,6 +368,17 @@ STATIC_PARTS = ("weights", "quantization_constants", "gradients", "gradient_accu
                 "optimizer_states")
 
 
+def _unmodelled_tower(vision) -> str:
+    """Why a frozen tower's forward is not modelled, in words ("" where it is, pixels known)."""
+    if images_known(vision) and modelled(vision):
+        return ""
+    unmeasured = pixtral_unmeasured(vision)
+    return (f"the {vision.label} tower's own forward is not modelled "
+            + (f"with {unmeasured}" if unmeasured else
+               f"(memmath models {', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)}; Pixtral under mistral3 or "
+               "llava)") + ("" if images_known(vision) else ", nor the pixels"))
+
+
 def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     """A vision-language run whose tower and projector stay frozen: the larger of two moments. After the tower: what
     its language model must hold (the same run on the text model alone: its modelled peak, or its upper bound where
@@ -380,19 +404,11 @@ def _frozen_tower_bound(run: Run, memory) -> Requirement | None:
     words = (f"{why_no_peak(run)}; an upper bound: what the language model alone must hold ({text_need.bytes:,} B, "
              f"{text_need.words} of the same run on the text model) plus the frozen vision tower's and projector's "
              f"parts held throughout ({tower:,} B")
-    unmeasured = pixtral_unmeasured(shape.vision)
-    unmodelled = (f"the {shape.vision.label} tower's own forward is not modelled "
-                  + (f"with {unmeasured}" if unmeasured else
-                     f"(memmath models {', '.join(TOWER_LABELS[t] for t in MODELLED_TOWERS)}; Pixtral under "
-                     "mistral3 or llava)"))
-    if not images_known(shape.vision):
-        return Requirement(text_need.bytes + tower, "upper bound", f"{words}); {unmodelled}, nor the pixels",
-                           memory, None, run)
+    if not images_known(shape.vision) or not modelled(shape.vision):
+        return None  # the tower's own forward (and, unknown, the pixels) would be left out: no bound (_vision_floor)
     extras = batch_extras(shape.vision, run.batch_size, run.seq_len)
     after = text_need.bytes + tower + extras
     words += f", and the pixels, image ids and the tower's buffers, {extras:,} B)"
-    if not modelled(shape.vision):
-        return Requirement(after, "upper bound", f"{words}; {unmodelled}", memory, None, run)
     moment, images = _tower_moment(run, memory, text_run, tower, extras)
     tower_words = (f"the tower's forward over {images} at its fullest, with every token an image token "
                    f"({moment:,} B with what is alive then)")

@@ -52,6 +52,7 @@ def test_the_floor_is_the_parts_without_activations_by_hand():
     assert "'lfm2'" in need.reason and "not checked against PyTorch" in need.reason
     assert f"{LFM2_FLOOR:,} B" in need.reason
     assert "--mixer-kernels torch" in need.reason and "causal-conv1d's kernels" in need.reason
+    assert need.fix.startswith("--mixer-kernels torch")  # what gives a verdict: that setting, not the generic advice
     # the same run on transformers' PyTorch path gets the step's peak
     assert mm.requirement("lfm2-1.2b", mixer_kernels="torch", **LFM2_RUN).basis == "peak"
 

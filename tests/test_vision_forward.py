@@ -152,6 +152,8 @@ def test_a_qwen2_5_vl_tower_with_another_activation_is_not_modelled():
     config = recorder.config(record["tower"], record["attention"], dict(record["sizes"], hidden_act="gelu"))
     need = requirement(mm.from_hf_config(config), **dict(_run(dict(record, batch=1, seq_len=16))))
     assert "Qwen2.5-VL tower's own forward is not modelled" in need.reason
+    # no bound that leaves the tower's forward out: a floor, and measuring is what would judge it
+    assert need.basis == "floor" and need.fix == "memmath measure MODEL measures the step"
 
 
 def test_mistral_small_3_1_is_judged_with_its_towers_forward():
