@@ -31,7 +31,7 @@ def read_options(config, get):
 
 def attention_tensors(m) -> list:
     """Qwen3_5GatedDeltaNet in a linear-attention block, else Qwen3-Next's gated attention (Qwen3_5Attention)."""
-    if m.block_kind == _deltanet.LINEAR:
+    if _deltanet.is_linear(m):
         return _deltanet.split_tensors(m.hidden_size, m.linear_attention)
     return next_attention_tensors(m)
 
@@ -39,7 +39,7 @@ def attention_tensors(m) -> list:
 def all_linear_refusal(m) -> str:
     """peft's all-linear adapts the linear attention's four input projections and out_proj, which memmath's target
     names do not cover."""
-    if m.block_kind != _deltanet.LINEAR:
+    if not _deltanet.is_linear(m):
         return ""
     return ("peft's all-linear also adapts each linear-attention block's in_proj_qkv, in_proj_z, in_proj_b, "
             "in_proj_a and out_proj, which memmath does not count yet; name the targets (q, k, v, o, gate, up, down)")
