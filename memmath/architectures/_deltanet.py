@@ -17,6 +17,7 @@ autograd by tests/test_families_deltanet_trace.py.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from ..states import RECURRENT_STATE_FORMAT, GatedDeltaNet, values_bytes
 from ..arrays import is_ndarray, np, pick
@@ -125,6 +126,11 @@ def group_blocks(per_block: list) -> tuple:
 CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size, as Qwen3NextGatedDeltaNet.forward calls it
 KERNELS = "flash-linear-attention's and causal-conv1d's kernels"  # what transformers calls instead where installed
 FP32 = 4
+# tests/test_families_deltanet_trace.py's checkpointed CPU steps (b 2, s 64): measured / predicted - 1
+QWEN3_5_CHECKPOINTED_PEAK_REFUSAL = ("with checkpointing: not measured for Qwen 3.5, whose gated DeltaNet blocks "
+                                     "are Qwen3-Next's, where CPU steps peaked up to 23% above the prediction")
+CHECKPOINTED_PEAK_REFUSAL = ("with checkpointing, the backward of a recomputed gated DeltaNet block holds more than "
+                             "memmath's moments price (not located): CPU steps peaked up to 23% above the prediction")
 
 
 def trace_refusal(shape) -> str:
@@ -309,6 +315,9 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
     # decayed k (chunks 0..N-2): chunk copies in the fp32 layout, else the whole tensors (views) once N > 1.
     v_new = tr.new(padded * dv, FP32, grad)
     tr.use(new_values, k_cumdecay, state)
+    # one chunk's q @ state, intra @ v_new and their sum, alive at once before the sum is copied into the output
+    inter, product = tr.new(chunk_rows * dv, FP32), tr.new(chunk_rows * dv, FP32)
+    tr.tmp(chunk_rows * dv, FP32, inter, product, intra, q_decayed, core)
     states = tr.new(later * state_numel, FP32, grad)
     tr.use(k_decayed, chunk_decay, v_new)
     if not is_ndarray(n) and not is_ndarray(fp32_layout):
@@ -331,10 +340,16 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
     if is_ndarray(n) or n > 1:  # reshape of the chunked output, laid out as solve_triangular's result: a copy
         core = tr.tmp(pick(np.asarray(n) > 1, padded * dv, 0) if is_ndarray(n) else padded * dv, FP32, core)
         core.grad = grad
-    if e == FP32:  # the module's reshape(-1, dv) of the (b, s, H, dv) transposed fp32 output: a copy
+    # the function's locals live until it returns: the padded v, beta and decay, the C x C decay, UT system and
+    # intra-chunk attention, the products and solves, the decayed q and k, the chunk mask
+    locals_ = (vp, bp, gp, cum, decay, ut, intra, upper, v_beta, k_beta, decayed_k_beta, new_values, k_cumdecay,
+               q_decayed, k_decayed, chunk_decay, v_new, states)
+    if e == FP32:  # the module's reshape(-1, dv) of the (b, s, H, dv) transposed fp32 output: a copy, after return
+        tr.use(*locals_)
         out = tr.new(rows * dv, FP32, grad)
     else:  # .to(initial_dtype, memory_format=contiguous): a copy in the model's dtype, reshaped as a view
         out = tr.new(rows * dv, e, grad)
+        tr.use(*locals_)
     tr.use(core)
     return out
 
@@ -374,24 +389,34 @@ def gated_norm(tr: Trace, x: Tensor, z: Tensor, rows, width, trainable: bool) ->
     return out
 
 
-def mixer(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Tensor:
+def mixer(tr: Trace, shape, x: Tensor, trainable: bool, p, split: bool = False) -> Tensor:
     """Qwen3NextGatedDeltaNet.forward on the normalized input (t x h), through out_proj: in_proj_qkvz and in_proj_ba
     (one input kept), the depthwise causal convolution (causal_conv1d_fn: F.conv1d keeps its input, the torch.cat of
     q, k, v transposed; silu keeps the conv output, padded by conv_kernel - 1 on the sequence), beta = sigmoid(b)
     (keeps its output), g = -exp(A_log.float()) * softplus(a.float() + dt_bias) in fp32, the chunked delta rule
-    (chunk_rule), the gated norm against z (z.reshape(-1, dv) of the split projection: a copy) and out_proj."""
+    (chunk_rule), the gated norm against z (z.reshape(-1, dv) of the split projection: a copy) and out_proj.
+    split: Qwen 3.5's Qwen3_5GatedDeltaNet, whose four projections (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) give
+    the convolution in_proj_qkv's output itself (transposed, no cat) and z contiguous (its reshape a view)."""
     dims = shape.linear_attention
     t, e, b, s = tr.t, tr.e, tr.b, tr.s
     if shape.block_kind == LINEAR_BESIDE_FULL and (x.grad or trainable):
         # the full-attention blocks' rotary cos and sin (one pair for all blocks), counted with whichever layout is last
-        tr.save(p.tables[0], "rotary cos table")
-        tr.save(p.tables[1], "rotary sin table")
+        tables = _rotary_tables(tr, shape, p.tables, split)
+        tr.save(tables[0], "rotary cos table")
+        tr.save(tables[1], "rotary sin table")
     heads, dk, dv = dims.value_heads, dims.key_head_dim, dims.value_head_dim
     kd, vd, cd = dims.key_heads * dk, heads * dv, conv_dim(dims)
-    qkvz = tr.linear(x, t * (2 * kd + 2 * vd), trainable, p.lora_of("in_proj_qkvz"), "in_proj_qkvz")
-    ba = tr.linear(x, t * 2 * heads, trainable, p.lora_of("in_proj_ba"), "in_proj_ba")
-    mixed = tr.new(t * cd, e, qkvz.grad)  # torch.cat((query, key, value), dim=-1)
-    tr.use(qkvz)
+    if split:
+        mixed = tr.linear(x, t * cd, trainable, p.lora_of("in_proj_qkv"), "in_proj_qkv")
+        z = tr.linear(x, t * vd, trainable, p.lora_of("in_proj_z"), "in_proj_z")
+        ba = tr.linear(x, t * heads, trainable, p.lora_of("in_proj_b"), "in_proj_b")
+        a_out = tr.linear(x, t * heads, trainable, p.lora_of("in_proj_a"), "in_proj_a")
+        qkvz = None
+    else:
+        qkvz = tr.linear(x, t * (2 * kd + 2 * vd), trainable, p.lora_of("in_proj_qkvz"), "in_proj_qkvz")
+        ba = a_out = tr.linear(x, t * 2 * heads, trainable, p.lora_of("in_proj_ba"), "in_proj_ba")
+        mixed = tr.new(t * cd, e, qkvz.grad)  # torch.cat((query, key, value), dim=-1)
+        tr.use(qkvz)
     conv = tr.new(b * cd * (s + dims.conv_kernel - 1), e, mixed.grad or trainable)
     tr.use(mixed)
     if conv.grad:  # ConvolutionBackward keeps its input whenever it is differentiated (measured: frozen weights too)
@@ -409,21 +434,37 @@ def mixer(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Tensor:
         tr.save(a_log, "exp(A_log) (fp32)")
     minus = tr.new(heads, FP32, trainable)
     tr.use(a_log)
-    shifted = tr.new(t * heads, FP32, ba.grad or trainable)  # a.float() + dt_bias
-    tr.use(ba)
+    shifted = tr.new(t * heads, FP32, a_out.grad or trainable)  # a.float() + dt_bias
+    tr.use(a_out)
     if shifted.grad:
         tr.save(shifted, "softplus input (fp32)")
     soft = tr.new(t * heads, FP32, shifted.grad)
     tr.use(shifted)
     g = _mul(tr, minus, soft, t * heads, FP32, ("-exp(A_log) (fp32)", "softplus output (fp32)"))
     core = chunk_rule(tr, dims, q, k, v, g, beta)
-    z = tr.new(t * vd, e, qkvz.grad)  # z.reshape(-1, dv) of the split: a copy
-    tr.use(qkvz)
+    tr.use(act, beta, g, ba, a_out)  # the module's locals (query, key, value views of the conv output, beta, g, b, a)
+    if not split:
+        z = tr.new(t * vd, e, qkvz.grad)  # z.reshape(-1, dv) of the split: a copy
+        tr.use(qkvz)
     gated = gated_norm(tr, core, z, t * heads, dv, trainable)
     return tr.linear(gated, t * shape.hidden_size, trainable, p.lora_of("out_proj"), "out_proj")
 
 
-def gated_attention(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Tensor:
+def _rotary_tables(tr: Trace, shape, tables, per_sequence: bool) -> tuple:
+    """The rotary cos and sin the blocks read: hf_activations' pair, or (per_sequence: Qwen 3.5's text rotary, whose
+    interleaved multimodal sections expand the position ids to (3, b, s)) one (b, s, rotary_dim) pair for all blocks,
+    made once per trace."""
+    if not per_sequence:
+        return tables
+    made = tr.__dict__.setdefault("per_sequence_tables", {})
+    key = id(tables[0].storage)
+    if key not in made:
+        numel = tr.b * tr.s * dims(shape)["rd"]
+        made[key] = tuple(tr.new(numel, x.elem, shared=True, existing=x.storage.existing) for x in tables)
+    return made[key]
+
+
+def gated_attention(tr: Trace, shape, x: Tensor, trainable: bool, p, per_sequence_tables: bool = False) -> Tensor:
     """Qwen3NextAttention on the normalized input: q_proj gives each head its query and a gate (h -> 2 a d), chunked
     into two views; the gate's reshape copies it; q/k RMSNorm (1 + w) over each head (q_norm's pow keeps the whole
     q_proj output in fp32, its chunk a view of it); apply_rotary_pos_emb on the first rotary_dim of each head, whose
@@ -439,7 +480,8 @@ def gated_attention(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Tensor:
     v = tr.linear(x, t * kv * d, trainable, p.lora_of("v_proj"), "v_proj")
     q = tr.rms_norm(q, trainable, "q_norm", rows=t * a, plus_one=d)
     k = tr.rms_norm(k, trainable, "k_norm", rows=t * kv, plus_one=d)
-    q, k = partial_rotary(tr, q, p.tables, t * a * rd), partial_rotary(tr, k, p.tables, t * kv * rd)
+    tables = _rotary_tables(tr, shape, p.tables, per_sequence_tables)
+    q, k = partial_rotary(tr, q, tables, t * a * rd), partial_rotary(tr, k, tables, t * kv * rd)
     if p.cache:
         k, v = kv_cache(tr, k, v)
     ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
@@ -454,13 +496,40 @@ def gated_attention(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Tensor:
     return tr.linear(gated, t * dm["h"], trainable, p.lora_of("o_proj"), "o_proj")
 
 
-def block(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Tensor:
+def block(tr: Trace, shape, x: Tensor, trainable: bool, p, split: bool = False) -> Tensor:
     """Qwen3NextDecoderLayer: input_layernorm (1 + w), the gated DeltaNet or the gated attention, residual;
     post_attention_layernorm, the sparse MoE block (_moe.trace: the shared expert and its sigmoid gate) or the dense
-    SwiGLU MLP, residual."""
+    SwiGLU MLP, residual. split: Qwen 3.5's decoder layers (Qwen3_5GatedDeltaNet's four input projections)."""
     h = shape.hidden_size
     normed = tr.rms_norm(x, trainable, "input_layernorm", plus_one=h)
-    mix = mixer if is_linear(shape) else gated_attention
-    r1 = tr.add(x, mix(tr, shape, normed, trainable, p))
-    return tr.add(r1, _decoder.mlp(tr, shape, tr.rms_norm(r1, trainable, "post_attention_layernorm", plus_one=h),
-                                   trainable, p))
+    if is_linear(shape):
+        mixed = mixer(tr, shape, normed, trainable, p, split=split)
+    else:
+        mixed = gated_attention(tr, shape, normed, trainable, p, per_sequence_tables=split)
+    r1 = tr.add(x, mixed)
+    normed = tr.rms_norm(r1, trainable, "post_attention_layernorm", plus_one=h)
+    out = _decoder.mlp(tr, shape, normed, trainable, p)
+    if shape.n_experts and not shape.shared_expert_intermediate_size:
+        out = tr.add(out, _empty_shared_expert(tr, shape, normed, trainable, p))
+    return tr.add(r1, out)
+
+
+def _empty_shared_expert(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Tensor:
+    """Qwen3NextSparseMoeBlock builds its shared expert at any width: at shared_expert_intermediate_size 0 its
+    down_proj returns zeros (t x h), which sigmoid(shared_expert_gate(x)) * shared keeps with the t x 1 sigmoid
+    output, as _moe.trace's shared expert gate does (found by a held-out config with no shared width)."""
+    t, e = tr.t, tr.e
+    shared = tr.new(t * shape.hidden_size, e, x.grad or trainable)  # the zero-width MLP's output
+    gate_logit = tr.linear(x, t, trainable, p.lora_of("shared_expert_gate"), "shared_expert_gate")
+    sig = tr.new(t, e, gate_logit.grad)
+    tr.use(gate_logit)
+    if gate_logit.grad:
+        tr.save(sig, "shared expert gate sigmoid output")
+    return _mul(tr, sig, shared, t * shape.hidden_size, e, ("shared expert gate sigmoid output",
+                                                             "shared expert output (zeros, width 0)"))
+
+
+# The record fields of a Qwen 3.5 type (split input projections) traced under the PyTorch path
+TRACED_SPLIT = dict(trace_block=partial(block, split=True), final_norm="rms_plus_one", trace_refusal=trace_refusal,
+                    trace_shape=trace_shape, mixer_kernels=KERNELS,
+                    checkpointed_peak_refusal=QWEN3_5_CHECKPOINTED_PEAK_REFUSAL)

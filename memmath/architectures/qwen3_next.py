@@ -129,4 +129,5 @@ ARCHITECTURE = Architecture(
     trace_block=_deltanet.block, final_norm="rms_plus_one", trace_refusal=_deltanet.trace_refusal,
     trace_shape=_deltanet.trace_shape,
     mixer_kernels=_deltanet.KERNELS,  # the trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
+    checkpointed_peak_refusal=_deltanet.CHECKPOINTED_PEAK_REFUSAL,
 )
