@@ -134,15 +134,9 @@ CHECKPOINTED_PEAK_REFUSAL = ("with checkpointing, the backward of a recomputed g
 
 
 def trace_refusal(shape) -> str:
-    """What the trace has no steps for: the training DynamicCache of a use_cache config, whose linear-attention layers
-    run the convolution and the recurrence through the cache's states (LinearAttentionLayer.update_conv_state,
-    update_recurrent_state), and as many key heads as value heads, where no repeat_interleave copies q and k and
-    the fp32 path keeps views of the convolution's output in other layouts."""
+    """What the trace has no steps for: as many key heads as value heads, where no repeat_interleave copies q and k
+    and the fp32 path keeps views of the convolution's output in other layouts."""
     dims = shape.linear_attention
-    if shape.use_cache:
-        return ("traces the gated DeltaNet blocks without the training forward's cache; this config sets use_cache "
-                "true, which runs them through the cache's conv and recurrent states (set use_cache false, as a "
-                "training run may)")
     if dims is not None and dims.key_heads == dims.value_heads:
         return ("traces the gated DeltaNet blocks with fewer key heads than value heads (linear_num_key_heads < "
                 "linear_num_value_heads, as the published configs have); with as many, q and k are not copied by "
@@ -204,7 +198,8 @@ def _l2norm(tr: Trace, x: Tensor, rows, name: str) -> Tensor:
     return out
 
 
-def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> Tensor:
+def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+               cache: bool = False) -> Tensor:
     """torch_chunk_gated_delta_rule (modeling_qwen3_next.py) on q, k (b, s, key heads, dk), v, g and beta; returns the
     output as the module reads it, (t x value heads, dv) in the model's dtype.
 
@@ -216,7 +211,8 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
     C each: the exp'd decay mask, k_beta k^T, the UT system, q k^T, the intra-chunk attention), the two triangular
     solves (keeping the UT system and their results), the decayed q and k, and the scan over the N chunks: each keeps
     the recurrent state it reads (H x dk x dv per sequence, the first the zeros) and its v_new; the last chunk's state
-    update is dropped with the final state (output_final_state is false without a cache)."""
+    update is dropped with the final state (output_final_state is false without a cache; with one, cache, the final
+    state goes to the cache's recurrent state, and the update is kept)."""
     e, b, s = tr.e, tr.b, tr.s
     heads, dk, dv = dims.value_heads, dims.key_head_dim, dims.value_head_dim
     n = (s + CHUNK - 1) // CHUNK  # chunks (the padded length n x CHUNK)
@@ -320,22 +316,33 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
     tr.tmp(chunk_rows * dv, FP32, inter, product, intra, q_decayed, core)
     states = tr.new(later * state_numel, FP32, grad)
     tr.use(k_decayed, chunk_decay, v_new)
+    # with a cache the last chunk's state update is kept too (its result, the final state, goes to the cache): the
+    # decayed k of every chunk is then read
+    k_chunks = n if cache else later
     if not is_ndarray(n) and not is_ndarray(fp32_layout):
-        if fp32_layout:  # the chunks' copies of the decayed q (chunks 1..N-1) and k (chunks 0..N-2)
-            kept = [tr.new(later * chunk_rows * dk, FP32), tr.new(later * chunk_rows * dk, FP32)]
-        else:  # views of the whole decayed q and k, once N > 1
-            kept = [q_decayed, k_decayed] if n > 1 else []
+        if fp32_layout:  # the chunks' copies of the decayed q (chunks 1..N-1) and k (chunks 0..N-2, or 0..N-1)
+            kept = [tr.new(later * chunk_rows * dk, FP32), tr.new(k_chunks * chunk_rows * dk, FP32)]
+        else:  # views of the whole decayed q (once N > 1) and k (once it is read)
+            kept = ([q_decayed] if n > 1 else []) + ([k_decayed] if k_chunks else [])
     else:  # a sweep: each point's bytes
-        whole = pick(np.asarray(fp32_layout), later * chunk_rows * dk, pick(np.asarray(n) > 1, padded * dk, 0))
-        kept = [tr.new(whole, FP32), tr.new(whole, FP32)]
+        several = np.asarray(n) > 1
+        kept = [tr.new(pick(np.asarray(fp32_layout), chunks * chunk_rows * dk, pick(read, padded * dk, 0)), FP32)
+                for chunks, read in ((later, several), (k_chunks, several | bool(cache)))]
+    if cache:  # the final state, which the cache copies into its own zeros_like of it, held to the forward's end
+        final = tr.new(state_numel, FP32, grad)
+        tr.use(k_decayed, states)
+        held = tr.new(state_numel, FP32)
+        tr.use(final)
+        held.storage.kept = True
+        tr.__dict__.setdefault("kv_copies", []).append(held.storage)
     tr.use(q_decayed, intra, core, states)
     if grad:
         tr.save(intra, "intra-chunk attention (fp32, C x C a chunk)")
         tr.save(v_new, "v_new of each chunk (fp32)")
         tr.save(states, "recurrent state after each chunk but the last (fp32)")
         tr.save(chunk_decay, "exp(chunk decay)")
-        for x, name in zip(kept, ("decayed q", "decayed k")):
-            tr.save(x, f"{name} (matmul operand, or its chunks' copies)")
+        for x in kept:
+            tr.save(x, "decayed q or k (matmul operand, or its chunks' copies)")
     core.grad = grad
     if is_ndarray(n) or n > 1:  # reshape of the chunked output, laid out as solve_triangular's result: a copy
         core = tr.tmp(pick(np.asarray(n) > 1, padded * dv, 0) if is_ndarray(n) else padded * dv, FP32, core)
@@ -441,7 +448,12 @@ def mixer(tr: Trace, shape, x: Tensor, trainable: bool, p, split: bool = False) 
     soft = tr.new(t * heads, FP32, shifted.grad)
     tr.use(shifted)
     g = _mul(tr, minus, soft, t * heads, FP32, ("-exp(A_log) (fp32)", "softplus output (fp32)"))
-    core = chunk_rule(tr, dims, q, k, v, g, beta)
+    if p.cache:  # LinearAttentionLayer.update_conv_state: the cache's own conv state (b x conv_dim x kernel), a copy
+        conv_state = tr.new(b * cd * dims.conv_kernel, e)
+        tr.use(mixed)
+        conv_state.storage.kept = True
+        tr.__dict__.setdefault("kv_copies", []).append(conv_state.storage)
+    core = chunk_rule(tr, dims, q, k, v, g, beta, cache=p.cache)
     tr.use(act, beta, g, ba, a_out)  # the module's locals (query, key, value views of the conv output, beta, g, b, a)
     if not split:
         z = tr.new(t * vd, e, qkvz.grad)  # z.reshape(-1, dv) of the split: a copy
