@@ -271,6 +271,11 @@ class ActivationParts:
     # save, and whether a frozen storing block, the first storing block and the later blocks save them; read by
     # _mixed_parts when the last block's layout saves none (LFM2's convolution blocks after its attention blocks)
     shared_saved: tuple = ()
+    # the most a block that stores nothing (before the first storing block) holds at once in its forward, the masks and
+    # the embedding output with it (idle_block_live: this trace's block); idle_live: a model whose blocks differ, the
+    # largest of its layouts' that have such a block, a forward moment of its own (0: none, or one layout)
+    idle_block_live: object = 0
+    idle_live: object = 0
 
 
 def sweeping(seq_len, batch_size, method) -> bool:
@@ -551,6 +556,15 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         # fp32 LoRA adapters, whose forward peak (in the last block's MLP) missed it.
         _hold_masks(live, ((inputs_embeds.numel, inputs_embeds.elem),))
     block(live, "block", x_in, True, shared, masked[-1])
+    # A block before the first that stores (its input needing no gradient, its weights frozen): its forward's own
+    # transients, which a model whose blocks differ peaks in where that layout's exceed the last block's (_mixed_parts)
+    idle = new_trace()
+    _hold_masks(idle, masks)
+    if record.causal:
+        _hold_masks(idle, ((inputs_embeds.numel, inputs_embeds.elem),))
+    block(idle, "block", idle.new(b * s * h, e, False), False,
+          (idle.new(rope_rows * dm["rd"], e, existing=True), idle.new(rope_rows * dm["rd"], e, existing=True)),
+          masked[0])
     # Under checkpointing, backward runs each block's forward again, saving this time.
     again = trace_class(e=e, device=device, b=b, s=s, int8_base=int8_base, lora_dropout=lora_dropout)
     x_again = again.new(b * s * h, e, True, existing=True)  # the kept input: counted with the block inputs
@@ -578,7 +592,7 @@ def _parts_at(shape: ModelShape, *, recipe, method, seq_len, batch_size, dropout
         estimate=estimate, element_bytes=e, embeddings=embeddings, embeddings_batch=emb.batch_bytes, tables=tables,
         head=head, loss=loss, batch=emb.batch_bytes + chosen.batch_bytes,
         first=per_layer if first_layer is None else first_layer, blocks=estimate.layers, recompute=recompute,
-        block_live=live.peak_live(), head_live=chosen.peak_live(),
+        block_live=live.peak_live(), head_live=chosen.peak_live(), idle_block_live=idle.peak_live(),
         # (and a gradient its trace says backward holds when the recomputation starts: gpt-oss's experts' unsort)
         recompute_live=again.peak_live() + again.__dict__.get("recompute_arrival", 0) if checkpointing else 0, cache_held=cache_held, block_extras=block_extras,
         sliding_extra=sliding_extra, held_to_backward_end=held_to_end, recompute_backward_live=backward_live,
@@ -698,7 +712,9 @@ def _mixed_parts(shape: ModelShape, **arguments) -> ActivationParts:
                 extras = tuple(a + b for a, b in zip(extras, parts.block_extras))
     block_extras = (tuple(a + b for a, b in zip(extras, per_block))
                     if any(per_block) or last.block_extras or any(extras) else ())
+    idle_live = reduce(larger, (pick(among(blocks, 0, first) > 0, parts.idle_block_live, 0) for _, blocks, parts in traced))
     return replace(last, estimate=estimate, blocks=estimate.layers, first=first_bytes_all, recompute=recompute,
+                   idle_live=idle_live,
                    recompute_live=recompute_live, cache_held=idle_kv, block_extras=block_extras,
                    recompute_backward_live=reduce(larger, (parts.recompute_backward_live for _, _, parts in traced)),
                    layout_recompute=tuple((tuple(int(i) for i in blocks), r, live) for blocks, r, live in recomputes))

@@ -100,7 +100,7 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, replace
 from functools import reduce
 
-from .arrays import is_ndarray, larger, np
+from .arrays import any_true, is_ndarray, larger, np
 
 from . import preference, validate
 from .architectures import _moe
@@ -499,6 +499,10 @@ def _forward(s: _StepTerms, moments: _Moments) -> None:
         moments.add("forward", label, value, unset=s.grads)  # under no_grad, before the policy's forward: nothing saved
     moments.add("forward", "in the last block: every earlier saved tensor and the block's own, at its fullest",
                 before_last + parts.block_live, saved=before_last, unset=s.grads)
+    if any_true(parts.idle_live > 0):  # a block that stores nothing, before the first storing one
+        moments.add("forward", "in a block before the first that stores: the embeddings' saved tensors and the "
+                    "block's own transients", s.embeddings_alloc + parts.tables + parts.idle_live,
+                    saved=s.embeddings_alloc + parts.tables, unset=s.grads)
     saved = s.embeddings_alloc + parts.blocks + parts.tables + parts.cache_held
     moments.add("forward", "at the loss: every saved tensor, the logits and their fp32 copy",
                 saved + parts.head_live, saved=saved, unset=s.grads)

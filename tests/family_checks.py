@@ -117,9 +117,9 @@ def predicted_step(shape, *, precision: str, method: str, attention: str, checkp
 
 
 def held_for_backward(torch, transformers, peft, config: dict, *, precision: str, method: str, attention: str,
-                      targets=("q_proj", "v_proj")) -> int:
-    """Bytes autograd still holds for backward when the first forward of `config`'s model returns (b 2, s 64, as
-    two_cpu_steps runs it; fp32 or bf16; LoRA r 4 on peft's target_modules `targets`): each storage a saved tensor
+                      targets=("q_proj", "v_proj"), seq_len: int = 64) -> int:
+    """Bytes autograd still holds for backward when the first forward of `config`'s model returns (b 2, s seq_len: 64
+    as two_cpu_steps runs it; fp32 or bf16; LoRA r 4 on peft's target_modules `targets`): each storage a saved tensor
     keeps, once, parameters and buffers left out. Tensors autograd packs and frees before the forward returns (a
     router's group choice) are not counted, where memmath.stepping's recorder counts them as saved."""
     import itertools
@@ -134,7 +134,7 @@ def held_for_backward(torch, transformers, peft, config: dict, *, precision: str
         saved.append(weakref.ref(t))
         return t
 
-    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(1, 512, (2, seq_len), generator=torch.Generator().manual_seed(1))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         output = model(input_ids=ids, labels=ids.clone())  # held, as a training step holds its loss
         held = {}

@@ -45,7 +45,7 @@ def test_no_card_of_the_catalog_is_said_to_fit(lfm2):
 
 
 def test_a_floor_too_large_does_not_fit_in_the_lesson():
-    # Qwen3-Next-80B-A3B (untraced: its DeltaNet blocks run other kernels on CUDA), full finetuning in pure bf16 with
+    # Qwen3-Next-80B-A3B (a floor: its DeltaNet blocks run other kernels on CUDA), full finetuning in pure bf16 with
     # AdamW: at least 8 B a parameter, more than the default RTX 4090
     outputs, defs = lessons.run_with(NAME, preset_dropdown=mo.ui.dropdown(list(mm.PRESETS),
                                                                           value="qwen3-next-80b-a3b"))

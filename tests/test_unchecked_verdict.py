@@ -31,8 +31,9 @@ LFM2_PARAMS, LFM2_TENSORS = 1_170_340_608, 2 + 10 * 8 + 6 * 11
 LFM2_FLOOR = 2 * LFM2_PARAMS + 2 * LFM2_PARAMS + (2 * 2 * LFM2_PARAMS + 4 * LFM2_TENSORS)
 LFM2_RUN = dict(batch_size=4, seq_len=2048)
 LFM2_ARGS = ["train", "lfm2-1.2b", "--gpu", "RTX 4090", "--batch", "4", "--seq", "2048"]
-# Qwen3-Next-80B-A3B (qwen3_next: its gated DeltaNet blocks run other kernels on CUDA than on the CPU, so it stays
-# untraced): 79,674,391,296 parameters, the count tests/test_cli.py checks against the published config.
+# Qwen3-Next-80B-A3B (qwen3_next: its gated DeltaNet blocks run other kernels on CUDA than on the CPU, so a run on a
+# GPU, whose default is the CUDA kernels, stays a floor): 79,674,391,296 parameters, the count tests/test_cli.py
+# checks against the published config.
 QWEN3_NEXT = "qwen3-next-80b-a3b"
 QWEN3_NEXT_PARAMS = 79_674_391_296
 
@@ -106,8 +107,8 @@ def test_a_floor_that_does_not_fit_exits_1(capsys):
 
 @pytest.mark.parametrize("sharding", ["even", "fsdp2"])
 def test_a_sharded_run_is_refused_not_bounded(capsys, sharding):
-    # An untraced model over 8 GPUs with ZeRO-3 (or FSDP2): bounds.py's "safe upper bound" added transients to the
-    # unchecked activations and said "fits, with 19.86 GB to spare" on an H100 (gpt-oss-20b, untraced then). Each
+    # A model without a verdict over 8 GPUs with ZeRO-3 (or FSDP2): bounds.py's "safe upper bound" added transients
+    # to the unchecked activations and said "fits, with 19.86 GB to spare" on an H100 (gpt-oss-20b, untraced then). Each
     # GPU's floor is its eighth of 8 B a parameter (9,959,298,912 parameters' worth) plus Adam's 4-byte steps, one
     # per tensor; FSDP2 pads each tensor's dim 0 to a multiple of the 8 ranks (under 0.001% more here).
     run = dict(seq_len=2048, n_gpus=8, zero_stage=3, sharding=sharding)
@@ -133,9 +134,9 @@ def test_a_sharded_run_is_refused_not_bounded(capsys, sharding):
 def test_the_searches_refuse_by_name(search):
     with pytest.raises(VerdictRefused, match="not checked against PyTorch") as refused:
         search()
-    # an untraced type's fix is PyTorch's own trace; LFM2's the run on the PyTorch path its trace replays
-    fix = "--mixer-kernels torch" if "'lfm2'" in str(refused.value) else "--traced"
-    assert isinstance(refused.value, ValueError) and fix in str(refused.value)
+    # LFM2 and Qwen3-Next are traced on transformers' PyTorch path of their mixers: the fix names the run setting that
+    # takes it (a GPU's default runs the CUDA kernels)
+    assert isinstance(refused.value, ValueError) and "--mixer-kernels torch" in str(refused.value)
 
 
 def test_plan_layout_on_the_command_line_refuses_with_exit_status_3(capsys):

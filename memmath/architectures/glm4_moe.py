@@ -70,11 +70,12 @@ DEFAULTS = {"num_key_value_heads": 8, "n_routed_experts": 128, "num_experts_per_
             "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1}
 
 
-def _rotary_dim(config, get) -> int:
+def _rotary_dim(config, get, default=0.5) -> int:
     """int(head_dim x partial_rotary_factor), as Glm4MoeRotaryEmbedding.compute_default_rope_parameters: the factor
-    from rope_parameters, else the top-level field, else Glm4MoeConfig's 0.5; head_dim from the config, else h / a."""
+    from rope_parameters, else the top-level field, else the config class's (`default`: Glm4MoeConfig's 0.5); head_dim
+    from the config, else h / a."""
     rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
-    factor = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 0.5))
+    factor = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", default))
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
         raise ValueError(f"config field 'partial_rotary_factor' must be a fraction in (0, 1]; got "
                          f"{validate.describe(factor)}")
