@@ -198,7 +198,8 @@ def _(config_text_area, importlib, json, mo, model, model_error, preset_config, 
     # can still be answered: PyTorch traces its step at full size under fake tensors, with no memory behind them
     # (memmath/traced.py), where torch and transformers are installed.
     trace_config = None
-    _untraced = model is not None and model.architecture is not None and not model.architecture.traced
+    _record = model.architecture if model is not None else None
+    _untraced = _record is not None and (not _record.traced or bool(_record.trace_refusal and _record.trace_refusal(model)))
     if model_error and source_radio.value != "preset" and "is not supported" in model_error:
         trace_config = json.loads(config_text_area.value)
     elif _untraced and source_radio.value != "preset":
@@ -353,6 +354,20 @@ def _(live_only_notice, mm, mo, viz):
                mo.hstack([checkpointing_switch, attention_radio], justify="start")])
     return (accum_slider, attention_radio, batch_slider, checkpointing_switch, optimizer_dropdown, precision_dropdown,
             seq_len_slider, step_controls)
+
+
+@app.cell(hide_code=True)
+def _(mo, model):
+    # Linear-attention and short-convolution mixers (Qwen3-Next, LFM2) keep other tensors for backward under their CUDA
+    # kernels than on transformers' PyTorch path, which runs where those packages are not installed (memmath.Run's
+    # mixer_kernels); memmath replays the PyTorch path, so only that run gets a verdict.
+    _kernels = model.architecture.mixer_kernels if model is not None and model.architecture is not None else ""
+    kernels_radio = mo.ui.radio({"their CUDA kernels": "cuda", "transformers' PyTorch path": "torch"},
+                                value="their CUDA kernels", inline=True, label="This model's mixers run")
+    mo.vstack([kernels_radio, mo.md(
+        f"On a GPU they run {_kernels} where those packages are installed, and transformers' PyTorch code where "
+        "not. memmath replays the PyTorch path only: with the CUDA kernels it gives no verdict.")]) if _kernels else None
+    return (kernels_radio,)
 
 
 @app.cell
@@ -609,13 +624,12 @@ def _(live_chart):
 
 
 @app.cell
-def _(accum_slider, attention_radio, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown,
+def _(accum_slider, attention_radio, batch_slider, bottleneck_slider, checkpointing_switch, gpu_dropdown, kernels_radio,
       max_gpus_number, method_dropdown, mm, model, model_config, n_gpus_number, optimizer_dropdown, planned, pp_dropdown,
       precision_dropdown, rank_slider, reserve_bytes, reserve_dropdown, seq_len_slider, show_no_run, show_sections,
       show_verdict, targets_dropdown, tp_dropdown, trainable_layers_slider, unit_radio, verdict_of, zero_stage_radio):
-    # The one cell a control re-runs (every re-run cell costs marimo 6-10 ms of its own): every control into one
-    # memmath.Run and the planner's answer (kept per run: a setting the learner returns to costs nothing); the hidden
-    # show_ functions below word it, draw it and fill the live views.
+    # The one cell a control re-runs (each re-run cell costs marimo 6-10 ms): every control into one memmath.Run and
+    # the planner's answer (kept per run); the hidden show_ functions below word it, draw it and fill the live views.
     # DPO (Rafailov et al. 2023): chosen and rejected answers double the batch; with a LoRA policy TRL's reference is
     # the policy with its adapters off (no second copy of the weights).
     _lora = dict(rank=rank_slider.value, targets=targets_dropdown.value)
@@ -626,7 +640,8 @@ def _(accum_slider, attention_radio, batch_slider, bottleneck_slider, checkpoint
     _settings = dict(method=methods[method_dropdown.value], precision=precision_dropdown.value,
                      optimizer=optimizer_dropdown.value, batch_size=batch_slider.value, seq_len=seq_len_slider.value,
                      grad_accum_steps=accum_slider.value, checkpointing=checkpointing_switch.value,
-                     n_gpus=int(n_gpus_number.value), zero_stage=zero_stage_radio.value, attention=attention_radio.value)
+                     n_gpus=int(n_gpus_number.value), zero_stage=zero_stage_radio.value,
+                     attention=attention_radio.value, mixer_kernels=kernels_radio.value)
     layout_refused = None
     try:  # the model split t x p ways: memmath refuses by name what it does not model (LoRA with t > 1, say)
         run = mm.Run(model, **_settings, tp=tp_dropdown.value, pp=pp_dropdown.value, micro_batches=pp_dropdown.value)
