@@ -1,0 +1,125 @@
+"""The Mamba-2 hybrids' activation trace (architectures/_mamba2.py: transformers 5.24's PyTorch path of the Mamba-2
+mixer, Run.mixer_kernels='torch') against what autograd keeps: Granite 4.0's hybrid models (granitemoehybrid).
+
+Held in: the trace (in_proj, the depthwise conv1d and its SiLU, mamba2_chunk_scan's fp32 steps with each sequence padded
+to whole chunks, the gated RMSNorm, out_proj; Granite's attention without or with rotary positions, its router and
+shared MLP) was written against these small configs, each compared to the byte with what torch.autograd.graph.
+saved_tensors_hooks sees a first forward keep (family_checks.held_for_backward: b 2, s 64, fp32 and bf16, full and LoRA
+r 4 on q and v, SDPA and eager). Held out: configs and step peaks measured only after the trace was committed (section
+3).
+
+Under the CUDA kernels (mamba-ssm's and causal-conv1d's, which transformers calls where they are installed) the mixer
+saves other tensors, unmeasured here: a run that says mixer_kernels='cuda' (the default on a GPU) keeps the textbook
+model and no verdict, and the reason names --mixer-kernels torch."""
+
+from __future__ import annotations
+
+import pytest
+
+import memmath as mm
+from family_checks import held_for_backward
+from memmath.architectures import ARCHITECTURES
+from memmath.decision import refusal as verdict_refusal
+from memmath.decision import unchecked_type
+from memmath.hf_activations import activation_parts, traces
+from memmath.recipes import get_recipe
+from validation.published_configs import PUBLISHED_HYBRID_CONFIGS
+
+# The hidden size (40) differs from every other width: the mixer's 4 heads of 20 (inner 80), states of 16, the shared
+# MLP's 48, the experts' 24, attention's 4 heads of 10, chunks of 24 or 32 positions.
+BASE = dict(model_type="granitemoehybrid", hidden_size=40, num_hidden_layers=3,
+            layer_types=["mamba", "attention", "mamba"], num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=4,
+            mamba_d_head=20, mamba_expand=2, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=24,
+            num_local_experts=0, shared_intermediate_size=48, vocab_size=512, use_cache=False)
+HELD_IN = {
+    # the shared MLP alone (granite-4.0-h-micro's kind), two groups of B and C, 64 tokens padded to 3 chunks of 24
+    "dense-padded": BASE,
+    # the mixture of experts (4 of 24 wide, top 2) beside the shared MLP, rotary attention last, the training
+    # DynamicCache (its conv and recurrent states), one group, whole chunks of 32
+    "moe-rope-cache": dict(BASE, layer_types=["mamba", "mamba", "attention"], num_local_experts=4,
+                           num_experts_per_tok=2, intermediate_size=24, position_embedding_type="rope",
+                           use_cache=True, mamba_n_groups=1, mamba_chunk_size=32),
+}
+SETTINGS = [(method, precision, attention) for method in ("full", "lora") for precision in ("fp32", "bf16")
+            for attention in ("sdpa", "eager")]
+
+
+def _saved(config, *, method, precision, attention, checkpointing=False):
+    return activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
+                            method=mm.Full() if method == "full" else mm.LoRA(rank=4, targets=("q", "v")),
+                            seq_len=64, batch_size=2, dropout=False, attention=attention, checkpointing=checkpointing,
+                            device="cpu").estimate.total
+
+
+# ---- 1. what the trace replays, and what it refuses by name -------------------------------------------------------
+def test_granite_hybrid_is_traced_down_the_pytorch_path_only():
+    record = ARCHITECTURES["granitemoehybrid"]
+    assert record.traced and record.mixer_kernels == "mamba-ssm's and causal-conv1d's kernels"
+    shape = mm.from_hf_config(BASE)
+    assert traces(shape, mm.Full(), get_recipe("bf16"), 64) is None  # mixer_kernels='torch' by default here
+    why = traces(shape, mm.Full(), get_recipe("bf16"), 64, mixer_kernels="cuda")
+    assert "mamba-ssm" in why and "--mixer-kernels torch" in why
+
+
+def test_a_user_run_with_the_pytorch_mixers_is_judged_on_its_peak_and_the_gpu_default_is_a_floor():
+    # granite-4.0-h-tiny (40 blocks, 36 Mamba-2, 64 experts): its published config, bf16, AdamW
+    shape = mm.from_hf_config(PUBLISHED_HYBRID_CONFIGS["granite-4.0-h-tiny"])
+    settings = dict(seq_len=2048, batch_size=1, precision="bf16", optimizer="adamw")
+    for method in (mm.Full(), mm.LoRA(rank=16, targets=("q", "k", "v", "o", "gate", "up", "down"))):
+        run = mm.Run(shape, method=method, mixer_kernels="torch", **settings)
+        assert run.activations == "transformers" and unchecked_type(run) is None and verdict_refusal(run) == ""
+        assert mm.requirement(run).basis == "peak"
+        on_the_cpu = mm.Run(shape, method=method, device="cpu", **settings)  # the CPU takes the PyTorch path
+        assert on_the_cpu.mixer_kernels == "torch" and mm.requirement(on_the_cpu).basis == "peak"
+    default = mm.Run(shape, **settings)  # device 'cuda': mixer_kernels 'cuda', the kernels' tensors unmeasured
+    assert default.mixer_kernels == "cuda" and default.activations == "textbook"
+    need = mm.requirement(default)
+    assert need.basis == "floor" and "--mixer-kernels torch" in need.reason
+    assert "--mixer-kernels torch" in verdict_refusal(default)
+
+
+def test_what_the_trace_has_no_steps_for_is_refused_by_name():
+    # every block a Mamba-2 block with use_cache: transformers 5.24's forward raises (no attention cache layer)
+    all_mamba = mm.from_hf_config(dict(BASE, layer_types=["mamba"] * 3, use_cache=True))
+    assert "use_cache" in traces(all_mamba, mm.Full(), get_recipe("bf16"), 64)
+    assert traces(mm.from_hf_config(dict(BASE, layer_types=["mamba"] * 3)), mm.Full(), get_recipe("bf16"), 64) is None
+    # rotary attention blocks before a last Mamba-2 block: their tables are not counted there
+    rope = mm.from_hf_config(dict(BASE, position_embedding_type="rope"))
+    assert "'rope'" in traces(rope, mm.Full(), get_recipe("bf16"), 64)
+    run = mm.Run(rope, seq_len=64, batch_size=2, precision="bf16", optimizer="adamw", mixer_kernels="torch")
+    assert run.activations == "textbook" and "'rope'" in verdict_refusal(run)
+    # LoRA on the mixer's projections: peft's all-linear adapts in_proj and out_proj, which memmath's targets lack
+    with pytest.raises(ValueError, match="in_proj and out_proj"):
+        mm.LoRA(rank=4, targets="all").trainable_params(mm.from_hf_config(BASE))
+
+
+def test_each_sequence_is_padded_to_whole_chunks():
+    # fp32, full: 64 tokens in chunks of 24 are 3 chunks (72 positions), in chunks of 32 two (64); chunks of 64 one.
+    # Hand count of what grows with the padded length per Mamba-2 block (b 2, 4 heads of 20, 2 groups -> B and C
+    # repeated to 4 heads of 16): x-wide fp32 tensors kept over the padded length are the padded x (D's skip term),
+    # the scan output, C x states and two bmm copies of x * dt: 5 x 2 x 80 x 4 B a position; B- and C-wide ones the
+    # chunked B, its bmm copy, B * decay's bmm copy and two copies of C, 5 x 2 x 64 x 4 B; heads-wide the two decays,
+    # 2 x 2 x 4 x 4 B; the l x l ones (L, G, G * L's copy) 3 x 2 x 4 x 4 B x l a position, and the masks 2 x l^2
+    # bytes; the chunk states (each b x 4 x 20 x 16 x 4 B): with c chunks, the c + 1 states' copy and the c start
+    # states' copy, and the (c + 1)^2 chunk decay (b x 4 x 4 B each) and its masks 2 (c + 1)^2 bytes.
+    def scan(length, chunk):
+        chunks = length // chunk
+        state = 2 * 4 * 20 * 16 * 4
+        return (length * (5 * 2 * 80 * 4 + 5 * 2 * 64 * 4 + 2 * 2 * 4 * 4 + 3 * 2 * 4 * 4 * chunk) + 2 * chunk ** 2
+                + (2 * chunks + 1) * state + (chunks + 1) ** 2 * (2 * 4 * 4 + 2))
+
+    def saved(chunk):
+        return _saved(dict(BASE, mamba_chunk_size=chunk), method="full", precision="fp32", attention="sdpa")
+
+    assert saved(24) - saved(32) == 2 * (scan(72, 24) - scan(64, 32))  # two Mamba-2 blocks
+    assert saved(64) - saved(32) == 2 * (scan(64, 64) - scan(64, 32))
+
+
+# ---- 2. held in: what autograd keeps, to the byte -----------------------------------------------------------------
+@pytest.mark.live
+@pytest.mark.parametrize("method, precision, attention", SETTINGS)
+@pytest.mark.parametrize("name", sorted(HELD_IN))
+def test_saved_activations_are_what_autograd_keeps(torch, transformers, peft, name, method, precision, attention):
+    config = HELD_IN[name]
+    run = dict(method=method, precision=precision, attention=attention)
+    assert held_for_backward(torch, transformers, peft, config, **run) == _saved(config, **run)
