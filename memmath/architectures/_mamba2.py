@@ -32,9 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..arrays import is_ndarray, pick
 from ..states import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
 from ..trace import Tensor, Trace
 from ._parts import ParamTensor, linear
+from ._steps import Pass
 from .record import Architecture
 
 LINEAR = "linear_attention"  # ModelShape.block_kind of a Mamba-2 block: transformers' layer_types name for it
@@ -175,6 +177,18 @@ def _bmm_operand(tr: Trace, numel, source: Tensor) -> Tensor:
     return out
 
 
+def _operand(tr: Trace, source: Tensor, numel, view, shared: Tensor | None = None) -> Tensor:
+    """An einsum operand that bmm reads as `source` itself where `view` (a sequence of one chunk), else a permuted fp32
+    copy of numel values. shared: the operand an earlier einsum read from the same source, which is `source` itself
+    where `view` (one storage, saved once). For a sweep whose points differ in `view`: a copy whose bytes are the
+    source's where it is read as it is (0 where `shared` already stands for it)."""
+    if not is_ndarray(view):
+        return (shared if shared is not None else source) if view else _bmm_operand(tr, numel, source)
+    out = _bmm_operand(tr, numel, source)
+    out.storage.nbytes = pick(view, 0 if shared is not None else source.storage.nbytes, out.storage.nbytes)
+    return out
+
+
 def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, C: Tensor, trainable: bool) -> Tensor:
     """mamba2_chunk_scan (modeling_granitemoehybrid.py; Nemotron-H's and Falcon-H1's are the same function) on the
     convolution's x (t x inner), B and C (t x groups x state each) and dt (t x heads, a view of in_proj's output),
@@ -185,7 +199,7 @@ def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, 
     term when D trains; the chunked B for B * decay; exp(segment_sum(A)) = L (b x heads x c x l x l) and the scores
     G = C B^T for G * L; each einsum's bmm operands as permuted fp32 copies (C and B for G, G * L and x for Y_diag,
     x and B * decay for the states, the chunk decay and the states for the inter-chunk recurrence, C and the states
-    for C x states); the decays exp(A_cumsum[-1] - A_cumsum) and exp(A_cumsum); C x states for Y_off; the two
+    for C x states), but x and the states themselves where a sequence is one chunk; the decays exp(A_cumsum[-1] - A_cumsum) and exp(A_cumsum); C x states for Y_off; the two
     segment sums' masks. Returns the output (b x padded s x inner fp32; the caller reads its first s positions, a
     view that keeps the whole)."""
     b, s, e = tr.b, tr.s, tr.e
@@ -254,11 +268,22 @@ def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, 
     tr.use(G, L)
     if g:
         tr.save(G, "Mamba-2 G = C B^T (G * L)")
+    # backward_working_set's moment, G * L's backward: what is saved so far stays; autograd has by then run every node
+    # made after this one and freed what they saved, and holds the gradients of the nodes before it that are due:
+    # x * dt chunked (b x padded s x inner), chunked B and C (b x padded s x heads x state each), A_cumsum (b x heads x
+    # padded s) and, at D's skip term, the output's (b x padded s x inner), all fp32, beside G * L's gradient and the
+    # two it makes (l x l each)
+    tr.__dict__["scan_backward"] = (frozenset(tr.saved), 3 * rows * l * l * 4 + 4 * b * sp * (
+        2 * inner + 2 * heads * n + heads))
     # Y_diag = einsum("bclsh,bcshp->bclhp", M, hidden_states)
-    m1, x1 = _bmm_operand(tr, rows * l * l, M), _bmm_operand(tr, b * sp * inner, x_c)
+    # x * dt keeps the transposed convolution output's layout (b, heads, head_dim, positions): with one chunk its
+    # batch and head dimensions merge, and bmm reads it as it is (both einsums keep x_c itself); with more, a copy each
+    one_chunk = chunks == 1
+    m1 = _bmm_operand(tr, rows * l * l, M)
+    x1 = _operand(tr, x_c, b * sp * inner, one_chunk)
     if g:
         tr.save(m1, "Mamba-2 G * L (bmm copy, Y_diag)")
-        tr.save(x1, "Mamba-2 x * dt (bmm copy, Y_diag)")
+        tr.save(x1, "Mamba-2 x * dt (chunked, or its bmm copy for Y_diag)")
     y_diag = tr.new(b * sp * inner, 4, g)
     tr.use(m1, x1)
     shifted = tr.tmp(b * sp * heads, 4, cumsum)  # A_cumsum[:, :, :, -1:] - A_cumsum
@@ -270,7 +295,8 @@ def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, 
         tr.save(decay, "Mamba-2 decay states exp(A_cumsum[-1] - A_cumsum)")
         tr.save(b_c, "Mamba-2 chunked B in fp32 (B * decay)")
     # states = einsum("bclhn,bclhp->bchpn", B_decay, hidden_states)
-    x2, bd = _bmm_operand(tr, b * sp * inner, x_c), _bmm_operand(tr, b * sp * heads * n, b_decay)
+    x2 = _operand(tr, x_c, b * sp * inner, one_chunk, shared=x1)
+    bd = _bmm_operand(tr, b * sp * heads * n, b_decay)
     if g:
         tr.save(x2, "Mamba-2 x * dt (bmm copy, chunk states)")
         tr.save(bd, "Mamba-2 B * decay (bmm copy, chunk states)")
@@ -297,10 +323,13 @@ def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, 
     if g:
         tr.save(out_decay, "Mamba-2 state decay exp(A_cumsum)")
     # C_times_states = einsum("bclhn,bchpn->bclhp", C, states[:, :-1])
-    c2, s2 = _bmm_operand(tr, b * sp * heads * n, c_c), _bmm_operand(tr, chunks * state, new_states)
+    # states = new_states[:, :-1], a view of the bmm output (b, heads, chunks + 1, ...): with one chunk its batch and
+    # head dimensions merge and bmm reads it as it is (keeping all chunks + 1 states); with more, a copy of the chunks
+    c2 = _bmm_operand(tr, b * sp * heads * n, c_c)
+    s2 = _operand(tr, new_states, chunks * state, one_chunk)
     if g:
         tr.save(c2, "Mamba-2 C (bmm copy, C x states)")
-        tr.save(s2, "Mamba-2 chunk start states (bmm copy, C x states)")
+        tr.save(s2, "Mamba-2 chunk start states (or their bmm copy, C x states)")
     c_states = tr.new(b * sp * inner, 4, g)
     tr.use(c2, s2)
     y_off = tr.new(b * sp * inner, 4, g)  # C_times_states * state_decay_out.permute(0, 2, 3, 1)[..., None]
@@ -418,3 +447,40 @@ def trace_refusal(shape) -> str:
         return ("traces position_embedding_type 'rope' only where the last block is an attention block: the rotary "
                 "cos and sin tables the attention blocks keep are not counted behind a last Mamba-2 block")
     return ""
+
+
+# what a block's backward holds before its Mamba-2 mixer's chunk scan (its gradients made later): the input norm and
+# the mixer's tensors up to the scan (GraniteMoeHybridMambaLayer registers dt_bias, A_log, D, conv1d, in_proj)
+_BEFORE_SCAN = ("input_layernorm.", ".in_proj.", ".conv1d.", ".dt_bias", ".A_log", ".D")
+
+
+def backward_working_set(shape, method, recipe, b, s) -> int:
+    """The most a Mamba-2 block (a layout shape) holds in its backward beyond its saved tensors, for peak.py: the moment
+    G * L's backward (mamba2_chunk_scan) makes the l x l gradients of G and L while G * L's own is alive (measured on
+    the CPU: the step's peak is there once the chunk is long). Replays the block (its record's trace_block) to find what
+    the nodes made after G * L saved, which autograd has freed by then; adds the gradients due (chunk_scan's
+    scan_backward), the gate's (t x inner, the model's dtype, waiting at in_proj's split), the one arriving at the
+    block (t x h), and the block's parameter gradients made by then: everything but the input norm's and the mixer's
+    up to the scan (full training), or its adapters (LoRA: none of peft's targets sits before the scan). 0 for a block
+    of another kind."""
+    if shape.block_kind != LINEAR or shape.linear_attention is None:
+        return 0
+    e = recipe.weight_bits // 8
+    tr = Trace(e=e, device="cpu", b=b, s=s)
+    rank = getattr(method, "rank", None)
+    lora = None if rank is None else (rank, method.adapter_bits(recipe) // 8)
+    modules = frozenset(a.module for a in shape.lora_adapters(method.targets, present_only=True)) if lora else frozenset()
+    x = tr.new(b * s * shape.hidden_size, e, True, existing=True)
+    tables = (tr.new(s, e, shared=True, existing=True), tr.new(s, e, shared=True, existing=True))
+    step = Pass(kind="flash", dropout=False, tables=tables, cache=shape.use_cache, lora_modules=modules, lora=lora)
+    shape.architecture.trace_block(tr, shape, x, lora is None, step)
+    before, due = tr.__dict__["scan_backward"]
+    freed = sum((nbytes for key, (_, _, nbytes) in tr.saved.items() if key not in before), 0)
+    t, inner = b * s, shape.linear_attention.inner
+    if lora is None:
+        made = sum(p.numel for p in shape.tensors("layer") if not any(part in p.name for part in _BEFORE_SCAN))
+        gradients = made * recipe.grad_bits // 8
+    else:
+        gradients = sum(k * rank * (d_in + d_out) for _, d_in, d_out, k in
+                        shape.lora_adapters(method.targets, present_only=True)) * method.adapter_bits(recipe) // 8
+    return due + t * inner * e + t * shape.hidden_size * e + gradients - freed

@@ -270,6 +270,6 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     norms_last=False, not_all_linear=("router", "experts"), all_linear_refusal=all_linear_refusal,
     tp_plan={},  # GraniteMoeHybridConfig.base_model_tp_plan splits only the routed experts (packed_colwise, rowwise)
     kv_cache_values=_mamba2.kv_cache_values, state_bytes=_mamba2.state_bytes, prefill_phases=None,
-    trace_block=block, trace_refusal=_mamba2.trace_refusal,
+    trace_block=block, trace_refusal=_mamba2.trace_refusal, mixer_backward=_mamba2.backward_working_set,
     mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
 )
