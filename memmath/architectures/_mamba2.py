@@ -199,7 +199,8 @@ def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, 
     term when D trains; the chunked B for B * decay; exp(segment_sum(A)) = L (b x heads x c x l x l) and the scores
     G = C B^T for G * L; each einsum's bmm operands as permuted fp32 copies (C and B for G, G * L and x for Y_diag,
     x and B * decay for the states, the chunk decay and the states for the inter-chunk recurrence, C and the states
-    for C x states), but x and the states themselves where a sequence is one chunk; the decays exp(A_cumsum[-1] - A_cumsum) and exp(A_cumsum); C x states for Y_off; the two
+    for C x states), but x and the states themselves where a sequence is one chunk; the decays exp(A_cumsum[-1] -
+    A_cumsum) and exp(A_cumsum); C x states for Y_off; the two
     segment sums' masks. Returns the output (b x padded s x inner fp32; the caller reads its first s positions, a
     view that keeps the whole)."""
     b, s, e = tr.b, tr.s, tr.e
@@ -469,7 +470,8 @@ def backward_working_set(shape, method, recipe, b, s) -> int:
     tr = Trace(e=e, device="cpu", b=b, s=s)
     rank = getattr(method, "rank", None)
     lora = None if rank is None else (rank, method.adapter_bits(recipe) // 8)
-    modules = frozenset(a.module for a in shape.lora_adapters(method.targets, present_only=True)) if lora else frozenset()
+    adapted = shape.lora_adapters(method.targets, present_only=True) if lora else ()
+    modules = frozenset(a.module for a in adapted)
     x = tr.new(b * s * shape.hidden_size, e, True, existing=True)
     tables = (tr.new(s, e, shared=True, existing=True), tr.new(s, e, shared=True, existing=True))
     step = Pass(kind="flash", dropout=False, tables=tables, cache=shape.use_cache, lora_modules=modules, lora=lora)
