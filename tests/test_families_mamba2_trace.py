@@ -19,6 +19,7 @@ import pytest
 import memmath as mm
 from family_checks import held_for_backward
 from memmath.architectures import ARCHITECTURES
+from memmath.decision import checkpoint_refusal
 from memmath.decision import refusal as verdict_refusal
 from memmath.decision import unchecked_type
 from memmath.hf_activations import activation_parts, traces
@@ -173,3 +174,17 @@ def test_held_out_steps_save_what_the_trace_says_and_peak_within_a_tenth_of_a_pe
     measured = two_cpu_steps(torch, transformers, peft, config, **run)
     assert measured["saved_bytes"] == saved
     assert abs(peak / measured["peak_step2_bytes"] - 1) < 0.001
+
+
+# ---- 4. checkpointing: refused by name ---------------------------------------------------------------------------
+# Checkpointed steps (transformers' non-reentrant default, SDPA, full and LoRA, fp32 and bf16), measured after the
+# trace was committed, on BASE and both held-out configs: every one above memmath's peak, by 0.06% (dense-one-chunk,
+# full, fp32) to 16% (BASE, LoRA, bf16), in a recomputed block's backward. So a checkpointed run of this type gets a
+# floor and no verdict (checkpointed_peak_refusal).
+def test_a_checkpointed_run_is_refused_a_verdict_by_name():
+    shape = mm.from_hf_config(BASE)
+    settings = dict(seq_len=64, batch_size=2, precision="bf16", optimizer="adamw", mixer_kernels="torch")
+    run = mm.Run(shape, checkpointing=True, **settings)
+    assert "recomputed block" in checkpoint_refusal(run) and "0.06-16%" in checkpoint_refusal(run)
+    assert mm.requirement(run).basis == "floor"
+    assert checkpoint_refusal(mm.Run(shape, **settings)) == ""

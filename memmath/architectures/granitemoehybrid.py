@@ -272,4 +272,7 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     kv_cache_values=_mamba2.kv_cache_values, state_bytes=_mamba2.state_bytes, prefill_phases=None,
     trace_block=block, trace_refusal=_mamba2.trace_refusal, mixer_backward=_mamba2.backward_working_set,
     mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
+    checkpointed_peak_refusal=("with checkpointing, the backward of a recomputed block holds more than memmath's "
+                               "moments price (the Mamba-2 block's recomputed scan and its backward, not located): "
+                               "CPU steps peaked 0.06-16% above the prediction, most with LoRA"),
 )
