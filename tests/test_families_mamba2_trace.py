@@ -1,5 +1,6 @@
 """The Mamba-2 hybrids' activation trace (architectures/_mamba2.py: transformers 5.24's PyTorch path of the Mamba-2
-mixer, Run.mixer_kernels='torch') against what autograd keeps: Granite 4.0's hybrid models (granitemoehybrid).
+mixer, Run.mixer_kernels='torch') against what autograd keeps: Granite 4.0's hybrid models (granitemoehybrid), then
+Nemotron-H (nemotron_h: Mamba-2, attention and MLP blocks; its MoE blocks refused by name; section 5).
 
 Held in: the trace (in_proj, the depthwise conv1d and its SiLU, mamba2_chunk_scan's fp32 steps with each sequence padded
 to whole chunks, the gated RMSNorm, out_proj; Granite's attention without or with rotary positions, its router and
@@ -188,3 +189,53 @@ def test_a_checkpointed_run_is_refused_a_verdict_by_name():
     assert "recomputed block" in checkpoint_refusal(run) and "0.06-16%" in checkpoint_refusal(run)
     assert mm.requirement(run).basis == "floor"
     assert checkpoint_refusal(mm.Run(shape, **settings)) == ""
+
+
+
+# ---- 5. Nemotron-H: the same mixer, one a block -------------------------------------------------------------------
+# Held in, written against these (NemotronHBlock: its fp32-weighted RMSNorm, then a Mamba-2 mixer, attention without
+# positions or the relu2 MLP): the hidden size (40) apart from the mixer's 4 heads of 20, attention's heads of 10 and
+# 12, the MLP's 48 and 56.
+NEMOTRON = dict(model_type="nemotron_h", hidden_size=40, num_hidden_layers=4, hybrid_override_pattern="M*-M",
+                num_attention_heads=4, num_key_value_heads=2, head_dim=10, intermediate_size=48, mamba_num_heads=4,
+                mamba_head_dim=20, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=24, vocab_size=512,
+                use_cache=False)
+NEMOTRON_HELD_IN = {
+    "two-groups-padded": NEMOTRON,
+    # one key/value head, every bias (in_proj, out_proj, the MLP's) but the convolution's, the training DynamicCache,
+    # whole chunks of 32
+    "biased-cache": dict(NEMOTRON, num_hidden_layers=5, hybrid_override_pattern="M*-MM", num_key_value_heads=1,
+                         head_dim=12, intermediate_size=56, n_groups=1, chunk_size=32, use_cache=True, use_bias=True,
+                         use_conv_bias=False, mlp_bias=True),
+}
+
+
+def test_nemotron_h_is_traced_and_its_moe_blocks_refused_by_name():
+    shape = mm.from_hf_config(NEMOTRON)
+    assert traces(shape, mm.Full(), get_recipe("bf16"), 64) is None
+    assert "--mixer-kernels torch" in traces(shape, mm.Full(), get_recipe("bf16"), 64, mixer_kernels="cuda")
+    run = mm.Run(shape, seq_len=64, batch_size=2, precision="bf16", optimizer="adamw", mixer_kernels="torch")
+    assert run.activations == "transformers" and verdict_refusal(run) == "" and mm.requirement(run).basis == "peak"
+    moe = mm.from_hf_config(dict(NEMOTRON, hybrid_override_pattern="M*EM", n_routed_experts=4, num_experts_per_tok=2,
+                                 moe_intermediate_size=24, moe_shared_expert_intermediate_size=32))
+    assert "MoE blocks" in traces(moe, mm.Full(), get_recipe("bf16"), 64)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("method, precision, attention", SETTINGS)
+@pytest.mark.parametrize("name", sorted(NEMOTRON_HELD_IN))
+def test_nemotron_h_saves_what_autograd_keeps(torch, transformers, peft, name, method, precision, attention):
+    config = NEMOTRON_HELD_IN[name]
+    run = dict(method=method, precision=precision, attention=attention)
+    assert held_for_backward(torch, transformers, peft, config, **run) == _saved(config, **run)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_nemotron_h_lora_on_the_mlp_saves_what_autograd_keeps(torch, transformers, peft, precision):
+    config = NEMOTRON_HELD_IN["biased-cache"]
+    ours = activation_parts(mm.from_hf_config(config), recipe=get_recipe(precision),
+                            method=mm.LoRA(rank=4, targets=("up", "down")), seq_len=64, batch_size=2, dropout=False,
+                            attention="sdpa", checkpointing=False, device="cpu").estimate.total
+    assert held_for_backward(torch, transformers, peft, config, precision=precision, method="lora", attention="sdpa",
+                             targets=("up_proj", "down_proj")) == ours

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from ..arrays import is_ndarray, pick
 from ..states import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
 from ..trace import Tensor, Trace
+from . import _decoder
 from ._parts import ParamTensor, linear
-from ._steps import Pass
+from ._steps import Pass, kv_cache
 from .record import Architecture
 
 LINEAR = "linear_attention"  # ModelShape.block_kind of a Mamba-2 block: transformers' layer_types name for it
@@ -430,6 +431,20 @@ def mixer(tr: Trace, dims: Mamba2Mixer, x: Tensor, trainable: bool, lora, hidden
     return tr.linear(normed, t * hidden_size, trainable, lora("out_proj"), "out_proj")
 
 
+def attention(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """The hybrids' attention block mixer (GraniteMoeHybridAttention, NemotronHAttention): LLaMA's q, k, v, the
+    DynamicCache, the kernel and o_proj (_decoder.qkv), with q and k rotated only in a block of kind ROTARY (Granite
+    4.0's "rope"; Nemotron-H has no positions); the softmax scale (attention_multiplier, head_dim^-0.5) is no memory."""
+    q, k, v = _decoder.qkv(tr, m, x, trainable, p)
+    if m.block_kind == ROTARY:
+        q, k = tr.rotary(q, p.tables), tr.rotary(k, p.tables)
+    if p.cache:
+        k, v = kv_cache(tr, k, v)
+    ctx = tr.attention(q, k, v, heads=m.n_heads, head_dim=m.head_dim, kind=p.kind, dropout=p.dropout,
+                       softmax_fp32=True, name="attention", kv_contiguous=p.cache)
+    return tr.linear(ctx, tr.t * m.hidden_size, trainable, p.lora_of("o_proj"), "o_proj")
+
+
 def trace_refusal(shape) -> str:
     """What the trace refuses in a model with Mamba-2 blocks: a training forward transformers 5.24 cannot run (with
     config use_cache and no attention block, the model's forward asks its DynamicCache for get_seq_length(), which
@@ -450,9 +465,10 @@ def trace_refusal(shape) -> str:
     return ""
 
 
-# what a block's backward holds before its Mamba-2 mixer's chunk scan (its gradients made later): the input norm and
-# the mixer's tensors up to the scan (GraniteMoeHybridMambaLayer registers dt_bias, A_log, D, conv1d, in_proj)
-_BEFORE_SCAN = ("input_layernorm.", ".in_proj.", ".conv1d.", ".dt_bias", ".A_log", ".D")
+# what a block holds before its Mamba-2 mixer's chunk scan (its gradients made later): the block's input norm (Granite's
+# input_layernorm, Nemotron-H's norm) and the mixer's tensors up to the scan (dt_bias, A_log, D, conv1d, in_proj)
+_NORMS_BEFORE_SCAN = ("input_layernorm.", "norm.")
+_BEFORE_SCAN = (".in_proj.", ".conv1d.", ".dt_bias", ".A_log", ".D")
 
 
 def backward_working_set(shape, method, recipe, b, s) -> int:
@@ -480,7 +496,8 @@ def backward_working_set(shape, method, recipe, b, s) -> int:
     freed = sum((nbytes for key, (_, _, nbytes) in tr.saved.items() if key not in before), 0)
     t, inner = b * s, shape.linear_attention.inner
     if lora is None:
-        made = sum(p.numel for p in shape.tensors("layer") if not any(part in p.name for part in _BEFORE_SCAN))
+        made = sum(p.numel for p in shape.tensors("layer") if not (p.name.startswith(_NORMS_BEFORE_SCAN) or any(
+            part in p.name for part in _BEFORE_SCAN)))
         gradients = made * recipe.grad_bits // 8
     else:
         gradients = sum(k * rank * (d_in + d_out) for _, d_in, d_out, k in

@@ -29,7 +29,7 @@ from __future__ import annotations
 from ..trace import Tensor, Trace
 from . import _decoder, _mamba2, _moe
 from ._parts import ParamTensor, linear, norm
-from ._steps import INT64, Pass, kv_cache
+from ._steps import INT64, Pass
 from .granite import MULTIPLIERS
 from .record import ATTENTION_BIAS, MOE, decoder_fields, refuse_true
 
@@ -165,21 +165,6 @@ def _router(tr: Trace, m, x: Tensor, trainable: bool, lora) -> Tensor:
     return weights
 
 
-def _attention(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
-    """GraniteMoeHybridAttention: LLaMA's (q, k, v, the DynamicCache, the kernel, o_proj) with the rotation only in a
-    "rope" model (its own block kind); attention_multiplier is the softmax scale, no memory."""
-    t = tr.t
-    a, kv, d = m.n_heads, m.n_kv_heads, m.head_dim
-    q, k, v = _decoder.qkv(tr, m, x, trainable, p)
-    if m.block_kind == _mamba2.ROTARY:
-        q, k = tr.rotary(q, p.tables), tr.rotary(k, p.tables)
-    if p.cache:
-        k, v = kv_cache(tr, k, v)
-    ctx = tr.attention(q, k, v, heads=a, head_dim=d, kind=p.kind, dropout=p.dropout, softmax_fp32=True,
-                       name="attention", kv_contiguous=p.cache)
-    return tr.linear(ctx, t * m.hidden_size, trainable, p.lora_of("o_proj"), "o_proj")
-
-
 def _scaled_add(tr: Trace, residual: Tensor, out: Tensor) -> Tensor:
     """residual + out * residual_multiplier: the product by a Python float is a temporary that keeps nothing."""
     scaled = tr.tmp(out.numel, out.elem, out)
@@ -195,7 +180,7 @@ def block(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     if m.block_kind == _mamba2.LINEAR:
         out = _mamba2.mixer(tr, m.linear_attention, normed, trainable, p.lora_of, m.hidden_size, p.cache)
     else:
-        out = _attention(tr, m, normed, trainable, p)
+        out = _mamba2.attention(tr, m, normed, trainable, p)
     r1 = _scaled_add(tr, x, out)
     normed = tr.rms_norm(r1, trainable, "post_attention_layernorm")
     if m.n_experts:

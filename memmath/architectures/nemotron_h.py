@@ -19,14 +19,19 @@ empty, so tie_word_embeddings changes no tensor). A 16-bit load keeps the router
 num_nextn_predict_layers, which NemotronHForCausalLM does not build (their checkpoint keys are ignored on load).
 
 The cache: attention blocks keep keys and values, Mamba-2 blocks a conv state in the model's dtype and an fp32 SSM
-state (mamba_ssm_cache_dtype float32), MLP and MoE blocks nothing. Activations: the Mamba-2 mixer runs the mamba_ssm
-and causal_conv1d kernels on CUDA and transformers' PyTorch fallback elsewhere, whose saved tensors differ:
-traced=False (activations='textbook'). Serving's prefill working set: the plain estimate."""
+state (mamba_ssm_cache_dtype float32), MLP and MoE blocks nothing. Activations: traced (block, below) down
+transformers' PyTorch path of the Mamba-2 mixer (_mamba2.mixer), which the CPU always takes; on CUDA transformers calls
+mamba-ssm's and causal-conv1d's kernels where installed, whose saved tensors differ (mixer_kernels: such a run keeps
+the textbook model and no verdict). Measured to the byte on the CPU (tests/test_families_mamba2_trace.py). Refused by
+name: MoE blocks, whose router and experts the trace has no steps for yet, and _mamba2.trace_refusal's. Serving's
+prefill working set: the plain estimate."""
 
 from __future__ import annotations
 
-from . import _mamba2
+from ..trace import Tensor, Trace
+from . import _decoder, _mamba2
 from ._parts import ParamTensor, linear, norm
+from ._steps import Pass
 from .record import MOE, decoder_fields, refuse_true
 
 MLP, EXPERTS = "mlp", "moe"  # ModelShape.block_kind of an MLP block and a MoE block (attention blocks: "")
@@ -56,6 +61,8 @@ FIELDS = {
     "moe_latent_size": "the experts' input and output width where set (with fc1/fc2_latent_proj)",
     "sliding_window": "refused unless null",
     "tie_word_embeddings": "changes nothing: NemotronHForCausalLM ties no weights",
+    "chunk_size": "the Mamba-2 PyTorch path's chunk: each sequence is padded to whole chunks (saved activations)",
+    "time_step_limit": "the clamp of the time step (one clamp whatever its bounds: no memory)",
 }
 
 
@@ -103,7 +110,7 @@ def read_options(config, get):
         n_groups=get(_legacy_first(config, "n_groups", "mamba_n_groups"), 8),
         conv_kernel=get(_legacy_first(config, "conv_kernel", "mamba_d_conv"), 4),
         conv_bias=get.flag(_legacy_first(config, "use_conv_bias", "mamba_conv_bias"), True),
-        proj_bias=get.flag("use_bias", False))
+        proj_bias=get.flag("use_bias", False), chunk_size=get("chunk_size", 128))
     kinds = read_kinds(config, get("num_hidden_layers"))
     # NemotronHForCausalLM names no tied weights (_tied_weights_keys is empty): lm_head is its own matrix even where
     # tie_word_embeddings is true (transformers' build on the meta device counts it)
@@ -128,6 +135,61 @@ def read_options(config, get):
     if layouts:
         options["block_layouts"] = layouts
     return options
+
+
+def _norm(tr: Trace, x: Tensor, trainable: bool, name: str) -> Tensor:
+    """NemotronHRMSNorm: (weight.to(fp32) * normed).to(dtype), whose fp32 product keeps the fp32 normed x where the
+    weight trains (tr.rms_norm's weight_fp32) and, in 16 bits, the weight's fp32 copy where x needs a gradient (h x 4
+    B: a new tensor each call)."""
+    out = tr.rms_norm(x, trainable, name, weight_fp32=True)
+    if tr.e != 4 and x.grad:
+        tr.save(tr.new(x.numel // tr.t, 4), f"{name} weight in fp32")
+    return out
+
+
+def _final_norm(tr: Trace, shape, x: Tensor, trainable: bool, name: str) -> Tensor:
+    return _norm(tr, x, trainable, name)
+
+
+def _mlp(tr: Trace, m, x: Tensor, trainable: bool, lora) -> Tensor:
+    """NemotronHMLP: up_proj, relu2 (ReLUSquaredActivation: relu, which keeps its output, then torch.square, which
+    keeps its input, the same tensor), down_proj."""
+    t, width = tr.t, m.intermediate_size
+    up = tr.linear(x, t * width, trainable, lora("up_proj"), "up_proj")
+    relu = tr.new(t * width, tr.e, up.grad)
+    tr.use(up)
+    if up.grad:
+        tr.save(relu, "relu2 ReLU output (its square's input)")
+    squared = tr.new(t * width, tr.e, up.grad)
+    tr.use(relu)
+    return tr.linear(squared, t * m.hidden_size, trainable, lora("down_proj"), "down_proj")
+
+
+def block(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """NemotronHBlock: norm, then the block's one mixer (the Mamba-2 mixer down transformers' PyTorch path, attention
+    without positions, or the MLP), then the residual."""
+    normed = _norm(tr, x, trainable, "norm")
+    if m.block_kind == _mamba2.LINEAR:
+        out = _mamba2.mixer(tr, m.linear_attention, normed, trainable, p.lora_of, m.hidden_size, p.cache)
+    elif m.block_kind == MLP:
+        out = _mlp(tr, m, normed, trainable, p.lora_of)
+    else:
+        out = _mamba2.attention(tr, m, normed, trainable, p)
+    return tr.add(x, out)
+
+
+def head_and_loss(tr: Trace, shape, x: Tensor, **settings):
+    """norm_f (NemotronHRMSNorm), lm_head and the loss (logits.float() before it: the loss's own cast)."""
+    _decoder.head_and_loss(tr, shape, x, norm=_final_norm, **settings)
+
+
+def trace_refusal(shape) -> str:
+    """What the trace has no steps for: MoE blocks (NemotronHTopkRouter's fp32 sigmoid router with group-limited top-k
+    and its correction bias, the non-gated relu2 experts), and the Mamba-2 hybrids' refusals (_mamba2.trace_refusal)."""
+    if any(layout.block_kind == EXPERTS for layout, _ in shape.layouts()):
+        return ("traces Nemotron-H's Mamba-2, attention and MLP blocks, not yet its MoE blocks (NemotronHTopkRouter's "
+                "fp32 sigmoid routing over expert groups, the non-gated relu2 experts)")
+    return _mamba2.trace_refusal(shape)
 
 
 def mixer_tensors(m) -> list:
@@ -212,6 +274,8 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     norms_last=False, not_all_linear=("router", "experts"), all_linear_refusal=all_linear_refusal,
     tp_plan={},  # NemotronHConfig.base_model_tp_plan splits only the embedding and the routed experts
     kv_cache_values=_mamba2.kv_cache_values, state_bytes=_mamba2.state_bytes, prefill_phases=None,
-    traced=False,  # the Mamba-2 kernels differ by device (activations='textbook')
+    trace_block=block, trace_head=head_and_loss, trace_refusal=trace_refusal,
+    mixer_backward=_mamba2.backward_working_set,
+    mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
     fp32_modules=("e_score_correction_bias", "gate.weight"),  # NemotronHPreTrainedModel._keep_in_fp32_modules_strict
 )
