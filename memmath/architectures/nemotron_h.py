@@ -277,5 +277,8 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     trace_block=block, trace_head=head_and_loss, trace_refusal=trace_refusal,
     mixer_backward=_mamba2.backward_working_set,
     mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
+    checkpointed_peak_refusal=("with checkpointing, the backward of a recomputed block holds more than memmath's "
+                               "moments price (the Mamba-2 block's recomputed scan and its backward, not located): "
+                               "CPU steps peaked 0.13-16% above the prediction, most with LoRA"),
     fp32_modules=("e_score_correction_bias", "gate.weight"),  # NemotronHPreTrainedModel._keep_in_fp32_modules_strict
 )
