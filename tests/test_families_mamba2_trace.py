@@ -1,6 +1,7 @@
 """The Mamba-2 hybrids' activation trace (architectures/_mamba2.py: transformers 5.24's PyTorch path of the Mamba-2
 mixer, Run.mixer_kernels='torch') against what autograd keeps: Granite 4.0's hybrid models (granitemoehybrid), then
-Nemotron-H (nemotron_h: Mamba-2, attention and MLP blocks; its MoE blocks refused by name; section 5).
+Nemotron-H (nemotron_h: Mamba-2, attention and MLP blocks; its MoE blocks refused by name; section 5), then Falcon-H1
+(falcon_h1: the mixer beside rotary attention in every block, muP multipliers; section 6).
 
 Held in: the trace (in_proj, the depthwise conv1d and its SiLU, mamba2_chunk_scan's fp32 steps with each sequence padded
 to whole chunks, the gated RMSNorm, out_proj; Granite's attention without or with rotary positions, its router and
@@ -283,3 +284,37 @@ def test_a_checkpointed_nemotron_h_run_is_refused_a_verdict_by_name():
     run = mm.Run(mm.from_hf_config(NEMOTRON), seq_len=64, batch_size=2, precision="bf16", optimizer="adamw",
                  mixer_kernels="torch", checkpointing=True)
     assert "0.13-16%" in checkpoint_refusal(run) and mm.requirement(run).basis == "floor"
+
+
+
+# ---- 6. Falcon-H1: the mixer and attention side by side in every block --------------------------------------------
+# Held in, written against these: the hidden size (40) apart from the mixer's 4 heads of 20 (mamba_d_ssm 80),
+# attention's heads of 10, the MLP's 48 and 56; the mixer without its gated norm (the config class's default), and
+# with it (normalizing before the gate, the default, and after), with every bias and the cache.
+FALCON = dict(model_type="falcon_h1", hidden_size=40, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=48, mamba_d_ssm=80, mamba_n_heads=4, mamba_d_head=20, mamba_d_state=16,
+              mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=24, vocab_size=512, use_cache=False)
+FALCON_HELD_IN = {
+    "no-gated-norm": FALCON,
+    "gated-norm-cache": dict(FALCON, num_hidden_layers=3, num_key_value_heads=1, intermediate_size=56,
+                             mamba_n_groups=1, mamba_chunk_size=32, use_cache=True, mamba_rms_norm=True,
+                             projectors_bias=True, mamba_proj_bias=True),
+    "gate-then-norm": dict(FALCON, mamba_rms_norm=True, mamba_norm_before_gate=False),
+}
+
+
+def test_falcon_h1_is_traced_down_the_pytorch_path_only():
+    shape = mm.from_hf_config(FALCON)
+    assert traces(shape, mm.Full(), get_recipe("bf16"), 64) is None
+    assert "--mixer-kernels torch" in traces(shape, mm.Full(), get_recipe("bf16"), 64, mixer_kernels="cuda")
+    run = mm.Run(shape, seq_len=64, batch_size=2, precision="bf16", optimizer="adamw", mixer_kernels="torch")
+    assert run.activations == "transformers" and verdict_refusal(run) == "" and mm.requirement(run).basis == "peak"
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("method, precision, attention", SETTINGS)
+@pytest.mark.parametrize("name", sorted(FALCON_HELD_IN))
+def test_falcon_h1_saves_what_autograd_keeps(torch, transformers, peft, name, method, precision, attention):
+    config = FALCON_HELD_IN[name]
+    run = dict(method=method, precision=precision, attention=attention)
+    assert held_for_backward(torch, transformers, peft, config, **run) == _saved(config, **run)

@@ -20,9 +20,9 @@ the model's dtype and an fp32 SSM state of heads x head_dim x state_size values,
 Saved activations: the mixer runs mamba-ssm's and causal-conv1d's kernels on CUDA where they are installed and
 transformers' PyTorch fallback (torch_forward's path: causal_conv1d_fn, mamba2_chunk_scan) elsewhere, the CPU always;
 the two save different tensors. `mixer` below replays the PyTorch path (Run.mixer_kernels='torch'), measured to the
-byte on the CPU for Granite 4.0 (tests/test_families_mamba2_trace.py); a record that uses it names the kernels
-(Architecture.mixer_kernels), and a run under them keeps the textbook model and no verdict. Nemotron-H and Falcon-H1
-are textbook-only (traced=False) still. The textbook estimate leaves the mixer's own tensors out: two held-out CPU
+byte on the CPU for Granite 4.0, Nemotron-H and Falcon-H1 (tests/test_families_mamba2_trace.py); a record that uses
+it names the kernels (Architecture.mixer_kernels), and a run under them keeps the textbook model and no verdict. The
+textbook estimate leaves the mixer's own tensors out: two held-out CPU
 steps of tiny Granite 4.0, Nemotron-H and Falcon-H1 models (batch 2 x 64 tokens, AdamW, fp32 full and bf16 LoRA)
 saved 1.5 to 3.2 times its bytes with a 64-token chunk size, and 12 to 14 times with Granite's 256 (the fallback pads
 each sequence to whole chunks).
@@ -57,12 +57,14 @@ class Mamba2Mixer(Mamba2):
     out_bias: bool | None = None  # None: proj_bias
     gated_norm: bool = True
     chunk_size: int = 256  # the PyTorch path's chunk (mamba_chunk_size): each sequence is padded to whole chunks
+    # Falcon-H1's mamba_norm_before_gate: its gated norm normalizes, then multiplies by silu(gate) (False: gate first)
+    norm_before_gate: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         if self.out_bias is None:
             object.__setattr__(self, "out_bias", self.proj_bias)
-        for name in ("conv_bias", "proj_bias", "out_bias", "gated_norm"):
+        for name in ("conv_bias", "proj_bias", "out_bias", "gated_norm", "norm_before_gate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Mamba-2 {name} must be true or false; got {getattr(self, name)!r:.50}")
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
@@ -390,8 +392,61 @@ def _cache_states(tr: Trace, dims: Mamba2Mixer):
         tr.__dict__.setdefault("kv_copies", []).append(state.storage)
 
 
+def norm_then_gate(tr: Trace, y: Tensor, gate: Tensor, trainable: bool, groups: int) -> Tensor:
+    """FalconH1RMSNormGated(y, gate) with norm_before_gate: pow keeps y (fp32), rsqrt its t x groups output, weight *
+    normed keeps normed where the weight trains, then * silu(gate.float()) keeps that fp32 product and the SiLU output
+    (SiLU keeps gate in fp32: a copy of a 16-bit in_proj view, else the in_proj output). Returns the fp32 output."""
+    numel, grad = y.numel, y.grad
+    square = tr.tmp(numel, 4, y)
+    rsqrt = tr.new(tr.t * groups, 4, grad)
+    tr.use(square)
+    normed = tr.new(numel, 4, grad)
+    tr.use(y, rsqrt)
+    if grad:
+        tr.save(y, "Mamba-2 gated norm input (scan output)")
+        tr.save(rsqrt, "Mamba-2 gated norm rsqrt")
+    if trainable:
+        tr.save(normed, "Mamba-2 gated norm normalized input (fp32)")
+    weighted = tr.new(numel, 4, grad or trainable)
+    tr.use(normed)
+    return silu_gate(tr, weighted, gate)
+
+
+def _silu_gate_model_dtype(tr: Trace, y: Tensor, gate: Tensor) -> Tensor:
+    """Falcon-H1's scan_output * F.silu(gate) without the gated norm: SiLU on the gate in the model's dtype (it keeps
+    the in_proj output it is a view of), the product fp32 (y's), keeping y and the SiLU output."""
+    act = tr.new(y.numel, gate.elem, gate.grad)
+    tr.use(gate)
+    if gate.grad:
+        tr.save(gate, "Mamba-2 gate (SiLU input, the in_proj output)")
+    out = tr.new(y.numel, 4, y.grad or gate.grad)
+    tr.use(y, act)
+    if act.grad:
+        tr.save(y, "Mamba-2 scan output (gated by SiLU)")
+    if y.grad:
+        tr.save(act, "Mamba-2 gate SiLU output")
+    return out
+
+
+def silu_gate(tr: Trace, y: Tensor, gate: Tensor) -> Tensor:
+    """y * silu(gate), y fp32: with the gate cast to fp32 first (Falcon-H1's gated norm) or not (its mixer without one,
+    mamba_rms_norm false: the product is fp32 all the same). SiLU keeps its input; the product keeps both factors."""
+    gate_in = _float(tr, gate)
+    act = tr.new(y.numel, gate_in.elem, gate.grad)
+    tr.use(gate_in)
+    if gate.grad:
+        tr.save(gate_in, "Mamba-2 gate (SiLU input)")
+    out = tr.new(y.numel, 4, y.grad or gate.grad)
+    tr.use(y, act)
+    if act.grad:
+        tr.save(y, "Mamba-2 gated output's factor (y)")
+    if y.grad:
+        tr.save(act, "Mamba-2 gate SiLU output")
+    return out
+
+
 def mixer(tr: Trace, dims: Mamba2Mixer, x: Tensor, trainable: bool, lora, hidden_size: int,
-          cache: bool = False) -> Tensor:
+          cache: bool = False, mup: bool = False) -> Tensor:
     """GraniteMoeHybridMambaLayer.forward on the normalized input x (t x h) down transformers 5.24's PyTorch path,
     without a cache or a padding mask: in_proj (x, then zxbcdt: the gate z, x B C, dt, views of one t x (2 inner +
     2 groups state + heads) output); the depthwise conv1d over the x B C view transposed, which keeps that view's
@@ -402,7 +457,16 @@ def mixer(tr: Trace, dims: Mamba2Mixer, x: Tensor, trainable: bool, lora, hidden
     (config use_cache), which saves the same tensors and holds the block's states (_cache_states)."""
     t, b, s, e = tr.t, tr.b, tr.s, tr.e
     inner, conv = dims.inner, dims.conv_dim
-    proj = tr.linear(x, t * (inner + conv + dims.heads), trainable, lora("in_proj"), "in_proj")
+    width = inner + conv + dims.heads
+    if mup:  # Falcon-H1: hidden_states * ssm_in_multiplier, a new tensor in_proj reads
+        scaled = tr.new(x.numel, x.elem, x.grad)
+        tr.use(x)
+        x = scaled
+    proj = tr.linear(x, t * width, trainable, lora("in_proj"), "in_proj")
+    if mup:  # projected_states * self.mup_vector (a buffer): a new tensor, which keeps nothing
+        scaled = tr.new(t * width, e, proj.grad)
+        tr.use(proj)
+        proj = scaled
 
     def view(numel):
         return Tensor(numel, proj.elem, proj.grad, proj.storage)
@@ -424,7 +488,12 @@ def mixer(tr: Trace, dims: Mamba2Mixer, x: Tensor, trainable: bool, lora, hidden
     hs, B, C = (Tensor(numel, e, grad, act.storage) for numel in (t * inner, t * n, t * n))
     y = chunk_scan(tr, dims, hs, dt, B, C, trainable)
     y = Tensor(t * inner, 4, y.grad, y.storage)  # output[:, :seq_len].reshape(b, s, -1): a view
-    normed = gated_norm(tr, y, gate, trainable, dims.n_groups) if dims.gated_norm else y
+    if not dims.gated_norm:  # Falcon-H1 without mamba_rms_norm: scan_output * silu(gate)
+        normed = _silu_gate_model_dtype(tr, y, gate)
+    elif dims.norm_before_gate:
+        normed = norm_then_gate(tr, y, gate, trainable, dims.n_groups)
+    else:
+        normed = gated_norm(tr, y, gate, trainable, dims.n_groups)
     if e != 4:
         normed = tr.tmp(t * inner, e, normed)  # scan_output.to(dtype)
         normed.grad = y.grad or trainable
