@@ -548,8 +548,8 @@ def backward_working_set(shape, method, recipe, b, s) -> int:
     scan_backward), the gate's (t x inner, the model's dtype, waiting at in_proj's split), the one arriving at the
     block (t x h), and the block's parameter gradients made by then: everything but the input norm's and the mixer's
     up to the scan (full training), or its adapters (LoRA: none of peft's targets sits before the scan). 0 for a block
-    of another kind."""
-    if shape.block_kind != LINEAR or shape.linear_attention is None:
+    of another kind (its trace runs no chunk scan)."""
+    if shape.linear_attention is None or shape.block_kind not in (LINEAR, ""):
         return 0
     e = recipe.weight_bits // 8
     tr = Trace(e=e, device="cpu", b=b, s=s)
@@ -561,6 +561,8 @@ def backward_working_set(shape, method, recipe, b, s) -> int:
     tables = (tr.new(s, e, shared=True, existing=True), tr.new(s, e, shared=True, existing=True))
     step = Pass(kind="flash", dropout=False, tables=tables, cache=shape.use_cache, lora_modules=modules, lora=lora)
     shape.architecture.trace_block(tr, shape, x, lora is None, step)
+    if "scan_backward" not in tr.__dict__:  # a block without the mixer (Granite's attention blocks)
+        return 0
     before, due = tr.__dict__["scan_backward"]
     freed = sum((nbytes for key, (_, _, nbytes) in tr.saved.items() if key not in before), 0)
     t, inner = b * s, shape.linear_attention.inner

@@ -140,6 +140,10 @@ def block(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     mamba = _scaled(tr, _mamba2.mixer(tr, m.linear_attention, normed, trainable, p.lora_of, m.hidden_size, p.cache,
                                       mup=True))
     attention = _scaled(tr, _attention(tr, m, normed, trainable, p))
+    # attention's backward runs before the mixer's: the gradient it gives the normed input (t x h) waits at
+    # input_layernorm through the mixer's chunk scan backward (_mamba2.backward_working_set's moment)
+    before, due = tr.__dict__["scan_backward"]
+    tr.__dict__["scan_backward"] = (before, due + normed.numel * tr.e)
     r1 = tr.add(x, tr.add(mamba, attention))
     return tr.add(r1, _mlp(tr, m, tr.rms_norm(r1, trainable, "pre_ff_layernorm"), trainable, p.lora_of))
 
@@ -172,4 +176,7 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     kv_cache_values=kv_cache_values, state_bytes=state_bytes, prefill_phases=None,
     trace_embeddings=embeddings, trace_block=block, mixer_backward=_mamba2.backward_working_set,
     mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
+    checkpointed_peak_refusal=("with checkpointing, the backward of a recomputed block holds more than memmath's "
+                               "moments price (the Mamba-2 mixer's recomputed scan and its backward, not located): "
+                               "CPU steps peaked 0.9-18% above the prediction, most in bf16 or with LoRA"),
 )
