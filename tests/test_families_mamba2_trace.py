@@ -1,6 +1,6 @@
 """The Mamba-2 hybrids' activation trace (architectures/_mamba2.py: transformers 5.24's PyTorch path of the Mamba-2
 mixer, Run.mixer_kernels='torch') against what autograd keeps: Granite 4.0's hybrid models (granitemoehybrid), then
-Nemotron-H (nemotron_h: Mamba-2, attention and MLP blocks; its MoE blocks refused by name; section 5), then Falcon-H1
+Nemotron-H (nemotron_h: Mamba-2, attention, MLP and MoE blocks; section 5), then Falcon-H1
 (falcon_h1: the mixer beside rotary attention in every block, muP multipliers; section 6).
 
 Held in: the trace (in_proj, the depthwise conv1d and its SiLU, mamba2_chunk_scan's fp32 steps with each sequence padded
@@ -218,18 +218,23 @@ NEMOTRON_HELD_IN = {
     "biased-cache": dict(NEMOTRON, num_hidden_layers=5, hybrid_override_pattern="M*-MM", num_key_value_heads=1,
                          head_dim=12, intermediate_size=56, n_groups=1, chunk_size=32, use_cache=True, use_bias=True,
                          use_conv_bias=False, mlp_bias=True),
+    # a MoE block (4 experts of 24 in 2 groups, top 2 from 1 group, renormalized; a shared expert of 32), written
+    # after the two above and the held-out configs below
+    "moe": dict(NEMOTRON, hybrid_override_pattern="M*EM", n_routed_experts=4, num_experts_per_tok=2,
+                moe_intermediate_size=24, moe_shared_expert_intermediate_size=32, n_group=2, topk_group=1),
 }
 
 
-def test_nemotron_h_is_traced_and_its_moe_blocks_refused_by_name():
+def test_nemotron_h_is_traced_and_lora_on_its_experts_refused_by_name():
     shape = mm.from_hf_config(NEMOTRON)
     assert traces(shape, mm.Full(), get_recipe("bf16"), 64) is None
     assert "--mixer-kernels torch" in traces(shape, mm.Full(), get_recipe("bf16"), 64, mixer_kernels="cuda")
     run = mm.Run(shape, seq_len=64, batch_size=2, precision="bf16", optimizer="adamw", mixer_kernels="torch")
     assert run.activations == "transformers" and verdict_refusal(run) == "" and mm.requirement(run).basis == "peak"
-    moe = mm.from_hf_config(dict(NEMOTRON, hybrid_override_pattern="M*EM", n_routed_experts=4, num_experts_per_tok=2,
-                                 moe_intermediate_size=24, moe_shared_expert_intermediate_size=32))
-    assert "MoE blocks" in traces(moe, mm.Full(), get_recipe("bf16"), 64)
+    moe = mm.from_hf_config(NEMOTRON_HELD_IN["moe"])
+    assert traces(moe, mm.LoRA(rank=4, targets=("q", "v", "up", "down")), get_recipe("bf16"), 64) is None
+    for target in ("router", "experts"):
+        assert "router and routed experts" in traces(moe, mm.LoRA(rank=4, targets=(target,)), get_recipe("bf16"), 64)
 
 
 @pytest.mark.live

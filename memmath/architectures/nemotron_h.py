@@ -22,14 +22,16 @@ The cache: attention blocks keep keys and values, Mamba-2 blocks a conv state in
 state (mamba_ssm_cache_dtype float32), MLP and MoE blocks nothing. Activations: traced (block, below) down
 transformers' PyTorch path of the Mamba-2 mixer (_mamba2.mixer), which the CPU always takes; on CUDA transformers calls
 mamba-ssm's and causal-conv1d's kernels where installed, whose saved tensors differ (mixer_kernels: such a run keeps
-the textbook model and no verdict). Measured to the byte on the CPU (tests/test_families_mamba2_trace.py). Refused by
-name: MoE blocks, whose router and experts the trace has no steps for yet, and _mamba2.trace_refusal's. Serving's
-prefill working set: the plain estimate."""
+the textbook model and no verdict); a MoE block runs GLM-4.5's router steps (glm4_moe.router) and transformers'
+grouped_mm experts without a gate. Measured to the byte on the CPU (tests/test_families_mamba2_trace.py). Refused by
+name: LoRA on the router or the routed experts (lora_trace_refusal) and _mamba2.trace_refusal's. Serving's prefill
+working set: the plain estimate."""
 
 from __future__ import annotations
 
 from ..trace import Tensor, Trace
-from . import _decoder, _mamba2
+from . import _decoder, _mamba2, glm4_moe
+from . import _moe as _moe_steps
 from ._parts import ParamTensor, linear, norm
 from ._steps import Pass
 from .record import MOE, decoder_fields, refuse_true
@@ -125,7 +127,8 @@ def read_options(config, get):
         changes[EXPERTS] = (("block_kind", EXPERTS), ("n_experts", experts),
                             ("experts_per_tok", get("num_experts_per_tok", 2)),
                             ("expert_intermediate_size", get("moe_intermediate_size", 7688)),
-                            ("shared_expert_intermediate_size", get("moe_shared_expert_intermediate_size", 7688)))
+                            ("shared_expert_intermediate_size", get("moe_shared_expert_intermediate_size", 7688)),
+                            ("norm_topk_prob", get.flag("norm_topk_prob", True)))
         if latent is not None:
             raise ValueError(f"config field 'moe_latent_size' is {latent!r:.50}; memmath models Nemotron-H's experts "
                              "at the hidden size only (null): a record of the latent projections (fc1_latent_proj, "
@@ -151,28 +154,45 @@ def _final_norm(tr: Trace, shape, x: Tensor, trainable: bool, name: str) -> Tens
     return _norm(tr, x, trainable, name)
 
 
-def _mlp(tr: Trace, m, x: Tensor, trainable: bool, lora) -> Tensor:
-    """NemotronHMLP: up_proj, relu2 (ReLUSquaredActivation: relu, which keeps its output, then torch.square, which
-    keeps its input, the same tensor), down_proj."""
-    t, width = tr.t, m.intermediate_size
-    up = tr.linear(x, t * width, trainable, lora("up_proj"), "up_proj")
-    relu = tr.new(t * width, tr.e, up.grad)
-    tr.use(up)
-    if up.grad:
+def _relu2(tr: Trace, x: Tensor) -> Tensor:
+    """ReLUSquaredActivation: relu, which keeps its output, then torch.square, which keeps its input (the same)."""
+    relu = tr.new(x.numel, x.elem, x.grad)
+    tr.use(x)
+    if x.grad:
         tr.save(relu, "relu2 ReLU output (its square's input)")
-    squared = tr.new(t * width, tr.e, up.grad)
+    squared = tr.new(x.numel, x.elem, x.grad)
     tr.use(relu)
-    return tr.linear(squared, t * m.hidden_size, trainable, lora("down_proj"), "down_proj")
+    return squared
+
+
+def _mlp(tr: Trace, m, x: Tensor, trainable: bool, lora, width=None) -> Tensor:
+    """NemotronHMLP: up_proj, relu2, down_proj (width: the shared expert's, else intermediate_size)."""
+    t, width = tr.t, width or m.intermediate_size
+    up = tr.linear(x, t * width, trainable, lora("up_proj"), "up_proj")
+    return tr.linear(_relu2(tr, up), t * m.hidden_size, trainable, lora("down_proj"), "down_proj")
+
+
+def _moe(tr: Trace, m, x: Tensor, trainable: bool, lora) -> Tensor:
+    """NemotronHMoE: NemotronHTopkRouter (glm4_moe.router's steps: F.linear of x in fp32 by the fp32 weight, sigmoid,
+    the group-limited choice, gather, the in-place renormalization, * routed_scaling_factor), the routed experts
+    (grouped_mm without a gate: up_proj, relu2, down_proj; fp32 routing weights), then the shared expert (NemotronHMLP
+    on the same input) added."""
+    weights = glm4_moe.router(tr, m, x, trainable, lora)
+    routed = _moe_steps.routed_experts(tr, m, x, weights, trainable, lora, gated=False,
+                                       apply_gate=lambda tr, up: _relu2(tr, up))
+    return tr.add(routed, _mlp(tr, m, x, trainable, lora, m.shared_expert_intermediate_size))
 
 
 def block(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     """NemotronHBlock: norm, then the block's one mixer (the Mamba-2 mixer down transformers' PyTorch path, attention
-    without positions, or the MLP), then the residual."""
+    without positions, the MLP or the MoE), then the residual."""
     normed = _norm(tr, x, trainable, "norm")
     if m.block_kind == _mamba2.LINEAR:
         out = _mamba2.mixer(tr, m.linear_attention, normed, trainable, p.lora_of, m.hidden_size, p.cache)
     elif m.block_kind == MLP:
         out = _mlp(tr, m, normed, trainable, p.lora_of)
+    elif m.block_kind == EXPERTS:
+        out = _moe(tr, m, normed, trainable, p.lora_of)
     else:
         out = _mamba2.attention(tr, m, normed, trainable, p)
     return tr.add(x, out)
@@ -183,13 +203,13 @@ def head_and_loss(tr: Trace, shape, x: Tensor, **settings):
     _decoder.head_and_loss(tr, shape, x, norm=_final_norm, **settings)
 
 
-def trace_refusal(shape) -> str:
-    """What the trace has no steps for: MoE blocks (NemotronHTopkRouter's fp32 sigmoid router with group-limited top-k
-    and its correction bias, the non-gated relu2 experts), and the Mamba-2 hybrids' refusals (_mamba2.trace_refusal)."""
-    if any(layout.block_kind == EXPERTS for layout, _ in shape.layouts()):
-        return ("traces Nemotron-H's Mamba-2, attention and MLP blocks, not yet its MoE blocks (NemotronHTopkRouter's "
-                "fp32 sigmoid routing over expert groups, the non-gated relu2 experts)")
-    return _mamba2.trace_refusal(shape)
+def lora_trace_refusal(shape, modules) -> str:
+    """LoRA on the MoE blocks' router or routed experts (peft's ParamWrapper on gate.weight, experts.up_proj and
+    experts.down_proj): not measured on Nemotron-H's non-gated experts."""
+    if any(name in modules for name in ("gate.weight", "experts.up_proj", "experts.down_proj")):
+        return ("traces LoRA on Nemotron-H's router and routed experts (peft's ParamWrapper on the non-gated experts) "
+                "unmeasured: not yet; adapt the attention, the MLPs or the shared expert")
+    return ""
 
 
 def mixer_tensors(m) -> list:
@@ -274,7 +294,8 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     norms_last=False, not_all_linear=("router", "experts"), all_linear_refusal=all_linear_refusal,
     tp_plan={},  # NemotronHConfig.base_model_tp_plan splits only the embedding and the routed experts
     kv_cache_values=_mamba2.kv_cache_values, state_bytes=_mamba2.state_bytes, prefill_phases=None,
-    trace_block=block, trace_head=head_and_loss, trace_refusal=trace_refusal,
+    trace_block=block, trace_head=head_and_loss, trace_refusal=_mamba2.trace_refusal,
+    lora_trace_refusal=lora_trace_refusal,
     mixer_backward=_mamba2.backward_working_set,
     mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
     checkpointed_peak_refusal=("with checkpointing, the backward of a recomputed block holds more than memmath's "
