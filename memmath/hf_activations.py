@@ -53,6 +53,12 @@ Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; transformers' default grouped
     the router, E*2I*h*e and E*h*I*e for the experts: the size of the frozen weights, whatever the batch)
     with its input (x e*t*h; the S x h and S x I expert inputs), plus B and A cast to e for the experts
     (fp32 adapters on a 16-bit base) or, on the CPU, the router's 16-bit A and B upcast to fp32
+Mamba-2 hybrids (Granite 4.0 hybrid, Nemotron-H, Falcon-H1), see architectures/_mamba2.py: transformers' PyTorch path
+    only (Run.mixer_kernels='torch'; the CUDA kernels save other tensors); the conv1d keeps in_proj's whole output and
+    its SiLU the conv's uncut output; the chunk scan computes in fp32 over each sequence padded to whole chunks of l,
+    keeping b x heads x chunks x l x l tensors thrice (L, C B^T, their product's bmm copy) and bmm copies of x, B, C
+    and the chunk states; the gated RMSNorm in fp32. Its backward's widest moment (two l x l gradients beside a third)
+    is peak.py's, from _mamba2.backward_working_set
 RoBERTa (BERT's blocks): position ids and token-type ids made per token (8*t each, saved by their
     embeddings); RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj on token 0, no pooler
 Attention, per block (n = b*a*s*d elements, that is t*h when a*d = h)
@@ -208,6 +214,14 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
     the trace replays transformers' PyTorch path of a model's linear-attention, Mamba-2 or convolution mixers.
     """
     _check_kernels(shape, mixer_kernels)
+    if (padded or packed) and known(shape) and shape.architecture.mixer_kernels:
+        # transformers' PyTorch path multiplies a mixer's input by a padding mask (apply_mask_to_padding_states,
+        # create_recurrent_attention_mask), which the mixers' trace steps leave out; packed rows are not measured
+        name = "padded" if padded else "packed"
+        raise validate.FieldError(name, f"{name}=True: the exact activation model traces {shape.architecture.title}'s "
+                                  "mixers over unpadded, unpacked rows only (a padding mask multiplies each mixer's "
+                                  "input and is kept for backward); pass activations='textbook' for a padded or packed "
+                                  "batch")
     if sweeping(seq_len, batch_size, method):
         # The trace computes in int64 for a sweep: its largest points, evaluated exactly with Python
         # ints, must fit (activations grow with s, b, the LoRA rank and the trainable blocks).

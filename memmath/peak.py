@@ -346,9 +346,11 @@ def _backward_working_set(run: Run, method, t, e):
             # blocks' (a frozen MoE block's unsort is not in them: measured, test_block_layouts' QWEN2_MIXED)
             first = run.model.n_layers - int(trained)
             layouts = [(layout, blocks) for layout, blocks in layouts if max(blocks) >= first] or layouts
-        return max(_block_backward_working_set(layout, run.recipe, method, t, e, run.checkpointing, present_only=True)
-                   for layout, _ in layouts)
-    return _block_backward_working_set(run.model, run.recipe, method, t, e, run.checkpointing)
+        return reduce(larger, (_block_backward_working_set(layout, run.recipe, method, t, e, run.checkpointing,
+                                                           present_only=True, batch=(run.batch_size, run.seq_len))
+                               for layout, _ in layouts))  # elementwise in a sweep
+    return _block_backward_working_set(run.model, run.recipe, method, t, e, run.checkpointing,
+                                       batch=(run.batch_size, run.seq_len))
 
 
 def _trained_layouts(run: Run, method) -> tuple:
@@ -392,11 +394,14 @@ def _one_block_gradients(layout, method, recipe):
     return _bits_bytes(layout.params_per_layer, recipe.grad_bits)
 
 
-def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False, present_only=False):
-    """_backward_working_set of one block layout (present_only: LoRA targets the block lacks adapt nothing)."""
+def _block_backward_working_set(shape, recipe, method, t, e, checkpointing=False, present_only=False, batch=None):
+    """_backward_working_set of one block layout (present_only: LoRA targets the block lacks adapt nothing; batch:
+    the run's (batch size, sequence length), for a record's mixer_backward)."""
     h = shape.hidden_size
     record = shape.architecture
     work = t * h * e + (2 if record is None else record.mlp_backward_widths) * t * shape.intermediate_size * e
+    if record is not None and record.mixer_backward is not None and batch is not None:  # a mixer's own moment
+        work = larger(work, record.mixer_backward(shape, method, recipe, *batch))
     if checkpointing and record is not None and record.norm_backward_widths:  # a norm's backward wider than the MLP's
         work = larger(work, t * h * e + record.norm_backward_widths * t * h * 4)  # (measured with checkpointing)
     if shape.n_experts and record is not None and record.traced:  # a MoE block: its experts' moments (3 x t x k x h
@@ -536,7 +541,8 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
     two = storing > 1 if is_ndarray(storing) else int(storing > 1)
     later_grads = grads - s.g_embed + s.tied_embed - s.g_block  # every gradient but the embeddings' and the block's
     if layouts:  # the first block's own layout's working set; each later layout's first block is a moment below
-        work_bwd = _block_backward_working_set(layouts[0][0], s.run.recipe, s.method, t, e, True, present_only=True)
+        work_bwd = _block_backward_working_set(layouts[0][0], s.run.recipe, s.method, t, e, True, present_only=True,
+                                               batch=(s.run.batch_size, s.run.seq_len))
     moments.add("backward", "in the first block: its saved tensors (or its recomputation), every later gradient",
                 (s.embeddings_alloc + first + later_grads + work_bwd) * two,
                 saved=(s.embeddings_alloc + first) * two, gradients=later_grads * two,
@@ -557,7 +563,8 @@ def _backward(s: _StepTerms, moments: _Moments) -> None:
         moments.add("backward", "in the first block of a later layout: the block inputs, its recomputation, later "
                     "gradients",
                     s.embeddings_alloc + inputs + parts.tables + recompute + later_grads - earlier
-                    + _block_backward_working_set(layout, s.run.recipe, s.method, t, e, True, present_only=True),
+                    + _block_backward_working_set(layout, s.run.recipe, s.method, t, e, True, present_only=True,
+                                                  batch=(s.run.batch_size, s.run.seq_len)),
                     saved=s.embeddings_alloc + inputs + parts.tables + recompute,
                     gradients=later_grads - earlier, unset=s.g_embed + s.g_block + earlier)
     if s.run.checkpointing:

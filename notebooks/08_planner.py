@@ -358,7 +358,7 @@ def _(live_only_notice, mm, mo, viz):
 
 @app.cell(hide_code=True)
 def _(mo, model):
-    # Linear-attention and short-convolution mixers (Qwen3-Next, LFM2) keep other tensors for backward under their CUDA
+    # Linear-attention, Mamba-2 and convolution mixers (Qwen3-Next, LFM2, Granite 4.0-H) keep other tensors under CUDA
     # kernels than on transformers' PyTorch path, which runs where those packages are not installed (memmath.Run's
     # mixer_kernels); memmath replays the PyTorch path, so only that run gets a verdict.
     _kernels = model.architecture.mixer_kernels if model is not None and model.architecture is not None else ""

@@ -355,7 +355,7 @@ def backward_phase(shape, t, e, trains_experts: bool, grad_elem: int, checkpoint
 
 
 def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool, lora, *, weight_elem: int | None = None,
-                   grad: bool | None = None, biased: bool = False, apply_gate=None) -> Tensor:
+                   grad: bool | None = None, biased: bool = False, apply_gate=None, gated: bool = True) -> Tensor:
     """The routed experts as transformers 5.24 runs them by default (integrations/moe.py's grouped_mm_experts_forward)
     on the normalized input x (t x h) and the routing weights `values` (t x k, in their own dtype: fp32 for a router
     that keeps them so, GLM-4.5's and DeepSeek-V3's Glm4MoeTopkRouter/DeepseekV3TopkRouter): the experts part of
@@ -364,7 +364,8 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
     biased (gpt-oss's GptOssExperts, has_bias): each grouped_mm output gets its experts' biases gathered row by row
     (gate_up_proj_bias[expert_ids_g], an S x 2I temporary, and down_proj_bias's S x h) and added in place, which saves
     nothing; the gather keeps the sorted expert ids (int64, S) when the biases train. apply_gate(tr, gate_up) -> the
-    S x I product: the experts' own _apply_gate in place of SiLU(gate) * up."""
+    S x I product: the experts' own _apply_gate in place of SiLU(gate) * up. gated=False (has_gate=False: Nemotron-H's
+    experts): the first grouped_mm is up_proj alone (S x I), and apply_gate(tr, up) is the experts' act_fn."""
     t, e = tr.t, tr.e
     h = shape.hidden_size
     n_exp, width, rows = shape.n_experts, shape.expert_intermediate_size, tr.t * shape.experts_per_tok
@@ -396,7 +397,7 @@ def routed_experts(tr: Trace, shape, x: Tensor, values: Tensor, trainable: bool,
         tr.save(offsets, "grouped_mm offsets (int32)")
     if gate_up_weight is not None and selected.grad:
         tr.save(gate_up_weight, "experts gate_up_proj W + BA (peft ParamWrapper)")
-    gate_up = tr.new(rows * 2 * width, e, selected.grad or weights_grad)
+    gate_up = tr.new(rows * (2 if gated else 1) * width, e, selected.grad or weights_grad)
     tr.use(selected, offsets, gate_up_weight)
     biases = []  # the function's local selected_biases: each gathered bias lives until the next replaces it
     if biased:

@@ -14,14 +14,19 @@ their outputs added (FalconH1DecoderLayer), then a SwiGLU MLP:
 - the head is tied to the embedding where tie_word_embeddings says so.
 
 The cache: every block keeps keys and values (every token) and a Mamba-2 conv state in the model's dtype and an fp32
-SSM state, the same size at any context (memmath/states.py, mamba2_state_bytes). Activations: the Mamba-2 mixer runs
-the mamba_ssm and causal_conv1d kernels on CUDA and transformers' PyTorch fallback elsewhere, whose saved tensors
-differ: traced=False (activations='textbook'). Serving's prefill working set: the plain estimate."""
+SSM state, the same size at any context (memmath/states.py, mamba2_state_bytes). Activations: traced (block, below)
+down transformers' PyTorch path of the Mamba-2 mixer (_mamba2.mixer with the muP scalings, and the gate with or
+without the gated norm, normalizing before or after it), which the CPU always takes; on CUDA transformers calls
+mamba-ssm's and causal-conv1d's kernels where installed, whose saved tensors differ (mixer_kernels: such a run keeps
+the textbook model and no verdict). Every multiplier by a Python float makes a new tensor that keeps nothing. Measured
+to the byte on the CPU (tests/test_families_mamba2_trace.py). Serving's prefill working set: the plain estimate."""
 
 from __future__ import annotations
 
+from ..trace import Tensor, Trace
 from . import _decoder, _mamba2
 from ._parts import linear, norm
+from ._steps import Pass, kv_cache
 from .record import ATTENTION_BIAS, decoder_fields
 
 FIELDS = {
@@ -40,6 +45,9 @@ FIELDS = {
     "embedding_multiplier": "scales the embeddings (no parameter)",
     "lm_head_multiplier": "scales the logits (no parameter)",
     "ssm_multipliers": "scale in_proj's output (a buffer, no parameter)",
+    "mamba_chunk_size": "the Mamba-2 PyTorch path's chunk: each sequence is padded to whole chunks (saved activations)",
+    "mamba_norm_before_gate": "the gated RMSNorm normalizes before the gate (saved activations)",
+    "time_step_limit": "the clamp of the time step (one clamp whatever its bounds: no memory)",
 }
 
 
@@ -63,7 +71,9 @@ def read_mixer(config, get) -> _mamba2.Mamba2Mixer:
                                conv_bias=get.flag("mamba_conv_bias", True),
                                proj_bias=get.flag("mamba_proj_bias", False),
                                out_bias=get.flag("projectors_bias", False),
-                               gated_norm=get.flag("mamba_rms_norm", False))
+                               gated_norm=get.flag("mamba_rms_norm", False),
+                               norm_before_gate=get.flag("mamba_norm_before_gate", True),
+                               chunk_size=get("mamba_chunk_size", 256))
 
 
 def read_options(config, get):
@@ -85,6 +95,57 @@ def tensors(m, group: str) -> list:
             + linear("self_attn.v_proj", "attention", h, kv * d, ab)
             + linear("self_attn.o_proj", "attention", a * d, h, ab)
             + norm("input_layernorm", h, False) + norm("pre_ff_layernorm", h, False))
+
+
+def _scaled(tr: Trace, x: Tensor) -> Tensor:
+    """x * a muP multiplier (a Python float): a new tensor, which keeps nothing."""
+    out = tr.new(x.numel, x.elem, x.grad)
+    tr.use(x)
+    return out
+
+
+def embeddings(tr: Trace, shape, trains: bool, **settings) -> Tensor:
+    """embed_tokens(input_ids) * embedding_multiplier (FalconH1Model.forward)."""
+    return _scaled(tr, _decoder.embeddings(tr, shape, trains, **settings))
+
+
+def _attention(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """FalconH1Attention on hidden_states * attention_in_multiplier: q, k (* key_multiplier: a new tensor), v, the
+    rotary positions, the DynamicCache, the kernel, o_proj."""
+    q, k, v = _decoder.qkv(tr, m, _scaled(tr, x), trainable, p)
+    k = _scaled(tr, k)
+    q, k = tr.rotary(q, p.tables), tr.rotary(k, p.tables)
+    if p.cache:
+        k, v = kv_cache(tr, k, v)
+    ctx = tr.attention(q, k, v, heads=m.n_heads, head_dim=m.head_dim, kind=p.kind, dropout=p.dropout,
+                       softmax_fp32=True, name="attention", kv_contiguous=p.cache)
+    return tr.linear(ctx, tr.t * m.hidden_size, trainable, p.lora_of("o_proj"), "o_proj")
+
+
+def _mlp(tr: Trace, m, x: Tensor, trainable: bool, lora) -> Tensor:
+    """FalconH1MLP: up_proj(x) * silu(gate_proj(x) * gate_multiplier) (SiLU keeps the scaled gate), down_proj, then *
+    down_multiplier."""
+    t, width = tr.t, m.intermediate_size
+    up = tr.linear(x, t * width, trainable, lora("up_proj"), "up_proj")
+    gate = _scaled(tr, tr.linear(x, t * width, trainable, lora("gate_proj"), "gate_proj"))
+    down = tr.linear(tr.silu_times(gate, up, "SwiGLU"), t * m.hidden_size, trainable, lora("down_proj"), "down_proj")
+    return _scaled(tr, down)
+
+
+def block(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """FalconH1DecoderLayer: input_layernorm; the Mamba-2 mixer (down transformers' PyTorch path, its input scaled by
+    ssm_in_multiplier and in_proj's output by mup_vector) and attention side by side on the normed input, each output
+    scaled, added, residual; pre_ff_layernorm, the MLP, residual."""
+    normed = tr.rms_norm(x, trainable, "input_layernorm")
+    mamba = _scaled(tr, _mamba2.mixer(tr, m.linear_attention, normed, trainable, p.lora_of, m.hidden_size, p.cache,
+                                      mup=True))
+    attention = _scaled(tr, _attention(tr, m, normed, trainable, p))
+    # attention's backward runs before the mixer's: the gradient it gives the normed input (t x h) waits at
+    # input_layernorm through the mixer's chunk scan backward (_mamba2.backward_working_set's moment)
+    before, due = tr.__dict__["scan_backward"]
+    tr.__dict__["scan_backward"] = (before, due + normed.numel * tr.e)
+    r1 = tr.add(x, tr.add(mamba, attention))
+    return tr.add(r1, _mlp(tr, m, tr.rms_norm(r1, trainable, "pre_ff_layernorm"), trainable, p.lora_of))
 
 
 def all_linear_refusal(m) -> str:
@@ -113,5 +174,9 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     final_norm_module="final_layernorm", norms_last=False, all_linear_refusal=all_linear_refusal,
     tp_plan={},  # FalconH1Config.base_model_tp_plan splits only the embedding
     kv_cache_values=kv_cache_values, state_bytes=state_bytes, prefill_phases=None,
-    traced=False,  # the Mamba-2 kernels differ by device (activations='textbook')
+    trace_embeddings=embeddings, trace_block=block, mixer_backward=_mamba2.backward_working_set,
+    mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
+    checkpointed_peak_refusal=("with checkpointing, the backward of a recomputed block holds more than memmath's "
+                               "moments price (the Mamba-2 mixer's recomputed scan and its backward, not located): "
+                               "CPU steps peaked 0.9-18% above the prediction, most in bf16 or with LoRA"),
 )

@@ -12,19 +12,24 @@ modeling_granitemoehybrid.py GraniteMoeHybridForCausalLM; IBM's granite-4.0-h-ti
   and up fused, and output_linear), which alone is the MLP when num_local_experts is 0 (granite-4.0-h-micro);
 - each block registers its two RMSNorms first, then the MoE, the shared MLP and the mixer (parameters() order);
 - Granite's four multipliers (embedding_multiplier, residual_multiplier, attention_multiplier, logits_scaling) add
-  no parameter (granite.py); rotary positions only where position_embedding_type is "rope" (Granite 4.0 uses
-  "nope"), no parameter either way; the head is tied to the embedding where tie_word_embeddings says so.
+  no parameter and keep nothing (granite.py); rotary positions only where position_embedding_type is "rope" (Granite
+  4.0 uses "nope"; the attention blocks are then their own layout, block_kind _mamba2.ROTARY), no parameter either
+  way; the head is tied to the embedding where tie_word_embeddings says so.
 
 The cache: attention blocks keep keys and values, Mamba-2 blocks a conv state in the model's dtype and an fp32 SSM
-state, the same size at any context (memmath/states.py, mamba2_state_bytes). Activations: the Mamba-2 mixer runs
-the mamba_ssm and causal_conv1d kernels on CUDA and transformers' PyTorch fallback (torch_forward) elsewhere, whose
-saved tensors differ: traced=False (activations='textbook'), as Qwen3-Next's linear attention. Serving's prefill
-working set: the plain estimate."""
+state, the same size at any context (memmath/states.py, mamba2_state_bytes). Activations: traced (block, below) down
+transformers' PyTorch path of the Mamba-2 mixer (_mamba2.mixer), which the CPU always takes; on CUDA transformers calls
+mamba-ssm's and causal-conv1d's kernels where installed, whose saved tensors differ (mixer_kernels: such a run keeps
+the textbook model and no verdict). Measured to the byte on the CPU (tests/test_families_mamba2_trace.py). Refused by
+name: rotary attention blocks before a last Mamba-2 block, and use_cache with no attention block, which transformers
+cannot train (_mamba2.trace_refusal). Serving's prefill working set: the plain estimate."""
 
 from __future__ import annotations
 
-from . import _decoder, _mamba2
+from ..trace import Tensor, Trace
+from . import _decoder, _mamba2, _moe
 from ._parts import ParamTensor, linear, norm
+from ._steps import INT64, Pass
 from .granite import MULTIPLIERS
 from .record import ATTENTION_BIAS, MOE, decoder_fields, refuse_true
 
@@ -45,6 +50,8 @@ FIELDS = {
     "mamba_expand": "the Mamba-2 inner width over hidden_size (= mamba_n_heads x mamba_d_head)",
     "mamba_conv_bias": "a bias on the convolution",
     "mamba_proj_bias": "biases on in_proj and out_proj",
+    "mamba_chunk_size": "the PyTorch path's chunk: each sequence is padded to whole chunks (saved activations)",
+    "time_step_limit": "the clamp of the time step (one clamp whatever its bounds: no memory)",
     "position_embedding_type": "'rope' or 'nope' (no parameter either way)",
 }
 
@@ -79,7 +86,8 @@ def read_mixer(config, get) -> _mamba2.Mamba2Mixer:
     return _mamba2.Mamba2Mixer(heads=heads, head_dim=head_dim, state_size=get("mamba_d_state", 256),
                                n_groups=get("mamba_n_groups", 1), conv_kernel=get("mamba_d_conv", 4),
                                conv_bias=get.flag("mamba_conv_bias", True),
-                               proj_bias=get.flag("mamba_proj_bias", False))
+                               proj_bias=get.flag("mamba_proj_bias", False),
+                               chunk_size=get("mamba_chunk_size", 256))
 
 
 def read_options(config, get):
@@ -96,9 +104,16 @@ def read_options(config, get):
                        expert_intermediate_size=get("intermediate_size"), shared_expert_intermediate_size=shared)
     else:  # the shared MLP alone: ModelShape's dense MLP at shared_intermediate_size
         options["intermediate_size"] = shared
-    blocks = tuple(i for i, kind in enumerate(read_layer_types(config, layers)) if kind == _mamba2.LINEAR)
+    kinds = read_layer_types(config, layers)
+    layouts = []
+    blocks = tuple(i for i, kind in enumerate(kinds) if kind == _mamba2.LINEAR)
     if blocks:
-        options["block_layouts"] = ((blocks, (("block_kind", _mamba2.LINEAR),)),)
+        layouts.append((blocks, (("block_kind", _mamba2.LINEAR),)))
+    rotary = tuple(i for i, kind in enumerate(kinds) if kind != _mamba2.LINEAR) if position == "rope" else ()
+    if rotary:  # GraniteMoeHybridModel builds its rotary embedding only for "rope"; else attention rotates nothing
+        layouts.append((rotary, (("block_kind", _mamba2.ROTARY),)))
+    if layouts:
+        options["block_layouts"] = tuple(layouts)
     return options
 
 
@@ -117,6 +132,64 @@ def mlp_tensors(m) -> list:
                ParamTensor("block_sparse_moe.experts.down_proj", "mlp", (e, h, ei))]
     return (moe + linear("shared_mlp.input_linear", "mlp", h, 2 * si, False)
             + linear("shared_mlp.output_linear", "mlp", si, h, False))
+
+
+def _shared_mlp(tr: Trace, m, x: Tensor, trainable: bool, lora) -> Tensor:
+    """GraniteMoeHybridMLP: input_linear (h -> 2 x width), chunk(2) into gate and up views of its output,
+    activation(gate) * up (SwiGLU's saves), output_linear."""
+    t, width = tr.t, _shared_width(m)
+    both = tr.linear(x, t * 2 * width, trainable, lora("input_linear"), "shared_mlp.input_linear")
+    gate, up = (Tensor(t * width, both.elem, both.grad, both.storage) for _ in range(2))
+    return tr.linear(tr.silu_times(gate, up, "shared MLP SwiGLU"), t * m.hidden_size, trainable,
+                     lora("output_linear"), "shared_mlp.output_linear")
+
+
+def _router(tr: Trace, m, x: Tensor, trainable: bool, lora) -> Tensor:
+    """GraniteMoeHybridTopKRouter: F.linear(x, weight).float(), topk over the fp32 logits (keeps its int64
+    indices), softmax over the k chosen (keeps its fp32 output), type_as(x). Returns the t x k routing weights."""
+    t, e, rows = tr.t, tr.e, tr.t * m.experts_per_tok
+    logits = _moe.router_logits(tr, x, m.hidden_size, m.n_experts, trainable, lora("router.weight"))
+    grad = logits.grad
+    logits32 = logits if e == 4 else tr.tmp(t * m.n_experts, 4, logits)
+    values, indices = tr.new(rows, 4, grad), tr.new(rows, INT64)
+    tr.use(logits32)
+    if grad:
+        tr.save(indices, "router top-k indices (int64)")
+    weights = tr.new(rows, 4, grad)
+    tr.use(values)
+    if grad:
+        tr.save(weights, "router top-k softmax output (fp32)")
+    if e != 4:
+        weights = tr.tmp(rows, e, weights)
+        weights.grad = grad
+    return weights
+
+
+def _scaled_add(tr: Trace, residual: Tensor, out: Tensor) -> Tensor:
+    """residual + out * residual_multiplier: the product by a Python float is a temporary that keeps nothing."""
+    scaled = tr.tmp(out.numel, out.elem, out)
+    scaled.grad = out.grad
+    return tr.add(residual, scaled)
+
+
+def block(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """GraniteMoeHybridDecoderLayer: input_layernorm, the Mamba-2 mixer (_mamba2.mixer, transformers' PyTorch path)
+    or attention, residual; post_attention_layernorm, the MoE (router, grouped_mm experts) plus the shared MLP, or
+    the shared MLP alone, residual."""
+    normed = tr.rms_norm(x, trainable, "input_layernorm")
+    if m.block_kind == _mamba2.LINEAR:
+        out = _mamba2.mixer(tr, m.linear_attention, normed, trainable, p.lora_of, m.hidden_size, p.cache)
+    else:
+        out = _mamba2.attention(tr, m, normed, trainable, p)
+    r1 = _scaled_add(tr, x, out)
+    normed = tr.rms_norm(r1, trainable, "post_attention_layernorm")
+    if m.n_experts:
+        weights = _router(tr, m, normed, trainable, p.lora_of)
+        routed = _moe.routed_experts(tr, m, normed, weights, trainable, p.lora_of)
+        out = tr.add(routed, _shared_mlp(tr, m, normed, trainable, p.lora_of))
+    else:
+        out = _shared_mlp(tr, m, normed, trainable, p.lora_of)
+    return _scaled_add(tr, r1, out)
 
 
 def mixer_tensors(m) -> list:
@@ -182,5 +255,9 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     norms_last=False, not_all_linear=("router", "experts"), all_linear_refusal=all_linear_refusal,
     tp_plan={},  # GraniteMoeHybridConfig.base_model_tp_plan splits only the routed experts (packed_colwise, rowwise)
     kv_cache_values=_mamba2.kv_cache_values, state_bytes=_mamba2.state_bytes, prefill_phases=None,
-    traced=False,  # the Mamba-2 kernels differ by device (activations='textbook')
+    trace_block=block, trace_refusal=_mamba2.trace_refusal, mixer_backward=_mamba2.backward_working_set,
+    mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
+    checkpointed_peak_refusal=("with checkpointing, the backward of a recomputed block holds more than memmath's "
+                               "moments price (the Mamba-2 block's recomputed scan and its backward, not located): "
+                               "CPU steps peaked 0.06-16% above the prediction, most with LoRA"),
 )

@@ -19,14 +19,21 @@ empty, so tie_word_embeddings changes no tensor). A 16-bit load keeps the router
 num_nextn_predict_layers, which NemotronHForCausalLM does not build (their checkpoint keys are ignored on load).
 
 The cache: attention blocks keep keys and values, Mamba-2 blocks a conv state in the model's dtype and an fp32 SSM
-state (mamba_ssm_cache_dtype float32), MLP and MoE blocks nothing. Activations: the Mamba-2 mixer runs the mamba_ssm
-and causal_conv1d kernels on CUDA and transformers' PyTorch fallback elsewhere, whose saved tensors differ:
-traced=False (activations='textbook'). Serving's prefill working set: the plain estimate."""
+state (mamba_ssm_cache_dtype float32), MLP and MoE blocks nothing. Activations: traced (block, below) down
+transformers' PyTorch path of the Mamba-2 mixer (_mamba2.mixer), which the CPU always takes; on CUDA transformers calls
+mamba-ssm's and causal-conv1d's kernels where installed, whose saved tensors differ (mixer_kernels: such a run keeps
+the textbook model and no verdict); a MoE block runs GLM-4.5's router steps (glm4_moe.router) and transformers'
+grouped_mm experts without a gate. Measured to the byte on the CPU (tests/test_families_mamba2_trace.py). Refused by
+name: LoRA on the router or the routed experts (lora_trace_refusal) and _mamba2.trace_refusal's. Serving's prefill
+working set: the plain estimate."""
 
 from __future__ import annotations
 
-from . import _mamba2
+from ..trace import Tensor, Trace
+from . import _decoder, _mamba2, glm4_moe
+from . import _moe as _moe_steps
 from ._parts import ParamTensor, linear, norm
+from ._steps import Pass
 from .record import MOE, decoder_fields, refuse_true
 
 MLP, EXPERTS = "mlp", "moe"  # ModelShape.block_kind of an MLP block and a MoE block (attention blocks: "")
@@ -56,6 +63,8 @@ FIELDS = {
     "moe_latent_size": "the experts' input and output width where set (with fc1/fc2_latent_proj)",
     "sliding_window": "refused unless null",
     "tie_word_embeddings": "changes nothing: NemotronHForCausalLM ties no weights",
+    "chunk_size": "the Mamba-2 PyTorch path's chunk: each sequence is padded to whole chunks (saved activations)",
+    "time_step_limit": "the clamp of the time step (one clamp whatever its bounds: no memory)",
 }
 
 
@@ -103,7 +112,7 @@ def read_options(config, get):
         n_groups=get(_legacy_first(config, "n_groups", "mamba_n_groups"), 8),
         conv_kernel=get(_legacy_first(config, "conv_kernel", "mamba_d_conv"), 4),
         conv_bias=get.flag(_legacy_first(config, "use_conv_bias", "mamba_conv_bias"), True),
-        proj_bias=get.flag("use_bias", False))
+        proj_bias=get.flag("use_bias", False), chunk_size=get("chunk_size", 128))
     kinds = read_kinds(config, get("num_hidden_layers"))
     # NemotronHForCausalLM names no tied weights (_tied_weights_keys is empty): lm_head is its own matrix even where
     # tie_word_embeddings is true (transformers' build on the meta device counts it)
@@ -118,7 +127,8 @@ def read_options(config, get):
         changes[EXPERTS] = (("block_kind", EXPERTS), ("n_experts", experts),
                             ("experts_per_tok", get("num_experts_per_tok", 2)),
                             ("expert_intermediate_size", get("moe_intermediate_size", 7688)),
-                            ("shared_expert_intermediate_size", get("moe_shared_expert_intermediate_size", 7688)))
+                            ("shared_expert_intermediate_size", get("moe_shared_expert_intermediate_size", 7688)),
+                            ("norm_topk_prob", get.flag("norm_topk_prob", True)))
         if latent is not None:
             raise ValueError(f"config field 'moe_latent_size' is {latent!r:.50}; memmath models Nemotron-H's experts "
                              "at the hidden size only (null): a record of the latent projections (fc1_latent_proj, "
@@ -128,6 +138,78 @@ def read_options(config, get):
     if layouts:
         options["block_layouts"] = layouts
     return options
+
+
+def _norm(tr: Trace, x: Tensor, trainable: bool, name: str) -> Tensor:
+    """NemotronHRMSNorm: (weight.to(fp32) * normed).to(dtype), whose fp32 product keeps the fp32 normed x where the
+    weight trains (tr.rms_norm's weight_fp32) and, in 16 bits, the weight's fp32 copy where x needs a gradient (h x 4
+    B: a new tensor each call)."""
+    out = tr.rms_norm(x, trainable, name, weight_fp32=True)
+    if tr.e != 4 and x.grad:
+        tr.save(tr.new(x.numel // tr.t, 4), f"{name} weight in fp32")
+    return out
+
+
+def _final_norm(tr: Trace, shape, x: Tensor, trainable: bool, name: str) -> Tensor:
+    return _norm(tr, x, trainable, name)
+
+
+def _relu2(tr: Trace, x: Tensor) -> Tensor:
+    """ReLUSquaredActivation: relu, which keeps its output, then torch.square, which keeps its input (the same)."""
+    relu = tr.new(x.numel, x.elem, x.grad)
+    tr.use(x)
+    if x.grad:
+        tr.save(relu, "relu2 ReLU output (its square's input)")
+    squared = tr.new(x.numel, x.elem, x.grad)
+    tr.use(relu)
+    return squared
+
+
+def _mlp(tr: Trace, m, x: Tensor, trainable: bool, lora, width=None) -> Tensor:
+    """NemotronHMLP: up_proj, relu2, down_proj (width: the shared expert's, else intermediate_size)."""
+    t, width = tr.t, width or m.intermediate_size
+    up = tr.linear(x, t * width, trainable, lora("up_proj"), "up_proj")
+    return tr.linear(_relu2(tr, up), t * m.hidden_size, trainable, lora("down_proj"), "down_proj")
+
+
+def _moe(tr: Trace, m, x: Tensor, trainable: bool, lora) -> Tensor:
+    """NemotronHMoE: NemotronHTopkRouter (glm4_moe.router's steps: F.linear of x in fp32 by the fp32 weight, sigmoid,
+    the group-limited choice, gather, the in-place renormalization, * routed_scaling_factor), the routed experts
+    (grouped_mm without a gate: up_proj, relu2, down_proj; fp32 routing weights), then the shared expert (NemotronHMLP
+    on the same input) added."""
+    weights = glm4_moe.router(tr, m, x, trainable, lora)
+    routed = _moe_steps.routed_experts(tr, m, x, weights, trainable, lora, gated=False,
+                                       apply_gate=lambda tr, up: _relu2(tr, up))
+    return tr.add(routed, _mlp(tr, m, x, trainable, lora, m.shared_expert_intermediate_size))
+
+
+def block(tr: Trace, m, x: Tensor, trainable: bool, p: Pass) -> Tensor:
+    """NemotronHBlock: norm, then the block's one mixer (the Mamba-2 mixer down transformers' PyTorch path, attention
+    without positions, the MLP or the MoE), then the residual."""
+    normed = _norm(tr, x, trainable, "norm")
+    if m.block_kind == _mamba2.LINEAR:
+        out = _mamba2.mixer(tr, m.linear_attention, normed, trainable, p.lora_of, m.hidden_size, p.cache)
+    elif m.block_kind == MLP:
+        out = _mlp(tr, m, normed, trainable, p.lora_of)
+    elif m.block_kind == EXPERTS:
+        out = _moe(tr, m, normed, trainable, p.lora_of)
+    else:
+        out = _mamba2.attention(tr, m, normed, trainable, p)
+    return tr.add(x, out)
+
+
+def head_and_loss(tr: Trace, shape, x: Tensor, **settings):
+    """norm_f (NemotronHRMSNorm), lm_head and the loss (logits.float() before it: the loss's own cast)."""
+    _decoder.head_and_loss(tr, shape, x, norm=_final_norm, **settings)
+
+
+def lora_trace_refusal(shape, modules) -> str:
+    """LoRA on the MoE blocks' router or routed experts (peft's ParamWrapper on gate.weight, experts.up_proj and
+    experts.down_proj): not measured on Nemotron-H's non-gated experts."""
+    if any(name in modules for name in ("gate.weight", "experts.up_proj", "experts.down_proj")):
+        return ("traces LoRA on Nemotron-H's router and routed experts (peft's ParamWrapper on the non-gated experts) "
+                "unmeasured: not yet; adapt the attention, the MLPs or the shared expert")
+    return ""
 
 
 def mixer_tensors(m) -> list:
@@ -212,6 +294,12 @@ ARCHITECTURE = _mamba2.BlockOrderArchitecture(
     norms_last=False, not_all_linear=("router", "experts"), all_linear_refusal=all_linear_refusal,
     tp_plan={},  # NemotronHConfig.base_model_tp_plan splits only the embedding and the routed experts
     kv_cache_values=_mamba2.kv_cache_values, state_bytes=_mamba2.state_bytes, prefill_phases=None,
-    traced=False,  # the Mamba-2 kernels differ by device (activations='textbook')
+    trace_block=block, trace_head=head_and_loss, trace_refusal=_mamba2.trace_refusal,
+    lora_trace_refusal=lora_trace_refusal,
+    mixer_backward=_mamba2.backward_working_set,
+    mixer_kernels=_mamba2.KERNELS,  # its trace replays transformers' PyTorch path (Run.mixer_kernels='torch')
+    checkpointed_peak_refusal=("with checkpointing, the backward of a recomputed block holds more than memmath's "
+                               "moments price (the Mamba-2 block's recomputed scan and its backward, not located): "
+                               "CPU steps peaked 0.13-16% above the prediction, most with LoRA"),
     fp32_modules=("e_score_correction_bias", "gate.weight"),  # NemotronHPreTrainedModel._keep_in_fp32_modules_strict
 )

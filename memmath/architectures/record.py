@@ -66,6 +66,10 @@ class Architecture:
     # backward working set where its experts
     # are not transformers' grouped_mm (None: _moe.backward_phase's; Llama 4's bmm over every expert)
     moe_backward: Callable | None = None
+    # (layout shape, method, recipe, batch size, sequence length) -> the most a block of a mixer's layout holds in its
+    # backward beyond its saved tensors, the gradient arriving at it included, where that outgrows the MLP's working
+    # set (None: none; the Mamba-2 hybrids: the chunk scan's l x l gradients, _mamba2.backward_working_set)
+    mixer_backward: Callable | None = None
     # (shape, t, e) -> bytes a checkpointed MoE block's backward makes before its recomputation starts and holds through
     # it (None: nothing; Llama 4: the E t x h copy of its experts' output gradient)
     recompute_held: Callable | None = None
