@@ -214,14 +214,6 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
     the trace replays transformers' PyTorch path of a model's linear-attention, Mamba-2 or convolution mixers.
     """
     _check_kernels(shape, mixer_kernels)
-    if (padded or packed) and known(shape) and shape.architecture.mixer_kernels:
-        # transformers' PyTorch path multiplies a mixer's input by a padding mask (apply_mask_to_padding_states,
-        # create_recurrent_attention_mask), which the mixers' trace steps leave out; packed rows are not measured
-        name = "padded" if padded else "packed"
-        raise validate.FieldError(name, f"{name}=True: the exact activation model traces {shape.architecture.title}'s "
-                                  "mixers over unpadded, unpacked rows only (a padding mask multiplies each mixer's "
-                                  "input and is kept for backward); pass activations='textbook' for a padded or packed "
-                                  "batch")
     if sweeping(seq_len, batch_size, method):
         # The trace computes in int64 for a sweep: its largest points, evaluated exactly with Python
         # ints, must fit (activations grow with s, b, the LoRA rank and the trainable blocks).
