@@ -65,11 +65,16 @@ class Timeline:
 # The moments of peak.py in the order a step reaches them: backward runs from the loss to the embeddings, and
 # with checkpointing each block is recomputed just before its backward (so the last block's recomputation
 # comes before the first block's backward).
-_ORDER = ("forward:reference forward", "forward:in the last block", "forward:at the loss", "backward:at the loss", "backward:entering the last",
-          "backward:recomputing the last", "backward:recomputing the first", "backward:in the first",
-          "backward:at the embeddings", "optimizer_step:")
-_SHORT = ("reference forward (DPO)", "forward, last block", "forward, at the loss", "backward, at the loss", "backward, last block",
-          "recomputing the last block", "recomputing the first block", "backward, first block",
+# Each moment peak.py prices, by the start of "phase:label", in the order a step reaches them (the more specific start
+# first where two share one), and its name on an axis.
+_ORDER = ("forward:reference forward", "forward:in a block before the first that stores", "forward:in the last block",
+          "forward:at the loss", "backward:at the loss", "backward:entering the last", "backward:recomputing the last",
+          "backward:in the last block's recomputed", "backward:recomputing the first",
+          "backward:in the first block's recomputed", "backward:in the first", "backward:at the embeddings",
+          "optimizer_step:")
+_SHORT = ("reference forward (DPO)", "forward, a block storing nothing", "forward, last block", "forward, at the loss",
+          "backward, at the loss", "backward, last block", "recomputing the last block", "last block's recomputed backward",
+          "recomputing the first block", "first block's recomputed backward", "backward, first block",
           "backward, embeddings", "optimizer step")
 
 

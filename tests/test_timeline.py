@@ -106,3 +106,23 @@ def test_an_fsdp2_rank_rests_on_its_shards_and_gathers_in_forward():
     assert half <= timeline.points[0].parts["weights"] < half * 1.0001
     forward = [p for p in timeline.points if p.phase == "forward"]
     assert forward and all(p.parts["weights"] > timeline.points[0].parts["weights"] for p in forward)
+
+
+def test_every_moment_peak_py_prices_has_a_place_in_time():
+    # Each moments.add(phase, label, ...) in memmath/peak.py, read from its source, maps to a point of the timeline's
+    # order (a label no start matches would have no name on the axis).
+    import re
+    from pathlib import Path
+
+    from memmath.timeline import _ORDER, _when
+
+    source = (Path(mm.__file__).parent / "peak.py").read_text()
+    added = re.findall(r'moments\.add\("(\w+)", "([^"]+)"', source)
+    assert len(added) >= 12
+    for phase, label in added:
+        assert _when(phase, label) < len(_ORDER), (phase, label)
+    # and the two recomputed backward moments come after their block's recomputation
+    run = mm.Run("llama-3-8b", seq_len=512, checkpointing=True)
+    order = [p.label for p in mm.step_timeline(run).points]
+    assert order.index(next(l for l in order if l.startswith("recomputing the last"))) < order.index(
+        next(l for l in order if l.startswith("in the last block's recomputed")))
