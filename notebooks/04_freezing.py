@@ -32,19 +32,18 @@ def _():
 
     import marimo as mo
     import memmath as mm
-    from memmath import format_bytes, to_unit
+    from memmath import format_bytes
     from memmath_lessons import reference
     from memmath_lessons.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
-    import altair as alt
     import numpy as np
     import pandas as pd
-    from memmath_lessons import freezing_views, lesson_charts, site_charts
-    return (alt, format_bytes, freezing_views, functools, lesson_charts, literature, live_chart, live_html,
-            live_only_notice, mm, mo, np, pd, reference, site_charts, to_unit, viz)
+    from memmath_lessons import freezing_views, site_charts
+    return (format_bytes, freezing_views, functools, literature, live_chart, live_html, live_only_notice, mm, mo, np,
+            pd, reference, site_charts, viz)
 
 
 @app.cell(hide_code=True)

@@ -56,7 +56,7 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath import format_bytes, to_unit
+    from memmath import format_bytes
     from memmath_lessons.reference import literature, paper_setups
     from memmath_lessons import blockwise, recorded, requirement_view, toy_block, viz
     from memmath_lessons.static_charts import live_only_notice
@@ -66,7 +66,7 @@ def _():
     from memmath.verdict import verdict_of
 
     return (blockwise, format_bytes, functools, lesson_charts, literature, live_chart, live_html, live_only_notice,
-            lora_views, mm, mo, np, paper_setups, pd, recorded, requirement_view, site_charts, to_unit, toy_block,
+            lora_views, mm, mo, np, paper_setups, pd, recorded, requirement_view, site_charts, toy_block,
             verdict_of, viz)
 
 

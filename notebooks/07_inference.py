@@ -42,11 +42,10 @@ def _():
     from memmath_lessons.static_charts import live_only_notice
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
-    import altair as alt
     import numpy as np
     import pandas as pd
     from memmath_lessons import inference_views, pasted_config, site_charts
-    return (alt, format_bytes, functools, inference_views, literature, live_chart, live_html, live_only_notice, mm, mo,
+    return (format_bytes, functools, inference_views, literature, live_chart, live_html, live_only_notice, mm, mo,
             np, pasted_config, pd, site_charts, to_unit, viz)
 
 

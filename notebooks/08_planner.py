@@ -48,7 +48,7 @@ def _():
     import pandas as pd
 
     import memmath as mm
-    from memmath import format_bytes, to_unit
+    from memmath import format_bytes
     from memmath_lessons.reference import literature
     from memmath_lessons import viz
     from memmath_lessons.static_charts import live_only_notice
@@ -59,7 +59,7 @@ def _():
     from memmath.verdict import verdict_of
     from memmath import traced
     return (format_bytes, importlib, json, literature, live_chart, live_html, live_only_notice, mm, mo, pasted_text,
-            pd, planner_views, re, requirement_view, site_charts, to_unit, traced, verdict_of, viz)
+            pd, planner_views, re, requirement_view, site_charts, traced, verdict_of, viz)
 
 
 @app.cell
