@@ -918,8 +918,13 @@ def _pick_parts(over, above: ActivationParts, below: ActivationParts) -> Activat
     parts = {"estimate": ActivationEstimate(**estimate), "element_bytes": above.element_bytes, "block_extras": (),
              "layout_recompute": ()}  # a sweep across the window: each recomputed block the largest layout's
     for f in fields(ActivationParts):
-        if f.name not in parts:
-            parts[f.name] = pick(over, getattr(above, f.name), getattr(below, f.name))
+        if f.name in parts:
+            continue
+        x, y = getattr(above, f.name), getattr(below, f.name)
+        if isinstance(x, tuple) and isinstance(y, tuple):  # shared_saved: picked term by term
+            parts[f.name] = tuple(pick(over, a, b) for a, b in zip(x, y)) if x and y else x or y
+        else:
+            parts[f.name] = pick(over, x, y)
     return ActivationParts(**parts)
 
 

@@ -194,7 +194,7 @@ def _fsdp2_held(run, units: dict, phase: str, label: str) -> tuple[int, int]:
         return 0, 0
     if label.startswith("at the loss"):
         return (R + L * B if keep else R + B), 0
-    if label.startswith(("entering the last block", "recomputing the last block")):
+    if label.startswith(("entering the last block", "recomputing the last block", "in the last block's recomputed")):
         return (R + L * B if keep else R + 2 * B), 0
     if label.startswith(("in the first block", "recomputing the first block")):
         return R + B, units["block_grads"]  # the second block's reduce-scatter input, kept
@@ -236,7 +236,7 @@ def not_yet_in_grad(terms, phase: str, label: str, gradients: int) -> int:
     if phase != "backward" or label.startswith("at the loss"):
         return 0
     tied = int(terms.tied_embed)
-    if label.startswith(("entering the last block", "recomputing the last block")):
+    if label.startswith(("entering the last block", "recomputing the last block", "in the last block's recomputed")):
         return tied
     if label.startswith(("in the first block", "recomputing the first block")):
         return tied if gradients else 0  # no moment where a single block stores

@@ -254,9 +254,11 @@ def _(gpu_dropdown, mm, pd, show_gpu_units, to_unit):
 
 @app.cell
 def _(mm):
-    # The causal models whose activations memmath traces exactly (a family not yet measured is counted by the
-    # textbook formula: lesson 8 takes those, and says so), and the tokens in the sequence, for both sides.
-    traced_models = [k for k, s in mm.PRESETS.items() if s.family != "bert" and s.architecture.traced]
+    # The causal models whose activations memmath traces exactly as a GPU runs them (Qwen3-Next's and LFM2's mixers run
+    # CUDA kernels there that memmath does not trace: lesson 8 takes those, and says so), and the tokens in the
+    # sequence, for both sides.
+    traced_models = [k for k, s in mm.PRESETS.items()
+                     if s.family != "bert" and s.architecture.traced and not s.architecture.mixer_kernels]
     context = 2048
     return context, traced_models
 
