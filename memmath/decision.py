@@ -25,10 +25,12 @@ from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 from .multimodal import TOWER_LABELS
 from .peak import forward_start, peak_memory, why_no_peak
+from .recipes import update_temporaries
 from .run import Run, as_run, why_not_exact
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
-from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, pixtral_unmeasured,
-                             tower_forward, worst_images)
+from .methods import Full
+from .vision_forward import (INT64, MODELLED_TOWERS, PROJECTOR_COUNTED, batch_extras, images_known, modelled,
+                             pixtral_unmeasured, projector_tensors, tower_forward, worst_images)
 
 BASES = ("peak", "upper bound", "sum of parts", "floor")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -55,6 +57,10 @@ CHECKPOINT_FIX = ("without checkpointing the step's peak is modelled; memmath tr
                   "of the checkpointed step, or memmath measure MODEL measures it")
 VISION_FIX = ("freeze the vision tower and projector (--vision frozen; vision='frozen' in the API) for an upper bound, or "
               "measure the step")
+# A projector that trains under a method whose language model's embeddings are frozen (projector_refusal).
+PROJECTOR_FIX = ("train the projector under full finetuning (--method full --vision projector; Full(vision='projector') "
+                 "in the API) or freeze the vision tower and projector (--vision frozen) for an upper bound, or measure "
+                 "the step")
 # What each kind of floor leaves out, in words: the activations the textbook counts unchecked, or the step of a vision
 # tower or projector that trains (or that memmath cannot bound).
 UNCHECKED_LEFT_OUT = "the activations"
@@ -123,8 +129,10 @@ class Requirement:
             return unchecked_fix(self.run)
         if self.run.model.vision is None:
             return CHECKPOINT_FIX
-        frozen = getattr(self.run.method, "vision", None) == "frozen"
-        return MEASURE_FIX if frozen and _unmodelled_tower(self.run.model.vision) else VISION_FIX
+        vision = getattr(self.run.method, "vision", None)
+        if vision == "projector" and type(self.run.method) is not Full:
+            return PROJECTOR_FIX
+        return MEASURE_FIX if vision == "frozen" and _unmodelled_tower(self.run.model.vision) else VISION_FIX
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
@@ -293,8 +301,9 @@ def checkpoint_refusal(run: Run) -> str:
 
 
 def _vision_floor(need: Requirement) -> Requirement:
-    """A vision-language run memmath has neither a peak nor an upper bound for (a tower or projector that trains; a
-    frozen tower with checkpointing or peft's kbit preparation; a split run): the sum of its parts would be no
+    """A vision-language run memmath has neither a peak nor an upper bound for (a tower that trains; a projector that
+    trains where _projector_bound does not apply, projector_refusal; a frozen tower with checkpointing or peft's kbit
+    preparation; a split run): the sum of its parts would be no
     requirement (the tower's saved activations and backward are not in it: recorded CPU steps of Qwen2-VL and Gemma 3
     whose projector or tower trains peaked 14-24% above it, validation/vision_forward_steps_training.jsonl). The floor
     is the larger of what every moment of the step must reach: the parts alive at the optimizer step (FLOOR_PARTS), or,
@@ -317,10 +326,13 @@ def _vision_floor(need: Requirement) -> Requirement:
                 words = (f"{floor:,} B (the language model's own peak in the same run, {text_need.bytes:,} B, plus the "
                          f"vision tower's and projector's weights and optimizer states, {held:,} B)")
     vision = getattr(run.method, "vision", None)
-    part = {"frozen": _unmodelled_tower(run.model.vision), "projector": "the projector trains",
+    part = {"frozen": _unmodelled_tower(run.model.vision),
+            "projector": projector_refusal(run) if vision == "projector" else "",
             "trains": "the vision tower and projector train"}.get(vision, "")
+    part = part or ("the projector trains" if vision == "projector" else part)
     # a frozen tower gets a bound where its forward is modelled; one that is not has no change to suggest but measuring
     fix = MEASURE_FIX if vision == "frozen" and part else VISION_FIX
+    fix = PROJECTOR_FIX if vision == "projector" and type(run.method) is not Full else fix
     why = (f"{need.reason}{'; ' + part if part else ''}: memmath models neither this step's peak nor a bound on it "
            "(what the tower and projector save and compute is not modelled), and the sum of the parts leaves that "
            f"out, so it is no requirement. The step needs at least {words}: the card must hold at least that. "
@@ -353,7 +365,7 @@ def _judged(run: Run) -> Requirement:
         return _bound(run, why)
     if not why and is_ddp(run) and run.gradient_as_bucket_view:  # DDP's views where sharded_peak refuses the run
         return _ddp_views_bound(run, memory)
-    frozen_tower = _frozen_tower_bound(run, memory) if why else None
+    frozen_tower = (_frozen_tower_bound(run, memory) or _projector_bound(run, memory)) if why else None
     if frozen_tower is not None:
         return frozen_tower
     if why:
@@ -440,6 +452,79 @@ def _tower_moment(run: Run, memory, text_run: Run, tower: int, extras: int) -> t
     words = (f"{count} images of {parts.image_tokens} tokens" if isinstance(images, int)
              else f"{count} images of {images[0]:,} patches")
     return alive + tower + extras + inputs + work + dequant, words
+
+
+def projector_refusal(run: Run) -> str:
+    """Why a run whose projector trains has no upper bound (_projector_bound), in words; "" where it has one."""
+    parts = run.model.vision
+    if type(run.method) is not Full:
+        return (f"the projector trains under {type(run.method).__name__}, whose language model's input embeddings are "
+                "frozen: the image features, which need a gradient, make its first block record what the text "
+                "model's step does not (the bound is given under full finetuning, Full)")
+    if run.optimizer_spec.temporaries not in ("adam", "none"):
+        return (f"the projector trains under {run.optimizer_spec.name}, whose temporaries for its tensors are not "
+                "counted (Adam's and AdamW's are)")
+    if parts.tower not in PROJECTOR_COUNTED or not modelled(parts):
+        return (f"the {parts.label} projector's saved tensors are not counted (memmath counts "
+                f"{', '.join(TOWER_LABELS[t] for t in PROJECTOR_COUNTED)}'s)")
+    return ""
+
+
+def _projector_bound(run: Run, memory) -> Requirement | None:
+    """A vision-language run whose projector trains and whose tower stays frozen (vision='projector') under full
+    finetuning: a safe upper bound, the larger of two moments, each a sum of what can be alive at once.
+
+    The tower, frozen and given pixels that need no gradient, saves nothing; the projector saves at most every tensor
+    its forward makes (vision_forward.projector_tensors, P). Its backward runs after the language model's (the image
+    features join the input embeddings by masked_scatter) and holds at any moment at most the saved tensors, one
+    gradient of each of its tensors (each the size of its tensor) and one op's temporaries, each the size of a tensor
+    it reads or makes: 3 P in all. The language model's step is the text model's (its input embeddings need a
+    gradient in both under full finetuning), beside masked_scatter's scattered copy of the input embeddings and its
+    backward's masked_fill of their gradient (B S t e each) and its mask (B S t bytes, counted as expanded). The
+    optimizer updates the projector's tensors too, in the list the language model's are in: their temporaries
+    (recipes.update_temporaries: torch's single-tensor Adam on the CPU makes two the size of one tensor beside the one
+    before it, so the whole list's largest is at most the language model's plus the projector's; foreach Adam one the
+    size of every tensor) add to the text model's.
+
+    During the tower: _tower_moment, which counts the projector's tensors as dying, plus P. After: the language
+    model's modelled peak in the same run on the text model, plus the tower's and projector's parts (gradients and
+    optimizer states included), the pixels and buffers, 3 P, the masked_scatter terms and the optimizer's
+    temporaries. Measured on the CPU by validation/vision_forward.py --training (those it holds out were recorded
+    after this bound). None where it does not apply (projector_refusal, checkpointing, peft's kbit preparation)."""
+    shape, method = run.model, run.method
+    if (shape.vision is None or getattr(method, "vision", None) != "projector" or run.seq_len is None
+            or run.checkpointing or run.kbit_prep or projector_refusal(run)):
+        return None
+    text_run = run.replace(model=replace(shape, vision=None, name=f"{shape.name} (language model)"),
+                           method=replace(method, vision="trains"))
+    text_need = _requirement(text_run.cache_key)
+    if text_need.basis != "peak":
+        return None
+    parts, recipe = shape.vision, run.recipe
+    e = 4 if max(recipe.weight_bits, recipe.activation_bits) >= 32 else 2
+    tower = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in STATIC_PARTS)
+    extras = batch_extras(parts, run.batch_size, run.seq_len)
+    saved = projector_tensors(parts, run.batch_size, run.seq_len, e)
+    tokens = run.batch_size * run.seq_len * shape.hidden_size
+    scatter = 2 * tokens * e + tokens
+    # the projector's tensors in the update's format (the fp32 masters where the recipe keeps them)
+    width = max(recipe.weight_bits, recipe.master_bits) // 8
+    updates = (update_temporaries([t.numel * width for t in parts.projector], run.device)
+               if run.optimizer_spec.temporaries == "adam" else 0)
+    after = text_need.bytes + tower + extras + 3 * saved + scatter + updates
+    moment, images = _tower_moment(run, memory, text_run, tower, extras)
+    moment += saved
+    words = (f"{why_no_peak(run)}; an upper bound for a projector that trains: the language model's own peak in the "
+             f"same run ({text_need.bytes:,} B) plus the tower's and projector's parts, gradients and optimizer states "
+             f"({tower:,} B), the pixels, image ids and the tower's buffers ({extras:,} B), three times every tensor "
+             f"the projector's forward makes (3 x {saved:,} B: what it saves, their gradients and its backward's "
+             f"temporaries), masked_scatter's copy, gradient and mask ({scatter:,} B) and the optimizer's temporaries "
+             f"for the projector ({updates:,} B)")
+    tower_words = (f"the frozen tower's forward over {images} at its fullest, with every token an image token, and "
+                   f"every tensor of the projector ({moment:,} B with what is alive then)")
+    if moment > after:
+        return Requirement(moment, "upper bound", f"{words}, which is less than {tower_words}", memory, None, run)
+    return Requirement(after, "upper bound", f"{words}; {tower_words} is less", memory, None, run)
 
 
 def _ddp_views_bound(run: Run, memory) -> Requirement:

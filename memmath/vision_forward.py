@@ -459,3 +459,38 @@ def _merge(parts) -> int:
     else:
         merge2 = _shape(parts.projector, "mlp.0.weight")[0] // _shape(parts.embeddings, "patch_embed.proj.weight")[0]
     return int(round(merge2 ** 0.5))
+
+
+# The towers whose projector's tensors projector_tensors counts (Gemma 3's SigLIP projector, Qwen2-VL's merger).
+PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision")
+
+
+def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
+    """Bytes of every tensor a trainable projector's forward makes, its input included, at the most images the batch
+    can hold (worst_images), each counted once as if all were alive together: the most it can save for backward
+    (transformers 5.24; e the element size, 4 for fp32 temporaries):
+
+    Gemma 3 (modeling_gemma3.py Gemma3MultiModalProjector over I images of n patches of width c, T tokens an image,
+    text width t): the tower's output I n c, its contiguous transposed copy I n c, AvgPool2d's output I T c;
+    Gemma3RMSNorm in fp32: x.float() (a copy where e is not 4), x^2 and x * rsqrt (I T c each), the mean, its sum
+    with eps and the rsqrt (I T each), 1 + weight.float() (2 c) and the scaled output I T c, its cast back (I T c e);
+    the matmul with mm_input_projection_weight I T t.
+    Qwen2-VL (modeling_qwen2_vl.py PatchMerger over N patches of width c, M = N / m^2 tokens of out): the last block's
+    output N c, ln_q's output N c and its mean and rstd (N fp32 each), mlp.0's and the GELU's outputs (2 M m^2 c) and
+    mlp.2's M out; then get_image_features' split views and the model's torch.cat of them (M out)."""
+    images = worst_images(parts, batch, seq_len)
+    if parts.tower == "siglip_vision_model":
+        if not images:
+            return 0
+        c, t = _shape(parts.projector, "mm_input_projection_weight")
+        n, tokens = _patches(parts), images * parts.image_tokens
+        fp32 = (tokens * c * FP32 if e != FP32 else 0) + 3 * tokens * c * FP32 + 3 * tokens * FP32 + 2 * c * FP32
+        return 2 * images * n * c * e + tokens * c * e + fp32 + tokens * c * e + tokens * t * e
+    if parts.tower == "qwen2_vl_vision":
+        c = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+        merged = _shape(parts.projector, "mlp.0.weight")[0]
+        out = _shape(parts.projector, "mlp.2.weight")[0]
+        n = sum(images)
+        m_tokens = n * c // merged
+        return 2 * n * c * e + 2 * n * FP32 + 2 * m_tokens * merged * e + 2 * m_tokens * out * e
+    raise ValueError(f"projector_tensors counts the projectors of {', '.join(PROJECTOR_COUNTED)}, not {parts.tower}")

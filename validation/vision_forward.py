@@ -17,6 +17,7 @@ reads them).
     python -m validation.vision_forward --mistral3  # whole Mistral3 steps (with --held-out: those held out)
     python -m validation.vision_forward --llava-pixtral-steps  # whole steps of LLaVA around Pixtral (--held-out too)
     python -m validation.vision_forward --training # whole steps whose projector or tower trains
+    python -m validation.vision_forward --training --held-out  # those recorded after the projector's bound
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -363,6 +364,13 @@ STEP_CASES_TRAINING = [
      "projector"),
     ("gemma3", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4, image_size=112, patch_size=14), 2, 32,
      "trains"),
+    # recorded while decision._projector_bound was written (a projector that trains under Full, fp32 and eager)
+    ("qwen2_vl", "eager", "float32", dict(embed_dim=128, num_heads=2), 1, 16, "projector"),
+    ("gemma3", "eager", "float32", dict(hidden_size=128, num_attention_heads=2, image_size=112, patch_size=14), 1, 32,
+     "projector"),
+]
+# ... and steps whose projector trains recorded after decision._projector_bound was written (held out).
+STEP_HELD_OUT_TRAINING = [
 ]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
@@ -456,7 +464,8 @@ def main(argv=None):
         return
     if args.qwen2_5 or args.training:
         qwen2_5 = STEP_HELD_OUT_QWEN2_5 if args.held_out else STEP_CASES_QWEN2_5
-        for case in (STEP_CASES_TRAINING if args.training else qwen2_5):
+        training = STEP_HELD_OUT_TRAINING if args.held_out else STEP_CASES_TRAINING
+        for case in (training if args.training else qwen2_5):
             print(json.dumps(measure_step(*case)), flush=True)
         return
     if args.steps or args.llava:

@@ -1,0 +1,143 @@
+"""A vision-language run whose projector trains and whose tower stays frozen, under full finetuning
+(Full(vision="projector")): memmath/decision.py's _projector_bound, an upper bound on the step's peak, against whole
+CPU steps of tiny Qwen2-VL and Gemma 3 models measured with PyTorch's profiler (validation/vision_forward.py
+--training: memmath.stepping.step_twice's two AdamW steps, every token an image token). The steps in
+vision_forward_steps_training.jsonl were seen while the bound was written; those in
+vision_forward_steps_training_held_out.jsonl were measured after it was committed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import memmath as mm
+from memmath.decision import requirement
+from memmath.gpus import GPU
+from memmath.verdict import verdict_of
+from memmath.vision_forward import projector_tensors
+from validation import vision_forward as recorder
+
+HERE = Path(recorder.__file__).resolve().parent
+
+
+def _records(name):
+    path = HERE / f"vision_forward_{name}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+HELD_IN = [r for r in _records("steps_training") if r["vision"] == "projector"]
+HELD_OUT = [r for r in _records("steps_training_held_out") if r.get("vision") == "projector"]
+
+
+def _id(r):
+    return f"{r['tower']}-{r['attention']}-{r['dtype']}-b{r['batch']}xs{r['seq_len']}-" + \
+        "-".join(f"{k}{v}" for k, v in r["sizes"].items())
+
+
+def _shape(r):
+    return mm.from_hf_config(recorder.config(r["tower"], r["attention"], r["sizes"]))
+
+
+def _run(r, method=None):
+    return dict(method=method or mm.Full(vision="projector"), precision="fp32" if r["dtype"] == "float32" else "bf16",
+                batch_size=r["batch"], seq_len=r["seq_len"], attention=r["attention"], device="cpu")
+
+
+@pytest.mark.parametrize("record", [pytest.param(r, id=f"held_in-{_id(r)}") for r in HELD_IN]
+                         + [pytest.param(r, id=f"held_out-{_id(r)}") for r in HELD_OUT])
+def test_a_training_projector_is_bounded_by_its_measured_step(record):
+    need = requirement(_shape(record), **_run(record))
+    measured = record["peak_bytes"]
+    assert need.basis == "upper bound" and not need.refused
+    assert need.bytes >= measured  # safe: no measured moment above it
+    # and not vacuous: the sum of the parts, which leaves the tower's and projector's step out, falls short
+    assert int(need.memory.total) < measured
+    assert need.bytes <= 1.3 * measured
+
+
+def test_the_recorded_cases_are_the_held_in_ones():
+    assert len(HELD_IN) == 4 and {r["tower"] for r in HELD_IN} == {"qwen2_vl", "gemma3"}
+
+
+def test_the_projectors_tensors_by_hand():
+    # Gemma 3, bf16, 2 sequences of 32 image tokens: 4 images of 8 x 8 = 64 SigLIP patches of width 256, 16 tokens an
+    # image (64 in all), text width 64. The tower's output and its contiguous transpose: 2 x 4 x 64 x 256 x 2 =
+    # 262,144; AvgPool2d's output 64 x 256 x 2 = 32,768; Gemma3RMSNorm in fp32: x.float(), x^2, x * rsqrt and the
+    # scaled output, 4 x 64 x 256 x 4 = 262,144, the mean, + eps and rsqrt 3 x 64 x 4 = 768, 1 + weight.float()
+    # 2 x 256 x 4 = 2,048; its cast back 32,768; the matmul 64 x 64 x 2 = 8,192. 600,832 in all.
+    record = next(r for r in HELD_IN if r["tower"] == "gemma3" and r["dtype"] == "bfloat16")
+    assert projector_tensors(_shape(record).vision, record["batch"], record["seq_len"], 2) == 600_832
+    # Qwen2-VL, bf16, 2 sequences of 16 tokens: 2 images of 8 x 8 = 64 patches (128 in all) of width 256, merged
+    # 4 to a token (32 tokens of 1,024), out 64. The last block's output and ln_q's, 2 x 128 x 256 x 2 = 131,072; its
+    # mean and rstd 2 x 128 x 4 = 1,024; mlp.0's and the GELU's outputs 2 x 32 x 1,024 x 2 = 131,072; mlp.2's output
+    # and torch.cat's copy 2 x 32 x 64 x 2 = 8,192. 271,360 in all.
+    record = next(r for r in HELD_IN if r["tower"] == "qwen2_vl" and r["dtype"] == "bfloat16")
+    assert projector_tensors(_shape(record).vision, record["batch"], record["seq_len"], 2) == 271_360
+
+
+def test_a_training_projector_gets_a_verdict():
+    record = HELD_IN[0]
+    need = requirement(_shape(record), **_run(record))
+    card = GPU("test card", need.bytes, 0, 0.0, "custom", "")
+    assert verdict_of(need, card, reserved_bytes=0, margin=0).fits is True
+    assert verdict_of(need, replace(card, memory_bytes=need.bytes - 1), reserved_bytes=0, margin=0).fits is False
+
+
+def test_the_searches_take_a_training_projector():
+    record = HELD_IN[0]
+    run = mm.Run(model=_shape(record), **_run(record))
+    card = GPU("test card", 10**9, 0, 0.0, "custom", "")
+    assert mm.planner.largest_batch_that_fits(run, card, reserved_bytes=0) is not None
+
+
+def test_a_projector_trained_beside_lora_gets_a_floor_that_says_why():
+    # LoRA keeps the language model's input embeddings frozen: in the text model's step nothing below the first
+    # block needs a gradient, while the image features do, so the language model's step is not the text model's.
+    record = HELD_IN[0]
+    need = requirement(_shape(record), **_run(record, mm.LoRA(vision="projector")))
+    assert need.basis == "floor" and need.refused
+    assert "the projector trains under LoRA" in need.reason and "--method full --vision projector" in need.fix
+
+
+def test_a_projector_whose_tensors_are_not_counted_gets_a_floor():
+    # LLaVA's CLIP projector: its tower's forward is modelled frozen, its saved tensors are not counted.
+    config = recorder.config("llava", "sdpa", dict(hidden_size=64, num_attention_heads=2))
+    need = requirement(mm.from_hf_config(config), method=mm.Full(vision="projector"), precision="bf16", batch_size=1,
+                       seq_len=64, attention="sdpa", device="cpu")
+    assert need.basis == "floor" and "projector's saved tensors are not counted" in need.reason
+
+
+def test_the_command_line_gives_the_bound_and_a_verdict(tmp_path):
+    record = HELD_IN[0]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(recorder.config(record["tower"], record["attention"], record["sizes"])))
+    need = requirement(_shape(record), **dict(_run(record), device="cuda"))
+    args = [sys.executable, "-m", "memmath", "train", str(config), "--vision", "projector", "--batch",
+            str(record["batch"]), "--seq", str(record["seq_len"]), "--attention", record["attention"], "--reserve", "0",
+            "--json"]
+    fits = subprocess.run(args + ["--gpu-memory", f"{2 * need.bytes}B"], capture_output=True, text=True)
+    assert fits.returncode == 0, fits.stderr
+    said = json.loads(fits.stdout)
+    assert said["verdict"]["fits"] is True and said["required"]["basis"] == "upper_bound"
+    assert said["required"]["bytes"] == need.bytes
+    short = subprocess.run(args + ["--gpu-memory", f"{need.bytes // 2}B"], capture_output=True, text=True)
+    assert short.returncode == 1 and json.loads(short.stdout)["verdict"]["fits"] is False
+
+
+def test_a_training_projector_step_measured_again(torch, transformers):
+    record = next(r for r in HELD_IN if r["tower"] == "gemma3" and r["dtype"] == "float32")
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+    case = (record["tower"], record["attention"], record["dtype"], record["sizes"], record["batch"],
+            record["seq_len"], record["vision"])
+    measured = recorder.measure_step(*case)["peak_bytes"]
+    assert measured == record["peak_bytes"]
+    assert requirement(_shape(record), **_run(record)).bytes >= measured
