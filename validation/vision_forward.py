@@ -371,6 +371,12 @@ STEP_CASES_TRAINING = [
 ]
 # ... and steps whose projector trains recorded after decision._projector_bound was written (held out).
 STEP_HELD_OUT_TRAINING = [
+    ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9, "projector"),
+    ("qwen2_vl", "eager", "float32", dict(embed_dim=64, num_heads=4, depth=3), 1, 36, "projector"),
+    ("gemma3", "sdpa", "bfloat16", dict(hidden_size=512, num_attention_heads=8, image_size=112, patch_size=14), 2, 16,
+     "projector"),
+    ("gemma3", "eager", "bfloat16", dict(hidden_size=192, num_attention_heads=3, image_size=84, patch_size=14), 1, 27,
+     "projector"),
 ]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
