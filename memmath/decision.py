@@ -29,8 +29,9 @@ from .recipes import update_temporaries
 from .run import Run, as_run, why_not_exact
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
 from .methods import Full
-from .vision_forward import (INT64, MODELLED_TOWERS, PROJECTOR_COUNTED, batch_extras, images_known, modelled,
-                             pixtral_unmeasured, projector_tensors, tower_forward, worst_images)
+from .vision_forward import (INT64, MODELLED_TOWERS, PROJECTOR_COUNTED, TOWER_COUNTED, batch_extras, images_known,
+                             modelled, pixtral_unmeasured, projector_tensors, tower_forward, tower_tensors,
+                             worst_images)
 
 BASES = ("peak", "upper bound", "sum of parts", "floor")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -130,7 +131,7 @@ class Requirement:
         if self.run.model.vision is None:
             return CHECKPOINT_FIX
         vision = getattr(self.run.method, "vision", None)
-        if vision == "projector" and type(self.run.method) is not Full:
+        if vision in ("projector", "trains") and type(self.run.method) is not Full:
             return PROJECTOR_FIX
         return MEASURE_FIX if vision == "frozen" and _unmodelled_tower(self.run.model.vision) else VISION_FIX
 
@@ -328,11 +329,11 @@ def _vision_floor(need: Requirement) -> Requirement:
     vision = getattr(run.method, "vision", None)
     part = {"frozen": _unmodelled_tower(run.model.vision),
             "projector": projector_refusal(run) if vision == "projector" else "",
-            "trains": "the vision tower and projector train"}.get(vision, "")
-    part = part or ("the projector trains" if vision == "projector" else part)
+            "trains": projector_refusal(run) if vision == "trains" else ""}.get(vision, "")
+    part = part or {"projector": "the projector trains", "trains": "the vision tower and projector train"}.get(vision, "")
     # a frozen tower gets a bound where its forward is modelled; one that is not has no change to suggest but measuring
     fix = MEASURE_FIX if vision == "frozen" and part else VISION_FIX
-    fix = PROJECTOR_FIX if vision == "projector" and type(run.method) is not Full else fix
+    fix = PROJECTOR_FIX if vision in ("projector", "trains") and type(run.method) is not Full else fix
     why = (f"{need.reason}{'; ' + part if part else ''}: memmath models neither this step's peak nor a bound on it "
            "(what the tower and projector save and compute is not modelled), and the sum of the parts leaves that "
            f"out, so it is no requirement. The step needs at least {words}: the card must hold at least that. "
@@ -455,44 +456,63 @@ def _tower_moment(run: Run, memory, text_run: Run, tower: int, extras: int) -> t
 
 
 def projector_refusal(run: Run) -> str:
-    """Why a run whose projector trains has no upper bound (_projector_bound), in words; "" where it has one."""
-    parts = run.model.vision
+    """Why a run whose projector, or tower and projector, train has no upper bound (_projector_bound), in words; ""
+    where it has one."""
+    parts, vision = run.model.vision, getattr(run.method, "vision", None)
+    what = "the projector trains" if vision == "projector" else "the vision tower and projector train"
     if type(run.method) is not Full:
-        return (f"the projector trains under {type(run.method).__name__}, whose language model's input embeddings are "
+        return (f"{what} under {type(run.method).__name__}, whose language model's input embeddings are "
                 "frozen: the image features, which need a gradient, make its first block record what the text "
                 "model's step does not (the bound is given under full finetuning, Full)")
     if run.optimizer_spec.temporaries not in ("adam", "none"):
-        return (f"the projector trains under {run.optimizer_spec.name}, whose temporaries for its tensors are not "
+        return (f"{what} under {run.optimizer_spec.name}, whose temporaries for their tensors are not "
                 "counted (Adam's and AdamW's are)")
     if parts.tower not in PROJECTOR_COUNTED or not modelled(parts):
-        return (f"the {parts.label} projector's saved tensors are not counted (memmath counts "
+        return (f"{what}: the {parts.label} projector's saved tensors are not counted (memmath counts "
                 f"{', '.join(TOWER_LABELS[t] for t in PROJECTOR_COUNTED)}'s)")
+    if vision == "trains" and parts.tower not in TOWER_COUNTED:
+        return (f"{what}: the {parts.label} tower's saved tensors are not counted (memmath counts "
+                f"{', '.join(TOWER_LABELS[t] for t in TOWER_COUNTED)}'s)")
+    if vision == "trains" and any(".head." in t.name for t in parts.post):
+        return f"{what}: the {parts.label} tower's pooling head (vision_use_head) is not counted"
     return ""
 
 
 def _projector_bound(run: Run, memory) -> Requirement | None:
-    """A vision-language run whose projector trains and whose tower stays frozen (vision='projector') under full
-    finetuning: a safe upper bound, the larger of two moments, each a sum of what can be alive at once.
+    """A vision-language run whose projector trains (vision='projector', the tower frozen) or whose tower and
+    projector train (vision='trains', SigLIP under Gemma 3), under full finetuning: a safe upper bound, the largest of
+    four moments, each a sum of what can be alive at it, with the tower's and projector's parts (weights, gradients,
+    optimizer states) and the pixels, image ids and the tower's buffers (batch_extras) in all four.
 
-    The tower, frozen and given pixels that need no gradient, saves nothing; the projector saves at most every tensor
-    its forward makes (vision_forward.projector_tensors, P). Its backward runs after the language model's (the image
-    features join the input embeddings by masked_scatter) and holds at any moment at most the saved tensors, one
-    gradient of each of its tensors (each the size of its tensor) and one op's temporaries, each the size of a tensor
-    it reads or makes: 3 P in all. The language model's step is the text model's (its input embeddings need a
-    gradient in both under full finetuning), beside masked_scatter's scattered copy of the input embeddings and its
-    backward's masked_fill of their gradient (B S t e each) and its mask (B S t bytes, counted as expanded). The
-    optimizer updates the projector's tensors too, in the list the language model's are in: their temporaries
-    (recipes.update_temporaries: torch's single-tensor Adam on the CPU makes two the size of one tensor beside the one
-    before it, so the whole list's largest is at most the language model's plus the projector's; foreach Adam one the
-    size of every tensor) add to the text model's.
+    What the vision side saves: a frozen tower given pixels that need no gradient nothing; a SigLIP tower that
+    trains its saved tensors (vision_forward.tower_tensors, S); the projector at most every tensor its forward makes
+    (vision_forward.projector_tensors, P). The image features join the input embeddings by masked_scatter: its copy
+    of the input embeddings, its backward's masked_fill of their gradient (B S t e each) and its mask (B S t bytes,
+    counted as expanded). The vision gradients are made in their backward (zero_grad(set_to_none=True) leaves none,
+    as peak.py's moments take it; with gradient accumulation they are counted throughout).
 
-    During the tower: _tower_moment, which counts the projector's tensors as dying, plus P. After: the language
-    model's modelled peak in the same run on the text model, plus the tower's and projector's parts (gradients and
-    optimizer states included), the pixels and buffers, 3 P, the masked_scatter terms and the optimizer's
-    temporaries. Measured on the CPU by validation/vision_forward.py --training (those it holds out were recorded
-    after this bound). None where it does not apply (projector_refusal, checkpointing, peft's kbit preparation)."""
+    1. The tower's forward: _tower_moment (the frozen forward at its fullest over the most images the batch holds),
+       plus P and, for a tower that trains, S and the most one layer or the patches' stage makes beside it in place
+       of the frozen forward's working memory; less the vision gradients.
+    2. The language model's forward and backward: the text model's modelled forward and backward peak in the same run
+       (its input embeddings need a gradient in both under full finetuning), S + P, masked_scatter's terms; less the
+       vision gradients.
+    3. The vision backward, which runs after the language model's has reached its input embeddings (peak.py's moment
+       "at the embeddings: every gradient"): S + P, the projector's backward (one gradient of each of its tensors and
+       one op's temporaries, each the size of a tensor it reads or makes: 2 P), the tower's (tower_tensors: six of
+       its largest tensor and the CPU SDPA kernel's scratch), masked_scatter's terms; less, for a tower of L layers,
+       (L - 1) times the smaller of one layer's saved tensors and its gradients, since its backward runs the layers
+       last to first and no layer holds both at the worst moment.
+    4. The optimizer step: the text model's, plus the optimizer's temporaries for the trainable vision tensors in the
+       list the language model's are in (recipes.update_temporaries: torch's single-tensor Adam on the CPU makes two
+       the size of one tensor beside the one before it, so the whole list's largest is at most the language model's
+       plus theirs; foreach Adam one the size of every tensor); the saved tensors are freed by then.
+
+    Measured on the CPU by validation/vision_forward.py --training (those it holds out were recorded after this
+    bound). None where it does not apply (projector_refusal, checkpointing, peft's kbit preparation)."""
     shape, method = run.model, run.method
-    if (shape.vision is None or getattr(method, "vision", None) != "projector" or run.seq_len is None
+    vision = getattr(method, "vision", None)
+    if (shape.vision is None or vision not in ("projector", "trains") or run.seq_len is None
             or run.checkpointing or run.kbit_prep or projector_refusal(run)):
         return None
     text_run = run.replace(model=replace(shape, vision=None, name=f"{shape.name} (language model)"),
@@ -504,27 +524,54 @@ def _projector_bound(run: Run, memory) -> Requirement | None:
     e = 4 if max(recipe.weight_bits, recipe.activation_bits) >= 32 else 2
     tower = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in STATIC_PARTS)
     extras = batch_extras(parts, run.batch_size, run.seq_len)
-    saved = projector_tensors(parts, run.batch_size, run.seq_len, e)
+    projector = projector_tensors(parts, run.batch_size, run.seq_len, e)
+    own, tower_forward_extra, tower_backward, layer = (
+        tower_tensors(parts, run.batch_size, run.seq_len, e, run.attention) if vision == "trains" else (0, 0, 0, 0))
+    # The tower's backward runs its layers last to first: while layer k's runs, the layers below it still hold what
+    # they saved and have no gradients yet, the layers above have freed theirs and hold their gradients. At the
+    # worst k, then, L - 1 layers hold the smaller of their saved tensors and their gradients, not both.
+    layer_grads = sum(t.numel for t in parts.block) * recipe.grad_bits // 8 if vision == "trains" else 0
+    not_both = (parts.n_blocks - 1) * min(layer, layer_grads) if vision == "trains" and run.grad_accum_steps == 1 else 0
+    saved = own + projector
     tokens = run.batch_size * run.seq_len * shape.hidden_size
     scatter = 2 * tokens * e + tokens
-    # the projector's tensors in the update's format (the fp32 masters where the recipe keeps them)
+    # the trainable vision tensors in the update's format (the fp32 masters where the recipe keeps them)
     width = max(recipe.weight_bits, recipe.master_bits) // 8
-    updates = (update_temporaries([t.numel * width for t in parts.projector], run.device)
+    updates = (update_temporaries([t.numel * width for t in parts.trainable(vision)], run.device)
                if run.optimizer_spec.temporaries == "adam" else 0)
-    after = text_need.bytes + tower + extras + 3 * saved + scatter + updates
+    # the language model's step, the vision tensors saved beside it; then the vision backward, after the language
+    # model's backward has reached its input embeddings (peak.py's moment "at the embeddings: every gradient")
+    # The vision gradients are made in their backward, after the language model's (zero_grad(set_to_none=True) left
+    # none from the step before, as peak.py's moments take it); with gradient accumulation they are alive throughout.
+    grads = int(memory.gradients) - int(text_need.memory.gradients) if run.grad_accum_steps == 1 else 0
+    text = text_need.peak
+    during = int(max(text.forward, text.backward)) + tower - grads + extras + saved + scatter
+    stepping = int(text.optimizer_step) + tower + extras + updates  # the saved tensors are freed by then
+    at_embeddings = next(value for phase, label, value in text.moments
+                         if phase == "backward" and label.startswith("at the embeddings"))
+    after = int(at_embeddings) + tower + extras + saved + 2 * projector + tower_backward + scatter - not_both
     moment, images = _tower_moment(run, memory, text_run, tower, extras)
-    moment += saved
-    words = (f"{why_no_peak(run)}; an upper bound for a projector that trains: the language model's own peak in the "
-             f"same run ({text_need.bytes:,} B) plus the tower's and projector's parts, gradients and optimizer states "
-             f"({tower:,} B), the pixels, image ids and the tower's buffers ({extras:,} B), three times every tensor "
-             f"the projector's forward makes (3 x {saved:,} B: what it saves, their gradients and its backward's "
-             f"temporaries), masked_scatter's copy, gradient and mask ({scatter:,} B) and the optimizer's temporaries "
-             f"for the projector ({updates:,} B)")
-    tower_words = (f"the frozen tower's forward over {images} at its fullest, with every token an image token, and "
-                   f"every tensor of the projector ({moment:,} B with what is alive then)")
-    if moment > after:
-        return Requirement(moment, "upper bound", f"{words}, which is less than {tower_words}", memory, None, run)
-    return Requirement(after, "upper bound", f"{words}; {tower_words} is less", memory, None, run)
+    # a tower that trains: its frozen forward's working memory gives way to what it saves and the most one layer (or
+    # the patches' stage) makes beside that
+    moment += saved - grads + ((tower_forward_extra - tower_forward(parts, run.batch_size, run.seq_len, e,
+                                                                    run.attention)) if vision == "trains" else 0)
+    what = "a projector" if vision == "projector" else "a vision tower and projector"
+    made = "the projector's forward makes" if vision == "projector" else "the tower's and projector's forwards make"
+    bound = max(moment, during, stepping, after)
+    unmade = f", less their gradients ({grads:,} B), not made yet" if grads else ""
+    words = (f"{why_no_peak(run)}; an upper bound for {what} that train, the largest of four moments, each with "
+             f"the tower's and projector's parts, gradients and optimizer states ({tower:,} B) and the pixels, image "
+             f"ids and the tower's buffers ({extras:,} B). The tower's forward over {images} at its fullest, with "
+             f"every token an image token, and every tensor {made} ({saved:,} B){unmade}: {moment:,} B. The language "
+             f"model's forward and backward: its own peak in the same run, those tensors{unmade} and masked_scatter's "
+             f"copy, gradient and mask ({scatter:,} B): {during:,} B. Their backward, after the language model's has "
+             f"reached its embeddings ({int(at_embeddings):,} B then): those tensors, what their backward adds to "
+             f"them ({2 * projector + tower_backward:,} B) and masked_scatter's terms"
+             + (f", less what no layer holds at once, both its saved tensors and its gradients ({not_both:,} B)"
+                if not_both else "") + f": {after:,} B. The optimizer "
+             f"step: the language model's, and the optimizer's temporaries for the vision tensors ({updates:,} B): "
+             f"{stepping:,} B")
+    return Requirement(bound, "upper bound", words, memory, None, run)
 
 
 def _ddp_views_bound(run: Run, memory) -> Requirement:

@@ -100,6 +100,7 @@ Measured on the CPU by validation/vision_forward.py (the cases it holds out were
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from . import validate
 
@@ -494,3 +495,102 @@ def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
         m_tokens = n * c // merged
         return 2 * n * c * e + 2 * n * FP32 + 2 * m_tokens * merged * e + 2 * m_tokens * out * e
     raise ValueError(f"projector_tensors counts the projectors of {', '.join(PROJECTOR_COUNTED)}, not {parts.tower}")
+
+
+def siglip_tensors(parts, images: int, e: int, attention: str) -> int:
+    """Bytes of every tensor a SigLIP tower that trains makes in its forward (Gemma 3's: no pooling head), each counted
+    once as if all were alive together: the most it can save for backward (transformers 5.24 modeling_siglip.py; I
+    images of n patches, width h, MLP width f, H heads of width d, L layers, T = I n):
+
+    patches    the pixels in e (a copy where e is not 4; the convolution saves it: its weight needs a gradient), the
+               unfolded input on the CPU (the pixels' size in e), the convolution's output, the position rows (n h)
+               and their sum: 2 T h + n h
+    each layer layer_norm1's output (T h) and its mean and rstd (2 T fp32); q, k and v (3 T h); eager: matmul(q, k^T),
+               its scaled copy (and the scalar's 12 B), softmax's fp32 copy and output, their cast to e, and a
+               dropout's output and mask (counted though attention_dropout 0 returns its input): I H n^2 x
+               (3 e + 8 + 1) + 12, then the output and its contiguous transpose (2 T h); SDPA: its output, the
+               log-sum-exp (I H n fp32), the CPU kernel's scratch (_cpu_flash_scratch) and the contiguous transpose
+               (2 T h); out_proj's output and the residual (2 T h); layer_norm2's output, mean and rstd (T h + 2 T
+               fp32); fc1's output and the activation's (3 T f: quick_gelu makes three); fc2's output and the residual
+               (2 T h)
+    post       post_layernorm's output, mean and rstd (T h + 2 T fp32)"""
+    images = validate.count("images", images, low=0)
+    if images == 0:
+        return 0
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _shape(parts.embeddings, "position_embedding.weight")[0]
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    heads, tokens = parts.heads, images * n
+    pixels = images * c * n * p * p
+    patches = (pixels * e if e != FP32 else 0) + pixels * e + 2 * tokens * h * e + n * h * e
+    norm = tokens * h * e + 2 * tokens * FP32
+    if attention == "eager":
+        attn = images * heads * n * n * (3 * e + 2 * FP32 + 1) + 12 + 2 * tokens * h * e
+    else:
+        attn = 2 * tokens * h * e + images * heads * n * FP32 + _cpu_flash_scratch(n, h // heads, e)
+    layer = norm + 3 * tokens * h * e + attn + 2 * tokens * h * e + norm + 3 * tokens * f * e + 2 * tokens * h * e
+    return patches + parts.n_blocks * layer + norm
+
+
+def siglip_saved(parts, images: int, e: int, attention: str, blocks: int | None = None) -> int:
+    """Bytes a SigLIP tower that trains saves for backward over `images` images (its first `blocks` layers; every
+    layer where None), each tensor once (transformers 5.24 modeling_siglip.py, autograd's saved tensors):
+
+    patches    the convolution's input, the pixels in e (its weight needs a gradient)
+    each layer layer_norm1's input, mean and rstd (T h, 2 T fp32); its output, which q_proj, k_proj and v_proj save
+               (T h); q, k and v (3 T h); eager: softmax's fp32 output and its cast to e, which matmul(attn, v) saves
+               (I H n^2 x (4 + e); dropout at p=0 returns its input); SDPA (the CPU flash kernel): its output and
+               log-sum-exp (T h, I H n fp32); out_proj's input, the contiguous transpose (T h); layer_norm2's input,
+               mean and rstd and its output (2 T h, 2 T fp32); fc1's output and the activation's, counted as three
+               (3 T f: quick_gelu keeps x, its sigmoid and their product; gelu_pytorch_tanh, Gemma 3's, two)
+    post       post_layernorm's input, mean and rstd (T h + 2 T fp32)"""
+    images = validate.count("images", images, low=0)
+    if images == 0:
+        return 0
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _shape(parts.embeddings, "position_embedding.weight")[0]
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    tokens = images * n
+    norm = tokens * h * e + 2 * tokens * FP32
+    attn = (images * parts.heads * n * n * (FP32 + e) if attention == "eager"
+            else tokens * h * e + images * parts.heads * n * FP32)
+    layer = 2 * norm + 4 * tokens * h * e + attn + tokens * h * e + tokens * h * e + 3 * tokens * f * e
+    blocks = parts.n_blocks if blocks is None else blocks
+    return images * c * n * p * p * e + blocks * layer + norm
+
+
+def siglip_largest(parts, images: int, e: int, attention: str) -> int:
+    """Bytes of the largest single tensor siglip_tensors counts: the pixels (or their unfolded copy) in e, fc1's
+    output (T f), a layer's hidden states (T h), or under eager the fp32 scores over every image (I H n^2)."""
+    images = validate.count("images", images, low=0)
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _shape(parts.embeddings, "position_embedding.weight")[0]
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    scores = images * parts.heads * n * n * FP32 if attention == "eager" else 0
+    return max(images * c * n * p * p * e, images * n * max(f, h) * e, scores)
+
+
+def tower_tensors(parts, batch: int, seq_len: int, e: int, attention: str) -> tuple[int, int, int, int]:
+    """(S, the most its forward adds to S, the most its backward adds to S, one layer's share of S) for a SigLIP tower
+    that trains (TOWER_COUNTED), at the most images the batch can hold (worst_images). S: siglip_saved. Its forward
+    holds beside what it has saved at most every tensor one layer makes and every tensor the patches' stage makes
+    (siglip_tensors of one layer, and of none). Its backward walks the layers one op at a
+    time: beside the saved tensors, the gradient arriving at the op, the gradients it makes (two for a matmul of two
+    inputs), the residual stream's gradient waiting at the block's input and the branch's other partial gradient
+    (q's, k's and v's meet at layer_norm1's output), and an op's temporaries (softmax's backward in fp32, its casts):
+    six tensors of the largest (siglip_largest) bound them; SDPA's CPU kernel adds its scratch (its backward's tiles
+    and gradient tiles: twice the forward's, _cpu_flash_scratch)."""
+    if parts.tower not in TOWER_COUNTED:
+        raise ValueError(f"tower_tensors counts the towers of {', '.join(TOWER_COUNTED)}, not {parts.tower}")
+    images = worst_images(parts, batch, seq_len)
+    h = _shape(parts.embeddings, "patch_embedding.weight")[0]
+    scratch = 2 * _cpu_flash_scratch(_patches(parts), h // parts.heads, e) if attention != "eager" else 0
+    one = replace(parts, n_blocks=1)
+    saved = siglip_saved(parts, images, e, attention)
+    layer = saved - siglip_saved(parts, images, e, attention, blocks=parts.n_blocks - 1) if parts.n_blocks else 0
+    return (saved, siglip_tensors(one, images, e, attention),
+            6 * siglip_largest(parts, images, e, attention) + scratch, layer)
+
+
+# The towers whose tensors tower_tensors counts for a tower that trains (Gemma 3's SigLIP, without a pooling head).
+TOWER_COUNTED = ("siglip_vision_model",)

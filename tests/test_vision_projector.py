@@ -1,9 +1,14 @@
-"""A vision-language run whose projector trains and whose tower stays frozen, under full finetuning
-(Full(vision="projector")): memmath/decision.py's _projector_bound, an upper bound on the step's peak, against whole
-CPU steps of tiny Qwen2-VL and Gemma 3 models measured with PyTorch's profiler (validation/vision_forward.py
---training: memmath.stepping.step_twice's two AdamW steps, every token an image token). The steps in
-vision_forward_steps_training.jsonl were seen while the bound was written; those in
-vision_forward_steps_training_held_out.jsonl were measured after it was committed.
+"""A vision-language run whose projector trains (its tower frozen), or whose SigLIP tower and projector train (Gemma
+3), under full finetuning (Full(vision="projector") or Full(vision="trains")): memmath/decision.py's
+_projector_bound, an upper bound on the step's peak, against whole CPU steps of tiny Qwen2-VL and Gemma 3 models
+measured with PyTorch's profiler (validation/vision_forward.py --training: memmath.stepping.step_twice's two AdamW
+steps, every token an image token). The steps in vision_forward_steps_training.jsonl were seen while the bound was
+written; those in vision_forward_steps_training_held_out.jsonl were measured after it was committed.
+
+The projector's bound was tightened after its four held-out steps were measured (they were 1.04x-1.16x the bound
+then, all below it): the language model's forward and backward, its optimizer step and the vision backward became
+moments of their own, each with what is alive at it, where the first version added every term to the language
+model's peak. Every held-in and held-out step stays at or under the bound.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import memmath as mm
 from memmath.decision import requirement
 from memmath.gpus import GPU
 from memmath.verdict import verdict_of
-from memmath.vision_forward import projector_tensors
+from memmath.vision_forward import projector_tensors, siglip_saved
 from validation import vision_forward as recorder
 
 HERE = Path(recorder.__file__).resolve().parent
@@ -33,12 +38,19 @@ def _records(name):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-HELD_IN = [r for r in _records("steps_training") if r["vision"] == "projector"]
-HELD_OUT = [r for r in _records("steps_training_held_out") if r.get("vision") == "projector"]
+def _bounded(r):
+    return r["vision"] == "projector" or (r["vision"] == "trains" and r["tower"] == "gemma3")
+
+
+HELD_IN = [r for r in _records("steps_training") if _bounded(r)]
+HELD_OUT = [r for r in _records("steps_training_held_out") if _bounded(r)]
+# How far above the measured step each bound may be: the projector's moments are close to the step's; a tower that
+# trains is bounded with every gradient a backward op could hold (vision_forward.tower_tensors).
+LOOSE = {"projector": 1.15, "trains": 1.5}
 
 
 def _id(r):
-    return f"{r['tower']}-{r['attention']}-{r['dtype']}-b{r['batch']}xs{r['seq_len']}-" + \
+    return f"{r['vision']}-{r['tower']}-{r['attention']}-{r['dtype']}-b{r['batch']}xs{r['seq_len']}-" + \
         "-".join(f"{k}{v}" for k, v in r["sizes"].items())
 
 
@@ -47,7 +59,7 @@ def _shape(r):
 
 
 def _run(r, method=None):
-    return dict(method=method or mm.Full(vision="projector"), precision="fp32" if r["dtype"] == "float32" else "bf16",
+    return dict(method=method or mm.Full(vision=r["vision"]), precision="fp32" if r["dtype"] == "float32" else "bf16",
                 batch_size=r["batch"], seq_len=r["seq_len"], attention=r["attention"], device="cpu")
 
 
@@ -60,11 +72,12 @@ def test_a_training_projector_is_bounded_by_its_measured_step(record):
     assert need.bytes >= measured  # safe: no measured moment above it
     # and not vacuous: the sum of the parts, which leaves the tower's and projector's step out, falls short
     assert int(need.memory.total) < measured
-    assert need.bytes <= 1.3 * measured
+    assert need.bytes <= LOOSE[record["vision"]] * measured
 
 
 def test_the_recorded_cases_are_the_held_in_ones():
-    assert len(HELD_IN) == 4 and {r["tower"] for r in HELD_IN} == {"qwen2_vl", "gemma3"}
+    assert len(HELD_IN) == 7 and {r["tower"] for r in HELD_IN} == {"qwen2_vl", "gemma3"}
+    assert sum(r["vision"] == "trains" for r in HELD_IN) == 3
 
 
 def test_the_projectors_tensors_by_hand():
@@ -73,7 +86,8 @@ def test_the_projectors_tensors_by_hand():
     # 262,144; AvgPool2d's output 64 x 256 x 2 = 32,768; Gemma3RMSNorm in fp32: x.float(), x^2, x * rsqrt and the
     # scaled output, 4 x 64 x 256 x 4 = 262,144, the mean, + eps and rsqrt 3 x 64 x 4 = 768, 1 + weight.float()
     # 2 x 256 x 4 = 2,048; its cast back 32,768; the matmul 64 x 64 x 2 = 8,192. 600,832 in all.
-    record = next(r for r in HELD_IN if r["tower"] == "gemma3" and r["dtype"] == "bfloat16")
+    record = next(r for r in HELD_IN if r["tower"] == "gemma3" and r["dtype"] == "bfloat16"
+                  and r["vision"] == "projector")
     assert projector_tensors(_shape(record).vision, record["batch"], record["seq_len"], 2) == 600_832
     # Qwen2-VL, bf16, 2 sequences of 16 tokens: 2 images of 8 x 8 = 64 patches (128 in all) of width 256, merged
     # 4 to a token (32 tokens of 1,024), out 64. The last block's output and ln_q's, 2 x 128 x 256 x 2 = 131,072; its
@@ -81,6 +95,17 @@ def test_the_projectors_tensors_by_hand():
     # and torch.cat's copy 2 x 32 x 64 x 2 = 8,192. 271,360 in all.
     record = next(r for r in HELD_IN if r["tower"] == "qwen2_vl" and r["dtype"] == "bfloat16")
     assert projector_tensors(_shape(record).vision, record["batch"], record["seq_len"], 2) == 271_360
+
+
+def test_what_a_siglip_tower_that_trains_saves_by_hand():
+    # Gemma 3, bf16, sdpa, 2 sequences of 32 image tokens: 4 images of 64 patches (T = 256) of width h = 256, MLP
+    # width 1,024, 4 heads, 2 layers. The convolution's input, the pixels in bf16: 4 x 3 x 112 x 112 x 2 = 301,056.
+    # Each layer: layer_norm1's and layer_norm2's inputs and outputs (4 T h e = 524,288) and their means and rstds
+    # (4 T x 4 = 4,096); q, k, v, SDPA's output and out_proj's input (5 T h e = 655,360); the log-sum-exp (4 x 4 x 64
+    # x 4 = 4,096); fc1's output and the activation's, three (3 T f e = 1,572,864): 2,760,704 a layer. post_layernorm's
+    # input, mean and rstd: 131,072 + 2,048. 301,056 + 2 x 2,760,704 + 133,120 = 5,955,584.
+    record = next(r for r in HELD_IN if r["vision"] == "trains" and r["attention"] == "sdpa")
+    assert siglip_saved(_shape(record).vision, 4, 2, "sdpa") == 5_955_584
 
 
 def test_a_training_projector_gets_a_verdict():
@@ -105,6 +130,18 @@ def test_a_projector_trained_beside_lora_gets_a_floor_that_says_why():
     need = requirement(_shape(record), **_run(record, mm.LoRA(vision="projector")))
     assert need.basis == "floor" and need.refused
     assert "the projector trains under LoRA" in need.reason and "--method full --vision projector" in need.fix
+
+
+def test_a_tower_whose_saved_tensors_are_not_counted_gets_a_floor():
+    record = next(r for r in _records("steps_training") if r["vision"] == "trains" and r["tower"] == "qwen2_vl")
+    need = requirement(_shape(record), **_run(record))
+    assert need.basis == "floor" and "Qwen2-VL tower's saved tensors are not counted" in need.reason
+
+
+def test_a_siglip_tower_trained_beside_lora_gets_a_floor():
+    record = next(r for r in HELD_IN if r["vision"] == "trains")
+    need = requirement(_shape(record), **_run(record, mm.LoRA(vision="trains")))
+    assert need.basis == "floor" and "train under LoRA" in need.reason
 
 
 def test_a_projector_whose_tensors_are_not_counted_gets_a_floor():
@@ -133,7 +170,19 @@ def test_the_command_line_gives_the_bound_and_a_verdict(tmp_path):
 
 
 def test_a_training_projector_step_measured_again(torch, transformers):
-    record = next(r for r in HELD_IN if r["tower"] == "gemma3" and r["dtype"] == "float32")
+    record = next(r for r in HELD_IN if r["tower"] == "gemma3" and r["dtype"] == "float32"
+                  and r["vision"] == "projector")
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+    case = (record["tower"], record["attention"], record["dtype"], record["sizes"], record["batch"],
+            record["seq_len"], record["vision"])
+    measured = recorder.measure_step(*case)["peak_bytes"]
+    assert measured == record["peak_bytes"]
+    assert requirement(_shape(record), **_run(record)).bytes >= measured
+
+
+def test_a_training_siglip_tower_step_measured_again(torch, transformers):
+    record = next(r for r in HELD_IN if r["vision"] == "trains" and r["dtype"] == "float32")
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False
     case = (record["tower"], record["attention"], record["dtype"], record["sizes"], record["batch"],

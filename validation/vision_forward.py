@@ -368,6 +368,11 @@ STEP_CASES_TRAINING = [
     ("qwen2_vl", "eager", "float32", dict(embed_dim=128, num_heads=2), 1, 16, "projector"),
     ("gemma3", "eager", "float32", dict(hidden_size=128, num_attention_heads=2, image_size=112, patch_size=14), 1, 32,
      "projector"),
+    # recorded while the bound for a SigLIP tower that trains was written
+    ("gemma3", "eager", "float32", dict(hidden_size=128, num_attention_heads=2, image_size=112, patch_size=14), 1, 32,
+     "trains"),
+    ("gemma3", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=4, image_size=224, patch_size=14,
+                                         num_hidden_layers=4), 1, 128, "trains"),
 ]
 # ... and steps whose projector trains recorded after decision._projector_bound was written (held out).
 STEP_HELD_OUT_TRAINING = [
