@@ -382,6 +382,16 @@ STEP_HELD_OUT_TRAINING = [
      "projector"),
     ("gemma3", "eager", "bfloat16", dict(hidden_size=192, num_attention_heads=3, image_size=84, patch_size=14), 1, 27,
      "projector"),
+    # recorded after the bound took its moments apart and counted a SigLIP tower that trains
+    ("gemma3", "sdpa", "float32", dict(hidden_size=96, num_attention_heads=2, image_size=196, patch_size=14), 1, 49,
+     "trains"),
+    ("gemma3", "sdpa", "bfloat16", dict(hidden_size=512, num_attention_heads=8, image_size=112, patch_size=14,
+                                        num_hidden_layers=3), 2, 16, "trains"),
+    ("gemma3", "eager", "bfloat16", dict(hidden_size=192, num_attention_heads=3, image_size=84, patch_size=14), 1, 27,
+     "trains"),
+    ("qwen2_vl", "sdpa", "float32", dict(embed_dim=192, num_heads=3), 2, 25, "projector"),
+    ("gemma3", "sdpa", "float32", dict(hidden_size=320, num_attention_heads=5, image_size=112, patch_size=14), 1, 48,
+     "projector"),
 ]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
