@@ -555,22 +555,23 @@ def _projector_bound(run: Run, memory) -> Requirement | None:
     # the patches' stage) makes beside that
     moment += saved - grads + ((tower_forward_extra - tower_forward(parts, run.batch_size, run.seq_len, e,
                                                                     run.attention)) if vision == "trains" else 0)
-    what = "a projector" if vision == "projector" else "a vision tower and projector"
-    made = "the projector's forward makes" if vision == "projector" else "the tower's and projector's forwards make"
+    what = "a projector that trains" if vision == "projector" else "a vision tower and projector that train"
+    made = ("every tensor the projector's forward makes" if vision == "projector" else
+            "what the tower saves for backward, the most one of its layers makes beside that and every tensor the "
+            "projector's forward makes")
     bound = max(moment, during, stepping, after)
-    unmade = f", less their gradients ({grads:,} B), not made yet" if grads else ""
-    words = (f"{why_no_peak(run)}; an upper bound for {what} that train, the largest of four moments, each with "
-             f"the tower's and projector's parts, gradients and optimizer states ({tower:,} B) and the pixels, image "
-             f"ids and the tower's buffers ({extras:,} B). The tower's forward over {images} at its fullest, with "
-             f"every token an image token, and every tensor {made} ({saved:,} B){unmade}: {moment:,} B. The language "
-             f"model's forward and backward: its own peak in the same run, those tensors{unmade} and masked_scatter's "
-             f"copy, gradient and mask ({scatter:,} B): {during:,} B. Their backward, after the language model's has "
-             f"reached its embeddings ({int(at_embeddings):,} B then): those tensors, what their backward adds to "
-             f"them ({2 * projector + tower_backward:,} B) and masked_scatter's terms"
+    unmade = f", less the vision gradients, not made yet ({grads:,} B)" if grads else ""
+    words = (f"{why_no_peak(run)}; an upper bound for {what}, the largest of four moments, each with the tower's "
+             f"and projector's parts, gradients and optimizer states ({tower:,} B) and the pixels, image ids and the "
+             f"tower's buffers ({extras:,} B). The tower's forward over {images} at its fullest, with every token an "
+             f"image token, and {made} ({saved:,} B){unmade}: {moment:,} B. The language model's forward and "
+             f"backward: its own peak in the same run, those tensors and masked_scatter's copy, gradient and mask "
+             f"({scatter:,} B){unmade}: {during:,} B. Their backward, after the language model's has reached its "
+             f"embeddings ({int(at_embeddings):,} B then): those tensors, what their backward adds to them "
+             f"({2 * projector + tower_backward:,} B) and masked_scatter's terms"
              + (f", less what no layer holds at once, both its saved tensors and its gradients ({not_both:,} B)"
-                if not_both else "") + f": {after:,} B. The optimizer "
-             f"step: the language model's, and the optimizer's temporaries for the vision tensors ({updates:,} B): "
-             f"{stepping:,} B")
+                if not_both else "") + f": {after:,} B. The optimizer step: the language model's, and the optimizer's "
+             f"temporaries for the vision tensors ({updates:,} B): {stepping:,} B")
     return Requirement(bound, "upper bound", words, memory, None, run)
 
 
