@@ -191,3 +191,23 @@ def test_a_training_siglip_tower_step_measured_again(torch, transformers):
     measured = recorder.measure_step(*case)["peak_bytes"]
     assert measured == record["peak_bytes"]
     assert requirement(_shape(record), **_run(record)).bytes >= measured
+
+
+@pytest.mark.parametrize("change, field", [(dict(attention_dropout=0.1), "vision_config.attention_dropout"),
+                                           (dict(hidden_act="gelu_new"), "vision_config.hidden_act")])
+def test_a_siglip_tower_whose_saved_tensors_differ_is_refused_by_name(change, field):
+    # Measured with gelu_pytorch_tanh and attention_dropout 0 (SiglipVisionConfig's defaults, Gemma 3's): dropout > 0
+    # saves a mask and its output per score, and gelu_new (0.5 x (1 + tanh(...)) in Python) more than three of T f.
+    record = next(r for r in HELD_IN if r["vision"] == "trains")
+    config = recorder.config(record["tower"], record["attention"], record["sizes"])
+    config["vision_config"] = dict(config["vision_config"], **change)
+    need = requirement(mm.from_hf_config(config), **_run(record))
+    assert need.basis == "floor" and field in need.reason
+
+
+def test_a_bad_siglip_attention_dropout_names_its_field():
+    config = recorder.config("gemma3", "sdpa", dict(hidden_size=64, num_attention_heads=2, image_size=112,
+                                                    patch_size=14))
+    config["vision_config"] = dict(config["vision_config"], attention_dropout="high")
+    with pytest.raises(ValueError, match="vision_config.attention_dropout"):
+        mm.from_hf_config(config)
