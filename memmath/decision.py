@@ -24,7 +24,7 @@ from .memory import training_memory
 from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 from .multimodal import TOWER_LABELS
-from .peak import forward_start, peak_memory, why_no_peak
+from .peak import PeakEstimate, forward_start, peak_memory, why_no_peak
 from .recipes import update_temporaries
 from .run import Run, as_run, why_not_exact
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
@@ -465,6 +465,8 @@ def projector_refusal(run: Run) -> str:
     where it has one."""
     parts, vision = run.model.vision, getattr(run.method, "vision", None)
     what = "the projector trains" if vision == "projector" else "the vision tower and projector train"
+    if run.n_gpus > 1 or run.sharded or is_ddp(run) or is_parallel(run):
+        return f"{what} on {run.n_gpus} GPUs: the bound is given for one GPU's step"
     if type(run.method) is not Full:
         return (f"{what} under {type(run.method).__name__}, whose language model's input embeddings are "
                 "frozen: the image features, which need a gradient, make its first block record what the text "
@@ -530,7 +532,7 @@ def _projector_bound(run: Run, memory) -> Requirement | None:
     text_run = run.replace(model=replace(shape, vision=None, name=f"{shape.name} (language model)"),
                            method=replace(method, vision="trains"))
     text_need = _requirement(text_run.cache_key)
-    if text_need.basis != "peak":
+    if text_need.basis != "peak" or not isinstance(text_need.peak, PeakEstimate):
         return None
     parts, recipe = shape.vision, run.recipe
     e = 4 if max(recipe.weight_bits, recipe.activation_bits) >= 32 else 2
@@ -559,8 +561,8 @@ def _projector_bound(run: Run, memory) -> Requirement | None:
     text = text_need.peak
     during = int(max(text.forward, text.backward)) + tower - grads + extras + saved + scatter
     stepping = int(text.optimizer_step) + tower + extras + updates  # the saved tensors are freed by then
-    at_embeddings = next(value for phase, label, value in text.moments
-                         if phase == "backward" and label.startswith("at the embeddings"))
+    at_embeddings = next((value for phase, label, value in text.moments
+                          if phase == "backward" and label.startswith("at the embeddings")), text_need.bytes)
     after = int(at_embeddings) + tower + extras + saved + 2 * projector + tower_backward + scatter - not_both
     moment, images = _tower_moment(run, memory, text_run, tower, extras)
     # a tower that trains: its frozen forward's working memory gives way to what it saves and the most one layer (or

@@ -211,3 +211,10 @@ def test_a_bad_siglip_attention_dropout_names_its_field():
     config["vision_config"] = dict(config["vision_config"], attention_dropout="high")
     with pytest.raises(ValueError, match="vision_config.attention_dropout"):
         mm.from_hf_config(config)
+
+
+def test_a_training_projector_on_several_gpus_keeps_the_floor():
+    # The four moments are one GPU's; data parallelism's buckets and sharding are not in them.
+    record = HELD_IN[0]
+    need = requirement(_shape(record), **dict(_run(record), n_gpus=2))
+    assert need.basis == "floor" and "on 2 GPUs" in need.reason
