@@ -462,8 +462,9 @@ def _merge(parts) -> int:
     return int(round(merge2 ** 0.5))
 
 
-# The towers whose projector's tensors projector_tensors counts (Gemma 3's SigLIP projector, Qwen2-VL's merger).
-PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision")
+# The towers whose projector's tensors projector_tensors counts (Gemma 3's SigLIP projector, Qwen2-VL's merger,
+# LLaVA's projector over CLIP).
+PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision", "clip_vision_model")
 
 
 def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
@@ -478,7 +479,11 @@ def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
     the matmul with mm_input_projection_weight I T t.
     Qwen2-VL (modeling_qwen2_vl.py PatchMerger over N patches of width c, M = N / m^2 tokens of out): the last block's
     output N c, ln_q's output N c and its mean and rstd (N fp32 each), mlp.0's and the GELU's outputs (2 M m^2 c) and
-    mlp.2's M out; then get_image_features' split views and the model's torch.cat of them (M out)."""
+    mlp.2's M out; then get_image_features' split views and the model's torch.cat of them (M out).
+    LLaVA over CLIP (modeling_llava.py LlavaMultiModalProjector over I images of N = n + 1 tokens of width c, text
+    width t): the selected layer's hidden states, which linear_1 saves through its view (I N c), a copy of that view
+    (counted though a strided view may need none), linear_1's, the GELU's and linear_2's outputs and the model's
+    torch.cat of the images' features (4 I N t; every token counted, the class token too)."""
     images = worst_images(parts, batch, seq_len)
     if parts.tower == "siglip_vision_model":
         if not images:
@@ -494,6 +499,10 @@ def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
         n = sum(images)
         m_tokens = n * c // merged
         return 2 * n * c * e + 2 * n * FP32 + 2 * m_tokens * merged * e + 2 * m_tokens * out * e
+    if parts.tower == "clip_vision_model":
+        c, t = _shape(parts.embeddings, "patch_embedding.weight")[0], _shape(parts.projector, "linear_1.weight")[0]
+        tokens = images * (_patches(parts) + 1)
+        return 2 * tokens * c * e + 4 * tokens * t * e
     raise ValueError(f"projector_tensors counts the projectors of {', '.join(PROJECTOR_COUNTED)}, not {parts.tower}")
 
 

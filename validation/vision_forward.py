@@ -373,6 +373,10 @@ STEP_CASES_TRAINING = [
      "trains"),
     ("gemma3", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=4, image_size=224, patch_size=14,
                                          num_hidden_layers=4), 1, 128, "trains"),
+    # recorded while LLaVA's projector over CLIP was counted
+    ("llava", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4), 2, 128, "projector"),
+    ("llava", "eager", "float32", dict(hidden_size=128, num_attention_heads=2, text_hidden_size=256), 1, 64,
+     "projector"),
 ]
 # ... and steps whose projector trains recorded after decision._projector_bound was written (held out).
 STEP_HELD_OUT_TRAINING = [
