@@ -396,6 +396,10 @@ STEP_HELD_OUT_TRAINING = [
     ("qwen2_vl", "sdpa", "float32", dict(embed_dim=192, num_heads=3), 2, 25, "projector"),
     ("gemma3", "sdpa", "float32", dict(hidden_size=320, num_attention_heads=5, image_size=112, patch_size=14), 1, 48,
      "projector"),
+    # recorded after LLaVA's projector over CLIP was counted
+    ("llava", "eager", "bfloat16", dict(hidden_size=320, num_attention_heads=4), 1, 192, "projector"),
+    ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=2, text_hidden_size=512), 2, 64,
+     "projector"),
 ]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
