@@ -462,9 +462,9 @@ def _merge(parts) -> int:
     return int(round(merge2 ** 0.5))
 
 
-# The towers whose projector's tensors projector_tensors counts (Gemma 3's SigLIP projector, Qwen2-VL's merger,
-# LLaVA's projector over CLIP).
-PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision", "clip_vision_model")
+# The towers whose projector's tensors projector_tensors counts (Gemma 3's SigLIP projector, Qwen2-VL's and
+# Qwen2.5-VL's mergers, LLaVA's projector over CLIP).
+PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision", "clip_vision_model", "qwen2_5_vl_vision")
 
 
 def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
@@ -480,6 +480,10 @@ def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
     Qwen2-VL (modeling_qwen2_vl.py PatchMerger over N patches of width c, M = N / m^2 tokens of out): the last block's
     output N c, ln_q's output N c and its mean and rstd (N fp32 each), mlp.0's and the GELU's outputs (2 M m^2 c) and
     mlp.2's M out; then get_image_features' split views and the model's torch.cat of them (M out).
+    Qwen2.5-VL (modeling_qwen2_5_vl.py Qwen2_5_VLPatchMerger, its vision model's forward): as Qwen2-VL's with ln_q a
+    Qwen2_5_VLRMSNorm in fp32: its input's fp32 copy (none in fp32), x^2 and x * rsqrt (N c fp32 each), the mean, its
+    sum with eps and the rsqrt (N fp32 each), the cast back and the weight's product (2 N c); and the merger's output
+    re-ordered by reverse_indices (M out) before the model's torch.cat.
     LLaVA over CLIP (modeling_llava.py LlavaMultiModalProjector over I images of N = n + 1 tokens of width c, text
     width t): the selected layer's hidden states, which linear_1 saves through its view (I N c), a copy of that view
     (counted though a strided view may need none), linear_1's, the GELU's and linear_2's outputs and the model's
@@ -499,6 +503,13 @@ def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
         n = sum(images)
         m_tokens = n * c // merged
         return 2 * n * c * e + 2 * n * FP32 + 2 * m_tokens * merged * e + 2 * m_tokens * out * e
+    if parts.tower == "qwen2_5_vl_vision":
+        c = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+        out = _shape(parts.projector, "mlp.2.weight")[0]
+        n = sum(images)
+        m_tokens = n // _merge(parts) ** 2
+        norm = (n * c * FP32 if e != FP32 else 0) + 2 * n * c * FP32 + 3 * n * FP32 + 2 * n * c * e
+        return n * c * e + norm + 2 * n * c * e + 3 * m_tokens * out * e
     if parts.tower == "clip_vision_model":
         c, t = _shape(parts.embeddings, "patch_embedding.weight")[0], _shape(parts.projector, "linear_1.weight")[0]
         tokens = images * (_patches(parts) + 1)

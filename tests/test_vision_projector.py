@@ -76,7 +76,7 @@ def test_a_training_projector_is_bounded_by_its_measured_step(record):
 
 
 def test_the_recorded_cases_are_the_held_in_ones():
-    assert len(HELD_IN) == 9 and {r["tower"] for r in HELD_IN} == {"qwen2_vl", "gemma3", "llava"}
+    assert len(HELD_IN) == 11 and {r["tower"] for r in HELD_IN} == {"qwen2_vl", "gemma3", "llava", "qwen2_5_vl"}
     assert sum(r["vision"] == "trains" for r in HELD_IN) == 3
 
 
@@ -95,6 +95,16 @@ def test_the_projectors_tensors_by_hand():
     # and torch.cat's copy 2 x 32 x 64 x 2 = 8,192. 271,360 in all.
     record = next(r for r in HELD_IN if r["tower"] == "qwen2_vl" and r["dtype"] == "bfloat16")
     assert projector_tensors(_shape(record).vision, record["batch"], record["seq_len"], 2) == 271_360
+
+
+def test_qwen2_5_vls_merger_tensors_by_hand():
+    # Qwen2.5-VL, bf16, 2 sequences of 16 tokens: 2 images of 64 patches (128 in all) of width 32, merged 4 to a token
+    # (32 tokens of 128), out 64. The last block's output 128 x 32 x 2 = 8,192; Qwen2_5_VLRMSNorm: the fp32 copy,
+    # x^2 and x * rsqrt, 3 x 128 x 32 x 4 = 49,152, the mean, + eps and rsqrt 3 x 128 x 4 = 1,536, the cast back and
+    # the weight's product 2 x 8,192 = 16,384; mlp.0's and the GELU's outputs 2 x 32 x 128 x 2 = 16,384; mlp.2's
+    # output, its re-ordered copy and torch.cat's 3 x 32 x 64 x 2 = 12,288. 103,936 in all.
+    record = next(r for r in HELD_IN if r["tower"] == "qwen2_5_vl" and r["dtype"] == "bfloat16")
+    assert projector_tensors(_shape(record).vision, record["batch"], record["seq_len"], 2) == 103_936
 
 
 def test_llavas_projector_tensors_by_hand():

@@ -377,6 +377,9 @@ STEP_CASES_TRAINING = [
     ("llava", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4), 2, 128, "projector"),
     ("llava", "eager", "float32", dict(hidden_size=128, num_attention_heads=2, text_hidden_size=256), 1, 64,
      "projector"),
+    # recorded while Qwen2.5-VL's merger was counted
+    ("qwen2_5_vl", "sdpa", "bfloat16", dict(hidden_size=32, num_heads=2, intermediate_size=64), 2, 16, "projector"),
+    ("qwen2_5_vl", "eager", "float32", dict(hidden_size=256, num_heads=4, intermediate_size=512), 1, 16, "projector"),
 ]
 # ... and steps whose projector trains recorded after decision._projector_bound was written (held out).
 STEP_HELD_OUT_TRAINING = [
