@@ -403,6 +403,10 @@ STEP_HELD_OUT_TRAINING = [
     ("llava", "eager", "bfloat16", dict(hidden_size=320, num_attention_heads=4), 1, 192, "projector"),
     ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=2, text_hidden_size=512), 2, 64,
      "projector"),
+    # recorded after Qwen2.5-VL's merger was counted
+    ("qwen2_5_vl", "eager", "bfloat16", dict(hidden_size=64, num_heads=16, intermediate_size=128), 1, 64, "projector"),
+    ("qwen2_5_vl", "sdpa", "float32", dict(hidden_size=128, num_heads=8, window_size=224, fullatt_block_indexes=[]),
+     2, 36, "projector"),
 ]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
