@@ -474,7 +474,9 @@ def projector_refusal(run: Run) -> str:
     if run.optimizer_spec.temporaries not in ("adam", "none"):
         return (f"{what} under {run.optimizer_spec.name}, whose temporaries for their tensors are not "
                 "counted (Adam's and AdamW's are)")
-    if parts.tower not in PROJECTOR_COUNTED or not modelled(parts):
+    if not modelled(parts):
+        return f"{what}: {_unmodelled_tower(parts)}"
+    if parts.tower not in PROJECTOR_COUNTED:
         return (f"{what}: the {parts.label} projector's saved tensors are not counted (memmath counts "
                 f"{', '.join(TOWER_LABELS[t] for t in PROJECTOR_COUNTED)}'s)")
     if vision == "trains" and parts.tower not in TOWER_COUNTED:

@@ -638,8 +638,8 @@ def activations_note(shape, vision: str = "frozen") -> Note:  # shape: a models.
     tokens = (f" ({parts.image_tokens} per image here)" if parts.image_tokens else "")
     why = ("with both frozen, backward saves none of theirs" if vision == "frozen" else
            "what backward saves of the part that trains here is left out of the sum of the parts; the requirement's "
-           "upper bound counts it where memmath bounds the step: a projector under full finetuning on Gemma 3, "
-           "Qwen2-VL, Qwen2.5-VL or LLaVA (CLIP), or Gemma 3's SigLIP tower")
+           "upper bound counts it where memmath bounds the step: a projector under full finetuning over a tower "
+           "whose forward it models, or Gemma 3's SigLIP tower")
     return Note("vision_activations_not_counted", f"activations: the language model's, over seq_len tokens with the "
                 f"image tokens among them{tokens}; the {parts.label} vision tower's and the projector's activations "
                 f"are not counted ({why})")

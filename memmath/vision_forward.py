@@ -463,8 +463,8 @@ def _merge(parts) -> int:
 
 
 # The towers whose projector's tensors projector_tensors counts (Gemma 3's SigLIP projector, Qwen2-VL's and
-# Qwen2.5-VL's mergers, LLaVA's projector over CLIP).
-PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision", "clip_vision_model", "qwen2_5_vl_vision")
+# Qwen2.5-VL's mergers, LLaVA's projector over CLIP or Pixtral, Mistral3's over Pixtral).
+PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision", "clip_vision_model", "qwen2_5_vl_vision", "pixtral")
 
 
 def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
@@ -487,7 +487,13 @@ def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
     LLaVA over CLIP (modeling_llava.py LlavaMultiModalProjector over I images of N = n + 1 tokens of width c, text
     width t): the selected layer's hidden states, which linear_1 saves through its view (I N c), a copy of that view
     (counted though a strided view may need none), linear_1's, the GELU's and linear_2's outputs and the model's
-    torch.cat of the images' features (4 I N t; every token counted, the class token too)."""
+    torch.cat of the images' features (4 I N t; every token counted, the class token too); over Pixtral the same over
+    its N patches (no class token).
+    Mistral3 (modeling_mistral3.py Mistral3MultiModalProjector over N patches of width c in B images, T = N / m^2
+    tokens, text width t): the last layer's output N c; Mistral3RMSNorm in fp32 as Qwen2.5-VL's ln_q; the patch
+    merger's contiguous copy of each permuted grid, unfold's output and their concatenation (3 N c), the image sizes
+    (three 0-dim int64 an image), merging_layer's output T c; linear_1's, the GELU's and linear_2's outputs and the
+    model's torch.cat (4 T t)."""
     images = worst_images(parts, batch, seq_len)
     if parts.tower == "siglip_vision_model":
         if not images:
@@ -510,6 +516,14 @@ def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
         m_tokens = n // _merge(parts) ** 2
         norm = (n * c * FP32 if e != FP32 else 0) + 2 * n * c * FP32 + 3 * n * FP32 + 2 * n * c * e
         return n * c * e + norm + 2 * n * c * e + 3 * m_tokens * out * e
+    if parts.tower == "pixtral":
+        c, t = _shape(parts.embeddings, "patch_conv.weight")[0], _shape(parts.projector, "linear_1.weight")[0]
+        n = sum(images)
+        if parts.model_type == "llava":
+            return 2 * n * c * e + 4 * n * t * e
+        tokens = n // _merge(parts) ** 2
+        norm = (n * c * FP32 if e != FP32 else 0) + 2 * n * c * FP32 + 3 * n * FP32 + 2 * n * c * e
+        return n * c * e + norm + 3 * n * c * e + 3 * INT64 * len(images) + tokens * c * e + 4 * tokens * t * e
     if parts.tower == "clip_vision_model":
         c, t = _shape(parts.embeddings, "patch_embedding.weight")[0], _shape(parts.projector, "linear_1.weight")[0]
         tokens = images * (_patches(parts) + 1)

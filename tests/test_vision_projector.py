@@ -76,7 +76,8 @@ def test_a_training_projector_is_bounded_by_its_measured_step(record):
 
 
 def test_the_recorded_cases_are_the_held_in_ones():
-    assert len(HELD_IN) == 11 and {r["tower"] for r in HELD_IN} == {"qwen2_vl", "gemma3", "llava", "qwen2_5_vl"}
+    assert len(HELD_IN) == 14
+    assert {r["tower"] for r in HELD_IN} == {"qwen2_vl", "gemma3", "llava", "qwen2_5_vl", "mistral3"}
     assert sum(r["vision"] == "trains" for r in HELD_IN) == 3
 
 
@@ -165,13 +166,24 @@ def test_a_siglip_tower_trained_beside_lora_gets_a_floor():
     assert need.basis == "floor" and "train under LoRA" in need.reason
 
 
-def test_a_projector_whose_tensors_are_not_counted_gets_a_floor():
-    # Mistral3's projector (Pixtral's patch merger): its tower's forward is modelled frozen, its saved tensors are not
-    # counted.
+def test_a_projector_whose_tower_is_not_modelled_gets_a_floor():
+    # Mistral3 with silu in its projector: neither its tower's forward nor its projector was measured with it.
     config = recorder.config("mistral3", "sdpa", dict(hidden_size=64, num_attention_heads=4))
+    config["projector_hidden_act"] = "silu"
     need = requirement(mm.from_hf_config(config), method=mm.Full(vision="projector"), precision="bf16", batch_size=1,
                        seq_len=16, attention="sdpa", device="cpu")
-    assert need.basis == "floor" and "projector's saved tensors are not counted" in need.reason
+    assert need.basis == "floor" and "projector_hidden_act 'silu'" in need.reason
+
+
+def test_mistral3s_projector_tensors_by_hand():
+    # Mistral3, bf16, one sequence of 64 tokens: one image of 256 Pixtral patches of width 64, merged 4 to a token
+    # (64 tokens), text width 64. The last layer's output 256 x 64 x 2 = 32,768; Mistral3RMSNorm: the fp32 copy, x^2
+    # and x * rsqrt 3 x 256 x 64 x 4 = 196,608, the mean, + eps and rsqrt 3 x 256 x 4 = 3,072, the cast back and the
+    # weight's product 2 x 32,768 = 65,536; the grid's contiguous copy, unfold's output and the concatenation
+    # 3 x 32,768 = 98,304; the image's sizes 3 x 8 = 24; merging_layer's output 64 x 64 x 2 = 8,192; linear_1's,
+    # the GELU's, linear_2's outputs and torch.cat's 4 x 64 x 64 x 2 = 32,768. 437,272 in all.
+    record = next(r for r in HELD_IN if r["tower"] == "mistral3" and r["dtype"] == "bfloat16")
+    assert projector_tensors(_shape(record).vision, record["batch"], record["seq_len"], 2) == 437_272
 
 
 def test_the_command_line_gives_the_bound_and_a_verdict(tmp_path):

@@ -380,6 +380,11 @@ STEP_CASES_TRAINING = [
     # recorded while Qwen2.5-VL's merger was counted
     ("qwen2_5_vl", "sdpa", "bfloat16", dict(hidden_size=32, num_heads=2, intermediate_size=64), 2, 16, "projector"),
     ("qwen2_5_vl", "eager", "float32", dict(hidden_size=256, num_heads=4, intermediate_size=512), 1, 16, "projector"),
+    # recorded while Mistral3's projector and LLaVA's over Pixtral were counted
+    ("mistral3", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=16), 1, 64, "projector"),
+    ("mistral3", "sdpa", "float32", dict(hidden_size=256, num_attention_heads=4), 2, 16, "projector"),
+    ("llava", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=8, model_type="pixtral",
+                                        vision_feature_select_strategy="full"), 1, 128, "projector"),
 ]
 # ... and steps whose projector trains recorded after decision._projector_bound was written (held out).
 STEP_HELD_OUT_TRAINING = [
