@@ -412,6 +412,13 @@ STEP_HELD_OUT_TRAINING = [
     ("qwen2_5_vl", "eager", "bfloat16", dict(hidden_size=64, num_heads=16, intermediate_size=128), 1, 64, "projector"),
     ("qwen2_5_vl", "sdpa", "float32", dict(hidden_size=128, num_heads=8, window_size=224, fullatt_block_indexes=[]),
      2, 36, "projector"),
+    # recorded after Mistral3's projector and LLaVA's over Pixtral were counted
+    ("mistral3", "sdpa", "bfloat16", dict(hidden_size=128, num_attention_heads=4, intermediate_size=256), 2, 25,
+     "projector"),
+    ("mistral3", "eager", "float32", dict(hidden_size=96, num_attention_heads=8), 1, 36, "projector"),
+    ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=4, model_type="pixtral",
+                                      vision_feature_layer=-1, vision_feature_select_strategy="full"), 2, 64,
+     "projector"),
 ]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
