@@ -474,6 +474,10 @@ def projector_refusal(run: Run) -> str:
     if run.optimizer_spec.temporaries not in ("adam", "none"):
         return (f"{what} under {run.optimizer_spec.name}, whose temporaries for their tensors are not "
                 "counted (Adam's and AdamW's are)")
+    if run.recipe.activation_bits != run.recipe.weight_bits:
+        return (f"{what} under {run.recipe.name} (autocast): the 16-bit copies autocast makes of the vision "
+                "tensors' inputs and weights, and keeps for backward, are not counted (a recipe whose weights and "
+                "activations share a format, bf16, fp16 or fp32, gives the bound)")
     if not modelled(parts):
         return f"{what}: {_unmodelled_tower(parts)}"
     if parts.tower not in PROJECTOR_COUNTED:

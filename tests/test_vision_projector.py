@@ -253,3 +253,11 @@ def test_a_training_projector_on_several_gpus_keeps_the_floor():
     record = HELD_IN[0]
     need = requirement(_shape(record), **dict(_run(record), n_gpus=2))
     assert need.basis == "floor" and "on 2 GPUs" in need.reason
+
+
+def test_a_training_projector_under_autocast_keeps_the_floor():
+    # torch.autocast keeps bf16 copies of a trainable Linear's input and weight for backward (memmath/trace.py's
+    # rule), which projector_tensors does not count.
+    record = HELD_IN[0]
+    need = requirement(_shape(record), **dict(_run(record), precision="amp"))
+    assert need.basis == "floor" and "(autocast)" in need.reason
