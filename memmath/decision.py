@@ -455,9 +455,9 @@ def _tower_moment(run: Run, memory, text_run: Run, tower: int, extras: int) -> t
     return alive + tower + extras + inputs + work + dequant, words
 
 
-# A SigLIP tower's activations whose saved tensors vision_forward.siglip_saved counts (three of T f at most: quick_gelu
-# saves x, its sigmoid and their product; the others their input, and fc2 its output).
-SIGLIP_ACTS = ("gelu_pytorch_tanh", "gelu", "quick_gelu")
+# A training tower's MLP activations whose saved tensors vision_forward.siglip_saved and qwen2_vl_saved count (three
+# of N f at most: quick_gelu saves x, its sigmoid and their product; the others their input, and fc2 their output).
+TRAINING_ACTS = ("gelu_pytorch_tanh", "gelu", "quick_gelu", "silu")
 
 
 def projector_refusal(run: Run) -> str:
@@ -486,9 +486,9 @@ def projector_refusal(run: Run) -> str:
     if vision == "trains" and parts.tower not in TOWER_COUNTED:
         return (f"{what}: the {parts.label} tower's saved tensors are not counted (memmath counts "
                 f"{', '.join(TOWER_LABELS[t] for t in TOWER_COUNTED)}'s)")
-    if vision == "trains" and parts.act not in SIGLIP_ACTS:
+    if vision == "trains" and parts.act not in TRAINING_ACTS:
         return (f"{what}: vision_config.hidden_act {parts.act!r} saves tensors the bound does not count "
-                f"({', '.join(SIGLIP_ACTS)} are counted)")
+                f"({', '.join(TRAINING_ACTS)} are counted)")
     if vision == "trains" and parts.attention_dropout:
         return (f"{what}: vision_config.attention_dropout {parts.attention_dropout} makes the attention save a mask "
                 "and its output, which the bound does not count (attention_dropout 0, SiglipVisionConfig's default and "

@@ -604,6 +604,50 @@ def siglip_largest(parts, images: int, e: int, attention: str) -> int:
     return max(images * c * n * p * p * e, images * n * max(f, h) * e, scores)
 
 
+def qwen2_vl_saved(parts, chunks, e: int, attention: str, blocks: int | None = None) -> int:
+    """Bytes a Qwen2-VL tower that trains saves for backward over images of `chunks` patches (its first `blocks`
+    blocks; every block where None), each tensor once, counted generously (transformers 5.24 modeling_qwen2_vl.py,
+    autograd's saved tensors; N patches of width c, MLP width f, H heads, pixel rows of R values):
+
+    patches    the Conv3d's input, the pixels in e, and its unfolded input on the CPU (N R e each; the second counted
+               though the kernel may make it again in backward)
+    each block norm1's input, mean and rstd and its output (2 N c, 2 N fp32); qkv's output, which v's view keeps
+               (3 N c); q_embed and k_embed (2 N c; apply_rotary_pos_emb_vision's fp32 products save only cos and
+               sin, held anyway); the attention's copies of each chunk's q, k and v (3 N c: matmul reshapes the
+               transposed views); eager: each chunk's softmax output in fp32 and its cast (H n^2 x (4 + e)); SDPA:
+               each chunk's output and log-sum-exp (N c, H N fp32); the chunks' concatenation, proj's input (N c);
+               norm2's input, mean and rstd and its output (2 N c, 2 N fp32); fc1's output, quick_gelu's sigmoid and
+               product (3 N f)"""
+    chunks = [validate.count("patches", n, low=1) for n in chunks]
+    if not chunks:
+        return 0
+    width, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    n, heads = sum(chunks), parts.heads
+    attn = (sum(heads * k * k for k in chunks) * (FP32 + e) if attention == "eager"
+            else n * width * e + heads * n * FP32)
+    block = 13 * n * width * e + 4 * n * FP32 + attn + 3 * n * f * e
+    blocks = parts.n_blocks if blocks is None else blocks
+    return 2 * n * c * tp * p * p * e + blocks * block
+
+
+def qwen2_vl_block_extra(parts, chunks, e: int, attention: str) -> int:
+    """The most a Qwen2-VL block that trains makes beside what it saves (qwen2_vl_saved), with the tables the tower
+    holds throughout: q's and k's fp32 copies (none in fp32) and apply_rotary_pos_emb_vision's temporaries for each
+    (rotate_half's negation and concatenation, the two products and their sum: 4.5 N c fp32); eager's scores, their
+    scaled copy and the fp32 copy softmax makes over the largest chunk (and the scalar's 12 B), or SDPA's CPU kernel's
+    scratch; the chunks' transposed outputs, proj's output, the residual sums and fc2's output (5 N c); the position
+    ids (N x 2 int64), cos and sin (N x d fp32 each), cu_seqlens and the chunk lengths (int32)."""
+    width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+    n, heads, d, big = sum(chunks), parts.heads, width // parts.heads, max(chunks)
+    copies = 2 * n * width * FP32 if e != FP32 else 0
+    rotary = copies + 2 * 9 * n * width * FP32 // 2
+    attn = (heads * big * big * (2 * e + (FP32 if e != FP32 else 0)) + 12 if attention == "eager"
+            else _cpu_flash_scratch(big, d, e))
+    tables = n * 2 * INT64 + 2 * n * d * FP32 + (2 * len(chunks) + 1) * FP32
+    return rotary + attn + 5 * n * width * e + tables
+
+
 def tower_tensors(parts, batch: int, seq_len: int, e: int, attention: str) -> tuple[int, int, int, int]:
     """(S, the most its forward adds to S, the most its backward adds to S, one layer's share of S) for a SigLIP tower
     that trains (TOWER_COUNTED), at the most images the batch can hold (worst_images). S: siglip_saved. Its forward
@@ -617,6 +661,8 @@ def tower_tensors(parts, batch: int, seq_len: int, e: int, attention: str) -> tu
     if parts.tower not in TOWER_COUNTED:
         raise ValueError(f"tower_tensors counts the towers of {', '.join(TOWER_COUNTED)}, not {parts.tower}")
     images = worst_images(parts, batch, seq_len)
+    if parts.tower == "qwen2_vl_vision":
+        return _qwen2_vl_tensors(parts, images, e, attention)
     h = _shape(parts.embeddings, "patch_embedding.weight")[0]
     scratch = 2 * _cpu_flash_scratch(_patches(parts), h // parts.heads, e) if attention != "eager" else 0
     one = replace(parts, n_blocks=1)
@@ -626,5 +672,20 @@ def tower_tensors(parts, batch: int, seq_len: int, e: int, attention: str) -> tu
             6 * siglip_largest(parts, images, e, attention) + scratch, layer)
 
 
-# The towers whose tensors tower_tensors counts for a tower that trains (Gemma 3's SigLIP, without a pooling head).
-TOWER_COUNTED = ("siglip_vision_model",)
+def _qwen2_vl_tensors(parts, chunks, e: int, attention: str) -> tuple[int, int, int, int]:
+    """tower_tensors for a Qwen2-VL tower: its backward's largest tensor is the pixels' rows (N R e), fc1's output
+    (N f e), an fp32 rotary gradient (N c fp32) or eager's fp32 scores over the largest chunk (H n^2 fp32)."""
+    width, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    n, big = sum(chunks), max(chunks)
+    largest = max(n * c * tp * p * p * e, n * f * e, n * width * FP32,
+                  parts.heads * big * big * FP32 if attention == "eager" else 0)
+    scratch = 2 * _cpu_flash_scratch(big, width // parts.heads, e) if attention != "eager" else 0
+    saved = qwen2_vl_saved(parts, chunks, e, attention)
+    layer = saved - qwen2_vl_saved(parts, chunks, e, attention, blocks=parts.n_blocks - 1) if parts.n_blocks else 0
+    return saved, qwen2_vl_block_extra(parts, chunks, e, attention), 6 * largest + scratch, layer
+
+
+# The towers whose tensors tower_tensors counts for a tower that trains (Gemma 3's SigLIP, without a pooling head;
+# Qwen2-VL's).
+TOWER_COUNTED = ("siglip_vision_model", "qwen2_vl_vision")

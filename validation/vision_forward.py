@@ -385,6 +385,11 @@ STEP_CASES_TRAINING = [
     ("mistral3", "sdpa", "float32", dict(hidden_size=256, num_attention_heads=4), 2, 16, "projector"),
     ("llava", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=8, model_type="pixtral",
                                         vision_feature_select_strategy="full"), 1, 128, "projector"),
+    # recorded while the bound for a Qwen2-VL tower that trains was written
+    ("qwen2_vl", "eager", "float32", dict(embed_dim=128, num_heads=2), 1, 16, "trains"),
+    ("qwen2_vl", "eager", "bfloat16", dict(embed_dim=64, num_heads=4, depth=4), 2, 36, "trains"),
+    # a Qwen2.5-VL tower that trains, whose saved tensors memmath does not count: its floor against the step
+    ("qwen2_5_vl", "sdpa", "bfloat16", dict(hidden_size=256, num_heads=4, intermediate_size=512), 2, 16, "trains"),
 ]
 # ... and steps whose projector trains recorded after decision._projector_bound was written (held out).
 STEP_HELD_OUT_TRAINING = [
