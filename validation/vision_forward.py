@@ -424,6 +424,10 @@ STEP_HELD_OUT_TRAINING = [
     ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=4, model_type="pixtral",
                                       vision_feature_layer=-1, vision_feature_select_strategy="full"), 2, 64,
      "projector"),
+    # recorded after the bound counted a Qwen2-VL tower that trains
+    ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9, "trains"),
+    ("qwen2_vl", "sdpa", "float32", dict(embed_dim=96, num_heads=2, depth=3, mlp_ratio=2), 1, 36, "trains"),
+    ("qwen2_vl", "eager", "bfloat16", dict(embed_dim=128, num_heads=8), 1, 64, "trains"),
 ]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
