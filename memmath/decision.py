@@ -24,11 +24,14 @@ from .memory import training_memory
 from .notes import Note
 from .parallel import is_parallel, parallel_memory, peak_estimate, peak_why_not, worst_rank, worst_rank_peak
 from .multimodal import TOWER_LABELS
-from .peak import forward_start, peak_memory, why_no_peak
+from .peak import PeakEstimate, forward_start, peak_memory, why_no_peak
+from .recipes import update_temporaries
 from .run import Run, as_run, why_not_exact
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
-from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, pixtral_unmeasured,
-                             tower_forward, worst_images)
+from .methods import Full
+from .vision_forward import (INT64, MODELLED_TOWERS, PROJECTOR_COUNTED, TOWER_COUNTED, batch_extras, images_known,
+                             modelled, pixtral_unmeasured, projector_tensors, tower_forward, tower_tensors,
+                             worst_images)
 
 BASES = ("peak", "upper bound", "sum of parts", "floor")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -55,6 +58,10 @@ CHECKPOINT_FIX = ("without checkpointing the step's peak is modelled; memmath tr
                   "of the checkpointed step, or memmath measure MODEL measures it")
 VISION_FIX = ("freeze the vision tower and projector (--vision frozen; vision='frozen' in the API) for an upper bound, or "
               "measure the step")
+# A projector that trains under a method whose language model's embeddings are frozen (projector_refusal).
+PROJECTOR_FIX = ("train the projector under full finetuning (--method full --vision projector; Full(vision='projector') "
+                 "in the API) or freeze the vision tower and projector (--vision frozen) for an upper bound, or measure "
+                 "the step")
 # What each kind of floor leaves out, in words: the activations the textbook counts unchecked, or the step of a vision
 # tower or projector that trains (or that memmath cannot bound).
 UNCHECKED_LEFT_OUT = "the activations"
@@ -123,8 +130,10 @@ class Requirement:
             return unchecked_fix(self.run)
         if self.run.model.vision is None:
             return CHECKPOINT_FIX
-        frozen = getattr(self.run.method, "vision", None) == "frozen"
-        return MEASURE_FIX if frozen and _unmodelled_tower(self.run.model.vision) else VISION_FIX
+        vision = getattr(self.run.method, "vision", None)
+        if vision in ("projector", "trains") and type(self.run.method) is not Full:
+            return PROJECTOR_FIX
+        return MEASURE_FIX if vision == "frozen" and _unmodelled_tower(self.run.model.vision) else VISION_FIX
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
@@ -293,8 +302,9 @@ def checkpoint_refusal(run: Run) -> str:
 
 
 def _vision_floor(need: Requirement) -> Requirement:
-    """A vision-language run memmath has neither a peak nor an upper bound for (a tower or projector that trains; a
-    frozen tower with checkpointing or peft's kbit preparation; a split run): the sum of its parts would be no
+    """A vision-language run memmath has neither a peak nor an upper bound for (a tower that trains; a projector that
+    trains where _projector_bound does not apply, projector_refusal; a frozen tower with checkpointing or peft's kbit
+    preparation; a split run): the sum of its parts would be no
     requirement (the tower's saved activations and backward are not in it: recorded CPU steps of Qwen2-VL and Gemma 3
     whose projector or tower trains peaked 14-24% above it, validation/vision_forward_steps_training.jsonl). The floor
     is the larger of what every moment of the step must reach: the parts alive at the optimizer step (FLOOR_PARTS), or,
@@ -317,10 +327,13 @@ def _vision_floor(need: Requirement) -> Requirement:
                 words = (f"{floor:,} B (the language model's own peak in the same run, {text_need.bytes:,} B, plus the "
                          f"vision tower's and projector's weights and optimizer states, {held:,} B)")
     vision = getattr(run.method, "vision", None)
-    part = {"frozen": _unmodelled_tower(run.model.vision), "projector": "the projector trains",
-            "trains": "the vision tower and projector train"}.get(vision, "")
+    part = {"frozen": _unmodelled_tower(run.model.vision),
+            "projector": projector_refusal(run) if vision == "projector" else "",
+            "trains": projector_refusal(run) if vision == "trains" else ""}.get(vision, "")
+    part = part or {"projector": "the projector trains", "trains": "the vision tower and projector train"}.get(vision, "")
     # a frozen tower gets a bound where its forward is modelled; one that is not has no change to suggest but measuring
     fix = MEASURE_FIX if vision == "frozen" and part else VISION_FIX
+    fix = PROJECTOR_FIX if vision in ("projector", "trains") and type(run.method) is not Full else fix
     why = (f"{need.reason}{'; ' + part if part else ''}: memmath models neither this step's peak nor a bound on it "
            "(what the tower and projector save and compute is not modelled), and the sum of the parts leaves that "
            f"out, so it is no requirement. The step needs at least {words}: the card must hold at least that. "
@@ -353,7 +366,7 @@ def _judged(run: Run) -> Requirement:
         return _bound(run, why)
     if not why and is_ddp(run) and run.gradient_as_bucket_view:  # DDP's views where sharded_peak refuses the run
         return _ddp_views_bound(run, memory)
-    frozen_tower = _frozen_tower_bound(run, memory) if why else None
+    frozen_tower = (_frozen_tower_bound(run, memory) or _projector_bound(run, memory)) if why else None
     if frozen_tower is not None:
         return frozen_tower
     if why:
@@ -440,6 +453,146 @@ def _tower_moment(run: Run, memory, text_run: Run, tower: int, extras: int) -> t
     words = (f"{count} images of {parts.image_tokens} tokens" if isinstance(images, int)
              else f"{count} images of {images[0]:,} patches")
     return alive + tower + extras + inputs + work + dequant, words
+
+
+# A training tower's MLP activations whose saved tensors vision_forward.siglip_saved and qwen2_vl_saved count (three
+# of N f at most: quick_gelu saves x, its sigmoid and their product; the others their input, and fc2 their output).
+TRAINING_ACTS = ("gelu_pytorch_tanh", "gelu", "quick_gelu", "silu")
+
+
+def projector_refusal(run: Run) -> str:
+    """Why a run whose projector, or tower and projector, train has no upper bound (_projector_bound), in words; ""
+    where it has one."""
+    parts, vision = run.model.vision, getattr(run.method, "vision", None)
+    what = "the projector trains" if vision == "projector" else "the vision tower and projector train"
+    if run.n_gpus > 1 or run.sharded or is_ddp(run) or is_parallel(run):
+        return f"{what} on {run.n_gpus} GPUs: the bound is given for one GPU's step"
+    if type(run.method) is not Full:
+        return (f"{what} under {type(run.method).__name__}, whose language model's input embeddings are "
+                "frozen: the image features, which need a gradient, make its first block record what the text "
+                "model's step does not (the bound is given under full finetuning, Full)")
+    if run.optimizer_spec.temporaries not in ("adam", "none"):
+        return (f"{what} under {run.optimizer_spec.name}, whose temporaries for their tensors are not "
+                "counted (Adam's and AdamW's are)")
+    if run.recipe.activation_bits != run.recipe.weight_bits:
+        return (f"{what} under {run.recipe.name} (autocast): the 16-bit copies autocast makes of the vision "
+                "tensors' inputs and weights, and keeps for backward, are not counted (a recipe whose weights and "
+                "activations share a format, bf16, fp16 or fp32, gives the bound)")
+    if not modelled(parts):
+        return f"{what}: {_unmodelled_tower(parts)}"
+    if parts.tower not in PROJECTOR_COUNTED:
+        return (f"{what}: the {parts.label} projector's saved tensors are not counted (memmath counts "
+                f"{', '.join(TOWER_LABELS[t] for t in PROJECTOR_COUNTED)}'s)")
+    if vision == "trains" and parts.tower not in TOWER_COUNTED:
+        return (f"{what}: the {parts.label} tower's saved tensors are not counted (memmath counts "
+                f"{', '.join(TOWER_LABELS[t] for t in TOWER_COUNTED)}'s)")
+    if vision == "trains" and parts.act not in TRAINING_ACTS:
+        return (f"{what}: vision_config.hidden_act {parts.act!r} saves tensors the bound does not count "
+                f"({', '.join(TRAINING_ACTS)} are counted)")
+    if vision == "trains" and parts.attention_dropout:
+        return (f"{what}: vision_config.attention_dropout {parts.attention_dropout} makes the attention save a mask "
+                "and its output, which the bound does not count (attention_dropout 0, SiglipVisionConfig's default and "
+                "Gemma 3's, is counted)")
+    if vision == "trains" and any(".head." in t.name for t in parts.post):
+        return f"{what}: the {parts.label} tower's pooling head (vision_use_head) is not counted"
+    return ""
+
+
+def _projector_bound(run: Run, memory) -> Requirement | None:
+    """A vision-language run whose projector trains (vision='projector', the tower frozen) or whose tower and
+    projector train (vision='trains', SigLIP under Gemma 3), under full finetuning: a safe upper bound, the largest of
+    four moments, each a sum of what can be alive at it, with the tower's and projector's parts (weights, gradients,
+    optimizer states) and the pixels, image ids and the tower's buffers (batch_extras) in all four.
+
+    What the vision side saves: a frozen tower given pixels that need no gradient nothing; a SigLIP tower that
+    trains its saved tensors (vision_forward.tower_tensors, S); the projector at most every tensor its forward makes
+    (vision_forward.projector_tensors, P). The image features join the input embeddings by masked_scatter: its copy
+    of the input embeddings, its backward's masked_fill of their gradient (B S t e each) and its mask (B S t bytes,
+    counted as expanded). The vision gradients are made in their backward (zero_grad(set_to_none=True) leaves none,
+    as peak.py's moments take it; with gradient accumulation they are counted throughout).
+
+    1. The tower's forward: _tower_moment (the frozen forward at its fullest over the most images the batch holds),
+       plus P and, for a tower that trains, S and the most one layer or the patches' stage makes beside it in place
+       of the frozen forward's working memory; less the vision gradients.
+    2. The language model's forward and backward: the text model's modelled forward and backward peak in the same run
+       (its input embeddings need a gradient in both under full finetuning), S + P, masked_scatter's terms; less the
+       vision gradients.
+    3. The vision backward, which runs after the language model's has reached its input embeddings (peak.py's moment
+       "at the embeddings: every gradient"): S + P, the projector's backward (one gradient of each of its tensors and
+       one op's temporaries, each the size of a tensor it reads or makes: 2 P), the tower's (tower_tensors: six of
+       its largest tensor and the CPU SDPA kernel's scratch), masked_scatter's terms; less, for a tower of L layers,
+       (L - 1) times the smaller of one layer's saved tensors and its gradients, since its backward runs the layers
+       last to first and no layer holds both at the worst moment.
+    4. The optimizer step: the text model's, plus the optimizer's temporaries for the trainable vision tensors in the
+       list the language model's are in (recipes.update_temporaries: torch's single-tensor Adam on the CPU makes two
+       the size of one tensor beside the one before it, so the whole list's largest is at most the language model's
+       plus theirs; foreach Adam one the size of every tensor); the saved tensors are freed by then.
+
+    Measured on the CPU by validation/vision_forward.py --training (those it holds out were recorded after this
+    bound). None where it does not apply (projector_refusal, checkpointing, peft's kbit preparation)."""
+    shape, method = run.model, run.method
+    vision = getattr(method, "vision", None)
+    if (shape.vision is None or vision not in ("projector", "trains") or run.seq_len is None
+            or run.checkpointing or run.kbit_prep or projector_refusal(run)):
+        return None
+    text_run = run.replace(model=replace(shape, vision=None, name=f"{shape.name} (language model)"),
+                           method=replace(method, vision="trains"))
+    text_need = _requirement(text_run.cache_key)
+    if text_need.basis != "peak" or not isinstance(text_need.peak, PeakEstimate):
+        return None
+    parts, recipe = shape.vision, run.recipe
+    e = 4 if max(recipe.weight_bits, recipe.activation_bits) >= 32 else 2
+    tower = sum(int(getattr(memory, part)) - int(getattr(text_need.memory, part)) for part in STATIC_PARTS)
+    extras = batch_extras(parts, run.batch_size, run.seq_len)
+    projector = projector_tensors(parts, run.batch_size, run.seq_len, e)
+    own, tower_forward_extra, tower_backward, layer = (
+        tower_tensors(parts, run.batch_size, run.seq_len, e, run.attention) if vision == "trains" else (0, 0, 0, 0))
+    # The tower's backward runs its layers last to first: while layer k's runs, the layers below it still hold what
+    # they saved and have no gradients yet, the layers above have freed theirs and hold their gradients. At the
+    # worst k, then, L - 1 layers hold the smaller of their saved tensors and their gradients, not both.
+    layer_grads = sum(t.numel for t in parts.block) * recipe.grad_bits // 8 if vision == "trains" else 0
+    not_both = (parts.n_blocks - 1) * min(layer, layer_grads) if vision == "trains" and run.grad_accum_steps == 1 else 0
+    saved = own + projector
+    tokens = run.batch_size * run.seq_len * shape.hidden_size
+    scatter = 2 * tokens * e + tokens
+    # the trainable vision tensors in the update's format (the fp32 masters where the recipe keeps them)
+    width = max(recipe.weight_bits, recipe.master_bits) // 8
+    updates = (update_temporaries([t.numel * width for t in parts.trainable(vision)], run.device)
+               if run.optimizer_spec.temporaries == "adam" else 0)
+    # the language model's step, the vision tensors saved beside it; then the vision backward, after the language
+    # model's backward has reached its input embeddings (peak.py's moment "at the embeddings: every gradient")
+    # The vision gradients are made in their backward, after the language model's (zero_grad(set_to_none=True) left
+    # none from the step before, as peak.py's moments take it); with gradient accumulation they are alive throughout.
+    grads = int(memory.gradients) - int(text_need.memory.gradients) if run.grad_accum_steps == 1 else 0
+    text = text_need.peak
+    during = int(max(text.forward, text.backward)) + tower - grads + extras + saved + scatter
+    stepping = int(text.optimizer_step) + tower + extras + updates  # the saved tensors are freed by then
+    at_embeddings = next((value for phase, label, value in text.moments
+                          if phase == "backward" and label.startswith("at the embeddings")), text_need.bytes)
+    after = int(at_embeddings) + tower + extras + saved + 2 * projector + tower_backward + scatter - not_both
+    moment, images = _tower_moment(run, memory, text_run, tower, extras)
+    # a tower that trains: its frozen forward's working memory gives way to what it saves and the most one layer (or
+    # the patches' stage) makes beside that
+    moment += saved - grads + ((tower_forward_extra - tower_forward(parts, run.batch_size, run.seq_len, e,
+                                                                    run.attention)) if vision == "trains" else 0)
+    what = "a projector that trains" if vision == "projector" else "a vision tower and projector that train"
+    made = ("every tensor the projector's forward makes" if vision == "projector" else
+            "what the tower saves for backward, the most one of its layers makes beside that and every tensor the "
+            "projector's forward makes")
+    bound = max(moment, during, stepping, after)
+    unmade = f", less the vision gradients, not made yet ({grads:,} B)" if grads else ""
+    words = (f"{why_no_peak(run)}; an upper bound for {what}, the largest of four moments, each with the tower's "
+             f"and projector's parts, gradients and optimizer states ({tower:,} B) and the pixels, image ids and the "
+             f"tower's buffers ({extras:,} B). The tower's forward over {images} at its fullest, with every token an "
+             f"image token, and {made} ({saved:,} B){unmade}: {moment:,} B. The language model's forward and "
+             f"backward: its own peak in the same run, those tensors and masked_scatter's copy, gradient and mask "
+             f"({scatter:,} B){unmade}: {during:,} B. Their backward, after the language model's has reached its "
+             f"embeddings ({int(at_embeddings):,} B then): those tensors, what their backward adds to them "
+             f"({2 * projector + tower_backward:,} B) and masked_scatter's terms"
+             + (f", less what no layer holds at once, both its saved tensors and its gradients ({not_both:,} B)"
+                if not_both else "") + f": {after:,} B. The optimizer step: the language model's, and the optimizer's "
+             f"temporaries for the vision tensors ({updates:,} B): {stepping:,} B")
+    return Requirement(bound, "upper bound", words, memory, None, run)
 
 
 def _ddp_views_bound(run: Run, memory) -> Requirement:

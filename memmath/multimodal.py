@@ -531,10 +531,22 @@ def _vision_config(config: dict, spec: _Wrapper, model_type: str, notes: list) -
 
 def _window_fields(config: dict, tower: str, vision: dict) -> dict:
     """Qwen2.5-VL's window attention (Qwen2_5_VLVisionConfig: window_size 112, fullatt_block_indexes (7, 15, 23, 31),
-    hidden_act "silu"), and a Pixtral tower's activations and feature layer (PixtralVisionConfig hidden_act "gelu";
+    hidden_act "silu"), a SigLIP tower's activation and attention dropout and a Qwen2-VL tower's activation (what they
+    save when they train), and a
+    Pixtral tower's activations and feature layer (PixtralVisionConfig hidden_act "gelu";
     Mistral3Config vision_feature_layer -1, LlavaConfig -2 and vision_feature_select_strategy "default";
     projector_hidden_act "gelu"), which shape their forward's memory: {} for the other towers."""
     raw = _sub_config(config, "vision_config") or {}
+    if tower == "siglip_vision_model":  # SiglipVisionConfig: hidden_act "gelu_pytorch_tanh", attention_dropout 0.0
+        dropout = raw.get("attention_dropout")
+        dropout = 0.0 if dropout is None else dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise validate.FieldError("vision_config.attention_dropout", "config field 'vision_config.attention_dropout'"
+                                      f" must be a probability in [0, 1); got {validate.describe(dropout)}")
+        return dict(act=_string(raw, "hidden_act", "gelu_pytorch_tanh", "vision_config."),
+                    attention_dropout=float(dropout))
+    if tower == "qwen2_vl_vision":  # Qwen2VLVisionConfig: hidden_act "quick_gelu" (what a tower that trains saves)
+        return dict(act=_string(raw, "hidden_act", "quick_gelu", "vision_config."))
     if tower == "pixtral":  # Mistral3Config's vision_feature_layer -1; LlavaConfig's -2 and its "default" selection
         mistral3 = config.get("model_type") == "mistral3"
         layer = config.get("vision_feature_layer", -1 if mistral3 else -2)
@@ -628,7 +640,9 @@ def activations_note(shape, vision: str = "frozen") -> Note:  # shape: a models.
     parts = shape.vision
     tokens = (f" ({parts.image_tokens} per image here)" if parts.image_tokens else "")
     why = ("with both frozen, backward saves none of theirs" if vision == "frozen" else
-           "what backward saves of the part that trains here is left out")
+           "what backward saves of the part that trains here is left out of the sum of the parts; the requirement's "
+           "upper bound counts it where memmath bounds the step: a projector under full finetuning over a tower "
+           "whose forward it models, or Gemma 3's SigLIP tower or Qwen2-VL's")
     return Note("vision_activations_not_counted", f"activations: the language model's, over seq_len tokens with the "
                 f"image tokens among them{tokens}; the {parts.label} vision tower's and the projector's activations "
                 f"are not counted ({why})")

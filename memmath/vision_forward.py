@@ -100,6 +100,7 @@ Measured on the CPU by validation/vision_forward.py (the cases it holds out were
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from . import validate
 
@@ -459,3 +460,232 @@ def _merge(parts) -> int:
     else:
         merge2 = _shape(parts.projector, "mlp.0.weight")[0] // _shape(parts.embeddings, "patch_embed.proj.weight")[0]
     return int(round(merge2 ** 0.5))
+
+
+# The towers whose projector's tensors projector_tensors counts (Gemma 3's SigLIP projector, Qwen2-VL's and
+# Qwen2.5-VL's mergers, LLaVA's projector over CLIP or Pixtral, Mistral3's over Pixtral).
+PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision", "clip_vision_model", "qwen2_5_vl_vision", "pixtral")
+
+
+def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:
+    """Bytes of every tensor a trainable projector's forward makes, its input included, at the most images the batch
+    can hold (worst_images), each counted once as if all were alive together: the most it can save for backward
+    (transformers 5.24; e the element size, 4 for fp32 temporaries):
+
+    Gemma 3 (modeling_gemma3.py Gemma3MultiModalProjector over I images of n patches of width c, T tokens an image,
+    text width t): the tower's output I n c, its contiguous transposed copy I n c, AvgPool2d's output I T c;
+    Gemma3RMSNorm in fp32: x.float() (a copy where e is not 4), x^2 and x * rsqrt (I T c each), the mean, its sum
+    with eps and the rsqrt (I T each), 1 + weight.float() (2 c) and the scaled output I T c, its cast back (I T c e);
+    the matmul with mm_input_projection_weight I T t.
+    Qwen2-VL (modeling_qwen2_vl.py PatchMerger over N patches of width c, M = N / m^2 tokens of out): the last block's
+    output N c, ln_q's output N c and its mean and rstd (N fp32 each), mlp.0's and the GELU's outputs (2 M m^2 c) and
+    mlp.2's M out; then get_image_features' split views and the model's torch.cat of them (M out).
+    Qwen2.5-VL (modeling_qwen2_5_vl.py Qwen2_5_VLPatchMerger, its vision model's forward): as Qwen2-VL's with ln_q a
+    Qwen2_5_VLRMSNorm in fp32: its input's fp32 copy (none in fp32), x^2 and x * rsqrt (N c fp32 each), the mean, its
+    sum with eps and the rsqrt (N fp32 each), the cast back and the weight's product (2 N c); and the merger's output
+    re-ordered by reverse_indices (M out) before the model's torch.cat.
+    LLaVA over CLIP (modeling_llava.py LlavaMultiModalProjector over I images of N = n + 1 tokens of width c, text
+    width t): the selected layer's hidden states, which linear_1 saves through its view (I N c), a copy of that view
+    (counted though a strided view may need none), linear_1's, the GELU's and linear_2's outputs and the model's
+    torch.cat of the images' features (4 I N t; every token counted, the class token too); over Pixtral the same over
+    its N patches (no class token).
+    Mistral3 (modeling_mistral3.py Mistral3MultiModalProjector over N patches of width c in B images, T = N / m^2
+    tokens, text width t): the last layer's output N c; Mistral3RMSNorm in fp32 as Qwen2.5-VL's ln_q; the patch
+    merger's contiguous copy of each permuted grid, unfold's output and their concatenation (3 N c), the image sizes
+    (three 0-dim int64 an image), merging_layer's output T c; linear_1's, the GELU's and linear_2's outputs and the
+    model's torch.cat (4 T t)."""
+    images = worst_images(parts, batch, seq_len)
+    if parts.tower == "siglip_vision_model":
+        if not images:
+            return 0
+        c, t = _shape(parts.projector, "mm_input_projection_weight")
+        n, tokens = _patches(parts), images * parts.image_tokens
+        fp32 = (tokens * c * FP32 if e != FP32 else 0) + 3 * tokens * c * FP32 + 3 * tokens * FP32 + 2 * c * FP32
+        return 2 * images * n * c * e + tokens * c * e + fp32 + tokens * c * e + tokens * t * e
+    if parts.tower == "qwen2_vl_vision":
+        c = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+        merged = _shape(parts.projector, "mlp.0.weight")[0]
+        out = _shape(parts.projector, "mlp.2.weight")[0]
+        n = sum(images)
+        m_tokens = n * c // merged
+        return 2 * n * c * e + 2 * n * FP32 + 2 * m_tokens * merged * e + 2 * m_tokens * out * e
+    if parts.tower == "qwen2_5_vl_vision":
+        c = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+        out = _shape(parts.projector, "mlp.2.weight")[0]
+        n = sum(images)
+        m_tokens = n // _merge(parts) ** 2
+        norm = (n * c * FP32 if e != FP32 else 0) + 2 * n * c * FP32 + 3 * n * FP32 + 2 * n * c * e
+        return n * c * e + norm + 2 * n * c * e + 3 * m_tokens * out * e
+    if parts.tower == "pixtral":
+        c, t = _shape(parts.embeddings, "patch_conv.weight")[0], _shape(parts.projector, "linear_1.weight")[0]
+        n = sum(images)
+        if parts.model_type == "llava":
+            return 2 * n * c * e + 4 * n * t * e
+        tokens = n // _merge(parts) ** 2
+        norm = (n * c * FP32 if e != FP32 else 0) + 2 * n * c * FP32 + 3 * n * FP32 + 2 * n * c * e
+        return n * c * e + norm + 3 * n * c * e + 3 * INT64 * len(images) + tokens * c * e + 4 * tokens * t * e
+    if parts.tower == "clip_vision_model":
+        c, t = _shape(parts.embeddings, "patch_embedding.weight")[0], _shape(parts.projector, "linear_1.weight")[0]
+        tokens = images * (_patches(parts) + 1)
+        return 2 * tokens * c * e + 4 * tokens * t * e
+    raise ValueError(f"projector_tensors counts the projectors of {', '.join(PROJECTOR_COUNTED)}, not {parts.tower}")
+
+
+def siglip_tensors(parts, images: int, e: int, attention: str) -> int:
+    """Bytes of every tensor a SigLIP tower that trains makes in its forward (Gemma 3's: no pooling head), each counted
+    once as if all were alive together: the most it can save for backward (transformers 5.24 modeling_siglip.py; I
+    images of n patches, width h, MLP width f, H heads of width d, L layers, T = I n):
+
+    patches    the pixels in e (a copy where e is not 4; the convolution saves it: its weight needs a gradient), the
+               unfolded input on the CPU (the pixels' size in e), the convolution's output, the position rows (n h)
+               and their sum: 2 T h + n h
+    each layer layer_norm1's output (T h) and its mean and rstd (2 T fp32); q, k and v (3 T h); eager: matmul(q, k^T),
+               its scaled copy (and the scalar's 12 B), softmax's fp32 copy and output, their cast to e, and a
+               dropout's output and mask (counted though attention_dropout 0 returns its input): I H n^2 x
+               (3 e + 8 + 1) + 12, then the output and its contiguous transpose (2 T h); SDPA: its output, the
+               log-sum-exp (I H n fp32), the CPU kernel's scratch (_cpu_flash_scratch) and the contiguous transpose
+               (2 T h); out_proj's output and the residual (2 T h); layer_norm2's output, mean and rstd (T h + 2 T
+               fp32); fc1's output and the activation's (3 T f: quick_gelu makes three); fc2's output and the residual
+               (2 T h)
+    post       post_layernorm's output, mean and rstd (T h + 2 T fp32)"""
+    images = validate.count("images", images, low=0)
+    if images == 0:
+        return 0
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _shape(parts.embeddings, "position_embedding.weight")[0]
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    heads, tokens = parts.heads, images * n
+    pixels = images * c * n * p * p
+    patches = (pixels * e if e != FP32 else 0) + pixels * e + 2 * tokens * h * e + n * h * e
+    norm = tokens * h * e + 2 * tokens * FP32
+    if attention == "eager":
+        attn = images * heads * n * n * (3 * e + 2 * FP32 + 1) + 12 + 2 * tokens * h * e
+    else:
+        attn = 2 * tokens * h * e + images * heads * n * FP32 + _cpu_flash_scratch(n, h // heads, e)
+    layer = norm + 3 * tokens * h * e + attn + 2 * tokens * h * e + norm + 3 * tokens * f * e + 2 * tokens * h * e
+    return patches + parts.n_blocks * layer + norm
+
+
+def siglip_saved(parts, images: int, e: int, attention: str, blocks: int | None = None) -> int:
+    """Bytes a SigLIP tower that trains saves for backward over `images` images (its first `blocks` layers; every
+    layer where None), each tensor once (transformers 5.24 modeling_siglip.py, autograd's saved tensors):
+
+    patches    the convolution's input, the pixels in e (its weight needs a gradient)
+    each layer layer_norm1's input, mean and rstd (T h, 2 T fp32); its output, which q_proj, k_proj and v_proj save
+               (T h); q, k and v (3 T h); eager: softmax's fp32 output and its cast to e, which matmul(attn, v) saves
+               (I H n^2 x (4 + e); dropout at p=0 returns its input); SDPA (the CPU flash kernel): its output and
+               log-sum-exp (T h, I H n fp32); out_proj's input, the contiguous transpose (T h); layer_norm2's input,
+               mean and rstd and its output (2 T h, 2 T fp32); fc1's output and the activation's, counted as three
+               (3 T f: quick_gelu keeps x, its sigmoid and their product; gelu_pytorch_tanh, Gemma 3's, two)
+    post       post_layernorm's input, mean and rstd (T h + 2 T fp32)"""
+    images = validate.count("images", images, low=0)
+    if images == 0:
+        return 0
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _shape(parts.embeddings, "position_embedding.weight")[0]
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    tokens = images * n
+    norm = tokens * h * e + 2 * tokens * FP32
+    attn = (images * parts.heads * n * n * (FP32 + e) if attention == "eager"
+            else tokens * h * e + images * parts.heads * n * FP32)
+    layer = 2 * norm + 4 * tokens * h * e + attn + tokens * h * e + tokens * h * e + 3 * tokens * f * e
+    blocks = parts.n_blocks if blocks is None else blocks
+    return images * c * n * p * p * e + blocks * layer + norm
+
+
+def siglip_largest(parts, images: int, e: int, attention: str) -> int:
+    """Bytes of the largest single tensor siglip_tensors counts: the pixels (or their unfolded copy) in e, fc1's
+    output (T f), a layer's hidden states (T h), or under eager the fp32 scores over every image (I H n^2)."""
+    images = validate.count("images", images, low=0)
+    h, c, p, _ = _shape(parts.embeddings, "patch_embedding.weight")
+    n = _shape(parts.embeddings, "position_embedding.weight")[0]
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    scores = images * parts.heads * n * n * FP32 if attention == "eager" else 0
+    return max(images * c * n * p * p * e, images * n * max(f, h) * e, scores)
+
+
+def qwen2_vl_saved(parts, chunks, e: int, attention: str, blocks: int | None = None) -> int:
+    """Bytes a Qwen2-VL tower that trains saves for backward over images of `chunks` patches (its first `blocks`
+    blocks; every block where None), each tensor once, counted generously (transformers 5.24 modeling_qwen2_vl.py,
+    autograd's saved tensors; N patches of width c, MLP width f, H heads, pixel rows of R values):
+
+    patches    the Conv3d's input, the pixels in e, and its unfolded input on the CPU (N R e each; the second counted
+               though the kernel may make it again in backward)
+    each block norm1's input, mean and rstd and its output (2 N c, 2 N fp32); qkv's output, which v's view keeps
+               (3 N c); q_embed and k_embed (2 N c; apply_rotary_pos_emb_vision's fp32 products save only cos and
+               sin, held anyway); the attention's copies of each chunk's q, k and v (3 N c: matmul reshapes the
+               transposed views); eager: each chunk's softmax output in fp32 and its cast (H n^2 x (4 + e)); SDPA:
+               each chunk's output and log-sum-exp (N c, H N fp32); the chunks' concatenation, proj's input (N c);
+               norm2's input, mean and rstd and its output (2 N c, 2 N fp32); fc1's output, quick_gelu's sigmoid and
+               product (3 N f)"""
+    chunks = [validate.count("patches", n, low=1) for n in chunks]
+    if not chunks:
+        return 0
+    width, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    n, heads = sum(chunks), parts.heads
+    attn = (sum(heads * k * k for k in chunks) * (FP32 + e) if attention == "eager"
+            else n * width * e + heads * n * FP32)
+    block = 13 * n * width * e + 4 * n * FP32 + attn + 3 * n * f * e
+    blocks = parts.n_blocks if blocks is None else blocks
+    return 2 * n * c * tp * p * p * e + blocks * block
+
+
+def qwen2_vl_block_extra(parts, chunks, e: int, attention: str) -> int:
+    """The most a Qwen2-VL block that trains makes beside what it saves (qwen2_vl_saved), with the tables the tower
+    holds throughout: q's and k's fp32 copies (none in fp32) and apply_rotary_pos_emb_vision's temporaries for each
+    (rotate_half's negation and concatenation, the two products and their sum: 4.5 N c fp32); eager's scores, their
+    scaled copy and the fp32 copy softmax makes over the largest chunk (and the scalar's 12 B), or SDPA's CPU kernel's
+    scratch; the chunks' transposed outputs, proj's output, the residual sums and fc2's output (5 N c); the position
+    ids (N x 2 int64), cos and sin (N x d fp32 each), cu_seqlens and the chunk lengths (int32)."""
+    width = _shape(parts.embeddings, "patch_embed.proj.weight")[0]
+    n, heads, d, big = sum(chunks), parts.heads, width // parts.heads, max(chunks)
+    copies = 2 * n * width * FP32 if e != FP32 else 0
+    rotary = copies + 2 * 9 * n * width * FP32 // 2
+    attn = (heads * big * big * (2 * e + (FP32 if e != FP32 else 0)) + 12 if attention == "eager"
+            else _cpu_flash_scratch(big, d, e))
+    tables = n * 2 * INT64 + 2 * n * d * FP32 + (2 * len(chunks) + 1) * FP32
+    return rotary + attn + 5 * n * width * e + tables
+
+
+def tower_tensors(parts, batch: int, seq_len: int, e: int, attention: str) -> tuple[int, int, int, int]:
+    """(S, the most its forward adds to S, the most its backward adds to S, one layer's share of S) for a SigLIP tower
+    that trains (TOWER_COUNTED), at the most images the batch can hold (worst_images). S: siglip_saved. Its forward
+    holds beside what it has saved at most every tensor one layer makes and every tensor the patches' stage makes
+    (siglip_tensors of one layer, and of none). Its backward walks the layers one op at a
+    time: beside the saved tensors, the gradient arriving at the op, the gradients it makes (two for a matmul of two
+    inputs), the residual stream's gradient waiting at the block's input and the branch's other partial gradient
+    (q's, k's and v's meet at layer_norm1's output), and an op's temporaries (softmax's backward in fp32, its casts):
+    six tensors of the largest (siglip_largest) bound them; SDPA's CPU kernel adds its scratch (its backward's tiles
+    and gradient tiles: twice the forward's, _cpu_flash_scratch)."""
+    if parts.tower not in TOWER_COUNTED:
+        raise ValueError(f"tower_tensors counts the towers of {', '.join(TOWER_COUNTED)}, not {parts.tower}")
+    images = worst_images(parts, batch, seq_len)
+    if parts.tower == "qwen2_vl_vision":
+        return _qwen2_vl_tensors(parts, images, e, attention)
+    h = _shape(parts.embeddings, "patch_embedding.weight")[0]
+    scratch = 2 * _cpu_flash_scratch(_patches(parts), h // parts.heads, e) if attention != "eager" else 0
+    one = replace(parts, n_blocks=1)
+    saved = siglip_saved(parts, images, e, attention)
+    layer = saved - siglip_saved(parts, images, e, attention, blocks=parts.n_blocks - 1) if parts.n_blocks else 0
+    return (saved, siglip_tensors(one, images, e, attention),
+            6 * siglip_largest(parts, images, e, attention) + scratch, layer)
+
+
+def _qwen2_vl_tensors(parts, chunks, e: int, attention: str) -> tuple[int, int, int, int]:
+    """tower_tensors for a Qwen2-VL tower: its backward's largest tensor is the pixels' rows (N R e), fc1's output
+    (N f e), an fp32 rotary gradient (N c fp32) or eager's fp32 scores over the largest chunk (H n^2 fp32)."""
+    width, c, tp, p, _ = _shape(parts.embeddings, "patch_embed.proj.weight")
+    f = _shape(parts.block, "mlp.fc1.weight")[0]
+    n, big = sum(chunks), max(chunks)
+    largest = max(n * c * tp * p * p * e, n * f * e, n * width * FP32,
+                  parts.heads * big * big * FP32 if attention == "eager" else 0)
+    scratch = 2 * _cpu_flash_scratch(big, width // parts.heads, e) if attention != "eager" else 0
+    saved = qwen2_vl_saved(parts, chunks, e, attention)
+    layer = saved - qwen2_vl_saved(parts, chunks, e, attention, blocks=parts.n_blocks - 1) if parts.n_blocks else 0
+    return saved, qwen2_vl_block_extra(parts, chunks, e, attention), 6 * largest + scratch, layer
+
+
+# The towers whose tensors tower_tensors counts for a tower that trains (Gemma 3's SigLIP, without a pooling head;
+# Qwen2-VL's).
+TOWER_COUNTED = ("siglip_vision_model", "qwen2_vl_vision")

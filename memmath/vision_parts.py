@@ -25,7 +25,8 @@ class VisionTensors:
     blocks that attend over whole images; the others attend within windows). act: the tower's hidden_act where its
     forward's memory depends on it ("" where not read). feature_layer, projector_act: Mistral3's vision_feature_layer
     (an int; None for a list or where not read) and projector_hidden_act, and LLaVA's too with its
-    vision_feature_select_strategy (select) for a Pixtral tower.
+    vision_feature_select_strategy (select) for a Pixtral tower. attention_dropout: a SigLIP tower's (0.0 where not
+    read).
     """
 
     model_type: str
@@ -44,6 +45,7 @@ class VisionTensors:
     feature_layer: int | None = None
     projector_act: str = ""
     select: str = ""
+    attention_dropout: float = 0.0
 
     @functools.cached_property
     def tensor_list(self) -> tuple:

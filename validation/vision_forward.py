@@ -17,6 +17,7 @@ reads them).
     python -m validation.vision_forward --mistral3  # whole Mistral3 steps (with --held-out: those held out)
     python -m validation.vision_forward --llava-pixtral-steps  # whole steps of LLaVA around Pixtral (--held-out too)
     python -m validation.vision_forward --training # whole steps whose projector or tower trains
+    python -m validation.vision_forward --training --held-out  # those recorded after the projector's bound
 
 The tower and projector are frozen (requires_grad False) and the pixels need no gradient, so autograd records
 nothing in the tower, as in a training step whose language model alone trains: the measurement calls the model's
@@ -363,6 +364,70 @@ STEP_CASES_TRAINING = [
      "projector"),
     ("gemma3", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4, image_size=112, patch_size=14), 2, 32,
      "trains"),
+    # recorded while decision._projector_bound was written (a projector that trains under Full, fp32 and eager)
+    ("qwen2_vl", "eager", "float32", dict(embed_dim=128, num_heads=2), 1, 16, "projector"),
+    ("gemma3", "eager", "float32", dict(hidden_size=128, num_attention_heads=2, image_size=112, patch_size=14), 1, 32,
+     "projector"),
+    # recorded while the bound for a SigLIP tower that trains was written
+    ("gemma3", "eager", "float32", dict(hidden_size=128, num_attention_heads=2, image_size=112, patch_size=14), 1, 32,
+     "trains"),
+    ("gemma3", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=4, image_size=224, patch_size=14,
+                                         num_hidden_layers=4), 1, 128, "trains"),
+    # recorded while LLaVA's projector over CLIP was counted
+    ("llava", "sdpa", "bfloat16", dict(hidden_size=256, num_attention_heads=4), 2, 128, "projector"),
+    ("llava", "eager", "float32", dict(hidden_size=128, num_attention_heads=2, text_hidden_size=256), 1, 64,
+     "projector"),
+    # recorded while Qwen2.5-VL's merger was counted
+    ("qwen2_5_vl", "sdpa", "bfloat16", dict(hidden_size=32, num_heads=2, intermediate_size=64), 2, 16, "projector"),
+    ("qwen2_5_vl", "eager", "float32", dict(hidden_size=256, num_heads=4, intermediate_size=512), 1, 16, "projector"),
+    # recorded while Mistral3's projector and LLaVA's over Pixtral were counted
+    ("mistral3", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=16), 1, 64, "projector"),
+    ("mistral3", "sdpa", "float32", dict(hidden_size=256, num_attention_heads=4), 2, 16, "projector"),
+    ("llava", "eager", "bfloat16", dict(hidden_size=64, num_attention_heads=8, model_type="pixtral",
+                                        vision_feature_select_strategy="full"), 1, 128, "projector"),
+    # recorded while the bound for a Qwen2-VL tower that trains was written
+    ("qwen2_vl", "eager", "float32", dict(embed_dim=128, num_heads=2), 1, 16, "trains"),
+    ("qwen2_vl", "eager", "bfloat16", dict(embed_dim=64, num_heads=4, depth=4), 2, 36, "trains"),
+    # a Qwen2.5-VL tower that trains, whose saved tensors memmath does not count: its floor against the step
+    ("qwen2_5_vl", "sdpa", "bfloat16", dict(hidden_size=256, num_heads=4, intermediate_size=512), 2, 16, "trains"),
+]
+# ... and steps whose projector trains recorded after decision._projector_bound was written (held out).
+STEP_HELD_OUT_TRAINING = [
+    ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9, "projector"),
+    ("qwen2_vl", "eager", "float32", dict(embed_dim=64, num_heads=4, depth=3), 1, 36, "projector"),
+    ("gemma3", "sdpa", "bfloat16", dict(hidden_size=512, num_attention_heads=8, image_size=112, patch_size=14), 2, 16,
+     "projector"),
+    ("gemma3", "eager", "bfloat16", dict(hidden_size=192, num_attention_heads=3, image_size=84, patch_size=14), 1, 27,
+     "projector"),
+    # recorded after the bound took its moments apart and counted a SigLIP tower that trains
+    ("gemma3", "sdpa", "float32", dict(hidden_size=96, num_attention_heads=2, image_size=196, patch_size=14), 1, 49,
+     "trains"),
+    ("gemma3", "sdpa", "bfloat16", dict(hidden_size=512, num_attention_heads=8, image_size=112, patch_size=14,
+                                        num_hidden_layers=3), 2, 16, "trains"),
+    ("gemma3", "eager", "bfloat16", dict(hidden_size=192, num_attention_heads=3, image_size=84, patch_size=14), 1, 27,
+     "trains"),
+    ("qwen2_vl", "sdpa", "float32", dict(embed_dim=192, num_heads=3), 2, 25, "projector"),
+    ("gemma3", "sdpa", "float32", dict(hidden_size=320, num_attention_heads=5, image_size=112, patch_size=14), 1, 48,
+     "projector"),
+    # recorded after LLaVA's projector over CLIP was counted
+    ("llava", "eager", "bfloat16", dict(hidden_size=320, num_attention_heads=4), 1, 192, "projector"),
+    ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=2, text_hidden_size=512), 2, 64,
+     "projector"),
+    # recorded after Qwen2.5-VL's merger was counted
+    ("qwen2_5_vl", "eager", "bfloat16", dict(hidden_size=64, num_heads=16, intermediate_size=128), 1, 64, "projector"),
+    ("qwen2_5_vl", "sdpa", "float32", dict(hidden_size=128, num_heads=8, window_size=224, fullatt_block_indexes=[]),
+     2, 36, "projector"),
+    # recorded after Mistral3's projector and LLaVA's over Pixtral were counted
+    ("mistral3", "sdpa", "bfloat16", dict(hidden_size=128, num_attention_heads=4, intermediate_size=256), 2, 25,
+     "projector"),
+    ("mistral3", "eager", "float32", dict(hidden_size=96, num_attention_heads=8), 1, 36, "projector"),
+    ("llava", "sdpa", "float32", dict(hidden_size=128, num_attention_heads=4, model_type="pixtral",
+                                      vision_feature_layer=-1, vision_feature_select_strategy="full"), 2, 64,
+     "projector"),
+    # recorded after the bound counted a Qwen2-VL tower that trains
+    ("qwen2_vl", "sdpa", "bfloat16", dict(embed_dim=320, num_heads=5), 3, 9, "trains"),
+    ("qwen2_vl", "sdpa", "float32", dict(embed_dim=96, num_heads=2, depth=3, mlp_ratio=2), 1, 36, "trains"),
+    ("qwen2_vl", "eager", "bfloat16", dict(embed_dim=128, num_heads=8), 1, 64, "trains"),
 ]
 # ... and whole steps recorded after the decision counted the tower's forward (held out).
 STEP_HELD_OUT = [
@@ -456,7 +521,8 @@ def main(argv=None):
         return
     if args.qwen2_5 or args.training:
         qwen2_5 = STEP_HELD_OUT_QWEN2_5 if args.held_out else STEP_CASES_QWEN2_5
-        for case in (STEP_CASES_TRAINING if args.training else qwen2_5):
+        training = STEP_HELD_OUT_TRAINING if args.held_out else STEP_CASES_TRAINING
+        for case in (training if args.training else qwen2_5):
             print(json.dumps(measure_step(*case)), flush=True)
         return
     if args.steps or args.llava:
