@@ -16,7 +16,7 @@ verdict is refused by name (fits is None), with what would give the activations 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 
 from . import validate
 from .bounds import applies, describe as describe_bound, upper_bound
@@ -29,6 +29,7 @@ from .run import Run, as_run, why_not_exact
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
 from .vision_forward import (INT64, MODELLED_TOWERS, batch_extras, images_known, modelled, pixtral_unmeasured,
                              tower_forward, worst_images)
+from .values import frozen
 
 BASES = ("peak", "upper bound", "sum of parts", "floor")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -69,7 +70,7 @@ class VerdictRefused(ValueError):
     whose activations are not checked against PyTorch); the message says why and what would make it work."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Requirement:
     """Bytes one GPU must hold for `run` (before the CUDA context), and what that number is.
 

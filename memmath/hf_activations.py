@@ -113,7 +113,7 @@ The trace also follows when each storage is allocated and last read (a temporary
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from functools import lru_cache, partial, reduce
 
 from .arrays import any_true, is_ndarray, larger, np, pick
@@ -126,11 +126,12 @@ from .architectures._steps import INT64, Pass, dims
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 from .trace import Trace
+from .values import frozen
 
 CPU_RNG_STATE_BYTES = 5056  # torch.get_rng_state(): the CPU generator's state, a uint8 tensor
 
 
-@dataclass(frozen=True)
+@frozen
 class _Setup:
     """What trains, in the words of the forward pass."""
 
@@ -222,7 +223,7 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
                             padded=padded, packed=packed)
 
 
-@dataclass(frozen=True)
+@frozen
 class ActivationParts:
     """The estimate and its pieces by place, for peak.py (bytes; int64 arrays in a sweep).
 

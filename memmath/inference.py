@@ -7,7 +7,7 @@ every token of context in every sequence of the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from fractions import Fraction
 
 from .arrays import any_true, is_ndarray, np
@@ -22,6 +22,7 @@ from .methods import kept_fp32_extra_bytes, kept_fp32_notes, quant_constant_byte
 from .models import ModelShape, routed_expert
 from .notes import Note
 from .sources import resolve_model
+from .values import frozen
 
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
 
@@ -114,7 +115,7 @@ def _smaller(x, y):
     return np.minimum(x, y) if is_ndarray(x) or is_ndarray(y) else min(x, y)
 
 
-@dataclass(frozen=True)
+@frozen
 class InferenceMemory:
     """Bytes to serve one replica: weights (+ quantization constants) + KV cache + working set.
 

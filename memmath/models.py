@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import functools
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from .arrays import any_true, is_ndarray, is_numpy_str, np
 
@@ -22,6 +22,7 @@ from .units import parse_count
 from .states import GatedDeltaNet, Mamba2, ShortConv
 from .vision_parts import VisionTensors
 from .architectures._parts import LoraAdapter, ParamTensor, factored_size  # noqa: F401 (re-exported)
+from .values import frozen
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,7 +61,7 @@ class _AllTargets(tuple):
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelShape:
     """The shape of a transformer, enough to count every parameter and activation.
 

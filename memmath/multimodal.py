@@ -44,12 +44,13 @@ What memmath does with the vision parts (the Note kinds in parentheses):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from . import validate
 from .architectures._parts import ParamTensor
 from .notes import Note
 from .vision_parts import VisionTensors
+from .values import frozen
 
 MULTIMODAL_MODEL_TYPES = ("gemma3", "llava", "mistral3", "qwen2_vl", "qwen2_5_vl")
 VISION_CHOICES = ("trains", "projector", "frozen")  # what of the tower and projector trains (methods' vision=)
@@ -136,7 +137,7 @@ TOWER_LABELS = {"siglip_vision_model": "SigLIP", "clip_vision_model": "CLIP", "p
                 "qwen2_vl_vision": "Qwen2-VL", "qwen2_5_vl_vision": "Qwen2.5-VL"}
 
 
-@dataclass(frozen=True)
+@frozen
 class _Wrapper:
     """One vision-language model_type: its config class's sub-config specs and top-level defaults."""
 
@@ -634,7 +635,7 @@ def activations_note(shape, vision: str = "frozen") -> Note:  # shape: a models.
                 f"are not counted ({why})")
 
 
-@dataclass(frozen=True)
+@frozen
 class VisionParts(VisionTensors):
     """A vision-language model's tower and projector (VisionTensors), with what the wrapper's tables say of them:
     the tower's name, what trains under a method's vision= setting, and peft's target names."""

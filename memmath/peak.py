@@ -97,7 +97,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import reduce
 
 from .arrays import is_ndarray, larger, np
@@ -112,6 +112,7 @@ from .offload import why_no_peak as offload_why_no_peak
 from .recipes import update_temporaries
 from .run import Run, as_run, ddp_bucket_bytes
 from .training import BNB_QMAP_BYTES, step_parts
+from .values import frozen
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -124,7 +125,7 @@ STEPS = ("steady", "first")  # peak_memory(step=...): every step after the first
 INT64 = 8
 
 
-@dataclass(frozen=True)
+@frozen
 class PeakEstimate:
     """The estimated peak of one training step, per phase, with the moments behind each.
 
@@ -220,7 +221,7 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     return moments.estimate(note)
 
 
-@dataclass(frozen=True)
+@frozen
 class _StepTerms:
     """The bytes every moment of one step is built from, read once from the run and its parts.
 

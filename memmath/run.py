@@ -18,7 +18,7 @@ generates its options from them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 
 from .arrays import is_ndarray
 
@@ -41,6 +41,7 @@ from .offload import check as check_offload, compile_notes, parse_cli as parse_o
 from .preference import DPO
 from .recipes import OPTIMIZERS, RECIPES, Optimizer, Recipe, get_optimizer, get_recipe
 from .sources import resolve_model
+from .values import frozen
 
 ACTIVATION_MODELS = ("transformers", "textbook")
 DEVICES = ("cuda", "cpu")
@@ -55,7 +56,7 @@ RESOLVED = ("attention", "dropout", "activations")
 MIXER_KERNELS = ("cuda", "torch")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class Run:
     """One training step's settings, each concrete after construction (see the module docstring)."""
 
@@ -365,7 +366,7 @@ def as_run(model, **settings) -> Run:
     return Run(model, **settings)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class Serve:
     """One replica serving a model: what memmath.plan_serving, `memmath infer` and lesson 7 ask about.
 

@@ -33,10 +33,10 @@ Every function takes Python ints and returns an exact Python int.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import validate
 from .formats import get_format
+from .values import frozen
 
 TRANSFORMERS_VERSION = "5.24"  # the release whose cache_utils.py and modeling files these layouts follow
 RECURRENT_STATE_FORMAT = "fp32"  # Mamba-2's and gated DeltaNet's recurrent state on transformers' PyTorch paths
@@ -187,7 +187,7 @@ def _check_dims(record, names, optional=()):
         object.__setattr__(record, name, _dim(name, value))
 
 
-@dataclass(frozen=True)
+@frozen
 class FullAttention:
     """A full-attention layer: every token's keys and values."""
 
@@ -204,7 +204,7 @@ class FullAttention:
                                     tokens=tokens, batch=batch, dtype=dtype)
 
 
-@dataclass(frozen=True)
+@frozen
 class SlidingAttention:
     """A sliding-window layer of `window` tokens (config.sliding_window)."""
 
@@ -221,7 +221,7 @@ class SlidingAttention:
                                        tokens=tokens, batch=batch, dtype=dtype, after_prefill=after_prefill)
 
 
-@dataclass(frozen=True)
+@frozen
 class ChunkedAttention:
     """A chunked-attention layer of `chunk` tokens (Llama 4's config.attention_chunk_size)."""
 
@@ -238,7 +238,7 @@ class ChunkedAttention:
                                        tokens=tokens, batch=batch, dtype=dtype, after_prefill=after_prefill)
 
 
-@dataclass(frozen=True)
+@frozen
 class LatentAttention:
     """A multi-head latent attention layer (config.kv_lora_rank, config.qk_rope_head_dim)."""
 
@@ -254,7 +254,7 @@ class LatentAttention:
                                       tokens=tokens, batch=batch, dtype=dtype)
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba2:
     """A Mamba-2 mixer (config.mamba_n_heads, mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_conv)."""
 
@@ -275,7 +275,7 @@ class Mamba2:
                                   state_dtype=state_dtype)
 
 
-@dataclass(frozen=True)
+@frozen
 class GatedDeltaNet:
     """A gated DeltaNet layer (config.linear_num_key_heads, linear_num_value_heads, linear_key_head_dim,
     linear_value_head_dim, linear_conv_kernel_dim)."""
@@ -298,7 +298,7 @@ class GatedDeltaNet:
             state_dtype=state_dtype)
 
 
-@dataclass(frozen=True)
+@frozen
 class ShortConv:
     """A gated short-convolution layer (LFM2's "conv" layers: config.hidden_size channels, conv_L_cache columns)."""
 
@@ -314,7 +314,7 @@ class ShortConv:
         return short_conv_state_bytes(channels=self.channels, conv_kernel=self.conv_kernel, batch=batch, dtype=dtype)
 
 
-@dataclass(frozen=True)
+@frozen
 class NoCache:
     """A layer that stores nothing: it reuses an earlier layer's keys and values (Gemma 3n's last
     num_kv_shared_layers, kv_sharing_modes "reuse") or has no attention (an MLP or MoE layer); a DummyLayer."""
@@ -334,7 +334,7 @@ LAYER_KINDS = (FullAttention, SlidingAttention, ChunkedAttention, LatentAttentio
                NoCache)
 
 
-@dataclass(frozen=True)
+@frozen
 class Hybrid:
     """A layer that runs a state-space mixer beside attention and caches both (Falcon-H1's "hybrid" layers:
     LinearAttentionAndFullAttentionLayer)."""

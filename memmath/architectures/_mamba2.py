@@ -26,16 +26,16 @@ and 12 to 14 times with Granite's 256 (the fallback pads each sequence to whole 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..states import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
 from ._parts import ParamTensor, linear
 from .record import Architecture
+from ..values import frozen
 
 LINEAR = "linear_attention"  # ModelShape.block_kind of a Mamba-2 block: transformers' layer_types name for it
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba2Mixer(Mamba2):
     """A Mamba-2 mixer's widths (memmath.states.Mamba2, whose cache it has) and its biases: conv_bias on the
     convolution, proj_bias on in_proj, out_bias on out_proj (Falcon-H1's projectors_bias; proj_bias elsewhere), and
@@ -108,7 +108,7 @@ def all_linear_refusal(owner: str) -> str:
             "target names do not cover yet; name the targets instead")
 
 
-@dataclass(frozen=True)
+@frozen
 class BlockOrderArchitecture(Architecture):
     """A record whose blocks register their modules in another order than LlamaDecoderLayer (Granite 4.0's MLP
     before its mixer, Nemotron-H's one mixer a block): lora_order lists a block's adapted modules in parameters()

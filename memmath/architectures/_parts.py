@@ -4,8 +4,8 @@ factored_size)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
+from ..values import frozen
 
 
 def factored_size(dims) -> int:
@@ -19,7 +19,7 @@ def factored_size(dims) -> int:
     return leading * (dims[-2] + dims[-1])
 
 
-@dataclass(frozen=True)
+@frozen
 class ParamTensor:
     """One parameter tensor: its path key, the component it belongs to, its shape.
 
