@@ -28,15 +28,13 @@ fp8 (AMD's CDNA 3 and CDNA 4 instruction set architecture references).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-
 from . import validate
 from .cuda_context import CONSERVATIVE_LAZY_MIB, CONTEXT_RESERVES, ContextReserve, context_family, module_loading_for
 from .recipes import get_recipe
 from .units import UNITS, unit_name
 from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 

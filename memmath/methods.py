@@ -7,8 +7,6 @@ a Plan into gradients, optimizer states and activations.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import field, replace
 
 from .arrays import any_true, is_ndarray, np
@@ -23,6 +21,7 @@ from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, RECIPES, Recipe
 from .sources import resolve_model
 from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 

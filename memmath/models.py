@@ -8,8 +8,6 @@ Dimensions may be numpy arrays where a sweep needs them (the parameter count of 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import functools
 import re
 from dataclasses import field, replace
@@ -24,6 +22,7 @@ from .vision_parts import VisionTensors
 from .architectures._parts import LoraAdapter, ParamTensor, factored_size  # noqa: F401 (re-exported)
 from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 

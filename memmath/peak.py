@@ -95,8 +95,6 @@ gradient, after which 14 are within 5% and one is 6.4% low.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import replace
 from functools import reduce
 
@@ -114,6 +112,7 @@ from .run import Run, as_run, ddp_bucket_bytes
 from .training import BNB_QMAP_BYTES, step_parts
 from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 

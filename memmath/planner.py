@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
 
 from dataclasses import field
 
@@ -38,6 +37,7 @@ from .units import UNITS, unit_name
 from .verdict import Verdict, verdict_of_fit
 from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 

@@ -11,7 +11,6 @@ Adam keep 2 + 2 + 4 = 8 bytes per parameter, 56 GB before activations.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from dataclasses import field, replace
 
@@ -34,6 +33,7 @@ from .sharding import sharded_parts
 from .units import UNITS, unit_name
 from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 
