@@ -131,16 +131,17 @@ from .values import frozen
 CPU_RNG_STATE_BYTES = 5056  # torch.get_rng_state(): the CPU generator's state, a uint8 tensor
 
 
-@frozen
 class _Setup:
     """What trains, in the words of the forward pass."""
 
-    embeddings: bool
-    final_norm: bool
-    head: bool
-    lora_modules: frozenset
-    lora: tuple | None  # (rank, adapter bytes per element)
-    houlsby: object = None  # Adapters: the bottleneck m of the two Houlsby adapters per block
+    __slots__ = ("embeddings", "final_norm", "head", "lora_modules", "lora", "houlsby")
+
+    def __init__(self, embeddings: bool, final_norm: bool, head: bool, lora_modules: frozenset, lora: tuple | None,
+                 houlsby=None):
+        self.embeddings, self.final_norm, self.head = embeddings, final_norm, head
+        self.lora_modules = lora_modules
+        self.lora = lora  # (rank, adapter bytes per element)
+        self.houlsby = houlsby  # Adapters: the bottleneck m of the two Houlsby adapters per block
 
 
 def _attention_kind(attention, device, dropout):

@@ -137,19 +137,23 @@ TOWER_LABELS = {"siglip_vision_model": "SigLIP", "clip_vision_model": "CLIP", "p
                 "qwen2_vl_vision": "Qwen2-VL", "qwen2_5_vl_vision": "Qwen2.5-VL"}
 
 
-@frozen
 class _Wrapper:
     """One vision-language model_type: its config class's sub-config specs and top-level defaults."""
 
-    cls: str  # the ...ForConditionalGeneration transformers builds
-    text_type: str  # the default (or only) text model_type
-    text_types: tuple  # the text model_types accepted inside it
-    towers: tuple  # the vision model_types accepted (the first is the default)
-    tie_default: bool  # the class's tie_word_embeddings default
-    tie_from_text: bool  # whether __post_init__ turns tying on when the text config ties
-    text_init: dict  # SubConfigSpec.init_kwargs: the text_config transformers builds when there is none
-    vision_init: dict  # the same for vision_config
-    flat_text: bool = False  # a config without text_config keeps the text fields at the top level (Qwen2-VL)
+    __slots__ = ("cls", "text_type", "text_types", "towers", "tie_default", "tie_from_text", "text_init",
+                 "vision_init", "flat_text")
+
+    def __init__(self, cls, text_type, text_types, towers, tie_default, tie_from_text, text_init, vision_init,
+                 flat_text=False):
+        self.cls = cls  # the ...ForConditionalGeneration transformers builds
+        self.text_type = text_type  # the default (or only) text model_type
+        self.text_types = text_types  # the text model_types accepted inside it
+        self.towers = towers  # the vision model_types accepted (the first is the default)
+        self.tie_default = tie_default  # the class's tie_word_embeddings default
+        self.tie_from_text = tie_from_text  # whether __post_init__ turns tying on when the text config ties
+        self.text_init = text_init  # SubConfigSpec.init_kwargs: the text_config transformers builds when there is none
+        self.vision_init = vision_init  # the same for vision_config
+        self.flat_text = flat_text  # a config without text_config keeps the text fields at the top level (Qwen2-VL)
 
 
 _WRAPPERS = {

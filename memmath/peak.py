@@ -97,6 +97,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import reduce
+from types import SimpleNamespace
 
 from .arrays import is_ndarray, larger, np
 
@@ -220,13 +221,13 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     return moments.estimate(note)
 
 
-@frozen
-class _StepTerms:
+class _StepTerms(SimpleNamespace):
     """The bytes every moment of one step is built from, read once from the run and its parts.
 
     method and b are the policy's (a DPO run trains its base method over chosen and rejected sequences, 2b);
     resident is what is alive before the step (weights, batch, buffers); kept, previous_loss, held_steady what the
-    step before left alive (see _StepTerms.of); the rest are the module doc's terms by name.
+    step before left alive (see _StepTerms.of); the rest are the module doc's terms by name. Built once by `of` and
+    only read: a namespace, not a dataclass, as nothing compares, prints or replaces it.
     """
 
     run: Run
