@@ -17,7 +17,7 @@ from .arrays import any_true, is_ndarray, is_numpy_str, np
 from . import validate
 from .architectures import of
 from .units import parse_count
-from .states import GatedDeltaNet, Mamba2, ShortConv
+from .recurrent import GatedDeltaNet, Mamba2, ShortConv
 from .vision_parts import VisionTensors
 from .architectures._parts import LoraAdapter, ParamTensor, factored_size  # noqa: F401 (re-exported)
 from .values import frozen

@@ -11,7 +11,7 @@ conv state and an fp32 recurrent state, the same size at any context (memmath/st
 
 from __future__ import annotations
 
-from ..states import RECURRENT_STATE_FORMAT, GatedDeltaNet, values_bytes
+from ..recurrent import RECURRENT_STATE_FORMAT, GatedDeltaNet, values_bytes
 from ._parts import ParamTensor, linear
 
 # The config fields of the linear-attention layers (Qwen3NextConfig) and what they change.

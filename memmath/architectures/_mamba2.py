@@ -27,7 +27,7 @@ and 12 to 14 times with Granite's 256 (the fallback pads each sequence to whole 
 from __future__ import annotations
 
 
-from ..states import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
+from ..recurrent import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
 from ._parts import ParamTensor, linear
 from .record import Architecture
 from ..values import frozen
