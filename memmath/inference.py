@@ -21,6 +21,7 @@ from .gpus import get_gpu
 from .methods import kept_fp32_extra_bytes, kept_fp32_notes, quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape, routed_expert
 from .notes import Note
+from .run import SERVING_DEFAULTS
 from .sources import resolve_model
 from .values import frozen
 
@@ -347,16 +348,6 @@ def _larger(x, y):
     if is_ndarray(x) or is_ndarray(y):
         return np.maximum(x, y)
     return max(x, y)
-
-
-# A serving setup's defaults, written once (the serving planner and the command line read them here).
-SERVING_DEFAULTS = dict(
-    weights_format="bf16",  # the format most checkpoints ship in
-    kv_format="bf16",  # the cache in the compute format, as transformers keeps it
-    batch_size=1,  # one sequence: the smallest replica, the one that must fit first
-    context_len=2048,  # tokens per sequence, prompt and output: the training runs' default length too
-    attention="sdpa",  # what transformers picks
-)
 
 
 def inference_memory(model, *, weights_format=None,
