@@ -21,18 +21,18 @@ The textbook model uses h and a alone (a GPT block with a 4h MLP), for every fam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import validate
 from .arrays import any_true
 from .architectures._deltanet import LINEAR
 from .architectures._shortconv import CONV
 from .models import ModelShape
+from .values import frozen
 
 ATTENTION_KINDS = ("eager", "sdpa")
 
 
-@dataclass(frozen=True)
+@frozen
 class ActivationEstimate:
     """Activation bytes: per stored block, how many blocks store, outside the blocks, and the loss.
 
@@ -175,7 +175,7 @@ def textbook_activations(shape: ModelShape, *, seq_len, batch_size, activation_b
     return ActivationEstimate(per_layer, layers_storing, recompute, outside, loss, other_layouts=-linear * kernel)
 
 
-@dataclass(frozen=True)
+@frozen
 class ActivationTerm:
     """One tensor a transformer block keeps for backward: where it is, what it is, and its bytes.
 

@@ -29,11 +29,12 @@ GPTQ, AWQ and bitsandbytes replace nn.Linear layers only, so a mixture of expert
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from . import validate
 from .formats import get_format
 from .formats import quant_constant_bytes
+from .values import frozen
 
 SCHEMES = ("mx", "block", "channel", "tensor", "absmax", "row", "gptq", "awq")
 OTHER_BITS = 16  # what the quantizers leave alone is stored in the checkpoint's 16-bit dtype (bf16 or fp16)
@@ -43,7 +44,7 @@ MX_BLOCK = 32  # OCP Microscaling v1.0: one shared e8m0 scale per 32 elements
 GROUPS = ("embeddings", "layer", "final_norm", "head", "vision")
 
 
-@dataclass(frozen=True)
+@frozen
 class StoredFormat:
     """How a checkpoint stores its weights (see the module docstring for each scheme's tensors).
 

@@ -19,9 +19,9 @@ eager context measured (1,687 MiB, an RTX 3090 under CUDA 11.1). Kernels a lazy 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import validate
+from .values import frozen
 
 MIB = 2**20
 LAZY_LOADING_CUDA = (11, 7)  # the first CUDA runtime with lazy loading (CUDA C++ Programming Guide, "Lazy Loading")
@@ -37,7 +37,7 @@ _NO_EAGER = ("no public measurement of this family's context with eager loading:
              "under CUDA 11.1 (1,687 MiB, pytorch/pytorch issue 55277), kept as a conservative bound")
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextReserve:
     """A card family's CUDA context with lazy and with eager module loading, in bytes, and where each comes from."""
 

@@ -16,7 +16,7 @@ verdict is refused by name (fits is None), with what would give the activations 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 
 from . import validate
 from .bounds import applies, describe as describe_bound, upper_bound
@@ -32,6 +32,7 @@ from .methods import Full
 from .vision_forward import (INT64, MODELLED_TOWERS, PROJECTOR_COUNTED, TOWER_COUNTED, batch_extras, images_known,
                              modelled, pixtral_unmeasured, projector_tensors, tower_forward, tower_tensors,
                              worst_images)
+from .values import frozen
 
 BASES = ("peak", "upper bound", "sum of parts", "floor")
 BASIS_WORDS = {"peak": "the step's peak", "upper bound": "an upper bound on the step's peak",
@@ -76,7 +77,7 @@ class VerdictRefused(ValueError):
     whose activations are not checked against PyTorch); the message says why and what would make it work."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Requirement:
     """Bytes one GPU must hold for `run` (before the CUDA context), and what that number is.
 

@@ -6,11 +6,11 @@ happen). Byte counts round up only once, for a whole tensor: `fmt.bytes_for(n)`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .arrays import np
 
 from . import validate
+from .values import frozen
 
 # The 16 NF4 code values (Dettmers et al. 2023, QLoRA, appendix E; bitsandbytes `create_normal_map`).
 NF4_LEVELS = (
@@ -21,7 +21,7 @@ NF4_LEVELS = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class NumberFormat:
     """One way to store a number.
 

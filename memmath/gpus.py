@@ -28,15 +28,13 @@ fp8 (AMD's CDNA 3 and CDNA 4 instruction set architecture references).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from dataclasses import dataclass
-
 from . import validate
 from .cuda_context import CONSERVATIVE_LAZY_MIB, CONTEXT_RESERVES, ContextReserve, context_family, module_loading_for
 from .recipes import get_recipe
 from .units import UNITS, unit_name
+from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -56,7 +54,7 @@ CUDA_CONTEXT_SOURCE = ("CUDA context and kernels before any tensor, 1,343 MiB me
 FIT_MARGIN = 0.05
 
 
-@dataclass(frozen=True)
+@frozen
 class GPU:
     """One card: memory in bytes as the driver reports it, bandwidth in bytes/s, bf16 dense TFLOP/s."""
 
@@ -246,7 +244,7 @@ RECIPE_NEEDS = {"bf16": "bf16"}
 RECIPE_INSTEAD = {"bf16": "mixed"}
 
 
-@dataclass(frozen=True)
+@frozen
 class RecipeWarning:
     """A recipe the card cannot execute: why, and the recipe it would run instead."""
 
@@ -272,7 +270,7 @@ def recipe_warning(precision, gpu) -> RecipeWarning | None:
     return RecipeWarning(gpu=gpu, precision=name, needs=needs, instead=instead, message=message)
 
 
-@dataclass(frozen=True)
+@frozen
 class Fit:
     """Whether `required_bytes` fits on one card: headroom is positive when it fits.
 

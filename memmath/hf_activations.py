@@ -119,7 +119,7 @@ The trace also follows when each storage is allocated and last read (a temporary
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from functools import lru_cache, partial, reduce
 
 from .arrays import any_true, is_ndarray, larger, np, pick
@@ -132,20 +132,22 @@ from .architectures._steps import INT64, Pass, dims
 from .methods import Adapters, Freeze, Full, LoRA
 from .models import ModelShape
 from .trace import Trace
+from .values import frozen
 
 CPU_RNG_STATE_BYTES = 5056  # torch.get_rng_state(): the CPU generator's state, a uint8 tensor
 
 
-@dataclass(frozen=True)
 class _Setup:
     """What trains, in the words of the forward pass."""
 
-    embeddings: bool
-    final_norm: bool
-    head: bool
-    lora_modules: frozenset
-    lora: tuple | None  # (rank, adapter bytes per element)
-    houlsby: object = None  # Adapters: the bottleneck m of the two Houlsby adapters per block
+    __slots__ = ("embeddings", "final_norm", "head", "lora_modules", "lora", "houlsby")
+
+    def __init__(self, embeddings: bool, final_norm: bool, head: bool, lora_modules: frozenset, lora: tuple | None,
+                 houlsby=None):
+        self.embeddings, self.final_norm, self.head = embeddings, final_norm, head
+        self.lora_modules = lora_modules
+        self.lora = lora  # (rank, adapter bytes per element)
+        self.houlsby = houlsby  # Adapters: the bottleneck m of the two Houlsby adapters per block
 
 
 def _attention_kind(attention, device, dropout):
@@ -228,7 +230,7 @@ def transformers_activations(shape: ModelShape, *, plan, recipe, method, seq_len
                             padded=padded, packed=packed)
 
 
-@dataclass(frozen=True)
+@frozen
 class ActivationParts:
     """The estimate and its pieces by place, for peak.py (bytes; int64 arrays in a sweep).
 

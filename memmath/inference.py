@@ -7,7 +7,7 @@ every token of context in every sequence of the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from fractions import Fraction
 
 from .arrays import any_true, is_ndarray, np
@@ -21,7 +21,9 @@ from .gpus import get_gpu
 from .methods import kept_fp32_extra_bytes, kept_fp32_notes, quant_constant_bytes, quantized_weight_bytes
 from .models import ModelShape, routed_expert
 from .notes import Note
+from .run import SERVING_DEFAULTS
 from .sources import resolve_model
+from .values import frozen
 
 RULE_OF_THUMB_FACTOR = 1.2  # EleutherAI's "weights x 1.2", quoted in accelerate's estimate-memory docs
 
@@ -114,7 +116,7 @@ def _smaller(x, y):
     return np.minimum(x, y) if is_ndarray(x) or is_ndarray(y) else min(x, y)
 
 
-@dataclass(frozen=True)
+@frozen
 class InferenceMemory:
     """Bytes to serve one replica: weights (+ quantization constants) + KV cache + working set.
 
@@ -346,16 +348,6 @@ def _larger(x, y):
     if is_ndarray(x) or is_ndarray(y):
         return np.maximum(x, y)
     return max(x, y)
-
-
-# A serving setup's defaults, written once (the serving planner and the command line read them here).
-SERVING_DEFAULTS = dict(
-    weights_format="bf16",  # the format most checkpoints ship in
-    kv_format="bf16",  # the cache in the compute format, as transformers keeps it
-    batch_size=1,  # one sequence: the smallest replica, the one that must fit first
-    context_len=2048,  # tokens per sequence, prompt and output: the training runs' default length too
-    attention="sdpa",  # what transformers picks
-)
 
 
 def inference_memory(model, *, weights_format=None,

@@ -9,10 +9,10 @@ memmath/parallel.py's arithmetic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import validate
 from .methods import Full
+from .values import frozen
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 DEGREES = ("tp", "pp", "cp", "ep")
@@ -22,7 +22,7 @@ MAX_MICRO_BATCHES = 2048
 MAX_VIRTUAL_STAGES = 32
 
 
-@dataclass(frozen=True)
+@frozen
 class Layout:
     """The degrees of a run: dp x tp x pp x cp = n_gpus; ep inside dp x cp."""
 

@@ -24,11 +24,12 @@ exact, measured model is transformers' default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .arrays import is_ndarray, np
 
 from . import validate
+from .values import frozen
 
 LOSSES = ("transformers", "chunked", "fused")
 TILE_TOKENS = 4096  # TRL 1.15's tiled log-probabilities: tokens per tile
@@ -37,7 +38,7 @@ FP32 = 4
 INT64 = 8
 
 
-@dataclass(frozen=True)
+@frozen
 class LossBytes:
     """One loss implementation's bytes at a step (ints, or int64 arrays in a sweep).
 

@@ -25,7 +25,6 @@ import contextlib
 import dataclasses
 import json
 import sys
-from dataclasses import dataclass
 
 from . import validate
 from .config_reader import from_hf_config
@@ -38,6 +37,7 @@ from .stepping import PHASES, StorageSet, step_twice, unique_bytes
 from .traced import (ATTENTION, METHODS, OPTIMIZERS, PRECISIONS, TorchMissing, TraceSettings, _quiet_transformers,
                      apply_method, blocks_of, hf_config, make_optimizer, model_class, read_config, require_torch,
                      settings_of, traced_training, versions)
+from .values import frozen
 
 # Each part: its label, the measured record's key, and how closely memmath's recorded groups hold it
 # (tests/test_fidelity.py: to the byte for the static parts, 1% for saved activations, 5% for the peaks).
@@ -58,7 +58,7 @@ CUDA_PARTS = (("Reserved by the allocator", "cuda_reserved_bytes"),
               ("Reserved, not allocated at step 2's peak", "cuda_fragmented_step2_bytes"))
 
 
-@dataclass(frozen=True)
+@frozen
 class Comparison:
     """A measured run beside its prediction: `measured` and `predicted` by the keys of PARTS (integer bytes)."""
 

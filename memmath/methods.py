@@ -7,9 +7,7 @@ a Plan into gradients, optimizer states and activations.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from .arrays import any_true, is_ndarray, np
 
@@ -21,13 +19,15 @@ from .multimodal import VISION_CHOICES
 from .notes import Note
 from .recipes import EIGHT_BIT_BLOCK, EIGHT_BIT_MIN_SIZE, RECIPES, Recipe
 from .sources import resolve_model
+from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 
 
 
-@dataclass(frozen=True)
+@frozen
 class TrainableSet:
     """Trainable parameters stored in one format: count, tensor count, Adafactor size, bits.
 
@@ -51,7 +51,7 @@ class TrainableSet:
                    small_params=stats.small, state_blocks=stats.blocks)
 
 
-@dataclass(frozen=True)
+@frozen
 class SetStats:
     """Sums over a list of tensors: elements, tensors, Adafactor size, elements in tensors under
     EIGHT_BIT_MIN_SIZE, and EIGHT_BIT_BLOCK-blocks of the other tensors. Numbers or numpy arrays."""
@@ -86,7 +86,7 @@ class SetStats:
         return (self.params, self.tensors, self.factored, self.small, self.blocks)
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     """What a method keeps: weight bytes, trainable sets, and where backward must store activations.
 
@@ -257,7 +257,7 @@ VISION_OPTION = option(
     "train too); default trains for full, frozen for the others", "PART", choices=VISION_CHOICES)
 
 
-@dataclass(frozen=True)
+@frozen
 class Full(Method):
     """Full finetuning: every parameter trains (Nt = N), every block stores activations.
 
@@ -288,7 +288,7 @@ class Full(Method):
                           "projector are frozen"}[self.vision]
 
 
-@dataclass(frozen=True)
+@frozen
 class Freeze(Method):
     """Partial finetuning: only the last `trainable_layers` blocks train (or give `frozen_layers`).
 
@@ -462,7 +462,7 @@ def _check_adapter_format(adapter_format):
             raise ValueError(f"adapter_format must be a floating format (fp32, bf16, fp16); got {validate.describe(adapter_format)}")
 
 
-@dataclass(frozen=True)
+@frozen
 class Adapters(AdapterMethod):
     """Houlsby adapters: two bottleneck modules (width `bottleneck`) in every block; the base is frozen.
 
@@ -511,7 +511,7 @@ class Adapters(AdapterMethod):
                 + _vision_words(self.vision, "frozen"))
 
 
-@dataclass(frozen=True)
+@frozen
 class LoRA(AdapterMethod):
     """LoRA (Hu et al. 2021): W + B @ A on the target matrices of every block; the base is frozen.
 
@@ -652,7 +652,7 @@ def _moe_lora_notes(shape: ModelShape, method) -> tuple:
                  + (" (the router and the expert tensors through its ParamWrapper)" if wrapped else "")),)
 
 
-@dataclass(frozen=True)
+@frozen
 class QLoRA(LoRA):
     """QLoRA (Dettmers et al. 2023): LoRA on a base whose linear weights are 4-bit NF4 (or FP4, or 8-bit).
 

@@ -8,21 +8,21 @@ Dimensions may be numpy arrays where a sweep needs them (the parameter count of 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import functools
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from .arrays import any_true, is_ndarray, is_numpy_str, np
 
 from . import validate
 from .architectures import of
 from .units import parse_count
-from .states import GatedDeltaNet, Mamba2, ShortConv
+from .recurrent import GatedDeltaNet, Mamba2, ShortConv
 from .vision_parts import VisionTensors
 from .architectures._parts import LoraAdapter, ParamTensor, factored_size  # noqa: F401 (re-exported)
+from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -60,7 +60,7 @@ class _AllTargets(tuple):
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelShape:
     """The shape of a transformer, enough to count every parameter and activation.
 

@@ -44,12 +44,13 @@ What memmath does with the vision parts (the Note kinds in parentheses):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from . import validate
 from .architectures._parts import ParamTensor
 from .notes import Note
 from .vision_parts import VisionTensors
+from .values import frozen
 
 MULTIMODAL_MODEL_TYPES = ("gemma3", "llava", "mistral3", "qwen2_vl", "qwen2_5_vl")
 VISION_CHOICES = ("trains", "projector", "frozen")  # what of the tower and projector trains (methods' vision=)
@@ -136,19 +137,23 @@ TOWER_LABELS = {"siglip_vision_model": "SigLIP", "clip_vision_model": "CLIP", "p
                 "qwen2_vl_vision": "Qwen2-VL", "qwen2_5_vl_vision": "Qwen2.5-VL"}
 
 
-@dataclass(frozen=True)
 class _Wrapper:
     """One vision-language model_type: its config class's sub-config specs and top-level defaults."""
 
-    cls: str  # the ...ForConditionalGeneration transformers builds
-    text_type: str  # the default (or only) text model_type
-    text_types: tuple  # the text model_types accepted inside it
-    towers: tuple  # the vision model_types accepted (the first is the default)
-    tie_default: bool  # the class's tie_word_embeddings default
-    tie_from_text: bool  # whether __post_init__ turns tying on when the text config ties
-    text_init: dict  # SubConfigSpec.init_kwargs: the text_config transformers builds when there is none
-    vision_init: dict  # the same for vision_config
-    flat_text: bool = False  # a config without text_config keeps the text fields at the top level (Qwen2-VL)
+    __slots__ = ("cls", "text_type", "text_types", "towers", "tie_default", "tie_from_text", "text_init",
+                 "vision_init", "flat_text")
+
+    def __init__(self, cls, text_type, text_types, towers, tie_default, tie_from_text, text_init, vision_init,
+                 flat_text=False):
+        self.cls = cls  # the ...ForConditionalGeneration transformers builds
+        self.text_type = text_type  # the default (or only) text model_type
+        self.text_types = text_types  # the text model_types accepted inside it
+        self.towers = towers  # the vision model_types accepted (the first is the default)
+        self.tie_default = tie_default  # the class's tie_word_embeddings default
+        self.tie_from_text = tie_from_text  # whether __post_init__ turns tying on when the text config ties
+        self.text_init = text_init  # SubConfigSpec.init_kwargs: the text_config transformers builds when there is none
+        self.vision_init = vision_init  # the same for vision_config
+        self.flat_text = flat_text  # a config without text_config keeps the text fields at the top level (Qwen2-VL)
 
 
 _WRAPPERS = {
@@ -648,7 +653,7 @@ def activations_note(shape, vision: str = "frozen") -> Note:  # shape: a models.
                 f"are not counted ({why})")
 
 
-@dataclass(frozen=True)
+@frozen
 class VisionParts(VisionTensors):
     """A vision-language model's tower and projector (VisionTensors), with what the wrapper's tables say of them:
     the tower's name, what trains under a method's vision= setting, and peft's target names."""

@@ -5,11 +5,11 @@ the text; `str(note)` (and an f-string) gives the text, for displays.
 """
 
 from __future__ import annotations
+from .values import frozen
 
-from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@frozen
 class Note:
     """One note on a result: kind, a short fixed identifier; text, the sentence shown to a reader."""
 

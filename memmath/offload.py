@@ -31,7 +31,6 @@ Host bytes are per GPU (each rank's process); a node with k GPUs needs k times t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import validate
 from .arrays import larger, smaller
@@ -39,6 +38,7 @@ from .notes import Note
 from .preference import DPO
 from .recipes import get_recipe
 from .sharding import fsdp2_elements, torch_groups
+from .values import frozen
 
 OFFLOADS = ("optimizer", "params", "activations")
 ENGINES = {"even": "DeepSpeed ZeRO-Offload", "fsdp2": "FSDP2 CPUOffloadPolicy"}
@@ -112,7 +112,7 @@ def compile_notes(compiled: bool) -> list:
     return [Note("compile_eager_activations", f"compile=True: {COMPILE_NOTE}")] if compiled else []
 
 
-@dataclass(frozen=True)
+@frozen
 class HostMemory:
     """Host (CPU) memory one GPU's process needs for the offloaded parts, in bytes.
 

@@ -45,7 +45,7 @@ What each rank stores, and where the numbers come from:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from . import training, validate
 from .architectures import known
@@ -60,6 +60,7 @@ from .recipes import update_temporaries
 from .run import Run, as_run, ddp_bucket_bytes
 from .sharding import torch_groups
 from .training import TrainingMemory
+from .values import frozen
 
 
 DDP_BUCKETS = "DistributedDataParallel's all-reduce buckets"  # the name of DDP's buffer, wherever it is counted
@@ -749,7 +750,7 @@ def _schedule_phases(run, rank, step, memory, acts, extra, persistent=None) -> t
 
 
 # ---- one rank, and the worst rank ------------------------------------------------------------------
-@dataclass(frozen=True)
+@frozen
 class ParallelMemory:
     """One rank of a parallel run: its TrainingMemory, its communication buffers (derived) and where it sits.
 

@@ -95,10 +95,9 @@ gradient, after which 14 are within 5% and one is 6.4% low.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import reduce
+from types import SimpleNamespace
 
 from .arrays import any_true, is_ndarray, larger, np
 
@@ -112,7 +111,9 @@ from .offload import why_no_peak as offload_why_no_peak
 from .recipes import update_temporaries
 from .run import Run, as_run, ddp_bucket_bytes
 from .training import BNB_QMAP_BYTES, step_parts
+from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -124,7 +125,7 @@ STEPS = ("steady", "first")  # peak_memory(step=...): every step after the first
 INT64 = 8
 
 
-@dataclass(frozen=True)
+@frozen
 class PeakEstimate:
     """The estimated peak of one training step, per phase, with the moments behind each.
 
@@ -220,13 +221,13 @@ def peak_memory(model, *, step="steady", **settings) -> PeakEstimate:
     return moments.estimate(note)
 
 
-@dataclass(frozen=True)
-class _StepTerms:
+class _StepTerms(SimpleNamespace):
     """The bytes every moment of one step is built from, read once from the run and its parts.
 
     method and b are the policy's (a DPO run trains its base method over chosen and rejected sequences, 2b);
     resident is what is alive before the step (weights, batch, buffers); kept, previous_loss, held_steady what the
-    step before left alive (see _StepTerms.of); the rest are the module doc's terms by name.
+    step before left alive (see _StepTerms.of); the rest are the module doc's terms by name. Built once by `of` and
+    only read: a namespace, not a dataclass, as nothing compares, prints or replaces it.
     """
 
     run: Run

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from . import validate
 from .gpus import CUDA_CONTEXT_BYTES, FIT_MARGIN, check_fit, default_reserve, get_gpu, recipe_warning
@@ -36,7 +35,9 @@ from .report import training_text
 from .sources import resolve_model
 from .units import UNITS, unit_name
 from .verdict import Verdict, verdict_of_fit
+from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -47,7 +48,7 @@ MAX_GPUS = 1024
 DEFAULT_MAX_GPUS = 64  # how many GPUs the changes may use unless told: eight nodes of eight (DGX/HGX)
 
 
-@dataclass(frozen=True)
+@frozen
 class Suggestion:
     """One change to a training run: what it is, the new run, and what one GPU must hold after it.
 
@@ -282,7 +283,7 @@ TRADE_OFFS = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class LayoutPlan:
     """The fewest GPUs (and their layout) that fit a run on a card, or None when nothing up to max_gpus fits."""
 
@@ -519,7 +520,7 @@ def _tier(new: Run, old: Run) -> int:
     return SMALLER_BATCH if new.batch_size < old.batch_size else KEEP
 
 
-@dataclass(frozen=True)
+@frozen
 class RecipeInstead:
     """The run a card that cannot compute the plan's recipe would train instead (TrainingPlan.cannot_run.instead:
     fp16 mixed precision for pure bf16 on a T4 or V100), its requirement and its verdict, judged as the plan's own
@@ -536,7 +537,7 @@ class RecipeInstead:
                               self.requirement.left_out or "its activations").fits
 
 
-@dataclass(frozen=True)
+@frozen
 class TrainingPlan:
     """Everything the planner says about one run on one card: the parts, what the card must hold, the
     verdict, and the changes; what the command line prints and lesson 8 shows.

@@ -33,7 +33,7 @@ this module was written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 
 from .arrays import is_ndarray
 
@@ -45,6 +45,7 @@ from .methods import (LoRA, Method, Plan, QLoRA, _group_weight_bytes, bnb_code_m
                       load_dtype, quantized_matrices, quantized_weight_bytes)
 from .models import ModelShape
 from .notes import Note
+from .values import frozen
 
 REFERENCES = ("copy", "adapters_off", "precomputed")
 REFERENCE_FIELD = "reference"  # the FieldError's field (the command line's --reference)
@@ -55,7 +56,7 @@ def _default_base():
     return LoRA()  # LoRA's own defaults (rank 8, q and v), as the command line's --method dpo builds it
 
 
-@dataclass(frozen=True)
+@frozen
 class DPO(Method):
     """Preference training (DPO): `base` trains the policy on chosen and rejected sequences (the batch doubles);
     `reference` is "copy", "adapters_off" (LoRA/QLoRA only) or "precomputed"; left out, what TRL's DPOTrainer does

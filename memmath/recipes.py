@@ -6,12 +6,12 @@ because they count different recipes. Each recipe here says in one line what it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import validate
+from .values import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Recipe:
     """How a training run stores each part, in bits per element.
 
@@ -73,7 +73,7 @@ EIGHT_BIT_MIN_SIZE = 4096
 """bitsandbytes' min_8bit_size: a tensor with fewer elements keeps its optimizer states in fp32."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Optimizer:
     """What an optimizer keeps per trainable parameter.
 

@@ -18,7 +18,7 @@ generates its options from them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 
 from .arrays import is_ndarray
 
@@ -28,7 +28,6 @@ from .amp_trace import MATH_REFUSAL
 from .checkpoints import STORED_FORMATS, get_weights_name
 from .formats import FORMATS, get_format
 from .hf_activations import traces
-from .inference import SERVING_DEFAULTS
 from .kbit import check_kbit_prep, check_trainable
 from .layout import DEGREES, MAX_MICRO_BATCHES, MAX_VIRTUAL_STAGES, SCHEDULES
 from .layout import check as check_parallel
@@ -41,6 +40,17 @@ from .offload import check as check_offload, compile_notes, parse_cli as parse_o
 from .preference import DPO
 from .recipes import OPTIMIZERS, RECIPES, Optimizer, Recipe, get_optimizer, get_recipe
 from .sources import resolve_model
+from .values import frozen
+
+# A serving setup's defaults, written once beside Serve (memmath.inference, the serving planner and the command line
+# read them here).
+SERVING_DEFAULTS = dict(
+    weights_format="bf16",  # the format most checkpoints ship in
+    kv_format="bf16",  # the cache in the compute format, as transformers keeps it
+    batch_size=1,  # one sequence: the smallest replica, the one that must fit first
+    context_len=2048,  # tokens per sequence, prompt and output: the training runs' default length too
+    attention="sdpa",  # what transformers picks
+)
 
 ACTIVATION_MODELS = ("transformers", "textbook")
 DEVICES = ("cuda", "cpu")
@@ -55,7 +65,7 @@ RESOLVED = ("attention", "dropout", "activations")
 MIXER_KERNELS = ("cuda", "torch")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class Run:
     """One training step's settings, each concrete after construction (see the module docstring)."""
 
@@ -365,11 +375,11 @@ def as_run(model, **settings) -> Run:
     return Run(model, **settings)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class Serve:
     """One replica serving a model: what memmath.plan_serving, `memmath infer` and lesson 7 ask about.
 
-    Each default is memmath.SERVING_DEFAULTS' (the reason beside it in memmath/inference.py). The
+    Each default is memmath.SERVING_DEFAULTS' (the reason beside it, above). The
     planner judges one setup, so the sizes are single whole numbers (a sweep of contexts goes to
     memmath.inference_memory). The model is resolved to a ModelShape and the formats to their
     names, so the same question is the same (hashable) value."""

@@ -16,7 +16,6 @@ a note saying so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import validate
 from .checkpoints import weight_bits
@@ -29,13 +28,14 @@ from .report import serving_text
 from .run import Serve, as_serve
 from .search import largest_where
 from .planner import trained_context
+from .values import frozen
 
 MAX_CONTEXT = 2**22  # tokens: the longest context the search tries (validate.MAX_SEQ)
 WEIGHT_FORMATS_TO_TRY = ("int8", "nf4")  # quantized weights, as bitsandbytes and GPTQ-style kernels serve them
 KV_FORMATS_TO_TRY = ("fp8_e4m3",)  # an 8-bit KV cache, as vLLM and TensorRT-LLM offer it
 
 
-@dataclass(frozen=True)
+@frozen
 class ServingChange:
     """One change to a serving setup: its name, the new settings, the new total and what it costs.
 
@@ -64,7 +64,7 @@ class ServingChange:
             "headroom_bytes", self.headroom_bytes, low=-validate.MAX_BYTES, high=validate.MAX_BYTES, scalar=True))
 
 
-@dataclass(frozen=True)
+@frozen
 class ServingPlan:
     """memory: the replica's parts; fit: the verdict (None without a GPU); longest_context: the most
     tokens per sequence that fit at the same batch and formats (0 when none does; None without a GPU);

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import io
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from . import validate
+from .values import frozen
 
 PARTS = ("weights", "activations", "gradients and backward", "optimizer", "other")
 MAX_SNAPSHOT_BYTES = 2**31  # a snapshot with frames is tens to hundreds of MB
@@ -60,7 +61,7 @@ def part_of(frames) -> str:
     return "other"
 
 
-@dataclass(frozen=True)
+@frozen
 class SnapshotSummary:
     """A snapshot's bytes: allocated by part, reserved, fragmented, and the trace's highest allocation."""
 

@@ -12,19 +12,19 @@ buckets, shards and gathered blocks at each moment), as memmath/decision.py choo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import validate
 from .memory import training_memory
 from .peak import peak_memory, why_no_peak
 from .run import as_run
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
+from .values import frozen
 
 CATEGORIES = ("weights", "inputs and buffers", "optimizer states", "gradients", "saved activations",
               "working memory")
 
 
-@dataclass(frozen=True)
+@frozen
 class TimelinePoint:
     """One moment of the step: where it is (phase, label) and its bytes by category."""
 
@@ -44,7 +44,7 @@ class TimelinePoint:
         return _SHORT[_when(self.phase, self.label)]
 
 
-@dataclass(frozen=True)
+@frozen
 class Timeline:
     points: tuple
     step: str

@@ -21,29 +21,29 @@ measured on the CPU by validation/amp.py, refusals in memmath/amp_trace.py):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from . import validate
 from .arrays import any_true, is_ndarray, np, pick
 
 
-@dataclass(eq=False)
 class Storage:
-    nbytes: object
-    shared: bool = False  # a table every block reuses (rotary cos/sin, GPT-2's eager mask): counted outside
-    existing: bool = False  # already alive before the forward pass (buffers) or kept elsewhere: not counted
-    batch: bool = False  # part of the input batch (token ids, labels): saved, but not allocated by the step
-    born: int = 0  # liveness, for the peak: the step that allocates it,
-    last: int = 0  # the last step that reads it,
-    kept: bool = False  # and whether backward keeps it (saved) past the forward pass
+    """A block of memory: its bytes and what the peak needs of it. Compared by identity (an alias shares it)."""
+
+    def __init__(self, nbytes, shared=False, existing=False, batch=False, born=0, last=0, kept=False):
+        self.nbytes = nbytes
+        self.shared = shared  # a table every block reuses (rotary cos/sin, GPT-2's eager mask): counted outside
+        self.existing = existing  # already alive before the forward pass (buffers) or kept elsewhere: not counted
+        self.batch = batch  # part of the input batch (token ids, labels): saved, but not allocated by the step
+        self.born = born  # liveness, for the peak: the step that allocates it,
+        self.last = last  # the last step that reads it,
+        self.kept = kept  # and whether backward keeps it (saved) past the forward pass
 
 
-@dataclass(eq=False)
 class Tensor:
-    numel: object
-    elem: int
-    grad: bool
-    storage: Storage = field(default=None)
+    """A tensor of the trace: its elements, bytes per element, requires-grad flag and the Storage it views (a
+    record may attach more: Gemma 4's per-layer inputs)."""
+
+    def __init__(self, numel, elem, grad, storage=None):
+        self.numel, self.elem, self.grad, self.storage = numel, elem, grad, storage
 
 
 UNQUANTIZED = ("lm_head", "classifier")  # linears transformers' bitsandbytes integration leaves in 16/32 bits

@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from . import validate
@@ -41,6 +41,7 @@ from .methods import Freeze, Full, LoRA, QLoRA
 from .presets import PRESET_CONFIGS, PRESETS
 from .stepping import prefill, step_twice
 from .units import format_bytes
+from .values import frozen
 
 EXTRA = 'pip install "memmath[torch]"'
 TRACE_SCHEMA = 1  # bump when a cached answer's fields or meaning change
@@ -69,7 +70,7 @@ def require_torch():
     return torch, transformers
 
 
-@dataclass(frozen=True)
+@frozen
 class TraceSettings:
     """The training step to trace, in memmath.Run's words (pure formats; one GPU's micro-batch)."""
 
@@ -121,7 +122,7 @@ def settings_of(run=None, **overrides) -> TraceSettings:
     return TraceSettings(**{**values, **overrides})
 
 
-@dataclass(frozen=True)
+@frozen
 class TracedMemory:
     """A traced training step: bytes per part (integers) and where each number came from."""
 
@@ -588,7 +589,7 @@ def _nth(kinds, first: int, n: int) -> int:
     return [j for j in range(first, len(kinds)) if kinds[j] == kinds[first]][n - 1]
 
 
-@dataclass(frozen=True)
+@frozen
 class TracedServing:
     """A traced prefill: the weights, the KV cache the prompt leaves, and the highest allocation while it runs."""
 

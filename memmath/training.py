@@ -11,9 +11,8 @@ Adam keep 2 + 2 + 4 = 8 bytes per parameter, 56 GB before activations.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from .arrays import is_ndarray, np
 
@@ -32,7 +31,9 @@ from .recipes import describe as describe_recipe  # the recipe's bytes per param
 from .run import Run
 from .sharding import sharded_parts
 from .units import UNITS, unit_name
+from .values import frozen
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -47,7 +48,7 @@ PART_LABELS = {
 BNB_QMAP_BYTES = 2 * 256 * 4  # bitsandbytes' qmap1 and qmap2 (create_dynamic_map: 256 fp32 values each)
 
 
-@dataclass(frozen=True)
+@frozen
 class OptimizerStates:
     """The optimizer's bytes by kind, for the whole run (before ZeRO sharding).
 
@@ -80,7 +81,7 @@ class OptimizerStates:
                                block_constants=self.block_constants + other.block_constants)
 
 
-@dataclass(frozen=True)
+@frozen
 class TrainingMemory:
     """Bytes one GPU holds during a training step, part by part (ints, or int64 arrays in a sweep).
 

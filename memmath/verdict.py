@@ -22,17 +22,17 @@ The words, each named once here and read by the lessons, the static site and the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .gpus import FIT_MARGIN, check_fit
 from .units import format_bytes
+from .values import frozen
 
 VERDICT_RULE = (f"A run fits a card when its requirement (the peak, per GPU) plus {FIT_MARGIN:.0%} of it kept free is at "
         "most the card's usable memory (its memory less the CUDA context's reserve). \"To spare\" is the usable memory "
         "less the requirement; \"short by\" is the requirement plus the margin less the usable memory.")
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     """One card's verdict on one requirement; every figure in bytes (see the module's words)."""
 

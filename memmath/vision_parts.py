@@ -4,12 +4,13 @@ it; multimodal.py builds it from a wrapper's config)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .architectures._parts import ParamTensor
+from .values import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class VisionTensors:
     """The vision tower and the projector of a vision-language model, tensor by tensor (multimodal.VisionParts adds
     what its wrapper's tables say of them).

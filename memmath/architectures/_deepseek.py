@@ -21,12 +21,12 @@ is): the modules peft adapts when target_modules names them.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from .. import validate
 from . import _decoder, _latent, _moe, _steps
 from ._parts import ParamTensor, linear, norm
 from .record import MOE, Architecture, decoder_fields, refuse_true
+from ..values import frozen
 
 # The config fields both config classes read (DeepseekV2Config, DeepseekV3Config), and what memmath does with them.
 FIELDS = {**_latent.LATENT_FIELDS, **MOE, "attention_bias": "biases on q_a_proj, kv_a_proj_with_mqa and o_proj",
@@ -61,7 +61,7 @@ _CONVERTED = ("peft 0.21 converts the names gate_proj, up_proj and down_proj ont
               "experts")
 
 
-@dataclass(frozen=True)
+@frozen
 class LatentArchitecture(Architecture):
     """A record whose attention is multi-head latent attention: its adapted modules in their own parameters() order
     (lora_order lists the whole block's, not what follows q, k, v and o)."""

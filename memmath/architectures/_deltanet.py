@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-from ..states import RECURRENT_STATE_FORMAT, GatedDeltaNet, values_bytes
+from ..recurrent import RECURRENT_STATE_FORMAT, GatedDeltaNet, values_bytes
 from ..arrays import is_ndarray, np, pick
 from ..trace import Tensor, Trace
 from . import _decoder

@@ -20,12 +20,12 @@ a dense MLP or _deepseek's mixture of experts, one ModelShape per block layout (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .. import validate
 from ..trace import Tensor
 from ._parts import linear, norm
 from ._steps import kv_cache
+from ..values import frozen
 
 # The config fields of multi-head latent attention (DeepseekV2Config, DeepseekV3Config), and what they change.
 LATENT_FIELDS = {"q_lora_rank": "the queries' low-rank width (null: one q_proj, DeepSeek-V2-Lite)",
@@ -35,7 +35,7 @@ LATENT_FIELDS = {"q_lora_rank": "the queries' low-rank width (null: one q_proj, 
                  "v_head_dim": "each head's value width"}
 
 
-@dataclass(frozen=True)
+@frozen
 class LatentDims:
     """The widths of one latent-attention layer, as DeepseekV2Config/DeepseekV3Config name them."""
 

@@ -30,15 +30,15 @@ each sequence to whole chunks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..arrays import is_ndarray, pick
-from ..states import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
+from ..recurrent import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
 from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import ParamTensor, linear
 from ._steps import Pass, kv_cache
 from .record import Architecture
+from ..values import frozen
 
 LINEAR = "linear_attention"  # ModelShape.block_kind of a Mamba-2 block: transformers' layer_types name for it
 KERNELS = "mamba-ssm's and causal-conv1d's kernels"  # what transformers calls for the mixer where installed
@@ -46,7 +46,7 @@ KERNELS = "mamba-ssm's and causal-conv1d's kernels"  # what transformers calls f
 ROTARY = "rotary"
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba2Mixer(Mamba2):
     """A Mamba-2 mixer's widths (memmath.states.Mamba2, whose cache it has) and its biases: conv_bias on the
     convolution, proj_bias on in_proj, out_bias on out_proj (Falcon-H1's projectors_bias; proj_bias elsewhere), and
@@ -125,7 +125,7 @@ def all_linear_refusal(owner: str) -> str:
             "target names do not cover yet; name the targets instead")
 
 
-@dataclass(frozen=True)
+@frozen
 class BlockOrderArchitecture(Architecture):
     """A record whose blocks register their modules in another order than LlamaDecoderLayer (Granite 4.0's MLP
     before its mixer, Nemotron-H's one mixer a block): lora_order lists a block's adapted modules in parameters()

@@ -4,8 +4,9 @@ factored_size)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections import namedtuple
+
+from ..values import frozen
 
 
 def factored_size(dims) -> int:
@@ -19,7 +20,7 @@ def factored_size(dims) -> int:
     return leading * (dims[-2] + dims[-1])
 
 
-@dataclass(frozen=True)
+@frozen
 class ParamTensor:
     """One parameter tensor: its path key, the component it belongs to, its shape.
 
@@ -52,20 +53,17 @@ class ParamTensor:
         return factored_size(self.shape)
 
 
-class LoraAdapter(NamedTuple):
-    """One tensor a block adapts with LoRA: peft adds A, (rank_factor * r) x d_in, and B, d_out x (rank_factor * r).
+# typing.NamedTuple builds its class with this same collections.namedtuple; importing typing costs every start.
+LoraAdapter = namedtuple("LoraAdapter", ("module", "d_in", "d_out", "rank_factor"), defaults=(1,))
+LoraAdapter.__doc__ = """
+One tensor a block adapts with LoRA: peft adds A, (rank_factor * r) x d_in, and B, d_out x (rank_factor * r).
 
-    rank_factor is 1 for a linear layer and for the router's 2-D weight. A routed experts' 3-D tensor (peft 0.21's
-    ParamWrapper, peft/tuners/lora/layer.py) gets A = nn.Linear(d_in, r * num_experts) and B = nn.Linear(r *
-    num_experts, d_out), one rank-r pair per expert: rank_factor = num_experts, and 2 * num_experts for
-    gate_up_proj, whose rank peft doubles because the gate and up matrices are fused there (the rank_pattern of
-    utils/transformers_weight_conversion.py: r * 2 for the fused w1 + w3 or gate_proj + up_proj).
-    """
-
-    module: str
-    d_in: object
-    d_out: object
-    rank_factor: object = 1
+rank_factor is 1 for a linear layer and for the router's 2-D weight. A routed experts' 3-D tensor (peft 0.21's
+ParamWrapper, peft/tuners/lora/layer.py) gets A = nn.Linear(d_in, r * num_experts) and B = nn.Linear(r *
+num_experts, d_out), one rank-r pair per expert: rank_factor = num_experts, and 2 * num_experts for
+gate_up_proj, whose rank peft doubles because the gate and up matrices are fused there (the rank_pattern of
+utils/transformers_weight_conversion.py: r * 2 for the fused w1 + w3 or gate_proj + up_proj).
+"""
 
 
 def linear(name, component, d_in, d_out, bias):

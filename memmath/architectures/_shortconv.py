@@ -23,7 +23,7 @@ import math
 from dataclasses import replace
 
 from .. import validate
-from ..states import ShortConv, values_bytes
+from ..recurrent import ShortConv, values_bytes
 from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import ParamTensor, linear, norm

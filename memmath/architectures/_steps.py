@@ -4,15 +4,15 @@ memmath/hf_activations.py; the ops are memmath/trace.py's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from ..arrays import is_ndarray, np
 from ..trace import Tensor, Trace
+from ..values import frozen
 
 INT64 = 8  # token ids, position ids and labels are int64
 
 
-@dataclass(frozen=True)
+@frozen
 class Pass:
     """One forward pass as a block sees it.
 

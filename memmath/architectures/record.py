@@ -11,19 +11,23 @@ transformers 5.24 or peft 0.21 file it comes from, or the measurement that found
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import field
 
 from ._decoder import (MODULE_ORDER as DECODER_MODULE_ORDER, TP_PLAN as DECODER_TP_PLAN, block as decoder_block,
                        embeddings as decoder_embeddings, head_and_loss as decoder_head_and_loss,
                        kv_cache_values as decoder_kv_cache_values, lora_order, lora_table as decoder_lora_table,
                        prefill_phases as decoder_prefill_phases, tensors as decoder_tensors)
+from ..values import frozen
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at every start
+if TYPE_CHECKING:  # the annotations' names (strings: from __future__ import annotations)
+    from typing import Any, Callable, Mapping
 
 FAMILIES = ("gpt2", "llama", "bert")  # the tensor layouts of memmath/models.py ("llama": every rotary decoder)
 FINAL_NORMS = ("layer", "rms", "rms_fp32_weight", "rms_plus_one")
 
 
-@dataclass(frozen=True)
+@frozen
 class Architecture:
     """One model type. Its config fields are listed once, here; a field not listed changes no memory."""
 
