@@ -16,7 +16,7 @@ import pandas as pd
 from . import lesson_charts, viz
 from .live_html import cached_md
 
-__all__ = ["number_shower", "number_views", "show_comparisons", "show_sweep"]
+__all__ = ["number_shower", "number_views", "show_comparisons", "show_sweep", "textbook_misses"]
 
 
 def number_views(preset, model, training, inference, per_layer, eager_per_layer, *, seq_len, batch_size, wanted_heads, unit):
@@ -159,3 +159,56 @@ def show_sweep(swept, seq_len, batch_size, over, *, sweep_chart, crossings_view)
     With {_fixed}, activations by the formula {_where(swept.crossover_weights, 'the weights')}, and
     {_where(swept.crossover, 'weights, gradients and optimizer states together')} (the dashed line is your setting).
     """))
+
+
+def textbook_misses(measured_case, measured_hf, measured_textbook, term_bytes):
+    """Why the textbook misses a recorded case (lesson 3): each difference, with its bytes per block, as markdown
+    items. measured_hf and measured_textbook are the case's activation_detail by activations="transformers" and
+    "textbook"; term_bytes(terms, places, word) is the lesson's helper that adds up the terms by place and name."""
+    _e = 4 if measured_case["precision"] == "fp32" else 2
+    _terms, _blocks = measured_hf.terms, ["each block"]
+    measured_why = []
+    if measured_case["checkpointing"]:
+        measured_why.append(f"**Checkpointing**: each block keeps only its input, {term_bytes(_terms, _blocks, 'block input'):,} B "
+                    "in both models, and the rest is rebuilt during backward (not counted here: it is not saved by "
+                    "the forward pass). What is left is mostly outside the blocks, where the two models differ.")
+    else:
+        _gelu = term_bytes(_terms, _blocks, "gelu_new")
+        if _gelu:
+            measured_why.append(f"**gelu_new** (GPT-2's tanh GELU) keeps four tensors as wide as the MLP for its backward "
+                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts only "
+                        "the GeLU's input (its output, the next linear layer's input, is on both lists).")
+        _swiglu = term_bytes(_terms, _blocks, "SwiGLU")
+        if _swiglu:
+            measured_why.append(f"**SwiGLU**: LLaMA's MLP keeps three tensors of its intermediate width, {_swiglu:,} B per "
+                        "block, not GeLU's two of 4h.")
+        _upcast = term_bytes(_terms, _blocks, "fp32") - term_bytes(_terms, _blocks, "log-sum-exp")
+        if _upcast and measured_case["precision"] != "fp32":
+            measured_why.append(f"**fp32 upcasts**: {_upcast:,} B per block are kept in fp32 in this {measured_case['precision']} "
+                        "model (LLaMA's RMSNorm computes in fp32 and its eager softmax too; on the CPU, attention "
+                        "with dropout runs PyTorch's math kernel, also in fp32).")
+        _masks = term_bytes(_terms, _blocks, "mask")
+        if _masks:
+            measured_why.append(f"**Dropout masks on the CPU** take the element size ({_e} B each here), not the paper's 1 B "
+                        f"(CUDA): {_masks:,} B per block.")
+        if measured_case["attention"] == "sdpa" and measured_case["dropout"]:
+            _math = sum(term_bytes(_terms, _blocks, w) for w in ("copy", "softmax", "probabilities"))
+            measured_why.append(f"**SDPA with dropout on the CPU** is not fused: PyTorch falls back to its math kernel, which "
+                        f"keeps copies of Q, K and V, the s × s softmax and the dropped probabilities (its mask is above), "
+                        f"{_math:,} B per block, where the formula's fused attention keeps one log-sum-exp.")
+        elif measured_case["attention"] == "sdpa":
+            measured_why.append(f"**Fused attention** (SDPA) keeps Q, K, V as it received them and its output, "
+                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block: the same kind of tensors the formula "
+                        "counts under Q, K, V and the output projection's input, at this model's own sizes.")
+    _outside = int(measured_case["saved_outside_layers"])
+    _textbook_outside = int(measured_textbook.outside_layers + measured_textbook.loss)
+    if measured_case["family"] == "bert":
+        measured_why.append(f"**Outside the blocks**, PyTorch kept {_outside:,} B: the embeddings' LayerNorm and dropout, "
+                    f"the pooler, the classifier and its 2-label loss. The textbook model counts {_textbook_outside:,} B "
+                    "there (the pooler's input and the loss): the formula describes the blocks only.")
+    else:
+        _loss = term_bytes(_terms, ["loss"], "")
+        measured_why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
+                    f"({_loss / int(measured_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
+                    "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
+    return measured_why

@@ -213,6 +213,20 @@ def is_static_export() -> bool:
     return os.environ.get(STATIC_EXPORT_ENV) == "1"
 
 
+def when_opened(build):
+    """A fold's contents, `build()`, built when the learner opens the fold on a live page (mo.lazy).
+
+    Under `marimo run` or `marimo edit` the page's first render then skips work that only a closed fold
+    shows. The static site (whose HTML export keeps mo.lazy's widget, empty, as marimo documents), pytest
+    and `python lesson.py` (no browser to open anything) get `build()` itself, the same contents.
+    """
+    import marimo as mo
+
+    if is_static_export() or not mo.running_in_notebook():
+        return build()
+    return mo.lazy(build)
+
+
 @dataclass(frozen=True)
 class _Bound:
     param: Any

@@ -44,7 +44,7 @@ def _():
     from memmath import format_bytes
     from memmath_lessons import reference
     from memmath_lessons import viz
-    from memmath_lessons.static_charts import live_only_notice
+    from memmath_lessons.static_charts import live_only_notice, when_opened
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons.step_slider import step_slider
@@ -52,7 +52,7 @@ def _():
     import pandas as pd
     from memmath_lessons import activation_views, lesson_charts, site_charts
     return (activation_views, format_bytes, functools, lesson_charts, live_chart, live_html, live_only_notice, mm, mo, pd,
-            recorded, reference, site_charts, step_slider, sweeps, viz)
+            recorded, reference, site_charts, step_slider, sweeps, viz, when_opened)
 
 
 @app.cell(hide_code=True)
@@ -395,61 +395,11 @@ def _(measured_attention_radio, measured_cases, measured_checkpointing_switch, m
 
 
 @app.cell(hide_code=True)
-def _(measured_case, measured_hf, measured_textbook, term_bytes):
-    # Why the textbook misses, for this case: each difference, with its bytes per block.
-    _e = 4 if measured_case["precision"] == "fp32" else 2
-    _terms, _blocks = measured_hf.terms, ["each block"]
-    measured_why = []
-    if measured_case["checkpointing"]:
-        measured_why.append(f"**Checkpointing**: each block keeps only its input, {term_bytes(_terms, _blocks, 'block input'):,} B "
-                    "in both models, and the rest is rebuilt during backward (not counted here: it is not saved by "
-                    "the forward pass). What is left is mostly outside the blocks, where the two models differ.")
-    else:
-        _gelu = term_bytes(_terms, _blocks, "gelu_new")
-        if _gelu:
-            measured_why.append(f"**gelu_new** (GPT-2's tanh GELU) keeps four tensors as wide as the MLP for its backward "
-                        f"(its input, the tanh, 1 + tanh, 0.5·x): {_gelu:,} B per block, where the formula counts only "
-                        "the GeLU's input (its output, the next linear layer's input, is on both lists).")
-        _swiglu = term_bytes(_terms, _blocks, "SwiGLU")
-        if _swiglu:
-            measured_why.append(f"**SwiGLU**: LLaMA's MLP keeps three tensors of its intermediate width, {_swiglu:,} B per "
-                        "block, not GeLU's two of 4h.")
-        _upcast = term_bytes(_terms, _blocks, "fp32") - term_bytes(_terms, _blocks, "log-sum-exp")
-        if _upcast and measured_case["precision"] != "fp32":
-            measured_why.append(f"**fp32 upcasts**: {_upcast:,} B per block are kept in fp32 in this {measured_case['precision']} "
-                        "model (LLaMA's RMSNorm computes in fp32 and its eager softmax too; on the CPU, attention "
-                        "with dropout runs PyTorch's math kernel, also in fp32).")
-        _masks = term_bytes(_terms, _blocks, "mask")
-        if _masks:
-            measured_why.append(f"**Dropout masks on the CPU** take the element size ({_e} B each here), not the paper's 1 B "
-                        f"(CUDA): {_masks:,} B per block.")
-        if measured_case["attention"] == "sdpa" and measured_case["dropout"]:
-            _math = sum(term_bytes(_terms, _blocks, w) for w in ("copy", "softmax", "probabilities"))
-            measured_why.append(f"**SDPA with dropout on the CPU** is not fused: PyTorch falls back to its math kernel, which "
-                        f"keeps copies of Q, K and V, the s × s softmax and the dropped probabilities (its mask is above), "
-                        f"{_math:,} B per block, where the formula's fused attention keeps one log-sum-exp.")
-        elif measured_case["attention"] == "sdpa":
-            measured_why.append(f"**Fused attention** (SDPA) keeps Q, K, V as it received them and its output, "
-                        f"{term_bytes(_terms, _blocks, 'SDPA'):,} B per block: the same kind of tensors the formula "
-                        "counts under Q, K, V and the output projection's input, at this model's own sizes.")
-    _outside = int(measured_case["saved_outside_layers"])
-    _textbook_outside = int(measured_textbook.outside_layers + measured_textbook.loss)
-    if measured_case["family"] == "bert":
-        measured_why.append(f"**Outside the blocks**, PyTorch kept {_outside:,} B: the embeddings' LayerNorm and dropout, "
-                    f"the pooler, the classifier and its 2-label loss. The textbook model counts {_textbook_outside:,} B "
-                    "there (the pooler's input and the loss): the formula describes the blocks only.")
-    else:
-        _loss = term_bytes(_terms, ["loss"], "")
-        measured_why.append(f"**Outside the blocks**: the loss over the vocabulary alone keeps {_loss:,} B "
-                    f"({_loss / int(measured_case['saved_bytes']):.0%} of everything saved here). The per-block formula has no "
-                    "such term; memmath's textbook model adds the fp32 logits, 4·s·b·V, so both models count it.")
-    return (measured_why,)
-
-
-@app.cell(hide_code=True)
-def _(block_terms, formula_block_terms, lesson_charts, measured_case, measured_chart, measured_errors,
-      measured_frame, measured_hf, measured_textbook, measured_why, mo, viz):
-    # The case's chart and summary, then (folded) tensor by tensor and why the textbook misses.
+def _(activation_views, block_terms, formula_block_terms, lesson_charts, measured_case, measured_chart,
+      measured_errors, measured_frame, measured_hf, measured_textbook, mo, term_bytes, viz):
+    # The case's chart and summary, then (folded) tensor by tensor and why the textbook misses
+    # (each difference, with its bytes per block).
+    measured_why = activation_views.textbook_misses(measured_case, measured_hf, measured_textbook, term_bytes)
     measured_chart.update(lesson_charts.recorded_saved(measured_frame, str(measured_case["case_id"])))
     _measured = int(measured_case["saved_bytes"])
     _hf, _tb = int(measured_hf.saved_by_forward), int(measured_textbook.saved_by_forward)
@@ -543,8 +493,10 @@ def _(format_bytes, mo, timeline, timeline_requirement, unit_radio):
 
 
 @app.cell(hide_code=True)
-def _(mo, recorded):
-    mo.accordion({"Measured: a small model's step on a CPU, beside the prediction": recorded.timeline_view()})
+def _(mo, recorded, when_opened):
+    # Its chart and table (some 80 kB of the page) are built when the learner opens the fold.
+    mo.accordion({"Measured: a small model's step on a CPU, beside the prediction":
+                  when_opened(recorded.timeline_view)})
     return
 
 
@@ -571,12 +523,29 @@ def _(mo):
 
 @app.cell
 def _(mm):
+    # The four problems' numbers, one memmath call each (the folds under "Problems" word them).
     # Problem 1: one GPT-2 block over its whole context, eager attention (Korthikanti et al. 2022, section 4.1).
     gpt2_small = mm.PRESETS["gpt2"]
     _s, _h, _a = gpt2_small.max_positions, gpt2_small.hidden_size, gpt2_small.n_heads
     problem1_block = mm.activations.korthikanti_per_layer(seq_len=_s, batch_size=1, hidden_size=_h, n_heads=_a)
     problem1_scores = 5 * _a * _s * _s  # 5·a·s²·b at b = 1
-    return gpt2_small, problem1_block, problem1_scores
+    # Problem 2: GPT-2 XL's activations with eager and with fused attention, by Korthikanti et al.'s model, asked
+    # for by name (memmath's default for a preset is the exact trace of transformers' code).
+    gpt2_xl = mm.PRESETS["gpt2-xl"]
+    _s, _b, _a = gpt2_xl.max_positions, 8, gpt2_xl.n_heads
+    problem2_eager, problem2_fused = (
+        mm.training_memory(gpt2_xl, precision="bf16", seq_len=_s, batch_size=_b, attention=k,
+                           activations="textbook", dropout=True).activations for k in ("eager", "sdpa"))
+    problem2_scores, problem2_lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
+    # Problem 3: one block with fused attention (34·s·b·h + 4·a·s·b) against checkpointing's 16-bit input alone.
+    problem3_full = mm.activations.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32,
+                                                         attention="sdpa")
+    problem3_kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
+    # Problem 4: GPT-2 small with fused attention and checkpointing, counted by the formula's model, by name.
+    problem4_detail = mm.training_memory(gpt2_small, seq_len=gpt2_small.max_positions, batch_size=8, attention="sdpa",
+                                         checkpointing=True, activations="textbook", dropout=True).activation_detail
+    return (gpt2_small, gpt2_xl, problem1_block, problem1_scores, problem2_eager, problem2_fused, problem2_lse,
+            problem2_scores, problem3_full, problem3_kept, problem4_detail)
 
 
 @app.cell(hide_code=True)
@@ -593,19 +562,6 @@ def _(format_bytes, gpt2_small, mo, problem1_block, problem1_scores):
             f"5·a·s²·b = {_square:,} B is {_square / _layer:.0%} of it.")}),
     ])})
     return
-
-
-@app.cell
-def _(mm):
-    # Problem 2: GPT-2 XL's activations with eager and with fused attention, by Korthikanti et al.'s model, asked
-    # for by name (memmath's default for a preset is the exact trace of transformers' code).
-    gpt2_xl = mm.PRESETS["gpt2-xl"]
-    _s, _b, _a = gpt2_xl.max_positions, 8, gpt2_xl.n_heads
-    problem2_eager, problem2_fused = (
-        mm.training_memory(gpt2_xl, precision="bf16", seq_len=_s, batch_size=_b, attention=k,
-                           activations="textbook", dropout=True).activations for k in ("eager", "sdpa"))
-    problem2_scores, problem2_lse = 5 * _a * _s * _s * _b, 4 * _a * _s * _b  # per layer, eager and fused
-    return gpt2_xl, problem2_eager, problem2_fused, problem2_lse, problem2_scores
 
 
 @app.cell(hide_code=True)
@@ -625,15 +581,6 @@ def _(format_bytes, gpt2_xl, mo, problem2_eager, problem2_fused, problem2_lse, p
     return
 
 
-@app.cell
-def _(mm):
-    # Problem 3: one block with fused attention (34·s·b·h + 4·a·s·b) against checkpointing's 16-bit input alone.
-    problem3_full = mm.activations.korthikanti_per_layer(seq_len=4096, batch_size=1, hidden_size=4096, n_heads=32,
-                                                         attention="sdpa")
-    problem3_kept = 2 * 4096 * 1 * 4096  # checkpointing keeps the block's 16-bit input: 2·s·b·h
-    return problem3_full, problem3_kept
-
-
 @app.cell(hide_code=True)
 def _(mo, problem3_full, problem3_kept):
     _full, _kept = problem3_full, problem3_kept
@@ -646,14 +593,6 @@ def _(mo, problem3_full, problem3_kept):
             "is a second forward pass through each block during backward.")}),
     ])})
     return
-
-
-@app.cell
-def _(gpt2_small, mm):
-    # Problem 4: GPT-2 small with fused attention and checkpointing, counted by the formula's model, by name.
-    problem4_detail = mm.training_memory(gpt2_small, seq_len=gpt2_small.max_positions, batch_size=8, attention="sdpa",
-                                         checkpointing=True, activations="textbook", dropout=True).activation_detail
-    return (problem4_detail,)
 
 
 @app.cell(hide_code=True)
@@ -704,26 +643,19 @@ def _(functools, sweeps):
 
 @app.cell
 def _():
+    # The lesson's three small helpers (one cell: marimo parses and compiles each cell apart at every start).
     def head_counts(width):
         """The head counts up to 128 that divide width (so every head has a whole size), in increasing order."""
         return [a for a in range(1, 129) if width % a == 0]
-    return (head_counts,)
 
-
-@app.cell
-def _():
     def ratio_text(a, b):
         """a / b as '3.21×', with two significant digits below 1 ('0.0031×', never '0.00×')."""
         return f"{a / b:,.2f}×" if a >= b else f"{a / b:.2g}×"
-    return (ratio_text,)
 
-
-@app.cell
-def _():
     def term_bytes(terms, places, word):
         """Bytes of the estimate's terms (where, what, bytes) in `places` whose name contains `word`."""
         return sum(int(n) for where, what, n in terms if where in places and word in what)
-    return (term_bytes,)
+    return head_counts, ratio_text, term_bytes
 
 
 if __name__ == "__main__":

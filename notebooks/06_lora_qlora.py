@@ -59,7 +59,7 @@ def _():
     from memmath import format_bytes
     from memmath_lessons.reference import literature, paper_setups
     from memmath_lessons import blockwise, recorded, requirement_view, toy_block, viz
-    from memmath_lessons.static_charts import live_only_notice
+    from memmath_lessons.static_charts import live_only_notice, when_opened
     from memmath_lessons.live_chart import live_chart
     from memmath_lessons.live_html import live_html
     from memmath_lessons import lesson_charts, lora_views, site_charts
@@ -67,7 +67,7 @@ def _():
 
     return (blockwise, format_bytes, functools, lesson_charts, literature, live_chart, live_html, live_only_notice,
             lora_views, mm, mo, np, paper_setups, pd, recorded, requirement_view, site_charts, toy_block,
-            verdict_of, viz)
+            verdict_of, viz, when_opened)
 
 
 @app.cell(hide_code=True)
@@ -512,40 +512,43 @@ def _(format_bytes, gpt3_checkpoint, gpt3_full, gpt3_lora, gpt3_weights_and_stat
 
 
 @app.cell(hide_code=True)
-def _(mo, recorded, viz):
+def _(mo, recorded, viz, when_opened):
     # Folded under "Go deeper" below: QLoRA as bitsandbytes stores it, measured on the CPU by
     # validation/quantized.py (Linear4bit / Linear8bitLt in place of every linear, peft's LoRA on top).
     from memmath_lessons.reference.measured import load_measured_quantized, measured_metadata
 
-    _cases = load_measured_quantized()
-    _meta = measured_metadata()
-    _peaks_within = recorded.quantized_peaks_within(_cases)  # (steps within 5%, steps), both steps of every run
-    _v = _meta.get("versions_quantized_cases", _meta["versions"])
-    _kinds = {("nf4", True): "NF4, double quantization", ("nf4", False): "NF4", ("fp4", True): "FP4, double quantization",
-              ("fp4", False): "FP4", ("int8", False): "8-bit base (LLM.int8)"}
-    _shown = [_cases[(_cases.quant_type == q) & (_cases.double_quant == d)].iloc[0]
-              for q, d in (("nf4", True), ("fp4", False), ("int8", False))]
-    _tables = []
-    for _case in _shown:
-        _label = (f"**{_kinds[(_case['quant_type'], bool(_case['double_quant']))]}**: the `{_case['shape']}` model in "
-                  f"{_case['precision']}, LoRA r = {int(_case['lora_rank'])} on "
-                  f"{'every linear' if _case['lora_targets'] == 'all' else 'q, v'}, batch {int(_case['batch_size'])} x "
-                  f"{int(_case['seq_len'])} tokens")
-        # Weights, constants, gradients, states, saved activations and step 2's peak: measured against memmath.
-        _tables += [mo.md(_label), viz.plain_table(recorded.quantized_parts_frame(_case))]
-    qlora_measured_fold = mo.vstack([mo.md(f"""
-    Does QLoRA really store what this lesson counts? We ran it: bitsandbytes {_v.get("bitsandbytes", "?")}'s
-    4-bit (`Linear4bit`, NF4 and FP4, with and without double quantization) and 8-bit (`Linear8bitLt`)
-    layers in place of every linear of small LLaMA, GPT-2 and BERT models, peft {_v.get("peft", "?")}'s LoRA
-    on top, two training steps each on the CPU (torch {_v.get("torch", "?")}), {len(_cases)} runs in all. memmath's
-    prediction uses QLoRA as bitsandbytes lays it out, which also counts the code maps bitsandbytes keeps
-    with each matrix (64 B, and 1,028 B more with double quantization); the paper's count, this lesson's
-    default, leaves those few bytes out.
+    def _fold():  # its predicted peaks of every run: built when the learner opens the fold (memmath_lessons.static_charts)
+        _cases = load_measured_quantized()
+        _meta = measured_metadata()
+        _peaks_within = recorded.quantized_peaks_within(_cases)  # (steps within 5%, steps), both steps of every run
+        _v = _meta.get("versions_quantized_cases", _meta["versions"])
+        _kinds = {("nf4", True): "NF4, double quantization", ("nf4", False): "NF4", ("fp4", True): "FP4, double quantization",
+                  ("fp4", False): "FP4", ("int8", False): "8-bit base (LLM.int8)"}
+        _shown = [_cases[(_cases.quant_type == q) & (_cases.double_quant == d)].iloc[0]
+                  for q, d in (("nf4", True), ("fp4", False), ("int8", False))]
+        _tables = []
+        for _case in _shown:
+            _label = (f"**{_kinds[(_case['quant_type'], bool(_case['double_quant']))]}**: the `{_case['shape']}` model in "
+                      f"{_case['precision']}, LoRA r = {int(_case['lora_rank'])} on "
+                      f"{'every linear' if _case['lora_targets'] == 'all' else 'q, v'}, batch {int(_case['batch_size'])} x "
+                      f"{int(_case['seq_len'])} tokens")
+            # Weights, constants, gradients, states, saved activations and step 2's peak: measured against memmath.
+            _tables += [mo.md(_label), viz.plain_table(recorded.quantized_parts_frame(_case))]
+        return mo.vstack([mo.md(f"""
+        Does QLoRA really store what this lesson counts? We ran it: bitsandbytes {_v.get("bitsandbytes", "?")}'s
+        4-bit (`Linear4bit`, NF4 and FP4, with and without double quantization) and 8-bit (`Linear8bitLt`)
+        layers in place of every linear of small LLaMA, GPT-2 and BERT models, peft {_v.get("peft", "?")}'s LoRA
+        on top, two training steps each on the CPU (torch {_v.get("torch", "?")}), {len(_cases)} runs in all. memmath's
+        prediction uses QLoRA as bitsandbytes lays it out, which also counts the code maps bitsandbytes keeps
+        with each matrix (64 B, and 1,028 B more with double quantization); the paper's count, this lesson's
+        default, leaves those few bytes out.
 
-    In every one of the {len(_cases)} runs the weights, constants, gradients, optimizer states and saved
-    activations (for the 8-bit base, with the inputs its matmul keeps itself) equal memmath's count to the byte (`tests/test_fidelity.py` checks each run; `python -m
-    validation.report` prints the table). The peak of a step is within 5% in {_peaks_within[0]} of the {_peaks_within[1]} steps. Three of them:
-    """), *_tables])
+        In every one of the {len(_cases)} runs the weights, constants, gradients, optimizer states and saved
+        activations (for the 8-bit base, with the inputs its matmul keeps itself) equal memmath's count to the byte (`tests/test_fidelity.py` checks each run; `python -m
+        validation.report` prints the table). The peak of a step is within 5% in {_peaks_within[0]} of the {_peaks_within[1]} steps. Three of them:
+        """), *_tables])
+
+    qlora_measured_fold = when_opened(_fold)
     return (qlora_measured_fold,)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from memmath_lessons.static_charts import (
     HIDDEN_VALUE_SUFFIX, MARKER_ATTRIBUTE, STATIC_EXPORT_ENV, Select, Slider, bound_chart, bound_text, is_static_export,
-    live_only_notice,
+    live_only_notice, when_opened,
 )
 
 
@@ -195,3 +195,24 @@ def test_bound_text_writes_its_lines_from_the_filtered_rows():
     assert text["height"] == 2 * round(12 * 1.45)
     with pytest.raises(ValueError, match="at least one line"):
         bound_text(alt.Chart(_grid()), [])
+
+
+def test_a_fold_built_when_opened_is_built_at_once_where_nothing_can_open_it(monkeypatch):
+    # Under pytest (no marimo kernel, no browser) and in the static export (whose HTML keeps mo.lazy's widget
+    # empty), a fold's contents must be the built element itself, or the fold would show nothing.
+    import marimo as mo
+
+    calls = []
+
+    def build():
+        calls.append(1)
+        return mo.md("the fold")
+
+    assert when_opened(build).text == mo.md("the fold").text and calls == [1]
+    monkeypatch.setenv(STATIC_EXPORT_ENV, "1")
+    monkeypatch.setattr(mo, "running_in_notebook", lambda: True)
+    assert when_opened(build).text == mo.md("the fold").text and calls == [1, 1]
+    # On a live page (a marimo kernel, no static export) nothing is built until the learner opens the fold.
+    monkeypatch.delenv(STATIC_EXPORT_ENV)
+    lazy = when_opened(build)
+    assert isinstance(lazy, mo.lazy) and calls == [1, 1]
