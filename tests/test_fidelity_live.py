@@ -136,11 +136,12 @@ def test_a_fresh_two_rank_fsdp2_run_matches_the_recording_and_memmath(measure_mo
     # A sharded run's per-rank peak is not reproducible to 1%: which rank's gloo buffers and
     # prefetched blocks are alive together depends on when each process reaches a collective
     # (measured: the same BERT FSDP2 run peaked 1,665,862 to 1,866,314 B per rank, run to run; this
-    # fp32 case's step 2 peaked 4,023,576 to 5,042,736 B per rank over four fresh runs on 2026-12-01,
-    # the recording being the lowest). Static parts are exact above; the peak must stay in that band.
+    # fp32 case's step 2 peaked 4,023,576 to 5,302,824 B per rank over five fresh runs, the recording being the
+    # lowest, the highest 1.32x it on a machine busy with other work). Static parts are exact above; the peak must
+    # stay in that band.
     for key in ("peak_step1_bytes_per_rank", "peak_step2_bytes_per_rank"):
         for now, then in zip(fresh[key], row[key]):
-            assert 0.85 * then <= now <= 1.3 * then, (key, now, then)
+            assert 0.85 * then <= now <= 1.4 * then, (key, now, then)
     for rank in range(case.world_size):
         m = predict_sharded_case(row, rank)
         assert (int(m.weights), int(m.gradients), int(m.optimizer_states)) == (
