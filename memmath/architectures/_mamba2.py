@@ -415,23 +415,13 @@ def norm_then_gate(tr: Trace, y: Tensor, gate: Tensor, trainable: bool, groups: 
 def _silu_gate_model_dtype(tr: Trace, y: Tensor, gate: Tensor) -> Tensor:
     """Falcon-H1's scan_output * F.silu(gate) without the gated norm: SiLU on the gate in the model's dtype (it keeps
     the in_proj output it is a view of), the product fp32 (y's), keeping y and the SiLU output."""
-    act = tr.new(y.numel, gate.elem, gate.grad)
-    tr.use(gate)
-    if gate.grad:
-        tr.save(gate, "Mamba-2 gate (SiLU input, the in_proj output)")
-    out = tr.new(y.numel, 4, y.grad or gate.grad)
-    tr.use(y, act)
-    if act.grad:
-        tr.save(y, "Mamba-2 scan output (gated by SiLU)")
-    if y.grad:
-        tr.save(act, "Mamba-2 gate SiLU output")
-    return out
+    return silu_gate(tr, y, gate, upcast=False)
 
 
-def silu_gate(tr: Trace, y: Tensor, gate: Tensor) -> Tensor:
-    """y * silu(gate), y fp32: with the gate cast to fp32 first (Falcon-H1's gated norm) or not (its mixer without one,
-    mamba_rms_norm false: the product is fp32 all the same). SiLU keeps its input; the product keeps both factors."""
-    gate_in = _float(tr, gate)
+def silu_gate(tr: Trace, y: Tensor, gate: Tensor, upcast: bool = True) -> Tensor:
+    """y * silu(gate), y fp32: with the gate cast to fp32 first (upcast: Falcon-H1's gated norm) or not (its mixer
+    without one: the product is fp32 all the same). SiLU keeps its input; the product keeps both factors."""
+    gate_in = _float(tr, gate) if upcast else gate
     act = tr.new(y.numel, gate_in.elem, gate.grad)
     tr.use(gate_in)
     if gate.grad:
