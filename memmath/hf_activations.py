@@ -763,10 +763,10 @@ def _check_kernels(shape: ModelShape, mixer_kernels):
     (Architecture.mixer_kernels) save other tensors, unmeasured here."""
     kernels = shape.architecture.mixer_kernels if known(shape) else ""
     if kernels and mixer_kernels != "torch":
-        raise validate.FieldError("mixer_kernels", f"mixer_kernels {mixer_kernels!r}: the trace replays transformers' "
-                                  f"PyTorch path of {shape.architecture.title}'s mixers, not {kernels}, whose saved "
-                                  "tensors are not measured here; pass mixer_kernels='torch' (--mixer-kernels torch) "
-                                  "for a run without those packages installed")
+        raise validate.FieldError("mixer_kernels", f"the trace replays transformers' PyTorch path of "
+                                  f"{shape.architecture.title}'s mixers, not {kernels}, whose saved tensors are not "
+                                  "measured here; a run without those packages takes that path (mixer_kernels='torch', "
+                                  "--mixer-kernels torch)")
 
 
 def _check_attention(shape: ModelShape, attention):
