@@ -29,7 +29,7 @@ from .recipes import update_temporaries
 from .run import Run, as_run, why_not_exact
 from .sharded_peak import is_ddp, sharded_peak, why_no_sharded_peak
 from .methods import Full
-from .vision_forward import (INT64, MODELLED_TOWERS, PROJECTOR_COUNTED, TOWER_COUNTED, batch_extras, images_known,
+from .vision_forward import (INT64, MODELLED_TOWERS, TOWER_COUNTED, batch_extras, images_known,
                              modelled, pixtral_unmeasured, projector_tensors, tower_forward, tower_tensors,
                              worst_images)
 from .values import frozen
@@ -129,12 +129,7 @@ class Requirement:
             return ""
         if unchecked_type(self.run) is not None:
             return unchecked_fix(self.run)
-        if self.run.model.vision is None:
-            return CHECKPOINT_FIX
-        vision = getattr(self.run.method, "vision", None)
-        if vision in ("projector", "trains") and type(self.run.method) is not Full:
-            return PROJECTOR_FIX
-        return MEASURE_FIX if vision == "frozen" and _unmodelled_tower(self.run.model.vision) else VISION_FIX
+        return CHECKPOINT_FIX if self.run.model.vision is None else _vision_fix(self.run)
 
     def __post_init__(self):
         object.__setattr__(self, "bytes", validate.nbytes("bytes", self.bytes))
@@ -197,8 +192,7 @@ def unchecked_type(run: Run) -> str | None:
     record = run.model.architecture
     if record is None or run.activations != "textbook" or run.seq_len is None or not run.model.has_shape:
         return None
-    if (record.traced and not (record.trace_refusal and record.trace_refusal(run.model)) and not _fallback(run)
-            and not _chosen(run)):
+    if record.replays(run.model) and not _fallback(run) and not _chosen(run):
         return None
     return record.model_type
 
@@ -215,7 +209,7 @@ def _fallback(run: Run) -> str:
     record = run.model.architecture
     if "activations" not in run.defaulted:  # chosen: the textbook model's own answer, asked for by name
         return ""
-    if record is None or not record.traced or (record.trace_refusal and record.trace_refusal(run.model)):
+    if record is None or not record.replays(run.model):
         return ""  # no trace to fall back from: unchecked_type's own case
     if run.model.vision is not None:  # the language model's trace with the tower's parts: _judged's vision bounds
         return ""
@@ -226,10 +220,11 @@ def unchecked_fix(run: Run) -> str:
     """What would give an unchecked run (unchecked_type) a verdict, in words."""
     if _chosen(run):
         return CHOSEN_FIX
-    record = run.model.architecture
-    if _fallback(run) and record.mixer_kernels and run.mixer_kernels != "torch":
-        return KERNELS_FIX
-    return FALLBACK_FIX if _fallback(run) else UNCHECKED_FIX
+    if not _fallback(run):
+        return UNCHECKED_FIX
+    # the mixers' CUDA kernels are what the trace lacks only where the PyTorch path would be replayed
+    on_torch = run.mixer_kernels != "torch" and not why_not_exact(run.replace(mixer_kernels="torch"))
+    return KERNELS_FIX if on_torch else FALLBACK_FIX
 
 
 def refusal(run: Run) -> str:
@@ -286,10 +281,9 @@ def _activations_floor(need: Requirement, why: str, fix: str) -> Requirement:
     """The floor of a run whose activations give no requirement (`why`), and what would give one (`fix`, a sentence
     after the floor's)."""
     floor = parts_floor(need.memory)
-    fix = fix if fix.startswith("memmath ") else f"{fix[0].upper()}{fix[1:]}"  # a sentence of its own
     words = (f"{why}. Without the activations, the step needs {floor:,} B (the weights, gradients and optimizer "
              "states of the GPU that holds the most, all alive at the optimizer step): the card must hold at least "
-             f"that. {fix}")
+             f"that. {_sentence(fix)}")
     return Requirement(floor, "floor", words, need.memory, None, need.run)
 
 
@@ -332,14 +326,25 @@ def _vision_floor(need: Requirement) -> Requirement:
             "projector": projector_refusal(run) if vision == "projector" else "",
             "trains": projector_refusal(run) if vision == "trains" else ""}.get(vision, "")
     part = part or {"projector": "the projector trains", "trains": "the vision tower and projector train"}.get(vision, "")
-    # a frozen tower gets a bound where its forward is modelled; one that is not has no change to suggest but measuring
-    fix = MEASURE_FIX if vision == "frozen" and part else VISION_FIX
-    fix = PROJECTOR_FIX if vision in ("projector", "trains") and type(run.method) is not Full else fix
     why = (f"{need.reason}{'; ' + part if part else ''}: memmath models neither this step's peak nor a bound on it "
            "(what the tower and projector save and compute is not modelled), and the sum of the parts leaves that "
            f"out, so it is no requirement. The step needs at least {words}: the card must hold at least that. "
-           f"{fix[0].upper() if not fix.startswith('memmath ') else fix[0]}{fix[1:]}")
+           f"{_sentence(_vision_fix(run))}")
     return Requirement(floor, "floor", why, memory, None, run)
+
+
+def _vision_fix(run: Run) -> str:
+    """What would give a vision-language floor a verdict: a frozen tower gets a bound where its forward is modelled,
+    so one that is not can only be measured; a projector or tower trained beside adapters, full finetuning instead."""
+    vision = getattr(run.method, "vision", None)
+    if vision in ("projector", "trains") and type(run.method) is not Full:
+        return PROJECTOR_FIX
+    return MEASURE_FIX if vision == "frozen" and _unmodelled_tower(run.model.vision) else VISION_FIX
+
+
+def _sentence(fix: str) -> str:
+    """A fix as a sentence of its own: capitalized, unless it starts with the command's name."""
+    return fix if fix.startswith("memmath ") else f"{fix[0].upper()}{fix[1:]}"
 
 
 def _judged(run: Run) -> Requirement:
@@ -481,9 +486,6 @@ def projector_refusal(run: Run) -> str:
                 "activations share a format, bf16, fp16 or fp32, gives the bound)")
     if not modelled(parts):
         return f"{what}: {_unmodelled_tower(parts)}"
-    if parts.tower not in PROJECTOR_COUNTED:
-        return (f"{what}: the {parts.label} projector's saved tensors are not counted (memmath counts "
-                f"{', '.join(TOWER_LABELS[t] for t in PROJECTOR_COUNTED)}'s)")
     if vision == "trains" and parts.tower not in TOWER_COUNTED:
         return (f"{what}: the {parts.label} tower's saved tensors are not counted (memmath counts "
                 f"{', '.join(TOWER_LABELS[t] for t in TOWER_COUNTED)}'s)")

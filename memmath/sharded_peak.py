@@ -182,6 +182,10 @@ def own_temporaries(run) -> int:
     return update_temporaries(sizes, run.device)
 
 
+# The one-GPU moments in the last block's backward (peak.py's labels): entering it, recomputing it, at its widest op
+LAST_BLOCK_BACKWARD = ("entering the last block", "recomputing the last block", "in the last block's recomputed")
+
+
 def _fsdp2_held(run, units: dict, phase: str, label: str) -> tuple[int, int]:
     """(gathered parameters, gradients) FSDP2 holds at a one-GPU moment, beyond the rank's shards: the gradients are
     the moment's own (plain) gradients rewritten by the caller; here the parameters, and the extra gradient buffers
@@ -194,7 +198,7 @@ def _fsdp2_held(run, units: dict, phase: str, label: str) -> tuple[int, int]:
         return 0, 0
     if label.startswith("at the loss"):
         return (R + L * B if keep else R + B), 0
-    if label.startswith(("entering the last block", "recomputing the last block", "in the last block's recomputed")):
+    if label.startswith(LAST_BLOCK_BACKWARD):
         return (R + L * B if keep else R + 2 * B), 0
     if label.startswith(("in the first block", "recomputing the first block")):
         return R + B, units["block_grads"]  # the second block's reduce-scatter input, kept
@@ -236,7 +240,7 @@ def not_yet_in_grad(terms, phase: str, label: str, gradients: int) -> int:
     if phase != "backward" or label.startswith("at the loss"):
         return 0
     tied = int(terms.tied_embed)
-    if label.startswith(("entering the last block", "recomputing the last block", "in the last block's recomputed")):
+    if label.startswith(LAST_BLOCK_BACKWARD):
         return tied
     if label.startswith(("in the first block", "recomputing the first block")):
         return tied if gradients else 0  # no moment where a single block stores

@@ -22,7 +22,7 @@ measured on the CPU by validation/amp.py, refusals in memmath/amp_trace.py):
 from __future__ import annotations
 
 from . import validate
-from .arrays import any_true, is_ndarray, np, pick
+from .arrays import any_true, is_ndarray, larger, np, pick
 
 
 class Storage:
@@ -110,9 +110,7 @@ class Trace:
         freed what later ops saved) plus `work`, what that op's backward holds besides; the widest is kept
         (peak.py prices it for a recomputed block: ActivationParts.recompute_backward_live)."""
         moment = self.bytes_in(self.region) + work
-        earlier = self.__dict__.get("backward_live", 0)
-        self.__dict__["backward_live"] = np.maximum(earlier, moment) if is_ndarray(moment) or is_ndarray(earlier) \
-            else max(earlier, moment)
+        self.__dict__["backward_live"] = larger(self.__dict__.get("backward_live", 0), moment)
 
     def terms(self, region, label=None):
         rows: dict[str, object] = {}

@@ -464,7 +464,7 @@ def _merge(parts) -> int:
 
 # The towers whose projector's tensors projector_tensors counts (Gemma 3's SigLIP projector, Qwen2-VL's and
 # Qwen2.5-VL's mergers, LLaVA's projector over CLIP or Pixtral, Mistral3's over Pixtral).
-PROJECTOR_COUNTED = ("siglip_vision_model", "qwen2_vl_vision", "clip_vision_model", "qwen2_5_vl_vision", "pixtral")
+PROJECTOR_COUNTED = MODELLED_TOWERS  # every tower whose forward is modelled has its projector counted
 
 
 def projector_tensors(parts, batch: int, seq_len: int, e: int) -> int:

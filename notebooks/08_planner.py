@@ -183,8 +183,7 @@ def _(config_text_area, importlib, json, mo, model, model_error, preset_config, 
     # can still be answered: PyTorch traces its step at full size under fake tensors, with no memory behind them
     # (memmath/traced.py), where torch and transformers are installed.
     trace_config = None
-    _record = model.architecture if model is not None else None
-    _untraced = _record is not None and (not _record.traced or bool(_record.trace_refusal and _record.trace_refusal(model)))
+    _untraced = model is not None and model.architecture is not None and not model.architecture.replays(model)
     if model_error and source_radio.value != "preset" and "is not supported" in model_error:
         trace_config = json.loads(config_text_area.value)
     elif _untraced and source_radio.value != "preset":

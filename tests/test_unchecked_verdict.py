@@ -54,6 +54,10 @@ def test_the_floor_is_the_parts_without_activations_by_hand():
     assert f"{LFM2_FLOOR:,} B" in need.reason
     assert "--mixer-kernels torch" in need.reason and "causal-conv1d's kernels" in need.reason
     assert need.fix.startswith("--mixer-kernels torch")  # what gives a verdict: that setting, not the generic advice
+    # but not where the PyTorch path would not be replayed either: LFM2's blocks place no Houlsby adapters
+    adapters = mm.requirement("lfm2-1.2b", **dict(LFM2_RUN, method=mm.Adapters()))
+    assert adapters.basis == "floor" and not adapters.fix.startswith("--mixer-kernels")
+    assert adapters.fix == mm.decision.FALLBACK_FIX
     # the same run on transformers' PyTorch path gets the step's peak
     assert mm.requirement("lfm2-1.2b", mixer_kernels="torch", **LFM2_RUN).basis == "peak"
 

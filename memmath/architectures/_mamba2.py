@@ -412,12 +412,6 @@ def norm_then_gate(tr: Trace, y: Tensor, gate: Tensor, trainable: bool, groups: 
     return silu_gate(tr, weighted, gate)
 
 
-def _silu_gate_model_dtype(tr: Trace, y: Tensor, gate: Tensor) -> Tensor:
-    """Falcon-H1's scan_output * F.silu(gate) without the gated norm: SiLU on the gate in the model's dtype (it keeps
-    the in_proj output it is a view of), the product fp32 (y's), keeping y and the SiLU output."""
-    return silu_gate(tr, y, gate, upcast=False)
-
-
 def silu_gate(tr: Trace, y: Tensor, gate: Tensor, upcast: bool = True) -> Tensor:
     """y * silu(gate), y fp32: with the gate cast to fp32 first (upcast: Falcon-H1's gated norm) or not (its mixer
     without one: the product is fp32 all the same). SiLU keeps its input; the product keeps both factors."""
@@ -479,7 +473,7 @@ def mixer(tr: Trace, dims: Mamba2Mixer, x: Tensor, trainable: bool, lora, hidden
     y = chunk_scan(tr, dims, hs, dt, B, C, trainable)
     y = Tensor(t * inner, 4, y.grad, y.storage)  # output[:, :seq_len].reshape(b, s, -1): a view
     if not dims.gated_norm:  # Falcon-H1 without mamba_rms_norm: scan_output * silu(gate)
-        normed = _silu_gate_model_dtype(tr, y, gate)
+        normed = silu_gate(tr, y, gate, upcast=False)
     elif dims.norm_before_gate:
         normed = norm_then_gate(tr, y, gate, trainable, dims.n_groups)
     else:

@@ -167,6 +167,11 @@ class Architecture:
         if self.family not in FAMILIES or self.final_norm not in FINAL_NORMS:
             raise ValueError(f"{self.model_type}: family or final_norm outside {FAMILIES}, {FINAL_NORMS}")
 
+    def replays(self, shape) -> bool:
+        """Whether the exact activation model replays this type's forward for `shape`: it has a trace, and its
+        trace_refusal names no option of the config the trace has no steps for."""
+        return self.traced and not (self.trace_refusal and self.trace_refusal(shape))
+
     def adapter_order(self, shape) -> tuple:
         """A block's adapted modules in parameters() order where it is not the targets' order (lora_order), else ()."""
         return lora_order(shape, self)
