@@ -105,6 +105,13 @@ class Trace:
     def bytes_in(self, region):
         return sum((nbytes for where, _, nbytes in self.saved.values() if where == region), 0)
 
+    def cache_held(self, x: Tensor) -> Tensor:
+        """x as transformers' training cache holds it (a DynamicCache layer's copy or state): alive to the end of the
+        forward pass, saved or not; hf_activations counts it in the blocks that store nothing too."""
+        x.storage.kept = True
+        self.__dict__.setdefault("kv_copies", []).append(x.storage)
+        return x
+
     def backward_moment(self, work):
         """A moment of this block's backward, at the op traced last: what the block saved up to it (backward has
         freed what later ops saved) plus `work`, what that op's backward holds besides; the widest is kept

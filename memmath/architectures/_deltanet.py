@@ -333,8 +333,7 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
         tr.use(k_decayed, states)
         held = tr.new(state_numel, FP32)
         tr.use(final)
-        held.storage.kept = True
-        tr.__dict__.setdefault("kv_copies", []).append(held.storage)
+        tr.cache_held(held)
     tr.use(q_decayed, intra, core, states)
     if grad:
         tr.save(intra, "intra-chunk attention (fp32, C x C a chunk)")
@@ -449,10 +448,8 @@ def mixer(tr: Trace, shape, x: Tensor, trainable: bool, p, split: bool = False) 
     tr.use(shifted)
     g = _mul(tr, minus, soft, t * heads, FP32, ("-exp(A_log) (fp32)", "softplus output (fp32)"))
     if p.cache:  # LinearAttentionLayer.update_conv_state: the cache's own conv state (b x conv_dim x kernel), a copy
-        conv_state = tr.new(b * cd * dims.conv_kernel, e)
+        tr.cache_held(tr.new(b * cd * dims.conv_kernel, e))
         tr.use(mixed)
-        conv_state.storage.kept = True
-        tr.__dict__.setdefault("kv_copies", []).append(conv_state.storage)
     core = chunk_rule(tr, dims, q, k, v, g, beta, cache=p.cache)
     tr.use(act, beta, g, ba, a_out)  # the module's locals (query, key, value views of the conv output, beta, g, b, a)
     if not split:

@@ -387,9 +387,7 @@ def _cache_states(tr: Trace, dims: Mamba2Mixer):
     saved either way)."""
     for numel, elem in ((tr.b * dims.conv_dim * dims.conv_kernel, tr.e),
                         (tr.b * dims.heads * dims.head_dim * dims.state_size, 4)):
-        state = tr.new(numel, elem)
-        state.storage.kept = True
-        tr.__dict__.setdefault("kv_copies", []).append(state.storage)
+        tr.cache_held(tr.new(numel, elem))
 
 
 def norm_then_gate(tr: Trace, y: Tensor, gate: Tensor, trainable: bool, groups: int) -> Tensor:

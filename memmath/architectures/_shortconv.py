@@ -190,10 +190,8 @@ def short_conv(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     gate_b, gate_c, inner = (Tensor(t * h, bcx.elem, bcx.grad, bcx.storage) for _ in range(3))
     gated = product(tr, gate_b, inner, "B * x", "in_proj output (B)", "in_proj output (x)")
     if p.cache:  # DynamicCache's LinearAttentionLayer.lazy_initialization: torch.zeros, then copy_
-        state = tr.new(b * h * width, tr.e)
+        tr.cache_held(tr.new(b * h * width, tr.e))
         tr.use(gated)
-        state.storage.kept = True  # the cache holds it to the end of the forward pass
-        tr.__dict__.setdefault("kv_copies", []).append(state.storage)
     conv = tr.new(b * h * (s + width - 1), tr.e, gated.grad or trainable)
     if conv.grad:  # ConvolutionBackward0 keeps its input even for a frozen weight (measured: LoRA on q and v)
         tr.save(gated, "convolution input (B * x)")

@@ -59,9 +59,7 @@ def kv_cache(tr: Trace, k: Tensor, v: Tensor):
     for x in (k, v):
         copy = tr.new(x.numel, x.elem, x.grad)
         tr.use(x)
-        copy.storage.kept = True  # the cache holds it to the end of the forward pass, saved or not
-        copies.append(copy)
-    tr.__dict__.setdefault("kv_copies", []).extend(copy.storage for copy in copies)
+        copies.append(tr.cache_held(copy))
     return tuple(copies)
 
 
