@@ -88,7 +88,7 @@ def test_a_conv_block_keeps_what_its_pytorch_path_keeps_by_hand():
     # [:, :, :s] view keeps whole; in_proj's and out_proj's inputs (t x h each)
     terms = {what: n for region, what, n in _parts(HELD_IN["conv-last-mqa"], precision="fp32", method="full",
                                                    attention="sdpa").estimate.terms if region == "each block"}
-    assert terms["B * x in_proj output (x)"] == 128 * 3 * 48 * 4
+    assert terms["B * x in_proj output (B)"] == 128 * 3 * 48 * 4  # B and x: views of that one storage
     assert terms["convolution input (B * x)"] == 128 * 48 * 4
     assert terms["C * conv convolution output (b x h x (s + L - 1))"] == 2 * 48 * 66 * 4
     assert terms["in_proj input"] == terms["out_proj input"] == 128 * 48 * 4

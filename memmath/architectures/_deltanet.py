@@ -24,7 +24,7 @@ from ..arrays import is_ndarray, np, pick
 from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import ParamTensor, linear
-from ._steps import dims, kv_cache, merged_copy
+from ._steps import dims, kv_cache, merged_copy, mul, to_fp32
 from .gpt_neox import partial_rotary
 
 # The config fields of the linear-attention layers (Qwen3NextConfig) and what they change.
@@ -163,17 +163,6 @@ def trace_shape(shape):
                    block_layouts=tuple((blocks, marked(changes)) for blocks, changes in shape.block_layouts))
 
 
-def _mul(tr: Trace, x: Tensor, y: Tensor, numel, elem, names) -> Tensor:
-    """x * y (broadcast): autograd keeps each factor the other's gradient needs."""
-    out = tr.new(numel, elem, x.grad or y.grad)
-    tr.use(x, y)
-    if y.grad:
-        tr.save(x, names[0])
-    if x.grad:
-        tr.save(y, names[1])
-    return out
-
-
 def _matmul_operand(tr: Trace, x: Tensor, copy, name: str, grad: bool) -> None:
     """What a batched matmul keeps of one operand (when the other needs a gradient): x itself, and where `copy` (a
     bool, or one a point for a sweep) the contiguous copy torch.matmul's reshape to 3-D makes of an operand laid out
@@ -248,8 +237,8 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
         return out
 
     qp, kp, vp, bp, gp = pad(qs, dk), pad(kn, dk), pad(v32, dv), pad(beta32, 1), pad(g, 1)
-    v_beta = _mul(tr, vp, bp, padded * dv, FP32, ("linear attention v (padded)", "linear attention beta (padded)"))
-    k_beta = _mul(tr, kp, bp, padded * dk, FP32, ("linear attention k (padded)", "linear attention beta (padded)"))
+    v_beta = mul(tr, vp, bp, padded * dv, FP32, ("linear attention v (padded)", "linear attention beta (padded)"))
+    k_beta = mul(tr, kp, bp, padded * dk, FP32, ("linear attention k (padded)", "linear attention beta (padded)"))
     cum = tr.new(padded, FP32, gp.grad)  # decay.cumsum(dim=3)
     tr.use(gp)
     pairwise = tr.tmp(squares, FP32, cum)  # cum_decay_i - cum_decay_j
@@ -270,9 +259,9 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
         tr.use(x, y)
         return out
 
-    ut = _mul(tr, batched(k_beta, kp, squares, ("k_beta (matmul operand)", "k^T (matmul operand)")), decay, squares,
+    ut = mul(tr, batched(k_beta, kp, squares, ("k_beta (matmul operand)", "k^T (matmul operand)")), decay, squares,
               FP32, ("k_beta k^T", "linear attention pairwise decay (fp32, C x C a chunk)"))
-    intra = _mul(tr, batched(qp, kp, squares, ("scaled q (matmul operand)", "k^T (matmul operand)")), decay, squares,
+    intra = mul(tr, batched(qp, kp, squares, ("scaled q (matmul operand)", "k^T (matmul operand)")), decay, squares,
                  FP32, ("q k^T", "linear attention pairwise decay (fp32, C x C a chunk)"))
 
     def exp_of(x, numel, name):  # an exp of the cumulative decay, which keeps its output
@@ -282,7 +271,7 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
             tr.save(out, name)
         return out
 
-    decayed_k_beta = _mul(tr, k_beta, exp_of(cum, padded, "exp(cumulative decay)"), padded * dk, FP32,
+    decayed_k_beta = mul(tr, k_beta, exp_of(cum, padded, "exp(cumulative decay)"), padded * dk, FP32,
                           ("k_beta", "exp(cumulative decay)"))
 
     def solve(rhs, width, name):  # torch.linalg.solve_triangular keeps the system and its result
@@ -296,9 +285,9 @@ def chunk_rule(tr: Trace, dims: GatedDeltaNet, q: Tensor, k: Tensor, v: Tensor, 
     new_values = solve(v_beta, dv, "UT-solved values")
     k_cumdecay = solve(decayed_k_beta, dk, "UT-solved decayed keys")
     core = tr.new(padded * dv, FP32)  # zeros_like(new_values), filled chunk by chunk
-    q_decayed = _mul(tr, qp, exp_of(cum, padded, "exp(cumulative decay) for q"), padded * dk, FP32,
+    q_decayed = mul(tr, qp, exp_of(cum, padded, "exp(cumulative decay) for q"), padded * dk, FP32,
                      ("scaled q (padded)", "exp(cumulative decay) for q"))
-    k_decayed = _mul(tr, kp, exp_of(cum, padded, "exp(chunk-end decay) for k"), padded * dk, FP32,
+    k_decayed = mul(tr, kp, exp_of(cum, padded, "exp(chunk-end decay) for k"), padded * dk, FP32,
                      ("linear attention k (padded)", "exp(chunk-end decay) for k"))
     chunk_decay = exp_of(cum, b * heads * n, "exp(chunk decay)")
     state_numel, chunk_rows = b * heads * dk * dv, b * heads * CHUNK
@@ -366,8 +355,7 @@ def gated_norm(tr: Trace, x: Tensor, z: Tensor, rows, width, trainable: bool) ->
     z in fp32, the silu output and the weighted x); the product back to the model's dtype."""
     e = tr.e
     numel = rows * width
-    x32 = x if x.elem == FP32 else tr.new(numel, FP32, x.grad)
-    tr.use(x)
+    x32 = to_fp32(tr, x)
     inv = tr.new(rows, FP32, x.grad)  # rsqrt(pow(2).mean + eps)
     tr.use(x32)
     if x.grad:
@@ -388,7 +376,7 @@ def gated_norm(tr: Trace, x: Tensor, z: Tensor, rows, width, trainable: bool) ->
     tr.use(z32)
     if z.grad:
         tr.save(z32, "gated norm gate (SiLU input, fp32)")
-    out = _mul(tr, weighted, act, numel, FP32, ("gated norm weighted input", "gated norm SiLU output (fp32)"))
+    out = mul(tr, weighted, act, numel, FP32, ("gated norm weighted input", "gated norm SiLU output (fp32)"))
     if e != FP32:
         out = tr.tmp(numel, e, out)
         out.grad = weighted.grad or act.grad
@@ -446,7 +434,7 @@ def mixer(tr: Trace, shape, x: Tensor, trainable: bool, p, split: bool = False) 
         tr.save(shifted, "softplus input (fp32)")
     soft = tr.new(t * heads, FP32, shifted.grad)
     tr.use(shifted)
-    g = _mul(tr, minus, soft, t * heads, FP32, ("-exp(A_log) (fp32)", "softplus output (fp32)"))
+    g = mul(tr, minus, soft, t * heads, FP32, ("-exp(A_log) (fp32)", "softplus output (fp32)"))
     if p.cache:  # LinearAttentionLayer.update_conv_state: the cache's own conv state (b x conv_dim x kernel), a copy
         tr.cache_held(tr.new(b * cd * dims.conv_kernel, e))
         tr.use(mixed)
@@ -501,7 +489,7 @@ def gated_attention(tr: Trace, shape, x: Tensor, trainable: bool, p, per_sequenc
     tr.use(gate)
     if gate.grad:
         tr.save(sig, "attention gate sigmoid output")
-    gated = _mul(tr, ctx, sig, t * a * d, tr.e, ("attention output (gated)", "attention gate sigmoid output"))
+    gated = mul(tr, ctx, sig, t * a * d, tr.e, ("attention output (gated)", "attention gate sigmoid output"))
     return tr.linear(gated, t * dm["h"], trainable, p.lora_of("o_proj"), "o_proj")
 
 
@@ -534,7 +522,7 @@ def _empty_shared_expert(tr: Trace, shape, x: Tensor, trainable: bool, p) -> Ten
     tr.use(gate_logit)
     if gate_logit.grad:
         tr.save(sig, "shared expert gate sigmoid output")
-    return _mul(tr, sig, shared, t * shape.hidden_size, e, ("shared expert gate sigmoid output",
+    return mul(tr, sig, shared, t * shape.hidden_size, e, ("shared expert gate sigmoid output",
                                                              "shared expert output (zeros, width 0)"))
 
 

@@ -36,7 +36,7 @@ from ..recurrent import RECURRENT_STATE_FORMAT, Mamba2, values_bytes
 from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import ParamTensor, linear
-from ._steps import Pass, kv_cache
+from ._steps import Pass, kv_cache, to_fp32
 from .record import Architecture
 from ..values import frozen
 
@@ -157,15 +157,6 @@ def _segment_sum(tr: Trace, x: Tensor, rows, width: int, grad: bool) -> Tensor:
     return out
 
 
-def _float(tr: Trace, x: Tensor) -> Tensor:
-    """x.float(): x itself in fp32, else an fp32 copy."""
-    if x.elem == 4:
-        return x
-    out = tr.new(x.numel, 4, x.grad)
-    tr.use(x)
-    return out
-
-
 def _chunk_copy(tr: Trace, x: Tensor, numel) -> Tensor:
     """reshape_into_chunks: F.pad by pad_size along the sequence (a new tensor even for a pad of 0), then a view."""
     out = tr.new(numel, 4, x.grad)
@@ -221,10 +212,10 @@ def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, 
     tr.use(soft)
     if g:
         tr.save(soft, "Mamba-2 clamp input (softplus output)")
-    x32 = _float(tr, hs)
+    x32 = to_fp32(tr, hs)
     wide = []
     for part in (B, C):  # .float().repeat_interleave(heads // groups, dim=2)
-        part32 = _float(tr, part)
+        part32 = to_fp32(tr, part)
         wide.append(tr.new(tr.t * heads * n, 4, part.grad))
         tr.use(part32)
     B, C = wide
@@ -233,7 +224,7 @@ def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, 
         tr.save(padded, "Mamba-2 padded x (D's skip term)")
     d_residual = tr.new(b * sp * inner, 4, padded.grad or trainable)  # D[..., None] * padded
     tr.use(padded)
-    dt32 = _float(tr, clamped)
+    dt32 = to_fp32(tr, clamped)
     x_dt = tr.new(tr.t * inner, 4, g or x32.grad)  # hidden_states * dt[..., None].float()
     tr.use(x32, dt32)
     if g:
@@ -243,7 +234,7 @@ def chunk_scan(tr: Trace, dims: Mamba2Mixer, hs: Tensor, dt: Tensor, B: Tensor, 
     if trainable:  # A = -torch.exp(self.A_log.float()) in the mixer's forward
         tr.save(tr.new(heads, 4), "Mamba-2 exp(A_log)")
     a = tr.new(heads, 4, trainable)  # -exp(.)
-    dt32b = _float(tr, clamped) if e != 4 else dt32
+    dt32b = to_fp32(tr, clamped) if e != 4 else dt32
     a_dt = tr.new(tr.t * heads, 4, g)  # A.to(hidden_states.dtype) * dt.float()
     tr.use(a, dt32b)
     if g:
@@ -353,7 +344,7 @@ def gated_norm(tr: Trace, y: Tensor, gate: Tensor, trainable: bool, groups: int)
     the whole in_proj output), pow keeps the product, rsqrt its t x groups output, weight * normed (fp32: y's dtype)
     keeps normed when the weight trains. Returns the fp32 output."""
     numel, grad = y.numel, y.grad or gate.grad
-    gate32 = _float(tr, gate)
+    gate32 = to_fp32(tr, gate)
     act = tr.new(numel, 4, gate.grad)  # F.silu
     tr.use(gate32)
     if gate.grad:
@@ -413,7 +404,7 @@ def norm_then_gate(tr: Trace, y: Tensor, gate: Tensor, trainable: bool, groups: 
 def silu_gate(tr: Trace, y: Tensor, gate: Tensor, upcast: bool = True) -> Tensor:
     """y * silu(gate), y fp32: with the gate cast to fp32 first (upcast: Falcon-H1's gated norm) or not (its mixer
     without one: the product is fp32 all the same). SiLU keeps its input; the product keeps both factors."""
-    gate_in = _float(tr, gate) if upcast else gate
+    gate_in = to_fp32(tr, gate) if upcast else gate
     act = tr.new(y.numel, gate_in.elem, gate.grad)
     tr.use(gate_in)
     if gate.grad:

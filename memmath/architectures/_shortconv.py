@@ -27,7 +27,7 @@ from ..recurrent import ShortConv, values_bytes
 from ..trace import Tensor, Trace
 from . import _decoder
 from ._parts import ParamTensor, linear, norm
-from ._steps import Pass
+from ._steps import Pass, mul
 
 CONV = "conv"  # ModelShape.block_kind of a short-convolution block (transformers' layer type "conv")
 ATTENTION = "full_attention"
@@ -165,17 +165,6 @@ def llama_named(p: Pass) -> Pass:
     return replace(p, lora_modules=frozenset(LLAMA_NAMES.get(m, m) for m in p.lora_modules))
 
 
-def product(tr: Trace, x: Tensor, y: Tensor, name: str, x_what: str, y_what: str) -> Tensor:
-    """x * y: MulBackward0 keeps y for x's gradient and x for y's (views keep their whole storage)."""
-    if x.grad:
-        tr.save(y, f"{name} {y_what}")
-    if y.grad:
-        tr.save(x, f"{name} {x_what}")
-    out = tr.new(x.numel, tr.e, x.grad or y.grad)
-    tr.use(x, y)
-    return out
-
-
 def short_conv(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     """Lfm2ShortConv.forward on the normalized input x (t x h) along transformers 5.24's PyTorch path
     (modeling_lfm2.py causal_conv1d_fn, no padding mask): in_proj (h -> 3h), whose output B, C and x are three views
@@ -188,7 +177,7 @@ def short_conv(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
     width = shape.linear_attention.conv_kernel
     bcx = tr.linear(x, t * 3 * h, trainable, p.lora_of("in_proj"), "in_proj")
     gate_b, gate_c, inner = (Tensor(t * h, bcx.elem, bcx.grad, bcx.storage) for _ in range(3))
-    gated = product(tr, gate_b, inner, "B * x", "in_proj output (B)", "in_proj output (x)")
+    gated = mul(tr, gate_b, inner, names=("B * x in_proj output (B)", "B * x in_proj output (x)"))
     if p.cache:  # DynamicCache's LinearAttentionLayer.lazy_initialization: torch.zeros, then copy_
         tr.cache_held(tr.new(b * h * width, tr.e))
         tr.use(gated)
@@ -197,7 +186,8 @@ def short_conv(tr: Trace, shape, x: Tensor, trainable: bool, p: Pass) -> Tensor:
         tr.save(gated, "convolution input (B * x)")
     tr.use(gated)
     out = Tensor(t * h, conv.elem, conv.grad, conv.storage)  # [:, :, :seq_len]
-    y = product(tr, gate_c, out, "C * conv", "in_proj output (C)", "convolution output (b x h x (s + L - 1))")
+    y = mul(tr, gate_c, out, names=("C * conv in_proj output (C)",
+                                     "C * conv convolution output (b x h x (s + L - 1))"))
     merged = tr.new(t * h, tr.e, y.grad)  # y.transpose(-1, -2).contiguous()
     tr.use(y)
     return tr.linear(merged, t * h, trainable, p.lora_of("out_proj"), "out_proj")

@@ -89,3 +89,24 @@ def smaller(x, y):
 def larger(x, y):
     """max for Python ints and element-wise for int64 arrays alike."""
     return np.maximum(x, y) if is_ndarray(x) or is_ndarray(y) else max(x, y)
+
+
+def mul(tr: Trace, x: Tensor, y: Tensor, numel=None, elem=None, names=("x", "y")) -> Tensor:
+    """x * y (broadcast to `numel` elements of `elem` bytes; x's size in the model's dtype by default): MulBackward0
+    keeps x for y's gradient and y for x's (a view keeps its whole storage)."""
+    out = tr.new(x.numel if numel is None else numel, tr.e if elem is None else elem, x.grad or y.grad)
+    tr.use(x, y)
+    if y.grad:
+        tr.save(x, names[0])
+    if x.grad:
+        tr.save(y, names[1])
+    return out
+
+
+def to_fp32(tr: Trace, x: Tensor) -> Tensor:
+    """x.float(): x itself in fp32, else an fp32 copy."""
+    if x.elem == 4:
+        return x
+    out = tr.new(x.numel, 4, x.grad)
+    tr.use(x)
+    return out
